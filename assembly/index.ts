@@ -1,0 +1,83 @@
+// kvgate.wasm: the module's whole export surface. Only numbers and linear-memory
+// offsets cross the boundary; 64-bit inputs are read from memory or split into
+// u32 halves so the hot path creates no BigInt. See docs/architecture.md.
+import { xxh3 } from './xxh3';
+import { hashBlocks, chainHashes } from './hashing';
+import {
+  Index, indexNew, indexFree, ensureSlot, applyStored, applyRemoved, clearSlot,
+  findMatchesSeq, indexBytes,
+} from './prefix_index';
+
+/** Bumped whenever an export's contract changes; the host checks it at load. */
+export const ABI_VERSION: u32 = 1;
+
+// One growable I/O region the host lays its per-call inputs and outputs into.
+let io: usize = 0;
+let ioCap: usize = 0;
+
+/** Returns an I/O region of at least `bytes` bytes (its address may change between calls). */
+export function ioReserve(bytes: usize): usize {
+  if (bytes > ioCap) {
+    if (io != 0) heap.free(io);
+    ioCap = max<usize>(bytes, 65536);
+    io = heap.alloc(ioCap);
+  }
+  return io;
+}
+
+// @ts-ignore: decorator
+@inline function seed64(lo: u32, hi: u32): u64 { return (<u64>hi << 32) | <u64>lo; }
+
+export function xxh3_64(ptr: usize, len: usize, seedLo: u32, seedHi: u32): u64 {
+  return xxh3(ptr, len, seed64(seedLo, seedHi));
+}
+
+/**
+ * Hashes a prompt: local block hashes to `outLocal`, and when `outSeq != 0`
+ * their chained sequence hashes to `outSeq`. Returns the block count.
+ * flags bit 0: eagle windows (block + next token).
+ */
+export function hashPrompt(
+  tokens: usize, nTokens: u32, blockSize: u32, flags: u32, seedLo: u32, seedHi: u32,
+  mmOffsets: usize, mmValues: usize, outLocal: usize, outSeq: usize,
+): u32 {
+  const n = hashBlocks(tokens, nTokens, blockSize, (flags & 1) != 0, seed64(seedLo, seedHi), mmOffsets, mmValues, outLocal);
+  if (outSeq != 0) chainHashes(outLocal, n, outSeq);
+  return n;
+}
+
+export function chainSequence(local: usize, n: u32, outSeq: usize): void {
+  chainHashes(local, n, outSeq);
+}
+
+export function idxNew(): usize { return changetype<usize>(indexNew()); }
+export function idxFree(ix: usize): void { indexFree(changetype<Index>(ix)); }
+export function idxEnsureSlot(ix: usize, slot: u32): void { ensureSlot(changetype<Index>(ix), slot); }
+
+/** `parentPtr` points at the parent's engine hash (u64), or is 0 for root. Returns a STORE_* status. */
+export function idxStored(ix: usize, slot: u32, parentPtr: usize, n: u32, engHashes: usize, localHashes: usize): i32 {
+  const hasParent = parentPtr != 0;
+  return applyStored(changetype<Index>(ix), slot, hasParent, hasParent ? load<u64>(parentPtr) : 0, n, engHashes, localHashes);
+}
+
+export function idxRemoved(ix: usize, slot: u32, n: u32, engHashes: usize): u32 {
+  return applyRemoved(changetype<Index>(ix), slot, n, engHashes);
+}
+
+export function idxClearSlot(ix: usize, slot: u32): u32 { return clearSlot(changetype<Index>(ix), slot); }
+
+/** Matches by sequence hashes; `fromLocal` first chains `hashes` (local) in place into `seqScratch`. */
+export function idxFindMatches(ix: usize, hashes: usize, n: u32, fromLocal: u32, seqScratch: usize, outSlots: usize, outDepths: usize): u32 {
+  let seq = hashes;
+  if (fromLocal != 0) {
+    chainHashes(hashes, n, seqScratch);
+    seq = seqScratch;
+  }
+  return findMatchesSeq(changetype<Index>(ix), seq, n, outSlots, outDepths);
+}
+
+export function idxEntries(ix: usize): u32 { return changetype<Index>(ix).engCount; }
+export function idxDistinctBlocks(ix: usize): u32 { return changetype<Index>(ix).blocksCount; }
+export function idxBytes(ix: usize): usize { return indexBytes(changetype<Index>(ix)); }
+export function idxSlotCounts(ix: usize): usize { return changetype<Index>(ix).slotCounts; }
+export function idxSlotCap(ix: usize): u32 { return changetype<Index>(ix).slotCap; }

@@ -1,0 +1,56 @@
+/**
+ * Typed errors with stable codes. Every error kvgate raises on purpose is a
+ * `KvgateError` with a `code` from `ERROR_CODES`; the HTTP edge maps it to an
+ * OpenAI-style error object using `statusCode` and `type`.
+ *
+ * Codes are never reused. `docs/errors.md` lists each one (a test keeps the
+ * two in sync).
+ */
+
+export const ERROR_CODES = {
+  KVG_ERR_INVALID_ARGUMENT: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_INVALID_CONFIG: { status: 500, type: 'server_error', retryable: false },
+  KVG_ERR_INVALID_TOKEN: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_INVALID_BLOCK_SIZE: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_PARENT_BLOCK_NOT_FOUND: { status: 500, type: 'server_error', retryable: false },
+  KVG_ERR_INVALID_BLOCK_SEQUENCE: { status: 500, type: 'server_error', retryable: false },
+  KVG_ERR_BLOCK_NOT_FOUND: { status: 500, type: 'server_error', retryable: false },
+  KVG_ERR_WASM: { status: 500, type: 'server_error', retryable: false },
+} as const;
+
+export type KvgateErrorCode = keyof typeof ERROR_CODES;
+
+const kKvgateError = Symbol.for('kvgate.error');
+
+export class KvgateError extends Error {
+  readonly code: KvgateErrorCode;
+  readonly statusCode: number;
+  readonly type: string;
+  readonly retryable: boolean;
+  /** Structured detail for logs and error bodies (never secrets). */
+  readonly detail: Readonly<Record<string, unknown>> | undefined;
+
+  constructor(code: KvgateErrorCode, message: string, detail?: Record<string, unknown>, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'KvgateError';
+    this.code = code;
+    const info = ERROR_CODES[code];
+    this.statusCode = info.status;
+    this.type = info.type;
+    this.retryable = info.retryable;
+    this.detail = detail;
+  }
+
+  /** Brand check that survives duplicate installs of kvgate in one process. */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[kKvgateError] === true;
+  }
+
+  get [kKvgateError](): boolean {
+    return true;
+  }
+}
+
+export function isKvgateError(value: unknown, code?: KvgateErrorCode): value is KvgateError {
+  return value instanceof KvgateError && (code === undefined || value.code === code);
+}

@@ -1,0 +1,6 @@
+/** The WASM boundary: hashing and the prefix index. Nothing else touches WASM memory. */
+export { xxh3, blockHashes, promptHashes, sequenceHashes, requestSeed, BLOCK_HASH_SEED } from './hashing.js';
+export type { BlockHashOptions, PromptHashes } from './hashing.js';
+export { PrefixIndex } from './prefix-index.js';
+export type { WorkerSlot, OverlapScores, RemoveResult } from './prefix-index.js';
+export { wasm } from './instance.js';

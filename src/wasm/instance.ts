@@ -1,0 +1,100 @@
+/**
+ * Loads build/kvgate.wasm once per thread and keeps typed-array views over its
+ * memory fresh. This is the only file that instantiates the module.
+ *
+ * Views are re-derived whenever `memory.buffer` changes (memory growth detaches
+ * the old buffer), so callers must fetch views through `views()` after any call
+ * that may allocate.
+ */
+import { readFileSync, existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { KvgateError } from '../errors/index.js';
+
+/** Must equal ABI_VERSION in assembly/index.ts. */
+export const EXPECTED_ABI_VERSION = 1;
+
+export interface KvgateWasmExports {
+  memory: { readonly buffer: ArrayBuffer };
+  ABI_VERSION: { readonly value: unknown };
+  ioReserve(bytes: number): number;
+  xxh3_64(ptr: number, len: number, seedLo: number, seedHi: number): bigint;
+  hashPrompt(tokens: number, nTokens: number, blockSize: number, flags: number, seedLo: number, seedHi: number,
+    mmOffsets: number, mmValues: number, outLocal: number, outSeq: number): number;
+  chainSequence(local: number, n: number, outSeq: number): void;
+  idxNew(): number;
+  idxFree(ix: number): void;
+  idxEnsureSlot(ix: number, slot: number): void;
+  idxStored(ix: number, slot: number, parentPtr: number, n: number, eng: number, local: number): number;
+  idxRemoved(ix: number, slot: number, n: number, eng: number): number;
+  idxClearSlot(ix: number, slot: number): number;
+  idxFindMatches(ix: number, hashes: number, n: number, fromLocal: number, seqScratch: number, outSlots: number, outDepths: number): number;
+  idxEntries(ix: number): number;
+  idxDistinctBlocks(ix: number): number;
+  idxBytes(ix: number): number;
+  idxSlotCounts(ix: number): number;
+  idxSlotCap(ix: number): number;
+}
+
+export interface WasmViews {
+  u8: Uint8Array;
+  u32: Uint32Array;
+  u64: BigUint64Array;
+}
+
+export interface WasmModule {
+  exports: KvgateWasmExports;
+  /** Current views over linear memory (re-derived after growth). */
+  views(): WasmViews;
+}
+
+function findWasmFile(): string {
+  const name = process.env.KVGATE_WASM_DEBUG === '1' ? 'kvgate.debug.wasm' : 'kvgate.wasm';
+  // Works from src/wasm (tests, tsx) and from dist/src/wasm (built package).
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 5; i++) {
+    const candidate = join(dir, 'build', name);
+    if (existsSync(candidate)) return candidate;
+    dir = dirname(dir);
+  }
+  throw new KvgateError('KVG_ERR_WASM', `cannot find build/${name}; run \`npm run build\` first`);
+}
+
+// Node's WebAssembly global, typed to the few members used here (lib.dom is not loaded).
+interface WebAssemblyApi {
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (module: object, imports: Record<string, Record<string, unknown>>) => { exports: Record<string, unknown> };
+}
+const WA = (globalThis as unknown as { WebAssembly: WebAssemblyApi }).WebAssembly;
+
+let loaded: WasmModule | undefined;
+
+/** The module for this thread, instantiated on first use. */
+export function wasm(): WasmModule {
+  if (loaded !== undefined) return loaded;
+  const module = new WA.Module(readFileSync(findWasmFile()));
+  const instance = new WA.Instance(module, {
+    env: {
+      abort(_msg: number, _file: number, line: number, column: number): never {
+        throw new KvgateError('KVG_ERR_WASM', `kvgate.wasm aborted at ${line}:${column}`);
+      },
+    },
+  });
+  const exports = instance.exports as unknown as KvgateWasmExports;
+  const abi = exports.ABI_VERSION.value as number;
+  if (abi !== EXPECTED_ABI_VERSION) {
+    throw new KvgateError('KVG_ERR_WASM', `kvgate.wasm ABI ${abi} does not match the host's ${EXPECTED_ABI_VERSION}; rebuild`);
+  }
+  let buffer: ArrayBuffer | undefined;
+  let current: WasmViews | undefined;
+  const views = (): WasmViews => {
+    const b = exports.memory.buffer;
+    if (b !== buffer || current === undefined) {
+      buffer = b;
+      current = { u8: new Uint8Array(b), u32: new Uint32Array(b), u64: new BigUint64Array(b) };
+    }
+    return current;
+  };
+  loaded = { exports, views };
+  return loaded;
+}

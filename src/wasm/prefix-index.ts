@@ -1,0 +1,241 @@
+/**
+ * The global prefix index (spec section 3.2 semantics, flat layout in WASM).
+ *
+ * Each (worker, dp_rank) pair is a slot with a dense id. KV events for a slot
+ * are applied in order; `findMatches` returns, for every slot, how many leading
+ * blocks of a request it holds. Engine block hashes are opaque ids scoped per
+ * slot; blocks are identified internally by our own chained sequence hash.
+ *
+ * Ownership: the index is advisory (what the engines told us they cache); the
+ * bookkeeping of in-flight requests lives in src/core and is authoritative.
+ */
+import { KvgateError } from '../errors/index.js';
+import { wasm, type WasmModule } from './instance.js';
+
+export interface WorkerSlot {
+  readonly workerId: number;
+  readonly dpRank: number;
+}
+
+/** The overlap of one request with every slot that holds its first block. */
+export interface OverlapScores {
+  /** Number of slots with a non-zero depth. */
+  readonly count: number;
+  /** Slot ids (see `PrefixIndex.slotOf`), `count` valid entries. */
+  readonly slots: Uint32Array;
+  /** Leading blocks held, parallel to `slots`. */
+  readonly depths: Uint32Array;
+}
+
+export interface RemoveResult {
+  removed: number;
+  /** Hashes the slot did not hold (skipped, as Dynamo's BlockNotFound). */
+  missing: number;
+}
+
+const STORE_PARENT_NOT_FOUND = 1;
+const STORE_INVALID_SEQUENCE = 2;
+
+const registry = new FinalizationRegistry<{ m: WasmModule; ptr: number }>(({ m, ptr }) => m.exports.idxFree(ptr));
+
+function toU64Array(values: BigUint64Array | readonly bigint[]): BigUint64Array {
+  if (values instanceof BigUint64Array) return values;
+  const out = new BigUint64Array(values.length);
+  // Signed i64 hashes (SGLang) are reinterpreted bitwise as u64.
+  for (let i = 0; i < values.length; i++) out[i] = BigInt.asUintN(64, values[i]!);
+  return out;
+}
+
+export class PrefixIndex {
+  readonly #m: WasmModule;
+  #ptr: number;
+  readonly #slotByKey = new Map<string, number>();
+  readonly #slotInfo: (WorkerSlot | undefined)[] = [];
+  readonly #slotsByWorker = new Map<number, Set<number>>();
+  readonly #freeSlots: number[] = [];
+  #freed = false;
+
+  constructor() {
+    this.#m = wasm();
+    this.#ptr = this.#m.exports.idxNew();
+    registry.register(this, { m: this.#m, ptr: this.#ptr }, this);
+  }
+
+  /** Releases the WASM memory now instead of at garbage collection. Idempotent. */
+  dispose(): void {
+    if (this.#freed) return;
+    this.#freed = true;
+    registry.unregister(this);
+    this.#m.exports.idxFree(this.#ptr);
+    this.#ptr = 0;
+  }
+
+  #live(): number {
+    if (this.#freed) throw new KvgateError('KVG_ERR_WASM', 'PrefixIndex used after dispose()');
+    return this.#ptr;
+  }
+
+  /** The slot id of (workerId, dpRank), registering it on first use. */
+  slotOf(workerId: number, dpRank = 0): number {
+    const key = `${workerId}:${dpRank}`;
+    let slot = this.#slotByKey.get(key);
+    if (slot === undefined) {
+      if (!Number.isSafeInteger(workerId) || workerId < 0 || !Number.isInteger(dpRank) || dpRank < 0 || dpRank > 0xffff) {
+        throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `invalid worker slot (${workerId}, ${dpRank})`);
+      }
+      slot = this.#freeSlots.pop() ?? this.#slotInfo.length;
+      this.#m.exports.idxEnsureSlot(this.#live(), slot);
+      this.#slotByKey.set(key, slot);
+      this.#slotInfo[slot] = { workerId, dpRank };
+      let set = this.#slotsByWorker.get(workerId);
+      if (set === undefined) this.#slotsByWorker.set(workerId, (set = new Set()));
+      set.add(slot);
+    }
+    return slot;
+  }
+
+  /** The slot id of (workerId, dpRank) if registered. */
+  findSlot(workerId: number, dpRank = 0): number | undefined {
+    return this.#slotByKey.get(`${workerId}:${dpRank}`);
+  }
+
+  /** The (worker, rank) behind a slot id. */
+  slotWorker(slot: number): WorkerSlot | undefined {
+    return this.#slotInfo[slot];
+  }
+
+  /** Every registered slot. */
+  slots(): WorkerSlot[] {
+    return this.#slotInfo.filter((s): s is WorkerSlot => s !== undefined);
+  }
+
+  /**
+   * Applies a `stored` event: `localHashes[i]` is the tokens hash of the block
+   * the engine calls `engineHashes[i]`, consecutive under `parentHash` (null =
+   * root). Atomic: throws KVG_ERR_PARENT_BLOCK_NOT_FOUND or
+   * KVG_ERR_INVALID_BLOCK_SEQUENCE and changes nothing.
+   */
+  applyStored(workerId: number, dpRank: number, parentHash: bigint | null,
+    engineHashes: BigUint64Array | readonly bigint[], localHashes: BigUint64Array | readonly bigint[]): void {
+    if (engineHashes.length !== localHashes.length) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `stored event has ${engineHashes.length} block hashes but ${localHashes.length} tokens hashes`);
+    }
+    const slot = this.slotOf(workerId, dpRank);
+    const ix = this.#live();
+    const eng = toU64Array(engineHashes);
+    const local = toU64Array(localHashes);
+    const n = eng.length;
+    const io = this.#m.exports.ioReserve(n * 16 + 8);
+    const v = this.#m.views();
+    const base = io >>> 3;
+    v.u64.set(eng, base);
+    v.u64.set(local, base + n);
+    let parentPtr = 0;
+    if (parentHash !== null) {
+      parentPtr = io + n * 16;
+      v.u64[base + 2 * n] = BigInt.asUintN(64, parentHash);
+    }
+    const status = this.#m.exports.idxStored(ix, slot, parentPtr, n, io, io + n * 8);
+    if (status === STORE_PARENT_NOT_FOUND) {
+      throw new KvgateError('KVG_ERR_PARENT_BLOCK_NOT_FOUND', `worker ${workerId} rank ${dpRank}: parent block ${String(parentHash)} is not in the index`,
+        { workerId, dpRank });
+    }
+    if (status === STORE_INVALID_SEQUENCE) {
+      throw new KvgateError('KVG_ERR_INVALID_BLOCK_SEQUENCE', `worker ${workerId} rank ${dpRank}: stored event repeats a block hash`, { workerId, dpRank });
+    }
+  }
+
+  /** Applies a `removed` event. Unknown hashes are skipped and counted in `missing`. Does not cascade. */
+  applyRemoved(workerId: number, dpRank: number, engineHashes: BigUint64Array | readonly bigint[]): RemoveResult {
+    const slot = this.findSlot(workerId, dpRank);
+    const n = engineHashes.length;
+    if (slot === undefined) return { removed: 0, missing: n };
+    const ix = this.#live();
+    const io = this.#m.exports.ioReserve(n * 8 + 8);
+    this.#m.views().u64.set(toU64Array(engineHashes), io >>> 3);
+    const missing = this.#m.exports.idxRemoved(ix, slot, n, io);
+    return { removed: n - missing, missing };
+  }
+
+  /** Removes all blocks of one slot, keeping it registered. Returns blocks removed. */
+  clearSlot(workerId: number, dpRank: number): number {
+    const slot = this.findSlot(workerId, dpRank);
+    return slot === undefined ? 0 : this.#m.exports.idxClearSlot(this.#live(), slot);
+  }
+
+  /** A `cleared` event: all blocks of every rank of `workerId`; ranks stay registered. */
+  clearWorker(workerId: number): number {
+    let removed = 0;
+    for (const slot of this.#slotsByWorker.get(workerId) ?? []) removed += this.#m.exports.idxClearSlot(this.#live(), slot);
+    return removed;
+  }
+
+  /** Forgets one rank of a worker (its blocks and its slot). */
+  removeWorkerDpRank(workerId: number, dpRank: number): void {
+    const slot = this.findSlot(workerId, dpRank);
+    if (slot === undefined) return;
+    this.#m.exports.idxClearSlot(this.#live(), slot);
+    this.#slotByKey.delete(`${workerId}:${dpRank}`);
+    this.#slotInfo[slot] = undefined;
+    const set = this.#slotsByWorker.get(workerId)!;
+    set.delete(slot);
+    if (set.size === 0) this.#slotsByWorker.delete(workerId);
+    this.#freeSlots.push(slot);
+  }
+
+  /** Forgets a worker and all its ranks. */
+  removeWorker(workerId: number): void {
+    for (const slot of [...(this.#slotsByWorker.get(workerId) ?? [])]) {
+      this.removeWorkerDpRank(workerId, this.#slotInfo[slot]!.dpRank);
+    }
+  }
+
+  /**
+   * For every slot, the number of leading blocks of the request it holds.
+   * `hashes` are local block hashes (or sequence hashes with `bySequence`,
+   * which skips the chaining step when the caller already has them).
+   * The returned arrays are fresh copies owned by the caller.
+   */
+  findMatches(hashes: BigUint64Array, bySequence = false): OverlapScores {
+    const ix = this.#live();
+    const n = hashes.length;
+    const slotCap = this.#slotInfo.length;
+    const io = this.#m.exports.ioReserve(n * 16 + slotCap * 8 + 16);
+    const v = this.#m.views();
+    v.u64.set(hashes, io >>> 3);
+    const outSlots = io + n * 16;
+    const outDepths = outSlots + slotCap * 4;
+    const count = this.#m.exports.idxFindMatches(ix, io, n, bySequence ? 0 : 1, io + n * 8, outSlots, outDepths);
+    const slots = v.u32.slice(outSlots >>> 2, (outSlots >>> 2) + count);
+    const depths = v.u32.slice(outDepths >>> 2, (outDepths >>> 2) + count);
+    return { count, slots, depths };
+  }
+
+  /** Blocks held by a slot (Dynamo's tree size). */
+  blockCount(workerId: number, dpRank = 0): number {
+    const slot = this.findSlot(workerId, dpRank);
+    return slot === undefined ? 0 : this.slotBlockCount(slot);
+  }
+
+  /** Blocks held by a slot id. */
+  slotBlockCount(slot: number): number {
+    const ix = this.#live();
+    if (slot >= this.#m.exports.idxSlotCap(ix)) return 0;
+    return this.#m.views().u32[(this.#m.exports.idxSlotCounts(ix) >>> 2) + slot]!;
+  }
+
+  /** Total (block, slot) entries. */
+  get size(): number {
+    return this.#m.exports.idxEntries(this.#live());
+  }
+
+  /** Distinct blocks (prefixes) held by at least one slot. */
+  get distinctBlocks(): number {
+    return this.#m.exports.idxDistinctBlocks(this.#live());
+  }
+
+  /** Bytes of WASM memory held by the index's tables. */
+  get bytes(): number {
+    return this.#m.exports.idxBytes(this.#live());
+  }
+}

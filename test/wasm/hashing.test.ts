@@ -1,0 +1,112 @@
+import { describe, expect, it } from 'vitest';
+import { xxh3 as native } from '@node-rs/xxhash';
+import { blockHashes, promptHashes, sequenceHashes, xxh3, requestSeed } from '../../src/wasm/index.js';
+import { isKvgateError } from '../../src/errors/index.js';
+import { mulberry32 } from '../helpers/rng.js';
+
+const enc = new TextEncoder();
+
+describe('xxh3 against Dynamo test vectors (spec section 2)', () => {
+  it('XXH3("test data", 1337)', () => {
+    expect(xxh3(enc.encode('test data'), 1337n)).toBe(13226331709069118873n);
+  });
+
+  it('local and sequence hashes of [1..4],[5..8],[9..12]', () => {
+    const { local, seq } = promptHashes([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], 4);
+    expect([...local]).toEqual([14643705804678351452n, 16777012769546811212n, 483935686894639516n]);
+    expect([...seq]).toEqual([14643705804678351452n, 4945711292740353085n, 12583592247330656132n]);
+    expect([...sequenceHashes(local)]).toEqual([...seq]);
+  });
+
+  it('derived regression vectors', () => {
+    expect([...blockHashes([0, 1, 2, 3], 4)]).toEqual([9143094415614847814n]);
+    const r = promptHashes([0, 1, 2, 3, 4, 5, 6, 7], 4);
+    expect([...r.local]).toEqual([9143094415614847814n, 12124091508212882195n]);
+    expect([...r.seq]).toEqual([9143094415614847814n, 9510318385840434533n]);
+    expect([...blockHashes([0, 1, 2, 3, 4, 5], 2)]).toEqual([10918435022357402928n, 10731123482949079648n, 12189426826560619506n]);
+    expect([...blockHashes([0, 1, 2, 3, 4, 5], 2, { eagle: true })]).toEqual([11646242937812223497n, 9948816348502404300n]);
+  });
+
+  it('LoRA and cache-salt seeds', () => {
+    expect(requestSeed('adapter-a')).toBe(8842669519798868182n);
+    expect([...blockHashes([0, 1, 2, 3], 4, { loraName: 'adapter-a' })]).toEqual([6665157333201000639n]);
+    expect(requestSeed(undefined, 'tenant-a')).toBe(1948188790972764086n);
+    expect([...blockHashes([1, 2, 3, 4], 4, { cacheSalt: 'tenant-a' })]).toEqual([5738685477468498325n]);
+    // Empty LoRA name is the base model; different LoRAs differ.
+    expect([...blockHashes([1, 2, 3, 4], 4, { loraName: '' })]).toEqual([14643705804678351452n]);
+    expect(blockHashes([1, 2, 3, 4], 4, { loraName: 'a' })[0]).not.toBe(blockHashes([1, 2, 3, 4], 4, { loraName: 'b' })[0]);
+  });
+
+  it('multimodal hashes are appended sorted', () => {
+    expect([...blockHashes([1, 2, 3, 4], 4, { mmHashes: [[42n]] })]).toEqual([14000361058806882387n]);
+    expect([...blockHashes([1, 2, 3, 4], 4, { mmHashes: [[42n, 7n]] })]).toEqual([6295130183325757331n]);
+    expect([...blockHashes([1, 2, 3, 4, 5, 6, 7, 8], 4, { mmHashes: [undefined, [7n, 42n]] })]).toEqual([
+      14643705804678351452n, blockHashes([5, 6, 7, 8], 4, { mmHashes: [[42n, 7n]] })[0],
+    ]);
+  });
+
+  it('block counts (Dynamo behavioural tests)', () => {
+    for (const bs of [11, 32, 64]) {
+      const seq = (len: number): number[] => Array.from({ length: len }, (_, i) => i);
+      expect(blockHashes(seq(bs), bs).length).toBe(1);
+      expect(blockHashes(seq(bs + 1), bs).length).toBe(1);
+      expect(blockHashes(seq(2 * bs + 1), bs).length).toBe(2);
+      expect(blockHashes(seq(bs - 1), bs).length).toBe(0);
+    }
+  });
+});
+
+describe('xxh3 against native XXH3 (@node-rs/xxhash)', () => {
+  const classes: [number, number][] = [[0, 0], [1, 3], [4, 8], [9, 16], [17, 128], [129, 240], [241, 4096]];
+  for (const [lo, hi] of classes) {
+    it(`10,000 random inputs of ${lo}..${hi} bytes with random seeds`, () => {
+      const rng = mulberry32(lo * 7919 + hi);
+      for (let i = 0; i < 10_000; i++) {
+        const len = lo + Math.floor(rng() * (hi - lo + 1));
+        const bytes = new Uint8Array(len);
+        for (let j = 0; j < len; j++) bytes[j] = Math.floor(rng() * 256);
+        const seed = (BigInt(Math.floor(rng() * 2 ** 32)) << 32n) | BigInt(Math.floor(rng() * 2 ** 32));
+        const s = i % 10 === 0 ? 0n : seed;
+        const got = xxh3(bytes, s);
+        const want = native.xxh64(bytes, s);
+        if (got !== want) expect({ len, seed: s, got }).toEqual({ len, seed: s, got: want });
+      }
+    });
+  }
+});
+
+describe('bad input', () => {
+  it('zero, negative and fractional block sizes are rejected with a typed error', () => {
+    for (const bs of [0, -1, 1.5, Number.NaN]) {
+      try {
+        blockHashes([1, 2, 3, 4], bs);
+        expect.unreachable();
+      } catch (e) {
+        expect(isKvgateError(e, 'KVG_ERR_INVALID_BLOCK_SIZE')).toBe(true);
+      }
+    }
+  });
+
+  it('tokens outside u32 are rejected, naming the index', () => {
+    for (const t of [-1, 2 ** 32, 1.5, Number.NaN]) {
+      try {
+        blockHashes([1, 2, t, 4], 4);
+        expect.unreachable();
+      } catch (e) {
+        expect(isKvgateError(e, 'KVG_ERR_INVALID_TOKEN')).toBe(true);
+        expect((e as Error).message).toContain('index 2');
+      }
+    }
+  });
+
+  it('an empty prompt and a prompt shorter than a block give no hashes', () => {
+    expect(promptHashes([], 16).local.length).toBe(0);
+    expect(promptHashes(new Uint32Array(15), 16).seq.length).toBe(0);
+    expect(sequenceHashes(new BigUint64Array(0)).length).toBe(0);
+  });
+
+  it('Uint32Array and number[] inputs agree, including u32 max', () => {
+    const tokens = [0, 1, 0xffffffff, 7, 8, 9, 10, 11];
+    expect([...blockHashes(new Uint32Array(tokens), 4)]).toEqual([...blockHashes(tokens, 4)]);
+  });
+});
