@@ -1,0 +1,29 @@
+/**
+ * `npm run bench [-- filter...]`: runs every registered bench module (or those
+ * whose key contains a filter) and prints Markdown sections for BENCHMARKS.md.
+ */
+import { cpus, totalmem } from 'node:os';
+import { renderSection, type BenchModule } from './util.js';
+
+const MODULES: Record<string, () => Promise<BenchModule>> = {
+  'wasm/hashing': () => import('./wasm/hashing.bench.js'),
+  'wasm/prefix-index': () => import('./wasm/prefix-index.bench.js'),
+};
+
+async function main(): Promise<void> {
+  const filters = process.argv.slice(2);
+  const keys = Object.keys(MODULES).filter((k) => filters.length === 0 || filters.some((f) => k.includes(f)));
+  const cpu = cpus()[0]?.model ?? 'unknown CPU';
+  process.stdout.write(`# kvgate bench\n\nmachine: ${cpus().length} x ${cpu}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}\n\n`);
+  for (const key of keys) {
+    const mod = await MODULES[key]!();
+    process.stderr.write(`running ${key}...\n`);
+    const section = await mod.run();
+    process.stdout.write(`${renderSection(section)}\n\n`);
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exitCode = 1;
+});

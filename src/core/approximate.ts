@@ -1,0 +1,154 @@
+/**
+ * Approximate mode (spec section 3.6): without KV events, the router records
+ * its own routing decisions in a PrefixIndex as if the chosen slot had stored
+ * every complete prompt block, and forgets each (block, slot) entry `ttlMs`
+ * after its last use. Also serves as the short-TTL predict-on-route side index.
+ *
+ * Entries are keyed by our sequence hash, which doubles as the "engine" block
+ * hash here, so removals need no translation. Expiry uses a min-heap with lazy
+ * deletion: a refresh pushes a new heap item and bumps the entry's deadline;
+ * stale heap items are skipped when popped. The heap is rebuilt when stale
+ * items outnumber live entries by `compactFactor`.
+ */
+import type { PrefixIndex } from '../wasm/index.js';
+import type { Clock } from './clock.js';
+
+export interface ApproximateIndexOptions {
+  /** Lifetime of an entry after its last recording, in ms (Dynamo's router_ttl_secs, default 120 s). */
+  ttlMs?: number;
+  clock: Clock;
+  /** Rebuild the heap when it holds more than this many times the live entries (default 4). */
+  compactFactor?: number;
+}
+
+interface HeapItem {
+  deadline: number;
+  slot: number;
+  seq: bigint;
+}
+
+export const DEFAULT_APPROXIMATE_TTL_MS = 120_000;
+
+export class ApproximateIndex {
+  readonly index: PrefixIndex;
+  readonly ttlMs: number;
+  readonly #clock: Clock;
+  readonly #compactFactor: number;
+  /** Per slot: seq hash -> current deadline. */
+  readonly #deadlines = new Map<number, Map<bigint, number>>();
+  #heap: HeapItem[] = [];
+  #live = 0;
+
+  constructor(index: PrefixIndex, opts: ApproximateIndexOptions) {
+    const ttl = opts.ttlMs ?? DEFAULT_APPROXIMATE_TTL_MS;
+    if (!(ttl > 0) || !Number.isFinite(ttl)) throw new RangeError(`ApproximateIndex: ttlMs must be a positive number, got ${ttl}`);
+    this.index = index;
+    this.ttlMs = ttl;
+    this.#clock = opts.clock;
+    this.#compactFactor = opts.compactFactor ?? 4;
+  }
+
+  /** Entries currently recorded (block, slot pairs). */
+  get size(): number {
+    return this.#live;
+  }
+
+  /**
+   * Records that (workerId, dpRank) was sent a prompt with these hashes:
+   * every complete block becomes (or stays) cached there until now + ttl.
+   */
+  record(workerId: number, dpRank: number, local: BigUint64Array, seq: BigUint64Array): void {
+    this.expire();
+    const n = Math.min(local.length, seq.length);
+    if (n === 0) return;
+    const slot = this.index.slotOf(workerId, dpRank);
+    // Root-parented store of the whole chain; re-storing known blocks is a no-op in the index.
+    this.index.applyStored(workerId, dpRank, null, n === seq.length ? seq : seq.subarray(0, n), n === local.length ? local : local.subarray(0, n));
+    const deadline = this.#clock.now() + this.ttlMs;
+    let map = this.#deadlines.get(slot);
+    if (map === undefined) this.#deadlines.set(slot, (map = new Map()));
+    for (let i = 0; i < n; i++) {
+      const h = seq[i]!;
+      if (!map.has(h)) this.#live++;
+      map.set(h, deadline);
+      this.#push({ deadline, slot, seq: h });
+    }
+    if (this.#heap.length > this.#compactFactor * Math.max(this.#live, 1024)) this.#compact();
+  }
+
+  /** Removes every entry whose deadline has passed; returns how many. */
+  expire(): number {
+    const now = this.#clock.now();
+    let removed = 0;
+    const batch = new Map<number, bigint[]>();
+    while (this.#heap.length > 0 && this.#heap[0]!.deadline <= now) {
+      const item = this.#pop();
+      const map = this.#deadlines.get(item.slot);
+      const current = map?.get(item.seq);
+      if (current === undefined || current !== item.deadline) continue; // refreshed or already gone
+      map!.delete(item.seq);
+      this.#live--;
+      removed++;
+      let list = batch.get(item.slot);
+      if (list === undefined) batch.set(item.slot, (list = []));
+      list.push(item.seq);
+    }
+    for (const [slot, hashes] of batch) {
+      const w = this.index.slotWorker(slot);
+      if (w !== undefined) this.index.applyRemoved(w.workerId, w.dpRank, hashes);
+    }
+    return removed;
+  }
+
+  /** Forgets every entry of one worker (all ranks), e.g. when it leaves the fleet. */
+  removeWorker(workerId: number): void {
+    for (const [slot, map] of this.#deadlines) {
+      if (this.index.slotWorker(slot)?.workerId === workerId) {
+        this.#live -= map.size;
+        this.#deadlines.delete(slot);
+      }
+    }
+    this.index.removeWorker(workerId);
+  }
+
+  #compact(): void {
+    const items: HeapItem[] = [];
+    for (const [slot, map] of this.#deadlines) for (const [seq, deadline] of map) items.push({ deadline, slot, seq });
+    items.sort((a, b) => a.deadline - b.deadline); // a sorted array is a valid min-heap
+    this.#heap = items;
+  }
+
+  #push(item: HeapItem): void {
+    const h = this.#heap;
+    h.push(item);
+    let i = h.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (h[p]!.deadline <= item.deadline) break;
+      h[i] = h[p]!;
+      i = p;
+    }
+    h[i] = item;
+  }
+
+  #pop(): HeapItem {
+    const h = this.#heap;
+    const top = h[0]!;
+    const last = h.pop()!;
+    if (h.length > 0) {
+      let i = 0;
+      const n = h.length;
+      for (;;) {
+        const l = 2 * i + 1;
+        if (l >= n) break;
+        const r = l + 1;
+        const c = r < n && h[r]!.deadline < h[l]!.deadline ? r : l;
+        if (h[c]!.deadline >= last.deadline) break;
+        h[i] = h[c]!;
+        i = c;
+      }
+      h[i] = last;
+    }
+    return top;
+  }
+}
