@@ -83,12 +83,3 @@ export function chainHashes(local: usize, n: u32, outSeq: usize): void {
     store<u64>(outSeq + (<usize>i << 3), prev);
   }
 }
-
-/** Continue a chain from `parent` (the sequence hash of the block before local[0]). */
-export function chainFrom(parent: u64, local: usize, n: u32, outSeq: usize): void {
-  let prev = parent;
-  for (let i: u32 = 0; i < n; i++) {
-    prev = xxh3Pair(prev, load<u64>(local + (<usize>i << 3)), BLOCK_SEED);
-    store<u64>(outSeq + (<usize>i << 3), prev);
-  }
-}

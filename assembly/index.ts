@@ -5,11 +5,11 @@ import { xxh3 } from './xxh3';
 import { hashBlocks, chainHashes } from './hashing';
 import {
   Index, indexNew, indexFree, ensureSlot, applyStored, applyRemoved, clearSlot,
-  findMatchesSeq, indexBytes,
+  findMatches, indexBytes,
 } from './prefix_index';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
-export const ABI_VERSION: u32 = 1;
+export const ABI_VERSION: u32 = 2;
 
 // One growable I/O region the host lays its per-call inputs and outputs into.
 let io: usize = 0;
@@ -66,14 +66,9 @@ export function idxRemoved(ix: usize, slot: u32, n: u32, engHashes: usize): u32 
 
 export function idxClearSlot(ix: usize, slot: u32): u32 { return clearSlot(changetype<Index>(ix), slot); }
 
-/** Matches by sequence hashes; `fromLocal` first chains `hashes` (local) in place into `seqScratch`. */
-export function idxFindMatches(ix: usize, hashes: usize, n: u32, fromLocal: u32, seqScratch: usize, outSlots: usize, outDepths: usize): u32 {
-  let seq = hashes;
-  if (fromLocal != 0) {
-    chainHashes(hashes, n, seqScratch);
-    seq = seqScratch;
-  }
-  return findMatchesSeq(changetype<Index>(ix), seq, n, outSlots, outDepths);
+/** Matches by sequence hashes, or by local hashes when `fromLocal != 0`. Writes (slot, depth) pairs; returns their count. */
+export function idxFindMatches(ix: usize, hashes: usize, n: u32, fromLocal: u32, outSlots: usize, outDepths: usize): u32 {
+  return findMatches(changetype<Index>(ix), hashes, n, fromLocal != 0, outSlots, outDepths);
 }
 
 export function idxEntries(ix: usize): u32 { return changetype<Index>(ix).engCount; }

@@ -371,19 +371,26 @@ export function clearSlot(ix: Index, slot: u32): u32 {
 }
 
 /**
- * For each slot holding seq[0], the number of leading request blocks it holds.
+ * For each slot holding the request's first block, the number of leading
+ * request blocks it holds. `hashes` are sequence hashes, or local hashes when
+ * `fromLocal` (chained here as seq[i] = XXH3(seq[i-1] || local[i], 1337)).
  * Writes (slot, depth) pairs to outSlots/outDepths (u32 each); returns the count.
  */
-export function findMatchesSeq(ix: Index, seq: usize, n: u32, outSlots: usize, outDepths: usize): u32 {
+export function findMatches(ix: Index, hashes: usize, n: u32, fromLocal: bool, outSlots: usize, outDepths: usize): u32 {
   if (n == 0) return 0;
-  const first = blockFind(ix, load<u64>(seq));
+  // With local hashes the chain is computed lazily, so a miss or an early
+  // divergence costs only the blocks actually walked.
+  let prev = load<u64>(hashes);
+  const first = blockFind(ix, prev);
   if (first == 0) return 0;
   const W = <usize>ix.maskWords;
   const active = scratch(ix, W << 3);
   memory.copy(active, first + 16, W << 3);
   let out: u32 = 0;
   for (let d: u32 = 1; d < n; d++) {
-    const e = blockFind(ix, load<u64>(seq + (<usize>d << 3)));
+    const h = load<u64>(hashes + (<usize>d << 3));
+    prev = fromLocal ? xxh3Pair(prev, h, BLOCK_SEED) : h;
+    const e = blockFind(ix, prev);
     let any = false;
     for (let w: usize = 0; w < W; w++) {
       const a = load<u64>(active + (w << 3));

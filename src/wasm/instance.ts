@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { KvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-export const EXPECTED_ABI_VERSION = 1;
+export const EXPECTED_ABI_VERSION = 2;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };
@@ -28,7 +28,7 @@ export interface KvgateWasmExports {
   idxStored(ix: number, slot: number, parentPtr: number, n: number, eng: number, local: number): number;
   idxRemoved(ix: number, slot: number, n: number, eng: number): number;
   idxClearSlot(ix: number, slot: number): number;
-  idxFindMatches(ix: number, hashes: number, n: number, fromLocal: number, seqScratch: number, outSlots: number, outDepths: number): number;
+  idxFindMatches(ix: number, hashes: number, n: number, fromLocal: number, outSlots: number, outDepths: number): number;
   idxEntries(ix: number): number;
   idxDistinctBlocks(ix: number): number;
   idxBytes(ix: number): number;

@@ -200,12 +200,12 @@ export class PrefixIndex {
     const ix = this.#live();
     const n = hashes.length;
     const slotCap = this.#slotInfo.length;
-    const io = this.#m.exports.ioReserve(n * 16 + slotCap * 8 + 16);
+    const io = this.#m.exports.ioReserve(n * 8 + slotCap * 8 + 16);
     const v = this.#m.views();
     v.u64.set(hashes, io >>> 3);
-    const outSlots = io + n * 16;
+    const outSlots = io + n * 8;
     const outDepths = outSlots + slotCap * 4;
-    const count = this.#m.exports.idxFindMatches(ix, io, n, bySequence ? 0 : 1, io + n * 8, outSlots, outDepths);
+    const count = this.#m.exports.idxFindMatches(ix, io, n, bySequence ? 0 : 1, outSlots, outDepths);
     const slots = v.u32.slice(outSlots >>> 2, (outSlots >>> 2) + count);
     const depths = v.u32.slice(outDepths >>> 2, (outDepths >>> 2) + count);
     return { count, slots, depths };
