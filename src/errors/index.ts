@@ -16,6 +16,10 @@ export const ERROR_CODES = {
   KVG_ERR_INVALID_BLOCK_SEQUENCE: { status: 500, type: 'server_error', retryable: false },
   KVG_ERR_BLOCK_NOT_FOUND: { status: 500, type: 'server_error', retryable: false },
   KVG_ERR_WASM: { status: 500, type: 'server_error', retryable: false },
+  KVG_ERR_NO_WORKERS: { status: 503, type: 'service_unavailable', retryable: true },
+  KVG_ERR_MISSING_WORKER_ID: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_UNKNOWN_WORKER: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_INVALID_DP_RANK: { status: 400, type: 'invalid_request_error', retryable: false },
 } as const;
 
 export type KvgateErrorCode = keyof typeof ERROR_CODES;

@@ -1,0 +1,154 @@
+/**
+ * Load-agnostic and load-aware routers for the non-KV modes (Dynamo's
+ * PushRouter modes): round-robin, random, power-of-two choices and
+ * least-loaded. Each has `peek` (what `select` would choose now, changing
+ * nothing) and `select` (choose and advance). Randomised routers pre-draw
+ * their next choice, so a `peek` followed by `select` agree.
+ *
+ * Candidates are (worker, dp rank) slots; load comes from the router's own
+ * bookkeeping through `LoadSource`, never from the engines.
+ */
+import { KvgateError } from '../errors/index.js';
+import type { Rng } from '../core/clock.js';
+
+export interface Candidate {
+  readonly workerId: number;
+  readonly dpRank: number;
+}
+
+/** The router's own view of a slot's load (in-flight requests booked on it). */
+export interface LoadSource {
+  activeRequests(workerId: number, dpRank: number): number;
+}
+
+export type SimpleRouterMode = 'round-robin' | 'random' | 'power-of-two' | 'least-loaded';
+
+export interface SimpleRouter {
+  readonly name: SimpleRouterMode;
+  peek(candidates: readonly Candidate[]): Candidate;
+  select(candidates: readonly Candidate[]): Candidate;
+}
+
+function nonEmpty(candidates: readonly Candidate[]): void {
+  if (candidates.length === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', 'no worker is available for this request');
+}
+
+export class RoundRobinRouter implements SimpleRouter {
+  readonly name = 'round-robin';
+  #next = 0;
+
+  peek(candidates: readonly Candidate[]): Candidate {
+    nonEmpty(candidates);
+    return candidates[this.#next % candidates.length]!;
+  }
+
+  select(candidates: readonly Candidate[]): Candidate {
+    const c = this.peek(candidates);
+    this.#next = (this.#next + 1) % 0x40000000;
+    return c;
+  }
+}
+
+export class RandomRouter implements SimpleRouter {
+  readonly name = 'random';
+  readonly #rng: Rng;
+  #draw: number;
+
+  constructor(rng: Rng) {
+    this.#rng = rng;
+    this.#draw = rng();
+  }
+
+  peek(candidates: readonly Candidate[]): Candidate {
+    nonEmpty(candidates);
+    return candidates[Math.floor(this.#draw * candidates.length)]!;
+  }
+
+  select(candidates: readonly Candidate[]): Candidate {
+    const c = this.peek(candidates);
+    this.#draw = this.#rng();
+    return c;
+  }
+}
+
+/** Two distinct random candidates; the less loaded wins (the first on a tie). */
+export class PowerOfTwoRouter implements SimpleRouter {
+  readonly name = 'power-of-two';
+  readonly #rng: Rng;
+  readonly #load: LoadSource;
+  #a: number;
+  #b: number;
+
+  constructor(rng: Rng, load: LoadSource) {
+    this.#rng = rng;
+    this.#load = load;
+    this.#a = rng();
+    this.#b = rng();
+  }
+
+  peek(candidates: readonly Candidate[]): Candidate {
+    nonEmpty(candidates);
+    const n = candidates.length;
+    if (n === 1) return candidates[0]!;
+    const i = Math.floor(this.#a * n);
+    // The second pick is uniform over the other n-1 candidates.
+    let j = Math.floor(this.#b * (n - 1));
+    if (j >= i) j++;
+    const ci = candidates[i]!;
+    const cj = candidates[j]!;
+    return this.#load.activeRequests(cj.workerId, cj.dpRank) < this.#load.activeRequests(ci.workerId, ci.dpRank) ? cj : ci;
+  }
+
+  select(candidates: readonly Candidate[]): Candidate {
+    const c = this.peek(candidates);
+    this.#a = this.#rng();
+    this.#b = this.#rng();
+    return c;
+  }
+}
+
+/** The candidate with the fewest in-flight requests; ties rotate so equal load spreads. */
+export class LeastLoadedRouter implements SimpleRouter {
+  readonly name = 'least-loaded';
+  readonly #load: LoadSource;
+  #rotation = 0;
+
+  constructor(load: LoadSource) {
+    this.#load = load;
+  }
+
+  peek(candidates: readonly Candidate[]): Candidate {
+    nonEmpty(candidates);
+    const n = candidates.length;
+    let best = candidates[this.#rotation % n]!;
+    let bestLoad = this.#load.activeRequests(best.workerId, best.dpRank);
+    for (let k = 1; k < n; k++) {
+      const c = candidates[(this.#rotation + k) % n]!;
+      const l = this.#load.activeRequests(c.workerId, c.dpRank);
+      if (l < bestLoad) {
+        best = c;
+        bestLoad = l;
+      }
+    }
+    return best;
+  }
+
+  select(candidates: readonly Candidate[]): Candidate {
+    const c = this.peek(candidates);
+    this.#rotation = (this.#rotation + 1) % 0x40000000;
+    return c;
+  }
+}
+
+export function createSimpleRouter(mode: SimpleRouterMode, deps: { rng: Rng; load: LoadSource }): SimpleRouter {
+  switch (mode) {
+    case 'round-robin':
+      return new RoundRobinRouter();
+    case 'random':
+      return new RandomRouter(deps.rng);
+    case 'power-of-two':
+      return new PowerOfTwoRouter(deps.rng, deps.load);
+    case 'least-loaded':
+      return new LeastLoadedRouter(deps.load);
+  }
+}
