@@ -1,0 +1,132 @@
+/**
+ * The worker registry: which engines serve which model, in which role, and
+ * whether each is currently available. Static configuration is the first
+ * source; a health prober (./health.ts) flips availability, and a dynamic
+ * source could call `add`/`remove` the same way.
+ *
+ * Ownership: this registry is the source of truth for membership; routers
+ * subscribe and derive their candidate lists from it.
+ */
+import { EventEmitter } from 'node:events';
+import { KvgateError } from '../errors/index.js';
+
+export type WorkerRole = 'aggregated' | 'decode' | 'prefill';
+export type EngineDialect = 'vllm' | 'sglang';
+
+export interface KvEventSource {
+  /** ZMQ PUB endpoint of rank `dpStart`, e.g. tcp://10.0.0.5:5557. */
+  endpoint: string;
+  /** ZMQ ROUTER endpoint for replay of missed batches (optional). */
+  replayEndpoint?: string | undefined;
+  /** Subscription topic prefix ('' = all). */
+  topic?: string | undefined;
+  /** Rank r publishes on the endpoint's port + r * portStride (vLLM data-parallel convention); default 1. */
+  dpPortStride?: number | undefined;
+}
+
+export interface WorkerInfo {
+  /** Stable id (u53): how pins, metrics and the index name this worker. */
+  readonly id: number;
+  /** Model name this worker serves. */
+  readonly model: string;
+  /** Base URL of the engine's OpenAI-compatible server, e.g. http://10.0.0.5:8000. */
+  readonly url: string;
+  readonly role: WorkerRole;
+  readonly dialect: EngineDialect;
+  /** Data-parallel ranks dpStart .. dpStart + dpSize - 1 behind this URL. */
+  readonly dpStart: number;
+  readonly dpSize: number;
+  readonly kvEvents?: KvEventSource | undefined;
+  /** SGLang-style disaggregation: where decode engines fetch this prefill worker's KV. */
+  readonly bootstrap?: { host: string; port: number } | undefined;
+  /** Scheduler capacity hints (engine flags), used by busy thresholds. */
+  readonly maxNumBatchedTokens?: number | undefined;
+  readonly totalKvBlocks?: number | undefined;
+}
+
+export interface WorkerRegistryEvents {
+  added: [WorkerInfo];
+  removed: [WorkerInfo];
+}
+
+/** Workers by model and role, with availability. Emits 'added' / 'removed' as availability changes. */
+export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
+  readonly #all = new Map<number, WorkerInfo>();
+  readonly #available = new Set<number>();
+
+  /** Registers a worker; it is available at once unless `available` is false. */
+  add(w: WorkerInfo, available = true): void {
+    validateWorker(w);
+    const existing = this.#all.get(w.id);
+    if (existing !== undefined) {
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `worker id ${w.id} is used twice (${existing.url} and ${w.url})`, { field: 'workers.id' });
+    }
+    this.#all.set(w.id, w);
+    if (available) this.markUp(w.id);
+  }
+
+  /** Forgets a worker entirely. */
+  remove(id: number): void {
+    this.markDown(id);
+    this.#all.delete(id);
+  }
+
+  /** The worker becomes eligible for routing (idempotent). */
+  markUp(id: number): void {
+    const w = this.#all.get(id);
+    if (w === undefined || this.#available.has(id)) return;
+    this.#available.add(id);
+    this.emit('added', w);
+  }
+
+  /** The worker is no longer eligible (idempotent). */
+  markDown(id: number): void {
+    const w = this.#all.get(id);
+    if (w === undefined || !this.#available.has(id)) return;
+    this.#available.delete(id);
+    this.emit('removed', w);
+  }
+
+  get(id: number): WorkerInfo | undefined {
+    return this.#all.get(id);
+  }
+
+  isAvailable(id: number): boolean {
+    return this.#available.has(id);
+  }
+
+  /** Every registered worker, available or not. */
+  all(): WorkerInfo[] {
+    return [...this.#all.values()];
+  }
+
+  /** Available workers of a model, optionally of some roles. */
+  available(model: string, roles?: readonly WorkerRole[]): WorkerInfo[] {
+    const out: WorkerInfo[] = [];
+    for (const id of this.#available) {
+      const w = this.#all.get(id)!;
+      if (w.model === model && (roles === undefined || roles.includes(w.role))) out.push(w);
+    }
+    return out;
+  }
+
+  models(): string[] {
+    return [...new Set([...this.#all.values()].map((w) => w.model))];
+  }
+}
+
+function validateWorker(w: WorkerInfo): void {
+  const bad = (field: string, reason: string): never => {
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `worker ${String(w.id)}: ${field} ${reason}`, { field: `workers.${field}` });
+  };
+  if (!Number.isSafeInteger(w.id) || w.id < 0) bad('id', 'must be a non-negative integer');
+  try {
+    const u = new URL(w.url);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') bad('url', 'must be http(s)');
+  } catch {
+    bad('url', `is not a URL: ${w.url}`);
+  }
+  if (!Number.isInteger(w.dpStart) || w.dpStart < 0) bad('dp_start', 'must be a non-negative integer');
+  if (!Number.isInteger(w.dpSize) || w.dpSize < 1 || w.dpSize > 1024) bad('dp_size', 'must be an integer in [1, 1024]');
+  if (w.role === 'prefill' && w.dialect === 'sglang' && w.bootstrap === undefined) bad('bootstrap', 'is required for an SGLang prefill worker');
+}

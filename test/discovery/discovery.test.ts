@@ -1,0 +1,82 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { HealthProber, WorkerRegistry, type WorkerInfo } from '../../src/discovery/index.js';
+
+function worker(id: number, url: string, extra: Partial<WorkerInfo> = {}): WorkerInfo {
+  return { id, model: 'm', url, role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1, ...extra };
+}
+
+const servers: Server[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))));
+});
+
+async function healthServer(status: { code: number }): Promise<string> {
+  const s = createServer((req, res) => {
+    res.statusCode = req.url === '/health' ? status.code : 404;
+    res.end();
+  });
+  servers.push(s);
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  return `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
+}
+
+describe('WorkerRegistry', () => {
+  it('tracks availability per model and role and emits changes once', () => {
+    const reg = new WorkerRegistry();
+    const events: string[] = [];
+    reg.on('added', (w) => events.push(`+${w.id}`));
+    reg.on('removed', (w) => events.push(`-${w.id}`));
+    reg.add(worker(1, 'http://a:1'));
+    reg.add(worker(2, 'http://b:1', { role: 'prefill' }));
+    reg.add(worker(3, 'http://c:1', { model: 'other' }), false);
+    expect(reg.available('m').map((w) => w.id).sort()).toEqual([1, 2]);
+    expect(reg.available('m', ['prefill']).map((w) => w.id)).toEqual([2]);
+    reg.markDown(2);
+    reg.markDown(2);
+    reg.markUp(3);
+    expect(events).toEqual(['+1', '+2', '-2', '+3']);
+    expect(reg.models().sort()).toEqual(['m', 'other']);
+  });
+
+  it('rejects invalid and duplicate workers with the field named', () => {
+    const reg = new WorkerRegistry();
+    reg.add(worker(1, 'http://a:1'));
+    expect(() => reg.add(worker(1, 'http://b:1'))).toThrow(/used twice/);
+    expect(() => reg.add(worker(2, 'not a url'))).toThrow(/url is not a URL/);
+    expect(() => reg.add(worker(3, 'http://c:1', { dpSize: 0 }))).toThrow(/dp_size/);
+    expect(() => reg.add(worker(4, 'http://d:1', { role: 'prefill', dialect: 'sglang' }))).toThrow(/bootstrap is required/);
+  });
+});
+
+describe('HealthProber', () => {
+  it('marks a worker down after consecutive failures and up after one success', async () => {
+    const status = { code: 200 };
+    const url = await healthServer(status);
+    const reg = new WorkerRegistry();
+    reg.add(worker(1, url));
+    const prober = new HealthProber(reg, { unhealthyAfter: 2, timeoutMs: 500 });
+    expect(await prober.probe(1)).toBe(true);
+    status.code = 503;
+    expect(await prober.probe(1)).toBe(false);
+    expect(reg.isAvailable(1)).toBe(true); // one failure is not enough
+    expect(await prober.probe(1)).toBe(false);
+    expect(reg.isAvailable(1)).toBe(false);
+    status.code = 200;
+    await prober.probeAll();
+    expect(reg.isAvailable(1)).toBe(true);
+    prober.close();
+  });
+
+  it('a refused connection counts as a failure', async () => {
+    const url = await healthServer({ code: 200 });
+    await new Promise((r) => servers.pop()!.close(r));
+    const reg = new WorkerRegistry();
+    reg.add(worker(1, url));
+    const prober = new HealthProber(reg, { unhealthyAfter: 1, timeoutMs: 500 });
+    expect(await prober.probe(1)).toBe(false);
+    expect(reg.isAvailable(1)).toBe(false);
+    prober.close();
+  });
+});
