@@ -1,0 +1,86 @@
+/**
+ * Chat templates (Jinja, as in `tokenizer_config.json`) rendered with
+ * @huggingface/jinja, the same engine transformers.js uses. Message content given
+ * as a list of parts is flattened to text first, as vLLM does for text-only
+ * models (text parts joined with "\n"); any other part type is rejected.
+ */
+import { Template } from '@huggingface/jinja';
+import { KvgateError } from '../errors/index.js';
+import type { ChatMessage, RenderChatOptions } from './types.js';
+
+/**
+ * The fallback tokenizer's template: ChatML, the format of Qwen and many others.
+ * `<|im_start|>{role}\n{content}<|im_end|>\n` per message, then
+ * `<|im_start|>assistant\n` when a generation prompt is wanted.
+ */
+export const CHATML_TEMPLATE =
+  "{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}" +
+  "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}";
+
+export interface ChatTemplateContext {
+  bosToken?: string | undefined;
+  eosToken?: string | undefined;
+}
+
+function flattenContent(content: ChatMessage['content'], index: number): string {
+  if (content === undefined || content === null) return '';
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) {
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `messages[${index}].content must be a string or a list of content parts`, { index });
+  }
+  const texts: string[] = [];
+  for (const part of content) {
+    if (typeof part !== 'object' || part === null || part.type !== 'text' || typeof part.text !== 'string') {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `messages[${index}].content: only text parts are supported`, { index });
+    }
+    texts.push(part.text);
+  }
+  return texts.join('\n');
+}
+
+/** Checks and normalizes messages for a template: role a string, content a string. */
+export function normalizeMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
+  if (!Array.isArray(messages) || messages.length === 0) {
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'messages must be a non-empty list', {});
+  }
+  return messages.map((m, i) => {
+    if (typeof m !== 'object' || m === null || typeof m.role !== 'string') {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `messages[${i}] must be an object with a string role`, { index: i });
+    }
+    return { ...m, content: flattenContent(m.content, i) };
+  });
+}
+
+/** A compiled chat template. Compile once per tokenizer; rendering is synchronous. */
+export class ChatTemplate {
+  readonly #template: Template;
+  readonly #context: ChatTemplateContext;
+
+  /** @throws KvgateError KVG_ERR_INVALID_CONFIG when the template does not parse. */
+  constructor(source: string, context: ChatTemplateContext = {}) {
+    try {
+      this.#template = new Template(source);
+    } catch (err) {
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `chat template does not parse: ${(err as Error).message}`, {}, { cause: err });
+    }
+    this.#context = context;
+  }
+
+  /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for malformed messages or a template error on them. */
+  render(messages: readonly ChatMessage[], opts: RenderChatOptions = {}): string {
+    const normalized = normalizeMessages(messages);
+    const vars: Record<string, unknown> = {
+      ...opts.extra,
+      messages: normalized,
+      add_generation_prompt: opts.addGenerationPrompt ?? true,
+      bos_token: this.#context.bosToken ?? '',
+      eos_token: this.#context.eosToken ?? '',
+    };
+    if (opts.tools !== undefined) vars.tools = opts.tools;
+    try {
+      return this.#template.render(vars);
+    } catch (err) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `chat template failed on these messages: ${(err as Error).message}`, {}, { cause: err });
+    }
+  }
+}

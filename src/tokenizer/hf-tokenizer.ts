@@ -1,0 +1,111 @@
+/**
+ * A Hugging Face tokenizer: `tokenizer.json` through the native `tokenizers`
+ * package (the same Rust code transformers and vLLM use), and the chat template
+ * plus BOS/EOS strings from `tokenizer_config.json`.
+ */
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { existsSync } from 'node:fs';
+import { Tokenizer } from 'tokenizers';
+import { KvgateError } from '../errors/index.js';
+import { ChatTemplate, CHATML_TEMPLATE } from './chat-template.js';
+import type { ChatMessage, EncodeOptions, RenderChatOptions, SampleVocabulary, TextTokenizer, TokenizerFiles } from './types.js';
+
+/** Word pieces with an optional byte-level (Ġ) or sentencepiece (▁) space marker. */
+const WORD_TOKEN = /^[\u0120\u2581]?[A-Za-z]{2,}$/;
+
+interface TokenizerConfigJson {
+  chat_template?: string | { name: string; template: string }[];
+  bos_token?: string | { content?: string } | null;
+  eos_token?: string | { content?: string } | null;
+}
+
+function specialTokenText(v: TokenizerConfigJson['bos_token']): string | undefined {
+  if (typeof v === 'string') return v;
+  if (v !== null && typeof v === 'object' && typeof v.content === 'string') return v.content;
+  return undefined;
+}
+
+function pickTemplate(t: TokenizerConfigJson['chat_template']): string | undefined {
+  if (typeof t === 'string') return t;
+  // Newer configs may list named templates; "default" is the chat one.
+  if (Array.isArray(t)) return (t.find((x) => x.name === 'default') ?? t[0])?.template;
+  return undefined;
+}
+
+class HfTextTokenizer implements TextTokenizer {
+  readonly kind = 'huggingface' as const;
+  readonly source: string;
+  readonly vocabSize: number;
+  readonly #tok: Tokenizer;
+  readonly #template: ChatTemplate;
+  #sample: SampleVocabulary | undefined;
+
+  constructor(source: string, tok: Tokenizer, template: ChatTemplate) {
+    this.source = source;
+    this.#tok = tok;
+    this.#template = template;
+    this.vocabSize = tok.getVocabSize(true);
+  }
+
+  async encode(text: string, opts: EncodeOptions = {}): Promise<number[]> {
+    const enc = await this.#tok.encode(text, null, { addSpecialTokens: opts.addSpecialTokens ?? true });
+    return enc.getIds();
+  }
+
+  decode(ids: readonly number[], opts: { skipSpecialTokens?: boolean } = {}): Promise<string> {
+    return this.#tok.decode([...ids], opts.skipSpecialTokens ?? true);
+  }
+
+  renderChat(messages: readonly ChatMessage[], opts?: RenderChatOptions): string {
+    return this.#template.render(messages, opts);
+  }
+
+  sampleVocabulary(): SampleVocabulary {
+    if (this.#sample === undefined) {
+      const entries: [number, string][] = [];
+      for (const [piece, id] of Object.entries(this.#tok.getVocab(false))) {
+        if (WORD_TOKEN.test(piece)) entries.push([id, piece.replace(/^[\u0120\u2581]/, ' ')]);
+      }
+      if (entries.length === 0) {
+        throw new KvgateError('KVG_ERR_INVALID_CONFIG', `tokenizer ${this.source} has no plain word tokens to generate from`, { source: this.source });
+      }
+      entries.sort((a, b) => a[0] - b[0]);
+      this.#sample = { ids: Uint32Array.from(entries.map((e) => e[0])), texts: entries.map((e) => e[1]) };
+    }
+    return this.#sample;
+  }
+}
+
+/**
+ * Loads a tokenizer from files. When `tokenizerConfig` is not given, a
+ * `tokenizer_config.json` next to `tokenizer.json` is used if present; without
+ * a chat template, ChatML is used.
+ * @throws KvgateError KVG_ERR_INVALID_CONFIG when a file is missing or does not parse.
+ */
+export function loadHfTokenizer(files: TokenizerFiles): TextTokenizer {
+  let tok: Tokenizer;
+  try {
+    tok = Tokenizer.fromFile(files.tokenizerJson);
+  } catch (err) {
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `cannot load tokenizer ${files.tokenizerJson}: ${(err as Error).message}`, { path: files.tokenizerJson }, { cause: err });
+  }
+  let configPath = files.tokenizerConfig;
+  if (configPath === undefined) {
+    const sibling = join(dirname(files.tokenizerJson), 'tokenizer_config.json');
+    if (existsSync(sibling)) configPath = sibling;
+  }
+  let config: TokenizerConfigJson = {};
+  if (configPath !== undefined) {
+    try {
+      config = JSON.parse(readFileSync(configPath, 'utf8')) as TokenizerConfigJson;
+    } catch (err) {
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `cannot read tokenizer config ${configPath}: ${(err as Error).message}`, { path: configPath }, { cause: err });
+    }
+  }
+  const template = new ChatTemplate(pickTemplate(config.chat_template) ?? CHATML_TEMPLATE, {
+    bosToken: specialTokenText(config.bos_token),
+    eosToken: specialTokenText(config.eos_token),
+  });
+  return new HfTextTokenizer(files.tokenizerJson, tok, template);
+}

@@ -1,0 +1,63 @@
+/**
+ * The tokenizer contract shared by the gateway (preprocessing) and the mocker
+ * (a simulated engine must tokenize exactly as the gateway does, or prefix
+ * hashes would disagree).
+ */
+
+/** One chat message as OpenAI clients send it; `content` may be a list of parts. */
+export interface ChatMessage {
+  role: string;
+  content?: string | readonly ChatContentPart[] | null;
+  [key: string]: unknown;
+}
+
+export interface ChatContentPart {
+  type: string;
+  text?: string;
+  [key: string]: unknown;
+}
+
+export interface RenderChatOptions {
+  /** Append the assistant turn header (what every chat completion wants). Default true. */
+  addGenerationPrompt?: boolean;
+  /** Tool definitions, passed to the template as `tools`. */
+  tools?: readonly unknown[] | undefined;
+  /** Extra template variables (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`). */
+  extra?: Readonly<Record<string, unknown>> | undefined;
+}
+
+export interface EncodeOptions {
+  /** Let the tokenizer's post-processor add BOS/EOS. Default true (vLLM's default for completions). */
+  addSpecialTokens?: boolean;
+}
+
+/**
+ * Ordinary word tokens a simulated engine may generate: ids with the exact text
+ * each decodes to on its own, so generated streams can be detokenized token by
+ * token without incremental-decoding state. Sorted by id.
+ */
+export interface SampleVocabulary {
+  ids: Uint32Array;
+  texts: readonly string[];
+}
+
+export interface TextTokenizer {
+  /** `huggingface` (a tokenizer.json) or `fallback` (the documented byte-packing tokenizer). */
+  readonly kind: 'huggingface' | 'fallback';
+  /** Where it came from (file path or `fallback`), for logs and /v1/models. */
+  readonly source: string;
+  /** Ids at or above this are not valid input tokens. */
+  readonly vocabSize: number;
+  encode(text: string, opts?: EncodeOptions): Promise<number[]>;
+  decode(ids: readonly number[], opts?: { skipSpecialTokens?: boolean }): Promise<string>;
+  /** Renders messages with the chat template into the prompt text. Throws KVG_ERR_INVALID_ARGUMENT on bad messages. */
+  renderChat(messages: readonly ChatMessage[], opts?: RenderChatOptions): string;
+  /** Word tokens for simulated generation (see SampleVocabulary). */
+  sampleVocabulary(): SampleVocabulary;
+}
+
+/** Paths of a Hugging Face tokenizer: `tokenizer.json` and (optional) `tokenizer_config.json` with the chat template. */
+export interface TokenizerFiles {
+  tokenizerJson: string;
+  tokenizerConfig?: string | undefined;
+}
