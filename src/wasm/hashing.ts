@@ -92,6 +92,8 @@ function hashInto(tokens: Uint32Array | readonly number[], blockSize: number, op
   const mmOffOff = seqOff + blocks * 8;
   const mmValOff = mmOffOff + (((blocks + 1) * 4 + 7) >>> 3) * 8;
   const total = mmValOff + mmCount * 8 + 8;
+  // The seed first: computing a new one hashes the LoRA name through the same io region.
+  const seed = requestSeed(opts?.loraName, opts?.cacheSalt);
   const io = m.exports.ioReserve(total);
   const v = m.views();
   writeTokens(v.u32, io, tokens);
@@ -108,7 +110,6 @@ function hashInto(tokens: Uint32Array | readonly number[], blockSize: number, op
     }
     v.u32[(mmOffsets >>> 2) + blocks] = k;
   }
-  const seed = requestSeed(opts?.loraName, opts?.cacheSalt);
   m.exports.hashPrompt(io, n, blockSize, eagle ? 1 : 0, Number(seed & 0xffffffffn), Number(seed >> 32n),
     mmOffsets, mmValues, io + localOff, withSeq ? io + seqOff : 0);
   const local = new BigUint64Array(blocks);
