@@ -1,0 +1,241 @@
+/**
+ * `kvgate serve` flags (node:util parseArgs). Flags do not build a config of
+ * their own: each becomes an override of one field path in the config
+ * document, applied on top of the file before validation, so a bad flag value
+ * is reported like a bad file value but names the flag. Router knobs take
+ * Dynamo's flag names (`--router-temperature 0.5`, `--no-router-kv-events`),
+ * read from the core's knob table.
+ */
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { parse as parseYaml } from 'yaml';
+import { KV_ROUTER_CONFIG_FIELDS, kvRouterOptionsFromFlags } from '../core/config.js';
+import { KvgateError, isKvgateError } from '../errors/index.js';
+import type { FieldPath } from './reader.js';
+
+/** One flag's effect: set `path` in the document to `value`. */
+export interface ConfigOverride {
+  /** Path into the document; `models[*]` (the string '*') means every model. */
+  path: readonly (string | number)[];
+  value: unknown;
+  /** The flag as typed (for error messages), e.g. `--port`. */
+  flag: string;
+  /** Set only where the field already exists (a flag beating per-model router sections). */
+  onlyIfPresent?: boolean;
+}
+
+export interface ServeFlags {
+  configFile: string | undefined;
+  overrides: ConfigOverride[];
+  help: boolean;
+}
+
+type OptionSpec = NonNullable<ParseArgsConfig['options']>[string];
+
+const FLAG_OPTIONS: Record<string, OptionSpec> = {
+  config: { type: 'string', short: 'c' },
+  host: { type: 'string' },
+  port: { type: 'string', short: 'p' },
+  admin: { type: 'boolean' },
+  'admin-port': { type: 'string' },
+  'api-key': { type: 'string', multiple: true },
+  'max-body-bytes': { type: 'string' },
+  'max-prompt-tokens': { type: 'string' },
+  'max-concurrent-requests': { type: 'string' },
+  'request-timeout-ms': { type: 'string' },
+  'drain-timeout-ms': { type: 'string' },
+  'preprocess-threads': { type: 'string' },
+  'segment-cache-tokens': { type: 'string' },
+  'log-level': { type: 'string' },
+  model: { type: 'string' },
+  worker: { type: 'string', multiple: true },
+  tokenizer: { type: 'string' },
+  'router-mode': { type: 'string' },
+  'block-size': { type: 'string' },
+  engine: { type: 'string' },
+  'enforce-disagg': { type: 'boolean' },
+  set: { type: 'string', multiple: true },
+  help: { type: 'boolean', short: 'h' },
+};
+
+/** Flags that set one field: flag -> path (`*` = every model). */
+const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
+  host: ['listen', 'host'],
+  port: ['listen', 'port'],
+  'max-body-bytes': ['limits', 'max_body_bytes'],
+  'max-prompt-tokens': ['limits', 'max_prompt_tokens'],
+  'max-concurrent-requests': ['limits', 'max_concurrent_requests'],
+  'request-timeout-ms': ['limits', 'request_timeout_ms'],
+  'drain-timeout-ms': ['shutdown', 'drain_timeout_ms'],
+  'preprocess-threads': ['preprocess', 'threads'],
+  'segment-cache-tokens': ['preprocess', 'segment_cache_tokens'],
+  'log-level': ['log', 'level'],
+  tokenizer: ['models', '*', 'tokenizer'],
+  'router-mode': ['models', '*', 'router_mode'],
+  'block-size': ['models', '*', 'block_size'],
+  engine: ['models', '*', 'engine'],
+};
+
+/** Router knob flags from the core's table: flag name (no dashes) -> [field, Dynamo name, is boolean]. */
+function routerFlagTable(): Map<string, { dynamo: string; boolean: boolean; flag: string }> {
+  const out = new Map<string, { dynamo: string; boolean: boolean; flag: string }>();
+  for (const spec of Object.values(KV_ROUTER_CONFIG_FIELDS)) {
+    const isBool = spec.kind === 'boolean';
+    if (spec.flag !== null) out.set(spec.flag.slice(2), { dynamo: spec.dynamo, boolean: isBool, flag: spec.flag });
+    if (spec.negativeFlag !== undefined) out.set(spec.negativeFlag.slice(2), { dynamo: spec.dynamo, boolean: true, flag: spec.negativeFlag });
+  }
+  return out;
+}
+
+/** Numbers stay numbers; anything else stays a string so validation can name it. */
+function scalar(v: string): unknown {
+  return /^-?\d+(\.\d+)?$/.test(v.trim()) ? Number(v) : v;
+}
+
+/** Parses `models[0].workers[1].url` into a path. */
+export function parseFieldPath(text: string): FieldPath | undefined {
+  const out: (string | number)[] = [];
+  const re = /([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|(\.)/gy;
+  let m: RegExpExecArray | null;
+  let expectKey = true;
+  while ((m = re.exec(text)) !== null) {
+    if (m[1] !== undefined) {
+      if (!expectKey) return undefined;
+      out.push(m[1]);
+      expectKey = false;
+    } else if (m[2] !== undefined) {
+      if (expectKey) return undefined;
+      out.push(Number(m[2]));
+    } else {
+      if (expectKey) return undefined;
+      expectKey = true;
+    }
+    if (re.lastIndex === text.length) break;
+  }
+  if (re.lastIndex !== text.length || expectKey || out.length === 0) return undefined;
+  return out;
+}
+
+function flagError(flag: string, reason: string): KvgateError {
+  return new KvgateError('KVG_ERR_INVALID_CONFIG', `${flag}: ${reason}`, { source: flag, reason });
+}
+
+/**
+ * `--worker` value: a URL, or comma-separated key=value pairs with the worker
+ * fields of the config file (`url=http://h:8000,kv_events=tcp://h:5557,dp_size=2`).
+ */
+export function parseWorkerFlag(spec: string, index: number): Record<string, unknown> {
+  const s = spec.trim();
+  if (!s.includes('=')) return { id: index + 1, url: s };
+  const out: Record<string, unknown> = { id: index + 1 };
+  for (const part of s.split(',')) {
+    const eq = part.indexOf('=');
+    if (eq <= 0) throw flagError('--worker', `expects key=value pairs separated by commas, got ${JSON.stringify(part)}`);
+    out[part.slice(0, eq).trim()] = scalar(part.slice(eq + 1).trim());
+  }
+  return out;
+}
+
+/**
+ * Parses `kvgate serve` arguments.
+ * @throws KvgateError KVG_ERR_INVALID_CONFIG for unknown flags, missing values and malformed `--set`/`--worker`.
+ */
+export function parseServeFlags(argv: readonly string[]): ServeFlags {
+  const routerFlags = routerFlagTable();
+  const options: Record<string, OptionSpec> = { ...FLAG_OPTIONS };
+  for (const [name, r] of routerFlags) options[name] = { type: r.boolean ? 'boolean' : 'string' };
+  let parsed: ReturnType<typeof parseArgs>;
+  try {
+    parsed = parseArgs({ args: [...argv], options, allowPositionals: false, strict: true });
+  } catch (err) {
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `kvgate serve: ${(err as Error).message}`, { source: 'flags' }, { cause: err });
+  }
+  const v = parsed.values as Record<string, string | boolean | string[] | undefined>;
+  const overrides: ConfigOverride[] = [];
+  for (const [name, path] of Object.entries(SCALAR_FLAGS)) {
+    const value = v[name];
+    if (typeof value === 'string') overrides.push({ path, value: path.at(-1) === 'host' || name === 'tokenizer' ? value : scalar(value), flag: `--${name}` });
+  }
+  if (v.admin === true) overrides.push({ path: ['admin', 'enabled'], value: true, flag: '--admin' });
+  if (typeof v['admin-port'] === 'string') {
+    overrides.push({ path: ['admin', 'enabled'], value: true, flag: '--admin-port' });
+    overrides.push({ path: ['admin', 'port'], value: scalar(v['admin-port']), flag: '--admin-port' });
+  }
+  if (Array.isArray(v['api-key'])) overrides.push({ path: ['auth', 'api_keys'], value: v['api-key'], flag: '--api-key' });
+  if (v['enforce-disagg'] === true) overrides.push({ path: ['models', '*', 'enforce_disagg'], value: true, flag: '--enforce-disagg' });
+
+  if (typeof v.model === 'string' || Array.isArray(v.worker)) {
+    if (typeof v.model !== 'string') throw flagError('--worker', 'needs --model NAME (the model these workers serve)');
+    const workers = (Array.isArray(v.worker) ? v.worker : []).map((w, i) => parseWorkerFlag(w, i));
+    overrides.push({ path: ['models'], value: [{ name: v.model, workers }], flag: Array.isArray(v.worker) ? '--worker' : '--model' });
+  }
+
+  const routerGiven: Record<string, string | boolean> = {};
+  for (const [name, r] of routerFlags) {
+    const value = v[name];
+    if (value !== undefined) routerGiven[r.flag] = value as string | boolean;
+  }
+  if (Object.keys(routerGiven).length > 0) {
+    let opts: Record<string, unknown>;
+    try {
+      opts = kvRouterOptionsFromFlags(routerGiven) as Record<string, unknown>;
+    } catch (err) {
+      if (isKvgateError(err)) throw flagError(String(err.detail?.field ?? 'router flag'), String(err.detail?.reason ?? err.message));
+      throw err;
+    }
+    for (const [field, value] of Object.entries(opts)) {
+      const spec = KV_ROUTER_CONFIG_FIELDS[field as keyof typeof KV_ROUTER_CONFIG_FIELDS];
+      const flag = Object.keys(routerGiven).find((f) => f === spec.flag || f === spec.negativeFlag) ?? spec.flag ?? field;
+      overrides.push({ path: ['router', spec.dynamo], value, flag });
+      // A flag beats the file everywhere, including per-model router sections.
+      overrides.push({ path: ['models', '*', 'router', spec.dynamo], value, flag, onlyIfPresent: true });
+    }
+  }
+
+  for (const item of Array.isArray(v.set) ? v.set : []) {
+    const eq = item.indexOf('=');
+    const path = eq > 0 ? parseFieldPath(item.slice(0, eq).trim()) : undefined;
+    if (path === undefined) throw flagError('--set', `expects path=value such as limits.max_body_bytes=1048576, got ${JSON.stringify(item)}`);
+    let value: unknown;
+    try {
+      value = parseYaml(item.slice(eq + 1));
+    } catch (err) {
+      throw flagError(`--set ${item.slice(0, eq)}`, `value does not parse: ${(err as Error).message.split('\n')[0]}`);
+    }
+    overrides.push({ path, value, flag: `--set ${item.slice(0, eq)}` });
+  }
+  return { configFile: typeof v.config === 'string' ? v.config : undefined, overrides, help: v.help === true };
+}
+
+/** `kvgate serve --help`. */
+export function serveUsage(): string {
+  const routerFlags = [...routerFlagTable().values()].map((r) => r.flag).sort();
+  return `usage: kvgate serve [-c config.yaml] [options]
+
+Serves an OpenAI-compatible API in front of a fleet of engines. Without any
+model configured, starts the embedded demo (simulated engines in-process).
+
+  -c, --config FILE            YAML or JSON config file (see README "Configuration")
+      --host HOST              listen address (default 127.0.0.1)
+  -p, --port PORT              listen port (default 8080; 0 = any free port)
+      --model NAME             define one model from flags (with --worker)
+      --worker SPEC            a worker: URL, or url=...,id=...,kv_events=tcp://h:p,dp_size=N,role=...
+      --tokenizer SPEC         none | demo | path to tokenizer.json or its folder (every model)
+      --router-mode MODE       kv | round-robin | random | power-of-two | least-loaded | direct
+      --block-size N           KV block size in tokens (every model)
+      --engine DIALECT         vllm | sglang (every model)
+      --enforce-disagg         fail rather than serve aggregated when no prefill worker can
+      --api-key KEY            accept this bearer key (repeatable); prefer auth.api_keys_env
+      --admin                  serve /admin/* on the public listener
+      --admin-port PORT        serve /admin/* on a separate listener instead
+      --max-body-bytes N  --max-prompt-tokens N  --max-concurrent-requests N
+      --request-timeout-ms N  --drain-timeout-ms N
+      --preprocess-threads N   tokenizer threads (0 = main thread)
+      --segment-cache-tokens N per-thread segment cache size (0 = off)
+      --log-level LEVEL        fatal | error | warn | info | debug | trace | silent
+      --set PATH=VALUE         set any config field, e.g. --set models[0].block_size=32
+  -h, --help
+
+Router knobs (Dynamo's flag names; they override the file everywhere):
+  ${routerFlags.join(' ')}
+`;
+}

@@ -1,0 +1,178 @@
+/**
+ * Loading the gateway config: read the file (YAML, or JSON, which is parsed
+ * strictly first), apply flag overrides, validate, and either return the
+ * frozen `GatewayConfig` or throw one KVG_ERR_INVALID_CONFIG listing every
+ * problem with its source (file:line:column or the flag), field path and
+ * reason. kvgate refuses to start on any problem.
+ */
+import { readFileSync } from 'node:fs';
+import { resolve as resolvePath } from 'node:path';
+import { LineCounter, isMap, isScalar, parseDocument, type Document } from 'yaml';
+import { KvgateError } from '../errors/index.js';
+import type { ConfigOverride } from './flags.js';
+import { isPlainObject, type ConfigProblem, type FieldPath } from './reader.js';
+import { resolveGatewayConfig } from './resolve.js';
+import type { GatewayConfig } from './types.js';
+
+export interface LoadOptions {
+  /** Config file path (relative to cwd). Undefined: flags and defaults only. */
+  file?: string | undefined;
+  overrides?: readonly ConfigOverride[];
+  /** Merged under the file's top-level keys that the file does not set (the embedded demo's models). */
+  base?: Readonly<Record<string, unknown>> | undefined;
+  env?: Readonly<Record<string, string | undefined>>;
+}
+
+interface ParsedFile {
+  data: unknown;
+  doc: Document | undefined;
+  lines: LineCounter;
+}
+
+function problemError(problems: readonly ConfigProblem[]): KvgateError {
+  const lines = problems.map((p) => `  ${p.source}${p.position !== undefined ? `:${p.position}` : ''}: ${p.path}: ${p.reason}`);
+  const n = problems.length;
+  return new KvgateError('KVG_ERR_INVALID_CONFIG',
+    `invalid configuration (${n} problem${n === 1 ? '' : 's'}); kvgate will not start:\n${lines.join('\n')}`,
+    { problems: problems.map((p) => ({ ...p })) });
+}
+
+function readConfigFile(path: string): ParsedFile {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const why = code === 'ENOENT' ? 'file not found' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : (err as Error).message;
+    throw problemError([{ source: path, path: '(file)', reason: `cannot read config: ${why}` }]);
+  }
+  const lines = new LineCounter();
+  if (path.endsWith('.json')) {
+    try {
+      JSON.parse(text);
+    } catch (err) {
+      throw problemError([{ source: path, path: '(file)', reason: `not valid JSON: ${(err as Error).message}` }]);
+    }
+  }
+  const doc = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false });
+  if (doc.errors.length > 0) {
+    throw problemError(doc.errors.map((e) => {
+      const at = lines.linePos(e.pos[0]);
+      return { source: path, path: '(file)', reason: `not valid YAML: ${e.message.split('\n')[0]}`, position: `${at.line}:${at.col}` };
+    }));
+  }
+  let data: unknown;
+  try {
+    data = doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    throw problemError([{ source: path, path: '(file)', reason: `not valid YAML: ${(err as Error).message}` }]);
+  }
+  return { data: data ?? {}, doc, lines };
+}
+
+function positionOf(parsed: ParsedFile | undefined, path: FieldPath): string | undefined {
+  if (parsed?.doc === undefined) return undefined;
+  // The deepest existing field on the path (a missing field points at its parent);
+  // a mapping entry points at its key, where the operator reads the field's name.
+  for (let n = path.length; n >= 0; n--) {
+    let node: unknown = n === 0 ? parsed.doc.contents : parsed.doc.getIn(path.slice(0, n), true);
+    const last = path[n - 1];
+    if (n > 0 && typeof last === 'string') {
+      const parent = n === 1 ? parsed.doc.contents : parsed.doc.getIn(path.slice(0, n - 1), true);
+      if (isMap(parent)) {
+        const pair = parent.items.find((it) => isScalar(it.key) && it.key.value === last);
+        if (pair !== undefined) node = pair.key;
+      }
+    }
+    const range = (node as { range?: [number, number, number] } | null | undefined)?.range;
+    if (range !== undefined) {
+      const at = parsed.lines.linePos(range[0]);
+      return `${at.line}:${at.col}`;
+    }
+  }
+  return undefined;
+}
+
+function setIn(target: Record<string, unknown>, path: readonly (string | number)[], value: unknown, onlyIfPresent: boolean): boolean {
+  let node: unknown = target;
+  for (let i = 0; i < path.length - 1; i++) {
+    const key = path[i]!;
+    const container = node as Record<string | number, unknown>;
+    let next = container[key];
+    if (next === undefined || next === null || typeof next !== 'object') {
+      if (onlyIfPresent) return false;
+      next = typeof path[i + 1] === 'number' ? [] : {};
+      container[key] = next;
+    }
+    node = next;
+  }
+  const last = path[path.length - 1]!;
+  if (onlyIfPresent && (node as Record<string | number, unknown>)[last] === undefined) return false;
+  (node as Record<string | number, unknown>)[last] = value;
+  return true;
+}
+
+/** Expands `models[*]` to every model the document has; returns the concrete paths that were set. */
+function applyOverride(doc: Record<string, unknown>, o: ConfigOverride): FieldPath[] {
+  const star = o.path.indexOf('*');
+  if (star < 0) return setIn(doc, o.path, structuredClone(o.value), o.onlyIfPresent === true) ? [o.path] : [];
+  const list = o.path.slice(0, star).reduce<unknown>((n, k) => (n as Record<string | number, unknown> | undefined)?.[k], doc);
+  if (!Array.isArray(list)) return [];
+  const set: FieldPath[] = [];
+  list.forEach((_, i) => {
+    const path = [...o.path.slice(0, star), i, ...o.path.slice(star + 1)];
+    if (setIn(doc, path, structuredClone(o.value), o.onlyIfPresent === true)) set.push(path);
+  });
+  return set;
+}
+
+function startsWith(path: FieldPath, prefix: FieldPath): boolean {
+  return prefix.length <= path.length && prefix.every((k, i) => path[i] === k);
+}
+
+/**
+ * Loads, merges and validates the gateway config.
+ * @throws KvgateError KVG_ERR_INVALID_CONFIG listing every problem (`detail.problems`).
+ */
+export function loadGatewayConfig(opts: LoadOptions = {}): GatewayConfig {
+  const file = opts.file !== undefined ? resolvePath(opts.file) : undefined;
+  const parsed = file !== undefined ? readConfigFile(file) : undefined;
+  const doc: Record<string, unknown> = isPlainObject(parsed?.data) ? structuredClone(parsed.data) : {};
+  const problems: ConfigProblem[] = [];
+  if (parsed !== undefined && !isPlainObject(parsed.data)) {
+    problems.push({ source: file!, path: '(root)', reason: 'must be a mapping of sections (listen, models, ...)', position: positionOf(parsed, []) });
+  }
+  const fromBase = new Set<string>();
+  for (const [key, value] of Object.entries(opts.base ?? {})) {
+    if (doc[key] === undefined || (key === 'models' && Array.isArray(doc[key]) && (doc[key] as unknown[]).length === 0)) {
+      doc[key] = structuredClone(value);
+      fromBase.add(key);
+    }
+  }
+  const flagged: { path: FieldPath; flag: string }[] = [];
+  for (const o of opts.overrides ?? []) {
+    if (o.path[0] === 'models' && o.path.length === 1 && Array.isArray(doc.models) && doc.models.length > 0 && !fromBase.has('models')) {
+      problems.push({ source: o.flag, path: 'models', reason: `--model/--worker define the only model; the config file ${file ?? ''} already lists models` });
+      continue;
+    }
+    for (const path of applyOverride(doc, o)) flagged.push({ path, flag: o.flag });
+  }
+  const sourceOf = (path: FieldPath): { source: string; position?: string | undefined } => {
+    let best: { path: FieldPath; flag: string } | undefined;
+    for (const f of flagged) if (startsWith(path, f.path) && (best === undefined || f.path.length >= best.path.length)) best = f;
+    if (best !== undefined) return { source: best.flag };
+    if (typeof path[0] === 'string' && fromBase.has(path[0])) return { source: 'embedded demo' };
+    if (file !== undefined) return { source: file, position: positionOf(parsed, path) };
+    return { source: 'flags' };
+  };
+  const result = resolveGatewayConfig(doc, { file, sourceOf, env: opts.env ?? process.env });
+  // A global router knob merged into several models may fail the same way in each: report it once.
+  const seen = new Set<string>();
+  for (const p of result.problems) {
+    const key = `${p.source}\u0000${p.path}\u0000${p.reason}`;
+    if (!seen.has(key)) problems.push(p);
+    seen.add(key);
+  }
+  if (problems.length > 0) throw problemError(problems);
+  return result.config;
+}

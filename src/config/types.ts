@@ -1,0 +1,94 @@
+/**
+ * The resolved gateway configuration: one typed, deep-frozen object produced
+ * by `loadGatewayConfig` (file + flags, validated once). Code downstream never
+ * re-validates it. The file format (snake_case) is documented in the README
+ * section "Configuration"; this is its camelCase, defaults-applied form.
+ */
+import type { KvRouterConfig } from '../core/config.js';
+import type { WorkerInfo } from '../discovery/index.js';
+import type { TokenizerFiles } from '../tokenizer/index.js';
+
+export type RouterMode = 'kv' | 'round-robin' | 'random' | 'power-of-two' | 'least-loaded' | 'direct';
+export const ROUTER_MODES: readonly RouterMode[] = ['kv', 'round-robin', 'random', 'power-of-two', 'least-loaded', 'direct'];
+
+/**
+ * Where a model's tokenizer comes from:
+ * - `files`: a Hugging Face tokenizer.json (+ tokenizer_config.json with the chat template);
+ * - `demo`: the bundled Qwen3 tokenizer (the embedded demo model);
+ * - `none`: no tokenizer. Then `onMissingTokenizer` decides: `approximate` routes on
+ *   the documented byte-packing fallback tokenizer (prefix hashes of the text, not of
+ *   the engine's tokens), `reject` refuses text prompts (token-id prompts still work).
+ */
+export type TokenizerSource =
+  | { readonly kind: 'files'; readonly files: Readonly<TokenizerFiles> }
+  | { readonly kind: 'demo' }
+  | { readonly kind: 'none'; readonly onMissing: 'approximate' | 'reject' };
+
+/** A worker as configured; the same shape the discovery registry takes. */
+export type WorkerConfig = WorkerInfo;
+
+export interface ModelConfig {
+  /** The `model` clients send and /v1/models lists. */
+  readonly name: string;
+  readonly routerMode: RouterMode;
+  /** KV cache block size of the engines (tokens per block); must equal the engines' setting. */
+  readonly blockSize: number;
+  readonly tokenizer: TokenizerSource;
+  /** Fail requests instead of falling back to aggregated serving when no prefill worker can take them. */
+  readonly enforceDisagg: boolean;
+  /** Prompt token limit for this model (the global limit unless overridden). */
+  readonly maxPromptTokens: number;
+  /** The router knobs for this model (global `router` section merged with the model's own). */
+  readonly router: KvRouterConfig;
+  /** In file order; `role` says which are prefill, decode or aggregated. */
+  readonly workers: readonly WorkerConfig[];
+}
+
+export interface ListenAddress {
+  readonly host: string;
+  /** 0 = an OS-chosen port (tests). */
+  readonly port: number;
+}
+
+export interface LimitsConfig {
+  /** Request bodies above this get 413. */
+  readonly maxBodyBytes: number;
+  /** Prompts above this many tokens get 400 (per-model override in ModelConfig). */
+  readonly maxPromptTokens: number;
+  /** Requests in flight (completions and /v1/route) above this get 429 with Retry-After. */
+  readonly maxConcurrentRequests: number;
+  /** Whole-request deadline, headers to last byte. */
+  readonly requestTimeoutMs: number;
+  /** The Retry-After value sent with 429 and 503. */
+  readonly retryAfterSeconds: number;
+}
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+export interface GatewayConfig {
+  /** The config file this came from (absolute), or undefined when built from flags alone. */
+  readonly file: string | undefined;
+  readonly listen: ListenAddress;
+  /**
+   * Admin endpoints (`/admin/*`): off unless `enabled`. With `listen` they are served
+   * only on that separate listener; without it, on the public listener (behind API keys).
+   */
+  readonly admin: { readonly enabled: boolean; readonly listen: ListenAddress | undefined };
+  /** Accepted `Authorization: Bearer` keys; empty = no authentication. Never logged. */
+  readonly apiKeys: readonly string[];
+  readonly limits: LimitsConfig;
+  /** SIGTERM: stop accepting, let in-flight requests finish up to this long, then cut them. */
+  readonly drainTimeoutMs: number;
+  readonly preprocess: {
+    /** Worker threads for chat templates, tokenization and hashing; 0 = on the main thread. */
+    readonly threads: number;
+    /** Token ids kept by each thread's segment cache (0 disables it). */
+    readonly segmentCacheTokens: number;
+  };
+  readonly logLevel: LogLevel;
+  /** Empty = the embedded demo (in-process simulated engines). */
+  readonly models: readonly ModelConfig[];
+  /** Things that are allowed but probably not what the operator wants; logged at startup. */
+  readonly warnings: readonly string[];
+}

@@ -1,0 +1,339 @@
+import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadGatewayConfig, parseServeFlags, parseFieldPath, type ConfigProblem } from '../../src/config/index.js';
+import { KV_ROUTER_DEFAULTS } from '../../src/core/config.js';
+import { isKvgateError } from '../../src/errors/index.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'kvgate-config-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+let n = 0;
+function file(text: string, ext = 'yaml'): string {
+  const path = join(dir, `c${n++}.${ext}`);
+  writeFileSync(path, text);
+  return path;
+}
+
+/** Loads and returns the problems (the test fails if loading succeeds). */
+function problemsOf(opts: Parameters<typeof loadGatewayConfig>[0]): ConfigProblem[] {
+  try {
+    loadGatewayConfig(opts);
+  } catch (err) {
+    expect(isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')).toBe(true);
+    const problems = (err as { detail: { problems: ConfigProblem[] } }).detail.problems;
+    expect(problems.length).toBeGreaterThan(0);
+    // The message carries every problem with its source, path and reason.
+    for (const p of problems) expect((err as Error).message).toContain(`${p.path}: ${p.reason}`);
+    return problems;
+  }
+  throw new Error('expected the config to be rejected');
+}
+
+const WORKERS = `
+    workers:
+      - { id: 1, url: "http://10.0.0.1:8000", kv_events: "tcp://10.0.0.1:5557" }
+      - { id: 2, url: "http://10.0.0.2:8000", kv_events: "tcp://10.0.0.2:5557" }`;
+
+describe('config: valid files', () => {
+  it('resolves a full YAML file with defaults, relative paths and router knobs', () => {
+    const tokDir = join(dir, 'tok');
+    mkdirSync(tokDir, { recursive: true });
+    writeFileSync(join(tokDir, 'tokenizer.json'), '{}');
+    writeFileSync(join(tokDir, 'tokenizer_config.json'), '{}');
+    const path = file(`
+listen: { host: 0.0.0.0, port: 9000 }
+limits: { max_body_bytes: 65536, max_prompt_tokens: 4096 }
+router: { router_temperature: 0.5, overlap_score_credit: 2 }
+models:
+  - name: llama
+    block_size: 32
+    tokenizer: tok
+    router: { router_temperature: 0 }
+${WORKERS}
+  - name: sg
+    router_mode: round-robin
+    engine: sglang
+    max_prompt_tokens: 100
+    workers:
+      - { id: 10, url: "http://p:30000/", role: prefill }
+      - { id: 11, url: "http://d:30001", role: decode, dp_size: 4 }
+`);
+    const c = loadGatewayConfig({ file: path, env: {} });
+    expect(c.file).toBe(path);
+    expect(c.listen).toEqual({ host: '0.0.0.0', port: 9000 });
+    expect(c.limits.maxBodyBytes).toBe(65536);
+    expect(c.limits.maxConcurrentRequests).toBe(1024);
+    expect(c.admin).toEqual({ enabled: false, listen: undefined });
+    const [llama, sg] = c.models;
+    expect(llama!.blockSize).toBe(32);
+    expect(llama!.routerMode).toBe('kv');
+    expect(llama!.maxPromptTokens).toBe(4096);
+    expect(llama!.tokenizer).toEqual({ kind: 'files', files: { tokenizerJson: join(tokDir, 'tokenizer.json'), tokenizerConfig: join(tokDir, 'tokenizer_config.json') } });
+    // The model's router section wins over the global one, which wins over the defaults.
+    expect(llama!.router.routerTemperature).toBe(0);
+    expect(llama!.router.overlapScoreCredit).toBe(2);
+    expect(llama!.router.routerTtlSecs).toBe(KV_ROUTER_DEFAULTS.routerTtlSecs);
+    expect(llama!.workers[0]).toMatchObject({ id: 1, model: 'llama', url: 'http://10.0.0.1:8000', role: 'aggregated', dialect: 'vllm', dpSize: 1, dpStart: 0, kvEvents: { endpoint: 'tcp://10.0.0.1:5557' } });
+    expect(sg!.maxPromptTokens).toBe(100);
+    expect(sg!.tokenizer).toEqual({ kind: 'none', onMissing: 'approximate' });
+    // SGLang prefill workers get a bootstrap endpoint on their host, default port 8998; trailing slash trimmed.
+    expect(sg!.workers[0]).toMatchObject({ url: 'http://p:30000', role: 'prefill', dialect: 'sglang', bootstrap: { host: 'p', port: 8998 } });
+    expect(sg!.workers[1]!.dpSize).toBe(4);
+    expect(Object.isFrozen(c)).toBe(true);
+    expect(Object.isFrozen(c.models[0]!.workers[0])).toBe(true);
+    expect(c.warnings.some((w) => w.includes('round-robin'))).toBe(false);
+  });
+
+  it('reads JSON, and with no file at all gives the defaults and no models (the embedded demo)', () => {
+    const c = loadGatewayConfig({ file: file(JSON.stringify({ listen: { port: 0 } }), 'json'), env: {} });
+    expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
+    const d = loadGatewayConfig({ env: {} });
+    expect(d.listen).toEqual({ host: '127.0.0.1', port: 8080 });
+    expect(d.models).toEqual([]);
+    expect(d.apiKeys).toEqual([]);
+  });
+
+  it('flags override the file, including per-model router sections', () => {
+    const path = file(`
+listen: { port: 9000 }
+models:
+  - name: m
+    router: { router_temperature: 0.7 }
+${WORKERS}
+`);
+    const flags = parseServeFlags(['-c', path, '--port', '9100', '--router-temperature', '0.25', '--block-size', '64', '--no-router-kv-events']);
+    expect(flags.configFile).toBe(path);
+    const c = loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env: {} });
+    expect(c.listen.port).toBe(9100);
+    expect(c.models[0]!.router.routerTemperature).toBe(0.25);
+    expect(c.models[0]!.router.useKvEvents).toBe(false);
+    expect(c.models[0]!.blockSize).toBe(64);
+  });
+
+  it('builds a model from --model/--worker, and api keys from the environment', () => {
+    const flags = parseServeFlags(['--model', 'm', '--worker', 'http://a:1', '--worker', 'url=http://b:2,id=7,dp_size=2', '--no-router-kv-events', '--set', 'auth.api_keys_env=KEYS']);
+    const c = loadGatewayConfig({ overrides: flags.overrides, env: { KEYS: 'key-one-1234, key-two-5678' } });
+    expect(c.models[0]!.workers.map((w) => [w.id, w.url, w.dpSize])).toEqual([[1, 'http://a:1', 1], [7, 'http://b:2', 2]]);
+    expect(c.apiKeys).toEqual(['key-one-1234', 'key-two-5678']);
+  });
+
+  it('the embedded demo base fills in models only when none are configured', () => {
+    const base = { models: [{ name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1', kv_events: 'tcp://127.0.0.1:2' }] }] };
+    const c = loadGatewayConfig({ base, env: {} });
+    expect(c.models[0]!.name).toBe('demo');
+    expect(c.models[0]!.tokenizer).toEqual({ kind: 'demo' });
+    const problems = problemsOf({ base: { models: [{ name: 'demo', workers: [] }] }, env: {} });
+    expect(problems[0]!.source).toBe('embedded demo');
+  });
+});
+
+describe('config: every error class names the source, the field and the reason', () => {
+  it('unreadable file', () => {
+    const p = problemsOf({ file: join(dir, 'missing.yaml') });
+    expect(p).toEqual([{ source: join(dir, 'missing.yaml'), path: '(file)', reason: 'cannot read config: file not found' }]);
+  });
+
+  it('YAML syntax error with its line and column', () => {
+    const path = file('listen:\n  port: 1\n  host: [oops\n');
+    const [p] = problemsOf({ file: path });
+    expect(p!.source).toBe(path);
+    expect(p!.reason).toMatch(/^not valid YAML/);
+    expect(p!.position).toMatch(/^\d+:\d+$/);
+  });
+
+  it('duplicate keys are a YAML error', () => {
+    const [p] = problemsOf({ file: file('listen: { port: 1 }\nlisten: { port: 2 }\n') });
+    expect(p!.reason).toMatch(/not valid YAML: .*unique/i);
+  });
+
+  it('JSON syntax error', () => {
+    const [p] = problemsOf({ file: file('{"listen": {"port": 1,}}', 'json') });
+    expect(p!.reason).toMatch(/^not valid JSON/);
+  });
+
+  it('a document that is not a mapping', () => {
+    const [p] = problemsOf({ file: file('- a\n- b\n') });
+    expect(p!.path).toBe('(root)');
+  });
+
+  it('unknown fields, with a did-you-mean hint and the position of the field', () => {
+    const path = file('listen:\n  port: 1\nlimts: {}\nmodels:\n  - name: m\n    blok_size: 16\n' + WORKERS);
+    const p = problemsOf({ file: path });
+    expect(p.find((x) => x.path === 'limts')?.reason).toMatch(/unknown field \(did you mean "limits"\?\)/);
+    expect(p.find((x) => x.path === 'limts')?.position).toBe('3:1');
+    expect(p.find((x) => x.path === 'models[0].blok_size')?.reason).toMatch(/did you mean "block_size"/);
+  });
+
+  it('wrong types, out-of-range numbers and bad enum values', () => {
+    const p = problemsOf({ file: file(`
+listen: { port: 70000, host: "not a host!" }
+limits: { max_body_bytes: "big", max_concurrent_requests: 0 }
+log: { level: loud }
+models:
+  - name: m
+    router_mode: fastest
+    block_size: 0
+    enforce_disagg: "yes"
+${WORKERS}
+`) });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['listen.port']).toBe('must be an integer in [0, 65535], got 70000');
+    expect(by['listen.host']).toMatch(/must be a host name/);
+    expect(by['limits.max_body_bytes']).toMatch(/must be an integer .* got "big"/);
+    expect(by['limits.max_concurrent_requests']).toMatch(/must be an integer in \[1,/);
+    expect(by['log.level']).toMatch(/must be one of fatal, error/);
+    expect(by['models[0].router_mode']).toMatch(/must be one of kv, round-robin/);
+    expect(by['models[0].block_size']).toMatch(/integer in \[1, 1048576\]/);
+    expect(by['models[0].enforce_disagg']).toMatch(/true or false/);
+  });
+
+  it('missing required fields and malformed URLs and ZMQ endpoints', () => {
+    const p = problemsOf({ file: file(`
+models:
+  - workers:
+      - { url: "ftp://x" }
+      - { id: 3, url: "http://ok:1", kv_events: "tcp://*:5557" }
+      - { id: 4, kv_events: { endpoint: "udp://h:1" } }
+  - name: empty
+`) });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['models[0].name']).toBe('is required');
+    expect(by['models[0].workers[0].id']).toBe('is required');
+    expect(by['models[0].workers[0].url']).toMatch(/must be an http:\/\/ or https:\/\/ URL, got "ftp:\/\/x"/);
+    expect(by['models[0].workers[1].kv_events']).toMatch(/bind address/);
+    expect(by['models[0].workers[2].url']).toBe('is required');
+    expect(by['models[0].workers[2].kv_events.endpoint']).toMatch(/ZMQ endpoint/);
+    expect(by['models[1].workers']).toBe('must list at least one worker');
+  });
+
+  it('cross-field rules: unique ids and names, disaggregation shape, enforce_disagg, KV events', () => {
+    const p = problemsOf({ file: file(`
+router: { use_kv_events: false }
+models:
+  - name: a
+    workers: [{ id: 1, url: "http://a:1" }]
+  - name: a
+    workers: [{ id: 1, url: "http://b:1" }]
+  - name: dec
+    workers: [{ id: 5, url: "http://c:1", role: decode }]
+  - name: mixed
+    enforce_disagg: true
+    workers: [{ id: 6, url: "http://d:1" }, { id: 7, url: "http://e:1", role: prefill, engine: sglang }]
+  - name: boot
+    workers: [{ id: 8, url: "http://f:1", bootstrap_port: 1234 }]
+  - name: needs-events
+    router: { use_kv_events: true }
+    workers: [{ id: 9, url: "http://g:1" }]
+`) });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['models[1].name']).toBe('duplicates models[0].name');
+    expect(by['models[1].workers[0].id']).toMatch(/already the id of models\[0\].workers\[0\]/);
+    expect(by['models[2].workers']).toBe('has decode workers but no prefill worker');
+    expect(by['models[3].workers']).toMatch(/either aggregated or disaggregated/);
+    expect(by['models[3].enforce_disagg']).toBeUndefined();
+    expect(by['models[4].bootstrap_port'] ?? by['models[4].workers[0].bootstrap_port']).toMatch(/only SGLang prefill workers/);
+    expect(by['models[5].workers[0].kv_events']).toMatch(/is required in router_mode kv/);
+  });
+
+  it('enforce_disagg without prefill workers', () => {
+    const p = problemsOf({ file: file(`models:\n  - name: m\n    enforce_disagg: true\n${WORKERS}\n`) });
+    expect(p.map((x) => [x.path, x.reason])).toEqual([['models[0].enforce_disagg', 'requires at least one prefill worker']]);
+  });
+
+  it('router knobs are validated by the core, with Dynamo names in the paths', () => {
+    const p = problemsOf({ file: file(`
+router: { router_temperature: -1, router_temprature: 1, router_queue_policy: lifo }
+models:
+  - name: m
+    router: { router_track_output_blocks: true, router_track_active_blocks: false }
+${WORKERS}
+`) });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['router.router_temperature']).toBe('must be >= 0');
+    expect(by['router.router_temprature']).toMatch(/unknown router knob \(did you mean "router_temperature"\?\)/);
+    expect(by['router.router_queue_policy']).toMatch(/fcfs, wspt/);
+    expect(by['models[0].router.router_track_output_blocks']).toBe('requires router_track_active_blocks = true');
+  });
+
+  it('tokenizer files that do not exist', () => {
+    const p = problemsOf({ file: file(`models:\n  - name: m\n    tokenizer: { json: nope/tokenizer.json }\n${WORKERS}\n  - name: n\n    tokenizer: no-such-dir\n    workers: [{ id: 9, url: "http://x:1", kv_events: "tcp://x:2" }]\n`) });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['models[0].tokenizer.json']).toMatch(/^file not found: .*nope\/tokenizer.json$/);
+    expect(by['models[1].tokenizer']).toMatch(/^no such file or directory/);
+  });
+
+  it('API key sources: short keys (never echoed), unset env var, unreadable file', () => {
+    const p = problemsOf({ file: file('auth: { api_keys: ["short"], api_keys_env: KVGATE_TEST_KEYS, api_keys_file: keys.txt }\n'), env: {} });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['auth.api_keys[0]']).toMatch(/at least 8 characters/);
+    expect(JSON.stringify(p)).not.toContain('"short"');
+    expect(by['auth.api_keys_env']).toMatch(/KVGATE_TEST_KEYS is not set/);
+    expect(by['auth.api_keys_file']).toMatch(/cannot read .*keys.txt: ENOENT/);
+  });
+
+  it('admin listener rules', () => {
+    const p = problemsOf({ file: file('listen: { port: 9000 }\nadmin: { port: 9000 }\n') });
+    expect(p.map((x) => x.reason)).toContain('is set but admin.enabled is false');
+    expect(p.map((x) => x.reason).some((r) => r.includes("public listener's address"))).toBe(true);
+  });
+
+  it('bad flag values name the flag, not the file', () => {
+    const path = file(`listen: { port: 9000 }\n`);
+    const flags = parseServeFlags(['-c', path, '--port', '70000', '--log-level', 'loud']);
+    const p = problemsOf({ file: flags.configFile, overrides: flags.overrides });
+    expect(p).toEqual([
+      { source: '--port', path: 'listen.port', reason: 'must be an integer in [0, 65535], got 70000', position: undefined },
+      { source: '--log-level', path: 'log.level', reason: expect.stringMatching(/must be one of/), position: undefined },
+    ]);
+  });
+
+  it('--model together with models in the file', () => {
+    const path = file(`models:\n  - name: m\n${WORKERS}\n`);
+    const flags = parseServeFlags(['-c', path, '--model', 'x', '--worker', 'http://a:1']);
+    const p = problemsOf({ file: path, overrides: flags.overrides });
+    expect(p[0]!.source).toBe('--worker');
+  });
+
+  it('unknown flags, missing values and malformed --set / --worker / router flags', () => {
+    const bad = [['--prot', '1'], ['--port'], ['--set', 'no-equals'], ['--set', 'a..b=1'], ['--worker', 'http://a:1'], ['--model', 'm', '--worker', 'url=http://a:1,dp_size'], ['--router-temperature', 'hot']];
+    for (const argv of bad) {
+      let thrown: unknown;
+      try {
+        parseServeFlags(argv);
+      } catch (err) {
+        thrown = err;
+      }
+      expect(isKvgateError(thrown, 'KVG_ERR_INVALID_CONFIG'), argv.join(' ')).toBe(true);
+    }
+    expect(() => parseServeFlags(['--router-temperature', 'hot'])).toThrow(/--router-temperature.*expects a number/);
+  });
+
+  it('every problem in a file is reported at once', () => {
+    const p = problemsOf({ file: file('listen: { port: -1 }\nlimits: { max_prompt_tokens: 0 }\nlog: { level: x }\n') });
+    expect(p.map((x) => x.path)).toEqual(['listen.port', 'limits.max_prompt_tokens', 'log.level']);
+  });
+});
+
+describe('config: field paths for --set', () => {
+  it('parses dotted paths with indices and rejects malformed ones', () => {
+    expect(parseFieldPath('models[0].workers[12].url')).toEqual(['models', 0, 'workers', 12, 'url']);
+    expect(parseFieldPath('limits.max_body_bytes')).toEqual(['limits', 'max_body_bytes']);
+    for (const bad of ['', '.a', 'a.', 'a..b', '[0]', 'a[x]', 'a b']) expect(parseFieldPath(bad), bad).toBeUndefined();
+  });
+});
+
+describe('config: duplicates', () => {
+  it('a bad global router rule is reported once, not once per model', () => {
+    const p = problemsOf({ file: file(`
+router: { router_track_output_blocks: true, router_track_active_blocks: false, use_kv_events: false }
+models:
+  - name: a
+    workers: [{ id: 1, url: "http://a:1" }]
+  - name: b
+    workers: [{ id: 2, url: "http://b:1" }]
+`) });
+    expect(p.map((x) => x.path)).toEqual(['router.router_track_output_blocks']);
+  });
+});
