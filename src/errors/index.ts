@@ -20,6 +20,7 @@ export const ERROR_CODES = {
   KVG_ERR_MISSING_WORKER_ID: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_UNKNOWN_WORKER: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_INVALID_DP_RANK: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_KV_EVENT_REPLAY: { status: 502, type: 'server_error', retryable: true },
 } as const;
 
 export type KvgateErrorCode = keyof typeof ERROR_CODES;

@@ -1,0 +1,142 @@
+/**
+ * Applies decoded KV events of one (worker, dp_rank) to the tiered prefix
+ * index, keeping it equal to what the engine reports it caches.
+ *
+ * Stored blocks are identified by our own hashes, never the engine's: the
+ * event's `token_ids` are split by its `block_size` and hashed with
+ * `blockHashes` (Dynamo's XXH3 chain, LoRA name and cache salt mixed into the
+ * seed, multimodal hashes appended), and the index chains them under the
+ * parent. The engine's block hashes are only opaque per-slot ids that the
+ * index maps to our hashes, so `removed` events and later parents resolve.
+ *
+ * Block size: an event whose `block_size` differs from the router's is
+ * rejected (`block_size_mismatch`), never re-chunked. Splitting a larger
+ * engine block into router blocks would index its leading sub-blocks on
+ * their own, so a request sharing only part of an engine block would be
+ * predicted to hit although the engine reuses whole blocks only. Merging
+ * smaller engine blocks would be exact but needs partial-block state across
+ * events; the engines can instead be run with the router's block size
+ * (vLLM `--block-size`, SGLang `--page-size`), and Dynamo's publisher drops
+ * non-matching blocks the same way.
+ *
+ * Other refusals, all counted, none mis-hashing: a LoRA id without a name
+ * (the blocks are adapter-specific but we cannot reproduce the seed), and
+ * events of a KV-cache group other than the configured one (hybrid models
+ * emit one stream per group with the same block hashes).
+ */
+import { blockHashes } from '../wasm/index.js';
+import { isKvgateError, KvgateError } from '../errors/index.js';
+import { TieredPrefixIndex } from './tiered-index.js';
+import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StoredBlocksEvent, RemovedBlocksEvent } from './types.js';
+
+/**
+ * Outcome of one event:
+ * - `ok`: applied in full.
+ * - `truncated`: stored, but the engine sent more block hashes than its token_ids cover; the extra blocks were dropped.
+ * - `not_found`: removed, but some hashes were not held for this slot (skipped, as Dynamo's BlockNotFound).
+ * - `parent_not_found`: stored under a parent the slot does not hold; skipped whole.
+ * - `invalid_sequence`: stored with a repeated block hash; skipped whole.
+ * - `block_size_mismatch`: stored with a block size other than the router's; skipped.
+ * - `unnamed_lora`: stored for a LoRA id without a lora_name; skipped.
+ * - `other_group`: for a KV-cache group the router does not index; skipped.
+ */
+export type ApplyStatus =
+  | 'ok' | 'truncated' | 'not_found' | 'parent_not_found' | 'invalid_sequence' | 'block_size_mismatch' | 'unnamed_lora' | 'other_group';
+
+export const APPLY_STATUSES: readonly ApplyStatus[] = [
+  'ok', 'truncated', 'not_found', 'parent_not_found', 'invalid_sequence', 'block_size_mismatch', 'unnamed_lora', 'other_group',
+];
+
+/** Statuses under which the event changed the index as the engine meant. */
+export function isAppliedStatus(status: ApplyStatus): boolean {
+  return status === 'ok' || status === 'truncated' || status === 'not_found';
+}
+
+export interface KvEventApplierOptions {
+  /** The router's KV block size in tokens (all workers of a model share it). */
+  blockSize: number;
+  /** Indexes to keep true; a fresh TieredPrefixIndex by default. */
+  indexes?: TieredPrefixIndex;
+  /** The KV-cache group indexed for hybrid models (events of other groups are skipped). Default 0. */
+  kvCacheGroup?: number;
+  /** Called once per event with its outcome (counters, metrics). */
+  onApplied?: (workerId: number, dpRank: number, type: KvCacheEventType, status: ApplyStatus) => void;
+}
+
+export class KvEventApplier {
+  readonly indexes: TieredPrefixIndex;
+  readonly blockSize: number;
+  readonly kvCacheGroup: number;
+  readonly #onApplied: KvEventApplierOptions['onApplied'];
+
+  constructor(opts: KvEventApplierOptions) {
+    if (!Number.isInteger(opts.blockSize) || opts.blockSize < 1 || opts.blockSize > 1 << 20) {
+      throw new KvgateError('KVG_ERR_INVALID_BLOCK_SIZE', `block size must be an integer in [1, 1048576], got ${opts.blockSize}`, { blockSize: opts.blockSize });
+    }
+    this.blockSize = opts.blockSize;
+    this.indexes = opts.indexes ?? new TieredPrefixIndex();
+    this.kvCacheGroup = opts.kvCacheGroup ?? 0;
+    this.#onApplied = opts.onApplied;
+  }
+
+  /** Applies every decoded event of a batch in order; returns how many changed the index as meant. */
+  applyBatch(workerId: number, dpRank: number, batch: KvEventBatch): number {
+    let applied = 0;
+    for (const ev of batch.events) if (isAppliedStatus(this.applyEvent(workerId, dpRank, ev))) applied++;
+    return applied;
+  }
+
+  /** Applies one event. Never throws for event content; throws KvgateError only for an invalid slot. */
+  applyEvent(workerId: number, dpRank: number, ev: KvCacheEvent): ApplyStatus {
+    let status: ApplyStatus;
+    switch (ev.type) {
+      case 'stored':
+        status = this.#stored(workerId, dpRank, ev);
+        break;
+      case 'removed':
+        status = this.#removed(workerId, dpRank, ev);
+        break;
+      case 'cleared':
+        // Worker-wide for this publisher: every tier of this (worker, rank).
+        this.indexes.clearSlot(workerId, dpRank);
+        status = 'ok';
+        break;
+    }
+    this.#onApplied?.(workerId, dpRank, ev.type, status);
+    return status;
+  }
+
+  /** Drops every block of the slot in every tier (publisher restart, unrecoverable gap). */
+  clearSlot(workerId: number, dpRank: number): number {
+    return this.indexes.clearSlot(workerId, dpRank);
+  }
+
+  /** Forgets the slot in every tier (worker gone). */
+  removeSlot(workerId: number, dpRank: number): void {
+    this.indexes.removeWorkerDpRank(workerId, dpRank);
+  }
+
+  #stored(workerId: number, dpRank: number, ev: StoredBlocksEvent): ApplyStatus {
+    if (ev.groupIdx !== this.kvCacheGroup) return 'other_group';
+    if (ev.blockSize !== this.blockSize) return 'block_size_mismatch';
+    if (ev.loraId !== undefined && ev.loraId > 0 && ev.loraName === undefined) return 'unnamed_lora';
+    const truncated = ev.droppedBlocks > 0;
+    if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';
+    const local = blockHashes(ev.tokenIds, this.blockSize, { loraName: ev.loraName, cacheSalt: ev.cacheSalt, mmHashes: ev.mmHashes });
+    try {
+      this.indexes.get(ev.tier).applyStored(workerId, dpRank, ev.parentHash, ev.blockHashes, local);
+    } catch (err) {
+      if (isKvgateError(err, 'KVG_ERR_PARENT_BLOCK_NOT_FOUND')) return 'parent_not_found';
+      if (isKvgateError(err, 'KVG_ERR_INVALID_BLOCK_SEQUENCE')) return 'invalid_sequence';
+      throw err;
+    }
+    return truncated ? 'truncated' : 'ok';
+  }
+
+  #removed(workerId: number, dpRank: number, ev: RemovedBlocksEvent): ApplyStatus {
+    if (ev.groupIdx !== this.kvCacheGroup) return 'other_group';
+    const ix = this.indexes.peek(ev.tier);
+    if (ix === undefined) return ev.blockHashes.length === 0 ? 'ok' : 'not_found';
+    return ix.applyRemoved(workerId, dpRank, ev.blockHashes).missing === 0 ? 'ok' : 'not_found';
+  }
+}

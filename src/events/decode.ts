@@ -1,0 +1,299 @@
+/**
+ * Pure decoders from ZMQ frames and msgpack payloads to domain events.
+ *
+ * One decoder handles every flavour: vLLM tagged arrays of any length >= the
+ * oldest layout, vLLM tagged maps, SGLang's arrays (with its 8th element, a
+ * `{cache_salt}` map, in the slot where vLLM has `lora_name`) and SGLang's
+ * maps. Hashes are normalised to u64 (`BigInt.asUintN(64, x)`, so SGLang's
+ * signed int64 and old vLLM's negative Python hashes map bitwise), and digest
+ * bytes (vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0) fold to their last 8
+ * bytes big-endian, which is what vLLM itself sends in int mode.
+ *
+ * Nothing here throws on bad input: failures are `KvEventDecodeError` values.
+ * A failure of the whole payload rejects the batch; a failure of one event
+ * drops that event and keeps the others.
+ */
+import {
+  STORED_FIELDS, REMOVED_FIELDS, STORED_MIN_ARRAY_LENGTH, REMOVED_MIN_ARRAY_LENGTH,
+  arrayEventFields, decodeMsgpack, isWireMapEvent,
+} from './wire.js';
+import type {
+  DecodeResult, KvCacheEvent, KvEventDecodeError, DecodeErrorKind, StorageTier, StoredBlocksEvent, RemovedBlocksEvent,
+} from './types.js';
+
+/** `0xFFFFFFFFFFFFFFFF`: the replay end marker in the sequence frame. */
+export const REPLAY_END_SEQ = (1n << 64n) - 1n;
+const MAX_BLOCK_SIZE = 1 << 20;
+
+/** A message as it comes off a SUB socket (or a replay DEALER after its empty delimiter). */
+export interface SequencedPayload {
+  readonly seq: bigint;
+  readonly payload: Uint8Array;
+}
+
+export type FrameResult = { readonly ok: true; readonly value: SequencedPayload } | { readonly ok: false; readonly error: KvEventDecodeError };
+
+function fail(kind: DecodeErrorKind, message: string, eventIndex?: number): KvEventDecodeError {
+  return eventIndex === undefined ? { kind, message } : { kind, message, eventIndex };
+}
+
+/** Reads an 8-byte big-endian u64 sequence frame. */
+export function readSeq(frame: Uint8Array): bigint | undefined {
+  if (frame.byteLength !== 8) return undefined;
+  return new DataView(frame.buffer, frame.byteOffset, 8).getBigUint64(0, false);
+}
+
+/** Encodes a sequence number as the 8-byte big-endian frame. */
+export function encodeSeq(seq: bigint): Buffer {
+  const b = Buffer.allocUnsafe(8);
+  b.writeBigUInt64BE(BigInt.asUintN(64, seq));
+  return b;
+}
+
+/**
+ * Splits a 3-frame message: `[topic, seq, payload]` from the SUB socket, or
+ * `[empty delimiter, seq, payload]` as a replay DEALER receives it.
+ */
+export function parseEventFrames(frames: readonly Uint8Array[]): FrameResult {
+  if (frames.length !== 3) {
+    return { ok: false, error: fail('frame_count', `expected 3 frames, got ${frames.length}`) };
+  }
+  const seq = readSeq(frames[1]!);
+  if (seq === undefined) {
+    return { ok: false, error: fail('bad_sequence', `sequence frame has ${frames[1]!.byteLength} bytes, expected 8`) };
+  }
+  return { ok: true, value: { seq, payload: frames[2]! } };
+}
+
+/** vLLM/SGLang `medium` strings to tiers (Dynamo's mapping, spec 3.1); null/absent is the device. */
+const MEDIUM_TIERS: Readonly<Record<string, StorageTier>> = {
+  GPU: 'device', DEVICE: 'device', CUDA: 'device',
+  CPU: 'host_pinned', CPU_PINNED: 'host_pinned', CPU_TIER1: 'host_pinned', HOST: 'host_pinned',
+  CPU_TIER2: 'disk', DISK: 'disk', NVME: 'disk', SSD: 'disk',
+  EXTERNAL: 'external', NETWORK: 'external', REMOTE: 'external', SHARED: 'external',
+};
+
+export function mediumToTier(medium: unknown): StorageTier | undefined {
+  if (medium === null || medium === undefined) return 'device';
+  if (typeof medium !== 'string') return undefined;
+  return MEDIUM_TIERS[medium.toUpperCase()];
+}
+
+/** A wire hash as u64, or undefined when it is not a usable hash. */
+export function normaliseHash(value: unknown): bigint | undefined {
+  if (typeof value === 'bigint') return BigInt.asUintN(64, value);
+  if (typeof value === 'number') return Number.isSafeInteger(value) ? BigInt.asUintN(64, BigInt(value)) : undefined;
+  if (value instanceof Uint8Array) {
+    if (value.byteLength === 0) return undefined;
+    let h = 0n;
+    for (let i = Math.max(0, value.byteLength - 8); i < value.byteLength; i++) h = (h << 8n) | BigInt(value[i]!);
+    return h;
+  }
+  return undefined;
+}
+
+class EventError {
+  constructor(readonly kind: DecodeErrorKind, readonly message: string) {}
+}
+
+function hashList(value: unknown, field: string): BigUint64Array {
+  if (!Array.isArray(value)) throw new EventError('bad_event', `${field} is not an array`);
+  const out = new BigUint64Array(value.length);
+  for (let i = 0; i < value.length; i++) {
+    const h = normaliseHash(value[i]);
+    if (h === undefined) throw new EventError('bad_hash', `${field}[${i}] is not a block hash`);
+    out[i] = h;
+  }
+  return out;
+}
+
+function optionalInt(value: unknown, field: string): number | undefined {
+  if (value === null || value === undefined) return undefined;
+  if (typeof value === 'number' && Number.isSafeInteger(value)) return value;
+  if (typeof value === 'bigint' && value >= BigInt(Number.MIN_SAFE_INTEGER) && value <= BigInt(Number.MAX_SAFE_INTEGER)) return Number(value);
+  throw new EventError('bad_event', `${field} is not an integer`);
+}
+
+function optionalString(value: unknown, field: string): string | undefined {
+  if (value === null || value === undefined) return undefined;
+  if (typeof value === 'string') return value;
+  throw new EventError('bad_event', `${field} is not a string`);
+}
+
+function tierOf(value: unknown): StorageTier {
+  const tier = mediumToTier(value);
+  if (tier === undefined) throw new EventError('unknown_medium', `medium ${JSON.stringify(typeof value === 'bigint' ? String(value) : value)} has no storage tier`);
+  return tier;
+}
+
+function tokenArray(value: unknown): Uint32Array {
+  if (!Array.isArray(value)) throw new EventError('bad_event', 'token_ids is not an array');
+  const out = new Uint32Array(value.length);
+  for (let i = 0; i < value.length; i++) {
+    const t = value[i];
+    if (typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= 0xffffffff) out[i] = t;
+    else if (typeof t === 'bigint' && t >= 0n && t <= 0xffffffffn) out[i] = Number(t);
+    else if (Array.isArray(t)) throw new EventError('bad_event', 'token_ids holds pairs (speculative bigram events are not supported)');
+    else throw new EventError('bad_event', `token_ids[${i}] is not a u32 token id`);
+  }
+  return out;
+}
+
+const HEX64 = /^[0-9a-fA-F]{64}$/;
+
+/**
+ * vLLM `extra_keys`: one entry per block (a tuple or nil). Entries that are
+ * 64-hex-digit digests are multimodal content hashes; Dynamo's rule (spec 3.1)
+ * makes the first 16 hex digits a u64 mm hash. Other entries (the LoRA name,
+ * which we already mix into the seed, cache_salt, prompt-embeds digests) are
+ * not reproducible from the event and are ignored.
+ */
+function mmHashesOf(value: unknown, blocks: number): (bigint[] | undefined)[] | undefined {
+  if (!Array.isArray(value)) return undefined;
+  let out: (bigint[] | undefined)[] | undefined;
+  const visit = (v: unknown, block: number, depth: number): void => {
+    if (typeof v === 'string' && HEX64.test(v)) {
+      out ??= new Array<bigint[] | undefined>(blocks).fill(undefined);
+      (out[block] ??= []).push(BigInt(`0x${v.slice(0, 16)}`));
+    } else if (Array.isArray(v) && depth < 2) {
+      for (const x of v) visit(x, block, depth + 1);
+    }
+  };
+  for (let i = 0; i < value.length && i < blocks; i++) visit(value[i], i, 0);
+  return out;
+}
+
+function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredBlocksEvent {
+  const hashes = hashList(f.block_hashes, 'block_hashes');
+  const parentRaw = f.parent_block_hash;
+  let parentHash: bigint | null = null;
+  if (parentRaw !== null && parentRaw !== undefined) {
+    const p = normaliseHash(parentRaw);
+    if (p === undefined) throw new EventError('bad_hash', 'parent_block_hash is not a block hash');
+    parentHash = p;
+  }
+  const blockSize = f.block_size;
+  if (typeof blockSize !== 'number' || !Number.isInteger(blockSize) || blockSize < 1 || blockSize > MAX_BLOCK_SIZE) {
+    throw new EventError('bad_event', `block_size ${String(blockSize)} is not an integer in [1, ${MAX_BLOCK_SIZE}]`);
+  }
+  let tokens = tokenArray(f.token_ids);
+  if (tokens.length > hashes.length * blockSize) {
+    throw new EventError('bad_event', `token_ids has ${tokens.length} tokens, more than ${hashes.length} blocks of ${blockSize}`);
+  }
+  // Fewer tokens than blocks: keep the leading full blocks (Dynamo's publisher
+  // stops at the first partial block); the rest cannot be hashed.
+  const blocks = Math.floor(tokens.length / blockSize);
+  let blockHashes = hashes;
+  if (blocks < hashes.length) {
+    blockHashes = hashes.slice(0, blocks);
+    tokens = tokens.subarray(0, blocks * blockSize);
+  }
+  let cacheSalt = optionalString(f.cache_salt, 'cache_salt');
+  if (isWireMapEvent(sglangExtra)) cacheSalt ??= optionalString(sglangExtra.cache_salt, 'cache_salt');
+  return {
+    type: 'stored',
+    tier: tierOf(f.medium),
+    parentHash,
+    blockHashes,
+    tokenIds: tokens,
+    blockSize,
+    droppedBlocks: hashes.length - blocks,
+    loraName: optionalString(f.lora_name, 'lora_name') || undefined,
+    loraId: optionalInt(f.lora_id, 'lora_id'),
+    cacheSalt: cacheSalt || undefined,
+    mmHashes: mmHashesOf(f.extra_keys, blocks),
+    groupIdx: optionalInt(f.group_idx, 'group_idx') ?? 0,
+  };
+}
+
+function decodeRemoved(f: Record<string, unknown>): RemovedBlocksEvent {
+  return {
+    type: 'removed',
+    tier: tierOf(f.medium),
+    blockHashes: hashList(f.block_hashes, 'block_hashes'),
+    groupIdx: optionalInt(f.group_idx, 'group_idx') ?? 0,
+  };
+}
+
+const CLEARED: KvCacheEvent = Object.freeze({ type: 'cleared' });
+
+function decodeEvent(ev: unknown): KvCacheEvent {
+  if (Array.isArray(ev)) {
+    const tag = ev[0];
+    if (typeof tag !== 'string') throw new EventError('bad_event', 'event array does not start with a tag string');
+    switch (tag) {
+      case 'BlockStored': {
+        if (ev.length < STORED_MIN_ARRAY_LENGTH) throw new EventError('bad_event', `BlockStored array has ${ev.length} elements, expected >= ${STORED_MIN_ARRAY_LENGTH}`);
+        const f = arrayEventFields(ev, STORED_FIELDS);
+        // SGLang puts a `{cache_salt}` map where vLLM has `lora_name`.
+        let extra: unknown;
+        if (isWireMapEvent(f.lora_name)) {
+          extra = f.lora_name;
+          delete f.lora_name;
+        }
+        return decodeStored(f, extra);
+      }
+      case 'BlockRemoved':
+        if (ev.length < REMOVED_MIN_ARRAY_LENGTH) throw new EventError('bad_event', `BlockRemoved array has ${ev.length} elements, expected >= ${REMOVED_MIN_ARRAY_LENGTH}`);
+        return decodeRemoved(arrayEventFields(ev, REMOVED_FIELDS));
+      case 'AllBlocksCleared':
+        return CLEARED;
+      default:
+        throw new EventError('unknown_tag', `unknown event tag ${JSON.stringify(tag.slice(0, 64))}`);
+    }
+  }
+  if (isWireMapEvent(ev)) {
+    const tag = ev.type;
+    if (typeof tag !== 'string') throw new EventError('bad_event', 'event map has no string "type"');
+    switch (tag) {
+      case 'BlockStored':
+        if (!('block_hashes' in ev) || !('token_ids' in ev) || !('block_size' in ev)) {
+          throw new EventError('bad_event', 'BlockStored map lacks block_hashes, token_ids or block_size');
+        }
+        return decodeStored(ev, undefined);
+      case 'BlockRemoved':
+        if (!('block_hashes' in ev)) throw new EventError('bad_event', 'BlockRemoved map lacks block_hashes');
+        return decodeRemoved(ev);
+      case 'AllBlocksCleared':
+        return CLEARED;
+      default:
+        throw new EventError('unknown_tag', `unknown event tag ${JSON.stringify(tag.slice(0, 64))}`);
+    }
+  }
+  throw new EventError('bad_event', 'event is neither a tagged array nor a tagged map');
+}
+
+/** Decodes one msgpack `KVEventBatch` payload. Never throws. */
+export function decodeKvEventBatch(payload: Uint8Array): DecodeResult {
+  let raw: unknown;
+  try {
+    raw = decodeMsgpack(payload);
+  } catch (err) {
+    return { ok: false, error: fail('msgpack', `payload is not msgpack: ${err instanceof Error ? err.message : String(err)}`) };
+  }
+  if (!Array.isArray(raw) || raw.length < 2) return { ok: false, error: fail('batch_shape', 'payload is not an array [ts, events, dp_rank?]') };
+  const [tsRaw, eventsRaw, rankRaw] = raw as unknown[];
+  let ts: number;
+  if (typeof tsRaw === 'number') ts = tsRaw;
+  else if (typeof tsRaw === 'bigint') ts = Number(tsRaw);
+  else return { ok: false, error: fail('batch_shape', 'batch ts is not a number') };
+  if (!Array.isArray(eventsRaw)) return { ok: false, error: fail('batch_shape', 'batch events is not an array') };
+  let dpRank: number | null = null;
+  if (rankRaw !== null && rankRaw !== undefined) {
+    if (typeof rankRaw !== 'number' || !Number.isInteger(rankRaw) || rankRaw < 0 || rankRaw > 0xffff) {
+      return { ok: false, error: fail('batch_shape', `batch dp rank ${String(rankRaw)} is not an integer in [0, 65535]`) };
+    }
+    dpRank = rankRaw;
+  }
+  const events: KvCacheEvent[] = [];
+  const errors: KvEventDecodeError[] = [];
+  for (let i = 0; i < eventsRaw.length; i++) {
+    try {
+      events.push(decodeEvent(eventsRaw[i]));
+    } catch (err) {
+      if (err instanceof EventError) errors.push(fail(err.kind, err.message, i));
+      else errors.push(fail('bad_event', err instanceof Error ? err.message : String(err), i));
+    }
+  }
+  return { ok: true, batch: { ts, dpRank, events, errors } };
+}

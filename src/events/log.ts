@@ -1,0 +1,39 @@
+/**
+ * The logging surface of src/events: a pino-compatible `warn(fields, msg)`,
+ * and a throttle so a worker spewing garbage cannot flood the log. Counters
+ * (stats.ts) stay exact; only log lines are thinned.
+ */
+import type { Clock } from '../core/clock.js';
+
+/** What src/events needs from a logger; a pino `Logger` satisfies it. */
+export interface EventLog {
+  warn(fields: Record<string, unknown>, msg: string): void;
+}
+
+export const silentLog: EventLog = { warn: () => {} };
+
+/** Logs the first occurrence of a key, then at most one line per `intervalMs` carrying the suppressed count. */
+export class ThrottledLog {
+  readonly #log: EventLog;
+  readonly #clock: Clock;
+  readonly #intervalMs: number;
+  readonly #last = new Map<string, { at: number; suppressed: number }>();
+
+  constructor(log: EventLog, clock: Clock, intervalMs: number) {
+    this.#log = log;
+    this.#clock = clock;
+    this.#intervalMs = intervalMs;
+  }
+
+  warn(key: string, fields: Record<string, unknown>, msg: string): void {
+    const now = this.#clock.now();
+    const prev = this.#last.get(key);
+    if (prev !== undefined && now - prev.at < this.#intervalMs) {
+      prev.suppressed++;
+      return;
+    }
+    const suppressed = prev?.suppressed ?? 0;
+    this.#last.set(key, { at: now, suppressed: 0 });
+    this.#log.warn(suppressed > 0 ? { ...fields, suppressed } : fields, msg);
+  }
+}

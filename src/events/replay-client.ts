@@ -1,0 +1,100 @@
+/**
+ * Client of a vLLM/SGLang replay endpoint (a ZMQ ROUTER), over a DEALER.
+ *
+ * Request: `[<empty>, start_seq u64 BE]` (a DEALER must send the empty
+ * delimiter a REQ socket would add). Reply: one `[<empty>, seq, payload]` per
+ * buffered batch with seq >= start, then `[<empty>, 0xFFFFFFFFFFFFFFFF, b""]`.
+ * A DEALER, not a REQ, because one request gets many replies.
+ *
+ * Requests are serialised: a late reply to an abandoned request would be
+ * mistaken for the next one, so a request that times out also closes the
+ * socket, and the next request opens a fresh one.
+ */
+import { Dealer } from 'zeromq';
+import { KvgateError } from '../errors/index.js';
+import { REPLAY_END_SEQ, encodeSeq, parseEventFrames, type SequencedPayload } from './decode.js';
+import type { ReplayResult, ReplaySource } from './event-stream.js';
+import type { KvEventDecodeError } from './types.js';
+
+export interface ZmqReplayClientOptions {
+  /** Longest wait for the next reply message (and for sending the request), ms. Default 2000. */
+  timeoutMs?: number;
+  /** Replies beyond this many batches fail the request (a publisher that never ends). Default 1,000,000. */
+  maxBatches?: number;
+}
+
+const EMPTY = Buffer.alloc(0);
+
+export class ZmqReplayClient implements ReplaySource {
+  readonly endpoint: string;
+  readonly #timeoutMs: number;
+  readonly #maxBatches: number;
+  #dealer: Dealer | undefined;
+  #queue: Promise<unknown> = Promise.resolve();
+  #closed = false;
+
+  constructor(endpoint: string, opts: ZmqReplayClientOptions = {}) {
+    this.endpoint = endpoint;
+    this.#timeoutMs = opts.timeoutMs ?? 2000;
+    this.#maxBatches = opts.maxBatches ?? 1_000_000;
+  }
+
+  /**
+   * Every buffered batch with seq >= `fromSeq`, in publisher order.
+   * @throws KvgateError KVG_ERR_KV_EVENT_REPLAY on timeout, socket error or close.
+   */
+  replay(fromSeq: bigint): Promise<ReplayResult> {
+    const run = this.#queue.then(() => this.#request(fromSeq));
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+
+  async #request(fromSeq: bigint): Promise<ReplayResult> {
+    if (this.#closed) throw this.#error(fromSeq, 'client closed');
+    const dealer = (this.#dealer ??= this.#open());
+    const batches: SequencedPayload[] = [];
+    const errors: KvEventDecodeError[] = [];
+    try {
+      await dealer.send([EMPTY, encodeSeq(fromSeq)]);
+      for (;;) {
+        const frames = await dealer.receive();
+        const r = parseEventFrames(frames);
+        if (!r.ok) {
+          errors.push(r.error);
+          continue;
+        }
+        if (r.value.seq === REPLAY_END_SEQ) return { batches, errors };
+        batches.push(r.value);
+        if (batches.length > this.#maxBatches) throw new Error(`more than ${this.#maxBatches} batches`);
+      }
+    } catch (err) {
+      this.#discard();
+      if (this.#closed) throw this.#error(fromSeq, 'client closed');
+      const code = (err as { code?: unknown }).code;
+      throw this.#error(fromSeq, code === 'EAGAIN' ? `no reply within ${this.#timeoutMs} ms` : err instanceof Error ? err.message : String(err), err);
+    }
+  }
+
+  #open(): Dealer {
+    const d = new Dealer({ linger: 0, receiveTimeout: this.#timeoutMs, sendTimeout: this.#timeoutMs });
+    d.connect(this.endpoint);
+    return d;
+  }
+
+  #discard(): void {
+    const d = this.#dealer;
+    this.#dealer = undefined;
+    if (d !== undefined && !d.closed) d.close();
+  }
+
+  #error(fromSeq: bigint, why: string, cause?: unknown): KvgateError {
+    return new KvgateError('KVG_ERR_KV_EVENT_REPLAY', `KV event replay from ${this.endpoint} (seq ${fromSeq}) failed: ${why}`,
+      { endpoint: this.endpoint, fromSeq: String(fromSeq) }, cause === undefined ? undefined : { cause });
+  }
+
+  /** Closes the socket; a request in flight rejects. Idempotent. */
+  close(): void {
+    this.#closed = true;
+    this.#discard();
+  }
+}

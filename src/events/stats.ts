@@ -1,0 +1,199 @@
+/**
+ * Observation hooks of KV-event ingestion, and plain counters built on them.
+ *
+ * src/events does not know prom-client: the metrics layer either reads
+ * `KvEventCounters.snapshot()` on scrape, or passes its own hooks and labels
+ * them as it likes. Hooks run synchronously on the ingestion path, so they
+ * must be cheap and must not throw.
+ */
+import { APPLY_STATUSES, type ApplyStatus } from './applier.js';
+import { DECODE_ERROR_KINDS, type DecodeErrorKind, type KvCacheEventType, type KvEventDecodeError } from './types.js';
+
+/** Where a batch came from: the live SUB stream or a replay reply. */
+export type BatchOrigin = 'live' | 'replay';
+
+/**
+ * How a replay ended:
+ * - `recovered`: every missing batch came back.
+ * - `incomplete`: the engine's buffer no longer held some of them; the slot was reset.
+ * - `failed`: no answer (timeout, socket error); the slot was reset when it had state.
+ */
+export type ReplayOutcome = 'recovered' | 'incomplete' | 'failed';
+
+/**
+ * Why a slot's index was dropped:
+ * - `restart`: the publisher's sequence went backwards (a restarted engine).
+ * - `gap_without_replay`: batches were lost and no replay endpoint is configured.
+ * - `replay_failed` / `replay_incomplete`: see ReplayOutcome.
+ */
+export type ResetReason = 'restart' | 'gap_without_replay' | 'replay_failed' | 'replay_incomplete';
+
+/** A decode failure with the (worker, rank) it came from. */
+export interface DecodeErrorReport extends KvEventDecodeError {
+  readonly workerId: number;
+  readonly dpRank: number;
+  /** Sequence number of the batch, when the frames got that far. */
+  readonly seq: bigint | undefined;
+}
+
+export interface KvEventHooks {
+  /** A message with a valid sequence number reached the slot. */
+  onBatch?(workerId: number, dpRank: number, origin: BatchOrigin): void;
+  /** One event was applied (or refused) with this status. */
+  onApplied?(workerId: number, dpRank: number, type: KvCacheEventType, status: ApplyStatus): void;
+  onDecodeError?(report: DecodeErrorReport): void;
+  /** A live batch arrived with `got > expected`. */
+  onGap?(workerId: number, dpRank: number, expected: bigint, got: bigint): void;
+  /** A batch at or below the cursor (already applied) was skipped. */
+  onStale?(workerId: number, dpRank: number, seq: bigint): void;
+  /** A replay finished; `batches` is how many replayed batches were applied. */
+  onReplay?(workerId: number, dpRank: number, outcome: ReplayOutcome, batches: number): void;
+  /** The slot's index was dropped; `blocks` is how many blocks it held. */
+  onReset?(workerId: number, dpRank: number, reason: ResetReason, blocks: number): void;
+  /** A live batch was dropped because too many were queued behind a replay. */
+  onPendingOverflow?(workerId: number, dpRank: number, seq: bigint): void;
+}
+
+/** Calls every hook set in order. */
+export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks {
+  const hs = all.filter((h): h is KvEventHooks => h !== undefined);
+  if (hs.length === 1) return hs[0]!;
+  return {
+    onBatch: (w, r, o) => { for (const h of hs) h.onBatch?.(w, r, o); },
+    onApplied: (w, r, t, s) => { for (const h of hs) h.onApplied?.(w, r, t, s); },
+    onDecodeError: (rep) => { for (const h of hs) h.onDecodeError?.(rep); },
+    onGap: (w, r, e, g) => { for (const h of hs) h.onGap?.(w, r, e, g); },
+    onStale: (w, r, s) => { for (const h of hs) h.onStale?.(w, r, s); },
+    onReplay: (w, r, o, b) => { for (const h of hs) h.onReplay?.(w, r, o, b); },
+    onReset: (w, r, why, b) => { for (const h of hs) h.onReset?.(w, r, why, b); },
+    onPendingOverflow: (w, r, s) => { for (const h of hs) h.onPendingOverflow?.(w, r, s); },
+  };
+}
+
+/** Counters of one (worker, rank). */
+export interface SlotCounters {
+  batches: number;
+  /** Events whose status left the index as the engine meant (ok, truncated, not_found). */
+  eventsApplied: number;
+  /** Events refused (parent_not_found, block_size_mismatch, ...). */
+  eventsRefused: number;
+  decodeErrors: number;
+  gaps: number;
+  replays: number;
+  resets: number;
+}
+
+export interface KvEventCountersSnapshot {
+  batches: Record<BatchOrigin, number>;
+  /** Events by type and status. */
+  events: Record<KvCacheEventType, Record<ApplyStatus, number>>;
+  decodeErrors: Record<DecodeErrorKind, number>;
+  gaps: number;
+  staleBatches: number;
+  replays: Record<ReplayOutcome, number>;
+  replayedBatches: number;
+  resets: Record<ResetReason, number>;
+  pendingOverflow: number;
+  /** Per `"workerId:dpRank"`. */
+  slots: Record<string, SlotCounters>;
+}
+
+function zeros<K extends string>(keys: readonly K[]): Record<K, number> {
+  const out = {} as Record<K, number>;
+  for (const k of keys) out[k] = 0;
+  return out;
+}
+
+const ORIGINS: readonly BatchOrigin[] = ['live', 'replay'];
+const OUTCOMES: readonly ReplayOutcome[] = ['recovered', 'incomplete', 'failed'];
+const RESETS: readonly ResetReason[] = ['restart', 'gap_without_replay', 'replay_failed', 'replay_incomplete'];
+
+/** Counts everything the hooks report; `snapshot()` returns a deep copy. */
+export class KvEventCounters implements KvEventHooks {
+  #s: KvEventCountersSnapshot = KvEventCounters.#empty();
+  readonly #slots = new Map<string, SlotCounters>();
+
+  static #empty(): KvEventCountersSnapshot {
+    return {
+      batches: zeros(ORIGINS),
+      events: { stored: zeros(APPLY_STATUSES), removed: zeros(APPLY_STATUSES), cleared: zeros(APPLY_STATUSES) },
+      decodeErrors: zeros(DECODE_ERROR_KINDS),
+      gaps: 0,
+      staleBatches: 0,
+      replays: zeros(OUTCOMES),
+      replayedBatches: 0,
+      resets: zeros(RESETS),
+      pendingOverflow: 0,
+      slots: {},
+    };
+  }
+
+  #slot(workerId: number, dpRank: number): SlotCounters {
+    const key = `${workerId}:${dpRank}`;
+    let s = this.#slots.get(key);
+    if (s === undefined) {
+      s = { batches: 0, eventsApplied: 0, eventsRefused: 0, decodeErrors: 0, gaps: 0, replays: 0, resets: 0 };
+      this.#slots.set(key, s);
+    }
+    return s;
+  }
+
+  onBatch(workerId: number, dpRank: number, origin: BatchOrigin): void {
+    this.#s.batches[origin]++;
+    this.#slot(workerId, dpRank).batches++;
+  }
+
+  onApplied(workerId: number, dpRank: number, type: KvCacheEventType, status: ApplyStatus): void {
+    this.#s.events[type][status]++;
+    const s = this.#slot(workerId, dpRank);
+    if (status === 'ok' || status === 'truncated' || status === 'not_found') s.eventsApplied++;
+    else s.eventsRefused++;
+  }
+
+  onDecodeError(report: DecodeErrorReport): void {
+    this.#s.decodeErrors[report.kind]++;
+    this.#slot(report.workerId, report.dpRank).decodeErrors++;
+  }
+
+  onGap(workerId: number, dpRank: number): void {
+    this.#s.gaps++;
+    this.#slot(workerId, dpRank).gaps++;
+  }
+
+  onStale(): void {
+    this.#s.staleBatches++;
+  }
+
+  onReplay(workerId: number, dpRank: number, outcome: ReplayOutcome, batches: number): void {
+    this.#s.replays[outcome]++;
+    this.#s.replayedBatches += batches;
+    this.#slot(workerId, dpRank).replays++;
+  }
+
+  onReset(workerId: number, dpRank: number, reason: ResetReason): void {
+    this.#s.resets[reason]++;
+    this.#slot(workerId, dpRank).resets++;
+  }
+
+  onPendingOverflow(): void {
+    this.#s.pendingOverflow++;
+  }
+
+  /** Counters of one slot (zeros if it never reported anything). */
+  slot(workerId: number, dpRank = 0): SlotCounters {
+    return { ...this.#slot(workerId, dpRank) };
+  }
+
+  /** Total events by status over all types, applied and refused. */
+  get eventsTotal(): number {
+    let n = 0;
+    for (const byStatus of Object.values(this.#s.events)) for (const v of Object.values(byStatus)) n += v;
+    return n;
+  }
+
+  snapshot(): KvEventCountersSnapshot {
+    const copy = structuredClone(this.#s);
+    for (const [k, v] of this.#slots) copy.slots[k] = { ...v };
+    return copy;
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * A ZMQ SUB socket on one engine publisher (one worker's dp rank), feeding
+ * its `KvEventStream`, with an optional replay client.
+ *
+ * The SUB connects (engines bind their PUB) and subscribes to the topic
+ * prefix; ZMQ reconnects by itself when the engine restarts, and the stream
+ * notices the restart from the sequence numbers. `close()` closes both
+ * sockets and resolves once the receive loop has ended.
+ */
+import { Subscriber } from 'zeromq';
+import { KvgateError } from '../errors/index.js';
+import type { Clock } from '../core/clock.js';
+import type { KvEventApplier } from './applier.js';
+import { KvEventStream } from './event-stream.js';
+import type { EventLiveness } from './liveness.js';
+import { silentLog, type EventLog } from './log.js';
+import { ZmqReplayClient } from './replay-client.js';
+import type { KvEventHooks } from './stats.js';
+
+/** Where one (worker, dp rank) publishes. */
+export interface KvEventSource {
+  workerId: number;
+  dpRank: number;
+  /** The engine's PUB endpoint as the router reaches it, e.g. `tcp://10.0.0.5:5557` (see `dpRankEndpoint`). */
+  endpoint: string;
+  /** The engine's replay ROUTER endpoint, e.g. `tcp://10.0.0.5:5558`; without it gaps clear the slot. */
+  replayEndpoint?: string | undefined;
+  /** Topic prefix to subscribe to; "" (every message) by default. */
+  topic?: string | undefined;
+}
+
+export interface KvEventSubscriberOptions {
+  applier: KvEventApplier;
+  hooks?: KvEventHooks | undefined;
+  liveness?: EventLiveness | undefined;
+  log?: EventLog | undefined;
+  clock?: Clock | undefined;
+  /** Per reply message, ms. Default 2000. */
+  replayTimeoutMs?: number | undefined;
+  /** SUB receive high-water mark in messages. Default 100000 (vLLM's PUB default). */
+  receiveHighWaterMark?: number | undefined;
+  maxPendingBatches?: number | undefined;
+  logIntervalMs?: number | undefined;
+}
+
+export class KvEventSubscriber {
+  readonly source: Readonly<KvEventSource>;
+  readonly stream: KvEventStream;
+  readonly #sub: Subscriber;
+  readonly #replay: ZmqReplayClient | undefined;
+  readonly #log: EventLog;
+  #loop: Promise<void> | undefined;
+  #closing: Promise<void> | undefined;
+
+  /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid worker id, rank or endpoint. */
+  constructor(source: KvEventSource, opts: KvEventSubscriberOptions) {
+    const { workerId, dpRank, endpoint } = source;
+    if (!Number.isSafeInteger(workerId) || workerId < 0 || !Number.isInteger(dpRank) || dpRank < 0 || dpRank > 0xffff) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `invalid KV event source (worker ${workerId}, dp rank ${dpRank})`, { workerId, dpRank });
+    }
+    if (typeof endpoint !== 'string' || !/^(tcp|ipc|inproc):\/\/./.test(endpoint)) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `KV event endpoint ${JSON.stringify(endpoint)} is not a tcp://, ipc:// or inproc:// address`, { workerId, dpRank });
+    }
+    this.source = Object.freeze({ ...source });
+    this.#log = opts.log ?? silentLog;
+    this.#replay = source.replayEndpoint ? new ZmqReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs ?? 2000 }) : undefined;
+    this.stream = new KvEventStream({
+      workerId,
+      dpRank,
+      applier: opts.applier,
+      replay: this.#replay,
+      hooks: opts.hooks,
+      liveness: opts.liveness,
+      log: opts.log,
+      clock: opts.clock,
+      maxPendingBatches: opts.maxPendingBatches,
+      logIntervalMs: opts.logIntervalMs,
+    });
+    this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark ?? 100_000 });
+  }
+
+  /** Connects, subscribes and starts receiving. Idempotent. */
+  start(): void {
+    if (this.#loop !== undefined || this.#closing !== undefined) return;
+    this.#sub.connect(this.source.endpoint);
+    this.#sub.subscribe(this.source.topic ?? '');
+    this.#loop = this.#receive();
+  }
+
+  async #receive(): Promise<void> {
+    const { workerId, dpRank, endpoint } = this.source;
+    try {
+      for await (const frames of this.#sub) {
+        try {
+          this.stream.onFrames(frames);
+        } catch (err) {
+          // A bug on the apply path must not stop the subscription of this worker.
+          this.#log.warn({ workerId, dpRank, err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
+        }
+      }
+    } catch (err) {
+      if (!this.#sub.closed) this.#log.warn({ workerId, dpRank, endpoint, err: err instanceof Error ? err.message : String(err) }, 'KV event subscription ended');
+    }
+  }
+
+  /** Closes the SUB and replay sockets and waits for the receive loop. Idempotent. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.stream.close();
+      this.#replay?.close();
+      if (!this.#sub.closed) this.#sub.close();
+      await this.#loop;
+    })();
+    return this.#closing;
+  }
+}

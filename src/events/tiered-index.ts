@@ -1,0 +1,61 @@
+/**
+ * One `PrefixIndex` per storage tier. The device tier is what prefix-cache
+ * hits are made of; host-pinned, disk and external tiers (vLLM's offloading
+ * connector, SGLang's hierarchical cache) are kept apart so the scheduler can
+ * weight a block by how far it is from the GPU. Non-device tiers are created
+ * on first use.
+ */
+import { PrefixIndex } from '../wasm/index.js';
+import { STORAGE_TIERS, type StorageTier } from './types.js';
+
+export class TieredPrefixIndex {
+  readonly #tiers = new Map<StorageTier, PrefixIndex>();
+
+  /** `device` lets the router share an index it already owns. */
+  constructor(device?: PrefixIndex) {
+    this.#tiers.set('device', device ?? new PrefixIndex());
+  }
+
+  get device(): PrefixIndex {
+    return this.#tiers.get('device')!;
+  }
+
+  /** The tier's index, created on first use. */
+  get(tier: StorageTier): PrefixIndex {
+    let ix = this.#tiers.get(tier);
+    if (ix === undefined) this.#tiers.set(tier, (ix = new PrefixIndex()));
+    return ix;
+  }
+
+  /** The tier's index if anything was ever stored in it. */
+  peek(tier: StorageTier): PrefixIndex | undefined {
+    return this.#tiers.get(tier);
+  }
+
+  /** Tiers that have an index, in STORAGE_TIERS order. */
+  tiers(): StorageTier[] {
+    return STORAGE_TIERS.filter((t) => this.#tiers.has(t));
+  }
+
+  /** Drops every block of one (worker, rank) in every tier; returns blocks removed. */
+  clearSlot(workerId: number, dpRank: number): number {
+    let removed = 0;
+    for (const ix of this.#tiers.values()) removed += ix.clearSlot(workerId, dpRank);
+    return removed;
+  }
+
+  /** Forgets one (worker, rank) in every tier (blocks and slot). */
+  removeWorkerDpRank(workerId: number, dpRank: number): void {
+    for (const ix of this.#tiers.values()) ix.removeWorkerDpRank(workerId, dpRank);
+  }
+
+  /** Blocks one (worker, rank) holds in a tier. */
+  blockCount(workerId: number, dpRank: number, tier: StorageTier = 'device'): number {
+    return this.#tiers.get(tier)?.blockCount(workerId, dpRank) ?? 0;
+  }
+
+  /** Releases WASM memory of every tier (including a device index passed in). */
+  dispose(): void {
+    for (const ix of this.#tiers.values()) ix.dispose();
+  }
+}
