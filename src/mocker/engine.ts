@@ -1,0 +1,573 @@
+/**
+ * EngineCore: one simulated vLLM-style engine (one data-parallel rank), pure and
+ * clock-driven. No timers and no I/O: callers pass `now` (ms) and run
+ * `step(now)` whenever the previous step's duration has elapsed, in real time
+ * (RealtimeEngine) or virtual time (VirtualEngine).
+ *
+ * One step = one scheduler iteration of vLLM V1:
+ *   1. running requests first, in order: each gets the tokens it still needs
+ *      (1 when decoding; a chunk of the prompt when prefilling), within the
+ *      token budget `maxNumBatchedTokens`; when the cache cannot hold the new
+ *      tokens, the most recently admitted running request is preempted
+ *      (its blocks are released, it goes back to the head of the queue and is
+ *      recomputed later; cached blocks it released may serve it again);
+ *   2. if nothing was preempted, waiting requests are admitted in FIFO order
+ *      while `maxNumSeqs`, the budget and the cache allow: the prefix cache is
+ *      looked up (at most floor((tokens - 1) / blockSize) blocks, as vLLM keeps
+ *      one token to compute), the rest is allocated, and prefill starts
+ *      (chunked when it exceeds the budget);
+ *   3. the step's duration comes from the timing model over what was
+ *      scheduled, divided by `speedup`; its effects (computed tokens, newly
+ *      cached full blocks with their BlockStored events, one sampled token per
+ *      request that reached the end of its known tokens, finished requests)
+ *      are returned at once and are meant to become visible at now + duration.
+ *
+ * Hashes: prompt blocks are hashed with `promptHashes` (the router's local and
+ * chained sequence hashes, XXH3 seed 1337 + LoRA/salt); generated blocks are
+ * chained the same way as they fill. The KV cache is keyed by sequence hash.
+ * KV events carry engine block hashes = XXH3-64(sequence hash as 8 bytes LE,
+ * seed = engineHashSeed): opaque uint64 values that differ per engine seed, so
+ * a router must rebuild its own hashes from `token_ids`, as with real vLLM.
+ *
+ * P/D: a request with `remotePrefill` gets its prompt's KV from elsewhere: on
+ * admission its blocks are allocated and it waits `transferMs` (isl x
+ * kvBytesPerToken / bandwidth / speedup, uncached tokens only), then all but
+ * the last prompt token count as computed. A request with `holdBlocksMs` keeps
+ * its blocks after finishing until `pullHeld` or the lease ends (vLLM's NIXL
+ * prefill side).
+ */
+import { blockHashes, promptHashes, xxh3 } from '../wasm/index.js';
+import { seededRng, type Rng } from '../core/clock.js';
+import { KvgateError } from '../errors/index.js';
+import { KvBlockPool, type Block } from './kv-cache.js';
+import type { PrefillWork, TimingModel } from './timing.js';
+
+/** A KV event in engine terms; the publisher encodes it for the wire. */
+export type KvEvent =
+  | {
+      type: 'stored';
+      /** Engine hashes (uint64) of the stored full blocks, oldest first. */
+      blockHashes: bigint[];
+      /** Engine hash of the block before the first one; null at the root. */
+      parentBlockHash: bigint | null;
+      /** Tokens of all stored blocks, blockSize per block. */
+      tokenIds: number[];
+      blockSize: number;
+      loraName: string | null;
+      cacheSalt: string | null;
+    }
+  | { type: 'removed'; blockHashes: bigint[] }
+  | { type: 'cleared' };
+
+export interface EngineCoreOptions {
+  numGpuBlocks: number;
+  blockSize: number;
+  maxNumBatchedTokens: number;
+  maxNumSeqs: number;
+  /** Timing-model milliseconds are divided by this. */
+  speedup: number;
+  timing: TimingModel;
+  /** Seed of the opaque engine block hashes (uint64). */
+  engineHashSeed: bigint;
+  /** Token ids generation draws from, uniformly. */
+  sampleTokenIds: Uint32Array;
+  /** KV bytes per token, for transfer delays. */
+  kvBytesPerToken: number;
+  /** KV transfer bandwidth in bytes per second. */
+  kvTransferBandwidth: number;
+}
+
+export interface CoreRequest {
+  id: string;
+  promptTokens: readonly number[] | Uint32Array;
+  /** Exactly this many tokens are generated (the simulated model never stops early). */
+  maxTokens: number;
+  /** Seed of this request's generated tokens. */
+  seed: number;
+  loraName?: string | undefined;
+  cacheSalt?: string | undefined;
+  /** The prompt's KV arrives from a prefill engine instead of being computed. */
+  remotePrefill?: boolean | undefined;
+  /** Keep the blocks this long after finishing, for a remote decode to pull. */
+  holdBlocksMs?: number | undefined;
+}
+
+export interface TokenOutput {
+  requestId: string;
+  tokenId: number;
+  /** 0-based position among the request's generated tokens. */
+  index: number;
+}
+
+export interface AdmittedRequest {
+  requestId: string;
+  /** Prompt tokens served from the prefix cache at first admission. */
+  cachedTokens: number;
+  /** Time from add to first admission, ms. */
+  queuedMs: number;
+}
+
+export interface FinishedRequest {
+  requestId: string;
+  reason: 'length';
+  promptTokens: number;
+  outputTokens: number;
+  cachedTokens: number;
+  /** Block ids kept for a remote decode (holdBlocksMs), else undefined. */
+  heldBlockIds: number[] | undefined;
+}
+
+export interface StepResult {
+  startedAt: number;
+  /** Wall or virtual ms this step takes (timing model / speedup); 0 when nothing was scheduled. */
+  durationMs: number;
+  /** The timing model left its measured range for this step. */
+  extrapolated: boolean;
+  scheduledTokens: number;
+  prefillTokens: number;
+  decodeSequences: number;
+  outputs: TokenOutput[];
+  admitted: AdmittedRequest[];
+  finished: FinishedRequest[];
+  preempted: string[];
+  kvEvents: KvEvent[];
+}
+
+export interface EngineCoreStats {
+  running: number;
+  waiting: number;
+  /** Requests waiting for their remote prefill's KV transfer. */
+  transferring: number;
+  kvUsage: number;
+  activeBlocks: number;
+  cachedBlocks: number;
+  freeBlocks: number;
+  heldRequests: number;
+  prefixQueriedTokens: number;
+  prefixHitTokens: number;
+  preemptions: number;
+  promptTokens: number;
+  generationTokens: number;
+  steps: number;
+  extrapolatedSteps: number;
+  busyMs: number;
+}
+
+type RequestState = 'waiting' | 'transferring' | 'running';
+
+class RequestEntry {
+  readonly id: string;
+  readonly tokens: number[];
+  readonly promptLen: number;
+  readonly maxTokens: number;
+  readonly loraName: string | undefined;
+  readonly cacheSalt: string | undefined;
+  readonly remotePrefill: boolean;
+  readonly holdBlocksMs: number | undefined;
+  readonly rng: Rng;
+  readonly addedAt: number;
+  /** Sequence hashes of full blocks known so far (prompt blocks up front, generated ones as they fill). */
+  readonly seqHashes: bigint[];
+  state: RequestState = 'waiting';
+  blocks: Block[] = [];
+  numComputed = 0;
+  /** Blocks of `blocks` already past the caching decision (cached, or private duplicates). */
+  committed = 0;
+  outputs = 0;
+  cachedTokens = -1;
+  transferDone = false;
+  readyAt = 0;
+
+  constructor(r: CoreRequest, now: number, blockSize: number) {
+    this.id = r.id;
+    this.tokens = Array.from(r.promptTokens);
+    this.promptLen = this.tokens.length;
+    this.maxTokens = r.maxTokens;
+    this.loraName = r.loraName || undefined;
+    this.cacheSalt = r.cacheSalt || undefined;
+    this.remotePrefill = r.remotePrefill === true;
+    this.holdBlocksMs = r.holdBlocksMs;
+    this.rng = seededRng(r.seed);
+    this.addedAt = now;
+    const hashes = promptHashes(this.tokens, blockSize, { loraName: this.loraName, cacheSalt: this.cacheSalt });
+    this.seqHashes = Array.from(hashes.seq);
+  }
+}
+
+interface HeldBlocks {
+  blocks: Block[];
+  expiresAt: number;
+  numTokens: number;
+}
+
+export type PullResult = { ok: true; numTokens: number } | { ok: false; reason: string };
+
+const le8 = new DataView(new ArrayBuffer(16));
+const le8Bytes = new Uint8Array(le8.buffer);
+
+function validatePositiveInt(name: string, v: number): void {
+  if (!Number.isInteger(v) || v <= 0) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `${name} must be a positive integer, got ${v}`, { field: name, value: v });
+}
+
+export class EngineCore {
+  readonly options: Readonly<EngineCoreOptions>;
+  readonly #pool: KvBlockPool;
+  readonly #requests = new Map<string, RequestEntry>();
+  readonly #waiting: RequestEntry[] = [];
+  readonly #running: RequestEntry[] = [];
+  readonly #held = new Map<string, HeldBlocks>();
+  /** Events produced outside a step (lease expiry, reset), delivered with the next step. */
+  #pendingEvents: KvEvent[] = [];
+  #stats = {
+    prefixQueriedTokens: 0,
+    prefixHitTokens: 0,
+    preemptions: 0,
+    promptTokens: 0,
+    generationTokens: 0,
+    steps: 0,
+    extrapolatedSteps: 0,
+    busyMs: 0,
+  };
+
+  /** @throws KvgateError KVG_ERR_INVALID_CONFIG for non-positive sizes or an empty sample vocabulary. */
+  constructor(options: EngineCoreOptions) {
+    validatePositiveInt('numGpuBlocks', options.numGpuBlocks);
+    validatePositiveInt('blockSize', options.blockSize);
+    validatePositiveInt('maxNumBatchedTokens', options.maxNumBatchedTokens);
+    validatePositiveInt('maxNumSeqs', options.maxNumSeqs);
+    if (!(options.speedup > 0)) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `speedup must be > 0, got ${options.speedup}`, { field: 'speedup' });
+    if (options.sampleTokenIds.length === 0) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'sampleTokenIds is empty', { field: 'sampleTokenIds' });
+    this.options = Object.freeze({ ...options });
+    this.#pool = new KvBlockPool(options.numGpuBlocks);
+  }
+
+  /** The opaque uint64 published for a sequence hash. */
+  engineHash(seqHash: bigint): bigint {
+    le8.setBigUint64(0, seqHash, true);
+    return xxh3(le8Bytes.subarray(0, 8), this.options.engineHashSeed);
+  }
+
+  /** Transfer delay for `tokens` of KV, in (scaled) ms. */
+  transferMs(tokens: number): number {
+    const o = this.options;
+    return ((tokens * o.kvBytesPerToken) / o.kvTransferBandwidth) * 1000 / o.speedup;
+  }
+
+  /**
+   * Queues a request.
+   * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a duplicate id, an empty
+   *   prompt, maxTokens < 1, or a request that can never fit in the cache.
+   */
+  add(req: CoreRequest, now: number): void {
+    if (this.#requests.has(req.id) || this.#held.has(req.id)) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `request id ${req.id} is already in use`, { requestId: req.id });
+    }
+    if (req.promptTokens.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'the prompt is empty', { requestId: req.id });
+    if (!Number.isInteger(req.maxTokens) || req.maxTokens < 1) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `max_tokens must be at least 1, got ${req.maxTokens}`, { requestId: req.id });
+    }
+    const { blockSize, numGpuBlocks } = this.options;
+    // The last generated token is never fed back, so it needs no KV.
+    const needed = Math.ceil((req.promptTokens.length + req.maxTokens - 1) / blockSize);
+    if (needed > numGpuBlocks) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT',
+        `request needs ${needed} KV blocks (${req.promptTokens.length} prompt + ${req.maxTokens} generated tokens) but the cache has ${numGpuBlocks}`,
+        { requestId: req.id, needed, numGpuBlocks });
+    }
+    const entry = new RequestEntry(req, now, blockSize);
+    this.#requests.set(req.id, entry);
+    this.#waiting.push(entry);
+    this.#stats.promptTokens += entry.promptLen;
+  }
+
+  /** Removes a queued or running request, or releases held blocks; false when unknown. */
+  abort(id: string): boolean {
+    const held = this.#held.get(id);
+    if (held !== undefined) {
+      this.#releaseHeld(id, held);
+      return true;
+    }
+    const r = this.#requests.get(id);
+    if (r === undefined) return false;
+    this.#requests.delete(id);
+    const w = this.#waiting.indexOf(r);
+    if (w >= 0) this.#waiting.splice(w, 1);
+    const k = this.#running.indexOf(r);
+    if (k >= 0) this.#running.splice(k, 1);
+    this.#releaseBlocks(r.blocks);
+    r.blocks = [];
+    this.#collectEvictions();
+    return true;
+  }
+
+  /**
+   * True when no request is queued, running or transferring and no event is
+   * pending (held leases do not count). Drivers step while this is false; a
+   * step that schedules nothing means everything waits on `nextWakeTime()` or
+   * on new input.
+   */
+  isIdle(): boolean {
+    return this.#waiting.length === 0 && this.#running.length === 0 && this.#pendingEvents.length === 0;
+  }
+
+  /**
+   * The earliest future time something changes without new input: a transfer
+   * completing or a lease expiring. Undefined when nothing is pending.
+   */
+  nextWakeTime(): number | undefined {
+    let t = Infinity;
+    for (const r of this.#running) if (r.state === 'transferring') t = Math.min(t, r.readyAt);
+    for (const h of this.#held.values()) t = Math.min(t, h.expiresAt);
+    return t === Infinity ? undefined : t;
+  }
+
+  /**
+   * Hands over the blocks a finished `holdBlocksMs` request kept (the NIXL read
+   * of a remote decode): checks the lease and, when given, the block ids.
+   */
+  pullHeld(id: string, blockIds: readonly number[] | undefined, now: number): PullResult {
+    const held = this.#held.get(id);
+    if (held === undefined) return { ok: false, reason: `no KV blocks are held for request ${id} (unknown, already pulled, or lease expired)` };
+    if (held.expiresAt <= now) {
+      this.#releaseHeld(id, held);
+      return { ok: false, reason: `the KV lease of request ${id} expired` };
+    }
+    if (blockIds !== undefined) {
+      const ids = held.blocks.map((b) => b.id);
+      if (ids.length !== blockIds.length || ids.some((v, i) => v !== blockIds[i])) {
+        return { ok: false, reason: `block ids do not match the blocks held for request ${id}` };
+      }
+    }
+    this.#releaseHeld(id, held);
+    return { ok: true, numTokens: held.numTokens };
+  }
+
+  /** Empties the prefix cache and emits AllBlocksCleared; false (nothing done) while requests hold blocks. */
+  resetPrefixCache(): boolean {
+    if (!this.#pool.reset()) return false;
+    this.#pendingEvents.push({ type: 'cleared' });
+    return true;
+  }
+
+  stats(): EngineCoreStats {
+    let transferring = 0;
+    for (const r of this.#running) if (r.state === 'transferring') transferring++;
+    return {
+      running: this.#running.length - transferring,
+      waiting: this.#waiting.length,
+      transferring,
+      kvUsage: this.#pool.usage(),
+      activeBlocks: this.#pool.activeBlocks,
+      cachedBlocks: this.#pool.cachedBlocks,
+      freeBlocks: this.#pool.freeBlocks,
+      heldRequests: this.#held.size,
+      ...this.#stats,
+    };
+  }
+
+  /** Runs one scheduler iteration at `now`. See the module comment. */
+  step(now: number): StepResult {
+    const { blockSize, maxNumBatchedTokens, maxNumSeqs } = this.options;
+    const kvEvents: KvEvent[] = this.#pendingEvents;
+    this.#pendingEvents = [];
+    const result: StepResult = {
+      startedAt: now, durationMs: 0, extrapolated: false, scheduledTokens: 0, prefillTokens: 0, decodeSequences: 0,
+      outputs: [], admitted: [], finished: [], preempted: [], kvEvents,
+    };
+    for (const [id, h] of this.#held) if (h.expiresAt <= now) this.#releaseHeld(id, h);
+
+    // Transfers that completed: the prompt (but its last token) is now computed.
+    for (const r of this.#running) {
+      if (r.state === 'transferring' && r.readyAt <= now) {
+        r.state = 'running';
+        r.transferDone = true;
+        r.numComputed = r.promptLen - 1;
+        this.#commitFullBlocks(r, kvEvents);
+      }
+    }
+
+    let budget = maxNumBatchedTokens;
+    const scheduled: { r: RequestEntry; n: number }[] = [];
+    // 1. running requests
+    for (let i = 0; i < this.#running.length && budget > 0; ) {
+      const r = this.#running[i]!;
+      if (r.state === 'transferring') {
+        i++;
+        continue;
+      }
+      const n = Math.min(r.tokens.length - r.numComputed, budget);
+      const need = Math.ceil((r.numComputed + n) / blockSize) - r.blocks.length;
+      let selfPreempted = false;
+      while (need > this.#pool.available()) {
+        const victim = this.#running[this.#running.length - 1]!;
+        this.#preempt(victim, result);
+        if (victim === r) {
+          selfPreempted = true;
+          break;
+        }
+      }
+      if (selfPreempted) break;
+      for (let k = 0; k < need; k++) r.blocks.push(this.#pool.allocate()!);
+      scheduled.push({ r, n });
+      budget -= n;
+      i++;
+    }
+
+    // 2. waiting requests (none when this step had to preempt)
+    if (result.preempted.length === 0) {
+      while (this.#waiting.length > 0 && budget > 0 && this.#running.length < maxNumSeqs) {
+        const r = this.#waiting[0]!;
+        const total = r.tokens.length;
+        const maxHitBlocks = Math.floor((total - 1) / blockSize);
+        const hitBlocks = this.#pool.matchPrefix(r.seqHashes, maxHitBlocks);
+        const hitTokens = hitBlocks * blockSize;
+        const remote = r.remotePrefill && !r.transferDone;
+        // A remote prefill allocates the whole prompt now; a local one the first chunk.
+        const n = remote ? 0 : Math.min(total - hitTokens, budget);
+        const blocksNeeded = remote ? Math.ceil(r.promptLen / blockSize) : Math.ceil((hitTokens + n) / blockSize);
+        const newBlocks = blocksNeeded - hitBlocks;
+        if (newBlocks > this.#pool.available() - this.#pool.inactiveAmong(r.seqHashes, hitBlocks)) break;
+        this.#waiting.shift();
+        for (let k = 0; k < hitBlocks; k++) r.blocks.push(this.#pool.acquireCached(r.seqHashes[k]!));
+        for (let k = 0; k < newBlocks; k++) r.blocks.push(this.#pool.allocate()!);
+        r.numComputed = hitTokens;
+        r.committed = hitBlocks;
+        this.#stats.prefixQueriedTokens += total;
+        this.#stats.prefixHitTokens += hitTokens;
+        if (r.cachedTokens < 0) {
+          r.cachedTokens = hitTokens;
+          result.admitted.push({ requestId: r.id, cachedTokens: hitTokens, queuedMs: now - r.addedAt });
+        }
+        this.#running.push(r);
+        if (remote) {
+          r.state = 'transferring';
+          r.readyAt = now + this.transferMs(r.promptLen - hitTokens);
+          continue;
+        }
+        r.state = 'running';
+        scheduled.push({ r, n });
+        budget -= n;
+      }
+    }
+    kvEvents.push(...this.#collectEvictions());
+
+    if (scheduled.length === 0) return result;
+
+    // 3. timing over what was scheduled, then the effects
+    const prefill: PrefillWork[] = [];
+    let decodeCount = 0;
+    let decodeContext = 0;
+    for (const { r, n } of scheduled) {
+      result.scheduledTokens += n;
+      if (n === 1 && r.outputs > 0 && r.numComputed === r.tokens.length - 1) {
+        decodeCount++;
+        decodeContext += r.numComputed + 1;
+      } else {
+        prefill.push({ cachedTokens: r.numComputed, newTokens: n });
+        result.prefillTokens += n;
+      }
+    }
+    result.decodeSequences = decodeCount;
+    const timing = this.options.timing.stepMs({ prefill, decodeCount, decodeContextTokens: decodeContext, kvUsage: this.#pool.usage() });
+    result.durationMs = timing.ms / this.options.speedup;
+    result.extrapolated = timing.extrapolated;
+    this.#stats.steps++;
+    this.#stats.busyMs += result.durationMs;
+    if (timing.extrapolated) this.#stats.extrapolatedSteps++;
+
+    for (const { r, n } of scheduled) {
+      r.numComputed += n;
+      this.#commitFullBlocks(r, kvEvents);
+      if (r.numComputed < r.tokens.length) continue; // mid-prefill chunk
+      const vocab = this.options.sampleTokenIds;
+      const tokenId = vocab[Math.floor(r.rng() * vocab.length)]!;
+      r.tokens.push(tokenId);
+      result.outputs.push({ requestId: r.id, tokenId, index: r.outputs });
+      r.outputs++;
+      this.#stats.generationTokens++;
+      if (r.outputs >= r.maxTokens) this.#finish(r, result);
+    }
+    kvEvents.push(...this.#collectEvictions());
+    return result;
+  }
+
+  #collectEvictions(): KvEvent[] {
+    return this.#pool.drainEvicted().map((h) => ({ type: 'removed' as const, blockHashes: [h] }));
+  }
+
+  /** Caches every block of `r` that is now fully computed, emitting one BlockStored per run of new blocks. */
+  #commitFullBlocks(r: RequestEntry, events: KvEvent[]): void {
+    const bs = this.options.blockSize;
+    let group: Extract<KvEvent, { type: 'stored' }> | undefined;
+    while ((r.committed + 1) * bs <= r.numComputed) {
+      const k = r.committed;
+      if (k >= r.seqHashes.length) r.seqHashes.push(this.#chainGeneratedBlock(r, k));
+      const seqHash = r.seqHashes[k]!;
+      const engineHash = this.engineHash(seqHash);
+      if (this.#pool.register(r.blocks[k]!, seqHash, engineHash)) {
+        if (group === undefined) {
+          group = {
+            type: 'stored', blockHashes: [], parentBlockHash: k === 0 ? null : this.engineHash(r.seqHashes[k - 1]!),
+            tokenIds: [], blockSize: bs, loraName: r.loraName ?? null, cacheSalt: r.cacheSalt ?? null,
+          };
+          events.push(group);
+        }
+        group.blockHashes.push(engineHash);
+        for (let t = k * bs; t < (k + 1) * bs; t++) group.tokenIds.push(r.tokens[t]!);
+      } else {
+        group = undefined;
+      }
+      r.committed++;
+    }
+  }
+
+  /** Sequence hash of block k (not a prompt block): local hash of its tokens chained onto block k-1. */
+  #chainGeneratedBlock(r: RequestEntry, k: number): bigint {
+    const bs = this.options.blockSize;
+    const local = blockHashes(r.tokens.slice(k * bs, (k + 1) * bs), bs, { loraName: r.loraName, cacheSalt: r.cacheSalt })[0]!;
+    if (k === 0) return local;
+    le8.setBigUint64(0, r.seqHashes[k - 1]!, true);
+    le8.setBigUint64(8, local, true);
+    return xxh3(le8Bytes, 1337n);
+  }
+
+  #releaseBlocks(blocks: Block[]): void {
+    // Tail first, so a request's last blocks are evicted before its prefix.
+    for (let i = blocks.length - 1; i >= 0; i--) this.#pool.release(blocks[i]!);
+  }
+
+  #preempt(r: RequestEntry, result: StepResult): void {
+    const k = this.#running.indexOf(r);
+    this.#running.splice(k, 1);
+    this.#releaseBlocks(r.blocks);
+    r.blocks = [];
+    r.numComputed = 0;
+    r.committed = 0;
+    r.state = 'waiting';
+    this.#waiting.unshift(r);
+    this.#stats.preemptions++;
+    result.preempted.push(r.id);
+  }
+
+  #finish(r: RequestEntry, result: StepResult): void {
+    this.#running.splice(this.#running.indexOf(r), 1);
+    this.#requests.delete(r.id);
+    let heldBlockIds: number[] | undefined;
+    if (r.holdBlocksMs !== undefined && r.holdBlocksMs > 0) {
+      heldBlockIds = r.blocks.map((b) => b.id);
+      this.#held.set(r.id, { blocks: r.blocks, expiresAt: result.startedAt + r.holdBlocksMs, numTokens: r.promptLen });
+    } else {
+      this.#releaseBlocks(r.blocks);
+    }
+    r.blocks = [];
+    result.finished.push({
+      requestId: r.id, reason: 'length', promptTokens: r.promptLen, outputTokens: r.outputs,
+      cachedTokens: Math.max(0, r.cachedTokens), heldBlockIds,
+    });
+  }
+
+  #releaseHeld(id: string, held: HeldBlocks): void {
+    this.#held.delete(id);
+    this.#releaseBlocks(held.blocks);
+  }
+}

@@ -1,0 +1,162 @@
+/**
+ * The simulated paged KV cache: `numBlocks` blocks of `blockSize` tokens with
+ * prefix caching keyed by chained sequence hash (the hash the router computes).
+ *
+ *   state of a block       where it lives            evictable
+ *   free (never cached)    #free (stack)             -
+ *   active (ref > 0)       requests' block lists     no
+ *   inactive (ref 0)       #inactive, LRU order      yes (BlockRemoved)
+ *
+ * A full block becomes cached when a request finishes computing it; a hash
+ * already cached by another block is not cached twice (the second copy stays
+ * private to its request, and no event is emitted). Allocation prefers free
+ * blocks and only then evicts the least recently released cached block.
+ * Releasing a request's blocks tail-first makes its tail the first to go.
+ *
+ * Pure and synchronous; the engine core owns one per data-parallel rank.
+ */
+
+export class Block {
+  readonly id: number;
+  refCount = 0;
+  /** Sequence hash while the block is in the prefix cache; null when private or free. */
+  seqHash: bigint | null = null;
+  /** The opaque hash published in KV events for `seqHash`. */
+  engineHash = 0n;
+  constructor(id: number) {
+    this.id = id;
+  }
+}
+
+export class KvBlockPool {
+  readonly numBlocks: number;
+  readonly #blocks: Block[];
+  readonly #free: number[] = [];
+  readonly #cached = new Map<bigint, Block>();
+  /** Cached blocks with ref 0; Map iteration order is release order (oldest first). */
+  readonly #inactive = new Map<bigint, Block>();
+  #active = 0;
+  /** Engine hashes of blocks evicted since the last drain, in eviction order. */
+  #evicted: bigint[] = [];
+
+  constructor(numBlocks: number) {
+    this.numBlocks = numBlocks;
+    this.#blocks = Array.from({ length: numBlocks }, (_, i) => new Block(i));
+    // Pop from the end: hand out block 0 first.
+    for (let i = numBlocks - 1; i >= 0; i--) this.#free.push(i);
+  }
+
+  get activeBlocks(): number {
+    return this.#active;
+  }
+  get cachedBlocks(): number {
+    return this.#cached.size;
+  }
+  get inactiveBlocks(): number {
+    return this.#inactive.size;
+  }
+  get freeBlocks(): number {
+    return this.#free.length;
+  }
+  /** Fraction of blocks held by requests (vLLM's kv_cache_usage_perc): inactive cached blocks count as free. */
+  usage(): number {
+    return this.#active / this.numBlocks;
+  }
+  /** Blocks an allocation could obtain now (free plus evictable). */
+  available(): number {
+    return this.#free.length + this.#inactive.size;
+  }
+
+  /** Number of leading hashes of the chain that are cached, at most `maxBlocks`. */
+  matchPrefix(seqHashes: readonly bigint[], maxBlocks: number): number {
+    const n = Math.min(seqHashes.length, maxBlocks);
+    let i = 0;
+    while (i < n && this.#cached.has(seqHashes[i]!)) i++;
+    return i;
+  }
+
+  /** Of the first `count` hashes (all cached), how many are inactive, i.e. would leave the evictable pool when acquired. */
+  inactiveAmong(seqHashes: readonly bigint[], count: number): number {
+    let k = 0;
+    for (let i = 0; i < count; i++) if (this.#inactive.has(seqHashes[i]!)) k++;
+    return k;
+  }
+
+  isCached(seqHash: bigint): boolean {
+    return this.#cached.has(seqHash);
+  }
+
+  /** Takes a reference on a cached block (precondition: `isCached`). */
+  acquireCached(seqHash: bigint): Block {
+    const b = this.#cached.get(seqHash)!;
+    if (b.refCount === 0) {
+      this.#inactive.delete(seqHash);
+      this.#active++;
+    }
+    b.refCount++;
+    return b;
+  }
+
+  /** A new private block with ref 1, evicting the LRU cached block if no free one is left; undefined when full. */
+  allocate(): Block | undefined {
+    let id = this.#free.pop();
+    if (id === undefined) {
+      const oldest = this.#inactive.values().next();
+      if (oldest.done === true) return undefined;
+      const victim = oldest.value;
+      this.#inactive.delete(victim.seqHash!);
+      this.#cached.delete(victim.seqHash!);
+      this.#evicted.push(victim.engineHash);
+      victim.seqHash = null;
+      victim.engineHash = 0n;
+      id = victim.id;
+    }
+    const b = this.#blocks[id]!;
+    b.refCount = 1;
+    this.#active++;
+    return b;
+  }
+
+  /** Puts a computed full block into the prefix cache; false (block stays private) when the hash is already cached. */
+  register(block: Block, seqHash: bigint, engineHash: bigint): boolean {
+    if (this.#cached.has(seqHash)) return false;
+    block.seqHash = seqHash;
+    block.engineHash = engineHash;
+    this.#cached.set(seqHash, block);
+    return true;
+  }
+
+  /** Drops one reference; at zero a cached block becomes the most recent inactive one, a private block becomes free. */
+  release(block: Block): void {
+    if (block.refCount <= 0) throw new Error(`KvBlockPool.release: block ${block.id} is not referenced`);
+    block.refCount--;
+    if (block.refCount > 0) return;
+    this.#active--;
+    if (block.seqHash !== null) this.#inactive.set(block.seqHash, block);
+    else this.#free.push(block.id);
+  }
+
+  /** Engine hashes evicted since the last call (one BlockRemoved each, as vLLM emits them). */
+  drainEvicted(): bigint[] {
+    const out = this.#evicted;
+    this.#evicted = [];
+    return out;
+  }
+
+  /**
+   * Empties the prefix cache (vLLM's reset_prefix_cache). Like vLLM it refuses
+   * while any block is in use, returning false.
+   */
+  reset(): boolean {
+    if (this.#active > 0) return false;
+    for (const b of this.#inactive.values()) {
+      b.seqHash = null;
+      b.engineHash = 0n;
+      this.#free.push(b.id);
+    }
+    this.#inactive.clear();
+    this.#cached.clear();
+    this.#evicted = [];
+    return true;
+  }
+}
