@@ -1,0 +1,390 @@
+/**
+ * KvRouterConfig: every knob of the KV router's scheduler (spec sections 4.2 to
+ * 4.7) as one typed object.
+ *
+ * - `KvRouterOptions` is user input: every field optional, camelCase.
+ * - `KV_ROUTER_DEFAULTS` is the one place defaults live ([v1.5] values).
+ * - `resolveKvRouterConfig` validates once (field, value, reason in every
+ *   error), applies the deprecated `overlapScoreWeight` mapping, checks
+ *   Dynamo's cross-field rules last, and returns a deep-frozen
+ *   `KvRouterConfig`. Code downstream never re-validates.
+ * - `KV_ROUTER_CONFIG_FIELDS` maps each field to Dynamo's snake_case name and
+ *   CLI flag (`--router-temperature`, ...) so a CLI or a config file loader can
+ *   accept Dynamo's spellings; `kvRouterOptionsFromFlags` parses flag values.
+ * - `RouterConfigOverride` is the smaller per-request type (section 4.7).
+ *
+ * Queue-depth backpressure tiers are pairs `[missingCacheTokensFloor,
+ * maxQueuedIslTokensPerWorker]` (Dynamo's `router_queue_by_incoming_missing_isl`).
+ */
+import { KvgateError } from '../errors/index.js';
+
+/** Queue ordering: FCFS (`priority_jump - arrival offset`), WSPT (`(1 + jump) / uncached tokens`), LCFS (experiments). */
+export type QueuePolicy = 'fcfs' | 'wspt' | 'lcfs';
+
+/** A backpressure tier: requests missing at least `floor` cache tokens may queue up to `cap × workers` ISL tokens. */
+export type QueueDepthTier = readonly [missingCacheTokensFloor: number, maxQueuedIslTokensPerWorker: number];
+
+/** Resolved, validated, deep-frozen router configuration. */
+export interface KvRouterConfig {
+  /** Credit per cached device block against the prefill term (`overlap_score_credit`, >= 0). */
+  readonly overlapScoreCredit: number;
+  /** Shrinks the overlap credit on workers with more queued prefill than the least loaded (`overlap_score_credit_decay`, >= 0). */
+  readonly overlapScoreCreditDecay: number;
+  /** Weight of the prefill term (`prefill_load_scale`, >= 0). */
+  readonly prefillLoadScale: number;
+  /** Cost per active request on a worker (`decode_active_request_weight`, >= 0). */
+  readonly decodeActiveRequestWeight: number;
+  /** Credit per block found only in host (pinned CPU) cache (`host_cache_hit_weight`, >= 0). */
+  readonly hostCacheHitWeight: number;
+  /** Credit per block found only on disk (`disk_cache_hit_weight`, >= 0). */
+  readonly diskCacheHitWeight: number;
+  /** Credit per block held by an external shared cache beyond the device overlap (`shared_cache_multiplier`, >= 0). */
+  readonly sharedCacheMultiplier: number;
+  /** Softmax temperature over range-normalised costs; 0 = argmin (`router_temperature`, >= 0). */
+  readonly routerTemperature: number;
+  /** Engines publish KV events; false = approximate mode, the router records its own decisions (`use_kv_events`). */
+  readonly useKvEvents: boolean;
+  /** Track each worker's active prompt blocks (`router_track_active_blocks`). */
+  readonly routerTrackActiveBlocks: boolean;
+  /** Track generated output blocks; needs `routerTrackActiveBlocks` (`router_track_output_blocks`). */
+  readonly routerTrackOutputBlocks: boolean;
+  /** Prompt blocks of concurrent requests share KV; false = count every prompt block as new (`router_assume_kv_reuse`). */
+  readonly routerAssumeKvReuse: boolean;
+  /** Count uncached prompt tokens as prefill load until the first token (`router_track_prefill_tokens`). */
+  readonly routerTrackPrefillTokens: boolean;
+  /** Lifetime of an approximate-mode entry after its last use, seconds (`router_ttl_secs`, > 0). */
+  readonly routerTtlSecs: number;
+  /** Predict-on-route side index TTL in seconds, or null = off; needs KV events (`router_predicted_ttl_secs`). */
+  readonly routerPredictedTtlSecs: number | null;
+  /** Park requests while every eligible rank has more than this × max_num_batched_tokens of active prefill; null = no queue (`router_queue_threshold`). */
+  readonly routerQueueThreshold: number | null;
+  /** Queue ordering (`router_queue_policy`). */
+  readonly routerQueuePolicy: QueuePolicy;
+  /** Queue-depth backpressure tiers, floors ascending from 0; null = unbounded queue (`router_queue_by_incoming_missing_isl`). */
+  readonly routerQueueByIncomingMissingIsl: readonly QueueDepthTier[] | null;
+  /** A rank is overloaded above this × total_kv_blocks active decode blocks; null = off (`active_decode_blocks_threshold`). */
+  readonly activeDecodeBlocksThreshold: number | null;
+  /** A rank is overloaded above this many active prefill tokens; null = off (`active_prefill_tokens_threshold`). */
+  readonly activePrefillTokensThreshold: number | null;
+  /** A rank is overloaded above this × max_num_batched_tokens active prefill tokens; null = off (`active_prefill_tokens_threshold_frac`). */
+  readonly activePrefillTokensThresholdFrac: number | null;
+  /** Requests never freed are force-freed after this many seconds (DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS, > 0). */
+  readonly activeRequestExpirySecs: number;
+}
+
+/** User input for the router configuration: any subset of `KvRouterConfig`, plus the deprecated weight. */
+export type KvRouterOptions = {
+  -readonly [K in keyof KvRouterConfig]?: KvRouterConfig[K];
+} & {
+  /**
+   * Deprecated (`overlap_score_weight`, Dynamo v1.1): maps to `prefillLoadScale`; a weight of 0 also
+   * sets `overlapScoreCredit` to 0 (pure load balancing, no index).
+   */
+  overlapScoreWeight?: number;
+};
+
+/** Defaults of Dynamo v1.5 (spec section 4.7). */
+export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
+  overlapScoreCredit: 1.0,
+  overlapScoreCreditDecay: 0,
+  prefillLoadScale: 1.0,
+  decodeActiveRequestWeight: 0,
+  hostCacheHitWeight: 0.75,
+  diskCacheHitWeight: 0.25,
+  sharedCacheMultiplier: 0,
+  routerTemperature: 0,
+  useKvEvents: true,
+  routerTrackActiveBlocks: true,
+  routerTrackOutputBlocks: false,
+  routerAssumeKvReuse: true,
+  routerTrackPrefillTokens: true,
+  routerTtlSecs: 120,
+  routerPredictedTtlSecs: null,
+  routerQueueThreshold: null,
+  routerQueuePolicy: 'fcfs',
+  routerQueueByIncomingMissingIsl: null,
+  activeDecodeBlocksThreshold: null,
+  activePrefillTokensThreshold: null,
+  activePrefillTokensThresholdFrac: null,
+  activeRequestExpirySecs: 300,
+});
+
+type FieldKind = 'nonNegative' | 'positive' | 'positiveOrNull' | 'boolean' | 'queuePolicy' | 'tiers';
+
+/** How one config field is spelled in Dynamo and on the command line. */
+export interface ConfigFieldSpec {
+  /**
+   * Dynamo's snake_case field name (config files, `--router-config` JSON); for knobs Dynamo sets only
+   * through an environment variable, kvgate's snake_case spelling of the field.
+   */
+  readonly dynamo: string;
+  /** Dynamo's CLI flag, or null when Dynamo only has an environment variable. */
+  readonly flag: string | null;
+  /** For booleans with a separate negative flag (`--no-router-kv-events`). */
+  readonly negativeFlag?: string;
+  /** Dynamo's environment variable, where it has one. */
+  readonly env?: string;
+  readonly kind: FieldKind;
+}
+
+/** Field name -> Dynamo name, CLI flag and value kind. The single table a CLI or file loader uses. */
+export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<keyof KvRouterConfig | 'overlapScoreWeight', ConfigFieldSpec>> = deepFreeze({
+  overlapScoreCredit: { dynamo: 'overlap_score_credit', flag: '--router-kv-overlap-score-credit', kind: 'nonNegative' },
+  overlapScoreCreditDecay: { dynamo: 'overlap_score_credit_decay', flag: '--router-kv-overlap-score-credit-decay', kind: 'nonNegative' },
+  prefillLoadScale: { dynamo: 'prefill_load_scale', flag: '--router-prefill-load-scale', kind: 'nonNegative' },
+  decodeActiveRequestWeight: { dynamo: 'decode_active_request_weight', flag: '--router-decode-active-request-weight', kind: 'nonNegative' },
+  hostCacheHitWeight: { dynamo: 'host_cache_hit_weight', flag: '--router-host-cache-hit-weight', kind: 'nonNegative' },
+  diskCacheHitWeight: { dynamo: 'disk_cache_hit_weight', flag: '--router-disk-cache-hit-weight', kind: 'nonNegative' },
+  sharedCacheMultiplier: { dynamo: 'shared_cache_multiplier', flag: '--shared-cache-multiplier', kind: 'nonNegative' },
+  routerTemperature: { dynamo: 'router_temperature', flag: '--router-temperature', kind: 'nonNegative' },
+  useKvEvents: { dynamo: 'use_kv_events', flag: '--router-kv-events', negativeFlag: '--no-router-kv-events', env: 'DYN_ROUTER_USE_KV_EVENTS', kind: 'boolean' },
+  routerTrackActiveBlocks: { dynamo: 'router_track_active_blocks', flag: '--router-track-active-blocks', negativeFlag: '--no-router-track-active-blocks', kind: 'boolean' },
+  routerTrackOutputBlocks: { dynamo: 'router_track_output_blocks', flag: '--router-track-output-blocks', negativeFlag: '--no-router-track-output-blocks', kind: 'boolean' },
+  routerAssumeKvReuse: { dynamo: 'router_assume_kv_reuse', flag: '--router-assume-kv-reuse', negativeFlag: '--no-router-assume-kv-reuse', kind: 'boolean' },
+  routerTrackPrefillTokens: { dynamo: 'router_track_prefill_tokens', flag: '--router-track-prefill-tokens', negativeFlag: '--no-router-track-prefill-tokens', kind: 'boolean' },
+  routerTtlSecs: { dynamo: 'router_ttl_secs', flag: '--router-ttl-secs', kind: 'positive' },
+  routerPredictedTtlSecs: { dynamo: 'router_predicted_ttl_secs', flag: '--router-predicted-ttl-secs', kind: 'positiveOrNull' },
+  routerQueueThreshold: { dynamo: 'router_queue_threshold', flag: '--router-queue-threshold', kind: 'positiveOrNull' },
+  routerQueuePolicy: { dynamo: 'router_queue_policy', flag: '--router-queue-policy', kind: 'queuePolicy' },
+  routerQueueByIncomingMissingIsl: { dynamo: 'router_queue_by_incoming_missing_isl', flag: '--router-queue-by-incoming-missing-isl', kind: 'tiers' },
+  activeDecodeBlocksThreshold: { dynamo: 'active_decode_blocks_threshold', flag: '--active-decode-blocks-threshold', kind: 'positiveOrNull' },
+  activePrefillTokensThreshold: { dynamo: 'active_prefill_tokens_threshold', flag: '--active-prefill-tokens-threshold', kind: 'positiveOrNull' },
+  activePrefillTokensThresholdFrac: { dynamo: 'active_prefill_tokens_threshold_frac', flag: '--active-prefill-tokens-threshold-frac', kind: 'positiveOrNull' },
+  activeRequestExpirySecs: { dynamo: 'active_request_expiry_secs', flag: null, env: 'DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS', kind: 'positive' },
+  overlapScoreWeight: { dynamo: 'overlap_score_weight', flag: '--router-kv-overlap-score-weight', env: 'DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT', kind: 'nonNegative' },
+});
+
+const QUEUE_POLICIES: readonly QueuePolicy[] = ['fcfs', 'wspt', 'lcfs'];
+
+function configError(field: string, value: unknown, reason: string): KvgateError {
+  const shown = typeof value === 'string' ? JSON.stringify(value) : safeJson(value);
+  return new KvgateError('KVG_ERR_INVALID_CONFIG', `router config: ${field} = ${shown}: ${reason}`, { field, value: shown, reason });
+}
+
+function safeJson(value: unknown): string {
+  if (value === undefined) return 'undefined';
+  if (typeof value === 'number' || typeof value === 'bigint') return String(value);
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
+
+function checkValue(field: string, kind: FieldKind, value: unknown): unknown {
+  switch (kind) {
+    case 'nonNegative':
+    case 'positive':
+    case 'positiveOrNull': {
+      if (value === null && kind === 'positiveOrNull') return null;
+      if (typeof value !== 'number' || !Number.isFinite(value)) throw configError(field, value, 'must be a finite number');
+      if (kind === 'nonNegative' && value < 0) throw configError(field, value, 'must be >= 0');
+      if (kind !== 'nonNegative' && value <= 0) throw configError(field, value, kind === 'positiveOrNull' ? 'must be > 0 (or null to disable)' : 'must be > 0');
+      return value;
+    }
+    case 'boolean':
+      if (typeof value !== 'boolean') throw configError(field, value, 'must be a boolean');
+      return value;
+    case 'queuePolicy':
+      if (!QUEUE_POLICIES.includes(value as QueuePolicy)) throw configError(field, value, `must be one of ${QUEUE_POLICIES.join(', ')}`);
+      return value;
+    case 'tiers':
+      return checkTiers(field, value);
+  }
+}
+
+function checkTiers(field: string, value: unknown): readonly QueueDepthTier[] | null {
+  if (value === null) return null;
+  if (!Array.isArray(value) || value.length === 0) throw configError(field, value, 'must be a non-empty array of [missingCacheTokensFloor, maxQueuedIslTokensPerWorker] pairs, or null');
+  const tiers: QueueDepthTier[] = [];
+  for (let i = 0; i < value.length; i++) {
+    const t: unknown = value[i];
+    if (!Array.isArray(t) || t.length !== 2 || !t.every((x) => typeof x === 'number' && Number.isFinite(x))) {
+      throw configError(`${field}[${i}]`, t, 'must be a pair of finite numbers [floor, cap]');
+    }
+    const [floor, cap] = t as [number, number];
+    if (i === 0 && floor !== 0) throw configError(`${field}[0]`, t, 'the first floor must be 0');
+    if (i > 0 && floor <= tiers[i - 1]![0]) throw configError(`${field}[${i}]`, t, 'floors must be strictly ascending');
+    if (!(cap > 0)) throw configError(`${field}[${i}]`, t, 'the cap must be > 0');
+    tiers.push([floor, cap]);
+  }
+  return tiers;
+}
+
+/**
+ * Validates user options against the defaults and returns the frozen config.
+ * @throws KvgateError KVG_ERR_INVALID_CONFIG naming the field, the value and the reason:
+ *   unknown keys, wrong types, negative weights, bad tiers, and the cross-field rules
+ *   (output-block tracking needs active-block tracking; predict-on-route needs KV events;
+ *   backpressure tiers need the queue; the deprecated weight must agree with prefillLoadScale).
+ */
+export function resolveKvRouterConfig(options: KvRouterOptions = {}): KvRouterConfig {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw configError('(root)', options, 'must be an object');
+  const out: Record<string, unknown> = { ...KV_ROUTER_DEFAULTS };
+  const given = options as Record<string, unknown>;
+  for (const key of Object.keys(given)) {
+    const spec = (KV_ROUTER_CONFIG_FIELDS as Record<string, ConfigFieldSpec>)[key];
+    if (spec === undefined) throw configError(key, given[key], 'unknown field');
+    if (given[key] === undefined) continue;
+    out[key] = checkValue(key, spec.kind, given[key]);
+  }
+  // Deprecated weight (Dynamo v1.3+): weight x == prefill_load_scale x, and 0 also zeroes the credit.
+  const weight = out.overlapScoreWeight as number | undefined;
+  delete out.overlapScoreWeight;
+  if (weight !== undefined) {
+    if (given.prefillLoadScale !== undefined && given.prefillLoadScale !== weight) {
+      throw configError('overlapScoreWeight', weight, `deprecated alias of prefillLoadScale, which is set to ${String(given.prefillLoadScale)}; set only one`);
+    }
+    out.prefillLoadScale = weight;
+    if (weight === 0) {
+      if (given.overlapScoreCredit !== undefined && given.overlapScoreCredit !== 0) {
+        throw configError('overlapScoreWeight', weight, 'a weight of 0 disables overlap credit, but overlapScoreCredit is set');
+      }
+      out.overlapScoreCredit = 0;
+    }
+  }
+  const c = out as unknown as KvRouterConfig;
+  // Cross-field rules last (Dynamo's, section 4.7, plus kvgate's own where a knob would be silently inert).
+  if (c.routerTrackOutputBlocks && !c.routerTrackActiveBlocks) {
+    throw configError('routerTrackOutputBlocks', true, 'requires routerTrackActiveBlocks = true');
+  }
+  if (c.routerPredictedTtlSecs !== null && !c.useKvEvents) {
+    throw configError('routerPredictedTtlSecs', c.routerPredictedTtlSecs, 'predict-on-route requires useKvEvents = true (approximate mode already predicts)');
+  }
+  if (c.routerQueueByIncomingMissingIsl !== null && c.routerQueueThreshold === null) {
+    throw configError('routerQueueByIncomingMissingIsl', c.routerQueueByIncomingMissingIsl, 'backpressure tiers require routerQueueThreshold (the queue) to be set');
+  }
+  return deepFreeze(out) as unknown as KvRouterConfig;
+}
+
+/** True when the router should consume engine KV events (Dynamo: `use_kv_events && overlap > 0`). */
+export function kvEventsEnabled(config: KvRouterConfig): boolean {
+  return config.useKvEvents && config.overlapScoreCredit > 0;
+}
+
+/**
+ * Builds `KvRouterOptions` from parsed CLI flags keyed by Dynamo's flag names
+ * (`{'--router-temperature': '0.5', '--no-router-kv-events': true}`). String
+ * values are parsed by the field's kind; `none`/`null` disables nullable knobs;
+ * tiers are JSON (`[[0, 8192], [4096, 2048]]`). Validate the result with
+ * `resolveKvRouterConfig`.
+ * @throws KvgateError KVG_ERR_INVALID_CONFIG for unknown flags and unparsable values (naming the flag).
+ */
+export function kvRouterOptionsFromFlags(flags: Readonly<Record<string, string | boolean>>): KvRouterOptions {
+  const byFlag = new Map<string, [string, ConfigFieldSpec, boolean]>();
+  for (const [field, spec] of Object.entries(KV_ROUTER_CONFIG_FIELDS)) {
+    if (spec.flag !== null) byFlag.set(spec.flag, [field, spec, true]);
+    if (spec.negativeFlag !== undefined) byFlag.set(spec.negativeFlag, [field, spec, false]);
+  }
+  const out: Record<string, unknown> = {};
+  for (const [flag, raw] of Object.entries(flags)) {
+    const hit = byFlag.get(flag);
+    if (hit === undefined) throw configError(flag, raw, 'unknown router flag');
+    const [field, spec, positive] = hit;
+    out[field] = parseFlagValue(flag, spec.kind, raw, positive);
+  }
+  return out as KvRouterOptions;
+}
+
+function parseFlagValue(flag: string, kind: FieldKind, raw: string | boolean, positive: boolean): unknown {
+  if (kind === 'boolean') {
+    if (typeof raw === 'boolean') return positive ? raw : !raw;
+    if (raw === 'true' || raw === '1') return positive;
+    if (raw === 'false' || raw === '0') return !positive;
+    throw configError(flag, raw, 'expects true or false');
+  }
+  if (typeof raw === 'boolean') throw configError(flag, raw, 'expects a value');
+  if (kind === 'queuePolicy') return raw;
+  if ((kind === 'positiveOrNull' || kind === 'tiers') && (raw === 'none' || raw === 'null')) return null;
+  if (kind === 'tiers') {
+    try {
+      return JSON.parse(raw) as unknown;
+    } catch {
+      throw configError(flag, raw, 'expects JSON such as [[0, 8192], [4096, 2048]]');
+    }
+  }
+  const n = Number(raw);
+  if (raw.trim() === '' || Number.isNaN(n)) throw configError(flag, raw, 'expects a number');
+  return n;
+}
+
+/**
+ * Builds `KvRouterOptions` from Dynamo's snake_case field names (a `--router-config`
+ * JSON or YAML file written for Dynamo).
+ * @throws KvgateError KVG_ERR_INVALID_CONFIG for unknown names.
+ */
+export function kvRouterOptionsFromDynamo(record: Readonly<Record<string, unknown>>): KvRouterOptions {
+  const byName = new Map<string, string>();
+  for (const [field, spec] of Object.entries(KV_ROUTER_CONFIG_FIELDS)) byName.set(spec.dynamo, field);
+  const out: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(record)) {
+    const field = byName.get(name);
+    if (field === undefined) throw configError(name, value, 'unknown Dynamo router field');
+    out[field] = value;
+  }
+  return out as KvRouterOptions;
+}
+
+/** Per-request scoring overrides (Dynamo's `RouterConfigOverride`, seed/v1.5 fields). */
+export interface RouterConfigOverride {
+  readonly overlapScoreCredit?: number;
+  readonly prefillLoadScale?: number;
+  readonly routerTemperature?: number;
+  readonly assumeKvReuse?: boolean;
+  readonly trackPrefillTokens?: boolean;
+  readonly sharedCacheMultiplier?: number;
+}
+
+const OVERRIDE_FIELDS: Readonly<Record<keyof RouterConfigOverride, { dynamo: string; kind: 'nonNegative' | 'boolean' }>> = {
+  overlapScoreCredit: { dynamo: 'overlap_score_credit', kind: 'nonNegative' },
+  prefillLoadScale: { dynamo: 'prefill_load_scale', kind: 'nonNegative' },
+  routerTemperature: { dynamo: 'router_temperature', kind: 'nonNegative' },
+  assumeKvReuse: { dynamo: 'assume_kv_reuse', kind: 'boolean' },
+  trackPrefillTokens: { dynamo: 'track_prefill_tokens', kind: 'boolean' },
+  sharedCacheMultiplier: { dynamo: 'shared_cache_multiplier', kind: 'nonNegative' },
+};
+
+function overrideError(field: string, value: unknown, reason: string): KvgateError {
+  const shown = safeJson(value);
+  return new KvgateError('KVG_ERR_INVALID_ARGUMENT', `router_config_override.${field} = ${shown}: ${reason}`, { field, value: shown, reason });
+}
+
+/**
+ * Validates a per-request override given in camelCase or in Dynamo's snake_case
+ * wire names (`router_temperature`), and returns a frozen `RouterConfigOverride`.
+ * The deprecated v1.1 `overlap_score_weight` maps to `prefillLoadScale` (0 also zeroes the credit).
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT (a client error) naming the field.
+ */
+export function parseRouterConfigOverride(input: unknown): RouterConfigOverride {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw overrideError('(root)', input, 'must be an object');
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(input as Record<string, unknown>)) {
+    if (value === undefined || value === null) continue;
+    if (key === 'overlapScoreWeight' || key === 'overlap_score_weight') {
+      if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) throw overrideError(key, value, 'must be a finite number >= 0');
+      out.prefillLoadScale = value;
+      if (value === 0) out.overlapScoreCredit = 0;
+      continue;
+    }
+    let field = key in OVERRIDE_FIELDS ? (key as keyof RouterConfigOverride) : undefined;
+    if (field === undefined) {
+      for (const [f, spec] of Object.entries(OVERRIDE_FIELDS)) if (spec.dynamo === key) field = f as keyof RouterConfigOverride;
+    }
+    if (field === undefined) throw overrideError(key, value, 'unknown field');
+    const kind = OVERRIDE_FIELDS[field].kind;
+    if (kind === 'boolean' && typeof value !== 'boolean') throw overrideError(key, value, 'must be a boolean');
+    if (kind === 'nonNegative' && (typeof value !== 'number' || !Number.isFinite(value) || value < 0)) {
+      throw overrideError(key, value, 'must be a finite number >= 0');
+    }
+    out[field] = value;
+  }
+  return Object.freeze(out) as RouterConfigOverride;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
+}
