@@ -1,0 +1,72 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { Router } from 'zeromq';
+import { ZmqReplayClient, encodeSeq, REPLAY_END_SEQ } from '../../src/events/index.js';
+
+const EMPTY = Buffer.alloc(0);
+const cleanups: (() => void)[] = [];
+afterEach(() => {
+  while (cleanups.length > 0) cleanups.pop()!();
+});
+
+/** A ROUTER that answers each request with the scripted replies. */
+async function scriptedRouter(reply: (from: bigint) => Buffer[][]): Promise<{ endpoint: string; requests: bigint[] }> {
+  const router = new Router({ linger: 0 });
+  await router.bind('tcp://127.0.0.1:*');
+  const requests: bigint[] = [];
+  const loop = (async () => {
+    try {
+      for await (const [id, , start] of router) {
+        const from = start!.readBigUInt64BE(0);
+        requests.push(from);
+        for (const frames of reply(from)) await router.send([id!, ...frames]);
+      }
+    } catch {
+      // closed
+    }
+  })();
+  cleanups.push(() => { router.close(); void loop; });
+  return { endpoint: router.lastEndpoint!, requests };
+}
+
+describe('ZmqReplayClient', () => {
+  it('collects replies up to the end marker and reports malformed ones', async () => {
+    const { endpoint, requests } = await scriptedRouter((from) => [
+      [EMPTY, encodeSeq(from), Buffer.from([0x90])],
+      [EMPTY, Buffer.from([1, 2]), Buffer.from([0x90])],
+      [EMPTY, encodeSeq(from + 1n)],
+      [EMPTY, encodeSeq(from + 1n), Buffer.from([0x91, 0x01])],
+      [EMPTY, encodeSeq(REPLAY_END_SEQ), EMPTY],
+    ]);
+    const client = new ZmqReplayClient(endpoint, { timeoutMs: 2000 });
+    cleanups.push(() => client.close());
+    const r = await client.replay(41n);
+    expect(requests).toEqual([41n]);
+    expect(r.batches.map((b) => b.seq)).toEqual([41n, 42n]);
+    expect([...r.batches[1]!.payload]).toEqual([0x91, 0x01]);
+    expect(r.errors.map((e) => e.kind)).toEqual(['bad_sequence', 'frame_count']);
+    // Serialised requests on one socket.
+    const [a, b] = await Promise.all([client.replay(1n), client.replay(5n)]);
+    expect(a.batches.map((x) => x.seq)).toEqual([1n, 2n]);
+    expect(b.batches.map((x) => x.seq)).toEqual([5n, 6n]);
+  });
+
+  it('times out with KVG_ERR_KV_EVENT_REPLAY, then works again on a fresh socket', async () => {
+    let answer = false;
+    const { endpoint } = await scriptedRouter((from) => (answer ? [[EMPTY, encodeSeq(from), Buffer.from([0x90])], [EMPTY, encodeSeq(REPLAY_END_SEQ), EMPTY]] : []));
+    const client = new ZmqReplayClient(endpoint, { timeoutMs: 100 });
+    cleanups.push(() => client.close());
+    await expect(client.replay(3n)).rejects.toMatchObject({ code: 'KVG_ERR_KV_EVENT_REPLAY', retryable: true });
+    answer = true;
+    expect((await client.replay(4n)).batches.map((x) => x.seq)).toEqual([4n]);
+  });
+
+  it('close() rejects a request in flight', async () => {
+    const { endpoint } = await scriptedRouter(() => []);
+    const client = new ZmqReplayClient(endpoint, { timeoutMs: 5000 });
+    const pending = client.replay(0n);
+    await new Promise((r) => setImmediate(r));
+    client.close();
+    await expect(pending).rejects.toMatchObject({ code: 'KVG_ERR_KV_EVENT_REPLAY' });
+    await expect(client.replay(0n)).rejects.toMatchObject({ code: 'KVG_ERR_KV_EVENT_REPLAY' });
+  });
+});
