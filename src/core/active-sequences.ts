@@ -1,0 +1,449 @@
+/**
+ * The router's own account of every slot's load (spec section 4.5): which
+ * requests are in flight on each (worker, dp_rank) slot, their uncached prompt
+ * tokens until prefill completes, and the KV blocks they occupy.
+ *
+ * Ownership: this table is authoritative for load (the prefix index is only
+ * advisory). Slots are the scheduler's dense ids; callers register them with
+ * `ensureSlot` and every per-slot figure is readable at any time, in O(1).
+ *
+ * Blocks. A prompt's sequence hashes are chained, so a slot's active prompt
+ * blocks form a prefix-closed set (a trie): if a slot holds block i of a prompt
+ * it holds blocks 0..i-1 too. The set lives in a private WASM `PrefixIndex`
+ * (one entry per distinct block per slot, so in-flight shared prefixes count
+ * once), which gives, for a new request, the depth already active on every
+ * slot in one call (`depthsInto`). Instead of a ref-count per block, requests
+ * are grouped per slot by their first block; when one leaves, the blocks it
+ * held alone are exactly those past its longest common prefix with any other
+ * member of its group (chaining makes that prefix a binary search). Adding and
+ * freeing cost O(blocks added or removed) in WASM plus O(group × log blocks).
+ *
+ *   slot 3 ─ group(first=h0) ─ r1: h0 h1 h2 h3      active index, slot 3:
+ *                            └ r2: h0 h1 h5          h0 h1 h2 h3 h5  (5 blocks)
+ *   free(r1): LCP(r1, r2) = 2  =>  remove h2 h3      h0 h1 h5        (3 blocks)
+ *
+ * Requests admitted with `assume_kv_reuse = false` hold private blocks (counted,
+ * never shared), as do output blocks. `addOutputBlock(id, decay)` marks every
+ * block only this request holds as fractional with weight `decay`; a slot's
+ * active decode blocks are `round(unique blocks - Σ over fractional (1 - weight))`.
+ *
+ * Expiry: a request never freed is force-freed `expiryMs` after it was added
+ * (checked at most every 30 s on add, and on every `expire(now)`).
+ */
+import { KvgateError } from '../errors/index.js';
+import { PrefixIndex, type PromptHashes } from '../wasm/index.js';
+import type { Clock } from './clock.js';
+
+/** Expiry is checked on add at most this often (Dynamo: 30 s). */
+export const EXPIRY_CHECK_INTERVAL_MS = 30_000;
+
+/** Load figures of one slot. */
+export interface SlotLoad {
+  /** Uncached prompt tokens of requests whose prefill has not completed. */
+  readonly activePrefillTokens: number;
+  /** Distinct KV blocks held by in-flight requests (fractional output decay applied, rounded). */
+  readonly activeDecodeBlocks: number;
+  /** Requests in flight. */
+  readonly activeRequests: number;
+}
+
+export interface BookingInput {
+  /** Context id of the request; unique among in-flight requests. */
+  readonly requestId: string;
+  /** Scheduler slot id (registered with `ensureSlot`). */
+  readonly slot: number;
+  /** Prompt hashes whose blocks are shared with other requests on the slot; null = none tracked. */
+  readonly hashes: PromptHashes | null;
+  /** Prompt blocks counted as new and private to this request (assume_kv_reuse = false). */
+  readonly privateBlocks?: number;
+  /** Uncached prompt tokens this request adds to the slot's prefill load (0 when not tracking). */
+  readonly prefillTokens: number;
+  /** The client's expected output length, if it gave one. */
+  readonly expectedOutputTokens?: number | undefined;
+  /**
+   * Blocks of `hashes` already active on the slot, when the caller has just
+   * computed them with `depthsInto`; otherwise derived here.
+   */
+  readonly activeDepth?: number;
+}
+
+/** A snapshot of one in-flight request. */
+export interface ActiveRequestInfo {
+  readonly requestId: string;
+  readonly slot: number;
+  readonly promptBlocks: number;
+  readonly prefillTokens: number;
+  readonly prefillCompleted: boolean;
+  readonly outputBlocks: number;
+  readonly expectedOutputTokens: number | undefined;
+  readonly startedAt: number;
+}
+
+class ActiveRequest {
+  constructor(
+    readonly id: string,
+    readonly slot: number,
+    readonly seq: BigUint64Array | null,
+    /** Same bytes as `seq`, as u32 pairs: compared without allocating BigInts. */
+    readonly seq32: Uint32Array | null,
+    readonly privateBlocks: number,
+    public prefillTokens: number,
+    readonly expectedOutputTokens: number | undefined,
+    readonly startedAt: number,
+  ) {}
+  prefillCompleted = false;
+  outputBlocks = 0;
+  /** Weight of this request's fractional blocks (1 = none). */
+  frac = 1;
+  /** Blocks marked fractional at the last decayed output block. */
+  fracBlocks = 0;
+  /** Position in its slot group (swap-remove). */
+  groupPos = -1;
+}
+
+/** Longest common prefix of two chained hash sequences (u32-pair views): a binary search, since equality is prefix-closed. */
+function commonPrefix(a: Uint32Array, b: Uint32Array): number {
+  let lo = 0;
+  let hi = Math.min(a.length, b.length) >>> 1;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const k = mid << 1;
+    if (a[k] === b[k] && a[k + 1] === b[k + 1]) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+export class ActiveSequences {
+  readonly #clock: Clock;
+  readonly #expiryMs: number;
+  readonly #index = new PrefixIndex();
+  readonly #requests = new Map<string, ActiveRequest>();
+  #lastExpiryCheck: number;
+
+  // Per scheduler slot (grown on demand).
+  #cap = 0;
+  #registered = new Uint8Array(0);
+  #workerId = new Float64Array(0);
+  #dpRank = new Int32Array(0);
+  /** Scheduler slot -> slot in the private active index. */
+  #activeSlot = new Int32Array(0);
+  #prefill = new Float64Array(0);
+  #shared = new Float64Array(0);
+  #private = new Float64Array(0);
+  #deficit = new Float64Array(0);
+  #blocks = new Float64Array(0);
+  #count = new Float64Array(0);
+  #groups: (Map<bigint, ActiveRequest[]> | undefined)[] = [];
+  /** Active-index slot -> scheduler slot. */
+  #schedSlot = new Int32Array(0);
+
+  constructor(opts: { clock: Clock; expiryMs?: number }) {
+    this.#clock = opts.clock;
+    this.#expiryMs = opts.expiryMs ?? 300_000;
+    if (!(this.#expiryMs > 0)) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `ActiveSequences: expiryMs must be > 0, got ${this.#expiryMs}`);
+    this.#lastExpiryCheck = this.#clock.now();
+  }
+
+  /** Releases the private index's WASM memory. */
+  dispose(): void {
+    this.#index.dispose();
+  }
+
+  /** Per-slot arrays, indexed by scheduler slot. Re-read after `ensureSlot` (they grow). Do not write. */
+  get activePrefillTokens(): Float64Array {
+    return this.#prefill;
+  }
+  get activeDecodeBlocks(): Float64Array {
+    return this.#blocks;
+  }
+  get activeRequests(): Float64Array {
+    return this.#count;
+  }
+
+  /** Requests in flight over all slots. */
+  get size(): number {
+    return this.#requests.size;
+  }
+
+  /** Registers slot `slot` as (workerId, dpRank). Idempotent. */
+  ensureSlot(slot: number, workerId: number, dpRank: number): void {
+    if (slot >= this.#cap) this.#grow(Math.max(slot + 1, this.#cap * 2, 16));
+    if (this.#registered[slot] === 1) return;
+    this.#registered[slot] = 1;
+    this.#workerId[slot] = workerId;
+    this.#dpRank[slot] = dpRank;
+    const a = this.#index.slotOf(workerId, dpRank);
+    this.#activeSlot[slot] = a;
+    if (a >= this.#schedSlot.length) {
+      const next = new Int32Array(Math.max(a + 1, this.#schedSlot.length * 2, 16)).fill(-1);
+      next.set(this.#schedSlot);
+      this.#schedSlot = next;
+    }
+    this.#schedSlot[a] = slot;
+  }
+
+  /** Forgets a slot and every request on it (their later `free` is a no-op). Returns the ids dropped. */
+  removeSlot(slot: number): string[] {
+    if (slot >= this.#cap || this.#registered[slot] !== 1) return [];
+    const dropped: string[] = [];
+    for (const r of this.#requests.values()) if (r.slot === slot) dropped.push(r.id);
+    for (const id of dropped) this.#requests.delete(id);
+    this.#index.removeWorkerDpRank(this.#workerId[slot]!, this.#dpRank[slot]!);
+    this.#schedSlot[this.#activeSlot[slot]!] = -1;
+    this.#registered[slot] = 0;
+    this.#groups[slot] = undefined;
+    this.#prefill[slot] = 0;
+    this.#shared[slot] = 0;
+    this.#private[slot] = 0;
+    this.#deficit[slot] = 0;
+    this.#blocks[slot] = 0;
+    this.#count[slot] = 0;
+    return dropped;
+  }
+
+  /** Load of one slot. */
+  load(slot: number): SlotLoad {
+    return {
+      activePrefillTokens: this.#prefill[slot] ?? 0,
+      activeDecodeBlocks: this.#blocks[slot] ?? 0,
+      activeRequests: this.#count[slot] ?? 0,
+    };
+  }
+
+  /** Distinct shared prompt blocks active on a slot (before output blocks and decay). */
+  sharedBlocks(slot: number): number {
+    return this.#shared[slot] ?? 0;
+  }
+
+  /** Snapshot of one request, or undefined if it is not in flight. */
+  request(requestId: string): ActiveRequestInfo | undefined {
+    const r = this.#requests.get(requestId);
+    if (r === undefined) return undefined;
+    return {
+      requestId: r.id,
+      slot: r.slot,
+      promptBlocks: (r.seq?.length ?? 0) + r.privateBlocks,
+      prefillTokens: r.prefillTokens,
+      prefillCompleted: r.prefillCompleted,
+      outputBlocks: r.outputBlocks,
+      expectedOutputTokens: r.expectedOutputTokens,
+      startedAt: r.startedAt,
+    };
+  }
+
+  has(requestId: string): boolean {
+    return this.#requests.has(requestId);
+  }
+
+  /**
+   * For every slot holding a prefix of `seq` among its active blocks, writes
+   * that depth to `out[slot]` (other entries are left untouched: zero them
+   * first). One WASM call.
+   */
+  depthsInto(seq: BigUint64Array, out: Float64Array): void {
+    if (seq.length === 0 || this.#requests.size === 0) return;
+    const m = this.#index.findMatches(seq, true);
+    const map = this.#schedSlot;
+    for (let i = 0; i < m.count; i++) {
+      const s = map[m.slots[i]!]!;
+      if (s >= 0) out[s] = m.depths[i]!;
+    }
+  }
+
+  /**
+   * Books a request on a slot.
+   * @throws KvgateError KVG_ERR_DUPLICATE_REQUEST if the id is in flight; KVG_ERR_INVALID_ARGUMENT for an unregistered slot.
+   */
+  add(input: BookingInput): void {
+    const now = this.#clock.now();
+    if (now - this.#lastExpiryCheck >= EXPIRY_CHECK_INTERVAL_MS) this.expire();
+    const { requestId, slot } = input;
+    if (this.#requests.has(requestId)) {
+      throw new KvgateError('KVG_ERR_DUPLICATE_REQUEST', `request ${requestId} is already in flight`, { requestId });
+    }
+    if (!(slot < this.#cap && this.#registered[slot] === 1)) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `slot ${slot} is not registered`, { slot });
+    }
+    const seq = input.hashes !== null && input.hashes.seq.length > 0 ? input.hashes.seq : null;
+    const privateBlocks = input.privateBlocks ?? 0;
+    const prefill = input.prefillTokens > 0 ? input.prefillTokens : 0;
+    const r = new ActiveRequest(requestId, slot, seq, seq === null ? null : new Uint32Array(seq.buffer, seq.byteOffset, seq.length * 2),
+      privateBlocks, prefill, input.expectedOutputTokens, now);
+    if (seq !== null) {
+      const n = seq.length;
+      let groups = this.#groups[slot];
+      if (groups === undefined) this.#groups[slot] = groups = new Map();
+      const first = seq[0]!;
+      let group = groups.get(first);
+      const depth = input.activeDepth ?? (group === undefined ? 0 : this.#bestPrefix(r, group));
+      if (depth < n) {
+        const local = input.hashes!.local;
+        this.#index.applyStored(this.#workerId[slot]!, this.#dpRank[slot]!, depth > 0 ? seq[depth - 1]! : null,
+          seq.subarray(depth), local.subarray(depth, n));
+        this.#shared[slot]! += n - depth;
+      }
+      if (group === undefined) groups.set(first, (group = []));
+      r.groupPos = group.length;
+      group.push(r);
+    }
+    this.#requests.set(requestId, r);
+    this.#private[slot]! += privateBlocks;
+    this.#prefill[slot]! += prefill;
+    this.#count[slot]! += 1;
+    this.#refresh(slot);
+  }
+
+  /** Removes the request's prompt-token load (its blocks stay). Returns false if unknown or already completed. */
+  markPrefillCompleted(requestId: string): boolean {
+    const r = this.#requests.get(requestId);
+    if (r === undefined || r.prefillCompleted) return false;
+    r.prefillCompleted = true;
+    this.#prefill[r.slot]! -= r.prefillTokens;
+    if (this.#prefill[r.slot]! < 1e-9) this.#prefill[r.slot] = 0;
+    r.prefillTokens = 0;
+    return true;
+  }
+
+  /**
+   * Adds one generated block to the request. With `decay` (in [0, 1], from
+   * `outputBlockDecay`), every block only this request holds becomes
+   * fractional with that weight. Returns false if the request is unknown.
+   * @throws KvgateError KVG_ERR_INVALID_ARGUMENT if decay is outside [0, 1].
+   */
+  addOutputBlock(requestId: string, decay?: number): boolean {
+    if (decay !== undefined && !(decay >= 0 && decay <= 1)) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `output block decay must be in [0, 1], got ${decay}`, { decay });
+    }
+    const r = this.#requests.get(requestId);
+    if (r === undefined) return false;
+    const slot = r.slot;
+    r.outputBlocks++;
+    this.#private[slot]! += 1;
+    if (decay !== undefined) {
+      const exclusive = this.#exclusiveBlocks(r);
+      this.#deficit[slot]! += exclusive * (1 - decay) - r.fracBlocks * (1 - r.frac);
+      r.frac = decay;
+      r.fracBlocks = exclusive;
+    }
+    this.#refresh(slot);
+    return true;
+  }
+
+  /**
+   * Frees a request: its prefill load, and every block no other request holds.
+   * With `ownerSlot`, frees only if the request is booked on that slot (a
+   * retried request may have been re-booked elsewhere under the same id).
+   * Returns false if not in flight (or owned by another slot).
+   */
+  free(requestId: string, ownerSlot?: number): boolean {
+    const r = this.#requests.get(requestId);
+    if (r === undefined || (ownerSlot !== undefined && r.slot !== ownerSlot)) return false;
+    this.#requests.delete(requestId);
+    const slot = r.slot;
+    if (r.seq !== null) {
+      const n = r.seq.length;
+      const group = this.#groups[slot]!.get(r.seq[0]!)!;
+      const last = group.pop()!;
+      if (last !== r) {
+        group[r.groupPos] = last;
+        last.groupPos = r.groupPos;
+      }
+      const kept = group.length === 0 ? 0 : this.#bestPrefix(r, group);
+      if (group.length === 0) this.#groups[slot]!.delete(r.seq[0]!);
+      if (kept < n) {
+        this.#index.applyRemoved(this.#workerId[slot]!, this.#dpRank[slot]!, r.seq.subarray(kept));
+        this.#shared[slot]! -= n - kept;
+      }
+    }
+    this.#private[slot]! -= r.privateBlocks + r.outputBlocks;
+    this.#deficit[slot]! -= r.fracBlocks * (1 - r.frac);
+    this.#prefill[slot]! -= r.prefillTokens;
+    this.#count[slot]! -= 1;
+    if (this.#count[slot] === 0) {
+      // Exact zero: no float residue once a slot is idle.
+      this.#prefill[slot] = 0;
+      this.#deficit[slot] = 0;
+      this.#private[slot] = 0;
+    } else if (this.#prefill[slot]! < 1e-9) {
+      this.#prefill[slot] = 0;
+    }
+    this.#refresh(slot);
+    return true;
+  }
+
+  /** Force-frees requests added at least `expiryMs` ago. Returns the ids freed. */
+  expire(): string[] {
+    const now = this.#clock.now();
+    this.#lastExpiryCheck = now;
+    const cutoff = now - this.#expiryMs;
+    const expired: string[] = [];
+    // The map iterates in insertion order, which is start-time order (the clock is monotonic).
+    for (const r of this.#requests.values()) {
+      if (r.startedAt > cutoff) break;
+      expired.push(r.id);
+    }
+    for (const id of expired) this.free(id);
+    return expired;
+  }
+
+  /** Longest prefix `r` shares with any other request in its group (r itself excluded). */
+  #bestPrefix(r: ActiveRequest, group: ActiveRequest[]): number {
+    const a = r.seq32!;
+    const n = r.seq!.length;
+    let best = 0;
+    for (let i = 0; i < group.length; i++) {
+      const o = group[i]!;
+      if (o === r) continue;
+      const d = commonPrefix(a, o.seq32!);
+      if (d > best) {
+        best = d;
+        if (best === n) break;
+      }
+    }
+    return best;
+  }
+
+  /** Blocks only `r` holds: prompt blocks past its longest prefix shared with others, private and output blocks. */
+  #exclusiveBlocks(r: ActiveRequest): number {
+    let shared = 0;
+    if (r.seq !== null) shared = r.seq.length - this.#bestPrefix(r, this.#groups[r.slot]!.get(r.seq[0]!)!);
+    return shared + r.privateBlocks + r.outputBlocks;
+  }
+
+  #refresh(slot: number): void {
+    const v = this.#shared[slot]! + this.#private[slot]! - this.#deficit[slot]!;
+    this.#blocks[slot] = v > 0 ? Math.round(v) : 0;
+  }
+
+  #grow(cap: number): void {
+    const f64 = (a: Float64Array): Float64Array<ArrayBuffer> => {
+      const b = new Float64Array(cap);
+      b.set(a);
+      return b;
+    };
+    const reg = new Uint8Array(cap);
+    reg.set(this.#registered);
+    this.#registered = reg;
+    const dp = new Int32Array(cap);
+    dp.set(this.#dpRank);
+    this.#dpRank = dp;
+    const as = new Int32Array(cap);
+    as.set(this.#activeSlot);
+    this.#activeSlot = as;
+    this.#workerId = f64(this.#workerId);
+    this.#prefill = f64(this.#prefill);
+    this.#shared = f64(this.#shared);
+    this.#private = f64(this.#private);
+    this.#deficit = f64(this.#deficit);
+    this.#blocks = f64(this.#blocks);
+    this.#count = f64(this.#count);
+    this.#cap = cap;
+  }
+}
+
+/** Dynamo's output-block decay: `max(0, 1 - osl / expected_osl)`, or undefined without an OSL hint. */
+export function outputBlockDecay(outputTokens: number, expectedOutputTokens: number | undefined): number | undefined {
+  if (expectedOutputTokens === undefined || !(expectedOutputTokens > 0)) return undefined;
+  return Math.max(0, 1 - outputTokens / expectedOutputTokens);
+}

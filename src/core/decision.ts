@@ -1,0 +1,142 @@
+/**
+ * The result of one routing decision, able to explain itself: the chosen
+ * (worker, dp_rank), its overlap, and every candidate's inputs and cost.
+ *
+ * The per-candidate breakdown is kept as one flat Float64Array (stride
+ * `BREAKDOWN_STRIDE`) so a decision allocates O(1) objects however many
+ * candidates there were; `candidates` materialises objects on demand (logs,
+ * query-only responses, tests).
+ */
+
+/** Where the time of one decision went, in milliseconds (Dynamo's `dynamo_router_overhead_*_ms`). */
+export interface DecisionTiming {
+  /** Block + sequence hashing of the prompt (0 when the caller passed hashes). */
+  readonly hashingMs: number;
+  /** Prefix-index lookups: events index, predict-on-route and tier indexes, active-block depths. */
+  readonly matchingMs: number;
+  /** Cost scoring, selection and booking. */
+  readonly schedulingMs: number;
+  /** Sum of the above (time spent waiting in the queue excluded; see `queuedMs`). */
+  readonly totalMs: number;
+}
+
+/** One candidate (worker, dp_rank) as the cost model saw it. */
+export interface CandidateBreakdown {
+  readonly workerId: number;
+  readonly dpRank: number;
+  /** Effective device overlap in blocks (max of the events index and the predict-on-route index). */
+  readonly overlapBlocks: number;
+  /** Active prefill tokens plus this request's uncached tokens there (the prefill term's input). */
+  readonly prefillTokens: number;
+  /** Active decode blocks plus the request's blocks not already active there. */
+  readonly decodeBlocks: number;
+  readonly activeRequests: number;
+  /** The cost ("logit"); lower is better. */
+  readonly cost: number;
+  /** Selection probability under softmax (temperature > 0); undefined at temperature 0. */
+  readonly probability: number | undefined;
+}
+
+export const BREAKDOWN_STRIDE = 8;
+const F_WORKER = 0;
+const F_RANK = 1;
+const F_OVERLAP = 2;
+const F_PREFILL = 3;
+const F_DECODE = 4;
+const F_REQUESTS = 5;
+const F_COST = 6;
+const F_PROB = 7;
+
+/** Writes one candidate row (used by the scheduler's scoring loop). */
+export function writeBreakdown(out: Float64Array, i: number, workerId: number, dpRank: number, overlap: number,
+  prefillTokens: number, decodeBlocks: number, activeRequests: number, cost: number): void {
+  const o = i * BREAKDOWN_STRIDE;
+  out[o + F_WORKER] = workerId;
+  out[o + F_RANK] = dpRank;
+  out[o + F_OVERLAP] = overlap;
+  out[o + F_PREFILL] = prefillTokens;
+  out[o + F_DECODE] = decodeBlocks;
+  out[o + F_REQUESTS] = activeRequests;
+  out[o + F_COST] = cost;
+  out[o + F_PROB] = Number.NaN;
+}
+
+export function writeProbability(out: Float64Array, i: number, p: number): void {
+  out[i * BREAKDOWN_STRIDE + F_PROB] = p;
+}
+
+export class RoutingDecision {
+  constructor(
+    /** Context id the decision was made for. */
+    readonly requestId: string,
+    readonly workerId: number,
+    readonly dpRank: number,
+    /** Effective overlap of the chosen slot, in blocks. */
+    readonly overlapBlocks: number,
+    /** `ceil(isl / block_size)`. */
+    readonly requiredBlocks: number,
+    /** Prompt length in tokens. */
+    readonly isl: number,
+    /** Uncached prompt tokens booked as prefill load (0 when not tracking prefill or not booked). */
+    readonly prefillTokens: number,
+    /** Cost of the chosen candidate. */
+    readonly cost: number,
+    /** True if the request was booked in the load bookkeeping (false for query-only). */
+    readonly booked: boolean,
+    /** True if a pin restricted the choice to one worker. */
+    readonly pinned: boolean,
+    /** Temperature used (after any per-request override). */
+    readonly temperature: number,
+    readonly timing: DecisionTiming,
+    /** Milliseconds spent parked in the queue before admission (0 when admitted at once). */
+    readonly queuedMs: number,
+    /** Candidate rows, `BREAKDOWN_STRIDE` numbers each. */
+    readonly breakdown: Float64Array,
+    readonly candidateCount: number,
+  ) {}
+
+  /** Every candidate's inputs and cost, in scoring order. */
+  get candidates(): CandidateBreakdown[] {
+    const out: CandidateBreakdown[] = [];
+    const b = this.breakdown;
+    for (let i = 0; i < this.candidateCount; i++) {
+      const o = i * BREAKDOWN_STRIDE;
+      const p = b[o + F_PROB]!;
+      out.push({
+        workerId: b[o + F_WORKER]!,
+        dpRank: b[o + F_RANK]!,
+        overlapBlocks: b[o + F_OVERLAP]!,
+        prefillTokens: b[o + F_PREFILL]!,
+        decodeBlocks: b[o + F_DECODE]!,
+        activeRequests: b[o + F_REQUESTS]!,
+        cost: b[o + F_COST]!,
+        probability: Number.isNaN(p) ? undefined : p,
+      });
+    }
+    return out;
+  }
+
+  /** Cached prompt tokens on the chosen slot (`min(isl, overlapBlocks × block_size)`). */
+  cachedTokens(blockSize: number): number {
+    return Math.min(this.isl, this.overlapBlocks * blockSize);
+  }
+
+  toJSON(): Record<string, unknown> {
+    return {
+      requestId: this.requestId,
+      workerId: this.workerId,
+      dpRank: this.dpRank,
+      overlapBlocks: this.overlapBlocks,
+      requiredBlocks: this.requiredBlocks,
+      isl: this.isl,
+      prefillTokens: this.prefillTokens,
+      cost: this.cost,
+      booked: this.booked,
+      pinned: this.pinned,
+      temperature: this.temperature,
+      timing: this.timing,
+      queuedMs: this.queuedMs,
+      candidates: this.candidates,
+    };
+  }
+}
