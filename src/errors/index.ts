@@ -24,6 +24,18 @@ export const ERROR_CODES = {
   KVG_ERR_UNKNOWN_WORKER: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_INVALID_DP_RANK: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_KV_EVENT_REPLAY: { status: 502, type: 'server_error', retryable: true },
+  // Transport to engines (src/engines). "retryable" means nothing reached the engine, so another worker may be tried.
+  KVG_ERR_ENGINE_NOT_REGISTERED: { status: 503, type: 'service_unavailable', retryable: true },
+  KVG_ERR_ENGINE_UNREACHABLE: { status: 502, type: 'server_error', retryable: true },
+  KVG_ERR_ENGINE_DISCONNECTED: { status: 502, type: 'server_error', retryable: false },
+  KVG_ERR_ENGINE_HEADERS_TIMEOUT: { status: 504, type: 'server_error', retryable: false },
+  KVG_ERR_ENGINE_BODY_TIMEOUT: { status: 504, type: 'server_error', retryable: false },
+  KVG_ERR_ENGINE_REJECTED: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_ENGINE_FAILED: { status: 502, type: 'server_error', retryable: false },
+  KVG_ERR_ENGINE_STREAM_BROKEN: { status: 502, type: 'server_error', retryable: false },
+  KVG_ERR_ENGINE_BAD_RESPONSE: { status: 502, type: 'server_error', retryable: false },
+  KVG_ERR_CLIENT_ABORTED: { status: 499, type: 'request_aborted', retryable: false },
+  KVG_ERR_NO_DISAGGREGATED_PARAMS: { status: 502, type: 'server_error', retryable: false },
 } as const;
 
 export type KvgateErrorCode = keyof typeof ERROR_CODES;

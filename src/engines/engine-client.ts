@@ -1,0 +1,548 @@
+/**
+ * `EngineClient`: the registry of per-worker undici pools and the one way
+ * kvgate sends a request to an engine.
+ *
+ * Ownership: the client owns one keep-alive `Pool` per worker URL, created by
+ * `addWorker` and closed by `removeWorker` (graceful: in-flight responses
+ * finish; `force`: they fail at once). Discovery decides which workers exist;
+ * this class only mirrors that set. A dispatch to a URL that is not
+ * registered fails with KVG_ERR_ENGINE_NOT_REGISTERED instead of silently
+ * opening a pool, so a removed worker can never come back through a race.
+ *
+ * `dispatch` serialises the client's body once (plus routing fields), sends
+ * it, and resolves at the response headers with either an
+ * `EngineEventStream` (SSE, parsed incrementally) or, for non-streaming
+ * requests, once the body is read, an `EngineJsonResponse`. Every failure is
+ * a KvgateError whose code says how far the request got (see
+ * engine-errors.ts), so the router can retry exactly the failures that never
+ * reached an engine.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import type { LookupFunction } from 'node:net';
+import { Pool, type Dispatcher } from 'undici';
+import { KvgateError } from '../errors/index.js';
+import {
+  EngineHttpError,
+  badResponseError,
+  clientAbortedError,
+  transportError,
+  type DispatchPhase,
+  type ErrorContext,
+} from './engine-errors.js';
+import {
+  EngineEventStream,
+  kEnd,
+  kFail,
+  kFeed,
+  type DispatchTimings,
+  type EngineJsonResponse,
+  type EngineResponse,
+} from './engine-stream.js';
+import { serializeBody, type JsonObject } from './request-body.js';
+
+export interface EngineClientOptions {
+  /** Most concurrent connections (hence in-flight requests) per worker; more wait in the pool's queue. Default 256. */
+  connections?: number;
+  /** TCP connect timeout. Default 5 000 ms. */
+  connectTimeoutMs?: number;
+  /** From request sent to response headers. Non-streaming generations answer only when done, so keep it long. Default 300 000 ms. */
+  headersTimeoutMs?: number;
+  /** Longest silence between two body chunks. Default 300 000 ms. */
+  bodyTimeoutMs?: number;
+  /** How long an idle keep-alive socket is kept (capped by the engine's own keep-alive hint). Default 4 000 ms. */
+  keepAliveTimeoutMs?: number;
+  /** Largest non-streaming response body. Default 64 MiB. */
+  maxResponseBytes?: number;
+  /** How much of an HTTP error body is kept for passthrough. Default 64 KiB. */
+  maxErrorBodyBytes?: number;
+  /** Largest single SSE event. Default 16 MiB. */
+  maxEventBytes?: number;
+  /** Unread SSE events buffered per stream before the upstream socket is paused. Default 64. */
+  streamHighWaterMark?: number;
+  /** Custom DNS resolution for worker host names (passed to `net.connect`). */
+  lookup?: LookupFunction;
+}
+
+export interface DispatchOptions {
+  /** Aborting it aborts the upstream request (socket closed) and fails the dispatch with KVG_ERR_CLIENT_ABORTED. */
+  signal?: AbortSignal;
+  /** Whether an SSE response is expected. Default: `body.stream === true`. */
+  stream?: boolean;
+  /** Routing fields laid over the body's top level (see `serializeBody`); `undefined` values remove keys. */
+  extraFields?: JsonObject;
+  /** Extra request headers (e.g. `x-request-id`, `x-data-parallel-rank`). */
+  headers?: Readonly<Record<string, string>>;
+  /** Per-request override of the client's `headersTimeoutMs`. */
+  headersTimeoutMs?: number;
+  /** Per-request override of the client's `bodyTimeoutMs`. */
+  bodyTimeoutMs?: number;
+  /**
+   * Called once when the request is handed to a connected socket, before its
+   * bytes are written: from here on a failure may have reached the engine.
+   * (The disaggregated bootstrap path waits for this, not for output.)
+   */
+  onDispatched?: () => void;
+}
+
+export interface WorkerPoolStats {
+  worker: string;
+  /** Open sockets. */
+  connected: number;
+  /** Open sockets with no request. */
+  free: number;
+  /** Requests waiting for a socket. */
+  queued: number;
+  /** Requests in flight. */
+  running: number;
+}
+
+interface ResolvedOptions {
+  connections: number;
+  connectTimeoutMs: number;
+  headersTimeoutMs: number;
+  bodyTimeoutMs: number;
+  keepAliveTimeoutMs: number;
+  maxResponseBytes: number;
+  maxErrorBodyBytes: number;
+  maxEventBytes: number;
+  streamHighWaterMark: number;
+  lookup: LookupFunction | undefined;
+}
+
+const DEFAULTS: Omit<ResolvedOptions, 'lookup'> = {
+  connections: 256,
+  connectTimeoutMs: 5_000,
+  headersTimeoutMs: 300_000,
+  bodyTimeoutMs: 300_000,
+  keepAliveTimeoutMs: 4_000,
+  maxResponseBytes: 64 * 1024 * 1024,
+  maxErrorBodyBytes: 64 * 1024,
+  maxEventBytes: 16 * 1024 * 1024,
+  streamHighWaterMark: 64,
+};
+
+function resolveOptions(options: EngineClientOptions): ResolvedOptions {
+  const out = { ...DEFAULTS, lookup: options.lookup };
+  for (const key of Object.keys(DEFAULTS) as (keyof typeof DEFAULTS)[]) {
+    const value = options[key];
+    if (value === undefined) continue;
+    if (!Number.isInteger(value) || value < 1) {
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `engine client option ${key} must be a positive integer, got ${String(value)}`, {
+        field: key,
+        value,
+      });
+    }
+    out[key] = value;
+  }
+  return out;
+}
+
+interface WorkerEntry {
+  /** The URL as registered, normalised (origin + base path, no trailing slash). */
+  url: string;
+  /** Path prefix of the worker URL ('' for none). */
+  basePath: string;
+  pool: Pool;
+}
+
+/**
+ * Normalises a worker URL to the registry key: `http(s)://host:port[/base]`.
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a malformed or non-HTTP URL.
+ */
+export function normalizeWorkerUrl(url: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `worker URL is not a URL: ${url}`, { url });
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `worker URL must be http or https: ${url}`, { url });
+  }
+  if (parsed.search !== '' || parsed.hash !== '' || parsed.username !== '' || parsed.password !== '') {
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `worker URL must have no query, fragment or credentials: ${url}`, { url });
+  }
+  return `${parsed.origin}${parsed.pathname.replace(/\/+$/, '')}`;
+}
+
+export class EngineClient {
+  readonly #options: ResolvedOptions;
+  readonly #workers = new Map<string, WorkerEntry>();
+  /** Pools being closed (removed workers), awaited by `close()`. */
+  readonly #closing = new Set<Promise<void>>();
+  #closed: Promise<void> | undefined;
+
+  /** @throws KvgateError KVG_ERR_INVALID_CONFIG for an option that is not a positive integer. */
+  constructor(options: EngineClientOptions = {}) {
+    this.#options = resolveOptions(options);
+  }
+
+  /** Registered worker URLs (normalised). */
+  get workers(): string[] {
+    return [...this.#workers.keys()];
+  }
+
+  hasWorker(url: string): boolean {
+    return this.#workers.has(normalizeWorkerUrl(url));
+  }
+
+  /**
+   * Registers a worker and opens its pool (sockets connect lazily). Adding a registered worker is a no-op.
+   * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a bad URL; KVG_ERR_ENGINE_NOT_REGISTERED after `close()`.
+   */
+  addWorker(url: string): void {
+    const key = normalizeWorkerUrl(url);
+    if (this.#closed !== undefined) {
+      throw new KvgateError('KVG_ERR_ENGINE_NOT_REGISTERED', `engine client is closed; cannot add ${key}`, { worker: key });
+    }
+    if (this.#workers.has(key)) return;
+    const parsed = new URL(key);
+    const o = this.#options;
+    const pool = new Pool(parsed.origin, {
+      connections: o.connections,
+      pipelining: 1,
+      keepAliveTimeout: o.keepAliveTimeoutMs,
+      keepAliveMaxTimeout: Math.max(o.keepAliveTimeoutMs, 600_000),
+      headersTimeout: o.headersTimeoutMs,
+      bodyTimeout: o.bodyTimeoutMs,
+      connect: { timeout: o.connectTimeoutMs, ...(o.lookup === undefined ? {} : { lookup: o.lookup }) },
+    });
+    this.#workers.set(key, { url: key, basePath: parsed.pathname === '/' ? '' : parsed.pathname, pool });
+  }
+
+  /**
+   * Unregisters a worker: new dispatches to it fail at once with KVG_ERR_ENGINE_NOT_REGISTERED.
+   * Graceful by default (resolves when its in-flight responses have finished and its sockets are closed);
+   * with `force` in-flight requests fail now (KVG_ERR_ENGINE_UNREACHABLE if not yet sent, else
+   * KVG_ERR_ENGINE_STREAM_BROKEN / KVG_ERR_ENGINE_DISCONNECTED). Removing an unknown worker resolves at once.
+   */
+  removeWorker(url: string, options: { force?: boolean } = {}): Promise<void> {
+    const key = normalizeWorkerUrl(url);
+    const entry = this.#workers.get(key);
+    if (entry === undefined) return Promise.resolve();
+    this.#workers.delete(key);
+    return this.#track(options.force === true ? entry.pool.destroy() : entry.pool.close());
+  }
+
+  /** Snapshot of each worker pool's socket and request counts. */
+  stats(): WorkerPoolStats[] {
+    return [...this.#workers.values()].map(({ url, pool }) => {
+      const s = pool.stats;
+      return { worker: url, connected: s.connected, free: s.free, queued: s.pending, running: s.running };
+    });
+  }
+
+  /**
+   * Closes every pool and refuses new work. Graceful (waits for in-flight responses) unless `force`.
+   * Idempotent: later calls return the first call's promise.
+   */
+  close(options: { force?: boolean } = {}): Promise<void> {
+    if (this.#closed !== undefined) return this.#closed;
+    const entries = [...this.#workers.values()];
+    this.#workers.clear();
+    for (const { pool } of entries) this.#track(options.force === true ? pool.destroy() : pool.close());
+    this.#closed = Promise.all([...this.#closing]).then(() => undefined);
+    return this.#closed;
+  }
+
+  /**
+   * Sends `body` (plus `extraFields`) to `path` on the worker: POST with a JSON body, or GET when `body` is undefined.
+   * Resolves at the response headers with an `EngineEventStream` when a stream is expected, otherwise
+   * with the buffered `EngineJsonResponse`.
+   * @throws KvgateError (rejected promise) KVG_ERR_ENGINE_NOT_REGISTERED, KVG_ERR_ENGINE_UNREACHABLE,
+   *   KVG_ERR_ENGINE_DISCONNECTED, KVG_ERR_ENGINE_HEADERS_TIMEOUT, KVG_ERR_ENGINE_BODY_TIMEOUT,
+   *   KVG_ERR_ENGINE_STREAM_BROKEN, KVG_ERR_ENGINE_BAD_RESPONSE, KVG_ERR_CLIENT_ABORTED, KVG_ERR_INVALID_ARGUMENT;
+   *   `EngineHttpError` (KVG_ERR_ENGINE_REJECTED for 4xx, KVG_ERR_ENGINE_FAILED for 5xx).
+   */
+  dispatch(workerUrl: string, path: string, body: JsonObject | undefined, options: DispatchOptions & { stream: true }): Promise<EngineEventStream>;
+  dispatch(workerUrl: string, path: string, body: JsonObject | undefined, options: DispatchOptions & { stream: false }): Promise<EngineJsonResponse>;
+  dispatch(workerUrl: string, path: string, body: JsonObject | undefined, options?: DispatchOptions): Promise<EngineResponse>;
+  dispatch(workerUrl: string, path: string, body: JsonObject | undefined, options: DispatchOptions = {}): Promise<EngineResponse> {
+    const startedAt = performance.now();
+    let entry: WorkerEntry | undefined;
+    let payload: string | undefined;
+    try {
+      const key = normalizeWorkerUrl(workerUrl);
+      entry = this.#workers.get(key);
+      if (entry === undefined) {
+        throw new KvgateError('KVG_ERR_ENGINE_NOT_REGISTERED', `no engine pool for worker ${key}${this.#closed ? ' (client closed)' : ''}`, {
+          worker: key,
+        });
+      }
+      if (!path.startsWith('/')) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `dispatch path must start with '/': ${path}`, { path });
+      payload = body === undefined ? undefined : serializeBody(body, options.extraFields);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const ctx: ErrorContext = { worker: entry.url, path };
+    if (options.signal?.aborted === true) return Promise.reject(clientAbortedError(ctx, options.signal.reason));
+    const stream = options.stream ?? (body !== undefined && body['stream'] === true);
+    const headers: Record<string, string> = { accept: stream ? 'text/event-stream' : 'application/json' };
+    if (payload !== undefined) headers['content-type'] = 'application/json';
+    if (options.headers !== undefined) Object.assign(headers, options.headers);
+    const pool = entry.pool;
+    const opts = this.#options;
+    return new Promise<EngineResponse>((resolve, reject) => {
+      const handler = new ResponseHandler({
+        ctx,
+        stream,
+        startedAt,
+        signal: options.signal,
+        onDispatched: options.onDispatched,
+        maxResponseBytes: opts.maxResponseBytes,
+        maxErrorBodyBytes: opts.maxErrorBodyBytes,
+        maxEventBytes: opts.maxEventBytes,
+        highWaterMark: opts.streamHighWaterMark,
+        resolve,
+        reject,
+      });
+      const request: Dispatcher.DispatchOptions = {
+        path: `${entry.basePath}${path}`,
+        method: payload === undefined ? 'GET' : 'POST',
+        headers,
+        body: payload ?? null,
+        blocking: true,
+        ...(options.headersTimeoutMs === undefined ? {} : { headersTimeout: options.headersTimeoutMs }),
+        ...(options.bodyTimeoutMs === undefined ? {} : { bodyTimeout: options.bodyTimeoutMs }),
+      };
+      try {
+        pool.dispatch(request, handler);
+      } catch (err) {
+        handler.onResponseError(undefined, err as Error);
+      }
+    });
+  }
+
+  #track(closing: Promise<void>): Promise<void> {
+    const p = closing.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.#closing.add(p);
+    void p.then(() => this.#closing.delete(p));
+    return p;
+  }
+}
+
+interface HandlerInit {
+  ctx: ErrorContext;
+  stream: boolean;
+  startedAt: number;
+  signal: AbortSignal | undefined;
+  onDispatched: (() => void) | undefined;
+  maxResponseBytes: number;
+  maxErrorBodyBytes: number;
+  maxEventBytes: number;
+  highWaterMark: number;
+  resolve: (r: EngineResponse) => void;
+  reject: (err: unknown) => void;
+}
+
+type Mode = 'pending' | 'stream' | 'json' | 'error';
+
+/**
+ * One request's undici handler (new handler API). Tracks the phase for error
+ * mapping, feeds body chunks to the stream or the JSON buffer, and wires the
+ * client's AbortSignal to the request's controller.
+ */
+class ResponseHandler implements Dispatcher.DispatchHandler {
+  readonly #init: HandlerInit;
+  readonly #timings: DispatchTimings;
+  #phase: DispatchPhase = 'queued';
+  #mode: Mode = 'pending';
+  #controller: Dispatcher.DispatchController | undefined;
+  /** The promise was resolved or rejected. */
+  #settled = false;
+  /** Nothing more to do: ended, failed, aborted or cancelled. */
+  #finished = false;
+  #abortError: KvgateError | undefined;
+  #stream: EngineEventStream | undefined;
+  #status = 0;
+  #headers: IncomingHttpHeaders = {};
+  #chunks: Buffer[] = [];
+  #bytes = 0;
+  #truncated = false;
+  readonly #onAbort: (() => void) | undefined;
+
+  constructor(init: HandlerInit) {
+    this.#init = init;
+    this.#timings = { startedAt: init.startedAt, connectMs: undefined, headersMs: undefined, firstByteMs: undefined, firstEventMs: undefined, endMs: undefined };
+    if (init.signal !== undefined) {
+      const signal = init.signal;
+      this.#onAbort = () => this.#abort(signal.reason);
+      signal.addEventListener('abort', this.#onAbort, { once: true });
+    }
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#finished) {
+      // Aborted (or cancelled) while waiting for a socket: never write the request.
+      controller.abort(this.#abortError ?? clientAbortedError(this.#init.ctx, undefined));
+      return;
+    }
+    this.#phase = 'sent';
+    this.#timings.connectMs = performance.now() - this.#timings.startedAt;
+    this.#init.onDispatched?.();
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    if (this.#finished || statusCode < 200) return; // 1xx: informational, the real response follows
+    this.#phase = 'body';
+    this.#timings.headersMs = performance.now() - this.#timings.startedAt;
+    this.#status = statusCode;
+    this.#headers = headers;
+    const ctx = this.#init.ctx;
+    if (statusCode >= 400) {
+      this.#mode = 'error';
+      return;
+    }
+    if (statusCode >= 300) {
+      this.#fail(badResponseError(ctx, `unexpected redirect ${statusCode}`, { upstreamStatus: statusCode, location: headers['location'] }), true);
+      return;
+    }
+    const contentType = String(headers['content-type'] ?? '').toLowerCase();
+    if (!this.#init.stream) {
+      this.#mode = 'json';
+      return;
+    }
+    if (contentType.includes('application/json')) {
+      this.#fail(badResponseError(ctx, 'a stream was requested but the engine answered with JSON', { contentType }), true);
+      return;
+    }
+    this.#mode = 'stream';
+    this.#stream = new EngineEventStream(
+      { status: statusCode, headers, timings: this.#timings, highWaterMark: this.#init.highWaterMark, maxEventBytes: this.#init.maxEventBytes },
+      {
+        pause: () => controller.pause(),
+        resume: () => controller.resume(),
+        cancel: () => this.#cancel(),
+      },
+    );
+    this.#settled = true;
+    this.#init.resolve(this.#stream);
+  }
+
+  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#finished) return;
+    if (this.#timings.firstByteMs === undefined) this.#timings.firstByteMs = performance.now() - this.#timings.startedAt;
+    switch (this.#mode) {
+      case 'stream':
+        try {
+          this.#stream![kFeed](chunk);
+        } catch (err) {
+          this.#fail(err instanceof KvgateError ? err : transportError(err, 'body', this.#init.ctx), true);
+        }
+        return;
+      case 'json':
+        this.#bytes += chunk.length;
+        if (this.#bytes > this.#init.maxResponseBytes) {
+          this.#fail(badResponseError(this.#init.ctx, `response body exceeds ${this.#init.maxResponseBytes} bytes`), true);
+          return;
+        }
+        this.#chunks.push(chunk);
+        return;
+      case 'error': {
+        const room = this.#init.maxErrorBodyBytes - this.#bytes;
+        if (chunk.length > room) {
+          // Keep what fits and stop reading: an oversized error body is not worth the socket.
+          this.#chunks.push(chunk.subarray(0, room));
+          this.#bytes += room;
+          this.#truncated = true;
+          this.#failHttp();
+          return;
+        }
+        this.#chunks.push(chunk);
+        this.#bytes += chunk.length;
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  onResponseEnd(): void {
+    if (this.#finished) return;
+    this.#timings.endMs = performance.now() - this.#timings.startedAt;
+    const ctx = this.#init.ctx;
+    switch (this.#mode) {
+      case 'stream':
+        this.#finish();
+        this.#stream![kEnd]();
+        return;
+      case 'json': {
+        const body = Buffer.concat(this.#chunks, this.#bytes);
+        this.#chunks = [];
+        let json: unknown;
+        try {
+          json = JSON.parse(body.toString('utf8'));
+        } catch {
+          this.#fail(badResponseError(ctx, 'response body is not JSON', { bodyPrefix: body.toString('utf8', 0, 200) }), false);
+          return;
+        }
+        this.#finish();
+        this.#settled = true;
+        this.#init.resolve({ kind: 'json', status: this.#status, headers: this.#headers, body, json, timings: this.#timings });
+        return;
+      }
+      case 'error':
+        this.#failHttp();
+        return;
+      default:
+        // An end without a final response (only 1xx seen) is a protocol violation.
+        this.#fail(badResponseError(ctx, 'response ended without a final status'), false);
+    }
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController | undefined, err: Error): void {
+    if (this.#finished) return;
+    this.#fail(transportError(err, this.#phase, this.#init.ctx), false);
+  }
+
+  #failHttp(): void {
+    const body = Buffer.concat(this.#chunks, this.#bytes);
+    this.#chunks = [];
+    this.#fail(new EngineHttpError(this.#init.ctx, this.#status, this.#headers, body, this.#truncated), this.#truncated);
+  }
+
+  /** Client abort: fail now (the stream drops queued events) and abort the upstream request. */
+  #abort(reason: unknown): void {
+    if (this.#finished) return;
+    const err = clientAbortedError(this.#init.ctx, reason);
+    this.#abortError = err;
+    this.#finish();
+    this.#controller?.abort(err);
+    if (!this.#settled) {
+      this.#settled = true;
+      this.#init.reject(err);
+    } else {
+      this.#stream?.[kFail](err, true);
+    }
+  }
+
+  /** The consumer stopped reading the stream. */
+  #cancel(): void {
+    if (this.#finished) return;
+    this.#finish();
+    this.#controller?.abort(clientAbortedError(this.#init.ctx, 'stream cancelled by its consumer'));
+  }
+
+  /** Ends the request with `err`; `abortUpstream` closes the socket when the response is still being received. */
+  #fail(err: KvgateError, abortUpstream: boolean): void {
+    if (this.#finished) return;
+    this.#finish();
+    if (abortUpstream) this.#controller?.abort(err);
+    if (!this.#settled) {
+      this.#settled = true;
+      this.#init.reject(err);
+    } else {
+      this.#stream?.[kFail](err, false);
+    }
+  }
+
+  #finish(): void {
+    this.#finished = true;
+    this.#timings.endMs ??= performance.now() - this.#timings.startedAt;
+    if (this.#onAbort !== undefined) this.#init.signal!.removeEventListener('abort', this.#onAbort);
+  }
+}

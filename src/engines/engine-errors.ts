@@ -1,0 +1,136 @@
+/**
+ * Maps transport failures to KvgateError codes by the phase the request had
+ * reached, because the phase decides what a caller may do next:
+ *
+ *   queued ──(handed to a socket)──> sent ──(status line + headers)──> body ──> done
+ *
+ * - anything failing while `queued` never wrote a byte: KVG_ERR_ENGINE_UNREACHABLE,
+ *   retryable on another worker (refused, DNS, connect timeout, pool shut down);
+ * - `sent` failures may have started work on the engine: not retryable
+ *   (KVG_ERR_ENGINE_DISCONNECTED, KVG_ERR_ENGINE_HEADERS_TIMEOUT);
+ * - `body` failures broke a response mid-way (KVG_ERR_ENGINE_STREAM_BROKEN,
+ *   KVG_ERR_ENGINE_BODY_TIMEOUT);
+ * - the caller's AbortSignal always maps to KVG_ERR_CLIENT_ABORTED.
+ *
+ * Upstream HTTP errors are `EngineHttpError`s: a 4xx keeps the engine's status
+ * (the client sent something the engine refused), a 5xx becomes 502.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import { KvgateError, isKvgateError } from '../errors/index.js';
+
+/** How far a request got before it failed. */
+export type DispatchPhase = 'queued' | 'sent' | 'body';
+
+export interface ErrorContext {
+  worker: string;
+  path: string;
+}
+
+const CONNECT_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EHOSTDOWN',
+  'ENETDOWN',
+  'EADDRNOTAVAIL',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+function errorCode(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** Converts whatever undici or the socket raised into a KvgateError (KvgateErrors pass through unchanged). */
+export function transportError(err: unknown, phase: DispatchPhase, ctx: ErrorContext): KvgateError {
+  if (isKvgateError(err)) return err;
+  const code = errorCode(err);
+  const message = err instanceof Error ? err.message : String(err);
+  const detail = { worker: ctx.worker, path: ctx.path, phase, cause: code ?? message };
+  const options = { cause: err };
+  if (phase === 'queued') {
+    const what = code !== undefined && CONNECT_ERROR_CODES.has(code) ? 'cannot connect to' : 'could not send to';
+    return new KvgateError('KVG_ERR_ENGINE_UNREACHABLE', `${what} engine ${ctx.worker}: ${message}`, detail, options);
+  }
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') {
+    return new KvgateError('KVG_ERR_ENGINE_HEADERS_TIMEOUT', `engine ${ctx.worker} sent no response headers in time (${ctx.path})`, detail, options);
+  }
+  if (code === 'UND_ERR_BODY_TIMEOUT') {
+    return new KvgateError('KVG_ERR_ENGINE_BODY_TIMEOUT', `engine ${ctx.worker} stalled mid-response (${ctx.path})`, detail, options);
+  }
+  if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
+    return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `engine ${ctx.worker} response too large (${ctx.path})`, detail, options);
+  }
+  if (phase === 'sent') {
+    return new KvgateError('KVG_ERR_ENGINE_DISCONNECTED', `engine ${ctx.worker} dropped the connection before responding: ${message}`, detail, options);
+  }
+  return new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', `engine ${ctx.worker} response broke mid-way: ${message}`, detail, options);
+}
+
+export function clientAbortedError(ctx: ErrorContext, reason: unknown): KvgateError {
+  return new KvgateError('KVG_ERR_CLIENT_ABORTED', `request to engine ${ctx.worker} aborted by the client`, { worker: ctx.worker, path: ctx.path }, { cause: reason });
+}
+
+export function badResponseError(ctx: ErrorContext, why: string, extra: Record<string, unknown> = {}): KvgateError {
+  return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `engine ${ctx.worker} broke the protocol on ${ctx.path}: ${why}`, {
+    worker: ctx.worker,
+    path: ctx.path,
+    ...extra,
+  });
+}
+
+/**
+ * The engine answered with an HTTP error. `statusCode` is the engine's own
+ * status for a 4xx (pass it through to the client with `upstreamBody`) and
+ * 502 for a 5xx. `upstreamJson` is the parsed body when it was JSON.
+ */
+export class EngineHttpError extends KvgateError {
+  override readonly statusCode: number;
+  readonly upstreamStatus: number;
+  readonly upstreamHeaders: IncomingHttpHeaders;
+  /** The error body as received (truncated at the client's `maxErrorBodyBytes`). */
+  readonly upstreamBody: Uint8Array;
+  readonly upstreamJson: unknown;
+
+  constructor(ctx: ErrorContext, status: number, headers: IncomingHttpHeaders, body: Uint8Array, truncated: boolean) {
+    const code = status < 500 ? 'KVG_ERR_ENGINE_REJECTED' : 'KVG_ERR_ENGINE_FAILED';
+    const text = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
+    let json: unknown;
+    if (!truncated) {
+      try {
+        json = JSON.parse(text);
+      } catch {
+        json = undefined;
+      }
+    }
+    super(code, `engine ${ctx.worker} answered ${status} on ${ctx.path}: ${engineMessage(json) ?? text.slice(0, 200)}`, {
+      worker: ctx.worker,
+      path: ctx.path,
+      upstreamStatus: status,
+      upstreamError: json ?? text.slice(0, 2000),
+      truncated,
+    });
+    this.name = 'EngineHttpError';
+    this.statusCode = status < 500 ? status : 502;
+    this.upstreamStatus = status;
+    this.upstreamHeaders = headers;
+    this.upstreamBody = body;
+    this.upstreamJson = json;
+  }
+}
+
+/** The human message of an OpenAI-style (`{error: {message}}`) or FastAPI-style (`{detail}`, `{message}`) error body. */
+function engineMessage(json: unknown): string | undefined {
+  if (typeof json !== 'object' || json === null) return undefined;
+  const obj = json as Record<string, unknown>;
+  const error = obj['error'];
+  if (typeof error === 'object' && error !== null && typeof (error as Record<string, unknown>)['message'] === 'string') {
+    return (error as Record<string, string>)['message'];
+  }
+  if (typeof error === 'string') return error;
+  if (typeof obj['message'] === 'string') return obj['message'];
+  if (typeof obj['detail'] === 'string') return obj['detail'];
+  return undefined;
+}

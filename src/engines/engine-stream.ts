@@ -1,0 +1,248 @@
+/**
+ * The result types of a dispatch: an SSE stream read incrementally, or a
+ * buffered JSON response.
+ *
+ * `EngineEventStream` is a single-consumer async iterable. Chunks are parsed
+ * as they arrive and queued as events; when `highWaterMark` events wait
+ * unread, the upstream socket is paused (TCP backpressure reaches the engine)
+ * and resumed once the consumer has drained half of them, so a slow client
+ * never makes kvgate buffer a whole generation. Ordering on failure: events
+ * already received are delivered first, then the iterator throws the typed
+ * error (so a gateway can forward every token it got and then end the client
+ * stream with an error event). A client abort throws at once. Leaving the
+ * loop early (`break`, `return()`) or calling `cancel()` aborts the upstream
+ * request and closes its socket.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import type { KvgateError } from '../errors/index.js';
+import { SseParser } from './sse-parser.js';
+
+/**
+ * Per-request timings, in milliseconds since `startedAt` (a `performance.now()`
+ * value). Filled in as the request progresses; undefined until reached.
+ */
+export interface DispatchTimings {
+  readonly startedAt: number;
+  /** Until the request was handed to a connected socket: pool queueing plus the TCP connect when a new connection was opened. */
+  connectMs: number | undefined;
+  /** Until the response status line and headers arrived. */
+  headersMs: number | undefined;
+  /** Until the first response body byte arrived. */
+  firstByteMs: number | undefined;
+  /** Streams only: until the first complete SSE event was parsed. */
+  firstEventMs: number | undefined;
+  /** Until the response body ended (cleanly or not). */
+  endMs: number | undefined;
+}
+
+/** One SSE event from an engine. */
+export interface EngineEvent {
+  /** Exact bytes of the event block as the engine sent them (for zero-copy passthrough to the client). */
+  readonly raw: Buffer;
+  /** The event's data (data lines joined by "\n"). */
+  readonly data: string;
+  /** The `event:` field; undefined for ordinary message events. */
+  readonly event: string | undefined;
+  readonly id: string | undefined;
+  /** `JSON.parse(data)`; undefined for `[DONE]` and for data that is not JSON. */
+  readonly json: unknown;
+  /** True for the OpenAI end-of-stream sentinel `data: [DONE]`. */
+  readonly done: boolean;
+}
+
+/** A buffered non-streaming response (2xx). */
+export interface EngineJsonResponse {
+  readonly kind: 'json';
+  readonly status: number;
+  readonly headers: IncomingHttpHeaders;
+  /** The body bytes as received, for passthrough. */
+  readonly body: Buffer;
+  /** The parsed body. */
+  readonly json: unknown;
+  readonly timings: DispatchTimings;
+}
+
+export type EngineResponse = EngineEventStream | EngineJsonResponse;
+
+/** Hooks from the stream back into the request that feeds it. */
+export interface StreamControl {
+  pause(): void;
+  resume(): void;
+  /** Aborts the upstream request (closing its socket) unless it already ended. */
+  cancel(): void;
+}
+
+export interface StreamCounters {
+  events: number;
+  bytes: number;
+  /** Bytes of an unterminated final event that SSE semantics discard. */
+  discardedTailBytes: number;
+  /** Whether `data: [DONE]` was seen. */
+  sawDone: boolean;
+}
+
+/** Internal entry points used by the dispatcher; not part of the public surface. */
+export const kFeed = Symbol('kvgate.engines.feed');
+export const kEnd = Symbol('kvgate.engines.end');
+export const kFail = Symbol('kvgate.engines.fail');
+
+type Waiter = { resolve: (r: IteratorResult<EngineEvent>) => void; reject: (err: unknown) => void };
+
+export class EngineEventStream implements AsyncIterable<EngineEvent> {
+  readonly kind = 'stream' as const;
+  readonly status: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly timings: DispatchTimings;
+  readonly counters: StreamCounters = { events: 0, bytes: 0, discardedTailBytes: 0, sawDone: false };
+
+  readonly #control: StreamControl;
+  readonly #parser: SseParser;
+  readonly #highWaterMark: number;
+  #queue: EngineEvent[] = [];
+  #head = 0;
+  #waiter: Waiter | undefined;
+  #error: KvgateError | undefined;
+  #errorDelivered = false;
+  #ended = false;
+  #cancelled = false;
+  #paused = false;
+  #iterated = false;
+
+  constructor(
+    init: { status: number; headers: IncomingHttpHeaders; timings: DispatchTimings; highWaterMark: number; maxEventBytes: number },
+    control: StreamControl,
+  ) {
+    this.status = init.status;
+    this.headers = init.headers;
+    this.timings = init.timings;
+    this.#highWaterMark = init.highWaterMark;
+    this.#control = control;
+    this.#parser = new SseParser((raw, data, event, id) => this.#onEvent(raw, data, event, id), { maxEventBytes: init.maxEventBytes });
+  }
+
+  /** True once the stream will yield nothing more (ended, failed or cancelled, and drained). */
+  get finished(): boolean {
+    return (this.#ended || this.#cancelled || this.#error !== undefined) && this.#head >= this.#queue.length;
+  }
+
+  /** Whether the upstream response ended cleanly. */
+  get completed(): boolean {
+    return this.#ended;
+  }
+
+  /** Stops reading and aborts the upstream request; the iterator then reports done. Idempotent. */
+  cancel(): void {
+    if (this.#cancelled) return;
+    this.#cancelled = true;
+    this.#queue = [];
+    this.#head = 0;
+    if (!this.#ended && this.#error === undefined) this.#control.cancel();
+    this.#settleWaiter({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<EngineEvent> {
+    if (this.#iterated) throw new TypeError('EngineEventStream can be iterated once');
+    this.#iterated = true;
+    return {
+      next: () => this.#next(),
+      return: () => {
+        this.cancel();
+        return Promise.resolve({ value: undefined, done: true });
+      },
+    };
+  }
+
+  /** @internal Parses one body chunk. Throws the parser's typed error on a protocol violation. */
+  [kFeed](chunk: Buffer): void {
+    if (this.#cancelled) return;
+    this.counters.bytes += chunk.length;
+    this.#parser.push(chunk);
+    if (!this.#paused && this.#queue.length - this.#head >= this.#highWaterMark) {
+      this.#paused = true;
+      this.#control.pause();
+    }
+  }
+
+  /** @internal The upstream response ended cleanly. */
+  [kEnd](): void {
+    this.counters.discardedTailBytes = this.#parser.end();
+    this.#ended = true;
+    if (this.#head >= this.#queue.length) this.#settleWaiter({ value: undefined, done: true });
+  }
+
+  /**
+   * @internal The request failed. With `immediate` (client abort) queued events are dropped;
+   * otherwise they are delivered before the error.
+   */
+  [kFail](err: KvgateError, immediate: boolean): void {
+    if (this.#ended || this.#cancelled || this.#error !== undefined) return;
+    this.#error = err;
+    if (immediate) {
+      this.#queue = [];
+      this.#head = 0;
+    }
+    if (this.#head >= this.#queue.length && this.#waiter !== undefined) {
+      const waiter = this.#waiter;
+      this.#waiter = undefined;
+      this.#errorDelivered = true;
+      waiter.reject(err);
+    }
+  }
+
+  #onEvent(raw: Buffer, data: string, event: string | undefined, id: string | undefined): void {
+    const done = data === '[DONE]';
+    let json: unknown;
+    if (!done) {
+      try {
+        json = JSON.parse(data);
+      } catch {
+        json = undefined;
+      }
+    } else {
+      this.counters.sawDone = true;
+    }
+    const ev: EngineEvent = { raw, data, event, id, json, done };
+    this.counters.events++;
+    if (this.timings.firstEventMs === undefined) this.timings.firstEventMs = performance.now() - this.timings.startedAt;
+    if (this.#waiter !== undefined) {
+      const waiter = this.#waiter;
+      this.#waiter = undefined;
+      waiter.resolve({ value: ev, done: false });
+      return;
+    }
+    this.#queue.push(ev);
+  }
+
+  #next(): Promise<IteratorResult<EngineEvent>> {
+    if (this.#head < this.#queue.length) {
+      const ev = this.#queue[this.#head]!;
+      this.#queue[this.#head++] = undefined as unknown as EngineEvent;
+      if (this.#head === this.#queue.length) {
+        this.#queue = [];
+        this.#head = 0;
+      }
+      if (this.#paused && this.#queue.length - this.#head <= this.#highWaterMark >> 1) {
+        this.#paused = false;
+        this.#control.resume();
+      }
+      return Promise.resolve({ value: ev, done: false });
+    }
+    if (this.#error !== undefined) {
+      if (this.#errorDelivered) return Promise.resolve({ value: undefined, done: true });
+      this.#errorDelivered = true;
+      return Promise.reject(this.#error);
+    }
+    if (this.#ended || this.#cancelled) return Promise.resolve({ value: undefined, done: true });
+    if (this.#waiter !== undefined) return Promise.reject(new TypeError('EngineEventStream: next() called while a previous next() is pending'));
+    return new Promise((resolve, reject) => {
+      this.#waiter = { resolve, reject };
+    });
+  }
+
+  #settleWaiter(result: IteratorResult<EngineEvent>): void {
+    const waiter = this.#waiter;
+    if (waiter === undefined) return;
+    this.#waiter = undefined;
+    waiter.resolve(result);
+  }
+}

@@ -1,0 +1,51 @@
+/**
+ * Serialises a client's parsed JSON body once, with routing fields laid over it.
+ *
+ * `extraFields` replace top-level keys of the body; a field set to `undefined`
+ * removes the key (JSON drops undefined members), which is how dialects strip
+ * `stream_options` from a prefill leg without copying the body twice.
+ * A top-level `bigint` field is written as an exact JSON integer: SGLang's
+ * `bootstrap_room` is a 63-bit number that a JS number cannot hold.
+ */
+import { KvgateError } from '../errors/index.js';
+
+export type JsonObject = Readonly<Record<string, unknown>>;
+
+/**
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT when the body cannot be serialised (a cycle, a nested bigint).
+ */
+export function serializeBody(body: JsonObject, extraFields?: JsonObject): string {
+  try {
+    if (extraFields === undefined) return JSON.stringify(body);
+    const merged: Record<string, unknown> = { ...body };
+    let bigints: string | undefined;
+    for (const key of Object.keys(extraFields)) {
+      const value = extraFields[key];
+      if (typeof value === 'bigint') {
+        merged[key] = undefined;
+        bigints = `${bigints === undefined ? '' : `${bigints},`}${JSON.stringify(key)}:${value.toString()}`;
+      } else {
+        merged[key] = value;
+      }
+    }
+    const json = JSON.stringify(merged);
+    if (bigints === undefined) return json;
+    return json === '{}' ? `{${bigints}}` : `${json.slice(0, -1)},${bigints}}`;
+  } catch (err) {
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `request body cannot be serialised as JSON: ${err instanceof Error ? err.message : String(err)}`, undefined, {
+      cause: err,
+    });
+  }
+}
+
+/** The body an engine receives for `body` plus `extraFields`, as an object (for inspection and tests). */
+export function applyFields(body: JsonObject, extraFields?: JsonObject): Record<string, unknown> {
+  const merged: Record<string, unknown> = { ...body };
+  if (extraFields === undefined) return merged;
+  for (const key of Object.keys(extraFields)) {
+    const value = extraFields[key];
+    if (value === undefined) delete merged[key];
+    else merged[key] = value;
+  }
+  return merged;
+}
