@@ -36,6 +36,22 @@ export const ERROR_CODES = {
   KVG_ERR_ENGINE_BAD_RESPONSE: { status: 502, type: 'server_error', retryable: false },
   KVG_ERR_CLIENT_ABORTED: { status: 499, type: 'request_aborted', retryable: false },
   KVG_ERR_NO_DISAGGREGATED_PARAMS: { status: 502, type: 'server_error', retryable: false },
+  // HTTP edge (src/frontend): request validation, limits and server state.
+  KVG_ERR_INVALID_JSON: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_INVALID_REQUEST: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_UNSUPPORTED_CONTENT: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_PROMPT_TOO_LONG: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_TOKENIZER_UNAVAILABLE: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_UNAUTHORIZED: { status: 401, type: 'authentication_error', retryable: false },
+  KVG_ERR_NOT_FOUND: { status: 404, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_TOO_MANY_REQUESTS: { status: 429, type: 'rate_limit_error', retryable: true },
+  KVG_ERR_MODEL_UNAVAILABLE: { status: 503, type: 'service_unavailable', retryable: true },
+  KVG_ERR_SHUTTING_DOWN: { status: 503, type: 'service_unavailable', retryable: true },
+  KVG_ERR_REQUEST_TIMEOUT: { status: 504, type: 'timeout_error', retryable: true },
+  KVG_ERR_INTERNAL: { status: 500, type: 'server_error', retryable: false },
 } as const;
 
 export type KvgateErrorCode = keyof typeof ERROR_CODES;

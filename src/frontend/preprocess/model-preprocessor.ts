@@ -1,0 +1,135 @@
+/**
+ * Preprocessing of one model's requests: chat template, tokenization (with
+ * the segment cache) and block hashing in WASM. The same class runs inside
+ * the piscina workers and, with a pool size of 0, on the main thread.
+ *
+ * Tokenizer sources (see TokenizerSource): a tokenizer.json, the bundled demo
+ * tokenizer, or none. Without one, `approximate` uses the byte-packing
+ * fallback tokenizer of src/tokenizer (prefix hashes of the text bytes) and
+ * `reject` refuses text prompts; token-id prompts are hashed either way.
+ */
+import { KvgateError } from '../../errors/index.js';
+import { demoTokenizerFiles, fallbackTokenizer, loadTokenizer, type ChatMessage, type TextTokenizer } from '../../tokenizer/index.js';
+import { promptHashes } from '../../wasm/index.js';
+import type { PreprocessModelSpec, PreprocessResult, PreprocessTask } from './protocol.js';
+import { SegmentTokenizer, splitTokensOf } from './segment-tokenizer.js';
+
+function us(from: number): number {
+  return Math.round((performance.now() - from) * 1000);
+}
+
+export class ModelPreprocessor {
+  readonly spec: PreprocessModelSpec;
+  readonly #tok: TextTokenizer | undefined;
+  readonly #segments: SegmentTokenizer | undefined;
+
+  private constructor(spec: PreprocessModelSpec, tok: TextTokenizer | undefined, segments: SegmentTokenizer | undefined) {
+    this.spec = spec;
+    this.#tok = tok;
+    this.#segments = segments;
+  }
+
+  /**
+   * Loads the model's tokenizer (once per process and file set) and prepares the segment cache.
+   * @throws KvgateError KVG_ERR_INVALID_CONFIG when the tokenizer files are missing or invalid.
+   */
+  static async create(spec: PreprocessModelSpec): Promise<ModelPreprocessor> {
+    const src = spec.tokenizer;
+    if (src.kind === 'none') {
+      return new ModelPreprocessor(spec, src.onMissing === 'approximate' ? fallbackTokenizer() : undefined, undefined);
+    }
+    const files = src.kind === 'demo' ? demoTokenizerFiles() : src.files;
+    const tok = loadTokenizer(files);
+    const segments = await SegmentTokenizer.create(tok, spec.segmentCacheTokens > 0 ? splitTokensOf(files.tokenizerJson) : [], spec.segmentCacheTokens);
+    return new ModelPreprocessor(spec, tok, segments);
+  }
+
+  /** Whether the segment cache is in use (exactness probe passed and the cache is on). */
+  get segmentCache(): boolean {
+    return this.#segments?.exact === true;
+  }
+
+  /** Segment cache counters, or undefined without a cache. */
+  cacheStats(): ReturnType<SegmentTokenizer['stats']> | undefined {
+    return this.#segments?.stats();
+  }
+
+  /**
+   * Token ids and block hashes of a request's prompt.
+   * @throws KvgateError KVG_ERR_PROMPT_TOO_LONG, KVG_ERR_TOKENIZER_UNAVAILABLE, KVG_ERR_INVALID_ARGUMENT (a message or
+   *   template error), KVG_ERR_INVALID_TOKEN.
+   */
+  async run(task: PreprocessTask): Promise<PreprocessResult> {
+    const stats = { renderUs: 0, tokenizeUs: 0, hashUs: 0, cachedTokens: 0 };
+    let tokenIds: Uint32Array;
+    let approximate = false;
+    if (task.kind === 'tokens') {
+      tokenIds = task.tokenIds;
+    } else {
+      const tok = this.#tok;
+      if (tok === undefined) {
+        throw new KvgateError('KVG_ERR_TOKENIZER_UNAVAILABLE',
+          `model ${this.spec.name} has no tokenizer and is configured to reject text prompts; send token ids (a token-array prompt or nvext.token_data)`,
+          { model: this.spec.name });
+      }
+      approximate = tok.kind === 'fallback';
+      let text: string;
+      let addSpecial: boolean;
+      if (task.kind === 'chat') {
+        const t0 = performance.now();
+        text = renderChat(tok, task);
+        stats.renderUs = us(t0);
+        addSpecial = task.addSpecialTokens ?? false;
+      } else {
+        text = task.prompt;
+        addSpecial = task.addSpecialTokens ?? true;
+      }
+      const t1 = performance.now();
+      if (this.#segments !== undefined) {
+        const enc = await this.#segments.encode(text, addSpecial);
+        tokenIds = enc.ids;
+        stats.cachedTokens = enc.cachedTokens;
+      } else {
+        tokenIds = Uint32Array.from(await tok.encode(text, { addSpecialTokens: addSpecial }));
+      }
+      stats.tokenizeUs = us(t1);
+    }
+    if (tokenIds.length > task.maxPromptTokens) {
+      throw new KvgateError('KVG_ERR_PROMPT_TOO_LONG',
+        `the prompt has ${tokenIds.length} tokens; the limit for model ${this.spec.name} is ${task.maxPromptTokens}`,
+        { promptTokens: tokenIds.length, maxPromptTokens: task.maxPromptTokens });
+    }
+    if (tokenIds.length === 0) {
+      throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty', { param: task.kind === 'chat' ? 'messages' : 'prompt' });
+    }
+    const t2 = performance.now();
+    const { local, seq } = promptHashes(tokenIds, this.spec.blockSize, { loraName: task.loraName, cacheSalt: task.cacheSalt });
+    stats.hashUs = us(t2);
+    return { tokenIds, blockHashes: local, sequenceHashes: seq, approximate, stats };
+  }
+}
+
+/** Renders a chat request, honouring continue_final_message as vLLM and transformers do. */
+function renderChat(tok: TextTokenizer, task: Extract<PreprocessTask, { kind: 'chat' }>): string {
+  const messages = task.messages as ChatMessage[];
+  const continueFinal = task.continueFinalMessage === true;
+  if (continueFinal && task.addGenerationPrompt === true) {
+    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'continue_final_message and add_generation_prompt cannot both be true', { param: 'continue_final_message' });
+  }
+  const text = tok.renderChat(messages, {
+    addGenerationPrompt: continueFinal ? false : task.addGenerationPrompt ?? true,
+    tools: task.tools,
+    extra: task.chatTemplateKwargs,
+  });
+  if (!continueFinal) return text;
+  // Cut after the final message's content, dropping the template's end-of-turn tokens.
+  const last = messages[messages.length - 1];
+  const content = typeof last?.content === 'string' ? last.content
+    : Array.isArray(last?.content) ? last.content.map((p) => (typeof p.text === 'string' ? p.text : '')).join('\n') : '';
+  const at = content.trim() === '' ? -1 : text.lastIndexOf(content.trim());
+  if (at < 0) {
+    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'continue_final_message: the final message must have text content the chat template renders',
+      { param: 'continue_final_message' });
+  }
+  return text.slice(0, at + content.trim().length);
+}

@@ -1,0 +1,246 @@
+/**
+ * Tokenization with a cache of prompt segments, for multi-turn chats that
+ * resend their whole history on every turn.
+ *
+ * Why splitting is exact: a Hugging Face tokenizer extracts added tokens that
+ * are not normalized (the special tokens of a chat template: `<|im_start|>`,
+ * `<|eot_id|>`, ...) from the text before it normalizes and pre-tokenizes, so
+ * the text between two special tokens is tokenized independently of its
+ * neighbours. Encoding each segment alone and concatenating the ids with the
+ * special tokens' ids gives the ids of the whole text. That holds only for
+ * special tokens without lstrip/rstrip/single_word and with normalized=false,
+ * and only if the pre-tokenizer does not treat the start of the text specially
+ * (Metaspace with prepend_scheme "first" does); so split tokens are chosen by
+ * those flags, and `SegmentTokenizer.create` checks exactness on probe texts
+ * and turns the cache off for a tokenizer that fails.
+ *
+ * The cache maps segment text to its ids, least recently used first out,
+ * bounded by the total number of ids held.
+ */
+import { readFileSync } from 'node:fs';
+import type { TextTokenizer } from '../../tokenizer/index.js';
+
+export interface SplitToken {
+  content: string;
+  id: number;
+}
+
+interface AddedTokenJson {
+  id: number;
+  content: string;
+  special?: boolean;
+  lstrip?: boolean;
+  rstrip?: boolean;
+  single_word?: boolean;
+  normalized?: boolean;
+}
+
+/** The special added tokens of a tokenizer.json that are safe to split at (see the module comment). */
+export function splitTokensOf(tokenizerJsonPath: string): SplitToken[] {
+  const json = JSON.parse(readFileSync(tokenizerJsonPath, 'utf8')) as { added_tokens?: AddedTokenJson[] };
+  return (json.added_tokens ?? [])
+    .filter((t) => t.special === true && t.lstrip !== true && t.rstrip !== true && t.single_word !== true && t.normalized !== true && t.content.length > 0)
+    .map((t) => ({ content: t.content, id: t.id }));
+}
+
+function escapeRegExp(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&');
+}
+
+export interface SegmentEncoding {
+  ids: Uint32Array;
+  /** Ids that came from the cache. */
+  cachedTokens: number;
+}
+
+export interface SegmentCacheStats {
+  entries: number;
+  tokens: number;
+  hits: number;
+  misses: number;
+}
+
+/** Probe texts for the exactness check: boundaries with spaces, newlines, punctuation and non-ASCII. */
+const PROBES = ['Hello world', ' leading space', 'trailing space ', '\n\nnewlines\n', 'user\nWhat is 2+2?', 'ünïcödé 日本語 😀', '  ', 'a', "it's"];
+
+export class SegmentTokenizer {
+  readonly #tok: TextTokenizer;
+  readonly #ids: Map<string, number>;
+  readonly #splitter: RegExp | undefined;
+  readonly #capacity: number;
+  readonly #cache = new Map<string, Uint32Array>();
+  #held = 0;
+  #hits = 0;
+  #misses = 0;
+  /** What add_special_tokens=true adds around the text, when it could be determined. */
+  #around: { prefix: Uint32Array; suffix: Uint32Array } | undefined;
+  /** False when the exactness probe failed: every call tokenizes the whole text. */
+  #exact: boolean;
+
+  private constructor(tok: TextTokenizer, splitTokens: readonly SplitToken[], capacityTokens: number) {
+    this.#tok = tok;
+    this.#ids = new Map(splitTokens.map((t) => [t.content, t.id]));
+    // Longest first, so a token that is a prefix of another never wins.
+    const alternatives = [...this.#ids.keys()].sort((a, b) => b.length - a.length).map(escapeRegExp);
+    this.#splitter = alternatives.length > 0 ? new RegExp(alternatives.join('|'), 'g') : undefined;
+    this.#capacity = capacityTokens;
+    this.#exact = this.#splitter !== undefined && capacityTokens > 0;
+  }
+
+  /**
+   * A segment tokenizer over `tok`, splitting at `splitTokens`, with a cache of
+   * `capacityTokens` ids. Runs the exactness probe; on failure the instance
+   * still works, without splitting or caching (`exact` is false).
+   */
+  static async create(tok: TextTokenizer, splitTokens: readonly SplitToken[], capacityTokens: number): Promise<SegmentTokenizer> {
+    const st = new SegmentTokenizer(tok, splitTokens, capacityTokens);
+    if (st.#exact) st.#exact = await st.#probe();
+    if (st.#exact) st.#around = await st.#findAround();
+    st.#cache.clear();
+    st.#held = 0;
+    st.#hits = 0;
+    st.#misses = 0;
+    return st;
+  }
+
+  /** Whether segments are split and cached (the probe passed and the cache is on). */
+  get exact(): boolean {
+    return this.#exact;
+  }
+
+  stats(): SegmentCacheStats {
+    return { entries: this.#cache.size, tokens: this.#held, hits: this.#hits, misses: this.#misses };
+  }
+
+  async #probe(): Promise<boolean> {
+    const specials = [...this.#ids.keys()].slice(0, 4);
+    const texts: string[] = [];
+    for (let i = 0; i < PROBES.length; i++) {
+      const s1 = specials[i % specials.length]!;
+      const s2 = specials[(i + 1) % specials.length]!;
+      texts.push(`${s1}${PROBES[i]}${s2}${PROBES[(i + 1) % PROBES.length]}${s1}\n`);
+      texts.push(`${PROBES[i]}${s2}${s1}${PROBES[(i + 3) % PROBES.length]}`);
+    }
+    for (const text of texts) {
+      const whole = await this.#tok.encode(text, { addSpecialTokens: false });
+      const split = await this.#encodeSplit(text);
+      if (whole.length !== split.ids.length || whole.some((id, i) => id !== split.ids[i])) return false;
+    }
+    return true;
+  }
+
+  /** Finds the ids add_special_tokens=true puts before and after the text (e.g. BOS), checked on two probes. */
+  async #findAround(): Promise<{ prefix: Uint32Array; suffix: Uint32Array } | undefined> {
+    let found: { prefix: Uint32Array; suffix: Uint32Array } | undefined;
+    for (const probe of ['Hello world', 'a']) {
+      const bare = await this.#tok.encode(probe, { addSpecialTokens: false });
+      const full = await this.#tok.encode(probe, { addSpecialTokens: true });
+      let at = -1;
+      for (let i = 0; i + bare.length <= full.length && at < 0; i++) {
+        if (bare.every((id, k) => full[i + k] === id)) at = i;
+      }
+      if (at < 0) return undefined;
+      const prefix = Uint32Array.from(full.slice(0, at));
+      const suffix = Uint32Array.from(full.slice(at + bare.length));
+      if (found !== undefined && (!sameIds(found.prefix, prefix) || !sameIds(found.suffix, suffix))) return undefined;
+      found = { prefix, suffix };
+    }
+    return found;
+  }
+
+  /**
+   * The ids of `text`, equal to `tok.encode(text, { addSpecialTokens })`.
+   * Segments between special tokens come from the cache when seen before.
+   */
+  async encode(text: string, addSpecialTokens: boolean): Promise<SegmentEncoding> {
+    if (!this.#exact || (addSpecialTokens && this.#around === undefined)) {
+      return { ids: Uint32Array.from(await this.#tok.encode(text, { addSpecialTokens })), cachedTokens: 0 };
+    }
+    const inner = await this.#encodeSplit(text);
+    if (!addSpecialTokens) return inner;
+    const { prefix, suffix } = this.#around!;
+    if (prefix.length === 0 && suffix.length === 0) return inner;
+    const ids = new Uint32Array(prefix.length + inner.ids.length + suffix.length);
+    ids.set(prefix, 0);
+    ids.set(inner.ids, prefix.length);
+    ids.set(suffix, prefix.length + inner.ids.length);
+    return { ids, cachedTokens: inner.cachedTokens };
+  }
+
+  async #encodeSplit(text: string): Promise<SegmentEncoding> {
+    // parts alternate: text segment (string) or a special token id (number).
+    const parts: (string | number)[] = [];
+    let last = 0;
+    for (const m of text.matchAll(this.#splitter!)) {
+      if (m.index > last) parts.push(text.slice(last, m.index));
+      parts.push(this.#ids.get(m[0])!);
+      last = m.index + m[0].length;
+    }
+    if (last < text.length) parts.push(text.slice(last));
+
+    const pieces: (Uint32Array | number)[] = new Array<Uint32Array | number>(parts.length);
+    const misses: Promise<void>[] = [];
+    let cachedTokens = 0;
+    for (let i = 0; i < parts.length; i++) {
+      const p = parts[i]!;
+      if (typeof p === 'number') {
+        pieces[i] = p;
+        continue;
+      }
+      const hit = this.#get(p);
+      if (hit !== undefined) {
+        pieces[i] = hit;
+        cachedTokens += hit.length;
+        continue;
+      }
+      // Misses are encoded concurrently (the native tokenizer runs them on libuv threads).
+      misses.push(this.#tok.encode(p, { addSpecialTokens: false }).then((ids) => {
+        const arr = Uint32Array.from(ids);
+        pieces[i] = arr;
+        this.#put(p, arr);
+      }));
+    }
+    if (misses.length > 0) await Promise.all(misses);
+    let total = 0;
+    for (const piece of pieces) total += typeof piece === 'number' ? 1 : piece.length;
+    const ids = new Uint32Array(total);
+    let at = 0;
+    for (const piece of pieces) {
+      if (typeof piece === 'number') ids[at++] = piece;
+      else {
+        ids.set(piece, at);
+        at += piece.length;
+      }
+    }
+    return { ids, cachedTokens };
+  }
+
+  #get(segment: string): Uint32Array | undefined {
+    const hit = this.#cache.get(segment);
+    if (hit === undefined) {
+      this.#misses++;
+      return undefined;
+    }
+    this.#hits++;
+    // Refresh recency: Map iteration order is insertion order.
+    this.#cache.delete(segment);
+    this.#cache.set(segment, hit);
+    return hit;
+  }
+
+  #put(segment: string, ids: Uint32Array): void {
+    // A segment bigger than a quarter of the cache would evict too much for one entry.
+    if (ids.length > this.#capacity / 4 || this.#cache.has(segment)) return;
+    this.#cache.set(segment, ids);
+    this.#held += ids.length;
+    for (const [key, value] of this.#cache) {
+      if (this.#held <= this.#capacity) break;
+      this.#cache.delete(key);
+      this.#held -= value.length;
+    }
+  }
+}
+
+function sameIds(a: Uint32Array, b: Uint32Array): boolean {
+  return a.length === b.length && a.every((v, i) => v === b[i]);
+}
