@@ -36,6 +36,8 @@ export class KvBlockPool {
   /** Cached blocks with ref 0; Map iteration order is release order (oldest first). */
   readonly #inactive = new Map<bigint, Block>();
   #active = 0;
+  /** Live iterator over `#inactive` used to find the LRU block (see `allocate`). */
+  #lru: IterableIterator<Block> | undefined;
   /** Engine hashes of blocks evicted since the last drain, in eviction order. */
   #evicted: bigint[] = [];
 
@@ -101,7 +103,13 @@ export class KvBlockPool {
   allocate(): Block | undefined {
     let id = this.#free.pop();
     if (id === undefined) {
-      const oldest = this.#inactive.values().next();
+      // One live iterator, not a fresh one per eviction: a fresh Map iterator
+      // walks over every entry deleted since the table was last rebuilt, which
+      // made each eviction O(evictions so far). A live iterator stays on the
+      // oldest entry (everything before it was evicted; re-released blocks are
+      // appended behind it); once exhausted it is recreated.
+      let oldest = (this.#lru ??= this.#inactive.values()).next();
+      if (oldest.done === true) oldest = (this.#lru = this.#inactive.values()).next();
       if (oldest.done === true) return undefined;
       const victim = oldest.value;
       this.#inactive.delete(victim.seqHash!);
@@ -155,6 +163,7 @@ export class KvBlockPool {
       this.#free.push(b.id);
     }
     this.#inactive.clear();
+    this.#lru = undefined;
     this.#cached.clear();
     this.#evicted = [];
     return true;
