@@ -8,6 +8,8 @@ import { renderSection, type BenchModule } from './util.js';
 const MODULES: Record<string, () => Promise<BenchModule>> = {
   'wasm/hashing': () => import('./wasm/hashing.bench.js'),
   'wasm/prefix-index': () => import('./wasm/prefix-index.bench.js'),
+  'events/ingest': () => import('./events/ingest.bench.js'),
+  'routing/kv-router': () => import('./routing/kv-router.bench.js'),
 };
 
 async function main(): Promise<void> {

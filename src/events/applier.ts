@@ -59,15 +59,12 @@ export interface KvEventApplierOptions {
   indexes?: TieredPrefixIndex;
   /** The KV-cache group indexed for hybrid models (events of other groups are skipped). Default 0. */
   kvCacheGroup?: number;
-  /** Called once per event with its outcome (counters, metrics). */
-  onApplied?: (workerId: number, dpRank: number, type: KvCacheEventType, status: ApplyStatus) => void;
 }
 
 export class KvEventApplier {
   readonly indexes: TieredPrefixIndex;
   readonly blockSize: number;
   readonly kvCacheGroup: number;
-  readonly #onApplied: KvEventApplierOptions['onApplied'];
 
   constructor(opts: KvEventApplierOptions) {
     if (!Number.isInteger(opts.blockSize) || opts.blockSize < 1 || opts.blockSize > 1 << 20) {
@@ -76,13 +73,20 @@ export class KvEventApplier {
     this.blockSize = opts.blockSize;
     this.indexes = opts.indexes ?? new TieredPrefixIndex();
     this.kvCacheGroup = opts.kvCacheGroup ?? 0;
-    this.#onApplied = opts.onApplied;
   }
 
-  /** Applies every decoded event of a batch in order; returns how many changed the index as meant. */
-  applyBatch(workerId: number, dpRank: number, batch: KvEventBatch): number {
+  /**
+   * Applies every decoded event of a batch in order; returns how many changed
+   * the index as meant. `onStatus` sees each event's outcome (counters).
+   */
+  applyBatch(workerId: number, dpRank: number, batch: KvEventBatch,
+    onStatus?: (type: KvCacheEventType, status: ApplyStatus) => void): number {
     let applied = 0;
-    for (const ev of batch.events) if (isAppliedStatus(this.applyEvent(workerId, dpRank, ev))) applied++;
+    for (const ev of batch.events) {
+      const status = this.applyEvent(workerId, dpRank, ev);
+      onStatus?.(ev.type, status);
+      if (isAppliedStatus(status)) applied++;
+    }
     return applied;
   }
 
@@ -102,7 +106,6 @@ export class KvEventApplier {
         status = 'ok';
         break;
     }
-    this.#onApplied?.(workerId, dpRank, ev.type, status);
     return status;
   }
 

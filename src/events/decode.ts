@@ -66,17 +66,17 @@ export function parseEventFrames(frames: readonly Uint8Array[]): FrameResult {
 }
 
 /** vLLM/SGLang `medium` strings to tiers (Dynamo's mapping, spec 3.1); null/absent is the device. */
-const MEDIUM_TIERS: Readonly<Record<string, StorageTier>> = {
-  GPU: 'device', DEVICE: 'device', CUDA: 'device',
-  CPU: 'host_pinned', CPU_PINNED: 'host_pinned', CPU_TIER1: 'host_pinned', HOST: 'host_pinned',
-  CPU_TIER2: 'disk', DISK: 'disk', NVME: 'disk', SSD: 'disk',
-  EXTERNAL: 'external', NETWORK: 'external', REMOTE: 'external', SHARED: 'external',
-};
+const MEDIUM_TIERS = new Map<string, StorageTier>([
+  ['GPU', 'device'], ['DEVICE', 'device'], ['CUDA', 'device'],
+  ['CPU', 'host_pinned'], ['CPU_PINNED', 'host_pinned'], ['CPU_TIER1', 'host_pinned'], ['HOST', 'host_pinned'],
+  ['CPU_TIER2', 'disk'], ['DISK', 'disk'], ['NVME', 'disk'], ['SSD', 'disk'],
+  ['EXTERNAL', 'external'], ['NETWORK', 'external'], ['REMOTE', 'external'], ['SHARED', 'external'],
+]);
 
 export function mediumToTier(medium: unknown): StorageTier | undefined {
   if (medium === null || medium === undefined) return 'device';
   if (typeof medium !== 'string') return undefined;
-  return MEDIUM_TIERS[medium.toUpperCase()];
+  return MEDIUM_TIERS.get(medium) ?? MEDIUM_TIERS.get(medium.toUpperCase());
 }
 
 /** A wire hash as u64, or undefined when it is not a usable hash. */

@@ -35,11 +35,11 @@
  */
 import { systemClock, type Clock } from '../core/clock.js';
 import { decodeKvEventBatch, parseEventFrames, type SequencedPayload } from './decode.js';
-import type { KvEventApplier } from './applier.js';
+import type { ApplyStatus, KvEventApplier } from './applier.js';
 import type { EventLiveness } from './liveness.js';
 import { ThrottledLog, silentLog, type EventLog } from './log.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
-import type { KvEventDecodeError } from './types.js';
+import type { KvCacheEventType, KvEventDecodeError } from './types.js';
 
 /** The result of asking a publisher's replay endpoint for batches. */
 export interface ReplayResult {
@@ -114,6 +114,7 @@ export class KvEventStream {
   #epoch = 0;
   #restoreTried = false;
   #closed = false;
+  readonly #onStatus: ((type: KvCacheEventType, status: ApplyStatus) => void) | undefined;
 
   constructor(opts: KvEventStreamOptions) {
     this.workerId = opts.workerId;
@@ -124,6 +125,8 @@ export class KvEventStream {
     this.#liveness = opts.liveness;
     this.#log = new ThrottledLog(opts.log ?? silentLog, opts.clock ?? systemClock, opts.logIntervalMs ?? 10_000);
     this.#maxPending = opts.maxPendingBatches ?? 100_000;
+    const onApplied = this.#hooks.onApplied?.bind(this.#hooks);
+    this.#onStatus = onApplied === undefined ? undefined : (type, status) => onApplied(this.workerId, this.dpRank, type, status);
   }
 
   /** Newest applied sequence number, null before the first. */
@@ -226,7 +229,7 @@ export class KvEventStream {
       this.#decodeError({ kind: 'dp_rank_mismatch', message: `batch is for dp rank ${batch.dpRank}, subscription is for rank ${this.dpRank}` }, seq);
       return;
     }
-    const applied = this.#applier.applyBatch(this.workerId, this.dpRank, batch);
+    const applied = this.#applier.applyBatch(this.workerId, this.dpRank, batch, this.#onStatus);
     if (applied > 0 || (batch.events.length === 0 && batch.errors.length === 0)) this.#liveness?.noteEvent(this.workerId, this.dpRank);
     if (origin === 'replay') this.#hooks.onBatch?.(this.workerId, this.dpRank, 'replay');
   }

@@ -41,17 +41,22 @@ describe('KvEventApplier', () => {
 
   it('reports a status per event and never throws on refused events', () => {
     const counters = new KvEventCounters();
-    const a = new KvEventApplier({ blockSize: BS, onApplied: (w, r, t, s) => counters.onApplied(w, r, t, s) });
+    const a = new KvEventApplier({ blockSize: BS });
     const t = [1, 2, 3, 4];
+    const one = (batch: KvEventBatch): string => {
+      let status = '';
+      a.applyBatch(1, 0, batch, (type, s) => { counters.onApplied(1, 0, type, s); status = s; });
+      return status;
+    };
     const statuses = [
-      a.applyEvent(1, 0, decoded([{ type: 'stored', blockHashes: [1n], parent: 99n, tokens: t, blockSize: BS }]).events[0]!),
-      a.applyEvent(1, 0, decoded([{ type: 'stored', blockHashes: [1n, 1n], parent: null, tokens: [...t, ...t], blockSize: BS }]).events[0]!),
-      a.applyEvent(1, 0, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: [1, 2, 3, 4, 5, 6, 7, 8], blockSize: 8 }]).events[0]!),
-      a.applyEvent(1, 0, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: [1, 2], blockSize: 2 }]).events[0]!),
-      a.applyEvent(1, 0, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: t, blockSize: BS, loraId: 3 }], 'sglang-array').events[0]!),
-      a.applyEvent(1, 0, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: t, blockSize: BS, groupIdx: 1 }]).events[0]!),
-      a.applyEvent(1, 0, decoded([{ type: 'removed', blockHashes: [5n] }]).events[0]!),
-      a.applyEvent(1, 0, decoded([{ type: 'removed', blockHashes: [5n], groupIdx: 1 }]).events[0]!),
+      one(decoded([{ type: 'stored', blockHashes: [1n], parent: 99n, tokens: t, blockSize: BS }])),
+      one(decoded([{ type: 'stored', blockHashes: [1n, 1n], parent: null, tokens: [...t, ...t], blockSize: BS }])),
+      one(decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: [1, 2, 3, 4, 5, 6, 7, 8], blockSize: 8 }])),
+      one(decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: [1, 2], blockSize: 2 }])),
+      one(decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: t, blockSize: BS, loraId: 3 }], 'sglang-array')),
+      one(decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: t, blockSize: BS, groupIdx: 1 }])),
+      one(decoded([{ type: 'removed', blockHashes: [5n] }])),
+      one(decoded([{ type: 'removed', blockHashes: [5n], groupIdx: 1 }])),
     ];
     expect(statuses).toEqual(['parent_not_found', 'invalid_sequence', 'block_size_mismatch', 'block_size_mismatch', 'unnamed_lora', 'other_group', 'not_found', 'other_group']);
     expect(a.indexes.device.size).toBe(0);

@@ -56,7 +56,7 @@ function setup(opts: { replay?: boolean; maxPending?: number; dpRank?: number; l
   const counters = new KvEventCounters();
   const clock = opts.clock ?? new ManualClock();
   const liveness = new EventLiveness({ clock, staleAfterMs: 1000 });
-  const applier = new KvEventApplier({ blockSize: BS, onApplied: (w, r, t, s) => counters.onApplied(w, r, t, s) });
+  const applier = new KvEventApplier({ blockSize: BS });
   const dpRank = opts.dpRank ?? 0;
   liveness.register(7, dpRank);
   const stream = new KvEventStream({

@@ -72,8 +72,12 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
       expect(manager.eventStatus(3, dpRank)).toBe('live');
       await pub.publish([{ type: 'removed', blockHashes: [77n] }]);
       await until(() => depth(manager, [...A, ...B, ...C], 3, dpRank) === 2, 'removal');
-      expect(manager.counters.snapshot().gaps).toBe(0);
-      expect(manager.counters.snapshot().decodeErrors.dp_rank_mismatch).toBe(0);
+      const snap = manager.counters.snapshot();
+      expect(snap.gaps).toBe(0);
+      expect(snap.events.stored.ok).toBe(2);
+      expect(snap.events.removed.ok).toBe(1);
+      expect(snap.batches.live).toBe(3);
+      expect(snap.decodeErrors.dp_rank_mismatch).toBe(0);
     });
   }
 
