@@ -1,0 +1,67 @@
+/**
+ * What a dialect adds to a client's request for one engine "leg": top-level
+ * body fields (laid over the client's body by `dispatch`'s `extraFields`; an
+ * `undefined` value removes the key) and request headers. Legs are plain data
+ * built by pure functions, so the router composes them (data-parallel rank +
+ * P/D handoff) and tests compare them exactly.
+ */
+import { KvgateError } from '../errors/index.js';
+
+/** The engine families whose request fields kvgate speaks. */
+export type EngineDialect = 'vllm' | 'sglang';
+
+export const ENGINE_DIALECTS: readonly EngineDialect[] = ['vllm', 'sglang'];
+
+export interface EngineLeg {
+  readonly fields: Readonly<Record<string, unknown>>;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+export const EMPTY_LEG: EngineLeg = Object.freeze({ fields: Object.freeze({}), headers: Object.freeze({}) });
+
+/** Header both vLLM (`X-data-parallel-rank`, case-insensitive) and recent SGLang read to pin a request to a DP rank. */
+export const DP_RANK_HEADER = 'x-data-parallel-rank';
+
+/** Combines legs; a later leg's field or header wins over an earlier one's. */
+export function mergeLegs(...legs: EngineLeg[]): EngineLeg {
+  const fields: Record<string, unknown> = {};
+  const headers: Record<string, string> = {};
+  for (const leg of legs) {
+    Object.assign(fields, leg.fields);
+    Object.assign(headers, leg.headers);
+  }
+  return { fields, headers };
+}
+
+/**
+ * Pins a request to a data-parallel rank of one engine endpoint.
+ * vLLM reads only the header; SGLang reads the header (newer builds) and the
+ * `routed_dp_rank` body field (builds since the field replaced `data_parallel_rank`).
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT when the rank is not a non-negative integer.
+ */
+export function dpRankLeg(dialect: EngineDialect, dpRank: number): EngineLeg {
+  checkRank(dpRank, 'dpRank');
+  const headers = { [DP_RANK_HEADER]: String(dpRank) };
+  return dialect === 'sglang' ? { fields: { routed_dp_rank: dpRank }, headers } : { fields: {}, headers };
+}
+
+export function checkRank(value: number, name: string): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${name} must be a non-negative integer, got ${String(value)}`, { [name]: value });
+  }
+}
+
+/**
+ * Fields that turn a client's completion or chat body into a one-token, non-streaming prefill:
+ * `max_tokens: 1` (and `max_completion_tokens: 1` when the client used it), `stream: false`,
+ * and the stream-only or length-floor fields removed (`stream_options` is rejected without
+ * `stream`, `min_tokens` > 1 contradicts `max_tokens: 1`).
+ */
+export function oneTokenPrefillFields(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const fields: Record<string, unknown> = { stream: false, max_tokens: 1 };
+  if ('max_completion_tokens' in body) fields['max_completion_tokens'] = 1;
+  for (const key of ['stream_options', 'min_tokens', 'min_completion_tokens']) {
+    if (key in body) fields[key] = undefined;
+  }
+  return fields;
+}

@@ -1,0 +1,73 @@
+/**
+ * Reads what a request guard needs from one parsed OpenAI-style response
+ * object (a streamed `chat.completion.chunk` / `text_completion` chunk, or a
+ * whole non-streaming response): whether it carries generated output, how
+ * many token ids it carries when the engine sends them, the finish reason,
+ * usage (with `prompt_tokens_details.cached_tokens`, the engine's own count
+ * of prefix-cache hits) and an in-stream error. Tolerant by design: fields
+ * of the wrong type read as absent; it never throws.
+ */
+
+export interface ChunkUsage {
+  promptTokens: number | undefined;
+  completionTokens: number | undefined;
+  /** `prompt_tokens_details.cached_tokens`. */
+  cachedTokens: number | undefined;
+}
+
+export interface ChunkInfo {
+  /** Choices that carry generated output: text, content, reasoning, tool calls or token ids. A role-only first chunk has none. */
+  outputChoices: number;
+  /** Sum of `token_ids` lengths over the choices when the engine sends them (vLLM `return_token_ids`), else undefined. */
+  tokenIds: number | undefined;
+  /** The first non-null `finish_reason` among the choices. */
+  finishReason: string | undefined;
+  usage: ChunkUsage | undefined;
+  /** The `error` member of an error event (engines emit `{"error": {...}}` when generation fails mid-stream). */
+  error: unknown;
+}
+
+function obj(value: unknown): Record<string, unknown> | undefined {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+}
+
+function num(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isFinite(value) ? value : undefined;
+}
+
+function nonEmpty(value: unknown): boolean {
+  return (typeof value === 'string' && value.length > 0) || (Array.isArray(value) && value.length > 0);
+}
+
+export function readChunkInfo(json: unknown): ChunkInfo {
+  const root = obj(json);
+  const info: ChunkInfo = { outputChoices: 0, tokenIds: undefined, finishReason: undefined, usage: undefined, error: undefined };
+  if (root === undefined) return info;
+  info.error = root['error'];
+  const choices = root['choices'];
+  if (Array.isArray(choices)) {
+    for (const c of choices) {
+      const choice = obj(c);
+      if (choice === undefined) continue;
+      const delta = obj(choice['delta']) ?? obj(choice['message']);
+      const tokenIds = choice['token_ids'];
+      const hasOutput =
+        nonEmpty(choice['text']) ||
+        nonEmpty(tokenIds) ||
+        (delta !== undefined &&
+          (nonEmpty(delta['content']) || nonEmpty(delta['reasoning_content']) || nonEmpty(delta['reasoning']) || nonEmpty(delta['tool_calls'])));
+      if (hasOutput) info.outputChoices++;
+      if (Array.isArray(tokenIds)) info.tokenIds = (info.tokenIds ?? 0) + tokenIds.length;
+      if (info.finishReason === undefined && typeof choice['finish_reason'] === 'string') info.finishReason = choice['finish_reason'];
+    }
+  }
+  const usage = obj(root['usage']);
+  if (usage !== undefined) {
+    info.usage = {
+      promptTokens: num(usage['prompt_tokens']),
+      completionTokens: num(usage['completion_tokens']),
+      cachedTokens: num(obj(usage['prompt_tokens_details'])?.['cached_tokens']),
+    };
+  }
+  return info;
+}
