@@ -241,9 +241,14 @@ export class KvEventStream {
       (res) => this.#finishReplay(epoch, fromSeq, res, undefined),
       (err: unknown) => this.#finishReplay(epoch, fromSeq, undefined, err),
     ).catch((err: unknown) => {
-      // A bug on the apply path must not become an unhandled rejection.
-      this.#recovering = false;
+      // A bug on the apply path must not become an unhandled rejection, nor
+      // leave the slot half-recovered: start over from the next live batch.
+      if (epoch !== this.#epoch || this.#closed) return;
       this.#log.warn('internal', this.#fields({ err: err instanceof Error ? err.message : String(err) }), 'KV event replay handling failed');
+      this.#recovering = false;
+      this.#pending = [];
+      this.#reset('replay_failed');
+      this.#startFresh();
     });
   }
 

@@ -258,6 +258,35 @@ describe('KvEventStream', () => {
     expect(counters.snapshot().replays.recovered).toBe(2);
   });
 
+  it('an unexpected throw while applying a replay leaves the stream usable, not half-recovered', async () => {
+    const engine = new FakeEngine();
+    engine.auto = false;
+    class FlakyApplier extends KvEventApplier {
+      explode = false;
+      override applyBatch(...args: Parameters<KvEventApplier['applyBatch']>): number {
+        if (this.explode) throw new Error('bug');
+        return super.applyBatch(...args);
+      }
+    }
+    const applier = new FlakyApplier({ blockSize: BS });
+    const lines: Record<string, unknown>[] = [];
+    const stream = new KvEventStream({ workerId: 7, dpRank: 0, applier, replay: engine, log: { warn: (f) => lines.push(f) } });
+    const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);
+    deliver(engine.batch([stored(1, null, A)]));
+    engine.batch([stored(2, 100, B)]);
+    deliver(engine.batch([stored(3, 200, C)]));
+    applier.explode = true;
+    engine.answer();
+    await stream.whenSettled();
+    await new Promise((r) => setImmediate(r));
+    expect(stream.recovering).toBe(false);
+    expect(lines.some((l) => typeof l.err === 'string' && l.err.includes('bug'))).toBe(true);
+    applier.explode = false;
+    deliver(engine.batch([stored(5, null, D)]));
+    expect(applier.indexes.device.blockCount(7, 0)).toBe(1);
+    expect(stream.cursor).toBe(3n);
+  });
+
   it('garbled frames and payloads are counted with the worker, never thrown, never touch other slots', () => {
     const lines: Record<string, unknown>[] = [];
     const log: EventLog = { warn: (f) => lines.push(f) };
