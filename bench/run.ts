@@ -10,6 +10,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'wasm/prefix-index': () => import('./wasm/prefix-index.bench.js'),
   'events/ingest': () => import('./events/ingest.bench.js'),
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
+  'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),
 };
 
 async function main(): Promise<void> {
