@@ -84,9 +84,9 @@ export class KvEventManager {
       maxPendingBatches: this.#opts.maxPendingBatches,
       logIntervalMs: this.#opts.logIntervalMs,
     });
+    sub.start();
     this.#subs.set(key, sub);
     this.liveness.register(source.workerId, source.dpRank);
-    sub.start();
   }
 
   /** Unsubscribes one rank, or every rank of the worker, and forgets their blocks in every tier. */

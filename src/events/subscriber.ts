@@ -79,10 +79,20 @@ export class KvEventSubscriber {
     this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark ?? 100_000 });
   }
 
-  /** Connects, subscribes and starts receiving. Idempotent. */
+  /**
+   * Connects, subscribes and starts receiving. Idempotent.
+   * @throws KvgateError KVG_ERR_INVALID_ARGUMENT when ZMQ refuses the endpoint (the sockets are closed).
+   */
   start(): void {
     if (this.#loop !== undefined || this.#closing !== undefined) return;
-    this.#sub.connect(this.source.endpoint);
+    try {
+      this.#sub.connect(this.source.endpoint);
+    } catch (err) {
+      void this.close();
+      const { workerId, dpRank, endpoint } = this.source;
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `cannot connect to KV event endpoint ${endpoint}: ${err instanceof Error ? err.message : String(err)}`,
+        { workerId, dpRank, endpoint }, { cause: err });
+    }
     this.#sub.subscribe(this.source.topic ?? '');
     this.#loop = this.#receive();
   }

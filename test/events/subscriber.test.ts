@@ -226,5 +226,7 @@ describe('KvEventManager', () => {
     const { manager } = await fixture();
     await expect(manager.add({ workerId: -1, dpRank: 0, endpoint: 'tcp://127.0.0.1:1' })).rejects.toMatchObject({ code: 'KVG_ERR_INVALID_ARGUMENT' });
     await expect(manager.add({ workerId: 1, dpRank: 0, endpoint: 'http://x' })).rejects.toMatchObject({ code: 'KVG_ERR_INVALID_ARGUMENT' });
+    await expect(manager.add({ workerId: 1, dpRank: 0, endpoint: 'tcp://127.0.0.1' })).rejects.toMatchObject({ code: 'KVG_ERR_INVALID_ARGUMENT' });
+    expect(manager.sources()).toEqual([]);
   });
 });
