@@ -9,6 +9,7 @@ export interface Subcommand {
 
 export const SUBCOMMANDS: Record<string, Subcommand> = {
   version: { summary: 'print the kvgate version', load: () => import('./version.js') },
+  mocker: { summary: 'start simulated vLLM/SGLang engines', load: () => import('./mocker.js') },
 };
 
 export function usage(): string {

@@ -342,6 +342,11 @@ export class EngineCore {
     return { ok: true, numTokens: held.numTokens };
   }
 
+  /** Frees the blocks of every lease that ended by `now` (step does this too; idle drivers call it). */
+  releaseExpiredLeases(now: number): void {
+    for (const [id, h] of this.#held) if (h.expiresAt <= now) this.#releaseHeld(id, h);
+  }
+
   /** Empties the prefix cache and emits AllBlocksCleared; false (nothing done) while requests hold blocks. */
   resetPrefixCache(): boolean {
     if (!this.#pool.reset()) return false;
@@ -374,7 +379,7 @@ export class EngineCore {
       startedAt: now, durationMs: 0, extrapolated: false, scheduledTokens: 0, prefillTokens: 0, decodeSequences: 0,
       outputs: [], admitted: [], finished: [], preempted: [], kvEvents,
     };
-    for (const [id, h] of this.#held) if (h.expiresAt <= now) this.#releaseHeld(id, h);
+    this.releaseExpiredLeases(now);
 
     // Transfers that completed: the prompt (but its last token) is now computed.
     for (const r of this.#running) {

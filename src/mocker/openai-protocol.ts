@@ -1,0 +1,238 @@
+/**
+ * The OpenAI-compatible wire types of the simulated engine: request parsing
+ * and validation (every rejection is a KvgateError with the offending `param`
+ * in its detail, rendered as an OpenAI-style 4xx), and the response, chunk
+ * and usage shapes vLLM's OpenAI server sends.
+ *
+ * Accepted and ignored: sampling knobs (temperature, top_p, stop, ...): the
+ * simulated model always generates exactly max_tokens tokens, finish_reason
+ * "length". Rejected with a clear 400: n > 1, echo, logprobs, batched prompts.
+ */
+import { KvgateError } from '../errors/index.js';
+import type { ChatMessage } from '../tokenizer/index.js';
+
+export type PromptInput =
+  | { kind: 'tokens'; tokens: number[] }
+  | { kind: 'text'; text: string }
+  | { kind: 'chat'; messages: ChatMessage[]; tools: unknown[] | undefined; templateKwargs: Record<string, unknown> | undefined };
+
+export interface BootstrapFields {
+  host: string;
+  port: number;
+  /** 63-bit room id, exact (parsed from the raw body, beyond JSON's 2^53). */
+  room: bigint;
+}
+
+export interface GenerateRequest {
+  kind: 'completion' | 'chat';
+  model: string | undefined;
+  prompt: PromptInput;
+  addSpecialTokens: boolean;
+  maxTokens: number | undefined;
+  stream: boolean;
+  includeUsage: boolean;
+  continuousUsage: boolean;
+  seed: number | undefined;
+  /** vLLM P/D ticket; undefined when absent or null. */
+  kvTransferParams: Record<string, unknown> | undefined;
+  /** SGLang P/D rendezvous; undefined when absent. */
+  bootstrap: BootstrapFields | undefined;
+  /** Explicit data-parallel rank (data_parallel_rank / routed_dp_rank). */
+  dpRank: number | undefined;
+  cacheSalt: string | undefined;
+}
+
+function invalid(message: string, param: string | null): KvgateError {
+  return new KvgateError('KVG_ERR_INVALID_ARGUMENT', message, { param });
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isTokenId = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+
+function optionalInt(body: Record<string, unknown>, key: string, min: number): number | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw invalid(`${key} must be an integer`, key);
+  if (v < min) throw invalid(`${key} must be at least ${min}, got ${v}`, key);
+  return v;
+}
+
+function optionalBool(body: Record<string, unknown>, key: string): boolean | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'boolean') throw invalid(`${key} must be a boolean`, key);
+  return v;
+}
+
+function parsePrompt(p: unknown): PromptInput {
+  // A one-element list is the same single prompt.
+  if (Array.isArray(p) && p.length === 1 && (typeof p[0] === 'string' || Array.isArray(p[0]))) p = p[0];
+  if (typeof p === 'string') {
+    if (p.length === 0) throw invalid('prompt cannot be empty', 'prompt');
+    return { kind: 'text', text: p };
+  }
+  if (Array.isArray(p)) {
+    if (p.length === 0) throw invalid('prompt cannot be empty', 'prompt');
+    if (p.every(isTokenId)) return { kind: 'tokens', tokens: p as number[] };
+    if (p.every((x) => typeof x === 'string' || Array.isArray(x))) throw invalid('batched prompts (a list of several prompts) are not supported; send one prompt per request', 'prompt');
+    throw invalid('prompt token ids must be integers in [0, 2^32)', 'prompt');
+  }
+  throw invalid('prompt must be a string or a list of token ids', 'prompt');
+}
+
+function parseBootstrap(body: Record<string, unknown>, rawBody: string): BootstrapFields | undefined {
+  const { bootstrap_host: host, bootstrap_port: port, bootstrap_room: room } = body;
+  if (host === undefined && port === undefined && room === undefined) return undefined;
+  if (Array.isArray(host) || Array.isArray(port) || Array.isArray(room)) throw invalid('batched bootstrap fields are not supported', 'bootstrap_room');
+  if (typeof host !== 'string' || host === '') throw invalid('bootstrap_host must be a host name', 'bootstrap_host');
+  if (typeof port !== 'number' || !Number.isInteger(port) || port <= 0 || port > 65535) throw invalid('bootstrap_port must be a port number', 'bootstrap_port');
+  if (typeof room !== 'number' || !Number.isInteger(room) || room < 0) throw invalid('bootstrap_room must be a non-negative integer', 'bootstrap_room');
+  // JSON numbers lose precision above 2^53; the room is up to 2^63-1, so read its digits.
+  let exact = BigInt(room);
+  if (!Number.isSafeInteger(room)) {
+    const m = /"bootstrap_room"\s*:\s*(\d+)/.exec(rawBody);
+    if (m !== null) exact = BigInt(m[1]!);
+  }
+  return { host, port, room: exact };
+}
+
+/**
+ * Parses and validates a completions or chat-completions body.
+ * @param rawBody the body text, for exact big integers
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT with `detail.param`
+ */
+export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown, rawBody: string): GenerateRequest {
+  if (!isObject(body)) throw invalid('the request body must be a JSON object', null);
+  const model = body.model;
+  if (model !== undefined && model !== null && typeof model !== 'string') throw invalid('model must be a string', 'model');
+
+  let prompt: PromptInput;
+  if (kind === 'completion') {
+    if (body.prompt === undefined || body.prompt === null) throw invalid('prompt is required', 'prompt');
+    prompt = parsePrompt(body.prompt);
+  } else {
+    const messages = body.messages;
+    if (messages === undefined || messages === null) throw invalid('messages is required', 'messages');
+    if (!Array.isArray(messages) || messages.length === 0) throw invalid('messages must be a non-empty list', 'messages');
+    const tools = body.tools;
+    if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw invalid('tools must be a list', 'tools');
+    const kwargs = body.chat_template_kwargs;
+    if (kwargs !== undefined && kwargs !== null && !isObject(kwargs)) throw invalid('chat_template_kwargs must be an object', 'chat_template_kwargs');
+    prompt = { kind: 'chat', messages: messages as ChatMessage[], tools: (tools ?? undefined) as unknown[] | undefined, templateKwargs: (kwargs ?? undefined) as Record<string, unknown> | undefined };
+  }
+
+  const maxTokensKey = kind === 'chat' && body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+  const maxTokens = optionalInt(body, maxTokensKey, 1);
+  const n = optionalInt(body, 'n', 1);
+  if (n !== undefined && n !== 1) throw invalid('n > 1 is not supported by the simulated engine', 'n');
+  if (body.echo === true) throw invalid('echo is not supported by the simulated engine', 'echo');
+  if ((kind === 'completion' && body.logprobs !== undefined && body.logprobs !== null) || (kind === 'chat' && body.logprobs === true)) {
+    throw invalid('logprobs are not supported by the simulated engine', 'logprobs');
+  }
+  const stream = optionalBool(body, 'stream') ?? false;
+  const so = body.stream_options;
+  let includeUsage = false;
+  let continuousUsage = false;
+  if (so !== undefined && so !== null) {
+    if (!stream) throw invalid('stream_options can only be given when stream is true', 'stream_options');
+    if (!isObject(so)) throw invalid('stream_options must be an object', 'stream_options');
+    includeUsage = optionalBool(so, 'include_usage') ?? false;
+    continuousUsage = optionalBool(so, 'continuous_usage_stats') ?? false;
+  }
+  let seed: number | undefined;
+  if (body.seed !== undefined && body.seed !== null) {
+    if (typeof body.seed !== 'number' || !Number.isInteger(body.seed)) throw invalid('seed must be an integer', 'seed');
+    seed = Number(BigInt.asUintN(32, BigInt(body.seed)));
+  }
+  const ktp = body.kv_transfer_params;
+  if (ktp !== undefined && ktp !== null && !isObject(ktp)) throw invalid('kv_transfer_params must be an object', 'kv_transfer_params');
+  const cacheSalt = body.cache_salt;
+  if (cacheSalt !== undefined && cacheSalt !== null && (typeof cacheSalt !== 'string' || cacheSalt === '')) throw invalid('cache_salt must be a non-empty string', 'cache_salt');
+  const dpRank = optionalInt(body, 'data_parallel_rank', 0) ?? optionalInt(body, 'routed_dp_rank', 0);
+  const addSpecial = optionalBool(body, 'add_special_tokens') ?? kind === 'completion';
+
+  return {
+    kind, model: (model ?? undefined) as string | undefined, prompt, addSpecialTokens: addSpecial, maxTokens, stream, includeUsage, continuousUsage, seed,
+    kvTransferParams: (ktp ?? undefined) as Record<string, unknown> | undefined,
+    bootstrap: parseBootstrap(body, rawBody),
+    dpRank, cacheSalt: (cacheSalt ?? undefined) as string | undefined,
+  };
+}
+
+// ----------------------------------------------------------------- responses
+
+export interface Usage {
+  prompt_tokens: number;
+  total_tokens: number;
+  completion_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
+}
+
+export function usage(promptTokens: number, completionTokens: number, cachedTokens: number): Usage {
+  return {
+    prompt_tokens: promptTokens, total_tokens: promptTokens + completionTokens, completion_tokens: completionTokens,
+    prompt_tokens_details: { cached_tokens: cachedTokens },
+  };
+}
+
+export interface ResponseMeta {
+  id: string;
+  created: number;
+  model: string;
+}
+
+export function completionChunk(m: ResponseMeta, text: string, finishReason: string | null, u?: Usage): Record<string, unknown> {
+  const chunk: Record<string, unknown> = {
+    id: m.id, object: 'text_completion', created: m.created, model: m.model,
+    choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason, stop_reason: null }],
+  };
+  if (u !== undefined) chunk.usage = u;
+  return chunk;
+}
+
+/** A chat stream chunk; `delta` is {role, content} first, then {content}. */
+export function chatChunk(m: ResponseMeta, delta: Record<string, unknown>, finishReason: string | null, u?: Usage): Record<string, unknown> {
+  const choice: Record<string, unknown> = { index: 0, delta, logprobs: null, finish_reason: finishReason };
+  if (finishReason !== null) choice.stop_reason = null;
+  const chunk: Record<string, unknown> = { id: m.id, object: 'chat.completion.chunk', created: m.created, model: m.model, choices: [choice] };
+  if (u !== undefined) chunk.usage = u;
+  return chunk;
+}
+
+/** The final `include_usage` chunk: no choices, only usage. */
+export function usageChunk(m: ResponseMeta, kind: 'completion' | 'chat', u: Usage): Record<string, unknown> {
+  return { id: m.id, object: kind === 'chat' ? 'chat.completion.chunk' : 'text_completion', created: m.created, model: m.model, choices: [], usage: u };
+}
+
+export function completionResponse(m: ResponseMeta, text: string, u: Usage, kvTransferParams: unknown): Record<string, unknown> {
+  return {
+    id: m.id, object: 'text_completion', created: m.created, model: m.model,
+    choices: [{ index: 0, text, logprobs: null, finish_reason: 'length', stop_reason: null, prompt_logprobs: null }],
+    usage: u, kv_transfer_params: kvTransferParams ?? null,
+  };
+}
+
+export function chatResponse(m: ResponseMeta, text: string, u: Usage, kvTransferParams: unknown): Record<string, unknown> {
+  return {
+    id: m.id, object: 'chat.completion', created: m.created, model: m.model,
+    choices: [{
+      index: 0,
+      message: { role: 'assistant', content: text, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: [], reasoning_content: null },
+      logprobs: null, finish_reason: 'length', stop_reason: null,
+    }],
+    service_tier: null, system_fingerprint: null, usage: u, prompt_logprobs: null, kv_transfer_params: kvTransferParams ?? null,
+  };
+}
+
+/** An OpenAI-style error body and its HTTP status. */
+export function errorResponse(err: unknown): { status: number; body: { error: { message: string; type: string; param: string | null; code: string } } } {
+  if (err instanceof KvgateError) {
+    const param = typeof err.detail?.param === 'string' ? err.detail.param : null;
+    return { status: err.statusCode, body: { error: { message: err.message, type: err.type, param, code: err.code } } };
+  }
+  // Not raised on purpose: a bug. Still answer in the same shape.
+  return {
+    status: 500,
+    body: { error: { message: `internal error: ${err instanceof Error ? err.message : String(err)}`, type: 'server_error', param: null, code: 'internal_error' } },
+  };
+}

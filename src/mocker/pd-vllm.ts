@@ -1,0 +1,126 @@
+/**
+ * vLLM-style prefill/decode handoff (NixlConnector, engine-wire-formats.md 3.2),
+ * simulated:
+ *
+ *   proxy -> P  {kv_transfer_params: {do_remote_decode: true}, max_tokens: 1}
+ *   P       prefills, keeps the request's blocks under a lease (kvLeaseMs)
+ *   P -> proxy  kv_transfer_params {do_remote_prefill: true, remote_engine_id,
+ *               remote_block_ids [[...]], remote_request_id, remote_host,
+ *               remote_port, tp_size, remote_num_tokens, remote_blocks_expiry_time}
+ *   proxy -> D  original body + those params verbatim
+ *   D -> P  POST /internal/kv_transfer/pull on remote_host:remote_port (the
+ *           simulated NIXL read: checks engine id, request id, block ids and
+ *           lease, then frees P's blocks)
+ *   D       waits isl x kvBytesPerToken / bandwidth / speedup, then decodes
+ *
+ * The side channel is P's HTTP port (real vLLM uses a separate NIXL port);
+ * `remote_engine_id` is `<engine uuid>_dp<rank>`, so a restarted P (new uuid)
+ * is detected as stale.
+ */
+import { KvgateError } from '../errors/index.js';
+
+export const KV_PULL_PATH = '/internal/kv_transfer/pull';
+
+/** What D needs from P's ticket. */
+export interface RemotePrefillTicket {
+  engineId: string;
+  requestId: string;
+  host: string;
+  port: number;
+  blockIds: number[];
+}
+
+export interface TicketFields {
+  engineId: string;
+  rank: number;
+  requestId: string;
+  blockIds: number[];
+  host: string;
+  port: number;
+  numTokens: number;
+  expiresAtUnixSeconds: number;
+}
+
+/** P's response ticket. */
+export function buildKvTransferParams(t: TicketFields): Record<string, unknown> {
+  return {
+    do_remote_prefill: true,
+    do_remote_decode: false,
+    remote_engine_id: `${t.engineId}_dp${t.rank}`,
+    remote_block_ids: [t.blockIds],
+    remote_request_id: t.requestId,
+    remote_host: t.host,
+    remote_port: t.port,
+    tp_size: 1,
+    remote_num_tokens: t.numTokens,
+    remote_blocks_expiry_time: t.expiresAtUnixSeconds,
+  };
+}
+
+/** Does a request ask this engine to prefill for a remote decode? */
+export function wantsRemoteDecode(params: Record<string, unknown> | undefined): boolean {
+  return params?.do_remote_decode === true;
+}
+
+/** Does a request carry a ticket from a remote prefill? */
+export function hasRemotePrefill(params: Record<string, unknown> | undefined): boolean {
+  return params?.do_remote_prefill === true;
+}
+
+function missing(what: string): KvgateError {
+  return new KvgateError('KVG_ERR_INVALID_REQUEST',
+    `this is a decode engine: kv_transfer_params from a prefill engine are required (${what}); send the request to a prefill engine first with kv_transfer_params {"do_remote_decode": true}`,
+    { param: 'kv_transfer_params' });
+}
+
+/**
+ * Reads the ticket a decode engine got. Accepts flat or per-group (nested) block ids.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST naming what is missing.
+ */
+export function parseRemotePrefillTicket(params: Record<string, unknown> | undefined): RemotePrefillTicket {
+  if (params === undefined) throw missing('kv_transfer_params is absent');
+  if (params.do_remote_prefill !== true) throw missing('do_remote_prefill is not true');
+  const { remote_engine_id: engineId, remote_request_id: requestId, remote_host: host, remote_port: port, remote_block_ids: ids } = params;
+  if (typeof engineId !== 'string' || engineId === '') throw missing('remote_engine_id is missing');
+  if (typeof requestId !== 'string' || requestId === '') throw missing('remote_request_id is missing');
+  if (typeof host !== 'string' || host === '') throw missing('remote_host is missing');
+  if (typeof port !== 'number' || !Number.isInteger(port) || port <= 0 || port > 65535) throw missing('remote_port is missing');
+  if (!Array.isArray(ids)) throw missing('remote_block_ids is missing');
+  const flat = ids.length > 0 && ids.every(Array.isArray) ? (ids as unknown[][]).flat() : ids;
+  if (!flat.every((b) => typeof b === 'number' && Number.isInteger(b) && b >= 0)) throw missing('remote_block_ids are not block ids');
+  return { engineId, requestId, host, port, blockIds: flat as number[] };
+}
+
+/** Splits `<uuid>_dp<rank>`. */
+export function splitEngineId(id: string): { engineId: string; rank: number } | undefined {
+  const m = /^(.*)_dp(\d+)$/.exec(id);
+  return m === null ? undefined : { engineId: m[1]!, rank: Number(m[2]) };
+}
+
+function transferFailed(reason: string, t: RemotePrefillTicket): KvgateError {
+  return new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `KV transfer from ${t.host}:${t.port} failed: ${reason}`,
+    { remoteEngineId: t.engineId, remoteRequestId: t.requestId });
+}
+
+/**
+ * D's read of P's blocks. Resolves with the number of prompt tokens P computed.
+ * @throws KvgateError KVG_ERR_KV_TRANSFER_FAILED when P is unreachable or refuses (stale ticket, lease expired, wrong blocks).
+ */
+export async function pullRemoteBlocks(t: RemotePrefillTicket, timeoutMs: number, signal?: AbortSignal): Promise<number> {
+  let res: Response;
+  try {
+    res = await fetch(`http://${t.host.includes(':') ? `[${t.host}]` : t.host}:${t.port}${KV_PULL_PATH}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ remote_engine_id: t.engineId, remote_request_id: t.requestId, remote_block_ids: t.blockIds }),
+      signal: signal === undefined ? AbortSignal.timeout(timeoutMs) : AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]),
+    });
+  } catch (err) {
+    throw transferFailed(`cannot reach the prefill engine (${(err as Error).message})`, t);
+  }
+  const body = (await res.json().catch(() => ({}))) as { num_tokens?: unknown; reason?: unknown };
+  if (!res.ok || typeof body.num_tokens !== 'number') {
+    throw transferFailed(typeof body.reason === 'string' ? body.reason : `HTTP ${res.status}`, t);
+  }
+  return body.num_tokens;
+}
