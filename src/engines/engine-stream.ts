@@ -11,7 +11,9 @@
  * error (so a gateway can forward every token it got and then end the client
  * stream with an error event). A client abort throws at once. Leaving the
  * loop early (`break`, `return()`) or calling `cancel()` aborts the upstream
- * request and closes its socket.
+ * request and closes its socket. A stream must be consumed to its end or
+ * cancelled: a paused, abandoned stream holds its socket (the body timeout
+ * does not run while kvgate itself is not reading).
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { KvgateError } from '../errors/index.js';

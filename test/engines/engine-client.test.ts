@@ -261,6 +261,33 @@ describe('EngineClient failures', () => {
     expect((error as KvgateError).detail).toMatchObject({ worker: e.url, phase: 'body' });
   });
 
+  it('a connection dropped after the request was sent is KVG_ERR_ENGINE_DISCONNECTED, not retryable', async () => {
+    const e = await engine((_req, res) => {
+      res.socket?.destroy();
+    });
+    const c = client();
+    c.addWorker(e.url);
+    let dispatched = false;
+    const err = await rejection(c.dispatch(e.url, '/v1/completions', {}, { onDispatched: () => (dispatched = true) }));
+    expectCode(err, 'KVG_ERR_ENGINE_DISCONNECTED', false);
+    expect(dispatched).toBe(true);
+  });
+
+  it('a forced removal fails queued requests as retryable and sent ones as not', async () => {
+    const e = await engine(() => {
+      /* hold every request */
+    });
+    const c = client({ connections: 1 });
+    c.addWorker(e.url);
+    const sent = rejection(c.dispatch(e.url, '/a', {}));
+    const queued = rejection(c.dispatch(e.url, '/b', {}));
+    await until(() => e.requests.length === 1 && c.stats()[0]!.queued === 1, 5_000, 'one sent, one queued');
+    await c.removeWorker(e.url, { force: true });
+    expectCode(await sent, 'KVG_ERR_ENGINE_DISCONNECTED', false);
+    expectCode(await queued, 'KVG_ERR_ENGINE_UNREACHABLE', true);
+    expect(e.requests).toHaveLength(1);
+  });
+
   it('connection refused is KVG_ERR_ENGINE_UNREACHABLE and retryable; nothing was dispatched', async () => {
     const url = `http://127.0.0.1:${await closedPort()}`;
     const c = client();
