@@ -12,6 +12,7 @@ import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Piscina } from 'piscina';
+import type { GatewayConfig } from '../../config/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { PreprocessModelSpec, PreprocessResult, PreprocessTask, PreprocessWorkerData, WorkerReply } from './protocol.js';
 import { createTaskHandler, unwrapReply, type TaskHandler } from './task-handler.js';
@@ -111,4 +112,14 @@ export async function createPreprocessor(models: readonly PreprocessModelSpec[],
     throw err instanceof KvgateError ? err : new KvgateError('KVG_ERR_INVALID_CONFIG', `preprocessing threads failed to start: ${(err as Error).message}`, {}, { cause: err });
   }
   return pool;
+}
+
+/** What each preprocessing thread needs to know about the configured models. */
+export function preprocessModelSpecs(config: GatewayConfig): PreprocessModelSpec[] {
+  return config.models.map((m) => ({
+    name: m.name,
+    blockSize: m.blockSize,
+    tokenizer: m.tokenizer,
+    segmentCacheTokens: config.preprocess.segmentCacheTokens,
+  }));
 }

@@ -1,0 +1,130 @@
+/**
+ * Routing hints from the `nvext` body extension and the routing headers
+ * (spec sections 1.2 and 1.5). The body is already schema-checked; this
+ * module merges headers in, rejects contradictions, validates the per-request
+ * router override with the core's parser, and detects query-only mode.
+ *
+ * Header -> hint: `x-worker-instance-id` (alias `x-dynamo-worker-instance-id`)
+ * -> backendInstanceId; `x-prefill-instance-id` (alias
+ * `x-dynamo-prefill-instance-id`) -> prefillWorkerId; `x-session-id` ->
+ * session.id. A header and the nvext field it mirrors must agree when both
+ * are given.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import { parseRouterConfigOverride } from '../core/config.js';
+import { KvgateError, isKvgateError } from '../errors/index.js';
+import type { RoutingHints } from './router-port.js';
+
+/** Dynamo's query-only trigger: an annotation starting with exactly this. */
+export const QUERY_INSTANCE_ANNOTATION = 'query_instance_id:';
+
+interface NvextBody {
+  backend_instance_id?: number;
+  prefill_worker_id?: number;
+  decode_worker_id?: number;
+  dp_rank?: number;
+  prefill_dp_rank?: number;
+  annotations?: string[];
+  allowed_worker_ids?: number[];
+  agent_hints?: { osl?: number; priority?: number; latency_sensitivity?: number };
+  session_control?: { session_id: string; action?: 'open' | 'close'; timeout?: number };
+  router_config_override?: Record<string, unknown>;
+  token_data?: number[];
+  lora_name?: string;
+}
+
+export interface ParsedHints {
+  hints: RoutingHints;
+  queryOnly: boolean;
+  /** `nvext.token_data`: a pre-tokenized prompt (GAIE stage 2), used instead of tokenizing. */
+  tokenData: Uint32Array | undefined;
+}
+
+function invalid(param: string, message: string): KvgateError {
+  return new KvgateError('KVG_ERR_INVALID_REQUEST', `${param} ${message}`, { param });
+}
+
+function headerValue(headers: IncomingHttpHeaders, names: readonly string[]): { name: string; value: string } | undefined {
+  for (const name of names) {
+    const v = headers[name];
+    if (v === undefined) continue;
+    if (Array.isArray(v)) throw invalid(name, 'must be given once');
+    return { name, value: v.trim() };
+  }
+  return undefined;
+}
+
+function idHeader(headers: IncomingHttpHeaders, names: readonly string[]): { name: string; id: number } | undefined {
+  const h = headerValue(headers, names);
+  if (h === undefined) return undefined;
+  const id = /^\d{1,16}$/.test(h.value) ? Number(h.value) : Number.NaN;
+  if (!Number.isSafeInteger(id)) throw invalid(h.name, `must be a worker id (a non-negative integer), got ${JSON.stringify(h.value.slice(0, 40))}`);
+  return { name: h.name, id };
+}
+
+function merge(fromBody: number | undefined, bodyParam: string, fromHeader: { name: string; id: number } | undefined): number | undefined {
+  if (fromHeader === undefined) return fromBody;
+  if (fromBody !== undefined && fromBody !== fromHeader.id) {
+    throw invalid(bodyParam, `(${fromBody}) contradicts the ${fromHeader.name} header (${fromHeader.id})`);
+  }
+  return fromHeader.id;
+}
+
+/**
+ * Routing hints of a request.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header or nvext field.
+ */
+export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeaders): ParsedHints {
+  const nv = (nvextRaw ?? {}) as NvextBody;
+  const backendInstanceId = merge(nv.backend_instance_id, 'nvext.backend_instance_id',
+    idHeader(headers, ['x-worker-instance-id', 'x-dynamo-worker-instance-id']));
+  const prefillWorkerId = merge(nv.prefill_worker_id, 'nvext.prefill_worker_id',
+    idHeader(headers, ['x-prefill-instance-id', 'x-dynamo-prefill-instance-id']));
+
+  let session: RoutingHints['session'];
+  const sessionHeader = headerValue(headers, ['x-session-id']);
+  if (sessionHeader !== undefined && (sessionHeader.value === '' || sessionHeader.value.length > 256)) {
+    throw invalid('x-session-id', 'must be 1 to 256 characters');
+  }
+  if (nv.session_control !== undefined) {
+    if (sessionHeader !== undefined && sessionHeader.value !== nv.session_control.session_id) {
+      throw invalid('nvext.session_control.session_id', 'contradicts the x-session-id header');
+    }
+    session = { id: nv.session_control.session_id, action: nv.session_control.action, timeoutSecs: nv.session_control.timeout };
+  } else if (sessionHeader !== undefined) {
+    session = { id: sessionHeader.value };
+  }
+
+  let routerConfigOverride: RoutingHints['routerConfigOverride'];
+  if (nv.router_config_override !== undefined) {
+    try {
+      routerConfigOverride = parseRouterConfigOverride(nv.router_config_override);
+    } catch (err) {
+      if (!isKvgateError(err)) throw err;
+      const field = String(err.detail?.field ?? '');
+      throw invalid(`nvext.router_config_override${field !== '' && field !== '(root)' ? `.${field}` : ''}`, String(err.detail?.reason ?? err.message));
+    }
+  }
+
+  const hints = nv.agent_hints;
+  const priority = hints?.priority ?? hints?.latency_sensitivity;
+  const annotations = nv.annotations ?? [];
+  return {
+    hints: {
+      backendInstanceId,
+      prefillWorkerId,
+      decodeWorkerId: nv.decode_worker_id,
+      dpRank: nv.dp_rank,
+      prefillDpRank: nv.prefill_dp_rank,
+      allowedWorkerIds: nv.allowed_worker_ids !== undefined ? new Set(nv.allowed_worker_ids) : undefined,
+      session,
+      priorityJump: priority !== undefined ? Math.max(0, priority) : undefined,
+      expectedOutputTokens: hints?.osl,
+      loraName: nv.lora_name,
+      routerConfigOverride,
+      annotations,
+    },
+    queryOnly: annotations.some((a) => a.startsWith(QUERY_INSTANCE_ANNOTATION)),
+    tokenData: nv.token_data !== undefined ? Uint32Array.from(nv.token_data) : undefined,
+  };
+}

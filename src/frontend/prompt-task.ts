@@ -1,0 +1,68 @@
+/**
+ * From a validated request body to the preprocessing task: which prompt form
+ * it uses (chat messages, text, token ids, or nvext.token_data), and the
+ * request fields that change tokenization or hashing (add_special_tokens,
+ * cache_salt, the LoRA name, chat template options).
+ */
+import { KvgateError } from '../errors/index.js';
+import type { PreprocessTask } from './preprocess/protocol.js';
+import type { EndpointKind } from './router-port.js';
+
+export interface TaskInputs {
+  endpoint: EndpointKind;
+  body: Readonly<Record<string, unknown>>;
+  model: string;
+  maxPromptTokens: number;
+  /** `nvext.token_data`: a pre-tokenized prompt that replaces the body's prompt for routing. */
+  tokenData: Uint32Array | undefined;
+  loraName: string | undefined;
+}
+
+function unsupported(param: string, message: string): KvgateError {
+  return new KvgateError('KVG_ERR_UNSUPPORTED_CONTENT', `${param} ${message}`, { param });
+}
+
+/**
+ * The preprocessing task for a request (the body must have passed its schema).
+ * @throws KvgateError KVG_ERR_UNSUPPORTED_CONTENT for batch prompts and non-text message parts.
+ */
+export function promptTask(inp: TaskInputs): PreprocessTask {
+  const { body } = inp;
+  const base = {
+    model: inp.model,
+    maxPromptTokens: inp.maxPromptTokens,
+    loraName: inp.loraName,
+    cacheSalt: typeof body.cache_salt === 'string' ? body.cache_salt : undefined,
+    addSpecialTokens: typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined,
+  };
+  if (inp.endpoint === 'chat') {
+    const messages = body.messages as { content?: unknown }[];
+    messages.forEach((m, i) => {
+      if (!Array.isArray(m.content)) return;
+      (m.content as { type: string }[]).forEach((part, j) => {
+        if (part.type !== 'text') {
+          throw unsupported(`messages[${i}].content[${j}].type`, `is ${JSON.stringify(part.type)}; kvgate routes text-only chats (content parts of type "text")`);
+        }
+      });
+    });
+    if (inp.tokenData !== undefined) return { ...base, kind: 'tokens', tokenIds: inp.tokenData };
+    return {
+      ...base,
+      kind: 'chat',
+      messages,
+      tools: Array.isArray(body.tools) ? body.tools : undefined,
+      chatTemplateKwargs: (body.chat_template_kwargs ?? undefined) as Record<string, unknown> | undefined,
+      addGenerationPrompt: typeof body.add_generation_prompt === 'boolean' ? body.add_generation_prompt : undefined,
+      continueFinalMessage: typeof body.continue_final_message === 'boolean' ? body.continue_final_message : undefined,
+    };
+  }
+  if (inp.tokenData !== undefined) return { ...base, kind: 'tokens', tokenIds: inp.tokenData };
+  const prompt = body.prompt as string | number[] | string[] | number[][];
+  if (typeof prompt === 'string') return { ...base, kind: 'text', prompt };
+  const first = prompt[0];
+  if (typeof first === 'number') return { ...base, kind: 'tokens', tokenIds: Uint32Array.from(prompt as number[]) };
+  if (prompt.length > 1) {
+    throw unsupported('prompt', `holds ${prompt.length} prompts; send one prompt per request (each is routed on its own)`);
+  }
+  return typeof first === 'string' ? { ...base, kind: 'text', prompt: first } : { ...base, kind: 'tokens', tokenIds: Uint32Array.from(first!) };
+}

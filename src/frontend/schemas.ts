@@ -1,0 +1,163 @@
+/**
+ * JSON schemas of the request bodies kvgate reads, compiled once with ajv.
+ * They check what routing and preprocessing rely on (model, messages, prompt,
+ * stream, the nvext extension) and the types of common sampling fields;
+ * other fields pass through to the engine unchecked, as engines accept many
+ * more parameters than the OpenAI API lists.
+ */
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { KvgateError } from '../errors/index.js';
+
+const u32 = { type: 'integer', minimum: 0, maximum: 4294967295 } as const;
+const workerId = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
+const nullableInt = (minimum: number) => ({ type: ['integer', 'null'], minimum }) as const;
+
+/** Dynamo's `nvext` request extension (spec sections 1.2 and 1.5), plus kvgate's `lora_name`. */
+const nvext = {
+  type: 'object',
+  properties: {
+    backend_instance_id: workerId,
+    prefill_worker_id: workerId,
+    decode_worker_id: workerId,
+    dp_rank: u32,
+    prefill_dp_rank: u32,
+    annotations: { type: 'array', items: { type: 'string', maxLength: 1024 }, maxItems: 64 },
+    allowed_worker_ids: { type: 'array', items: workerId, maxItems: 65536 },
+    agent_hints: {
+      type: 'object',
+      properties: {
+        osl: { type: 'integer', minimum: 0 },
+        priority: { type: 'number' },
+        latency_sensitivity: { type: 'number' },
+      },
+    },
+    session_control: {
+      type: 'object',
+      required: ['session_id'],
+      properties: {
+        session_id: { type: 'string', minLength: 1, maxLength: 256 },
+        action: { enum: ['open', 'close'] },
+        timeout: { type: 'number', exclusiveMinimum: 0 },
+      },
+    },
+    router_config_override: { type: 'object' },
+    token_data: { type: 'array', items: u32, minItems: 1 },
+    lora_name: { type: 'string', minLength: 1, maxLength: 256 },
+    extra_fields: { type: 'array', items: { type: 'string' } },
+  },
+} as const;
+
+const common = {
+  model: { type: 'string', minLength: 1, maxLength: 256 },
+  stream: { type: 'boolean' },
+  stream_options: { type: ['object', 'null'], properties: { include_usage: { type: 'boolean' } } },
+  max_tokens: nullableInt(0),
+  min_tokens: nullableInt(0),
+  n: { type: 'integer', minimum: 1, maximum: 128 },
+  temperature: { type: ['number', 'null'], minimum: 0 },
+  top_p: { type: ['number', 'null'], minimum: 0, maximum: 1 },
+  top_k: { type: ['integer', 'null'] },
+  presence_penalty: { type: ['number', 'null'] },
+  frequency_penalty: { type: ['number', 'null'] },
+  seed: { type: ['integer', 'null'] },
+  stop: { anyOf: [{ type: 'string' }, { type: 'array', items: { type: 'string' } }, { type: 'null' }] },
+  user: { type: 'string' },
+  cache_salt: { type: 'string', minLength: 1 },
+  add_special_tokens: { type: 'boolean' },
+  priority: { type: 'integer' },
+  nvext,
+} as const;
+
+const contentPart = { type: 'object', required: ['type'], properties: { type: { type: 'string' }, text: { type: 'string' } } } as const;
+
+const message = {
+  type: 'object',
+  required: ['role'],
+  properties: {
+    role: { type: 'string', minLength: 1 },
+    content: { anyOf: [{ type: 'string' }, { type: 'null' }, { type: 'array', items: contentPart }] },
+    name: { type: 'string' },
+    tool_call_id: { type: 'string' },
+    tool_calls: { type: ['array', 'null'] },
+  },
+} as const;
+
+export const CHAT_SCHEMA = {
+  type: 'object',
+  required: ['model', 'messages'],
+  properties: {
+    ...common,
+    messages: { type: 'array', minItems: 1, items: message },
+    max_completion_tokens: nullableInt(0),
+    tools: { type: ['array', 'null'] },
+    chat_template_kwargs: { type: ['object', 'null'] },
+    add_generation_prompt: { type: 'boolean' },
+    continue_final_message: { type: 'boolean' },
+  },
+} as const;
+
+export const COMPLETION_SCHEMA = {
+  type: 'object',
+  required: ['model', 'prompt'],
+  properties: {
+    ...common,
+    prompt: {
+      anyOf: [
+        { type: 'string' },
+        { type: 'array', minItems: 1, items: u32 },
+        { type: 'array', minItems: 1, items: { type: 'string' } },
+        { type: 'array', minItems: 1, items: { type: 'array', minItems: 1, items: u32 } },
+      ],
+    },
+    echo: { type: 'boolean' },
+    suffix: { type: ['string', 'null'] },
+    logprobs: { type: ['integer', 'null'], minimum: 0 },
+  },
+} as const;
+
+/** Readable messages for `anyOf` failures, where ajv's own ("must match a schema in anyOf") says nothing. */
+const ANY_OF_MESSAGES: Record<string, string> = {
+  prompt: 'must be a string, a list of token ids, or a list holding one string or one list of token ids',
+  content: 'must be a string, null, or a list of content parts',
+  stop: 'must be a string, a list of strings, or null',
+};
+
+const ajv = new Ajv({ allErrors: false, allowUnionTypes: true, strict: true, coerceTypes: false });
+const validators: Record<'chat' | 'completion', ValidateFunction> = {
+  chat: ajv.compile(CHAT_SCHEMA),
+  completion: ajv.compile(COMPLETION_SCHEMA),
+};
+
+/** `/messages/0/role` -> `messages[0].role`. */
+export function jsonPointerToParam(pointer: string, extra?: string): string {
+  const parts = pointer.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+  if (extra !== undefined) parts.push(extra);
+  let out = '';
+  for (const p of parts) out += /^\d+$/.test(p) ? `[${p}]` : out === '' ? p : `.${p}`;
+  return out;
+}
+
+function describe(err: ErrorObject): { param: string; message: string } {
+  if (err.keyword === 'required') {
+    const missing = (err.params as { missingProperty: string }).missingProperty;
+    return { param: jsonPointerToParam(err.instancePath, missing), message: 'is required' };
+  }
+  const param = jsonPointerToParam(err.instancePath);
+  if (err.keyword === 'anyOf') {
+    const last = param.replace(/\[\d+\]$/, '').split('.').at(-1) ?? '';
+    return { param, message: ANY_OF_MESSAGES[last] ?? 'has none of the accepted shapes' };
+  }
+  return { param, message: err.message ?? 'is invalid' };
+}
+
+/**
+ * Checks a parsed body against the endpoint's schema.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST with `detail.param` naming the field.
+ */
+export function validateBody(kind: 'chat' | 'completion', body: unknown): asserts body is Record<string, unknown> {
+  const validate = validators[kind];
+  if (validate(body)) return;
+  const err = validate.errors?.[0];
+  const { param, message } = err !== undefined ? describe(err) : { param: '', message: 'is invalid' };
+  throw new KvgateError('KVG_ERR_INVALID_REQUEST', param === '' ? `request body ${message}` : `${param} ${message}`, { param });
+}
