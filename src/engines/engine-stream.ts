@@ -169,6 +169,8 @@ export class EngineEventStream implements AsyncIterable<EngineEvent> {
   [kEnd](): void {
     this.counters.discardedTailBytes = this.#parser.end();
     this.#ended = true;
+    // The request is over: never resume a socket that may already carry another request.
+    this.#paused = false;
     if (this.#head >= this.#queue.length) this.#settleWaiter({ value: undefined, done: true });
   }
 
@@ -179,6 +181,7 @@ export class EngineEventStream implements AsyncIterable<EngineEvent> {
   [kFail](err: KvgateError, immediate: boolean): void {
     if (this.#ended || this.#cancelled || this.#error !== undefined) return;
     this.#error = err;
+    this.#paused = false;
     if (immediate) {
       this.#queue = [];
       this.#head = 0;
