@@ -19,11 +19,12 @@ export const ERROR_CODES = {
   KVG_ERR_DUPLICATE_REQUEST: { status: 409, type: 'invalid_request_error', retryable: false },
   KVG_ERR_OVERLOADED: { status: 503, type: 'service_unavailable', retryable: true },
   KVG_ERR_BACKPRESSURE: { status: 503, type: 'service_unavailable', retryable: true },
+  KVG_ERR_KV_EVENT_REPLAY: { status: 502, type: 'server_error', retryable: true },
   KVG_ERR_NO_WORKERS: { status: 503, type: 'service_unavailable', retryable: true },
   KVG_ERR_MISSING_WORKER_ID: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_UNKNOWN_WORKER: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_INVALID_DP_RANK: { status: 400, type: 'invalid_request_error', retryable: false },
-  KVG_ERR_KV_EVENT_REPLAY: { status: 502, type: 'server_error', retryable: true },
+  KVG_ERR_INVALID_TRACE: { status: 400, type: 'invalid_request_error', retryable: false },
   // Transport to engines (src/engines). "retryable" means nothing reached the engine, so another worker may be tried.
   KVG_ERR_ENGINE_NOT_REGISTERED: { status: 503, type: 'service_unavailable', retryable: true },
   KVG_ERR_ENGINE_UNREACHABLE: { status: 502, type: 'server_error', retryable: true },
@@ -81,6 +82,9 @@ export class KvgateError extends Error {
 
   /** Brand check that survives duplicate installs of kvgate in one process. */
   static override [Symbol.hasInstance](value: unknown): boolean {
+    // Subclasses (e.g. EngineHttpError) keep ordinary prototype checks; only
+    // the base class answers by brand, across duplicate installs.
+    if (this !== KvgateError) return Function.prototype[Symbol.hasInstance].call(this, value);
     return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[kKvgateError] === true;
   }
 

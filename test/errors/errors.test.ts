@@ -26,3 +26,14 @@ describe('error codes', () => {
     }
   });
 });
+
+describe('brand checks and subclasses', () => {
+  it('instanceof a subclass is a prototype check, not the brand', () => {
+    class SubError extends KvgateError {}
+    const base = new KvgateError('KVG_ERR_WASM', 'x');
+    const sub = new SubError('KVG_ERR_WASM', 'y');
+    expect(sub instanceof KvgateError).toBe(true);
+    expect(sub instanceof SubError).toBe(true);
+    expect(base instanceof SubError).toBe(false);
+  });
+});
