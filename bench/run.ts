@@ -11,6 +11,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'events/ingest': () => import('./events/ingest.bench.js'),
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),
+  'frontend/preprocess': () => import('./frontend/preprocess.bench.js'),
 };
 
 async function main(): Promise<void> {
