@@ -7,20 +7,12 @@
  * advisory). Slots are the scheduler's dense ids; callers register them with
  * `ensureSlot` and every per-slot figure is readable at any time, in O(1).
  *
- * Blocks. A prompt's sequence hashes are chained, so a slot's active prompt
- * blocks form a prefix-closed set (a trie): if a slot holds block i of a prompt
- * it holds blocks 0..i-1 too. The set lives in a private WASM `PrefixIndex`
- * (one entry per distinct block per slot, so in-flight shared prefixes count
- * once), which gives, for a new request, the depth already active on every
- * slot in one call (`depthsInto`). Instead of a ref-count per block, requests
- * are grouped per slot by their first block; when one leaves, the blocks it
- * held alone are exactly those past its longest common prefix with any other
- * member of its group (chaining makes that prefix a binary search). Adding and
- * freeing cost O(blocks added or removed) in WASM plus O(group × log blocks).
- *
- *   slot 3 ─ group(first=h0) ─ r1: h0 h1 h2 h3      active index, slot 3:
- *                            └ r2: h0 h1 h5          h0 h1 h2 h3 h5  (5 blocks)
- *   free(r1): LCP(r1, r2) = 2  =>  remove h2 h3      h0 h1 h5        (3 blocks)
+ * Blocks. The prompts of in-flight requests live in one `ActivePromptTrie`
+ * (a radix tree over chained block hashes with per-slot counts), so an
+ * in-flight prefix shared by several requests on a slot counts once there,
+ * a new request learns in one walk how many of its blocks each slot already
+ * holds (`depthsInto`, for Dynamo's new_blocks), and booking or freeing costs
+ * O(branch points × log blocks), not O(blocks).
  *
  * Requests admitted with `assume_kv_reuse = false` hold private blocks (counted,
  * never shared), as do output blocks. `addOutputBlock(id, decay)` marks every
@@ -31,7 +23,8 @@
  * (checked at most every 30 s on add, and on every `expire(now)`).
  */
 import { KvgateError } from '../errors/index.js';
-import { PrefixIndex, type PromptHashes } from '../wasm/index.js';
+import type { PromptHashes } from '../wasm/index.js';
+import { ActivePromptTrie, pairView } from './active-prompt-trie.js';
 import type { Clock } from './clock.js';
 
 /** Expiry is checked on add at most this often (Dynamo: 30 s). */
@@ -60,11 +53,6 @@ export interface BookingInput {
   readonly prefillTokens: number;
   /** The client's expected output length, if it gave one. */
   readonly expectedOutputTokens?: number | undefined;
-  /**
-   * Blocks of `hashes` already active on the slot, when the caller has just
-   * computed them with `depthsInto`; otherwise derived here.
-   */
-  readonly activeDepth?: number;
 }
 
 /** A snapshot of one in-flight request. */
@@ -83,9 +71,8 @@ class ActiveRequest {
   constructor(
     readonly id: string,
     readonly slot: number,
+    /** Prompt blocks shared through the trie (null: none). */
     readonly seq: BigUint64Array | null,
-    /** Same bytes as `seq`, as u32 pairs: compared without allocating BigInts. */
-    readonly seq32: Uint32Array | null,
     readonly privateBlocks: number,
     public prefillTokens: number,
     readonly expectedOutputTokens: number | undefined,
@@ -97,27 +84,12 @@ class ActiveRequest {
   frac = 1;
   /** Blocks marked fractional at the last decayed output block. */
   fracBlocks = 0;
-  /** Position in its slot group (swap-remove). */
-  groupPos = -1;
-}
-
-/** Longest common prefix of two chained hash sequences (u32-pair views): a binary search, since equality is prefix-closed. */
-function commonPrefix(a: Uint32Array, b: Uint32Array): number {
-  let lo = 0;
-  let hi = Math.min(a.length, b.length) >>> 1;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    const k = mid << 1;
-    if (a[k] === b[k] && a[k + 1] === b[k + 1]) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 export class ActiveSequences {
   readonly #clock: Clock;
   readonly #expiryMs: number;
-  readonly #index = new PrefixIndex();
+  readonly #trie = new ActivePromptTrie();
   readonly #requests = new Map<string, ActiveRequest>();
   #lastExpiryCheck: number;
 
@@ -126,28 +98,18 @@ export class ActiveSequences {
   #registered = new Uint8Array(0);
   #workerId = new Float64Array(0);
   #dpRank = new Int32Array(0);
-  /** Scheduler slot -> slot in the private active index. */
-  #activeSlot = new Int32Array(0);
   #prefill = new Float64Array(0);
   #shared = new Float64Array(0);
   #private = new Float64Array(0);
   #deficit = new Float64Array(0);
   #blocks = new Float64Array(0);
   #count = new Float64Array(0);
-  #groups: (Map<bigint, ActiveRequest[]> | undefined)[] = [];
-  /** Active-index slot -> scheduler slot. */
-  #schedSlot = new Int32Array(0);
 
   constructor(opts: { clock: Clock; expiryMs?: number }) {
     this.#clock = opts.clock;
     this.#expiryMs = opts.expiryMs ?? 300_000;
     if (!(this.#expiryMs > 0)) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `ActiveSequences: expiryMs must be > 0, got ${this.#expiryMs}`);
     this.#lastExpiryCheck = this.#clock.now();
-  }
-
-  /** Releases the private index's WASM memory. */
-  dispose(): void {
-    this.#index.dispose();
   }
 
   /** Per-slot arrays, indexed by scheduler slot. Re-read after `ensureSlot` (they grow). Do not write. */
@@ -173,14 +135,6 @@ export class ActiveSequences {
     this.#registered[slot] = 1;
     this.#workerId[slot] = workerId;
     this.#dpRank[slot] = dpRank;
-    const a = this.#index.slotOf(workerId, dpRank);
-    this.#activeSlot[slot] = a;
-    if (a >= this.#schedSlot.length) {
-      const next = new Int32Array(Math.max(a + 1, this.#schedSlot.length * 2, 16)).fill(-1);
-      next.set(this.#schedSlot);
-      this.#schedSlot = next;
-    }
-    this.#schedSlot[a] = slot;
   }
 
   /** Forgets a slot and every request on it (their later `free` is a no-op). Returns the ids dropped. */
@@ -188,11 +142,8 @@ export class ActiveSequences {
     if (slot >= this.#cap || this.#registered[slot] !== 1) return [];
     const dropped: string[] = [];
     for (const r of this.#requests.values()) if (r.slot === slot) dropped.push(r.id);
-    for (const id of dropped) this.#requests.delete(id);
-    this.#index.removeWorkerDpRank(this.#workerId[slot]!, this.#dpRank[slot]!);
-    this.#schedSlot[this.#activeSlot[slot]!] = -1;
+    for (const id of dropped) this.free(id);
     this.#registered[slot] = 0;
-    this.#groups[slot] = undefined;
     this.#prefill[slot] = 0;
     this.#shared[slot] = 0;
     this.#private[slot] = 0;
@@ -239,16 +190,10 @@ export class ActiveSequences {
   /**
    * For every slot holding a prefix of `seq` among its active blocks, writes
    * that depth to `out[slot]` (other entries are left untouched: zero them
-   * first). One WASM call.
+   * first). One trie walk.
    */
   depthsInto(seq: BigUint64Array, out: Float64Array): void {
-    if (seq.length === 0 || this.#requests.size === 0) return;
-    const m = this.#index.findMatches(seq, true);
-    const map = this.#schedSlot;
-    for (let i = 0; i < m.count; i++) {
-      const s = map[m.slots[i]!]!;
-      if (s >= 0) out[s] = m.depths[i]!;
-    }
+    this.#trie.depthsInto(seq, out);
   }
 
   /**
@@ -268,25 +213,8 @@ export class ActiveSequences {
     const seq = input.hashes !== null && input.hashes.seq.length > 0 ? input.hashes.seq : null;
     const privateBlocks = input.privateBlocks ?? 0;
     const prefill = input.prefillTokens > 0 ? input.prefillTokens : 0;
-    const r = new ActiveRequest(requestId, slot, seq, seq === null ? null : new Uint32Array(seq.buffer, seq.byteOffset, seq.length * 2),
-      privateBlocks, prefill, input.expectedOutputTokens, now);
-    if (seq !== null) {
-      const n = seq.length;
-      let groups = this.#groups[slot];
-      if (groups === undefined) this.#groups[slot] = groups = new Map();
-      const first = seq[0]!;
-      let group = groups.get(first);
-      const depth = input.activeDepth ?? (group === undefined ? 0 : this.#bestPrefix(r, group));
-      if (depth < n) {
-        const local = input.hashes!.local;
-        this.#index.applyStored(this.#workerId[slot]!, this.#dpRank[slot]!, depth > 0 ? seq[depth - 1]! : null,
-          seq.subarray(depth), local.subarray(depth, n));
-        this.#shared[slot]! += n - depth;
-      }
-      if (group === undefined) groups.set(first, (group = []));
-      r.groupPos = group.length;
-      group.push(r);
-    }
+    const r = new ActiveRequest(requestId, slot, seq, privateBlocks, prefill, input.expectedOutputTokens, now);
+    if (seq !== null) this.#shared[slot]! += seq.length - this.#trie.insert(seq, pairView(seq), slot);
     this.#requests.set(requestId, r);
     this.#private[slot]! += privateBlocks;
     this.#prefill[slot]! += prefill;
@@ -341,21 +269,7 @@ export class ActiveSequences {
     if (r === undefined || (ownerSlot !== undefined && r.slot !== ownerSlot)) return false;
     this.#requests.delete(requestId);
     const slot = r.slot;
-    if (r.seq !== null) {
-      const n = r.seq.length;
-      const group = this.#groups[slot]!.get(r.seq[0]!)!;
-      const last = group.pop()!;
-      if (last !== r) {
-        group[r.groupPos] = last;
-        last.groupPos = r.groupPos;
-      }
-      const kept = group.length === 0 ? 0 : this.#bestPrefix(r, group);
-      if (group.length === 0) this.#groups[slot]!.delete(r.seq[0]!);
-      if (kept < n) {
-        this.#index.applyRemoved(this.#workerId[slot]!, this.#dpRank[slot]!, r.seq.subarray(kept));
-        this.#shared[slot]! -= n - kept;
-      }
-    }
+    if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.remove(r.seq, slot);
     this.#private[slot]! -= r.privateBlocks + r.outputBlocks;
     this.#deficit[slot]! -= r.fracBlocks * (1 - r.frac);
     this.#prefill[slot]! -= r.prefillTokens;
@@ -387,27 +301,10 @@ export class ActiveSequences {
     return expired;
   }
 
-  /** Longest prefix `r` shares with any other request in its group (r itself excluded). */
-  #bestPrefix(r: ActiveRequest, group: ActiveRequest[]): number {
-    const a = r.seq32!;
-    const n = r.seq!.length;
-    let best = 0;
-    for (let i = 0; i < group.length; i++) {
-      const o = group[i]!;
-      if (o === r) continue;
-      const d = commonPrefix(a, o.seq32!);
-      if (d > best) {
-        best = d;
-        if (best === n) break;
-      }
-    }
-    return best;
-  }
-
   /** Blocks only `r` holds: prompt blocks past its longest prefix shared with others, private and output blocks. */
   #exclusiveBlocks(r: ActiveRequest): number {
     let shared = 0;
-    if (r.seq !== null) shared = r.seq.length - this.#bestPrefix(r, this.#groups[r.slot]!.get(r.seq[0]!)!);
+    if (r.seq !== null) shared = r.seq.length - this.#trie.heldByOthers(r.seq, r.slot);
     return shared + r.privateBlocks + r.outputBlocks;
   }
 
@@ -428,9 +325,6 @@ export class ActiveSequences {
     const dp = new Int32Array(cap);
     dp.set(this.#dpRank);
     this.#dpRank = dp;
-    const as = new Int32Array(cap);
-    as.set(this.#activeSlot);
-    this.#activeSlot = as;
     this.#workerId = f64(this.#workerId);
     this.#prefill = f64(this.#prefill);
     this.#shared = f64(this.#shared);

@@ -5,7 +5,10 @@
  * The per-candidate breakdown is kept as one flat Float64Array (stride
  * `BREAKDOWN_STRIDE`) so a decision allocates O(1) objects however many
  * candidates there were; `candidates` materialises objects on demand (logs,
- * query-only responses, tests).
+ * query-only responses, tests). The arrays are views carved from shared
+ * 1 MiB chunks (`takeBreakdown`): a fresh multi-KiB typed array per decision
+ * costs an off-heap allocation and its finalisation, which measured as the
+ * largest single cost of scoring 64 candidates.
  */
 
 /** Where the time of one decision went, in milliseconds (Dynamo's `dynamo_router_overhead_*_ms`). */
@@ -38,6 +41,27 @@ export interface CandidateBreakdown {
 }
 
 export const BREAKDOWN_STRIDE = 8;
+const CHUNK_BYTES = 1 << 20;
+
+let chunk = new ArrayBuffer(CHUNK_BYTES);
+let chunkOffset = 0;
+
+/**
+ * A zeroed breakdown array for `candidates` rows, carved from the current
+ * chunk (a new chunk when it is full; old chunks live as long as a decision
+ * still views them).
+ */
+export function takeBreakdown(candidates: number): Float64Array {
+  const bytes = candidates * BREAKDOWN_STRIDE * 8;
+  if (bytes > CHUNK_BYTES / 4) return new Float64Array(candidates * BREAKDOWN_STRIDE);
+  if (chunkOffset + bytes > CHUNK_BYTES) {
+    chunk = new ArrayBuffer(CHUNK_BYTES);
+    chunkOffset = 0;
+  }
+  const view = new Float64Array(chunk, chunkOffset, candidates * BREAKDOWN_STRIDE);
+  chunkOffset += bytes;
+  return view;
+}
 const F_WORKER = 0;
 const F_RANK = 1;
 const F_OVERLAP = 2;

@@ -43,7 +43,7 @@ import { ApproximateIndex } from './approximate.js';
 import { systemClock, type Clock, type Rng } from './clock.js';
 import { resolveKvRouterConfig, type KvRouterConfig, type KvRouterOptions, type RouterConfigOverride } from './config.js';
 import { costOf, type CostKnobs } from './cost.js';
-import { BREAKDOWN_STRIDE, RoutingDecision, writeBreakdown, writeProbability } from './decision.js';
+import { RoutingDecision, takeBreakdown, writeBreakdown, writeProbability } from './decision.js';
 import { backpressureCap, queueKey, RequestQueue, type QueueEntry } from './queue.js';
 import { pickLowest, sampleIndex, softmaxProbabilities } from './selection.js';
 
@@ -410,7 +410,7 @@ export class KvScheduler {
         for (let i = 0; i < m.count; i++) if (m.slots[i] === slot) overlap = m.depths[i]!;
       }
     }
-    this.#book(input.requestId, slot, input.isl, input.hashes, overlap, input.expectedOutputTokens, input.override, undefined);
+    this.#book(input.requestId, slot, input.isl, input.hashes, overlap, input.expectedOutputTokens, input.override);
   }
 
   /** Removes the request's prompt-token load; drains the queue. False if unknown or already marked. */
@@ -714,27 +714,36 @@ export class KvScheduler {
     const prefill = this.#active.activePrefillTokens;
     const blocks = this.#active.activeDecodeBlocks;
     const requests = this.#active.activeRequests;
+    const slotWorker = this.#slotWorker;
+    const slotRank = this.#slotRank;
+    const trackActive = c.routerTrackActiveBlocks;
     let minPrefill = Infinity;
     for (let i = 0; i < n; i++) {
       const p = prefill[elig[i]!]!;
       if (p < minPrefill) minPrefill = p;
     }
     const costs = this.#costs;
-    const breakdown = new Float64Array(n * BREAKDOWN_STRIDE);
+    const breakdown = takeBreakdown(n);
     for (let i = 0; i < n; i++) {
       const s = elig[i]!;
       const overlap = dev[s]!;
-      const newBlocks = !c.routerTrackActiveBlocks ? 0 : shareable ? promptBlocks - depth[s]! : promptBlocks;
+      const newBlocks = !trackActive ? 0 : shareable ? promptBlocks - depth[s]! : promptBlocks;
       const decodeBlocks = blocks[s]! + newBlocks;
       const p = prefill[s]!;
+      const active = requests[s]!;
       const uncached = isl - overlap * bs;
       const prefillTokens = trackPrefill ? p + (uncached > 0 ? uncached : 0) : p;
-      const hostOv = tiered ? host[s]! : 0;
-      const diskOv = tiered ? disk[s]! : 0;
-      const sharedBeyond = tiered && sharedDepth > overlap ? sharedDepth - overlap : 0;
-      const cost = costOf(knobs, isl, bs, requestBlocks, minPrefill, p, decodeBlocks, requests[s]!, overlap, hostOv, diskOv, sharedBeyond);
+      let hostOv = 0;
+      let diskOv = 0;
+      let sharedBeyond = 0;
+      if (tiered) {
+        hostOv = host[s]!;
+        diskOv = disk[s]!;
+        sharedBeyond = sharedDepth > overlap ? sharedDepth - overlap : 0;
+      }
+      const cost = costOf(knobs, isl, bs, requestBlocks, minPrefill, p, decodeBlocks, active, overlap, hostOv, diskOv, sharedBeyond);
       costs[i] = cost;
-      writeBreakdown(breakdown, i, this.#slotWorker[s]!, this.#slotRank[s]!, overlap, prefillTokens, decodeBlocks, requests[s]!, cost);
+      writeBreakdown(breakdown, i, slotWorker[s]!, slotRank[s]!, overlap, prefillTokens, decodeBlocks, active, cost);
     }
     let pick: number;
     if (n === 1) {
@@ -751,7 +760,7 @@ export class KvScheduler {
     const overlap = dev[slot]!;
     let bookedPrefill = 0;
     if (mode === 'book') {
-      bookedPrefill = this.#book(req.requestId, slot, isl, req.hashes, overlap, req.expectedOutputTokens, o, depth[slot]!);
+      bookedPrefill = this.#book(req.requestId, slot, isl, req.hashes, overlap, req.expectedOutputTokens, o);
     }
     const t2 = this.#clock.now();
     const hashingMs = req.hashingMs ?? 0;
@@ -762,7 +771,7 @@ export class KvScheduler {
 
   /** Books a request on a slot and records it in approximate mode. Returns the prefill tokens booked. */
   #book(requestId: string, slot: number, isl: number, hashes: PromptHashes | null, overlap: number,
-    expectedOutputTokens: number | undefined, o: RouterConfigOverride | undefined, activeDepth: number | undefined): number {
+    expectedOutputTokens: number | undefined, o: RouterConfigOverride | undefined): number {
     const c = this.config;
     const trackPrefill = o?.trackPrefillTokens ?? c.routerTrackPrefillTokens;
     const assumeReuse = o?.assumeKvReuse ?? c.routerAssumeKvReuse;
@@ -774,7 +783,6 @@ export class KvScheduler {
       requestId, slot, prefillTokens, expectedOutputTokens,
       hashes: share ? hashes : null,
       privateBlocks: c.routerTrackActiveBlocks && !share ? promptBlocks : 0,
-      ...(share && activeDepth !== undefined ? { activeDepth } : {}),
     });
     if (hashes !== null && hashes.seq.length > 0) {
       const w = this.#slotWorker[slot]!;

@@ -181,6 +181,15 @@ describe('ActiveSequences (spec 4.5)', () => {
         prefill[r.slot]! -= r.prefill;
         if (![...live.values()].some((x) => x.slot === r.slot && x.decayed)) decayedAny[r.slot] = false;
       }
+      // Depth queries agree with the model: the longest prefix whose blocks are all active on the slot.
+      const probe = prompt(systems[int(3)]!.slice(0, int(40)), int(24), int(6));
+      const depths = new Float64Array(3);
+      a.depthsInto(probe.seq, depths);
+      for (let s = 0; s < 3; s++) {
+        let d = 0;
+        while (d < probe.seq.length && refs[s]!.has(probe.seq[d]!)) d++;
+        expect(depths[s]).toBe(d);
+      }
       for (let s = 0; s < 3; s++) {
         expect(a.sharedBlocks(s)).toBe(refs[s]!.size);
         const load = a.load(s);

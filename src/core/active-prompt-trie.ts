@@ -1,0 +1,203 @@
+/**
+ * The prompts of in-flight requests as a compressed trie (a radix tree over
+ * chained block hashes), with per-slot request counts: Dynamo's per-worker
+ * prompt-membership trie, shared by every slot.
+ *
+ * Chained sequence hashes make a prompt's blocks prefix-closed: two prompts
+ * that agree on block i agree on every block before it. So an edge is a run
+ * of blocks [start, end) that every prompt below it shares, stored as a
+ * reference to one such prompt (`rep`), and comparing a prompt with an edge is
+ * a binary search for the first differing block. A node's `counts` hold, per
+ * slot, the requests in its subtree: slot s holds blocks [0, end) of a node
+ * iff counts[s] > 0.
+ *
+ *   root ─ h0 ─ [0, 4) {s1: 3, s2: 1}  ─ h4 ─ [4, 9)  {s1: 2}        (ends 2)
+ *                                      └ h4' ─ [4, 6) {s1: 1, s2: 1}   (ends 2)
+ *
+ * Costs, with p = branch points on a prompt's path (small in practice):
+ * `insert` and `remove` O(p × log blocks) plus an O(1) split or merge; the
+ * per-slot depth query O(p × log blocks + slots on the path). Nothing is
+ * O(blocks): booking an 8,192-token prompt costs the same as a short one.
+ *
+ * Prompts are kept by reference: callers must not mutate a prompt's hash
+ * array while it is in the trie.
+ */
+
+class Node {
+  constructor(
+    /** First block of the edge (also the index of `key`). */
+    public start: number,
+    /** One past the last block of the edge: a request through this node holds blocks [0, end). */
+    public end: number,
+    /** A prompt whose blocks [0, end) are this node's path, as u64 hashes and as u32 pairs. */
+    public rep: BigUint64Array,
+    public rep32: Uint32Array,
+    public parent: Node | null,
+    /** Hash of block `start`: this node's key in its parent's children. */
+    public key: bigint,
+  ) {}
+  children: Map<bigint, Node> | null = null;
+  /** Slot -> requests in this subtree on that slot. */
+  counts = new Map<number, number>();
+  /** Requests in this subtree. */
+  total = 0;
+  /** Requests whose prompt ends exactly at `end`. */
+  ends = 0;
+}
+
+/** First index in [from, to) where the chained hash sequences differ, or `to` (they agree on [0, from)). */
+function firstDifference(a: Uint32Array, b: Uint32Array, from: number, to: number): number {
+  let lo = from;
+  let hi = to;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const k = mid << 1;
+    if (a[k] === b[k] && a[k + 1] === b[k + 1]) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** u32-pair view of a hash array (no copy). */
+export function pairView(seq: BigUint64Array): Uint32Array {
+  return new Uint32Array(seq.buffer, seq.byteOffset, seq.length * 2);
+}
+
+export class ActivePromptTrie {
+  readonly #root = new Node(0, 0, new BigUint64Array(0), new Uint32Array(0), null, 0n);
+
+  /**
+   * Adds a request's prompt on `slot`. Returns how many of its leading blocks
+   * the slot already held (so `seq.length - result` blocks are new there).
+   */
+  insert(seq: BigUint64Array, seq32: Uint32Array, slot: number): number {
+    const n = seq.length;
+    let node = this.#root;
+    let held = 0;
+    for (;;) {
+      if (node !== this.#root) {
+        const c = node.counts.get(slot) ?? 0;
+        if (c > 0) held = node.end;
+        node.counts.set(slot, c + 1);
+      }
+      node.total++;
+      if (node.end === n) {
+        node.ends++;
+        return held;
+      }
+      const key = seq[node.end]!;
+      let child = node.children?.get(key);
+      if (child === undefined) {
+        const leaf = new Node(node.end, n, seq, seq32, node, key);
+        leaf.counts.set(slot, 1);
+        leaf.total = 1;
+        leaf.ends = 1;
+        (node.children ??= new Map()).set(key, leaf);
+        return held;
+      }
+      const limit = child.end < n ? child.end : n;
+      const k = firstDifference(seq32, child.rep32, child.start + 1, limit);
+      if (k < child.end) child = this.#split(child, k);
+      node = child;
+    }
+  }
+
+  /**
+   * Removes a request's prompt from `slot` (it must have been inserted there).
+   * Returns how many of its leading blocks the slot still holds through other
+   * requests (so `seq.length - result` blocks left the slot).
+   */
+  remove(seq: BigUint64Array, slot: number): number {
+    const n = seq.length;
+    const path: Node[] = [];
+    let node = this.#root;
+    for (;;) {
+      path.push(node);
+      if (node.end === n) break;
+      node = node.children!.get(seq[node.end]!)!;
+    }
+    let kept = 0;
+    for (const p of path) {
+      p.total--;
+      if (p === this.#root) continue;
+      const c = p.counts.get(slot)! - 1;
+      if (c === 0) p.counts.delete(slot);
+      else {
+        p.counts.set(slot, c);
+        kept = p.end;
+      }
+    }
+    node.ends--;
+    // Drop the empty tail of the path, then re-compress the deepest survivor.
+    let i = path.length - 1;
+    while (i > 0 && path[i]!.total === 0) {
+      const dead = path[i]!;
+      dead.parent!.children!.delete(dead.key);
+      i--;
+    }
+    this.#mergeIfUnary(path[i]!);
+    return kept;
+  }
+
+  /** Blocks of the prompt held on `slot` by requests other than one of its own copies. */
+  heldByOthers(seq: BigUint64Array, slot: number): number {
+    const n = seq.length;
+    let node = this.#root;
+    let held = 0;
+    while (node.end !== n) {
+      node = node.children!.get(seq[node.end]!)!;
+      if ((node.counts.get(slot) ?? 0) > 1) held = node.end;
+    }
+    return held;
+  }
+
+  /**
+   * For every slot holding a prefix of `seq`, writes the prefix length to
+   * `out[slot]` (other entries untouched).
+   */
+  depthsInto(seq: BigUint64Array, out: Float64Array): void {
+    const n = seq.length;
+    if (n === 0 || this.#root.children === null) return;
+    const seq32 = pairView(seq);
+    let node = this.#root;
+    while (node.end < n && node.children !== null) {
+      const child = node.children.get(seq[node.end]!);
+      if (child === undefined) return;
+      const limit = child.end < n ? child.end : n;
+      const k = firstDifference(seq32, child.rep32, child.start + 1, limit);
+      for (const s of child.counts.keys()) out[s] = k;
+      if (k < child.end) return;
+      node = child;
+    }
+  }
+
+  /** Requests in the trie. */
+  get size(): number {
+    return this.#root.total;
+  }
+
+  /** Splits `child` at block `k` (start < k < end): returns the new upper node. */
+  #split(child: Node, k: number): Node {
+    const parent = child.parent!;
+    const upper = new Node(child.start, k, child.rep, child.rep32, parent, child.key);
+    upper.counts = new Map(child.counts);
+    upper.total = child.total;
+    const lowerKey = child.rep[k]!;
+    upper.children = new Map([[lowerKey, child]]);
+    parent.children!.set(upper.key, upper);
+    child.parent = upper;
+    child.start = k;
+    child.key = lowerKey;
+    return upper;
+  }
+
+  /** A non-root node with no request ending on it and one child is folded into the child. */
+  #mergeIfUnary(node: Node): void {
+    if (node === this.#root || node.ends !== 0 || node.children === null || node.children.size !== 1) return;
+    const child = node.children.values().next().value!;
+    child.start = node.start;
+    child.key = node.key;
+    child.parent = node.parent;
+    node.parent!.children!.set(node.key, child);
+  }
+}
