@@ -126,6 +126,9 @@ class MeasuredCurve {
     while (k < n - 2 && x > xs[k + 1]!) k++;
     const x0 = xs[k]!;
     const x1 = xs[k + 1]!;
+    // Measured points are returned as measured (no exp/log round-off).
+    if (x === x0) return { y: ys[k]!, extrapolated: false };
+    if (x === x1) return { y: ys[k + 1]!, extrapolated: false };
     const f = (axis(x) - axis(x0)) / (axis(x1) - axis(x0));
     return { y: Math.exp(Math.log(ys[k]!) + f * (Math.log(ys[k + 1]!) - Math.log(ys[k]!))), extrapolated: false };
   }
@@ -172,6 +175,8 @@ class MeasuredSurface {
     }
     const a = rows[i]!;
     const b = rows[j]!;
+    if (outer === a.key) return a.curve.at(inner);
+    if (outer === b.key) return b.curve.at(inner);
     const ea = a.curve.at(inner);
     const eb = b.curve.at(inner);
     const extrapolated = outside || ea.extrapolated || eb.extrapolated;
