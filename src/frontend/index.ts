@@ -2,7 +2,7 @@
 export { GatewayServer } from './server.js';
 export type { GatewayServerOptions, GatewayAddresses } from './server.js';
 export type {
-  ModelRouterPort, PreparedRequest, RoutedResponse, RoutedBody, QueryResult, RoutingHints, WorkerRef, SseEvent, EndpointKind,
+  ModelRouterPort, RouterPortFactory, RouterPortDeps, PreparedRequest, RoutedResponse, RoutedBody, QueryResult, RoutingHints, WorkerRef, SseEvent, EndpointKind,
 } from './router-port.js';
 export { createPreprocessor, preprocessModelSpecs, preprocessWorkerFile } from './preprocess/preprocessor.js';
 export type { Preprocessor } from './preprocess/preprocessor.js';

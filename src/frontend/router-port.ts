@@ -22,7 +22,10 @@
  *    annotation) chooses as `route` would but books nothing and dispatches nothing.
  * 5. `close()` on shutdown, after in-flight requests drained or were aborted.
  */
+import type { Logger } from 'pino';
+import type { ModelConfig } from '../config/index.js';
 import type { RouterConfigOverride } from '../core/config.js';
+import type { KvgateMetrics } from '../metrics/index.js';
 
 /** Which OpenAI endpoint a request came in on (the port dispatches to the same one). */
 export type EndpointKind = 'chat' | 'completion';
@@ -135,3 +138,16 @@ export interface ModelRouterPort {
   query(req: PreparedRequest): Promise<QueryResult>;
   close(): Promise<void>;
 }
+
+/** What the gateway hands a router factory besides the model's config. */
+export interface RouterPortDeps {
+  /** The gateway's metrics (its registry is what /metrics serves). */
+  readonly metrics: KvgateMetrics;
+  readonly logger: Logger;
+}
+
+/**
+ * Builds the port of one configured model (mode, workers, knobs, block size, enforce_disagg
+ * all in `model`). Called once per model at startup; a rejection stops the gateway from starting.
+ */
+export type RouterPortFactory = (model: ModelConfig, deps: RouterPortDeps) => ModelRouterPort | Promise<ModelRouterPort>;

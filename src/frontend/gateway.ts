@@ -1,0 +1,90 @@
+/**
+ * Assembling a running gateway from a resolved config: the preprocessing
+ * pool, one router port per model (from the injected factory), the HTTP
+ * server, and a startup summary in the log. `close()` takes it down in the
+ * reverse order: drain the server, then close the routers, then the pool.
+ */
+import { pino, type Logger } from 'pino';
+import type { GatewayConfig } from '../config/index.js';
+import { KvgateMetrics } from '../metrics/index.js';
+import { createPreprocessor, preprocessModelSpecs, type Preprocessor } from './preprocess/preprocessor.js';
+import type { ModelRouterPort, RouterPortFactory } from './router-port.js';
+import { GatewayServer, type GatewayAddresses } from './server.js';
+
+export interface GatewayOptions {
+  config: GatewayConfig;
+  createRouter: RouterPortFactory;
+  logger?: Logger;
+  metrics?: KvgateMetrics;
+}
+
+export interface Gateway {
+  readonly config: GatewayConfig;
+  readonly server: GatewayServer;
+  readonly addresses: GatewayAddresses;
+  readonly preprocessor: Preprocessor;
+  readonly routers: readonly ModelRouterPort[];
+  readonly logger: Logger;
+  /** Drains (up to `drainTimeoutMs`, default the config's), then closes routers and the pool. Idempotent. */
+  close(opts?: { drainTimeoutMs?: number }): Promise<void>;
+}
+
+/** The startup summary: listeners, preprocessing, and per model its mode, tokenizer and workers. */
+export function startupSummary(config: GatewayConfig, addresses: GatewayAddresses, preprocessor: Preprocessor): Record<string, unknown> {
+  return {
+    listen: `http://${addresses.public.host}:${addresses.public.port}`,
+    admin: !config.admin.enabled ? 'off' : addresses.admin !== undefined ? `http://${addresses.admin.host}:${addresses.admin.port}` : 'on the public listener',
+    auth: config.apiKeys.length > 0 ? `${config.apiKeys.length} API key(s)` : 'none',
+    preprocess: preprocessor.mode === 'pool' ? `${preprocessor.threads} thread(s)` : 'main thread',
+    limits: config.limits,
+    models: config.models.map((m) => ({
+      name: m.name,
+      mode: m.routerMode,
+      blockSize: m.blockSize,
+      tokenizer: m.tokenizer.kind === 'files' ? m.tokenizer.files.tokenizerJson : m.tokenizer.kind === 'none' ? `none (${m.tokenizer.onMissing})` : 'demo (bundled Qwen3)',
+      kvEvents: m.routerMode === 'kv' ? m.router.useKvEvents : undefined,
+      enforceDisagg: m.enforceDisagg || undefined,
+      workers: m.workers.map((w) => `${w.id} ${w.role} ${w.dialect} ${w.url}${w.dpSize > 1 ? ` dp=${w.dpSize}` : ''}${w.kvEvents !== undefined ? ` events=${w.kvEvents.endpoint}` : ''}`),
+    })),
+  };
+}
+
+/**
+ * Starts the gateway: preprocessing threads, routers, HTTP listeners.
+ * @throws whatever the router factory or the preprocessor throws (tokenizer files, worker build); anything
+ *   already started is closed first.
+ */
+export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
+  const { config } = opts;
+  const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'kvgate' } });
+  const metrics = opts.metrics ?? new KvgateMetrics();
+  for (const w of config.warnings) logger.warn(w);
+  const preprocessor = await createPreprocessor(preprocessModelSpecs(config), { threads: config.preprocess.threads });
+  const routers: ModelRouterPort[] = [];
+  let server: GatewayServer | undefined;
+  try {
+    for (const model of config.models) routers.push(await opts.createRouter(model, { metrics, logger: logger.child({ model: model.name }) }));
+    server = new GatewayServer({ config, routers, preprocessor, logger, metrics });
+    const addresses = await server.listen();
+    logger.info(startupSummary(config, addresses, preprocessor), 'kvgate gateway started');
+    let closing: Promise<void> | undefined;
+    const s = server;
+    return {
+      config, server: s, addresses, preprocessor, routers, logger,
+      close(closeOpts = {}): Promise<void> {
+        closing ??= (async () => {
+          await s.close(closeOpts);
+          await Promise.allSettled(routers.map((r) => r.close()));
+          await preprocessor.close();
+          logger.info('kvgate gateway stopped');
+        })();
+        return closing;
+      },
+    };
+  } catch (err) {
+    await server?.close({ drainTimeoutMs: 0 }).catch(() => undefined);
+    await Promise.allSettled(routers.map((r) => r.close()));
+    await preprocessor.close();
+    throw err;
+  }
+}
