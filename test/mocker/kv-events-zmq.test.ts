@@ -150,6 +150,20 @@ describe('KV events on the wire (ZMQ PUB)', () => {
     expect((await stream.next()).batch[1]).toEqual([['AllBlocksCleared']]);
   });
 
+  it('LoRA adapters namespace the hashes and appear as lora_name', async () => {
+    const m = await mocker({ loraNames: ['adapter-a'] });
+    const stream = await events(m);
+    const prompt = [31, 32, 33, 34, 35];
+    await complete(m, prompt, { model: 'adapter-a' });
+    const ev = (await stream.next()).batch[1][0];
+    expect(ev.lora_name).toBe('adapter-a');
+    expect(ev.block_hashes).toEqual([engineHash(promptHashes(prompt, 4, { loraName: 'adapter-a' }).seq[0]!, SEED)]);
+    // The base model does not hit the adapter's blocks.
+    expect((await complete(m, prompt)).json.usage.prompt_tokens_details.cached_tokens).toBe(0);
+    const models = (await (await fetch(`${m.url}/v1/models`)).json()) as { data: { id: string; parent: string | null }[] };
+    expect(models.data.map((d) => [d.id, d.parent])).toEqual([['mock-model', null], ['adapter-a', 'mock-model']]);
+  });
+
   it('SGLang flavour: per-rank publishers, attn_dp_rank, signed int64 hashes', async () => {
     const m = await mocker({ engine: 'sglang', dpSize: 2, kvEventsEncoding: 'array' });
     expect(m.kvEventsEndpoints).toHaveLength(2);
@@ -166,5 +180,12 @@ describe('KV events on the wire (ZMQ PUB)', () => {
     const expected = [...promptHashes(prompt, 4).seq].map((h) => BigInt.asIntN(64, engineHash(h, SEED + 1n)));
     expect(ev[1].map((h: bigint | number) => BigInt(h))).toEqual(expected);
     expect(m.stats().ranks[1]!.promptTokens).toBeGreaterThanOrEqual(9);
+    // cache_salt namespaces the chain and rides on SGLang events (8th element).
+    await complete(m, prompt, { data_parallel_rank: 1, cache_salt: 'tenant-a' });
+    const salted = (await rank1.next()).batch[1][0];
+    expect(salted[7]).toEqual({ cache_salt: 'tenant-a' });
+    expect(BigInt(salted[1][0])).toBe(BigInt.asIntN(64, engineHash(promptHashes(prompt, 4, { cacheSalt: 'tenant-a' }).seq[0]!, SEED + 1n)));
+    const info = (await (await fetch(`${m.url}/server_info`)).json()) as { kv_events: { ports: number[]; block_size: number; dp_size: number } };
+    expect(info.kv_events).toMatchObject({ ports: m.kvEventsPorts, block_size: 4, dp_size: 2 });
   });
 });
