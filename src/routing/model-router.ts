@@ -1,0 +1,225 @@
+/**
+ * ModelRouter: everything that routes one model, behind the frontend's
+ * `ModelRouterPort`. It owns the decode (or aggregated) PushRouter, the
+ * model's KV-event subscriptions feeding the KvRouter's prefix index, the
+ * periodic tick (expiry, queue drain, liveness), and follows the worker
+ * registry as workers come and go. Disaggregated serving plugs in through the
+ * PrefillRouter (see prefill-router.ts) when prefill workers exist.
+ *
+ * State ownership: the registry says who exists; the KvRouter's bookkeeping is
+ * the authoritative load; the prefix index is advisory and fed by events.
+ */
+import { seededRng, systemClock, type Clock, type Rng } from '../core/clock.js';
+import type { KvRouterOptions, WorkerType } from '../core/index.js';
+import type { WorkerInfo, WorkerRegistry } from '../discovery/index.js';
+import type { EngineClient } from '../engines/index.js';
+import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type EventLog, type KvEventHooks } from '../events/index.js';
+import { KvgateError } from '../errors/index.js';
+import type {
+  ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, RoutingHints as PortHints,
+} from '../frontend/router-port.js';
+import type { KvgateMetrics } from '../metrics/index.js';
+import { KvRouter, type RoutingHints } from './kv-router.js';
+import { PushRouter, type LegRequest, type RouterMode } from './push-router.js';
+
+export interface ModelRouterOptions {
+  readonly model: string;
+  readonly mode: RouterMode;
+  readonly blockSize: number;
+  /** KvRouter knobs (KV mode), validated by the core. */
+  readonly routerConfig?: KvRouterOptions | undefined;
+  readonly registry: WorkerRegistry;
+  readonly engine: EngineClient;
+  readonly metrics?: KvgateMetrics | undefined;
+  readonly clock?: Clock | undefined;
+  readonly rng?: Rng | undefined;
+  /** Re-dispatches after a connect failure before any byte was sent (default 2). */
+  readonly maxRetries?: number | undefined;
+  /** Milliseconds between ticks (expiry, queue drain, liveness gauges); default 1000. 0 disables the timer. */
+  readonly tickIntervalMs?: number | undefined;
+  /** Silence while serving after which a worker's KV events count as stale (default 30000). */
+  readonly kvEventsStaleAfterMs?: number | undefined;
+  readonly log?: EventLog | undefined;
+  /** Told when a dispatch found a worker unreachable (health probing). */
+  readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
+}
+
+/** Frontend hints -> the KvRouter's routing hints (same meaning, router-side names). */
+export function toRoutingHints(h: PortHints): RoutingHints {
+  return {
+    backendInstanceId: h.backendInstanceId,
+    prefillWorkerId: h.prefillWorkerId,
+    decodeWorkerId: h.decodeWorkerId,
+    dpRank: h.dpRank,
+    prefillDpRank: h.prefillDpRank,
+    expectedOutputTokens: h.expectedOutputTokens,
+    loraName: h.loraName,
+    priorityJump: h.priorityJump,
+    allowedWorkerIds: h.allowedWorkerIds,
+  };
+}
+
+const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
+
+export class ModelRouter implements ModelRouterPort {
+  readonly model: string;
+  readonly blockSize: number;
+  readonly mode: RouterMode;
+  /** The decode (aggregated) pool. */
+  readonly decode: PushRouter;
+  /** KV-event ingestion for the decode pool (KV mode with events). */
+  readonly events: KvEventManager | undefined;
+  readonly #registry: WorkerRegistry;
+  readonly #metrics: KvgateMetrics | undefined;
+  readonly #clock: Clock;
+  readonly #onAdded: (w: WorkerInfo) => void;
+  readonly #onRemoved: (w: WorkerInfo) => void;
+  #timer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  /** @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid router knobs (the field is named). */
+  constructor(opts: ModelRouterOptions) {
+    this.model = opts.model;
+    this.blockSize = opts.blockSize;
+    this.mode = opts.mode;
+    this.#registry = opts.registry;
+    this.#metrics = opts.metrics;
+    this.#clock = opts.clock ?? systemClock;
+    const rng = opts.rng ?? seededRng(Date.now() >>> 0);
+    let kvRouter: KvRouter | undefined;
+    if (opts.mode === 'kv') {
+      kvRouter = new KvRouter({
+        blockSize: opts.blockSize, clock: this.#clock, rng, workerType: 'decode',
+        ...(opts.routerConfig !== undefined ? { config: opts.routerConfig } : {}),
+      });
+      if (kvRouter.config.useKvEvents) {
+        const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
+        this.events = new KvEventManager({
+          applier, clock: this.#clock,
+          ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
+          ...(opts.log !== undefined ? { log: opts.log } : {}),
+          ...(opts.metrics !== undefined ? { hooks: eventMetricsHooks(opts.metrics) } : {}),
+        });
+      }
+    }
+    const events = this.events;
+    this.decode = new PushRouter({
+      model: opts.model, workerType: 'decode', mode: opts.mode, blockSize: opts.blockSize, kvRouter,
+      engine: opts.engine, metrics: opts.metrics, clock: this.#clock, rng,
+      maxRetries: opts.maxRetries, onWorkerUnreachable: opts.onWorkerUnreachable,
+      onDispatch: events === undefined ? undefined : (w, r) => events.noteDispatch(w, r),
+    });
+    this.#onAdded = (w) => {
+      if (w.model === this.model) this.#workerAdded(w);
+    };
+    this.#onRemoved = (w) => {
+      if (w.model === this.model) this.#workerRemoved(w);
+    };
+    opts.registry.on('added', this.#onAdded);
+    opts.registry.on('removed', this.#onRemoved);
+    for (const w of opts.registry.available(this.model)) this.#workerAdded(w);
+    const interval = opts.tickIntervalMs ?? 1000;
+    if (interval > 0) {
+      this.#timer = setInterval(() => this.tick(), interval);
+      this.#timer.unref();
+    }
+  }
+
+  #poolFor(w: WorkerInfo): PushRouter | undefined {
+    return w.role === 'prefill' ? undefined : this.decode;
+  }
+
+  #workerAdded(w: WorkerInfo): void {
+    const pool = this.#poolFor(w);
+    if (pool === undefined) return;
+    pool.addWorker(w);
+    if (this.events !== undefined && w.kvEvents !== undefined) {
+      const src = w.kvEvents;
+      for (let i = 0; i < w.dpSize; i++) {
+        const rank = w.dpStart + i;
+        void this.events.add({
+          workerId: w.id, dpRank: rank,
+          endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
+          replayEndpoint: src.replayEndpoint === undefined ? undefined : dpRankEndpoint(src.replayEndpoint, i * (src.dpPortStride ?? 1)),
+          topic: src.topic,
+        });
+      }
+    }
+  }
+
+  #workerRemoved(w: WorkerInfo): void {
+    const pool = this.#poolFor(w);
+    if (pool === undefined) return;
+    pool.removeWorker(w.id);
+    void this.events?.remove(w.id);
+  }
+
+  /** Periodic work: bookkeeping expiry, approximate TTLs, queue drain, liveness gauges. */
+  tick(): void {
+    if (this.#closed) return;
+    this.decode.kvRouter?.tick();
+    const m = this.#metrics;
+    if (m !== undefined && this.events !== undefined) {
+      for (const w of this.decode.workers()) {
+        m.workerKvEventsLive.labels({ model: this.model, worker_id: String(w.id), worker_type: 'decode' })
+          .set(this.events.eventStatus(w.id) === 'live' ? 1 : 0);
+      }
+    }
+  }
+
+  canServe(): boolean {
+    return !this.#closed && this.decode.size > 0;
+  }
+
+  #leg(req: PreparedRequest, phase: 'aggregated' | 'decode' | 'prefill', workerType: WorkerType): LegRequest {
+    void workerType;
+    return {
+      requestId: req.requestId,
+      path: PATHS[req.endpoint],
+      body: req.body,
+      stream: req.stream,
+      isl: req.tokenIds.length,
+      hashes: { local: req.blockHashes, seq: req.sequenceHashes },
+      hints: toRoutingHints(req.hints),
+      routerConfigOverride: req.hints.routerConfigOverride as Readonly<Record<string, unknown>> | undefined,
+      phase,
+      signal: req.signal,
+      receivedAt: req.receivedAt,
+    };
+  }
+
+  async route(req: PreparedRequest): Promise<RoutedResponse> {
+    if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
+    const res = await this.decode.dispatch(this.#leg(req, 'aggregated', 'decode'));
+    const worker = { workerId: res.selection.worker.id, dpRank: res.selection.dpRank };
+    const body = res.body.kind === 'sse' ? { kind: 'sse' as const, events: res.body.events } : { kind: 'json' as const, bytes: res.body.bytes };
+    return { worker, status: res.status, body };
+  }
+
+  async query(req: PreparedRequest): Promise<QueryResult> {
+    const sel = await this.decode.select(this.#leg(req, 'aggregated', 'decode'), 'query');
+    return { worker: { workerId: sel.worker.id, dpRank: sel.dpRank }, overlapBlocks: sel.overlapBlocks };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#registry.off('added', this.#onAdded);
+    this.#registry.off('removed', this.#onRemoved);
+    await this.events?.close();
+  }
+}
+
+/** KV-event counters exported as Prometheus metrics. */
+export function eventMetricsHooks(m: KvgateMetrics): KvEventHooks {
+  return {
+    onApplied: (_w, _r, type, status) => m.kvEventsApplied.labels({ event_type: type, status }).inc(),
+    onDecodeError: (rep) => m.kvEventDecodeErrors.labels({ worker_id: String(rep.workerId), kind: rep.kind }).inc(),
+    onGap: (w, r) => m.kvEventGaps.labels({ worker_id: String(w), dp_rank: String(r) }).inc(),
+    onReplay: (w, r, outcome) => m.kvEventReplays.labels({ worker_id: String(w), dp_rank: String(r), outcome }).inc(),
+    onReset: (w, r, reason) => {
+      if (reason === 'restart') m.kvEventPublisherRestarts.labels({ worker_id: String(w), dp_rank: String(r) }).inc();
+    },
+  };
+}
