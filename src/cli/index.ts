@@ -10,6 +10,7 @@ export interface Subcommand {
 export const SUBCOMMANDS: Record<string, Subcommand> = {
   version: { summary: 'print the kvgate version', load: () => import('./version.js') },
   mocker: { summary: 'start simulated vLLM/SGLang engines', load: () => import('./mocker.js') },
+  replay: { summary: 'replay a request trace and compare routing policies', load: () => import('./replay.js') },
 };
 
 export function usage(): string {

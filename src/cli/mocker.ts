@@ -53,7 +53,7 @@ line per engine, then runs until interrupted.
   -h, --help                   this text
 `;
 
-const OPTIONS = {
+export const OPTIONS = {
   count: { type: 'string' }, host: { type: 'string' }, port: { type: 'string' }, model: { type: 'string' },
   lora: { type: 'string', multiple: true }, engine: { type: 'string' }, mode: { type: 'string' },
   'num-gpu-blocks': { type: 'string' }, 'block-size': { type: 'string' }, 'max-num-batched-tokens': { type: 'string' },

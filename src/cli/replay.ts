@@ -1,0 +1,228 @@
+/**
+ * `kvgate replay`: replays a Mooncake-format trace against simulated engines
+ * and compares routing policies. Prints a Markdown table (or `--json`),
+ * optionally writes results and SVG charts to `--out DIR`, and shows a
+ * progress bar on stderr when it is a terminal.
+ *
+ * Engine flags are the mocker's (`kvgate mocker --help`), except that the
+ * engines' own `--speedup` is `--engine-speedup` here (`--speedup` scales the
+ * trace's arrival times) and ports are always OS-chosen.
+ */
+import { parseArgs } from 'node:util';
+import { cpus } from 'node:os';
+import { KvgateError } from '../errors/index.js';
+import { OPTIONS as MOCKER_OPTIONS, parseMockerArgs } from './mocker.js';
+import type { MockerInput } from '../mocker/index.js';
+import {
+  ARRIVAL_MODES, DEFAULT_TRACE_BLOCK_SIZE, DISAGG_PROTOCOLS, parsePolicies, ProgressBar, renderMarkdown, runReplay, writeReport,
+  type ArrivalMode, type DisaggProtocol, type ReplayConfig, type ReplayHooks, type ReplayMode, type ReplayTopology,
+} from '../replay/index.js';
+
+/** Mocker flags that replay sets itself (or names differently). */
+const NOT_FORWARDED = new Set(['count', 'host', 'port', 'mode', 'speedup', 'help', 'kv-events-port', 'kv-events-replay-port', 'bootstrap-port', 'seed']);
+
+const REPLAY_OPTIONS = {
+  trace: { type: 'string' }, mode: { type: 'string' }, compare: { type: 'string' }, 'router-config': { type: 'string', multiple: true },
+  workers: { type: 'string' }, 'prefill-workers': { type: 'string' }, 'decode-workers': { type: 'string' }, 'disagg-protocol': { type: 'string' },
+  'trace-block-size': { type: 'string' }, arrival: { type: 'string' }, speedup: { type: 'string' }, 'max-requests': { type: 'string' },
+  'max-isl': { type: 'string' }, strict: { type: 'boolean' }, seed: { type: 'string' }, jobs: { type: 'string' }, json: { type: 'boolean' },
+  out: { type: 'string' }, progress: { type: 'boolean' }, 'no-progress': { type: 'boolean' }, 'engine-speedup': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+export const HELP = `usage: kvgate replay --trace FILE [options]
+
+Replays a Mooncake-format JSONL trace ({timestamp, input_length, output_length,
+hash_ids}) and compares routing policies on TTFT, ITL, throughput, prefix hit
+rate (against the trace's infinite-cache bound), load balance and the router's
+prediction error.
+
+  --trace FILE                 the trace (required)
+  --mode offline|online        offline: virtual time, simulated engines, deterministic (default);
+                               online: mocker engines behind the kvgate gateway over HTTP
+  --compare LIST               policies: kv, round-robin, random, power-of-two, least-loaded (default kv)
+  --router-config JSON         add a kv variant, e.g. '{"router_temperature":0.5}' -> kv[router_temperature=0.5] (repeatable)
+  --workers N                  aggregated engines (8)
+  --prefill-workers P          with --decode-workers D: a disaggregated topology
+  --decode-workers D
+  --disagg-protocol LIST       bootstrap (SGLang), kv_transfer_params (vLLM) (default both)
+  --trace-block-size N         tokens per hash id (${DEFAULT_TRACE_BLOCK_SIZE})
+  --arrival MODE               as-recorded, or spread (evenly within runs of equal timestamps) (as-recorded)
+  --speedup X                  divide arrival times by X (1)
+  --max-requests N             replay only the first N valid requests
+  --max-isl N                  cut longer prompts to N tokens (reported)
+  --strict                     reject the trace if any line is invalid (default: report and skip)
+  --seed N                     seeds tokens, routers and engines (0)
+  --jobs N                     offline runs in parallel worker threads (min(runs, CPUs))
+  --json                       print {"policies": {...}, "workload": {...}, "meta": {...}} instead of the table
+  --out DIR                    write results.json, results.md and SVG charts to DIR
+  --progress | --no-progress   force the progress bar on stderr on or off (default: on a terminal)
+  --engine-speedup X           divide engine step times by X (the mocker's --speedup)
+  -h, --help                   this text
+
+Engine model: every \`kvgate mocker\` flag except --count, --host, ports, --mode and
+--speedup, e.g. --num-gpu-blocks, --block-size, --max-num-batched-tokens,
+--max-num-seqs, --max-model-len (default: the KV cache's capacity), --perf-profile h100,
+--kv-bytes-per-token, --kv-transfer-bandwidth, --kv-lease-ms, --engine sglang.
+`;
+
+function usageError(message: string): KvgateError {
+  return new KvgateError('KVG_ERR_INVALID_ARGUMENT', message);
+}
+
+function integer(flag: string, v: string | undefined, min: number): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isSafeInteger(n) || n < min) throw usageError(`--${flag} ${v}: expected an integer >= ${min}`);
+  return n;
+}
+
+function positiveNumber(flag: string, v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (v.trim() === '' || !(n > 0) || !Number.isFinite(n)) throw usageError(`--${flag} ${v}: expected a number > 0`);
+  return n;
+}
+
+export interface ReplayCliPlan {
+  help: boolean;
+  json: boolean;
+  out: string | undefined;
+  /** true / false forced, undefined = on a TTY. */
+  progress: boolean | undefined;
+  config: ReplayConfig;
+}
+
+/**
+ * Turns argv into a replay config (values are validated further when the replay starts).
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for unknown flags and bad values; KVG_ERR_INVALID_CONFIG for bad router configs.
+ */
+export function parseReplayArgs(argv: string[]): ReplayCliPlan {
+  const forwarded = Object.fromEntries(Object.entries(MOCKER_OPTIONS).filter(([k]) => !NOT_FORWARDED.has(k)));
+  let values: Record<string, string | string[] | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({ args: argv, options: { ...forwarded, ...REPLAY_OPTIONS }, strict: true, allowPositionals: false }));
+  } catch (err) {
+    throw usageError((err as Error).message);
+  }
+  const s = (k: string): string | undefined => values[k] as string | undefined;
+  if (values.help === true) {
+    return { help: true, json: false, out: undefined, progress: undefined, config: undefined as unknown as ReplayConfig };
+  }
+  const trace = s('trace');
+  if (trace === undefined) throw usageError('--trace FILE is required');
+  const mode = (s('mode') ?? 'offline') as ReplayMode;
+  if (mode !== 'offline' && mode !== 'online') throw usageError(`--mode ${mode}: expected offline or online`);
+  const arrival = (s('arrival') ?? 'as-recorded') as ArrivalMode;
+  if (!ARRIVAL_MODES.includes(arrival)) throw usageError(`--arrival ${arrival}: expected ${ARRIVAL_MODES.join(' or ')}`);
+  const compare = (s('compare') ?? (values['router-config'] === undefined ? 'kv' : '')).split(',');
+  const policies = parsePolicies(compare, (values['router-config'] as string[] | undefined) ?? []);
+
+  const prefill = integer('prefill-workers', s('prefill-workers'), 1);
+  const decode = integer('decode-workers', s('decode-workers'), 1);
+  let topology: ReplayTopology;
+  if (prefill !== undefined || decode !== undefined) {
+    if (prefill === undefined || decode === undefined) throw usageError('--prefill-workers and --decode-workers go together');
+    if (s('workers') !== undefined) throw usageError('--workers is for aggregated topologies; use --prefill-workers and --decode-workers for P/D');
+    const protocols = (s('disagg-protocol') ?? DISAGG_PROTOCOLS.join(',')).split(',').map((p) => p.trim()).filter((p) => p !== '');
+    for (const p of protocols) {
+      if (!(DISAGG_PROTOCOLS as readonly string[]).includes(p)) throw usageError(`--disagg-protocol ${p}: expected ${DISAGG_PROTOCOLS.join(', ')}`);
+    }
+    if (protocols.length === 0) throw usageError('--disagg-protocol: name at least one protocol');
+    topology = { kind: 'disaggregated', prefillWorkers: prefill, decodeWorkers: decode, protocols: protocols as DisaggProtocol[] };
+  } else {
+    if (s('disagg-protocol') !== undefined) throw usageError('--disagg-protocol needs --prefill-workers and --decode-workers');
+    topology = { kind: 'aggregated', workers: integer('workers', s('workers'), 1) ?? 8 };
+  }
+
+  // The engine model: the mocker's own flag parser over the forwarded flags.
+  const mockerArgv: string[] = [];
+  for (const [k, v] of Object.entries(values)) {
+    if (!(k in forwarded) || v === undefined) continue;
+    if (Array.isArray(v)) for (const x of v) mockerArgv.push(`--${k}`, x);
+    else if (v === true) mockerArgv.push(`--${k}`);
+    else if (v !== false) mockerArgv.push(`--${k}`, v);
+  }
+  const engineSpeedup = positiveNumber('engine-speedup', s('engine-speedup'));
+  if (engineSpeedup !== undefined) mockerArgv.push('--speedup', String(engineSpeedup));
+  const parsed = parseMockerArgs(mockerArgv).engines[0]!;
+  const engine: MockerInput = { ...parsed, host: undefined, port: 0, kvEventsPort: 0, kvEventsReplayPort: undefined, bootstrapPort: 0, mode: undefined };
+
+  const seed = integer('seed', s('seed'), 0) ?? 0;
+  const runs = policies.length * (topology.kind === 'aggregated' ? 1 : topology.protocols.length);
+  const jobs = integer('jobs', s('jobs'), 1) ?? Math.max(1, Math.min(runs, cpus().length));
+  const maxRequests = integer('max-requests', s('max-requests'), 1);
+  const maxIsl = integer('max-isl', s('max-isl'), 1);
+  const config: ReplayConfig = {
+    trace,
+    traceBlockSize: integer('trace-block-size', s('trace-block-size'), 1) ?? DEFAULT_TRACE_BLOCK_SIZE,
+    strict: values.strict === true,
+    workload: {
+      arrival,
+      speedup: positiveNumber('speedup', s('speedup')) ?? 1,
+      ...(maxRequests !== undefined ? { maxRequests } : {}),
+      ...(maxIsl !== undefined ? { maxIsl } : {}),
+    },
+    mode,
+    policies,
+    topology,
+    engine,
+    seed,
+    jobs,
+  };
+  const progress = values['no-progress'] === true ? false : values.progress === true ? true : undefined;
+  return { help: false, json: values.json === true, out: s('out'), progress, config };
+}
+
+/** The command as typed, for provenance (arguments with spaces quoted). */
+export function commandLine(argv: readonly string[]): string {
+  const quote = (a: string): string => (/^[\w@%+=:,./[\]-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`);
+  return ['kvgate', 'replay', ...argv].map(quote).join(' ');
+}
+
+export async function run(argv: string[], hooks: Partial<Pick<ReplayHooks, 'runOnline'>> = {}): Promise<number> {
+  let plan: ReplayCliPlan;
+  try {
+    plan = parseReplayArgs(argv);
+  } catch (err) {
+    process.stderr.write(`kvgate replay: ${(err as Error).message}\n\nRun \`kvgate replay --help\` for the options.\n`);
+    return 2;
+  }
+  if (plan.help) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  const bar = new ProgressBar(process.stderr, plan.progress === undefined ? {} : { enabled: plan.progress });
+  let started = false;
+  const runOnline = hooks.runOnline;
+  try {
+    const result = await runReplay(plan.config, {
+      command: commandLine(argv),
+      onProgress: (label, done, total) => {
+        if (!started) {
+          bar.start(label, total);
+          started = true;
+        }
+        bar.update(done);
+      },
+      ...(runOnline !== undefined ? { runOnline } : {}),
+    });
+    bar.end();
+    const { report, runs, trace } = result;
+    if (trace.issues.length > 0) {
+      const shown = trace.issues.slice(0, 20).map((i) => `  ${i.message}`).join('\n');
+      const more = trace.issues.length > 20 ? `\n  ... and ${trace.issues.length - 20} more` : '';
+      process.stderr.write(`kvgate replay: skipped ${trace.issues.length} invalid trace line(s):\n${shown}${more}\n`);
+    }
+    if (plan.out !== undefined) {
+      const files = writeReport(plan.out, report, runs);
+      process.stderr.write(`kvgate replay: wrote ${files.length} files to ${plan.out}\n`);
+    }
+    process.stdout.write(plan.json ? `${JSON.stringify(report, null, 2)}\n` : renderMarkdown(report));
+    return 0;
+  } catch (err) {
+    bar.end();
+    process.stderr.write(`kvgate replay: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 1;
+  }
+}

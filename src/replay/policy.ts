@@ -1,0 +1,170 @@
+/**
+ * Routing policies a replay compares, and the one interface the simulator
+ * drives them through.
+ *
+ * A policy spec is `kv` (the KV router with default config), a KV variant
+ * from a `--router-config` JSON object (named after its fields, e.g.
+ * `kv[router_temperature=0.5]`), or one of the load-based modes of
+ * `src/routing/simple-routers.ts`: round-robin, random, power-of-two,
+ * least-loaded.
+ *
+ * `ReplayRouter` is what a policy looks like to a replay: route a request
+ * among candidate workers (booking it), hear when its prefill completed and
+ * when it finished, and receive the engines' KV events. Simple policies book
+ * in-flight requests per worker (their `LoadSource`), exactly as the live
+ * push router does.
+ */
+import { KvgateError } from '../errors/index.js';
+import { kvRouterOptionsFromDynamo, resolveKvRouterConfig, type KvRouterOptions } from '../core/config.js';
+import type { Rng } from '../core/clock.js';
+import { createSimpleRouter, type Candidate, type SimpleRouter, type SimpleRouterMode } from '../routing/simple-routers.js';
+import type { KvEvent } from '../mocker/engine.js';
+
+export const SIMPLE_POLICIES: readonly SimpleRouterMode[] = ['round-robin', 'random', 'power-of-two', 'least-loaded'];
+
+export type PolicySpec =
+  | { readonly kind: 'kv'; readonly name: string; readonly options: KvRouterOptions; /** As given (Dynamo snake_case). */ readonly dynamo: Readonly<Record<string, unknown>> }
+  | { readonly kind: 'simple'; readonly name: SimpleRouterMode; readonly mode: SimpleRouterMode };
+
+/** `kv[field=value,...]` from Dynamo-named fields, in the order given. */
+export function kvVariantName(dynamo: Readonly<Record<string, unknown>>): string {
+  const parts = Object.entries(dynamo).map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`);
+  return parts.length === 0 ? 'kv' : `kv[${parts.join(',')}]`;
+}
+
+/**
+ * Parses `--compare` names and `--router-config` JSON objects (each adds a KV
+ * variant; Dynamo's snake_case field names, or kvgate's camelCase).
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for unknown policy names, bad JSON, or duplicates;
+ *   KVG_ERR_INVALID_CONFIG for invalid router fields (named).
+ */
+export function parsePolicies(compare: readonly string[], routerConfigs: readonly string[] = []): PolicySpec[] {
+  const out: PolicySpec[] = [];
+  const add = (p: PolicySpec): void => {
+    if (out.some((q) => q.name === p.name)) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `policy ${p.name} is listed twice`);
+    out.push(p);
+  };
+  for (const raw of compare) {
+    const name = raw.trim();
+    if (name === '') continue;
+    if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
+    else if ((SIMPLE_POLICIES as readonly string[]).includes(name)) add({ kind: 'simple', name: name as SimpleRouterMode, mode: name as SimpleRouterMode });
+    else {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT',
+        `unknown policy '${name}': expected kv, ${SIMPLE_POLICIES.join(', ')} (KV variants come from --router-config)`);
+    }
+  }
+  for (const json of routerConfigs) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(json);
+    } catch (err) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `--router-config is not valid JSON: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', '--router-config must be a JSON object such as {"router_temperature": 0.5}');
+    }
+    const record = parsed as Record<string, unknown>;
+    // Accept both spellings: Dynamo's snake_case and kvgate's camelCase.
+    const snake: Record<string, unknown> = {};
+    const camel: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(record)) (k.includes('_') ? snake : camel)[k] = v;
+    const options: KvRouterOptions = { ...kvRouterOptionsFromDynamo(snake), ...(camel as KvRouterOptions) };
+    resolveKvRouterConfig(options);
+    add({ kind: 'kv', name: kvVariantName(record), options, dynamo: record });
+  }
+  if (out.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'no policy to replay');
+  return out;
+}
+
+/** A request as a router sees it in a replay. */
+export interface RouteRequest {
+  /** Unique among this router's in-flight requests. */
+  readonly key: string;
+  readonly tokens: readonly number[];
+  readonly expectedOutputTokens: number;
+}
+
+export interface RouteChoice {
+  readonly workerId: number;
+  /** The router's predicted cached prompt tokens on that worker (overlap x block size); null for policies that do not predict. */
+  readonly predictedCachedTokens: number | null;
+}
+
+/** One routing pool's router (aggregated: all engines; P/D: one for prefill, one for decode). */
+export interface ReplayRouter {
+  readonly policy: string;
+  /**
+   * Chooses a worker among `candidates` and books the request there. A
+   * promise when the router parked the request in its queue: it settles when
+   * load drains (during a later `prefillCompleted`, `finished` or `tick`).
+   * @throws KvgateError when the policy cannot route (e.g. every worker overloaded); the replay counts the request as failed.
+   */
+  route(req: RouteRequest, candidates: readonly number[]): RouteChoice | Promise<RouteChoice>;
+  /** The request's first token came back (its prompt load is gone). */
+  prefillCompleted(key: string): void;
+  /** The request ended (normally or not); its booking is released. */
+  finished(key: string): void;
+  /** KV events an engine published, in order, at the time they become visible to the router. */
+  applyKvEvents(workerId: number, events: readonly KvEvent[]): void;
+  /** Periodic housekeeping (expiry, queue drain); the replay calls it every virtual second. */
+  tick(): void;
+}
+
+/** Load-based modes: the choice depends only on the router's own count of in-flight requests per worker. */
+export class SimpleReplayRouter implements ReplayRouter {
+  readonly policy: string;
+  readonly #router: SimpleRouter;
+  readonly #active = new Map<number, number>();
+  readonly #booked = new Map<string, number>();
+  #candidates: Candidate[] = [];
+  #candidateKey = '';
+
+  constructor(mode: SimpleRouterMode, rng: Rng) {
+    this.policy = mode;
+    this.#router = createSimpleRouter(mode, { rng, load: { activeRequests: (w) => this.#active.get(w) ?? 0 } });
+  }
+
+  route(req: RouteRequest, candidates: readonly number[]): RouteChoice {
+    const key = candidates.join(',');
+    if (key !== this.#candidateKey) {
+      this.#candidates = candidates.map((workerId) => ({ workerId, dpRank: 0 }));
+      this.#candidateKey = key;
+    }
+    const c = this.#router.select(this.#candidates);
+    this.#active.set(c.workerId, (this.#active.get(c.workerId) ?? 0) + 1);
+    this.#booked.set(req.key, c.workerId);
+    return { workerId: c.workerId, predictedCachedTokens: null };
+  }
+
+  prefillCompleted(_key: string): void {
+    // In-flight counts only change at booking and release.
+  }
+
+  finished(key: string): void {
+    const w = this.#booked.get(key);
+    if (w === undefined) return;
+    this.#booked.delete(key);
+    this.#active.set(w, this.#active.get(w)! - 1);
+  }
+
+  applyKvEvents(_workerId: number, _events: readonly KvEvent[]): void {
+    // Load-based policies ignore cache state.
+  }
+
+  tick(): void {
+    // Nothing expires: bookings are released by `finished`.
+  }
+
+  /** In-flight requests booked on a worker. */
+  activeRequests(workerId: number): number {
+    return this.#active.get(workerId) ?? 0;
+  }
+}
+
+/** A deterministic per-policy seed: the same policy name and run seed always give the same RNG stream. */
+export function policySeed(seed: number, name: string): number {
+  let h = (seed ^ 0x811c9dc5) >>> 0;
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}

@@ -1,0 +1,220 @@
+/**
+ * A replay's report: provenance (command, config, seed, kvgate version,
+ * machine), the workload's figures, and one summary per policy; rendered as
+ * JSON (scripts), a Markdown table (people), and SVG charts (browsers).
+ * Every file written under `--out` carries the provenance.
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, arch, release, totalmem, type } from 'node:os';
+import { join } from 'node:path';
+import { cdfPoints, escapeXml, lineChart, PALETTE, type ChartSeries } from './svg-charts.js';
+import { round, type PolicyRun, type PolicySummary, type Percentiles } from './results.js';
+
+export interface MachineInfo {
+  os: string;
+  cpus: string;
+  cpu_count: number;
+  memory_bytes: number;
+  node: string;
+}
+
+export interface Provenance {
+  command: string;
+  kvgate_version: string;
+  seed: number;
+  /** Every resolved option of the run (engine model, topology, workload, policies). */
+  config: Record<string, unknown>;
+  machine: MachineInfo;
+  started_at: string;
+}
+
+export interface WorkloadFigures {
+  trace: string;
+  trace_sha256: string | null;
+  lines_read: number;
+  invalid_lines: number;
+  /** First invalid lines, with their line numbers and reasons. */
+  invalid_line_messages: string[];
+  requests: number;
+  dropped_by_max_requests: number;
+  arrival: string;
+  speedup: number;
+  span_s: number;
+  request_rate_per_s: number;
+  max_isl: number | null;
+  requests_capped: number;
+  tokens_removed_by_cap: number;
+  trace_block_size: number;
+  engine_block_size: number;
+  /** Infinite shared cache, tokens at the engine block size (what hit_rate_bound is). */
+  hit_rate_bound: number;
+  /** The trace README's figure: trace blocks seen in an earlier request. */
+  hit_rate_bound_trace_blocks: number;
+  /** One LRU cache with every (prefill) engine's capacity pooled: a finite-cache reference, not a bound. */
+  pooled_lru_hit_rate: number;
+}
+
+export interface ReplayReport {
+  meta: Provenance;
+  workload: WorkloadFigures;
+  policies: Record<string, PolicySummary>;
+}
+
+export function machineInfo(): MachineInfo {
+  const list = cpus();
+  return {
+    os: `${type()} ${release()} ${arch()}`,
+    cpus: `${list.length} x ${list[0]?.model.trim() ?? 'unknown CPU'}`,
+    cpu_count: list.length,
+    memory_bytes: totalmem(),
+    node: process.version,
+  };
+}
+
+export function sha256(text: string | Uint8Array): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+const MAX_INVALID_LISTED = 20;
+export { MAX_INVALID_LISTED };
+
+function ms(v: number | null): string {
+  if (v === null) return 'n/a';
+  if (v >= 10_000) return `${(v / 1000).toFixed(1)} s`;
+  if (v >= 100) return v.toFixed(0);
+  return v.toFixed(1);
+}
+
+function pct(v: number): string {
+  return `${(v * 100).toFixed(1)} %`;
+}
+
+function p(x: Percentiles, k: keyof Percentiles): string {
+  return ms(x[k]);
+}
+
+/** The Markdown report: a header of what ran, then one row per policy (and per-leg rows for P/D). */
+export function renderMarkdown(report: ReplayReport): string {
+  const w = report.workload;
+  const m = report.meta;
+  const lines: string[] = [];
+  lines.push(`## kvgate replay: ${w.trace}`);
+  lines.push('');
+  lines.push(`- command: \`${m.command}\``);
+  lines.push(`- kvgate ${m.kvgate_version}, seed ${m.seed}, ${m.machine.cpus}, ${(m.machine.memory_bytes / 2 ** 30).toFixed(0)} GiB, Node ${m.machine.node}`);
+  const cfg = m.config as { mode?: string; topology?: string; engine?: Record<string, unknown> };
+  if (cfg.mode !== undefined) lines.push(`- mode ${cfg.mode}, ${cfg.topology ?? ''}`);
+  lines.push(`- workload: ${w.requests} requests over ${w.span_s.toFixed(1)} s (${w.request_rate_per_s.toFixed(2)} req/s; arrival ${w.arrival}, speedup ${w.speedup})` +
+    (w.dropped_by_max_requests > 0 ? `, ${w.dropped_by_max_requests} left out by --max-requests` : ''));
+  if (w.max_isl !== null) lines.push(`- --max-isl ${w.max_isl}: ${w.requests_capped} prompts capped, ${w.tokens_removed_by_cap} tokens removed`);
+  if (w.invalid_lines > 0) lines.push(`- ${w.invalid_lines} invalid trace line(s) skipped: ${w.invalid_line_messages.slice(0, 3).join('; ')}${w.invalid_lines > 3 ? '; ...' : ''}`);
+  lines.push(`- prefix reuse: infinite-cache bound ${pct(w.hit_rate_bound)} of prompt tokens at block size ${w.engine_block_size} (${pct(w.hit_rate_bound_trace_blocks)} of trace blocks); one pooled LRU cache of all engines' capacity would reach ${pct(w.pooled_lru_hit_rate)}`);
+  lines.push('');
+  lines.push('| policy | TTFT mean | p50 | p90 | p99 | ITL mean | p99 | E2E mean | p99 | out tok/s | req/s | hit rate | of bound | load max/mean | pred. error (tok) | failed |');
+  lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+  for (const [name, s] of Object.entries(report.policies)) {
+    const pe = s.prediction_error === null ? 'n/a' : `${s.prediction_error.mean_abs_tokens.toFixed(1)} (${pct(s.prediction_error.exact_fraction)} exact)`;
+    lines.push(`| ${name} | ${p(s.ttft_ms, 'mean')} | ${p(s.ttft_ms, 'p50')} | ${p(s.ttft_ms, 'p90')} | ${p(s.ttft_ms, 'p99')} | ` +
+      `${p(s.itl_ms, 'mean')} | ${p(s.itl_ms, 'p99')} | ${p(s.e2e_ms, 'mean')} | ${p(s.e2e_ms, 'p99')} | ` +
+      `${s.throughput_tok_s.toFixed(0)} | ${s.requests_per_s.toFixed(2)} | ${pct(s.hit_rate)} | ${pct(s.hit_rate_vs_bound)} | ` +
+      `${s.load_imbalance.toFixed(2)} | ${pe} | ${s.requests.failed} |`);
+  }
+  lines.push('');
+  lines.push('Times in ms unless marked. TTFT, ITL and E2E are per-request distributions; "of bound" = hit rate / infinite-cache bound; ' +
+    'load max/mean = busiest engine\'s time-averaged in-flight requests over the mean.');
+  const legs = Object.entries(report.policies).filter(([, s]) => s.legs !== undefined);
+  if (legs.length > 0) {
+    lines.push('');
+    lines.push('Disaggregated legs (ms):');
+    lines.push('');
+    lines.push('| policy | prefill queue mean | prefill mean | prefill p99 | KV transfer est. mean | p99 | prefill done -> 1st token mean | decode TTFT mean | prefill hit rate | prefill load | decode load | leases expired |');
+    lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+    for (const [name, s] of legs) {
+      const l = s.legs!;
+      lines.push(`| ${name} | ${p(l.prefill_queue_ms, 'mean')} | ${p(l.prefill_ms, 'mean')} | ${p(l.prefill_ms, 'p99')} | ${p(l.kv_transfer_estimated_ms, 'mean')} | ` +
+        `${p(l.kv_transfer_estimated_ms, 'p99')} | ${p(l.prefill_done_to_first_token_ms, 'mean')} | ${p(l.decode_ttft_ms, 'mean')} | ` +
+        `${pct(l.prefill_hit_rate)} | ${l.prefill_load_imbalance.toFixed(2)} | ${l.decode_load_imbalance.toFixed(2)} | ${l.kv_lease_expired} |`);
+    }
+  }
+  const failures = Object.entries(report.policies).filter(([, s]) => s.errors !== undefined);
+  for (const [name, s] of failures) lines.push('', `${name}: ${s.requests.failed} failed request(s), e.g. ${s.errors![0]}`);
+  lines.push('', '<details><summary>configuration</summary>', '', '```json', JSON.stringify(m.config, null, 2), '```', '', '</details>');
+  return `${lines.join('\n')}\n`;
+}
+
+/** Safe file-name part for a policy name (`kv[router_temperature=0.5]` -> `kv_router_temperature_0.5_`). */
+export function fileSafe(name: string): string {
+  return name.replace(/[^A-Za-z0-9._-]+/g, '_');
+}
+
+function subtitle(report: ReplayReport): string {
+  const w = report.workload;
+  return `${w.trace}: ${w.requests} req, speedup ${w.speedup}, seed ${report.meta.seed}, kvgate ${report.meta.kvgate_version}`;
+}
+
+/** The charts of a report, by file name. */
+export function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<string, string> {
+  const sub = subtitle(report);
+  const out: Record<string, string> = {};
+  const ttft: ChartSeries[] = runs.map((r) => ({
+    name: r.name,
+    points: cdfPoints(r.outcomes.filter((o) => o.firstTokenMs !== null && o.error === null).map((o) => o.firstTokenMs! - o.arrivalMs)),
+  }));
+  out['ttft-cdf.svg'] = lineChart({ title: 'TTFT distribution (CDF)', subtitle: sub, xLabel: 'time to first token (ms, log scale)', yLabel: 'fraction of requests', series: ttft, xLog: true, yMin: 0, yMax: 1 });
+  const hit: ChartSeries[] = runs.map((r) => ({ name: r.name, points: r.hits.overTime.map(([t, v]) => [t / 1000, v] as [number, number]) }));
+  const maxT = Math.max(1, ...runs.map((r) => r.endMs / 1000));
+  hit.push({ name: 'infinite-cache bound', points: [[0, report.workload.hit_rate_bound], [maxT, report.workload.hit_rate_bound]], dashed: true, color: '#555555' });
+  out['hit-rate-over-time.svg'] = lineChart({
+    title: 'Engine prefix hit rate over time (sliding window)', subtitle: sub, xLabel: 'time (s)', yLabel: 'cached / prompt tokens',
+    series: hit, yMin: 0, yMax: 1, yFormat: (v) => `${Math.round(v * 100)}%`,
+  });
+  const imbalance: ChartSeries[] = runs.map((r) => {
+    const pool = r.pools.reduce((a, b) => (b.load.imbalance > a.load.imbalance ? b : a));
+    const points = pool.buckets.map((b) => {
+      const sum = b.perEngine.reduce((s, v) => s + v, 0);
+      const mean = sum / b.perEngine.length;
+      return [(b.startMs + pool.bucketMs / 2) / 1000, mean > 0 ? Math.max(...b.perEngine) / mean : Number.NaN] as [number, number];
+    });
+    return { name: `${r.name}${r.pools.length > 1 ? ` (${pool.name})` : ''}`, points };
+  });
+  out['load-imbalance-over-time.svg'] = lineChart({
+    title: 'Load imbalance over time: busiest engine / mean (in-flight requests)', subtitle: sub, xLabel: 'time (s)', yLabel: 'max / mean', series: imbalance, yMin: 1,
+  });
+  for (const r of runs) {
+    for (const pool of r.pools) {
+      const series: ChartSeries[] = pool.workerIds.map((w, i) => ({
+        name: `engine ${w}`,
+        color: PALETTE[i % PALETTE.length]!,
+        points: pool.buckets.map((b) => [(b.startMs + pool.bucketMs / 2) / 1000, b.perEngine[i]!] as [number, number]),
+      }));
+      const suffix = r.pools.length > 1 ? `-${pool.name}` : '';
+      out[`engine-load-${fileSafe(r.name)}${suffix}.svg`] = lineChart({
+        title: `In-flight requests per engine: ${r.name}${suffix === '' ? '' : ` (${pool.name})`}`, subtitle: sub, xLabel: 'time (s)',
+        yLabel: 'in-flight requests (bucket mean)', series,
+      });
+    }
+  }
+  return out;
+}
+
+/** Writes results.json, results.md and the charts into `dir` (created). Returns the file names. */
+export function writeReport(dir: string, report: ReplayReport, runs: readonly PolicyRun[]): string[] {
+  mkdirSync(dir, { recursive: true });
+  const files: Record<string, string> = {
+    'results.json': `${JSON.stringify(report, null, 2)}\n`,
+    'results.md': renderMarkdown(report),
+    ...renderCharts(report, runs),
+  };
+  // SVGs carry the provenance too, as JSON in a <metadata> element.
+  const meta = JSON.stringify({ command: report.meta.command, kvgate_version: report.meta.kvgate_version, seed: report.meta.seed,
+    machine: report.meta.machine, config: report.meta.config });
+  const stamp = `<metadata id="kvgate-replay">${escapeXml(meta)}</metadata>`;
+  for (const [name, content] of Object.entries(files)) {
+    const body = name.endsWith('.svg') ? content.replace(/(<svg[^>]*>)/, (tag) => `${tag}\n${stamp}`) : content;
+    writeFileSync(join(dir, name), body);
+  }
+  return Object.keys(files);
+}
+
+export { round };

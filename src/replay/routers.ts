@@ -1,0 +1,127 @@
+/**
+ * Builds the router a replay drives for one pool of engines, from a policy
+ * spec: the real `KvRouter` (with the KV-event applier feeding its index, as
+ * the live gateway does) or a simple load-based router.
+ *
+ * Roles (Dynamo's PrefillRouter, spec section 5): `prefill` pools get a
+ * KvRouter with active-block tracking off (the prefill scheduler scores on
+ * overlap and prompt-token load only); `decode` pools route every request
+ * with the override {overlap credit 0, no assumed reuse, no prefill tracking},
+ * i.e. pure decode-load balancing.
+ */
+import type { Clock, Rng } from '../core/clock.js';
+import { rejectionError } from '../core/index.js';
+import { KvEventApplier, TieredPrefixIndex, type KvCacheEvent } from '../events/index.js';
+import type { KvEvent } from '../mocker/engine.js';
+import { KvRouter } from '../routing/index.js';
+import { toCacheEvent } from './kv-event-bridge.js';
+import { SimpleReplayRouter, type PolicySpec, type ReplayRouter, type RouteChoice, type RouteRequest } from './policy.js';
+
+export type PoolRole = 'aggregated' | 'prefill' | 'decode';
+
+export interface ReplayRouterContext {
+  readonly role: PoolRole;
+  /** Every worker of the pool (registered with the router up front). */
+  readonly workerIds: readonly number[];
+  /** The engines' KV block size. */
+  readonly blockSize: number;
+  readonly clock: Clock;
+  readonly rng: Rng;
+  /** What the engines advertise (busy and overload thresholds use them). */
+  readonly maxNumBatchedTokens: number;
+  readonly totalKvBlocks: number;
+}
+
+/** Dynamo's decode-leg override in disaggregated serving. */
+const DECODE_OVERRIDE = Object.freeze({ overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false });
+
+/** The KV router under replay: real scheduler, real bookkeeping, real prefix index fed by the engines' events. */
+export class KvReplayRouter implements ReplayRouter {
+  readonly policy: string;
+  readonly router: KvRouter;
+  readonly applier: KvEventApplier;
+  readonly #role: PoolRole;
+  readonly #allWorkers: string;
+  /** KV events the applier refused, by status (should stay empty: the mocker and router hash alike). */
+  readonly rejectedEvents = new Map<string, number>();
+
+  constructor(spec: Extract<PolicySpec, { kind: 'kv' }>, ctx: ReplayRouterContext) {
+    this.policy = spec.name;
+    this.#role = ctx.role;
+    const config = ctx.role === 'prefill'
+      ? { ...spec.options, routerTrackActiveBlocks: false, routerTrackOutputBlocks: false }
+      : spec.options;
+    this.router = new KvRouter({ blockSize: ctx.blockSize, config, clock: ctx.clock, rng: ctx.rng, workerType: ctx.role });
+    for (const w of ctx.workerIds) this.router.addWorker(w, { maxNumBatchedTokens: ctx.maxNumBatchedTokens, totalKvBlocks: ctx.totalKvBlocks });
+    this.#allWorkers = ctx.workerIds.join(',');
+    this.applier = new KvEventApplier({ blockSize: ctx.blockSize, indexes: new TieredPrefixIndex(this.router.index) });
+  }
+
+  route(req: RouteRequest, candidates: readonly number[]): RouteChoice | Promise<RouteChoice> {
+    const restrict = candidates.join(',') !== this.#allWorkers;
+    const outcome = this.router.schedule({
+      requestId: req.key,
+      tokens: req.tokens,
+      phase: this.#role,
+      routing: { expectedOutputTokens: req.expectedOutputTokens, ...(restrict ? { allowedWorkerIds: candidates } : {}) },
+      ...(this.#role === 'decode' ? { routerConfigOverride: DECODE_OVERRIDE } : {}),
+    });
+    const bs = this.router.blockSize;
+    switch (outcome.status) {
+      case 'routed':
+        return { workerId: outcome.decision.workerId, predictedCachedTokens: outcome.decision.overlapBlocks * bs };
+      case 'rejected':
+        throw rejectionError(outcome.rejection);
+      case 'queued':
+        return outcome.ticket.admitted.then((r) => {
+          if (r.status === 'routed') return { workerId: r.decision.workerId, predictedCachedTokens: r.decision.overlapBlocks * bs };
+          if (r.status === 'failed') throw r.error;
+          throw new Error(`request ${req.key} was withdrawn from the router queue`);
+        });
+    }
+  }
+
+  prefillCompleted(key: string): void {
+    this.router.markPrefillCompleted(key);
+  }
+
+  finished(key: string): void {
+    this.router.free(key);
+  }
+
+  applyKvEvents(workerId: number, events: readonly KvEvent[]): void {
+    // Engines emit one BlockRemoved per evicted block (as vLLM does); a run of
+    // adjacent removals is applied as one event, which changes the index
+    // identically (removals do not cascade) at a fraction of the calls.
+    let removed: bigint[] = [];
+    const flush = (): void => {
+      if (removed.length === 0) return;
+      this.#apply(workerId, toCacheEvent({ type: 'removed', blockHashes: removed }));
+      removed = [];
+    };
+    for (const ev of events) {
+      if (ev.type === 'removed') {
+        for (const h of ev.blockHashes) removed.push(h);
+        continue;
+      }
+      flush();
+      this.#apply(workerId, toCacheEvent(ev));
+    }
+    flush();
+  }
+
+  #apply(workerId: number, ev: KvCacheEvent): void {
+    const status = this.applier.applyEvent(workerId, 0, ev);
+    if (status !== 'ok') this.rejectedEvents.set(status, (this.rejectedEvents.get(status) ?? 0) + 1);
+  }
+
+  tick(): void {
+    this.router.tick();
+  }
+}
+
+/** The router for one pool under a policy. */
+export function createReplayRouter(spec: PolicySpec, ctx: ReplayRouterContext): ReplayRouter {
+  if (spec.kind === 'kv') return new KvReplayRouter(spec, ctx);
+  return new SimpleReplayRouter(spec.mode, ctx.rng);
+}

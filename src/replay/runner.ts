@@ -1,0 +1,236 @@
+/**
+ * `kvgate replay` without the command line: load and validate the trace,
+ * build the workload, run every policy (offline: in virtual time, several at
+ * once in worker threads when `jobs` > 1; online: against real engines and a
+ * real gateway), summarise, and assemble the report with its provenance.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { KvgateError } from '../errors/index.js';
+import { kvgateVersion } from '../cli/version.js';
+import { MOCKER_DEFAULTS, resolveMockerOptions, type MockerInput } from '../mocker/index.js';
+import { runOfflineJob, type OfflineJob, type OfflineWorkerMessage } from './offline-job.js';
+import { defaultBucketMs, type DisaggProtocol } from './offline.js';
+import type { PolicySpec } from './policy.js';
+import { machineInfo, MAX_INVALID_LISTED, sha256, type ReplayReport } from './report.js';
+import { round, summarizePolicy, type PolicyRun, type PolicySummary } from './results.js';
+import { parseTrace, type LoadedTrace } from './trace.js';
+import { buildWorkload, hitRateBound, pooledLruHitRate, type Workload, type WorkloadOptions } from './workload.js';
+
+export type ReplayMode = 'offline' | 'online';
+
+export type ReplayTopology =
+  | { readonly kind: 'aggregated'; readonly workers: number }
+  | { readonly kind: 'disaggregated'; readonly prefillWorkers: number; readonly decodeWorkers: number; readonly protocols: readonly DisaggProtocol[] };
+
+export interface ReplayConfig {
+  readonly trace: string;
+  readonly traceBlockSize: number;
+  readonly strict: boolean;
+  readonly workload: WorkloadOptions;
+  readonly mode: ReplayMode;
+  readonly policies: readonly PolicySpec[];
+  readonly topology: ReplayTopology;
+  /** Engine model: any mocker option (defaults: the mocker's, with max_model_len = the KV cache's capacity). */
+  readonly engine: MockerInput;
+  readonly seed: number;
+  /** Offline runs executed at once (worker threads); 1 = in this thread. */
+  readonly jobs: number;
+}
+
+export interface ReplayHooks {
+  /** The command line, recorded in every result file. */
+  readonly command: string;
+  /** Progress of the whole replay: `done` of `total` request completions over all runs. */
+  readonly onProgress?: (label: string, done: number, total: number) => void;
+  /** Runs online replays (injected by the caller that can start engines and a gateway). */
+  readonly runOnline?: (workload: Workload, cfg: ReplayConfig, onProgress: (done: number, total: number) => void) => Promise<PolicyRun[]>;
+}
+
+export interface ReplayResult {
+  readonly report: ReplayReport;
+  readonly runs: readonly PolicyRun[];
+  readonly trace: LoadedTrace;
+  readonly workload: Workload;
+}
+
+/** Engine options as a replay uses them: reproducible hashes, and prompts limited by the cache rather than by 32k. */
+export function replayEngineOptions(input: MockerInput, seed: number): MockerInput {
+  const numGpuBlocks = input.numGpuBlocks ?? MOCKER_DEFAULTS.numGpuBlocks;
+  const blockSize = input.blockSize ?? MOCKER_DEFAULTS.blockSize;
+  return {
+    ...input,
+    maxModelLen: input.maxModelLen ?? numGpuBlocks * blockSize,
+    engineHashSeed: input.engineHashSeed ?? BigInt(seed >>> 0),
+    seed: input.seed ?? seed,
+  };
+}
+
+/** The engine model as recorded in result files (resolved values, the timing model by label). */
+export function engineSummary(input: MockerInput): Record<string, unknown> {
+  const o = resolveMockerOptions(input);
+  return {
+    engine: o.engine, num_gpu_blocks: o.numGpuBlocks, block_size: o.blockSize, max_num_batched_tokens: o.maxNumBatchedTokens,
+    max_num_seqs: o.maxNumSeqs, max_model_len: o.maxModelLen, speedup: o.speedup, timing_model: o.timing.label,
+    kv_bytes_per_token: o.kvBytesPerToken, kv_transfer_bandwidth_gbps: o.kvTransferBandwidthGBps, kv_lease_ms: o.kvLeaseMs,
+    seed: o.seed, engine_hash_seed: String(o.engineHashSeed),
+  };
+}
+
+/** The offline jobs of a config: one per policy (per P/D protocol). */
+export function offlineJobs(workload: Workload, cfg: ReplayConfig): OfflineJob[] {
+  const engine = replayEngineOptions(cfg.engine, cfg.seed);
+  const bucketMs = defaultBucketMs(workload);
+  const jobs: OfflineJob[] = [];
+  for (const policy of cfg.policies) {
+    if (cfg.topology.kind === 'aggregated') {
+      jobs.push({ workload, policy, topology: { kind: 'aggregated', workers: cfg.topology.workers }, engine, seed: cfg.seed, bucketMs });
+    } else {
+      for (const protocol of cfg.topology.protocols) {
+        jobs.push({
+          workload, policy, engine, seed: cfg.seed, bucketMs,
+          topology: { kind: 'disaggregated', prefillWorkers: cfg.topology.prefillWorkers, decodeWorkers: cfg.topology.decodeWorkers, protocol },
+        });
+      }
+    }
+  }
+  return jobs;
+}
+
+/** The compiled worker entry next to this module, when there is one (not under a TS test runner). */
+function workerEntry(): URL | undefined {
+  const url = new URL('./offline-worker.js', import.meta.url);
+  return existsSync(fileURLToPath(url)) ? url : undefined;
+}
+
+function runInWorker(entry: URL, job: OfflineJob, onProgress: (done: number) => void): Promise<PolicyRun> {
+  return new Promise((resolve, reject) => {
+    // A larger young generation: the simulation allocates many short-lived objects.
+    const worker = new Worker(entry, { workerData: job, resourceLimits: { maxYoungGenerationSizeMb: 64 } });
+    let settled = false;
+    worker.on('message', (m: OfflineWorkerMessage) => {
+      if (m.type === 'progress') onProgress(m.done);
+      else if (m.type === 'done') {
+        settled = true;
+        resolve(m.run);
+      } else {
+        settled = true;
+        reject(new KvgateError((m.code as 'KVG_ERR_INVALID_ARGUMENT' | undefined) ?? 'KVG_ERR_INVALID_ARGUMENT', m.message));
+      }
+    });
+    worker.on('error', (err) => {
+      if (!settled) reject(err);
+      settled = true;
+    });
+    worker.on('exit', (code) => {
+      if (!settled) reject(new Error(`offline replay worker exited with code ${code}`));
+    });
+  });
+}
+
+/** Runs jobs, at most `parallel` at once (worker threads when available), results in job order. */
+export async function runOfflineJobs(jobs: readonly OfflineJob[], parallel: number,
+  onProgress?: (done: number, total: number) => void): Promise<PolicyRun[]> {
+  const perJob = jobs.map(() => 0);
+  const total = jobs.reduce((s, j) => s + j.workload.requests.length, 0);
+  const report = (i: number, done: number): void => {
+    perJob[i] = done;
+    onProgress?.(perJob.reduce((s, v) => s + v, 0), total);
+  };
+  const entry = parallel > 1 && jobs.length > 1 ? workerEntry() : undefined;
+  const results: PolicyRun[] = new Array<PolicyRun>(jobs.length);
+  if (entry === undefined) {
+    for (let i = 0; i < jobs.length; i++) results[i] = await runOfflineJob(jobs[i]!, (d) => report(i, d));
+    return results;
+  }
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < jobs.length) {
+      const i = next++;
+      results[i] = await runInWorker(entry, jobs[i]!, (d) => report(i, d));
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(parallel, jobs.length) }, lane));
+  return results;
+}
+
+/**
+ * Runs a replay end to end.
+ * @throws KvgateError KVG_ERR_INVALID_TRACE (unreadable, empty, or strict with bad lines),
+ *   KVG_ERR_INVALID_ARGUMENT / KVG_ERR_INVALID_CONFIG for invalid options.
+ */
+export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<ReplayResult> {
+  let bytes: Buffer;
+  try {
+    bytes = readFileSync(cfg.trace);
+  } catch (err) {
+    throw new KvgateError('KVG_ERR_INVALID_TRACE', `cannot read trace ${cfg.trace}: ${err instanceof Error ? err.message : String(err)}`, { source: cfg.trace });
+  }
+  const trace = parseTrace(bytes.toString('utf8'), { traceBlockSize: cfg.traceBlockSize, strict: cfg.strict, source: cfg.trace });
+  const workload = buildWorkload(trace, cfg.workload);
+  const engine = replayEngineOptions(cfg.engine, cfg.seed);
+  const blockSize = engine.blockSize ?? MOCKER_DEFAULTS.blockSize;
+  const bound = hitRateBound(workload.requests, workload.traceBlockSize, blockSize);
+  const cacheEngines = cfg.topology.kind === 'aggregated' ? cfg.topology.workers : cfg.topology.prefillWorkers;
+  const capacityTokens = cacheEngines * (engine.numGpuBlocks ?? MOCKER_DEFAULTS.numGpuBlocks) * blockSize;
+  const pooled = pooledLruHitRate(workload.requests, workload.traceBlockSize, blockSize, capacityTokens);
+
+  const label = `${cfg.mode} replay`;
+  const onProgress = (done: number, total: number): void => hooks.onProgress?.(label, done, total);
+  let runs: PolicyRun[];
+  if (cfg.mode === 'offline') {
+    runs = await runOfflineJobs(offlineJobs(workload, cfg), cfg.jobs, onProgress);
+  } else {
+    if (hooks.runOnline === undefined) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'online replay needs a runner that can start engines and the gateway');
+    runs = await hooks.runOnline(workload, cfg, onProgress);
+  }
+  const policies: Record<string, PolicySummary> = {};
+  for (const run of runs) policies[run.name] = summarizePolicy(run, bound.tokens);
+  const topo = cfg.topology.kind === 'aggregated'
+    ? `${cfg.topology.workers} aggregated engines`
+    : `${cfg.topology.prefillWorkers} prefill + ${cfg.topology.decodeWorkers} decode engines (${cfg.topology.protocols.join(', ')})`;
+  const report: ReplayReport = {
+    meta: {
+      command: hooks.command,
+      kvgate_version: kvgateVersion(),
+      seed: cfg.seed,
+      config: {
+        mode: cfg.mode,
+        topology: topo,
+        trace: cfg.trace,
+        trace_block_size: cfg.traceBlockSize,
+        strict: cfg.strict,
+        workload: { arrival: workload.arrival, speedup: workload.speedup, max_requests: cfg.workload.maxRequests ?? null, max_isl: cfg.workload.maxIsl ?? null },
+        policies: cfg.policies.map((p) => (p.kind === 'kv' ? { name: p.name, router_config: p.dynamo } : { name: p.name })),
+        engine: engineSummary(engine),
+        jobs: cfg.jobs,
+      },
+      machine: machineInfo(),
+      started_at: new Date().toISOString(),
+    },
+    workload: {
+      trace: cfg.trace,
+      trace_sha256: sha256(bytes),
+      lines_read: trace.linesRead,
+      invalid_lines: trace.issues.length,
+      invalid_line_messages: trace.issues.slice(0, MAX_INVALID_LISTED).map((i) => i.message),
+      requests: workload.requests.length,
+      dropped_by_max_requests: workload.droppedByMaxRequests,
+      arrival: workload.arrival,
+      speedup: workload.speedup,
+      span_s: round(workload.spanMs / 1000),
+      request_rate_per_s: round(workload.spanMs > 0 ? workload.requests.length / (workload.spanMs / 1000) : 0),
+      max_isl: workload.capping.maxIsl,
+      requests_capped: workload.capping.requestsCapped,
+      tokens_removed_by_cap: workload.capping.tokensRemoved,
+      trace_block_size: workload.traceBlockSize,
+      engine_block_size: blockSize,
+      hit_rate_bound: round(bound.tokens),
+      hit_rate_bound_trace_blocks: round(bound.traceBlocks),
+      pooled_lru_hit_rate: round(pooled),
+    },
+    policies,
+  };
+  return { report, runs, trace, workload };
+}

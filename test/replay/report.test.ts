@@ -1,0 +1,149 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import {
+  cdfPoints, lineChart, niceTicks, formatTick, ProgressBar, renderMarkdown, runReplay, writeReport, parsePolicies,
+  LoadTimeline, HitTimeline, distribution, quantile, type ReplayConfig,
+} from '../../src/replay/index.js';
+
+const SMALL = new URL('../fixtures/traces/small.jsonl', import.meta.url).pathname;
+const BAD = new URL('../fixtures/traces/bad-lines.jsonl', import.meta.url).pathname;
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+function config(over: Partial<ReplayConfig> = {}): ReplayConfig {
+  return {
+    trace: SMALL, traceBlockSize: 512, strict: false, workload: { speedup: 4 }, mode: 'offline',
+    policies: parsePolicies(['kv', 'round-robin']), topology: { kind: 'aggregated', workers: 4 }, engine: {}, seed: 1, jobs: 1, ...over,
+  };
+}
+
+describe('statistics', () => {
+  it('percentiles interpolate between ranks; empty input gives NaN', () => {
+    expect(quantile([1, 2, 3, 4], 0.5)).toBe(2.5);
+    expect(quantile([10], 0.99)).toBe(10);
+    const d = distribution([5, 1, 3, 2, 4]);
+    expect(d).toMatchObject({ count: 5, mean: 3, p50: 3, max: 5 });
+    expect(d.p90).toBeCloseTo(4.6);
+    expect(Number.isNaN(distribution([]).mean)).toBe(true);
+  });
+
+  it('load timeline: time-weighted means per engine and max/mean imbalance', () => {
+    const t = new LoadTimeline(2, 10);
+    t.set(0, 0, 2); // engine 0 carries 2 for 20 ms
+    t.set(0, 20, 0);
+    t.set(1, 0, 1); // engine 1 carries 1 for 40 ms
+    t.set(1, 40, 0);
+    const s = t.finish(40);
+    expect(s.perEngineMean).toEqual([1, 1]);
+    expect(s.imbalance).toBe(1);
+    // Over time the ratio is 2 / 1.5 in the first 20 ms and 1 / 0.5 after.
+    expect(s.imbalanceOverTime).toBeCloseTo((4 / 3 * 60 + 2 * 20) / 80);
+    expect(t.buckets().map((b) => b.perEngine)).toEqual([[2, 1], [2, 1], [0, 1], [0, 1]]);
+  });
+
+  it('hit timeline: totals and a sliding window', () => {
+    const h = new HitTimeline(100);
+    h.record(10, 100, 50);
+    h.record(250, 100, 0);
+    expect(h.hitRate).toBe(0.25);
+    expect(h.windowed(2)).toEqual([[100, 0.5], [200, 0.5], [300, 0]]);
+  });
+});
+
+describe('charts', () => {
+  it('ticks are round numbers and labels have no float noise', () => {
+    expect(niceTicks(0, 1)).toEqual([0, 0.2, 0.4, 0.6, 0.8, 1]);
+    expect(niceTicks(0, 950)).toEqual([0, 200, 400, 600, 800, 1000]);
+    expect(formatTick(0.30000000000000004)).toBe('0.3');
+    expect(formatTick(12000)).toBe('12k');
+  });
+
+  it('a line chart is a standalone SVG with one polyline and one legend entry per series', () => {
+    const svg = lineChart({
+      title: 'TTFT <CDF>', xLabel: 'ms', yLabel: 'fraction', xLog: true, yMin: 0, yMax: 1,
+      series: [{ name: 'kv', points: cdfPoints([5, 50, 500]) }, { name: 'rr & co', points: cdfPoints([10, 100, 0]) }],
+    });
+    expect(svg.startsWith('<svg xmlns="http://www.w3.org/2000/svg"')).toBe(true);
+    expect(svg.trim().endsWith('</svg>')).toBe(true);
+    expect(svg.match(/<polyline /g)).toHaveLength(2);
+    expect(svg).toContain('TTFT &lt;CDF&gt;');
+    expect(svg).toContain('rr &amp; co');
+    // Log axis: decades from 1 to 1000; the zero value was dropped.
+    for (const t of ['>1<', '>10<', '>100<', '>1000<']) expect(svg).toContain(t);
+    expect(cdfPoints([3, 1, 2])).toEqual([[1, 1 / 3], [2, 2 / 3], [3, 1]]);
+  });
+});
+
+describe('progress bar', () => {
+  it('draws only on a terminal unless forced, throttled, and ends with a newline', () => {
+    const out: string[] = [];
+    const sink = { write: (s: string) => out.push(s), isTTY: false };
+    let now = 0;
+    const off = new ProgressBar(sink, { now: () => now });
+    off.start('replay', 10);
+    off.update(5);
+    off.end();
+    expect(out).toEqual([]);
+    const on = new ProgressBar(sink, { enabled: true, intervalMs: 100, now: () => now });
+    on.start('replay', 10);
+    now = 50;
+    on.update(3); // throttled
+    now = 200;
+    on.update(5);
+    on.update(10); // the last one always draws
+    on.end();
+    expect(out).toHaveLength(4);
+    expect(out[1]).toContain('[############------------] 50% 5/10 0.2s');
+    expect(out[3]).toBe('\n');
+  });
+});
+
+describe('replay report', () => {
+  it('records provenance, the workload figures and one summary per policy; writes JSON, Markdown and charts', async () => {
+    const { report, runs } = await runReplay(config(), { command: 'kvgate replay --trace small.jsonl' });
+    expect(Object.keys(report.policies)).toEqual(['kv', 'round-robin']);
+    const kv = report.policies.kv!;
+    for (const k of ['mean', 'p50', 'p90', 'p99'] as const) expect(typeof kv.ttft_ms[k]).toBe('number');
+    expect(typeof kv.itl_ms.mean).toBe('number');
+    expect(kv.hit_rate_bound).toBe(report.workload.hit_rate_bound);
+    expect(report.meta).toMatchObject({ command: 'kvgate replay --trace small.jsonl', seed: 1, kvgate_version: expect.stringMatching(/^\d+\.\d+\.\d+/) });
+    expect(report.meta.machine.cpu_count).toBeGreaterThan(0);
+    expect(report.meta.config.engine).toMatchObject({ num_gpu_blocks: 16384, block_size: 16, timing_model: 'polynomial' });
+    expect(report.workload).toMatchObject({ requests: 80, invalid_lines: 0, engine_block_size: 16, speedup: 4 });
+    expect(report.workload.trace_sha256).toMatch(/^[0-9a-f]{64}$/);
+
+    const md = renderMarkdown(report);
+    expect(md).toMatch(/^\| kv \| /m);
+    expect(md).toMatch(/^\| round-robin \| /m);
+    expect(md).toContain('command: `kvgate replay --trace small.jsonl`');
+
+    const dir = mkdtempSync(join(tmpdir(), 'kvgate-replay-'));
+    dirs.push(dir);
+    const files = writeReport(dir, report, runs);
+    expect(readdirSync(dir).sort()).toEqual([...files].sort());
+    expect(files).toEqual(expect.arrayContaining([
+      'results.json', 'results.md', 'ttft-cdf.svg', 'hit-rate-over-time.svg', 'load-imbalance-over-time.svg', 'engine-load-kv.svg', 'engine-load-round-robin.svg',
+    ]));
+    const json = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as typeof report;
+    expect(json.policies.kv!.ttft_ms).toEqual(kv.ttft_ms);
+    for (const f of files.filter((x) => x.endsWith('.svg'))) {
+      const svg = readFileSync(join(dir, f), 'utf8');
+      const meta = /<metadata id="kvgate-replay">([^<]*)<\/metadata>/.exec(svg)?.[1] ?? '';
+      const unescaped = meta.replace(/&quot;/g, '"').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
+      expect(JSON.parse(unescaped)).toMatchObject({ command: 'kvgate replay --trace small.jsonl', seed: 1, machine: report.meta.machine });
+    }
+  });
+
+  it('keeps the valid lines of a trace with bad ones, and reports the bad ones', async () => {
+    const { report } = await runReplay(config({ trace: BAD, policies: parsePolicies(['round-robin']) }), { command: 'x' });
+    expect(report.workload.requests).toBe(3);
+    expect(report.workload.invalid_lines).toBe(7);
+    expect(report.workload.invalid_line_messages[0]).toBe('line 2: missing output_length');
+    expect(report.policies['round-robin']!.requests).toEqual({ total: 3, completed: 3, failed: 0 });
+    await expect(runReplay(config({ trace: BAD, strict: true }), { command: 'x' })).rejects.toThrow(/strict mode/);
+  });
+});
