@@ -8,7 +8,9 @@
  * 1. `canServe()` is false: the frontend answers 503 KVG_ERR_MODEL_UNAVAILABLE and
  *    hides the model from /v1/models; `route`/`query` are not called.
  * 2. `route(req)` resolves once the upstream response has started (status and
- *    headers known). Rejecting means nothing is booked: reject with a KvgateError
+ *    headers known), and settles promptly when `req.signal` fires (the frontend
+ *    then answers with the signal's reason: 504 on timeout, nothing on a client
+ *    gone). Rejecting means nothing is booked: reject with a KvgateError
  *    (its `statusCode` becomes the HTTP status: KVG_ERR_UNKNOWN_WORKER 400,
  *    KVG_ERR_NO_WORKERS 503, ...); any other error is answered as a 500.
  * 3. An SSE body is iterated to its end by the frontend, which writes each event

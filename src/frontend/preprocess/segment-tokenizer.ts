@@ -35,12 +35,20 @@ interface AddedTokenJson {
   normalized?: boolean;
 }
 
+// tokenizer.json files are large (11 MB for Qwen3): read each once per thread.
+const splitTokensByFile = new Map<string, SplitToken[]>();
+
 /** The special added tokens of a tokenizer.json that are safe to split at (see the module comment). */
 export function splitTokensOf(tokenizerJsonPath: string): SplitToken[] {
-  const json = JSON.parse(readFileSync(tokenizerJsonPath, 'utf8')) as { added_tokens?: AddedTokenJson[] };
-  return (json.added_tokens ?? [])
-    .filter((t) => t.special === true && t.lstrip !== true && t.rstrip !== true && t.single_word !== true && t.normalized !== true && t.content.length > 0)
-    .map((t) => ({ content: t.content, id: t.id }));
+  let tokens = splitTokensByFile.get(tokenizerJsonPath);
+  if (tokens === undefined) {
+    const json = JSON.parse(readFileSync(tokenizerJsonPath, 'utf8')) as { added_tokens?: AddedTokenJson[] };
+    tokens = (json.added_tokens ?? [])
+      .filter((t) => t.special === true && t.lstrip !== true && t.rstrip !== true && t.single_word !== true && t.normalized !== true && t.content.length > 0)
+      .map((t) => ({ content: t.content, id: t.id }));
+    splitTokensByFile.set(tokenizerJsonPath, tokens);
+  }
+  return tokens;
 }
 
 function escapeRegExp(s: string): string {
