@@ -12,6 +12,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),
   'frontend/preprocess': () => import('./frontend/preprocess.bench.js'),
+  'mocker/engine': () => import('./mocker/engine.bench.js'),
 };
 
 async function main(): Promise<void> {
