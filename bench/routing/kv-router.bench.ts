@@ -16,10 +16,13 @@
  *
  * The split (hashing / matching / scheduling = scoring + selection + booking)
  * comes from each decision's own timing, as Dynamo's
- * `dynamo_router_overhead_*_ms` metrics do. Run: npm run bench -- kv-router
+ * `dynamo_router_overhead_*_ms` metrics do. Each case runs 5 rounds of 1,000
+ * decisions and reports the round with the lowest median (the machine is
+ * shared), next to `promptHashes` alone timed in the same rounds.
+ * Run: npm run bench -- kv-router
  */
 import { KvRouter } from '../../src/routing/index.js';
-import { seededRng, type KvRouterOptions } from '../../src/core/index.js';
+import { seededRng, type KvRouterOptions, type RoutingDecision } from '../../src/core/index.js';
 import { promptHashes } from '../../src/wasm/index.js';
 import { cpus, loadavg } from 'node:os';
 import type { BenchRow, BenchSection } from '../util.js';
@@ -46,7 +49,7 @@ function median(values: number[]): number {
   return quantile(s, 0.5);
 }
 
-function runCase(slots: number, blockSize: number, config: KvRouterOptions, label: string, iterations: number): CaseResult {
+function runCase(slots: number, blockSize: number, config: KvRouterOptions, label: string, rounds: number, iterations: number): CaseResult {
   const rng = seededRng(slots * 1000 + blockSize);
   const tok = (): number => Math.floor(rng() * 150_000);
   const docs = Array.from({ length: DOCS }, () => Uint32Array.from({ length: PROMPT_TOKENS }, tok));
@@ -79,73 +82,94 @@ function runCase(slots: number, blockSize: number, config: KvRouterOptions, labe
   const inFlight: string[] = [];
   const target = slots * 4;
   let id = 0;
-  const decide = (): number => {
+  const decide = (): RoutingDecision => {
     const requestId = `r${id}`;
-    const tokens = prompts[id % REQUESTS]!;
+    const d = router.findBestMatch({ requestId, tokens: prompts[id % REQUESTS]! });
     id++;
-    const t0 = performance.now();
-    router.findBestMatch({ requestId, tokens });
-    const t1 = performance.now();
     inFlight.push(requestId);
     if (id % 2 === 0) router.markPrefillCompleted(requestId);
     if (inFlight.length > target) router.free(inFlight.shift()!);
-    return t1 - t0;
+    return d;
   };
   // Warm up and fill the bookkeeping to steady state.
   for (let i = 0; i < Math.max(target + 200, 600); i++) decide();
-  const totals = new Float64Array(iterations);
-  // CPU time of the timed loop (bookkeeping frees included): unlike wall time it excludes
-  // preemption by other processes, which dominates the tail on a shared 2-core machine.
-  const cpu0 = process.cpuUsage();
-  const hashing: number[] = [];
-  const matching: number[] = [];
-  const scheduling: number[] = [];
-  for (let i = 0; i < iterations; i++) {
-    const requestId = `r${id}`;
-    const tokens = prompts[id % REQUESTS]!;
-    id++;
-    const t0 = performance.now();
-    const d = router.findBestMatch({ requestId, tokens });
-    totals[i] = performance.now() - t0;
-    hashing.push(d.timing.hashingMs);
-    matching.push(d.timing.matchingMs);
-    scheduling.push(d.timing.schedulingMs);
-    inFlight.push(requestId);
-    if (id % 2 === 0) router.markPrefillCompleted(requestId);
-    if (inFlight.length > target) router.free(inFlight.shift()!);
+  // Rounds: the machine is shared, so each round is timed separately and the
+  // round with the lowest median is reported (with its own p99). Each round
+  // also times hashing alone on the same prompts: the same-run baseline.
+  let best: { p50: number; p99: number; mean: number; split: [number, number, number]; cpu: number; baseline: number } | undefined;
+  const medians: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const totals = new Float64Array(iterations);
+    const hashing: number[] = [];
+    const matching: number[] = [];
+    const scheduling: number[] = [];
+    // CPU time of the timed loop (bookkeeping frees included): unlike wall time it excludes
+    // preemption by other processes, which dominates the tail on a shared 2-core machine.
+    const cpu0 = process.cpuUsage();
+    for (let i = 0; i < iterations; i++) {
+      const requestId = `r${id}`;
+      const tokens = prompts[id % REQUESTS]!;
+      id++;
+      const t0 = performance.now();
+      const d = router.findBestMatch({ requestId, tokens });
+      totals[i] = performance.now() - t0;
+      hashing.push(d.timing.hashingMs);
+      matching.push(d.timing.matchingMs);
+      scheduling.push(d.timing.schedulingMs);
+      inFlight.push(requestId);
+      if (id % 2 === 0) router.markPrefillCompleted(requestId);
+      if (inFlight.length > target) router.free(inFlight.shift()!);
+    }
+    const cpu = process.cpuUsage(cpu0);
+    const base = new Float64Array(iterations / 4);
+    for (let i = 0; i < base.length; i++) {
+      const t0 = performance.now();
+      promptHashes(prompts[(id + i) % REQUESTS]!, blockSize);
+      base[i] = performance.now() - t0;
+    }
+    base.sort();
+    let sum = 0;
+    for (const t of totals) sum += t;
+    totals.sort();
+    const p50 = quantile(totals, 0.5);
+    medians.push(p50 * 1000);
+    if (best === undefined || p50 < best.p50) {
+      best = {
+        p50, p99: quantile(totals, 0.99), mean: sum / iterations,
+        split: [median(hashing), median(matching), median(scheduling)],
+        cpu: (cpu.user + cpu.system) / iterations, baseline: quantile(base, 0.5),
+      };
+    }
   }
-  const cpu = process.cpuUsage(cpu0);
-  const cpuUsPerDecision = (cpu.user + cpu.system) / iterations;
-  totals.sort();
-  const p50 = quantile(totals, 0.5) * 1000;
-  const p99 = quantile(totals, 0.99) * 1000;
-  let sum = 0;
-  for (const t of totals) sum += t;
-  const us = (ms: number): string => `${(ms * 1000).toFixed(1)}`;
-  const split = { hashing: median(hashing), matching: median(matching), scheduling: median(scheduling) };
+  const b = best!;
+  const us = (ms: number): string => (ms * 1000).toFixed(1);
   return {
     row: {
       name: label,
-      p50Us: p50,
-      p99Us: p99,
-      opsPerSec: iterations / (sum / 1000),
-      note: `split (median µs): hashing ${us(split.hashing)} / matching ${us(split.matching)} / scheduling ${us(split.scheduling)}; `
-        + `CPU ${cpuUsPerDecision.toFixed(1)} µs per decision (mean, incl. free); ${router.scheduler.activeRequestCount} in flight`,
+      p50Us: b.p50 * 1000,
+      p99Us: b.p99 * 1000,
+      opsPerSec: 1000 / b.mean,
+      note: `split (median µs): hashing ${us(b.split[0])} / matching ${us(b.split[1])} / scheduling ${us(b.split[2])}; `
+        + `baseline promptHashes alone ${us(b.baseline)} µs; CPU ${b.cpu.toFixed(1)} µs per decision (mean, incl. frees); `
+        + `round medians ${medians.map((m) => m.toFixed(1)).join(', ')} µs; ${router.scheduler.activeRequestCount} in flight`,
     },
-    ...split,
+    hashing: b.split[0],
+    matching: b.split[1],
+    scheduling: b.split[2],
   };
 }
 
 export async function run(): Promise<BenchSection> {
-  const iterations = 4000;
+  const rounds = 5;
+  const iterations = 1000;
   const cases: CaseResult[] = [];
   for (const blockSize of [64, 16]) {
     for (const slots of [64, 256]) {
-      cases.push(runCase(slots, blockSize, {}, `${slots} slots, block size ${blockSize} (${PROMPT_TOKENS / blockSize} blocks)`, iterations));
+      cases.push(runCase(slots, blockSize, {}, `${slots} slots, block size ${blockSize} (${PROMPT_TOKENS / blockSize} blocks)`, rounds, iterations));
     }
   }
-  cases.push(runCase(64, 64, { useKvEvents: false }, '64 slots, block size 64, approximate mode (records each decision with a TTL)', iterations));
-  cases.push(runCase(64, 64, { routerTemperature: 0.5 }, '64 slots, block size 64, softmax sampling (temperature 0.5)', iterations));
+  cases.push(runCase(64, 64, { useKvEvents: false }, '64 slots, block size 64, approximate mode (records each decision with a TTL)', rounds, iterations));
+  cases.push(runCase(64, 64, { routerTemperature: 0.5 }, '64 slots, block size 64, softmax sampling (temperature 0.5)', rounds, iterations));
   const headline = cases[0]!.row;
   const heavy = cases[2]!.row;
   return {

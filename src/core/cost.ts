@@ -12,6 +12,7 @@
  *          + shared_cache_multiplier × shared_hits_beyond_device
  *   cost   = prefill_load_scale × max(0, raw_prefill_blocks − credit)
  *          + potential_decode_blocks + decode_active_request_weight × active_requests
+ *   cost  *= Π preferred-taint factors the worker carries    (routing constraints; applied by the scheduler)
  *
  * Decode exception (conditional disaggregation): a decode router that does not
  * track prefill and gives credit scores `max(0, potential_decode_blocks − credit)

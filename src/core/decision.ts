@@ -97,6 +97,8 @@ export class RoutingDecision {
     readonly dpRank: number,
     /** Effective overlap of the chosen slot, in blocks. */
     readonly overlapBlocks: number,
+    /** Largest effective overlap among the candidates (a choice below it trades cache hits for load). */
+    readonly maxOverlapBlocks: number,
     /** `ceil(isl / block_size)`. */
     readonly requiredBlocks: number,
     /** Prompt length in tokens. */
@@ -151,6 +153,7 @@ export class RoutingDecision {
       workerId: this.workerId,
       dpRank: this.dpRank,
       overlapBlocks: this.overlapBlocks,
+      maxOverlapBlocks: this.maxOverlapBlocks,
       requiredBlocks: this.requiredBlocks,
       isl: this.isl,
       prefillTokens: this.prefillTokens,

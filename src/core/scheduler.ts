@@ -63,6 +63,8 @@ export interface WorkerInfo {
   readonly maxNumBatchedTokens?: number;
   /** KV blocks per rank: the unit of the decode overload threshold. */
   readonly totalKvBlocks?: number;
+  /** Labels for routing constraints (`required_taints` filter, `preferred_taints` bias). */
+  readonly taints?: readonly string[];
 }
 
 /** A registered worker. */
@@ -72,6 +74,7 @@ export interface WorkerSummary {
   readonly dataParallelSize: number;
   readonly maxNumBatchedTokens: number | undefined;
   readonly totalKvBlocks: number | undefined;
+  readonly taints: readonly string[];
 }
 
 /** One slot's load, named. */
@@ -94,6 +97,15 @@ export interface SchedulingRequest {
   readonly pinDpRank?: number | undefined;
   /** Restricts candidates to these workers (an endpoint picker's list); such requests bypass the queue unless pinned. */
   readonly allowedWorkerIds?: ReadonlySet<number> | readonly number[] | undefined;
+  /**
+   * Taint constraints (Dynamo's `routing_constraints`): unpinned candidates must carry every
+   * required taint; a candidate's cost is multiplied by the factor of each preferred taint it
+   * carries (factors > 0; below 1 attracts, above 1 repels) [inferred: factors multiply].
+   */
+  readonly routingConstraints?: {
+    readonly requiredTaints?: readonly string[] | undefined;
+    readonly preferredTaints?: Readonly<Record<string, number>> | undefined;
+  } | undefined;
   /** Seconds of queue priority (`priority_jump`, >= 0). */
   readonly priorityJump?: number | undefined;
   /** Absolute queue tier: higher tiers always leave first (`strict_priority`). */
@@ -179,6 +191,7 @@ export interface KvSchedulerOptions {
 interface WorkerEntry {
   readonly summary: WorkerSummary;
   readonly slots: Int32Array;
+  readonly taints: ReadonlySet<string>;
 }
 
 interface Parked {
@@ -299,12 +312,14 @@ export class KvScheduler {
         this.#predToSlot[p] = slot;
       }
     }
+    const taints = Object.freeze([...(info.taints ?? [])]);
     this.#workers.set(workerId, {
       summary: Object.freeze({
         workerId, dataParallelStartRank: start, dataParallelSize: size,
-        maxNumBatchedTokens: info.maxNumBatchedTokens, totalKvBlocks: info.totalKvBlocks,
+        maxNumBatchedTokens: info.maxNumBatchedTokens, totalKvBlocks: info.totalKvBlocks, taints,
       }),
       slots,
+      taints: new Set(taints),
     });
     this.#rebuildAll();
     this.#drain();
@@ -532,6 +547,12 @@ export class KvScheduler {
 
   /** Fills `#eligible` with the request's candidate slots; returns how many. */
   #eligibleInto(req: SchedulingRequest): number {
+    const preferred = req.routingConstraints?.preferredTaints;
+    if (preferred !== undefined) {
+      for (const [t, v] of Object.entries(preferred)) {
+        if (!(Number.isFinite(v) && v > 0)) throw invalidArg(`preferred taint ${t}: factor must be a finite number > 0, got ${v}`);
+      }
+    }
     if (req.pinWorkerId !== undefined) {
       const w = this.#workers.get(req.pinWorkerId);
       if (w === undefined) throw workerNotFound(req.pinWorkerId);
@@ -557,6 +578,17 @@ export class KvScheduler {
     if (n === 0) {
       throw new KvgateError('KVG_ERR_NO_WORKERS', allowed === undefined ? 'no workers are registered' : 'none of the allowed workers is registered',
         allowed === undefined ? {} : { allowedWorkerIds: [...allowed] });
+    }
+    const required = req.routingConstraints?.requiredTaints;
+    if (required !== undefined && required.length > 0) {
+      let kept = 0;
+      for (let i = 0; i < n; i++) {
+        const s = this.#eligible[i]!;
+        const taints = this.#workers.get(this.#slotWorker[s]!)!.taints;
+        if (required.every((t) => taints.has(t))) this.#eligible[kept++] = s;
+      }
+      if (kept === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no worker carries every required taint (${required.join(', ')})`, { requiredTaints: [...required] });
+      n = kept;
     }
     return n;
   }
@@ -724,6 +756,8 @@ export class KvScheduler {
     }
     const costs = this.#costs;
     const breakdown = takeBreakdown(n);
+    const preferred = req.routingConstraints?.preferredTaints;
+    let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
       const s = elig[i]!;
       const overlap = dev[s]!;
@@ -741,7 +775,9 @@ export class KvScheduler {
         diskOv = disk[s]!;
         sharedBeyond = sharedDepth > overlap ? sharedDepth - overlap : 0;
       }
-      const cost = costOf(knobs, isl, bs, requestBlocks, minPrefill, p, decodeBlocks, active, overlap, hostOv, diskOv, sharedBeyond);
+      let cost = costOf(knobs, isl, bs, requestBlocks, minPrefill, p, decodeBlocks, active, overlap, hostOv, diskOv, sharedBeyond);
+      if (preferred !== undefined) cost *= this.#taintFactor(s, preferred);
+      if (overlap > maxOverlap) maxOverlap = overlap;
       costs[i] = cost;
       writeBreakdown(breakdown, i, slotWorker[s]!, slotRank[s]!, overlap, prefillTokens, decodeBlocks, active, cost);
     }
@@ -764,7 +800,7 @@ export class KvScheduler {
     }
     const t2 = this.#clock.now();
     const hashingMs = req.hashingMs ?? 0;
-    return new RoutingDecision(req.requestId, this.#slotWorker[slot]!, this.#slotRank[slot]!, overlap, requestBlocks, isl,
+    return new RoutingDecision(req.requestId, this.#slotWorker[slot]!, this.#slotRank[slot]!, overlap, maxOverlap, requestBlocks, isl,
       bookedPrefill, costs[pick]!, mode === 'book', req.pinWorkerId !== undefined, temperature,
       { hashingMs, matchingMs: t1 - t0, schedulingMs: t2 - t1, totalMs: hashingMs + (t2 - t0) }, queuedMs, breakdown, n);
   }
@@ -823,6 +859,16 @@ export class KvScheduler {
       const error = err instanceof KvgateError ? err : new KvgateError('KVG_ERR_INVALID_ARGUMENT', String(err), undefined, { cause: err });
       resolve({ status: 'failed', error });
     }
+  }
+
+  /** Product of the preferred-taint factors of the taints slot `s`'s worker carries. */
+  #taintFactor(s: number, preferred: Readonly<Record<string, number>>): number {
+    let f = 1;
+    for (const t of this.#workers.get(this.#slotWorker[s]!)!.taints) {
+      const v = preferred[t];
+      if (v !== undefined) f *= v;
+    }
+    return f;
   }
 
   #slotOf(workerId: number, dpRank: number): number | undefined {

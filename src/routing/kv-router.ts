@@ -47,6 +47,8 @@ export interface RoutingHints {
   readonly strictPriority?: number | undefined;
   /** Restricts candidates (an endpoint picker's list); bypasses the queue unless pinned. */
   readonly allowedWorkerIds?: ReadonlySet<number> | readonly number[] | undefined;
+  /** Taint filter and bias: workers advertise `taints` in `addWorker`. */
+  readonly routingConstraints?: SchedulingRequest['routingConstraints'];
 }
 
 /** A request to route. Give `tokens` (hashed here) or precomputed `hashes` with `isl`. */
@@ -272,6 +274,7 @@ export class KvRouter {
       pinWorkerId: pin?.workerId,
       pinDpRank: pin?.dpRank,
       allowedWorkerIds: hints?.allowedWorkerIds,
+      routingConstraints: hints?.routingConstraints,
       priorityJump,
       strictPriority: hints?.strictPriority,
       expectedOutputTokens: hints?.expectedOutputTokens,

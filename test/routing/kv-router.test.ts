@@ -262,3 +262,27 @@ describe('KvRouter modes and lifecycle', () => {
     expect(() => new KvRouter({ blockSize: 0 })).toThrow(expect.objectContaining({ code: 'KVG_ERR_INVALID_BLOCK_SIZE' }));
   });
 });
+
+describe('KvRouter routing constraints', () => {
+  it('required taints filter unpinned candidates; preferred taints scale the cost', () => {
+    const r = new KvRouter({ blockSize: BS, rng: seededRng(2) });
+    r.addWorker(1, { taints: ['gpu:a100'] });
+    r.addWorker(2, { taints: ['gpu:h100', 'zone:b'] });
+    r.addWorker(3, { taints: ['gpu:h100'] });
+    const prompt = tokens(40);
+    cache(r, 1, prompt, 10);
+    const d = r.findBestMatch({ requestId: 'a', tokens: prompt, routing: { routingConstraints: { requiredTaints: ['gpu:h100'] } } }, { mode: 'query' });
+    expect(d.candidates.map((c) => c.workerId).sort()).toEqual([2, 3]);
+    expect(d.maxOverlapBlocks).toBe(0);
+    // Equal costs (10 prefill + 10 decode) on 2 and 3; a 0.5 factor for zone:b halves worker 2's.
+    const b = r.findBestMatch({ requestId: 'b', tokens: prompt, routing: { routingConstraints: { requiredTaints: ['gpu:h100'], preferredTaints: { 'zone:b': 0.5 } } } }, { mode: 'query' });
+    expect(b.workerId).toBe(2);
+    expect(b.candidates.find((c) => c.workerId === 2)!.cost).toBe(10);
+    // Without constraints, worker 1's cache wins, and the decision records the best overlap available.
+    const c = r.findBestMatch({ requestId: 'c', tokens: prompt }, { mode: 'query' });
+    expect([c.workerId, c.overlapBlocks, c.maxOverlapBlocks]).toEqual([1, 10, 10]);
+    expect(errorCode(() => r.findBestMatch({ requestId: 'd', tokens: prompt, routing: { routingConstraints: { requiredTaints: ['tpu'] } } }))).toBe('KVG_ERR_NO_WORKERS');
+    expect(errorCode(() => r.findBestMatch({ requestId: 'e', tokens: prompt, routing: { routingConstraints: { preferredTaints: { x: -1 } } } }))).toBe('KVG_ERR_INVALID_ARGUMENT');
+    expect(r.workers().find((w) => w.workerId === 2)!.taints).toEqual(['gpu:h100', 'zone:b']);
+  });
+});
