@@ -18,9 +18,11 @@
  * never shared), as do output blocks. `addOutputBlock(id, decay)` marks every
  * block only this request holds as fractional with weight `decay`; a slot's
  * active decode blocks are `round(unique blocks - Σ over fractional (1 - weight))`.
+ * A request's fractional set is re-counted at each decayed output block (a
+ * block another request starts sharing stays fractional until then, as in Dynamo).
  *
  * Expiry: a request never freed is force-freed `expiryMs` after it was added
- * (checked at most every 30 s on add, and on every `expire(now)`).
+ * (checked at most every 30 s on add, and on every `expire()`).
  */
 import { KvgateError } from '../errors/index.js';
 import type { PromptHashes } from '../wasm/index.js';
