@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMocker, type MockerHandle } from '../../src/mocker/index.js';
+import { createServer } from 'node:net';
 import { postJson, readSse, until } from './helpers.js';
 
 let m: MockerHandle;
@@ -159,5 +160,44 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
   it('unknown routes are 404, wrong methods 405', async () => {
     expect((await fetch(`${m.url}/v2/nothing`)).status).toBe(404);
     expect((await fetch(`${m.url}/v1/completions`)).status).toBe(405);
+  });
+});
+
+describe('data-parallel ranks behind one port', () => {
+  it('balances to the least-loaded rank, honours an explicit rank, rejects a missing one', async () => {
+    const dp = await startMocker({ dpSize: 2, speedup: 50, kvEvents: false });
+    try {
+      const res = await fetch(`${dp.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: ids(8, 1), max_tokens: 500, stream: true }) });
+      const reader = res.body!.getReader();
+      await reader.read(); // running on rank 0
+      await postJson(`${dp.url}/v1/completions`, { prompt: ids(8, 100), max_tokens: 1 });
+      expect(dp.stats().ranks.map((r) => r.promptTokens)).toEqual([8, 8]); // the second went to the idle rank 1
+      await reader.cancel();
+      await postJson(`${dp.url}/v1/completions`, { prompt: ids(5, 200), max_tokens: 1 }, { 'x-data-parallel-rank': '1' });
+      await postJson(`${dp.url}/v1/completions`, { prompt: ids(6, 300), max_tokens: 1, data_parallel_rank: 1 });
+      expect(dp.stats().ranks[1]!.promptTokens).toBe(19);
+      const bad = await postJson(`${dp.url}/v1/completions`, { prompt: ids(5, 1), max_tokens: 1, data_parallel_rank: 2 });
+      expect(bad.status).toBe(400);
+      expect(bad.json.error.code).toBe('KVG_ERR_INVALID_DP_RANK');
+    } finally {
+      await dp.close();
+    }
+  });
+
+  it('rank r publishes KV events on the base port + r', async () => {
+    const base = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, '127.0.0.1', () => {
+        const { port } = probe.address() as { port: number };
+        probe.close(() => resolve(port));
+      });
+    });
+    const dp = await startMocker({ dpSize: 3, kvEventsPort: base, kvEventsReplayPort: 0 });
+    try {
+      expect(dp.kvEventsPorts).toEqual([base, base + 1, base + 2]);
+      expect(dp.kvEventsEndpoints[2]).toBe(`tcp://127.0.0.1:${base + 2}`);
+      expect(dp.replayPorts).toHaveLength(3);
+    } finally {
+      await dp.close();
+    }
   });
 });
