@@ -7,9 +7,9 @@
  * that agree on block i agree on every block before it. So an edge is a run
  * of blocks [start, end) that every prompt below it shares, stored as a
  * reference to one such prompt (`rep`), and comparing a prompt with an edge is
- * a binary search for the first differing block. A node's `counts` hold, per
- * slot, the requests in its subtree: slot s holds blocks [0, end) of a node
- * iff counts[s] > 0.
+ * a binary search for the first differing block. A node's `slots`/`counts`
+ * hold, per slot, the requests in its subtree: slot s holds blocks [0, end) of
+ * a node iff s is among its `slots`.
  *
  *   root ─ h0 ─ [0, 4) {s1: 3, s2: 1}  ─ h4 ─ [4, 9)  {s1: 2}        (ends 2)
  *                                      └ h4' ─ [4, 6) {s1: 1, s2: 1}   (ends 2)
@@ -37,8 +37,13 @@ class Node {
     public key: bigint,
   ) {}
   children: Map<bigint, Node> | null = null;
-  /** Slot -> requests in this subtree on that slot. */
-  counts = new Map<number, number>();
+  /**
+   * Slots with requests in this subtree, and how many (parallel arrays). Plain
+   * SMI arrays: `indexOf` is a fast builtin and a split copies them with
+   * `slice`, where a Map would cost a hash insert per slot.
+   */
+  slots: number[] = [];
+  counts: number[] = [];
   /** Requests in this subtree. */
   total = 0;
   /** Requests whose prompt ends exactly at `end`. */
@@ -76,9 +81,14 @@ export class ActivePromptTrie {
     let held = 0;
     for (;;) {
       if (node !== this.#root) {
-        const c = node.counts.get(slot) ?? 0;
-        if (c > 0) held = node.end;
-        node.counts.set(slot, c + 1);
+        const i = node.slots.indexOf(slot);
+        if (i >= 0) {
+          held = node.end;
+          node.counts[i]!++;
+        } else {
+          node.slots.push(slot);
+          node.counts.push(1);
+        }
       }
       node.total++;
       if (node.end === n) {
@@ -89,7 +99,8 @@ export class ActivePromptTrie {
       let child = node.children?.get(key);
       if (child === undefined) {
         const leaf = new Node(node.end, n, seq, seq32, node, key);
-        leaf.counts.set(slot, 1);
+        leaf.slots.push(slot);
+        leaf.counts.push(1);
         leaf.total = 1;
         leaf.ends = 1;
         (node.children ??= new Map()).set(key, leaf);
@@ -120,11 +131,17 @@ export class ActivePromptTrie {
     for (const p of path) {
       p.total--;
       if (p === this.#root) continue;
-      const c = p.counts.get(slot)! - 1;
-      if (c === 0) p.counts.delete(slot);
-      else {
-        p.counts.set(slot, c);
+      const i = p.slots.indexOf(slot);
+      const c = p.counts[i]! - 1;
+      if (c > 0) {
+        p.counts[i] = c;
         kept = p.end;
+      } else {
+        const last = p.slots.length - 1;
+        p.slots[i] = p.slots[last]!;
+        p.counts[i] = p.counts[last]!;
+        p.slots.pop();
+        p.counts.pop();
       }
     }
     node.ends--;
@@ -146,7 +163,8 @@ export class ActivePromptTrie {
     let held = 0;
     while (node.end !== n) {
       node = node.children!.get(seq[node.end]!)!;
-      if ((node.counts.get(slot) ?? 0) > 1) held = node.end;
+      const i = node.slots.indexOf(slot);
+      if (i >= 0 && node.counts[i]! > 1) held = node.end;
     }
     return held;
   }
@@ -165,7 +183,8 @@ export class ActivePromptTrie {
       if (child === undefined) return;
       const limit = child.end < n ? child.end : n;
       const k = firstDifference(seq32, child.rep32, child.start + 1, limit);
-      for (const s of child.counts.keys()) out[s] = k;
+      const slots = child.slots;
+      for (let i = 0; i < slots.length; i++) out[slots[i]!] = k;
       if (k < child.end) return;
       node = child;
     }
@@ -180,7 +199,8 @@ export class ActivePromptTrie {
   #split(child: Node, k: number): Node {
     const parent = child.parent!;
     const upper = new Node(child.start, k, child.rep, child.rep32, parent, child.key);
-    upper.counts = new Map(child.counts);
+    upper.slots = child.slots.slice();
+    upper.counts = child.counts.slice();
     upper.total = child.total;
     const lowerKey = child.rep[k]!;
     upper.children = new Map([[lowerKey, child]]);
