@@ -35,28 +35,36 @@ export class EngineMetrics {
     const reg = this.registry;
     const model = (this.#model = o.model);
     const labelNames = ['model_name', 'engine'] as const;
-    const perRank = (name: string, help: string, pick: (s: EngineCoreStats) => number, kind: 'gauge' | 'counter'): void => {
-      const collect = function (this: Gauge<'model_name' | 'engine'> | Counter<'model_name' | 'engine'>): void {
-        this.reset();
-        stats().forEach((s, rank) => {
-          const labels = { model_name: model, engine: String(rank) };
-          if (this instanceof Gauge) this.set(labels, pick(s));
-          else (this as Counter<'model_name' | 'engine'>).inc(labels, pick(s));
-        });
-      };
-      if (kind === 'gauge') new Gauge({ name, help, labelNames, registers: [reg], collect });
-      else new Counter({ name, help, labelNames, registers: [reg], collect });
+    const labels = (rank: number): { model_name: string; engine: string } => ({ model_name: model, engine: String(rank) });
+    // Values live in the engine cores; each scrape copies them in.
+    const gauge = (name: string, help: string, pick: (s: EngineCoreStats) => number): void => {
+      new Gauge({
+        name, help, labelNames, registers: [reg],
+        collect() {
+          this.reset();
+          stats().forEach((s, rank) => this.set(labels(rank), pick(s)));
+        },
+      });
     };
-    perRank('vllm:num_requests_running', 'Number of requests in the running batch.', (s) => s.running + s.transferring, 'gauge');
-    perRank('vllm:num_requests_waiting', 'Number of requests waiting to be scheduled.', (s) => s.waiting, 'gauge');
-    perRank('vllm:kv_cache_usage_perc', 'KV-cache usage: 1 means 100 percent.', (s) => s.kvUsage, 'gauge');
-    perRank('vllm:prefix_cache_queries_total', 'Prefix-cache queries, in tokens.', (s) => s.prefixQueriedTokens, 'counter');
-    perRank('vllm:prefix_cache_hits_total', 'Prefix-cache hits, in tokens.', (s) => s.prefixHitTokens, 'counter');
-    perRank('vllm:num_preemptions_total', 'Cumulative number of preemptions.', (s) => s.preemptions, 'counter');
-    perRank('vllm:prompt_tokens_total', 'Prefill tokens processed.', (s) => s.promptTokens, 'counter');
-    perRank('vllm:generation_tokens_total', 'Generation tokens processed.', (s) => s.generationTokens, 'counter');
-    perRank('kvgate_mocker_steps_total', 'Engine steps that scheduled work.', (s) => s.steps, 'counter');
-    perRank('kvgate_mocker_timing_extrapolated_steps_total', 'Steps whose time the perf profile had to extrapolate beyond its measured points.', (s) => s.extrapolatedSteps, 'counter');
+    const counter = (name: string, help: string, pick: (s: EngineCoreStats) => number): void => {
+      new Counter({
+        name, help, labelNames, registers: [reg],
+        collect() {
+          this.reset();
+          stats().forEach((s, rank) => this.inc(labels(rank), pick(s)));
+        },
+      });
+    };
+    gauge('vllm:num_requests_running', 'Number of requests in the running batch.', (s) => s.running + s.transferring);
+    gauge('vllm:num_requests_waiting', 'Number of requests waiting to be scheduled.', (s) => s.waiting);
+    gauge('vllm:kv_cache_usage_perc', 'KV-cache usage: 1 means 100 percent.', (s) => s.kvUsage);
+    counter('vllm:prefix_cache_queries_total', 'Prefix-cache queries, in tokens.', (s) => s.prefixQueriedTokens);
+    counter('vllm:prefix_cache_hits_total', 'Prefix-cache hits, in tokens.', (s) => s.prefixHitTokens);
+    counter('vllm:num_preemptions_total', 'Cumulative number of preemptions.', (s) => s.preemptions);
+    counter('vllm:prompt_tokens_total', 'Prefill tokens processed.', (s) => s.promptTokens);
+    counter('vllm:generation_tokens_total', 'Generation tokens processed.', (s) => s.generationTokens);
+    counter('kvgate_mocker_steps_total', 'Engine steps that scheduled work.', (s) => s.steps);
+    counter('kvgate_mocker_timing_extrapolated_steps_total', 'Steps whose time the perf profile had to extrapolate beyond its measured points.', (s) => s.extrapolatedSteps);
 
     this.#ttft = new Histogram({ name: 'vllm:time_to_first_token_seconds', help: 'Histogram of time to first token in seconds.', labelNames, buckets: TTFT_BUCKETS, registers: [reg] });
     this.#e2e = new Histogram({ name: 'vllm:e2e_request_latency_seconds', help: 'Histogram of end-to-end request latency in seconds.', labelNames, buckets: LATENCY_BUCKETS, registers: [reg] });

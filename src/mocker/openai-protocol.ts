@@ -43,7 +43,7 @@ export interface GenerateRequest {
 }
 
 function invalid(message: string, param: string | null): KvgateError {
-  return new KvgateError('KVG_ERR_INVALID_ARGUMENT', message, { param });
+  return new KvgateError('KVG_ERR_INVALID_REQUEST', message, { param });
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -99,7 +99,7 @@ function parseBootstrap(body: Record<string, unknown>, rawBody: string): Bootstr
 /**
  * Parses and validates a completions or chat-completions body.
  * @param rawBody the body text, for exact big integers
- * @throws KvgateError KVG_ERR_INVALID_ARGUMENT with `detail.param`
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST with `detail.param`
  */
 export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown, rawBody: string): GenerateRequest {
   if (!isObject(body)) throw invalid('the request body must be a JSON object', null);

@@ -537,6 +537,12 @@ export class MockerWorker implements MockerHandle {
         `This model's maximum context length is ${o.maxModelLen} tokens. However, you requested ${tokens.length + maxTokens} tokens (${tokens.length} in the messages, ${maxTokens} in the completion). Please reduce the length of the messages or completion.`,
         { param: kind === 'chat' ? 'messages' : 'prompt' });
     }
+    const blocksNeeded = Math.ceil((tokens.length + maxTokens - 1) / o.blockSize);
+    if (blocksNeeded > o.numGpuBlocks) {
+      throw new KvgateError('KVG_ERR_INVALID_REQUEST',
+        `the request needs ${blocksNeeded} KV blocks (${tokens.length} prompt + ${maxTokens} completion tokens) but the engine has ${o.numGpuBlocks}`,
+        { param: kind === 'chat' ? 'messages' : 'prompt' });
+    }
 
     // Client gone (or engine crash): cancel outgoing P/D calls and the engine request.
     const cancel = new AbortController();

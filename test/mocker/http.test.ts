@@ -157,6 +157,19 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
     expect(r.json.error.message).toBe("This model's maximum context length is 256 tokens. However, you requested 300 tokens (200 in the messages, 100 in the completion). Please reduce the length of the messages or completion.");
   });
 
+  it('a request that can never fit in the KV cache is a 400', async () => {
+    const small = await startMocker({ numGpuBlocks: 4, kvEvents: false });
+    try {
+      const r = await postJson(`${small.url}/v1/completions`, { prompt: ids(100, 1), max_tokens: 1 });
+      expect(r.status).toBe(400);
+      expect(r.json.error).toMatchObject({ code: 'KVG_ERR_INVALID_REQUEST', param: 'prompt' });
+      expect(r.json.error.message).toMatch(/needs 7 KV blocks .* the engine has 4/);
+      expect((await postJson(`${small.url}/v1/completions`, { prompt: ids(60, 1), max_tokens: 5 })).status).toBe(200);
+    } finally {
+      await small.close();
+    }
+  });
+
   it('unknown routes are 404, wrong methods 405', async () => {
     expect((await fetch(`${m.url}/v2/nothing`)).status).toBe(404);
     expect((await fetch(`${m.url}/v1/completions`)).status).toBe(405);
