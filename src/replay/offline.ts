@@ -372,10 +372,12 @@ export async function runOffline(opts: OfflineReplayOptions): Promise<PolicyRun>
 
   let preemptions = 0;
   let extrapolated = 0;
+  let busyMs = 0;
   for (const e of engines) {
     const s = e.ve.core.stats();
     preemptions += s.preemptions;
     extrapolated += s.extrapolatedSteps;
+    busyMs += s.busyMs;
   }
   const poolRuns: PoolRun[] = pools.map((p) => {
     const load = p.timeline.finish(endMs);
@@ -387,5 +389,6 @@ export async function runOffline(opts: OfflineReplayOptions): Promise<PolicyRun>
     hits: { promptTokens: hits.promptTokens, cachedTokens: hits.cachedTokens, overTime: hits.windowed() },
     preemptions, extrapolatedSteps: extrapolated,
     leaseExpired: topology.kind === 'aggregated' ? null : leaseExpired,
+    engineBusyFraction: endMs > 0 ? busyMs / (engines.length * endMs) : 0,
   };
 }

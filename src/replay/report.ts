@@ -111,18 +111,18 @@ export function renderMarkdown(report: ReplayReport): string {
   if (w.invalid_lines > 0) lines.push(`- ${w.invalid_lines} invalid trace line(s) skipped: ${w.invalid_line_messages.slice(0, 3).join('; ')}${w.invalid_lines > 3 ? '; ...' : ''}`);
   lines.push(`- prefix reuse: infinite-cache bound ${pct(w.hit_rate_bound)} of prompt tokens at block size ${w.engine_block_size} (${pct(w.hit_rate_bound_trace_blocks)} of trace blocks); one pooled LRU cache of all engines' capacity would reach ${pct(w.pooled_lru_hit_rate)}`);
   lines.push('');
-  lines.push('| policy | TTFT mean | p50 | p90 | p99 | ITL mean | p99 | E2E mean | p99 | out tok/s | req/s | hit rate | of bound | load max/mean | pred. error (tok) | failed |');
-  lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+  lines.push('| policy | TTFT mean | p50 | p90 | p99 | ITL mean | p99 | E2E mean | p99 | out tok/s | req/s | hit rate | of bound | load max/mean | engines busy | pred. error (tok) | failed |');
+  lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
   for (const [name, s] of Object.entries(report.policies)) {
     const pe = s.prediction_error === null ? 'n/a' : `${s.prediction_error.mean_abs_tokens.toFixed(1)} (${pct(s.prediction_error.exact_fraction)} exact)`;
     lines.push(`| ${name} | ${p(s.ttft_ms, 'mean')} | ${p(s.ttft_ms, 'p50')} | ${p(s.ttft_ms, 'p90')} | ${p(s.ttft_ms, 'p99')} | ` +
       `${p(s.itl_ms, 'mean')} | ${p(s.itl_ms, 'p99')} | ${p(s.e2e_ms, 'mean')} | ${p(s.e2e_ms, 'p99')} | ` +
       `${s.throughput_tok_s.toFixed(0)} | ${s.requests_per_s.toFixed(2)} | ${pct(s.hit_rate)} | ${pct(s.hit_rate_vs_bound)} | ` +
-      `${s.load_imbalance.toFixed(2)} | ${pe} | ${s.requests.failed} |`);
+      `${s.load_imbalance.toFixed(2)} | ${s.engine_busy_fraction === null ? 'n/a' : pct(s.engine_busy_fraction)} | ${pe} | ${s.requests.failed} |`);
   }
   lines.push('');
   lines.push('Times in ms unless marked. TTFT, ITL and E2E are per-request distributions; "of bound" = hit rate / infinite-cache bound; ' +
-    'load max/mean = busiest engine\'s time-averaged in-flight requests over the mean.');
+    'load max/mean = busiest engine\'s time-averaged in-flight requests over the mean; engines busy = share of the run the engines spent computing steps.');
   const legs = Object.entries(report.policies).filter(([, s]) => s.legs !== undefined);
   if (legs.length > 0) {
     lines.push('');

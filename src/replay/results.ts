@@ -22,7 +22,8 @@ import type { LoadBucket, LoadSummary } from './timeline.js';
 /** One request's life in a replay. Times are ms from the start of the replay. */
 export interface RequestOutcome {
   readonly index: number;
-  readonly arrivalMs: number;
+  /** Offline: the trace arrival; online: when the request was actually sent. */
+  arrivalMs: number;
   readonly promptTokens: number;
   readonly expectedOutputTokens: number;
   outputTokens: number;
@@ -92,6 +93,8 @@ export interface PolicyRun {
   readonly extrapolatedSteps: number | null;
   /** P/D: prefill leases that expired before the decode engine pulled the KV; null when aggregated. */
   readonly leaseExpired: number | null;
+  /** Fraction of the run the engines spent computing steps (mean over engines); null when unknown (online). */
+  readonly engineBusyFraction: number | null;
 }
 
 export interface Percentiles {
@@ -139,6 +142,8 @@ export interface PolicySummary {
   } | null;
   preemptions: number | null;
   extrapolated_steps: number | null;
+  /** Mean over engines of the fraction of the run spent computing (offline only). */
+  engine_busy_fraction: number | null;
   wall_s: number;
   legs?: LegSummary;
   /** First few failures (message with request index). */
@@ -214,6 +219,7 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
     prediction_error: prediction,
     preemptions: run.preemptions,
     extrapolated_steps: run.extrapolatedSteps,
+    engine_busy_fraction: run.engineBusyFraction === null ? null : round(run.engineBusyFraction),
     wall_s: round(run.wallMs / 1000),
   };
   const prefillPool = run.pools.find((p) => p.name === 'prefill');

@@ -19,14 +19,14 @@ import { KvgateError } from '../errors/index.js';
 /** Token ids drawn from [0, DEFAULT_VOCAB_SIZE) unless told otherwise (a Llama-2-sized vocabulary, valid for any engine we simulate). */
 export const DEFAULT_VOCAB_SIZE = 32_000;
 
-/** murmur3's 32-bit finaliser: a bijective avalanche mix. */
+/** murmur3's 32-bit finaliser: a bijective avalanche mix (result as a signed int32, which V8 keeps unboxed). */
 function fmix32(h: number): number {
   h ^= h >>> 16;
   h = Math.imul(h, 0x85ebca6b);
   h ^= h >>> 13;
   h = Math.imul(h, 0xc2b2ae35);
   h ^= h >>> 16;
-  return h >>> 0;
+  return h | 0;
 }
 
 export interface TokenSynthesizerOptions {
@@ -43,37 +43,36 @@ export class TokenSynthesizer {
   readonly seed: number;
   readonly vocabSize: number;
 
-  /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a non-positive block size or a vocabulary outside [2, 2^32). */
+  /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a non-positive block size or a vocabulary outside [2, 2^31). */
   constructor(opts: TokenSynthesizerOptions) {
     if (!Number.isSafeInteger(opts.traceBlockSize) || opts.traceBlockSize < 1) {
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `traceBlockSize must be a positive integer, got ${opts.traceBlockSize}`);
     }
     const vocab = opts.vocabSize ?? DEFAULT_VOCAB_SIZE;
-    if (!Number.isSafeInteger(vocab) || vocab < 2 || vocab > 0xffffffff) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `vocabSize must be an integer in [2, 2^32), got ${vocab}`);
+    if (!Number.isSafeInteger(vocab) || vocab < 2 || vocab > 0x7fffffff) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `vocabSize must be an integer in [2, 2^31), got ${vocab}`);
     }
     this.traceBlockSize = opts.traceBlockSize;
     this.seed = (opts.seed ?? 0) >>> 0;
     this.vocabSize = vocab;
   }
 
-  /** Writes the first `count` tokens of the chunk of `hashId` into `out` at `offset`. */
-  #writeChunk(hashId: number, out: Uint32Array | number[], offset: number, count: number): void {
+  /** Writes the first `count` tokens of the chunk of `hashId` into `out` at `offset` (appending in order to a plain array). */
+  #writeChunk(hashId: number, out: number[], offset: number, count: number): void {
     // Ids up to 2^53 are split into two 32-bit halves so distinct ids give distinct states.
     const lo = hashId >>> 0;
     const hi = Math.floor(hashId / 4294967296) >>> 0;
     const state = fmix32(lo ^ fmix32(hi ^ fmix32(this.seed ^ 0x2545f491)));
     const vocab = this.vocabSize;
+    // 31 bits keep the modulo in small-integer arithmetic (a 32-bit unsigned value is a double in V8).
     for (let j = 0; j < count; j++) {
-      out[offset + j] = fmix32((state + Math.imul(j + 1, 0x9e3779b9)) >>> 0) % vocab;
+      out[offset + j] = (fmix32((state + Math.imul(j + 1, 0x9e3779b9)) | 0) & 0x7fffffff) % vocab;
     }
   }
 
   /** The full chunk of one hash id. */
   chunk(hashId: number): Uint32Array {
-    const out = new Uint32Array(this.traceBlockSize);
-    this.#writeChunk(hashId, out, 0, this.traceBlockSize);
-    return out;
+    return Uint32Array.from(this.tokens([hashId], this.traceBlockSize));
   }
 
   /**
@@ -88,7 +87,7 @@ export class TokenSynthesizer {
     if (hashIds.length * bs < inputLength) {
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${hashIds.length} hash ids of ${bs} tokens cannot cover ${inputLength} tokens`);
     }
-    const out = new Array<number>(inputLength).fill(0);
+    const out: number[] = [];
     for (let k = 0, off = 0; off < inputLength; k++, off += bs) {
       this.#writeChunk(hashIds[k]!, out, off, Math.min(bs, inputLength - off));
     }

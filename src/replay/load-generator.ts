@@ -1,0 +1,149 @@
+/**
+ * The online replay's client: sends each workload request at its arrival
+ * time (wall clock, from the start of the run) as a streaming
+ * `POST /v1/completions` with the synthesised prompt as token ids, and
+ * measures at the client: first token, every later token, the end of the
+ * stream, and the engine's `usage.prompt_tokens_details.cached_tokens`
+ * (asked for with `stream_options.include_usage`).
+ *
+ * One chunk with a choice = one generated token (vLLM and the mocker stream
+ * one token per chunk); the final usage chunk's `completion_tokens` is taken
+ * as the output length when present. Requests are never retried: a failure
+ * is recorded with its HTTP status or error and the run goes on.
+ */
+import { Agent, request } from 'undici';
+import { newOutcome, type RequestOutcome } from './results.js';
+import { HitTimeline } from './timeline.js';
+import type { TokenSynthesizer } from './token-synth.js';
+import type { ReplayRequest, Workload } from './workload.js';
+
+export interface LoadGeneratorOptions {
+  /** Base URL of the gateway (or of one engine), e.g. http://127.0.0.1:8080. */
+  readonly url: string;
+  readonly model: string;
+  readonly synth: TokenSynthesizer;
+  /** Seed of each request's generated tokens (sent as `seed`). */
+  readonly requestSeed: (index: number) => number;
+  /** Width of the hit-rate buckets, ms. */
+  readonly bucketMs: number;
+  /** Extra headers (auth). */
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly onDone?: (done: number, total: number) => void;
+  /** Called at each request's start and end (engine load sampling hooks). */
+  readonly now?: () => number;
+}
+
+export interface LoadRun {
+  readonly outcomes: RequestOutcome[];
+  readonly hits: HitTimeline;
+  /** Wall ms from the start of the run to the last request's end. */
+  readonly endMs: number;
+}
+
+interface SseState {
+  buffer: string;
+}
+
+/** Splits complete SSE events off the buffer; returns the `data:` payloads. */
+export function takeSseData(state: SseState, chunk: string): string[] {
+  state.buffer += chunk;
+  const out: string[] = [];
+  for (;;) {
+    const idx = state.buffer.search(/\r?\n\r?\n/);
+    if (idx < 0) break;
+    const event = state.buffer.slice(0, idx);
+    state.buffer = state.buffer.slice(state.buffer.slice(idx).startsWith('\r\n\r\n') ? idx + 4 : idx + 2);
+    const data = event.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
+    if (data !== '') out.push(data);
+  }
+  return out;
+}
+
+/**
+ * Replays the workload against `url` in real time. Resolves when every
+ * request has ended (completed or failed).
+ */
+export async function generateLoad(workload: Workload, opts: LoadGeneratorOptions): Promise<LoadRun> {
+  const now = opts.now ?? (() => performance.now());
+  const agent = new Agent({ connections: null, pipelining: 1, keepAliveTimeout: 30_000, headersTimeout: 0, bodyTimeout: 0 });
+  const endpoint = new URL('/v1/completions', opts.url).toString();
+  const outcomes = workload.requests.map((r) => newOutcome(r.index, r.arrivalMs, r.inputLength, r.outputLength));
+  const hits = new HitTimeline(opts.bucketMs);
+  let done = 0;
+  let endMs = 0;
+  const t0 = now();
+  const elapsed = (): number => now() - t0;
+
+  const send = async (r: ReplayRequest): Promise<void> => {
+    const o = outcomes[r.index]!;
+    const body = JSON.stringify({
+      model: opts.model, prompt: opts.synth.tokens(r.hashIds, r.inputLength), max_tokens: r.outputLength,
+      ignore_eos: true, stream: true, stream_options: { include_usage: true }, seed: opts.requestSeed(r.index),
+    });
+    // Latencies are measured from the actual send (timer lag is not the server's).
+    const sentAt = elapsed();
+    o.arrivalMs = sentAt;
+    try {
+      const res = await request(endpoint, {
+        method: 'POST', body, dispatcher: agent,
+        headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'x-request-id': `replay-${r.index}`, ...opts.headers },
+      });
+      if (res.statusCode !== 200) {
+        const text = await res.body.text();
+        o.error = `HTTP ${res.statusCode}: ${text.slice(0, 300)}`;
+        return;
+      }
+      const state: SseState = { buffer: '' };
+      let tokens = 0;
+      let completionTokens: number | null = null;
+      res.body.setEncoding('utf8');
+      for await (const chunk of res.body as AsyncIterable<string>) {
+        for (const data of takeSseData(state, chunk)) {
+          if (data === '[DONE]') continue;
+          const msg = JSON.parse(data) as {
+            choices?: unknown[]; usage?: { completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
+            error?: { message?: string };
+          };
+          if (msg.error !== undefined) throw new Error(msg.error.message ?? 'error event in stream');
+          if (Array.isArray(msg.choices) && msg.choices.length > 0) {
+            const t = elapsed();
+            if (tokens === 0) o.firstTokenMs = t;
+            tokens++;
+            o.finishMs = t;
+          }
+          if (msg.usage !== undefined && msg.usage !== null) {
+            if (typeof msg.usage.completion_tokens === 'number') completionTokens = msg.usage.completion_tokens;
+            const cached = msg.usage.prompt_tokens_details?.cached_tokens;
+            if (typeof cached === 'number') {
+              o.cachedTokens = cached;
+              hits.record(sentAt, r.inputLength, cached);
+            }
+          }
+        }
+      }
+      o.outputTokens = completionTokens ?? tokens;
+      if (tokens === 0) o.error = 'the stream ended without a token';
+    } catch (err) {
+      o.error = err instanceof Error ? err.message : String(err);
+    } finally {
+      done++;
+      endMs = Math.max(endMs, elapsed());
+      opts.onDone?.(done, outcomes.length);
+    }
+  };
+
+  const inFlight: Promise<void>[] = [];
+  try {
+    for (const r of workload.requests) {
+      // Timers may fire a fraction of a millisecond early: never send before the arrival time.
+      for (let wait = r.arrivalMs - elapsed(); wait > 0; wait = r.arrivalMs - elapsed()) {
+        await new Promise<void>((resolve) => setTimeout(resolve, Math.ceil(wait)));
+      }
+      inFlight.push(send(r));
+    }
+    await Promise.all(inFlight);
+  } finally {
+    await agent.close();
+  }
+  return { outcomes, hits, endMs };
+}
