@@ -6,9 +6,10 @@
  *
  * Entries are keyed by our sequence hash, which doubles as the "engine" block
  * hash here, so removals need no translation. Expiry uses a min-heap with lazy
- * deletion: a refresh pushes a new heap item and bumps the entry's deadline;
- * stale heap items are skipped when popped. The heap is rebuilt when stale
- * items outnumber live entries by `compactFactor`.
+ * deletion, one item per recording (all its blocks share a deadline): a
+ * refresh pushes a new item and bumps each entry's deadline; entries whose
+ * deadline moved on are skipped when an older item pops. The heap is rebuilt
+ * when the block references it holds outnumber live entries by `compactFactor`.
  */
 import type { PrefixIndex } from '../wasm/index.js';
 import type { Clock } from './clock.js';
@@ -21,10 +22,11 @@ export interface ApproximateIndexOptions {
   compactFactor?: number;
 }
 
+/** One recording: every block of one prompt on one slot shares a deadline, so one heap item covers them. */
 interface HeapItem {
   deadline: number;
   slot: number;
-  seq: bigint;
+  seqs: BigUint64Array;
 }
 
 export const DEFAULT_APPROXIMATE_TTL_MS = 120_000;
@@ -38,6 +40,8 @@ export class ApproximateIndex {
   readonly #deadlines = new Map<number, Map<bigint, number>>();
   #heap: HeapItem[] = [];
   #live = 0;
+  /** Block references held by heap items (live or stale), to decide compaction. */
+  #items = 0;
 
   constructor(index: PrefixIndex, opts: ApproximateIndexOptions) {
     const ttl = opts.ttlMs ?? DEFAULT_APPROXIMATE_TTL_MS;
@@ -71,9 +75,10 @@ export class ApproximateIndex {
       const h = seq[i]!;
       if (!map.has(h)) this.#live++;
       map.set(h, deadline);
-      this.#push({ deadline, slot, seq: h });
     }
-    if (this.#heap.length > this.#compactFactor * Math.max(this.#live, 1024)) this.#compact();
+    this.#push({ deadline, slot, seqs: seq.slice(0, n) }); // owned copy: callers may reuse their arrays
+    this.#items += n;
+    if (this.#items > this.#compactFactor * Math.max(this.#live, 1024)) this.#compact();
   }
 
   /** Removes every entry whose deadline has passed; returns how many. */
@@ -83,15 +88,18 @@ export class ApproximateIndex {
     const batch = new Map<number, bigint[]>();
     while (this.#heap.length > 0 && this.#heap[0]!.deadline <= now) {
       const item = this.#pop();
+      this.#items -= item.seqs.length;
       const map = this.#deadlines.get(item.slot);
-      const current = map?.get(item.seq);
-      if (current === undefined || current !== item.deadline) continue; // refreshed or already gone
-      map!.delete(item.seq);
-      this.#live--;
-      removed++;
+      if (map === undefined) continue;
       let list = batch.get(item.slot);
-      if (list === undefined) batch.set(item.slot, (list = []));
-      list.push(item.seq);
+      for (const h of item.seqs) {
+        if (map.get(h) !== item.deadline) continue; // refreshed by a later recording, or already gone
+        map.delete(h);
+        this.#live--;
+        removed++;
+        if (list === undefined) batch.set(item.slot, (list = []));
+        list.push(h);
+      }
     }
     for (const [slot, hashes] of batch) {
       const w = this.index.slotWorker(slot);
@@ -106,16 +114,27 @@ export class ApproximateIndex {
       if (this.index.slotWorker(slot)?.workerId === workerId) {
         this.#live -= map.size;
         this.#deadlines.delete(slot);
+        // heap items of this slot become stale and are skipped when they pop
       }
     }
     this.index.removeWorker(workerId);
   }
 
   #compact(): void {
-    const items: HeapItem[] = [];
-    for (const [slot, map] of this.#deadlines) for (const [seq, deadline] of map) items.push({ deadline, slot, seq });
+    // One item per (slot, deadline) group of live entries.
+    const groups = new Map<string, { deadline: number; slot: number; seqs: bigint[] }>();
+    for (const [slot, map] of this.#deadlines) {
+      for (const [seq, deadline] of map) {
+        const key = `${slot}:${deadline}`;
+        let g = groups.get(key);
+        if (g === undefined) groups.set(key, (g = { deadline, slot, seqs: [] }));
+        g.seqs.push(seq);
+      }
+    }
+    const items: HeapItem[] = [...groups.values()].map((g) => ({ deadline: g.deadline, slot: g.slot, seqs: BigUint64Array.from(g.seqs) }));
     items.sort((a, b) => a.deadline - b.deadline); // a sorted array is a valid min-heap
     this.#heap = items;
+    this.#items = this.#live;
   }
 
   #push(item: HeapItem): void {

@@ -112,14 +112,10 @@ function hashInto(tokens: Uint32Array | readonly number[], blockSize: number, op
   }
   m.exports.hashPrompt(io, n, blockSize, eagle ? 1 : 0, Number(seed & 0xffffffffn), Number(seed >> 32n),
     mmOffsets, mmValues, io + localOff, withSeq ? io + seqOff : 0);
-  const local = new BigUint64Array(blocks);
-  local.set(v.u64.subarray((io + localOff) >>> 3, ((io + localOff) >>> 3) + blocks));
-  let seq = local;
-  if (withSeq) {
-    seq = new BigUint64Array(blocks);
-    seq.set(v.u64.subarray((io + seqOff) >>> 3, ((io + seqOff) >>> 3) + blocks));
-  }
-  return { local, seq };
+  // One allocation for both results: local and seq are adjacent in WASM memory.
+  const out = v.u64.slice((io + localOff) >>> 3, ((io + localOff) >>> 3) + (withSeq ? 2 * blocks : blocks));
+  const local = withSeq ? out.subarray(0, blocks) : out;
+  return { local, seq: withSeq ? out.subarray(blocks) : local };
 }
 
 /**
