@@ -9,6 +9,7 @@ export interface Subcommand {
 
 export const SUBCOMMANDS: Record<string, Subcommand> = {
   version: { summary: 'print the kvgate version', load: () => import('./version.js') },
+  serve: { summary: 'run the gateway (OpenAI API, KV-aware routing); no config = embedded demo', load: () => import('./serve.js') },
   mocker: { summary: 'start simulated vLLM/SGLang engines', load: () => import('./mocker.js') },
   replay: { summary: 'replay a request trace and compare routing policies', load: () => import('./replay.js') },
 };

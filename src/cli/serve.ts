@@ -10,18 +10,54 @@
  */
 import type { Logger } from 'pino';
 import { loadGatewayConfig, parseServeFlags, serveUsage, type GatewayConfig } from '../config/index.js';
+import { HealthProber, WorkerRegistry } from '../discovery/index.js';
+import { EngineClient } from '../engines/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { startGateway, type Gateway } from '../frontend/gateway.js';
 import type { RouterPortFactory } from '../frontend/router-port.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
+import { ModelRouter } from '../routing/model-router.js';
 
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
 export const DEMO_ENGINES = 4;
 
-export interface ServeOptions {
-  /** Builds each model's router (the routing layer's factory). */
+/** What builds the routers of a config, and what it must release at shutdown. */
+export interface RouterFleet {
   createRouter: RouterPortFactory;
+  close(): Promise<void>;
+}
+
+/**
+ * The routers of a config: one worker registry (fed from the config, with active
+ * health probing) and one engine client shared by every model; a ModelRouter per model.
+ */
+export function fleetRouters(config: GatewayConfig): RouterFleet {
+  const registry = new WorkerRegistry();
+  const engine = new EngineClient({ headersTimeoutMs: config.limits.requestTimeoutMs, bodyTimeoutMs: config.limits.requestTimeoutMs });
+  for (const m of config.models) {
+    for (const w of m.workers) {
+      registry.add(w);
+      engine.addWorker(w.url);
+    }
+  }
+  const prober = new HealthProber(registry);
+  prober.start();
+  return {
+    createRouter: (model, deps) => new ModelRouter({
+      model: model.name, mode: model.routerMode, blockSize: model.blockSize, routerConfig: model.router, registry, engine,
+      metrics: deps.metrics, onWorkerUnreachable: (id) => prober.reportFailure(id),
+    }),
+    async close(): Promise<void> {
+      prober.close();
+      await engine.close();
+    },
+  };
+}
+
+export interface ServeOptions {
+  /** Builds the routers of the resolved config (default: `fleetRouters`). */
+  routers?: (config: GatewayConfig) => RouterFleet;
   env?: Readonly<Record<string, string | undefined>>;
   logger?: Logger;
   /** Where the human-readable banner goes (default: process.stdout). */
@@ -81,7 +117,7 @@ function banner(config: GatewayConfig, gateway: Gateway, demo: boolean): string 
  * Starts `kvgate serve` with `argv`; resolves once it serves. Undefined for `--help`.
  * @throws KvgateError KVG_ERR_INVALID_CONFIG (every problem listed) and whatever startup fails on.
  */
-export async function serve(argv: readonly string[], opts: ServeOptions): Promise<ServeHandle | undefined> {
+export async function serve(argv: readonly string[], opts: ServeOptions = {}): Promise<ServeHandle | undefined> {
   const out = opts.out ?? process.stdout;
   const env = opts.env ?? process.env;
   const flags = parseServeFlags(argv);
@@ -107,9 +143,11 @@ export async function serve(argv: readonly string[], opts: ServeOptions): Promis
     }
   }
   let gateway: Gateway;
+  const fleet = (opts.routers ?? fleetRouters)(config);
   try {
-    gateway = await startGateway({ config, createRouter: opts.createRouter, logger: opts.logger });
+    gateway = await startGateway({ config, createRouter: fleet.createRouter, logger: opts.logger });
   } catch (err) {
+    await fleet.close().catch(() => undefined);
     await Promise.allSettled(mockers.map((m) => m.close()));
     throw err;
   }
@@ -121,6 +159,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions): Promis
     stop(): Promise<void> {
       stopping ??= (async () => {
         await gateway.close();
+        await fleet.close();
         await Promise.allSettled(mockers.map((m) => m.close()));
       })();
       return stopping;
@@ -129,7 +168,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions): Promis
 }
 
 /** Runs until SIGTERM/SIGINT (a second signal exits at once). Resolves to the exit code. */
-export async function runServe(argv: readonly string[], opts: ServeOptions): Promise<number> {
+export async function run(argv: string[], opts: ServeOptions = {}): Promise<number> {
   let handle: ServeHandle | undefined;
   try {
     handle = await serve(argv, opts);
