@@ -186,6 +186,14 @@ export interface KvSchedulerOptions {
   /** Uniform [0, 1) source for tie-breaks and softmax sampling. */
   readonly rng?: Rng;
   readonly workerType?: WorkerType;
+  /**
+   * With KV events on: true for a worker whose events cannot be trusted right
+   * now (never started, or stopped while it serves). Such a worker falls back
+   * to approximate mode alone: the router records its own decisions for it
+   * (with `routerTtlSecs`) and scores it on max(events overlap, recorded
+   * overlap) until its events are live again.
+   */
+  readonly eventFallback?: ((workerId: number) => boolean) | undefined;
 }
 
 interface WorkerEntry {
@@ -212,6 +220,9 @@ export class KvScheduler {
   readonly approximate: ApproximateIndex | null;
   /** Predict-on-route side index (null unless `routerPredictedTtlSecs` is set). */
   readonly predicted: ApproximateIndex | null;
+  /** Per-worker approximate fallback for workers whose KV events are not live (null without `eventFallback`). */
+  readonly fallback: ApproximateIndex | null;
+  readonly #eventFallback: ((workerId: number) => boolean) | undefined;
 
   readonly #clock: Clock;
   readonly #rng: Rng;
@@ -262,6 +273,9 @@ export class KvScheduler {
     this.approximate = this.config.useKvEvents ? null : new ApproximateIndex(this.index, { ttlMs: this.config.routerTtlSecs * 1000, clock: this.#clock });
     this.predicted = this.config.routerPredictedTtlSecs === null ? null
       : new ApproximateIndex(new PrefixIndex(), { ttlMs: this.config.routerPredictedTtlSecs * 1000, clock: this.#clock });
+    this.#eventFallback = this.config.useKvEvents ? opts.eventFallback : undefined;
+    this.fallback = this.#eventFallback === undefined ? null
+      : new ApproximateIndex(new PrefixIndex(), { ttlMs: this.config.routerTtlSecs * 1000, clock: this.#clock });
     this.#active = new ActiveSequences({ clock: this.#clock, expiryMs: this.config.activeRequestExpirySecs * 1000 });
     this.#startedAt = this.#clock.now();
   }
@@ -337,6 +351,7 @@ export class KvScheduler {
     this.#workers.delete(workerId);
     this.approximate?.removeWorker(workerId);
     this.predicted?.removeWorker(workerId);
+    this.fallback?.removeWorker(workerId);
     this.index.removeWorker(workerId);
     this.#rebuildAll();
     const error = new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${workerId} was removed while the request was queued`, { workerId });
@@ -466,7 +481,7 @@ export class KvScheduler {
    */
   tick(): { readonly expiredRequests: readonly string[]; readonly expiredEntries: number; readonly admitted: number } {
     const expiredRequests = this.#active.expire();
-    const expiredEntries = (this.approximate?.expire() ?? 0) + (this.predicted?.expire() ?? 0);
+    const expiredEntries = (this.approximate?.expire() ?? 0) + (this.predicted?.expire() ?? 0) + (this.fallback?.expire() ?? 0);
     const admitted = this.#drain();
     return { expiredRequests, expiredEntries, admitted };
   }
@@ -667,6 +682,16 @@ export class KvScheduler {
         if (s >= 0 && p.depths[i]! > dev[s]!) dev[s] = p.depths[i]!;
       }
     }
+    if (this.fallback !== null && this.fallback.size > 0) {
+      // Only while the worker's events are still not live: once they are, the events index is the truth.
+      const f = this.fallback.index.findMatches(seq, true);
+      for (let i = 0; i < f.count; i++) {
+        const w = this.fallback.index.slotWorker(f.slots[i]!);
+        if (w === undefined || !this.#eventFallback!(w.workerId)) continue;
+        const s = this.#slotOf(w.workerId, w.dpRank);
+        if (s !== undefined && f.depths[i]! > dev[s]!) dev[s] = f.depths[i]!;
+      }
+    }
     this.#active.depthsInto(seq, depth);
     const tiers = this.#tiers;
     const tiered = tiers.hostPinned !== undefined || tiers.disk !== undefined || tiers.shared !== undefined;
@@ -825,6 +850,7 @@ export class KvScheduler {
       const r = this.#slotRank[slot]!;
       this.approximate?.record(w, r, hashes.local, hashes.seq);
       this.predicted?.record(w, r, hashes.local, hashes.seq);
+      if (this.fallback !== null && this.#eventFallback!(w)) this.fallback.record(w, r, hashes.local, hashes.seq);
     }
     return prefillTokens;
   }
