@@ -37,6 +37,9 @@ export const ERROR_CODES = {
   KVG_ERR_ENGINE_BAD_RESPONSE: { status: 502, type: 'server_error', retryable: false },
   KVG_ERR_CLIENT_ABORTED: { status: 499, type: 'request_aborted', retryable: false },
   KVG_ERR_NO_DISAGGREGATED_PARAMS: { status: 502, type: 'server_error', retryable: false },
+  // Disaggregated serving (src/routing).
+  KVG_ERR_PREFILL_NOT_ACTIVATED: { status: 503, type: 'service_unavailable', retryable: true },
+  KVG_ERR_PREFILL_FAILED: { status: 502, type: 'server_error', retryable: false },
   // HTTP edge (src/frontend): request validation, limits and server state.
   KVG_ERR_INVALID_JSON: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_INVALID_REQUEST: { status: 400, type: 'invalid_request_error', retryable: false },

@@ -43,6 +43,8 @@ export class KvgateMetrics {
   readonly osl: Histogram<'model' | 'worker_type'>;
   readonly predictedKvHitRate: Histogram<'model' | 'worker_type'>;
   readonly kvTransferEstimated: Histogram<'model'>;
+  readonly disaggRequests: Counter<'model' | 'prefill_worker_id' | 'handoff' | 'outcome'>;
+  readonly disaggFallbacks: Counter<'model'>;
   readonly nonMaxOverlapSelections: Counter<'model' | 'worker_type'>;
   readonly retries: Counter<'model' | 'reason'>;
 
@@ -91,6 +93,8 @@ export class KvgateMetrics {
     this.osl = new Histogram({ name: 'kvgate_router_output_sequence_tokens', help: 'Output tokens per request (only requests with output).', labelNames: mw, buckets: logBuckets(50, 32_000, 10), registers });
     this.predictedKvHitRate = new Histogram({ name: 'kvgate_router_kv_hit_rate', help: 'Predicted overlap blocks / prompt blocks of the chosen worker.', labelNames: mw, buckets: Array.from({ length: 21 }, (_, i) => i / 20), registers });
     this.kvTransferEstimated = new Histogram({ name: 'kvgate_router_kv_transfer_estimated_latency_seconds', help: 'Decode first token minus prefill completion (disaggregated).', labelNames: ['model'], buckets: logBuckets(0.001, 10, 15), registers });
+    this.disaggRequests = new Counter({ name: 'kvgate_router_disagg_requests_total', help: 'Disaggregated requests by prefill worker (attributed: tracker, direct target, payload), handoff (bootstrap|sync) and outcome (decoded|prefill_failed|decode_failed).', labelNames: ['model', 'prefill_worker_id', 'handoff', 'outcome'], registers });
+    this.disaggFallbacks = new Counter({ name: 'kvgate_router_disagg_fallbacks_total', help: 'Requests served aggregated because every prefill worker of a disaggregated model was gone.', labelNames: ['model'], registers });
     this.nonMaxOverlapSelections = new Counter({ name: 'kvgate_router_non_max_overlap_selections_total', help: 'Selections of a worker other than the one with the most cached blocks.', labelNames: mw, registers });
     this.retries = new Counter({ name: 'kvgate_router_retries_total', help: 'Dispatches retried on another worker before any byte was sent.', labelNames: ['model', 'reason'], registers });
     this.predictionErrorTokens = new Histogram({ name: 'kvgate_router_prediction_error_tokens', help: 'Engine-reported cached tokens minus the router-predicted overlap tokens.', labelNames: mw, buckets: [-8192, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 8192], registers });

@@ -4,7 +4,11 @@
  * model's KV-event subscriptions feeding the KvRouter's prefix index, the
  * periodic tick (expiry, queue drain, liveness), and follows the worker
  * registry as workers come and go. Disaggregated serving plugs in through the
- * PrefillRouter (see prefill-router.ts) when prefill workers exist.
+ * PrefillRouter (see prefill-router.ts): prefill workers form their own pool,
+ * with their own KvRouter and KV-event subscriptions, built when the first
+ * one appears; while it is active, requests run prefill there and decode on
+ * the decode pool, otherwise they are served aggregated on the decode pool
+ * (or refused under `enforceDisagg`).
  *
  * State ownership: the registry says who exists; the KvRouter's bookkeeping is
  * the authoritative load; the prefix index is advisory and fed by events.
@@ -20,6 +24,7 @@ import type {
 } from '../frontend/router-port.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { KvRouter, type RoutingHints } from './kv-router.js';
+import { PrefillRouter } from './prefill-router.js';
 import { PushRouter, type LegRequest, type RouterMode } from './push-router.js';
 
 export interface ModelRouterOptions {
@@ -42,6 +47,16 @@ export interface ModelRouterOptions {
   readonly log?: EventLog | undefined;
   /** Told when a dispatch found a worker unreachable (health probing). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
+  /** Refuse requests (and hide the model) instead of serving them aggregated while no prefill worker is available. */
+  readonly enforceDisagg?: boolean | undefined;
+  /** Sliding TTL of a sticky prefill worker for a session without its own timeout (default 300 000 ms). */
+  readonly prefillSessionTtlMs?: number | undefined;
+}
+
+/** One pool of workers: its push router and, in KV mode with events, the subscriptions feeding its index. */
+interface Pool {
+  readonly push: PushRouter;
+  readonly events: KvEventManager | undefined;
 }
 
 /** Frontend hints -> the KvRouter's routing hints (same meaning, router-side names). */
@@ -69,6 +84,11 @@ export class ModelRouter implements ModelRouterPort {
   readonly decode: PushRouter;
   /** KV-event ingestion for the decode pool (KV mode with events). */
   readonly events: KvEventManager | undefined;
+  /** Disaggregated serving: the prefill pool and its lifecycle. */
+  readonly prefill: PrefillRouter;
+  readonly #opts: ModelRouterOptions;
+  readonly #rng: Rng;
+  #prefillPool: Pool | undefined;
   readonly #registry: WorkerRegistry;
   readonly #metrics: KvgateMetrics | undefined;
   readonly #clock: Clock;
@@ -85,29 +105,15 @@ export class ModelRouter implements ModelRouterPort {
     this.#registry = opts.registry;
     this.#metrics = opts.metrics;
     this.#clock = opts.clock ?? systemClock;
-    const rng = opts.rng ?? seededRng(Date.now() >>> 0);
-    let kvRouter: KvRouter | undefined;
-    if (opts.mode === 'kv') {
-      kvRouter = new KvRouter({
-        blockSize: opts.blockSize, clock: this.#clock, rng, workerType: 'decode',
-        ...(opts.routerConfig !== undefined ? { config: opts.routerConfig } : {}),
-      });
-      if (kvRouter.config.useKvEvents) {
-        const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
-        this.events = new KvEventManager({
-          applier, clock: this.#clock,
-          ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
-          ...(opts.log !== undefined ? { log: opts.log } : {}),
-          ...(opts.metrics !== undefined ? { hooks: eventMetricsHooks(opts.metrics) } : {}),
-        });
-      }
-    }
-    const events = this.events;
-    this.decode = new PushRouter({
-      model: opts.model, workerType: 'decode', mode: opts.mode, blockSize: opts.blockSize, kvRouter,
-      engine: opts.engine, metrics: opts.metrics, clock: this.#clock, rng,
-      maxRetries: opts.maxRetries, onWorkerUnreachable: opts.onWorkerUnreachable,
-      onDispatch: events === undefined ? undefined : (w, r) => events.noteDispatch(w, r),
+    this.#opts = opts;
+    this.#rng = opts.rng ?? seededRng(Date.now() >>> 0);
+    const decode = this.#buildPool('decode');
+    this.decode = decode.push;
+    this.events = decode.events;
+    this.prefill = new PrefillRouter({
+      model: opts.model, mode: opts.mode, enforceDisagg: opts.enforceDisagg, decode: this.decode,
+      createPool: () => (this.#prefillPool = this.#buildPool('prefill')).push,
+      clock: this.#clock, rng: this.#rng, metrics: opts.metrics, sessionTtlMs: opts.prefillSessionTtlMs, log: opts.log,
     });
     this.#onAdded = (w) => {
       if (w.model === this.model) this.#workerAdded(w);
@@ -125,19 +131,59 @@ export class ModelRouter implements ModelRouterPort {
     }
   }
 
-  #poolFor(w: WorkerInfo): PushRouter | undefined {
-    return w.role === 'prefill' ? undefined : this.decode;
+  /**
+   * Builds one pool: the decode pool at construction, the prefill pool when the
+   * first prefill worker appears. The prefill KvRouter does not track active
+   * blocks (spec 5.1: it scores on overlap and prompt load only).
+   */
+  #buildPool(workerType: 'decode' | 'prefill'): Pool {
+    const opts = this.#opts;
+    let kvRouter: KvRouter | undefined;
+    let events: KvEventManager | undefined;
+    if (opts.mode === 'kv') {
+      const config: KvRouterOptions = workerType === 'prefill'
+        ? { ...opts.routerConfig, routerTrackActiveBlocks: false, routerTrackOutputBlocks: false }
+        : { ...opts.routerConfig };
+      kvRouter = new KvRouter({ blockSize: opts.blockSize, clock: this.#clock, rng: this.#rng, workerType, config });
+      if (kvRouter.config.useKvEvents) {
+        const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
+        events = new KvEventManager({
+          applier, clock: this.#clock,
+          ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
+          ...(opts.log !== undefined ? { log: opts.log } : {}),
+          ...(opts.metrics !== undefined ? { hooks: eventMetricsHooks(opts.metrics) } : {}),
+        });
+      }
+    }
+    const ev = events;
+    const push = new PushRouter({
+      model: opts.model, workerType, mode: opts.mode, blockSize: opts.blockSize, kvRouter,
+      engine: opts.engine, metrics: opts.metrics, clock: this.#clock, rng: this.#rng,
+      maxRetries: opts.maxRetries, onWorkerUnreachable: opts.onWorkerUnreachable,
+      onDispatch: ev === undefined ? undefined : (w, r) => ev.noteDispatch(w, r),
+    });
+    return { push, events };
+  }
+
+  /** The prefill pool's KV-event ingestion (after activation, KV mode with events). */
+  get prefillEvents(): KvEventManager | undefined {
+    return this.#prefillPool?.events;
   }
 
   #workerAdded(w: WorkerInfo): void {
-    const pool = this.#poolFor(w);
-    if (pool === undefined) return;
-    pool.addWorker(w);
-    if (this.events !== undefined && w.kvEvents !== undefined) {
+    let events: KvEventManager | undefined;
+    if (w.role === 'prefill') {
+      if (!this.prefill.addWorker(w)) return;
+      events = this.#prefillPool?.events;
+    } else {
+      this.decode.addWorker(w);
+      events = this.events;
+    }
+    if (events !== undefined && w.kvEvents !== undefined) {
       const src = w.kvEvents;
       for (let i = 0; i < w.dpSize; i++) {
         const rank = w.dpStart + i;
-        void this.events.add({
+        void events.add({
           workerId: w.id, dpRank: rank,
           endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
           replayEndpoint: src.replayEndpoint === undefined ? undefined : dpRankEndpoint(src.replayEndpoint, i * (src.dpPortStride ?? 1)),
@@ -148,9 +194,12 @@ export class ModelRouter implements ModelRouterPort {
   }
 
   #workerRemoved(w: WorkerInfo): void {
-    const pool = this.#poolFor(w);
-    if (pool === undefined) return;
-    pool.removeWorker(w.id);
+    if (w.role === 'prefill') {
+      this.prefill.removeWorker(w.id);
+      void this.#prefillPool?.events?.remove(w.id);
+      return;
+    }
+    this.decode.removeWorker(w.id);
     void this.events?.remove(w.id);
   }
 
@@ -158,17 +207,21 @@ export class ModelRouter implements ModelRouterPort {
   tick(): void {
     if (this.#closed) return;
     this.decode.kvRouter?.tick();
+    this.prefill.tick();
     const m = this.#metrics;
-    if (m !== undefined && this.events !== undefined) {
-      for (const w of this.decode.workers()) {
-        m.workerKvEventsLive.labels({ model: this.model, worker_id: String(w.id), worker_type: 'decode' })
-          .set(this.events.eventStatus(w.id) === 'live' ? 1 : 0);
+    if (m === undefined) return;
+    for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {
+      if (pool?.events === undefined) continue;
+      for (const w of pool.push.workers()) {
+        m.workerKvEventsLive.labels({ model: this.model, worker_id: String(w.id), worker_type: pool.push.workerType })
+          .set(pool.events.eventStatus(w.id) === 'live' ? 1 : 0);
       }
     }
   }
 
+  /** Decode workers are available and, under `enforceDisagg`, so is a prefill worker (spec 5.1 `can_serve_requests`). */
   canServe(): boolean {
-    return !this.#closed && this.decode.size > 0;
+    return !this.#closed && this.decode.size > 0 && this.prefill.canServeRequests();
   }
 
   #leg(req: PreparedRequest, phase: 'aggregated' | 'decode' | 'prefill', workerType: WorkerType): LegRequest {
@@ -190,6 +243,10 @@ export class ModelRouter implements ModelRouterPort {
 
   async route(req: PreparedRequest): Promise<RoutedResponse> {
     if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
+    if (this.#disaggregated(true)) {
+      const out = await this.prefill.route(this.#leg(req, 'aggregated', 'decode'), req.hints.session);
+      return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
+    }
     const res = await this.decode.dispatch(this.#leg(req, 'aggregated', 'decode'));
     const worker = { workerId: res.selection.worker.id, dpRank: res.selection.dpRank };
     const body = res.body.kind === 'sse' ? { kind: 'sse' as const, events: res.body.events } : { kind: 'json' as const, bytes: res.body.bytes };
@@ -197,6 +254,13 @@ export class ModelRouter implements ModelRouterPort {
   }
 
   async query(req: PreparedRequest): Promise<QueryResult> {
+    if (this.#disaggregated(false)) {
+      const q = await this.prefill.query(this.#leg(req, 'aggregated', 'decode'), req.hints.session);
+      return {
+        worker: { workerId: q.decode.worker.id, dpRank: q.decode.dpRank }, overlapBlocks: q.decode.overlapBlocks,
+        prefillWorker: { workerId: q.prefill.worker.id, dpRank: q.prefill.dpRank }, prefillOverlapBlocks: q.prefill.overlapBlocks,
+      };
+    }
     const sel = await this.decode.select(this.#leg(req, 'aggregated', 'decode'), 'query');
     return { worker: { workerId: sel.worker.id, dpRank: sel.dpRank }, overlapBlocks: sel.overlapBlocks };
   }
@@ -207,7 +271,22 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#registry.off('added', this.#onAdded);
     this.#registry.off('removed', this.#onRemoved);
-    await this.events?.close();
+    await Promise.all([this.events?.close(), this.#prefillPool?.events?.close()]);
+  }
+
+  /**
+   * True when the request runs disaggregated. With no prefill worker it is
+   * served aggregated on the decode pool, unless `enforceDisagg` refuses it.
+   */
+  #disaggregated(countFallback: boolean): boolean {
+    const state = this.prefill.state;
+    if (state === 'active') return true;
+    if (this.prefill.enforceDisagg) {
+      throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED',
+        `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`, { model: this.model });
+    }
+    if (state === 'inactive' && countFallback) this.#metrics?.disaggFallbacks.labels({ model: this.model }).inc();
+    return false;
   }
 }
 

@@ -331,7 +331,11 @@ export class PushRouter {
   async dispatch(req: LegRequest, preselected?: Selection): Promise<LegResponse> {
     const exclude = new Set<number>();
     for (let attempt = 0; ; attempt++) {
-      if (req.signal.aborted) throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before dispatch');
+      if (req.signal.aborted) {
+        // A preselected selection arrives booked: give the booking back.
+        if (attempt === 0 && preselected !== undefined) this.#release(req, preselected);
+        throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before dispatch');
+      }
       const sel = attempt === 0 && preselected !== undefined ? preselected : await this.select(req, 'book', exclude);
       const guard = new LegGuard(this, req, sel);
       this.#inflight++;

@@ -1,0 +1,96 @@
+/**
+ * Pure pieces of the prefill -> decode handoff (spec 5.2, 5.3): which
+ * protocol a prefill worker speaks, the SGLang bootstrap triple, the decode
+ * router's override, the prefill worker's attribution, and the usage details
+ * a synchronous prefill hands to the client's answer.
+ */
+import { computeBootstrapRoom, parseRouterConfigOverride, randomRoomSeed, type RequestTracker, type RouterConfigOverride, type Rng } from '../core/index.js';
+import type { WorkerInfo } from '../discovery/index.js';
+import type { BootstrapInfo } from '../engines/index.js';
+
+/** How the KV moves: SGLang's bootstrap rendezvous (both legs at once) or the synchronous vLLM ticket. */
+export type HandoffPath = 'bootstrap' | 'sync';
+
+/**
+ * The bootstrap path needs an SGLang worker that advertises its bootstrap
+ * endpoint; every other worker (vLLM, or one without an endpoint) takes the
+ * synchronous path.
+ */
+export function handoffPath(w: WorkerInfo): HandoffPath {
+  return w.dialect === 'sglang' && w.bootstrap !== undefined ? 'bootstrap' : 'sync';
+}
+
+/** Why a prefill worker's bootstrap endpoint is unusable, or undefined when it is fine (or absent). */
+export function bootstrapProblem(w: WorkerInfo): string | undefined {
+  const b = w.bootstrap;
+  if (b === undefined) return w.dialect === 'sglang' ? 'an SGLang prefill worker needs a bootstrap endpoint' : undefined;
+  if (typeof b.host !== 'string' || b.host.length === 0) return 'bootstrap host is empty';
+  if (!Number.isInteger(b.port) || b.port < 1 || b.port > 65535) return `bootstrap port ${String(b.port)} is not in 1..65535`;
+  return undefined;
+}
+
+/**
+ * The triple for a prefill on (worker, dpRank): the worker's advertised
+ * endpoint and a fresh room that encodes the rank, `room % dpSize ==
+ * dpRank - dpStart` (SGLang's decode side reads the prefill rank that way,
+ * counting ranks from the worker's first one).
+ */
+export function bootstrapFor(w: WorkerInfo, dpRank: number, rng: Rng): BootstrapInfo {
+  const b = w.bootstrap!;
+  const room = computeBootstrapRoom(dpRank - w.dpStart, w.dpSize, randomRoomSeed(rng));
+  return { host: b.host, port: b.port, room };
+}
+
+/**
+ * The decode router's override (spec 5.2): the prefill worker computed the
+ * prompt, so decode workers get no overlap credit, no KV-reuse assumption and
+ * no prefill-token load; the request's other override fields are kept.
+ */
+export function decodeRouterOverride(existing: Readonly<Record<string, unknown>> | RouterConfigOverride | undefined): RouterConfigOverride {
+  const base = existing === undefined ? {} : parseRouterConfigOverride(existing);
+  return Object.freeze({ ...base, overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false });
+}
+
+export interface WorkerRefLike {
+  readonly workerId: number;
+  readonly dpRank: number | undefined;
+}
+
+/**
+ * Who ran the prefill, in the spec's order: (1) the tracker's prefill slot
+ * (the prefill router records it while routing); (2) the explicit target the
+ * request was sent to; (3) `routing_data.worker_id.prefill_worker_id` in the
+ * prefill's answer (a standalone router upstream). Undefined when none knows.
+ */
+export function prefillWorkerInfo(
+  tracker: RequestTracker | undefined,
+  directTarget: WorkerRefLike | undefined,
+  payload: unknown,
+): WorkerRefLike | undefined {
+  const t = tracker?.workers();
+  if (t?.prefillWorkerId !== undefined) return { workerId: t.prefillWorkerId, dpRank: t.prefillDpRank };
+  if (directTarget !== undefined) return directTarget;
+  const ids = obj(obj(obj(payload)?.['routing_data'])?.['worker_id']);
+  const id = ids?.['prefill_worker_id'];
+  if (typeof id === 'number' && Number.isSafeInteger(id) && id >= 0) {
+    const rank = ids!['prefill_dp_rank'];
+    return { workerId: id, dpRank: typeof rank === 'number' && Number.isSafeInteger(rank) ? rank : undefined };
+  }
+  return undefined;
+}
+
+function obj(value: unknown): Record<string, unknown> | undefined {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+}
+
+/**
+ * The response object with `usage.prompt_tokens_details` replaced by the
+ * prefill engine's (it computed the prompt, so its prefix-cache hits are the
+ * ones the client paid less for). Undefined when there is no usage to patch.
+ */
+export function withPromptTokensDetails(json: unknown, details: Readonly<Record<string, unknown>>): Record<string, unknown> | undefined {
+  const root = obj(json);
+  const usage = obj(root?.['usage']);
+  if (root === undefined || usage === undefined) return undefined;
+  return { ...root, usage: { ...usage, prompt_tokens_details: { ...details } } };
+}

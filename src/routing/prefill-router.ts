@@ -1,0 +1,214 @@
+/**
+ * PrefillRouter: disaggregated serving for one model (spec section 5). It
+ * owns the prefill pool and runs each request's prefill there before its
+ * decode goes to the decode pool (see disagg-request.ts for one request's
+ * flow and its failure rules).
+ *
+ * Lifecycle (spec 5.1), driven by the registry through `addWorker` /
+ * `removeWorker`:
+ *
+ *   pending ──first prefill worker──> active ──last one gone──> inactive
+ *                                       ^                          │
+ *                                       └──── one comes back ──────┘
+ *
+ * Activation builds the prefill pool once (the host's factory: in KV mode a
+ * KvRouter of worker type "prefill" without active-block tracking, so it
+ * scores on overlap and prompt load only; a simple router otherwise); an
+ * inactive router keeps it. Only an active router takes requests; otherwise
+ * the host serves them aggregated on the decode pool, or refuses them under
+ * `enforceDisagg`. `canServeRequests()` gates whether the model is listed.
+ *
+ * Choosing the prefill worker (spec 5.2 `resolve_prefill_worker`): the
+ * session's sticky worker first (dropped if it left or the scheduler refuses
+ * it), then a pinned `prefill_worker_id` (with `prefill_dp_rank`, else
+ * `dp_rank`), then the router's best. In KV mode the choice goes through the
+ * scheduler with its queue and backpressure, so the prefill slot is booked
+ * where it is chosen.
+ */
+import type { Clock, Rng } from '../core/clock.js';
+import type { WorkerInfo } from '../discovery/index.js';
+import { KvgateError, isKvgateError } from '../errors/index.js';
+import type { EventLog } from '../events/index.js';
+import type { KvgateMetrics } from '../metrics/index.js';
+import { bootstrapProblem, decodeRouterOverride } from './disagg-handoff.js';
+import { DisaggRequest, type DisaggOutcome, type SessionHint } from './disagg-request.js';
+import { PrefillSessions } from './disagg-sessions.js';
+import type { LegRequest, PushRouter, RouterMode, Selection } from './push-router.js';
+
+export type PrefillState = 'pending' | 'active' | 'inactive';
+
+export interface PrefillRouterOptions {
+  readonly model: string;
+  readonly mode: RouterMode;
+  /** Refuse requests (and hide the model) rather than serve them aggregated when no prefill worker is available. */
+  readonly enforceDisagg?: boolean | undefined;
+  /** The decode pool (its KvRouter is the decode router). */
+  readonly decode: PushRouter;
+  /** Builds the prefill pool at first activation (called once). */
+  readonly createPool: () => PushRouter;
+  readonly clock: Clock;
+  readonly rng: Rng;
+  readonly metrics?: KvgateMetrics | undefined;
+  /** Sliding TTL of a sticky session without its own `timeout` (default 300 s). */
+  readonly sessionTtlMs?: number | undefined;
+  readonly log?: EventLog | undefined;
+}
+
+/** What a query-only request would do: both workers, nothing booked. */
+export interface DisaggQuery {
+  readonly prefill: Selection;
+  readonly decode: Selection;
+}
+
+export class PrefillRouter {
+  readonly model: string;
+  readonly mode: RouterMode;
+  readonly enforceDisagg: boolean;
+  readonly sessions: PrefillSessions;
+  readonly #decode: PushRouter;
+  readonly #createPool: () => PushRouter;
+  readonly #clock: Clock;
+  readonly #rng: Rng;
+  readonly #metrics: KvgateMetrics | undefined;
+  readonly #log: EventLog | undefined;
+  #pool: PushRouter | undefined;
+  #state: PrefillState = 'pending';
+  #activations = 0;
+
+  constructor(opts: PrefillRouterOptions) {
+    this.model = opts.model;
+    this.mode = opts.mode;
+    this.enforceDisagg = opts.enforceDisagg === true;
+    this.#decode = opts.decode;
+    this.#createPool = opts.createPool;
+    this.#clock = opts.clock;
+    this.#rng = opts.rng;
+    this.#metrics = opts.metrics;
+    this.#log = opts.log;
+    this.sessions = new PrefillSessions(opts.clock, opts.sessionTtlMs);
+  }
+
+  get state(): PrefillState {
+    return this.#state;
+  }
+
+  /** The prefill pool (undefined until the first activation). */
+  get pool(): PushRouter | undefined {
+    return this.#pool;
+  }
+
+  /** Times the router went from pending or inactive to active. */
+  get activations(): number {
+    return this.#activations;
+  }
+
+  /**
+   * Spec 5.1: deactivated -> `!enforceDisagg`; otherwise `!enforceDisagg || activated`.
+   * Either way a strict-disagg model is listed only while a prefill worker is available.
+   */
+  canServeRequests(): boolean {
+    if (this.#state === 'inactive') return !this.enforceDisagg;
+    return !this.enforceDisagg || this.#state === 'active';
+  }
+
+  /**
+   * A prefill worker became available: activates (building the pool the first time) or reactivates.
+   * A worker whose bootstrap endpoint is unusable is refused (false) and logged.
+   */
+  addWorker(w: WorkerInfo): boolean {
+    const problem = bootstrapProblem(w);
+    if (problem !== undefined) {
+      this.#log?.warn({ model: this.model, workerId: w.id }, `prefill worker not used: ${problem}`);
+      return false;
+    }
+    this.#pool ??= this.#createPool();
+    this.#pool.addWorker(w);
+    if (this.#state !== 'active') {
+      this.#state = 'active';
+      this.#activations++;
+    }
+    return true;
+  }
+
+  /** A prefill worker became unavailable: its sessions are unbound; the last one deactivates the router. */
+  removeWorker(id: number): void {
+    const pool = this.#pool;
+    if (pool === undefined || pool.worker(id) === undefined) return;
+    pool.removeWorker(id);
+    this.sessions.unbindWorker(id);
+    if (pool.size === 0) this.#state = 'inactive';
+  }
+
+  /** Session expiry and the prefill scheduler's periodic work. */
+  tick(): void {
+    this.sessions.sweep();
+    this.#pool?.kvRouter?.tick();
+  }
+
+  /**
+   * Runs a request disaggregated. `leg` is the request as the host would
+   * route it aggregated (its phase is ignored). Resolves when the decode
+   * answer has started.
+   * @throws KvgateError KVG_ERR_PREFILL_NOT_ACTIVATED (no prefill worker), KVG_ERR_MISSING_WORKER_ID (direct mode
+   *   without a prefill worker id), KVG_ERR_BACKPRESSURE / KVG_ERR_OVERLOADED (503), KVG_ERR_PREFILL_FAILED,
+   *   KVG_ERR_NO_DISAGGREGATED_PARAMS, KVG_ERR_CLIENT_ABORTED, and the decode leg's errors.
+   */
+  route(leg: LegRequest, session?: SessionHint): Promise<DisaggOutcome> {
+    try {
+      this.#check(leg);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return new DisaggRequest({
+      model: this.model, pool: this.#pool!, decode: this.#decode, resolve: (l, s, m) => this.#resolve(l, s, m),
+      sessions: this.sessions, clock: this.#clock, rng: this.#rng, metrics: this.#metrics, log: this.#log,
+    }, leg, session).run();
+  }
+
+  /** Query-only: the prefill and decode workers this request would get; books nothing. */
+  async query(leg: LegRequest, session?: SessionHint): Promise<DisaggQuery> {
+    this.#check(leg);
+    const prefill = await this.#resolve({ ...leg, phase: 'prefill' }, session, 'query');
+    const decode = await this.#decode.select({
+      ...leg,
+      phase: 'decode',
+      hints: { ...leg.hints, prefillWorkerId: prefill.worker.id, prefillDpRank: prefill.dpRank },
+      routerConfigOverride: decodeRouterOverride(leg.routerConfigOverride) as Readonly<Record<string, unknown>>,
+    }, 'query');
+    return { prefill, decode };
+  }
+
+  #check(leg: LegRequest): void {
+    if (this.#state !== 'active' || this.#pool === undefined) {
+      throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED', `no prefill worker is available for model ${this.model}`, { model: this.model });
+    }
+    if (this.mode === 'direct' && leg.hints.prefillWorkerId === undefined) {
+      throw new KvgateError('KVG_ERR_MISSING_WORKER_ID',
+        'router mode is direct and the model is disaggregated: the request must name its prefill worker (x-prefill-instance-id header or nvext.prefill_worker_id)');
+    }
+  }
+
+  /** Sticky session worker, else the pinned prefill worker, else the router's best (booked unless `query`). */
+  async #resolve(leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query'): Promise<Selection> {
+    const pool = this.#pool!;
+    const hints = leg.hints;
+    if (hints.prefillWorkerId === undefined && session !== undefined) {
+      const b = this.sessions.lookup(session.id);
+      if (b !== undefined && pool.worker(b.workerId) === undefined) {
+        this.sessions.unbind(session.id);
+      } else if (b !== undefined) {
+        try {
+          const sel = await pool.select({ ...leg, hints: { ...hints, prefillWorkerId: b.workerId, prefillDpRank: b.dpRank } }, mode);
+          if (mode === 'book') this.sessions.touch(session.id);
+          return sel;
+        } catch (err) {
+          if (isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || isKvgateError(err, 'KVG_ERR_BACKPRESSURE')) throw err;
+          // The scheduler refuses the sticky worker (overloaded, rank gone): fall back to the best match.
+          this.sessions.unbind(session.id);
+          this.#log?.warn({ model: this.model, session: session.id, workerId: b.workerId, err: String(err) }, 'sticky prefill worker refused; choosing another');
+        }
+      }
+    }
+    return pool.select(leg, mode);
+  }
+}
