@@ -10,9 +10,13 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'wasm/prefix-index': () => import('./wasm/prefix-index.bench.js'),
   'events/ingest': () => import('./events/ingest.bench.js'),
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
+  'routing/added-latency': () => import('./routing/added-latency.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),
   'frontend/preprocess': () => import('./frontend/preprocess.bench.js'),
+  'gateway/throughput': () => import('./gateway/throughput.bench.js'),
   'mocker/engine': () => import('./mocker/engine.bench.js'),
+  'replay/offline': () => import('./replay/offline.bench.js'),
+  'replay/quality': () => import('./replay/quality.bench.js'),
 };
 
 async function main(): Promise<void> {

@@ -114,7 +114,8 @@ export function renderMarkdown(report: ReplayReport): string {
   lines.push('| policy | TTFT mean | p50 | p90 | p99 | ITL mean | p99 | E2E mean | p99 | out tok/s | req/s | hit rate | of bound | load max/mean | engines busy | pred. error (tok) | failed |');
   lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
   for (const [name, s] of Object.entries(report.policies)) {
-    const pe = s.prediction_error === null ? 'n/a' : `${s.prediction_error.mean_abs_tokens.toFixed(1)} (${pct(s.prediction_error.exact_fraction)} exact)`;
+    const e = s.prediction_error;
+    const pe = e === null ? 'n/a' : e.mean_abs_tokens === null ? `${pct(e.exact_fraction)} exact` : `${e.mean_abs_tokens.toFixed(1)} (${pct(e.exact_fraction)} exact)`;
     lines.push(`| ${name} | ${p(s.ttft_ms, 'mean')} | ${p(s.ttft_ms, 'p50')} | ${p(s.ttft_ms, 'p90')} | ${p(s.ttft_ms, 'p99')} | ` +
       `${p(s.itl_ms, 'mean')} | ${p(s.itl_ms, 'p99')} | ${p(s.e2e_ms, 'mean')} | ${p(s.e2e_ms, 'p99')} | ` +
       `${s.throughput_tok_s.toFixed(0)} | ${s.requests_per_s.toFixed(2)} | ${pct(s.hit_rate)} | ${pct(s.hit_rate_vs_bound)} | ` +

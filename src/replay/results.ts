@@ -93,8 +93,16 @@ export interface PolicyRun {
   readonly extrapolatedSteps: number | null;
   /** P/D: prefill leases that expired before the decode engine pulled the KV; null when aggregated. */
   readonly leaseExpired: number | null;
-  /** Fraction of the run the engines spent computing steps (mean over engines); null when unknown (online). */
+  /** Fraction of the run the engines spent computing steps (mean over engines); null when unknown. */
   readonly engineBusyFraction: number | null;
+  /** Online: the router's prediction error as the gateway's metrics counted it (the client cannot see predictions). */
+  readonly predictionFromGateway?: PredictionFromGateway | null;
+}
+
+export interface PredictionFromGateway {
+  readonly requests: number;
+  readonly exact_fraction: number;
+  readonly mean_signed_tokens: number | null;
 }
 
 export interface Percentiles {
@@ -134,10 +142,11 @@ export interface PolicySummary {
   load_imbalance_over_time: number;
   /** Each engine's time-averaged in-flight requests, by worker id. */
   engine_mean_load: Record<string, number>;
+  /** Predicted minus engine-reported cached tokens; online, from the gateway's metrics (no per-request absolute error). */
   prediction_error: {
     requests: number;
-    mean_abs_tokens: number;
-    mean_signed_tokens: number;
+    mean_abs_tokens: number | null;
+    mean_signed_tokens: number | null;
     exact_fraction: number;
   } | null;
   preemptions: number | null;
@@ -197,6 +206,8 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
       mean_signed_tokens: round(signed / predicted.length),
       exact_fraction: round(exact / predicted.length),
     };
+  } else if (run.predictionFromGateway !== undefined && run.predictionFromGateway !== null) {
+    prediction = { ...run.predictionFromGateway, mean_abs_tokens: null };
   }
   const engineMeanLoad: Record<string, number> = {};
   for (const pool of run.pools) pool.workerIds.forEach((w, i) => { engineMeanLoad[String(w)] = round(pool.load.perEngineMean[i]!); });
