@@ -12,9 +12,21 @@ import { startMocker, type MockerHandle, type MockerInput } from '../../../src/m
 import { ModelRouter, type ModelRouterOptions } from '../../../src/routing/model-router.js';
 import { seededRng } from '../../../src/core/clock.js';
 import type { PushRouter } from '../../../src/routing/push-router.js';
-import { BLOCK, MODEL } from '../../helpers/fleet.js';
+import { BLOCK, MODEL, drain as drainRouted } from '../../helpers/fleet.js';
+import type { RoutedResponse } from '../../../src/frontend/router-port.js';
 
-export { BLOCK, MODEL, drain, prepare, randomTokens, until } from '../../helpers/fleet.js';
+export { BLOCK, MODEL, prepare, randomTokens, until } from '../../helpers/fleet.js';
+
+export interface Usage {
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  prompt_tokens_details?: { cached_tokens?: number };
+}
+
+/** Reads a routed response to its end: the SSE payloads (or the JSON body) and the usage. */
+export async function drain(res: RoutedResponse): Promise<{ payloads: string[]; usage: Usage | undefined }> {
+  return drainRouted(res);
+}
 
 export interface SentLeg {
   workerId: number;
