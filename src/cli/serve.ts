@@ -46,7 +46,7 @@ export function fleetRouters(config: GatewayConfig): RouterFleet {
   return {
     createRouter: (model, deps) => new ModelRouter({
       model: model.name, mode: model.routerMode, blockSize: model.blockSize, routerConfig: model.router, registry, engine,
-      metrics: deps.metrics, onWorkerUnreachable: (id) => prober.reportFailure(id),
+      metrics: deps.metrics, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
     }),
     async close(): Promise<void> {
       prober.close();
