@@ -26,38 +26,43 @@ export function asKvgateError(err: unknown, requestId: string): KvgateError {
 }
 
 /**
- * Reads the whole body, up to `limit` bytes.
+ * Reads the whole body, up to `limit` bytes; rejects with `signal.reason` if the signal fires first.
  * @throws KvgateError KVG_ERR_BODY_TOO_LARGE as soon as the declared or received size exceeds the limit. The rest
  *   of the body is then discarded as it arrives (not buffered), so the client can finish sending and read the 413.
  */
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+export function readBody(req: IncomingMessage, limit: number, signal?: AbortSignal): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const tooLarge = (size: string): KvgateError =>
       new KvgateError('KVG_ERR_BODY_TOO_LARGE', `the request body (${size}) is larger than the limit of ${limit} bytes`, { limit });
-    const declared = req.headers['content-length'];
-    if (declared !== undefined && Number(declared) > limit) {
-      req.resume();
-      reject(tooLarge(`${declared} bytes`));
-      return;
-    }
     const chunks: Buffer[] = [];
     let size = 0;
+    // Stop collecting and discard the rest as it arrives (not buffered), so the client can finish sending and read the answer.
+    const stop = (err: Error): void => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      signal?.removeEventListener('abort', onAbort);
+      chunks.length = 0;
+      req.resume();
+      reject(err);
+    };
     const onData = (chunk: Buffer): void => {
       size += chunk.length;
-      if (size > limit) {
-        req.off('data', onData);
-        req.off('end', onEnd);
-        chunks.length = 0;
-        req.resume();
-        reject(tooLarge(`over ${limit} bytes`));
-        return;
-      }
-      chunks.push(chunk);
+      if (size > limit) stop(tooLarge(`over ${limit} bytes`));
+      else chunks.push(chunk);
     };
-    const onEnd = (): void => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    const onEnd = (): void => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    // A client that sends its body too slowly is cut by the request timeout like any other.
+    const onAbort = (): void => stop(signal!.reason as Error);
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > limit) return stop(tooLarge(`${declared} bytes`));
+    if (signal?.aborted === true) return stop(signal.reason as Error);
+    signal?.addEventListener('abort', onAbort, { once: true });
     req.on('data', onData);
     req.on('end', onEnd);
-    req.on('error', reject);
+    req.on('error', (err) => stop(err));
   });
 }
 

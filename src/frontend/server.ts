@@ -157,6 +157,7 @@ export class GatewayServer {
     if (withApi) {
       add('/ready', { methods: { GET: (c) => this.#ready(c) }, auth: false, limited: false });
       add('/v1/models', { methods: { GET: (c) => this.#listModels(c) }, auth: true, limited: false });
+      add('/v1/models/*', { methods: { GET: (c) => this.#getModel(c) }, auth: true, limited: false });
       add('/v1/chat/completions', { methods: { POST: (c) => this.#completion(c, 'chat') }, auth: true, limited: true });
       add('/v1/completions', { methods: { POST: (c) => this.#completion(c, 'completion') }, auth: true, limited: true });
       add('/v1/route', { methods: { POST: (c) => this.#completion(c, 'route') }, auth: true, limited: true });
@@ -195,7 +196,7 @@ export class GatewayServer {
     const requestId = pickRequestId(req.headers['x-request-id'], randomUUID);
     res.setHeader('x-request-id', requestId);
     const path = (req.url ?? '/').split('?', 1)[0]!;
-    const spec = routes.get(path);
+    const spec = routes.get(path) ?? (path.startsWith('/v1/models/') ? routes.get('/v1/models/*') : undefined);
     const controller = new AbortController();
     const ctx: RequestContext = { req, res, requestId, route: spec?.name ?? 'unmatched', startedAt, signal: controller.signal, log: {} };
     const retryAfter = this.config.limits.retryAfterSeconds;
@@ -281,7 +282,7 @@ export class GatewayServer {
   }
 
   async #completion(ctx: RequestContext, kind: EndpointKind | 'route'): Promise<void> {
-    const body = parseJsonObject(await readBody(ctx.req, this.config.limits.maxBodyBytes));
+    const body = parseJsonObject(await readBody(ctx.req, this.config.limits.maxBodyBytes, ctx.signal));
     const endpoint: EndpointKind = kind === 'route' ? (body.messages !== undefined ? 'chat' : 'completion') : kind;
     validateBody(endpoint, body);
     const modelName = body.model as string;
@@ -407,6 +408,14 @@ export class GatewayServer {
       object: 'list',
       data: this.#servable().map((id) => ({ id, object: 'model', created: this.#createdSec, owned_by: 'kvgate' })),
     });
+  }
+
+  #getModel(ctx: RequestContext): void {
+    const id = decodeURIComponent((ctx.req.url ?? '').split('?', 1)[0]!.slice('/v1/models/'.length));
+    if (!this.#servable().includes(id)) {
+      throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `model ${JSON.stringify(id)} is not served here; GET /v1/models lists the models`, { param: 'model' });
+    }
+    sendJson(ctx.res, 200, { id, object: 'model', created: this.#createdSec, owned_by: 'kvgate' });
   }
 
   #redactedConfig(): unknown {

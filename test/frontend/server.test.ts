@@ -86,6 +86,8 @@ describe('gateway server: endpoints', () => {
     const models = (await (await fetch(`${g.url}/v1/models`)).json()) as { object: string; data: { id: string; object: string }[] };
     expect(models.object).toBe('list');
     expect(models.data.map((m) => m.id)).toEqual(['demo', 'direct']);
+    expect((await (await fetch(`${g.url}/v1/models/demo`)).json()) as object).toMatchObject({ id: 'demo', object: 'model' });
+    expect((await fetch(`${g.url}/v1/models/approx`)).status).toBe(404);
     const unavailable = await post(`${g.url}/v1/completions`, { model: 'approx', prompt: 'hi' });
     expect(unavailable.status).toBe(503);
     expect(unavailable.json.error.code).toBe('KVG_ERR_MODEL_UNAVAILABLE');
@@ -320,6 +322,26 @@ describe('gateway server: limits, disconnects, timeouts and errors mid-stream', 
     expect(events.length).toBe(2);
     expect(JSON.parse(events[1]!.slice(6))).toMatchObject({ error: { code: 'KVG_ERR_REQUEST_TIMEOUT' } });
     g.routers.demo.release();
+  });
+
+  it('a client that sends its body too slowly is cut by the request timeout', async () => {
+    const g = await start({ limits: { request_timeout_ms: 200, max_concurrent_requests: 4 } });
+    const port = Number(new URL(g.url).port);
+    const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port, path: '/v1/chat/completions', method: 'POST', headers: { 'content-type': 'application/json', 'content-length': '1000' } }, (res) => {
+        let body = '';
+        res.on('data', (d: Buffer) => (body += d.toString()));
+        res.on('end', () => {
+          req.destroy();
+          resolve({ status: res.statusCode!, body });
+        });
+      });
+      req.on('error', reject);
+      req.write('{"model": "demo", ');  // and never the rest
+    });
+    expect(answer.status).toBe(504);
+    expect(JSON.parse(answer.body)).toMatchObject({ error: { code: 'KVG_ERR_REQUEST_TIMEOUT' } });
+    await waitFor(() => g.server.inflight === 0);
   });
 
   it('an error thrown mid-stream ends the stream with an OpenAI error event', async () => {
