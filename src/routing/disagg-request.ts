@@ -21,7 +21,9 @@
  * - bootstrap path: if one leg fails the other is cancelled rather than left
  *   waiting for its rendezvous timeout (a decode that already produced output
  *   has its KV and is left to finish).
- * - a failed prefill fails the request; nothing is retried aggregated.
+ * - a failed prefill fails the request; nothing is retried aggregated. A
+ *   prefill worker that could not be reached (nothing sent) is reported in
+ *   `unreachableWorker` so the PrefillRouter can run the request again.
  * Every path releases the bookkeeping of both legs: each leg's PushRouter
  * guard frees its booking when the leg ends, however it ends.
  */
@@ -147,6 +149,7 @@ export class DisaggRequest {
   #clientGone = false;
   #ended = false;
   #onClientAbort: (() => void) | undefined;
+  #unreachable: number | undefined;
   /** Settles when the prefill leg has ended (its bookkeeping released); never rejects. */
   prefillEnded: Promise<void> = Promise.resolve();
 
@@ -155,6 +158,15 @@ export class DisaggRequest {
     this.#leg = leg;
     this.#session = session;
     this.tracker = leg.tracker ?? new RequestTracker(deps.clock);
+  }
+
+  /**
+   * The prefill worker that could not be reached when the request failed that
+   * way: nothing was sent to any engine, so the whole request may run again
+   * elsewhere.
+   */
+  get unreachableWorker(): number | undefined {
+    return this.#unreachable;
   }
 
   /** Runs the request; resolves with the decode leg's answer once it has started. */
@@ -232,7 +244,8 @@ export class DisaggRequest {
         admitted.resolve();
       },
     };
-    // A prefill is never re-sent to another worker: the triple names this one, and attribution is write-once.
+    // This leg is never re-sent to another worker (the triple names this one, and attribution is write-once);
+    // the PrefillRouter re-runs the whole request instead when the worker could not be reached.
     const prefill = this.#deps.pool.dispatch(prefillLeg, { ...target, pinned: true });
 
     if (bootstrap !== undefined) {
@@ -420,6 +433,9 @@ export class DisaggRequest {
     if (this.#prefillError !== undefined) return;
     const e = prefillFailure(err, this.#target);
     this.#prefillError = e;
+    if (!this.#prefillDispatched && (isKvgateError(err, 'KVG_ERR_ENGINE_UNREACHABLE') || isKvgateError(err, 'KVG_ERR_ENGINE_NOT_REGISTERED'))) {
+      this.#unreachable = this.#target?.worker.id;
+    }
     const session = this.#session;
     if (session !== undefined && !isKvgateError(e, 'KVG_ERR_CLIENT_ABORTED')) this.#deps.sessions.unbind(session.id);
     if (this.#path === 'bootstrap' && !this.#decodeOutput) this.#decodeCtl.abort(e);

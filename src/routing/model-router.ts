@@ -114,6 +114,7 @@ export class ModelRouter implements ModelRouterPort {
       model: opts.model, mode: opts.mode, enforceDisagg: opts.enforceDisagg, decode: this.decode,
       createPool: () => (this.#prefillPool = this.#buildPool('prefill')).push,
       clock: this.#clock, rng: this.#rng, metrics: opts.metrics, sessionTtlMs: opts.prefillSessionTtlMs, log: opts.log,
+      maxRetries: opts.maxRetries,
     });
     this.#onAdded = (w) => {
       if (w.model === this.model) this.#workerAdded(w);

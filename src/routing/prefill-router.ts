@@ -51,6 +51,8 @@ export interface PrefillRouterOptions {
   readonly metrics?: KvgateMetrics | undefined;
   /** Sliding TTL of a sticky session without its own `timeout` (default 300 s). */
   readonly sessionTtlMs?: number | undefined;
+  /** Re-runs of a request whose prefill worker could not be reached (nothing sent), on another one (default 2). */
+  readonly maxRetries?: number | undefined;
   readonly log?: EventLog | undefined;
 }
 
@@ -71,6 +73,7 @@ export class PrefillRouter {
   readonly #rng: Rng;
   readonly #metrics: KvgateMetrics | undefined;
   readonly #log: EventLog | undefined;
+  readonly #maxRetries: number;
   #pool: PushRouter | undefined;
   #state: PrefillState = 'pending';
   #activations = 0;
@@ -85,6 +88,7 @@ export class PrefillRouter {
     this.#rng = opts.rng;
     this.#metrics = opts.metrics;
     this.#log = opts.log;
+    this.#maxRetries = opts.maxRetries ?? 2;
     this.sessions = new PrefillSessions(opts.clock, opts.sessionTtlMs);
   }
 
@@ -149,20 +153,35 @@ export class PrefillRouter {
    * Runs a request disaggregated. `leg` is the request as the host would
    * route it aggregated (its phase is ignored). Resolves when the decode
    * answer has started.
+   *
+   * A request whose prefill worker could not be reached (a connect failure:
+   * nothing was sent to any engine) runs again from the start on another
+   * prefill worker, like the push router's retry before any byte; not when the
+   * request pins its prefill worker, nor when it brings its own tracker (whose
+   * write-once attribution already names the unreachable worker).
    * @throws KvgateError KVG_ERR_PREFILL_NOT_ACTIVATED (no prefill worker), KVG_ERR_MISSING_WORKER_ID (direct mode
    *   without a prefill worker id), KVG_ERR_BACKPRESSURE / KVG_ERR_OVERLOADED (503), KVG_ERR_PREFILL_FAILED,
    *   KVG_ERR_NO_DISAGGREGATED_PARAMS, KVG_ERR_CLIENT_ABORTED, and the decode leg's errors.
    */
-  route(leg: LegRequest, session?: SessionHint): Promise<DisaggOutcome> {
-    try {
-      this.#check(leg);
-    } catch (err) {
-      return Promise.reject(err);
+  async route(leg: LegRequest, session?: SessionHint): Promise<DisaggOutcome> {
+    this.#check(leg);
+    const exclude = new Set<number>();
+    for (let attempt = 0; ; attempt++) {
+      const request = new DisaggRequest({
+        model: this.model, pool: this.#pool!, decode: this.#decode, resolve: (l, s, m) => this.#resolve(l, s, m, exclude),
+        sessions: this.sessions, clock: this.#clock, rng: this.#rng, metrics: this.#metrics, log: this.#log,
+      }, leg, session);
+      try {
+        return await request.run();
+      } catch (err) {
+        const unreachable = request.unreachableWorker;
+        const retry = unreachable !== undefined && attempt < this.#maxRetries && leg.hints.prefillWorkerId === undefined
+          && leg.tracker === undefined && !leg.signal.aborted;
+        if (!retry) throw err;
+        exclude.add(unreachable);
+        this.#metrics?.retries.labels({ model: this.model, reason: 'prefill_unreachable' }).inc();
+      }
     }
-    return new DisaggRequest({
-      model: this.model, pool: this.#pool!, decode: this.#decode, resolve: (l, s, m) => this.#resolve(l, s, m),
-      sessions: this.sessions, clock: this.#clock, rng: this.#rng, metrics: this.#metrics, log: this.#log,
-    }, leg, session).run();
   }
 
   /** Query-only: the prefill and decode workers this request would get; books nothing. */
@@ -188,13 +207,16 @@ export class PrefillRouter {
     }
   }
 
-  /** Sticky session worker, else the pinned prefill worker, else the router's best (booked unless `query`). */
-  async #resolve(leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query'): Promise<Selection> {
+  /**
+   * Sticky session worker, else the pinned prefill worker, else the router's best (booked unless `query`),
+   * never one of `exclude` (workers this request could not reach).
+   */
+  async #resolve(leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
     const pool = this.#pool!;
     const hints = leg.hints;
     if (hints.prefillWorkerId === undefined && session !== undefined) {
       const b = this.sessions.lookup(session.id);
-      if (b !== undefined && pool.worker(b.workerId) === undefined) {
+      if (b !== undefined && (pool.worker(b.workerId) === undefined || exclude?.has(b.workerId) === true)) {
         this.sessions.unbind(session.id);
       } else if (b !== undefined) {
         try {
@@ -209,6 +231,6 @@ export class PrefillRouter {
         }
       }
     }
-    return pool.select(leg, mode);
+    return pool.select(leg, mode, exclude);
   }
 }

@@ -69,6 +69,37 @@ describe('prefill engine error', () => {
   });
 });
 
+describe('unreachable prefill worker', () => {
+  for (const engine of ['vllm', 'sglang'] as const) {
+    it(`${engine}: nothing was sent, so the request runs again on another prefill worker`, async () => {
+      const f = await fleet({ engine, prefill: 2 });
+      const [dead, alive] = f.prefillWorkers;
+      // Make the soon-dead worker the prefill router's favourite: it caches the prompt's prefix.
+      const doc = randomTokens(rng, 8 * 16);
+      await drain(await f.router.route(prepare([...doc, 1], { hints: { annotations: [], prefillWorkerId: dead!.id } })));
+      const index = f.pool().kvRouter!.index;
+      await until(() => index.findMatches(prepare(doc).blockHashes).count > 0, 'the prefix in the prefill index');
+      await f.mockerOf(dead!.id).crash(); // the registry has not noticed
+      // Once the client has seen its idle keep-alive sockets close, a new request cannot even connect.
+      await until(() => f.rec.engine.stats().find((s) => s.worker === dead!.url)?.connected === 0, 'the dead worker\'s sockets to close');
+      const res = await f.router.route(prepare([...doc, 2], { requestId: `retry-${engine}` }));
+      expect(res.prefillWorker?.workerId).toBe(alive!.id);
+      expect((await drain(res)).usage?.completion_tokens).toBe(4);
+      const legs = legsOf(f.rec, `retry-${engine}`);
+      expect(legs.prefill.map((l) => l.workerId)).toEqual([dead!.id, alive!.id]);
+      expect(isKvgateError(legs.prefill[0]!.error, 'KVG_ERR_ENGINE_UNREACHABLE')).toBe(true);
+      expect(legs.decode).toHaveLength(1);
+      if (engine === 'sglang') expect(legs.decode[0]!.body['bootstrap_port']).toBe(alive!.bootstrap!.port);
+      expect(await f.metrics.text()).toMatch(/kvgate_router_retries_total\{model="mock-model",reason="prefill_unreachable"\} 1/);
+      // Pinned to the dead worker: no second chance.
+      const e = await errorOf(f.router.route(prepare([...doc, 3], { hints: { annotations: [], prefillWorkerId: dead!.id } })));
+      expect(e.code).toBe('KVG_ERR_PREFILL_FAILED');
+      expect(e.detail).toMatchObject({ workerId: dead!.id, cause: 'KVG_ERR_ENGINE_UNREACHABLE' });
+      await bothPoolsAtZero(f);
+    });
+  }
+});
+
 describe('missing disaggregated params', () => {
   it('vLLM: a prefill answer without kv_transfer_params is KVG_ERR_NO_DISAGGREGATED_PARAMS; decode never runs', async () => {
     // An engine that ignores kv_transfer_params (no NIXL connector) registered as a vLLM prefill worker.
