@@ -77,6 +77,8 @@ export function sha256(text: string | Uint8Array): string {
 }
 
 const MAX_INVALID_LISTED = 20;
+/** Buckets in the sliding window of the load-imbalance chart. */
+const IMBALANCE_WINDOW = 10;
 export { MAX_INVALID_LISTED };
 
 function ms(v: number | null): string {
@@ -172,15 +174,25 @@ export function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): 
   });
   const imbalance: ChartSeries[] = runs.map((r) => {
     const pool = r.pools.reduce((a, b) => (b.load.imbalance > a.load.imbalance ? b : a));
-    const points = pool.buckets.map((b) => {
-      const sum = b.perEngine.reduce((s, v) => s + v, 0);
-      const mean = sum / b.perEngine.length;
-      return [(b.startMs + pool.bucketMs / 2) / 1000, mean > 0 ? Math.max(...b.perEngine) / mean : Number.NaN] as [number, number];
+    // Over a sliding window of IMBALANCE_WINDOW buckets (single buckets are noisy), and only where the
+    // engines carry at least half a request each on average: the ratio means nothing on a nearly idle
+    // fleet (the drain at the end of a run, where one engine finishing the last request is "8x the mean").
+    const n = pool.workerIds.length;
+    const points: [number, number][] = [];
+    const acc = new Float64Array(n);
+    pool.buckets.forEach((b, i) => {
+      for (let e = 0; e < n; e++) acc[e]! += b.perEngine[e]!;
+      if (i >= IMBALANCE_WINDOW) for (let e = 0; e < n; e++) acc[e]! -= pool.buckets[i - IMBALANCE_WINDOW]!.perEngine[e]!;
+      const width = Math.min(i + 1, IMBALANCE_WINDOW);
+      const mean = acc.reduce((s, v) => s + v, 0) / n / width;
+      if (mean >= 0.5) points.push([(b.startMs + pool.bucketMs) / 1000, Math.max(...acc) / width / mean]);
+      else points.push([(b.startMs + pool.bucketMs) / 1000, Number.NaN]);
     });
     return { name: `${r.name}${r.pools.length > 1 ? ` (${pool.name})` : ''}`, points };
   });
   out['load-imbalance-over-time.svg'] = lineChart({
-    title: 'Load imbalance over time: busiest engine / mean (in-flight requests)', subtitle: sub, xLabel: 'time (s)', yLabel: 'max / mean', series: imbalance, yMin: 1,
+    title: 'Load imbalance over time: busiest engine / mean (in-flight requests, sliding window)', subtitle: sub, xLabel: 'time (s)',
+    yLabel: 'max / mean (where engines average >= 0.5 in flight)', series: imbalance, yMin: 1,
   });
   for (const r of runs) {
     for (const pool of r.pools) {

@@ -10,7 +10,7 @@
 
 export interface ChartSeries {
   name: string;
-  /** [x, y] pairs in drawing order. Non-finite points are skipped. */
+  /** [x, y] pairs in drawing order. A non-finite y leaves a gap in the line; a non-finite x is skipped. */
   points: readonly (readonly [number, number])[];
   dashed?: boolean;
   /** CSS colour; the palette's next colour when omitted. */
@@ -70,11 +70,11 @@ export function niceTicks(lo: number, hi: number, target = 5): number[] {
   return out;
 }
 
-function thin(points: readonly (readonly [number, number])[]): (readonly [number, number])[] {
-  if (points.length <= MAX_POINTS_PER_SERIES) return [...points];
+function thin(points: readonly (readonly [number, number])[], max: number): (readonly [number, number])[] {
+  if (points.length <= max) return [...points];
   const out: (readonly [number, number])[] = [];
-  const stride = (points.length - 1) / (MAX_POINTS_PER_SERIES - 1);
-  for (let i = 0; i < MAX_POINTS_PER_SERIES; i++) out.push(points[Math.round(i * stride)]!);
+  const stride = (points.length - 1) / (max - 1);
+  for (let i = 0; i < max; i++) out.push(points[Math.round(i * stride)]!);
   return out;
 }
 
@@ -88,10 +88,20 @@ export function lineChart(opts: LineChartOptions): string {
   const pw = width - margin.left - margin.right;
   const ph = height - margin.top - margin.bottom;
   const xLog = opts.xLog === true;
-  const clean = opts.series.map((s) => ({
-    ...s,
-    points: thin(s.points.filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y) && (!xLog || x > 0))),
-  }));
+  // A non-finite y breaks the line (a gap); other unusable points are dropped.
+  const clean = opts.series.map((s) => {
+    const usable = s.points.filter(([x]) => Number.isFinite(x) && (!xLog || x > 0));
+    const segments: (readonly [number, number])[][] = [[]];
+    for (const p of usable) {
+      if (Number.isFinite(p[1])) segments[segments.length - 1]!.push(p);
+      else if (segments[segments.length - 1]!.length > 0) segments.push([]);
+    }
+    const kept = segments.filter((g) => g.length > 0);
+    const total = kept.reduce((n, g) => n + g.length, 0);
+    // Thin each segment in proportion to its share of the points.
+    const thinned = kept.map((g) => thin(g, Math.max(2, Math.round((MAX_POINTS_PER_SERIES * g.length) / Math.max(1, total)))));
+    return { ...s, points: thinned.flat(), segments: thinned };
+  });
   const xs = clean.flatMap((s) => s.points.map((p) => p[0]));
   const ys = clean.flatMap((s) => s.points.map((p) => p[1]));
   let xMin = xs.length > 0 ? Math.min(...xs) : 0;
@@ -147,10 +157,11 @@ export function lineChart(opts: LineChartOptions): string {
   // series
   clean.forEach((s, i) => {
     const color = s.color ?? PALETTE[i % PALETTE.length]!;
-    if (s.points.length === 0) return;
-    const d = s.points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
     const dash = s.dashed ? ' stroke-dasharray="6 4"' : '';
-    parts.push(`<polyline fill="none" stroke="${color}" stroke-width="1.8"${dash} points="${d}"><title>${escapeXml(s.name)}</title></polyline>`);
+    for (const seg of s.segments) {
+      const d = seg.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
+      parts.push(`<polyline fill="none" stroke="${color}" stroke-width="1.8"${dash} points="${d}"><title>${escapeXml(s.name)}</title></polyline>`);
+    }
   });
   // legend
   clean.forEach((s, i) => {

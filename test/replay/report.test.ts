@@ -75,6 +75,9 @@ describe('charts', () => {
     // Log axis: decades from 1 to 1000; the zero value was dropped.
     for (const t of ['>1<', '>10<', '>100<', '>1000<']) expect(svg).toContain(t);
     expect(cdfPoints([3, 1, 2])).toEqual([[1, 1 / 3], [2, 2 / 3], [3, 1]]);
+    // A NaN value breaks the line into two polylines.
+    const gap = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', series: [{ name: 's', points: [[0, 1], [1, 2], [2, Number.NaN], [3, 1], [4, 2]] }] });
+    expect(gap.match(/<polyline /g)).toHaveLength(2);
   });
 });
 
