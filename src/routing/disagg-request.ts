@@ -481,6 +481,9 @@ export class DisaggRequest {
     if (this.#ended) return;
     this.#ended = true;
     if (this.#onClientAbort !== undefined) this.#leg.signal.removeEventListener('abort', this.#onClientAbort);
+    // Only the synchronous handoff orders "prefill answered, then decode's first token"; in the bootstrap
+    // pair the prefill's answer may come after decode started, which makes the difference meaningless.
+    if (this.#path !== 'sync') return;
     const ms = this.tracker.kvTransferEstimatedMs();
     if (ms !== undefined && ms >= 0) this.#deps.metrics?.kvTransferEstimated.labels({ model: this.#deps.model }).observe(ms / 1000);
   }

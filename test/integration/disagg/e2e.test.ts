@@ -154,6 +154,9 @@ for (const engine of ['vllm', 'sglang'] as const) {
     it('the prefill worker is exported in metrics', async () => {
       const text = await f.metrics.text();
       expect(text).toMatch(new RegExp(`kvgate_router_disagg_requests_total\\{model="mock-model",prefill_worker_id="(${PREFILL_ID}|${PREFILL_ID + 1})",handoff="${engine === 'vllm' ? 'sync' : 'bootstrap'}",outcome="decoded"\\} [1-9]`));
+      const transfers = /kvgate_router_kv_transfer_estimated_latency_seconds_count\{model="mock-model"\} (\d+)/.exec(text);
+      if (engine === 'vllm') expect(Number(transfers?.[1])).toBeGreaterThanOrEqual(4);
+      else expect(transfers).toBeNull();
     });
   });
 }
