@@ -259,7 +259,10 @@ export class DisaggRequest {
       await admitted.promise.catch(() => {
         throw this.#prefillError ?? prefillFailure(new Error('the prefill leg ended before it was dispatched'), target);
       });
-      return this.#decode(sglangDecodeLeg({ bootstrap }), undefined);
+      // The room already encodes the prefill rank; newer SGLang decode builds also read it directly
+      // (`disagg_prefill_dp_rank`), which matters when prefill and decode DP sizes differ.
+      const prefillDpRank = w.dpSize > 1 ? { prefillDpRank: target.dpRank - w.dpStart } : {};
+      return this.#decode(sglangDecodeLeg({ bootstrap, ...prefillDpRank }), undefined);
     }
 
     this.prefillEnded = prefill.then(() => undefined, () => undefined);

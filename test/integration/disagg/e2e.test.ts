@@ -139,8 +139,11 @@ for (const engine of ['vllm', 'sglang'] as const) {
           }));
           await drain(res);
           expect(res.prefillWorker).toEqual({ workerId: dpWorker.id, dpRank: i % 2 });
-          const room = legsOf(f.rec, id).decode[0]!.body['bootstrap_room'] as bigint;
+          const decodeBody = legsOf(f.rec, id).decode[0]!.body;
+          const room = decodeBody['bootstrap_room'] as bigint;
           expect(Number(room % 2n)).toBe(i % 2);
+          // The prefill rank is also carried to decode explicitly.
+          expect(decodeBody['disagg_prefill_dp_rank']).toBe(i % 2);
           ranks.add(i % 2);
         }
         expect(ranks.size).toBe(2);
