@@ -205,6 +205,11 @@ export class PrefillRouter {
       throw new KvgateError('KVG_ERR_MISSING_WORKER_ID',
         'router mode is direct and the model is disaggregated: the request must name its prefill worker (x-prefill-instance-id header or nvext.prefill_worker_id)');
     }
+    // Checked before any prefill runs, so a request that cannot be decoded costs no prefill.
+    if (this.mode === 'direct' && leg.hints.decodeWorkerId === undefined && leg.hints.backendInstanceId === undefined) {
+      throw new KvgateError('KVG_ERR_MISSING_WORKER_ID',
+        'router mode is direct: the request must name its decode worker (x-worker-instance-id header, nvext.decode_worker_id or nvext.backend_instance_id)');
+    }
   }
 
   /**

@@ -113,6 +113,8 @@ describe('routing rules', () => {
       await expect(p).rejects.toSatisfy((e: unknown) =>
         isKvgateError(e, 'KVG_ERR_MISSING_WORKER_ID') && e.statusCode === 400 && /prefill worker .*x-prefill-instance-id.*nvext\.prefill_worker_id/.test(e.message));
     }
+    await expect(r.route(prepare([1, 2, 3], { hints: { annotations: [], prefillWorkerId: 11 } }))).rejects.toSatisfy((e: unknown) =>
+      isKvgateError(e, 'KVG_ERR_MISSING_WORKER_ID') && /decode worker/.test(e.message));
     const q = await r.query(prepare([1, 2, 3], { hints: { annotations: [], prefillWorkerId: 11, backendInstanceId: 1 } }));
     expect(q).toMatchObject({ worker: { workerId: 1 }, prefillWorker: { workerId: 11, dpRank: 0 } });
     await r.close();

@@ -248,3 +248,44 @@ for (const engine of ['vllm', 'sglang'] as const) {
     });
   });
 }
+
+describe('non-KV modes', () => {
+  let f: DisaggFleet | undefined;
+  afterAll(async () => {
+    await f?.close();
+  });
+
+  it('round-robin: the prefill router is a simple router and its cursor advances with each prefill', async () => {
+    f = await startDisaggFleet({ engine: 'vllm', prefill: 2, decode: 2, router: { mode: 'round-robin' } });
+    expect(f.pool().kvRouter).toBeUndefined();
+    const prefills: number[] = [];
+    const decodes: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      const res = await f.router.route(prepare(randomTokens(seededRng(50 + i), 40)));
+      prefills.push(res.prefillWorker!.workerId);
+      decodes.push(res.worker.workerId);
+      expect((await drain(res)).usage?.completion_tokens).toBe(4);
+    }
+    expect(prefills).toEqual([101, 102, 101, 102]);
+    expect(decodes).toEqual([201, 202, 201, 202]);
+    expect(booked(f.pool())).toMatchObject({ requests: 0, inflight: 0 });
+    expect(booked(f.router.decode)).toMatchObject({ requests: 0, inflight: 0 });
+    await f.close();
+    f = undefined;
+  });
+
+  it('direct: both workers come from the request', async () => {
+    f = await startDisaggFleet({ engine: 'sglang', prefill: 2, decode: 2, router: { mode: 'direct' } });
+    const res = await f.router.route(prepare(randomTokens(seededRng(60), 40), { hints: { annotations: [], prefillWorkerId: 102, decodeWorkerId: 201 } }));
+    expect(res.prefillWorker).toEqual({ workerId: 102, dpRank: 0 });
+    expect(res.worker).toEqual({ workerId: 201, dpRank: 0 });
+    expect((await drain(res)).usage?.completion_tokens).toBe(4);
+    await expect(f.router.route(prepare(randomTokens(seededRng(61), 40), { hints: { annotations: [], decodeWorkerId: 201 } })))
+      .rejects.toThrow(/must name its prefill worker/);
+    await expect(f.router.route(prepare(randomTokens(seededRng(62), 40), { requestId: 'direct-no-decode', hints: { annotations: [], prefillWorkerId: 102 } })))
+      .rejects.toThrow(/must name its decode worker/);
+    expect(legsOf(f.rec, 'direct-no-decode').prefill).toHaveLength(0);
+    expect(booked(f.pool())).toMatchObject({ requests: 0, inflight: 0 });
+    expect(booked(f.router.decode)).toMatchObject({ requests: 0, inflight: 0 });
+  });
+});
