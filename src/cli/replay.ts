@@ -25,7 +25,7 @@ const REPLAY_OPTIONS = {
   trace: { type: 'string' }, mode: { type: 'string' }, compare: { type: 'string' }, 'router-config': { type: 'string', multiple: true },
   workers: { type: 'string' }, 'prefill-workers': { type: 'string' }, 'decode-workers': { type: 'string' }, 'disagg-protocol': { type: 'string' },
   'trace-block-size': { type: 'string' }, arrival: { type: 'string' }, speedup: { type: 'string' }, 'max-requests': { type: 'string' },
-  'max-isl': { type: 'string' }, strict: { type: 'boolean' }, seed: { type: 'string' }, jobs: { type: 'string' }, json: { type: 'boolean' },
+  'max-isl': { type: 'string' }, 'skip-requests': { type: 'string' }, strict: { type: 'boolean' }, seed: { type: 'string' }, jobs: { type: 'string' }, json: { type: 'boolean' },
   out: { type: 'string' }, progress: { type: 'boolean' }, 'no-progress': { type: 'boolean' }, 'engine-speedup': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
@@ -49,7 +49,8 @@ prediction error.
   --trace-block-size N         tokens per hash id (${DEFAULT_TRACE_BLOCK_SIZE})
   --arrival MODE               as-recorded, or spread (evenly within runs of equal timestamps) (as-recorded)
   --speedup X                  divide arrival times by X (1)
-  --max-requests N             replay only the first N valid requests
+  --skip-requests N            leave out the first N valid requests (replay a later slice)
+  --max-requests N             replay only the first N valid requests (after --skip-requests)
   --max-isl N                  cut longer prompts to N tokens (reported)
   --strict                     reject the trace if any line is invalid (default: report and skip)
   --seed N                     seeds tokens, routers and engines (0)
@@ -153,6 +154,7 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
   const jobs = integer('jobs', s('jobs'), 1) ?? Math.max(1, Math.min(runs, cpus().length));
   const maxRequests = integer('max-requests', s('max-requests'), 1);
   const maxIsl = integer('max-isl', s('max-isl'), 1);
+  const skipRequests = integer('skip-requests', s('skip-requests'), 0);
   const config: ReplayConfig = {
     trace,
     traceBlockSize: integer('trace-block-size', s('trace-block-size'), 1) ?? DEFAULT_TRACE_BLOCK_SIZE,
@@ -160,6 +162,7 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
     workload: {
       arrival,
       speedup: positiveNumber('speedup', s('speedup')) ?? 1,
+      ...(skipRequests !== undefined ? { skipRequests } : {}),
       ...(maxRequests !== undefined ? { maxRequests } : {}),
       ...(maxIsl !== undefined ? { maxIsl } : {}),
     },

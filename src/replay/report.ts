@@ -37,6 +37,7 @@ export interface WorkloadFigures {
   /** First invalid lines, with their line numbers and reasons. */
   invalid_line_messages: string[];
   requests: number;
+  /** Valid requests left out by --skip-requests and --max-requests. */
   dropped_by_max_requests: number;
   arrival: string;
   speedup: number;
@@ -108,7 +109,7 @@ export function renderMarkdown(report: ReplayReport): string {
   const cfg = m.config as { mode?: string; topology?: string; engine?: Record<string, unknown> };
   if (cfg.mode !== undefined) lines.push(`- mode ${cfg.mode}, ${cfg.topology ?? ''}`);
   lines.push(`- workload: ${w.requests} requests over ${w.span_s.toFixed(1)} s (${w.request_rate_per_s.toFixed(2)} req/s; arrival ${w.arrival}, speedup ${w.speedup})` +
-    (w.dropped_by_max_requests > 0 ? `, ${w.dropped_by_max_requests} left out by --max-requests` : ''));
+    (w.dropped_by_max_requests > 0 ? `, ${w.dropped_by_max_requests} left out by --skip-requests / --max-requests` : ''));
   if (w.max_isl !== null) lines.push(`- --max-isl ${w.max_isl}: ${w.requests_capped} prompts capped, ${w.tokens_removed_by_cap} tokens removed`);
   if (w.invalid_lines > 0) lines.push(`- ${w.invalid_lines} invalid trace line(s) skipped: ${w.invalid_line_messages.slice(0, 3).join('; ')}${w.invalid_lines > 3 ? '; ...' : ''}`);
   lines.push(`- prefix reuse: infinite-cache bound ${pct(w.hit_rate_bound)} of prompt tokens at block size ${w.engine_block_size} (${pct(w.hit_rate_bound_trace_blocks)} of trace blocks); one pooled LRU cache of all engines' capacity would reach ${pct(w.pooled_lru_hit_rate)}`);

@@ -201,7 +201,10 @@ export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<
         trace: cfg.trace,
         trace_block_size: cfg.traceBlockSize,
         strict: cfg.strict,
-        workload: { arrival: workload.arrival, speedup: workload.speedup, max_requests: cfg.workload.maxRequests ?? null, max_isl: cfg.workload.maxIsl ?? null },
+        workload: {
+          arrival: workload.arrival, speedup: workload.speedup, skip_requests: cfg.workload.skipRequests ?? 0,
+          max_requests: cfg.workload.maxRequests ?? null, max_isl: cfg.workload.maxIsl ?? null,
+        },
         policies: cfg.policies.map((p) => (p.kind === 'kv' ? { name: p.name, router_config: p.dynamo } : { name: p.name })),
         engine: engineSummary(engine),
         jobs: cfg.jobs,

@@ -1,8 +1,8 @@
 /**
  * From validated trace records to the requests a replay sends: arrival times
  * (as recorded, or spread evenly within runs of equal timestamps, divided by
- * the speedup), the request-count and prompt-length caps (both reported, never
- * silent), and the trace's infinite-cache hit-rate bound.
+ * the speedup), the slice (skip and count) and prompt-length caps (both
+ * reported, never silent), and the trace's infinite-cache hit-rate bound.
  *
  * Capping a prompt at `maxIsl` keeps its leading blocks, so the prefix
  * structure of the trace survives; the bound is computed on the capped
@@ -35,7 +35,9 @@ export interface WorkloadOptions {
   arrival?: ArrivalMode;
   /** Arrival times are divided by this (2 = twice the request rate). */
   speedup?: number;
-  /** Keep only the first N valid records. */
+  /** Leave out the first N valid records (replay a later slice; arrivals start at the first kept one). */
+  skipRequests?: number;
+  /** Keep only the first N valid records (after `skipRequests`). */
   maxRequests?: number;
   /** Cut prompts longer than this many tokens (keeping their leading blocks). */
   maxIsl?: number;
@@ -48,7 +50,7 @@ export interface Workload {
   readonly speedup: number;
   /** Arrival of the last request, ms. */
   readonly spanMs: number;
-  /** Valid records left out by `maxRequests`. */
+  /** Valid records left out by `skipRequests` and `maxRequests`. */
   readonly droppedByMaxRequests: number;
   readonly capping: {
     readonly maxIsl: number | null;
@@ -105,7 +107,10 @@ export function buildWorkload(trace: LoadedTrace, opts: WorkloadOptions = {}): W
   positive('speedup', speedup, false);
   positive('maxRequests', opts.maxRequests, true);
   positive('maxIsl', opts.maxIsl, true);
-  const kept = opts.maxRequests === undefined ? trace.records : trace.records.slice(0, opts.maxRequests);
+  const skip = opts.skipRequests ?? 0;
+  if (!Number.isSafeInteger(skip) || skip < 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `skipRequests must be an integer >= 0, got ${skip}`);
+  const kept = trace.records.slice(skip, opts.maxRequests === undefined ? undefined : skip + opts.maxRequests);
+  if (kept.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `skipRequests ${skip} leaves none of the trace's ${trace.records.length} requests`);
   const offsets = arrivalOffsets(kept, arrival);
   const bs = trace.traceBlockSize;
   const maxIsl = opts.maxIsl ?? null;

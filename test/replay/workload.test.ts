@@ -64,6 +64,11 @@ describe('workload', () => {
     expect(w.requests[1]!.cappedFrom).toBeUndefined();
     expect(w.capping).toEqual({ maxIsl: 1000, requestsCapped: 1, tokensRemoved: 1000 });
     expect(() => buildWorkload(trace([[0, 10, 1, [1]]]), { speedup: 0 })).toThrow(/speedup/);
+    // A later slice: arrivals start at the first kept request.
+    const slice = buildWorkload(trace([[0, 10, 1, [1]], [40, 10, 1, [2]], [100, 10, 1, [3]], [160, 10, 1, [4]]]), { skipRequests: 1, maxRequests: 2 });
+    expect(slice.requests.map((r) => [r.line, r.arrivalMs, r.index])).toEqual([[2, 0, 0], [3, 60, 1]]);
+    expect(slice.droppedByMaxRequests).toBe(2);
+    expect(() => buildWorkload(trace([[0, 10, 1, [1]]]), { skipRequests: 1 })).toThrow(/leaves none/);
   });
 
   it('computes the infinite-cache bound from block ids', () => {
