@@ -16,8 +16,8 @@
  * - the client going away before the prefill reached an engine cancels it
  *   (nothing is transferring); after that the prefill always runs to its end,
  *   and decode is still dispatched so the KV is consumed and released on the
- *   prefill side; the decode leg is cancelled once its first output confirms
- *   the KV arrived. `run()` still rejects at once with KVG_ERR_CLIENT_ABORTED.
+ *   prefill side (cut to one token when the client left before it was sent);
+ *   the decode leg is cancelled once its first output confirms the KV arrived. `run()` still rejects at once with KVG_ERR_CLIENT_ABORTED.
  * - bootstrap path: if one leg fails the other is cancelled rather than left
  *   waiting for its rendezvous timeout (a decode that already produced output
  *   has its KV and is left to finish).
@@ -29,7 +29,7 @@
  */
 import { RequestTracker, type Clock, type Rng } from '../core/index.js';
 import {
-  EMPTY_LEG, mergeLegs, readChunkInfo, readVllmPrefillResult, sglangDecodeLeg, sglangPrefillLeg, vllmDecodeLeg, vllmPrefillLeg,
+  EMPTY_LEG, mergeLegs, oneTokenPrefillFields, readChunkInfo, readVllmPrefillResult, sglangDecodeLeg, sglangPrefillLeg, vllmDecodeLeg, vllmPrefillLeg,
   type EngineEvent, type EngineLeg,
 } from '../engines/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
@@ -304,12 +304,15 @@ export class DisaggRequest {
       permit.release();
       throw this.#prefillError;
     }
+    // The client already left: decode only has to take the KV off the prefill engine, one token does that.
+    const gone = this.#clientGone;
     const leg: LegRequest = {
       ...base,
       phase: 'decode',
+      stream: gone ? false : base.stream,
       hints: { ...base.hints, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank },
       routerConfigOverride: decodeRouterOverride(base.routerConfigOverride) as Readonly<Record<string, unknown>>,
-      leg: mergeLegs(base.leg ?? EMPTY_LEG, handoff),
+      leg: mergeLegs(base.leg ?? EMPTY_LEG, handoff, gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : EMPTY_LEG),
       signal: this.#decodeCtl.signal,
       tracker: this.tracker,
       onDispatched: undefined,

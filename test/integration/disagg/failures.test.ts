@@ -146,7 +146,7 @@ describe('SGLang rendezvous timeout', () => {
 });
 
 describe('client disconnect during prefill', () => {
-  it('vLLM: the prefill runs to completion, decode still consumes its KV and is then cancelled', async () => {
+  it('vLLM: the prefill runs to completion and decode still consumes its KV, with one token', async () => {
     const f = await fleet({ engine: 'vllm' });
     const p = f.prefill[0]!;
     const d = f.decode[0]!;
@@ -163,8 +163,10 @@ describe('client disconnect during prefill', () => {
     p.setFaults({ hang: false });
     await until(() => leg().prefill[0]!.answeredAt !== undefined, 'the prefill answer');
     expect((leg().prefill[0]!.json as Record<string, unknown>)['kv_transfer_params']).toMatchObject({ do_remote_prefill: true });
-    // Decode was routed anyway, pulled the blocks (the prefill engine holds none), and was cut after its first output.
+    // Decode was routed anyway, cut to one token, and pulled the blocks (the prefill engine holds none).
     await until(() => leg().decode[0]?.answeredAt !== undefined, 'the decode leg');
+    expect(leg().decode[0]!.body).toMatchObject({ max_tokens: 1, stream: false });
+    expect(leg().decode[0]!.body['kv_transfer_params']).toEqual((leg().prefill[0]!.json as Record<string, unknown>)['kv_transfer_params']);
     await until(() => p.stats().ranks[0]!.heldRequests === 0, 'the prefill engine to release its blocks');
     await until(() => d.stats().ranks[0]!.running === 0 && d.stats().ranks[0]!.waiting === 0, 'the decode engine to drop the request');
     expect(d.stats().ranks[0]!.generationTokens).toBeGreaterThan(0);
