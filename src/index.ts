@@ -78,3 +78,26 @@ export type { RequestPhase, PhasePermit, WorkerAttribution } from './core/index.
 /** `KvRouter`, the KV-cache-aware chooser, and pin resolution by phase. */
 export { KvRouter, resolvePin } from './routing/index.js';
 export type { KvRouteRequest, KvRouterOptionsInit, RoutingHints, ResolvedPin } from './routing/index.js';
+/** Routers that dispatch: simple modes, direct, the push router, the prefill router, and the per-model router. */
+export {
+  RoundRobinRouter, RandomRouter, PowerOfTwoRouter, LeastLoadedRouter, createSimpleRouter, DirectRouter, resolveDpRank,
+  PushRouter, ROUTER_MODES, PrefillRouter, ModelRouter, toRoutingHints,
+} from './routing/index.js';
+export type {
+  Candidate, LoadSource, SimpleRouter, SimpleRouterMode, DirectHints, DirectWorker, RouterMode, LegRequest, LegResponse,
+  LegBody, Selection, PushRouterOptions, PrefillState, PrefillRouterOptions, ModelRouterOptions, ModelRouterPort,
+  PreparedRequest, RoutedResponse, QueryResult,
+} from './routing/index.js';
+
+// ---- Leaves: discovery, transport, KV events, metrics -------------------------
+/** The worker registry (membership, roles, availability) and active health probing. */
+export { WorkerRegistry, HealthProber } from './discovery/index.js';
+export type { WorkerInfo as EngineWorker, WorkerRole, EngineDialect, KvEventSource as WorkerKvEventSource } from './discovery/index.js';
+/** undici transport to engines: per-worker pools, incremental SSE, cancellation, typed errors, P/D dialects. */
+export { EngineClient, SseParser, EngineHttpError, readChunkInfo } from './engines/index.js';
+export type { EngineClientOptions, DispatchOptions, EngineEvent, EngineResponse } from './engines/index.js';
+/** KV-event ingestion: vLLM/SGLang decoders, the applier, ZMQ subscribers with gap replay, liveness. */
+export { decodeKvEventBatch, KvEventApplier, KvEventManager, KvEventSubscriber, TieredPrefixIndex, EventLiveness } from './events/index.js';
+export type { KvCacheEvent, KvEventBatch, EventStatus, KvEventHooks } from './events/index.js';
+/** Every Prometheus metric, in a registry of its own. */
+export { KvgateMetrics } from './metrics/index.js';

@@ -21,7 +21,7 @@ import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type
 import { KvgateError } from '../errors/index.js';
 import type {
   ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, RoutingHints as PortHints,
-} from '../frontend/router-port.js';
+} from './router-port.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { KvRouter, type RoutingHints } from './kv-router.js';
 import { PrefillRouter } from './prefill-router.js';
@@ -145,7 +145,11 @@ export class ModelRouter implements ModelRouterPort {
       const config: KvRouterOptions = workerType === 'prefill'
         ? { ...opts.routerConfig, routerTrackActiveBlocks: false, routerTrackOutputBlocks: false }
         : { ...opts.routerConfig };
-      kvRouter = new KvRouter({ blockSize: opts.blockSize, clock: this.#clock, rng: this.#rng, workerType, config });
+      kvRouter = new KvRouter({
+        blockSize: opts.blockSize, clock: this.#clock, rng: this.#rng, workerType, config,
+        // A worker whose KV events never started or went silent is scored in approximate mode alone.
+        eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
+      });
       if (kvRouter.config.useKvEvents) {
         const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
         events = new KvEventManager({

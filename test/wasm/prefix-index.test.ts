@@ -102,14 +102,14 @@ describe('PrefixIndex against the model on randomized event streams', () => {
       const workers = Array.from({ length: 16 }, (_, i) => 1000 + i);
       const ranks = [0, 1, 2, 3];
       const alphabet = Array.from({ length: 6 }, (_, i) => BigInt(i + 1) * 0x9e3779b97f4a7c15n % (1n << 64n));
-      // Paths each slot currently holds, to pick parents and queries from.
-      const known: string[][] = [];
+      // Local-hash paths stored so far, to build queries from.
+      const known: bigint[][] = [];
       let checks = 0;
       for (let step = 0; step < 3000; step++) {
         const w = pick(workers);
         const r = pick(ranks);
         const op = rng();
-        const slotPaths = [...(model.slots.get(`${w}:${r}`)?.entries() ?? [])];
+        const slotPaths: [bigint, string][] = [...(model.slots.get(`${w}:${r}`)?.entries() ?? [])];
         if (op < 0.55) {
           // stored: under root or a held block, 1..8 blocks
           let parent: bigint | null = null;

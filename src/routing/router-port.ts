@@ -1,0 +1,139 @@
+/**
+ * The port between the HTTP frontend and routing. The frontend validates,
+ * authenticates, tokenizes and hashes; a `ModelRouterPort` (one per model,
+ * implemented in src/routing) chooses the worker(s), books the request,
+ * dispatches it and hands back the engine's answer. Nothing else crosses.
+ *
+ * Contract, in order of a request's life:
+ * 1. `canServe()` is false: the frontend answers 503 KVG_ERR_MODEL_UNAVAILABLE and
+ *    hides the model from /v1/models; `route`/`query` are not called.
+ * 2. `route(req)` resolves once the upstream response has started (status and
+ *    headers known), and settles promptly when `req.signal` fires (the frontend
+ *    then answers with the signal's reason: 504 on timeout, nothing on a client
+ *    gone). Rejecting means nothing is booked: reject with a KvgateError
+ *    (its `statusCode` becomes the HTTP status: KVG_ERR_UNKNOWN_WORKER 400,
+ *    KVG_ERR_NO_WORKERS 503, ...); any other error is answered as a 500.
+ * 3. An SSE body is iterated to its end by the frontend, which writes each event
+ *    untouched (its raw bytes, or `data: <payload>\n\n`), including the final
+ *    `[DONE]`, which the iterable must yield if the engine sent it. If the client disconnects, the
+ *    frontend fires `req.signal` and then calls `return()` on the iterator; the
+ *    port frees its bookkeeping on every exit: end, throw, return, abort.
+ *    An error thrown mid-stream is sent to the client as a final
+ *    `data: {"error": {...}}` event.
+ * 4. `query(req)` (query-only mode, `POST /v1/route` or the `query_instance_id:`
+ *    annotation) chooses as `route` would but books nothing and dispatches nothing.
+ * 5. `close()` on shutdown, after in-flight requests drained or were aborted.
+ */
+import type { RouterConfigOverride } from '../core/index.js';
+
+/** Which OpenAI endpoint a request came in on (the port dispatches to the same one). */
+export type EndpointKind = 'chat' | 'completion';
+
+/** Routing hints from the `nvext` body extension and headers, validated (spec section 1.2). */
+export interface RoutingHints {
+  /** Generic pin: `nvext.backend_instance_id` or the `x-worker-instance-id` header. */
+  readonly backendInstanceId?: number | undefined;
+  /** Prefill pin (disaggregated): `nvext.prefill_worker_id` or `x-prefill-instance-id`. */
+  readonly prefillWorkerId?: number | undefined;
+  /** Decode pin (disaggregated): `nvext.decode_worker_id`. */
+  readonly decodeWorkerId?: number | undefined;
+  /** Data-parallel rank of the decode (or aggregated) worker: `nvext.dp_rank`. */
+  readonly dpRank?: number | undefined;
+  /** Data-parallel rank of the prefill worker: `nvext.prefill_dp_rank`. */
+  readonly prefillDpRank?: number | undefined;
+  /** Candidates restricted to these worker ids: `nvext.allowed_worker_ids`. */
+  readonly allowedWorkerIds?: ReadonlySet<number> | undefined;
+  /** Sticky session: `x-session-id` or `nvext.session_control`; timeout in seconds (default 300). */
+  readonly session?: { readonly id: string; readonly action?: 'open' | 'close' | undefined; readonly timeoutSecs?: number | undefined } | undefined;
+  /** Queue priority jump in seconds: `max(0, nvext.agent_hints.priority)` (fallback: `latency_sensitivity`). */
+  readonly priorityJump?: number | undefined;
+  /** Expected output tokens: `nvext.agent_hints.osl` (drives output-block decay). */
+  readonly expectedOutputTokens?: number | undefined;
+  /** LoRA adapter: `nvext.lora_name` (already mixed into the block hashes). */
+  readonly loraName?: string | undefined;
+  /** Per-request scoring overrides: `nvext.router_config_override`, validated by the core. */
+  readonly routerConfigOverride?: RouterConfigOverride | undefined;
+  /** All `nvext.annotations`, as sent. */
+  readonly annotations: readonly string[];
+}
+
+/** A request ready to route: validated, tokenized, hashed. Immutable. */
+export interface PreparedRequest {
+  /** `x-request-id` from the client when well-formed, else a generated UUID; echoed on the response. */
+  readonly requestId: string;
+  readonly model: string;
+  readonly endpoint: EndpointKind;
+  /**
+   * The client's JSON body as sent, minus `nvext` (a routing extension engines do not
+   * know). Forward it as is; add only what dispatch needs (dp rank, P/D fields).
+   */
+  readonly body: Readonly<Record<string, unknown>>;
+  readonly stream: boolean;
+  /** The prompt's token ids (chat template applied). */
+  readonly tokenIds: Uint32Array;
+  /** Local block hashes of the complete blocks (`blockSize` tokens each). */
+  readonly blockHashes: BigUint64Array;
+  /** Chained sequence hashes, same length as `blockHashes`. */
+  readonly sequenceHashes: BigUint64Array;
+  /** True when the tokens come from the fallback tokenizer (model without tokenizer): hashes approximate the engine's. */
+  readonly approximate: boolean;
+  readonly hints: RoutingHints;
+  /** Query-only (`query_instance_id:` annotation or /v1/route): `query` is called instead of `route`. */
+  readonly queryOnly: boolean;
+  /** Fires on client disconnect, request timeout or forced shutdown; `signal.reason` is a KvgateError. */
+  readonly signal: AbortSignal;
+  /** `performance.now()` when the request arrived (for TTFT measured from arrival). */
+  readonly receivedAt: number;
+}
+
+/** A (worker, data-parallel rank) pair. */
+export interface WorkerRef {
+  readonly workerId: number;
+  readonly dpRank: number;
+}
+
+/**
+ * One SSE event of the engine's stream. src/engines' `EngineEvent` satisfies it,
+ * so an engine stream can be handed over as is.
+ */
+export interface SseEvent {
+  /** The exact bytes of the event block (terminating blank line included): written untouched when present. */
+  readonly raw?: Uint8Array | undefined;
+  /** The event's data (multi-line data joined by `\n`): written as `data: <data>\n\n` when `raw` is absent. */
+  readonly data: Uint8Array | string;
+}
+
+export type RoutedBody =
+  | { readonly kind: 'sse'; readonly events: AsyncIterable<SseEvent> }
+  | { readonly kind: 'json'; readonly bytes: Uint8Array | string };
+
+export interface RoutedResponse {
+  /** The worker serving the request (decode worker when disaggregated): the `x-kvgate-worker` header. */
+  readonly worker: WorkerRef;
+  /** The prefill worker when disaggregated: the `x-kvgate-prefill-worker` header. */
+  readonly prefillWorker?: WorkerRef | undefined;
+  /** The engine's HTTP status, passed to the client (an engine 4xx with its body is passed through). */
+  readonly status: number;
+  readonly body: RoutedBody;
+}
+
+/** The routing decision of a query-only request. */
+export interface QueryResult {
+  /** Decode (or aggregated) worker. */
+  readonly worker: WorkerRef;
+  readonly prefillWorker?: WorkerRef | undefined;
+  /** Blocks of the prompt the chosen worker already holds (per the index). */
+  readonly overlapBlocks: number;
+  readonly prefillOverlapBlocks?: number | undefined;
+}
+
+export interface ModelRouterPort {
+  readonly model: string;
+  /** Must equal the model's configured block size (the frontend hashes with it). */
+  readonly blockSize: number;
+  /** At least one worker is available to serve (cheap; called per request and by /v1/models and /ready). */
+  canServe(): boolean;
+  route(req: PreparedRequest): Promise<RoutedResponse>;
+  query(req: PreparedRequest): Promise<QueryResult>;
+  close(): Promise<void>;
+}
