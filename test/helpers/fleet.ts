@@ -29,6 +29,8 @@ export async function startFleet(n: number, opts: {
   mocker?: MockerInput;
   router?: Partial<Omit<ModelRouterOptions, 'registry' | 'engine' | 'model' | 'blockSize'>>;
   kvEvents?: boolean;
+  /** Worker ids whose KV-event endpoint the router is not told about (their events never reach it). */
+  withoutEvents?: readonly number[];
 } = {}): Promise<Fleet> {
   const mockers = await Promise.all(Array.from({ length: n }, (_, i) => startMocker({
     model: MODEL, blockSize: BLOCK, speedup: 200, kvEvents: opts.kvEvents ?? true, kvEventsPort: 0, kvEventsReplayPort: 0,
@@ -36,7 +38,7 @@ export async function startFleet(n: number, opts: {
   })));
   const workers: WorkerInfo[] = mockers.map((m, i) => ({
     id: i + 1, model: MODEL, url: m.url, role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1,
-    ...(m.kvEventsEndpoints.length > 0 ? { kvEvents: { endpoint: m.kvEventsEndpoints[0]!, replayEndpoint: m.replayEndpoints[0] } } : {}),
+    ...(m.kvEventsEndpoints.length > 0 && !(opts.withoutEvents ?? []).includes(i + 1) ? { kvEvents: { endpoint: m.kvEventsEndpoints[0]!, replayEndpoint: m.replayEndpoints[0] } } : {}),
   }));
   const registry = new WorkerRegistry();
   for (const w of workers) registry.add(w);
