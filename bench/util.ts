@@ -4,6 +4,7 @@
  * Figures are reported with a baseline measured in the same run, since this
  * machine is noisy; nothing here gates CI.
  */
+import { createServer } from 'node:net';
 import { Bench } from 'tinybench';
 
 export interface BenchRow {
@@ -69,4 +70,16 @@ export function renderSection(s: BenchSection): string {
   }
   if (s.notes.length > 0) lines.push('', ...s.notes.map((n) => `- ${n}`));
   return lines.join('\n');
+}
+
+/** A TCP port that was free a moment ago on 127.0.0.1 (for child processes that need a fixed port). */
+export function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => res(port));
+    });
+    s.on('error', rej);
+  });
 }

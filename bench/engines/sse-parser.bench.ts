@@ -10,20 +10,10 @@
  * Outputs are checked equal before timing. Run: npm run bench -- sse
  */
 import { SseParser } from '../../src/engines/index.js';
+import { seededRng as rng } from '../../src/core/clock.js';
 import { ratio, timeAll, type BenchSection } from '../util.js';
 
 export const title = 'SSE parsing: 2,000-event chat stream (~450 KB), kvgate SseParser vs naive split parser';
-
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function makeStream(events: number): { bytes: Buffer; perEvent: Buffer[] } {
   const words = [' the', ' cache', ' router', ' é', ' 日本', ' token', ' prefix', ' ✓', ' block', ' worker'];

@@ -16,11 +16,10 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { BenchRow, BenchSection } from '../util.js';
+import { freePort, type BenchRow, type BenchSection } from '../util.js';
 
 export const title = 'Gateway overhead: kvgate serve vs nginx vs the mocker alone (wrk, short chat completions)';
 
@@ -34,17 +33,6 @@ function onPath(cmd: string): Promise<boolean> {
   return new Promise((res) => {
     const p = spawn('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
     p.on('exit', (code) => res(code === 0));
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => res(port));
-    });
-    s.on('error', rej);
   });
 }
 

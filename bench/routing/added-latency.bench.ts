@@ -8,13 +8,12 @@
  * Run: npm run bench -- added-latency
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
 import { seededRng } from '../../src/core/clock.js';
-import type { BenchRow, BenchSection } from '../util.js';
+import { freePort, type BenchRow, type BenchSection } from '../util.js';
 
 export const title = 'Router added latency: TTFT through kvgate serve vs the engine alone (2,000 streaming requests, 64 concurrent)';
 
@@ -23,17 +22,6 @@ const KVGATE = join(ROOT, 'bin', 'kvgate.js');
 const REQUESTS = 2000;
 const CONCURRENCY = 64;
 const ROUNDS = 4;
-
-function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => res(port));
-    });
-    s.on('error', rej);
-  });
-}
 
 function start(args: string[]): { child: ChildProcess; firstLine: Promise<string> } {
   const child = spawn(process.execPath, [KVGATE, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });

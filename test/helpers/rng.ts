@@ -1,11 +1,4 @@
-/** Seeded PRNG for tests (mulberry32): deterministic sequences in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Seeded PRNG for tests: the same mulberry32 generator core logic uses (`seededRng`). */
+import { seededRng } from '../../src/core/clock.js';
+
+export const mulberry32: (seed: number) => () => number = seededRng;
