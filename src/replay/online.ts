@@ -100,7 +100,8 @@ async function waitReady(url: string): Promise<void> {
 
 /** Starts fresh engines and a gateway for one policy. Everything started is closed on failure. */
 export async function startFleet(policy: PolicySpec, topology: OnlineTopology, engineInput: MockerInput, seed: number, bucketMs: number): Promise<OnlineFleet> {
-  const flavour = topology.kind === 'disaggregated' && topology.protocol === 'bootstrap' ? 'sglang' : (engineInput.engine ?? 'vllm');
+  // The P/D protocol decides the engine flavour: SGLang pairs through bootstrap rooms, vLLM hands over kv_transfer_params.
+  const flavour = topology.kind === 'disaggregated' ? (topology.protocol === 'bootstrap' ? 'sglang' : 'vllm') : (engineInput.engine ?? 'vllm');
   const specs: { name: PoolRun['name']; count: number; mode: 'aggregated' | 'prefill' | 'decode' }[] = topology.kind === 'aggregated'
     ? [{ name: 'engines', count: topology.workers, mode: 'aggregated' }]
     : [{ name: 'prefill', count: topology.prefillWorkers, mode: 'prefill' }, { name: 'decode', count: topology.decodeWorkers, mode: 'decode' }];
