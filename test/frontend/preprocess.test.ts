@@ -3,7 +3,7 @@ import { Template } from '@huggingface/jinja';
 import { Tokenizer } from 'tokenizers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelPreprocessor } from '../../src/frontend/preprocess/model-preprocessor.js';
-import { createPreprocessor, type Preprocessor } from '../../src/frontend/preprocess/preprocessor.js';
+import { INLINE_MAX_CHARS, createPreprocessor, taskTextChars, type Preprocessor } from '../../src/frontend/preprocess/preprocessor.js';
 import type { ChatTask, PreprocessModelSpec } from '../../src/frontend/preprocess/protocol.js';
 import { SegmentTokenizer, splitTokensOf } from '../../src/frontend/preprocess/segment-tokenizer.js';
 import { isKvgateError } from '../../src/errors/index.js';
@@ -159,7 +159,8 @@ describe('preprocessing pool (runs dist/workers/preprocess.js: build first)', ()
   let pool: Preprocessor;
   let inline: Preprocessor;
   beforeAll(async () => {
-    [pool, inline] = await Promise.all([createPreprocessor([spec], { threads: 2 }), createPreprocessor([spec], { threads: 0 })]);
+    // inlineMaxChars -1: every prompt goes through the worker threads, however small.
+    [pool, inline] = await Promise.all([createPreprocessor([spec], { threads: 2, inlineMaxChars: -1 }), createPreprocessor([spec], { threads: 0 })]);
   });
   afterAll(async () => {
     await Promise.all([pool?.close(), inline?.close()]);
@@ -182,5 +183,30 @@ describe('preprocessing pool (runs dist/workers/preprocess.js: build first)', ()
     expect(isKvgateError(tok, 'KVG_ERR_PROMPT_TOO_LONG')).toBe(true);
     const unknown = await pool.run({ kind: 'text', model: 'nope', prompt: 'x', maxPromptTokens: 10 }).catch((e: unknown) => e);
     expect(isKvgateError(unknown, 'KVG_ERR_MODEL_NOT_FOUND')).toBe(true);
+  });
+
+  it('short prompts and token ids are sized for the main thread; long or tool-carrying ones for the pool', () => {
+    expect(taskTextChars({ kind: 'tokens', model: 'demo', tokenIds: new Uint32Array(100_000), maxPromptTokens: 1e6 })).toBe(0);
+    expect(taskTextChars({ kind: 'text', model: 'demo', prompt: 'x'.repeat(3000), maxPromptTokens: 1e6 })).toBe(3000);
+    const chat = (content: unknown, tools?: unknown[]) => ({ kind: 'chat' as const, model: 'demo', messages: [{ role: 'user', content }], tools, maxPromptTokens: 1e6 });
+    expect(taskTextChars(chat('hello'))).toBe(5);
+    expect(taskTextChars(chat([{ type: 'text', text: 'hi' }, { type: 'text', text: 'there' }]))).toBe(7);
+    expect(taskTextChars(chat([{ type: 'image_url', image_url: { url: 'x' } }]))).toBe(Infinity);
+    expect(taskTextChars(chat('hello', [{ type: 'function' }]))).toBe(Infinity);
+    expect(taskTextChars(chat('y'.repeat(INLINE_MAX_CHARS + 1)))).toBeGreaterThan(INLINE_MAX_CHARS);
+  });
+
+  it('with the default split, results are the same as the main thread for short and long prompts', async () => {
+    const hybrid = await createPreprocessor([spec], { threads: 1 });
+    try {
+      for (const content of ['short question?', 'a much longer message. '.repeat(200)]) {
+        const task = chatTask([{ role: 'user', content }]);
+        const [a, b] = [await hybrid.run(task), await inline.run(task)];
+        expect(a.tokenIds).toEqual(b.tokenIds);
+        expect(a.sequenceHashes).toEqual(b.sequenceHashes);
+      }
+    } finally {
+      await hybrid.close();
+    }
   });
 });

@@ -2,7 +2,9 @@
  * Where preprocessing runs: a piscina pool of worker threads (the default),
  * or the main thread (`threads: 0`, for comparison and tiny deployments).
  * Both run the same task handler; the pool adds a structured clone of the
- * task in and a transfer of the typed arrays out.
+ * task in and a transfer of the typed arrays out, so with a pool, prompts
+ * cheaper than that round trip (token ids, short text: `INLINE_MAX_CHARS`)
+ * still run on the main thread.
  *
  * The pool loads the compiled worker, dist/workers/preprocess.js, found
  * relative to this module: beside it in the built package, or under dist/
@@ -41,13 +43,46 @@ export function preprocessWorkerFile(): string {
   throw new KvgateError('KVG_ERR_INTERNAL', `cannot find the compiled preprocessing worker (${built} or ${fromSource}); run \`npm run build\` first`);
 }
 
+/**
+ * Prompts up to this many characters of text (and every token-id prompt, which
+ * is only hashed) are preprocessed on the main thread even with a pool: their
+ * template + tokenization cost (tens to a few hundred microseconds) is below
+ * the round trip to a worker thread, which measured about a millisecond here.
+ */
+export const INLINE_MAX_CHARS = 2048;
+
+/** Characters of text a task will render and tokenize, or Infinity when unknown (sent to the pool). */
+export function taskTextChars(task: PreprocessTask): number {
+  if (task.kind === 'tokens') return 0;
+  if (task.kind === 'text') return task.prompt.length;
+  if (task.tools !== undefined && task.tools.length > 0) return Infinity;
+  let n = 0;
+  for (const m of task.messages) {
+    const content = (m as { content?: unknown } | null)?.content;
+    if (typeof content === 'string') n += content.length;
+    else if (Array.isArray(content)) {
+      for (const part of content) {
+        const text = (part as { text?: unknown } | null)?.text;
+        n += typeof text === 'string' ? text.length : Infinity;
+      }
+    } else if (content !== undefined && content !== null) return Infinity;
+    if (n > INLINE_MAX_CHARS) return n;
+  }
+  return n;
+}
+
 class PoolPreprocessor implements Preprocessor {
   readonly mode = 'pool' as const;
   readonly threads: number;
   readonly #pool: Piscina<PreprocessTask | { kind: 'ping' }, WorkerReply>;
+  /** The same handler on the main thread, for prompts cheaper than a worker round trip. */
+  readonly #inline: TaskHandler;
+  readonly #inlineMaxChars: number;
 
-  constructor(models: readonly PreprocessModelSpec[], threads: number) {
+  constructor(models: readonly PreprocessModelSpec[], threads: number, inline: TaskHandler, inlineMaxChars: number) {
     this.threads = threads;
+    this.#inline = inline;
+    this.#inlineMaxChars = inlineMaxChars;
     const workerData: PreprocessWorkerData = { models: [...models] };
     this.#pool = new Piscina({
       filename: preprocessWorkerFile(),
@@ -68,6 +103,7 @@ class PoolPreprocessor implements Preprocessor {
   }
 
   async run(task: PreprocessTask): Promise<PreprocessResult> {
+    if (taskTextChars(task) <= this.#inlineMaxChars) return unwrapReply(await this.#inline(task));
     // The prompt's token ids (token-array prompts) move to the worker instead of being copied.
     const transferList = task.kind === 'tokens' && task.tokenIds.buffer instanceof ArrayBuffer && task.tokenIds.byteOffset === 0
       && task.tokenIds.byteLength === task.tokenIds.buffer.byteLength ? [task.tokenIds.buffer] : undefined;
@@ -102,9 +138,11 @@ class MainThreadPreprocessor implements Preprocessor {
  * Resolves once every model's tokenizer is loaded everywhere it runs.
  * @throws KvgateError when a tokenizer cannot be loaded or the worker is not built.
  */
-export async function createPreprocessor(models: readonly PreprocessModelSpec[], opts: { threads: number }): Promise<Preprocessor> {
-  if (opts.threads <= 0) return new MainThreadPreprocessor(await createTaskHandler(models));
-  const pool = new PoolPreprocessor(models, opts.threads);
+export async function createPreprocessor(models: readonly PreprocessModelSpec[],
+  opts: { threads: number; /** Default INLINE_MAX_CHARS; -1 sends every prompt to the pool. */ inlineMaxChars?: number }): Promise<Preprocessor> {
+  const inline = await createTaskHandler(models);
+  if (opts.threads <= 0) return new MainThreadPreprocessor(inline);
+  const pool = new PoolPreprocessor(models, opts.threads, inline, opts.inlineMaxChars ?? INLINE_MAX_CHARS);
   try {
     await pool.ready();
   } catch (err) {
