@@ -18,7 +18,7 @@ import type { KvRouterOptions, WorkerType } from '../core/index.js';
 import type { WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
 import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type EventLog, type KvEventHooks } from '../events/index.js';
-import { KvgateError } from '../errors/index.js';
+import { KvgateError, isKvgateError } from '../errors/index.js';
 import type {
   ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, RoutingHints as PortHints,
 } from './router-port.js';
@@ -26,6 +26,7 @@ import type { KvgateMetrics } from '../metrics/index.js';
 import { KvRouter, type RoutingHints } from './kv-router.js';
 import { PrefillRouter } from './prefill-router.js';
 import { PushRouter, type LegRequest, type RouterMode } from './push-router.js';
+import { PrefillSessions } from './disagg-sessions.js';
 
 export interface ModelRouterOptions {
   readonly model: string;
@@ -51,6 +52,8 @@ export interface ModelRouterOptions {
   readonly enforceDisagg?: boolean | undefined;
   /** Sliding TTL of a sticky prefill worker for a session without its own timeout (default 300 000 ms). */
   readonly prefillSessionTtlMs?: number | undefined;
+  /** Sliding TTL of a sticky aggregated/decode session without its own `timeout` (default 300 s). */
+  readonly sessionTtlMs?: number | undefined;
 }
 
 /** One pool of workers: its push router and, in KV mode with events, the subscriptions feeding its index. */
@@ -86,6 +89,8 @@ export class ModelRouter implements ModelRouterPort {
   readonly events: KvEventManager | undefined;
   /** Disaggregated serving: the prefill pool and its lifecycle. */
   readonly prefill: PrefillRouter;
+  /** Sticky sessions of aggregated requests: session id -> decode worker (x-session-id / nvext.session_control). */
+  readonly sessions: PrefillSessions;
   readonly #opts: ModelRouterOptions;
   readonly #rng: Rng;
   #prefillPool: Pool | undefined;
@@ -107,6 +112,7 @@ export class ModelRouter implements ModelRouterPort {
     this.#clock = opts.clock ?? systemClock;
     this.#opts = opts;
     this.#rng = opts.rng ?? seededRng(Date.now() >>> 0);
+    this.sessions = new PrefillSessions(this.#clock, opts.sessionTtlMs);
     const decode = this.#buildPool('decode');
     this.decode = decode.push;
     this.events = decode.events;
@@ -199,6 +205,7 @@ export class ModelRouter implements ModelRouterPort {
   }
 
   #workerRemoved(w: WorkerInfo): void {
+    if (w.role !== 'prefill') this.sessions.unbindWorker(w.id);
     if (w.role === 'prefill') {
       this.prefill.removeWorker(w.id);
       void this.#prefillPool?.events?.remove(w.id);
@@ -213,6 +220,7 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#closed) return;
     this.decode.kvRouter?.tick();
     this.prefill.tick();
+    this.sessions.sweep();
     const m = this.#metrics;
     if (m === undefined) return;
     for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {
@@ -252,8 +260,32 @@ export class ModelRouter implements ModelRouterPort {
       const out = await this.prefill.route(this.#leg(req, 'aggregated', 'decode'), req.hints.session);
       return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
     }
-    const res = await this.decode.dispatch(this.#leg(req, 'aggregated', 'decode'));
+    const session = req.hints.session;
+    let leg = this.#leg(req, 'aggregated', 'decode');
+    let sticky = false;
+    if (session !== undefined && leg.hints.backendInstanceId === undefined && leg.hints.decodeWorkerId === undefined) {
+      // Session affinity (spec 1.4 step 2): the session's worker becomes the pin while it stays in the pool.
+      const b = this.sessions.lookup(session.id);
+      if (b !== undefined && this.decode.worker(b.workerId) !== undefined) {
+        leg = { ...leg, hints: { ...leg.hints, backendInstanceId: b.workerId, dpRank: b.dpRank } };
+        sticky = true;
+      } else if (b !== undefined) {
+        this.sessions.unbind(session.id);
+      }
+    }
+    let res;
+    try {
+      res = await this.decode.dispatch(leg);
+    } catch (err) {
+      // A sticky worker that refused (overloaded, unreachable) no longer holds the session; a client abort changes nothing.
+      if (sticky && !isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')) this.sessions.unbind(session!.id);
+      throw err;
+    }
     const worker = { workerId: res.selection.worker.id, dpRank: res.selection.dpRank };
+    if (session !== undefined) {
+      if (session.action === 'close') this.sessions.unbind(session.id);
+      else this.sessions.bind(session.id, worker.workerId, worker.dpRank, session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : undefined);
+    }
     const body = res.body.kind === 'sse' ? { kind: 'sse' as const, events: res.body.events } : { kind: 'json' as const, bytes: res.body.bytes };
     return { worker, status: res.status, body };
   }
