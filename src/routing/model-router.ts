@@ -14,7 +14,7 @@
  * the authoritative load; the prefix index is advisory and fed by events.
  */
 import { seededRng, systemClock, type Clock, type Rng } from '../core/clock.js';
-import type { KvRouterOptions, WorkerType } from '../core/index.js';
+import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
 import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type EventLog, type KvEventHooks } from '../events/index.js';
@@ -237,8 +237,8 @@ export class ModelRouter implements ModelRouterPort {
     return !this.#closed && this.decode.size > 0 && this.prefill.canServeRequests();
   }
 
-  #leg(req: PreparedRequest, phase: 'aggregated' | 'decode' | 'prefill', workerType: WorkerType): LegRequest {
-    void workerType;
+  /** The request as one leg; the prefill router derives its prefill and decode legs from it. */
+  #leg(req: PreparedRequest): LegRequest {
     return {
       requestId: req.requestId,
       path: PATHS[req.endpoint],
@@ -248,7 +248,7 @@ export class ModelRouter implements ModelRouterPort {
       hashes: { local: req.blockHashes, seq: req.sequenceHashes },
       hints: toRoutingHints(req.hints),
       routerConfigOverride: req.hints.routerConfigOverride as Readonly<Record<string, unknown>> | undefined,
-      phase,
+      phase: 'aggregated',
       signal: req.signal,
       receivedAt: req.receivedAt,
     };
@@ -257,11 +257,11 @@ export class ModelRouter implements ModelRouterPort {
   async route(req: PreparedRequest): Promise<RoutedResponse> {
     if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
     if (this.#disaggregated(true)) {
-      const out = await this.prefill.route(this.#leg(req, 'aggregated', 'decode'), req.hints.session);
+      const out = await this.prefill.route(this.#leg(req), req.hints.session);
       return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
     }
     const session = req.hints.session;
-    let leg = this.#leg(req, 'aggregated', 'decode');
+    let leg = this.#leg(req);
     let sticky = false;
     if (session !== undefined && leg.hints.backendInstanceId === undefined && leg.hints.decodeWorkerId === undefined) {
       // Session affinity (spec 1.4 step 2): the session's worker becomes the pin while it stays in the pool.
@@ -292,13 +292,13 @@ export class ModelRouter implements ModelRouterPort {
 
   async query(req: PreparedRequest): Promise<QueryResult> {
     if (this.#disaggregated(false)) {
-      const q = await this.prefill.query(this.#leg(req, 'aggregated', 'decode'), req.hints.session);
+      const q = await this.prefill.query(this.#leg(req), req.hints.session);
       return {
         worker: { workerId: q.decode.worker.id, dpRank: q.decode.dpRank }, overlapBlocks: q.decode.overlapBlocks,
         prefillWorker: { workerId: q.prefill.worker.id, dpRank: q.prefill.dpRank }, prefillOverlapBlocks: q.prefill.overlapBlocks,
       };
     }
-    const sel = await this.decode.select(this.#leg(req, 'aggregated', 'decode'), 'query');
+    const sel = await this.decode.select(this.#leg(req), 'query');
     return { worker: { workerId: sel.worker.id, dpRank: sel.dpRank }, overlapBlocks: sel.overlapBlocks };
   }
 

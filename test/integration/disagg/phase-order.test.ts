@@ -6,7 +6,7 @@
  * prefill engine has the request, never waiting for prefill output (SGLang's
  * prefill only answers once decode has connected).
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, expect, it } from 'vitest';
 import { RequestTracker, seededRng, systemClock } from '../../../src/core/index.js';
 import type { PreparedRequest } from '../../../src/frontend/router-port.js';
 import { toRoutingHints } from '../../../src/routing/model-router.js';
