@@ -198,7 +198,7 @@ export async function run(argv: string[], hooks: Partial<Pick<ReplayHooks, 'runO
   const bar = new ProgressBar(process.stderr, plan.progress === undefined ? {} : { enabled: plan.progress });
   let started = false;
   let runOnline = hooks.runOnline;
-  if (plan.config.mode === 'online' && runOnline === undefined) runOnline = (await import('../replay/online.js')).runOnlineReplay;
+  if (plan.config.mode === 'online' && runOnline === undefined) runOnline = (await import('./replay-online.js')).runOnlineReplay;
   try {
     const result = await runReplay(plan.config, {
       command: commandLine(argv),

@@ -8,7 +8,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { KvgateError } from '../errors/index.js';
-import { kvgateVersion } from '../cli/version.js';
+import { kvgateVersion } from '../version.js';
 import { MOCKER_DEFAULTS, resolveMockerOptions, type MockerInput } from '../mocker/index.js';
 import { runOfflineJob, type OfflineJob, type OfflineWorkerMessage } from './offline-job.js';
 import { defaultBucketMs, type DisaggProtocol } from './offline.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parsePolicies, runReplay, type ReplayConfig } from '../../src/replay/index.js';
-import { predictionFromMetrics, runOnlineReplay } from '../../src/replay/online.js';
+import { predictionFromMetrics, runOnlineReplay } from '../../src/cli/replay-online.js';
 
 const SMALL = new URL('../fixtures/traces/small.jsonl', import.meta.url).pathname;
 

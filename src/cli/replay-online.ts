@@ -17,17 +17,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { destination, pino } from 'pino';
 import { request } from 'undici';
-import { serve, type ServeHandle } from '../cli/serve.js';
+import { serve, type ServeHandle } from './serve.js';
 import { KvgateError } from '../errors/index.js';
 import { resolveMockerOptions, startMocker, type MockerHandle, type MockerInput } from '../mocker/index.js';
-import { generateLoad } from './load-generator.js';
-import { defaultBucketMs, type DisaggProtocol } from './offline.js';
-import type { PolicySpec } from './policy.js';
-import { round, type PolicyRun, type PoolRun } from './results.js';
-import { replayEngineOptions, type ReplayConfig } from './runner.js';
-import { LoadTimeline } from './timeline.js';
-import { TokenSynthesizer } from './token-synth.js';
-import type { Workload } from './workload.js';
+import { generateLoad } from '../replay/load-generator.js';
+import { defaultBucketMs, type DisaggProtocol } from '../replay/offline.js';
+import type { PolicySpec } from '../replay/policy.js';
+import { round, type PolicyRun, type PoolRun } from '../replay/results.js';
+import { replayEngineOptions, type ReplayConfig } from '../replay/runner.js';
+import { LoadTimeline } from '../replay/timeline.js';
+import { TokenSynthesizer } from '../replay/token-synth.js';
+import type { Workload } from '../replay/workload.js';
 
 /** The model name the replay's engines serve. */
 export const REPLAY_MODEL = 'replay-model';

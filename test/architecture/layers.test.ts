@@ -1,0 +1,72 @@
+/**
+ * Imports point downward (docs/architecture.md): each src/ layer may import
+ * only the layers listed for it here. A new edge must be added on purpose,
+ * and an edge that would close a cycle is refused. Root files (src/index.ts,
+ * the library face; src/version.ts, a leaf) are not layers.
+ */
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const SRC = new URL('../../src/', import.meta.url).pathname;
+
+/** Allowed dependencies per layer (leaves first). */
+const ALLOWED: Record<string, readonly string[]> = {
+  errors: [],
+  metrics: [],
+  wasm: ['errors'],
+  tokenizer: ['errors'],
+  engines: ['errors'],
+  discovery: ['errors'],
+  core: ['errors', 'wasm'],
+  events: ['errors', 'wasm', 'core'],
+  mocker: ['errors', 'wasm', 'core', 'tokenizer'],
+  config: ['errors', 'core', 'discovery', 'tokenizer'],
+  routing: ['errors', 'wasm', 'core', 'engines', 'events', 'discovery', 'metrics'],
+  frontend: ['errors', 'wasm', 'core', 'tokenizer', 'config', 'metrics', 'routing'],
+  // replay drives the mocker cores and the routers offline; the online runner composes the gateway and lives in cli.
+  replay: ['errors', 'core', 'events', 'mocker', 'routing'],
+  cli: ['errors', 'config', 'discovery', 'engines', 'frontend', 'mocker', 'replay', 'routing'],
+};
+
+function files(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const p = join(dir, name);
+    return statSync(p).isDirectory() ? files(p) : p.endsWith('.ts') ? [p] : [];
+  });
+}
+
+describe('layering', () => {
+  it('every src/ folder is a known layer', () => {
+    const layers = readdirSync(SRC).filter((n) => statSync(join(SRC, n)).isDirectory());
+    expect(layers.sort()).toEqual(Object.keys(ALLOWED).sort());
+  });
+
+  it('imports between layers follow the allowed edges', () => {
+    const violations: string[] = [];
+    for (const file of files(SRC)) {
+      const layer = relative(SRC, file).split('/')[0]!;
+      const text = readFileSync(file, 'utf8');
+      for (const m of text.matchAll(/from '((?:\.\.\/)+)([a-z]+)\//g)) {
+        const depth = m[1]!.length / 3;
+        const fileDepth = relative(SRC, file).split('/').length - 1;
+        if (depth !== fileDepth) continue; // a relative path inside the same layer
+        const target = m[2]!;
+        if (target !== layer && !ALLOWED[layer]!.includes(target)) violations.push(`${relative(SRC, file)} -> ${target}`);
+      }
+    }
+    expect(violations).toEqual([]);
+  });
+
+  it('the allowed edges have no cycle', () => {
+    const state = new Map<string, 'visiting' | 'done'>();
+    const visit = (n: string, path: string[]): void => {
+      if (state.get(n) === 'done') return;
+      if (state.get(n) === 'visiting') throw new Error(`cycle: ${[...path, n].join(' -> ')}`);
+      state.set(n, 'visiting');
+      for (const d of ALLOWED[n]!) visit(d, [...path, n]);
+      state.set(n, 'done');
+    };
+    for (const n of Object.keys(ALLOWED)) visit(n, []);
+  });
+});
