@@ -100,6 +100,76 @@ export interface PushRouterOptions {
 
 const slotKey = (workerId: number, dpRank: number): string => `${workerId}:${dpRank}`;
 
+/**
+ * The labelled metric children one pool touches per request, resolved once:
+ * a prom-client `labels()` call hashes its label object, and a request would
+ * otherwise make about twenty of them.
+ */
+class PoolMetrics {
+  readonly requests; readonly requestsStarted; readonly isl; readonly osl; readonly itl; readonly ttft;
+  readonly kvHitRate; readonly nonMaxOverlap; readonly backpressure; readonly queueRequests; readonly queueIslTokens;
+  readonly predictionError; readonly exact; readonly over; readonly under;
+  readonly hashing; readonly matching; readonly scheduling; readonly total;
+  readonly #m: KvgateMetrics;
+  readonly #model: string;
+  readonly #workerType: string;
+  readonly #workers = new Map<string, WorkerGauges>();
+
+  constructor(m: KvgateMetrics, model: string, workerType: string) {
+    this.#m = m;
+    this.#model = model;
+    this.#workerType = workerType;
+    const l = { model, worker_type: workerType };
+    this.requests = m.requests.labels(l);
+    this.requestsStarted = m.requestsStarted.labels(l);
+    this.isl = m.isl.labels(l);
+    this.osl = m.osl.labels(l);
+    this.itl = m.itl.labels(l);
+    this.ttft = m.ttft.labels(l);
+    this.kvHitRate = m.predictedKvHitRate.labels(l);
+    this.nonMaxOverlap = m.nonMaxOverlapSelections.labels(l);
+    this.backpressure = m.backpressure.labels(l);
+    this.queueRequests = m.queuePendingRequests.labels(l);
+    this.queueIslTokens = m.queuePendingIslTokens.labels(l);
+    this.predictionError = m.predictionErrorTokens.labels(l);
+    this.exact = m.predictionExact.labels({ ...l, outcome: 'exact' });
+    this.over = m.predictionExact.labels({ ...l, outcome: 'over' });
+    this.under = m.predictionExact.labels({ ...l, outcome: 'under' });
+    this.hashing = m.overheadMs.labels({ model, stage: 'block_hashing' });
+    this.matching = m.overheadMs.labels({ model, stage: 'indexer_find_matches' });
+    this.scheduling = m.overheadMs.labels({ model, stage: 'scheduling' });
+    this.total = m.overheadMs.labels({ model, stage: 'total' });
+  }
+
+  /** Per-slot load gauges, resolved on first use. */
+  worker(workerId: number, dpRank: number): WorkerGauges {
+    const key = slotKey(workerId, dpRank);
+    let g = this.#workers.get(key);
+    if (g === undefined) {
+      const l = { model: this.#model, worker_id: String(workerId), dp_rank: String(dpRank), worker_type: this.#workerType };
+      g = {
+        activeRequests: this.#m.workerActiveRequests.labels(l),
+        activePrefillTokens: this.#m.workerActivePrefillTokens.labels(l),
+        activeDecodeBlocks: this.#m.workerActiveDecodeBlocks.labels(l),
+        indexBlocks: this.#m.workerIndexBlocks.labels(l),
+      };
+      this.#workers.set(key, g);
+    }
+    return g;
+  }
+
+  forgetWorker(workerId: number): void {
+    for (const key of [...this.#workers.keys()]) if (key.startsWith(`${workerId}:`)) this.#workers.delete(key);
+  }
+}
+
+interface WorkerGauges {
+  readonly activeRequests: { set(v: number): void };
+  readonly activePrefillTokens: { set(v: number): void };
+  readonly activeDecodeBlocks: { set(v: number): void };
+  readonly indexBlocks: { set(v: number): void };
+}
+
 export class PushRouter {
   readonly model: string;
   readonly workerType: WorkerType;
@@ -108,6 +178,7 @@ export class PushRouter {
   readonly kvRouter: KvRouter | undefined;
   readonly #engine: EngineClient;
   readonly #metrics: KvgateMetrics | undefined;
+  readonly #pm: PoolMetrics | undefined;
   readonly #clock: Clock;
   readonly #maxRetries: number;
   readonly #simple: SimpleRouter | undefined;
@@ -126,6 +197,7 @@ export class PushRouter {
     this.kvRouter = opts.kvRouter;
     this.#engine = opts.engine;
     this.#metrics = opts.metrics;
+    this.#pm = opts.metrics === undefined ? undefined : new PoolMetrics(opts.metrics, opts.model, opts.workerType);
     this.#clock = opts.clock;
     this.#maxRetries = opts.maxRetries ?? 2;
     this.#onWorkerUnreachable = opts.onWorkerUnreachable;
@@ -150,6 +222,7 @@ export class PushRouter {
   removeWorker(id: number): void {
     if (!this.#workers.delete(id)) return;
     this.kvRouter?.removeWorker(id);
+    this.#pm?.forgetWorker(id);
     for (const key of [...this.#active.keys()]) if (key.startsWith(`${id}:`)) this.#active.delete(key);
   }
 
@@ -243,7 +316,7 @@ export class PushRouter {
     } else {
       const outcome = kv.schedule(request);
       if (outcome.status === 'rejected') {
-        this.#metrics?.backpressure.labels({ model: this.model, worker_type: this.workerType }).inc();
+        this.#pm?.backpressure.inc();
         throw rejectionError(outcome.rejection);
       }
       if (outcome.status === 'queued') {
@@ -272,26 +345,23 @@ export class PushRouter {
   }
 
   #observeDecision(d: RoutingDecision): void {
-    const m = this.#metrics;
+    const m = this.#pm;
     if (m === undefined) return;
-    const labels = { model: this.model, worker_type: this.workerType };
-    m.requestsStarted.labels(labels).inc();
-    m.overheadMs.labels({ model: this.model, stage: 'block_hashing' }).observe(d.timing.hashingMs);
-    m.overheadMs.labels({ model: this.model, stage: 'indexer_find_matches' }).observe(d.timing.matchingMs);
-    m.overheadMs.labels({ model: this.model, stage: 'scheduling' }).observe(d.timing.schedulingMs);
-    m.overheadMs.labels({ model: this.model, stage: 'total' }).observe(d.timing.totalMs);
-    if (d.requiredBlocks > 0) m.predictedKvHitRate.labels(labels).observe(d.overlapBlocks / d.requiredBlocks);
+    m.requestsStarted.inc();
+    m.hashing.observe(d.timing.hashingMs);
+    m.matching.observe(d.timing.matchingMs);
+    m.scheduling.observe(d.timing.schedulingMs);
+    m.total.observe(d.timing.totalMs);
+    if (d.requiredBlocks > 0) m.kvHitRate.observe(d.overlapBlocks / d.requiredBlocks);
     let maxOverlap = 0;
     for (const c of d.candidates) maxOverlap = Math.max(maxOverlap, c.overlapBlocks);
-    if (!d.pinned && d.overlapBlocks < maxOverlap) m.nonMaxOverlapSelections.labels(labels).inc();
+    if (!d.pinned && d.overlapBlocks < maxOverlap) m.nonMaxOverlap.inc();
   }
 
   #observeQueue(): void {
-    const m = this.#metrics;
-    if (m === undefined || this.kvRouter === undefined) return;
-    const labels = { model: this.model, worker_type: this.workerType };
-    m.queuePendingRequests.labels(labels).set(this.kvRouter.pendingRequests);
-    m.queuePendingIslTokens.labels(labels).set(this.kvRouter.pendingIslTokens);
+    if (this.#pm === undefined || this.kvRouter === undefined) return;
+    this.#pm.queueRequests.set(this.kvRouter.pendingRequests);
+    this.#pm.queueIslTokens.set(this.kvRouter.pendingIslTokens);
   }
 
   /** Undoes a booking (idempotent per leg through the guard). */
@@ -308,15 +378,14 @@ export class PushRouter {
   }
 
   #publishLoad(workerId: number, dpRank: number): void {
-    const m = this.#metrics;
-    if (m === undefined) return;
-    const labels = { model: this.model, worker_id: String(workerId), dp_rank: String(dpRank), worker_type: this.workerType };
+    if (this.#pm === undefined) return;
+    const g = this.#pm.worker(workerId, dpRank);
     const load = this.kvRouter?.load(workerId, dpRank);
-    m.workerActiveRequests.labels(labels).set(load?.activeRequests ?? this.activeRequests(workerId, dpRank));
+    g.activeRequests.set(load?.activeRequests ?? this.activeRequests(workerId, dpRank));
     if (load !== undefined) {
-      m.workerActivePrefillTokens.labels(labels).set(load.activePrefillTokens);
-      m.workerActiveDecodeBlocks.labels(labels).set(load.activeDecodeBlocks);
-      m.workerIndexBlocks.labels(labels).set(this.kvRouter!.index.blockCount(workerId, dpRank));
+      g.activePrefillTokens.set(load.activePrefillTokens);
+      g.activeDecodeBlocks.set(load.activeDecodeBlocks);
+      g.indexBlocks.set(this.kvRouter!.index.blockCount(workerId, dpRank));
     }
   }
 
@@ -353,8 +422,8 @@ export class PushRouter {
           headers: { ...leg.headers, 'x-request-id': req.requestId },
           ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
         });
-        this.#metrics?.requests.labels({ model: this.model, worker_type: this.workerType }).inc();
-        this.#metrics?.isl.labels({ model: this.model, worker_type: this.workerType }).observe(req.isl);
+        this.#pm?.requests.inc();
+        this.#pm?.isl.observe(req.isl);
         if (res.kind === 'json') {
           guard.onOutput(readChunkInfo(res.json));
           guard.finish(true);
@@ -386,8 +455,8 @@ export class PushRouter {
   }
 
   /** @internal used by LegGuard */
-  _metrics(): KvgateMetrics | undefined {
-    return this.#metrics;
+  _metrics(): PoolMetrics | undefined {
+    return this.#pm;
   }
 
   /** @internal used by LegGuard */
@@ -428,8 +497,7 @@ class LegGuard {
         this.#firstAt = router._now();
         kv?.markPrefillCompleted(this.#req.requestId);
         this.#req.tracker?.recordFirstToken();
-        const m = router._metrics();
-        m?.ttft.labels({ model: router.model, worker_type: router.workerType }).observe((this.#firstAt - this.#req.receivedAt) / 1000);
+        router._metrics()?.ttft.observe((this.#firstAt - this.#req.receivedAt) / 1000);
       }
       this.#osl += produced;
       if (kv !== undefined && kv.config.routerTrackOutputBlocks) {
@@ -458,10 +526,9 @@ class LegGuard {
     // cached block-aligned prompt reports one block less (vLLM's rule).
     const usableBlocks = Math.min(this.#sel.overlapBlocks, Math.floor(Math.max(0, this.#req.isl - 1) / router.blockSize));
     const predicted = usableBlocks * router.blockSize;
-    const labels = { model: router.model, worker_type: router.workerType };
     const error = cachedTokens - predicted;
-    m.predictionErrorTokens.labels(labels).observe(error);
-    m.predictionExact.labels({ ...labels, outcome: error === 0 ? 'exact' : error < 0 ? 'over' : 'under' }).inc();
+    m.predictionError.observe(error);
+    (error === 0 ? m.exact : error < 0 ? m.over : m.under).inc();
   }
 
   finish(dispatched: boolean): void {
@@ -472,10 +539,9 @@ class LegGuard {
     this.#req.tracker?.recordFinish();
     const m = router._metrics();
     if (!dispatched || m === undefined) return;
-    const labels = { model: router.model, worker_type: router.workerType };
     const osl = this.#usageOsl ?? this.#osl;
-    if (osl > 0) m.osl.labels(labels).observe(osl);
-    if (this.#firstAt !== undefined && osl >= 2) m.itl.labels(labels).observe((router._now() - this.#firstAt) / (osl - 1) / 1000);
+    if (osl > 0) m.osl.observe(osl);
+    if (this.#firstAt !== undefined && osl >= 2) m.itl.observe((router._now() - this.#firstAt) / (osl - 1) / 1000);
   }
 }
 
