@@ -18,7 +18,7 @@ export interface ApproximateIndexOptions {
   /** Lifetime of an entry after its last recording, in ms (Dynamo's router_ttl_secs, default 120 s). */
   ttlMs?: number;
   clock: Clock;
-  /** Rebuild the heap when it holds more than this many times the live entries (default 4). */
+  /** Rebuild the heap when it holds more than this many times the live entries (default 8). */
   compactFactor?: number;
 }
 
@@ -31,13 +31,27 @@ interface HeapItem {
 
 export const DEFAULT_APPROXIMATE_TTL_MS = 120_000;
 
+/**
+ * A 53-bit number key for the i-th hash of a BigUint64Array, read through a
+ * u32 view so no BigInt is created: Map lookups by number are several times
+ * cheaper than by BigInt. Two live hashes of one slot colliding in 53 bits
+ * (odds ~n^2 / 2^54) would share a deadline; the index itself stays exact.
+ */
+function keyAt(u32: Uint32Array, i: number): number {
+  return (u32[2 * i + 1]! & 0x1fffff) * 4294967296 + u32[2 * i]!;
+}
+
+function words(a: BigUint64Array): Uint32Array {
+  return new Uint32Array(a.buffer, a.byteOffset, a.length * 2);
+}
+
 export class ApproximateIndex {
   readonly index: PrefixIndex;
   readonly ttlMs: number;
   readonly #clock: Clock;
   readonly #compactFactor: number;
-  /** Per slot: seq hash -> current deadline. */
-  readonly #deadlines = new Map<number, Map<bigint, number>>();
+  /** Per slot: seq hash key (see `keyAt`) -> current deadline. */
+  readonly #deadlines = new Map<number, Map<number, number>>();
   #heap: HeapItem[] = [];
   #live = 0;
   /** Block references held by heap items (live or stale), to decide compaction. */
@@ -49,7 +63,7 @@ export class ApproximateIndex {
     this.index = index;
     this.ttlMs = ttl;
     this.#clock = opts.clock;
-    this.#compactFactor = opts.compactFactor ?? 4;
+    this.#compactFactor = opts.compactFactor ?? 8;
   }
 
   /** Entries currently recorded (block, slot pairs). */
@@ -71,12 +85,12 @@ export class ApproximateIndex {
     const deadline = this.#clock.now() + this.ttlMs;
     let map = this.#deadlines.get(slot);
     if (map === undefined) this.#deadlines.set(slot, (map = new Map()));
-    for (let i = 0; i < n; i++) {
-      const h = seq[i]!;
-      if (!map.has(h)) this.#live++;
-      map.set(h, deadline);
-    }
-    this.#push({ deadline, slot, seqs: seq.slice(0, n) }); // owned copy: callers may reuse their arrays
+    const owned = seq.slice(0, n); // owned copy: callers may reuse their arrays
+    const u32 = words(owned);
+    const before = map.size;
+    for (let i = 0; i < n; i++) map.set(keyAt(u32, i), deadline);
+    this.#live += map.size - before;
+    this.#push({ deadline, slot, seqs: owned });
     this.#items += n;
     if (this.#items > this.#compactFactor * Math.max(this.#live, 1024)) this.#compact();
   }
@@ -92,13 +106,15 @@ export class ApproximateIndex {
       const map = this.#deadlines.get(item.slot);
       if (map === undefined) continue;
       let list = batch.get(item.slot);
-      for (const h of item.seqs) {
-        if (map.get(h) !== item.deadline) continue; // refreshed by a later recording, or already gone
-        map.delete(h);
+      const u32 = words(item.seqs);
+      for (let i = 0; i < item.seqs.length; i++) {
+        const k = keyAt(u32, i);
+        if (map.get(k) !== item.deadline) continue; // refreshed by a later recording, or already gone
+        map.delete(k);
         this.#live--;
         removed++;
         if (list === undefined) batch.set(item.slot, (list = []));
-        list.push(h);
+        list.push(item.seqs[i]!);
       }
     }
     for (const [slot, hashes] of batch) {
@@ -121,20 +137,23 @@ export class ApproximateIndex {
   }
 
   #compact(): void {
-    // One item per (slot, deadline) group of live entries.
-    const groups = new Map<string, { deadline: number; slot: number; seqs: bigint[] }>();
-    for (const [slot, map] of this.#deadlines) {
-      for (const [seq, deadline] of map) {
-        const key = `${slot}:${deadline}`;
-        let g = groups.get(key);
-        if (g === undefined) groups.set(key, (g = { deadline, slot, seqs: [] }));
-        g.seqs.push(seq);
-      }
+    // Keep, in each item, only the entries it still holds the current deadline for.
+    const kept: HeapItem[] = [];
+    let items = 0;
+    for (const item of this.#heap) {
+      const map = this.#deadlines.get(item.slot);
+      if (map === undefined) continue;
+      const u32 = words(item.seqs);
+      const live: number[] = [];
+      for (let i = 0; i < item.seqs.length; i++) if (map.get(keyAt(u32, i)) === item.deadline) live.push(i);
+      if (live.length === 0) continue;
+      const seqs = live.length === item.seqs.length ? item.seqs : BigUint64Array.from(live, (i) => item.seqs[i]!);
+      kept.push({ deadline: item.deadline, slot: item.slot, seqs });
+      items += seqs.length;
     }
-    const items: HeapItem[] = [...groups.values()].map((g) => ({ deadline: g.deadline, slot: g.slot, seqs: BigUint64Array.from(g.seqs) }));
-    items.sort((a, b) => a.deadline - b.deadline); // a sorted array is a valid min-heap
-    this.#heap = items;
-    this.#items = this.#live;
+    kept.sort((a, b) => a.deadline - b.deadline); // a sorted array is a valid min-heap
+    this.#heap = kept;
+    this.#items = items;
   }
 
   #push(item: HeapItem): void {
