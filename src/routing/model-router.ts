@@ -101,6 +101,7 @@ export class ModelRouter implements ModelRouterPort {
   readonly #onRemoved: (w: WorkerInfo) => void;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
+  #legSeq = 0;
 
   /** @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid router knobs (the field is named). */
   constructor(opts: ModelRouterOptions) {
@@ -237,10 +238,16 @@ export class ModelRouter implements ModelRouterPort {
     return !this.#closed && this.decode.size > 0 && this.prefill.canServeRequests();
   }
 
-  /** The request as one leg; the prefill router derives its prefill and decode legs from it. */
+  /**
+   * The request as one leg; the prefill router derives its prefill and decode
+   * legs from it. The leg's id is the client's request id made unique in this
+   * router (clients and proxies do resend an `x-request-id`), because the
+   * bookkeeping refuses two in-flight requests with one id; engines see it as
+   * their `x-request-id`, so logs still correlate by the client's prefix.
+   */
   #leg(req: PreparedRequest): LegRequest {
     return {
-      requestId: req.requestId,
+      requestId: `${req.requestId}~${(this.#legSeq = (this.#legSeq + 1) % Number.MAX_SAFE_INTEGER).toString(36)}`,
       path: PATHS[req.endpoint],
       body: req.body,
       stream: req.stream,

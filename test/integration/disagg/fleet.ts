@@ -104,7 +104,11 @@ export function recordingEngine(workers: () => readonly WorkerInfo[]): Recording
 
 /** The legs sent for one request (both legs carry the request's x-request-id). */
 export function legsOf(rec: RecordingEngine, requestId: string): { prefill: SentLeg[]; decode: SentLeg[] } {
-  const mine = rec.sent.filter((l) => l.headers['x-request-id'] === requestId);
+  // The router makes each request's id unique (`<client id>~<n>`); the engine sees that id.
+  const mine = rec.sent.filter((l) => {
+    const id = l.headers['x-request-id'];
+    return typeof id === 'string' && (id === requestId || id.startsWith(`${requestId}~`));
+  });
   return { prefill: mine.filter((l) => l.role === 'prefill'), decode: mine.filter((l) => l.role === 'decode') };
 }
 

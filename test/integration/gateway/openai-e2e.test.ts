@@ -89,6 +89,19 @@ describe('the openai client through kvgate serve in front of mockers', () => {
       await until(async () => (await postRoute(url, messages)).overlap_blocks === fullBlocks, 'router overlap = every full block');
     }
   });
+
+  it('concurrent requests may reuse one x-request-id (clients and proxies resend them)', async () => {
+    const send = () => fetch(`${url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'same-id' },
+      body: JSON.stringify({ model: DEMO_MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 64, stream: true }),
+    });
+    const responses = await Promise.all([send(), send(), send()]);
+    expect(responses.map((r) => r.status)).toEqual([200, 200, 200]);
+    for (const r of responses) {
+      expect(r.headers.get('x-request-id')).toBe('same-id');
+      expect(await r.text()).toContain('data: [DONE]');
+    }
+  });
 });
 
 interface RouteBody { overlap_blocks: number; block_size: number; token_ids: number[]; worker: { worker_id: number } }
