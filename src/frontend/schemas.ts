@@ -157,7 +157,9 @@ function describe(err: ErrorObject): { param: string; message: string } {
 export function validateBody(kind: 'chat' | 'completion', body: unknown): asserts body is Record<string, unknown> {
   const validate = validators[kind];
   if (validate(body)) return;
-  const err = validate.errors?.[0];
+  // For a field with several accepted shapes, ajv lists each branch's failure
+  // first ("must be string") and the anyOf failure last; the latter says what is accepted.
+  const err = validate.errors?.find((e) => e.keyword === 'anyOf') ?? validate.errors?.[0];
   const { param, message } = err !== undefined ? describe(err) : { param: '', message: 'is invalid' };
   throw new KvgateError('KVG_ERR_INVALID_REQUEST', param === '' ? `request body ${message}` : `${param} ${message}`, { param });
 }

@@ -255,6 +255,9 @@ describe('gateway server: every bad request class gets its 4xx error object, and
       if (c.param !== undefined) expect(r.json.error.param, c.name).toBe(c.param);
       expect((await fetch(`${g.url}/health`)).status, `${c.name}: still serving`).toBe(200);
     }
+    // A field with several accepted shapes says what it accepts, not why the first shape failed.
+    const shapes = await post(`${g.url}/v1/completions`, { model: 'demo', prompt: [1, 2, -3] }, auth);
+    expect(shapes.json.error.message).toBe('prompt must be a string, a list of token ids, or a list holding one string or one list of token ids');
     const wrongMethod = await fetch(`${g.url}/v1/chat/completions`, { headers: auth });
     expect(wrongMethod.status).toBe(405);
     expect(wrongMethod.headers.get('allow')).toBe('POST');
