@@ -12,6 +12,7 @@
  * when the block references it holds outnumber live entries by `compactFactor`.
  */
 import type { PrefixIndex } from '../wasm/index.js';
+import { BinaryHeap } from './binary-heap.js';
 import type { Clock } from './clock.js';
 
 export interface ApproximateIndexOptions {
@@ -52,7 +53,7 @@ export class ApproximateIndex {
   readonly #compactFactor: number;
   /** Per slot: seq hash key (see `keyAt`) -> current deadline. */
   readonly #deadlines = new Map<number, Map<number, number>>();
-  #heap: HeapItem[] = [];
+  readonly #heap = new BinaryHeap<HeapItem>((a, b) => a.deadline < b.deadline);
   #live = 0;
   /** Block references held by heap items (live or stale), to decide compaction. */
   #items = 0;
@@ -90,7 +91,7 @@ export class ApproximateIndex {
     const before = map.size;
     for (let i = 0; i < n; i++) map.set(keyAt(u32, i), deadline);
     this.#live += map.size - before;
-    this.#push({ deadline, slot, seqs: owned });
+    this.#heap.push({ deadline, slot, seqs: owned });
     this.#items += n;
     if (this.#items > this.#compactFactor * Math.max(this.#live, 1024)) this.#compact();
   }
@@ -100,8 +101,8 @@ export class ApproximateIndex {
     const now = this.#clock.now();
     let removed = 0;
     const batch = new Map<number, bigint[]>();
-    while (this.#heap.length > 0 && this.#heap[0]!.deadline <= now) {
-      const item = this.#pop();
+    for (let top = this.#heap.top(); top !== undefined && top.deadline <= now; top = this.#heap.top()) {
+      const item = this.#heap.pop()!;
       this.#items -= item.seqs.length;
       const map = this.#deadlines.get(item.slot);
       if (map === undefined) continue;
@@ -140,7 +141,7 @@ export class ApproximateIndex {
     // Keep, in each item, only the entries it still holds the current deadline for.
     const kept: HeapItem[] = [];
     let items = 0;
-    for (const item of this.#heap) {
+    for (const item of this.#heap.items) {
       const map = this.#deadlines.get(item.slot);
       if (map === undefined) continue;
       const u32 = words(item.seqs);
@@ -152,41 +153,7 @@ export class ApproximateIndex {
       items += seqs.length;
     }
     kept.sort((a, b) => a.deadline - b.deadline); // a sorted array is a valid min-heap
-    this.#heap = kept;
+    this.#heap.reset(kept);
     this.#items = items;
-  }
-
-  #push(item: HeapItem): void {
-    const h = this.#heap;
-    h.push(item);
-    let i = h.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (h[p]!.deadline <= item.deadline) break;
-      h[i] = h[p]!;
-      i = p;
-    }
-    h[i] = item;
-  }
-
-  #pop(): HeapItem {
-    const h = this.#heap;
-    const top = h[0]!;
-    const last = h.pop()!;
-    if (h.length > 0) {
-      let i = 0;
-      const n = h.length;
-      for (;;) {
-        const l = 2 * i + 1;
-        if (l >= n) break;
-        const r = l + 1;
-        const c = r < n && h[r]!.deadline < h[l]!.deadline ? r : l;
-        if (h[c]!.deadline >= last.deadline) break;
-        h[i] = h[c]!;
-        i = c;
-      }
-      h[i] = last;
-    }
-    return top;
   }
 }

@@ -19,6 +19,7 @@
  *
  * Cancellation is lazy: a cancelled entry stays in its heap and is skipped.
  */
+import { BinaryHeap } from './binary-heap.js';
 import type { QueueDepthTier, QueuePolicy } from './config.js';
 
 /** The ordering key of a queued request under a policy. */
@@ -67,46 +68,15 @@ function before<T>(a: QueueEntry<T>, b: QueueEntry<T>): boolean {
   return a.seqNo < b.seqNo;
 }
 
-class Heap<T> {
-  readonly items: QueueEntry<T>[] = [];
-
-  push(e: QueueEntry<T>): void {
-    const h = this.items;
-    h.push(e);
-    let i = h.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (!before(e, h[p]!)) break;
-      h[i] = h[p]!;
-      i = p;
-    }
-    h[i] = e;
+class Heap<T> extends BinaryHeap<QueueEntry<T>> {
+  constructor() {
+    super(before);
   }
 
   /** The first live entry, dropping cancelled heads. */
   peek(): QueueEntry<T> | undefined {
     while (this.items.length > 0 && this.items[0]!.cancelled) this.pop();
     return this.items[0];
-  }
-
-  pop(): QueueEntry<T> | undefined {
-    const h = this.items;
-    const top = h[0];
-    const last = h.pop();
-    if (top === undefined || last === undefined || h.length === 0) return top;
-    let i = 0;
-    const n = h.length;
-    for (;;) {
-      const l = 2 * i + 1;
-      if (l >= n) break;
-      const r = l + 1;
-      const c = r < n && before(h[r]!, h[l]!) ? r : l;
-      if (!before(h[c]!, last)) break;
-      h[i] = h[c]!;
-      i = c;
-    }
-    h[i] = last;
-    return top;
   }
 }
 
