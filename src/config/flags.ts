@@ -151,6 +151,14 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
   }
   const v = parsed.values as Record<string, string | boolean | string[] | undefined>;
   const overrides: ConfigOverride[] = [];
+  // A model defined by flags comes first, so the flags that apply to every model
+  // (--tokenizer, --block-size, --router-mode, --engine, --enforce-disagg) apply to it too.
+  if (typeof v.model === 'string' || Array.isArray(v.worker)) {
+    if (typeof v.model !== 'string') throw flagError('--worker', 'needs --model NAME (the model these workers serve)');
+    const workers = (Array.isArray(v.worker) ? v.worker : []).map((w, i) => parseWorkerFlag(w, i));
+    overrides.push({ path: ['models'], value: [{ name: v.model, workers }], flag: Array.isArray(v.worker) ? '--worker' : '--model' });
+  }
+
   for (const [name, path] of Object.entries(SCALAR_FLAGS)) {
     const value = v[name];
     if (typeof value === 'string') overrides.push({ path, value: path.at(-1) === 'host' || name === 'tokenizer' ? value : scalar(value), flag: `--${name}` });
@@ -162,12 +170,6 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
   }
   if (Array.isArray(v['api-key'])) overrides.push({ path: ['auth', 'api_keys'], value: v['api-key'], flag: '--api-key' });
   if (v['enforce-disagg'] === true) overrides.push({ path: ['models', '*', 'enforce_disagg'], value: true, flag: '--enforce-disagg' });
-
-  if (typeof v.model === 'string' || Array.isArray(v.worker)) {
-    if (typeof v.model !== 'string') throw flagError('--worker', 'needs --model NAME (the model these workers serve)');
-    const workers = (Array.isArray(v.worker) ? v.worker : []).map((w, i) => parseWorkerFlag(w, i));
-    overrides.push({ path: ['models'], value: [{ name: v.model, workers }], flag: Array.isArray(v.worker) ? '--worker' : '--model' });
-  }
 
   const routerGiven: Record<string, string | boolean> = {};
   for (const [name, r] of routerFlags) {

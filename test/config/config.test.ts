@@ -119,6 +119,13 @@ ${WORKERS}
     expect(c.apiKeys).toEqual(['key-one-1234', 'key-two-5678']);
   });
 
+  it('flags for every model (--tokenizer, --block-size, --router-mode, --enforce-disagg) apply to a --model defined by flags', () => {
+    const flags = parseServeFlags(['--tokenizer', 'demo', '--block-size', '32', '--router-mode', 'round-robin', '--enforce-disagg',
+      '--model', 'm', '--worker', 'url=http://a:1,role=decode', '--worker', 'url=http://p:1,id=9,role=prefill']);
+    const c = loadGatewayConfig({ overrides: flags.overrides, env: {} });
+    expect(c.models[0]).toMatchObject({ name: 'm', tokenizer: { kind: 'demo' }, blockSize: 32, routerMode: 'round-robin', enforceDisagg: true });
+  });
+
   it('the embedded demo base fills in models only when none are configured', () => {
     const base = { models: [{ name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1', kv_events: 'tcp://127.0.0.1:2' }] }] };
     const c = loadGatewayConfig({ base, env: {} });
