@@ -25,20 +25,16 @@
  * Tiered overlaps are counted beyond what a faster tier already holds: a block
  * both on device and in host cache earns only the device credit [inferred].
  */
+import type { KvRouterConfig } from './config.js';
 
-/** The scalar knobs of the cost model after any per-request override. */
-export interface CostKnobs {
-  readonly overlapScoreCredit: number;
-  readonly overlapScoreCreditDecay: number;
-  readonly prefillLoadScale: number;
-  readonly decodeActiveRequestWeight: number;
-  readonly hostCacheHitWeight: number;
-  readonly diskCacheHitWeight: number;
-  readonly sharedCacheMultiplier: number;
+/** The scalar knobs of the cost model (as in KvRouterConfig) after any per-request override. */
+export type CostKnobs = Pick<KvRouterConfig,
+  'overlapScoreCredit' | 'overlapScoreCreditDecay' | 'prefillLoadScale' | 'decodeActiveRequestWeight'
+  | 'hostCacheHitWeight' | 'diskCacheHitWeight' | 'sharedCacheMultiplier'> & {
   readonly trackPrefillTokens: boolean;
   /** Apply the decode exception (decode router, no prefill tracking, credit > 0). */
   readonly decodeException: boolean;
-}
+};
 
 /** What the cost model needs to know about one candidate. */
 export interface CandidateLoad {
