@@ -4,6 +4,7 @@ import { blockHashes } from '../../src/wasm/index.js';
 import { ManualClock } from '../../src/core/clock.js';
 import { KvEventApplier, KvEventManager, type EventLog } from '../../src/events/index.js';
 import { ENCODINGS, TestKvPublisher, type TestEvent } from '../helpers/zmq-publisher.js';
+import { until } from '../helpers/until.js';
 
 const BS = 4;
 const A = [1, 2, 3, 4];
@@ -11,14 +12,6 @@ const B = [5, 6, 7, 8];
 const C = [9, 10, 11, 12];
 const D = [13, 14, 15, 16];
 
-/** Polls `cond` until it holds or the deadline passes. */
-async function until(cond: () => boolean, what: string, ms = 5000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
 
 /** Engine hash of block `i` of chain `id` (above 2^63, so it travels as a u64 / negative i64). */
 function chainHash(id: number, i = 0): bigint {

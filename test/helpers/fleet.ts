@@ -10,6 +10,7 @@ import { startMocker, type MockerHandle, type MockerInput } from '../../src/mock
 import { ModelRouter, type ModelRouterOptions } from '../../src/routing/model-router.js';
 import { seededRng } from '../../src/core/clock.js';
 import { promptHashes } from '../../src/wasm/index.js';
+import { until as pollUntil } from './until.js';
 import type { PreparedRequest, RoutedResponse } from '../../src/frontend/router-port.js';
 
 export const MODEL = 'mock-model';
@@ -102,14 +103,9 @@ export async function drain(res: RoutedResponse): Promise<{ payloads: string[]; 
   return { payloads, usage };
 }
 
-/** Polls `cond` until true or the deadline passes (no fixed sleeps). */
-export async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setImmediate(r));
-    await new Promise((r) => setTimeout(r, 5));
-  }
+/** `until` with the fleet tests' deadline (events cross real sockets): 10 s unless given. */
+export function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  return pollUntil(cond, what, timeoutMs);
 }
 
 export function randomTokens(rng: () => number, n: number): number[] {

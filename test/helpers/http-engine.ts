@@ -13,6 +13,7 @@
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { until as pollUntil } from './until.js';
 
 export interface Deferred<T = void> {
   promise: Promise<T>;
@@ -30,13 +31,9 @@ export function deferred<T = void>(): Deferred<T> {
   return { promise, resolve, reject };
 }
 
-/** Polls `cond` (every few ms) until it holds, or throws after `timeoutMs`. */
-export async function until(cond: () => boolean, timeoutMs = 5_000, what = 'condition'): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!cond()) {
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
+/** `until` in the argument order the engine tests use: (condition, timeout, description). */
+export function until(cond: () => boolean, timeoutMs = 5_000, what = 'condition'): Promise<void> {
+  return pollUntil(cond, what, timeoutMs);
 }
 
 export interface RecordedRequest {

@@ -115,11 +115,4 @@ export async function replay(endpoint: string, startSeq: bigint): Promise<{ seq:
   }
 }
 
-/** Polls `check` until it returns true or the deadline passes (no fixed sleeps). */
-export async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+export { until } from '../helpers/until.js';

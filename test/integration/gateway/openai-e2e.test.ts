@@ -8,6 +8,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEMO_MODEL, serve, type ServeHandle } from '../../../src/cli/serve.js';
 import { loadTokenizer } from '../../../src/tokenizer/index.js';
+import { until } from '../../helpers/until.js';
 
 describe('the openai client through kvgate serve in front of mockers', () => {
   let h: ServeHandle;
@@ -86,7 +87,7 @@ describe('the openai client through kvgate serve in front of mockers', () => {
       // The router re-hashes those tokens with its own chain: a full-depth match proves the hashes agree.
       await client.chat.completions.create({ model: DEMO_MODEL, messages, max_tokens: 2 });
       const fullBlocks = Math.floor(direct.length / route.block_size);
-      await until(async () => (await postRoute(url, messages)).overlap_blocks === fullBlocks, 'router overlap = every full block');
+      await until(async () => (await postRoute(url, messages)).overlap_blocks === fullBlocks, 'router overlap = every full block', 10_000);
     }
   });
 
@@ -115,13 +116,5 @@ async function postRoute(url: string, messages: unknown): Promise<RouteBody> {
 /** Waits until the router sees the conversation's history (all but the new turn) cached somewhere. */
 async function waitForOverlap(url: string, messages: unknown[]): Promise<void> {
   const history = messages.slice(0, -1);
-  await until(async () => (await postRoute(url, history)).overlap_blocks > 0, 'history in the index');
-}
-
-async function until(cond: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
+  await until(async () => (await postRoute(url, history)).overlap_blocks > 0, 'history in the index', 10_000);
 }
