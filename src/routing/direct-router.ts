@@ -12,6 +12,28 @@ export interface DirectHints {
   backendInstanceId?: number | undefined;
   decodeWorkerId?: number | undefined;
   dpRank?: number | undefined;
+  prefillWorkerId?: number | undefined;
+  prefillDpRank?: number | undefined;
+}
+
+export type DirectPhase = 'prefill' | 'decode' | 'aggregated';
+
+const NAMED_BY: Record<DirectPhase, string> = {
+  prefill: 'its prefill worker (x-prefill-instance-id header or nvext.prefill_worker_id)',
+  decode: 'its decode worker (x-worker-instance-id header, nvext.decode_worker_id or nvext.backend_instance_id)',
+  aggregated: 'its worker (x-worker-instance-id header, nvext.backend_instance_id or nvext.decode_worker_id)',
+};
+
+/**
+ * The worker (and rank, if given) a request names for one phase in direct
+ * mode: prefill -> `prefill_worker_id` with `prefill_dp_rank` else `dp_rank`;
+ * decode or aggregated -> `decode_worker_id` else `backend_instance_id`, with
+ * `dp_rank`. Throws KVG_ERR_MISSING_WORKER_ID saying where to name it.
+ */
+export function directPin(phase: DirectPhase, hints: DirectHints): { workerId: number; dpRank: number | undefined } {
+  const id = phase === 'prefill' ? hints.prefillWorkerId : (hints.decodeWorkerId ?? hints.backendInstanceId);
+  if (id === undefined) throw new KvgateError('KVG_ERR_MISSING_WORKER_ID', `router mode is direct: the request must name ${NAMED_BY[phase]}`);
+  return { workerId: id, dpRank: phase === 'prefill' ? (hints.prefillDpRank ?? hints.dpRank) : hints.dpRank };
 }
 
 export interface DirectWorker {
@@ -26,14 +48,10 @@ export class DirectRouter {
 
   /** The pinned (worker, rank), or a typed error naming what is missing or wrong. */
   resolve(hints: DirectHints, workers: ReadonlyMap<number, DirectWorker>): Candidate {
-    const id = hints.decodeWorkerId ?? hints.backendInstanceId;
-    if (id === undefined) {
-      throw new KvgateError('KVG_ERR_MISSING_WORKER_ID',
-        'router mode is direct: name the worker with the x-worker-instance-id header or nvext.backend_instance_id');
-    }
-    const w = workers.get(id);
-    if (w === undefined) throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${id} is not a worker of this model`, { workerId: id });
-    return { workerId: id, dpRank: resolveDpRank(w, hints.dpRank) };
+    const pin = directPin('aggregated', hints);
+    const w = workers.get(pin.workerId);
+    if (w === undefined) throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${pin.workerId} is not a worker of this model`, { workerId: pin.workerId });
+    return { workerId: pin.workerId, dpRank: resolveDpRank(w, pin.dpRank) };
   }
 }
 

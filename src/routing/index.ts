@@ -15,8 +15,8 @@ export type {
 } from './kv-router.js';
 export { RoundRobinRouter, RandomRouter, PowerOfTwoRouter, LeastLoadedRouter, createSimpleRouter } from './simple-routers.js';
 export type { Candidate, LoadSource, SimpleRouter, SimpleRouterMode } from './simple-routers.js';
-export { DirectRouter, resolveDpRank } from './direct-router.js';
-export type { DirectHints, DirectWorker } from './direct-router.js';
+export { DirectRouter, directPin, resolveDpRank } from './direct-router.js';
+export type { DirectHints, DirectPhase, DirectWorker } from './direct-router.js';
 export { PushRouter, ROUTER_MODES } from './push-router.js';
 export type { RouterMode, LegRequest, LegResponse, LegBody, Selection, PushRouterOptions } from './push-router.js';
 export { PrefillRouter } from './prefill-router.js';

@@ -25,6 +25,7 @@
  * scheduler with its queue and backpressure, so the prefill slot is booked
  * where it is chosen.
  */
+import { directPin } from './direct-router.js';
 import type { Clock, Rng } from '../core/clock.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
@@ -201,14 +202,10 @@ export class PrefillRouter {
     if (this.#state !== 'active' || this.#pool === undefined) {
       throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED', `no prefill worker is available for model ${this.model}`, { model: this.model });
     }
-    if (this.mode === 'direct' && leg.hints.prefillWorkerId === undefined) {
-      throw new KvgateError('KVG_ERR_MISSING_WORKER_ID',
-        'router mode is direct and the model is disaggregated: the request must name its prefill worker (x-prefill-instance-id header or nvext.prefill_worker_id)');
-    }
-    // Checked before any prefill runs, so a request that cannot be decoded costs no prefill.
-    if (this.mode === 'direct' && leg.hints.decodeWorkerId === undefined && leg.hints.backendInstanceId === undefined) {
-      throw new KvgateError('KVG_ERR_MISSING_WORKER_ID',
-        'router mode is direct: the request must name its decode worker (x-worker-instance-id header, nvext.decode_worker_id or nvext.backend_instance_id)');
+    if (this.mode === 'direct') {
+      directPin('prefill', leg.hints);
+      // Checked before any prefill runs, so a request that cannot be decoded costs no prefill.
+      directPin('decode', leg.hints);
     }
   }
 

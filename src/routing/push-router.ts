@@ -26,7 +26,7 @@ import {
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import type { PromptHashes } from '../wasm/index.js';
-import { resolveDpRank } from './direct-router.js';
+import { directPin, resolveDpRank } from './direct-router.js';
 import { resolvePin, type KvRouter, type RoutingHints } from './kv-router.js';
 import { createSimpleRouter, type Candidate, type SimpleRouter, type SimpleRouterMode } from './simple-routers.js';
 
@@ -260,7 +260,7 @@ export class PushRouter {
   async select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
     if (this.#workers.size === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.workerType} worker is available for model ${this.model}`);
     if (this.mode === 'kv') return this.#selectKv(req, mode, exclude);
-    const pin = this.mode === 'direct' ? this.#directPin(req) : resolvePin(req.phase, req.hints);
+    const pin = this.mode === 'direct' ? directPin(req.phase, req.hints) : resolvePin(req.phase, req.hints);
     let chosen: Candidate;
     let pinned = false;
     if (pin !== undefined) {
@@ -274,18 +274,6 @@ export class PushRouter {
     }
     if (mode === 'book') this.#active.set(slotKey(chosen.workerId, chosen.dpRank), this.activeRequests(chosen.workerId, chosen.dpRank) + 1);
     return { worker: this.#workers.get(chosen.workerId)!, dpRank: chosen.dpRank, overlapBlocks: 0, pinned, decision: undefined };
-  }
-
-  #directPin(req: LegRequest): { workerId: number; dpRank: number | undefined } {
-    const hints = req.hints;
-    const id = req.phase === 'prefill' ? hints.prefillWorkerId : (hints.decodeWorkerId ?? hints.backendInstanceId);
-    if (id === undefined) {
-      const what = req.phase === 'prefill' ? 'the prefill worker id (x-prefill-instance-id header or nvext.prefill_worker_id)'
-        : 'the worker id (x-worker-instance-id header or nvext.backend_instance_id)';
-      throw new KvgateError('KVG_ERR_MISSING_WORKER_ID', `router mode is direct: the request must name ${what}`);
-    }
-    const dpRank = req.phase === 'prefill' ? (hints.prefillDpRank ?? hints.dpRank) : hints.dpRank;
-    return { workerId: id, dpRank };
   }
 
   #candidates(allowed: RoutingHints['allowedWorkerIds'], exclude: ReadonlySet<number> | undefined): Candidate[] {
