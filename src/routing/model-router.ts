@@ -336,8 +336,16 @@ export class ModelRouter implements ModelRouterPort {
 
 /** KV-event counters exported as Prometheus metrics. */
 export function eventMetricsHooks(m: KvgateMetrics): KvEventHooks {
+  // onApplied runs once per event (hundreds of thousands a second under load):
+  // resolve each (type, status) child once rather than hashing labels per event.
+  const applied = new Map<string, { inc(): void }>();
   return {
-    onApplied: (_w, _r, type, status) => m.kvEventsApplied.labels({ event_type: type, status }).inc(),
+    onApplied: (_w, _r, type, status) => {
+      const key = `${type}:${status}`;
+      let c = applied.get(key);
+      if (c === undefined) applied.set(key, (c = m.kvEventsApplied.labels({ event_type: type, status })));
+      c.inc();
+    },
     onDecodeError: (rep) => m.kvEventDecodeErrors.labels({ worker_id: String(rep.workerId), kind: rep.kind }).inc(),
     onGap: (w, r) => m.kvEventGaps.labels({ worker_id: String(w), dp_rank: String(r) }).inc(),
     onReplay: (w, r, outcome) => m.kvEventReplays.labels({ worker_id: String(w), dp_rank: String(r), outcome }).inc(),
