@@ -10,7 +10,7 @@
  * Outputs are checked equal before timing. Run: npm run bench -- sse
  */
 import { SseParser } from '../../src/engines/index.js';
-import { seededRng as rng } from '../../src/core/clock.js';
+import { seededRng as rng } from '../../src/common/index.js';
 import { ratio, timeAll, type BenchSection } from '../util.js';
 
 export const title = 'SSE parsing: 2,000-event chat stream (~450 KB), kvgate SseParser vs naive split parser';

@@ -6,7 +6,7 @@
  * with bounded state.
  */
 import { encode } from '@msgpack/msgpack';
-import { seededRng } from '../../src/core/clock.js';
+import { seededRng } from '../../src/common/index.js';
 
 export type BenchEncoding = 'vllm-array' | 'vllm-map' | 'sglang-map';
 

@@ -8,7 +8,7 @@
  * Run: npm run bench -- mocker
  */
 import { createEngineCore, createVirtualEngine, encodeEventBatch, type KvEvent } from '../../src/mocker/index.js';
-import { seededRng } from '../../src/core/clock.js';
+import { seededRng } from '../../src/common/index.js';
 import { timeAll, type BenchSection } from '../util.js';
 
 export const title = 'Mocker: engine step, virtual-time replay, KV-event encoding';

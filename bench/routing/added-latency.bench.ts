@@ -12,7 +12,7 @@ import { createInterface } from 'node:readline';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
-import { seededRng } from '../../src/core/clock.js';
+import { seededRng } from '../../src/common/index.js';
 import { freePort, type BenchRow, type BenchSection } from '../util.js';
 
 export const title = 'Router added latency: TTFT through kvgate serve vs the engine alone (2,000 streaming requests, 64 concurrent)';

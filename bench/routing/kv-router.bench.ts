@@ -24,7 +24,8 @@
  */
 import { cpus, loadavg } from 'node:os';
 import { KvRouter } from '../../src/routing/index.js';
-import { seededRng, type KvRouterOptions } from '../../src/core/index.js';
+import { seededRng } from '../../src/common/index.js';
+import type { KvRouterOptions } from '../../src/core/index.js';
 import { promptHashes } from '../../src/wasm/index.js';
 import type { BenchRow, BenchSection } from '../util.js';
 
@@ -111,7 +112,7 @@ function prepareCase(slots: number, blockSize: number, config: KvRouterOptions):
   // Warm up and fill the bookkeeping to steady state.
   for (let i = 0; i < Math.max(target + 200, 600); i++) step(-1);
   return {
-    inFlight: () => router.scheduler.activeRequestCount,
+    inFlight: () => router.activeRequestCount,
     round(): RoundResult {
       // CPU time of the timed loop (bookkeeping frees included): unlike wall time it excludes
       // preemption by other processes, which dominates the tail on a shared 2-core machine.

@@ -5,7 +5,7 @@
  * separately. Run: npm run bench -- prefix-index
  */
 import { PrefixIndex, sequenceHashes } from '../../src/wasm/index.js';
-import { seededRng } from '../../src/core/clock.js';
+import { seededRng } from '../../src/common/index.js';
 import { timeAll, type BenchSection } from '../util.js';
 
 export const title = 'Prefix index: findMatches (512 blocks, 1M entries, 64 slots) and event application';

@@ -1,6 +1,7 @@
 /**
  * The `kvgate` command. Each subcommand lives in its own module, loaded on
- * demand so `kvgate --help` starts fast, and exports `run(argv): Promise<number>`.
+ * demand so `kvgate --help` starts fast, and exports its runner
+ * (`serveCommand`, `mockerCommand`, ...: `(argv) => Promise<exit code>`).
  */
 export interface Subcommand {
   summary: string;
@@ -8,13 +9,26 @@ export interface Subcommand {
 }
 
 export const SUBCOMMANDS: Record<string, Subcommand> = {
-  version: { summary: 'print the kvgate version', load: () => import('./version.js') },
-  serve: { summary: 'run the gateway (OpenAI API, KV-aware routing); no config = embedded demo', load: () => import('./serve.js') },
-  mocker: { summary: 'start simulated vLLM/SGLang engines', load: () => import('./mocker.js') },
-  replay: { summary: 'replay a request trace and compare routing policies', load: () => import('./replay.js') },
+  version: { summary: 'print the kvgate version', load: async () => ({ run: (await import('./version.js')).versionCommand }) },
+  serve: {
+    summary: 'run the gateway (OpenAI API, KV-aware routing); no config = embedded demo',
+    load: async () => {
+      const { serveCommand } = await import('./serve.js');
+      return { run: (argv) => serveCommand(argv) };
+    },
+  },
+  mocker: { summary: 'start simulated vLLM/SGLang engines', load: async () => ({ run: (await import('./mocker.js')).mockerCommand }) },
+  replay: {
+    summary: 'replay a request trace and compare routing policies',
+    load: async () => {
+      const { replayCommand } = await import('./replay.js');
+      return { run: (argv) => replayCommand(argv) };
+    },
+  },
 };
 
-export function usage(): string {
+/** `kvgate --help`. */
+export function cliUsage(): string {
   const lines = Object.entries(SUBCOMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
   return `usage: kvgate <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun \`kvgate <command> --help\` for a command's options.\n`;
 }
@@ -23,12 +37,12 @@ export function usage(): string {
 export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
   if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
-    process.stdout.write(usage());
+    process.stdout.write(cliUsage());
     return name === undefined ? 2 : 0;
   }
   const cmd = SUBCOMMANDS[name];
   if (cmd === undefined) {
-    process.stderr.write(`kvgate: unknown command '${name}'\n\n${usage()}`);
+    process.stderr.write(`kvgate: unknown command '${name}'\n\n${cliUsage()}`);
     return 2;
   }
   return (await cmd.load()).run(rest);

@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util';
 import { KvgateError } from '../errors/index.js';
 import { CLI_PORT_DEFAULTS, MOCKER_DEFAULTS, startMocker, type MockerHandle, type MockerInput } from '../mocker/index.js';
 
-export const HELP = `usage: kvgate mocker [options]
+export const MOCKER_HELP = `usage: kvgate mocker [options]
 
 Starts simulated vLLM/SGLang engines (OpenAI HTTP API, ZMQ KV events, P/D roles).
 Engine i listens on --port + i; its rank r publishes KV events on
@@ -154,16 +154,16 @@ export async function startMockers(plan: MockerCliPlan, writeLine: (line: string
   return handles;
 }
 
-export async function run(argv: string[]): Promise<number> {
+export async function mockerCommand(argv: string[]): Promise<number> {
   let plan: MockerCliPlan;
   try {
     plan = parseMockerArgs(argv);
   } catch (err) {
-    process.stderr.write(`kvgate mocker: ${(err as Error).message}\n\n${HELP}`);
+    process.stderr.write(`kvgate mocker: ${(err as Error).message}\n\n${MOCKER_HELP}`);
     return 2;
   }
   if (plan.help) {
-    process.stdout.write(HELP);
+    process.stdout.write(MOCKER_HELP);
     return 0;
   }
   let handles: MockerHandle[];

@@ -18,16 +18,13 @@ import { join } from 'node:path';
 import { destination, pino } from 'pino';
 import { request } from 'undici';
 import { serve, type ServeHandle } from './serve.js';
+import type { EngineDialect, WorkerRole } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { resolveMockerOptions, startMocker, type MockerHandle, type MockerInput } from '../mocker/index.js';
-import { generateLoad } from '../replay/load-generator.js';
-import { defaultBucketMs, type DisaggProtocol } from '../replay/offline.js';
-import type { PolicySpec } from '../replay/policy.js';
-import { round, type PolicyRun, type PoolRun } from '../replay/results.js';
-import { replayEngineOptions, type ReplayConfig } from '../replay/runner.js';
-import { LoadTimeline } from '../replay/timeline.js';
-import { TokenSynthesizer } from '../replay/token-synth.js';
-import type { Workload } from '../replay/workload.js';
+import {
+  defaultBucketMs, generateLoad, LoadTimeline, replayEngineOptions, round, TokenSynthesizer,
+  type DisaggProtocol, type PolicyRun, type PolicySpec, type PoolRun, type ReplayConfig, type Workload,
+} from '../replay/index.js';
 
 /** The model name the replay's engines serve. */
 export const REPLAY_MODEL = 'replay-model';
@@ -56,7 +53,7 @@ type OnlineTopology =
   | { readonly kind: 'disaggregated'; readonly prefillWorkers: number; readonly decodeWorkers: number; readonly protocol: DisaggProtocol };
 
 /** The gateway config (Dynamo-named router knobs for kv variants) for a started fleet. */
-export function gatewayConfig(policy: PolicySpec, pools: readonly PoolEngines[], blockSize: number, flavour: 'vllm' | 'sglang'): Record<string, unknown> {
+export function gatewayConfig(policy: PolicySpec, pools: readonly PoolEngines[], blockSize: number, flavour: EngineDialect): Record<string, unknown> {
   const workers = pools.flatMap((p) => p.handles.map((h, i) => ({
     id: p.workerIds[i]!,
     url: h.url,
@@ -102,7 +99,7 @@ async function waitReady(url: string): Promise<void> {
 export async function startFleet(policy: PolicySpec, topology: OnlineTopology, engineInput: MockerInput, seed: number, bucketMs: number): Promise<OnlineFleet> {
   // The P/D protocol decides the engine flavour: SGLang pairs through bootstrap rooms, vLLM hands over kv_transfer_params.
   const flavour = topology.kind === 'disaggregated' ? (topology.protocol === 'bootstrap' ? 'sglang' : 'vllm') : (engineInput.engine ?? 'vllm');
-  const specs: { name: PoolRun['name']; count: number; mode: 'aggregated' | 'prefill' | 'decode' }[] = topology.kind === 'aggregated'
+  const specs: { name: PoolRun['name']; count: number; mode: WorkerRole }[] = topology.kind === 'aggregated'
     ? [{ name: 'engines', count: topology.workers, mode: 'aggregated' }]
     : [{ name: 'prefill', count: topology.prefillWorkers, mode: 'prefill' }, { name: 'decode', count: topology.decodeWorkers, mode: 'decode' }];
   const pools: PoolEngines[] = [];

@@ -30,7 +30,7 @@ const REPLAY_OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-export const HELP = `usage: kvgate replay --trace FILE [options]
+export const REPLAY_HELP = `usage: kvgate replay --trace FILE [options]
 
 Replays a Mooncake-format JSONL trace ({timestamp, input_length, output_length,
 hash_ids}) and compares routing policies on TTFT, ITL, throughput, prefix hit
@@ -183,7 +183,7 @@ export function commandLine(argv: readonly string[]): string {
   return ['kvgate', 'replay', ...argv].map(quote).join(' ');
 }
 
-export async function run(argv: string[], hooks: Partial<Pick<ReplayHooks, 'runOnline'>> = {}): Promise<number> {
+export async function replayCommand(argv: string[], hooks: Partial<Pick<ReplayHooks, 'runOnline'>> = {}): Promise<number> {
   let plan: ReplayCliPlan;
   try {
     plan = parseReplayArgs(argv);
@@ -192,7 +192,7 @@ export async function run(argv: string[], hooks: Partial<Pick<ReplayHooks, 'runO
     return 2;
   }
   if (plan.help) {
-    process.stdout.write(HELP);
+    process.stdout.write(REPLAY_HELP);
     return 0;
   }
   const bar = new ProgressBar(process.stderr, plan.progress === undefined ? {} : { enabled: plan.progress });

@@ -8,15 +8,15 @@
  * serving the demo model with the bundled Qwen3 tokenizer, and routes to them
  * with KV-aware routing; it prints a curl command to try.
  */
-import type { Logger } from 'pino';
+import { pino, type Logger } from 'pino';
 import { loadGatewayConfig, parseServeFlags, serveUsage, type GatewayConfig } from '../config/index.js';
 import { HealthProber, WorkerRegistry } from '../discovery/index.js';
 import { EngineClient } from '../engines/index.js';
 import { isKvgateError } from '../errors/index.js';
-import { startGateway, type Gateway } from '../frontend/gateway.js';
-import type { RouterPortFactory } from '../frontend/router-port.js';
+import { startGateway, type Gateway, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
-import { ModelRouter } from '../routing/model-router.js';
+import { seededRng } from '../common/index.js';
+import { ModelRouter, makeRouterContext } from '../routing/index.js';
 
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
@@ -44,10 +44,12 @@ export function fleetRouters(config: GatewayConfig): RouterFleet {
   const prober = new HealthProber(registry);
   prober.start();
   return {
+    // One context per model, handed down to every router and KV-event manager: their warnings go
+    // to the gateway's pino logger, each line carrying the model.
     createRouter: (model, deps) => new ModelRouter({
       model: model.name, mode: model.routerMode, blockSize: model.blockSize, routerConfig: model.router, registry, engine,
-      metrics: deps.metrics, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
-    }),
+      onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
+    }, makeRouterContext({ metrics: deps.metrics, log: deps.logger.child({ model: model.name }), rng: seededRng(Date.now() >>> 0) })),
     async close(): Promise<void> {
       prober.close();
       await engine.close();
@@ -142,10 +144,13 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
       throw err;
     }
   }
+  // The one place a logger is created (unless the caller brings its own): the gateway, every
+  // router and every KV-event stream below write to it.
+  const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'kvgate' } });
   let gateway: Gateway;
   const fleet = (opts.routers ?? fleetRouters)(config);
   try {
-    gateway = await startGateway({ config, createRouter: fleet.createRouter, logger: opts.logger });
+    gateway = await startGateway({ config, createRouter: fleet.createRouter, logger });
   } catch (err) {
     await fleet.close().catch(() => undefined);
     await Promise.allSettled(mockers.map((m) => m.close()));
@@ -168,7 +173,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
 }
 
 /** Runs until SIGTERM/SIGINT (a second signal exits at once). Resolves to the exit code. */
-export async function run(argv: string[], opts: ServeOptions = {}): Promise<number> {
+export async function serveCommand(argv: string[], opts: ServeOptions = {}): Promise<number> {
   let handle: ServeHandle | undefined;
   try {
     handle = await serve(argv, opts);

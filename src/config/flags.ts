@@ -4,11 +4,11 @@
  * document, applied on top of the file before validation, so a bad flag value
  * is reported like a bad file value but names the flag. Router knobs take
  * Dynamo's flag names (`--router-temperature 0.5`, `--no-router-kv-events`),
- * read from the core's knob table.
+ * read from the router flag table (router-flags.ts).
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { parse as parseYaml } from 'yaml';
-import { KV_ROUTER_CONFIG_FIELDS, kvRouterOptionsFromFlags } from '../core/config.js';
+import { ROUTER_FLAG_FIELDS, kvRouterOptionsFromFlags } from './router-flags.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import type { FieldPath } from './reader.js';
 
@@ -75,10 +75,10 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   engine: ['models', '*', 'engine'],
 };
 
-/** Router knob flags from the core's table: flag name (no dashes) -> [field, Dynamo name, is boolean]. */
+/** Router knob flags from the router flag table: flag name (no dashes) -> [field, Dynamo name, is boolean]. */
 function routerFlagTable(): Map<string, { dynamo: string; boolean: boolean; flag: string }> {
   const out = new Map<string, { dynamo: string; boolean: boolean; flag: string }>();
-  for (const spec of Object.values(KV_ROUTER_CONFIG_FIELDS)) {
+  for (const spec of Object.values(ROUTER_FLAG_FIELDS)) {
     const isBool = spec.kind === 'boolean';
     if (spec.flag !== null) out.set(spec.flag.slice(2), { dynamo: spec.dynamo, boolean: isBool, flag: spec.flag });
     if (spec.negativeFlag !== undefined) out.set(spec.negativeFlag.slice(2), { dynamo: spec.dynamo, boolean: true, flag: spec.negativeFlag });
@@ -185,7 +185,7 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
       throw err;
     }
     for (const [field, value] of Object.entries(opts)) {
-      const spec = KV_ROUTER_CONFIG_FIELDS[field as keyof typeof KV_ROUTER_CONFIG_FIELDS];
+      const spec = ROUTER_FLAG_FIELDS[field as keyof typeof ROUTER_FLAG_FIELDS];
       const flag = Object.keys(routerGiven).find((f) => f === spec.flag || f === spec.negativeFlag) ?? spec.flag ?? field;
       overrides.push({ path: ['router', spec.dynamo], value, flag });
       // A flag beats the file everywhere, including per-model router sections.

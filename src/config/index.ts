@@ -3,10 +3,12 @@ export { loadGatewayConfig } from './load.js';
 export type { LoadOptions } from './load.js';
 export { parseServeFlags, parseWorkerFlag, parseFieldPath, serveUsage } from './flags.js';
 export type { ConfigOverride, ServeFlags } from './flags.js';
-export { resolveGatewayConfig, GATEWAY_DEFAULTS, defaultPreprocessThreads } from './resolve.js';
-export type { ResolveContext, ResolveResult } from './resolve.js';
+export { resolveGatewayConfig } from './resolve.js';
+export type { ResolveResult } from './resolve.js';
+export { GATEWAY_DEFAULTS, defaultPreprocessThreads } from './defaults.js';
+export type { ResolveContext } from './checks.js';
 export type { ConfigProblem, FieldPath } from './reader.js';
-export { ROUTER_MODES, LOG_LEVELS } from './types.js';
+export { LOG_LEVELS } from './types.js';
 export type {
-  GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource, RouterMode, ListenAddress, LimitsConfig, LogLevel,
+  GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource, ListenAddress, LimitsConfig, LogLevel,
 } from './types.js';

@@ -4,12 +4,10 @@
  * re-validates it. The file format (snake_case) is documented in the README
  * section "Configuration"; this is its camelCase, defaults-applied form.
  */
-import type { KvRouterConfig } from '../core/config.js';
+import type { RouterMode } from '../common/index.js';
+import type { KvRouterConfig } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import type { TokenizerFiles } from '../tokenizer/index.js';
-
-export type RouterMode = 'kv' | 'round-robin' | 'random' | 'power-of-two' | 'least-loaded' | 'direct';
-export const ROUTER_MODES: readonly RouterMode[] = ['kv', 'round-robin', 'random', 'power-of-two', 'least-loaded', 'direct'];
 
 /**
  * Where a model's tokenizer comes from:

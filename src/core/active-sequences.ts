@@ -1,5 +1,5 @@
 /**
- * The router's own account of every slot's load (spec section 4.5): which
+ * The router's own account of every slot's load: which
  * requests are in flight on each (worker, dp_rank) slot, their uncached prompt
  * tokens until prefill completes, and the KV blocks they occupy.
  *
@@ -27,10 +27,10 @@
 import { KvgateError } from '../errors/index.js';
 import type { PromptHashes } from '../wasm/index.js';
 import { ActivePromptTrie, pairView } from './active-prompt-trie.js';
-import type { Clock } from './clock.js';
+import type { Clock } from '../common/index.js';
 
 /** Expiry is checked on add at most this often (Dynamo: 30 s). */
-export const EXPIRY_CHECK_INTERVAL_MS = 30_000;
+const EXPIRY_CHECK_INTERVAL_MS = 30_000;
 
 /** Load figures of one slot. */
 export interface SlotLoad {

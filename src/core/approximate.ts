@@ -1,5 +1,5 @@
 /**
- * Approximate mode (spec section 3.6): without KV events, the router records
+ * Approximate mode: without KV events, the router records
  * its own routing decisions in a PrefixIndex as if the chosen slot had stored
  * every complete prompt block, and forgets each (block, slot) entry `ttlMs`
  * after its last use. Also serves as the short-TTL predict-on-route side index.
@@ -13,7 +13,7 @@
  */
 import type { PrefixIndex } from '../wasm/index.js';
 import { BinaryHeap } from './binary-heap.js';
-import type { Clock } from './clock.js';
+import type { Clock } from '../common/index.js';
 
 export interface ApproximateIndexOptions {
   /** Lifetime of an entry after its last recording, in ms (Dynamo's router_ttl_secs, default 120 s). */
@@ -30,7 +30,7 @@ interface HeapItem {
   seqs: BigUint64Array;
 }
 
-export const DEFAULT_APPROXIMATE_TTL_MS = 120_000;
+const DEFAULT_APPROXIMATE_TTL_MS = 120_000;
 
 /**
  * A 53-bit number key for the i-th hash of a BigUint64Array, read through a

@@ -1,6 +1,5 @@
 /**
- * KvRouterConfig: every knob of the KV router's scheduler (spec sections 4.2 to
- * 4.7) as one typed object.
+ * KvRouterConfig: every knob of the KV router's scheduler as one typed object.
  *
  * - `KvRouterOptions` is user input: every field optional, camelCase.
  * - `KV_ROUTER_DEFAULTS` is the one place defaults live ([v1.5] values).
@@ -9,13 +8,15 @@
  *   Dynamo's cross-field rules last, and returns a deep-frozen
  *   `KvRouterConfig`. Code downstream never re-validates.
  * - `KV_ROUTER_CONFIG_FIELDS` maps each field to Dynamo's snake_case name and
- *   CLI flag (`--router-temperature`, ...) so a CLI or a config file loader can
- *   accept Dynamo's spellings; `kvRouterOptionsFromFlags` parses flag values.
- * - `RouterConfigOverride` is the smaller per-request type (section 4.7).
+ *   the kind of value it takes, so a config file loader can accept Dynamo's
+ *   spellings (the CLI flags live with the CLI, in src/config).
+ * - `parseRouterConfigOverride` validates the smaller per-request override
+ *   (its type, `RouterConfigOverride`, is shared vocabulary in src/common).
  *
  * Queue-depth backpressure tiers are pairs `[missingCacheTokensFloor,
  * maxQueuedIslTokensPerWorker]` (Dynamo's `router_queue_by_incoming_missing_isl`).
  */
+import type { RouterConfigOverride } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
 /** Queue ordering: FCFS (`priority_jump - arrival offset`), WSPT (`(1 + jump) / uncached tokens`), LCFS (experiments). */
@@ -83,7 +84,7 @@ export type KvRouterOptions = {
   overlapScoreWeight?: number;
 };
 
-/** Defaults of Dynamo v1.5 (spec section 4.7). */
+/** Defaults of Dynamo v1.5. */
 export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   overlapScoreCredit: 1.0,
   overlapScoreCreditDecay: 0,
@@ -109,49 +110,47 @@ export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   activeRequestExpirySecs: 300,
 });
 
-type FieldKind = 'nonNegative' | 'positive' | 'positiveOrNull' | 'boolean' | 'queuePolicy' | 'tiers';
+/** The values a field accepts; `resolveKvRouterConfig` checks them, a flag parser reads strings by them. */
+export type ConfigFieldKind = 'nonNegative' | 'positive' | 'positiveOrNull' | 'boolean' | 'queuePolicy' | 'tiers';
 
-/** How one config field is spelled in Dynamo and on the command line. */
+/** A router knob's name: every config field, plus the deprecated weight. */
+export type KvRouterKnob = keyof KvRouterConfig | 'overlapScoreWeight';
+
+/** How one config field is spelled in Dynamo, and what it accepts. */
 export interface ConfigFieldSpec {
   /**
    * Dynamo's snake_case field name (config files, `--router-config` JSON); for knobs Dynamo sets only
    * through an environment variable, kvgate's snake_case spelling of the field.
    */
   readonly dynamo: string;
-  /** Dynamo's CLI flag, or null when Dynamo only has an environment variable. */
-  readonly flag: string | null;
-  /** For booleans with a separate negative flag (`--no-router-kv-events`). */
-  readonly negativeFlag?: string;
-  /** Dynamo's environment variable, where it has one. */
-  readonly env?: string;
-  readonly kind: FieldKind;
+  readonly kind: ConfigFieldKind;
 }
 
-/** Field name -> Dynamo name, CLI flag and value kind. The single table a CLI or file loader uses. */
-export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<keyof KvRouterConfig | 'overlapScoreWeight', ConfigFieldSpec>> = deepFreeze({
-  overlapScoreCredit: { dynamo: 'overlap_score_credit', flag: '--router-kv-overlap-score-credit', kind: 'nonNegative' },
-  overlapScoreCreditDecay: { dynamo: 'overlap_score_credit_decay', flag: '--router-kv-overlap-score-credit-decay', kind: 'nonNegative' },
-  prefillLoadScale: { dynamo: 'prefill_load_scale', flag: '--router-prefill-load-scale', kind: 'nonNegative' },
-  decodeActiveRequestWeight: { dynamo: 'decode_active_request_weight', flag: '--router-decode-active-request-weight', kind: 'nonNegative' },
-  hostCacheHitWeight: { dynamo: 'host_cache_hit_weight', flag: '--router-host-cache-hit-weight', kind: 'nonNegative' },
-  diskCacheHitWeight: { dynamo: 'disk_cache_hit_weight', flag: '--router-disk-cache-hit-weight', kind: 'nonNegative' },
-  sharedCacheMultiplier: { dynamo: 'shared_cache_multiplier', flag: '--shared-cache-multiplier', kind: 'nonNegative' },
-  routerTemperature: { dynamo: 'router_temperature', flag: '--router-temperature', kind: 'nonNegative' },
-  useKvEvents: { dynamo: 'use_kv_events', flag: '--router-kv-events', negativeFlag: '--no-router-kv-events', env: 'DYN_ROUTER_USE_KV_EVENTS', kind: 'boolean' },
-  routerTrackActiveBlocks: { dynamo: 'router_track_active_blocks', flag: '--router-track-active-blocks', negativeFlag: '--no-router-track-active-blocks', kind: 'boolean' },
-  routerTrackOutputBlocks: { dynamo: 'router_track_output_blocks', flag: '--router-track-output-blocks', negativeFlag: '--no-router-track-output-blocks', kind: 'boolean' },
-  routerAssumeKvReuse: { dynamo: 'router_assume_kv_reuse', flag: '--router-assume-kv-reuse', negativeFlag: '--no-router-assume-kv-reuse', kind: 'boolean' },
-  routerTrackPrefillTokens: { dynamo: 'router_track_prefill_tokens', flag: '--router-track-prefill-tokens', negativeFlag: '--no-router-track-prefill-tokens', kind: 'boolean' },
-  routerTtlSecs: { dynamo: 'router_ttl_secs', flag: '--router-ttl-secs', kind: 'positive' },
-  routerPredictedTtlSecs: { dynamo: 'router_predicted_ttl_secs', flag: '--router-predicted-ttl-secs', kind: 'positiveOrNull' },
-  routerQueueThreshold: { dynamo: 'router_queue_threshold', flag: '--router-queue-threshold', kind: 'positiveOrNull' },
-  routerQueuePolicy: { dynamo: 'router_queue_policy', flag: '--router-queue-policy', kind: 'queuePolicy' },
-  routerQueueByIncomingMissingIsl: { dynamo: 'router_queue_by_incoming_missing_isl', flag: '--router-queue-by-incoming-missing-isl', kind: 'tiers' },
-  activeDecodeBlocksThreshold: { dynamo: 'active_decode_blocks_threshold', flag: '--active-decode-blocks-threshold', kind: 'positiveOrNull' },
-  activePrefillTokensThreshold: { dynamo: 'active_prefill_tokens_threshold', flag: '--active-prefill-tokens-threshold', kind: 'positiveOrNull' },
-  activePrefillTokensThresholdFrac: { dynamo: 'active_prefill_tokens_threshold_frac', flag: '--active-prefill-tokens-threshold-frac', kind: 'positiveOrNull' },
-  activeRequestExpirySecs: { dynamo: 'active_request_expiry_secs', flag: null, env: 'DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS', kind: 'positive' },
-  overlapScoreWeight: { dynamo: 'overlap_score_weight', flag: '--router-kv-overlap-score-weight', env: 'DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT', kind: 'nonNegative' },
+/** Field name -> Dynamo name and value kind. The single table validation and file loaders use. */
+export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<KvRouterKnob, ConfigFieldSpec>> = deepFreeze({
+  overlapScoreCredit: { dynamo: 'overlap_score_credit', kind: 'nonNegative' },
+  overlapScoreCreditDecay: { dynamo: 'overlap_score_credit_decay', kind: 'nonNegative' },
+  prefillLoadScale: { dynamo: 'prefill_load_scale', kind: 'nonNegative' },
+  decodeActiveRequestWeight: { dynamo: 'decode_active_request_weight', kind: 'nonNegative' },
+  hostCacheHitWeight: { dynamo: 'host_cache_hit_weight', kind: 'nonNegative' },
+  diskCacheHitWeight: { dynamo: 'disk_cache_hit_weight', kind: 'nonNegative' },
+  sharedCacheMultiplier: { dynamo: 'shared_cache_multiplier', kind: 'nonNegative' },
+  routerTemperature: { dynamo: 'router_temperature', kind: 'nonNegative' },
+  useKvEvents: { dynamo: 'use_kv_events', kind: 'boolean' },
+  routerTrackActiveBlocks: { dynamo: 'router_track_active_blocks', kind: 'boolean' },
+  routerTrackOutputBlocks: { dynamo: 'router_track_output_blocks', kind: 'boolean' },
+  routerAssumeKvReuse: { dynamo: 'router_assume_kv_reuse', kind: 'boolean' },
+  routerTrackPrefillTokens: { dynamo: 'router_track_prefill_tokens', kind: 'boolean' },
+  routerTtlSecs: { dynamo: 'router_ttl_secs', kind: 'positive' },
+  routerPredictedTtlSecs: { dynamo: 'router_predicted_ttl_secs', kind: 'positiveOrNull' },
+  routerQueueThreshold: { dynamo: 'router_queue_threshold', kind: 'positiveOrNull' },
+  routerQueuePolicy: { dynamo: 'router_queue_policy', kind: 'queuePolicy' },
+  routerQueueByIncomingMissingIsl: { dynamo: 'router_queue_by_incoming_missing_isl', kind: 'tiers' },
+  activeDecodeBlocksThreshold: { dynamo: 'active_decode_blocks_threshold', kind: 'positiveOrNull' },
+  activePrefillTokensThreshold: { dynamo: 'active_prefill_tokens_threshold', kind: 'positiveOrNull' },
+  activePrefillTokensThresholdFrac: { dynamo: 'active_prefill_tokens_threshold_frac', kind: 'positiveOrNull' },
+  activeRequestExpirySecs: { dynamo: 'active_request_expiry_secs', kind: 'positive' },
+  overlapScoreWeight: { dynamo: 'overlap_score_weight', kind: 'nonNegative' },
 });
 
 const QUEUE_POLICIES: readonly QueuePolicy[] = ['fcfs', 'wspt', 'lcfs'];
@@ -171,7 +170,7 @@ function safeJson(value: unknown): string {
   }
 }
 
-function checkValue(field: string, kind: FieldKind, value: unknown): unknown {
+function checkValue(field: string, kind: ConfigFieldKind, value: unknown): unknown {
   switch (kind) {
     case 'nonNegative':
     case 'positive':
@@ -223,7 +222,8 @@ export function resolveKvRouterConfig(options: KvRouterOptions = {}): KvRouterCo
   const out: Record<string, unknown> = { ...KV_ROUTER_DEFAULTS };
   const given = options as Record<string, unknown>;
   for (const key of Object.keys(given)) {
-    const spec = (KV_ROUTER_CONFIG_FIELDS as Record<string, ConfigFieldSpec>)[key];
+    // Own properties only: `constructor` or `toString` is an unknown field, not a table entry.
+    const spec = Object.hasOwn(KV_ROUTER_CONFIG_FIELDS, key) ? KV_ROUTER_CONFIG_FIELDS[key as KvRouterKnob] : undefined;
     if (spec === undefined) throw configError(key, given[key], 'unknown field');
     if (given[key] === undefined) continue;
     out[key] = checkValue(key, spec.kind, given[key]);
@@ -244,7 +244,7 @@ export function resolveKvRouterConfig(options: KvRouterOptions = {}): KvRouterCo
     }
   }
   const c = out as unknown as KvRouterConfig;
-  // Cross-field rules last (Dynamo's, section 4.7, plus kvgate's own where a knob would be silently inert).
+  // Cross-field rules last (Dynamo's, plus kvgate's own where a knob would be silently inert).
   if (c.routerTrackOutputBlocks && !c.routerTrackActiveBlocks) {
     throw configError('routerTrackOutputBlocks', true, 'requires routerTrackActiveBlocks = true');
   }
@@ -263,52 +263,6 @@ export function kvEventsEnabled(config: KvRouterConfig): boolean {
 }
 
 /**
- * Builds `KvRouterOptions` from parsed CLI flags keyed by Dynamo's flag names
- * (`{'--router-temperature': '0.5', '--no-router-kv-events': true}`). String
- * values are parsed by the field's kind; `none`/`null` disables nullable knobs;
- * tiers are JSON (`[[0, 8192], [4096, 2048]]`). Validate the result with
- * `resolveKvRouterConfig`.
- * @throws KvgateError KVG_ERR_INVALID_CONFIG for unknown flags and unparsable values (naming the flag).
- */
-export function kvRouterOptionsFromFlags(flags: Readonly<Record<string, string | boolean>>): KvRouterOptions {
-  const byFlag = new Map<string, [string, ConfigFieldSpec, boolean]>();
-  for (const [field, spec] of Object.entries(KV_ROUTER_CONFIG_FIELDS)) {
-    if (spec.flag !== null) byFlag.set(spec.flag, [field, spec, true]);
-    if (spec.negativeFlag !== undefined) byFlag.set(spec.negativeFlag, [field, spec, false]);
-  }
-  const out: Record<string, unknown> = {};
-  for (const [flag, raw] of Object.entries(flags)) {
-    const hit = byFlag.get(flag);
-    if (hit === undefined) throw configError(flag, raw, 'unknown router flag');
-    const [field, spec, positive] = hit;
-    out[field] = parseFlagValue(flag, spec.kind, raw, positive);
-  }
-  return out as KvRouterOptions;
-}
-
-function parseFlagValue(flag: string, kind: FieldKind, raw: string | boolean, positive: boolean): unknown {
-  if (kind === 'boolean') {
-    if (typeof raw === 'boolean') return positive ? raw : !raw;
-    if (raw === 'true' || raw === '1') return positive;
-    if (raw === 'false' || raw === '0') return !positive;
-    throw configError(flag, raw, 'expects true or false');
-  }
-  if (typeof raw === 'boolean') throw configError(flag, raw, 'expects a value');
-  if (kind === 'queuePolicy') return raw;
-  if ((kind === 'positiveOrNull' || kind === 'tiers') && (raw === 'none' || raw === 'null')) return null;
-  if (kind === 'tiers') {
-    try {
-      return JSON.parse(raw) as unknown;
-    } catch {
-      throw configError(flag, raw, 'expects JSON such as [[0, 8192], [4096, 2048]]');
-    }
-  }
-  const n = Number(raw);
-  if (raw.trim() === '' || Number.isNaN(n)) throw configError(flag, raw, 'expects a number');
-  return n;
-}
-
-/**
  * Builds `KvRouterOptions` from Dynamo's snake_case field names (a `--router-config`
  * JSON or YAML file written for Dynamo).
  * @throws KvgateError KVG_ERR_INVALID_CONFIG for unknown names.
@@ -323,16 +277,6 @@ export function kvRouterOptionsFromDynamo(record: Readonly<Record<string, unknow
     out[field] = value;
   }
   return out as KvRouterOptions;
-}
-
-/** Per-request scoring overrides (Dynamo's `RouterConfigOverride`, seed/v1.5 fields). */
-export interface RouterConfigOverride {
-  readonly overlapScoreCredit?: number;
-  readonly prefillLoadScale?: number;
-  readonly routerTemperature?: number;
-  readonly assumeKvReuse?: boolean;
-  readonly trackPrefillTokens?: boolean;
-  readonly sharedCacheMultiplier?: number;
 }
 
 const OVERRIDE_FIELDS: Readonly<Record<keyof RouterConfigOverride, { dynamo: string; kind: 'nonNegative' | 'boolean' }>> = {
@@ -366,7 +310,8 @@ export function parseRouterConfigOverride(input: unknown): RouterConfigOverride 
       if (value === 0) out.overlapScoreCredit = 0;
       continue;
     }
-    let field = key in OVERRIDE_FIELDS ? (key as keyof RouterConfigOverride) : undefined;
+    // Own properties only: a key such as `constructor` must not find a prototype member.
+    let field = Object.hasOwn(OVERRIDE_FIELDS, key) ? (key as keyof RouterConfigOverride) : undefined;
     if (field === undefined) {
       for (const [f, spec] of Object.entries(OVERRIDE_FIELDS)) if (spec.dynamo === key) field = f as keyof RouterConfigOverride;
     }

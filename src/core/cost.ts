@@ -1,5 +1,5 @@
 /**
- * Dynamo's worker cost ("logit"; lower is better), spec section 4.2.
+ * The worker cost ("logit"; lower is better), as Dynamo v1.5 computes it.
  *
  * [v1.5], per candidate (worker, dp_rank):
  *
@@ -58,36 +58,68 @@ export interface CostRequest {
 }
 
 /**
- * The [v1.5] cost of one candidate, in scalars so the scheduler's loop inlines it.
- * `requestBlocks` is `ceil(isl / blockSize)`.
+ * One candidate's inputs to the cost model, named. The scheduler creates one
+ * per decision (`newCostInput`) and overwrites it for every candidate, so
+ * scoring allocates nothing per candidate.
  */
-export function costOf(
-  k: CostKnobs, isl: number, blockSize: number, requestBlocks: number, minActivePrefill: number,
-  activePrefill: number, potentialDecodeBlocks: number, activeRequests: number,
-  deviceOverlap: number, hostOverlap: number, diskOverlap: number, sharedBeyond: number,
-): number {
-  let decay = 1;
-  if (k.trackPrefillTokens && k.overlapScoreCreditDecay > 0) {
-    const excess = (activePrefill - minActivePrefill) / blockSize / (requestBlocks > 1 ? requestBlocks : 1);
-    decay = 1 / (1 + k.overlapScoreCreditDecay * excess);
-  }
-  const credit = k.overlapScoreCredit * decay * deviceOverlap + k.hostCacheHitWeight * hostOverlap
-    + k.diskCacheHitWeight * diskOverlap + k.sharedCacheMultiplier * sharedBeyond;
-  const requestTerm = k.decodeActiveRequestWeight * activeRequests;
-  if (k.decodeException) {
-    const d = potentialDecodeBlocks - credit;
-    return (d > 0 ? d : 0) + requestTerm;
-  }
-  const raw = k.trackPrefillTokens ? (activePrefill + isl) / blockSize : 0;
-  const p = raw - credit;
-  return k.prefillLoadScale * (p > 0 ? p : 0) + potentialDecodeBlocks + requestTerm;
+export interface CostInput {
+  /** Prompt length in tokens. */
+  isl: number;
+  blockSize: number;
+  /** `ceil(isl / blockSize)`. */
+  requestBlocks: number;
+  /** Minimum active prefill tokens over the eligible candidates (for credit decay). */
+  minActivePrefill: number;
+  activePrefill: number;
+  /** Active blocks plus the request's blocks not already active there. */
+  potentialDecodeBlocks: number;
+  activeRequests: number;
+  /** Effective device overlap in blocks. */
+  deviceOverlap: number;
+  /** Blocks found only in host cache, beyond the device overlap. */
+  hostOverlap: number;
+  /** Blocks found only on disk, beyond the faster tiers. */
+  diskOverlap: number;
+  /** Shared-cache blocks beyond the device overlap. */
+  sharedBeyond: number;
 }
 
-/** The [v1.5] cost of one candidate (object form of `costOf`, for callers off the hot path). */
+/** A zeroed `CostInput` (every field present, so the object keeps one shape as it is refilled). */
+export function newCostInput(): CostInput {
+  return {
+    isl: 0, blockSize: 1, requestBlocks: 0, minActivePrefill: 0, activePrefill: 0, potentialDecodeBlocks: 0,
+    activeRequests: 0, deviceOverlap: 0, hostOverlap: 0, diskOverlap: 0, sharedBeyond: 0,
+  };
+}
+
+/** The [v1.5] cost of one candidate. */
+export function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
+  const blockSize = x.blockSize;
+  let decay = 1;
+  if (k.trackPrefillTokens && k.overlapScoreCreditDecay > 0) {
+    const excess = (x.activePrefill - x.minActivePrefill) / blockSize / (x.requestBlocks > 1 ? x.requestBlocks : 1);
+    decay = 1 / (1 + k.overlapScoreCreditDecay * excess);
+  }
+  const credit = k.overlapScoreCredit * decay * x.deviceOverlap + k.hostCacheHitWeight * x.hostOverlap
+    + k.diskCacheHitWeight * x.diskOverlap + k.sharedCacheMultiplier * x.sharedBeyond;
+  const requestTerm = k.decodeActiveRequestWeight * x.activeRequests;
+  if (k.decodeException) {
+    const d = x.potentialDecodeBlocks - credit;
+    return (d > 0 ? d : 0) + requestTerm;
+  }
+  const raw = k.trackPrefillTokens ? (x.activePrefill + x.isl) / blockSize : 0;
+  const p = raw - credit;
+  return k.prefillLoadScale * (p > 0 ? p : 0) + x.potentialDecodeBlocks + requestTerm;
+}
+
+/** The [v1.5] cost of one candidate from request-wide and per-candidate records (off the hot path: tests, explanations). */
 export function candidateCost(knobs: CostKnobs, req: CostRequest, c: CandidateLoad): number {
-  return costOf(knobs, req.isl, req.blockSize, Math.ceil(req.isl / req.blockSize), req.minActivePrefillTokens,
-    c.activePrefillTokens, c.potentialDecodeBlocks, c.activeRequests, c.deviceOverlapBlocks,
-    c.hostOverlapBlocks ?? 0, c.diskOverlapBlocks ?? 0, c.sharedBeyondDeviceBlocks ?? 0);
+  return costOf(knobs, {
+    isl: req.isl, blockSize: req.blockSize, requestBlocks: Math.ceil(req.isl / req.blockSize), minActivePrefill: req.minActivePrefillTokens,
+    activePrefill: c.activePrefillTokens, potentialDecodeBlocks: c.potentialDecodeBlocks, activeRequests: c.activeRequests,
+    deviceOverlap: c.deviceOverlapBlocks, hostOverlap: c.hostOverlapBlocks ?? 0, diskOverlap: c.diskOverlapBlocks ?? 0,
+    sharedBeyond: c.sharedBeyondDeviceBlocks ?? 0,
+  });
 }
 
 /**

@@ -40,7 +40,7 @@ export interface CandidateBreakdown {
   readonly probability: number | undefined;
 }
 
-export const BREAKDOWN_STRIDE = 8;
+const BREAKDOWN_STRIDE = 8;
 const CHUNK_BYTES = 1 << 20;
 
 let chunk = new ArrayBuffer(CHUNK_BYTES);
@@ -89,37 +89,57 @@ export function writeProbability(out: Float64Array, i: number, p: number): void 
   out[i * BREAKDOWN_STRIDE + F_PROB] = p;
 }
 
+/** The fields a decision is built from, by name (everything but the derived views). */
+export type RoutingDecisionInit = Omit<RoutingDecision, 'candidates' | 'cachedTokens' | 'toJSON'>;
+
 export class RoutingDecision {
-  constructor(
-    /** Context id the decision was made for. */
-    readonly requestId: string,
-    readonly workerId: number,
-    readonly dpRank: number,
-    /** Effective overlap of the chosen slot, in blocks. */
-    readonly overlapBlocks: number,
-    /** Largest effective overlap among the candidates (a choice below it trades cache hits for load). */
-    readonly maxOverlapBlocks: number,
-    /** `ceil(isl / block_size)`. */
-    readonly requiredBlocks: number,
-    /** Prompt length in tokens. */
-    readonly isl: number,
-    /** Uncached prompt tokens booked as prefill load (0 when not tracking prefill or not booked). */
-    readonly prefillTokens: number,
-    /** Cost of the chosen candidate. */
-    readonly cost: number,
-    /** True if the request was booked in the load bookkeeping (false for query-only). */
-    readonly booked: boolean,
-    /** True if a pin restricted the choice to one worker. */
-    readonly pinned: boolean,
-    /** Temperature used (after any per-request override). */
-    readonly temperature: number,
-    readonly timing: DecisionTiming,
-    /** Milliseconds spent parked in the queue before admission (0 when admitted at once). */
-    readonly queuedMs: number,
-    /** Candidate rows, `BREAKDOWN_STRIDE` numbers each. */
-    readonly breakdown: Float64Array,
-    readonly candidateCount: number,
-  ) {}
+  /** Context id the decision was made for. */
+  readonly requestId: string;
+  readonly workerId: number;
+  readonly dpRank: number;
+  /** Effective overlap of the chosen slot, in blocks. */
+  readonly overlapBlocks: number;
+  /** Largest effective overlap among the candidates (a choice below it trades cache hits for load). */
+  readonly maxOverlapBlocks: number;
+  /** `ceil(isl / block_size)`. */
+  readonly requiredBlocks: number;
+  /** Prompt length in tokens. */
+  readonly isl: number;
+  /** Uncached prompt tokens booked as prefill load (0 when not tracking prefill or not booked). */
+  readonly prefillTokens: number;
+  /** Cost of the chosen candidate. */
+  readonly cost: number;
+  /** True if the request was booked in the load bookkeeping (false for query-only). */
+  readonly booked: boolean;
+  /** True if a pin restricted the choice to one worker. */
+  readonly pinned: boolean;
+  /** Temperature used (after any per-request override). */
+  readonly temperature: number;
+  readonly timing: DecisionTiming;
+  /** Milliseconds spent parked in the queue before admission (0 when admitted at once). */
+  readonly queuedMs: number;
+  /** Candidate rows, `BREAKDOWN_STRIDE` numbers each. */
+  readonly breakdown: Float64Array;
+  readonly candidateCount: number;
+
+  constructor(init: RoutingDecisionInit) {
+    this.requestId = init.requestId;
+    this.workerId = init.workerId;
+    this.dpRank = init.dpRank;
+    this.overlapBlocks = init.overlapBlocks;
+    this.maxOverlapBlocks = init.maxOverlapBlocks;
+    this.requiredBlocks = init.requiredBlocks;
+    this.isl = init.isl;
+    this.prefillTokens = init.prefillTokens;
+    this.cost = init.cost;
+    this.booked = init.booked;
+    this.pinned = init.pinned;
+    this.temperature = init.temperature;
+    this.timing = init.timing;
+    this.queuedMs = init.queuedMs;
+    this.breakdown = init.breakdown;
+    this.candidateCount = init.candidateCount;
+  }
 
   /** Every candidate's inputs and cost, in scoring order. */
   get candidates(): CandidateBreakdown[] {

@@ -1,5 +1,5 @@
 /**
- * The router queue (spec section 4.4): requests park here while every slot
+ * The router queue: requests park here while every slot
  * they may use is prefill-busy, and leave in key order as load drains.
  *
  * Order: higher `strictPriority` tier first, then higher policy key, then

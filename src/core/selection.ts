@@ -1,5 +1,5 @@
 /**
- * Picking a candidate from its costs (spec section 4.3), separate from scoring.
+ * Picking a candidate from its costs, separate from scoring.
  *
  * - Temperature 0: argmin; exact ties are broken uniformly at random
  *   (reservoir sampling: the k-th tie replaces the pick with probability 1/k),
@@ -9,7 +9,7 @@
  *   logit is subtracted); all costs equal => uniform. One uniform draw `u`
  *   walks the cumulative sum.
  */
-import type { Rng } from './clock.js';
+import type { Rng } from '../common/index.js';
 
 /** Index in [0, n) of the lowest cost, exact ties uniform at random. `n` must be > 0. */
 export function pickLowest(costs: Float64Array, n: number, rng: Rng): number {

@@ -8,12 +8,14 @@
  * subscribe and derive their candidate lists from it.
  */
 import { EventEmitter } from 'node:events';
+import type { EngineDialect, WorkerRole } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
-export type WorkerRole = 'aggregated' | 'decode' | 'prefill';
-export type EngineDialect = 'vllm' | 'sglang';
-
-export interface KvEventSource {
+/**
+ * A worker's configured KV-event endpoints, for every dp rank behind it (routing
+ * expands them to one subscription per rank).
+ */
+export interface KvEventEndpoints {
   /** ZMQ PUB endpoint of rank `dpStart`, e.g. tcp://10.0.0.5:5557. */
   endpoint: string;
   /** ZMQ ROUTER endpoint for replay of missed batches (optional). */
@@ -36,7 +38,7 @@ export interface WorkerInfo {
   /** Data-parallel ranks dpStart .. dpStart + dpSize - 1 behind this URL. */
   readonly dpStart: number;
   readonly dpSize: number;
-  readonly kvEvents?: KvEventSource | undefined;
+  readonly kvEvents?: KvEventEndpoints | undefined;
   /** SGLang-style disaggregation: where decode engines fetch this prefill worker's KV. */
   readonly bootstrap?: { host: string; port: number } | undefined;
   /** Scheduler capacity hints (engine flags), used by busy thresholds. */

@@ -17,27 +17,12 @@
  * engine-errors.ts), so the router can retry exactly the failures that never
  * reached an engine.
  */
-import type { IncomingHttpHeaders } from 'node:http';
 import type { LookupFunction } from 'node:net';
 import { Pool, type Dispatcher } from 'undici';
 import { KvgateError } from '../errors/index.js';
-import {
-  EngineHttpError,
-  badResponseError,
-  clientAbortedError,
-  transportError,
-  type DispatchPhase,
-  type ErrorContext,
-} from './engine-errors.js';
-import {
-  EngineEventStream,
-  kEnd,
-  kFail,
-  kFeed,
-  type DispatchTimings,
-  type EngineJsonResponse,
-  type EngineResponse,
-} from './engine-stream.js';
+import { clientAbortedError, type ErrorContext } from './engine-errors.js';
+import type { EngineJsonResponse, EngineResponse, EngineEventStream } from './engine-stream.js';
+import { ResponseHandler } from './response-handler.js';
 import { serializeBody, type JsonObject } from './request-body.js';
 
 export interface EngineClientOptions {
@@ -96,7 +81,8 @@ export interface WorkerPoolStats {
   running: number;
 }
 
-interface ResolvedOptions {
+/** `EngineClientOptions` with every default applied (piscina's Options / Filled / defaults triple). */
+interface FilledEngineClientOptions {
   connections: number;
   connectTimeoutMs: number;
   headersTimeoutMs: number;
@@ -109,7 +95,7 @@ interface ResolvedOptions {
   lookup: LookupFunction | undefined;
 }
 
-const DEFAULTS: Omit<ResolvedOptions, 'lookup'> = {
+const kDefaultEngineClientOptions: Omit<FilledEngineClientOptions, 'lookup'> = {
   connections: 256,
   connectTimeoutMs: 5_000,
   headersTimeoutMs: 300_000,
@@ -121,9 +107,9 @@ const DEFAULTS: Omit<ResolvedOptions, 'lookup'> = {
   streamHighWaterMark: 64,
 };
 
-function resolveOptions(options: EngineClientOptions): ResolvedOptions {
-  const out = { ...DEFAULTS, lookup: options.lookup };
-  for (const key of Object.keys(DEFAULTS) as (keyof typeof DEFAULTS)[]) {
+function resolveOptions(options: EngineClientOptions): FilledEngineClientOptions {
+  const out = { ...kDefaultEngineClientOptions, lookup: options.lookup };
+  for (const key of Object.keys(kDefaultEngineClientOptions) as (keyof typeof kDefaultEngineClientOptions)[]) {
     const value = options[key];
     if (value === undefined) continue;
     if (!Number.isInteger(value) || value < 1) {
@@ -166,7 +152,7 @@ export function normalizeWorkerUrl(url: string): string {
 }
 
 export class EngineClient {
-  readonly #options: ResolvedOptions;
+  readonly #options: FilledEngineClientOptions;
   readonly #workers = new Map<string, WorkerEntry>();
   /** Pools being closed (removed workers), awaited by `close()`. */
   readonly #closing = new Set<Promise<void>>();
@@ -321,228 +307,5 @@ export class EngineClient {
     this.#closing.add(p);
     void p.then(() => this.#closing.delete(p));
     return p;
-  }
-}
-
-interface HandlerInit {
-  ctx: ErrorContext;
-  stream: boolean;
-  startedAt: number;
-  signal: AbortSignal | undefined;
-  onDispatched: (() => void) | undefined;
-  maxResponseBytes: number;
-  maxErrorBodyBytes: number;
-  maxEventBytes: number;
-  highWaterMark: number;
-  resolve: (r: EngineResponse) => void;
-  reject: (err: unknown) => void;
-}
-
-type Mode = 'pending' | 'stream' | 'json' | 'error';
-
-/**
- * One request's undici handler (new handler API). Tracks the phase for error
- * mapping, feeds body chunks to the stream or the JSON buffer, and wires the
- * client's AbortSignal to the request's controller.
- */
-class ResponseHandler implements Dispatcher.DispatchHandler {
-  readonly #init: HandlerInit;
-  readonly #timings: DispatchTimings;
-  #phase: DispatchPhase = 'queued';
-  #mode: Mode = 'pending';
-  #controller: Dispatcher.DispatchController | undefined;
-  /** The promise was resolved or rejected. */
-  #settled = false;
-  /** Nothing more to do: ended, failed, aborted or cancelled. */
-  #finished = false;
-  #abortError: KvgateError | undefined;
-  #stream: EngineEventStream | undefined;
-  #status = 0;
-  #headers: IncomingHttpHeaders = {};
-  #chunks: Buffer[] = [];
-  #bytes = 0;
-  #truncated = false;
-  readonly #onAbort: (() => void) | undefined;
-
-  constructor(init: HandlerInit) {
-    this.#init = init;
-    this.#timings = { startedAt: init.startedAt, connectMs: undefined, headersMs: undefined, firstByteMs: undefined, firstEventMs: undefined, endMs: undefined };
-    if (init.signal !== undefined) {
-      const signal = init.signal;
-      this.#onAbort = () => this.#abort(signal.reason);
-      signal.addEventListener('abort', this.#onAbort, { once: true });
-    }
-  }
-
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.#controller = controller;
-    if (this.#finished) {
-      // Aborted (or cancelled) while waiting for a socket: never write the request.
-      controller.abort(this.#abortError ?? clientAbortedError(this.#init.ctx, undefined));
-      return;
-    }
-    this.#phase = 'sent';
-    this.#timings.connectMs = performance.now() - this.#timings.startedAt;
-    this.#init.onDispatched?.();
-  }
-
-  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
-    if (this.#finished || statusCode < 200) return; // 1xx: informational, the real response follows
-    this.#phase = 'body';
-    this.#timings.headersMs = performance.now() - this.#timings.startedAt;
-    this.#status = statusCode;
-    this.#headers = headers;
-    const ctx = this.#init.ctx;
-    if (statusCode >= 400) {
-      this.#mode = 'error';
-      return;
-    }
-    if (statusCode >= 300) {
-      this.#fail(badResponseError(ctx, `unexpected redirect ${statusCode}`, { upstreamStatus: statusCode, location: headers['location'] }), true);
-      return;
-    }
-    const contentType = String(headers['content-type'] ?? '').toLowerCase();
-    if (!this.#init.stream) {
-      this.#mode = 'json';
-      return;
-    }
-    if (contentType.includes('application/json')) {
-      this.#fail(badResponseError(ctx, 'a stream was requested but the engine answered with JSON', { contentType }), true);
-      return;
-    }
-    this.#mode = 'stream';
-    this.#stream = new EngineEventStream(
-      { status: statusCode, headers, timings: this.#timings, highWaterMark: this.#init.highWaterMark, maxEventBytes: this.#init.maxEventBytes },
-      {
-        pause: () => controller.pause(),
-        resume: () => controller.resume(),
-        cancel: () => this.#cancel(),
-      },
-    );
-    this.#settled = true;
-    this.#init.resolve(this.#stream);
-  }
-
-  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (this.#finished) return;
-    if (this.#timings.firstByteMs === undefined) this.#timings.firstByteMs = performance.now() - this.#timings.startedAt;
-    switch (this.#mode) {
-      case 'stream':
-        try {
-          this.#stream![kFeed](chunk);
-        } catch (err) {
-          this.#fail(err instanceof KvgateError ? err : transportError(err, 'body', this.#init.ctx), true);
-        }
-        return;
-      case 'json':
-        this.#bytes += chunk.length;
-        if (this.#bytes > this.#init.maxResponseBytes) {
-          this.#fail(badResponseError(this.#init.ctx, `response body exceeds ${this.#init.maxResponseBytes} bytes`), true);
-          return;
-        }
-        this.#chunks.push(chunk);
-        return;
-      case 'error': {
-        const room = this.#init.maxErrorBodyBytes - this.#bytes;
-        if (chunk.length > room) {
-          // Keep what fits and stop reading: an oversized error body is not worth the socket.
-          this.#chunks.push(chunk.subarray(0, room));
-          this.#bytes += room;
-          this.#truncated = true;
-          this.#failHttp();
-          return;
-        }
-        this.#chunks.push(chunk);
-        this.#bytes += chunk.length;
-        return;
-      }
-      default:
-        return;
-    }
-  }
-
-  onResponseEnd(): void {
-    if (this.#finished) return;
-    this.#timings.endMs = performance.now() - this.#timings.startedAt;
-    const ctx = this.#init.ctx;
-    switch (this.#mode) {
-      case 'stream':
-        this.#finish();
-        this.#stream![kEnd]();
-        return;
-      case 'json': {
-        const body = Buffer.concat(this.#chunks, this.#bytes);
-        this.#chunks = [];
-        let json: unknown;
-        try {
-          json = JSON.parse(body.toString('utf8'));
-        } catch {
-          this.#fail(badResponseError(ctx, 'response body is not JSON', { bodyPrefix: body.toString('utf8', 0, 200) }), false);
-          return;
-        }
-        this.#finish();
-        this.#settled = true;
-        this.#init.resolve({ kind: 'json', status: this.#status, headers: this.#headers, body, json, timings: this.#timings });
-        return;
-      }
-      case 'error':
-        this.#failHttp();
-        return;
-      default:
-        // An end without a final response (only 1xx seen) is a protocol violation.
-        this.#fail(badResponseError(ctx, 'response ended without a final status'), false);
-    }
-  }
-
-  onResponseError(_controller: Dispatcher.DispatchController | undefined, err: Error): void {
-    if (this.#finished) return;
-    this.#fail(transportError(err, this.#phase, this.#init.ctx), false);
-  }
-
-  #failHttp(): void {
-    const body = Buffer.concat(this.#chunks, this.#bytes);
-    this.#chunks = [];
-    this.#fail(new EngineHttpError(this.#init.ctx, this.#status, this.#headers, body, this.#truncated), this.#truncated);
-  }
-
-  /** Client abort: fail now (the stream drops queued events) and abort the upstream request. */
-  #abort(reason: unknown): void {
-    if (this.#finished) return;
-    const err = clientAbortedError(this.#init.ctx, reason);
-    this.#abortError = err;
-    this.#finish();
-    this.#controller?.abort(err);
-    if (!this.#settled) {
-      this.#settled = true;
-      this.#init.reject(err);
-    } else {
-      this.#stream?.[kFail](err, true);
-    }
-  }
-
-  /** The consumer stopped reading the stream. */
-  #cancel(): void {
-    if (this.#finished) return;
-    this.#finish();
-    this.#controller?.abort(clientAbortedError(this.#init.ctx, 'stream cancelled by its consumer'));
-  }
-
-  /** Ends the request with `err`; `abortUpstream` closes the socket when the response is still being received. */
-  #fail(err: KvgateError, abortUpstream: boolean): void {
-    if (this.#finished) return;
-    this.#finish();
-    if (abortUpstream) this.#controller?.abort(err);
-    if (!this.#settled) {
-      this.#settled = true;
-      this.#init.reject(err);
-    } else {
-      this.#stream?.[kFail](err, false);
-    }
-  }
-
-  #finish(): void {
-    this.#finished = true;
-    this.#timings.endMs ??= performance.now() - this.#timings.startedAt;
-    if (this.#onAbort !== undefined) this.#init.signal!.removeEventListener('abort', this.#onAbort);
   }
 }

@@ -5,12 +5,8 @@
  * built by pure functions, so the router composes them (data-parallel rank +
  * P/D handoff) and tests compare them exactly.
  */
+import type { EngineDialect } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
-
-/** The engine families whose request fields kvgate speaks. */
-export type EngineDialect = 'vllm' | 'sglang';
-
-export const ENGINE_DIALECTS: readonly EngineDialect[] = ['vllm', 'sglang'];
 
 export interface EngineLeg {
   readonly fields: Readonly<Record<string, unknown>>;

@@ -24,8 +24,9 @@
  * events of a KV-cache group other than the configured one (hybrid models
  * emit one stream per group with the same block hashes).
  */
+import { blockSize, type BlockSize } from '../common/index.js';
 import { blockHashes } from '../wasm/index.js';
-import { isKvgateError, KvgateError } from '../errors/index.js';
+import { isKvgateError } from '../errors/index.js';
 import { TieredPrefixIndex } from './tiered-index.js';
 import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StoredBlocksEvent, RemovedBlocksEvent } from './types.js';
 
@@ -63,14 +64,12 @@ export interface KvEventApplierOptions {
 
 export class KvEventApplier {
   readonly indexes: TieredPrefixIndex;
-  readonly blockSize: number;
+  readonly blockSize: BlockSize;
   readonly kvCacheGroup: number;
 
+  /** @throws KvgateError KVG_ERR_INVALID_BLOCK_SIZE unless `blockSize` is an integer in [1, 2^20]. */
   constructor(opts: KvEventApplierOptions) {
-    if (!Number.isInteger(opts.blockSize) || opts.blockSize < 1 || opts.blockSize > 1 << 20) {
-      throw new KvgateError('KVG_ERR_INVALID_BLOCK_SIZE', `block size must be an integer in [1, 1048576], got ${opts.blockSize}`, { blockSize: opts.blockSize });
-    }
-    this.blockSize = opts.blockSize;
+    this.blockSize = blockSize(opts.blockSize);
     this.indexes = opts.indexes ?? new TieredPrefixIndex();
     this.kvCacheGroup = opts.kvCacheGroup ?? 0;
   }

@@ -13,6 +13,7 @@
  * A failure of the whole payload rejects the batch; a failure of one event
  * drops that event and keeps the others.
  */
+import { blockSize as checkBlockSize, MAX_BLOCK_SIZE } from '../common/index.js';
 import {
   STORED_FIELDS, REMOVED_FIELDS, STORED_MIN_ARRAY_LENGTH, REMOVED_MIN_ARRAY_LENGTH,
   arrayEventFields, decodeMsgpack, isWireMapEvent,
@@ -21,9 +22,8 @@ import type {
   DecodeResult, KvCacheEvent, KvEventDecodeError, DecodeErrorKind, StorageTier, StoredBlocksEvent, RemovedBlocksEvent,
 } from './types.js';
 
-/** `0xFFFFFFFFFFFFFFFF`: the replay end marker in the sequence frame. */
-export const REPLAY_END_SEQ = (1n << 64n) - 1n;
-const MAX_BLOCK_SIZE = 1 << 20;
+/** The sequence frame's encoder and replay end marker are shared with the mocker (the publisher side). */
+export { encodeSeq, REPLAY_END_SEQ } from '../common/index.js';
 
 /** A message as it comes off a SUB socket (or a replay DEALER after its empty delimiter). */
 export interface SequencedPayload {
@@ -41,13 +41,6 @@ function fail(kind: DecodeErrorKind, message: string, eventIndex?: number): KvEv
 export function readSeq(frame: Uint8Array): bigint | undefined {
   if (frame.byteLength !== 8) return undefined;
   return new DataView(frame.buffer, frame.byteOffset, 8).getBigUint64(0, false);
-}
-
-/** Encodes a sequence number as the 8-byte big-endian frame. */
-export function encodeSeq(seq: bigint): Buffer {
-  const b = Buffer.allocUnsafe(8);
-  b.writeBigUInt64BE(BigInt.asUintN(64, seq));
-  return b;
 }
 
 /**
@@ -172,9 +165,12 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredB
     if (p === undefined) throw new EventError('bad_hash', 'parent_block_hash is not a block hash');
     parentHash = p;
   }
-  const blockSize = f.block_size;
-  if (typeof blockSize !== 'number' || !Number.isInteger(blockSize) || blockSize < 1 || blockSize > MAX_BLOCK_SIZE) {
-    throw new EventError('bad_event', `block_size ${String(blockSize)} is not an integer in [1, ${MAX_BLOCK_SIZE}]`);
+  let blockSize: number;
+  try {
+    blockSize = checkBlockSize(f.block_size);
+  } catch {
+    // The vocabulary's rule, reported as a decode error of this event (never thrown out of the decoder).
+    throw new EventError('bad_event', `block_size ${String(f.block_size)} is not an integer in [1, ${MAX_BLOCK_SIZE}]`);
   }
   let tokens = tokenArray(f.token_ids);
   if (tokens.length > hashes.length * blockSize) {

@@ -33,16 +33,17 @@
  *                        stale ─► skip
  *                        gap ─► park + replay(cursor+1) ─► apply replayed ─► drain pending
  */
-import { systemClock, type Clock } from '../core/clock.js';
+import type { WorkerRank } from '../common/index.js';
 import { decodeKvEventBatch, parseEventFrames, type SequencedPayload } from './decode.js';
 import type { ApplyStatus, KvEventApplier } from './applier.js';
 import type { EventLiveness } from './liveness.js';
-import { ThrottledLog, silentLog, type EventLog } from './log.js';
+import { ThrottledLog } from './log.js';
+import { fillOptions, kDefaultStreamOptions, type IngestContext, type KvEventStreamOptions } from './options.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
 import type { KvCacheEventType, KvEventDecodeError } from './types.js';
 
 /** The result of asking a publisher's replay endpoint for batches. */
-export interface ReplayResult {
+export interface ReplayReply {
   /** Batches with seq >= the requested start, in publisher order. */
   readonly batches: readonly SequencedPayload[];
   /** Malformed reply messages (skipped). */
@@ -51,24 +52,7 @@ export interface ReplayResult {
 
 /** A publisher's replay endpoint. Must settle (resolve or reject) in bounded time. */
 export interface ReplaySource {
-  replay(fromSeq: bigint): Promise<ReplayResult>;
-}
-
-export interface KvEventStreamOptions {
-  workerId: number;
-  dpRank: number;
-  applier: KvEventApplier;
-  /** The engine's replay endpoint; without it a gap clears the slot. */
-  replay?: ReplaySource | undefined;
-  hooks?: KvEventHooks | undefined;
-  liveness?: EventLiveness | undefined;
-  log?: EventLog | undefined;
-  /** Clock for log throttling. */
-  clock?: Clock | undefined;
-  /** Live batches parked behind a replay before new ones are dropped (and recovered by a later replay). Default 100000. */
-  maxPendingBatches?: number | undefined;
-  /** At most one log line per kind of problem per interval. Default 10000 ms. */
-  logIntervalMs?: number | undefined;
+  replay(fromSeq: bigint): Promise<ReplayReply>;
 }
 
 type CursorObservation = 'initial' | 'contiguous' | 'stale' | 'gap';
@@ -116,15 +100,21 @@ export class KvEventStream {
   #closed = false;
   readonly #onStatus: ((type: KvCacheEventType, status: ApplyStatus) => void) | undefined;
 
-  constructor(opts: KvEventStreamOptions) {
-    this.workerId = opts.workerId;
-    this.dpRank = opts.dpRank;
-    this.#applier = opts.applier;
-    this.#replay = opts.replay;
-    this.#hooks = opts.hooks ?? {};
-    this.#liveness = opts.liveness;
-    this.#log = new ThrottledLog(opts.log ?? silentLog, opts.clock ?? systemClock, opts.logIntervalMs ?? 10_000);
-    this.#maxPending = opts.maxPendingBatches ?? 100_000;
+  /**
+   * @param slot the (worker, dp rank) whose publisher this stream follows.
+   * @param ctx the manager's shared ingestion context.
+   * @param replay the engine's replay endpoint; without it a gap clears the slot.
+   */
+  constructor(slot: WorkerRank, ctx: IngestContext, replay?: ReplaySource, options?: KvEventStreamOptions) {
+    const opts = fillOptions(kDefaultStreamOptions, options);
+    this.workerId = slot.workerId;
+    this.dpRank = slot.dpRank;
+    this.#applier = ctx.applier;
+    this.#replay = replay;
+    this.#hooks = ctx.hooks;
+    this.#liveness = ctx.liveness;
+    this.#log = new ThrottledLog(ctx.log, ctx.clock, opts.logIntervalMs);
+    this.#maxPending = opts.maxPendingBatches;
     const onApplied = this.#hooks.onApplied?.bind(this.#hooks);
     this.#onStatus = onApplied === undefined ? undefined : (type, status) => onApplied(this.workerId, this.dpRank, type, status);
   }
@@ -252,7 +242,7 @@ export class KvEventStream {
     });
   }
 
-  #finishReplay(epoch: number, fromSeq: bigint, res: ReplayResult | undefined, err: unknown): void {
+  #finishReplay(epoch: number, fromSeq: bigint, res: ReplayReply | undefined, err: unknown): void {
     if (epoch !== this.#epoch || this.#closed) return;
     this.#recovering = false;
     if (res === undefined) {

@@ -18,19 +18,19 @@ export { TieredPrefixIndex } from './tiered-index.js';
 export { KvEventApplier, APPLY_STATUSES, isAppliedStatus } from './applier.js';
 export type { ApplyStatus, KvEventApplierOptions } from './applier.js';
 export { KvEventStream, SequenceCursor } from './event-stream.js';
-export type { KvEventStreamOptions, ReplaySource, ReplayResult } from './event-stream.js';
+export type { ReplaySource, ReplayReply } from './event-stream.js';
 export { ZmqReplayClient } from './replay-client.js';
 export type { ZmqReplayClientOptions } from './replay-client.js';
 export { KvEventSubscriber } from './subscriber.js';
-export type { KvEventSource, KvEventSubscriberOptions } from './subscriber.js';
+export type { KvEventTarget } from './subscriber.js';
 export { KvEventManager } from './manager.js';
-export type { KvEventManagerOptions } from './manager.js';
+export type { KvEventManagerInit } from './manager.js';
+export { ingestContext } from './options.js';
+export type { IngestContext, KvEventManagerOptions, KvEventSubscriberOptions, KvEventStreamOptions } from './options.js';
 export { EventLiveness } from './liveness.js';
 export type { EventStatus, EventLivenessOptions } from './liveness.js';
 export { KvEventCounters, combineHooks } from './stats.js';
 export type {
   KvEventHooks, KvEventCountersSnapshot, SlotCounters, BatchOrigin, ReplayOutcome, ResetReason, DecodeErrorReport,
 } from './stats.js';
-export { silentLog } from './log.js';
-export type { EventLog } from './log.js';
 export { dpRankEndpoint, connectEndpoint } from './endpoints.js';

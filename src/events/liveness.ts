@@ -13,7 +13,7 @@
  * moving. "Usable" means at least one event changed the index as the engine
  * meant, or the batch was empty (a heartbeat).
  */
-import type { Clock } from '../core/clock.js';
+import type { Clock } from '../common/index.js';
 
 export type EventStatus = 'live' | 'stale' | 'never';
 

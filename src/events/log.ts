@@ -1,25 +1,19 @@
 /**
- * The logging surface of src/events: a pino-compatible `warn(fields, msg)`,
- * and a throttle so a worker spewing garbage cannot flood the log. Counters
- * (stats.ts) stay exact; only log lines are thinned.
+ * A throttle in front of common's `Logger`, so a worker spewing garbage
+ * cannot flood the log. Counters (stats.ts) stay exact; only log lines are
+ * thinned. src/events never creates a logger: it writes to the one in its
+ * ingestion context (./options.ts), which the composition root handed down.
  */
-import type { Clock } from '../core/clock.js';
-
-/** What src/events needs from a logger; a pino `Logger` satisfies it. */
-export interface EventLog {
-  warn(fields: Record<string, unknown>, msg: string): void;
-}
-
-export const silentLog: EventLog = { warn: () => {} };
+import type { Clock, Logger } from '../common/index.js';
 
 /** Logs the first occurrence of a key, then at most one line per `intervalMs` carrying the suppressed count. */
 export class ThrottledLog {
-  readonly #log: EventLog;
+  readonly #log: Logger;
   readonly #clock: Clock;
   readonly #intervalMs: number;
   readonly #last = new Map<string, { at: number; suppressed: number }>();
 
-  constructor(log: EventLog, clock: Clock, intervalMs: number) {
+  constructor(log: Logger, clock: Clock, intervalMs: number) {
     this.#log = log;
     this.#clock = clock;
     this.#intervalMs = intervalMs;

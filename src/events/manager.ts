@@ -7,34 +7,29 @@
  * this manager owns which slots are subscribed, and removing a worker here
  * forgets its blocks in every tier.
  */
-import { systemClock, type Clock } from '../core/clock.js';
-import { KvEventApplier } from './applier.js';
+import { slotKey, type Context } from '../common/index.js';
+import type { KvEventApplier } from './applier.js';
 import { EventLiveness, type EventStatus } from './liveness.js';
-import type { EventLog } from './log.js';
+import {
+  fillOptions, ingestContext, kDefaultManagerOptions, type FilledKvEventManagerOptions, type IngestContext, type KvEventManagerOptions,
+} from './options.js';
 import { KvEventCounters, combineHooks, type KvEventHooks } from './stats.js';
-import { KvEventSubscriber, type KvEventSource } from './subscriber.js';
+import { KvEventSubscriber, type KvEventTarget } from './subscriber.js';
 import type { TieredPrefixIndex } from './tiered-index.js';
 
-export interface KvEventManagerOptions {
+/**
+ * What a manager is built from: the applier to keep true, the process's clock
+ * and logger (common's `Context`, or the parts of it given), extra observers,
+ * and tuning for every subscriber.
+ */
+export interface KvEventManagerInit extends KvEventManagerOptions, Partial<Pick<Context, 'clock' | 'log'>> {
   /** The applier (and through it the indexes) to keep true. */
   applier: KvEventApplier;
-  clock?: Clock | undefined;
-  /** Silence while serving after which a slot is `stale`. Default 30000 ms. */
-  staleAfterMs?: number | undefined;
   /** Extra observers (metrics); the manager's own counters always run. */
   hooks?: KvEventHooks | undefined;
-  log?: EventLog | undefined;
-  replayTimeoutMs?: number | undefined;
-  receiveHighWaterMark?: number | undefined;
-  maxPendingBatches?: number | undefined;
-  logIntervalMs?: number | undefined;
 }
 
-function slotKey(workerId: number, dpRank: number): string {
-  return `${workerId}:${dpRank}`;
-}
-
-function sameSource(a: Readonly<KvEventSource>, b: KvEventSource): boolean {
+function sameSource(a: Readonly<KvEventTarget>, b: KvEventTarget): boolean {
   return a.endpoint === b.endpoint && (a.replayEndpoint || undefined) === (b.replayEndpoint || undefined) && (a.topic ?? '') === (b.topic ?? '');
 }
 
@@ -42,16 +37,18 @@ export class KvEventManager {
   readonly applier: KvEventApplier;
   readonly counters = new KvEventCounters();
   readonly liveness: EventLiveness;
-  readonly #opts: KvEventManagerOptions;
-  readonly #hooks: KvEventHooks;
+  readonly #opts: FilledKvEventManagerOptions;
+  /** Built once here; every subscriber and stream shares it. */
+  readonly #ctx: IngestContext;
   readonly #subs = new Map<string, KvEventSubscriber>();
   #closed = false;
 
-  constructor(opts: KvEventManagerOptions) {
-    this.#opts = opts;
-    this.applier = opts.applier;
-    this.liveness = new EventLiveness({ clock: opts.clock ?? systemClock, staleAfterMs: opts.staleAfterMs ?? 30_000 });
-    this.#hooks = combineHooks(this.counters, opts.hooks);
+  constructor(init: KvEventManagerInit) {
+    this.#opts = fillOptions(kDefaultManagerOptions, init);
+    this.applier = init.applier;
+    const base = ingestContext({ applier: init.applier, clock: init.clock, log: init.log });
+    this.liveness = new EventLiveness({ clock: base.clock, staleAfterMs: this.#opts.staleAfterMs });
+    this.#ctx = { ...base, hooks: combineHooks(this.counters, init.hooks), liveness: this.liveness };
   }
 
   get indexes(): TieredPrefixIndex {
@@ -64,7 +61,7 @@ export class KvEventManager {
    * publisher, another sequence).
    * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid source.
    */
-  async add(source: KvEventSource): Promise<void> {
+  async add(source: KvEventTarget): Promise<void> {
     if (this.#closed) return;
     const key = slotKey(source.workerId, source.dpRank);
     const existing = this.#subs.get(key);
@@ -73,17 +70,7 @@ export class KvEventManager {
       await this.#stop(key, existing);
       this.applier.clearSlot(source.workerId, source.dpRank);
     }
-    const sub = new KvEventSubscriber(source, {
-      applier: this.applier,
-      hooks: this.#hooks,
-      liveness: this.liveness,
-      log: this.#opts.log,
-      clock: this.#opts.clock,
-      replayTimeoutMs: this.#opts.replayTimeoutMs,
-      receiveHighWaterMark: this.#opts.receiveHighWaterMark,
-      maxPendingBatches: this.#opts.maxPendingBatches,
-      logIntervalMs: this.#opts.logIntervalMs,
-    });
+    const sub = new KvEventSubscriber(source, this.#ctx, this.#opts);
     sub.start();
     this.#subs.set(key, sub);
     this.liveness.register(source.workerId, source.dpRank);
@@ -100,7 +87,7 @@ export class KvEventManager {
   }
 
   /** Makes the subscribed set exactly `sources` (discovery's view of the fleet). */
-  async sync(sources: readonly KvEventSource[]): Promise<void> {
+  async sync(sources: readonly KvEventTarget[]): Promise<void> {
     const wanted = new Set(sources.map((s) => slotKey(s.workerId, s.dpRank)));
     const gone = [...this.#subs.values()].filter((s) => !wanted.has(slotKey(s.source.workerId, s.source.dpRank)));
     await Promise.all(gone.map((s) => this.remove(s.source.workerId, s.source.dpRank)));
@@ -118,7 +105,7 @@ export class KvEventManager {
   }
 
   /** Every subscribed source. */
-  sources(): KvEventSource[] {
+  sources(): KvEventTarget[] {
     return [...this.#subs.values()].map((s) => ({ ...s.source }));
   }
 

@@ -13,7 +13,7 @@
 import { Dealer } from 'zeromq';
 import { KvgateError } from '../errors/index.js';
 import { REPLAY_END_SEQ, encodeSeq, parseEventFrames, type SequencedPayload } from './decode.js';
-import type { ReplayResult, ReplaySource } from './event-stream.js';
+import type { ReplayReply, ReplaySource } from './event-stream.js';
 import type { KvEventDecodeError } from './types.js';
 
 export interface ZmqReplayClientOptions {
@@ -43,13 +43,13 @@ export class ZmqReplayClient implements ReplaySource {
    * Every buffered batch with seq >= `fromSeq`, in publisher order.
    * @throws KvgateError KVG_ERR_KV_EVENT_REPLAY on timeout, socket error or close.
    */
-  replay(fromSeq: bigint): Promise<ReplayResult> {
+  replay(fromSeq: bigint): Promise<ReplayReply> {
     const run = this.#queue.then(() => this.#request(fromSeq));
     this.#queue = run.catch(() => undefined);
     return run;
   }
 
-  async #request(fromSeq: bigint): Promise<ReplayResult> {
+  async #request(fromSeq: bigint): Promise<ReplayReply> {
     if (this.#closed) throw this.#error(fromSeq, 'client closed');
     const dealer = (this.#dealer ??= this.#open());
     const batches: SequencedPayload[] = [];

@@ -6,6 +6,7 @@
  * them as it likes. Hooks run synchronously on the ingestion path, so they
  * must be cheap and must not throw.
  */
+import { slotKey } from '../common/index.js';
 import { APPLY_STATUSES, type ApplyStatus } from './applier.js';
 import { DECODE_ERROR_KINDS, type DecodeErrorKind, type KvCacheEventType, type KvEventDecodeError } from './types.js';
 
@@ -129,7 +130,7 @@ export class KvEventCounters implements KvEventHooks {
   }
 
   #slot(workerId: number, dpRank: number): SlotCounters {
-    const key = `${workerId}:${dpRank}`;
+    const key = slotKey(workerId, dpRank);
     let s = this.#slots.get(key);
     if (s === undefined) {
       s = { batches: 0, eventsApplied: 0, eventsRefused: 0, decodeErrors: 0, gaps: 0, replays: 0, resets: 0 };

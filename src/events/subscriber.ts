@@ -8,17 +8,18 @@
  * sockets and resolves once the receive loop has ended.
  */
 import { Subscriber } from 'zeromq';
+import type { Logger } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
-import type { Clock } from '../core/clock.js';
-import type { KvEventApplier } from './applier.js';
 import { KvEventStream } from './event-stream.js';
-import type { EventLiveness } from './liveness.js';
-import { silentLog, type EventLog } from './log.js';
+import { fillOptions, kDefaultSubscriberOptions, type IngestContext, type KvEventSubscriberOptions } from './options.js';
 import { ZmqReplayClient } from './replay-client.js';
-import type { KvEventHooks } from './stats.js';
 
-/** Where one (worker, dp rank) publishes. */
-export interface KvEventSource {
+/**
+ * One subscription target: where one (worker, dp rank) publishes. Discovery's
+ * `KvEventEndpoints` (a worker's configured endpoints, every rank) expands to
+ * one target per rank.
+ */
+export interface KvEventTarget {
   workerId: number;
   dpRank: number;
   /** The engine's PUB endpoint as the router reaches it, e.g. `tcp://10.0.0.5:5557` (see `dpRankEndpoint`). */
@@ -29,31 +30,17 @@ export interface KvEventSource {
   topic?: string | undefined;
 }
 
-export interface KvEventSubscriberOptions {
-  applier: KvEventApplier;
-  hooks?: KvEventHooks | undefined;
-  liveness?: EventLiveness | undefined;
-  log?: EventLog | undefined;
-  clock?: Clock | undefined;
-  /** Per reply message, ms. Default 2000. */
-  replayTimeoutMs?: number | undefined;
-  /** SUB receive high-water mark in messages. Default 100000 (vLLM's PUB default). */
-  receiveHighWaterMark?: number | undefined;
-  maxPendingBatches?: number | undefined;
-  logIntervalMs?: number | undefined;
-}
-
 export class KvEventSubscriber {
-  readonly source: Readonly<KvEventSource>;
+  readonly source: Readonly<KvEventTarget>;
   readonly stream: KvEventStream;
   readonly #sub: Subscriber;
   readonly #replay: ZmqReplayClient | undefined;
-  readonly #log: EventLog;
+  readonly #log: Logger;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
   /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid worker id, rank or endpoint. */
-  constructor(source: KvEventSource, opts: KvEventSubscriberOptions) {
+  constructor(source: KvEventTarget, ctx: IngestContext, options?: KvEventSubscriberOptions) {
     const { workerId, dpRank, endpoint } = source;
     if (!Number.isSafeInteger(workerId) || workerId < 0 || !Number.isInteger(dpRank) || dpRank < 0 || dpRank > 0xffff) {
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `invalid KV event source (worker ${workerId}, dp rank ${dpRank})`, { workerId, dpRank });
@@ -61,22 +48,12 @@ export class KvEventSubscriber {
     if (typeof endpoint !== 'string' || !/^(tcp|ipc|inproc):\/\/./.test(endpoint)) {
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `KV event endpoint ${JSON.stringify(endpoint)} is not a tcp://, ipc:// or inproc:// address`, { workerId, dpRank });
     }
+    const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
-    this.#log = opts.log ?? silentLog;
-    this.#replay = source.replayEndpoint ? new ZmqReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs ?? 2000 }) : undefined;
-    this.stream = new KvEventStream({
-      workerId,
-      dpRank,
-      applier: opts.applier,
-      replay: this.#replay,
-      hooks: opts.hooks,
-      liveness: opts.liveness,
-      log: opts.log,
-      clock: opts.clock,
-      maxPendingBatches: opts.maxPendingBatches,
-      logIntervalMs: opts.logIntervalMs,
-    });
-    this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark ?? 100_000 });
+    this.#log = ctx.log;
+    this.#replay = source.replayEndpoint ? new ZmqReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs }) : undefined;
+    this.stream = new KvEventStream({ workerId, dpRank }, ctx, this.#replay, opts);
+    this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark });
   }
 
   /**

@@ -4,7 +4,7 @@
  * server, and a startup summary in the log. `close()` takes it down in the
  * reverse order: drain the server, then close the routers, then the pool.
  */
-import { pino, type Logger } from 'pino';
+import type { Logger } from 'pino';
 import type { GatewayConfig } from '../config/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { createPreprocessor, preprocessModelSpecs, type Preprocessor } from './preprocess/preprocessor.js';
@@ -14,7 +14,8 @@ import { GatewayServer, type GatewayAddresses } from './server.js';
 export interface GatewayOptions {
   config: GatewayConfig;
   createRouter: RouterPortFactory;
-  logger?: Logger;
+  /** The process's logger: the caller (the CLI) creates it; the gateway and every router write to it. */
+  logger: Logger;
   metrics?: KvgateMetrics;
 }
 
@@ -56,7 +57,7 @@ export function startupSummary(config: GatewayConfig, addresses: GatewayAddresse
  */
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const { config } = opts;
-  const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'kvgate' } });
+  const { logger } = opts;
   const metrics = opts.metrics ?? new KvgateMetrics();
   for (const w of config.warnings) logger.warn(w);
   const preprocessor = await createPreprocessor(preprocessModelSpecs(config), { threads: config.preprocess.threads });

@@ -11,9 +11,9 @@
  * are given.
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import { parseRouterConfigOverride } from '../core/config.js';
+import type { RouterConfigOverride, RoutingHints } from '../common/index.js';
+import { parseRouterConfigOverride } from '../core/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
-import type { RoutingHints } from './router-port.js';
 
 /** Dynamo's query-only trigger: an annotation starting with exactly this. */
 export const QUERY_INSTANCE_ANNOTATION = 'query_instance_id:';
@@ -71,6 +71,21 @@ function merge(fromBody: number | undefined, bodyParam: string, fromHeader: { na
 }
 
 /**
+ * `nvext.router_config_override`, parsed once here with the core's parser into
+ * the typed override the scheduler reads unchanged.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the offending field.
+ */
+function parseOverride(raw: Record<string, unknown>): RouterConfigOverride {
+  try {
+    return parseRouterConfigOverride(raw);
+  } catch (err) {
+    if (!isKvgateError(err)) throw err;
+    const field = String(err.detail?.field ?? '');
+    throw invalid(`nvext.router_config_override${field !== '' && field !== '(root)' ? `.${field}` : ''}`, String(err.detail?.reason ?? err.message));
+  }
+}
+
+/**
  * Routing hints of a request.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header or nvext field.
  */
@@ -95,16 +110,7 @@ export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeader
     session = { id: sessionHeader.value };
   }
 
-  let routerConfigOverride: RoutingHints['routerConfigOverride'];
-  if (nv.router_config_override !== undefined) {
-    try {
-      routerConfigOverride = parseRouterConfigOverride(nv.router_config_override);
-    } catch (err) {
-      if (!isKvgateError(err)) throw err;
-      const field = String(err.detail?.field ?? '');
-      throw invalid(`nvext.router_config_override${field !== '' && field !== '(root)' ? `.${field}` : ''}`, String(err.detail?.reason ?? err.message));
-    }
-  }
+  const routerConfigOverride = nv.router_config_override === undefined ? undefined : parseOverride(nv.router_config_override);
 
   const hints = nv.agent_hints;
   const priority = hints?.priority ?? hints?.latency_sensitivity;

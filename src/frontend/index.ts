@@ -1,8 +1,10 @@
 /** The HTTP frontend: the OpenAI-compatible gateway server, its router port, and preprocessing. */
+export { startGateway, startupSummary } from './gateway.js';
+export type { Gateway, GatewayOptions } from './gateway.js';
 export { GatewayServer } from './server.js';
 export type { GatewayServerOptions, GatewayAddresses } from './server.js';
 export type {
-  ModelRouterPort, RouterPortFactory, RouterPortDeps, PreparedRequest, RoutedResponse, RoutedBody, QueryResult, RoutingHints, WorkerRef, SseEvent, EndpointKind,
+  ModelRouterPort, RouterPortFactory, RouterPortDeps, PreparedRequest, RoutedResponse, RoutedBody, QueryResult, SseEvent, EndpointKind,
 } from './router-port.js';
 export { createPreprocessor, preprocessModelSpecs, preprocessWorkerFile } from './preprocess/preprocessor.js';
 export type { Preprocessor } from './preprocess/preprocessor.js';

@@ -1,17 +1,19 @@
 /**
  * The frontend's side of the port to routing. The port's types live in
- * src/routing/router-port.ts (routing implements them; the frontend, which sits
- * above routing, imports them from there); the factory that builds a port per
- * model from the gateway config is the frontend's own.
+ * routing (which implements them; the frontend, which sits above routing,
+ * imports them through routing's index); the routing hints are common's. The
+ * factory that builds a port per model from the gateway config is the
+ * frontend's own.
  */
 import type { Logger } from 'pino';
 import type { ModelConfig } from '../config/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
-import type { ModelRouterPort } from '../routing/router-port.js';
+import type { ModelRouterPort } from '../routing/index.js';
 
 export type {
-  EndpointKind, RoutingHints, PreparedRequest, WorkerRef, SseEvent, RoutedBody, RoutedResponse, QueryResult, ModelRouterPort,
-} from '../routing/router-port.js';
+  EndpointKind, PreparedRequest, SseEvent, RoutedBody, RoutedResponse, QueryResult, ModelRouterPort,
+} from '../routing/index.js';
+export type { WorkerRank } from '../common/index.js';
 
 /** What the gateway hands a router factory besides the model's config. */
 export interface RouterPortDeps {

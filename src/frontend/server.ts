@@ -24,18 +24,19 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { pino, type Logger } from 'pino';
+import type { Logger } from 'pino';
+import type { WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { parseRoutingHints } from './hints.js';
 import {
-  ApiKeys, asKvgateError, drained, parseJsonObject, pickRequestId, readBody, sendBytes, sendError, sendJson, sseErrorFrame, sseFrame,
+  ApiKeys, asKvgateError, parseJsonObject, pickRequestId, readBody, sendBytes, sendError, sendJson,
 } from './http-io.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
 import { promptTask } from './prompt-task.js';
-import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
-import type { EndpointKind, ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerRef } from './router-port.js';
+import { pipeRouted, sendQueryAnswer, workerHeaders, type RequestContext } from './respond.js';
+import type { EndpointKind, ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
 import { validateBody } from './schemas.js';
 
 export interface GatewayServerOptions {
@@ -43,8 +44,8 @@ export interface GatewayServerOptions {
   /** One port per configured model (matched by `model`). */
   routers: Iterable<ModelRouterPort>;
   preprocessor: Preprocessor;
-  /** Default: a pino logger at `config.logLevel` on stdout. */
-  logger?: Logger;
+  /** The process's logger, owned by the caller (the CLI creates it); access and error lines go here. */
+  logger: Logger;
   /** Serves /metrics from its registry and counts HTTP outcomes. Default: a fresh KvgateMetrics. */
   metrics?: KvgateMetrics;
 }
@@ -67,29 +68,6 @@ interface RouteSpec {
   limited: boolean;
 }
 
-interface RequestContext {
-  req: IncomingMessage;
-  res: ServerResponse;
-  requestId: string;
-  route: string;
-  startedAt: number;
-  /** Fires on client disconnect, timeout or forced shutdown; its reason is a KvgateError. */
-  signal: AbortSignal;
-  /** Filled in as the request progresses, for the access log line. */
-  log: Record<string, unknown>;
-}
-
-const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
-
-function workerHeaders(worker: WorkerRef, prefill: WorkerRef | undefined): Record<string, string> {
-  const h: Record<string, string> = { 'x-kvgate-worker': String(worker.workerId), 'x-kvgate-worker-dp-rank': String(worker.dpRank) };
-  if (prefill !== undefined) {
-    h['x-kvgate-prefill-worker'] = String(prefill.workerId);
-    h['x-kvgate-prefill-worker-dp-rank'] = String(prefill.dpRank);
-  }
-  return h;
-}
-
 export class GatewayServer {
   readonly config: GatewayConfig;
   readonly logger: Logger;
@@ -110,7 +88,7 @@ export class GatewayServer {
   /** @throws KvgateError KVG_ERR_INVALID_CONFIG when a port's model or block size disagrees with the config. */
   constructor(opts: GatewayServerOptions) {
     this.config = opts.config;
-    this.logger = opts.logger ?? pino({ level: opts.config.logLevel, base: { svc: 'kvgate' } });
+    this.logger = opts.logger;
     this.metrics = opts.metrics ?? new KvgateMetrics();
     this.#preprocessor = opts.preprocessor;
     this.#keys = new ApiKeys(opts.config.apiKeys);
@@ -327,7 +305,7 @@ export class GatewayServer {
     await this.#sendRouted(ctx, routed);
   }
 
-  #noteWorkers(ctx: RequestContext, worker: WorkerRef, prefill: WorkerRef | undefined): void {
+  #noteWorkers(ctx: RequestContext, worker: WorkerRank, prefill: WorkerRank | undefined): void {
     ctx.log.worker = worker.workerId;
     if (prefill !== undefined) ctx.log.prefillWorker = prefill.workerId;
   }
@@ -335,58 +313,13 @@ export class GatewayServer {
   #sendQuery(ctx: RequestContext, kind: EndpointKind | 'route', req: PreparedRequest, q: QueryResult, model: ModelConfig): void {
     const headers = workerHeaders(q.worker, q.prefillWorker);
     if (this.#draining) headers.connection = 'close';
-    if (kind === 'route') {
-      sendJson(ctx.res, 200, routeResponseBody(req, q, model.blockSize), headers);
-      return;
-    }
-    // Dynamo-compatible query-only answer on the OpenAI endpoint (spec 1.5): nvext.worker_id and nvext.token_ids, no choices.
-    if (!req.stream) {
-      sendJson(ctx.res, 200, queryCompletionBody(req, q, this.#createdSec), headers);
-      return;
-    }
-    ctx.res.writeHead(200, { ...SSE_HEADERS, ...headers });
-    ctx.res.write(`data: ${JSON.stringify(queryCompletionChunk(req, q, this.#createdSec))}\n\n`);
-    ctx.res.end('data: [DONE]\n\n');
+    sendQueryAnswer(ctx, kind, req, q, model, headers, this.#createdSec);
   }
 
-  async #sendRouted(ctx: RequestContext, routed: RoutedResponse): Promise<void> {
-    const { res } = ctx;
+  #sendRouted(ctx: RequestContext, routed: RoutedResponse): Promise<void> {
     const headers = workerHeaders(routed.worker, routed.prefillWorker);
     if (this.#draining) headers.connection = 'close';
-    ctx.log.upstreamStatus = routed.status;
-    if (routed.body.kind === 'json') {
-      sendBytes(res, routed.status, routed.body.bytes, 'application/json', headers);
-      return;
-    }
-    const iterator = routed.body.events[Symbol.asyncIterator]();
-    let finished = false;
-    res.writeHead(routed.status, { ...SSE_HEADERS, ...headers });
-    res.flushHeaders();
-    let events = 0;
-    try {
-      for (;;) {
-        const next = await iterator.next();
-        if (next.done === true) {
-          finished = true;
-          break;
-        }
-        if (res.destroyed) break;
-        events++;
-        if (!res.write(sseFrame(next.value)) && !(await drained(res))) break;
-      }
-      ctx.log.events = events;
-      if (!res.destroyed) res.end();
-    } catch (err) {
-      finished = true;
-      const e = asKvgateError(ctx.signal.aborted ? ctx.signal.reason : err, ctx.requestId);
-      ctx.log.code = e.code;
-      ctx.log.events = events;
-      if (e.code === 'KVG_ERR_INTERNAL') this.logger.error({ reqId: ctx.requestId, err }, 'stream failed');
-      if (!res.destroyed) res.end(sseErrorFrame(e));
-    } finally {
-      // Left early (client gone): tell the port so it stops the upstream and frees its booking.
-      if (!finished) await iterator.return?.().catch(() => undefined);
-    }
+    return pipeRouted(ctx, routed, headers, this.logger);
   }
 
   #metricsText(ctx: RequestContext): Promise<void> {

@@ -21,8 +21,6 @@ function logBuckets(min: number, max: number, count: number): number[] {
   return out;
 }
 
-export type OverheadStage = 'block_hashing' | 'indexer_find_matches' | 'scheduling' | 'total';
-export type WorkerType = 'aggregated' | 'prefill' | 'decode';
 
 export interface KvgateMetricsOptions {
   registry?: Registry;

@@ -11,7 +11,7 @@
  * latency histograms are observed by the HTTP layer in wall-clock seconds.
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { EngineCoreStats } from './engine.js';
+import type { EngineCoreStats } from './engine-types.js';
 import type { ResolvedMockerOptions } from './options.js';
 
 /** vLLM's TTFT buckets (seconds). */

@@ -36,171 +36,18 @@
  * its blocks after finishing until `pullHeld` or the lease ends (vLLM's NIXL
  * prefill side).
  */
-import { blockHashes, promptHashes, xxh3 } from '../wasm/index.js';
-import { seededRng, type Rng } from '../core/clock.js';
+import { blockHashes, xxh3 } from '../wasm/index.js';
 import { KvgateError } from '../errors/index.js';
+import type { CoreRequest, EngineCoreOptions, EngineCoreStats, KvEvent, PullResult, StepResult } from './engine-types.js';
 import { KvBlockPool, type Block } from './kv-cache.js';
-import type { PrefillWork, TimingModel } from './timing.js';
+import { RequestEntry, type HeldBlocks } from './request-entry.js';
+import type { PrefillWork } from './timing.js';
 
-/** A KV event in engine terms; the publisher encodes it for the wire. */
-export type KvEvent =
-  | {
-      type: 'stored';
-      /** Engine hashes (uint64) of the stored full blocks, oldest first. */
-      blockHashes: bigint[];
-      /** Engine hash of the block before the first one; null at the root. */
-      parentBlockHash: bigint | null;
-      /** Tokens of all stored blocks, blockSize per block. */
-      tokenIds: number[];
-      blockSize: number;
-      loraName: string | null;
-      cacheSalt: string | null;
-    }
-  | { type: 'removed'; blockHashes: bigint[] }
-  | { type: 'cleared' };
-
-export interface EngineCoreOptions {
-  numGpuBlocks: number;
-  blockSize: number;
-  maxNumBatchedTokens: number;
-  maxNumSeqs: number;
-  /** Timing-model milliseconds are divided by this. */
-  speedup: number;
-  timing: TimingModel;
-  /** Seed of the opaque engine block hashes (uint64). */
-  engineHashSeed: bigint;
-  /** Token ids generation draws from, uniformly. */
-  sampleTokenIds: Uint32Array;
-  /** KV bytes per token, for transfer delays. */
-  kvBytesPerToken: number;
-  /** KV transfer bandwidth in bytes per second. */
-  kvTransferBandwidth: number;
+/** A request scheduled in the current step and how many tokens it computes. */
+interface Scheduled {
+  readonly r: RequestEntry;
+  readonly n: number;
 }
-
-export interface CoreRequest {
-  id: string;
-  promptTokens: readonly number[] | Uint32Array;
-  /** Exactly this many tokens are generated (the simulated model never stops early). */
-  maxTokens: number;
-  /** Seed of this request's generated tokens. */
-  seed: number;
-  loraName?: string | undefined;
-  cacheSalt?: string | undefined;
-  /** The prompt's KV arrives from a prefill engine instead of being computed. */
-  remotePrefill?: boolean | undefined;
-  /** Keep the blocks this long after finishing, for a remote decode to pull. */
-  holdBlocksMs?: number | undefined;
-}
-
-export interface TokenOutput {
-  requestId: string;
-  tokenId: number;
-  /** 0-based position among the request's generated tokens. */
-  index: number;
-}
-
-export interface AdmittedRequest {
-  requestId: string;
-  /** Prompt tokens served from the prefix cache at first admission. */
-  cachedTokens: number;
-  /** Time from add to first admission, ms. */
-  queuedMs: number;
-}
-
-export interface FinishedRequest {
-  requestId: string;
-  reason: 'length';
-  promptTokens: number;
-  outputTokens: number;
-  cachedTokens: number;
-  /** Block ids kept for a remote decode (holdBlocksMs), else undefined. */
-  heldBlockIds: number[] | undefined;
-}
-
-export interface StepResult {
-  startedAt: number;
-  /** Wall or virtual ms this step takes (timing model / speedup); 0 when nothing was scheduled. */
-  durationMs: number;
-  /** The timing model left its measured range for this step. */
-  extrapolated: boolean;
-  scheduledTokens: number;
-  prefillTokens: number;
-  decodeSequences: number;
-  outputs: TokenOutput[];
-  admitted: AdmittedRequest[];
-  finished: FinishedRequest[];
-  preempted: string[];
-  kvEvents: KvEvent[];
-}
-
-export interface EngineCoreStats {
-  running: number;
-  waiting: number;
-  /** Requests waiting for their remote prefill's KV transfer. */
-  transferring: number;
-  kvUsage: number;
-  activeBlocks: number;
-  cachedBlocks: number;
-  freeBlocks: number;
-  heldRequests: number;
-  prefixQueriedTokens: number;
-  prefixHitTokens: number;
-  preemptions: number;
-  promptTokens: number;
-  generationTokens: number;
-  steps: number;
-  extrapolatedSteps: number;
-  busyMs: number;
-}
-
-type RequestState = 'waiting' | 'transferring' | 'running';
-
-class RequestEntry {
-  readonly id: string;
-  readonly tokens: number[];
-  readonly promptLen: number;
-  readonly maxTokens: number;
-  readonly loraName: string | undefined;
-  readonly cacheSalt: string | undefined;
-  readonly remotePrefill: boolean;
-  readonly holdBlocksMs: number | undefined;
-  readonly rng: Rng;
-  readonly addedAt: number;
-  /** Sequence hashes of full blocks known so far (prompt blocks up front, generated ones as they fill). */
-  readonly seqHashes: bigint[];
-  state: RequestState = 'waiting';
-  blocks: Block[] = [];
-  numComputed = 0;
-  /** Blocks of `blocks` already past the caching decision (cached, or private duplicates). */
-  committed = 0;
-  outputs = 0;
-  cachedTokens = -1;
-  transferDone = false;
-  readyAt = 0;
-
-  constructor(r: CoreRequest, now: number, blockSize: number) {
-    this.id = r.id;
-    this.tokens = Array.from(r.promptTokens);
-    this.promptLen = this.tokens.length;
-    this.maxTokens = r.maxTokens;
-    this.loraName = r.loraName || undefined;
-    this.cacheSalt = r.cacheSalt || undefined;
-    this.remotePrefill = r.remotePrefill === true;
-    this.holdBlocksMs = r.holdBlocksMs;
-    this.rng = seededRng(r.seed);
-    this.addedAt = now;
-    const hashes = promptHashes(this.tokens, blockSize, { loraName: this.loraName, cacheSalt: this.cacheSalt });
-    this.seqHashes = Array.from(hashes.seq);
-  }
-}
-
-interface HeldBlocks {
-  blocks: Block[];
-  expiresAt: number;
-  numTokens: number;
-}
-
-export type PullResult = { ok: true; numTokens: number } | { ok: false; reason: string };
 
 const le8 = new DataView(new ArrayBuffer(16));
 const le8Bytes = new Uint8Array(le8.buffer);
@@ -372,7 +219,6 @@ export class EngineCore {
 
   /** Runs one scheduler iteration at `now`. See the module comment. */
   step(now: number): StepResult {
-    const { blockSize, maxNumBatchedTokens, maxNumSeqs } = this.options;
     const kvEvents: KvEvent[] = this.#pendingEvents;
     this.#pendingEvents = [];
     const result: StepResult = {
@@ -380,8 +226,21 @@ export class EngineCore {
       outputs: [], admitted: [], finished: [], preempted: [], kvEvents,
     };
     this.releaseExpiredLeases(now);
+    this.#completeTransfers(now, kvEvents);
+    const scheduled: Scheduled[] = [];
+    let budget = this.#scheduleRunning(scheduled, result);
+    // Waiting requests are admitted only when this step did not have to preempt.
+    if (result.preempted.length === 0) budget = this.#admitWaiting(now, budget, scheduled, result);
+    kvEvents.push(...this.#collectEvictions());
+    if (scheduled.length === 0) return result;
+    this.#timeStep(scheduled, result);
+    this.#applyEffects(scheduled, result);
+    kvEvents.push(...this.#collectEvictions());
+    return result;
+  }
 
-    // Transfers that completed: the prompt (but its last token) is now computed.
+  /** Transfers that completed: the prompt (but its last token) is now computed. */
+  #completeTransfers(now: number, kvEvents: KvEvent[]): void {
     for (const r of this.#running) {
       if (r.state === 'transferring' && r.readyAt <= now) {
         r.state = 'running';
@@ -390,10 +249,12 @@ export class EngineCore {
         this.#commitFullBlocks(r, kvEvents);
       }
     }
+  }
 
-    let budget = maxNumBatchedTokens;
-    const scheduled: { r: RequestEntry; n: number }[] = [];
-    // 1. running requests
+  /** Step 1: running requests in order, preempting the newest when the cache is full. Returns the budget left. */
+  #scheduleRunning(scheduled: Scheduled[], result: StepResult): number {
+    const blockSize = this.options.blockSize;
+    let budget = this.options.maxNumBatchedTokens;
     for (let i = 0; i < this.#running.length && budget > 0; ) {
       const r = this.#running[i]!;
       if (r.state === 'transferring') {
@@ -417,48 +278,50 @@ export class EngineCore {
       budget -= n;
       i++;
     }
+    return budget;
+  }
 
-    // 2. waiting requests (none when this step had to preempt)
-    if (result.preempted.length === 0) {
-      while (this.#waiting.length > 0 && budget > 0 && this.#running.length < maxNumSeqs) {
-        const r = this.#waiting[0]!;
-        const total = r.tokens.length;
-        const maxHitBlocks = Math.floor((total - 1) / blockSize);
-        const hitBlocks = this.#pool.matchPrefix(r.seqHashes, maxHitBlocks);
-        const hitTokens = hitBlocks * blockSize;
-        const remote = r.remotePrefill && !r.transferDone;
-        // A remote prefill allocates the whole prompt now; a local one the first chunk.
-        const n = remote ? 0 : Math.min(total - hitTokens, budget);
-        const blocksNeeded = remote ? Math.ceil(r.promptLen / blockSize) : Math.ceil((hitTokens + n) / blockSize);
-        const newBlocks = blocksNeeded - hitBlocks;
-        if (newBlocks > this.#pool.available() - this.#pool.inactiveAmong(r.seqHashes, hitBlocks)) break;
-        this.#waiting.shift();
-        for (let k = 0; k < hitBlocks; k++) r.blocks.push(this.#pool.acquireCached(r.seqHashes[k]!));
-        for (let k = 0; k < newBlocks; k++) r.blocks.push(this.#pool.allocate()!);
-        r.numComputed = hitTokens;
-        r.committed = hitBlocks;
-        this.#stats.prefixQueriedTokens += total;
-        this.#stats.prefixHitTokens += hitTokens;
-        if (r.cachedTokens < 0) {
-          r.cachedTokens = hitTokens;
-          result.admitted.push({ requestId: r.id, cachedTokens: hitTokens, queuedMs: now - r.addedAt });
-        }
-        this.#running.push(r);
-        if (remote) {
-          r.state = 'transferring';
-          r.readyAt = now + this.transferMs(r.promptLen - hitTokens);
-          continue;
-        }
-        r.state = 'running';
-        scheduled.push({ r, n });
-        budget -= n;
+  /** Step 2: waiting requests in FIFO order while seats, budget and cache allow. Returns the budget left. */
+  #admitWaiting(now: number, budget: number, scheduled: Scheduled[], result: StepResult): number {
+    const { blockSize, maxNumSeqs } = this.options;
+    while (this.#waiting.length > 0 && budget > 0 && this.#running.length < maxNumSeqs) {
+      const r = this.#waiting[0]!;
+      const total = r.tokens.length;
+      const maxHitBlocks = Math.floor((total - 1) / blockSize);
+      const hitBlocks = this.#pool.matchPrefix(r.seqHashes, maxHitBlocks);
+      const hitTokens = hitBlocks * blockSize;
+      const remote = r.remotePrefill && !r.transferDone;
+      // A remote prefill allocates the whole prompt now; a local one the first chunk.
+      const n = remote ? 0 : Math.min(total - hitTokens, budget);
+      const blocksNeeded = remote ? Math.ceil(r.promptLen / blockSize) : Math.ceil((hitTokens + n) / blockSize);
+      const newBlocks = blocksNeeded - hitBlocks;
+      if (newBlocks > this.#pool.available() - this.#pool.inactiveAmong(r.seqHashes, hitBlocks)) break;
+      this.#waiting.shift();
+      for (let k = 0; k < hitBlocks; k++) r.blocks.push(this.#pool.acquireCached(r.seqHashes[k]!));
+      for (let k = 0; k < newBlocks; k++) r.blocks.push(this.#pool.allocate()!);
+      r.numComputed = hitTokens;
+      r.committed = hitBlocks;
+      this.#stats.prefixQueriedTokens += total;
+      this.#stats.prefixHitTokens += hitTokens;
+      if (r.cachedTokens < 0) {
+        r.cachedTokens = hitTokens;
+        result.admitted.push({ requestId: r.id, cachedTokens: hitTokens, queuedMs: now - r.addedAt });
       }
+      this.#running.push(r);
+      if (remote) {
+        r.state = 'transferring';
+        r.readyAt = now + this.transferMs(r.promptLen - hitTokens);
+        continue;
+      }
+      r.state = 'running';
+      scheduled.push({ r, n });
+      budget -= n;
     }
-    kvEvents.push(...this.#collectEvictions());
+    return budget;
+  }
 
-    if (scheduled.length === 0) return result;
-
-    // 3. timing over what was scheduled, then the effects
+  /** Step 3a: the step's duration from the timing model over what was scheduled. */
+  #timeStep(scheduled: readonly Scheduled[], result: StepResult): void {
     const prefill: PrefillWork[] = [];
     let decodeCount = 0;
     let decodeContext = 0;
@@ -479,10 +342,13 @@ export class EngineCore {
     this.#stats.steps++;
     this.#stats.busyMs += result.durationMs;
     if (timing.extrapolated) this.#stats.extrapolatedSteps++;
+  }
 
+  /** Step 3b: computed tokens, newly full blocks, one sampled token per request at the end of its known tokens, finishes. */
+  #applyEffects(scheduled: readonly Scheduled[], result: StepResult): void {
     for (const { r, n } of scheduled) {
       r.numComputed += n;
-      this.#commitFullBlocks(r, kvEvents);
+      this.#commitFullBlocks(r, result.kvEvents);
       if (r.numComputed < r.tokens.length) continue; // mid-prefill chunk
       const vocab = this.options.sampleTokenIds;
       const tokenId = vocab[Math.floor(r.rng() * vocab.length)]!;
@@ -492,8 +358,6 @@ export class EngineCore {
       this.#stats.generationTokens++;
       if (r.outputs >= r.maxTokens) this.#finish(r, result);
     }
-    kvEvents.push(...this.#collectEvictions());
-    return result;
   }
 
   #collectEvictions(): KvEvent[] {

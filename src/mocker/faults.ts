@@ -4,7 +4,7 @@
  * depends on a rate uses a seeded RNG, so a test with a fixed seed sees the
  * same failures every run.
  */
-import { seededRng, type Rng } from '../core/clock.js';
+import { seededRng, type Rng } from '../common/index.js';
 import { resolveFaults, type FaultSettings } from './options.js';
 
 export class FaultController {

@@ -28,7 +28,7 @@ import { VirtualEngine, type VirtualEngineOptions } from './virtual-engine.js';
 export { EngineCore } from './engine.js';
 export type {
   AdmittedRequest, CoreRequest, EngineCoreOptions, EngineCoreStats, FinishedRequest, KvEvent, PullResult, StepResult, TokenOutput,
-} from './engine.js';
+} from './engine-types.js';
 export { KvBlockPool, Block } from './kv-cache.js';
 export { VirtualEngine } from './virtual-engine.js';
 export type { VirtualEngineOptions, VirtualRequestListener, VirtualRequestRecord } from './virtual-engine.js';
@@ -41,13 +41,13 @@ export type { PerfProfileJson, PrefillWork, StepShape, StepTiming, TimingModel }
 export {
   MOCKER_DEFAULTS, CLI_PORT_DEFAULTS, DEFAULT_FAULTS, DEFAULT_KV_BYTES_PER_TOKEN, resolveMockerOptions, resolveFaults, engineCoreOptions,
 } from './options.js';
-export type { DisaggregationMode, FaultSettings, MockerInput, MockerOptions, ResolvedMockerOptions } from './options.js';
-export { encodeEventBatch, encodeSeq, wireEvent, REPLAY_END_SEQ } from './kv-events.js';
-export type { EngineFlavour, EventEncodingOptions, KvEventsEncoding } from './kv-events.js';
+export type { FaultSettings, MockerInput, MockerOptions, ResolvedMockerOptions } from './options.js';
+export { encodeEventBatch, wireEvent } from './kv-events.js';
+export type { EventEncodingOptions, KvEventsEncoding } from './kv-events.js';
 export { KvEventPublisher } from './kv-publisher.js';
 export { FaultController } from './faults.js';
 export { startMocker, MockerWorker } from './worker.js';
-export type { MockerEndpointInfo, MockerHandle, MockerStats } from './worker.js';
+export type { MockerEndpointInfo, MockerHandle, MockerStats } from './handle.js';
 
 /**
  * An EngineCore configured like `startMocker` would configure rank `rank`

@@ -30,26 +30,17 @@
  * negative); integers are written in msgpack's smallest form, as msgspec does.
  */
 import { encode } from '@msgpack/msgpack';
-import type { KvEvent } from './engine.js';
+import type { EngineDialect } from '../common/index.js';
+import type { KvEvent } from './engine-types.js';
 
 export type KvEventsEncoding = 'array' | 'map';
-export type EngineFlavour = 'vllm' | 'sglang';
 
 export interface EventEncodingOptions {
   encoding: KvEventsEncoding;
-  flavour: EngineFlavour;
+  /** Which engine's wire format (hash signedness, field layout). */
+  flavour: EngineDialect;
   /** Storage tier; vLLM GPU blocks are "GPU". */
   medium?: string;
-}
-
-/** Sequence number of the replay end marker (-1 as signed BE i64). */
-export const REPLAY_END_SEQ = 0xffffffffffffffffn;
-
-/** Frame 1 of a KV-event message: the batch sequence number as 8 bytes big-endian. */
-export function encodeSeq(seq: bigint | number): Buffer {
-  const b = Buffer.alloc(8);
-  b.writeBigUInt64BE(BigInt.asUintN(64, BigInt(seq)));
-  return b;
 }
 
 /** An integer in msgpack's smallest form: a number when it fits 32 bits, else a bigint (uint64 `cf` / int64 `d3`). */
@@ -58,7 +49,7 @@ function wireInt(v: bigint): number | bigint {
   return v;
 }
 
-function wireHash(h: bigint, flavour: EngineFlavour): number | bigint {
+function wireHash(h: bigint, flavour: EngineDialect): number | bigint {
   return wireInt(flavour === 'sglang' ? BigInt.asIntN(64, h) : BigInt.asUintN(64, h));
 }
 

@@ -15,8 +15,9 @@
  */
 import { Publisher, Router } from 'zeromq';
 import type { FaultController } from './faults.js';
-import { encodeEventBatch, encodeSeq, type EventEncodingOptions } from './kv-events.js';
-import type { KvEvent } from './engine.js';
+import { encodeSeq, REPLAY_END_SEQ } from '../common/index.js';
+import { encodeEventBatch, type EventEncodingOptions } from './kv-events.js';
+import type { KvEvent } from './engine-types.js';
 
 export interface KvPublisherOptions {
   host: string;
@@ -184,7 +185,7 @@ export class KvEventPublisher {
             if (b.seq >= from) await router.send([identity, Buffer.alloc(0), encodeSeq(b.seq), Buffer.from(b.payload)]);
           }
         }
-        await router.send([identity, Buffer.alloc(0), encodeSeq(0xffffffffffffffffn), Buffer.alloc(0)]);
+        await router.send([identity, Buffer.alloc(0), encodeSeq(REPLAY_END_SEQ), Buffer.alloc(0)]);
       }
     } catch {
       // closed: the loop ends with the socket

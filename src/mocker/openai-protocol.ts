@@ -223,16 +223,3 @@ export function chatResponse(m: ResponseMeta, text: string, u: Usage, kvTransfer
     service_tier: null, system_fingerprint: null, usage: u, prompt_logprobs: null, kv_transfer_params: kvTransferParams ?? null,
   };
 }
-
-/** An OpenAI-style error body and its HTTP status. */
-export function errorResponse(err: unknown): { status: number; body: { error: { message: string; type: string; param: string | null; code: string } } } {
-  if (err instanceof KvgateError) {
-    const param = typeof err.detail?.param === 'string' ? err.detail.param : null;
-    return { status: err.statusCode, body: { error: { message: err.message, type: err.type, param, code: err.code } } };
-  }
-  // Not raised on purpose: a bug. Still answer in the same shape.
-  return {
-    status: 500,
-    body: { error: { message: `internal error: ${err instanceof Error ? err.message : String(err)}`, type: 'server_error', param: null, code: 'internal_error' } },
-  };
-}

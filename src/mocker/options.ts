@@ -5,13 +5,12 @@
  * re-validates.
  */
 import { randomBytes } from 'node:crypto';
+import { ENGINE_DIALECTS, WORKER_ROLES, type EngineDialect, type WorkerRole } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { TokenizerSpec } from '../tokenizer/index.js';
-import type { EngineCoreOptions } from './engine.js';
-import type { EngineFlavour, KvEventsEncoding } from './kv-events.js';
+import type { EngineCoreOptions } from './engine-types.js';
+import type { KvEventsEncoding } from './kv-events.js';
 import { loadPerfProfile, PolynomialTimingModel, type TimingModel } from './timing.js';
-
-export type DisaggregationMode = 'aggregated' | 'prefill' | 'decode';
 
 /** Faults a reliability test can switch on at start or at run time (admin endpoint). */
 export interface FaultSettings {
@@ -39,8 +38,9 @@ export interface MockerOptions {
   /** Extra served names that are LoRA adapters: they namespace block hashes and appear as lora_name in KV events. */
   loraNames: readonly string[];
   /** Which engine to imitate: KV-event flavour, P/D protocol, extra metric names. */
-  engine: EngineFlavour;
-  mode: DisaggregationMode;
+  engine: EngineDialect;
+  /** Which side of a P/D deployment this engine serves (`aggregated`: both). */
+  mode: WorkerRole;
   numGpuBlocks: number;
   blockSize: number;
   maxNumBatchedTokens: number;
@@ -197,8 +197,8 @@ export function resolveMockerOptions(input: MockerInput = {}): ResolvedMockerOpt
   if (!(o.speedup > 0) || !Number.isFinite(o.speedup)) bad('speedup', o.speedup, 'must be a finite number > 0');
   if (!(o.kvTransferBandwidthGBps > 0)) bad('kvTransferBandwidthGBps', o.kvTransferBandwidthGBps, 'must be > 0');
   if (o.kvBytesPerToken !== undefined) positiveInt('kvBytesPerToken', o.kvBytesPerToken);
-  if (!['vllm', 'sglang'].includes(o.engine)) bad('engine', o.engine, 'must be vllm or sglang');
-  if (!['aggregated', 'prefill', 'decode'].includes(o.mode)) bad('mode', o.mode, 'must be aggregated, prefill or decode');
+  if (!ENGINE_DIALECTS.includes(o.engine)) bad('engine', o.engine, 'must be vllm or sglang');
+  if (!WORKER_ROLES.includes(o.mode)) bad('mode', o.mode, 'must be aggregated, prefill or decode');
   if (!['array', 'map'].includes(o.kvEventsEncoding)) bad('kvEventsEncoding', o.kvEventsEncoding, 'must be array or map');
   if (typeof o.model !== 'string' || o.model === '') bad('model', o.model, 'must be a non-empty string');
   if (!Array.isArray(o.loraNames) || o.loraNames.some((n) => typeof n !== 'string' || n === '' || n === o.model)) {

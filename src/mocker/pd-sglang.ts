@@ -16,10 +16,18 @@
  * with KVG_ERR_REQUEST_TIMEOUT and the entry is gone: nothing leaks, and a
  * late partner starts a fresh wait (and times out in turn). Rooms travel as
  * decimal strings because they are 63-bit.
+ *
+ * This file owns the pairing table (`BootstrapRegistry`), P's bootstrap
+ * server, D's rendezvous client and the engine's side of the protocol for
+ * generation (`SglangHandoff`).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { httpOrigin, listen, parseJson, readBody, sendJson, type WorkerRole } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
+import { LOCAL_PLAN, type HandoffPlan, type HandoffProtocol } from './handoff.js';
+import type { GenerateRequest } from './openai-protocol.js';
+import type { ResolvedMockerOptions } from './options.js';
 
 export interface PrefillOutcome {
   promptTokens: number;
@@ -38,7 +46,7 @@ interface Entry {
   timer: NodeJS.Timeout | undefined;
 }
 
-function timeoutError(room: bigint, rank: number, side: 'prefill' | 'decode', ms: number): KvgateError {
+function timeoutError(room: bigint, rank: number, side: Exclude<WorkerRole, 'aggregated'>, ms: number): KvgateError {
   const other = side === 'prefill' ? 'decode' : 'prefill';
   return new KvgateError('KVG_ERR_REQUEST_TIMEOUT', `bootstrap room ${room} (prefill rank ${rank}): no ${other} request arrived within ${ms} ms`, { room: room.toString(), rank, side });
 }
@@ -142,46 +150,35 @@ export class BootstrapRegistry {
   }
 }
 
-export interface BootstrapInfo {
+export interface BootstrapServerInfo {
   dp_size: number;
   engine_id: string;
 }
 
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
-}
+/** Bootstrap messages are a room and a rank; anything near this size is not one. */
+const MAX_BOOTSTRAP_BODY_BYTES = 64 * 1024;
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  for await (const c of req) chunks.push(c as Buffer);
-  return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  return parseJson(await readBody(req, MAX_BOOTSTRAP_BODY_BYTES));
 }
 
 /** P's bootstrap HTTP server. */
 export class BootstrapServer {
   readonly #server: Server;
   readonly #registry: BootstrapRegistry;
-  readonly #info: () => BootstrapInfo;
+  readonly #info: () => BootstrapServerInfo;
 
-  private constructor(server: Server, registry: BootstrapRegistry, info: () => BootstrapInfo) {
+  private constructor(server: Server, registry: BootstrapRegistry, info: () => BootstrapServerInfo) {
     this.#server = server;
     this.#registry = registry;
     this.#info = info;
   }
 
-  static async listen(host: string, port: number, registry: BootstrapRegistry, info: () => BootstrapInfo): Promise<BootstrapServer> {
+  static async listen(host: string, port: number, registry: BootstrapRegistry, info: () => BootstrapServerInfo): Promise<BootstrapServer> {
     const server = createServer();
     const bs = new BootstrapServer(server, registry, info);
     server.on('request', (req, res) => void bs.#handle(req, res));
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
+    await listen(server, port, host);
     return bs;
   }
 
@@ -226,7 +223,7 @@ export class BootstrapServer {
 }
 
 function url(host: string, port: number, path: string): string {
-  return `http://${host.includes(':') ? `[${host}]` : host}:${port}${path}`;
+  return `${httpOrigin(host, port)}${path}`;
 }
 
 /**
@@ -236,10 +233,10 @@ function url(host: string, port: number, path: string): string {
 export async function rendezvousWithPrefill(host: string, port: number, room: bigint, signal: AbortSignal | undefined): Promise<{ rank: number; promptTokens: number }> {
   const fail = (reason: string): KvgateError =>
     new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `bootstrap with ${host}:${port} failed: ${reason}`, { room: room.toString() });
-  let info: BootstrapInfo;
+  let info: BootstrapServerInfo;
   try {
     const r = await fetch(url(host, port, '/bootstrap/info'), { signal });
-    info = (await r.json()) as BootstrapInfo;
+    info = (await r.json()) as BootstrapServerInfo;
   } catch (err) {
     throw fail(`cannot reach the bootstrap server (${(err as Error).message})`);
   }
@@ -258,4 +255,56 @@ export async function rendezvousWithPrefill(host: string, port: number, room: bi
   const message = typeof body.error === 'string' ? body.error : `HTTP ${res.status}`;
   if (body.code === 'KVG_ERR_REQUEST_TIMEOUT') throw new KvgateError('KVG_ERR_REQUEST_TIMEOUT', message, { room: room.toString(), rank });
   throw fail(message);
+}
+
+/**
+ * SGLang's protocol on a prefill or decode engine (an aggregated SGLang
+ * engine has none): every request must carry the bootstrap triple. P
+ * registers the room and waits for D, then prefills one token on the room's
+ * rank and tells D when done; D waits for P's prefill, then decodes with the
+ * prompt's KV transferred.
+ */
+export class SglangHandoff implements HandoffProtocol {
+  readonly #options: ResolvedMockerOptions;
+  /** P's pairing table while the engine is up (undefined after a crash). */
+  readonly #registry: () => BootstrapRegistry | undefined;
+
+  constructor(options: ResolvedMockerOptions, registry: () => BootstrapRegistry | undefined) {
+    this.#options = options;
+    this.#registry = registry;
+  }
+
+  async prepare(p: GenerateRequest, promptTokens: number, signal: AbortSignal): Promise<HandoffPlan | undefined> {
+    const o = this.#options;
+    const b = p.bootstrap;
+    if (b === undefined) {
+      throw new KvgateError('KVG_ERR_INVALID_REQUEST', `this is a ${o.mode} engine: bootstrap_host, bootstrap_port and bootstrap_room are required`, { param: 'bootstrap_room' });
+    }
+    if (o.mode === 'prefill') return this.#prefill(p, b.room, signal);
+    const { promptTokens: computed } = await rendezvousWithPrefill(b.host, b.port, b.room, signal);
+    if (computed !== promptTokens) {
+      throw new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `the prefill engine computed ${computed} prompt tokens but this prompt has ${promptTokens}`, { param: 'bootstrap_room' });
+    }
+    return { ...LOCAL_PLAN, remotePrefill: true };
+  }
+
+  responseParams(): unknown {
+    return null;
+  }
+
+  async #prefill(p: GenerateRequest, room: bigint, signal: AbortSignal): Promise<HandoffPlan | undefined> {
+    const dpSize = this.#options.dpSize;
+    const rank = p.dpRank ?? Number(room % BigInt(dpSize));
+    if (rank >= dpSize) throw new KvgateError('KVG_ERR_INVALID_DP_RANK', `data-parallel rank ${rank} does not exist (dp_size ${dpSize})`, { param: 'data_parallel_rank' });
+    await this.#registry()!.prefillArrived(room, rank);
+    if (signal.aborted) {
+      this.#registry()?.prefillFailed(room, rank, new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', 'the prefill request was cancelled', {}));
+      return undefined;
+    }
+    return {
+      remotePrefill: false, holdBlocksMs: undefined, forcedRank: rank, maxTokens: 1,
+      finished: (info) => this.#registry()?.prefillDone(room, rank, { promptTokens: info.promptTokens }),
+      failed: (err) => this.#registry()?.prefillFailed(room, rank, err),
+    };
+  }
 }

@@ -16,8 +16,17 @@
  * The side channel is P's HTTP port (real vLLM uses a separate NIXL port);
  * `remote_engine_id` is `<engine uuid>_dp<rank>`, so a restarted P (new uuid)
  * is detected as stale.
+ *
+ * This file owns the wire (ticket building and parsing, D's pull), the
+ * engine's side of the protocol for generation (`VllmHandoff`) and P's pull
+ * endpoint (`answerKvPull`).
  */
+import { httpOrigin } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
+import type { EngineCore } from './engine.js';
+import { LOCAL_PLAN, type FinishedOn, type HandoffPlan, type HandoffProtocol } from './handoff.js';
+import type { GenerateRequest } from './openai-protocol.js';
+import type { ResolvedMockerOptions } from './options.js';
 
 export const KV_PULL_PATH = '/internal/kv_transfer/pull';
 
@@ -109,7 +118,7 @@ function transferFailed(reason: string, t: RemotePrefillTicket): KvgateError {
 export async function pullRemoteBlocks(t: RemotePrefillTicket, timeoutMs: number, signal?: AbortSignal): Promise<number> {
   let res: Response;
   try {
-    res = await fetch(`http://${t.host.includes(':') ? `[${t.host}]` : t.host}:${t.port}${KV_PULL_PATH}`, {
+    res = await fetch(`${httpOrigin(t.host, t.port)}${KV_PULL_PATH}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ remote_engine_id: t.engineId, remote_request_id: t.requestId, remote_block_ids: t.blockIds }),
@@ -123,4 +132,78 @@ export async function pullRemoteBlocks(t: RemotePrefillTicket, timeoutMs: number
     throw transferFailed(typeof body.reason === 'string' ? body.reason : `HTTP ${res.status}`, t);
   }
   return body.num_tokens;
+}
+
+/** D's wait for P's KV before giving up. */
+const PULL_TIMEOUT_MS = 10_000;
+
+/** Where this engine is reachable and who it is now (a restart changes the id). */
+export interface EngineAddress {
+  readonly engineId: string;
+  readonly host: string;
+  readonly port: number;
+}
+
+/**
+ * vLLM's protocol on one engine, whatever its mode: a request asking for a
+ * remote decode is prefilled here and its blocks kept under a lease; a request
+ * with a ticket (or any request to a decode engine) pulls its prompt's KV first.
+ */
+export class VllmHandoff implements HandoffProtocol {
+  readonly #options: ResolvedMockerOptions;
+  readonly #address: () => EngineAddress;
+
+  constructor(options: ResolvedMockerOptions, address: () => EngineAddress) {
+    this.#options = options;
+    this.#address = address;
+  }
+
+  async prepare(p: GenerateRequest, promptTokens: number, signal: AbortSignal): Promise<HandoffPlan> {
+    if (wantsRemoteDecode(p.kvTransferParams)) return { ...LOCAL_PLAN, holdBlocksMs: this.#options.kvLeaseMs };
+    if (this.#options.mode !== 'decode' && !hasRemotePrefill(p.kvTransferParams)) return LOCAL_PLAN;
+    const ticket = parseRemotePrefillTicket(p.kvTransferParams);
+    const n = await pullRemoteBlocks(ticket, PULL_TIMEOUT_MS, signal);
+    if (n !== promptTokens) {
+      throw new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `the prefill engine computed ${n} prompt tokens but this prompt has ${promptTokens} (stale or foreign kv_transfer_params)`, { param: 'kv_transfer_params' });
+    }
+    return { ...LOCAL_PLAN, remotePrefill: true };
+  }
+
+  /** P's ticket for a request that kept its blocks, else null. */
+  responseParams({ info, rank, requestId }: FinishedOn): unknown {
+    if (info.heldBlockIds === undefined) return null;
+    const a = this.#address();
+    return buildKvTransferParams({
+      engineId: a.engineId, rank, requestId, blockIds: info.heldBlockIds, host: a.host, port: a.port,
+      numTokens: info.promptTokens, expiresAtUnixSeconds: Date.now() / 1000 + this.#options.kvLeaseMs / 1000,
+    });
+  }
+}
+
+/** A rank's core and how to wake its driver after blocks were freed. */
+export interface PullTarget {
+  readonly core: EngineCore;
+  wake(): void;
+}
+
+/**
+ * P's answer to D's pull (the simulated NIXL read): 200 {num_tokens} and the
+ * blocks freed, or 409 {reason} for a stale engine id, an unknown rank or a
+ * refused pull.
+ */
+export function answerKvPull(body: unknown, engineId: string, ranks: readonly PullTarget[], now: number): { status: number; body: unknown } {
+  const b = (body ?? {}) as { remote_engine_id?: unknown; remote_request_id?: unknown; remote_block_ids?: unknown };
+  const refuse = (reason: string): { status: number; body: unknown } => ({ status: 409, body: { reason } });
+  if (typeof b.remote_engine_id !== 'string' || typeof b.remote_request_id !== 'string') return refuse('remote_engine_id and remote_request_id are required');
+  const id = splitEngineId(b.remote_engine_id);
+  if (id === undefined || id.engineId !== engineId) {
+    return refuse(`stale kv_transfer_params: engine ${b.remote_engine_id} is not this engine (${engineId}); it may have restarted`);
+  }
+  const rank = ranks[id.rank];
+  if (rank === undefined) return refuse(`no data-parallel rank ${id.rank}`);
+  const blockIds = Array.isArray(b.remote_block_ids) ? (b.remote_block_ids as number[]) : undefined;
+  const result = rank.core.pullHeld(b.remote_request_id, blockIds, now);
+  rank.wake();
+  if (!result.ok) return refuse(result.reason);
+  return { status: 200, body: { num_tokens: result.numTokens } };
 }

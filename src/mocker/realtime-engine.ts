@@ -10,8 +10,9 @@
  * into the next step; sub-millisecond waits yield with setImmediate so the
  * HTTP server keeps being served.
  */
-import { systemClock, type Clock } from '../core/clock.js';
-import type { CoreRequest, EngineCore, FinishedRequest, StepResult } from './engine.js';
+import { systemClock, type Clock } from '../common/index.js';
+import type { EngineCore } from './engine.js';
+import type { CoreRequest, FinishedRequest, StepResult } from './engine-types.js';
 import type { FaultController } from './faults.js';
 
 export interface RequestListener {

@@ -20,7 +20,8 @@
  * `onStep` sees each step's result (KV events included) at its completion
  * time, which is when a router should apply those events.
  */
-import type { CoreRequest, EngineCore, FinishedRequest, StepResult } from './engine.js';
+import type { EngineCore } from './engine.js';
+import type { CoreRequest, FinishedRequest, StepResult } from './engine-types.js';
 
 export interface VirtualRequestListener {
   onAdmitted?(cachedTokens: number, at: number): void;

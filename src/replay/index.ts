@@ -12,9 +12,9 @@ export type { ArrivalMode, ReplayRequest, Workload, WorkloadOptions, HitRateBoun
 export { parsePolicies, kvVariantName, policySeed, SimpleReplayRouter, SIMPLE_POLICIES } from './policy.js';
 export type { PolicySpec, ReplayRouter, RouteRequest, RouteChoice } from './policy.js';
 export { createReplayRouter, KvReplayRouter } from './routers.js';
-export type { PoolRole, ReplayRouterContext } from './routers.js';
+export type { ReplayRouterContext } from './routers.js';
 export { toCacheEvent } from './kv-event-bridge.js';
-export { runOffline, defaultBucketMs, DISAGG_PROTOCOLS } from './offline.js';
+export { OfflineReplay, runOffline, defaultBucketMs, DISAGG_PROTOCOLS } from './offline.js';
 export type { DisaggProtocol, Topology, OfflineReplayOptions } from './offline.js';
 export { runOfflineJob } from './offline-job.js';
 export type { OfflineJob } from './offline-job.js';
@@ -32,3 +32,5 @@ export { ProgressBar } from './progress.js';
 export type { ProgressSink, ProgressBarOptions } from './progress.js';
 export { distribution, quantile, timeWeightedMean } from './stats.js';
 export type { Distribution } from './stats.js';
+export { generateLoad } from './load-generator.js';
+export type { LoadGeneratorOptions, LoadRun } from './load-generator.js';

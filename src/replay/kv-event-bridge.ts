@@ -6,7 +6,7 @@
  * the real encoder and decoder.
  */
 import type { KvCacheEvent } from '../events/index.js';
-import type { KvEvent } from '../mocker/engine.js';
+import type { KvEvent } from '../mocker/index.js';
 
 export function toCacheEvent(ev: KvEvent): KvCacheEvent {
   switch (ev.type) {

@@ -59,6 +59,50 @@ export function takeSseData(state: SseState, chunk: string): string[] {
   return out;
 }
 
+/** One streamed usage or chunk message, as far as the load generator reads it. */
+interface StreamMessage {
+  choices?: unknown[];
+  usage?: { completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
+  error?: { message?: string };
+}
+
+/**
+ * Reads one SSE answer to its end: token times into `o`, the cache hit the
+ * usage reports (into `o` and `hits`, at the send time).
+ * @throws Error for an error event in the stream
+ */
+async function readStream(
+  body: AsyncIterable<string> & { setEncoding(e: string): unknown }, o: RequestOutcome, r: ReplayRequest, sentAt: number,
+  elapsed: () => number, hits: HitTimeline,
+): Promise<{ tokens: number; completionTokens: number | null }> {
+  const state: SseState = { buffer: '' };
+  let tokens = 0;
+  let completionTokens: number | null = null;
+  body.setEncoding('utf8');
+  for await (const chunk of body) {
+    for (const data of takeSseData(state, chunk)) {
+      if (data === '[DONE]') continue;
+      const msg = JSON.parse(data) as StreamMessage;
+      if (msg.error !== undefined) throw new Error(msg.error.message ?? 'error event in stream');
+      if (Array.isArray(msg.choices) && msg.choices.length > 0) {
+        const t = elapsed();
+        if (tokens === 0) o.firstTokenMs = t;
+        tokens++;
+        o.finishMs = t;
+      }
+      if (msg.usage !== undefined && msg.usage !== null) {
+        if (typeof msg.usage.completion_tokens === 'number') completionTokens = msg.usage.completion_tokens;
+        const cached = msg.usage.prompt_tokens_details?.cached_tokens;
+        if (typeof cached === 'number') {
+          o.cachedTokens = cached;
+          hits.record(sentAt, r.inputLength, cached);
+        }
+      }
+    }
+  }
+  return { tokens, completionTokens };
+}
+
 /**
  * Replays the workload against `url` in real time. Resolves when every
  * request has ended (completed or failed).
@@ -93,34 +137,7 @@ export async function generateLoad(workload: Workload, opts: LoadGeneratorOption
         o.error = `HTTP ${res.statusCode}: ${text.slice(0, 300)}`;
         return;
       }
-      const state: SseState = { buffer: '' };
-      let tokens = 0;
-      let completionTokens: number | null = null;
-      res.body.setEncoding('utf8');
-      for await (const chunk of res.body as AsyncIterable<string>) {
-        for (const data of takeSseData(state, chunk)) {
-          if (data === '[DONE]') continue;
-          const msg = JSON.parse(data) as {
-            choices?: unknown[]; usage?: { completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
-            error?: { message?: string };
-          };
-          if (msg.error !== undefined) throw new Error(msg.error.message ?? 'error event in stream');
-          if (Array.isArray(msg.choices) && msg.choices.length > 0) {
-            const t = elapsed();
-            if (tokens === 0) o.firstTokenMs = t;
-            tokens++;
-            o.finishMs = t;
-          }
-          if (msg.usage !== undefined && msg.usage !== null) {
-            if (typeof msg.usage.completion_tokens === 'number') completionTokens = msg.usage.completion_tokens;
-            const cached = msg.usage.prompt_tokens_details?.cached_tokens;
-            if (typeof cached === 'number') {
-              o.cachedTokens = cached;
-              hits.record(sentAt, r.inputLength, cached);
-            }
-          }
-        }
-      }
+      const { tokens, completionTokens } = await readStream(res.body as AsyncIterable<string> & { setEncoding(e: string): unknown }, o, r, sentAt, elapsed, hits);
       o.outputTokens = completionTokens ?? tokens;
       if (tokens === 0) o.error = 'the stream ended without a token';
     } catch (err) {

@@ -29,16 +29,19 @@
  * activates it so); the decode router runs with overlap credit 0, no
  * assumed reuse and no prefill tracking (Dynamo's decode override). Simple
  * policies use the same mode on both pools.
+ *
+ * `OfflineReplay` owns one run: its pools and engines are built in the
+ * constructor, `run()` drives the event loop, and each arrival goes through
+ * the aggregated or the disaggregated path. Request state lives in closures
+ * over one `RequestOutcome` (aggregated) or one `DisaggFlow` (P/D).
  */
-import { ManualClock, seededRng } from '../core/clock.js';
+import { ManualClock } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
-import { EngineCore, type CoreRequest, type StepResult } from '../mocker/engine.js';
-import { engineCoreOptions, type ResolvedMockerOptions } from '../mocker/options.js';
-import { VirtualEngine, type VirtualRequestListener } from '../mocker/virtual-engine.js';
-import { createReplayRouter } from './routers.js';
-import { policySeed, type PolicySpec, type ReplayRouter, type RouteChoice, type RouteRequest } from './policy.js';
+import type { CoreRequest, ResolvedMockerOptions, VirtualRequestListener } from '../mocker/index.js';
+import { buildPools, generationSeed, type Engine, type PoolState } from './offline-pools.js';
+import type { PolicySpec, ReplayRouter, RouteChoice, RouteRequest } from './policy.js';
 import { newOutcome, type PolicyRun, type PoolRun, type RequestOutcome } from './results.js';
-import { HitTimeline, LoadTimeline } from './timeline.js';
+import { HitTimeline } from './timeline.js';
 import { DEFAULT_VOCAB_SIZE, TokenSynthesizer } from './token-synth.js';
 import type { ReplayRequest, Workload } from './workload.js';
 
@@ -68,9 +71,6 @@ export interface OfflineReplayOptions {
 /** Virtual ms between router housekeeping calls (expiry, queue drain). */
 const ROUTER_TICK_MS = 1000;
 
-/** Generated tokens are drawn from this many ids (their values do not matter to routing). */
-const SAMPLE_VOCAB = 1024;
-
 export function defaultBucketMs(workload: Workload): number {
   return Math.max(100, Math.ceil(workload.spanMs / 200));
 }
@@ -79,94 +79,147 @@ function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-/** 32-bit mix of (seed, request index): each request's generated tokens have their own stream. */
-function requestSeed(seed: number, index: number): number {
-  let h = Math.imul((seed ^ 0x9e3779b9) >>> 0, 0x85ebca6b) ^ index;
-  h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
-  return (h ^ (h >>> 15)) >>> 0;
-}
-
-interface Engine {
-  readonly workerId: number;
-  /** Position in its pool (load timeline row). */
-  readonly row: number;
-  readonly pool: PoolState;
-  readonly ve: VirtualEngine;
-}
-
-interface PoolState {
-  readonly name: PoolRun['name'];
-  readonly workerIds: number[];
-  readonly timeline: LoadTimeline;
-  readonly router: ReplayRouter;
+/** One disaggregated request between its legs: the decode leg starts once the prefill is done and the decode worker is known. */
+interface DisaggFlow {
+  readonly r: ReplayRequest;
+  readonly o: RequestOutcome;
+  readonly key: string;
+  /** The prefill leg's id on its engine (the decode leg uses `key`). */
+  readonly prefillId: string;
+  readonly tokens: number[];
+  readonly protocol: DisaggProtocol;
+  decodeChoice: RouteChoice | null;
+  prefillDoneAt: number | null;
+  prefillEngine: Engine | null;
 }
 
 /**
- * Runs one policy over the workload in virtual time and returns everything
- * measured. Asynchronous only so a router's queue (whose admissions resolve
- * promises) can make progress between events; no wall-clock waiting happens.
- * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid topology.
+ * One policy over one workload and topology, in virtual time. Build it, then
+ * `run()` once.
  */
-export async function runOffline(opts: OfflineReplayOptions): Promise<PolicyRun> {
-  const wallStart = performance.now();
-  const { workload, policy, topology, engine: eng, seed } = opts;
-  const counts = topology.kind === 'aggregated' ? [topology.workers] : [topology.prefillWorkers, topology.decodeWorkers];
-  for (const c of counts) {
-    if (!Number.isSafeInteger(c) || c < 1) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
-  }
-  const clock = new ManualClock(0);
-  const bucketMs = opts.bucketMs ?? defaultBucketMs(workload);
-  const synth = new TokenSynthesizer({ traceBlockSize: workload.traceBlockSize, seed, vocabSize: opts.vocabSize ?? DEFAULT_VOCAB_SIZE });
-  const sampleTokenIds = Uint32Array.from({ length: SAMPLE_VOCAB }, (_, i) => i);
-  const hits = new HitTimeline(bucketMs);
-  const rngSeed = policySeed(seed, policy.name);
+export class OfflineReplay {
+  readonly #opts: OfflineReplayOptions;
+  readonly #clock = new ManualClock(0);
+  readonly #bucketMs: number;
+  readonly #synth: TokenSynthesizer;
+  readonly #hits: HitTimeline;
+  readonly #pools: readonly PoolState[];
+  /** By worker id. */
+  readonly #engines: readonly Engine[];
+  readonly #outcomes: RequestOutcome[];
+  #done = 0;
+  /** Routes waiting in a router's queue (their admission settles a promise). */
+  #pendingRoutes = 0;
+  /** Prefill leases that had expired when the decode leg's KV arrived. */
+  #leaseExpired = 0;
+  /** Wall-clock start (performance.now()), setup included. */
+  readonly #wallStart = performance.now();
 
-  const pools: PoolState[] = [];
-  const engines: Engine[] = [];
-  let nextWorkerId = 0;
-  const makePool = (name: PoolRun['name'], size: number, role: 'aggregated' | 'prefill' | 'decode'): PoolState => {
-    const workerIds = Array.from({ length: size }, () => nextWorkerId++);
-    const router = createReplayRouter(policy, {
-      role, workerIds, blockSize: eng.blockSize, clock, rng: seededRng(rngSeed + pools.length),
-      maxNumBatchedTokens: eng.maxNumBatchedTokens, totalKvBlocks: eng.numGpuBlocks,
-    });
-    const pool: PoolState = { name, workerIds, timeline: new LoadTimeline(size, bucketMs), router };
-    pools.push(pool);
-    return pool;
-  };
-  if (topology.kind === 'aggregated') makePool('engines', topology.workers, 'aggregated');
-  else {
-    makePool('prefill', topology.prefillWorkers, 'prefill');
-    makePool('decode', topology.decodeWorkers, 'decode');
-  }
-  for (const pool of pools) {
-    pool.workerIds.forEach((workerId, row) => {
-      const base = engineCoreOptions(eng, sampleTokenIds);
-      // Each engine hashes under its own seed, as separate vLLM processes do.
-      const core = new EngineCore({ ...base, engineHashSeed: BigInt.asUintN(64, eng.engineHashSeed + BigInt(workerId)) });
-      const ve = new VirtualEngine(core, {
-        keepRecords: false,
-        onStep: (r: StepResult) => {
-          if (r.kvEvents.length > 0) pool.router.applyKvEvents(workerId, r.kvEvents);
-        },
-      });
-      engines[workerId] = { workerId, row, pool, ve };
-    });
+  /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid topology. */
+  constructor(opts: OfflineReplayOptions) {
+    const { workload, topology, seed } = opts;
+    const counts = topology.kind === 'aggregated' ? [topology.workers] : [topology.prefillWorkers, topology.decodeWorkers];
+    for (const c of counts) {
+      if (!Number.isSafeInteger(c) || c < 1) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
+    }
+    this.#opts = opts;
+    this.#bucketMs = opts.bucketMs ?? defaultBucketMs(workload);
+    this.#synth = new TokenSynthesizer({ traceBlockSize: workload.traceBlockSize, seed, vocabSize: opts.vocabSize ?? DEFAULT_VOCAB_SIZE });
+    this.#hits = new HitTimeline(this.#bucketMs);
+    const built = buildPools(opts, this.#clock, this.#bucketMs);
+    this.#pools = built.pools;
+    this.#engines = built.engines;
+    this.#outcomes = workload.requests.map((r) => newOutcome(r.index, r.arrivalMs, r.inputLength, r.outputLength));
   }
 
-  const outcomes: RequestOutcome[] = workload.requests.map((r) => newOutcome(r.index, r.arrivalMs, r.inputLength, r.outputLength));
-  const total = outcomes.length;
-  let done = 0;
-  const finish = (): void => {
-    done++;
-    opts.onProgress?.(done, total);
-  };
-  const fail = (o: RequestOutcome, err: unknown): void => {
+  /**
+   * Runs the workload and returns everything measured. Asynchronous only so a
+   * router's queue (whose admissions resolve promises) can make progress
+   * between events; no wall-clock waiting happens.
+   * @throws KvgateError KVG_ERR_INVALID_ARGUMENT when requests are still queued once every engine is idle.
+   */
+  async run(): Promise<PolicyRun> {
+    const topology = this.#opts.topology;
+    const arrive = topology.kind === 'aggregated'
+      ? (r: ReplayRequest): void => this.#arriveAggregated(r)
+      : (r: ReplayRequest): void => this.#arriveDisaggregated(r, topology.protocol);
+    const endMs = await this.#loop(arrive);
+    return this.#result(endMs);
+  }
+
+  /** The event loop (see the module comment). Returns the virtual time of the last event. */
+  async #loop(arrive: (r: ReplayRequest) => void): Promise<number> {
+    const clock = this.#clock;
+    const requests = this.#opts.workload.requests;
+    const ves = this.#engines.map((e) => e.ve);
+    let next = 0;
+    let endMs = 0;
+    let nextTickMs = ROUTER_TICK_MS;
+    for (;;) {
+      let t = next < requests.length ? requests[next]!.arrivalMs : Infinity;
+      for (const ve of ves) {
+        const et = ve.nextEventTime();
+        if (et !== undefined && et < t) t = et;
+      }
+      if (t === Infinity) break;
+      if (t > clock.now()) clock.set(t);
+      endMs = t;
+      for (const ve of ves) ve.runUntil(t);
+      while (next < requests.length && requests[next]!.arrivalMs <= t) arrive(requests[next++]!);
+      if (t >= nextTickMs) {
+        for (const p of this.#pools) p.router.tick();
+        nextTickMs = t + ROUTER_TICK_MS;
+      }
+      // Queued requests admitted by a free or a tick settle their promises now, before time moves on.
+      if (this.#pendingRoutes > 0) await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    if (this.#pendingRoutes > 0) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${this.#pendingRoutes} request(s) were still queued in the router when every engine went idle`);
+    }
+    return endMs;
+  }
+
+  #result(endMs: number): PolicyRun {
+    const { policy, topology } = this.#opts;
+    let preemptions = 0;
+    let extrapolated = 0;
+    let busyMs = 0;
+    for (const e of this.#engines) {
+      const s = e.ve.core.stats();
+      preemptions += s.preemptions;
+      extrapolated += s.extrapolatedSteps;
+      busyMs += s.busyMs;
+    }
+    const bucketMs = this.#bucketMs;
+    const poolRuns: PoolRun[] = this.#pools.map((p) => {
+      const load = p.timeline.finish(endMs);
+      return { name: p.name, workerIds: p.workerIds, load, buckets: p.timeline.buckets(), bucketMs };
+    });
+    const hits = this.#hits;
+    return {
+      name: topology.kind === 'aggregated' ? policy.name : `${policy.name}@${topology.protocol}`,
+      outcomes: this.#outcomes, endMs, pools: poolRuns, wallMs: performance.now() - this.#wallStart,
+      hits: { promptTokens: hits.promptTokens, cachedTokens: hits.cachedTokens, overTime: hits.windowed() },
+      preemptions, extrapolatedSteps: extrapolated,
+      leaseExpired: topology.kind === 'aggregated' ? null : this.#leaseExpired,
+      engineBusyFraction: endMs > 0 ? busyMs / (this.#engines.length * endMs) : 0,
+    };
+  }
+
+  // ------------------------------------------------------------ shared by both paths
+
+  #finish(): void {
+    this.#done++;
+    this.#opts.onProgress?.(this.#done, this.#outcomes.length);
+  }
+
+  #fail(o: RequestOutcome, err: unknown): void {
     if (o.error === null) o.error = message(err);
-    finish();
-  };
+    this.#finish();
+  }
 
-  const submit = (e: Engine, req: CoreRequest, at: number, listener: VirtualRequestListener): void => {
+  /** Submits to an engine, counting the request on its load timeline until it ends. */
+  #submit(e: Engine, req: CoreRequest, at: number, listener: VirtualRequestListener): void {
     e.pool.timeline.add(e.row, at, 1);
     const release = (t: number): void => e.pool.timeline.add(e.row, t, -1);
     e.ve.submit(req, at, {
@@ -180,17 +233,18 @@ export async function runOffline(opts: OfflineReplayOptions): Promise<PolicyRun>
         listener.onError?.(err, t);
       },
     });
-  };
+  }
 
-  const tooLong = (r: ReplayRequest): string | null =>
-    r.inputLength + r.outputLength > eng.maxModelLen
-      ? `prompt (${r.inputLength}) + max_tokens (${r.outputLength}) exceeds max_model_len ${eng.maxModelLen} (line ${r.line})`
+  #tooLong(r: ReplayRequest): string | null {
+    const max = this.#opts.engine.maxModelLen;
+    return r.inputLength + r.outputLength > max
+      ? `prompt (${r.inputLength}) + max_tokens (${r.outputLength}) exceeds max_model_len ${max} (line ${r.line})`
       : null;
+  }
 
-  let pendingRoutes = 0;
   /** Runs `then` with the router's choice now, or when a queued request is admitted (at that virtual time). */
-  const routeThen = (router: ReplayRouter, req: RouteRequest, candidates: readonly number[],
-    then: (c: RouteChoice, at: number) => void, onError: (err: unknown) => void): void => {
+  #routeThen(router: ReplayRouter, req: RouteRequest, candidates: readonly number[],
+    then: (c: RouteChoice, at: number) => void, onError: (err: unknown) => void): void {
     let result: RouteChoice | Promise<RouteChoice>;
     try {
       result = router.route(req, candidates);
@@ -199,35 +253,41 @@ export async function runOffline(opts: OfflineReplayOptions): Promise<PolicyRun>
       return;
     }
     if (!(result instanceof Promise)) {
-      then(result, clock.now());
+      then(result, this.#clock.now());
       return;
     }
-    pendingRoutes++;
+    this.#pendingRoutes++;
     result.then((c) => {
-      pendingRoutes--;
-      then(c, clock.now());
+      this.#pendingRoutes--;
+      then(c, this.#clock.now());
     }, (err: unknown) => {
-      pendingRoutes--;
+      this.#pendingRoutes--;
       onError(err);
     });
-  };
+  }
 
-  const arriveAggregated = (r: ReplayRequest): void => {
-    const o = outcomes[r.index]!;
-    const pool = pools[0]!;
-    const long = tooLong(r);
-    if (long !== null) return fail(o, long);
+  /** Records a leg's admission on the engine that computes the prompt: the hit it got. */
+  #admitted(o: RequestOutcome, r: ReplayRequest, cached: number, at: number): void {
+    o.admittedMs = at;
+    o.cachedTokens = cached;
+    this.#hits.record(at, r.inputLength, cached);
+  }
+
+  // ------------------------------------------------------------ aggregated
+
+  #arriveAggregated(r: ReplayRequest): void {
+    const o = this.#outcomes[r.index]!;
+    const pool = this.#pools[0]!;
+    const long = this.#tooLong(r);
+    if (long !== null) return this.#fail(o, long);
     const key = String(r.index);
-    const tokens = synth.tokens(r.hashIds, r.inputLength);
-    routeThen(pool.router, { key, tokens, expectedOutputTokens: r.outputLength }, pool.workerIds, (choice, t) => {
+    const tokens = this.#synth.tokens(r.hashIds, r.inputLength);
+    this.#routeThen(pool.router, { key, tokens, expectedOutputTokens: r.outputLength }, pool.workerIds, (choice, t) => {
       o.workerId = choice.workerId;
       o.predictedCachedTokens = choice.predictedCachedTokens;
-      submit(engines[choice.workerId]!, { id: key, promptTokens: tokens, maxTokens: r.outputLength, seed: requestSeed(seed, r.index) }, t, {
-        onAdmitted: (cached, at) => {
-          o.admittedMs = at;
-          o.cachedTokens = cached;
-          hits.record(at, r.inputLength, cached);
-        },
+      const req: CoreRequest = { id: key, promptTokens: tokens, maxTokens: r.outputLength, seed: generationSeed(this.#opts.seed, r.index) };
+      this.#submit(this.#engines[choice.workerId]!, req, t, {
+        onAdmitted: (cached, at) => this.#admitted(o, r, cached, at),
         onToken: (_id, index, at) => {
           o.outputTokens = index + 1;
           if (index === 0) {
@@ -238,157 +298,127 @@ export async function runOffline(opts: OfflineReplayOptions): Promise<PolicyRun>
         onFinish: (_info, at) => {
           o.finishMs = at;
           pool.router.finished(key);
-          finish();
+          this.#finish();
         },
         onError: (err) => {
           pool.router.finished(key);
-          fail(o, err);
+          this.#fail(o, err);
         },
       });
-    }, (err) => fail(o, err));
-  };
+    }, (err) => this.#fail(o, err));
+  }
 
-  let leaseExpired = 0;
-  const arriveDisaggregated = (r: ReplayRequest, protocol: DisaggProtocol): void => {
-    const o = outcomes[r.index]!;
-    const [prefillPool, decodePool] = pools as [PoolState, PoolState];
-    const long = tooLong(r);
-    if (long !== null) return fail(o, long);
+  // ------------------------------------------------------------ disaggregated
+
+  #arriveDisaggregated(r: ReplayRequest, protocol: DisaggProtocol): void {
+    const o = this.#outcomes[r.index]!;
+    const long = this.#tooLong(r);
+    if (long !== null) return this.#fail(o, long);
     const key = String(r.index);
-    const prefillId = `${key}:prefill`;
-    const tokens = synth.tokens(r.hashIds, r.inputLength);
-    const decodeReq: RouteRequest = { key, tokens, expectedOutputTokens: r.outputLength };
-    /** Decode leg: runs once the prefill is done and the decode worker is known. */
-    let decodeChoice: RouteChoice | null = null;
-    let prefillDoneAt: number | null = null;
-    let prefillEngine: Engine | null = null;
-    const startDecode = (): void => {
-      if (decodeChoice === null || prefillDoneAt === null || prefillEngine === null) return;
-      const pe = prefillEngine;
-      const decodeEngine = engines[decodeChoice.workerId]!;
-      const at = Math.max(prefillDoneAt, clock.now());
-      o.decodeStartMs = at;
-      submit(decodeEngine, { id: key, promptTokens: tokens, maxTokens: r.outputLength, seed: requestSeed(seed, r.index), remotePrefill: true }, at, {
-        onAdmitted: (cached) => {
-          o.transferEstimateMs = decodeEngine.ve.core.transferMs(r.inputLength - cached);
-        },
-        onToken: (_id, index, tt) => {
-          o.outputTokens = index + 1;
-          if (index === 0) {
-            o.firstTokenMs = tt;
-            decodePool.router.prefillCompleted(key);
-            // The KV has arrived (the transfer precedes the first token): the prefill engine's lease ends.
-            if (!pe.ve.core.pullHeld(prefillId, undefined, tt).ok) leaseExpired++;
-          }
-        },
-        onFinish: (_info, tt) => {
-          o.finishMs = tt;
-          decodePool.router.finished(key);
-          finish();
-        },
-        onError: (err) => {
-          decodePool.router.finished(key);
-          pe.ve.core.abort(prefillId);
-          fail(o, err);
-        },
-      });
+    const flow: DisaggFlow = {
+      r, o, key, prefillId: `${key}:prefill`, tokens: this.#synth.tokens(r.hashIds, r.inputLength), protocol,
+      decodeChoice: null, prefillDoneAt: null, prefillEngine: null,
     };
-    const routeDecode = (): void => {
-      routeThen(decodePool.router, decodeReq, decodePool.workerIds, (d) => {
-        decodeChoice = d;
-        o.workerId = d.workerId;
-        startDecode();
-      }, (err) => {
-        if (prefillEngine !== null) prefillEngine.ve.core.abort(prefillId);
-        fail(o, err);
-      });
-    };
-    routeThen(prefillPool.router, { key, tokens, expectedOutputTokens: 1 }, prefillPool.workerIds, (p, t) => {
+    const prefillPool = this.#pools[0]!;
+    this.#routeThen(prefillPool.router, { key, tokens: flow.tokens, expectedOutputTokens: 1 }, prefillPool.workerIds, (p, t) => {
       o.prefillWorkerId = p.workerId;
       o.predictedCachedTokens = p.predictedCachedTokens;
-      const pe = engines[p.workerId]!;
-      prefillEngine = pe;
+      flow.prefillEngine = this.#engines[p.workerId]!;
       // SGLang's bootstrap path picks both workers up front; vLLM's picks decode after the prefill response.
-      if (protocol === 'bootstrap') routeDecode();
+      if (protocol === 'bootstrap') this.#routeDecode(flow);
       if (o.error !== null) {
         prefillPool.router.finished(key);
         return;
       }
-      submit(pe, { id: prefillId, promptTokens: tokens, maxTokens: 1, seed: requestSeed(seed, r.index), holdBlocksMs: eng.kvLeaseMs }, t, {
-        onAdmitted: (cached, at) => {
-          o.admittedMs = at;
-          o.cachedTokens = cached;
-          hits.record(at, r.inputLength, cached);
-        },
-        onToken: (_id, index) => {
-          if (index === 0) prefillPool.router.prefillCompleted(key);
-        },
-        onFinish: (_info, at) => {
-          prefillPool.router.finished(key);
-          o.prefillDoneMs = at;
-          prefillDoneAt = at;
-          if (protocol === 'kv_transfer_params') routeDecode();
-          else startDecode();
-        },
-        onError: (err) => {
-          prefillPool.router.finished(key);
-          if (decodeChoice !== null) decodePool.router.finished(key);
-          fail(o, err);
-        },
-      });
-    }, (err) => fail(o, err));
-  };
-
-  const arrive = topology.kind === 'aggregated'
-    ? arriveAggregated
-    : (r: ReplayRequest): void => arriveDisaggregated(r, topology.protocol);
-
-  const requests = workload.requests;
-  const ves = engines.map((e) => e.ve);
-  let next = 0;
-  let endMs = 0;
-  let nextTickMs = ROUTER_TICK_MS;
-  for (;;) {
-    let t = next < requests.length ? requests[next]!.arrivalMs : Infinity;
-    for (const ve of ves) {
-      const et = ve.nextEventTime();
-      if (et !== undefined && et < t) t = et;
-    }
-    if (t === Infinity) break;
-    if (t > clock.now()) clock.set(t);
-    endMs = t;
-    for (const ve of ves) ve.runUntil(t);
-    while (next < requests.length && requests[next]!.arrivalMs <= t) arrive(requests[next++]!);
-    if (t >= nextTickMs) {
-      for (const p of pools) p.router.tick();
-      nextTickMs = t + ROUTER_TICK_MS;
-    }
-    // Queued requests admitted by a free or a tick settle their promises now, before time moves on.
-    if (pendingRoutes > 0) await new Promise<void>((resolve) => setImmediate(resolve));
-  }
-  if (pendingRoutes > 0) {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${pendingRoutes} request(s) were still queued in the router when every engine went idle`);
+      this.#startPrefill(flow, flow.prefillEngine, t);
+    }, (err) => this.#fail(o, err));
   }
 
-  let preemptions = 0;
-  let extrapolated = 0;
-  let busyMs = 0;
-  for (const e of engines) {
-    const s = e.ve.core.stats();
-    preemptions += s.preemptions;
-    extrapolated += s.extrapolatedSteps;
-    busyMs += s.busyMs;
+  /** The prefill leg: max_tokens 1, blocks held under the lease for the decode engine. */
+  #startPrefill(flow: DisaggFlow, pe: Engine, t: number): void {
+    const { r, o, key } = flow;
+    const [prefillPool, decodePool] = this.#pools as [PoolState, PoolState];
+    const req: CoreRequest = {
+      id: flow.prefillId, promptTokens: flow.tokens, maxTokens: 1, seed: generationSeed(this.#opts.seed, r.index), holdBlocksMs: this.#opts.engine.kvLeaseMs,
+    };
+    this.#submit(pe, req, t, {
+      onAdmitted: (cached, at) => this.#admitted(o, r, cached, at),
+      onToken: (_id, index) => {
+        if (index === 0) prefillPool.router.prefillCompleted(key);
+      },
+      onFinish: (_info, at) => {
+        prefillPool.router.finished(key);
+        o.prefillDoneMs = at;
+        flow.prefillDoneAt = at;
+        if (flow.protocol === 'kv_transfer_params') this.#routeDecode(flow);
+        else this.#startDecode(flow);
+      },
+      onError: (err) => {
+        prefillPool.router.finished(key);
+        if (flow.decodeChoice !== null) decodePool.router.finished(key);
+        this.#fail(o, err);
+      },
+    });
   }
-  const poolRuns: PoolRun[] = pools.map((p) => {
-    const load = p.timeline.finish(endMs);
-    return { name: p.name, workerIds: p.workerIds, load, buckets: p.timeline.buckets(), bucketMs };
-  });
-  return {
-    name: topology.kind === 'aggregated' ? policy.name : `${policy.name}@${topology.protocol}`,
-    outcomes, endMs, pools: poolRuns, wallMs: performance.now() - wallStart,
-    hits: { promptTokens: hits.promptTokens, cachedTokens: hits.cachedTokens, overTime: hits.windowed() },
-    preemptions, extrapolatedSteps: extrapolated,
-    leaseExpired: topology.kind === 'aggregated' ? null : leaseExpired,
-    engineBusyFraction: endMs > 0 ? busyMs / (engines.length * endMs) : 0,
-  };
+
+  #routeDecode(flow: DisaggFlow): void {
+    const decodePool = this.#pools[1]!;
+    const req: RouteRequest = { key: flow.key, tokens: flow.tokens, expectedOutputTokens: flow.r.outputLength };
+    this.#routeThen(decodePool.router, req, decodePool.workerIds, (d) => {
+      flow.decodeChoice = d;
+      flow.o.workerId = d.workerId;
+      this.#startDecode(flow);
+    }, (err) => {
+      if (flow.prefillEngine !== null) flow.prefillEngine.ve.core.abort(flow.prefillId);
+      this.#fail(flow.o, err);
+    });
+  }
+
+  /** The decode leg, once both the prefill is done and the decode worker is known; its KV transfer precedes its first token. */
+  #startDecode(flow: DisaggFlow): void {
+    if (flow.decodeChoice === null || flow.prefillDoneAt === null || flow.prefillEngine === null) return;
+    const { r, o, key } = flow;
+    const pe = flow.prefillEngine;
+    const decodePool = this.#pools[1]!;
+    const decodeEngine = this.#engines[flow.decodeChoice.workerId]!;
+    const at = Math.max(flow.prefillDoneAt, this.#clock.now());
+    o.decodeStartMs = at;
+    const req: CoreRequest = { id: key, promptTokens: flow.tokens, maxTokens: r.outputLength, seed: generationSeed(this.#opts.seed, r.index), remotePrefill: true };
+    this.#submit(decodeEngine, req, at, {
+      onAdmitted: (cached) => {
+        o.transferEstimateMs = decodeEngine.ve.core.transferMs(r.inputLength - cached);
+      },
+      onToken: (_id, index, tt) => {
+        o.outputTokens = index + 1;
+        if (index === 0) {
+          o.firstTokenMs = tt;
+          decodePool.router.prefillCompleted(key);
+          // The KV has arrived (the transfer precedes the first token): the prefill engine's lease ends.
+          if (!pe.ve.core.pullHeld(flow.prefillId, undefined, tt).ok) this.#leaseExpired++;
+        }
+      },
+      onFinish: (_info, tt) => {
+        o.finishMs = tt;
+        decodePool.router.finished(key);
+        this.#finish();
+      },
+      onError: (err) => {
+        decodePool.router.finished(key);
+        pe.ve.core.abort(flow.prefillId);
+        this.#fail(o, err);
+      },
+    });
+  }
+}
+
+/**
+ * Runs one policy over the workload in virtual time (`new OfflineReplay(opts).run()`).
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid topology.
+ */
+export function runOffline(opts: OfflineReplayOptions): Promise<PolicyRun> {
+  try {
+    return new OfflineReplay(opts).run();
+  } catch (err) {
+    return Promise.reject(err);
+  }
 }

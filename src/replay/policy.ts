@@ -5,7 +5,7 @@
  * A policy spec is `kv` (the KV router with default config), a KV variant
  * from a `--router-config` JSON object (named after its fields, e.g.
  * `kv[router_temperature=0.5]`), or one of the load-based modes of
- * `src/routing/simple-routers.ts`: round-robin, random, power-of-two,
+ * `src/routing/push/simple-routers.ts`: round-robin, random, power-of-two,
  * least-loaded.
  *
  * `ReplayRouter` is what a policy looks like to a replay: route a request
@@ -14,11 +14,11 @@
  * in-flight requests per worker (their `LoadSource`), exactly as the live
  * push router does.
  */
+import type { Rng, SimpleRouterMode, WorkerRank } from '../common/index.js';
+import { kvRouterOptionsFromDynamo, resolveKvRouterConfig, type KvRouterOptions } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
-import { kvRouterOptionsFromDynamo, resolveKvRouterConfig, type KvRouterOptions } from '../core/config.js';
-import type { Rng } from '../core/clock.js';
-import { createSimpleRouter, type Candidate, type SimpleRouter, type SimpleRouterMode } from '../routing/simple-routers.js';
-import type { KvEvent } from '../mocker/engine.js';
+import type { KvEvent } from '../mocker/index.js';
+import { createSimpleRouter, type SimpleRouter } from '../routing/index.js';
 
 export const SIMPLE_POLICIES: readonly SimpleRouterMode[] = ['round-robin', 'random', 'power-of-two', 'least-loaded'];
 
@@ -117,7 +117,7 @@ export class SimpleReplayRouter implements ReplayRouter {
   readonly #router: SimpleRouter;
   readonly #active = new Map<number, number>();
   readonly #booked = new Map<string, number>();
-  #candidates: Candidate[] = [];
+  #candidates: WorkerRank[] = [];
   #candidateKey = '';
 
   constructor(mode: SimpleRouterMode, rng: Rng) {

@@ -3,24 +3,22 @@
  * spec: the real `KvRouter` (with the KV-event applier feeding its index, as
  * the live gateway does) or a simple load-based router.
  *
- * Roles (Dynamo's PrefillRouter, spec section 5): `prefill` pools get a
- * KvRouter with active-block tracking off (the prefill scheduler scores on
- * overlap and prompt-token load only); `decode` pools route every request
- * with the override {overlap credit 0, no assumed reuse, no prefill tracking},
- * i.e. pure decode-load balancing.
+ * Roles, as Dynamo's PrefillRouter sets them and the gateway's ModelRouter
+ * does: `prefill` pools get a KvRouter with active-block tracking off (the
+ * prefill scheduler scores on overlap and prompt-token load only); `decode`
+ * pools route every request with routing's decode override {overlap credit 0,
+ * no assumed reuse, no prefill tracking}, i.e. pure decode-load balancing.
  */
-import type { Clock, Rng } from '../core/clock.js';
+import type { Clock, Rng, WorkerRole } from '../common/index.js';
 import { rejectionError } from '../core/index.js';
 import { KvEventApplier, TieredPrefixIndex, type KvCacheEvent } from '../events/index.js';
-import type { KvEvent } from '../mocker/engine.js';
-import { KvRouter } from '../routing/index.js';
+import type { KvEvent } from '../mocker/index.js';
+import { decodeOverrideOf, KvRouter, prefillPoolConfig } from '../routing/index.js';
 import { toCacheEvent } from './kv-event-bridge.js';
 import { SimpleReplayRouter, type PolicySpec, type ReplayRouter, type RouteChoice, type RouteRequest } from './policy.js';
 
-export type PoolRole = 'aggregated' | 'prefill' | 'decode';
-
 export interface ReplayRouterContext {
-  readonly role: PoolRole;
+  readonly role: WorkerRole;
   /** Every worker of the pool (registered with the router up front). */
   readonly workerIds: readonly number[];
   /** The engines' KV block size. */
@@ -32,15 +30,15 @@ export interface ReplayRouterContext {
   readonly totalKvBlocks: number;
 }
 
-/** Dynamo's decode-leg override in disaggregated serving. */
-const DECODE_OVERRIDE = Object.freeze({ overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false });
+/** Dynamo's decode-leg override in disaggregated serving (a replayed request carries no override of its own). */
+const DECODE_OVERRIDE = decodeOverrideOf(undefined);
 
 /** The KV router under replay: real scheduler, real bookkeeping, real prefix index fed by the engines' events. */
 export class KvReplayRouter implements ReplayRouter {
   readonly policy: string;
   readonly router: KvRouter;
   readonly applier: KvEventApplier;
-  readonly #role: PoolRole;
+  readonly #role: WorkerRole;
   readonly #allWorkers: string;
   /** KV events the applier refused, by status (should stay empty: the mocker and router hash alike). */
   readonly rejectedEvents = new Map<string, number>();
@@ -48,9 +46,7 @@ export class KvReplayRouter implements ReplayRouter {
   constructor(spec: Extract<PolicySpec, { kind: 'kv' }>, ctx: ReplayRouterContext) {
     this.policy = spec.name;
     this.#role = ctx.role;
-    const config = ctx.role === 'prefill'
-      ? { ...spec.options, routerTrackActiveBlocks: false, routerTrackOutputBlocks: false }
-      : spec.options;
+    const config = ctx.role === 'prefill' ? prefillPoolConfig(spec.options) : spec.options;
     this.router = new KvRouter({ blockSize: ctx.blockSize, config, clock: ctx.clock, rng: ctx.rng, workerType: ctx.role });
     for (const w of ctx.workerIds) this.router.addWorker(w, { maxNumBatchedTokens: ctx.maxNumBatchedTokens, totalKvBlocks: ctx.totalKvBlocks });
     this.#allWorkers = ctx.workerIds.join(',');

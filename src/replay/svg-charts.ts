@@ -78,102 +78,148 @@ function thin(points: readonly (readonly [number, number])[], max: number): (rea
   return out;
 }
 
-/** Renders a line chart as a complete SVG document. */
-export function lineChart(opts: LineChartOptions): string {
-  const width = opts.width ?? 760;
-  const height = opts.height ?? 440;
-  const legendRows = Math.ceil(opts.series.length / 3);
-  const top = opts.subtitle ? 58 : 40;
-  const margin = { left: 70, right: 20, top, bottom: 56 + legendRows * 18 };
-  const pw = width - margin.left - margin.right;
-  const ph = height - margin.top - margin.bottom;
-  const xLog = opts.xLog === true;
-  // A non-finite y breaks the line (a gap); other unusable points are dropped.
-  const clean = opts.series.map((s) => {
+type Point = readonly [number, number];
+
+/** A series ready to draw: its usable points, thinned, split into segments at gaps. */
+interface DrawnSeries extends ChartSeries {
+  readonly points: Point[];
+  readonly segments: Point[][];
+}
+
+/** A non-finite y breaks the line (a gap); other unusable points are dropped. Each segment is thinned in proportion to its share of the points. */
+function drawable(series: readonly ChartSeries[], xLog: boolean): DrawnSeries[] {
+  return series.map((s) => {
     const usable = s.points.filter(([x]) => Number.isFinite(x) && (!xLog || x > 0));
-    const segments: (readonly [number, number])[][] = [[]];
+    const segments: Point[][] = [[]];
     for (const p of usable) {
       if (Number.isFinite(p[1])) segments[segments.length - 1]!.push(p);
       else if (segments[segments.length - 1]!.length > 0) segments.push([]);
     }
     const kept = segments.filter((g) => g.length > 0);
     const total = kept.reduce((n, g) => n + g.length, 0);
-    // Thin each segment in proportion to its share of the points.
     const thinned = kept.map((g) => thin(g, Math.max(2, Math.round((MAX_POINTS_PER_SERIES * g.length) / Math.max(1, total)))));
     return { ...s, points: thinned.flat(), segments: thinned };
   });
-  const xs = clean.flatMap((s) => s.points.map((p) => p[0]));
-  const ys = clean.flatMap((s) => s.points.map((p) => p[1]));
-  let xMin = xs.length > 0 ? Math.min(...xs) : 0;
-  let xMax = xs.length > 0 ? Math.max(...xs) : 1;
-  let xTicks: number[];
-  if (xLog) {
-    const lo = Math.floor(Math.log10(xs.length > 0 ? xMin : 1));
-    const hi = Math.max(lo + 1, Math.ceil(Math.log10(xs.length > 0 ? xMax : 10)));
-    xMin = 10 ** lo;
-    xMax = 10 ** hi;
-    xTicks = [];
-    for (let k = lo; k <= hi; k++) xTicks.push(10 ** k);
-  } else {
-    if (xMin > 0 && xMin < (xMax - xMin) * 0.2) xMin = 0;
-    if (!(xMax > xMin)) xMax = xMin + 1;
-    xTicks = niceTicks(xMin, xMax);
-    xMin = Math.min(xMin, xTicks[0]!);
-    xMax = Math.max(xMax, xTicks[xTicks.length - 1]!);
-  }
-  let yMin = opts.yMin ?? Math.min(0, ...ys);
-  let yMax = opts.yMax ?? (ys.length > 0 ? Math.max(...ys) : 1);
-  if (!(yMax > yMin)) yMax = yMin + 1;
-  const yTicks = niceTicks(yMin, yMax);
-  if (opts.yMax === undefined) yMax = Math.max(yMax, yTicks[yTicks.length - 1]!);
-  if (opts.yMin === undefined) yMin = Math.min(yMin, yTicks[0]!);
-  const sx = (x: number): number =>
-    margin.left + (xLog ? (Math.log10(x) - Math.log10(xMin)) / (Math.log10(xMax) - Math.log10(xMin)) : (x - xMin) / (xMax - xMin)) * pw;
-  const sy = (y: number): number => margin.top + ph - ((Math.min(Math.max(y, yMin), yMax) - yMin) / (yMax - yMin)) * ph;
-  const yFormat = opts.yFormat ?? formatTick;
+}
 
-  const parts: string[] = [];
+interface AxisRange {
+  readonly min: number;
+  readonly max: number;
+  readonly ticks: number[];
+}
+
+/** The x range and ticks: decades on a log axis; else nice ticks, starting at 0 when the data nearly does. */
+function xAxis(xs: readonly number[], xLog: boolean): AxisRange {
+  let min = xs.length > 0 ? Math.min(...xs) : 0;
+  let max = xs.length > 0 ? Math.max(...xs) : 1;
+  if (xLog) {
+    const lo = Math.floor(Math.log10(xs.length > 0 ? min : 1));
+    const hi = Math.max(lo + 1, Math.ceil(Math.log10(xs.length > 0 ? max : 10)));
+    const ticks: number[] = [];
+    for (let k = lo; k <= hi; k++) ticks.push(10 ** k);
+    return { min: 10 ** lo, max: 10 ** hi, ticks };
+  }
+  if (min > 0 && min < (max - min) * 0.2) min = 0;
+  if (!(max > min)) max = min + 1;
+  const ticks = niceTicks(min, max);
+  return { min: Math.min(min, ticks[0]!), max: Math.max(max, ticks[ticks.length - 1]!), ticks };
+}
+
+/** The y range and ticks: the fixed bounds when given, else from the data (from 0) widened to the ticks. */
+function yAxis(ys: readonly number[], opts: LineChartOptions): AxisRange {
+  let min = opts.yMin ?? Math.min(0, ...ys);
+  let max = opts.yMax ?? (ys.length > 0 ? Math.max(...ys) : 1);
+  if (!(max > min)) max = min + 1;
+  const ticks = niceTicks(min, max);
+  if (opts.yMax === undefined) max = Math.max(max, ticks[ticks.length - 1]!);
+  if (opts.yMin === undefined) min = Math.min(min, ticks[0]!);
+  return { min, max, ticks };
+}
+
+/** The plot area in pixels and the data-to-pixel scales. */
+interface Frame {
+  readonly width: number;
+  readonly height: number;
+  readonly margin: { readonly left: number; readonly right: number; readonly top: number; readonly bottom: number };
+  readonly pw: number;
+  readonly ph: number;
+  readonly x: AxisRange;
+  readonly y: AxisRange;
+  sx(x: number): number;
+  sy(y: number): number;
+}
+
+function frame(opts: LineChartOptions, x: AxisRange, y: AxisRange): Frame {
+  const width = opts.width ?? 760;
+  const height = opts.height ?? 440;
+  const legendRows = Math.ceil(opts.series.length / 3);
+  const margin = { left: 70, right: 20, top: opts.subtitle ? 58 : 40, bottom: 56 + legendRows * 18 };
+  const pw = width - margin.left - margin.right;
+  const ph = height - margin.top - margin.bottom;
+  const xLog = opts.xLog === true;
+  return {
+    width, height, margin, pw, ph, x, y,
+    sx: (v) => margin.left + (xLog ? (Math.log10(v) - Math.log10(x.min)) / (Math.log10(x.max) - Math.log10(x.min)) : (v - x.min) / (x.max - x.min)) * pw,
+    sy: (v) => margin.top + ph - ((Math.min(Math.max(v, y.min), y.max) - y.min) / (y.max - y.min)) * ph,
+  };
+}
+
+/** Title, subtitle, grid, tick labels, plot border and axis labels. */
+function chrome(opts: LineChartOptions, f: Frame, parts: string[]): void {
+  const { width, height, margin, pw, ph } = f;
+  const yFormat = opts.yFormat ?? formatTick;
   parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">`);
   parts.push(`<title>${escapeXml(opts.title)}</title>`);
   parts.push(`<rect width="${width}" height="${height}" fill="#ffffff"/>`);
   parts.push(`<text x="${width / 2}" y="22" text-anchor="middle" font-size="15" font-weight="600">${escapeXml(opts.title)}</text>`);
   if (opts.subtitle) parts.push(`<text x="${width / 2}" y="40" text-anchor="middle" font-size="11" fill="#555">${escapeXml(opts.subtitle)}</text>`);
-  // grid and ticks
-  for (const t of yTicks) {
-    if (t < yMin || t > yMax) continue;
-    const y = sy(t).toFixed(1);
+  for (const t of f.y.ticks) {
+    if (t < f.y.min || t > f.y.max) continue;
+    const y = f.sy(t).toFixed(1);
     parts.push(`<line x1="${margin.left}" x2="${margin.left + pw}" y1="${y}" y2="${y}" stroke="#e5e5e5"/>`);
     parts.push(`<text x="${margin.left - 6}" y="${y}" text-anchor="end" dominant-baseline="middle" fill="#333">${escapeXml(yFormat(t))}</text>`);
   }
-  for (const t of xTicks) {
-    if (t < xMin || t > xMax) continue;
-    const x = sx(t).toFixed(1);
+  for (const t of f.x.ticks) {
+    if (t < f.x.min || t > f.x.max) continue;
+    const x = f.sx(t).toFixed(1);
     parts.push(`<line x1="${x}" x2="${x}" y1="${margin.top}" y2="${margin.top + ph}" stroke="#e5e5e5"/>`);
     parts.push(`<text x="${x}" y="${margin.top + ph + 16}" text-anchor="middle" fill="#333">${escapeXml(formatTick(t))}</text>`);
   }
   parts.push(`<rect x="${margin.left}" y="${margin.top}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
   parts.push(`<text x="${margin.left + pw / 2}" y="${margin.top + ph + 36}" text-anchor="middle">${escapeXml(opts.xLabel)}</text>`);
   parts.push(`<text transform="translate(16 ${margin.top + ph / 2}) rotate(-90)" text-anchor="middle">${escapeXml(opts.yLabel)}</text>`);
-  // series
-  clean.forEach((s, i) => {
+}
+
+/** Each series' polylines, then the legend (three per row). */
+function seriesAndLegend(series: readonly DrawnSeries[], f: Frame, parts: string[]): void {
+  series.forEach((s, i) => {
     const color = s.color ?? PALETTE[i % PALETTE.length]!;
     const dash = s.dashed ? ' stroke-dasharray="6 4"' : '';
     for (const seg of s.segments) {
-      const d = seg.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
+      const d = seg.map(([x, y]) => `${f.sx(x).toFixed(1)},${f.sy(y).toFixed(1)}`).join(' ');
       parts.push(`<polyline fill="none" stroke="${color}" stroke-width="1.8"${dash} points="${d}"><title>${escapeXml(s.name)}</title></polyline>`);
     }
   });
-  // legend
-  clean.forEach((s, i) => {
+  series.forEach((s, i) => {
     const color = s.color ?? PALETTE[i % PALETTE.length]!;
-    const col = i % 3;
-    const row = Math.floor(i / 3);
-    const x = margin.left + col * (pw / 3);
-    const y = margin.top + ph + 52 + row * 18;
+    const x = f.margin.left + (i % 3) * (f.pw / 3);
+    const y = f.margin.top + f.ph + 52 + Math.floor(i / 3) * 18;
     const dash = s.dashed ? ' stroke-dasharray="6 4"' : '';
     parts.push(`<line x1="${x}" x2="${x + 22}" y1="${y}" y2="${y}" stroke="${color}" stroke-width="2.5"${dash}/>`);
     parts.push(`<text x="${x + 28}" y="${y}" dominant-baseline="middle">${escapeXml(s.name)}</text>`);
   });
+}
+
+/** Renders a line chart as a complete SVG document. */
+export function lineChart(opts: LineChartOptions): string {
+  const xLog = opts.xLog === true;
+  const series = drawable(opts.series, xLog);
+  const x = xAxis(series.flatMap((s) => s.points.map((p) => p[0])), xLog);
+  const y = yAxis(series.flatMap((s) => s.points.map((p) => p[1])), opts);
+  const f = frame(opts, x, y);
+  const parts: string[] = [];
+  chrome(opts, f, parts);
+  seriesAndLegend(series, f, parts);
   parts.push('</svg>');
   return `${parts.join('\n')}\n`;
 }

@@ -72,6 +72,59 @@ function isNonNegativeInteger(v: unknown): v is number {
   return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 }
 
+type LineResult =
+  | { readonly ok: true; readonly ts: number; readonly isl: number; readonly osl: number; readonly ids: number[] }
+  | { readonly ok: false; readonly kind: TraceIssueKind; readonly message: string };
+
+function bad(kind: TraceIssueKind, message: string): LineResult {
+  return { ok: false, kind, message };
+}
+
+/** A line's arrival: its `timestamp`, or its `delay` after the previous valid record (after 0 for the first). */
+function arrivalOf(o: Record<string, unknown>, lastTimestamp: number, first: boolean): number | LineResult {
+  if (o.timestamp !== undefined) {
+    if (typeof o.timestamp !== 'number' || !Number.isFinite(o.timestamp) || o.timestamp < 0) {
+      return bad('invalid_value', `timestamp must be a number >= 0, got ${JSON.stringify(o.timestamp)}`);
+    }
+    return o.timestamp;
+  }
+  if (typeof o.delay !== 'number' || !Number.isFinite(o.delay) || o.delay < 0) {
+    return bad('invalid_value', `delay must be a number >= 0, got ${JSON.stringify(o.delay)}`);
+  }
+  return (first ? 0 : lastTimestamp) + o.delay;
+}
+
+/** Validates one non-blank line, checks in a fixed order (the first failing one is reported). */
+function parseLine(raw: string, blockSize: number, lastTimestamp: number, first: boolean): LineResult {
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch (err) {
+    return bad('invalid_json', `not valid JSON (${err instanceof Error ? err.message : String(err)})`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return bad('not_an_object', 'expected a JSON object');
+  const o = value as Record<string, unknown>;
+  const missing = ['input_length', 'output_length', 'hash_ids'].filter((k) => o[k] === undefined);
+  if (o.timestamp === undefined && o.delay === undefined) missing.unshift('timestamp');
+  if (missing.length > 0) return bad('missing_field', `missing ${missing.join(', ')}`);
+  const ts = arrivalOf(o, lastTimestamp, first);
+  if (typeof ts !== 'number') return ts;
+  const isl = o.input_length;
+  const osl = o.output_length;
+  if (typeof isl === 'number' && isl < 0) return bad('negative_length', `input_length is negative (${isl})`);
+  if (typeof osl === 'number' && osl < 0) return bad('negative_length', `output_length is negative (${osl})`);
+  if (!isNonNegativeInteger(isl) || isl === 0) return bad('invalid_value', `input_length must be an integer >= 1, got ${JSON.stringify(isl)}`);
+  if (!isNonNegativeInteger(osl) || osl === 0) return bad('invalid_value', `output_length must be an integer >= 1, got ${JSON.stringify(osl)}`);
+  const ids = o.hash_ids;
+  if (!Array.isArray(ids) || !ids.every(isNonNegativeInteger)) return bad('invalid_value', 'hash_ids must be an array of non-negative integers');
+  const expected = Math.ceil(isl / blockSize);
+  if (ids.length !== expected) {
+    return bad('hash_ids_length', `hash_ids has ${ids.length} ids but input_length ${isl} needs ceil(${isl} / ${blockSize}) = ${expected}`);
+  }
+  if (ts < lastTimestamp) return bad('non_monotonic_timestamp', `timestamp ${ts} is earlier than the previous request's ${lastTimestamp}`);
+  return { ok: true, ts, isl, osl, ids: ids as number[] };
+}
+
 /**
  * Parses and validates trace text.
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a bad traceBlockSize;
@@ -92,76 +145,13 @@ export function parseTrace(text: string, opts: TraceLoadOptions = {}): LoadedTra
     if (raw === '') continue;
     linesRead++;
     const line = i + 1;
-    const issue = (kind: TraceIssueKind, message: string): void => {
-      issues.push({ line, kind, message: `line ${line}: ${message}` });
-    };
-    let value: unknown;
-    try {
-      value = JSON.parse(raw);
-    } catch (err) {
-      issue('invalid_json', `not valid JSON (${err instanceof Error ? err.message : String(err)})`);
+    const r = parseLine(raw, blockSize, lastTimestamp, records.length === 0);
+    if (!r.ok) {
+      issues.push({ line, kind: r.kind, message: `line ${line}: ${r.message}` });
       continue;
     }
-    if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-      issue('not_an_object', 'expected a JSON object');
-      continue;
-    }
-    const o = value as Record<string, unknown>;
-    const missing = ['input_length', 'output_length', 'hash_ids'].filter((k) => o[k] === undefined);
-    if (o.timestamp === undefined && o.delay === undefined) missing.unshift('timestamp');
-    if (missing.length > 0) {
-      issue('missing_field', `missing ${missing.join(', ')}`);
-      continue;
-    }
-    let ts: number;
-    if (o.timestamp !== undefined) {
-      if (typeof o.timestamp !== 'number' || !Number.isFinite(o.timestamp) || o.timestamp < 0) {
-        issue('invalid_value', `timestamp must be a number >= 0, got ${JSON.stringify(o.timestamp)}`);
-        continue;
-      }
-      ts = o.timestamp;
-    } else {
-      if (typeof o.delay !== 'number' || !Number.isFinite(o.delay) || o.delay < 0) {
-        issue('invalid_value', `delay must be a number >= 0, got ${JSON.stringify(o.delay)}`);
-        continue;
-      }
-      ts = (records.length === 0 ? 0 : lastTimestamp) + o.delay;
-    }
-    const isl = o.input_length;
-    const osl = o.output_length;
-    if (typeof isl === 'number' && isl < 0) {
-      issue('negative_length', `input_length is negative (${isl})`);
-      continue;
-    }
-    if (typeof osl === 'number' && osl < 0) {
-      issue('negative_length', `output_length is negative (${osl})`);
-      continue;
-    }
-    if (!isNonNegativeInteger(isl) || isl === 0) {
-      issue('invalid_value', `input_length must be an integer >= 1, got ${JSON.stringify(isl)}`);
-      continue;
-    }
-    if (!isNonNegativeInteger(osl) || osl === 0) {
-      issue('invalid_value', `output_length must be an integer >= 1, got ${JSON.stringify(osl)}`);
-      continue;
-    }
-    const ids = o.hash_ids;
-    if (!Array.isArray(ids) || !ids.every(isNonNegativeInteger)) {
-      issue('invalid_value', 'hash_ids must be an array of non-negative integers');
-      continue;
-    }
-    const expected = Math.ceil(isl / blockSize);
-    if (ids.length !== expected) {
-      issue('hash_ids_length',
-        `hash_ids has ${ids.length} ids but input_length ${isl} needs ceil(${isl} / ${blockSize}) = ${expected}`);
-      continue;
-    }
-    if (ts < lastTimestamp) {
-      issue('non_monotonic_timestamp', `timestamp ${ts} is earlier than the previous request's ${lastTimestamp}`);
-      continue;
-    }
-    lastTimestamp = ts;
-    records.push({ line, timestampMs: ts, inputLength: isl, outputLength: osl, hashIds: ids as number[] });
+    lastTimestamp = r.ts;
+    records.push({ line, timestampMs: r.ts, inputLength: r.isl, outputLength: r.osl, hashIds: r.ids });
   }
   const source = opts.source ?? 'trace';
   if (opts.strict === true && issues.length > 0) {

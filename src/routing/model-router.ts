@@ -13,20 +13,21 @@
  * State ownership: the registry says who exists; the KvRouter's bookkeeping is
  * the authoritative load; the prefix index is advisory and fed by events.
  */
-import { seededRng, systemClock, type Clock, type Rng } from '../core/clock.js';
+import { seededRng, type RouterMode } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
-import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type EventLog, type KvEventHooks } from '../events/index.js';
-import { KvgateError, isKvgateError } from '../errors/index.js';
-import type {
-  ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, RoutingHints as PortHints,
-} from './router-port.js';
+import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type KvEventHooks } from '../events/index.js';
+import { KvgateError } from '../errors/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
-import { KvRouter, type RoutingHints } from './kv-router.js';
-import { PrefillRouter } from './prefill-router.js';
-import { PushRouter, type LegRequest, type RouterMode } from './push-router.js';
-import { PrefillSessions } from './disagg-sessions.js';
+import { makeRouterContext, type RouterContext } from './context.js';
+import { prefillPoolConfig } from './disagg/handoff.js';
+import { PrefillRouter } from './disagg/prefill-router.js';
+import { KvRouter } from './kv-router.js';
+import { PushRouter } from './push/push-router.js';
+import type { LegRequest } from './push/types.js';
+import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
+import { StickySessions } from './sticky-sessions.js';
 
 export interface ModelRouterOptions {
   readonly model: string;
@@ -36,16 +37,12 @@ export interface ModelRouterOptions {
   readonly routerConfig?: KvRouterOptions | undefined;
   readonly registry: WorkerRegistry;
   readonly engine: EngineClient;
-  readonly metrics?: KvgateMetrics | undefined;
-  readonly clock?: Clock | undefined;
-  readonly rng?: Rng | undefined;
   /** Re-dispatches after a connect failure before any byte was sent (default 2). */
   readonly maxRetries?: number | undefined;
   /** Milliseconds between ticks (expiry, queue drain, liveness gauges); default 1000. 0 disables the timer. */
   readonly tickIntervalMs?: number | undefined;
   /** Silence while serving after which a worker's KV events count as stale (default 30000). */
   readonly kvEventsStaleAfterMs?: number | undefined;
-  readonly log?: EventLog | undefined;
   /** Told when a dispatch found a worker unreachable (health probing). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
   /** Refuse requests (and hide the model) instead of serving them aggregated while no prefill worker is available. */
@@ -62,21 +59,6 @@ interface Pool {
   readonly events: KvEventManager | undefined;
 }
 
-/** Frontend hints -> the KvRouter's routing hints (same meaning, router-side names). */
-export function toRoutingHints(h: PortHints): RoutingHints {
-  return {
-    backendInstanceId: h.backendInstanceId,
-    prefillWorkerId: h.prefillWorkerId,
-    decodeWorkerId: h.decodeWorkerId,
-    dpRank: h.dpRank,
-    prefillDpRank: h.prefillDpRank,
-    expectedOutputTokens: h.expectedOutputTokens,
-    loraName: h.loraName,
-    priorityJump: h.priorityJump,
-    allowedWorkerIds: h.allowedWorkerIds,
-  };
-}
-
 const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
 
 export class ModelRouter implements ModelRouterPort {
@@ -90,39 +72,38 @@ export class ModelRouter implements ModelRouterPort {
   /** Disaggregated serving: the prefill pool and its lifecycle. */
   readonly prefill: PrefillRouter;
   /** Sticky sessions of aggregated requests: session id -> decode worker (x-session-id / nvext.session_control). */
-  readonly sessions: PrefillSessions;
+  readonly sessions: StickySessions;
   readonly #opts: ModelRouterOptions;
-  readonly #rng: Rng;
+  readonly #ctx: RouterContext;
   #prefillPool: Pool | undefined;
   readonly #registry: WorkerRegistry;
-  readonly #metrics: KvgateMetrics | undefined;
-  readonly #clock: Clock;
   readonly #onAdded: (w: WorkerInfo) => void;
   readonly #onRemoved: (w: WorkerInfo) => void;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
   #legSeq = 0;
 
-  /** @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid router knobs (the field is named). */
-  constructor(opts: ModelRouterOptions) {
+  /**
+   * `ctx` is handed down to every router and KV-event manager this one builds (default: the
+   * process clock, a time-seeded rng, no logging, no metrics).
+   * @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid router knobs (the field is named).
+   */
+  constructor(opts: ModelRouterOptions, ctx: RouterContext = makeRouterContext({ rng: seededRng(Date.now() >>> 0) })) {
     this.model = opts.model;
     this.blockSize = opts.blockSize;
     this.mode = opts.mode;
     this.#registry = opts.registry;
-    this.#metrics = opts.metrics;
-    this.#clock = opts.clock ?? systemClock;
+    this.#ctx = ctx;
     this.#opts = opts;
-    this.#rng = opts.rng ?? seededRng(Date.now() >>> 0);
-    this.sessions = new PrefillSessions(this.#clock, opts.sessionTtlMs);
+    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs);
     const decode = this.#buildPool('decode');
     this.decode = decode.push;
     this.events = decode.events;
     this.prefill = new PrefillRouter({
       model: opts.model, mode: opts.mode, enforceDisagg: opts.enforceDisagg, decode: this.decode,
       createPool: () => (this.#prefillPool = this.#buildPool('prefill')).push,
-      clock: this.#clock, rng: this.#rng, metrics: opts.metrics, sessionTtlMs: opts.prefillSessionTtlMs, log: opts.log,
-      maxRetries: opts.maxRetries,
-    });
+      sessionTtlMs: opts.prefillSessionTtlMs, maxRetries: opts.maxRetries,
+    }, ctx);
     this.#onAdded = (w) => {
       if (w.model === this.model) this.#workerAdded(w);
     };
@@ -144,36 +125,34 @@ export class ModelRouter implements ModelRouterPort {
    * first prefill worker appears. The prefill KvRouter does not track active
    * blocks (spec 5.1: it scores on overlap and prompt load only).
    */
-  #buildPool(workerType: 'decode' | 'prefill'): Pool {
+  #buildPool(role: 'decode' | 'prefill'): Pool {
     const opts = this.#opts;
+    const ctx = this.#ctx;
     let kvRouter: KvRouter | undefined;
     let events: KvEventManager | undefined;
     if (opts.mode === 'kv') {
-      const config: KvRouterOptions = workerType === 'prefill'
-        ? { ...opts.routerConfig, routerTrackActiveBlocks: false, routerTrackOutputBlocks: false }
-        : { ...opts.routerConfig };
+      const config: KvRouterOptions = role === 'prefill' ? prefillPoolConfig(opts.routerConfig) : { ...opts.routerConfig };
       kvRouter = new KvRouter({
-        blockSize: opts.blockSize, clock: this.#clock, rng: this.#rng, workerType, config,
+        blockSize: opts.blockSize, clock: ctx.clock, rng: ctx.rng, workerType: role, config,
         // A worker whose KV events never started or went silent is scored in approximate mode alone.
         eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
       });
       if (kvRouter.config.useKvEvents) {
         const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
+        // The manager takes the context's clock and logger (its own options do not yet take a Context).
         events = new KvEventManager({
-          applier, clock: this.#clock,
+          applier, clock: ctx.clock, log: ctx.log,
           ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
-          ...(opts.log !== undefined ? { log: opts.log } : {}),
-          ...(opts.metrics !== undefined ? { hooks: eventMetricsHooks(opts.metrics) } : {}),
+          ...(ctx.metrics !== undefined ? { hooks: eventMetricsHooks(ctx.metrics) } : {}),
         });
       }
     }
     const ev = events;
     const push = new PushRouter({
-      model: opts.model, workerType, mode: opts.mode, blockSize: opts.blockSize, kvRouter,
-      engine: opts.engine, metrics: opts.metrics, clock: this.#clock, rng: this.#rng,
+      model: opts.model, role, mode: opts.mode, blockSize: opts.blockSize, kvRouter, engine: opts.engine,
       maxRetries: opts.maxRetries, onWorkerUnreachable: opts.onWorkerUnreachable,
       onDispatch: ev === undefined ? undefined : (w, r) => ev.noteDispatch(w, r),
-    });
+    }, ctx);
     return { push, events };
   }
 
@@ -222,12 +201,12 @@ export class ModelRouter implements ModelRouterPort {
     this.decode.kvRouter?.tick();
     this.prefill.tick();
     this.sessions.sweep();
-    const m = this.#metrics;
+    const m = this.#ctx.metrics;
     if (m === undefined) return;
     for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {
       if (pool?.events === undefined) continue;
       for (const w of pool.push.workers()) {
-        m.workerKvEventsLive.labels({ model: this.model, worker_id: String(w.id), worker_type: pool.push.workerType })
+        m.workerKvEventsLive.labels({ model: this.model, worker_id: String(w.id), worker_type: pool.push.role })
           .set(pool.events.eventStatus(w.id) === 'live' ? 1 : 0);
       }
     }
@@ -253,8 +232,7 @@ export class ModelRouter implements ModelRouterPort {
       stream: req.stream,
       isl: req.tokenIds.length,
       hashes: { local: req.blockHashes, seq: req.sequenceHashes },
-      hints: toRoutingHints(req.hints),
-      routerConfigOverride: req.hints.routerConfigOverride as Readonly<Record<string, unknown>> | undefined,
+      routing: req.hints,
       phase: 'aggregated',
       signal: req.signal,
       receivedAt: req.receivedAt,
@@ -269,30 +247,21 @@ export class ModelRouter implements ModelRouterPort {
     }
     const session = req.hints.session;
     let leg = this.#leg(req);
-    let sticky = false;
-    if (session !== undefined && leg.hints.backendInstanceId === undefined && leg.hints.decodeWorkerId === undefined) {
-      // Session affinity (spec 1.4 step 2): the session's worker becomes the pin while it stays in the pool.
-      const b = this.sessions.lookup(session.id);
-      if (b !== undefined && this.decode.worker(b.workerId) !== undefined) {
-        leg = { ...leg, hints: { ...leg.hints, backendInstanceId: b.workerId, dpRank: b.dpRank } };
-        sticky = true;
-      } else if (b !== undefined) {
-        this.sessions.unbind(session.id);
-      }
-    }
+    // Session affinity: the session's worker becomes the pin while it stays in the pool (an explicit pin wins).
+    const sticky = leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
+      ? this.sessions.stickySlot(session, (id) => this.decode.worker(id) !== undefined)
+      : undefined;
+    if (sticky !== undefined) leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
     let res;
     try {
       res = await this.decode.dispatch(leg);
     } catch (err) {
       // A sticky worker that refused (overloaded, unreachable) no longer holds the session; a client abort changes nothing.
-      if (sticky && !isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')) this.sessions.unbind(session!.id);
+      if (sticky !== undefined) this.sessions.refused(session, err);
       throw err;
     }
     const worker = { workerId: res.selection.worker.id, dpRank: res.selection.dpRank };
-    if (session !== undefined) {
-      if (session.action === 'close') this.sessions.unbind(session.id);
-      else this.sessions.bind(session.id, worker.workerId, worker.dpRank, session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : undefined);
-    }
+    this.sessions.served(session, worker);
     const body = res.body.kind === 'sse' ? { kind: 'sse' as const, events: res.body.events } : { kind: 'json' as const, bytes: res.body.bytes };
     return { worker, status: res.status, body };
   }
@@ -329,7 +298,7 @@ export class ModelRouter implements ModelRouterPort {
       throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED',
         `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`, { model: this.model });
     }
-    if (state === 'inactive' && countFallback) this.#metrics?.disaggFallbacks.labels({ model: this.model }).inc();
+    if (state === 'inactive' && countFallback) this.#ctx.metrics?.disaggFallbacks.labels({ model: this.model }).inc();
     return false;
   }
 }

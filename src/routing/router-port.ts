@@ -24,38 +24,12 @@
  *    annotation) chooses as `route` would but books nothing and dispatches nothing.
  * 5. `close()` on shutdown, after in-flight requests drained or were aborted.
  */
-import type { RouterConfigOverride } from '../core/index.js';
+import type { RoutingHints, WorkerRank } from '../common/index.js';
+
+export type { RoutingHints };
 
 /** Which OpenAI endpoint a request came in on (the port dispatches to the same one). */
 export type EndpointKind = 'chat' | 'completion';
-
-/** Routing hints from the `nvext` body extension and headers, validated (spec section 1.2). */
-export interface RoutingHints {
-  /** Generic pin: `nvext.backend_instance_id` or the `x-worker-instance-id` header. */
-  readonly backendInstanceId?: number | undefined;
-  /** Prefill pin (disaggregated): `nvext.prefill_worker_id` or `x-prefill-instance-id`. */
-  readonly prefillWorkerId?: number | undefined;
-  /** Decode pin (disaggregated): `nvext.decode_worker_id`. */
-  readonly decodeWorkerId?: number | undefined;
-  /** Data-parallel rank of the decode (or aggregated) worker: `nvext.dp_rank`. */
-  readonly dpRank?: number | undefined;
-  /** Data-parallel rank of the prefill worker: `nvext.prefill_dp_rank`. */
-  readonly prefillDpRank?: number | undefined;
-  /** Candidates restricted to these worker ids: `nvext.allowed_worker_ids`. */
-  readonly allowedWorkerIds?: ReadonlySet<number> | undefined;
-  /** Sticky session: `x-session-id` or `nvext.session_control`; timeout in seconds (default 300). */
-  readonly session?: { readonly id: string; readonly action?: 'open' | 'close' | undefined; readonly timeoutSecs?: number | undefined } | undefined;
-  /** Queue priority jump in seconds: `max(0, nvext.agent_hints.priority)` (fallback: `latency_sensitivity`). */
-  readonly priorityJump?: number | undefined;
-  /** Expected output tokens: `nvext.agent_hints.osl` (drives output-block decay). */
-  readonly expectedOutputTokens?: number | undefined;
-  /** LoRA adapter: `nvext.lora_name` (already mixed into the block hashes). */
-  readonly loraName?: string | undefined;
-  /** Per-request scoring overrides: `nvext.router_config_override`, validated by the core. */
-  readonly routerConfigOverride?: RouterConfigOverride | undefined;
-  /** All `nvext.annotations`, as sent. */
-  readonly annotations: readonly string[];
-}
 
 /** A request ready to route: validated, tokenized, hashed. Immutable. */
 export interface PreparedRequest {
@@ -77,6 +51,7 @@ export interface PreparedRequest {
   readonly sequenceHashes: BigUint64Array;
   /** True when the tokens come from the fallback tokenizer (model without tokenizer): hashes approximate the engine's. */
   readonly approximate: boolean;
+  /** Validated once by the frontend (the router-config override included) and carried unchanged to the scheduler. */
   readonly hints: RoutingHints;
   /** Query-only (`query_instance_id:` annotation or /v1/route): `query` is called instead of `route`. */
   readonly queryOnly: boolean;
@@ -84,12 +59,6 @@ export interface PreparedRequest {
   readonly signal: AbortSignal;
   /** `performance.now()` when the request arrived (for TTFT measured from arrival). */
   readonly receivedAt: number;
-}
-
-/** A (worker, data-parallel rank) pair. */
-export interface WorkerRef {
-  readonly workerId: number;
-  readonly dpRank: number;
 }
 
 /**
@@ -109,9 +78,9 @@ export type RoutedBody =
 
 export interface RoutedResponse {
   /** The worker serving the request (decode worker when disaggregated): the `x-kvgate-worker` header. */
-  readonly worker: WorkerRef;
+  readonly worker: WorkerRank;
   /** The prefill worker when disaggregated: the `x-kvgate-prefill-worker` header. */
-  readonly prefillWorker?: WorkerRef | undefined;
+  readonly prefillWorker?: WorkerRank | undefined;
   /** The engine's HTTP status, passed to the client (an engine 4xx with its body is passed through). */
   readonly status: number;
   readonly body: RoutedBody;
@@ -120,8 +89,8 @@ export interface RoutedResponse {
 /** The routing decision of a query-only request. */
 export interface QueryResult {
   /** Decode (or aggregated) worker. */
-  readonly worker: WorkerRef;
-  readonly prefillWorker?: WorkerRef | undefined;
+  readonly worker: WorkerRank;
+  readonly prefillWorker?: WorkerRank | undefined;
   /** Blocks of the prompt the chosen worker already holds (per the index). */
   readonly overlapBlocks: number;
   readonly prefillOverlapBlocks?: number | undefined;

@@ -3,6 +3,7 @@
  * XXH3-64 over little-endian u32 tokens, seed 1337 (+ LoRA and cache-salt
  * mixing), chained sequence hashes. One WASM call per prompt.
  */
+import { blockSize as checkBlockSize } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { wasm } from './instance.js';
 
@@ -52,12 +53,6 @@ export function requestSeed(loraName?: string, cacheSalt?: string): bigint {
     seedCache.set(key, seed);
   }
   return seed;
-}
-
-function checkBlockSize(blockSize: number): void {
-  if (!Number.isInteger(blockSize) || blockSize <= 0 || blockSize > 1 << 20) {
-    throw new KvgateError('KVG_ERR_INVALID_BLOCK_SIZE', `block size must be an integer in [1, 1048576], got ${blockSize}`, { blockSize });
-  }
 }
 
 /** Writes tokens into WASM memory at `ptr`, validating plain-number arrays as u32. */

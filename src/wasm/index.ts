@@ -2,5 +2,5 @@
 export { xxh3, blockHashes, promptHashes, sequenceHashes, requestSeed, BLOCK_HASH_SEED } from './hashing.js';
 export type { BlockHashOptions, PromptHashes } from './hashing.js';
 export { PrefixIndex } from './prefix-index.js';
-export type { WorkerSlot, OverlapScores, RemoveResult } from './prefix-index.js';
+export type { OverlapScores, RemoveResult } from './prefix-index.js';
 export { wasm } from './instance.js';

@@ -9,13 +9,9 @@
  * Ownership: the index is advisory (what the engines told us they cache); the
  * bookkeeping of in-flight requests lives in src/core and is authoritative.
  */
+import { slotKey, type WorkerRank } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { wasm, type WasmModule } from './instance.js';
-
-export interface WorkerSlot {
-  readonly workerId: number;
-  readonly dpRank: number;
-}
 
 /** The overlap of one request with every slot that holds its first block. */
 export interface OverlapScores {
@@ -50,7 +46,7 @@ export class PrefixIndex {
   readonly #m: WasmModule;
   #ptr: number;
   readonly #slotByKey = new Map<string, number>();
-  readonly #slotInfo: (WorkerSlot | undefined)[] = [];
+  readonly #slotInfo: (WorkerRank | undefined)[] = [];
   readonly #slotsByWorker = new Map<number, Set<number>>();
   readonly #freeSlots: number[] = [];
   #freed = false;
@@ -77,7 +73,7 @@ export class PrefixIndex {
 
   /** The slot id of (workerId, dpRank), registering it on first use. */
   slotOf(workerId: number, dpRank = 0): number {
-    const key = `${workerId}:${dpRank}`;
+    const key = slotKey(workerId, dpRank);
     let slot = this.#slotByKey.get(key);
     if (slot === undefined) {
       if (!Number.isSafeInteger(workerId) || workerId < 0 || !Number.isInteger(dpRank) || dpRank < 0 || dpRank > 0xffff) {
@@ -96,17 +92,17 @@ export class PrefixIndex {
 
   /** The slot id of (workerId, dpRank) if registered. */
   findSlot(workerId: number, dpRank = 0): number | undefined {
-    return this.#slotByKey.get(`${workerId}:${dpRank}`);
+    return this.#slotByKey.get(slotKey(workerId, dpRank));
   }
 
   /** The (worker, rank) behind a slot id. */
-  slotWorker(slot: number): WorkerSlot | undefined {
+  slotWorker(slot: number): WorkerRank | undefined {
     return this.#slotInfo[slot];
   }
 
   /** Every registered slot. */
-  slots(): WorkerSlot[] {
-    return this.#slotInfo.filter((s): s is WorkerSlot => s !== undefined);
+  slots(): WorkerRank[] {
+    return this.#slotInfo.filter((s): s is WorkerRank => s !== undefined);
   }
 
   /**
@@ -175,7 +171,7 @@ export class PrefixIndex {
     const slot = this.findSlot(workerId, dpRank);
     if (slot === undefined) return;
     this.#m.exports.idxClearSlot(this.#live(), slot);
-    this.#slotByKey.delete(`${workerId}:${dpRank}`);
+    this.#slotByKey.delete(slotKey(workerId, dpRank));
     this.#slotInfo[slot] = undefined;
     const set = this.#slotsByWorker.get(workerId)!;
     set.delete(slot);

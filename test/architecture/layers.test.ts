@@ -13,20 +13,22 @@ const SRC = new URL('../../src/', import.meta.url).pathname;
 /** Allowed dependencies per layer (leaves first). */
 const ALLOWED: Record<string, readonly string[]> = {
   errors: [],
-  metrics: [],
-  wasm: ['errors'],
-  tokenizer: ['errors'],
-  engines: ['errors'],
-  discovery: ['errors'],
-  core: ['errors', 'wasm'],
-  events: ['errors', 'wasm', 'core'],
-  mocker: ['errors', 'wasm', 'core', 'tokenizer'],
-  config: ['errors', 'core', 'discovery', 'tokenizer'],
-  routing: ['errors', 'wasm', 'core', 'engines', 'events', 'discovery', 'metrics'],
-  frontend: ['errors', 'wasm', 'core', 'tokenizer', 'config', 'metrics', 'routing'],
+  // the vocabulary, clock, logger and context every layer shares
+  common: ['errors'],
+  metrics: ['common'],
+  wasm: ['errors', 'common'],
+  tokenizer: ['errors', 'common'],
+  engines: ['errors', 'common'],
+  discovery: ['errors', 'common'],
+  core: ['errors', 'common', 'wasm'],
+  events: ['errors', 'common', 'wasm', 'core'],
+  mocker: ['errors', 'common', 'wasm', 'core', 'tokenizer'],
+  config: ['errors', 'common', 'core', 'discovery', 'tokenizer'],
+  routing: ['errors', 'common', 'wasm', 'core', 'engines', 'events', 'discovery', 'metrics'],
+  frontend: ['errors', 'common', 'wasm', 'core', 'tokenizer', 'config', 'metrics', 'routing'],
   // replay drives the mocker cores and the routers offline; the online runner composes the gateway and lives in cli.
-  replay: ['errors', 'core', 'events', 'mocker', 'routing'],
-  cli: ['errors', 'config', 'discovery', 'engines', 'frontend', 'mocker', 'replay', 'routing'],
+  replay: ['errors', 'common', 'core', 'events', 'mocker', 'routing'],
+  cli: ['errors', 'common', 'config', 'discovery', 'engines', 'frontend', 'mocker', 'replay', 'routing'],
 };
 
 function files(dir: string): string[] {
@@ -53,6 +55,20 @@ describe('layering', () => {
         if (depth !== fileDepth) continue; // a relative path inside the same layer
         const target = m[2]!;
         if (target !== layer && !ALLOWED[layer]!.includes(target)) violations.push(`${relative(SRC, file)} -> ${target}`);
+      }
+    }
+    expect(violations).toEqual([]);
+  });
+
+  it('imports between layers go through the target folder\'s index.ts', () => {
+    const violations: string[] = [];
+    for (const file of files(SRC)) {
+      const rel = relative(SRC, file);
+      const layer = rel.split('/')[0]!;
+      const fileDepth = rel.split('/').length - 1;
+      for (const m of readFileSync(file, 'utf8').matchAll(/from '((?:\.\.\/)+)([a-z]+)\/([^']+)'/g)) {
+        if (m[1]!.length / 3 !== fileDepth || m[2] === layer) continue; // inside the same layer
+        if (m[3] !== 'index.js') violations.push(`${rel} -> ${m[2]}/${m[3]}`);
       }
     }
     expect(violations).toEqual([]);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ActiveSequences, outputBlockDecay } from '../../src/core/active-sequences.js';
-import { ManualClock, seededRng } from '../../src/core/clock.js';
+import { ManualClock, seededRng } from '../../src/common/index.js';
 import { promptHashes, type PromptHashes } from '../../src/wasm/index.js';
 
 const BS = 4;

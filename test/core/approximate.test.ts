@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ApproximateIndex } from '../../src/core/approximate.js';
-import { ManualClock } from '../../src/core/clock.js';
+import { ManualClock } from '../../src/common/index.js';
 import { PrefixIndex, promptHashes } from '../../src/wasm/index.js';
 
 function depths(index: PrefixIndex, local: BigUint64Array): Record<string, number> {

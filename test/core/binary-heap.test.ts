@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { BinaryHeap } from '../../src/core/binary-heap.js';
-import { seededRng } from '../../src/core/clock.js';
+import { seededRng } from '../../src/common/index.js';
 
 describe('BinaryHeap', () => {
   it('pops in order for random pushes and pops, and reset takes a sorted array', () => {

@@ -1,19 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import {
-  KV_ROUTER_CONFIG_FIELDS, KV_ROUTER_DEFAULTS, kvEventsEnabled, kvRouterOptionsFromDynamo, kvRouterOptionsFromFlags,
+  KV_ROUTER_CONFIG_FIELDS, KV_ROUTER_DEFAULTS, kvEventsEnabled, kvRouterOptionsFromDynamo,
   parseRouterConfigOverride, resolveKvRouterConfig, type KvRouterOptions,
 } from '../../src/core/config.js';
-import { isKvgateError, KvgateError } from '../../src/errors/index.js';
+import { kvgateErrorOf } from '../helpers/kvgate-error.js';
 
-function configError(fn: () => unknown): KvgateError {
-  try {
-    fn();
-  } catch (err) {
-    if (isKvgateError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected a KvgateError');
-}
+const configError = kvgateErrorOf;
 
 describe('KvRouterConfig', () => {
   it('defaults are Dynamo v1.5 and the result is deep-frozen', () => {
@@ -88,26 +80,8 @@ describe('KvRouterConfig', () => {
     expect(kvEventsEnabled(resolveKvRouterConfig({ useKvEvents: false }))).toBe(false);
   });
 
-  it('every field has a Dynamo name, and flags parse to options', () => {
+  it('every field has a Dynamo name, and Dynamo names parse to options', () => {
     for (const key of Object.keys(KV_ROUTER_DEFAULTS)) expect(KV_ROUTER_CONFIG_FIELDS).toHaveProperty(key);
-    expect(KV_ROUTER_CONFIG_FIELDS.routerTemperature.flag).toBe('--router-temperature');
-    expect(KV_ROUTER_CONFIG_FIELDS.overlapScoreCredit.flag).toBe('--router-kv-overlap-score-credit');
-    const opts = kvRouterOptionsFromFlags({
-      '--router-temperature': '0.5',
-      '--no-router-kv-events': true,
-      '--router-queue-threshold': '4',
-      '--router-queue-policy': 'wspt',
-      '--router-queue-by-incoming-missing-isl': '[[0, 8192], [4096, 2048]]',
-      '--router-predicted-ttl-secs': 'none',
-      '--router-track-output-blocks': 'true',
-    });
-    expect(opts).toEqual({
-      routerTemperature: 0.5, useKvEvents: false, routerQueueThreshold: 4, routerQueuePolicy: 'wspt',
-      routerQueueByIncomingMissingIsl: [[0, 8192], [4096, 2048]], routerPredictedTtlSecs: null, routerTrackOutputBlocks: true,
-    });
-    expect(resolveKvRouterConfig(opts).routerQueuePolicy).toBe('wspt');
-    expect(configError(() => kvRouterOptionsFromFlags({ '--router-temperature': 'hot' })).detail).toMatchObject({ field: '--router-temperature' });
-    expect(configError(() => kvRouterOptionsFromFlags({ '--router-bogus': '1' })).detail).toMatchObject({ reason: 'unknown router flag' });
     expect(kvRouterOptionsFromDynamo({ router_temperature: 0.2, overlap_score_credit: 2 })).toEqual({ routerTemperature: 0.2, overlapScoreCredit: 2 });
     expect(configError(() => kvRouterOptionsFromDynamo({ router_temprature: 1 })).code).toBe('KVG_ERR_INVALID_CONFIG');
   });
@@ -124,5 +98,13 @@ describe('RouterConfigOverride', () => {
     expect(configError(() => parseRouterConfigOverride({ queue_threshold: 1 })).detail).toMatchObject({ reason: 'unknown field' });
     expect(configError(() => parseRouterConfigOverride({ trackPrefillTokens: 'no' })).detail).toMatchObject({ reason: 'must be a boolean' });
     expect(Object.isFrozen(parseRouterConfigOverride({}))).toBe(true);
+  });
+
+  it('reads own properties only: prototype member names are unknown fields, here and in the router config', () => {
+    for (const key of ['constructor', 'toString', 'hasOwnProperty', '__proto__']) {
+      const input = JSON.parse(`{"${key}": 1}`) as Record<string, unknown>;
+      expect(configError(() => parseRouterConfigOverride(input)).detail).toMatchObject({ reason: 'unknown field' });
+      expect(configError(() => resolveKvRouterConfig(input as KvRouterOptions)).detail).toMatchObject({ reason: 'unknown field' });
+    }
   });
 });

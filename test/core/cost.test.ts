@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { candidateCost, costV11, type CostKnobs } from '../../src/core/cost.js';
 import { KV_ROUTER_DEFAULTS } from '../../src/core/config.js';
 import { pickLowest, sampleIndex, softmaxProbabilities } from '../../src/core/selection.js';
-import { seededRng } from '../../src/core/clock.js';
+import { seededRng } from '../../src/common/index.js';
 
 const DEFAULT_KNOBS: CostKnobs = {
   overlapScoreCredit: KV_ROUTER_DEFAULTS.overlapScoreCredit,

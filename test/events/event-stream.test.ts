@@ -1,10 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { encode } from '@msgpack/msgpack';
 import { blockHashes } from '../../src/wasm/index.js';
-import { ManualClock } from '../../src/core/clock.js';
+import { ManualClock, type Logger } from '../../src/common/index.js';
+import { captureWarnings } from '../helpers/capture-log.js';
 import {
-  EventLiveness, KvEventApplier, KvEventCounters, KvEventStream, SequenceCursor, encodeSeq,
-  type ReplayResult, type ReplaySource, type EventLog,
+  EventLiveness, KvEventApplier, KvEventCounters, KvEventStream, SequenceCursor, encodeSeq, ingestContext,
+  type ReplayReply, type ReplaySource,
 } from '../../src/events/index.js';
 import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
 
@@ -14,7 +15,7 @@ const BS = 4;
 class FakeEngine implements ReplaySource {
   readonly buffer: { seq: bigint; payload: Uint8Array }[] = [];
   readonly requests: bigint[] = [];
-  readonly #waiting: { batches: { seq: bigint; payload: Uint8Array }[]; resolve: (r: ReplayResult) => void; reject: (e: Error) => void }[] = [];
+  readonly #waiting: { batches: { seq: bigint; payload: Uint8Array }[]; resolve: (r: ReplayReply) => void; reject: (e: Error) => void }[] = [];
   seq = 0n;
   auto = true;
 
@@ -24,7 +25,7 @@ class FakeEngine implements ReplaySource {
     return b;
   }
 
-  replay(fromSeq: bigint): Promise<ReplayResult> {
+  replay(fromSeq: bigint): Promise<ReplayReply> {
     this.requests.push(fromSeq);
     const batches = this.buffer.filter((b) => b.seq >= fromSeq);
     if (this.auto) return Promise.resolve({ batches, errors: [] });
@@ -51,7 +52,7 @@ function stored(id: number, parent: number | null, tokens: number[]): TestEvent 
   return { type: 'stored', blockHashes: hashes, parent: parent === null ? null : BigInt(parent), tokens, blockSize: BS };
 }
 
-function setup(opts: { replay?: boolean; maxPending?: number; dpRank?: number; log?: EventLog; clock?: ManualClock } = {}) {
+function setup(opts: { replay?: boolean; maxPending?: number; dpRank?: number; log?: Logger; clock?: ManualClock } = {}) {
   const engine = new FakeEngine();
   const counters = new KvEventCounters();
   const clock = opts.clock ?? new ManualClock();
@@ -59,10 +60,8 @@ function setup(opts: { replay?: boolean; maxPending?: number; dpRank?: number; l
   const applier = new KvEventApplier({ blockSize: BS });
   const dpRank = opts.dpRank ?? 0;
   liveness.register(7, dpRank);
-  const stream = new KvEventStream({
-    workerId: 7, dpRank, applier, hooks: counters, liveness, clock, log: opts.log,
-    replay: opts.replay === false ? undefined : engine, maxPendingBatches: opts.maxPending,
-  });
+  const stream = new KvEventStream({ workerId: 7, dpRank }, ingestContext({ applier, hooks: counters, liveness, clock, log: opts.log }),
+    opts.replay === false ? undefined : engine, { maxPendingBatches: opts.maxPending });
   const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);
   const depth = (tokens: number[]): number => {
     const ix = applier.indexes.device;
@@ -270,7 +269,7 @@ describe('KvEventStream', () => {
     }
     const applier = new FlakyApplier({ blockSize: BS });
     const lines: Record<string, unknown>[] = [];
-    const stream = new KvEventStream({ workerId: 7, dpRank: 0, applier, replay: engine, log: { warn: (f) => lines.push(f) } });
+    const stream = new KvEventStream({ workerId: 7, dpRank: 0 }, ingestContext({ applier, log: captureWarnings(lines) }), engine);
     const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);
     deliver(engine.batch([stored(1, null, A)]));
     engine.batch([stored(2, 100, B)]);
@@ -289,7 +288,7 @@ describe('KvEventStream', () => {
 
   it('garbled frames and payloads are counted with the worker, never thrown, never touch other slots', () => {
     const lines: Record<string, unknown>[] = [];
-    const log: EventLog = { warn: (f) => lines.push(f) };
+    const log = captureWarnings(lines);
     const { engine, stream, deliver, depth, counters, applier } = setup({ log });
     // Another worker's entries in the same index.
     applier.applyBatch(8, 0, { ts: 0, dpRank: 0, errors: [], events: [{ type: 'stored', tier: 'device', parentHash: null, blockHashes: BigUint64Array.of(1n),
@@ -317,7 +316,7 @@ describe('KvEventStream', () => {
   it('throttles repeated log lines per kind and reports how many were suppressed', () => {
     const lines: Record<string, unknown>[] = [];
     const clock = new ManualClock();
-    const { stream } = setup({ log: { warn: (f) => lines.push(f) }, clock });
+    const { stream } = setup({ log: captureWarnings(lines), clock });
     for (let i = 0; i < 10; i++) stream.onFrames([Buffer.from('x')]);
     expect(lines.length).toBe(1);
     clock.advance(10_001);

@@ -1,8 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { encode } from '@msgpack/msgpack';
 import { blockHashes } from '../../src/wasm/index.js';
-import { ManualClock } from '../../src/core/clock.js';
-import { KvEventApplier, KvEventManager, type EventLog } from '../../src/events/index.js';
+import { ManualClock, type Logger } from '../../src/common/index.js';
+import { KvEventApplier, KvEventManager } from '../../src/events/index.js';
+import { captureWarnings } from '../helpers/capture-log.js';
 import { ENCODINGS, TestKvPublisher, type TestEvent } from '../helpers/zmq-publisher.js';
 import { until } from '../helpers/until.js';
 
@@ -29,7 +30,7 @@ afterEach(async () => {
   while (cleanups.length > 0) await cleanups.pop()!();
 });
 
-async function fixture(opts: { encoding?: (typeof ENCODINGS)[number]; dpRank?: number; replay?: boolean; replayTimeoutMs?: number; log?: EventLog } = {}) {
+async function fixture(opts: { encoding?: (typeof ENCODINGS)[number]; dpRank?: number; replay?: boolean; replayTimeoutMs?: number; log?: Logger } = {}) {
   const pub = await TestKvPublisher.start({ encoding: opts.encoding, dpRank: opts.dpRank, replay: opts.replay, topic: 'kv-events' });
   const clock = new ManualClock();
   const manager = new KvEventManager({
@@ -132,7 +133,7 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
 
   it('garbled payloads, unknown tags and wrong frame counts are counted and logged with the worker; nothing else changes', async () => {
     const lines: Record<string, unknown>[] = [];
-    const { pub, manager } = await fixture({ log: { warn: (f) => lines.push(f) } });
+    const { pub, manager } = await fixture({ log: captureWarnings(lines) });
     const other = await TestKvPublisher.start({ topic: 'kv-events' });
     cleanups.push(() => other.close());
     await manager.add({ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });

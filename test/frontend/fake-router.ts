@@ -4,8 +4,9 @@
  * records what it was given. Streams can be held open with `hold()` to test
  * disconnects, timeouts, concurrency limits and draining.
  */
+import type { WorkerRank } from '../../src/common/index.js';
 import { KvgateError } from '../../src/errors/index.js';
-import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, SseEvent, WorkerRef } from '../../src/frontend/index.js';
+import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, SseEvent } from '../../src/frontend/index.js';
 
 export interface FakeRouterOptions {
   model: string;
@@ -58,7 +59,7 @@ export class FakeRouter implements ModelRouterPort {
     this.#gate = undefined;
   }
 
-  #choose(req: PreparedRequest): { worker: WorkerRef; overlap: number } {
+  #choose(req: PreparedRequest): { worker: WorkerRank; overlap: number } {
     const pin = req.hints.decodeWorkerId ?? req.hints.backendInstanceId;
     if (this.direct && pin === undefined) throw new KvgateError('KVG_ERR_MISSING_WORKER_ID', 'router mode is direct: name the worker');
     if (pin !== undefined) {

@@ -7,8 +7,9 @@ import { EngineClient } from '../../src/engines/index.js';
 import { WorkerRegistry, type WorkerInfo } from '../../src/discovery/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { startMocker, type MockerHandle, type MockerInput } from '../../src/mocker/index.js';
-import { ModelRouter, type ModelRouterOptions } from '../../src/routing/model-router.js';
-import { seededRng } from '../../src/core/clock.js';
+import type { Clock } from '../../src/common/index.js';
+import { ModelRouter, makeRouterContext, type ModelRouterOptions } from '../../src/routing/index.js';
+import { seededRng } from '../../src/common/index.js';
 import { promptHashes } from '../../src/wasm/index.js';
 import { until as pollUntil } from './until.js';
 import type { PreparedRequest, RoutedResponse } from '../../src/frontend/router-port.js';
@@ -28,7 +29,7 @@ export interface Fleet {
 
 export async function startFleet(n: number, opts: {
   mocker?: MockerInput;
-  router?: Partial<Omit<ModelRouterOptions, 'registry' | 'engine' | 'model' | 'blockSize'>>;
+  router?: Partial<Omit<ModelRouterOptions, 'registry' | 'engine' | 'model' | 'blockSize'>> & { clock?: Clock };
   kvEvents?: boolean;
   /** Worker ids whose KV-event endpoint the router is not told about (their events never reach it). */
   withoutEvents?: readonly number[];
@@ -46,9 +47,10 @@ export async function startFleet(n: number, opts: {
   const engine = new EngineClient({ connectTimeoutMs: 2000 });
   for (const w of workers) engine.addWorker(w.url);
   const metrics = new KvgateMetrics({ processMetrics: false });
+  const { clock, ...routerOpts } = opts.router ?? {};
   const router = new ModelRouter({
-    model: MODEL, mode: 'kv', blockSize: BLOCK, registry, engine, metrics, rng: seededRng(7), tickIntervalMs: 0, ...opts.router,
-  });
+    model: MODEL, mode: 'kv', blockSize: BLOCK, registry, engine, tickIntervalMs: 0, ...routerOpts,
+  }, makeRouterContext({ metrics, rng: seededRng(7), ...(clock !== undefined ? { clock } : {}) }));
   return {
     mockers, workers, registry, engine, metrics, router,
     async close() {

@@ -1,6 +1,6 @@
 /** `kvgate mocker`: flag parsing, consecutive ports, one JSON line per engine. */
 import { describe, expect, it } from 'vitest';
-import { HELP, parseMockerArgs, startMockers } from '../../src/cli/mocker.js';
+import { MOCKER_HELP as HELP, parseMockerArgs, startMockers } from '../../src/cli/mocker.js';
 import { SUBCOMMANDS } from '../../src/cli/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { promptHashes, xxh3 } from '../../src/wasm/index.js';
-import { EngineCore, type CoreRequest, type KvEvent, type StepResult } from '../../src/mocker/engine.js';
+import { EngineCore, type CoreRequest, type KvEvent, type StepResult } from '../../src/mocker/index.js';
 import { engineCoreOptions, resolveMockerOptions, type MockerInput } from '../../src/mocker/options.js';
 import { polynomialPrefillMs } from '../../src/mocker/timing.js';
 import { VirtualEngine } from '../../src/mocker/virtual-engine.js';

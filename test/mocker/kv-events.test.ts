@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { decode } from '@msgpack/msgpack';
-import { encodeEventBatch, encodeSeq, REPLAY_END_SEQ } from '../../src/mocker/kv-events.js';
-import type { KvEvent } from '../../src/mocker/engine.js';
+import { encodeSeq, REPLAY_END_SEQ } from '../../src/common/index.js';
+import { encodeEventBatch } from '../../src/mocker/kv-events.js';
+import type { KvEvent } from '../../src/mocker/index.js';
 
 /** msgpack fixstr as hex */
 const s = (text: string): string => (0xa0 + text.length).toString(16) + Buffer.from(text, 'ascii').toString('hex');

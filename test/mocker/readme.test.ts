@@ -1,7 +1,7 @@
 /** The README's `kvgate mocker` section stays true: every flag documented, the example's claim holds. */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { HELP } from '../../src/cli/mocker.js';
+import { MOCKER_HELP as HELP } from '../../src/cli/mocker.js';
 import { startMocker } from '../../src/mocker/index.js';
 import { postJson } from './helpers.js';
 

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { commandLine, parseReplayArgs, run } from '../../src/cli/replay.js';
+import { commandLine, parseReplayArgs, replayCommand as run } from '../../src/cli/replay.js';
 import { SUBCOMMANDS } from '../../src/cli/index.js';
 
 const SMALL = new URL('../fixtures/traces/small.jsonl', import.meta.url).pathname;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { HELP, parseReplayArgs } from '../../src/cli/replay.js';
+import { REPLAY_HELP as HELP, parseReplayArgs } from '../../src/cli/replay.js';
 
 const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
 const section = readme.slice(readme.indexOf('## kvgate replay'), readme.indexOf('\n## ', readme.indexOf('## kvgate replay') + 5));

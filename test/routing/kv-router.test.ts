@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { KvRouter, resolvePin } from '../../src/routing/index.js';
-import { candidateCost, ManualClock, outputBlockDecay, seededRng, type KvRouterOptions } from '../../src/core/index.js';
+import { ManualClock, seededRng } from '../../src/common/index.js';
+import { outputBlockDecay, type KvRouterOptions } from '../../src/core/index.js';
+import { candidateCost } from '../../src/core/cost.js';
 import { isKvgateError } from '../../src/errors/index.js';
 import { PrefixIndex, promptHashes } from '../../src/wasm/index.js';
 
@@ -71,7 +73,7 @@ describe('KvRouter selection', () => {
     expect(d.booked).toBe(false);
     expect(d.prefillTokens).toBe(0);
     expect(r.loads()).toEqual(before);
-    expect(r.scheduler.activeRequestCount).toBe(0);
+    expect(r.activeRequestCount).toBe(0);
     // The same id can be booked afterwards.
     r.findBestMatch({ requestId: 'q', tokens: tokens(40) });
     expect(errorCode(() => r.findBestMatch({ requestId: 'q', tokens: tokens(40) }))).toBe('KVG_ERR_DUPLICATE_REQUEST');
@@ -83,7 +85,7 @@ describe('KvRouter selection', () => {
     for (let i = 0; i < 3; i++) seen.add(r.findBestMatch({ requestId: `s${i}`, tokens: tokens(40, 1000 * (i + 1)) }).workerId);
     expect(seen.size).toBe(3);
     // A sibling of s0's prompt: its blocks are already active on s0's worker, so fewer new decode blocks there.
-    const s0 = r.scheduler.activeRequest('s0')!;
+    const s0 = r.activeRequest('s0')!;
     const d = r.findBestMatch({ requestId: 'sib', tokens: tokens(40, 1000) }, { mode: 'query' });
     const row = d.candidates.find((c) => c.workerId === s0.workerId)!;
     expect(row.decodeBlocks).toBe(10); // 10 active + 0 new

@@ -1,4 +1,3 @@
 /** Pure pieces of disaggregated serving: SGLang bootstrap rooms and the per-request tracker with phases. */
 export { computeBootstrapRoom, randomRoomSeed, I64_MAX } from './bootstrap-room.js';
 export { RequestTracker } from './request-tracker.js';
-export type { RequestPhase, PhasePermit, WorkerAttribution } from './request-tracker.js';

@@ -1,5 +1,5 @@
 /**
- * Per-request record shared by the prefill and decode legs (spec 1.4b):
+ * Per-request record shared by the prefill and decode legs:
  * write-once timestamps from an injected clock, worker attribution per phase,
  * and the phase with a one-slot permit.
  *
@@ -9,9 +9,7 @@
  * slot), never after prefill output: waiting for output would deadlock SGLang's
  * rendezvous, where prefill completes only once decode has connected.
  */
-import type { Clock } from '../clock.js';
-
-export type RequestPhase = 'prefill' | 'decode' | 'aggregated';
+import type { Clock, WorkerRole } from '../../common/index.js';
 
 export interface WorkerAttribution {
   prefillWorkerId?: number;
@@ -22,13 +20,13 @@ export interface WorkerAttribution {
 
 /** A held phase; release it exactly once (later calls are no-ops). */
 export interface PhasePermit {
-  readonly phase: RequestPhase;
+  readonly phase: WorkerRole;
   release(): void;
 }
 
 export class RequestTracker {
   readonly #clock: Clock;
-  #phase: RequestPhase = 'aggregated';
+  #phase: WorkerRole = 'aggregated';
   #held = false;
   readonly #waiters: (() => void)[] = [];
   readonly #workers: WorkerAttribution = {};
@@ -48,12 +46,12 @@ export class RequestTracker {
     this.times = { received: clock.now() };
   }
 
-  get phase(): RequestPhase {
+  get phase(): WorkerRole {
     return this.#phase;
   }
 
   /** Waits for the permit, sets the phase, and returns the permit. */
-  async setPhase(phase: RequestPhase): Promise<PhasePermit> {
+  async setPhase(phase: WorkerRole): Promise<PhasePermit> {
     while (this.#held) await new Promise<void>((resolve) => this.#waiters.push(resolve));
     this.#held = true;
     this.#phase = phase;

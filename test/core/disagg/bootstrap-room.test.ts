@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { computeBootstrapRoom, I64_MAX, randomRoomSeed } from '../../../src/core/disagg/index.js';
-import { seededRng } from '../../../src/core/clock.js';
+import { seededRng } from '../../../src/common/index.js';
 
 describe('computeBootstrapRoom', () => {
   it('spec vectors and fall-back cases', () => {

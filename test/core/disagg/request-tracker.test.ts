@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { RequestTracker } from '../../../src/core/disagg/index.js';
-import { ManualClock } from '../../../src/core/clock.js';
+import { ManualClock } from '../../../src/common/index.js';
 
 describe('RequestTracker', () => {
   it('phase permit: the next phase waits until the previous permit is released', async () => {

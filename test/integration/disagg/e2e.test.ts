@@ -5,7 +5,7 @@
  * prefill selection and sticky prefill sessions at the router.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { seededRng } from '../../../src/core/clock.js';
+import { seededRng } from '../../../src/common/index.js';
 import {
   BLOCK, PREFILL_ID, booked, drain, legsOf, prepare, randomTokens, startDisaggFleet, until, type DisaggFleet,
 } from './fleet.js';

@@ -6,7 +6,7 @@
  * not cancelled), prefill backpressure (503 with the queued/max ISL figures).
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { seededRng } from '../../../src/core/clock.js';
+import { seededRng } from '../../../src/common/index.js';
 import { KvgateError, isKvgateError } from '../../../src/errors/index.js';
 import { booked, drain, legsOf, prepare, randomTokens, startDisaggFleet, until, type DisaggFleet, type DisaggFleetOptions } from './fleet.js';
 

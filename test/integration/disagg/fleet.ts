@@ -9,9 +9,8 @@ import { EngineClient, applyFields, type DispatchOptions, type EngineResponse, t
 import { WorkerRegistry, type WorkerInfo } from '../../../src/discovery/index.js';
 import { KvgateMetrics } from '../../../src/metrics/index.js';
 import { startMocker, type MockerHandle, type MockerInput } from '../../../src/mocker/index.js';
-import { ModelRouter, type ModelRouterOptions } from '../../../src/routing/model-router.js';
-import { seededRng } from '../../../src/core/clock.js';
-import type { PushRouter } from '../../../src/routing/push-router.js';
+import { ModelRouter, makeRouterContext, type ModelRouterOptions, type PushRouter } from '../../../src/routing/index.js';
+import { seededRng } from '../../../src/common/index.js';
 import { BLOCK, MODEL, drain as drainRouted } from '../../helpers/fleet.js';
 import type { RoutedResponse } from '../../../src/frontend/router-port.js';
 
@@ -167,8 +166,8 @@ export async function startDisaggFleet(opts: DisaggFleetOptions): Promise<Disagg
   for (const w of all) rec.engine.addWorker(w.url);
   const metrics = new KvgateMetrics({ processMetrics: false });
   const router = new ModelRouter({
-    model: MODEL, mode: 'kv', blockSize: BLOCK, registry, engine: rec.engine, metrics, rng: seededRng(7), tickIntervalMs: 0, ...opts.router,
-  });
+    model: MODEL, mode: 'kv', blockSize: BLOCK, registry, engine: rec.engine, tickIntervalMs: 0, ...opts.router,
+  }, makeRouterContext({ metrics, rng: seededRng(7) }));
   const handles = new Map<number, MockerHandle>();
   prefill.forEach((m, i) => handles.set(prefillWorkers[i]!.id, m));
   decode.forEach((m, i) => handles.set(decodeWorkers[i]!.id, m));
@@ -202,6 +201,6 @@ export function booked(pool: PushRouter): { requests: number; prefillTokens: num
   }
   return {
     requests, prefillTokens, inflight: pool.inflight,
-    tracked: pool.kvRouter?.scheduler.activeRequestCount ?? 0, queued: pool.kvRouter?.pendingRequests ?? 0,
+    tracked: pool.kvRouter?.activeRequestCount ?? 0, queued: pool.kvRouter?.pendingRequests ?? 0,
   };
 }

@@ -9,7 +9,7 @@ import { loadGatewayConfig } from '../../../src/config/index.js';
 import type { WorkerInfo } from '../../../src/discovery/index.js';
 import { GatewayServer, createPreprocessor, preprocessModelSpecs, type Preprocessor } from '../../../src/frontend/index.js';
 import type { KvgateMetrics } from '../../../src/metrics/index.js';
-import type { ModelRouter } from '../../../src/routing/model-router.js';
+import type { ModelRouter } from '../../../src/routing/index.js';
 import { BLOCK, MODEL } from './fleet.js';
 
 export interface TestGateway {

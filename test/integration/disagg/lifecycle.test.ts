@@ -6,10 +6,10 @@
  * service resumes without restarting anything in kvgate.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { seededRng } from '../../../src/core/clock.js';
+import { seededRng } from '../../../src/common/index.js';
 import { HealthProber } from '../../../src/discovery/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
-import { ModelRouter } from '../../../src/routing/model-router.js';
+import { ModelRouter, makeRouterContext } from '../../../src/routing/index.js';
 import { BLOCK, MODEL, booked, drain, legsOf, prepare, randomTokens, startDisaggFleet, type DisaggFleet } from './fleet.js';
 import { startGateway, type TestGateway } from './gateway.js';
 
@@ -39,7 +39,7 @@ describe('vllm: prefill engines killed and restarted', () => {
   beforeAll(async () => {
     // Decode engines that can also serve alone (vLLM's kv_both), so the lenient router can fall back.
     f = await startDisaggFleet({ engine: 'vllm', prefill: 2, decode: 2, decodeMode: 'aggregated' });
-    strict = new ModelRouter({ model: MODEL, mode: 'kv', blockSize: BLOCK, registry: f.registry, engine: f.rec.engine, rng: seededRng(8), tickIntervalMs: 0, enforceDisagg: true });
+    strict = new ModelRouter({ model: MODEL, mode: 'kv', blockSize: BLOCK, registry: f.registry, engine: f.rec.engine, tickIntervalMs: 0, enforceDisagg: true }, makeRouterContext({ rng: seededRng(8) }));
     const workers = [...f.prefillWorkers, ...f.decodeWorkers];
     gwLenient = await startGateway(f.router, workers, f.metrics);
     gwStrict = await startGateway(strict, workers, f.metrics, true);

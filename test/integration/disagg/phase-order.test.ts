@@ -7,10 +7,10 @@
  * prefill only answers once decode has connected).
  */
 import { afterEach, expect, it } from 'vitest';
-import { RequestTracker, seededRng, systemClock } from '../../../src/core/index.js';
+import { seededRng, systemClock } from '../../../src/common/index.js';
+import { RequestTracker } from '../../../src/core/index.js';
 import type { PreparedRequest } from '../../../src/frontend/router-port.js';
-import { toRoutingHints } from '../../../src/routing/model-router.js';
-import type { LegRequest } from '../../../src/routing/push-router.js';
+import type { LegRequest } from '../../../src/routing/index.js';
 import { PREFILL_ID, booked, drain, legsOf, prepare, randomTokens, startDisaggFleet, until, type DisaggFleet, type SentLeg } from './fleet.js';
 
 const open: DisaggFleet[] = [];
@@ -21,7 +21,7 @@ afterEach(async () => {
 function legOf(req: PreparedRequest, tracker: RequestTracker): LegRequest {
   return {
     requestId: req.requestId, path: '/v1/completions', body: req.body, stream: req.stream, isl: req.tokenIds.length,
-    hashes: { local: req.blockHashes, seq: req.sequenceHashes }, hints: toRoutingHints(req.hints), phase: 'aggregated',
+    hashes: { local: req.blockHashes, seq: req.sequenceHashes }, routing: req.hints, phase: 'aggregated',
     signal: req.signal, receivedAt: req.receivedAt, tracker,
   };
 }

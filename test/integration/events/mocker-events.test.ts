@@ -4,7 +4,7 @@
  * slot, and vLLM's two encodings and SGLang's flavour all decode.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { seededRng } from '../../../src/core/clock.js';
+import { seededRng } from '../../../src/common/index.js';
 import type { MockerInput } from '../../../src/mocker/index.js';
 import { BLOCK, drain, prepare, randomTokens, startFleet, until, type Fleet } from '../../helpers/fleet.js';
 

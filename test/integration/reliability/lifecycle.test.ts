@@ -4,7 +4,7 @@
  * bookkeeping counter is back to zero and no socket is left open.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { seededRng } from '../../../src/core/clock.js';
+import { seededRng } from '../../../src/common/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
 import { prepare, randomTokens, startFleet, until, type Fleet } from '../../helpers/fleet.js';
 

@@ -4,7 +4,7 @@
  * routing on their engines' events.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { seededRng } from '../../../src/core/clock.js';
+import { seededRng } from '../../../src/common/index.js';
 import { BLOCK, drain, prepare, randomTokens, startFleet, until, type Fleet } from '../../helpers/fleet.js';
 
 describe('per-worker approximate fallback', () => {

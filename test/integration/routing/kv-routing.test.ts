@@ -3,7 +3,7 @@
  * and ZMQ. The prefix index is fed only by the engines' own KV events.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { seededRng } from '../../../src/core/clock.js';
+import { seededRng } from '../../../src/common/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
 import { BLOCK, drain, prepare, randomTokens, startFleet, until, type Fleet } from '../../helpers/fleet.js';
 

@@ -1,6 +1,6 @@
 /** Spec 1.4 step 2: a session's requests stick to one worker (aggregated), with a sliding TTL and close. */
 import { afterEach, describe, expect, it } from 'vitest';
-import { ManualClock, seededRng } from '../../../src/core/clock.js';
+import { ManualClock, seededRng } from '../../../src/common/index.js';
 import { drain, prepare, randomTokens, startFleet, type Fleet } from '../../helpers/fleet.js';
 
 describe('sticky sessions (aggregated)', () => {

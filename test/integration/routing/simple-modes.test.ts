@@ -1,8 +1,8 @@
 /** Issue 4, point 1: the simple routing modes and direct mode over real engines. */
 import { afterEach, describe, expect, it } from 'vitest';
-import { seededRng } from '../../../src/core/clock.js';
+import { seededRng } from '../../../src/common/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
-import type { RouterMode } from '../../../src/routing/push-router.js';
+import type { RouterMode } from '../../../src/common/index.js';
 import { drain, prepare, randomTokens, startFleet, type Fleet } from '../../helpers/fleet.js';
 
 describe('simple and direct modes over real engines', () => {

@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
+import { ManualClock, seededRng } from '../../../src/common/index.js';
 import {
-  backpressureCap, KvScheduler, ManualClock, queueKey, rejectionError, seededRng,
-  type AdmissionResult, type KvRouterOptions, type ScheduleOutcome, type SchedulingRequest,
-} from '../../src/core/index.js';
-import { promptHashes } from '../../src/wasm/index.js';
+  KvScheduler, rejectionError, type AdmissionResult, type KvRouterOptions, type ScheduleOutcome, type SchedulingRequest,
+} from '../../../src/core/index.js';
+import { backpressureCap, queueKey } from '../../../src/core/queue.js';
+import { promptHashes } from '../../../src/wasm/index.js';
 
 const BS = 4;
 /** Each worker is prefill-busy above 1.0 × 100 active prefill tokens. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ManualClock, seededRng } from '../../src/core/clock.js';
-import { KvRouter } from '../../src/routing/kv-router.js';
+import { ManualClock, seededRng } from '../../../src/common/index.js';
+import { KvRouter } from '../../../src/routing/index.js';
 
 describe('per-worker approximate fallback (KV events on, one worker silent)', () => {
   const tokens = Array.from({ length: 128 }, (_, i) => i + 1);

@@ -5,19 +5,20 @@
  * rooms, attribution order, usage details).
  */
 import { describe, expect, it } from 'vitest';
-import {
-  I64_MAX, ManualClock, RequestTracker, computeBootstrapRoom, randomRoomSeed, seededRng,
-} from '../../src/core/index.js';
-import { WorkerRegistry, type WorkerInfo } from '../../src/discovery/index.js';
-import { EngineClient } from '../../src/engines/index.js';
-import { isKvgateError } from '../../src/errors/index.js';
+import { ManualClock, seededRng } from '../../../src/common/index.js';
+import { RequestTracker, computeBootstrapRoom, randomRoomSeed } from '../../../src/core/index.js';
+import { I64_MAX } from '../../../src/core/disagg/bootstrap-room.js';
+import { WorkerRegistry, type WorkerInfo } from '../../../src/discovery/index.js';
+import { EngineClient } from '../../../src/engines/index.js';
+import { isKvgateError } from '../../../src/errors/index.js';
 import {
   bootstrapFor, bootstrapProblem, decodeRouterOverride, handoffPath, prefillWorkerInfo, withPromptTokensDetails,
-} from '../../src/routing/disagg-handoff.js';
-import { PrefillSessions } from '../../src/routing/disagg-sessions.js';
-import { ModelRouter, toRoutingHints, type ModelRouterOptions } from '../../src/routing/model-router.js';
-import type { LegRequest } from '../../src/routing/push-router.js';
-import { prepare } from '../helpers/fleet.js';
+} from '../../../src/routing/disagg/handoff.js';
+import { StickySessions } from '../../../src/routing/sticky-sessions.js';
+import { ModelRouter, type ModelRouterOptions } from '../../../src/routing/model-router.js';
+import { makeRouterContext } from '../../../src/routing/context.js';
+import type { LegRequest } from '../../../src/routing/push/types.js';
+import { prepare } from '../../helpers/fleet.js';
 
 const MODEL = 'mock-model';
 
@@ -27,16 +28,16 @@ function worker(id: number, role: WorkerInfo['role'], extra: Partial<WorkerInfo>
 
 function routerOn(registry: WorkerRegistry, opts: Partial<ModelRouterOptions> = {}): ModelRouter {
   return new ModelRouter({
-    model: MODEL, mode: 'kv', blockSize: 16, registry, engine: new EngineClient(), rng: seededRng(1), clock: new ManualClock(),
+    model: MODEL, mode: 'kv', blockSize: 16, registry, engine: new EngineClient(),
     tickIntervalMs: 0, routerConfig: { useKvEvents: false }, ...opts,
-  });
+  }, makeRouterContext({ rng: seededRng(1), clock: new ManualClock() }));
 }
 
 function legOf(tokens: number[], hints: Parameters<typeof prepare>[1] = {}): LegRequest {
   const req = prepare(tokens, hints);
   return {
     requestId: req.requestId, path: '/v1/completions', body: req.body, stream: req.stream, isl: req.tokenIds.length,
-    hashes: { local: req.blockHashes, seq: req.sequenceHashes }, hints: toRoutingHints(req.hints), phase: 'aggregated',
+    hashes: { local: req.blockHashes, seq: req.sequenceHashes }, routing: req.hints, phase: 'aggregated',
     signal: req.signal, receivedAt: req.receivedAt,
   };
 }
@@ -58,11 +59,11 @@ describe('lifecycle', () => {
     expect(lenient.prefill.activations).toBe(1);
     const pool = lenient.prefill.pool!;
     // The prefill pool has its own KvRouter, typed prefill, scoring without active-block tracking.
-    expect(pool.workerType).toBe('prefill');
+    expect(pool.role).toBe('prefill');
     expect(pool.kvRouter).not.toBe(lenient.decode.kvRouter);
-    expect(pool.kvRouter!.scheduler.workerType).toBe('prefill');
+    expect(pool.kvRouter!.workerType).toBe('prefill');
     expect(pool.kvRouter!.config).toMatchObject({ routerTrackActiveBlocks: false, routerTrackOutputBlocks: false });
-    expect(lenient.decode.kvRouter!.scheduler.workerType).toBe('decode');
+    expect(lenient.decode.kvRouter!.workerType).toBe('decode');
     expect(lenient.decode.kvRouter!.config).toMatchObject({ routerTrackActiveBlocks: true, routerTrackOutputBlocks: true });
     expect(pool.workers().map((w) => w.id)).toEqual([11]);
     expect(lenient.decode.workers().map((w) => w.id)).toEqual([1]);
@@ -139,8 +140,8 @@ describe('routing rules', () => {
     expect(costs).toHaveLength(2);
     expect(costs[0]).toBe(costs[1]);
     expect(q.prefill.worker.id).toBe(11);
-    expect(r.prefill.pool!.kvRouter!.scheduler.activeRequestCount).toBe(0);
-    expect(r.decode.kvRouter!.scheduler.activeRequestCount).toBe(0);
+    expect(r.prefill.pool!.kvRouter!.activeRequestCount).toBe(0);
+    expect(r.decode.kvRouter!.activeRequestCount).toBe(0);
     await r.close();
   });
 });
@@ -148,7 +149,7 @@ describe('routing rules', () => {
 describe('sticky prefill sessions', () => {
   it('binds, slides its TTL on use, expires, and unbinds with its worker', () => {
     const clock = new ManualClock();
-    const s = new PrefillSessions(clock, 1000);
+    const s = new StickySessions(clock, 1000);
     s.bind('a', 11, 0);
     s.bind('b', 12, 1, 5000);
     s.bind('c', 11, 0);

@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { createSimpleRouter, type Candidate, type SimpleRouterMode } from '../../src/routing/simple-routers.js';
-import { DirectRouter } from '../../src/routing/direct-router.js';
-import { seededRng } from '../../src/core/clock.js';
-import { isKvgateError } from '../../src/errors/index.js';
+import { seededRng, type RoutingHints, type SimpleRouterMode, type WorkerRank as Candidate } from '../../../src/common/index.js';
+import type { WorkerInfo } from '../../../src/discovery/index.js';
+import { isKvgateError } from '../../../src/errors/index.js';
+import { DirectSelector } from '../../../src/routing/push/direct-selector.js';
+import { createSimpleRouter } from '../../../src/routing/push/simple-routers.js';
 
 const cands: Candidate[] = [0, 1, 2, 3].map((w) => ({ workerId: w, dpRank: 0 }));
 const key = (c: Candidate): string => `${c.workerId}:${c.dpRank}`;
@@ -65,12 +66,13 @@ describe('simple routers', () => {
   });
 });
 
-describe('DirectRouter', () => {
+describe('direct selection (DirectSelector)', () => {
   const workers = new Map([
-    [10, { workerId: 10, dpStart: 0, dpSize: 1 }],
-    [11, { workerId: 11, dpStart: 0, dpSize: 4 }],
+    [10, { id: 10, dpStart: 0, dpSize: 1 } as WorkerInfo],
+    [11, { id: 11, dpStart: 0, dpSize: 4 } as WorkerInfo],
   ]);
-  const direct = new DirectRouter();
+  const selector = new DirectSelector({ model: 'm', role: 'aggregated', members: workers });
+  const direct = { resolve: (hints: RoutingHints, _workers: unknown) => selector.slotFor('aggregated', hints) };
 
   it('takes decode_worker_id first, then backend_instance_id', () => {
     expect(direct.resolve({ backendInstanceId: 10 }, workers)).toEqual({ workerId: 10, dpRank: 0 });

@@ -4,12 +4,9 @@
  * 5.6. Built and run by the PrefillRouter; one instance per request.
  *
  *   setPhase(prefill) -> choose + book the prefill worker (sticky, pinned or best)
- *     bootstrap (SGLang): dispatch prefill in the background; once the engine
- *       has it, release the phase permit and dispatch decode with the same
- *       triple. Never waits for prefill output: SGLang's prefill completes only
- *       after decode has connected.
- *     sync (vLLM): prefill to completion (one token, stream off), read its
- *       kv_transfer_params, then decode with them verbatim.
+ *     -> dispatch the prefill with the handoff's fields, then the handoff
+ *        strategy decides when decode starts (bootstrap.ts for SGLang,
+ *        kv-transfer.ts for vLLM; see strategy.ts)
  *   setPhase(decode) -> decode routed with the no-overlap override
  *
  * Cancellation contract:
@@ -27,52 +24,19 @@
  * Every path releases the bookkeeping of both legs: each leg's PushRouter
  * guard frees its booking when the leg ends, however it ends.
  */
-import { RequestTracker, type Clock, type Rng } from '../core/index.js';
-import {
-  EMPTY_LEG, mergeLegs, oneTokenPrefillFields, readChunkInfo, readVllmPrefillResult, sglangDecodeLeg, sglangPrefillLeg, vllmDecodeLeg, vllmPrefillLeg,
-  type EngineEvent, type EngineLeg,
-} from '../engines/index.js';
-import { KvgateError, isKvgateError } from '../errors/index.js';
-import type { EventLog } from '../events/index.js';
-import type { KvgateMetrics } from '../metrics/index.js';
-import {
-  bootstrapFor, decodeRouterOverride, handoffPath, prefillWorkerInfo, withPromptTokensDetails, type HandoffPath,
-} from './disagg-handoff.js';
-import type { PrefillSessions } from './disagg-sessions.js';
-import type { LegRequest, LegResponse, PushRouter, Selection } from './push-router.js';
-
-/** `x-session-id` / `nvext.session_control`, as the frontend parsed it. */
-export interface SessionHint {
-  readonly id: string;
-  readonly action?: 'open' | 'close' | undefined;
-  readonly timeoutSecs?: number | undefined;
-}
-
-/** An SSE event handed to the client: the engine's own bytes, or re-serialised data when kvgate patched it. */
-export interface DisaggSseEvent {
-  readonly raw?: Uint8Array | undefined;
-  readonly data: string;
-}
-
-export type DisaggBody =
-  | { readonly kind: 'sse'; readonly events: AsyncIterable<DisaggSseEvent> }
-  | { readonly kind: 'json'; readonly bytes: Uint8Array };
-
-export interface DisaggRef {
-  readonly workerId: number;
-  readonly dpRank: number;
-}
-
-export interface DisaggOutcome {
-  /** The worker whose answer this is: the decode worker, or the prefill worker when it refused the request (4xx). */
-  readonly worker: DisaggRef;
-  /** The prefill worker, in the spec's attribution order. */
-  readonly prefillWorker: DisaggRef;
-  readonly handoff: HandoffPath;
-  readonly status: number;
-  readonly body: DisaggBody;
-  readonly tracker: RequestTracker;
-}
+import type { SessionHint, WorkerRank } from '../../common/index.js';
+import { RequestTracker } from '../../core/index.js';
+import { EMPTY_LEG, mergeLegs, oneTokenPrefillFields, readChunkInfo, type EngineEvent, type EngineLeg } from '../../engines/index.js';
+import { KvgateError, isKvgateError } from '../../errors/index.js';
+import type { RouterContext } from '../context.js';
+import type { LegRequest, LegResponse, Selection } from '../push/types.js';
+import type { PushRouter } from '../push/push-router.js';
+import type { StickySessions } from '../sticky-sessions.js';
+import { bootstrapHandoff } from './bootstrap.js';
+import { decodeOverrideOf, handoffPath, prefillWorkerInfo, withPromptTokensDetails, type HandoffPath } from './handoff.js';
+import { kvTransferHandoff } from './kv-transfer.js';
+import type { Handoff, PrefillInFlight } from './strategy.js';
+import { prefillFailure, type DisaggOutcome, type DisaggSseEvent } from './types.js';
 
 /** Picks and books (or peeks) the prefill worker: sticky session, then pinned id, then the router's best. */
 export type PrefillResolver = (leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query') => Promise<Selection>;
@@ -82,11 +46,7 @@ export interface DisaggDeps {
   readonly pool: PushRouter;
   readonly decode: PushRouter;
   readonly resolve: PrefillResolver;
-  readonly sessions: PrefillSessions;
-  readonly clock: Clock;
-  readonly rng: Rng;
-  readonly metrics: KvgateMetrics | undefined;
-  readonly log: EventLog | undefined;
+  readonly sessions: StickySessions;
 }
 
 interface Deferred {
@@ -106,32 +66,9 @@ function deferred(): Deferred {
   return { promise, resolve, reject };
 }
 
-/** Failures of the request itself keep their code; engine and transport failures of the prefill leg become KVG_ERR_PREFILL_FAILED. */
-const KEEP_CODES = new Set([
-  'KVG_ERR_CLIENT_ABORTED', 'KVG_ERR_BACKPRESSURE', 'KVG_ERR_OVERLOADED', 'KVG_ERR_NO_WORKERS', 'KVG_ERR_UNKNOWN_WORKER',
-  'KVG_ERR_INVALID_DP_RANK', 'KVG_ERR_MISSING_WORKER_ID', 'KVG_ERR_NO_DISAGGREGATED_PARAMS', 'KVG_ERR_INVALID_ARGUMENT',
-  'KVG_ERR_DUPLICATE_REQUEST', 'KVG_ERR_PREFILL_FAILED',
-]);
-
-function prefillFailure(err: unknown, target: Selection | undefined): KvgateError {
-  if (isKvgateError(err) && KEEP_CODES.has(err.code)) return err;
-  const where = target === undefined ? '' : ` on worker ${target.worker.id} (dp rank ${target.dpRank})`;
-  const why = err instanceof Error ? err.message : String(err);
-  return new KvgateError('KVG_ERR_PREFILL_FAILED', `prefill${where} failed: ${why}`, {
-    workerId: target?.worker.id, dpRank: target?.dpRank, cause: isKvgateError(err) ? err.code : undefined,
-  }, { cause: err });
-}
-
-function jsonOf(bytes: Uint8Array): unknown {
-  try {
-    return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
-  } catch {
-    return undefined;
-  }
-}
-
 export class DisaggRequest {
   readonly #deps: DisaggDeps;
+  readonly #ctx: RouterContext;
   readonly #leg: LegRequest;
   readonly #session: SessionHint | undefined;
   readonly tracker: RequestTracker;
@@ -153,11 +90,12 @@ export class DisaggRequest {
   /** Settles when the prefill leg has ended (its bookkeeping released); never rejects. */
   prefillEnded: Promise<void> = Promise.resolve();
 
-  constructor(deps: DisaggDeps, leg: LegRequest, session: SessionHint | undefined) {
+  constructor(deps: DisaggDeps, ctx: RouterContext, leg: LegRequest, session: SessionHint | undefined) {
     this.#deps = deps;
+    this.#ctx = ctx;
     this.#leg = leg;
     this.#session = session;
-    this.tracker = leg.tracker ?? new RequestTracker(deps.clock);
+    this.tracker = leg.tracker ?? new RequestTracker(ctx.clock);
   }
 
   /**
@@ -201,13 +139,14 @@ export class DisaggRequest {
             settled = true;
             reject(err);
           } else if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')) {
-            this.#deps.log?.warn({ model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) }, 'disaggregated request failed after the client left');
+            this.#ctx.log.warn({ model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) }, 'disaggregated request failed after the client left');
           }
         },
       );
     });
   }
 
+  /** Books the prefill worker, dispatches the prefill with the handoff's fields, then lets the handoff take it to decode. */
   async #flow(): Promise<DisaggOutcome> {
     const base = this.#leg;
     const tracker = this.tracker;
@@ -227,18 +166,18 @@ export class DisaggRequest {
     // From here the prefill slot is booked; `dispatch` owns it (its guard releases it on every path).
     // Nothing between here and `dispatch` may throw: bootstrap endpoints were validated when the worker joined.
     this.#target = target;
-    const w = target.worker;
-    const path = handoffPath(w);
-    this.#path = path;
-    const bootstrap = path === 'bootstrap' ? bootstrapFor(w, target.dpRank, this.#deps.rng) : undefined;
+    const handoff: Handoff = handoffPath(target.worker) === 'bootstrap'
+      ? bootstrapHandoff(base, target, this.#ctx.rng)
+      : kvTransferHandoff(base, target);
+    this.#path = handoff.path;
     const admitted = deferred();
     const prefillLeg: LegRequest = {
       ...prefillBase,
-      hints: { ...base.hints, prefillWorkerId: w.id, prefillDpRank: target.dpRank },
-      leg: bootstrap !== undefined ? sglangPrefillLeg(base.body, { bootstrap }) : vllmPrefillLeg(base.body, { requestId: base.requestId }),
+      routing: { ...base.routing, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank },
+      leg: handoff.prefillLeg,
       onDispatched: () => {
         this.#prefillDispatched = true;
-        this.#bindSession(target);
+        this.#deps.sessions.served(this.#session, { workerId: target.worker.id, dpRank: target.dpRank });
         // The prefill worker is recorded in the prefill slot (at routing); decode may now take the phase.
         permit.release();
         admitted.resolve();
@@ -246,53 +185,46 @@ export class DisaggRequest {
     };
     // This leg is never re-sent to another worker (the triple names this one, and attribution is write-once);
     // the PrefillRouter re-runs the whole request instead when the worker could not be reached.
-    const prefill = this.#deps.pool.dispatch(prefillLeg, { ...target, pinned: true });
+    const response = this.#deps.pool.dispatch(prefillLeg, { ...target, pinned: true });
+    return handoff.handOver(this.#inFlight(target, response, admitted, permit));
+  }
 
-    if (bootstrap !== undefined) {
-      this.prefillEnded = prefill.then(
-        (res) => this.#bootstrapPrefillDone(res),
-        (err: unknown) => this.#prefillFailed(err),
-      ).finally(() => {
+  /** The view of the dispatched prefill a handoff strategy drives. */
+  #inFlight(target: Selection, response: Promise<LegResponse>, admitted: Deferred, permit: { release(): void }): PrefillInFlight {
+    const self = this;
+    return {
+      base: this.#leg, target, tracker: this.tracker, response, accepted: admitted.promise,
+      get error() {
+        return self.#prefillError;
+      },
+      fail: (err) => {
+        this.#prefillFailed(err);
+        return this.#prefillError!;
+      },
+      answered: (res) => {
+        this.#prefillPayload = res.body.kind === 'json' ? res.body.json : undefined;
+      },
+      setEnded: (ended) => {
+        this.prefillEnded = ended;
+      },
+      prefillLegOver: () => {
         permit.release();
         admitted.reject(this.#prefillError);
-      });
-      await admitted.promise.catch(() => {
-        throw this.#prefillError ?? prefillFailure(new Error('the prefill leg ended before it was dispatched'), target);
-      });
-      // The room already encodes the prefill rank; newer SGLang decode builds also read it directly
-      // (`disagg_prefill_dp_rank`), which matters when prefill and decode DP sizes differ.
-      const prefillDpRank = w.dpSize > 1 ? { prefillDpRank: target.dpRank - w.dpStart } : {};
-      return this.#decode(sglangDecodeLeg({ bootstrap, ...prefillDpRank }), undefined);
-    }
+      },
+      releasePermit: () => permit.release(),
+      decode: (leg, details) => this.#decode(leg, details),
+      refused: (res) => this.#refused(res),
+    };
+  }
 
-    this.prefillEnded = prefill.then(() => undefined, () => undefined);
-    let res: LegResponse;
-    try {
-      res = await prefill;
-    } catch (err) {
-      this.#prefillFailed(err);
-      throw this.#prefillError!;
-    } finally {
-      permit.release();
-    }
-    this.#prefillPayload = res.body.kind === 'json' ? res.body.json : undefined;
-    if (res.status >= 400) {
-      // The engine refused the request itself (a client error): the client gets the engine's answer.
-      this.#noteOutcome('prefill_failed');
-      const ref = { workerId: w.id, dpRank: target.dpRank };
-      const bytes = res.body.kind === 'json' ? res.body.bytes : new Uint8Array();
-      this.#end();
-      return { worker: ref, prefillWorker: this.#prefillRef(), handoff: path, status: res.status, body: { kind: 'json', bytes }, tracker };
-    }
-    let ticket: ReturnType<typeof readVllmPrefillResult>;
-    try {
-      ticket = readVllmPrefillResult(this.#prefillPayload, { worker: `${w.id} (${w.url})` });
-    } catch (err) {
-      this.#prefillFailed(err);
-      throw this.#prefillError!;
-    }
-    tracker.recordPrefillComplete();
-    return this.#decode(vllmDecodeLeg({ requestId: base.requestId, kvTransferParams: ticket.kvTransferParams }), ticket.promptTokensDetails);
+  /** The prefill engine refused the request (4xx): its answer is the client's. */
+  #refused(res: LegResponse): DisaggOutcome {
+    this.#noteOutcome('prefill_failed');
+    const target = this.#target!;
+    const ref = { workerId: target.worker.id, dpRank: target.dpRank };
+    const bytes = res.body.kind === 'json' ? res.body.bytes : new Uint8Array();
+    this.#end();
+    return { worker: ref, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, body: { kind: 'json', bytes }, tracker: this.tracker };
   }
 
   /** The decode leg, after the prefill handed over (sync) or was accepted (bootstrap). */
@@ -310,8 +242,10 @@ export class DisaggRequest {
       ...base,
       phase: 'decode',
       stream: gone ? false : base.stream,
-      hints: { ...base.hints, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank },
-      routerConfigOverride: decodeRouterOverride(base.routerConfigOverride) as Readonly<Record<string, unknown>>,
+      routing: {
+        ...base.routing, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank,
+        routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride),
+      },
       leg: mergeLegs(base.leg ?? EMPTY_LEG, handoff, gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : EMPTY_LEG),
       signal: this.#decodeCtl.signal,
       tracker: this.tracker,
@@ -423,17 +357,6 @@ export class DisaggRequest {
     if (this.#clientGone) this.#decodeCtl.abort(this.#leg.signal.reason);
   }
 
-  #bootstrapPrefillDone(res: LegResponse): void {
-    this.#prefillPayload = res.body.kind === 'json' ? res.body.json : undefined;
-    if (res.status >= 400) {
-      const upstream = res.body.kind === 'json' ? (res.body.json ?? jsonOf(res.body.bytes)) : undefined;
-      this.#prefillFailed(new KvgateError('KVG_ERR_PREFILL_FAILED',
-        `prefill on worker ${res.selection.worker.id} answered ${res.status}`, { workerId: res.selection.worker.id, upstreamStatus: res.status, upstreamError: upstream }));
-      return;
-    }
-    this.tracker.recordPrefillComplete();
-  }
-
   /** Records the prefill's failure once; in the bootstrap pair, cancels a decode that has not received its KV. */
   #prefillFailed(err: unknown): void {
     if (this.#prefillError !== undefined) return;
@@ -442,8 +365,7 @@ export class DisaggRequest {
     if (!this.#prefillDispatched && (isKvgateError(err, 'KVG_ERR_ENGINE_UNREACHABLE') || isKvgateError(err, 'KVG_ERR_ENGINE_NOT_REGISTERED'))) {
       this.#unreachable = this.#target?.worker.id;
     }
-    const session = this.#session;
-    if (session !== undefined && !isKvgateError(e, 'KVG_ERR_CLIENT_ABORTED')) this.#deps.sessions.unbind(session.id);
+    this.#deps.sessions.refused(this.#session, e);
     if (this.#path === 'bootstrap' && !this.#decodeOutput) this.#decodeCtl.abort(e);
     if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || !this.#prefillCtl.signal.aborted) this.#noteOutcome('prefill_failed');
   }
@@ -453,20 +375,7 @@ export class DisaggRequest {
     if (this.#path === 'bootstrap') this.#prefillCtl.abort(reason);
   }
 
-  #bindSession(target: Selection): void {
-    const s = this.#session;
-    if (s === undefined) return;
-    const sessions = this.#deps.sessions;
-    if (s.action === 'close') {
-      sessions.unbind(s.id);
-      return;
-    }
-    const b = sessions.lookup(s.id);
-    if (b !== undefined && b.workerId === target.worker.id && b.dpRank === target.dpRank) sessions.touch(s.id);
-    else sessions.bind(s.id, target.worker.id, target.dpRank, s.timeoutSecs !== undefined ? s.timeoutSecs * 1000 : undefined);
-  }
-
-  #prefillRef(): DisaggRef {
+  #prefillRef(): WorkerRank {
     const t = this.#target!;
     const info = prefillWorkerInfo(this.tracker, { workerId: t.worker.id, dpRank: t.dpRank }, this.#prefillPayload);
     return { workerId: info!.workerId, dpRank: info!.dpRank ?? t.dpRank };
@@ -477,7 +386,7 @@ export class DisaggRequest {
   #noteOutcome(outcome: 'decoded' | 'prefill_failed' | 'decode_failed'): void {
     if (this.#outcomeNoted || this.#target === undefined) return;
     this.#outcomeNoted = true;
-    this.#deps.metrics?.disaggRequests.labels({
+    this.#ctx.metrics?.disaggRequests.labels({
       model: this.#deps.model, prefill_worker_id: String(this.#prefillRef().workerId), handoff: this.#path ?? 'sync', outcome,
     }).inc();
   }
@@ -491,7 +400,7 @@ export class DisaggRequest {
     // pair the prefill's answer may come after decode started, which makes the difference meaningless.
     if (this.#path !== 'sync') return;
     const ms = this.tracker.kvTransferEstimatedMs();
-    if (ms !== undefined && ms >= 0) this.#deps.metrics?.kvTransferEstimated.labels({ model: this.#deps.model }).observe(ms / 1000);
+    if (ms !== undefined && ms >= 0) this.#ctx.metrics?.kvTransferEstimated.labels({ model: this.#deps.model }).observe(ms / 1000);
   }
 }
 

@@ -5,31 +5,24 @@
  * nothing) and `select` (choose and advance). Randomised routers pre-draw
  * their next choice, so a `peek` followed by `select` agree.
  *
- * Candidates are (worker, dp rank) slots; load comes from the router's own
+ * WorkerRanks are (worker, dp rank) slots; load comes from the router's own
  * bookkeeping through `LoadSource`, never from the engines.
  */
-import { KvgateError } from '../errors/index.js';
-import type { Rng } from '../core/clock.js';
-
-export interface Candidate {
-  readonly workerId: number;
-  readonly dpRank: number;
-}
+import type { Rng, SimpleRouterMode, WorkerRank } from '../../common/index.js';
+import { KvgateError } from '../../errors/index.js';
 
 /** The router's own view of a slot's load (in-flight requests booked on it). */
 export interface LoadSource {
   activeRequests(workerId: number, dpRank: number): number;
 }
 
-export type SimpleRouterMode = 'round-robin' | 'random' | 'power-of-two' | 'least-loaded';
-
 export interface SimpleRouter {
   readonly name: SimpleRouterMode;
-  peek(candidates: readonly Candidate[]): Candidate;
-  select(candidates: readonly Candidate[]): Candidate;
+  peek(candidates: readonly WorkerRank[]): WorkerRank;
+  select(candidates: readonly WorkerRank[]): WorkerRank;
 }
 
-function nonEmpty(candidates: readonly Candidate[]): void {
+function nonEmpty(candidates: readonly WorkerRank[]): void {
   if (candidates.length === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', 'no worker is available for this request');
 }
 
@@ -37,12 +30,12 @@ export class RoundRobinRouter implements SimpleRouter {
   readonly name = 'round-robin';
   #next = 0;
 
-  peek(candidates: readonly Candidate[]): Candidate {
+  peek(candidates: readonly WorkerRank[]): WorkerRank {
     nonEmpty(candidates);
     return candidates[this.#next % candidates.length]!;
   }
 
-  select(candidates: readonly Candidate[]): Candidate {
+  select(candidates: readonly WorkerRank[]): WorkerRank {
     const c = this.peek(candidates);
     this.#next = (this.#next + 1) % 0x40000000;
     return c;
@@ -59,12 +52,12 @@ export class RandomRouter implements SimpleRouter {
     this.#draw = rng();
   }
 
-  peek(candidates: readonly Candidate[]): Candidate {
+  peek(candidates: readonly WorkerRank[]): WorkerRank {
     nonEmpty(candidates);
     return candidates[Math.floor(this.#draw * candidates.length)]!;
   }
 
-  select(candidates: readonly Candidate[]): Candidate {
+  select(candidates: readonly WorkerRank[]): WorkerRank {
     const c = this.peek(candidates);
     this.#draw = this.#rng();
     return c;
@@ -86,7 +79,7 @@ export class PowerOfTwoRouter implements SimpleRouter {
     this.#b = rng();
   }
 
-  peek(candidates: readonly Candidate[]): Candidate {
+  peek(candidates: readonly WorkerRank[]): WorkerRank {
     nonEmpty(candidates);
     const n = candidates.length;
     if (n === 1) return candidates[0]!;
@@ -99,7 +92,7 @@ export class PowerOfTwoRouter implements SimpleRouter {
     return this.#load.activeRequests(cj.workerId, cj.dpRank) < this.#load.activeRequests(ci.workerId, ci.dpRank) ? cj : ci;
   }
 
-  select(candidates: readonly Candidate[]): Candidate {
+  select(candidates: readonly WorkerRank[]): WorkerRank {
     const c = this.peek(candidates);
     this.#a = this.#rng();
     this.#b = this.#rng();
@@ -117,7 +110,7 @@ export class LeastLoadedRouter implements SimpleRouter {
     this.#load = load;
   }
 
-  peek(candidates: readonly Candidate[]): Candidate {
+  peek(candidates: readonly WorkerRank[]): WorkerRank {
     nonEmpty(candidates);
     const n = candidates.length;
     let best = candidates[this.#rotation % n]!;
@@ -133,7 +126,7 @@ export class LeastLoadedRouter implements SimpleRouter {
     return best;
   }
 
-  select(candidates: readonly Candidate[]): Candidate {
+  select(candidates: readonly WorkerRank[]): WorkerRank {
     const c = this.peek(candidates);
     this.#rotation = (this.#rotation + 1) % 0x40000000;
     return c;

@@ -25,16 +25,18 @@
  * scheduler with its queue and backpressure, so the prefill slot is booked
  * where it is chosen.
  */
-import { directPin } from './direct-router.js';
-import type { Clock, Rng } from '../core/clock.js';
-import type { WorkerInfo } from '../discovery/index.js';
-import { KvgateError, isKvgateError } from '../errors/index.js';
-import type { EventLog } from '../events/index.js';
-import type { KvgateMetrics } from '../metrics/index.js';
-import { bootstrapProblem, decodeRouterOverride } from './disagg-handoff.js';
-import { DisaggRequest, type DisaggOutcome, type SessionHint } from './disagg-request.js';
-import { PrefillSessions } from './disagg-sessions.js';
-import type { LegRequest, PushRouter, RouterMode, Selection } from './push-router.js';
+import type { RouterMode, SessionHint } from '../../common/index.js';
+import type { WorkerInfo } from '../../discovery/index.js';
+import { KvgateError, isKvgateError } from '../../errors/index.js';
+import type { RouterContext } from '../context.js';
+import { directPin } from '../pins.js';
+import type { PushRouter } from '../push/push-router.js';
+import { retryBeforeFirstByte } from '../push/retry.js';
+import type { LegRequest, Selection } from '../push/types.js';
+import { StickySessions } from '../sticky-sessions.js';
+import { DisaggRequest } from './disagg-request.js';
+import { bootstrapProblem, decodeOverrideOf } from './handoff.js';
+import type { DisaggOutcome } from './types.js';
 
 export type PrefillState = 'pending' | 'active' | 'inactive';
 
@@ -47,14 +49,10 @@ export interface PrefillRouterOptions {
   readonly decode: PushRouter;
   /** Builds the prefill pool at first activation (called once). */
   readonly createPool: () => PushRouter;
-  readonly clock: Clock;
-  readonly rng: Rng;
-  readonly metrics?: KvgateMetrics | undefined;
   /** Sliding TTL of a sticky session without its own `timeout` (default 300 s). */
   readonly sessionTtlMs?: number | undefined;
   /** Re-runs of a request whose prefill worker could not be reached (nothing sent), on another one (default 2). */
   readonly maxRetries?: number | undefined;
-  readonly log?: EventLog | undefined;
 }
 
 /** What a query-only request would do: both workers, nothing booked. */
@@ -67,30 +65,24 @@ export class PrefillRouter {
   readonly model: string;
   readonly mode: RouterMode;
   readonly enforceDisagg: boolean;
-  readonly sessions: PrefillSessions;
+  readonly sessions: StickySessions;
   readonly #decode: PushRouter;
   readonly #createPool: () => PushRouter;
-  readonly #clock: Clock;
-  readonly #rng: Rng;
-  readonly #metrics: KvgateMetrics | undefined;
-  readonly #log: EventLog | undefined;
+  readonly #ctx: RouterContext;
   readonly #maxRetries: number;
   #pool: PushRouter | undefined;
   #state: PrefillState = 'pending';
   #activations = 0;
 
-  constructor(opts: PrefillRouterOptions) {
+  constructor(opts: PrefillRouterOptions, ctx: RouterContext) {
     this.model = opts.model;
     this.mode = opts.mode;
     this.enforceDisagg = opts.enforceDisagg === true;
     this.#decode = opts.decode;
     this.#createPool = opts.createPool;
-    this.#clock = opts.clock;
-    this.#rng = opts.rng;
-    this.#metrics = opts.metrics;
-    this.#log = opts.log;
+    this.#ctx = ctx;
     this.#maxRetries = opts.maxRetries ?? 2;
-    this.sessions = new PrefillSessions(opts.clock, opts.sessionTtlMs);
+    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs);
   }
 
   get state(): PrefillState {
@@ -123,7 +115,7 @@ export class PrefillRouter {
   addWorker(w: WorkerInfo): boolean {
     const problem = bootstrapProblem(w);
     if (problem !== undefined) {
-      this.#log?.warn({ model: this.model, workerId: w.id }, `prefill worker not used: ${problem}`);
+      this.#ctx.log.warn({ model: this.model, workerId: w.id }, `prefill worker not used: ${problem}`);
       return false;
     }
     this.#pool ??= this.#createPool();
@@ -166,23 +158,20 @@ export class PrefillRouter {
    */
   async route(leg: LegRequest, session?: SessionHint): Promise<DisaggOutcome> {
     this.#check(leg);
-    const exclude = new Set<number>();
-    for (let attempt = 0; ; attempt++) {
-      const request = new DisaggRequest({
-        model: this.model, pool: this.#pool!, decode: this.#decode, resolve: (l, s, m) => this.#resolve(l, s, m, exclude),
-        sessions: this.sessions, clock: this.#clock, rng: this.#rng, metrics: this.#metrics, log: this.#log,
-      }, leg, session);
+    const policy = { model: this.model, maxRetries: this.#maxRetries, signal: leg.signal, metrics: this.#ctx.metrics };
+    return retryBeforeFirstByte(policy, async ({ exclude, retryElsewhere }) => {
+      const deps = { model: this.model, pool: this.#pool!, decode: this.#decode, sessions: this.sessions,
+        resolve: (l: LegRequest, s: SessionHint | undefined, m: 'book' | 'query') => this.#resolve(l, s, m, exclude) };
+      const request = new DisaggRequest(deps, this.#ctx, leg, session);
       try {
         return await request.run();
       } catch (err) {
         const unreachable = request.unreachableWorker;
-        const retry = unreachable !== undefined && attempt < this.#maxRetries && leg.hints.prefillWorkerId === undefined
-          && leg.tracker === undefined && !leg.signal.aborted;
-        if (!retry) throw err;
-        exclude.add(unreachable);
-        this.#metrics?.retries.labels({ model: this.model, reason: 'prefill_unreachable' }).inc();
+        // Not when the request pins its prefill worker, nor when it brings its own tracker (already attributed).
+        if (unreachable !== undefined && leg.routing.prefillWorkerId === undefined && leg.tracker === undefined) retryElsewhere(unreachable, 'prefill_unreachable');
+        throw err;
       }
-    }
+    });
   }
 
   /** Query-only: the prefill and decode workers this request would get; books nothing. */
@@ -192,8 +181,10 @@ export class PrefillRouter {
     const decode = await this.#decode.select({
       ...leg,
       phase: 'decode',
-      hints: { ...leg.hints, prefillWorkerId: prefill.worker.id, prefillDpRank: prefill.dpRank },
-      routerConfigOverride: decodeRouterOverride(leg.routerConfigOverride) as Readonly<Record<string, unknown>>,
+      routing: {
+        ...leg.routing, prefillWorkerId: prefill.worker.id, prefillDpRank: prefill.dpRank,
+        routerConfigOverride: decodeOverrideOf(leg.routing.routerConfigOverride),
+      },
     }, 'query');
     return { prefill, decode };
   }
@@ -203,9 +194,9 @@ export class PrefillRouter {
       throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED', `no prefill worker is available for model ${this.model}`, { model: this.model });
     }
     if (this.mode === 'direct') {
-      directPin('prefill', leg.hints);
+      directPin('prefill', leg.routing);
       // Checked before any prefill runs, so a request that cannot be decoded costs no prefill.
-      directPin('decode', leg.hints);
+      directPin('decode', leg.routing);
     }
   }
 
@@ -215,22 +206,21 @@ export class PrefillRouter {
    */
   async #resolve(leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
     const pool = this.#pool!;
-    const hints = leg.hints;
-    if (hints.prefillWorkerId === undefined && session !== undefined) {
-      const b = this.sessions.lookup(session.id);
-      if (b !== undefined && (pool.worker(b.workerId) === undefined || exclude?.has(b.workerId) === true)) {
-        this.sessions.unbind(session.id);
-      } else if (b !== undefined) {
-        try {
-          const sel = await pool.select({ ...leg, hints: { ...hints, prefillWorkerId: b.workerId, prefillDpRank: b.dpRank } }, mode);
-          if (mode === 'book') this.sessions.touch(session.id);
-          return sel;
-        } catch (err) {
-          if (isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || isKvgateError(err, 'KVG_ERR_BACKPRESSURE')) throw err;
-          // The scheduler refuses the sticky worker (overloaded, rank gone): fall back to the best match.
-          this.sessions.unbind(session.id);
-          this.#log?.warn({ model: this.model, session: session.id, workerId: b.workerId, err: String(err) }, 'sticky prefill worker refused; choosing another');
-        }
+    const routing = leg.routing;
+    const sticky = routing.prefillWorkerId === undefined
+      ? this.sessions.stickySlot(session, (id) => pool.worker(id) !== undefined && exclude?.has(id) !== true)
+      : undefined;
+    if (sticky !== undefined) {
+      try {
+        const sel = await pool.select({ ...leg, routing: { ...routing, prefillWorkerId: sticky.workerId, prefillDpRank: sticky.dpRank } }, mode);
+        if (mode === 'book') this.sessions.touch(session!.id);
+        return sel;
+      } catch (err) {
+        if (isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || isKvgateError(err, 'KVG_ERR_BACKPRESSURE')) throw err;
+        // The scheduler refuses the sticky worker (overloaded, rank gone): fall back to the best match.
+        this.sessions.refused(session, err);
+        this.#ctx.log.warn({ model: this.model, requestId: leg.requestId, session: session!.id, workerId: sticky.workerId, err: String(err) },
+          'sticky prefill worker refused; choosing another');
       }
     }
     return pool.select(leg, mode, exclude);

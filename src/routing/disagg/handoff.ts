@@ -4,9 +4,10 @@
  * router's override, the prefill worker's attribution, and the usage details
  * a synchronous prefill hands to the client's answer.
  */
-import { computeBootstrapRoom, parseRouterConfigOverride, randomRoomSeed, type RequestTracker, type RouterConfigOverride, type Rng } from '../core/index.js';
-import type { WorkerInfo } from '../discovery/index.js';
-import type { BootstrapInfo } from '../engines/index.js';
+import type { RouterConfigOverride, Rng, WorkerPin } from '../../common/index.js';
+import { computeBootstrapRoom, parseRouterConfigOverride, randomRoomSeed, type KvRouterOptions, type RequestTracker } from '../../core/index.js';
+import type { WorkerInfo } from '../../discovery/index.js';
+import type { BootstrapInfo } from '../../engines/index.js';
 
 /** How the KV moves: SGLang's bootstrap rendezvous (both legs at once) or the synchronous vLLM ticket. */
 export type HandoffPath = 'bootstrap' | 'sync';
@@ -46,14 +47,13 @@ export function bootstrapFor(w: WorkerInfo, dpRank: number, rng: Rng): Bootstrap
  * prompt, so decode workers get no overlap credit, no KV-reuse assumption and
  * no prefill-token load; the request's other override fields are kept.
  */
-export function decodeRouterOverride(existing: Readonly<Record<string, unknown>> | RouterConfigOverride | undefined): RouterConfigOverride {
-  const base = existing === undefined ? {} : parseRouterConfigOverride(existing);
-  return Object.freeze({ ...base, overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false });
+export function decodeOverrideOf(existing: RouterConfigOverride | undefined): RouterConfigOverride {
+  return Object.freeze({ ...existing, overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false });
 }
 
-export interface WorkerRefLike {
-  readonly workerId: number;
-  readonly dpRank: number | undefined;
+/** `decodeOverrideOf` for a caller's raw override (camelCase or snake_case), validated here once: the library and replay edge. */
+export function decodeRouterOverride(raw: Readonly<Record<string, unknown>> | undefined): RouterConfigOverride {
+  return decodeOverrideOf(raw === undefined ? undefined : parseRouterConfigOverride(raw));
 }
 
 /**
@@ -64,9 +64,9 @@ export interface WorkerRefLike {
  */
 export function prefillWorkerInfo(
   tracker: RequestTracker | undefined,
-  directTarget: WorkerRefLike | undefined,
+  directTarget: WorkerPin | undefined,
   payload: unknown,
-): WorkerRefLike | undefined {
+): WorkerPin | undefined {
   const t = tracker?.workers();
   if (t?.prefillWorkerId !== undefined) return { workerId: t.prefillWorkerId, dpRank: t.prefillDpRank };
   if (directTarget !== undefined) return directTarget;
@@ -93,4 +93,12 @@ export function withPromptTokensDetails(json: unknown, details: Readonly<Record<
   const usage = obj(root?.['usage']);
   if (root === undefined || usage === undefined) return undefined;
   return { ...root, usage: { ...usage, prompt_tokens_details: { ...details } } };
+}
+
+/**
+ * The prefill pool's router config: no active- or output-block tracking (a
+ * prefill scheduler scores on overlap and prompt-token load only).
+ */
+export function prefillPoolConfig(options: KvRouterOptions | undefined): KvRouterOptions {
+  return { ...options, routerTrackActiveBlocks: false, routerTrackOutputBlocks: false };
 }

@@ -1,0 +1,61 @@
+/**
+ * What a client may ask of routing, validated at the edge (the frontend, or a
+ * library caller through KvRouter) and carried unchanged to the scheduler.
+ */
+
+/** Per-request scoring overrides (Dynamo's `RouterConfigOverride`), already validated: see core's `parseRouterConfigOverride`. */
+export interface RouterConfigOverride {
+  readonly overlapScoreCredit?: number;
+  readonly prefillLoadScale?: number;
+  readonly routerTemperature?: number;
+  readonly assumeKvReuse?: boolean;
+  readonly trackPrefillTokens?: boolean;
+  readonly sharedCacheMultiplier?: number;
+}
+
+/** Taint filter and bias: workers advertise taints; a request may require some and prefer others. */
+export interface RoutingConstraints {
+  readonly requiredTaints?: readonly string[] | undefined;
+  /** Taint -> cost factor (> 0); a candidate's cost is divided by the product of its preferred taints' factors. */
+  readonly preferredTaints?: Readonly<Record<string, number>> | undefined;
+}
+
+/** A sticky session: `x-session-id` or `nvext.session_control`. */
+export interface SessionHint {
+  readonly id: string;
+  readonly action?: 'open' | 'close' | undefined;
+  /** Seconds of inactivity before the binding lapses (default 300). */
+  readonly timeoutSecs?: number | undefined;
+}
+
+/** Dynamo's routing hints, camelCased: pins, restrictions, queue priority, session. All optional. */
+export interface RoutingHints {
+  /** Generic pin (aggregated; also the decode pin when `decodeWorkerId` is absent): `nvext.backend_instance_id` or `x-worker-instance-id`. */
+  readonly backendInstanceId?: number | undefined;
+  /** Pin for the prefill phase: `nvext.prefill_worker_id` or `x-prefill-instance-id`. */
+  readonly prefillWorkerId?: number | undefined;
+  /** Pin for the decode phase: `nvext.decode_worker_id`. */
+  readonly decodeWorkerId?: number | undefined;
+  /** Decode (or aggregated) dp rank of the pin: `nvext.dp_rank`. */
+  readonly dpRank?: number | undefined;
+  /** Prefill dp rank of the pin (falls back to `dpRank` in the prefill phase): `nvext.prefill_dp_rank`. */
+  readonly prefillDpRank?: number | undefined;
+  /** Restricts candidates (an endpoint picker's list): `nvext.allowed_worker_ids`. */
+  readonly allowedWorkerIds?: ReadonlySet<number> | readonly number[] | undefined;
+  /** Seconds of queue priority: `max(0, nvext.agent_hints.priority)` (fallback: `latency_sensitivity`). */
+  readonly priorityJump?: number | undefined;
+  /** Absolute queue tier; higher always first. */
+  readonly strictPriority?: number | undefined;
+  /** Expected output tokens: `nvext.agent_hints.osl` (drives output-block decay). */
+  readonly expectedOutputTokens?: number | undefined;
+  /** LoRA adapter: `nvext.lora_name`, mixed into the block hashes' seed. */
+  readonly loraName?: string | undefined;
+  /** Per-request scoring overrides: `nvext.router_config_override`, validated at the edge. */
+  readonly routerConfigOverride?: RouterConfigOverride | undefined;
+  /** Taint filter and bias. */
+  readonly routingConstraints?: RoutingConstraints | undefined;
+  /** Sticky session. */
+  readonly session?: SessionHint | undefined;
+  /** All `nvext.annotations`, as sent. */
+  readonly annotations?: readonly string[] | undefined;
+}

@@ -1,0 +1,157 @@
+/**
+ * The node:http primitives both HTTP servers in kvgate share (the gateway's
+ * frontend and the mocker's simulated engine): bounded body reading, JSON
+ * parsing, JSON and OpenAI-style error responses, SSE framing and
+ * backpressure, and binding a listener. No framework: each helper does one
+ * thing on the raw request and response objects. Server-specific policy
+ * (API keys, request ids, which headers an SSE stream carries) stays with
+ * each server.
+ */
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { KvgateError } from '../errors/index.js';
+
+/** The OpenAI error object, with kvgate's stable code. */
+export interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: string };
+}
+
+export function errorBody(err: KvgateError): ErrorBody {
+  const param = typeof err.detail?.param === 'string' ? err.detail.param : null;
+  return { error: { message: err.message, type: err.type, param, code: err.code } };
+}
+
+/**
+ * Reads the whole body, up to `limit` bytes; rejects with `signal.reason` if the signal fires first.
+ * @throws KvgateError KVG_ERR_BODY_TOO_LARGE as soon as the declared or received size exceeds the limit. The rest
+ *   of the body is then discarded as it arrives (not buffered), so the client can finish sending and read the 413.
+ */
+export function readBody(req: IncomingMessage, limit: number, signal?: AbortSignal): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const tooLarge = (size: string): KvgateError =>
+      new KvgateError('KVG_ERR_BODY_TOO_LARGE', `the request body (${size}) is larger than the limit of ${limit} bytes`, { limit });
+    const chunks: Buffer[] = [];
+    let size = 0;
+    // Stop collecting and discard the rest as it arrives (not buffered), so the client can finish sending and read the answer.
+    const stop = (err: Error): void => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      signal?.removeEventListener('abort', onAbort);
+      chunks.length = 0;
+      req.resume();
+      reject(err);
+    };
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size > limit) stop(tooLarge(`over ${limit} bytes`));
+      else chunks.push(chunk);
+    };
+    const onEnd = (): void => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    // A client that sends its body too slowly is cut by the request timeout like any other.
+    const onAbort = (): void => stop(signal!.reason as Error);
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > limit) return stop(tooLarge(`${declared} bytes`));
+    if (signal?.aborted === true) return stop(signal.reason as Error);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', (err) => stop(err));
+  });
+}
+
+/**
+ * Parses a request body as JSON, any value.
+ * @throws KvgateError KVG_ERR_INVALID_JSON
+ */
+export function parseJson(bytes: Buffer | string): unknown {
+  try {
+    return JSON.parse(typeof bytes === 'string' ? bytes : bytes.toString('utf8')) as unknown;
+  } catch (err) {
+    throw new KvgateError('KVG_ERR_INVALID_JSON', `the request body is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+/**
+ * Parses a request body as a JSON object.
+ * @throws KvgateError KVG_ERR_INVALID_JSON
+ */
+export function parseJsonObject(bytes: Buffer): Record<string, unknown> {
+  const value = parseJson(bytes);
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new KvgateError('KVG_ERR_INVALID_JSON', 'the request body must be a JSON object');
+  }
+  return value as Record<string, unknown>;
+}
+
+/** Sends `body` as JSON (a string is sent as already-serialized JSON). Does nothing once the response was destroyed. */
+export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (res.destroyed) return;
+  const text = typeof body === 'string' ? body : JSON.stringify(body);
+  res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+export function sendBytes(res: ServerResponse, status: number, bytes: Uint8Array | string, contentType: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { ...headers, 'content-type': contentType, 'content-length': Buffer.byteLength(bytes) });
+  res.end(bytes);
+}
+
+/**
+ * Sends `err` as an OpenAI error object with its status. With `retryAfterSeconds`,
+ * a 429 or 503 also carries Retry-After (the gateway's load shedding; the mocker gives none).
+ */
+export function sendError(res: ServerResponse, err: KvgateError, retryAfterSeconds?: number, headers: Record<string, string> = {}): void {
+  const h = { ...headers };
+  if (retryAfterSeconds !== undefined && (err.statusCode === 429 || err.statusCode === 503)) h['retry-after'] = String(retryAfterSeconds);
+  sendJson(res, err.statusCode, errorBody(err), h);
+}
+
+const DATA_PREFIX = Buffer.from('data: ');
+const EVENT_END = Buffer.from('\n\n');
+
+/** One SSE `data:` event around a payload already serialized. */
+export function sseDataFrame(data: Uint8Array | string): Buffer {
+  return Buffer.concat([DATA_PREFIX, typeof data === 'string' ? Buffer.from(data) : data, EVENT_END]);
+}
+
+/** One SSE `data:` event carrying `value` as JSON. */
+export function sseJsonFrame(value: unknown): string {
+  return `data: ${JSON.stringify(value)}\n\n`;
+}
+
+/** The event that ends an OpenAI stream. */
+export const SSE_DONE = 'data: [DONE]\n\n';
+
+/** Resolves when the response can take more data, or when it closed (then `false`). */
+export function drained(res: ServerResponse): Promise<boolean> {
+  if (res.destroyed) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const done = (ok: boolean): void => {
+      res.off('drain', onDrain);
+      res.off('close', onClose);
+      resolve(ok);
+    };
+    const onDrain = (): void => done(true);
+    const onClose = (): void => done(false);
+    res.on('drain', onDrain);
+    res.on('close', onClose);
+  });
+}
+
+/** Binds `server`; rejects with the bind error (EADDRINUSE, ...) as Node reports it. */
+export function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
+/** `http://host:port` with an IPv6 host bracketed. */
+export function httpOrigin(host: string, port: number): string {
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+}

@@ -1,0 +1,13 @@
+export { ManualClock, seededRng, systemClock, type Clock, type Rng } from './clock.js';
+export { makeContext, type Context } from './context.js';
+export type { RouterConfigOverride, RoutingConstraints, RoutingHints, SessionHint } from './hints.js';
+export { silentLogger, type Logger } from './logger.js';
+export {
+  blockSize, ENGINE_DIALECTS, MAX_BLOCK_SIZE, ROUTER_MODES, slotKey, WORKER_ROLES,
+  type BlockSize, type EngineDialect, type RouterMode, type SeqHash, type SimpleRouterMode, type WorkerPin, type WorkerRank, type WorkerRole,
+} from './vocabulary.js';
+export {
+  drained, errorBody, httpOrigin, listen, parseJson, parseJsonObject, readBody, sendBytes, sendError, sendJson, SSE_DONE, sseDataFrame, sseJsonFrame,
+  type ErrorBody,
+} from './http.js';
+export { encodeSeq, REPLAY_END_SEQ } from './kv-frames.js';

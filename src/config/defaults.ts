@@ -1,0 +1,30 @@
+/**
+ * The gateway's defaults, in one place (the README's configuration reference
+ * quotes them).
+ */
+import { availableParallelism } from 'node:os';
+import type { EngineDialect, RouterMode } from '../common/index.js';
+import type { LogLevel } from './types.js';
+
+export const GATEWAY_DEFAULTS = Object.freeze({
+  host: '127.0.0.1',
+  port: 8080,
+  adminHost: '127.0.0.1',
+  maxBodyBytes: 4 * 1024 * 1024,
+  maxPromptTokens: 131_072,
+  maxConcurrentRequests: 1024,
+  requestTimeoutMs: 600_000,
+  retryAfterSeconds: 1,
+  drainTimeoutMs: 30_000,
+  segmentCacheTokens: 2_000_000,
+  logLevel: 'info' as LogLevel,
+  routerMode: 'kv' as RouterMode,
+  blockSize: 16,
+  engine: 'vllm' as EngineDialect,
+  sglangBootstrapPort: 8998,
+});
+
+/** Preprocessing threads by default: one per spare core, at least 1, at most 4. */
+export function defaultPreprocessThreads(): number {
+  return Math.max(1, Math.min(4, availableParallelism() - 1));
+}

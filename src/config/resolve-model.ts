@@ -1,0 +1,176 @@
+/**
+ * One `models[i]` entry: its tokenizer, workers (with their KV-event
+ * endpoints and SGLang bootstrap servers), router knobs, and the cross-field
+ * rules of one model (disaggregation shape, KV events for KV routing).
+ */
+import { existsSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { ENGINE_DIALECTS, ROUTER_MODES, WORKER_ROLES, type EngineDialect } from '../common/index.js';
+import { kvEventsEnabled } from '../core/index.js';
+import type { KvEventEndpoints } from '../discovery/index.js';
+import { absolute, checkHost, checkHttpUrl, checkZmqEndpoint, type ResolveContext } from './checks.js';
+import { GATEWAY_DEFAULTS } from './defaults.js';
+import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
+import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
+import type { ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
+
+const MODEL_KEYS = ['name', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine', 'enforce_disagg',
+  'max_prompt_tokens', 'router', 'workers'] as const;
+const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
+  'max_num_batched_tokens', 'total_kv_blocks'] as const;
+const MAX_U53 = Number.MAX_SAFE_INTEGER;
+
+function readTokenizer(m: ConfigReader, ctx: ResolveContext): TokenizerSource {
+  const onMissing = m.oneOf('on_missing_tokenizer', ['approximate', 'reject'] as const, 'approximate');
+  const v = m.node.tokenizer;
+  if (v === undefined || v === null || v === 'none') return { kind: 'none', onMissing };
+  if (v === 'demo') return { kind: 'demo' };
+  const checkFile = (key: FieldPath, p: string): string => {
+    const path = absolute(ctx, p);
+    if (!existsSync(path)) m.problemAt(key, `file not found: ${path}`);
+    return path;
+  };
+  if (typeof v === 'string') {
+    const path = absolute(ctx, v);
+    let isDir = false;
+    try {
+      isDir = statSync(path).isDirectory();
+    } catch {
+      m.problem('tokenizer', `no such file or directory: ${path}`);
+      return { kind: 'none', onMissing };
+    }
+    const json = isDir ? join(path, 'tokenizer.json') : path;
+    if (!existsSync(json)) m.problem('tokenizer', `no tokenizer.json in ${path}`);
+    const cfg = join(dirname(json), 'tokenizer_config.json');
+    return { kind: 'files', files: { tokenizerJson: json, tokenizerConfig: existsSync(cfg) ? cfg : undefined } };
+  }
+  if (!isPlainObject(v)) {
+    m.problem('tokenizer', `must be "none", "demo", a path, or {json, config}; got ${show(v)}`);
+    return { kind: 'none', onMissing };
+  }
+  const t = m.child('tokenizer')!;
+  t.allowOnly(['json', 'config']);
+  const json = t.reqStr('json');
+  const config = t.optStr('config');
+  return {
+    kind: 'files',
+    files: {
+      tokenizerJson: json === '' ? '' : checkFile([...t.path, 'json'], json),
+      tokenizerConfig: config === undefined ? undefined : checkFile([...t.path, 'config'], config),
+    },
+  };
+}
+
+function readKvEvents(w: ConfigReader): KvEventEndpoints | undefined {
+  const v = w.node.kv_events;
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === 'string') {
+    const endpoint = w.str('kv_events', '', checkZmqEndpoint);
+    return endpoint === '' ? undefined : { endpoint };
+  }
+  const k = w.child('kv_events');
+  if (k === undefined) return undefined;
+  k.allowOnly(['endpoint', 'replay', 'topic', 'dp_port_stride']);
+  const endpoint = k.reqStr('endpoint', checkZmqEndpoint);
+  const replayEndpoint = k.optStr('replay', checkZmqEndpoint);
+  const topic = typeof k.node.topic === 'string' ? k.node.topic : k.node.topic === undefined ? undefined : (k.problem('topic', `must be a string, got ${show(k.node.topic)}`), undefined);
+  const dpPortStride = k.optInt('dp_port_stride', { min: 0, max: 1000 });
+  return { endpoint, replayEndpoint, topic, dpPortStride };
+}
+
+function readWorker(w: ConfigReader, modelEngine: EngineDialect, modelName: string): WorkerConfig {
+  w.allowOnly(WORKER_KEYS);
+  const id = w.reqInt('id', { min: 0, max: MAX_U53 });
+  const url = w.reqStr('url', checkHttpUrl).replace(/\/+$/, '');
+  const role = w.oneOf('role', WORKER_ROLES, 'aggregated');
+  const dialect = w.oneOf('engine', ENGINE_DIALECTS, modelEngine);
+  const dpSize = w.int('dp_size', 1, { min: 1, max: 1024 });
+  const dpStart = w.int('dp_start', 0, { min: 0, max: 65535 });
+  const kvEvents = readKvEvents(w);
+  let bootstrap: { host: string; port: number } | undefined;
+  const hasBootstrap = w.has('bootstrap_host') || w.has('bootstrap_port');
+  if (role === 'prefill' && dialect === 'sglang') {
+    let urlHost = '';
+    try {
+      urlHost = new URL(url).hostname.replace(/^\[|\]$/g, '');
+    } catch {
+      // the url problem is already recorded
+    }
+    bootstrap = {
+      host: w.str('bootstrap_host', urlHost, checkHost),
+      port: w.int('bootstrap_port', GATEWAY_DEFAULTS.sglangBootstrapPort, { min: 1, max: 65535 }),
+    };
+  } else if (hasBootstrap) {
+    w.problem(w.has('bootstrap_host') ? 'bootstrap_host' : 'bootstrap_port',
+      'only SGLang prefill workers have a bootstrap server (role: prefill, engine: sglang)');
+  }
+  return {
+    id, model: modelName, url, role, dialect, dpStart, dpSize, kvEvents, bootstrap,
+    maxNumBatchedTokens: w.optInt('max_num_batched_tokens', { min: 1 }),
+    totalKvBlocks: w.optInt('total_kv_blocks', { min: 1 }),
+  };
+}
+
+/** Reads one model entry; `globalRouter` is the top-level `router` section it is merged over. */
+export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: RouterKnobs,
+  maxPromptTokens: number, root: ConfigReader): ModelConfig {
+  m.allowOnly(MODEL_KEYS);
+  const name = m.reqStr('name', (s) => (s.length <= 256 && !/[\s]/.test(s) ? undefined : 'must be at most 256 characters without whitespace'));
+  const routerMode = m.oneOf('router_mode', ROUTER_MODES, GATEWAY_DEFAULTS.routerMode);
+  const blockSize = m.int('block_size', GATEWAY_DEFAULTS.blockSize, { min: 1, max: 1 << 20 });
+  const tokenizer = readTokenizer(m, ctx);
+  const engine = m.oneOf('engine', ENGINE_DIALECTS, GATEWAY_DEFAULTS.engine);
+  const enforceDisagg = m.bool('enforce_disagg', false);
+  const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
+  const localRouter = readRouterKnobs(m.child('router'));
+  const router = resolveRouter(root, globalRouter, localRouter, [...m.path, 'router']);
+  const workers: WorkerConfig[] = [];
+  const list = m.list('workers');
+  if (list === undefined || list.length === 0) m.problem('workers', 'must list at least one worker');
+  list?.forEach((node, i) => {
+    const path = [...m.path, 'workers', i];
+    if (!isPlainObject(node)) {
+      m.problemAt(path, `must be an object with id and url, got ${show(node)}`);
+      // A placeholder keeps workers[i] aligned with the file for later paths; the
+      // problem above means this config is never used.
+      workers.push({ id: Number.NaN, model: name, url: '', role: 'aggregated', dialect: engine, dpStart: 0, dpSize: 1 });
+      return;
+    }
+    workers.push(readWorker(m.at(path, node), engine, name));
+  });
+  return { name, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers };
+}
+
+/** Cross-field rules of one model; `workerPaths[i]` is the path of `workers[i]`. */
+export function checkModel(model: ModelConfig, m: ConfigReader, warnings: string[]): void {
+  const roles = new Set(model.workers.map((w) => w.role));
+  const prefill = model.workers.filter((w) => w.role === 'prefill');
+  if (roles.has('aggregated') && (roles.has('prefill') || roles.has('decode'))) {
+    m.problem('workers', 'mixes aggregated workers with prefill/decode workers; a model is either aggregated or disaggregated (prefill + decode)');
+  } else if (roles.has('decode') && !roles.has('prefill')) {
+    m.problem('workers', 'has decode workers but no prefill worker');
+  } else if (roles.has('prefill') && !roles.has('decode')) {
+    m.problem('workers', 'has prefill workers but no decode worker');
+  }
+  else if (prefill.length > 0 && new Set(model.workers.map((w) => w.dialect)).size > 1) {
+    m.problem('workers', 'mixes vllm and sglang workers; prefill and decode must speak the same disaggregation protocol');
+  }
+  if (model.enforceDisagg && prefill.length === 0) m.problem('enforce_disagg', 'requires at least one prefill worker');
+  if (model.routerMode === 'kv' && kvEventsEnabled(model.router)) {
+    const raw = Array.isArray(m.node.workers) ? (m.node.workers as unknown[]) : [];
+    model.workers.forEach((w, i) => {
+      // Absent, not merely invalid (an invalid endpoint is already reported).
+      if (w.kvEvents === undefined && isPlainObject(raw[i]) && raw[i].kv_events === undefined) {
+        m.problemAt([...m.path, 'workers', i, 'kv_events'],
+          'is required in router_mode kv with KV events on; set it, or set router.use_kv_events: false (approximate mode)');
+      }
+    });
+    if (model.tokenizer.kind === 'none' && model.tokenizer.onMissing === 'approximate') {
+      warnings.push(`model ${model.name}: no tokenizer; prefix hashes come from the byte-packing fallback tokenizer and match `
+        + 'the engines\' KV events only if the engines tokenize the same way (kvgate mockers do, real engines do not)');
+    }
+  }
+  if (model.routerMode !== 'kv' && model.workers.some((w) => w.kvEvents !== undefined)) {
+    warnings.push(`model ${model.name}: router_mode ${model.routerMode} does not use KV events; kv_events endpoints are ignored`);
+  }
+}

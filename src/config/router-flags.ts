@@ -1,0 +1,109 @@
+/**
+ * The router knobs' command-line spellings: Dynamo's flag (and environment
+ * variable) for each field of `KvRouterConfig`, and the parser that turns flag
+ * values into `KvRouterOptions`. Core keeps the fields' Dynamo names and kinds
+ * (what validation needs); this table adds only what a CLI needs, and is
+ * joined with core's table in `ROUTER_FLAG_FIELDS`.
+ *
+ * This file is mostly a table (one row per knob).
+ */
+import {
+  KV_ROUTER_CONFIG_FIELDS, type ConfigFieldKind, type ConfigFieldSpec, type KvRouterKnob, type KvRouterOptions,
+} from '../core/index.js';
+import { KvgateError } from '../errors/index.js';
+
+/** How one knob is spelled on Dynamo's command line. */
+interface RouterFlagSpec {
+  /** Dynamo's CLI flag, or null when Dynamo only has an environment variable. */
+  readonly flag: string | null;
+  /** For booleans with a separate negative flag (`--no-router-kv-events`). */
+  readonly negativeFlag?: string;
+  /** Dynamo's environment variable, where it has one. */
+  readonly env?: string;
+}
+
+/** A knob as the CLI sees it: its Dynamo name and kind (core's table) and its flags. */
+export interface RouterFlagField extends ConfigFieldSpec, RouterFlagSpec {}
+
+const FLAGS: Readonly<Record<KvRouterKnob, RouterFlagSpec>> = {
+  overlapScoreCredit: { flag: '--router-kv-overlap-score-credit' },
+  overlapScoreCreditDecay: { flag: '--router-kv-overlap-score-credit-decay' },
+  prefillLoadScale: { flag: '--router-prefill-load-scale' },
+  decodeActiveRequestWeight: { flag: '--router-decode-active-request-weight' },
+  hostCacheHitWeight: { flag: '--router-host-cache-hit-weight' },
+  diskCacheHitWeight: { flag: '--router-disk-cache-hit-weight' },
+  sharedCacheMultiplier: { flag: '--shared-cache-multiplier' },
+  routerTemperature: { flag: '--router-temperature' },
+  useKvEvents: { flag: '--router-kv-events', negativeFlag: '--no-router-kv-events', env: 'DYN_ROUTER_USE_KV_EVENTS' },
+  routerTrackActiveBlocks: { flag: '--router-track-active-blocks', negativeFlag: '--no-router-track-active-blocks' },
+  routerTrackOutputBlocks: { flag: '--router-track-output-blocks', negativeFlag: '--no-router-track-output-blocks' },
+  routerAssumeKvReuse: { flag: '--router-assume-kv-reuse', negativeFlag: '--no-router-assume-kv-reuse' },
+  routerTrackPrefillTokens: { flag: '--router-track-prefill-tokens', negativeFlag: '--no-router-track-prefill-tokens' },
+  routerTtlSecs: { flag: '--router-ttl-secs' },
+  routerPredictedTtlSecs: { flag: '--router-predicted-ttl-secs' },
+  routerQueueThreshold: { flag: '--router-queue-threshold' },
+  routerQueuePolicy: { flag: '--router-queue-policy' },
+  routerQueueByIncomingMissingIsl: { flag: '--router-queue-by-incoming-missing-isl' },
+  activeDecodeBlocksThreshold: { flag: '--active-decode-blocks-threshold' },
+  activePrefillTokensThreshold: { flag: '--active-prefill-tokens-threshold' },
+  activePrefillTokensThresholdFrac: { flag: '--active-prefill-tokens-threshold-frac' },
+  activeRequestExpirySecs: { flag: null, env: 'DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS' },
+  overlapScoreWeight: { flag: '--router-kv-overlap-score-weight', env: 'DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT' },
+};
+
+/** Field name -> Dynamo name, value kind, CLI flags. The single table the CLI reads router flags from. */
+export const ROUTER_FLAG_FIELDS: Readonly<Record<KvRouterKnob, RouterFlagField>> = Object.freeze(Object.fromEntries(
+  (Object.keys(FLAGS) as KvRouterKnob[]).map((k) => [k, Object.freeze({ ...KV_ROUTER_CONFIG_FIELDS[k], ...FLAGS[k] })]),
+) as Record<KvRouterKnob, RouterFlagField>);
+
+/**
+ * Builds `KvRouterOptions` from parsed CLI flags keyed by Dynamo's flag names
+ * (`{'--router-temperature': '0.5', '--no-router-kv-events': true}`). String
+ * values are parsed by the field's kind; `none`/`null` disables nullable knobs;
+ * tiers are JSON (`[[0, 8192], [4096, 2048]]`). Validate the result with
+ * `resolveKvRouterConfig`.
+ * @throws KvgateError KVG_ERR_INVALID_CONFIG for unknown flags and unparsable values (naming the flag).
+ */
+export function kvRouterOptionsFromFlags(flags: Readonly<Record<string, string | boolean>>): KvRouterOptions {
+  const byFlag = new Map<string, [string, RouterFlagField, boolean]>();
+  for (const [field, spec] of Object.entries(ROUTER_FLAG_FIELDS)) {
+    if (spec.flag !== null) byFlag.set(spec.flag, [field, spec, true]);
+    if (spec.negativeFlag !== undefined) byFlag.set(spec.negativeFlag, [field, spec, false]);
+  }
+  const out: Record<string, unknown> = {};
+  for (const [flag, raw] of Object.entries(flags)) {
+    const hit = byFlag.get(flag);
+    if (hit === undefined) throw flagValueError(flag, raw, 'unknown router flag');
+    const [field, spec, positive] = hit;
+    out[field] = parseFlagValue(flag, spec.kind, raw, positive);
+  }
+  return out as KvRouterOptions;
+}
+
+function parseFlagValue(flag: string, kind: ConfigFieldKind, raw: string | boolean, positive: boolean): unknown {
+  if (kind === 'boolean') {
+    if (typeof raw === 'boolean') return positive ? raw : !raw;
+    if (raw === 'true' || raw === '1') return positive;
+    if (raw === 'false' || raw === '0') return !positive;
+    throw flagValueError(flag, raw, 'expects true or false');
+  }
+  if (typeof raw === 'boolean') throw flagValueError(flag, raw, 'expects a value');
+  if (kind === 'queuePolicy') return raw;
+  if ((kind === 'positiveOrNull' || kind === 'tiers') && (raw === 'none' || raw === 'null')) return null;
+  if (kind === 'tiers') {
+    try {
+      return JSON.parse(raw) as unknown;
+    } catch {
+      throw flagValueError(flag, raw, 'expects JSON such as [[0, 8192], [4096, 2048]]');
+    }
+  }
+  const n = Number(raw);
+  if (raw.trim() === '' || Number.isNaN(n)) throw flagValueError(flag, raw, 'expects a number');
+  return n;
+}
+
+/** The same error shape as core's config validation (`field`, `value`, `reason`), naming the flag. */
+function flagValueError(flag: string, raw: string | boolean, reason: string): KvgateError {
+  const shown = typeof raw === 'string' ? JSON.stringify(raw) : String(raw);
+  return new KvgateError('KVG_ERR_INVALID_CONFIG', `router config: ${flag} = ${shown}: ${reason}`, { field: flag, value: shown, reason });
+}

@@ -1,0 +1,140 @@
+/**
+ * Admission: the queue in front of the selector. A request parks while every
+ * eligible slot is prefill-busy (or is refused by backpressure), and leaves
+ * when load allows. Admission is synchronous: `drain` runs inside the calls
+ * that free load (`markPrefillCompleted`, `free`, worker changes, `tick`), so
+ * each admission sees the bookings of the previous one; the waiting host gets
+ * the decision through the ticket's promise.
+ *
+ * A pinned request waits in its own lane (`w:<worker>` or `w:<worker>:<rank>`)
+ * on its own slots; removing the worker fails those lanes.
+ */
+import { slotKey, type Clock } from '../../common/index.js';
+import { KvgateError } from '../../errors/index.js';
+import type { ActiveSequences } from '../active-sequences.js';
+import type { KvRouterConfig } from '../config.js';
+import { backpressureCap, queueKey, RequestQueue, type QueueEntry } from '../queue.js';
+import type { SlotFilter } from './filter.js';
+import type { OverlapMatcher } from './overlap.js';
+import type { SlotSelector } from './selector.js';
+import type { SlotTable } from './slots.js';
+import { duplicateRequest, rejectionError, type AdmissionResult, type QueueTicket, type ScheduleOutcome, type SchedulingRequest } from './types.js';
+
+interface Parked {
+  readonly req: SchedulingRequest;
+  readonly arrivedAt: number;
+  /** Slots the request may use; null = every registered slot. */
+  readonly slots: Int32Array | null;
+  resolve(result: AdmissionResult): void;
+}
+
+/** What admission is built from; every piece is shared with the scheduler that owns it. */
+export interface AdmissionParts {
+  readonly config: KvRouterConfig;
+  readonly table: SlotTable;
+  readonly active: ActiveSequences;
+  readonly filter: SlotFilter;
+  readonly matcher: OverlapMatcher;
+  readonly selector: SlotSelector;
+  readonly clock: Clock;
+  /** Origin of arrival offsets in queue keys. */
+  readonly startedAt: number;
+}
+
+export class Admission {
+  readonly #p: AdmissionParts;
+  readonly #queue = new RequestQueue<Parked>();
+  #draining = false;
+
+  constructor(parts: AdmissionParts) {
+    this.#p = parts;
+  }
+
+  get pendingRequests(): number {
+    return this.#queue.pendingRequests;
+  }
+
+  get pendingIslTokens(): number {
+    return this.#queue.pendingIslTokens;
+  }
+
+  /**
+   * Parks a request whose `kept` eligible slots are all busy, unless backpressure
+   * refuses it. `pinSlots` are a pinned request's own slots (null otherwise).
+   */
+  park(req: SchedulingRequest, kept: number, pinSlots: Int32Array | null): ScheduleOutcome {
+    const { config, clock } = this.#p;
+    const isl = req.isl;
+    const cached = this.#p.matcher.bestCachedTokens(req, kept);
+    const tiers = config.routerQueueByIncomingMissingIsl;
+    if (tiers !== null) {
+      const missing = Math.max(0, isl - cached);
+      const cap = backpressureCap(tiers, missing, this.#p.table.workers.size);
+      const queued = this.#queue.pendingIslTokens;
+      if (queued >= cap) {
+        return { status: 'rejected', rejection: { kind: 'backpressure', reason: 'MaxQueuedIslTokensExceeded', queuedIslTokens: queued, maxQueuedIslTokens: cap, missingIslTokens: missing } };
+      }
+    }
+    const arrivedAt = clock.now();
+    const key = queueKey(config.routerQueuePolicy, req.priorityJump ?? 0, (arrivedAt - this.#p.startedAt) / 1000, isl, cached);
+    const lane = req.pinWorkerId === undefined ? '' : req.pinDpRank === undefined ? `w:${req.pinWorkerId}` : `w:${slotKey(req.pinWorkerId, req.pinDpRank)}`;
+    let resolve!: (r: AdmissionResult) => void;
+    const admitted = new Promise<AdmissionResult>((r) => {
+      resolve = r;
+    });
+    const entry = this.#queue.push({ req, arrivedAt, slots: pinSlots, resolve }, lane, req.strictPriority ?? 0, key, isl);
+    const queue = this.#queue;
+    const ticket: QueueTicket = {
+      requestId: req.requestId,
+      admitted,
+      cancel(): boolean {
+        if (!queue.cancel(entry)) return false;
+        resolve({ status: 'cancelled' });
+        return true;
+      },
+    };
+    return { status: 'queued', ticket };
+  }
+
+  /** Fails the requests queued for `workerId` alone (it was removed). */
+  failWorker(workerId: number): void {
+    const error = new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${workerId} was removed while the request was queued`, { workerId });
+    for (const e of this.#queue.takeLanes((lane) => lane === `w:${workerId}` || lane.startsWith(`w:${workerId}:`))) {
+      e.payload.resolve({ status: 'failed', error });
+    }
+  }
+
+  /** Admits parked requests while load allows. Returns how many were admitted. */
+  drain(): number {
+    if (this.#draining || this.#queue.pendingRequests === 0) return 0;
+    this.#draining = true;
+    const { filter, table } = this.#p;
+    try {
+      return this.#queue.drain(
+        (e) => {
+          const slots = e.payload.slots;
+          return slots === null ? filter.anyRoom(table.all, table.allCount) : filter.anyRoom(slots, slots.length);
+        },
+        (e) => this.#admit(e),
+      );
+    } finally {
+      this.#draining = false;
+    }
+  }
+
+  #admit(e: QueueEntry<Parked>): void {
+    const { req, arrivedAt, resolve } = e.payload;
+    const { clock, filter, active } = this.#p;
+    const t0 = clock.now();
+    try {
+      const n = filter.eligibleInto(req);
+      const kept = filter.dropOverloaded(n);
+      if (kept === 0) throw rejectionError({ kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: n });
+      if (active.has(req.requestId)) throw duplicateRequest(req.requestId);
+      resolve({ status: 'routed', decision: this.#p.selector.decide(req, kept, 'book', t0, t0 - arrivedAt) });
+    } catch (err) {
+      const error = err instanceof KvgateError ? err : new KvgateError('KVG_ERR_INVALID_ARGUMENT', String(err), undefined, { cause: err });
+      resolve({ status: 'failed', error });
+    }
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * Booking: a decided request enters the load bookkeeping (`ActiveSequences`)
+ * and, where the router predicts caches itself, the approximate indexes
+ * (approximate mode, predict-on-route, a worker whose events are not live).
+ */
+import type { PromptHashes } from '../../wasm/index.js';
+import type { ActiveSequences } from '../active-sequences.js';
+import type { ApproximateIndex } from '../approximate.js';
+import type { EffectiveKnobs } from './knobs.js';
+import type { SlotTable } from './slots.js';
+
+/** What booking reads of a request (a `SchedulingRequest` or a booking decided elsewhere). */
+export interface BookedRequest {
+  readonly requestId: string;
+  readonly isl: number;
+  readonly hashes: PromptHashes | null;
+  readonly expectedOutputTokens?: number | undefined;
+}
+
+/** The indexes a booking is recorded in (each null when off). */
+export interface DecisionRecorders {
+  readonly approximate: ApproximateIndex | null;
+  readonly predicted: ApproximateIndex | null;
+  readonly fallback: ApproximateIndex | null;
+  readonly eventFallback: ((workerId: number) => boolean) | undefined;
+}
+
+export class Booker {
+  readonly #table: SlotTable;
+  readonly #active: ActiveSequences;
+  readonly #rec: DecisionRecorders;
+  readonly #blockSize: number;
+
+  constructor(table: SlotTable, active: ActiveSequences, recorders: DecisionRecorders, blockSize: number) {
+    this.#table = table;
+    this.#active = active;
+    this.#rec = recorders;
+    this.#blockSize = blockSize;
+  }
+
+  /** Books `req` on `slot` with `overlap` cached blocks there. Returns the prefill tokens booked. */
+  book(req: BookedRequest, slot: number, overlap: number, knobs: EffectiveKnobs): number {
+    const bs = this.#blockSize;
+    const { isl, hashes } = req;
+    const uncached = isl - overlap * bs;
+    const prefillTokens = knobs.trackPrefillTokens && uncached > 0 ? uncached : 0;
+    const promptBlocks = hashes !== null ? hashes.seq.length : Math.floor(isl / bs);
+    const share = knobs.shareable;
+    this.#active.add({
+      requestId: req.requestId, slot, prefillTokens, expectedOutputTokens: req.expectedOutputTokens,
+      hashes: share ? hashes : null,
+      privateBlocks: knobs.trackActiveBlocks && !share ? promptBlocks : 0,
+    });
+    if (hashes !== null && hashes.seq.length > 0) this.#record(slot, hashes);
+    return prefillTokens;
+  }
+
+  #record(slot: number, hashes: PromptHashes): void {
+    const w = this.#table.slotWorker[slot]!;
+    const r = this.#table.slotRank[slot]!;
+    const rec = this.#rec;
+    rec.approximate?.record(w, r, hashes.local, hashes.seq);
+    rec.predicted?.record(w, r, hashes.local, hashes.seq);
+    if (rec.fallback !== null && rec.eventFallback!(w)) rec.fallback.record(w, r, hashes.local, hashes.seq);
+  }
+}

@@ -1,0 +1,283 @@
+/**
+ * KvScheduler: decides which (worker, dp_rank) slot serves a request and keeps
+ * the router's account of every slot's load. It wires the pieces of this
+ * folder together and holds no logic of its own beyond the order of steps:
+ *
+ *   slots.ts      the slot table (workers -> dense slots, per-slot typed arrays, scratch)
+ *   filter.ts     eligibility: pins, allowed workers, required taints, overload thresholds
+ *   overlap.ts    overlap per candidate from the indexes (device, predicted, fallback, tiers)
+ *   knobs.ts      one request's effective knobs (config + override), shared by scoring and booking
+ *   selector.ts   scoring with the cost model, picking (argmin or softmax), the decision
+ *   booking.ts    load bookkeeping and recording in the approximate indexes
+ *   admission.ts  the queue: park, backpressure, synchronous drain
+ *
+ * Contracts: workers leave through `removeWorker` here, never through
+ * `index.removeWorker` (slot ids would be reused under the bookkeeping);
+ * admission is synchronous inside the calls that free load; time comes from
+ * the injected clock and randomness from the injected RNG, and periodic work
+ * (expiry, queue drain) runs when the host calls `tick()`.
+ *
+ * Deliberate differences from Dynamo: a pin without a resolvable dp_rank is
+ * scheduled over that worker's ranks (Dynamo dispatches it without booking);
+ * a queued request is always re-matched at admission (Dynamo only after 10 s).
+ */
+import { blockSize as checkBlockSize, systemClock, type Clock, type RouterConfigOverride, type WorkerRole } from '../../common/index.js';
+import { PrefixIndex, type PromptHashes } from '../../wasm/index.js';
+import { ActiveSequences, type ActiveRequestInfo, type SlotLoad } from '../active-sequences.js';
+import { ApproximateIndex } from '../approximate.js';
+import { resolveKvRouterConfig, type KvRouterConfig } from '../config.js';
+import type { RoutingDecision } from '../decision.js';
+import { Admission } from './admission.js';
+import { Booker } from './booking.js';
+import { SlotFilter } from './filter.js';
+import { effectiveKnobs } from './knobs.js';
+import { OverlapMatcher } from './overlap.js';
+import { SlotSelector } from './selector.js';
+import { SlotTable } from './slots.js';
+import {
+  duplicateRequest, rejectionError, workerNotFound,
+  type KvSchedulerOptions, type ScheduleOutcome, type SchedulingRequest, type SelectionMode, type WorkerCapacity, type WorkerLoad, type WorkerSummary,
+} from './types.js';
+
+export class KvScheduler {
+  readonly config: KvRouterConfig;
+  readonly blockSize: number;
+  readonly workerType: WorkerRole;
+  /** The device-tier index (events index, or approximate index's backing index). */
+  readonly index: PrefixIndex;
+  /** Approximate mode's index of recorded decisions (null with KV events). */
+  readonly approximate: ApproximateIndex | null;
+  /** Predict-on-route side index (null unless `routerPredictedTtlSecs` is set). */
+  readonly predicted: ApproximateIndex | null;
+  /** Per-worker approximate fallback for workers whose KV events are not live (null without `eventFallback`). */
+  readonly fallback: ApproximateIndex | null;
+
+  readonly #clock: Clock;
+  readonly #active: ActiveSequences;
+  readonly #table: SlotTable;
+  readonly #filter: SlotFilter;
+  readonly #booker: Booker;
+  readonly #selector: SlotSelector;
+  readonly #admission: Admission;
+
+  /** @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid config; KVG_ERR_INVALID_BLOCK_SIZE for a bad block size. */
+  constructor(opts: KvSchedulerOptions) {
+    this.blockSize = checkBlockSize(opts.blockSize);
+    const config = this.config = resolveKvRouterConfig(opts.config ?? {});
+    this.workerType = opts.workerType ?? 'aggregated';
+    const clock = this.#clock = opts.clock ?? systemClock;
+    const rng = opts.rng ?? Math.random;
+    const tiers = { ...opts.tierIndexes };
+    this.index = opts.index ?? new PrefixIndex();
+    const ttlMs = config.routerTtlSecs * 1000;
+    this.approximate = config.useKvEvents ? null : new ApproximateIndex(this.index, { ttlMs, clock });
+    this.predicted = config.routerPredictedTtlSecs === null ? null
+      : new ApproximateIndex(new PrefixIndex(), { ttlMs: config.routerPredictedTtlSecs * 1000, clock });
+    const eventFallback = config.useKvEvents ? opts.eventFallback : undefined;
+    this.fallback = eventFallback === undefined ? null : new ApproximateIndex(new PrefixIndex(), { ttlMs, clock });
+    const active = this.#active = new ActiveSequences({ clock, expiryMs: config.activeRequestExpirySecs * 1000 });
+    const startedAt = clock.now();
+
+    const table = this.#table = new SlotTable(this.index, active, this.predicted);
+    const filter = this.#filter = new SlotFilter(config, table, active);
+    const { index, approximate, predicted, fallback, blockSize } = this;
+    const matcher = new OverlapMatcher(table, active, { index, predicted, fallback, eventFallback, tiers }, blockSize);
+    const booker = this.#booker = new Booker(table, active, { approximate, predicted, fallback, eventFallback }, blockSize);
+    const selector = this.#selector = new SlotSelector({ config, role: this.workerType, blockSize, table, active, matcher, booker, clock, rng });
+    this.#admission = new Admission({ config, table, active, filter, matcher, selector, clock, startedAt });
+  }
+
+  // ---------------------------------------------------------------- workers
+
+  /**
+   * Registers a worker and its dp ranks (replacing an earlier registration's
+   * advertised capacity; ranks that disappear are removed). Drains the queue.
+   * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for invalid ids, ranks or capacities.
+   */
+  addWorker(workerId: number, info: WorkerCapacity = {}): void {
+    this.#table.register(workerId, info);
+    this.#admission.drain();
+  }
+
+  /**
+   * Forgets a worker: its slots, its bookkeeping (in-flight requests on it are
+   * dropped; their later `free` is a no-op), its index entries, and fails the
+   * requests queued for it alone. Returns false if it was not registered.
+   */
+  removeWorker(workerId: number): boolean {
+    if (!this.#table.unregister(workerId)) return false;
+    this.approximate?.removeWorker(workerId);
+    this.predicted?.removeWorker(workerId);
+    this.fallback?.removeWorker(workerId);
+    this.index.removeWorker(workerId);
+    this.#admission.failWorker(workerId);
+    this.#admission.drain();
+    return true;
+  }
+
+  hasWorker(workerId: number): boolean {
+    return this.#table.workers.has(workerId);
+  }
+
+  /** Registered workers. */
+  workers(): WorkerSummary[] {
+    return [...this.#table.workers.values()].map((w) => w.summary);
+  }
+
+  /** Reports a rank's engine-side KV usage (`kv_used_blocks`): the decode overload check uses the larger of it and the bookkeeping. */
+  reportKvUsage(workerId: number, dpRank: number, kvUsedBlocks: number): void {
+    const slot = this.#table.slotOf(workerId, dpRank);
+    if (slot !== undefined) this.#table.kvUsed[slot] = kvUsedBlocks > 0 ? kvUsedBlocks : 0;
+  }
+
+  // ---------------------------------------------------------------- load
+
+  /** One rank's load, or undefined if not registered. */
+  load(workerId: number, dpRank = 0): SlotLoad | undefined {
+    const slot = this.#table.slotOf(workerId, dpRank);
+    return slot === undefined ? undefined : this.#active.load(slot);
+  }
+
+  /** Every registered rank's load. */
+  loads(): WorkerLoad[] {
+    const t = this.#table;
+    const out: WorkerLoad[] = [];
+    for (let i = 0; i < t.allCount; i++) {
+      const s = t.all[i]!;
+      out.push({ workerId: t.slotWorker[s]!, dpRank: t.slotRank[s]!, ...this.#active.load(s) });
+    }
+    return out;
+  }
+
+  /** Snapshot of an in-flight request's bookkeeping. */
+  activeRequest(requestId: string): (ActiveRequestInfo & { readonly workerId: number; readonly dpRank: number }) | undefined {
+    const r = this.#active.request(requestId);
+    return r === undefined ? undefined : { ...r, workerId: this.#table.slotWorker[r.slot]!, dpRank: this.#table.slotRank[r.slot]! };
+  }
+
+  /** Requests in flight (booked and not freed). */
+  get activeRequestCount(): number {
+    return this.#active.size;
+  }
+
+  /** Requests parked in the queue. */
+  get pendingRequests(): number {
+    return this.#admission.pendingRequests;
+  }
+
+  /** Sum of the ISL of parked requests. */
+  get pendingIslTokens(): number {
+    return this.#admission.pendingIslTokens;
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  /**
+   * Books a request decided elsewhere (a direct pin, replica sync). The
+   * overlap defaults to the slot's current match in the index.
+   * @throws KvgateError KVG_ERR_UNKNOWN_WORKER, KVG_ERR_INVALID_DP_RANK, KVG_ERR_DUPLICATE_REQUEST.
+   */
+  addRequest(input: {
+    readonly requestId: string; readonly workerId: number; readonly dpRank?: number; readonly isl: number;
+    readonly hashes: PromptHashes | null; readonly overlapBlocks?: number; readonly expectedOutputTokens?: number;
+    readonly override?: RouterConfigOverride;
+  }): void {
+    const w = this.#table.workers.get(input.workerId);
+    if (w === undefined) throw workerNotFound(input.workerId);
+    const slot = this.#table.checkedSlot(w, input.dpRank ?? w.summary.dataParallelStartRank);
+    let overlap = input.overlapBlocks;
+    if (overlap === undefined) {
+      overlap = 0;
+      if (input.hashes !== null && input.hashes.seq.length > 0) {
+        const m = this.index.findMatches(input.hashes.seq, true);
+        for (let i = 0; i < m.count; i++) if (m.slots[i] === slot) overlap = m.depths[i]!;
+      }
+    }
+    const knobs = effectiveKnobs(this.config, this.workerType, input.override, input.hashes !== null, false);
+    this.#booker.book(input, slot, overlap, knobs);
+  }
+
+  /** Removes the request's prompt-token load; drains the queue. False if unknown or already marked. */
+  markPrefillCompleted(requestId: string): boolean {
+    const done = this.#active.markPrefillCompleted(requestId);
+    if (done) this.#admission.drain();
+    return done;
+  }
+
+  /**
+   * Adds one output block to a request (when `routerTrackOutputBlocks`; otherwise a no-op returning false).
+   * `decay` is `outputBlockDecay(osl, expected)`.
+   */
+  addOutputBlock(requestId: string, decay?: number): boolean {
+    if (!this.config.routerTrackOutputBlocks) return false;
+    return this.#active.addOutputBlock(requestId, decay);
+  }
+
+  /**
+   * Frees a request's load; drains the queue. With `owner`, only if it is
+   * booked on that (worker, dp_rank). False if not in flight.
+   */
+  free(requestId: string, owner?: { readonly workerId: number; readonly dpRank: number }): boolean {
+    let ownerSlot: number | undefined;
+    if (owner !== undefined) {
+      ownerSlot = this.#table.slotOf(owner.workerId, owner.dpRank);
+      if (ownerSlot === undefined) return false;
+    }
+    const freed = this.#active.free(requestId, ownerSlot);
+    if (freed) this.#admission.drain();
+    return freed;
+  }
+
+  /**
+   * Periodic work the host calls (Dynamo ticks every 60 s): force-frees
+   * requests older than `activeRequestExpirySecs`, expires approximate and
+   * predict-on-route entries, and drains the queue.
+   */
+  tick(): { readonly expiredRequests: readonly string[]; readonly expiredEntries: number; readonly admitted: number } {
+    const expiredRequests = this.#active.expire();
+    const expiredEntries = (this.approximate?.expire() ?? 0) + (this.predicted?.expire() ?? 0) + (this.fallback?.expire() ?? 0);
+    const admitted = this.#admission.drain();
+    return { expiredRequests, expiredEntries, admitted };
+  }
+
+  // ---------------------------------------------------------------- deciding
+
+  /**
+   * Chooses a slot now, ignoring the queue. `book` books the request (and
+   * records it in approximate mode); `query` changes nothing.
+   * @throws KvgateError KVG_ERR_UNKNOWN_WORKER / KVG_ERR_INVALID_DP_RANK for bad pins,
+   *   KVG_ERR_NO_WORKERS, KVG_ERR_OVERLOADED when every eligible rank is overloaded,
+   *   KVG_ERR_DUPLICATE_REQUEST when booking an id in flight.
+   */
+  select(req: SchedulingRequest, mode: SelectionMode = 'book'): RoutingDecision {
+    if (mode === 'book' && this.#active.has(req.requestId)) throw duplicateRequest(req.requestId);
+    const t0 = this.#clock.now();
+    const n = this.#filter.eligibleInto(req);
+    const kept = this.#filter.dropOverloaded(n);
+    if (kept === 0) throw rejectionError({ kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: n });
+    return this.#selector.decide(req, kept, mode, t0, 0);
+  }
+
+  /**
+   * The full path: eligibility, overload rejection, the queue (park while
+   * every eligible slot is prefill-busy, or reject on backpressure), then
+   * selection and booking.
+   * @throws as `select` for invalid requests (bad pins, no eligible workers, duplicate id).
+   */
+  schedule(req: SchedulingRequest): ScheduleOutcome {
+    if (this.#active.has(req.requestId)) throw duplicateRequest(req.requestId);
+    const t0 = this.#clock.now();
+    const n = this.#filter.eligibleInto(req);
+    const exactPin = req.pinWorkerId !== undefined;
+    // A pinned request waits on its own slots only (captured before the overload filter compacts the list).
+    const pinSlots = exactPin ? this.#table.scratch.eligible.slice(0, n) : null;
+    const kept = this.#filter.dropOverloaded(n);
+    if (kept === 0) return { status: 'rejected', rejection: { kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: n } };
+    const bypass = req.allowedWorkerIds !== undefined && !exactPin;
+    if (this.config.routerQueueThreshold === null || bypass || this.#filter.anyRoom(this.#table.scratch.eligible, kept)) {
+      return { status: 'routed', decision: this.#selector.decide(req, kept, 'book', t0, 0) };
+    }
+    // Every eligible slot is busy: park, unless backpressure says no.
+    return this.#admission.park(req, kept, pinSlots);
+  }
+}

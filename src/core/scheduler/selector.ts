@@ -1,0 +1,152 @@
+/**
+ * Scoring and picking: one decision over the candidates in
+ * `scratch.eligible[0..n)`. Matches overlap, resolves the request's effective
+ * knobs once, scores every candidate with the cost model into
+ * `scratch.costs` (and the decision's breakdown rows), picks one (argmin with
+ * uniform ties, or softmax sampling with a temperature), books it unless the
+ * mode is `query`, and returns the explained decision.
+ */
+import type { Clock, Rng, WorkerRole } from '../../common/index.js';
+import type { ActiveSequences } from '../active-sequences.js';
+import type { KvRouterConfig } from '../config.js';
+import { costOf, newCostInput } from '../cost.js';
+import { RoutingDecision, takeBreakdown, writeBreakdown, writeProbability } from '../decision.js';
+import { pickLowest, sampleIndex, softmaxProbabilities } from '../selection.js';
+import type { Booker } from './booking.js';
+import { costKnobsOf, effectiveKnobs, type EffectiveKnobs } from './knobs.js';
+import type { OverlapMatcher } from './overlap.js';
+import type { SlotTable } from './slots.js';
+import type { SchedulingRequest, SelectionMode } from './types.js';
+
+/** What a selector is built from; every piece is shared with the scheduler that owns it. */
+export interface SlotSelectorParts {
+  readonly config: KvRouterConfig;
+  readonly role: WorkerRole;
+  readonly blockSize: number;
+  readonly table: SlotTable;
+  readonly active: ActiveSequences;
+  readonly matcher: OverlapMatcher;
+  readonly booker: Booker;
+  readonly clock: Clock;
+  readonly rng: Rng;
+}
+
+export class SlotSelector {
+  readonly #p: SlotSelectorParts;
+
+  constructor(parts: SlotSelectorParts) {
+    this.#p = parts;
+  }
+
+  /**
+   * Scores `scratch.eligible[0..n)`, picks one, and books it unless `mode` is `query`.
+   * `t0` is when the attempt started (for timing); `queuedMs` the time spent parked.
+   */
+  decide(req: SchedulingRequest, n: number, mode: SelectionMode, t0: number, queuedMs: number): RoutingDecision {
+    const { clock, table, config } = this.#p;
+    const tiered = this.#p.matcher.match(req, n);
+    const t1 = clock.now();
+    const knobs = effectiveKnobs(config, this.#p.role, req.override, req.hashes !== null, tiered);
+    const breakdown = takeBreakdown(n);
+    const maxOverlap = this.#score(req, n, knobs, tiered, breakdown);
+    const pick = this.#pick(n, knobs.temperature, breakdown);
+    const scratch = table.scratch;
+    const slot = scratch.eligible[pick]!;
+    const overlap = scratch.dev[slot]!;
+    const booked = mode === 'book';
+    const prefillTokens = booked ? this.#p.booker.book(req, slot, overlap, knobs) : 0;
+    const t2 = clock.now();
+    const hashingMs = req.hashingMs ?? 0;
+    return new RoutingDecision({
+      requestId: req.requestId,
+      workerId: table.slotWorker[slot]!,
+      dpRank: table.slotRank[slot]!,
+      overlapBlocks: overlap,
+      maxOverlapBlocks: maxOverlap,
+      requiredBlocks: Math.ceil(req.isl / this.#p.blockSize),
+      isl: req.isl,
+      prefillTokens,
+      cost: scratch.costs[pick]!,
+      booked,
+      pinned: req.pinWorkerId !== undefined,
+      temperature: knobs.temperature,
+      timing: { hashingMs, matchingMs: t1 - t0, schedulingMs: t2 - t1, totalMs: hashingMs + (t2 - t0) },
+      queuedMs,
+      breakdown,
+      candidateCount: n,
+    });
+  }
+
+  /** Writes every candidate's cost to `scratch.costs` and its breakdown row. Returns the largest overlap. */
+  #score(req: SchedulingRequest, n: number, knobs: EffectiveKnobs, tiered: boolean, breakdown: Float64Array): number {
+    const { table, active } = this.#p;
+    const bs = this.#p.blockSize;
+    const isl = req.isl;
+    const promptBlocks = req.hashes !== null ? req.hashes.seq.length : Math.floor(isl / bs);
+    const { eligible: elig, dev, depth, host, disk, costs, sharedDepth } = table.scratch;
+    const prefill = active.activePrefillTokens;
+    const blocks = active.activeDecodeBlocks;
+    const requests = active.activeRequests;
+    const { slotWorker, slotRank } = table;
+    const { trackActiveBlocks: trackActive, shareable, trackPrefillTokens: trackPrefill } = knobs;
+    let minPrefill = Infinity;
+    for (let i = 0; i < n; i++) {
+      const p = prefill[elig[i]!]!;
+      if (p < minPrefill) minPrefill = p;
+    }
+    // Locals that never escape this loop, so the optimiser keeps them in registers: the cost
+    // model's input (one per decision, refilled per candidate) and its own copy of the knobs.
+    const k = costKnobsOf(knobs);
+    const x = newCostInput();
+    x.isl = isl;
+    x.blockSize = bs;
+    x.requestBlocks = Math.ceil(isl / bs);
+    x.minActivePrefill = minPrefill;
+    // Tier overlaps stay 0 unless tier indexes matched.
+    x.hostOverlap = 0;
+    x.diskOverlap = 0;
+    x.sharedBeyond = 0;
+    const preferred = req.routingConstraints?.preferredTaints;
+    let maxOverlap = 0;
+    for (let i = 0; i < n; i++) {
+      const s = elig[i]!;
+      const overlap = dev[s]!;
+      const newBlocks = !trackActive ? 0 : shareable ? promptBlocks - depth[s]! : promptBlocks;
+      const decodeBlocks = blocks[s]! + newBlocks;
+      const p = prefill[s]!;
+      const activeRequests = requests[s]!;
+      const uncached = isl - overlap * bs;
+      const prefillTokens = trackPrefill ? p + (uncached > 0 ? uncached : 0) : p;
+      x.activePrefill = p;
+      x.potentialDecodeBlocks = decodeBlocks;
+      x.activeRequests = activeRequests;
+      x.deviceOverlap = overlap;
+      if (tiered) {
+        x.hostOverlap = host[s]!;
+        x.diskOverlap = disk[s]!;
+        x.sharedBeyond = sharedDepth > overlap ? sharedDepth - overlap : 0;
+      }
+      let cost = costOf(k, x);
+      if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
+      if (overlap > maxOverlap) maxOverlap = overlap;
+      costs[i] = cost;
+      writeBreakdown(breakdown, i, slotWorker[s]!, slotRank[s]!, overlap, prefillTokens, decodeBlocks, activeRequests, cost);
+    }
+    return maxOverlap;
+  }
+
+  /** Picks a candidate index: the only one, a softmax sample (temperature > 0), or the lowest cost with uniform ties. */
+  #pick(n: number, temperature: number, breakdown: Float64Array): number {
+    if (n === 1) {
+      if (temperature > 0) writeProbability(breakdown, 0, 1);
+      return 0;
+    }
+    const { costs, probs } = this.#p.table.scratch;
+    if (temperature > 0) {
+      softmaxProbabilities(costs, n, temperature, probs);
+      for (let i = 0; i < n; i++) writeProbability(breakdown, i, probs[i]!);
+      return sampleIndex(probs, n, this.#p.rng);
+    }
+    return pickLowest(costs, n, this.#p.rng);
+  }
+}

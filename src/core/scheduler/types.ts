@@ -1,0 +1,174 @@
+/**
+ * The scheduler's vocabulary: what a worker advertises, what a request asks
+ * for, and how a scheduling attempt ends. No logic beyond `rejectionError`
+ * and the error constructors the scheduler's files share.
+ */
+import type { Clock, RouterConfigOverride, RoutingConstraints, Rng, WorkerRole } from '../../common/index.js';
+import { KvgateError } from '../../errors/index.js';
+import type { PrefixIndex, PromptHashes } from '../../wasm/index.js';
+import type { SlotLoad } from '../active-sequences.js';
+import type { KvRouterConfig, KvRouterOptions } from '../config.js';
+import type { RoutingDecision } from '../decision.js';
+
+/** `max_num_batched_tokens` assumed when a worker does not advertise one (effectively never busy). */
+export const DEFAULT_MAX_NUM_BATCHED_TOKENS = 10_000_000;
+
+/** What a worker advertises about its capacity (from its model card or discovery). */
+export interface WorkerCapacity {
+  /** First data-parallel rank (default 0). */
+  readonly dataParallelStartRank?: number;
+  /** Number of data-parallel ranks (default 1); each rank is scheduled separately. */
+  readonly dataParallelSize?: number;
+  /** Engine batch token budget: the unit of prefill-busy and of the fractional prefill threshold. */
+  readonly maxNumBatchedTokens?: number;
+  /** KV blocks per rank: the unit of the decode overload threshold. */
+  readonly totalKvBlocks?: number;
+  /** Labels for routing constraints (`required_taints` filter, `preferred_taints` bias). */
+  readonly taints?: readonly string[];
+}
+
+/** A registered worker. */
+export interface WorkerSummary {
+  readonly workerId: number;
+  readonly dataParallelStartRank: number;
+  readonly dataParallelSize: number;
+  readonly maxNumBatchedTokens: number | undefined;
+  readonly totalKvBlocks: number | undefined;
+  readonly taints: readonly string[];
+}
+
+/** One slot's load, named. */
+export interface WorkerLoad extends SlotLoad {
+  readonly workerId: number;
+  readonly dpRank: number;
+}
+
+/** A request as the scheduler sees it (pins already resolved for the phase). */
+export interface SchedulingRequest {
+  /** Context id; unique among in-flight requests. */
+  readonly requestId: string;
+  /** Prompt length in tokens. */
+  readonly isl: number;
+  /** Hashes of the prompt's complete blocks (routing tokens); null = no prefix information. */
+  readonly hashes: PromptHashes | null;
+  /** Exact pin: only this worker... */
+  readonly pinWorkerId?: number | undefined;
+  /** ...and, if given, only this rank (validated against the worker's advertised ranks). */
+  readonly pinDpRank?: number | undefined;
+  /** Restricts candidates to these workers (an endpoint picker's list); such requests bypass the queue unless pinned. */
+  readonly allowedWorkerIds?: ReadonlySet<number> | readonly number[] | undefined;
+  /**
+   * Taint constraints (Dynamo's `routing_constraints`): unpinned candidates must carry every
+   * required taint; a candidate's cost is multiplied by the factor of each preferred taint it
+   * carries (factors > 0; below 1 attracts, above 1 repels) [inferred: factors multiply].
+   */
+  readonly routingConstraints?: RoutingConstraints | undefined;
+  /** Seconds of queue priority (`priority_jump`, >= 0). */
+  readonly priorityJump?: number | undefined;
+  /** Absolute queue tier: higher tiers always leave first (`strict_priority`). */
+  readonly strictPriority?: number | undefined;
+  /** Expected output length (drives output-block decay). */
+  readonly expectedOutputTokens?: number | undefined;
+  /** Validated per-request overrides (see `parseRouterConfigOverride`). */
+  readonly override?: RouterConfigOverride | undefined;
+  /** Time already spent hashing, reported in the decision's timing. */
+  readonly hashingMs?: number | undefined;
+}
+
+/** Why a request was turned away. Map to an error with `rejectionError`. */
+export type Rejection =
+  | {
+    readonly kind: 'backpressure';
+    readonly reason: 'MaxQueuedIslTokensExceeded';
+    /** ISL tokens already queued. */
+    readonly queuedIslTokens: number;
+    /** The cap for this request's tier (tier cap × worker count). */
+    readonly maxQueuedIslTokens: number;
+    /** This request's cache-miss tokens (isl − best cached), which picked the tier. */
+    readonly missingIslTokens: number;
+  }
+  | {
+    readonly kind: 'overloaded';
+    readonly reason: 'AllWorkersOverloaded';
+    /** Eligible slots, all over a busy threshold. */
+    readonly eligibleSlots: number;
+  };
+
+/** How a parked request ended. The promise never rejects. */
+export type AdmissionResult =
+  | { readonly status: 'routed'; readonly decision: RoutingDecision }
+  | { readonly status: 'cancelled' }
+  | { readonly status: 'failed'; readonly error: KvgateError };
+
+/** A parked request. Await `admitted`; call `cancel()` if the client goes away. */
+export interface QueueTicket {
+  readonly requestId: string;
+  readonly admitted: Promise<AdmissionResult>;
+  /** Withdraws the request; resolves `admitted` with `cancelled`. False if it already left the queue. */
+  cancel(): boolean;
+}
+
+export type ScheduleOutcome =
+  | { readonly status: 'routed'; readonly decision: RoutingDecision }
+  | { readonly status: 'queued'; readonly ticket: QueueTicket }
+  | { readonly status: 'rejected'; readonly rejection: Rejection };
+
+/** `select` books the request (`book`) or only reports what it would do (`query`, Dynamo's query-only mode). */
+export type SelectionMode = 'book' | 'query';
+
+export interface KvSchedulerOptions {
+  /** KV block size in tokens (engines' `--block-size`); all workers share it. */
+  readonly blockSize: number;
+  /** Router knobs (validated here). */
+  readonly config?: KvRouterOptions | KvRouterConfig;
+  /**
+   * The device-tier prefix index, fed by KV events. Created if omitted. In
+   * approximate mode (`useKvEvents: false`) the scheduler records its own
+   * decisions in it with the TTL.
+   */
+  readonly index?: PrefixIndex;
+  /** Lower-tier indexes fed by tiered KV events, and an external shared cache (one pseudo-slot per cache). */
+  readonly tierIndexes?: TierIndexes;
+  readonly clock?: Clock;
+  /** Uniform [0, 1) source for tie-breaks and softmax sampling. */
+  readonly rng?: Rng;
+  /** The side of a disaggregated deployment this scheduler routes for (default `aggregated`). */
+  readonly workerType?: WorkerRole;
+  /**
+   * With KV events on: true for a worker whose events cannot be trusted right
+   * now (never started, or stopped while it serves). Such a worker falls back
+   * to approximate mode alone: the router records its own decisions for it
+   * (with `routerTtlSecs`) and scores it on max(events overlap, recorded
+   * overlap) until its events are live again.
+   */
+  readonly eventFallback?: ((workerId: number) => boolean) | undefined;
+}
+
+/** Lower-tier indexes (host-pinned memory, disk) and an external shared cache. */
+export interface TierIndexes {
+  readonly hostPinned?: PrefixIndex;
+  readonly disk?: PrefixIndex;
+  readonly shared?: PrefixIndex;
+}
+
+/** A typed error for a rejection, for hosts that surface it as HTTP 503. */
+export function rejectionError(r: Rejection): KvgateError {
+  if (r.kind === 'backpressure') {
+    return new KvgateError('KVG_ERR_BACKPRESSURE',
+      `router queue full: ${r.queuedIslTokens} ISL tokens queued, cap ${r.maxQueuedIslTokens} for requests missing ${r.missingIslTokens} cached tokens`,
+      { queuedIslTokens: r.queuedIslTokens, maxQueuedIslTokens: r.maxQueuedIslTokens, missingIslTokens: r.missingIslTokens });
+  }
+  return new KvgateError('KVG_ERR_OVERLOADED', `all ${r.eligibleSlots} eligible worker ranks are overloaded`, { eligibleSlots: r.eligibleSlots });
+}
+
+export function invalidArg(message: string): KvgateError {
+  return new KvgateError('KVG_ERR_INVALID_ARGUMENT', message);
+}
+
+export function workerNotFound(workerId: number): KvgateError {
+  return new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${workerId} is not registered`, { workerId });
+}
+
+export function duplicateRequest(requestId: string): KvgateError {
+  return new KvgateError('KVG_ERR_DUPLICATE_REQUEST', `request ${requestId} is already in flight`, { requestId });
+}

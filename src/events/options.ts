@@ -1,0 +1,78 @@
+/**
+ * What every piece of KV-event ingestion shares, and each component's tuning.
+ *
+ * The shared things (clock, logger, applier, hooks, liveness) form one
+ * `IngestContext`, built once by the manager (or a test) and handed to every
+ * subscriber and stream unchanged. Tuning is one Options / Filled / defaults
+ * triple per component; each layer's options extend the one below, so a value
+ * given to the manager reaches the stream without being restated.
+ */
+import { silentLogger, systemClock, type Clock, type Logger } from '../common/index.js';
+import type { KvEventApplier } from './applier.js';
+import type { EventLiveness } from './liveness.js';
+import type { KvEventHooks } from './stats.js';
+
+/** The collaborators every subscriber and stream of one manager share. */
+export interface IngestContext {
+  readonly clock: Clock;
+  /** Where warnings go (gaps, restarts, replay failures, decode errors), each naming the worker. */
+  readonly log: Logger;
+  /** The applier (and through it the indexes) to keep true. */
+  readonly applier: KvEventApplier;
+  /** Observers (counters, metrics); called synchronously, must not throw. */
+  readonly hooks: KvEventHooks;
+  /** Per-slot liveness; streams report usable batches to it. */
+  readonly liveness: EventLiveness | undefined;
+}
+
+/** An ingestion context from its parts: system clock, no logging, no hooks, no liveness unless given. */
+export function ingestContext(parts: { applier: KvEventApplier } & Partial<Omit<IngestContext, 'applier'>>): IngestContext {
+  return {
+    applier: parts.applier,
+    clock: parts.clock ?? systemClock,
+    log: parts.log ?? silentLogger,
+    hooks: parts.hooks ?? {},
+    liveness: parts.liveness,
+  };
+}
+
+/** Tuning of one slot's ordered stream. */
+export interface KvEventStreamOptions {
+  /** Live batches parked behind a replay before new ones are dropped (and recovered by a later replay). */
+  maxPendingBatches?: number | undefined;
+  /** At most one log line per kind of problem per interval, ms. */
+  logIntervalMs?: number | undefined;
+}
+export type FilledKvEventStreamOptions = Required<{ [K in keyof KvEventStreamOptions]: NonNullable<KvEventStreamOptions[K]> }>;
+export const kDefaultStreamOptions: FilledKvEventStreamOptions = Object.freeze({ maxPendingBatches: 100_000, logIntervalMs: 10_000 });
+
+/** Tuning of one slot's sockets, and of its stream. */
+export interface KvEventSubscriberOptions extends KvEventStreamOptions {
+  /** Per replay reply message, ms. */
+  replayTimeoutMs?: number | undefined;
+  /** SUB receive high-water mark in messages (vLLM's PUB default). */
+  receiveHighWaterMark?: number | undefined;
+}
+export type FilledKvEventSubscriberOptions = Required<{ [K in keyof KvEventSubscriberOptions]: NonNullable<KvEventSubscriberOptions[K]> }>;
+export const kDefaultSubscriberOptions: FilledKvEventSubscriberOptions = Object.freeze({
+  ...kDefaultStreamOptions, replayTimeoutMs: 2000, receiveHighWaterMark: 100_000,
+});
+
+/** Tuning of a fleet's ingestion, and of every subscriber it starts. */
+export interface KvEventManagerOptions extends KvEventSubscriberOptions {
+  /** Silence while serving after which a slot is `stale`, ms. */
+  staleAfterMs?: number | undefined;
+}
+export type FilledKvEventManagerOptions = Required<{ [K in keyof KvEventManagerOptions]: NonNullable<KvEventManagerOptions[K]> }>;
+export const kDefaultManagerOptions: FilledKvEventManagerOptions = Object.freeze({ ...kDefaultSubscriberOptions, staleAfterMs: 30_000 });
+
+/** `defaults` with every field of `given` that is set (an explicit `undefined` keeps the default). */
+export function fillOptions<F extends object>(defaults: F, given: { [K in keyof F]?: F[K] | undefined } | undefined): F {
+  const out = { ...defaults };
+  if (given === undefined) return out;
+  for (const key of Object.keys(defaults) as (keyof F)[]) {
+    const v = given[key];
+    if (v !== undefined) out[key] = v as F[keyof F];
+  }
+  return out;
+}

@@ -1,0 +1,97 @@
+/**
+ * Writing a routed or query-only answer to the client: the worker headers,
+ * the JSON or SSE body, and the per-request context both the server and
+ * these writers fill in for the access log.
+ *
+ * Contract of `pipeRouted`: once the SSE head is written, a failure becomes a
+ * final error event (never a second status line), and a client that leaves
+ * early makes it return the upstream iterator so the router frees its booking.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import type { ModelConfig } from '../config/index.js';
+import { asKvgateError, drained, sendBytes, sendJson, sseErrorFrame, sseFrame } from './http-io.js';
+import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
+import type { WorkerRank } from '../common/index.js';
+import type { EndpointKind, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
+
+/** One request as the server handles it. */
+export interface RequestContext {
+  req: IncomingMessage;
+  res: ServerResponse;
+  requestId: string;
+  route: string;
+  startedAt: number;
+  /** Fires on client disconnect, timeout or forced shutdown; its reason is a KvgateError. */
+  signal: AbortSignal;
+  /** Filled in as the request progresses, for the access log line. */
+  log: Record<string, unknown>;
+}
+
+const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
+
+/** The x-kvgate-worker* response headers naming who served the request. */
+export function workerHeaders(worker: WorkerRank, prefill: WorkerRank | undefined): Record<string, string> {
+  const h: Record<string, string> = { 'x-kvgate-worker': String(worker.workerId), 'x-kvgate-worker-dp-rank': String(worker.dpRank) };
+  if (prefill !== undefined) {
+    h['x-kvgate-prefill-worker'] = String(prefill.workerId);
+    h['x-kvgate-prefill-worker-dp-rank'] = String(prefill.dpRank);
+  }
+  return h;
+}
+
+/** A query-only answer: `/v1/route`'s body, or Dynamo's query-only completion (JSON or one SSE chunk). */
+export function sendQueryAnswer(ctx: RequestContext, kind: EndpointKind | 'route', req: PreparedRequest, q: QueryResult, model: ModelConfig,
+  headers: Record<string, string>, createdSec: number): void {
+  if (kind === 'route') {
+    sendJson(ctx.res, 200, routeResponseBody(req, q, model.blockSize), headers);
+    return;
+  }
+  // Dynamo-compatible query-only answer on the OpenAI endpoint (spec 1.5): nvext.worker_id and nvext.token_ids, no choices.
+  if (!req.stream) {
+    sendJson(ctx.res, 200, queryCompletionBody(req, q, createdSec), headers);
+    return;
+  }
+  ctx.res.writeHead(200, { ...SSE_HEADERS, ...headers });
+  ctx.res.write(`data: ${JSON.stringify(queryCompletionChunk(req, q, createdSec))}\n\n`);
+  ctx.res.end('data: [DONE]\n\n');
+}
+
+/** A routed answer: the engine's JSON bytes, or its SSE events piped through with backpressure. */
+export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, headers: Record<string, string>, logger: Logger): Promise<void> {
+const { res } = ctx;
+  ctx.log.upstreamStatus = routed.status;
+  if (routed.body.kind === 'json') {
+    sendBytes(res, routed.status, routed.body.bytes, 'application/json', headers);
+    return;
+  }
+  const iterator = routed.body.events[Symbol.asyncIterator]();
+  let finished = false;
+  res.writeHead(routed.status, { ...SSE_HEADERS, ...headers });
+  res.flushHeaders();
+  let events = 0;
+  try {
+    for (;;) {
+      const next = await iterator.next();
+      if (next.done === true) {
+        finished = true;
+        break;
+      }
+      if (res.destroyed) break;
+      events++;
+      if (!res.write(sseFrame(next.value)) && !(await drained(res))) break;
+    }
+    ctx.log.events = events;
+    if (!res.destroyed) res.end();
+  } catch (err) {
+    finished = true;
+    const e = asKvgateError(ctx.signal.aborted ? ctx.signal.reason : err, ctx.requestId);
+    ctx.log.code = e.code;
+    ctx.log.events = events;
+    if (e.code === 'KVG_ERR_INTERNAL') logger.error({ reqId: ctx.requestId, err }, 'stream failed');
+    if (!res.destroyed) res.end(sseErrorFrame(e));
+  } finally {
+    // Left early (client gone): tell the port so it stops the upstream and frees its booking.
+    if (!finished) await iterator.return?.().catch(() => undefined);
+  }
+}

@@ -1,0 +1,239 @@
+/**
+ * The OpenAI endpoints of the simulated engine: /v1/completions and
+ * /v1/chat/completions (validation as vLLM does it, the P/D handoff through
+ * the worker's protocol, one request on one engine rank, the answer through
+ * ResponseWriter), plus /tokenize and /detokenize.
+ *
+ * Latency histograms are observed here, in wall-clock seconds from the
+ * request's arrival, because only the HTTP layer sees arrival.
+ */
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { parseJson, readBody, sendJson } from '../common/index.js';
+import { KvgateError } from '../errors/index.js';
+import type { TextTokenizer } from '../tokenizer/index.js';
+import { xxh3 } from '../wasm/index.js';
+import type { CoreRequest, FinishedRequest } from './engine-types.js';
+import type { EngineMetrics } from './engine-metrics.js';
+import type { FaultController } from './faults.js';
+import type { HandoffPlan, HandoffProtocol } from './handoff.js';
+import { parseGenerateRequest, usage, type GenerateRequest, type ResponseMeta } from './openai-protocol.js';
+import type { ResolvedMockerOptions } from './options.js';
+import { pickRank, type EngineRank } from './ranks.js';
+import type { RequestListener } from './realtime-engine.js';
+import { ResponseWriter } from './response-writer.js';
+
+/** The largest request body the engine reads (vLLM has no limit of its own; this only bounds memory). */
+export const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The body as text (kept: bootstrap rooms are parsed from it beyond 2^53) and as JSON.
+ * @throws KvgateError KVG_ERR_BODY_TOO_LARGE, KVG_ERR_INVALID_JSON
+ */
+export async function readJsonBody(req: IncomingMessage): Promise<{ raw: string; body: unknown }> {
+  const raw = (await readBody(req, MAX_BODY_BYTES)).toString('utf8');
+  return { raw, body: parseJson(raw) };
+}
+
+export type GenerateKind = 'completion' | 'chat';
+
+/** What generation reads from its worker; `ranks` and `lifetime` change on restart. */
+export interface GenerationDeps {
+  readonly options: ResolvedMockerOptions;
+  readonly tokenizer: TextTokenizer;
+  readonly faults: FaultController;
+  readonly metrics: EngineMetrics;
+  readonly handoff: HandoffProtocol;
+  /** Text of each token id generation samples. */
+  readonly tokenText: ReadonlyMap<number, string>;
+  ranks(): readonly EngineRank[];
+  /** Aborted when the engine crashes: outgoing P/D calls and engine requests stop. */
+  lifetime(): AbortSignal;
+}
+
+/** One validated request, ready for its rank. */
+interface Admitted {
+  readonly arrival: number;
+  readonly tokens: number[];
+  readonly maxTokens: number;
+  readonly loraName: string | undefined;
+  readonly plan: HandoffPlan;
+  readonly signal: AbortSignal;
+}
+
+export class Generation {
+  readonly #deps: GenerationDeps;
+
+  constructor(deps: GenerationDeps) {
+    this.#deps = deps;
+  }
+
+  /** POST /v1/completions and /v1/chat/completions. @throws KvgateError (answered by the caller as an OpenAI error) */
+  async generate(kind: GenerateKind, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const arrival = performance.now();
+    const { raw, body } = await readJsonBody(req);
+    const d = this.#deps;
+    if (d.faults.shouldFailRequest()) {
+      d.metrics.countInjectedError();
+      throw new KvgateError('KVG_ERR_INTERNAL', 'injected fault: the engine failed this request (error_rate)', {});
+    }
+    const p = parseGenerateRequest(kind, body, raw);
+    const { tokens, maxTokens, loraName } = await this.#validate(p);
+
+    // Client gone (or engine crash): cancel outgoing P/D calls and the engine request.
+    const cancel = new AbortController();
+    const onGone = (): void => cancel.abort();
+    res.on('close', onGone);
+    const signal = AbortSignal.any([cancel.signal, d.lifetime()]);
+    try {
+      const plan = await d.handoff.prepare(p, tokens.length, signal);
+      if (plan === undefined || signal.aborted) return;
+      try {
+        await this.#run(p, req, res, { arrival, tokens, maxTokens: plan.maxTokens ?? maxTokens, loraName, plan, signal });
+      } catch (err) {
+        plan.failed?.(err);
+        throw err;
+      }
+    } finally {
+      res.off('close', onGone);
+    }
+  }
+
+  /** POST /tokenize: a completion or chat body's prompt as token ids. */
+  async tokenize(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { raw, body } = await readJsonBody(req);
+    const b = body as Record<string, unknown>;
+    const kind = b !== null && typeof b === 'object' && 'messages' in b ? 'chat' : 'completion';
+    const p = parseGenerateRequest(kind, body, raw);
+    const tokens = await this.#promptTokens(p);
+    sendJson(res, 200, { count: tokens.length, max_model_len: this.#deps.options.maxModelLen, tokens, token_strs: null });
+  }
+
+  /** POST /detokenize. */
+  async detokenize(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { body } = await readJsonBody(req);
+    const tokens = (body as { tokens?: unknown } | null)?.tokens;
+    if (!Array.isArray(tokens) || !tokens.every((t) => Number.isInteger(t) && t >= 0)) {
+      throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'tokens must be a list of token ids', { param: 'tokens' });
+    }
+    sendJson(res, 200, { prompt: await this.#deps.tokenizer.decode(tokens as number[]) });
+  }
+
+  /** The served model or adapter, the prompt tokens, and vLLM's length checks. */
+  async #validate(p: GenerateRequest): Promise<{ tokens: number[]; maxTokens: number; loraName: string | undefined }> {
+    const o = this.#deps.options;
+    if (p.model !== undefined && p.model !== o.model && !o.loraNames.includes(p.model)) {
+      throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `The model \`${p.model}\` does not exist.`, { param: 'model' });
+    }
+    const loraName = p.model !== undefined && p.model !== o.model ? p.model : undefined;
+    const tokens = await this.#promptTokens(p);
+    const param = p.kind === 'chat' ? 'messages' : 'prompt';
+    if (tokens.length === 0) throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty after tokenization', { param });
+    const maxTokens = p.maxTokens ?? o.defaultMaxTokens;
+    if (tokens.length + maxTokens > o.maxModelLen) {
+      throw new KvgateError('KVG_ERR_PROMPT_TOO_LONG',
+        `This model's maximum context length is ${o.maxModelLen} tokens. However, you requested ${tokens.length + maxTokens} tokens (${tokens.length} in the messages, ${maxTokens} in the completion). Please reduce the length of the messages or completion.`,
+        { param });
+    }
+    const blocksNeeded = Math.ceil((tokens.length + maxTokens - 1) / o.blockSize);
+    if (blocksNeeded > o.numGpuBlocks) {
+      throw new KvgateError('KVG_ERR_INVALID_REQUEST',
+        `the request needs ${blocksNeeded} KV blocks (${tokens.length} prompt + ${maxTokens} completion tokens) but the engine has ${o.numGpuBlocks}`,
+        { param });
+    }
+    return { tokens, maxTokens, loraName };
+  }
+
+  /** The prompt as token ids: token-id prompts as given, text and chat through the tokenizer. */
+  async #promptTokens(p: GenerateRequest): Promise<number[]> {
+    const tokenizer = this.#deps.tokenizer;
+    if (p.prompt.kind === 'tokens') {
+      const vocab = tokenizer.vocabSize;
+      const i = p.prompt.tokens.findIndex((t) => t >= vocab);
+      if (i >= 0) throw new KvgateError('KVG_ERR_INVALID_REQUEST', `token id ${p.prompt.tokens[i]} at index ${i} is out of vocabulary (size ${vocab})`, { param: 'prompt' });
+      return p.prompt.tokens;
+    }
+    if (p.prompt.kind === 'text') return tokenizer.encode(p.prompt.text, { addSpecialTokens: p.addSpecialTokens });
+    let text: string;
+    try {
+      text = tokenizer.renderChat(p.prompt.messages, { addGenerationPrompt: true, tools: p.prompt.tools, extra: p.prompt.templateKwargs });
+    } catch (err) {
+      if (err instanceof KvgateError && err.code === 'KVG_ERR_INVALID_ARGUMENT') throw new KvgateError('KVG_ERR_INVALID_REQUEST', err.message, { param: 'messages' });
+      throw err;
+    }
+    return tokenizer.encode(text, { addSpecialTokens: p.addSpecialTokens });
+  }
+
+  /** Without a `seed`, the generated tokens are a function of the prompt and the engine's seed. */
+  #derivedSeed(tokens: readonly number[]): number {
+    const bytes = new Uint8Array(Uint32Array.from(tokens).buffer);
+    return Number(xxh3(bytes, BigInt(this.#deps.options.seed)) & 0xffffffffn);
+  }
+
+  /** Runs the request on its rank; resolves when the answer is written or the request was aborted. */
+  #run(p: GenerateRequest, req: IncomingMessage, res: ServerResponse, x: Admitted): Promise<void> {
+    const o = this.#deps.options;
+    const ranks = this.#deps.ranks();
+    const rankIndex = pickRank(ranks, p.dpRank, req.headers['x-data-parallel-rank'], x.plan.forcedRank);
+    const rank = ranks[rankIndex]!;
+    const coreId = randomUUID();
+    const header = req.headers['x-request-id'];
+    const baseId = typeof header === 'string' && header !== '' ? header : randomUUID().replaceAll('-', '');
+    const meta: ResponseMeta = { id: `${p.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`, created: Math.floor(Date.now() / 1000), model: p.model ?? o.model };
+    const coreReq: CoreRequest = {
+      id: coreId, promptTokens: x.tokens, maxTokens: x.maxTokens, seed: p.seed ?? this.#derivedSeed(x.tokens),
+      loraName: x.loraName, cacheSalt: p.cacheSalt, remotePrefill: x.plan.remotePrefill, holdBlocksMs: x.plan.holdBlocksMs,
+    };
+    const out = new ResponseWriter(res, p, meta, x.tokens.length, x.maxTokens);
+    return new Promise<void>((resolve, reject) => {
+      let finished = false;
+      const onAbort = (): void => {
+        if (finished) return;
+        finished = true;
+        rank.engine.abort(coreId);
+        if (!res.destroyed) res.destroy();
+        resolve();
+      };
+      const onEnd = (): void => {
+        finished = true;
+        x.signal.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      try {
+        rank.engine.submit(coreReq, this.#listener(rankIndex, coreId, x, out, onEnd));
+      } catch (err) {
+        reject(err);
+        return;
+      }
+      x.signal.addEventListener('abort', onAbort, { once: true });
+      out.open();
+    });
+  }
+
+  /** The engine's callbacks for one request: latency metrics, the answer, the protocol's end. */
+  #listener(rankIndex: number, coreId: string, x: Admitted, out: ResponseWriter, onEnd: () => void): RequestListener {
+    const metrics = this.#deps.metrics;
+    let cached = 0;
+    let lastTokenAt = 0;
+    return {
+      onAdmitted: (c) => {
+        cached = c;
+      },
+      onToken: (tokenId, index) => {
+        const now = performance.now();
+        if (index === 0) metrics.observeFirstToken(rankIndex, (now - x.arrival) / 1000, 0);
+        else metrics.observeInterToken(rankIndex, (now - lastTokenAt) / 1000);
+        lastTokenAt = now;
+        out.token(this.#deps.tokenText.get(tokenId) ?? '', index, cached);
+      },
+      onFinish: (info: FinishedRequest) => {
+        // Done on the engine: an abort from now on has nothing to cancel (the promise settles after this callback).
+        onEnd();
+        metrics.observeFinished(rankIndex, (performance.now() - x.arrival) / 1000);
+        const u = usage(info.promptTokens, info.outputTokens, info.cachedTokens);
+        x.plan.finished?.(info);
+        out.finish(u, () => this.#deps.handoff.responseParams({ info, rank: rankIndex, requestId: coreId }));
+      },
+    };
+  }
+}

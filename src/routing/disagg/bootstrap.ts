@@ -1,0 +1,53 @@
+/**
+ * SGLang's bootstrap handoff: prefill and decode both get the same
+ * (host, port, room) triple and meet at the prefill worker's bootstrap
+ * server. The prefill is dispatched in the background; once its engine has
+ * the request, decode is dispatched. It never waits for prefill output:
+ * SGLang's prefill completes only after decode has connected.
+ */
+import type { Rng } from '../../common/index.js';
+import { sglangDecodeLeg, sglangPrefillLeg } from '../../engines/index.js';
+import { KvgateError } from '../../errors/index.js';
+import type { LegRequest, LegResponse, Selection } from '../push/types.js';
+import { bootstrapFor } from './handoff.js';
+import type { Handoff, PrefillInFlight } from './strategy.js';
+import { prefillFailure, type DisaggOutcome } from './types.js';
+
+export function bootstrapHandoff(base: LegRequest, target: Selection, rng: Rng): Handoff {
+  const w = target.worker;
+  const bootstrap = bootstrapFor(w, target.dpRank, rng);
+  return {
+    path: 'bootstrap',
+    prefillLeg: sglangPrefillLeg(base.body, { bootstrap }),
+    async handOver(p: PrefillInFlight): Promise<DisaggOutcome> {
+      p.setEnded(p.response.then((res) => prefillDone(p, res), (err: unknown) => void p.fail(err)).finally(() => p.prefillLegOver()));
+      await p.accepted.catch(() => {
+        throw p.error ?? prefillFailure(new Error('the prefill leg ended before it was dispatched'), target);
+      });
+      // The room already encodes the prefill rank; newer SGLang decode builds also read it directly
+      // (`disagg_prefill_dp_rank`), which matters when prefill and decode DP sizes differ.
+      const prefillDpRank = w.dpSize > 1 ? { prefillDpRank: target.dpRank - w.dpStart } : {};
+      return p.decode(sglangDecodeLeg({ bootstrap, ...prefillDpRank }), undefined);
+    },
+  };
+}
+
+/** The prefill answered (after decode connected): a refusal fails the pair, else the prefill is complete. */
+function prefillDone(p: PrefillInFlight, res: LegResponse): void {
+  p.answered(res);
+  if (res.status >= 400) {
+    const upstream = res.body.kind === 'json' ? (res.body.json ?? jsonOf(res.body.bytes)) : undefined;
+    p.fail(new KvgateError('KVG_ERR_PREFILL_FAILED',
+      `prefill on worker ${res.selection.worker.id} answered ${res.status}`, { workerId: res.selection.worker.id, upstreamStatus: res.status, upstreamError: upstream }));
+    return;
+  }
+  p.tracker.recordPrefillComplete();
+}
+
+function jsonOf(bytes: Uint8Array): unknown {
+  try {
+    return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,118 @@
+/**
+ * KV mode: the KvRouter scores overlap and load, queues or rejects under
+ * pressure, and keeps the authoritative bookkeeping; this selector adapts it
+ * to the push router (exclusions, the queue wait, decision metrics).
+ */
+import { rejectionError, type RoutingDecision } from '../../core/index.js';
+import type { WorkerInfo } from '../../discovery/index.js';
+import { KvgateError } from '../../errors/index.js';
+import type { KvRouter } from '../kv-router.js';
+import type { PoolMetrics, WorkerGauges } from './pool-metrics.js';
+import { eligibleSlots, type PoolMembers, type LegSelector } from './selector.js';
+import type { LegRequest, Selection } from './types.js';
+
+export class KvSelector implements LegSelector {
+  readonly #pool: PoolMembers;
+  readonly #kv: KvRouter;
+  readonly #pm: PoolMetrics | undefined;
+
+  constructor(pool: PoolMembers, kv: KvRouter, pm: PoolMetrics | undefined) {
+    this.#pool = pool;
+    this.#kv = kv;
+    this.#pm = pm;
+  }
+
+  addWorker(w: WorkerInfo): void {
+    this.#kv.addWorker(w.id, {
+      dataParallelStartRank: w.dpStart,
+      dataParallelSize: w.dpSize,
+      ...(w.maxNumBatchedTokens !== undefined ? { maxNumBatchedTokens: w.maxNumBatchedTokens } : {}),
+      ...(w.totalKvBlocks !== undefined ? { totalKvBlocks: w.totalKvBlocks } : {}),
+    });
+  }
+
+  removeWorker(id: number): void {
+    this.#kv.removeWorker(id);
+  }
+
+  async select(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined): Promise<Selection> {
+    const kv = this.#kv;
+    let request = req;
+    if (exclude !== undefined && exclude.size > 0) {
+      const allowed = eligibleSlots(this.#pool, req.routing.allowedWorkerIds, exclude).map((c) => c.workerId);
+      request = { ...req, routing: { ...req.routing, allowedWorkerIds: new Set(allowed) } };
+    }
+    let decision: RoutingDecision;
+    if (mode === 'query') {
+      decision = kv.findBestMatch(request, { mode: 'query' });
+    } else {
+      decision = await this.#schedule(request);
+      this.#observeDecision(decision);
+    }
+    const w = this.#pool.members.get(decision.workerId);
+    if (w === undefined) {
+      // The scheduler knows a worker this router dropped: release and refuse.
+      if (decision.booked) kv.free(req.requestId);
+      throw new KvgateError('KVG_ERR_NO_WORKERS', `worker ${decision.workerId} left while the request was routed`);
+    }
+    return { worker: w, dpRank: decision.dpRank, overlapBlocks: decision.overlapBlocks, pinned: decision.pinned, decision };
+  }
+
+  /** Books now, or waits in the router queue until admitted; the client going away cancels the wait. */
+  async #schedule(req: LegRequest): Promise<RoutingDecision> {
+    const outcome = this.#kv.schedule(req);
+    if (outcome.status === 'routed') return outcome.decision;
+    if (outcome.status === 'rejected') {
+      this.#pm?.backpressure.inc();
+      throw rejectionError(outcome.rejection);
+    }
+    this.#observeQueue();
+    const ticket = outcome.ticket;
+    const onAbort = (): void => void ticket.cancel();
+    req.signal.addEventListener('abort', onAbort, { once: true });
+    if (req.signal.aborted) ticket.cancel();
+    const result = await ticket.admitted.finally(() => req.signal.removeEventListener('abort', onAbort));
+    this.#observeQueue();
+    if (result.status === 'cancelled') throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away while the request was queued');
+    if (result.status === 'failed') throw result.error;
+    return result.decision;
+  }
+
+  release(req: LegRequest, sel: Selection): void {
+    this.#kv.free(req.requestId, { workerId: sel.worker.id, dpRank: sel.dpRank });
+  }
+
+  activeRequests(workerId: number, dpRank: number): number {
+    return this.#kv.load(workerId, dpRank)?.activeRequests ?? 0;
+  }
+
+  publishLoad(g: WorkerGauges, workerId: number, dpRank: number): void {
+    const load = this.#kv.load(workerId, dpRank);
+    g.activeRequests.set(load?.activeRequests ?? 0);
+    if (load !== undefined) {
+      g.activePrefillTokens.set(load.activePrefillTokens);
+      g.activeDecodeBlocks.set(load.activeDecodeBlocks);
+      g.indexBlocks.set(this.#kv.index.blockCount(workerId, dpRank));
+    }
+  }
+
+  #observeDecision(d: RoutingDecision): void {
+    const m = this.#pm;
+    if (m === undefined) return;
+    m.requestsStarted.inc();
+    m.hashing.observe(d.timing.hashingMs);
+    m.matching.observe(d.timing.matchingMs);
+    m.scheduling.observe(d.timing.schedulingMs);
+    m.total.observe(d.timing.totalMs);
+    if (d.requiredBlocks > 0) m.kvHitRate.observe(d.overlapBlocks / d.requiredBlocks);
+    let maxOverlap = 0;
+    for (const c of d.candidates) maxOverlap = Math.max(maxOverlap, c.overlapBlocks);
+    if (!d.pinned && d.overlapBlocks < maxOverlap) m.nonMaxOverlap.inc();
+  }
+
+  #observeQueue(): void {
+    if (this.#pm === undefined) return;
+    this.#pm.queueRequests.set(this.#kv.pendingRequests);
+    this.#pm.queueIslTokens.set(this.#kv.pendingIslTokens);
+  }
+}

@@ -1,0 +1,176 @@
+/**
+ * The guard of one dispatched leg, in three parts split by what each owns
+ * (the shape of Dynamo's request guard). The push router builds one per leg
+ * and hands it everything it needs; the guard never reaches back into the
+ * router.
+ */
+import type { Clock } from '../../common/index.js';
+import { outputBlockDecay } from '../../core/index.js';
+import { readChunkInfo, type ChunkInfo, type EngineEvent, type EngineEventStream } from '../../engines/index.js';
+import type { KvRouter } from '../kv-router.js';
+import type { PoolMetrics } from './pool-metrics.js';
+import type { LegRequest, Selection } from './types.js';
+
+/** Owns the leg's booking: returned exactly once, on end, upstream error, disconnect or dispatch failure. */
+class RequestCleanup {
+  readonly #release: () => void;
+  #done = false;
+
+  constructor(release: () => void) {
+    this.#release = release;
+  }
+
+  /** False when the leg was already released. */
+  finish(): boolean {
+    if (this.#done) return false;
+    this.#done = true;
+    this.#release();
+    return true;
+  }
+}
+
+/** Owns the scheduler's view of the leg's progress: prompt done at the first output, then one block per `blockSize` tokens. */
+class OutputBlockTracker {
+  readonly #kv: KvRouter;
+  readonly #req: LegRequest;
+  readonly #blockSize: number;
+  readonly #trackBlocks: boolean;
+  #started = false;
+  #osl = 0;
+  #blocks: number;
+
+  constructor(kv: KvRouter, req: LegRequest, blockSize: number) {
+    this.#kv = kv;
+    this.#req = req;
+    this.#blockSize = blockSize;
+    this.#trackBlocks = kv.config.routerTrackOutputBlocks;
+    this.#blocks = Math.ceil(req.isl / blockSize);
+  }
+
+  onOutput(produced: number): void {
+    if (!this.#started) {
+      this.#started = true;
+      this.#kv.markPrefillCompleted(this.#req.requestId);
+    }
+    this.#osl += produced;
+    if (!this.#trackBlocks) return;
+    const blocks = Math.ceil((this.#req.isl + this.#osl) / this.#blockSize);
+    const decay = outputBlockDecay(this.#osl, this.#req.routing.expectedOutputTokens);
+    while (this.#blocks < blocks) {
+      this.#blocks++;
+      this.#kv.addOutputBlock(this.#req.requestId, decay);
+    }
+  }
+}
+
+/** Owns what the leg reports: the tracker's timestamps, TTFT, OSL, ITL, and the engine's cached tokens against the prediction. */
+class RequestObservability {
+  readonly #clock: Clock;
+  readonly #pm: PoolMetrics | undefined;
+  readonly #req: LegRequest;
+  readonly #sel: Selection;
+  readonly #blockSize: number;
+  #firstAt: number | undefined;
+  #osl = 0;
+  #usageOsl: number | undefined;
+  /** Only KV mode predicts cached tokens; the others have nothing to compare. */
+  #compared: boolean;
+
+  constructor(clock: Clock, pm: PoolMetrics | undefined, req: LegRequest, sel: Selection, blockSize: number, predicts: boolean) {
+    this.#clock = clock;
+    this.#pm = pm;
+    this.#req = req;
+    this.#sel = sel;
+    this.#blockSize = blockSize;
+    this.#compared = !predicts;
+  }
+
+  onOutput(produced: number, info: ChunkInfo): void {
+    if (produced > 0) {
+      if (this.#firstAt === undefined) {
+        this.#firstAt = this.#clock.now();
+        this.#req.tracker?.recordFirstToken();
+        this.#pm?.ttft.observe((this.#firstAt - this.#req.receivedAt) / 1000);
+      }
+      this.#osl += produced;
+    }
+    if (info.usage !== undefined) {
+      if (info.usage.completionTokens !== undefined) this.#usageOsl = info.usage.completionTokens;
+      if (info.usage.cachedTokens !== undefined) this.#comparePrediction(info.usage.cachedTokens);
+    }
+  }
+
+  /** The engine's own count of prefix-cache hits against what the router predicted. */
+  #comparePrediction(cachedTokens: number): void {
+    if (this.#compared) return;
+    this.#compared = true;
+    const m = this.#pm;
+    if (m === undefined) return;
+    // An engine always computes at least the prompt's last token, so a fully
+    // cached block-aligned prompt reports one block less (vLLM's rule).
+    const usableBlocks = Math.min(this.#sel.overlapBlocks, Math.floor(Math.max(0, this.#req.isl - 1) / this.#blockSize));
+    const error = cachedTokens - usableBlocks * this.#blockSize;
+    m.predictionError.observe(error);
+    (error === 0 ? m.exact : error < 0 ? m.over : m.under).inc();
+  }
+
+  finish(dispatched: boolean): void {
+    this.#req.tracker?.recordFinish();
+    const m = this.#pm;
+    if (!dispatched || m === undefined) return;
+    const osl = this.#usageOsl ?? this.#osl;
+    if (osl > 0) m.osl.observe(osl);
+    if (this.#firstAt !== undefined && osl >= 2) m.itl.observe((this.#clock.now() - this.#firstAt) / (osl - 1) / 1000);
+  }
+}
+
+export interface LegGuardDeps {
+  readonly clock: Clock;
+  readonly metrics: PoolMetrics | undefined;
+  /** KV mode: the scheduler whose bookkeeping follows the leg's progress. */
+  readonly kvRouter: KvRouter | undefined;
+  readonly blockSize: number;
+  /** Returns the leg's booking; called exactly once. */
+  readonly release: () => void;
+}
+
+/** Watches one dispatched leg: progress into the bookkeeping, reports into metrics, exactly one release. */
+export class LegGuard {
+  readonly #cleanup: RequestCleanup;
+  readonly #blocks: OutputBlockTracker | undefined;
+  readonly #observe: RequestObservability;
+
+  constructor(deps: LegGuardDeps, req: LegRequest, sel: Selection) {
+    this.#cleanup = new RequestCleanup(deps.release);
+    this.#blocks = deps.kvRouter === undefined ? undefined : new OutputBlockTracker(deps.kvRouter, req, deps.blockSize);
+    this.#observe = new RequestObservability(deps.clock, deps.metrics, req, sel, deps.blockSize, deps.kvRouter !== undefined);
+  }
+
+  onOutput(info: ChunkInfo): void {
+    const produced = info.tokenIds ?? info.outputChoices;
+    if (produced > 0) this.#blocks?.onOutput(produced);
+    this.#observe.onOutput(produced, info);
+  }
+
+  /** Ends the leg once (later calls do nothing). */
+  finish(dispatched: boolean): void {
+    // The booking goes back first: load must return to zero even if an observer throws.
+    if (!this.#cleanup.finish()) return;
+    this.#observe.finish(dispatched);
+  }
+}
+
+/** Passes the engine's events through untouched while the guard watches them; releases on every exit. */
+export async function* guardedEvents(stream: EngineEventStream, guard: LegGuard): AsyncGenerator<EngineEvent> {
+  let completed = false;
+  try {
+    for await (const ev of stream) {
+      if (!ev.done && ev.json !== undefined) guard.onOutput(readChunkInfo(ev.json));
+      yield ev;
+    }
+    completed = true;
+  } finally {
+    guard.finish(true);
+    if (!completed) stream.cancel();
+  }
+}

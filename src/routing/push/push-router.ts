@@ -1,0 +1,210 @@
+/**
+ * PushRouter: decides, books, dispatches and guards one leg of a request
+ * against one pool of workers (Dynamo's KvPushRouter in KV mode, PushRouter in
+ * the simple modes, DirectRoutingRouter in direct mode). The modes differ only
+ * in the `LegSelector` (selector.ts); everything else here is shared.
+ *
+ * Lifecycle contract (the bookkeeping must return to zero on every path):
+ *   select (pins by phase, else best match; may wait in the router queue)
+ *   -> book (before dispatch, so a dispatch failure still frees the slot)
+ *   -> dispatch over undici
+ *   -> guard (leg-guard.ts): first output marks prefill complete and records
+ *      TTFT; output blocks are tracked when enabled; usage's cached tokens are
+ *      compared with the prediction; the booking is freed exactly once on end,
+ *      upstream error, client disconnect (iterator `return()` or signal) or
+ *      dispatch failure.
+ * A connection failure before any byte was sent is retried on the next-best
+ * worker (retry.ts: bounded by `maxRetries`, never for a pinned request);
+ * nothing is retried once the engine has the request.
+ */
+import type { RouterMode, WorkerRole } from '../../common/index.js';
+import type { WorkerInfo } from '../../discovery/index.js';
+import { EMPTY_LEG, EngineHttpError, dpRankLeg, mergeLegs, readChunkInfo, type EngineClient } from '../../engines/index.js';
+import { KvgateError, isKvgateError } from '../../errors/index.js';
+import type { RouterContext } from '../context.js';
+import type { KvRouter } from '../kv-router.js';
+import { DirectSelector } from './direct-selector.js';
+import { KvSelector } from './kv-selector.js';
+import { LegGuard, guardedEvents } from './leg-guard.js';
+import { PoolMetrics } from './pool-metrics.js';
+import { retryBeforeFirstByte, type RetryScope } from './retry.js';
+import type { PoolMembers, LegSelector } from './selector.js';
+import { SimpleSelector } from './simple-selector.js';
+import type { LegRequest, LegResponse, Selection } from './types.js';
+
+export interface PushRouterOptions {
+  readonly model: string;
+  readonly role: WorkerRole;
+  readonly mode: RouterMode;
+  readonly blockSize: number;
+  /** The KV-aware chooser (mode `kv`), with its own bookkeeping. */
+  readonly kvRouter?: KvRouter | undefined;
+  readonly engine: EngineClient;
+  /** Re-dispatches after a connect failure before any byte was sent (default 2). */
+  readonly maxRetries?: number | undefined;
+  /** The dispatch path saw a worker unreachable (health probing can act at once). */
+  readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
+  /** A leg was sent to (worker, rank): KV-event liveness starts watching. */
+  readonly onDispatch?: ((workerId: number, dpRank: number) => void) | undefined;
+}
+
+export class PushRouter implements PoolMembers {
+  readonly model: string;
+  readonly role: WorkerRole;
+  readonly mode: RouterMode;
+  readonly blockSize: number;
+  readonly kvRouter: KvRouter | undefined;
+  readonly #members = new Map<number, WorkerInfo>();
+  readonly #ctx: RouterContext;
+  readonly #opts: PushRouterOptions;
+  readonly #pm: PoolMetrics | undefined;
+  readonly #selector: LegSelector;
+  #inflight = 0;
+
+  /** @throws KvgateError KVG_ERR_INVALID_CONFIG for mode `kv` without a KvRouter. */
+  constructor(opts: PushRouterOptions, ctx: RouterContext) {
+    this.model = opts.model;
+    this.role = opts.role;
+    this.mode = opts.mode;
+    this.blockSize = opts.blockSize;
+    this.kvRouter = opts.kvRouter;
+    this.#ctx = ctx;
+    this.#opts = opts;
+    this.#pm = ctx.metrics === undefined ? undefined : new PoolMetrics(ctx.metrics, opts.model, opts.role);
+    if (opts.mode === 'kv') {
+      if (opts.kvRouter === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'router mode kv needs a KvRouter');
+      this.#selector = new KvSelector(this, opts.kvRouter, this.#pm);
+    } else {
+      this.#selector = opts.mode === 'direct' ? new DirectSelector(this) : new SimpleSelector(this, opts.mode, ctx.rng);
+    }
+  }
+
+  // ------------------------------------------------------------ membership
+
+  addWorker(w: WorkerInfo): void {
+    this.#members.set(w.id, w);
+    this.#selector.addWorker(w);
+  }
+
+  removeWorker(id: number): void {
+    if (!this.#members.delete(id)) return;
+    this.#selector.removeWorker(id);
+    this.#pm?.forgetWorker(id);
+  }
+
+  /** The pool's workers by id (what the selectors choose from). */
+  get members(): ReadonlyMap<number, WorkerInfo> {
+    return this.#members;
+  }
+
+  workers(): WorkerInfo[] {
+    return [...this.#members.values()];
+  }
+
+  worker(id: number): WorkerInfo | undefined {
+    return this.#members.get(id);
+  }
+
+  get size(): number {
+    return this.#members.size;
+  }
+
+  /** Legs dispatched and not yet finished. */
+  get inflight(): number {
+    return this.#inflight;
+  }
+
+  /** In-flight legs per slot as this router booked them (all modes). */
+  activeRequests(workerId: number, dpRank: number): number {
+    return this.#selector.activeRequests(workerId, dpRank);
+  }
+
+  // ------------------------------------------------------------ selection
+
+  /**
+   * Chooses the worker for a leg. `query` books nothing (query-only mode and
+   * the prefill router's peek). Throws KvgateErrors: pins (UNKNOWN_WORKER,
+   * INVALID_DP_RANK, MISSING_WORKER_ID in direct mode), NO_WORKERS,
+   * BACKPRESSURE / OVERLOADED (503), CLIENT_ABORTED while queued.
+   */
+  async select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
+    if (this.#members.size === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`);
+    return this.#selector.select(req, mode, exclude);
+  }
+
+  // ------------------------------------------------------------ dispatch
+
+  /**
+   * Selects, books, dispatches and guards a leg. Resolves once the engine's
+   * response has started. Engine 4xx answers are returned with their status
+   * (the client gets the engine's own error); every other failure throws a
+   * KvgateError after releasing the booking. `preselected` arrives booked.
+   */
+  dispatch(req: LegRequest, preselected?: Selection): Promise<LegResponse> {
+    const policy = { model: this.model, maxRetries: this.#opts.maxRetries ?? 2, signal: req.signal, metrics: this.#ctx.metrics };
+    return retryBeforeFirstByte(policy, async (scope) => {
+      const first = scope.attempt === 0 ? preselected : undefined;
+      if (req.signal.aborted) {
+        if (first !== undefined) this.#release(req, first);
+        throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before dispatch');
+      }
+      const sel = first ?? await this.select(req, 'book', scope.exclude);
+      return this.#send(req, sel, scope);
+    });
+  }
+
+  /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing was sent). */
+  async #send(req: LegRequest, sel: Selection, scope: RetryScope): Promise<LegResponse> {
+    const guard = new LegGuard({
+      clock: this.#ctx.clock, metrics: this.#pm, kvRouter: this.mode === 'kv' ? this.kvRouter : undefined, blockSize: this.blockSize,
+      release: () => {
+        this.#inflight--;
+        this.#release(req, sel);
+      },
+    }, req, sel);
+    this.#inflight++;
+    this.#publishLoad(sel.worker.id, sel.dpRank);
+    req.tracker?.recordWorker(sel.worker.id, sel.dpRank);
+    req.tracker?.recordPrefillStart();
+    this.#opts.onDispatch?.(sel.worker.id, sel.dpRank);
+    const w = sel.worker;
+    const leg = mergeLegs(w.dpSize > 1 || w.dpStart > 0 ? dpRankLeg(w.dialect, sel.dpRank) : EMPTY_LEG, req.leg ?? EMPTY_LEG);
+    try {
+      const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
+        signal: req.signal,
+        stream: req.stream,
+        extraFields: leg.fields,
+        headers: { ...leg.headers, 'x-request-id': req.requestId },
+        ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
+      });
+      this.#pm?.requests.inc();
+      this.#pm?.isl.observe(req.isl);
+      if (res.kind === 'json') {
+        guard.onOutput(readChunkInfo(res.json));
+        guard.finish(true);
+        return { selection: sel, status: res.status, body: { kind: 'json', bytes: res.body, json: res.json } };
+      }
+      return { selection: sel, status: res.status, body: { kind: 'sse', events: guardedEvents(res, guard) } };
+    } catch (err) {
+      guard.finish(false);
+      if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
+        return { selection: sel, status: err.upstreamStatus, body: { kind: 'json', bytes: err.upstreamBody, json: err.upstreamJson } };
+      }
+      const unreachable = isKvgateError(err, 'KVG_ERR_ENGINE_UNREACHABLE') || isKvgateError(err, 'KVG_ERR_ENGINE_NOT_REGISTERED');
+      if (unreachable) this.#opts.onWorkerUnreachable?.(w.id);
+      if (unreachable && !sel.pinned && scope.retryElsewhere(w.id, (err as KvgateError).code)) throw err;
+      if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
+      throw err;
+    }
+  }
+
+  /** Undoes a booking (exactly once per leg, through its guard). */
+  #release(req: LegRequest, sel: Selection): void {
+    this.#selector.release(req, sel);
+    this.#publishLoad(sel.worker.id, sel.dpRank);
+  }
+
+  #publishLoad(workerId: number, dpRank: number): void {
+    if (this.#pm !== undefined) this.#selector.publishLoad(this.#pm.worker(workerId, dpRank), workerId, dpRank);
+  }
+}

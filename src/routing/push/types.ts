@@ -1,0 +1,57 @@
+/**
+ * The shapes one leg of a request takes inside a push router: the leg as
+ * routed (`LegRequest`), where it goes (`Selection`), and the engine's answer
+ * (`LegResponse`). A `LegRequest` is a `KvRouteRequest`, so the KV selector
+ * hands it to the KvRouter as is.
+ */
+import type { RoutingHints, WorkerRole } from '../../common/index.js';
+import type { RequestTracker, RoutingDecision } from '../../core/index.js';
+import type { WorkerInfo } from '../../discovery/index.js';
+import type { EngineEvent, EngineLeg } from '../../engines/index.js';
+import type { PromptHashes } from '../../wasm/index.js';
+
+/** One leg of a request, ready to route. */
+export interface LegRequest {
+  /** Context id; unique among this router's in-flight legs. */
+  readonly requestId: string;
+  /** Engine path: /v1/chat/completions or /v1/completions. */
+  readonly path: string;
+  /** The client's body, forwarded as sent (plus `leg` fields). */
+  readonly body: Readonly<Record<string, unknown>>;
+  readonly stream: boolean;
+  readonly isl: number;
+  readonly hashes: PromptHashes;
+  /** The frontend's hints, validated once (the router-config override included), carried unchanged. */
+  readonly routing: RoutingHints;
+  /** Which pin applies (see `resolvePin` / `directPin`). */
+  readonly phase: WorkerRole;
+  /** Extra body fields and headers for this leg (P/D handoff). */
+  readonly leg?: EngineLeg | undefined;
+  readonly signal: AbortSignal;
+  readonly tracker?: RequestTracker | undefined;
+  /** Arrival time on the router clock (TTFT is measured from here). */
+  readonly receivedAt: number;
+  /** Called once the request is on a socket to the engine (the bootstrap path waits for it). */
+  readonly onDispatched?: (() => void) | undefined;
+}
+
+/** Where a leg goes. */
+export interface Selection {
+  readonly worker: WorkerInfo;
+  readonly dpRank: number;
+  /** Predicted cached blocks on the chosen worker (0 outside KV mode). */
+  readonly overlapBlocks: number;
+  /** True when a pin chose the worker. */
+  readonly pinned: boolean;
+  readonly decision: RoutingDecision | undefined;
+}
+
+export type LegBody =
+  | { readonly kind: 'sse'; readonly events: AsyncIterable<EngineEvent> }
+  | { readonly kind: 'json'; readonly bytes: Uint8Array; readonly json: unknown };
+
+export interface LegResponse {
+  readonly selection: Selection;
+  readonly status: number;
+  readonly body: LegBody;
+}
