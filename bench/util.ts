@@ -53,7 +53,7 @@ export async function timeAll(fns: Record<string, () => unknown>, opts: TimeOpti
   });
 }
 
-export function fmtUs(us: number): string {
+function fmtUs(us: number): string {
   if (us >= 1000) return `${(us / 1000).toFixed(2)} ms`;
   if (us >= 10) return `${us.toFixed(1)} µs`;
   return `${us.toFixed(2)} µs`;

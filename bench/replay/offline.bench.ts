@@ -6,7 +6,7 @@
  * does (runs in parallel worker threads, one per CPU).
  *
  * Rows: one per policy; "median" and "p99" are that run's wall time (a single
- * run each), ops/s the simulated requests per wall second. Target (issue 7):
+ * run each), ops/s the simulated requests per wall second. Target:
  * the whole comparison in under a minute on this machine.
  * The trace is looked up beside the repository (`../shared/traces/`) or at
  * $KVGATE_TRACE; without it the bench reports itself skipped.

@@ -17,7 +17,7 @@
  * (results.md, results.json, TTFT CDF, hit rate and load over time) to
  * docs/replay/<level>/. Rows: "median" and "p99" are TTFT p50 and p99,
  * ops/s the requests served per second of simulated time.
- * Goal at near saturation (issue 7): kv's mean TTFT <= 1/3 of round-robin's,
+ * Goal at near saturation: kv's mean TTFT <= 1/3 of round-robin's,
  * hit rate >= 85 % of the infinite-cache bound, no engine above 1.25x the
  * mean load.
  * Run: npm run bench -- replay/quality   (about 3 minutes on 2 CPUs)

@@ -1,5 +1,5 @@
 /**
- * Added latency of the router (issue 4): TTFT measured at the client for
+ * Added latency of the router: TTFT measured at the client for
  * 2,000 streaming completions at 64 concurrent, sent to one mocker engine
  * directly and through `kvgate serve` (kv mode, KV events on) in front of the
  * same engine, in the same run. Engine, gateway and load generator are three

@@ -32,7 +32,7 @@ export interface RouterFleet {
  * The routers of a config: one worker registry (fed from the config, with active
  * health probing) and one engine client shared by every model; a ModelRouter per model.
  */
-export function fleetRouters(config: GatewayConfig): RouterFleet {
+function fleetRouters(config: GatewayConfig): RouterFleet {
   const registry = new WorkerRegistry();
   const engine = new EngineClient({ headersTimeoutMs: config.limits.requestTimeoutMs, bodyTimeoutMs: config.limits.requestTimeoutMs });
   for (const m of config.models) {
@@ -49,7 +49,7 @@ export function fleetRouters(config: GatewayConfig): RouterFleet {
     createRouter: (model, deps) => new ModelRouter({
       model: model.name, mode: model.routerMode, blockSize: model.blockSize, routerConfig: model.router, registry, engine,
       onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
-    }, makeRouterContext({ metrics: deps.metrics, log: deps.logger.child({ model: model.name }), rng: seededRng(Date.now() >>> 0) })),
+    }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) })),
     async close(): Promise<void> {
       prober.close();
       await engine.close();

@@ -4,10 +4,9 @@ export type { RouterConfigOverride, RoutingConstraints, RoutingHints, SessionHin
 export { silentLogger, type Logger } from './logger.js';
 export {
   blockSize, ENGINE_DIALECTS, MAX_BLOCK_SIZE, ROUTER_MODES, slotKey, WORKER_ROLES,
-  type BlockSize, type EngineDialect, type RouterMode, type SeqHash, type SimpleRouterMode, type WorkerPin, type WorkerRank, type WorkerRole,
+  type BlockSize, type EngineDialect, type RouterMode, type SimpleRouterMode, type WorkerPin, type WorkerRank, type WorkerRole,
 } from './vocabulary.js';
 export {
   drained, errorBody, httpOrigin, listen, parseJson, parseJsonObject, readBody, sendBytes, sendError, sendJson, SSE_DONE, sseDataFrame, sseJsonFrame,
-  type ErrorBody,
 } from './http.js';
 export { encodeSeq, REPLAY_END_SEQ } from './kv-frames.js';

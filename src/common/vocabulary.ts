@@ -51,6 +51,3 @@ export function blockSize(value: unknown): BlockSize {
   }
   return value as BlockSize;
 }
-
-/** A chained sequence hash (u64): names a whole prefix of blocks, not one block. */
-export type SeqHash = bigint & { readonly __brand: 'SeqHash' };

@@ -123,7 +123,7 @@ function flagError(flag: string, reason: string): KvgateError {
  * `--worker` value: a URL, or comma-separated key=value pairs with the worker
  * fields of the config file (`url=http://h:8000,kv_events=tcp://h:5557,dp_size=2`).
  */
-export function parseWorkerFlag(spec: string, index: number): Record<string, unknown> {
+function parseWorkerFlag(spec: string, index: number): Record<string, unknown> {
   const s = spec.trim();
   if (!s.includes('=')) return { id: index + 1, url: s };
   const out: Record<string, unknown> = { id: index + 1 };

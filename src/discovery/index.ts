@@ -1,5 +1,4 @@
 /** Worker discovery: the registry of engines per model and role, and health probing. */
 export { WorkerRegistry } from './registry.js';
-export type { WorkerInfo, KvEventEndpoints, WorkerRegistryEvents } from './registry.js';
+export type { WorkerInfo, KvEventEndpoints } from './registry.js';
 export { HealthProber } from './health.js';
-export type { HealthProberOptions } from './health.js';

@@ -23,7 +23,7 @@ export const VLLM_PREFILL_KV_TRANSFER_PARAMS: Readonly<Record<string, unknown>> 
   remote_port: null,
 });
 
-export const REQUEST_ID_HEADER = 'x-request-id';
+const REQUEST_ID_HEADER = 'x-request-id';
 
 function checkRequestId(requestId: string): void {
   if (typeof requestId !== 'string' || requestId.length === 0) {

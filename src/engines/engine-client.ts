@@ -135,7 +135,7 @@ interface WorkerEntry {
  * Normalises a worker URL to the registry key: `http(s)://host:port[/base]`.
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a malformed or non-HTTP URL.
  */
-export function normalizeWorkerUrl(url: string): string {
+function normalizeWorkerUrl(url: string): string {
   let parsed: URL;
   try {
     parsed = new URL(url);

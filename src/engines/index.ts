@@ -1,18 +1,15 @@
 /** Transport to inference engines: per-worker undici pools, SSE parsing, cancellation, error mapping, P/D dialects. */
 export { SseParser } from './sse-parser.js';
-export type { SseEventHandler, SseParserOptions } from './sse-parser.js';
-export { EngineClient, normalizeWorkerUrl } from './engine-client.js';
-export type { EngineClientOptions, DispatchOptions, WorkerPoolStats } from './engine-client.js';
-export type { EngineEventStream, EngineEvent, EngineJsonResponse, EngineResponse, DispatchTimings, StreamCounters } from './engine-stream.js';
+export { EngineClient } from './engine-client.js';
+export type { EngineClientOptions, DispatchOptions } from './engine-client.js';
+export type { EngineEventStream, EngineEvent, EngineResponse } from './engine-stream.js';
 export { EngineHttpError } from './engine-errors.js';
-export type { DispatchPhase } from './engine-errors.js';
 export { serializeBody, applyFields } from './request-body.js';
 export type { JsonObject } from './request-body.js';
 export { EMPTY_LEG, DP_RANK_HEADER, mergeLegs, dpRankLeg, oneTokenPrefillFields } from './engine-leg.js';
 export type { EngineLeg } from './engine-leg.js';
-export { VLLM_PREFILL_KV_TRANSFER_PARAMS, REQUEST_ID_HEADER, vllmPrefillLeg, vllmDecodeLeg, readVllmPrefillResult } from './dialect-vllm.js';
-export type { VllmPrefillResult } from './dialect-vllm.js';
+export { VLLM_PREFILL_KV_TRANSFER_PARAMS, vllmPrefillLeg, vllmDecodeLeg, readVllmPrefillResult } from './dialect-vllm.js';
 export { bootstrapFields, sglangPrefillLeg, sglangDecodeLeg } from './dialect-sglang.js';
 export type { BootstrapInfo } from './dialect-sglang.js';
 export { readChunkInfo } from './openai-chunk.js';
-export type { ChunkInfo, ChunkUsage } from './openai-chunk.js';
+export type { ChunkInfo } from './openai-chunk.js';

@@ -14,7 +14,6 @@ export const ERROR_CODES = {
   KVG_ERR_INVALID_BLOCK_SIZE: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_PARENT_BLOCK_NOT_FOUND: { status: 500, type: 'server_error', retryable: false },
   KVG_ERR_INVALID_BLOCK_SEQUENCE: { status: 500, type: 'server_error', retryable: false },
-  KVG_ERR_BLOCK_NOT_FOUND: { status: 500, type: 'server_error', retryable: false },
   KVG_ERR_WASM: { status: 500, type: 'server_error', retryable: false },
   KVG_ERR_DUPLICATE_REQUEST: { status: 409, type: 'invalid_request_error', retryable: false },
   KVG_ERR_OVERLOADED: { status: 503, type: 'service_unavailable', retryable: true },

@@ -49,7 +49,7 @@ export const APPLY_STATUSES: readonly ApplyStatus[] = [
 ];
 
 /** Statuses under which the event changed the index as the engine meant. */
-export function isAppliedStatus(status: ApplyStatus): boolean {
+function isAppliedStatus(status: ApplyStatus): boolean {
   return status === 'ok' || status === 'truncated' || status === 'not_found';
 }
 

@@ -58,7 +58,7 @@ export function parseEventFrames(frames: readonly Uint8Array[]): FrameResult {
   return { ok: true, value: { seq, payload: frames[2]! } };
 }
 
-/** vLLM/SGLang `medium` strings to tiers (Dynamo's mapping, spec 3.1); null/absent is the device. */
+/** vLLM/SGLang `medium` strings to tiers (Dynamo's mapping); null/absent is the device. */
 const MEDIUM_TIERS = new Map<string, StorageTier>([
   ['GPU', 'device'], ['DEVICE', 'device'], ['CUDA', 'device'],
   ['CPU', 'host_pinned'], ['CPU_PINNED', 'host_pinned'], ['CPU_TIER1', 'host_pinned'], ['HOST', 'host_pinned'],
@@ -136,7 +136,7 @@ const HEX64 = /^[0-9a-fA-F]{64}$/;
 
 /**
  * vLLM `extra_keys`: one entry per block (a tuple or nil). Entries that are
- * 64-hex-digit digests are multimodal content hashes; Dynamo's rule (spec 3.1)
+ * 64-hex-digit digests are multimodal content hashes; Dynamo's rule
  * makes the first 16 hex digits a u64 mm hash. Other entries (the LoRA name,
  * which we already mix into the seed, cache_salt, prompt-embeds digests) are
  * not reproducible from the event and are ignored.

@@ -57,7 +57,7 @@ export interface ReplaySource {
 
 type CursorObservation = 'initial' | 'contiguous' | 'stale' | 'gap';
 
-/** The cursor of applied sequence numbers (spec 3.5: Initial | Live(last)). */
+/** The cursor of applied sequence numbers (as Dynamo's: Initial | Live(last)). */
 export class SequenceCursor {
   #last: bigint | null = null;
 

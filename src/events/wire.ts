@@ -13,13 +13,6 @@
  */
 import { Decoder } from '@msgpack/msgpack';
 
-/** A block hash as sent: small ints as number, 64-bit ones as bigint (maybe negative), or raw digest bytes. */
-export type WireHash = number | bigint | Uint8Array;
-
-export type WireEventBatch = [ts: number, events: unknown[], dpRank?: number | null, ...rest: unknown[]];
-
-export type WireArrayEvent = [tag: string, ...fields: unknown[]];
-
 export interface WireMapEvent {
   readonly type: string;
   readonly [field: string]: unknown;

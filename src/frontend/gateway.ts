@@ -31,7 +31,7 @@ export interface Gateway {
 }
 
 /** The startup summary: listeners, preprocessing, and per model its mode, tokenizer and workers. */
-export function startupSummary(config: GatewayConfig, addresses: GatewayAddresses, preprocessor: Preprocessor): Record<string, unknown> {
+function startupSummary(config: GatewayConfig, addresses: GatewayAddresses, preprocessor: Preprocessor): Record<string, unknown> {
   return {
     listen: `http://${addresses.public.host}:${addresses.public.port}`,
     admin: !config.admin.enabled ? 'off' : addresses.admin !== undefined ? `http://${addresses.admin.host}:${addresses.admin.port}` : 'on the public listener',

@@ -1,6 +1,6 @@
 /**
  * Routing hints from the `nvext` body extension and the routing headers
- * (spec sections 1.2 and 1.5). The body is already schema-checked; this
+ * (Dynamo's routing hints and query-only mode). The body is already schema-checked; this
  * module merges headers in, rejects contradictions, validates the per-request
  * router override with the core's parser, and detects query-only mode.
  *
@@ -16,7 +16,7 @@ import { parseRouterConfigOverride } from '../core/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 
 /** Dynamo's query-only trigger: an annotation starting with exactly this. */
-export const QUERY_INSTANCE_ANNOTATION = 'query_instance_id:';
+const QUERY_INSTANCE_ANNOTATION = 'query_instance_id:';
 
 interface NvextBody {
   backend_instance_id?: number;

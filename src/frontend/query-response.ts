@@ -1,5 +1,5 @@
 /**
- * Response bodies of query-only requests (spec section 1.5): kvgate's own
+ * Response bodies of query-only requests (Dynamo's query-only mode): kvgate's own
  * `POST /v1/route` answer, and the Dynamo-compatible answer on the OpenAI
  * endpoints when a request carries the `query_instance_id:` annotation
  * (`nvext.worker_id` and `nvext.token_ids`, no choices).
@@ -7,7 +7,7 @@
 import type { PreparedRequest, QueryResult } from './router-port.js';
 
 /** Dynamo's `WorkerIdInfo`: aggregated requests name the same worker in both slots, as Dynamo's tracker does. */
-export function dynamoWorkerId(q: QueryResult): Record<string, number> {
+function dynamoWorkerId(q: QueryResult): Record<string, number> {
   const prefill = q.prefillWorker ?? q.worker;
   return {
     prefill_worker_id: prefill.workerId,

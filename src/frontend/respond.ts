@@ -47,7 +47,7 @@ export function sendQueryAnswer(ctx: RequestContext, kind: EndpointKind | 'route
     sendJson(ctx.res, 200, routeResponseBody(req, q, model.blockSize), headers);
     return;
   }
-  // Dynamo-compatible query-only answer on the OpenAI endpoint (spec 1.5): nvext.worker_id and nvext.token_ids, no choices.
+  // Dynamo-compatible query-only answer on the OpenAI endpoint (Dynamo's): nvext.worker_id and nvext.token_ids, no choices.
   if (!req.stream) {
     sendJson(ctx.res, 200, queryCompletionBody(req, q, createdSec), headers);
     return;

@@ -10,10 +10,7 @@ import type { ModelConfig } from '../config/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import type { ModelRouterPort } from '../routing/index.js';
 
-export type {
-  EndpointKind, PreparedRequest, SseEvent, RoutedBody, RoutedResponse, QueryResult, ModelRouterPort,
-} from '../routing/index.js';
-export type { WorkerRank } from '../common/index.js';
+export type { EndpointKind, PreparedRequest, SseEvent, RoutedResponse, QueryResult, ModelRouterPort } from '../routing/index.js';
 
 /** What the gateway hands a router factory besides the model's config. */
 export interface RouterPortDeps {

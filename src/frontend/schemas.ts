@@ -12,7 +12,7 @@ const u32 = { type: 'integer', minimum: 0, maximum: 4294967295 } as const;
 const workerId = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
 const nullableInt = (minimum: number) => ({ type: ['integer', 'null'], minimum }) as const;
 
-/** Dynamo's `nvext` request extension (spec sections 1.2 and 1.5), plus kvgate's `lora_name`. */
+/** Dynamo's `nvext` request extension, plus kvgate's `lora_name`. */
 const nvext = {
   type: 'object',
   properties: {
@@ -82,7 +82,7 @@ const message = {
   },
 } as const;
 
-export const CHAT_SCHEMA = {
+const CHAT_SCHEMA = {
   type: 'object',
   required: ['model', 'messages'],
   properties: {
@@ -96,7 +96,7 @@ export const CHAT_SCHEMA = {
   },
 } as const;
 
-export const COMPLETION_SCHEMA = {
+const COMPLETION_SCHEMA = {
   type: 'object',
   required: ['model', 'prompt'],
   properties: {
@@ -129,7 +129,7 @@ const validators: Record<'chat' | 'completion', ValidateFunction> = {
 };
 
 /** `/messages/0/role` -> `messages[0].role`. */
-export function jsonPointerToParam(pointer: string, extra?: string): string {
+function jsonPointerToParam(pointer: string, extra?: string): string {
   const parts = pointer.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
   if (extra !== undefined) parts.push(extra);
   let out = '';

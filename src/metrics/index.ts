@@ -4,7 +4,7 @@
  * routers can live in one process (tests, embedding); the HTTP edge serves
  * `registry.metrics()`.
  *
- * Buckets follow Dynamo's router metrics (spec section 7) so dashboards carry over.
+ * Buckets follow Dynamo's router metrics so dashboards carry over.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 

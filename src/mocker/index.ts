@@ -26,28 +26,15 @@ import { engineCoreOptions, resolveMockerOptions, type MockerInput } from './opt
 import { VirtualEngine, type VirtualEngineOptions } from './virtual-engine.js';
 
 export { EngineCore } from './engine.js';
-export type {
-  AdmittedRequest, CoreRequest, EngineCoreOptions, EngineCoreStats, FinishedRequest, KvEvent, PullResult, StepResult, TokenOutput,
-} from './engine-types.js';
-export { KvBlockPool, Block } from './kv-cache.js';
+export type { CoreRequest, KvEvent, StepResult } from './engine-types.js';
 export { VirtualEngine } from './virtual-engine.js';
-export type { VirtualEngineOptions, VirtualRequestListener, VirtualRequestRecord } from './virtual-engine.js';
-export { RealtimeEngine } from './realtime-engine.js';
-export type { RealtimeEngineOptions, RequestListener } from './realtime-engine.js';
-export {
-  PolynomialTimingModel, ProfileTimingModel, loadPerfProfile, polynomialPrefillMs, polynomialDecodeMs, profilesDir, BUNDLED_PROFILES,
-} from './timing.js';
-export type { PerfProfileJson, PrefillWork, StepShape, StepTiming, TimingModel } from './timing.js';
-export {
-  MOCKER_DEFAULTS, CLI_PORT_DEFAULTS, DEFAULT_FAULTS, DEFAULT_KV_BYTES_PER_TOKEN, resolveMockerOptions, resolveFaults, engineCoreOptions,
-} from './options.js';
-export type { FaultSettings, MockerInput, MockerOptions, ResolvedMockerOptions } from './options.js';
-export { encodeEventBatch, wireEvent } from './kv-events.js';
-export type { EventEncodingOptions, KvEventsEncoding } from './kv-events.js';
-export { KvEventPublisher } from './kv-publisher.js';
-export { FaultController } from './faults.js';
-export { startMocker, MockerWorker } from './worker.js';
-export type { MockerEndpointInfo, MockerHandle, MockerStats } from './handle.js';
+export type { VirtualEngineOptions, VirtualRequestListener } from './virtual-engine.js';
+export { PolynomialTimingModel, ProfileTimingModel, loadPerfProfile, polynomialPrefillMs, polynomialDecodeMs } from './timing.js';
+export { MOCKER_DEFAULTS, CLI_PORT_DEFAULTS, resolveMockerOptions, engineCoreOptions } from './options.js';
+export type { MockerInput, ResolvedMockerOptions } from './options.js';
+export { encodeEventBatch } from './kv-events.js';
+export { startMocker } from './worker.js';
+export type { MockerHandle } from './handle.js';
 
 /**
  * An EngineCore configured like `startMocker` would configure rank `rank`

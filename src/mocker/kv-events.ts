@@ -54,7 +54,7 @@ function wireHash(h: bigint, flavour: EngineDialect): number | bigint {
 }
 
 /** The msgpack value of one event (before encoding). */
-export function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
+function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
   const { encoding, flavour } = opts;
   const medium = opts.medium ?? 'GPU';
   switch (ev.type) {

@@ -88,7 +88,7 @@ export interface MockerOptions {
 
 export type MockerInput = Partial<Omit<MockerOptions, 'faults'>> & { faults?: Partial<FaultSettings> };
 
-export const DEFAULT_FAULTS: Readonly<FaultSettings> = Object.freeze({
+const DEFAULT_FAULTS: Readonly<FaultSettings> = Object.freeze({
   hang: false,
   slowFactor: 1,
   errorRate: 0,
@@ -136,7 +136,7 @@ export const MOCKER_DEFAULTS: Readonly<MockerOptions> = Object.freeze({
 export const CLI_PORT_DEFAULTS = Object.freeze({ port: 8000, kvEventsPort: 5557, bootstrapPort: 8998 });
 
 /** Llama-3.1-8B: 32 layers x K,V x 8 KV heads x 128 x 2 bytes. */
-export const DEFAULT_KV_BYTES_PER_TOKEN = 131072;
+const DEFAULT_KV_BYTES_PER_TOKEN = 131072;
 
 export interface ResolvedMockerOptions extends Readonly<Omit<MockerOptions, 'engineHashSeed' | 'kvBytesPerToken' | 'faults'>> {
   readonly engineHashSeed: bigint;

@@ -230,7 +230,7 @@ function url(host: string, port: number, path: string): string {
  * D side: finds P's rank for the room and waits for P's prefill.
  * @throws KvgateError KVG_ERR_REQUEST_TIMEOUT when P never came; KVG_ERR_KV_TRANSFER_FAILED when P is unreachable or failed.
  */
-export async function rendezvousWithPrefill(host: string, port: number, room: bigint, signal: AbortSignal | undefined): Promise<{ rank: number; promptTokens: number }> {
+async function rendezvousWithPrefill(host: string, port: number, room: bigint, signal: AbortSignal | undefined): Promise<{ rank: number; promptTokens: number }> {
   const fail = (reason: string): KvgateError =>
     new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `bootstrap with ${host}:${port} failed: ${reason}`, { room: room.toString() });
   let info: BootstrapServerInfo;

@@ -51,7 +51,7 @@ export interface TicketFields {
 }
 
 /** P's response ticket. */
-export function buildKvTransferParams(t: TicketFields): Record<string, unknown> {
+function buildKvTransferParams(t: TicketFields): Record<string, unknown> {
   return {
     do_remote_prefill: true,
     do_remote_decode: false,
@@ -67,12 +67,12 @@ export function buildKvTransferParams(t: TicketFields): Record<string, unknown> 
 }
 
 /** Does a request ask this engine to prefill for a remote decode? */
-export function wantsRemoteDecode(params: Record<string, unknown> | undefined): boolean {
+function wantsRemoteDecode(params: Record<string, unknown> | undefined): boolean {
   return params?.do_remote_decode === true;
 }
 
 /** Does a request carry a ticket from a remote prefill? */
-export function hasRemotePrefill(params: Record<string, unknown> | undefined): boolean {
+function hasRemotePrefill(params: Record<string, unknown> | undefined): boolean {
   return params?.do_remote_prefill === true;
 }
 
@@ -86,7 +86,7 @@ function missing(what: string): KvgateError {
  * Reads the ticket a decode engine got. Accepts flat or per-group (nested) block ids.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming what is missing.
  */
-export function parseRemotePrefillTicket(params: Record<string, unknown> | undefined): RemotePrefillTicket {
+function parseRemotePrefillTicket(params: Record<string, unknown> | undefined): RemotePrefillTicket {
   if (params === undefined) throw missing('kv_transfer_params is absent');
   if (params.do_remote_prefill !== true) throw missing('do_remote_prefill is not true');
   const { remote_engine_id: engineId, remote_request_id: requestId, remote_host: host, remote_port: port, remote_block_ids: ids } = params;
@@ -101,7 +101,7 @@ export function parseRemotePrefillTicket(params: Record<string, unknown> | undef
 }
 
 /** Splits `<uuid>_dp<rank>`. */
-export function splitEngineId(id: string): { engineId: string; rank: number } | undefined {
+function splitEngineId(id: string): { engineId: string; rank: number } | undefined {
   const m = /^(.*)_dp(\d+)$/.exec(id);
   return m === null ? undefined : { engineId: m[1]!, rank: Number(m[2]) };
 }
@@ -115,7 +115,7 @@ function transferFailed(reason: string, t: RemotePrefillTicket): KvgateError {
  * D's read of P's blocks. Resolves with the number of prompt tokens P computed.
  * @throws KvgateError KVG_ERR_KV_TRANSFER_FAILED when P is unreachable or refuses (stale ticket, lease expired, wrong blocks).
  */
-export async function pullRemoteBlocks(t: RemotePrefillTicket, timeoutMs: number, signal?: AbortSignal): Promise<number> {
+async function pullRemoteBlocks(t: RemotePrefillTicket, timeoutMs: number, signal?: AbortSignal): Promise<number> {
   let res: Response;
   try {
     res = await fetch(`${httpOrigin(t.host, t.port)}${KV_PULL_PATH}`, {

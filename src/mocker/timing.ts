@@ -264,7 +264,7 @@ export class ProfileTimingModel implements TimingModel {
 }
 
 /** The folder of bundled profiles (`profiles/` at the package root). */
-export function profilesDir(): string {
+function profilesDir(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (let i = 0; i < 5; i++) {
     const candidate = join(dir, 'profiles');
@@ -275,7 +275,7 @@ export function profilesDir(): string {
 }
 
 /** Names of the bundled profiles, e.g. `h100-llama3.1-8b`. */
-export const BUNDLED_PROFILES = ['h100-llama3.1-8b', 'h200-llama3.1-8b'] as const;
+const BUNDLED_PROFILES = ['h100-llama3.1-8b', 'h200-llama3.1-8b'] as const;
 
 /**
  * Loads a perf profile from a path, or a bundled one by name (`h100-llama3.1-8b`,

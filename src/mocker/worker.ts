@@ -42,7 +42,7 @@ interface BoundPorts {
   readonly bootstrap: number | undefined;
 }
 
-export class MockerWorker implements MockerHandle {
+class MockerWorker implements MockerHandle {
   readonly options: ResolvedMockerOptions;
   readonly tokenizer: TextTokenizer;
   readonly #faults: FaultController;

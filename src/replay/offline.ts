@@ -97,7 +97,7 @@ interface DisaggFlow {
  * One policy over one workload and topology, in virtual time. Build it, then
  * `run()` once.
  */
-export class OfflineReplay {
+class OfflineReplay {
   readonly #opts: OfflineReplayOptions;
   readonly #clock = new ManualClock(0);
   readonly #bucketMs: number;

@@ -20,14 +20,14 @@ import { KvgateError } from '../errors/index.js';
 import type { KvEvent } from '../mocker/index.js';
 import { createSimpleRouter, type SimpleRouter } from '../routing/index.js';
 
-export const SIMPLE_POLICIES: readonly SimpleRouterMode[] = ['round-robin', 'random', 'power-of-two', 'least-loaded'];
+const SIMPLE_POLICIES: readonly SimpleRouterMode[] = ['round-robin', 'random', 'power-of-two', 'least-loaded'];
 
 export type PolicySpec =
   | { readonly kind: 'kv'; readonly name: string; readonly options: KvRouterOptions; /** As given (Dynamo snake_case). */ readonly dynamo: Readonly<Record<string, unknown>> }
   | { readonly kind: 'simple'; readonly name: SimpleRouterMode; readonly mode: SimpleRouterMode };
 
 /** `kv[field=value,...]` from Dynamo-named fields, in the order given. */
-export function kvVariantName(dynamo: Readonly<Record<string, unknown>>): string {
+function kvVariantName(dynamo: Readonly<Record<string, unknown>>): string {
   const parts = Object.entries(dynamo).map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`);
   return parts.length === 0 ? 'kv' : `kv[${parts.join(',')}]`;
 }

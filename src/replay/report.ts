@@ -9,7 +9,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, arch, release, totalmem, type } from 'node:os';
 import { join } from 'node:path';
 import { cdfPoints, escapeXml, lineChart, PALETTE, type ChartSeries } from './svg-charts.js';
-import { round, type PolicyRun, type PolicySummary, type Percentiles } from './results.js';
+import type { PolicyRun, PolicySummary, Percentiles } from './results.js';
 
 export interface MachineInfo {
   os: string;
@@ -148,7 +148,7 @@ export function renderMarkdown(report: ReplayReport): string {
 }
 
 /** Safe file-name part for a policy name (`kv[router_temperature=0.5]` -> `kv_router_temperature_0.5_`). */
-export function fileSafe(name: string): string {
+function fileSafe(name: string): string {
   return name.replace(/[^A-Za-z0-9._-]+/g, '_');
 }
 
@@ -158,7 +158,7 @@ function subtitle(report: ReplayReport): string {
 }
 
 /** The charts of a report, by file name. */
-export function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<string, string> {
+function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<string, string> {
   const sub = subtitle(report);
   const out: Record<string, string> = {};
   const ttft: ChartSeries[] = runs.map((r) => ({
@@ -230,5 +230,3 @@ export function writeReport(dir: string, report: ReplayReport, runs: readonly Po
   }
   return Object.keys(files);
 }
-
-export { round };

@@ -171,7 +171,7 @@ export function round(v: number): number {
   return Number(v.toFixed(digits));
 }
 
-export function percentiles(d: Distribution): Percentiles {
+function percentiles(d: Distribution): Percentiles {
   return { mean: nullable(d.mean), p50: nullable(d.p50), p90: nullable(d.p90), p99: nullable(d.p99) };
 }
 

@@ -34,7 +34,7 @@ export interface ReplayRouterContext {
 const DECODE_OVERRIDE = decodeOverrideOf(undefined);
 
 /** The KV router under replay: real scheduler, real bookkeeping, real prefix index fed by the engines' events. */
-export class KvReplayRouter implements ReplayRouter {
+class KvReplayRouter implements ReplayRouter {
   readonly policy: string;
   readonly router: KvRouter;
   readonly applier: KvEventApplier;

@@ -68,7 +68,7 @@ export function replayEngineOptions(input: MockerInput, seed: number): MockerInp
 }
 
 /** The engine model as recorded in result files (resolved values, the timing model by label). */
-export function engineSummary(input: MockerInput): Record<string, unknown> {
+function engineSummary(input: MockerInput): Record<string, unknown> {
   const o = resolveMockerOptions(input);
   return {
     engine: o.engine, num_gpu_blocks: o.numGpuBlocks, block_size: o.blockSize, max_num_batched_tokens: o.maxNumBatchedTokens,
@@ -79,7 +79,7 @@ export function engineSummary(input: MockerInput): Record<string, unknown> {
 }
 
 /** The offline jobs of a config: one per policy (per P/D protocol). */
-export function offlineJobs(workload: Workload, cfg: ReplayConfig): OfflineJob[] {
+function offlineJobs(workload: Workload, cfg: ReplayConfig): OfflineJob[] {
   const engine = replayEngineOptions(cfg.engine, cfg.seed);
   const bucketMs = defaultBucketMs(workload);
   const jobs: OfflineJob[] = [];
@@ -131,7 +131,7 @@ function runInWorker(entry: URL, job: OfflineJob, onProgress: (done: number) => 
 }
 
 /** Runs jobs, at most `parallel` at once (worker threads when available), results in job order. */
-export async function runOfflineJobs(jobs: readonly OfflineJob[], parallel: number,
+async function runOfflineJobs(jobs: readonly OfflineJob[], parallel: number,
   onProgress?: (done: number, total: number) => void): Promise<PolicyRun[]> {
   const perJob = jobs.map(() => 0);
   const total = jobs.reduce((s, j) => s + j.workload.requests.length, 0);

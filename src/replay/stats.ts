@@ -1,7 +1,6 @@
 /**
- * Summary statistics for replay results: means, percentiles (linear
- * interpolation between closest ranks, numpy's default), and time-weighted
- * averages of piecewise-constant series (engine load over time).
+ * Summary statistics for replay results: means and percentiles (linear
+ * interpolation between closest ranks, numpy's default).
  */
 
 export interface Distribution {
@@ -37,20 +36,4 @@ export function distribution(values: readonly number[]): Distribution {
     p99: quantile(sorted, 0.99),
     max: n === 0 ? Number.NaN : sorted[n - 1]!,
   };
-}
-
-/**
- * A piecewise-constant series: `values[i]` holds from `times[i]` until
- * `times[i + 1]` (the last until `endMs`). Returns the time-weighted mean.
- */
-export function timeWeightedMean(times: readonly number[], values: readonly number[], endMs: number): number {
-  let area = 0;
-  let span = 0;
-  for (let i = 0; i < times.length; i++) {
-    const until = i + 1 < times.length ? times[i + 1]! : endMs;
-    const dt = Math.max(0, until - times[i]!);
-    area += values[i]! * dt;
-    span += dt;
-  }
-  return span === 0 ? Number.NaN : area / span;
 }

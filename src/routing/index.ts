@@ -13,20 +13,16 @@
 export { makeRouterContext } from './context.js';
 export type { RouterContext } from './context.js';
 export { KvRouter } from './kv-router.js';
-export type { KvBookkeeping, KvRouteRequest, KvRouterOptionsInit } from './kv-router.js';
-export { directPin, resolveDpRank, resolvePin } from './pins.js';
-export { StickySessions, DEFAULT_SESSION_TTL_MS } from './sticky-sessions.js';
-export type { SessionBinding } from './sticky-sessions.js';
-export { RoundRobinRouter, RandomRouter, PowerOfTwoRouter, LeastLoadedRouter, createSimpleRouter } from './push/simple-routers.js';
+export type { KvRouteRequest, KvRouterOptionsInit } from './kv-router.js';
+export { resolvePin } from './pins.js';
+export { createSimpleRouter } from './push/simple-routers.js';
 export type { LoadSource, SimpleRouter } from './push/simple-routers.js';
 export { PushRouter } from './push/push-router.js';
 export type { PushRouterOptions } from './push/push-router.js';
-export type { LegRequest, LegResponse, LegBody, Selection } from './push/types.js';
+export type { LegRequest } from './push/types.js';
 export { PrefillRouter } from './disagg/prefill-router.js';
-export type { PrefillState, PrefillRouterOptions, DisaggQuery } from './disagg/prefill-router.js';
-export { decodeOverrideOf, decodeRouterOverride, prefillPoolConfig } from './disagg/handoff.js';
-export { ModelRouter, eventMetricsHooks } from './model-router.js';
+export type { PrefillRouterOptions } from './disagg/prefill-router.js';
+export { decodeOverrideOf, prefillPoolConfig } from './disagg/handoff.js';
+export { ModelRouter } from './model-router.js';
 export type { ModelRouterOptions } from './model-router.js';
-export type {
-  ModelRouterPort, PreparedRequest, RoutedResponse, RoutedBody, QueryResult, SseEvent, EndpointKind, RoutingHints,
-} from './router-port.js';
+export type { ModelRouterPort, PreparedRequest, RoutedResponse, QueryResult, SseEvent, EndpointKind } from './router-port.js';

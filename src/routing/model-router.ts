@@ -123,7 +123,7 @@ export class ModelRouter implements ModelRouterPort {
   /**
    * Builds one pool: the decode pool at construction, the prefill pool when the
    * first prefill worker appears. The prefill KvRouter does not track active
-   * blocks (spec 5.1: it scores on overlap and prompt load only).
+   * blocks (as in Dynamo's prefill router, it scores on overlap and prompt load only).
    */
   #buildPool(role: 'decode' | 'prefill'): Pool {
     const opts = this.#opts;
@@ -212,7 +212,7 @@ export class ModelRouter implements ModelRouterPort {
     }
   }
 
-  /** Decode workers are available and, under `enforceDisagg`, so is a prefill worker (spec 5.1 `can_serve_requests`). */
+  /** Decode workers are available and, under `enforceDisagg`, so is a prefill worker (Dynamo's `can_serve_requests`). */
   canServe(): boolean {
     return !this.#closed && this.decode.size > 0 && this.prefill.canServeRequests();
   }
@@ -304,7 +304,7 @@ export class ModelRouter implements ModelRouterPort {
 }
 
 /** KV-event counters exported as Prometheus metrics. */
-export function eventMetricsHooks(m: KvgateMetrics): KvEventHooks {
+function eventMetricsHooks(m: KvgateMetrics): KvEventHooks {
   // onApplied runs once per event (hundreds of thousands a second under load):
   // resolve each (type, status) child once rather than hashing labels per event.
   const applied = new Map<string, { inc(): void }>();

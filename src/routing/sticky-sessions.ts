@@ -20,7 +20,7 @@ import type { Clock, SessionHint, WorkerRank } from '../common/index.js';
 import { isKvgateError } from '../errors/index.js';
 
 /** Dynamo's default session timeout (`nvext.session_control.timeout`), in milliseconds. */
-export const DEFAULT_SESSION_TTL_MS = 300_000;
+const DEFAULT_SESSION_TTL_MS = 300_000;
 
 export interface SessionBinding extends WorkerRank {
   /** Clock time after which the binding is gone. */

@@ -39,7 +39,7 @@ function flattenContent(content: ChatMessage['content'], index: number): string 
 }
 
 /** Checks and normalizes messages for a template: role a string, content a string. */
-export function normalizeMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
+function normalizeMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
   if (!Array.isArray(messages) || messages.length === 0) {
     throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'messages must be a non-empty list', {});
   }

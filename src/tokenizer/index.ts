@@ -12,10 +12,9 @@ import { fallbackTokenizer } from './fallback-tokenizer.js';
 import { loadHfTokenizer } from './hf-tokenizer.js';
 import type { TextTokenizer, TokenizerFiles } from './types.js';
 
-export type { ChatMessage, ChatContentPart, EncodeOptions, RenderChatOptions, SampleVocabulary, TextTokenizer, TokenizerFiles } from './types.js';
-export { ChatTemplate, CHATML_TEMPLATE, normalizeMessages } from './chat-template.js';
+export type { ChatMessage, TextTokenizer, TokenizerFiles } from './types.js';
+export { ChatTemplate, CHATML_TEMPLATE } from './chat-template.js';
 export { fallbackTokenizer, fallbackEncode, fallbackDecode, FALLBACK_VOCAB_SIZE } from './fallback-tokenizer.js';
-export { loadHfTokenizer } from './hf-tokenizer.js';
 
 /**
  * What to tokenize with: `undefined` or `'fallback'` for the fallback tokenizer,

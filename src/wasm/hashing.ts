@@ -1,5 +1,5 @@
 /**
- * Block and sequence hashing exactly as Dynamo computes them (spec section 2):
+ * Block and sequence hashing exactly as Dynamo computes them:
  * XXH3-64 over little-endian u32 tokens, seed 1337 (+ LoRA and cache-salt
  * mixing), chained sequence hashes. One WASM call per prompt.
  */

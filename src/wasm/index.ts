@@ -3,4 +3,3 @@ export { xxh3, blockHashes, promptHashes, sequenceHashes, requestSeed, BLOCK_HAS
 export type { BlockHashOptions, PromptHashes } from './hashing.js';
 export { PrefixIndex } from './prefix-index.js';
 export type { OverlapScores, RemoveResult } from './prefix-index.js';
-export { wasm } from './instance.js';

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { KvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-export const EXPECTED_ABI_VERSION = 2;
+const EXPECTED_ABI_VERSION = 2;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };

@@ -1,5 +1,5 @@
 /**
- * The global prefix index (spec section 3.2 semantics, flat layout in WASM).
+ * The global prefix index (Dynamo's radix-tree semantics, flat layout in WASM).
  *
  * Each (worker, dp_rank) pair is a slot with a dense id. KV events for a slot
  * are applied in order; `findMatches` returns, for every slot, how many leading

@@ -88,7 +88,7 @@ export function encodeBatch(events: readonly TestEvent[], opts: { encoding?: Eve
   return encode([opts.ts ?? 1.5, events.map((e) => wireEvent(e, encoding)), dpRank], { useBigInt64: true });
 }
 
-export function seqFrame(seq: bigint): Buffer {
+function seqFrame(seq: bigint): Buffer {
   const b = Buffer.alloc(8);
   b.writeBigUInt64BE(BigInt.asUintN(64, seq));
   return b;

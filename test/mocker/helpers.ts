@@ -29,7 +29,7 @@ export function engineHash(seqHash: bigint, seed: bigint): bigint {
 }
 
 /** Probe prompts use token ids in this range (valid for the fallback and Qwen3 vocabularies). */
-export const PROBE_TOKEN_BASE = 150_000;
+const PROBE_TOKEN_BASE = 150_000;
 
 export interface EventMessage {
   topic: string;

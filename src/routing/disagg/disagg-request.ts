@@ -1,6 +1,6 @@
 /**
  * One disaggregated request: prefill on the prefill pool, then decode on the
- * decode pool (spec 5.2), with the failure and cancellation rules of 5.4 and
+ * decode pool (Dynamo's PrefillRouter flow), with its failure and cancellation rules and
  * 5.6. Built and run by the PrefillRouter; one instance per request.
  *
  *   setPhase(prefill) -> choose + book the prefill worker (sticky, pinned or best)

@@ -1,5 +1,5 @@
 /**
- * Pure pieces of the prefill -> decode handoff (spec 5.2, 5.3): which
+ * Pure pieces of the prefill -> decode handoff, as Dynamo's PrefillRouter does it: which
  * protocol a prefill worker speaks, the SGLang bootstrap triple, the decode
  * router's override, the prefill worker's attribution, and the usage details
  * a synchronous prefill hands to the client's answer.
@@ -43,7 +43,7 @@ export function bootstrapFor(w: WorkerInfo, dpRank: number, rng: Rng): Bootstrap
 }
 
 /**
- * The decode router's override (spec 5.2): the prefill worker computed the
+ * The decode router's override (Dynamo's): the prefill worker computed the
  * prompt, so decode workers get no overlap credit, no KV-reuse assumption and
  * no prefill-token load; the request's other override fields are kept.
  */

@@ -1,10 +1,10 @@
 /**
- * PrefillRouter: disaggregated serving for one model (spec section 5). It
+ * PrefillRouter: disaggregated serving for one model (Dynamo's PrefillRouter). It
  * owns the prefill pool and runs each request's prefill there before its
  * decode goes to the decode pool (see disagg-request.ts for one request's
  * flow and its failure rules).
  *
- * Lifecycle (spec 5.1), driven by the registry through `addWorker` /
+ * Lifecycle (as Dynamo's), driven by the registry through `addWorker` /
  * `removeWorker`:
  *
  *   pending ──first prefill worker──> active ──last one gone──> inactive
@@ -18,7 +18,7 @@
  * the host serves them aggregated on the decode pool, or refuses them under
  * `enforceDisagg`. `canServeRequests()` gates whether the model is listed.
  *
- * Choosing the prefill worker (spec 5.2 `resolve_prefill_worker`): the
+ * Choosing the prefill worker (Dynamo's `resolve_prefill_worker`): the
  * session's sticky worker first (dropped if it left or the scheduler refuses
  * it), then a pinned `prefill_worker_id` (with `prefill_dp_rank`, else
  * `dp_rank`), then the router's best. In KV mode the choice goes through the

@@ -26,7 +26,7 @@ function nonEmpty(candidates: readonly WorkerRank[]): void {
   if (candidates.length === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', 'no worker is available for this request');
 }
 
-export class RoundRobinRouter implements SimpleRouter {
+class RoundRobinRouter implements SimpleRouter {
   readonly name = 'round-robin';
   #next = 0;
 
@@ -42,7 +42,7 @@ export class RoundRobinRouter implements SimpleRouter {
   }
 }
 
-export class RandomRouter implements SimpleRouter {
+class RandomRouter implements SimpleRouter {
   readonly name = 'random';
   readonly #rng: Rng;
   #draw: number;
@@ -65,7 +65,7 @@ export class RandomRouter implements SimpleRouter {
 }
 
 /** Two distinct random candidates; the less loaded wins (the first on a tie). */
-export class PowerOfTwoRouter implements SimpleRouter {
+class PowerOfTwoRouter implements SimpleRouter {
   readonly name = 'power-of-two';
   readonly #rng: Rng;
   readonly #load: LoadSource;
@@ -101,7 +101,7 @@ export class PowerOfTwoRouter implements SimpleRouter {
 }
 
 /** The candidate with the fewest in-flight requests; ties rotate so equal load spreads. */
-export class LeastLoadedRouter implements SimpleRouter {
+class LeastLoadedRouter implements SimpleRouter {
   readonly name = 'least-loaded';
   readonly #load: LoadSource;
   #rotation = 0;

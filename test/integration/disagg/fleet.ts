@@ -52,7 +52,7 @@ export interface RecordingEngine {
   hold(workerId: number): () => void;
 }
 
-export function recordingEngine(workers: () => readonly WorkerInfo[]): RecordingEngine {
+function recordingEngine(workers: () => readonly WorkerInfo[]): RecordingEngine {
   const engine = new EngineClient({ connectTimeoutMs: 2000 });
   const sent: SentLeg[] = [];
   const gates = new Map<number, Promise<void>>();
@@ -141,7 +141,7 @@ export interface DisaggFleetOptions {
 }
 
 export const PREFILL_ID = 101;
-export const DECODE_ID = 201;
+const DECODE_ID = 201;
 
 export async function startDisaggFleet(opts: DisaggFleetOptions): Promise<DisaggFleet> {
   const base: MockerInput = { model: MODEL, blockSize: BLOCK, speedup: 200, engine: opts.engine, kvEvents: true, kvEventsPort: 0, ...opts.mocker };
