@@ -251,11 +251,16 @@ export class GatewayServer {
   #logDone(ctx: RequestContext, listener: Listener): void {
     const status = ctx.res.statusCode;
     this.metrics.httpRequests.inc({ route: ctx.route, status: String(status) });
+    // Only served model names become label values: a client's arbitrary `model` must not grow the series set.
+    const named = ctx.log.model;
+    const model = typeof named === 'string' && this.#models.has(named) ? named : '';
+    const seconds = (performance.now() - ctx.startedAt) / 1000;
+    this.metrics.requestDuration.observe({ model, endpoint: ctx.route, status_class: `${Math.floor(status / 100)}xx` }, seconds);
     const level = status >= 500 ? 'warn' : 'info';
     if (!this.logger.isLevelEnabled(level)) return;
     this.logger[level]({
       reqId: ctx.requestId, method: ctx.req.method, route: ctx.route, status,
-      ms: Math.round((performance.now() - ctx.startedAt) * 100) / 100, ...(listener === 'admin' ? { listener } : {}), ...ctx.log,
+      ms: Math.round(seconds * 100_000) / 100, ...(listener === 'admin' ? { listener } : {}), ...ctx.log,
     }, 'request');
   }
 
@@ -287,6 +292,7 @@ export class GatewayServer {
       tokenIds: pre.tokenIds,
       blockHashes: pre.blockHashes,
       sequenceHashes: pre.sequenceHashes,
+      hashingMs: pre.stats.hashUs / 1000,
       approximate: pre.approximate,
       hints,
       queryOnly: queryOnly || kind === 'route',

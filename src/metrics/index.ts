@@ -1,12 +1,17 @@
 /**
- * Every Prometheus metric kvgate exports, defined once (names prefixed
- * `kvgate_`). A `KvgateMetrics` owns its own Registry so several gateways or
- * routers can live in one process (tests, embedding); the HTTP edge serves
- * `registry.metrics()`.
+ * Every Prometheus metric kvgate exports, defined once, named after the
+ * Prometheus naming guide: one `kvgate_` prefix, base units (`_seconds`),
+ * `_total` on counters only; Node's process metrics keep their standard
+ * names (`process_*`, `nodejs_*`). docs/metrics.md lists each one, and a test
+ * keeps that table equal to what `/metrics` exports.
  *
- * Buckets follow Dynamo's router metrics so dashboards carry over.
+ * A `KvgateMetrics` owns its own Registry so several gateways or routers can
+ * live in one process (tests, embedding); the HTTP edge serves
+ * `registry.metrics()`. Buckets follow Dynamo's router metrics so dashboards
+ * carry over.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { kvgateVersion } from '../version.js';
 
 function expBuckets(start: number, factor: number, count: number): number[] {
   const out: number[] = [];
@@ -21,22 +26,32 @@ function logBuckets(min: number, max: number, count: number): number[] {
   return out;
 }
 
+/** Dynamo's TTFT buckets: 0.001 to 480 s, 18 log-spaced. Also used for whole requests. */
+const LATENCY_BUCKETS = logBuckets(0.001, 480, 18);
 
 export interface KvgateMetricsOptions {
   registry?: Registry;
-  /** Also export Node.js process metrics (CPU, memory, event loop lag). Default true. */
+  /** Also export Node.js process metrics (CPU, memory, event loop lag) under their standard names. Default true. */
   processMetrics?: boolean;
 }
+
+/** Label sets shared by several metrics. */
+const MW = ['model', 'worker_type'] as const;
+const MWW = ['model', 'worker_type', 'worker_id'] as const;
+const WL = ['model', 'worker_id', 'dp_rank', 'worker_type'] as const;
 
 export class KvgateMetrics {
   readonly registry: Registry;
 
-  // Router request metrics (per model and worker type).
+  // Build.
+  readonly buildInfo: Gauge<'version' | 'node_version'>;
+
+  // Router request metrics (per model and worker type: aggregated, prefill or decode).
   readonly requests: Counter<'model' | 'worker_type'>;
   readonly requestsStarted: Counter<'model' | 'worker_type'>;
   readonly requestErrors: Counter<'model' | 'code'>;
-  readonly ttft: Histogram<'model' | 'worker_type'>;
-  readonly itl: Histogram<'model' | 'worker_type'>;
+  readonly ttft: Histogram<'model' | 'worker_type' | 'worker_id'>;
+  readonly itl: Histogram<'model' | 'worker_type' | 'worker_id'>;
   readonly isl: Histogram<'model' | 'worker_type'>;
   readonly osl: Histogram<'model' | 'worker_type'>;
   readonly predictedKvHitRate: Histogram<'model' | 'worker_type'>;
@@ -50,8 +65,8 @@ export class KvgateMetrics {
   readonly predictionErrorTokens: Histogram<'model' | 'worker_type'>;
   readonly predictionExact: Counter<'model' | 'worker_type' | 'outcome'>;
 
-  // Routing overhead, by stage.
-  readonly overheadMs: Histogram<'model' | 'stage'>;
+  // Routing overhead, by stage, in seconds.
+  readonly overhead: Histogram<'model' | 'stage'>;
 
   // Per-worker load as booked by the router.
   readonly workerActivePrefillTokens: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
@@ -76,44 +91,55 @@ export class KvgateMetrics {
   readonly httpRequests: Counter<'route' | 'status'>;
   readonly httpRejections: Counter<'code'>;
   readonly inflight: Gauge;
+  readonly requestDuration: Histogram<'model' | 'endpoint' | 'status_class'>;
 
   constructor(opts: KvgateMetricsOptions = {}) {
     const registers = [(this.registry = opts.registry ?? new Registry())];
-    if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: 'kvgate_process_' });
-    const mw = ['model', 'worker_type'] as const;
-    const wl = ['model', 'worker_id', 'dp_rank', 'worker_type'] as const;
-    this.requests = new Counter({ name: 'kvgate_router_requests_total', help: 'Requests dispatched to an engine (dispatch succeeded).', labelNames: mw, registers });
-    this.requestsStarted = new Counter({ name: 'kvgate_router_requests_started_total', help: 'Requests admitted by the scheduler.', labelNames: mw, registers });
+    // ---- process and build
+    if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
+    this.buildInfo = new Gauge({ name: 'kvgate_build_info', help: 'Always 1; labels name the kvgate version and the Node.js version running it.', labelNames: ['version', 'node_version'], registers });
+    this.buildInfo.set({ version: kvgateVersion(), node_version: process.version }, 1);
+    // ---- router requests
+    this.requests = new Counter({ name: 'kvgate_router_requests_total', help: 'Requests dispatched to an engine (dispatch succeeded).', labelNames: MW, registers });
+    this.requestsStarted = new Counter({ name: 'kvgate_router_requests_started_total', help: 'Requests admitted by the scheduler.', labelNames: MW, registers });
     this.requestErrors = new Counter({ name: 'kvgate_router_request_errors_total', help: 'Requests that failed, by kvgate error code.', labelNames: ['model', 'code'], registers });
-    this.ttft = new Histogram({ name: 'kvgate_router_time_to_first_token_seconds', help: 'Time to first token measured at the router.', labelNames: mw, buckets: logBuckets(0.001, 480, 18), registers });
-    this.itl = new Histogram({ name: 'kvgate_router_inter_token_latency_seconds', help: 'Average inter-token latency per request.', labelNames: mw, buckets: logBuckets(0.001, 2, 13), registers });
-    this.isl = new Histogram({ name: 'kvgate_router_input_sequence_tokens', help: 'Prompt tokens per request.', labelNames: mw, buckets: logBuckets(50, 128_000, 12), registers });
-    this.osl = new Histogram({ name: 'kvgate_router_output_sequence_tokens', help: 'Output tokens per request (only requests with output).', labelNames: mw, buckets: logBuckets(50, 32_000, 10), registers });
-    this.predictedKvHitRate = new Histogram({ name: 'kvgate_router_kv_hit_rate', help: 'Predicted overlap blocks / prompt blocks of the chosen worker.', labelNames: mw, buckets: Array.from({ length: 21 }, (_, i) => i / 20), registers });
+    this.ttft = new Histogram({ name: 'kvgate_router_time_to_first_token_seconds', help: 'Time to first token measured at the router, per worker.', labelNames: MWW, buckets: LATENCY_BUCKETS, registers });
+    this.itl = new Histogram({ name: 'kvgate_router_inter_token_latency_seconds', help: 'Average inter-token latency per request, per worker.', labelNames: MWW, buckets: logBuckets(0.001, 2, 13), registers });
+    this.isl = new Histogram({ name: 'kvgate_router_input_sequence_tokens', help: 'Prompt tokens per request.', labelNames: MW, buckets: logBuckets(50, 128_000, 12), registers });
+    this.osl = new Histogram({ name: 'kvgate_router_output_sequence_tokens', help: 'Output tokens per request (only requests with output).', labelNames: MW, buckets: logBuckets(50, 32_000, 10), registers });
+    this.predictedKvHitRate = new Histogram({ name: 'kvgate_router_kv_hit_rate', help: 'Predicted overlap blocks / prompt blocks of the chosen worker.', labelNames: MW, buckets: Array.from({ length: 21 }, (_, i) => i / 20), registers });
     this.kvTransferEstimated = new Histogram({ name: 'kvgate_router_kv_transfer_estimated_latency_seconds', help: 'Decode first token minus prefill completion (disaggregated).', labelNames: ['model'], buckets: logBuckets(0.001, 10, 15), registers });
     this.disaggRequests = new Counter({ name: 'kvgate_router_disagg_requests_total', help: 'Disaggregated requests by prefill worker (attributed: tracker, direct target, payload), handoff (bootstrap|sync) and outcome (decoded|prefill_failed|decode_failed).', labelNames: ['model', 'prefill_worker_id', 'handoff', 'outcome'], registers });
     this.disaggFallbacks = new Counter({ name: 'kvgate_router_disagg_fallbacks_total', help: 'Requests served aggregated because every prefill worker of a disaggregated model was gone.', labelNames: ['model'], registers });
-    this.nonMaxOverlapSelections = new Counter({ name: 'kvgate_router_non_max_overlap_selections_total', help: 'Selections of a worker other than the one with the most cached blocks.', labelNames: mw, registers });
+    this.nonMaxOverlapSelections = new Counter({ name: 'kvgate_router_non_max_overlap_selections_total', help: 'Selections of a worker other than the one with the most cached blocks.', labelNames: MW, registers });
     this.retries = new Counter({ name: 'kvgate_router_retries_total', help: 'Dispatches retried on another worker before any byte was sent.', labelNames: ['model', 'reason'], registers });
-    this.predictionErrorTokens = new Histogram({ name: 'kvgate_router_prediction_error_tokens', help: 'Engine-reported cached tokens minus the router-predicted overlap tokens.', labelNames: mw, buckets: [-8192, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 8192], registers });
+    // ---- prediction against the engines' reports
+    this.predictionErrorTokens = new Histogram({ name: 'kvgate_router_prediction_error_tokens', help: 'Engine-reported cached tokens minus the router-predicted overlap tokens.', labelNames: MW, buckets: [-8192, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 8192], registers });
     this.predictionExact = new Counter({ name: 'kvgate_router_prediction_total', help: 'Requests whose engine-reported cached tokens were compared with the prediction (outcome exact|under|over).', labelNames: ['model', 'worker_type', 'outcome'], registers });
-    this.overheadMs = new Histogram({ name: 'kvgate_router_overhead_ms', help: 'Routing overhead by stage, milliseconds.', labelNames: ['model', 'stage'], buckets: expBuckets(0.001, 2, 15), registers });
-    this.workerActivePrefillTokens = new Gauge({ name: 'kvgate_worker_active_prefill_tokens', help: 'Uncached prompt tokens booked and not yet prefilled.', labelNames: wl, registers });
-    this.workerActiveDecodeBlocks = new Gauge({ name: 'kvgate_worker_active_decode_blocks', help: 'KV blocks of in-flight requests as booked by the router.', labelNames: wl, registers });
-    this.workerActiveRequests = new Gauge({ name: 'kvgate_worker_active_requests', help: 'In-flight requests booked on the worker.', labelNames: wl, registers });
-    this.workerIndexBlocks = new Gauge({ name: 'kvgate_worker_index_blocks', help: 'Blocks the prefix index holds for the worker.', labelNames: wl, registers });
+    // ---- routing overhead (Dynamo's compute buckets, 0.001 ms x 2^k, in seconds)
+    this.overhead = new Histogram({ name: 'kvgate_router_overhead_seconds', help: 'Routing overhead by stage (block_hashing, indexer_find_matches, scheduling, total).', labelNames: ['model', 'stage'], buckets: expBuckets(1e-6, 2, 15), registers });
+    // ---- per-worker load
+    this.workerActivePrefillTokens = new Gauge({ name: 'kvgate_worker_active_prefill_tokens', help: 'Uncached prompt tokens booked and not yet prefilled.', labelNames: WL, registers });
+    this.workerActiveDecodeBlocks = new Gauge({ name: 'kvgate_worker_active_decode_blocks', help: 'KV blocks of in-flight requests as booked by the router.', labelNames: WL, registers });
+    this.workerActiveRequests = new Gauge({ name: 'kvgate_worker_active_requests', help: 'In-flight requests booked on the worker.', labelNames: WL, registers });
+    this.workerIndexBlocks = new Gauge({ name: 'kvgate_worker_index_blocks', help: 'Blocks the prefix index holds for the worker.', labelNames: WL, registers });
     this.workerKvEventsLive = new Gauge({ name: 'kvgate_worker_kv_events_live', help: '1 while the worker\'s KV events are live; 0 when routing uses approximate mode for it.', labelNames: ['model', 'worker_id', 'worker_type'], registers });
-    this.queuePendingRequests = new Gauge({ name: 'kvgate_router_queue_pending_requests', help: 'Requests parked in the router queue.', labelNames: mw, registers });
-    this.queuePendingIslTokens = new Gauge({ name: 'kvgate_router_queue_pending_isl_tokens', help: 'Prompt tokens of requests parked in the router queue.', labelNames: mw, registers });
-    this.backpressure = new Counter({ name: 'kvgate_router_backpressure_total', help: 'Requests rejected by queue-depth backpressure.', labelNames: mw, registers });
+    // ---- queue and backpressure
+    this.queuePendingRequests = new Gauge({ name: 'kvgate_router_queue_pending_requests', help: 'Requests parked in the router queue.', labelNames: MW, registers });
+    this.queuePendingIslTokens = new Gauge({ name: 'kvgate_router_queue_pending_isl_tokens', help: 'Prompt tokens of requests parked in the router queue.', labelNames: MW, registers });
+    this.backpressure = new Counter({ name: 'kvgate_router_backpressure_total', help: 'Requests rejected by queue-depth backpressure.', labelNames: MW, registers });
+    // ---- KV events
     this.kvEventsApplied = new Counter({ name: 'kvgate_kv_events_applied_total', help: 'KV events applied to the prefix index, by type and status.', labelNames: ['event_type', 'status'], registers });
     this.kvEventDecodeErrors = new Counter({ name: 'kvgate_kv_event_decode_errors_total', help: 'KV event messages that could not be decoded, by kind.', labelNames: ['worker_id', 'kind'], registers });
     this.kvEventGaps = new Counter({ name: 'kvgate_kv_event_gaps_total', help: 'Gaps detected in a publisher\'s sequence numbers.', labelNames: ['worker_id', 'dp_rank'], registers });
     this.kvEventReplays = new Counter({ name: 'kvgate_kv_event_replays_total', help: 'Replay requests to a publisher, by outcome.', labelNames: ['worker_id', 'dp_rank', 'outcome'], registers });
     this.kvEventPublisherRestarts = new Counter({ name: 'kvgate_kv_event_publisher_restarts_total', help: 'Publisher restarts detected (sequence went backwards); the slot was cleared.', labelNames: ['worker_id', 'dp_rank'], registers });
+    // ---- HTTP edge
     this.httpRequests = new Counter({ name: 'kvgate_http_requests_total', help: 'HTTP requests by route and status.', labelNames: ['route', 'status'], registers });
     this.httpRejections = new Counter({ name: 'kvgate_http_rejections_total', help: 'Requests rejected at the edge, by error code.', labelNames: ['code'], registers });
     this.inflight = new Gauge({ name: 'kvgate_http_inflight_requests', help: 'Requests being served.', registers });
+    // End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served).
+    this.requestDuration = new Histogram({ name: 'kvgate_request_duration_seconds', help: 'HTTP request duration from arrival to the last byte, by model, endpoint (route) and status class (2xx..5xx).', labelNames: ['model', 'endpoint', 'status_class'], buckets: LATENCY_BUCKETS, registers });
   }
 
   /** Prometheus text exposition of every metric. */
@@ -125,3 +151,4 @@ export class KvgateMetrics {
     return this.registry.contentType;
   }
 }
+

@@ -32,6 +32,8 @@ export interface KvRouteRequest {
   readonly tokens?: Uint32Array | readonly number[] | undefined;
   /** Precomputed hashes of the prompt's complete blocks (from a preprocessing worker). */
   readonly hashes?: PromptHashes | undefined;
+  /** Milliseconds spent computing `hashes` where they were computed; the decision reports it as its hashing time. */
+  readonly hashingMs?: number | undefined;
   /** Prompt length in tokens; required with `hashes`, defaults to `tokens.length`. */
   readonly isl?: number | undefined;
   /** Which leg of a disaggregated request this is (default aggregated): selects which pin applies. */
@@ -177,7 +179,7 @@ export class KvRouter {
       if (!Number.isInteger(isl) || isl < 0 || hashes.seq.length > Math.floor(isl / blockSize) || hashes.local.length !== hashes.seq.length) {
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `precomputed hashes need a consistent isl (got ${request.isl}, ${hashes.seq.length} blocks of ${blockSize})`);
       }
-      return { isl, hashes, hashingMs: 0 };
+      return { isl, hashes, hashingMs: request.hashingMs ?? 0 };
     }
     if (request.tokens === undefined) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'a route request needs tokens or precomputed hashes');
     const opts: BlockHashOptions = { ...request.hashOptions, loraName: request.routing?.loraName };

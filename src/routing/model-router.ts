@@ -206,7 +206,7 @@ export class ModelRouter implements ModelRouterPort {
     for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {
       if (pool?.events === undefined) continue;
       for (const w of pool.push.workers()) {
-        m.workerKvEventsLive.labels({ model: this.model, worker_id: String(w.id), worker_type: pool.push.role })
+        m.workerKvEventsLive.labels({ model: this.model, worker_id: String(w.id), worker_type: w.role })
           .set(pool.events.eventStatus(w.id) === 'live' ? 1 : 0);
       }
     }
@@ -232,6 +232,7 @@ export class ModelRouter implements ModelRouterPort {
       stream: req.stream,
       isl: req.tokenIds.length,
       hashes: { local: req.blockHashes, seq: req.sequenceHashes },
+      hashingMs: req.hashingMs,
       routing: req.hints,
       phase: 'aggregated',
       signal: req.signal,

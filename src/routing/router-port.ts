@@ -49,6 +49,8 @@ export interface PreparedRequest {
   readonly blockHashes: BigUint64Array;
   /** Chained sequence hashes, same length as `blockHashes`. */
   readonly sequenceHashes: BigUint64Array;
+  /** Milliseconds spent computing the hashes (reported as the routing overhead's block_hashing stage). */
+  readonly hashingMs?: number | undefined;
   /** True when the tokens come from the fallback tokenizer (model without tokenizer): hashes approximate the engine's. */
   readonly approximate: boolean;
   /** Validated once by the frontend (the router-config override included) and carried unchanged to the scheduler. */

@@ -6,7 +6,7 @@ describe('KvgateMetrics', () => {
     const a = new KvgateMetrics({ processMetrics: false });
     const b = new KvgateMetrics({ processMetrics: false }); // no clash: separate registries
     a.ttft.labels({ model: 'm', worker_type: 'aggregated' }).observe(0.05);
-    a.overheadMs.labels({ model: 'm', stage: 'total' }).observe(0.02);
+    a.overhead.labels({ model: 'm', stage: 'total' }).observe(0.00002);
     a.kvEventsApplied.labels({ event_type: 'stored', status: 'ok' }).inc(3);
     const text = await a.text();
     expect(text).toContain('kvgate_router_time_to_first_token_seconds_count{model="m",worker_type="aggregated"} 1');

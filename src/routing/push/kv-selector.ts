@@ -4,6 +4,7 @@
  * to the push router (exclusions, the queue wait, decision metrics).
  */
 import { rejectionError, type RoutingDecision } from '../../core/index.js';
+import type { WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { KvRouter } from '../kv-router.js';
@@ -47,7 +48,7 @@ export class KvSelector implements LegSelector {
       decision = kv.findBestMatch(request, { mode: 'query' });
     } else {
       decision = await this.#schedule(request);
-      this.#observeDecision(decision);
+      this.#observeDecision(req.phase, decision);
     }
     const w = this.#pool.members.get(decision.workerId);
     if (w === undefined) {
@@ -63,7 +64,7 @@ export class KvSelector implements LegSelector {
     const outcome = this.#kv.schedule(req);
     if (outcome.status === 'routed') return outcome.decision;
     if (outcome.status === 'rejected') {
-      this.#pm?.backpressure.inc();
+      this.#pm?.leg(req.phase).backpressure.inc();
       throw rejectionError(outcome.rejection);
     }
     this.#observeQueue();
@@ -96,23 +97,23 @@ export class KvSelector implements LegSelector {
     }
   }
 
-  #observeDecision(d: RoutingDecision): void {
+  #observeDecision(phase: WorkerRole, d: RoutingDecision): void {
     const m = this.#pm;
     if (m === undefined) return;
-    m.requestsStarted.inc();
-    m.hashing.observe(d.timing.hashingMs);
-    m.matching.observe(d.timing.matchingMs);
-    m.scheduling.observe(d.timing.schedulingMs);
-    m.total.observe(d.timing.totalMs);
-    if (d.requiredBlocks > 0) m.kvHitRate.observe(d.overlapBlocks / d.requiredBlocks);
+    const lm = m.leg(phase);
+    lm.requestsStarted.inc();
+    // The decision times in milliseconds; the overhead histogram is in seconds.
+    m.hashing.observe(d.timing.hashingMs / 1000);
+    m.matching.observe(d.timing.matchingMs / 1000);
+    m.scheduling.observe(d.timing.schedulingMs / 1000);
+    m.total.observe(d.timing.totalMs / 1000);
+    if (d.requiredBlocks > 0) lm.kvHitRate.observe(d.overlapBlocks / d.requiredBlocks);
     let maxOverlap = 0;
     for (const c of d.candidates) maxOverlap = Math.max(maxOverlap, c.overlapBlocks);
-    if (!d.pinned && d.overlapBlocks < maxOverlap) m.nonMaxOverlap.inc();
+    if (!d.pinned && d.overlapBlocks < maxOverlap) lm.nonMaxOverlap.inc();
   }
 
   #observeQueue(): void {
-    if (this.#pm === undefined) return;
-    this.#pm.queueRequests.set(this.#kv.pendingRequests);
-    this.#pm.queueIslTokens.set(this.#kv.pendingIslTokens);
+    this.#pm?.setQueue(this.#kv.pendingRequests, this.#kv.pendingIslTokens);
   }
 }

@@ -66,7 +66,8 @@ class OutputBlockTracker {
 /** Owns what the leg reports: the tracker's timestamps, TTFT, OSL, ITL, and the engine's cached tokens against the prediction. */
 class RequestObservability {
   readonly #clock: Clock;
-  readonly #pm: PoolMetrics | undefined;
+  readonly #lm: ReturnType<PoolMetrics['leg']> | undefined;
+  readonly #lat: ReturnType<PoolMetrics['latency']> | undefined;
   readonly #req: LegRequest;
   readonly #sel: Selection;
   readonly #blockSize: number;
@@ -78,7 +79,8 @@ class RequestObservability {
 
   constructor(clock: Clock, pm: PoolMetrics | undefined, req: LegRequest, sel: Selection, blockSize: number, predicts: boolean) {
     this.#clock = clock;
-    this.#pm = pm;
+    this.#lm = pm?.leg(req.phase);
+    this.#lat = pm?.latency(req.phase, sel.worker.id);
     this.#req = req;
     this.#sel = sel;
     this.#blockSize = blockSize;
@@ -90,7 +92,7 @@ class RequestObservability {
       if (this.#firstAt === undefined) {
         this.#firstAt = this.#clock.now();
         this.#req.tracker?.recordFirstToken();
-        this.#pm?.ttft.observe((this.#firstAt - this.#req.receivedAt) / 1000);
+        this.#lat?.ttft.observe((this.#firstAt - this.#req.receivedAt) / 1000);
       }
       this.#osl += produced;
     }
@@ -104,7 +106,7 @@ class RequestObservability {
   #comparePrediction(cachedTokens: number): void {
     if (this.#compared) return;
     this.#compared = true;
-    const m = this.#pm;
+    const m = this.#lm;
     if (m === undefined) return;
     // An engine always computes at least the prompt's last token, so a fully
     // cached block-aligned prompt reports one block less (vLLM's rule).
@@ -116,11 +118,11 @@ class RequestObservability {
 
   finish(dispatched: boolean): void {
     this.#req.tracker?.recordFinish();
-    const m = this.#pm;
+    const m = this.#lm;
     if (!dispatched || m === undefined) return;
     const osl = this.#usageOsl ?? this.#osl;
     if (osl > 0) m.osl.observe(osl);
-    if (this.#firstAt !== undefined && osl >= 2) m.itl.observe((this.#clock.now() - this.#firstAt) / (osl - 1) / 1000);
+    if (this.#firstAt !== undefined && osl >= 2) this.#lat?.itl.observe((this.#clock.now() - this.#firstAt) / (osl - 1) / 1000);
   }
 }
 

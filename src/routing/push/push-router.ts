@@ -70,7 +70,7 @@ export class PushRouter implements PoolMembers {
     this.kvRouter = opts.kvRouter;
     this.#ctx = ctx;
     this.#opts = opts;
-    this.#pm = ctx.metrics === undefined ? undefined : new PoolMetrics(ctx.metrics, opts.model, opts.role);
+    this.#pm = ctx.metrics === undefined ? undefined : new PoolMetrics(ctx.metrics, opts.model, opts.role, this.#members);
     if (opts.mode === 'kv') {
       if (opts.kvRouter === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'router mode kv needs a KvRouter');
       this.#selector = new KvSelector(this, opts.kvRouter, this.#pm);
@@ -177,8 +177,9 @@ export class PushRouter implements PoolMembers {
         headers: { ...leg.headers, 'x-request-id': req.requestId },
         ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
       });
-      this.#pm?.requests.inc();
-      this.#pm?.isl.observe(req.isl);
+      const lm = this.#pm?.leg(req.phase);
+      lm?.requests.inc();
+      lm?.isl.observe(req.isl);
       if (res.kind === 'json') {
         guard.onOutput(readChunkInfo(res.json));
         guard.finish(true);

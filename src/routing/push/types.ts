@@ -21,6 +21,8 @@ export interface LegRequest {
   readonly stream: boolean;
   readonly isl: number;
   readonly hashes: PromptHashes;
+  /** Milliseconds the frontend spent hashing the prompt (the routing overhead's block_hashing stage). */
+  readonly hashingMs?: number | undefined;
   /** The frontend's hints, validated once (the router-config override included), carried unchanged. */
   readonly routing: RoutingHints;
   /** Which pin applies (see `resolvePin` / `directPin`). */

@@ -25,8 +25,8 @@ describe('per-worker approximate fallback', () => {
     }
     f.router.tick();
     const text = await f.metrics.text();
-    expect(text).toContain('kvgate_worker_kv_events_live{model="mock-model",worker_id="1",worker_type="decode"} 1');
-    expect(text).toContain('kvgate_worker_kv_events_live{model="mock-model",worker_id="2",worker_type="decode"} 0');
+    expect(text).toContain('kvgate_worker_kv_events_live{model="mock-model",worker_id="1",worker_type="aggregated"} 1');
+    expect(text).toContain('kvgate_worker_kv_events_live{model="mock-model",worker_id="2",worker_type="aggregated"} 0');
     // A prompt served by worker 2 is remembered by the router (approximate mode), so its sequel follows it.
     const doc = randomTokens(rng, 12 * BLOCK);
     await drain(await f.router.route(prepare([...doc, 1], { hints: { annotations: [], backendInstanceId: 2 } })));

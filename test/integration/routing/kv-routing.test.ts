@@ -49,7 +49,7 @@ describe('kv mode over real engines and KV events', () => {
       expect(usage?.prompt_tokens_details?.cached_tokens).toBe(32 * BLOCK);
     }
     const text = await fleet.metrics.text();
-    expect(text).toMatch(/kvgate_router_prediction_total\{model="mock-model",worker_type="decode",outcome="exact"\} ([6-9]|\d\d)/);
+    expect(text).toMatch(/kvgate_router_prediction_total\{model="mock-model",worker_type="aggregated",outcome="exact"\} ([6-9]|\d\d)/);
     expect(text).not.toMatch(/outcome="(under|over)"/);
   });
 
