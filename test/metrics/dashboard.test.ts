@@ -1,0 +1,84 @@
+/**
+ * docs/grafana/kvgate.json: every metric its PromQL queries name is one kvgate
+ * exports (docs/metrics.md's table, or a standard process metric the default
+ * registry really collects).
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { KvgateMetrics } from '../../src/metrics/index.js';
+import { STANDARD_PREFIXES, documentedMetrics } from './catalog.js';
+
+interface Panel { type: string; title?: string; targets?: { expr?: string }[]; panels?: Panel[] }
+interface Dashboard { schemaVersion: number; panels: Panel[]; templating: { list: { name: string; type: string; query: unknown }[] } }
+
+const dashboard = JSON.parse(readFileSync(fileURLToPath(new URL('../../docs/grafana/kvgate.json', import.meta.url)), 'utf8')) as Dashboard;
+
+/** PromQL words that are not metric names. */
+const KEYWORDS = new Set(['and', 'or', 'unless', 'by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'bool', 'offset', 'inf', 'nan']);
+
+/** The metric names one PromQL expression selects: functions, label matchers, ranges, grouping and strings stripped. */
+function metricNames(expr: string): string[] {
+  const bare = expr
+    .replace(/"(?:[^"\\]|\\.)*"/g, '""')
+    .replace(/\{[^}]*\}/g, ' ')
+    .replace(/\[[^\]]*\]/g, ' ')
+    .replace(/\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, ' ');
+  const out: string[] = [];
+  // A whole word (lookahead cannot backtrack into it) not followed by `(`: a function call otherwise.
+  for (const m of bare.matchAll(/(?<![\w$.:])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![\w:]|\s*\()/g)) {
+    if (!KEYWORDS.has(m[1]!.toLowerCase())) out.push(m[1]!);
+  }
+  return out;
+}
+
+function queries(): string[] {
+  const out: string[] = [];
+  const walk = (ps: Panel[]): void => {
+    for (const p of ps) {
+      for (const t of p.targets ?? []) if (t.expr !== undefined) out.push(t.expr);
+      walk(p.panels ?? []);
+    }
+  };
+  walk(dashboard.panels);
+  for (const v of dashboard.templating.list) {
+    const q = v.query as { query?: string } | string;
+    const text = typeof q === 'string' ? q : q?.query;
+    const lv = text === undefined ? null : /label_values\((\w+)/.exec(text);
+    if (lv !== null) out.push(lv[1]!);
+  }
+  return out;
+}
+
+describe('the Grafana dashboard', () => {
+  it('the name extractor strips functions, matchers, ranges and grouping', () => {
+    expect(metricNames('histogram_quantile(0.99, sum by (le, model) (rate(kvgate_x_bucket{model=~"$model", a="b(c)"}[$__rate_interval])))')).toEqual(['kvgate_x_bucket']);
+    expect(metricNames('sum(rate(a_total[5m])) / sum(rate(b_total[5m])) and on (x) c')).toEqual(['a_total', 'b_total', 'c']);
+  });
+
+  // issue 17, what it must show item 5: the dashboard's queries name only exported metrics.
+  it('names only metrics kvgate exports', async () => {
+    const catalog = new Map(documentedMetrics().map((d) => [d.name, d.type]));
+    const standard = new Set((await new KvgateMetrics().registry.getMetricsAsJSON()).map((m) => m.name).filter((n) => STANDARD_PREFIXES.some((p) => n.startsWith(p))));
+    const named = new Set(queries().flatMap(metricNames));
+    const unknown: string[] = [];
+    for (const raw of named) {
+      const base = raw.replace(/_(bucket|sum|count)$/, '');
+      const ok = catalog.get(raw) !== undefined || catalog.get(base) === 'histogram' || standard.has(raw);
+      if (!ok) unknown.push(raw);
+    }
+    expect(unknown).toEqual([]);
+    // It covers the catalog broadly, not one panel's worth.
+    expect([...named].filter((n) => n.startsWith('kvgate_')).length).toBeGreaterThan(25);
+  });
+
+  it('is a Grafana dashboard with a Prometheus data-source variable and a model variable', () => {
+    expect(dashboard.schemaVersion).toBeGreaterThanOrEqual(36);
+    const vars = new Map(dashboard.templating.list.map((v) => [v.name, v]));
+    expect(vars.get('datasource')).toMatchObject({ type: 'datasource', query: 'prometheus' });
+    expect(vars.get('model')?.type).toBe('query');
+    const all = JSON.stringify(dashboard.panels);
+    expect(all).toContain('"uid":"${datasource}"');
+    expect(all).toContain('model=~\\"$model\\"');
+  });
+});
