@@ -8,8 +8,8 @@
  * engines' own `--speedup` is `--engine-speedup` here (`--speedup` scales the
  * trace's arrival times) and ports are always OS-chosen.
  */
-import { parseArgs } from 'node:util';
 import { cpus } from 'node:os';
+import { parseCommandArgs } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { OPTIONS as MOCKER_OPTIONS, parseMockerArgs } from './mocker.js';
 import type { MockerInput } from '../mocker/index.js';
@@ -102,7 +102,7 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
   const forwarded = Object.fromEntries(Object.entries(MOCKER_OPTIONS).filter(([k]) => !NOT_FORWARDED.has(k)));
   let values: Record<string, string | string[] | boolean | undefined>;
   try {
-    ({ values } = parseArgs({ args: argv, options: { ...forwarded, ...REPLAY_OPTIONS }, strict: true, allowPositionals: false }));
+    values = parseCommandArgs(argv, { ...forwarded, ...REPLAY_OPTIONS });
   } catch (err) {
     throw usageError((err as Error).message);
   }
