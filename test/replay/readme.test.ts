@@ -106,5 +106,7 @@ describe('README: kvgate replay', () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/^\| kv \| /m);
     expect(r.stdout).toMatch(/^\| round-robin \| /m);
+    // stderr is not a terminal here: progress comes as plain lines.
+    expect(r.stderr).toMatch(/^offline replay: 0\/\d+ requests \(0%\) after 0\.0 s$/m);
   }, 120_000);
 });

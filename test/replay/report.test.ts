@@ -2,6 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { ManualClock } from '../../src/common/index.js';
 import {
   cdfPoints, lineChart, niceTicks, formatTick, ProgressBar, renderMarkdown, runReplay, writeReport, parsePolicies,
   LoadTimeline, HitTimeline, distribution, quantile, type ReplayConfig,
@@ -82,26 +83,45 @@ describe('charts', () => {
 });
 
 describe('progress bar', () => {
-  it('draws only on a terminal unless forced, throttled, and ends with a newline', () => {
+  it('on a terminal: a bar redrawn in place, throttled, ending with a newline; --no-progress writes nothing', () => {
     const out: string[] = [];
-    const sink = { write: (s: string) => out.push(s), isTTY: false };
-    let now = 0;
-    const off = new ProgressBar(sink, { now: () => now });
+    const sink = { write: (s: string) => out.push(s), isTTY: true };
+    const clock = new ManualClock();
+    const off = new ProgressBar(sink, { enabled: false, clock });
     off.start('replay', 10);
     off.update(5);
     off.end();
     expect(out).toEqual([]);
-    const on = new ProgressBar(sink, { enabled: true, intervalMs: 100, now: () => now });
+    const on = new ProgressBar(sink, { intervalMs: 100, clock });
     on.start('replay', 10);
-    now = 50;
+    clock.set(50);
     on.update(3); // throttled
-    now = 200;
+    clock.set(200);
     on.update(5);
     on.update(10); // the last one always draws
     on.end();
     expect(out).toHaveLength(4);
     expect(out[1]).toContain('[############------------] 50% 5/10 0.2s');
     expect(out[3]).toBe('\n');
+  });
+
+  // issue 17 ("A CLI and docs that behave"): progress when stderr is not a terminal, a line every few seconds.
+  it('elsewhere (CI, scripts): a plain line every 5 s of the injected clock, plus the first and the last', () => {
+    const out: string[] = [];
+    const clock = new ManualClock();
+    const bar = new ProgressBar({ write: (s: string) => out.push(s), isTTY: false }, { clock });
+    bar.start('offline replay', 1000);
+    for (let done = 1; done <= 1000; done++) {
+      clock.advance(20); // 20 s in all
+      bar.update(done);
+    }
+    bar.end();
+    expect(out[0]).toBe('offline replay: 0/1000 requests (0%) after 0.0 s\n');
+    // One line at 0 s, then at 5, 10 and 15 s, then the last at 20 s: no \r, each a whole line.
+    expect(out).toHaveLength(5);
+    expect(out[1]).toBe('offline replay: 250/1000 requests (25%) after 5.0 s, about 15 s left\n');
+    expect(out[4]).toBe('offline replay: 1000/1000 requests (100%) after 20.0 s\n');
+    expect(out.every((l) => !l.includes('\r') && l.endsWith('\n'))).toBe(true);
   });
 });
 
