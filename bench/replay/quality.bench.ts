@@ -1,10 +1,11 @@
 /**
- * Routing quality on the shared synthetic trace (Mooncake FAST'25, 3,993
- * requests) over 8 simulated engines (mocker defaults: polynomial timing,
- * 16,384 KV blocks of 16 tokens), offline, at three load levels set by
- * `--speedup` (arrival times divided by it):
+ * Routing quality over 8 simulated engines (mocker defaults: polynomial
+ * timing, 16,384 KV blocks of 16 tokens), offline, at three load levels set
+ * by `--speedup` (arrival times divided by it). The levels were chosen on the
+ * whole Mooncake FAST'25 synthetic trace (3,993 requests; 3.9 req/s, 582
+ * output tok/s offered as recorded):
  *
- * - light (1x, the trace as recorded: 3.9 req/s, 582 output tok/s offered);
+ * - light (1x, the trace as recorded);
  * - near saturation (4x: 2,330 output tok/s offered, about 90 % of the most
  *   these engines served in any overloaded run, ~2,550 tok/s);
  * - overloaded (6x: ~135 % of that capacity); queues grow for the whole run.
@@ -13,22 +14,29 @@
  * TTFT. Round-robin stops keeping up between 3x and 4x (its served
  * throughput falls below the offered load and its TTFT tail explodes); kv
  * keeps up to about 4.3x.
- * Each level compares kv, round-robin and random and writes its report
- * (results.md, results.json, TTFT CDF, hit rate and load over time) to
- * docs/replay/<level>/. Rows: "median" and "p99" are TTFT p50 and p99,
- * ops/s the requests served per second of simulated time.
+ *
+ * The trace: the bundled slice (data/traces/), or $KVGATE_TRACE. Each level
+ * compares kv, round-robin and random and writes its report (results.md,
+ * results.json, TTFT CDF, hit rate and load over time) to
+ * docs/replay/<level>/ when the trace is the whole upstream file (what those
+ * documents describe), else to results/replay-quality/<level>/.
+ * Rows: "median" and "p99" are TTFT p50 and p99, ops/s the requests served
+ * per second of simulated time.
  * Goal at near saturation: kv's mean TTFT <= 1/3 of round-robin's,
  * hit rate >= 85 % of the infinite-cache bound, no engine above 1.25x the
  * mean load.
- * Run: npm run bench -- replay/quality   (about 3 minutes on 2 CPUs)
+ * Run: npm run bench -- replay/quality   (about 3 minutes on 2 CPUs on the whole trace)
  */
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parsePolicies, runReplay, writeReport } from '../../src/replay/index.js';
 import type { BenchRow, BenchSection } from '../util.js';
-import { sharedTrace } from './offline.bench.js';
+import { benchTrace } from './offline.bench.js';
 
-export const title = 'Routing quality: kv vs round-robin vs random, synthetic trace, 8 engines, three load levels';
+export const title = 'Routing quality: kv vs round-robin vs random, 8 engines, three load levels (bundled trace, or $KVGATE_TRACE)';
+
+/** SHA-256 of the whole upstream synthetic trace, the one docs/replay/ describes. */
+const UPSTREAM_TRACE_SHA256 = 'bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131';
 
 export const LEVELS = [
   { name: 'light', speedup: 1 },
@@ -37,18 +45,19 @@ export const LEVELS = [
 ] as const;
 
 export async function run(): Promise<BenchSection> {
-  const trace = sharedTrace();
-  if (trace === undefined) return { title, rows: [], notes: ['skipped: ../shared/traces/synthetic_trace.jsonl not found (set KVGATE_TRACE)'] };
+  const trace = benchTrace();
   const rows: BenchRow[] = [];
   const notes: string[] = [];
   for (const level of LEVELS) {
-    const command = `kvgate replay --trace ../shared/traces/synthetic_trace.jsonl --compare kv,round-robin,random --speedup ${level.speedup} --out docs/replay/${level.name}`;
+    const command = `kvgate replay --trace ${trace.shown} --compare kv,round-robin,random --speedup ${level.speedup}`;
     const { report, runs } = await runReplay({
-      trace, traceBlockSize: 512, strict: false, workload: { speedup: level.speedup }, mode: 'offline',
+      trace: trace.path, traceBlockSize: 512, strict: false, workload: { speedup: level.speedup }, mode: 'offline',
       policies: parsePolicies(['kv', 'round-robin', 'random']), topology: { kind: 'aggregated', workers: 8 },
       engine: {}, seed: 0, jobs: cpus().length,
     }, { command });
-    writeReport(fileURLToPath(new URL(`../../../docs/replay/${level.name}/`, import.meta.url)), report, runs);
+    const out = `${report.workload.trace_sha256 === UPSTREAM_TRACE_SHA256 ? 'docs/replay' : 'results/replay-quality'}/${level.name}`;
+    writeReport(fileURLToPath(new URL(`../../../${out}/`, import.meta.url)), report, runs);
+    if (level === LEVELS[0]) notes.push(`Trace: ${trace.shown} (${report.workload.requests} requests); reports written to ${out.replace(level.name, '<level>')}/.`);
     for (const [name, s] of Object.entries(report.policies)) {
       rows.push({
         name: `${level.name} (${level.speedup}x): ${name}`,

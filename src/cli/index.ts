@@ -30,7 +30,7 @@ export const SUBCOMMANDS: Record<string, Subcommand> = {
 /** `kvgate --help`. */
 export function cliUsage(): string {
   const lines = Object.entries(SUBCOMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
-  return `usage: kvgate <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun \`kvgate <command> --help\` for a command's options.\n`;
+  return `usage: kvgate <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun \`kvgate <command> --help\` for a command's options; \`kvgate --version\` prints the version.\n`;
 }
 
 /** Runs the CLI; resolves to the process exit code. */
@@ -40,7 +40,8 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(cliUsage());
     return name === undefined ? 2 : 0;
   }
-  const cmd = SUBCOMMANDS[name];
+  // `--version` and `-v` are the conventional spellings of the `version` command.
+  const cmd = SUBCOMMANDS[name === '--version' || name === '-v' ? 'version' : name];
   if (cmd === undefined) {
     process.stderr.write(`kvgate: unknown command '${name}'\n\n${cliUsage()}`);
     return 2;

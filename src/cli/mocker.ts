@@ -3,7 +3,7 @@
  * one JSON line per engine (its URL and every port) so scripts can read them.
  * Runs until SIGINT or SIGTERM.
  */
-import { parseArgs } from 'node:util';
+import { parseCommandArgs } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { CLI_PORT_DEFAULTS, MOCKER_DEFAULTS, startMocker, type MockerHandle, type MockerInput } from '../mocker/index.js';
 
@@ -88,7 +88,7 @@ function num(flag: string, v: string | undefined): number | undefined {
 export function parseMockerArgs(argv: string[]): MockerCliPlan {
   let values: Record<string, string | string[] | boolean | undefined>;
   try {
-    ({ values } = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: false }));
+    values = parseCommandArgs(argv, OPTIONS);
   } catch (err) {
     throw new KvgateError('KVG_ERR_INVALID_CONFIG', (err as Error).message, {});
   }

@@ -1,15 +1,15 @@
 /**
  * `kvgate replay`: replays a Mooncake-format trace against simulated engines
  * and compares routing policies. Prints a Markdown table (or `--json`),
- * optionally writes results and SVG charts to `--out DIR`, and shows a
- * progress bar on stderr when it is a terminal.
+ * optionally writes results and SVG charts to `--out DIR`, and reports
+ * progress on stderr (a bar on a terminal, else a line every few seconds).
  *
  * Engine flags are the mocker's (`kvgate mocker --help`), except that the
  * engines' own `--speedup` is `--engine-speedup` here (`--speedup` scales the
  * trace's arrival times) and ports are always OS-chosen.
  */
-import { parseArgs } from 'node:util';
 import { cpus } from 'node:os';
+import { parseCommandArgs } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { OPTIONS as MOCKER_OPTIONS, parseMockerArgs } from './mocker.js';
 import type { MockerInput } from '../mocker/index.js';
@@ -57,7 +57,7 @@ prediction error.
   --jobs N                     offline runs in parallel worker threads (min(runs, CPUs))
   --json                       print {"policies": {...}, "workload": {...}, "meta": {...}} instead of the table
   --out DIR                    write results.json, results.md and SVG charts to DIR
-  --progress | --no-progress   force the progress bar on stderr on or off (default: on a terminal)
+  --progress | --no-progress   progress on stderr: a bar on a terminal, else a line every 5 s (default on)
   --engine-speedup X           divide engine step times by X (the mocker's --speedup)
   -h, --help                   this text
 
@@ -89,7 +89,7 @@ export interface ReplayCliPlan {
   help: boolean;
   json: boolean;
   out: string | undefined;
-  /** true / false forced, undefined = on a TTY. */
+  /** false = --no-progress; true = --progress; undefined = the default (on). */
   progress: boolean | undefined;
   config: ReplayConfig;
 }
@@ -102,7 +102,7 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
   const forwarded = Object.fromEntries(Object.entries(MOCKER_OPTIONS).filter(([k]) => !NOT_FORWARDED.has(k)));
   let values: Record<string, string | string[] | boolean | undefined>;
   try {
-    ({ values } = parseArgs({ args: argv, options: { ...forwarded, ...REPLAY_OPTIONS }, strict: true, allowPositionals: false }));
+    values = parseCommandArgs(argv, { ...forwarded, ...REPLAY_OPTIONS });
   } catch (err) {
     throw usageError((err as Error).message);
   }
@@ -195,7 +195,7 @@ export async function replayCommand(argv: string[], hooks: Partial<Pick<ReplayHo
     process.stdout.write(REPLAY_HELP);
     return 0;
   }
-  const bar = new ProgressBar(process.stderr, plan.progress === undefined ? {} : { enabled: plan.progress });
+  const bar = new ProgressBar(process.stderr, { enabled: plan.progress !== false });
   let started = false;
   let runOnline = hooks.runOnline;
   if (plan.config.mode === 'online' && runOnline === undefined) runOnline = (await import('./replay-online.js')).runOnlineReplay;

@@ -62,7 +62,10 @@ export interface ServeOptions {
   routers?: (config: GatewayConfig) => RouterFleet;
   env?: Readonly<Record<string, string | undefined>>;
   logger?: Logger;
-  /** Where the human-readable banner goes (default: process.stdout). */
+  /**
+   * Where human-readable text goes: `--help` (default: stdout) and the startup banner (default:
+   * stderr, so stdout carries only the logger's JSON lines and a log shipper can parse all of it).
+   */
   out?: { write(text: string): unknown };
 }
 
@@ -120,11 +123,10 @@ function banner(config: GatewayConfig, gateway: Gateway, demo: boolean): string 
  * @throws KvgateError KVG_ERR_INVALID_CONFIG (every problem listed) and whatever startup fails on.
  */
 export async function serve(argv: readonly string[], opts: ServeOptions = {}): Promise<ServeHandle | undefined> {
-  const out = opts.out ?? process.stdout;
   const env = opts.env ?? process.env;
   const flags = parseServeFlags(argv);
   if (flags.help) {
-    out.write(serveUsage());
+    (opts.out ?? process.stdout).write(serveUsage());
     return undefined;
   }
   const load = (base?: Record<string, unknown>): GatewayConfig =>
@@ -156,7 +158,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
     await Promise.allSettled(mockers.map((m) => m.close()));
     throw err;
   }
-  out.write(banner(config, gateway, demo));
+  (opts.out ?? process.stderr).write(banner(config, gateway, demo));
   let stopping: Promise<void> | undefined;
   return {
     gateway,
@@ -172,13 +174,28 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   };
 }
 
+/**
+ * One line for a startup failure: the message of a KvgateError; for an address in use, the address
+ * and what to do; the stack only for the unexpected.
+ */
+function startupFailure(err: unknown): string {
+  if (isKvgateError(err)) return err.message;
+  const e = err as NodeJS.ErrnoException & { address?: string; port?: number };
+  if (e.code === 'EADDRINUSE' || e.code === 'EACCES') {
+    const where = e.address === undefined ? 'the listen address' : `${e.address.includes(':') ? `[${e.address}]` : e.address}:${e.port ?? ''}`;
+    const why = e.code === 'EADDRINUSE' ? 'the address is already in use (by another kvgate or another server)' : 'the port needs privileges kvgate does not have';
+    return `cannot listen on ${where}: ${why}; stop that process or choose another port with --port (--admin-port for the admin listener) or listen.port in the config (0 = any free port)`;
+  }
+  return (err as Error).stack ?? String(err);
+}
+
 /** Runs until SIGTERM/SIGINT (a second signal exits at once). Resolves to the exit code. */
 export async function serveCommand(argv: string[], opts: ServeOptions = {}): Promise<number> {
   let handle: ServeHandle | undefined;
   try {
     handle = await serve(argv, opts);
   } catch (err) {
-    process.stderr.write(`kvgate serve: ${isKvgateError(err) ? err.message : (err as Error).stack ?? String(err)}\n`);
+    process.stderr.write(`kvgate serve: ${startupFailure(err)}\n`);
     return isKvgateError(err, 'KVG_ERR_INVALID_CONFIG') ? 2 : 1;
   }
   if (handle === undefined) return 0;

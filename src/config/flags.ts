@@ -7,8 +7,10 @@
  * read from the router flag table (router-flags.ts).
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { distance } from 'fastest-levenshtein';
 import { parse as parseYaml } from 'yaml';
-import { ROUTER_FLAG_FIELDS, kvRouterOptionsFromFlags } from './router-flags.js';
+import { KV_ROUTER_DEFAULTS, type KvRouterConfig } from '../core/index.js';
+import { ROUTER_FLAG_FIELDS, kvRouterOptionsFromFlags, type RouterFlagField } from './router-flags.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import type { FieldPath } from './reader.js';
 
@@ -136,6 +138,49 @@ function parseWorkerFlag(spec: string, index: number): Record<string, unknown> {
 }
 
 /**
+ * The closest known flag to a mistyped one: the unique flag it is a prefix of, else the nearest by
+ * edit distance when that distance is small next to what was typed (at most a third of its length,
+ * and 2 so a swapped pair of letters is still caught, but less than its whole length). Undefined
+ * when nothing is close.
+ */
+export function closestFlag(typed: string, known: readonly string[]): string | undefined {
+  const bare = typed.replace(/^-+/, '').split('=')[0]!;
+  if (bare === '') return undefined;
+  const names = known.map((k) => k.replace(/^-+/, ''));
+  const prefixed = names.filter((n) => n.startsWith(bare));
+  if (bare.length >= 3 && prefixed.length === 1) return `--${prefixed[0]!}`;
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const n of names) {
+    const d = distance(bare, n);
+    if (d < bestDistance) {
+      best = n;
+      bestDistance = d;
+    }
+  }
+  // Never suggest a flag that shares nothing with what was typed (`-x` is not a typo of `--h`).
+  const limit = Math.min(bare.length - 1, Math.max(2, Math.floor(bare.length / 3)));
+  return best !== undefined && bestDistance <= limit ? `--${best}` : undefined;
+}
+
+/**
+ * node:util parseArgs in strict mode, no positionals, with a "did you mean" on unknown options
+ * (the closest of the command's own flags). Every kvgate subcommand parses its flags through this.
+ * @throws Error with parseArgs' message, plus the suggestion for an unknown option.
+ */
+export function parseCommandArgs(argv: readonly string[], options: NonNullable<ParseArgsConfig['options']>): Record<string, string | boolean | string[] | undefined> {
+  try {
+    return parseArgs({ args: [...argv], options: { ...options }, allowPositionals: false, strict: true }).values as Record<string, string | boolean | string[] | undefined>;
+  } catch (err) {
+    const message = (err as Error).message;
+    const unknown = /^Unknown option '([^']+)'/.exec(message)?.[1];
+    const suggestion = unknown === undefined ? undefined : closestFlag(unknown, Object.keys(options));
+    if (suggestion === undefined) throw err;
+    throw new Error(`${message}; did you mean ${suggestion}?`, { cause: err });
+  }
+}
+
+/**
  * Parses `kvgate serve` arguments.
  * @throws KvgateError KVG_ERR_INVALID_CONFIG for unknown flags, missing values and malformed `--set`/`--worker`.
  */
@@ -143,13 +188,13 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
   const routerFlags = routerFlagTable();
   const options: Record<string, OptionSpec> = { ...FLAG_OPTIONS };
   for (const [name, r] of routerFlags) options[name] = { type: r.boolean ? 'boolean' : 'string' };
-  let parsed: ReturnType<typeof parseArgs>;
+  let v: Record<string, string | boolean | string[] | undefined>;
   try {
-    parsed = parseArgs({ args: [...argv], options, allowPositionals: false, strict: true });
+    v = parseCommandArgs(argv, options);
   } catch (err) {
-    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `kvgate serve: ${(err as Error).message}`, { source: 'flags' }, { cause: err });
+    // No command prefix here: the command writes its own (`kvgate serve: ...`).
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', (err as Error).message, { source: 'flags' }, { cause: err });
   }
-  const v = parsed.values as Record<string, string | boolean | string[] | undefined>;
   const overrides: ConfigOverride[] = [];
   // A model defined by flags comes first, so the flags that apply to every model
   // (--tokenizer, --block-size, --router-mode, --engine, --enforce-disagg) apply to it too.
@@ -210,7 +255,6 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
 
 /** `kvgate serve --help`. */
 export function serveUsage(): string {
-  const routerFlags = [...routerFlagTable().values()].map((r) => r.flag).sort();
   return `usage: kvgate serve [-c config.yaml] [options]
 
 Serves an OpenAI-compatible API in front of a fleet of engines. Without any
@@ -237,7 +281,38 @@ model configured, starts the embedded demo (simulated engines in-process).
       --set PATH=VALUE         set any config field, e.g. --set models[0].block_size=32
   -h, --help
 
-Router knobs (Dynamo's flag names; they override the file everywhere):
-  ${routerFlags.join(' ')}
-`;
+Router knobs (Dynamo's flag names; they override the file everywhere; default in brackets):
+${routerKnobsHelp()}`;
+}
+
+/** What a knob's flag takes, as shown in help. */
+const VALUE_SHAPE: Readonly<Record<RouterFlagField['kind'], string>> = {
+  nonNegative: 'X', positive: 'X', positiveOrNull: 'X|none', boolean: '', queuePolicy: 'POLICY', tiers: 'JSON|none',
+};
+
+function defaultText(field: string): string {
+  if (!Object.hasOwn(KV_ROUTER_DEFAULTS, field)) return '';
+  const v = KV_ROUTER_DEFAULTS[field as keyof KvRouterConfig];
+  if (v === null) return ' [off]';
+  if (typeof v === 'boolean') return v ? ' [on]' : ' [off]';
+  return ` [${typeof v === 'string' ? v : JSON.stringify(v)}]`;
+}
+
+/**
+ * Two lines per knob (its flag and value, then what it does), from the router flag table; knobs
+ * without a flag of their own (Dynamo sets them by environment variable) come last, named by field.
+ */
+function routerKnobsHelp(): string {
+  const entries = Object.entries(ROUTER_FLAG_FIELDS);
+  const withFlag = entries.filter(([, spec]) => spec.flag !== null);
+  const withoutFlag = entries.filter(([, spec]) => spec.flag === null);
+  const line = (field: string, spec: RouterFlagField, name: string): string => `  ${name}\n        ${spec.help}${defaultText(field)}\n`;
+  return [
+    ...withFlag.map(([field, spec]) => {
+      const shape = VALUE_SHAPE[spec.kind];
+      const flag = spec.negativeFlag === undefined ? spec.flag! : `--[no-]${spec.flag!.slice(2)}`;
+      return line(field, spec, shape === '' ? flag : `${flag} ${shape}`);
+    }),
+    ...withoutFlag.map(([field, spec]) => line(field, spec, `(no flag: router.${spec.dynamo} in the file, or --set)`)),
+  ].join('');
 }

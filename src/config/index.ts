@@ -1,5 +1,5 @@
 /** The gateway configuration: file + flags, validated once into a frozen `GatewayConfig`. */
 export { loadGatewayConfig } from './load.js';
-export { parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
+export { parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
 export type { ConfigProblem } from './reader.js';
 export type { GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource } from './types.js';

@@ -20,35 +20,37 @@ interface RouterFlagSpec {
   readonly negativeFlag?: string;
   /** Dynamo's environment variable, where it has one. */
   readonly env?: string;
+  /** One line for `kvgate serve --help`: what the knob does (the default is appended from core's defaults). */
+  readonly help: string;
 }
 
 /** A knob as the CLI sees it: its Dynamo name and kind (core's table) and its flags. */
 export interface RouterFlagField extends ConfigFieldSpec, RouterFlagSpec {}
 
 const FLAGS: Readonly<Record<KvRouterKnob, RouterFlagSpec>> = {
-  overlapScoreCredit: { flag: '--router-kv-overlap-score-credit' },
-  overlapScoreCreditDecay: { flag: '--router-kv-overlap-score-credit-decay' },
-  prefillLoadScale: { flag: '--router-prefill-load-scale' },
-  decodeActiveRequestWeight: { flag: '--router-decode-active-request-weight' },
-  hostCacheHitWeight: { flag: '--router-host-cache-hit-weight' },
-  diskCacheHitWeight: { flag: '--router-disk-cache-hit-weight' },
-  sharedCacheMultiplier: { flag: '--shared-cache-multiplier' },
-  routerTemperature: { flag: '--router-temperature' },
-  useKvEvents: { flag: '--router-kv-events', negativeFlag: '--no-router-kv-events', env: 'DYN_ROUTER_USE_KV_EVENTS' },
-  routerTrackActiveBlocks: { flag: '--router-track-active-blocks', negativeFlag: '--no-router-track-active-blocks' },
-  routerTrackOutputBlocks: { flag: '--router-track-output-blocks', negativeFlag: '--no-router-track-output-blocks' },
-  routerAssumeKvReuse: { flag: '--router-assume-kv-reuse', negativeFlag: '--no-router-assume-kv-reuse' },
-  routerTrackPrefillTokens: { flag: '--router-track-prefill-tokens', negativeFlag: '--no-router-track-prefill-tokens' },
-  routerTtlSecs: { flag: '--router-ttl-secs' },
-  routerPredictedTtlSecs: { flag: '--router-predicted-ttl-secs' },
-  routerQueueThreshold: { flag: '--router-queue-threshold' },
-  routerQueuePolicy: { flag: '--router-queue-policy' },
-  routerQueueByIncomingMissingIsl: { flag: '--router-queue-by-incoming-missing-isl' },
-  activeDecodeBlocksThreshold: { flag: '--active-decode-blocks-threshold' },
-  activePrefillTokensThreshold: { flag: '--active-prefill-tokens-threshold' },
-  activePrefillTokensThresholdFrac: { flag: '--active-prefill-tokens-threshold-frac' },
-  activeRequestExpirySecs: { flag: null, env: 'DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS' },
-  overlapScoreWeight: { flag: '--router-kv-overlap-score-weight', env: 'DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT' },
+  overlapScoreCredit: { flag: '--router-kv-overlap-score-credit', help: 'credit per cached device block against the prefill cost' },
+  overlapScoreCreditDecay: { flag: '--router-kv-overlap-score-credit-decay', help: 'shrink that credit on workers with more queued prefill' },
+  prefillLoadScale: { flag: '--router-prefill-load-scale', help: 'weight of the prefill (uncached tokens) cost' },
+  decodeActiveRequestWeight: { flag: '--router-decode-active-request-weight', help: 'cost per request already active on a worker' },
+  hostCacheHitWeight: { flag: '--router-host-cache-hit-weight', help: 'credit per block found only in host (CPU) cache' },
+  diskCacheHitWeight: { flag: '--router-disk-cache-hit-weight', help: 'credit per block found only on disk' },
+  sharedCacheMultiplier: { flag: '--shared-cache-multiplier', help: 'credit per block held by a shared external cache' },
+  routerTemperature: { flag: '--router-temperature', help: 'softmax temperature over costs; 0 = always the cheapest' },
+  useKvEvents: { flag: '--router-kv-events', negativeFlag: '--no-router-kv-events', env: 'DYN_ROUTER_USE_KV_EVENTS', help: 'read the engines\' KV events; off = approximate mode' },
+  routerTrackActiveBlocks: { flag: '--router-track-active-blocks', negativeFlag: '--no-router-track-active-blocks', help: 'count the active prompt blocks of each worker as load' },
+  routerTrackOutputBlocks: { flag: '--router-track-output-blocks', negativeFlag: '--no-router-track-output-blocks', help: 'also count generated output blocks as load' },
+  routerAssumeKvReuse: { flag: '--router-assume-kv-reuse', negativeFlag: '--no-router-assume-kv-reuse', help: 'concurrent prompts on a worker share their prefix blocks' },
+  routerTrackPrefillTokens: { flag: '--router-track-prefill-tokens', negativeFlag: '--no-router-track-prefill-tokens', help: 'count uncached prompt tokens as load until the 1st token' },
+  routerTtlSecs: { flag: '--router-ttl-secs', help: 'approximate mode: a cached-prefix entry lives this long' },
+  routerPredictedTtlSecs: { flag: '--router-predicted-ttl-secs', help: 'predict blocks on routing, kept this long (none = off)' },
+  routerQueueThreshold: { flag: '--router-queue-threshold', help: 'queue while every worker has more prefill than this x its step budget (none = off)' },
+  routerQueuePolicy: { flag: '--router-queue-policy', help: 'queue order: fcfs | wspt | lcfs' },
+  routerQueueByIncomingMissingIsl: { flag: '--router-queue-by-incoming-missing-isl', help: 'queue-depth tiers, JSON [[floor, cap], ...] (none = unbounded)' },
+  activeDecodeBlocksThreshold: { flag: '--active-decode-blocks-threshold', help: 'a worker is busy above this x its KV blocks in active decode (none = off)' },
+  activePrefillTokensThreshold: { flag: '--active-prefill-tokens-threshold', help: 'a worker is busy above this many active prefill tokens (none = off)' },
+  activePrefillTokensThresholdFrac: { flag: '--active-prefill-tokens-threshold-frac', help: 'a worker is busy above this x its step budget in active prefill (none = off)' },
+  activeRequestExpirySecs: { flag: null, env: 'DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS', help: 'force-free requests never finished after this long' },
+  overlapScoreWeight: { flag: '--router-kv-overlap-score-weight', env: 'DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT', help: 'deprecated: sets the prefill weight (0 = load only)' },
 };
 
 /** Field name -> Dynamo name, value kind, CLI flags. The single table the CLI reads router flags from. */

@@ -1,6 +1,6 @@
 /**
  * SGLang's disaggregated prefill/decode rendezvous (bootstrap, simultaneous
- * dispatch): engine-wire-formats.md section 3.1.
+ * dispatch), as SGLang's router and engines speak it.
  *
  * Both legs carry the same triple: `bootstrap_host` / `bootstrap_port` (the
  * prefill server's bootstrap service) and `bootstrap_room` (a 63-bit id that

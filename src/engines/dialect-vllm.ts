@@ -1,6 +1,6 @@
 /**
  * vLLM's disaggregated prefill/decode handoff over the OpenAI API
- * (NixlConnector, sequential): engine-wire-formats.md section 3.2.
+ * (NixlConnector, sequential), as vLLM's proxy and engines speak it.
  *
  *   client body ──> prefill leg (max_tokens 1, stream false,
  *                   kv_transfer_params {do_remote_decode: true, ...}) ──> P

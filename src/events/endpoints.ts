@@ -1,6 +1,6 @@
 /**
- * Endpoint arithmetic of engine KV-event publishers (engine-wire-formats.md
- * 1.2): with data parallelism every rank runs its own publisher, on the base
+ * Endpoint arithmetic of engine KV-event publishers: with data parallelism
+ * every rank runs its own publisher, on the base
  * tcp port + rank (replay port likewise), or with `_dp<rank>` appended for
  * inproc endpoints, as vLLM's `offset_endpoint_port` does.
  */

@@ -1,6 +1,6 @@
 /**
  * Wire shapes of vLLM and SGLang KV-event payloads, exactly as msgpack gives
- * them to us (engine-wire-formats.md sections 1.4 and 2). These types are
+ * them to us (vLLM's msgspec batches and SGLang's variant). These types are
  * tolerant on purpose and only `decode.ts` reads them.
  *
  * The payload is msgspec's `EventBatch`, always positional:

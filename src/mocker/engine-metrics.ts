@@ -1,7 +1,7 @@
 /**
  * The simulated engine's /metrics, with vLLM's metric names and labels
- * (`model_name`, `engine` = data-parallel rank; engine-wire-formats.md 1.8),
- * SGLang's gauges in addition when imitating SGLang (section 2.1), and
+ * (`model_name`, `engine` = data-parallel rank), SGLang's gauges in
+ * addition when imitating SGLang, and
  * `kvgate_mocker_*` series saying which timing model is in use and how often
  * it extrapolated. These are the metrics of a simulated engine, not of kvgate,
  * so they live here rather than in src/metrics. One registry per worker, so

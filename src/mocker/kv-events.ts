@@ -1,7 +1,7 @@
 /**
  * KV-event wire encoding, byte for byte as vLLM and SGLang publish it
- * (engine-wire-formats.md sections 1.3-1.5 and 2). Pinned by
- * test/mocker/kv-events.test.ts against the example bytes of section 1.5.
+ * (vLLM's msgspec batches, SGLang's variant). Pinned by
+ * test/mocker/kv-events.test.ts against example bytes of a vLLM batch.
  *
  * Batch: positional `[ts, events, data_parallel_rank]` (SGLang calls the third
  * field attn_dp_rank; same position). `ts` is always a float64 (msgspec writes

@@ -1,6 +1,5 @@
 /**
- * One rank's KV-event publisher over ZMQ, as vLLM's ZmqEventPublisher works
- * (engine-wire-formats.md 1.3):
+ * One rank's KV-event publisher over ZMQ, as vLLM's ZmqEventPublisher works:
  *
  *   PUB     [topic, seq u64 BE, payload]     seq counts from 0 per publisher start
  *   ROUTER  <- [identity, "", start_seq u64 BE]

@@ -1,5 +1,5 @@
 /**
- * SGLang-style prefill/decode rendezvous (engine-wire-formats.md 3.1), simulated.
+ * SGLang-style prefill/decode rendezvous (bootstrap), simulated.
  * The router posts the same body, with bootstrap_host/port/room, to the
  * prefill engine P and the decode engine D at the same time; they pair up
  * through P's bootstrap server, in either arrival order:

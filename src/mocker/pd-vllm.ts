@@ -1,5 +1,5 @@
 /**
- * vLLM-style prefill/decode handoff (NixlConnector, engine-wire-formats.md 3.2),
+ * vLLM-style prefill/decode handoff (NixlConnector),
  * simulated:
  *
  *   proxy -> P  {kv_transfer_params: {do_remote_decode: true}, max_tokens: 1}

@@ -4,13 +4,13 @@
  * cached context, how many decode, KV usage) to GPU milliseconds. The engine
  * core divides by `speedup`; models never see it.
  *
- * - `PolynomialTimingModel`: Dynamo mocker's default (dynamo-router.md section 8).
+ * - `PolynomialTimingModel`: Dynamo mocker's default.
  *     prefill ms = 4.209989e-7·T² + 1.518344e-2·T + 16.50142, T = uncached tokens
  *                  prefilled in the step, summed over sequences;
  *     decode ms  = max(1, -25.74·p² + 54.01·p + 5.74), p = KV usage (0..1);
  *     a mixed step costs prefill + decode.
  * - `ProfileTimingModel`: measured GPU step times (profiles/*.json, see
- *   /profiles and shared/gpu-profiles/README.md). Between measured points it
+ *   profiles/README.md). Between measured points it
  *   interpolates in log space (ln ms against ln(1 + x) on each axis); beyond
  *   them it extrapolates linearly from the two outermost points, and flags the
  *   step as extrapolated so callers can report it.
@@ -194,7 +194,7 @@ class MeasuredSurface {
   }
 }
 
-/** The JSON layout of shared/gpu-profiles/*.json. */
+/** The JSON layout of profiles/*.json. */
 export interface PerfProfileJson {
   model?: string;
   gpu?: string;

@@ -266,11 +266,15 @@ class OfflineReplay {
     });
   }
 
-  /** Records a leg's admission on the engine that computes the prompt: the hit it got. */
+  /**
+   * Records a leg's admission on the engine that computes the prompt: the hit it got, counted
+   * at the request's arrival (as the load generator does online and as the infinite-cache bound
+   * is windowed), so hits and bound over time compare the same requests.
+   */
   #admitted(o: RequestOutcome, r: ReplayRequest, cached: number, at: number): void {
     o.admittedMs = at;
     o.cachedTokens = cached;
-    this.#hits.record(at, r.inputLength, cached);
+    this.#hits.record(r.arrivalMs, r.inputLength, cached);
   }
 
   // ------------------------------------------------------------ aggregated

@@ -15,6 +15,7 @@ import { defaultBucketMs, type DisaggProtocol } from './offline.js';
 import type { PolicySpec } from './policy.js';
 import { machineInfo, MAX_INVALID_LISTED, sha256, type ReplayReport } from './report.js';
 import { round, summarizePolicy, type PolicyRun, type PolicySummary } from './results.js';
+import { HitTimeline } from './timeline.js';
 import { parseTrace, type LoadedTrace } from './trace.js';
 import { buildWorkload, hitRateBound, pooledLruHitRate, type Workload, type WorkloadOptions } from './workload.js';
 
@@ -157,6 +158,16 @@ async function runOfflineJobs(jobs: readonly OfflineJob[], parallel: number,
 }
 
 /**
+ * The infinite-cache bound over time: each request's reusable tokens over its prompt tokens, in
+ * the same buckets and sliding window as the engines' hits (by arrival), as [s, rate].
+ */
+function boundOverTime(workload: Workload, reusable: readonly number[]): [number, number][] {
+  const t = new HitTimeline(defaultBucketMs(workload));
+  for (const r of workload.requests) t.record(r.arrivalMs, r.inputLength, reusable[r.index]!);
+  return t.windowed().map(([ms, rate]) => [round(ms / 1000), round(rate)]);
+}
+
+/**
  * Runs a replay end to end.
  * @throws KvgateError KVG_ERR_INVALID_TRACE (unreadable, empty, or strict with bad lines),
  *   KVG_ERR_INVALID_ARGUMENT / KVG_ERR_INVALID_CONFIG for invalid options.
@@ -231,6 +242,7 @@ export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<
       trace_block_size: workload.traceBlockSize,
       engine_block_size: blockSize,
       hit_rate_bound: round(bound.tokens),
+      hit_rate_bound_over_time: boundOverTime(workload, bound.reusableTokensPerRequest),
       hit_rate_bound_trace_blocks: round(bound.traceBlocks),
       pooled_lru_hit_rate: round(pooled),
     },

@@ -3,17 +3,30 @@
  * replay's TTFT CDFs and its hit-rate and load-over-time plots. A chart is a
  * pure function of its data; the output opens in any browser.
  *
- * Axes get "nice" ticks (1, 2, 5 x 10^k), or decades on a log axis. Series
- * with more points than the plot has pixels are thinned to at most
- * MAX_POINTS_PER_SERIES points, keeping the first and last.
+ * Axes get "nice" ticks (1, 2, 5 x 10^k), or decades on a log axis; the x
+ * axis ends where the data ends. Series with more points than the plot has
+ * pixels are thinned to at most MAX_POINTS_PER_SERIES points, keeping the
+ * first and last. Each series has its own colour, dash pattern and hollow
+ * markers (placed at different phases per series), so two series that
+ * coincide stay distinguishable. A band (a shaded range between a lower and
+ * an upper line) summarises many series at once.
  */
 
 export interface ChartSeries {
   name: string;
   /** [x, y] pairs in drawing order. A non-finite y leaves a gap in the line; a non-finite x is skipped. */
   points: readonly (readonly [number, number])[];
+  /** A plain dashed line without markers (reference lines such as bounds); default: the series' own style. */
   dashed?: boolean;
   /** CSS colour; the palette's next colour when omitted. */
+  color?: string;
+}
+
+/** A shaded range: at each x, from `lo` to `hi`. */
+export interface ChartBand {
+  name: string;
+  /** [x, lo, hi] in drawing order; points with a non-finite value are skipped. */
+  points: readonly (readonly [number, number, number])[];
   color?: string;
 }
 
@@ -22,6 +35,8 @@ export interface LineChartOptions {
   xLabel: string;
   yLabel: string;
   series: readonly ChartSeries[];
+  /** Shaded ranges, drawn under the series. */
+  bands?: readonly ChartBand[];
   /** Logarithmic x axis (values <= 0 are dropped). */
   xLog?: boolean;
   /** Fixed y range; from the data (starting at 0) when omitted. */
@@ -39,6 +54,22 @@ export interface LineChartOptions {
 export const PALETTE = ['#0072B2', '#D55E00', '#009E73', '#CC79A7', '#E69F00', '#56B4E9', '#F0E442', '#000000', '#777777', '#AAAAAA'];
 
 const MAX_POINTS_PER_SERIES = 1200;
+
+/** Dash patterns by series index (the first solid); with the palette, no two series look alike. */
+const DASHES = ['', '8 4', '2 3', '10 3 2 3', '5 5', '1 4', '12 4', '4 2 1 2'];
+
+/** Hollow marker shapes by series index, as SVG path data around (0, 0). */
+const MARKERS = [
+  'M -3.5 0 a 3.5 3.5 0 1 0 7 0 a 3.5 3.5 0 1 0 -7 0',
+  'M -3 -3 h 6 v 6 h -6 z',
+  'M 0 -4 L 3.6 3 L -3.6 3 z',
+  'M 0 -4.2 L 4.2 0 L 0 4.2 L -4.2 0 z',
+  'M -3.5 -3.5 L 3.5 3.5 M -3.5 3.5 L 3.5 -3.5',
+  'M 0 -4 L 0 4 M -4 0 L 4 0',
+];
+
+/** Markers per series along its points. */
+const MARKERS_PER_SERIES = 10;
 
 export function escapeXml(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
@@ -117,12 +148,13 @@ function xAxis(xs: readonly number[], xLog: boolean): AxisRange {
     const hi = Math.max(lo + 1, Math.ceil(Math.log10(xs.length > 0 ? max : 10)));
     const ticks: number[] = [];
     for (let k = lo; k <= hi; k++) ticks.push(10 ** k);
-    return { min: 10 ** lo, max: 10 ** hi, ticks };
+    return { min: 10 ** lo, max: xs.length > 0 && max > 10 ** lo ? max : 10 ** hi, ticks };
   }
   if (min > 0 && min < (max - min) * 0.2) min = 0;
   if (!(max > min)) max = min + 1;
   const ticks = niceTicks(min, max);
-  return { min: Math.min(min, ticks[0]!), max: Math.max(max, ticks[ticks.length - 1]!), ticks };
+  // The axis ends at the last data point, not at the next round tick: no empty strip on the right.
+  return { min: Math.min(min, ticks[0]!), max, ticks };
 }
 
 /** The y range and ticks: the fixed bounds when given, else from the data (from 0) widened to the ticks. */
@@ -152,9 +184,11 @@ interface Frame {
 function frame(opts: LineChartOptions, x: AxisRange, y: AxisRange): Frame {
   const width = opts.width ?? 760;
   const height = opts.height ?? 440;
-  const legendRows = Math.ceil(opts.series.length / 3);
-  const margin = { left: 70, right: 20, top: opts.subtitle ? 58 : 40, bottom: 56 + legendRows * 18 };
-  const pw = width - margin.left - margin.right;
+  const left = 70;
+  const right = 20;
+  const pw = width - left - right;
+  const legendRows = Math.ceil((opts.series.length + (opts.bands?.length ?? 0)) / legendColumns(opts, pw));
+  const margin = { left, right, top: opts.subtitle ? 58 : 40, bottom: 56 + legendRows * 18 };
   const ph = height - margin.top - margin.bottom;
   const xLog = opts.xLog === true;
   return {
@@ -162,6 +196,13 @@ function frame(opts: LineChartOptions, x: AxisRange, y: AxisRange): Frame {
     sx: (v) => margin.left + (xLog ? (Math.log10(v) - Math.log10(x.min)) / (Math.log10(x.max) - Math.log10(x.min)) : (v - x.min) / (x.max - x.min)) * pw,
     sy: (v) => margin.top + ph - ((Math.min(Math.max(v, y.min), y.max) - y.min) / (y.max - y.min)) * ph,
   };
+}
+
+/** Legend entries per row: three, or fewer when a long name would run into the next entry. */
+function legendColumns(opts: LineChartOptions, plotWidth: number): number {
+  const longest = Math.max(0, ...[...opts.series, ...(opts.bands ?? [])].map((e) => e.name.length));
+  // About 6.5 px per character at 12 px, plus the 28 px swatch and a gap.
+  return Math.max(1, Math.min(3, Math.floor(plotWidth / (longest * 6.5 + 40))));
 }
 
 /** Title, subtitle, grid, tick labels, plot border and axis labels. */
@@ -190,22 +231,70 @@ function chrome(opts: LineChartOptions, f: Frame, parts: string[]): void {
   parts.push(`<text transform="translate(16 ${margin.top + ph / 2}) rotate(-90)" text-anchor="middle">${escapeXml(opts.yLabel)}</text>`);
 }
 
-/** Each series' polylines, then the legend (three per row). */
-function seriesAndLegend(series: readonly DrawnSeries[], f: Frame, parts: string[]): void {
+interface SeriesStyle {
+  readonly color: string;
+  /** stroke-dasharray attribute text (with its leading space), or ''. */
+  readonly dash: string;
+  /** Marker path, or undefined for reference lines. */
+  readonly marker: string | undefined;
+}
+
+function styleOf(s: ChartSeries, i: number): SeriesStyle {
+  const color = s.color ?? PALETTE[i % PALETTE.length]!;
+  if (s.dashed === true) return { color, dash: ' stroke-dasharray="6 4"', marker: undefined };
+  const dash = DASHES[i % DASHES.length]!;
+  return { color, dash: dash === '' ? '' : ` stroke-dasharray="${dash}"`, marker: MARKERS[i % MARKERS.length]! };
+}
+
+function markerAt(style: SeriesStyle, x: number, y: number): string {
+  return `<path transform="translate(${x.toFixed(1)} ${y.toFixed(1)})" d="${style.marker!}" fill="none" stroke="${style.color}" stroke-width="1.4"/>`;
+}
+
+/** Bands as shaded polygons (upper edge forward, lower edge back). */
+function drawBands(bands: readonly ChartBand[], f: Frame, parts: string[]): void {
+  bands.forEach((b, i) => {
+    const pts = b.points.filter(([x, lo, hi]) => Number.isFinite(x) && Number.isFinite(lo) && Number.isFinite(hi));
+    if (pts.length === 0) return;
+    const upper = pts.map(([x, , hi]) => `${f.sx(x).toFixed(1)},${f.sy(hi).toFixed(1)}`);
+    const lower = pts.map(([x, lo]) => `${f.sx(x).toFixed(1)},${f.sy(lo).toFixed(1)}`).reverse();
+    parts.push(`<polygon fill="${b.color ?? PALETTE[i % PALETTE.length]!}" fill-opacity="0.22" stroke="none" points="${[...upper, ...lower].join(' ')}"><title>${escapeXml(b.name)}</title></polygon>`);
+  });
+}
+
+/**
+ * Each series' polylines, then its markers: MARKERS_PER_SERIES along its points, shifted by a
+ * fraction of the spacing per series so coinciding series do not hide each other's markers.
+ */
+function drawSeries(series: readonly DrawnSeries[], f: Frame, parts: string[]): void {
   series.forEach((s, i) => {
-    const color = s.color ?? PALETTE[i % PALETTE.length]!;
-    const dash = s.dashed ? ' stroke-dasharray="6 4"' : '';
+    const style = styleOf(s, i);
     for (const seg of s.segments) {
       const d = seg.map(([x, y]) => `${f.sx(x).toFixed(1)},${f.sy(y).toFixed(1)}`).join(' ');
-      parts.push(`<polyline fill="none" stroke="${color}" stroke-width="1.8"${dash} points="${d}"><title>${escapeXml(s.name)}</title></polyline>`);
+      parts.push(`<polyline fill="none" stroke="${style.color}" stroke-width="1.8"${style.dash} points="${d}"><title>${escapeXml(s.name)}</title></polyline>`);
+    }
+    if (style.marker === undefined || s.points.length < 2) return;
+    const spacing = (s.points.length - 1) / MARKERS_PER_SERIES;
+    for (let k = 0; k < MARKERS_PER_SERIES; k++) {
+      const [x, y] = s.points[Math.min(s.points.length - 1, Math.round((k + (i + 1) / (series.length + 1)) * spacing))]!;
+      parts.push(markerAt(style, f.sx(x), f.sy(y)));
     }
   });
+}
+
+/** The legend, up to three entries per row: bands first, then series with their dash and marker. */
+function legend(bands: readonly ChartBand[], series: readonly DrawnSeries[], f: Frame, parts: string[]): void {
+  const cols = legendColumns({ title: '', xLabel: '', yLabel: '', series, bands }, f.pw);
+  const at = (n: number): [number, number] => [f.margin.left + (n % cols) * (f.pw / cols), f.margin.top + f.ph + 52 + Math.floor(n / cols) * 18];
+  bands.forEach((b, i) => {
+    const [x, y] = at(i);
+    parts.push(`<rect x="${x}" y="${y - 6}" width="22" height="12" fill="${b.color ?? PALETTE[i % PALETTE.length]!}" fill-opacity="0.22"/>`);
+    parts.push(`<text x="${x + 28}" y="${y}" dominant-baseline="middle">${escapeXml(b.name)}</text>`);
+  });
   series.forEach((s, i) => {
-    const color = s.color ?? PALETTE[i % PALETTE.length]!;
-    const x = f.margin.left + (i % 3) * (f.pw / 3);
-    const y = f.margin.top + f.ph + 52 + Math.floor(i / 3) * 18;
-    const dash = s.dashed ? ' stroke-dasharray="6 4"' : '';
-    parts.push(`<line x1="${x}" x2="${x + 22}" y1="${y}" y2="${y}" stroke="${color}" stroke-width="2.5"${dash}/>`);
+    const style = styleOf(s, i);
+    const [x, y] = at(bands.length + i);
+    parts.push(`<line x1="${x}" x2="${x + 22}" y1="${y}" y2="${y}" stroke="${style.color}" stroke-width="2.5"${style.dash}/>`);
+    if (style.marker !== undefined) parts.push(markerAt(style, x + 11, y));
     parts.push(`<text x="${x + 28}" y="${y}" dominant-baseline="middle">${escapeXml(s.name)}</text>`);
   });
 }
@@ -214,12 +303,17 @@ function seriesAndLegend(series: readonly DrawnSeries[], f: Frame, parts: string
 export function lineChart(opts: LineChartOptions): string {
   const xLog = opts.xLog === true;
   const series = drawable(opts.series, xLog);
-  const x = xAxis(series.flatMap((s) => s.points.map((p) => p[0])), xLog);
-  const y = yAxis(series.flatMap((s) => s.points.map((p) => p[1])), opts);
+  const bands = opts.bands ?? [];
+  const bandXs = bands.flatMap((b) => b.points.filter((p) => p.every(Number.isFinite) && (!xLog || p[0] > 0)).map((p) => p[0]));
+  const bandYs = bands.flatMap((b) => b.points.filter((p) => p.every(Number.isFinite)).flatMap((p) => [p[1], p[2]]));
+  const x = xAxis([...series.flatMap((s) => s.points.map((p) => p[0])), ...bandXs], xLog);
+  const y = yAxis([...series.flatMap((s) => s.points.map((p) => p[1])), ...bandYs], opts);
   const f = frame(opts, x, y);
   const parts: string[] = [];
   chrome(opts, f, parts);
-  seriesAndLegend(series, f, parts);
+  drawBands(bands, f, parts);
+  drawSeries(series, f, parts);
+  legend(bands, series, f, parts);
   parts.push('</svg>');
   return `${parts.join('\n')}\n`;
 }

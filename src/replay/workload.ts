@@ -192,6 +192,11 @@ export interface HitRateBound {
   /** Tokens of those trace blocks over all prompt tokens (the README's "by tokens"). */
   readonly traceTokens: number;
   readonly engineBlockSize: number;
+  /**
+   * Per request (by index), the prompt tokens counted in `tokens`: what an infinite cache could
+   * have served it. Windowed like the engines' hits, it is the bound over time.
+   */
+  readonly reusableTokensPerRequest: readonly number[];
 }
 
 /**
@@ -210,6 +215,7 @@ export function hitRateBound(requests: readonly ReplayRequest[], traceBlockSize:
   let blocks = 0;
   let seenBlocks = 0;
   let seenBlockTokens = 0;
+  const perRequest: number[] = [];
   for (const r of requests) {
     const ids = r.hashIds;
     promptTokens += r.inputLength;
@@ -231,7 +237,9 @@ export function hitRateBound(requests: readonly ReplayRequest[], traceBlockSize:
         }
       }
     }
-    reusableTokens += Math.floor(prefix / engineBlockSize) * engineBlockSize;
+    const reusable = Math.floor(prefix / engineBlockSize) * engineBlockSize;
+    perRequest.push(reusable);
+    reusableTokens += reusable;
     for (let j = 0; j < ids.length; j++) {
       const own = Math.min(traceBlockSize, r.inputLength - j * traceBlockSize);
       const had = materialised.get(ids[j]!) ?? 0;
@@ -243,5 +251,6 @@ export function hitRateBound(requests: readonly ReplayRequest[], traceBlockSize:
     traceBlocks: blocks === 0 ? 0 : seenBlocks / blocks,
     traceTokens: promptTokens === 0 ? 0 : seenBlockTokens / promptTokens,
     engineBlockSize,
+    reusableTokensPerRequest: perRequest,
   };
 }

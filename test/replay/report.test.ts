@@ -2,9 +2,10 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { ManualClock } from '../../src/common/index.js';
 import {
   cdfPoints, lineChart, niceTicks, formatTick, ProgressBar, renderMarkdown, runReplay, writeReport, parsePolicies,
-  LoadTimeline, HitTimeline, distribution, quantile, type ReplayConfig,
+  LoadTimeline, HitTimeline, distribution, quantile, round, type ReplayConfig,
 } from '../../src/replay/index.js';
 
 const SMALL = new URL('../fixtures/traces/small.jsonl', import.meta.url).pathname;
@@ -72,8 +73,9 @@ describe('charts', () => {
     expect(svg.match(/<polyline /g)).toHaveLength(2);
     expect(svg).toContain('TTFT &lt;CDF&gt;');
     expect(svg).toContain('rr &amp; co');
-    // Log axis: decades from 1 to 1000; the zero value was dropped.
-    for (const t of ['>1<', '>10<', '>100<', '>1000<']) expect(svg).toContain(t);
+    // Log axis: decades from 1, ending where the data ends (500, short of 1000); the zero value was dropped.
+    for (const t of ['>1<', '>10<', '>100<']) expect(svg).toContain(t);
+    expect(svg).not.toContain('>1000<');
     expect(cdfPoints([3, 1, 2])).toEqual([[1, 1 / 3], [2, 2 / 3], [3, 1]]);
     // A NaN value breaks the line into two polylines.
     const gap = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', series: [{ name: 's', points: [[0, 1], [1, 2], [2, Number.NaN], [3, 1], [4, 2]] }] });
@@ -81,27 +83,81 @@ describe('charts', () => {
   });
 });
 
+describe('charts legible as data (issue 17, replay charts)', () => {
+  const points = (n: number, f: (i: number) => number): [number, number][] => Array.from({ length: n }, (_, i) => [i, f(i)]);
+
+  it('the x axis ends where the data ends, not at the next round tick', () => {
+    const svg = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', series: [{ name: 's', points: [[0, 0], [61, 1]] }] });
+    // Plot area: 760 px wide, 70 px left margin, 20 px right: x = 61 is its right edge.
+    const last = /<polyline [^>]*points="([^"]+)"/.exec(svg)![1]!.split(' ').at(-1)!;
+    expect(last.split(',')[0]).toBe('740.0');
+    expect(svg).not.toContain('>80<');
+  });
+
+  it('two series on the same points stay apart: own dash pattern, own markers at other places', () => {
+    const same = points(200, (i) => Math.sin(i / 20));
+    const svg = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', series: [{ name: 'a', points: same }, { name: 'b', points: same }] });
+    const lines = [...svg.matchAll(/<polyline [^>]*stroke="([^"]+)"[^>]*?(?: stroke-dasharray="([^"]+)")? points=/g)];
+    expect(lines).toHaveLength(2);
+    expect(lines[0]![1]).not.toBe(lines[1]![1]);
+    expect(lines[0]![2]).not.toBe(lines[1]![2]);
+    const markers = (color: string): string[] => [...svg.matchAll(new RegExp(`<path transform="translate\\(([^)]+)\\)" d="([^"]+)" fill="none" stroke="${color}"`, 'g'))].map((m) => `${m[1]}|${m[2]}`);
+    const a = markers(lines[0]![1]!);
+    const b = markers(lines[1]![1]!);
+    // Ten on the line plus one in the legend each; no marker of one hides one of the other.
+    expect(a).toHaveLength(11);
+    expect(b).toHaveLength(11);
+    const at = (m: string): string => m.split('|')[0]!;
+    expect(a.map(at).filter((p) => b.map(at).includes(p))).toEqual([]);
+  });
+
+  it('a band is a shaded polygon with its own legend entry', () => {
+    const svg = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', series: [], bands: [{ name: 'range', points: [[0, 1, 3], [1, 0, 2]] }] });
+    expect(svg.match(/<polygon /g)).toHaveLength(1);
+    expect(svg).toContain('>range</text>');
+  });
+});
+
 describe('progress bar', () => {
-  it('draws only on a terminal unless forced, throttled, and ends with a newline', () => {
+  it('on a terminal: a bar redrawn in place, throttled, ending with a newline; --no-progress writes nothing', () => {
     const out: string[] = [];
-    const sink = { write: (s: string) => out.push(s), isTTY: false };
-    let now = 0;
-    const off = new ProgressBar(sink, { now: () => now });
+    const sink = { write: (s: string) => out.push(s), isTTY: true };
+    const clock = new ManualClock();
+    const off = new ProgressBar(sink, { enabled: false, clock });
     off.start('replay', 10);
     off.update(5);
     off.end();
     expect(out).toEqual([]);
-    const on = new ProgressBar(sink, { enabled: true, intervalMs: 100, now: () => now });
+    const on = new ProgressBar(sink, { intervalMs: 100, clock });
     on.start('replay', 10);
-    now = 50;
+    clock.set(50);
     on.update(3); // throttled
-    now = 200;
+    clock.set(200);
     on.update(5);
     on.update(10); // the last one always draws
     on.end();
     expect(out).toHaveLength(4);
     expect(out[1]).toContain('[############------------] 50% 5/10 0.2s');
     expect(out[3]).toBe('\n');
+  });
+
+  // issue 17 ("A CLI and docs that behave"): progress when stderr is not a terminal, a line every few seconds.
+  it('elsewhere (CI, scripts): a plain line every 5 s of the injected clock, plus the first and the last', () => {
+    const out: string[] = [];
+    const clock = new ManualClock();
+    const bar = new ProgressBar({ write: (s: string) => out.push(s), isTTY: false }, { clock });
+    bar.start('offline replay', 1000);
+    for (let done = 1; done <= 1000; done++) {
+      clock.advance(20); // 20 s in all
+      bar.update(done);
+    }
+    bar.end();
+    expect(out[0]).toBe('offline replay: 0/1000 requests (0%) after 0.0 s\n');
+    // One line at 0 s, then at 5, 10 and 15 s, then the last at 20 s: no \r, each a whole line.
+    expect(out).toHaveLength(5);
+    expect(out[1]).toBe('offline replay: 250/1000 requests (25%) after 5.0 s, about 15 s left\n');
+    expect(out[4]).toBe('offline replay: 1000/1000 requests (100%) after 20.0 s\n');
+    expect(out.every((l) => !l.includes('\r') && l.endsWith('\n'))).toBe(true);
   });
 });
 
@@ -131,6 +187,10 @@ describe('replay report', () => {
     expect(files).toEqual(expect.arrayContaining([
       'results.json', 'results.md', 'ttft-cdf.svg', 'hit-rate-over-time.svg', 'load-imbalance-over-time.svg', 'engine-load-kv.svg', 'engine-load-round-robin.svg',
     ]));
+    // issue 17 (replay charts): the per-engine load charts are bands on one y scale for every policy.
+    const yTicks = (f: string): string[] => [...readFileSync(join(dir, f), 'utf8').matchAll(/text-anchor="end" dominant-baseline="middle" fill="#333">([^<]*)</g)].map((m) => m[1]!);
+    expect(yTicks('engine-load-kv.svg')).toEqual(yTicks('engine-load-round-robin.svg'));
+    expect(readFileSync(join(dir, 'engine-load-kv.svg'), 'utf8').match(/<polygon /g)).toHaveLength(1);
     const json = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as typeof report;
     expect(json.policies.kv!.ttft_ms).toEqual(kv.ttft_ms);
     for (const f of files.filter((x) => x.endsWith('.svg'))) {
@@ -138,6 +198,25 @@ describe('replay report', () => {
       const meta = /<metadata id="kvgate-replay">([^<]*)<\/metadata>/.exec(svg)?.[1] ?? '';
       const unescaped = meta.replace(/&quot;/g, '"').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
       expect(JSON.parse(unescaped)).toMatchObject({ command: 'kvgate replay --trace small.jsonl', seed: 1, machine: report.meta.machine });
+    }
+  });
+
+  // issue 17 (replay charts): a window's hit rate above the "bound" came from comparing a sliding
+  // window (hits counted at admission) with the whole run's figure. The bound is now windowed the same
+  // way, over the same requests by arrival, and no policy's window exceeds it.
+  it('the hit rate over time never exceeds the infinite-cache bound of the same window', async () => {
+    const { report, runs } = await runReplay(config({ workload: { speedup: 4 } }), { command: 'x' });
+    const bound = new Map(report.workload.hit_rate_bound_over_time.map(([t, v]) => [t, v]));
+    expect(bound.size).toBeGreaterThan(5);
+    // The whole run's figure is no bound for a window: some window of this trace reuses more.
+    expect(Math.max(...bound.values())).toBeGreaterThan(report.workload.hit_rate_bound);
+    for (const r of runs) {
+      expect(r.hits.overTime.length).toBeGreaterThan(5);
+      for (const [ms, rate] of r.hits.overTime) {
+        const b = bound.get(round(ms / 1000));
+        expect(b, `${r.name} at ${ms} ms`).toBeDefined();
+        expect(rate, `${r.name} at ${ms} ms`).toBeLessThanOrEqual(b! + 1e-4);
+      }
     }
   });
 

@@ -57,7 +57,7 @@ export function decodeRouterOverride(raw: Readonly<Record<string, unknown>> | un
 }
 
 /**
- * Who ran the prefill, in the spec's order: (1) the tracker's prefill slot
+ * Who ran the prefill, in Dynamo's order: (1) the tracker's prefill slot
  * (the prefill router records it while routing); (2) the explicit target the
  * request was sent to; (3) `routing_data.worker_id.prefill_worker_id` in the
  * prefill's answer (a standalone router upstream). Undefined when none knows.

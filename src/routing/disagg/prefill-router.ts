@@ -100,7 +100,7 @@ export class PrefillRouter {
   }
 
   /**
-   * Spec 5.1: deactivated -> `!enforceDisagg`; otherwise `!enforceDisagg || activated`.
+   * As Dynamo decides: deactivated -> `!enforceDisagg`; otherwise `!enforceDisagg || activated`.
    * Either way a strict-disagg model is listed only while a prefill worker is available.
    */
   canServeRequests(): boolean {

@@ -21,7 +21,7 @@ export type DisaggBody =
 export interface DisaggOutcome {
   /** The worker whose answer this is: the decode worker, or the prefill worker when it refused the request (4xx). */
   readonly worker: WorkerRank;
-  /** The prefill worker, in the spec's attribution order. */
+  /** The prefill worker, in Dynamo's attribution order. */
   readonly prefillWorker: WorkerRank;
   readonly handoff: HandoffPath;
   readonly status: number;
