@@ -7,7 +7,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
-import { booked, prepare, randomTokens, startDisaggFleet, until, type DisaggFleet } from './fleet.js';
+import { until } from '../../helpers/until.js';
+import { booked, prepare, randomTokens, startDisaggFleet, type DisaggFleet } from './fleet.js';
 
 const open: DisaggFleet[] = [];
 afterEach(async () => {
