@@ -74,8 +74,9 @@ export class LegTimers {
 }
 
 function legTimeoutError(ctx: ErrorContext, kind: 'first byte' | 'stream idle', ms: number): KvgateError {
+  // The message reaches the client: the engine's URL stays in `detail` (logs only).
   const detail = { worker: ctx.worker, path: ctx.path, timeoutMs: ms, migratable: true };
   return kind === 'first byte'
-    ? new KvgateError('KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT', `engine ${ctx.worker} produced no output within ${ms} ms (${ctx.path})`, detail)
-    : new KvgateError('KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT', `engine ${ctx.worker} stream was idle for ${ms} ms (${ctx.path})`, detail);
+    ? new KvgateError('KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT', `the engine produced no output within ${ms} ms (${ctx.path})`, detail)
+    : new KvgateError('KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT', `the engine's stream was idle for ${ms} ms (${ctx.path})`, detail);
 }
