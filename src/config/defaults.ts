@@ -14,6 +14,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   maxPromptTokens: 131_072,
   maxConcurrentRequests: 1024,
   requestTimeoutMs: 600_000,
+  engineFirstByteTimeoutMs: 60_000,
+  engineStreamIdleTimeoutMs: 30_000,
   retryAfterSeconds: 1,
   drainTimeoutMs: 30_000,
   segmentCacheTokens: 2_000_000,

@@ -44,6 +44,8 @@ const FLAG_OPTIONS: Record<string, OptionSpec> = {
   'max-prompt-tokens': { type: 'string' },
   'max-concurrent-requests': { type: 'string' },
   'request-timeout-ms': { type: 'string' },
+  'engine-first-byte-timeout-ms': { type: 'string' },
+  'engine-stream-idle-timeout-ms': { type: 'string' },
   'drain-timeout-ms': { type: 'string' },
   'preprocess-threads': { type: 'string' },
   'segment-cache-tokens': { type: 'string' },
@@ -67,6 +69,8 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   'max-prompt-tokens': ['limits', 'max_prompt_tokens'],
   'max-concurrent-requests': ['limits', 'max_concurrent_requests'],
   'request-timeout-ms': ['limits', 'request_timeout_ms'],
+  'engine-first-byte-timeout-ms': ['engine_timeouts', 'first_byte_timeout_ms'],
+  'engine-stream-idle-timeout-ms': ['engine_timeouts', 'stream_idle_timeout_ms'],
   'drain-timeout-ms': ['shutdown', 'drain_timeout_ms'],
   'preprocess-threads': ['preprocess', 'threads'],
   'segment-cache-tokens': ['preprocess', 'segment_cache_tokens'],
@@ -275,6 +279,8 @@ model configured, starts the embedded demo (simulated engines in-process).
       --admin-port PORT        serve /admin/* on a separate listener instead
       --max-body-bytes N  --max-prompt-tokens N  --max-concurrent-requests N
       --request-timeout-ms N  --drain-timeout-ms N
+      --engine-first-byte-timeout-ms N   per engine leg: dispatch to first output (0 = off)
+      --engine-stream-idle-timeout-ms N  per engine leg: longest silence between two SSE events (0 = off)
       --preprocess-threads N   tokenizer threads (0 = main thread)
       --segment-cache-tokens N per-thread segment cache size (0 = off)
       --log-level LEVEL        fatal | error | warn | info | debug | trace | silent

@@ -12,10 +12,10 @@ import { absolute, checkHost, checkHttpUrl, checkZmqEndpoint, type ResolveContex
 import { GATEWAY_DEFAULTS } from './defaults.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
-import type { ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
+import type { EngineTimeouts, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = ['name', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine', 'enforce_disagg',
-  'max_prompt_tokens', 'router', 'workers'] as const;
+  'max_prompt_tokens', 'router', 'workers', 'engine_timeouts'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
   'max_num_batched_tokens', 'total_kv_blocks'] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
@@ -111,9 +111,19 @@ function readWorker(w: ConfigReader, modelEngine: EngineDialect, modelName: stri
   };
 }
 
-/** Reads one model entry; `globalRouter` is the top-level `router` section it is merged over. */
+/** An `engine_timeouts` section (top level, or a model's own over it): each field falls back to `base`. */
+export function readEngineTimeouts(t: ConfigReader | undefined, base: EngineTimeouts): EngineTimeouts {
+  if (t === undefined) return base;
+  t.allowOnly(['first_byte_timeout_ms', 'stream_idle_timeout_ms']);
+  return {
+    firstByteMs: t.int('first_byte_timeout_ms', base.firstByteMs, { min: 0, max: 86_400_000 }),
+    streamIdleMs: t.int('stream_idle_timeout_ms', base.streamIdleMs, { min: 0, max: 86_400_000 }),
+  };
+}
+
+/** Reads one model entry; `globalRouter` and `timeouts` are the top-level sections it is merged over. */
 export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: RouterKnobs,
-  maxPromptTokens: number, root: ConfigReader): ModelConfig {
+  maxPromptTokens: number, root: ConfigReader, timeouts: EngineTimeouts): ModelConfig {
   m.allowOnly(MODEL_KEYS);
   const name = m.reqStr('name', (s) => (s.length <= 256 && !/[\s]/.test(s) ? undefined : 'must be at most 256 characters without whitespace'));
   const routerMode = m.oneOf('router_mode', ROUTER_MODES, GATEWAY_DEFAULTS.routerMode);
@@ -138,7 +148,8 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
     }
     workers.push(readWorker(m.at(path, node), engine, name));
   });
-  return { name, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers };
+  const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
+  return { name, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts };
 }
 
 /** Cross-field rules of one model; `workerPaths[i]` is the path of `workers[i]`. */

@@ -10,11 +10,11 @@ import { readFileSync } from 'node:fs';
 import { absolute, checkHost, type ResolveContext } from './checks.js';
 import { defaultPreprocessThreads, GATEWAY_DEFAULTS } from './defaults.js';
 import { ConfigReader, isPlainObject, show, type ConfigProblem } from './reader.js';
-import { checkModel, readModel } from './resolve-model.js';
+import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
-const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'shutdown', 'preprocess', 'log', 'router', 'models'] as const;
+const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'models'] as const;
 
 function readListen(r: ConfigReader | undefined, host: string, port: number): ListenAddress {
   if (r === undefined) return { host, port };
@@ -114,6 +114,8 @@ function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' |
 /** Every model, then the rules across them (unique names, worker ids unique gateway-wide) and within each. */
 function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: number, warnings: string[]): ModelConfig[] {
   const globalRouter = readRouterKnobs(root.child('router'));
+  const timeouts = readEngineTimeouts(root.child('engine_timeouts'),
+    { firstByteMs: GATEWAY_DEFAULTS.engineFirstByteTimeoutMs, streamIdleMs: GATEWAY_DEFAULTS.engineStreamIdleTimeoutMs });
   const models: ModelConfig[] = [];
   const modelReaders: ConfigReader[] = [];
   root.list('models')?.forEach((node, i) => {
@@ -122,7 +124,7 @@ function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: nu
       return;
     }
     const r = root.at(['models', i], node);
-    models.push(readModel(r, ctx, globalRouter, maxPromptTokens, root));
+    models.push(readModel(r, ctx, globalRouter, maxPromptTokens, root, timeouts));
     modelReaders.push(r);
   });
   if (models.length === 0) resolveRouter(root, globalRouter, readRouterKnobs(undefined), ['router']);

@@ -40,6 +40,17 @@ export interface ModelConfig {
   readonly router: KvRouterConfig;
   /** In file order; `role` says which are prefill, decode or aggregated. */
   readonly workers: readonly WorkerConfig[];
+  /** Per engine leg (the global `engine_timeouts` merged with the model's own); 0 turns one off. */
+  readonly engineTimeouts: EngineTimeouts;
+}
+
+/**
+ * Progress deadlines of one engine leg (Envoy's per-try and stream-idle timeouts): from dispatch to
+ * the first output, and between two SSE events. Their expiry fails the leg as a migratable failure.
+ */
+export interface EngineTimeouts {
+  readonly firstByteMs: number;
+  readonly streamIdleMs: number;
 }
 
 export interface ListenAddress {

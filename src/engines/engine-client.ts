@@ -62,6 +62,18 @@ export interface DispatchOptions {
   /** Per-request override of the client's `bodyTimeoutMs`. */
   bodyTimeoutMs?: number;
   /**
+   * From this call to the leg's first output: the first SSE event of a stream, the first body byte
+   * of a JSON answer. Expiry fails the leg with KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT (migratable) and
+   * aborts the upstream request. Undefined or 0: none (the headers and body timeouts still apply).
+   */
+  firstByteTimeoutMs?: number;
+  /**
+   * Streams: the longest silence between two SSE events while the stream is being read (a paused,
+   * unread stream does not count). Expiry: KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT (migratable) after the
+   * events already received. Undefined or 0: none.
+   */
+  streamIdleTimeoutMs?: number;
+  /**
    * Called once when the request is handed to a connected socket, before its
    * bytes are written: from here on a failure may have reached the engine.
    * (The disaggregated bootstrap path waits for this, not for output.)
@@ -237,6 +249,7 @@ export class EngineClient {
    * with the buffered `EngineJsonResponse`.
    * @throws KvgateError (rejected promise) KVG_ERR_ENGINE_NOT_REGISTERED, KVG_ERR_ENGINE_UNREACHABLE,
    *   KVG_ERR_ENGINE_DISCONNECTED, KVG_ERR_ENGINE_HEADERS_TIMEOUT, KVG_ERR_ENGINE_BODY_TIMEOUT,
+   *   KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT, KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT (both migratable, see `isMigratable`),
    *   KVG_ERR_ENGINE_STREAM_BROKEN, KVG_ERR_ENGINE_BAD_RESPONSE, KVG_ERR_CLIENT_ABORTED, KVG_ERR_INVALID_ARGUMENT;
    *   `EngineHttpError` (KVG_ERR_ENGINE_REJECTED for 4xx, KVG_ERR_ENGINE_FAILED for 5xx).
    */
@@ -279,6 +292,8 @@ export class EngineClient {
         maxErrorBodyBytes: opts.maxErrorBodyBytes,
         maxEventBytes: opts.maxEventBytes,
         highWaterMark: opts.streamHighWaterMark,
+        firstByteTimeoutMs: options.firstByteTimeoutMs,
+        streamIdleTimeoutMs: options.streamIdleTimeoutMs,
         resolve,
         reject,
       });

@@ -134,3 +134,13 @@ function engineMessage(json: unknown): string | undefined {
   if (typeof obj['detail'] === 'string') return obj['detail'];
   return undefined;
 }
+
+/**
+ * Whether a failed leg may be resumed on another worker (request migration):
+ * the engine took the leg and then stopped making progress (a first-byte or
+ * stream-idle timeout), so the failure says nothing about the request itself.
+ * Such errors carry `detail.migratable: true`.
+ */
+export function isMigratable(err: unknown): err is KvgateError {
+  return isKvgateError(err) && err.detail?.['migratable'] === true;
+}

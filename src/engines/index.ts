@@ -3,7 +3,7 @@ export { SseParser } from './sse-parser.js';
 export { EngineClient } from './engine-client.js';
 export type { EngineClientOptions, DispatchOptions } from './engine-client.js';
 export type { EngineEventStream, EngineEvent, EngineResponse } from './engine-stream.js';
-export { EngineHttpError } from './engine-errors.js';
+export { EngineHttpError, isMigratable } from './engine-errors.js';
 export { serializeBody, applyFields } from './request-body.js';
 export type { JsonObject } from './request-body.js';
 export { EMPTY_LEG, DP_RANK_HEADER, mergeLegs, dpRankLeg, oneTokenPrefillFields } from './engine-leg.js';

@@ -26,6 +26,7 @@ import {
   type DispatchTimings,
   type EngineResponse,
 } from './engine-stream.js';
+import { LegTimers } from './leg-timers.js';
 
 /** What one dispatch hands its handler. */
 export interface HandlerInit {
@@ -38,6 +39,10 @@ export interface HandlerInit {
   maxErrorBodyBytes: number;
   maxEventBytes: number;
   highWaterMark: number;
+  /** Dispatch to first output (first SSE event, or first JSON body byte); undefined or 0: none. */
+  firstByteTimeoutMs: number | undefined;
+  /** Streams: longest silence between two SSE events while kvgate reads; undefined or 0: none. */
+  streamIdleTimeoutMs: number | undefined;
   resolve: (r: EngineResponse) => void;
   reject: (err: unknown) => void;
 }
@@ -67,9 +72,11 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
   #bytes = 0;
   #truncated = false;
   readonly #onAbort: (() => void) | undefined;
+  readonly #timers: LegTimers;
 
   constructor(init: HandlerInit) {
     this.#init = init;
+    this.#timers = new LegTimers(init.ctx, init.firstByteTimeoutMs, init.stream ? init.streamIdleTimeoutMs : undefined, (err) => this.#fail(err, true));
     this.#timings = { startedAt: init.startedAt, connectMs: undefined, headersMs: undefined, firstByteMs: undefined, firstEventMs: undefined, endMs: undefined };
     if (init.signal !== undefined) {
       const signal = init.signal;
@@ -98,6 +105,8 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
     this.#headers = headers;
     const ctx = this.#init.ctx;
     if (statusCode >= 400) {
+      // An error answer is the engine's answer: its body follows at once (bounded by the body timeout).
+      this.#timers.stop();
       this.#mode = 'error';
       return;
     }
@@ -118,8 +127,14 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
     this.#stream = new EngineEventStream(
       { status: statusCode, headers, timings: this.#timings, highWaterMark: this.#init.highWaterMark, maxEventBytes: this.#init.maxEventBytes },
       {
-        pause: () => controller.pause(),
-        resume: () => controller.resume(),
+        pause: () => {
+          this.#timers.pause();
+          controller.pause();
+        },
+        resume: () => {
+          controller.resume();
+          this.#timers.resume();
+        },
         cancel: () => this.#cancel(),
       },
     );
@@ -133,12 +148,15 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
     switch (this.#mode) {
       case 'stream':
         try {
+          const events = this.#stream!.counters.events;
           this.#stream![kFeed](chunk);
+          if (this.#stream!.counters.events > events) this.#timers.progress();
         } catch (err) {
           this.#fail(err instanceof KvgateError ? err : transportError(err, 'body', this.#init.ctx), true);
         }
         return;
       case 'json':
+        this.#timers.progress();
         this.#bytes += chunk.length;
         if (this.#bytes > this.#init.maxResponseBytes) {
           this.#fail(badResponseError(this.#init.ctx, `response body exceeds ${this.#init.maxResponseBytes} bytes`), true);
@@ -246,6 +264,7 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
 
   #finish(): void {
     this.#finished = true;
+    this.#timers.stop();
     this.#timings.endMs ??= performance.now() - this.#timings.startedAt;
     if (this.#onAbort !== undefined) this.#init.signal!.removeEventListener('abort', this.#onAbort);
   }

@@ -30,6 +30,8 @@ export const ERROR_CODES = {
   KVG_ERR_ENGINE_DISCONNECTED: { status: 502, type: 'server_error', retryable: false },
   KVG_ERR_ENGINE_HEADERS_TIMEOUT: { status: 504, type: 'server_error', retryable: false },
   KVG_ERR_ENGINE_BODY_TIMEOUT: { status: 504, type: 'server_error', retryable: false },
+  KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT: { status: 504, type: 'server_error', retryable: false },
+  KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT: { status: 504, type: 'server_error', retryable: false },
   KVG_ERR_ENGINE_REJECTED: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_ENGINE_FAILED: { status: 502, type: 'server_error', retryable: false },
   KVG_ERR_ENGINE_STREAM_BROKEN: { status: 502, type: 'server_error', retryable: false },

@@ -60,6 +60,7 @@ export class KvgateMetrics {
   readonly disaggFallbacks: Counter<'model'>;
   readonly nonMaxOverlapSelections: Counter<'model' | 'worker_type'>;
   readonly retries: Counter<'model' | 'reason'>;
+  readonly engineTimeouts: Counter<'model' | 'worker_type' | 'kind'>;
 
   // Engine-reported truth against the router's prediction.
   readonly predictionErrorTokens: Histogram<'model' | 'worker_type'>;
@@ -113,6 +114,7 @@ export class KvgateMetrics {
     this.disaggFallbacks = new Counter({ name: 'kvgate_router_disagg_fallbacks_total', help: 'Requests served aggregated because every prefill worker of a disaggregated model was gone.', labelNames: ['model'], registers });
     this.nonMaxOverlapSelections = new Counter({ name: 'kvgate_router_non_max_overlap_selections_total', help: 'Selections of a worker other than the one with the most cached blocks.', labelNames: MW, registers });
     this.retries = new Counter({ name: 'kvgate_router_retries_total', help: 'Dispatches retried on another worker before any byte was sent.', labelNames: ['model', 'reason'], registers });
+    this.engineTimeouts = new Counter({ name: 'kvgate_router_engine_timeouts_total', help: 'Engine legs cut for making no progress (kind first_byte|stream_idle); each is a migratable failure.', labelNames: ['model', 'worker_type', 'kind'], registers });
     // ---- prediction against the engines' reports
     this.predictionErrorTokens = new Histogram({ name: 'kvgate_router_prediction_error_tokens', help: 'Engine-reported cached tokens minus the router-predicted overlap tokens.', labelNames: MW, buckets: [-8192, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 8192], registers });
     this.predictionExact = new Counter({ name: 'kvgate_router_prediction_total', help: 'Requests whose engine-reported cached tokens were compared with the prediction (outcome exact|under|over).', labelNames: ['model', 'worker_type', 'outcome'], registers });

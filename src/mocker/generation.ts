@@ -184,7 +184,7 @@ export class Generation {
       id: coreId, promptTokens: x.tokens, maxTokens: x.maxTokens, seed: p.seed ?? this.#derivedSeed(x.tokens),
       loraName: x.loraName, cacheSalt: p.cacheSalt, remotePrefill: x.plan.remotePrefill, holdBlocksMs: x.plan.holdBlocksMs,
     };
-    const out = new ResponseWriter(res, p, meta, x.tokens.length, x.maxTokens);
+    const out = new ResponseWriter(res, p, meta, x.tokens.length, x.maxTokens, this.#deps.faults.settings.stallAfterTokens);
     return new Promise<void>((resolve, reject) => {
       let finished = false;
       const onAbort = (): void => {

@@ -26,6 +26,12 @@ export interface FaultSettings {
   dropNextEventBatches: number;
   /** Send KV-event batches in swapped pairs (n+1 before n). */
   reorderEvents: boolean;
+  /**
+   * Requests admitted while set write this many tokens (a chat stream's role chunk first), then
+   * nothing more: no end, no [DONE], the connection left open (a stalled engine). The engine itself
+   * still runs them. null: off.
+   */
+  stallAfterTokens: number | null;
 }
 
 export interface MockerOptions {
@@ -95,6 +101,7 @@ const DEFAULT_FAULTS: Readonly<FaultSettings> = Object.freeze({
   dropEventRate: 0,
   dropNextEventBatches: 0,
   reorderEvents: false,
+  stallAfterTokens: null,
 });
 
 /** Defaults for in-process engines: every port OS-chosen. */
@@ -175,6 +182,9 @@ export function resolveFaults(input: Partial<FaultSettings>, base: Readonly<Faul
   fraction('faults.errorRate', f.errorRate);
   fraction('faults.dropEventRate', f.dropEventRate);
   if (!Number.isInteger(f.dropNextEventBatches) || f.dropNextEventBatches < 0) bad('faults.dropNextEventBatches', f.dropNextEventBatches, 'must be an integer >= 0');
+  if (f.stallAfterTokens !== null && (!Number.isInteger(f.stallAfterTokens) || f.stallAfterTokens < 0)) {
+    bad('faults.stallAfterTokens', f.stallAfterTokens, 'must be an integer >= 0, or null (off)');
+  }
   return f;
 }
 

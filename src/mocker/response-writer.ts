@@ -22,9 +22,12 @@ export class ResponseWriter {
   readonly #maxTokens: number;
   /** The unstreamed answer's text, token by token. */
   #text = '';
+  /** Fault: tokens from this index on are not written, nor the end (null: off). */
+  readonly #stallAfter: number | null;
 
-  constructor(res: ServerResponse, p: GenerateRequest, meta: ResponseMeta, promptTokens: number, maxTokens: number) {
+  constructor(res: ServerResponse, p: GenerateRequest, meta: ResponseMeta, promptTokens: number, maxTokens: number, stallAfter: number | null = null) {
     this.#res = res;
+    this.#stallAfter = stallAfter;
     this.#p = p;
     this.#meta = meta;
     this.#promptTokens = promptTokens;
@@ -41,6 +44,7 @@ export class ResponseWriter {
 
   /** Generated token `index` (0-based), with the prompt tokens the cache served. */
   token(piece: string, index: number, cached: number): void {
+    if (this.#stallAfter !== null && index >= this.#stallAfter) return;
     const p = this.#p;
     if (!p.stream) {
       this.#text += piece;
@@ -53,6 +57,8 @@ export class ResponseWriter {
 
   /** The end: a stream's usage chunk and `[DONE]`, or the whole JSON body with its `kv_transfer_params`. */
   finish(u: Usage, kvTransferParams: () => unknown): void {
+    // A stalled answer never ends: the connection stays open until the client gives up.
+    if (this.#stallAfter !== null) return;
     const p = this.#p;
     const res = this.#res;
     if (p.stream) {

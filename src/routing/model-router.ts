@@ -24,7 +24,7 @@ import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
 import { KvRouter } from './kv-router.js';
-import { PushRouter } from './push/push-router.js';
+import { PushRouter, type PushRouterOptions } from './push/push-router.js';
 import type { LegRequest } from './push/types.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
 import { StickySessions } from './sticky-sessions.js';
@@ -51,6 +51,8 @@ export interface ModelRouterOptions {
   readonly prefillSessionTtlMs?: number | undefined;
   /** Sliding TTL of a sticky aggregated/decode session without its own `timeout` (default 300 s). */
   readonly sessionTtlMs?: number | undefined;
+  /** Per engine leg: first-output and stream-idle deadlines (ms; 0 or undefined: none). See `PushRouterOptions.legTimeouts`. */
+  readonly legTimeouts?: PushRouterOptions['legTimeouts'];
 }
 
 /** One pool of workers: its push router and, in KV mode with events, the subscriptions feeding its index. */
@@ -150,7 +152,7 @@ export class ModelRouter implements ModelRouterPort {
     const ev = events;
     const push = new PushRouter({
       model: opts.model, role, mode: opts.mode, blockSize: opts.blockSize, kvRouter, engine: opts.engine,
-      maxRetries: opts.maxRetries, onWorkerUnreachable: opts.onWorkerUnreachable,
+      maxRetries: opts.maxRetries, onWorkerUnreachable: opts.onWorkerUnreachable, legTimeouts: opts.legTimeouts,
       onDispatch: ev === undefined ? undefined : (w, r) => ev.noteDispatch(w, r),
     }, ctx);
     return { push, events };

@@ -1,7 +1,7 @@
 import { createServer } from 'node:net';
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import { EngineClient, EngineHttpError, type DispatchOptions, type EngineEvent, type EngineEventStream } from '../../src/engines/index.js';
+import { EngineClient, EngineHttpError, isMigratable, type DispatchOptions, type EngineEvent, type EngineEventStream } from '../../src/engines/index.js';
 import { KvgateError, isKvgateError, type KvgateErrorCode } from '../../src/errors/index.js';
 import { completionChunk, deferred, sendJson, sseEvent, sseHead, startHttpEngine, until, type HttpEngine } from '../helpers/http-engine.js';
 
@@ -462,5 +462,100 @@ describe('EngineClient pools', () => {
     await until(() => a.openSockets() + b.openSockets() === 0, 5_000, 'all sockets closed');
     expect(() => c.addWorker(a.url)).toThrow(/closed/);
     expectCode(await rejection(c.dispatch(a.url, '/x', {})), 'KVG_ERR_ENGINE_NOT_REGISTERED', true);
+  });
+});
+
+// Per-leg first-byte and stream-idle timeouts (issue 13 item 9): each its own typed, migratable error,
+// the upstream request aborted; a stream paused by its own consumer is never cut for that silence.
+async function setup(route: Parameters<typeof startHttpEngine>[0]): Promise<{ e: HttpEngine; c: EngineClient }> {
+  const e = await engine(route);
+  const c = client({ streamHighWaterMark: 2 });
+  c.addWorker(e.url);
+  return { e, c };
+}
+
+describe('first-byte timeout (issue 13 item 9)', () => {
+  it('an engine that takes the request and never answers: KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT, migratable, upstream aborted', async () => {
+    const { e, c } = await setup(() => {
+      /* hang: no headers */
+    });
+    const t0 = performance.now();
+    const err = await rejection(c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 150 }));
+    expect(isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
+    expect(err.statusCode).toBe(504);
+    expect(isMigratable(err)).toBe(true);
+    expect(err.detail).toMatchObject({ migratable: true, timeoutMs: 150 });
+    expect(performance.now() - t0).toBeLessThan(2_000);
+    await e.requests[0]!.closed;
+    expect(e.requests[0]!.clientClosed).toBe(true);
+  });
+
+  it('headers sent but no event: the stream fails with the first-byte timeout', async () => {
+    const { e, c } = await setup((_req, res) => sseHead(res));
+    const stream = await c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 150 });
+    const { events, error } = await collect(stream);
+    expect(events).toHaveLength(0);
+    expect(isKvgateError(error, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
+    await e.requests[0]!.closed;
+  });
+
+  it('a JSON answer that never comes (one-token prefill): first-byte timeout; a prompt answer is not cut', async () => {
+    const { e, c } = await setup((req, res) => {
+      if (req.url === '/fast') sendJson(res, 200, { ok: true });
+    });
+    expect((await c.dispatch(e.url, '/fast', {}, { stream: false, firstByteTimeoutMs: 150 })).json).toEqual({ ok: true });
+    const err = await rejection(c.dispatch(e.url, '/slow', {}, { stream: false, firstByteTimeoutMs: 150 }));
+    expect(isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
+  });
+});
+
+describe('stream idle timeout (issue 13 item 9)', () => {
+  it('a stream that stops mid-way keeps its connection open: the events received, then KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT', async () => {
+    const { e, c } = await setup((_req, res) => {
+      sseHead(res);
+      res.write(sseEvent(completionChunk('a')));
+      res.write(sseEvent(completionChunk('b')));
+    });
+    const stream = await c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 5_000, streamIdleTimeoutMs: 150 });
+    const { events, error } = await collect(stream);
+    expect(events).toHaveLength(2);
+    expect(isKvgateError(error, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')).toBe(true);
+    expect(isMigratable(error)).toBe(true);
+    await e.requests[0]!.closed;
+    expect(e.requests[0]!.clientClosed).toBe(true);
+  });
+
+  it('events arriving more often than the idle timeout keep the stream alive past it', async () => {
+    const { e, c } = await setup(async (_req, res) => {
+      sseHead(res);
+      for (let i = 0; i < 6; i++) {
+        res.write(sseEvent(completionChunk(String(i))));
+        await new Promise((r) => setTimeout(r, 60));
+      }
+      res.end('data: [DONE]\n\n');
+    });
+    const stream = await c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 150, streamIdleTimeoutMs: 150 });
+    const { events, error } = await collect(stream);
+    expect(error).toBeUndefined();
+    expect(events).toHaveLength(7);
+  });
+
+  it('silence while the consumer does not read (socket paused) is not the engine\'s: no idle timeout', async () => {
+    const more = deferred();
+    const { e, c } = await setup(async (_req, res) => {
+      sseHead(res);
+      for (let i = 0; i < 8; i++) res.write(sseEvent(completionChunk(String(i))));
+      await more.promise;
+      res.end('data: [DONE]\n\n');
+    });
+    const stream = await c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, streamIdleTimeoutMs: 100 });
+    // Nothing is read for several idle periods while the events sit in the buffer (high-water mark 2).
+    await until(() => stream.counters.events >= 2, 2_000, 'events buffered');
+    await new Promise((r) => setTimeout(r, 400)); // the silence under test, not a synchronisation
+    more.resolve();
+    const { events, error } = await collect(stream);
+    expect(error).toBeUndefined();
+    expect(events.length).toBe(9);
+    expect(e.requests[0]!.clientClosed).toBe(false);
   });
 });

@@ -45,7 +45,31 @@ describe('fault injection', () => {
     expect((await admin(m, { slow_factor: 0 })).status).toBe(400);
     expect((await postJson(`${m.url}/admin/faults`, '{oops')).status).toBe(400);
     const current = await (await fetch(`${m.url}/admin/faults`)).json();
-    expect(current).toEqual({ faults: { hang: false, slow_factor: 1, error_rate: 0, drop_event_rate: 0, drop_next_event_batches: 0, reorder_events: false } });
+    expect(current).toEqual({ faults: { hang: false, slow_factor: 1, error_rate: 0, drop_event_rate: 0, drop_next_event_batches: 0, reorder_events: false, stall_after_tokens: null } });
+    expect((await admin(m, { stall_after_tokens: -1 })).status).toBe(400);
+  });
+
+  it('stall_after_tokens: a stream sends that many tokens, then nothing, with its connection open; null lifts it', async () => {
+    const m = await mocker({ kvEvents: false });
+    expect((await admin(m, { stall_after_tokens: 2 })).json.faults.stall_after_tokens).toBe(2);
+    const ac = new AbortController();
+    const res = await fetch(`${m.url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal: ac.signal,
+      body: JSON.stringify({ prompt: [1, 2, 3, 4, 5], max_tokens: 8, stream: true }),
+    });
+    const reader = res.body!.getReader();
+    let text = '';
+    await until(async () => {
+      text += new TextDecoder().decode((await reader.read()).value);
+      return (text.match(/^data: \{/gm) ?? []).length >= 2;
+    }, 'two token chunks');
+    // The engine finishes the request internally; the answer never ends.
+    await until(() => m.stats().ranks[0]!.running === 0 && m.stats().ranks[0]!.generationTokens >= 8, 'the engine to finish the request');
+    expect(text).not.toMatch(/\[DONE\]/);
+    expect((text.match(/^data: \{/gm) ?? []).length).toBe(2);
+    ac.abort();
+    await admin(m, { stall_after_tokens: null });
+    expect((await complete(m)).status).toBe(200);
   });
 
   it('hang: requests and health checks stall until the hang is lifted; admin still answers', async () => {

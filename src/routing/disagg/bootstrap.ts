@@ -7,7 +7,6 @@
  */
 import type { Rng } from '../../common/index.js';
 import { sglangDecodeLeg, sglangPrefillLeg } from '../../engines/index.js';
-import { KvgateError } from '../../errors/index.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
 import { bootstrapFor } from './handoff.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
@@ -32,22 +31,13 @@ export function bootstrapHandoff(base: LegRequest, target: Selection, rng: Rng):
   };
 }
 
-/** The prefill answered (after decode connected): a refusal fails the pair, else the prefill is complete. */
+/** The prefill answered (after decode connected): a refusal (4xx) is the client's answer, else the prefill is complete. */
 function prefillDone(p: PrefillInFlight, res: LegResponse): void {
   p.answered(res);
+  // Engine 5xx answers are thrown by the push router; a status here at or above 400 is the engine's own refusal.
   if (res.status >= 400) {
-    const upstream = res.body.kind === 'json' ? (res.body.json ?? jsonOf(res.body.bytes)) : undefined;
-    p.fail(new KvgateError('KVG_ERR_PREFILL_FAILED',
-      `prefill on worker ${res.selection.worker.id} answered ${res.status}`, { workerId: res.selection.worker.id, upstreamStatus: res.status, upstreamError: upstream }));
+    p.refuse(res);
     return;
   }
   p.tracker.recordPrefillComplete();
-}
-
-function jsonOf(bytes: Uint8Array): unknown {
-  try {
-    return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
-  } catch {
-    return undefined;
-  }
 }

@@ -18,6 +18,10 @@
  * - bootstrap path: if one leg fails the other is cancelled rather than left
  *   waiting for its rendezvous timeout (a decode that already produced output
  *   has its KV and is left to finish).
+ * - a prefill refused by its engine (4xx) answers the client with that refusal
+ *   (bootstrap: its decode half is cancelled); an SGLang decode half failing
+ *   before its first output failed the rendezvous, reported as the prefill's
+ *   failure (one code per cause, docs/errors.md).
  * - a failed prefill fails the request; nothing is retried aggregated. A
  *   prefill worker that could not be reached (nothing sent) is reported in
  *   `unreachableWorker` so the PrefillRouter can run the request again.
@@ -36,7 +40,7 @@ import { bootstrapHandoff } from './bootstrap.js';
 import { decodeOverrideOf, handoffPath, prefillWorkerInfo, withPromptTokensDetails, type HandoffPath } from './handoff.js';
 import { kvTransferHandoff } from './kv-transfer.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
-import { prefillFailure, type DisaggOutcome, type DisaggSseEvent } from './types.js';
+import { failedAtRendezvous, prefillFailure, type DisaggOutcome, type DisaggSseEvent } from './types.js';
 
 /** Picks and books (or peeks) the prefill worker: sticky session, then pinned id, then the router's best. */
 export type PrefillResolver = (leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query') => Promise<Selection>;
@@ -82,6 +86,8 @@ export class DisaggRequest {
   #prefillError: KvgateError | undefined;
   /** The prefill's answer (for attribution from its payload). */
   #prefillPayload: unknown;
+  /** SGLang: the prefill engine refused the request (4xx) while decode was under way; the client gets this answer. */
+  #refusal: LegResponse | undefined;
   #decodeOutput = false;
   #clientGone = false;
   #ended = false;
@@ -214,6 +220,13 @@ export class DisaggRequest {
       releasePermit: () => permit.release(),
       decode: (leg, details) => this.#decode(leg, details),
       refused: (res) => this.#refused(res),
+      refuse: (res) => {
+        if (this.#prefillError !== undefined) return;
+        this.#refusal = res;
+        // Recorded as the prefill's error so decode is not sent (or is cancelled); the session keeps its worker.
+        this.#prefillError = new KvgateError('KVG_ERR_ENGINE_REJECTED', `prefill on worker ${target.worker.id} refused the request (${res.status})`);
+        if (!this.#decodeOutput) this.#decodeCtl.abort(this.#prefillError);
+      },
     };
   }
 
@@ -234,6 +247,7 @@ export class DisaggRequest {
     const permit = await this.tracker.setPhase('decode');
     if (this.#prefillError !== undefined) {
       permit.release();
+      if (this.#refusal !== undefined) return this.#refused(this.#refusal);
       throw this.#prefillError;
     }
     // The client already left: decode only has to take the KV off the prefill engine, one token does that.
@@ -255,13 +269,17 @@ export class DisaggRequest {
     try {
       res = await this.#deps.decode.dispatch(leg);
     } catch (err) {
-      // Cancelled because the prefill failed first: that failure is the one to report.
-      const reported = this.#prefillError ?? err;
+      if (this.#refusal !== undefined) return this.#refused(this.#refusal);
       if (this.#prefillError === undefined) {
-        this.#noteOutcome('decode_failed');
+        // SGLang: before its first output the decode leg is half of the rendezvous, and its engine failing
+        // there means the prefill's KV never arrived (rendezvous timeout, prefill engine gone): one cause,
+        // reported as the prefill's failure whichever leg noticed it first.
+        if (this.#path === 'bootstrap' && failedAtRendezvous(err)) this.#prefillFailed(err);
+        else this.#noteOutcome('decode_failed');
         this.#cancelPrefillPartner(err);
       }
-      throw reported;
+      // Cancelled because the prefill failed first: that failure is the one to report.
+      throw this.#prefillError ?? err;
     } finally {
       permit.release();
     }

@@ -40,6 +40,11 @@ export interface PrefillInFlight {
   decode(handoff: EngineLeg, promptTokensDetails: Record<string, unknown> | undefined): Promise<DisaggOutcome>;
   /** The prefill engine refused the request itself (4xx): the client gets its answer. */
   refused(res: LegResponse): DisaggOutcome;
+  /**
+   * Bootstrap: the prefill engine refused the request itself (4xx) while its decode partner is under
+   * way: decode is cancelled (or not sent) and the decode step answers with this refusal.
+   */
+  refuse(res: LegResponse): void;
 }
 
 export interface Handoff {

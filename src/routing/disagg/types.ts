@@ -44,3 +44,17 @@ export function prefillFailure(err: unknown, target: Selection | undefined): Kvg
     workerId: target?.worker.id, dpRank: target?.dpRank, cause: isKvgateError(err) ? err.code : undefined,
   }, { cause: err });
 }
+
+/**
+ * Failures of an SGLang decode leg that reached its engine and broke before its first output: the
+ * engine answered 5xx, timed out or dropped the connection while it waited for the prefill's KV.
+ * (Nothing sent, a client abort or a refusal keep their own meaning.)
+ */
+const RENDEZVOUS_FAILURES = new Set([
+  'KVG_ERR_ENGINE_FAILED', 'KVG_ERR_ENGINE_DISCONNECTED', 'KVG_ERR_ENGINE_HEADERS_TIMEOUT', 'KVG_ERR_ENGINE_BODY_TIMEOUT',
+  'KVG_ERR_ENGINE_STREAM_BROKEN',
+]);
+
+export function failedAtRendezvous(err: unknown): boolean {
+  return isKvgateError(err) && RENDEZVOUS_FAILURES.has(err.code);
+}

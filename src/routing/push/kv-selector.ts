@@ -89,12 +89,12 @@ export class KvSelector implements LegSelector {
 
   publishLoad(g: WorkerGauges, workerId: number, dpRank: number): void {
     const load = this.#kv.load(workerId, dpRank);
+    // A slot the scheduler no longer knows (its worker left with legs in flight) holds nothing:
+    // every gauge goes to zero, not only the request count.
     g.activeRequests.set(load?.activeRequests ?? 0);
-    if (load !== undefined) {
-      g.activePrefillTokens.set(load.activePrefillTokens);
-      g.activeDecodeBlocks.set(load.activeDecodeBlocks);
-      g.indexBlocks.set(this.#kv.index.blockCount(workerId, dpRank));
-    }
+    g.activePrefillTokens.set(load?.activePrefillTokens ?? 0);
+    g.activeDecodeBlocks.set(load?.activeDecodeBlocks ?? 0);
+    if (load !== undefined) g.indexBlocks.set(this.#kv.index.blockCount(workerId, dpRank));
   }
 
   #observeDecision(phase: WorkerRole, d: RoutingDecision): void {

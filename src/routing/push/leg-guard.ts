@@ -134,6 +134,8 @@ export interface LegGuardDeps {
   readonly blockSize: number;
   /** Returns the leg's booking; called exactly once. */
   readonly release: () => void;
+  /** The leg failed after its answer started (mid-stream); the error is rethrown to the consumer. */
+  readonly onError?: ((err: unknown) => void) | undefined;
 }
 
 /** Watches one dispatched leg: progress into the bookkeeping, reports into metrics, exactly one release. */
@@ -141,8 +143,10 @@ export class LegGuard {
   readonly #cleanup: RequestCleanup;
   readonly #blocks: OutputBlockTracker | undefined;
   readonly #observe: RequestObservability;
+  readonly #onError: ((err: unknown) => void) | undefined;
 
   constructor(deps: LegGuardDeps, req: LegRequest, sel: Selection) {
+    this.#onError = deps.onError;
     this.#cleanup = new RequestCleanup(deps.release);
     this.#blocks = deps.kvRouter === undefined ? undefined : new OutputBlockTracker(deps.kvRouter, req, deps.blockSize);
     this.#observe = new RequestObservability(deps.clock, deps.metrics, req, sel, deps.blockSize, deps.kvRouter !== undefined);
@@ -152,6 +156,11 @@ export class LegGuard {
     const produced = info.tokenIds ?? info.outputChoices;
     if (produced > 0) this.#blocks?.onOutput(produced);
     this.#observe.onOutput(produced, info);
+  }
+
+  /** The stream failed mid-way (reported before the leg ends). */
+  failed(err: unknown): void {
+    this.#onError?.(err);
   }
 
   /** Ends the leg once (later calls do nothing). */
@@ -166,9 +175,14 @@ export class LegGuard {
 export async function* guardedEvents(stream: EngineEventStream, guard: LegGuard): AsyncGenerator<EngineEvent> {
   let completed = false;
   try {
-    for await (const ev of stream) {
-      if (!ev.done && ev.json !== undefined) guard.onOutput(readChunkInfo(ev.json));
-      yield ev;
+    try {
+      for await (const ev of stream) {
+        if (!ev.done && ev.json !== undefined) guard.onOutput(readChunkInfo(ev.json));
+        yield ev;
+      }
+    } catch (err) {
+      guard.failed(err);
+      throw err;
     }
     completed = true;
   } finally {

@@ -106,8 +106,18 @@ export class PoolMetrics {
     return g;
   }
 
+  /**
+   * The worker left the pool: its bookings left with it (the scheduler dropped them), so its load
+   * gauges read zero from now on instead of the last value published while it served.
+   */
   forgetWorker(workerId: number): void {
-    for (const key of [...this.#workers.keys()]) if (key.startsWith(`${workerId}:`)) this.#workers.delete(key);
+    for (const [key, g] of [...this.#workers]) {
+      if (!key.startsWith(`${workerId}:`)) continue;
+      g.activeRequests.set(0);
+      g.activePrefillTokens.set(0);
+      g.activeDecodeBlocks.set(0);
+      this.#workers.delete(key);
+    }
   }
 
   /** The prefill pool is `prefill`; the decode pool is `decode` once it holds a decode worker, else `aggregated`. */

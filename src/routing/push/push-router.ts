@@ -19,7 +19,7 @@
  */
 import type { RouterMode, WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
-import { EMPTY_LEG, EngineHttpError, dpRankLeg, mergeLegs, readChunkInfo, type EngineClient } from '../../engines/index.js';
+import { EMPTY_LEG, EngineHttpError, dpRankLeg, isMigratable, mergeLegs, readChunkInfo, type EngineClient } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import type { KvRouter } from '../kv-router.js';
@@ -46,6 +46,12 @@ export interface PushRouterOptions {
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
   /** A leg was sent to (worker, rank): KV-event liveness starts watching. */
   readonly onDispatch?: ((workerId: number, dpRank: number) => void) | undefined;
+  /**
+   * Progress deadlines per leg (ms; 0 or undefined: none). `firstByteMs` bounds dispatch to first output on
+   * streaming legs and one-token prefills (a non-streaming generation answers only when done, so it is left to
+   * the request timeout); `streamIdleMs` bounds the silence between two SSE events.
+   */
+  readonly legTimeouts?: { readonly firstByteMs?: number | undefined; readonly streamIdleMs?: number | undefined } | undefined;
 }
 
 export class PushRouter implements PoolMembers {
@@ -161,6 +167,7 @@ export class PushRouter implements PoolMembers {
         this.#inflight--;
         this.#release(req, sel);
       },
+      onError: (err) => this.#legFailed(req, sel, err),
     }, req, sel);
     this.#inflight++;
     this.#publishLoad(sel.worker.id, sel.dpRank);
@@ -175,6 +182,7 @@ export class PushRouter implements PoolMembers {
         stream: req.stream,
         extraFields: leg.fields,
         headers: { ...leg.headers, 'x-request-id': req.requestId },
+        ...this.#timeoutsOf(req),
         ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
       });
       const lm = this.#pm?.leg(req.phase);
@@ -188,6 +196,7 @@ export class PushRouter implements PoolMembers {
       return { selection: sel, status: res.status, body: { kind: 'sse', events: guardedEvents(res, guard) } };
     } catch (err) {
       guard.finish(false);
+      this.#legFailed(req, sel, err);
       if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
         return { selection: sel, status: err.upstreamStatus, body: { kind: 'json', bytes: err.upstreamBody, json: err.upstreamJson } };
       }
@@ -197,6 +206,24 @@ export class PushRouter implements PoolMembers {
       if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
       throw err;
     }
+  }
+
+  /** The leg's progress deadlines: first output on streams and one-token prefills, idle between events on streams. */
+  #timeoutsOf(req: LegRequest): { firstByteTimeoutMs?: number; streamIdleTimeoutMs?: number } {
+    const t = this.#opts.legTimeouts;
+    const out: { firstByteTimeoutMs?: number; streamIdleTimeoutMs?: number } = {};
+    if (t?.firstByteMs !== undefined && (req.stream || req.phase === 'prefill')) out.firstByteTimeoutMs = t.firstByteMs;
+    if (t?.streamIdleMs !== undefined && req.stream) out.streamIdleTimeoutMs = t.streamIdleMs;
+    return out;
+  }
+
+  /** A leg cut for making no progress: counted and logged; the error itself says it is migratable. */
+  #legFailed(req: LegRequest, sel: Selection, err: unknown): void {
+    if (!isMigratable(err)) return;
+    const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
+    this.#ctx.metrics?.engineTimeouts.labels({ model: this.model, worker_type: this.role, kind }).inc();
+    this.#ctx.log.warn({ model: this.model, requestId: req.requestId, workerId: sel.worker.id, dpRank: sel.dpRank, code: err.code, timeoutMs: err.detail?.['timeoutMs'] },
+      'engine leg made no progress in time; cut (migratable)');
   }
 
   /** Undoes a booking (exactly once per leg, through its guard). */

@@ -135,13 +135,15 @@ describe('SGLang rendezvous timeout', () => {
     const f = await fleet({ engine: 'sglang', prefillMocker: { bootstrapTimeoutMs: 300 } });
     f.prefill[0]!.setFaults({ hang: true }); // takes the request, never registers at its bootstrap server
     const e = await errorOf(f.router.route(prepare(randomTokens(rng, 80), { requestId: 'rdv-d' })));
-    expect(e.code).toBe('KVG_ERR_ENGINE_FAILED');
+    // One code per cause: a rendezvous timeout is the prefill phase's failure whichever side timed out.
+    expect(e.code).toBe('KVG_ERR_PREFILL_FAILED');
+    expect(e.detail).toMatchObject({ workerId: 101, cause: 'KVG_ERR_ENGINE_FAILED' });
     expect(e.message).toMatch(/504.*no prefill request arrived/);
     const p = legsOf(f.rec, 'rdv-d').prefill[0]!;
     await until(() => p.answeredAt !== undefined, 'the prefill leg to end');
     expect(isKvgateError(p.error, 'KVG_ERR_CLIENT_ABORTED')).toBe(true);
     await bothPoolsAtZero(f);
-    expect(await f.metrics.text()).toMatch(/handoff="bootstrap",outcome="decode_failed"\} 1/);
+    expect(await f.metrics.text()).toMatch(/handoff="bootstrap",outcome="prefill_failed"\} 1/);
   });
 });
 

@@ -6,66 +6,15 @@
  *
  * Runs the compiled CLI (bin/kvgate.js -> dist/), as `npm test` builds it first.
  */
-import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, json, lineOf, start, stop, type Proc } from '../../helpers/process.js';
 import { until } from '../../helpers/until.js';
 
-const ROOT = new URL('../../../', import.meta.url).pathname;
-const BIN = join(ROOT, 'bin/kvgate.js');
 const WORKER_ID = 7;
 const BLOCK = 16;
-
-/** A child process whose stdout and stderr are collected line by line. */
-interface Proc {
-  readonly child: ChildProcessByStdio<null, Readable, Readable>;
-  readonly lines: string[];
-  readonly stderr: string[];
-}
-
-function start(args: readonly string[]): Proc {
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  const proc: Proc = { child, lines: [], stderr: [] };
-  let buffered = '';
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-    buffered += chunk;
-    const parts = buffered.split('\n');
-    buffered = parts.pop()!;
-    proc.lines.push(...parts);
-  });
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => proc.stderr.push(chunk));
-  return proc;
-}
-
-async function stop(p: Proc | undefined): Promise<void> {
-  if (p === undefined || p.child.exitCode !== null || p.child.signalCode !== null) return;
-  const exited = new Promise((resolve) => p.child.once('exit', resolve));
-  p.child.kill('SIGTERM');
-  await exited;
-}
-
-function json(line: string): Record<string, unknown> | undefined {
-  try {
-    const v: unknown = JSON.parse(line);
-    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Waits for the first stdout line that is a JSON object matching `pick`. */
-async function lineOf(p: Proc, what: string, pick: (o: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
-  let found: Record<string, unknown> | undefined;
-  await until(() => {
-    if (p.child.exitCode !== null) throw new Error(`process exited (${p.child.exitCode}) before ${what}: ${p.stderr.join('')}`);
-    found = p.lines.map(json).find((o) => o !== undefined && pick(o));
-    return found !== undefined;
-  }, what, 20_000);
-  return found!;
-}
 
 /** pino's numeric level of `warn`. */
 const WARN = 40;

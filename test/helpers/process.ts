@@ -1,0 +1,61 @@
+/**
+ * kvgate as an operator runs it: `node bin/kvgate.js ...` child processes
+ * (the compiled CLI, so `npm run build` first), their stdout collected line by
+ * line (pino JSON lines and the mocker's port report) and stderr kept for
+ * failure messages.
+ */
+import { spawn, type ChildProcessByStdio } from 'node:child_process';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { until } from './until.js';
+
+export const ROOT = new URL('../../', import.meta.url).pathname;
+const BIN = join(ROOT, 'bin/kvgate.js');
+
+/** A child process whose stdout and stderr are collected line by line. */
+export interface Proc {
+  readonly child: ChildProcessByStdio<null, Readable, Readable>;
+  readonly lines: string[];
+  readonly stderr: string[];
+}
+
+export function start(args: readonly string[]): Proc {
+  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc: Proc = { child, lines: [], stderr: [] };
+  let buffered = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+    buffered += chunk;
+    const parts = buffered.split('\n');
+    buffered = parts.pop()!;
+    proc.lines.push(...parts);
+  });
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => proc.stderr.push(chunk));
+  return proc;
+}
+
+export async function stop(p: Proc | undefined): Promise<void> {
+  if (p === undefined || p.child.exitCode !== null || p.child.signalCode !== null) return;
+  const exited = new Promise((resolve) => p.child.once('exit', resolve));
+  p.child.kill('SIGTERM');
+  await exited;
+}
+
+export function json(line: string): Record<string, unknown> | undefined {
+  try {
+    const v: unknown = JSON.parse(line);
+    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Waits for the first stdout line that is a JSON object matching `pick`. */
+export async function lineOf(p: Proc, what: string, pick: (o: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
+  let found: Record<string, unknown> | undefined;
+  await until(() => {
+    if (p.child.exitCode !== null) throw new Error(`process exited (${p.child.exitCode}) before ${what}: ${p.stderr.join('')}`);
+    found = p.lines.map(json).find((o) => o !== undefined && pick(o));
+    return found !== undefined;
+  }, what, 20_000);
+  return found!;
+}
