@@ -68,7 +68,7 @@ describe('engine leg timeouts over real processes', () => {
     return line === undefined ? undefined : Number(line.split(' ').pop());
   }
 
-  const activeRequests = /^kvgate_worker_active_requests\{model="[^"]+",worker_id="1",dp_rank="0",worker_type="decode"\}/;
+  const activeRequests = /^kvgate_worker_active_requests\{model="[^"]+",worker_id="1",dp_rank="0",worker_type="aggregated"\}/;
 
   it('a stream that stalls after two tokens ends with KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT within the idle bound; the booking is freed', async () => {
     const { status, payloads, ms } = await stream();
