@@ -126,6 +126,12 @@ function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: nu
     modelReaders.push(r);
   });
   if (models.length === 0) resolveRouter(root, globalRouter, readRouterKnobs(undefined), ['router']);
+  // The embedded demo is for `kvgate serve` with nothing configured; a config file that lists no model
+  // is a mistake (an emptied list, a misspelt key), not a request for simulated engines.
+  const raw = root.node.models;
+  if (ctx.file !== undefined && (raw === undefined || raw === null || (Array.isArray(raw) && raw.length === 0))) {
+    root.problem('models', 'must list at least one model (the embedded demo starts only when kvgate serve is given no config file and no --model)');
+  }
 
   // Cross-field rules last.
   const byName = new Map<string, number>();
