@@ -214,19 +214,34 @@ export class ModelRouter implements ModelRouterPort {
 
   /** Decode workers are available and, under `enforceDisagg`, so is a prefill worker (Dynamo's `can_serve_requests`). */
   canServe(): boolean {
-    return !this.#closed && this.decode.size > 0 && this.prefill.canServeRequests();
+    return this.unavailable() === undefined;
+  }
+
+  /** Why the model cannot serve: no decode worker, or `enforceDisagg` without a prefill worker. */
+  unavailable(): KvgateError | undefined {
+    if (this.#closed || this.decode.size === 0) {
+      return new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`, { param: 'model' });
+    }
+    return this.prefill.canServeRequests() ? undefined : this.#notActivated();
+  }
+
+  #notActivated(): KvgateError {
+    return new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED',
+      `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`, { model: this.model });
   }
 
   /**
    * The request as one leg; the prefill router derives its prefill and decode
    * legs from it. The leg's id is the client's request id made unique in this
    * router (clients and proxies do resend an `x-request-id`), because the
-   * bookkeeping refuses two in-flight requests with one id; engines see it as
-   * their `x-request-id`, so logs still correlate by the client's prefix.
+   * bookkeeping refuses two in-flight requests with one id. Engines see the
+   * client's id unchanged as their `x-request-id` (they build the response's
+   * `id` from it), so the suffix never reaches the client.
    */
   #leg(req: PreparedRequest): LegRequest {
     return {
       requestId: `${req.requestId}~${(this.#legSeq = (this.#legSeq + 1) % Number.MAX_SAFE_INTEGER).toString(36)}`,
+      clientRequestId: req.requestId,
       path: PATHS[req.endpoint],
       body: req.body,
       stream: req.stream,
@@ -294,10 +309,7 @@ export class ModelRouter implements ModelRouterPort {
   #disaggregated(countFallback: boolean): boolean {
     const state = this.prefill.state;
     if (state === 'active') return true;
-    if (this.prefill.enforceDisagg) {
-      throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED',
-        `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`, { model: this.model });
-    }
+    if (this.prefill.enforceDisagg) throw this.#notActivated();
     if (state === 'inactive' && countFallback) this.#ctx.metrics?.disaggFallbacks.labels({ model: this.model }).inc();
     return false;
   }

@@ -47,6 +47,10 @@ export class FakeRouter implements ModelRouterPort {
     return this.servable;
   }
 
+  unavailable(): KvgateError | undefined {
+    return this.servable ? undefined : new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`);
+  }
+
   /** Holds every stream after its first event (and every JSON answer) until `release()`. */
   hold(): void {
     this.#gate = new Promise((resolve) => {
