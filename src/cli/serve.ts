@@ -21,6 +21,14 @@ import { ModelRouter, makeRouterContext } from '../routing/index.js';
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
 export const DEMO_ENGINES = 4;
+/**
+ * The printed example's conversation: 66 tokens with the chat template, four full 16-token
+ * blocks, so a second send is routed to the engine holding them and reports them cached (a prompt
+ * shorter than one block has nothing to reuse). README's quick start shows the same request.
+ */
+const DEMO_MESSAGES = '[{"role": "system", "content": "You are a concise assistant for engineers who run language models in production."}, '
+  + '{"role": "user", "content": "Explain what a KV cache is, why reusing a cached prompt prefix cuts the time to first token, '
+  + 'and how a router can send each request to the engine that already holds its prefix."}]';
 
 /** What builds the routers of a config, and what it must release at shutdown. */
 export interface RouterFleet {
@@ -109,7 +117,7 @@ function banner(config: GatewayConfig, gateway: Gateway, demo: boolean): string 
       : `kvgate: serving ${config.models.map((m) => `${m.name} (${m.workers.length} workers, ${m.routerMode})`).join(', ')} at ${url}.`,
     'Try it (the x-kvgate-worker response header names the engine that served it; send the same conversation twice and it sticks):',
     `  curl -si ${url}/v1/chat/completions -H 'content-type: application/json'${config.apiKeys.length > 0 ? " -H 'authorization: Bearer <key>'" : ''} \\`,
-    `    -d '{"model": "${model.name}", "messages": [{"role": "user", "content": "Tell me about KV caches."}], "max_tokens": 32}'`,
+    `    -d '{"model": "${model.name}", "messages": ${DEMO_MESSAGES}, "max_tokens": 32}'`,
     '',
   ];
   return lines.join('\n');
