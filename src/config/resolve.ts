@@ -140,6 +140,11 @@ function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: nu
     const r = modelReaders[i]!;
     if (model.name !== '' && byName.has(model.name)) r.problem('name', `duplicates models[${byName.get(model.name)}].name`);
     byName.set(model.name, i);
+    model.loraAdapters.forEach((a, j) => {
+      // A client's `model` must name one thing: a model or one model's adapter.
+      const other = models.findIndex((o, k) => k !== i && (o.name === a || (k < i && o.loraAdapters.includes(a))));
+      if (other >= 0) r.problemAt([...r.path, 'lora_adapters', j], `${a} is already the name of models[${other}] or one of its adapters`);
+    });
     model.workers.forEach((w, j) => {
       if (Number.isNaN(w.id)) return;
       const here = `models[${i}].workers[${j}]`;

@@ -13,7 +13,7 @@
  * State ownership: the registry says who exists; the KvRouter's bookkeeping is
  * the authoritative load; the prefix index is advisory and fed by events.
  */
-import { seededRng, type RouterMode } from '../common/index.js';
+import { seededRng, type RouterMode, type RoutingHints } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
@@ -31,6 +31,8 @@ import { StickySessions } from './sticky-sessions.js';
 
 export interface ModelRouterOptions {
   readonly model: string;
+  /** The name engines serve the model as: the `model` sent to them (default `model`). */
+  readonly servedModelName?: string | undefined;
   readonly mode: RouterMode;
   readonly blockSize: number;
   /** KvRouter knobs (KV mode), validated by the core. */
@@ -239,19 +241,39 @@ export class ModelRouter implements ModelRouterPort {
    * `id` from it), so the suffix never reaches the client.
    */
   #leg(req: PreparedRequest): LegRequest {
+    const lora = req.hints.loraName;
     return {
       requestId: `${req.requestId}~${(this.#legSeq = (this.#legSeq + 1) % Number.MAX_SAFE_INTEGER).toString(36)}`,
       clientRequestId: req.requestId,
       path: PATHS[req.endpoint],
-      body: req.body,
+      // Engines know the model by its served name, an adapter by its own name (vLLM and SGLang take it as `model`).
+      body: { ...req.body, model: lora ?? this.#opts.servedModelName ?? this.model },
       stream: req.stream,
       isl: req.tokenIds.length,
       hashes: { local: req.blockHashes, seq: req.sequenceHashes },
-      routing: req.hints,
+      routing: lora === undefined ? req.hints : { ...req.hints, allowedWorkerIds: this.#adapterWorkers(lora, req.hints.allowedWorkerIds) },
       phase: 'aggregated',
       signal: req.signal,
       receivedAt: req.receivedAt,
     };
+  }
+
+  /**
+   * The LoRA adapters this model serves now: those of its available aggregated or decode workers
+   * (configured, or listed by their engines' /v1/models).
+   */
+  adapters(): string[] {
+    return this.#registry.adapters(this.model, ['aggregated', 'decode']);
+  }
+
+  /** The workers (any role) serving `adapter`, within the client's allowed list if it gave one. */
+  #adapterWorkers(adapter: string, allowed: RoutingHints['allowedWorkerIds']): ReadonlySet<number> {
+    const within = allowed === undefined ? undefined : new Set(allowed);
+    const ids = new Set<number>();
+    for (const w of this.#registry.available(this.model)) {
+      if (this.#registry.servesAdapter(w.id, adapter) && (within === undefined || within.has(w.id))) ids.add(w.id);
+    }
+    return ids;
   }
 
   async route(req: PreparedRequest): Promise<RoutedResponse> {
@@ -264,7 +286,8 @@ export class ModelRouter implements ModelRouterPort {
     let leg = this.#leg(req);
     // Session affinity: the session's worker becomes the pin while it stays in the pool (an explicit pin wins).
     const sticky = leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
-      ? this.sessions.stickySlot(session, (id) => this.decode.worker(id) !== undefined)
+      ? this.sessions.stickySlot(session, (id) => this.decode.worker(id) !== undefined
+        && (leg.routing.allowedWorkerIds === undefined || new Set(leg.routing.allowedWorkerIds).has(id)))
       : undefined;
     if (sticky !== undefined) leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
     let res;

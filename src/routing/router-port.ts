@@ -107,6 +107,11 @@ export interface ModelRouterPort {
   canServe(): boolean;
   /** The 503 error to answer with while `canServe()` is false; undefined while it is true. */
   unavailable(): KvgateError | undefined;
+  /**
+   * The LoRA adapters of this model that can be served now (cheap; called per request naming an
+   * unknown model, and by /v1/models). A request for one carries it in `hints.loraName`.
+   */
+  adapters(): readonly string[];
   route(req: PreparedRequest): Promise<RoutedResponse>;
   query(req: PreparedRequest): Promise<QueryResult>;
   close(): Promise<void>;

@@ -362,3 +362,20 @@ models:
     expect(p.map((x) => x.path)).toEqual(['router.router_track_output_blocks']);
   });
 });
+
+describe('config: served_model_name and lora_adapters', () => {
+  // issue 12 items 7 and 8
+  it('default to the gateway name and none; are handed to every worker of the model', () => {
+    const c = loadGatewayConfig({ file: file(`models:\n  - name: llama\n    served_model_name: meta-llama/Llama-3.1-8B-Instruct\n    lora_adapters: [sql-adapter, chat-adapter]\n${WORKERS}\n  - name: plain\n    workers: [{ id: 3, url: "http://p:1", kv_events: "tcp://p:2" }]\n`), env: {} });
+    const [llama, plain] = c.models;
+    expect(llama).toMatchObject({ servedModelName: 'meta-llama/Llama-3.1-8B-Instruct', loraAdapters: ['sql-adapter', 'chat-adapter'] });
+    expect(llama!.workers[1]).toMatchObject({ model: 'llama', servedModelName: 'meta-llama/Llama-3.1-8B-Instruct', loraAdapters: ['sql-adapter', 'chat-adapter'] });
+    expect(plain).toMatchObject({ servedModelName: 'plain', loraAdapters: [] });
+  });
+
+  it('refuses adapter names that are not names, repeat, or collide with a model name', () => {
+    const p = problemsOf({ file: file(`models:\n  - name: a\n    lora_adapters: [x, x, a, "has space", 7]\n${WORKERS}\n  - name: b\n    lora_adapters: [a]\n    workers: [{ id: 3, url: "http://p:1", kv_events: "tcp://p:2" }]\n`), env: {} });
+    expect(p.map((x) => x.path)).toEqual(['models[0].lora_adapters[1]', 'models[0].lora_adapters[2]', 'models[0].lora_adapters[3]', 'models[0].lora_adapters[4]', 'models[1].lora_adapters[0]']);
+    expect(problemsOf({ file: file(`models:\n  - name: a\n    served_model_name: "two words"\n${WORKERS}\n`), env: {} })[0]!.path).toBe('models[0].served_model_name');
+  });
+});

@@ -21,6 +21,8 @@ export class FakeRouter implements ModelRouterPort {
   readonly workerIds: number[];
   readonly direct: boolean;
   servable = true;
+  /** What adapters() answers. */
+  servedAdapters: string[] = [];
   /** Every request route() or query() received. */
   readonly routed: PreparedRequest[] = [];
   readonly queried: PreparedRequest[] = [];
@@ -45,6 +47,10 @@ export class FakeRouter implements ModelRouterPort {
 
   canServe(): boolean {
     return this.servable;
+  }
+
+  adapters(): string[] {
+    return this.servedAdapters;
   }
 
   unavailable(): KvgateError | undefined {

@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { until } from './until.js';
 
-export const ROOT = new URL('../../', import.meta.url).pathname;
+const ROOT = new URL('../../', import.meta.url).pathname;
 const BIN = join(ROOT, 'bin/kvgate.js');
 
 export interface CliProcess {
@@ -48,4 +48,23 @@ export function startCli(args: readonly string[]): CliProcess {
       await done;
     },
   };
+}
+
+/** What `kvgate mocker` prints for each engine it started (the fields tests read). */
+export interface MockerLine {
+  readonly index: number;
+  readonly url: string;
+  readonly model: string;
+  readonly kv_events: readonly string[];
+}
+
+/** Starts `kvgate mocker ARGS` (OS-chosen ports unless ARGS say otherwise) and waits for its engines' lines. */
+export async function startMockerCli(args: readonly string[], count = 1): Promise<{ proc: CliProcess; engines: MockerLine[] }> {
+  const proc = startCli(['mocker', '--port', '0', '--kv-events-port', '0', '--count', String(count), ...args]);
+  const lines = (): MockerLine[] => proc.output().split('\n').filter((l) => l.startsWith('{"index"')).map((l) => JSON.parse(l) as MockerLine);
+  await until(() => {
+    if (proc.child.exitCode !== null) throw new Error(`kvgate mocker exited: ${proc.output()}`);
+    return lines().length === count;
+  }, 'the mocker engines\' lines', 20_000);
+  return { proc, engines: lines() };
 }
