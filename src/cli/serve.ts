@@ -10,10 +10,10 @@
  */
 import { pino, type Logger } from 'pino';
 import { loadGatewayConfig, parseServeFlags, serveUsage, type GatewayConfig } from '../config/index.js';
-import { HealthProber, WorkerRegistry } from '../discovery/index.js';
+import { HealthProber, WorkerRegistry, type ModelCheck, type WorkerInfo } from '../discovery/index.js';
 import { EngineClient } from '../engines/index.js';
 import { isKvgateError } from '../errors/index.js';
-import { startGateway, type Gateway, type RouterPortFactory } from '../frontend/index.js';
+import { startGateway, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
 import { seededRng } from '../common/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
@@ -21,6 +21,14 @@ import { ModelRouter, makeRouterContext } from '../routing/index.js';
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
 export const DEMO_ENGINES = 4;
+/**
+ * The printed example's conversation: 66 tokens with the chat template, four full 16-token
+ * blocks, so a second send is routed to the engine holding them and reports them cached (a prompt
+ * shorter than one block has nothing to reuse). README's quick start shows the same request.
+ */
+const DEMO_MESSAGES = '[{"role": "system", "content": "You are a concise assistant for engineers who run language models in production."}, '
+  + '{"role": "user", "content": "Explain what a KV cache is, why reusing a cached prompt prefix cuts the time to first token, '
+  + 'and how a router can send each request to the engine that already holds its prefix."}]';
 
 /** What builds the routers of a config, and what it must release at shutdown. */
 export interface RouterFleet {
@@ -28,9 +36,31 @@ export interface RouterFleet {
   close(): Promise<void>;
 }
 
+type ModelCheckSink = (w: WorkerInfo, check: ModelCheck) => void;
+
+/** Logs and counts a worker's model-check outcome (a served-name mismatch loudly). */
+function modelCheckSink(deps: RouterPortDeps): ModelCheckSink {
+  return (w, check) => {
+    const at = { workerId: w.id, url: w.url, servedModelName: w.servedModelName ?? w.model };
+    const gauge = deps.metrics.workerServedModelMismatch.labels({ model: w.model, worker_id: String(w.id) });
+    gauge.set(check.kind === 'mismatch' ? 1 : 0);
+    if (check.kind === 'mismatch') {
+      deps.logger.warn({ ...at, engineModels: check.served },
+        `worker ${w.id}: its engine does not serve "${check.expected}" (it lists ${check.served.map((s) => `"${s}"`).join(', ') || 'nothing'}); `
+        + 'the worker is not routed to until it does (set the model\'s served_model_name to the engine\'s name)');
+    } else if (check.kind === 'unreadable') {
+      deps.logger.warn({ ...at, reason: check.reason }, `worker ${w.id}: could not read its engine's /v1/models; its served model name and LoRA adapters are not checked`);
+    } else {
+      deps.logger.info({ ...at, loraAdapters: check.adapters }, `worker ${w.id}: its engine serves the model${check.adapters.length > 0 ? ` and ${check.adapters.length} LoRA adapter(s)` : ''}`);
+    }
+  };
+}
+
 /**
  * The routers of a config: one worker registry (fed from the config, with active
- * health probing) and one engine client shared by every model; a ModelRouter per model.
+ * health probing and the engines' /v1/models checked on join) and one engine client
+ * shared by every model; a ModelRouter per model, built after the first probe round
+ * so a worker whose engine serves another model is never routed to.
  */
 function fleetRouters(config: GatewayConfig): RouterFleet {
   const registry = new WorkerRegistry();
@@ -41,16 +71,42 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       engine.addWorker(w.url);
     }
   }
-  const prober = new HealthProber(registry);
-  prober.start();
+  // Model-check outcomes go to the model's logger and metrics, which arrive with its router;
+  // outcomes of the first round that come earlier wait for them.
+  const sinks = new Map<string, ModelCheckSink>();
+  const early = new Map<number, [WorkerInfo, ModelCheck]>();
+  const prober = new HealthProber(registry, {
+    onModelCheck: (w, check) => {
+      const sink = sinks.get(w.model);
+      if (sink !== undefined) sink(w, check);
+      else early.set(w.id, [w, check]);
+    },
+  });
+  // The first round runs when the first router is built: after the gateway's start-up work (tokenizers),
+  // which would otherwise hold the event loop past the probes' timeout.
+  let firstRound: Promise<void> | undefined;
   return {
     // One context per model, handed down to every router and KV-event manager: their warnings go
     // to the gateway's pino logger, each line carrying the model.
-    createRouter: (model, deps) => new ModelRouter({
-      model: model.name, mode: model.routerMode, blockSize: model.blockSize, routerConfig: model.router, registry, engine,
-      onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
-      legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
-    }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) })),
+    createRouter: async (model, deps) => {
+      const sink = modelCheckSink(deps);
+      sinks.set(model.name, sink);
+      if (firstRound === undefined) {
+        firstRound = prober.probeAll();
+        prober.start();
+      }
+      await firstRound;
+      for (const [id, [w, check]] of early) {
+        if (w.model !== model.name) continue;
+        early.delete(id);
+        sink(w, check);
+      }
+      return new ModelRouter({
+        model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
+        routerConfig: model.router, registry, engine, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
+        legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
+      }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
+    },
     async close(): Promise<void> {
       prober.close();
       await engine.close();
@@ -113,7 +169,7 @@ function banner(config: GatewayConfig, gateway: Gateway, demo: boolean): string 
       : `kvgate: serving ${config.models.map((m) => `${m.name} (${m.workers.length} workers, ${m.routerMode})`).join(', ')} at ${url}.`,
     'Try it (the x-kvgate-worker response header names the engine that served it; send the same conversation twice and it sticks):',
     `  curl -si ${url}/v1/chat/completions -H 'content-type: application/json'${config.apiKeys.length > 0 ? " -H 'authorization: Bearer <key>'" : ''} \\`,
-    `    -d '{"model": "${model.name}", "messages": [{"role": "user", "content": "Tell me about KV caches."}], "max_tokens": 32}'`,
+    `    -d '{"model": "${model.name}", "messages": ${DEMO_MESSAGES}, "max_tokens": 32}'`,
     '',
   ];
   return lines.join('\n');

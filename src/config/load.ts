@@ -144,7 +144,7 @@ export function loadGatewayConfig(opts: LoadOptions = {}): GatewayConfig {
   }
   const fromBase = new Set<string>();
   for (const [key, value] of Object.entries(opts.base ?? {})) {
-    if (doc[key] === undefined || (key === 'models' && Array.isArray(doc[key]) && (doc[key] as unknown[]).length === 0)) {
+    if (doc[key] === undefined) {
       doc[key] = structuredClone(value);
       fromBase.add(key);
     }

@@ -14,8 +14,8 @@ import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
 import type { EngineTimeouts, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
-const MODEL_KEYS = ['name', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine', 'enforce_disagg',
-  'max_prompt_tokens', 'router', 'workers', 'engine_timeouts'] as const;
+const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine',
+  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
   'max_num_batched_tokens', 'total_kv_blocks'] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
@@ -78,7 +78,26 @@ function readKvEvents(w: ConfigReader): KvEventEndpoints | undefined {
   return { endpoint, replayEndpoint, topic, dpPortStride };
 }
 
-function readWorker(w: ConfigReader, modelEngine: EngineDialect, modelName: string): WorkerConfig {
+/** A model name as engines and clients spell it (Hugging Face ids have slashes). */
+const checkModelName = (s: string): string | undefined => (s.length <= 256 && !/[\s]/.test(s) ? undefined : 'must be at most 256 characters without whitespace');
+
+/** `lora_adapters`: distinct adapter names, none equal to the model's own names. */
+function readLoraAdapters(m: ConfigReader, names: readonly string[]): string[] {
+  const list = m.list('lora_adapters') ?? [];
+  const out: string[] = [];
+  list.forEach((v, i) => {
+    const path = [...m.path, 'lora_adapters', i];
+    if (typeof v !== 'string' || v === '' || checkModelName(v) !== undefined) m.problemAt(path, `must be an adapter name (a non-empty string without whitespace), got ${show(v)}`);
+    else if (names.includes(v)) m.problemAt(path, `${v} is the model's own name; an adapter needs a name of its own`);
+    else if (out.includes(v)) m.problemAt(path, `${v} is listed twice`);
+    else out.push(v);
+  });
+  return out;
+}
+
+interface ModelNames { readonly name: string; readonly servedModelName: string; readonly loraAdapters: readonly string[] }
+
+function readWorker(w: ConfigReader, modelEngine: EngineDialect, names: ModelNames): WorkerConfig {
   w.allowOnly(WORKER_KEYS);
   const id = w.reqInt('id', { min: 0, max: MAX_U53 });
   const url = w.reqStr('url', checkHttpUrl).replace(/\/+$/, '');
@@ -105,7 +124,7 @@ function readWorker(w: ConfigReader, modelEngine: EngineDialect, modelName: stri
       'only SGLang prefill workers have a bootstrap server (role: prefill, engine: sglang)');
   }
   return {
-    id, model: modelName, url, role, dialect, dpStart, dpSize, kvEvents, bootstrap,
+    id, model: names.name, servedModelName: names.servedModelName, loraAdapters: names.loraAdapters, url, role, dialect, dpStart, dpSize, kvEvents, bootstrap,
     maxNumBatchedTokens: w.optInt('max_num_batched_tokens', { min: 1 }),
     totalKvBlocks: w.optInt('total_kv_blocks', { min: 1 }),
   };
@@ -125,7 +144,10 @@ export function readEngineTimeouts(t: ConfigReader | undefined, base: EngineTime
 export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: RouterKnobs,
   maxPromptTokens: number, root: ConfigReader, timeouts: EngineTimeouts): ModelConfig {
   m.allowOnly(MODEL_KEYS);
-  const name = m.reqStr('name', (s) => (s.length <= 256 && !/[\s]/.test(s) ? undefined : 'must be at most 256 characters without whitespace'));
+  const name = m.reqStr('name', checkModelName);
+  const servedModelName = m.str('served_model_name', name, checkModelName);
+  const loraAdapters = readLoraAdapters(m, [name, servedModelName]);
+  const names: ModelNames = { name, servedModelName, loraAdapters };
   const routerMode = m.oneOf('router_mode', ROUTER_MODES, GATEWAY_DEFAULTS.routerMode);
   const blockSize = m.int('block_size', GATEWAY_DEFAULTS.blockSize, { min: 1, max: 1 << 20 });
   const tokenizer = readTokenizer(m, ctx);
@@ -146,10 +168,10 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
       workers.push({ id: Number.NaN, model: name, url: '', role: 'aggregated', dialect: engine, dpStart: 0, dpSize: 1 });
       return;
     }
-    workers.push(readWorker(m.at(path, node), engine, name));
+    workers.push(readWorker(m.at(path, node), engine, names));
   });
   const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
-  return { name, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts };
+  return { name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts };
 }
 
 /** Cross-field rules of one model; `workerPaths[i]` is the path of `workers[i]`. */

@@ -128,6 +128,12 @@ function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: nu
     modelReaders.push(r);
   });
   if (models.length === 0) resolveRouter(root, globalRouter, readRouterKnobs(undefined), ['router']);
+  // The embedded demo is for `kvgate serve` with nothing configured; a config file that lists no model
+  // is a mistake (an emptied list, a misspelt key), not a request for simulated engines.
+  const raw = root.node.models;
+  if (ctx.file !== undefined && (raw === undefined || raw === null || (Array.isArray(raw) && raw.length === 0))) {
+    root.problem('models', 'must list at least one model (the embedded demo starts only when kvgate serve is given no config file and no --model)');
+  }
 
   // Cross-field rules last.
   const byName = new Map<string, number>();
@@ -136,6 +142,11 @@ function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: nu
     const r = modelReaders[i]!;
     if (model.name !== '' && byName.has(model.name)) r.problem('name', `duplicates models[${byName.get(model.name)}].name`);
     byName.set(model.name, i);
+    model.loraAdapters.forEach((a, j) => {
+      // A client's `model` must name one thing: a model or one model's adapter.
+      const other = models.findIndex((o, k) => k !== i && (o.name === a || (k < i && o.loraAdapters.includes(a))));
+      if (other >= 0) r.problemAt([...r.path, 'lora_adapters', j], `${a} is already the name of models[${other}] or one of its adapters`);
+    });
     model.workers.forEach((w, j) => {
       if (Number.isNaN(w.id)) return;
       const here = `models[${i}].workers[${j}]`;

@@ -28,6 +28,16 @@ export type WorkerConfig = WorkerInfo;
 export interface ModelConfig {
   /** The `model` clients send and /v1/models lists. */
   readonly name: string;
+  /**
+   * The name the engines serve the model as: sent to them as `model`, and checked against each
+   * engine's /v1/models when its worker joins (a worker whose engine does not list it is not routed to).
+   */
+  readonly servedModelName: string;
+  /**
+   * LoRA adapters every worker of the model serves by configuration (more are learned from each
+   * engine's /v1/models). Clients ask for one as `model` or `nvext.lora_name`.
+   */
+  readonly loraAdapters: readonly string[];
   readonly routerMode: RouterMode;
   /** KV cache block size of the engines (tokens per block); must equal the engines' setting. */
   readonly blockSize: number;

@@ -2,3 +2,4 @@
 export { WorkerRegistry } from './registry.js';
 export type { WorkerInfo, KvEventEndpoints } from './registry.js';
 export { HealthProber } from './health.js';
+export type { ModelCheck } from './engine-models.js';

@@ -29,8 +29,12 @@ export interface KvEventEndpoints {
 export interface WorkerInfo {
   /** Stable id (u53): how pins, metrics and the index name this worker. */
   readonly id: number;
-  /** Model name this worker serves. */
+  /** Model name this worker serves: the gateway's name, the `model` clients send. */
   readonly model: string;
+  /** The name the engine serves the model as (sent as `model` to it, checked against its /v1/models); default `model`. */
+  readonly servedModelName?: string | undefined;
+  /** LoRA adapters the engine serves by configuration, besides those its /v1/models lists. */
+  readonly loraAdapters?: readonly string[] | undefined;
   /** Base URL of the engine's OpenAI-compatible server, e.g. http://10.0.0.5:8000. */
   readonly url: string;
   readonly role: WorkerRole;
@@ -55,6 +59,8 @@ export interface WorkerRegistryEvents {
 export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
   readonly #all = new Map<number, WorkerInfo>();
   readonly #available = new Set<number>();
+  /** Adapters each worker's engine listed at its last /v1/models check. */
+  readonly #discoveredAdapters = new Map<number, readonly string[]>();
 
   /** Registers a worker; it is available at once unless `available` is false. */
   add(w: WorkerInfo, available = true): void {
@@ -71,6 +77,29 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
   remove(id: number): void {
     this.markDown(id);
     this.#all.delete(id);
+    this.#discoveredAdapters.delete(id);
+  }
+
+  /** The LoRA adapters the worker's engine listed (replaces the previous list). */
+  setDiscoveredAdapters(id: number, adapters: readonly string[]): void {
+    if (this.#all.has(id)) this.#discoveredAdapters.set(id, [...adapters]);
+  }
+
+  /** Whether the worker serves the adapter: configured for its model, or listed by its engine. */
+  servesAdapter(id: number, adapter: string): boolean {
+    const w = this.#all.get(id);
+    if (w === undefined) return false;
+    return (w.loraAdapters?.includes(adapter) ?? false) || (this.#discoveredAdapters.get(id)?.includes(adapter) ?? false);
+  }
+
+  /** The adapters served by at least one available worker of the model in one of `roles`, sorted. */
+  adapters(model: string, roles?: readonly WorkerRole[]): string[] {
+    const out = new Set<string>();
+    for (const w of this.available(model, roles)) {
+      for (const a of w.loraAdapters ?? []) out.add(a);
+      for (const a of this.#discoveredAdapters.get(w.id) ?? []) out.add(a);
+    }
+    return [...out].sort();
   }
 
   /** The worker becomes eligible for routing (idempotent). */

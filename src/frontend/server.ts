@@ -30,6 +30,7 @@ import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { parseRoutingHints } from './hints.js';
+import { modelEntries, resolveModel, type ModelTarget } from './model-lookup.js';
 import {
   ApiKeys, asKvgateError, parseJsonObject, pickRequestId, readBody, sendBytes, sendError, sendJson,
 } from './http-io.js';
@@ -74,6 +75,8 @@ export class GatewayServer {
   readonly metrics: KvgateMetrics;
   readonly #ports = new Map<string, ModelRouterPort>();
   readonly #models = new Map<string, ModelConfig>();
+  /** Each model's port and config, by model name (the model lookup's view). */
+  readonly #served = new Map<string, Omit<ModelTarget, 'loraName'>>();
   readonly #preprocessor: Preprocessor;
   readonly #keys: ApiKeys;
   readonly #public: Server;
@@ -102,7 +105,9 @@ export class GatewayServer {
       this.#ports.set(port.model, port);
     }
     for (const m of opts.config.models) {
-      if (!this.#ports.has(m.name)) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${m.name}`);
+      const port = this.#ports.get(m.name);
+      if (port === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${m.name}`);
+      this.#served.set(m.name, { port, model: m });
     }
     const adminSeparate = opts.config.admin.enabled && opts.config.admin.listen !== undefined;
     this.#public = this.#createServer('public', this.#routeTable(!adminSeparate && opts.config.admin.enabled, true));
@@ -268,16 +273,16 @@ export class GatewayServer {
     const body = parseJsonObject(await readBody(ctx.req, this.config.limits.maxBodyBytes, ctx.signal));
     const endpoint: EndpointKind = kind === 'route' ? (body.messages !== undefined ? 'chat' : 'completion') : kind;
     validateBody(endpoint, body);
-    const modelName = body.model as string;
-    ctx.log.model = modelName;
-    const port = this.#ports.get(modelName);
-    const model = this.#models.get(modelName);
-    if (port === undefined || model === undefined) {
-      throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `model ${JSON.stringify(modelName)} is not served here; GET /v1/models lists the models`, { param: 'model' });
-    }
-    if (!port.canServe()) throw new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${modelName} has no worker available right now`, { param: 'model' });
-    const { hints, queryOnly, tokenData } = parseRoutingHints(body.nvext, ctx.req.headers);
-    const task = promptTask({ endpoint, body, model: modelName, maxPromptTokens: model.maxPromptTokens, tokenData, loraName: hints.loraName });
+    ctx.log.model = body.model as string;
+    const parsed = parseRoutingHints(body.nvext, ctx.req.headers);
+    const { queryOnly, tokenData } = parsed;
+    // `model` may name a LoRA adapter: the request then runs on its base model under that adapter.
+    const { port, model, loraName } = resolveModel(this.#served, body.model as string, parsed.hints.loraName);
+    const modelName = model.name;
+    const hints = loraName === parsed.hints.loraName ? parsed.hints : { ...parsed.hints, loraName };
+    const unavailable = port.unavailable();
+    if (unavailable !== undefined) throw unavailable;
+    const task = promptTask({ endpoint, body, model: modelName, maxPromptTokens: model.maxPromptTokens, tokenData, loraName });
     const pre = await this.#preprocessor.run(task);
     ctx.signal.throwIfAborted();
     ctx.log.promptTokens = pre.tokenIds.length;
@@ -342,19 +347,22 @@ export class GatewayServer {
     sendJson(ctx.res, ready ? 200 : 503, { status: ready ? 'ready' : this.#draining ? 'draining' : 'no_servable_model', models });
   }
 
+  /** The servable models, each followed by the LoRA adapters it serves now (`parent`: the model). */
+  #modelList(): Record<string, unknown>[] {
+    return [...this.#ports.values()].filter((p) => p.canServe()).flatMap((p) => modelEntries(p, this.#createdSec));
+  }
+
   #listModels(ctx: RequestContext): void {
-    sendJson(ctx.res, 200, {
-      object: 'list',
-      data: this.#servable().map((id) => ({ id, object: 'model', created: this.#createdSec, owned_by: 'kvgate' })),
-    });
+    sendJson(ctx.res, 200, { object: 'list', data: this.#modelList() });
   }
 
   #getModel(ctx: RequestContext): void {
     const id = decodeURIComponent((ctx.req.url ?? '').split('?', 1)[0]!.slice('/v1/models/'.length));
-    if (!this.#servable().includes(id)) {
+    const entry = this.#modelList().find((e) => e.id === id);
+    if (entry === undefined) {
       throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `model ${JSON.stringify(id)} is not served here; GET /v1/models lists the models`, { param: 'model' });
     }
-    sendJson(ctx.res, 200, { id, object: 'model', created: this.#createdSec, owned_by: 'kvgate' });
+    sendJson(ctx.res, 200, entry);
   }
 
   #redactedConfig(): unknown {

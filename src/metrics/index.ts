@@ -75,6 +75,7 @@ export class KvgateMetrics {
   readonly workerActiveRequests: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
   readonly workerIndexBlocks: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
   readonly workerKvEventsLive: Gauge<'model' | 'worker_id' | 'worker_type'>;
+  readonly workerServedModelMismatch: Gauge<'model' | 'worker_id'>;
 
   // Queue and backpressure.
   readonly queuePendingRequests: Gauge<'model' | 'worker_type'>;
@@ -130,6 +131,8 @@ export class KvgateMetrics {
     this.queuePendingRequests = new Gauge({ name: 'kvgate_router_queue_pending_requests', help: 'Requests parked in the router queue.', labelNames: MW, registers });
     this.queuePendingIslTokens = new Gauge({ name: 'kvgate_router_queue_pending_isl_tokens', help: 'Prompt tokens of requests parked in the router queue.', labelNames: MW, registers });
     this.backpressure = new Counter({ name: 'kvgate_router_backpressure_total', help: 'Requests rejected by queue-depth backpressure.', labelNames: MW, registers });
+    // ---- engines that do not serve the model's name
+    this.workerServedModelMismatch = new Gauge({ name: 'kvgate_worker_served_model_mismatch', help: '1 while the worker\'s engine does not list the model\'s served_model_name in its /v1/models (the worker is not routed to); 0 once it does.', labelNames: ['model', 'worker_id'], registers });
     // ---- KV events
     this.kvEventsApplied = new Counter({ name: 'kvgate_kv_events_applied_total', help: 'KV events applied to the prefix index, by type and status.', labelNames: ['event_type', 'status'], registers });
     this.kvEventDecodeErrors = new Counter({ name: 'kvgate_kv_event_decode_errors_total', help: 'KV event messages that could not be decoded, by kind.', labelNames: ['worker_id', 'kind'], registers });

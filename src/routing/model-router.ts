@@ -13,7 +13,7 @@
  * State ownership: the registry says who exists; the KvRouter's bookkeeping is
  * the authoritative load; the prefix index is advisory and fed by events.
  */
-import { seededRng, type RouterMode } from '../common/index.js';
+import { seededRng, type RouterMode, type RoutingHints } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
@@ -31,6 +31,8 @@ import { StickySessions } from './sticky-sessions.js';
 
 export interface ModelRouterOptions {
   readonly model: string;
+  /** The name engines serve the model as: the `model` sent to them (default `model`). */
+  readonly servedModelName?: string | undefined;
   readonly mode: RouterMode;
   readonly blockSize: number;
   /** KvRouter knobs (KV mode), validated by the core. */
@@ -216,30 +218,65 @@ export class ModelRouter implements ModelRouterPort {
 
   /** Decode workers are available and, under `enforceDisagg`, so is a prefill worker (Dynamo's `can_serve_requests`). */
   canServe(): boolean {
-    return !this.#closed && this.decode.size > 0 && this.prefill.canServeRequests();
+    return this.unavailable() === undefined;
+  }
+
+  /** Why the model cannot serve: no decode worker, or `enforceDisagg` without a prefill worker. */
+  unavailable(): KvgateError | undefined {
+    if (this.#closed || this.decode.size === 0) {
+      return new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`, { param: 'model' });
+    }
+    return this.prefill.canServeRequests() ? undefined : this.#notActivated();
+  }
+
+  #notActivated(): KvgateError {
+    return new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED',
+      `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`, { model: this.model });
   }
 
   /**
    * The request as one leg; the prefill router derives its prefill and decode
    * legs from it. The leg's id is the client's request id made unique in this
    * router (clients and proxies do resend an `x-request-id`), because the
-   * bookkeeping refuses two in-flight requests with one id; engines see it as
-   * their `x-request-id`, so logs still correlate by the client's prefix.
+   * bookkeeping refuses two in-flight requests with one id. Engines see the
+   * client's id unchanged as their `x-request-id` (they build the response's
+   * `id` from it), so the suffix never reaches the client.
    */
   #leg(req: PreparedRequest): LegRequest {
+    const lora = req.hints.loraName;
     return {
       requestId: `${req.requestId}~${(this.#legSeq = (this.#legSeq + 1) % Number.MAX_SAFE_INTEGER).toString(36)}`,
+      clientRequestId: req.requestId,
       path: PATHS[req.endpoint],
-      body: req.body,
+      // Engines know the model by its served name, an adapter by its own name (vLLM and SGLang take it as `model`).
+      body: { ...req.body, model: lora ?? this.#opts.servedModelName ?? this.model },
       stream: req.stream,
       isl: req.tokenIds.length,
       hashes: { local: req.blockHashes, seq: req.sequenceHashes },
       hashingMs: req.hashingMs,
-      routing: req.hints,
+      routing: lora === undefined ? req.hints : { ...req.hints, allowedWorkerIds: this.#adapterWorkers(lora, req.hints.allowedWorkerIds) },
       phase: 'aggregated',
       signal: req.signal,
       receivedAt: req.receivedAt,
     };
+  }
+
+  /**
+   * The LoRA adapters this model serves now: those of its available aggregated or decode workers
+   * (configured, or listed by their engines' /v1/models).
+   */
+  adapters(): string[] {
+    return this.#registry.adapters(this.model, ['aggregated', 'decode']);
+  }
+
+  /** The workers (any role) serving `adapter`, within the client's allowed list if it gave one. */
+  #adapterWorkers(adapter: string, allowed: RoutingHints['allowedWorkerIds']): ReadonlySet<number> {
+    const within = allowed === undefined ? undefined : new Set(allowed);
+    const ids = new Set<number>();
+    for (const w of this.#registry.available(this.model)) {
+      if (this.#registry.servesAdapter(w.id, adapter) && (within === undefined || within.has(w.id))) ids.add(w.id);
+    }
+    return ids;
   }
 
   async route(req: PreparedRequest): Promise<RoutedResponse> {
@@ -252,7 +289,8 @@ export class ModelRouter implements ModelRouterPort {
     let leg = this.#leg(req);
     // Session affinity: the session's worker becomes the pin while it stays in the pool (an explicit pin wins).
     const sticky = leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
-      ? this.sessions.stickySlot(session, (id) => this.decode.worker(id) !== undefined)
+      ? this.sessions.stickySlot(session, (id) => this.decode.worker(id) !== undefined
+        && (leg.routing.allowedWorkerIds === undefined || new Set(leg.routing.allowedWorkerIds).has(id)))
       : undefined;
     if (sticky !== undefined) leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
     let res;
@@ -297,10 +335,7 @@ export class ModelRouter implements ModelRouterPort {
   #disaggregated(countFallback: boolean): boolean {
     const state = this.prefill.state;
     if (state === 'active') return true;
-    if (this.prefill.enforceDisagg) {
-      throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED',
-        `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`, { model: this.model });
-    }
+    if (this.prefill.enforceDisagg) throw this.#notActivated();
     if (state === 'inactive' && countFallback) this.#ctx.metrics?.disaggFallbacks.labels({ model: this.model }).inc();
     return false;
   }

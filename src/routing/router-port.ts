@@ -5,8 +5,10 @@
  * dispatches it and hands back the engine's answer. Nothing else crosses.
  *
  * Contract, in order of a request's life:
- * 1. `canServe()` is false: the frontend answers 503 KVG_ERR_MODEL_UNAVAILABLE and
- *    hides the model from /v1/models; `route`/`query` are not called.
+ * 1. `canServe()` is false: the frontend answers with `unavailable()` (503
+ *    KVG_ERR_MODEL_UNAVAILABLE, or KVG_ERR_PREFILL_NOT_ACTIVATED for a model that
+ *    must serve disaggregated and has no prefill worker) and hides the model from
+ *    /v1/models; `route`/`query` are not called.
  * 2. `route(req)` resolves once the upstream response has started (status and
  *    headers known), and settles promptly when `req.signal` fires (the frontend
  *    then answers with the signal's reason: 504 on timeout, nothing on a client
@@ -25,6 +27,7 @@
  * 5. `close()` on shutdown, after in-flight requests drained or were aborted.
  */
 import type { RoutingHints, WorkerRank } from '../common/index.js';
+import type { KvgateError } from '../errors/index.js';
 
 export type { RoutingHints };
 
@@ -104,6 +107,13 @@ export interface ModelRouterPort {
   readonly blockSize: number;
   /** At least one worker is available to serve (cheap; called per request and by /v1/models and /ready). */
   canServe(): boolean;
+  /** The 503 error to answer with while `canServe()` is false; undefined while it is true. */
+  unavailable(): KvgateError | undefined;
+  /**
+   * The LoRA adapters of this model that can be served now (cheap; called per request naming an
+   * unknown model, and by /v1/models). A request for one carries it in `hints.loraName`.
+   */
+  adapters(): readonly string[];
   route(req: PreparedRequest): Promise<RoutedResponse>;
   query(req: PreparedRequest): Promise<QueryResult>;
   close(): Promise<void>;

@@ -87,7 +87,7 @@ ${WORKERS}
   });
 
   it('reads JSON, and with no file at all gives the defaults and no models (the embedded demo)', () => {
-    const c = loadGatewayConfig({ file: file(JSON.stringify({ listen: { port: 0 } }), 'json'), env: {} });
+    const c = loadGatewayConfig({ file: file(JSON.stringify({ listen: { port: 0 }, models: [{ name: 'm', workers: [{ id: 1, url: 'http://a:1' }], router: { use_kv_events: false } }] }), 'json'), env: {} });
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
     const d = loadGatewayConfig({ env: {} });
     expect(d.listen).toEqual({ host: '127.0.0.1', port: 8080 });
@@ -133,6 +133,24 @@ ${WORKERS}
     expect(c.models[0]!.tokenizer).toEqual({ kind: 'demo' });
     const problems = problemsOf({ base: { models: [{ name: 'demo', workers: [] }] }, env: {} });
     expect(problems[0]!.source).toBe('embedded demo');
+  });
+
+  // issue 12 item 11: a config file that lists no model is refused, it never starts the embedded demo.
+  it('a config file with models: [] (or no models at all) is refused with a models error, even with the demo base', () => {
+    for (const text of ['listen: { port: 0 }\nmodels: []\n', 'listen: { port: 0 }\n', '{"models": []}']) {
+      const path = file(text, text.startsWith('{') ? 'json' : 'yaml');
+      const base = { models: [{ name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1', kv_events: 'tcp://127.0.0.1:2' }] }] };
+      // The demo's models fill a file only where it says nothing; an explicit empty list stays empty.
+      for (const opts of text.includes('models') ? [{ file: path, env: {} }, { file: path, base, env: {} }] : [{ file: path, env: {} }]) {
+        const problems = problemsOf(opts);
+        expect(problems).toHaveLength(1);
+        expect(problems[0]).toMatchObject({ source: path, path: 'models' });
+        expect(problems[0]!.reason).toMatch(/at least one model.*embedded demo/);
+      }
+    }
+    // Flags defining the model fill a file that has none.
+    const flags = parseServeFlags(['-c', file('listen: { port: 0 }\n'), '--model', 'm', '--worker', 'http://a:1', '--no-router-kv-events']);
+    expect(loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env: {} }).models[0]!.name).toBe('m');
   });
 });
 
@@ -287,7 +305,7 @@ ${WORKERS}
   });
 
   it('bad flag values name the flag, not the file', () => {
-    const path = file(`listen: { port: 9000 }\n`);
+    const path = file(`listen: { port: 9000 }\nmodels:\n  - name: m\n${WORKERS}\n`);
     const flags = parseServeFlags(['-c', path, '--port', '70000', '--log-level', 'loud']);
     const p = problemsOf({ file: flags.configFile, overrides: flags.overrides });
     expect(p).toEqual([
@@ -318,7 +336,7 @@ ${WORKERS}
   });
 
   it('every problem in a file is reported at once', () => {
-    const p = problemsOf({ file: file('listen: { port: -1 }\nlimits: { max_prompt_tokens: 0 }\nlog: { level: x }\n') });
+    const p = problemsOf({ file: file(`listen: { port: -1 }\nlimits: { max_prompt_tokens: 0 }\nlog: { level: x }\nmodels:\n  - name: m\n${WORKERS}\n`) });
     expect(p.map((x) => x.path)).toEqual(['listen.port', 'limits.max_prompt_tokens', 'log.level']);
   });
 });
@@ -342,5 +360,22 @@ models:
     workers: [{ id: 2, url: "http://b:1" }]
 `) });
     expect(p.map((x) => x.path)).toEqual(['router.router_track_output_blocks']);
+  });
+});
+
+describe('config: served_model_name and lora_adapters', () => {
+  // issue 12 items 7 and 8
+  it('default to the gateway name and none; are handed to every worker of the model', () => {
+    const c = loadGatewayConfig({ file: file(`models:\n  - name: llama\n    served_model_name: meta-llama/Llama-3.1-8B-Instruct\n    lora_adapters: [sql-adapter, chat-adapter]\n${WORKERS}\n  - name: plain\n    workers: [{ id: 3, url: "http://p:1", kv_events: "tcp://p:2" }]\n`), env: {} });
+    const [llama, plain] = c.models;
+    expect(llama).toMatchObject({ servedModelName: 'meta-llama/Llama-3.1-8B-Instruct', loraAdapters: ['sql-adapter', 'chat-adapter'] });
+    expect(llama!.workers[1]).toMatchObject({ model: 'llama', servedModelName: 'meta-llama/Llama-3.1-8B-Instruct', loraAdapters: ['sql-adapter', 'chat-adapter'] });
+    expect(plain).toMatchObject({ servedModelName: 'plain', loraAdapters: [] });
+  });
+
+  it('refuses adapter names that are not names, repeat, or collide with a model name', () => {
+    const p = problemsOf({ file: file(`models:\n  - name: a\n    lora_adapters: [x, x, a, "has space", 7]\n${WORKERS}\n  - name: b\n    lora_adapters: [a]\n    workers: [{ id: 3, url: "http://p:1", kv_events: "tcp://p:2" }]\n`), env: {} });
+    expect(p.map((x) => x.path)).toEqual(['models[0].lora_adapters[1]', 'models[0].lora_adapters[2]', 'models[0].lora_adapters[3]', 'models[0].lora_adapters[4]', 'models[1].lora_adapters[0]']);
+    expect(problemsOf({ file: file(`models:\n  - name: a\n    served_model_name: "two words"\n${WORKERS}\n`), env: {} })[0]!.path).toBe('models[0].served_model_name');
   });
 });

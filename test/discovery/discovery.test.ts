@@ -80,3 +80,62 @@ describe('HealthProber', () => {
     prober.close();
   });
 });
+
+/** An engine's /health (200) and /v1/models (vLLM's shape: the base model, then adapters with `parent`). */
+async function modelsServer(listing: { base: string; adapters: string[] } | 'none'): Promise<string> {
+  const s = createServer((req, res) => {
+    if (req.url === '/health') return res.end();
+    if (req.url !== '/v1/models' || listing === 'none') return void (res.statusCode = 404, res.end());
+    const entry = (id: string, parent: string | null) => ({ id, object: 'model', root: parent ?? id, parent });
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ object: 'list', data: [entry(listing.base, null), ...listing.adapters.map((a) => entry(a, listing.base))] }));
+  });
+  servers.push(s);
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  return `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
+}
+
+describe('HealthProber: the engines\' /v1/models', () => {
+  // issue 12 item 8
+  it('an engine that does not serve the served model name is down at once, and reported with both names', async () => {
+    const listing = { base: 'meta-llama/Llama-3.1-8B-Instruct', adapters: [] as string[] };
+    const reg = new WorkerRegistry();
+    reg.add(worker(1, await modelsServer(listing)));
+    let now = 0;
+    const seen: unknown[] = [];
+    const prober = new HealthProber(reg, { timeoutMs: 500, now: () => now, modelsRefreshMs: 1000, onModelCheck: (w, check) => seen.push([w.id, check]) });
+    expect(await prober.probe(1)).toBe(false);
+    expect(reg.isAvailable(1)).toBe(false);
+    expect(seen).toEqual([[1, { kind: 'mismatch', expected: 'm', served: ['meta-llama/Llama-3.1-8B-Instruct'] }]]);
+    // The engine is restarted under the expected name: the next probe checks again and brings it up.
+    listing.base = 'm';
+    now += 10;
+    expect(await prober.probe(1)).toBe(true);
+    expect(reg.isAvailable(1)).toBe(true);
+    expect(seen.at(-1)).toEqual([1, { kind: 'ok', adapters: [] }]);
+    prober.close();
+  });
+
+  // issue 12 items 7 and 8
+  it('served_model_name is what is checked; adapters are learned on join and refreshed periodically', async () => {
+    const listing = { base: 'hf/name', adapters: ['sql-adapter'] };
+    const reg = new WorkerRegistry();
+    reg.add(worker(1, await modelsServer(listing), { servedModelName: 'hf/name', loraAdapters: ['static-adapter'] }));
+    reg.add(worker(2, await modelsServer('none')));
+    let now = 0;
+    const prober = new HealthProber(reg, { timeoutMs: 500, now: () => now, modelsRefreshMs: 1000 });
+    await prober.probeAll();
+    expect(reg.adapters('m')).toEqual(['sql-adapter', 'static-adapter']);
+    expect([reg.servesAdapter(1, 'sql-adapter'), reg.servesAdapter(2, 'sql-adapter')]).toEqual([true, false]);
+    // An engine without /v1/models keeps its health state.
+    expect(reg.isAvailable(2)).toBe(true);
+    listing.adapters = ['chat-adapter'];
+    now += 500;
+    await prober.probeAll();
+    expect(reg.adapters('m')).toEqual(['sql-adapter', 'static-adapter']);
+    now += 600;
+    await prober.probeAll();
+    expect(reg.adapters('m')).toEqual(['chat-adapter', 'static-adapter']);
+    prober.close();
+  });
+});

@@ -21,6 +21,8 @@ export class FakeRouter implements ModelRouterPort {
   readonly workerIds: number[];
   readonly direct: boolean;
   servable = true;
+  /** What adapters() answers. */
+  servedAdapters: string[] = [];
   /** Every request route() or query() received. */
   readonly routed: PreparedRequest[] = [];
   readonly queried: PreparedRequest[] = [];
@@ -45,6 +47,14 @@ export class FakeRouter implements ModelRouterPort {
 
   canServe(): boolean {
     return this.servable;
+  }
+
+  adapters(): string[] {
+    return this.servedAdapters;
+  }
+
+  unavailable(): KvgateError | undefined {
+    return this.servable ? undefined : new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`);
   }
 
   /** Holds every stream after its first event (and every JSON answer) until `release()`. */

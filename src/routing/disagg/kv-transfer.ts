@@ -12,7 +12,7 @@ import type { DisaggOutcome } from './types.js';
 export function kvTransferHandoff(base: LegRequest, target: Selection): Handoff {
   return {
     path: 'sync',
-    prefillLeg: vllmPrefillLeg(base.body, { requestId: base.requestId }),
+    prefillLeg: vllmPrefillLeg(base.body, { requestId: base.clientRequestId ?? base.requestId }),
     async handOver(p: PrefillInFlight): Promise<DisaggOutcome> {
       p.setEnded(p.response.then(() => undefined, () => undefined));
       let res: LegResponse;
@@ -33,7 +33,7 @@ export function kvTransferHandoff(base: LegRequest, target: Selection): Handoff 
         throw p.fail(err);
       }
       p.tracker.recordPrefillComplete();
-      return p.decode(vllmDecodeLeg({ requestId: base.requestId, kvTransferParams: ticket.kvTransferParams }), ticket.promptTokensDetails);
+      return p.decode(vllmDecodeLeg({ requestId: base.clientRequestId ?? base.requestId, kvTransferParams: ticket.kvTransferParams }), ticket.promptTokensDetails);
     },
   };
 }

@@ -181,7 +181,7 @@ export class PushRouter implements PoolMembers {
         signal: req.signal,
         stream: req.stream,
         extraFields: leg.fields,
-        headers: { ...leg.headers, 'x-request-id': req.requestId },
+        headers: { ...leg.headers, 'x-request-id': req.clientRequestId ?? req.requestId },
         ...this.#timeoutsOf(req),
         ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
       });

@@ -12,8 +12,13 @@ import type { PromptHashes } from '../../wasm/index.js';
 
 /** One leg of a request, ready to route. */
 export interface LegRequest {
-  /** Context id; unique among this router's in-flight legs. */
+  /** Context id; unique among this router's in-flight legs (the bookkeeping's key). */
   readonly requestId: string;
+  /**
+   * The client's request id, sent to engines as `x-request-id` (they build their response ids
+   * from it, so the client sees its own id); `requestId` when absent. Not unique: clients resend ids.
+   */
+  readonly clientRequestId?: string | undefined;
   /** Engine path: /v1/chat/completions or /v1/completions. */
   readonly path: string;
   /** The client's body, forwarded as sent (plus `leg` fields). */

@@ -92,6 +92,8 @@ describe('vllm: prefill engines killed and restarted', () => {
     // Strict: the frontend refuses the unlisted model; the router says why if asked directly.
     const refused = await complete(gwStrict);
     expect(refused.status).toBe(503);
+    // issue 12 item 12: the client gets the code the README documents, not a generic "unavailable".
+    expect(refused.code).toBe('KVG_ERR_PREFILL_NOT_ACTIVATED');
     await expect(strict.route(prepare(randomTokens(rng, 50)))).rejects.toSatisfy((e: unknown) =>
       isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') && e.statusCode === 503 && /enforce_disagg/.test(e.message));
   });

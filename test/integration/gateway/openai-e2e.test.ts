@@ -103,6 +103,22 @@ describe('the openai client through kvgate serve in front of mockers', () => {
       expect(await r.text()).toContain('data: [DONE]');
     }
   });
+
+  // issue 12 item 12: the response id is built from the client's request id, without kvgate's leg suffix.
+  it('response ids carry the client\'s x-request-id as sent, streaming or not, chat or text', async () => {
+    const post = (path: string, body: Record<string, unknown>) => fetch(`${url}${path}`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'my-trace-123' },
+      body: JSON.stringify({ model: DEMO_MODEL, max_tokens: 3, ...body }),
+    });
+    const chat = (await (await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }] })).json()) as { id: string };
+    expect(chat.id).toBe('chatcmpl-my-trace-123');
+    const text = (await (await post('/v1/completions', { prompt: 'hi' })).json()) as { id: string };
+    expect(text.id).toBe('cmpl-my-trace-123');
+    const sse = await (await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], stream: true })).text();
+    const ids = [...sse.matchAll(/"id":"([^"]*)"/g)].map((m) => m[1]);
+    expect(ids.length).toBeGreaterThan(0);
+    expect(new Set(ids)).toEqual(new Set(['chatcmpl-my-trace-123']));
+  });
 });
 
 interface RouteBody { overlap_blocks: number; block_size: number; token_ids: number[]; worker: { worker_id: number } }

@@ -1,0 +1,70 @@
+/**
+ * `node bin/kvgate.js ...` as a real child process (the compiled CLI: run
+ * `npm run build` first, as `npm test` does), with everything it writes on
+ * stdout and stderr collected, so a test reads what an operator sees whichever
+ * stream it went to.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { until } from './until.js';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+const BIN = join(ROOT, 'bin/kvgate.js');
+
+export interface CliProcess {
+  readonly child: ChildProcess;
+  /** stdout and stderr so far, interleaved as they arrived. */
+  output(): string;
+  /** Waits until the output matches `re` (fails early if the process exits); returns the match. */
+  waitFor(re: RegExp, what: string, timeoutMs?: number): Promise<RegExpMatchArray>;
+  /** SIGTERM, then waits for the exit (no-op once exited). */
+  stop(): Promise<void>;
+}
+
+export function startCli(args: readonly string[]): CliProcess {
+  if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
+  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let text = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+  const exited = (): boolean => child.exitCode !== null || child.signalCode !== null;
+  return {
+    child,
+    output: () => text,
+    async waitFor(re, what, timeoutMs = 20_000) {
+      let m: RegExpMatchArray | null = null;
+      await until(() => {
+        m = text.match(re);
+        if (m === null && exited()) throw new Error(`kvgate ${args.join(' ')} exited (${child.exitCode ?? child.signalCode}) before ${what}:\n${text}`);
+        return m !== null;
+      }, what, timeoutMs);
+      return m!;
+    },
+    async stop() {
+      if (exited()) return;
+      const done = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      await done;
+    },
+  };
+}
+
+/** What `kvgate mocker` prints for each engine it started (the fields tests read). */
+export interface MockerLine {
+  readonly index: number;
+  readonly url: string;
+  readonly model: string;
+  readonly kv_events: readonly string[];
+}
+
+/** Starts `kvgate mocker ARGS` (OS-chosen ports unless ARGS say otherwise) and waits for its engines' lines. */
+export async function startMockerCli(args: readonly string[], count = 1): Promise<{ proc: CliProcess; engines: MockerLine[] }> {
+  const proc = startCli(['mocker', '--port', '0', '--kv-events-port', '0', '--count', String(count), ...args]);
+  const lines = (): MockerLine[] => proc.output().split('\n').filter((l) => l.startsWith('{"index"')).map((l) => JSON.parse(l) as MockerLine);
+  await until(() => {
+    if (proc.child.exitCode !== null) throw new Error(`kvgate mocker exited: ${proc.output()}`);
+    return lines().length === count;
+  }, 'the mocker engines\' lines', 20_000);
+  return { proc, engines: lines() };
+}
