@@ -152,6 +152,7 @@ export class GatewayServer {
         { param: 'expect' }), undefined, { connection: 'close' });
     });
     server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+      if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') this.metrics.httpRejections.inc({ code: 'KVG_ERR_CLIENT_TIMEOUT' });
       if (socket.writable) socket.end(clientErrorResponse(err, headerTimeoutMs));
       else socket.destroy();
       this.logger.debug({ err: err.message, code: err.code }, 'malformed or too slow HTTP request');
