@@ -77,7 +77,7 @@ export function parseJson(bytes: Buffer | string): unknown {
  * Parses a request body as a JSON object.
  * @throws KvgateError KVG_ERR_INVALID_JSON
  */
-export function parseJsonObject(bytes: Buffer): Record<string, unknown> {
+export function parseJsonObject(bytes: Buffer | string): Record<string, unknown> {
   const value = parseJson(bytes);
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new KvgateError('KVG_ERR_INVALID_JSON', 'the request body must be a JSON object');

@@ -76,8 +76,14 @@ export interface LimitsConfig {
   readonly maxPromptTokens: number;
   /** Requests in flight (completions and /v1/route) above this get 429 with Retry-After. */
   readonly maxConcurrentRequests: number;
-  /** Whole-request deadline, headers to last byte. */
+  /** Deadline of a request once its body has arrived (it then holds a concurrency slot), to the last byte of the answer. */
   readonly requestTimeoutMs: number;
+  /** A client that has not sent complete request headers this long after it started gets 408. */
+  readonly headerTimeoutMs: number;
+  /** A client whose request body pauses longer than this between two chunks gets 408. */
+  readonly bodyTimeoutMs: number;
+  /** Connections one client address may hold open without a complete request; more are answered 429 and closed. */
+  readonly maxPendingConnectionsPerClient: number;
   /** The Retry-After value sent with 429 and 503. */
   readonly retryAfterSeconds: number;
 }

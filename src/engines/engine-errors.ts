@@ -14,6 +14,9 @@
  *
  * Upstream HTTP errors are `EngineHttpError`s: a 4xx keeps the engine's status
  * (the client sent something the engine refused), a 5xx becomes 502.
+ *
+ * Messages name no engine URL (it is in `detail.worker`, for the log); the
+ * gateway shows clients none of these messages (src/frontend/public-error.ts).
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { KvgateError, isKvgateError } from '../errors/index.js';
@@ -52,29 +55,29 @@ export function transportError(err: unknown, phase: DispatchPhase, ctx: ErrorCon
   const options = { cause: err };
   if (phase === 'queued') {
     const what = code !== undefined && CONNECT_ERROR_CODES.has(code) ? 'cannot connect to' : 'could not send to';
-    return new KvgateError('KVG_ERR_ENGINE_UNREACHABLE', `${what} engine ${ctx.worker}: ${message}`, detail, options);
+    return new KvgateError('KVG_ERR_ENGINE_UNREACHABLE', `${what} the engine (${code ?? 'send failed'})`, detail, options);
   }
   if (code === 'UND_ERR_HEADERS_TIMEOUT') {
-    return new KvgateError('KVG_ERR_ENGINE_HEADERS_TIMEOUT', `engine ${ctx.worker} sent no response headers in time (${ctx.path})`, detail, options);
+    return new KvgateError('KVG_ERR_ENGINE_HEADERS_TIMEOUT', `the engine sent no response headers in time (${ctx.path})`, detail, options);
   }
   if (code === 'UND_ERR_BODY_TIMEOUT') {
-    return new KvgateError('KVG_ERR_ENGINE_BODY_TIMEOUT', `engine ${ctx.worker} stalled mid-response (${ctx.path})`, detail, options);
+    return new KvgateError('KVG_ERR_ENGINE_BODY_TIMEOUT', `the engine stalled mid-response (${ctx.path})`, detail, options);
   }
   if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
-    return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `engine ${ctx.worker} response too large (${ctx.path})`, detail, options);
+    return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `the engine's response is too large (${ctx.path})`, detail, options);
   }
   if (phase === 'sent') {
-    return new KvgateError('KVG_ERR_ENGINE_DISCONNECTED', `engine ${ctx.worker} dropped the connection before responding: ${message}`, detail, options);
+    return new KvgateError('KVG_ERR_ENGINE_DISCONNECTED', `the engine dropped the connection before responding (${code ?? 'closed'})`, detail, options);
   }
-  return new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', `engine ${ctx.worker} response broke mid-way: ${message}`, detail, options);
+  return new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', `the engine's response broke mid-way (${code ?? 'closed'})`, detail, options);
 }
 
 export function clientAbortedError(ctx: ErrorContext, reason: unknown): KvgateError {
-  return new KvgateError('KVG_ERR_CLIENT_ABORTED', `request to engine ${ctx.worker} aborted by the client`, { worker: ctx.worker, path: ctx.path }, { cause: reason });
+  return new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the request to the engine was aborted by the client', { worker: ctx.worker, path: ctx.path }, { cause: reason });
 }
 
 export function badResponseError(ctx: ErrorContext, why: string, extra: Record<string, unknown> = {}): KvgateError {
-  return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `engine ${ctx.worker} broke the protocol on ${ctx.path}: ${why}`, {
+  return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `the engine broke the protocol on ${ctx.path}: ${why}`, {
     worker: ctx.worker,
     path: ctx.path,
     ...extra,
@@ -105,7 +108,8 @@ export class EngineHttpError extends KvgateError {
         json = undefined;
       }
     }
-    super(code, `engine ${ctx.worker} answered ${status} on ${ctx.path}: ${engineMessage(json) ?? text.slice(0, 200)}`, {
+    // No engine URL here; the engine's own text is kept for the log (the gateway never shows it to clients).
+    super(code, `the engine answered ${status} on ${ctx.path}: ${engineMessage(json) ?? text.slice(0, 200)}`, {
       worker: ctx.worker,
       path: ctx.path,
       upstreamStatus: status,

@@ -8,11 +8,18 @@
  * -> backendInstanceId; `x-prefill-instance-id` (alias
  * `x-dynamo-prefill-instance-id`) -> prefillWorkerId; `x-session-id` ->
  * session.id. A header and the nvext field it mirrors must agree when both
- * are given.
+ * are given, and so must a header and its alias.
+ *
+ * Pins are checked against the model's configured workers: every pinned id
+ * must be one of them, `backend_instance_id` and `decode_worker_id` (both
+ * name the decode or aggregated worker) must agree, a pin must be inside
+ * `allowed_worker_ids`, and `allowed_worker_ids` must name at least one of
+ * them. Each contradiction is a 400 naming both fields.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { RouterConfigOverride, RoutingHints } from '../common/index.js';
 import { parseRouterConfigOverride } from '../core/index.js';
+import type { WorkerConfig } from '../config/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 
 /** Dynamo's query-only trigger: an annotation starting with exactly this. */
@@ -44,22 +51,25 @@ function invalid(param: string, message: string): KvgateError {
   return new KvgateError('KVG_ERR_INVALID_REQUEST', `${param} ${message}`, { param });
 }
 
-function headerValue(headers: IncomingHttpHeaders, names: readonly string[]): { name: string; value: string } | undefined {
-  for (const name of names) {
-    const v = headers[name];
-    if (v === undefined) continue;
-    if (Array.isArray(v)) throw invalid(name, 'must be given once');
-    return { name, value: v.trim() };
-  }
-  return undefined;
+function headerValue(headers: IncomingHttpHeaders, name: string): { name: string; value: string } | undefined {
+  const v = headers[name];
+  if (v === undefined) return undefined;
+  if (Array.isArray(v)) throw invalid(name, 'must be given once');
+  return { name, value: v.trim() };
 }
 
-function idHeader(headers: IncomingHttpHeaders, names: readonly string[]): { name: string; id: number } | undefined {
-  const h = headerValue(headers, names);
-  if (h === undefined) return undefined;
-  const id = /^\d{1,16}$/.test(h.value) ? Number(h.value) : Number.NaN;
-  if (!Number.isSafeInteger(id)) throw invalid(h.name, `must be a worker id (a non-negative integer), got ${JSON.stringify(h.value.slice(0, 40))}`);
-  return { name: h.name, id };
+/** A worker id from a header or its alias; when both are given they must agree. */
+function idHeader(headers: IncomingHttpHeaders, names: readonly [string, string]): { name: string; id: number } | undefined {
+  let found: { name: string; id: number } | undefined;
+  for (const name of names) {
+    const h = headerValue(headers, name);
+    if (h === undefined) continue;
+    const id = /^\d{1,16}$/.test(h.value) ? Number(h.value) : Number.NaN;
+    if (!Number.isSafeInteger(id)) throw invalid(h.name, `must be a worker id (a non-negative integer), got ${JSON.stringify(h.value.slice(0, 40))}`);
+    if (found !== undefined && found.id !== id) throw invalid(name, `(${id}) contradicts the ${found.name} header (${found.id})`);
+    found ??= { name, id };
+  }
+  return found;
 }
 
 function merge(fromBody: number | undefined, bodyParam: string, fromHeader: { name: string; id: number } | undefined): number | undefined {
@@ -85,19 +95,58 @@ function parseOverride(raw: Record<string, unknown>): RouterConfigOverride {
   }
 }
 
+interface Pin {
+  id: number | undefined;
+  /** The field (or header) that set it, for error messages. */
+  param: string;
+}
+
 /**
- * Routing hints of a request.
- * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header or nvext field.
+ * The pins against the model's workers: each a configured worker, the decode pins in agreement, every pin
+ * inside `allowed_worker_ids`, and that list naming at least one worker.
+ * @throws KvgateError KVG_ERR_UNKNOWN_WORKER for an unknown pin; KVG_ERR_INVALID_REQUEST for a contradiction.
  */
-export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeaders): ParsedHints {
+function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined, workers: readonly WorkerConfig[]): void {
+  const known = new Set(workers.map((w) => w.id));
+  for (const p of pins) {
+    if (p.id !== undefined && !known.has(p.id)) {
+      throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `${p.param} names worker ${p.id}, which is not a worker of this model`, { param: p.param, workerId: p.id });
+    }
+  }
+  const [backend, decode] = pins;
+  if (backend!.id !== undefined && decode!.id !== undefined && backend!.id !== decode!.id) {
+    throw invalid(decode!.param, `(${decode!.id}) contradicts ${backend!.param} (${backend!.id}); both name the worker that decodes`);
+  }
+  if (allowed === undefined) return;
+  if (!allowed.some((id) => known.has(id))) {
+    throw invalid('nvext.allowed_worker_ids', allowed.length === 0 ? 'is empty; omit it to allow every worker' : 'names no worker of this model');
+  }
+  for (const p of pins) {
+    if (p.id !== undefined && !allowed.includes(p.id)) {
+      throw invalid(p.param, `(${p.id}) is not in nvext.allowed_worker_ids; a pinned worker must be an allowed one`);
+    }
+  }
+}
+
+/**
+ * Routing hints of a request for a model with `workers`.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header or nvext field; KVG_ERR_UNKNOWN_WORKER for a pin that
+ *   is not one of `workers`.
+ */
+export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeaders, workers: readonly WorkerConfig[]): ParsedHints {
   const nv = (nvextRaw ?? {}) as NvextBody;
-  const backendInstanceId = merge(nv.backend_instance_id, 'nvext.backend_instance_id',
-    idHeader(headers, ['x-worker-instance-id', 'x-dynamo-worker-instance-id']));
-  const prefillWorkerId = merge(nv.prefill_worker_id, 'nvext.prefill_worker_id',
-    idHeader(headers, ['x-prefill-instance-id', 'x-dynamo-prefill-instance-id']));
+  const backendHeader = idHeader(headers, ['x-worker-instance-id', 'x-dynamo-worker-instance-id']);
+  const backendInstanceId = merge(nv.backend_instance_id, 'nvext.backend_instance_id', backendHeader);
+  const prefillHeader = idHeader(headers, ['x-prefill-instance-id', 'x-dynamo-prefill-instance-id']);
+  const prefillWorkerId = merge(nv.prefill_worker_id, 'nvext.prefill_worker_id', prefillHeader);
+  checkPins([
+    { id: backendInstanceId, param: backendHeader?.name ?? 'nvext.backend_instance_id' },
+    { id: nv.decode_worker_id, param: 'nvext.decode_worker_id' },
+    { id: prefillWorkerId, param: prefillHeader?.name ?? 'nvext.prefill_worker_id' },
+  ], nv.allowed_worker_ids, workers);
 
   let session: RoutingHints['session'];
-  const sessionHeader = headerValue(headers, ['x-session-id']);
+  const sessionHeader = headerValue(headers, 'x-session-id');
   if (sessionHeader !== undefined && (sessionHeader.value === '' || sessionHeader.value.length > 256)) {
     throw invalid('x-session-id', 'must be 1 to 256 characters');
   }

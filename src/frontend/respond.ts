@@ -13,6 +13,7 @@ import type { ModelConfig } from '../config/index.js';
 import { asKvgateError, drained, sendBytes, sendJson, sseErrorFrame, sseFrame } from './http-io.js';
 import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
 import type { WorkerRank } from '../common/index.js';
+import type { PublicErrors } from './public-error.js';
 import type { EndpointKind, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
 
 /** One request as the server handles it. */
@@ -58,7 +59,8 @@ export function sendQueryAnswer(ctx: RequestContext, kind: EndpointKind | 'route
 }
 
 /** A routed answer: the engine's JSON bytes, or its SSE events piped through with backpressure. */
-export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, headers: Record<string, string>, logger: Logger): Promise<void> {
+export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, headers: Record<string, string>, logger: Logger,
+  publicErrors: PublicErrors): Promise<void> {
 const { res } = ctx;
   ctx.log.upstreamStatus = routed.status;
   if (routed.body.kind === 'json') {
@@ -85,10 +87,13 @@ const { res } = ctx;
     if (!res.destroyed) res.end();
   } catch (err) {
     finished = true;
-    const e = asKvgateError(ctx.signal.aborted ? ctx.signal.reason : err, ctx.requestId);
+    const internal = asKvgateError(ctx.signal.aborted ? ctx.signal.reason : err, ctx.requestId);
+    // The client gets the code and the worker id; the engine's URL and its own text go to the log.
+    const e = publicErrors.of(internal, routed.worker.workerId);
     ctx.log.code = e.code;
     ctx.log.events = events;
     if (e.code === 'KVG_ERR_INTERNAL') logger.error({ reqId: ctx.requestId, err }, 'stream failed');
+    else if (e !== internal) logger.warn({ reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal }, 'engine error mid-stream');
     if (!res.destroyed) res.end(sseErrorFrame(e));
   } finally {
     // Left early (client gone): tell the port so it stops the upstream and frees its booking.

@@ -2,17 +2,21 @@
  * The gateway's HTTP server (node:http, no framework): the OpenAI-compatible
  * API, query-only routing, health, readiness, metrics and admin endpoints.
  *
- * A completion request goes: request id -> auth -> concurrency slot -> body
- * (size-limited) -> JSON -> schema -> model -> routing hints -> preprocess
- * (pool) -> `ModelRouterPort.route` or `.query` -> response (JSON or SSE
- * passthrough). Every failure before the response starts is an OpenAI-style
+ * A completion request goes: request id -> auth -> body (size-limited, with a
+ * timeout between chunks; see body.ts) -> concurrency slot -> JSON -> schema ->
+ * model -> routing hints -> preprocess (pool) -> `ModelRouterPort.route` or
+ * `.query` -> response (JSON or SSE passthrough). The slot is taken only once
+ * the body has arrived, so slow clients cannot hold the slots; they are bounded
+ * by the header and body timeouts and per client address (connections.ts). Every failure before the response starts is an OpenAI-style
  * error object with a stable kvgate code; a failure mid-stream ends the
  * stream with an error event. Each request has an AbortSignal that fires on
  * client disconnect, on the request timeout and on forced shutdown.
  *
- * Shutdown (`close`): stop accepting, answer new requests on open connections
- * with 503 + `Connection: close`, let in-flight requests finish until the
- * drain deadline, then abort the rest and close every connection.
+ * Shutdown (`close`): answer every new request with 503 + `Connection: close`;
+ * keep accepting for a short grace so connections already in the listen
+ * backlog get that answer instead of a reset, then stop listening and close
+ * idle keep-alive connections; let in-flight requests finish until the drain
+ * deadline, then abort the rest and close every connection.
  *
  * Listeners: the public one always; admin endpoints (`/admin/config`,
  * `/admin/models`) only when `admin.enabled`, on a separate listener when
@@ -23,17 +27,21 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { Server as NetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
-import { KvgateError } from '../errors/index.js';
+import { KvgateError, type KvgateErrorCode } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
+import { modelsStatus, redactedConfig } from './admin-status.js';
+import { parseBodyObject, readBodyText } from './body.js';
+import { ClientConnections } from './connections.js';
+import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
 import { parseRoutingHints } from './hints.js';
 import { modelEntries, resolveModel, type ModelTarget } from './model-lookup.js';
-import {
-  ApiKeys, asKvgateError, parseJsonObject, pickRequestId, readBody, sendBytes, sendError, sendJson,
-} from './http-io.js';
+import { ApiKeys, asKvgateError, pickRequestId, sendBytes, sendError, sendJson } from './http-io.js';
+import { PublicErrors } from './public-error.js';
+import { ConcurrencySlots } from './slots.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
 import { promptTask } from './prompt-task.js';
 import { pipeRouted, sendQueryAnswer, workerHeaders, type RequestContext } from './respond.js';
@@ -57,7 +65,16 @@ export interface GatewayAddresses {
 }
 
 type Listener = 'public' | 'admin';
-type Handler = (ctx: RequestContext) => Promise<void> | void;
+
+/** How long a closing gateway keeps accepting (answering 503) so its listen backlog is answered, not reset. */
+const BACKLOG_GRACE_MS = 500;
+
+/** Answers after which the connection is closed: its request may not have been read to the end, or the client misbehaves. */
+const CLOSING_CODES = new Set<KvgateErrorCode>([
+  'KVG_ERR_BODY_TOO_LARGE', 'KVG_ERR_CLIENT_TIMEOUT', 'KVG_ERR_TOO_MANY_CONNECTIONS', 'KVG_ERR_UNSUPPORTED_ENCODING',
+]);
+/** `body`: the request body as text, for routes that read one (`limited`). */
+type Handler = (ctx: RequestContext, body: string) => Promise<void> | void;
 
 interface RouteSpec {
   /** Label for metrics and logs. */
@@ -65,7 +82,7 @@ interface RouteSpec {
   methods: Partial<Record<string, Handler>>;
   /** Needs an API key when keys are configured. */
   auth: boolean;
-  /** Takes a concurrency slot (limit: max_concurrent_requests). */
+  /** Reads a body, then takes a concurrency slot (limit: max_concurrent_requests). */
   limited: boolean;
 }
 
@@ -81,12 +98,12 @@ export class GatewayServer {
   readonly #keys: ApiKeys;
   readonly #public: Server;
   readonly #admin: Server | undefined;
+  readonly #conns: ClientConnections;
+  readonly #publicErrors: PublicErrors;
   readonly #createdSec = Math.floor(Date.now() / 1000);
-  /** Abort controllers of requests holding a concurrency slot. */
-  readonly #active = new Set<AbortController>();
+  readonly #slots: ConcurrencySlots;
   #draining = false;
   #closing: Promise<void> | undefined;
-  #idleWaiters: (() => void)[] = [];
 
   /** @throws KvgateError KVG_ERR_INVALID_CONFIG when a port's model or block size disagrees with the config. */
   constructor(opts: GatewayServerOptions) {
@@ -95,6 +112,9 @@ export class GatewayServer {
     this.metrics = opts.metrics ?? new KvgateMetrics();
     this.#preprocessor = opts.preprocessor;
     this.#keys = new ApiKeys(opts.config.apiKeys);
+    this.#slots = new ConcurrencySlots(opts.config.limits.maxConcurrentRequests, opts.config.limits.requestTimeoutMs, (n) => this.metrics.inflight.set(n));
+    this.#conns = new ClientConnections(opts.config.limits.maxPendingConnectionsPerClient);
+    this.#publicErrors = new PublicErrors(opts.config.models);
     for (const m of opts.config.models) this.#models.set(m.name, m);
     for (const port of opts.routers) {
       const model = this.#models.get(port.model);
@@ -115,17 +135,33 @@ export class GatewayServer {
   }
 
   #createServer(listener: Listener, routes: Map<string, RouteSpec>): Server {
-    const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+    const { headerTimeoutMs } = this.config.limits;
+    const server = createServer({
+      keepAliveTimeout: 65_000,
+      headersTimeout: headerTimeoutMs,
+      // Node's cap on receiving a whole request stays (at least its default); the body's own bound is the pause between chunks.
+      requestTimeout: Math.max(300_000, headerTimeoutMs),
+      // Node checks both timeouts on this period: often enough for the header timeout to be honoured within a quarter of it.
+      connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(headerTimeoutMs / 4))),
+    }, (req, res) => {
       this.#dispatch(listener, routes, req, res).catch((err: unknown) => {
         this.logger.error({ err }, 'unhandled error in request dispatch');
         if (!res.headersSent) sendError(res, asKvgateError(err, 'unknown'), this.config.limits.retryAfterSeconds);
         else res.destroy();
       });
     });
-    server.on('clientError', (err, socket) => {
-      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    server.on('connection', (socket: Socket) => this.#conns.accepted(socket));
+    // An Expect other than 100-continue: Node would answer a bare 417; kvgate answers with its error object.
+    server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+      this.metrics.httpRejections.inc({ code: 'KVG_ERR_EXPECTATION_FAILED' });
+      sendError(res, new KvgateError('KVG_ERR_EXPECTATION_FAILED', `Expect: ${String(req.headers.expect).slice(0, 40)} is not supported (only 100-continue)`,
+        { param: 'expect' }), undefined, { connection: 'close' });
+    });
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+      if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') this.metrics.httpRejections.inc({ code: 'KVG_ERR_CLIENT_TIMEOUT' });
+      if (socket.writable) socket.end(clientErrorResponse(err, headerTimeoutMs));
       else socket.destroy();
-      this.logger.debug({ err: (err as Error).message }, 'malformed HTTP request');
+      this.logger.debug({ err: err.message, code: err.code }, 'malformed or too slow HTTP request');
     });
     return server;
   }
@@ -141,13 +177,15 @@ export class GatewayServer {
       add('/ready', { methods: { GET: (c) => this.#ready(c) }, auth: false, limited: false });
       add('/v1/models', { methods: { GET: (c) => this.#listModels(c) }, auth: true, limited: false });
       add('/v1/models/*', { methods: { GET: (c) => this.#getModel(c) }, auth: true, limited: false });
-      add('/v1/chat/completions', { methods: { POST: (c) => this.#completion(c, 'chat') }, auth: true, limited: true });
-      add('/v1/completions', { methods: { POST: (c) => this.#completion(c, 'completion') }, auth: true, limited: true });
-      add('/v1/route', { methods: { POST: (c) => this.#completion(c, 'route') }, auth: true, limited: true });
+      add('/v1/chat/completions', { methods: { POST: (c, body) => this.#completion(c, body, 'chat') }, auth: true, limited: true });
+      add('/v1/completions', { methods: { POST: (c, body) => this.#completion(c, body, 'completion') }, auth: true, limited: true });
+      add('/v1/route', { methods: { POST: (c, body) => this.#completion(c, body, 'route') }, auth: true, limited: true });
     }
     if (withAdmin) {
-      add('/admin/config', { methods: { GET: (c) => sendJson(c.res, 200, this.#redactedConfig()) }, auth: true, limited: false });
-      add('/admin/models', { methods: { GET: (c) => sendJson(c.res, 200, this.#modelsStatus()) }, auth: true, limited: false });
+      add('/admin/config', { methods: { GET: (c) => sendJson(c.res, 200, redactedConfig(this.config)) }, auth: true, limited: false });
+      add('/admin/models', { methods: { GET: (c) => sendJson(c.res, 200, modelsStatus(this.config, this.#ports, {
+        preprocess: { mode: this.#preprocessor.mode, threads: this.#preprocessor.threads }, inflight: this.#slots.size, draining: this.#draining,
+      })) }, auth: true, limited: false });
     }
     return t;
   }
@@ -167,7 +205,12 @@ export class GatewayServer {
 
   /** Requests holding a concurrency slot right now. */
   get inflight(): number {
-    return this.#active.size;
+    return this.#slots.size;
+  }
+
+  /** Whether the public listener still accepts connections (it stops a moment after `close()` starts). */
+  get listening(): boolean {
+    return this.#public.listening;
   }
 
   get draining(): boolean {
@@ -183,43 +226,46 @@ export class GatewayServer {
     const controller = new AbortController();
     const ctx: RequestContext = { req, res, requestId, route: spec?.name ?? 'unmatched', startedAt, signal: controller.signal, log: {} };
     const retryAfter = this.config.limits.retryAfterSeconds;
+    const socket = req.socket;
+    const admitted = this.#conns.requestStarted(socket);
     let slot = false;
     res.once('close', () => {
       if (!res.writableFinished) {
         controller.abort(new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client closed the connection'));
         ctx.log.clientAborted = true;
       }
-      if (slot) this.#releaseSlot(controller);
+      this.#conns.requestDone(socket);
+      if (slot) this.#slots.release(controller);
       this.#logDone(ctx, listener);
     });
     try {
+      if (!admitted) {
+        throw new KvgateError('KVG_ERR_TOO_MANY_CONNECTIONS',
+          `this client address holds ${this.config.limits.maxPendingConnectionsPerClient} connections without a complete request, the limit; retry later`);
+      }
       if (spec === undefined) throw new KvgateError('KVG_ERR_NOT_FOUND', `no endpoint ${path}`, { param: null });
       const handler = spec.methods[req.method ?? ''];
       if (handler === undefined) {
         res.setHeader('allow', Object.keys(spec.methods).join(', '));
         throw new KvgateError('KVG_ERR_METHOD_NOT_ALLOWED', `${req.method} is not allowed on ${path}`);
       }
+      checkEdgeHeaders(req, spec.auth);
       if (spec.auth && !this.#keys.accepts(req.headers.authorization)) {
         res.setHeader('www-authenticate', 'Bearer');
         throw new KvgateError('KVG_ERR_UNAUTHORIZED', 'a valid API key is required: Authorization: Bearer <key>');
       }
+      let body = '';
       if (spec.limited) {
-        if (this.#draining) {
-          res.setHeader('connection', 'close');
-          throw new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down');
-        }
-        if (this.#active.size >= this.config.limits.maxConcurrentRequests) {
-          throw new KvgateError('KVG_ERR_TOO_MANY_REQUESTS', `${this.config.limits.maxConcurrentRequests} requests are in flight, the limit; retry later`);
-        }
+        const { maxBodyBytes, bodyTimeoutMs } = this.config.limits;
+        body = await readBodyText(req, { maxBodyBytes, bodyTimeoutMs }, ctx.signal);
+        this.#conns.requestArrived(socket);
+        if (this.#draining) throw new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down');
+        this.#slots.take(controller);
         slot = true;
-        this.#active.add(controller);
-        this.metrics.inflight.set(this.#active.size);
-        const timer = setTimeout(() => controller.abort(new KvgateError('KVG_ERR_REQUEST_TIMEOUT',
-          `the request did not complete within ${this.config.limits.requestTimeoutMs} ms`)), this.config.limits.requestTimeoutMs);
-        timer.unref();
-        res.once('close', () => clearTimeout(timer));
+      } else {
+        this.#conns.requestArrived(socket);
       }
-      await handler(ctx);
+      await handler(ctx, body);
     } catch (err) {
       this.#fail(ctx, err, retryAfter);
     }
@@ -229,9 +275,12 @@ export class GatewayServer {
     const { res } = ctx;
     // A fired signal explains the failure better than whatever it interrupted.
     const reason = ctx.signal.aborted ? ctx.signal.reason : err;
-    const e = asKvgateError(reason, ctx.requestId);
+    const internal = asKvgateError(reason, ctx.requestId);
+    const e = this.#publicErrors.of(internal);
     ctx.log.code = e.code;
     if (e.code === 'KVG_ERR_INTERNAL') this.logger.error({ reqId: ctx.requestId, err: reason }, 'internal error');
+    // What the client is not told (engine URL, socket error, the engine's own text) goes to the log.
+    else if (e !== internal) this.logger.warn({ reqId: ctx.requestId, code: e.code, workerId: e.detail?.workerId, err: internal }, 'engine error');
     this.metrics.httpRejections.inc({ code: e.code });
     if (res.destroyed) return;
     if (res.headersSent) {
@@ -239,18 +288,9 @@ export class GatewayServer {
       return;
     }
     const headers: Record<string, string> = {};
-    if (e.code === 'KVG_ERR_BODY_TOO_LARGE' || this.#draining) headers.connection = 'close';
+    if (CLOSING_CODES.has(e.code) || this.#draining) headers.connection = 'close';
+    if (typeof e.detail?.workerId === 'number' && !res.hasHeader('x-kvgate-worker')) headers['x-kvgate-worker'] = String(e.detail.workerId);
     sendError(res, e, retryAfter, headers);
-  }
-
-  #releaseSlot(controller: AbortController): void {
-    this.#active.delete(controller);
-    this.metrics.inflight.set(this.#active.size);
-    if (this.#active.size === 0) {
-      const waiters = this.#idleWaiters;
-      this.#idleWaiters = [];
-      for (const w of waiters) w();
-    }
   }
 
   #logDone(ctx: RequestContext, listener: Listener): void {
@@ -269,16 +309,19 @@ export class GatewayServer {
     }, 'request');
   }
 
-  async #completion(ctx: RequestContext, kind: EndpointKind | 'route'): Promise<void> {
-    const body = parseJsonObject(await readBody(ctx.req, this.config.limits.maxBodyBytes, ctx.signal));
+  async #completion(ctx: RequestContext, text: string, kind: EndpointKind | 'route'): Promise<void> {
+    const body = parseBodyObject(text);
     const endpoint: EndpointKind = kind === 'route' ? (body.messages !== undefined ? 'chat' : 'completion') : kind;
     validateBody(endpoint, body);
     ctx.log.model = body.model as string;
-    const parsed = parseRoutingHints(body.nvext, ctx.req.headers);
-    const { queryOnly, tokenData } = parsed;
-    // `model` may name a LoRA adapter: the request then runs on its base model under that adapter.
-    const { port, model, loraName } = resolveModel(this.#served, body.model as string, parsed.hints.loraName);
+    // `model` may name a LoRA adapter: the request then runs on its base model under that adapter
+    // (`nvext.lora_name` is schema-checked to be a string when present).
+    const loraHint = (body.nvext as { lora_name?: string } | undefined)?.lora_name;
+    const { port, model, loraName } = resolveModel(this.#served, body.model as string, loraHint);
     const modelName = model.name;
+    // Pins are checked against the configured workers of the model the request resolved to.
+    const parsed = parseRoutingHints(body.nvext, ctx.req.headers, model.workers);
+    const { queryOnly, tokenData } = parsed;
     const hints = loraName === parsed.hints.loraName ? parsed.hints : { ...parsed.hints, loraName };
     const unavailable = port.unavailable();
     if (unavailable !== undefined) throw unavailable;
@@ -330,7 +373,7 @@ export class GatewayServer {
   #sendRouted(ctx: RequestContext, routed: RoutedResponse): Promise<void> {
     const headers = workerHeaders(routed.worker, routed.prefillWorker);
     if (this.#draining) headers.connection = 'close';
-    return pipeRouted(ctx, routed, headers, this.logger);
+    return pipeRouted(ctx, routed, headers, this.logger, this.#publicErrors);
   }
 
   #metricsText(ctx: RequestContext): Promise<void> {
@@ -357,32 +400,12 @@ export class GatewayServer {
   }
 
   #getModel(ctx: RequestContext): void {
-    const id = decodeURIComponent((ctx.req.url ?? '').split('?', 1)[0]!.slice('/v1/models/'.length));
+    const id = decodedModelId((ctx.req.url ?? '').split('?', 1)[0]!.slice('/v1/models/'.length));
     const entry = this.#modelList().find((e) => e.id === id);
     if (entry === undefined) {
       throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `model ${JSON.stringify(id)} is not served here; GET /v1/models lists the models`, { param: 'model' });
     }
     sendJson(ctx.res, 200, entry);
-  }
-
-  #redactedConfig(): unknown {
-    return { ...this.config, apiKeys: `${this.config.apiKeys.length} configured (not shown)` };
-  }
-
-  #modelsStatus(): unknown {
-    return {
-      preprocess: { mode: this.#preprocessor.mode, threads: this.#preprocessor.threads },
-      inflight: this.#active.size,
-      draining: this.#draining,
-      models: this.config.models.map((m) => ({
-        name: m.name,
-        routerMode: m.routerMode,
-        blockSize: m.blockSize,
-        canServe: this.#ports.get(m.name)!.canServe(),
-        tokenizer: m.tokenizer.kind,
-        workers: m.workers.map((w) => ({ id: w.id, url: w.url, role: w.role, engine: w.dialect, dpSize: w.dpSize, kvEvents: w.kvEvents?.endpoint })),
-      })),
-    };
   }
 
   /**
@@ -397,33 +420,27 @@ export class GatewayServer {
 
   async #close(drainTimeoutMs: number): Promise<void> {
     this.#draining = true;
+    const deadline = performance.now() + drainTimeoutMs;
     const servers = [this.#public, ...(this.#admin !== undefined ? [this.#admin] : [])].filter((s) => s.listening);
-    const closed = Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
-    for (const s of servers) s.closeIdleConnections();
-    const drainedInTime = await this.#waitIdle(drainTimeoutMs);
+    // Every request from now on is answered 503 + Connection: close. Keep accepting for a moment, so connections
+    // already in the listen backlog get that answer; closing the listener resets them.
+    await new Promise((r) => setTimeout(r, Math.min(BACKLOG_GRACE_MS, drainTimeoutMs)));
+    // net.Server's close, not http.Server's: the latter also drops connections that were accepted but have not sent
+    // their request yet, which their clients see as a reset. Only idle keep-alive connections are closed here.
+    const closed = Promise.all(servers.map((s) => new Promise<void>((resolve) => NetServer.prototype.close.call(s, () => resolve()))));
+    for (const socket of this.#conns.idleKeepAlive()) socket.end();
+    await this.#conns.untilNoFresh(Math.min(BACKLOG_GRACE_MS, Math.max(0, deadline - performance.now())));
+    const drainedInTime = await this.#slots.waitIdle(Math.max(0, deadline - performance.now()));
     if (!drainedInTime) {
-      this.logger.warn({ inflight: this.#active.size, drainTimeoutMs }, 'drain deadline reached; aborting in-flight requests');
-      for (const c of this.#active) c.abort(new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down; the request was cut at the drain deadline'));
+      this.logger.warn({ inflight: this.#slots.size, drainTimeoutMs }, 'drain deadline reached; aborting in-flight requests');
+      this.#slots.abortAll(new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down; the request was cut at the drain deadline'));
       // Aborted handlers write their final error event, then release their slot.
-      await this.#waitIdle(1000);
+      await this.#slots.waitIdle(1000);
     }
-    for (const s of servers) s.closeAllConnections();
+    for (const s of servers) {
+      s.closeAllConnections();
+      s.close(); // http.Server's close: stops its connection-checking timer (the listener is already closed)
+    }
     await closed;
   }
-
-  #waitIdle(timeoutMs: number): Promise<boolean> {
-    if (this.#active.size === 0) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.#idleWaiters = this.#idleWaiters.filter((w) => w !== done);
-        resolve(false);
-      }, timeoutMs);
-      const done = (): void => {
-        clearTimeout(timer);
-        resolve(true);
-      };
-      this.#idleWaiters.push(done);
-    });
-  }
 }
-

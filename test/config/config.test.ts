@@ -379,3 +379,20 @@ describe('config: served_model_name and lora_adapters', () => {
     expect(problemsOf({ file: file(`models:\n  - name: a\n    served_model_name: "two words"\n${WORKERS}\n`), env: {} })[0]!.path).toBe('models[0].served_model_name');
   });
 });
+
+describe('config: client timeouts and the per-client connection bound', () => {
+  // issue 13 item 1: the header and body timeouts and the pending-connection bound are limits knobs, validated by field
+  it('defaults to tens of seconds and 256 connections, takes values from the file, and names a bad field', () => {
+    const d = loadGatewayConfig({ file: file(`models:\n  - name: m\n${WORKERS}\n`), env: {} });
+    expect(d.limits).toMatchObject({ headerTimeoutMs: 30_000, bodyTimeoutMs: 30_000, maxPendingConnectionsPerClient: 256 });
+    const c = loadGatewayConfig({
+      file: file(`limits: { header_timeout_ms: 500, body_timeout_ms: 250, max_pending_connections_per_client: 8 }\nmodels:\n  - name: m\n${WORKERS}\n`), env: {},
+    });
+    expect(c.limits).toMatchObject({ headerTimeoutMs: 500, bodyTimeoutMs: 250, maxPendingConnectionsPerClient: 8 });
+    const p = problemsOf({ file: file(`limits: { header_timeout_ms: 0, body_timeout_ms: "soon", max_pending_connections_per_client: -1 }\nmodels:\n  - name: m\n${WORKERS}\n`), env: {} });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['limits.header_timeout_ms']).toMatch(/must be an integer in \[1,/);
+    expect(by['limits.body_timeout_ms']).toMatch(/must be an integer .* got "soon"/);
+    expect(by['limits.max_pending_connections_per_client']).toMatch(/must be an integer in \[1,/);
+  });
+});

@@ -1,79 +1,9 @@
 import { request as httpRequest } from 'node:http';
 import OpenAI from 'openai';
-import { pino } from 'pino';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { loadGatewayConfig } from '../../src/config/index.js';
-import { GatewayServer, createPreprocessor, preprocessModelSpecs, type Preprocessor } from '../../src/frontend/index.js';
-import { KvgateMetrics } from '../../src/metrics/index.js';
+import { describe, expect, it } from 'vitest';
 import { demoTokenizerFiles, loadTokenizer } from '../../src/tokenizer/index.js';
-import { FakeRouter } from './fake-router.js';
-
-const KEY = 'test-key-0123456789';
-
-function configDoc(extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    listen: { port: 0 },
-    router: { use_kv_events: false },
-    limits: { max_body_bytes: 64 * 1024, max_prompt_tokens: 2000, max_concurrent_requests: 4, request_timeout_ms: 10_000 },
-    shutdown: { drain_timeout_ms: 5000 },
-    preprocess: { threads: 0 },
-    log: { level: 'silent' },
-    models: [
-      { name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1' }, { id: 2, url: 'http://127.0.0.1:2' }, { id: 3, url: 'http://127.0.0.1:3' }] },
-      { name: 'direct', router_mode: 'direct', tokenizer: 'demo', max_prompt_tokens: 50, workers: [{ id: 11, url: 'http://127.0.0.1:11' }] },
-      { name: 'approx', tokenizer: 'none', workers: [{ id: 21, url: 'http://127.0.0.1:21' }] },
-    ],
-    ...extra,
-  };
-}
-
-let preprocessor: Preprocessor;
-beforeAll(async () => {
-  preprocessor = await createPreprocessor(preprocessModelSpecs(loadGatewayConfig({ base: configDoc(), env: {} })), { threads: 0 });
-});
-afterAll(async () => {
-  await preprocessor.close();
-});
-
-interface Running {
-  server: GatewayServer;
-  url: string;
-  adminUrl: string | undefined;
-  routers: { demo: FakeRouter; direct: FakeRouter; approx: FakeRouter };
-}
-
-const running: GatewayServer[] = [];
-afterEach(async () => {
-  await Promise.all(running.splice(0).map((s) => s.close({ drainTimeoutMs: 100 })));
-});
-
-async function start(extra: Record<string, unknown> = {}): Promise<Running> {
-  const config = loadGatewayConfig({ base: configDoc(extra), env: {} });
-  const routers = { demo: new FakeRouter({ model: 'demo' }), direct: new FakeRouter({ model: 'direct', workerIds: [11], direct: true }), approx: new FakeRouter({ model: 'approx', workerIds: [21] }) };
-  const server = new GatewayServer({ config, routers: Object.values(routers), preprocessor, logger: pino({ level: 'silent' }), metrics: new KvgateMetrics({ processMetrics: false }) });
-  running.push(server);
-  const addr = await server.listen();
-  return {
-    server,
-    url: `http://127.0.0.1:${addr.public.port}`,
-    adminUrl: addr.admin !== undefined ? `http://127.0.0.1:${addr.admin.port}` : undefined,
-    routers,
-  };
-}
-
-async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; json: any; headers: Headers }> {
-  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
-  const text = await r.text();
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = text;
-  }
-  return { status: r.status, json, headers: r.headers };
-}
-
-const chat = (content: string, extra: Record<string, unknown> = {}): Record<string, unknown> => ({ model: 'demo', messages: [{ role: 'user', content }], ...extra });
+import { until } from '../helpers/until.js';
+import { KEY, chat, post, start } from './server-harness.js';
 
 describe('gateway server: endpoints', () => {
   it('health, readiness and /v1/models follow canServe()', async () => {
@@ -263,7 +193,9 @@ describe('gateway server: every bad request class gets its 4xx error object, and
     expect(wrongMethod.headers.get('allow')).toBe('POST');
     const ok = await post(`${g.url}/v1/chat/completions`, chat('finally a good one'), auth);
     expect(ok.status).toBe(200);
-    expect(g.routers.demo.routed.length).toBe(3); // the two unknown pins reached the router; nothing else did
+    // Only the good one reached the router: unknown pins are refused at the edge against the model's configured
+    // workers (issue 13 item 13), with the same code the router gives.
+    expect(g.routers.demo.routed.length).toBe(1);
   });
 
   it('a model without tokenizer routes on approximate hashes, marked as such', async () => {
@@ -327,8 +259,9 @@ describe('gateway server: limits, disconnects, timeouts and errors mid-stream', 
     g.routers.demo.release();
   });
 
-  it('a client that sends its body too slowly is cut by the request timeout', async () => {
-    const g = await start({ limits: { request_timeout_ms: 200, max_concurrent_requests: 4 } });
+  // issue 13 item 1: a stalled body is cut by the pause allowed between chunks (408), before it takes a slot
+  it('a client that sends its body too slowly is cut by the body timeout with 408', async () => {
+    const g = await start({ limits: { body_timeout_ms: 200, max_concurrent_requests: 4 } });
     const port = Number(new URL(g.url).port);
     const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const req = httpRequest({ host: '127.0.0.1', port, path: '/v1/chat/completions', method: 'POST', headers: { 'content-type': 'application/json', 'content-length': '1000' } }, (res) => {
@@ -342,8 +275,8 @@ describe('gateway server: limits, disconnects, timeouts and errors mid-stream', 
       req.on('error', reject);
       req.write('{"model": "demo", ');  // and never the rest
     });
-    expect(answer.status).toBe(504);
-    expect(JSON.parse(answer.body)).toMatchObject({ error: { code: 'KVG_ERR_REQUEST_TIMEOUT' } });
+    expect(answer.status).toBe(408);
+    expect(JSON.parse(answer.body)).toMatchObject({ error: { code: 'KVG_ERR_CLIENT_TIMEOUT' } });
     await waitFor(() => g.server.inflight === 0);
   });
 
@@ -353,7 +286,12 @@ describe('gateway server: limits, disconnects, timeouts and errors mid-stream', 
     const s = await fetch(`${g.url}/v1/chat/completions`, { method: 'POST', body: JSON.stringify(chat('break', { stream: true })) });
     const events = (await s.text()).split('\n\n').filter((e) => e !== '');
     expect(events.length).toBe(3);
-    expect(JSON.parse(events[2]!.slice(6))).toEqual({ error: { message: 'the engine connection broke mid-stream', type: 'server_error', param: null, code: 'KVG_ERR_ENGINE_STREAM_BROKEN' } });
+    // issue 13 item 10: the client learns the code and the worker, not the engine's own message
+    const worker = s.headers.get('x-kvgate-worker');
+    expect(JSON.parse(events[2]!.slice(6))).toEqual({ error: {
+      message: `the response of worker ${worker} broke mid-way (KVG_ERR_ENGINE_STREAM_BROKEN); the gateway log has the details`,
+      type: 'server_error', param: null, code: 'KVG_ERR_ENGINE_STREAM_BROKEN',
+    } });
   });
 });
 
@@ -382,6 +320,12 @@ describe('gateway server: admin endpoints and shutdown', () => {
     await waitFor(() => g.routers.demo.routed.length === 1);
     const closing = g.server.close({ drainTimeoutMs: 5000 });
     expect(g.server.draining).toBe(true);
+    // New work is refused: first with an answer (the listener stays open a moment for its backlog), then by the listener.
+    const refused = await post(`${g.url}/v1/chat/completions`, chat('too late'));
+    expect(refused.status).toBe(503);
+    expect(refused.json.error.code).toBe('KVG_ERR_SHUTTING_DOWN');
+    expect(refused.headers.get('connection')).toBe('close');
+    await waitFor(() => !g.server.listening);
     await expect(fetch(`${g.url}/health`)).rejects.toThrow();
     g.routers.demo.release();
     const text = await streaming;
@@ -403,9 +347,5 @@ describe('gateway server: admin endpoints and shutdown', () => {
 });
 
 async function waitFor(cond: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setImmediate(r));
-  }
+  await until(cond, 'condition', timeoutMs);
 }

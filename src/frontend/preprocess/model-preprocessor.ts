@@ -12,6 +12,7 @@ import { KvgateError } from '../../errors/index.js';
 import { demoTokenizerFiles, fallbackTokenizer, loadTokenizer, type ChatMessage, type TextTokenizer } from '../../tokenizer/index.js';
 import { promptHashes } from '../../wasm/index.js';
 import type { PreprocessModelSpec, PreprocessResult, PreprocessTask } from './protocol.js';
+import { tokenFloorOf, type TokenFloor } from './prompt-floor.js';
 import { SegmentTokenizer, splitTokensOf } from './segment-tokenizer.js';
 
 function us(from: number): number {
@@ -22,11 +23,14 @@ export class ModelPreprocessor {
   readonly spec: PreprocessModelSpec;
   readonly #tok: TextTokenizer | undefined;
   readonly #segments: SegmentTokenizer | undefined;
+  /** A lower bound on a text's tokens, checked before tokenizing; undefined when the tokenizer has none. */
+  readonly #floor: TokenFloor | undefined;
 
-  private constructor(spec: PreprocessModelSpec, tok: TextTokenizer | undefined, segments: SegmentTokenizer | undefined) {
+  private constructor(spec: PreprocessModelSpec, tok: TextTokenizer | undefined, segments: SegmentTokenizer | undefined, floor?: TokenFloor) {
     this.spec = spec;
     this.#tok = tok;
     this.#segments = segments;
+    this.#floor = floor;
   }
 
   /**
@@ -41,7 +45,7 @@ export class ModelPreprocessor {
     const files = src.kind === 'demo' ? demoTokenizerFiles() : src.files;
     const tok = loadTokenizer(files);
     const segments = await SegmentTokenizer.create(tok, spec.segmentCacheTokens > 0 ? splitTokensOf(files.tokenizerJson) : [], spec.segmentCacheTokens);
-    return new ModelPreprocessor(spec, tok, segments);
+    return new ModelPreprocessor(spec, tok, segments, tokenFloorOf(files.tokenizerJson));
   }
 
   /** Whether the segment cache is in use (exactness probe passed and the cache is on). */
@@ -84,6 +88,7 @@ export class ModelPreprocessor {
         text = task.prompt;
         addSpecial = task.addSpecialTokens ?? true;
       }
+      this.#refuseCertainlyTooLong(text, task.maxPromptTokens);
       const t1 = performance.now();
       if (this.#segments !== undefined) {
         const enc = await this.#segments.encode(text, addSpecial);
@@ -94,11 +99,7 @@ export class ModelPreprocessor {
       }
       stats.tokenizeUs = us(t1);
     }
-    if (tokenIds.length > task.maxPromptTokens) {
-      throw new KvgateError('KVG_ERR_PROMPT_TOO_LONG',
-        `the prompt has ${tokenIds.length} tokens; the limit for model ${this.spec.name} is ${task.maxPromptTokens}`,
-        { promptTokens: tokenIds.length, maxPromptTokens: task.maxPromptTokens });
-    }
+    if (tokenIds.length > task.maxPromptTokens) throw this.#tooLong(`${tokenIds.length}`, tokenIds.length, task.maxPromptTokens);
     if (tokenIds.length === 0) {
       throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty', { param: task.kind === 'chat' ? 'messages' : 'prompt' });
     }
@@ -106,6 +107,21 @@ export class ModelPreprocessor {
     const { local, seq } = promptHashes(tokenIds, this.spec.blockSize, { loraName: task.loraName, cacheSalt: task.cacheSalt });
     stats.hashUs = us(t2);
     return { tokenIds, blockHashes: local, sequenceHashes: seq, approximate, stats };
+  }
+
+  /**
+   * Refuses, before tokenizing, a text whose token floor is already over the limit.
+   * @throws KvgateError KVG_ERR_PROMPT_TOO_LONG
+   */
+  #refuseCertainlyTooLong(text: string, maxPromptTokens: number): void {
+    if (this.#floor === undefined || text.length <= maxPromptTokens) return;
+    const floor = this.#floor(text);
+    if (floor > maxPromptTokens) throw this.#tooLong(`at least ${floor}`, floor, maxPromptTokens);
+  }
+
+  #tooLong(count: string, promptTokens: number, maxPromptTokens: number): KvgateError {
+    return new KvgateError('KVG_ERR_PROMPT_TOO_LONG', `the prompt has ${count} tokens; the limit for model ${this.spec.name} is ${maxPromptTokens}`,
+      { promptTokens, maxPromptTokens });
   }
 }
 

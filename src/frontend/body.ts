@@ -1,0 +1,189 @@
+/**
+ * Reading a request body at the gateway's edge, before the request holds a
+ * concurrency slot: bounded in size, in the pause between two chunks, decoded
+ * from its `Content-Encoding` within the same size limit, and checked to be
+ * UTF-8 text.
+ *
+ * Contract for an oversized body (lingering close): the reader keeps reading
+ * and discarding what the client still sends, for at most `LINGER_MS` and
+ * `LINGER_BYTES`, and only then rejects with KVG_ERR_BODY_TOO_LARGE, so the
+ * answer (with `Connection: close`) goes out once the client has stopped
+ * sending: a client that writes its whole body before reading (Node's fetch)
+ * reads the 413 instead of a reset.
+ */
+import type { IncomingMessage } from 'node:http';
+import { brotliDecompress, gunzip, inflate, type InputType, type ZlibOptions } from 'node:zlib';
+import { parseJsonObject } from '../common/index.js';
+import { KvgateError } from '../errors/index.js';
+
+export interface BodyLimits {
+  /** Bytes on the wire and bytes after decoding, each. */
+  maxBodyBytes: number;
+  /** Longest pause between two chunks of the body. */
+  bodyTimeoutMs: number;
+}
+
+/** How long, and how much, an oversized body is read and discarded before the 413 goes out. */
+const LINGER_MS = 5_000;
+const LINGER_BYTES = 64 * 1024 * 1024;
+
+type Decoder = (buf: InputType, opts: ZlibOptions, cb: (err: Error | null, out: Buffer) => void) => void;
+const DECODERS: Record<string, Decoder> = { gzip: gunzip, 'x-gzip': gunzip, deflate: inflate, br: brotliDecompress };
+
+function tooLarge(limit: number, size: string): KvgateError {
+  return new KvgateError('KVG_ERR_BODY_TOO_LARGE', `the request body (${size}) is larger than the limit of ${limit} bytes`, { limit });
+}
+
+/**
+ * The decoder for the request's Content-Encoding; undefined for none or identity.
+ * @throws KvgateError KVG_ERR_UNSUPPORTED_ENCODING for any other coding, or several.
+ */
+function decoderOf(req: IncomingMessage): Decoder | undefined {
+  const raw = req.headers['content-encoding'];
+  if (raw === undefined) return undefined;
+  const coding = raw.trim().toLowerCase();
+  if (coding === '' || coding === 'identity') return undefined;
+  const decoder = DECODERS[coding];
+  if (decoder === undefined) {
+    throw new KvgateError('KVG_ERR_UNSUPPORTED_ENCODING',
+      `Content-Encoding ${JSON.stringify(raw.slice(0, 40))} is not supported; send the body plain or as gzip, deflate or br`, { param: 'content-encoding' });
+  }
+  return decoder;
+}
+
+/** The raw bytes of the body, as received. */
+function readRaw(req: IncomingMessage, limits: BodyLimits, signal: AbortSignal): Promise<Buffer> {
+  const limit = limits.maxBodyBytes;
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let overflow: KvgateError | undefined;
+    let lingerUntil = 0;
+    let idle: NodeJS.Timeout | undefined;
+    const cleanup = (): void => {
+      clearTimeout(idle);
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      signal.removeEventListener('abort', onAbort);
+    };
+    const fail = (err: Error): void => {
+      cleanup();
+      chunks.length = 0;
+      // Whatever still arrives is discarded, not buffered (Node pulls it off the wire for keep-alive).
+      req.resume();
+      reject(err);
+    };
+    const armIdle = (): void => {
+      clearTimeout(idle);
+      idle = setTimeout(() => fail(overflow ?? new KvgateError('KVG_ERR_CLIENT_TIMEOUT',
+        `the request body paused for more than ${limits.bodyTimeoutMs} ms between two chunks`, { bodyTimeoutMs: limits.bodyTimeoutMs })),
+      overflow !== undefined ? Math.min(limits.bodyTimeoutMs, Math.max(0, lingerUntil - performance.now())) : limits.bodyTimeoutMs);
+    };
+    const startLinger = (err: KvgateError): void => {
+      overflow = err;
+      chunks.length = 0;
+      lingerUntil = performance.now() + LINGER_MS;
+      armIdle();
+    };
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (overflow !== undefined) {
+        if (size > LINGER_BYTES || performance.now() >= lingerUntil) fail(overflow);
+        else armIdle();
+        return;
+      }
+      if (size > limit) startLinger(tooLarge(limit, `over ${limit} bytes`));
+      else chunks.push(chunk);
+      if (overflow === undefined) armIdle();
+    };
+    const onEnd = (): void => {
+      if (overflow !== undefined) return fail(overflow);
+      cleanup();
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onError = (err: Error): void => fail(err);
+    const onAbort = (): void => fail(signal.reason as Error);
+    if (signal.aborted) return fail(signal.reason as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > limit) startLinger(tooLarge(limit, `${declared} bytes`));
+    else armIdle();
+  });
+}
+
+function decode(decoder: Decoder, raw: Buffer, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    decoder(raw, { maxOutputLength: limit }, (err, out) => {
+      if (err === null) return resolve(out);
+      if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return reject(tooLarge(limit, `decoded, over ${limit} bytes`));
+      reject(new KvgateError('KVG_ERR_INVALID_REQUEST', `the request body does not decode as its Content-Encoding says: ${err.message}`, { param: 'content-encoding' }));
+    });
+  });
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+
+/**
+ * The request body as text: read within `limits`, decoded from its Content-Encoding, UTF-8 checked.
+ * Rejects with `signal.reason` when the signal fires first (client gone).
+ * @throws KvgateError KVG_ERR_BODY_TOO_LARGE (on the wire or decoded), KVG_ERR_CLIENT_TIMEOUT (a pause between chunks),
+ *   KVG_ERR_UNSUPPORTED_ENCODING, KVG_ERR_INVALID_REQUEST (a body that does not decode), KVG_ERR_INVALID_JSON (not UTF-8).
+ */
+export async function readBodyText(req: IncomingMessage, limits: BodyLimits, signal: AbortSignal): Promise<string> {
+  let decoder: Decoder | undefined;
+  try {
+    decoder = decoderOf(req);
+  } catch (err) {
+    req.resume();
+    throw err;
+  }
+  const raw = await readRaw(req, limits, signal);
+  const bytes = decoder === undefined ? raw : await decode(decoder, raw, limits.maxBodyBytes);
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    throw new KvgateError('KVG_ERR_INVALID_JSON', 'the request body is not valid UTF-8');
+  }
+}
+
+/**
+ * Nesting depth a request body may have. Deeper JSON is refused before it is parsed: every later step (schema
+ * check, the structured clone to a preprocessing thread, the chat template) walks it recursively.
+ */
+const MAX_JSON_DEPTH = 100;
+
+/** Whether `text` nests arrays and objects deeper than `max` (strings skipped; the text need not be valid JSON). */
+function nestsDeeperThan(text: string, max: number): boolean {
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // Skip the string, escapes included.
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i);
+        if (d === 0x5c) i++;
+        else if (d === 0x22) break;
+      }
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    }
+  }
+  return false;
+}
+
+/**
+ * The body text as a JSON object.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST for nesting deeper than MAX_JSON_DEPTH, KVG_ERR_INVALID_JSON.
+ */
+export function parseBodyObject(text: string): Record<string, unknown> {
+  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
+    throw new KvgateError('KVG_ERR_INVALID_REQUEST', `the request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`, { param: null });
+  }
+  return parseJsonObject(text);
+}

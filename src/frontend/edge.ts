@@ -1,0 +1,40 @@
+/**
+ * Checks at the HTTP edge that need nothing but the request line and headers:
+ * headers that must not repeat, the model id in a path, and the raw answer to
+ * a request Node could not parse or that came too slowly.
+ */
+import type { IncomingMessage } from 'node:http';
+import { errorBody } from '../common/index.js';
+import { KvgateError } from '../errors/index.js';
+
+/**
+ * Headers a request may carry once only. Node keeps the first `Authorization` and drops the rest silently, so
+ * `valid, invalid` would pass as `valid`: a repeated one is refused instead.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header.
+ */
+export function checkEdgeHeaders(req: IncomingMessage, authRoute: boolean): void {
+  if (authRoute && (req.headersDistinct.authorization?.length ?? 0) > 1) {
+    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the Authorization header must be given once', { param: 'authorization' });
+  }
+}
+
+/**
+ * A percent-encoded model id from a path.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST when it is not valid percent-encoding (`%ZZ`).
+ */
+export function decodedModelId(raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw new KvgateError('KVG_ERR_INVALID_REQUEST', `the model id in the path is not valid percent-encoding: ${JSON.stringify(raw.slice(0, 80))}`, { param: 'model' });
+  }
+}
+
+/** The raw HTTP answer to a request Node gave up on: 408 with an error object when it came too slowly, else 400. */
+export function clientErrorResponse(err: NodeJS.ErrnoException, headerTimeoutMs: number): string {
+  const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+  if (!timeout) return 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n';
+  const body = JSON.stringify(errorBody(new KvgateError('KVG_ERR_CLIENT_TIMEOUT',
+    `the request did not arrive in time (its headers are due within ${headerTimeoutMs} ms)`, { param: null })));
+  return `HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+}
