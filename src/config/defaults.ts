@@ -17,6 +17,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   retryAfterSeconds: 1,
   drainTimeoutMs: 30_000,
   segmentCacheTokens: 2_000_000,
+  segmentCacheBytes: 32 * 1024 * 1024,
   logLevel: 'info' as LogLevel,
   routerMode: 'kv' as RouterMode,
   blockSize: 16,

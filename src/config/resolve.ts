@@ -99,10 +99,11 @@ function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' |
   const drainTimeoutMs = sh?.int('drain_timeout_ms', GATEWAY_DEFAULTS.drainTimeoutMs, { min: 0, max: 3_600_000 }) ?? GATEWAY_DEFAULTS.drainTimeoutMs;
 
   const pre = root.child('preprocess');
-  pre?.allowOnly(['threads', 'segment_cache_tokens']);
+  pre?.allowOnly(['threads', 'segment_cache_tokens', 'segment_cache_bytes']);
   const preprocess = {
     threads: pre?.int('threads', defaultPreprocessThreads(), { min: 0, max: 64 }) ?? defaultPreprocessThreads(),
     segmentCacheTokens: pre?.int('segment_cache_tokens', GATEWAY_DEFAULTS.segmentCacheTokens, { min: 0, max: 1 << 28 }) ?? GATEWAY_DEFAULTS.segmentCacheTokens,
+    segmentCacheBytes: pre?.int('segment_cache_bytes', GATEWAY_DEFAULTS.segmentCacheBytes, { min: 0, max: 2 ** 40 }) ?? GATEWAY_DEFAULTS.segmentCacheBytes,
   };
 
   const log = root.child('log');

@@ -83,6 +83,8 @@ export interface GatewayConfig {
     readonly threads: number;
     /** Token ids kept by each thread's segment cache (0 disables it). */
     readonly segmentCacheTokens: number;
+    /** Bytes each thread's segment cache may retain (keys, id arrays, overhead); 0 disables it. */
+    readonly segmentCacheBytes: number;
   };
   readonly logLevel: LogLevel;
   /** Empty = the embedded demo (in-process simulated engines). */
