@@ -49,6 +49,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
     createRouter: (model, deps) => new ModelRouter({
       model: model.name, mode: model.routerMode, blockSize: model.blockSize, routerConfig: model.router, registry, engine,
       onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
+      sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
     }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) })),
     async close(): Promise<void> {
       prober.close();

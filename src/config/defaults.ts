@@ -15,6 +15,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   maxConcurrentRequests: 1024,
   requestTimeoutMs: 600_000,
   retryAfterSeconds: 1,
+  maxSessionTimeoutS: 3600,
+  maxSessions: 100_000,
   drainTimeoutMs: 30_000,
   segmentCacheTokens: 2_000_000,
   segmentCacheBytes: 32 * 1024 * 1024,

@@ -59,6 +59,10 @@ export interface LimitsConfig {
   readonly requestTimeoutMs: number;
   /** The Retry-After value sent with 429 and 503. */
   readonly retryAfterSeconds: number;
+  /** Longest sticky-session timeout; a longer `session_control.timeout` is clamped to it. */
+  readonly maxSessionTimeoutS: number;
+  /** Sticky session bindings kept per model and pool; beyond it the least recently used is dropped. */
+  readonly maxSessions: number;
 }
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';

@@ -65,6 +65,10 @@ export class KvgateMetrics {
   readonly queuePendingIslTokens: Gauge<'model' | 'worker_type'>;
   readonly backpressure: Counter<'model' | 'worker_type'>;
 
+  // Sticky sessions.
+  readonly sessions: Gauge<'model' | 'worker_type'>;
+  readonly sessionLimits: Counter<'model' | 'worker_type' | 'limit'>;
+
   // KV events.
   readonly kvEventsApplied: Counter<'event_type' | 'status'>;
   readonly kvEventDecodeErrors: Counter<'worker_id' | 'kind'>;
@@ -106,6 +110,8 @@ export class KvgateMetrics {
     this.queuePendingRequests = new Gauge({ name: 'kvgate_router_queue_pending_requests', help: 'Requests parked in the router queue.', labelNames: mw, registers });
     this.queuePendingIslTokens = new Gauge({ name: 'kvgate_router_queue_pending_isl_tokens', help: 'Prompt tokens of requests parked in the router queue.', labelNames: mw, registers });
     this.backpressure = new Counter({ name: 'kvgate_router_backpressure_total', help: 'Requests rejected by queue-depth backpressure.', labelNames: mw, registers });
+    this.sessions = new Gauge({ name: 'kvgate_router_sessions', help: 'Sticky session bindings held.', labelNames: mw, registers });
+    this.sessionLimits = new Counter({ name: 'kvgate_router_session_limits_total', help: 'Sticky session limits applied: limit=timeout (a requested timeout clamped to the maximum) or capacity (the least recently used binding dropped).', labelNames: ['model', 'worker_type', 'limit'], registers });
     this.kvEventsApplied = new Counter({ name: 'kvgate_kv_events_applied_total', help: 'KV events applied to the prefix index, by type and status.', labelNames: ['event_type', 'status'], registers });
     this.kvEventDecodeErrors = new Counter({ name: 'kvgate_kv_event_decode_errors_total', help: 'KV event messages that could not be decoded, by kind.', labelNames: ['worker_id', 'kind'], registers });
     this.kvEventGaps = new Counter({ name: 'kvgate_kv_event_gaps_total', help: 'Gaps detected in a publisher\'s sequence numbers.', labelNames: ['worker_id', 'dp_rank'], registers });
