@@ -41,16 +41,17 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       engine.addWorker(w.url);
     }
   }
-  const prober = new HealthProber(registry);
+  const prober = new HealthProber(registry, config.health);
   prober.start();
   return {
     // One context per model, handed down to every router and KV-event manager: their warnings go
-    // to the gateway's pino logger, each line carrying the model.
-    createRouter: (model, deps) => new ModelRouter({
+    // to the gateway's pino logger, each line carrying the model. The prober reports that model's
+    // worker transitions (ejected, kept, readmitted) to the same logger and metrics.
+    createRouter: (model, deps) => (prober.watch(model.name, deps.logger, deps.metrics), new ModelRouter({
       model: model.name, mode: model.routerMode, blockSize: model.blockSize, routerConfig: model.router, registry, engine,
       onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
       sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
-    }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) })),
+    }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }))),
     async close(): Promise<void> {
       prober.close();
       await engine.close();

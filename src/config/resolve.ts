@@ -14,7 +14,7 @@ import { checkModel, readModel } from './resolve-model.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
-const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'shutdown', 'preprocess', 'log', 'router', 'models'] as const;
+const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'shutdown', 'preprocess', 'log', 'router', 'models'] as const;
 
 function readListen(r: ConfigReader | undefined, host: string, port: number): ListenAddress {
   if (r === undefined) return { host, port };
@@ -95,6 +95,18 @@ function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   };
 }
 
+function readHealth(root: ConfigReader): GatewayConfig['health'] {
+  const h = root.child('health');
+  h?.allowOnly(['interval_ms', 'timeout_ms', 'unhealthy_after', 'max_ejected_percent']);
+  const D = GATEWAY_DEFAULTS;
+  return {
+    intervalMs: h?.int('interval_ms', D.healthIntervalMs, { min: 10, max: 3_600_000 }) ?? D.healthIntervalMs,
+    timeoutMs: h?.int('timeout_ms', D.healthTimeoutMs, { min: 10, max: 600_000 }) ?? D.healthTimeoutMs,
+    unhealthyAfter: h?.int('unhealthy_after', D.healthUnhealthyAfter, { min: 1, max: 1000 }) ?? D.healthUnhealthyAfter,
+    maxEjectedPercent: h?.int('max_ejected_percent', D.healthMaxEjectedPercent, { min: 0, max: 100 }) ?? D.healthMaxEjectedPercent,
+  };
+}
+
 /** The process sections: shutdown, preprocessing threads, log level. */
 function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' | 'preprocess' | 'logLevel'> {
   const sh = root.child('shutdown');
@@ -166,10 +178,11 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const admin = readAdmin(root, listen);
   const apiKeys = readApiKeys(root, ctx);
   const limits = readLimits(root);
+  const health = readHealth(root);
   const { drainTimeoutMs, preprocess, logLevel } = readProcess(root);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const config: GatewayConfig = {
-    file: ctx.file, listen, admin, apiKeys, limits, drainTimeoutMs, preprocess, logLevel, models, warnings,
+    file: ctx.file, listen, admin, apiKeys, limits, health, drainTimeoutMs, preprocess, logLevel, models, warnings,
   };
   return { config: deepFreeze(config), problems };
 }

@@ -65,6 +65,16 @@ export interface LimitsConfig {
   readonly maxSessions: number;
 }
 
+export interface HealthConfig {
+  readonly intervalMs: number;
+  /** Probe timeout, counted in event-loop time that was free to run (a stalled gateway does not blame its engines). */
+  readonly timeoutMs: number;
+  /** Consecutive failed probes before a worker is ejected. */
+  readonly unhealthyAfter: number;
+  /** Most of a model's workers ejected on health alone (at least one); beyond it failing workers stay routable. */
+  readonly maxEjectedPercent: number;
+}
+
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -80,6 +90,8 @@ export interface GatewayConfig {
   /** Accepted `Authorization: Bearer` keys; empty = no authentication. Never logged. */
   readonly apiKeys: readonly string[];
   readonly limits: LimitsConfig;
+  /** Active health probing of every worker (GET /health). */
+  readonly health: HealthConfig;
   /** SIGTERM: stop accepting, let in-flight requests finish up to this long, then cut them. */
   readonly drainTimeoutMs: number;
   readonly preprocess: {

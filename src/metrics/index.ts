@@ -59,6 +59,7 @@ export class KvgateMetrics {
   readonly workerActiveRequests: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
   readonly workerIndexBlocks: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
   readonly workerKvEventsLive: Gauge<'model' | 'worker_id' | 'worker_type'>;
+  readonly healthTransitions: Counter<'model' | 'worker_id' | 'transition'>;
 
   // Queue and backpressure.
   readonly queuePendingRequests: Gauge<'model' | 'worker_type'>;
@@ -107,6 +108,7 @@ export class KvgateMetrics {
     this.workerActiveRequests = new Gauge({ name: 'kvgate_worker_active_requests', help: 'In-flight requests booked on the worker.', labelNames: wl, registers });
     this.workerIndexBlocks = new Gauge({ name: 'kvgate_worker_index_blocks', help: 'Blocks the prefix index holds for the worker.', labelNames: wl, registers });
     this.workerKvEventsLive = new Gauge({ name: 'kvgate_worker_kv_events_live', help: '1 while the worker\'s KV events are live; 0 when routing uses approximate mode for it.', labelNames: ['model', 'worker_id', 'worker_type'], registers });
+    this.healthTransitions = new Counter({ name: 'kvgate_worker_health_transitions_total', help: 'Health probing outcomes per worker: ejected (marked down), kept (failing, but the model\'s ejection limit is reached: still routed), readmitted.', labelNames: ['model', 'worker_id', 'transition'], registers });
     this.queuePendingRequests = new Gauge({ name: 'kvgate_router_queue_pending_requests', help: 'Requests parked in the router queue.', labelNames: mw, registers });
     this.queuePendingIslTokens = new Gauge({ name: 'kvgate_router_queue_pending_isl_tokens', help: 'Prompt tokens of requests parked in the router queue.', labelNames: mw, registers });
     this.backpressure = new Counter({ name: 'kvgate_router_backpressure_total', help: 'Requests rejected by queue-depth backpressure.', labelNames: mw, registers });
