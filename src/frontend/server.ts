@@ -29,6 +29,7 @@ import type { WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
+import { canForceGc, gcAndMeasure } from './admin-gc.js';
 import { parseRoutingHints } from './hints.js';
 import {
   ApiKeys, asKvgateError, parseJsonObject, pickRequestId, readBody, sendBytes, sendError, sendJson,
@@ -143,6 +144,7 @@ export class GatewayServer {
     if (withAdmin) {
       add('/admin/config', { methods: { GET: (c) => sendJson(c.res, 200, this.#redactedConfig()) }, auth: true, limited: false });
       add('/admin/models', { methods: { GET: (c) => sendJson(c.res, 200, this.#modelsStatus()) }, auth: true, limited: false });
+      if (canForceGc()) add('/admin/gc', { methods: { POST: (c) => sendJson(c.res, 200, gcAndMeasure()) }, auth: true, limited: false });
     }
     return t;
   }

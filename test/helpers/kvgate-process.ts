@@ -22,7 +22,7 @@ export interface KvgateProcess {
 }
 
 /** Starts `node [nodeFlags] bin/kvgate.js args...`. */
-function startKvgate(args: readonly string[], nodeFlags: readonly string[] = []): KvgateProcess {
+export function startKvgate(args: readonly string[], nodeFlags: readonly string[] = []): KvgateProcess {
   if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first');
   const child: ChildProcessByStdio<null, Readable, Readable> = spawn(process.execPath, [...nodeFlags, BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: string[] = [];
