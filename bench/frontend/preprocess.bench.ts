@@ -52,7 +52,7 @@ export async function run(): Promise<BenchSection> {
     kind: 'chat', model: 'demo', maxPromptTokens: 1 << 20,
     messages: [...history, { role: 'user', content: `Question ${n++}: what does the router do with ${WORDS[n % WORDS.length]}?` }],
   });
-  const spec: PreprocessModelSpec = { name: 'demo', blockSize: 16, tokenizer: { kind: 'demo' }, segmentCacheTokens: 2_000_000 };
+  const spec: PreprocessModelSpec = { name: 'demo', blockSize: 16, tokenizer: { kind: 'demo' }, segmentCacheTokens: 2_000_000, segmentCacheBytes: 32 * 1024 * 1024 };
   const cold: PreprocessModelSpec = { ...spec, segmentCacheTokens: 0 };
 
   const mainCached = await ModelPreprocessor.create(spec);

@@ -76,6 +76,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
   const sinks = new Map<string, ModelCheckSink>();
   const early = new Map<number, [WorkerInfo, ModelCheck]>();
   const prober = new HealthProber(registry, {
+    ...config.health,
     onModelCheck: (w, check) => {
       const sink = sinks.get(w.model);
       if (sink !== undefined) sink(w, check);
@@ -89,6 +90,8 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
     // One context per model, handed down to every router and KV-event manager: their warnings go
     // to the gateway's pino logger, each line carrying the model.
     createRouter: async (model, deps) => {
+      // The prober reports this model's worker transitions (ejected, kept, readmitted) to its logger and metrics.
+      prober.watch(model.name, deps.logger, deps.metrics);
       const sink = modelCheckSink(deps);
       sinks.set(model.name, sink);
       if (firstRound === undefined) {
@@ -105,6 +108,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
         model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
         routerConfig: model.router, registry, engine, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
         legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
+        sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
       }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
     },
     async close(): Promise<void> {

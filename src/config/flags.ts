@@ -49,6 +49,7 @@ const FLAG_OPTIONS: Record<string, OptionSpec> = {
   'drain-timeout-ms': { type: 'string' },
   'preprocess-threads': { type: 'string' },
   'segment-cache-tokens': { type: 'string' },
+  'segment-cache-bytes': { type: 'string' },
   'log-level': { type: 'string' },
   model: { type: 'string' },
   worker: { type: 'string', multiple: true },
@@ -74,6 +75,7 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   'drain-timeout-ms': ['shutdown', 'drain_timeout_ms'],
   'preprocess-threads': ['preprocess', 'threads'],
   'segment-cache-tokens': ['preprocess', 'segment_cache_tokens'],
+  'segment-cache-bytes': ['preprocess', 'segment_cache_bytes'],
   'log-level': ['log', 'level'],
   tokenizer: ['models', '*', 'tokenizer'],
   'router-mode': ['models', '*', 'router_mode'],
@@ -282,7 +284,8 @@ model configured, starts the embedded demo (simulated engines in-process).
       --engine-first-byte-timeout-ms N   per engine leg: dispatch to first output (0 = off)
       --engine-stream-idle-timeout-ms N  per engine leg: longest silence between two SSE events (0 = off)
       --preprocess-threads N   tokenizer threads (0 = main thread)
-      --segment-cache-tokens N per-thread segment cache size (0 = off)
+      --segment-cache-tokens N per-thread segment cache size in token ids (0 = off)
+      --segment-cache-bytes N  per-thread segment cache size in retained bytes (0 = off)
       --log-level LEVEL        fatal | error | warn | info | debug | trace | silent
       --set PATH=VALUE         set any config field, e.g. --set models[0].block_size=32
   -h, --help

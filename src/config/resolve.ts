@@ -14,7 +14,7 @@ import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
-const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'models'] as const;
+const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'models'] as const;
 
 function readListen(r: ConfigReader | undefined, host: string, port: number): ListenAddress {
   if (r === undefined) return { host, port };
@@ -83,7 +83,7 @@ function readAdmin(root: ConfigReader, listen: ListenAddress): GatewayConfig['ad
 function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   const lim = root.child('limits');
   lim?.allowOnly(['max_body_bytes', 'max_prompt_tokens', 'max_concurrent_requests', 'request_timeout_ms', 'retry_after_seconds',
-    'header_timeout_ms', 'body_timeout_ms', 'max_pending_connections_per_client']);
+    'header_timeout_ms', 'body_timeout_ms', 'max_pending_connections_per_client', 'max_session_timeout_s', 'max_sessions']);
   const D = GATEWAY_DEFAULTS;
   return {
     maxBodyBytes: lim?.int('max_body_bytes', GATEWAY_DEFAULTS.maxBodyBytes, { min: 1024, max: 1 << 30 }) ?? GATEWAY_DEFAULTS.maxBodyBytes,
@@ -95,6 +95,20 @@ function readLimits(root: ConfigReader): GatewayConfig['limits'] {
     bodyTimeoutMs: lim?.int('body_timeout_ms', D.bodyTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.bodyTimeoutMs,
     maxPendingConnectionsPerClient: lim?.int('max_pending_connections_per_client', D.maxPendingConnectionsPerClient, { min: 1, max: 1 << 20 })
       ?? D.maxPendingConnectionsPerClient,
+    maxSessionTimeoutS: lim?.int('max_session_timeout_s', GATEWAY_DEFAULTS.maxSessionTimeoutS, { min: 1, max: 30 * 86_400 }) ?? GATEWAY_DEFAULTS.maxSessionTimeoutS,
+    maxSessions: lim?.int('max_sessions', GATEWAY_DEFAULTS.maxSessions, { min: 1, max: 1 << 24 }) ?? GATEWAY_DEFAULTS.maxSessions,
+  };
+}
+
+function readHealth(root: ConfigReader): GatewayConfig['health'] {
+  const h = root.child('health');
+  h?.allowOnly(['interval_ms', 'timeout_ms', 'unhealthy_after', 'max_ejected_percent']);
+  const D = GATEWAY_DEFAULTS;
+  return {
+    intervalMs: h?.int('interval_ms', D.healthIntervalMs, { min: 10, max: 3_600_000 }) ?? D.healthIntervalMs,
+    timeoutMs: h?.int('timeout_ms', D.healthTimeoutMs, { min: 10, max: 600_000 }) ?? D.healthTimeoutMs,
+    unhealthyAfter: h?.int('unhealthy_after', D.healthUnhealthyAfter, { min: 1, max: 1000 }) ?? D.healthUnhealthyAfter,
+    maxEjectedPercent: h?.int('max_ejected_percent', D.healthMaxEjectedPercent, { min: 0, max: 100 }) ?? D.healthMaxEjectedPercent,
   };
 }
 
@@ -105,10 +119,11 @@ function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' |
   const drainTimeoutMs = sh?.int('drain_timeout_ms', GATEWAY_DEFAULTS.drainTimeoutMs, { min: 0, max: 3_600_000 }) ?? GATEWAY_DEFAULTS.drainTimeoutMs;
 
   const pre = root.child('preprocess');
-  pre?.allowOnly(['threads', 'segment_cache_tokens']);
+  pre?.allowOnly(['threads', 'segment_cache_tokens', 'segment_cache_bytes']);
   const preprocess = {
     threads: pre?.int('threads', defaultPreprocessThreads(), { min: 0, max: 64 }) ?? defaultPreprocessThreads(),
     segmentCacheTokens: pre?.int('segment_cache_tokens', GATEWAY_DEFAULTS.segmentCacheTokens, { min: 0, max: 1 << 28 }) ?? GATEWAY_DEFAULTS.segmentCacheTokens,
+    segmentCacheBytes: pre?.int('segment_cache_bytes', GATEWAY_DEFAULTS.segmentCacheBytes, { min: 0, max: 2 ** 40 }) ?? GATEWAY_DEFAULTS.segmentCacheBytes,
   };
 
   const log = root.child('log');
@@ -181,10 +196,11 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const admin = readAdmin(root, listen);
   const apiKeys = readApiKeys(root, ctx);
   const limits = readLimits(root);
+  const health = readHealth(root);
   const { drainTimeoutMs, preprocess, logLevel } = readProcess(root);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const config: GatewayConfig = {
-    file: ctx.file, listen, admin, apiKeys, limits, drainTimeoutMs, preprocess, logLevel, models, warnings,
+    file: ctx.file, listen, admin, apiKeys, limits, health, drainTimeoutMs, preprocess, logLevel, models, warnings,
   };
   return { config: deepFreeze(config), problems };
 }

@@ -86,6 +86,20 @@ export interface LimitsConfig {
   readonly maxPendingConnectionsPerClient: number;
   /** The Retry-After value sent with 429 and 503. */
   readonly retryAfterSeconds: number;
+  /** Longest sticky-session timeout; a longer `session_control.timeout` is clamped to it. */
+  readonly maxSessionTimeoutS: number;
+  /** Sticky session bindings kept per model and pool; beyond it the least recently used is dropped. */
+  readonly maxSessions: number;
+}
+
+export interface HealthConfig {
+  readonly intervalMs: number;
+  /** Probe timeout, counted in event-loop time that was free to run (a stalled gateway does not blame its engines). */
+  readonly timeoutMs: number;
+  /** Consecutive failed probes before a worker is ejected. */
+  readonly unhealthyAfter: number;
+  /** Most of a model's workers ejected on health alone (at least one); beyond it failing workers stay routable. */
+  readonly maxEjectedPercent: number;
 }
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -103,6 +117,8 @@ export interface GatewayConfig {
   /** Accepted `Authorization: Bearer` keys; empty = no authentication. Never logged. */
   readonly apiKeys: readonly string[];
   readonly limits: LimitsConfig;
+  /** Active health probing of every worker (GET /health). */
+  readonly health: HealthConfig;
   /** SIGTERM: stop accepting, let in-flight requests finish up to this long, then cut them. */
   readonly drainTimeoutMs: number;
   readonly preprocess: {
@@ -110,6 +126,8 @@ export interface GatewayConfig {
     readonly threads: number;
     /** Token ids kept by each thread's segment cache (0 disables it). */
     readonly segmentCacheTokens: number;
+    /** Bytes each thread's segment cache may retain (keys, id arrays, overhead); 0 disables it. */
+    readonly segmentCacheBytes: number;
   };
   readonly logLevel: LogLevel;
   /** Empty = the embedded demo (in-process simulated engines). */

@@ -5,6 +5,18 @@
  * ask for an immediate probe when a connection fails, so a dead engine stops
  * receiving traffic within one probe round trip instead of one interval.
  *
+ * Two guards keep the gateway's own trouble from emptying a model:
+ * - a probe's timeout counts event-loop time that was free to run (see
+ *   loop-timeout.ts), so a gateway whose loop is saturated does not blame its
+ *   engines for answers it has not read yet;
+ * - at most `maxEjectedPercent` of a model's workers (all roles together, and
+ *   at least one, as Envoy's `max_ejection_percent`) are ejected on health
+ *   alone: beyond it, a failing worker stays routable (Envoy's panic mode),
+ *   and that is logged and counted. When an ejected worker comes back, the
+ *   next failing probe of a kept one ejects it.
+ * Every transition (ejected, kept in panic, readmitted) is logged at warn with
+ * the worker's id and URL and counted in `kvgate_worker_health_transitions_total`.
+ *
  * Model check: when a worker first answers its health probe, when it comes
  * back after being down, and every `modelsRefreshMs` after that, the prober
  * also reads the engine's `/v1/models` (./engine-models.ts). An engine that
@@ -15,16 +27,31 @@
  * change of outcome, so the caller logs and counts it.
  */
 import { request } from 'undici';
+import { silentLogger, systemClock, type Clock, type Logger } from '../common/index.js';
 import { checkEngineModels, type ModelCheck } from './engine-models.js';
+import { loopTimeout, systemScheduler, type Scheduler } from './loop-timeout.js';
 import type { WorkerInfo, WorkerRegistry } from './registry.js';
+
+/** Where transitions are counted: kvgate's metrics registry fits this shape. */
+export interface HealthMetrics {
+  readonly healthTransitions: {
+    labels(labels: { model: string; worker_id: string; transition: HealthTransition }): { inc(): void };
+  };
+}
+
+type HealthTransition = 'ejected' | 'kept' | 'readmitted';
 
 export interface HealthProberOptions {
   /** Milliseconds between probe rounds (default 2000). */
   intervalMs?: number;
-  /** Probe timeout in ms (default 1000). */
+  /** Probe timeout in ms of free event-loop time (default 1000). */
   timeoutMs?: number;
   /** Consecutive failures before a worker is marked down (default 2). */
   unhealthyAfter?: number;
+  /** Most of a model's workers ejected on health alone, in percent (default 50; at least one worker). */
+  maxEjectedPercent?: number;
+  clock?: Clock;
+  scheduler?: Scheduler;
   /** Check each engine's /v1/models against the served model name (default true). */
   checkModels?: boolean;
   /** Milliseconds between /v1/models checks of a worker that stays up (default 30000). */
@@ -35,13 +62,22 @@ export interface HealthProberOptions {
   now?: () => number;
 }
 
+/** A worker's standing with the prober: failing past the threshold it is either ejected or kept (panic). */
+type Standing = 'up' | 'ejected' | 'kept';
+
 export class HealthProber {
   readonly #registry: WorkerRegistry;
   readonly #intervalMs: number;
   readonly #timeoutMs: number;
   readonly #unhealthyAfter: number;
+  readonly #maxEjectedPercent: number;
+  readonly #clock: Clock;
+  readonly #scheduler: Scheduler;
   readonly #failures = new Map<number, number>();
+  readonly #standing = new Map<number, Standing>();
   readonly #inFlight = new Set<number>();
+  /** Per model: where its transitions are logged and counted (see `watch`). */
+  readonly #sinks = new Map<string, { log: Logger; metrics: HealthMetrics | undefined }>();
   readonly #opts: HealthProberOptions;
   /** Last model-check outcome and when it was taken, per worker. */
   readonly #checks = new Map<number, { check: ModelCheck; at: number }>();
@@ -53,7 +89,15 @@ export class HealthProber {
     this.#intervalMs = opts.intervalMs ?? 2000;
     this.#timeoutMs = opts.timeoutMs ?? 1000;
     this.#unhealthyAfter = opts.unhealthyAfter ?? 2;
+    this.#maxEjectedPercent = opts.maxEjectedPercent ?? 50;
+    this.#clock = opts.clock ?? systemClock;
+    this.#scheduler = opts.scheduler ?? systemScheduler;
     this.#opts = opts;
+  }
+
+  /** Logs and counts the transitions of `model`'s workers here (its routers' logger and metrics). */
+  watch(model: string, log: Logger, metrics?: HealthMetrics): void {
+    this.#sinks.set(model, { log, metrics });
   }
 
   start(): void {
@@ -85,31 +129,16 @@ export class HealthProber {
     this.#inFlight.add(workerId);
     let ok = false;
     try {
-      const res = await request(new URL('/health', w.url), {
-        method: 'GET',
-        headersTimeout: this.#timeoutMs,
-        bodyTimeout: this.#timeoutMs,
-        signal: AbortSignal.timeout(this.#timeoutMs),
-      });
-      await res.body.dump();
-      ok = res.statusCode >= 200 && res.statusCode < 300;
-    } catch {
-      ok = false;
+      ok = await this.#get(w.url);
     } finally {
       this.#inFlight.delete(workerId);
     }
     if (ok && (await this.#modelMismatch(w))) ok = false;
     if (this.#closed) return ok;
-    if (ok) {
-      this.#failures.delete(workerId);
-      this.#registry.markUp(workerId);
-    } else if (this.#checks.get(workerId)?.check.kind === 'mismatch') {
-      this.#registry.markDown(workerId);
-    } else {
-      const n = (this.#failures.get(workerId) ?? 0) + 1;
-      this.#failures.set(workerId, n);
-      if (n >= this.#unhealthyAfter) this.#registry.markDown(workerId);
-    }
+    if (ok) this.#healthy(w);
+    // Serving another model is not ill health: no threshold, no ejection limit, down until it serves ours.
+    else if (this.#checks.get(w.id)?.check.kind === 'mismatch') this.#registry.markDown(w.id);
+    else this.#failed(w);
     return ok;
   }
 
@@ -127,5 +156,63 @@ export class HealthProber {
     if (check.kind === 'ok') this.#registry.setDiscoveredAdapters(w.id, check.adapters);
     if (last === undefined || JSON.stringify(last.check) !== JSON.stringify(check)) this.#opts.onModelCheck?.(w, check, last?.check);
     return check.kind === 'mismatch';
+  }
+
+
+  /** GET /health within the loop-time budget: true for a 2xx. */
+  async #get(url: string): Promise<boolean> {
+    const ac = new AbortController();
+    const cancel = loopTimeout(this.#timeoutMs, () => ac.abort(), { clock: this.#clock, scheduler: this.#scheduler });
+    try {
+      // undici's own timers would fire in a stalled loop too: the loop-time budget above is the bound.
+      const res = await request(new URL('/health', url), { method: 'GET', headersTimeout: 0, bodyTimeout: 0, signal: ac.signal });
+      await res.body.dump();
+      return res.statusCode >= 200 && res.statusCode < 300;
+    } catch {
+      return false;
+    } finally {
+      cancel();
+    }
+  }
+
+  #healthy(w: WorkerInfo): void {
+    this.#failures.delete(w.id);
+    const was = this.#standing.get(w.id) ?? 'up';
+    this.#standing.set(w.id, 'up');
+    this.#registry.markUp(w.id);
+    if (was !== 'up') this.#transition(w, 'readmitted', 'worker passes its health probe again: readmitted');
+  }
+
+  #failed(w: WorkerInfo): void {
+    const n = (this.#failures.get(w.id) ?? 0) + 1;
+    this.#failures.set(w.id, n);
+    const was = this.#standing.get(w.id) ?? 'up';
+    if (n < this.#unhealthyAfter || was === 'ejected') return;
+    if (this.#mayEject(w)) {
+      this.#standing.set(w.id, 'ejected');
+      this.#registry.markDown(w.id);
+      this.#transition(w, 'ejected', `worker failed ${n} health probes in a row: ejected`);
+    } else if (was !== 'kept') {
+      this.#standing.set(w.id, 'kept');
+      this.#transition(w, 'kept', `worker failed ${n} health probes in a row but ${this.#maxEjectedPercent}% of the model's workers are ejected already: kept routable`);
+    }
+  }
+
+  /** Whether one more of `w`'s model's workers may be ejected on health alone. */
+  #mayEject(w: WorkerInfo): boolean {
+    let size = 0;
+    let ejected = 0;
+    for (const other of this.#registry.all()) {
+      if (other.model !== w.model) continue;
+      size++;
+      if (this.#standing.get(other.id) === 'ejected') ejected++;
+    }
+    return ejected < Math.max(1, Math.floor((size * this.#maxEjectedPercent) / 100));
+  }
+
+  #transition(w: WorkerInfo, transition: HealthTransition, msg: string): void {
+    const sink = this.#sinks.get(w.model);
+    sink?.metrics?.healthTransitions.labels({ model: w.model, worker_id: String(w.id), transition }).inc();
+    (sink?.log ?? silentLogger).warn({ workerId: w.id, url: w.url, role: w.role, transition }, msg);
   }
 }

@@ -33,6 +33,7 @@ import type { WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError, type KvgateErrorCode } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
+import { canForceGc, gcAndMeasure } from './admin-gc.js';
 import { modelsStatus, redactedConfig } from './admin-status.js';
 import { parseBodyObject, readBodyText } from './body.js';
 import { ClientConnections } from './connections.js';
@@ -186,6 +187,7 @@ export class GatewayServer {
       add('/admin/models', { methods: { GET: (c) => sendJson(c.res, 200, modelsStatus(this.config, this.#ports, {
         preprocess: { mode: this.#preprocessor.mode, threads: this.#preprocessor.threads }, inflight: this.#slots.size, draining: this.#draining,
       })) }, auth: true, limited: false });
+      if (canForceGc()) add('/admin/gc', { methods: { POST: (c) => sendJson(c.res, 200, gcAndMeasure()) }, auth: true, limited: false });
     }
     return t;
   }

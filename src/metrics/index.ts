@@ -76,11 +76,16 @@ export class KvgateMetrics {
   readonly workerIndexBlocks: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
   readonly workerKvEventsLive: Gauge<'model' | 'worker_id' | 'worker_type'>;
   readonly workerServedModelMismatch: Gauge<'model' | 'worker_id'>;
+  readonly healthTransitions: Counter<'model' | 'worker_id' | 'transition'>;
 
   // Queue and backpressure.
   readonly queuePendingRequests: Gauge<'model' | 'worker_type'>;
   readonly queuePendingIslTokens: Gauge<'model' | 'worker_type'>;
   readonly backpressure: Counter<'model' | 'worker_type'>;
+
+  // Sticky sessions.
+  readonly sessions: Gauge<'model' | 'worker_type'>;
+  readonly sessionLimits: Counter<'model' | 'worker_type' | 'limit'>;
 
   // KV events.
   readonly kvEventsApplied: Counter<'event_type' | 'status'>;
@@ -133,6 +138,11 @@ export class KvgateMetrics {
     this.backpressure = new Counter({ name: 'kvgate_router_backpressure_total', help: 'Requests rejected by queue-depth backpressure.', labelNames: MW, registers });
     // ---- engines that do not serve the model's name
     this.workerServedModelMismatch = new Gauge({ name: 'kvgate_worker_served_model_mismatch', help: '1 while the worker\'s engine does not list the model\'s served_model_name in its /v1/models (the worker is not routed to); 0 once it does.', labelNames: ['model', 'worker_id'], registers });
+    // ---- health probing
+    this.healthTransitions = new Counter({ name: 'kvgate_worker_health_transitions_total', help: 'Health probing outcomes per worker: ejected (marked down), kept (failing, but the model\'s ejection limit is reached: still routed), readmitted.', labelNames: ['model', 'worker_id', 'transition'], registers });
+    // ---- sticky sessions
+    this.sessions = new Gauge({ name: 'kvgate_router_sessions', help: 'Sticky session bindings held.', labelNames: MW, registers });
+    this.sessionLimits = new Counter({ name: 'kvgate_router_session_limits_total', help: 'Sticky session limits applied: limit=timeout (a requested timeout clamped to the maximum) or capacity (the least recently used binding dropped).', labelNames: ['model', 'worker_type', 'limit'], registers });
     // ---- KV events
     this.kvEventsApplied = new Counter({ name: 'kvgate_kv_events_applied_total', help: 'KV events applied to the prefix index, by type and status.', labelNames: ['event_type', 'status'], registers });
     this.kvEventDecodeErrors = new Counter({ name: 'kvgate_kv_event_decode_errors_total', help: 'KV event messages that could not be decoded, by kind.', labelNames: ['worker_id', 'kind'], registers });

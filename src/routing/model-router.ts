@@ -27,7 +27,7 @@ import { KvRouter } from './kv-router.js';
 import { PushRouter, type PushRouterOptions } from './push/push-router.js';
 import type { LegRequest } from './push/types.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
-import { StickySessions } from './sticky-sessions.js';
+import { StickySessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
 
 export interface ModelRouterOptions {
   readonly model: string;
@@ -55,6 +55,8 @@ export interface ModelRouterOptions {
   readonly sessionTtlMs?: number | undefined;
   /** Per engine leg: first-output and stream-idle deadlines (ms; 0 or undefined: none). See `PushRouterOptions.legTimeouts`. */
   readonly legTimeouts?: PushRouterOptions['legTimeouts'];
+  /** Bounds of each pool's sticky sessions: the longest TTL (requested timeouts are clamped) and the number kept (LRU). */
+  readonly sessionLimits?: SessionLimits | undefined;
 }
 
 /** One pool of workers: its push router and, in KV mode with events, the subscriptions feeding its index. */
@@ -99,14 +101,14 @@ export class ModelRouter implements ModelRouterPort {
     this.#registry = opts.registry;
     this.#ctx = ctx;
     this.#opts = opts;
-    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs);
     const decode = this.#buildPool('decode');
+    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, decode.push.role));
     this.decode = decode.push;
     this.events = decode.events;
     this.prefill = new PrefillRouter({
       model: opts.model, mode: opts.mode, enforceDisagg: opts.enforceDisagg, decode: this.decode,
       createPool: () => (this.#prefillPool = this.#buildPool('prefill')).push,
-      sessionTtlMs: opts.prefillSessionTtlMs, maxRetries: opts.maxRetries,
+      sessionTtlMs: opts.prefillSessionTtlMs, sessionLimits: opts.sessionLimits, maxRetries: opts.maxRetries,
     }, ctx);
     this.#onAdded = (w) => {
       if (w.model === this.model) this.#workerAdded(w);
@@ -207,6 +209,8 @@ export class ModelRouter implements ModelRouterPort {
     this.sessions.sweep();
     const m = this.#ctx.metrics;
     if (m === undefined) return;
+    m.sessions.labels({ model: this.model, worker_type: this.decode.role }).set(this.sessions.size);
+    if (this.prefill.pool !== undefined) m.sessions.labels({ model: this.model, worker_type: 'prefill' }).set(this.prefill.sessions.size);
     for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {
       if (pool?.events === undefined) continue;
       for (const w of pool.push.workers()) {

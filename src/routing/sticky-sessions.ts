@@ -13,14 +13,33 @@
  * - a worker that leaves the pool unbinds its sessions (`unbindWorker`), and a
  *   sticky worker that refuses a request for any reason but a client abort
  *   loses the session (`refused`);
- * - `close` (session_control action) unbinds after the request that carries it.
+ * - `close` (session_control action) unbinds after the request that carries it;
+ * - the client chooses the timeout, so it is bounded: a TTL above `maxTtlMs` is
+ *   clamped to it (not refused: the request itself is fine), and at most
+ *   `maxSessions` bindings are kept, the least recently bound or used dropped
+ *   first. Each clamp and eviction is reported through `onLimit`.
  * Bindings are advisory: losing one only costs a cache miss.
  */
-import type { Clock, SessionHint, WorkerRank } from '../common/index.js';
+import type { Clock, SessionHint, WorkerRank, WorkerRole } from '../common/index.js';
 import { isKvgateError } from '../errors/index.js';
+import type { RouterContext } from './context.js';
 
 /** Dynamo's default session timeout (`nvext.session_control.timeout`), in milliseconds. */
 const DEFAULT_SESSION_TTL_MS = 300_000;
+/** Default upper bounds (the gateway config sets its own: limits.max_session_timeout_s, limits.max_sessions). */
+const DEFAULT_MAX_SESSION_TTL_MS = 3_600_000;
+const DEFAULT_MAX_SESSIONS = 100_000;
+
+export interface SessionLimits {
+  /** The longest TTL a binding gets, whatever the request asks for (default 3600 s). */
+  readonly maxTtlMs?: number | undefined;
+  /** Bindings kept; beyond it the least recently used one is dropped (default 100 000). */
+  readonly maxSessions?: number | undefined;
+}
+
+/** Which bound applied: a requested timeout was clamped, or a binding was evicted for room. */
+type SessionLimit = 'timeout' | 'capacity';
+type SessionLimitHandler = (limit: SessionLimit, sessions: StickySessions) => void;
 
 export interface SessionBinding extends WorkerRank {
   /** Clock time after which the binding is gone. */
@@ -31,11 +50,18 @@ export interface SessionBinding extends WorkerRank {
 export class StickySessions {
   readonly #clock: Clock;
   readonly defaultTtlMs: number;
+  readonly maxTtlMs: number;
+  readonly maxSessions: number;
+  readonly #onLimit: SessionLimitHandler | undefined;
+  /** In least-recently-used order (a bind or touch re-inserts at the end). */
   readonly #bindings = new Map<string, SessionBinding>();
 
-  constructor(clock: Clock, defaultTtlMs = DEFAULT_SESSION_TTL_MS) {
+  constructor(clock: Clock, defaultTtlMs = DEFAULT_SESSION_TTL_MS, limits: SessionLimits = {}, onLimit?: SessionLimitHandler) {
     this.#clock = clock;
-    this.defaultTtlMs = defaultTtlMs;
+    this.maxTtlMs = limits.maxTtlMs ?? DEFAULT_MAX_SESSION_TTL_MS;
+    this.maxSessions = limits.maxSessions ?? DEFAULT_MAX_SESSIONS;
+    this.defaultTtlMs = Math.min(defaultTtlMs, this.maxTtlMs);
+    this.#onLimit = onLimit;
   }
 
   get size(): number {
@@ -84,15 +110,29 @@ export class StickySessions {
     return b;
   }
 
-  /** Binds (or rebinds) a session and starts its TTL window now. */
+  /**
+   * Binds (or rebinds) a session and starts its TTL window now; a TTL above `maxTtlMs` is
+   * clamped, and the least recently used binding makes room when `maxSessions` are held.
+   */
   bind(sessionId: string, workerId: number, dpRank: number, ttlMs = this.defaultTtlMs): void {
+    if (ttlMs > this.maxTtlMs) {
+      ttlMs = this.maxTtlMs;
+      this.#onLimit?.('timeout', this);
+    }
+    this.#bindings.delete(sessionId);
     this.#bindings.set(sessionId, { workerId, dpRank, ttlMs, expiresAt: this.#clock.now() + ttlMs });
+    for (const oldest of this.#bindings.keys()) {
+      if (this.#bindings.size <= this.maxSessions) break;
+      this.#bindings.delete(oldest);
+      this.#onLimit?.('capacity', this);
+    }
   }
 
-  /** Slides a live binding's expiry to `now + ttl`; false when there is none. */
+  /** Slides a live binding's expiry to `now + ttl` (and makes it the most recently used); false when there is none. */
   touch(sessionId: string): boolean {
     const b = this.lookup(sessionId);
     if (b === undefined) return false;
+    this.#bindings.delete(sessionId);
     this.#bindings.set(sessionId, { ...b, expiresAt: this.#clock.now() + b.ttlMs });
     return true;
   }
@@ -125,4 +165,24 @@ export class StickySessions {
     }
     return n;
   }
+}
+
+/**
+ * Reports a pool's session limits: every clamp and eviction is counted
+ * (`kvgate_router_session_limits_total`), and the first of each kind is logged
+ * as a warning (later ones at debug: a client holding many sessions would
+ * otherwise flood the log).
+ */
+export function sessionLimitReporter(ctx: RouterContext, model: string, workerType: WorkerRole): SessionLimitHandler {
+  const warned = new Set<SessionLimit>();
+  return (limit, sessions) => {
+    ctx.metrics?.sessionLimits.labels({ model, worker_type: workerType, limit }).inc();
+    const fields = { workerType, maxSessionTimeoutS: sessions.maxTtlMs / 1000, maxSessions: sessions.maxSessions };
+    const msg = limit === 'timeout' ? 'a session asked for a timeout above the maximum: clamped' : 'sticky sessions at capacity: the least recently used was dropped';
+    if (warned.has(limit)) ctx.log.debug(fields, msg);
+    else {
+      warned.add(limit);
+      ctx.log.warn(fields, `${msg} (further ones are counted in kvgate_router_session_limits_total)`);
+    }
+  };
 }

@@ -95,6 +95,36 @@ ${WORKERS}
     expect(d.apiKeys).toEqual([]);
   });
 
+  it('hardening knobs: segment cache bytes, session limits and health probing, with defaults, file values, flags and ranges', () => {
+    const d = loadGatewayConfig({ env: {} });
+    expect(d.preprocess.segmentCacheBytes).toBe(32 * 1024 * 1024);
+    expect([d.limits.maxSessionTimeoutS, d.limits.maxSessions]).toEqual([3600, 100_000]);
+    expect(d.health).toEqual({ intervalMs: 2000, timeoutMs: 1000, unhealthyAfter: 2, maxEjectedPercent: 50 });
+    const c = loadGatewayConfig({
+      file: file(`
+preprocess: { segment_cache_bytes: 1048576 }
+limits: { max_session_timeout_s: 600, max_sessions: 5000 }
+health: { interval_ms: 500, timeout_ms: 250, unhealthy_after: 3, max_ejected_percent: 25 }
+models:
+  - name: m
+${WORKERS}
+`),
+      overrides: parseServeFlags(['--segment-cache-bytes', '2097152']).overrides, env: {},
+    });
+    expect(c.preprocess.segmentCacheBytes).toBe(2_097_152);
+    expect([c.limits.maxSessionTimeoutS, c.limits.maxSessions]).toEqual([600, 5000]);
+    expect(c.health).toEqual({ intervalMs: 500, timeoutMs: 250, unhealthyAfter: 3, maxEjectedPercent: 25 });
+    const p = problemsOf({ file: file(`
+limits: { max_sessions: 0, max_session_timeout_s: 0 }
+health: { max_ejected_percent: 101, probe: 1 }
+`) });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['limits.max_sessions']).toMatch(/must be an integer in \[1,/);
+    expect(by['limits.max_session_timeout_s']).toMatch(/must be an integer in \[1,/);
+    expect(by['health.max_ejected_percent']).toBe('must be an integer in [0, 100], got 101');
+    expect(by['health.probe']).toBeDefined();
+  });
+
   it('flags override the file, including per-model router sections', () => {
     const path = file(`
 listen: { port: 9000 }

@@ -2,6 +2,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HealthProber, WorkerRegistry, type WorkerInfo } from '../../src/discovery/index.js';
+import { KvgateMetrics } from '../../src/metrics/index.js';
+import { captureWarnings } from '../helpers/capture-log.js';
 
 function worker(id: number, url: string, extra: Partial<WorkerInfo> = {}): WorkerInfo {
   return { id, model: 'm', url, role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1, ...extra };
@@ -136,6 +138,47 @@ describe('HealthProber: the engines\' /v1/models', () => {
     now += 600;
     await prober.probeAll();
     expect(reg.adapters('m')).toEqual(['chat-adapter', 'static-adapter']);
+  });
+});
+
+// issue 13 item 8b: under CPU saturation every engine was ejected at once; now at most a share of a model's workers.
+
+describe('ejection limit (issue 13 item 8b)', () => {
+  it('with every worker of a model failing, at most the share is ejected; the rest stay routable, logged and counted', async () => {
+    const status = { code: 503 };
+    const reg = new WorkerRegistry();
+    for (let id = 1; id <= 4; id++) reg.add(worker(id, await healthServer(status)));
+    reg.add(worker(9, await healthServer({ code: 200 }), { model: 'other' }));
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const w = { lines: [] as Record<string, unknown>[] };
+    const prober = new HealthProber(reg, { unhealthyAfter: 2, timeoutMs: 1000, maxEjectedPercent: 50 });
+    prober.watch('m', captureWarnings(w.lines), metrics);
+    await prober.probeAll();
+    expect(reg.available('m')).toHaveLength(4); // one failure each is not enough
+    await prober.probeAll();
+    await prober.probeAll();
+    expect(reg.available('m')).toHaveLength(2);
+    expect(reg.available('other')).toHaveLength(1);
+    const text = await metrics.text();
+    expect(text.match(/kvgate_worker_health_transitions_total\{model="m",worker_id="\d",transition="ejected"\} 1/g)).toHaveLength(2);
+    expect(text.match(/kvgate_worker_health_transitions_total\{model="m",worker_id="\d",transition="kept"\} 1/g)).toHaveLength(2);
+    expect(w.lines).toHaveLength(4); // each transition once, not once per probe
+    for (const line of w.lines) expect(line).toMatchObject({ workerId: expect.any(Number), url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/) });
+
+    // The engines recover: every worker is routable again, and the readmissions are logged.
+    status.code = 200;
+    await prober.probeAll();
+    expect(reg.available('m')).toHaveLength(4);
+    expect(w.lines.filter((l) => l.transition === 'readmitted')).toHaveLength(4);
+    prober.close();
+  });
+
+  it('a single-worker model can still lose its one worker (at least one is always ejectable)', async () => {
+    const reg = new WorkerRegistry();
+    reg.add(worker(1, await healthServer({ code: 500 })));
+    const prober = new HealthProber(reg, { unhealthyAfter: 1, timeoutMs: 1000, maxEjectedPercent: 50 });
+    await prober.probeAll();
+    expect(reg.isAvailable(1)).toBe(false);
     prober.close();
   });
 });

@@ -12,7 +12,7 @@ import { promptHashes } from '../../src/wasm/index.js';
 import { mulberry32 } from '../helpers/rng.js';
 
 const files = demoTokenizerFiles();
-const spec: PreprocessModelSpec = { name: 'demo', blockSize: 16, tokenizer: { kind: 'demo' }, segmentCacheTokens: 1_000_000 };
+const spec: PreprocessModelSpec = { name: 'demo', blockSize: 16, tokenizer: { kind: 'demo' }, segmentCacheTokens: 1_000_000, segmentCacheBytes: 64 * 1024 * 1024 };
 
 /** The reference: the chat template rendered with @huggingface/jinja and tokenized by the native tokenizer, no kvgate code. */
 const reference = (() => {
@@ -133,7 +133,7 @@ describe('preprocessing: token ids equal direct tokenization with the same token
 describe('segment tokenizer', () => {
   it('turns itself off for a tokenizer where splitting at the special tokens is not exact', async () => {
     // The byte-packing fallback tokenizer groups bytes across segment boundaries, so splitting changes its ids.
-    const st = await SegmentTokenizer.create(fallbackTokenizer(), [{ content: '<|im_start|>', id: 7 }], 10_000);
+    const st = await SegmentTokenizer.create(fallbackTokenizer(), [{ content: '<|im_start|>', id: 7 }], { tokens: 10_000, bytes: 1 << 20 });
     expect(st.exact).toBe(false);
     const text = 'ab<|im_start|>cd';
     expect([...(await st.encode(text, false)).ids]).toEqual(fallbackEncode(text));
@@ -141,7 +141,7 @@ describe('segment tokenizer', () => {
 
   it('keeps at most its capacity of token ids (least recently used out)', async () => {
     const tok = loadTokenizer(files);
-    const st = await SegmentTokenizer.create(tok, splitTokensOf(files.tokenizerJson), 400);
+    const st = await SegmentTokenizer.create(tok, splitTokensOf(files.tokenizerJson), { tokens: 400, bytes: 1 << 20 });
     expect(st.exact).toBe(true);
     for (let i = 0; i < 50; i++) await st.encode(`<|im_start|>user\nmessage number ${i} with a few more words<|im_end|>\n`, false);
     const s = st.stats();

@@ -13,7 +13,7 @@ describe('workers/preprocess (compiled: run `npm run build` first)', () => {
   });
 
   it('answers ping, token and text tasks with typed arrays or error replies', async () => {
-    const workerData: PreprocessWorkerData = { models: [{ name: 'm', blockSize: 4, tokenizer: { kind: 'none', onMissing: 'approximate' }, segmentCacheTokens: 0 }] };
+    const workerData: PreprocessWorkerData = { models: [{ name: 'm', blockSize: 4, tokenizer: { kind: 'none', onMissing: 'approximate' }, segmentCacheTokens: 0, segmentCacheBytes: 0 }] };
     const pool = new Piscina({ filename: preprocessWorkerFile(), workerData, minThreads: 1, maxThreads: 1, atomics: 'disabled' });
     try {
       expect(await pool.run({ kind: 'ping' })).toEqual({ ok: true, pong: true });
@@ -31,7 +31,7 @@ describe('workers/preprocess (compiled: run `npm run build` first)', () => {
   });
 
   it('a model whose tokenizer cannot load stops the pool from starting, with the file named', async () => {
-    const err = await createPreprocessor([{ name: 'm', blockSize: 16, tokenizer: { kind: 'files', files: { tokenizerJson: '/nonexistent/tokenizer.json' } }, segmentCacheTokens: 0 }], { threads: 1 })
+    const err = await createPreprocessor([{ name: 'm', blockSize: 16, tokenizer: { kind: 'files', files: { tokenizerJson: '/nonexistent/tokenizer.json' } }, segmentCacheTokens: 0, segmentCacheBytes: 0 }], { threads: 1 })
       .catch((e: unknown) => e);
     expect(isKvgateError(err)).toBe(true);
     expect((err as Error).message).toContain('/nonexistent/tokenizer.json');

@@ -44,7 +44,9 @@ export class ModelPreprocessor {
     }
     const files = src.kind === 'demo' ? demoTokenizerFiles() : src.files;
     const tok = loadTokenizer(files);
-    const segments = await SegmentTokenizer.create(tok, spec.segmentCacheTokens > 0 ? splitTokensOf(files.tokenizerJson) : [], spec.segmentCacheTokens);
+    const on = spec.segmentCacheTokens > 0 && spec.segmentCacheBytes > 0;
+    const segments = await SegmentTokenizer.create(tok, on ? splitTokensOf(files.tokenizerJson) : [],
+      { tokens: spec.segmentCacheTokens, bytes: spec.segmentCacheBytes });
     return new ModelPreprocessor(spec, tok, segments, tokenFloorOf(files.tokenizerJson));
   }
 

@@ -159,5 +159,6 @@ export function preprocessModelSpecs(config: GatewayConfig): PreprocessModelSpec
     blockSize: m.blockSize,
     tokenizer: m.tokenizer,
     segmentCacheTokens: config.preprocess.segmentCacheTokens,
+    segmentCacheBytes: config.preprocess.segmentCacheBytes,
   }));
 }

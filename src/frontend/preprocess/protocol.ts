@@ -15,6 +15,8 @@ export interface PreprocessModelSpec {
   tokenizer: TokenizerSource;
   /** Token ids the thread's segment cache keeps for this model (0 = no cache). */
   segmentCacheTokens: number;
+  /** Bytes (keys, id arrays, per-entry overhead) the thread's segment cache may retain for this model (0 = no cache). */
+  segmentCacheBytes: number;
 }
 
 /** `workerData` of the pool. */

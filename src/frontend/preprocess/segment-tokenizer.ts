@@ -15,7 +15,11 @@
  * and turns the cache off for a tokenizer that fails.
  *
  * The cache maps segment text to its ids, least recently used first out,
- * bounded by the total number of ids held.
+ * bounded by the total number of ids held and by the bytes it retains. Keys are
+ * flattened copies: a segment is a `slice` of the rendered prompt, and in V8 a
+ * sliced string keeps its whole parent alive, so a slice as key would retain
+ * every prompt that added an entry (a 24 KB system prompt per request) while
+ * the limit saw only a few tokens.
  */
 import { readFileSync } from 'node:fs';
 import type { TextTokenizer } from '../../tokenizer/index.js';
@@ -64,8 +68,46 @@ export interface SegmentEncoding {
 export interface SegmentCacheStats {
   entries: number;
   tokens: number;
+  /** Bytes the entries retain (keys, id arrays, per-entry overhead), as bounded by the byte capacity. */
+  bytes: number;
   hits: number;
   misses: number;
+}
+
+/** What the cache may hold; either limit at 0 turns it off. */
+export interface SegmentCacheCapacity {
+  tokens: number;
+  bytes: number;
+}
+
+/**
+ * Bytes an entry costs beyond its key's characters and its ids: the Map slot, the
+ * string header, the Uint32Array and ArrayBuffer objects and the backing store's
+ * bookkeeping. An upper estimate, so the byte limit bounds what is really retained.
+ */
+const ENTRY_OVERHEAD_BYTES = 512;
+
+/**
+ * A copy of `s` that owns its characters (a sequential string), so caching it keeps
+ * nothing else alive. Latin-1 text stays one byte per character; the UTF-16 round trip
+ * keeps any other text, lone surrogates included, exactly.
+ */
+function ownedCopy(s: string, oneByte: boolean): string {
+  return oneByte ? Buffer.from(s, 'latin1').toString('latin1') : Buffer.from(s, 'utf16le').toString('utf16le');
+}
+
+/** Bytes an entry for `segment` with `idCount` ids retains. */
+function entryBytes(keyChars: number, oneByte: boolean, idCount: number): number {
+  return keyChars * (oneByte ? 1 : 2) + idCount * 4 + ENTRY_OVERHEAD_BYTES;
+}
+
+const NOT_LATIN1 = /[^\u0000-\u00ff]/;
+
+interface CacheEntry {
+  /** The owned key this entry is stored under. */
+  key: string;
+  ids: Uint32Array;
+  bytes: number;
 }
 
 /** Probe texts for the exactness check: boundaries with spaces, newlines, punctuation and non-ASCII. */
@@ -75,9 +117,10 @@ export class SegmentTokenizer {
   readonly #tok: TextTokenizer;
   readonly #ids: Map<string, number>;
   readonly #splitter: RegExp | undefined;
-  readonly #capacity: number;
-  readonly #cache = new Map<string, Uint32Array>();
+  readonly #capacity: SegmentCacheCapacity;
+  readonly #cache = new Map<string, CacheEntry>();
   #held = 0;
+  #heldBytes = 0;
   #hits = 0;
   #misses = 0;
   /** What add_special_tokens=true adds around the text, when it could be determined. */
@@ -85,27 +128,29 @@ export class SegmentTokenizer {
   /** False when the exactness probe failed: every call tokenizes the whole text. */
   #exact: boolean;
 
-  private constructor(tok: TextTokenizer, splitTokens: readonly SplitToken[], capacityTokens: number) {
+  private constructor(tok: TextTokenizer, splitTokens: readonly SplitToken[], capacity: SegmentCacheCapacity) {
     this.#tok = tok;
     this.#ids = new Map(splitTokens.map((t) => [t.content, t.id]));
     // Longest first, so a token that is a prefix of another never wins.
     const alternatives = [...this.#ids.keys()].sort((a, b) => b.length - a.length).map(escapeRegExp);
     this.#splitter = alternatives.length > 0 ? new RegExp(alternatives.join('|'), 'g') : undefined;
-    this.#capacity = capacityTokens;
-    this.#exact = this.#splitter !== undefined && capacityTokens > 0;
+    this.#capacity = { ...capacity };
+    this.#exact = this.#splitter !== undefined && capacity.tokens > 0 && capacity.bytes > 0;
   }
 
   /**
-   * A segment tokenizer over `tok`, splitting at `splitTokens`, with a cache of
-   * `capacityTokens` ids. Runs the exactness probe; on failure the instance
-   * still works, without splitting or caching (`exact` is false).
+   * A segment tokenizer over `tok`, splitting at `splitTokens`, with a cache of at
+   * most `capacity.tokens` ids and `capacity.bytes` retained bytes. Runs the
+   * exactness probe; on failure the instance still works, without splitting or
+   * caching (`exact` is false).
    */
-  static async create(tok: TextTokenizer, splitTokens: readonly SplitToken[], capacityTokens: number): Promise<SegmentTokenizer> {
-    const st = new SegmentTokenizer(tok, splitTokens, capacityTokens);
+  static async create(tok: TextTokenizer, splitTokens: readonly SplitToken[], capacity: SegmentCacheCapacity): Promise<SegmentTokenizer> {
+    const st = new SegmentTokenizer(tok, splitTokens, capacity);
     if (st.#exact) st.#exact = await st.#probe();
     if (st.#exact) st.#around = await st.#findAround();
     st.#cache.clear();
     st.#held = 0;
+    st.#heldBytes = 0;
     st.#hits = 0;
     st.#misses = 0;
     return st;
@@ -117,7 +162,7 @@ export class SegmentTokenizer {
   }
 
   stats(): SegmentCacheStats {
-    return { entries: this.#cache.size, tokens: this.#held, hits: this.#hits, misses: this.#misses };
+    return { entries: this.#cache.size, tokens: this.#held, bytes: this.#heldBytes, hits: this.#hits, misses: this.#misses };
   }
 
   async #probe(): Promise<boolean> {
@@ -230,21 +275,28 @@ export class SegmentTokenizer {
       return undefined;
     }
     this.#hits++;
-    // Refresh recency: Map iteration order is insertion order.
-    this.#cache.delete(segment);
-    this.#cache.set(segment, hit);
-    return hit;
+    // Refresh recency: Map iteration order is insertion order. Re-inserting under the
+    // stored key (not `segment`, a slice of this request's prompt) keeps the key owned.
+    this.#cache.delete(hit.key);
+    this.#cache.set(hit.key, hit);
+    return hit.ids;
   }
 
   #put(segment: string, ids: Uint32Array): void {
+    if (this.#cache.has(segment)) return;
+    const oneByte = !NOT_LATIN1.test(segment);
+    const bytes = entryBytes(segment.length, oneByte, ids.length);
     // A segment bigger than a quarter of the cache would evict too much for one entry.
-    if (ids.length > this.#capacity / 4 || this.#cache.has(segment)) return;
-    this.#cache.set(segment, ids);
+    if (ids.length > this.#capacity.tokens / 4 || bytes > this.#capacity.bytes / 4) return;
+    const key = ownedCopy(segment, oneByte);
+    this.#cache.set(key, { key, ids, bytes });
     this.#held += ids.length;
-    for (const [key, value] of this.#cache) {
-      if (this.#held <= this.#capacity) break;
+    this.#heldBytes += bytes;
+    for (const [key, entry] of this.#cache) {
+      if (this.#held <= this.#capacity.tokens && this.#heldBytes <= this.#capacity.bytes) break;
       this.#cache.delete(key);
-      this.#held -= value.length;
+      this.#held -= entry.ids.length;
+      this.#heldBytes -= entry.bytes;
     }
   }
 }

@@ -33,7 +33,7 @@ import { directPin } from '../pins.js';
 import type { PushRouter } from '../push/push-router.js';
 import { retryBeforeFirstByte } from '../push/retry.js';
 import type { LegRequest, Selection } from '../push/types.js';
-import { StickySessions } from '../sticky-sessions.js';
+import { StickySessions, sessionLimitReporter, type SessionLimits } from '../sticky-sessions.js';
 import { DisaggRequest } from './disagg-request.js';
 import { bootstrapProblem, decodeOverrideOf } from './handoff.js';
 import type { DisaggOutcome } from './types.js';
@@ -51,6 +51,8 @@ export interface PrefillRouterOptions {
   readonly createPool: () => PushRouter;
   /** Sliding TTL of a sticky session without its own `timeout` (default 300 s). */
   readonly sessionTtlMs?: number | undefined;
+  /** Bounds of the sticky sessions (longest TTL, number kept). */
+  readonly sessionLimits?: SessionLimits | undefined;
   /** Re-runs of a request whose prefill worker could not be reached (nothing sent), on another one (default 2). */
   readonly maxRetries?: number | undefined;
 }
@@ -82,7 +84,7 @@ export class PrefillRouter {
     this.#createPool = opts.createPool;
     this.#ctx = ctx;
     this.#maxRetries = opts.maxRetries ?? 2;
-    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs);
+    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, 'prefill'));
   }
 
   get state(): PrefillState {
