@@ -30,6 +30,8 @@ export interface KvgateMetricsOptions {
 
 export class KvgateMetrics {
   readonly registry: Registry;
+  /** Writers of the per-worker load gauges, run at each scrape (see `onScrape`). */
+  readonly #scrapeHooks = new Set<() => void>();
 
   // Router request metrics (per model and worker type).
   readonly requests: Counter<'model' | 'worker_type'>;
@@ -82,6 +84,10 @@ export class KvgateMetrics {
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: 'kvgate_process_' });
     const mw = ['model', 'worker_type'] as const;
     const wl = ['model', 'worker_id', 'dp_rank', 'worker_type'] as const;
+    // The per-worker load gauges are read from the router's bookkeeping when scraped, never left at a stale value.
+    const collect = (): void => {
+      for (const hook of this.#scrapeHooks) hook();
+    };
     this.requests = new Counter({ name: 'kvgate_router_requests_total', help: 'Requests dispatched to an engine (dispatch succeeded).', labelNames: mw, registers });
     this.requestsStarted = new Counter({ name: 'kvgate_router_requests_started_total', help: 'Requests admitted by the scheduler.', labelNames: mw, registers });
     this.requestErrors = new Counter({ name: 'kvgate_router_request_errors_total', help: 'Requests that failed, by kvgate error code.', labelNames: ['model', 'code'], registers });
@@ -98,10 +104,10 @@ export class KvgateMetrics {
     this.predictionErrorTokens = new Histogram({ name: 'kvgate_router_prediction_error_tokens', help: 'Engine-reported cached tokens minus the router-predicted overlap tokens.', labelNames: mw, buckets: [-8192, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 8192], registers });
     this.predictionExact = new Counter({ name: 'kvgate_router_prediction_total', help: 'Requests whose engine-reported cached tokens were compared with the prediction (outcome exact|under|over).', labelNames: ['model', 'worker_type', 'outcome'], registers });
     this.overheadMs = new Histogram({ name: 'kvgate_router_overhead_ms', help: 'Routing overhead by stage, milliseconds.', labelNames: ['model', 'stage'], buckets: expBuckets(0.001, 2, 15), registers });
-    this.workerActivePrefillTokens = new Gauge({ name: 'kvgate_worker_active_prefill_tokens', help: 'Uncached prompt tokens booked and not yet prefilled.', labelNames: wl, registers });
-    this.workerActiveDecodeBlocks = new Gauge({ name: 'kvgate_worker_active_decode_blocks', help: 'KV blocks of in-flight requests as booked by the router.', labelNames: wl, registers });
-    this.workerActiveRequests = new Gauge({ name: 'kvgate_worker_active_requests', help: 'In-flight requests booked on the worker.', labelNames: wl, registers });
-    this.workerIndexBlocks = new Gauge({ name: 'kvgate_worker_index_blocks', help: 'Blocks the prefix index holds for the worker.', labelNames: wl, registers });
+    this.workerActivePrefillTokens = new Gauge({ name: 'kvgate_worker_active_prefill_tokens', help: 'Uncached prompt tokens booked and not yet prefilled.', labelNames: wl, registers, collect });
+    this.workerActiveDecodeBlocks = new Gauge({ name: 'kvgate_worker_active_decode_blocks', help: 'KV blocks of in-flight requests as booked by the router.', labelNames: wl, registers, collect });
+    this.workerActiveRequests = new Gauge({ name: 'kvgate_worker_active_requests', help: 'In-flight requests booked on the worker.', labelNames: wl, registers, collect });
+    this.workerIndexBlocks = new Gauge({ name: 'kvgate_worker_index_blocks', help: 'Blocks the prefix index holds for the worker.', labelNames: wl, registers, collect });
     this.workerKvEventsLive = new Gauge({ name: 'kvgate_worker_kv_events_live', help: '1 while the worker\'s KV events are live; 0 when routing uses approximate mode for it.', labelNames: ['model', 'worker_id', 'worker_type'], registers });
     this.queuePendingRequests = new Gauge({ name: 'kvgate_router_queue_pending_requests', help: 'Requests parked in the router queue.', labelNames: mw, registers });
     this.queuePendingIslTokens = new Gauge({ name: 'kvgate_router_queue_pending_isl_tokens', help: 'Prompt tokens of requests parked in the router queue.', labelNames: mw, registers });
@@ -114,6 +120,15 @@ export class KvgateMetrics {
     this.httpRequests = new Counter({ name: 'kvgate_http_requests_total', help: 'HTTP requests by route and status.', labelNames: ['route', 'status'], registers });
     this.httpRejections = new Counter({ name: 'kvgate_http_rejections_total', help: 'Requests rejected at the edge, by error code.', labelNames: ['code'], registers });
     this.inflight = new Gauge({ name: 'kvgate_http_inflight_requests', help: 'Requests being served.', registers });
+  }
+
+  /**
+   * Runs `hook` whenever the per-worker load gauges are scraped (it writes them
+   * from the bookkeeping). Returns the function that removes it.
+   */
+  onScrape(hook: () => void): () => void {
+    this.#scrapeHooks.add(hook);
+    return () => this.#scrapeHooks.delete(hook);
   }
 
   /** Prometheus text exposition of every metric. */

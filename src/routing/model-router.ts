@@ -96,6 +96,9 @@ export class ModelRouter implements ModelRouterPort {
     this.#ctx = ctx;
     this.#opts = opts;
     this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs);
+    // The model's own series exist from the start, at zero (the pools register theirs).
+    ctx.metrics?.disaggFallbacks.inc({ model: opts.model }, 0);
+    ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
     const decode = this.#buildPool('decode');
     this.decode = decode.push;
     this.events = decode.events;
@@ -284,6 +287,8 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#registry.off('added', this.#onAdded);
     this.#registry.off('removed', this.#onRemoved);
+    this.decode.close();
+    this.#prefillPool?.push.close();
     await Promise.all([this.events?.close(), this.#prefillPool?.events?.close()]);
   }
 

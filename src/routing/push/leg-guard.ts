@@ -6,7 +6,7 @@
  */
 import type { Clock } from '../../common/index.js';
 import { outputBlockDecay } from '../../core/index.js';
-import { readChunkInfo, type ChunkInfo, type EngineEvent, type EngineEventStream } from '../../engines/index.js';
+import { isUsageOnlyChunk, readChunkInfo, type ChunkInfo, type EngineEvent, type EngineEventStream } from '../../engines/index.js';
 import type { KvRouter } from '../kv-router.js';
 import type { PoolMetrics } from './pool-metrics.js';
 import type { LegRequest, Selection } from './types.js';
@@ -160,12 +160,18 @@ export class LegGuard {
   }
 }
 
-/** Passes the engine's events through untouched while the guard watches them; releases on every exit. */
-export async function* guardedEvents(stream: EngineEventStream, guard: LegGuard): AsyncGenerator<EngineEvent> {
+/**
+ * Passes the engine's events through untouched while the guard watches them; releases on every exit.
+ * `dropUsageChunk`: the usage-only chunk kvgate asked for on the client's behalf is watched, not passed on.
+ */
+export async function* guardedEvents(stream: EngineEventStream, guard: LegGuard, dropUsageChunk = false): AsyncGenerator<EngineEvent> {
   let completed = false;
   try {
     for await (const ev of stream) {
-      if (!ev.done && ev.json !== undefined) guard.onOutput(readChunkInfo(ev.json));
+      if (!ev.done && ev.json !== undefined) {
+        guard.onOutput(readChunkInfo(ev.json));
+        if (dropUsageChunk && isUsageOnlyChunk(ev.json)) continue;
+      }
       yield ev;
     }
     completed = true;

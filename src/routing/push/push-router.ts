@@ -7,7 +7,9 @@
  * Lifecycle contract (the bookkeeping must return to zero on every path):
  *   select (pins by phase, else best match; may wait in the router queue)
  *   -> book (before dispatch, so a dispatch failure still frees the slot)
- *   -> dispatch over undici
+ *   -> dispatch over undici (every generating leg streams with usage; a
+ *      client that asked for `stream: false` gets the answer assembled from
+ *      the chunks, so the guard sees the first token when it happens)
  *   -> guard (leg-guard.ts): first output marks prefill complete and records
  *      TTFT; output blocks are tracked when enabled; usage's cached tokens are
  *      compared with the prediction; the booking is freed exactly once on end,
@@ -19,10 +21,13 @@
  */
 import type { RouterMode, WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
-import { EMPTY_LEG, EngineHttpError, dpRankLeg, mergeLegs, readChunkInfo, type EngineClient } from '../../engines/index.js';
+import {
+  EMPTY_LEG, EngineHttpError, clientWantsUsage, dpRankLeg, mergeLegs, readChunkInfo, streamingLegFields, type EngineClient,
+} from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import type { KvRouter } from '../kv-router.js';
+import { assembledAnswer } from './assembled-answer.js';
 import { DirectSelector } from './direct-selector.js';
 import { KvSelector } from './kv-selector.js';
 import { LegGuard, guardedEvents } from './leg-guard.js';
@@ -70,7 +75,9 @@ export class PushRouter implements PoolMembers {
     this.kvRouter = opts.kvRouter;
     this.#ctx = ctx;
     this.#opts = opts;
-    this.#pm = ctx.metrics === undefined ? undefined : new PoolMetrics(ctx.metrics, opts.model, opts.role);
+    // The load gauges are read from the selector's bookkeeping at scrape time.
+    this.#pm = ctx.metrics === undefined ? undefined
+      : new PoolMetrics(ctx.metrics, opts.model, opts.role, (g, workerId, dpRank) => this.#selector.publishLoad(g, workerId, dpRank));
     if (opts.mode === 'kv') {
       if (opts.kvRouter === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'router mode kv needs a KvRouter');
       this.#selector = new KvSelector(this, opts.kvRouter, this.#pm);
@@ -84,6 +91,7 @@ export class PushRouter implements PoolMembers {
   addWorker(w: WorkerInfo): void {
     this.#members.set(w.id, w);
     this.#selector.addWorker(w);
+    this.#pm?.addWorker(w.id, w.dpStart, w.dpSize);
   }
 
   removeWorker(id: number): void {
@@ -163,17 +171,18 @@ export class PushRouter implements PoolMembers {
       },
     }, req, sel);
     this.#inflight++;
-    this.#publishLoad(sel.worker.id, sel.dpRank);
     req.tracker?.recordWorker(sel.worker.id, sel.dpRank);
     req.tracker?.recordPrefillStart();
     this.#opts.onDispatch?.(sel.worker.id, sel.dpRank);
     const w = sel.worker;
     const leg = mergeLegs(w.dpSize > 1 || w.dpStart > 0 ? dpRankLeg(w.dialect, sel.dpRank) : EMPTY_LEG, req.leg ?? EMPTY_LEG);
+    // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
+    const streamed = leg.fields['stream'] !== false;
     try {
       const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
         signal: req.signal,
-        stream: req.stream,
-        extraFields: leg.fields,
+        stream: streamed,
+        extraFields: streamed ? { ...leg.fields, ...streamingLegFields(req.body) } : leg.fields,
         headers: { ...leg.headers, 'x-request-id': req.requestId },
         ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
       });
@@ -184,7 +193,9 @@ export class PushRouter implements PoolMembers {
         guard.finish(true);
         return { selection: sel, status: res.status, body: { kind: 'json', bytes: res.body, json: res.json } };
       }
-      return { selection: sel, status: res.status, body: { kind: 'sse', events: guardedEvents(res, guard) } };
+      const events = guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body));
+      if (req.stream) return { selection: sel, status: res.status, body: { kind: 'sse', events } };
+      return { selection: sel, ...await assembledAnswer(events, res.status) };
     } catch (err) {
       guard.finish(false);
       if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
@@ -201,10 +212,10 @@ export class PushRouter implements PoolMembers {
   /** Undoes a booking (exactly once per leg, through its guard). */
   #release(req: LegRequest, sel: Selection): void {
     this.#selector.release(req, sel);
-    this.#publishLoad(sel.worker.id, sel.dpRank);
   }
 
-  #publishLoad(workerId: number, dpRank: number): void {
-    if (this.#pm !== undefined) this.#selector.publishLoad(this.#pm.worker(workerId, dpRank), workerId, dpRank);
+  /** Stops reporting this pool's load to the metrics (the model router is closing). */
+  close(): void {
+    this.#pm?.close();
   }
 }
