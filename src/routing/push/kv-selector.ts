@@ -45,6 +45,7 @@ export class KvSelector implements LegSelector {
     let decision: RoutingDecision;
     if (mode === 'query') {
       decision = kv.findBestMatch(request, { mode: 'query' });
+      if (decision.requiredBlocks > 0) this.#pm?.kvHitRate.observe(decision.overlapBlocks / decision.requiredBlocks);
     } else {
       decision = await this.#schedule(request);
       this.#observeDecision(decision);

@@ -137,7 +137,10 @@ export class PushRouter implements PoolMembers {
    */
   async select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
     if (this.#members.size === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`);
-    return this.#selector.select(req, mode, exclude);
+    const sel = await this.#selector.select(req, mode, exclude);
+    // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
+    if (mode === 'query') this.#pm?.isl.observe(req.isl);
+    return sel;
   }
 
   // ------------------------------------------------------------ dispatch
