@@ -250,9 +250,10 @@ export class ModelRouter implements ModelRouterPort {
     }
     const session = req.hints.session;
     let leg = this.#leg(req);
-    // Session affinity: the session's worker becomes the pin while it stays in the pool (an explicit pin wins).
+    // Session affinity: the session's worker becomes the pin while it stays eligible for this request (in the
+    // pool, allowed, carrying the required taints; else the session is unbound); an explicit pin wins.
     const sticky = leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
-      ? this.sessions.stickySlot(session, (id) => this.decode.worker(id) !== undefined)
+      ? this.sessions.stickySlot(session, (id) => this.decode.eligible(id, leg.routing))
       : undefined;
     if (sticky !== undefined) leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
     let res;

@@ -19,8 +19,8 @@
  * `enforceDisagg`. `canServeRequests()` gates whether the model is listed.
  *
  * Choosing the prefill worker (Dynamo's `resolve_prefill_worker`): the
- * session's sticky worker first (dropped if it left or the scheduler refuses
- * it), then a pinned `prefill_worker_id` (with `prefill_dp_rank`, else
+ * session's sticky worker first (dropped if it left, is no longer eligible for
+ * the request: allowed ids, required taints, or the scheduler refuses it), then a pinned `prefill_worker_id` (with `prefill_dp_rank`, else
  * `dp_rank`), then the router's best. In KV mode the choice goes through the
  * scheduler with its queue and backpressure, so the prefill slot is booked
  * where it is chosen.
@@ -208,7 +208,7 @@ export class PrefillRouter {
     const pool = this.#pool!;
     const routing = leg.routing;
     const sticky = routing.prefillWorkerId === undefined
-      ? this.sessions.stickySlot(session, (id) => pool.worker(id) !== undefined && exclude?.has(id) !== true)
+      ? this.sessions.stickySlot(session, (id) => pool.eligible(id, routing) && exclude?.has(id) !== true)
       : undefined;
     if (sticky !== undefined) {
       try {

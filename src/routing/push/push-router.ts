@@ -19,7 +19,7 @@
  * worker (retry.ts: bounded by `maxRetries`, never for a pinned request);
  * nothing is retried once the engine has the request.
  */
-import type { RouterMode, WorkerRole } from '../../common/index.js';
+import type { RouterMode, RoutingHints, WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import {
   EMPTY_LEG, EngineHttpError, clientWantsUsage, dpRankLeg, mergeLegs, readChunkInfo, streamingLegFields, type EngineClient,
@@ -120,6 +120,22 @@ export class PushRouter implements PoolMembers {
   /** Legs dispatched and not yet finished. */
   get inflight(): number {
     return this.#inflight;
+  }
+
+  /**
+   * Whether a request that does not name `workerId` may still go there: the
+   * worker is in the pool, among the request's `allowedWorkerIds`, and carries
+   * every required taint. A sticky session's worker must pass this to keep the
+   * session (a session never overrides the request's own restrictions).
+   */
+  eligible(workerId: number, routing: RoutingHints): boolean {
+    if (!this.#members.has(workerId)) return false;
+    const allowed = routing.allowedWorkerIds;
+    if (allowed !== undefined && !(allowed instanceof Set ? allowed.has(workerId) : (allowed as readonly number[]).includes(workerId))) return false;
+    const required = routing.routingConstraints?.requiredTaints;
+    if (required === undefined || required.length === 0) return true;
+    const taints = this.kvRouter?.workers().find((w) => w.workerId === workerId)?.taints ?? [];
+    return required.every((t) => taints.includes(t));
   }
 
   /** In-flight legs per slot as this router booked them (all modes). */

@@ -121,6 +121,22 @@ describe('routing rules', () => {
     await r.close();
   });
 
+  // issue 12 item 4: a prefill session never overrides the request's allowed_worker_ids.
+  it('a sticky prefill worker the request does not allow is unbound; the prefill goes to an allowed worker', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode'), worker(11, 'prefill'), worker(12, 'prefill')]) registry.add(w);
+    const r = routerOn(registry);
+    r.prefill.sessions.bind('s', 11, 0);
+    const session = { id: 's' };
+    const q = await r.query(prepare([1, 2, 3], { hints: { annotations: [], session, allowedWorkerIds: new Set([12, 1]) } }));
+    expect(q.prefillWorker?.workerId).toBe(12);
+    expect(r.prefill.sessions.lookup('s')).toBeUndefined();
+    // Without the restriction, a binding is honoured as before.
+    r.prefill.sessions.bind('s', 11, 0);
+    const free = await r.query(prepare([1, 2, 3], { hints: { annotations: [], session } }));
+    expect(free.prefillWorker?.workerId).toBe(11);
+  });
+
   it('decode routing ignores decode-side cache (no overlap credit) while aggregated routing follows it; the query books nothing', async () => {
     const registry = new WorkerRegistry();
     registry.add(worker(1, 'decode'));
