@@ -202,11 +202,14 @@ export class PrefillRouter {
 
   /**
    * Sticky session worker, else the pinned prefill worker, else the router's best (booked unless `query`),
-   * never one of `exclude` (workers this request could not reach).
+   * never one of `exclude` (workers this request could not reach). Scored without the client's
+   * router-config override (as Dynamo queries its prefill router).
    */
-  async #resolve(leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
+  async #resolve(client: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
     const pool = this.#pool!;
-    const routing = leg.routing;
+    // The prefill worker is chosen with the pool's own knobs: a client's router-config override is for its decode.
+    const routing = { ...client.routing, routerConfigOverride: undefined };
+    const leg = { ...client, routing };
     const sticky = routing.prefillWorkerId === undefined
       ? this.sessions.stickySlot(session, (id) => pool.eligible(id, routing) && exclude?.has(id) !== true)
       : undefined;

@@ -137,6 +137,24 @@ describe('routing rules', () => {
     expect(free.prefillWorker?.workerId).toBe(11);
   });
 
+  // issue 12 item 6: a client's router_config_override does not change the prefill choice.
+  it('the prefill worker is chosen without the client\'s override: the cache holder every time', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode'), worker(11, 'prefill'), worker(12, 'prefill')]) registry.add(w);
+    const r = routerOn(registry);
+    const tokens = Array.from({ length: 16 * 8 }, (_, i) => 300 + i);
+    // Worker 11 served this prompt (approximate mode records it); its load is gone, its cache stays.
+    const kv = r.prefill.pool!.kvRouter!;
+    kv.addRequest({ requestId: 'warm', workerId: 11, tokens });
+    kv.free('warm');
+    const choices: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      const q = await r.query(prepare(tokens, { hints: { annotations: [], routerConfigOverride: { overlapScoreCredit: 0, routerTemperature: 1 } } }));
+      choices.push(q.prefillWorker!.workerId);
+    }
+    expect(choices).toEqual(Array(20).fill(11));
+  });
+
   it('decode routing ignores decode-side cache (no overlap credit) while aggregated routing follows it; the query books nothing', async () => {
     const registry = new WorkerRegistry();
     registry.add(worker(1, 'decode'));
