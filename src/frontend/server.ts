@@ -270,7 +270,9 @@ export class GatewayServer {
     if (port === undefined || model === undefined) {
       throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `model ${JSON.stringify(modelName)} is not served here; GET /v1/models lists the models`, { param: 'model' });
     }
-    if (!port.canServe()) throw new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${modelName} has no worker available right now`, { param: 'model' });
+    if (!port.canServe()) {
+      throw new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', port.unavailableReason?.() ?? `model ${modelName} has no worker available right now`, { param: 'model' });
+    }
     const { hints, queryOnly, tokenData } = parseRoutingHints(body.nvext, ctx.req.headers);
     const task = promptTask({ endpoint, body, model: modelName, maxPromptTokens: model.maxPromptTokens, tokenData, loraName: hints.loraName });
     const pre = await this.#preprocessor.run(task);

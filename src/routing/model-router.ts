@@ -61,6 +61,8 @@ interface Pool {
 
 const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
 
+const NO_FALLBACK = 'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
+
 export class ModelRouter implements ModelRouterPort {
   readonly model: string;
   readonly blockSize: number;
@@ -192,6 +194,9 @@ export class ModelRouter implements ModelRouterPort {
     if (w.role === 'prefill') {
       this.prefill.removeWorker(w.id);
       void this.#prefillPool?.events?.remove(w.id);
+      if (this.prefill.state === 'inactive' && !this.prefill.enforceDisagg && !this.#fallbackPossible()) {
+        this.#ctx.log.warn({ model: this.model, workerId: w.id }, `${NO_FALLBACK}; model unavailable until a prefill worker returns`);
+      }
       return;
     }
     this.decode.removeWorker(w.id);
@@ -215,9 +220,27 @@ export class ModelRouter implements ModelRouterPort {
     }
   }
 
-  /** Decode workers are available and, under `enforceDisagg`, so is a prefill worker (Dynamo's `can_serve_requests`). */
+  /**
+   * Decode workers are available and, under `enforceDisagg`, so is a prefill worker (Dynamo's `can_serve_requests`);
+   * without an active prefill pool, some decode worker must be able to serve alone.
+   */
   canServe(): boolean {
-    return !this.#closed && this.decode.size > 0 && this.prefill.canServeRequests();
+    return this.unavailableReason() === undefined;
+  }
+
+  /** Why the model cannot serve right now (undefined when it can): said in the frontend's 503. */
+  unavailableReason(): string | undefined {
+    if (this.#closed) return `model ${this.model} is shutting down`;
+    if (this.decode.size === 0) return `model ${this.model} has no decode worker available right now`;
+    if (!this.prefill.canServeRequests()) return `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`;
+    if (this.prefill.state !== 'active' && !this.#fallbackPossible()) return `model ${this.model}: ${NO_FALLBACK}`;
+    return undefined;
+  }
+
+  /** Some decode-pool worker can serve a request without a prefill (aggregated, or a decode worker that says so). */
+  #fallbackPossible(): boolean {
+    for (const w of this.decode.members.values()) if (w.role !== 'decode' || w.servesAggregated === true) return true;
+    return false;
   }
 
   /**
@@ -304,6 +327,8 @@ export class ModelRouter implements ModelRouterPort {
       throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED',
         `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`, { model: this.model });
     }
+    // Decode-only engines answer a request without a handoff as the client's error: fall back nowhere.
+    if (!this.#fallbackPossible()) throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED', `model ${this.model}: ${NO_FALLBACK}`, { model: this.model });
     if (state === 'inactive' && countFallback) this.#ctx.metrics?.disaggFallbacks.labels({ model: this.model }).inc();
     return false;
   }

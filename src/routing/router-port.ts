@@ -102,6 +102,8 @@ export interface ModelRouterPort {
   readonly blockSize: number;
   /** At least one worker is available to serve (cheap; called per request and by /v1/models and /ready). */
   canServe(): boolean;
+  /** Why `canServe()` is false, for the 503's message (optional; undefined when it can serve). */
+  unavailableReason?(): string | undefined;
   route(req: PreparedRequest): Promise<RoutedResponse>;
   query(req: PreparedRequest): Promise<QueryResult>;
   close(): Promise<void>;

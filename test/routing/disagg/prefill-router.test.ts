@@ -45,7 +45,8 @@ function legOf(tokens: number[], hints: Parameters<typeof prepare>[1] = {}): Leg
 describe('lifecycle', () => {
   it('pending -> active -> inactive -> active, with canServe following enforce_disagg', async () => {
     const registry = new WorkerRegistry();
-    registry.add(worker(1, 'decode'));
+    // A decode worker that can serve alone (kv_both): the lenient router's fallback.
+    registry.add(worker(1, 'decode', { servesAggregated: true }));
     const lenient = routerOn(registry, { routerConfig: { useKvEvents: false, routerTrackOutputBlocks: true } });
     const strict = routerOn(registry, { enforceDisagg: true });
     expect(lenient.prefill.state).toBe('pending');
@@ -87,6 +88,27 @@ describe('lifecycle', () => {
     expect([lenient.canServe(), strict.canServe()]).toEqual([false, false]);
     await Promise.all([lenient.close(), strict.close()]);
     expect(lenient.canServe()).toBe(false);
+  });
+
+  // issue 12 item 10: decode-only workers cannot serve a request alone, so nothing falls back to them.
+  it('without enforce_disagg, decode-only workers and no prefill pool: not servable, a clear 503, no fallback', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode'), worker(2, 'decode'), worker(11, 'prefill')]) registry.add(w);
+    const r = routerOn(registry);
+    expect(r.canServe()).toBe(true);
+    registry.markDown(11);
+    expect(r.prefill.state).toBe('inactive');
+    expect(r.canServe()).toBe(false);
+    expect(r.unavailableReason()).toMatch(/no prefill worker is available and its decode workers are decode-only/);
+    for (const call of [() => r.route(prepare([1, 2, 3])), () => r.query(prepare([1, 2, 3], { queryOnly: true }))]) {
+      await expect(call()).rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') && e.statusCode === 503);
+    }
+    // One decode worker that can serve alone is enough for the fallback.
+    registry.add(worker(3, 'decode', { servesAggregated: true }));
+    expect(r.canServe()).toBe(true);
+    registry.markUp(11);
+    expect(r.canServe()).toBe(true);
+    await r.close();
   });
 
   it('non-KV modes get a simple prefill router; an unusable SGLang bootstrap endpoint keeps a worker out', async () => {
