@@ -17,7 +17,7 @@ import type { EngineTimeouts, ModelConfig, TokenizerSource, WorkerConfig } from 
 const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine',
   'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
-  'max_num_batched_tokens', 'total_kv_blocks'] as const;
+  'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated'] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
 
 function readTokenizer(m: ConfigReader, ctx: ResolveContext): TokenizerSource {
@@ -123,8 +123,11 @@ function readWorker(w: ConfigReader, modelEngine: EngineDialect, names: ModelNam
     w.problem(w.has('bootstrap_host') ? 'bootstrap_host' : 'bootstrap_port',
       'only SGLang prefill workers have a bootstrap server (role: prefill, engine: sglang)');
   }
+  if (role !== 'decode' && w.has('serves_aggregated')) w.problem('serves_aggregated', 'only decode workers say whether they can serve a request alone');
+  const servesAggregated = role === 'decode' ? w.bool('serves_aggregated', false) : undefined;
   return {
     id, model: names.name, servedModelName: names.servedModelName, loraAdapters: names.loraAdapters, url, role, dialect, dpStart, dpSize, kvEvents, bootstrap,
+    ...(servesAggregated === true ? { servesAggregated } : {}),
     maxNumBatchedTokens: w.optInt('max_num_batched_tokens', { min: 1 }),
     totalKvBlocks: w.optInt('total_kv_blocks', { min: 1 }),
   };

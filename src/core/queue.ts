@@ -147,21 +147,4 @@ export class RequestQueue<T> {
       admitted++;
     }
   }
-
-  /** Removes and returns every waiting entry of the lanes matching `predicate` (e.g. a removed worker). */
-  takeLanes(predicate: (lane: string) => boolean): QueueEntry<T>[] {
-    const out: QueueEntry<T>[] = [];
-    for (const [lane, heap] of this.#lanes) {
-      if (!predicate(lane)) continue;
-      this.#lanes.delete(lane);
-      for (const e of heap.items) {
-        if (e.cancelled) continue;
-        e.cancelled = true;
-        this.#pending--;
-        this.#pendingIsl -= e.isl;
-        out.push(e);
-      }
-    }
-    return out;
-  }
 }

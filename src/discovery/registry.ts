@@ -45,6 +45,12 @@ export interface WorkerInfo {
   readonly kvEvents?: KvEventEndpoints | undefined;
   /** SGLang-style disaggregation: where decode engines fetch this prefill worker's KV. */
   readonly bootstrap?: { host: string; port: number } | undefined;
+  /**
+   * A decode worker that can also serve a request alone, without a prefill
+   * handoff (vLLM's `kv_both`): the fallback target while no prefill worker
+   * is available. Decode workers are decode-only unless they say so.
+   */
+  readonly servesAggregated?: boolean | undefined;
   /** Scheduler capacity hints (engine flags), used by busy thresholds. */
   readonly maxNumBatchedTokens?: number | undefined;
   readonly totalKvBlocks?: number | undefined;

@@ -61,3 +61,23 @@ export function oneTokenPrefillFields(body: Readonly<Record<string, unknown>>): 
   }
   return fields;
 }
+
+/**
+ * Fields that make a generating leg stream with a usage chunk. Every such leg
+ * streams, whatever the client asked for: the router sees the first token when
+ * it is generated (the prompt's load leaves the worker then, and TTFT is real),
+ * and the usage chunk carries the engine's cached-token count. A client that
+ * asked for `stream: false` gets the answer assembled from the chunks
+ * (`ResponseAssembler`); the client's other `stream_options` are kept.
+ */
+export function streamingLegFields(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const so = body['stream_options'];
+  const own = typeof so === 'object' && so !== null && !Array.isArray(so) ? so : {};
+  return { stream: true, stream_options: { ...own, include_usage: true } };
+}
+
+/** Whether a streaming client asked for the final usage chunk itself (`stream_options.include_usage`). */
+export function clientWantsUsage(body: Readonly<Record<string, unknown>>): boolean {
+  const so = body['stream_options'];
+  return typeof so === 'object' && so !== null && (so as Record<string, unknown>)['include_usage'] === true;
+}

@@ -6,10 +6,11 @@ export type { EngineEventStream, EngineEvent, EngineResponse } from './engine-st
 export { EngineHttpError, isMigratable } from './engine-errors.js';
 export { serializeBody, applyFields } from './request-body.js';
 export type { JsonObject } from './request-body.js';
-export { EMPTY_LEG, DP_RANK_HEADER, mergeLegs, dpRankLeg, oneTokenPrefillFields } from './engine-leg.js';
+export { EMPTY_LEG, DP_RANK_HEADER, mergeLegs, dpRankLeg, oneTokenPrefillFields, streamingLegFields, clientWantsUsage } from './engine-leg.js';
 export type { EngineLeg } from './engine-leg.js';
 export { VLLM_PREFILL_KV_TRANSFER_PARAMS, vllmPrefillLeg, vllmDecodeLeg, readVllmPrefillResult } from './dialect-vllm.js';
 export { bootstrapFields, sglangPrefillLeg, sglangDecodeLeg } from './dialect-sglang.js';
 export type { BootstrapInfo } from './dialect-sglang.js';
-export { readChunkInfo } from './openai-chunk.js';
+export { readChunkInfo, isUsageOnlyChunk } from './openai-chunk.js';
+export { ResponseAssembler } from './assemble-response.js';
 export type { ChunkInfo } from './openai-chunk.js';

@@ -71,3 +71,9 @@ export function readChunkInfo(json: unknown): ChunkInfo {
   }
   return info;
 }
+
+/** The final `include_usage` chunk: usage and no choices. */
+export function isUsageOnlyChunk(json: unknown): boolean {
+  const root = obj(json);
+  return root !== undefined && Array.isArray(root['choices']) && root['choices'].length === 0 && obj(root['usage']) !== undefined;
+}

@@ -42,6 +42,8 @@ const WL = ['model', 'worker_id', 'dp_rank', 'worker_type'] as const;
 
 export class KvgateMetrics {
   readonly registry: Registry;
+  /** Writers of the per-worker load gauges, run at each scrape (see `onScrape`). */
+  readonly #scrapeHooks = new Set<() => void>();
 
   // Build.
   readonly buildInfo: Gauge<'version' | 'node_version'>;
@@ -106,6 +108,10 @@ export class KvgateMetrics {
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
     this.buildInfo = new Gauge({ name: 'kvgate_build_info', help: 'Always 1; labels name the kvgate version and the Node.js version running it.', labelNames: ['version', 'node_version'], registers });
     this.buildInfo.set({ version: kvgateVersion(), node_version: process.version }, 1);
+    // The per-worker load gauges are read from the router's bookkeeping when scraped, never left at a stale value.
+    const collect = (): void => {
+      for (const hook of this.#scrapeHooks) hook();
+    };
     // ---- router requests
     this.requests = new Counter({ name: 'kvgate_router_requests_total', help: 'Requests dispatched to an engine (dispatch succeeded).', labelNames: MW, registers });
     this.requestsStarted = new Counter({ name: 'kvgate_router_requests_started_total', help: 'Requests admitted by the scheduler.', labelNames: MW, registers });
@@ -127,10 +133,10 @@ export class KvgateMetrics {
     // ---- routing overhead (Dynamo's compute buckets, 0.001 ms x 2^k, in seconds)
     this.overhead = new Histogram({ name: 'kvgate_router_overhead_seconds', help: 'Routing overhead by stage (block_hashing, indexer_find_matches, scheduling, total).', labelNames: ['model', 'stage'], buckets: expBuckets(1e-6, 2, 15), registers });
     // ---- per-worker load
-    this.workerActivePrefillTokens = new Gauge({ name: 'kvgate_worker_active_prefill_tokens', help: 'Uncached prompt tokens booked and not yet prefilled.', labelNames: WL, registers });
-    this.workerActiveDecodeBlocks = new Gauge({ name: 'kvgate_worker_active_decode_blocks', help: 'KV blocks of in-flight requests as booked by the router.', labelNames: WL, registers });
-    this.workerActiveRequests = new Gauge({ name: 'kvgate_worker_active_requests', help: 'In-flight requests booked on the worker.', labelNames: WL, registers });
-    this.workerIndexBlocks = new Gauge({ name: 'kvgate_worker_index_blocks', help: 'Blocks the prefix index holds for the worker.', labelNames: WL, registers });
+    this.workerActivePrefillTokens = new Gauge({ name: 'kvgate_worker_active_prefill_tokens', help: 'Uncached prompt tokens booked and not yet prefilled.', labelNames: WL, registers, collect });
+    this.workerActiveDecodeBlocks = new Gauge({ name: 'kvgate_worker_active_decode_blocks', help: 'KV blocks of in-flight requests as booked by the router.', labelNames: WL, registers, collect });
+    this.workerActiveRequests = new Gauge({ name: 'kvgate_worker_active_requests', help: 'In-flight requests booked on the worker.', labelNames: WL, registers, collect });
+    this.workerIndexBlocks = new Gauge({ name: 'kvgate_worker_index_blocks', help: 'Blocks the prefix index holds for the worker.', labelNames: WL, registers, collect });
     this.workerKvEventsLive = new Gauge({ name: 'kvgate_worker_kv_events_live', help: '1 while the worker\'s KV events are live; 0 when routing uses approximate mode for it.', labelNames: ['model', 'worker_id', 'worker_type'], registers });
     // ---- queue and backpressure
     this.queuePendingRequests = new Gauge({ name: 'kvgate_router_queue_pending_requests', help: 'Requests parked in the router queue.', labelNames: MW, registers });
@@ -155,6 +161,15 @@ export class KvgateMetrics {
     this.inflight = new Gauge({ name: 'kvgate_http_inflight_requests', help: 'Requests being served.', registers });
     // End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served).
     this.requestDuration = new Histogram({ name: 'kvgate_request_duration_seconds', help: 'HTTP request duration from arrival to the last byte, by model, endpoint (route) and status class (2xx..5xx).', labelNames: ['model', 'endpoint', 'status_class'], buckets: LATENCY_BUCKETS, registers });
+  }
+
+  /**
+   * Runs `hook` whenever the per-worker load gauges are scraped (it writes them
+   * from the bookkeeping). Returns the function that removes it.
+   */
+  onScrape(hook: () => void): () => void {
+    this.#scrapeHooks.add(hook);
+    return () => this.#scrapeHooks.delete(hook);
   }
 
   /** Prometheus text exposition of every metric. */

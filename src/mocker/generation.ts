@@ -63,9 +63,12 @@ interface Admitted {
 
 export class Generation {
   readonly #deps: GenerationDeps;
+  /** The sampled vocabulary in a fixed order (logprob alternatives are drawn from it). */
+  readonly #vocab: readonly number[];
 
   constructor(deps: GenerationDeps) {
     this.#deps = deps;
+    this.#vocab = [...deps.tokenText.keys()];
   }
 
   /** POST /v1/completions and /v1/chat/completions. @throws KvgateError (answered by the caller as an OpenAI error) */
@@ -184,7 +187,8 @@ export class Generation {
       id: coreId, promptTokens: x.tokens, maxTokens: x.maxTokens, seed: p.seed ?? this.#derivedSeed(x.tokens),
       loraName: x.loraName, cacheSalt: p.cacheSalt, remotePrefill: x.plan.remotePrefill, holdBlocksMs: x.plan.holdBlocksMs,
     };
-    const out = new ResponseWriter(res, p, meta, x.tokens.length, x.maxTokens, this.#deps.faults.settings.stallAfterTokens);
+    const textOf = (id: number): string => this.#deps.tokenText.get(id) ?? '';
+    const out = new ResponseWriter(res, p, meta, x.tokens.length, x.maxTokens, this.#vocab, textOf, this.#deps.faults.settings.stallAfterTokens);
     return new Promise<void>((resolve, reject) => {
       let finished = false;
       const onAbort = (): void => {
@@ -224,7 +228,7 @@ export class Generation {
         if (index === 0) metrics.observeFirstToken(rankIndex, (now - x.arrival) / 1000, 0);
         else metrics.observeInterToken(rankIndex, (now - lastTokenAt) / 1000);
         lastTokenAt = now;
-        out.token(this.#deps.tokenText.get(tokenId) ?? '', index, cached);
+        out.token(tokenId, this.#deps.tokenText.get(tokenId) ?? '', index, cached);
       },
       onFinish: (info: FinishedRequest) => {
         // Done on the engine: an abort from now on has nothing to cancel (the promise settles after this callback).

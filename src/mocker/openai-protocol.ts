@@ -6,7 +6,8 @@
  *
  * Accepted and ignored: sampling knobs (temperature, top_p, stop, ...): the
  * simulated model always generates exactly max_tokens tokens, finish_reason
- * "length". Rejected with a clear 400: n > 1, echo, logprobs, batched prompts.
+ * "length" ("tool_calls" when it calls a tool, see choice-output.ts).
+ * Rejected with a clear 400: n > 1, echo, batched prompts.
  */
 import { KvgateError } from '../errors/index.js';
 import type { ChatMessage } from '../tokenizer/index.js';
@@ -40,6 +41,10 @@ export interface GenerateRequest {
   /** Explicit data-parallel rank (data_parallel_rank / routed_dp_rank). */
   dpRank: number | undefined;
   cacheSalt: string | undefined;
+  /** Alternatives per token (completions `logprobs`, chat `top_logprobs` with `logprobs: true`); undefined: none. */
+  logprobs: number | undefined;
+  /** The function the simulated model calls (chat with `tools`, `tool_choice` not "none"). */
+  toolName: string | undefined;
 }
 
 function invalid(message: string, param: string | null): KvgateError {
@@ -126,9 +131,6 @@ export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown,
   const n = optionalInt(body, 'n', 1);
   if (n !== undefined && n !== 1) throw invalid('n > 1 is not supported by the simulated engine', 'n');
   if (body.echo === true) throw invalid('echo is not supported by the simulated engine', 'echo');
-  if ((kind === 'completion' && body.logprobs !== undefined && body.logprobs !== null) || (kind === 'chat' && body.logprobs === true)) {
-    throw invalid('logprobs are not supported by the simulated engine', 'logprobs');
-  }
   const stream = optionalBool(body, 'stream') ?? false;
   const so = body.stream_options;
   let includeUsage = false;
@@ -156,7 +158,45 @@ export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown,
     kvTransferParams: (ktp ?? undefined) as Record<string, unknown> | undefined,
     bootstrap: parseBootstrap(body, rawBody),
     dpRank, cacheSalt: (cacheSalt ?? undefined) as string | undefined,
+    logprobs: parseLogprobs(kind, body),
+    toolName: kind === 'chat' ? parseToolName(body.tools as unknown[] | undefined | null, body.tool_choice) : undefined,
   };
+}
+
+/** vLLM's limit on alternatives per token. */
+const MAX_LOGPROBS = 20;
+
+/** Completions: `logprobs: k`; chat: `logprobs: true` with `top_logprobs: k` (default 0). */
+function parseLogprobs(kind: 'completion' | 'chat', body: Record<string, unknown>): number | undefined {
+  const key = kind === 'completion' ? 'logprobs' : 'top_logprobs';
+  const k = optionalInt(body, key, 0);
+  if (k !== undefined && k > MAX_LOGPROBS) throw invalid(`${key} must be at most ${MAX_LOGPROBS}, got ${k}`, key);
+  if (kind === 'completion') return k;
+  const on = optionalBool(body, 'logprobs') ?? false;
+  if (!on && k !== undefined && k > 0) throw invalid('top_logprobs needs logprobs set to true', 'top_logprobs');
+  return on ? (k ?? 0) : undefined;
+}
+
+/** The tool the simulated model calls: the named one, else the first (`auto`, `required`); none for "none" or no tools. */
+function parseToolName(tools: unknown[] | undefined | null, choice: unknown): string | undefined {
+  const names = (tools ?? []).map((t, i) => {
+    const fn = isObject(t) ? t.function : undefined;
+    if (!isObject(t) || t.type !== 'function' || !isObject(fn) || typeof fn.name !== 'string' || fn.name === '') {
+      throw invalid(`tools[${i}] must be a function tool with a name`, 'tools');
+    }
+    return fn.name;
+  });
+  if (choice === 'none') return undefined;
+  if (choice === undefined || choice === null || choice === 'auto' || choice === 'required') {
+    if (names.length === 0 && choice === 'required') throw invalid('tool_choice "required" needs tools', 'tool_choice');
+    return names[0];
+  }
+  const fn = isObject(choice) ? choice.function : undefined;
+  if (!isObject(choice) || choice.type !== 'function' || !isObject(fn) || typeof fn.name !== 'string') {
+    throw invalid('tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}', 'tool_choice');
+  }
+  if (!names.includes(fn.name)) throw invalid(`tool_choice names ${fn.name}, which is not among the tools`, 'tool_choice');
+  return fn.name;
 }
 
 // ----------------------------------------------------------------- responses
@@ -181,18 +221,18 @@ export interface ResponseMeta {
   model: string;
 }
 
-export function completionChunk(m: ResponseMeta, text: string, finishReason: string | null, u?: Usage): Record<string, unknown> {
+export function completionChunk(m: ResponseMeta, text: string, finishReason: string | null, u?: Usage, logprobs: unknown = null): Record<string, unknown> {
   const chunk: Record<string, unknown> = {
     id: m.id, object: 'text_completion', created: m.created, model: m.model,
-    choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason, stop_reason: null }],
+    choices: [{ index: 0, text, logprobs, finish_reason: finishReason, stop_reason: null }],
   };
   if (u !== undefined) chunk.usage = u;
   return chunk;
 }
 
-/** A chat stream chunk; `delta` is {role, content} first, then {content}. */
-export function chatChunk(m: ResponseMeta, delta: Record<string, unknown>, finishReason: string | null, u?: Usage): Record<string, unknown> {
-  const choice: Record<string, unknown> = { index: 0, delta, logprobs: null, finish_reason: finishReason };
+/** A chat stream chunk; `delta` is {role, content} first, then {content} (or {tool_calls}). */
+export function chatChunk(m: ResponseMeta, delta: Record<string, unknown>, finishReason: string | null, u?: Usage, logprobs: unknown = null): Record<string, unknown> {
+  const choice: Record<string, unknown> = { index: 0, delta, logprobs, finish_reason: finishReason };
   if (finishReason !== null) choice.stop_reason = null;
   const chunk: Record<string, unknown> = { id: m.id, object: 'chat.completion.chunk', created: m.created, model: m.model, choices: [choice] };
   if (u !== undefined) chunk.usage = u;
@@ -204,22 +244,26 @@ export function usageChunk(m: ResponseMeta, kind: 'completion' | 'chat', u: Usag
   return { id: m.id, object: kind === 'chat' ? 'chat.completion.chunk' : 'text_completion', created: m.created, model: m.model, choices: [], usage: u };
 }
 
-export function completionResponse(m: ResponseMeta, text: string, u: Usage, kvTransferParams: unknown): Record<string, unknown> {
+/** The whole answer's one choice: its text (completion) or message (chat), logprobs and finish reason. */
+export interface WholeChoice {
+  readonly text: string;
+  readonly message: Record<string, unknown>;
+  readonly logprobs: unknown;
+  readonly finishReason: string;
+}
+
+export function completionResponse(m: ResponseMeta, c: WholeChoice, u: Usage, kvTransferParams: unknown): Record<string, unknown> {
   return {
     id: m.id, object: 'text_completion', created: m.created, model: m.model,
-    choices: [{ index: 0, text, logprobs: null, finish_reason: 'length', stop_reason: null, prompt_logprobs: null }],
+    choices: [{ index: 0, text: c.text, logprobs: c.logprobs, finish_reason: c.finishReason, stop_reason: null, prompt_logprobs: null }],
     usage: u, kv_transfer_params: kvTransferParams ?? null,
   };
 }
 
-export function chatResponse(m: ResponseMeta, text: string, u: Usage, kvTransferParams: unknown): Record<string, unknown> {
+export function chatResponse(m: ResponseMeta, c: WholeChoice, u: Usage, kvTransferParams: unknown): Record<string, unknown> {
   return {
     id: m.id, object: 'chat.completion', created: m.created, model: m.model,
-    choices: [{
-      index: 0,
-      message: { role: 'assistant', content: text, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: [], reasoning_content: null },
-      logprobs: null, finish_reason: 'length', stop_reason: null,
-    }],
+    choices: [{ index: 0, message: c.message, logprobs: c.logprobs, finish_reason: c.finishReason, stop_reason: null }],
     service_tier: null, system_fingerprint: null, usage: u, prompt_logprobs: null, kv_transfer_params: kvTransferParams ?? null,
   };
 }

@@ -7,6 +7,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import { SSE_DONE, sendJson, sseJsonFrame } from '../common/index.js';
+import { ChoiceOutput } from './choice-output.js';
 import {
   chatChunk, chatResponse, completionChunk, completionResponse, usage, usageChunk, type GenerateRequest, type ResponseMeta, type Usage,
 } from './openai-protocol.js';
@@ -20,18 +21,21 @@ export class ResponseWriter {
   readonly #meta: ResponseMeta;
   readonly #promptTokens: number;
   readonly #maxTokens: number;
-  /** The unstreamed answer's text, token by token. */
-  #text = '';
+  /** The answer's text, logprobs and tool call, token by token. */
+  readonly #choice: ChoiceOutput;
   /** Fault: tokens from this index on are not written, nor the end (null: off). */
   readonly #stallAfter: number | null;
 
-  constructor(res: ServerResponse, p: GenerateRequest, meta: ResponseMeta, promptTokens: number, maxTokens: number, stallAfter: number | null = null) {
+  /** `vocab` and `textOf`: the sampled vocabulary logprob alternatives are drawn from. */
+  constructor(res: ServerResponse, p: GenerateRequest, meta: ResponseMeta, promptTokens: number, maxTokens: number,
+    vocab: readonly number[], textOf: (id: number) => string, stallAfter: number | null = null) {
     this.#res = res;
     this.#stallAfter = stallAfter;
     this.#p = p;
     this.#meta = meta;
     this.#promptTokens = promptTokens;
     this.#maxTokens = maxTokens;
+    this.#choice = new ChoiceOutput({ kind: p.kind, logprobs: p.logprobs, toolName: p.toolName }, meta.id, vocab, textOf);
   }
 
   /** Once the engine took the request: a stream's headers and, for chat, the role chunk. */
@@ -42,17 +46,16 @@ export class ResponseWriter {
     if (p.kind === 'chat') this.#write(chatChunk(this.#meta, { role: 'assistant', content: '' }, null, p.continuousUsage ? usage(this.#promptTokens, 0, 0) : undefined));
   }
 
-  /** Generated token `index` (0-based), with the prompt tokens the cache served. */
-  token(piece: string, index: number, cached: number): void {
+  /** Generated token `index` (0-based) `tokenId` with text `piece`, with the prompt tokens the cache served. */
+  token(tokenId: number, piece: string, index: number, cached: number): void {
     if (this.#stallAfter !== null && index >= this.#stallAfter) return;
     const p = this.#p;
-    if (!p.stream) {
-      this.#text += piece;
-      return;
-    }
-    const finish = index === this.#maxTokens - 1 ? 'length' : null;
+    const last = index === this.#maxTokens - 1;
+    const out = this.#choice.token(tokenId, piece, last);
+    if (!p.stream) return;
+    const finish = last ? this.#choice.finishReason : null;
     const u = p.continuousUsage ? usage(this.#promptTokens, index + 1, cached) : undefined;
-    this.#write(p.kind === 'chat' ? chatChunk(this.#meta, { content: piece }, finish, u) : completionChunk(this.#meta, piece, finish, u));
+    this.#write(p.kind === 'chat' ? chatChunk(this.#meta, out.delta, finish, u, out.logprobs) : completionChunk(this.#meta, out.text, finish, u, out.logprobs));
   }
 
   /** The end: a stream's usage chunk and `[DONE]`, or the whole JSON body with its `kv_transfer_params`. */
@@ -67,7 +70,8 @@ export class ResponseWriter {
       return;
     }
     const ktp = kvTransferParams();
-    sendJson(res, 200, p.kind === 'chat' ? chatResponse(this.#meta, this.#text, u, ktp) : completionResponse(this.#meta, this.#text, u, ktp));
+    const whole = { ...this.#choice.whole(), finishReason: this.#choice.finishReason };
+    sendJson(res, 200, p.kind === 'chat' ? chatResponse(this.#meta, whole, u, ktp) : completionResponse(this.#meta, whole, u, ktp));
   }
 
   #write(obj: unknown): void {

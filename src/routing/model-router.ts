@@ -67,6 +67,9 @@ interface Pool {
 
 const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
 
+/** Why a model without enforce_disagg still cannot be served aggregated. */
+const NO_FALLBACK = 'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
+
 export class ModelRouter implements ModelRouterPort {
   readonly model: string;
   readonly blockSize: number;
@@ -101,6 +104,9 @@ export class ModelRouter implements ModelRouterPort {
     this.#registry = opts.registry;
     this.#ctx = ctx;
     this.#opts = opts;
+    // The model's own series exist from the start, at zero (the pools register theirs).
+    ctx.metrics?.disaggFallbacks.inc({ model: opts.model }, 0);
+    ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
     const decode = this.#buildPool('decode');
     this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, decode.push.role));
     this.decode = decode.push;
@@ -195,6 +201,9 @@ export class ModelRouter implements ModelRouterPort {
     if (w.role === 'prefill') {
       this.prefill.removeWorker(w.id);
       void this.#prefillPool?.events?.remove(w.id);
+      if (this.prefill.state === 'inactive' && !this.prefill.enforceDisagg && !this.#fallbackPossible()) {
+        this.#ctx.log.warn({ model: this.model, workerId: w.id }, `${NO_FALLBACK}; model unavailable until a prefill worker returns`);
+      }
       return;
     }
     this.decode.removeWorker(w.id);
@@ -220,22 +229,43 @@ export class ModelRouter implements ModelRouterPort {
     }
   }
 
-  /** Decode workers are available and, under `enforceDisagg`, so is a prefill worker (Dynamo's `can_serve_requests`). */
+  /**
+   * Decode workers are available and, under `enforceDisagg`, so is a prefill worker (Dynamo's `can_serve_requests`);
+   * without an active prefill pool, some decode worker must be able to serve alone.
+   */
   canServe(): boolean {
     return this.unavailable() === undefined;
   }
 
-  /** Why the model cannot serve: no decode worker, or `enforceDisagg` without a prefill worker. */
+  /**
+   * Why the model cannot serve (undefined when it can), the error the frontend answers with: no decode
+   * worker; or no prefill worker while the model may not be served aggregated, because of `enforceDisagg`
+   * or because every decode worker is decode-only (none has `serves_aggregated`).
+   */
   unavailable(): KvgateError | undefined {
     if (this.#closed || this.decode.size === 0) {
       return new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`, { param: 'model' });
     }
-    return this.prefill.canServeRequests() ? undefined : this.#notActivated();
+    if (!this.prefill.canServeRequests()) return this.#notActivated();
+    if (this.prefill.state !== 'active' && !this.#fallbackPossible()) return this.#notActivated(true);
+    return undefined;
   }
 
-  #notActivated(): KvgateError {
-    return new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED',
-      `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`, { model: this.model });
+  /**
+   * KVG_ERR_PREFILL_NOT_ACTIVATED: no prefill worker, and the model may not be served aggregated, because of
+   * `enforceDisagg` or (`decodeOnly`) because no decode worker can serve alone. One code for both (docs/errors.md).
+   */
+  #notActivated(decodeOnly = false): KvgateError {
+    const message = decodeOnly
+      ? `model ${this.model}: ${NO_FALLBACK}`
+      : `model ${this.model} requires disaggregated serving (enforce_disagg) and no prefill worker is available`;
+    return new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED', message, { model: this.model });
+  }
+
+  /** Some decode-pool worker can serve a request without a prefill (aggregated, or a decode worker that says so). */
+  #fallbackPossible(): boolean {
+    for (const w of this.decode.members.values()) if (w.role !== 'decode' || w.servesAggregated === true) return true;
+    return false;
   }
 
   /**
@@ -291,10 +321,10 @@ export class ModelRouter implements ModelRouterPort {
     }
     const session = req.hints.session;
     let leg = this.#leg(req);
-    // Session affinity: the session's worker becomes the pin while it stays in the pool (an explicit pin wins).
+    // Session affinity: the session's worker becomes the pin while it stays eligible for this request (in the
+    // pool, allowed, carrying the required taints; else the session is unbound); an explicit pin wins.
     const sticky = leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
-      ? this.sessions.stickySlot(session, (id) => this.decode.worker(id) !== undefined
-        && (leg.routing.allowedWorkerIds === undefined || new Set(leg.routing.allowedWorkerIds).has(id)))
+      ? this.sessions.stickySlot(session, (id) => this.decode.eligible(id, leg.routing))
       : undefined;
     if (sticky !== undefined) leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
     let res;
@@ -329,6 +359,8 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#registry.off('added', this.#onAdded);
     this.#registry.off('removed', this.#onRemoved);
+    this.decode.close();
+    this.#prefillPool?.push.close();
     await Promise.all([this.events?.close(), this.#prefillPool?.events?.close()]);
   }
 
@@ -340,6 +372,8 @@ export class ModelRouter implements ModelRouterPort {
     const state = this.prefill.state;
     if (state === 'active') return true;
     if (this.prefill.enforceDisagg) throw this.#notActivated();
+    // Decode-only engines answer a request without a handoff as the client's error: fall back nowhere.
+    if (!this.#fallbackPossible()) throw this.#notActivated(true);
     if (state === 'inactive' && countFallback) this.#ctx.metrics?.disaggFallbacks.labels({ model: this.model }).inc();
     return false;
   }

@@ -7,8 +7,9 @@
  * Contract, in order of a request's life:
  * 1. `canServe()` is false: the frontend answers with `unavailable()` (503
  *    KVG_ERR_MODEL_UNAVAILABLE, or KVG_ERR_PREFILL_NOT_ACTIVATED for a model that
- *    must serve disaggregated and has no prefill worker) and hides the model from
- *    /v1/models; `route`/`query` are not called.
+ *    must serve disaggregated, by `enforce_disagg` or because its decode workers are
+ *    decode-only, and has no prefill worker) and hides the model from /v1/models;
+ *    `route`/`query` are not called.
  * 2. `route(req)` resolves once the upstream response has started (status and
  *    headers known), and settles promptly when `req.signal` fires (the frontend
  *    then answers with the signal's reason: 504 on timeout, nothing on a client

@@ -297,6 +297,23 @@ models:
     expect(p.map((x) => [x.path, x.reason])).toEqual([['models[0].enforce_disagg', 'requires at least one prefill worker']]);
   });
 
+  // issue 12 item 10: whether a decode worker can serve alone is said per worker, decode workers only.
+  it('serves_aggregated: decode workers only, a boolean, false by default', () => {
+    const yaml = (extra: string): string => file(`
+router: { use_kv_events: false }
+models:
+  - name: m
+    workers:
+      - { id: 1, url: "http://p:1", role: prefill${extra} }
+      - { id: 2, url: "http://d:1", role: decode, serves_aggregated: true }
+      - { id: 3, url: "http://d:2", role: decode }
+`);
+    const by = Object.fromEntries(problemsOf({ file: yaml(', serves_aggregated: true') }).map((x) => [x.path, x.reason]));
+    expect(by['models[0].workers[0].serves_aggregated']).toMatch(/only decode workers/);
+    const ok = loadGatewayConfig({ file: yaml('') });
+    expect(ok.models[0]!.workers.map((w) => w.servesAggregated)).toEqual([undefined, true, undefined]);
+  });
+
   it('router knobs are validated by the core, with Dynamo names in the paths', () => {
     const p = problemsOf({ file: file(`
 router: { router_temperature: -1, router_temprature: 1, router_queue_policy: lifo }

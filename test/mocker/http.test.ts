@@ -139,6 +139,12 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
     ['n > 1', '/v1/completions', { prompt: 'x', n: 2 }, 400, 'n'],
     ['stream_options without stream', '/v1/completions', { prompt: 'x', stream_options: { include_usage: true } }, 400, 'stream_options'],
     ['unknown model', '/v1/completions', { model: 'gpt-4', prompt: 'x' }, 404, 'model'],
+    ['logprobs over 20', '/v1/completions', { prompt: 'x', logprobs: 21 }, 400, 'logprobs'],
+    ['top_logprobs without logprobs', '/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], top_logprobs: 2 }, 400, 'top_logprobs'],
+    ['a tool without a name', '/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'function', function: {} }] }, 400, 'tools'],
+    ['tool_choice naming an unknown tool', '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'function', function: { name: 'a' } }], tool_choice: { type: 'function', function: { name: 'b' } },
+    }, 400, 'tool_choice'],
   ];
   for (const [name, path, body, status, param] of cases) {
     it(name, async () => {

@@ -6,10 +6,10 @@
  * each admission sees the bookings of the previous one; the waiting host gets
  * the decision through the ticket's promise.
  *
- * A pinned request waits in its own lane (`w:<worker>` or `w:<worker>:<rank>`)
- * on its own slots; removing the worker fails those lanes.
+ * A pinned request never parks: the picker upstream has decided, so it is
+ * booked at once (see `KvScheduler.schedule`).
  */
-import { slotKey, type Clock } from '../../common/index.js';
+import type { Clock } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { ActiveSequences } from '../active-sequences.js';
 import type { KvRouterConfig } from '../config.js';
@@ -23,8 +23,6 @@ import { duplicateRequest, rejectionError, type AdmissionResult, type QueueTicke
 interface Parked {
   readonly req: SchedulingRequest;
   readonly arrivedAt: number;
-  /** Slots the request may use; null = every registered slot. */
-  readonly slots: Int32Array | null;
   resolve(result: AdmissionResult): void;
 }
 
@@ -58,11 +56,8 @@ export class Admission {
     return this.#queue.pendingIslTokens;
   }
 
-  /**
-   * Parks a request whose `kept` eligible slots are all busy, unless backpressure
-   * refuses it. `pinSlots` are a pinned request's own slots (null otherwise).
-   */
-  park(req: SchedulingRequest, kept: number, pinSlots: Int32Array | null): ScheduleOutcome {
+  /** Parks an unpinned request whose `kept` eligible slots are all busy, unless backpressure refuses it. */
+  park(req: SchedulingRequest, kept: number): ScheduleOutcome {
     const { config, clock } = this.#p;
     const isl = req.isl;
     const cached = this.#p.matcher.bestCachedTokens(req, kept);
@@ -77,12 +72,11 @@ export class Admission {
     }
     const arrivedAt = clock.now();
     const key = queueKey(config.routerQueuePolicy, req.priorityJump ?? 0, (arrivedAt - this.#p.startedAt) / 1000, isl, cached);
-    const lane = req.pinWorkerId === undefined ? '' : req.pinDpRank === undefined ? `w:${req.pinWorkerId}` : `w:${slotKey(req.pinWorkerId, req.pinDpRank)}`;
     let resolve!: (r: AdmissionResult) => void;
     const admitted = new Promise<AdmissionResult>((r) => {
       resolve = r;
     });
-    const entry = this.#queue.push({ req, arrivedAt, slots: pinSlots, resolve }, lane, req.strictPriority ?? 0, key, isl);
+    const entry = this.#queue.push({ req, arrivedAt, resolve }, '', req.strictPriority ?? 0, key, isl);
     const queue = this.#queue;
     const ticket: QueueTicket = {
       requestId: req.requestId,
@@ -96,14 +90,6 @@ export class Admission {
     return { status: 'queued', ticket };
   }
 
-  /** Fails the requests queued for `workerId` alone (it was removed). */
-  failWorker(workerId: number): void {
-    const error = new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${workerId} was removed while the request was queued`, { workerId });
-    for (const e of this.#queue.takeLanes((lane) => lane === `w:${workerId}` || lane.startsWith(`w:${workerId}:`))) {
-      e.payload.resolve({ status: 'failed', error });
-    }
-  }
-
   /** Admits parked requests while load allows. Returns how many were admitted. */
   drain(): number {
     if (this.#draining || this.#queue.pendingRequests === 0) return 0;
@@ -111,10 +97,7 @@ export class Admission {
     const { filter, table } = this.#p;
     try {
       return this.#queue.drain(
-        (e) => {
-          const slots = e.payload.slots;
-          return slots === null ? filter.anyRoom(table.all, table.allCount) : filter.anyRoom(slots, slots.length);
-        },
+        () => filter.anyRoom(table.all, table.allCount),
         (e) => this.#admit(e),
       );
     } finally {
@@ -128,7 +111,7 @@ export class Admission {
     const t0 = clock.now();
     try {
       const n = filter.eligibleInto(req);
-      const kept = filter.dropOverloaded(n);
+      const kept = filter.dropOverloaded(n, req);
       if (kept === 0) throw rejectionError({ kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: n });
       if (active.has(req.requestId)) throw duplicateRequest(req.requestId);
       resolve({ status: 'routed', decision: this.#p.selector.decide(req, kept, 'book', t0, t0 - arrivedAt) });

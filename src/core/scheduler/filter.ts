@@ -1,6 +1,7 @@
 /**
  * Eligibility: which slots may serve a request (a pin, the allowed workers,
- * the required taints), and which of them are over a busy threshold.
+ * the required taints), and which of them are over a busy threshold (never
+ * filtered for a pinned request).
  * Results go into the scratch `eligible` buffer; nothing here allocates per
  * candidate.
  */
@@ -65,9 +66,14 @@ export class SlotFilter {
     return required !== undefined && required.length > 0 ? this.#keepTainted(n, required) : n;
   }
 
-  /** Compacts `scratch.eligible[0..n)` to the slots not over a busy threshold; returns how many remain. */
-  dropOverloaded(n: number): number {
+  /**
+   * Compacts `scratch.eligible[0..n)` to the slots not over a busy threshold; returns how many remain.
+   * A pinned request keeps its slots: the picker upstream (an endpoint picker's stage 2, a worker-id
+   * header, a session) has decided, so the pin is booked and dispatched even on a busy worker.
+   */
+  dropOverloaded(n: number, req: SchedulingRequest): number {
     const c = this.#config;
+    if (req.pinWorkerId !== undefined) return n;
     if (c.activeDecodeBlocksThreshold === null && c.activePrefillTokensThreshold === null && c.activePrefillTokensThresholdFrac === null) return n;
     const elig = this.#table.scratch.eligible;
     let kept = 0;

@@ -17,6 +17,8 @@
  * the injected clock and randomness from the injected RNG, and periodic work
  * (expiry, queue drain) runs when the host calls `tick()`.
  *
+ * Pins: a pinned request is booked at once on its worker, never queued nor
+ * refused as overloaded (the picker upstream has decided).
  * Deliberate differences from Dynamo: a pin without a resolvable dp_rank is
  * scheduled over that worker's ranks (Dynamo dispatches it without booking);
  * a queued request is always re-matched at admission (Dynamo only after 10 s).
@@ -101,8 +103,9 @@ export class KvScheduler {
 
   /**
    * Forgets a worker: its slots, its bookkeeping (in-flight requests on it are
-   * dropped; their later `free` is a no-op), its index entries, and fails the
-   * requests queued for it alone. Returns false if it was not registered.
+   * dropped; their later `free` is a no-op) and its index entries. A queued
+   * request whose allowed workers are all gone fails at admission. Returns
+   * false if it was not registered.
    */
   removeWorker(workerId: number): boolean {
     if (!this.#table.unregister(workerId)) return false;
@@ -110,7 +113,6 @@ export class KvScheduler {
     this.predicted?.removeWorker(workerId);
     this.fallback?.removeWorker(workerId);
     this.index.removeWorker(workerId);
-    this.#admission.failWorker(workerId);
     this.#admission.drain();
     return true;
   }
@@ -253,7 +255,7 @@ export class KvScheduler {
     if (mode === 'book' && this.#active.has(req.requestId)) throw duplicateRequest(req.requestId);
     const t0 = this.#clock.now();
     const n = this.#filter.eligibleInto(req);
-    const kept = this.#filter.dropOverloaded(n);
+    const kept = this.#filter.dropOverloaded(n, req);
     if (kept === 0) throw rejectionError({ kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: n });
     return this.#selector.decide(req, kept, mode, t0, 0);
   }
@@ -269,15 +271,14 @@ export class KvScheduler {
     const t0 = this.#clock.now();
     const n = this.#filter.eligibleInto(req);
     const exactPin = req.pinWorkerId !== undefined;
-    // A pinned request waits on its own slots only (captured before the overload filter compacts the list).
-    const pinSlots = exactPin ? this.#table.scratch.eligible.slice(0, n) : null;
-    const kept = this.#filter.dropOverloaded(n);
+    const kept = this.#filter.dropOverloaded(n, req);
     if (kept === 0) return { status: 'rejected', rejection: { kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: n } };
-    const bypass = req.allowedWorkerIds !== undefined && !exactPin;
+    // A pin (the picker upstream has decided) and an allowed-worker list (an endpoint picker's) skip the queue.
+    const bypass = exactPin || req.allowedWorkerIds !== undefined;
     if (this.config.routerQueueThreshold === null || bypass || this.#filter.anyRoom(this.#table.scratch.eligible, kept)) {
       return { status: 'routed', decision: this.#selector.decide(req, kept, 'book', t0, 0) };
     }
     // Every eligible slot is busy: park, unless backpressure says no.
-    return this.#admission.park(req, kept, pinSlots);
+    return this.#admission.park(req, kept);
   }
 }

@@ -19,8 +19,8 @@
  * `enforceDisagg`. `canServeRequests()` gates whether the model is listed.
  *
  * Choosing the prefill worker (Dynamo's `resolve_prefill_worker`): the
- * session's sticky worker first (dropped if it left or the scheduler refuses
- * it), then a pinned `prefill_worker_id` (with `prefill_dp_rank`, else
+ * session's sticky worker first (dropped if it left, is no longer eligible for
+ * the request: allowed ids, required taints, or the scheduler refuses it), then a pinned `prefill_worker_id` (with `prefill_dp_rank`, else
  * `dp_rank`), then the router's best. In KV mode the choice goes through the
  * scheduler with its queue and backpressure, so the prefill slot is booked
  * where it is chosen.
@@ -204,13 +204,16 @@ export class PrefillRouter {
 
   /**
    * Sticky session worker, else the pinned prefill worker, else the router's best (booked unless `query`),
-   * never one of `exclude` (workers this request could not reach).
+   * never one of `exclude` (workers this request could not reach). Scored without the client's
+   * router-config override (as Dynamo queries its prefill router).
    */
-  async #resolve(leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
+  async #resolve(client: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
     const pool = this.#pool!;
-    const routing = leg.routing;
+    // The prefill worker is chosen with the pool's own knobs: a client's router-config override is for its decode.
+    const routing = { ...client.routing, routerConfigOverride: undefined };
+    const leg = { ...client, routing };
     const sticky = routing.prefillWorkerId === undefined
-      ? this.sessions.stickySlot(session, (id) => pool.worker(id) !== undefined && exclude?.has(id) !== true)
+      ? this.sessions.stickySlot(session, (id) => pool.eligible(id, routing) && exclude?.has(id) !== true)
       : undefined;
     if (sticky !== undefined) {
       try {

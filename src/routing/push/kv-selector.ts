@@ -46,6 +46,7 @@ export class KvSelector implements LegSelector {
     let decision: RoutingDecision;
     if (mode === 'query') {
       decision = kv.findBestMatch(request, { mode: 'query' });
+      if (decision.requiredBlocks > 0) this.#pm?.leg(req.phase).kvHitRate.observe(decision.overlapBlocks / decision.requiredBlocks);
     } else {
       decision = await this.#schedule(request);
       this.#observeDecision(req.phase, decision);

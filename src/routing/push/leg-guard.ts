@@ -6,7 +6,7 @@
  */
 import type { Clock } from '../../common/index.js';
 import { outputBlockDecay } from '../../core/index.js';
-import { readChunkInfo, type ChunkInfo, type EngineEvent, type EngineEventStream } from '../../engines/index.js';
+import { isUsageOnlyChunk, readChunkInfo, type ChunkInfo, type EngineEvent, type EngineEventStream } from '../../engines/index.js';
 import type { KvRouter } from '../kv-router.js';
 import type { PoolMetrics } from './pool-metrics.js';
 import type { LegRequest, Selection } from './types.js';
@@ -134,7 +134,7 @@ export interface LegGuardDeps {
   readonly blockSize: number;
   /** Returns the leg's booking; called exactly once. */
   readonly release: () => void;
-  /** The leg failed after its answer started (mid-stream); the error is rethrown to the consumer. */
+  /** The leg failed (a dispatch failure, or mid-stream); the error is rethrown to the consumer. */
   readonly onError?: ((err: unknown) => void) | undefined;
 }
 
@@ -144,6 +144,7 @@ export class LegGuard {
   readonly #blocks: OutputBlockTracker | undefined;
   readonly #observe: RequestObservability;
   readonly #onError: ((err: unknown) => void) | undefined;
+  #failed = false;
 
   constructor(deps: LegGuardDeps, req: LegRequest, sel: Selection) {
     this.#onError = deps.onError;
@@ -158,8 +159,10 @@ export class LegGuard {
     this.#observe.onOutput(produced, info);
   }
 
-  /** The stream failed mid-way (reported before the leg ends). */
+  /** The leg failed (reported once, before the leg ends: an assembled answer's stream fails inside the dispatch). */
   failed(err: unknown): void {
+    if (this.#failed) return;
+    this.#failed = true;
     this.#onError?.(err);
   }
 
@@ -171,13 +174,19 @@ export class LegGuard {
   }
 }
 
-/** Passes the engine's events through untouched while the guard watches them; releases on every exit. */
-export async function* guardedEvents(stream: EngineEventStream, guard: LegGuard): AsyncGenerator<EngineEvent> {
+/**
+ * Passes the engine's events through untouched while the guard watches them; releases on every exit.
+ * `dropUsageChunk`: the usage-only chunk kvgate asked for on the client's behalf is watched, not passed on.
+ */
+export async function* guardedEvents(stream: EngineEventStream, guard: LegGuard, dropUsageChunk = false): AsyncGenerator<EngineEvent> {
   let completed = false;
   try {
     try {
       for await (const ev of stream) {
-        if (!ev.done && ev.json !== undefined) guard.onOutput(readChunkInfo(ev.json));
+        if (!ev.done && ev.json !== undefined) {
+          guard.onOutput(readChunkInfo(ev.json));
+          if (dropUsageChunk && isUsageOnlyChunk(ev.json)) continue;
+        }
         yield ev;
       }
     } catch (err) {

@@ -8,12 +8,25 @@
  * phase (the decode pool serves `aggregated` legs and, when the model is
  * disaggregated, `decode` legs); per-worker series carry the worker's
  * configured role; the queue gauges carry what the pool's workers are.
+ *
+ * Every series exists at zero before the first request, so dashboards and
+ * rate() see the whole fleet: the pool's overhead and queue series when it is
+ * built; when a worker joins, its ranks' load gauges, its TTFT/ITL and the
+ * per-request series of the legs it serves. The per-slot load gauges are
+ * written from the pool's bookkeeping at each scrape (`readLoad`), so they
+ * show the scheduler's state rather than its state at the last dispatch; a
+ * worker that leaves takes its load gauges with it.
  */
 import { slotKey, type WorkerRole } from '../../common/index.js';
 import type { KvgateMetrics } from '../../metrics/index.js';
 
-/** What PoolMetrics reads of the pool: each member's configured role. */
-type PoolRoles = ReadonlyMap<number, { readonly role: WorkerRole }>;
+/** What PoolMetrics reads of the pool: each member's configured role (and whether a decode worker serves alone). */
+type PoolRoles = ReadonlyMap<number, { readonly role: WorkerRole; readonly servesAggregated?: boolean | undefined }>;
+
+/** Writes one slot's load into its gauges; called for every slot at each scrape. */
+type LoadReader = (g: WorkerGauges, workerId: number, dpRank: number) => void;
+
+const STAGES = ['block_hashing', 'indexer_find_matches', 'scheduling', 'total'] as const;
 
 export class PoolMetrics {
   readonly hashing; readonly matching; readonly scheduling; readonly total;
@@ -23,26 +36,37 @@ export class PoolMetrics {
   readonly #members: PoolRoles;
   readonly #legs = new Map<WorkerRole, LegMetrics>();
   readonly #latency = new Map<string, LatencyMetrics>();
-  readonly #workers = new Map<string, WorkerGauges>();
+  readonly #workers = new Map<string, SlotGauges>();
+  readonly #unsubscribe: () => void;
   #queueLabel: WorkerRole | undefined;
+  #queueRequests = 0;
+  #queueIslTokens = 0;
 
-  constructor(m: KvgateMetrics, model: string, role: WorkerRole, members: PoolRoles) {
+  constructor(m: KvgateMetrics, model: string, role: WorkerRole, members: PoolRoles, readLoad: LoadReader) {
     this.#m = m;
     this.#model = model;
     this.#role = role;
     this.#members = members;
+    for (const stage of STAGES) m.overhead.zero({ model, stage });
     this.hashing = m.overhead.labels({ model, stage: 'block_hashing' });
     this.matching = m.overhead.labels({ model, stage: 'indexer_find_matches' });
     this.scheduling = m.overhead.labels({ model, stage: 'scheduling' });
     this.total = m.overhead.labels({ model, stage: 'total' });
+    this.#publishQueue();
+    this.#unsubscribe = m.onScrape(() => {
+      for (const g of this.#workers.values()) readLoad(g, g.workerId, g.dpRank);
+    });
   }
 
-  /** The per-request series of one kind of leg. */
+  /** The per-request series of one kind of leg (created at zero). */
   leg(phase: WorkerRole): LegMetrics {
     let lm = this.#legs.get(phase);
     if (lm === undefined) {
       const m = this.#m;
       const l = { model: this.#model, worker_type: phase };
+      for (const c of [m.requests, m.requestsStarted, m.nonMaxOverlapSelections, m.backpressure]) c.inc(l, 0);
+      for (const outcome of ['exact', 'over', 'under']) m.predictionExact.inc({ ...l, outcome }, 0);
+      for (const h of [m.isl, m.osl, m.predictedKvHitRate, m.predictionErrorTokens]) h.zero(l);
       lm = {
         requests: m.requests.labels(l),
         requestsStarted: m.requestsStarted.labels(l),
@@ -61,12 +85,14 @@ export class PoolMetrics {
     return lm;
   }
 
-  /** TTFT and ITL of one kind of leg on one worker (workers are configured, so the label set stays bounded). */
+  /** TTFT and ITL of one kind of leg on one worker (created at zero; workers are configured, so the label set stays bounded). */
   latency(phase: WorkerRole, workerId: number): LatencyMetrics {
     const key = `${phase}:${workerId}`;
     let lat = this.#latency.get(key);
     if (lat === undefined) {
       const l = { model: this.#model, worker_type: phase, worker_id: String(workerId) };
+      this.#m.ttft.zero(l);
+      this.#m.itl.zero(l);
       lat = { ttft: this.#m.ttft.labels(l), itl: this.#m.itl.labels(l) };
       this.#latency.set(key, lat);
     }
@@ -75,6 +101,73 @@ export class PoolMetrics {
 
   /** The pool's queue depth, labelled by what its workers are; a relabelled pool zeroes its old series. */
   setQueue(pendingRequests: number, pendingIslTokens: number): void {
+    this.#queueRequests = pendingRequests;
+    this.#queueIslTokens = pendingIslTokens;
+    this.#publishQueue();
+  }
+
+  /**
+   * A worker joined (it is in the pool's members already): its ranks' load gauges, its TTFT/ITL and
+   * the per-request series of the legs it serves exist from now on, at zero until it works.
+   */
+  addWorker(workerId: number, dpStart: number, dpSize: number): void {
+    for (let r = dpStart; r < dpStart + dpSize; r++) this.#slot(workerId, r);
+    for (const phase of this.#phasesOf(workerId)) {
+      this.leg(phase);
+      this.latency(phase, workerId);
+    }
+    // A first decode worker turns the decode pool's queue label from aggregated to decode.
+    this.#publishQueue();
+  }
+
+  /**
+   * The worker left the pool: its bookings left with it (the scheduler dropped them), and its load
+   * gauges go too, so a scrape neither reports a worker that is gone nor its last booked load.
+   */
+  forgetWorker(workerId: number): void {
+    const m = this.#m;
+    for (const [key, g] of [...this.#workers]) {
+      if (g.workerId !== workerId) continue;
+      this.#workers.delete(key);
+      const l = g.labels;
+      for (const gauge of [m.workerActiveRequests, m.workerActivePrefillTokens, m.workerActiveDecodeBlocks, m.workerIndexBlocks]) gauge.remove(l);
+    }
+  }
+
+  /** Stops writing the load gauges at scrape (the pool is closed). */
+  close(): void {
+    this.#unsubscribe();
+  }
+
+  /** Per-slot load gauges, resolved once, labelled with the worker's configured role, created at zero. */
+  #slot(workerId: number, dpRank: number): SlotGauges {
+    const key = slotKey(workerId, dpRank);
+    let g = this.#workers.get(key);
+    if (g === undefined) {
+      const role = this.#members.get(workerId)?.role ?? this.#poolLabel();
+      const labels = { model: this.#model, worker_id: String(workerId), dp_rank: String(dpRank), worker_type: role };
+      const m = this.#m;
+      g = {
+        workerId, dpRank, labels,
+        activeRequests: m.workerActiveRequests.labels(labels),
+        activePrefillTokens: m.workerActivePrefillTokens.labels(labels),
+        activeDecodeBlocks: m.workerActiveDecodeBlocks.labels(labels),
+        indexBlocks: m.workerIndexBlocks.labels(labels),
+      };
+      for (const gauge of [g.activeRequests, g.activePrefillTokens, g.activeDecodeBlocks, g.indexBlocks]) gauge.set(0);
+      this.#workers.set(key, g);
+    }
+    return g;
+  }
+
+  /** The kinds of leg a member serves: its role's, and aggregated legs for a decode worker that serves alone. */
+  #phasesOf(workerId: number): WorkerRole[] {
+    const w = this.#members.get(workerId);
+    if (w === undefined) return [];
+    return w.role === 'decode' && w.servesAggregated === true ? ['decode', 'aggregated'] : [w.role];
+  }
+
+  #publishQueue(): void {
     const label = this.#poolLabel();
     const m = this.#m;
     if (this.#queueLabel !== undefined && this.#queueLabel !== label) {
@@ -84,40 +177,8 @@ export class PoolMetrics {
     }
     this.#queueLabel = label;
     const l = { model: this.#model, worker_type: label };
-    m.queuePendingRequests.set(l, pendingRequests);
-    m.queuePendingIslTokens.set(l, pendingIslTokens);
-  }
-
-  /** Per-slot load gauges, resolved on first use, labelled with the worker's configured role. */
-  worker(workerId: number, dpRank: number): WorkerGauges {
-    const key = slotKey(workerId, dpRank);
-    let g = this.#workers.get(key);
-    if (g === undefined) {
-      const role = this.#members.get(workerId)?.role ?? this.#poolLabel();
-      const l = { model: this.#model, worker_id: String(workerId), dp_rank: String(dpRank), worker_type: role };
-      g = {
-        activeRequests: this.#m.workerActiveRequests.labels(l),
-        activePrefillTokens: this.#m.workerActivePrefillTokens.labels(l),
-        activeDecodeBlocks: this.#m.workerActiveDecodeBlocks.labels(l),
-        indexBlocks: this.#m.workerIndexBlocks.labels(l),
-      };
-      this.#workers.set(key, g);
-    }
-    return g;
-  }
-
-  /**
-   * The worker left the pool: its bookings left with it (the scheduler dropped them), so its load
-   * gauges read zero from now on instead of the last value published while it served.
-   */
-  forgetWorker(workerId: number): void {
-    for (const [key, g] of [...this.#workers]) {
-      if (!key.startsWith(`${workerId}:`)) continue;
-      g.activeRequests.set(0);
-      g.activePrefillTokens.set(0);
-      g.activeDecodeBlocks.set(0);
-      this.#workers.delete(key);
-    }
+    m.queuePendingRequests.set(l, this.#queueRequests);
+    m.queuePendingIslTokens.set(l, this.#queueIslTokens);
   }
 
   /** The prefill pool is `prefill`; the decode pool is `decode` once it holds a decode worker, else `aggregated`. */
@@ -155,4 +216,10 @@ export interface WorkerGauges {
   readonly activePrefillTokens: { set(v: number): void };
   readonly activeDecodeBlocks: { set(v: number): void };
   readonly indexBlocks: { set(v: number): void };
+}
+
+interface SlotGauges extends WorkerGauges {
+  readonly workerId: number;
+  readonly dpRank: number;
+  readonly labels: { model: string; worker_id: string; dp_rank: string; worker_type: WorkerRole };
 }

@@ -7,7 +7,9 @@
  * Lifecycle contract (the bookkeeping must return to zero on every path):
  *   select (pins by phase, else best match; may wait in the router queue)
  *   -> book (before dispatch, so a dispatch failure still frees the slot)
- *   -> dispatch over undici
+ *   -> dispatch over undici (every generating leg streams with usage; a
+ *      client that asked for `stream: false` gets the answer assembled from
+ *      the chunks, so the guard sees the first token when it happens)
  *   -> guard (leg-guard.ts): first output marks prefill complete and records
  *      TTFT; output blocks are tracked when enabled; usage's cached tokens are
  *      compared with the prediction; the booking is freed exactly once on end,
@@ -17,12 +19,15 @@
  * worker (retry.ts: bounded by `maxRetries`, never for a pinned request);
  * nothing is retried once the engine has the request.
  */
-import type { RouterMode, WorkerRole } from '../../common/index.js';
+import type { RouterMode, RoutingHints, WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
-import { EMPTY_LEG, EngineHttpError, dpRankLeg, isMigratable, mergeLegs, readChunkInfo, type EngineClient } from '../../engines/index.js';
+import {
+  EMPTY_LEG, EngineHttpError, clientWantsUsage, dpRankLeg, isMigratable, mergeLegs, readChunkInfo, streamingLegFields, type EngineClient,
+} from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import type { KvRouter } from '../kv-router.js';
+import { assembledAnswer } from './assembled-answer.js';
 import { DirectSelector } from './direct-selector.js';
 import { KvSelector } from './kv-selector.js';
 import { LegGuard, guardedEvents } from './leg-guard.js';
@@ -48,8 +53,8 @@ export interface PushRouterOptions {
   readonly onDispatch?: ((workerId: number, dpRank: number) => void) | undefined;
   /**
    * Progress deadlines per leg (ms; 0 or undefined: none). `firstByteMs` bounds dispatch to first output on
-   * streaming legs and one-token prefills (a non-streaming generation answers only when done, so it is left to
-   * the request timeout); `streamIdleMs` bounds the silence between two SSE events.
+   * streamed legs (every generating leg streams, whatever the client asked) and one-token prefills;
+   * `streamIdleMs` bounds the silence between two SSE events.
    */
   readonly legTimeouts?: { readonly firstByteMs?: number | undefined; readonly streamIdleMs?: number | undefined } | undefined;
 }
@@ -76,7 +81,9 @@ export class PushRouter implements PoolMembers {
     this.kvRouter = opts.kvRouter;
     this.#ctx = ctx;
     this.#opts = opts;
-    this.#pm = ctx.metrics === undefined ? undefined : new PoolMetrics(ctx.metrics, opts.model, opts.role, this.#members);
+    // The load gauges are read from the selector's bookkeeping at scrape time.
+    this.#pm = ctx.metrics === undefined ? undefined
+      : new PoolMetrics(ctx.metrics, opts.model, opts.role, this.#members, (g, workerId, dpRank) => this.#selector.publishLoad(g, workerId, dpRank));
     if (opts.mode === 'kv') {
       if (opts.kvRouter === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'router mode kv needs a KvRouter');
       this.#selector = new KvSelector(this, opts.kvRouter, this.#pm);
@@ -90,6 +97,7 @@ export class PushRouter implements PoolMembers {
   addWorker(w: WorkerInfo): void {
     this.#members.set(w.id, w);
     this.#selector.addWorker(w);
+    this.#pm?.addWorker(w.id, w.dpStart, w.dpSize);
   }
 
   removeWorker(id: number): void {
@@ -120,6 +128,22 @@ export class PushRouter implements PoolMembers {
     return this.#inflight;
   }
 
+  /**
+   * Whether a request that does not name `workerId` may still go there: the
+   * worker is in the pool, among the request's `allowedWorkerIds`, and carries
+   * every required taint. A sticky session's worker must pass this to keep the
+   * session (a session never overrides the request's own restrictions).
+   */
+  eligible(workerId: number, routing: RoutingHints): boolean {
+    if (!this.#members.has(workerId)) return false;
+    const allowed = routing.allowedWorkerIds;
+    if (allowed !== undefined && !(allowed instanceof Set ? allowed.has(workerId) : (allowed as readonly number[]).includes(workerId))) return false;
+    const required = routing.routingConstraints?.requiredTaints;
+    if (required === undefined || required.length === 0) return true;
+    const taints = this.kvRouter?.workers().find((w) => w.workerId === workerId)?.taints ?? [];
+    return required.every((t) => taints.includes(t));
+  }
+
   /** In-flight legs per slot as this router booked them (all modes). */
   activeRequests(workerId: number, dpRank: number): number {
     return this.#selector.activeRequests(workerId, dpRank);
@@ -135,7 +159,10 @@ export class PushRouter implements PoolMembers {
    */
   async select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
     if (this.#members.size === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`);
-    return this.#selector.select(req, mode, exclude);
+    const sel = await this.#selector.select(req, mode, exclude);
+    // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
+    if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
+    return sel;
   }
 
   // ------------------------------------------------------------ dispatch
@@ -170,19 +197,20 @@ export class PushRouter implements PoolMembers {
       onError: (err) => this.#legFailed(req, sel, err),
     }, req, sel);
     this.#inflight++;
-    this.#publishLoad(sel.worker.id, sel.dpRank);
     req.tracker?.recordWorker(sel.worker.id, sel.dpRank);
     req.tracker?.recordPrefillStart();
     this.#opts.onDispatch?.(sel.worker.id, sel.dpRank);
     const w = sel.worker;
     const leg = mergeLegs(w.dpSize > 1 || w.dpStart > 0 ? dpRankLeg(w.dialect, sel.dpRank) : EMPTY_LEG, req.leg ?? EMPTY_LEG);
+    // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
+    const streamed = leg.fields['stream'] !== false;
     try {
       const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
         signal: req.signal,
-        stream: req.stream,
-        extraFields: leg.fields,
+        stream: streamed,
+        extraFields: streamed ? { ...leg.fields, ...streamingLegFields(req.body) } : leg.fields,
         headers: { ...leg.headers, 'x-request-id': req.clientRequestId ?? req.requestId },
-        ...this.#timeoutsOf(req),
+        ...this.#timeoutsOf(req, streamed),
         ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
       });
       const lm = this.#pm?.leg(req.phase);
@@ -193,10 +221,12 @@ export class PushRouter implements PoolMembers {
         guard.finish(true);
         return { selection: sel, status: res.status, body: { kind: 'json', bytes: res.body, json: res.json } };
       }
-      return { selection: sel, status: res.status, body: { kind: 'sse', events: guardedEvents(res, guard) } };
+      const events = guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body));
+      if (req.stream) return { selection: sel, status: res.status, body: { kind: 'sse', events } };
+      return { selection: sel, ...await assembledAnswer(events, res.status) };
     } catch (err) {
       guard.finish(false);
-      this.#legFailed(req, sel, err);
+      guard.failed(err);
       if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
         return { selection: sel, status: err.upstreamStatus, body: { kind: 'json', bytes: err.upstreamBody, json: err.upstreamJson } };
       }
@@ -208,12 +238,15 @@ export class PushRouter implements PoolMembers {
     }
   }
 
-  /** The leg's progress deadlines: first output on streams and one-token prefills, idle between events on streams. */
-  #timeoutsOf(req: LegRequest): { firstByteTimeoutMs?: number; streamIdleTimeoutMs?: number } {
+  /**
+   * The leg's progress deadlines: first output on streamed legs (every generating leg, whatever the client
+   * asked) and one-token prefills, idle between events on streamed legs.
+   */
+  #timeoutsOf(req: LegRequest, streamed: boolean): { firstByteTimeoutMs?: number; streamIdleTimeoutMs?: number } {
     const t = this.#opts.legTimeouts;
     const out: { firstByteTimeoutMs?: number; streamIdleTimeoutMs?: number } = {};
-    if (t?.firstByteMs !== undefined && (req.stream || req.phase === 'prefill')) out.firstByteTimeoutMs = t.firstByteMs;
-    if (t?.streamIdleMs !== undefined && req.stream) out.streamIdleTimeoutMs = t.streamIdleMs;
+    if (t?.firstByteMs !== undefined && (streamed || req.phase === 'prefill')) out.firstByteTimeoutMs = t.firstByteMs;
+    if (t?.streamIdleMs !== undefined && streamed) out.streamIdleTimeoutMs = t.streamIdleMs;
     return out;
   }
 
@@ -229,10 +262,10 @@ export class PushRouter implements PoolMembers {
   /** Undoes a booking (exactly once per leg, through its guard). */
   #release(req: LegRequest, sel: Selection): void {
     this.#selector.release(req, sel);
-    this.#publishLoad(sel.worker.id, sel.dpRank);
   }
 
-  #publishLoad(workerId: number, dpRank: number): void {
-    if (this.#pm !== undefined) this.#selector.publishLoad(this.#pm.worker(workerId, dpRank), workerId, dpRank);
+  /** Stops reporting this pool's load to the metrics (the model router is closing). */
+  close(): void {
+    this.#pm?.close();
   }
 }

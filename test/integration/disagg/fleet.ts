@@ -156,6 +156,8 @@ export async function startDisaggFleet(opts: DisaggFleetOptions): Promise<Disagg
     ...(m.kvEventsEndpoints.length > 0 ? { kvEvents: { endpoint: m.kvEventsEndpoints[0]! } } : {}),
     ...(role === 'prefill' && m.bootstrapPort !== undefined ? { bootstrap: { host: m.host, port: m.bootstrapPort } } : {}),
     ...(role === 'prefill' ? opts.prefillWorker : {}),
+    // A kv_both decode engine says it can serve alone (the fallback while no prefill worker is up).
+    ...(role === 'decode' && opts.decodeMode === 'aggregated' ? { servesAggregated: true } : {}),
   });
   const prefillWorkers = prefill.map((m, i) => info(m, PREFILL_ID + i, 'prefill'));
   const decodeWorkers = decode.map((m, i) => info(m, DECODE_ID + i, 'decode'));

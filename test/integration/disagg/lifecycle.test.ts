@@ -160,3 +160,44 @@ describe('sglang under enforce_disagg: prefill engine killed and restarted', () 
     expect(booked(f.router.decode)).toMatchObject({ requests: 0, inflight: 0, tracked: 0 });
   });
 });
+
+// issue 12 item 10: without enforce_disagg, decode-only engines cannot take over when the prefill pool is gone.
+describe('sglang decode-only engines without enforce_disagg: prefill engines killed', () => {
+  let f: DisaggFleet;
+  let gw: TestGateway;
+  let prober: HealthProber;
+
+  beforeAll(async () => {
+    f = await startDisaggFleet({ engine: 'sglang', prefill: 1, decode: 2 });
+    gw = await startGateway(f.router, [...f.prefillWorkers, ...f.decodeWorkers], f.metrics);
+    prober = new HealthProber(f.registry, { unhealthyAfter: 1, timeoutMs: 1000 });
+  });
+  afterAll(async () => {
+    prober?.close();
+    await gw?.close();
+    await f?.close();
+  });
+
+  it('the model is not ready and answers a clear 503 instead of the decode engine\'s 400; it resumes with a prefill engine', async () => {
+    expect((await complete(gw)).status).toBe(200);
+    await f.prefill[0]!.crash();
+    await prober.probeAll();
+    expect(f.router.prefill.state).toBe('inactive');
+    expect(await listed(gw)).toBe(false);
+    expect((await fetch(`${gw.url}/ready`)).status).toBe(503);
+    const res = await fetch(`${gw.url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'The prefill pool is gone', max_tokens: 3 }),
+    });
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(res.status).toBe(503);
+    expect(body.error.code).toBe('KVG_ERR_PREFILL_NOT_ACTIVATED');
+    expect(body.error.message).toMatch(/no prefill worker is available and its decode workers are decode-only/);
+    // Nothing reached a decode engine.
+    expect(f.rec.sent.filter((l) => l.role === 'decode' && l.body['bootstrap_room'] === undefined)).toHaveLength(0);
+    await f.prefill[0]!.restart();
+    await prober.probeAll();
+    expect(await listed(gw)).toBe(true);
+    expect((await complete(gw)).status).toBe(200);
+  });
+});

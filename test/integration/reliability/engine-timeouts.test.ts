@@ -86,6 +86,25 @@ describe('engine leg timeouts over real processes', () => {
     await lineOf(gateway!, 'the timeout warn line', (o) => o.level === 40 && o.workerId === 1 && o.code === 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT');
   }, 30_000);
 
+  // Merge of the streamed engine legs with the leg timeouts: a client that asked for stream: false is served
+  // from a streamed leg, so the idle bound cuts its stalled answer too (it used to wait for the request timeout),
+  // and the cut is counted once.
+  it('a non-streaming request on the stalled engine: 504 KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT within the idle bound, counted once', async () => {
+    const t0 = performance.now();
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: engine.model, prompt: 'tell me about stalled engines', max_tokens: 32, stream: false }),
+    });
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    const ms = performance.now() - t0;
+    expect(res.status).toBe(504);
+    expect(body.error.code).toBe('KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT');
+    expect(body.error.message).not.toContain(String(engine.url));
+    expect(ms).toBeLessThan(IDLE_MS + 4_000);
+    await until(async () => (await metric(activeRequests)) === 0, 'the worker\'s booking to be freed');
+    expect(await metric(/^kvgate_router_engine_timeouts_total\{[^}]*kind="stream_idle"\}/)).toBe(2);
+  }, 30_000);
+
   it('an engine that never sends a byte: 504 KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT within the first-byte bound', async () => {
     await setStall(0); // the engine takes the request and never writes its response head
     const { status, payloads, ms } = await stream();

@@ -50,7 +50,9 @@ describe('kv mode over real engines and KV events', () => {
     }
     const text = await fleet.metrics.text();
     expect(text).toMatch(/kvgate_router_prediction_total\{model="mock-model",worker_type="aggregated",outcome="exact"\} ([6-9]|\d\d)/);
-    expect(text).not.toMatch(/outcome="(under|over)"/);
+    // The under/over series exist at zero from the start (registered as the workers joined); they must stay there.
+    expect(text).toMatch(/outcome="under"\} 0\n/);
+    expect(text).toMatch(/outcome="over"\} 0\n/);
   });
 
   it('unrelated concurrent requests spread by load', async () => {

@@ -45,6 +45,23 @@ describe('sticky sessions (aggregated)', () => {
     expect(await send(hints('s3'))).not.toBe(w);
   });
 
+  // issue 12 item 4: a session never overrides the request's allowed_worker_ids (or required taints).
+  it('a sticky worker the request no longer allows is unbound, and the request is routed among the allowed ones', async () => {
+    fleet = await startFleet(3, { kvEvents: false, router: { mode: 'round-robin' } });
+    const f = fleet;
+    const first = await f.router.route(prepare(randomTokens(rng, 40), { hints: hints('a') }));
+    await drain(first);
+    const bound = first.worker.workerId;
+    const allowed = [1, 2, 3].filter((id) => id !== bound);
+    for (let i = 0; i < 3; i++) {
+      const res = await f.router.route(prepare(randomTokens(rng, 40), { hints: { ...hints('a'), allowedWorkerIds: new Set(allowed) } }));
+      await drain(res);
+      expect(allowed).toContain(res.worker.workerId);
+    }
+    // The session moved to an allowed worker and stays there.
+    expect(allowed).toContain(f.router.sessions.lookup('a')!.workerId);
+  });
+
   it('an explicit pin wins over the session', async () => {
     fleet = await startFleet(2, { kvEvents: false, router: { mode: 'round-robin' } });
     const f = fleet;

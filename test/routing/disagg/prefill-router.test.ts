@@ -45,7 +45,8 @@ function legOf(tokens: number[], hints: Parameters<typeof prepare>[1] = {}): Leg
 describe('lifecycle', () => {
   it('pending -> active -> inactive -> active, with canServe following enforce_disagg', async () => {
     const registry = new WorkerRegistry();
-    registry.add(worker(1, 'decode'));
+    // A decode worker that can serve alone (kv_both): the lenient router's fallback.
+    registry.add(worker(1, 'decode', { servesAggregated: true }));
     const lenient = routerOn(registry, { routerConfig: { useKvEvents: false, routerTrackOutputBlocks: true } });
     const strict = routerOn(registry, { enforceDisagg: true });
     expect(lenient.prefill.state).toBe('pending');
@@ -89,6 +90,29 @@ describe('lifecycle', () => {
     expect(lenient.canServe()).toBe(false);
   });
 
+  // issue 12 item 10: decode-only workers cannot serve a request alone, so nothing falls back to them.
+  it('without enforce_disagg, decode-only workers and no prefill pool: not servable, a clear 503, no fallback', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode'), worker(2, 'decode'), worker(11, 'prefill')]) registry.add(w);
+    const r = routerOn(registry);
+    expect(r.canServe()).toBe(true);
+    registry.markDown(11);
+    expect(r.prefill.state).toBe('inactive');
+    expect(r.canServe()).toBe(false);
+    // One code for the cause, whether the frontend asks first (unavailable) or the router is called.
+    expect(r.unavailable()).toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') && e.statusCode === 503
+      && /no prefill worker is available and its decode workers are decode-only/.test(e.message));
+    for (const call of [() => r.route(prepare([1, 2, 3])), () => r.query(prepare([1, 2, 3], { queryOnly: true }))]) {
+      await expect(call()).rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') && e.statusCode === 503);
+    }
+    // One decode worker that can serve alone is enough for the fallback.
+    registry.add(worker(3, 'decode', { servesAggregated: true }));
+    expect(r.canServe()).toBe(true);
+    registry.markUp(11);
+    expect(r.canServe()).toBe(true);
+    await r.close();
+  });
+
   it('non-KV modes get a simple prefill router; an unusable SGLang bootstrap endpoint keeps a worker out', async () => {
     const registry = new WorkerRegistry();
     registry.add(worker(1, 'decode', { dialect: 'sglang' }));
@@ -119,6 +143,40 @@ describe('routing rules', () => {
     const q = await r.query(prepare([1, 2, 3], { hints: { annotations: [], prefillWorkerId: 11, backendInstanceId: 1 } }));
     expect(q).toMatchObject({ worker: { workerId: 1 }, prefillWorker: { workerId: 11, dpRank: 0 } });
     await r.close();
+  });
+
+  // issue 12 item 4: a prefill session never overrides the request's allowed_worker_ids.
+  it('a sticky prefill worker the request does not allow is unbound; the prefill goes to an allowed worker', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode'), worker(11, 'prefill'), worker(12, 'prefill')]) registry.add(w);
+    const r = routerOn(registry);
+    r.prefill.sessions.bind('s', 11, 0);
+    const session = { id: 's' };
+    const q = await r.query(prepare([1, 2, 3], { hints: { annotations: [], session, allowedWorkerIds: new Set([12, 1]) } }));
+    expect(q.prefillWorker?.workerId).toBe(12);
+    expect(r.prefill.sessions.lookup('s')).toBeUndefined();
+    // Without the restriction, a binding is honoured as before.
+    r.prefill.sessions.bind('s', 11, 0);
+    const free = await r.query(prepare([1, 2, 3], { hints: { annotations: [], session } }));
+    expect(free.prefillWorker?.workerId).toBe(11);
+  });
+
+  // issue 12 item 6: a client's router_config_override does not change the prefill choice.
+  it('the prefill worker is chosen without the client\'s override: the cache holder every time', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode'), worker(11, 'prefill'), worker(12, 'prefill')]) registry.add(w);
+    const r = routerOn(registry);
+    const tokens = Array.from({ length: 16 * 8 }, (_, i) => 300 + i);
+    // Worker 11 served this prompt (approximate mode records it); its load is gone, its cache stays.
+    const kv = r.prefill.pool!.kvRouter!;
+    kv.addRequest({ requestId: 'warm', workerId: 11, tokens });
+    kv.free('warm');
+    const choices: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      const q = await r.query(prepare(tokens, { hints: { annotations: [], routerConfigOverride: { overlapScoreCredit: 0, routerTemperature: 1 } } }));
+      choices.push(q.prefillWorker!.workerId);
+    }
+    expect(choices).toEqual(Array(20).fill(11));
   });
 
   it('decode routing ignores decode-side cache (no overlap credit) while aggregated routing follows it; the query books nothing', async () => {

@@ -1,0 +1,39 @@
+/**
+ * The answer for a client that asked for `stream: false`, read from the
+ * streamed leg (every generating leg streams, see `streamingLegFields`): the
+ * guard watches each chunk as it arrives, and the chunks are assembled into
+ * the engine's non-streaming response shape.
+ */
+import { ResponseAssembler, type EngineEvent } from '../../engines/index.js';
+import { KvgateError } from '../../errors/index.js';
+import type { LegBody } from './types.js';
+
+function obj(v: unknown): Record<string, unknown> | undefined {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+}
+
+/**
+ * Reads the whole stream into one JSON answer with the stream's `status`.
+ * An error event from the engine ends the answer: a 4xx code is the client's
+ * answer (as the engine would have given it unstreamed), anything else fails.
+ * @throws KvgateError KVG_ERR_ENGINE_FAILED for an engine error mid-stream; the stream's own errors
+ *   (KVG_ERR_ENGINE_STREAM_BROKEN, KVG_ERR_CLIENT_ABORTED, ...).
+ */
+export async function assembledAnswer(events: AsyncIterable<EngineEvent>, status: number): Promise<{ status: number; body: LegBody }> {
+  const asm = new ResponseAssembler();
+  for await (const ev of events) {
+    if (ev.done || ev.json === undefined) continue;
+    const error = obj(obj(ev.json)?.['error']);
+    if (error !== undefined) {
+      const code = error['code'];
+      if (typeof code === 'number' && code >= 400 && code < 500) return jsonBody(code, { error });
+      throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine failed the request: ${String(error['message'] ?? 'no message')}`, { upstreamCode: code ?? null });
+    }
+    asm.push(ev.json);
+  }
+  return jsonBody(status, asm.result());
+}
+
+function jsonBody(status: number, json: Record<string, unknown>): { status: number; body: LegBody } {
+  return { status, body: { kind: 'json', bytes: Buffer.from(JSON.stringify(json)), json } };
+}
