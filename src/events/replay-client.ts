@@ -7,13 +7,14 @@
  * A DEALER, not a REQ, because one request gets many replies.
  *
  * Requests are serialised: a late reply to an abandoned request would be
- * mistaken for the next one, so a request that times out also closes the
- * socket, and the next request opens a fresh one.
+ * mistaken for the next one, so a request that times out or is aborted (a
+ * newer one superseded it) also closes the socket, and the next request
+ * opens a fresh one.
  */
 import { Dealer } from 'zeromq';
 import { KvgateError } from '../errors/index.js';
 import { REPLAY_END_SEQ, encodeSeq, parseEventFrames, type SequencedPayload } from './decode.js';
-import type { ReplayReply, ReplaySource } from './event-stream.js';
+import type { ReplayReply, ReplaySource } from './replay.js';
 import type { KvEventDecodeError } from './types.js';
 
 export interface ZmqReplayClientOptions {
@@ -24,6 +25,10 @@ export interface ZmqReplayClientOptions {
 }
 
 const EMPTY = Buffer.alloc(0);
+
+function isAborted(signal: AbortSignal | undefined): boolean {
+  return signal?.aborted === true;
+}
 
 export class ZmqReplayClient implements ReplaySource {
   readonly endpoint: string;
@@ -41,17 +46,22 @@ export class ZmqReplayClient implements ReplaySource {
 
   /**
    * Every buffered batch with seq >= `fromSeq`, in publisher order.
-   * @throws KvgateError KVG_ERR_KV_EVENT_REPLAY on timeout, socket error or close.
+   * @throws KvgateError KVG_ERR_KV_EVENT_REPLAY on timeout, socket error, abort or close.
    */
-  replay(fromSeq: bigint): Promise<ReplayReply> {
-    const run = this.#queue.then(() => this.#request(fromSeq));
+  replay(fromSeq: bigint, signal?: AbortSignal): Promise<ReplayReply> {
+    const run = this.#queue.then(() => this.#request(fromSeq, signal));
     this.#queue = run.catch(() => undefined);
     return run;
   }
 
-  async #request(fromSeq: bigint): Promise<ReplayReply> {
+  async #request(fromSeq: bigint, signal: AbortSignal | undefined): Promise<ReplayReply> {
     if (this.#closed) throw this.#error(fromSeq, 'client closed');
+    if (signal?.aborted === true) throw this.#error(fromSeq, 'superseded');
     const dealer = (this.#dealer ??= this.#open());
+    const onAbort = (): void => {
+      if (this.#dealer === dealer) this.#discard();
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
     const batches: SequencedPayload[] = [];
     const errors: KvEventDecodeError[] = [];
     try {
@@ -68,10 +78,14 @@ export class ZmqReplayClient implements ReplaySource {
         if (batches.length > this.#maxBatches) throw new Error(`more than ${this.#maxBatches} batches`);
       }
     } catch (err) {
-      this.#discard();
+      if (this.#dealer === dealer) this.#discard();
       if (this.#closed) throw this.#error(fromSeq, 'client closed');
+      // (read through a function: TypeScript narrowed `aborted` at the top of the request)
+      if (isAborted(signal)) throw this.#error(fromSeq, 'superseded');
       const code = (err as { code?: unknown }).code;
       throw this.#error(fromSeq, code === 'EAGAIN' ? `no reply within ${this.#timeoutMs} ms` : err instanceof Error ? err.message : String(err), err);
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
     }
   }
 
