@@ -48,7 +48,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
     // to the gateway's pino logger, each line carrying the model.
     createRouter: (model, deps) => new ModelRouter({
       model: model.name, mode: model.routerMode, blockSize: model.blockSize, routerConfig: model.router, registry, engine,
-      onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
+      onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg, kvEvents: config.kvEvents,
     }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) })),
     async close(): Promise<void> {
       prober.close();

@@ -21,9 +21,8 @@
  * failed replay clears the slot (a lost removal would otherwise over-predict
  * forever). Without a replay endpoint a gap clears the slot at once and
  * liveness degrades it, so the router scores it approximately for a while.
- * A first batch with seq > 0 (joined late) triggers one replay from 0. A
- * stream inconsistent for `inconsistentAfterMs` is cleared and restored from
- * the replay buffer (or degraded). See README.md for the reasoning.
+ * A first batch with seq > 0 (joined late) triggers one replay from 0; a stream
+ * inconsistent for `inconsistentAfterMs` is reset (README.md has the reasoning).
  */
 import type { WorkerRank } from '../common/index.js';
 import { parseEventFrames } from './decode.js';
@@ -221,7 +220,7 @@ export class KvEventStream implements Drainable {
       case 'contiguous':
         this.#accept(item.seq, item.payload, 'live');
         for (const e of this.#judge.refuteEvidence()) this.#garbage(e, 'restart evidence refuted by the publisher\'s next batch');
-        if (this.#parked.length === 0) this.#inconsistentSince = undefined;
+        this.#inconsistentSince = undefined;
         return;
       case 'gap': this.#gap(item); return;
       case 'stale': this.#hooks.onStale?.(this.workerId, this.dpRank, item.seq); return;
@@ -261,6 +260,8 @@ export class KvEventStream implements Drainable {
   /** Accepts a batch at the cursor; the writer decodes it and the drain loop applies it in slices. */
   #accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin): void {
     this.#judge.cursor.advance(seq);
+    // In-order progress: whatever else is going on, the stream is not wedged.
+    this.#inconsistentSince = undefined;
     this.#writer.accept(seq, payload, origin);
   }
 
@@ -428,9 +429,7 @@ export class KvEventStream implements Drainable {
     this.#inconsistent();
   }
 
-  #inconsistent(): void {
-    this.#inconsistentSince ??= this.#clock.now();
-  }
+  #inconsistent(): void { this.#inconsistentSince ??= this.#clock.now(); }
 
   #reset(reason: ResetReason): void {
     this.#writer.reset(reason);

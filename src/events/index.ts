@@ -14,6 +14,7 @@ export type { ReplaySource, ReplayReply } from './replay.js';
 export { ZmqReplayClient } from './replay-client.js';
 export { KvEventManager } from './manager.js';
 export { ingestContext } from './options.js';
+export type { KvEventManagerOptions } from './options.js';
 export { EventLiveness } from './liveness.js';
 export { KvEventCounters } from './stats.js';
 export type { KvEventHooks } from './stats.js';

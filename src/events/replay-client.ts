@@ -11,6 +11,7 @@
  * newer one superseded it) also closes the socket, and the next request
  * opens a fresh one.
  */
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Dealer } from 'zeromq';
 import { KvgateError } from '../errors/index.js';
 import { REPLAY_END_SEQ, encodeSeq, parseEventFrames, type SequencedPayload } from './decode.js';
@@ -25,6 +26,7 @@ export interface ZmqReplayClientOptions {
 }
 
 const EMPTY = Buffer.alloc(0);
+const YIELD_EVERY = 256;
 
 function isAborted(signal: AbortSignal | undefined): boolean {
   return signal?.aborted === true;
@@ -75,6 +77,8 @@ export class ZmqReplayClient implements ReplaySource {
         }
         if (r.value.seq === REPLAY_END_SEQ) return { batches, errors };
         batches.push(r.value);
+        // A long reply must not hold the event loop (zeromq resolves at once while messages are buffered).
+        if (batches.length % YIELD_EVERY === 0) await nextTurn();
         if (batches.length > this.#maxBatches) throw new Error(`more than ${this.#maxBatches} batches`);
       }
     } catch (err) {
@@ -89,8 +93,9 @@ export class ZmqReplayClient implements ReplaySource {
     }
   }
 
+  /** No receive limit: a reply is bounded by `maxBatches`, and a full pipe would make the engine's ROUTER drop replies. */
   #open(): Dealer {
-    const d = new Dealer({ linger: 0, receiveTimeout: this.#timeoutMs, sendTimeout: this.#timeoutMs });
+    const d = new Dealer({ linger: 0, receiveTimeout: this.#timeoutMs, sendTimeout: this.#timeoutMs, receiveHighWaterMark: 0 });
     d.connect(this.endpoint);
     return d;
   }

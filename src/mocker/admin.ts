@@ -21,12 +21,13 @@ const FAULT_FIELDS: Record<string, keyof FaultSettings> = {
   hang: 'hang', slow_factor: 'slowFactor', slowFactor: 'slowFactor', error_rate: 'errorRate', errorRate: 'errorRate',
   drop_event_rate: 'dropEventRate', dropEventRate: 'dropEventRate', drop_next_event_batches: 'dropNextEventBatches',
   dropNextEventBatches: 'dropNextEventBatches', reorder_events: 'reorderEvents', reorderEvents: 'reorderEvents',
+  garbage_event_flood: 'garbageEventFlood', garbageEventFlood: 'garbageEventFlood',
 };
 
 function faultsToWire(f: Readonly<FaultSettings>): Record<string, unknown> {
   return {
     hang: f.hang, slow_factor: f.slowFactor, error_rate: f.errorRate, drop_event_rate: f.dropEventRate,
-    drop_next_event_batches: f.dropNextEventBatches, reorder_events: f.reorderEvents,
+    drop_next_event_batches: f.dropNextEventBatches, reorder_events: f.reorderEvents, garbage_event_flood: f.garbageEventFlood,
   };
 }
 

@@ -26,6 +26,12 @@ export interface FaultSettings {
   dropNextEventBatches: number;
   /** Send KV-event batches in swapped pairs (n+1 before n). */
   reorderEvents: boolean;
+  /**
+   * Send this many garbage KV-event messages at once on every rank (random
+   * sequence numbers from the seeded RNG, each an AllBlocksCleared batch that
+   * would wipe the worker's index if a router applied it); consumed when sent.
+   */
+  garbageEventFlood: number;
 }
 
 export interface MockerOptions {
@@ -95,6 +101,7 @@ const DEFAULT_FAULTS: Readonly<FaultSettings> = Object.freeze({
   dropEventRate: 0,
   dropNextEventBatches: 0,
   reorderEvents: false,
+  garbageEventFlood: 0,
 });
 
 /** Defaults for in-process engines: every port OS-chosen. */
@@ -175,6 +182,9 @@ export function resolveFaults(input: Partial<FaultSettings>, base: Readonly<Faul
   fraction('faults.errorRate', f.errorRate);
   fraction('faults.dropEventRate', f.dropEventRate);
   if (!Number.isInteger(f.dropNextEventBatches) || f.dropNextEventBatches < 0) bad('faults.dropNextEventBatches', f.dropNextEventBatches, 'must be an integer >= 0');
+  if (!Number.isInteger(f.garbageEventFlood) || f.garbageEventFlood < 0 || f.garbageEventFlood > 10_000_000) {
+    bad('faults.garbageEventFlood', f.garbageEventFlood, 'must be an integer in [0, 10000000]');
+  }
   return f;
 }
 
