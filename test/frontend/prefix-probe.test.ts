@@ -73,7 +73,7 @@ describe('the prefix probe (issue 13 item 3)', () => {
     await tok.encode(text, { addSpecialTokens: true });
     const whole = performance.now() - t0;
     const t1 = performance.now();
-    const err = await pre.run({ kind: 'completion', model: 'demo', prompt: text, maxPromptTokens: 16_384 }).catch((e: unknown) => e);
+    const err = await pre.run({ kind: 'text', model: 'demo', prompt: text, maxPromptTokens: 16_384 }).catch((e: unknown) => e);
     const refused = performance.now() - t1;
     expect(isKvgateError(err, 'KVG_ERR_PROMPT_TOO_LONG')).toBe(true);
     expect(refused).toBeLessThan(whole / 2);
