@@ -12,13 +12,16 @@ import { eventLoop, type BenchEncoding } from './workload.js';
 interface FirehoseConfig {
   batches: number;
   encoding: BenchEncoding;
+  /** Events per batch (the workload's default, 8, when absent). */
+  eventsPerBatch?: number;
 }
 
 const cfg = workerData as FirehoseConfig;
 const port = parentPort!;
-const loop = eventLoop({ encoding: cfg.encoding });
+const loop = eventLoop({ encoding: cfg.encoding, eventsPerBatch: cfg.eventsPerBatch });
 const pub = new XPublisher({ linger: 0, sendHighWaterMark: 1_000_000 });
-const router = new Router({ linger: 0 });
+// A replay reply larger than the default HWM (1,000) would be cut short by ROUTER's drop-when-full.
+const router = new Router({ linger: 0, sendHighWaterMark: 1_000_000 });
 const EMPTY = Buffer.alloc(0);
 const END = Buffer.alloc(8, 0xff);
 const buffer: { seq: Buffer; payload: Uint8Array }[] = [];
@@ -54,6 +57,9 @@ async function main(): Promise<void> {
     const seq = seqFrame(i);
     buffer.push({ seq, payload });
     await pub.send(['kv-events', seq, payload]);
+    // Sends resolve at once while the socket takes them: yield now and then so replay requests are served
+    // during the burst, as an engine's publisher thread does between batches.
+    if (i % 512 === 511) await new Promise((r) => setImmediate(r));
   }
   port.postMessage({ type: 'done', sendMs: performance.now() - started });
   await new Promise<void>((resolve) => port.once('message', () => resolve()));

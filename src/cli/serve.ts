@@ -109,6 +109,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
         routerConfig: model.router, registry, engine, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
         legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
         sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
+        kvEvents: config.kvEvents,
       }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
     },
     async close(): Promise<void> {

@@ -34,6 +34,17 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   blockSize: 16,
   engine: 'vllm' as EngineDialect,
   sglangBootstrapPort: 8998,
+  /** KV-event ingestion bounds (the `kv_events` section); src/events uses the same values by default. */
+  kvEvents: Object.freeze({
+    maxQueuedBatches: 10_000,
+    maxEventsPerTurn: 2000,
+    maxTurnMs: 4,
+    reorderWindow: 64,
+    maxSeqJump: 1_000_000,
+    restartConfirmations: 2,
+    inconsistentAfterMs: 5000,
+    staleAfterMs: 30_000,
+  }),
 });
 
 /** Preprocessing threads by default: one per spare core, at least 1, at most 4. */

@@ -14,7 +14,7 @@ import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
-const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'models'] as const;
+const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'kv_events', 'models'] as const;
 
 function readListen(r: ConfigReader | undefined, host: string, port: number): ListenAddress {
   if (r === undefined) return { host, port };
@@ -132,6 +132,24 @@ function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' |
   return { drainTimeoutMs, preprocess, logLevel };
 }
 
+/** The `kv_events` section: ingestion bounds. */
+function readKvEventBounds(root: ConfigReader): GatewayConfig['kvEvents'] {
+  const d = GATEWAY_DEFAULTS.kvEvents;
+  const r = root.child('kv_events');
+  if (r === undefined) return { ...d };
+  r.allowOnly(['queue_batches', 'events_per_turn', 'turn_budget_ms', 'reorder_window', 'max_seq_jump', 'restart_confirmations', 'inconsistent_after_ms', 'stale_after_ms']);
+  return {
+    maxQueuedBatches: r.int('queue_batches', d.maxQueuedBatches, { min: 1, max: 10_000_000 }),
+    maxEventsPerTurn: r.int('events_per_turn', d.maxEventsPerTurn, { min: 1, max: 10_000_000 }),
+    maxTurnMs: r.num('turn_budget_ms', d.maxTurnMs, { min: 0, exclusiveMin: true, max: 1000 }),
+    reorderWindow: r.int('reorder_window', d.reorderWindow, { min: 1, max: 1_000_000 }),
+    maxSeqJump: r.int('max_seq_jump', d.maxSeqJump, { min: 1, max: Number.MAX_SAFE_INTEGER }),
+    restartConfirmations: r.int('restart_confirmations', d.restartConfirmations, { min: 1, max: 1000 }),
+    inconsistentAfterMs: r.int('inconsistent_after_ms', d.inconsistentAfterMs, { min: 1, max: 86_400_000 }),
+    staleAfterMs: r.int('stale_after_ms', d.staleAfterMs, { min: 1, max: 86_400_000 }),
+  };
+}
+
 /** Every model, then the rules across them (unique names, worker ids unique gateway-wide) and within each. */
 function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: number, warnings: string[]): ModelConfig[] {
   const globalRouter = readRouterKnobs(root.child('router'));
@@ -198,9 +216,10 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const limits = readLimits(root);
   const health = readHealth(root);
   const { drainTimeoutMs, preprocess, logLevel } = readProcess(root);
+  const kvEvents = readKvEventBounds(root);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const config: GatewayConfig = {
-    file: ctx.file, listen, admin, apiKeys, limits, health, drainTimeoutMs, preprocess, logLevel, models, warnings,
+    file: ctx.file, listen, admin, apiKeys, limits, health, drainTimeoutMs, preprocess, logLevel, kvEvents, models, warnings,
   };
   return { config: deepFreeze(config), problems };
 }

@@ -102,6 +102,26 @@ export interface HealthConfig {
   readonly maxEjectedPercent: number;
 }
 
+/** Bounds of KV-event ingestion, per (worker, dp rank) stream unless said otherwise. */
+export interface KvEventsConfig {
+  /** Live batches received and not yet applied; beyond it new ones are dropped and replayed later. */
+  readonly maxQueuedBatches: number;
+  /** Events applied per event-loop turn at most (per model pool). */
+  readonly maxEventsPerTurn: number;
+  /** Time spent applying events per event-loop turn at most, ms. */
+  readonly maxTurnMs: number;
+  /** How far out of order batches may arrive and still be put back in order (sequence numbers). */
+  readonly reorderWindow: number;
+  /** A sequence number further ahead than this is garbage, not a gap. */
+  readonly maxSeqJump: number;
+  /** Restart-like batches needed to declare a publisher restart (seq 0 again is enough alone). */
+  readonly restartConfirmations: number;
+  /** A stream inconsistent this long is reset from the engine's replay buffer (or scored approximately), ms. */
+  readonly inconsistentAfterMs: number;
+  /** Silence while serving after which a worker's events count as stale, ms. */
+  readonly staleAfterMs: number;
+}
+
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -130,6 +150,8 @@ export interface GatewayConfig {
     readonly segmentCacheBytes: number;
   };
   readonly logLevel: LogLevel;
+  /** KV-event ingestion bounds (every model). */
+  readonly kvEvents: KvEventsConfig;
   /** Empty = the embedded demo (in-process simulated engines). */
   readonly models: readonly ModelConfig[];
   /** Things that are allowed but probably not what the operator wants; logged at startup. */

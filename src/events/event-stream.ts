@@ -1,104 +1,68 @@
 /**
  * The ordered KV-event stream of one publisher, i.e. one (worker, dp_rank):
- * sequence cursor, gap detection, replay and restart handling, in front of
- * the applier. No sockets: messages are pushed in by the subscriber, and
- * replay goes through an injected `ReplaySource`, so every path is testable
- * without ZMQ.
+ * a bounded queue, sequence judgement, gap / restart / replay handling, and
+ * application in bounded slices. No sockets: messages are pushed in by the
+ * subscriber, replay goes through an injected `ReplaySource`, and draining is
+ * paced by the context's scheduler, so every path is testable without ZMQ.
  *
- * Two sequence positions are tracked:
- * - `lastLive`: the newest seq seen on the live stream. A PUB socket never
- *   reorders or duplicates, so a live seq <= lastLive means the publisher
- *   restarted (vLLM/SGLang count from 0 per process): the slot is cleared
- *   and rebuilt from what follows.
- * - the cursor: the newest seq applied. A live seq of cursor+1 is applied;
- *   a larger one is a gap (PUB drops silently at its high-water mark).
+ *   live msg ──► queue (bounded: full ⇒ dropped, the hole is replayed like any gap)
+ *                  │ drained a slice per event-loop turn (turn-scheduler.ts)
+ *                  ▼
+ *   judge (sequence.ts): contiguous ─► apply (slot-writer.ts)
+ *                        gap ─► park; unfilled by reordering ⇒ one replay(cursor+1)
+ *                        stale ─► skip      garbage (seq absurdly far ahead) ─► drop
+ *                        restart evidence ─► hold; confirmed ⇒ clear the slot, start over
  *
- * On a gap, the batch is parked with every later live batch, and the engine's
- * replay endpoint is asked for everything from cursor+1. Replayed batches at
- * or below the cursor are stale and skipped; the rest are applied in order,
- * then the parked live batches. When the replay fails, or the engine's buffer
- * no longer holds the missing batches, the slot is cleared (missing removals
- * would otherwise leave blocks the engine evicted) and ingestion restarts
- * from the parked batches. With no replay endpoint a gap clears the slot at
- * once.
- *
- * The first batch of a publisher with seq > 0 (the router joined late, or a
- * slow-joining subscription missed the first messages) triggers one replay
- * from 0 to pick up what the engine's buffer still holds.
- *
- *   live msg ──► restart? ──► recovering? ──park──► pending
- *                                 │no
- *                                 ▼
- *                cursor: initial / contiguous ─► apply
- *                        stale ─► skip
- *                        gap ─► park + replay(cursor+1) ─► apply replayed ─► drain pending
+ * Replays: at most one in flight; a newer need (restart, resync) aborts it,
+ * an equal one waits for it. Reply batches at or below the cursor are stale.
+ * A parked batch that arrived before the request and lies beyond the reply's
+ * newest seq was never sent by the engine: garbage. A reply that starts
+ * beyond the cursor (the engine's buffer lost the missing batches) or a
+ * failed replay clears the slot (a lost removal would otherwise over-predict
+ * forever). Without a replay endpoint a gap clears the slot at once and
+ * liveness degrades it, so the router scores it approximately for a while.
+ * A first batch with seq > 0 (joined late) triggers one replay from 0; a stream
+ * inconsistent for `inconsistentAfterMs` is reset (README.md has the reasoning).
  */
 import type { WorkerRank } from '../common/index.js';
-import { decodeKvEventBatch, parseEventFrames, type SequencedPayload } from './decode.js';
-import type { ApplyStatus, KvEventApplier } from './applier.js';
+import { parseEventFrames } from './decode.js';
 import type { EventLiveness } from './liveness.js';
 import { ThrottledLog } from './log.js';
-import { fillOptions, kDefaultStreamOptions, type IngestContext, type KvEventStreamOptions } from './options.js';
+import { fillOptions, kDefaultStreamOptions, type FilledKvEventStreamOptions, type IngestContext, type KvEventStreamOptions } from './options.js';
+import { LiveQueue, ParkedBatches } from './live-queue.js';
+import type { ReplayReply, KvReplayRequest, ReplyInProgress, ReplaySource } from './replay.js';
+import { SequenceJudge, type LiveItem } from './sequence.js';
+import { SlotWriter } from './slot-writer.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
-import type { KvCacheEventType, KvEventDecodeError } from './types.js';
+import type { ApplyScheduler, Drainable, TurnBudget } from './turn-scheduler.js';
 
-/** The result of asking a publisher's replay endpoint for batches. */
-export interface ReplayReply {
-  /** Batches with seq >= the requested start, in publisher order. */
-  readonly batches: readonly SequencedPayload[];
-  /** Malformed reply messages (skipped). */
-  readonly errors: readonly KvEventDecodeError[];
-}
-
-/** A publisher's replay endpoint. Must settle (resolve or reject) in bounded time. */
-export interface ReplaySource {
-  replay(fromSeq: bigint): Promise<ReplayReply>;
-}
-
-type CursorObservation = 'initial' | 'contiguous' | 'stale' | 'gap';
-
-/** The cursor of applied sequence numbers (as Dynamo's: Initial | Live(last)). */
-export class SequenceCursor {
-  #last: bigint | null = null;
-
-  get last(): bigint | null {
-    return this.#last;
-  }
-
-  observe(seq: bigint): CursorObservation {
-    if (this.#last === null) return 'initial';
-    if (seq <= this.#last) return 'stale';
-    return seq === this.#last + 1n ? 'contiguous' : 'gap';
-  }
-
-  advance(seq: bigint): void {
-    this.#last = seq;
-  }
-
-  reset(): void {
-    this.#last = null;
-  }
-}
-
-export class KvEventStream {
+export class KvEventStream implements Drainable {
   readonly workerId: number;
   readonly dpRank: number;
-  readonly #applier: KvEventApplier;
-  readonly #replay: ReplaySource | undefined;
+  readonly #writer: SlotWriter;
+  readonly #source: ReplaySource | undefined;
   readonly #hooks: KvEventHooks;
   readonly #liveness: EventLiveness | undefined;
+  readonly #scheduler: ApplyScheduler;
+  readonly #clock: IngestContext['clock'];
   readonly #log: ThrottledLog;
-  readonly #maxPending: number;
-  readonly #cursor = new SequenceCursor();
-  #lastLive: bigint | null = null;
-  #pending: SequencedPayload[] = [];
-  #recovering = false;
-  #inflight: Promise<void> | undefined;
-  /** Bumped on restart and close, so a replay answer for an older publisher is ignored. */
+  readonly #opts: FilledKvEventStreamOptions;
+  readonly #judge: SequenceJudge;
+  /** Received, not yet judged. */
+  readonly #queue = new LiveQueue();
+  /** Judged gaps waiting for the batches in front of them. */
+  readonly #parked = new ParkedBatches();
+  #reply: ReplyInProgress | undefined;
+  #inflight: KvReplayRequest | undefined;
+  #requests = 0;
+  /** Bumped on restart, resync and close, so a replay answer for an older state is ignored. */
   #epoch = 0;
   #restoreTried = false;
+  /** Batches dropped at a full queue since the last replay that could cover them. */
+  #dropped: { high: bigint; gen: number } | undefined;
+  #inconsistentSince: number | undefined;
+  #idle: (() => void)[] = [];
   #closed = false;
-  readonly #onStatus: ((type: KvCacheEventType, status: ApplyStatus) => void) | undefined;
 
   /**
    * @param slot the (worker, dp rank) whose publisher this stream follows.
@@ -106,37 +70,42 @@ export class KvEventStream {
    * @param replay the engine's replay endpoint; without it a gap clears the slot.
    */
   constructor(slot: WorkerRank, ctx: IngestContext, replay?: ReplaySource, options?: KvEventStreamOptions) {
-    const opts = fillOptions(kDefaultStreamOptions, options);
+    this.#opts = fillOptions(kDefaultStreamOptions, options);
     this.workerId = slot.workerId;
     this.dpRank = slot.dpRank;
-    this.#applier = ctx.applier;
-    this.#replay = replay;
+    this.#source = replay;
     this.#hooks = ctx.hooks;
     this.#liveness = ctx.liveness;
-    this.#log = new ThrottledLog(ctx.log, ctx.clock, opts.logIntervalMs);
-    this.#maxPending = opts.maxPendingBatches;
-    const onApplied = this.#hooks.onApplied?.bind(this.#hooks);
-    this.#onStatus = onApplied === undefined ? undefined : (type, status) => onApplied(this.workerId, this.dpRank, type, status);
+    this.#scheduler = ctx.scheduler;
+    this.#clock = ctx.clock;
+    this.#log = new ThrottledLog(ctx.log, ctx.clock, this.#opts.logIntervalMs);
+    this.#judge = new SequenceJudge(this.#opts);
+    this.#writer = new SlotWriter(slot, ctx, this.#log);
   }
 
-  /** Newest applied sequence number, null before the first. */
+  /** Newest accepted sequence number, null before the first. */
   get cursor(): bigint | null {
-    return this.#cursor.last;
+    return this.#judge.cursor.last;
   }
 
-  /** True while a replay is in flight (live batches are parked). */
+  /** True while a replay is in flight or its answer is being applied. */
   get recovering(): boolean {
-    return this.#recovering;
+    return this.#inflight !== undefined || this.#reply !== undefined;
   }
 
-  /** Live batches parked behind the replay in flight. */
+  /** Live batches received and not yet applied (queued or parked behind a gap). */
   get pendingCount(): number {
-    return this.#pending.length;
+    return this.#queue.length + this.#parked.length;
   }
 
-  /** Resolves once no replay is in flight (including follow-up replays). */
+  /** Resolves once nothing is queued, parked behind a replay, or in flight. */
   async whenSettled(): Promise<void> {
-    while (this.#recovering && this.#inflight !== undefined) await this.#inflight;
+    while (!this.#closed) {
+      const req = this.#inflight;
+      if (req !== undefined) await req.promise;
+      else if (this.#hasWork()) await new Promise<void>((resolve) => this.#idle.push(resolve));
+      else return;
+    }
   }
 
   /** A raw live message `[topic, seq, payload]`. */
@@ -144,182 +113,332 @@ export class KvEventStream {
     if (this.#closed) return;
     const r = parseEventFrames(frames);
     if (!r.ok) {
-      this.#decodeError(r.error, undefined);
+      this.#writer.decodeError(r.error, undefined);
       return;
     }
     this.onMessage(r.value.seq, r.value.payload);
   }
 
-  /** A live batch. */
+  /** A live batch: queued, or dropped when the queue is full (the hole is then replayed like any gap). */
   onMessage(seq: bigint, payload: Uint8Array): void {
     if (this.#closed) return;
     this.#hooks.onBatch?.(this.workerId, this.dpRank, 'live');
-    if (this.#lastLive !== null && seq <= this.#lastLive) this.#restart(seq);
-    this.#lastLive = seq;
-    if (this.#recovering) {
-      if (this.#pending.length >= this.#maxPending) {
-        this.#hooks.onPendingOverflow?.(this.workerId, this.dpRank, seq);
-        return;
-      }
-      this.#pending.push({ seq, payload });
+    if (this.#queue.length >= this.#opts.maxQueuedBatches) {
+      this.#hooks.onDropped?.(this.workerId, this.dpRank, 'queue_full', seq);
+      const high = this.#dropped !== undefined && this.#dropped.high > seq ? this.#dropped.high : seq;
+      this.#dropped = { high, gen: this.#requests };
+      this.#log.warn('queue_full', this.#fields({ seq: String(seq), queued: this.#opts.maxQueuedBatches }),
+        'KV event queue full: batch dropped, to be replayed once the queue drains');
       return;
     }
-    this.#accept(seq, payload);
+    this.#queue.push({ seq, payload, gen: this.#requests });
+    this.#scheduler.wake(this);
   }
 
-  /** Stops processing; a replay in flight is ignored when it settles. */
+  /** Stops processing; a replay in flight is aborted and ignored. */
   close(): void {
     this.#closed = true;
-    this.#epoch++;
-    this.#pending = [];
+    this.#forget();
+    this.#queue.clear();
+    this.#wakeIdle();
   }
 
-  #accept(seq: bigint, payload: Uint8Array): void {
-    const obs = this.#cursor.observe(seq);
-    if (obs === 'contiguous') {
-      this.#apply(seq, payload, 'live');
-      return;
-    }
-    if (obs === 'initial') {
-      if (this.#replay !== undefined && !this.#restoreTried && seq > 0n) {
-        this.#restoreTried = true;
-        this.#pending.unshift({ seq, payload });
-        this.#recover(0n);
-        return;
+  /**
+   * Applies queued work within `budget`; true while more can be done now
+   * (work waiting on a replay does not count).
+   */
+  drain(budget: TurnBudget): boolean {
+    if (this.#closed) return false;
+    try {
+      while (!budget.spent()) {
+        if (this.#writer.busy) this.#writer.applySlice(budget);
+        else if (this.#step()) budget.take(1);
+        else break;
       }
-      this.#apply(seq, payload, 'live');
-      return;
+    } catch (err) {
+      this.#internalFailure(err);
     }
-    if (obs === 'stale') {
-      this.#hooks.onStale?.(this.workerId, this.dpRank, seq);
-      return;
-    }
-    const expected = this.#cursor.last! + 1n;
-    this.#hooks.onGap?.(this.workerId, this.dpRank, expected, seq);
-    if (this.#replay !== undefined) {
-      this.#pending.unshift({ seq, payload });
-      this.#recover(expected);
-      return;
-    }
-    this.#log.warn('gap', this.#fields({ expected: String(expected), got: String(seq) }), 'KV event gap and no replay endpoint: clearing the slot');
-    this.#reset('gap_without_replay');
-    this.#apply(seq, payload, 'live');
+    this.#afterDrain();
+    return this.#hasWork();
   }
 
-  #apply(seq: bigint, payload: Uint8Array, origin: BatchOrigin): void {
-    this.#cursor.advance(seq);
-    const r = decodeKvEventBatch(payload);
-    if (!r.ok) {
-      this.#decodeError(r.error, seq);
-      return;
-    }
-    const batch = r.batch;
-    for (const e of batch.errors) this.#decodeError(e, seq);
-    if (batch.dpRank !== null && batch.dpRank !== this.dpRank) {
-      this.#decodeError({ kind: 'dp_rank_mismatch', message: `batch is for dp rank ${batch.dpRank}, subscription is for rank ${this.dpRank}` }, seq);
-      return;
-    }
-    const applied = this.#applier.applyBatch(this.workerId, this.dpRank, batch, this.#onStatus);
-    if (applied > 0 || (batch.events.length === 0 && batch.errors.length === 0)) this.#liveness?.noteEvent(this.workerId, this.dpRank);
-    if (origin === 'replay') this.#hooks.onBatch?.(this.workerId, this.dpRank, 'replay');
-  }
-
-  #recover(fromSeq: bigint): void {
-    this.#recovering = true;
-    const epoch = this.#epoch;
-    this.#inflight = this.#replay!.replay(fromSeq).then(
-      (res) => this.#finishReplay(epoch, fromSeq, res, undefined),
-      (err: unknown) => this.#finishReplay(epoch, fromSeq, undefined, err),
-    ).catch((err: unknown) => {
-      // A bug on the apply path must not become an unhandled rejection, nor
-      // leave the slot half-recovered: start over from the next live batch.
-      if (epoch !== this.#epoch || this.#closed) return;
-      this.#log.warn('internal', this.#fields({ err: err instanceof Error ? err.message : String(err) }), 'KV event replay handling failed');
-      this.#recovering = false;
-      this.#pending = [];
-      this.#reset('replay_failed');
-      this.#startFresh();
-    });
-  }
-
-  #finishReplay(epoch: number, fromSeq: bigint, res: ReplayReply | undefined, err: unknown): void {
-    if (epoch !== this.#epoch || this.#closed) return;
-    this.#recovering = false;
-    if (res === undefined) {
-      this.#hooks.onReplay?.(this.workerId, this.dpRank, 'failed', 0);
-      this.#log.warn('replay_failed', this.#fields({ from: String(fromSeq), err: err instanceof Error ? err.message : String(err) }),
-        'KV event replay failed: clearing the slot and continuing from live events');
-      if (this.#cursor.last !== null) this.#reset('replay_failed');
-      this.#startFresh();
-      this.#drain();
-      return;
-    }
-    for (const e of res.errors) this.#decodeError(e, undefined);
-    let complete = true;
-    let applied = 0;
-    for (const b of res.batches) {
-      const last = this.#cursor.last;
-      if (last !== null && b.seq <= last) {
-        this.#hooks.onStale?.(this.workerId, this.dpRank, b.seq);
-        continue;
-      }
-      // The engine's buffer is a window: missing batches before the first
-      // replayed one are only a loss if we already had state (an initial
-      // restore starts from whatever the window holds).
-      if (last !== null && b.seq !== last + 1n) {
-        complete = false;
-        this.#reset('replay_incomplete');
-      }
-      this.#apply(b.seq, b.payload, 'replay');
-      applied++;
-    }
-    const head = this.#pending[0];
-    const last = this.#cursor.last;
-    if (head !== undefined && last !== null && head.seq > last + 1n) {
-      // The replay did not reach the batch that triggered it.
-      complete = false;
-      this.#reset('replay_incomplete');
-      this.#startFresh();
-    }
-    this.#hooks.onReplay?.(this.workerId, this.dpRank, complete ? 'recovered' : 'incomplete', applied);
-    if (!complete) {
-      this.#log.warn('replay_incomplete', this.#fields({ from: String(fromSeq) }), 'KV event replay buffer no longer holds the missing batches: slot cleared');
-    }
-    this.#drain();
-  }
-
-  /** The next parked batch is applied as a first batch, without another restore attempt. */
-  #startFresh(): void {
-    this.#cursor.reset();
+  /**
+   * Resets the slot when it has been inconsistent (garbage, unconfirmed
+   * restart evidence, an unfilled gap) for longer than `inconsistentAfterMs`.
+   * Run after every drain and periodically by the manager.
+   */
+  checkConsistency(): void {
+    const since = this.#inconsistentSince;
+    if (this.#closed || since === undefined || this.#inflight !== undefined) return;
+    const forMs = this.#clock.now() - since;
+    if (forMs < this.#opts.inconsistentAfterMs) return;
+    this.#log.warn('inconsistent', this.#fields({ forMs: Math.round(forMs), replay: this.#source !== undefined }),
+      this.#source !== undefined ? 'KV event stream inconsistent for too long: slot cleared, restoring from the engine\'s replay buffer'
+        : 'KV event stream inconsistent for too long: slot cleared and scored approximately until events rebuild it');
+    this.#startOver('inconsistent');
     this.#restoreTried = true;
+    if (this.#source !== undefined) this.#request(0n);
+    else this.#liveness?.degrade(this.workerId, this.dpRank);
+    this.#scheduler.wake(this);
   }
 
-  #drain(): void {
-    while (!this.#recovering && !this.#closed && this.#pending.length > 0) {
-      const b = this.#pending.shift()!;
-      this.#accept(b.seq, b.payload);
+  /** One unit of work: a replayed batch, a parked batch now in order, or a queued live batch. */
+  #step(): boolean {
+    if (this.#reply !== undefined) {
+      this.#replayStep(this.#reply);
+      return true;
     }
+    const parked = this.#parked.head;
+    if (parked !== undefined && this.#canTakeParked(parked)) {
+      this.#parked.shift();
+      const last = this.cursor;
+      if (last !== null && parked.seq <= last) this.#hooks.onStale?.(this.workerId, this.dpRank, parked.seq);
+      else this.#accept(parked.seq, parked.payload, 'live');
+      return true;
+    }
+    const item = this.#queue.shift();
+    if (item === undefined) return false;
+    this.#onLive(item);
+    return true;
+  }
+
+  #onLive(item: LiveItem): void {
+    const verdict = this.#judge.judge(item);
+    switch (verdict) {
+      case 'initial':
+        if (this.#inflight !== undefined || (this.#source !== undefined && !this.#restoreTried && item.seq > 0n)) {
+          // Restoring from the engine's buffer first: this batch waits for it.
+          this.#park(item);
+          if (this.#inflight === undefined) {
+            this.#restoreTried = true;
+            this.#request(0n);
+          }
+          return;
+        }
+        this.#accept(item.seq, item.payload, 'live');
+        return;
+      case 'contiguous':
+        this.#accept(item.seq, item.payload, 'live');
+        for (const e of this.#judge.refuteEvidence()) this.#garbage(e, 'restart evidence refuted by the publisher\'s next batch');
+        this.#inconsistentSince = undefined;
+        return;
+      case 'gap': this.#gap(item); return;
+      case 'stale': this.#hooks.onStale?.(this.workerId, this.dpRank, item.seq); return;
+      case 'garbage': this.#garbage(item, 'sequence number implausibly far ahead'); return;
+      case 'restart_evidence': this.#inconsistent(); return;
+      case 'restart': this.#restart(item.seq); return;
+    }
+  }
+
+  #gap(item: LiveItem): void {
+    const expected = this.cursor! + 1n;
+    // One gap per hole: batches parked behind an open one are not new gaps.
+    if (this.#parked.length === 0) this.#hooks.onGap?.(this.workerId, this.dpRank, expected, item.seq);
+    if (this.#source !== undefined) {
+      // Reordering may still fill it; if not, #afterDrain asks for a replay.
+      this.#park(item);
+      this.#inconsistent();
+      return;
+    }
+    this.#log.warn('gap', this.#fields({ expected: String(expected), got: String(item.seq) }), 'KV event gap and no replay endpoint: clearing the slot');
+    this.#reset('gap_without_replay');
+    this.#liveness?.degrade(this.workerId, this.dpRank);
+    this.#accept(item.seq, item.payload, 'live');
+  }
+
+  /** Parks a judged batch in seq order; beyond the bound it is dropped (a later replay recovers it). */
+  #park(item: LiveItem): void {
+    if (!this.#parked.add(item, this.#opts.maxPendingBatches)) this.#hooks.onPendingOverflow?.(this.workerId, this.dpRank, item.seq);
+  }
+
+  #canTakeParked(item: LiveItem): boolean {
+    const last = this.cursor;
+    if (last === null) return this.#inflight === undefined;
+    return item.seq <= last + 1n;
+  }
+
+  /** Accepts a batch at the cursor; the writer decodes it and the drain loop applies it in slices. */
+  #accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin): void {
+    this.#judge.cursor.advance(seq);
+    // In-order progress: whatever else is going on, the stream is not wedged.
+    this.#inconsistentSince = undefined;
+    this.#writer.accept(seq, payload, origin);
+  }
+
+  /** Sends a replay request; an equal need waits for the one in flight, a newer epoch's aborts it. */
+  #request(from: bigint): void {
+    const source = this.#source!;
+    const prev = this.#inflight;
+    if (prev !== undefined) {
+      if (prev.epoch === this.#epoch) return;
+      prev.abort.abort();
+    }
+    const req: KvReplayRequest = { epoch: this.#epoch, from, gen: ++this.#requests, abort: new AbortController(), promise: Promise.resolve() };
+    this.#inflight = req;
+    this.#hooks.onReplayRequested?.(this.workerId, this.dpRank, from);
+    req.promise = source.replay(from, req.abort.signal).then(
+      (reply) => this.#settled(req, reply, undefined),
+      (err: unknown) => this.#settled(req, undefined, err),
+    );
+  }
+
+  #settled(req: KvReplayRequest, reply: ReplayReply | undefined, err: unknown): void {
+    if (this.#inflight === req) this.#inflight = undefined;
+    if (req.epoch !== this.#epoch || this.#closed) {
+      this.#scheduler.wake(this);
+      return;
+    }
+    this.#reply = { req, reply, err, next: 0, applied: 0, complete: true };
+    this.#scheduler.wake(this);
+  }
+
+  #replayStep(rp: ReplyInProgress): void {
+    if (rp.reply === undefined) {
+      this.#reply = undefined;
+      this.#replayFailed(rp.req.from, rp.err);
+      return;
+    }
+    if (rp.next === 0) for (const e of rp.reply.errors) this.#writer.decodeError(e, undefined);
+    const b = rp.reply.batches[rp.next++];
+    if (b === undefined) {
+      this.#reply = undefined;
+      this.#replayDone(rp);
+      return;
+    }
+    const last = this.cursor;
+    if (last !== null && b.seq <= last) {
+      this.#hooks.onStale?.(this.workerId, this.dpRank, b.seq);
+      return;
+    }
+    // The engine's buffer is a window: missing batches before the first
+    // replayed one are only a loss if we already had state (an initial
+    // restore starts from whatever the window holds).
+    if (last !== null && b.seq !== last + 1n) {
+      rp.complete = false;
+      this.#reset('replay_incomplete');
+    }
+    this.#accept(b.seq, b.payload, 'replay');
+    rp.applied++;
+  }
+
+  #replayFailed(from: bigint, err: unknown): void {
+    this.#hooks.onReplay?.(this.workerId, this.dpRank, 'failed', 0);
+    this.#log.warn('replay_failed', this.#fields({ from: String(from), err: err instanceof Error ? err.message : String(err) }),
+      'KV event replay failed: clearing the slot and continuing from live events');
+    if (this.cursor !== null) this.#reset('replay_failed');
+    this.#startFresh();
+  }
+
+  #replayDone(rp: ReplyInProgress): void {
+    const batches = rp.reply!.batches;
+    const newest = batches.length > 0 ? batches[batches.length - 1]!.seq : undefined;
+    // Parked before the request and beyond what the engine holds: it never sent them.
+    const never = this.#parked.remove((p) => p.gen < rp.req.gen && (newest === undefined || p.seq > newest));
+    for (const p of never) this.#garbage(p, 'sequence number beyond the publisher\'s newest');
+    if (this.#dropped !== undefined && rp.req.gen > this.#dropped.gen) this.#dropped = undefined;
+    const high = [newest, this.cursor, this.#parked.newest?.seq].reduce<bigint | undefined>((m, v) => (v === undefined || v === null ? m : m === undefined || v > m ? v : m), undefined);
+    if (high !== undefined) this.#judge.lowerLiveHigh(high);
+    this.#hooks.onReplay?.(this.workerId, this.dpRank, rp.complete ? 'recovered' : 'incomplete', rp.applied);
+    if (!rp.complete) {
+      this.#log.warn('replay_incomplete', this.#fields({ from: String(rp.req.from) }), 'KV event replay buffer no longer holds the missing batches: slot cleared');
+    }
+    if (this.#parked.length === 0 && this.#judge.evidence.length === 0) this.#inconsistentSince = undefined;
+  }
+
+  /**
+   * Once nothing is left to apply: asks for the batches in front of a parked
+   * gap that reordering did not fill, or for those a full queue dropped (one
+   * replay at a time); without a replay endpoint, dropped batches clear the slot.
+   */
+  #afterDrain(): void {
+    const idleNow = !this.#writer.busy && this.#reply === undefined && this.#queue.length === 0;
+    if (idleNow && this.#dropped !== undefined && this.#source === undefined) {
+      this.#dropped = undefined;
+      this.#log.warn('gap', this.#fields({ cursor: String(this.cursor) }), 'KV event queue overflowed and no replay endpoint: clearing the slot');
+      this.#reset('gap_without_replay');
+      this.#liveness?.degrade(this.workerId, this.dpRank);
+      this.#startFresh();
+    }
+    const from = this.#replayNeed(idleNow);
+    if (from !== undefined && this.#inflight === undefined && this.#reply === undefined && !this.#writer.busy) this.#request(from);
+    this.checkConsistency();
+    if (!this.#hasWork() && this.#inflight === undefined) this.#wakeIdle();
+  }
+
+  #replayNeed(idleNow: boolean): bigint | undefined {
+    if (this.#source === undefined) return undefined;
+    const last = this.cursor;
+    const head = this.#parked.head;
+    if (head !== undefined && last !== null && head.seq > last + 1n && (idleNow || this.#parked.length > this.#opts.reorderWindow)) return last + 1n;
+    if (idleNow && this.#dropped !== undefined && (last === null || last < this.#dropped.high)) return last === null ? 0n : last + 1n;
+    return undefined;
+  }
+
+  #hasWork(): boolean {
+    if (this.#closed) return false;
+    if (this.#writer.busy || this.#reply !== undefined || this.#queue.length > 0) return true;
+    const parked = this.#parked.head;
+    return parked !== undefined && this.#canTakeParked(parked);
   }
 
   #restart(seq: bigint): void {
-    this.#log.warn('restart', this.#fields({ lastSeq: String(this.#lastLive), seq: String(seq) }), 'KV event publisher restarted: clearing the slot');
-    this.#reset('restart');
-    this.#cursor.reset();
-    this.#pending = [];
-    this.#recovering = false;
-    this.#epoch++;
+    this.#log.warn('restart', this.#fields({ lastSeq: String(this.#judge.liveHigh), seq: String(seq) }), 'KV event publisher restarted: clearing the slot');
+    const held = this.#judge.takeEvidence();
+    this.#startOver('restart');
     this.#restoreTried = false;
+    // The new publisher's batches held as evidence go first, one step each.
+    this.#queue.unshift(held);
   }
+
+  /** Clears the slot and forgets every position, queued reply and parked batch (the live queue stays). */
+  #startOver(reason: ResetReason): void {
+    this.#reset(reason);
+    this.#judge.reset();
+    this.#forget();
+    this.#dropped = undefined;
+    this.#inconsistentSince = undefined;
+  }
+
+  /** Aborts the replay in flight (its answer is then ignored) and drops what waits to be applied. */
+  #forget(): void {
+    this.#epoch++;
+    this.#inflight?.abort.abort();
+    this.#inflight = undefined;
+    this.#reply = undefined;
+    this.#writer.abandon();
+    this.#parked.clear();
+  }
+
+  /** The next batch is applied as a first batch, without another restore attempt. */
+  #startFresh(): void {
+    this.#judge.reset();
+    this.#restoreTried = true;
+  }
+
+  #internalFailure(err: unknown): void {
+    // A bug on the apply path must not become an unhandled rejection, nor
+    // leave the slot half-recovered: start over from the next live batch.
+    this.#log.warn('internal', this.#fields({ err: err instanceof Error ? err.message : String(err) }), 'KV event handling failed');
+    this.#startOver('replay_failed');
+    this.#startFresh();
+  }
+
+  #garbage(item: LiveItem, why: string): void {
+    this.#hooks.onDropped?.(this.workerId, this.dpRank, 'garbage', item.seq);
+    this.#log.warn('garbage', this.#fields({ seq: String(item.seq), cursor: String(this.cursor) }), `KV event batch dropped: ${why}`);
+    this.#inconsistent();
+  }
+
+  #inconsistent(): void { this.#inconsistentSince ??= this.#clock.now(); }
 
   #reset(reason: ResetReason): void {
-    const blocks = this.#applier.clearSlot(this.workerId, this.dpRank);
-    this.#hooks.onReset?.(this.workerId, this.dpRank, reason, blocks);
+    this.#writer.reset(reason);
   }
 
-  #decodeError(error: KvEventDecodeError, seq: bigint | undefined): void {
-    this.#hooks.onDecodeError?.({ ...error, workerId: this.workerId, dpRank: this.dpRank, seq });
-    this.#log.warn(`decode:${error.kind}`, this.#fields({ kind: error.kind, seq: seq === undefined ? undefined : String(seq), eventIndex: error.eventIndex }),
-      `KV event dropped: ${error.message}`);
+  #wakeIdle(): void {
+    const waiters = this.#idle;
+    this.#idle = [];
+    for (const w of waiters) w();
   }
 
   #fields(extra: Record<string, unknown>): Record<string, unknown> {

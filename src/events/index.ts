@@ -8,11 +8,13 @@ export type { KvCacheEvent, StoredBlocksEvent, RemovedBlocksEvent, KvEventBatch 
 export { decodeKvEventBatch, parseEventFrames, readSeq, encodeSeq, normaliseHash, mediumToTier, REPLAY_END_SEQ } from './decode.js';
 export { TieredPrefixIndex } from './tiered-index.js';
 export { KvEventApplier } from './applier.js';
-export { KvEventStream, SequenceCursor } from './event-stream.js';
-export type { ReplaySource, ReplayReply } from './event-stream.js';
+export { KvEventStream } from './event-stream.js';
+export { SequenceCursor } from './sequence.js';
+export type { ReplaySource, ReplayReply } from './replay.js';
 export { ZmqReplayClient } from './replay-client.js';
 export { KvEventManager } from './manager.js';
 export { ingestContext } from './options.js';
+export type { KvEventManagerOptions } from './options.js';
 export { EventLiveness } from './liveness.js';
 export { KvEventCounters } from './stats.js';
 export type { KvEventHooks } from './stats.js';

@@ -6,6 +6,8 @@
  * - `stale`: requests were dispatched to the slot, and for `staleAfterMs`
  *   since the first of them no usable batch arrived. An engine that serves
  *   requests stores blocks, so silence while serving means the stream broke.
+ * - `stale` also, for `staleAfterMs`, after the slot was cleared without a
+ *   replay to restore it (`degrade`): the index lost what the engine holds.
  * - `live`: otherwise. An idle engine is silent and still live.
  *
  * The router scores `never` and `stale` slots in approximate mode (its own
@@ -23,6 +25,8 @@ interface SlotLiveness {
   lastEventAt: number | undefined;
   /** Time of the first dispatch after the last usable batch; undefined when none is waiting. */
   awaitingSince: number | undefined;
+  /** Until when the slot is `stale` after being cleared without a restore. */
+  degradedUntil: number | undefined;
 }
 
 export interface EventLivenessOptions {
@@ -49,7 +53,7 @@ export class EventLiveness {
       this.#slots.set(workerId, (ranks = new Map()));
     }
     let s = ranks.get(dpRank);
-    if (s === undefined && create) ranks.set(dpRank, (s = { lastEventAt: undefined, awaitingSince: undefined }));
+    if (s === undefined && create) ranks.set(dpRank, (s = { lastEventAt: undefined, awaitingSince: undefined, degradedUntil: undefined }));
     return s;
   }
 
@@ -71,6 +75,12 @@ export class EventLiveness {
     if (s === undefined) return;
     s.lastEventAt = this.#clock.now();
     s.awaitingSince = undefined;
+  }
+
+  /** The slot's index was cleared with nothing to restore it: `stale` for the next `staleAfterMs`. */
+  degrade(workerId: number, dpRank: number): void {
+    const s = this.#slot(workerId, dpRank, false);
+    if (s !== undefined) s.degradedUntil = this.#clock.now() + this.#staleAfterMs;
   }
 
   /** The router sent a request to the slot. */
@@ -107,6 +117,7 @@ export class EventLiveness {
 
   #statusOf(s: SlotLiveness): EventStatus {
     if (s.lastEventAt === undefined) return 'never';
+    if (s.degradedUntil !== undefined && this.#clock.now() < s.degradedUntil) return 'stale';
     if (s.awaitingSince !== undefined && this.#clock.now() - s.awaitingSince >= this.#staleAfterMs) return 'stale';
     return 'live';
   }

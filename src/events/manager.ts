@@ -6,6 +6,11 @@
  * State ownership: the index is advisory (what engines said they cache);
  * this manager owns which slots are subscribed, and removing a worker here
  * forgets its blocks in every tier.
+ *
+ * Pacing: every stream of the manager drains through one `TurnScheduler`, so
+ * however many workers flood at once, ingestion takes at most
+ * `maxTurnMs` / `maxEventsPerTurn` of each event-loop turn. A timer checks
+ * every stream's consistency bound even when its publisher went quiet.
  */
 import { slotKey, type Context } from '../common/index.js';
 import type { KvEventApplier } from './applier.js';
@@ -16,6 +21,10 @@ import {
 import { KvEventCounters, combineHooks, type KvEventHooks } from './stats.js';
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js';
 import type { TieredPrefixIndex } from './tiered-index.js';
+import { TurnScheduler } from './turn-scheduler.js';
+
+/** How often quiet streams are checked against their consistency bound, ms (at most). */
+const CONSISTENCY_CHECK_MS = 1000;
 
 /**
  * What a manager is built from: the applier to keep true, the process's clock
@@ -41,6 +50,7 @@ export class KvEventManager {
   /** Built once here; every subscriber and stream shares it. */
   readonly #ctx: IngestContext;
   readonly #subs = new Map<string, KvEventSubscriber>();
+  readonly #checkTimer: NodeJS.Timeout;
   #closed = false;
 
   constructor(init: KvEventManagerInit) {
@@ -48,7 +58,13 @@ export class KvEventManager {
     this.applier = init.applier;
     const base = ingestContext({ applier: init.applier, clock: init.clock, log: init.log });
     this.liveness = new EventLiveness({ clock: base.clock, staleAfterMs: this.#opts.staleAfterMs });
-    this.#ctx = { ...base, hooks: combineHooks(this.counters, init.hooks), liveness: this.liveness };
+    const scheduler = new TurnScheduler({ clock: base.clock, maxEventsPerTurn: this.#opts.maxEventsPerTurn, maxTurnMs: this.#opts.maxTurnMs });
+    this.#ctx = { ...base, hooks: combineHooks(this.counters, init.hooks), liveness: this.liveness, scheduler };
+    const every = Math.max(10, Math.min(CONSISTENCY_CHECK_MS, this.#opts.inconsistentAfterMs / 2));
+    this.#checkTimer = setInterval(() => {
+      for (const sub of this.#subs.values()) sub.stream.checkConsistency();
+    }, every);
+    this.#checkTimer.unref();
   }
 
   get indexes(): TieredPrefixIndex {
@@ -125,6 +141,7 @@ export class KvEventManager {
   /** Closes every subscriber. The indexes are left to their owner. Idempotent. */
   async close(): Promise<void> {
     this.#closed = true;
+    clearInterval(this.#checkTimer);
     const all = [...this.#subs];
     this.#subs.clear();
     await Promise.all(all.map(([, s]) => s.close()));

@@ -11,6 +11,7 @@ import { silentLogger, systemClock, type Clock, type Logger } from '../common/in
 import type { KvEventApplier } from './applier.js';
 import type { EventLiveness } from './liveness.js';
 import type { KvEventHooks } from './stats.js';
+import { InlineScheduler, type ApplyScheduler } from './turn-scheduler.js';
 
 /** The collaborators every subscriber and stream of one manager share. */
 export interface IngestContext {
@@ -23,9 +24,14 @@ export interface IngestContext {
   readonly hooks: KvEventHooks;
   /** Per-slot liveness; streams report usable batches to it. */
   readonly liveness: EventLiveness | undefined;
+  /** When queued events are applied: a slice per event-loop turn (the manager's), or at once. */
+  readonly scheduler: ApplyScheduler;
 }
 
-/** An ingestion context from its parts: system clock, no logging, no hooks, no liveness unless given. */
+/**
+ * An ingestion context from its parts: system clock, no logging, no hooks, no
+ * liveness unless given, and events applied as they arrive (no turn budget).
+ */
 export function ingestContext(parts: { applier: KvEventApplier } & Partial<Omit<IngestContext, 'applier'>>): IngestContext {
   return {
     applier: parts.applier,
@@ -33,18 +39,32 @@ export function ingestContext(parts: { applier: KvEventApplier } & Partial<Omit<
     log: parts.log ?? silentLogger,
     hooks: parts.hooks ?? {},
     liveness: parts.liveness,
+    scheduler: parts.scheduler ?? new InlineScheduler(),
   };
 }
 
 /** Tuning of one slot's ordered stream. */
 export interface KvEventStreamOptions {
-  /** Live batches parked behind a replay before new ones are dropped (and recovered by a later replay). */
+  /** Live batches parked behind a gap before new ones are dropped (and recovered by a later replay). */
   maxPendingBatches?: number | undefined;
+  /** Live batches received and not yet applied before new ones are dropped (the hole is replayed). */
+  maxQueuedBatches?: number | undefined;
+  /** How far out of order batches may arrive and still be put back in order, in sequence numbers. */
+  reorderWindow?: number | undefined;
+  /** A seq further ahead of the cursor than this is garbage, not a gap. */
+  maxSeqJump?: number | undefined;
+  /** Restart-like batches (duplicates, or far below the newest seen) needed to declare a publisher restart; seq 0 again is enough alone. */
+  restartConfirmations?: number | undefined;
+  /** A stream inconsistent (garbage, unconfirmed restart evidence, an unfilled gap) this long is reset, ms. */
+  inconsistentAfterMs?: number | undefined;
   /** At most one log line per kind of problem per interval, ms. */
   logIntervalMs?: number | undefined;
 }
 export type FilledKvEventStreamOptions = Required<{ [K in keyof KvEventStreamOptions]: NonNullable<KvEventStreamOptions[K]> }>;
-export const kDefaultStreamOptions: FilledKvEventStreamOptions = Object.freeze({ maxPendingBatches: 100_000, logIntervalMs: 10_000 });
+export const kDefaultStreamOptions: FilledKvEventStreamOptions = Object.freeze({
+  maxPendingBatches: 100_000, maxQueuedBatches: 10_000, reorderWindow: 64, maxSeqJump: 1_000_000,
+  restartConfirmations: 2, inconsistentAfterMs: 5000, logIntervalMs: 10_000,
+});
 
 /** Tuning of one slot's sockets, and of its stream. */
 export interface KvEventSubscriberOptions extends KvEventStreamOptions {
@@ -60,11 +80,17 @@ export const kDefaultSubscriberOptions: FilledKvEventSubscriberOptions = Object.
 
 /** Tuning of a fleet's ingestion, and of every subscriber it starts. */
 export interface KvEventManagerOptions extends KvEventSubscriberOptions {
-  /** Silence while serving after which a slot is `stale`, ms. */
+  /** Silence while serving after which a slot is `stale` (and how long a cleared slot stays degraded), ms. */
   staleAfterMs?: number | undefined;
+  /** Events applied per event-loop turn at most, over every slot of the manager. */
+  maxEventsPerTurn?: number | undefined;
+  /** Time spent applying events per event-loop turn at most, ms. */
+  maxTurnMs?: number | undefined;
 }
 export type FilledKvEventManagerOptions = Required<{ [K in keyof KvEventManagerOptions]: NonNullable<KvEventManagerOptions[K]> }>;
-export const kDefaultManagerOptions: FilledKvEventManagerOptions = Object.freeze({ ...kDefaultSubscriberOptions, staleAfterMs: 30_000 });
+export const kDefaultManagerOptions: FilledKvEventManagerOptions = Object.freeze({
+  ...kDefaultSubscriberOptions, staleAfterMs: 30_000, maxEventsPerTurn: 2000, maxTurnMs: 4,
+});
 
 /** `defaults` with every field of `given` that is set (an explicit `undefined` keeps the default). */
 export function fillOptions<F extends object>(defaults: F, given: { [K in keyof F]?: F[K] | undefined } | undefined): F {

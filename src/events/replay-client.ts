@@ -7,13 +7,15 @@
  * A DEALER, not a REQ, because one request gets many replies.
  *
  * Requests are serialised: a late reply to an abandoned request would be
- * mistaken for the next one, so a request that times out also closes the
- * socket, and the next request opens a fresh one.
+ * mistaken for the next one, so a request that times out or is aborted (a
+ * newer one superseded it) also closes the socket, and the next request
+ * opens a fresh one.
  */
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Dealer } from 'zeromq';
 import { KvgateError } from '../errors/index.js';
 import { REPLAY_END_SEQ, encodeSeq, parseEventFrames, type SequencedPayload } from './decode.js';
-import type { ReplayReply, ReplaySource } from './event-stream.js';
+import type { ReplayReply, ReplaySource } from './replay.js';
 import type { KvEventDecodeError } from './types.js';
 
 export interface ZmqReplayClientOptions {
@@ -24,6 +26,11 @@ export interface ZmqReplayClientOptions {
 }
 
 const EMPTY = Buffer.alloc(0);
+const YIELD_EVERY = 256;
+
+function isAborted(signal: AbortSignal | undefined): boolean {
+  return signal?.aborted === true;
+}
 
 export class ZmqReplayClient implements ReplaySource {
   readonly endpoint: string;
@@ -41,17 +48,22 @@ export class ZmqReplayClient implements ReplaySource {
 
   /**
    * Every buffered batch with seq >= `fromSeq`, in publisher order.
-   * @throws KvgateError KVG_ERR_KV_EVENT_REPLAY on timeout, socket error or close.
+   * @throws KvgateError KVG_ERR_KV_EVENT_REPLAY on timeout, socket error, abort or close.
    */
-  replay(fromSeq: bigint): Promise<ReplayReply> {
-    const run = this.#queue.then(() => this.#request(fromSeq));
+  replay(fromSeq: bigint, signal?: AbortSignal): Promise<ReplayReply> {
+    const run = this.#queue.then(() => this.#request(fromSeq, signal));
     this.#queue = run.catch(() => undefined);
     return run;
   }
 
-  async #request(fromSeq: bigint): Promise<ReplayReply> {
+  async #request(fromSeq: bigint, signal: AbortSignal | undefined): Promise<ReplayReply> {
     if (this.#closed) throw this.#error(fromSeq, 'client closed');
+    if (signal?.aborted === true) throw this.#error(fromSeq, 'superseded');
     const dealer = (this.#dealer ??= this.#open());
+    const onAbort = (): void => {
+      if (this.#dealer === dealer) this.#discard();
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
     const batches: SequencedPayload[] = [];
     const errors: KvEventDecodeError[] = [];
     try {
@@ -65,18 +77,25 @@ export class ZmqReplayClient implements ReplaySource {
         }
         if (r.value.seq === REPLAY_END_SEQ) return { batches, errors };
         batches.push(r.value);
+        // A long reply must not hold the event loop (zeromq resolves at once while messages are buffered).
+        if (batches.length % YIELD_EVERY === 0) await nextTurn();
         if (batches.length > this.#maxBatches) throw new Error(`more than ${this.#maxBatches} batches`);
       }
     } catch (err) {
-      this.#discard();
+      if (this.#dealer === dealer) this.#discard();
       if (this.#closed) throw this.#error(fromSeq, 'client closed');
+      // (read through a function: TypeScript narrowed `aborted` at the top of the request)
+      if (isAborted(signal)) throw this.#error(fromSeq, 'superseded');
       const code = (err as { code?: unknown }).code;
       throw this.#error(fromSeq, code === 'EAGAIN' ? `no reply within ${this.#timeoutMs} ms` : err instanceof Error ? err.message : String(err), err);
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
     }
   }
 
+  /** No receive limit: a reply is bounded by `maxBatches`, and a full pipe would make the engine's ROUTER drop replies. */
   #open(): Dealer {
-    const d = new Dealer({ linger: 0, receiveTimeout: this.#timeoutMs, sendTimeout: this.#timeoutMs });
+    const d = new Dealer({ linger: 0, receiveTimeout: this.#timeoutMs, sendTimeout: this.#timeoutMs, receiveHighWaterMark: 0 });
     d.connect(this.endpoint);
     return d;
   }

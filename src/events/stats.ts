@@ -23,11 +23,20 @@ export type ReplayOutcome = 'recovered' | 'incomplete' | 'failed';
 
 /**
  * Why a slot's index was dropped:
- * - `restart`: the publisher's sequence went backwards (a restarted engine).
+ * - `restart`: the publisher restarted (its sequence started over, confirmed).
  * - `gap_without_replay`: batches were lost and no replay endpoint is configured.
  * - `replay_failed` / `replay_incomplete`: see ReplayOutcome.
+ * - `inconsistent`: the stream stayed inconsistent longer than its bound.
  */
-export type ResetReason = 'restart' | 'gap_without_replay' | 'replay_failed' | 'replay_incomplete';
+export type ResetReason = 'restart' | 'gap_without_replay' | 'replay_failed' | 'replay_incomplete' | 'inconsistent';
+
+/**
+ * Why a live batch was dropped unapplied:
+ * - `queue_full`: the slot's queue was full (the hole is replayed later).
+ * - `garbage`: its sequence number cannot be the publisher's (absurdly far
+ *   ahead, beyond the publisher's newest, or restart evidence refuted).
+ */
+export type DropReason = 'queue_full' | 'garbage';
 
 /** A decode failure with the (worker, rank) it came from. */
 export interface DecodeErrorReport extends KvEventDecodeError {
@@ -53,6 +62,10 @@ export interface KvEventHooks {
   onReset?(workerId: number, dpRank: number, reason: ResetReason, blocks: number): void;
   /** A live batch was dropped because too many were queued behind a replay. */
   onPendingOverflow?(workerId: number, dpRank: number, seq: bigint): void;
+  /** A live batch was dropped unapplied. */
+  onDropped?(workerId: number, dpRank: number, reason: DropReason, seq: bigint): void;
+  /** A replay request was sent (at most one per slot is in flight). */
+  onReplayRequested?(workerId: number, dpRank: number, fromSeq: bigint): void;
 }
 
 /** Calls every hook set in order. */
@@ -68,6 +81,8 @@ export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks
     onReplay: (w, r, o, b) => { for (const h of hs) h.onReplay?.(w, r, o, b); },
     onReset: (w, r, why, b) => { for (const h of hs) h.onReset?.(w, r, why, b); },
     onPendingOverflow: (w, r, s) => { for (const h of hs) h.onPendingOverflow?.(w, r, s); },
+    onDropped: (w, r, why, s) => { for (const h of hs) h.onDropped?.(w, r, why, s); },
+    onReplayRequested: (w, r, s) => { for (const h of hs) h.onReplayRequested?.(w, r, s); },
   };
 }
 
@@ -81,7 +96,9 @@ export interface SlotCounters {
   decodeErrors: number;
   gaps: number;
   replays: number;
+  replayRequests: number;
   resets: number;
+  dropped: number;
 }
 
 export interface KvEventCountersSnapshot {
@@ -92,9 +109,11 @@ export interface KvEventCountersSnapshot {
   gaps: number;
   staleBatches: number;
   replays: Record<ReplayOutcome, number>;
+  replayRequests: number;
   replayedBatches: number;
   resets: Record<ResetReason, number>;
   pendingOverflow: number;
+  dropped: Record<DropReason, number>;
   /** Per `"workerId:dpRank"`. */
   slots: Record<string, SlotCounters>;
 }
@@ -107,7 +126,8 @@ function zeros<K extends string>(keys: readonly K[]): Record<K, number> {
 
 const ORIGINS: readonly BatchOrigin[] = ['live', 'replay'];
 const OUTCOMES: readonly ReplayOutcome[] = ['recovered', 'incomplete', 'failed'];
-const RESETS: readonly ResetReason[] = ['restart', 'gap_without_replay', 'replay_failed', 'replay_incomplete'];
+const RESETS: readonly ResetReason[] = ['restart', 'gap_without_replay', 'replay_failed', 'replay_incomplete', 'inconsistent'];
+const DROPS: readonly DropReason[] = ['queue_full', 'garbage'];
 
 /** Counts everything the hooks report; `snapshot()` returns a deep copy. */
 export class KvEventCounters implements KvEventHooks {
@@ -122,9 +142,11 @@ export class KvEventCounters implements KvEventHooks {
       gaps: 0,
       staleBatches: 0,
       replays: zeros(OUTCOMES),
+      replayRequests: 0,
       replayedBatches: 0,
       resets: zeros(RESETS),
       pendingOverflow: 0,
+      dropped: zeros(DROPS),
       slots: {},
     };
   }
@@ -133,7 +155,7 @@ export class KvEventCounters implements KvEventHooks {
     const key = slotKey(workerId, dpRank);
     let s = this.#slots.get(key);
     if (s === undefined) {
-      s = { batches: 0, eventsApplied: 0, eventsRefused: 0, decodeErrors: 0, gaps: 0, replays: 0, resets: 0 };
+      s = { batches: 0, eventsApplied: 0, eventsRefused: 0, decodeErrors: 0, gaps: 0, replays: 0, replayRequests: 0, resets: 0, dropped: 0 };
       this.#slots.set(key, s);
     }
     return s;
@@ -178,6 +200,16 @@ export class KvEventCounters implements KvEventHooks {
 
   onPendingOverflow(): void {
     this.#s.pendingOverflow++;
+  }
+
+  onDropped(workerId: number, dpRank: number, reason: DropReason): void {
+    this.#s.dropped[reason]++;
+    this.#slot(workerId, dpRank).dropped++;
+  }
+
+  onReplayRequested(workerId: number, dpRank: number): void {
+    this.#s.replayRequests++;
+    this.#slot(workerId, dpRank).replayRequests++;
   }
 
   /** Counters of one slot (zeros if it never reported anything). */

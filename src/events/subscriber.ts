@@ -7,6 +7,7 @@
  * notices the restart from the sequence numbers. `close()` closes both
  * sockets and resolves once the receive loop has ended.
  */
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Subscriber } from 'zeromq';
 import type { Logger } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
@@ -29,6 +30,14 @@ export interface KvEventTarget {
   /** Topic prefix to subscribe to; "" (every message) by default. */
   topic?: string | undefined;
 }
+
+/**
+ * Messages received per event-loop turn at most. zeromq resolves a receive at
+ * once while messages are buffered, so without a yield a flood would keep the
+ * loop in microtasks; receiving is cheap (the stream only queues), applying
+ * is paced by the scheduler.
+ */
+const RECEIVE_PER_TURN = 256;
 
 export class KvEventSubscriber {
   readonly source: Readonly<KvEventTarget>;
@@ -76,6 +85,7 @@ export class KvEventSubscriber {
 
   async #receive(): Promise<void> {
     const { workerId, dpRank, endpoint } = this.source;
+    let received = 0;
     try {
       for await (const frames of this.#sub) {
         try {
@@ -83,6 +93,10 @@ export class KvEventSubscriber {
         } catch (err) {
           // A bug on the apply path must not stop the subscription of this worker.
           this.#log.warn({ workerId, dpRank, err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
+        }
+        if (++received >= RECEIVE_PER_TURN) {
+          received = 0;
+          await nextTurn();
         }
       }
     } catch (err) {

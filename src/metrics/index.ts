@@ -93,6 +93,8 @@ export class KvgateMetrics {
   readonly kvEventsApplied: Counter<'event_type' | 'status'>;
   readonly kvEventDecodeErrors: Counter<'worker_id' | 'kind'>;
   readonly kvEventGaps: Counter<'worker_id' | 'dp_rank'>;
+  readonly kvEventDropped: Counter<'worker_id' | 'dp_rank' | 'reason'>;
+  readonly kvEventResets: Counter<'worker_id' | 'dp_rank' | 'reason'>;
   readonly kvEventReplays: Counter<'worker_id' | 'dp_rank' | 'outcome'>;
   readonly kvEventPublisherRestarts: Counter<'worker_id' | 'dp_rank'>;
 
@@ -153,6 +155,8 @@ export class KvgateMetrics {
     this.kvEventsApplied = new Counter({ name: 'kvgate_kv_events_applied_total', help: 'KV events applied to the prefix index, by type and status.', labelNames: ['event_type', 'status'], registers });
     this.kvEventDecodeErrors = new Counter({ name: 'kvgate_kv_event_decode_errors_total', help: 'KV event messages that could not be decoded, by kind.', labelNames: ['worker_id', 'kind'], registers });
     this.kvEventGaps = new Counter({ name: 'kvgate_kv_event_gaps_total', help: 'Gaps detected in a publisher\'s sequence numbers.', labelNames: ['worker_id', 'dp_rank'], registers });
+    this.kvEventDropped = new Counter({ name: 'kvgate_kv_event_dropped_total', help: 'KV event batches dropped unapplied: queue_full (replayed later) or garbage (sequence numbers the publisher never sent).', labelNames: ['worker_id', 'dp_rank', 'reason'], registers });
+    this.kvEventResets = new Counter({ name: 'kvgate_kv_event_resets_total', help: 'Times a worker\'s index slot was cleared, by reason (restart, gap_without_replay, replay_failed, replay_incomplete, inconsistent).', labelNames: ['worker_id', 'dp_rank', 'reason'], registers });
     this.kvEventReplays = new Counter({ name: 'kvgate_kv_event_replays_total', help: 'Replay requests to a publisher, by outcome.', labelNames: ['worker_id', 'dp_rank', 'outcome'], registers });
     this.kvEventPublisherRestarts = new Counter({ name: 'kvgate_kv_event_publisher_restarts_total', help: 'Publisher restarts detected (sequence went backwards); the slot was cleared.', labelNames: ['worker_id', 'dp_rank'], registers });
     // ---- HTTP edge

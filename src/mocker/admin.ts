@@ -22,12 +22,14 @@ const FAULT_FIELDS: Record<string, keyof FaultSettings> = {
   drop_event_rate: 'dropEventRate', dropEventRate: 'dropEventRate', drop_next_event_batches: 'dropNextEventBatches',
   dropNextEventBatches: 'dropNextEventBatches', reorder_events: 'reorderEvents', reorderEvents: 'reorderEvents',
   stall_after_tokens: 'stallAfterTokens', stallAfterTokens: 'stallAfterTokens',
+  garbage_event_flood: 'garbageEventFlood', garbageEventFlood: 'garbageEventFlood',
 };
 
 function faultsToWire(f: Readonly<FaultSettings>): Record<string, unknown> {
   return {
     hang: f.hang, slow_factor: f.slowFactor, error_rate: f.errorRate, drop_event_rate: f.dropEventRate,
     drop_next_event_batches: f.dropNextEventBatches, reorder_events: f.reorderEvents, stall_after_tokens: f.stallAfterTokens,
+    garbage_event_flood: f.garbageEventFlood,
   };
 }
 

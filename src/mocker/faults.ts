@@ -57,6 +57,20 @@ export class FaultController {
     return rate > 0 && this.#requestRng() < rate;
   }
 
+  /** The garbage flood asked for (then cleared: each request floods once). */
+  takeGarbageFlood(): number {
+    const n = this.#settings.garbageEventFlood;
+    this.#settings.garbageEventFlood = 0;
+    return n;
+  }
+
+  /** A uniformly random u64 sequence number (seeded). */
+  randomSeq(): bigint {
+    const hi = BigInt(Math.floor(this.#eventRng() * 2 ** 32));
+    const lo = BigInt(Math.floor(this.#eventRng() * 2 ** 32));
+    return (hi << 32n) | lo;
+  }
+
   /** Should this KV-event batch be dropped? Consumes `dropNextEventBatches` first. */
   shouldDropEventBatch(): boolean {
     if (this.#settings.dropNextEventBatches > 0) {

@@ -10,7 +10,8 @@
  * fault dropped from the PUB stream (a lost PUB message is still in vLLM's
  * buffer). Faults: drop (seq used up, nothing sent), reorder (pairs swapped;
  * a held batch is flushed by the next one or after 50 ms), restart (seq back
- * to 0, buffer emptied, like a restarted engine).
+ * to 0, buffer emptied, like a restarted engine), garbage (messages with
+ * random sequence numbers, never in the replay buffer).
  */
 import { Publisher, Router } from 'zeromq';
 import type { FaultController } from './faults.js';
@@ -88,7 +89,8 @@ export class KvEventPublisher {
     try {
       await bindWithRetry(pub, `tcp://${opts.host}:${opts.port === 0 ? '*' : opts.port}`);
       if (opts.replayPort !== undefined) {
-        router = new Router({ linger: 0 });
+        // A whole buffer fits in the send pipe: ROUTER drops replies beyond its high-water mark.
+        router = new Router({ linger: 0, sendHighWaterMark: opts.bufferSteps + 1 });
         await bindWithRetry(router, `tcp://${opts.host}:${opts.replayPort === 0 ? '*' : opts.replayPort}`);
       }
     } catch (err) {
@@ -134,6 +136,24 @@ export class KvEventPublisher {
       this.#send(frames);
     }
     return { seq, dropped: false };
+  }
+
+  /**
+   * Sends `count` garbage messages: random sequence numbers, each an
+   * AllBlocksCleared batch (a router that applied one would wipe this
+   * worker). Not buffered for replay: the engine never published them.
+   * Yields between chunks so the engine keeps serving meanwhile.
+   */
+  async sendGarbage(count: number): Promise<void> {
+    const payload = Buffer.from(encodeEventBatch(0, [{ type: 'cleared' }], this.#opts.rank, this.#opts.encoding));
+    for (let i = 0; i < count && !this.#closed; i++) {
+      this.#send([this.#topic, encodeSeq(this.#opts.faults.randomSeq()), payload]);
+      if (i % 1000 === 999) {
+        await this.#sendChain;
+        await new Promise((r) => setImmediate(r));
+      }
+    }
+    await this.#sendChain;
   }
 
   /** Starts the sequence again at 0 and forgets the replay buffer, as a restarted engine would. */

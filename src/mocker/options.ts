@@ -32,6 +32,12 @@ export interface FaultSettings {
    * still runs them. null: off.
    */
   stallAfterTokens: number | null;
+  /**
+   * Send this many garbage KV-event messages at once on every rank (random
+   * sequence numbers from the seeded RNG, each an AllBlocksCleared batch that
+   * would wipe the worker's index if a router applied it); consumed when sent.
+   */
+  garbageEventFlood: number;
 }
 
 export interface MockerOptions {
@@ -102,6 +108,7 @@ const DEFAULT_FAULTS: Readonly<FaultSettings> = Object.freeze({
   dropNextEventBatches: 0,
   reorderEvents: false,
   stallAfterTokens: null,
+  garbageEventFlood: 0,
 });
 
 /** Defaults for in-process engines: every port OS-chosen. */
@@ -184,6 +191,9 @@ export function resolveFaults(input: Partial<FaultSettings>, base: Readonly<Faul
   if (!Number.isInteger(f.dropNextEventBatches) || f.dropNextEventBatches < 0) bad('faults.dropNextEventBatches', f.dropNextEventBatches, 'must be an integer >= 0');
   if (f.stallAfterTokens !== null && (!Number.isInteger(f.stallAfterTokens) || f.stallAfterTokens < 0)) {
     bad('faults.stallAfterTokens', f.stallAfterTokens, 'must be an integer >= 0, or null (off)');
+  }
+  if (!Number.isInteger(f.garbageEventFlood) || f.garbageEventFlood < 0 || f.garbageEventFlood > 10_000_000) {
+    bad('faults.garbageEventFlood', f.garbageEventFlood, 'must be an integer in [0, 10000000]');
   }
   return f;
 }

@@ -70,6 +70,8 @@ class MockerWorker implements MockerHandle {
     sample.ids.forEach((id, i) => tokenText.set(id, sample.texts[i]!));
     this.#faults.onChange(() => {
       for (const r of this.#ranks) r.engine.wake();
+      const garbage = this.#faults.takeGarbageFlood();
+      if (garbage > 0) for (const r of this.#ranks) void r.publisher?.sendGarbage(garbage);
     });
     const generation = new Generation({
       options, tokenizer, faults: this.#faults, metrics: this.#metrics, handoff: this.#handoff(), tokenText,

@@ -17,7 +17,7 @@ import { seededRng, type RouterMode, type RoutingHints } from '../common/index.j
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
-import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type KvEventHooks } from '../events/index.js';
+import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type KvEventHooks, type KvEventManagerOptions } from '../events/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { makeRouterContext, type RouterContext } from './context.js';
@@ -45,6 +45,8 @@ export interface ModelRouterOptions {
   readonly tickIntervalMs?: number | undefined;
   /** Silence while serving after which a worker's KV events count as stale (default 30000). */
   readonly kvEventsStaleAfterMs?: number | undefined;
+  /** KV-event ingestion bounds (queue, per-turn budget, reorder window, consistency bound); src/events defaults otherwise. */
+  readonly kvEvents?: KvEventManagerOptions | undefined;
   /** Told when a dispatch found a worker unreachable (health probing). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
   /** Refuse requests (and hide the model) instead of serving them aggregated while no prefill worker is available. */
@@ -153,7 +155,7 @@ export class ModelRouter implements ModelRouterPort {
         const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
         // The manager takes the context's clock and logger (its own options do not yet take a Context).
         events = new KvEventManager({
-          applier, clock: ctx.clock, log: ctx.log,
+          applier, clock: ctx.clock, log: ctx.log, ...opts.kvEvents,
           ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
           ...(ctx.metrics !== undefined ? { hooks: eventMetricsHooks(ctx.metrics) } : {}),
         });
@@ -394,7 +396,9 @@ function eventMetricsHooks(m: KvgateMetrics): KvEventHooks {
     onDecodeError: (rep) => m.kvEventDecodeErrors.labels({ worker_id: String(rep.workerId), kind: rep.kind }).inc(),
     onGap: (w, r) => m.kvEventGaps.labels({ worker_id: String(w), dp_rank: String(r) }).inc(),
     onReplay: (w, r, outcome) => m.kvEventReplays.labels({ worker_id: String(w), dp_rank: String(r), outcome }).inc(),
+    onDropped: (w, r, reason) => m.kvEventDropped.labels({ worker_id: String(w), dp_rank: String(r), reason }).inc(),
     onReset: (w, r, reason) => {
+      m.kvEventResets.labels({ worker_id: String(w), dp_rank: String(r), reason }).inc();
       if (reason === 'restart') m.kvEventPublisherRestarts.labels({ worker_id: String(w), dp_rank: String(r) }).inc();
     },
   };

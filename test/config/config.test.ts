@@ -443,3 +443,17 @@ describe('config: client timeouts and the per-client connection bound', () => {
     expect(by['limits.max_pending_connections_per_client']).toMatch(/must be an integer in \[1,/);
   });
 });
+
+// issue 13 items 5-7: the KV-event ingestion bounds are gateway config with defaults and field-named errors.
+describe('config: kv_events bounds', () => {
+  it('defaults, values from the file, and a problem per bad field', () => {
+    expect(loadGatewayConfig({ env: {} }).kvEvents).toEqual({
+      maxQueuedBatches: 10_000, maxEventsPerTurn: 2000, maxTurnMs: 4, reorderWindow: 64, maxSeqJump: 1_000_000,
+      restartConfirmations: 2, inconsistentAfterMs: 5000, staleAfterMs: 30_000,
+    });
+    const c = loadGatewayConfig({ file: file(`kv_events:\n  queue_batches: 500\n  turn_budget_ms: 2.5\n  inconsistent_after_ms: 1000\nmodels:\n  - name: m\n${WORKERS}\n`), env: {} });
+    expect(c.kvEvents).toMatchObject({ maxQueuedBatches: 500, maxTurnMs: 2.5, inconsistentAfterMs: 1000, reorderWindow: 64 });
+    const problems = problemsOf({ file: file(`kv_events:\n  queue_batches: 0\n  turn_budget_ms: 0\n  reorder_windw: 3\nmodels:\n  - name: m\n${WORKERS}\n`), env: {} });
+    expect(problems.map((p) => p.path).sort()).toEqual(['kv_events.queue_batches', 'kv_events.reorder_windw', 'kv_events.turn_budget_ms']);
+  });
+});

@@ -1,82 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { encode } from '@msgpack/msgpack';
-import { blockHashes } from '../../src/wasm/index.js';
-import { ManualClock, type Logger } from '../../src/common/index.js';
+import { ManualClock } from '../../src/common/index.js';
 import { captureWarnings } from '../helpers/capture-log.js';
-import {
-  EventLiveness, KvEventApplier, KvEventCounters, KvEventStream, SequenceCursor, encodeSeq, ingestContext,
-  type ReplayReply, type ReplaySource,
-} from '../../src/events/index.js';
-import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
-
-const BS = 4;
-
-/** An in-memory publisher: a replay buffer, and replies (computed when asked, like the real one) that the test releases by hand. */
-class FakeEngine implements ReplaySource {
-  readonly buffer: { seq: bigint; payload: Uint8Array }[] = [];
-  readonly requests: bigint[] = [];
-  readonly #waiting: { batches: { seq: bigint; payload: Uint8Array }[]; resolve: (r: ReplayReply) => void; reject: (e: Error) => void }[] = [];
-  seq = 0n;
-  auto = true;
-
-  batch(events: TestEvent[], dpRank = 0): { seq: bigint; payload: Uint8Array } {
-    const b = { seq: this.seq++, payload: encodeBatch(events, { dpRank }) };
-    this.buffer.push(b);
-    return b;
-  }
-
-  replay(fromSeq: bigint): Promise<ReplayReply> {
-    this.requests.push(fromSeq);
-    const batches = this.buffer.filter((b) => b.seq >= fromSeq);
-    if (this.auto) return Promise.resolve({ batches, errors: [] });
-    return new Promise((resolve, reject) => this.#waiting.push({ batches, resolve, reject }));
-  }
-
-  get waiting(): number {
-    return this.#waiting.length;
-  }
-
-  /** Releases the oldest waiting reply. */
-  answer(): void {
-    const w = this.#waiting.shift()!;
-    w.resolve({ batches: w.batches, errors: [] });
-  }
-
-  fail(): void {
-    this.#waiting.shift()!.reject(new Error('timeout'));
-  }
-}
-
-function stored(id: number, parent: number | null, tokens: number[]): TestEvent {
-  const hashes = Array.from({ length: tokens.length / BS }, (_, i) => BigInt(id * 100 + i));
-  return { type: 'stored', blockHashes: hashes, parent: parent === null ? null : BigInt(parent), tokens, blockSize: BS };
-}
-
-function setup(opts: { replay?: boolean; maxPending?: number; dpRank?: number; log?: Logger; clock?: ManualClock } = {}) {
-  const engine = new FakeEngine();
-  const counters = new KvEventCounters();
-  const clock = opts.clock ?? new ManualClock();
-  const liveness = new EventLiveness({ clock, staleAfterMs: 1000 });
-  const applier = new KvEventApplier({ blockSize: BS });
-  const dpRank = opts.dpRank ?? 0;
-  liveness.register(7, dpRank);
-  const stream = new KvEventStream({ workerId: 7, dpRank }, ingestContext({ applier, hooks: counters, liveness, clock, log: opts.log }),
-    opts.replay === false ? undefined : engine, { maxPendingBatches: opts.maxPending });
-  const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);
-  const depth = (tokens: number[]): number => {
-    const ix = applier.indexes.device;
-    const m = ix.findMatches(blockHashes(tokens, BS));
-    const slot = ix.findSlot(7, dpRank);
-    for (let i = 0; i < m.count; i++) if (m.slots[i] === slot) return m.depths[i]!;
-    return 0;
-  };
-  return { engine, counters, liveness, applier, stream, deliver, depth, clock };
-}
-
-const A = [1, 2, 3, 4];
-const B = [5, 6, 7, 8];
-const C = [9, 10, 11, 12];
-const D = [13, 14, 15, 16];
+import { KvEventApplier, KvEventStream, SequenceCursor, encodeSeq, ingestContext } from '../../src/events/index.js';
+import { encodeBatch } from '../helpers/zmq-publisher.js';
+import { A, B, BS, C, D, FakeEngine, setup, stored } from './stream-fixture.js';
 
 describe('SequenceCursor', () => {
   it('classifies initial, contiguous, stale and gap', () => {

@@ -93,7 +93,7 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     expect(s.gaps).toBe(1);
     expect(s.replays.recovered).toBe(1);
     expect(s.replayedBatches).toBe(3);
-    expect(s.resets).toEqual({ restart: 0, gap_without_replay: 0, replay_failed: 0, replay_incomplete: 0 });
+    expect(s.resets).toEqual({ restart: 0, gap_without_replay: 0, replay_failed: 0, replay_incomplete: 0, inconsistent: 0 });
   });
 
   it('a router joining late restores from the replay buffer', async () => {

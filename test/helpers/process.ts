@@ -40,7 +40,7 @@ export async function stop(p: Proc | undefined): Promise<void> {
   await exited;
 }
 
-export function json(line: string): Record<string, unknown> | undefined {
+function json(line: string): Record<string, unknown> | undefined {
   try {
     const v: unknown = JSON.parse(line);
     return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;

@@ -142,6 +142,29 @@ describe('KV events on the wire (ZMQ PUB)', () => {
     expect((await stream.next()).seq).toBe(0n);
   });
 
+  // issue 13 must-show 5: the garbage flood fault the events tests drive through the admin endpoint.
+  it('floods garbage on demand: random seqs, AllBlocksCleared payloads, never in the replay buffer', async () => {
+    const m = await mocker({ kvEventsReplayPort: 0, seed: 5 });
+    const stream = await events(m);
+    await complete(m, [41, 42, 43, 44, 45]);
+    const real = m.stats().ranks[0]!.nextEventSeq!;
+    while ((await stream.next()).seq < BigInt(real - 1));
+    m.setFaults({ garbageEventFlood: 50 });
+    expect(m.faults.garbageEventFlood).toBe(0); // consumed: one flood per request
+    const seqs = new Set<bigint>();
+    for (let i = 0; i < 50; i++) {
+      const msg = await stream.next();
+      expect(msg.batch[1]).toEqual([{ type: 'AllBlocksCleared' }]);
+      seqs.add(msg.seq);
+    }
+    expect(seqs.size).toBe(50);
+    expect([...seqs].filter((q) => q > 1_000_000n).length).toBeGreaterThan(45);
+    await complete(m, [46, 47, 48, 49, 50]);
+    expect((await stream.next()).seq).toBe(BigInt(real)); // the real sequence goes on
+    const buffered = (await replay(m.replayEndpoints[0]!, 0n)).map((r) => r.seq);
+    expect(buffered.every((q) => q < BigInt(m.stats().ranks[0]!.nextEventSeq!))).toBe(true);
+  });
+
   it('AllBlocksCleared on /reset_prefix_cache', async () => {
     const m = await mocker({ kvEventsEncoding: 'array' });
     const stream = await events(m);

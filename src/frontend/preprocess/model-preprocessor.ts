@@ -12,6 +12,7 @@ import { KvgateError } from '../../errors/index.js';
 import { demoTokenizerFiles, fallbackTokenizer, loadTokenizer, type ChatMessage, type TextTokenizer } from '../../tokenizer/index.js';
 import { promptHashes } from '../../wasm/index.js';
 import type { PreprocessModelSpec, PreprocessResult, PreprocessTask } from './protocol.js';
+import { prefixOverLimit } from './prefix-probe.js';
 import { tokenFloorOf, type TokenFloor } from './prompt-floor.js';
 import { SegmentTokenizer, splitTokensOf } from './segment-tokenizer.js';
 
@@ -92,6 +93,8 @@ export class ModelPreprocessor {
       }
       this.#refuseCertainlyTooLong(text, task.maxPromptTokens);
       const t1 = performance.now();
+      const over = await prefixOverLimit(tok, text, task.maxPromptTokens, addSpecial);
+      if (over !== undefined) throw this.#tooLong(`more than ${over}`, over, task.maxPromptTokens);
       if (this.#segments !== undefined) {
         const enc = await this.#segments.encode(text, addSpecial);
         tokenIds = enc.ids;

@@ -6,12 +6,11 @@
  *
  * Runs the compiled CLI (bin/kvgate.js -> dist/), as `npm test` builds it first.
  */
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT, json, lineOf, start, stop, type Proc } from '../../helpers/process.js';
+import { describe, expect, it } from 'vitest';
 import { until } from '../../helpers/until.js';
+import { json, lineOf, start, startEngine, suiteProcesses } from './procs.js';
 
 const WORKER_ID = 7;
 const BLOCK = 16;
@@ -20,24 +19,11 @@ const BLOCK = 16;
 const WARN = 40;
 
 describe('kvgate serve logs KV-event stream problems', () => {
-  let dir: string;
-  let mocker: Proc | undefined;
-  let gateway: Proc | undefined;
-
-  beforeAll(() => {
-    if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
-    dir = mkdtempSync(join(tmpdir(), 'kvgate-serve-logs-'));
-  });
-
-  afterAll(async () => {
-    await Promise.all([stop(gateway), stop(mocker)]);
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const procs = suiteProcesses('kvgate-serve-logs-');
 
   it('a gap in an engine\'s event stream writes a warn line naming the worker', async () => {
-    mocker = start(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--speedup', '100', '--seed', '3']);
-    const engine = await lineOf(mocker, 'the mocker\'s ports', (o) => typeof o.url === 'string');
-    const config = join(dir, 'kvgate.json');
+    const engine = await startEngine(procs, ['--seed', '3']);
+    const config = join(procs.dir, 'kvgate.json');
     writeFileSync(config, JSON.stringify({
       listen: { host: '127.0.0.1', port: 0 },
       preprocess: { threads: 0 },
@@ -45,8 +31,8 @@ describe('kvgate serve logs KV-event stream problems', () => {
       // No replay endpoint: a gap cannot be repaired, so the slot is cleared and that is worth a warning.
       models: [{ name: engine.model, block_size: BLOCK, workers: [{ id: WORKER_ID, url: engine.url, kv_events: (engine.kv_events as string[])[0] }] }],
     }));
-    gateway = start(['serve', '--config', config]);
-    const started = await lineOf(gateway, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started');
+    procs.gateway = start(['serve', '--config', config]);
+    const started = await lineOf(procs.gateway, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started');
     const url = String(started.listen);
 
     let n = 0;
@@ -62,7 +48,7 @@ describe('kvgate serve logs KV-event stream problems', () => {
       await res.arrayBuffer();
     };
     const gapWarning = (): Record<string, unknown> | undefined =>
-      gateway!.lines.map(json).find((o) => o !== undefined && o.level === WARN && o.workerId === WORKER_ID && /gap/i.test(String(o.msg)));
+      procs.gateway!.lines.map(json).find((o) => o !== undefined && o.level === WARN && o.workerId === WORKER_ID && /gap/i.test(String(o.msg)));
 
     // The subscription may join late (ZMQ slow joiner), so repeat: a batch the gateway sees, one
     // dropped on the wire, and the next one reveals the gap.

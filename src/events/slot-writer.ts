@@ -1,0 +1,96 @@
+/**
+ * The write side of one slot's stream: decodes an accepted batch and applies
+ * its events to the index a slice at a time (a large batch may span several
+ * event-loop turns), clears the slot on a reset, and reports decode errors.
+ * The stream decides what is accepted; this only writes it.
+ */
+import type { WorkerRank } from '../common/index.js';
+import { decodeKvEventBatch } from './decode.js';
+import type { ApplyStatus, KvEventApplier } from './applier.js';
+import type { EventLiveness } from './liveness.js';
+import type { ThrottledLog } from './log.js';
+import type { IngestContext } from './options.js';
+import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
+import type { TurnBudget } from './turn-scheduler.js';
+import type { KvCacheEventType, KvEventBatch, KvEventDecodeError } from './types.js';
+
+/** Events applied per call to the applier: the granularity at which the turn's time is checked. */
+const APPLY_SLICE = 64;
+
+export class SlotWriter {
+  readonly #slot: WorkerRank;
+  readonly #applier: KvEventApplier;
+  readonly #hooks: KvEventHooks;
+  readonly #liveness: EventLiveness | undefined;
+  readonly #log: ThrottledLog;
+  readonly #onStatus: ((type: KvCacheEventType, status: ApplyStatus) => void) | undefined;
+  #current: { batch: KvEventBatch; origin: BatchOrigin; next: number; applied: number } | undefined;
+
+  constructor(slot: WorkerRank, ctx: IngestContext, log: ThrottledLog) {
+    this.#slot = slot;
+    this.#applier = ctx.applier;
+    this.#hooks = ctx.hooks;
+    this.#liveness = ctx.liveness;
+    this.#log = log;
+    const onApplied = this.#hooks.onApplied?.bind(this.#hooks);
+    this.#onStatus = onApplied === undefined ? undefined : (type, status) => onApplied(slot.workerId, slot.dpRank, type, status);
+  }
+
+  /** A batch is accepted and not yet fully applied. */
+  get busy(): boolean {
+    return this.#current !== undefined;
+  }
+
+  /** Decodes an accepted batch; its events are applied by `applySlice`. A batch that cannot be used is reported and skipped. */
+  accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin): void {
+    const r = decodeKvEventBatch(payload);
+    if (!r.ok) {
+      this.decodeError(r.error, seq);
+      return;
+    }
+    const batch = r.batch;
+    for (const e of batch.errors) this.decodeError(e, seq);
+    if (batch.dpRank !== null && batch.dpRank !== this.#slot.dpRank) {
+      this.decodeError({ kind: 'dp_rank_mismatch', message: `batch is for dp rank ${batch.dpRank}, subscription is for rank ${this.#slot.dpRank}` }, seq);
+      return;
+    }
+    this.#current = { batch, origin, next: 0, applied: 0 };
+  }
+
+  /** Applies the accepted batch's next events within `budget` (at least one). */
+  applySlice(budget: TurnBudget): void {
+    const cur = this.#current;
+    if (cur === undefined) return;
+    const { workerId, dpRank } = this.#slot;
+    const events = cur.batch.events;
+    const n = Math.min(events.length - cur.next, Math.max(1, budget.left), APPLY_SLICE);
+    if (n > 0) {
+      const slice = cur.next === 0 && n === events.length ? cur.batch : { ...cur.batch, events: events.slice(cur.next, cur.next + n) };
+      cur.next += n;
+      cur.applied += this.#applier.applyBatch(workerId, dpRank, slice, this.#onStatus);
+      budget.take(n);
+    }
+    if (cur.next < events.length) return;
+    this.#current = undefined;
+    if (cur.applied > 0 || (events.length === 0 && cur.batch.errors.length === 0)) this.#liveness?.noteEvent(workerId, dpRank);
+    if (cur.origin === 'replay') this.#hooks.onBatch?.(workerId, dpRank, 'replay');
+  }
+
+  /** Forgets the batch being applied (the slot is about to be cleared, or the stream closed). */
+  abandon(): void {
+    this.#current = undefined;
+  }
+
+  /** Drops every block of the slot, and says why. */
+  reset(reason: ResetReason): void {
+    const blocks = this.#applier.clearSlot(this.#slot.workerId, this.#slot.dpRank);
+    this.#hooks.onReset?.(this.#slot.workerId, this.#slot.dpRank, reason, blocks);
+  }
+
+  decodeError(error: KvEventDecodeError, seq: bigint | undefined): void {
+    this.#hooks.onDecodeError?.({ ...error, workerId: this.#slot.workerId, dpRank: this.#slot.dpRank, seq });
+    this.#log.warn(`decode:${error.kind}`, {
+      workerId: this.#slot.workerId, dpRank: this.#slot.dpRank, kind: error.kind, seq: seq === undefined ? undefined : String(seq), eventIndex: error.eventIndex,
+    }, `KV event dropped: ${error.message}`);
+  }
+}
