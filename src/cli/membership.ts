@@ -5,11 +5,11 @@
  * - join: the worker is registered unavailable, its engine pool opened, and
  *   a health probe (with the /v1/models check) runs at once; the registry's
  *   'added' then brings it into its model's pool, index and KV-event
- *   subscriptions. Until then it is `joining`.
+ *   subscriptions.
  * - leave: the worker is removed from the registry, so it takes no new
  *   request from this moment; its bookings, index entries and subscriptions
  *   go with the registry's 'removed'; its engine pool is closed gracefully,
- *   so the requests it is serving finish (`draining` until they have).
+ *   so the requests it is serving finish.
  *   The prober forgets it, so a worker that flaps leaks nothing.
  * Each join and leave is an info line and a count in
  * `kvgate_worker_membership_changes_total`.
@@ -18,11 +18,8 @@ import type { Logger } from 'pino';
 import type { HealthProber, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
 
-/** Where a worker came from. */
-export type WorkerSource = 'static' | 'file';
-
-/** A worker's state as the admin API shows it. */
-export type MemberState = 'joining' | 'ready' | 'draining';
+/** Where a worker came from: the config file (at start or on reload); each discovery source adds its name. */
+export type WorkerSource = 'static';
 
 /** Where joins and leaves are counted: the gateway's metrics fit this shape. */
 interface MembershipMetrics {
@@ -41,8 +38,6 @@ export class FleetMembers {
   readonly #prober: HealthProber;
   readonly #sinks = new Map<string, ModelSink>();
   readonly #sources = new Map<number, WorkerSource>();
-  /** Workers that left, by id, until their engine pool has drained; with the time each left. */
-  readonly #draining = new Map<number, { worker: WorkerInfo; since: number }>();
 
   constructor(registry: WorkerRegistry, engine: EngineClient, prober: HealthProber) {
     this.#registry = registry;
@@ -82,27 +77,8 @@ export class FleetMembers {
     this.#sources.delete(id);
     this.#note(w, source, 'left', `worker ${w.id} leaves model ${w.model} (${source}): no new requests; in-flight requests finish`);
     // Another registered worker may share the engine (dp ranks split across ids): its pool stays.
-    if (this.#registry.all().some((o) => o.url === w.url)) return;
-    const entry = { worker: w, since: Date.now() };
-    this.#draining.set(id, entry);
-    void this.#engine.removeWorker(w.url).finally(() => {
-      if (this.#draining.get(id) === entry) this.#draining.delete(id);
-    });
-  }
-
-  /** The source of a registered worker. */
-  sourceOf(id: number): WorkerSource | undefined {
-    return this.#sources.get(id);
-  }
-
-  /** Workers of `model` that left and are still finishing requests. */
-  draining(model: string): WorkerInfo[] {
-    return [...this.#draining.values()].filter((d) => d.worker.model === model).map((d) => d.worker);
-  }
-
-  /** A registered worker's state: ready while routable, joining before. */
-  stateOf(id: number): MemberState {
-    return this.#registry.isAvailable(id) ? 'ready' : 'joining';
+    // Closing is graceful: the pool's running requests finish first.
+    if (!this.#registry.all().some((o) => o.url === w.url)) void this.#engine.removeWorker(w.url);
   }
 
   #note(w: WorkerInfo, source: WorkerSource, change: 'joined' | 'left', msg: string): void {

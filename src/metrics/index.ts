@@ -143,7 +143,7 @@ export class KvgateMetrics {
     // ---- health probing
     this.healthTransitions = new Counter({ name: 'kvgate_worker_health_transitions_total', help: 'Health probing outcomes per worker: ejected (marked down), kept (failing, but the model\'s ejection limit is reached: still routed), readmitted.', labelNames: ['model', 'worker_id', 'transition'], registers });
     // ---- fleet membership and hot reconfiguration
-    this.workerMembership = new Counter({ name: 'kvgate_worker_membership_changes_total', help: 'Workers joining (change=joined) and leaving (change=left) a model at runtime, by the source that reported them (static, file, etcd, kubernetes).', labelNames: ['model', 'source', 'change'], registers });
+    this.workerMembership = new Counter({ name: 'kvgate_worker_membership_changes_total', help: 'Workers joining (change=joined) and leaving (change=left) a model at runtime, by the source that reported them (static: the config file, on reload).', labelNames: ['model', 'source', 'change'], registers });
     this.configReloads = new Counter({ name: 'kvgate_config_reloads_total', help: 'Configuration reloads (trigger=sighup or admin) by outcome: applied, unchanged, rejected (invalid or needing a restart: nothing changed).', labelNames: ['trigger', 'outcome'], registers });
     // ---- sticky sessions
     this.sessions = new Gauge({ name: 'kvgate_router_sessions', help: 'Sticky session bindings held.', labelNames: MW, registers });
