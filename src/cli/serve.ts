@@ -9,7 +9,7 @@
  * with KV-aware routing; it prints a curl command to try.
  */
 import { pino, type Logger } from 'pino';
-import { loadGatewayConfig, parseServeFlags, serveUsage, type GatewayConfig } from '../config/index.js';
+import { loadGatewayConfig, parseServeFlags, serveUsage, type ConfigChange, type GatewayConfig, type ModelConfig } from '../config/index.js';
 import { HealthProber, WorkerRegistry, type ModelCheck, type WorkerInfo } from '../discovery/index.js';
 import { EngineClient } from '../engines/index.js';
 import { isKvgateError } from '../errors/index.js';
@@ -17,6 +17,8 @@ import { startGateway, type Gateway, type RouterPortDeps, type RouterPortFactory
 import { startMocker, type MockerHandle } from '../mocker/index.js';
 import { seededRng } from '../common/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
+import { FleetMembers } from './membership.js';
+import { ConfigReloader, type ReloadTrigger } from './reload.js';
 
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
@@ -34,6 +36,12 @@ const DEMO_MESSAGES = '[{"role": "system", "content": "You are a concise assista
 export interface RouterFleet {
   createRouter: RouterPortFactory;
   close(): Promise<void>;
+  /** Runtime membership and knobs, when the fleet takes them (hot reconfiguration, discovery). */
+  readonly live?: {
+    readonly members: FleetMembers;
+    /** The router knobs of one model, for the requests routed from now on. */
+    reconfigureRouter(model: ModelConfig): void;
+  } | undefined;
 }
 
 type ModelCheckSink = (w: WorkerInfo, check: ModelCheck) => void;
@@ -65,12 +73,7 @@ function modelCheckSink(deps: RouterPortDeps): ModelCheckSink {
 function fleetRouters(config: GatewayConfig): RouterFleet {
   const registry = new WorkerRegistry();
   const engine = new EngineClient({ headersTimeoutMs: config.limits.requestTimeoutMs, bodyTimeoutMs: config.limits.requestTimeoutMs });
-  for (const m of config.models) {
-    for (const w of m.workers) {
-      registry.add(w);
-      engine.addWorker(w.url);
-    }
-  }
+  const routers = new Map<string, ModelRouter>();
   // Model-check outcomes go to the model's logger and metrics, which arrive with its router;
   // outcomes of the first round that come earlier wait for them.
   const sinks = new Map<string, ModelCheckSink>();
@@ -83,6 +86,14 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       else early.set(w.id, [w, check]);
     },
   });
+  const members = new FleetMembers(registry, engine, prober);
+  for (const m of config.models) {
+    for (const w of m.workers) {
+      registry.add(w);
+      engine.addWorker(w.url);
+      members.started(w);
+    }
+  }
   // The first round runs when the first router is built: after the gateway's start-up work (tokenizers),
   // which would otherwise hold the event loop past the probes' timeout.
   let firstRound: Promise<void> | undefined;
@@ -92,6 +103,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
     createRouter: async (model, deps) => {
       // The prober reports this model's worker transitions (ejected, kept, readmitted) to its logger and metrics.
       prober.watch(model.name, deps.logger, deps.metrics);
+      members.watch(model.name, deps.logger, deps.metrics);
       const sink = modelCheckSink(deps);
       sinks.set(model.name, sink);
       if (firstRound === undefined) {
@@ -104,14 +116,17 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
         early.delete(id);
         sink(w, check);
       }
-      return new ModelRouter({
+      const router = new ModelRouter({
         model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
         routerConfig: model.router, registry, engine, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
         legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
         sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
         kvEvents: config.kvEvents,
       }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
+      routers.set(model.name, router);
+      return router;
     },
+    live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router) },
     async close(): Promise<void> {
       prober.close();
       await engine.close();
@@ -135,6 +150,8 @@ export interface ServeHandle {
   readonly gateway: Gateway;
   /** The embedded demo's engines (empty when models are configured). */
   readonly mockers: readonly MockerHandle[];
+  /** Re-reads the config file (SIGHUP, POST /admin/reload); undefined without one. See reload.ts. */
+  readonly reload: ((trigger: ReloadTrigger) => Promise<ConfigChange[]>) | undefined;
   /** Drains the gateway, then stops the demo engines. Idempotent. */
   stop(): Promise<void>;
 }
@@ -213,18 +230,29 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'kvgate' } });
   let gateway: Gateway;
   const fleet = (opts.routers ?? fleetRouters)(config);
+  // Hot reconfiguration re-reads the config file (with the same flags); the demo and flags alone have none.
+  let reloader: ConfigReloader | undefined;
+  const reloadable = fleet.live !== undefined && flags.configFile !== undefined && !demo;
   try {
-    gateway = await startGateway({ config, createRouter: fleet.createRouter, logger });
+    gateway = await startGateway({ config, createRouter: fleet.createRouter, logger, reload: reloadable ? () => reloader!.reload('admin') : undefined });
   } catch (err) {
     await fleet.close().catch(() => undefined);
     await Promise.allSettled(mockers.map((m) => m.close()));
     throw err;
   }
+  if (reloadable) {
+    reloader = new ConfigReloader(config, {
+      load: () => loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env, consequence: 'the running configuration is unchanged' }),
+      server: gateway.server, ...fleet.live!, logger, metrics: gateway.server.metrics,
+    });
+  }
   (opts.out ?? process.stderr).write(banner(config, gateway, demo));
   let stopping: Promise<void> | undefined;
+  const r = reloader;
   return {
     gateway,
     mockers,
+    reload: r === undefined ? undefined : (trigger) => r.reload(trigger),
     stop(): Promise<void> {
       stopping ??= (async () => {
         await gateway.close();
@@ -262,8 +290,19 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
   }
   if (handle === undefined) return 0;
   const h = handle;
+  // SIGHUP reloads the config file; the outcome (applied, or rejected with every problem) is in the log.
+  const onHangup = (): void => {
+    if (h.reload === undefined) h.gateway.logger.warn('SIGHUP: kvgate serve was started without a config file (-c FILE); there is nothing to reload');
+    else {
+      h.reload('sighup').catch((err: unknown) => {
+        if (!isKvgateError(err, 'KVG_ERR_RELOAD_REJECTED')) h.gateway.logger.error({ err }, 'configuration reload failed');
+      });
+    }
+  };
+  process.on('SIGHUP', onHangup);
   await new Promise<void>((resolve) => {
     const onSignal = (signal: NodeJS.Signals): void => {
+      process.off('SIGHUP', onHangup);
       h.gateway.logger.info({ signal, inflight: h.gateway.server.inflight }, 'shutting down: draining in-flight requests');
       process.once(signal, () => process.exit(130));
       void h.stop().then(resolve, (err: unknown) => {

@@ -3,3 +3,6 @@ export { loadGatewayConfig } from './load.js';
 export { parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
 export type { ConfigProblem } from './reader.js';
 export type { GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource } from './types.js';
+export { configProblemsError } from './load.js';
+export { configChanges, reloadProblems, workerDiff } from './reload.js';
+export type { ConfigChange } from './reload.js';

@@ -21,6 +21,8 @@ export interface LoadOptions {
   /** Merged under the file's top-level keys that the file does not set (the embedded demo's models). */
   base?: Readonly<Record<string, unknown>> | undefined;
   env?: Readonly<Record<string, string | undefined>>;
+  /** What follows from a problem, ending the error's first line (default: kvgate will not start). */
+  consequence?: string | undefined;
 }
 
 interface ParsedFile {
@@ -29,43 +31,44 @@ interface ParsedFile {
   lines: LineCounter;
 }
 
-function problemError(problems: readonly ConfigProblem[]): KvgateError {
+/** One KVG_ERR_INVALID_CONFIG listing every problem (`detail.problems`), each with its source and field path. */
+export function configProblemsError(problems: readonly ConfigProblem[], consequence = 'kvgate will not start'): KvgateError {
   const lines = problems.map((p) => `  ${p.source}${p.position !== undefined ? `:${p.position}` : ''}: ${p.path}: ${p.reason}`);
   const n = problems.length;
   return new KvgateError('KVG_ERR_INVALID_CONFIG',
-    `invalid configuration (${n} problem${n === 1 ? '' : 's'}); kvgate will not start:\n${lines.join('\n')}`,
+    `invalid configuration (${n} problem${n === 1 ? '' : 's'}); ${consequence}:\n${lines.join('\n')}`,
     { problems: problems.map((p) => ({ ...p })) });
 }
 
-function readConfigFile(path: string): ParsedFile {
+function readConfigFile(path: string, consequence: string | undefined): ParsedFile {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     const why = code === 'ENOENT' ? 'file not found' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : (err as Error).message;
-    throw problemError([{ source: path, path: '(file)', reason: `cannot read config: ${why}` }]);
+    throw configProblemsError([{ source: path, path: '(file)', reason: `cannot read config: ${why}` }], consequence);
   }
   const lines = new LineCounter();
   if (path.endsWith('.json')) {
     try {
       JSON.parse(text);
     } catch (err) {
-      throw problemError([{ source: path, path: '(file)', reason: `not valid JSON: ${(err as Error).message}` }]);
+      throw configProblemsError([{ source: path, path: '(file)', reason: `not valid JSON: ${(err as Error).message}` }], consequence);
     }
   }
   const doc = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false });
   if (doc.errors.length > 0) {
-    throw problemError(doc.errors.map((e) => {
+    throw configProblemsError(doc.errors.map((e) => {
       const at = lines.linePos(e.pos[0]);
       return { source: path, path: '(file)', reason: `not valid YAML: ${e.message.split('\n')[0]}`, position: `${at.line}:${at.col}` };
-    }));
+    }), consequence);
   }
   let data: unknown;
   try {
     data = doc.toJS({ maxAliasCount: 100 });
   } catch (err) {
-    throw problemError([{ source: path, path: '(file)', reason: `not valid YAML: ${(err as Error).message}` }]);
+    throw configProblemsError([{ source: path, path: '(file)', reason: `not valid YAML: ${(err as Error).message}` }], consequence);
   }
   return { data: data ?? {}, doc, lines };
 }
@@ -136,7 +139,7 @@ function startsWith(path: FieldPath, prefix: FieldPath): boolean {
  */
 export function loadGatewayConfig(opts: LoadOptions = {}): GatewayConfig {
   const file = opts.file !== undefined ? resolvePath(opts.file) : undefined;
-  const parsed = file !== undefined ? readConfigFile(file) : undefined;
+  const parsed = file !== undefined ? readConfigFile(file, opts.consequence) : undefined;
   const doc: Record<string, unknown> = isPlainObject(parsed?.data) ? structuredClone(parsed.data) : {};
   const problems: ConfigProblem[] = [];
   if (parsed !== undefined && !isPlainObject(parsed.data)) {
@@ -173,6 +176,6 @@ export function loadGatewayConfig(opts: LoadOptions = {}): GatewayConfig {
     if (!seen.has(key)) problems.push(p);
     seen.add(key);
   }
-  if (problems.length > 0) throw problemError(problems);
+  if (problems.length > 0) throw configProblemsError(problems, opts.consequence);
   return result.config;
 }

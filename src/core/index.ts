@@ -15,7 +15,7 @@ export { ApproximateIndex } from './approximate.js';
 export type { ApproximateIndexOptions } from './approximate.js';
 export { RoutingDecision } from './decision.js';
 export type { DecisionTiming, CandidateBreakdown } from './decision.js';
-export { KvScheduler } from './scheduler/kv-scheduler.js';
+export { KvScheduler, STRUCTURAL_ROUTER_KNOBS } from './scheduler/kv-scheduler.js';
 export { rejectionError } from './scheduler/types.js';
 export type {
   WorkerCapacity, WorkerSummary, WorkerLoad, SchedulingRequest, Rejection, AdmissionResult, QueueTicket,

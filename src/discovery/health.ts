@@ -117,6 +117,13 @@ export class HealthProber {
     await Promise.all(this.#registry.all().map((w) => this.probe(w.id)));
   }
 
+  /** A worker left the registry: drop what the prober kept about it (a flapping worker leaks nothing). */
+  forget(workerId: number): void {
+    this.#failures.delete(workerId);
+    this.#standing.delete(workerId);
+    this.#checks.delete(workerId);
+  }
+
   /** The dispatch path saw a connection failure: count it and probe now. */
   reportFailure(workerId: number): void {
     void this.probe(workerId);
@@ -134,7 +141,8 @@ export class HealthProber {
       this.#inFlight.delete(workerId);
     }
     if (ok && (await this.#modelMismatch(w))) ok = false;
-    if (this.#closed) return ok;
+    // A worker that left (or was replaced) while its probe ran keeps no state here.
+    if (this.#closed || this.#registry.get(workerId) !== w) return ok;
     if (ok) this.#healthy(w);
     // Serving another model is not ill health: no threshold, no ejection limit, down until it serves ours.
     else if (this.#checks.get(w.id)?.check.kind === 'mismatch') this.#registry.markDown(w.id);
@@ -151,7 +159,7 @@ export class HealthProber {
       || now - last.at >= (this.#opts.modelsRefreshMs ?? 30_000);
     if (!due) return false;
     const check = await checkEngineModels(w, this.#timeoutMs);
-    if (this.#closed) return check.kind === 'mismatch';
+    if (this.#closed || this.#registry.get(w.id) !== w) return check.kind === 'mismatch';
     this.#checks.set(w.id, { check, at: now });
     if (check.kind === 'ok') this.#registry.setDiscoveredAdapters(w.id, check.adapters);
     if (last === undefined || JSON.stringify(last.check) !== JSON.stringify(check)) this.#opts.onModelCheck?.(w, check, last?.check);

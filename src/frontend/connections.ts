@@ -24,12 +24,13 @@ interface ConnState {
 }
 
 export class ClientConnections {
-  readonly #maxPendingPerClient: number;
+  /** Connections one address may hold without a complete request; a reload may change it. */
+  maxPendingPerClient: number;
   readonly #pendingByAddress = new Map<string, number>();
   readonly #conns = new Map<Socket, ConnState>();
 
   constructor(maxPendingPerClient: number) {
-    this.#maxPendingPerClient = maxPendingPerClient;
+    this.maxPendingPerClient = maxPendingPerClient;
   }
 
   /** A new connection (the server's 'connection' event). */
@@ -37,7 +38,7 @@ export class ClientConnections {
     const address = socket.remoteAddress ?? '';
     const state: ConnState = { address, pending: false, refused: false, active: 0, served: 0 };
     this.#conns.set(socket, state);
-    if ((this.#pendingByAddress.get(address) ?? 0) >= this.#maxPendingPerClient) state.refused = true;
+    if ((this.#pendingByAddress.get(address) ?? 0) >= this.maxPendingPerClient) state.refused = true;
     else this.#setPending(state, true);
     socket.once('close', () => {
       this.#setPending(state, false);

@@ -9,7 +9,7 @@ import type { GatewayConfig } from '../config/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { createPreprocessor, preprocessModelSpecs, type Preprocessor } from './preprocess/preprocessor.js';
 import type { ModelRouterPort, RouterPortFactory } from './router-port.js';
-import { GatewayServer, type GatewayAddresses } from './server.js';
+import { GatewayServer, type GatewayAddresses, type GatewayServerOptions } from './server.js';
 
 export interface GatewayOptions {
   config: GatewayConfig;
@@ -17,6 +17,8 @@ export interface GatewayOptions {
   /** The process's logger: the caller (the CLI) creates it; the gateway and every router write to it. */
   logger: Logger;
   metrics?: KvgateMetrics;
+  /** Serves `POST /admin/reload` with this (hot reconfiguration; see GatewayServerOptions.reload). */
+  reload?: GatewayServerOptions['reload'];
 }
 
 export interface Gateway {
@@ -65,7 +67,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   let server: GatewayServer | undefined;
   try {
     for (const model of config.models) routers.push(await opts.createRouter(model, { metrics, logger: logger.child({ model: model.name }) }));
-    server = new GatewayServer({ config, routers, preprocessor, logger, metrics });
+    server = new GatewayServer({ config, routers, preprocessor, logger, metrics, reload: opts.reload });
     const addresses = await server.listen();
     logger.info(startupSummary(config, addresses, preprocessor), 'kvgate gateway started');
     let closing: Promise<void> | undefined;

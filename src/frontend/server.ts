@@ -31,7 +31,7 @@ import { Server as NetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
-import { KvgateError, type KvgateErrorCode } from '../errors/index.js';
+import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
 import { modelsStatus, redactedConfig } from './admin-status.js';
@@ -45,6 +45,7 @@ import { PublicErrors } from './public-error.js';
 import { ConcurrencySlots } from './slots.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
 import { promptTask } from './prompt-task.js';
+import { BACKLOG_GRACE_MS, CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';
 import { pipeRouted, sendQueryAnswer, workerHeaders, type RequestContext } from './respond.js';
 import type { EndpointKind, ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
 import { validateBody } from './schemas.js';
@@ -58,6 +59,8 @@ export interface GatewayServerOptions {
   logger: Logger;
   /** Serves /metrics from its registry and counts HTTP outcomes. Default: a fresh KvgateMetrics. */
   metrics?: KvgateMetrics;
+  /** `POST /admin/reload` (admin enabled): re-reads the config; resolves to what changed, rejects with a KvgateError. */
+  reload?: (() => Promise<unknown>) | undefined;
 }
 
 export interface GatewayAddresses {
@@ -65,30 +68,9 @@ export interface GatewayAddresses {
   admin: { host: string; port: number } | undefined;
 }
 
-type Listener = 'public' | 'admin';
-
-/** How long a closing gateway keeps accepting (answering 503) so its listen backlog is answered, not reset. */
-const BACKLOG_GRACE_MS = 500;
-
-/** Answers after which the connection is closed: its request may not have been read to the end, or the client misbehaves. */
-const CLOSING_CODES = new Set<KvgateErrorCode>([
-  'KVG_ERR_BODY_TOO_LARGE', 'KVG_ERR_CLIENT_TIMEOUT', 'KVG_ERR_TOO_MANY_CONNECTIONS', 'KVG_ERR_UNSUPPORTED_ENCODING',
-]);
-/** `body`: the request body as text, for routes that read one (`limited`). */
-type Handler = (ctx: RequestContext, body: string) => Promise<void> | void;
-
-interface RouteSpec {
-  /** Label for metrics and logs. */
-  name: string;
-  methods: Partial<Record<string, Handler>>;
-  /** Needs an API key when keys are configured. */
-  auth: boolean;
-  /** Reads a body, then takes a concurrency slot (limit: max_concurrent_requests). */
-  limited: boolean;
-}
-
 export class GatewayServer {
-  readonly config: GatewayConfig;
+  /** The configuration in force (replaced whole by `reconfigure`). */
+  config: GatewayConfig;
   readonly logger: Logger;
   readonly metrics: KvgateMetrics;
   readonly #ports = new Map<string, ModelRouterPort>();
@@ -96,13 +78,14 @@ export class GatewayServer {
   /** Each model's port and config, by model name (the model lookup's view). */
   readonly #served = new Map<string, Omit<ModelTarget, 'loraName'>>();
   readonly #preprocessor: Preprocessor;
-  readonly #keys: ApiKeys;
+  #keys = new ApiKeys([]);
   readonly #public: Server;
   readonly #admin: Server | undefined;
   readonly #conns: ClientConnections;
-  readonly #publicErrors: PublicErrors;
+  #publicErrors = new PublicErrors([]);
   readonly #createdSec = Math.floor(Date.now() / 1000);
   readonly #slots: ConcurrencySlots;
+  readonly #reload: GatewayServerOptions['reload'];
   #draining = false;
   #closing: Promise<void> | undefined;
 
@@ -112,24 +95,18 @@ export class GatewayServer {
     this.logger = opts.logger;
     this.metrics = opts.metrics ?? new KvgateMetrics();
     this.#preprocessor = opts.preprocessor;
-    this.#keys = new ApiKeys(opts.config.apiKeys);
+    this.#reload = opts.reload;
     this.#slots = new ConcurrencySlots(opts.config.limits.maxConcurrentRequests, opts.config.limits.requestTimeoutMs, (n) => this.metrics.inflight.set(n));
     this.#conns = new ClientConnections(opts.config.limits.maxPendingConnectionsPerClient);
-    this.#publicErrors = new PublicErrors(opts.config.models);
-    for (const m of opts.config.models) this.#models.set(m.name, m);
     for (const port of opts.routers) {
-      const model = this.#models.get(port.model);
+      const model = opts.config.models.find((m) => m.name === port.model);
       if (model === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `a router was given for model ${port.model}, which is not configured`);
       if (port.blockSize !== model.blockSize) {
         throw new KvgateError('KVG_ERR_INVALID_CONFIG', `the router of model ${port.model} uses block size ${port.blockSize}, the config says ${model.blockSize}`);
       }
       this.#ports.set(port.model, port);
     }
-    for (const m of opts.config.models) {
-      const port = this.#ports.get(m.name);
-      if (port === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${m.name}`);
-      this.#served.set(m.name, { port, model: m });
-    }
+    this.reconfigure(opts.config);
     const adminSeparate = opts.config.admin.enabled && opts.config.admin.listen !== undefined;
     this.#public = this.#createServer('public', this.#routeTable(!adminSeparate && opts.config.admin.enabled, true));
     this.#admin = adminSeparate ? this.#createServer('admin', this.#routeTable(true, false)) : undefined;
@@ -187,9 +164,29 @@ export class GatewayServer {
       add('/admin/models', { methods: { GET: (c) => sendJson(c.res, 200, modelsStatus(this.config, this.#ports, {
         preprocess: { mode: this.#preprocessor.mode, threads: this.#preprocessor.threads }, inflight: this.#slots.size, draining: this.#draining,
       })) }, auth: true, limited: false });
+      const reload = this.#reload;
+      if (reload !== undefined) add('/admin/reload', { methods: { POST: async (c) => sendJson(c.res, 200, { status: 'reloaded', changes: await reload() }) }, auth: true, limited: false });
       if (canForceGc()) add('/admin/gc', { methods: { POST: (c) => sendJson(c.res, 200, gcAndMeasure()) }, auth: true, limited: false });
     }
     return t;
+  }
+
+  /**
+   * Takes a reloaded configuration for the requests that arrive from now on: API keys, limits, each
+   * model's config (the caller checked that only reloadable fields changed; the models are the same).
+   */
+  reconfigure(config: GatewayConfig): void {
+    this.config = config;
+    this.#keys = new ApiKeys(config.apiKeys);
+    this.#slots.max = config.limits.maxConcurrentRequests;
+    this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
+    this.#publicErrors = new PublicErrors(config.models);
+    for (const m of config.models) {
+      const port = this.#ports.get(m.name);
+      if (port === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${m.name}`);
+      this.#models.set(m.name, m);
+      this.#served.set(m.name, { port, model: m });
+    }
   }
 
   /** Starts listening; resolves with the bound addresses (port 0 becomes the OS-chosen port). */

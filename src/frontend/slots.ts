@@ -6,7 +6,8 @@
 import { KvgateError } from '../errors/index.js';
 
 export class ConcurrencySlots {
-  readonly #max: number;
+  /** Requests allowed in flight; a reload may change it (requests above a lowered limit finish). */
+  max: number;
   readonly #timeoutMs: number;
   readonly #onChange: (inflight: number) => void;
   /** Abort controllers of requests holding a slot, with their request-deadline timers. */
@@ -14,7 +15,7 @@ export class ConcurrencySlots {
   #idleWaiters: (() => void)[] = [];
 
   constructor(max: number, timeoutMs: number, onChange: (inflight: number) => void) {
-    this.#max = max;
+    this.max = max;
     this.#timeoutMs = timeoutMs;
     this.#onChange = onChange;
   }
@@ -28,8 +29,8 @@ export class ConcurrencySlots {
    * @throws KvgateError KVG_ERR_TOO_MANY_REQUESTS at the limit.
    */
   take(controller: AbortController): void {
-    if (this.#active.size >= this.#max) {
-      throw new KvgateError('KVG_ERR_TOO_MANY_REQUESTS', `${this.#max} requests are in flight, the limit; retry later`);
+    if (this.#active.size >= this.max) {
+      throw new KvgateError('KVG_ERR_TOO_MANY_REQUESTS', `${this.max} requests are in flight, the limit; retry later`);
     }
     const timer = setTimeout(() => controller.abort(new KvgateError('KVG_ERR_REQUEST_TIMEOUT',
       `the request did not complete within ${this.#timeoutMs} ms`)), this.#timeoutMs);

@@ -79,6 +79,8 @@ export class KvgateMetrics {
   readonly workerKvEventsLive: Gauge<'model' | 'worker_id' | 'worker_type'>;
   readonly workerServedModelMismatch: Gauge<'model' | 'worker_id'>;
   readonly healthTransitions: Counter<'model' | 'worker_id' | 'transition'>;
+  readonly workerMembership: Counter<'model' | 'source' | 'change'>;
+  readonly configReloads: Counter<'trigger' | 'outcome'>;
 
   // Queue and backpressure.
   readonly queuePendingRequests: Gauge<'model' | 'worker_type'>;
@@ -148,6 +150,9 @@ export class KvgateMetrics {
     this.workerServedModelMismatch = new Gauge({ name: 'kvgate_worker_served_model_mismatch', help: '1 while the worker\'s engine does not list the model\'s served_model_name in its /v1/models (the worker is not routed to); 0 once it does.', labelNames: ['model', 'worker_id'], registers });
     // ---- health probing
     this.healthTransitions = new Counter({ name: 'kvgate_worker_health_transitions_total', help: 'Health probing outcomes per worker: ejected (marked down), kept (failing, but the model\'s ejection limit is reached: still routed), readmitted.', labelNames: ['model', 'worker_id', 'transition'], registers });
+    // ---- fleet membership and hot reconfiguration
+    this.workerMembership = new Counter({ name: 'kvgate_worker_membership_changes_total', help: 'Workers joining (change=joined) and leaving (change=left) a model at runtime, by the source that reported them (static: the config file, on reload).', labelNames: ['model', 'source', 'change'], registers });
+    this.configReloads = new Counter({ name: 'kvgate_config_reloads_total', help: 'Configuration reloads (trigger=sighup or admin) by outcome: applied, unchanged, rejected (invalid or needing a restart: nothing changed).', labelNames: ['trigger', 'outcome'], registers });
     // ---- sticky sessions
     this.sessions = new Gauge({ name: 'kvgate_router_sessions', help: 'Sticky session bindings held.', labelNames: MW, registers });
     this.sessionLimits = new Counter({ name: 'kvgate_router_session_limits_total', help: 'Sticky session limits applied: limit=timeout (a requested timeout clamped to the maximum) or capacity (the least recently used binding dropped).', labelNames: ['model', 'worker_type', 'limit'], registers });

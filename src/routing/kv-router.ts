@@ -103,6 +103,14 @@ export class KvRouter {
   }
 
   /**
+   * New knobs for the requests routed from now on; bookkeeping and index stay (see `KvScheduler.reconfigure`).
+   * @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid knobs or a changed structural knob.
+   */
+  reconfigure(config: KvRouterOptions | KvRouterConfig): void {
+    this.#scheduler.reconfigure(config);
+  }
+
+  /**
    * Chooses the (worker, dp_rank) for a request now, without queueing.
    * `mode: 'book'` (default) books it in the load bookkeeping; `'query'`
    * (Dynamo's query-only) changes nothing.

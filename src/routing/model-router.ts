@@ -84,7 +84,7 @@ export class ModelRouter implements ModelRouterPort {
   readonly prefill: PrefillRouter;
   /** Sticky sessions of aggregated requests: session id -> decode worker (x-session-id / nvext.session_control). */
   readonly sessions: StickySessions;
-  readonly #opts: ModelRouterOptions;
+  #opts: ModelRouterOptions;
   readonly #ctx: RouterContext;
   #prefillPool: Pool | undefined;
   readonly #registry: WorkerRegistry;
@@ -210,6 +210,26 @@ export class ModelRouter implements ModelRouterPort {
     }
     this.decode.removeWorker(w.id);
     void this.events?.remove(w.id);
+  }
+
+  /**
+   * New router knobs (a configuration reload) for the requests routed from now on, in both pools;
+   * in-flight requests, bookkeeping and indexes stay. A prefill pool built later takes them too.
+   * @throws KvgateError KVG_ERR_INVALID_CONFIG (invalid knob, or a structural one changed), before anything changed.
+   */
+  reconfigure(routerConfig: KvRouterOptions): void {
+    const prefillKv = this.#prefillPool?.push.kvRouter;
+    const decodeKv = this.decode.kvRouter;
+    if (decodeKv === undefined) return;
+    const before = decodeKv.config;
+    decodeKv.reconfigure(routerConfig);
+    try {
+      prefillKv?.reconfigure(prefillPoolConfig(routerConfig));
+    } catch (err) {
+      decodeKv.reconfigure(before);
+      throw err;
+    }
+    this.#opts = { ...this.#opts, routerConfig };
   }
 
   /** Periodic work: bookkeeping expiry, approximate TTLs, queue drain, liveness gauges. */

@@ -12,12 +12,13 @@ import type { SlotTable } from './slots.js';
 import { invalidArg, workerNotFound, type SchedulingRequest } from './types.js';
 
 export class SlotFilter {
-  readonly #config: KvRouterConfig;
+  readonly #knobs: () => KvRouterConfig;
   readonly #table: SlotTable;
   readonly #active: ActiveSequences;
 
-  constructor(config: KvRouterConfig, table: SlotTable, active: ActiveSequences) {
-    this.#config = config;
+  /** `knobs`: the scheduler's knobs in force (they may be replaced at runtime). */
+  constructor(knobs: () => KvRouterConfig, table: SlotTable, active: ActiveSequences) {
+    this.#knobs = knobs;
     this.#table = table;
     this.#active = active;
   }
@@ -72,7 +73,7 @@ export class SlotFilter {
    * header, a session) has decided, so the pin is booked and dispatched even on a busy worker.
    */
   dropOverloaded(n: number, req: SchedulingRequest): number {
-    const c = this.#config;
+    const c = this.#knobs();
     if (req.pinWorkerId !== undefined) return n;
     if (c.activeDecodeBlocksThreshold === null && c.activePrefillTokensThreshold === null && c.activePrefillTokensThresholdFrac === null) return n;
     const elig = this.#table.scratch.eligible;
@@ -86,7 +87,7 @@ export class SlotFilter {
 
   /** True if slot `s` is over a busy threshold (decode blocks, prefill tokens, or prefill tokens as a fraction of the batch budget). */
   overloaded(s: number): boolean {
-    const c = this.#config;
+    const c = this.#knobs();
     const table = this.#table;
     const prefill = this.#active.activePrefillTokens[s]!;
     if (c.activeDecodeBlocksThreshold !== null && table.totalKv[s]! > 0) {
@@ -100,7 +101,7 @@ export class SlotFilter {
 
   /** True if some slot of `slots[0..n)` is neither prefill-busy nor overloaded. */
   anyRoom(slots: Int32Array, n: number): boolean {
-    const threshold = this.#config.routerQueueThreshold ?? Infinity;
+    const threshold = this.#knobs().routerQueueThreshold ?? Infinity;
     const prefill = this.#active.activePrefillTokens;
     const table = this.#table;
     for (let i = 0; i < n; i++) {

@@ -27,7 +27,8 @@ import { blockSize as checkBlockSize, systemClock, type Clock, type RouterConfig
 import { PrefixIndex, type PromptHashes } from '../../wasm/index.js';
 import { ActiveSequences, type ActiveRequestInfo, type SlotLoad } from '../active-sequences.js';
 import { ApproximateIndex } from '../approximate.js';
-import { resolveKvRouterConfig, type KvRouterConfig } from '../config.js';
+import { KvgateError } from '../../errors/index.js';
+import { resolveKvRouterConfig, type KvRouterConfig, type KvRouterOptions } from '../config.js';
 import type { RoutingDecision } from '../decision.js';
 import { Admission } from './admission.js';
 import { Booker } from './booking.js';
@@ -41,8 +42,11 @@ import {
   type KvSchedulerOptions, type ScheduleOutcome, type SchedulingRequest, type SelectionMode, type WorkerCapacity, type WorkerLoad, type WorkerSummary,
 } from './types.js';
 
+/** Knobs read when the scheduler is built (index TTLs, tracking mode): changing them means a new scheduler. */
+export const STRUCTURAL_ROUTER_KNOBS = ['useKvEvents', 'routerTtlSecs', 'routerPredictedTtlSecs', 'activeRequestExpirySecs'] as const;
+
 export class KvScheduler {
-  readonly config: KvRouterConfig;
+  #config: KvRouterConfig;
   readonly blockSize: number;
   readonly workerType: WorkerRole;
   /** The device-tier index (events index, or approximate index's backing index). */
@@ -65,7 +69,7 @@ export class KvScheduler {
   /** @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid config; KVG_ERR_INVALID_BLOCK_SIZE for a bad block size. */
   constructor(opts: KvSchedulerOptions) {
     this.blockSize = checkBlockSize(opts.blockSize);
-    const config = this.config = resolveKvRouterConfig(opts.config ?? {});
+    const config = this.#config = resolveKvRouterConfig(opts.config ?? {});
     this.workerType = opts.workerType ?? 'aggregated';
     const clock = this.#clock = opts.clock ?? systemClock;
     const rng = opts.rng ?? Math.random;
@@ -81,12 +85,36 @@ export class KvScheduler {
     const startedAt = clock.now();
 
     const table = this.#table = new SlotTable(this.index, active, this.predicted);
-    const filter = this.#filter = new SlotFilter(config, table, active);
+    const filter = this.#filter = new SlotFilter(() => this.#config, table, active);
     const { index, approximate, predicted, fallback, blockSize } = this;
     const matcher = new OverlapMatcher(table, active, { index, predicted, fallback, eventFallback, tiers }, blockSize);
     const booker = this.#booker = new Booker(table, active, { approximate, predicted, fallback, eventFallback }, blockSize);
-    const selector = this.#selector = new SlotSelector({ config, role: this.workerType, blockSize, table, active, matcher, booker, clock, rng });
-    this.#admission = new Admission({ config, table, active, filter, matcher, selector, clock, startedAt });
+    // The parts read the knobs through a getter, so `reconfigure` reaches them all at once.
+    const knobs = (): KvRouterConfig => this.#config;
+    const selector = this.#selector = new SlotSelector({ get config() { return knobs(); }, role: this.workerType, blockSize, table, active, matcher, booker, clock, rng });
+    this.#admission = new Admission({ get config() { return knobs(); }, table, active, filter, matcher, selector, clock, startedAt });
+  }
+
+  /** The router knobs in force. */
+  get config(): KvRouterConfig {
+    return this.#config;
+  }
+
+  /**
+   * Replaces the knobs for the requests scheduled from now on (bookkeeping, queue and indexes stay).
+   * The structural knobs (`STRUCTURAL_ROUTER_KNOBS`) must keep their values. Drains the queue, which
+   * new thresholds may release.
+   * @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid knobs or a changed structural knob (the field is named).
+   */
+  reconfigure(next: KvRouterOptions | KvRouterConfig): void {
+    const config = resolveKvRouterConfig(next);
+    for (const k of STRUCTURAL_ROUTER_KNOBS) {
+      if (config[k] !== this.#config[k]) {
+        throw new KvgateError('KVG_ERR_INVALID_CONFIG', `${k} cannot change on a running router (${String(this.#config[k])} -> ${String(config[k])})`, { field: k });
+      }
+    }
+    this.#config = config;
+    this.#admission.drain();
   }
 
   // ---------------------------------------------------------------- workers

@@ -1,0 +1,109 @@
+/**
+ * Hot reconfiguration of `kvgate serve -c FILE` (SIGHUP, `POST /admin/reload`).
+ * The file is read and validated as at start; a file that is invalid, or that
+ * changes a field read only at start, is rejected whole with every problem
+ * named (KVG_ERR_RELOAD_REJECTED) and the running configuration stays. A valid
+ * one is applied for the requests that arrive from now on: API keys and limits
+ * (the HTTP server), router knobs (each model's routers), workers (joins and
+ * leaves through `FleetMembers`). Requests in flight keep the worker, knobs
+ * and deadline they started with. Reloads run one at a time; each is logged
+ * with what changed and counted in `kvgate_config_reloads_total`.
+ */
+import type { Logger } from 'pino';
+import {
+  configChanges, configProblemsError, reloadProblems, workerDiff, type ConfigChange, type ConfigProblem, type GatewayConfig, type ModelConfig,
+} from '../config/index.js';
+import { KvgateError, isKvgateError } from '../errors/index.js';
+import type { FleetMembers } from './membership.js';
+
+/** What a reload changes. */
+export interface ReloadTargets {
+  /** Reads and validates the file (with the command's flags) as at start; its errors end "the running configuration is unchanged". */
+  readonly load: () => GatewayConfig;
+  readonly server: { reconfigure(config: GatewayConfig): void };
+  readonly members: FleetMembers;
+  /** The router knobs of one model, for the requests routed from now on. */
+  readonly reconfigureRouter: (model: ModelConfig) => void;
+  readonly logger: Logger;
+  /** The gateway's metrics (`kvgate_config_reloads_total`). */
+  readonly metrics: { readonly configReloads: { labels(l: { trigger: ReloadTrigger; outcome: 'applied' | 'unchanged' | 'rejected' }): { inc(): void } } };
+}
+
+export type ReloadTrigger = 'sighup' | 'admin';
+
+export class ConfigReloader {
+  #current: GatewayConfig;
+  readonly #t: ReloadTargets;
+  #queue: Promise<unknown> = Promise.resolve();
+
+  constructor(current: GatewayConfig, targets: ReloadTargets) {
+    this.#current = current;
+    this.#t = targets;
+  }
+
+  get current(): GatewayConfig {
+    return this.#current;
+  }
+
+  /**
+   * Reloads; resolves to what changed (empty: nothing did). One reload at a time.
+   * @throws KvgateError KVG_ERR_RELOAD_REJECTED listing every problem (`detail.problems`); nothing changed.
+   */
+  reload(trigger: ReloadTrigger): Promise<ConfigChange[]> {
+    const run = this.#queue.then(() => this.#reload(trigger));
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+
+  #reload(trigger: ReloadTrigger): ConfigChange[] {
+    const { logger, metrics } = this.#t;
+    const prev = this.#current;
+    let next: GatewayConfig;
+    try {
+      next = this.#t.load();
+      const problems = reloadProblems(prev, next);
+      if (problems.length > 0) throw configProblemsError(problems, 'the running configuration is unchanged');
+    } catch (err) {
+      if (!isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')) throw err;
+      const problems = (err.detail?.problems ?? []) as ConfigProblem[];
+      metrics.configReloads.labels({ trigger, outcome: 'rejected' }).inc();
+      logger.error({ trigger, problems }, `configuration reload rejected: ${err.message}`);
+      throw new KvgateError('KVG_ERR_RELOAD_REJECTED', err.message, { problems });
+    }
+    const changes = configChanges(prev, next);
+    if (changes.length === 0) {
+      metrics.configReloads.labels({ trigger, outcome: 'unchanged' }).inc();
+      logger.info({ trigger, file: next.file }, 'configuration reloaded: nothing changed');
+      return changes;
+    }
+    this.#apply(prev, next);
+    this.#current = next;
+    metrics.configReloads.labels({ trigger, outcome: 'applied' }).inc();
+    logger.info({ trigger, file: next.file, changes }, `configuration reloaded: ${changes.map((c) => c.path).join(', ')} changed`);
+    return changes;
+  }
+
+  /**
+   * Server settings first and router knobs (neither can fail on a validated config), then every leaving
+   * worker before any joining one (an id may move between models).
+   */
+  #apply(prev: GatewayConfig, next: GatewayConfig): void {
+    this.#t.server.reconfigure(next);
+    const diffs = next.models.map((m, i) => {
+      const before = prev.models[i]!;
+      if (JSON.stringify(before.router) !== JSON.stringify(m.router)) this.#t.reconfigureRouter(m);
+      return workerDiff(before.workers, m.workers);
+    });
+    for (const d of diffs) for (const w of d.removed) this.#t.members.leave(w.id);
+    for (const d of diffs) {
+      for (const w of d.added) {
+        try {
+          this.#t.members.join(w, 'static');
+        } catch (err) {
+          // Taken by a worker another source registered: the rest of the reload stands.
+          this.#t.logger.error({ workerId: w.id, url: w.url, err: (err as Error).message }, `worker ${w.id} could not join: ${(err as Error).message}`);
+        }
+      }
+    }
+  }
+}

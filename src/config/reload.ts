@@ -1,0 +1,107 @@
+/**
+ * Hot reconfiguration: what may change in a running gateway, and what a
+ * reload changed. A reloaded file goes through `loadGatewayConfig` like the
+ * first one; `reloadProblems` then refuses the fields that are read only at
+ * start (listeners, tokenizers, block sizes, modes, pools), each named with its
+ * file path, so a reload is applied whole or not at all. Reloadable: each
+ * model's workers and router knobs (not the structural ones), `limits` (but
+ * the header, request and session bounds), `auth`, `shutdown`.
+ */
+import { KV_ROUTER_CONFIG_FIELDS, STRUCTURAL_ROUTER_KNOBS, type KvRouterConfig } from '../core/index.js';
+import type { ConfigProblem } from './reader.js';
+import type { GatewayConfig, LimitsConfig, ModelConfig, WorkerConfig } from './types.js';
+
+const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
+
+/** Gateway-wide fields read only at start: their file path and value. */
+const RESTART_FIELDS: readonly [string, (c: GatewayConfig) => unknown][] = [
+  ['listen', (c) => c.listen],
+  ['admin', (c) => c.admin],
+  ['health', (c) => c.health],
+  ['preprocess', (c) => c.preprocess],
+  ['log.level', (c) => c.logLevel],
+  ['limits.header_timeout_ms', (c) => c.limits.headerTimeoutMs],
+  ['limits.request_timeout_ms', (c) => c.limits.requestTimeoutMs],
+  ['limits.max_session_timeout_s', (c) => c.limits.maxSessionTimeoutS],
+  ['limits.max_sessions', (c) => c.limits.maxSessions],
+  ['models', (c) => c.models.map((m) => m.name)],
+];
+
+/** A model's fields read only when its router is built. */
+const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
+  ['served_model_name', (m) => m.servedModelName],
+  ['router_mode', (m) => m.routerMode],
+  ['block_size', (m) => m.blockSize],
+  ['tokenizer', (m) => m.tokenizer],
+  ['enforce_disagg', (m) => m.enforceDisagg],
+  ['engine_timeouts', (m) => m.engineTimeouts],
+  ...STRUCTURAL_ROUTER_KNOBS.map((k): [string, (m: ModelConfig) => unknown] => [`router.${KV_ROUTER_CONFIG_FIELDS[k].dynamo}`, (m) => m.router[k]]),
+];
+
+/**
+ * The changes from `prev` to `next` that a running gateway cannot take (empty: the reload may be applied).
+ * `source` is the file the problems are reported against.
+ */
+export function reloadProblems(prev: GatewayConfig, next: GatewayConfig): ConfigProblem[] {
+  const source = next.file ?? 'flags';
+  const out: ConfigProblem[] = [];
+  const refuse = (path: string, from: unknown, to: unknown): void => {
+    out.push({ source, path, reason: `changed from ${JSON.stringify(from)} to ${JSON.stringify(to)}, which takes effect only when kvgate restarts; a reload cannot apply it` });
+  };
+  for (const [path, get] of RESTART_FIELDS) if (!same(get(prev), get(next))) refuse(path, get(prev), get(next));
+  if (out.some((p) => p.path === 'models')) return out;
+  next.models.forEach((m, i) => {
+    const before = prev.models[i]!;
+    for (const [field, get] of MODEL_RESTART_FIELDS) if (!same(get(before), get(m))) refuse(`models[${i}].${field}`, get(before), get(m));
+  });
+  return out;
+}
+
+/** One applied change, for the reload's log line. */
+export interface ConfigChange {
+  readonly path: string;
+  readonly from?: unknown;
+  readonly to?: unknown;
+}
+
+const LIMIT_FIELDS: readonly [string, keyof LimitsConfig][] = [
+  ['max_body_bytes', 'maxBodyBytes'], ['max_prompt_tokens', 'maxPromptTokens'], ['max_concurrent_requests', 'maxConcurrentRequests'],
+  ['body_timeout_ms', 'bodyTimeoutMs'], ['max_pending_connections_per_client', 'maxPendingConnectionsPerClient'],
+  ['retry_after_seconds', 'retryAfterSeconds'],
+];
+
+const workerLine = (w: WorkerConfig): string => `${w.id} ${w.role} ${w.url}`;
+
+/** What a (valid, reloadable) `next` changes from `prev`: every field, API keys counted, never shown. */
+export function configChanges(prev: GatewayConfig, next: GatewayConfig): ConfigChange[] {
+  const out: ConfigChange[] = [];
+  const note = (path: string, from: unknown, to: unknown): void => {
+    if (!same(from, to)) out.push({ path, from, to });
+  };
+  if (!same(prev.apiKeys, next.apiKeys)) out.push({ path: 'auth.api_keys', from: `${prev.apiKeys.length} key(s)`, to: `${next.apiKeys.length} key(s)` });
+  for (const [name, key] of LIMIT_FIELDS) note(`limits.${name}`, prev.limits[key], next.limits[key]);
+  note('shutdown.drain_timeout_ms', prev.drainTimeoutMs, next.drainTimeoutMs);
+  next.models.forEach((m, i) => {
+    const before = prev.models[i]!;
+    note(`models[${i}].max_prompt_tokens`, before.maxPromptTokens, m.maxPromptTokens);
+    for (const k of Object.keys(m.router) as (keyof KvRouterConfig)[]) {
+      note(`models[${i}].router.${KV_ROUTER_CONFIG_FIELDS[k].dynamo}`, before.router[k], m.router[k]);
+    }
+    const { removed, added } = workerDiff(before.workers, m.workers);
+    if (removed.length > 0) out.push({ path: `models[${i}].workers`, from: removed.map(workerLine) });
+    if (added.length > 0) out.push({ path: `models[${i}].workers`, to: added.map(workerLine) });
+  });
+  return out;
+}
+
+/**
+ * Workers that leave and join between two lists, by id: a worker whose id stays but whose settings
+ * changed (URL, role, endpoints) leaves and joins again.
+ */
+export function workerDiff(prev: readonly WorkerConfig[], next: readonly WorkerConfig[]): { removed: WorkerConfig[]; added: WorkerConfig[] } {
+  const before = new Map(prev.map((w) => [w.id, w]));
+  const after = new Map(next.map((w) => [w.id, w]));
+  const removed = prev.filter((w) => !same(w, after.get(w.id)));
+  const added = next.filter((w) => !same(w, before.get(w.id)));
+  return { removed, added };
+}

@@ -1,0 +1,135 @@
+/**
+ * Hot reconfiguration over real processes: `kvgate serve -c FILE` in front of
+ * two `kvgate mocker` engines, the file rewritten and the gateway sent SIGHUP
+ * (and `POST /admin/reload`).
+ *
+ * issue 16 must-show 4: a reload with a changed `router_temperature` and one
+ * worker removed applies both while a stream runs on the removed worker, and
+ * that stream completes; an invalid file changes nothing and the log names the
+ * field; a field that needs a restart is refused the same way; each reload is
+ * logged and counted.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startCli, startMockerCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+
+const MODEL = 'reload-model';
+const MESSAGES = [{ role: 'user', content: 'Write a long story about a lighthouse keeper who collects shells and names every one of them.' }];
+
+function configText(engines: readonly MockerLine[], opts: { temperature: number | string; blockSize?: number }): string {
+  return [
+    'listen: { port: 0 }',
+    'admin: { enabled: true }',
+    'preprocess: { threads: 0 }',
+    'models:',
+    `  - name: ${MODEL}`,
+    '    tokenizer: demo',
+    ...(opts.blockSize !== undefined ? [`    block_size: ${opts.blockSize}`] : []),
+    `    router: { router_temperature: ${opts.temperature} }`,
+    '    workers:',
+    ...engines.map((e, i) => `      - { id: ${i + 1}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`),
+    '',
+  ].join('\n');
+}
+
+describe('kvgate serve reloads its config file (SIGHUP, POST /admin/reload)', () => {
+  const procs: CliProcess[] = [];
+  let dir: string;
+  let file: string;
+  let url: string;
+  let gateway: CliProcess;
+  let engines: MockerLine[];
+
+  beforeAll(async () => {
+    const mocker = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo'], 2);
+    procs.push(mocker.proc);
+    engines = mocker.engines;
+    dir = mkdtempSync(join(tmpdir(), 'kvgate-reload-'));
+    file = join(dir, 'kvgate.yaml');
+    writeFileSync(file, configText(engines, { temperature: 0 }));
+    gateway = startCli(['serve', '-c', file]);
+    procs.push(gateway);
+    url = (await gateway.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening'))[1]!;
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.allSettled(procs.map((p) => p.stop()));
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const chat = (extra: Record<string, unknown>): Promise<Response> => fetch(`${url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: MESSAGES, ...extra }),
+  });
+  const routerConfig = async (): Promise<{ temperature: number; workers: number[] }> => {
+    const c = (await (await fetch(`${url}/admin/config`)).json()) as { models: { router: { routerTemperature: number }; workers: { id: number }[] }[] };
+    return { temperature: c.models[0]!.router.routerTemperature, workers: c.models[0]!.workers.map((w) => w.id) };
+  };
+  const count = (text: string, re: RegExp): number => text.split('\n').filter((l) => re.test(l)).length;
+
+  it('applies a new router_temperature and a removed worker without dropping the stream in flight on it', async () => {
+    const res = await chat({ stream: true, max_tokens: 150, nvext: { backend_instance_id: 2 } });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-kvgate-worker')).toBe('2');
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let streamed = (await reader.read()).value ?? '';
+    expect(streamed).toContain('data: ');
+
+    writeFileSync(file, configText(engines.slice(0, 1), { temperature: 0.7 }));
+    gateway.child.kill('SIGHUP');
+    await gateway.waitFor(/configuration reloaded: [^"]*router_temperature/, 'the reload log line');
+    expect(gateway.output()).toMatch(/worker 2 leaves model reload-model/);
+    expect(await routerConfig()).toEqual({ temperature: 0.7, workers: [1] });
+
+    // New requests go to the remaining worker only.
+    for (let i = 0; i < 4; i++) {
+      const r = await chat({ max_tokens: 2 });
+      expect(r.headers.get('x-kvgate-worker')).toBe('1');
+      await r.arrayBuffer();
+    }
+    // The stream that was running on worker 2 finishes normally.
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      streamed += value;
+    }
+    expect(streamed).toContain('data: [DONE]');
+    expect(streamed).not.toContain('"error"');
+  }, 60_000);
+
+  it('rejects an invalid file on SIGHUP: nothing changes and the log names the field', async () => {
+    writeFileSync(file, configText(engines, { temperature: -1 }));
+    gateway.child.kill('SIGHUP');
+    await gateway.waitFor(/configuration reload rejected[^\n]*models\[0\]\.router\.router_temperature/, 'the rejection naming the field');
+    expect(await routerConfig()).toEqual({ temperature: 0.7, workers: [1] });
+    const r = await chat({ max_tokens: 2 });
+    expect(r.status).toBe(200);
+    expect(r.headers.get('x-kvgate-worker')).toBe('1');
+    await r.arrayBuffer();
+  }, 30_000);
+
+  it('refuses on POST /admin/reload a change that needs a restart, naming the field, and counts every outcome', async () => {
+    writeFileSync(file, configText(engines, { temperature: 0.2, blockSize: 32 }));
+    const res = await fetch(`${url}/admin/reload`, { method: 'POST' });
+    expect(res.status).toBe(422);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe('KVG_ERR_RELOAD_REJECTED');
+    expect(body.error.message).toMatch(/models\[0\]\.block_size: changed from 16 to 32, which takes effect only when kvgate restarts/);
+    expect(await routerConfig()).toEqual({ temperature: 0.7, workers: [1] });
+
+    writeFileSync(file, configText(engines, { temperature: 0.7 }));
+    const ok = await fetch(`${url}/admin/reload`, { method: 'POST' });
+    expect(ok.status).toBe(200);
+    const applied = (await ok.json()) as { changes: { path: string; to?: string[] }[] };
+    expect(applied.changes).toEqual([{ path: 'models[0].workers', to: [`2 aggregated ${engines[1]!.url}`] }]);
+    expect(await routerConfig()).toEqual({ temperature: 0.7, workers: [1, 2] });
+
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toContain('kvgate_config_reloads_total{trigger="sighup",outcome="applied"} 1');
+    expect(metrics).toContain('kvgate_config_reloads_total{trigger="sighup",outcome="rejected"} 1');
+    expect(metrics).toContain('kvgate_config_reloads_total{trigger="admin",outcome="rejected"} 1');
+    expect(metrics).toContain('kvgate_worker_membership_changes_total{model="reload-model",source="static",change="left"} 1');
+    expect(count(gateway.output(), /configuration reload rejected/)).toBe(2);
+  }, 30_000);
+});
