@@ -34,6 +34,10 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   blockSize: 16,
   engine: 'vllm' as EngineDialect,
   sglangBootstrapPort: 8998,
+  replicaSubjectPrefix: 'kvgate.replicas',
+  replicaHeartbeatMs: 1000,
+  replicaPeerTimeoutMs: 5000,
+  replicaMaxQueuedOps: 65_536,
 });
 
 /** Preprocessing threads by default: one per spare core, at least 1, at most 4. */

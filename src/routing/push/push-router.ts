@@ -232,6 +232,11 @@ export class PushRouter implements PoolMembers {
     this.#publishLoad(sel.worker.id, sel.dpRank);
   }
 
+  /** Refreshes every worker rank's load gauges (load booked elsewhere, by replica peers, changes them too). */
+  publishLoads(): void {
+    for (const w of this.workers()) for (let r = w.dpStart; r < w.dpStart + w.dpSize; r++) this.#publishLoad(w.id, r);
+  }
+
   #publishLoad(workerId: number, dpRank: number): void {
     if (this.#pm !== undefined) this.#selector.publishLoad(this.#pm.worker(workerId, dpRank), workerId, dpRank);
   }
