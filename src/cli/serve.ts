@@ -19,6 +19,7 @@ import { seededRng } from '../common/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
 import { FleetMembers } from './membership.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
+import { NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
 
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
@@ -70,8 +71,21 @@ function modelCheckSink(deps: RouterPortDeps): ModelCheckSink {
  * shared by every model; a ModelRouter per model, built after the first probe round
  * so a worker whose engine serves another model is never routed to.
  */
+/** Replica sync over NATS when the config names servers; undefined for a lone router. */
+function replicaSync(config: GatewayConfig): ReplicaSync | undefined {
+  const r = config.replicas;
+  if (r.natsServers.length === 0) return undefined;
+  const sync = new ReplicaSync({
+    transport: new NatsTransport(r.natsServers, r.routerId ?? 'kvgate'), routerId: r.routerId, heartbeatMs: r.heartbeatMs,
+    peerTimeoutMs: r.peerTimeoutMs, maxQueuedOps: r.maxQueuedOps, subjectPrefix: r.subjectPrefix,
+  });
+  sync.start();
+  return sync;
+}
+
 function fleetRouters(config: GatewayConfig): RouterFleet {
   const registry = new WorkerRegistry();
+  const sync = replicaSync(config);
   const engine = new EngineClient({ headersTimeoutMs: config.limits.requestTimeoutMs, bodyTimeoutMs: config.limits.requestTimeoutMs });
   const routers = new Map<string, ModelRouter>();
   // Model-check outcomes go to the model's logger and metrics, which arrive with its router;
@@ -111,6 +125,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
         prober.start();
       }
       await firstRound;
+      sync?.bind(deps.logger, deps.metrics);
       for (const [id, [w, check]] of early) {
         if (w.model !== model.name) continue;
         early.delete(id);
@@ -122,6 +137,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
         legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
         sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
         kvEvents: config.kvEvents,
+        attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
       }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
       routers.set(model.name, router);
       return router;
@@ -129,6 +145,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
     live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router) },
     async close(): Promise<void> {
       prober.close();
+      await sync?.close();
       await engine.close();
     },
   };

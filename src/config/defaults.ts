@@ -45,6 +45,10 @@ export const GATEWAY_DEFAULTS = Object.freeze({
     inconsistentAfterMs: 5000,
     staleAfterMs: 30_000,
   }),
+  replicaSubjectPrefix: 'kvgate.replicas',
+  replicaHeartbeatMs: 1000,
+  replicaPeerTimeoutMs: 5000,
+  replicaMaxQueuedOps: 65_536,
 });
 
 /** Preprocessing threads by default: one per spare core, at least 1, at most 4. */

@@ -59,6 +59,8 @@ const FLAG_OPTIONS: Record<string, OptionSpec> = {
   engine: { type: 'string' },
   'enforce-disagg': { type: 'boolean' },
   set: { type: 'string', multiple: true },
+  'replica-sync-nats': { type: 'string', multiple: true },
+  'router-id': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 };
 
@@ -77,6 +79,7 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   'segment-cache-tokens': ['preprocess', 'segment_cache_tokens'],
   'segment-cache-bytes': ['preprocess', 'segment_cache_bytes'],
   'log-level': ['log', 'level'],
+  'router-id': ['replicas', 'router_id'],
   tokenizer: ['models', '*', 'tokenizer'],
   'router-mode': ['models', '*', 'router_mode'],
   'block-size': ['models', '*', 'block_size'],
@@ -212,7 +215,7 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
 
   for (const [name, path] of Object.entries(SCALAR_FLAGS)) {
     const value = v[name];
-    if (typeof value === 'string') overrides.push({ path, value: path.at(-1) === 'host' || name === 'tokenizer' ? value : scalar(value), flag: `--${name}` });
+    if (typeof value === 'string') overrides.push({ path, value: path.at(-1) === 'host' || name === 'tokenizer' || name === 'router-id' ? value : scalar(value), flag: `--${name}` });
   }
   if (v.admin === true) overrides.push({ path: ['admin', 'enabled'], value: true, flag: '--admin' });
   if (typeof v['admin-port'] === 'string') {
@@ -220,6 +223,10 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
     overrides.push({ path: ['admin', 'port'], value: scalar(v['admin-port']), flag: '--admin-port' });
   }
   if (Array.isArray(v['api-key'])) overrides.push({ path: ['auth', 'api_keys'], value: v['api-key'], flag: '--api-key' });
+  if (Array.isArray(v['replica-sync-nats'])) {
+    const servers = v['replica-sync-nats'].flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== '');
+    overrides.push({ path: ['replicas', 'nats', 'servers'], value: servers, flag: '--replica-sync-nats' });
+  }
   if (v['enforce-disagg'] === true) overrides.push({ path: ['models', '*', 'enforce_disagg'], value: true, flag: '--enforce-disagg' });
 
   const routerGiven: Record<string, string | boolean> = {};
@@ -287,6 +294,8 @@ model configured, starts the embedded demo (simulated engines in-process).
       --segment-cache-tokens N per-thread segment cache size in token ids (0 = off)
       --segment-cache-bytes N  per-thread segment cache size in retained bytes (0 = off)
       --log-level LEVEL        fatal | error | warn | info | debug | trace | silent
+      --replica-sync-nats URL  share bookings and sessions with other kvgate replicas over NATS (repeatable)
+      --router-id ID           this replica's id among its peers (default: random)
       --set PATH=VALUE         set any config field, e.g. --set models[0].block_size=32
   -h, --help
 

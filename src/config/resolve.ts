@@ -14,7 +14,7 @@ import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
-const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'kv_events', 'models'] as const;
+const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'kv_events', 'models', 'replicas'] as const;
 
 function readListen(r: ConfigReader | undefined, host: string, port: number): ListenAddress {
   if (r === undefined) return { host, port };
@@ -150,6 +150,41 @@ function readKvEventBounds(root: ConfigReader): GatewayConfig['kvEvents'] {
   };
 }
 
+function checkNatsUrl(s: string): string | undefined {
+  let u: URL;
+  try {
+    u = new URL(s);
+  } catch {
+    return 'must be a NATS URL such as nats://10.0.0.5:4222';
+  }
+  return u.protocol === 'nats:' || u.protocol === 'tls:' ? undefined : 'must be a nats:// (or tls://) URL';
+}
+
+function readReplicas(root: ConfigReader): GatewayConfig['replicas'] {
+  const D = GATEWAY_DEFAULTS;
+  const r = root.child('replicas');
+  r?.allowOnly(['nats', 'router_id', 'subject_prefix', 'heartbeat_ms', 'peer_timeout_ms', 'max_queued_ops']);
+  const nats = r?.child('nats');
+  nats?.allowOnly(['servers']);
+  const servers: string[] = [];
+  nats?.list('servers')?.forEach((u, i) => {
+    const why = typeof u === 'string' ? checkNatsUrl(u) : 'must be a string';
+    if (why !== undefined) nats.problemAt([...nats.path, 'servers', i], why);
+    else servers.push(u as string);
+  });
+  const heartbeatMs = r?.int('heartbeat_ms', D.replicaHeartbeatMs, { min: 10, max: 600_000 }) ?? D.replicaHeartbeatMs;
+  const peerTimeoutMs = r?.int('peer_timeout_ms', D.replicaPeerTimeoutMs, { min: 20, max: 3_600_000 }) ?? D.replicaPeerTimeoutMs;
+  if (r !== undefined && peerTimeoutMs <= heartbeatMs) r.problem('peer_timeout_ms', `must be longer than heartbeat_ms (${heartbeatMs})`);
+  const token = (s: string): string | undefined => (/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(s) ? undefined : 'must be NATS subject tokens (letters, digits, _ and -, separated by dots)');
+  return {
+    natsServers: servers,
+    routerId: r?.optStr('router_id', (s) => (/^[A-Za-z0-9_.-]{1,128}$/.test(s) ? undefined : 'must be 1 to 128 letters, digits, _, . or -')),
+    subjectPrefix: r?.str('subject_prefix', D.replicaSubjectPrefix, token) ?? D.replicaSubjectPrefix,
+    heartbeatMs, peerTimeoutMs,
+    maxQueuedOps: r?.int('max_queued_ops', D.replicaMaxQueuedOps, { min: 1, max: 1 << 24 }) ?? D.replicaMaxQueuedOps,
+  };
+}
+
 /** Every model, then the rules across them (unique names, worker ids unique gateway-wide) and within each. */
 function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: number, warnings: string[]): ModelConfig[] {
   const globalRouter = readRouterKnobs(root.child('router'));
@@ -218,8 +253,9 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const { drainTimeoutMs, preprocess, logLevel } = readProcess(root);
   const kvEvents = readKvEventBounds(root);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
+  const replicas = readReplicas(root);
   const config: GatewayConfig = {
-    file: ctx.file, listen, admin, apiKeys, limits, health, drainTimeoutMs, preprocess, logLevel, kvEvents, models, warnings,
+    file: ctx.file, listen, admin, apiKeys, limits, health, drainTimeoutMs, preprocess, logLevel, kvEvents, replicas, models, warnings,
   };
   return { config: deepFreeze(config), problems };
 }

@@ -122,6 +122,21 @@ export interface KvEventsConfig {
   readonly staleAfterMs: number;
 }
 
+/** Active-active router replicas sharing their in-flight bookings and sticky sessions. */
+export interface ReplicasConfig {
+  /** NATS servers replica sync connects to; empty = sync off (a lone router). */
+  readonly natsServers: readonly string[];
+  /** This replica's id among its peers (default: random at each start). */
+  readonly routerId: string | undefined;
+  /** NATS subject prefix; replicas of one deployment share it, another deployment on the same NATS uses its own. */
+  readonly subjectPrefix: string;
+  readonly heartbeatMs: number;
+  /** A peer not heard from for this long has its bookings dropped. */
+  readonly peerTimeoutMs: number;
+  /** Outbound sync ops held at most before new ones are dropped (and counted). */
+  readonly maxQueuedOps: number;
+}
+
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -152,6 +167,7 @@ export interface GatewayConfig {
   readonly logLevel: LogLevel;
   /** KV-event ingestion bounds (every model). */
   readonly kvEvents: KvEventsConfig;
+  readonly replicas: ReplicasConfig;
   /** Empty = the embedded demo (in-process simulated engines). */
   readonly models: readonly ModelConfig[];
   /** Things that are allowed but probably not what the operator wants; logged at startup. */

@@ -57,6 +57,29 @@ export interface BookingInput {
   readonly expectedOutputTokens?: number | undefined;
 }
 
+/**
+ * Ids starting with this character are bookings of other router replicas
+ * (`PeerBookings`); a local request id never starts with it (HTTP header
+ * values and kvgate's leg ids cannot hold a NUL).
+ */
+export const PEER_ID_PREFIX = '\u0000';
+
+/** One in-flight request with its shared prompt hashes: what replica sync sends, in both directions. */
+export interface SyncedBooking {
+  readonly requestId: string;
+  readonly workerId: number;
+  readonly dpRank: number;
+  /** Chained sequence hashes of the prompt blocks shared with other requests (null: none). */
+  readonly seq: BigUint64Array | null;
+  readonly privateBlocks: number;
+  readonly prefillTokens: number;
+  readonly expectedOutputTokens: number | undefined;
+  readonly prefillCompleted: boolean;
+  readonly outputBlocks: number;
+  /** Weight of the request's fractional blocks after its last decayed output block (undefined: none). */
+  readonly decay: number | undefined;
+}
+
 /** A snapshot of one in-flight request. */
 export interface ActiveRequestInfo {
   readonly requestId: string;
@@ -93,6 +116,8 @@ export class ActiveSequences {
   readonly #expiryMs: number;
   readonly #trie = new ActivePromptTrie();
   readonly #requests = new Map<string, ActiveRequest>();
+  /** Requests whose id starts with `PEER_ID_PREFIX`. */
+  #peerRequests = 0;
   #lastExpiryCheck: number;
 
   // Per scheduler slot (grown on demand).
@@ -128,6 +153,23 @@ export class ActiveSequences {
   /** Requests in flight over all slots. */
   get size(): number {
     return this.#requests.size;
+  }
+
+  /** Requests in flight booked by this router (not by its replica peers). */
+  get localSize(): number {
+    return this.#requests.size - this.#peerRequests;
+  }
+
+  /** This router's own in-flight requests with their shared prompt hashes, oldest first (a replica sync snapshot). */
+  *localBookings(): IterableIterator<SyncedBooking> {
+    for (const r of this.#requests.values()) {
+      if (r.id.startsWith(PEER_ID_PREFIX)) continue;
+      yield {
+        requestId: r.id, workerId: this.#workerId[r.slot]!, dpRank: this.#dpRank[r.slot]!, seq: r.seq, privateBlocks: r.privateBlocks,
+        prefillTokens: r.prefillTokens, expectedOutputTokens: r.expectedOutputTokens, prefillCompleted: r.prefillCompleted,
+        outputBlocks: r.outputBlocks, decay: r.fracBlocks > 0 || r.frac < 1 ? r.frac : undefined,
+      };
+    }
   }
 
   /** Registers slot `slot` as (workerId, dpRank). Idempotent. */
@@ -218,6 +260,7 @@ export class ActiveSequences {
     const r = new ActiveRequest(requestId, slot, seq, privateBlocks, prefill, input.expectedOutputTokens, now);
     if (seq !== null) this.#shared[slot]! += seq.length - this.#trie.insert(seq, pairView(seq), slot);
     this.#requests.set(requestId, r);
+    if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests++;
     this.#private[slot]! += privateBlocks;
     this.#prefill[slot]! += prefill;
     this.#count[slot]! += 1;
@@ -270,6 +313,7 @@ export class ActiveSequences {
     const r = this.#requests.get(requestId);
     if (r === undefined || (ownerSlot !== undefined && r.slot !== ownerSlot)) return false;
     this.#requests.delete(requestId);
+    if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests--;
     const slot = r.slot;
     if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.remove(r.seq, slot);
     this.#private[slot]! -= r.privateBlocks + r.outputBlocks;

@@ -10,7 +10,8 @@ export {
 } from './config.js';
 export type { KvRouterConfig, KvRouterOptions, KvRouterKnob, QueuePolicy, QueueDepthTier, ConfigFieldSpec, ConfigFieldKind } from './config.js';
 export { ActiveSequences, outputBlockDecay } from './active-sequences.js';
-export type { SlotLoad, ActiveRequestInfo } from './active-sequences.js';
+export type { SlotLoad, ActiveRequestInfo, SyncedBooking } from './active-sequences.js';
+export type { PeerBookings, PeerApplyOutcome } from './peer-bookings.js';
 export { ApproximateIndex } from './approximate.js';
 export type { ApproximateIndexOptions } from './approximate.js';
 export { RoutingDecision } from './decision.js';
@@ -19,6 +20,6 @@ export { KvScheduler, STRUCTURAL_ROUTER_KNOBS } from './scheduler/kv-scheduler.j
 export { rejectionError } from './scheduler/types.js';
 export type {
   WorkerCapacity, WorkerSummary, WorkerLoad, SchedulingRequest, Rejection, AdmissionResult, QueueTicket,
-  ScheduleOutcome, SelectionMode, KvSchedulerOptions,
+  ScheduleOutcome, SelectionMode, KvSchedulerOptions, BookkeepingObserver,
 } from './scheduler/types.js';
 export { computeBootstrapRoom, randomRoomSeed, RequestTracker } from './disagg/index.js';

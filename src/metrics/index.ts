@@ -12,6 +12,9 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { kvgateVersion } from '../version.js';
+import { replicaMetrics, type ReplicaMetrics } from './replicas.js';
+
+export type { ReplicaMetrics } from './replicas.js';
 
 function expBuckets(start: number, factor: number, count: number): number[] {
   const out: number[] = [];
@@ -104,6 +107,9 @@ export class KvgateMetrics {
   readonly httpRequests: Counter<'route' | 'status'>;
   readonly httpRejections: Counter<'code'>;
   readonly inflight: Gauge;
+
+  // Replica sync.
+  readonly replicas: ReplicaMetrics;
   readonly requestDuration: Histogram<'model' | 'endpoint' | 'status_class'>;
 
   constructor(opts: KvgateMetricsOptions = {}) {
@@ -168,6 +174,7 @@ export class KvgateMetrics {
     this.httpRequests = new Counter({ name: 'kvgate_http_requests_total', help: 'HTTP requests by route and status.', labelNames: ['route', 'status'], registers });
     this.httpRejections = new Counter({ name: 'kvgate_http_rejections_total', help: 'Requests rejected at the edge, by error code.', labelNames: ['code'], registers });
     this.inflight = new Gauge({ name: 'kvgate_http_inflight_requests', help: 'Requests being served.', registers });
+    this.replicas = replicaMetrics(registers);
     // End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served).
     this.requestDuration = new Histogram({ name: 'kvgate_request_duration_seconds', help: 'HTTP request duration from arrival to the last byte, by model, endpoint (route) and status class (2xx..5xx).', labelNames: ['model', 'endpoint', 'status_class'], buckets: LATENCY_BUCKETS, registers });
   }

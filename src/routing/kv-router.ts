@@ -57,9 +57,10 @@ export interface KvRouterOptionsInit extends Omit<KvSchedulerOptions, 'config'> 
 /** The scheduler's methods a host reports a request's life through, and reads load from: the KvRouter's own. */
 const BOOKKEEPING = [
   'addWorker', 'removeWorker', 'workers', 'markPrefillCompleted', 'addOutputBlock', 'free', 'tick', 'load', 'loads', 'activeRequest',
+  'observe', 'localBookings',
 ] as const;
 /** The scheduler's read-only state, readable on the KvRouter. */
-const STATE = ['config', 'blockSize', 'index', 'pendingRequests', 'pendingIslTokens', 'activeRequestCount', 'workerType'] as const;
+const STATE = ['config', 'blockSize', 'index', 'pendingRequests', 'pendingIslTokens', 'activeRequestCount', 'workerType', 'peers'] as const;
 
 /** What the KvRouter shares with the scheduler underneath (see `BOOKKEEPING` and `STATE`). */
 export type KvBookkeeping = Pick<KvScheduler, (typeof BOOKKEEPING)[number]> & Readonly<Pick<KvScheduler, (typeof STATE)[number]>>;

@@ -59,6 +59,17 @@ export interface ModelRouterOptions {
   readonly legTimeouts?: PushRouterOptions['legTimeouts'];
   /** Bounds of each pool's sticky sessions: the longest TTL (requested timeouts are clamped) and the number kept (LRU). */
   readonly sessionLimits?: SessionLimits | undefined;
+  /** Replica sync: told of each KV pool (its KvRouter and its sticky sessions) once it is built. */
+  readonly attachReplica?: ((pool: ReplicaPool) => void) | undefined;
+}
+
+/** What replica sync shares of one pool. */
+interface ReplicaPool {
+  readonly role: 'decode' | 'prefill';
+  readonly kv: KvRouter;
+  readonly sessions: StickySessions;
+  /** A worker's configured role (the `worker_type` label of per-worker series). */
+  readonly workerTypeOf: (workerId: number) => string;
 }
 
 /** One pool of workers: its push router and, in KV mode with events, the subscriptions feeding its index. */
@@ -113,9 +124,17 @@ export class ModelRouter implements ModelRouterPort {
     this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, decode.push.role));
     this.decode = decode.push;
     this.events = decode.events;
+    const typeOf = (push: PushRouter) => (id: number): string => push.worker(id)?.role ?? push.role;
+    if (decode.push.kvRouter !== undefined) opts.attachReplica?.({ role: 'decode', kv: decode.push.kvRouter, sessions: this.sessions, workerTypeOf: typeOf(decode.push) });
     this.prefill = new PrefillRouter({
       model: opts.model, mode: opts.mode, enforceDisagg: opts.enforceDisagg, decode: this.decode,
-      createPool: () => (this.#prefillPool = this.#buildPool('prefill')).push,
+      createPool: () => {
+        const pool = this.#prefillPool = this.#buildPool('prefill');
+        if (pool.push.kvRouter !== undefined) {
+          opts.attachReplica?.({ role: 'prefill', kv: pool.push.kvRouter, sessions: this.prefill.sessions, workerTypeOf: typeOf(pool.push) });
+        }
+        return pool.push;
+      },
       sessionTtlMs: opts.prefillSessionTtlMs, sessionLimits: opts.sessionLimits, maxRetries: opts.maxRetries,
     }, ctx);
     this.#onAdded = (w) => {

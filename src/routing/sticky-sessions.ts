@@ -41,6 +41,12 @@ export interface SessionLimits {
 type SessionLimit = 'timeout' | 'capacity';
 type SessionLimitHandler = (limit: SessionLimit, sessions: StickySessions) => void;
 
+/** A binding as router replicas share it. */
+export interface SharedSessionBinding extends WorkerRank {
+  readonly session: string;
+  readonly ttlMs: number;
+}
+
 export interface SessionBinding extends WorkerRank {
   /** Clock time after which the binding is gone. */
   readonly expiresAt: number;
@@ -55,6 +61,8 @@ export class StickySessions {
   readonly #onLimit: SessionLimitHandler | undefined;
   /** In least-recently-used order (a bind or touch re-inserts at the end). */
   readonly #bindings = new Map<string, SessionBinding>();
+  /** Told of every binding made here (replica sync shares them); not of adopted ones. */
+  onBind: ((binding: SharedSessionBinding) => void) | undefined;
 
   constructor(clock: Clock, defaultTtlMs = DEFAULT_SESSION_TTL_MS, limits: SessionLimits = {}, onLimit?: SessionLimitHandler) {
     this.#clock = clock;
@@ -119,6 +127,29 @@ export class StickySessions {
       ttlMs = this.maxTtlMs;
       this.#onLimit?.('timeout', this);
     }
+    this.#set(sessionId, workerId, dpRank, ttlMs);
+    this.onBind?.({ session: sessionId, workerId, dpRank, ttlMs });
+  }
+
+  /**
+   * A binding another router replica made: taken only when the session has no live binding
+   * here (the first live binding wins). Returns whether it was taken.
+   */
+  adopt(b: SharedSessionBinding): boolean {
+    if (this.lookup(b.session) !== undefined) return false;
+    this.#set(b.session, b.workerId, b.dpRank, Math.min(b.ttlMs, this.maxTtlMs));
+    return true;
+  }
+
+  /** Every live binding, for a replica's snapshot (TTL = what remains of it). */
+  liveBindings(): SharedSessionBinding[] {
+    const now = this.#clock.now();
+    const out: SharedSessionBinding[] = [];
+    for (const [session, b] of this.#bindings) if (b.expiresAt > now) out.push({ session, workerId: b.workerId, dpRank: b.dpRank, ttlMs: b.expiresAt - now });
+    return out;
+  }
+
+  #set(sessionId: string, workerId: number, dpRank: number, ttlMs: number): void {
     this.#bindings.delete(sessionId);
     this.#bindings.set(sessionId, { workerId, dpRank, ttlMs, expiresAt: this.#clock.now() + ttlMs });
     for (const oldest of this.#bindings.keys()) {

@@ -28,7 +28,9 @@ const ALLOWED: Record<string, readonly string[]> = {
   frontend: ['errors', 'common', 'wasm', 'core', 'tokenizer', 'config', 'metrics', 'routing'],
   // replay drives the mocker cores and the routers offline; the online runner composes the gateway and lives in cli.
   replay: ['errors', 'common', 'core', 'events', 'mocker', 'routing'],
-  cli: ['errors', 'common', 'config', 'discovery', 'engines', 'frontend', 'mocker', 'replay', 'routing'],
+  // replica sync: other replicas' bookings and sessions into core's peer view, over NATS or the cluster IPC channel.
+  replicas: ['errors', 'common', 'core', 'metrics'],
+  cli: ['errors', 'common', 'config', 'discovery', 'engines', 'frontend', 'mocker', 'replay', 'replicas', 'routing'],
 };
 
 function files(dir: string): string[] {

@@ -457,3 +457,25 @@ describe('config: kv_events bounds', () => {
     expect(problems.map((p) => p.path).sort()).toEqual(['kv_events.queue_batches', 'kv_events.reorder_windw', 'kv_events.turn_budget_ms']);
   });
 });
+
+// issue 15 item 1: the replica sync section and its flags.
+describe('config: replicas', () => {
+  const base = `models:\n  - name: m\n    tokenizer: none${WORKERS}\n`;
+  it('is off by default, and --replica-sync-nats / --router-id turn it on', () => {
+    expect(loadGatewayConfig({ file: file(base), overrides: [], env: {} }).replicas.natsServers).toEqual([]);
+    const flags = parseServeFlags(['--replica-sync-nats', 'nats://10.0.0.9:4222,nats://10.0.0.10:4222', '--router-id', '7']);
+    const c = loadGatewayConfig({ file: file(base), overrides: flags.overrides, env: {} });
+    expect(c.replicas).toEqual({
+      natsServers: ['nats://10.0.0.9:4222', 'nats://10.0.0.10:4222'], routerId: '7', subjectPrefix: 'kvgate.replicas',
+      heartbeatMs: 1000, peerTimeoutMs: 5000, maxQueuedOps: 65536,
+    });
+  });
+
+  it('names the field of a bad value', () => {
+    const problems = problemsOf({
+      file: file(`${base}replicas: { nats: { servers: ["http://x:1"] }, heartbeat_ms: 500, peer_timeout_ms: 400, subject_prefix: "a b" }\n`),
+      overrides: [], env: {},
+    });
+    expect(problems.map((p) => p.path)).toEqual(['replicas.nats.servers[0]', 'replicas.peer_timeout_ms', 'replicas.subject_prefix']);
+  });
+});

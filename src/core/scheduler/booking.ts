@@ -8,6 +8,7 @@ import type { ActiveSequences } from '../active-sequences.js';
 import type { ApproximateIndex } from '../approximate.js';
 import type { EffectiveKnobs } from './knobs.js';
 import type { SlotTable } from './slots.js';
+import type { BookkeepingObserver } from './types.js';
 
 /** What booking reads of a request (a `SchedulingRequest` or a booking decided elsewhere). */
 export interface BookedRequest {
@@ -30,6 +31,8 @@ export class Booker {
   readonly #active: ActiveSequences;
   readonly #rec: DecisionRecorders;
   readonly #blockSize: number;
+  /** Told of every booking (replica sync); set by `KvScheduler.observe`. */
+  observer: BookkeepingObserver | undefined;
 
   constructor(table: SlotTable, active: ActiveSequences, recorders: DecisionRecorders, blockSize: number) {
     this.#table = table;
@@ -46,10 +49,13 @@ export class Booker {
     const prefillTokens = knobs.trackPrefillTokens && uncached > 0 ? uncached : 0;
     const promptBlocks = hashes !== null ? hashes.seq.length : Math.floor(isl / bs);
     const share = knobs.shareable;
-    this.#active.add({
-      requestId: req.requestId, slot, prefillTokens, expectedOutputTokens: req.expectedOutputTokens,
-      hashes: share ? hashes : null,
-      privateBlocks: knobs.trackActiveBlocks && !share ? promptBlocks : 0,
+    const privateBlocks = knobs.trackActiveBlocks && !share ? promptBlocks : 0;
+    const shared = share ? hashes : null;
+    this.#active.add({ requestId: req.requestId, slot, prefillTokens, expectedOutputTokens: req.expectedOutputTokens, hashes: shared, privateBlocks });
+    this.observer?.added({
+      requestId: req.requestId, workerId: this.#table.slotWorker[slot]!, dpRank: this.#table.slotRank[slot]!,
+      seq: shared !== null && shared.seq.length > 0 ? shared.seq : null, privateBlocks, prefillTokens,
+      expectedOutputTokens: req.expectedOutputTokens, prefillCompleted: false, outputBlocks: 0, decay: undefined,
     });
     if (hashes !== null && hashes.seq.length > 0) this.#record(slot, hashes);
     return prefillTokens;

@@ -25,7 +25,8 @@
  */
 import { blockSize as checkBlockSize, systemClock, type Clock, type RouterConfigOverride, type WorkerRole } from '../../common/index.js';
 import { PrefixIndex, type PromptHashes } from '../../wasm/index.js';
-import { ActiveSequences, type ActiveRequestInfo, type SlotLoad } from '../active-sequences.js';
+import { ActiveSequences, PEER_ID_PREFIX, type ActiveRequestInfo, type SlotLoad, type SyncedBooking } from '../active-sequences.js';
+import { PeerBookings } from '../peer-bookings.js';
 import { ApproximateIndex } from '../approximate.js';
 import { KvgateError } from '../../errors/index.js';
 import { resolveKvRouterConfig, type KvRouterConfig, type KvRouterOptions } from '../config.js';
@@ -39,7 +40,7 @@ import { SlotSelector } from './selector.js';
 import { SlotTable } from './slots.js';
 import {
   duplicateRequest, rejectionError, workerNotFound,
-  type KvSchedulerOptions, type ScheduleOutcome, type SchedulingRequest, type SelectionMode, type WorkerCapacity, type WorkerLoad, type WorkerSummary,
+  type BookkeepingObserver, type KvSchedulerOptions, type ScheduleOutcome, type SchedulingRequest, type SelectionMode, type WorkerCapacity, type WorkerLoad, type WorkerSummary,
 } from './types.js';
 
 /** Knobs read when the scheduler is built (index TTLs, tracking mode): changing them means a new scheduler. */
@@ -57,6 +58,8 @@ export class KvScheduler {
   readonly predicted: ApproximateIndex | null;
   /** Per-worker approximate fallback for workers whose KV events are not live (null without `eventFallback`). */
   readonly fallback: ApproximateIndex | null;
+  /** Other router replicas' in-flight requests, counted in every slot's load (replica sync applies them). */
+  readonly peers: PeerBookings;
 
   readonly #clock: Clock;
   readonly #active: ActiveSequences;
@@ -65,6 +68,7 @@ export class KvScheduler {
   readonly #booker: Booker;
   readonly #selector: SlotSelector;
   readonly #admission: Admission;
+  #observer: BookkeepingObserver | undefined;
 
   /** @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid config; KVG_ERR_INVALID_BLOCK_SIZE for a bad block size. */
   constructor(opts: KvSchedulerOptions) {
@@ -93,6 +97,7 @@ export class KvScheduler {
     const knobs = (): KvRouterConfig => this.#config;
     const selector = this.#selector = new SlotSelector({ get config() { return knobs(); }, role: this.workerType, blockSize, table, active, matcher, booker, clock, rng });
     this.#admission = new Admission({ get config() { return knobs(); }, table, active, filter, matcher, selector, clock, startedAt });
+    this.peers = new PeerBookings({ active, table, drain: () => this.#admission.drain(), trackOutputBlocks: config.routerTrackOutputBlocks });
   }
 
   /** The router knobs in force. */
@@ -117,6 +122,17 @@ export class KvScheduler {
     this.#admission.drain();
   }
 
+  /** Tells `observer` of every later change to this router's own bookings (one observer; replica sync). */
+  observe(observer: BookkeepingObserver): void {
+    this.#observer = observer;
+    this.#booker.observer = observer;
+  }
+
+  /** This router's own in-flight requests with their prompt hashes (a replica sync snapshot). */
+  localBookings(): IterableIterator<SyncedBooking> {
+    return this.#active.localBookings();
+  }
+
   // ---------------------------------------------------------------- workers
 
   /**
@@ -136,7 +152,10 @@ export class KvScheduler {
    * false if it was not registered.
    */
   removeWorker(workerId: number): boolean {
+    const dropped = this.#observer === undefined ? [] : [...this.#active.localBookings()].filter((b) => b.workerId === workerId);
     if (!this.#table.unregister(workerId)) return false;
+    for (const b of dropped) this.#observer?.freed(b.requestId);
+    this.peers.dropWorker(workerId);
     this.approximate?.removeWorker(workerId);
     this.predicted?.removeWorker(workerId);
     this.fallback?.removeWorker(workerId);
@@ -187,7 +206,7 @@ export class KvScheduler {
 
   /** Requests in flight (booked and not freed). */
   get activeRequestCount(): number {
-    return this.#active.size;
+    return this.#active.localSize;
   }
 
   /** Requests parked in the queue. */
@@ -230,7 +249,10 @@ export class KvScheduler {
   /** Removes the request's prompt-token load; drains the queue. False if unknown or already marked. */
   markPrefillCompleted(requestId: string): boolean {
     const done = this.#active.markPrefillCompleted(requestId);
-    if (done) this.#admission.drain();
+    if (done) {
+      this.#observer?.prefillCompleted(requestId);
+      this.#admission.drain();
+    }
     return done;
   }
 
@@ -240,7 +262,9 @@ export class KvScheduler {
    */
   addOutputBlock(requestId: string, decay?: number): boolean {
     if (!this.config.routerTrackOutputBlocks) return false;
-    return this.#active.addOutputBlock(requestId, decay);
+    if (!this.#active.addOutputBlock(requestId, decay)) return false;
+    if (this.#observer !== undefined) this.#observer.outputBlock(requestId, this.#active.request(requestId)!.outputBlocks, decay);
+    return true;
   }
 
   /**
@@ -254,7 +278,10 @@ export class KvScheduler {
       if (ownerSlot === undefined) return false;
     }
     const freed = this.#active.free(requestId, ownerSlot);
-    if (freed) this.#admission.drain();
+    if (freed) {
+      this.#observer?.freed(requestId);
+      this.#admission.drain();
+    }
     return freed;
   }
 
@@ -264,7 +291,9 @@ export class KvScheduler {
    * predict-on-route entries, and drains the queue.
    */
   tick(): { readonly expiredRequests: readonly string[]; readonly expiredEntries: number; readonly admitted: number } {
-    const expiredRequests = this.#active.expire();
+    const expiredRequests = this.#active.expire().filter((id) => !id.startsWith(PEER_ID_PREFIX));
+    for (const id of expiredRequests) this.#observer?.freed(id);
+    this.peers.prune();
     const expiredEntries = (this.approximate?.expire() ?? 0) + (this.predicted?.expire() ?? 0) + (this.fallback?.expire() ?? 0);
     const admitted = this.#admission.drain();
     return { expiredRequests, expiredEntries, admitted };

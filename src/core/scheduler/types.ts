@@ -6,7 +6,7 @@
 import type { Clock, RouterConfigOverride, RoutingConstraints, Rng, WorkerRole } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { PrefixIndex, PromptHashes } from '../../wasm/index.js';
-import type { SlotLoad } from '../active-sequences.js';
+import type { SlotLoad, SyncedBooking } from '../active-sequences.js';
 import type { KvRouterConfig, KvRouterOptions } from '../config.js';
 import type { RoutingDecision } from '../decision.js';
 
@@ -142,6 +142,20 @@ export interface KvSchedulerOptions {
    * overlap) until its events are live again.
    */
   readonly eventFallback?: ((workerId: number) => boolean) | undefined;
+}
+
+/**
+ * Told of every change to the router's own bookings that moves load (replica
+ * sync publishes them). Called synchronously inside the scheduler's calls:
+ * it must not throw nor call back into the scheduler.
+ */
+export interface BookkeepingObserver {
+  added(booking: SyncedBooking): void;
+  prefillCompleted(requestId: string): void;
+  /** The request now holds `outputBlocks` output blocks, the last added with `decay`. */
+  outputBlock(requestId: string, outputBlocks: number, decay: number | undefined): void;
+  /** Freed, expired, or dropped with its worker. */
+  freed(requestId: string): void;
 }
 
 /** Lower-tier indexes (host-pinned memory, disk) and an external shared cache. */

@@ -1,0 +1,32 @@
+/**
+ * Replica sync's metrics (`kvgate_replica_*`, and the share of each worker's
+ * load booked by peer replicas). Registered with every gateway's metrics, so
+ * /metrics lists them whether or not sync is on.
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+
+export interface ReplicaMetrics {
+  readonly peers: Gauge;
+  readonly messagesSent: Counter<'kind'>;
+  readonly messagesReceived: Counter<'kind'>;
+  readonly messagesDropped: Counter<'direction' | 'reason'>;
+  readonly opsApplied: Counter<'op' | 'outcome'>;
+  readonly lag: Histogram;
+  readonly snapshots: Counter<'direction' | 'outcome'>;
+  readonly peerTimeouts: Counter;
+  readonly peerLoadShare: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
+}
+
+export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
+  return {
+    peers: new Gauge({ name: 'kvgate_replica_peers', help: 'Other router replicas heard from within the peer timeout.', registers }),
+    messagesSent: new Counter({ name: 'kvgate_replica_sync_messages_sent_total', help: 'Replica sync messages published, by kind (ops|heartbeat|snapshot).', labelNames: ['kind'], registers }),
+    messagesReceived: new Counter({ name: 'kvgate_replica_sync_messages_received_total', help: 'Replica sync messages received from peers, by kind (ops|heartbeat|snapshot).', labelNames: ['kind'], registers }),
+    messagesDropped: new Counter({ name: 'kvgate_replica_sync_messages_dropped_total', help: 'Replica sync messages or ops dropped: direction=out (queue_full, disconnected, publish_failed) or in (malformed, stale, apply_failed).', labelNames: ['direction', 'reason'], registers }),
+    opsApplied: new Counter({ name: 'kvgate_replica_sync_ops_applied_total', help: 'Peer bookkeeping ops applied to this replica\'s view, by op and outcome (applied, duplicate, unknown_worker, unknown_request, adopted, kept).', labelNames: ['op', 'outcome'], registers }),
+    lag: new Histogram({ name: 'kvgate_replica_sync_lag_seconds', help: 'From a peer publishing a batch to this replica applying it.', buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers }),
+    snapshots: new Counter({ name: 'kvgate_replica_snapshot_transfers_total', help: 'Snapshots of live bookings: direction=served (to a peer) or fetched (from a peer), by outcome.', labelNames: ['direction', 'outcome'], registers }),
+    peerTimeouts: new Counter({ name: 'kvgate_replica_peer_timeouts_total', help: 'Peers dropped (with all their bookings) after not being heard from within the peer timeout.', registers }),
+    peerLoadShare: new Gauge({ name: 'kvgate_worker_peer_load_share', help: 'Share of the requests in flight on the worker rank that peer replicas booked (0 when idle).', labelNames: ['model', 'worker_id', 'dp_rank', 'worker_type'], registers }),
+  };
+}

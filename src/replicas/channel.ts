@@ -1,0 +1,180 @@
+/**
+ * One channel of replica sync: a model's pool (its KvRouter's bookkeeping
+ * and its sticky sessions). Outbound, it observes the router's own bookings
+ * and collects the changes of one event-loop turn into a batch; inbound, it
+ * applies other replicas' batches and snapshots to the router's peer view.
+ *
+ * Ordering: batches of one replica carry consecutive sequence numbers per
+ * channel. A batch at or below the last one applied is a duplicate and is
+ * ignored; a jump means batches were lost (a full queue, a NATS outage), and
+ * the channel asks that replica for a snapshot, which replaces everything it
+ * holds for it. Every op is idempotent, so a batch that overlaps a snapshot
+ * changes nothing.
+ */
+import type { BookkeepingObserver, PeerApplyOutcome, PeerBookings, SyncedBooking } from '../core/index.js';
+import type { Batch, SharedSession, Snapshot, SyncOp } from './protocol.js';
+
+/** What a channel syncs: a KvRouter's bookkeeping (structurally) and optionally a pool's sticky sessions. */
+export interface SyncTarget {
+  observe(observer: BookkeepingObserver): void;
+  localBookings(): Iterable<SyncedBooking>;
+  readonly peers: PeerBookings;
+  loads(): readonly { readonly workerId: number; readonly dpRank: number; readonly activeRequests: number }[];
+}
+
+/** A pool's sticky sessions as replica sync sees them. */
+export interface SessionTarget {
+  /** Bindings made here, reported to `onBind` (set by the channel). */
+  onBind: ((binding: SharedSession) => void) | undefined;
+  /** A peer's binding: taken only when the session has no live binding here (first live binding wins). */
+  adopt(binding: SharedSession): boolean;
+  /** Live bindings (a snapshot). */
+  liveBindings(): SharedSession[];
+}
+
+/** What the channel needs from the sync layer that owns it. */
+export interface ChannelHost {
+  /** Room for one more outbound op; false when the queue is full (the op is dropped and counted). */
+  admit(): boolean;
+  /** A batch is pending: flush at the end of this event-loop turn. */
+  schedule(): void;
+  requestSnapshot(replica: string, channel: string): void;
+  applied(op: SyncOp['kind'], outcome: PeerApplyOutcome | 'adopted' | 'kept'): void;
+}
+
+interface PeerCursor {
+  incarnation: string;
+  lastSeq: number;
+}
+
+export class SyncChannel implements BookkeepingObserver {
+  readonly key: string;
+  readonly target: SyncTarget;
+  readonly #host: ChannelHost;
+  #sessions: SessionTarget | undefined;
+  #ops: SyncOp[] = [];
+  /** Sequence of the last batch taken (published or lost). */
+  #seq = 0;
+  /** An op was dropped since the last batch: the next batch skips a sequence number so peers see the gap. */
+  #lost = false;
+  readonly #cursors = new Map<string, PeerCursor>();
+
+  constructor(key: string, target: SyncTarget, host: ChannelHost) {
+    this.key = key;
+    this.target = target;
+    this.#host = host;
+    target.observe(this);
+  }
+
+  /** Shares the pool's sticky sessions through this channel. */
+  shareSessions(sessions: SessionTarget): void {
+    this.#sessions = sessions;
+    sessions.onBind = (binding) => this.#push({ kind: 'session', binding });
+  }
+
+  get lastSeq(): number {
+    return this.#seq;
+  }
+
+  // ---------------------------------------------------------------- outbound (BookkeepingObserver)
+
+  added(booking: SyncedBooking): void {
+    this.#push({ kind: 'added', booking });
+  }
+
+  prefillCompleted(requestId: string): void {
+    this.#push({ kind: 'prefill', requestId });
+  }
+
+  outputBlock(requestId: string, outputBlocks: number, decay: number | undefined): void {
+    this.#push({ kind: 'output', requestId, outputBlocks, decay });
+  }
+
+  freed(requestId: string): void {
+    this.#push({ kind: 'freed', requestId });
+  }
+
+  #push(op: SyncOp): void {
+    if (!this.#host.admit()) {
+      this.#lost = true;
+      return;
+    }
+    this.#ops.push(op);
+    this.#host.schedule();
+  }
+
+  /** The pending ops as the next batch (undefined when none), with its sequence number. */
+  take(): { readonly seq: number; readonly ops: SyncOp[] } | undefined {
+    if (this.#ops.length === 0 && !this.#lost) return undefined;
+    if (this.#lost) this.#seq++;
+    this.#lost = false;
+    const ops = this.#ops;
+    this.#ops = [];
+    return { seq: ++this.#seq, ops };
+  }
+
+  /** Pending ops count (for the bounded queue). */
+  get pending(): number {
+    return this.#ops.length;
+  }
+
+  /** Everything this replica holds for the channel now (call after `take` flushed pending ops). */
+  snapshot(): { readonly seq: number; readonly bookings: SyncedBooking[]; readonly sessions: SharedSession[] } {
+    return { seq: this.#seq, bookings: [...this.target.localBookings()], sessions: this.#sessions?.liveBindings() ?? [] };
+  }
+
+  // ---------------------------------------------------------------- inbound
+
+  /** Applies a peer's batch (ignoring duplicates; a gap asks for a snapshot). Returns false for a stale batch. */
+  applyBatch(b: Batch): boolean {
+    const cur = this.#cursors.get(b.routerId);
+    if (cur === undefined || cur.incarnation !== b.incarnation) {
+      // First batch of this replica (or of its new incarnation) on this channel: its earlier history is unknown.
+      if (cur !== undefined) this.target.peers.dropReplica(b.routerId);
+      this.#cursors.set(b.routerId, { incarnation: b.incarnation, lastSeq: b.seq });
+      if (b.seq > 1) this.#host.requestSnapshot(b.routerId, this.key);
+    } else {
+      if (b.seq <= cur.lastSeq) return false;
+      if (b.seq > cur.lastSeq + 1) this.#host.requestSnapshot(b.routerId, this.key);
+      cur.lastSeq = b.seq;
+    }
+    for (const op of b.ops) this.#apply(b.routerId, op);
+    return true;
+  }
+
+  /** A heartbeat said the replica's last batch here is `seq`: ask for a snapshot if we are behind. */
+  checkBehind(replica: string, incarnation: string, seq: number): void {
+    const cur = this.#cursors.get(replica);
+    if (cur !== undefined && cur.incarnation === incarnation ? cur.lastSeq < seq : seq > 0) this.#host.requestSnapshot(replica, this.key);
+  }
+
+  /** Replaces everything held for the replica with its snapshot. False when a later batch was already applied. */
+  applySnapshot(s: Snapshot): boolean {
+    const cur = this.#cursors.get(s.routerId);
+    if (cur !== undefined && cur.incarnation === s.incarnation && cur.lastSeq > s.seq) return false;
+    this.target.peers.dropReplica(s.routerId);
+    this.#cursors.set(s.routerId, { incarnation: s.incarnation, lastSeq: s.seq });
+    for (const booking of s.bookings) this.#apply(s.routerId, { kind: 'added', booking });
+    for (const binding of s.sessions) this.#apply(s.routerId, { kind: 'session', binding });
+    return true;
+  }
+
+  /** Drops a replica (silent past the timeout): its bookings and its cursor. Returns the bookings dropped. */
+  forget(replica: string): number {
+    this.#cursors.delete(replica);
+    return this.target.peers.dropReplica(replica);
+  }
+
+  #apply(replica: string, op: SyncOp): void {
+    const peers = this.target.peers;
+    let outcome: PeerApplyOutcome | 'adopted' | 'kept';
+    switch (op.kind) {
+      case 'added': outcome = peers.add(replica, op.booking); break;
+      case 'prefill': outcome = peers.prefillCompleted(replica, op.requestId); break;
+      case 'output': outcome = peers.outputBlocks(replica, op.requestId, op.outputBlocks, op.decay); break;
+      case 'freed': outcome = peers.free(replica, op.requestId); break;
+      case 'session': outcome = this.#sessions?.adopt(op.binding) === true ? 'adopted' : 'kept'; break;
+    }
+    this.#host.applied(op.kind, outcome);
+  }
+}

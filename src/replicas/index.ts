@@ -1,0 +1,7 @@
+/**
+ * Active-active router replicas: each replica's in-flight bookings and sticky
+ * sessions reach the others over a message bus (NATS), so every replica's
+ * cost model sees the load all of them put on each worker.
+ */
+export { ReplicaSync, channelKey } from './replica-sync.js';
+export { NatsTransport } from './transport.js';

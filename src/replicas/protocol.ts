@@ -1,0 +1,224 @@
+/**
+ * The replica sync wire format: msgpack messages on NATS subjects (or the
+ * cluster IPC channel, which carries the same bytes).
+ *
+ *   <prefix>.ops.<channel>   a batch of one replica's bookkeeping changes for one
+ *                            channel (a model's pool), one per event-loop turn:
+ *                            { r: router id, i: incarnation, s: batch sequence, t: sent at (ms), o: ops }
+ *   <prefix>.hb              a heartbeat: { r, i, t, s: { channel: last batch sequence } }
+ *   <prefix>.snap.<router>   request/reply: { c: channel } -> { r, i, s, b: bookings }
+ *
+ * Ops are arrays, kind first: [0, booking...] added, [1, id] prefill completed,
+ * [2, id, outputBlocks, decay|null] output progress (an absolute count, so a
+ * repeat is harmless), [3, id] freed, [4, session, workerId, dpRank, ttlMs]
+ * a sticky-session binding. Sequence hashes travel as the little-endian bytes
+ * of their u64s. Every decoder validates and throws `MalformedSync` rather
+ * than apply half a message.
+ */
+import { decode, encode } from '@msgpack/msgpack';
+import type { SyncedBooking } from '../core/index.js';
+
+/** Most output blocks one booking may claim (guards the apply loop against a corrupt count). */
+const MAX_OUTPUT_BLOCKS = 1 << 20;
+
+export class MalformedSync extends Error {}
+
+/** A sticky-session binding a replica made: first live binding wins on its peers. */
+export interface SharedSession {
+  readonly session: string;
+  readonly workerId: number;
+  readonly dpRank: number;
+  readonly ttlMs: number;
+}
+
+export type SyncOp =
+  | { readonly kind: 'added'; readonly booking: SyncedBooking }
+  | { readonly kind: 'prefill'; readonly requestId: string }
+  | { readonly kind: 'output'; readonly requestId: string; readonly outputBlocks: number; readonly decay: number | undefined }
+  | { readonly kind: 'freed'; readonly requestId: string }
+  | { readonly kind: 'session'; readonly binding: SharedSession };
+
+export interface Batch {
+  readonly routerId: string;
+  readonly incarnation: string;
+  readonly seq: number;
+  readonly sentAt: number;
+  readonly ops: readonly SyncOp[];
+}
+
+export interface Heartbeat {
+  readonly routerId: string;
+  readonly incarnation: string;
+  readonly sentAt: number;
+  /** Last batch sequence published per channel. */
+  readonly seqs: Readonly<Record<string, number>>;
+}
+
+export interface Snapshot {
+  readonly routerId: string;
+  readonly incarnation: string;
+  /** The channel's last batch sequence the snapshot includes. */
+  readonly seq: number;
+  readonly bookings: readonly SyncedBooking[];
+  readonly sessions: readonly SharedSession[];
+}
+
+/** NATS subject tokens cannot hold `.`, `*`, `>` or whitespace: other characters are escaped as `~hex~`. */
+function subjectToken(s: string): string {
+  return s.replace(/[^A-Za-z0-9_-]/g, (c) => `~${c.codePointAt(0)!.toString(16)}~`);
+}
+
+export function opsSubject(prefix: string, channel: string): string {
+  return `${prefix}.ops.${subjectToken(channel)}`;
+}
+
+export function snapshotSubject(prefix: string, routerId: string): string {
+  return `${prefix}.snap.${subjectToken(routerId)}`;
+}
+
+export function heartbeatSubject(prefix: string): string {
+  return `${prefix}.hb`;
+}
+
+function bookingArray(b: SyncedBooking): unknown[] {
+  const seq = b.seq === null ? null : new Uint8Array(b.seq.buffer, b.seq.byteOffset, b.seq.byteLength);
+  return [b.requestId, b.workerId, b.dpRank, seq, b.privateBlocks, b.prefillTokens, b.expectedOutputTokens ?? null,
+    b.prefillCompleted, b.outputBlocks, b.decay ?? null];
+}
+
+function opArray(op: SyncOp): unknown[] {
+  switch (op.kind) {
+    case 'added': return [0, ...bookingArray(op.booking)];
+    case 'prefill': return [1, op.requestId];
+    case 'output': return [2, op.requestId, op.outputBlocks, op.decay ?? null];
+    case 'freed': return [3, op.requestId];
+    case 'session': return [4, op.binding.session, op.binding.workerId, op.binding.dpRank, op.binding.ttlMs];
+  }
+}
+
+export function encodeBatch(b: Batch): Uint8Array {
+  return encode({ r: b.routerId, i: b.incarnation, s: b.seq, t: b.sentAt, o: b.ops.map(opArray) });
+}
+
+export function encodeHeartbeat(h: Heartbeat): Uint8Array {
+  return encode({ r: h.routerId, i: h.incarnation, t: h.sentAt, s: h.seqs });
+}
+
+export function encodeSnapshot(s: Snapshot): Uint8Array {
+  return encode({ r: s.routerId, i: s.incarnation, s: s.seq, b: s.bookings.map(bookingArray), x: s.sessions.map((x) => opArray({ kind: 'session', binding: x }).slice(1)) });
+}
+
+export function encodeSnapshotRequest(channel: string): Uint8Array {
+  return encode({ c: channel });
+}
+
+// ---------------------------------------------------------------- decoding
+
+function fail(what: string): never {
+  throw new MalformedSync(what);
+}
+
+function obj(bytes: Uint8Array): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = decode(bytes);
+  } catch (err) {
+    fail(`not msgpack: ${(err as Error).message}`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) fail('not a map');
+  return v as Record<string, unknown>;
+}
+
+function str(v: unknown, what: string): string {
+  if (typeof v !== 'string' || v.length === 0 || v.length > 1024) fail(`${what} must be a non-empty string`);
+  return v;
+}
+
+function count(v: unknown, what: string, max = Number.MAX_SAFE_INTEGER): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > max) fail(`${what} must be an integer in [0, ${max}]`);
+  return v;
+}
+
+function num(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) fail(`${what} must be a finite number >= 0`);
+  return v;
+}
+
+function optNum(v: unknown, what: string): number | undefined {
+  return v === null || v === undefined ? undefined : num(v, what);
+}
+
+function seqHashes(v: unknown): BigUint64Array | null {
+  if (v === null) return null;
+  if (!(v instanceof Uint8Array) || v.byteLength % 8 !== 0) fail('seq must be bytes, a multiple of 8 long');
+  if (v.byteLength === 0) return null;
+  // Copied: the decoded bytes are a view into the message (a Node Buffer's slice shares it), maybe unaligned for u64s.
+  const copy = new Uint8Array(v.byteLength);
+  copy.set(v);
+  return new BigUint64Array(copy.buffer);
+}
+
+function booking(a: unknown[], at: number): SyncedBooking {
+  const decay = optNum(a[at + 9], 'decay');
+  if (decay !== undefined && decay > 1) fail('decay must be in [0, 1]');
+  const completed = a[at + 7];
+  if (typeof completed !== 'boolean') fail('prefillCompleted must be a boolean');
+  return {
+    requestId: str(a[at], 'requestId'), workerId: count(a[at + 1], 'workerId'), dpRank: count(a[at + 2], 'dpRank'),
+    seq: seqHashes(a[at + 3]), privateBlocks: count(a[at + 4], 'privateBlocks'), prefillTokens: num(a[at + 5], 'prefillTokens'),
+    expectedOutputTokens: optNum(a[at + 6], 'expectedOutputTokens'), prefillCompleted: completed,
+    outputBlocks: count(a[at + 8], 'outputBlocks', MAX_OUTPUT_BLOCKS), decay,
+  };
+}
+
+function session(a: unknown[], at: number): SharedSession {
+  return { session: str(a[at], 'session'), workerId: count(a[at + 1], 'workerId'), dpRank: count(a[at + 2], 'dpRank'), ttlMs: count(a[at + 3], 'ttlMs') };
+}
+
+function op(v: unknown): SyncOp {
+  if (!Array.isArray(v)) fail('an op must be an array');
+  switch (v[0]) {
+    case 0: return { kind: 'added', booking: booking(v, 1) };
+    case 1: return { kind: 'prefill', requestId: str(v[1], 'requestId') };
+    case 2: {
+      const decay = optNum(v[3], 'decay');
+      if (decay !== undefined && decay > 1) fail('decay must be in [0, 1]');
+      return { kind: 'output', requestId: str(v[1], 'requestId'), outputBlocks: count(v[2], 'outputBlocks', MAX_OUTPUT_BLOCKS), decay };
+    }
+    case 3: return { kind: 'freed', requestId: str(v[1], 'requestId') };
+    case 4: return { kind: 'session', binding: session(v, 1) };
+    default: return fail(`unknown op kind ${String(v[0])}`);
+  }
+}
+
+/** @throws MalformedSync */
+export function decodeBatch(bytes: Uint8Array): Batch {
+  const m = obj(bytes);
+  if (!Array.isArray(m.o)) fail('o must be an array of ops');
+  return { routerId: str(m.r, 'r'), incarnation: str(m.i, 'i'), seq: count(m.s, 's'), sentAt: num(m.t, 't'), ops: m.o.map(op) };
+}
+
+/** @throws MalformedSync */
+export function decodeHeartbeat(bytes: Uint8Array): Heartbeat {
+  const m = obj(bytes);
+  const seqs: Record<string, number> = {};
+  if (typeof m.s !== 'object' || m.s === null || Array.isArray(m.s)) fail('s must be a map');
+  for (const [k, v] of Object.entries(m.s)) seqs[k] = count(v, `s.${k}`);
+  return { routerId: str(m.r, 'r'), incarnation: str(m.i, 'i'), sentAt: num(m.t, 't'), seqs };
+}
+
+/** @throws MalformedSync */
+export function decodeSnapshot(bytes: Uint8Array): Snapshot {
+  const m = obj(bytes);
+  if (!Array.isArray(m.b) || !Array.isArray(m.x)) fail('b and x must be arrays');
+  return {
+    routerId: str(m.r, 'r'), incarnation: str(m.i, 'i'), seq: count(m.s, 's'),
+    bookings: m.b.map((a) => (Array.isArray(a) ? booking(a, 0) : fail('a booking must be an array'))),
+    sessions: m.x.map((a) => (Array.isArray(a) ? session(a, 0) : fail('a session must be an array'))),
+  };
+}
+
+/** @throws MalformedSync */
+export function decodeSnapshotRequest(bytes: Uint8Array): string {
+  return str(obj(bytes).c, 'c');
+}

@@ -1,0 +1,307 @@
+/**
+ * ReplicaSync: active-active router replicas share their in-flight bookings
+ * and sticky sessions, so each replica's cost model sees the load every
+ * replica put on a worker. One per process; one `SyncChannel` per model pool.
+ *
+ * - Outbound: the bookkeeping changes of one event-loop turn leave as one
+ *   batch per channel. The queue is bounded (`maxQueuedOps`): a full queue
+ *   drops the op and counts it, and the skipped sequence number makes peers
+ *   fetch a snapshot; a request is never held up by sync.
+ * - Liveness: every replica heartbeats (`heartbeatMs`) with its last sequence
+ *   per channel. A peer not heard from for `peerTimeoutMs` loses all its
+ *   bookings here. A peer first seen (a new replica, a restart, or ours after
+ *   a NATS outage) is asked for a snapshot of its live bookings.
+ * - Faults: while the bus is away every replica routes on what it knows and
+ *   counts what it could not send; on reconnect it asks every peer for a
+ *   snapshot, and peers that missed its batches ask it for one.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { systemClock, type Clock } from '../common/index.js';
+import type { KvgateMetrics } from '../metrics/index.js';
+import { SyncChannel, type ChannelHost, type SessionTarget, type SyncTarget } from './channel.js';
+import {
+  MalformedSync, decodeBatch, decodeHeartbeat, decodeSnapshot, decodeSnapshotRequest, encodeBatch, encodeHeartbeat, encodeSnapshot,
+  encodeSnapshotRequest, heartbeatSubject, opsSubject, snapshotSubject,
+} from './protocol.js';
+import type { SyncTransport } from './transport.js';
+
+export interface ReplicaSyncOptions {
+  readonly transport: SyncTransport;
+  /** This replica's id, unique among the replicas (default: random). */
+  readonly routerId?: string | undefined;
+  readonly heartbeatMs: number;
+  readonly peerTimeoutMs: number;
+  /** Outbound ops held at most (across channels) before new ones are dropped. */
+  readonly maxQueuedOps: number;
+  /** Subject prefix (replicas of one deployment share it). */
+  readonly subjectPrefix: string;
+  readonly clock?: Clock;
+}
+
+interface Peer {
+  incarnation: string;
+  lastHeard: number;
+}
+
+/** How long a snapshot request waits for its answer. */
+const SNAPSHOT_TIMEOUT_MS = 2000;
+
+export class ReplicaSync {
+  readonly routerId: string;
+  /** Changes at every process start: a restarted replica's bookings replace its former self's. */
+  readonly incarnation = randomBytes(6).toString('hex');
+  readonly #o: ReplicaSyncOptions;
+  readonly #t: SyncTransport;
+  readonly #clock: Clock;
+  readonly #channels = new Map<string, SyncChannel>();
+  readonly #peers = new Map<string, Peer>();
+  readonly #snapshotting = new Set<string>();
+  readonly #workerTypes = new Map<string, (workerId: number) => string>();
+  #queued = 0;
+  #flushScheduled = false;
+  #timer: NodeJS.Timeout | undefined;
+  #log: Logger | undefined;
+  #metrics: KvgateMetrics | undefined;
+  #closed = false;
+  readonly #host: ChannelHost;
+
+  constructor(opts: ReplicaSyncOptions) {
+    this.#o = opts;
+    this.#t = opts.transport;
+    this.#clock = opts.clock ?? systemClock;
+    this.routerId = opts.routerId ?? `kvgate-${randomBytes(4).toString('hex')}`;
+    this.#host = {
+      admit: () => {
+        if (this.#queued >= this.#o.maxQueuedOps) {
+          this.#metrics?.replicas.messagesDropped.labels({ direction: 'out', reason: 'queue_full' }).inc();
+          return false;
+        }
+        this.#queued++;
+        return true;
+      },
+      schedule: () => {
+        if (this.#flushScheduled) return;
+        this.#flushScheduled = true;
+        setImmediate(() => this.flush());
+      },
+      requestSnapshot: (replica, channel) => void this.#fetchSnapshot(replica, channel),
+      applied: (op, outcome) => this.#metrics?.replicas.opsApplied.labels({ op, outcome }).inc(),
+    };
+    const prefix = opts.subjectPrefix;
+    this.#t.subscribe(heartbeatSubject(prefix), (data) => this.#onHeartbeat(data));
+    this.#t.subscribe(snapshotSubject(prefix, this.routerId), (data, reply) => this.#serveSnapshot(data, reply));
+    this.#t.onStatus = (status, detail) => this.#onStatus(status, detail);
+  }
+
+  /** Where state changes are logged and counted (the gateway's logger and metrics, known once it starts). */
+  bind(log: Logger, metrics: KvgateMetrics): void {
+    this.#log ??= log.child({ component: 'replica-sync', routerId: this.routerId });
+    this.#metrics ??= metrics;
+  }
+
+  /** Starts the heartbeat and liveness timer. */
+  start(): void {
+    if (this.#timer !== undefined) return;
+    this.#timer = setInterval(() => this.#beat(), this.#o.heartbeatMs);
+    this.#timer.unref();
+  }
+
+  /**
+   * Syncs a pool: its bookkeeping and, if given, its sticky sessions. `key` names the channel
+   * (`channelKey(model, pool)`); `workerTypeOf` labels the pool's per-worker series.
+   */
+  attach(key: string, pool: { readonly kv: SyncTarget; readonly sessions?: SessionTarget; readonly workerTypeOf: (workerId: number) => string }): void {
+    const ch = new SyncChannel(key, pool.kv, this.#host);
+    if (pool.sessions !== undefined) ch.shareSessions(pool.sessions);
+    this.#workerTypes.set(key, pool.workerTypeOf);
+    this.#channels.set(key, ch);
+    this.#t.subscribe(opsSubject(this.#o.subjectPrefix, key), (data) => this.#onBatch(ch, data));
+    // Peers already known hold bookings on this channel too.
+    for (const replica of this.#peers.keys()) void this.#fetchSnapshot(replica, key);
+  }
+
+  /** Peers heard from within the timeout. */
+  peers(): string[] {
+    return [...this.#peers.keys()];
+  }
+
+  /** Publishes the pending batch of every channel (runs at the end of each event-loop turn with changes). */
+  flush(): void {
+    this.#flushScheduled = false;
+    for (const ch of this.#channels.values()) {
+      const b = ch.take();
+      if (b === undefined) continue;
+      this.#queued -= b.ops.length;
+      if (b.ops.length === 0) continue;
+      const bytes = encodeBatch({ routerId: this.routerId, incarnation: this.incarnation, seq: b.seq, sentAt: this.#clock.now(), ops: b.ops });
+      this.#send(opsSubject(this.#o.subjectPrefix, ch.key), bytes, 'ops');
+    }
+  }
+
+  #send(subject: string, bytes: Uint8Array, kind: 'ops' | 'heartbeat'): boolean {
+    const m = this.#metrics?.replicas;
+    try {
+      this.#t.publish(subject, bytes);
+    } catch {
+      m?.messagesDropped.labels({ direction: 'out', reason: this.#t.connected ? 'publish_failed' : 'disconnected' }).inc();
+      return false;
+    }
+    m?.messagesSent.labels({ kind }).inc();
+    return true;
+  }
+
+  #beat(): void {
+    if (this.#closed) return;
+    const now = this.#clock.now();
+    const seqs: Record<string, number> = {};
+    for (const ch of this.#channels.values()) seqs[ch.key] = ch.lastSeq;
+    if (this.#t.connected) {
+      this.#send(heartbeatSubject(this.#o.subjectPrefix), encodeHeartbeat({ routerId: this.routerId, incarnation: this.incarnation, sentAt: now, seqs }), 'heartbeat');
+    }
+    for (const [replica, p] of this.#peers) {
+      if (now - p.lastHeard < this.#o.peerTimeoutMs) continue;
+      this.#peers.delete(replica);
+      let dropped = 0;
+      for (const ch of this.#channels.values()) dropped += ch.forget(replica);
+      this.#metrics?.replicas.peerTimeouts.inc();
+      this.#log?.warn({ peer: replica, droppedBookings: dropped, silentMs: now - p.lastHeard },
+        `replica ${replica} not heard from for ${now - p.lastHeard} ms: dropped its ${dropped} booking(s)`);
+    }
+    this.#publishGauges();
+  }
+
+  #publishGauges(): void {
+    const m = this.#metrics;
+    if (m === undefined) return;
+    m.replicas.peers.set(this.#peers.size);
+    for (const ch of this.#channels.values()) {
+      const model = ch.key.slice(0, ch.key.lastIndexOf('/'));
+      const typeOf = this.#workerTypes.get(ch.key)!;
+      for (const l of ch.target.loads()) {
+        const fromPeers = ch.target.peers.requestsOn(l.workerId, l.dpRank);
+        m.replicas.peerLoadShare.labels({ model, worker_id: String(l.workerId), dp_rank: String(l.dpRank), worker_type: typeOf(l.workerId) })
+          .set(l.activeRequests > 0 ? fromPeers / l.activeRequests : 0);
+      }
+    }
+  }
+
+  /** Notes a message from a replica; a replica first seen (or restarted) gets its bookings fetched. */
+  #heard(replica: string, incarnation: string): boolean {
+    if (replica === this.routerId) return false;
+    const p = this.#peers.get(replica);
+    const now = this.#clock.now();
+    if (p !== undefined && p.incarnation === incarnation) {
+      p.lastHeard = now;
+      return true;
+    }
+    if (p !== undefined) for (const ch of this.#channels.values()) ch.forget(replica);
+    this.#peers.set(replica, { incarnation, lastHeard: now });
+    this.#log?.info({ peer: replica, restarted: p !== undefined }, `replica ${replica} ${p === undefined ? 'joined' : 'restarted'}`);
+    this.#metrics?.replicas.peers.set(this.#peers.size);
+    return true;
+  }
+
+  #onHeartbeat(data: Uint8Array): void {
+    let hb;
+    try {
+      hb = decodeHeartbeat(data);
+    } catch (err) {
+      this.#malformed(err);
+      return;
+    }
+    if (!this.#heard(hb.routerId, hb.incarnation)) return;
+    this.#metrics?.replicas.messagesReceived.labels({ kind: 'heartbeat' }).inc();
+    for (const [key, seq] of Object.entries(hb.seqs)) this.#channels.get(key)?.checkBehind(hb.routerId, hb.incarnation, seq);
+  }
+
+  #onBatch(ch: SyncChannel, data: Uint8Array): void {
+    let b;
+    try {
+      b = decodeBatch(data);
+    } catch (err) {
+      this.#malformed(err);
+      return;
+    }
+    if (!this.#heard(b.routerId, b.incarnation)) return;
+    const m = this.#metrics?.replicas;
+    m?.messagesReceived.labels({ kind: 'ops' }).inc();
+    m?.lag.observe(Math.max(0, this.#clock.now() - b.sentAt) / 1000);
+    try {
+      if (!ch.applyBatch(b)) m?.messagesDropped.labels({ direction: 'in', reason: 'stale' }).inc();
+    } catch (err) {
+      this.#malformed(err);
+    }
+  }
+
+  #serveSnapshot(data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined): void {
+    if (reply === undefined) return;
+    let key: string;
+    try {
+      key = decodeSnapshotRequest(data);
+    } catch (err) {
+      this.#malformed(err);
+      return;
+    }
+    const ch = this.#channels.get(key);
+    // Pending ops leave first, so the snapshot's sequence covers everything it holds.
+    this.flush();
+    const s = ch?.snapshot() ?? { seq: 0, bookings: [], sessions: [] };
+    reply(encodeSnapshot({ routerId: this.routerId, incarnation: this.incarnation, ...s }));
+    this.#metrics?.replicas.snapshots.labels({ direction: 'served', outcome: 'ok' }).inc();
+  }
+
+  async #fetchSnapshot(replica: string, key: string): Promise<void> {
+    const id = `${replica}\u0000${key}`;
+    const ch = this.#channels.get(key);
+    if (ch === undefined || this.#snapshotting.has(id) || !this.#t.connected || this.#closed) return;
+    this.#snapshotting.add(id);
+    const m = this.#metrics?.replicas;
+    try {
+      const bytes = await this.#t.request(snapshotSubject(this.#o.subjectPrefix, replica), encodeSnapshotRequest(key), SNAPSHOT_TIMEOUT_MS);
+      const s = decodeSnapshot(bytes);
+      if (this.#closed || !this.#heard(s.routerId, s.incarnation)) return;
+      m?.messagesReceived.labels({ kind: 'snapshot' }).inc();
+      const applied = ch.applySnapshot(s);
+      m?.snapshots.labels({ direction: 'fetched', outcome: applied ? 'ok' : 'stale' }).inc();
+      this.#log?.info({ peer: replica, channel: key, bookings: s.bookings.length, sessions: s.sessions.length, applied }, `snapshot of replica ${replica} ${applied ? 'applied' : 'superseded'}`);
+    } catch (err) {
+      if (err instanceof MalformedSync) this.#malformed(err);
+      m?.snapshots.labels({ direction: 'fetched', outcome: 'failed' }).inc();
+      this.#log?.warn({ peer: replica, channel: key, err: (err as Error).message }, `snapshot of replica ${replica} failed; its batches and heartbeats will ask again`);
+    } finally {
+      this.#snapshotting.delete(id);
+    }
+  }
+
+  #malformed(err: unknown): void {
+    const malformed = err instanceof MalformedSync;
+    this.#metrics?.replicas.messagesDropped.labels({ direction: 'in', reason: malformed ? 'malformed' : 'apply_failed' }).inc();
+    if (malformed) this.#log?.warn({ err: err.message }, 'malformed replica sync message dropped');
+    else this.#log?.error({ err }, 'replica sync message could not be applied');
+  }
+
+  #onStatus(status: 'connected' | 'disconnected', detail: string): void {
+    if (status === 'disconnected') {
+      this.#log?.warn({ detail }, 'replica sync bus unavailable: routing on this replica\'s own knowledge until it is back');
+      return;
+    }
+    this.#log?.info({ detail }, 'replica sync bus connected');
+    // Peers changed while we were away: fetch their bookings afresh; they fetch ours when they see our gap.
+    for (const replica of this.#peers.keys()) for (const key of this.#channels.keys()) void this.#fetchSnapshot(replica, key);
+    this.#beat();
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.flush();
+    this.#closed = true;
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    await this.#t.close();
+  }
+}
+
+/** A channel key is `model/role`; the model may itself hold slashes. */
+export function channelKey(model: string, role: string): string {
+  return `${model}/${role}`;
+}

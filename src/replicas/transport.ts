@@ -1,0 +1,105 @@
+/**
+ * The message bus replica sync runs on. `NatsTransport` is the one for
+ * replicas on several hosts: the official NATS client, reconnecting forever
+ * (a replica keeps routing on its own knowledge while NATS is away).
+ */
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+
+export type TransportStatus = 'connected' | 'disconnected';
+
+export interface SyncTransport {
+  /** Sends now, or throws when it cannot (not connected): the caller counts the loss. */
+  publish(subject: string, data: Uint8Array): void;
+  /** Delivers every message on `subject`; `reply` answers a request. */
+  subscribe(subject: string, onMessage: (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void): void;
+  /** One request, one answer; rejects on timeout or when nobody answers. */
+  request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
+  readonly connected: boolean;
+  /** Told of each connection change (after the first connect too). */
+  onStatus: ((status: TransportStatus, detail: string) => void) | undefined;
+  close(): Promise<void>;
+}
+
+type Subscriber = [string, (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void];
+
+export class NatsTransport implements SyncTransport {
+  onStatus: ((status: TransportStatus, detail: string) => void) | undefined;
+  #nc: NatsConnection | undefined;
+  #connected = false;
+  #closed = false;
+  readonly #subs: Subscriber[] = [];
+  readonly #ready: Promise<void>;
+
+  /** Starts connecting (in the background: the first server may come up later). */
+  constructor(servers: readonly string[], name: string) {
+    this.#ready = connect({
+      servers: [...servers], name, waitOnFirstConnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 250, pingInterval: 5000,
+    }).then((nc) => {
+      if (this.#closed) {
+        void nc.close();
+        return;
+      }
+      this.#nc = nc;
+      for (const s of this.#subs) this.#sub(nc, s);
+      this.#set(true, `connected to ${nc.getServer()}`);
+      void this.#watch(nc);
+    });
+    // A failure here (a bad URL) is reported through onStatus; routing goes on alone.
+    this.#ready.catch((err: unknown) => this.onStatus?.('disconnected', `cannot connect: ${(err as Error).message}`));
+  }
+
+  get connected(): boolean {
+    return this.#connected;
+  }
+
+  /** Resolves once the first connection is up. */
+  ready(): Promise<void> {
+    return this.#ready;
+  }
+
+  async #watch(nc: NatsConnection): Promise<void> {
+    for await (const s of nc.status()) {
+      if (s.type === 'disconnect') this.#set(false, `disconnected from ${s.server}`);
+      else if (s.type === 'reconnect') this.#set(true, `reconnected to ${s.server}`);
+    }
+  }
+
+  #set(up: boolean, detail: string): void {
+    if (this.#connected === up) return;
+    this.#connected = up;
+    this.onStatus?.(up ? 'connected' : 'disconnected', detail);
+  }
+
+  #sub(nc: NatsConnection, [subject, onMessage]: Subscriber): void {
+    nc.subscribe(subject, {
+      callback: (err, msg) => {
+        if (err !== null) return;
+        onMessage(msg.data, msg.reply === undefined || msg.reply === '' ? undefined : (data) => msg.respond(data));
+      },
+    });
+  }
+
+  publish(subject: string, data: Uint8Array): void {
+    if (this.#nc === undefined || !this.#connected) throw new Error('not connected to NATS');
+    this.#nc.publish(subject, data);
+  }
+
+  subscribe(subject: string, onMessage: Subscriber[1]): void {
+    const s: Subscriber = [subject, onMessage];
+    this.#subs.push(s);
+    if (this.#nc !== undefined) this.#sub(this.#nc, s);
+  }
+
+  async request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array> {
+    if (this.#nc === undefined || !this.#connected) throw new Error('not connected to NATS');
+    return (await this.#nc.request(subject, data, { timeout: timeoutMs })).data;
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    const nc = this.#nc;
+    this.#nc = undefined;
+    this.#connected = false;
+    if (nc !== undefined) await nc.close();
+  }
+}
