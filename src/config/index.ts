@@ -2,4 +2,4 @@
 export { loadGatewayConfig } from './load.js';
 export { parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
 export type { ConfigProblem } from './reader.js';
-export type { GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource } from './types.js';
+export type { GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource, TracingConfig } from './types.js';

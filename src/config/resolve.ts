@@ -14,7 +14,7 @@ import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
-const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'models'] as const;
+const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'tracing', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'models'] as const;
 
 function readListen(r: ConfigReader | undefined, host: string, port: number): ListenAddress {
   if (r === undefined) return { host, port };
@@ -112,6 +112,19 @@ function readHealth(root: ConfigReader): GatewayConfig['health'] {
   };
 }
 
+function readTracing(root: ConfigReader): GatewayConfig['tracing'] {
+  const t = root.child('tracing');
+  t?.allowOnly(['otlp_endpoint', 'sample_ratio']);
+  const otlpEndpoint = t?.optStr('otlp_endpoint', (s) => {
+    try {
+      return /^https?:$/.test(new URL(s).protocol) ? undefined : 'must be an http(s) URL';
+    } catch {
+      return 'must be an http(s) URL, e.g. http://otel-collector:4318';
+    }
+  });
+  return { otlpEndpoint, sampleRatio: t?.num('sample_ratio', GATEWAY_DEFAULTS.tracingSampleRatio, { min: 0, max: 1 }) ?? GATEWAY_DEFAULTS.tracingSampleRatio };
+}
+
 /** The process sections: shutdown, preprocessing threads, log level. */
 function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' | 'preprocess' | 'logLevel'> {
   const sh = root.child('shutdown');
@@ -197,10 +210,11 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const apiKeys = readApiKeys(root, ctx);
   const limits = readLimits(root);
   const health = readHealth(root);
+  const tracing = readTracing(root);
   const { drainTimeoutMs, preprocess, logLevel } = readProcess(root);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const config: GatewayConfig = {
-    file: ctx.file, listen, admin, apiKeys, limits, health, drainTimeoutMs, preprocess, logLevel, models, warnings,
+    file: ctx.file, listen, admin, apiKeys, limits, health, tracing, drainTimeoutMs, preprocess, logLevel, models, warnings,
   };
   return { config: deepFreeze(config), problems };
 }

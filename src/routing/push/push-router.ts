@@ -17,7 +17,7 @@
  * worker (retry.ts: bounded by `maxRetries`, never for a pinned request);
  * nothing is retried once the engine has the request.
  */
-import type { RouterMode, WorkerRole } from '../../common/index.js';
+import { clientSpan, inSpan, spanFailed, type RouterMode, type WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import { EMPTY_LEG, EngineHttpError, dpRankLeg, isMigratable, mergeLegs, readChunkInfo, type EngineClient } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
@@ -30,6 +30,7 @@ import { PoolMetrics } from './pool-metrics.js';
 import { retryBeforeFirstByte, type RetryScope } from './retry.js';
 import type { PoolMembers, LegSelector } from './selector.js';
 import { SimpleSelector } from './simple-selector.js';
+import { selectionAttributes } from './trace-attributes.js';
 import type { LegRequest, LegResponse, Selection } from './types.js';
 
 export interface PushRouterOptions {
@@ -135,7 +136,12 @@ export class PushRouter implements PoolMembers {
    */
   async select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
     if (this.#members.size === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`);
-    return this.#selector.select(req, mode, exclude);
+    // The routing decision's span: the chosen worker, its overlap and the cost breakdown as attributes.
+    return inSpan('kvgate.route', async (span) => {
+      const sel = await this.#selector.select(req, mode, exclude);
+      if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
+      return sel;
+    }, { 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode });
   }
 
   // ------------------------------------------------------------ dispatch
@@ -154,20 +160,30 @@ export class PushRouter implements PoolMembers {
         if (first !== undefined) this.#release(req, first);
         throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before dispatch');
       }
-      const sel = first ?? await this.select(req, 'book', scope.exclude);
-      return this.#send(req, sel, scope);
+      if (scope.attempt === 0) return this.#send(req, first ?? await this.select(req, 'book', scope.exclude), scope);
+      // A retry on another worker: its own span around the new decision and the new engine leg.
+      return inSpan('kvgate.retry', async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope),
+        { 'kvgate.retry.attempt': scope.attempt, 'kvgate.retry.excluded_workers': [...scope.exclude].join(',') });
     });
   }
 
   /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing was sent). */
   async #send(req: LegRequest, sel: Selection, scope: RetryScope): Promise<LegResponse> {
+    // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
+    const trace = clientSpan(`kvgate.engine.${req.phase}`, {
+      'kvgate.model': this.model, 'kvgate.phase': req.phase, 'kvgate.worker_id': sel.worker.id, 'kvgate.dp_rank': sel.dpRank, 'kvgate.attempt': scope.attempt,
+    });
     const guard = new LegGuard({
       clock: this.#ctx.clock, metrics: this.#pm, kvRouter: this.mode === 'kv' ? this.kvRouter : undefined, blockSize: this.blockSize,
       release: () => {
         this.#inflight--;
         this.#release(req, sel);
+        trace.span.end();
       },
-      onError: (err) => this.#legFailed(req, sel, err),
+      onError: (err) => {
+        spanFailed(trace.span, err);
+        this.#legFailed(req, sel, err);
+      },
     }, req, sel);
     this.#inflight++;
     this.#publishLoad(sel.worker.id, sel.dpRank);
@@ -181,7 +197,7 @@ export class PushRouter implements PoolMembers {
         signal: req.signal,
         stream: req.stream,
         extraFields: leg.fields,
-        headers: { ...leg.headers, 'x-request-id': req.clientRequestId ?? req.requestId },
+        headers: { ...leg.headers, ...trace.headers, 'x-request-id': req.clientRequestId ?? req.requestId },
         ...this.#timeoutsOf(req),
         ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
       });
@@ -195,6 +211,7 @@ export class PushRouter implements PoolMembers {
       }
       return { selection: sel, status: res.status, body: { kind: 'sse', events: guardedEvents(res, guard) } };
     } catch (err) {
+      spanFailed(trace.span, err);
       guard.finish(false);
       this.#legFailed(req, sel, err);
       if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
