@@ -108,6 +108,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       return new ModelRouter({
         model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
         routerConfig: model.router, registry, engine, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
+        workerHealth: (id) => prober.view(id),
         legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
         sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
       }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));

@@ -66,4 +66,3 @@ export function traceLogFields(): { traceId?: string } {
   return span?.isRecording() === true ? { traceId: span.spanContext().traceId } : {};
 }
 
-export type { Span } from '@opentelemetry/api';

@@ -15,7 +15,7 @@
  */
 import { seededRng, type RouterMode, type RoutingHints } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
-import type { WorkerInfo, WorkerRegistry } from '../discovery/index.js';
+import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
 import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type KvEventHooks } from '../events/index.js';
 import { KvgateError } from '../errors/index.js';
@@ -26,8 +26,9 @@ import { PrefillRouter } from './disagg/prefill-router.js';
 import { KvRouter } from './kv-router.js';
 import { PushRouter, type PushRouterOptions } from './push/push-router.js';
 import type { LegRequest } from './push/types.js';
-import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
+import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerStatus } from './router-port.js';
 import { StickySessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
+import { WorkerWatch } from './worker-watch.js';
 
 export interface ModelRouterOptions {
   readonly model: string;
@@ -45,6 +46,8 @@ export interface ModelRouterOptions {
   readonly tickIntervalMs?: number | undefined;
   /** Silence while serving after which a worker's KV events count as stale (default 30000). */
   readonly kvEventsStaleAfterMs?: number | undefined;
+  /** The health prober's view of a worker (for /admin/models, the state gauge and down lines). */
+  readonly workerHealth?: ((workerId: number) => WorkerHealthView | undefined) | undefined;
   /** Told when a dispatch found a worker unreachable (health probing). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
   /** Refuse requests (and hide the model) instead of serving them aggregated while no prefill worker is available. */
@@ -88,6 +91,8 @@ export class ModelRouter implements ModelRouterPort {
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
   #legSeq = 0;
+  /** Worker state changes: logs, gauges, the /admin/models view. */
+  readonly #watch: WorkerWatch;
 
   /**
    * `ctx` is handed down to every router and KV-event manager this one builds (default: the
@@ -101,6 +106,7 @@ export class ModelRouter implements ModelRouterPort {
     this.#registry = opts.registry;
     this.#ctx = ctx;
     this.#opts = opts;
+    this.#watch = new WorkerWatch(opts.model, opts.registry, ctx, opts.workerHealth);
     const decode = this.#buildPool('decode');
     this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, decode.push.role));
     this.decode = decode.push;
@@ -111,10 +117,14 @@ export class ModelRouter implements ModelRouterPort {
       sessionTtlMs: opts.prefillSessionTtlMs, sessionLimits: opts.sessionLimits, maxRetries: opts.maxRetries,
     }, ctx);
     this.#onAdded = (w) => {
-      if (w.model === this.model) this.#workerAdded(w);
+      if (w.model !== this.model) return;
+      this.#workerAdded(w);
+      this.#watch.up(w);
     };
     this.#onRemoved = (w) => {
-      if (w.model === this.model) this.#workerRemoved(w);
+      if (w.model !== this.model) return;
+      this.#workerRemoved(w);
+      this.#watch.down(w);
     };
     opts.registry.on('added', this.#onAdded);
     opts.registry.on('removed', this.#onRemoved);
@@ -149,14 +159,18 @@ export class ModelRouter implements ModelRouterPort {
         events = new KvEventManager({
           applier, clock: ctx.clock, log: ctx.log,
           ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
-          ...(ctx.metrics !== undefined ? { hooks: eventMetricsHooks(ctx.metrics) } : {}),
+          hooks: eventHooks(ctx.metrics, (workerId) => this.#watch.blockSizeMismatch(workerId, opts.blockSize)),
         });
       }
     }
     const ev = events;
     const push = new PushRouter({
       model: opts.model, role, mode: opts.mode, blockSize: opts.blockSize, kvRouter, engine: opts.engine,
-      maxRetries: opts.maxRetries, onWorkerUnreachable: opts.onWorkerUnreachable, legTimeouts: opts.legTimeouts,
+      maxRetries: opts.maxRetries, legTimeouts: opts.legTimeouts,
+      onWorkerUnreachable: (id) => {
+        this.#watch.unreachable(this.#registry.get(id), id);
+        opts.onWorkerUnreachable?.(id);
+      },
       onDispatch: ev === undefined ? undefined : (w, r) => ev.noteDispatch(w, r),
     }, ctx);
     return { push, events };
@@ -207,17 +221,18 @@ export class ModelRouter implements ModelRouterPort {
     this.decode.kvRouter?.tick();
     this.prefill.tick();
     this.sessions.sweep();
+    this.#watch.tickHealth();
+    for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {
+      if (pool !== undefined) this.#watch.tickEvents(pool.push.workers(), pool.events);
+    }
     const m = this.#ctx.metrics;
     if (m === undefined) return;
     m.sessions.labels({ model: this.model, worker_type: this.decode.role }).set(this.sessions.size);
     if (this.prefill.pool !== undefined) m.sessions.labels({ model: this.model, worker_type: 'prefill' }).set(this.prefill.sessions.size);
-    for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {
-      if (pool?.events === undefined) continue;
-      for (const w of pool.push.workers()) {
-        m.workerKvEventsLive.labels({ model: this.model, worker_id: String(w.id), worker_type: w.role })
-          .set(pool.events.eventStatus(w.id) === 'live' ? 1 : 0);
-      }
-    }
+  }
+
+  workerStatus(): WorkerStatus[] {
+    return this.#watch.status((w) => (w.role === 'prefill' ? this.#prefillPool?.events : this.events));
   }
 
   /** Decode workers are available and, under `enforceDisagg`, so is a prefill worker (Dynamo's `can_serve_requests`). */
@@ -283,8 +298,21 @@ export class ModelRouter implements ModelRouterPort {
     return ids;
   }
 
+  /** A pin naming a configured worker of this model that is down is a 503 naming it, not an unknown worker. */
+  #checkPins(hints: RoutingHints): void {
+    const pins = [['backend_instance_id', hints.backendInstanceId], ['prefill_worker_id', hints.prefillWorkerId], ['decode_worker_id', hints.decodeWorkerId]] as const;
+    for (const [param, id] of pins) {
+      if (id === undefined || this.#registry.get(id)?.model !== this.model || this.#registry.isAvailable(id)) continue;
+      const state = this.#opts.workerHealth?.(id)?.state;
+      throw new KvgateError('KVG_ERR_WORKER_DOWN',
+        `worker ${id} is down (${state === 'model_mismatch' ? 'its engine serves another model' : 'failing its health probe'}): not routed to; retry later or pin another worker`,
+        { param, workerId: id });
+    }
+  }
+
   async route(req: PreparedRequest): Promise<RoutedResponse> {
     if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
+    this.#checkPins(req.hints);
     if (this.#disaggregated(true)) {
       const out = await this.prefill.route(this.#leg(req), req.hints.session);
       return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
@@ -312,6 +340,7 @@ export class ModelRouter implements ModelRouterPort {
   }
 
   async query(req: PreparedRequest): Promise<QueryResult> {
+    this.#checkPins(req.hints);
     if (this.#disaggregated(false)) {
       const q = await this.prefill.query(this.#leg(req), req.hints.session);
       return {
@@ -345,13 +374,15 @@ export class ModelRouter implements ModelRouterPort {
   }
 }
 
-/** KV-event counters exported as Prometheus metrics. */
-function eventMetricsHooks(m: KvgateMetrics): KvEventHooks {
+/** KV-event counters exported as Prometheus metrics; a block size other than the model's is reported per worker. */
+function eventHooks(m: KvgateMetrics | undefined, onBlockSizeMismatch: (workerId: number) => void): KvEventHooks {
+  if (m === undefined) return { onApplied: (w, _r, _t, status) => status === 'block_size_mismatch' && onBlockSizeMismatch(w) };
   // onApplied runs once per event (hundreds of thousands a second under load):
   // resolve each (type, status) child once rather than hashing labels per event.
   const applied = new Map<string, { inc(): void }>();
   return {
-    onApplied: (_w, _r, type, status) => {
+    onApplied: (w, _r, type, status) => {
+      if (status === 'block_size_mismatch') onBlockSizeMismatch(w);
       const key = `${type}:${status}`;
       let c = applied.get(key);
       if (c === undefined) applied.set(key, (c = m.kvEventsApplied.labels({ event_type: type, status })));
