@@ -159,7 +159,7 @@ export class ModelRouter implements ModelRouterPort {
         events = new KvEventManager({
           applier, clock: ctx.clock, log: ctx.log,
           ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
-          hooks: eventHooks(ctx.metrics, (workerId) => this.#watch.blockSizeMismatch(workerId, opts.blockSize)),
+          hooks: eventHooks(ctx.metrics, this.#watch, opts.blockSize),
         });
       }
     }
@@ -375,8 +375,13 @@ export class ModelRouter implements ModelRouterPort {
 }
 
 /** KV-event counters exported as Prometheus metrics; a block size other than the model's is reported per worker. */
-function eventHooks(m: KvgateMetrics | undefined, onBlockSizeMismatch: (workerId: number) => void): KvEventHooks {
-  if (m === undefined) return { onApplied: (w, _r, _t, status) => status === 'block_size_mismatch' && onBlockSizeMismatch(w) };
+function eventHooks(m: KvgateMetrics | undefined, watch: WorkerWatch, blockSize: number): KvEventHooks {
+  const onBlockSizeMismatch = (w: number): void => watch.blockSizeMismatch(w, blockSize);
+  const onReplay: KvEventHooks['onReplay'] = (w, r, outcome, applied) => {
+    if (outcome === 'recovered') watch.replayed(w, r, applied);
+    m?.kvEventReplays.labels({ worker_id: String(w), dp_rank: String(r), outcome }).inc();
+  };
+  if (m === undefined) return { onApplied: (w, _r, _t, status) => status === 'block_size_mismatch' && onBlockSizeMismatch(w), onReplay };
   // onApplied runs once per event (hundreds of thousands a second under load):
   // resolve each (type, status) child once rather than hashing labels per event.
   const applied = new Map<string, { inc(): void }>();
@@ -390,7 +395,7 @@ function eventHooks(m: KvgateMetrics | undefined, onBlockSizeMismatch: (workerId
     },
     onDecodeError: (rep) => m.kvEventDecodeErrors.labels({ worker_id: String(rep.workerId), kind: rep.kind }).inc(),
     onGap: (w, r) => m.kvEventGaps.labels({ worker_id: String(w), dp_rank: String(r) }).inc(),
-    onReplay: (w, r, outcome) => m.kvEventReplays.labels({ worker_id: String(w), dp_rank: String(r), outcome }).inc(),
+    onReplay,
     onReset: (w, r, reason) => {
       if (reason === 'restart') m.kvEventPublisherRestarts.labels({ worker_id: String(w), dp_rank: String(r) }).inc();
     },

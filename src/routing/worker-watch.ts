@@ -77,6 +77,12 @@ export class WorkerWatch {
       + '(set the model\'s block_size to the engine\'s)');
   }
 
+  /** Missed KV-event batches of a rank were replayed from the engine's buffer (gaps and resets are logged by the stream). */
+  replayed(workerId: number, dpRank: number, batches: number): void {
+    this.#ctx.log.info({ model: this.#model, workerId, dpRank, url: this.#registry.get(workerId)?.url, batches },
+      `worker ${workerId}: missed KV events replayed (${batches} batch(es))`);
+  }
+
   /** Periodic: every configured worker's health state gauge. */
   tickHealth(): void {
     const m = this.#ctx.metrics;

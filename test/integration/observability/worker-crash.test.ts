@@ -107,7 +107,7 @@ describe('a crashed engine is loud', () => {
     const again = await startMockerCli(['--seed', '2', '--port', port(b.engine.url), '--kv-events-port', port((b.engine.kv_events as string[])[0])]);
     procs.push(again.proc);
     await until(async () => series(await metrics(), 'kvgate_worker_up', 2) === 1, 'worker 2\'s up gauge back at 1', 10_000);
-    expect(jsonLines(gateway).some((o) => o.workerId === 2 && o.url === b.engine.url && /up/.test(String(o.msg)))).toBe(true);
+    await until(() => jsonLines(gateway).some((o) => o.workerId === 2 && o.url === b.engine.url && /is up/.test(String(o.msg))), 'a line saying worker 2 is up', 5_000);
     await until(eventsLive, 'worker 2\'s KV events live again', 20_000);
     expect(await worker2()).toMatchObject({ state: 'up', health: 'up', kvEventsState: 'live' });
   }, 90_000);
