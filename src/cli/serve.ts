@@ -15,11 +15,12 @@ import { EngineClient } from '../engines/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { startGateway, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
-import { seededRng } from '../common/index.js';
+import { seededRng, traceLogFields } from '../common/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
 import { FleetMembers } from './membership.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
+import { startTracing } from './tracing.js';
 
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
@@ -134,6 +135,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       const router = new ModelRouter({
         model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
         routerConfig: model.router, registry, engine, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
+        workerHealth: (id) => prober.view(id),
         legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
         sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
         kvEvents: config.kvEvents,
@@ -244,7 +246,10 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   }
   // The one place a logger is created (unless the caller brings its own): the gateway, every
   // router and every KV-event stream below write to it.
-  const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'kvgate' } });
+  // Tracing first, so the logger's lines inside a traced request carry its trace id.
+  const tracing = startTracing(config.tracing, env);
+  const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'kvgate' }, ...(tracing !== undefined ? { mixin: traceLogFields } : {}) });
+  if (tracing !== undefined) logger.info({ endpoint: tracing.endpoint, sampleRatio: tracing.sampleRatio }, 'tracing: spans are exported over OTLP/HTTP');
   let gateway: Gateway;
   const fleet = (opts.routers ?? fleetRouters)(config);
   // Hot reconfiguration re-reads the config file (with the same flags); the demo and flags alone have none.
@@ -254,6 +259,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
     gateway = await startGateway({ config, createRouter: fleet.createRouter, logger, reload: reloadable ? () => reloader!.reload('admin') : undefined });
   } catch (err) {
     await fleet.close().catch(() => undefined);
+    await tracing?.shutdown().catch(() => undefined);
     await Promise.allSettled(mockers.map((m) => m.close()));
     throw err;
   }
@@ -275,6 +281,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
         await gateway.close();
         await fleet.close();
         await Promise.allSettled(mockers.map((m) => m.close()));
+        await tracing?.shutdown().catch((err: unknown) => logger.warn({ err }, 'tracing: the last spans could not be exported'));
       })();
       return stopping;
     },

@@ -10,3 +10,4 @@ export {
   drained, errorBody, httpOrigin, listen, parseJson, parseJsonObject, readBody, sendBytes, sendError, sendJson, SSE_DONE, sseDataFrame, sseJsonFrame,
 } from './http.js';
 export { encodeSeq, REPLAY_END_SEQ } from './kv-frames.js';
+export { clientSpan, inRequestSpan, inSpan, spanFailed, traceLogFields } from './tracing.js';

@@ -27,6 +27,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   healthTimeoutMs: 1000,
   healthUnhealthyAfter: 2,
   healthMaxEjectedPercent: 50,
+  tracingSampleRatio: 1,
   segmentCacheTokens: 2_000_000,
   segmentCacheBytes: 32 * 1024 * 1024,
   logLevel: 'info' as LogLevel,

@@ -2,7 +2,7 @@
 export { loadGatewayConfig } from './load.js';
 export { parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
 export type { ConfigProblem } from './reader.js';
-export type { GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource } from './types.js';
+export type { GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource, TracingConfig } from './types.js';
 export { configProblemsError } from './load.js';
 export { configChanges, reloadProblems, workerDiff } from './reload.js';
 export type { ConfigChange } from './reload.js';

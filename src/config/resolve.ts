@@ -14,7 +14,7 @@ import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
-const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'kv_events', 'models', 'replicas'] as const;
+const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'tracing', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'kv_events', 'models', 'replicas'] as const;
 
 function readListen(r: ConfigReader | undefined, host: string, port: number): ListenAddress {
   if (r === undefined) return { host, port };
@@ -110,6 +110,19 @@ function readHealth(root: ConfigReader): GatewayConfig['health'] {
     unhealthyAfter: h?.int('unhealthy_after', D.healthUnhealthyAfter, { min: 1, max: 1000 }) ?? D.healthUnhealthyAfter,
     maxEjectedPercent: h?.int('max_ejected_percent', D.healthMaxEjectedPercent, { min: 0, max: 100 }) ?? D.healthMaxEjectedPercent,
   };
+}
+
+function readTracing(root: ConfigReader): GatewayConfig['tracing'] {
+  const t = root.child('tracing');
+  t?.allowOnly(['otlp_endpoint', 'sample_ratio']);
+  const otlpEndpoint = t?.optStr('otlp_endpoint', (s) => {
+    try {
+      return /^https?:$/.test(new URL(s).protocol) ? undefined : 'must be an http(s) URL';
+    } catch {
+      return 'must be an http(s) URL, e.g. http://otel-collector:4318';
+    }
+  });
+  return { otlpEndpoint, sampleRatio: t?.num('sample_ratio', GATEWAY_DEFAULTS.tracingSampleRatio, { min: 0, max: 1 }) ?? GATEWAY_DEFAULTS.tracingSampleRatio };
 }
 
 /** The process sections: shutdown, preprocessing threads, log level. */
@@ -250,12 +263,13 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const apiKeys = readApiKeys(root, ctx);
   const limits = readLimits(root);
   const health = readHealth(root);
+  const tracing = readTracing(root);
   const { drainTimeoutMs, preprocess, logLevel } = readProcess(root);
   const kvEvents = readKvEventBounds(root);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const replicas = readReplicas(root);
   const config: GatewayConfig = {
-    file: ctx.file, listen, admin, apiKeys, limits, health, drainTimeoutMs, preprocess, logLevel, kvEvents, replicas, models, warnings,
+    file: ctx.file, listen, admin, apiKeys, limits, health, tracing, drainTimeoutMs, preprocess, logLevel, kvEvents, replicas, models, warnings,
   };
   return { config: deepFreeze(config), problems };
 }

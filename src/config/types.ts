@@ -137,6 +137,14 @@ export interface ReplicasConfig {
   readonly maxQueuedOps: number;
 }
 
+/** OpenTelemetry tracing: off while `otlpEndpoint` is undefined (the standard OTEL_* variables can also turn it on). */
+export interface TracingConfig {
+  /** Base URL of an OTLP/HTTP collector (spans go to `<url>/v1/traces`), or the full traces URL. */
+  readonly otlpEndpoint: string | undefined;
+  /** Fraction of new traces sampled, in [0, 1]; a client's sampled `traceparent` is always followed. */
+  readonly sampleRatio: number;
+}
+
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -154,6 +162,7 @@ export interface GatewayConfig {
   readonly limits: LimitsConfig;
   /** Active health probing of every worker (GET /health). */
   readonly health: HealthConfig;
+  readonly tracing: TracingConfig;
   /** SIGTERM: stop accepting, let in-flight requests finish up to this long, then cut them. */
   readonly drainTimeoutMs: number;
   readonly preprocess: {

@@ -41,6 +41,20 @@ export interface HealthMetrics {
 
 type HealthTransition = 'ejected' | 'kept' | 'readmitted';
 
+/**
+ * A worker as the prober last saw it (for /admin/models): `up`; `down` (ejected after failed probes);
+ * `kept` (failing, but routable under the ejection limit); `model_mismatch` (its engine serves another
+ * model); `unknown` before its first probe answered.
+ */
+export interface WorkerHealthView {
+  readonly state: 'up' | 'down' | 'kept' | 'model_mismatch' | 'unknown';
+  readonly consecutiveFailures: number;
+  /** When the last probe finished (ms since the epoch); undefined before the first. */
+  readonly lastProbeAt: number | undefined;
+  /** Why the last failing probe failed (kept after the worker recovers); undefined if none has failed. */
+  readonly lastError: string | undefined;
+}
+
 export interface HealthProberOptions {
   /** Milliseconds between probe rounds (default 2000). */
   intervalMs?: number;
@@ -81,6 +95,8 @@ export class HealthProber {
   readonly #opts: HealthProberOptions;
   /** Last model-check outcome and when it was taken, per worker. */
   readonly #checks = new Map<number, { check: ModelCheck; at: number }>();
+  /** Per worker: when its last probe finished and why the last failing one failed. */
+  readonly #probes = new Map<number, { at: number; lastError: string | undefined }>();
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
 
@@ -134,15 +150,18 @@ export class HealthProber {
     const w = this.#registry.get(workerId);
     if (w === undefined || this.#inFlight.has(workerId) || this.#closed) return this.#registry.isAvailable(workerId);
     this.#inFlight.add(workerId);
-    let ok = false;
+    let error: string | undefined;
     try {
-      ok = await this.#get(w.url);
+      error = await this.#get(w.url);
     } finally {
       this.#inFlight.delete(workerId);
     }
+    let ok = error === undefined;
     if (ok && (await this.#modelMismatch(w))) ok = false;
     // A worker that left (or was replaced) while its probe ran keeps no state here.
     if (this.#closed || this.#registry.get(workerId) !== w) return ok;
+    const now = (this.#opts.now ?? Date.now)();
+    this.#probes.set(w.id, { at: now, lastError: error ?? (ok ? this.#probes.get(w.id)?.lastError : 'its engine serves another model') });
     if (ok) this.#healthy(w);
     // Serving another model is not ill health: no threshold, no ejection limit, down until it serves ours.
     else if (this.#checks.get(w.id)?.check.kind === 'mismatch') this.#registry.markDown(w.id);
@@ -167,17 +186,29 @@ export class HealthProber {
   }
 
 
-  /** GET /health within the loop-time budget: true for a 2xx. */
-  async #get(url: string): Promise<boolean> {
+  /** The worker's standing as last probed (undefined for a worker not registered). */
+  view(workerId: number): WorkerHealthView | undefined {
+    if (this.#registry.get(workerId) === undefined) return undefined;
+    const probe = this.#probes.get(workerId);
+    const standing = this.#standing.get(workerId);
+    const state = this.#checks.get(workerId)?.check.kind === 'mismatch' ? 'model_mismatch'
+      : standing === 'ejected' ? 'down' : standing === 'kept' ? 'kept' : probe === undefined ? 'unknown' : 'up';
+    return { state, consecutiveFailures: this.#failures.get(workerId) ?? 0, lastProbeAt: probe?.at, lastError: probe?.lastError };
+  }
+
+  /** GET /health within the loop-time budget: undefined for a 2xx, else why not. */
+  async #get(url: string): Promise<string | undefined> {
     const ac = new AbortController();
     const cancel = loopTimeout(this.#timeoutMs, () => ac.abort(), { clock: this.#clock, scheduler: this.#scheduler });
     try {
       // undici's own timers would fire in a stalled loop too: the loop-time budget above is the bound.
       const res = await request(new URL('/health', url), { method: 'GET', headersTimeout: 0, bodyTimeout: 0, signal: ac.signal });
       await res.body.dump();
-      return res.statusCode >= 200 && res.statusCode < 300;
-    } catch {
-      return false;
+      return res.statusCode >= 200 && res.statusCode < 300 ? undefined : `GET /health answered ${res.statusCode}`;
+    } catch (err) {
+      if (ac.signal.aborted) return `GET /health did not answer within ${this.#timeoutMs} ms`;
+      const e = err as NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException };
+      return `GET /health failed: ${e.code ?? e.cause?.code ?? e.message}`;
     } finally {
       cancel();
     }
@@ -221,6 +252,7 @@ export class HealthProber {
   #transition(w: WorkerInfo, transition: HealthTransition, msg: string): void {
     const sink = this.#sinks.get(w.model);
     sink?.metrics?.healthTransitions.labels({ model: w.model, worker_id: String(w.id), transition }).inc();
-    (sink?.log ?? silentLogger).warn({ workerId: w.id, url: w.url, role: w.role, transition }, msg);
+    const error = transition === 'readmitted' ? undefined : this.#probes.get(w.id)?.lastError;
+    (sink?.log ?? silentLogger).warn({ workerId: w.id, url: w.url, role: w.role, transition, ...(error !== undefined ? { error } : {}) }, msg);
   }
 }

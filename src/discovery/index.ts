@@ -2,4 +2,5 @@
 export { WorkerRegistry } from './registry.js';
 export type { WorkerInfo, KvEventEndpoints } from './registry.js';
 export { HealthProber } from './health.js';
+export type { WorkerHealthView } from './health.js';
 export type { ModelCheck } from './engine-models.js';

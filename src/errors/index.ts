@@ -24,6 +24,7 @@ export const ERROR_CODES = {
   KVG_ERR_MISSING_WORKER_ID: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_UNKNOWN_WORKER: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_INVALID_DP_RANK: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_WORKER_DOWN: { status: 503, type: 'service_unavailable', retryable: true },
   KVG_ERR_INVALID_TRACE: { status: 400, type: 'invalid_request_error', retryable: false },
   // Transport to engines (src/engines). "retryable" means nothing reached the engine, so another worker may be tried.
   KVG_ERR_ENGINE_NOT_REGISTERED: { status: 503, type: 'service_unavailable', retryable: true },

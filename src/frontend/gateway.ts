@@ -62,6 +62,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const { logger } = opts;
   const metrics = opts.metrics ?? new KvgateMetrics();
   for (const w of config.warnings) logger.warn(w);
+  // A KV-routed model without a tokenizer hashes prompts no engine's blocks match: flagged for as long as it runs.
+  for (const m of config.models) {
+    const missing = m.routerMode === 'kv' && m.tokenizer.kind === 'none';
+    metrics.modelTokenizerMissing.labels({ model: m.name }).set(missing ? 1 : 0);
+    if (missing) logger.warn({ model: m.name, tokenizer: 'none' }, `model ${m.name} is KV-routed without a tokenizer: its cache-hit predictions are guesses (kvgate_model_tokenizer_missing)`);
+  }
   const preprocessor = await createPreprocessor(preprocessModelSpecs(config), { threads: config.preprocess.threads });
   const routers: ModelRouterPort[] = [];
   let server: GatewayServer | undefined;

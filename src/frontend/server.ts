@@ -29,7 +29,7 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Server as NetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Logger } from 'pino';
-import type { WorkerRank } from '../common/index.js';
+import { inRequestSpan, inSpan, traceLogFields, type WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
@@ -122,7 +122,8 @@ export class GatewayServer {
       // Node checks both timeouts on this period: often enough for the header timeout to be honoured within a quarter of it.
       connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(headerTimeoutMs / 4))),
     }, (req, res) => {
-      this.#dispatch(listener, routes, req, res).catch((err: unknown) => {
+      // The request's server span (continuing the client's traceparent) is the active span of everything it runs.
+      inRequestSpan(req, res, () => this.#dispatch(listener, routes, req, res)).catch((err: unknown) => {
         this.logger.error({ err }, 'unhandled error in request dispatch');
         if (!res.headersSent) sendError(res, asKvgateError(err, 'unknown'), this.config.limits.retryAfterSeconds);
         else res.destroy();
@@ -223,7 +224,7 @@ export class GatewayServer {
     const path = (req.url ?? '/').split('?', 1)[0]!;
     const spec = routes.get(path) ?? (path.startsWith('/v1/models/') ? routes.get('/v1/models/*') : undefined);
     const controller = new AbortController();
-    const ctx: RequestContext = { req, res, requestId, route: spec?.name ?? 'unmatched', startedAt, signal: controller.signal, log: {} };
+    const ctx: RequestContext = { req, res, requestId, route: spec?.name ?? 'unmatched', startedAt, signal: controller.signal, log: traceLogFields() };
     const retryAfter = this.config.limits.retryAfterSeconds;
     const socket = req.socket;
     const admitted = this.#conns.requestStarted(socket);
@@ -325,7 +326,7 @@ export class GatewayServer {
     const unavailable = port.unavailable();
     if (unavailable !== undefined) throw unavailable;
     const task = promptTask({ endpoint, body, model: modelName, maxPromptTokens: model.maxPromptTokens, tokenData, loraName });
-    const pre = await this.#preprocessor.run(task);
+    const pre = await inSpan('kvgate.preprocess', () => this.#preprocessor.run(task), { 'kvgate.model': modelName });
     ctx.signal.throwIfAborted();
     ctx.log.promptTokens = pre.tokenIds.length;
     if (pre.stats.cachedTokens > 0) ctx.log.segmentCachedTokens = pre.stats.cachedTokens;

@@ -81,6 +81,10 @@ export class KvgateMetrics {
   readonly workerIndexBlocks: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
   readonly workerKvEventsLive: Gauge<'model' | 'worker_id' | 'worker_type'>;
   readonly workerServedModelMismatch: Gauge<'model' | 'worker_id'>;
+  readonly workerUp: Gauge<'model' | 'worker_id' | 'worker_type'>;
+  readonly workerState: Gauge<'model' | 'worker_id' | 'state'>;
+  readonly workerBlockSizeMismatch: Gauge<'model' | 'worker_id'>;
+  readonly modelTokenizerMissing: Gauge<'model'>;
   readonly healthTransitions: Counter<'model' | 'worker_id' | 'transition'>;
   readonly workerMembership: Counter<'model' | 'source' | 'change'>;
   readonly configReloads: Counter<'trigger' | 'outcome'>;
@@ -154,6 +158,11 @@ export class KvgateMetrics {
     this.backpressure = new Counter({ name: 'kvgate_router_backpressure_total', help: 'Requests rejected by queue-depth backpressure.', labelNames: MW, registers });
     // ---- engines that do not serve the model's name
     this.workerServedModelMismatch = new Gauge({ name: 'kvgate_worker_served_model_mismatch', help: '1 while the worker\'s engine does not list the model\'s served_model_name in its /v1/models (the worker is not routed to); 0 once it does.', labelNames: ['model', 'worker_id'], registers });
+    // ---- worker state (loud failures)
+    this.workerUp = new Gauge({ name: 'kvgate_worker_up', help: '1 while the worker is routable (configured and passing its health probe); 0 while it is down.', labelNames: ['model', 'worker_id', 'worker_type'], registers });
+    this.workerState = new Gauge({ name: 'kvgate_worker_state', help: '1 for the worker\'s current health state (up, down, kept, model_mismatch, unknown), 0 for the others.', labelNames: ['model', 'worker_id', 'state'], registers });
+    this.workerBlockSizeMismatch = new Gauge({ name: 'kvgate_worker_block_size_mismatch', help: '1 once the worker published KV events with a block size other than the model\'s block_size (those blocks are ignored).', labelNames: ['model', 'worker_id'], registers });
+    this.modelTokenizerMissing = new Gauge({ name: 'kvgate_model_tokenizer_missing', help: '1 for a KV-routed model without a tokenizer (prefix hashes come from the byte-packing fallback and match no engine\'s blocks).', labelNames: ['model'], registers });
     // ---- health probing
     this.healthTransitions = new Counter({ name: 'kvgate_worker_health_transitions_total', help: 'Health probing outcomes per worker: ejected (marked down), kept (failing, but the model\'s ejection limit is reached: still routed), readmitted.', labelNames: ['model', 'worker_id', 'transition'], registers });
     // ---- fleet membership and hot reconfiguration

@@ -34,6 +34,8 @@ export interface MockerStats {
   crashed: boolean;
   ranks: (EngineCoreStats & { nextEventSeq: number | null; eventBatchesSent: number; eventBatchesDropped: number })[];
   bootstrapPending: number;
+  /** The `traceparent` headers of the last 16 completion requests, newest last. */
+  traceparents: string[];
 }
 
 /** An in-process mocker. Every method is safe to call after close (it does nothing or throws a clear error). */

@@ -25,6 +25,8 @@ export interface RouteDeps {
   readonly generation: Generation;
   /** False once crashed: requests that got past a hang are dropped. */
   isUp(): boolean;
+  /** A completion request carried a W3C `traceparent` (recorded for /admin/state). */
+  noteTraceparent(traceparent: string): void;
   /** P's answer to D's KV pull (vLLM P/D). */
   kvPull(body: unknown): { status: number; body: unknown };
 }
@@ -45,6 +47,8 @@ export async function serveRequest(d: RouteDeps, req: IncomingMessage, res: Serv
     if (path.startsWith('/admin/')) return await serveAdmin(d.worker, method, path, req, res);
     await d.faults.whenNotHung();
     if (!d.isUp()) return void res.destroy();
+    const traceparent = req.headers.traceparent;
+    if (typeof traceparent === 'string' && path.endsWith('completions')) d.noteTraceparent(traceparent);
     if (await serveEngine(d, `${method} ${path}`, req, res)) return;
     if (KNOWN_PATHS.includes(path)) throw new KvgateError('KVG_ERR_METHOD_NOT_ALLOWED', `${method} is not allowed on ${path}`, {});
     throw new KvgateError('KVG_ERR_NOT_FOUND', `no route ${method} ${path}`, {});

@@ -42,6 +42,9 @@ interface BoundPorts {
   readonly bootstrap: number | undefined;
 }
 
+/** How many received `traceparent` headers the admin state lists. */
+const TRACEPARENTS_KEPT = 16;
+
 class MockerWorker implements MockerHandle {
   readonly options: ResolvedMockerOptions;
   readonly tokenizer: TextTokenizer;
@@ -49,6 +52,8 @@ class MockerWorker implements MockerHandle {
   readonly #metrics: EngineMetrics;
   readonly #sampleIds: Uint32Array;
   readonly #routes: RouteDeps;
+  /** The W3C `traceparent` headers of the last generation requests (newest last), as vLLM would continue them. */
+  readonly #traceparents: string[] = [];
   #ranks: EngineRank[] = [];
   #server: Server | undefined;
   #bootstrap: { registry: BootstrapRegistry; server: BootstrapServer } | undefined;
@@ -80,6 +85,9 @@ class MockerWorker implements MockerHandle {
     const pullTargets = (): { core: EngineRank['core']; wake(): void }[] => this.#ranks.map((r) => ({ core: r.core, wake: () => r.engine.wake() }));
     this.#routes = {
       worker: this, faults: this.#faults, metrics: this.#metrics, generation, isUp: () => !this.#crashed,
+      noteTraceparent: (tp) => {
+        if (this.#traceparents.push(tp) > TRACEPARENTS_KEPT) this.#traceparents.shift();
+      },
       kvPull: (body) => answerKvPull(body, this.#engineId, pullTargets(), systemClock.now()),
     };
   }
@@ -161,6 +169,7 @@ class MockerWorker implements MockerHandle {
         eventBatchesDropped: r.publisher?.counts.dropped ?? 0,
       })),
       bootstrapPending: this.#bootstrap?.registry.pending ?? 0,
+      traceparents: [...this.#traceparents],
     };
   }
 

@@ -15,19 +15,20 @@
  */
 import { seededRng, type RouterMode, type RoutingHints } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
-import type { WorkerInfo, WorkerRegistry } from '../discovery/index.js';
+import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
-import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type KvEventHooks, type KvEventManagerOptions } from '../events/index.js';
+import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type KvEventManagerOptions } from '../events/index.js';
 import { KvgateError } from '../errors/index.js';
-import type { KvgateMetrics } from '../metrics/index.js';
 import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
 import { KvRouter } from './kv-router.js';
 import { PushRouter, type PushRouterOptions } from './push/push-router.js';
 import type { LegRequest } from './push/types.js';
-import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
+import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerStatus } from './router-port.js';
 import { StickySessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
+import { eventHooks } from './event-hooks.js';
+import { WorkerWatch } from './worker-watch.js';
 
 export interface ModelRouterOptions {
   readonly model: string;
@@ -47,6 +48,8 @@ export interface ModelRouterOptions {
   readonly kvEventsStaleAfterMs?: number | undefined;
   /** KV-event ingestion bounds (queue, per-turn budget, reorder window, consistency bound); src/events defaults otherwise. */
   readonly kvEvents?: KvEventManagerOptions | undefined;
+  /** The health prober's view of a worker (for /admin/models, the state gauge and down lines). */
+  readonly workerHealth?: ((workerId: number) => WorkerHealthView | undefined) | undefined;
   /** Told when a dispatch found a worker unreachable (health probing). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
   /** Refuse requests (and hide the model) instead of serving them aggregated while no prefill worker is available. */
@@ -104,6 +107,8 @@ export class ModelRouter implements ModelRouterPort {
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
   #legSeq = 0;
+  /** Worker state changes: logs, gauges, the /admin/models view. */
+  readonly #watch: WorkerWatch;
 
   /**
    * `ctx` is handed down to every router and KV-event manager this one builds (default: the
@@ -120,6 +125,7 @@ export class ModelRouter implements ModelRouterPort {
     // The model's own series exist from the start, at zero (the pools register theirs).
     ctx.metrics?.disaggFallbacks.inc({ model: opts.model }, 0);
     ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
+    this.#watch = new WorkerWatch(opts.model, opts.registry, ctx, opts.workerHealth);
     const decode = this.#buildPool('decode');
     this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, decode.push.role));
     this.decode = decode.push;
@@ -138,10 +144,14 @@ export class ModelRouter implements ModelRouterPort {
       sessionTtlMs: opts.prefillSessionTtlMs, sessionLimits: opts.sessionLimits, maxRetries: opts.maxRetries,
     }, ctx);
     this.#onAdded = (w) => {
-      if (w.model === this.model) this.#workerAdded(w);
+      if (w.model !== this.model) return;
+      this.#workerAdded(w);
+      this.#watch.up(w);
     };
     this.#onRemoved = (w) => {
-      if (w.model === this.model) this.#workerRemoved(w);
+      if (w.model !== this.model) return;
+      this.#workerRemoved(w);
+      this.#watch.down(w);
     };
     opts.registry.on('added', this.#onAdded);
     opts.registry.on('removed', this.#onRemoved);
@@ -176,14 +186,18 @@ export class ModelRouter implements ModelRouterPort {
         events = new KvEventManager({
           applier, clock: ctx.clock, log: ctx.log, ...opts.kvEvents,
           ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
-          ...(ctx.metrics !== undefined ? { hooks: eventMetricsHooks(ctx.metrics) } : {}),
+          hooks: eventHooks(ctx.metrics, this.#watch, opts.blockSize),
         });
       }
     }
     const ev = events;
     const push = new PushRouter({
       model: opts.model, role, mode: opts.mode, blockSize: opts.blockSize, kvRouter, engine: opts.engine,
-      maxRetries: opts.maxRetries, onWorkerUnreachable: opts.onWorkerUnreachable, legTimeouts: opts.legTimeouts,
+      maxRetries: opts.maxRetries, legTimeouts: opts.legTimeouts,
+      onWorkerUnreachable: (id) => {
+        this.#watch.unreachable(this.#registry.get(id), id);
+        opts.onWorkerUnreachable?.(id);
+      },
       onDispatch: ev === undefined ? undefined : (w, r) => ev.noteDispatch(w, r),
     }, ctx);
     return { push, events };
@@ -257,17 +271,18 @@ export class ModelRouter implements ModelRouterPort {
     this.decode.kvRouter?.tick();
     this.prefill.tick();
     this.sessions.sweep();
+    this.#watch.tickHealth();
+    for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {
+      if (pool !== undefined) this.#watch.tickEvents(pool.push.workers(), pool.events);
+    }
     const m = this.#ctx.metrics;
     if (m === undefined) return;
     m.sessions.labels({ model: this.model, worker_type: this.decode.role }).set(this.sessions.size);
     if (this.prefill.pool !== undefined) m.sessions.labels({ model: this.model, worker_type: 'prefill' }).set(this.prefill.sessions.size);
-    for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {
-      if (pool?.events === undefined) continue;
-      for (const w of pool.push.workers()) {
-        m.workerKvEventsLive.labels({ model: this.model, worker_id: String(w.id), worker_type: w.role })
-          .set(pool.events.eventStatus(w.id) === 'live' ? 1 : 0);
-      }
-    }
+  }
+
+  workerStatus(): WorkerStatus[] {
+    return this.#watch.status((w) => (w.role === 'prefill' ? this.#prefillPool?.events : this.events));
   }
 
   /**
@@ -354,8 +369,21 @@ export class ModelRouter implements ModelRouterPort {
     return ids;
   }
 
+  /** A pin naming a configured worker of this model that is down is a 503 naming it, not an unknown worker. */
+  #checkPins(hints: RoutingHints): void {
+    const pins = [['backend_instance_id', hints.backendInstanceId], ['prefill_worker_id', hints.prefillWorkerId], ['decode_worker_id', hints.decodeWorkerId]] as const;
+    for (const [param, id] of pins) {
+      if (id === undefined || this.#registry.get(id)?.model !== this.model || this.#registry.isAvailable(id)) continue;
+      const state = this.#opts.workerHealth?.(id)?.state;
+      throw new KvgateError('KVG_ERR_WORKER_DOWN',
+        `worker ${id} is down (${state === 'model_mismatch' ? 'its engine serves another model' : 'failing its health probe'}): not routed to; retry later or pin another worker`,
+        { param, workerId: id });
+    }
+  }
+
   async route(req: PreparedRequest): Promise<RoutedResponse> {
     if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
+    this.#checkPins(req.hints);
     if (this.#disaggregated(true)) {
       const out = await this.prefill.route(this.#leg(req), req.hints.session);
       return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
@@ -383,6 +411,7 @@ export class ModelRouter implements ModelRouterPort {
   }
 
   async query(req: PreparedRequest): Promise<QueryResult> {
+    this.#checkPins(req.hints);
     if (this.#disaggregated(false)) {
       const q = await this.prefill.query(this.#leg(req), req.hints.session);
       return {
@@ -418,27 +447,4 @@ export class ModelRouter implements ModelRouterPort {
     if (state === 'inactive' && countFallback) this.#ctx.metrics?.disaggFallbacks.labels({ model: this.model }).inc();
     return false;
   }
-}
-
-/** KV-event counters exported as Prometheus metrics. */
-function eventMetricsHooks(m: KvgateMetrics): KvEventHooks {
-  // onApplied runs once per event (hundreds of thousands a second under load):
-  // resolve each (type, status) child once rather than hashing labels per event.
-  const applied = new Map<string, { inc(): void }>();
-  return {
-    onApplied: (_w, _r, type, status) => {
-      const key = `${type}:${status}`;
-      let c = applied.get(key);
-      if (c === undefined) applied.set(key, (c = m.kvEventsApplied.labels({ event_type: type, status })));
-      c.inc();
-    },
-    onDecodeError: (rep) => m.kvEventDecodeErrors.labels({ worker_id: String(rep.workerId), kind: rep.kind }).inc(),
-    onGap: (w, r) => m.kvEventGaps.labels({ worker_id: String(w), dp_rank: String(r) }).inc(),
-    onReplay: (w, r, outcome) => m.kvEventReplays.labels({ worker_id: String(w), dp_rank: String(r), outcome }).inc(),
-    onDropped: (w, r, reason) => m.kvEventDropped.labels({ worker_id: String(w), dp_rank: String(r), reason }).inc(),
-    onReset: (w, r, reason) => {
-      m.kvEventResets.labels({ worker_id: String(w), dp_rank: String(r), reason }).inc();
-      if (reason === 'restart') m.kvEventPublisherRestarts.labels({ worker_id: String(w), dp_rank: String(r) }).inc();
-    },
-  };
 }

@@ -102,6 +102,22 @@ export interface QueryResult {
   readonly prefillOverlapBlocks?: number | undefined;
 }
 
+/** One configured worker as /admin/models shows it. */
+export interface WorkerStatus {
+  readonly id: number;
+  /** Routable now. */
+  readonly up: boolean;
+  /** The health prober's view: up, down (ejected), kept (failing, under the ejection limit), model_mismatch, unknown. */
+  readonly health: string;
+  /** KV events: live, stale, never (none yet), down (worker down), off (none configured). */
+  readonly kvEvents: string;
+  /** ISO time of the last usable KV-event batch. */
+  readonly lastEventAt: string | undefined;
+  readonly lastProbeAt: string | undefined;
+  /** Why the last failing health probe failed. */
+  readonly lastError: string | undefined;
+}
+
 export interface ModelRouterPort {
   readonly model: string;
   /** Must equal the model's configured block size (the frontend hashes with it). */
@@ -115,6 +131,8 @@ export interface ModelRouterPort {
    * unknown model, and by /v1/models). A request for one carries it in `hints.loraName`.
    */
   adapters(): readonly string[];
+  /** Each configured worker's state (for /admin/models); absent on ports that do not track workers. */
+  workerStatus?(): readonly WorkerStatus[];
   route(req: PreparedRequest): Promise<RoutedResponse>;
   query(req: PreparedRequest): Promise<QueryResult>;
   close(): Promise<void>;

@@ -125,6 +125,24 @@ health: { max_ejected_percent: 101, probe: 1 }
     expect(by['health.probe']).toBeDefined();
   });
 
+  // issue 17 (traces): tracing is off by default, configured by tracing.otlp_endpoint and sample_ratio
+  it('tracing: off by default; otlp_endpoint (an http URL) and sample_ratio in [0, 1]', () => {
+    expect(loadGatewayConfig({ env: {} }).tracing).toEqual({ otlpEndpoint: undefined, sampleRatio: 1 });
+    const c = loadGatewayConfig({ file: file(`
+tracing: { otlp_endpoint: "http://collector:4318", sample_ratio: 0.25 }
+models:
+  - name: m
+${WORKERS}
+`), env: {} });
+    expect(c.tracing).toEqual({ otlpEndpoint: 'http://collector:4318', sampleRatio: 0.25 });
+    const by = Object.fromEntries(problemsOf({ file: file(`
+tracing: { otlp_endpoint: "collector:4318x", sample_ratio: 2, exporter: grpc }
+`) }).map((x) => [x.path, x.reason]));
+    expect(by['tracing.otlp_endpoint']).toMatch(/http\(s\) URL/);
+    expect(by['tracing.sample_ratio']).toBeDefined();
+    expect(by['tracing.exporter']).toBeDefined();
+  });
+
   it('flags override the file, including per-model router sections', () => {
     const path = file(`
 listen: { port: 9000 }

@@ -19,7 +19,7 @@
  * worker (retry.ts: bounded by `maxRetries`, never for a pinned request);
  * nothing is retried once the engine has the request.
  */
-import type { RouterMode, RoutingHints, WorkerRole } from '../../common/index.js';
+import { clientSpan, inSpan, spanFailed, type RouterMode, type RoutingHints, type WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import {
   EMPTY_LEG, EngineHttpError, clientWantsUsage, dpRankLeg, isMigratable, mergeLegs, readChunkInfo, streamingLegFields, type EngineClient,
@@ -35,6 +35,7 @@ import { PoolMetrics } from './pool-metrics.js';
 import { retryBeforeFirstByte, type RetryScope } from './retry.js';
 import type { PoolMembers, LegSelector } from './selector.js';
 import { SimpleSelector } from './simple-selector.js';
+import { selectionAttributes } from './trace-attributes.js';
 import type { LegRequest, LegResponse, Selection } from './types.js';
 
 export interface PushRouterOptions {
@@ -159,10 +160,14 @@ export class PushRouter implements PoolMembers {
    */
   async select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
     if (this.#members.size === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`);
-    const sel = await this.#selector.select(req, mode, exclude);
-    // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
-    if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
-    return sel;
+    // The routing decision's span: the chosen worker, its overlap and the cost breakdown as attributes.
+    return inSpan('kvgate.route', async (span) => {
+      const sel = await this.#selector.select(req, mode, exclude);
+      if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
+      // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
+      if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
+      return sel;
+    }, { 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode });
   }
 
   // ------------------------------------------------------------ dispatch
@@ -181,20 +186,30 @@ export class PushRouter implements PoolMembers {
         if (first !== undefined) this.#release(req, first);
         throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before dispatch');
       }
-      const sel = first ?? await this.select(req, 'book', scope.exclude);
-      return this.#send(req, sel, scope);
+      if (scope.attempt === 0) return this.#send(req, first ?? await this.select(req, 'book', scope.exclude), scope);
+      // A retry on another worker: its own span around the new decision and the new engine leg.
+      return inSpan('kvgate.retry', async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope),
+        { 'kvgate.retry.attempt': scope.attempt, 'kvgate.retry.excluded_workers': [...scope.exclude].join(',') });
     });
   }
 
   /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing was sent). */
   async #send(req: LegRequest, sel: Selection, scope: RetryScope): Promise<LegResponse> {
+    // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
+    const trace = clientSpan(`kvgate.engine.${req.phase}`, {
+      'kvgate.model': this.model, 'kvgate.phase': req.phase, 'kvgate.worker_id': sel.worker.id, 'kvgate.dp_rank': sel.dpRank, 'kvgate.attempt': scope.attempt,
+    });
     const guard = new LegGuard({
       clock: this.#ctx.clock, metrics: this.#pm, kvRouter: this.mode === 'kv' ? this.kvRouter : undefined, blockSize: this.blockSize,
       release: () => {
         this.#inflight--;
         this.#release(req, sel);
+        trace.span.end();
       },
-      onError: (err) => this.#legFailed(req, sel, err),
+      onError: (err) => {
+        spanFailed(trace.span, err);
+        this.#legFailed(req, sel, err);
+      },
     }, req, sel);
     this.#inflight++;
     req.tracker?.recordWorker(sel.worker.id, sel.dpRank);
@@ -209,7 +224,7 @@ export class PushRouter implements PoolMembers {
         signal: req.signal,
         stream: streamed,
         extraFields: streamed ? { ...leg.fields, ...streamingLegFields(req.body) } : leg.fields,
-        headers: { ...leg.headers, 'x-request-id': req.clientRequestId ?? req.requestId },
+        headers: { ...leg.headers, ...trace.headers, 'x-request-id': req.clientRequestId ?? req.requestId },
         ...this.#timeoutsOf(req, streamed),
         ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
       });
@@ -225,6 +240,7 @@ export class PushRouter implements PoolMembers {
       if (req.stream) return { selection: sel, status: res.status, body: { kind: 'sse', events } };
       return { selection: sel, ...await assembledAnswer(events, res.status) };
     } catch (err) {
+      spanFailed(trace.span, err);
       guard.finish(false);
       guard.failed(err);
       if (err instanceof EngineHttpError && err.upstreamStatus < 500) {

@@ -1,0 +1,67 @@
+/**
+ * OpenTelemetry tracing for `kvgate serve`: off unless configured. When off,
+ * nothing is registered and the code paths that start spans talk to the
+ * OpenTelemetry API's no-op tracer (no allocation of real spans, no export).
+ *
+ * On when the config's `tracing.otlp_endpoint` is set, or when the standard
+ * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT` is; the
+ * config wins. `OTEL_SDK_DISABLED=true` and `OTEL_TRACES_EXPORTER=none` keep it
+ * off. The sampler is parent-based (a client's sampled `traceparent` is always
+ * followed) over a trace-id ratio: the config's `sample_ratio`, else
+ * `OTEL_TRACES_SAMPLER_ARG`, else 1. `OTEL_SERVICE_NAME` names the service
+ * (default kvgate). Spans go over OTLP/HTTP (JSON) through a batch processor;
+ * W3C trace context is the propagator, so the client's `traceparent` is
+ * continued and the engines receive one of the same trace.
+ */
+import { trace } from '@opentelemetry/api';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BatchSpanProcessor, NodeTracerProvider, ParentBasedSampler, TraceIdRatioBasedSampler } from '@opentelemetry/sdk-trace-node';
+import type { TracingConfig } from '../config/index.js';
+import { kvgateVersion } from '../version.js';
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+export interface Tracing {
+  /** Where spans are sent. */
+  readonly endpoint: string;
+  readonly sampleRatio: number;
+  /** Exports what is buffered and stops. Idempotent. */
+  shutdown(): Promise<void>;
+}
+
+/** The OTLP/HTTP traces URL from the config or the environment; undefined when tracing stays off. */
+function tracesUrl(config: TracingConfig, env: Env): string | undefined {
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true' || env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none') return undefined;
+  const base = config.otlpEndpoint ?? (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined ? env.OTEL_EXPORTER_OTLP_ENDPOINT : undefined);
+  if (base === undefined || base.trim() === '') return env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || undefined;
+  // A base URL gets the signal path (as OTEL_EXPORTER_OTLP_ENDPOINT does); a full traces URL is kept.
+  return /\/v1\/traces\/?$/.test(base) ? base : `${base.replace(/\/+$/, '')}/v1/traces`;
+}
+
+function sampleRatio(config: TracingConfig, env: Env): number {
+  if (config.otlpEndpoint !== undefined) return config.sampleRatio;
+  const arg = Number(env.OTEL_TRACES_SAMPLER_ARG);
+  return env.OTEL_TRACES_SAMPLER_ARG !== undefined && arg >= 0 && arg <= 1 ? arg : config.sampleRatio;
+}
+
+/** Starts tracing when configured (see the header); undefined when it stays off. */
+export function startTracing(config: TracingConfig, env: Env): Tracing | undefined {
+  const endpoint = tracesUrl(config, env);
+  if (endpoint === undefined) return undefined;
+  const ratio = sampleRatio(config, env);
+  const exporter = new OTLPTraceExporter({ url: endpoint });
+  const provider = new NodeTracerProvider({
+    resource: resourceFromAttributes({ 'service.name': env.OTEL_SERVICE_NAME || 'kvgate', 'service.version': kvgateVersion() }),
+    sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(ratio) }),
+    spanProcessors: [new BatchSpanProcessor(exporter, { scheduledDelayMillis: 1000 })],
+  });
+  // Registers the AsyncLocalStorage context manager and the W3C trace-context propagator globally.
+  provider.register();
+  let done: Promise<void> | undefined;
+  return {
+    endpoint,
+    sampleRatio: ratio,
+    shutdown: () => (done ??= provider.shutdown().finally(() => trace.disable())),
+  };
+}

@@ -1,0 +1,131 @@
+/**
+ * What an operator sees of one model's workers: each state change logged with
+ * the worker's id and URL (down and up as the registry moves it, a dispatch
+ * that found it unreachable, its KV events going stale, resuming or starting,
+ * a block size other than the model's), and the per-worker gauges
+ * (`kvgate_worker_up`, `kvgate_worker_state`, `kvgate_worker_kv_events_live`,
+ * `kvgate_worker_block_size_mismatch`); and the per-worker view /admin/models
+ * shows. Health transitions themselves are logged by the prober (discovery).
+ *
+ * A worker that goes down has its KV-event subscription dropped and its
+ * blocks forgotten by the ModelRouter; here its `kv_events_live` drops to 0
+ * at once (the router no longer trusts events it does not receive).
+ */
+import type { WorkerRole } from '../common/index.js';
+import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
+import type { KvEventManager } from '../events/index.js';
+import type { RouterContext } from './context.js';
+import type { WorkerStatus } from './router-port.js';
+
+type EventState = 'live' | 'stale' | 'never';
+
+const HEALTH_STATES: readonly WorkerHealthView['state'][] = ['up', 'down', 'kept', 'model_mismatch', 'unknown'];
+
+export class WorkerWatch {
+  readonly #model: string;
+  readonly #registry: WorkerRegistry;
+  readonly #ctx: RouterContext;
+  readonly #health: ((workerId: number) => WorkerHealthView | undefined) | undefined;
+  /** Last KV-event status logged per worker (only workers that are up). */
+  readonly #events = new Map<number, EventState>();
+  readonly #blockSizeWarned = new Set<number>();
+
+  constructor(model: string, registry: WorkerRegistry, ctx: RouterContext, health: ((workerId: number) => WorkerHealthView | undefined) | undefined) {
+    this.#model = model;
+    this.#registry = registry;
+    this.#ctx = ctx;
+    this.#health = health;
+    for (const w of registry.all()) if (w.model === model) this.#setUp(w, registry.isAvailable(w.id));
+  }
+
+  #labels(w: WorkerInfo): { model: string; worker_id: string; worker_type: WorkerRole } {
+    return { model: this.#model, worker_id: String(w.id), worker_type: w.role };
+  }
+
+  #setUp(w: WorkerInfo, up: boolean): void {
+    this.#ctx.metrics?.workerUp.labels(this.#labels(w)).set(up ? 1 : 0);
+  }
+
+  /** The registry made the worker routable. */
+  up(w: WorkerInfo): void {
+    this.#setUp(w, true);
+    this.#ctx.log.info({ model: this.#model, workerId: w.id, url: w.url, role: w.role }, `worker ${w.id} is up: routed to`);
+  }
+
+  /** The registry took the worker out (health, model check, removal): not routed to, its KV events not trusted. */
+  down(w: WorkerInfo): void {
+    this.#setUp(w, false);
+    this.#events.delete(w.id);
+    this.#ctx.metrics?.workerKvEventsLive.labels(this.#labels(w)).set(0);
+    const health = this.#health?.(w.id);
+    this.#ctx.log.warn({ model: this.#model, workerId: w.id, url: w.url, role: w.role, state: health?.state, error: health?.lastError },
+      `worker ${w.id} is down: not routed to, its KV events and cached blocks dropped`);
+  }
+
+  /** A dispatch could not reach the worker (the prober is asked to probe it now). */
+  unreachable(w: WorkerInfo | undefined, workerId: number): void {
+    this.#ctx.log.warn({ model: this.#model, workerId, url: w?.url }, `worker ${workerId} is unreachable: a request could not connect; probing it now`);
+  }
+
+  /** A KV event of the worker carried a block size other than the model's: logged once per worker, flagged in a gauge. */
+  blockSizeMismatch(workerId: number, blockSize: number): void {
+    if (this.#blockSizeWarned.has(workerId)) return;
+    this.#blockSizeWarned.add(workerId);
+    this.#ctx.metrics?.workerBlockSizeMismatch.labels({ model: this.#model, worker_id: String(workerId) }).set(1);
+    this.#ctx.log.warn({ model: this.#model, workerId, url: this.#registry.get(workerId)?.url, blockSize },
+      `worker ${workerId} publishes KV events with a block size other than the model's block_size ${blockSize}: its blocks are ignored `
+      + '(set the model\'s block_size to the engine\'s)');
+  }
+
+  /** Missed KV-event batches of a rank were replayed from the engine's buffer (gaps and resets are logged by the stream). */
+  replayed(workerId: number, dpRank: number, batches: number): void {
+    this.#ctx.log.info({ model: this.#model, workerId, dpRank, url: this.#registry.get(workerId)?.url, batches },
+      `worker ${workerId}: missed KV events replayed (${batches} batch(es))`);
+  }
+
+  /** Periodic: every configured worker's health state gauge. */
+  tickHealth(): void {
+    const m = this.#ctx.metrics;
+    if (m === undefined || this.#health === undefined) return;
+    for (const w of this.#registry.all()) {
+      const h = w.model === this.#model ? this.#health(w.id) : undefined;
+      if (h === undefined) continue;
+      for (const s of HEALTH_STATES) m.workerState.labels({ model: this.#model, worker_id: String(w.id), state: s }).set(s === h.state ? 1 : 0);
+    }
+  }
+
+  /** Periodic: KV-event liveness of a pool's workers (gauge, and each transition logged). */
+  tickEvents(workers: readonly WorkerInfo[], events: KvEventManager | undefined): void {
+    const m = this.#ctx.metrics;
+    if (events === undefined) return;
+    for (const w of workers) {
+      const now = events.eventStatus(w.id);
+      m?.workerKvEventsLive.labels(this.#labels(w)).set(now === 'live' ? 1 : 0);
+      const was = this.#events.get(w.id) ?? 'never';
+      this.#events.set(w.id, now);
+      if (now === was) continue;
+      const at = { model: this.#model, workerId: w.id, url: w.url, role: w.role, kvEvents: now };
+      if (now === 'stale') this.#ctx.log.warn(at, `worker ${w.id}: KV events stale (requests were sent, no event arrived): scored in approximate mode`);
+      else if (now === 'live') this.#ctx.log.info(at, `worker ${w.id}: KV events ${was === 'stale' ? 'resumed' : 'live'}`);
+    }
+  }
+
+  /** Every configured worker of the model, for /admin/models. */
+  status(events: (w: WorkerInfo) => KvEventManager | undefined): WorkerStatus[] {
+    return this.#registry.all().filter((w) => w.model === this.#model).map((w) => {
+      const ev = events(w);
+      const last = ev?.liveness.lastEventAt(w.id);
+      const h = this.#health?.(w.id);
+      return {
+        id: w.id,
+        up: this.#registry.isAvailable(w.id),
+        health: h?.state ?? 'unknown',
+        kvEvents: ev === undefined || !this.#registry.isAvailable(w.id) ? (w.kvEvents === undefined ? 'off' : 'down') : ev.eventStatus(w.id),
+        // The liveness clock is monotonic: an age on it, turned into wall time here.
+        lastEventAt: last === undefined ? undefined : new Date(Date.now() - (this.#ctx.clock.now() - last)).toISOString(),
+        lastProbeAt: h?.lastProbeAt === undefined ? undefined : new Date(h.lastProbeAt).toISOString(),
+        lastError: h?.lastError,
+      };
+    });
+  }
+}

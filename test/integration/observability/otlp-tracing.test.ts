@@ -1,0 +1,132 @@
+/**
+ * OpenTelemetry traces of `kvgate serve` (a real gateway process over a real
+ * mocker engine process): one chat request sent with a client `traceparent`
+ * yields, at an OTLP/HTTP receiver run by this test, a trace that continues
+ * the client's, with the request span's children (preprocessing, the routing
+ * decision with its attributes, the engine leg), and the engine receives a
+ * `traceparent` of the same trace, naming the engine-leg span as parent.
+ * The request's log lines carry the trace id.
+ */
+import { createServer, type Server } from 'node:http';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jsonLines, startMockerCli, startServe, stopCli, type CliProcess } from '../../helpers/serve-process.js';
+import { until } from '../../helpers/until.js';
+
+interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId: string;
+  name: string;
+  attributes: Record<string, unknown>;
+}
+
+/** OTLP/JSON ids are hex; an exporter set to base64 ids is read too. */
+function hexId(id: unknown): string {
+  const s = typeof id === 'string' ? id : '';
+  return /^[0-9a-f]*$/.test(s) ? s : Buffer.from(s, 'base64').toString('hex');
+}
+
+function attributeValue(v: Record<string, unknown>): unknown {
+  if ('intValue' in v) return Number(v.intValue);
+  if ('doubleValue' in v) return Number(v.doubleValue);
+  return v.stringValue ?? v.boolValue;
+}
+
+/** Every span of an OTLP ExportTraceServiceRequest (JSON encoding). */
+function spansOf(body: unknown): OtlpSpan[] {
+  const out: OtlpSpan[] = [];
+  for (const rs of (body as { resourceSpans?: unknown[] }).resourceSpans ?? []) {
+    for (const ss of (rs as { scopeSpans?: unknown[] }).scopeSpans ?? []) {
+      for (const s of (ss as { spans?: Record<string, unknown>[] }).spans ?? []) {
+        const attributes: Record<string, unknown> = {};
+        for (const a of (s.attributes as { key: string; value: Record<string, unknown> }[] | undefined) ?? []) attributes[a.key] = attributeValue(a.value);
+        out.push({ traceId: hexId(s.traceId), spanId: hexId(s.spanId), parentSpanId: hexId(s.parentSpanId ?? ''), name: String(s.name), attributes });
+      }
+    }
+  }
+  return out;
+}
+
+const WORKER_ID = 7;
+const CLIENT_TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
+const CLIENT_SPAN = '00f067aa0ba902b7';
+
+describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
+  let dir: string;
+  let receiver: Server;
+  const received: OtlpSpan[] = [];
+  let mocker: CliProcess | undefined;
+  let gateway: CliProcess | undefined;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'kvgate-otlp-'));
+    receiver = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c)).on('end', () => {
+        if (req.url === '/v1/traces' && String(req.headers['content-type']).includes('json')) received.push(...spansOf(JSON.parse(Buffer.concat(chunks).toString('utf8'))));
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  });
+
+  afterAll(async () => {
+    await Promise.all([stopCli(gateway), stopCli(mocker)]);
+    await new Promise((resolve) => receiver.close(resolve));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  // issue 17, what it must show, item 4
+  it('one chat request: a trace continuing the client\'s, spans nested with routing attributes, and the engine got its traceparent', async () => {
+    const m = await startMockerCli(['--seed', '5']);
+    mocker = m.proc;
+    const engine = m.engine;
+    const config = join(dir, 'kvgate.json');
+    writeFileSync(config, JSON.stringify({
+      listen: { host: '127.0.0.1', port: 0 },
+      preprocess: { threads: 0 },
+      log: { level: 'info' },
+      tracing: { otlp_endpoint: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`, sample_ratio: 1 },
+      models: [{ name: engine.model, block_size: 16, workers: [{ id: WORKER_ID, url: engine.url, kv_events: (engine.kv_events as string[])[0] }] }],
+    }));
+    const served = await startServe(config);
+    gateway = served.proc;
+
+    const res = await fetch(`${served.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`, 'x-request-id': 'traced-1' },
+      body: JSON.stringify({ model: engine.model, messages: [{ role: 'user', content: 'a prompt long enough to fill a block or two of tokens for the engine' }], max_tokens: 4 }),
+    });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+
+    const byName = (name: string): OtlpSpan | undefined => received.find((s) => s.traceId === CLIENT_TRACE && s.name === name);
+    await until(() => ['kvgate.request', 'kvgate.preprocess', 'kvgate.route', 'kvgate.engine.aggregated'].every((n) => byName(n) !== undefined),
+      'the request\'s spans at the OTLP receiver', 20_000);
+    const root = byName('kvgate.request')!;
+    const pre = byName('kvgate.preprocess')!;
+    const route = byName('kvgate.route')!;
+    const leg = byName('kvgate.engine.aggregated')!;
+    // The client's trace continues: the request span's parent is the client's span.
+    expect(root.parentSpanId).toBe(CLIENT_SPAN);
+    expect(root.attributes['http.response.status_code']).toBe(200);
+    for (const child of [pre, route, leg]) expect(child.parentSpanId).toBe(root.spanId);
+    expect(route.attributes).toMatchObject({ 'kvgate.worker_id': WORKER_ID, 'kvgate.dp_rank': 0, 'kvgate.worker_type': 'aggregated', 'kvgate.route.mode': 'book' });
+    for (const key of ['kvgate.overlap_blocks', 'kvgate.max_overlap_blocks', 'kvgate.required_blocks', 'kvgate.cost', 'kvgate.cost.prefill_tokens', 'kvgate.cost.decode_blocks']) {
+      expect(typeof route.attributes[key], key).toBe('number');
+    }
+    expect(leg.attributes).toMatchObject({ 'kvgate.worker_id': WORKER_ID, 'kvgate.phase': 'aggregated' });
+
+    // The engine received a traceparent of the same trace, whose parent is the engine-leg span.
+    const state = await (await fetch(`${String(engine.url)}/admin/state`)).json() as { traceparents: string[] };
+    expect(state.traceparents).toContain(`00-${CLIENT_TRACE}-${leg.spanId}-01`);
+
+    // The request's log line carries the trace id.
+    const access = jsonLines(gateway).find((o) => o.msg === 'request' && o.reqId === 'traced-1');
+    expect(access?.traceId).toBe(CLIENT_TRACE);
+  }, 60_000);
+});

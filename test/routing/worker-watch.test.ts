@@ -1,0 +1,77 @@
+/**
+ * Worker state changes are logged with the worker's id and URL and exported as
+ * gauges (the ModelRouter over a real registry, KV-event manager and metrics,
+ * on a manual clock): KV events live, stale while serving, resumed; down and up
+ * as the registry moves the worker; kv_events_live 0 as soon as it is down.
+ */
+import { describe, expect, it } from 'vitest';
+import { ManualClock, seededRng, silentLogger, type Logger } from '../../src/common/index.js';
+import { WorkerRegistry } from '../../src/discovery/index.js';
+import { EngineClient } from '../../src/engines/index.js';
+import { KvgateMetrics } from '../../src/metrics/index.js';
+import { ModelRouter, makeRouterContext } from '../../src/routing/index.js';
+
+type Line = { level: 'warn' | 'info'; msg: string } & Record<string, unknown>;
+
+function captureLines(lines: Line[]): Logger {
+  const log: Logger = {
+    ...silentLogger,
+    warn: (fields, msg) => lines.push({ ...fields, level: 'warn', msg }),
+    info: (fields, msg) => lines.push({ ...fields, level: 'info', msg }),
+    child: () => log,
+  };
+  return log;
+}
+
+async function gauge(metrics: KvgateMetrics, name: string, workerId: number): Promise<number | undefined> {
+  const m = await metrics.registry.getSingleMetric(name)!.get();
+  return m.values.find((v) => v.labels.worker_id === String(workerId))?.value;
+}
+
+describe('worker state changes are loud', () => {
+  // issue 17, failures must be loud: events stale / resumed, down / up, with worker id and URL, gauges
+  it('logs KV events live, stale and resumed, and down and up, with the worker\'s id and URL; gauges follow', async () => {
+    const clock = new ManualClock();
+    const registry = new WorkerRegistry();
+    const url = 'http://127.0.0.1:9';
+    registry.add({ id: 4, model: 'm', url, role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1, kvEvents: { endpoint: 'tcp://127.0.0.1:9' } });
+    const engine = new EngineClient();
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const lines: Line[] = [];
+    const router = new ModelRouter({ model: 'm', mode: 'kv', blockSize: 16, registry, engine, tickIntervalMs: 0, kvEventsStaleAfterMs: 1000 },
+      makeRouterContext({ clock, rng: seededRng(1), metrics, log: captureLines(lines) }));
+    try {
+      const liveness = router.events!.liveness;
+      const at = (msg: RegExp): Line | undefined => lines.find((l) => msg.test(l.msg) && l.workerId === 4 && l.url === url);
+      expect(await gauge(metrics, 'kvgate_worker_up', 4)).toBe(1);
+
+      liveness.noteEvent(4, 0);
+      router.tick();
+      expect(at(/KV events live/)?.level).toBe('info');
+      expect(await gauge(metrics, 'kvgate_worker_kv_events_live', 4)).toBe(1);
+
+      liveness.noteDispatch(4, 0);
+      clock.advance(1500);
+      router.tick();
+      expect(at(/KV events stale/)?.level).toBe('warn');
+      expect(await gauge(metrics, 'kvgate_worker_kv_events_live', 4)).toBe(0);
+
+      liveness.noteEvent(4, 0);
+      router.tick();
+      expect(at(/KV events resumed/)?.level).toBe('info');
+
+      registry.markDown(4);
+      expect(at(/is down/)?.level).toBe('warn');
+      expect(await gauge(metrics, 'kvgate_worker_up', 4)).toBe(0);
+      expect(await gauge(metrics, 'kvgate_worker_kv_events_live', 4)).toBe(0);
+      expect(router.workerStatus()).toMatchObject([{ id: 4, up: false, kvEvents: 'down' }]);
+
+      registry.markUp(4);
+      expect(at(/is up/)?.level).toBe('info');
+      expect(await gauge(metrics, 'kvgate_worker_up', 4)).toBe(1);
+    } finally {
+      await router.close();
+      await engine.close();
+    }
+  });
+});
