@@ -1,33 +1,47 @@
 /**
- * Gateway throughput and added latency, side by side with the same load
- * generator (wrk) against:
- *   1. the mocker alone (the floor: one simulated engine, very fast steps);
- *   2. nginx (Debian's, one worker process, upstream keep-alive, no buffering)
- *      as a plain reverse proxy in front of the same mocker;
- *   3. `kvgate serve` (KV routing with KV events, the demo tokenizer) in
- *      front of the same mocker, with one preprocessing thread and with
- *      preprocessing on the main thread.
- * Each runs in its own process; requests are short chat completions, non-
- * streaming (max_tokens 1, at 1 and 32 connections) and streaming
- * (max_tokens 16, 32 connections). Added latency is the median of the
- * proxied run minus the median of the direct run.
+ * Gateway cost per request, everything in one run with the same load
+ * generator (wrk, one thread): a trivial OpenAI-shaped backend (its own
+ * process, answers at once, no tokenization: trivial-backend.ts) reached
+ *   1. directly (the floor);
+ *   2. through nginx (Debian's, one worker, upstream keep-alive, no buffering);
+ *   3. through `kvgate serve` with the bundled Qwen3 tokenizer and chat
+ *      template, in kv mode with KV events, in kv mode without them
+ *      (approximate), and in round-robin mode.
+ * With KVGATE_BENCH_BEFORE_DIST=<dist of another build> (e.g. the commit
+ * before a change, built in a second worktree) the kvgate rows run against
+ * that build too, alternating with this one, so before and after share a run.
+ *
+ * Per front: req/s, median and p99 latency (and their excess over the backend
+ * alone) and CPU per request (the front's process CPU time, children
+ * included, from /proc/<pid>/stat, over the requests wrk completed) for the
+ * tiny chat `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}` at
+ * 32 connections and at 1 connection; streamed chunks per second for a
+ * 64-chunk stream at 32 connections.
  * Needs `wrk` and `nginx` on PATH (apt-get install wrk nginx); without them
- * the rows are skipped with a note. Run: npm run bench -- gateway
+ * the rows are skipped with a note. KVGATE_BENCH_GATEWAY_SECONDS sets the
+ * measured seconds per row (default 6). Run: npm run bench -- gateway
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort, type BenchRow, type BenchSection } from '../util.js';
 
-export const title = 'Gateway overhead: kvgate serve vs nginx vs the mocker alone (wrk, short chat completions)';
+export const title = 'Gateway cost per request: kvgate serve vs nginx vs a trivial backend (wrk, tiny chat and 64-chunk stream)';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
-const KVGATE = join(ROOT, 'bin', 'kvgate.js');
+const HERE = dirname(fileURLToPath(import.meta.url));
 const MODEL = 'bench-model';
-const DURATION_S = 8;
+const DURATION_S = Number(process.env.KVGATE_BENCH_GATEWAY_SECONDS ?? '6');
 const CONNECTIONS = 32;
+const STREAM_CHUNKS = 64;
+const CLK_TCK = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
 
 function onPath(cmd: string): Promise<boolean> {
   return new Promise((res) => {
@@ -36,28 +50,28 @@ function onPath(cmd: string): Promise<boolean> {
   });
 }
 
-/** Starts a process and resolves with the first stdout match of `ready`. */
-function startProcess(cmd: string, args: string[], ready: RegExp, children: ChildProcess[]): Promise<RegExpMatchArray> {
+/** Starts a process and resolves with the first match of `ready` on its stdout or stderr (kvgate serve announces itself on stderr). */
+function startProcess(cmd: string, args: string[], ready: RegExp, children: ChildProcess[]): Promise<{ m: RegExpMatchArray; pid: number }> {
   return new Promise((res, rej) => {
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     children.push(child);
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => rej(new Error(`${cmd} did not start: ${err.slice(-500)}`)), 30_000);
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = ready.exec(out);
+    const seen = { out: '', err: '' };
+    const timer = setTimeout(() => rej(new Error(`${cmd} did not start: ${seen.err.slice(-500)}`)), 30_000);
+    const watch = (which: 'out' | 'err') => (d: Buffer): void => {
+      // Only the start is looked at: later output (warnings) is not kept.
+      if (seen[which].length > 65_536) return;
+      seen[which] += d.toString();
+      const m = ready.exec(seen[which]);
       if (m !== null) {
         clearTimeout(timer);
-        res(m);
+        res({ m, pid: child.pid! });
       }
-    });
-    child.stderr!.on('data', (d: Buffer) => {
-      err += d.toString();
-    });
+    };
+    child.stdout!.on('data', watch('out'));
+    child.stderr!.on('data', watch('err'));
     child.on('exit', (code) => {
       clearTimeout(timer);
-      rej(new Error(`${cmd} exited with ${code}: ${err.slice(-500)}`));
+      rej(new Error(`${cmd} exited with ${code}: ${seen.err.slice(-500)}`));
     });
   });
 }
@@ -72,6 +86,7 @@ function stopAll(children: ChildProcess[]): Promise<void> {
 
 interface WrkResult {
   rps: number;
+  requests: number;
   p50Us: number;
   p99Us: number;
   non2xx: number;
@@ -95,10 +110,28 @@ function runWrk(url: string, scriptPath: string, seconds: number, connections: n
       const p50 = /\s50%\s+(\S+)/.exec(out);
       const p99 = /\s99%\s+(\S+)/.exec(out);
       const non2xx = /Non-2xx or 3xx responses:\s+(\d+)/.exec(out);
+      const requests = /(\d+) requests in/.exec(out);
       if (rps === null || p50 === null || p99 === null) return rej(new Error(`wrk against ${url}: output not understood:\n${out}`));
-      res({ rps: Number(rps[1]), p50Us: toUs(p50[1]!), p99Us: toUs(p99[1]!), non2xx: non2xx === null ? 0 : Number(non2xx[1]) });
+      res({ rps: Number(rps[1]), requests: requests === null ? 0 : Number(requests[1]), p50Us: toUs(p50[1]!), p99Us: toUs(p99[1]!), non2xx: non2xx === null ? 0 : Number(non2xx[1]) });
     });
   });
+}
+
+
+/** CPU seconds (user + system) of a process and its descendants (nginx's worker, kvgate's threads are in its own stat). */
+function cpuSeconds(pid: number): number {
+  let total = 0;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    total += (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+    for (const child of readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/)) {
+      if (child !== '') total += cpuSeconds(Number(child));
+    }
+  } catch {
+    // gone, or not Linux: counted as nothing
+  }
+  return total;
 }
 
 function wrkScript(dir: string, name: string, body: unknown): string {
@@ -137,6 +170,72 @@ http {
   return path;
 }
 
+/** One front under test: where wrk sends requests, and whose CPU is counted. */
+interface Front {
+  name: string;
+  url: string;
+  pid: number | undefined;
+}
+
+type KvgateMode = 'kv mode, KV events' | 'kv mode, no KV events' | 'round-robin';
+const MODES: KvgateMode[] = ['kv mode, KV events', 'kv mode, no KV events', 'round-robin'];
+
+async function startKvgate(bin: string, label: string, mode: KvgateMode, backend: { url: string; kvEvents: string }, children: ChildProcess[]): Promise<Front> {
+  const worker = mode === 'kv mode, KV events' ? `url=${backend.url},kv_events=${backend.kvEvents}` : backend.url;
+  const modeArgs = mode === 'round-robin' ? ['--router-mode', 'round-robin'] : mode === 'kv mode, no KV events' ? ['--no-router-kv-events'] : [];
+  const { m, pid } = await startProcess('node', [bin, 'serve', '--port', '0', '--model', MODEL, '--worker', worker, '--tokenizer', 'demo', ...modeArgs,
+    '--log-level', 'warn', '--max-concurrent-requests', '4096'], /at (http:\/\/127\.0\.0\.1:\d+)/, children);
+  return { name: `kvgate ${label}, ${mode}`, url: m[1]!, pid };
+}
+
+async function startNginx(dir: string, backendPort: number, children: ChildProcess[]): Promise<Front> {
+  const port = await freePort();
+  const child = spawn('nginx', ['-c', nginxConf(dir, port, backendPort), '-p', dir], { stdio: 'ignore' });
+  children.push(child);
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/health`)).ok) break;
+    } catch {
+      // not yet listening
+    }
+    if (Date.now() > deadline) throw new Error('nginx did not start');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { name: 'nginx (1 worker, keep-alive upstream)', url: `http://127.0.0.1:${port}`, pid: child.pid };
+}
+
+interface Measured extends WrkResult {
+  /** CPU milliseconds of the front per completed request. */
+  cpuMsPerRequest: number;
+}
+
+async function measure(front: Front, script: string, connections: number): Promise<Measured> {
+  await runWrk(front.url, script, 2, connections); // warm-up (JIT, connection pools, caches)
+  const cpu0 = front.pid === undefined ? 0 : cpuSeconds(front.pid);
+  const r = await runWrk(front.url, script, DURATION_S, connections);
+  const cpu1 = front.pid === undefined ? 0 : cpuSeconds(front.pid);
+  return { ...r, cpuMsPerRequest: r.requests > 0 ? ((cpu1 - cpu0) * 1000) / r.requests : Number.NaN };
+}
+
+const ms = (us: number): string => (us / 1000).toFixed(2);
+
+/** The targets for kvgate's kv mode (with the Qwen3 tokenizer), judged on one build's rows. */
+function targetNotes(label: string, tiny: Record<string, Measured>, stream: Record<string, Measured>, nginx: string): string[] {
+  const kv = `kvgate ${label}, kv mode, KV events`;
+  const t = tiny[kv];
+  const s = stream[kv];
+  const n = tiny[nginx];
+  const ns = stream[nginx];
+  if (t === undefined || s === undefined || n === undefined || ns === undefined) return [];
+  const ok = (b: boolean): string => (b ? 'met' : 'missed');
+  const rpsRatio = t.rps / n.rps;
+  const chunkRatio = s.rps / ns.rps;
+  return [`${label}, kv mode with KV events: ${rpsRatio.toFixed(2)}x nginx's req/s on the tiny chat (target >= 0.4x: ${ok(rpsRatio >= 0.4)}); `
+    + `${t.cpuMsPerRequest.toFixed(3)} ms CPU per request (target <= 0.12 ms: ${ok(t.cpuMsPerRequest <= 0.12)}); `
+    + `${chunkRatio.toFixed(2)}x nginx's streamed chunks/s (target >= 0.5x: ${ok(chunkRatio >= 0.5)}).`];
+}
+
 export async function run(): Promise<BenchSection> {
   const notes: string[] = [];
   const rows: BenchRow[] = [];
@@ -148,60 +247,55 @@ export async function run(): Promise<BenchSection> {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-gw-bench-'));
   const children: ChildProcess[] = [];
   try {
-    const mockerLine = await startProcess('node', [KVGATE, 'mocker', '--port', '0', '--kv-events-port', '0', '--model', MODEL, '--tokenizer', 'demo',
-      '--speedup', '1000', '--max-num-seqs', '1024'], /"url":"(http:\/\/[^"]+)".*"kv_events":\["([^"]+)"\]/, children);
-    const mockerUrl = mockerLine[1]!;
-    const mockerPort = Number(new URL(mockerUrl).port);
-    const gateway = async (threads: number): Promise<string> => (await startProcess('node', [KVGATE, 'serve', '--port', '0', '--model', MODEL,
-      '--worker', `url=${mockerUrl},kv_events=${mockerLine[2]!}`, '--tokenizer', 'demo', '--preprocess-threads', String(threads),
-      '--log-level', 'warn', '--max-concurrent-requests', '4096'], /at (http:\/\/127\.0\.0\.1:\d+)/, children))[1]!;
-    const targets: [string, string][] = [['mocker alone', mockerUrl]];
-    if (haveNginx) {
-      const port = await freePort();
-      const ready = spawn('nginx', ['-c', nginxConf(dir, port, mockerPort), '-p', dir], { stdio: 'ignore' });
-      children.push(ready);
-      // Ready when it answers.
-      const deadline = Date.now() + 10_000;
-      for (;;) {
-        try {
-          if ((await fetch(`http://127.0.0.1:${port}/health`)).ok) break;
-        } catch {
-          // not yet listening
-        }
-        if (Date.now() > deadline) throw new Error('nginx did not start');
-        await new Promise((r) => setTimeout(r, 50));
-      }
-      targets.push(['nginx -> mocker', `http://127.0.0.1:${port}`]);
-    }
-    targets.push(['kvgate (1 preprocessing thread) -> mocker', await gateway(1)]);
-    targets.push(['kvgate (preprocessing on the main thread) -> mocker', await gateway(0)]);
+    const { m: line, pid: backendPid } = await startProcess('node', [join(HERE, 'trivial-backend.js'), MODEL], /^(\{.*\})$/m, children);
+    const info = JSON.parse(line[1]!) as { url: string; kv_events: string };
+    const backend = { url: info.url, kvEvents: info.kv_events };
+    const direct: Front = { name: 'backend direct', url: backend.url, pid: backendPid };
+    const fronts: Front[] = [direct];
+    const nginxName = 'nginx (1 worker, keep-alive upstream)';
+    if (haveNginx) fronts.push(await startNginx(dir, Number(new URL(backend.url).port), children));
+    const builds: [string, string][] = [];
+    const beforeDist = process.env.KVGATE_BENCH_BEFORE_DIST;
+    if (beforeDist !== undefined && beforeDist !== '') builds.push(['before', join(resolve(beforeDist), '..', 'bin', 'kvgate.js')]);
+    else notes.push('No KVGATE_BENCH_BEFORE_DIST given: only this build of kvgate is measured.');
+    builds.push(['after', join(HERE, '..', '..', '..', 'bin', 'kvgate.js')]);
+    // Before and after alternate, mode by mode, so drift on a shared machine hits both alike.
+    for (const mode of MODES) for (const [label, bin] of builds) fronts.push(await startKvgate(bin, label, mode, backend, children));
 
-    const messages = [{ role: 'system', content: 'You are a concise assistant.' }, { role: 'user', content: 'Name three prime numbers.' }];
-    const short = wrkScript(dir, 'short', { model: MODEL, messages, max_tokens: 1 });
-    const stream = wrkScript(dir, 'stream', { model: MODEL, messages, max_tokens: 16, stream: true });
-    const kinds: [string, string, number][] = [
-      ['1 connection, non-streaming, max_tokens 1', short, 1],
-      [`${CONNECTIONS} connections, non-streaming, max_tokens 1`, short, CONNECTIONS],
-      [`${CONNECTIONS} connections, streaming, max_tokens 16`, stream, CONNECTIONS],
-    ];
-    for (const [kind, script, connections] of kinds) {
-      const base: Record<string, WrkResult> = {};
-      for (const [name, url] of targets) {
-        await runWrk(url, script, 2, connections); // warm-up (JIT, connection pools, caches)
-        const r = await runWrk(url, script, DURATION_S, connections);
-        base[name] = r;
-        const direct = base['mocker alone']!;
-        const added = name === 'mocker alone' ? '' : `, +${((r.p50Us - direct.p50Us) / 1000).toFixed(2)} ms median over the mocker alone`;
-        rows.push({
-          name: `${kind}: ${name}`, p50Us: r.p50Us, p99Us: r.p99Us, opsPerSec: r.rps,
-          note: `${(r.rps / direct.rps * 100).toFixed(0)}% of the mocker's req/s${added}${r.non2xx > 0 ? `, ${r.non2xx} non-2xx` : ''}`,
-        });
-      }
+    const tinyScript = wrkScript(dir, 'tiny', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
+    const streamScript = wrkScript(dir, 'stream', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: STREAM_CHUNKS, stream: true });
+    const tiny: Record<string, Measured> = {};
+    const stream: Record<string, Measured> = {};
+    const one: Record<string, Measured> = {};
+    for (const f of fronts) tiny[f.name] = await measure(f, tinyScript, CONNECTIONS);
+    for (const f of fronts) one[f.name] = await measure(f, tinyScript, 1);
+    for (const f of fronts) stream[f.name] = await measure(f, streamScript, CONNECTIONS);
+    const base = tiny[direct.name]!;
+    const ref = tiny[nginxName] ?? base;
+    const non2xx = (r: Measured): string => (r.non2xx > 0 ? `, ${r.non2xx} non-2xx` : '');
+    for (const f of fronts) {
+      const r = tiny[f.name]!;
+      rows.push({ name: `tiny chat, ${CONNECTIONS} connections: ${f.name}`, p50Us: r.p50Us, p99Us: r.p99Us, opsPerSec: r.rps,
+        note: `${(r.rps / ref.rps).toFixed(2)}x nginx req/s; CPU ${r.cpuMsPerRequest.toFixed(3)} ms/request${non2xx(r)}` });
     }
-    notes.push(`wrk -t1 -d${DURATION_S}s per row, after a 2 s warm-up; the mocker runs with --speedup 1000 so engine time is small and proxy cost shows.`,
-      'With 1 connection the added median is the per-request cost of the proxy; with 32 it also includes queueing behind the proxy\'s CPU.',
-      'All processes share this machine\'s cores with wrk, so the proxies also compete with the load generator and the engine; compare rows, not absolute numbers.',
-      'kvgate does per request what nginx does not: JSON parse and schema check, chat template + tokenization (in a worker thread), block hashing, the KV-aware routing decision and bookkeeping.');
+    const base1 = one[direct.name]!;
+    for (const f of fronts) {
+      const r = one[f.name]!;
+      const added = f === direct ? '' : `+${ms(r.p50Us - base1.p50Us)} ms median, +${ms(r.p99Us - base1.p99Us)} ms p99 over the backend alone; `;
+      rows.push({ name: `tiny chat, 1 connection: ${f.name}`, p50Us: r.p50Us, p99Us: r.p99Us, opsPerSec: r.rps,
+        note: `${added}CPU ${r.cpuMsPerRequest.toFixed(3)} ms/request${non2xx(r)}` });
+    }
+    const streamRef = stream[nginxName] ?? stream[direct.name]!;
+    for (const f of fronts) {
+      const r = stream[f.name]!;
+      rows.push({ name: `${STREAM_CHUNKS}-chunk stream, ${CONNECTIONS} connections: ${f.name}`, p50Us: r.p50Us, p99Us: r.p99Us, opsPerSec: r.rps * STREAM_CHUNKS,
+        note: `chunks/s; ${(r.rps / streamRef.rps).toFixed(2)}x nginx; CPU ${((r.cpuMsPerRequest * 1000) / STREAM_CHUNKS).toFixed(2)} µs/chunk${non2xx(r)}` });
+    }
+    for (const [label] of builds) notes.push(...targetNotes(label, tiny, stream, nginxName));
+    notes.push(`wrk -t1 -d${DURATION_S}s per row after a 2 s warm-up; the backend answers at once (${base.rps.toFixed(0)} req/s alone at ${CONNECTIONS} connections), so the front's cost shows.`,
+      'CPU per request: the front\'s process CPU time (user + system, children and threads included, /proc/<pid>/stat) during the measured run over the requests wrk completed.',
+      'kvgate runs with --tokenizer demo (the bundled Qwen3 tokenizer and chat template), default preprocessing, --log-level warn (no access log line per request), --max-concurrent-requests 4096.',
+      'All processes share this machine\'s cores with wrk and the backend: compare rows of one run, not absolute numbers.');
     return { title, rows, notes };
   } finally {
     await stopAll(children);

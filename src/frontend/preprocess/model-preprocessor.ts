@@ -11,7 +11,8 @@
 import { KvgateError } from '../../errors/index.js';
 import { demoTokenizerFiles, fallbackTokenizer, loadTokenizer, type ChatMessage, type TextTokenizer } from '../../tokenizer/index.js';
 import { promptHashes } from '../../wasm/index.js';
-import type { PreprocessModelSpec, PreprocessResult, PreprocessTask } from './protocol.js';
+import type { PreprocessModelSpec, PreprocessResult, PreprocessStats, PreprocessTask } from './protocol.js';
+import { PromptMemo } from './prompt-memo.js';
 import { prefixOverLimit } from './prefix-probe.js';
 import { tokenFloorOf, type TokenFloor } from './prompt-floor.js';
 import { SegmentTokenizer, splitTokensOf } from './segment-tokenizer.js';
@@ -26,6 +27,8 @@ export class ModelPreprocessor {
   readonly #segments: SegmentTokenizer | undefined;
   /** A lower bound on a text's tokens, checked before tokenizing; undefined when the tokenizer has none. */
   readonly #floor: TokenFloor | undefined;
+  /** Chat prompts already rendered and tokenized (see prompt-memo.ts). */
+  readonly #memo = new PromptMemo();
 
   private constructor(spec: PreprocessModelSpec, tok: TextTokenizer | undefined, segments: SegmentTokenizer | undefined, floor?: TokenFloor) {
     this.spec = spec;
@@ -80,38 +83,59 @@ export class ModelPreprocessor {
           { model: this.spec.name });
       }
       approximate = tok.kind === 'fallback';
-      let text: string;
-      let addSpecial: boolean;
-      if (task.kind === 'chat') {
-        const t0 = performance.now();
-        text = renderChat(tok, task);
-        stats.renderUs = us(t0);
-        addSpecial = task.addSpecialTokens ?? false;
+      const memoKey = task.kind === 'chat' ? this.#memo.keyOf(task, task.addSpecialTokens ?? false) : undefined;
+      const remembered = memoKey === undefined ? undefined : this.#memo.get(memoKey);
+      if (remembered !== undefined) {
+        tokenIds = remembered;
+        stats.cachedTokens = remembered.length;
       } else {
-        text = task.prompt;
-        addSpecial = task.addSpecialTokens ?? true;
+        tokenIds = await this.#tokenize(tok, task, stats);
+        if (memoKey !== undefined) this.#memo.set(memoKey, tokenIds);
       }
-      this.#refuseCertainlyTooLong(text, task.maxPromptTokens);
-      const t1 = performance.now();
-      const over = await prefixOverLimit(tok, text, task.maxPromptTokens, addSpecial);
-      if (over !== undefined) throw this.#tooLong(`more than ${over}`, over, task.maxPromptTokens);
-      if (this.#segments !== undefined) {
-        const enc = await this.#segments.encode(text, addSpecial);
-        tokenIds = enc.ids;
-        stats.cachedTokens = enc.cachedTokens;
-      } else {
-        tokenIds = Uint32Array.from(await tok.encode(text, { addSpecialTokens: addSpecial }));
-      }
-      stats.tokenizeUs = us(t1);
     }
     if (tokenIds.length > task.maxPromptTokens) throw this.#tooLong(`${tokenIds.length}`, tokenIds.length, task.maxPromptTokens);
     if (tokenIds.length === 0) {
       throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty', { param: task.kind === 'chat' ? 'messages' : 'prompt' });
     }
+    // A prompt shorter than one block has no complete block, hence no hashes: the WASM call is skipped.
+    if (tokenIds.length < this.spec.blockSize) {
+      // A fresh (empty) array, like promptHashes' results: the worker transfers result buffers.
+      const none = new BigUint64Array(0);
+      return { tokenIds, blockHashes: none, sequenceHashes: none, approximate, stats };
+    }
     const t2 = performance.now();
     const { local, seq } = promptHashes(tokenIds, this.spec.blockSize, { loraName: task.loraName, cacheSalt: task.cacheSalt });
     stats.hashUs = us(t2);
     return { tokenIds, blockHashes: local, sequenceHashes: seq, approximate, stats };
+  }
+
+  /** Renders (chat) and tokenizes a text or chat prompt, refusing one over the token limit as early as it can. */
+  async #tokenize(tok: TextTokenizer, task: Exclude<PreprocessTask, { kind: 'tokens' }>, stats: PreprocessStats): Promise<Uint32Array> {
+    let text: string;
+    let addSpecial: boolean;
+    if (task.kind === 'chat') {
+      const t0 = performance.now();
+      text = renderChat(tok, task);
+      stats.renderUs = us(t0);
+      addSpecial = task.addSpecialTokens ?? false;
+    } else {
+      text = task.prompt;
+      addSpecial = task.addSpecialTokens ?? true;
+    }
+    this.#refuseCertainlyTooLong(text, task.maxPromptTokens);
+    const t1 = performance.now();
+    const over = await prefixOverLimit(tok, text, task.maxPromptTokens, addSpecial);
+    if (over !== undefined) throw this.#tooLong(`more than ${over}`, over, task.maxPromptTokens);
+    let tokenIds: Uint32Array;
+    if (this.#segments !== undefined) {
+      const enc = await this.#segments.encode(text, addSpecial);
+      tokenIds = enc.ids;
+      stats.cachedTokens = enc.cachedTokens;
+    } else {
+      tokenIds = Uint32Array.from(await tok.encode(text, { addSpecialTokens: addSpecial }));
+    }
+    stats.tokenizeUs = us(t1);
+    return tokenIds;
   }
 
   /**

@@ -1,0 +1,48 @@
+/**
+ * A memo of chat prompts already rendered and tokenized: the token ids of a
+ * chat request, by everything that decides them (messages, tools, template
+ * options, add_special_tokens). Rendering a chat template with
+ * @huggingface/jinja costs tens of microseconds even for one short message
+ * (its runtime builds the builtins of every value it touches), more than the
+ * rest of a small request's gateway work; the same conversation sent again
+ * (retries, fan-out, identical probes and benchmark prompts) skips it.
+ *
+ * Contract: the ids returned are a copy the caller owns (the worker thread
+ * transfers its results, which would detach a shared buffer). Only requests
+ * whose key is at most `MAX_KEY_CHARS` are remembered, so a hit is cheap next
+ * to the render it saves and the memo's size stays bounded
+ * (`MAX_ENTRIES` x (`MAX_KEY_CHARS` + their ids)); least recently used first out.
+ */
+import type { PreprocessTask } from './protocol.js';
+
+const MAX_ENTRIES = 1024;
+const MAX_KEY_CHARS = 8192;
+
+type ChatTask = Extract<PreprocessTask, { kind: 'chat' }>;
+
+export class PromptMemo {
+  readonly #entries = new Map<string, Uint32Array>();
+
+  /** The memo key of a chat task, or undefined when it is too large to remember. */
+  keyOf(task: ChatTask, addSpecial: boolean): string | undefined {
+    // JSON keeps key order, so equal keys mean equal template inputs; a reordered body is only a miss.
+    const key = JSON.stringify([task.messages, task.tools ?? null, task.chatTemplateKwargs ?? null,
+      task.addGenerationPrompt ?? null, task.continueFinalMessage ?? null, addSpecial]);
+    return key.length <= MAX_KEY_CHARS ? key : undefined;
+  }
+
+  /** A copy of the remembered ids, refreshed as most recently used. */
+  get(key: string): Uint32Array | undefined {
+    const ids = this.#entries.get(key);
+    if (ids === undefined) return undefined;
+    this.#entries.delete(key);
+    this.#entries.set(key, ids);
+    return ids.slice();
+  }
+
+  set(key: string, ids: Uint32Array): void {
+    this.#entries.delete(key);
+    this.#entries.set(key, ids.slice());
+    if (this.#entries.size > MAX_ENTRIES) this.#entries.delete(this.#entries.keys().next().value!);
+  }
+}
