@@ -19,6 +19,7 @@ import { seededRng } from '../common/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
 import { FleetMembers } from './membership.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
+import { WorkersFileSource } from './workers-file.js';
 
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
@@ -41,6 +42,8 @@ export interface RouterFleet {
     readonly members: FleetMembers;
     /** The router knobs of one model, for the requests routed from now on. */
     reconfigureRouter(model: ModelConfig): void;
+    /** `config` as the gateway serves it: each model's workers with those its discovery sources brought. */
+    served(config: GatewayConfig): GatewayConfig;
   } | undefined;
 }
 
@@ -87,12 +90,24 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
     },
   });
   const members = new FleetMembers(registry, engine, prober);
-  for (const m of config.models) {
-    for (const w of m.workers) {
-      registry.add(w);
-      engine.addWorker(w.url);
-      members.started(w);
+  const register = (w: WorkerInfo, source: 'static' | 'file'): void => {
+    registry.add(w);
+    engine.addWorker(w.url);
+    members.started(w, source);
+  };
+  for (const m of config.models) for (const w of m.workers) register(w, 'static');
+  // Workers files are read (and validated against every id registered before) once the static workers are in.
+  const files = new Map<string, WorkersFileSource>();
+  try {
+    for (const m of config.models) {
+      if (m.workersFile === undefined) continue;
+      const source = new WorkersFileSource(m, registry, members);
+      for (const w of source.initial()) register(w, 'file');
+      files.set(m.name, source);
     }
+  } catch (err) {
+    void engine.close();
+    throw err;
   }
   // The first round runs when the first router is built: after the gateway's start-up work (tokenizers),
   // which would otherwise hold the event loop past the probes' timeout.
@@ -104,6 +119,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       // The prober reports this model's worker transitions (ejected, kept, readmitted) to its logger and metrics.
       prober.watch(model.name, deps.logger, deps.metrics);
       members.watch(model.name, deps.logger, deps.metrics);
+      files.get(model.name)?.start(deps.logger, deps.metrics);
       const sink = modelCheckSink(deps);
       sinks.set(model.name, sink);
       if (firstRound === undefined) {
@@ -126,8 +142,9 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       routers.set(model.name, router);
       return router;
     },
-    live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router) },
+    live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router), served: (c) => members.served(c) },
     async close(): Promise<void> {
+      for (const f of files.values()) f.close();
       prober.close();
       await engine.close();
     },
@@ -233,20 +250,26 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   // Hot reconfiguration re-reads the config file (with the same flags); the demo and flags alone have none.
   let reloader: ConfigReloader | undefined;
   const reloadable = fleet.live !== undefined && flags.configFile !== undefined && !demo;
+  const served = (c: GatewayConfig): GatewayConfig => fleet.live?.served(c) ?? c;
   try {
-    gateway = await startGateway({ config, createRouter: fleet.createRouter, logger, reload: reloadable ? () => reloader!.reload('admin') : undefined });
+    gateway = await startGateway({ config: served(config), createRouter: fleet.createRouter, logger, reload: reloadable ? () => reloader!.reload('admin') : undefined });
   } catch (err) {
     await fleet.close().catch(() => undefined);
     await Promise.allSettled(mockers.map((m) => m.close()));
     throw err;
   }
+  // The served config (pins, /admin views) follows the discovered workers as they come and go.
+  const server = gateway.server;
+  let base = config;
+  fleet.live?.members.onChange(() => server.reconfigure(served(base)));
   if (reloadable) {
     reloader = new ConfigReloader(config, {
       load: () => loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env, consequence: 'the running configuration is unchanged' }),
-      server: gateway.server, ...fleet.live!, logger, metrics: gateway.server.metrics,
+      ...fleet.live!, logger, metrics: server.metrics,
+      server: { reconfigure: (c) => server.reconfigure(served((base = c))) },
     });
   }
-  (opts.out ?? process.stderr).write(banner(config, gateway, demo));
+  (opts.out ?? process.stderr).write(banner(served(config), gateway, demo));
   let stopping: Promise<void> | undefined;
   const r = reloader;
   return {
