@@ -84,6 +84,18 @@ export class FleetMembers {
     return [...this.#draining.values()].filter((d) => d.worker.model === model);
   }
 
+  /** A worker that left and is finishing its in-flight requests. */
+  drainingWorker(id: number): WorkerInfo | undefined {
+    return this.#draining.get(id)?.worker;
+  }
+
+  /** Why a worker is mismatched: its engine serves another model, or uses another block size. */
+  mismatchOf(id: number): string | undefined {
+    const check = this.#prober.modelCheck(id);
+    if (check?.kind === 'mismatch') return `its engine does not serve ${check.expected}`;
+    return this.#mismatched.get(id);
+  }
+
   /** Where a registered (or draining) worker came from. */
   sourceOf(id: number): WorkerSource | undefined {
     return this.#sources.get(id) ?? this.#draining.get(id)?.source;
@@ -92,7 +104,7 @@ export class FleetMembers {
   /** A worker's state (see `WorkerState`); undefined for an unknown id. */
   state(id: number): WorkerState | undefined {
     if (this.#registry.get(id) === undefined) return this.#draining.has(id) ? 'draining' : undefined;
-    if (this.#prober.modelCheck(id)?.kind === 'mismatch' || this.#mismatched.has(id)) return 'mismatched';
+    if (this.mismatchOf(id) !== undefined) return 'mismatched';
     if (this.#registry.isAvailable(id)) return 'ready';
     return this.#joining.has(id) ? 'joining' : 'down';
   }

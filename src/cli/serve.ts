@@ -13,10 +13,11 @@ import { loadGatewayConfig, parseServeFlags, serveUsage, type ConfigChange, type
 import { HealthProber, WorkerRegistry, type ModelCheck, type WorkerInfo } from '../discovery/index.js';
 import { EngineClient } from '../engines/index.js';
 import { isKvgateError } from '../errors/index.js';
-import { startGateway, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
+import { startGateway, type FleetStatus, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
 import { seededRng } from '../common/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
+import { fleetStatus } from './fleet-status.js';
 import { FleetMembers } from './membership.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { WorkersFileSource } from './workers-file.js';
@@ -36,6 +37,8 @@ const DEMO_MESSAGES = '[{"role": "system", "content": "You are a concise assista
 /** What builds the routers of a config, and what it must release at shutdown. */
 export interface RouterFleet {
   createRouter: RouterPortFactory;
+  /** Each worker's live status for `/admin/models`. */
+  readonly status?: FleetStatus | undefined;
   close(): Promise<void>;
   /** Runtime membership and knobs, when the fleet takes them (hot reconfiguration, discovery). */
   readonly live?: {
@@ -142,6 +145,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       routers.set(model.name, router);
       return router;
     },
+    status: fleetStatus(members, registry, routers),
     live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router), served: (c) => members.served(c) },
     async close(): Promise<void> {
       for (const f of files.values()) f.close();
@@ -252,7 +256,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   const reloadable = fleet.live !== undefined && flags.configFile !== undefined && !demo;
   const served = (c: GatewayConfig): GatewayConfig => fleet.live?.served(c) ?? c;
   try {
-    gateway = await startGateway({ config: served(config), createRouter: fleet.createRouter, logger, reload: reloadable ? () => reloader!.reload('admin') : undefined });
+    gateway = await startGateway({ config: served(config), createRouter: fleet.createRouter, logger, fleet: fleet.status, reload: reloadable ? () => reloader!.reload('admin') : undefined });
   } catch (err) {
     await fleet.close().catch(() => undefined);
     await Promise.allSettled(mockers.map((m) => m.close()));

@@ -108,6 +108,13 @@ export class EventLiveness {
     return ranks.size === 0 ? 'never' : worst;
   }
 
+  /** When the worker's latest event arrived (clock ms, over its ranks); undefined before its first. */
+  lastEventAt(workerId: number): number | undefined {
+    let last: number | undefined;
+    for (const s of this.#slots.get(workerId)?.values() ?? []) if (s.lastEventAt !== undefined && (last === undefined || s.lastEventAt > last)) last = s.lastEventAt;
+    return last;
+  }
+
   /** Every tracked slot with its status (for a gauge). */
   statuses(): { workerId: number; dpRank: number; status: EventStatus }[] {
     const out: { workerId: number; dpRank: number; status: EventStatus }[] = [];

@@ -242,6 +242,12 @@ export class ModelRouter implements ModelRouterPort {
     }
   }
 
+  /** Milliseconds since the worker's latest KV event arrived (either pool); undefined before its first or without events. */
+  kvEventAgeMs(workerId: number): number | undefined {
+    const at = this.events?.liveness.lastEventAt(workerId) ?? this.#prefillPool?.events?.liveness.lastEventAt(workerId);
+    return at === undefined ? undefined : Math.max(0, this.#ctx.clock.now() - at);
+  }
+
   /** Decode workers are available and, under `enforceDisagg`, so is a prefill worker (Dynamo's `can_serve_requests`). */
   canServe(): boolean {
     return this.unavailable() === undefined;

@@ -67,6 +67,12 @@ describe('kvgate serve follows a model\'s workers_file', () => {
   const chat = (extra: Record<string, unknown>): Promise<Response> => fetch(`${url}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: MESSAGES, ...extra }),
   });
+  /** `/admin/models`'s workers: id, source, state, and whether a KV event has arrived. */
+  const adminWorkers = async (): Promise<{ id: number; source: string; state: string; events: boolean }[]> => {
+    type Row = { id: number; source: string; state: string; lastKvEventAt: string | null; capacity: object };
+    const body = (await (await fetch(`${url}/admin/models`)).json()) as { models: { workers: Row[] }[] };
+    return body.models[0]!.workers.map((w) => ({ id: w.id, source: w.source, state: w.state, events: w.lastKvEventAt !== null && !Number.isNaN(Date.parse(w.lastKvEventAt)) }));
+  };
   const servedWorkers = async (): Promise<number[]> => {
     const c = (await (await fetch(`${url}/admin/config`)).json()) as { models: { workers: { id: number }[] }[] };
     return c.models[0]!.workers.map((w) => w.id);
@@ -91,6 +97,12 @@ describe('kvgate serve follows a model\'s workers_file', () => {
       return r.status === 200 && r.headers.get('x-kvgate-worker') === '2';
     }, 'worker 2 serving');
     expect(await servedWorkers()).toEqual([1, 2]);
+    // issue 16: /admin/models shows each worker's source, state and last KV-event time.
+    await until(async () => (await adminWorkers())[1]?.events === true, 'worker 2\'s KV events');
+    expect(await adminWorkers()).toEqual([
+      { id: 1, source: 'file', state: 'ready', events: true },
+      { id: 2, source: 'file', state: 'ready', events: true },
+    ]);
   }, 30_000);
 
   it('a worker removed from the file takes no new request while its in-flight stream completes', async () => {
@@ -102,8 +114,11 @@ describe('kvgate serve follows a model\'s workers_file', () => {
     await gateway.waitFor(/workers file applied: 0 joined, 1 left/, 'the removal applied');
     expect(gateway.output()).toMatch(/worker 2 leaves model file-model \(file\)/);
     expect(await servedWorkers()).toEqual([1]);
+    // Listed as draining while its stream runs.
+    expect((await adminWorkers()).map((w) => [w.id, w.state])).toEqual([[1, 'ready'], [2, 'draining']]);
     await expectServedBy(() => chat({ max_tokens: 2 }), '1');
     await stream.finish();
+    await until(async () => (await adminWorkers()).length === 1, 'worker 2 drained');
   }, 30_000);
 
   it('rejects an invalid file naming the field; the previous workers stay; every update is counted', async () => {
