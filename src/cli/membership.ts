@@ -15,11 +15,20 @@
  * `kvgate_worker_membership_changes_total`.
  */
 import type { Logger } from 'pino';
+import type { GatewayConfig } from '../config/index.js';
 import type { HealthProber, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
 
-/** Where a worker came from: the config file (at start or on reload); each discovery source adds its name. */
-export type WorkerSource = 'static';
+/** Where a worker came from: the config file (at start or on reload), a model's workers file, or etcd. */
+export type WorkerSource = 'static' | 'file' | 'etcd';
+
+/**
+ * A worker's standing as `/admin/models` shows it: `joining` (registered, not yet passed its first
+ * probe), `ready` (routed to), `draining` (left; its in-flight requests finish), `mismatched` (its engine
+ * serves another model, or with another block size: kept out of KV-aware routing or out altogether),
+ * `down` (failing its health probes).
+ */
+export type WorkerState = 'joining' | 'ready' | 'draining' | 'mismatched' | 'down';
 
 /** Where joins and leaves are counted: the gateway's metrics fit this shape. */
 interface MembershipMetrics {
@@ -38,11 +47,72 @@ export class FleetMembers {
   readonly #prober: HealthProber;
   readonly #sinks = new Map<string, ModelSink>();
   readonly #sources = new Map<number, WorkerSource>();
+  /** Workers of a discovery source (not `static`), by id: the served config lists them beside the file's. */
+  readonly #discovered = new Map<number, WorkerInfo>();
+  /** Workers that joined and have not yet been routable. */
+  readonly #joining = new Set<number>();
+  /** Workers that left while their engine pool finishes the requests it serves. */
+  readonly #draining = new Map<number, { readonly worker: WorkerInfo; readonly source: WorkerSource }>();
+  readonly #listeners: (() => void)[] = [];
+  /** Workers kept out of KV-aware routing by a check on join (block size), with the reason. */
+  readonly #mismatched = new Map<number, string>();
 
   constructor(registry: WorkerRegistry, engine: EngineClient, prober: HealthProber) {
     this.#registry = registry;
     this.#engine = engine;
     this.#prober = prober;
+    registry.on('added', (w) => this.#joining.delete(w.id));
+  }
+
+  /** Called after every join and leave of a discovered worker, and when a draining one is gone. */
+  onChange(listener: () => void): void {
+    this.#listeners.push(listener);
+  }
+
+  /** The workers of `model` a discovery source brought (registered, routable or not), by id. */
+  discovered(model: string): WorkerInfo[] {
+    return [...this.#discovered.values()].filter((w) => w.model === model).sort((a, b) => a.id - b.id);
+  }
+
+  /** `config` with each model's workers followed by those its discovery sources brought (what the gateway serves). */
+  served(config: GatewayConfig): GatewayConfig {
+    return { ...config, models: config.models.map((m) => ({ ...m, workers: [...m.workers, ...this.discovered(m.name)] })) };
+  }
+
+  /** The workers of `model` that left and are finishing their in-flight requests. */
+  draining(model: string): { worker: WorkerInfo; source: WorkerSource }[] {
+    return [...this.#draining.values()].filter((d) => d.worker.model === model);
+  }
+
+  /** A worker that left and is finishing its in-flight requests. */
+  drainingWorker(id: number): WorkerInfo | undefined {
+    return this.#draining.get(id)?.worker;
+  }
+
+  /** Why a worker is mismatched: its engine serves another model, or uses another block size. */
+  mismatchOf(id: number): string | undefined {
+    const check = this.#prober.modelCheck(id);
+    if (check?.kind === 'mismatch') return `its engine does not serve ${check.expected}`;
+    return this.#mismatched.get(id);
+  }
+
+  /** Where a registered (or draining) worker came from. */
+  sourceOf(id: number): WorkerSource | undefined {
+    return this.#sources.get(id) ?? this.#draining.get(id)?.source;
+  }
+
+  /** A worker's state (see `WorkerState`); undefined for an unknown id. */
+  state(id: number): WorkerState | undefined {
+    if (this.#registry.get(id) === undefined) return this.#draining.has(id) ? 'draining' : undefined;
+    if (this.mismatchOf(id) !== undefined) return 'mismatched';
+    if (this.#registry.isAvailable(id)) return 'ready';
+    return this.#joining.has(id) ? 'joining' : 'down';
+  }
+
+  /** Marks a worker mismatched (`reason` says why), or clears it (undefined). */
+  setMismatch(id: number, reason: string | undefined): void {
+    if (reason === undefined) this.#mismatched.delete(id);
+    else if (this.#registry.get(id) !== undefined) this.#mismatched.set(id, reason);
   }
 
   /** Membership changes of `model` are logged and counted here (its router's logger and the gateway's metrics). */
@@ -50,9 +120,10 @@ export class FleetMembers {
     this.#sinks.set(model, { logger, metrics });
   }
 
-  /** A worker configured at start (its source: the config file). */
-  started(w: WorkerInfo): void {
-    this.#sources.set(w.id, 'static');
+  /** A worker registered at start (from the config file, or a workers file). */
+  started(w: WorkerInfo, source: WorkerSource = 'static'): void {
+    this.#sources.set(w.id, source);
+    if (source !== 'static') this.#discovered.set(w.id, w);
   }
 
   /**
@@ -63,6 +134,10 @@ export class FleetMembers {
     this.#registry.add(w, false);
     this.#engine.addWorker(w.url);
     this.#sources.set(w.id, source);
+    this.#joining.add(w.id);
+    this.#draining.delete(w.id);
+    if (source !== 'static') this.#discovered.set(w.id, w);
+    this.#changed();
     this.#note(w, source, 'joined', `worker ${w.id} joins model ${w.model} (${source}): routed to once its engine answers its health probe`);
     void this.#prober.probe(w.id);
   }
@@ -75,10 +150,25 @@ export class FleetMembers {
     this.#registry.remove(id);
     this.#prober.forget(id);
     this.#sources.delete(id);
+    this.#joining.delete(id);
+    this.#discovered.delete(id);
+    this.#mismatched.delete(id);
     this.#note(w, source, 'left', `worker ${w.id} leaves model ${w.model} (${source}): no new requests; in-flight requests finish`);
     // Another registered worker may share the engine (dp ranks split across ids): its pool stays.
-    // Closing is graceful: the pool's running requests finish first.
-    if (!this.#registry.all().some((o) => o.url === w.url)) void this.#engine.removeWorker(w.url);
+    // Closing is graceful: the pool's running requests finish first; until then the worker is draining.
+    if (!this.#registry.all().some((o) => o.url === w.url)) {
+      const entry = { worker: w, source };
+      this.#draining.set(id, entry);
+      void this.#engine.removeWorker(w.url).finally(() => {
+        if (this.#draining.get(id) === entry) this.#draining.delete(id);
+        this.#changed();
+      });
+    }
+    this.#changed();
+  }
+
+  #changed(): void {
+    for (const l of this.#listeners) l();
   }
 
   #note(w: WorkerInfo, source: WorkerSource, change: 'joined' | 'left', msg: string): void {

@@ -13,14 +13,16 @@ import { loadGatewayConfig, parseServeFlags, serveUsage, type ConfigChange, type
 import { HealthProber, WorkerRegistry, type ModelCheck, type WorkerInfo } from '../discovery/index.js';
 import { EngineClient } from '../engines/index.js';
 import { isKvgateError } from '../errors/index.js';
-import { startGateway, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
+import { startGateway, type FleetStatus, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
 import { seededRng, traceLogFields } from '../common/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
+import { fleetStatus } from './fleet-status.js';
 import { FleetMembers } from './membership.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
 import { startTracing } from './tracing.js';
+import { WorkersFileSource } from './workers-file.js';
 
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
@@ -37,12 +39,16 @@ const DEMO_MESSAGES = '[{"role": "system", "content": "You are a concise assista
 /** What builds the routers of a config, and what it must release at shutdown. */
 export interface RouterFleet {
   createRouter: RouterPortFactory;
+  /** Each worker's live status for `/admin/models`. */
+  readonly status?: FleetStatus | undefined;
   close(): Promise<void>;
   /** Runtime membership and knobs, when the fleet takes them (hot reconfiguration, discovery). */
   readonly live?: {
     readonly members: FleetMembers;
     /** The router knobs of one model, for the requests routed from now on. */
     reconfigureRouter(model: ModelConfig): void;
+    /** `config` as the gateway serves it: each model's workers with those its discovery sources brought. */
+    served(config: GatewayConfig): GatewayConfig;
   } | undefined;
 }
 
@@ -84,6 +90,21 @@ function replicaSync(config: GatewayConfig): ReplicaSync | undefined {
   return sync;
 }
 
+/** One model's router, wired to the fleet's registry, engine client, prober and replica sync. */
+function modelRouter(model: ModelConfig, config: GatewayConfig, deps: RouterPortDeps,
+  f: { registry: WorkerRegistry; engine: EngineClient; prober: HealthProber; sync: ReplicaSync | undefined }): ModelRouter {
+  const { prober, sync } = f;
+  return new ModelRouter({
+    model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
+    routerConfig: model.router, registry: f.registry, engine: f.engine, onWorkerUnreachable: (id) => prober.reportFailure(id),
+    enforceDisagg: model.enforceDisagg, workerHealth: (id) => prober.view(id),
+    legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
+    sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
+    kvEvents: config.kvEvents,
+    attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
+  }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
+}
+
 function fleetRouters(config: GatewayConfig): RouterFleet {
   const registry = new WorkerRegistry();
   const sync = replicaSync(config);
@@ -102,12 +123,24 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
     },
   });
   const members = new FleetMembers(registry, engine, prober);
-  for (const m of config.models) {
-    for (const w of m.workers) {
-      registry.add(w);
-      engine.addWorker(w.url);
-      members.started(w);
+  const register = (w: WorkerInfo, source: 'static' | 'file'): void => {
+    registry.add(w);
+    engine.addWorker(w.url);
+    members.started(w, source);
+  };
+  for (const m of config.models) for (const w of m.workers) register(w, 'static');
+  // Workers files are read (and validated against every id registered before) once the static workers are in.
+  const files = new Map<string, WorkersFileSource>();
+  try {
+    for (const m of config.models) {
+      if (m.workersFile === undefined) continue;
+      const source = new WorkersFileSource(m, registry, members);
+      for (const w of source.initial()) register(w, 'file');
+      files.set(m.name, source);
     }
+  } catch (err) {
+    void engine.close();
+    throw err;
   }
   // The first round runs when the first router is built: after the gateway's start-up work (tokenizers),
   // which would otherwise hold the event loop past the probes' timeout.
@@ -119,6 +152,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       // The prober reports this model's worker transitions (ejected, kept, readmitted) to its logger and metrics.
       prober.watch(model.name, deps.logger, deps.metrics);
       members.watch(model.name, deps.logger, deps.metrics);
+      files.get(model.name)?.start(deps.logger, deps.metrics);
       const sink = modelCheckSink(deps);
       sinks.set(model.name, sink);
       if (firstRound === undefined) {
@@ -132,20 +166,14 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
         early.delete(id);
         sink(w, check);
       }
-      const router = new ModelRouter({
-        model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
-        routerConfig: model.router, registry, engine, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
-        workerHealth: (id) => prober.view(id),
-        legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
-        sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
-        kvEvents: config.kvEvents,
-        attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
-      }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
+      const router = modelRouter(model, config, deps, { registry, engine, prober, sync });
       routers.set(model.name, router);
       return router;
     },
-    live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router) },
+    status: fleetStatus(members, registry),
+    live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router), served: (c) => members.served(c) },
     async close(): Promise<void> {
+      for (const f of files.values()) f.close();
       prober.close();
       await sync?.close();
       await engine.close();
@@ -255,21 +283,27 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   // Hot reconfiguration re-reads the config file (with the same flags); the demo and flags alone have none.
   let reloader: ConfigReloader | undefined;
   const reloadable = fleet.live !== undefined && flags.configFile !== undefined && !demo;
+  const served = (c: GatewayConfig): GatewayConfig => fleet.live?.served(c) ?? c;
   try {
-    gateway = await startGateway({ config, createRouter: fleet.createRouter, logger, reload: reloadable ? () => reloader!.reload('admin') : undefined });
+    gateway = await startGateway({ config: served(config), createRouter: fleet.createRouter, logger, fleet: fleet.status, reload: reloadable ? () => reloader!.reload('admin') : undefined });
   } catch (err) {
     await fleet.close().catch(() => undefined);
     await tracing?.shutdown().catch(() => undefined);
     await Promise.allSettled(mockers.map((m) => m.close()));
     throw err;
   }
+  // The served config (pins, /admin views) follows the discovered workers as they come and go.
+  const server = gateway.server;
+  let base = config;
+  fleet.live?.members.onChange(() => server.reconfigure(served(base)));
   if (reloadable) {
     reloader = new ConfigReloader(config, {
       load: () => loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env, consequence: 'the running configuration is unchanged' }),
-      server: gateway.server, ...fleet.live!, logger, metrics: gateway.server.metrics,
+      ...fleet.live!, logger, metrics: server.metrics,
+      server: { reconfigure: (c) => server.reconfigure(served((base = c))) },
     });
   }
-  (opts.out ?? process.stderr).write(banner(config, gateway, demo));
+  (opts.out ?? process.stderr).write(banner(served(config), gateway, demo));
   let stopping: Promise<void> | undefined;
   const r = reloader;
   return {

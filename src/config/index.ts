@@ -6,3 +6,4 @@ export type { GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource, Tracing
 export { configProblemsError } from './load.js';
 export { configChanges, reloadProblems, workerDiff } from './reload.js';
 export type { ConfigChange } from './reload.js';
+export { loadWorkersFile } from './workers-file.js';

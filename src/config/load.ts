@@ -25,7 +25,7 @@ export interface LoadOptions {
   consequence?: string | undefined;
 }
 
-interface ParsedFile {
+export interface ParsedFile {
   data: unknown;
   doc: Document | undefined;
   lines: LineCounter;
@@ -40,7 +40,7 @@ export function configProblemsError(problems: readonly ConfigProblem[], conseque
     { problems: problems.map((p) => ({ ...p })) });
 }
 
-function readConfigFile(path: string, consequence: string | undefined): ParsedFile {
+export function readConfigFile(path: string, consequence: string | undefined): ParsedFile {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -73,7 +73,7 @@ function readConfigFile(path: string, consequence: string | undefined): ParsedFi
   return { data: data ?? {}, doc, lines };
 }
 
-function positionOf(parsed: ParsedFile | undefined, path: FieldPath): string | undefined {
+export function positionOf(parsed: ParsedFile | undefined, path: FieldPath): string | undefined {
   if (parsed?.doc === undefined) return undefined;
   // The deepest existing field on the path (a missing field points at its parent);
   // a mapping entry points at its key, where the operator reads the field's name.

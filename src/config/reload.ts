@@ -35,6 +35,8 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['tokenizer', (m) => m.tokenizer],
   ['enforce_disagg', (m) => m.enforceDisagg],
   ['engine_timeouts', (m) => m.engineTimeouts],
+  ['engine', (m) => m.engine],
+  ['workers_file', (m) => m.workersFile],
   ...STRUCTURAL_ROUTER_KNOBS.map((k): [string, (m: ModelConfig) => unknown] => [`router.${KV_ROUTER_CONFIG_FIELDS[k].dynamo}`, (m) => m.router[k]]),
 ];
 

@@ -15,7 +15,7 @@ import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-rout
 import type { EngineTimeouts, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine',
-  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts'] as const;
+  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
   'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated'] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
@@ -95,7 +95,7 @@ function readLoraAdapters(m: ConfigReader, names: readonly string[]): string[] {
   return out;
 }
 
-interface ModelNames { readonly name: string; readonly servedModelName: string; readonly loraAdapters: readonly string[] }
+export interface ModelNames { readonly name: string; readonly servedModelName: string; readonly loraAdapters: readonly string[] }
 
 function readWorker(w: ConfigReader, modelEngine: EngineDialect, names: ModelNames): WorkerConfig {
   w.allowOnly(WORKER_KEYS);
@@ -159,22 +159,33 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
   const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
   const localRouter = readRouterKnobs(m.child('router'));
   const router = resolveRouter(root, globalRouter, localRouter, [...m.path, 'router']);
+  // A discovery source may bring every worker: then the static list may be empty.
+  const workersFile = m.optStr('workers_file');
+  const workers = readWorkers(m, engine, names, workersFile === undefined);
+  const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
+  return {
+    name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts,
+    engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile),
+  };
+}
+
+/** The `workers` list of a node (a model entry, or a workers file); `required`: at least one. */
+export function readWorkers(m: ConfigReader, engine: EngineDialect, names: ModelNames, required: boolean): WorkerConfig[] {
   const workers: WorkerConfig[] = [];
   const list = m.list('workers');
-  if (list === undefined || list.length === 0) m.problem('workers', 'must list at least one worker');
+  if (required && (list === undefined || list.length === 0)) m.problem('workers', 'must list at least one worker');
   list?.forEach((node, i) => {
     const path = [...m.path, 'workers', i];
     if (!isPlainObject(node)) {
       m.problemAt(path, `must be an object with id and url, got ${show(node)}`);
       // A placeholder keeps workers[i] aligned with the file for later paths; the
       // problem above means this config is never used.
-      workers.push({ id: Number.NaN, model: name, url: '', role: 'aggregated', dialect: engine, dpStart: 0, dpSize: 1 });
+      workers.push({ id: Number.NaN, model: names.name, url: '', role: 'aggregated', dialect: engine, dpStart: 0, dpSize: 1 });
       return;
     }
     workers.push(readWorker(m.at(path, node), engine, names));
   });
-  const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
-  return { name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts };
+  return workers;
 }
 
 /** Cross-field rules of one model; `workerPaths[i]` is the path of `workers[i]`. */

@@ -4,7 +4,7 @@
  * re-validates it. The file format (snake_case) is documented in the README
  * section "Configuration"; this is its camelCase, defaults-applied form.
  */
-import type { RouterMode } from '../common/index.js';
+import type { EngineDialect, RouterMode } from '../common/index.js';
 import type { KvRouterConfig } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import type { TokenizerFiles } from '../tokenizer/index.js';
@@ -52,6 +52,10 @@ export interface ModelConfig {
   readonly workers: readonly WorkerConfig[];
   /** Per engine leg (the global `engine_timeouts` merged with the model's own); 0 turns one off. */
   readonly engineTimeouts: EngineTimeouts;
+  /** The model's engine dialect: the default of its workers (static and discovered). */
+  readonly engine: EngineDialect;
+  /** A file (absolute path) listing more `workers` of this model, re-read whenever it changes. */
+  readonly workersFile: string | undefined;
 }
 
 /**

@@ -140,6 +140,11 @@ export class HealthProber {
     this.#checks.delete(workerId);
   }
 
+  /** The worker's last model check (undefined before its first, or with model checks off). */
+  modelCheck(workerId: number): ModelCheck | undefined {
+    return this.#checks.get(workerId)?.check;
+  }
+
   /** The dispatch path saw a connection failure: count it and probe now. */
   reportFailure(workerId: number): void {
     void this.probe(workerId);

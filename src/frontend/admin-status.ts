@@ -2,7 +2,7 @@
  * The admin API's views of the gateway: the configuration with secrets
  * redacted, and each model's routing setup and servability.
  */
-import type { GatewayConfig, ModelConfig } from '../config/index.js';
+import type { GatewayConfig, ModelConfig, WorkerConfig } from '../config/index.js';
 import type { ModelRouterPort } from './router-port.js';
 
 /** The configuration as loaded, API keys counted, never shown. */
@@ -16,8 +16,28 @@ export interface GatewayStatus {
   readonly draining: boolean;
 }
 
-/** `GET /admin/models`: per model its router mode, block size, whether it can serve now, tokenizer and workers. */
-export function modelsStatus(config: GatewayConfig, ports: ReadonlyMap<string, ModelRouterPort>, status: GatewayStatus): unknown {
+/** What the fleet knows of one worker beyond its config (the CLI's FleetMembers, prober and routers). */
+export interface WorkerLiveStatus {
+  /** static (the config file), file (a workers_file), etcd. */
+  readonly source: string;
+  /** joining, ready, draining, mismatched, down. */
+  readonly state: string;
+  /** Why the worker is mismatched (its engine's model or block size), when it is. */
+  readonly mismatch?: string | undefined;
+  readonly capacity: { readonly totalKvBlocks: number | null; readonly maxNumBatchedTokens: number | null; readonly engineBlockSize?: number | null };
+}
+
+/** The live side of `/admin/models`: each worker's status, and the workers that left and still finish requests. */
+export interface FleetStatus {
+  worker(id: number): WorkerLiveStatus | undefined;
+  draining(model: string): readonly WorkerConfig[];
+}
+
+/**
+ * `GET /admin/models`: per model its router mode, block size, whether it can serve now, tokenizer and workers
+ * (with `fleet`: each worker's source, lifecycle state and capacity, draining workers included).
+ */
+export function modelsStatus(config: GatewayConfig, ports: ReadonlyMap<string, ModelRouterPort>, status: GatewayStatus, fleet?: FleetStatus): unknown {
   return {
     ...status,
     models: config.models.map((m) => ({
@@ -26,22 +46,28 @@ export function modelsStatus(config: GatewayConfig, ports: ReadonlyMap<string, M
       blockSize: m.blockSize,
       canServe: ports.get(m.name)!.canServe(),
       tokenizer: m.tokenizer.kind,
-      workers: workersOf(m, ports.get(m.name)!),
+      workers: workersOf(m, ports.get(m.name)!, fleet),
     })),
   };
 }
 
-/** The model's configured workers with, where the router tracks them, health, state, last KV event and last error. */
-function workersOf(m: ModelConfig, port: ModelRouterPort): unknown[] {
+/**
+ * The model's workers (configured, discovered, and those that left and still finish requests) with, where
+ * known, the fleet's view (source, lifecycle state, capacity) and the router's (health, KV-event state, last
+ * event, last probe and its error).
+ */
+function workersOf(m: ModelConfig, port: ModelRouterPort, fleet: FleetStatus | undefined): unknown[] {
   const status = new Map((port.workerStatus?.() ?? []).map((w) => [w.id, w]));
-  return m.workers.map((w) => {
+  const all: readonly WorkerConfig[] = [...m.workers, ...(fleet?.draining(m.name) ?? [])];
+  return all.map((w) => {
     const st = status.get(w.id);
     return {
       id: w.id, url: w.url, role: w.role, engine: w.dialect, dpSize: w.dpSize, kvEvents: w.kvEvents?.endpoint,
       ...(st === undefined ? {} : {
-        state: st.up ? 'up' : 'down', health: st.health, kvEventsState: st.kvEvents,
+        state: st.up ? 'ready' : 'down', health: st.health, kvEventsState: st.kvEvents,
         lastEventAt: st.lastEventAt ?? null, lastProbeAt: st.lastProbeAt ?? null, lastError: st.lastError ?? null,
       }),
+      ...fleet?.worker(w.id),
     };
   });
 }

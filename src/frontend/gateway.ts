@@ -19,6 +19,8 @@ export interface GatewayOptions {
   metrics?: KvgateMetrics;
   /** Serves `POST /admin/reload` with this (hot reconfiguration; see GatewayServerOptions.reload). */
   reload?: GatewayServerOptions['reload'];
+  /** Each worker's live status for `GET /admin/models` (see GatewayServerOptions.fleet). */
+  fleet?: GatewayServerOptions['fleet'];
 }
 
 export interface Gateway {
@@ -73,7 +75,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   let server: GatewayServer | undefined;
   try {
     for (const model of config.models) routers.push(await opts.createRouter(model, { metrics, logger: logger.child({ model: model.name }) }));
-    server = new GatewayServer({ config, routers, preprocessor, logger, metrics, reload: opts.reload });
+    server = new GatewayServer({ config, routers, preprocessor, logger, metrics, reload: opts.reload, fleet: opts.fleet });
     const addresses = await server.listen();
     logger.info(startupSummary(config, addresses, preprocessor), 'kvgate gateway started');
     let closing: Promise<void> | undefined;

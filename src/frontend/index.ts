@@ -5,3 +5,4 @@ export { GatewayServer } from './server.js';
 export type { ModelRouterPort, RouterPortDeps, RouterPortFactory, PreparedRequest, RoutedResponse, QueryResult, SseEvent } from './router-port.js';
 export { createPreprocessor, preprocessModelSpecs, preprocessWorkerFile } from './preprocess/preprocessor.js';
 export type { Preprocessor } from './preprocess/preprocessor.js';
+export type { FleetStatus, WorkerLiveStatus } from './admin-status.js';

@@ -34,7 +34,7 @@ import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
-import { modelsStatus, redactedConfig } from './admin-status.js';
+import { modelsStatus, redactedConfig, type FleetStatus } from './admin-status.js';
 import { parseBodyObject, readBodyText } from './body.js';
 import { ClientConnections } from './connections.js';
 import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
@@ -61,12 +61,11 @@ export interface GatewayServerOptions {
   metrics?: KvgateMetrics;
   /** `POST /admin/reload` (admin enabled): re-reads the config; resolves to what changed, rejects with a KvgateError. */
   reload?: (() => Promise<unknown>) | undefined;
+  /** Each worker's live status for `GET /admin/models` (source, state, capacity, last KV event). */
+  fleet?: FleetStatus | undefined;
 }
 
-export interface GatewayAddresses {
-  public: { host: string; port: number };
-  admin: { host: string; port: number } | undefined;
-}
+export interface GatewayAddresses { public: { host: string; port: number }; admin: { host: string; port: number } | undefined }
 
 export class GatewayServer {
   /** The configuration in force (replaced whole by `reconfigure`). */
@@ -86,6 +85,7 @@ export class GatewayServer {
   readonly #createdSec = Math.floor(Date.now() / 1000);
   readonly #slots: ConcurrencySlots;
   readonly #reload: GatewayServerOptions['reload'];
+  readonly #fleet: FleetStatus | undefined;
   #draining = false;
   #closing: Promise<void> | undefined;
 
@@ -96,6 +96,7 @@ export class GatewayServer {
     this.metrics = opts.metrics ?? new KvgateMetrics();
     this.#preprocessor = opts.preprocessor;
     this.#reload = opts.reload;
+    this.#fleet = opts.fleet;
     this.#slots = new ConcurrencySlots(opts.config.limits.maxConcurrentRequests, opts.config.limits.requestTimeoutMs, (n) => this.metrics.inflight.set(n));
     this.#conns = new ClientConnections(opts.config.limits.maxPendingConnectionsPerClient);
     for (const port of opts.routers) {
@@ -164,7 +165,7 @@ export class GatewayServer {
       add('/admin/config', { methods: { GET: (c) => sendJson(c.res, 200, redactedConfig(this.config)) }, auth: true, limited: false });
       add('/admin/models', { methods: { GET: (c) => sendJson(c.res, 200, modelsStatus(this.config, this.#ports, {
         preprocess: { mode: this.#preprocessor.mode, threads: this.#preprocessor.threads }, inflight: this.#slots.size, draining: this.#draining,
-      })) }, auth: true, limited: false });
+      }, this.#fleet)) }, auth: true, limited: false });
       const reload = this.#reload;
       if (reload !== undefined) add('/admin/reload', { methods: { POST: async (c) => sendJson(c.res, 200, { status: 'reloaded', changes: await reload() }) }, auth: true, limited: false });
       if (canForceGc()) add('/admin/gc', { methods: { POST: (c) => sendJson(c.res, 200, gcAndMeasure()) }, auth: true, limited: false });

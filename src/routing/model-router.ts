@@ -82,7 +82,6 @@ interface Pool {
 }
 
 const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
-
 /** Why a model without enforce_disagg still cannot be served aggregated. */
 const NO_FALLBACK = 'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
 

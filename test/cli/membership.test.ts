@@ -76,4 +76,29 @@ describe('FleetMembers: join and leave', () => {
     expect(done.usage?.prompt_tokens).toBe(40);
     expect(done.payloads.at(-1)).toBe('[DONE]');
   }, 60_000);
+
+  // issue 16 (/admin/models states): joining until the first probe passes, ready, draining while
+  // its engine pool finishes, then gone; each with its source.
+  it('reports each worker\'s source and state through a join and a leave', async () => {
+    fleet = await startFleet(2, { mocker: { speedup: 5 } });
+    const { router, registry, engine } = fleet;
+    prober = new HealthProber(registry, { checkModels: false });
+    const members = new FleetMembers(registry, engine, prober);
+    members.started(fleet.workers[0]!);
+    expect([members.sourceOf(1), members.state(1)]).toEqual(['static', 'ready']);
+    const w2 = fleet.workers[1]!;
+    members.leave(2);
+    members.join(w2, 'etcd');
+    expect([members.sourceOf(2), members.state(2)]).toEqual(['etcd', 'joining']);
+    expect(members.discovered(router.model).map((w) => w.id)).toEqual([2]);
+    await until(() => members.state(2) === 'ready', 'worker 2 ready');
+    const inflight = await router.route(prepare(Array.from({ length: 40 }, (_, i) => 300 + i), { maxTokens: 40, hints: { annotations: [], backendInstanceId: 2 } }));
+    members.leave(2);
+    expect([members.sourceOf(2), members.state(2)]).toEqual(['etcd', 'draining']);
+    expect(members.draining(router.model).map((d) => d.worker.id)).toEqual([2]);
+    expect(members.discovered(router.model)).toEqual([]);
+    await drain(inflight);
+    await until(() => members.state(2) === undefined, 'worker 2 drained');
+    expect(members.draining(router.model)).toEqual([]);
+  }, 60_000);
 });

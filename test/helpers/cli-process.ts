@@ -68,3 +68,10 @@ export async function startMockerCli(args: readonly string[], count = 1): Promis
   }, 'the mocker engines\' lines', 20_000);
   return { proc, engines: lines() };
 }
+
+/** Starts `kvgate serve -c FILE` and waits for it to listen; resolves with the process and its public URL. */
+export async function startServeCli(configFile: string): Promise<{ proc: CliProcess; url: string }> {
+  const proc = startCli(['serve', '-c', configFile]);
+  const url = (await proc.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening'))[1]!;
+  return { proc, url };
+}

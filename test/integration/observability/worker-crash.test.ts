@@ -79,7 +79,7 @@ describe('a crashed engine is loud', () => {
     // Before: worker 2 up, its events live.
     await until(eventsLive, 'worker 2\'s KV events live', 20_000);
     expect(series(await metrics(), 'kvgate_worker_up', 2)).toBe(1);
-    expect(await worker2()).toMatchObject({ state: 'up', health: 'up', kvEventsState: 'live' });
+    expect(await worker2()).toMatchObject({ state: 'ready', health: 'up', kvEventsState: 'live' });
     expect(typeof (await worker2()).lastEventAt).toBe('string');
 
     const crash = await fetch(`${String(b.engine.url)}/admin/crash`, { method: 'POST' });
@@ -109,6 +109,6 @@ describe('a crashed engine is loud', () => {
     await until(async () => series(await metrics(), 'kvgate_worker_up', 2) === 1, 'worker 2\'s up gauge back at 1', 10_000);
     await until(() => jsonLines(gateway).some((o) => o.workerId === 2 && o.url === b.engine.url && /is up/.test(String(o.msg))), 'a line saying worker 2 is up', 5_000);
     await until(eventsLive, 'worker 2\'s KV events live again', 20_000);
-    expect(await worker2()).toMatchObject({ state: 'up', health: 'up', kvEventsState: 'live' });
+    expect(await worker2()).toMatchObject({ state: 'ready', health: 'up', kvEventsState: 'live' });
   }, 90_000);
 });
