@@ -120,6 +120,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
         model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
         routerConfig: model.router, registry, engine, onWorkerUnreachable: (id) => prober.reportFailure(id), enforceDisagg: model.enforceDisagg,
         legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
+        migration: model.migration,
         sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
         kvEvents: config.kvEvents,
       }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));

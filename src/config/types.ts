@@ -52,6 +52,14 @@ export interface ModelConfig {
   readonly workers: readonly WorkerConfig[];
   /** Per engine leg (the global `engine_timeouts` merged with the model's own); 0 turns one off. */
   readonly engineTimeouts: EngineTimeouts;
+  /** Request migration: streams resumed on another worker after a migratable failure. */
+  readonly migration: MigrationConfig;
+}
+
+/** `migration_limit` (migrations per request, 0: off) and `migration_max_seq_len` (no migration past it; undefined: no bound). */
+export interface MigrationConfig {
+  readonly limit: number;
+  readonly maxSeqLen: number | undefined;
 }
 
 /**

@@ -77,7 +77,9 @@ export class Generation {
     const d = this.#deps;
     if (d.faults.shouldFailRequest()) {
       d.metrics.countInjectedError();
-      throw new KvgateError('KVG_ERR_INTERNAL', 'injected fault: the engine failed this request (error_rate)', {});
+      const status = d.faults.settings.errorStatus;
+      const code = status === 503 ? 'KVG_ERR_SHUTTING_DOWN' : status === 502 ? 'KVG_ERR_ENGINE_FAILED' : 'KVG_ERR_INTERNAL';
+      throw new KvgateError(code, `injected fault: the engine failed this request with ${status} (error_rate)`, {});
     }
     const p = parseGenerateRequest(kind, body, raw);
     const { tokens, maxTokens, loraName } = await this.#validate(p);

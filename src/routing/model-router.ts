@@ -57,6 +57,8 @@ export interface ModelRouterOptions {
   readonly sessionTtlMs?: number | undefined;
   /** Per engine leg: first-output and stream-idle deadlines (ms; 0 or undefined: none). See `PushRouterOptions.legTimeouts`. */
   readonly legTimeouts?: PushRouterOptions['legTimeouts'];
+  /** Request migration of aggregated streams (`migration_limit`, `migration_max_seq_len`); default off. */
+  readonly migration?: PushRouterOptions['migration'];
   /** Bounds of each pool's sticky sessions: the longest TTL (requested timeouts are clamped) and the number kept (LRU). */
   readonly sessionLimits?: SessionLimits | undefined;
 }
@@ -165,6 +167,7 @@ export class ModelRouter implements ModelRouterPort {
     const push = new PushRouter({
       model: opts.model, role, mode: opts.mode, blockSize: opts.blockSize, kvRouter, engine: opts.engine,
       maxRetries: opts.maxRetries, onWorkerUnreachable: opts.onWorkerUnreachable, legTimeouts: opts.legTimeouts,
+      ...(role === 'prefill' ? {} : { migration: opts.migration }),
       onDispatch: ev === undefined ? undefined : (w, r) => ev.noteDispatch(w, r),
     }, ctx);
     return { push, events };
