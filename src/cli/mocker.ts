@@ -48,6 +48,7 @@ line per engine, then runs until interrupted.
   --fault-hang                 start hung
   --fault-slow-factor X        multiply step times by X
   --fault-error-rate R         fail this fraction of requests with HTTP 500
+  --fault-error-status N       the status of those failures: 500, 502 or 503 (500)
   --fault-drop-event-rate R    drop this fraction of KV-event batches
   --fault-reorder-events       send KV-event batches in swapped pairs
   --fault-stall-after-tokens N write N tokens of each answer, then stall with the connection open
@@ -65,7 +66,7 @@ export const OPTIONS = {
   'bootstrap-timeout-ms': { type: 'string' }, 'kv-bytes-per-token': { type: 'string' }, 'kv-transfer-bandwidth': { type: 'string' },
   'kv-lease-ms': { type: 'string' }, seed: { type: 'string' }, 'engine-hash-seed': { type: 'string' }, tokenizer: { type: 'string' },
   'tokenizer-config': { type: 'string' }, 'default-max-tokens': { type: 'string' }, 'fault-hang': { type: 'boolean' },
-  'fault-slow-factor': { type: 'string' }, 'fault-error-rate': { type: 'string' }, 'fault-drop-event-rate': { type: 'string' },
+  'fault-slow-factor': { type: 'string' }, 'fault-error-rate': { type: 'string' }, 'fault-error-status': { type: 'string' }, 'fault-drop-event-rate': { type: 'string' },
   'fault-reorder-events': { type: 'boolean' }, 'fault-stall-after-tokens': { type: 'string' }, help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -131,7 +132,7 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
       defaultMaxTokens: num('default-max-tokens', s('default-max-tokens')),
       faults: {
         hang: values['fault-hang'] === true ? true : undefined, slowFactor: num('fault-slow-factor', s('fault-slow-factor')),
-        errorRate: num('fault-error-rate', s('fault-error-rate')), dropEventRate: num('fault-drop-event-rate', s('fault-drop-event-rate')),
+        errorRate: num('fault-error-rate', s('fault-error-rate')), errorStatus: num('fault-error-status', s('fault-error-status')) as 500 | 502 | 503 | undefined, dropEventRate: num('fault-drop-event-rate', s('fault-drop-event-rate')),
         reorderEvents: values['fault-reorder-events'] === true ? true : undefined,
         stallAfterTokens: num('fault-stall-after-tokens', s('fault-stall-after-tokens')),
       },

@@ -99,6 +99,7 @@ function modelRouter(model: ModelConfig, config: GatewayConfig, deps: RouterPort
     routerConfig: model.router, registry: f.registry, engine: f.engine, onWorkerUnreachable: (id) => prober.reportFailure(id),
     enforceDisagg: model.enforceDisagg, workerHealth: (id) => prober.view(id),
     legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
+    migration: model.migration,
     sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
     kvEvents: config.kvEvents,
     attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),

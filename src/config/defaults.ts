@@ -35,6 +35,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   blockSize: 16,
   engine: 'vllm' as EngineDialect,
   sglangBootstrapPort: 8998,
+  // Migrations per request (Dynamo's default is 0: off; kvgate resumes broken streams by default).
+  migrationLimit: 3,
   /** KV-event ingestion bounds (the `kv_events` section); src/events uses the same values by default. */
   kvEvents: Object.freeze({
     maxQueuedBatches: 10_000,

@@ -46,6 +46,8 @@ const FLAG_OPTIONS: Record<string, OptionSpec> = {
   'request-timeout-ms': { type: 'string' },
   'engine-first-byte-timeout-ms': { type: 'string' },
   'engine-stream-idle-timeout-ms': { type: 'string' },
+  'migration-limit': { type: 'string' },
+  'migration-max-seq-len': { type: 'string' },
   'drain-timeout-ms': { type: 'string' },
   'preprocess-threads': { type: 'string' },
   'segment-cache-tokens': { type: 'string' },
@@ -84,6 +86,8 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   'router-mode': ['models', '*', 'router_mode'],
   'block-size': ['models', '*', 'block_size'],
   engine: ['models', '*', 'engine'],
+  'migration-limit': ['models', '*', 'migration_limit'],
+  'migration-max-seq-len': ['models', '*', 'migration_max_seq_len'],
 };
 
 /** Router knob flags from the router flag table: flag name (no dashes) -> [field, Dynamo name, is boolean]. */
@@ -290,6 +294,8 @@ model configured, starts the embedded demo (simulated engines in-process).
       --request-timeout-ms N  --drain-timeout-ms N
       --engine-first-byte-timeout-ms N   per engine leg: dispatch to first output (0 = off)
       --engine-stream-idle-timeout-ms N  per engine leg: longest silence between two SSE events (0 = off)
+      --migration-limit N                broken streams resumed on another worker per request (3; 0 = off)
+      --migration-max-seq-len N          no migration once prompt + generated tokens exceed N (no bound)
       --preprocess-threads N   tokenizer threads (0 = main thread)
       --segment-cache-tokens N per-thread segment cache size in token ids (0 = off)
       --segment-cache-bytes N  per-thread segment cache size in retained bytes (0 = off)

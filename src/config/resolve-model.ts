@@ -15,7 +15,7 @@ import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-rout
 import type { EngineTimeouts, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine',
-  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file'] as const;
+  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'migration_limit', 'migration_max_seq_len'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
   'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated'] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
@@ -163,9 +163,13 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
   const workersFile = m.optStr('workers_file');
   const workers = readWorkers(m, engine, names, workersFile === undefined);
   const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
+  const migration = {
+    limit: m.int('migration_limit', GATEWAY_DEFAULTS.migrationLimit, { min: 0, max: 100 }),
+    maxSeqLen: m.optInt('migration_max_seq_len', { min: 1 }),
+  };
   return {
     name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts,
-    engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile),
+    migration, engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile),
   };
 }
 

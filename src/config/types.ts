@@ -56,6 +56,14 @@ export interface ModelConfig {
   readonly engine: EngineDialect;
   /** A file (absolute path) listing more `workers` of this model, re-read whenever it changes. */
   readonly workersFile: string | undefined;
+  /** Request migration: streams resumed on another worker after a migratable failure. */
+  readonly migration: MigrationConfig;
+}
+
+/** `migration_limit` (migrations per request, 0: off) and `migration_max_seq_len` (no migration past it; undefined: no bound). */
+export interface MigrationConfig {
+  readonly limit: number;
+  readonly maxSeqLen: number | undefined;
 }
 
 /**

@@ -139,12 +139,31 @@ function engineMessage(json: unknown): string | undefined {
   return undefined;
 }
 
+/** Transport failures that say the engine (or the way to it) failed, not the request: a leg may resume elsewhere. */
+const MIGRATABLE_CODES = new Set([
+  'KVG_ERR_ENGINE_UNREACHABLE',
+  'KVG_ERR_ENGINE_NOT_REGISTERED',
+  'KVG_ERR_ENGINE_DISCONNECTED',
+  'KVG_ERR_ENGINE_HEADERS_TIMEOUT',
+  'KVG_ERR_ENGINE_BODY_TIMEOUT',
+  'KVG_ERR_ENGINE_STREAM_BROKEN',
+]);
+
+/** Engine statuses that say "not me, not now" (a proxy in front of it failed, or it is shutting down or overloaded upstream). */
+const MIGRATABLE_STATUSES = new Set([502, 503, 504]);
+
 /**
- * Whether a failed leg may be resumed on another worker (request migration):
- * the engine took the leg and then stopped making progress (a first-byte or
- * stream-idle timeout), so the failure says nothing about the request itself.
- * Such errors carry `detail.migratable: true`.
+ * Whether a failed leg may be resumed on another worker (request migration,
+ * Dynamo's CannotConnect / Disconnected / ConnectionTimeout / EngineShutdown):
+ * the connection was refused or reset, the response broke mid-way, the engine
+ * made no progress in time (first-byte and stream-idle timeouts carry
+ * `detail.migratable: true`), or it answered 502, 503 (shutting down) or 504.
+ * Never a client abort, an engine 4xx (the request itself is at fault), any
+ * other 5xx, or kvgate's own backpressure.
  */
 export function isMigratable(err: unknown): err is KvgateError {
-  return isKvgateError(err) && err.detail?.['migratable'] === true;
+  if (!isKvgateError(err)) return false;
+  if (err.detail?.['migratable'] === true) return true;
+  if (err instanceof EngineHttpError) return MIGRATABLE_STATUSES.has(err.upstreamStatus);
+  return MIGRATABLE_CODES.has(err.code);
 }

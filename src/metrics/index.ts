@@ -66,6 +66,8 @@ export class KvgateMetrics {
   readonly nonMaxOverlapSelections: Counter<'model' | 'worker_type'>;
   readonly retries: Counter<'model' | 'reason'>;
   readonly engineTimeouts: Counter<'model' | 'worker_type' | 'kind'>;
+  readonly migrations: Counter<'model' | 'worker_type' | 'outcome'>;
+  readonly migrationsSkipped: Counter<'model' | 'worker_type' | 'reason'>;
 
   // Engine-reported truth against the router's prediction.
   readonly predictionErrorTokens: Histogram<'model' | 'worker_type'>;
@@ -141,6 +143,8 @@ export class KvgateMetrics {
     this.disaggFallbacks = new Counter({ name: 'kvgate_router_disagg_fallbacks_total', help: 'Requests served aggregated because every prefill worker of a disaggregated model was gone.', labelNames: ['model'], registers });
     this.nonMaxOverlapSelections = new Counter({ name: 'kvgate_router_non_max_overlap_selections_total', help: 'Selections of a worker other than the one with the most cached blocks.', labelNames: MW, registers });
     this.retries = new Counter({ name: 'kvgate_router_retries_total', help: 'Dispatches retried on another worker before any byte was sent.', labelNames: ['model', 'reason'], registers });
+    this.migrations = new Counter({ name: 'kvgate_router_migrations_total', help: 'Streams moved to another worker after a migratable failure: outcome started (one per continuation dispatched), succeeded or failed (one per request that migrated).', labelNames: ['model', 'worker_type', 'outcome'], registers });
+    this.migrationsSkipped = new Counter({ name: 'kvgate_router_migrations_skipped_total', help: 'Migratable stream failures not migrated, by reason (max_seq_len|not_migratable|pinned|no_token_ids).', labelNames: ['model', 'worker_type', 'reason'], registers });
     this.engineTimeouts = new Counter({ name: 'kvgate_router_engine_timeouts_total', help: 'Engine legs cut for making no progress (kind first_byte|stream_idle); each is a migratable failure.', labelNames: ['model', 'worker_type', 'kind'], registers });
     // ---- prediction against the engines' reports
     this.predictionErrorTokens = new Histogram({ name: 'kvgate_router_prediction_error_tokens', help: 'Engine-reported cached tokens minus the router-predicted overlap tokens.', labelNames: MW, buckets: [-8192, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 8192], registers });

@@ -19,6 +19,7 @@ import type { FaultSettings } from './options.js';
 /** Admin field names (snake_case, camelCase accepted) to FaultSettings keys. */
 const FAULT_FIELDS: Record<string, keyof FaultSettings> = {
   hang: 'hang', slow_factor: 'slowFactor', slowFactor: 'slowFactor', error_rate: 'errorRate', errorRate: 'errorRate',
+  error_status: 'errorStatus', errorStatus: 'errorStatus',
   drop_event_rate: 'dropEventRate', dropEventRate: 'dropEventRate', drop_next_event_batches: 'dropNextEventBatches',
   dropNextEventBatches: 'dropNextEventBatches', reorder_events: 'reorderEvents', reorderEvents: 'reorderEvents',
   stall_after_tokens: 'stallAfterTokens', stallAfterTokens: 'stallAfterTokens',
@@ -27,7 +28,7 @@ const FAULT_FIELDS: Record<string, keyof FaultSettings> = {
 
 function faultsToWire(f: Readonly<FaultSettings>): Record<string, unknown> {
   return {
-    hang: f.hang, slow_factor: f.slowFactor, error_rate: f.errorRate, drop_event_rate: f.dropEventRate,
+    hang: f.hang, slow_factor: f.slowFactor, error_rate: f.errorRate, error_status: f.errorStatus, drop_event_rate: f.dropEventRate,
     drop_next_event_batches: f.dropNextEventBatches, reorder_events: f.reorderEvents, stall_after_tokens: f.stallAfterTokens,
     garbage_event_flood: f.garbageEventFlood,
   };

@@ -351,8 +351,9 @@ export class EngineCore {
       this.#commitFullBlocks(r, result.kvEvents);
       if (r.numComputed < r.tokens.length) continue; // mid-prefill chunk
       const vocab = this.options.sampleTokenIds;
-      const tokenId = vocab[Math.floor(r.rng() * vocab.length)]!;
+      const tokenId = vocab[r.sampler.next(vocab.length)]!;
       r.tokens.push(tokenId);
+      r.sampler.append(tokenId);
       result.outputs.push({ requestId: r.id, tokenId, index: r.outputs });
       r.outputs++;
       this.#stats.generationTokens++;

@@ -12,7 +12,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parseJson, readBody, sendJson } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { TextTokenizer } from '../tokenizer/index.js';
-import { xxh3 } from '../wasm/index.js';
 import type { CoreRequest, FinishedRequest } from './engine-types.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { FaultController } from './faults.js';
@@ -78,7 +77,9 @@ export class Generation {
     const d = this.#deps;
     if (d.faults.shouldFailRequest()) {
       d.metrics.countInjectedError();
-      throw new KvgateError('KVG_ERR_INTERNAL', 'injected fault: the engine failed this request (error_rate)', {});
+      const status = d.faults.settings.errorStatus;
+      const code = status === 503 ? 'KVG_ERR_SHUTTING_DOWN' : status === 502 ? 'KVG_ERR_ENGINE_FAILED' : 'KVG_ERR_INTERNAL';
+      throw new KvgateError(code, `injected fault: the engine failed this request with ${status} (error_rate)`, {});
     }
     const p = parseGenerateRequest(kind, body, raw);
     const { tokens, maxTokens, loraName } = await this.#validate(p);
@@ -167,12 +168,6 @@ export class Generation {
     return tokenizer.encode(text, { addSpecialTokens: p.addSpecialTokens });
   }
 
-  /** Without a `seed`, the generated tokens are a function of the prompt and the engine's seed. */
-  #derivedSeed(tokens: readonly number[]): number {
-    const bytes = new Uint8Array(Uint32Array.from(tokens).buffer);
-    return Number(xxh3(bytes, BigInt(this.#deps.options.seed)) & 0xffffffffn);
-  }
-
   /** Runs the request on its rank; resolves when the answer is written or the request was aborted. */
   #run(p: GenerateRequest, req: IncomingMessage, res: ServerResponse, x: Admitted): Promise<void> {
     const o = this.#deps.options;
@@ -184,11 +179,11 @@ export class Generation {
     const baseId = typeof header === 'string' && header !== '' ? header : randomUUID().replaceAll('-', '');
     const meta: ResponseMeta = { id: `${p.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`, created: Math.floor(Date.now() / 1000), model: p.model ?? o.model };
     const coreReq: CoreRequest = {
-      id: coreId, promptTokens: x.tokens, maxTokens: x.maxTokens, seed: p.seed ?? this.#derivedSeed(x.tokens),
+      id: coreId, promptTokens: x.tokens, maxTokens: x.maxTokens, seed: p.seed ?? o.seed,
       loraName: x.loraName, cacheSalt: p.cacheSalt, remotePrefill: x.plan.remotePrefill, holdBlocksMs: x.plan.holdBlocksMs,
     };
     const textOf = (id: number): string => this.#deps.tokenText.get(id) ?? '';
-    const out = new ResponseWriter(res, p, meta, x.tokens.length, x.maxTokens, this.#vocab, textOf, this.#deps.faults.settings.stallAfterTokens);
+    const out = new ResponseWriter(res, p, meta, x.tokens.length, x.maxTokens, this.#vocab, textOf, this.#deps.faults.settings.stallAfterTokens, x.tokens);
     return new Promise<void>((resolve, reject) => {
       let finished = false;
       const onAbort = (): void => {

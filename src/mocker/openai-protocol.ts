@@ -45,6 +45,11 @@ export interface GenerateRequest {
   logprobs: number | undefined;
   /** The function the simulated model calls (chat with `tools`, `tool_choice` not "none"). */
   toolName: string | undefined;
+  /**
+   * vLLM >= 0.10.2 `return_token_ids`: each choice carries its generated `token_ids`; the prompt's ids come
+   * once (`prompt_token_ids`: top level for chat, on the choice for completions).
+   */
+  returnTokenIds: boolean;
 }
 
 function invalid(message: string, param: string | null): KvgateError {
@@ -160,6 +165,7 @@ export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown,
     dpRank, cacheSalt: (cacheSalt ?? undefined) as string | undefined,
     logprobs: parseLogprobs(kind, body),
     toolName: kind === 'chat' ? parseToolName(body.tools as unknown[] | undefined | null, body.tool_choice) : undefined,
+    returnTokenIds: optionalBool(body, 'return_token_ids') ?? false,
   };
 }
 

@@ -18,8 +18,10 @@ export interface FaultSettings {
   hang: boolean;
   /** Multiply every step's duration (1 = normal). */
   slowFactor: number;
-  /** Fraction of completion requests answered with HTTP 500 (seeded, deterministic). */
+  /** Fraction of completion requests answered with an HTTP error (seeded, deterministic). */
   errorRate: number;
+  /** The status of those answers: 500 (an internal error), 502 or 503 (vLLM shutting down, an overloaded proxy). */
+  errorStatus: 500 | 502 | 503;
   /** Fraction of KV-event batches not sent (their seq is used up, so subscribers see a gap; replay still has them). */
   dropEventRate: number;
   /** Drop exactly the next N KV-event batches (counts down). */
@@ -104,6 +106,7 @@ const DEFAULT_FAULTS: Readonly<FaultSettings> = Object.freeze({
   hang: false,
   slowFactor: 1,
   errorRate: 0,
+  errorStatus: 500,
   dropEventRate: 0,
   dropNextEventBatches: 0,
   reorderEvents: false,
@@ -187,6 +190,7 @@ export function resolveFaults(input: Partial<FaultSettings>, base: Readonly<Faul
   if (typeof f.reorderEvents !== 'boolean') bad('faults.reorderEvents', f.reorderEvents, 'must be a boolean');
   if (typeof f.slowFactor !== 'number' || !(f.slowFactor > 0) || !Number.isFinite(f.slowFactor)) bad('faults.slowFactor', f.slowFactor, 'must be a finite number > 0');
   fraction('faults.errorRate', f.errorRate);
+  if (![500, 502, 503].includes(f.errorStatus)) bad('faults.errorStatus', f.errorStatus, 'must be 500, 502 or 503');
   fraction('faults.dropEventRate', f.dropEventRate);
   if (!Number.isInteger(f.dropNextEventBatches) || f.dropNextEventBatches < 0) bad('faults.dropNextEventBatches', f.dropNextEventBatches, 'must be an integer >= 0');
   if (f.stallAfterTokens !== null && (!Number.isInteger(f.stallAfterTokens) || f.stallAfterTokens < 0)) {

@@ -3,7 +3,7 @@
  * its blocks and how far it is computed. Only EngineCore mutates it.
  */
 import { promptHashes } from '../wasm/index.js';
-import { seededRng, type Rng } from '../common/index.js';
+import { ContextSampler } from './context-sampler.js';
 import type { Block } from './kv-cache.js';
 import type { CoreRequest } from './engine-types.js';
 
@@ -18,7 +18,8 @@ export class RequestEntry {
   readonly cacheSalt: string | undefined;
   readonly remotePrefill: boolean;
   readonly holdBlocksMs: number | undefined;
-  readonly rng: Rng;
+  /** Draws the next generated token from the context so far and the request's seed. */
+  readonly sampler: ContextSampler;
   readonly addedAt: number;
   /** Sequence hashes of full blocks known so far (prompt blocks up front, generated ones as they fill). */
   readonly seqHashes: bigint[];
@@ -41,7 +42,7 @@ export class RequestEntry {
     this.cacheSalt = r.cacheSalt || undefined;
     this.remotePrefill = r.remotePrefill === true;
     this.holdBlocksMs = r.holdBlocksMs;
-    this.rng = seededRng(r.seed);
+    this.sampler = new ContextSampler(r.seed, this.tokens);
     this.addedAt = now;
     const hashes = promptHashes(this.tokens, blockSize, { loraName: this.loraName, cacheSalt: this.cacheSalt });
     this.seqHashes = Array.from(hashes.seq);

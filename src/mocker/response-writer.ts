@@ -25,11 +25,15 @@ export class ResponseWriter {
   readonly #choice: ChoiceOutput;
   /** Fault: tokens from this index on are not written, nor the end (null: off). */
   readonly #stallAfter: number | null;
+  /** `return_token_ids`: the prompt's ids, sent once (then cleared), and every generated id. */
+  #promptIds: readonly number[] | undefined;
+  readonly #generatedIds: number[] = [];
 
   /** `vocab` and `textOf`: the sampled vocabulary logprob alternatives are drawn from. */
   constructor(res: ServerResponse, p: GenerateRequest, meta: ResponseMeta, promptTokens: number, maxTokens: number,
-    vocab: readonly number[], textOf: (id: number) => string, stallAfter: number | null = null) {
+    vocab: readonly number[], textOf: (id: number) => string, stallAfter: number | null = null, promptIds?: readonly number[]) {
     this.#res = res;
+    this.#promptIds = p.returnTokenIds ? promptIds ?? [] : undefined;
     this.#stallAfter = stallAfter;
     this.#p = p;
     this.#meta = meta;
@@ -43,7 +47,20 @@ export class ResponseWriter {
     const p = this.#p;
     if (!p.stream) return;
     this.#res.writeHead(200, SSE_HEADERS);
-    if (p.kind === 'chat') this.#write(chatChunk(this.#meta, { role: 'assistant', content: '' }, null, p.continuousUsage ? usage(this.#promptTokens, 0, 0) : undefined));
+    if (p.kind === 'chat') this.#write(this.#withIds(chatChunk(this.#meta, { role: 'assistant', content: '' }, null, p.continuousUsage ? usage(this.#promptTokens, 0, 0) : undefined), []));
+  }
+
+  /** vLLM's `return_token_ids` fields on one chunk (or the whole answer): `ids` on the choice, the prompt's ids the first time. */
+  #withIds(obj: Record<string, unknown>, ids: readonly number[]): Record<string, unknown> {
+    if (!this.#p.returnTokenIds) return obj;
+    const choice = (obj['choices'] as Record<string, unknown>[])[0]!;
+    choice['token_ids'] = ids;
+    if (this.#promptIds !== undefined) {
+      if (this.#p.kind === 'chat') obj['prompt_token_ids'] = this.#promptIds;
+      else choice['prompt_token_ids'] = this.#promptIds;
+      this.#promptIds = undefined;
+    }
+    return obj;
   }
 
   /** Generated token `index` (0-based) `tokenId` with text `piece`, with the prompt tokens the cache served. */
@@ -52,10 +69,11 @@ export class ResponseWriter {
     const p = this.#p;
     const last = index === this.#maxTokens - 1;
     const out = this.#choice.token(tokenId, piece, last);
+    if (p.returnTokenIds) this.#generatedIds.push(tokenId);
     if (!p.stream) return;
     const finish = last ? this.#choice.finishReason : null;
     const u = p.continuousUsage ? usage(this.#promptTokens, index + 1, cached) : undefined;
-    this.#write(p.kind === 'chat' ? chatChunk(this.#meta, out.delta, finish, u, out.logprobs) : completionChunk(this.#meta, out.text, finish, u, out.logprobs));
+    this.#write(this.#withIds(p.kind === 'chat' ? chatChunk(this.#meta, out.delta, finish, u, out.logprobs) : completionChunk(this.#meta, out.text, finish, u, out.logprobs), [tokenId]));
   }
 
   /** The end: a stream's usage chunk and `[DONE]`, or the whole JSON body with its `kv_transfer_params`. */
@@ -71,7 +89,7 @@ export class ResponseWriter {
     }
     const ktp = kvTransferParams();
     const whole = { ...this.#choice.whole(), finishReason: this.#choice.finishReason };
-    sendJson(res, 200, p.kind === 'chat' ? chatResponse(this.#meta, whole, u, ktp) : completionResponse(this.#meta, whole, u, ktp));
+    sendJson(res, 200, this.#withIds(p.kind === 'chat' ? chatResponse(this.#meta, whole, u, ktp) : completionResponse(this.#meta, whole, u, ktp), this.#generatedIds));
   }
 
   #write(obj: unknown): void {

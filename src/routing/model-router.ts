@@ -17,17 +17,17 @@ import { seededRng, type RouterMode, type RoutingHints } from '../common/index.j
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
-import { KvEventApplier, KvEventManager, TieredPrefixIndex, dpRankEndpoint, type KvEventManagerOptions } from '../events/index.js';
+import { type KvEventManager, dpRankEndpoint, type KvEventManagerOptions } from '../events/index.js';
 import { KvgateError } from '../errors/index.js';
 import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
+import { kvPool } from './kv-pool.js';
 import { KvRouter } from './kv-router.js';
 import { PushRouter, type PushRouterOptions } from './push/push-router.js';
 import type { LegRequest } from './push/types.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerStatus } from './router-port.js';
 import { StickySessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
-import { eventHooks } from './event-hooks.js';
 import { WorkerWatch } from './worker-watch.js';
 
 export interface ModelRouterOptions {
@@ -60,6 +60,8 @@ export interface ModelRouterOptions {
   readonly sessionTtlMs?: number | undefined;
   /** Per engine leg: first-output and stream-idle deadlines (ms; 0 or undefined: none). See `PushRouterOptions.legTimeouts`. */
   readonly legTimeouts?: PushRouterOptions['legTimeouts'];
+  /** Request migration of aggregated streams (`migration_limit`, `migration_max_seq_len`); default off. */
+  readonly migration?: PushRouterOptions['migration'];
   /** Bounds of each pool's sticky sessions: the longest TTL (requested timeouts are clamped) and the number kept (LRU). */
   readonly sessionLimits?: SessionLimits | undefined;
   /** Replica sync: told of each KV pool (its KvRouter and its sticky sessions) once it is built. */
@@ -170,25 +172,7 @@ export class ModelRouter implements ModelRouterPort {
   #buildPool(role: 'decode' | 'prefill'): Pool {
     const opts = this.#opts;
     const ctx = this.#ctx;
-    let kvRouter: KvRouter | undefined;
-    let events: KvEventManager | undefined;
-    if (opts.mode === 'kv') {
-      const config: KvRouterOptions = role === 'prefill' ? prefillPoolConfig(opts.routerConfig) : { ...opts.routerConfig };
-      kvRouter = new KvRouter({
-        blockSize: opts.blockSize, clock: ctx.clock, rng: ctx.rng, workerType: role, config,
-        // A worker whose KV events never started or went silent is scored in approximate mode alone.
-        eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
-      });
-      if (kvRouter.config.useKvEvents) {
-        const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
-        // The manager takes the context's clock and logger (its own options do not yet take a Context).
-        events = new KvEventManager({
-          applier, clock: ctx.clock, log: ctx.log, ...opts.kvEvents,
-          ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
-          hooks: eventHooks(ctx.metrics, this.#watch, opts.blockSize),
-        });
-      }
-    }
+    const { kvRouter, events } = opts.mode === 'kv' ? kvPool(role, opts, ctx, this.#watch) : { kvRouter: undefined, events: undefined };
     const ev = events;
     const push = new PushRouter({
       model: opts.model, role, mode: opts.mode, blockSize: opts.blockSize, kvRouter, engine: opts.engine,
@@ -197,6 +181,7 @@ export class ModelRouter implements ModelRouterPort {
         this.#watch.unreachable(this.#registry.get(id), id);
         opts.onWorkerUnreachable?.(id);
       },
+      ...(role === 'prefill' ? {} : { migration: opts.migration }),
       onDispatch: ev === undefined ? undefined : (w, r) => ev.noteDispatch(w, r),
     }, ctx);
     return { push, events };

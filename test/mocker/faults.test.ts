@@ -45,7 +45,7 @@ describe('fault injection', () => {
     expect((await admin(m, { slow_factor: 0 })).status).toBe(400);
     expect((await postJson(`${m.url}/admin/faults`, '{oops')).status).toBe(400);
     const current = await (await fetch(`${m.url}/admin/faults`)).json();
-    expect(current).toEqual({ faults: { hang: false, slow_factor: 1, error_rate: 0, drop_event_rate: 0, drop_next_event_batches: 0, reorder_events: false, stall_after_tokens: null, garbage_event_flood: 0 } });
+    expect(current).toEqual({ faults: { hang: false, slow_factor: 1, error_rate: 0, error_status: 500, drop_event_rate: 0, drop_next_event_batches: 0, reorder_events: false, stall_after_tokens: null, garbage_event_flood: 0 } });
     expect((await admin(m, { stall_after_tokens: -1 })).status).toBe(400);
   });
 

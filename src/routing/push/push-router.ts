@@ -37,6 +37,18 @@ import type { PoolMembers, LegSelector } from './selector.js';
 import { SimpleSelector } from './simple-selector.js';
 import { selectionAttributes } from './trace-attributes.js';
 import type { LegRequest, LegResponse, Selection } from './types.js';
+import { midStreamBlocker } from './continuation.js';
+import { migratingEvents, type MigrationHooks, type MigrationPolicy } from './migration.js';
+
+/** Failures that say the worker itself could not be talked to: health probing is asked to look now. */
+const CONNECTION_FAILURES = new Set(['KVG_ERR_ENGINE_UNREACHABLE', 'KVG_ERR_ENGINE_NOT_REGISTERED', 'KVG_ERR_ENGINE_DISCONNECTED', 'KVG_ERR_ENGINE_STREAM_BROKEN']);
+
+const NO_MIGRATION: MigrationPolicy = { limit: 0 };
+
+/** The retries metric's reason: the error code, or the engine's status for an HTTP error. */
+function retryReason(err: KvgateError): string {
+  return err instanceof EngineHttpError ? `engine_${err.upstreamStatus}` : err.code;
+}
 
 export interface PushRouterOptions {
   readonly model: string;
@@ -58,6 +70,8 @@ export interface PushRouterOptions {
    * `streamIdleMs` bounds the silence between two SSE events.
    */
   readonly legTimeouts?: { readonly firstByteMs?: number | undefined; readonly streamIdleMs?: number | undefined } | undefined;
+  /** Request migration of aggregated legs (migration.ts); default off. */
+  readonly migration?: MigrationPolicy | undefined;
 }
 
 export class PushRouter implements PoolMembers {
@@ -178,8 +192,27 @@ export class PushRouter implements PoolMembers {
    * (the client gets the engine's own error); every other failure throws a
    * KvgateError after releasing the booking. `preselected` arrives booked.
    */
-  dispatch(req: LegRequest, preselected?: Selection): Promise<LegResponse> {
-    const policy = { model: this.model, maxRetries: this.#opts.maxRetries ?? 2, signal: req.signal, metrics: this.#ctx.metrics };
+  async dispatch(req: LegRequest, preselected?: Selection): Promise<LegResponse> {
+    const policy = this.#opts.migration ?? NO_MIGRATION;
+    // Decode legs of a disaggregated request carry a handoff a continuation could not reuse: retried before the first byte only.
+    const migrates = policy.limit > 0 && req.phase === 'aggregated';
+    const exclude = new Set<number>();
+    const first = await this.#attempts(migrates && midStreamBlocker(req.body) === undefined ? { ...req, returnTokenIds: true } : req, preselected, exclude);
+    if (first.body.kind !== 'sse') return first;
+    const sel = first.selection;
+    const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
+    if (req.stream) return { selection: sel, status: first.status, body: { kind: 'sse', events } };
+    try {
+      return { selection: sel, ...await assembledAnswer(events, first.status) };
+    } catch (err) {
+      if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
+      throw err;
+    }
+  }
+
+  /** Dispatches one leg, retried elsewhere while nothing reached the client; `exclude` is the request's failed workers. */
+  #attempts(req: LegRequest, preselected: Selection | undefined, exclude: Set<number>): Promise<LegResponse> {
+    const policy = { model: this.model, maxRetries: this.#opts.maxRetries ?? 2, signal: req.signal, metrics: this.#ctx.metrics, exclude };
     return retryBeforeFirstByte(policy, async (scope) => {
       const first = scope.attempt === 0 ? preselected : undefined;
       if (req.signal.aborted) {
@@ -193,7 +226,38 @@ export class PushRouter implements PoolMembers {
     });
   }
 
-  /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing was sent). */
+  /** What a request's migrating stream asks of this router: re-dispatch, exclusion, counting and logging. */
+  #migrationHooks(req: LegRequest, sel: Selection, policy: MigrationPolicy, exclude: Set<number>): MigrationHooks {
+    const m = this.#ctx.metrics;
+    const labels = { model: this.model, worker_type: this.role };
+    const log = this.#ctx.log;
+    return {
+      policy,
+      pinned: sel.pinned,
+      redispatch: async (leg) => {
+        const res = await this.#attempts({ ...leg, returnTokenIds: true }, undefined, exclude);
+        if (res.body.kind === 'sse') return { events: res.body.events, workerId: res.selection.worker.id };
+        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine refused the continuation (${res.status})`, { upstreamStatus: res.status });
+      },
+      exclude: (workerId, err) => {
+        exclude.add(workerId);
+        if (CONNECTION_FAILURES.has(err.code)) this.#opts.onWorkerUnreachable?.(workerId);
+      },
+      started: () => m?.migrations.labels({ ...labels, outcome: 'started' }).inc(),
+      skipped: (reason, err, detail) => {
+        m?.migrationsSkipped.labels({ ...labels, reason }).inc();
+        log.warn({ model: this.model, requestId: req.requestId, code: err.code, reason, ...detail }, 'stream failed and was not migrated');
+      },
+      outcome: (outcome, migrations) => {
+        m?.migrations.labels({ ...labels, outcome }).inc();
+        const line = { model: this.model, requestId: req.requestId, migrations, outcome };
+        if (outcome === 'succeeded') log.info(line, 'stream migrated to another worker and completed');
+        else log.warn(line, 'stream migration failed');
+      },
+    };
+  }
+
+  /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing reached the client). */
   async #send(req: LegRequest, sel: Selection, scope: RetryScope): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
     const trace = clientSpan(`kvgate.engine.${req.phase}`, {
@@ -219,11 +283,13 @@ export class PushRouter implements PoolMembers {
     const leg = mergeLegs(w.dpSize > 1 || w.dpStart > 0 ? dpRankLeg(w.dialect, sel.dpRank) : EMPTY_LEG, req.leg ?? EMPTY_LEG);
     // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
     const streamed = leg.fields['stream'] !== false;
+    // vLLM (>= 0.10.2) sends the token ids a migration resumes from; other dialects are retried before the first byte only.
+    const ids = req.returnTokenIds === true && w.dialect === 'vllm' ? { return_token_ids: true } : {};
     try {
       const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
         signal: req.signal,
         stream: streamed,
-        extraFields: streamed ? { ...leg.fields, ...streamingLegFields(req.body) } : leg.fields,
+        extraFields: streamed ? { ...leg.fields, ...streamingLegFields(req.body), ...ids } : leg.fields,
         headers: { ...leg.headers, ...trace.headers, 'x-request-id': req.clientRequestId ?? req.requestId },
         ...this.#timeoutsOf(req, streamed),
         ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
@@ -236,9 +302,7 @@ export class PushRouter implements PoolMembers {
         guard.finish(true);
         return { selection: sel, status: res.status, body: { kind: 'json', bytes: res.body, json: res.json } };
       }
-      const events = guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body));
-      if (req.stream) return { selection: sel, status: res.status, body: { kind: 'sse', events } };
-      return { selection: sel, ...await assembledAnswer(events, res.status) };
+      return { selection: sel, status: res.status, body: { kind: 'sse', events: guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body)) } };
     } catch (err) {
       spanFailed(trace.span, err);
       guard.finish(false);
@@ -246,9 +310,10 @@ export class PushRouter implements PoolMembers {
       if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
         return { selection: sel, status: err.upstreamStatus, body: { kind: 'json', bytes: err.upstreamBody, json: err.upstreamJson } };
       }
-      const unreachable = isKvgateError(err, 'KVG_ERR_ENGINE_UNREACHABLE') || isKvgateError(err, 'KVG_ERR_ENGINE_NOT_REGISTERED');
-      if (unreachable) this.#opts.onWorkerUnreachable?.(w.id);
-      if (unreachable && !sel.pinned && scope.retryElsewhere(w.id, (err as KvgateError).code)) throw err;
+      const code = isKvgateError(err) ? err.code : undefined;
+      if (code !== undefined && CONNECTION_FAILURES.has(code)) this.#opts.onWorkerUnreachable?.(w.id);
+      // Nothing reached the client: a migratable failure (unreachable, reset, no output in time, 502/503/504) goes elsewhere.
+      if (isMigratable(err) && !sel.pinned && scope.retryElsewhere(w.id, retryReason(err))) throw err;
       if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
       throw err;
     }
@@ -268,7 +333,7 @@ export class PushRouter implements PoolMembers {
 
   /** A leg cut for making no progress: counted and logged; the error itself says it is migratable. */
   #legFailed(req: LegRequest, sel: Selection, err: unknown): void {
-    if (!isMigratable(err)) return;
+    if (!isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT') && !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')) return;
     const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
     this.#ctx.metrics?.engineTimeouts.labels({ model: this.model, worker_type: this.role, kind }).inc();
     this.#ctx.log.warn({ model: this.model, requestId: req.requestId, workerId: sel.worker.id, dpRank: sel.dpRank, code: err.code, timeoutMs: err.detail?.['timeoutMs'] },

@@ -1,11 +1,15 @@
 /**
- * Retry before the first byte: an attempt that could not reach its worker
- * (nothing was sent to any engine) runs again on the next-best worker, with
- * the unreachable ones excluded, at most `maxRetries` times and never after
- * the client went away. Once an engine has the request nothing is retried.
- * The push router retries one leg this way; the prefill router retries a
- * whole disaggregated request whose prefill worker was unreachable.
+ * Retry before the first byte: an attempt that failed before anything reached
+ * the client (its worker unreachable, the connection reset, no output in time,
+ * an engine 502/503/504: see `isMigratable`) runs again on the next-best
+ * worker, with the failed ones excluded, at most `maxRetries` times and never
+ * after the client went away. After the first output, the migrating stream
+ * (migration.ts) takes over and dispatches its continuations through this same
+ * helper, sharing the request's set of failed workers (`exclude`). The push
+ * router retries one leg this way; the prefill router retries a whole
+ * disaggregated request whose prefill worker was unreachable.
  */
+import { isKvgateError } from '../../errors/index.js';
 import type { KvgateMetrics } from '../../metrics/index.js';
 
 export interface RetryPolicy {
@@ -15,6 +19,8 @@ export interface RetryPolicy {
   /** The client's signal: once aborted, nothing is retried. */
   readonly signal: AbortSignal;
   readonly metrics: KvgateMetrics | undefined;
+  /** The request's failed workers, shared with its migrations (default: a set of this call's own). */
+  readonly exclude?: Set<number> | undefined;
 }
 
 export interface RetryScope {
@@ -32,7 +38,8 @@ export interface RetryScope {
 
 /** Runs `attempt` until it resolves, or fails without asking for (or being allowed) a retry. */
 export async function retryBeforeFirstByte<T>(policy: RetryPolicy, attempt: (scope: RetryScope) => Promise<T>): Promise<T> {
-  const exclude = new Set<number>();
+  const exclude = policy.exclude ?? new Set<number>();
+  let previous: unknown;
   for (let n = 0; ; n++) {
     let retry: { workerId: number; reason: string } | undefined;
     const scope: RetryScope = {
@@ -47,7 +54,9 @@ export async function retryBeforeFirstByte<T>(policy: RetryPolicy, attempt: (sco
     try {
       return await attempt(scope);
     } catch (err) {
-      if (retry === undefined) throw err;
+      // No worker left to retry on: the client hears about the failure that made us try, not about the empty pool.
+      if (retry === undefined) throw n > 0 && isKvgateError(err, 'KVG_ERR_NO_WORKERS') ? previous : err;
+      previous = err;
       exclude.add(retry.workerId);
       policy.metrics?.retries.labels({ model: policy.model, reason: retry.reason }).inc();
     }

@@ -38,6 +38,8 @@ export interface LegRequest {
   readonly tracker?: RequestTracker | undefined;
   /** Arrival time on the router clock (TTFT is measured from here). */
   readonly receivedAt: number;
+  /** Ask a vLLM engine for its token ids (`return_token_ids`): a migration resumes from them. */
+  readonly returnTokenIds?: boolean | undefined;
   /** Called once the request is on a socket to the engine (the bootstrap path waits for it). */
   readonly onDispatched?: (() => void) | undefined;
 }

@@ -1,0 +1,41 @@
+/**
+ * The KV-aware half of one pool in KV mode: the KvRouter (decisions and
+ * bookkeeping) and, when KV events are on, the subscriptions feeding its
+ * prefix index. The prefill pool's KvRouter does not track active blocks (as
+ * in Dynamo's prefill router, it scores on overlap and prompt load only).
+ */
+import type { WorkerRole } from '../common/index.js';
+import type { KvRouterOptions } from '../core/index.js';
+import { KvEventApplier, KvEventManager, TieredPrefixIndex, type KvEventManagerOptions } from '../events/index.js';
+import type { RouterContext } from './context.js';
+import { prefillPoolConfig } from './disagg/handoff.js';
+import { eventHooks } from './event-hooks.js';
+import { KvRouter } from './kv-router.js';
+import type { WorkerWatch } from './worker-watch.js';
+
+/** What of the model's options a KV pool reads. */
+export interface KvPoolOptions {
+  readonly blockSize: number;
+  readonly routerConfig?: KvRouterOptions | undefined;
+  readonly kvEvents?: KvEventManagerOptions | undefined;
+  readonly kvEventsStaleAfterMs?: number | undefined;
+}
+
+export function kvPool(role: WorkerRole, opts: KvPoolOptions, ctx: RouterContext, watch: WorkerWatch): { kvRouter: KvRouter; events: KvEventManager | undefined } {
+  let events: KvEventManager | undefined;
+  const config: KvRouterOptions = role === 'prefill' ? prefillPoolConfig(opts.routerConfig) : { ...opts.routerConfig };
+  const kvRouter = new KvRouter({
+    blockSize: opts.blockSize, clock: ctx.clock, rng: ctx.rng, workerType: role, config,
+    // A worker whose KV events never started or went silent is scored in approximate mode alone.
+    eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
+  });
+  if (kvRouter.config.useKvEvents) {
+    const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
+    events = new KvEventManager({
+      applier, clock: ctx.clock, log: ctx.log, ...opts.kvEvents,
+      ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
+      hooks: eventHooks(ctx.metrics, watch, opts.blockSize),
+    });
+  }
+  return { kvRouter, events };
+}

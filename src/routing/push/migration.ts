@@ -1,0 +1,160 @@
+/**
+ * Request migration (Dynamo's `--migration-limit`): a client's stream that
+ * loses its engine mid-way goes on, on the same connection, from another
+ * worker. On a migratable failure (`isMigratable`: connection refused or
+ * reset, a broken or timed-out stream, an engine 502/503/504; or a stream
+ * that ended without a final chunk) the failed leg's booking is already
+ * freed (its guard released it when its events threw), the failed worker is
+ * excluded for the rest of the request, and the request is re-dispatched
+ * as its continuation (continuation.ts): the prompt's ids and the tokens
+ * generated so far, `max_tokens` reduced. The client sees one answer: no
+ * token lost or repeated, one `[DONE]`, usage over the whole answer.
+ *
+ * Never migrated: a client abort, a non-migratable failure (an engine 4xx or
+ * 500, an error event), a pinned request, a request whose body a
+ * continuation could not honour once output reached the client (guided
+ * decoding, tools, n > 1, logprobs, echo), an engine that did not send its
+ * token ids, a context past `maxSeqLen`, and any request once `limit`
+ * migrations were made. Those end as before: the events received, then the
+ * error.
+ */
+import { isMigratable, type EngineEvent } from '../../engines/index.js';
+import { KvgateError } from '../../errors/index.js';
+import { continuationRequest, midStreamBlocker, StreamProgress } from './continuation.js';
+import type { LegRequest } from './types.js';
+
+/** A model's migration knobs. */
+export interface MigrationPolicy {
+  /** Migrations per request (0: off). */
+  readonly limit: number;
+  /** No migration once the prompt and the generated tokens exceed this many tokens (undefined: no bound). */
+  readonly maxSeqLen?: number | undefined;
+}
+
+/** Why a migratable failure was not migrated (the `reason` label of the skipped counter). */
+export type MigrationSkip = 'max_seq_len' | 'not_migratable' | 'pinned' | 'no_token_ids';
+
+/** What the migrating stream needs from its push router. */
+export interface MigrationHooks {
+  readonly policy: MigrationPolicy;
+  /** The first leg's worker was pinned: the request goes nowhere else. */
+  readonly pinned: boolean;
+  /** Dispatches a leg (with the request's failed workers excluded); resolves with its guarded events. */
+  redispatch(leg: LegRequest): Promise<{ readonly events: AsyncIterable<EngineEvent>; readonly workerId: number }>;
+  /** The worker of the current leg failed with `err`: excluded from here on. */
+  exclude(workerId: number, err: KvgateError): void;
+  /** A continuation was dispatched. */
+  started(): void;
+  skipped(reason: MigrationSkip, err: KvgateError, detail: Record<string, unknown>): void;
+  /** The request ended after `migrations` migrations (counted when > 0). */
+  outcome(outcome: 'succeeded' | 'failed', migrations: number): void;
+}
+
+const encoder = new TextEncoder();
+
+function event(json: unknown): EngineEvent {
+  const data = JSON.stringify(json);
+  return { raw: Buffer.from(encoder.encode(`data: ${data}\n\n`)), data, event: undefined, id: undefined, json, done: false };
+}
+
+const DONE: EngineEvent = { raw: Buffer.from('data: [DONE]\n\n'), data: '[DONE]', event: undefined, id: undefined, json: undefined, done: true };
+
+function cutError(): KvgateError {
+  return new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', 'the engine\'s stream ended without a final chunk', { migratable: true });
+}
+
+/**
+ * The client's events of `req`, starting with the first leg's `events` on `workerId`, migrating on
+ * migratable failures. Each leg's events are guarded by their push router (bookings freed on every exit).
+ */
+export async function* migratingEvents(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number, hooks: MigrationHooks): AsyncGenerator<EngineEvent> {
+  const progress = new StreamProgress(req.path, req.body);
+  progress.startLeg(false);
+  let events = first;
+  let worker = workerId;
+  let migrations = 0;
+  for (;;) {
+    let failure: unknown;
+    try {
+      for await (const ev of events) {
+        if (ev.done) {
+          progress.done = true;
+          yield ev;
+          continue;
+        }
+        const json = ev.json;
+        if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+          yield ev;
+          continue;
+        }
+        const shown = progress.clientChunk(json as Record<string, unknown>);
+        if (shown === undefined) continue;
+        progress.forwarded = true;
+        yield shown === json ? ev : event(shown);
+      }
+      if (progress.done) break;
+      if (progress.finished) {
+        // The answer is whole; its engine died before the sentinel.
+        yield DONE;
+        break;
+      }
+      failure = cutError();
+    } catch (err) {
+      failure = err;
+    }
+    if (progress.done) break;
+    const next = await nextLeg(req, progress, failure, worker, migrations, hooks);
+    migrations++;
+    events = next.events;
+    worker = next.workerId;
+  }
+  if (migrations > 0) hooks.outcome('succeeded', migrations);
+}
+
+/** Decides on one failure: the next leg's events, or the failure rethrown. */
+async function nextLeg(req: LegRequest, progress: StreamProgress, failure: unknown, workerId: number, migrations: number,
+  hooks: MigrationHooks): Promise<{ events: AsyncIterable<EngineEvent>; workerId: number }> {
+  const fail = (): never => {
+    if (migrations > 0) hooks.outcome('failed', migrations);
+    throw failure;
+  };
+  if (req.signal.aborted || !isMigratable(failure)) fail();
+  const err = failure as KvgateError;
+  if (hooks.pinned) {
+    hooks.skipped('pinned', err, {});
+    fail();
+  }
+  if (migrations >= hooks.policy.limit) fail();
+  let leg: LegRequest = req;
+  if (progress.forwarded) {
+    const blocker = midStreamBlocker(req.body);
+    if (blocker !== undefined) {
+      hooks.skipped('not_migratable', err, { blocker });
+      fail();
+    }
+    if (progress.promptIds === undefined || !progress.tokenIdsComplete) {
+      hooks.skipped('no_token_ids', err, {});
+      fail();
+    }
+    const seqLen = progress.promptIds!.length + progress.generated.length;
+    const max = hooks.policy.maxSeqLen;
+    if (max !== undefined && seqLen > max) {
+      hooks.skipped('max_seq_len', err, { seqLen, maxSeqLen: max });
+      fail();
+    }
+    const cont = continuationRequest(req.path, req.body, progress.promptIds!, progress.generated);
+    if (cont === undefined) fail();
+    leg = { ...req, path: cont!.path, body: cont!.body, isl: seqLen, onDispatched: undefined };
+  }
+  hooks.exclude(workerId, err);
+  try {
+    const next = await hooks.redispatch(leg);
+    hooks.started();
+    progress.startLeg(progress.forwarded);
+    return next;
+  } catch {
+    // No worker could take it (none left, all refused): the client hears about the original failure.
+    hooks.outcome('failed', migrations + 1);
+    throw failure;
+  }
+}

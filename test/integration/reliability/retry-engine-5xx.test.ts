@@ -1,0 +1,66 @@
+/**
+ * Retry before the first byte on an engine's 502/503 (issue 14 item 3), with
+ * real processes: one mocker answers 503 to every request (`--fault-error-rate 1
+ * --fault-error-status 503`, vLLM shutting down), one is healthy. Every client
+ * request succeeds (the 503 is retried on the other worker, counted by reason),
+ * and an engine's 500 is still not retried (not migratable).
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { lineOf, start, stop, type Proc } from '../../helpers/process.js';
+
+describe('retry before the first byte on engine 502/503', () => {
+  let dir: string;
+  let procs: Proc[] = [];
+  let url: string;
+  let failing: string;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'kvgate-retry-5xx-'));
+    const bad = start(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--speedup', '50', '--fault-error-rate', '1', '--fault-error-status', '503']);
+    const good = start(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--speedup', '50']);
+    procs = [bad, good];
+    const [b, g] = await Promise.all([lineOf(bad, 'ports', (o) => typeof o.url === 'string'), lineOf(good, 'ports', (o) => typeof o.url === 'string')]);
+    failing = String(b.url);
+    const config = join(dir, 'kvgate.json');
+    writeFileSync(config, JSON.stringify({
+      listen: { host: '127.0.0.1', port: 0 }, preprocess: { threads: 0 }, log: { level: 'info' },
+      models: [{ name: b.model, block_size: 16, router_mode: 'round-robin', workers: [{ id: 1, url: b.url }, { id: 2, url: g.url }] }],
+    }));
+    const gw = start(['serve', '--config', config]);
+    procs.push(gw);
+    url = String((await lineOf(gw, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started')).listen);
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.all(procs.map((p) => stop(p)));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function complete(stream: boolean): Promise<number> {
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mock-model', prompt: 'retry me', max_tokens: 4, stream }),
+    });
+    await res.arrayBuffer();
+    return res.status;
+  }
+
+  it('every request succeeds: the 503s are retried on the healthy worker and counted', async () => {
+    const statuses = [];
+    for (let i = 0; i < 8; i++) statuses.push(await complete(i % 2 === 0));
+    expect(statuses.every((s) => s === 200)).toBe(true);
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const line = text.split('\n').find((l) => l.startsWith('kvgate_router_retries_total{') && l.includes('reason="engine_503"'));
+    expect(Number(line?.split(' ').pop())).toBeGreaterThan(0);
+  }, 30_000);
+
+  it('an engine 500 is not retried: the client gets 502 KVG_ERR_ENGINE_FAILED', async () => {
+    await fetch(`${failing}/admin/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ error_status: 500 }) });
+    const statuses = [];
+    for (let i = 0; i < 4; i++) statuses.push(await complete(false));
+    expect(statuses).toContain(502);
+  }, 30_000);
+});
