@@ -3,7 +3,7 @@
  * it) on loopback: OS-chosen client and peer ports (the client port read from
  * its log) and a temporary data directory, removed on stop.
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,13 +14,14 @@ export interface EtcdServer {
   readonly url: string;
   /** Stops the server (SIGTERM), waits for it to exit and removes its data. */
   stop(): Promise<void>;
+  /** Stops it and starts an empty one (a wiped or restored cluster) on the same client port. */
+  restartEmpty(): Promise<void>;
 }
 
-export async function startEtcdServer(): Promise<EtcdServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'kvgate-etcd-'));
-  // Port 0 everywhere: the advertised URLs are never dialled by a single node's clients (they use `url`).
+async function spawnEtcd(dir: string, clientPort: number): Promise<{ child: ChildProcess; port: number }> {
+  // Peer port 0: the advertised URLs are never dialled by a single node's clients (they use `url`).
   const child = spawn('etcd', ['--name', 'kvgate-test', '--data-dir', join(dir, 'data'),
-    '--listen-client-urls', 'http://127.0.0.1:0', '--advertise-client-urls', 'http://127.0.0.1:2379',
+    '--listen-client-urls', `http://127.0.0.1:${clientPort}`, '--advertise-client-urls', 'http://127.0.0.1:2379',
     '--listen-peer-urls', 'http://127.0.0.1:0', '--initial-advertise-peer-urls', 'http://127.0.0.1:2380',
     '--initial-cluster', 'kvgate-test=http://127.0.0.1:2380'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
@@ -35,15 +36,31 @@ export async function startEtcdServer(): Promise<EtcdServer> {
     if (m !== null) port = Number(m[1]);
     return port !== undefined;
   }, 'etcd ready', 20_000);
+  return { child, port: port! };
+}
+
+export async function startEtcdServer(): Promise<EtcdServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-etcd-'));
+  const started = await spawnEtcd(dir, 0);
+  const port = started.port;
+  let child = started.child;
+  const kill = async (): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.kill('SIGTERM');
+    await exited;
+  };
   return {
     url: `http://127.0.0.1:${port}`,
     async stop() {
-      if (child.exitCode === null && child.signalCode === null) {
-        const exited = new Promise((resolve) => child.once('exit', resolve));
-        child.kill('SIGTERM');
-        await exited;
-      }
+      await kill();
       rmSync(dir, { recursive: true, force: true });
+    },
+    async restartEmpty() {
+      await kill();
+      rmSync(join(dir, 'data'), { recursive: true, force: true });
+      // The port was ours a moment ago; another process taking it in between fails the test loudly.
+      ({ child } = await spawnEtcd(dir, port));
     },
   };
 }

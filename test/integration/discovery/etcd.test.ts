@@ -8,7 +8,8 @@
  * `kvgate register` starts receiving traffic; killing the registration
  * (SIGKILL: the lease expires) removes it and its index entries; SIGTERM
  * revokes the lease at once; an invalid registration value is rejected whole
- * and logged with its fields, and counted.
+ * and logged with its fields, and counted; a lost watch is followed by a
+ * relist whose difference is applied (an etcd wiped while kvgate watched).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -141,4 +142,22 @@ describe('kvgate serve discovers workers registered in etcd', () => {
     expect(metrics).toContain('kvgate_discovery_updates_total{model="etcd-model",source="etcd",outcome="rejected"} 2');
     expect(metrics).toMatch(/kvgate_worker_membership_changes_total\{model="etcd-model",source="etcd",change="left"\} 2/);
   }, 30_000);
+
+  it('after a lost watch kvgate lists the prefix again and applies the difference', async () => {
+    const applied = (): number => gateway.output().match(/etcd workers applied: 0 joined, 1 left/g)?.length ?? 0;
+    const client = new Etcd3({ hosts: etcd.url });
+    try {
+      await client.put(`${PREFIX}/${MODEL}/2`).value(JSON.stringify({ url: engines[1]!.url, kv_events: engines[1]!.kv_events[0] }));
+    } finally {
+      client.close();
+    }
+    await until(async () => (await adminWorkers()).length === 2, 'worker 2 joined');
+    const before = applied();
+    // An empty etcd on the same port: the resumed watch (from a revision the new cluster has not reached)
+    // would report nothing; only the relist sees that key 2 is gone.
+    await etcd.restartEmpty();
+    await until(() => applied() === before + 1, 'the relist applied', 30_000);
+    await until(async () => (await adminWorkers()).length === 1, 'worker 2 gone');
+    expect(gateway.output()).toMatch(/etcd watch of \/kvgate\/workers\/etcd-model\/ lost/);
+  }, 45_000);
 });
