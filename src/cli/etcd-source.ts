@@ -92,7 +92,7 @@ export class EtcdWorkersSource {
     watcher.on('delete', (kv) => this.#delete(kv.key.toString()));
     // The client re-establishes a dropped watch from its last revision; a list on the way back catches up
     // with whatever it could not replay (a compacted revision, a watch the server cancelled).
-    watcher.on('disconnected', () => sink.logger.warn({ prefix: this.#prefix }, `etcd watch of ${this.#prefix} lost; the current workers stay until it is back`));
+    watcher.on('disconnected', () => this.#closed || sink.logger.warn({ prefix: this.#prefix }, `etcd watch of ${this.#prefix} lost; the current workers stay until it is back`));
     watcher.on('connected', () => void this.#relist());
     watcher.on('error', (err) => {
       if (this.#watcher !== watcher) return;
@@ -176,11 +176,22 @@ export class EtcdWorkersSource {
       return;
     }
     for (const w of removed) this.#members.leave(w.id);
-    for (const w of added) this.#members.join(w, 'etcd');
+    for (const w of added) {
+      try {
+        this.#members.join(w, 'etcd');
+      } catch (err) {
+        // An id another source took since the value was read: this one stays out, the next put or relist retries.
+        if (!isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')) throw err;
+        next.delete(w.id);
+        this.#count('rejected');
+        this.#sink?.logger.error({ prefix: this.#prefix, workerId: w.id }, `etcd worker ${w.id} cannot join: ${err.message}`);
+      }
+    }
     this.#current = next;
+    const joined = added.filter((w) => next.has(w.id));
     this.#count('applied');
-    this.#sink?.logger.info({ prefix: this.#prefix, joined: added.map((w) => w.id), left: removed.map((w) => w.id) },
-      `etcd workers applied: ${added.length} joined, ${removed.length} left`);
+    this.#sink?.logger.info({ prefix: this.#prefix, joined: joined.map((w) => w.id), left: removed.map((w) => w.id) },
+      `etcd workers applied: ${joined.length} joined, ${removed.length} left`);
   }
 
   #count(outcome: Outcome): void {
