@@ -18,6 +18,10 @@ export const SUBCOMMANDS: Record<string, Subcommand> = {
     },
   },
   mocker: { summary: 'start simulated vLLM/SGLang engines', load: async () => ({ run: (await import('./mocker.js')).mockerCommand }) },
+  register: {
+    summary: 'register one engine in etcd for discovery and keep its lease alive',
+    load: async () => ({ run: (await import('./register.js')).registerCommand }),
+  },
   replay: {
     summary: 'replay a request trace and compare routing policies',
     load: async () => {

@@ -23,6 +23,7 @@ import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
 import { startTracing } from './tracing.js';
 import { WorkersFileSource } from './workers-file.js';
+import { EtcdWorkersSource } from './etcd-source.js';
 
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
@@ -143,6 +144,9 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
     void engine.close();
     throw err;
   }
+  // etcd registrations join at runtime (listed once the model's router exists), as every later one does.
+  const etcds = new Map<string, EtcdWorkersSource>();
+  for (const m of config.models) if (m.etcd !== undefined) etcds.set(m.name, new EtcdWorkersSource(m, registry, members));
   // The first round runs when the first router is built: after the gateway's start-up work (tokenizers),
   // which would otherwise hold the event loop past the probes' timeout.
   let firstRound: Promise<void> | undefined;
@@ -154,6 +158,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       prober.watch(model.name, deps.logger, deps.metrics);
       members.watch(model.name, deps.logger, deps.metrics);
       files.get(model.name)?.start(deps.logger, deps.metrics);
+      etcds.get(model.name)?.start(deps.logger, deps.metrics);
       const sink = modelCheckSink(deps);
       sinks.set(model.name, sink);
       if (firstRound === undefined) {
@@ -175,6 +180,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
     live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router), served: (c) => members.served(c) },
     async close(): Promise<void> {
       for (const f of files.values()) f.close();
+      await Promise.all([...etcds.values()].map((e) => e.close()));
       prober.close();
       await sync?.close();
       await engine.close();

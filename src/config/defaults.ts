@@ -34,6 +34,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   routerMode: 'kv' as RouterMode,
   blockSize: 16,
   engine: 'vllm' as EngineDialect,
+  /** Where workers register in etcd (`<prefix>/<model>/<id>`). */
+  etcdPrefix: '/kvgate/workers',
   sglangBootstrapPort: 8998,
   // Migrations per request (Dynamo's default is 0: off; kvgate resumes broken streams by default).
   migrationLimit: 3,

@@ -37,6 +37,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['engine_timeouts', (m) => m.engineTimeouts],
   ['engine', (m) => m.engine],
   ['workers_file', (m) => m.workersFile],
+  ['etcd', (m) => m.etcd],
   ['migration_limit', (m) => m.migration.limit],
   ['migration_max_seq_len', (m) => m.migration.maxSeqLen],
   ...STRUCTURAL_ROUTER_KNOBS.map((k): [string, (m: ModelConfig) => unknown] => [`router.${KV_ROUTER_CONFIG_FIELDS[k].dynamo}`, (m) => m.router[k]]),

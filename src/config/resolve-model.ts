@@ -12,10 +12,10 @@ import { absolute, checkHost, checkHttpUrl, checkZmqEndpoint, type ResolveContex
 import { GATEWAY_DEFAULTS } from './defaults.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
-import type { EngineTimeouts, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
+import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine',
-  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'migration_limit', 'migration_max_seq_len'] as const;
+  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'etcd', 'migration_limit', 'migration_max_seq_len'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
   'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated'] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
@@ -143,6 +143,27 @@ export function readEngineTimeouts(t: ConfigReader | undefined, base: EngineTime
   };
 }
 
+/** Reads a model's `etcd` section: `endpoints` (http(s) URLs, at least one) and `prefix`. */
+function readEtcdSection(m: ConfigReader): EtcdDiscovery | undefined {
+  const e = m.child('etcd');
+  if (e === undefined) return undefined;
+  e.allowOnly(['endpoints', 'prefix']);
+  const list = e.list('endpoints') ?? [];
+  if (list.length === 0) e.problem('endpoints', 'must list at least one etcd endpoint (http://host:2379)');
+  const endpoints: string[] = [];
+  list.forEach((v, i) => {
+    const reason = typeof v === 'string' ? checkHttpUrl(v) : `must be a string, got ${show(v)}`;
+    if (reason !== undefined) e.problemAt([...e.path, 'endpoints', i], reason);
+    else endpoints.push((v as string).replace(/\/+$/, ''));
+  });
+  const prefix = e.str('prefix', GATEWAY_DEFAULTS.etcdPrefix, checkPrefix).replace(/\/+$/, '');
+  return { endpoints, prefix };
+}
+
+function checkPrefix(s: string): string | undefined {
+  return s.startsWith('/') && s.replace(/\/+$/, '') !== '' ? undefined : 'must be a key path starting with / (for example /kvgate/workers)';
+}
+
 /** Reads one model entry; `globalRouter` and `timeouts` are the top-level sections it is merged over. */
 export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: RouterKnobs,
   maxPromptTokens: number, root: ConfigReader, timeouts: EngineTimeouts): ModelConfig {
@@ -161,7 +182,8 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
   const router = resolveRouter(root, globalRouter, localRouter, [...m.path, 'router']);
   // A discovery source may bring every worker: then the static list may be empty.
   const workersFile = m.optStr('workers_file');
-  const workers = readWorkers(m, engine, names, workersFile === undefined);
+  const etcd = readEtcdSection(m);
+  const workers = readWorkers(m, engine, names, workersFile === undefined && etcd === undefined);
   const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
   const migration = {
     limit: m.int('migration_limit', GATEWAY_DEFAULTS.migrationLimit, { min: 0, max: 100 }),
@@ -169,7 +191,7 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
   };
   return {
     name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts,
-    migration, engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile),
+    migration, engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile), etcd,
   };
 }
 

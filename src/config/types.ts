@@ -56,8 +56,16 @@ export interface ModelConfig {
   readonly engine: EngineDialect;
   /** A file (absolute path) listing more `workers` of this model, re-read whenever it changes. */
   readonly workersFile: string | undefined;
+  /** etcd discovery: workers registered under `<prefix>/<model>/<id>` on these endpoints. */
+  readonly etcd: EtcdDiscovery | undefined;
   /** Request migration: streams resumed on another worker after a migratable failure. */
   readonly migration: MigrationConfig;
+}
+
+/** A model's `etcd` section: the cluster's client endpoints and the key prefix workers register under (no trailing slash). */
+export interface EtcdDiscovery {
+  readonly endpoints: readonly string[];
+  readonly prefix: string;
 }
 
 /** `migration_limit` (migrations per request, 0: off) and `migration_max_seq_len` (no migration past it; undefined: no bound). */
