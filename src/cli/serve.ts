@@ -10,7 +10,7 @@
  */
 import { pino, type Logger } from 'pino';
 import { loadGatewayConfig, parseServeFlags, serveUsage, type ConfigChange, type GatewayConfig, type ModelConfig } from '../config/index.js';
-import { HealthProber, WorkerRegistry, type ModelCheck, type WorkerInfo } from '../discovery/index.js';
+import { Ejections, HealthProber, OutlierDetector, WorkerRegistry, type ModelCheck, type WorkerInfo } from '../discovery/index.js';
 import { EngineClient } from '../engines/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { startGateway, type FleetStatus, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
@@ -93,11 +93,12 @@ function replicaSync(config: GatewayConfig): ReplicaSync | undefined {
 
 /** One model's router, wired to the fleet's registry, engine client, prober and replica sync. */
 function modelRouter(model: ModelConfig, config: GatewayConfig, deps: RouterPortDeps,
-  f: { registry: WorkerRegistry; engine: EngineClient; prober: HealthProber; sync: ReplicaSync | undefined }): ModelRouter {
-  const { prober, sync } = f;
+  f: { registry: WorkerRegistry; engine: EngineClient; prober: HealthProber; outliers: OutlierDetector; sync: ReplicaSync | undefined }): ModelRouter {
+  const { prober, outliers, sync } = f;
   return new ModelRouter({
     model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
     routerConfig: model.router, registry: f.registry, engine: f.engine, onWorkerUnreachable: (id) => prober.reportFailure(id),
+    onDispatchOutcome: (id, error) => outliers.record(id, error),
     enforceDisagg: model.enforceDisagg, workerHealth: (id) => prober.view(id),
     legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
     migration: model.migration,
@@ -116,8 +117,12 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
   // outcomes of the first round that come earlier wait for them.
   const sinks = new Map<string, ModelCheckSink>();
   const early = new Map<number, [WorkerInfo, ModelCheck]>();
+  // One ejection ledger: probes and dispatch errors eject under the same share of each model's workers.
+  const ejections = new Ejections(registry, config.health.maxEjectedPercent);
+  const outliers = new OutlierDetector(registry, ejections, config.health.outlierDetection);
   const prober = new HealthProber(registry, {
     ...config.health,
+    ejections,
     onModelCheck: (w, check) => {
       const sink = sinks.get(w.model);
       if (sink !== undefined) sink(w, check);
@@ -172,7 +177,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
         early.delete(id);
         sink(w, check);
       }
-      const router = modelRouter(model, config, deps, { registry, engine, prober, sync });
+      const router = modelRouter(model, config, deps, { registry, engine, prober, outliers, sync });
       routers.set(model.name, router);
       return router;
     },
@@ -182,6 +187,7 @@ function fleetRouters(config: GatewayConfig): RouterFleet {
       for (const f of files.values()) f.close();
       await Promise.all([...etcds.values()].map((e) => e.close()));
       prober.close();
+      outliers.close();
       await sync?.close();
       await engine.close();
     },

@@ -102,9 +102,18 @@ function readLimits(root: ConfigReader): GatewayConfig['limits'] {
 
 function readHealth(root: ConfigReader): GatewayConfig['health'] {
   const h = root.child('health');
-  h?.allowOnly(['interval_ms', 'timeout_ms', 'unhealthy_after', 'max_ejected_percent']);
+  h?.allowOnly(['interval_ms', 'timeout_ms', 'unhealthy_after', 'max_ejected_percent', 'outlier_detection']);
   const D = GATEWAY_DEFAULTS;
+  const o = h?.child('outlier_detection');
+  o?.allowOnly(['consecutive_errors', 'base_ejection_ms', 'max_ejection_ms']);
+  const baseEjectionMs = o?.int('base_ejection_ms', D.outlierBaseEjectionMs, { min: 1, max: 86_400_000 }) ?? D.outlierBaseEjectionMs;
   return {
+    outlierDetection: {
+      consecutiveErrors: o?.int('consecutive_errors', D.outlierConsecutiveErrors, { min: 0, max: 1_000_000 }) ?? D.outlierConsecutiveErrors,
+      baseEjectionMs,
+      maxEjectionMs: o?.int('max_ejection_ms', Math.max(D.outlierMaxEjectionMs, baseEjectionMs), { min: baseEjectionMs, max: 86_400_000 })
+        ?? Math.max(D.outlierMaxEjectionMs, baseEjectionMs),
+    },
     intervalMs: h?.int('interval_ms', D.healthIntervalMs, { min: 10, max: 3_600_000 }) ?? D.healthIntervalMs,
     timeoutMs: h?.int('timeout_ms', D.healthTimeoutMs, { min: 10, max: 600_000 }) ?? D.healthTimeoutMs,
     unhealthyAfter: h?.int('unhealthy_after', D.healthUnhealthyAfter, { min: 1, max: 1000 }) ?? D.healthUnhealthyAfter,

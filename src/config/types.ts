@@ -118,8 +118,22 @@ export interface HealthConfig {
   readonly timeoutMs: number;
   /** Consecutive failed probes before a worker is ejected. */
   readonly unhealthyAfter: number;
-  /** Most of a model's workers ejected on health alone (at least one); beyond it failing workers stay routable. */
+  /**
+   * Most of a model's workers ejected at once (at least one), on failed probes and on dispatch errors alike;
+   * beyond it failing workers stay routable.
+   */
   readonly maxEjectedPercent: number;
+  /** Ejection on dispatch errors (Envoy's consecutive-5xx outlier detection). */
+  readonly outlierDetection: OutlierDetectionConfig;
+}
+
+interface OutlierDetectionConfig {
+  /** Consecutive 5xx answers or connection failures on dispatch that eject a worker; 0 = off. */
+  readonly consecutiveErrors: number;
+  /** First ejection's length; the n-th of a worker lasts n times this. */
+  readonly baseEjectionMs: number;
+  /** Longest ejection. */
+  readonly maxEjectionMs: number;
 }
 
 /** Bounds of KV-event ingestion, per (worker, dp rank) stream unless said otherwise. */

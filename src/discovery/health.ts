@@ -10,10 +10,13 @@
  *   loop-timeout.ts), so a gateway whose loop is saturated does not blame its
  *   engines for answers it has not read yet;
  * - at most `maxEjectedPercent` of a model's workers (all roles together, and
- *   at least one, as Envoy's `max_ejection_percent`) are ejected on health
- *   alone: beyond it, a failing worker stays routable (Envoy's panic mode),
- *   and that is logged and counted. When an ejected worker comes back, the
- *   next failing probe of a kept one ejects it.
+ *   at least one, as Envoy's `max_ejection_percent`) are ejected at once, on
+ *   health or on dispatch errors alike (the limit is the shared ejection
+ *   ledger's, ./ejection.ts): beyond it, a failing worker stays routable
+ *   (Envoy's panic mode), and that is logged and counted. When an ejected
+ *   worker comes back, the next failing probe of a kept one ejects it.
+ *   A passing probe lifts the prober's own hold only: a worker the outlier
+ *   detector (./outlier.ts) ejected stays out until its ejection time ends.
  * Every transition (ejected, kept in panic, readmitted) is logged at warn with
  * the worker's id and URL and counted in `kvgate_worker_health_transitions_total`.
  *
@@ -29,6 +32,7 @@
 import { request } from 'undici';
 import { silentLogger, systemClock, type Clock, type Logger } from '../common/index.js';
 import { checkEngineModels, type ModelCheck } from './engine-models.js';
+import { Ejections, type EjectionMetrics } from './ejection.js';
 import { loopTimeout, systemScheduler, type Scheduler } from './loop-timeout.js';
 import type { WorkerInfo, WorkerRegistry } from './registry.js';
 
@@ -43,11 +47,12 @@ type HealthTransition = 'ejected' | 'kept' | 'readmitted';
 
 /**
  * A worker as the prober last saw it (for /admin/models): `up`; `down` (ejected after failed probes);
+ * `ejected` (answering its probes, but ejected for consecutive errors on dispatch, ./outlier.ts);
  * `kept` (failing, but routable under the ejection limit); `model_mismatch` (its engine serves another
  * model); `unknown` before its first probe answered.
  */
 export interface WorkerHealthView {
-  readonly state: 'up' | 'down' | 'kept' | 'model_mismatch' | 'unknown';
+  readonly state: 'up' | 'down' | 'ejected' | 'kept' | 'model_mismatch' | 'unknown';
   readonly consecutiveFailures: number;
   /** When the last probe finished (ms since the epoch); undefined before the first. */
   readonly lastProbeAt: number | undefined;
@@ -62,8 +67,10 @@ export interface HealthProberOptions {
   timeoutMs?: number;
   /** Consecutive failures before a worker is marked down (default 2). */
   unhealthyAfter?: number;
-  /** Most of a model's workers ejected on health alone, in percent (default 50; at least one worker). */
+  /** Most of a model's workers ejected at once, in percent (default 50; at least one worker); unused with `ejections`. */
   maxEjectedPercent?: number;
+  /** The gateway's ejection ledger, shared with the outlier detector (default: the prober's own). */
+  ejections?: Ejections;
   clock?: Clock;
   scheduler?: Scheduler;
   /** Check each engine's /v1/models against the served model name (default true). */
@@ -84,7 +91,7 @@ export class HealthProber {
   readonly #intervalMs: number;
   readonly #timeoutMs: number;
   readonly #unhealthyAfter: number;
-  readonly #maxEjectedPercent: number;
+  readonly #ejections: Ejections;
   readonly #clock: Clock;
   readonly #scheduler: Scheduler;
   readonly #failures = new Map<number, number>();
@@ -105,15 +112,16 @@ export class HealthProber {
     this.#intervalMs = opts.intervalMs ?? 2000;
     this.#timeoutMs = opts.timeoutMs ?? 1000;
     this.#unhealthyAfter = opts.unhealthyAfter ?? 2;
-    this.#maxEjectedPercent = opts.maxEjectedPercent ?? 50;
+    this.#ejections = opts.ejections ?? new Ejections(registry, opts.maxEjectedPercent ?? 50);
     this.#clock = opts.clock ?? systemClock;
     this.#scheduler = opts.scheduler ?? systemScheduler;
     this.#opts = opts;
   }
 
   /** Logs and counts the transitions of `model`'s workers here (its routers' logger and metrics). */
-  watch(model: string, log: Logger, metrics?: HealthMetrics): void {
+  watch(model: string, log: Logger, metrics?: HealthMetrics & Partial<EjectionMetrics>): void {
     this.#sinks.set(model, { log, metrics });
+    this.#ejections.watch(model, { log, metrics: metrics?.workerEjections === undefined ? undefined : { workerEjections: metrics.workerEjections } });
   }
 
   start(): void {
@@ -138,6 +146,7 @@ export class HealthProber {
     this.#failures.delete(workerId);
     this.#standing.delete(workerId);
     this.#checks.delete(workerId);
+    this.#ejections.forget(workerId);
   }
 
   /** The worker's last model check (undefined before its first, or with model checks off). */
@@ -169,7 +178,7 @@ export class HealthProber {
     this.#probes.set(w.id, { at: now, lastError: error ?? (ok ? this.#probes.get(w.id)?.lastError : 'its engine serves another model') });
     if (ok) this.#healthy(w);
     // Serving another model is not ill health: no threshold, no ejection limit, down until it serves ours.
-    else if (this.#checks.get(w.id)?.check.kind === 'mismatch') this.#registry.markDown(w.id);
+    else if (this.#checks.get(w.id)?.check.kind === 'mismatch') this.#ejections.hold(w, 'model_mismatch');
     else this.#failed(w);
     return ok;
   }
@@ -179,7 +188,7 @@ export class HealthProber {
     if (this.#opts.checkModels === false) return false;
     const now = (this.#opts.now ?? Date.now)();
     const last = this.#checks.get(w.id);
-    const due = last === undefined || last.check.kind === 'mismatch' || !this.#registry.isAvailable(w.id)
+    const due = last === undefined || last.check.kind === 'mismatch' || this.#standing.get(w.id) === 'ejected'
       || now - last.at >= (this.#opts.modelsRefreshMs ?? 30_000);
     if (!due) return false;
     const check = await checkEngineModels(w, this.#timeoutMs);
@@ -197,7 +206,8 @@ export class HealthProber {
     const probe = this.#probes.get(workerId);
     const standing = this.#standing.get(workerId);
     const state = this.#checks.get(workerId)?.check.kind === 'mismatch' ? 'model_mismatch'
-      : standing === 'ejected' ? 'down' : standing === 'kept' ? 'kept' : probe === undefined ? 'unknown' : 'up';
+      : standing === 'ejected' ? 'down' : this.#ejections.holds(workerId, 'consecutive_errors') ? 'ejected'
+        : standing === 'kept' ? 'kept' : probe === undefined ? 'unknown' : 'up';
     return { state, consecutiveFailures: this.#failures.get(workerId) ?? 0, lastProbeAt: probe?.at, lastError: probe?.lastError };
   }
 
@@ -223,8 +233,12 @@ export class HealthProber {
     this.#failures.delete(w.id);
     const was = this.#standing.get(w.id) ?? 'up';
     this.#standing.set(w.id, 'up');
-    this.#registry.markUp(w.id);
-    if (was !== 'up') this.#transition(w, 'readmitted', 'worker passes its health probe again: readmitted');
+    this.#ejections.release(w, 'model_mismatch');
+    const routable = this.#ejections.release(w, 'health_probe');
+    if (was !== 'up') {
+      this.#transition(w, 'readmitted', routable ? 'worker passes its health probe again: readmitted'
+        : 'worker passes its health probe again; still ejected for errors on dispatch');
+    }
   }
 
   #failed(w: WorkerInfo): void {
@@ -232,26 +246,14 @@ export class HealthProber {
     this.#failures.set(w.id, n);
     const was = this.#standing.get(w.id) ?? 'up';
     if (n < this.#unhealthyAfter || was === 'ejected') return;
-    if (this.#mayEject(w)) {
+    if (this.#ejections.mayEject(w)) {
       this.#standing.set(w.id, 'ejected');
-      this.#registry.markDown(w.id);
+      this.#ejections.hold(w, 'health_probe');
       this.#transition(w, 'ejected', `worker failed ${n} health probes in a row: ejected`);
     } else if (was !== 'kept') {
       this.#standing.set(w.id, 'kept');
-      this.#transition(w, 'kept', `worker failed ${n} health probes in a row but ${this.#maxEjectedPercent}% of the model's workers are ejected already: kept routable`);
+      this.#transition(w, 'kept', `worker failed ${n} health probes in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ejected already: kept routable`);
     }
-  }
-
-  /** Whether one more of `w`'s model's workers may be ejected on health alone. */
-  #mayEject(w: WorkerInfo): boolean {
-    let size = 0;
-    let ejected = 0;
-    for (const other of this.#registry.all()) {
-      if (other.model !== w.model) continue;
-      size++;
-      if (this.#standing.get(other.id) === 'ejected') ejected++;
-    }
-    return ejected < Math.max(1, Math.floor((size * this.#maxEjectedPercent) / 100));
   }
 
   #transition(w: WorkerInfo, transition: HealthTransition, msg: string): void {

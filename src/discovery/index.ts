@@ -3,4 +3,6 @@ export { WorkerRegistry } from './registry.js';
 export type { WorkerInfo, KvEventEndpoints } from './registry.js';
 export { HealthProber } from './health.js';
 export type { WorkerHealthView } from './health.js';
+export { Ejections } from './ejection.js';
+export { OutlierDetector } from './outlier.js';
 export type { ModelCheck } from './engine-models.js';

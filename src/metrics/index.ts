@@ -88,6 +88,7 @@ export class KvgateMetrics {
   readonly workerBlockSizeMismatch: Gauge<'model' | 'worker_id'>;
   readonly modelTokenizerMissing: Gauge<'model'>;
   readonly healthTransitions: Counter<'model' | 'worker_id' | 'transition'>;
+  readonly workerEjections: Counter<'model' | 'worker_id' | 'reason'>;
   readonly workerMembership: Counter<'model' | 'source' | 'change'>;
   readonly configReloads: Counter<'trigger' | 'outcome'>;
   readonly discoveryUpdates: Counter<'model' | 'source' | 'outcome'>;
@@ -165,11 +166,15 @@ export class KvgateMetrics {
     this.workerServedModelMismatch = new Gauge({ name: 'kvgate_worker_served_model_mismatch', help: '1 while the worker\'s engine does not list the model\'s served_model_name in its /v1/models (the worker is not routed to); 0 once it does.', labelNames: ['model', 'worker_id'], registers });
     // ---- worker state (loud failures)
     this.workerUp = new Gauge({ name: 'kvgate_worker_up', help: '1 while the worker is routable (configured and passing its health probe); 0 while it is down.', labelNames: ['model', 'worker_id', 'worker_type'], registers });
-    this.workerState = new Gauge({ name: 'kvgate_worker_state', help: '1 for the worker\'s current health state (up, down, kept, model_mismatch, unknown), 0 for the others.', labelNames: ['model', 'worker_id', 'state'], registers });
+    this.workerState = new Gauge({ name: 'kvgate_worker_state', help: '1 for the worker\'s current health state (up, down, ejected, kept, model_mismatch, unknown), 0 for the others.', labelNames: ['model', 'worker_id', 'state'], registers });
     this.workerBlockSizeMismatch = new Gauge({ name: 'kvgate_worker_block_size_mismatch', help: '1 once the worker published KV events with a block size other than the model\'s block_size (those blocks are ignored).', labelNames: ['model', 'worker_id'], registers });
     this.modelTokenizerMissing = new Gauge({ name: 'kvgate_model_tokenizer_missing', help: '1 for a KV-routed model without a tokenizer (prefix hashes come from the byte-packing fallback and match no engine\'s blocks).', labelNames: ['model'], registers });
     // ---- health probing
     this.healthTransitions = new Counter({ name: 'kvgate_worker_health_transitions_total', help: 'Health probing outcomes per worker: ejected (marked down), kept (failing, but the model\'s ejection limit is reached: still routed), readmitted.', labelNames: ['model', 'worker_id', 'transition'], registers });
+    this.workerEjections = new Counter({
+      name: 'kvgate_worker_ejections_total', labelNames: ['model', 'worker_id', 'reason'], registers,
+      help: 'Workers taken out of routing: health_probe (failed probes) or consecutive_errors (5xx answers or connection failures on dispatch).',
+    });
     // ---- fleet membership and hot reconfiguration
     this.workerMembership = new Counter({ name: 'kvgate_worker_membership_changes_total', help: 'Workers joining (change=joined) and leaving (change=left) a model at runtime, by the source that reported them (static: the config file, on reload).', labelNames: ['model', 'source', 'change'], registers });
     this.discoveryUpdates = new Counter({ name: 'kvgate_discovery_updates_total', help: 'Worker sets a discovery source reported for a model (source=file or etcd), by outcome: applied, unchanged, rejected (invalid: the previous workers stay).', labelNames: ['model', 'source', 'outcome'], registers });

@@ -52,6 +52,8 @@ export interface ModelRouterOptions {
   readonly workerHealth?: ((workerId: number) => WorkerHealthView | undefined) | undefined;
   /** Told when a dispatch found a worker unreachable (health probing). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
+  /** Told how each dispatch ended: why it failed (5xx, connection failure), or undefined (outlier detection). */
+  readonly onDispatchOutcome?: ((workerId: number, error: string | undefined) => void) | undefined;
   /** Refuse requests (and hide the model) instead of serving them aggregated while no prefill worker is available. */
   readonly enforceDisagg?: boolean | undefined;
   /** Sliding TTL of a sticky prefill worker for a session without its own timeout (default 300 000 ms). */
@@ -83,6 +85,8 @@ interface Pool {
   readonly events: KvEventManager | undefined;
 }
 
+/** Why a pinned worker is not routed to, by its health view's state. */
+const DOWN_BECAUSE: Partial<Record<string, string>> = { model_mismatch: 'its engine serves another model', ejected: 'ejected for consecutive errors' };
 const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
 /** Why a model without enforce_disagg still cannot be served aggregated. */
 const NO_FALLBACK = 'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
@@ -181,6 +185,7 @@ export class ModelRouter implements ModelRouterPort {
         this.#watch.unreachable(this.#registry.get(id), id);
         opts.onWorkerUnreachable?.(id);
       },
+      onDispatchOutcome: opts.onDispatchOutcome,
       ...(role === 'prefill' ? {} : { migration: opts.migration }),
       onDispatch: ev === undefined ? undefined : (w, r) => ev.noteDispatch(w, r),
     }, ctx);
@@ -360,7 +365,7 @@ export class ModelRouter implements ModelRouterPort {
       if (id === undefined || this.#registry.get(id)?.model !== this.model || this.#registry.isAvailable(id)) continue;
       const state = this.#opts.workerHealth?.(id)?.state;
       throw new KvgateError('KVG_ERR_WORKER_DOWN',
-        `worker ${id} is down (${state === 'model_mismatch' ? 'its engine serves another model' : 'failing its health probe'}): not routed to; retry later or pin another worker`,
+        `worker ${id} is down (${DOWN_BECAUSE[state ?? 'down'] ?? 'failing its health probe'}): not routed to; retry later or pin another worker`,
         { param, workerId: id });
     }
   }

@@ -99,7 +99,8 @@ ${WORKERS}
     const d = loadGatewayConfig({ env: {} });
     expect(d.preprocess.segmentCacheBytes).toBe(32 * 1024 * 1024);
     expect([d.limits.maxSessionTimeoutS, d.limits.maxSessions]).toEqual([3600, 100_000]);
-    expect(d.health).toEqual({ intervalMs: 2000, timeoutMs: 1000, unhealthyAfter: 2, maxEjectedPercent: 50 });
+    expect(d.health).toEqual({ intervalMs: 2000, timeoutMs: 1000, unhealthyAfter: 2, maxEjectedPercent: 50,
+      outlierDetection: { consecutiveErrors: 5, baseEjectionMs: 30_000, maxEjectionMs: 300_000 } });
     const c = loadGatewayConfig({
       file: file(`
 preprocess: { segment_cache_bytes: 1048576 }
@@ -113,7 +114,10 @@ ${WORKERS}
     });
     expect(c.preprocess.segmentCacheBytes).toBe(2_097_152);
     expect([c.limits.maxSessionTimeoutS, c.limits.maxSessions]).toEqual([600, 5000]);
-    expect(c.health).toEqual({ intervalMs: 500, timeoutMs: 250, unhealthyAfter: 3, maxEjectedPercent: 25 });
+    expect(c.health).toEqual({
+      intervalMs: 500, timeoutMs: 250, unhealthyAfter: 3, maxEjectedPercent: 25,
+      outlierDetection: { consecutiveErrors: 5, baseEjectionMs: 30_000, maxEjectionMs: 300_000 },
+    });
     const p = problemsOf({ file: file(`
 limits: { max_sessions: 0, max_session_timeout_s: 0 }
 health: { max_ejected_percent: 101, probe: 1 }
@@ -123,6 +127,25 @@ health: { max_ejected_percent: 101, probe: 1 }
     expect(by['limits.max_session_timeout_s']).toMatch(/must be an integer in \[1,/);
     expect(by['health.max_ejected_percent']).toBe('must be an integer in [0, 100], got 101');
     expect(by['health.probe']).toBeDefined();
+  });
+
+  // issue 14 (outlier ejection): health.outlier_detection, validated field by field; the share is health.max_ejected_percent
+  it('health.outlier_detection: consecutive errors, base and longest ejection, validated with field names', () => {
+    const c = loadGatewayConfig({ env: {}, file: file(`
+health: { max_ejected_percent: 30, outlier_detection: { consecutive_errors: 3, base_ejection_ms: 5000, max_ejection_ms: 20000 } }
+models:
+  - name: m
+${WORKERS}
+`) });
+    expect(c.health.outlierDetection).toEqual({ consecutiveErrors: 3, baseEjectionMs: 5000, maxEjectionMs: 20_000 });
+    expect(c.health.maxEjectedPercent).toBe(30);
+    const p = problemsOf({ file: file(`
+health: { outlier_detection: { consecutive_errors: -1, base_ejection_ms: 10000, max_ejection_ms: 5000, interval_ms: 3 } }
+`) });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['health.outlier_detection.consecutive_errors']).toMatch(/must be an integer in \[0,/);
+    expect(by['health.outlier_detection.max_ejection_ms']).toMatch(/must be an integer in \[10000,/);
+    expect(by['health.outlier_detection.interval_ms']).toBeDefined();
   });
 
   // issue 17 (traces): tracing is off by default, configured by tracing.otlp_endpoint and sample_ratio

@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { healthServer as startHealthServer } from '../helpers/health-server.js';
 import { HealthProber, WorkerRegistry, type WorkerInfo } from '../../src/discovery/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { captureWarnings } from '../helpers/capture-log.js';
@@ -14,15 +15,7 @@ afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))));
 });
 
-async function healthServer(status: { code: number }): Promise<string> {
-  const s = createServer((req, res) => {
-    res.statusCode = req.url === '/health' ? status.code : 404;
-    res.end();
-  });
-  servers.push(s);
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  return `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
-}
+const healthServer = (status: { code: number }): Promise<string> => startHealthServer(status, servers);
 
 describe('WorkerRegistry', () => {
   it('tracks availability per model and role and emits changes once', () => {

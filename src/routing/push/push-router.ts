@@ -62,6 +62,11 @@ export interface PushRouterOptions {
   readonly maxRetries?: number | undefined;
   /** The dispatch path saw a worker unreachable (health probing can act at once). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
+  /**
+   * A dispatch to the worker ended before its answer's body: `error` says why it failed (a 5xx answer or a
+   * connection failure), undefined for an answer below 500. Timeouts and client cancels are not told (outlier detection).
+   */
+  readonly onDispatchOutcome?: ((workerId: number, error: string | undefined) => void) | undefined;
   /** A leg was sent to (worker, rank): KV-event liveness starts watching. */
   readonly onDispatch?: ((workerId: number, dpRank: number) => void) | undefined;
   /**
@@ -294,6 +299,7 @@ export class PushRouter implements PoolMembers {
         ...this.#timeoutsOf(req, streamed),
         ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
       });
+      this.#opts.onDispatchOutcome?.(w.id, undefined);
       const lm = this.#pm?.leg(req.phase);
       lm?.requests.inc();
       lm?.isl.observe(req.isl);
@@ -307,6 +313,7 @@ export class PushRouter implements PoolMembers {
       spanFailed(trace.span, err);
       guard.finish(false);
       guard.failed(err);
+      this.#dispatchFailed(w.id, err);
       if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
         return { selection: sel, status: err.upstreamStatus, body: { kind: 'json', bytes: err.upstreamBody, json: err.upstreamJson } };
       }
@@ -317,6 +324,14 @@ export class PushRouter implements PoolMembers {
       if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
       throw err;
     }
+  }
+
+  /** Tells outlier detection how a dispatch that threw ended: a 5xx or a connection failure counts against the worker. */
+  #dispatchFailed(workerId: number, err: unknown): void {
+    const report = this.#opts.onDispatchOutcome;
+    if (report === undefined) return;
+    if (err instanceof EngineHttpError) report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
+    else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code);
   }
 
   /**

@@ -27,6 +27,8 @@ describe('retry before the first byte on engine 502/503', () => {
     const config = join(dir, 'kvgate.json');
     writeFileSync(config, JSON.stringify({
       listen: { host: '127.0.0.1', port: 0 }, preprocess: { threads: 0 }, log: { level: 'info' },
+      // The always-failing worker would be ejected for its consecutive 5xx (outlier-ejection.test.ts); here it stays routed.
+      health: { outlier_detection: { consecutive_errors: 0 } },
       models: [{ name: b.model, block_size: 16, router_mode: 'round-robin', workers: [{ id: 1, url: b.url }, { id: 2, url: g.url }] }],
     }));
     const gw = start(['serve', '--config', config]);

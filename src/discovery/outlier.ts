@@ -1,0 +1,116 @@
+/**
+ * Outlier detection on dispatch, with Envoy's semantics for consecutive errors:
+ * a worker whose last `consecutiveErrors` dispatches each ended in a 5xx answer
+ * or a connection failure is ejected from new requests for
+ * `baseEjectionMs` × (the number of times it has been ejected), at most
+ * `maxEjectionMs`, then readmitted. A worker whose failures finish fast looks
+ * idle to a load-aware router and would otherwise attract traffic.
+ *
+ * The ejection is a hold in the gateway's shared ledger (./ejection.ts): the
+ * share of a model's workers ejected at once is the same limit the health
+ * prober obeys, and a worker both ejected here and failing its probes comes
+ * back only when both let it. Past the limit a failing worker stays routable;
+ * that is logged once per streak. Ejections and readmissions are warn lines
+ * with the worker's id and URL; ejections are counted with reason
+ * `consecutive_errors`.
+ */
+import { silentLogger } from '../common/index.js';
+import type { Ejections } from './ejection.js';
+import { systemScheduler, type Scheduler } from './loop-timeout.js';
+import type { WorkerRegistry } from './registry.js';
+
+export interface OutlierOptions {
+  /** Consecutive 5xx answers or connection failures that eject a worker; 0 turns detection off. */
+  readonly consecutiveErrors: number;
+  /** First ejection's length; the n-th lasts n times this. */
+  readonly baseEjectionMs: number;
+  /** Longest ejection. */
+  readonly maxEjectionMs: number;
+  readonly scheduler?: Scheduler | undefined;
+}
+
+interface WorkerRecord {
+  consecutive: number;
+  /** Times ejected so far: the next ejection lasts one more base. */
+  ejections: number;
+  timer: unknown;
+  /** A streak past the limit was logged (once per streak). */
+  keptLogged: boolean;
+}
+
+export class OutlierDetector {
+  readonly #registry: WorkerRegistry;
+  readonly #ejections: Ejections;
+  readonly #opts: OutlierOptions;
+  readonly #scheduler: Scheduler;
+  readonly #workers = new Map<number, WorkerRecord>();
+
+  constructor(registry: WorkerRegistry, ejections: Ejections, opts: OutlierOptions) {
+    this.#registry = registry;
+    this.#ejections = ejections;
+    this.#opts = opts;
+    this.#scheduler = opts.scheduler ?? systemScheduler;
+    ejections.onForget((id) => this.forget(id));
+  }
+
+  /**
+   * A dispatch to the worker ended: `error` is why it failed (a 5xx answer or a connection failure),
+   * undefined for any other answer. Outcomes of dispatches that were in flight while it was ejected are ignored.
+   */
+  record(workerId: number, error: string | undefined): void {
+    if (this.#opts.consecutiveErrors <= 0) return;
+    const w = this.#registry.get(workerId);
+    if (w === undefined || this.#ejections.holds(workerId, 'consecutive_errors')) return;
+    const r = this.#record(workerId);
+    if (error === undefined) {
+      r.consecutive = 0;
+      r.keptLogged = false;
+      return;
+    }
+    r.consecutive++;
+    if (r.consecutive < this.#opts.consecutiveErrors) return;
+    const log = this.#ejections.sink(w.model)?.log ?? silentLogger;
+    const line = { model: w.model, workerId: w.id, url: w.url, role: w.role, consecutiveErrors: r.consecutive, error };
+    if (!this.#ejections.mayEject(w)) {
+      if (!r.keptLogged) {
+        log.warn({ ...line, maxEjectedPercent: this.#ejections.maxEjectedPercent },
+          `worker failed ${r.consecutive} dispatches in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ejected already: kept routable`);
+      }
+      r.keptLogged = true;
+      return;
+    }
+    r.ejections++;
+    r.consecutive = 0;
+    r.keptLogged = false;
+    const ms = Math.min(this.#opts.baseEjectionMs * r.ejections, this.#opts.maxEjectionMs);
+    this.#ejections.hold(w, 'consecutive_errors');
+    log.warn({ ...line, ejectionMs: ms, ejections: r.ejections }, `worker failed ${this.#opts.consecutiveErrors} dispatches in a row: ejected for ${ms} ms`);
+    r.timer = this.#scheduler.setTimeout(() => {
+      r.timer = undefined;
+      if (this.#registry.get(w.id) !== w) return;
+      const routable = this.#ejections.release(w, 'consecutive_errors');
+      log.warn({ model: w.model, workerId: w.id, url: w.url, role: w.role, ejectionMs: ms },
+        routable ? 'worker\'s ejection time is over: readmitted' : 'worker\'s ejection time is over; still down on its health probes');
+    }, ms);
+  }
+
+  /** A worker left the registry: its streak, count and timer go with it. */
+  forget(workerId: number): void {
+    const r = this.#workers.get(workerId);
+    if (r?.timer !== undefined) this.#scheduler.clearTimeout(r.timer);
+    this.#workers.delete(workerId);
+  }
+
+  close(): void {
+    for (const id of [...this.#workers.keys()]) this.forget(id);
+  }
+
+  #record(workerId: number): WorkerRecord {
+    let r = this.#workers.get(workerId);
+    if (r === undefined) {
+      r = { consecutive: 0, ejections: 0, timer: undefined, keptLogged: false };
+      this.#workers.set(workerId, r);
+    }
+    return r;
+  }
+}
