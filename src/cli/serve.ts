@@ -350,7 +350,7 @@ function startupFailure(err: unknown): string {
  * With `--processes N` (N > 1) in the process started by the operator: the cluster primary (cluster.ts),
  * forking N processes that each run `serve`; undefined otherwise (this process serves).
  */
-function clusterProcesses(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): number | undefined {
+function clusterProcesses(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): GatewayConfig | undefined {
   if (clusterMember(env) !== undefined) return undefined;
   const flags = parseServeFlags(argv);
   if (flags.help) return undefined;
@@ -360,15 +360,15 @@ function clusterProcesses(argv: readonly string[], env: Readonly<Record<string, 
     throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'processes: the embedded demo runs in one process; configure models (-c FILE or --model/--worker) to run several',
       { source: 'processes', reason: 'demo' });
   }
-  return config.processes;
+  return config;
 }
 
 /** Runs until SIGTERM/SIGINT (a second signal exits at once). Resolves to the exit code. */
 export async function serveCommand(argv: string[], opts: ServeOptions = {}): Promise<number> {
   let handle: ServeHandle | undefined;
   try {
-    const processes = clusterProcesses(argv, opts.env ?? process.env);
-    if (processes !== undefined) return await runClusterPrimary(processes, opts.logger ?? pino({ base: { svc: 'kvgate', role: 'primary' } }));
+    const c = clusterProcesses(argv, opts.env ?? process.env);
+    if (c !== undefined) return await runClusterPrimary(c.processes, opts.logger ?? pino({ level: c.logLevel, base: { svc: 'kvgate', role: 'primary' } }));
     handle = await serve(argv, opts);
   } catch (err) {
     process.stderr.write(`kvgate serve: ${startupFailure(err)}\n`);
