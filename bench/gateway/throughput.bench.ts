@@ -19,7 +19,10 @@
  * 64-chunk stream at 32 connections.
  * Needs `wrk` and `nginx` on PATH (apt-get install wrk nginx); without them
  * the rows are skipped with a note. KVGATE_BENCH_GATEWAY_SECONDS sets the
- * measured seconds per row (default 6). Run: npm run bench -- gateway
+ * measured seconds per row (default 6). KVGATE_BENCH_GATEWAY_PROCESSES=N adds
+ * a row of this build in kv mode with KV events run as `kvgate serve
+ * --processes N`, and notes its req/s against the one-process row.
+ * Run: npm run bench -- gateway
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -33,6 +36,7 @@ export const title = 'Gateway cost per request: kvgate serve vs nginx vs a trivi
 const HERE = dirname(fileURLToPath(import.meta.url));
 const MODEL = 'bench-model';
 const DURATION_S = Number(process.env.KVGATE_BENCH_GATEWAY_SECONDS ?? '6');
+const PROCESSES = Number(process.env.KVGATE_BENCH_GATEWAY_PROCESSES ?? '1');
 const CONNECTIONS = 32;
 const STREAM_CHUNKS = 64;
 const CLK_TCK = (() => {
@@ -180,12 +184,12 @@ interface Front {
 type KvgateMode = 'kv mode, KV events' | 'kv mode, no KV events' | 'round-robin';
 const MODES: KvgateMode[] = ['kv mode, KV events', 'kv mode, no KV events', 'round-robin'];
 
-async function startKvgate(bin: string, label: string, mode: KvgateMode, backend: { url: string; kvEvents: string }, children: ChildProcess[]): Promise<Front> {
+async function startKvgate(bin: string, label: string, mode: KvgateMode, backend: { url: string; kvEvents: string }, children: ChildProcess[], processes = 1): Promise<Front> {
   const worker = mode === 'kv mode, KV events' ? `url=${backend.url},kv_events=${backend.kvEvents}` : backend.url;
   const modeArgs = mode === 'round-robin' ? ['--router-mode', 'round-robin'] : mode === 'kv mode, no KV events' ? ['--no-router-kv-events'] : [];
   const { m, pid } = await startProcess('node', [bin, 'serve', '--port', '0', '--model', MODEL, '--worker', worker, '--tokenizer', 'demo', ...modeArgs,
-    '--log-level', 'warn', '--max-concurrent-requests', '4096'], /at (http:\/\/127\.0\.0\.1:\d+)/, children);
-  return { name: `kvgate ${label}, ${mode}`, url: m[1]!, pid };
+    '--log-level', 'warn', '--max-concurrent-requests', '4096', ...(processes > 1 ? ['--processes', String(processes)] : [])], /at (http:\/\/127\.0\.0\.1:\d+)/, children);
+  return { name: `kvgate ${label}${processes > 1 ? ` x${processes} processes` : ''}, ${mode}`, url: m[1]!, pid };
 }
 
 async function startNginx(dir: string, backendPort: number, children: ChildProcess[]): Promise<Front> {
@@ -261,6 +265,8 @@ export async function run(): Promise<BenchSection> {
     builds.push(['after', join(HERE, '..', '..', '..', 'bin', 'kvgate.js')]);
     // Before and after alternate, mode by mode, so drift on a shared machine hits both alike.
     for (const mode of MODES) for (const [label, bin] of builds) fronts.push(await startKvgate(bin, label, mode, backend, children));
+    const several = PROCESSES > 1 ? await startKvgate(builds.at(-1)![1], 'after', MODES[0]!, backend, children, PROCESSES) : undefined;
+    if (several !== undefined) fronts.push(several);
 
     const tinyScript = wrkScript(dir, 'tiny', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
     const streamScript = wrkScript(dir, 'stream', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: STREAM_CHUNKS, stream: true });
@@ -292,6 +298,11 @@ export async function run(): Promise<BenchSection> {
         note: `chunks/s; ${(r.rps / streamRef.rps).toFixed(2)}x nginx; CPU ${((r.cpuMsPerRequest * 1000) / STREAM_CHUNKS).toFixed(2)} µs/chunk${non2xx(r)}` });
     }
     for (const [label] of builds) notes.push(...targetNotes(label, tiny, stream, nginxName));
+    if (several !== undefined) {
+      const one = tiny[`kvgate after, ${MODES[0]}`]!;
+      notes.push(`--processes ${PROCESSES} (CPU summed over its processes; no NATS, sync over the cluster IPC channel): ${(tiny[several.name]!.rps / one.rps).toFixed(2)}x `
+        + `the req/s of one process on the tiny chat at ${CONNECTIONS} connections, ${(stream[several.name]!.rps / stream[`kvgate after, ${MODES[0]}`]!.rps).toFixed(2)}x its streamed chunks/s.`);
+    }
     notes.push(`wrk -t1 -d${DURATION_S}s per row after a 2 s warm-up; the backend answers at once (${base.rps.toFixed(0)} req/s alone at ${CONNECTIONS} connections), so the front's cost shows.`,
       'CPU per request: the front\'s process CPU time (user + system, children and threads included, /proc/<pid>/stat) during the measured run over the requests wrk completed.',
       'kvgate runs with --tokenizer demo (the bundled Qwen3 tokenizer and chat template), default preprocessing, --log-level warn (no access log line per request), --max-concurrent-requests 4096.',

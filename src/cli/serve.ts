@@ -12,7 +12,7 @@ import { pino, type Logger } from 'pino';
 import { loadGatewayConfig, parseServeFlags, serveUsage, type ConfigChange, type GatewayConfig, type ModelConfig } from '../config/index.js';
 import { Ejections, HealthProber, OutlierDetector, WorkerRegistry, type ModelCheck, type WorkerInfo } from '../discovery/index.js';
 import { EngineClient } from '../engines/index.js';
-import { isKvgateError } from '../errors/index.js';
+import { KvgateError, isKvgateError } from '../errors/index.js';
 import { startGateway, type FleetStatus, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
 import { seededRng, traceLogFields } from '../common/index.js';
@@ -20,7 +20,8 @@ import { ModelRouter, makeRouterContext } from '../routing/index.js';
 import { fleetStatus } from './fleet-status.js';
 import { FleetMembers } from './membership.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
-import { NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
+import { IpcTransport, NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
+import { clusterMember, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
 import { startTracing } from './tracing.js';
 import { WorkersFileSource } from './workers-file.js';
 import { EtcdWorkersSource } from './etcd-source.js';
@@ -79,12 +80,18 @@ function modelCheckSink(deps: RouterPortDeps): ModelCheckSink {
  * shared by every model; a ModelRouter per model, built after the first probe round
  * so a worker whose engine serves another model is never routed to.
  */
-/** Replica sync over NATS when the config names servers; undefined for a lone router. */
-function replicaSync(config: GatewayConfig): ReplicaSync | undefined {
+/**
+ * Replica sync over NATS when the config names servers; else, in a `--processes N` cluster, over the
+ * cluster's IPC channel; undefined for a lone router. Each process of a cluster gets its own router id
+ * (the configured one, or the cluster's, suffixed `-p<index>`).
+ */
+function replicaSync(config: GatewayConfig, member: ClusterMember | undefined): ReplicaSync | undefined {
   const r = config.replicas;
-  if (r.natsServers.length === 0) return undefined;
+  if (r.natsServers.length === 0 && member === undefined) return undefined;
+  const routerId = member === undefined ? r.routerId : `${r.routerId ?? `kvgate-${member.clusterId}`}-p${member.index}`;
+  const transport = r.natsServers.length > 0 ? new NatsTransport(r.natsServers, routerId ?? 'kvgate') : new IpcTransport();
   const sync = new ReplicaSync({
-    transport: new NatsTransport(r.natsServers, r.routerId ?? 'kvgate'), routerId: r.routerId, heartbeatMs: r.heartbeatMs,
+    transport, routerId, heartbeatMs: r.heartbeatMs,
     peerTimeoutMs: r.peerTimeoutMs, maxQueuedOps: r.maxQueuedOps, subjectPrefix: r.subjectPrefix,
   });
   sync.start();
@@ -108,9 +115,9 @@ function modelRouter(model: ModelConfig, config: GatewayConfig, deps: RouterPort
   }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
 }
 
-function fleetRouters(config: GatewayConfig): RouterFleet {
+function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFleet {
   const registry = new WorkerRegistry();
-  const sync = replicaSync(config);
+  const sync = replicaSync(config, member);
   const engine = new EngineClient({ headersTimeoutMs: config.limits.requestTimeoutMs, bodyTimeoutMs: config.limits.requestTimeoutMs });
   const routers = new Map<string, ModelRouter>();
   // Model-check outcomes go to the model's logger and metrics, which arrive with its router;
@@ -273,6 +280,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   let config = load();
   let mockers: MockerHandle[] = [];
   const demo = config.models.length === 0;
+  const member = clusterMember(env);
   if (demo) {
     // Resolve the demo entry once with placeholder engines, so flags (--block-size, router knobs) are
     // validated and known before the engines start with the same block size.
@@ -292,13 +300,13 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'kvgate' }, ...(tracing !== undefined ? { mixin: traceLogFields } : {}) });
   if (tracing !== undefined) logger.info({ endpoint: tracing.endpoint, sampleRatio: tracing.sampleRatio }, 'tracing: spans are exported over OTLP/HTTP');
   let gateway: Gateway;
-  const fleet = (opts.routers ?? fleetRouters)(config);
+  const fleet = (opts.routers ?? ((c: GatewayConfig) => fleetRouters(c, member)))(config);
   // Hot reconfiguration re-reads the config file (with the same flags); the demo and flags alone have none.
   let reloader: ConfigReloader | undefined;
   const reloadable = fleet.live !== undefined && flags.configFile !== undefined && !demo;
   const served = (c: GatewayConfig): GatewayConfig => fleet.live?.served(c) ?? c;
   try {
-    gateway = await startGateway({ config: served(config), createRouter: fleet.createRouter, logger, fleet: fleet.status, reload: reloadable ? () => reloader!.reload('admin') : undefined });
+    gateway = await startGateway({ config: served(config), createRouter: fleet.createRouter, logger, fleet: fleet.status, process: member?.index, reload: reloadable ? () => reloader!.reload('admin') : undefined });
   } catch (err) {
     await fleet.close().catch(() => undefined);
     await tracing?.shutdown().catch(() => undefined);
@@ -350,10 +358,29 @@ function startupFailure(err: unknown): string {
   return (err as Error).stack ?? String(err);
 }
 
+/**
+ * With `--processes N` (N > 1) in the process started by the operator: the cluster primary (cluster.ts),
+ * forking N processes that each run `serve`; undefined otherwise (this process serves).
+ */
+function clusterProcesses(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): GatewayConfig | undefined {
+  if (clusterMember(env) !== undefined) return undefined;
+  const flags = parseServeFlags(argv);
+  if (flags.help) return undefined;
+  const config = loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env });
+  if (config.processes === 1) return undefined;
+  if (config.models.length === 0) {
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'processes: the embedded demo runs in one process; configure models (-c FILE or --model/--worker) to run several',
+      { source: 'processes', reason: 'demo' });
+  }
+  return config;
+}
+
 /** Runs until SIGTERM/SIGINT (a second signal exits at once). Resolves to the exit code. */
 export async function serveCommand(argv: string[], opts: ServeOptions = {}): Promise<number> {
   let handle: ServeHandle | undefined;
   try {
+    const c = clusterProcesses(argv, opts.env ?? process.env);
+    if (c !== undefined) return await runClusterPrimary(c.processes, opts.logger ?? pino({ level: c.logLevel, base: { svc: 'kvgate', role: 'primary' } }));
     handle = await serve(argv, opts);
   } catch (err) {
     process.stderr.write(`kvgate serve: ${startupFailure(err)}\n`);
@@ -384,5 +411,6 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
     process.once('SIGTERM', onSignal);
     process.once('SIGINT', onSignal);
   });
+  leaveCluster();
   return 0;
 }

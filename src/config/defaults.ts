@@ -59,7 +59,13 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   replicaMaxQueuedOps: 65_536,
 });
 
-/** Preprocessing threads by default: one per spare core, at least 1, at most 4. */
-export function defaultPreprocessThreads(): number {
-  return Math.max(1, Math.min(4, availableParallelism() - 1));
+/**
+ * Preprocessing threads of one process by default: the spare cores (all but one) shared by the
+ * `processes` gateway processes, at most 4 each, so N processes never run more preprocessing threads
+ * than cores - 1 in total. A lone process keeps at least 1; with more processes than spare cores
+ * each preprocesses on its own main thread (0).
+ */
+export function defaultPreprocessThreads(processes = 1): number {
+  const share = Math.min(4, Math.floor((availableParallelism() - 1) / processes));
+  return processes === 1 ? Math.max(1, share) : Math.max(0, share);
 }

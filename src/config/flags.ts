@@ -50,6 +50,7 @@ const FLAG_OPTIONS: Record<string, OptionSpec> = {
   'migration-max-seq-len': { type: 'string' },
   'drain-timeout-ms': { type: 'string' },
   'preprocess-threads': { type: 'string' },
+  processes: { type: 'string' },
   'segment-cache-tokens': { type: 'string' },
   'segment-cache-bytes': { type: 'string' },
   'log-level': { type: 'string' },
@@ -78,6 +79,7 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   'engine-stream-idle-timeout-ms': ['engine_timeouts', 'stream_idle_timeout_ms'],
   'drain-timeout-ms': ['shutdown', 'drain_timeout_ms'],
   'preprocess-threads': ['preprocess', 'threads'],
+  processes: ['processes'],
   'segment-cache-tokens': ['preprocess', 'segment_cache_tokens'],
   'segment-cache-bytes': ['preprocess', 'segment_cache_bytes'],
   'log-level': ['log', 'level'],
@@ -296,7 +298,8 @@ model configured, starts the embedded demo (simulated engines in-process).
       --engine-stream-idle-timeout-ms N  per engine leg: longest silence between two SSE events (0 = off)
       --migration-limit N                broken streams resumed on another worker per request (3; 0 = off)
       --migration-max-seq-len N          no migration once prompt + generated tokens exceed N (no bound)
-      --preprocess-threads N   tokenizer threads (0 = main thread)
+      --preprocess-threads N   tokenizer threads (0 = main thread; default: the spare cores shared by the processes)
+      --processes N            gateway processes on the one port, sharing bookings and sessions (default 1)
       --segment-cache-tokens N per-thread segment cache size in token ids (0 = off)
       --segment-cache-bytes N  per-thread segment cache size in retained bytes (0 = off)
       --log-level LEVEL        fatal | error | warn | info | debug | trace | silent

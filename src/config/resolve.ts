@@ -14,7 +14,7 @@ import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
-const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'tracing', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'kv_events', 'models', 'replicas'] as const;
+const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'tracing', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'kv_events', 'models', 'replicas', 'processes'] as const;
 
 function readListen(r: ConfigReader | undefined, host: string, port: number): ListenAddress {
   if (r === undefined) return { host, port };
@@ -135,15 +135,16 @@ function readTracing(root: ConfigReader): GatewayConfig['tracing'] {
 }
 
 /** The process sections: shutdown, preprocessing threads, log level. */
-function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' | 'preprocess' | 'logLevel'> {
+function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' | 'preprocess' | 'logLevel' | 'processes'> {
   const sh = root.child('shutdown');
   sh?.allowOnly(['drain_timeout_ms']);
   const drainTimeoutMs = sh?.int('drain_timeout_ms', GATEWAY_DEFAULTS.drainTimeoutMs, { min: 0, max: 3_600_000 }) ?? GATEWAY_DEFAULTS.drainTimeoutMs;
 
+  const processes = root.int('processes', 1, { min: 1, max: 64 });
   const pre = root.child('preprocess');
   pre?.allowOnly(['threads', 'segment_cache_tokens', 'segment_cache_bytes']);
   const preprocess = {
-    threads: pre?.int('threads', defaultPreprocessThreads(), { min: 0, max: 64 }) ?? defaultPreprocessThreads(),
+    threads: pre?.int('threads', defaultPreprocessThreads(processes), { min: 0, max: 64 }) ?? defaultPreprocessThreads(processes),
     segmentCacheTokens: pre?.int('segment_cache_tokens', GATEWAY_DEFAULTS.segmentCacheTokens, { min: 0, max: 1 << 28 }) ?? GATEWAY_DEFAULTS.segmentCacheTokens,
     segmentCacheBytes: pre?.int('segment_cache_bytes', GATEWAY_DEFAULTS.segmentCacheBytes, { min: 0, max: 2 ** 40 }) ?? GATEWAY_DEFAULTS.segmentCacheBytes,
   };
@@ -151,7 +152,7 @@ function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' |
   const log = root.child('log');
   log?.allowOnly(['level']);
   const logLevel = log?.oneOf('level', LOG_LEVELS, GATEWAY_DEFAULTS.logLevel) ?? GATEWAY_DEFAULTS.logLevel;
-  return { drainTimeoutMs, preprocess, logLevel };
+  return { drainTimeoutMs, preprocess, logLevel, processes };
 }
 
 /** The `kv_events` section: ingestion bounds. */
@@ -273,12 +274,12 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const limits = readLimits(root);
   const health = readHealth(root);
   const tracing = readTracing(root);
-  const { drainTimeoutMs, preprocess, logLevel } = readProcess(root);
+  const { drainTimeoutMs, preprocess, logLevel, processes } = readProcess(root);
   const kvEvents = readKvEventBounds(root);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const replicas = readReplicas(root);
   const config: GatewayConfig = {
-    file: ctx.file, listen, admin, apiKeys, limits, health, tracing, drainTimeoutMs, preprocess, logLevel, kvEvents, replicas, models, warnings,
+    file: ctx.file, listen, admin, apiKeys, limits, health, tracing, drainTimeoutMs, preprocess, logLevel, processes, kvEvents, replicas, models, warnings,
   };
   return { config: deepFreeze(config), problems };
 }

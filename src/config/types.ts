@@ -208,6 +208,11 @@ export interface GatewayConfig {
     readonly segmentCacheBytes: number;
   };
   readonly logLevel: LogLevel;
+  /**
+   * Gateway processes on the one listen port (`kvgate serve --processes N`, node:cluster); they share
+   * bookings and sessions through replica sync (NATS when configured, else the cluster's IPC channel).
+   */
+  readonly processes: number;
   /** KV-event ingestion bounds (every model). */
   readonly kvEvents: KvEventsConfig;
   readonly replicas: ReplicasConfig;

@@ -21,6 +21,8 @@ export interface GatewayOptions {
   reload?: GatewayServerOptions['reload'];
   /** Each worker's live status for `GET /admin/models` (see GatewayServerOptions.fleet). */
   fleet?: GatewayServerOptions['fleet'];
+  /** This process's index in a `--processes N` cluster: the `x-kvgate-process` header and the `process` label of every series. */
+  process?: number | undefined;
 }
 
 export interface Gateway {
@@ -63,6 +65,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const { config } = opts;
   const { logger } = opts;
   const metrics = opts.metrics ?? new KvgateMetrics();
+  // In a cluster every series carries the process's index: one /metrics per process, each scrape answered by one of them.
+  if (opts.process !== undefined) metrics.registry.setDefaultLabels({ process: String(opts.process) });
   for (const w of config.warnings) logger.warn(w);
   // A KV-routed model without a tokenizer hashes prompts no engine's blocks match: flagged for as long as it runs.
   for (const m of config.models) {
@@ -75,7 +79,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   let server: GatewayServer | undefined;
   try {
     for (const model of config.models) routers.push(await opts.createRouter(model, { metrics, logger: logger.child({ model: model.name }) }));
-    server = new GatewayServer({ config, routers, preprocessor, logger, metrics, reload: opts.reload, fleet: opts.fleet });
+    server = new GatewayServer({ config, routers, preprocessor, logger, metrics, reload: opts.reload, fleet: opts.fleet, process: opts.process });
     const addresses = await server.listen();
     logger.info(startupSummary(config, addresses, preprocessor), 'kvgate gateway started');
     let closing: Promise<void> | undefined;

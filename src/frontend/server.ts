@@ -63,6 +63,8 @@ export interface GatewayServerOptions {
   reload?: (() => Promise<unknown>) | undefined;
   /** Each worker's live status for `GET /admin/models` (source, state, capacity, last KV event). */
   fleet?: FleetStatus | undefined;
+  /** This process's index in a `--processes N` cluster: every response carries it as `x-kvgate-process`. */
+  process?: number | undefined;
 }
 
 export interface GatewayAddresses { public: { host: string; port: number }; admin: { host: string; port: number } | undefined }
@@ -84,8 +86,8 @@ export class GatewayServer {
   #publicErrors = new PublicErrors([]);
   readonly #createdSec = Math.floor(Date.now() / 1000);
   readonly #slots: ConcurrencySlots;
-  readonly #reload: GatewayServerOptions['reload'];
-  readonly #fleet: FleetStatus | undefined;
+  /** The optional hooks: reload, the fleet's status, the process index. */
+  readonly #opts: Pick<GatewayServerOptions, 'reload' | 'fleet' | 'process'>;
   #draining = false;
   #closing: Promise<void> | undefined;
 
@@ -95,8 +97,7 @@ export class GatewayServer {
     this.logger = opts.logger;
     this.metrics = opts.metrics ?? new KvgateMetrics();
     this.#preprocessor = opts.preprocessor;
-    this.#reload = opts.reload;
-    this.#fleet = opts.fleet;
+    this.#opts = opts;
     this.#slots = new ConcurrencySlots(opts.config.limits.maxConcurrentRequests, opts.config.limits.requestTimeoutMs, (n) => this.metrics.inflight.set(n));
     this.#conns = new ClientConnections(opts.config.limits.maxPendingConnectionsPerClient);
     for (const port of opts.routers) {
@@ -165,8 +166,8 @@ export class GatewayServer {
       add('/admin/config', { methods: { GET: (c) => sendJson(c.res, 200, redactedConfig(this.config)) }, auth: true, limited: false });
       add('/admin/models', { methods: { GET: (c) => sendJson(c.res, 200, modelsStatus(this.config, this.#ports, {
         preprocess: { mode: this.#preprocessor.mode, threads: this.#preprocessor.threads }, inflight: this.#slots.size, draining: this.#draining,
-      }, this.#fleet)) }, auth: true, limited: false });
-      const reload = this.#reload;
+      }, this.#opts.fleet)) }, auth: true, limited: false });
+      const reload = this.#opts.reload;
       if (reload !== undefined) add('/admin/reload', { methods: { POST: async (c) => sendJson(c.res, 200, { status: 'reloaded', changes: await reload() }) }, auth: true, limited: false });
       if (canForceGc()) add('/admin/gc', { methods: { POST: (c) => sendJson(c.res, 200, gcAndMeasure()) }, auth: true, limited: false });
     }
@@ -222,6 +223,7 @@ export class GatewayServer {
     const startedAt = performance.now();
     const requestId = pickRequestId(req.headers['x-request-id'], randomUUID);
     res.setHeader('x-request-id', requestId);
+    if (this.#opts.process !== undefined) res.setHeader('x-kvgate-process', this.#opts.process);
     const path = (req.url ?? '/').split('?', 1)[0]!;
     const spec = routes.get(path) ?? (path.startsWith('/v1/models/') ? routes.get('/v1/models/*') : undefined);
     const controller = new AbortController();

@@ -1,7 +1,9 @@
 /**
  * Active-active router replicas: each replica's in-flight bookings and sticky
- * sessions reach the others over a message bus (NATS), so every replica's
- * cost model sees the load all of them put on each worker.
+ * sessions reach the others over a message bus (NATS, or the IPC channel of a
+ * `kvgate serve --processes N` cluster), so every replica's cost model sees the
+ * load all of them put on each worker.
  */
 export { ReplicaSync, channelKey } from './replica-sync.js';
 export { NatsTransport } from './transport.js';
+export { IpcTransport, relaySyncMessages } from './ipc-transport.js';

@@ -1,5 +1,5 @@
 import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadGatewayConfig, parseServeFlags, parseFieldPath, type ConfigProblem } from '../../src/config/index.js';
@@ -518,5 +518,27 @@ describe('config: replicas', () => {
       overrides: [], env: {},
     });
     expect(problems.map((p) => p.path)).toEqual(['replicas.nats.servers[0]', 'replicas.peer_timeout_ms', 'replicas.subject_prefix']);
+  });
+});
+
+// issue 15 item 2: `--processes N` and preprocessing threads that do not oversubscribe the cores
+describe('processes', () => {
+  const worker = ['--model', 'm', '--worker', 'http://a:1', '--router-mode', 'random'];
+  it('defaults to 1; --processes and the processes key set it; out of range is a field-named error', () => {
+    expect(loadGatewayConfig({ overrides: parseServeFlags(worker).overrides, env: {} }).processes).toBe(1);
+    expect(loadGatewayConfig({ overrides: parseServeFlags([...worker, '--processes', '3']).overrides, env: {} }).processes).toBe(3);
+    expect(loadGatewayConfig({ file: file('processes: 2\nmodels: [{ name: m, router_mode: random, workers: [{ id: 1, url: "http://a:1" }] }]\n'), env: {} }).processes).toBe(2);
+    expect(problemsOf({ overrides: parseServeFlags([...worker, '--processes', '0']).overrides, env: {} }).map((p) => p.path)).toEqual(['processes']);
+  });
+
+  it('shares the spare cores among the processes: N processes run at most cores - 1 preprocessing threads in all', () => {
+    const cores = availableParallelism();
+    for (const n of [1, 2, 3, 8]) {
+      const threads = loadGatewayConfig({ overrides: parseServeFlags([...worker, '--processes', String(n)]).overrides, env: {} }).preprocess.threads;
+      if (n === 1) expect(threads).toBeGreaterThanOrEqual(1);
+      else expect(n * threads).toBeLessThanOrEqual(cores - 1);
+    }
+    // An explicit count is the operator's.
+    expect(loadGatewayConfig({ overrides: parseServeFlags([...worker, '--processes', '2', '--preprocess-threads', '3']).overrides, env: {} }).preprocess.threads).toBe(3);
   });
 });

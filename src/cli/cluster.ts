@@ -1,0 +1,83 @@
+/**
+ * `kvgate serve --processes N`: N gateway processes on one port (node:cluster).
+ * The primary forks the N workers, each of which runs the whole gateway (the
+ * same command line, so the same config and flags); the primary itself serves
+ * nothing. It relays replica sync between the workers when no NATS server is
+ * configured (the cluster's IPC channel is then the bus), forwards SIGTERM,
+ * SIGINT and SIGHUP to every worker, and logs a worker's exit loudly with the
+ * count of exits so far. It never restarts a worker on its own: a crash loop
+ * would hide behind a healthy-looking port; the operator's supervisor decides.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { relaySyncMessages } from '../replicas/index.js';
+
+/** The environment variables the primary hands each worker. */
+const INDEX_ENV = 'KVGATE_PROCESS_INDEX';
+const CLUSTER_ENV = 'KVGATE_CLUSTER_ID';
+
+/** Who this process is in a `--processes N` cluster; undefined for a lone `kvgate serve`. */
+export interface ClusterMember {
+  /** 1..N, stable for the life of the cluster: the `process` label and the `x-kvgate-process` header. */
+  readonly index: number;
+  /** Shared by the processes of one cluster (random per start): the default router id's stem. */
+  readonly clusterId: string;
+}
+
+export function clusterMember(env: Readonly<Record<string, string | undefined>> = process.env): ClusterMember | undefined {
+  if (!cluster.isWorker) return undefined;
+  const index = Number(env[INDEX_ENV]);
+  const clusterId = env[CLUSTER_ENV];
+  if (!Number.isInteger(index) || index < 1 || clusterId === undefined) return undefined;
+  return { index, clusterId };
+}
+
+/** A cluster worker that has stopped serving lets go of its IPC channel (which would otherwise keep it alive). */
+export function leaveCluster(): void {
+  if (cluster.isWorker && process.connected) process.disconnect();
+}
+
+/** Forks `processes` gateway workers and supervises them; resolves to the exit code once every worker has exited. */
+export function runClusterPrimary(processes: number, logger: Logger): Promise<number> {
+  const clusterId = randomBytes(4).toString('hex');
+  // Structured clone on the IPC channel: replica sync payloads cross as Uint8Array.
+  cluster.setupPrimary({ serialization: 'advanced' });
+  const indexOf = new Map<number, number>();
+  const live = (): Iterable<Worker> => Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
+  for (let i = 1; i <= processes; i++) indexOf.set(cluster.fork({ [INDEX_ENV]: String(i), [CLUSTER_ENV]: clusterId }).id, i);
+  logger.info({ processes, clusterId, pids: [...live()].map((w) => w.process.pid) },
+    `kvgate serve: ${processes} gateway processes started on one port; replica sync shares their bookings and sessions`);
+  cluster.on('message', (worker, message) => relaySyncMessages(worker, message, live));
+  let reported = false;
+  cluster.on('listening', (worker, address) => {
+    if (reported) return;
+    reported = true;
+    logger.info({ listen: `http://${address.address ?? '127.0.0.1'}:${address.port}`, process: indexOf.get(worker.id) }, 'kvgate serve: the processes listen');
+  });
+  let stopping = false;
+  let exits = 0;
+  const forward = (signal: NodeJS.Signals): void => {
+    if (signal !== 'SIGHUP') stopping = true;
+    logger.info({ signal }, `kvgate serve: forwarding ${signal} to the gateway processes`);
+    for (const w of live()) w.process.kill(signal);
+  };
+  process.on('SIGTERM', forward);
+  process.on('SIGINT', forward);
+  process.on('SIGHUP', forward);
+  return new Promise((resolve) => {
+    cluster.on('exit', (worker, code, signal) => {
+      const left = [...live()].length;
+      if (!stopping) {
+        exits++;
+        logger.error({ process: indexOf.get(worker.id), pid: worker.process.pid, code, signal, exits, serving: left },
+          `kvgate serve: gateway process ${indexOf.get(worker.id)} exited (${signal ?? `code ${code}`}); it is not restarted: ${left} of ${processes} process(es) serve`);
+      }
+      if (left > 0) return;
+      process.off('SIGTERM', forward);
+      process.off('SIGINT', forward);
+      process.off('SIGHUP', forward);
+      resolve(stopping ? 0 : 1);
+    });
+  });
+}
