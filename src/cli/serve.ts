@@ -115,6 +115,19 @@ function modelRouter(model: ModelConfig, config: GatewayConfig, deps: RouterPort
   }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
 }
 
+/** Each model's `workers_file`, read and its workers registered; watched once the model's router exists. */
+function workersFiles(config: GatewayConfig, registry: WorkerRegistry, members: FleetMembers,
+  register: (w: WorkerInfo, source: 'file') => void): Map<string, WorkersFileSource> {
+  const files = new Map<string, WorkersFileSource>();
+  for (const m of config.models) {
+    if (m.workersFile === undefined) continue;
+    const source = new WorkersFileSource(m, registry, members);
+    for (const w of source.initial()) register(w, 'file');
+    files.set(m.name, source);
+  }
+  return files;
+}
+
 function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFleet {
   const registry = new WorkerRegistry();
   const sync = replicaSync(config, member);
@@ -144,14 +157,9 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
   };
   for (const m of config.models) for (const w of m.workers) register(w, 'static');
   // Workers files are read (and validated against every id registered before) once the static workers are in.
-  const files = new Map<string, WorkersFileSource>();
+  let files: Map<string, WorkersFileSource>;
   try {
-    for (const m of config.models) {
-      if (m.workersFile === undefined) continue;
-      const source = new WorkersFileSource(m, registry, members);
-      for (const w of source.initial()) register(w, 'file');
-      files.set(m.name, source);
-    }
+    files = workersFiles(config, registry, members, register);
   } catch (err) {
     void engine.close();
     throw err;
