@@ -81,6 +81,15 @@ async function routedBy(url: string, processes: readonly string[], want: (r: { w
   }, what, 15_000);
 }
 
+describe('kvgate serve --processes N without models', () => {
+  it('is refused: the embedded demo runs in one process', async () => {
+    const demo = startCli(['serve', '--port', '0', '--processes', '2']);
+    const code = await new Promise<number | null>((resolve) => demo.child.once('exit', (c) => resolve(c)));
+    expect(code).toBe(2);
+    expect(demo.output()).toContain('processes: the embedded demo runs in one process');
+  }, 30_000);
+});
+
 describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)', () => {
   let mocker: CliProcess;
   let gw: CliProcess;
@@ -151,5 +160,14 @@ describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)
     process.kill(pids[0]!, 'SIGKILL');
     await gw.waitFor(/"exits":1,"serving":1,.*gateway process \d exited \(SIGKILL\); it is not restarted/, 'the primary reports the exit');
     for (let i = 0; i < 4; i++) expect((await route(url)).worker).toBeGreaterThan(0);
+  }, 30_000);
+
+  // issue 15 item 2: SIGTERM reaches every process; the primary exits once they have drained
+  it('SIGTERM to the primary is forwarded; it exits 0 once its processes are gone', async () => {
+    const exited = new Promise<number | null>((resolve) => gw.child.once('exit', (code) => resolve(code)));
+    gw.child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(gw.output()).toContain('forwarding SIGTERM to the gateway processes');
+    await expect(fresh(url, '/v1/models')).rejects.toThrow();
   }, 30_000);
 });
