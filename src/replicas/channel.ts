@@ -45,6 +45,12 @@ export interface ChannelHost {
 interface PeerCursor {
   incarnation: string;
   lastSeq: number;
+  /**
+   * Batches before `lastSeq` were missed (a gap, or a first batch past 1) and no snapshot has
+   * replaced them yet: every heartbeat asks again until one is applied, since a fetch can fail
+   * (timeout, no responders, the bus going away) and the cursor alone no longer shows the gap.
+   */
+  behind: boolean;
 }
 
 export class SyncChannel implements BookkeepingObserver {
@@ -131,29 +137,39 @@ export class SyncChannel implements BookkeepingObserver {
     if (cur === undefined || cur.incarnation !== b.incarnation) {
       // First batch of this replica (or of its new incarnation) on this channel: its earlier history is unknown.
       if (cur !== undefined) this.target.peers.dropReplica(b.routerId);
-      this.#cursors.set(b.routerId, { incarnation: b.incarnation, lastSeq: b.seq });
+      this.#cursors.set(b.routerId, { incarnation: b.incarnation, lastSeq: b.seq, behind: b.seq > 1 });
       if (b.seq > 1) this.#host.requestSnapshot(b.routerId, this.key);
     } else {
       if (b.seq <= cur.lastSeq) return false;
-      if (b.seq > cur.lastSeq + 1) this.#host.requestSnapshot(b.routerId, this.key);
+      if (b.seq > cur.lastSeq + 1) {
+        cur.behind = true;
+        this.#host.requestSnapshot(b.routerId, this.key);
+      }
       cur.lastSeq = b.seq;
     }
     for (const op of b.ops) this.#apply(b.routerId, op);
     return true;
   }
 
-  /** A heartbeat said the replica's last batch here is `seq`: ask for a snapshot if we are behind. */
+  /**
+   * A heartbeat said the replica's last batch here is `seq`: ask for a snapshot if we are behind
+   * (batches missing up to `seq`, or a gap no snapshot has filled yet).
+   */
   checkBehind(replica: string, incarnation: string, seq: number): void {
     const cur = this.#cursors.get(replica);
-    if (cur !== undefined && cur.incarnation === incarnation ? cur.lastSeq < seq : seq > 0) this.#host.requestSnapshot(replica, this.key);
+    const known = cur !== undefined && cur.incarnation === incarnation;
+    if (known ? cur.behind || cur.lastSeq < seq : seq > 0) this.#host.requestSnapshot(replica, this.key);
   }
 
-  /** Replaces everything held for the replica with its snapshot. False when a later batch was already applied. */
+  /**
+   * Replaces everything held for the replica with its snapshot. False when a later batch was
+   * already applied (a gap it was asked for stays open: the next heartbeat asks again).
+   */
   applySnapshot(s: Snapshot): boolean {
     const cur = this.#cursors.get(s.routerId);
     if (cur !== undefined && cur.incarnation === s.incarnation && cur.lastSeq > s.seq) return false;
     this.target.peers.dropReplica(s.routerId);
-    this.#cursors.set(s.routerId, { incarnation: s.incarnation, lastSeq: s.seq });
+    this.#cursors.set(s.routerId, { incarnation: s.incarnation, lastSeq: s.seq, behind: false });
     for (const booking of s.bookings) this.#apply(s.routerId, { kind: 'added', booking });
     for (const binding of s.sessions) this.#apply(s.routerId, { kind: 'session', binding });
     return true;

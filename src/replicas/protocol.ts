@@ -92,7 +92,9 @@ function opArray(op: SyncOp): unknown[] {
     case 'prefill': return [1, op.requestId];
     case 'output': return [2, op.requestId, op.outputBlocks, op.decay ?? null];
     case 'freed': return [3, op.requestId];
-    case 'session': return [4, op.binding.session, op.binding.workerId, op.binding.dpRank, op.binding.ttlMs];
+    // Whole milliseconds on the wire (the decoder takes nothing else): a live binding's remaining TTL
+    // is measured on a fractional clock; rounded up, so a binding live here is live on arrival.
+    case 'session': return [4, op.binding.session, op.binding.workerId, op.binding.dpRank, Math.ceil(op.binding.ttlMs)];
   }
 }
 
