@@ -40,7 +40,7 @@ export async function stop(p: Proc | undefined): Promise<void> {
   await exited;
 }
 
-function json(line: string): Record<string, unknown> | undefined {
+export function json(line: string): Record<string, unknown> | undefined {
   try {
     const v: unknown = JSON.parse(line);
     return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
@@ -50,12 +50,12 @@ function json(line: string): Record<string, unknown> | undefined {
 }
 
 /** Waits for the first stdout line that is a JSON object matching `pick`. */
-export async function lineOf(p: Proc, what: string, pick: (o: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
+export async function lineOf(p: Proc, what: string, pick: (o: Record<string, unknown>) => boolean, timeoutMs = 20_000): Promise<Record<string, unknown>> {
   let found: Record<string, unknown> | undefined;
   await until(() => {
     if (p.child.exitCode !== null) throw new Error(`process exited (${p.child.exitCode}) before ${what}: ${p.stderr.join('')}`);
     found = p.lines.map(json).find((o) => o !== undefined && pick(o));
     return found !== undefined;
-  }, what, 20_000);
+  }, what, timeoutMs);
   return found!;
 }

@@ -1,63 +1,11 @@
 /** Real `kvgate` processes for the events integration tests: spawn, collect stdout lines, find JSON lines, stop. */
-import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
-import type { Readable } from 'node:stream';
-import { until } from '../../helpers/until.js';
+import { ROOT, lineOf, start, stop, type Proc } from '../../helpers/process.js';
 
-const ROOT = new URL('../../../', import.meta.url).pathname;
-const BIN = join(ROOT, 'bin/kvgate.js');
-
-/** A child process whose stdout and stderr are collected line by line. */
-export interface Proc {
-  readonly child: ChildProcessByStdio<null, Readable, Readable>;
-  readonly lines: string[];
-  readonly stderr: string[];
-}
-
-export function start(args: readonly string[]): Proc {
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  const proc: Proc = { child, lines: [], stderr: [] };
-  let buffered = '';
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-    buffered += chunk;
-    const parts = buffered.split('\n');
-    buffered = parts.pop()!;
-    proc.lines.push(...parts);
-  });
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => proc.stderr.push(chunk));
-  return proc;
-}
-
-async function stop(p: Proc | undefined): Promise<void> {
-  if (p === undefined || p.child.exitCode !== null || p.child.signalCode !== null) return;
-  const exited = new Promise((resolve) => p.child.once('exit', resolve));
-  p.child.kill('SIGTERM');
-  await exited;
-}
-
-export function json(line: string): Record<string, unknown> | undefined {
-  try {
-    const v: unknown = JSON.parse(line);
-    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Waits for the first stdout line that is a JSON object matching `pick`. */
-export async function lineOf(p: Proc, what: string, pick: (o: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
-  let found: Record<string, unknown> | undefined;
-  await until(() => {
-    if (p.child.exitCode !== null) throw new Error(`process exited (${p.child.exitCode}) before ${what}: ${p.stderr.join('')}`);
-    found = p.lines.map(json).find((o) => o !== undefined && pick(o));
-    return found !== undefined;
-  }, what, 20_000);
-  return found!;
-}
-
+export { json, lineOf, start, type Proc } from '../../helpers/process.js';
 
 /** A suite's scratch folder and its mocker and gateway processes, stopped and removed after the suite. */
 export interface SuiteProcesses {
