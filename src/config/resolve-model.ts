@@ -17,7 +17,7 @@ import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, Worke
 const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine',
   'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'etcd', 'migration_limit', 'migration_max_seq_len'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
-  'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated'] as const;
+  'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated', 'return_token_ids'] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
 
 function readTokenizer(m: ConfigReader, ctx: ResolveContext): TokenizerSource {
@@ -125,9 +125,12 @@ function readWorker(w: ConfigReader, modelEngine: EngineDialect, names: ModelNam
   }
   if (role !== 'decode' && w.has('serves_aggregated')) w.problem('serves_aggregated', 'only decode workers say whether they can serve a request alone');
   const servesAggregated = role === 'decode' ? w.bool('serves_aggregated', false) : undefined;
+  // vLLM >= 0.10.2 sends its token ids on request; other engines only when the operator says they do.
+  const returnsTokenIds = w.bool('return_token_ids', dialect === 'vllm');
   return {
     id, model: names.name, servedModelName: names.servedModelName, loraAdapters: names.loraAdapters, url, role, dialect, dpStart, dpSize, kvEvents, bootstrap,
     ...(servesAggregated === true ? { servesAggregated } : {}),
+    ...(returnsTokenIds !== (dialect === 'vllm') ? { returnsTokenIds } : {}),
     maxNumBatchedTokens: w.optInt('max_num_batched_tokens', { min: 1 }),
     totalKvBlocks: w.optInt('total_kv_blocks', { min: 1 }),
   };

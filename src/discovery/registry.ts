@@ -51,6 +51,11 @@ export interface WorkerInfo {
    * is available. Decode workers are decode-only unless they say so.
    */
   readonly servesAggregated?: boolean | undefined;
+  /**
+   * The engine honours `return_token_ids` (each chunk's generated ids, the prompt's ids first), which a
+   * migration resumes from. Undefined: only vLLM does.
+   */
+  readonly returnsTokenIds?: boolean | undefined;
   /** Scheduler capacity hints (engine flags), used by busy thresholds. */
   readonly maxNumBatchedTokens?: number | undefined;
   readonly totalKvBlocks?: number | undefined;

@@ -51,6 +51,10 @@ export interface DisaggDeps {
   readonly decode: PushRouter;
   readonly resolve: PrefillResolver;
   readonly sessions: StickySessions;
+  /** Decode workers this request must not use (they failed it earlier: a migrated continuation). */
+  readonly decodeExclude?: ReadonlySet<number> | undefined;
+  /** Ask the decode engine for its token ids (the PrefillRouter migrates the stream from them). */
+  readonly tokenIds?: boolean | undefined;
 }
 
 interface Deferred {
@@ -264,10 +268,11 @@ export class DisaggRequest {
       signal: this.#decodeCtl.signal,
       tracker: this.tracker,
       onDispatched: undefined,
+      ...(this.#deps.tokenIds === true && !gone ? { returnTokenIds: true } : {}),
     };
     let res: LegResponse;
     try {
-      res = await this.#deps.decode.dispatch(leg);
+      res = await this.#deps.decode.dispatch(leg, undefined, this.#deps.decodeExclude);
     } catch (err) {
       if (this.#refusal !== undefined) return this.#refused(this.#refusal);
       if (this.#prefillError === undefined) {

@@ -32,11 +32,14 @@ import type { RouterContext } from '../context.js';
 import { directPin } from '../pins.js';
 import type { PushRouter } from '../push/push-router.js';
 import { retryBeforeFirstByte } from '../push/retry.js';
+import { midStreamBlocker } from '../push/continuation.js';
+import { migratingEvents, migrationHooks } from '../push/migration.js';
+import type { EngineEvent } from '../../engines/index.js';
 import type { LegRequest, Selection } from '../push/types.js';
 import { StickySessions, sessionLimitReporter, type SessionLimits } from '../sticky-sessions.js';
 import { DisaggRequest } from './disagg-request.js';
 import { bootstrapProblem, decodeOverrideOf } from './handoff.js';
-import type { DisaggOutcome } from './types.js';
+import type { DisaggOutcome, DisaggSseEvent } from './types.js';
 
 export type PrefillState = 'pending' | 'active' | 'inactive';
 
@@ -154,15 +157,41 @@ export class PrefillRouter {
    * prefill worker, like the push router's retry before any byte; not when the
    * request pins its prefill worker, nor when it brings its own tracker (whose
    * write-once attribution already names the unreachable worker).
+   *
+   * A streamed answer whose decode engine fails migratably after output reached the client goes on from the
+   * tokens generated so far (migration.ts, the decode pool's `migration_limit`): a new disaggregated request for
+   * the prompt's ids and those tokens, the failed decode workers excluded. It needs the decode engines' token ids.
    * @throws KvgateError KVG_ERR_PREFILL_NOT_ACTIVATED (no prefill worker), KVG_ERR_MISSING_WORKER_ID (direct mode
    *   without a prefill worker id), KVG_ERR_BACKPRESSURE / KVG_ERR_OVERLOADED (503), KVG_ERR_PREFILL_FAILED,
    *   KVG_ERR_NO_DISAGGREGATED_PARAMS, KVG_ERR_CLIENT_ABORTED, and the decode leg's errors.
    */
   async route(leg: LegRequest, session?: SessionHint): Promise<DisaggOutcome> {
     this.#check(leg);
+    const policy = this.#decode.migration;
+    // Only streamed answers migrate here: a continuation's chunks are spliced into the client's stream.
+    const migrates = policy.limit > 0 && leg.stream && midStreamBlocker(leg.body) === undefined;
+    const exclude = new Set<number>();
+    const out = await this.#run(leg, session, migrates, exclude);
+    if (!migrates || out.body.kind !== 'sse' || out.status >= 400) return out;
+    const hooks = migrationHooks({
+      ctx: this.#ctx, model: this.model, role: this.#decode.role, requestId: leg.requestId, policy, exclude,
+      pinned: leg.routing.decodeWorkerId !== undefined,
+      // The continuation is a new disaggregated request (prefill of the prompt and the tokens so far, then decode
+      // elsewhere): a decode engine takes its KV only through a handoff. Its own tracker: this one's phases are over.
+      redispatch: async (next) => {
+        const res = await this.#run({ ...next, tracker: undefined }, session, true, exclude);
+        if (res.body.kind === 'sse' && res.status < 400) return { events: engineEvents(res.body.events), workerId: res.worker.workerId };
+        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the continuation was refused (${res.status})`, { upstreamStatus: res.status });
+      },
+    });
+    return { ...out, body: { kind: 'sse', events: migratingEvents(leg, engineEvents(out.body.events), out.worker.workerId, hooks) } };
+  }
+
+  /** One disaggregated run of `leg`, re-run on another prefill worker when its prefill worker could not be reached. */
+  #run(leg: LegRequest, session: SessionHint | undefined, tokenIds: boolean, decodeExclude: ReadonlySet<number>): Promise<DisaggOutcome> {
     const policy = { model: this.model, maxRetries: this.#maxRetries, signal: leg.signal, metrics: this.#ctx.metrics };
     return retryBeforeFirstByte(policy, async ({ exclude, retryElsewhere }) => {
-      const deps = { model: this.model, pool: this.#pool!, decode: this.#decode, sessions: this.sessions,
+      const deps = { model: this.model, pool: this.#pool!, decode: this.#decode, sessions: this.sessions, decodeExclude, tokenIds,
         resolve: (l: LegRequest, s: SessionHint | undefined, m: 'book' | 'query') => this.#resolve(l, s, m, exclude) };
       const request = new DisaggRequest(deps, this.#ctx, leg, session);
       try {
@@ -229,5 +258,23 @@ export class PrefillRouter {
       }
     }
     return pool.select(leg, mode, exclude);
+  }
+}
+
+/** The decode stream's events as parsed engine events (kvgate's patched ones carry only their data). */
+async function* engineEvents(events: AsyncIterable<DisaggSseEvent>): AsyncGenerator<EngineEvent> {
+  for await (const ev of events) {
+    if ('json' in ev && 'done' in ev) {
+      yield ev as EngineEvent;
+      continue;
+    }
+    const done = ev.data === '[DONE]';
+    let json: unknown;
+    try {
+      json = done ? undefined : JSON.parse(ev.data);
+    } catch {
+      json = undefined;
+    }
+    yield { raw: Buffer.from(ev.raw ?? `data: ${ev.data}\n\n`), data: ev.data, event: undefined, id: undefined, json, done };
   }
 }

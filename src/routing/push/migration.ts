@@ -18,8 +18,10 @@
  * migrations were made. Those end as before: the events received, then the
  * error.
  */
+import type { WorkerRole } from '../../common/index.js';
 import { isMigratable, type EngineEvent } from '../../engines/index.js';
 import { KvgateError } from '../../errors/index.js';
+import type { RouterContext } from '../context.js';
 import { continuationRequest, midStreamBlocker, StreamProgress } from './continuation.js';
 import type { LegRequest } from './types.js';
 
@@ -48,6 +50,48 @@ export interface MigrationHooks {
   skipped(reason: MigrationSkip, err: KvgateError, detail: Record<string, unknown>): void;
   /** The request ended after `migrations` migrations (counted when > 0). */
   outcome(outcome: 'succeeded' | 'failed', migrations: number): void;
+}
+
+/** What `migrationHooks` needs: who migrates, where the next leg goes, and what else to do with a failed worker. */
+export interface MigrationSetup {
+  readonly ctx: Pick<RouterContext, 'log' | 'metrics'>;
+  readonly model: string;
+  /** The pool whose legs migrate (the metrics' `worker_type`). */
+  readonly role: WorkerRole;
+  readonly requestId: string;
+  readonly policy: MigrationPolicy;
+  readonly pinned: boolean;
+  /** The request's failed workers (the next legs never go there). */
+  readonly exclude: Set<number>;
+  readonly redispatch: MigrationHooks['redispatch'];
+  readonly onExcluded?: ((workerId: number, err: KvgateError) => void) | undefined;
+}
+
+/** The hooks of one migrating request: exclusion, counting (kvgate_router_migrations*) and logging. */
+export function migrationHooks(s: MigrationSetup): MigrationHooks {
+  const m = s.ctx.metrics;
+  const log = s.ctx.log;
+  const labels = { model: s.model, worker_type: s.role };
+  return {
+    policy: s.policy,
+    pinned: s.pinned,
+    redispatch: s.redispatch,
+    exclude: (workerId, err) => {
+      s.exclude.add(workerId);
+      s.onExcluded?.(workerId, err);
+    },
+    started: () => m?.migrations.labels({ ...labels, outcome: 'started' }).inc(),
+    skipped: (reason, err, detail) => {
+      m?.migrationsSkipped.labels({ ...labels, reason }).inc();
+      log.warn({ model: s.model, requestId: s.requestId, code: err.code, reason, ...detail }, 'stream failed and was not migrated');
+    },
+    outcome: (outcome, migrations) => {
+      m?.migrations.labels({ ...labels, outcome }).inc();
+      const line = { model: s.model, requestId: s.requestId, migrations, outcome };
+      if (outcome === 'succeeded') log.info(line, 'stream migrated to another worker and completed');
+      else log.warn(line, 'stream migration failed');
+    },
+  };
 }
 
 const encoder = new TextEncoder();

@@ -38,7 +38,7 @@ import { SimpleSelector } from './simple-selector.js';
 import { selectionAttributes } from './trace-attributes.js';
 import type { LegRequest, LegResponse, Selection } from './types.js';
 import { midStreamBlocker } from './continuation.js';
-import { migratingEvents, type MigrationHooks, type MigrationPolicy } from './migration.js';
+import { migratingEvents, migrationHooks, type MigrationHooks, type MigrationPolicy } from './migration.js';
 
 /** Failures that say the worker itself could not be talked to: health probing is asked to look now. */
 const CONNECTION_FAILURES = new Set(['KVG_ERR_ENGINE_UNREACHABLE', 'KVG_ERR_ENGINE_NOT_REGISTERED', 'KVG_ERR_ENGINE_DISCONNECTED', 'KVG_ERR_ENGINE_STREAM_BROKEN']);
@@ -143,6 +143,11 @@ export class PushRouter implements PoolMembers {
     return this.#members.size;
   }
 
+  /** This pool's migration knobs (limit 0: off). */
+  get migration(): MigrationPolicy {
+    return this.#opts.migration ?? NO_MIGRATION;
+  }
+
   /** Legs dispatched and not yet finished. */
   get inflight(): number {
     return this.#inflight;
@@ -195,13 +200,14 @@ export class PushRouter implements PoolMembers {
    * Selects, books, dispatches and guards a leg. Resolves once the engine's
    * response has started. Engine 4xx answers are returned with their status
    * (the client gets the engine's own error); every other failure throws a
-   * KvgateError after releasing the booking. `preselected` arrives booked.
+   * KvgateError after releasing the booking. `preselected` arrives booked; `excluded` workers are never chosen.
    */
-  async dispatch(req: LegRequest, preselected?: Selection): Promise<LegResponse> {
+  async dispatch(req: LegRequest, preselected?: Selection, excluded?: ReadonlySet<number>): Promise<LegResponse> {
     const policy = this.#opts.migration ?? NO_MIGRATION;
-    // Decode legs of a disaggregated request carry a handoff a continuation could not reuse: retried before the first byte only.
+    // Decode legs of a disaggregated request carry a handoff a continuation could not reuse: the PrefillRouter
+    // migrates them through a new prefill and decode (prefill-router.ts).
     const migrates = policy.limit > 0 && req.phase === 'aggregated';
-    const exclude = new Set<number>();
+    const exclude = new Set<number>(excluded);
     const first = await this.#attempts(migrates && midStreamBlocker(req.body) === undefined ? { ...req, returnTokenIds: true } : req, preselected, exclude);
     if (first.body.kind !== 'sse') return first;
     const sel = first.selection;
@@ -233,33 +239,17 @@ export class PushRouter implements PoolMembers {
 
   /** What a request's migrating stream asks of this router: re-dispatch, exclusion, counting and logging. */
   #migrationHooks(req: LegRequest, sel: Selection, policy: MigrationPolicy, exclude: Set<number>): MigrationHooks {
-    const m = this.#ctx.metrics;
-    const labels = { model: this.model, worker_type: this.role };
-    const log = this.#ctx.log;
-    return {
-      policy,
-      pinned: sel.pinned,
+    return migrationHooks({
+      ctx: this.#ctx, model: this.model, role: this.role, requestId: req.requestId, policy, pinned: sel.pinned, exclude,
       redispatch: async (leg) => {
         const res = await this.#attempts({ ...leg, returnTokenIds: true }, undefined, exclude);
         if (res.body.kind === 'sse') return { events: res.body.events, workerId: res.selection.worker.id };
         throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine refused the continuation (${res.status})`, { upstreamStatus: res.status });
       },
-      exclude: (workerId, err) => {
-        exclude.add(workerId);
+      onExcluded: (workerId, err) => {
         if (CONNECTION_FAILURES.has(err.code)) this.#opts.onWorkerUnreachable?.(workerId);
       },
-      started: () => m?.migrations.labels({ ...labels, outcome: 'started' }).inc(),
-      skipped: (reason, err, detail) => {
-        m?.migrationsSkipped.labels({ ...labels, reason }).inc();
-        log.warn({ model: this.model, requestId: req.requestId, code: err.code, reason, ...detail }, 'stream failed and was not migrated');
-      },
-      outcome: (outcome, migrations) => {
-        m?.migrations.labels({ ...labels, outcome }).inc();
-        const line = { model: this.model, requestId: req.requestId, migrations, outcome };
-        if (outcome === 'succeeded') log.info(line, 'stream migrated to another worker and completed');
-        else log.warn(line, 'stream migration failed');
-      },
-    };
+    });
   }
 
   /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing reached the client). */
@@ -288,8 +278,8 @@ export class PushRouter implements PoolMembers {
     const leg = mergeLegs(w.dpSize > 1 || w.dpStart > 0 ? dpRankLeg(w.dialect, sel.dpRank) : EMPTY_LEG, req.leg ?? EMPTY_LEG);
     // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
     const streamed = leg.fields['stream'] !== false;
-    // vLLM (>= 0.10.2) sends the token ids a migration resumes from; other dialects are retried before the first byte only.
-    const ids = req.returnTokenIds === true && w.dialect === 'vllm' ? { return_token_ids: true } : {};
+    // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before the first byte only.
+    const ids = req.returnTokenIds === true && (w.returnsTokenIds ?? w.dialect === 'vllm') ? { return_token_ids: true } : {};
     try {
       const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
         signal: req.signal,
