@@ -130,9 +130,14 @@ export class KubernetesWorkersSource {
     const rv = this.#resourceVersion === undefined ? '' : `&resourceVersion=${encodeURIComponent(this.#resourceVersion)}`;
     const res = await this.#get(`${this.#path}&watch=1&allowWatchBookmarks=true${rv}`);
     const lines = createInterface({ input: res.body, crlfDelay: Infinity });
-    for await (const line of lines) {
-      if (line.trim() === '') continue;
-      this.#event(JSON.parse(line) as WatchEvent);
+    try {
+      for await (const line of lines) {
+        if (line.trim() === '') continue;
+        this.#event(JSON.parse(line) as WatchEvent);
+      }
+    } finally {
+      // A watch left on an ERROR event (410) or a bad line: its connection goes too.
+      res.body.destroy();
     }
   }
 
