@@ -15,9 +15,10 @@
  */
 import { Etcd3, type IKeyValue, type Watcher } from 'etcd3';
 import type { Logger } from 'pino';
-import { etcdModelPrefix, readEtcdWorker, workerDiff, type ConfigProblem, type EtcdDiscovery, type ModelConfig, type WorkerConfig } from '../config/index.js';
+import { etcdModelPrefix, readEtcdWorker, type ConfigProblem, type EtcdDiscovery, type ModelConfig, type WorkerConfig } from '../config/index.js';
 import type { WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
+import { applyWorkerSet } from './discovered-set.js';
 import type { FleetMembers } from './membership.js';
 import type { DiscoveryMetrics } from './workers-file.js';
 
@@ -170,28 +171,19 @@ export class EtcdWorkersSource {
   }
 
   #apply(next: Map<number, WorkerConfig>): void {
-    const { removed, added } = workerDiff([...this.#current.values()], [...next.values()]);
-    if (removed.length === 0 && added.length === 0) {
+    const change = applyWorkerSet(this.#members, 'etcd', this.#current, next, (w, err) => {
+      // An id another source took since the value was read: this one stays out, the next put or relist retries.
+      this.#count('rejected');
+      this.#sink?.logger.error({ prefix: this.#prefix, workerId: w.id }, `etcd worker ${w.id} cannot join: ${err.message}`);
+    });
+    if (change === undefined) {
       this.#count('unchanged');
       return;
     }
-    for (const w of removed) this.#members.leave(w.id);
-    for (const w of added) {
-      try {
-        this.#members.join(w, 'etcd');
-      } catch (err) {
-        // An id another source took since the value was read: this one stays out, the next put or relist retries.
-        if (!isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')) throw err;
-        next.delete(w.id);
-        this.#count('rejected');
-        this.#sink?.logger.error({ prefix: this.#prefix, workerId: w.id }, `etcd worker ${w.id} cannot join: ${err.message}`);
-      }
-    }
     this.#current = next;
-    const joined = added.filter((w) => next.has(w.id));
     this.#count('applied');
-    this.#sink?.logger.info({ prefix: this.#prefix, joined: joined.map((w) => w.id), left: removed.map((w) => w.id) },
-      `etcd workers applied: ${joined.length} joined, ${removed.length} left`);
+    this.#sink?.logger.info({ prefix: this.#prefix, joined: change.joined.map((w) => w.id), left: change.left.map((w) => w.id) },
+      `etcd workers applied: ${change.joined.length} joined, ${change.left.length} left`);
   }
 
   #count(outcome: Outcome): void {

@@ -19,8 +19,8 @@ import type { GatewayConfig } from '../config/index.js';
 import type { HealthProber, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
 
-/** Where a worker came from: the config file (at start or on reload), a model's workers file, or etcd. */
-export type WorkerSource = 'static' | 'file' | 'etcd';
+/** Where a worker came from: the config file (at start or on reload), a model's workers file, etcd, or Kubernetes. */
+export type WorkerSource = 'static' | 'file' | 'etcd' | 'kubernetes';
 
 /**
  * A worker's standing as `/admin/models` shows it: `joining` (registered, not yet passed its first

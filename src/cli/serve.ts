@@ -25,6 +25,7 @@ import { clusterMember, leaveCluster, runClusterPrimary, type ClusterMember } fr
 import { startTracing } from './tracing.js';
 import { WorkersFileSource } from './workers-file.js';
 import { EtcdWorkersSource } from './etcd-source.js';
+import { KubernetesWorkersSource } from './kubernetes-source.js';
 
 /** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
@@ -128,6 +129,21 @@ function workersFiles(config: GatewayConfig, registry: WorkerRegistry, members: 
   return files;
 }
 
+/**
+ * The etcd and Kubernetes sources of each model: their workers join at runtime (listed once the model's
+ * router exists), as every later one does.
+ */
+function runtimeSources(config: GatewayConfig, registry: WorkerRegistry, members: FleetMembers): Map<string, (EtcdWorkersSource | KubernetesWorkersSource)[]> {
+  const out = new Map<string, (EtcdWorkersSource | KubernetesWorkersSource)[]>();
+  for (const m of config.models) {
+    out.set(m.name, [
+      ...(m.etcd === undefined ? [] : [new EtcdWorkersSource(m, registry, members)]),
+      ...(m.kubernetes === undefined ? [] : [new KubernetesWorkersSource(m, registry, members)]),
+    ]);
+  }
+  return out;
+}
+
 function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFleet {
   const registry = new WorkerRegistry();
   const sync = replicaSync(config, member);
@@ -164,9 +180,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
     void engine.close();
     throw err;
   }
-  // etcd registrations join at runtime (listed once the model's router exists), as every later one does.
-  const etcds = new Map<string, EtcdWorkersSource>();
-  for (const m of config.models) if (m.etcd !== undefined) etcds.set(m.name, new EtcdWorkersSource(m, registry, members));
+  const runtime = runtimeSources(config, registry, members);
   // The first round runs when the first router is built: after the gateway's start-up work (tokenizers),
   // which would otherwise hold the event loop past the probes' timeout.
   let firstRound: Promise<void> | undefined;
@@ -178,7 +192,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
       prober.watch(model.name, deps.logger, deps.metrics);
       members.watch(model.name, deps.logger, deps.metrics);
       files.get(model.name)?.start(deps.logger, deps.metrics);
-      etcds.get(model.name)?.start(deps.logger, deps.metrics);
+      for (const source of runtime.get(model.name) ?? []) source.start(deps.logger, deps.metrics);
       const sink = modelCheckSink(deps);
       sinks.set(model.name, sink);
       if (firstRound === undefined) {
@@ -200,7 +214,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
     live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router), served: (c) => members.served(c) },
     async close(): Promise<void> {
       for (const f of files.values()) f.close();
-      await Promise.all([...etcds.values()].map((e) => e.close()));
+      await Promise.all([...runtime.values()].flat().map((e) => e.close()));
       prober.close();
       outliers.close();
       await sync?.close();

@@ -20,7 +20,7 @@ import type { FleetMembers } from './membership.js';
 
 /** Where updates are counted: the gateway's metrics fit this shape. */
 export interface DiscoveryMetrics {
-  readonly discoveryUpdates: { labels(l: { model: string; source: 'file' | 'etcd'; outcome: 'applied' | 'unchanged' | 'rejected' }): { inc(): void } };
+  readonly discoveryUpdates: { labels(l: { model: string; source: 'file' | 'etcd' | 'kubernetes'; outcome: 'applied' | 'unchanged' | 'rejected' }): { inc(): void } };
 }
 
 /** Quiet time after the last change before the file is re-read (an editor's save is several events). */

@@ -39,6 +39,11 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   engine: 'vllm' as EngineDialect,
   /** Where workers register in etcd (`<prefix>/<model>/<id>`). */
   etcdPrefix: '/kvgate/workers',
+  /** Kubernetes discovery: the in-cluster API server, the pod's service-account token and CA, and the first worker id endpoints get. */
+  kubernetesApiServer: 'https://kubernetes.default.svc',
+  kubernetesTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
+  kubernetesCaFile: '/var/run/secrets/kubernetes.io/serviceaccount/ca.crt',
+  kubernetesIdBase: 100_000,
   sglangBootstrapPort: 8998,
   // Migrations per request (Dynamo's default is 0: off; kvgate resumes broken streams by default).
   migrationLimit: 3,

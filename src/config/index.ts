@@ -2,9 +2,10 @@
 export { loadGatewayConfig } from './load.js';
 export { parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
 export type { ConfigProblem } from './reader.js';
-export type { EtcdDiscovery, GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource, TracingConfig } from './types.js';
+export type { EtcdDiscovery, KubernetesDiscovery, GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource, TracingConfig } from './types.js';
 export { configProblemsError } from './load.js';
 export { configChanges, reloadProblems, workerDiff } from './reload.js';
 export type { ConfigChange } from './reload.js';
 export { loadWorkersFile } from './workers-file.js';
 export { etcdModelPrefix, readEtcdWorker, readEtcdWorkerValue } from './etcd.js';
+export { kubernetesWorker, type KubernetesEndpoint } from './kubernetes.js';

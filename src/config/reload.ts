@@ -39,6 +39,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['engine', (m) => m.engine],
   ['workers_file', (m) => m.workersFile],
   ['etcd', (m) => m.etcd],
+  ['kubernetes', (m) => m.kubernetes],
   ['migration_limit', (m) => m.migration.limit],
   ['migration_max_seq_len', (m) => m.migration.maxSeqLen],
   ...STRUCTURAL_ROUTER_KNOBS.map((k): [string, (m: ModelConfig) => unknown] => [`router.${KV_ROUTER_CONFIG_FIELDS[k].dynamo}`, (m) => m.router[k]]),

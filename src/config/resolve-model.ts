@@ -10,12 +10,13 @@ import { kvEventsEnabled } from '../core/index.js';
 import type { KvEventEndpoints } from '../discovery/index.js';
 import { absolute, checkHost, checkHttpUrl, checkZmqEndpoint, type ResolveContext } from './checks.js';
 import { GATEWAY_DEFAULTS } from './defaults.js';
+import { readKubernetesSection } from './kubernetes-section.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
 import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine',
-  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'etcd', 'migration_limit', 'migration_max_seq_len'] as const;
+  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'etcd', 'kubernetes', 'migration_limit', 'migration_max_seq_len'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
   'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated', 'return_token_ids'] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
@@ -186,7 +187,8 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
   // A discovery source may bring every worker: then the static list may be empty.
   const workersFile = m.optStr('workers_file');
   const etcd = readEtcdSection(m);
-  const workers = readWorkers(m, engine, names, workersFile === undefined && etcd === undefined);
+  const kubernetes = readKubernetesSection(m);
+  const workers = readWorkers(m, engine, names, workersFile === undefined && etcd === undefined && kubernetes === undefined);
   const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
   const migration = {
     limit: m.int('migration_limit', GATEWAY_DEFAULTS.migrationLimit, { min: 0, max: 100 }),
@@ -194,7 +196,7 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
   };
   return {
     name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts,
-    migration, engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile), etcd,
+    migration, engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile), etcd, kubernetes,
   };
 }
 

@@ -58,6 +58,8 @@ export interface ModelConfig {
   readonly workersFile: string | undefined;
   /** etcd discovery: workers registered under `<prefix>/<model>/<id>` on these endpoints. */
   readonly etcd: EtcdDiscovery | undefined;
+  /** Kubernetes discovery: the ready endpoints of a Service's EndpointSlices. */
+  readonly kubernetes: KubernetesDiscovery | undefined;
   /** Request migration: streams resumed on another worker after a migratable failure. */
   readonly migration: MigrationConfig;
 }
@@ -66,6 +68,21 @@ export interface ModelConfig {
 export interface EtcdDiscovery {
   readonly endpoints: readonly string[];
   readonly prefix: string;
+}
+
+/**
+ * A model's `kubernetes` section: the API server, the namespace and Service whose EndpointSlices list the
+ * engines, the slice port that is their HTTP port (the first when unset), the bearer token and CA files
+ * (read at each request: tokens rotate), and the lowest worker id endpoints are given.
+ */
+export interface KubernetesDiscovery {
+  readonly apiServer: string;
+  readonly namespace: string;
+  readonly service: string;
+  readonly portName: string | undefined;
+  readonly tokenFile: string;
+  readonly caFile: string;
+  readonly idBase: number;
 }
 
 /** `migration_limit` (migrations per request, 0: off) and `migration_max_seq_len` (no migration past it; undefined: no bound). */

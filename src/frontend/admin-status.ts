@@ -18,7 +18,7 @@ export interface GatewayStatus {
 
 /** What the fleet knows of one worker beyond its config (the CLI's FleetMembers, prober and routers). */
 export interface WorkerLiveStatus {
-  /** static (the config file), file (a workers_file), etcd. */
+  /** static (the config file), file (a workers_file), etcd, kubernetes. */
   readonly source: string;
   /** joining, ready, draining, mismatched, down. */
   readonly state: string;

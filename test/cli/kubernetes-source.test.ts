@@ -1,0 +1,110 @@
+/**
+ * Kubernetes discovery (issue 16, must-show 2) against a PROTOCOL DOUBLE of
+ * the API server (test/helpers/kube-api-double.ts: a node:http server speaking
+ * the EndpointSlice list + watch protocol, resourceVersion, ADDED / MODIFIED /
+ * DELETED, 410 Gone), since no Kubernetes API server can run here. Each case
+ * asserts the worker set `FleetMembers` (and the registry behind it) converges to.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { FleetMembers } from '../../src/cli/membership.js';
+import { KubernetesWorkersSource } from '../../src/cli/kubernetes-source.js';
+import { loadGatewayConfig, type ModelConfig } from '../../src/config/index.js';
+import { HealthProber, WorkerRegistry } from '../../src/discovery/index.js';
+import { EngineClient } from '../../src/engines/index.js';
+import { KvgateMetrics } from '../../src/metrics/index.js';
+import { KubeApiDouble, type Slice } from '../helpers/kube-api-double.js';
+import { until } from '../helpers/until.js';
+
+const SERVICE = 'engines';
+
+function slice(name: string, endpoints: [string, boolean][], labels: Record<string, string> = {}): Slice {
+  return {
+    metadata: { name, labels: { 'kubernetes.io/service-name': SERVICE, ...labels } },
+    ports: [{ name: 'http', port: 8000 }],
+    endpoints: endpoints.map(([address, ready]) => ({ addresses: [address], conditions: { ready }, targetRef: { name: `pod-${address}` } })),
+  };
+}
+
+describe('Kubernetes discovery against an API-server protocol double', () => {
+  let api: KubeApiDouble | undefined;
+  let source: KubernetesWorkersSource | undefined;
+  let prober: HealthProber | undefined;
+  let engine: EngineClient | undefined;
+  let dir: string | undefined;
+  afterEach(async () => {
+    await source?.close();
+    prober?.close();
+    await engine?.close();
+    await api?.close();
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function start(): Promise<{ api: KubeApiDouble; members: FleetMembers; registry: WorkerRegistry; metrics: KvgateMetrics; urls: () => string[] }> {
+    api = await KubeApiDouble.start();
+    dir = mkdtempSync(join(tmpdir(), 'kvgate-k8s-'));
+    const file = join(dir, 'kvgate.yaml');
+    writeFileSync(file, `models:\n  - name: m\n    router_mode: round-robin\n    kubernetes: { api_server: "${api.url}", namespace: ns, service: ${SERVICE}, port_name: http, token_file: ${join(dir, 'token')} }\n`);
+    const model: ModelConfig = loadGatewayConfig({ file, env: {} }).models[0]!;
+    const registry = new WorkerRegistry();
+    engine = new EngineClient({ connectTimeoutMs: 200 });
+    prober = new HealthProber(registry, { checkModels: false });
+    const members = new FleetMembers(registry, engine, prober);
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    source = new KubernetesWorkersSource(model, registry, members);
+    const urls = (): string[] => members.discovered('m').map((w) => `${w.role} ${w.url}`);
+    return { api, members, registry, metrics, urls };
+  }
+
+  it('add, modify (not Ready -> Ready) and delete converge; slice labels give the role', async () => {
+    const { api, registry, metrics, urls } = await start();
+    api.put(slice('engines-a', [['10.0.0.1', true], ['10.0.0.2', false]], { 'kvgate.io/role': 'aggregated' }));
+    source!.start(pino({ level: 'silent' }), metrics);
+    await until(() => urls().length === 1, 'listed');
+    expect(urls()).toEqual(['aggregated http://10.0.0.1:8000']);
+    // ADDED
+    api.put(slice('engines-b', [['10.0.0.3', true]]));
+    await until(() => urls().length === 2, 'added');
+    // MODIFIED: 10.0.0.2 becomes Ready
+    api.put(slice('engines-a', [['10.0.0.1', true], ['10.0.0.2', true]]));
+    await until(() => urls().length === 3, 'ready');
+    expect(urls().sort()).toEqual(['aggregated http://10.0.0.1:8000', 'aggregated http://10.0.0.2:8000', 'aggregated http://10.0.0.3:8000']);
+    // DELETED
+    api.delete('engines-a');
+    await until(() => urls().length === 1, 'deleted');
+    expect(urls()).toEqual(['aggregated http://10.0.0.3:8000']);
+    expect(registry.all().map((w) => w.url)).toEqual(['http://10.0.0.3:8000']);
+    expect(api.requests.filter((r) => r === 'list')).toHaveLength(1);
+    expect(await metrics.text()).toContain('kvgate_discovery_updates_total{model="m",source="kubernetes",outcome="applied"}');
+  });
+
+  it('410 Gone is followed by a relist that applies a change the watch never saw', async () => {
+    const { api, urls } = await start();
+    api.put(slice('engines-a', [['10.0.0.1', true]]));
+    source!.start(pino({ level: 'silent' }), new KvgateMetrics({ processMetrics: false }));
+    await until(() => urls().length === 1 && api.requests.some((r) => r.startsWith('watch')), 'watching');
+    api.put(slice('engines-a', [['10.0.0.5', true]]), true);
+    api.compact();
+    await until(() => urls().join() === 'aggregated http://10.0.0.5:8000', 'relisted');
+    expect(api.requests.filter((r) => r === 'list')).toHaveLength(2);
+  });
+
+  it('a dropped watch connection resumes from the last resourceVersion and replays what it missed', async () => {
+    const { api, urls } = await start();
+    api.put(slice('engines-a', [['10.0.0.1', true]]));
+    source!.start(pino({ level: 'silent' }), new KvgateMetrics({ processMetrics: false }));
+    await until(() => urls().length === 1 && api.requests.some((r) => r.startsWith('watch')), 'watching');
+    const firstWatch = api.requests.find((r) => r.startsWith('watch'))!;
+    api.holdWatches = true;
+    api.dropWatches();
+    await until(() => api.heldWatches === 1, 'rewatch requested');
+    api.put(slice('engines-b', [['10.0.0.2', true]]));
+    api.releaseWatches();
+    await until(() => urls().length === 2, 'replayed');
+    expect(api.requests.filter((r) => r === 'list')).toHaveLength(1);
+    expect(api.requests.filter((r) => r.startsWith('watch'))).toEqual([firstWatch, firstWatch]);
+  });
+});
