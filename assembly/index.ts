@@ -5,11 +5,11 @@ import { xxh3 } from './xxh3';
 import { hashBlocks, chainHashes } from './hashing';
 import {
   Index, indexNew, indexFree, ensureSlot, applyStored, applyRemoved, clearSlot,
-  findMatches, indexBytes,
+  findMatches, indexBytes, exportSlot, importSlot,
 } from './prefix_index';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
-export const ABI_VERSION: u32 = 2;
+export const ABI_VERSION: u32 = 3;
 
 // One growable I/O region the host lays its per-call inputs and outputs into.
 let io: usize = 0;
@@ -69,6 +69,16 @@ export function idxClearSlot(ix: usize, slot: u32): u32 { return clearSlot(chang
 /** Matches by sequence hashes, or by local hashes when `fromLocal != 0`. Writes (slot, depth) pairs; returns their count. */
 export function idxFindMatches(ix: usize, hashes: usize, n: u32, fromLocal: u32, outSlots: usize, outDepths: usize): u32 {
   return findMatches(changetype<Index>(ix), hashes, n, fromLocal != 0, outSlots, outDepths);
+}
+
+/** One page of a slot's (engine hash, sequence hash) pairs; the position to resume from goes to `nextOut` (u32). */
+export function idxExportSlot(ix: usize, slot: u32, from: u32, max: u32, out: usize, nextOut: usize): u32 {
+  return exportSlot(changetype<Index>(ix), slot, from, max, out, nextOut);
+}
+
+/** Adds `n` (engine hash, sequence hash) pairs to a slot (a snapshot's); returns the pairs new to it. */
+export function idxImportSlot(ix: usize, slot: u32, n: u32, pairs: usize): u32 {
+  return importSlot(changetype<Index>(ix), slot, n, pairs);
 }
 
 export function idxEntries(ix: usize): u32 { return changetype<Index>(ix).engCount; }

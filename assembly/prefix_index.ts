@@ -316,20 +316,27 @@ export function applyStored(ix: Index, slot: u32, hasParent: bool, parent: u64, 
     const eng = load<u64>(engHashes + (<usize>i << 3));
     const seq = (i == 0 && !hasParent) ? local : xxh3Pair(prev, local, BLOCK_SEED);
     prev = seq;
-    const e = engFind(ix, eng, slot);
-    if (e != 0) {
-      const old = load<u64>(e, 8);
-      if (old == seq) continue;
-      // The engine reused an id for other content: move it.
-      store<u64>(e, seq, 8);
-      dropBit(ix, old, slot);
-    } else {
-      engInsert(ix, eng, slot, seq);
-      slotCountAdd(ix, slot, 1);
-    }
-    addBit(ix, seq, slot);
+    mapBlock(ix, slot, eng, seq);
   }
   return STORE_OK;
+}
+
+/** Maps the slot's engine hash `eng` to `seq` and marks the block held; returns 1 when the slot did not hold `eng`. */
+function mapBlock(ix: Index, slot: u32, eng: u64, seq: u64): u32 {
+  const e = engFind(ix, eng, slot);
+  if (e != 0) {
+    const old = load<u64>(e, 8);
+    if (old == seq) return 0;
+    // The engine reused an id for other content: move it.
+    store<u64>(e, seq, 8);
+    dropBit(ix, old, slot);
+    addBit(ix, seq, slot);
+    return 0;
+  }
+  engInsert(ix, eng, slot, seq);
+  slotCountAdd(ix, slot, 1);
+  addBit(ix, seq, slot);
+  return 1;
 }
 
 /** Applies a `removed` event; returns how many of the hashes were unknown for this slot. */
@@ -368,6 +375,43 @@ export function clearSlot(ix: Index, slot: u32): u32 {
     i++;
   }
   return removed;
+}
+
+/**
+ * Copies up to `max` of `slot`'s (engine hash, sequence hash) pairs to `out`,
+ * interleaved u64s, scanning the engine table from position `from`. Writes the
+ * position to resume from to `nextOut` (u32; the table capacity when done) and
+ * returns the pairs written. A snapshot's pages must be taken with no change in between.
+ */
+export function exportSlot(ix: Index, slot: u32, from: u32, max: u32, out: usize, nextOut: usize): u32 {
+  const cap = <u32>(1 << ix.engLog2);
+  let n: u32 = 0;
+  let i = from;
+  for (; i < cap && n < max; i++) {
+    const e = ix.eng + <usize>i * ENG_ENTRY;
+    if (load<u32>(e, 16) != slot + 1) continue;
+    const o = out + (<usize>n << 4);
+    store<u64>(o, load<u64>(e));
+    store<u64>(o, load<u64>(e, 8), 8);
+    n++;
+  }
+  store<u32>(nextOut, i);
+  return n;
+}
+
+/**
+ * Adds `n` (engine hash, sequence hash) pairs (interleaved u64s at `pairs`) to
+ * `slot`, as a snapshot of another index holds them; an engine hash the slot
+ * already maps is moved to the new sequence hash. Returns the pairs new to the slot.
+ */
+export function importSlot(ix: Index, slot: u32, n: u32, pairs: usize): u32 {
+  ensureSlot(ix, slot);
+  let added: u32 = 0;
+  for (let i: u32 = 0; i < n; i++) {
+    const p = pairs + (<usize>i << 4);
+    added += mapBlock(ix, slot, load<u64>(p), load<u64>(p, 8));
+  }
+  return added;
 }
 
 /**

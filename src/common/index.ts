@@ -11,3 +11,4 @@ export {
 } from './http.js';
 export { encodeSeq, REPLAY_END_SEQ } from './kv-frames.js';
 export { clientSpan, inRequestSpan, inSpan, spanFailed, traceLogFields } from './tracing.js';
+export type { KvSlotSnapshot } from './kv-snapshot.js';

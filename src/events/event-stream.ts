@@ -13,23 +13,15 @@
  *                        stale ─► skip      garbage (seq absurdly far ahead) ─► drop
  *                        restart evidence ─► hold; confirmed ⇒ clear the slot, start over
  *
- * Replays: at most one in flight; a newer need (restart, resync) aborts it,
- * an equal one waits for it. Reply batches at or below the cursor are stale.
- * A parked batch that arrived before the request and lies beyond the reply's
- * newest seq was never sent by the engine: garbage. A reply that starts
- * beyond the cursor (the engine's buffer lost the missing batches) or a
- * failed replay clears the slot (a lost removal would otherwise over-predict
- * forever). Without a replay endpoint a gap clears the slot at once and
- * liveness degrades it, so the router scores it approximately for a while.
- * A first batch with seq > 0 (joined late) triggers one replay from 0; a stream
- * inconsistent for `inconsistentAfterMs` is reset (README.md has the reasoning).
+ * Replays (one in flight, a newer need aborts it; a short or failed one clears
+ * the slot), garbage, restarts and the consistency bound: README.md.
  */
 import type { WorkerRank } from '../common/index.js';
 import { parseEventFrames } from './decode.js';
 import type { EventLiveness } from './liveness.js';
 import { ThrottledLog } from './log.js';
 import { fillOptions, kDefaultStreamOptions, type FilledKvEventStreamOptions, type IngestContext, type KvEventStreamOptions } from './options.js';
-import { LiveQueue, ParkedBatches } from './live-queue.js';
+import { LiveQueue, ParkedBatches, replayNeed } from './live-queue.js';
 import type { ReplayReply, KvReplayRequest, ReplyInProgress, ReplaySource } from './replay.js';
 import { SequenceJudge, type LiveItem } from './sequence.js';
 import { SlotWriter } from './slot-writer.js';
@@ -86,6 +78,20 @@ export class KvEventStream implements Drainable {
   /** Newest accepted sequence number, null before the first. */
   get cursor(): bigint | null {
     return this.#judge.cursor.last;
+  }
+
+  /** The newest batch applied in full (one being applied in slices does not count yet). */
+  get appliedCursor(): bigint | null {
+    const c = this.cursor;
+    return c === null || !this.#writer.busy ? c : c > 0n ? c - 1n : null;
+  }
+
+  /** Starts at a replica snapshot's cursor (its blocks already in the index): what the engine published since is replayed now. */
+  seed(cursor: bigint): void {
+    if (this.cursor !== null || this.pendingCount > 0) return;
+    this.#judge.seed(cursor);
+    this.#writer.seeded();
+    if (this.#source !== undefined) this.#request(cursor + 1n);
   }
 
   /** True while a replay is in flight or its answer is being applied. */
@@ -366,12 +372,7 @@ export class KvEventStream implements Drainable {
   }
 
   #replayNeed(idleNow: boolean): bigint | undefined {
-    if (this.#source === undefined) return undefined;
-    const last = this.cursor;
-    const head = this.#parked.head;
-    if (head !== undefined && last !== null && head.seq > last + 1n && (idleNow || this.#parked.length > this.#opts.reorderWindow)) return last + 1n;
-    if (idleNow && this.#dropped !== undefined && (last === null || last < this.#dropped.high)) return last === null ? 0n : last + 1n;
-    return undefined;
+    return this.#source === undefined ? undefined : replayNeed(this.cursor, this.#parked, this.#dropped, idleNow, this.#opts.reorderWindow);
   }
 
   #hasWork(): boolean {

@@ -77,3 +77,16 @@ export class ParkedBatches extends FrontQueue {
     return gone;
   }
 }
+
+/**
+ * Where a stream with a replay endpoint must replay from, if anywhere: in front of a parked gap
+ * that reordering did not fill (once idle, or with more parked than the reorder window), or
+ * from the batches a full queue dropped.
+ */
+export function replayNeed(last: bigint | null, parked: ParkedBatches, dropped: { readonly high: bigint } | undefined,
+  idleNow: boolean, reorderWindow: number): bigint | undefined {
+  const head = parked.head;
+  if (head !== undefined && last !== null && head.seq > last + 1n && (idleNow || parked.length > reorderWindow)) return last + 1n;
+  if (idleNow && dropped !== undefined && (last === null || last < dropped.high)) return last === null ? 0n : last + 1n;
+  return undefined;
+}

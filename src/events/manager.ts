@@ -12,7 +12,7 @@
  * `maxTurnMs` / `maxEventsPerTurn` of each event-loop turn. A timer checks
  * every stream's consistency bound even when its publisher went quiet.
  */
-import { slotKey, type Context } from '../common/index.js';
+import { slotKey, type Context, type KvSlotSnapshot } from '../common/index.js';
 import type { KvEventApplier } from './applier.js';
 import { EventLiveness, type EventStatus } from './liveness.js';
 import {
@@ -22,6 +22,7 @@ import { KvEventCounters, combineHooks, type KvEventHooks } from './stats.js';
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js';
 import type { TieredPrefixIndex } from './tiered-index.js';
 import { TurnScheduler } from './turn-scheduler.js';
+import { STORAGE_TIERS, type StorageTier } from './types.js';
 
 /** How often quiet streams are checked against their consistency bound, ms (at most). */
 const CONSISTENCY_CHECK_MS = 1000;
@@ -36,6 +37,11 @@ export interface KvEventManagerInit extends KvEventManagerOptions, Partial<Pick<
   applier: KvEventApplier;
   /** Extra observers (metrics); the manager's own counters always run. */
   hooks?: KvEventHooks | undefined;
+  /**
+   * A peer replica's snapshot (warm start): a slot subscribed to the same endpoint starts with its
+   * blocks and from its cursor, replaying only what the engine published since.
+   */
+  seeds?: readonly KvSlotSnapshot[] | undefined;
 }
 
 function sameSource(a: Readonly<KvEventTarget>, b: KvEventTarget): boolean {
@@ -51,6 +57,7 @@ export class KvEventManager {
   readonly #ctx: IngestContext;
   readonly #subs = new Map<string, KvEventSubscriber>();
   readonly #checkTimer: NodeJS.Timeout;
+  readonly #seeds = new Map<string, KvSlotSnapshot>();
   #closed = false;
 
   constructor(init: KvEventManagerInit) {
@@ -65,6 +72,7 @@ export class KvEventManager {
       for (const sub of this.#subs.values()) sub.stream.checkConsistency();
     }, every);
     this.#checkTimer.unref();
+    for (const seed of init.seeds ?? []) this.#seeds.set(slotKey(seed.workerId, seed.dpRank), seed);
   }
 
   get indexes(): TieredPrefixIndex {
@@ -87,9 +95,45 @@ export class KvEventManager {
       this.applier.clearSlot(source.workerId, source.dpRank);
     }
     const sub = new KvEventSubscriber(source, this.#ctx, this.#opts);
+    const seed = this.#seeds.get(key);
+    this.#seeds.delete(key);
+    if (seed !== undefined) this.#seed(sub, seed);
     sub.start();
     this.#subs.set(key, sub);
     this.liveness.register(source.workerId, source.dpRank);
+  }
+
+  /** Fills a new subscription's slot from a peer's snapshot and starts its stream at the snapshot's cursor. */
+  #seed(sub: KvEventSubscriber, seed: KvSlotSnapshot): void {
+    const { workerId, dpRank, endpoint } = sub.source;
+    const at = { workerId, dpRank, endpoint, snapshotEndpoint: seed.endpoint };
+    if (seed.endpoint !== endpoint) {
+      this.#ctx.log.warn(at, 'replica snapshot of this slot came from another KV-event endpoint: ignored, the slot starts from the engine alone');
+      return;
+    }
+    const tiers = seed.tiers.filter((t) => (STORAGE_TIERS as readonly string[]).includes(t.tier));
+    this.applier.clearSlot(workerId, dpRank);
+    let blocks = 0;
+    for (const t of tiers) blocks += this.indexes.get(t.tier as StorageTier).importSlot(workerId, dpRank, t.pairs);
+    sub.stream.seed(seed.cursor);
+    this.#ctx.log.info({ ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
+      `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; replaying what the engine published since`);
+  }
+
+  /**
+   * What the streams have applied: per subscribed slot with a cursor, its blocks in every tier and
+   * that cursor. Taken within one turn, so the blocks are exactly those of the cursors.
+   */
+  snapshot(): KvSlotSnapshot[] {
+    const out: KvSlotSnapshot[] = [];
+    for (const sub of this.#subs.values()) {
+      const cursor = sub.stream.appliedCursor;
+      if (cursor === null) continue;
+      const { workerId, dpRank, endpoint } = sub.source;
+      const tiers = this.indexes.tiers().map((tier) => ({ tier, pairs: this.indexes.get(tier).exportSlot(workerId, dpRank) }));
+      out.push({ workerId, dpRank, endpoint, cursor, tiers: tiers.filter((t) => t.pairs.length > 0) });
+    }
+    return out;
   }
 
   /** Unsubscribes one rank, or every rank of the worker, and forgets their blocks in every tier. */

@@ -140,6 +140,13 @@ export class SequenceJudge {
     if (this.#liveHigh !== null && this.#liveHigh > bound) this.#liveHigh = bound;
   }
 
+  /** Starts at `seq` as if it had been applied and seen live (a replica snapshot's cursor). */
+  seed(seq: bigint): void {
+    this.reset();
+    this.cursor.advance(seq);
+    this.#noteSeen(seq);
+  }
+
   /** A new publisher (or a resync): forget the cursor and the live history. */
   reset(): void {
     this.cursor.reset();

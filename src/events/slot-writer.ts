@@ -25,6 +25,8 @@ export class SlotWriter {
   readonly #log: ThrottledLog;
   readonly #onStatus: ((type: KvCacheEventType, status: ApplyStatus) => void) | undefined;
   #current: { batch: KvEventBatch; origin: BatchOrigin; next: number; applied: number } | undefined;
+  /** The slot holds a replica snapshot's blocks and no batch was accepted since (see `seeded`). */
+  #seeded = false;
 
   constructor(slot: WorkerRank, ctx: IngestContext, log: ThrottledLog) {
     this.#slot = slot;
@@ -41,8 +43,19 @@ export class SlotWriter {
     return this.#current !== undefined;
   }
 
+  /**
+   * The slot was just filled from a replica's snapshot. Until the next batch is accepted, a
+   * reset for batches the engine can no longer give (no replay endpoint, its buffer no longer
+   * reaching back, a failed replay) keeps those blocks: they are what is known, and clearing
+   * them would start the slot cold. Logged and counted.
+   */
+  seeded(): void {
+    this.#seeded = true;
+  }
+
   /** Decodes an accepted batch; its events are applied by `applySlice`. A batch that cannot be used is reported and skipped. */
   accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin): void {
+    this.#seeded = false;
     const r = decodeKvEventBatch(payload);
     if (!r.ok) {
       this.decodeError(r.error, seq);
@@ -81,8 +94,16 @@ export class SlotWriter {
     this.#current = undefined;
   }
 
-  /** Drops every block of the slot, and says why. */
+  /** Drops every block of the slot, and says why (a freshly seeded slot keeps them for a lost catch-up; see `seeded`). */
   reset(reason: ResetReason): void {
+    const seeded = this.#seeded;
+    this.#seeded = false;
+    if (seeded && (reason === 'gap_without_replay' || reason === 'replay_incomplete' || reason === 'replay_failed')) {
+      const { workerId, dpRank } = this.#slot;
+      this.#log.warn('seed_kept', { workerId, dpRank, reason },
+        'KV events since the replica snapshot cannot be replayed from the engine: keeping the snapshot\'s blocks and continuing from live events');
+      return;
+    }
     const blocks = this.#applier.clearSlot(this.#slot.workerId, this.#slot.dpRank);
     this.#hooks.onReset?.(this.#slot.workerId, this.#slot.dpRank, reason, blocks);
   }

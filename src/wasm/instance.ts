@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { KvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-const EXPECTED_ABI_VERSION = 2;
+const EXPECTED_ABI_VERSION = 3;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };
@@ -29,6 +29,8 @@ export interface KvgateWasmExports {
   idxRemoved(ix: number, slot: number, n: number, eng: number): number;
   idxClearSlot(ix: number, slot: number): number;
   idxFindMatches(ix: number, hashes: number, n: number, fromLocal: number, outSlots: number, outDepths: number): number;
+  idxExportSlot(ix: number, slot: number, from: number, max: number, out: number, nextOut: number): number;
+  idxImportSlot(ix: number, slot: number, n: number, pairs: number): number;
   idxEntries(ix: number): number;
   idxDistinctBlocks(ix: number): number;
   idxBytes(ix: number): number;

@@ -31,6 +31,8 @@ export interface RemoveResult {
 
 const STORE_PARENT_NOT_FOUND = 1;
 const STORE_INVALID_SEQUENCE = 2;
+/** (engine hash, sequence hash) pairs per WASM call of a slot's export or import. */
+const EXPORT_PAGE = 65_536;
 
 const registry = new FinalizationRegistry<{ m: WasmModule; ptr: number }>(({ m, ptr }) => m.exports.idxFree(ptr));
 
@@ -205,6 +207,49 @@ export class PrefixIndex {
     const slots = v.u32.slice(outSlots >>> 2, (outSlots >>> 2) + count);
     const depths = v.u32.slice(outDepths >>> 2, (outDepths >>> 2) + count);
     return { count, slots, depths };
+  }
+
+  /**
+   * Every block a slot holds, as (engine hash, sequence hash) pairs interleaved in one array
+   * (entry i at [2i, 2i+1]): what `importSlot` restores in another index. Batched in pages of
+   * EXPORT_PAGE pairs, so the I/O region stays small however large the slot.
+   */
+  exportSlot(workerId: number, dpRank: number): BigUint64Array {
+    const slot = this.findSlot(workerId, dpRank);
+    if (slot === undefined) return new BigUint64Array(0);
+    const ix = this.#live();
+    const out = new BigUint64Array(this.slotBlockCount(slot) * 2);
+    let from = 0;
+    let filled = 0;
+    while (filled < out.length) {
+      const io = this.#m.exports.ioReserve(EXPORT_PAGE * 16 + 8);
+      const n = this.#m.exports.idxExportSlot(ix, slot, from, Math.min(EXPORT_PAGE, (out.length - filled) / 2), io + 8, io);
+      const v = this.#m.views();
+      out.set(v.u64.subarray((io + 8) >>> 3, ((io + 8) >>> 3) + n * 2), filled);
+      filled += n * 2;
+      from = v.u32[io >>> 2]!;
+      if (n === 0) break;
+    }
+    return filled === out.length ? out : out.slice(0, filled);
+  }
+
+  /**
+   * Adds a slot's blocks as another index's `exportSlot` gave them (a replica's snapshot):
+   * afterwards `removed` and `stored` events of the slot's engine resolve against them.
+   * Returns the blocks new to the slot.
+   */
+  importSlot(workerId: number, dpRank: number, pairs: BigUint64Array): number {
+    if (pairs.length % 2 !== 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'slot pairs must hold an even number of hashes');
+    const slot = this.slotOf(workerId, dpRank);
+    const ix = this.#live();
+    let added = 0;
+    for (let at = 0; at < pairs.length; at += EXPORT_PAGE * 2) {
+      const page = pairs.subarray(at, Math.min(pairs.length, at + EXPORT_PAGE * 2));
+      const io = this.#m.exports.ioReserve(page.length * 8);
+      this.#m.views().u64.set(page, io >>> 3);
+      added += this.#m.exports.idxImportSlot(ix, slot, page.length / 2, io);
+    }
+    return added;
   }
 
   /** Blocks held by a slot (Dynamo's tree size). */

@@ -1,0 +1,16 @@
+/**
+ * One (worker, dp rank)'s part of a prefix-index snapshot, as one replica
+ * hands it to another (replica warm start): the KV-event position the blocks
+ * are consistent with, and the blocks themselves. Produced and consumed by
+ * src/events, carried by src/replicas.
+ */
+export interface KvSlotSnapshot {
+  readonly workerId: number;
+  readonly dpRank: number;
+  /** The KV-event endpoint the blocks came from: a replica seeds only a subscription to the same publisher. */
+  readonly endpoint: string;
+  /** Sequence number of the publisher's last batch applied in full to the blocks. */
+  readonly cursor: bigint;
+  /** Per storage tier holding any, the slot's blocks as interleaved (engine hash, sequence hash) pairs. */
+  readonly tiers: readonly { readonly tier: string; readonly pairs: BigUint64Array }[];
+}
