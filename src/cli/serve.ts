@@ -15,7 +15,8 @@ import { EngineClient } from '../engines/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import { startGateway, type FleetStatus, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
-import { seededRng, traceLogFields } from '../common/index.js';
+import { seededRng, traceLogFields, type KvSlotSnapshot } from '../common/index.js';
+import { warmStartModel } from './warm-start.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
 import { fleetStatus } from './fleet-status.js';
 import { FleetMembers } from './membership.js';
@@ -94,6 +95,7 @@ function replicaSync(config: GatewayConfig, member: ClusterMember | undefined): 
   const sync = new ReplicaSync({
     transport, routerId, heartbeatMs: r.heartbeatMs,
     peerTimeoutMs: r.peerTimeoutMs, maxQueuedOps: r.maxQueuedOps, subjectPrefix: r.subjectPrefix,
+    chunkBytes: r.snapshotChunkBytes, maxSnapshotBytes: r.maxSnapshotBytes,
   });
   sync.start();
   return sync;
@@ -101,7 +103,8 @@ function replicaSync(config: GatewayConfig, member: ClusterMember | undefined): 
 
 /** One model's router, wired to the fleet's registry, engine client, prober and replica sync. */
 function modelRouter(model: ModelConfig, config: GatewayConfig, deps: RouterPortDeps,
-  f: { registry: WorkerRegistry; engine: EngineClient; prober: HealthProber; outliers: OutlierDetector; sync: ReplicaSync | undefined }): ModelRouter {
+  f: { registry: WorkerRegistry; engine: EngineClient; prober: HealthProber; outliers: OutlierDetector; sync: ReplicaSync | undefined },
+  seeds: Map<string, KvSlotSnapshot[]> | undefined): ModelRouter {
   const { prober, outliers, sync } = f;
   return new ModelRouter({
     model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
@@ -113,6 +116,7 @@ function modelRouter(model: ModelConfig, config: GatewayConfig, deps: RouterPort
     sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
     kvEvents: config.kvEvents,
     attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
+    kvSeeds: seeds === undefined ? undefined : (role) => seeds.get(channelKey(model.name, role)),
   }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
 }
 
@@ -206,7 +210,8 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
         early.delete(id);
         sink(w, check);
       }
-      const router = modelRouter(model, config, deps, { registry, engine, prober, outliers, sync });
+      const seeds = await warmStartModel(model, config, sync);
+      const router = modelRouter(model, config, deps, { registry, engine, prober, outliers, sync }, seeds);
       routers.set(model.name, router);
       return router;
     },

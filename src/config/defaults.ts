@@ -62,6 +62,10 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   replicaHeartbeatMs: 1000,
   replicaPeerTimeoutMs: 5000,
   replicaMaxQueuedOps: 65_536,
+  replicaWarmStartTimeoutMs: 5000,
+  /** A quarter of NATS's default max_payload (1 MiB): room for the chunk's envelope, and other traffic between chunks. */
+  replicaSnapshotChunkBytes: 262_144,
+  replicaMaxSnapshotBytes: 268_435_456,
 });
 
 /**

@@ -186,7 +186,8 @@ function checkNatsUrl(s: string): string | undefined {
 function readReplicas(root: ConfigReader): GatewayConfig['replicas'] {
   const D = GATEWAY_DEFAULTS;
   const r = root.child('replicas');
-  r?.allowOnly(['nats', 'router_id', 'subject_prefix', 'heartbeat_ms', 'peer_timeout_ms', 'max_queued_ops']);
+  r?.allowOnly(['nats', 'router_id', 'subject_prefix', 'heartbeat_ms', 'peer_timeout_ms', 'max_queued_ops', 'warm_start', 'warm_start_timeout_ms',
+    'snapshot_chunk_bytes', 'max_snapshot_bytes']);
   const nats = r?.child('nats');
   nats?.allowOnly(['servers']);
   const servers: string[] = [];
@@ -205,6 +206,20 @@ function readReplicas(root: ConfigReader): GatewayConfig['replicas'] {
     subjectPrefix: r?.str('subject_prefix', D.replicaSubjectPrefix, token) ?? D.replicaSubjectPrefix,
     heartbeatMs, peerTimeoutMs,
     maxQueuedOps: r?.int('max_queued_ops', D.replicaMaxQueuedOps, { min: 1, max: 1 << 24 }) ?? D.replicaMaxQueuedOps,
+    ...readSnapshots(r, servers.length > 0),
+  };
+}
+
+/** Snapshot transfers and the warm start (on by default when NATS is configured: it needs peers on NATS). */
+function readSnapshots(r: ConfigReader | undefined, nats: boolean): Pick<GatewayConfig['replicas'], 'warmStart' | 'warmStartTimeoutMs' | 'snapshotChunkBytes' | 'maxSnapshotBytes'> {
+  const D = GATEWAY_DEFAULTS;
+  const warmStart = r?.bool('warm_start', nats) ?? nats;
+  if (r !== undefined && warmStart && !nats) r.problem('warm_start', 'needs replicas.nats.servers (or --replica-sync-nats): a warm start asks a peer on NATS');
+  const snapshotChunkBytes = r?.int('snapshot_chunk_bytes', D.replicaSnapshotChunkBytes, { min: 1024, max: 8 << 20 }) ?? D.replicaSnapshotChunkBytes;
+  const maxSnapshotBytes = r?.int('max_snapshot_bytes', D.replicaMaxSnapshotBytes, { min: 1 << 16, max: 1 << 30 }) ?? D.replicaMaxSnapshotBytes;
+  return {
+    warmStart, snapshotChunkBytes, maxSnapshotBytes,
+    warmStartTimeoutMs: r?.int('warm_start_timeout_ms', D.replicaWarmStartTimeoutMs, { min: 100, max: 600_000 }) ?? D.replicaWarmStartTimeoutMs,
   };
 }
 

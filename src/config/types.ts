@@ -186,6 +186,14 @@ export interface ReplicasConfig {
   readonly peerTimeoutMs: number;
   /** Outbound sync ops held at most before new ones are dropped (and counted). */
   readonly maxQueuedOps: number;
+  /** Start from a live peer's bookings and prefix index (default: on when NATS is configured). */
+  readonly warmStart: boolean;
+  /** A warm start's bound in all (connecting, asking, every chunk); then the replica starts cold. */
+  readonly warmStartTimeoutMs: number;
+  /** Largest message of a chunked snapshot transfer (below NATS's max_payload). */
+  readonly snapshotChunkBytes: number;
+  /** Largest snapshot served or fetched (a larger one fails, counted). */
+  readonly maxSnapshotBytes: number;
 }
 
 /** OpenTelemetry tracing: off while `otlpEndpoint` is undefined (the standard OTEL_* variables can also turn it on). */

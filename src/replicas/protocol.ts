@@ -6,7 +6,10 @@
  *                            channel (a model's pool), one per event-loop turn:
  *                            { r: router id, i: incarnation, s: batch sequence, t: sent at (ms), o: ops }
  *   <prefix>.hb              a heartbeat: { r, i, t, s: { channel: last batch sequence } }
- *   <prefix>.snap.<router>   request/reply: { c: channel } -> { r, i, s, b: bookings }
+ *   <prefix>.snap.<router>   request/reply: { c: channel, x: with the prefix index } -> a snapshot
+ *                            { r, i, s, b: bookings, x: sessions, k: index slots } (chunked: transfer.ts)
+ *   <prefix>.warm.<channel>  the same request, answered by one replica of the queue group (warm start)
+ *   <prefix>.chunk.<router>  request/reply: a snapshot's next chunk (transfer.ts)
  *
  * Ops are arrays, kind first: [0, booking...] added, [1, id] prefill completed,
  * [2, id, outputBlocks, decay|null] output progress (an absolute count, so a
@@ -16,6 +19,7 @@
  * than apply half a message.
  */
 import { decode, encode } from '@msgpack/msgpack';
+import type { KvSlotSnapshot } from '../common/index.js';
 import type { SyncedBooking } from '../core/index.js';
 
 /** Most output blocks one booking may claim (guards the apply loop against a corrupt count). */
@@ -61,6 +65,8 @@ export interface Snapshot {
   readonly seq: number;
   readonly bookings: readonly SyncedBooking[];
   readonly sessions: readonly SharedSession[];
+  /** The prefix index with its KV-event cursors, when asked for (a warm start). */
+  readonly slots?: readonly KvSlotSnapshot[] | undefined;
 }
 
 /** NATS subject tokens cannot hold `.`, `*`, `>` or whitespace: other characters are escaped as `~hex~`. */
@@ -74,6 +80,15 @@ export function opsSubject(prefix: string, channel: string): string {
 
 export function snapshotSubject(prefix: string, routerId: string): string {
   return `${prefix}.snap.${subjectToken(routerId)}`;
+}
+
+/** Every replica serving `channel` listens here in one queue group: one of them answers a warm start. */
+export function warmStartSubject(prefix: string, channel: string): string {
+  return `${prefix}.warm.${subjectToken(channel)}`;
+}
+
+export function chunkSubject(prefix: string, routerId: string): string {
+  return `${prefix}.chunk.${subjectToken(routerId)}`;
 }
 
 export function heartbeatSubject(prefix: string): string {
@@ -106,12 +121,19 @@ export function encodeHeartbeat(h: Heartbeat): Uint8Array {
   return encode({ r: h.routerId, i: h.incarnation, t: h.sentAt, s: h.seqs });
 }
 
-export function encodeSnapshot(s: Snapshot): Uint8Array {
-  return encode({ r: s.routerId, i: s.incarnation, s: s.seq, b: s.bookings.map(bookingArray), x: s.sessions.map((x) => opArray({ kind: 'session', binding: x }).slice(1)) });
+function slotArray(s: KvSlotSnapshot): unknown[] {
+  return [s.workerId, s.dpRank, s.endpoint, String(s.cursor), s.tiers.map((t) => [t.tier, new Uint8Array(t.pairs.buffer, t.pairs.byteOffset, t.pairs.byteLength)])];
 }
 
-export function encodeSnapshotRequest(channel: string): Uint8Array {
-  return encode({ c: channel });
+export function encodeSnapshot(s: Snapshot): Uint8Array {
+  return encode({
+    r: s.routerId, i: s.incarnation, s: s.seq, b: s.bookings.map(bookingArray), x: s.sessions.map((x) => opArray({ kind: 'session', binding: x }).slice(1)),
+    k: (s.slots ?? []).map(slotArray),
+  });
+}
+
+export function encodeSnapshotRequest(channel: string, withIndex: boolean): Uint8Array {
+  return encode({ c: channel, x: withIndex });
 }
 
 // ---------------------------------------------------------------- decoding
@@ -150,14 +172,27 @@ function optNum(v: unknown, what: string): number | undefined {
   return v === null || v === undefined ? undefined : num(v, what);
 }
 
-function seqHashes(v: unknown): BigUint64Array | null {
-  if (v === null) return null;
-  if (!(v instanceof Uint8Array) || v.byteLength % 8 !== 0) fail('seq must be bytes, a multiple of 8 long');
-  if (v.byteLength === 0) return null;
+/** u64s from their little-endian bytes, `multiple` of them at a time. */
+function u64s(v: unknown, what: string, multiple = 1): BigUint64Array {
+  if (!(v instanceof Uint8Array) || v.byteLength % (8 * multiple) !== 0) fail(`${what} must be bytes, a multiple of ${8 * multiple} long`);
   // Copied: the decoded bytes are a view into the message (a Node Buffer's slice shares it), maybe unaligned for u64s.
   const copy = new Uint8Array(v.byteLength);
   copy.set(v);
   return new BigUint64Array(copy.buffer);
+}
+
+function seqHashes(v: unknown): BigUint64Array | null {
+  if (v === null) return null;
+  const h = u64s(v, 'seq');
+  return h.length === 0 ? null : h;
+}
+
+function slot(v: unknown): KvSlotSnapshot {
+  if (!Array.isArray(v) || !Array.isArray(v[4])) fail('an index slot must be [worker, rank, endpoint, cursor, tiers]');
+  const cursor = v[3];
+  if (typeof cursor !== 'string' || !/^\d{1,20}$/.test(cursor) || BigInt(cursor) >= 1n << 64n) fail('an index slot\'s cursor must be a u64 in decimal');
+  const tiers = (v[4] as unknown[]).map((t) => (Array.isArray(t) ? { tier: str(t[0], 'tier'), pairs: u64s(t[1], 'pairs', 2) } : fail('a tier must be [name, pairs]')));
+  return { workerId: count(v[0], 'workerId'), dpRank: count(v[1], 'dpRank', 0xffff), endpoint: str(v[2], 'endpoint'), cursor: BigInt(cursor), tiers };
 }
 
 function booking(a: unknown[], at: number): SyncedBooking {
@@ -212,15 +247,17 @@ export function decodeHeartbeat(bytes: Uint8Array): Heartbeat {
 /** @throws MalformedSync */
 export function decodeSnapshot(bytes: Uint8Array): Snapshot {
   const m = obj(bytes);
-  if (!Array.isArray(m.b) || !Array.isArray(m.x)) fail('b and x must be arrays');
+  if (!Array.isArray(m.b) || !Array.isArray(m.x) || !Array.isArray(m.k)) fail('b, x and k must be arrays');
   return {
     routerId: str(m.r, 'r'), incarnation: str(m.i, 'i'), seq: count(m.s, 's'),
     bookings: m.b.map((a) => (Array.isArray(a) ? booking(a, 0) : fail('a booking must be an array'))),
     sessions: m.x.map((a) => (Array.isArray(a) ? session(a, 0) : fail('a session must be an array'))),
+    slots: m.k.map(slot),
   };
 }
 
 /** @throws MalformedSync */
-export function decodeSnapshotRequest(bytes: Uint8Array): string {
-  return str(obj(bytes).c, 'c');
+export function decodeSnapshotRequest(bytes: Uint8Array): { readonly channel: string; readonly withIndex: boolean } {
+  const m = obj(bytes);
+  return { channel: str(m.c, 'c'), withIndex: m.x === true };
 }

@@ -14,17 +14,22 @@
  * - Faults: while the bus is away every replica routes on what it knows and
  *   counts what it could not send; on reconnect it asks every peer for a
  *   snapshot, and peers that missed its batches ask it for one.
+ * - Snapshots cross in chunks (transfer.ts), bounded by `maxSnapshotBytes`.
+ *   A warm start (warm-start.ts) asks one live peer for its bookings and its
+ *   prefix index before this replica's routers subscribe to the engines.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import { systemClock, type Clock } from '../common/index.js';
+import { systemClock, type Clock, type KvSlotSnapshot } from '../common/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { SyncChannel, type ChannelHost, type SessionTarget, type SyncTarget } from './channel.js';
 import {
-  MalformedSync, decodeBatch, decodeHeartbeat, decodeSnapshot, decodeSnapshotRequest, encodeBatch, encodeHeartbeat, encodeSnapshot,
-  encodeSnapshotRequest, heartbeatSubject, opsSubject, snapshotSubject,
+  MalformedSync, chunkSubject, decodeBatch, decodeHeartbeat, decodeSnapshot, decodeSnapshotRequest, encodeBatch, encodeHeartbeat, encodeSnapshot,
+  encodeSnapshotRequest, heartbeatSubject, opsSubject, snapshotSubject, warmStartSubject, type Snapshot,
 } from './protocol.js';
+import { TransferServer, fetchTransfer, transferOutcome } from './transfer.js';
 import type { SyncTransport } from './transport.js';
+import { warmStart, type WarmStartResult } from './warm-start.js';
 
 export interface ReplicaSyncOptions {
   readonly transport: SyncTransport;
@@ -36,7 +41,19 @@ export interface ReplicaSyncOptions {
   readonly maxQueuedOps: number;
   /** Subject prefix (replicas of one deployment share it). */
   readonly subjectPrefix: string;
+  /** Largest message of a snapshot transfer (below the bus's max payload). */
+  readonly chunkBytes: number;
+  /** Largest snapshot served or fetched; a larger one fails (counted `too_large`). */
+  readonly maxSnapshotBytes: number;
   readonly clock?: Clock;
+}
+
+/** One model pool as replica sync shares it; `index` gives its prefix index for warm starts (KV events on). */
+export interface SyncedPool {
+  readonly kv: SyncTarget;
+  readonly sessions?: SessionTarget;
+  readonly workerTypeOf: (workerId: number) => string;
+  readonly index?: (() => KvSlotSnapshot[]) | undefined;
 }
 
 interface Peer {
@@ -44,8 +61,10 @@ interface Peer {
   lastHeard: number;
 }
 
-/** How long a snapshot request waits for its answer. */
+/** How long each request of a snapshot transfer waits for its answer. */
 const SNAPSHOT_TIMEOUT_MS = 2000;
+/** The queue group of warm-start subjects: one replica answers each request. */
+const WARM_START_QUEUE = 'kvgate-warm-start';
 
 export class ReplicaSync {
   readonly routerId: string;
@@ -58,6 +77,11 @@ export class ReplicaSync {
   readonly #peers = new Map<string, Peer>();
   readonly #snapshotting = new Set<string>();
   readonly #workerTypes = new Map<string, (workerId: number) => string>();
+  readonly #indexes = new Map<string, () => KvSlotSnapshot[]>();
+  /** Bookings and sessions a warm start fetched, applied when their channel is attached. */
+  readonly #warm = new Map<string, Snapshot>();
+  readonly #server: TransferServer;
+  readonly #connectWaiters: (() => void)[] = [];
   #queued = 0;
   #flushScheduled = false;
   #timer: NodeJS.Timeout | undefined;
@@ -89,8 +113,10 @@ export class ReplicaSync {
       applied: (op, outcome) => this.#metrics?.replicas.opsApplied.labels({ op, outcome }).inc(),
     };
     const prefix = opts.subjectPrefix;
+    this.#server = new TransferServer(this.routerId, opts.chunkBytes, this.#clock);
     this.#t.subscribe(heartbeatSubject(prefix), (data) => this.#onHeartbeat(data));
     this.#t.subscribe(snapshotSubject(prefix, this.routerId), (data, reply) => this.#serveSnapshot(data, reply));
+    this.#t.subscribe(chunkSubject(prefix, this.routerId), (data, reply) => this.#serveChunk(data, reply));
     this.#t.onStatus = (status, detail) => this.#onStatus(status, detail);
   }
 
@@ -111,12 +137,17 @@ export class ReplicaSync {
    * Syncs a pool: its bookkeeping and, if given, its sticky sessions. `key` names the channel
    * (`channelKey(model, pool)`); `workerTypeOf` labels the pool's per-worker series.
    */
-  attach(key: string, pool: { readonly kv: SyncTarget; readonly sessions?: SessionTarget; readonly workerTypeOf: (workerId: number) => string }): void {
+  attach(key: string, pool: SyncedPool): void {
     const ch = new SyncChannel(key, pool.kv, this.#host);
     if (pool.sessions !== undefined) ch.shareSessions(pool.sessions);
     this.#workerTypes.set(key, pool.workerTypeOf);
+    if (pool.index !== undefined) this.#indexes.set(key, pool.index);
     this.#channels.set(key, ch);
     this.#t.subscribe(opsSubject(this.#o.subjectPrefix, key), (data) => this.#onBatch(ch, data));
+    this.#t.subscribe(warmStartSubject(this.#o.subjectPrefix, key), (data, reply) => this.#serveSnapshot(data, reply), WARM_START_QUEUE);
+    const warm = this.#warm.get(key);
+    this.#warm.delete(key);
+    if (warm !== undefined && this.#heard(warm.routerId, warm.incarnation)) this.#applySnapshot(ch, warm, 'warm_start');
     // Peers already known hold bookings on this channel too.
     for (const replica of this.#peers.keys()) void this.#fetchSnapshot(replica, key);
   }
@@ -234,21 +265,52 @@ export class ReplicaSync {
     }
   }
 
+  /** Answers a snapshot request (a peer's resync, or a warm start) with the first chunk of its transfer. */
   #serveSnapshot(data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined): void {
     if (reply === undefined) return;
-    let key: string;
+    let req;
     try {
-      key = decodeSnapshotRequest(data);
+      req = decodeSnapshotRequest(data);
     } catch (err) {
       this.#malformed(err);
       return;
     }
-    const ch = this.#channels.get(key);
+    const ch = this.#channels.get(req.channel);
     // Pending ops leave first, so the snapshot's sequence covers everything it holds.
     this.flush();
     const s = ch?.snapshot() ?? { seq: 0, bookings: [], sessions: [] };
-    reply(encodeSnapshot({ routerId: this.routerId, incarnation: this.incarnation, ...s }));
-    this.#metrics?.replicas.snapshots.labels({ direction: 'served', outcome: 'ok' }).inc();
+    // Taken in this same turn as the bookings: the index's cursors are those of the blocks it holds.
+    const slots = req.withIndex ? this.#indexes.get(req.channel)?.() ?? [] : [];
+    const bytes = encodeSnapshot({ routerId: this.routerId, incarnation: this.incarnation, ...s, slots });
+    const m = this.#metrics?.replicas;
+    if (bytes.byteLength > this.#o.maxSnapshotBytes) {
+      m?.snapshots.labels({ direction: 'served', outcome: 'too_large' }).inc();
+      this.#log?.warn({ channel: req.channel, bytes: bytes.byteLength, maxBytes: this.#o.maxSnapshotBytes }, 'snapshot larger than replicas.max_snapshot_bytes: not served');
+      reply(this.#server.refuse(`snapshot of ${bytes.byteLength} bytes exceeds the server's bound`));
+      return;
+    }
+    reply(this.#server.open(bytes));
+    m?.snapshots.labels({ direction: 'served', outcome: 'ok' }).inc();
+    m?.snapshotBytes.labels({ direction: 'served' }).inc(Math.min(bytes.byteLength, this.#o.chunkBytes));
+  }
+
+  #serveChunk(data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined): void {
+    if (reply === undefined) return;
+    const out = this.#server.serve(data);
+    this.#metrics?.replicas.snapshotBytes.labels({ direction: 'served' }).inc(out.byteLength);
+    reply(out);
+  }
+
+  /** Fetches a snapshot, all its chunks; throws what the transfer threw (the caller counts it). */
+  async fetchSnapshot(subject: string, channel: string, withIndex: boolean): Promise<{ snapshot: Snapshot; bytes: number; seconds: number }> {
+    const started = this.#clock.now();
+    const t = await fetchTransfer(this.#t, subject, encodeSnapshotRequest(channel, withIndex), {
+      maxBytes: this.#o.maxSnapshotBytes, requestTimeoutMs: SNAPSHOT_TIMEOUT_MS, chunkSubject: (r) => chunkSubject(this.#o.subjectPrefix, r),
+    });
+    const m = this.#metrics?.replicas;
+    m?.snapshotBytes.labels({ direction: 'received' }).inc(t.bytes.byteLength);
+    m?.messagesReceived.labels({ kind: 'snapshot' }).inc();
+    return { snapshot: decodeSnapshot(t.bytes), bytes: t.bytes.byteLength, seconds: (this.#clock.now() - started) / 1000 };
   }
 
   async #fetchSnapshot(replica: string, key: string): Promise<void> {
@@ -258,20 +320,57 @@ export class ReplicaSync {
     this.#snapshotting.add(id);
     const m = this.#metrics?.replicas;
     try {
-      const bytes = await this.#t.request(snapshotSubject(this.#o.subjectPrefix, replica), encodeSnapshotRequest(key), SNAPSHOT_TIMEOUT_MS);
-      const s = decodeSnapshot(bytes);
+      const { snapshot: s, seconds } = await this.fetchSnapshot(snapshotSubject(this.#o.subjectPrefix, replica), key, false);
       if (this.#closed || !this.#heard(s.routerId, s.incarnation)) return;
-      m?.messagesReceived.labels({ kind: 'snapshot' }).inc();
-      const applied = ch.applySnapshot(s);
-      m?.snapshots.labels({ direction: 'fetched', outcome: applied ? 'ok' : 'stale' }).inc();
-      this.#log?.info({ peer: replica, channel: key, bookings: s.bookings.length, sessions: s.sessions.length, applied }, `snapshot of replica ${replica} ${applied ? 'applied' : 'superseded'}`);
+      m?.snapshotSeconds.labels({ direction: 'fetched' }).observe(seconds);
+      this.#applySnapshot(ch, s, 'fetched');
     } catch (err) {
       if (err instanceof MalformedSync) this.#malformed(err);
-      m?.snapshots.labels({ direction: 'fetched', outcome: 'failed' }).inc();
+      m?.snapshots.labels({ direction: 'fetched', outcome: transferOutcome(err) }).inc();
       this.#log?.warn({ peer: replica, channel: key, err: (err as Error).message }, `snapshot of replica ${replica} failed; its batches and heartbeats will ask again`);
     } finally {
       this.#snapshotting.delete(id);
     }
+  }
+
+  #applySnapshot(ch: SyncChannel, s: Snapshot, direction: 'fetched' | 'warm_start'): void {
+    const applied = ch.applySnapshot(s);
+    if (direction === 'fetched') this.#metrics?.replicas.snapshots.labels({ direction, outcome: applied ? 'ok' : 'stale' }).inc();
+    this.#log?.info({ peer: s.routerId, channel: ch.key, bookings: s.bookings.length, sessions: s.sessions.length, applied },
+      `snapshot of replica ${s.routerId} ${applied ? 'applied' : 'superseded'}`);
+  }
+
+  /**
+   * Warm start of the channels `keys` (one model's pools): asks one live peer for each one's
+   * bookings and prefix index, within `timeoutMs` in all (waiting for the bus first). Bookings are
+   * applied when the channel is attached; the index slots are returned for the KV-event managers
+   * to start from. A channel no peer answers for starts cold (logged and counted).
+   */
+  async warmStart(keys: readonly string[], timeoutMs: number): Promise<Map<string, KvSlotSnapshot[]>> {
+    const results: Map<string, WarmStartResult> = await warmStart({
+      keys, timeoutMs, clock: this.#clock, log: this.#log, metrics: this.#metrics?.replicas,
+      connected: (ms) => this.#connectedWithin(ms),
+      fetch: (key) => this.fetchSnapshot(warmStartSubject(this.#o.subjectPrefix, key), key, true),
+    });
+    const out = new Map<string, KvSlotSnapshot[]>();
+    for (const [key, r] of results) {
+      this.#warm.set(key, r.snapshot);
+      out.set(key, [...(r.snapshot.slots ?? [])]);
+    }
+    return out;
+  }
+
+  /** Resolves true once the bus is connected, false after `ms` without. */
+  #connectedWithin(ms: number): Promise<boolean> {
+    if (this.#t.connected) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(this.#t.connected), ms);
+      timer.unref();
+      this.#connectWaiters.push(() => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
   }
 
   #malformed(err: unknown): void {
@@ -287,6 +386,7 @@ export class ReplicaSync {
       return;
     }
     this.#log?.info({ detail }, 'replica sync bus connected');
+    for (const w of this.#connectWaiters.splice(0)) w();
     // Peers changed while we were away: fetch their bookings afresh; they fetch ours when they see our gap.
     for (const replica of this.#peers.keys()) for (const key of this.#channels.keys()) void this.#fetchSnapshot(replica, key);
     this.#beat();

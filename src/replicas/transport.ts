@@ -3,16 +3,19 @@
  * replicas on several hosts: the official NATS client, reconnecting forever
  * (a replica keeps routing on its own knowledge while NATS is away).
  */
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { NoRespondersError, RequestError, connect, type NatsConnection } from '@nats-io/transport-node';
 
 export type TransportStatus = 'connected' | 'disconnected';
 
 export interface SyncTransport {
   /** Sends now, or throws when it cannot (not connected): the caller counts the loss. */
   publish(subject: string, data: Uint8Array): void;
-  /** Delivers every message on `subject`; `reply` answers a request. */
-  subscribe(subject: string, onMessage: (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void): void;
-  /** One request, one answer; rejects on timeout or when nobody answers. */
+  /**
+   * Delivers every message on `subject`; `reply` answers a request. With `queue`, subscribers of the
+   * same queue share the messages (one of them gets each), where the bus supports it (NATS).
+   */
+  subscribe(subject: string, onMessage: (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void, queue?: string): void;
+  /** One request, one answer; rejects on timeout, or with `NoResponders` when the bus knows nobody listens. */
   request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
   readonly connected: boolean;
   /** Told of each connection change (after the first connect too). */
@@ -20,7 +23,10 @@ export interface SyncTransport {
   close(): Promise<void>;
 }
 
-type Subscriber = [string, (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void];
+type Subscriber = [string, (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void, string | undefined];
+
+/** Nobody subscribes to the subject asked (NATS says so at once, rather than letting the request time out). */
+export class NoResponders extends Error {}
 
 export class NatsTransport implements SyncTransport {
   onStatus: ((status: TransportStatus, detail: string) => void) | undefined;
@@ -70,8 +76,9 @@ export class NatsTransport implements SyncTransport {
     this.onStatus?.(up ? 'connected' : 'disconnected', detail);
   }
 
-  #sub(nc: NatsConnection, [subject, onMessage]: Subscriber): void {
+  #sub(nc: NatsConnection, [subject, onMessage, queue]: Subscriber): void {
     nc.subscribe(subject, {
+      ...(queue === undefined ? {} : { queue }),
       callback: (err, msg) => {
         if (err !== null) return;
         onMessage(msg.data, msg.reply === undefined || msg.reply === '' ? undefined : (data) => msg.respond(data));
@@ -84,15 +91,20 @@ export class NatsTransport implements SyncTransport {
     this.#nc.publish(subject, data);
   }
 
-  subscribe(subject: string, onMessage: Subscriber[1]): void {
-    const s: Subscriber = [subject, onMessage];
+  subscribe(subject: string, onMessage: Subscriber[1], queue?: string): void {
+    const s: Subscriber = [subject, onMessage, queue];
     this.#subs.push(s);
     if (this.#nc !== undefined) this.#sub(this.#nc, s);
   }
 
   async request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array> {
     if (this.#nc === undefined || !this.#connected) throw new Error('not connected to NATS');
-    return (await this.#nc.request(subject, data, { timeout: timeoutMs })).data;
+    try {
+      return (await this.#nc.request(subject, data, { timeout: timeoutMs })).data;
+    } catch (err) {
+      if (err instanceof NoRespondersError || (err instanceof RequestError && err.isNoResponders())) throw new NoResponders(`no replica answers on ${subject}`);
+      throw err;
+    }
   }
 
   async close(): Promise<void> {

@@ -4,7 +4,7 @@
  * prefix index. The prefill pool's KvRouter does not track active blocks (as
  * in Dynamo's prefill router, it scores on overlap and prompt load only).
  */
-import type { WorkerRole } from '../common/index.js';
+import type { KvSlotSnapshot, WorkerRole } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
 import { KvEventApplier, KvEventManager, TieredPrefixIndex, type KvEventManagerOptions } from '../events/index.js';
 import type { RouterContext } from './context.js';
@@ -19,6 +19,8 @@ export interface KvPoolOptions {
   readonly routerConfig?: KvRouterOptions | undefined;
   readonly kvEvents?: KvEventManagerOptions | undefined;
   readonly kvEventsStaleAfterMs?: number | undefined;
+  /** A peer replica's prefix index by pool role (warm start): the pool's subscriptions start from it. */
+  readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
 }
 
 export function kvPool(role: WorkerRole, opts: KvPoolOptions, ctx: RouterContext, watch: WorkerWatch): { kvRouter: KvRouter; events: KvEventManager | undefined } {
@@ -35,6 +37,7 @@ export function kvPool(role: WorkerRole, opts: KvPoolOptions, ctx: RouterContext
       applier, clock: ctx.clock, log: ctx.log, ...opts.kvEvents,
       ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
       hooks: eventHooks(ctx.metrics, watch, opts.blockSize),
+      seeds: opts.kvSeeds?.(role === 'prefill' ? 'prefill' : 'decode'),
     });
   }
   return { kvRouter, events };

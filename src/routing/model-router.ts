@@ -13,7 +13,7 @@
  * State ownership: the registry says who exists; the KvRouter's bookkeeping is
  * the authoritative load; the prefix index is advisory and fed by events.
  */
-import { seededRng, type RouterMode, type RoutingHints } from '../common/index.js';
+import { seededRng, type KvSlotSnapshot, type RouterMode, type RoutingHints } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
@@ -68,6 +68,8 @@ export interface ModelRouterOptions {
   readonly sessionLimits?: SessionLimits | undefined;
   /** Replica sync: told of each KV pool (its KvRouter and its sticky sessions) once it is built. */
   readonly attachReplica?: ((pool: ReplicaPool) => void) | undefined;
+  /** A peer replica's prefix index by pool (warm start): each pool's KV-event subscriptions start from it. */
+  readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
 }
 
 /** What replica sync shares of one pool. */
@@ -77,6 +79,8 @@ interface ReplicaPool {
   readonly sessions: StickySessions;
   /** A worker's configured role (the `worker_type` label of per-worker series). */
   readonly workerTypeOf: (workerId: number) => string;
+  /** The pool's prefix index and KV-event cursors, for a peer's warm start (KV events on). */
+  readonly index: (() => KvSlotSnapshot[]) | undefined;
 }
 
 /** One pool of workers: its push router and, in KV mode with events, the subscriptions feeding its index. */
@@ -136,13 +140,16 @@ export class ModelRouter implements ModelRouterPort {
     this.decode = decode.push;
     this.events = decode.events;
     const typeOf = (push: PushRouter) => (id: number): string => push.worker(id)?.role ?? push.role;
-    if (decode.push.kvRouter !== undefined) opts.attachReplica?.({ role: 'decode', kv: decode.push.kvRouter, sessions: this.sessions, workerTypeOf: typeOf(decode.push) });
+    const index = (pool: Pool) => (pool.events === undefined ? undefined : () => pool.events!.snapshot());
+    if (decode.push.kvRouter !== undefined) {
+      opts.attachReplica?.({ role: 'decode', kv: decode.push.kvRouter, sessions: this.sessions, workerTypeOf: typeOf(decode.push), index: index(decode) });
+    }
     this.prefill = new PrefillRouter({
       model: opts.model, mode: opts.mode, enforceDisagg: opts.enforceDisagg, decode: this.decode,
       createPool: () => {
         const pool = this.#prefillPool = this.#buildPool('prefill');
         if (pool.push.kvRouter !== undefined) {
-          opts.attachReplica?.({ role: 'prefill', kv: pool.push.kvRouter, sessions: this.prefill.sessions, workerTypeOf: typeOf(pool.push) });
+          opts.attachReplica?.({ role: 'prefill', kv: pool.push.kvRouter, sessions: this.prefill.sessions, workerTypeOf: typeOf(pool.push), index: index(pool) });
         }
         return pool.push;
       },

@@ -509,7 +509,23 @@ describe('config: replicas', () => {
     expect(c.replicas).toEqual({
       natsServers: ['nats://10.0.0.9:4222', 'nats://10.0.0.10:4222'], routerId: '7', subjectPrefix: 'kvgate.replicas',
       heartbeatMs: 1000, peerTimeoutMs: 5000, maxQueuedOps: 65536,
+      warmStart: true, warmStartTimeoutMs: 5000, snapshotChunkBytes: 262144, maxSnapshotBytes: 268435456,
     });
+  });
+
+  // issue 15 warm start: on by default with NATS, off without; a warm start without NATS is refused by name
+  it('warm start is on with NATS and off without; its bounds are validated by field', () => {
+    expect(loadGatewayConfig({ file: file(base), overrides: [], env: {} }).replicas.warmStart).toBe(false);
+    const c = loadGatewayConfig({
+      file: file(`${base}replicas: { nats: { servers: ["nats://n:4222"] }, warm_start: false, snapshot_chunk_bytes: 4096 }\n`), overrides: [], env: {},
+    });
+    expect(c.replicas).toMatchObject({ warmStart: false, snapshotChunkBytes: 4096 });
+    const problems = problemsOf({
+      file: file(`${base}replicas: { warm_start: true, warm_start_timeout_ms: 5, snapshot_chunk_bytes: 100, max_snapshot_bytes: 10 }\n`), overrides: [], env: {},
+    });
+    expect(problems.map((p) => p.path).sort()).toEqual([
+      'replicas.max_snapshot_bytes', 'replicas.snapshot_chunk_bytes', 'replicas.warm_start', 'replicas.warm_start_timeout_ms',
+    ]);
   });
 
   it('names the field of a bad value', () => {

@@ -1,0 +1,72 @@
+/**
+ * Warm start: before a new replica's routers subscribe to the engines' KV
+ * events, it asks one live peer (the warm-start queue group of each channel)
+ * for a snapshot of that channel's bookings, sessions and prefix index, the
+ * index with the KV-event cursor of every slot. Bounded in time as a whole:
+ * no bus, no peer, a failed or oversized transfer all start that channel cold,
+ * logged and counted; the replica then learns from the engines alone.
+ */
+import type { Logger } from 'pino';
+import type { Clock } from '../common/index.js';
+import type { ReplicaMetrics } from '../metrics/index.js';
+import type { Snapshot } from './protocol.js';
+import { transferOutcome } from './transfer.js';
+import { NoResponders } from './transport.js';
+
+export interface WarmStartResult {
+  readonly snapshot: Snapshot;
+}
+
+export interface WarmStartDeps {
+  readonly keys: readonly string[];
+  readonly timeoutMs: number;
+  readonly clock: Clock;
+  readonly log: Logger | undefined;
+  readonly metrics: ReplicaMetrics | undefined;
+  /** Resolves true once the bus is connected, false after `ms` without. */
+  connected(ms: number): Promise<boolean>;
+  fetch(key: string): Promise<{ snapshot: Snapshot; bytes: number; seconds: number }>;
+}
+
+class WarmStartTimeout extends Error {}
+
+function within<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new WarmStartTimeout(`no complete snapshot within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** The snapshot of each channel a peer gave; a channel missing from the map starts cold. */
+export async function warmStart(d: WarmStartDeps): Promise<Map<string, WarmStartResult>> {
+  const started = d.clock.now();
+  const out = new Map<string, WarmStartResult>();
+  const cold = (key: string, outcome: 'no_peer' | 'failed' | 'too_large', why: string): void => {
+    d.metrics?.snapshots.labels({ direction: 'warm_start', outcome }).inc();
+    d.log?.warn({ channel: key, outcome, err: why }, `warm start of ${key}: ${why}; starting cold (the prefix index fills from the engines' KV events)`);
+  };
+  if (!(await d.connected(d.timeoutMs))) {
+    for (const key of d.keys) cold(key, 'no_peer', `replica sync bus not connected within ${d.timeoutMs} ms`);
+    return out;
+  }
+  for (const key of d.keys) {
+    const left = d.timeoutMs - (d.clock.now() - started);
+    try {
+      if (left <= 0) throw new WarmStartTimeout(`no time left of ${d.timeoutMs} ms`);
+      const { snapshot: s, bytes, seconds } = await within(d.fetch(key), left);
+      const slots = s.slots ?? [];
+      const blocks = slots.reduce((n, slot) => n + slot.tiers.reduce((m, t) => m + t.pairs.length / 2, 0), 0);
+      d.metrics?.snapshots.labels({ direction: 'warm_start', outcome: 'ok' }).inc();
+      d.metrics?.snapshotBlocks.inc(blocks);
+      d.metrics?.snapshotSeconds.labels({ direction: 'warm_start' }).observe(seconds);
+      d.log?.info({ channel: key, peer: s.routerId, bookings: s.bookings.length, sessions: s.sessions.length, slots: slots.length, blocks, bytes, seconds },
+        `warm start of ${key}: snapshot of replica ${s.routerId} (${blocks} block(s) over ${slots.length} worker rank(s), ${s.bookings.length} booking(s), ${bytes} bytes)`);
+      out.set(key, { snapshot: s });
+    } catch (err) {
+      if (err instanceof NoResponders) cold(key, 'no_peer', 'no live replica answered');
+      else cold(key, err instanceof WarmStartTimeout ? 'failed' : transferOutcome(err), (err as Error).message);
+    }
+  }
+  return out;
+}

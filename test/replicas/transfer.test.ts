@@ -1,0 +1,176 @@
+/**
+ * Chunked snapshot transfers and the warm start over them (issue 15, warm
+ * start): chunks reassemble in any order, a missing chunk fails the whole
+ * transfer (counted), an oversized one is refused before it is fetched, and
+ * a warm start nobody answers starts cold at once (counted).
+ */
+import { decode as msgpackDecode } from '@msgpack/msgpack';
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import { ManualClock, seededRng, type KvSlotSnapshot } from '../../src/common/index.js';
+import { KvScheduler, type SyncedBooking } from '../../src/core/index.js';
+import { KvgateMetrics } from '../../src/metrics/index.js';
+import { ReplicaSync } from '../../src/replicas/index.js';
+import { decodeSnapshot, encodeSnapshot } from '../../src/replicas/protocol.js';
+import { ChunkAssembler, TransferFailed, TransferServer, decodeChunk, encodeChunkRequest, fetchTransfer } from '../../src/replicas/transfer.js';
+import { MemoryBus } from './memory-bus.js';
+
+const KEY = 'mock-model/decode';
+const silent = pino({ level: 'silent' });
+
+function payload(n: number): Uint8Array {
+  return Uint8Array.from({ length: n }, (_, i) => (i * 31 + 7) & 0xff);
+}
+
+/** The chunks of one transfer of `bytes` from a server cutting `chunkBytes`. */
+function chunksOf(bytes: Uint8Array, chunkBytes: number) {
+  const server = new TransferServer('a', chunkBytes, new ManualClock(0));
+  const first = decodeChunk(server.open(bytes));
+  const rest = Array.from({ length: first.count - 1 }, (_, i) => decodeChunk(server.serve(encodeChunkRequest(first.transfer, i + 1))));
+  return { first, rest };
+}
+
+function scheduler(): KvScheduler {
+  const s = new KvScheduler({ blockSize: 16, clock: new ManualClock(0), rng: seededRng(1) });
+  s.addWorker(1);
+  s.addWorker(2);
+  return s;
+}
+
+function booking(requestId: string): SyncedBooking {
+  return {
+    requestId, workerId: 1, dpRank: 0, seq: BigUint64Array.from([11n, 12n]), privateBlocks: 2, prefillTokens: 32,
+    expectedOutputTokens: undefined, prefillCompleted: false, outputBlocks: 0, decay: undefined,
+  };
+}
+
+/** A slot of `blocks` blocks (an index far larger than one chunk). */
+function slot(workerId: number, blocks: number): KvSlotSnapshot {
+  const pairs = new BigUint64Array(blocks * 2).map((_, i) => BigInt(workerId * 1_000_000 + i));
+  return { workerId, dpRank: 0, endpoint: `tcp://127.0.0.1:${5550 + workerId}`, cursor: 41n, tiers: [{ tier: 'device', pairs }] };
+}
+
+function replica(bus: MemoryBus, id: string, opts: { chunkBytes?: number; maxSnapshotBytes?: number } = {}) {
+  const metrics = new KvgateMetrics({ processMetrics: false });
+  const sync = new ReplicaSync({
+    transport: bus.transport(), routerId: id, heartbeatMs: 1000, peerTimeoutMs: 5000, maxQueuedOps: 1000, subjectPrefix: 'kvgate.test',
+    chunkBytes: opts.chunkBytes ?? 1024, maxSnapshotBytes: opts.maxSnapshotBytes ?? 1 << 24,
+  });
+  sync.bind(silent, metrics);
+  return { sync, metrics };
+}
+
+async function counter(m: KvgateMetrics, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const metric = (await m.registry.getMetricsAsJSON()).find((x) => x.name === name);
+  return (metric?.values ?? []).filter((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l)).reduce((n, v) => n + v.value, 0);
+}
+
+describe('chunk reassembly', () => {
+  it('reassembles chunks that arrive out of order, ignoring duplicates', () => {
+    const bytes = payload(10_000);
+    const { first, rest } = chunksOf(bytes, 1024);
+    expect(first.count).toBe(10);
+    const asm = new ChunkAssembler(first, 1 << 20);
+    for (const c of [...rest].reverse()) asm.add(c);
+    asm.add(rest[3]!);
+    expect(asm.complete).toBe(true);
+    expect(asm.bytes()).toEqual(bytes);
+  });
+
+  it('a missing chunk fails the transfer; an oversized one is refused before any chunk is asked', () => {
+    const { first, rest } = chunksOf(payload(5000), 1024);
+    const asm = new ChunkAssembler(first, 1 << 20);
+    for (const c of rest.filter((c) => c.index !== 2)) asm.add(c);
+    expect(asm.missing()).toEqual([2]);
+    expect(() => asm.bytes()).toThrow(TransferFailed);
+    expect(() => new ChunkAssembler(first, 4096)).toThrow(/exceeds the bound/);
+    // A chunk of another transfer does not slip in.
+    const other = chunksOf(payload(5000), 1024);
+    expect(() => asm.add(other.rest[1]!)).toThrow(/another transfer/);
+  });
+
+  it('fetches a transfer chunk by chunk from the server that answered; a lost chunk fails it', async () => {
+    const bus = new MemoryBus();
+    const server = new TransferServer('a', 1000, new ManualClock(0));
+    const bytes = payload(9_500);
+    const srv = bus.transport();
+    srv.subscribe('first', (_, reply) => reply!(server.open(bytes)));
+    srv.subscribe('chunk.a', (data, reply) => reply!(server.serve(data)));
+    const client = bus.transport();
+    const opts = { maxBytes: 1 << 20, requestTimeoutMs: 200, chunkSubject: (r: string) => `chunk.${r}` };
+    const t = await fetchTransfer(client, 'first', new Uint8Array(1), opts);
+    expect(t.bytes).toEqual(bytes);
+    expect(t.chunks).toBe(10);
+    expect(bus.requests.filter((r) => r.subject === 'chunk.a')).toHaveLength(9);
+
+    bus.lose = (subject, data) => subject === 'chunk.a' && decodeChunkIndex(data) === 6;
+    await expect(fetchTransfer(client, 'first', new Uint8Array(1), opts)).rejects.toThrow(/chunk 6 of 10/);
+  });
+});
+
+/** The chunk a chunk request asks for. */
+function decodeChunkIndex(data: Uint8Array): number {
+  return (msgpackDecode(data) as { k: number }).k;
+}
+
+describe('warm start between two replicas', () => {
+  it('B takes A\'s bookings and prefix index in many chunks, and applies the bookings as its pool attaches', async () => {
+    const bus = new MemoryBus();
+    const a = replica(bus, 'a', { chunkBytes: 2048 });
+    const kvA = scheduler();
+    const slots = [slot(1, 500), slot(2, 300)];
+    a.sync.attach(KEY, { kv: kvA, workerTypeOf: () => 'aggregated', index: () => slots });
+    kvA.addRequest({ requestId: 'r1', workerId: 2, isl: 64, hashes: null });
+    const b = replica(bus, 'b');
+    const got = await b.sync.warmStart([KEY], 5000);
+    const seeds = got.get(KEY)!;
+    expect(seeds.map((s) => [s.workerId, s.cursor, s.tiers[0]!.pairs.length])).toEqual([[1, 41n, 1000], [2, 41n, 600]]);
+    expect(seeds[0]!.tiers[0]!.pairs).toEqual(slots[0]!.tiers[0]!.pairs);
+    expect(bus.requests.filter((r) => r.subject.includes('.chunk.')).length).toBeGreaterThan(5);
+    expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'ok' })).toBe(1);
+    expect(await counter(b.metrics, 'kvgate_replica_snapshot_blocks_received_total')).toBe(800);
+    expect(await counter(b.metrics, 'kvgate_replica_snapshot_bytes_total', { direction: 'received' })).toBeGreaterThan(800 * 16);
+    expect(await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'served', outcome: 'ok' })).toBe(1);
+    // The bookings wait for B's pool, and are A's once it attaches.
+    const kvB = scheduler();
+    b.sync.attach(KEY, { kv: kvB, workerTypeOf: () => 'aggregated' });
+    expect(kvB.peers.requestsOn(2, 0)).toBe(1);
+    expect(b.sync.peers()).toEqual(['a']);
+    await Promise.all([a.sync.close(), b.sync.close()]);
+  });
+
+  it('a lost chunk fails the warm start: counted, and the replica starts cold', async () => {
+    const bus = new MemoryBus();
+    const a = replica(bus, 'a', { chunkBytes: 1024 });
+    a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 400)] });
+    const b = replica(bus, 'b');
+    bus.lose = (subject, data) => subject.includes('.chunk.') && decodeChunkIndex(data) === 3;
+    const got = await b.sync.warmStart([KEY], 5000);
+    expect(got.size).toBe(0);
+    expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'failed' })).toBe(1);
+    await Promise.all([a.sync.close(), b.sync.close()]);
+  });
+
+  it('no peer: starts cold at once (no_peer counted); an oversized snapshot is refused (too_large counted)', async () => {
+    const bus = new MemoryBus();
+    const b = replica(bus, 'b');
+    const clock = Date.now();
+    expect((await b.sync.warmStart([KEY], 5000)).size).toBe(0);
+    expect(Date.now() - clock).toBeLessThan(1000);
+    expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'no_peer' })).toBe(1);
+
+    const a = replica(bus, 'a', { maxSnapshotBytes: 1 << 16 });
+    a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 5000)] });
+    expect((await b.sync.warmStart([KEY], 5000)).size).toBe(0);
+    expect(await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'served', outcome: 'too_large' })).toBe(1);
+    expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'failed' })).toBe(1);
+    await Promise.all([a.sync.close(), b.sync.close()]);
+  });
+
+  it('a snapshot with index slots survives the wire format', () => {
+    const s = { routerId: 'a', incarnation: 'i', seq: 3, bookings: [booking('r1')], sessions: [], slots: [slot(3, 2)] };
+    const back = decodeSnapshot(encodeSnapshot(s));
+    expect(back.slots).toEqual(s.slots);
+    expect(back.bookings[0]!.seq).toEqual(booking('r1').seq);
+  });
+});
