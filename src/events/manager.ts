@@ -95,12 +95,17 @@ export class KvEventManager {
       this.applier.clearSlot(source.workerId, source.dpRank);
     }
     const sub = new KvEventSubscriber(source, this.#ctx, this.#opts);
+    this.liveness.register(source.workerId, source.dpRank);
     const seed = this.#seeds.get(key);
     this.#seeds.delete(key);
     if (seed !== undefined) this.#seed(sub, seed);
-    sub.start();
+    try {
+      sub.start();
+    } catch (err) {
+      this.liveness.unregister(source.workerId, source.dpRank);
+      throw err;
+    }
     this.#subs.set(key, sub);
-    this.liveness.register(source.workerId, source.dpRank);
   }
 
   /** Fills a new subscription's slot from a peer's snapshot and starts its stream at the snapshot's cursor. */
@@ -116,6 +121,8 @@ export class KvEventManager {
     let blocks = 0;
     for (const t of tiers) blocks += this.indexes.get(t.tier as StorageTier).importSlot(workerId, dpRank, t.pairs);
     sub.stream.seed(seed.cursor);
+    // The peer's events for the slot were live when it took the snapshot: score the blocks, not approximately.
+    this.liveness.noteEvent(workerId, dpRank);
     this.#ctx.log.info({ ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
       `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; replaying what the engine published since`);
   }
