@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCli, startMockerCli, type CliProcess } from '../../helpers/cli-process.js';
+import { metric } from '../../helpers/metric-sum.js';
 import { startNatsServer, type NatsServer } from '../../helpers/nats-server.js';
 import { until } from '../../helpers/until.js';
 
@@ -36,17 +37,6 @@ function config(dir: string, id: string, nats: string, engines: readonly Engine[
     '',
   ].join('\n'));
   return file;
-}
-
-async function metric(url: string, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
-    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return sum;
 }
 
 async function route(url: string): Promise<{ worker: number; overlap: number; blocks: number }> {
