@@ -22,6 +22,10 @@
  * measured seconds per row (default 6). KVGATE_BENCH_GATEWAY_PROCESSES=N adds
  * a row of this build in kv mode with KV events run as `kvgate serve
  * --processes N`, and notes its req/s against the one-process row.
+ * KVGATE_BENCH_GATEWAY_NATS=1 starts a `nats-server` on loopback and adds a
+ * row of this build in kv mode with KV events syncing with one peer replica
+ * over it (`--replica-sync-nats`; the peer takes no traffic but receives and
+ * applies every booking), and notes the CPU per request sync adds.
  * Run: npm run bench -- gateway
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -37,6 +41,7 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const MODEL = 'bench-model';
 const DURATION_S = Number(process.env.KVGATE_BENCH_GATEWAY_SECONDS ?? '6');
 const PROCESSES = Number(process.env.KVGATE_BENCH_GATEWAY_PROCESSES ?? '1');
+const WITH_NATS = process.env.KVGATE_BENCH_GATEWAY_NATS === '1';
 const CONNECTIONS = 32;
 const STREAM_CHUNKS = 64;
 const CLK_TCK = (() => {
@@ -184,12 +189,28 @@ interface Front {
 type KvgateMode = 'kv mode, KV events' | 'kv mode, no KV events' | 'round-robin';
 const MODES: KvgateMode[] = ['kv mode, KV events', 'kv mode, no KV events', 'round-robin'];
 
-async function startKvgate(bin: string, label: string, mode: KvgateMode, backend: { url: string; kvEvents: string }, children: ChildProcess[], processes = 1): Promise<Front> {
+/** How a kvgate front is run beyond its mode: several processes, or syncing with peers over NATS. */
+interface KvgateExtra {
+  processes?: number;
+  nats?: { url: string; routerId: string };
+}
+
+async function startKvgate(bin: string, label: string, mode: KvgateMode, backend: { url: string; kvEvents: string }, children: ChildProcess[], extra: KvgateExtra = {}): Promise<Front> {
   const worker = mode === 'kv mode, KV events' ? `url=${backend.url},kv_events=${backend.kvEvents}` : backend.url;
   const modeArgs = mode === 'round-robin' ? ['--router-mode', 'round-robin'] : mode === 'kv mode, no KV events' ? ['--no-router-kv-events'] : [];
+  const processes = extra.processes ?? 1;
+  const extraArgs = [...(processes > 1 ? ['--processes', String(processes)] : []),
+    ...(extra.nats === undefined ? [] : ['--replica-sync-nats', extra.nats.url, '--router-id', extra.nats.routerId])];
   const { m, pid } = await startProcess('node', [bin, 'serve', '--port', '0', '--model', MODEL, '--worker', worker, '--tokenizer', 'demo', ...modeArgs,
-    '--log-level', 'warn', '--max-concurrent-requests', '4096', ...(processes > 1 ? ['--processes', String(processes)] : [])], /at (http:\/\/127\.0\.0\.1:\d+)/, children);
-  return { name: `kvgate ${label}${processes > 1 ? ` x${processes} processes` : ''}, ${mode}`, url: m[1]!, pid };
+    '--log-level', 'warn', '--max-concurrent-requests', '4096', ...extraArgs], /at (http:\/\/127\.0\.0\.1:\d+)/, children);
+  const suffix = (processes > 1 ? ` x${processes} processes` : '') + (extra.nats === undefined ? '' : ' + NATS sync with 1 peer');
+  return { name: `kvgate ${label}${suffix}, ${mode}`, url: m[1]!, pid };
+}
+
+/** A nats-server on loopback at an OS-chosen port (Debian's `nats-server`). */
+async function startNats(children: ChildProcess[]): Promise<string> {
+  const { m } = await startProcess('nats-server', ['-a', '127.0.0.1', '-p', '-1'], /Listening for client connections on [^\s]+:(\d+)[\s\S]*Server is ready/, children);
+  return `nats://127.0.0.1:${m[1]}`;
 }
 
 async function startNginx(dir: string, backendPort: number, children: ChildProcess[]): Promise<Front> {
@@ -265,8 +286,17 @@ export async function run(): Promise<BenchSection> {
     builds.push(['after', join(HERE, '..', '..', '..', 'bin', 'kvgate.js')]);
     // Before and after alternate, mode by mode, so drift on a shared machine hits both alike.
     for (const mode of MODES) for (const [label, bin] of builds) fronts.push(await startKvgate(bin, label, mode, backend, children));
-    const several = PROCESSES > 1 ? await startKvgate(builds.at(-1)![1], 'after', MODES[0]!, backend, children, PROCESSES) : undefined;
+    const after = builds.at(-1)![1];
+    const several = PROCESSES > 1 ? await startKvgate(after, 'after', MODES[0]!, backend, children, { processes: PROCESSES }) : undefined;
     if (several !== undefined) fronts.push(several);
+    let synced: Front | undefined;
+    if (WITH_NATS && !(await onPath('nats-server'))) notes.push('nats-server is not installed: the NATS sync row is skipped.');
+    else if (WITH_NATS) {
+      const url = await startNats(children);
+      synced = await startKvgate(after, 'after', MODES[0]!, backend, children, { nats: { url, routerId: 'bench-a' } });
+      await startKvgate(after, 'peer', MODES[0]!, backend, children, { nats: { url, routerId: 'bench-b' } });
+      fronts.push(synced);
+    }
 
     const tinyScript = wrkScript(dir, 'tiny', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
     const streamScript = wrkScript(dir, 'stream', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: STREAM_CHUNKS, stream: true });
@@ -302,6 +332,13 @@ export async function run(): Promise<BenchSection> {
       const one = tiny[`kvgate after, ${MODES[0]}`]!;
       notes.push(`--processes ${PROCESSES} (CPU summed over its processes; no NATS, sync over the cluster IPC channel): ${(tiny[several.name]!.rps / one.rps).toFixed(2)}x `
         + `the req/s of one process on the tiny chat at ${CONNECTIONS} connections, ${(stream[several.name]!.rps / stream[`kvgate after, ${MODES[0]}`]!.rps).toFixed(2)}x its streamed chunks/s.`);
+    }
+    if (synced !== undefined) {
+      const off = tiny[`kvgate after, ${MODES[0]}`]!;
+      const on = tiny[synced.name]!;
+      notes.push(`NATS sync with one peer (nats-server on loopback): ${(1000 * (on.cpuMsPerRequest - off.cpuMsPerRequest)).toFixed(1)} µs more CPU per request `
+        + `(${(on.cpuMsPerRequest / off.cpuMsPerRequest).toFixed(2)}x) and ${(on.rps / off.rps).toFixed(2)}x the req/s of sync off on the tiny chat at ${CONNECTIONS} connections; `
+        + 'the peer replica and nats-server run on the same two cores, and their CPU is not in the row.');
     }
     notes.push(`wrk -t1 -d${DURATION_S}s per row after a 2 s warm-up; the backend answers at once (${base.rps.toFixed(0)} req/s alone at ${CONNECTIONS} connections), so the front's cost shows.`,
       'CPU per request: the front\'s process CPU time (user + system, children and threads included, /proc/<pid>/stat) during the measured run over the requests wrk completed.',
