@@ -19,6 +19,7 @@ import { seededRng, traceLogFields } from '../common/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
 import { fleetStatus } from './fleet-status.js';
 import { FleetMembers } from './membership.js';
+import { EngineChecks } from './engine-checks.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { IpcTransport, NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
 import { clusterMember, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
@@ -166,6 +167,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
     },
   });
   const members = new FleetMembers(registry, engine, prober);
+  const checks = new EngineChecks(registry, members, prober, config.health.timeoutMs);
   const register = (w: WorkerInfo, source: 'static' | 'file'): void => {
     registry.add(w);
     engine.addWorker(w.url);
@@ -191,6 +193,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
       // The prober reports this model's worker transitions (ejected, kept, readmitted) to its logger and metrics.
       prober.watch(model.name, deps.logger, deps.metrics);
       members.watch(model.name, deps.logger, deps.metrics);
+      const inspected = checks.watch(model, deps);
       files.get(model.name)?.start(deps.logger, deps.metrics);
       for (const source of runtime.get(model.name) ?? []) source.start(deps.logger, deps.metrics);
       const sink = modelCheckSink(deps);
@@ -199,7 +202,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
         firstRound = prober.probeAll();
         prober.start();
       }
-      await firstRound;
+      await Promise.all([firstRound, inspected]);
       sync?.bind(deps.logger, deps.metrics);
       for (const [id, [w, check]] of early) {
         if (w.model !== model.name) continue;
@@ -210,7 +213,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
       routers.set(model.name, router);
       return router;
     },
-    status: fleetStatus(members, registry),
+    status: fleetStatus(members, registry, checks),
     live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router), served: (c) => members.served(c) },
     async close(): Promise<void> {
       for (const f of files.values()) f.close();
