@@ -5,8 +5,9 @@
  *
  * 1. Its engine's `/metrics` (`vllm:cache_config_info`): the GPU block count
  *    becomes the worker's `total_kv_blocks` (the busy thresholds' unit) unless
- *    the config gives one, which wins; the block size must be the model's
- *    `block_size`. An unreadable `/metrics` flags nothing (info line, counted).
+ *    the config gives one, which wins; in router_mode kv, the block size must
+ *    be the model's `block_size`. An unreadable `/metrics` flags nothing (info
+ *    line, counted).
  * 2. With the model's `verify_tokenizer`, once the worker is routable with KV
  *    events: the tokenizer agreement probe (routing's `probeTokenizer`). An
  *    inconclusive probe flags nothing.
@@ -53,6 +54,8 @@ export class EngineChecks {
   readonly #timeoutMs: number;
   readonly #sinks = new Map<string, ModelSink>();
   readonly #found = new Map<number, Findings>();
+  /** Aborts the probes in flight when the gateway stops. */
+  readonly #closing = new AbortController();
 
   /** `timeoutMs` bounds the /metrics read (the health probe's timeout). */
   constructor(registry: WorkerRegistry, members: FleetMembers, prober: HealthProber, timeoutMs: number) {
@@ -79,6 +82,11 @@ export class EngineChecks {
     for (const w of this.#registry.available(model.name)) this.#routable(w.id);
   }
 
+  /** Stops the probes in flight (their sockets and timers would otherwise hold a stopping gateway). */
+  close(): void {
+    this.#closing.abort();
+  }
+
   /** What the worker's engine said: its block size and context length (undefined: not read). */
   engineOf(id: number): { blockSize: number | undefined; maxModelLen: number | undefined } {
     const check = this.#prober.modelCheck(id);
@@ -90,7 +98,7 @@ export class EngineChecks {
     const sink = this.#sinks.get(w.model);
     if (sink === undefined) return;
     const cfg = await readEngineCacheConfig(w, this.#timeoutMs);
-    if (this.#registry.get(w.id) !== w) return;
+    if (this.#registry.get(w.id) !== w || this.#closing.signal.aborted) return;
     const f = this.#findings(w);
     const at = { workerId: w.id, url: w.url };
     if (cfg.kind === 'unreadable') {
@@ -103,6 +111,8 @@ export class EngineChecks {
     if (w.totalKvBlocks !== undefined && cfg.numGpuBlocks !== undefined && cfg.numGpuBlocks !== w.totalKvBlocks) {
       sink.logger.info({ ...at, configured: w.totalKvBlocks, engine: cfg.numGpuBlocks }, `worker ${w.id}: configured total_kv_blocks ${w.totalKvBlocks} is used; its engine reports ${cfg.numGpuBlocks}`);
     }
+    // Only KV-aware routing names blocks: other modes take the capacity and check nothing.
+    if (sink.model.routerMode !== 'kv') return this.#apply(f);
     const gatewayBlockSize = sink.model.blockSize;
     const gauge = sink.metrics.workerBlockSizeMismatch.labels({ model: w.model, worker_id: String(w.id) });
     if (cfg.blockSize !== gatewayBlockSize) {
@@ -126,19 +136,19 @@ export class EngineChecks {
   #routable(id: number): void {
     const w = this.#registry.get(id);
     const sink = w === undefined ? undefined : this.#sinks.get(w.model);
-    if (w === undefined || sink === undefined || !sink.model.verifyTokenizer || w.kvEvents === undefined) return;
+    if (w === undefined || sink === undefined || !sink.model.verifyTokenizer || w.kvEvents === undefined || this.#closing.signal.aborted) return;
     const f = this.#findings(w);
     if (f.probed) return;
     f.probed = true;
     void probeTokenizer({
       worker: w, servedModelName: w.servedModelName ?? w.model, tokenize: sink.tokenizeChat, timeoutMs: PROBE_TIMEOUT_MS,
-      nonce: `${w.id}-${randomUUID().slice(0, 8)}`,
+      nonce: `${w.id}-${randomUUID().slice(0, 8)}`, signal: this.#closing.signal,
     }).then((r) => this.#probed(f, sink, r));
   }
 
   #probed(f: Findings, sink: ModelSink, r: TokenizerProbeResult): void {
     const w = f.worker;
-    if (this.#registry.get(w.id) !== w) return;
+    if (this.#registry.get(w.id) !== w || this.#closing.signal.aborted) return;
     this.#count(sink, 'tokenizer', r.outcome);
     const at = { workerId: w.id, url: w.url };
     if (r.outcome === 'inconclusive') {

@@ -218,8 +218,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
     async close(): Promise<void> {
       for (const f of files.values()) f.close();
       await Promise.all([...runtime.values()].flat().map((e) => e.close()));
-      prober.close();
-      outliers.close();
+      for (const c of [prober, outliers, checks]) c.close();
       await sync?.close();
       await engine.close();
     },

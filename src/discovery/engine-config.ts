@@ -22,10 +22,11 @@ interface MetricFamily {
 }
 
 // The parser ships CommonJS without types: its one function, typed here.
-const parsePrometheusText = createRequire(import.meta.url)('parse-prometheus-text-format') as (text: string) => MetricFamily[];
+const require = createRequire(import.meta.url);
+const parsePrometheusText = require('parse-prometheus-text-format') as (text: string) => MetricFamily[];
 
 /** The info gauge whose labels describe the engine's KV cache. */
-export const CACHE_CONFIG_METRIC = 'vllm:cache_config_info';
+const CACHE_CONFIG_METRIC = 'vllm:cache_config_info';
 
 /** The outcome of reading one engine's cache configuration. */
 export type EngineCacheConfig =

@@ -1,10 +1,9 @@
 /** Worker discovery: the registry of engines per model and role, and health probing. */
 export { WorkerRegistry } from './registry.js';
-export type { WorkerInfo, KvEventEndpoints, EngineFacts } from './registry.js';
+export type { WorkerInfo, KvEventEndpoints } from './registry.js';
 export { HealthProber } from './health.js';
 export type { WorkerHealthView } from './health.js';
 export { Ejections } from './ejection.js';
 export { OutlierDetector } from './outlier.js';
 export type { ModelCheck } from './engine-models.js';
 export { readEngineCacheConfig } from './engine-config.js';
-export type { EngineCacheConfig } from './engine-config.js';

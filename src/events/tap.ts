@@ -32,7 +32,7 @@ export class KvEventTap {
    * Connects to every target and resolves once each SUB has completed its handshake with the engine.
    * @throws Error when a handshake does not complete within `timeoutMs` or ZMQ refuses an endpoint (the sockets are closed).
    */
-  static async open(targets: readonly TapTarget[], timeoutMs: number): Promise<KvEventTap> {
+  static async open(targets: readonly TapTarget[], timeoutMs: number, signal?: AbortSignal): Promise<KvEventTap> {
     const subs = targets.map(() => new Subscriber({ linger: 0 }));
     const handshakes = subs.map((s) => new Promise<void>((resolve) => s.events.on('handshake', () => resolve())));
     let timer: NodeJS.Timeout | undefined;
@@ -43,6 +43,7 @@ export class KvEventTap {
       });
       const late = new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new Error(`no KV-event handshake within ${timeoutMs} ms`)), timeoutMs);
+        signal?.addEventListener('abort', () => reject(new Error('aborted')), { once: true });
       });
       await Promise.race([Promise.all(handshakes), late]);
     } catch (err) {
@@ -54,16 +55,19 @@ export class KvEventTap {
     return new KvEventTap(subs);
   }
 
-  /** Resolves at the next stored event, or after `ms` (whichever comes first). */
-  next(ms: number): Promise<void> {
+  /** Resolves at the next stored event, after `ms`, or when `signal` aborts (whichever comes first). */
+  next(ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
         this.#waiters.delete(done);
         resolve();
       };
       const timer = setTimeout(done, ms);
       this.#waiters.add(done);
+      if (signal?.aborted === true) done();
+      else signal?.addEventListener('abort', done, { once: true });
     });
   }
 

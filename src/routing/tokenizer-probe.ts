@@ -29,7 +29,7 @@ const SHOWN_IDS = 8;
  * The canary chat: a nonce first (a block the engine has not cached), then text that exercises
  * punctuation, digits, accents and CJK, long enough for several full blocks at common block sizes.
  */
-export function canaryMessages(nonce: string): CanaryMessage[] {
+function canaryMessages(nonce: string): CanaryMessage[] {
   return [
     { role: 'system', content: `${nonce} kvgate tokenizer check: answer with a single word.` },
     {
@@ -136,6 +136,8 @@ export interface TokenizerProbeOptions {
   readonly timeoutMs: number;
   /** Makes the canary's first block new to the engine's cache. */
   readonly nonce: string;
+  /** Ends the probe early (inconclusive): the gateway is stopping. */
+  readonly signal?: AbortSignal | undefined;
 }
 
 /** The probe's verdict: `inconclusive` when nothing could be compared (no events, no answer), never a mismatch. */
@@ -148,7 +150,7 @@ export async function probeTokenizer(o: TokenizerProbeOptions): Promise<Tokenize
   const targets = Array.from({ length: o.worker.dpSize }, (_, i) => ({ endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)), topic: src.topic }));
   let tap: KvEventTap;
   try {
-    tap = await KvEventTap.open(targets, o.timeoutMs);
+    tap = await KvEventTap.open(targets, o.timeoutMs, o.signal);
   } catch (err) {
     return { outcome: 'inconclusive', reason: `its KV-event stream did not connect: ${(err as Error).message}` };
   }
@@ -167,6 +169,7 @@ export async function probeTokenizer(o: TokenizerProbeOptions): Promise<Tokenize
       const c = compareStoredBlocks(expected, tap.stored);
       if (c.outcome !== 'incomplete') return c;
       const left = deadline - performance.now();
+      if (o.signal?.aborted === true) return { outcome: 'inconclusive', reason: 'kvgate is stopping' };
       if (left <= 0) {
         return {
           outcome: 'inconclusive',
@@ -174,7 +177,7 @@ export async function probeTokenizer(o: TokenizerProbeOptions): Promise<Tokenize
             : `only ${c.agreeing} of ${c.expected} canary blocks arrived within ${o.timeoutMs} ms (those agree)`,
         };
       }
-      await tap.next(left);
+      await tap.next(left, o.signal);
     }
   } finally {
     await tap.close();
@@ -188,7 +191,8 @@ async function sendCanary(o: TokenizerProbeOptions, messages: readonly CanaryMes
       method: 'POST',
       headers: { 'content-type': 'application/json', 'x-request-id': `kvgate-canary-${o.nonce}`, 'x-kvgate-canary': 'tokenizer' },
       body: JSON.stringify({ model: o.servedModelName, messages, max_tokens: 1, stream: false }),
-      headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, signal: AbortSignal.timeout(o.timeoutMs),
+      headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs,
+      signal: o.signal === undefined ? AbortSignal.timeout(o.timeoutMs) : AbortSignal.any([AbortSignal.timeout(o.timeoutMs), o.signal]),
     });
     await res.body.dump();
     return res.statusCode >= 200 && res.statusCode < 300 ? undefined : `the canary request was answered ${res.statusCode}`;

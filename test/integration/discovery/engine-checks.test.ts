@@ -86,7 +86,10 @@ describe('engines checked on join', () => {
     renameSync(join(dir, '.w.tmp'), workersFile);
     await until(async () => (await adminWorkers(url)).find((w) => w.id === 2)?.state === 'mismatched', 'worker 2 mismatched', 20_000);
 
-    const warn = logLines(proc).find((o) => o.level === WARN && o.workerId === 2 && o.engineBlockSize === 32);
+    const warned = (): Record<string, unknown> | undefined => logLines(proc).find((o) => o.level === WARN && o.workerId === 2 && o.engineBlockSize === 32);
+    // The log arrives over a pipe: the line may lag the state a little.
+    await until(() => warned() !== undefined, 'the block-size warn line');
+    const warn = warned();
     expect(warn).toMatchObject({ gatewayBlockSize: 16, url: wide!.url });
     expect(String(warn!.msg)).toMatch(/block size is 32 but the model's block_size is 16/);
     const rows = await adminWorkers(url);
