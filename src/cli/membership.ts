@@ -25,7 +25,7 @@ export type WorkerSource = 'static' | 'file' | 'etcd' | 'kubernetes';
 /**
  * A worker's standing as `/admin/models` shows it: `joining` (registered, not yet passed its first
  * probe), `ready` (routed to), `draining` (left; its in-flight requests finish), `mismatched` (its engine
- * serves another model, or with another block size: kept out of KV-aware routing or out altogether),
+ * serves another model: out altogether; or another block size or tokenizer: routed without KV overlap),
  * `down` (failing its health probes).
  */
 export type WorkerState = 'joining' | 'ready' | 'draining' | 'mismatched' | 'down';
@@ -54,7 +54,8 @@ export class FleetMembers {
   /** Workers that left while their engine pool finishes the requests it serves. */
   readonly #draining = new Map<number, { readonly worker: WorkerInfo; readonly source: WorkerSource }>();
   readonly #listeners: (() => void)[] = [];
-  /** Workers kept out of KV-aware routing by a check on join (block size), with the reason. */
+  readonly #joinListeners: ((w: WorkerInfo) => void)[] = [];
+  /** Workers kept out of KV-aware routing by a check on join (block size, tokenizer), with the reason. */
   readonly #mismatched = new Map<number, string>();
 
   constructor(registry: WorkerRegistry, engine: EngineClient, prober: HealthProber) {
@@ -67,6 +68,11 @@ export class FleetMembers {
   /** Called after every join and leave of a discovered worker, and when a draining one is gone. */
   onChange(listener: () => void): void {
     this.#listeners.push(listener);
+  }
+
+  /** Called when a worker joins at runtime (after it is registered; the engine checks start here). */
+  onJoin(listener: (w: WorkerInfo) => void): void {
+    this.#joinListeners.push(listener);
   }
 
   /** The workers of `model` a discovery source brought (registered, routable or not), by id. */
@@ -89,7 +95,7 @@ export class FleetMembers {
     return this.#draining.get(id)?.worker;
   }
 
-  /** Why a worker is mismatched: its engine serves another model, or uses another block size. */
+  /** Why a worker is mismatched: its engine serves another model, or uses another block size or tokenizer. */
   mismatchOf(id: number): string | undefined {
     const check = this.#prober.modelCheck(id);
     if (check?.kind === 'mismatch') return `its engine does not serve ${check.expected}`;
@@ -140,6 +146,7 @@ export class FleetMembers {
     this.#changed();
     this.#note(w, source, 'joined', `worker ${w.id} joins model ${w.model} (${source}): routed to once its engine answers its health probe`);
     void this.#prober.probe(w.id);
+    for (const l of this.#joinListeners) l(w);
   }
 
   /** A worker leaves: no new request from now on; its in-flight requests finish before its sockets close. */

@@ -20,6 +20,7 @@ import { warmStartModel } from './warm-start.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
 import { fleetStatus } from './fleet-status.js';
 import { FleetMembers } from './membership.js';
+import { EngineChecks } from './engine-checks.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { IpcTransport, NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
 import { clusterMember, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
@@ -170,6 +171,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
     },
   });
   const members = new FleetMembers(registry, engine, prober);
+  const checks = new EngineChecks(registry, members, prober, config.health.timeoutMs);
   const register = (w: WorkerInfo, source: 'static' | 'file'): void => {
     registry.add(w);
     engine.addWorker(w.url);
@@ -195,6 +197,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
       // The prober reports this model's worker transitions (ejected, kept, readmitted) to its logger and metrics.
       prober.watch(model.name, deps.logger, deps.metrics);
       members.watch(model.name, deps.logger, deps.metrics);
+      const inspected = checks.watch(model, deps);
       files.get(model.name)?.start(deps.logger, deps.metrics);
       for (const source of runtime.get(model.name) ?? []) source.start(deps.logger, deps.metrics);
       const sink = modelCheckSink(deps);
@@ -203,7 +206,7 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
         firstRound = prober.probeAll();
         prober.start();
       }
-      await firstRound;
+      await Promise.all([firstRound, inspected]);
       sync?.bind(deps.logger, deps.metrics);
       for (const [id, [w, check]] of early) {
         if (w.model !== model.name) continue;
@@ -215,13 +218,12 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
       routers.set(model.name, router);
       return router;
     },
-    status: fleetStatus(members, registry),
+    status: fleetStatus(members, registry, checks),
     live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router), served: (c) => members.served(c) },
     async close(): Promise<void> {
       for (const f of files.values()) f.close();
       await Promise.all([...runtime.values()].flat().map((e) => e.close()));
-      prober.close();
-      outliers.close();
+      for (const c of [prober, outliers, checks]) c.close();
       await sync?.close();
       await engine.close();
     },

@@ -34,6 +34,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['router_mode', (m) => m.routerMode],
   ['block_size', (m) => m.blockSize],
   ['tokenizer', (m) => m.tokenizer],
+  ['verify_tokenizer', (m) => m.verifyTokenizer],
   ['enforce_disagg', (m) => m.enforceDisagg],
   ['engine_timeouts', (m) => m.engineTimeouts],
   ['engine', (m) => m.engine],

@@ -15,7 +15,7 @@ import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
 import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
-const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'engine',
+const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'verify_tokenizer', 'engine',
   'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'etcd', 'kubernetes', 'migration_limit', 'migration_max_seq_len'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
   'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated', 'return_token_ids'] as const;
@@ -179,6 +179,7 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
   const routerMode = m.oneOf('router_mode', ROUTER_MODES, GATEWAY_DEFAULTS.routerMode);
   const blockSize = m.int('block_size', GATEWAY_DEFAULTS.blockSize, { min: 1, max: 1 << 20 });
   const tokenizer = readTokenizer(m, ctx);
+  const verifyTokenizer = m.bool('verify_tokenizer', false);
   const engine = m.oneOf('engine', ENGINE_DIALECTS, GATEWAY_DEFAULTS.engine);
   const enforceDisagg = m.bool('enforce_disagg', false);
   const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
@@ -195,7 +196,7 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
     maxSeqLen: m.optInt('migration_max_seq_len', { min: 1 }),
   };
   return {
-    name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts,
+    name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, verifyTokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts,
     migration, engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile), etcd, kubernetes,
   };
 }
@@ -247,6 +248,9 @@ export function checkModel(model: ModelConfig, m: ConfigReader, warnings: string
       warnings.push(`model ${model.name}: no tokenizer; prefix hashes come from the byte-packing fallback tokenizer and match `
         + 'the engines\' KV events only if the engines tokenize the same way (kvgate mockers do, real engines do not)');
     }
+  }
+  if (model.verifyTokenizer && (model.routerMode !== 'kv' || !kvEventsEnabled(model.router))) {
+    m.problem('verify_tokenizer', 'needs router_mode kv with KV events on: the probe compares the engines\' BlockStored events with kvgate\'s tokenization');
   }
   if (model.routerMode !== 'kv' && model.workers.some((w) => w.kvEvents !== undefined)) {
     warnings.push(`model ${model.name}: router_mode ${model.routerMode} does not use KV events; kv_events endpoints are ignored`);

@@ -42,6 +42,11 @@ export interface ModelConfig {
   /** KV cache block size of the engines (tokens per block); must equal the engines' setting. */
   readonly blockSize: number;
   readonly tokenizer: TokenizerSource;
+  /**
+   * When a worker with KV events joins, send its engine one canary chat and compare the token ids of the
+   * blocks it stores with kvgate's tokenization; a disagreement marks the worker mismatched.
+   */
+  readonly verifyTokenizer: boolean;
   /** Fail requests instead of falling back to aggregated serving when no prefill worker can take them. */
   readonly enforceDisagg: boolean;
   /** Prompt token limit for this model (the global limit unless overridden). */

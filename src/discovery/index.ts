@@ -6,3 +6,4 @@ export type { WorkerHealthView } from './health.js';
 export { Ejections } from './ejection.js';
 export { OutlierDetector } from './outlier.js';
 export type { ModelCheck } from './engine-models.js';
+export { readEngineCacheConfig } from './engine-config.js';

@@ -59,11 +59,23 @@ export interface WorkerInfo {
   /** Scheduler capacity hints (engine flags), used by busy thresholds. */
   readonly maxNumBatchedTokens?: number | undefined;
   readonly totalKvBlocks?: number | undefined;
+  /**
+   * Why kvgate does not trust its view of this worker's KV cache (its engine's block size or tokenizer
+   * differs from the model's, found when it joined): it stays routable, its cached-prefix overlap scored 0.
+   * Never configured: set through `WorkerRegistry.setEngineFacts`.
+   */
+  readonly kvMismatch?: string | undefined;
 }
 
+/** What kvgate learned from a worker's engine after it was registered (its /metrics, a tokenizer probe). */
+export type EngineFacts = Pick<WorkerInfo, 'totalKvBlocks' | 'kvMismatch'>;
+
 export interface WorkerRegistryEvents {
+  /** The worker became routable; the info carries its engine facts. */
   added: [WorkerInfo];
   removed: [WorkerInfo];
+  /** A routable worker's engine facts changed (capacity, KV trust): the info as routing should now see it. */
+  updated: [WorkerInfo];
 }
 
 /** Workers by model and role, with availability. Emits 'added' / 'removed' as availability changes. */
@@ -72,6 +84,11 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
   readonly #available = new Set<number>();
   /** Adapters each worker's engine listed at its last /v1/models check. */
   readonly #discoveredAdapters = new Map<number, readonly string[]>();
+  /**
+   * Each worker's info with its engine facts applied (only for workers that have facts). `get` and `all`
+   * keep answering the registered object, whose identity says "the same registration" to the prober.
+   */
+  readonly #effective = new Map<number, WorkerInfo>();
 
   /** Registers a worker; it is available at once unless `available` is false. */
   add(w: WorkerInfo, available = true): void {
@@ -89,6 +106,24 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
     this.markDown(id);
     this.#all.delete(id);
     this.#discoveredAdapters.delete(id);
+    this.#effective.delete(id);
+  }
+
+  /**
+   * Records what the worker's engine said (fields left undefined are cleared back to the registered
+   * values); a routable worker is announced again as 'updated'.
+   */
+  setEngineFacts(id: number, facts: EngineFacts): void {
+    const w = this.#all.get(id);
+    if (w === undefined) return;
+    const next: WorkerInfo = { ...w, totalKvBlocks: facts.totalKvBlocks ?? w.totalKvBlocks, kvMismatch: facts.kvMismatch };
+    this.#effective.set(id, next);
+    if (this.#available.has(id)) this.emit('updated', next);
+  }
+
+  /** The worker as routing sees it: its registration with its engine facts applied. */
+  effective(id: number): WorkerInfo | undefined {
+    return this.#effective.get(id) ?? this.#all.get(id);
   }
 
   /** The LoRA adapters the worker's engine listed (replaces the previous list). */
@@ -118,7 +153,7 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
     const w = this.#all.get(id);
     if (w === undefined || this.#available.has(id)) return;
     this.#available.add(id);
-    this.emit('added', w);
+    this.emit('added', this.effective(id)!);
   }
 
   /** The worker is no longer eligible (idempotent). */
@@ -146,7 +181,7 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
   available(model: string, roles?: readonly WorkerRole[]): WorkerInfo[] {
     const out: WorkerInfo[] = [];
     for (const id of this.#available) {
-      const w = this.#all.get(id)!;
+      const w = this.effective(id)!;
       if (w.model === model && (roles === undefined || roles.includes(w.role))) out.push(w);
     }
     return out;

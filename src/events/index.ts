@@ -19,3 +19,4 @@ export { EventLiveness } from './liveness.js';
 export { KvEventCounters } from './stats.js';
 export type { KvEventHooks } from './stats.js';
 export { dpRankEndpoint, connectEndpoint } from './endpoints.js';
+export { KvEventTap } from './tap.js';

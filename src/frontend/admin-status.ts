@@ -22,9 +22,13 @@ export interface WorkerLiveStatus {
   readonly source: string;
   /** joining, ready, draining, mismatched, down. */
   readonly state: string;
-  /** Why the worker is mismatched (its engine's model or block size), when it is. */
+  /** Why the worker is mismatched (its engine's model, block size or tokenizer), when it is. */
   readonly mismatch?: string | undefined;
-  readonly capacity: { readonly totalKvBlocks: number | null; readonly maxNumBatchedTokens: number | null; readonly engineBlockSize?: number | null };
+  /** KV blocks per rank (the config's, else its engine's), batch budget, and the engine's block size and context length as it reported them. */
+  readonly capacity: {
+    readonly totalKvBlocks: number | null; readonly maxNumBatchedTokens: number | null;
+    readonly engineBlockSize?: number | null; readonly maxModelLen?: number | null;
+  };
 }
 
 /** The live side of `/admin/models`: each worker's status, and the workers that left and still finish requests. */

@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { GatewayConfig } from '../config/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { createPreprocessor, preprocessModelSpecs, type Preprocessor } from './preprocess/preprocessor.js';
-import type { ModelRouterPort, RouterPortFactory } from './router-port.js';
+import type { ModelRouterPort, RouterPortDeps, RouterPortFactory } from './router-port.js';
 import { GatewayServer, type GatewayAddresses, type GatewayServerOptions } from './server.js';
 
 export interface GatewayOptions {
@@ -78,7 +78,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const routers: ModelRouterPort[] = [];
   let server: GatewayServer | undefined;
   try {
-    for (const model of config.models) routers.push(await opts.createRouter(model, { metrics, logger: logger.child({ model: model.name }) }));
+    for (const model of config.models) {
+      const tokenizeChat: RouterPortDeps['tokenizeChat'] = async (messages) =>
+        (await preprocessor.run({ kind: 'chat', model: model.name, messages: [...messages], maxPromptTokens: model.maxPromptTokens })).tokenIds;
+      routers.push(await opts.createRouter(model, { metrics, logger: logger.child({ model: model.name }), tokenizeChat }));
+    }
     server = new GatewayServer({ config, routers, preprocessor, logger, metrics, reload: opts.reload, fleet: opts.fleet, process: opts.process });
     const addresses = await server.listen();
     logger.info(startupSummary(config, addresses, preprocessor), 'kvgate gateway started');

@@ -17,6 +17,11 @@ export interface RouterPortDeps {
   /** The gateway's metrics (its registry is what /metrics serves). */
   readonly metrics: KvgateMetrics;
   readonly logger: Logger;
+  /**
+   * The model's token ids of a chat, exactly as the gateway preprocesses a chat request (its chat
+   * template and tokenizer, no special tokens added): what the tokenizer agreement probe compares.
+   */
+  readonly tokenizeChat: (messages: readonly { readonly role: string; readonly content: string }[]) => Promise<Uint32Array>;
 }
 
 /**

@@ -86,6 +86,7 @@ export class KvgateMetrics {
   readonly workerUp: Gauge<'model' | 'worker_id' | 'worker_type'>;
   readonly workerState: Gauge<'model' | 'worker_id' | 'state'>;
   readonly workerBlockSizeMismatch: Gauge<'model' | 'worker_id'>;
+  readonly engineChecks: Counter<'model' | 'check' | 'outcome'>;
   readonly modelTokenizerMissing: Gauge<'model'>;
   readonly healthTransitions: Counter<'model' | 'worker_id' | 'transition'>;
   readonly workerEjections: Counter<'model' | 'worker_id' | 'reason'>;
@@ -167,7 +168,8 @@ export class KvgateMetrics {
     // ---- worker state (loud failures)
     this.workerUp = new Gauge({ name: 'kvgate_worker_up', help: '1 while the worker is routable (configured and passing its health probe); 0 while it is down.', labelNames: ['model', 'worker_id', 'worker_type'], registers });
     this.workerState = new Gauge({ name: 'kvgate_worker_state', help: '1 for the worker\'s current health state (up, down, ejected, kept, model_mismatch, unknown), 0 for the others.', labelNames: ['model', 'worker_id', 'state'], registers });
-    this.workerBlockSizeMismatch = new Gauge({ name: 'kvgate_worker_block_size_mismatch', help: '1 once the worker published KV events with a block size other than the model\'s block_size (those blocks are ignored).', labelNames: ['model', 'worker_id'], registers });
+    this.workerBlockSizeMismatch = new Gauge({ name: 'kvgate_worker_block_size_mismatch', help: '1 once the worker\'s engine says (its /metrics on join, or its KV events) it uses a block size other than the model\'s block_size (its blocks are ignored, its KV overlap scored 0).', labelNames: ['model', 'worker_id'], registers });
+    this.engineChecks = new Counter({ name: 'kvgate_worker_engine_checks_total', labelNames: ['model', 'check', 'outcome'], registers, help: 'Checks of a joining worker\'s engine: check=block_size (its /metrics) or tokenizer (the canary probe), by outcome: ok, mismatch (kept out of KV-aware routing), unreadable (/metrics), inconclusive (probe).' });
     this.modelTokenizerMissing = new Gauge({ name: 'kvgate_model_tokenizer_missing', help: '1 for a KV-routed model without a tokenizer (prefix hashes come from the byte-packing fallback and match no engine\'s blocks).', labelNames: ['model'], registers });
     // ---- health probing
     this.healthTransitions = new Counter({ name: 'kvgate_worker_health_transitions_total', help: 'Health probing outcomes per worker: ejected (marked down), kept (failing, but the model\'s ejection limit is reached: still routed), readmitted.', labelNames: ['model', 'worker_id', 'transition'], registers });

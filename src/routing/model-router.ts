@@ -113,6 +113,7 @@ export class ModelRouter implements ModelRouterPort {
   readonly #registry: WorkerRegistry;
   readonly #onAdded: (w: WorkerInfo) => void;
   readonly #onRemoved: (w: WorkerInfo) => void;
+  readonly #onUpdated: (w: WorkerInfo) => void;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
   #legSeq = 0;
@@ -165,8 +166,16 @@ export class ModelRouter implements ModelRouterPort {
       this.#workerRemoved(w);
       this.#watch.down(w);
     };
+    // New engine facts of a routable worker (capacity, KV trust): its pool re-registers it in place
+    // (bookings, index entries and subscriptions stay).
+    this.#onUpdated = (w) => {
+      if (w.model !== this.model) return;
+      const pool = w.role === 'prefill' ? this.prefill.pool : this.decode;
+      if (pool?.worker(w.id) !== undefined) pool.addWorker(w);
+    };
     opts.registry.on('added', this.#onAdded);
     opts.registry.on('removed', this.#onRemoved);
+    opts.registry.on('updated', this.#onUpdated);
     for (const w of opts.registry.available(this.model)) this.#workerAdded(w);
     const interval = opts.tickIntervalMs ?? 1000;
     if (interval > 0) {
@@ -425,6 +434,7 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#registry.off('added', this.#onAdded);
     this.#registry.off('removed', this.#onRemoved);
+    this.#registry.off('updated', this.#onUpdated);
     this.decode.close();
     this.#prefillPool?.push.close();
     await Promise.all([this.events?.close(), this.#prefillPool?.events?.close()]);

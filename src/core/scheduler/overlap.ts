@@ -5,7 +5,8 @@
  * a worker whose events are not live, to its fallback index; `depth` is the
  * prompt depth already active on each slot (for new blocks); with tier indexes,
  * `host` / `disk` hold the blocks found only in that tier and `sharedDepth` the
- * shared cache's deepest match.
+ * shared cache's deepest match. A worker registered with `kvOverlap: false` gets
+ * no overlap at all (its engine caches blocks the router cannot name).
  */
 import type { PrefixIndex } from '../../wasm/index.js';
 import type { ActiveSequences } from '../active-sequences.js';
@@ -67,7 +68,23 @@ export class OverlapMatcher {
     this.#raiseToFallback(seq, dev);
     this.#active.depthsInto(seq, depth);
     if (this.#tiered) this.#matchTiers(seq, n);
+    this.#distrust(n);
     return this.#tiered;
+  }
+
+  /** Slots whose cache view is not trusted (`kvOverlap: false`) are scored as holding nothing, in every tier. */
+  #distrust(n: number): void {
+    const t = this.#table;
+    const { eligible, dev, host, disk } = t.scratch;
+    for (let i = 0; i < n; i++) {
+      const s = eligible[i]!;
+      if (t.overlapOff[s] !== 1) continue;
+      dev[s] = 0;
+      if (this.#tiered) {
+        host[s] = 0;
+        disk[s] = 0;
+      }
+    }
   }
 
   /** Cached tokens the request would find on its best eligible slot (pinned rank: that rank). */

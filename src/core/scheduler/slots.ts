@@ -56,6 +56,8 @@ export class SlotTable {
   slotRank = new Int32Array(0);
   maxBatched = new Float64Array(0);
   totalKv = new Float64Array(0);
+  /** 1 while the slot's worker is registered with `kvOverlap: false`: its overlap is scored 0. */
+  overlapOff = new Uint8Array(0);
   /** Engine-reported KV usage (`reportKvUsage`). */
   kvUsed = new Float64Array(0);
   /** Every registered slot, compact: `all[0..allCount)`. */
@@ -101,6 +103,7 @@ export class SlotTable {
       this.slotRank[slot] = rank;
       this.maxBatched[slot] = info.maxNumBatchedTokens ?? DEFAULT_MAX_NUM_BATCHED_TOKENS;
       this.totalKv[slot] = info.totalKvBlocks ?? 0;
+      this.overlapOff[slot] = info.kvOverlap === false ? 1 : 0;
       this.#active.ensureSlot(slot, workerId, rank);
       if (this.#predicted !== null) this.#mapPredicted(this.#predicted.index.slotOf(workerId, rank), slot);
     }
@@ -168,6 +171,7 @@ export class SlotTable {
     this.#active.removeSlot(slot);
     this.registered[slot] = 0;
     this.kvUsed[slot] = 0;
+    this.overlapOff[slot] = 0;
   }
 
   #rebuildAll(): void {
@@ -200,6 +204,7 @@ export class SlotTable {
     this.maxBatched = grow(this.maxBatched, (k) => new Float64Array(k));
     this.totalKv = grow(this.totalKv, (k) => new Float64Array(k));
     this.kvUsed = grow(this.kvUsed, (k) => new Float64Array(k));
+    this.overlapOff = grow(this.overlapOff, (k) => new Uint8Array(k));
     const scratch = this.scratch;
     scratch.dev = new Float64Array(cap);
     scratch.host = new Float64Array(cap);

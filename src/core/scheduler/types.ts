@@ -25,6 +25,11 @@ export interface WorkerCapacity {
   readonly totalKvBlocks?: number;
   /** Labels for routing constraints (`required_taints` filter, `preferred_taints` bias). */
   readonly taints?: readonly string[];
+  /**
+   * False when the router's view of this worker's cache cannot be trusted (its engine's block size or
+   * tokenizer differs from the router's): its cached-prefix overlap is scored 0 (default true).
+   */
+  readonly kvOverlap?: boolean;
 }
 
 /** A registered worker. */

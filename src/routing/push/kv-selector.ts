@@ -29,6 +29,8 @@ export class KvSelector implements LegSelector {
       dataParallelSize: w.dpSize,
       ...(w.maxNumBatchedTokens !== undefined ? { maxNumBatchedTokens: w.maxNumBatchedTokens } : {}),
       ...(w.totalKvBlocks !== undefined ? { totalKvBlocks: w.totalKvBlocks } : {}),
+      // An engine found to use another block size or tokenizer caches blocks the router cannot name.
+      kvOverlap: w.kvMismatch === undefined,
     });
   }
 

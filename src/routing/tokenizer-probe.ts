@@ -1,0 +1,202 @@
+/**
+ * The tokenizer agreement probe: does an engine turn a chat into the same
+ * token ids as kvgate? If it does not (another tokenizer, chat template, or
+ * special-token handling), the blocks it reports in its KV events never match
+ * the prefixes kvgate hashes, and KV-aware routing to it degrades silently.
+ *
+ * The probe opens its own look at the worker's KV-event streams (`KvEventTap`),
+ * sends the engine one canary chat as messages (so the ENGINE renders and
+ * tokenizes it; `max_tokens: 1`, non-streaming, straight to the engine, so no
+ * client traffic is counted), and compares the token ids of the `BlockStored`
+ * events it publishes with kvgate's own tokenization of the same chat, block
+ * by block. The canary opens with a nonce, so its first block is new to the
+ * engine's cache and every full block of it is stored (and reported).
+ */
+import { request } from 'undici';
+import type { WorkerInfo } from '../discovery/index.js';
+import { KvEventTap, dpRankEndpoint, type StoredBlocksEvent } from '../events/index.js';
+
+/** One chat message of the canary. */
+export interface CanaryMessage {
+  readonly role: string;
+  readonly content: string;
+}
+
+/** How many token ids of each side a mismatch report shows. */
+const SHOWN_IDS = 8;
+
+/**
+ * The canary chat: a nonce first (a block the engine has not cached), then text that exercises
+ * punctuation, digits, accents and CJK, long enough for several full blocks at common block sizes.
+ */
+function canaryMessages(nonce: string): CanaryMessage[] {
+  return [
+    { role: 'system', content: `${nonce} kvgate tokenizer check: answer with a single word.` },
+    {
+      role: 'user',
+      content: 'The quick brown fox jumps over the lazy dog, twice; then 0123456789 and 3.14159 follow. '
+        + 'Café, naïve, façade and résumé are spelled with accents; 東京 and 北京 are cities. '
+        + 'Tabs\tand  double  spaces, "quotes", (parentheses), [brackets], {braces} and <angle> marks: all here. '
+        + 'Finally, a longer sentence about routing requests to the engine that already holds their cached prefix.',
+    },
+  ];
+}
+
+/** The outcome of comparing the engine's stored blocks with kvgate's token ids. */
+export type BlockComparison =
+  /** Every full block of kvgate's tokenization is what the engine stored. */
+  | { readonly outcome: 'ok'; readonly blocks: number; readonly blockSize: number }
+  /** Block `block` (engine block size) differs first, at token `offset` inside it; a few ids from there on each side. */
+  | {
+    readonly outcome: 'mismatch'; readonly block: number; readonly offset: number; readonly blockSize: number;
+    readonly gateway: readonly number[]; readonly engine: readonly number[];
+  }
+  /** The engine's blocks seen so far agree, but fewer than kvgate expects (more may still arrive). */
+  | { readonly outcome: 'incomplete'; readonly agreeing: number; readonly expected: number };
+
+/** The token ids of each chain of stored blocks that starts at the root, in arrival order of their first event. */
+function rootChains(stored: readonly StoredBlocksEvent[]): { tokens: Uint32Array; blockSize: number }[] {
+  const byParent = new Map<bigint, StoredBlocksEvent>();
+  for (const e of stored) if (e.parentHash !== null && !byParent.has(e.parentHash)) byParent.set(e.parentHash, e);
+  const chains: { tokens: Uint32Array; blockSize: number }[] = [];
+  for (const root of stored) {
+    if (root.parentHash !== null || root.blockHashes.length === 0) continue;
+    const parts: Uint32Array[] = [];
+    const seen = new Set<StoredBlocksEvent>();
+    for (let e: StoredBlocksEvent | undefined = root; e !== undefined && !seen.has(e); e = byParent.get(e.blockHashes[e.blockHashes.length - 1]!)) {
+      seen.add(e);
+      parts.push(e.tokenIds);
+    }
+    const tokens = new Uint32Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of parts) {
+      tokens.set(p, at);
+      at += p.length;
+    }
+    chains.push({ tokens, blockSize: root.blockSize });
+  }
+  return chains;
+}
+
+/** First index where `a` and `b` differ within their common length, or -1. */
+function firstDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
+  return -1;
+}
+
+/** One chain against kvgate's ids, in the chain's block size. */
+function compareChain(expected: Uint32Array, chain: Uint32Array, bs: number): BlockComparison {
+  const full = Math.floor(expected.length / bs);
+  const engineBlocks = Math.floor(chain.length / bs);
+  const mismatch = (block: number, offset: number): BlockComparison => {
+    const from = block * bs + offset;
+    return {
+      outcome: 'mismatch', block, offset, blockSize: bs,
+      gateway: Array.from(expected.subarray(from, Math.min(from + SHOWN_IDS, (block + 1) * bs))),
+      engine: Array.from(chain.subarray(from, Math.min(from + SHOWN_IDS, (block + 1) * bs))),
+    };
+  };
+  for (let b = 0; b < Math.min(full, engineBlocks); b++) {
+    const d = firstDiff(expected.subarray(b * bs, (b + 1) * bs), chain.subarray(b * bs, (b + 1) * bs));
+    if (d >= 0) return mismatch(b, d);
+  }
+  if (engineBlocks < full) return { outcome: 'incomplete', agreeing: engineBlocks, expected: full };
+  if (engineBlocks > full) {
+    // The engine filled one more block: kvgate's partial tail must open it (the rest is what it generated).
+    const tail = expected.subarray(full * bs);
+    const d = firstDiff(tail, chain.subarray(full * bs, (full + 1) * bs));
+    if (d >= 0) return mismatch(full, d);
+    if (engineBlocks > full + 1) return mismatch(full + 1, 0);
+  }
+  return { outcome: 'ok', blocks: full, blockSize: bs };
+}
+
+/**
+ * Compares kvgate's token ids of the canary with the blocks the engine stored: the root chain that agrees
+ * longest is the canary's (other requests may store blocks meanwhile). Pure.
+ */
+export function compareStoredBlocks(expected: Uint32Array, stored: readonly StoredBlocksEvent[]): BlockComparison {
+  let best: BlockComparison | undefined;
+  const rank = (c: BlockComparison): number => (c.outcome === 'ok' ? Infinity : c.outcome === 'incomplete' ? c.agreeing + 0.5 : c.block);
+  for (const { tokens, blockSize } of rootChains(stored)) {
+    const c = compareChain(expected, tokens, blockSize);
+    if (best === undefined || rank(c) > rank(best)) best = c;
+  }
+  return best ?? { outcome: 'incomplete', agreeing: 0, expected: -1 };
+}
+
+export interface TokenizerProbeOptions {
+  readonly worker: WorkerInfo;
+  /** The name the engine serves the model as (sent as `model`). */
+  readonly servedModelName: string;
+  /** kvgate's tokenization of a chat (chat template + tokenizer), as the gateway preprocesses requests. */
+  readonly tokenize: (messages: readonly CanaryMessage[]) => Promise<Uint32Array>;
+  /** Bound of each step: the KV-event handshake, the canary request, and the wait for its events. */
+  readonly timeoutMs: number;
+  /** Makes the canary's first block new to the engine's cache. */
+  readonly nonce: string;
+  /** Ends the probe early (inconclusive): the gateway is stopping. */
+  readonly signal?: AbortSignal | undefined;
+}
+
+/** The probe's verdict: `inconclusive` when nothing could be compared (no events, no answer), never a mismatch. */
+export type TokenizerProbeResult = Exclude<BlockComparison, { outcome: 'incomplete' }> | { readonly outcome: 'inconclusive'; readonly reason: string };
+
+/** Runs the probe against one worker with KV events. Never throws. */
+export async function probeTokenizer(o: TokenizerProbeOptions): Promise<TokenizerProbeResult> {
+  const src = o.worker.kvEvents;
+  if (src === undefined) return { outcome: 'inconclusive', reason: 'the worker has no KV-event endpoint' };
+  const targets = Array.from({ length: o.worker.dpSize }, (_, i) => ({ endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)), topic: src.topic }));
+  let tap: KvEventTap;
+  try {
+    tap = await KvEventTap.open(targets, o.timeoutMs, o.signal);
+  } catch (err) {
+    return { outcome: 'inconclusive', reason: `its KV-event stream did not connect: ${(err as Error).message}` };
+  }
+  try {
+    const messages = canaryMessages(o.nonce);
+    let expected: Uint32Array;
+    try {
+      expected = await o.tokenize(messages);
+    } catch (err) {
+      return { outcome: 'inconclusive', reason: `kvgate could not tokenize the canary: ${(err as Error).message}` };
+    }
+    const sent = await sendCanary(o, messages);
+    if (sent !== undefined) return { outcome: 'inconclusive', reason: sent };
+    const deadline = performance.now() + o.timeoutMs;
+    for (;;) {
+      const c = compareStoredBlocks(expected, tap.stored);
+      if (c.outcome !== 'incomplete') return c;
+      const left = deadline - performance.now();
+      if (o.signal?.aborted === true) return { outcome: 'inconclusive', reason: 'kvgate is stopping' };
+      if (left <= 0) {
+        return {
+          outcome: 'inconclusive',
+          reason: c.expected < 0 ? `no BlockStored event of the canary arrived within ${o.timeoutMs} ms`
+            : `only ${c.agreeing} of ${c.expected} canary blocks arrived within ${o.timeoutMs} ms (those agree)`,
+        };
+      }
+      await tap.next(left, o.signal);
+    }
+  } finally {
+    await tap.close();
+  }
+}
+
+/** POSTs the canary chat to the engine; undefined once it answered 2xx, else why not. */
+async function sendCanary(o: TokenizerProbeOptions, messages: readonly CanaryMessage[]): Promise<string | undefined> {
+  try {
+    const res = await request(new URL('/v1/chat/completions', o.worker.url), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': `kvgate-canary-${o.nonce}`, 'x-kvgate-canary': 'tokenizer' },
+      body: JSON.stringify({ model: o.servedModelName, messages, max_tokens: 1, stream: false }),
+      headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs,
+      signal: o.signal === undefined ? AbortSignal.timeout(o.timeoutMs) : AbortSignal.any([AbortSignal.timeout(o.timeoutMs), o.signal]),
+    });
+    await res.body.dump();
+    return res.statusCode >= 200 && res.statusCode < 300 ? undefined : `the canary request was answered ${res.statusCode}`;
+  } catch (err) {
+    return `the canary request failed: ${(err as Error).message}`;
+  }
+}

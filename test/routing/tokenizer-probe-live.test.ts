@@ -1,0 +1,52 @@
+/**
+ * The tokenizer agreement probe against a real engine over real sockets (an in-process mocker: HTTP and
+ * ZMQ on loopback). issue 16, tokenizer agreement probe: the engine's own tokenization of the canary is
+ * compared; a probe whose events never come is inconclusive, never a mismatch.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { WorkerInfo } from '../../src/discovery/index.js';
+import { startMocker, type MockerHandle } from '../../src/mocker/index.js';
+import { probeTokenizer } from '../../src/routing/index.js';
+import { fallbackTokenizer } from '../../src/tokenizer/index.js';
+import { TestKvPublisher } from '../helpers/zmq-publisher.js';
+
+describe('probeTokenizer against a mocker engine', () => {
+  let engine: MockerHandle;
+  let silent: TestKvPublisher;
+
+  beforeAll(async () => {
+    engine = await startMocker({ model: 'm', blockSize: 16, kvEvents: true, speedup: 100, seed: 1 });
+    silent = await TestKvPublisher.start();
+  });
+
+  afterAll(async () => {
+    await engine.close();
+    await silent.close();
+  });
+
+  const worker = (kvEvents: string): WorkerInfo => ({ id: 1, model: 'm', url: engine.url, role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1, kvEvents: { endpoint: kvEvents } });
+  // kvgate's side, as the gateway does it for a model without a tokenizer file: the fallback tokenizer and its ChatML template.
+  const tok = fallbackTokenizer();
+  const tokenize = async (messages: readonly { role: string; content: string }[]): Promise<Uint32Array> =>
+    Uint32Array.from(await tok.encode(tok.renderChat(messages, { addGenerationPrompt: true }), { addSpecialTokens: false }));
+
+  it('agrees with an engine that tokenizes as kvgate does', async () => {
+    const r = await probeTokenizer({ worker: worker(engine.kvEventsEndpoints[0]!), servedModelName: 'm', tokenize, timeoutMs: 5000, nonce: 'n1' });
+    expect(r).toMatchObject({ outcome: 'ok', blockSize: 16 });
+  });
+
+  it('a different tokenization is a mismatch at the first differing block', async () => {
+    const shifted = async (messages: readonly { role: string; content: string }[]): Promise<Uint32Array> => {
+      const ids = await tokenize(messages);
+      ids[40] = ids[40]! + 1;
+      return ids;
+    };
+    const r = await probeTokenizer({ worker: worker(engine.kvEventsEndpoints[0]!), servedModelName: 'm', tokenize: shifted, timeoutMs: 5000, nonce: 'n2' });
+    expect(r).toMatchObject({ outcome: 'mismatch', block: 2, offset: 8 });
+  });
+
+  it('no BlockStored event within the bound: inconclusive', async () => {
+    const r = await probeTokenizer({ worker: worker(silent.endpoint), servedModelName: 'm', tokenize, timeoutMs: 300, nonce: 'n3' });
+    expect(r).toEqual({ outcome: 'inconclusive', reason: 'no BlockStored event of the canary arrived within 300 ms' });
+  });
+});
