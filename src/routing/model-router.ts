@@ -140,32 +140,25 @@ export class ModelRouter implements ModelRouterPort {
     this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, decode.push.role));
     this.decode = decode.push;
     this.events = decode.events;
-    const typeOf = (push: PushRouter) => (id: number): string => push.worker(id)?.role ?? push.role;
-    const index = (pool: Pool) => (pool.events === undefined ? undefined : () => pool.events!.snapshot());
-    if (decode.push.kvRouter !== undefined) {
-      opts.attachReplica?.({ role: 'decode', kv: decode.push.kvRouter, sessions: this.sessions, workerTypeOf: typeOf(decode.push), index: index(decode) });
-    }
+    // Replica sync is told of each KV pool once it is built: its router, sessions, worker roles and prefix index.
+    const attach = (role: 'decode' | 'prefill', pool: Pool, sessions: StickySessions): void => {
+      const kv = pool.push.kvRouter;
+      if (kv === undefined) return;
+      const index = pool.events === undefined ? undefined : (): KvSlotSnapshot[] => pool.events!.snapshot();
+      opts.attachReplica?.({ role, kv, sessions, index, workerTypeOf: (id) => pool.push.worker(id)?.role ?? pool.push.role });
+    };
+    attach('decode', decode, this.sessions);
     this.prefill = new PrefillRouter({
       model: opts.model, mode: opts.mode, enforceDisagg: opts.enforceDisagg, decode: this.decode,
       createPool: () => {
         const pool = this.#prefillPool = this.#buildPool('prefill');
-        if (pool.push.kvRouter !== undefined) {
-          opts.attachReplica?.({ role: 'prefill', kv: pool.push.kvRouter, sessions: this.prefill.sessions, workerTypeOf: typeOf(pool.push), index: index(pool) });
-        }
+        attach('prefill', pool, this.prefill.sessions);
         return pool.push;
       },
       sessionTtlMs: opts.prefillSessionTtlMs, sessionLimits: opts.sessionLimits, maxRetries: opts.maxRetries,
     }, ctx);
-    this.#onAdded = (w) => {
-      if (w.model !== this.model) return;
-      this.#workerAdded(w);
-      this.#watch.up(w);
-    };
-    this.#onRemoved = (w) => {
-      if (w.model !== this.model) return;
-      this.#workerRemoved(w);
-      this.#watch.down(w);
-    };
+    this.#onAdded = (w) => { if (w.model === this.model) { this.#workerAdded(w); this.#watch.up(w); } };
+    this.#onRemoved = (w) => { if (w.model === this.model) { this.#workerRemoved(w); this.#watch.down(w); } };
     // New engine facts of a routable worker (capacity, KV trust): its pool re-registers it in place
     // (bookings, index entries and subscriptions stay).
     this.#onUpdated = (w) => {
