@@ -14,8 +14,8 @@ import { KvgateError } from '../errors/index.js';
 import { OPTIONS as MOCKER_OPTIONS, parseMockerArgs } from './mocker.js';
 import type { MockerInput } from '../mocker/index.js';
 import {
-  ARRIVAL_MODES, DEFAULT_TRACE_BLOCK_SIZE, DISAGG_PROTOCOLS, parsePolicies, ProgressBar, renderMarkdown, runReplay, writeReport,
-  type ArrivalMode, type DisaggProtocol, type ReplayConfig, type ReplayHooks, type ReplayMode, type ReplayTopology,
+  ARRIVAL_MODES, DEFAULT_SYNC_DELAY_MS, DEFAULT_TRACE_BLOCK_SIZE, DISAGG_PROTOCOLS, FRONT_DOOR_MODES, parsePolicies, ProgressBar, renderMarkdown, runReplay, writeReport,
+  type ArrivalMode, type DisaggProtocol, type FrontDoorMode, type PolicySpec, type ReplayConfig, type ReplicaSweep, type ReplayHooks, type ReplayMode, type ReplayTopology,
 } from '../replay/index.js';
 
 /** Mocker flags that replay sets itself (or names differently). */
@@ -27,6 +27,7 @@ const REPLAY_OPTIONS = {
   'trace-block-size': { type: 'string' }, arrival: { type: 'string' }, speedup: { type: 'string' }, 'max-requests': { type: 'string' },
   'max-isl': { type: 'string' }, 'skip-requests': { type: 'string' }, strict: { type: 'boolean' }, seed: { type: 'string' }, jobs: { type: 'string' }, json: { type: 'boolean' },
   out: { type: 'string' }, progress: { type: 'boolean' }, 'no-progress': { type: 'boolean' }, 'engine-speedup': { type: 'string' },
+  replicas: { type: 'string' }, 'replica-sync': { type: 'string' }, 'replica-sync-delay-ms': { type: 'string' }, 'replica-front': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -59,6 +60,10 @@ prediction error.
   --out DIR                    write results.json, results.md and SVG charts to DIR
   --progress | --no-progress   progress on stderr: a bar on a terminal, else a line every 5 s (default on)
   --engine-speedup X           divide engine step times by X (the mocker's --speedup)
+  --replicas LIST              router replicas behind one front door, offline (1); a list such as 1,2,4,8 runs each
+  --replica-sync on|off        replicas share their bookings (on); on,off runs both
+  --replica-sync-delay-ms D    virtual ms before a booking change reaches the other replicas (${DEFAULT_SYNC_DELAY_MS})
+  --replica-front rr|random    how the front door spreads requests over replicas (rr; random is seeded)
   -h, --help                   this text
 
 Engine model: every \`kvgate mocker\` flag except --count, --host, ports, --mode and
@@ -83,6 +88,39 @@ function positiveNumber(flag: string, v: string | undefined): number | undefined
   const n = Number(v);
   if (v.trim() === '' || !(n > 0) || !Number.isFinite(n)) throw usageError(`--${flag} ${v}: expected a number > 0`);
   return n;
+}
+
+/** A comma list of the flag's values, each parsed by `one` (which names the flag in its errors). */
+function list<T>(flag: string, v: string, one: (x: string) => T): T[] {
+  const items = v.split(',').map((x) => x.trim()).filter((x) => x !== '');
+  if (items.length === 0) throw usageError(`--${flag} ${v}: name at least one value`);
+  const out = items.map(one);
+  if (new Set(items).size !== items.length) throw usageError(`--${flag} ${v}: a value is listed twice`);
+  return out;
+}
+
+/** --replicas, --replica-sync, --replica-sync-delay-ms, --replica-front. */
+function replicaSweep(s: (k: string) => string | undefined, mode: ReplayMode): ReplicaSweep {
+  const counts = list('replicas', s('replicas') ?? '1', (x) => integer('replicas', x, 1)!);
+  const sync = list('replica-sync', s('replica-sync') ?? 'on', (x) => {
+    if (x !== 'on' && x !== 'off') throw usageError(`--replica-sync ${x}: expected on or off`);
+    return x === 'on';
+  });
+  const delay = s('replica-sync-delay-ms');
+  const syncDelayMs = delay === undefined ? DEFAULT_SYNC_DELAY_MS : Number(delay);
+  if (delay !== undefined && (delay.trim() === '' || !Number.isFinite(syncDelayMs) || syncDelayMs < 0)) {
+    throw usageError(`--replica-sync-delay-ms ${delay}: expected a number of ms >= 0`);
+  }
+  const front = (s('replica-front') ?? 'rr') as FrontDoorMode;
+  if (!FRONT_DOOR_MODES.includes(front)) throw usageError(`--replica-front ${front}: expected ${FRONT_DOOR_MODES.join(' or ')}`);
+  if (mode === 'online' && counts.some((n) => n !== 1)) throw usageError('--replicas: router replicas are modelled offline only (--mode offline)');
+  return { counts, sync, syncDelayMs, front };
+}
+
+/** Offline runs a config makes: per policy, P/D protocol, replica count (and sync setting, for kv policies with replicas). */
+function runCount(policies: readonly PolicySpec[], topology: ReplayTopology, r: ReplicaSweep): number {
+  const protocols = topology.kind === 'aggregated' ? 1 : topology.protocols.length;
+  return policies.reduce((n, p) => n + r.counts.reduce((m, c) => m + (c === 1 || p.kind !== 'kv' ? 1 : r.sync.length), 0), 0) * protocols;
 }
 
 export interface ReplayCliPlan {
@@ -150,7 +188,8 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
   const engine: MockerInput = { ...parsed, host: undefined, port: 0, kvEventsPort: 0, kvEventsReplayPort: undefined, bootstrapPort: 0, mode: undefined };
 
   const seed = integer('seed', s('seed'), 0) ?? 0;
-  const runs = policies.length * (topology.kind === 'aggregated' ? 1 : topology.protocols.length);
+  const replicas = replicaSweep(s, mode);
+  const runs = runCount(policies, topology, replicas);
   const jobs = integer('jobs', s('jobs'), 1) ?? Math.max(1, Math.min(runs, cpus().length));
   const maxRequests = integer('max-requests', s('max-requests'), 1);
   const maxIsl = integer('max-isl', s('max-isl'), 1);
@@ -172,6 +211,7 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
     engine,
     seed,
     jobs,
+    replicas,
   };
   const progress = values['no-progress'] === true ? false : values.progress === true ? true : undefined;
   return { help: false, json: values.json === true, out: s('out'), progress, config };

@@ -6,6 +6,7 @@
 import { resolveMockerOptions, type MockerInput } from '../mocker/index.js';
 import { runOffline, type Topology } from './offline.js';
 import type { PolicySpec } from './policy.js';
+import type { ReplicaOptions } from './router-replicas.js';
 import type { PolicyRun } from './results.js';
 import type { Workload } from './workload.js';
 
@@ -18,6 +19,7 @@ export interface OfflineJob {
   readonly seed: number;
   readonly vocabSize?: number;
   readonly bucketMs?: number;
+  readonly replicas?: ReplicaOptions;
 }
 
 /** Runs a job in this thread. @throws KvgateError for invalid engine options or topology. */
@@ -30,6 +32,7 @@ export function runOfflineJob(job: OfflineJob, onProgress?: (done: number, total
     seed: job.seed,
     ...(job.vocabSize !== undefined ? { vocabSize: job.vocabSize } : {}),
     ...(job.bucketMs !== undefined ? { bucketMs: job.bucketMs } : {}),
+    ...(job.replicas !== undefined ? { replicas: job.replicas } : {}),
     ...(onProgress !== undefined ? { onProgress } : {}),
   });
 }

@@ -3,12 +3,13 @@
  * router and load timeline) and one virtual engine per worker, whose KV
  * events feed its pool's router when the step that produced them completes.
  */
-import { seededRng, type Clock, type WorkerRole } from '../common/index.js';
+import { seededRng, type Clock, type Rng, type WorkerRole } from '../common/index.js';
 import { EngineCore, engineCoreOptions, VirtualEngine, type ResolvedMockerOptions, type StepResult } from '../mocker/index.js';
 import type { OfflineReplayOptions } from './offline.js';
 import { policySeed, type ReplayRouter } from './policy.js';
 import type { PoolRun } from './results.js';
-import { createReplayRouter } from './routers.js';
+import { SINGLE_ROUTER } from './router-replicas.js';
+import { createPoolRouter } from './routers.js';
 import { LoadTimeline } from './timeline.js';
 
 /** Generated tokens are drawn from this many ids (their values do not matter to routing). */
@@ -43,10 +44,11 @@ export function buildPools(opts: OfflineReplayOptions, clock: Clock, bucketMs: n
   let nextWorkerId = 0;
   const addPool = (name: PoolRun['name'], size: number, role: WorkerRole): void => {
     const workerIds = Array.from({ length: size }, () => nextWorkerId++);
-    const router = createReplayRouter(policy, {
-      role, workerIds, blockSize: eng.blockSize, clock, rng: seededRng(policySeed(seed, policy.name) + pools.length),
-      maxNumBatchedTokens: eng.maxNumBatchedTokens, totalKvBlocks: eng.numGpuBlocks,
-    });
+    // Replica 0 draws what a single router draws, so one replica reproduces a run without replicas.
+    const rngOf = (i: number): Rng => seededRng(policySeed(seed, i === 0 ? policy.name : `${policy.name}#replica${i}`) + pools.length);
+    const router = createPoolRouter(policy, {
+      role, workerIds, blockSize: eng.blockSize, clock, maxNumBatchedTokens: eng.maxNumBatchedTokens, totalKvBlocks: eng.numGpuBlocks,
+    }, opts.replicas ?? SINGLE_ROUTER, rngOf);
     pools.push({ name, workerIds, timeline: new LoadTimeline(size, bucketMs), router });
   };
   if (topology.kind === 'aggregated') addPool('engines', topology.workers, 'aggregated');

@@ -41,6 +41,7 @@ import type { CoreRequest, ResolvedMockerOptions, VirtualRequestListener } from 
 import { buildPools, generationSeed, type Engine, type PoolState } from './offline-pools.js';
 import type { PolicySpec, ReplayRouter, RouteChoice, RouteRequest } from './policy.js';
 import { newOutcome, type PolicyRun, type PoolRun, type RequestOutcome } from './results.js';
+import { FrontDoor, replicaSuffix, ReplicaSet, SINGLE_ROUTER, validateReplicaOptions, type ReplicaOptions } from './router-replicas.js';
 import { HitTimeline } from './timeline.js';
 import { DEFAULT_VOCAB_SIZE, TokenSynthesizer } from './token-synth.js';
 import type { ReplayRequest, Workload } from './workload.js';
@@ -64,6 +65,8 @@ export interface OfflineReplayOptions {
   readonly vocabSize?: number;
   /** Width of the over-time buckets (charts, load ratio over time); default spanMs / 200, at least 100 ms. */
   readonly bucketMs?: number;
+  /** Router replicas behind a front door, with or without booking sync (default: one router). */
+  readonly replicas?: ReplicaOptions;
   /** Called as requests complete (or fail). */
   readonly onProgress?: (done: number, total: number) => void;
 }
@@ -87,6 +90,8 @@ interface DisaggFlow {
   /** The prefill leg's id on its engine (the decode leg uses `key`). */
   readonly prefillId: string;
   readonly tokens: number[];
+  /** The router replica both legs go through. */
+  readonly replica: number;
   readonly protocol: DisaggProtocol;
   decodeChoice: RouteChoice | null;
   prefillDoneAt: number | null;
@@ -107,6 +112,8 @@ class OfflineReplay {
   /** By worker id. */
   readonly #engines: readonly Engine[];
   readonly #outcomes: RequestOutcome[];
+  readonly #replicas: ReplicaOptions;
+  readonly #front: FrontDoor;
   #done = 0;
   /** Routes waiting in a router's queue (their admission settles a promise). */
   #pendingRoutes = 0;
@@ -122,6 +129,9 @@ class OfflineReplay {
     for (const c of counts) {
       if (!Number.isSafeInteger(c) || c < 1) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
     }
+    this.#replicas = opts.replicas ?? SINGLE_ROUTER;
+    validateReplicaOptions(this.#replicas);
+    this.#front = new FrontDoor(this.#replicas, seed);
     this.#opts = opts;
     this.#bucketMs = opts.bucketMs ?? defaultBucketMs(workload);
     this.#synth = new TokenSynthesizer({ traceBlockSize: workload.traceBlockSize, seed, vocabSize: opts.vocabSize ?? DEFAULT_VOCAB_SIZE });
@@ -161,10 +171,12 @@ class OfflineReplay {
         const et = ve.nextEventTime();
         if (et !== undefined && et < t) t = et;
       }
+      for (const p of this.#pools) t = Math.min(t, p.router.nextEventTime?.() ?? Infinity);
       if (t === Infinity) break;
       if (t > clock.now()) clock.set(t);
       endMs = t;
       for (const ve of ves) ve.runUntil(t);
+      for (const p of this.#pools) p.router.runUntil?.(t);
       while (next < requests.length && requests[next]!.arrivalMs <= t) arrive(requests[next++]!);
       if (t >= nextTickMs) {
         for (const p of this.#pools) p.router.tick();
@@ -196,8 +208,12 @@ class OfflineReplay {
       return { name: p.name, workerIds: p.workerIds, load, buckets: p.timeline.buckets(), bucketMs };
     });
     const hits = this.#hits;
+    const rep = this.#replicas;
+    const name = `${policy.name}${replicaSuffix(rep, policy.kind === 'kv')}`;
+    const syncDeliveries = this.#pools.reduce((n, p) => n + (p.router instanceof ReplicaSet ? p.router.delivered : 0), 0);
     return {
-      name: topology.kind === 'aggregated' ? policy.name : `${policy.name}@${topology.protocol}`,
+      name: topology.kind === 'aggregated' ? name : `${name}@${topology.protocol}`,
+      replicas: { count: rep.count, sync: rep.count > 1 && rep.sync && policy.kind === 'kv', syncDelayMs: rep.syncDelayMs, front: rep.front, syncDeliveries },
       outcomes: this.#outcomes, endMs, pools: poolRuns, wallMs: performance.now() - this.#wallStart,
       hits: { promptTokens: hits.promptTokens, cachedTokens: hits.cachedTokens, overTime: hits.windowed() },
       preemptions, extrapolatedSteps: extrapolated,
@@ -286,7 +302,8 @@ class OfflineReplay {
     if (long !== null) return this.#fail(o, long);
     const key = String(r.index);
     const tokens = this.#synth.tokens(r.hashIds, r.inputLength);
-    this.#routeThen(pool.router, { key, tokens, expectedOutputTokens: r.outputLength }, pool.workerIds, (choice, t) => {
+    const route = { key, tokens, expectedOutputTokens: r.outputLength, replica: this.#front.pick() };
+    this.#routeThen(pool.router, route, pool.workerIds, (choice, t) => {
       o.workerId = choice.workerId;
       o.predictedCachedTokens = choice.predictedCachedTokens;
       const req: CoreRequest = { id: key, promptTokens: tokens, maxTokens: r.outputLength, seed: generationSeed(this.#opts.seed, r.index) };
@@ -298,6 +315,7 @@ class OfflineReplay {
             o.firstTokenMs = at;
             pool.router.prefillCompleted(key);
           }
+          pool.router.outputTokens(key, index + 1);
         },
         onFinish: (_info, at) => {
           o.finishMs = at;
@@ -320,11 +338,11 @@ class OfflineReplay {
     if (long !== null) return this.#fail(o, long);
     const key = String(r.index);
     const flow: DisaggFlow = {
-      r, o, key, prefillId: `${key}:prefill`, tokens: this.#synth.tokens(r.hashIds, r.inputLength), protocol,
+      r, o, key, prefillId: `${key}:prefill`, tokens: this.#synth.tokens(r.hashIds, r.inputLength), protocol, replica: this.#front.pick(),
       decodeChoice: null, prefillDoneAt: null, prefillEngine: null,
     };
     const prefillPool = this.#pools[0]!;
-    this.#routeThen(prefillPool.router, { key, tokens: flow.tokens, expectedOutputTokens: 1 }, prefillPool.workerIds, (p, t) => {
+    this.#routeThen(prefillPool.router, { key, tokens: flow.tokens, expectedOutputTokens: 1, replica: flow.replica }, prefillPool.workerIds, (p, t) => {
       o.prefillWorkerId = p.workerId;
       o.predictedCachedTokens = p.predictedCachedTokens;
       flow.prefillEngine = this.#engines[p.workerId]!;
@@ -367,7 +385,7 @@ class OfflineReplay {
 
   #routeDecode(flow: DisaggFlow): void {
     const decodePool = this.#pools[1]!;
-    const req: RouteRequest = { key: flow.key, tokens: flow.tokens, expectedOutputTokens: flow.r.outputLength };
+    const req: RouteRequest = { key: flow.key, tokens: flow.tokens, expectedOutputTokens: flow.r.outputLength, replica: flow.replica };
     this.#routeThen(decodePool.router, req, decodePool.workerIds, (d) => {
       flow.decodeChoice = d;
       flow.o.workerId = d.workerId;
@@ -400,6 +418,7 @@ class OfflineReplay {
           // The KV has arrived (the transfer precedes the first token): the prefill engine's lease ends.
           if (!pe.ve.core.pullHeld(flow.prefillId, undefined, tt).ok) this.#leaseExpired++;
         }
+        decodePool.router.outputTokens(key, index + 1);
       },
       onFinish: (_info, tt) => {
         o.finishMs = tt;

@@ -83,6 +83,8 @@ export interface RouteRequest {
   readonly key: string;
   readonly tokens: readonly number[];
   readonly expectedOutputTokens: number;
+  /** The router replica the front door gave it (0 with a single router). */
+  readonly replica?: number;
 }
 
 export interface RouteChoice {
@@ -103,12 +105,18 @@ export interface ReplayRouter {
   route(req: RouteRequest, candidates: readonly number[]): RouteChoice | Promise<RouteChoice>;
   /** The request's first token came back (its prompt load is gone). */
   prefillCompleted(key: string): void;
+  /** The request has generated `produced` tokens so far (output-block tracking, when the policy does it). */
+  outputTokens(key: string, produced: number): void;
   /** The request ended (normally or not); its booking is released. */
   finished(key: string): void;
   /** KV events an engine published, in order, at the time they become visible to the router. */
   applyKvEvents(workerId: number, events: readonly KvEvent[]): void;
   /** Periodic housekeeping (expiry, queue drain); the replay calls it every virtual second. */
   tick(): void;
+  /** Virtual time of the router's own next event (replica sync deliveries), if it has any. */
+  nextEventTime?(): number | undefined;
+  /** Runs the router's own events due by `t`. */
+  runUntil?(t: number): void;
 }
 
 /** Load-based modes: the choice depends only on the router's own count of in-flight requests per worker. */
@@ -139,6 +147,10 @@ export class SimpleReplayRouter implements ReplayRouter {
 
   prefillCompleted(_key: string): void {
     // In-flight counts only change at booking and release.
+  }
+
+  outputTokens(_key: string, _produced: number): void {
+    // Likewise.
   }
 
   finished(key: string): void {

@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, arch, release, totalmem, type } from 'node:os';
 import { join } from 'node:path';
+import { singleRouterName } from './router-replicas.js';
 import { cdfPoints, escapeXml, lineChart, PALETTE, type ChartBand, type ChartSeries } from './svg-charts.js';
 import type { LoadBucket } from './timeline.js';
 import type { PolicyRun, PolicySummary, Percentiles } from './results.js';
@@ -144,10 +145,30 @@ export function renderMarkdown(report: ReplayReport): string {
         `${pct(l.prefill_hit_rate)} | ${l.prefill_load_imbalance.toFixed(2)} | ${l.decode_load_imbalance.toFixed(2)} | ${l.kv_lease_expired} |`);
     }
   }
+  lines.push(...replicaTable(report));
   const failures = Object.entries(report.policies).filter(([, s]) => s.errors !== undefined);
   for (const [name, s] of failures) lines.push('', `${name}: ${s.requests.failed} failed request(s), e.g. ${s.errors![0]}`);
   lines.push('', '<details><summary>configuration</summary>', '', '```json', JSON.stringify(m.config, null, 2), '```', '', '</details>');
   return `${lines.join('\n')}\n`;
+}
+
+/** Runs with router replicas against the same policy with one router: hit rate and TTFT, and their ratios. */
+function replicaTable(report: ReplayReport): string[] {
+  const runs = Object.entries(report.policies);
+  if (!runs.some(([, s]) => s.replicas.count > 1)) return [];
+  const ratio = (v: number | null, base: number | null | undefined): string =>
+    v === null || base === null || base === undefined || base === 0 ? 'n/a' : (v / base).toFixed(3);
+  const lines = ['', 'Router replicas (ratios against the same policy with one router):', '',
+    '| run | routers | sync | delay | front door | hit rate | vs 1 | TTFT mean | vs 1 | TTFT p99 | vs 1 | sync deliveries |',
+    '| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'];
+  for (const [name, s] of runs) {
+    const one = report.policies[singleRouterName(name)];
+    const r = s.replicas;
+    lines.push(`| ${name} | ${r.count} | ${r.count === 1 ? 'n/a' : r.sync ? 'on' : 'off'} | ${r.sync_delay_ms === null ? 'n/a' : `${r.sync_delay_ms} ms`} | ` +
+      `${r.front ?? 'n/a'} | ${pct(s.hit_rate)} | ${ratio(s.hit_rate, one?.hit_rate)} | ${p(s.ttft_ms, 'mean')} | ${ratio(s.ttft_ms.mean, one?.ttft_ms.mean)} | ` +
+      `${p(s.ttft_ms, 'p99')} | ${ratio(s.ttft_ms.p99, one?.ttft_ms.p99)} | ${r.sync_deliveries} |`);
+  }
+  return lines;
 }
 
 /** Safe file-name part for a policy name (`kv[router_temperature=0.5]` -> `kv_router_temperature_0.5_`). */

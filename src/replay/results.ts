@@ -97,6 +97,18 @@ export interface PolicyRun {
   readonly engineBusyFraction: number | null;
   /** Online: the router's prediction error as the gateway's metrics counted it (the client cannot see predictions). */
   readonly predictionFromGateway?: PredictionFromGateway | null;
+  /** Offline: the router replicas the run had (one, unless `--replicas`). */
+  readonly replicas?: ReplicaRun;
+}
+
+export interface ReplicaRun {
+  readonly count: number;
+  /** Peers' bookings were applied (kv policies with more than one replica). */
+  readonly sync: boolean;
+  readonly syncDelayMs: number;
+  readonly front: string;
+  /** Booking changes applied to peers, summed over receiving replicas. */
+  readonly syncDeliveries: number;
 }
 
 export interface PredictionFromGateway {
@@ -154,6 +166,8 @@ export interface PolicySummary {
   /** Mean over engines of the fraction of the run spent computing (offline only). */
   engine_busy_fraction: number | null;
   wall_s: number;
+  /** Router replicas: how many, whether they synced their bookings, the sync delay and the front door. */
+  replicas: { count: number; sync: boolean; sync_delay_ms: number | null; front: string | null; sync_deliveries: number };
   legs?: LegSummary;
   /** First few failures (message with request index). */
   errors?: string[];
@@ -176,6 +190,11 @@ function percentiles(d: Distribution): Percentiles {
 }
 
 const MAX_ERRORS_LISTED = 10;
+
+function replicaSummary(r: ReplicaRun | undefined): PolicySummary['replicas'] {
+  if (r === undefined || r.count === 1) return { count: 1, sync: false, sync_delay_ms: null, front: null, sync_deliveries: 0 };
+  return { count: r.count, sync: r.sync, sync_delay_ms: r.sync ? r.syncDelayMs : null, front: r.front, sync_deliveries: r.syncDeliveries };
+}
 
 /** Summarises one policy's run against the workload's hit-rate bound. */
 export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySummary {
@@ -232,6 +251,7 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
     extrapolated_steps: run.extrapolatedSteps,
     engine_busy_fraction: run.engineBusyFraction === null ? null : round(run.engineBusyFraction),
     wall_s: round(run.wallMs / 1000),
+    replicas: replicaSummary(run.replicas),
   };
   const prefillPool = run.pools.find((p) => p.name === 'prefill');
   const decodePool = run.pools.find((p) => p.name === 'decode');

@@ -10,11 +10,12 @@
  * no assumed reuse, no prefill tracking}, i.e. pure decode-load balancing.
  */
 import type { Clock, Rng, WorkerRole } from '../common/index.js';
-import { rejectionError } from '../core/index.js';
+import { outputBlockDecay, rejectionError } from '../core/index.js';
 import { KvEventApplier, TieredPrefixIndex, type KvCacheEvent } from '../events/index.js';
 import type { KvEvent } from '../mocker/index.js';
 import { decodeOverrideOf, KvRouter, prefillPoolConfig } from '../routing/index.js';
 import { toCacheEvent } from './kv-event-bridge.js';
+import { ReplicaSet, type ReplicaOptions } from './router-replicas.js';
 import { SimpleReplayRouter, type PolicySpec, type ReplayRouter, type RouteChoice, type RouteRequest } from './policy.js';
 
 export interface ReplayRouterContext {
@@ -40,6 +41,8 @@ class KvReplayRouter implements ReplayRouter {
   readonly applier: KvEventApplier;
   readonly #role: WorkerRole;
   readonly #allWorkers: string;
+  /** Output-block progress per in-flight request (only when the config tracks output blocks), as the gateway's leg guard keeps it. */
+  readonly #outputs = new Map<string, { readonly isl: number; readonly expected: number; blocks: number }>();
   /** KV events the applier refused, by status (should stay empty: the mocker and router hash alike). */
   readonly rejectedEvents = new Map<string, number>();
 
@@ -63,14 +66,20 @@ class KvReplayRouter implements ReplayRouter {
       ...(this.#role === 'decode' ? { routerConfigOverride: DECODE_OVERRIDE } : {}),
     });
     const bs = this.router.blockSize;
+    const booked = (workerId: number, overlapBlocks: number): RouteChoice => {
+      if (this.router.config.routerTrackOutputBlocks) {
+        this.#outputs.set(req.key, { isl: req.tokens.length, expected: req.expectedOutputTokens, blocks: Math.ceil(req.tokens.length / bs) });
+      }
+      return { workerId, predictedCachedTokens: overlapBlocks * bs };
+    };
     switch (outcome.status) {
       case 'routed':
-        return { workerId: outcome.decision.workerId, predictedCachedTokens: outcome.decision.overlapBlocks * bs };
+        return booked(outcome.decision.workerId, outcome.decision.overlapBlocks);
       case 'rejected':
         throw rejectionError(outcome.rejection);
       case 'queued':
         return outcome.ticket.admitted.then((r) => {
-          if (r.status === 'routed') return { workerId: r.decision.workerId, predictedCachedTokens: r.decision.overlapBlocks * bs };
+          if (r.status === 'routed') return booked(r.decision.workerId, r.decision.overlapBlocks);
           if (r.status === 'failed') throw r.error;
           throw new Error(`request ${req.key} was withdrawn from the router queue`);
         });
@@ -81,7 +90,20 @@ class KvReplayRouter implements ReplayRouter {
     this.router.markPrefillCompleted(key);
   }
 
+  /** One output block per `blockSize` tokens past the prompt, with Dynamo's decay (what the gateway's leg guard reports). */
+  outputTokens(key: string, produced: number): void {
+    const o = this.#outputs.get(key);
+    if (o === undefined) return;
+    const blocks = Math.ceil((o.isl + produced) / this.router.blockSize);
+    const decay = outputBlockDecay(produced, o.expected);
+    while (o.blocks < blocks) {
+      o.blocks++;
+      this.router.addOutputBlock(key, decay);
+    }
+  }
+
   finished(key: string): void {
+    this.#outputs.delete(key);
     this.router.free(key);
   }
 
@@ -116,8 +138,19 @@ class KvReplayRouter implements ReplayRouter {
   }
 }
 
-/** The router for one pool under a policy. */
-export function createReplayRouter(spec: PolicySpec, ctx: ReplayRouterContext): ReplayRouter {
+function createReplayRouter(spec: PolicySpec, ctx: ReplayRouterContext): ReplayRouter {
   if (spec.kind === 'kv') return new KvReplayRouter(spec, ctx);
   return new SimpleReplayRouter(spec.mode, ctx.rng);
+}
+
+/**
+ * The router for one pool under a policy: one router, or `replicas.count` of them behind a front
+ * door (each with the RNG `rngOf(replica)`), sharing their KV bookkeeping when sync is on.
+ */
+export function createPoolRouter(spec: PolicySpec, ctx: Omit<ReplayRouterContext, 'rng'>, replicas: ReplicaOptions,
+  rngOf: (replica: number) => Rng): ReplayRouter {
+  if (replicas.count === 1) return createReplayRouter(spec, { ...ctx, rng: rngOf(0) });
+  const routers = Array.from({ length: replicas.count }, (_, i) => createReplayRouter(spec, { ...ctx, rng: rngOf(i) }));
+  const synced = replicas.sync ? routers.flatMap((r) => (r instanceof KvReplayRouter ? [r.router] : [])) : [];
+  return new ReplicaSet(routers, synced.length === routers.length ? synced : null, ctx.clock, replicas.syncDelayMs);
 }

@@ -13,6 +13,7 @@ import { MOCKER_DEFAULTS, resolveMockerOptions, type MockerInput } from '../mock
 import { runOfflineJob, type OfflineJob, type OfflineWorkerMessage } from './offline-job.js';
 import { defaultBucketMs, type DisaggProtocol } from './offline.js';
 import type { PolicySpec } from './policy.js';
+import { SINGLE_ROUTER, validateReplicaOptions, type FrontDoorMode, type ReplicaOptions } from './router-replicas.js';
 import { machineInfo, MAX_INVALID_LISTED, sha256, type ReplayReport } from './report.js';
 import { round, summarizePolicy, type PolicyRun, type PolicySummary } from './results.js';
 import { HitTimeline } from './timeline.js';
@@ -38,6 +39,16 @@ export interface ReplayConfig {
   readonly seed: number;
   /** Offline runs executed at once (worker threads); 1 = in this thread. */
   readonly jobs: number;
+  /** Router replicas (offline): each count, and each sync setting for counts > 1, is a run of every policy. Default: one router. */
+  readonly replicas?: ReplicaSweep;
+}
+
+/** The replica settings a replay runs. */
+export interface ReplicaSweep {
+  readonly counts: readonly number[];
+  readonly sync: readonly boolean[];
+  readonly syncDelayMs: number;
+  readonly front: FrontDoorMode;
 }
 
 export interface ReplayHooks {
@@ -79,21 +90,38 @@ function engineSummary(input: MockerInput): Record<string, unknown> {
   };
 }
 
-/** The offline jobs of a config: one per policy (per P/D protocol). */
+/**
+ * The replica settings a policy runs under: each count; counts above 1 once per sync setting for kv
+ * policies (load-based ones share nothing, so sync would not change them).
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT naming the field.
+ */
+function replicaVariants(sweep: ReplicaSweep | undefined, kvPolicy: boolean): ReplicaOptions[] {
+  if (sweep === undefined) return [SINGLE_ROUTER];
+  if (sweep.counts.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'replicas.counts: name at least one count', { field: 'replicas.counts' });
+  if (sweep.sync.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'replicas.sync: name at least one setting', { field: 'replicas.sync' });
+  const out: ReplicaOptions[] = [];
+  for (const count of sweep.counts) {
+    for (const sync of count === 1 || !kvPolicy ? [sweep.sync[0]!] : sweep.sync) {
+      const o: ReplicaOptions = { count, sync, syncDelayMs: sweep.syncDelayMs, front: sweep.front };
+      validateReplicaOptions(o);
+      out.push(o);
+    }
+  }
+  return out;
+}
+
+/** The offline jobs of a config: one per policy (per P/D protocol, per replica setting). */
 function offlineJobs(workload: Workload, cfg: ReplayConfig): OfflineJob[] {
   const engine = replayEngineOptions(cfg.engine, cfg.seed);
   const bucketMs = defaultBucketMs(workload);
+  const topo = cfg.topology;
+  const topologies: OfflineJob['topology'][] = topo.kind === 'aggregated'
+    ? [{ kind: 'aggregated', workers: topo.workers }]
+    : topo.protocols.map((protocol) => ({ kind: 'disaggregated', prefillWorkers: topo.prefillWorkers, decodeWorkers: topo.decodeWorkers, protocol }));
   const jobs: OfflineJob[] = [];
   for (const policy of cfg.policies) {
-    if (cfg.topology.kind === 'aggregated') {
-      jobs.push({ workload, policy, topology: { kind: 'aggregated', workers: cfg.topology.workers }, engine, seed: cfg.seed, bucketMs });
-    } else {
-      for (const protocol of cfg.topology.protocols) {
-        jobs.push({
-          workload, policy, engine, seed: cfg.seed, bucketMs,
-          topology: { kind: 'disaggregated', prefillWorkers: cfg.topology.prefillWorkers, decodeWorkers: cfg.topology.decodeWorkers, protocol },
-        });
-      }
+    for (const replicas of replicaVariants(cfg.replicas, policy.kind === 'kv')) {
+      for (const topology of topologies) jobs.push({ workload, policy, topology, engine, seed: cfg.seed, bucketMs, replicas });
     }
   }
   return jobs;
@@ -167,6 +195,30 @@ function boundOverTime(workload: Workload, reusable: readonly number[]): [number
   return t.windowed().map(([ms, rate]) => [round(ms / 1000), round(rate)]);
 }
 
+/** The resolved configuration as result files record it. */
+function configSummary(cfg: ReplayConfig, workload: Workload, engine: MockerInput): Record<string, unknown> {
+  const topo = cfg.topology.kind === 'aggregated'
+    ? `${cfg.topology.workers} aggregated engines`
+    : `${cfg.topology.prefillWorkers} prefill + ${cfg.topology.decodeWorkers} decode engines (${cfg.topology.protocols.join(', ')})`;
+  return {
+    mode: cfg.mode,
+    topology: topo,
+    trace: cfg.trace,
+    trace_block_size: cfg.traceBlockSize,
+    strict: cfg.strict,
+    workload: {
+      arrival: workload.arrival, speedup: workload.speedup, skip_requests: cfg.workload.skipRequests ?? 0,
+      max_requests: cfg.workload.maxRequests ?? null, max_isl: cfg.workload.maxIsl ?? null,
+    },
+    policies: cfg.policies.map((p) => (p.kind === 'kv' ? { name: p.name, router_config: p.dynamo } : { name: p.name })),
+    engine: engineSummary(engine),
+    jobs: cfg.jobs,
+    replicas: cfg.replicas === undefined ? null : {
+      counts: cfg.replicas.counts, sync: cfg.replicas.sync, sync_delay_ms: cfg.replicas.syncDelayMs, front: cfg.replicas.front,
+    },
+  };
+}
+
 /**
  * Runs a replay end to end.
  * @throws KvgateError KVG_ERR_INVALID_TRACE (unreadable, empty, or strict with bad lines),
@@ -188,6 +240,9 @@ export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<
   const capacityTokens = cacheEngines * (engine.numGpuBlocks ?? MOCKER_DEFAULTS.numGpuBlocks) * blockSize;
   const pooled = pooledLruHitRate(workload.requests, workload.traceBlockSize, blockSize, capacityTokens);
 
+  if (cfg.mode === 'online' && cfg.replicas?.counts.some((n) => n !== 1) === true) {
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'replicas.counts: router replicas are modelled offline only (--mode offline)', { field: 'replicas.counts' });
+  }
   const label = `${cfg.mode} replay`;
   const onProgress = (done: number, total: number): void => hooks.onProgress?.(label, done, total);
   let runs: PolicyRun[];
@@ -199,28 +254,12 @@ export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<
   }
   const policies: Record<string, PolicySummary> = {};
   for (const run of runs) policies[run.name] = summarizePolicy(run, bound.tokens);
-  const topo = cfg.topology.kind === 'aggregated'
-    ? `${cfg.topology.workers} aggregated engines`
-    : `${cfg.topology.prefillWorkers} prefill + ${cfg.topology.decodeWorkers} decode engines (${cfg.topology.protocols.join(', ')})`;
   const report: ReplayReport = {
     meta: {
       command: hooks.command,
       kvgate_version: kvgateVersion(),
       seed: cfg.seed,
-      config: {
-        mode: cfg.mode,
-        topology: topo,
-        trace: cfg.trace,
-        trace_block_size: cfg.traceBlockSize,
-        strict: cfg.strict,
-        workload: {
-          arrival: workload.arrival, speedup: workload.speedup, skip_requests: cfg.workload.skipRequests ?? 0,
-          max_requests: cfg.workload.maxRequests ?? null, max_isl: cfg.workload.maxIsl ?? null,
-        },
-        policies: cfg.policies.map((p) => (p.kind === 'kv' ? { name: p.name, router_config: p.dynamo } : { name: p.name })),
-        engine: engineSummary(engine),
-        jobs: cfg.jobs,
-      },
+      config: configSummary(cfg, workload, engine),
       machine: machineInfo(),
       started_at: new Date().toISOString(),
     },
