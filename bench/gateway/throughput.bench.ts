@@ -4,7 +4,9 @@
  * process, answers at once, no tokenization: trivial-backend.ts) reached
  *   1. directly (the floor);
  *   2. through nginx (Debian's, one worker, upstream keep-alive, no buffering);
- *   3. through `kvgate serve` with the bundled Qwen3 tokenizer and chat
+ *   3. through a minimal node:http + undici proxy (floor-proxy.ts: no kvgate
+ *      logic at all), the floor of what Node itself costs on this machine;
+ *   4. through `kvgate serve` with the bundled Qwen3 tokenizer and chat
  *      template, in kv mode with KV events, in kv mode without them
  *      (approximate), and in round-robin mode.
  * With KVGATE_BENCH_BEFORE_DIST=<dist of another build> (e.g. the commit
@@ -279,6 +281,8 @@ export async function run(): Promise<BenchSection> {
     const fronts: Front[] = [direct];
     const nginxName = 'nginx (1 worker, keep-alive upstream)';
     if (haveNginx) fronts.push(await startNginx(dir, Number(new URL(backend.url).port), children));
+    const { m: floorLine, pid: floorPid } = await startProcess('node', [join(HERE, 'floor-proxy.js'), backend.url], /^(\{.*\})$/m, children);
+    fronts.push({ name: 'floor: node:http + undici proxy, no kvgate logic', url: (JSON.parse(floorLine[1]!) as { url: string }).url, pid: floorPid });
     const builds: [string, string][] = [];
     const beforeDist = process.env.KVGATE_BENCH_BEFORE_DIST;
     if (beforeDist !== undefined && beforeDist !== '') builds.push(['before', join(resolve(beforeDist), '..', 'bin', 'kvgate.js')]);

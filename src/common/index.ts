@@ -1,3 +1,4 @@
+export { BatchedFlow, batchesOf, type Batched } from './batches.js';
 export { ManualClock, seededRng, systemClock, type Clock, type Rng } from './clock.js';
 export { makeContext, type Context } from './context.js';
 export type { RouterConfigOverride, RoutingConstraints, RoutingHints, SessionHint } from './hints.js';

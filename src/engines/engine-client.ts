@@ -166,6 +166,8 @@ function normalizeWorkerUrl(url: string): string {
 export class EngineClient {
   readonly #options: FilledEngineClientOptions;
   readonly #workers = new Map<string, WorkerEntry>();
+  /** Registered entries by the URL as callers spell it, so a dispatch does not parse it again; emptied on any removal. */
+  readonly #byUrl = new Map<string, WorkerEntry>();
   /** Pools being closed (removed workers), awaited by `close()`. */
   readonly #closing = new Set<Promise<void>>();
   #closed: Promise<void> | undefined;
@@ -219,6 +221,7 @@ export class EngineClient {
     const entry = this.#workers.get(key);
     if (entry === undefined) return Promise.resolve();
     this.#workers.delete(key);
+    this.#byUrl.clear();
     return this.#track(options.force === true ? entry.pool.destroy() : entry.pool.close());
   }
 
@@ -238,6 +241,7 @@ export class EngineClient {
     if (this.#closed !== undefined) return this.#closed;
     const entries = [...this.#workers.values()];
     this.#workers.clear();
+    this.#byUrl.clear();
     for (const { pool } of entries) this.#track(options.force === true ? pool.destroy() : pool.close());
     this.#closed = Promise.all([...this.#closing]).then(() => undefined);
     return this.#closed;
@@ -261,12 +265,16 @@ export class EngineClient {
     let entry: WorkerEntry | undefined;
     let payload: string | undefined;
     try {
-      const key = normalizeWorkerUrl(workerUrl);
-      entry = this.#workers.get(key);
+      entry = this.#byUrl.get(workerUrl);
       if (entry === undefined) {
-        throw new KvgateError('KVG_ERR_ENGINE_NOT_REGISTERED', `no engine pool for worker ${key}${this.#closed ? ' (client closed)' : ''}`, {
-          worker: key,
-        });
+        const key = normalizeWorkerUrl(workerUrl);
+        entry = this.#workers.get(key);
+        if (entry === undefined) {
+          throw new KvgateError('KVG_ERR_ENGINE_NOT_REGISTERED', `no engine pool for worker ${key}${this.#closed ? ' (client closed)' : ''}`, {
+            worker: key,
+          });
+        }
+        this.#byUrl.set(workerUrl, entry);
       }
       if (!path.startsWith('/')) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `dispatch path must start with '/': ${path}`, { path });
       payload = body === undefined ? undefined : serializeBody(body, options.extraFields);

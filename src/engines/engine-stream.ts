@@ -14,10 +14,17 @@
  * request and closes its socket. A stream must be consumed to its end or
  * cancelled: a paused, abandoned stream holds its socket (the body timeout
  * does not run while kvgate itself is not reading).
+ *
+ * `batches()` reads the same events a batch at a time: every event parsed
+ * from one upstream read in one step (see common's `Batched`); taking a batch
+ * empties the queue, so a paused socket resumes then. An event's JSON is
+ * parsed only when read (stream-event.ts).
  */
 import type { IncomingHttpHeaders } from 'node:http';
+import type { Batched } from '../common/index.js';
 import type { KvgateError } from '../errors/index.js';
 import { SseParser } from './sse-parser.js';
+import { ChunkShape, StreamEvent } from './stream-event.js';
 
 /**
  * Per-request timings, in milliseconds since `startedAt` (a `performance.now()`
@@ -46,7 +53,7 @@ export interface EngineEvent {
   /** The `event:` field; undefined for ordinary message events. */
   readonly event: string | undefined;
   readonly id: string | undefined;
-  /** `JSON.parse(data)`; undefined for `[DONE]` and for data that is not JSON. */
+  /** `JSON.parse(data)`; undefined for `[DONE]` and for data that is not JSON. Parsed on first access for a stream's events. */
   readonly json: unknown;
   /** True for the OpenAI end-of-stream sentinel `data: [DONE]`. */
   readonly done: boolean;
@@ -89,8 +96,9 @@ export const kEnd = Symbol('kvgate.engines.end');
 export const kFail = Symbol('kvgate.engines.fail');
 
 type Waiter = { resolve: (r: IteratorResult<EngineEvent>) => void; reject: (err: unknown) => void };
+type BatchWaiter = { resolve: (r: IteratorResult<EngineEvent[]>) => void; reject: (err: unknown) => void };
 
-export class EngineEventStream implements AsyncIterable<EngineEvent> {
+export class EngineEventStream implements Batched<EngineEvent> {
   readonly kind = 'stream' as const;
   readonly status: number;
   readonly headers: IncomingHttpHeaders;
@@ -103,6 +111,9 @@ export class EngineEventStream implements AsyncIterable<EngineEvent> {
   #queue: EngineEvent[] = [];
   #head = 0;
   #waiter: Waiter | undefined;
+  #batchWaiter: BatchWaiter | undefined;
+  /** The shape of this stream's plain chunks (stream-event.ts). */
+  readonly #shape = new ChunkShape();
   #error: KvgateError | undefined;
   #errorDelivered = false;
   #ended = false;
@@ -140,11 +151,11 @@ export class EngineEventStream implements AsyncIterable<EngineEvent> {
     this.#head = 0;
     if (!this.#ended && this.#error === undefined) this.#control.cancel();
     this.#settleWaiter({ value: undefined, done: true });
+    this.#wakeBatch();
   }
 
   [Symbol.asyncIterator](): AsyncIterator<EngineEvent> {
-    if (this.#iterated) throw new TypeError('EngineEventStream can be iterated once');
-    this.#iterated = true;
+    this.#claim();
     return {
       next: () => this.#next(),
       return: () => {
@@ -154,11 +165,33 @@ export class EngineEventStream implements AsyncIterable<EngineEvent> {
     };
   }
 
+  /** The events in batches: each batch every event received and not yet taken (see the file comment). */
+  batches(): AsyncIterator<EngineEvent[]> {
+    this.#claim();
+    return {
+      next: () => this.#nextBatch(),
+      return: () => {
+        this.cancel();
+        return Promise.resolve({ value: undefined, done: true });
+      },
+    };
+  }
+
+  #claim(): void {
+    if (this.#iterated) throw new TypeError('EngineEventStream can be iterated once');
+    this.#iterated = true;
+  }
+
   /** @internal Parses one body chunk. Throws the parser's typed error on a protocol violation. */
   [kFeed](chunk: Buffer): void {
     if (this.#cancelled) return;
     this.counters.bytes += chunk.length;
-    this.#parser.push(chunk);
+    try {
+      this.#parser.push(chunk);
+    } finally {
+      // The events this read completed go to a batch reader together (also those before a parse error).
+      this.#wakeBatch();
+    }
     if (!this.#paused && this.#queue.length - this.#head >= this.#highWaterMark) {
       this.#paused = true;
       this.#control.pause();
@@ -172,6 +205,7 @@ export class EngineEventStream implements AsyncIterable<EngineEvent> {
     // The request is over: never resume a socket that may already carry another request.
     this.#paused = false;
     if (this.#head >= this.#queue.length) this.#settleWaiter({ value: undefined, done: true });
+    this.#wakeBatch();
   }
 
   /**
@@ -192,21 +226,12 @@ export class EngineEventStream implements AsyncIterable<EngineEvent> {
       this.#errorDelivered = true;
       waiter.reject(err);
     }
+    this.#wakeBatch();
   }
 
   #onEvent(raw: Buffer, data: string, event: string | undefined, id: string | undefined): void {
-    const done = data === '[DONE]';
-    let json: unknown;
-    if (!done) {
-      try {
-        json = JSON.parse(data);
-      } catch {
-        json = undefined;
-      }
-    } else {
-      this.counters.sawDone = true;
-    }
-    const ev: EngineEvent = { raw, data, event, id, json, done };
+    const ev = new StreamEvent(raw, data, event, id, this.#shape);
+    if (ev.done) this.counters.sawDone = true;
     this.counters.events++;
     if (this.timings.firstEventMs === undefined) this.timings.firstEventMs = performance.now() - this.timings.startedAt;
     if (this.#waiter !== undefined) {
@@ -242,6 +267,42 @@ export class EngineEventStream implements AsyncIterable<EngineEvent> {
     return new Promise((resolve, reject) => {
       this.#waiter = { resolve, reject };
     });
+  }
+
+  #nextBatch(): Promise<IteratorResult<EngineEvent[]>> {
+    if (this.#batchWaiter !== undefined) return Promise.reject(new TypeError('EngineEventStream: next() called while a previous next() is pending'));
+    return new Promise((resolve, reject) => {
+      this.#batchWaiter = { resolve, reject };
+      this.#wakeBatch();
+    });
+  }
+
+  /** Settles a waiting batch reader when there is something to hand it: events, then the error, then the end. */
+  #wakeBatch(): void {
+    const waiter = this.#batchWaiter;
+    if (waiter === undefined) return;
+    if (this.#head < this.#queue.length) {
+      this.#batchWaiter = undefined;
+      const batch = this.#head === 0 ? this.#queue : this.#queue.slice(this.#head);
+      this.#queue = [];
+      this.#head = 0;
+      if (this.#paused) {
+        this.#paused = false;
+        this.#control.resume();
+      }
+      waiter.resolve({ value: batch, done: false });
+    } else if (this.#error !== undefined) {
+      this.#batchWaiter = undefined;
+      if (this.#errorDelivered) {
+        waiter.resolve({ value: undefined, done: true });
+      } else {
+        this.#errorDelivered = true;
+        waiter.reject(this.#error);
+      }
+    } else if (this.#ended || this.#cancelled) {
+      this.#batchWaiter = undefined;
+      waiter.resolve({ value: undefined, done: true });
+    }
   }
 
   #settleWaiter(result: IteratorResult<EngineEvent>): void {

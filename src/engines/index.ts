@@ -12,5 +12,6 @@ export { VLLM_PREFILL_KV_TRANSFER_PARAMS, vllmPrefillLeg, vllmDecodeLeg, readVll
 export { bootstrapFields, sglangPrefillLeg, sglangDecodeLeg } from './dialect-sglang.js';
 export type { BootstrapInfo } from './dialect-sglang.js';
 export { readChunkInfo, isUsageOnlyChunk } from './openai-chunk.js';
+export { eventInfo, isPlainChunk } from './stream-event.js';
 export { ResponseAssembler } from './assemble-response.js';
 export type { ChunkInfo } from './openai-chunk.js';

@@ -9,12 +9,12 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
+import { batchesOf, type WorkerRank } from '../common/index.js';
 import type { ModelConfig } from '../config/index.js';
 import { asKvgateError, drained, sendBytes, sendJson, sseErrorFrame, sseFrame } from './http-io.js';
 import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
-import type { WorkerRank } from '../common/index.js';
 import type { PublicErrors } from './public-error.js';
-import type { EndpointKind, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
+import type { EndpointKind, PreparedRequest, QueryResult, RoutedResponse, SseEvent } from './router-port.js';
 
 /** One request as the server handles it. */
 export interface RequestContext {
@@ -89,12 +89,15 @@ class TurnBatch {
     process.nextTick(this.#onTick);
   }
 
-  /** Queues a frame; false when the writer should first wait for the socket to drain. */
-  add(frame: Buffer): boolean {
-    this.#frames.push(frame);
-    this.#bytes += frame.length;
-    if (this.#bytes >= BATCH_MAX_BYTES) this.flush();
-    else this.schedule();
+  /** Queues the events' frames; false when the writer should first wait for the socket to drain. */
+  addAll(events: readonly SseEvent[]): boolean {
+    for (const ev of events) {
+      const frame = sseFrame(ev);
+      this.#frames.push(frame);
+      this.#bytes += frame.length;
+      if (this.#bytes >= BATCH_MAX_BYTES) this.flush();
+    }
+    if (this.#frames.length > 0) this.schedule();
     const full = this.#full;
     this.#full = false;
     return !full;
@@ -131,7 +134,8 @@ const { res } = ctx;
     sendBytes(res, routed.status, routed.body.bytes, 'application/json', headers);
     return;
   }
-  const iterator = routed.body.events[Symbol.asyncIterator]();
+  // Read in batches: the events of one upstream read are framed together (common's `Batched`).
+  const iterator = batchesOf(routed.body.events)[Symbol.asyncIterator]();
   let finished = false;
   res.writeHead(routed.status, { ...SSE_HEADERS, ...headers });
   const batch = new TurnBatch(res);
@@ -145,8 +149,8 @@ const { res } = ctx;
         break;
       }
       if (res.destroyed) break;
-      events++;
-      if (!batch.add(sseFrame(next.value)) && !(await drained(res))) break;
+      events += next.value.length;
+      if (!batch.addAll(next.value) && !(await drained(res))) break;
     }
     ctx.log.events = events;
     batch.end();

@@ -43,6 +43,7 @@ import { modelEntries, resolveModel, type ModelTarget } from './model-lookup.js'
 import { ApiKeys, asKvgateError, pickRequestId, sendBytes, sendError, sendJson } from './http-io.js';
 import { PublicErrors } from './public-error.js';
 import { ConcurrencySlots } from './slots.js';
+import { RequestMetrics } from './request-metrics.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
 import { promptTask } from './prompt-task.js';
 import { BACKLOG_GRACE_MS, CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';
@@ -86,6 +87,7 @@ export class GatewayServer {
   #publicErrors = new PublicErrors([]);
   readonly #createdSec = Math.floor(Date.now() / 1000);
   readonly #slots: ConcurrencySlots;
+  readonly #requestMetrics: RequestMetrics;
   /** The optional hooks: reload, the fleet's status, the process index. */
   readonly #opts: Pick<GatewayServerOptions, 'reload' | 'fleet' | 'process'>;
   #draining = false;
@@ -96,6 +98,7 @@ export class GatewayServer {
     this.config = opts.config;
     this.logger = opts.logger;
     this.metrics = opts.metrics ?? new KvgateMetrics();
+    this.#requestMetrics = new RequestMetrics(this.metrics, this.#models);
     this.#preprocessor = opts.preprocessor;
     this.#opts = opts;
     this.#slots = new ConcurrencySlots(opts.config.limits.maxConcurrentRequests, opts.config.limits.requestTimeoutMs, (n) => this.metrics.inflight.set(n));
@@ -298,12 +301,8 @@ export class GatewayServer {
 
   #logDone(ctx: RequestContext, listener: Listener): void {
     const status = ctx.res.statusCode;
-    this.metrics.httpRequests.inc({ route: ctx.route, status: String(status) });
-    // Only served model names become label values: a client's arbitrary `model` must not grow the series set.
-    const named = ctx.log.model;
-    const model = typeof named === 'string' && this.#models.has(named) ? named : '';
     const seconds = (performance.now() - ctx.startedAt) / 1000;
-    this.metrics.requestDuration.observe({ model, endpoint: ctx.route, status_class: `${Math.floor(status / 100)}xx` }, seconds);
+    this.#requestMetrics.done(ctx.route, status, ctx.log.model, seconds);
     const level = status >= 500 ? 'warn' : 'info';
     if (!this.logger.isLevelEnabled(level)) return;
     this.logger[level]({

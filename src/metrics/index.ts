@@ -15,6 +15,7 @@ import { kvgateVersion } from '../version.js';
 import { replicaMetrics, type ReplicaMetrics } from './replicas.js';
 
 export type { ReplicaMetrics } from './replicas.js';
+export { FastCounterChild, FastHistogramChild } from './fast-children.js';
 
 function expBuckets(start: number, factor: number, count: number): number[] {
   const out: number[] = [];

@@ -4,6 +4,7 @@
  * guard watches each chunk as it arrives, and the chunks are assembled into
  * the engine's non-streaming response shape.
  */
+import { batchesOf } from '../../common/index.js';
 import { ResponseAssembler, type EngineEvent } from '../../engines/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { LegBody } from './types.js';
@@ -21,15 +22,17 @@ function obj(v: unknown): Record<string, unknown> | undefined {
  */
 export async function assembledAnswer(events: AsyncIterable<EngineEvent>, status: number): Promise<{ status: number; body: LegBody }> {
   const asm = new ResponseAssembler();
-  for await (const ev of events) {
-    if (ev.done || ev.json === undefined) continue;
-    const error = obj(obj(ev.json)?.['error']);
-    if (error !== undefined) {
-      const code = error['code'];
-      if (typeof code === 'number' && code >= 400 && code < 500) return jsonBody(code, { error });
-      throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine failed the request: ${String(error['message'] ?? 'no message')}`, { upstreamCode: code ?? null });
+  for await (const batch of batchesOf(events)) {
+    for (const ev of batch) {
+      if (ev.done || ev.json === undefined) continue;
+      const error = obj(obj(ev.json)?.['error']);
+      if (error !== undefined) {
+        const code = error['code'];
+        if (typeof code === 'number' && code >= 400 && code < 500) return jsonBody(code, { error });
+        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine failed the request: ${String(error['message'] ?? 'no message')}`, { upstreamCode: code ?? null });
+      }
+      asm.push(ev.json);
     }
-    asm.push(ev.json);
   }
   return jsonBody(status, asm.result());
 }

@@ -120,6 +120,15 @@ export class StreamProgress {
   }
 
   /**
+   * Whether a plain chunk of the current leg (engines' `isPlainChunk`: an earlier chunk of the leg's stream with
+   * another non-empty text and no token ids) passes to the client as it is, recording nothing: outside a
+   * continuation, `clientChunk` would record nothing new for it and hand it back unchanged.
+   */
+  passesPlain(): boolean {
+    return !this.#continuation;
+  }
+
+  /**
    * One parsed chunk of the current leg, as the client should see it: the same object when nothing changes,
    * a rewritten one, or undefined to drop it (an empty continuation chunk).
    */

@@ -4,9 +4,9 @@
  * and hands it everything it needs; the guard never reaches back into the
  * router.
  */
-import type { Clock } from '../../common/index.js';
+import { BatchedFlow, type Batched, type Clock } from '../../common/index.js';
 import { outputBlockDecay } from '../../core/index.js';
-import { isUsageOnlyChunk, readChunkInfo, type ChunkInfo, type EngineEvent, type EngineEventStream } from '../../engines/index.js';
+import { eventInfo, isUsageOnlyChunk, type ChunkInfo, type EngineEvent, type EngineEventStream } from '../../engines/index.js';
 import type { KvRouter } from '../kv-router.js';
 import type { PoolMetrics } from './pool-metrics.js';
 import type { LegRequest, Selection } from './types.js';
@@ -177,17 +177,22 @@ export class LegGuard {
 /**
  * Passes the engine's events through untouched while the guard watches them; releases on every exit.
  * `dropUsageChunk`: the usage-only chunk kvgate asked for on the client's behalf is watched, not passed on.
+ * Read in batches (common's `Batched`), the guard watches a whole upstream read at once.
  */
-export async function* guardedEvents(stream: EngineEventStream, guard: LegGuard, dropUsageChunk = false): AsyncGenerator<EngineEvent> {
+export function guardedEvents(stream: EngineEventStream, guard: LegGuard, dropUsageChunk = false): Batched<EngineEvent> {
+  return new BatchedFlow(() => guardedBatches(stream, guard, dropUsageChunk));
+}
+
+async function* guardedBatches(stream: EngineEventStream, guard: LegGuard, dropUsageChunk: boolean): AsyncGenerator<EngineEvent[]> {
   let completed = false;
   try {
+    const it = stream.batches();
     try {
-      for await (const ev of stream) {
-        if (!ev.done && ev.json !== undefined) {
-          guard.onOutput(readChunkInfo(ev.json));
-          if (dropUsageChunk && isUsageOnlyChunk(ev.json)) continue;
-        }
-        yield ev;
+      for (;;) {
+        const next = await it.next();
+        if (next.done === true) break;
+        const batch = watched(next.value, guard, dropUsageChunk);
+        if (batch.length > 0) yield batch;
       }
     } catch (err) {
       guard.failed(err);
@@ -198,4 +203,22 @@ export async function* guardedEvents(stream: EngineEventStream, guard: LegGuard,
     guard.finish(true);
     if (!completed) stream.cancel();
   }
+}
+
+/** Tells the guard about each event of a batch; the batch without a dropped usage chunk. */
+function watched(batch: EngineEvent[], guard: LegGuard, dropUsageChunk: boolean): EngineEvent[] {
+  let out = batch;
+  for (let i = 0; i < batch.length; i++) {
+    const ev = batch[i]!;
+    const info = eventInfo(ev);
+    if (info === undefined) continue;
+    guard.onOutput(info);
+    // Only a chunk with usage can be the usage-only chunk: the others are not parsed for it.
+    if (dropUsageChunk && info.usage !== undefined && isUsageOnlyChunk(ev.json)) {
+      if (out === batch) out = batch.slice(0, i);
+    } else if (out !== batch) {
+      out.push(ev);
+    }
+  }
+  return out;
 }

@@ -18,8 +18,8 @@
  * migrations were made. Those end as before: the events received, then the
  * error.
  */
-import type { WorkerRole } from '../../common/index.js';
-import { isMigratable, type EngineEvent } from '../../engines/index.js';
+import { BatchedFlow, batchesOf, type Batched, type WorkerRole } from '../../common/index.js';
+import { isMigratable, isPlainChunk, type EngineEvent } from '../../engines/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import { continuationRequest, midStreamBlocker, StreamProgress } from './continuation.js';
@@ -110,8 +110,13 @@ function cutError(): KvgateError {
 /**
  * The client's events of `req`, starting with the first leg's `events` on `workerId`, migrating on
  * migratable failures. Each leg's events are guarded by their push router (bookings freed on every exit).
+ * Read in batches (common's `Batched`), a whole upstream read is followed at once.
  */
-export async function* migratingEvents(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number, hooks: MigrationHooks): AsyncGenerator<EngineEvent> {
+export function migratingEvents(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number, hooks: MigrationHooks): Batched<EngineEvent> {
+  return new BatchedFlow(() => migratingBatches(req, first, workerId, hooks));
+}
+
+async function* migratingBatches(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number, hooks: MigrationHooks): AsyncGenerator<EngineEvent[]> {
   const progress = new StreamProgress(req.path, req.body);
   progress.startLeg(false);
   let events = first;
@@ -120,26 +125,14 @@ export async function* migratingEvents(req: LegRequest, first: AsyncIterable<Eng
   for (;;) {
     let failure: unknown;
     try {
-      for await (const ev of events) {
-        if (ev.done) {
-          progress.done = true;
-          yield ev;
-          continue;
-        }
-        const json = ev.json;
-        if (typeof json !== 'object' || json === null || Array.isArray(json)) {
-          yield ev;
-          continue;
-        }
-        const shown = progress.clientChunk(json as Record<string, unknown>);
-        if (shown === undefined) continue;
-        progress.forwarded = true;
-        yield shown === json ? ev : event(shown);
+      for await (const batch of batchesOf(events)) {
+        const shown = clientEvents(batch, progress);
+        if (shown.length > 0) yield shown;
       }
       if (progress.done) break;
       if (progress.finished) {
         // The answer is whole; its engine died before the sentinel.
-        yield DONE;
+        yield [DONE];
         break;
       }
       failure = cutError();
@@ -153,6 +146,34 @@ export async function* migratingEvents(req: LegRequest, first: AsyncIterable<Eng
     worker = next.workerId;
   }
   if (migrations > 0) hooks.outcome('succeeded', migrations);
+}
+
+/** One batch of a leg's events as the client sees them, recorded in `progress`. */
+function clientEvents(batch: EngineEvent[], progress: StreamProgress): EngineEvent[] {
+  const out: EngineEvent[] = [];
+  for (const ev of batch) {
+    if (ev.done) {
+      progress.done = true;
+      out.push(ev);
+      continue;
+    }
+    // A plain chunk records nothing its stream's earlier chunk of the same shape did not (stream-event.ts).
+    if (isPlainChunk(ev) && progress.passesPlain()) {
+      progress.forwarded = true;
+      out.push(ev);
+      continue;
+    }
+    const json = ev.json;
+    if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+      out.push(ev);
+      continue;
+    }
+    const shown = progress.clientChunk(json as Record<string, unknown>);
+    if (shown === undefined) continue;
+    progress.forwarded = true;
+    out.push(shown === json ? ev : event(shown));
+  }
+  return out;
 }
 
 /** Decides on one failure: the next leg's events, or the failure rethrown. */

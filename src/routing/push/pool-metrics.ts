@@ -2,7 +2,8 @@
  * PoolMetrics: the labelled Prometheus children one pool (one model, one
  * worker role) touches per request, resolved once: a prom-client `labels()`
  * call hashes its label object, and a request would otherwise make about
- * twenty of them. Children are resolved on first use and kept.
+ * twenty of them. Children are resolved on first use and kept, as metrics'
+ * fast children (no label hashing per observation either).
  *
  * `worker_type` says what the work was: per-request series carry the leg's
  * phase (the decode pool serves `aggregated` legs and, when the model is
@@ -18,7 +19,7 @@
  * worker that leaves takes its load gauges with it.
  */
 import { slotKey, type WorkerRole } from '../../common/index.js';
-import type { KvgateMetrics } from '../../metrics/index.js';
+import { FastCounterChild as CounterChild, FastHistogramChild as HistogramChild, type KvgateMetrics } from '../../metrics/index.js';
 
 /** What PoolMetrics reads of the pool: each member's configured role (and whether a decode worker serves alone). */
 type PoolRoles = ReadonlyMap<number, { readonly role: WorkerRole; readonly servesAggregated?: boolean | undefined }>;
@@ -48,10 +49,10 @@ export class PoolMetrics {
     this.#role = role;
     this.#members = members;
     for (const stage of STAGES) m.overhead.zero({ model, stage });
-    this.hashing = m.overhead.labels({ model, stage: 'block_hashing' });
-    this.matching = m.overhead.labels({ model, stage: 'indexer_find_matches' });
-    this.scheduling = m.overhead.labels({ model, stage: 'scheduling' });
-    this.total = m.overhead.labels({ model, stage: 'total' });
+    this.hashing = new HistogramChild(m.overhead, { model, stage: 'block_hashing' });
+    this.matching = new HistogramChild(m.overhead, { model, stage: 'indexer_find_matches' });
+    this.scheduling = new HistogramChild(m.overhead, { model, stage: 'scheduling' });
+    this.total = new HistogramChild(m.overhead, { model, stage: 'total' });
     this.#publishQueue();
     this.#unsubscribe = m.onScrape(() => {
       for (const g of this.#workers.values()) readLoad(g, g.workerId, g.dpRank);
@@ -68,17 +69,17 @@ export class PoolMetrics {
       for (const outcome of ['exact', 'over', 'under']) m.predictionExact.inc({ ...l, outcome }, 0);
       for (const h of [m.isl, m.osl, m.predictedKvHitRate, m.predictionErrorTokens]) h.zero(l);
       lm = {
-        requests: m.requests.labels(l),
-        requestsStarted: m.requestsStarted.labels(l),
-        isl: m.isl.labels(l),
-        osl: m.osl.labels(l),
-        kvHitRate: m.predictedKvHitRate.labels(l),
-        nonMaxOverlap: m.nonMaxOverlapSelections.labels(l),
-        backpressure: m.backpressure.labels(l),
-        predictionError: m.predictionErrorTokens.labels(l),
-        exact: m.predictionExact.labels({ ...l, outcome: 'exact' }),
-        over: m.predictionExact.labels({ ...l, outcome: 'over' }),
-        under: m.predictionExact.labels({ ...l, outcome: 'under' }),
+        requests: new CounterChild(m.requests, l),
+        requestsStarted: new CounterChild(m.requestsStarted, l),
+        isl: new HistogramChild(m.isl, l),
+        osl: new HistogramChild(m.osl, l),
+        kvHitRate: new HistogramChild(m.predictedKvHitRate, l),
+        nonMaxOverlap: new CounterChild(m.nonMaxOverlapSelections, l),
+        backpressure: new CounterChild(m.backpressure, l),
+        predictionError: new HistogramChild(m.predictionErrorTokens, l),
+        exact: new CounterChild(m.predictionExact, { ...l, outcome: 'exact' }),
+        over: new CounterChild(m.predictionExact, { ...l, outcome: 'over' }),
+        under: new CounterChild(m.predictionExact, { ...l, outcome: 'under' }),
       };
       this.#legs.set(phase, lm);
     }
@@ -93,7 +94,7 @@ export class PoolMetrics {
       const l = { model: this.#model, worker_type: phase, worker_id: String(workerId) };
       this.#m.ttft.zero(l);
       this.#m.itl.zero(l);
-      lat = { ttft: this.#m.ttft.labels(l), itl: this.#m.itl.labels(l) };
+      lat = { ttft: new HistogramChild(this.#m.ttft, l), itl: new HistogramChild(this.#m.itl, l) };
       this.#latency.set(key, lat);
     }
     return lat;
