@@ -113,6 +113,9 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
   }
   const tokenizerPath = s('tokenizer');
   const tokenizerConfig = s('tokenizer-config');
+  // `--tokenizer demo --tokenizer-config X` is the demo vocabulary with another chat template (the
+  // tokenizer layer resolves 'demo' inside explicit files), never X silently dropped.
+  const tokenizer = tokenizerPath === undefined || tokenizerConfig === undefined ? tokenizerPath : { tokenizerJson: tokenizerPath, tokenizerConfig };
   const offset = (base: number | undefined, step: number, i: number): number | undefined => (base === undefined ? undefined : base === 0 ? 0 : base + step * i);
   const engines: MockerInput[] = [];
   for (let i = 0; i < count; i++) {
@@ -128,7 +131,7 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
       bootstrapPort: offset(bootstrapPort, 1, i), bootstrapTimeoutMs: num('bootstrap-timeout-ms', s('bootstrap-timeout-ms')),
       kvBytesPerToken: num('kv-bytes-per-token', s('kv-bytes-per-token')), kvTransferBandwidthGBps: num('kv-transfer-bandwidth', s('kv-transfer-bandwidth')),
       kvLeaseMs: num('kv-lease-ms', s('kv-lease-ms')), seed: num('seed', s('seed')), engineHashSeed: engineHashSeed === undefined ? undefined : engineHashSeed + BigInt(i),
-      tokenizer: tokenizerPath === undefined ? undefined : tokenizerConfig === undefined || tokenizerPath === 'demo' ? tokenizerPath : { tokenizerJson: tokenizerPath, tokenizerConfig },
+      tokenizer,
       defaultMaxTokens: num('default-max-tokens', s('default-max-tokens')),
       faults: {
         hang: values['fault-hang'] === true ? true : undefined, slowFactor: num('fault-slow-factor', s('fault-slow-factor')),

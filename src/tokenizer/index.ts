@@ -19,7 +19,8 @@ export { fallbackTokenizer, fallbackEncode, fallbackDecode, FALLBACK_VOCAB_SIZE 
 /**
  * What to tokenize with: `undefined` or `'fallback'` for the fallback tokenizer,
  * `'demo'` for the demo model's tokenizer (Qwen3, see `demoTokenizerFiles`),
- * a path to a `tokenizer.json` or to a directory holding one, or explicit files.
+ * a path to a `tokenizer.json` or to a directory holding one, or explicit files
+ * (where `tokenizerJson: 'demo'` is the demo's vocabulary with the given chat template).
  */
 export type TokenizerSpec = undefined | 'fallback' | 'demo' | string | TokenizerFiles;
 
@@ -36,7 +37,7 @@ export function demoTokenizerFiles(): Required<TokenizerFiles> {
 export function resolveTokenizerFiles(spec: TokenizerSpec): TokenizerFiles | undefined {
   if (spec === undefined || spec === 'fallback') return undefined;
   if (spec === 'demo') return demoTokenizerFiles();
-  if (typeof spec !== 'string') return spec;
+  if (typeof spec !== 'string') return spec.tokenizerJson === 'demo' ? { ...spec, tokenizerJson: demoTokenizerFiles().tokenizerJson } : spec;
   const path = resolve(spec);
   let isDir = false;
   try {

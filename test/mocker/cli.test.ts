@@ -3,11 +3,19 @@ import { describe, expect, it } from 'vitest';
 import { MOCKER_HELP as HELP, parseMockerArgs, startMockers } from '../../src/cli/mocker.js';
 import { SUBCOMMANDS } from '../../src/cli/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
+import { demoTokenizerFiles, resolveTokenizerFiles } from '../../src/tokenizer/index.js';
 
 describe('kvgate mocker', () => {
   it('is a registered subcommand', async () => {
     expect(SUBCOMMANDS.mocker).toBeDefined();
     expect(typeof (await SUBCOMMANDS.mocker!.load()).run).toBe('function');
+  });
+
+  it('keeps --tokenizer-config beside --tokenizer demo (the demo vocabulary with another chat template)', () => {
+    const plan = parseMockerArgs(['--tokenizer', 'demo', '--tokenizer-config', '/tmp/other_tokenizer_config.json']);
+    expect(plan.engines[0]!.tokenizer).toEqual({ tokenizerJson: 'demo', tokenizerConfig: '/tmp/other_tokenizer_config.json' });
+    expect(resolveTokenizerFiles(plan.engines[0]!.tokenizer)).toEqual({ tokenizerJson: demoTokenizerFiles().tokenizerJson, tokenizerConfig: '/tmp/other_tokenizer_config.json' });
+    expect(parseMockerArgs(['--tokenizer', 'demo']).engines[0]!.tokenizer).toBe('demo');
   });
 
   it('gives engine i port + i, and rank r of engine i the event port + i*dp_size + r', () => {
