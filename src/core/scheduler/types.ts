@@ -3,7 +3,7 @@
  * for, and how a scheduling attempt ends. No logic beyond `rejectionError`
  * and the error constructors the scheduler's files share.
  */
-import type { Clock, RouterConfigOverride, RoutingConstraints, Rng, WorkerRole } from '../../common/index.js';
+import type { Clock, RouterConfigOverride, RoutingHints, Rng, WorkerRole } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { PrefixIndex, PromptHashes } from '../../wasm/index.js';
 import type { SlotLoad, SyncedBooking } from '../active-sequences.js';
@@ -48,8 +48,13 @@ export interface WorkerLoad extends SlotLoad {
   readonly dpRank: number;
 }
 
-/** A request as the scheduler sees it (pins already resolved for the phase). */
-export interface SchedulingRequest {
+/**
+ * A request as the scheduler sees it (pins already resolved for the phase). The routing hints it keeps after its pins are resolved are the client's
+ * own (`RoutingHints`: the candidate list, taints, queue priority and tier, expected output), one
+ * declaration for both.
+ */
+export interface SchedulingRequest
+  extends Pick<RoutingHints, 'allowedWorkerIds' | 'routingConstraints' | 'priorityJump' | 'strictPriority' | 'expectedOutputTokens'> {
   /** Context id; unique among in-flight requests. */
   readonly requestId: string;
   /** Prompt length in tokens. */
@@ -60,20 +65,6 @@ export interface SchedulingRequest {
   readonly pinWorkerId?: number | undefined;
   /** ...and, if given, only this rank (validated against the worker's advertised ranks). */
   readonly pinDpRank?: number | undefined;
-  /** Restricts candidates to these workers (an endpoint picker's list); such requests bypass the queue unless pinned. */
-  readonly allowedWorkerIds?: ReadonlySet<number> | readonly number[] | undefined;
-  /**
-   * Taint constraints (Dynamo's `routing_constraints`): unpinned candidates must carry every
-   * required taint; a candidate's cost is multiplied by the factor of each preferred taint it
-   * carries (factors > 0; below 1 attracts, above 1 repels) [inferred: factors multiply].
-   */
-  readonly routingConstraints?: RoutingConstraints | undefined;
-  /** Seconds of queue priority (`priority_jump`, >= 0). */
-  readonly priorityJump?: number | undefined;
-  /** Absolute queue tier: higher tiers always leave first (`strict_priority`). */
-  readonly strictPriority?: number | undefined;
-  /** Expected output length (drives output-block decay). */
-  readonly expectedOutputTokens?: number | undefined;
   /** Validated per-request overrides (see `parseRouterConfigOverride`). */
   readonly override?: RouterConfigOverride | undefined;
   /** Time already spent hashing, reported in the decision's timing. */
