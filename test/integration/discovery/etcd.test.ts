@@ -11,12 +11,10 @@
  * and logged with its fields, and counted; a lost watch is followed by a
  * relist whose difference is applied (an etcd wiped while kvgate watched).
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCli, startMockerCli, startServeCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import { startCli, startServeCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import { postChat, serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 import { startEtcdServer, type EtcdServer } from '../../helpers/etcd-server.js';
 import { until } from '../../helpers/until.js';
 
@@ -25,51 +23,37 @@ const PREFIX = '/kvgate/workers';
 const MESSAGES = [{ role: 'user', content: 'Describe, in a long and careful answer, how a lighthouse keeper on a remote island keeps the lamp burning through a winter storm.' }];
 
 describe('kvgate serve discovers workers registered in etcd', () => {
-  const procs: CliProcess[] = [];
+  let suite: MockerSuite;
   let etcd: EtcdServer;
-  let dir: string;
   let url: string;
   let gateway: CliProcess;
-  let engines: MockerLine[];
+  let engines: readonly MockerLine[];
 
   beforeAll(async () => {
     etcd = await startEtcdServer();
-    const mocker = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '100'], 2);
-    procs.push(mocker.proc);
-    engines = mocker.engines;
-    dir = mkdtempSync(join(tmpdir(), 'kvgate-etcd-'));
-    const config = join(dir, 'kvgate.yaml');
-    writeFileSync(config, [
-      'listen: { port: 0 }',
-      'admin: { enabled: true }',
-      'preprocess: { threads: 0 }',
-      'models:',
-      `  - name: ${MODEL}`,
-      '    tokenizer: demo',
-      `    workers: [{ id: 1, url: "${engines[0]!.url}", kv_events: "${engines[0]!.kv_events[0]}" }]`,
-      `    etcd: { endpoints: ["${etcd.url}"], prefix: ${PREFIX} }`,
-      '',
-    ].join('\n'));
+    suite = await startMockerSuite('etcd', ['--model', MODEL, '--tokenizer', 'demo', '--speedup', '100'], 2);
+    engines = suite.engines;
+    const config = suite.write('kvgate.yaml', serveConfig(MODEL, [
+      `workers: [${workerEntry(1, engines[0]!)}]`,
+      `etcd: { endpoints: ["${etcd.url}"], prefix: ${PREFIX} }`,
+    ]));
     ({ proc: gateway, url } = await startServeCli(config));
-    procs.push(gateway);
+    suite.procs.push(gateway);
   }, 60_000);
 
   afterAll(async () => {
-    await Promise.allSettled(procs.map((p) => p.stop()));
+    await suite?.stop();
     await etcd?.stop();
-    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   });
 
   const register = async (ttl: number): Promise<CliProcess> => {
     const p = startCli(['register', '--etcd', etcd.url, '--model', MODEL, '--id', '2', '--url', engines[1]!.url,
       '--kv-events', engines[1]!.kv_events[0]!, '--ttl', String(ttl)]);
-    procs.push(p);
+    suite.procs.push(p);
     await p.waitFor(/"msg":"registered"/, 'the registration');
     return p;
   };
-  const post = (path: string, extra: Record<string, unknown>): Promise<Response> => fetch(`${url}${path}`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: MESSAGES, ...extra }),
-  });
+  const post = (path: string, extra: Record<string, unknown>): Promise<Response> => postChat(url, { model: MODEL, messages: MESSAGES, ...extra }, path);
   /** The blocks of the prompt the index holds for worker 2 (a query: nothing is booked). */
   const overlapOn2 = async (): Promise<number> => {
     const r = await post('/v1/route', { nvext: { backend_instance_id: 2 } });
@@ -104,7 +88,7 @@ describe('kvgate serve discovers workers registered in etcd', () => {
   }, 30_000);
 
   it('killing the registration (SIGKILL: the lease expires) removes the worker and its index entries', async () => {
-    const registration = procs.find((p) => p.output().includes('"msg":"registered"') && p.child.exitCode === null)!;
+    const registration = suite.procs.find((p) => p.output().includes('"msg":"registered"') && p.child.exitCode === null)!;
     registration.child.kill('SIGKILL');
     await gateway.waitFor(/etcd workers applied: 0 joined, 1 left/, 'the lease expiry applied', 15_000);
     expect(gateway.output()).toMatch(/worker 2 leaves model etcd-model \(etcd\)/);

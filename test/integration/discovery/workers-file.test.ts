@@ -8,11 +8,10 @@
  * stream completes; an invalid file is rejected with the field named and the
  * previous workers stay; every update is counted.
  */
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { renameSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockerCli, startServeCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import { startServeCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import { postChat, serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 import { expectServedBy, openStream } from '../../helpers/drained-stream.js';
 import { until } from '../../helpers/until.js';
 
@@ -20,53 +19,32 @@ const MODEL = 'file-model';
 const MESSAGES = [{ role: 'user', content: 'Write a long story about a lighthouse keeper who collects shells and names every one of them.' }];
 
 const workersText = (engines: readonly { id: number; e: MockerLine }[]): string =>
-  ['workers:', ...engines.map(({ id, e }) => `  - { id: ${id}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`), ''].join('\n');
+  ['workers:', ...engines.map(({ id, e }) => `  - ${workerEntry(id, e)}`), ''].join('\n');
 
 describe('kvgate serve follows a model\'s workers_file', () => {
-  const procs: CliProcess[] = [];
-  let dir: string;
+  let suite: MockerSuite;
   let workersFile: string;
   let url: string;
   let gateway: CliProcess;
-  let engines: MockerLine[];
+  let engines: readonly MockerLine[];
 
   /** Replaces the file atomically, as deploy tools and ConfigMaps do (a rename in the watched directory). */
-  const writeWorkers = (text: string): void => {
-    const tmp = join(dir, '.workers.tmp');
-    writeFileSync(tmp, text);
-    renameSync(tmp, workersFile);
-  };
+  const writeWorkers = (text: string): void => renameSync(suite.write('.workers.tmp', text), workersFile);
 
   beforeAll(async () => {
-    const mocker = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo'], 2);
-    procs.push(mocker.proc);
-    engines = mocker.engines;
-    dir = mkdtempSync(join(tmpdir(), 'kvgate-workers-file-'));
-    workersFile = join(dir, 'workers.yaml');
-    writeFileSync(workersFile, workersText([{ id: 1, e: engines[0]! }]));
-    const config = join(dir, 'kvgate.yaml');
-    writeFileSync(config, [
-      'listen: { port: 0 }',
-      'admin: { enabled: true }',
-      'preprocess: { threads: 0 }',
-      'models:',
-      `  - name: ${MODEL}`,
-      '    tokenizer: demo',
-      '    workers_file: workers.yaml',
-      '',
-    ].join('\n'));
+    suite = await startMockerSuite('workers-file', ['--model', MODEL, '--tokenizer', 'demo'], 2);
+    engines = suite.engines;
+    workersFile = suite.write('workers.yaml', workersText([{ id: 1, e: engines[0]! }]));
+    const config = suite.write('kvgate.yaml', serveConfig(MODEL, ['workers_file: workers.yaml']));
     ({ proc: gateway, url } = await startServeCli(config));
-    procs.push(gateway);
+    suite.procs.push(gateway);
   }, 60_000);
 
   afterAll(async () => {
-    await Promise.allSettled(procs.map((p) => p.stop()));
-    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+    await suite?.stop();
   });
 
-  const chat = (extra: Record<string, unknown>): Promise<Response> => fetch(`${url}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: MESSAGES, ...extra }),
-  });
+  const chat = (extra: Record<string, unknown>): Promise<Response> => postChat(url, { model: MODEL, messages: MESSAGES, ...extra });
   /** `/admin/models`'s workers: id, source, state, and whether a KV event has arrived. */
   const adminWorkers = async (): Promise<{ id: number; source: string; state: string; events: boolean }[]> => {
     type Row = { id: number; source: string; state: string; lastEventAt: string | null; capacity: object };

@@ -9,60 +9,45 @@
  * field; a field that needs a restart is refused the same way; each reload is
  * logged and counted.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { writeFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCli, startMockerCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import { startCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import { postChat, serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 import { expectServedBy, openStream } from '../../helpers/drained-stream.js';
 
 const MODEL = 'reload-model';
 const MESSAGES = [{ role: 'user', content: 'Write a long story about a lighthouse keeper who collects shells and names every one of them.' }];
 
 function configText(engines: readonly MockerLine[], opts: { temperature: number | string; blockSize?: number }): string {
-  return [
-    'listen: { port: 0 }',
-    'admin: { enabled: true }',
-    'preprocess: { threads: 0 }',
-    'models:',
-    `  - name: ${MODEL}`,
-    '    tokenizer: demo',
-    ...(opts.blockSize !== undefined ? [`    block_size: ${opts.blockSize}`] : []),
-    `    router: { router_temperature: ${opts.temperature} }`,
-    '    workers:',
-    ...engines.map((e, i) => `      - { id: ${i + 1}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`),
-    '',
-  ].join('\n');
+  return serveConfig(MODEL, [
+    ...(opts.blockSize !== undefined ? [`block_size: ${opts.blockSize}`] : []),
+    `router: { router_temperature: ${opts.temperature} }`,
+    'workers:',
+    ...engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`),
+  ]);
 }
 
 describe('kvgate serve reloads its config file (SIGHUP, POST /admin/reload)', () => {
-  const procs: CliProcess[] = [];
-  let dir: string;
+  let suite: MockerSuite;
   let file: string;
   let url: string;
   let gateway: CliProcess;
-  let engines: MockerLine[];
+  let engines: readonly MockerLine[];
 
   beforeAll(async () => {
-    const mocker = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo'], 2);
-    procs.push(mocker.proc);
-    engines = mocker.engines;
-    dir = mkdtempSync(join(tmpdir(), 'kvgate-reload-'));
-    file = join(dir, 'kvgate.yaml');
-    writeFileSync(file, configText(engines, { temperature: 0 }));
+    suite = await startMockerSuite('reload', ['--model', MODEL, '--tokenizer', 'demo'], 2);
+    engines = suite.engines;
+    file = suite.write('kvgate.yaml', configText(engines, { temperature: 0 }));
     gateway = startCli(['serve', '-c', file]);
-    procs.push(gateway);
+    suite.procs.push(gateway);
     url = (await gateway.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening'))[1]!;
   }, 60_000);
 
   afterAll(async () => {
-    await Promise.allSettled(procs.map((p) => p.stop()));
-    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+    await suite?.stop();
   });
 
-  const chat = (extra: Record<string, unknown>): Promise<Response> => fetch(`${url}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: MESSAGES, ...extra }),
-  });
+  const chat = (extra: Record<string, unknown>): Promise<Response> => postChat(url, { model: MODEL, messages: MESSAGES, ...extra });
   const routerConfig = async (): Promise<{ temperature: number; workers: number[] }> => {
     const c = (await (await fetch(`${url}/admin/config`)).json()) as { models: { router: { routerTemperature: number }; workers: { id: number }[] }[] };
     return { temperature: c.models[0]!.router.routerTemperature, workers: c.models[0]!.workers.map((w) => w.id) };

@@ -9,11 +9,9 @@
  * steers the other's decisions.
  */
 import { request, type ClientRequest } from 'node:http';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCli, startMockerCli, type CliProcess } from '../../helpers/cli-process.js';
+import { startCli, type CliProcess } from '../../helpers/cli-process.js';
+import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
@@ -91,27 +89,16 @@ describe('kvgate serve --processes N without models', () => {
 });
 
 describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)', () => {
-  let mocker: CliProcess;
+  let suite: MockerSuite;
   let gw: CliProcess;
   let url: string;
-  let dir: string;
 
   beforeAll(async () => {
-    const m = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 2);
-    mocker = m.proc;
-    dir = mkdtempSync(join(tmpdir(), 'kvgate-processes-'));
-    const file = join(dir, 'gw.yaml');
-    writeFileSync(file, [
-      'listen: { port: 0 }',
-      'replicas: { heartbeat_ms: 200, peer_timeout_ms: 1500 }',
-      'models:',
-      `  - name: ${MODEL}`,
-      '    tokenizer: demo',
-      '    workers:',
-      ...m.engines.map((e, i) => `      - { id: ${i + 1}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`),
-      '',
-    ].join('\n'));
+    suite = await startMockerSuite('processes', ['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 2);
+    const file = suite.write('gw.yaml', serveConfig(MODEL, ['workers:', ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)],
+      ['replicas: { heartbeat_ms: 200, peer_timeout_ms: 1500 }']));
     gw = startCli(['serve', '-c', file, '--processes', '2']);
+    suite.procs.push(gw);
     url = (await gw.waitFor(/"listen":"(http:\/\/[^"]+)","process"/, 'the processes listen', 30_000))[1]!;
     // Both processes up and each seeing the other as a peer.
     const peered = new Set<string>();
@@ -124,8 +111,7 @@ describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)
   }, 60_000);
 
   afterAll(async () => {
-    await Promise.allSettled([gw?.stop(), mocker?.stop()]);
-    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+    await suite?.stop();
   });
 
   // issue 15 item 2

@@ -1,0 +1,59 @@
+/**
+ * What the `kvgate serve -c FILE` integration suites share: one `kvgate mocker`
+ * process with N engines, a temporary directory for the config files they
+ * write, the config's common lines and a chat request. Each suite adds what
+ * it tests (etcd, a workers file, reloads, several processes) on top.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startMockerCli, type CliProcess, type MockerLine } from './cli-process.js';
+
+export interface MockerSuite {
+  readonly dir: string;
+  readonly engines: readonly MockerLine[];
+  /** Every process stopped by `stop()`: the mocker, and what the suite adds (gateways, registrations). */
+  readonly procs: CliProcess[];
+  /** Writes `text` to the file `name` in `dir`; returns its path. */
+  write(name: string, text: string): string;
+  /** Stops every process (SIGTERM, together) and removes `dir`. */
+  stop(): Promise<void>;
+}
+
+/** Starts `kvgate mocker ARGS` with `count` engines and makes a temporary directory named after `name`. */
+export async function startMockerSuite(name: string, mockerArgs: readonly string[], count: number): Promise<MockerSuite> {
+  const mocker = await startMockerCli(mockerArgs, count);
+  const dir = mkdtempSync(join(tmpdir(), `kvgate-${name}-`));
+  const procs = [mocker.proc];
+  return {
+    dir,
+    engines: mocker.engines,
+    procs,
+    write(file, text) {
+      const path = join(dir, file);
+      writeFileSync(path, text);
+      return path;
+    },
+    async stop() {
+      await Promise.allSettled(procs.map((p) => p.stop()));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * A `kvgate serve` YAML config of one model: the port chosen by the OS, `top` lines (default: the admin
+ * endpoints on and preprocessing on the main thread, which a test's timing should not depend on), then the
+ * model with the demo tokenizer and its `modelLines` (indented as members of the model).
+ */
+export function serveConfig(model: string, modelLines: readonly string[], top: readonly string[] = ['admin: { enabled: true }', 'preprocess: { threads: 0 }']): string {
+  return ['listen: { port: 0 }', ...top, 'models:', `  - name: ${model}`, '    tokenizer: demo', ...modelLines.map((l) => `    ${l}`), ''].join('\n');
+}
+
+/** One worker of a YAML `workers` list: its id, the engine's URL and its first KV-event endpoint. */
+export const workerEntry = (id: number, e: MockerLine): string => `{ id: ${id}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`;
+
+/** POSTs `{ model, messages, ...extra }` as JSON to the gateway at `url` (`path` defaults to chat completions). */
+export function postChat(url: string, body: { model: string; messages: unknown } & Record<string, unknown>, path = '/v1/chat/completions'): Promise<Response> {
+  return fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+}
