@@ -7,15 +7,27 @@
  * SIGINT and SIGHUP to every worker, and logs a worker's exit loudly with the
  * count of exits so far. It never restarts a worker on its own: a crash loop
  * would hide behind a healthy-looking port; the operator's supervisor decides.
+ * It also gathers every worker's metrics (prom-client's AggregatorRegistry)
+ * when one of them is scraped, so `/metrics` on the shared port shows them all.
  */
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
+import { AggregatorRegistry, type Registry } from 'prom-client';
 import { relaySyncMessages } from '../replicas/index.js';
 
 /** The environment variables the primary hands each worker. */
 const INDEX_ENV = 'KVGATE_PROCESS_INDEX';
 const CLUSTER_ENV = 'KVGATE_CLUSTER_ID';
+
+/** A worker asks the primary for the cluster's metrics; the primary answers with the text or why not. */
+interface MetricsRequest { readonly kvgateMetrics: 'request'; readonly id: number }
+interface MetricsReply { readonly kvgateMetrics: 'reply'; readonly id: number; readonly text?: string; readonly error?: string }
+/** Above prom-client's own 5 s bound on gathering the workers' metrics. */
+const METRICS_TIMEOUT_MS = 6_000;
+
+const isMetricsMessage = <K extends 'request' | 'reply'>(m: unknown, kind: K): m is K extends 'request' ? MetricsRequest : MetricsReply =>
+  typeof m === 'object' && m !== null && (m as { kvgateMetrics?: unknown }).kvgateMetrics === kind && typeof (m as { id?: unknown }).id === 'number';
 
 /** Who this process is in a `--processes N` cluster; undefined for a lone `kvgate serve`. */
 export interface ClusterMember {
@@ -48,7 +60,15 @@ export function runClusterPrimary(processes: number, logger: Logger): Promise<nu
   for (let i = 1; i <= processes; i++) indexOf.set(cluster.fork({ [INDEX_ENV]: String(i), [CLUSTER_ENV]: clusterId }).id, i);
   logger.info({ processes, clusterId, pids: [...live()].map((w) => w.process.pid) },
     `kvgate serve: ${processes} gateway processes started on one port; replica sync shares their bookings and sessions`);
-  cluster.on('message', (worker, message) => relaySyncMessages(worker, message, live));
+  // Every worker's registry, gathered over IPC when any of them is scraped (series told apart by `process`).
+  const aggregator = new AggregatorRegistry();
+  cluster.on('message', (worker, message) => {
+    if (!isMetricsMessage(message, 'request')) return relaySyncMessages(worker, message, live);
+    const answer = (r: Omit<MetricsReply, 'kvgateMetrics' | 'id'>): void => {
+      if (worker.isConnected()) worker.send({ kvgateMetrics: 'reply', id: message.id, ...r });
+    };
+    aggregator.clusterMetrics().then((text) => answer({ text }), (err: Error) => answer({ error: err.message }));
+  });
   let reported = false;
   cluster.on('listening', (worker, address) => {
     if (reported) return;
@@ -78,6 +98,39 @@ export function runClusterPrimary(processes: number, logger: Logger): Promise<nu
       process.off('SIGINT', forward);
       process.off('SIGHUP', forward);
       resolve(stopping ? 0 : 1);
+    });
+  });
+}
+
+/**
+ * In a cluster worker: the `/metrics` text of every process of the cluster, which the primary gathers
+ * from each worker's `registry` (prom-client's AggregatorRegistry: series with the same labels are summed,
+ * and every kvgate series carries its `process` label, so each process's series stay apart). When the
+ * primary cannot answer (a worker stuck past the timeout), this process's own metrics are served, and
+ * the warning says so: a scrape that shows one process beats one that fails.
+ */
+export function clusterMetricsText(registry: Registry, logger: Logger): () => Promise<string> {
+  AggregatorRegistry.setRegistries(registry);
+  // Constructed for its side effect: it installs this worker's answer to the primary's metric requests.
+  void new AggregatorRegistry();
+  const pending = new Map<number, (r: MetricsReply) => void>();
+  process.on('message', (m: unknown) => {
+    if (isMetricsMessage(m, 'reply')) pending.get(m.id)?.(m);
+  });
+  let next = 0;
+  return () => new Promise<string>((resolve) => {
+    const id = next++;
+    const settle = (r: Omit<MetricsReply, 'kvgateMetrics'>): void => {
+      clearTimeout(timer);
+      pending.delete(id);
+      if (r.text !== undefined) return resolve(r.text);
+      logger.warn({ reason: r.error }, `/metrics: the cluster's metrics could not be gathered (${r.error}); serving this process's own`);
+      resolve(registry.metrics());
+    };
+    const timer = setTimeout(() => settle({ id, error: `no answer from the primary within ${METRICS_TIMEOUT_MS} ms` }), METRICS_TIMEOUT_MS);
+    pending.set(id, settle);
+    process.send?.({ kvgateMetrics: 'request', id } satisfies MetricsRequest, undefined, undefined, (err: Error | null) => {
+      if (err !== null) settle({ id, error: err.message });
     });
   });
 }

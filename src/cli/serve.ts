@@ -23,7 +23,7 @@ import { FleetMembers } from './membership.js';
 import { EngineChecks } from './engine-checks.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { IpcTransport, NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
-import { clusterMember, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
+import { clusterMember, clusterMetricsText, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
 import { startTracing } from './tracing.js';
 import { WorkersFileSource } from './workers-file.js';
 import { EtcdWorkersSource } from './etcd-source.js';
@@ -335,7 +335,11 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   const reloadable = fleet.live !== undefined && flags.configFile !== undefined && !demo;
   const served = (c: GatewayConfig): GatewayConfig => fleet.live?.served(c) ?? c;
   try {
-    gateway = await startGateway({ config: served(config), createRouter: fleet.createRouter, logger, fleet: fleet.status, process: member?.index, reload: reloadable ? () => reloader!.reload('admin') : undefined });
+    gateway = await startGateway({
+      config: served(config), createRouter: fleet.createRouter, logger, fleet: fleet.status, process: member?.index,
+      clusterMetrics: member === undefined ? undefined : (registry) => clusterMetricsText(registry, logger),
+      reload: reloadable ? () => reloader!.reload('admin') : undefined,
+    });
   } catch (err) {
     await fleet.close().catch(() => undefined);
     await tracing?.shutdown().catch(() => undefined);

@@ -5,6 +5,7 @@
  * reverse order: drain the server, then close the routers, then the pool.
  */
 import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
 import type { GatewayConfig } from '../config/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { createPreprocessor, preprocessModelSpecs, type Preprocessor } from './preprocess/preprocessor.js';
@@ -23,6 +24,8 @@ export interface GatewayOptions {
   fleet?: GatewayServerOptions['fleet'];
   /** This process's index in a `--processes N` cluster: the `x-kvgate-process` header and the `process` label of every series. */
   process?: number | undefined;
+  /** In a cluster: given this process's registry, what `/metrics` serves instead of it alone (every process's series). */
+  clusterMetrics?: ((registry: Registry) => () => Promise<string>) | undefined;
 }
 
 export interface Gateway {
@@ -65,8 +68,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const { config } = opts;
   const { logger } = opts;
   const metrics = opts.metrics ?? new KvgateMetrics();
-  // In a cluster every series carries the process's index: one /metrics per process, each scrape answered by one of them.
+  // In a cluster every series carries the process's index, and a scrape of any process shows every process's series.
   if (opts.process !== undefined) metrics.registry.setDefaultLabels({ process: String(opts.process) });
+  if (opts.clusterMetrics !== undefined) metrics.textFrom(opts.clusterMetrics(metrics.registry));
   for (const w of config.warnings) logger.warn(w);
   // A KV-routed model without a tokenizer hashes prompts no engine's blocks match: flagged for as long as it runs.
   for (const m of config.models) {

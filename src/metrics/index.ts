@@ -48,6 +48,7 @@ export class KvgateMetrics {
   readonly registry: Registry;
   /** Writers of the per-worker load gauges, run at each scrape (see `onScrape`). */
   readonly #scrapeHooks = new Set<() => void>();
+  #textSource: (() => Promise<string>) | undefined;
 
   // Build.
   readonly buildInfo: Gauge<'version' | 'node_version'>;
@@ -211,9 +212,17 @@ export class KvgateMetrics {
     return () => this.#scrapeHooks.delete(hook);
   }
 
+  /**
+   * Serves `text()` from `source` instead of this registry alone (a `--processes N` cluster: the series
+   * of every process, gathered by the primary).
+   */
+  textFrom(source: () => Promise<string>): void {
+    this.#textSource = source;
+  }
+
   /** Prometheus text exposition of every metric. */
   async text(): Promise<string> {
-    return this.registry.metrics();
+    return this.#textSource !== undefined ? this.#textSource() : this.registry.metrics();
   }
 
   get contentType(): string {

@@ -48,10 +48,10 @@ function hold(url: string, worker: number, i: number): Promise<{ process: string
   });
 }
 
-/** The sum of a metric's series on the process that answered (undefined when `process` did not). */
+/** The sum of a metric's series of one process (a scrape of either process shows both processes' series). */
 async function metricOf(url: string, process: string, name: string, labels: Record<string, string> = {}): Promise<number | undefined> {
   const a = await fresh(url, '/metrics');
-  if (a.process !== process) return undefined;
+  if (a.status !== 200) return undefined;
   let sum = 0;
   for (const line of a.body.split('\n')) {
     if (!line.startsWith(`${name}{`)) continue;
@@ -139,6 +139,17 @@ describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)
     await until(async () => (await metricOf(url, q, 'kvgate_worker_active_requests')) === 0, `process ${q} sees the streams freed`, 15_000);
     await routedBy(url, ['1', '2'], (r) => r.worker === 1, 'both processes back on worker 1');
   }, 60_000);
+
+  // One scrape of the shared port shows every process's series, told apart by the `process` label.
+  it('/metrics on the shared port gathers the series of both processes, whichever answers', async () => {
+    for (let i = 0; i < 4; i++) {
+      const a = await fresh(url, '/metrics');
+      expect(a.status).toBe(200);
+      for (const p of ['1', '2']) expect(a.body).toMatch(new RegExp(`^kvgate_build_info\\{[^}]*process="${p}"[^}]*\\} 1$`, 'm'));
+      // One family header per metric: the exposition stays valid for Prometheus.
+      expect(a.body.match(/^# TYPE kvgate_build_info /gm)).toHaveLength(1);
+    }
+  }, 30_000);
 
   // issue 15 item 2: the primary restarts nothing silently
   it('a gateway process killed is logged and counted by the primary, and the other keeps serving the port', async () => {
