@@ -171,13 +171,6 @@ for (const engine of ['vllm', 'sglang'] as const) {
     let f: DisaggFleet;
     const rng = seededRng(engine === 'vllm' ? 5 : 6);
 
-    beforeAll(async () => {
-      f = await startDisaggFleet({ engine, prefill: 2, decode: 1 });
-    });
-    afterAll(async () => {
-      await f?.close();
-    });
-
     /** Blocks of `doc` the prefill index holds for a worker. */
     const depthOn = (doc: number[], workerId: number): number => {
       const index = f.pool().kvRouter!.index;
@@ -185,6 +178,24 @@ for (const engine of ['vllm', 'sglang'] as const) {
       for (let i = 0; i < m.count; i++) if (index.slotWorker(m.slots[i]!)!.workerId === workerId) return m.depths[i]!;
       return 0;
     };
+
+    beforeAll(async () => {
+      f = await startDisaggFleet({ engine, prefill: 2, decode: 1 });
+      // A ZMQ subscription misses what is published before it has joined (these engines keep no replay
+      // buffer), so each prefill worker's events are seen to arrive before a test relies on them: a
+      // throwaway prompt, sent again until its blocks reach the index.
+      const warmRng = seededRng(99); // the tests' own draws stay as they were
+      for (const w of f.prefillWorkers) {
+        await until(async () => {
+          const doc = randomTokens(warmRng, 2 * BLOCK);
+          await drain(await f.router.route(prepare([...doc, 1], { hints: { annotations: [], prefillWorkerId: w.id } })));
+          return until(() => depthOn(doc, w.id) === 2, 'one prompt indexed', 1000).then(() => true, () => false);
+        }, `KV events from prefill worker ${w.id}`, 20_000);
+      }
+    }, 30_000);
+    afterAll(async () => {
+      await f?.close();
+    });
 
     it('a request goes to the prefill worker that caches its prefix', async () => {
       const [a, b] = [f.prefillWorkers[0]!.id, f.prefillWorkers[1]!.id];
@@ -224,16 +235,16 @@ for (const engine of ['vllm', 'sglang'] as const) {
       const first = await f.router.route(prepare(randomTokens(rng, 40), { hints: { annotations: [], prefillWorkerId: a, session } }));
       await drain(first);
       expect(f.router.prefill.sessions.lookup(session.id)?.workerId).toBe(a);
+      // Without the session the index wins (asked before the session's turns cache the prefix on a too).
+      const free = await f.router.route(prepare([...doc, 99]));
+      expect(free.prefillWorker?.workerId).toBe(b);
+      await drain(free);
       // Next turns carry b's cached prefix but stay on a.
       for (let i = 0; i < 2; i++) {
         const res = await f.router.route(prepare([...doc, ...randomTokens(rng, 5)], { hints: { annotations: [], session } }));
         expect(res.prefillWorker?.workerId).toBe(a);
         await drain(res);
       }
-      // Without the session the index wins.
-      const free = await f.router.route(prepare([...doc, 99]));
-      expect(free.prefillWorker?.workerId).toBe(b);
-      await drain(free);
       // a leaves: the binding goes with it, and the session follows the index to b (and binds there).
       f.registry.markDown(a);
       expect(f.router.prefill.sessions.lookup(session.id)).toBeUndefined();
