@@ -20,6 +20,16 @@ export class LegTimers {
   readonly #idleMs: number;
   readonly #onExpire: (err: KvgateError) => void;
   #timer: NodeJS.Timeout | undefined;
+  #kind: 'first byte' | 'stream idle' = 'first byte';
+  /** The armed deadline's length, for its error. */
+  #ms = 0;
+  /**
+   * When the armed deadline expires (`performance.now()` time). Progress on a running stream only
+   * moves this; the timer, when it fires early for it, sleeps again for what is left. One timer per
+   * deadline kind, not one per read.
+   */
+  #deadline = 0;
+  readonly #onTimer = (): void => this.#fired();
   #started = false;
   #paused = false;
   #done = false;
@@ -34,6 +44,11 @@ export class LegTimers {
   /** The leg produced output (an event, or a JSON body's first byte): the first-byte deadline is met, idle restarts. */
   progress(): void {
     if (this.#done) return;
+    if (this.#started && this.#timer !== undefined) {
+      // The idle deadline is running: push it back (the timer checks it when it fires).
+      this.#deadline = performance.now() + this.#idleMs;
+      return;
+    }
     this.#started = true;
     this.#clear();
     if (this.#idleMs > 0 && !this.#paused) this.#arm(this.#idleMs, 'stream idle');
@@ -58,13 +73,25 @@ export class LegTimers {
 
   #arm(ms: number, kind: 'first byte' | 'stream idle'): void {
     this.#clear();
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      if (this.#done) return;
-      this.#done = true;
-      this.#onExpire(legTimeoutError(this.#ctx, kind, ms));
-    }, ms);
+    this.#kind = kind;
+    this.#ms = ms;
+    this.#deadline = performance.now() + ms;
+    this.#timer = setTimeout(this.#onTimer, ms);
     this.#timer.unref();
+  }
+
+  #fired(): void {
+    this.#timer = undefined;
+    if (this.#done) return;
+    // Timers have millisecond resolution: what is left below one millisecond counts as expired.
+    const left = this.#deadline - performance.now();
+    if (left >= 1) {
+      this.#timer = setTimeout(this.#onTimer, left);
+      this.#timer.unref();
+      return;
+    }
+    this.#done = true;
+    this.#onExpire(legTimeoutError(this.#ctx, this.#kind, this.#ms));
   }
 
   #clear(): void {

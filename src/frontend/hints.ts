@@ -107,9 +107,11 @@ interface Pin {
  * @throws KvgateError KVG_ERR_UNKNOWN_WORKER for an unknown pin; KVG_ERR_INVALID_REQUEST for a contradiction.
  */
 function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined, workers: readonly WorkerConfig[]): void {
-  const known = new Set(workers.map((w) => w.id));
+  // Built only for a request that pins or restricts workers (most do neither).
+  let knownIds: Set<number> | undefined;
+  const known = (id: number): boolean => (knownIds ??= new Set(workers.map((w) => w.id))).has(id);
   for (const p of pins) {
-    if (p.id !== undefined && !known.has(p.id)) {
+    if (p.id !== undefined && !known(p.id)) {
       throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `${p.param} names worker ${p.id}, which is not a worker of this model`, { param: p.param, workerId: p.id });
     }
   }
@@ -118,7 +120,7 @@ function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined,
     throw invalid(decode!.param, `(${decode!.id}) contradicts ${backend!.param} (${backend!.id}); both name the worker that decodes`);
   }
   if (allowed === undefined) return;
-  if (!allowed.some((id) => known.has(id))) {
+  if (!allowed.some((id) => known(id))) {
     throw invalid('nvext.allowed_worker_ids', allowed.length === 0 ? 'is empty; omit it to allow every worker' : 'names no worker of this model');
   }
   for (const p of pins) {

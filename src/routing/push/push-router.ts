@@ -191,7 +191,7 @@ export class PushRouter implements PoolMembers {
       // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
       if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
       return sel;
-    }, { 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode });
+    }, () => ({ 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode }));
   }
 
   // ------------------------------------------------------------ dispatch
@@ -233,7 +233,7 @@ export class PushRouter implements PoolMembers {
       if (scope.attempt === 0) return this.#send(req, first ?? await this.select(req, 'book', scope.exclude), scope);
       // A retry on another worker: its own span around the new decision and the new engine leg.
       return inSpan('kvgate.retry', async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope),
-        { 'kvgate.retry.attempt': scope.attempt, 'kvgate.retry.excluded_workers': [...scope.exclude].join(',') });
+        () => ({ 'kvgate.retry.attempt': scope.attempt, 'kvgate.retry.excluded_workers': [...scope.exclude].join(',') }));
     });
   }
 
@@ -255,9 +255,9 @@ export class PushRouter implements PoolMembers {
   /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing reached the client). */
   async #send(req: LegRequest, sel: Selection, scope: RetryScope): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
-    const trace = clientSpan(`kvgate.engine.${req.phase}`, {
+    const trace = clientSpan(`kvgate.engine.${req.phase}`, () => ({
       'kvgate.model': this.model, 'kvgate.phase': req.phase, 'kvgate.worker_id': sel.worker.id, 'kvgate.dp_rank': sel.dpRank, 'kvgate.attempt': scope.attempt,
-    });
+    }));
     const guard = new LegGuard({
       clock: this.#ctx.clock, metrics: this.#pm, kvRouter: this.mode === 'kv' ? this.kvRouter : undefined, blockSize: this.blockSize,
       release: () => {
