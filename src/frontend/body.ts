@@ -201,3 +201,10 @@ export function parseBodyObject(text: string): Record<string, unknown> {
   }
   return parseJsonObject(text);
 }
+
+/** The body without `nvext` (the engines never see it): the body itself when it has none (no copy), else a copy. */
+export function withoutNvext(body: Record<string, unknown>): Record<string, unknown> {
+  if (body.nvext === undefined) return body;
+  const { nvext: _nvext, ...forward } = body;
+  return forward;
+}

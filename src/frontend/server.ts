@@ -35,7 +35,7 @@ import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
 import { modelsStatus, redactedConfig, type FleetStatus } from './admin-status.js';
-import { parseBodyObject, readBodyText } from './body.js';
+import { parseBodyObject, readBodyText, withoutNvext } from './body.js';
 import { ClientConnections } from './connections.js';
 import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
 import { parseRoutingHints } from './hints.js';
@@ -332,7 +332,7 @@ export class GatewayServer {
     ctx.signal.throwIfAborted();
     ctx.log.promptTokens = pre.tokenIds.length;
     if (pre.stats.cachedTokens > 0) ctx.log.segmentCachedTokens = pre.stats.cachedTokens;
-    const { nvext: _nvext, ...forward } = body;
+    const forward = withoutNvext(body);
     const prepared: PreparedRequest = {
       requestId: ctx.requestId,
       model: modelName,

@@ -45,6 +45,20 @@ const CONNECTION_FAILURES = new Set(['KVG_ERR_ENGINE_UNREACHABLE', 'KVG_ERR_ENGI
 
 const NO_MIGRATION: MigrationPolicy = { limit: 0 };
 
+/** A streamed leg's body fields: the leg's, streaming with usage, and the token ids a migration resumes from. */
+function streamingFields(fields: Readonly<Record<string, unknown>>, body: Readonly<Record<string, unknown>>, ids: boolean): Record<string, unknown> {
+  const out: Record<string, unknown> = Object.assign({}, fields, streamingLegFields(body));
+  if (ids) out['return_token_ids'] = true;
+  return out;
+}
+
+/** A leg's headers, its trace context's, and the client's request id (which engines build the response's `id` from). */
+function legHeaders(leg: Readonly<Record<string, string>>, trace: Readonly<Record<string, string>>, requestId: string): Record<string, string> {
+  const out: Record<string, string> = Object.assign({}, leg, trace);
+  out['x-request-id'] = requestId;
+  return out;
+}
+
 /** The retries metric's reason: the error code, or the engine's status for an HTTP error. */
 function retryReason(err: KvgateError): string {
   return err instanceof EngineHttpError ? `engine_${err.upstreamStatus}` : err.code;
@@ -279,15 +293,18 @@ export class PushRouter implements PoolMembers {
     // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
     const streamed = leg.fields['stream'] !== false;
     // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before the first byte only.
-    const ids = req.returnTokenIds === true && (w.returnsTokenIds ?? w.dialect === 'vllm') ? { return_token_ids: true } : {};
+    const ids = req.returnTokenIds === true && (w.returnsTokenIds ?? w.dialect === 'vllm');
+    const t = this.#opts.legTimeouts;
     try {
+      // One options object of one shape per dispatch (undefined: not set), fields and headers each built once.
       const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
         signal: req.signal,
         stream: streamed,
-        extraFields: streamed ? { ...leg.fields, ...streamingLegFields(req.body), ...ids } : leg.fields,
-        headers: { ...leg.headers, ...trace.headers, 'x-request-id': req.clientRequestId ?? req.requestId },
-        ...this.#timeoutsOf(req, streamed),
-        ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
+        extraFields: streamed ? streamingFields(leg.fields, req.body, ids) : leg.fields,
+        headers: legHeaders(leg.headers, trace.headers, req.clientRequestId ?? req.requestId),
+        firstByteTimeoutMs: streamed || req.phase === 'prefill' ? t?.firstByteMs : undefined,
+        streamIdleTimeoutMs: streamed ? t?.streamIdleMs : undefined,
+        onDispatched: req.onDispatched,
       });
       this.#opts.onDispatchOutcome?.(w.id, undefined);
       const lm = this.#pm?.leg(req.phase);
@@ -322,18 +339,6 @@ export class PushRouter implements PoolMembers {
     if (report === undefined) return;
     if (err instanceof EngineHttpError) report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
     else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code);
-  }
-
-  /**
-   * The leg's progress deadlines: first output on streamed legs (every generating leg, whatever the client
-   * asked) and one-token prefills, idle between events on streamed legs.
-   */
-  #timeoutsOf(req: LegRequest, streamed: boolean): { firstByteTimeoutMs?: number; streamIdleTimeoutMs?: number } {
-    const t = this.#opts.legTimeouts;
-    const out: { firstByteTimeoutMs?: number; streamIdleTimeoutMs?: number } = {};
-    if (t?.firstByteMs !== undefined && (streamed || req.phase === 'prefill')) out.firstByteTimeoutMs = t.firstByteMs;
-    if (t?.streamIdleMs !== undefined && streamed) out.streamIdleTimeoutMs = t.streamIdleMs;
-    return out;
   }
 
   /** A leg cut for making no progress: counted and logged; the error itself says it is migratable. */
