@@ -235,7 +235,7 @@ export class GatewayServer {
     const socket = req.socket;
     const admitted = this.#conns.requestStarted(socket);
     let slot = false;
-    res.once('close', () => {
+    res.on('close', () => {
       if (!res.writableFinished) {
         controller.abort(new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client closed the connection'));
         ctx.log.clientAborted = true;

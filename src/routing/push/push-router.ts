@@ -225,7 +225,7 @@ export class PushRouter implements PoolMembers {
     const first = await this.#attempts(migrates && midStreamBlocker(req.body) === undefined ? { ...req, returnTokenIds: true } : req, preselected, exclude);
     if (first.body.kind !== 'sse') return first;
     const sel = first.selection;
-    const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
+    const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, () => this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
     if (req.stream) return { selection: sel, status: first.status, body: { kind: 'sse', events } };
     try {
       return { selection: sel, ...await assembledAnswer(events, first.status) };
