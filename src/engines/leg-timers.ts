@@ -25,8 +25,9 @@ export class LegTimers {
   #ms = 0;
   /**
    * When the armed deadline expires (`performance.now()` time). Progress on a running stream only
-   * moves this; the timer, when it fires early for it, sleeps again for what is left. One timer per
-   * deadline kind, not one per read.
+   * moves this; the timer, when it fires early for it, sleeps again for what is left. The first timer
+   * sleeps for the shorter of the two deadlines, so the idle deadline takes it over at the first
+   * output: one timer per leg, not one per read or per deadline.
    */
   #deadline = 0;
   readonly #onTimer = (): void => this.#fired();
@@ -38,7 +39,7 @@ export class LegTimers {
     this.#ctx = ctx;
     this.#idleMs = idleMs ?? 0;
     this.#onExpire = onExpire;
-    if (firstByteMs !== undefined && firstByteMs > 0) this.#arm(firstByteMs, 'first byte');
+    if (firstByteMs !== undefined && firstByteMs > 0) this.#arm(firstByteMs, 'first byte', this.#idleMs > 0 ? Math.min(firstByteMs, this.#idleMs) : firstByteMs);
   }
 
   /** The leg produced output (an event, or a JSON body's first byte): the first-byte deadline is met, idle restarts. */
@@ -50,8 +51,18 @@ export class LegTimers {
       return;
     }
     this.#started = true;
-    this.#clear();
-    if (this.#idleMs > 0 && !this.#paused) this.#arm(this.#idleMs, 'stream idle');
+    if (this.#idleMs === 0 || this.#paused) {
+      this.#clear();
+      return;
+    }
+    if (this.#timer === undefined) {
+      this.#arm(this.#idleMs, 'stream idle');
+      return;
+    }
+    // The first-byte timer sleeps no longer than the idle deadline: it carries that deadline from here on.
+    this.#kind = 'stream idle';
+    this.#ms = this.#idleMs;
+    this.#deadline = performance.now() + this.#idleMs;
   }
 
   /** kvgate stopped reading (backpressure): silence from here on is not the engine's. */
@@ -71,12 +82,13 @@ export class LegTimers {
     this.#clear();
   }
 
-  #arm(ms: number, kind: 'first byte' | 'stream idle'): void {
+  /** Arms the deadline `ms` from now, with a timer that first wakes after `sleep` (at most `ms`). */
+  #arm(ms: number, kind: 'first byte' | 'stream idle', sleep = ms): void {
     this.#clear();
     this.#kind = kind;
     this.#ms = ms;
     this.#deadline = performance.now() + ms;
-    this.#timer = setTimeout(this.#onTimer, ms);
+    this.#timer = setTimeout(this.#onTimer, sleep);
     this.#timer.unref();
   }
 

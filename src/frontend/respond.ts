@@ -30,6 +30,7 @@ export interface RequestContext {
 }
 
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
+const SSE_HEADER_NAMES = Object.keys(SSE_HEADERS) as (keyof typeof SSE_HEADERS)[];
 
 /** The x-kvgate-worker* response headers naming who served the request. */
 export function workerHeaders(worker: WorkerRank, prefill: WorkerRank | undefined): Record<string, string> {
@@ -152,7 +153,9 @@ const { res } = ctx;
   // Read in batches: the events of one upstream read are framed together (common's `Batched`).
   const iterator = batchesOf(routed.body.events)[Symbol.asyncIterator]();
   let finished = false;
-  res.writeHead(routed.status, { ...SSE_HEADERS, ...headers });
+  // The caller's headers object is completed, not copied (its own values win).
+  for (const name of SSE_HEADER_NAMES) headers[name] ??= SSE_HEADERS[name];
+  res.writeHead(routed.status, headers);
   const batch = new TurnBatch(res);
   batch.schedule();
   let events = 0;

@@ -16,12 +16,12 @@ afterEach(() => {
 });
 
 describe('LegTimers', () => {
-  it('a thousand reads on a running stream arm no more timers than the first output did', () => {
+  it('a leg arms one timer: the first output and a thousand reads after it arm none', () => {
     const spy = vi.spyOn(globalThis, 'setTimeout');
     const timers = new LegTimers(ctx, 60_000, 30_000, () => undefined);
     timers.progress(); // first output: the first-byte deadline is met, the idle one starts
     const armed = spy.mock.calls.length;
-    expect(armed).toBe(2);
+    expect(armed).toBe(1);
     for (let i = 0; i < 1000; i++) timers.progress();
     expect(spy.mock.calls.length).toBe(armed);
     timers.stop();
@@ -52,5 +52,15 @@ describe('LegTimers', () => {
     await until(() => expired !== undefined, 'the first-byte deadline');
     expect(performance.now() - start).toBeGreaterThanOrEqual(49);
     expect(expired!.code).toBe('KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT');
+  });
+
+  it('a first-byte deadline longer than the idle one still expires at its own time, as a first-byte timeout', async () => {
+    let expired: KvgateError | undefined;
+    const start = performance.now();
+    new LegTimers(ctx, 120, 40, (err) => (expired = err));
+    await until(() => expired !== undefined, 'the first-byte deadline');
+    expect(performance.now() - start).toBeGreaterThanOrEqual(119);
+    expect(expired!.code).toBe('KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT');
+    expect(expired!.detail).toMatchObject({ timeoutMs: 120 });
   });
 });

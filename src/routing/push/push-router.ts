@@ -45,6 +45,9 @@ const CONNECTION_FAILURES = new Set(['KVG_ERR_ENGINE_UNREACHABLE', 'KVG_ERR_ENGI
 
 const NO_MIGRATION: MigrationPolicy = { limit: 0 };
 
+/** The span `inSpan` hands its function. */
+type RouteSpan = Parameters<Parameters<typeof inSpan>[1]>[0];
+
 /** A streamed leg's body fields: the leg's, streaming with usage, and the token ids a migration resumes from. */
 function streamingFields(fields: Readonly<Record<string, unknown>>, body: Readonly<Record<string, unknown>>, ids: boolean): Record<string, unknown> {
   const out: Record<string, unknown> = Object.assign({}, fields, streamingLegFields(body));
@@ -196,16 +199,19 @@ export class PushRouter implements PoolMembers {
    * INVALID_DP_RANK, MISSING_WORKER_ID in direct mode), NO_WORKERS,
    * BACKPRESSURE / OVERLOADED (503), CLIENT_ABORTED while queued.
    */
-  async select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
-    if (this.#members.size === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`);
+  select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
+    if (this.#members.size === 0) return Promise.reject(new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`));
     // The routing decision's span: the chosen worker, its overlap and the cost breakdown as attributes.
-    return inSpan('kvgate.route', async (span) => {
-      const sel = await this.#selector.select(req, mode, exclude);
-      if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
-      // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
-      if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
-      return sel;
-    }, () => ({ 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode }));
+    return inSpan('kvgate.route', (span) => this.#decide(req, mode, exclude, span),
+      () => ({ 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode }));
+  }
+
+  async #decide(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined, span: RouteSpan): Promise<Selection> {
+    const sel = await this.#selector.select(req, mode, exclude);
+    if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
+    // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
+    if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
+    return sel;
   }
 
   // ------------------------------------------------------------ dispatch
@@ -228,7 +234,8 @@ export class PushRouter implements PoolMembers {
     const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, () => this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
     if (req.stream) return { selection: sel, status: first.status, body: { kind: 'sse', events } };
     try {
-      return { selection: sel, ...await assembledAnswer(events, first.status) };
+      const answer = await assembledAnswer(events, first.status);
+      return { selection: sel, status: answer.status, body: answer.body };
     } catch (err) {
       if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
       throw err;
