@@ -130,12 +130,28 @@ function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined,
   }
 }
 
+/** The headers that carry hints (each read below). */
+const ROUTING_HEADERS = ['x-worker-instance-id', 'x-dynamo-worker-instance-id', 'x-prefill-instance-id', 'x-dynamo-prefill-instance-id', 'x-session-id'];
+
+/** The hints of a request without `nvext` and without routing headers (read-only, shared). */
+const NO_HINTS: ParsedHints = Object.freeze({
+  hints: Object.freeze({
+    backendInstanceId: undefined, prefillWorkerId: undefined, decodeWorkerId: undefined, dpRank: undefined, prefillDpRank: undefined,
+    allowedWorkerIds: undefined, session: undefined, priorityJump: undefined, expectedOutputTokens: undefined, loraName: undefined,
+    routerConfigOverride: undefined, annotations: Object.freeze([]) as readonly string[],
+  }),
+  queryOnly: false,
+  tokenData: undefined,
+});
+
 /**
  * Routing hints of a request for a model with `workers`.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header or nvext field; KVG_ERR_UNKNOWN_WORKER for a pin that
  *   is not one of `workers`.
  */
 export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeaders, workers: readonly WorkerConfig[]): ParsedHints {
+  // Most requests carry no hint at all: one shared answer, the same as the full path's for them.
+  if (nvextRaw === undefined && !ROUTING_HEADERS.some((h) => headers[h] !== undefined)) return NO_HINTS;
   const nv = (nvextRaw ?? {}) as NvextBody;
   const backendHeader = idHeader(headers, ['x-worker-instance-id', 'x-dynamo-worker-instance-id']);
   const backendInstanceId = merge(nv.backend_instance_id, 'nvext.backend_instance_id', backendHeader);

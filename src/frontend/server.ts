@@ -328,7 +328,7 @@ export class GatewayServer {
     const unavailable = port.unavailable();
     if (unavailable !== undefined) throw unavailable;
     const task = promptTask({ endpoint, body, model: modelName, maxPromptTokens: model.maxPromptTokens, tokenData, loraName });
-    const pre = await inSpan('kvgate.preprocess', () => this.#preprocessor.run(task), { 'kvgate.model': modelName });
+    const pre = await inSpan('kvgate.preprocess', () => this.#preprocessor.run(task), () => ({ 'kvgate.model': modelName }));
     ctx.signal.throwIfAborted();
     ctx.log.promptTokens = pre.tokenIds.length;
     if (pre.stats.cachedTokens > 0) ctx.log.segmentCachedTokens = pre.stats.cachedTokens;
