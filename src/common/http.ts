@@ -93,8 +93,12 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   res.end(text);
 }
 
-export function sendBytes(res: ServerResponse, status: number, bytes: Uint8Array | string, contentType: string, headers: Record<string, string> = {}): void {
-  res.writeHead(status, { ...headers, 'content-type': contentType, 'content-length': Buffer.byteLength(bytes) });
+/** Sends `bytes` with their type and length; `headers` (the caller's own object) is completed and used as it is, not copied. */
+export function sendBytes(res: ServerResponse, status: number, bytes: Uint8Array | string, contentType: string,
+  headers: Record<string, string | number> = {}): void {
+  headers['content-type'] = contentType;
+  headers['content-length'] = Buffer.byteLength(bytes);
+  res.writeHead(status, headers);
   res.end(bytes);
 }
 

@@ -1,18 +1,49 @@
 /**
  * Spans through the OpenTelemetry API. Nothing here starts the SDK: until the
  * composition root registers one (`kvgate serve` with tracing configured, see
- * cli/tracing.ts), the API's no-op tracer answers, spans are non-recording,
- * and these helpers skip their attribute work (near zero cost when off).
+ * cli/tracing.ts), no tracer provider is set, and these helpers start no span
+ * at all: no span object, no context, no propagation, no attribute object
+ * (`spansOn()` is false; callers build attributes only when it is true).
+ * With a provider registered, spans are started as usual and a non-recording
+ * (unsampled) span skips the attribute work.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { SpanKind, SpanStatusCode, context, propagation, trace, type Attributes, type Span } from '@opentelemetry/api';
+import {
+  INVALID_SPAN_CONTEXT, ProxyTracerProvider, SpanKind, SpanStatusCode, context, propagation, trace, type Attributes, type Span, type Tracer,
+} from '@opentelemetry/api';
 
-const tracer = trace.getTracer('kvgate');
+/** The tracer of the provider registered now (looked up only when one is: a provider may be registered late, or replaced). */
+const tracer = (): Tracer => trace.getTracer('kvgate');
 
-/** Runs `fn` inside a child span of the active one; the span ends when `fn` settles (an error marks it). */
-export async function inSpan<T>(name: string, fn: (span: Span) => Promise<T>, attributes?: Attributes): Promise<T> {
-  const span = tracer.startSpan(name, attributes === undefined ? undefined : { attributes });
+/** The provider a proxy answers with while no real one is registered (the API's no-op singleton). */
+const NOOP_PROVIDER = new ProxyTracerProvider().getDelegate();
+
+/** What the helpers hand out while no provider is registered: one shared non-recording span. */
+const NO_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+
+/**
+ * Whether a tracer provider is registered (spans may record). Checked per call, so a provider
+ * registered (or disabled) later takes effect at once.
+ */
+export function spansOn(): boolean {
+  const provider = trace.getTracerProvider();
+  return !(provider instanceof ProxyTracerProvider) || provider.getDelegate() !== NOOP_PROVIDER;
+}
+
+/**
+ * Runs `fn` inside a child span of the active one; the span ends when `fn` settles (an error marks it).
+ * `attributes` may be a function, called only when a span is started.
+ */
+export function inSpan<T>(name: string, fn: (span: Span) => Promise<T>, attributes?: Attributes | (() => Attributes)): Promise<T> {
+  if (!spansOn()) return fn(NO_SPAN);
+  const attrs = typeof attributes === 'function' ? attributes() : attributes;
+  const span = tracer().startSpan(name, attrs === undefined ? undefined : { attributes: attrs });
   if (!span.isRecording()) return fn(span);
+  return recorded(span, fn);
+}
+
+async function recorded<T>(span: Span, fn: (span: Span) => Promise<T>): Promise<T> {
   try {
     return await context.with(trace.setSpan(context.active(), span), fn, undefined, span);
   } catch (err) {
@@ -34,9 +65,12 @@ export function spanFailed(span: Span, err: unknown): void {
 /**
  * A client span for a call to an engine, a child of the active span, and the W3C headers
  * (`traceparent`, `tracestate`) that carry it to the engine. The caller ends the span.
+ * `attributes` is called only when a span is started; without a provider the span is a shared
+ * no-op and the headers are empty.
  */
-export function clientSpan(name: string, attributes: Attributes): { span: Span; headers: Record<string, string> } {
-  const span = tracer.startSpan(name, { kind: SpanKind.CLIENT, attributes });
+export function clientSpan(name: string, attributes: () => Attributes): { span: Span; headers: Readonly<Record<string, string>> } {
+  if (!spansOn()) return { span: NO_SPAN, headers: NO_HEADERS };
+  const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes: attributes() });
   const headers: Record<string, string> = {};
   propagation.inject(trace.setSpan(context.active(), span), headers);
   return { span, headers };
@@ -47,8 +81,9 @@ export function clientSpan(name: string, attributes: Attributes): { span: Span; 
  * client's `traceparent`; the span ends when the response closes.
  */
 export function inRequestSpan<T>(req: IncomingMessage, res: ServerResponse, fn: () => T): T {
+  if (!spansOn()) return fn();
   const parent = propagation.extract(context.active(), req.headers);
-  const span = tracer.startSpan('kvgate.request', {
+  const span = tracer().startSpan('kvgate.request', {
     kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method ?? '', 'url.path': (req.url ?? '/').split('?', 1)[0]! },
   }, parent);
   if (!span.isRecording()) return fn();
@@ -62,7 +97,7 @@ export function inRequestSpan<T>(req: IncomingMessage, res: ServerResponse, fn: 
 
 /** Log fields naming the active recording span's trace (empty when tracing is off or the request is not sampled). */
 export function traceLogFields(): { traceId?: string } {
+  if (!spansOn()) return {};
   const span = trace.getActiveSpan();
   return span?.isRecording() === true ? { traceId: span.spanContext().traceId } : {};
 }
-

@@ -43,8 +43,9 @@ interface ChoiceAcc {
   text: string;
   sawContent: boolean;
   /** Concatenated string fields of the delta other than content (reasoning, refusal). */
-  strings: Map<string, string>;
-  tools: Map<number, ToolCallAcc>;
+  /** Created on first use (most answers carry neither). */
+  strings: Map<string, string> | undefined;
+  tools: Map<number, ToolCallAcc> | undefined;
   logprobs: Map<string, unknown[]> | undefined;
   finishReason: unknown;
   extra: Json;
@@ -64,7 +65,8 @@ export class ResponseAssembler {
   push(chunk: unknown): void {
     const c = obj(chunk);
     if (c === undefined) return;
-    for (const [k, v] of Object.entries(c)) {
+    for (const k in c) {
+      const v = c[k];
       if (k === 'choices' || k === 'usage' || v === null || v === undefined) continue;
       if (k === 'object' && typeof v === 'string') {
         if (v === 'chat.completion.chunk') this.#chat = true;
@@ -95,7 +97,7 @@ export class ResponseAssembler {
     const index = typeof ch['index'] === 'number' ? ch['index'] : 0;
     let a = this.#choices.get(index);
     if (a === undefined) {
-      a = { index, role: undefined, text: '', sawContent: false, strings: new Map(), tools: new Map(), logprobs: undefined, finishReason: null, extra: {} };
+      a = { index, role: undefined, text: '', sawContent: false, strings: undefined, tools: undefined, logprobs: undefined, finishReason: null, extra: {} };
       this.#choices.set(index, a);
     }
     if (typeof ch['text'] === 'string') {
@@ -107,7 +109,8 @@ export class ResponseAssembler {
     const lp = obj(ch['logprobs']);
     if (lp !== undefined) pushLogprobs(a, lp);
     if (ch['finish_reason'] !== null && ch['finish_reason'] !== undefined) a.finishReason = ch['finish_reason'];
-    for (const [k, v] of Object.entries(ch)) {
+    for (const k in ch) {
+      const v = ch[k];
       if (CHOICE_KEYS.has(k) || v === null || v === undefined) continue;
       const prev = a.extra[k];
       a.extra[k] = Array.isArray(v) && Array.isArray(prev) ? [...prev, ...v] : v;
@@ -122,9 +125,13 @@ function pushDelta(a: ChoiceAcc, d: Json): void {
     a.sawContent = true;
   }
   for (const k of DELTA_STRINGS) {
-    if (typeof d[k] === 'string') a.strings.set(k, (a.strings.get(k) ?? '') + (d[k] as string));
+    if (typeof d[k] === 'string') {
+      a.strings ??= new Map();
+      a.strings.set(k, (a.strings.get(k) ?? '') + (d[k] as string));
+    }
   }
   if (!Array.isArray(d['tool_calls'])) return;
+  a.tools ??= new Map();
   for (const raw of d['tool_calls']) {
     const t = obj(raw);
     if (t === undefined) continue;
@@ -155,14 +162,14 @@ function logprobsOf(a: ChoiceAcc): Json | null {
 }
 
 function chatChoice(a: ChoiceAcc): Json {
-  const toolCalls = [...a.tools.entries()].sort((x, y) => x[0] - y[0]).map(([, t]) => ({
+  const toolCalls = [...(a.tools?.entries() ?? [])].sort((x, y) => x[0] - y[0]).map(([, t]) => ({
     ...t.extra,
     ...(t.id !== undefined ? { id: t.id } : {}),
     type: t.type ?? 'function',
     function: { name: t.name ?? '', arguments: t.args },
   }));
   const message: Json = { role: a.role ?? 'assistant', content: a.sawContent && !(a.text === '' && toolCalls.length > 0) ? a.text : null };
-  for (const [k, v] of a.strings) message[k] = v;
+  if (a.strings !== undefined) for (const [k, v] of a.strings) message[k] = v;
   if (toolCalls.length > 0) message['tool_calls'] = toolCalls;
   return { ...a.extra, index: a.index, message, logprobs: logprobsOf(a), finish_reason: a.finishReason };
 }

@@ -284,9 +284,18 @@ export class EngineClient {
     const ctx: ErrorContext = { worker: entry.url, path };
     if (options.signal?.aborted === true) return Promise.reject(clientAbortedError(ctx, options.signal.reason));
     const stream = options.stream ?? (body !== undefined && body['stream'] === true);
-    const headers: Record<string, string> = { accept: stream ? 'text/event-stream' : 'application/json' };
-    if (payload !== undefined) headers['content-type'] = 'application/json';
-    if (options.headers !== undefined) Object.assign(headers, options.headers);
+    // Header names and values in one flat array (undici takes it as is): no per-request object of request-specific keys.
+    // The caller's headers win over the defaults.
+    const extra = options.headers;
+    const headers: string[] = [];
+    if (extra?.['accept'] === undefined) headers.push('accept', stream ? 'text/event-stream' : 'application/json');
+    if (payload !== undefined && extra?.['content-type'] === undefined) headers.push('content-type', 'application/json');
+    if (extra !== undefined) {
+      for (const name of Object.keys(extra)) {
+        const value = extra[name];
+        if (value !== undefined) headers.push(name, value);
+      }
+    }
     const pool = entry.pool;
     const opts = this.#options;
     return new Promise<EngineResponse>((resolve, reject) => {
@@ -311,9 +320,9 @@ export class EngineClient {
         headers,
         body: payload ?? null,
         blocking: true,
-        ...(options.headersTimeoutMs === undefined ? {} : { headersTimeout: options.headersTimeoutMs }),
-        ...(options.bodyTimeoutMs === undefined ? {} : { bodyTimeout: options.bodyTimeoutMs }),
       };
+      if (options.headersTimeoutMs !== undefined) request.headersTimeout = options.headersTimeoutMs;
+      if (options.bodyTimeoutMs !== undefined) request.bodyTimeout = options.bodyTimeoutMs;
       try {
         pool.dispatch(request, handler);
       } catch (err) {

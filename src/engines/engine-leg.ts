@@ -20,9 +20,12 @@ export const DP_RANK_HEADER = 'x-data-parallel-rank';
 
 /** Combines legs; a later leg's field or header wins over an earlier one's. */
 export function mergeLegs(...legs: EngineLeg[]): EngineLeg {
+  // Legs are read-only: with at most one that is not empty, it is the merge (no copy).
+  const nonEmpty = legs.filter((l) => l !== EMPTY_LEG);
+  if (nonEmpty.length <= 1) return nonEmpty[0] ?? EMPTY_LEG;
   const fields: Record<string, unknown> = {};
   const headers: Record<string, string> = {};
-  for (const leg of legs) {
+  for (const leg of nonEmpty) {
     Object.assign(fields, leg.fields);
     Object.assign(headers, leg.headers);
   }

@@ -20,6 +20,17 @@ export class LegTimers {
   readonly #idleMs: number;
   readonly #onExpire: (err: KvgateError) => void;
   #timer: NodeJS.Timeout | undefined;
+  #kind: 'first byte' | 'stream idle' = 'first byte';
+  /** The armed deadline's length, for its error. */
+  #ms = 0;
+  /**
+   * When the armed deadline expires (`performance.now()` time). Progress on a running stream only
+   * moves this; the timer, when it fires early for it, sleeps again for what is left. The first timer
+   * sleeps for the shorter of the two deadlines, so the idle deadline takes it over at the first
+   * output: one timer per leg, not one per read or per deadline.
+   */
+  #deadline = 0;
+  readonly #onTimer = (): void => this.#fired();
   #started = false;
   #paused = false;
   #done = false;
@@ -28,15 +39,30 @@ export class LegTimers {
     this.#ctx = ctx;
     this.#idleMs = idleMs ?? 0;
     this.#onExpire = onExpire;
-    if (firstByteMs !== undefined && firstByteMs > 0) this.#arm(firstByteMs, 'first byte');
+    if (firstByteMs !== undefined && firstByteMs > 0) this.#arm(firstByteMs, 'first byte', this.#idleMs > 0 ? Math.min(firstByteMs, this.#idleMs) : firstByteMs);
   }
 
   /** The leg produced output (an event, or a JSON body's first byte): the first-byte deadline is met, idle restarts. */
   progress(): void {
     if (this.#done) return;
+    if (this.#started && this.#timer !== undefined) {
+      // The idle deadline is running: push it back (the timer checks it when it fires).
+      this.#deadline = performance.now() + this.#idleMs;
+      return;
+    }
     this.#started = true;
-    this.#clear();
-    if (this.#idleMs > 0 && !this.#paused) this.#arm(this.#idleMs, 'stream idle');
+    if (this.#idleMs === 0 || this.#paused) {
+      this.#clear();
+      return;
+    }
+    if (this.#timer === undefined) {
+      this.#arm(this.#idleMs, 'stream idle');
+      return;
+    }
+    // The first-byte timer sleeps no longer than the idle deadline: it carries that deadline from here on.
+    this.#kind = 'stream idle';
+    this.#ms = this.#idleMs;
+    this.#deadline = performance.now() + this.#idleMs;
   }
 
   /** kvgate stopped reading (backpressure): silence from here on is not the engine's. */
@@ -56,15 +82,28 @@ export class LegTimers {
     this.#clear();
   }
 
-  #arm(ms: number, kind: 'first byte' | 'stream idle'): void {
+  /** Arms the deadline `ms` from now, with a timer that first wakes after `sleep` (at most `ms`). */
+  #arm(ms: number, kind: 'first byte' | 'stream idle', sleep = ms): void {
     this.#clear();
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      if (this.#done) return;
-      this.#done = true;
-      this.#onExpire(legTimeoutError(this.#ctx, kind, ms));
-    }, ms);
+    this.#kind = kind;
+    this.#ms = ms;
+    this.#deadline = performance.now() + ms;
+    this.#timer = setTimeout(this.#onTimer, sleep);
     this.#timer.unref();
+  }
+
+  #fired(): void {
+    this.#timer = undefined;
+    if (this.#done) return;
+    // Timers have millisecond resolution: what is left below one millisecond counts as expired.
+    const left = this.#deadline - performance.now();
+    if (left >= 1) {
+      this.#timer = setTimeout(this.#onTimer, left);
+      this.#timer.unref();
+      return;
+    }
+    this.#done = true;
+    this.#onExpire(legTimeoutError(this.#ctx, this.#kind, this.#ms));
   }
 
   #clear(): void {

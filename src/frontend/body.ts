@@ -74,11 +74,25 @@ function readRaw(req: IncomingMessage, limits: BodyLimits, signal: AbortSignal):
       req.resume();
       reject(err);
     };
+    /** When the pause allowed now ends; while receiving, a chunk only moves it and the timer sleeps again for what is left. */
+    let deadline = 0;
+    const onIdle = (): void => {
+      idle = undefined;
+      const left = deadline - performance.now();
+      if (left >= 1) {
+        idle = setTimeout(onIdle, left);
+        return;
+      }
+      fail(overflow ?? new KvgateError('KVG_ERR_CLIENT_TIMEOUT',
+        `the request body paused for more than ${limits.bodyTimeoutMs} ms between two chunks`, { bodyTimeoutMs: limits.bodyTimeoutMs }));
+    };
     const armIdle = (): void => {
+      const ms = overflow !== undefined ? Math.min(limits.bodyTimeoutMs, Math.max(0, lingerUntil - performance.now())) : limits.bodyTimeoutMs;
+      deadline = performance.now() + ms;
+      // A running timer fires no later than the new deadline only while the pause allowed stays the same.
+      if (idle !== undefined && overflow === undefined) return;
       clearTimeout(idle);
-      idle = setTimeout(() => fail(overflow ?? new KvgateError('KVG_ERR_CLIENT_TIMEOUT',
-        `the request body paused for more than ${limits.bodyTimeoutMs} ms between two chunks`, { bodyTimeoutMs: limits.bodyTimeoutMs })),
-      overflow !== undefined ? Math.min(limits.bodyTimeoutMs, Math.max(0, lingerUntil - performance.now())) : limits.bodyTimeoutMs);
+      idle = setTimeout(onIdle, ms);
     };
     const startLinger = (err: KvgateError): void => {
       overflow = err;
@@ -186,4 +200,11 @@ export function parseBodyObject(text: string): Record<string, unknown> {
     throw new KvgateError('KVG_ERR_INVALID_REQUEST', `the request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`, { param: null });
   }
   return parseJsonObject(text);
+}
+
+/** The body without `nvext` (the engines never see it): the body itself when it has none (no copy), else a copy. */
+export function withoutNvext(body: Record<string, unknown>): Record<string, unknown> {
+  if (body.nvext === undefined) return body;
+  const { nvext: _nvext, ...forward } = body;
+  return forward;
 }

@@ -13,7 +13,15 @@ import { KvgateError } from '../errors/index.js';
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header.
  */
 export function checkEdgeHeaders(req: IncomingMessage, authRoute: boolean): void {
-  if (authRoute && (req.headersDistinct.authorization?.length ?? 0) > 1) {
+  // Counted on the raw headers, and only when there is one at all: `headersDistinct` builds an array per header.
+  if (!authRoute || req.headers.authorization === undefined) return;
+  let seen = 0;
+  const raw = req.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (name.length === 13 && name.toLowerCase() === 'authorization') seen++;
+  }
+  if (seen > 1) {
     throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the Authorization header must be given once', { param: 'authorization' });
   }
 }

@@ -107,9 +107,11 @@ interface Pin {
  * @throws KvgateError KVG_ERR_UNKNOWN_WORKER for an unknown pin; KVG_ERR_INVALID_REQUEST for a contradiction.
  */
 function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined, workers: readonly WorkerConfig[]): void {
-  const known = new Set(workers.map((w) => w.id));
+  // Built only for a request that pins or restricts workers (most do neither).
+  let knownIds: Set<number> | undefined;
+  const known = (id: number): boolean => (knownIds ??= new Set(workers.map((w) => w.id))).has(id);
   for (const p of pins) {
-    if (p.id !== undefined && !known.has(p.id)) {
+    if (p.id !== undefined && !known(p.id)) {
       throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `${p.param} names worker ${p.id}, which is not a worker of this model`, { param: p.param, workerId: p.id });
     }
   }
@@ -118,7 +120,7 @@ function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined,
     throw invalid(decode!.param, `(${decode!.id}) contradicts ${backend!.param} (${backend!.id}); both name the worker that decodes`);
   }
   if (allowed === undefined) return;
-  if (!allowed.some((id) => known.has(id))) {
+  if (!allowed.some((id) => known(id))) {
     throw invalid('nvext.allowed_worker_ids', allowed.length === 0 ? 'is empty; omit it to allow every worker' : 'names no worker of this model');
   }
   for (const p of pins) {
@@ -128,12 +130,28 @@ function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined,
   }
 }
 
+/** The headers that carry hints (each read below). */
+const ROUTING_HEADERS = ['x-worker-instance-id', 'x-dynamo-worker-instance-id', 'x-prefill-instance-id', 'x-dynamo-prefill-instance-id', 'x-session-id'];
+
+/** The hints of a request without `nvext` and without routing headers (read-only, shared). */
+const NO_HINTS: ParsedHints = Object.freeze({
+  hints: Object.freeze({
+    backendInstanceId: undefined, prefillWorkerId: undefined, decodeWorkerId: undefined, dpRank: undefined, prefillDpRank: undefined,
+    allowedWorkerIds: undefined, session: undefined, priorityJump: undefined, expectedOutputTokens: undefined, loraName: undefined,
+    routerConfigOverride: undefined, annotations: Object.freeze([]) as readonly string[],
+  }),
+  queryOnly: false,
+  tokenData: undefined,
+});
+
 /**
  * Routing hints of a request for a model with `workers`.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header or nvext field; KVG_ERR_UNKNOWN_WORKER for a pin that
  *   is not one of `workers`.
  */
 export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeaders, workers: readonly WorkerConfig[]): ParsedHints {
+  // Most requests carry no hint at all: one shared answer, the same as the full path's for them.
+  if (nvextRaw === undefined && !ROUTING_HEADERS.some((h) => headers[h] !== undefined)) return NO_HINTS;
   const nv = (nvextRaw ?? {}) as NvextBody;
   const backendHeader = idHeader(headers, ['x-worker-instance-id', 'x-dynamo-worker-instance-id']);
   const backendInstanceId = merge(nv.backend_instance_id, 'nvext.backend_instance_id', backendHeader);

@@ -27,28 +27,33 @@ function unsupported(param: string, message: string): KvgateError {
  * @throws KvgateError KVG_ERR_UNSUPPORTED_CONTENT for batch prompts and non-text message parts.
  */
 export function promptTask(inp: TaskInputs): PreprocessTask {
-  const { body } = inp;
-  const base = {
-    model: inp.model,
-    maxPromptTokens: inp.maxPromptTokens,
-    loraName: inp.loraName,
-    cacheSalt: typeof body.cache_salt === 'string' ? body.cache_salt : undefined,
-    addSpecialTokens: typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined,
-  };
+  const { body, model, maxPromptTokens, loraName } = inp;
+  // Each task is one object literal of a fixed shape (no spread of a shared base): built per request, so a
+  // shape the engine's inline caches see again and again is cheaper than a copied one.
+  const cacheSalt = typeof body.cache_salt === 'string' ? body.cache_salt : undefined;
+  const addSpecialTokens = typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined;
+  const tokens = (tokenIds: Uint32Array): PreprocessTask => ({ kind: 'tokens', model, maxPromptTokens, loraName, cacheSalt, addSpecialTokens, tokenIds });
+  const text = (prompt: string): PreprocessTask => ({ kind: 'text', model, maxPromptTokens, loraName, cacheSalt, addSpecialTokens, prompt });
   if (inp.endpoint === 'chat') {
     const messages = body.messages as { content?: unknown }[];
-    messages.forEach((m, i) => {
-      if (!Array.isArray(m.content)) return;
-      (m.content as { type: string }[]).forEach((part, j) => {
+    for (let i = 0; i < messages.length; i++) {
+      const content = messages[i]!.content;
+      if (!Array.isArray(content)) continue;
+      for (let j = 0; j < content.length; j++) {
+        const part = content[j] as { type: string };
         if (part.type !== 'text') {
           throw unsupported(`messages[${i}].content[${j}].type`, `is ${JSON.stringify(part.type)}; kvgate routes text-only chats (content parts of type "text")`);
         }
-      });
-    });
-    if (inp.tokenData !== undefined) return { ...base, kind: 'tokens', tokenIds: inp.tokenData };
+      }
+    }
+    if (inp.tokenData !== undefined) return tokens(inp.tokenData);
     return {
-      ...base,
       kind: 'chat',
+      model,
+      maxPromptTokens,
+      loraName,
+      cacheSalt,
+      addSpecialTokens,
       messages,
       tools: Array.isArray(body.tools) ? body.tools : undefined,
       chatTemplateKwargs: (body.chat_template_kwargs ?? undefined) as Record<string, unknown> | undefined,
@@ -56,13 +61,13 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       continueFinalMessage: typeof body.continue_final_message === 'boolean' ? body.continue_final_message : undefined,
     };
   }
-  if (inp.tokenData !== undefined) return { ...base, kind: 'tokens', tokenIds: inp.tokenData };
+  if (inp.tokenData !== undefined) return tokens(inp.tokenData);
   const prompt = body.prompt as string | number[] | string[] | number[][];
-  if (typeof prompt === 'string') return { ...base, kind: 'text', prompt };
+  if (typeof prompt === 'string') return text(prompt);
   const first = prompt[0];
-  if (typeof first === 'number') return { ...base, kind: 'tokens', tokenIds: Uint32Array.from(prompt as number[]) };
+  if (typeof first === 'number') return tokens(Uint32Array.from(prompt as number[]));
   if (prompt.length > 1) {
     throw unsupported('prompt', `holds ${prompt.length} prompts; send one prompt per request (each is routed on its own)`);
   }
-  return typeof first === 'string' ? { ...base, kind: 'text', prompt: first } : { ...base, kind: 'tokens', tokenIds: Uint32Array.from(first!) };
+  return typeof first === 'string' ? text(first) : tokens(Uint32Array.from(first!));
 }

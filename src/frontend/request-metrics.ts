@@ -10,8 +10,9 @@ import { FastCounterChild, FastHistogramChild, type KvgateMetrics } from '../met
 export class RequestMetrics {
   readonly #m: KvgateMetrics;
   readonly #served: ReadonlyMap<string, unknown>;
-  readonly #counted = new Map<string, FastCounterChild>();
-  readonly #timed = new Map<string, FastHistogramChild>();
+  /** Counters by route, then status; timers by model, then route, then status class (no key string built per request). */
+  readonly #counted = new Map<string, Map<number, FastCounterChild>>();
+  readonly #timed = new Map<string, Map<string, Map<number, FastHistogramChild>>>();
 
   /** `served`: the served models by name (kept up to date by the server). */
   constructor(m: KvgateMetrics, served: ReadonlyMap<string, unknown>) {
@@ -23,15 +24,20 @@ export class RequestMetrics {
   done(route: string, status: number, named: unknown, seconds: number): void {
     // Only served model names become label values: a client's arbitrary `model` must not grow the series set.
     const model = typeof named === 'string' && this.#served.has(named) ? named : '';
-    const statusText = String(status);
-    const countKey = `${route}\n${statusText}`;
-    let counter = this.#counted.get(countKey);
-    if (counter === undefined) this.#counted.set(countKey, (counter = new FastCounterChild(this.#m.httpRequests, { route, status: statusText })));
+    let byStatus = this.#counted.get(route);
+    if (byStatus === undefined) this.#counted.set(route, (byStatus = new Map()));
+    let counter = byStatus.get(status);
+    if (counter === undefined) byStatus.set(status, (counter = new FastCounterChild(this.#m.httpRequests, { route, status: String(status) })));
     counter.inc();
-    const statusClass = `${Math.floor(status / 100)}xx`;
-    const timeKey = `${model}\n${route}\n${statusClass}`;
-    let timer = this.#timed.get(timeKey);
-    if (timer === undefined) this.#timed.set(timeKey, (timer = new FastHistogramChild(this.#m.requestDuration, { model, endpoint: route, status_class: statusClass })));
+    const statusClass = Math.floor(status / 100);
+    let byRoute = this.#timed.get(model);
+    if (byRoute === undefined) this.#timed.set(model, (byRoute = new Map()));
+    let byClass = byRoute.get(route);
+    if (byClass === undefined) byRoute.set(route, (byClass = new Map()));
+    let timer = byClass.get(statusClass);
+    if (timer === undefined) {
+      byClass.set(statusClass, (timer = new FastHistogramChild(this.#m.requestDuration, { model, endpoint: route, status_class: `${statusClass}xx` })));
+    }
     timer.observe(seconds);
   }
 }

@@ -30,6 +30,7 @@ export interface RequestContext {
 }
 
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
+const SSE_HEADER_NAMES = Object.keys(SSE_HEADERS) as (keyof typeof SSE_HEADERS)[];
 
 /** The x-kvgate-worker* response headers naming who served the request. */
 export function workerHeaders(worker: WorkerRank, prefill: WorkerRank | undefined): Record<string, string> {
@@ -107,7 +108,7 @@ class TurnBatch {
   flush(): void {
     if (this.#frames.length === 0 || this.#res.destroyed) return;
     const frames = this.#frames;
-    this.#full = !this.#res.write(frames.length === 1 ? frames[0]! : Buffer.concat(frames, this.#bytes));
+    this.#full = !this.#res.write(frames.length === 1 ? frames[0]! : joined(frames, this.#bytes));
     this.#frames = [];
     this.#bytes = 0;
   }
@@ -120,6 +121,21 @@ class TurnBatch {
     // end() uncorks the socket, sending the batch, the last frame and the chunked terminator together.
     this.#res.end(last);
   }
+}
+
+/**
+ * The frames as one buffer. Events passed through unchanged are views of the upstream read that
+ * carried them, back to back: then the batch is one view of that read (no copy); otherwise a copy.
+ */
+function joined(frames: readonly Buffer[], bytes: number): Buffer {
+  const first = frames[0]!;
+  let end = first.byteOffset + first.length;
+  for (let i = 1; i < frames.length; i++) {
+    const f = frames[i]!;
+    if (f.buffer !== first.buffer || f.byteOffset !== end) return Buffer.concat(frames, bytes);
+    end += f.length;
+  }
+  return Buffer.from(first.buffer, first.byteOffset, bytes);
 }
 
 /** A batch written before the turn ends once it holds this many bytes. */
@@ -137,7 +153,9 @@ const { res } = ctx;
   // Read in batches: the events of one upstream read are framed together (common's `Batched`).
   const iterator = batchesOf(routed.body.events)[Symbol.asyncIterator]();
   let finished = false;
-  res.writeHead(routed.status, { ...SSE_HEADERS, ...headers });
+  // The caller's headers object is completed, not copied (its own values win).
+  for (const name of SSE_HEADER_NAMES) headers[name] ??= SSE_HEADERS[name];
+  res.writeHead(routed.status, headers);
   const batch = new TurnBatch(res);
   batch.schedule();
   let events = 0;

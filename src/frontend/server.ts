@@ -35,7 +35,7 @@ import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
 import { modelsStatus, redactedConfig, type FleetStatus } from './admin-status.js';
-import { parseBodyObject, readBodyText } from './body.js';
+import { parseBodyObject, readBodyText, withoutNvext } from './body.js';
 import { ClientConnections } from './connections.js';
 import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
 import { parseRoutingHints } from './hints.js';
@@ -235,7 +235,7 @@ export class GatewayServer {
     const socket = req.socket;
     const admitted = this.#conns.requestStarted(socket);
     let slot = false;
-    res.once('close', () => {
+    res.on('close', () => {
       if (!res.writableFinished) {
         controller.abort(new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client closed the connection'));
         ctx.log.clientAborted = true;
@@ -328,11 +328,11 @@ export class GatewayServer {
     const unavailable = port.unavailable();
     if (unavailable !== undefined) throw unavailable;
     const task = promptTask({ endpoint, body, model: modelName, maxPromptTokens: model.maxPromptTokens, tokenData, loraName });
-    const pre = await inSpan('kvgate.preprocess', () => this.#preprocessor.run(task), { 'kvgate.model': modelName });
+    const pre = await inSpan('kvgate.preprocess', () => this.#preprocessor.run(task), () => ({ 'kvgate.model': modelName }));
     ctx.signal.throwIfAborted();
     ctx.log.promptTokens = pre.tokenIds.length;
     if (pre.stats.cachedTokens > 0) ctx.log.segmentCachedTokens = pre.stats.cachedTokens;
-    const { nvext: _nvext, ...forward } = body;
+    const forward = withoutNvext(body);
     const prepared: PreparedRequest = {
       requestId: ctx.requestId,
       model: modelName,

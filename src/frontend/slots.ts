@@ -2,6 +2,10 @@
  * The gateway's concurrency slots: at most `max` requests in flight (a request
  * holds one from the moment its body has arrived until its response closes),
  * each with its request deadline, and waiting for them to drain at shutdown.
+ *
+ * Every request has the same timeout, so deadlines come in the order slots
+ * are taken: one timer, armed for the oldest deadline, serves them all (a
+ * slot costs a map entry, not a timer of its own).
  */
 import { KvgateError } from '../errors/index.js';
 
@@ -10,8 +14,13 @@ export class ConcurrencySlots {
   max: number;
   readonly #timeoutMs: number;
   readonly #onChange: (inflight: number) => void;
-  /** Abort controllers of requests holding a slot, with their request-deadline timers. */
-  readonly #active = new Map<AbortController, NodeJS.Timeout>();
+  /**
+   * Abort controllers of requests holding a slot, in the order taken, with their deadlines
+   * (`performance.now()` times; 0 once fired, while the aborted request finishes).
+   */
+  readonly #active = new Map<AbortController, number>();
+  #timer: NodeJS.Timeout | undefined;
+  readonly #onTimer = (): void => this.#expire();
   #idleWaiters: (() => void)[] = [];
 
   constructor(max: number, timeoutMs: number, onChange: (inflight: number) => void) {
@@ -32,21 +41,43 @@ export class ConcurrencySlots {
     if (this.#active.size >= this.max) {
       throw new KvgateError('KVG_ERR_TOO_MANY_REQUESTS', `${this.max} requests are in flight, the limit; retry later`);
     }
-    const timer = setTimeout(() => controller.abort(new KvgateError('KVG_ERR_REQUEST_TIMEOUT',
-      `the request did not complete within ${this.#timeoutMs} ms`)), this.#timeoutMs);
-    timer.unref();
-    this.#active.set(controller, timer);
+    this.#active.set(controller, performance.now() + this.#timeoutMs);
+    if (this.#timer === undefined) this.#arm(this.#timeoutMs);
     this.#onChange(this.#active.size);
   }
 
   release(controller: AbortController): void {
-    clearTimeout(this.#active.get(controller));
     this.#active.delete(controller);
+    if (this.#active.size === 0 && this.#timer !== undefined) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+    }
     this.#onChange(this.#active.size);
     if (this.#active.size === 0) {
       const waiters = this.#idleWaiters;
       this.#idleWaiters = [];
       for (const w of waiters) w();
+    }
+  }
+
+  #arm(ms: number): void {
+    this.#timer = setTimeout(this.#onTimer, ms);
+    this.#timer.unref();
+  }
+
+  /** Aborts the requests past their deadline (the oldest first), then sleeps until the next one's. */
+  #expire(): void {
+    this.#timer = undefined;
+    // Timers have millisecond resolution: a deadline less than a millisecond away counts as passed.
+    const now = performance.now();
+    for (const [controller, deadline] of this.#active) {
+      if (deadline === 0) continue;
+      if (deadline - now >= 1) {
+        this.#arm(deadline - now);
+        return;
+      }
+      this.#active.set(controller, 0);
+      controller.abort(new KvgateError('KVG_ERR_REQUEST_TIMEOUT', `the request did not complete within ${this.#timeoutMs} ms`));
     }
   }
 

@@ -332,12 +332,13 @@ export class ModelRouter implements ModelRouterPort {
    */
   #leg(req: PreparedRequest): LegRequest {
     const lora = req.hints.loraName;
+    const model = lora ?? this.#opts.servedModelName ?? this.model;
     return {
       requestId: `${req.requestId}~${(this.#legSeq = (this.#legSeq + 1) % Number.MAX_SAFE_INTEGER).toString(36)}`,
       clientRequestId: req.requestId,
       path: PATHS[req.endpoint],
-      // Engines know the model by its served name, an adapter by its own name (vLLM and SGLang take it as `model`).
-      body: { ...req.body, model: lora ?? this.#opts.servedModelName ?? this.model },
+      // Engines know the model by its served name, an adapter by its own name (vLLM and SGLang take it as `model`); no copy when it says so.
+      body: req.body['model'] === model ? req.body : { ...req.body, model },
       stream: req.stream,
       isl: req.tokenIds.length,
       hashes: { local: req.blockHashes, seq: req.sequenceHashes },
@@ -404,8 +405,7 @@ export class ModelRouter implements ModelRouterPort {
     }
     const worker = { workerId: res.selection.worker.id, dpRank: res.selection.dpRank };
     this.sessions.served(session, worker);
-    const body = res.body.kind === 'sse' ? { kind: 'sse' as const, events: res.body.events } : { kind: 'json' as const, bytes: res.body.bytes };
-    return { worker, status: res.status, body };
+    return { worker, status: res.status, body: res.body.kind === 'sse' ? { kind: 'sse', events: res.body.events } : { kind: 'json', bytes: res.body.bytes } };
   }
 
   async query(req: PreparedRequest): Promise<QueryResult> {

@@ -64,4 +64,25 @@ describe('prompt memo (issue 18: render each chat prompt once)', () => {
     expect(promptHashes(r.tokenIds, spec.blockSize).local.length).toBe(0);
     expect(r.stats.hashUs).toBe(0);
   });
+
+  // issue 18, round 2: a remembered prompt (or token ids) is answered at once, without the async path
+  it('runKnown answers a remembered chat and token ids at once, a new chat not at all, and keeps the checks', async () => {
+    const messages = [{ role: 'user', content: 'known at once? long enough to fill a block of sixteen tokens or more' }];
+    expect(pre.runKnown(chatTask(messages))).toBeUndefined();
+    const first = await pre.run(chatTask(messages));
+    const known = pre.runKnown(chatTask(structuredClone(messages)));
+    expect(known).toBeDefined();
+    expect(known!.stats.cachedTokens).toBe(first.tokenIds.length);
+    expect([...known!.tokenIds]).toEqual([...first.tokenIds]);
+    expect([...known!.blockHashes]).toEqual([...first.blockHashes]);
+    const ids = pre.runKnown({ kind: 'tokens', model: 'demo', tokenIds: first.tokenIds.slice(), maxPromptTokens: 1_000_000 });
+    expect([...ids!.sequenceHashes]).toEqual([...first.sequenceHashes]);
+    let err: unknown;
+    try {
+      pre.runKnown(chatTask(messages, { maxPromptTokens: 2 }));
+    } catch (e) {
+      err = e;
+    }
+    expect(isKvgateError(err, 'KVG_ERR_PROMPT_TOO_LONG')).toBe(true);
+  });
 });

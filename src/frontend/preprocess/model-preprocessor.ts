@@ -71,28 +71,45 @@ export class ModelPreprocessor {
    */
   async run(task: PreprocessTask): Promise<PreprocessResult> {
     const stats = { renderUs: 0, tokenizeUs: 0, hashUs: 0, cachedTokens: 0 };
-    let tokenIds: Uint32Array;
-    let approximate = false;
-    if (task.kind === 'tokens') {
-      tokenIds = task.tokenIds;
-    } else {
-      const tok = this.#tok;
-      if (tok === undefined) {
-        throw new KvgateError('KVG_ERR_TOKENIZER_UNAVAILABLE',
-          `model ${this.spec.name} has no tokenizer and is configured to reject text prompts; send token ids (a token-array prompt or nvext.token_data)`,
-          { model: this.spec.name });
-      }
-      approximate = tok.kind === 'fallback';
-      const memoKey = task.kind === 'chat' ? this.#memo.keyOf(task, task.addSpecialTokens ?? false) : undefined;
-      const remembered = memoKey === undefined ? undefined : this.#memo.get(memoKey);
-      if (remembered !== undefined) {
-        tokenIds = remembered;
-        stats.cachedTokens = remembered.length;
-      } else {
-        tokenIds = await this.#tokenize(tok, task, stats);
-        if (memoKey !== undefined) this.#memo.set(memoKey, tokenIds);
-      }
-    }
+    const known = this.#known(task, stats);
+    if (typeof known === 'object') return known;
+    const tok = this.#textTokenizer();
+    const tokenIds = await this.#tokenize(tok, task as Exclude<PreprocessTask, { kind: 'tokens' }>, stats);
+    if (known !== undefined) this.#memo.set(known, tokenIds);
+    return this.#finish(task, tokenIds, tok.kind === 'fallback', stats);
+  }
+
+  /**
+   * `run`'s result when it needs no rendering or tokenizing (token ids, a remembered chat prompt), at once;
+   * undefined when it does. Throws as `run`.
+   */
+  runKnown(task: PreprocessTask): PreprocessResult | undefined {
+    const known = this.#known(task, { renderUs: 0, tokenizeUs: 0, hashUs: 0, cachedTokens: 0 });
+    return typeof known === 'object' ? known : undefined;
+  }
+
+  /** The result when nothing needs tokenizing; else the memo key to remember the ids under (undefined: not remembered). */
+  #known(task: PreprocessTask, stats: PreprocessStats): PreprocessResult | string | undefined {
+    if (task.kind === 'tokens') return this.#finish(task, task.tokenIds, false, stats);
+    const tok = this.#textTokenizer();
+    if (task.kind !== 'chat') return undefined;
+    const memoKey = this.#memo.keyOf(task, task.addSpecialTokens ?? false);
+    const remembered = memoKey === undefined ? undefined : this.#memo.get(memoKey);
+    if (remembered === undefined) return memoKey;
+    stats.cachedTokens = remembered.length;
+    return this.#finish(task, remembered, tok.kind === 'fallback', stats);
+  }
+
+  /** @throws KvgateError KVG_ERR_TOKENIZER_UNAVAILABLE for a model configured to reject text prompts. */
+  #textTokenizer(): TextTokenizer {
+    if (this.#tok !== undefined) return this.#tok;
+    throw new KvgateError('KVG_ERR_TOKENIZER_UNAVAILABLE',
+      `model ${this.spec.name} has no tokenizer and is configured to reject text prompts; send token ids (a token-array prompt or nvext.token_data)`,
+      { model: this.spec.name });
+  }
+
+  /** The limits on the prompt's ids, then its hashes. */
+  #finish(task: PreprocessTask, tokenIds: Uint32Array, approximate: boolean, stats: PreprocessStats): PreprocessResult {
     if (tokenIds.length > task.maxPromptTokens) throw this.#tooLong(`${tokenIds.length}`, tokenIds.length, task.maxPromptTokens);
     if (tokenIds.length === 0) {
       throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty', { param: task.kind === 'chat' ? 'messages' : 'prompt' });

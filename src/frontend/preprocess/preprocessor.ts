@@ -15,7 +15,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Piscina } from 'piscina';
 import type { GatewayConfig } from '../../config/index.js';
-import { KvgateError } from '../../errors/index.js';
+import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { PreprocessModelSpec, PreprocessResult, PreprocessTask, PreprocessWorkerData, WorkerReply } from './protocol.js';
 import { createTaskHandler, unwrapReply, type TaskHandler } from './task-handler.js';
 
@@ -71,6 +71,17 @@ export function taskTextChars(task: PreprocessTask): number {
   return n;
 }
 
+/** The task's result at once when it needs no tokenizing (token ids, a remembered chat prompt), else `run()`'s. */
+function knownOr(handler: TaskHandler, task: PreprocessTask, run: () => Promise<PreprocessResult>): Promise<PreprocessResult> {
+  try {
+    const known = handler.known(task);
+    return known !== undefined ? Promise.resolve(known) : run();
+  } catch (err) {
+    // As the handler replies it: a KvgateError as it is, anything else as an internal preprocessing failure.
+    return Promise.reject(isKvgateError(err) ? err : new KvgateError('KVG_ERR_INTERNAL', `preprocessing failed: ${(err as Error).message}`));
+  }
+}
+
 class PoolPreprocessor implements Preprocessor {
   readonly mode = 'pool' as const;
   readonly threads: number;
@@ -102,8 +113,12 @@ class PoolPreprocessor implements Preprocessor {
     await Promise.all(Array.from({ length: this.threads }, () => this.#pool.run({ kind: 'ping' })));
   }
 
-  async run(task: PreprocessTask): Promise<PreprocessResult> {
-    if (taskTextChars(task) <= this.#inlineMaxChars) return unwrapReply(await this.#inline(task));
+  run(task: PreprocessTask): Promise<PreprocessResult> {
+    if (taskTextChars(task) > this.#inlineMaxChars) return this.#pooled(task);
+    return knownOr(this.#inline, task, async () => unwrapReply(await this.#inline(task)));
+  }
+
+  async #pooled(task: PreprocessTask): Promise<PreprocessResult> {
     // The prompt's token ids (token-array prompts) move to the worker instead of being copied.
     const transferList = task.kind === 'tokens' && task.tokenIds.buffer instanceof ArrayBuffer && task.tokenIds.byteOffset === 0
       && task.tokenIds.byteLength === task.tokenIds.buffer.byteLength ? [task.tokenIds.buffer] : undefined;
@@ -124,8 +139,8 @@ class MainThreadPreprocessor implements Preprocessor {
     this.#handle = handle;
   }
 
-  async run(task: PreprocessTask): Promise<PreprocessResult> {
-    return unwrapReply(await this.#handle(task));
+  run(task: PreprocessTask): Promise<PreprocessResult> {
+    return knownOr(this.#handle, task, async () => unwrapReply(await this.#handle(task)));
   }
 
   async close(): Promise<void> {

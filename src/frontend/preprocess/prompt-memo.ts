@@ -11,7 +11,9 @@
  * transfers its results, which would detach a shared buffer). Only requests
  * whose key is at most `MAX_KEY_CHARS` are remembered, so a hit is cheap next
  * to the render it saves and the memo's size stays bounded
- * (`MAX_ENTRIES` x (`MAX_KEY_CHARS` + their ids)); least recently used first out.
+ * (`MAX_ENTRIES` x (`MAX_KEY_CHARS` + their ids)); least recently used first out (a hit moves an
+ * entry to the new end only once it has aged into the older half, so an entry hit stays for at least
+ * half the memo's worth of new entries).
  */
 import type { PreprocessTask } from './protocol.js';
 
@@ -21,7 +23,9 @@ const MAX_KEY_CHARS = 8192;
 type ChatTask = Extract<PreprocessTask, { kind: 'chat' }>;
 
 export class PromptMemo {
-  readonly #entries = new Map<string, Uint32Array>();
+  /** Ids by key, oldest first; each with the `#clock` at which it was last put at the new end. */
+  readonly #entries = new Map<string, { ids: Uint32Array; at: number }>();
+  #clock = 0;
 
   /** The memo key of a chat task, or undefined when it is too large to remember. */
   keyOf(task: ChatTask, addSpecial: boolean): string | undefined {
@@ -31,18 +35,24 @@ export class PromptMemo {
     return key.length <= MAX_KEY_CHARS ? key : undefined;
   }
 
-  /** A copy of the remembered ids, refreshed as most recently used. */
+  /**
+   * A copy of the remembered ids, refreshed as most recently used. An entry among the newer half is left
+   * where it is (it is not next out): a prompt sent again and again does not reorder the map each time.
+   */
   get(key: string): Uint32Array | undefined {
-    const ids = this.#entries.get(key);
-    if (ids === undefined) return undefined;
-    this.#entries.delete(key);
-    this.#entries.set(key, ids);
-    return ids.slice();
+    const entry = this.#entries.get(key);
+    if (entry === undefined) return undefined;
+    if (this.#clock - entry.at >= MAX_ENTRIES / 2) {
+      this.#entries.delete(key);
+      entry.at = ++this.#clock;
+      this.#entries.set(key, entry);
+    }
+    return entry.ids.slice();
   }
 
   set(key: string, ids: Uint32Array): void {
     this.#entries.delete(key);
-    this.#entries.set(key, ids.slice());
+    this.#entries.set(key, { ids: ids.slice(), at: ++this.#clock });
     if (this.#entries.size > MAX_ENTRIES) this.#entries.delete(this.#entries.keys().next().value!);
   }
 }

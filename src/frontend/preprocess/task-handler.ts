@@ -5,11 +5,16 @@
  */
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import { ModelPreprocessor } from './model-preprocessor.js';
-import type { PreprocessModelSpec, PreprocessResult, WorkerReply, WorkerTask } from './protocol.js';
+import type { PreprocessModelSpec, PreprocessResult, PreprocessTask, WorkerReply, WorkerTask } from './protocol.js';
 
 export type TaskHandler = ((task: WorkerTask) => Promise<WorkerReply>) & {
   /** The model preprocessors, for stats and tests. */
   readonly models: ReadonlyMap<string, ModelPreprocessor>;
+  /**
+   * The result at once when the task needs no rendering or tokenizing (`ModelPreprocessor.runKnown`); undefined
+   * otherwise, and for an unknown model (the handler answers that). Throws the KvgateErrors the handler would reply.
+   */
+  readonly known: (task: PreprocessTask) => PreprocessResult | undefined;
 };
 
 /** Loads every model's tokenizer, then handles tasks. */
@@ -29,7 +34,8 @@ export async function createTaskHandler(specs: readonly PreprocessModelSpec[]): 
       return { ok: false, error: { code: 'KVG_ERR_INTERNAL', message: `preprocessing failed: ${(err as Error).message}` } };
     }
   };
-  return Object.assign(handle, { models });
+  const known = (task: PreprocessTask): PreprocessResult | undefined => models.get(task.model)?.runKnown(task);
+  return Object.assign(handle, { models, known });
 }
 
 /** The result of a reply, or its error rethrown as a KvgateError. */

@@ -112,11 +112,16 @@ function cutError(): KvgateError {
  * migratable failures. Each leg's events are guarded by their push router (bookings freed on every exit).
  * Read in batches (common's `Batched`), a whole upstream read is followed at once.
  */
-export function migratingEvents(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number, hooks: MigrationHooks): Batched<EngineEvent> {
-  return new BatchedFlow(() => migratingBatches(req, first, workerId, hooks));
+export function migratingEvents(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number,
+  hooks: MigrationHooks | (() => MigrationHooks)): Batched<EngineEvent> {
+  // Hooks given as a function are made only when a leg fails (most streams never need them).
+  let made: MigrationHooks | undefined;
+  const lazy = typeof hooks === 'function' ? (): MigrationHooks => (made ??= hooks()) : (): MigrationHooks => hooks;
+  return new BatchedFlow(() => migratingBatches(req, first, workerId, lazy));
 }
 
-async function* migratingBatches(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number, hooks: MigrationHooks): AsyncGenerator<EngineEvent[]> {
+async function* migratingBatches(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number,
+  hooks: () => MigrationHooks): AsyncGenerator<EngineEvent[]> {
   const progress = new StreamProgress(req.path, req.body);
   progress.startLeg(false);
   let events = first;
@@ -140,12 +145,12 @@ async function* migratingBatches(req: LegRequest, first: AsyncIterable<EngineEve
       failure = err;
     }
     if (progress.done) break;
-    const next = await nextLeg(req, progress, failure, worker, migrations, hooks);
+    const next = await nextLeg(req, progress, failure, worker, migrations, hooks());
     migrations++;
     events = next.events;
     worker = next.workerId;
   }
-  if (migrations > 0) hooks.outcome('succeeded', migrations);
+  if (migrations > 0) hooks().outcome('succeeded', migrations);
 }
 
 /** One batch of a leg's events as the client sees them, recorded in `progress`. */

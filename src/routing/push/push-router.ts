@@ -45,6 +45,23 @@ const CONNECTION_FAILURES = new Set(['KVG_ERR_ENGINE_UNREACHABLE', 'KVG_ERR_ENGI
 
 const NO_MIGRATION: MigrationPolicy = { limit: 0 };
 
+/** The span `inSpan` hands its function. */
+type RouteSpan = Parameters<Parameters<typeof inSpan>[1]>[0];
+
+/** A streamed leg's body fields: the leg's, streaming with usage, and the token ids a migration resumes from. */
+function streamingFields(fields: Readonly<Record<string, unknown>>, body: Readonly<Record<string, unknown>>, ids: boolean): Record<string, unknown> {
+  const out: Record<string, unknown> = Object.assign({}, fields, streamingLegFields(body));
+  if (ids) out['return_token_ids'] = true;
+  return out;
+}
+
+/** A leg's headers, its trace context's, and the client's request id (which engines build the response's `id` from). */
+function legHeaders(leg: Readonly<Record<string, string>>, trace: Readonly<Record<string, string>>, requestId: string): Record<string, string> {
+  const out: Record<string, string> = Object.assign({}, leg, trace);
+  out['x-request-id'] = requestId;
+  return out;
+}
+
 /** The retries metric's reason: the error code, or the engine's status for an HTTP error. */
 function retryReason(err: KvgateError): string {
   return err instanceof EngineHttpError ? `engine_${err.upstreamStatus}` : err.code;
@@ -182,16 +199,19 @@ export class PushRouter implements PoolMembers {
    * INVALID_DP_RANK, MISSING_WORKER_ID in direct mode), NO_WORKERS,
    * BACKPRESSURE / OVERLOADED (503), CLIENT_ABORTED while queued.
    */
-  async select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
-    if (this.#members.size === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`);
+  select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
+    if (this.#members.size === 0) return Promise.reject(new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`));
     // The routing decision's span: the chosen worker, its overlap and the cost breakdown as attributes.
-    return inSpan('kvgate.route', async (span) => {
-      const sel = await this.#selector.select(req, mode, exclude);
-      if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
-      // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
-      if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
-      return sel;
-    }, { 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode });
+    return inSpan('kvgate.route', (span) => this.#decide(req, mode, exclude, span),
+      () => ({ 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode }));
+  }
+
+  async #decide(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined, span: RouteSpan): Promise<Selection> {
+    const sel = await this.#selector.select(req, mode, exclude);
+    if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
+    // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
+    if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
+    return sel;
   }
 
   // ------------------------------------------------------------ dispatch
@@ -211,10 +231,11 @@ export class PushRouter implements PoolMembers {
     const first = await this.#attempts(migrates && midStreamBlocker(req.body) === undefined ? { ...req, returnTokenIds: true } : req, preselected, exclude);
     if (first.body.kind !== 'sse') return first;
     const sel = first.selection;
-    const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
+    const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, () => this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
     if (req.stream) return { selection: sel, status: first.status, body: { kind: 'sse', events } };
     try {
-      return { selection: sel, ...await assembledAnswer(events, first.status) };
+      const answer = await assembledAnswer(events, first.status);
+      return { selection: sel, status: answer.status, body: answer.body };
     } catch (err) {
       if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
       throw err;
@@ -233,7 +254,7 @@ export class PushRouter implements PoolMembers {
       if (scope.attempt === 0) return this.#send(req, first ?? await this.select(req, 'book', scope.exclude), scope);
       // A retry on another worker: its own span around the new decision and the new engine leg.
       return inSpan('kvgate.retry', async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope),
-        { 'kvgate.retry.attempt': scope.attempt, 'kvgate.retry.excluded_workers': [...scope.exclude].join(',') });
+        () => ({ 'kvgate.retry.attempt': scope.attempt, 'kvgate.retry.excluded_workers': [...scope.exclude].join(',') }));
     });
   }
 
@@ -255,9 +276,9 @@ export class PushRouter implements PoolMembers {
   /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing reached the client). */
   async #send(req: LegRequest, sel: Selection, scope: RetryScope): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
-    const trace = clientSpan(`kvgate.engine.${req.phase}`, {
+    const trace = clientSpan(`kvgate.engine.${req.phase}`, () => ({
       'kvgate.model': this.model, 'kvgate.phase': req.phase, 'kvgate.worker_id': sel.worker.id, 'kvgate.dp_rank': sel.dpRank, 'kvgate.attempt': scope.attempt,
-    });
+    }));
     const guard = new LegGuard({
       clock: this.#ctx.clock, metrics: this.#pm, kvRouter: this.mode === 'kv' ? this.kvRouter : undefined, blockSize: this.blockSize,
       release: () => {
@@ -279,15 +300,18 @@ export class PushRouter implements PoolMembers {
     // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
     const streamed = leg.fields['stream'] !== false;
     // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before the first byte only.
-    const ids = req.returnTokenIds === true && (w.returnsTokenIds ?? w.dialect === 'vllm') ? { return_token_ids: true } : {};
+    const ids = req.returnTokenIds === true && (w.returnsTokenIds ?? w.dialect === 'vllm');
+    const t = this.#opts.legTimeouts;
     try {
+      // One options object of one shape per dispatch (undefined: not set), fields and headers each built once.
       const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
         signal: req.signal,
         stream: streamed,
-        extraFields: streamed ? { ...leg.fields, ...streamingLegFields(req.body), ...ids } : leg.fields,
-        headers: { ...leg.headers, ...trace.headers, 'x-request-id': req.clientRequestId ?? req.requestId },
-        ...this.#timeoutsOf(req, streamed),
-        ...(req.onDispatched !== undefined ? { onDispatched: req.onDispatched } : {}),
+        extraFields: streamed ? streamingFields(leg.fields, req.body, ids) : leg.fields,
+        headers: legHeaders(leg.headers, trace.headers, req.clientRequestId ?? req.requestId),
+        firstByteTimeoutMs: streamed || req.phase === 'prefill' ? t?.firstByteMs : undefined,
+        streamIdleTimeoutMs: streamed ? t?.streamIdleMs : undefined,
+        onDispatched: req.onDispatched,
       });
       this.#opts.onDispatchOutcome?.(w.id, undefined);
       const lm = this.#pm?.leg(req.phase);
@@ -322,18 +346,6 @@ export class PushRouter implements PoolMembers {
     if (report === undefined) return;
     if (err instanceof EngineHttpError) report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
     else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code);
-  }
-
-  /**
-   * The leg's progress deadlines: first output on streamed legs (every generating leg, whatever the client
-   * asked) and one-token prefills, idle between events on streamed legs.
-   */
-  #timeoutsOf(req: LegRequest, streamed: boolean): { firstByteTimeoutMs?: number; streamIdleTimeoutMs?: number } {
-    const t = this.#opts.legTimeouts;
-    const out: { firstByteTimeoutMs?: number; streamIdleTimeoutMs?: number } = {};
-    if (t?.firstByteMs !== undefined && (streamed || req.phase === 'prefill')) out.firstByteTimeoutMs = t.firstByteMs;
-    if (t?.streamIdleMs !== undefined && streamed) out.streamIdleTimeoutMs = t.streamIdleMs;
-    return out;
   }
 
   /** A leg cut for making no progress: counted and logged; the error itself says it is migratable. */
