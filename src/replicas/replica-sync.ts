@@ -29,7 +29,7 @@ import {
 } from './protocol.js';
 import { TransferServer, fetchTransfer, transferOutcome } from './transfer.js';
 import type { SyncTransport } from './transport.js';
-import { warmStart, type WarmStartResult } from './warm-start.js';
+import { warmStart } from './warm-start.js';
 
 export interface ReplicaSyncOptions {
   readonly transport: SyncTransport;
@@ -80,6 +80,8 @@ export class ReplicaSync {
   readonly #indexes = new Map<string, () => KvSlotSnapshot[]>();
   /** Bookings and sessions a warm start fetched, applied when their channel is attached. */
   readonly #warm = new Map<string, Snapshot>();
+  /** The channels whose warm starts this replica answers: its index is complete (see warm-start.ts). */
+  readonly #sources = new Set<string>();
   readonly #server: TransferServer;
   readonly #connectWaiters: (() => void)[] = [];
   #queued = 0;
@@ -144,7 +146,7 @@ export class ReplicaSync {
     if (pool.index !== undefined) this.#indexes.set(key, pool.index);
     this.#channels.set(key, ch);
     this.#t.subscribe(opsSubject(this.#o.subjectPrefix, key), (data) => this.#onBatch(ch, data));
-    this.#t.subscribe(warmStartSubject(this.#o.subjectPrefix, key), (data, reply) => this.#serveSnapshot(data, reply), WARM_START_QUEUE);
+    if (this.#sources.has(key)) this.#t.subscribe(warmStartSubject(this.#o.subjectPrefix, key), (data, reply) => this.#serveSnapshot(data, reply), WARM_START_QUEUE);
     const warm = this.#warm.get(key);
     this.#warm.delete(key);
     if (warm !== undefined && this.#heard(warm.routerId, warm.incarnation)) this.#applySnapshot(ch, warm, 'warm_start');
@@ -347,11 +349,12 @@ export class ReplicaSync {
    * to start from. A channel no peer answers for starts cold (logged and counted).
    */
   async warmStart(keys: readonly string[], timeoutMs: number): Promise<Map<string, KvSlotSnapshot[]>> {
-    const results: Map<string, WarmStartResult> = await warmStart({
+    const { snapshots: results, complete } = await warmStart({
       keys, timeoutMs, clock: this.#clock, log: this.#log, metrics: this.#metrics?.replicas,
       connected: (ms) => this.#connectedWithin(ms),
       fetch: (key) => this.fetchSnapshot(warmStartSubject(this.#o.subjectPrefix, key), key, true),
     });
+    for (const key of complete) this.#sources.add(key);
     const out = new Map<string, KvSlotSnapshot[]>();
     for (const [key, r] of results) {
       this.#warm.set(key, r.snapshot);

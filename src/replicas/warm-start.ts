@@ -5,6 +5,12 @@
  * index with the KV-event cursor of every slot. Bounded in time as a whole:
  * no bus, no peer, a failed or oversized transfer all start that channel cold,
  * logged and counted; the replica then learns from the engines alone.
+ *
+ * Only a replica whose index is as complete as any can be answers others' warm
+ * starts: one that took a peer's snapshot, or one that found no peer to ask
+ * (the first of its fleet). A replica that started cold beside live peers
+ * (its warm start off or failed) knows only what the engines' short replay
+ * buffers gave it; were it to answer, a newcomer would start as blind as it.
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../common/index.js';
@@ -15,6 +21,13 @@ import { NoResponders } from './transport.js';
 
 export interface WarmStartResult {
   readonly snapshot: Snapshot;
+}
+
+export interface WarmStartOutcome {
+  /** The snapshot of each channel a peer gave; a channel missing here starts cold. */
+  readonly snapshots: Map<string, WarmStartResult>;
+  /** The channels whose index is complete (a peer's snapshot taken, or no peer there): this replica answers their warm starts. */
+  readonly complete: Set<string>;
 }
 
 export interface WarmStartDeps {
@@ -38,17 +51,17 @@ function within<T>(p: Promise<T>, ms: number): Promise<T> {
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
-/** The snapshot of each channel a peer gave; a channel missing from the map starts cold. */
-export async function warmStart(d: WarmStartDeps): Promise<Map<string, WarmStartResult>> {
+export async function warmStart(d: WarmStartDeps): Promise<WarmStartOutcome> {
   const started = d.clock.now();
   const out = new Map<string, WarmStartResult>();
+  const complete = new Set<string>();
   const cold = (key: string, outcome: 'no_peer' | 'failed' | 'too_large', why: string): void => {
     d.metrics?.snapshots.labels({ direction: 'warm_start', outcome }).inc();
     d.log?.warn({ channel: key, outcome, err: why }, `warm start of ${key}: ${why}; starting cold (the prefix index fills from the engines' KV events)`);
   };
   if (!(await d.connected(d.timeoutMs))) {
     for (const key of d.keys) cold(key, 'no_peer', `replica sync bus not connected within ${d.timeoutMs} ms`);
-    return out;
+    return { snapshots: out, complete };
   }
   for (const key of d.keys) {
     const left = d.timeoutMs - (d.clock.now() - started);
@@ -63,10 +76,15 @@ export async function warmStart(d: WarmStartDeps): Promise<Map<string, WarmStart
       d.log?.info({ channel: key, peer: s.routerId, bookings: s.bookings.length, sessions: s.sessions.length, slots: slots.length, blocks, bytes, seconds },
         `warm start of ${key}: snapshot of replica ${s.routerId} (${blocks} block(s) over ${slots.length} worker rank(s), ${s.bookings.length} booking(s), ${bytes} bytes)`);
       out.set(key, { snapshot: s });
+      complete.add(key);
     } catch (err) {
-      if (err instanceof NoResponders) cold(key, 'no_peer', 'no live replica answered');
-      else cold(key, err instanceof WarmStartTimeout ? 'failed' : transferOutcome(err), (err as Error).message);
+      if (err instanceof NoResponders) {
+        cold(key, 'no_peer', 'no live replica answered');
+        complete.add(key);
+      } else {
+        cold(key, err instanceof WarmStartTimeout ? 'failed' : transferOutcome(err), (err as Error).message);
+      }
     }
   }
-  return out;
+  return { snapshots: out, complete };
 }

@@ -106,7 +106,7 @@ export async function drain(res: RoutedResponse): Promise<{ payloads: string[]; 
 }
 
 /** `until` with the fleet tests' deadline (events cross real sockets): 10 s unless given. */
-export function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+export function until(cond: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
   return pollUntil(cond, what, timeoutMs);
 }
 

@@ -117,6 +117,7 @@ describe('warm start between two replicas', () => {
   it('B takes A\'s bookings and prefix index in many chunks, and applies the bookings as its pool attaches', async () => {
     const bus = new MemoryBus();
     const a = replica(bus, 'a', { chunkBytes: 2048 });
+    await a.sync.warmStart([KEY], 5000); // the first replica: nobody to ask, so its own index is complete
     const kvA = scheduler();
     const slots = [slot(1, 500), slot(2, 300)];
     a.sync.attach(KEY, { kv: kvA, workerTypeOf: () => 'aggregated', index: () => slots });
@@ -142,6 +143,7 @@ describe('warm start between two replicas', () => {
   it('a lost chunk fails the warm start: counted, and the replica starts cold', async () => {
     const bus = new MemoryBus();
     const a = replica(bus, 'a', { chunkBytes: 1024 });
+    await a.sync.warmStart([KEY], 5000);
     a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 400)] });
     const b = replica(bus, 'b');
     bus.lose = (subject, data) => subject.includes('.chunk.') && decodeChunkIndex(data) === 3;
@@ -160,11 +162,30 @@ describe('warm start between two replicas', () => {
     expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'no_peer' })).toBe(1);
 
     const a = replica(bus, 'a', { maxSnapshotBytes: 1 << 16 });
+    await a.sync.warmStart([KEY], 5000);
     a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 5000)] });
     expect((await b.sync.warmStart([KEY], 5000)).size).toBe(0);
     expect(await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'served', outcome: 'too_large' })).toBe(1);
     expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'failed' })).toBe(1);
     await Promise.all([a.sync.close(), b.sync.close()]);
+  });
+
+  it('only a replica with a complete index answers warm starts: the first, or one warm from a peer; not one started cold beside them', async () => {
+    const bus = new MemoryBus();
+    // C started cold (warm start off) beside A: it knows only what the engines' buffers gave it.
+    const c = replica(bus, 'c');
+    c.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 3)] });
+    const b = replica(bus, 'b');
+    expect((await b.sync.warmStart([KEY], 5000)).size).toBe(0); // C does not answer: nobody does
+    // A, the first with warm start on, answers; so does D, warm from A; C never does.
+    const a = replica(bus, 'a');
+    await a.sync.warmStart([KEY], 5000);
+    a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 40)] });
+    const d = replica(bus, 'd');
+    for (let i = 0; i < 3; i++) expect((await d.sync.warmStart([KEY], 5000)).get(KEY)![0]!.tiers[0]!.pairs.length).toBe(80);
+    d.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 40)] });
+    expect(await counter(c.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'served' })).toBe(0);
+    await Promise.all([a.sync.close(), b.sync.close(), c.sync.close(), d.sync.close()]);
   });
 
   it('a snapshot with index slots survives the wire format', () => {
