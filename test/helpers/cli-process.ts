@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { stopChild } from './child.js';
 import { until } from './until.js';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -41,12 +42,7 @@ export function startCli(args: readonly string[]): CliProcess {
       }, what, timeoutMs);
       return m!;
     },
-    async stop() {
-      if (exited()) return;
-      const done = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGTERM');
-      await done;
-    },
+    stop: () => stopChild(child),
   };
 }
 

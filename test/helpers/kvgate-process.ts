@@ -7,6 +7,7 @@ import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import { stopChild } from './child.js';
 import { until } from './until.js';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -55,12 +56,7 @@ export function startKvgate(args: readonly string[], nodeFlags: readonly string[
       }, what, timeoutMs);
       return found!;
     },
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGTERM');
-      await exited;
-    },
+    stop: () => stopChild(child),
   };
 }
 

@@ -3,8 +3,8 @@
  * loopback: an OS-chosen port at first start (`-p -1`, the port read from its
  * log), the same port again on restart.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { until } from './until.js';
+import type { ChildProcess } from 'node:child_process';
+import { spawnServer, stopChild } from './child.js';
 
 export interface NatsServer {
   readonly url: string;
@@ -15,31 +15,19 @@ export interface NatsServer {
   restart(): Promise<void>;
 }
 
-async function spawnNats(port: number): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn('nats-server', ['-a', '127.0.0.1', '-p', String(port)], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  let failed: Error | undefined;
-  child.on('error', (err) => (failed = err));
-  child.stderr!.setEncoding('utf8').on('data', (c: string) => (log += c));
-  let bound: number | undefined;
-  await until(() => {
-    if (failed !== undefined) throw new Error(`cannot start nats-server (install it: apt-get install nats-server): ${failed.message}`);
-    if (child.exitCode !== null) throw new Error(`nats-server exited: ${log}`);
-    const m = /Listening for client connections on [^\s]+:(\d+)/.exec(log);
-    if (m !== null && log.includes('Server is ready')) bound = Number(m[1]);
-    return bound !== undefined;
-  }, 'nats-server ready', 10_000);
-  return { child, port: bound! };
+function spawnNats(port: number): Promise<{ child: ChildProcess; port: number }> {
+  return spawnServer('nats-server', ['-a', '127.0.0.1', '-p', String(port)], {
+    apt: 'nats-server', timeoutMs: 10_000,
+    port: (log) => {
+      const m = /Listening for client connections on [^\s]+:(\d+)/.exec(log);
+      return m !== null && log.includes('Server is ready') ? Number(m[1]) : undefined;
+    },
+  });
 }
 
 export async function startNatsServer(): Promise<NatsServer> {
   let { child, port } = await spawnNats(-1);
-  const stop = async (): Promise<void> => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((resolve) => child.once('exit', resolve));
-    child.kill('SIGTERM');
-    await exited;
-  };
+  const stop = (): Promise<void> => stopChild(child);
   return {
     url: `nats://127.0.0.1:${port}`,
     port,

@@ -7,6 +7,7 @@
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import { stopChild } from './child.js';
 import { until } from './until.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
@@ -34,10 +35,7 @@ export function start(args: readonly string[]): Proc {
 }
 
 export async function stop(p: Proc | undefined): Promise<void> {
-  if (p === undefined || p.child.exitCode !== null || p.child.signalCode !== null) return;
-  const exited = new Promise((resolve) => p.child.once('exit', resolve));
-  p.child.kill('SIGTERM');
-  await exited;
+  if (p !== undefined) await stopChild(p.child);
 }
 
 export function json(line: string): Record<string, unknown> | undefined {
