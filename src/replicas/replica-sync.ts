@@ -236,27 +236,15 @@ export class ReplicaSync {
   }
 
   #onHeartbeat(data: Uint8Array): void {
-    let hb;
-    try {
-      hb = decodeHeartbeat(data);
-    } catch (err) {
-      this.#malformed(err);
-      return;
-    }
-    if (!this.#heard(hb.routerId, hb.incarnation)) return;
+    const hb = this.#decoded(decodeHeartbeat, data);
+    if (hb === undefined || !this.#heard(hb.routerId, hb.incarnation)) return;
     this.#metrics?.replicas.messagesReceived.labels({ kind: 'heartbeat' }).inc();
     for (const [key, seq] of Object.entries(hb.seqs)) this.#channels.get(key)?.checkBehind(hb.routerId, hb.incarnation, seq);
   }
 
   #onBatch(ch: SyncChannel, data: Uint8Array): void {
-    let b;
-    try {
-      b = decodeBatch(data);
-    } catch (err) {
-      this.#malformed(err);
-      return;
-    }
-    if (!this.#heard(b.routerId, b.incarnation)) return;
+    const b = this.#decoded(decodeBatch, data);
+    if (b === undefined || !this.#heard(b.routerId, b.incarnation)) return;
     const m = this.#metrics?.replicas;
     m?.messagesReceived.labels({ kind: 'ops' }).inc();
     m?.lag.observe(Math.max(0, this.#clock.now() - b.sentAt) / 1000);
@@ -270,13 +258,8 @@ export class ReplicaSync {
   /** Answers a snapshot request (a peer's resync, or a warm start) with the first chunk of its transfer. */
   #serveSnapshot(data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined): void {
     if (reply === undefined) return;
-    let req;
-    try {
-      req = decodeSnapshotRequest(data);
-    } catch (err) {
-      this.#malformed(err);
-      return;
-    }
+    const req = this.#decoded(decodeSnapshotRequest, data);
+    if (req === undefined) return;
     const ch = this.#channels.get(req.channel);
     // Pending ops leave first, so the snapshot's sequence covers everything it holds.
     this.flush();
@@ -374,6 +357,16 @@ export class ReplicaSync {
         resolve(true);
       });
     });
+  }
+
+  /** `decode(data)`, or undefined when it throws (dropped and counted as `#malformed` says). */
+  #decoded<T>(decode: (data: Uint8Array) => T, data: Uint8Array): T | undefined {
+    try {
+      return decode(data);
+    } catch (err) {
+      this.#malformed(err);
+      return undefined;
+    }
   }
 
   #malformed(err: unknown): void {
