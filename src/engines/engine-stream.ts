@@ -155,21 +155,19 @@ export class EngineEventStream implements Batched<EngineEvent> {
   }
 
   [Symbol.asyncIterator](): AsyncIterator<EngineEvent> {
-    this.#claim();
-    return {
-      next: () => this.#next(),
-      return: () => {
-        this.cancel();
-        return Promise.resolve({ value: undefined, done: true });
-      },
-    };
+    return this.#iterate(() => this.#next());
   }
 
   /** The events in batches: each batch every event received and not yet taken (see the file comment). */
   batches(): AsyncIterator<EngineEvent[]> {
+    return this.#iterate(() => this.#nextBatch());
+  }
+
+  /** The stream's one reader (claimed), taking items with `next`; leaving early cancels the stream. */
+  #iterate<T>(next: () => Promise<IteratorResult<T>>): AsyncIterator<T> {
     this.#claim();
     return {
-      next: () => this.#nextBatch(),
+      next,
       return: () => {
         this.cancel();
         return Promise.resolve({ value: undefined, done: true });
