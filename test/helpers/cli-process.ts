@@ -5,13 +5,9 @@
  * stream it went to.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { stopChild } from './child.js';
+import { BIN, ROOT, assertBuilt } from './process.js';
 import { until } from './until.js';
-
-const ROOT = new URL('../../', import.meta.url).pathname;
-const BIN = join(ROOT, 'bin/kvgate.js');
 
 export interface CliProcess {
   readonly child: ChildProcess;
@@ -24,7 +20,7 @@ export interface CliProcess {
 }
 
 export function startCli(args: readonly string[]): CliProcess {
-  if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
+  assertBuilt();
   const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let text = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));

@@ -4,14 +4,10 @@
  * need real engine or gateway processes.
  */
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { stopChild } from './child.js';
+import { BIN, ROOT, assertBuilt } from './process.js';
 import { until } from './until.js';
-
-const ROOT = new URL('../../', import.meta.url).pathname;
-const BIN = join(ROOT, 'bin/kvgate.js');
 
 export interface KvgateProcess {
   readonly lines: string[];
@@ -24,7 +20,7 @@ export interface KvgateProcess {
 
 /** Starts `node [nodeFlags] bin/kvgate.js args...`. */
 export function startKvgate(args: readonly string[], nodeFlags: readonly string[] = []): KvgateProcess {
-  if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first');
+  assertBuilt();
   const child: ChildProcessByStdio<null, Readable, Readable> = spawn(process.execPath, [...nodeFlags, BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: string[] = [];
   const stderr: string[] = [];

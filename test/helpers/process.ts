@@ -5,13 +5,19 @@
  * failure messages.
  */
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { stopChild } from './child.js';
 import { until } from './until.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
-const BIN = join(ROOT, 'bin/kvgate.js');
+export const BIN = join(ROOT, 'bin/kvgate.js');
+
+/** Throws unless the CLI is compiled: `bin/kvgate.js` runs `dist/`. */
+export function assertBuilt(): void {
+  if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
+}
 
 /** A child process whose stdout and stderr are collected line by line. */
 export interface Proc {

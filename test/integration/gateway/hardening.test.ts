@@ -11,17 +11,17 @@ import { connect, createServer as createNetServer, type AddressInfo, type Socket
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { jsonLines, startMockerCli, startServe, stopCli, type CliProcess } from '../../helpers/serve-process.js';
+import { jsonLines, startMockerEngine, startServe, stopServed, type ServedProc } from '../../helpers/serve-process.js';
 import { sendJson, sseEvent, sseHead, startHttpEngine, completionChunk, type HttpEngine } from '../../helpers/http-engine.js';
 import { until } from '../../helpers/until.js';
 
 let dir: string;
-const procs: CliProcess[] = [];
+const procs: ServedProc[] = [];
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'kvgate-hardening-'));
 });
 afterEach(async () => {
-  await Promise.all(procs.splice(0).map((p) => stopCli(p)));
+  await Promise.all(procs.splice(0).map((p) => stopServed(p)));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -33,12 +33,12 @@ function configFile(doc: Record<string, unknown>): string {
 }
 
 async function mocker(extra: readonly string[] = []): Promise<{ url: string; model: string }> {
-  const m = await startMockerCli(['--no-kv-events', ...extra]);
+  const m = await startMockerEngine(['--no-kv-events', ...extra]);
   procs.push(m.proc);
   return { url: String(m.engine.url), model: String(m.engine.model) };
 }
 
-async function serve(doc: Record<string, unknown>): Promise<{ proc: CliProcess; url: string }> {
+async function serve(doc: Record<string, unknown>): Promise<{ proc: ServedProc; url: string }> {
   const s = await startServe(configFile(doc));
   procs.push(s.proc);
   return s;

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { jsonLines, startMockerCli, startServe, stopCli, type CliProcess } from '../../helpers/serve-process.js';
+import { jsonLines, startMockerEngine, startServe, stopServed, type ServedProc } from '../../helpers/serve-process.js';
 import { until } from '../../helpers/until.js';
 
 const WARN = 40;
@@ -17,20 +17,20 @@ const WORKER_ID = 3;
 
 describe('block size mismatch and a missing tokenizer are loud', () => {
   let dir: string;
-  const procs: CliProcess[] = [];
+  const procs: ServedProc[] = [];
 
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-mismatch-'));
   });
 
   afterAll(async () => {
-    await Promise.all(procs.map((p) => stopCli(p)));
+    await Promise.all(procs.map((p) => stopServed(p)));
     rmSync(dir, { recursive: true, force: true });
   });
 
   // issue 17, failures must be loud: block size mismatch and kv mode without a tokenizer (log lines and metrics)
   it('warn lines and gauges for an engine with another block size and a model without a tokenizer', async () => {
-    const m = await startMockerCli(['--block-size', '32']);
+    const m = await startMockerEngine(['--block-size', '32']);
     procs.push(m.proc);
     const model = String(m.engine.model);
     const config = join(dir, 'kvgate.json');

@@ -13,7 +13,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { jsonLines, startMockerCli, startServe, stopCli, type CliProcess } from '../../helpers/serve-process.js';
+import { jsonLines, startMockerEngine, startServe, stopServed, type ServedProc } from '../../helpers/serve-process.js';
 import { until } from '../../helpers/until.js';
 
 interface OtlpSpan {
@@ -59,8 +59,8 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
   let dir: string;
   let receiver: Server;
   const received: OtlpSpan[] = [];
-  let mocker: CliProcess | undefined;
-  let gateway: CliProcess | undefined;
+  let mocker: ServedProc | undefined;
+  let gateway: ServedProc | undefined;
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-otlp-'));
@@ -75,14 +75,14 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
   });
 
   afterAll(async () => {
-    await Promise.all([stopCli(gateway), stopCli(mocker)]);
+    await Promise.all([stopServed(gateway), stopServed(mocker)]);
     await new Promise((resolve) => receiver.close(resolve));
     rmSync(dir, { recursive: true, force: true });
   });
 
   // issue 17, what it must show, item 4
   it('one chat request: a trace continuing the client\'s, spans nested with routing attributes, and the engine got its traceparent', async () => {
-    const m = await startMockerCli(['--seed', '5']);
+    const m = await startMockerEngine(['--seed', '5']);
     mocker = m.proc;
     const engine = m.engine;
     const config = join(dir, 'kvgate.json');

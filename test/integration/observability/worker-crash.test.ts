@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { jsonLines, startMockerCli, startServe, stopCli, type CliProcess } from '../../helpers/serve-process.js';
+import { jsonLines, startMockerEngine, startServe, stopServed, type ServedProc } from '../../helpers/serve-process.js';
 import { until } from '../../helpers/until.js';
 
 const WARN = 40;
@@ -24,21 +24,21 @@ function series(text: string, name: string, workerId: number): number | undefine
 
 describe('a crashed engine is loud', () => {
   let dir: string;
-  const procs: CliProcess[] = [];
+  const procs: ServedProc[] = [];
 
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-crash-'));
   });
 
   afterAll(async () => {
-    await Promise.all(procs.map((p) => stopCli(p)));
+    await Promise.all(procs.map((p) => stopServed(p)));
     rmSync(dir, { recursive: true, force: true });
   });
 
   // issue 17, what it must show, item 1
   it('down within seconds: warn line, up gauge 0, kv_events_live 0, /admin/models down, pinned 503; back: the reverse', async () => {
-    const a = await startMockerCli(['--seed', '1']);
-    const b = await startMockerCli(['--seed', '2']);
+    const a = await startMockerEngine(['--seed', '1']);
+    const b = await startMockerEngine(['--seed', '2']);
     procs.push(a.proc, b.proc);
     const model = String(a.engine.model);
     const config = join(dir, 'kvgate.json');
@@ -102,9 +102,9 @@ describe('a crashed engine is loud', () => {
     expect(err.message).toMatch(/worker 2 is down/);
 
     // Back on the same ports: up again, readmitted, its events live once it serves.
-    await stopCli(b.proc);
+    await stopServed(b.proc);
     const port = (u: unknown): string => String(new URL(String(u).replace('tcp://', 'http://')).port);
-    const again = await startMockerCli(['--seed', '2', '--port', port(b.engine.url), '--kv-events-port', port((b.engine.kv_events as string[])[0])]);
+    const again = await startMockerEngine(['--seed', '2', '--port', port(b.engine.url), '--kv-events-port', port((b.engine.kv_events as string[])[0])]);
     procs.push(again.proc);
     await until(async () => series(await metrics(), 'kvgate_worker_up', 2) === 1, 'worker 2\'s up gauge back at 1', 10_000);
     await until(() => jsonLines(gateway).some((o) => o.workerId === 2 && o.url === b.engine.url && /is up/.test(String(o.msg))), 'a line saying worker 2 is up', 5_000);

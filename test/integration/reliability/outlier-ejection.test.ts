@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { jsonLines, startMockerCli, startServe, stopCli, type CliProcess } from '../../helpers/serve-process.js';
+import { jsonLines, startMockerEngine, startServe, stopServed, type ServedProc } from '../../helpers/serve-process.js';
 import { until } from '../../helpers/until.js';
 
 const BASE_EJECTION_MS = 6000;
@@ -26,10 +26,10 @@ function total(text: string, name: string): number {
 
 describe('outlier ejection (real mocker processes)', () => {
   let dir: string;
-  const procs: CliProcess[] = [];
+  const procs: ServedProc[] = [];
   let engines: string[] = [];
   let url = '';
-  let gateway: CliProcess;
+  let gateway: ServedProc;
   let sent = 0;
 
   /** What reached an engine: requests it failed on purpose plus tokens it generated (each answered request adds some). */
@@ -62,9 +62,9 @@ describe('outlier ejection (real mocker processes)', () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-outlier-'));
     const started = await Promise.all([
-      startMockerCli(['--seed', '7', '--fault-error-rate', '0.5', '--fault-error-status', '503']),
-      startMockerCli(['--seed', '8']),
-      startMockerCli(['--seed', '9']),
+      startMockerEngine(['--seed', '7', '--fault-error-rate', '0.5', '--fault-error-status', '503']),
+      startMockerEngine(['--seed', '8']),
+      startMockerEngine(['--seed', '9']),
     ]);
     procs.push(...started.map((s) => s.proc));
     engines = started.map((s) => String(s.engine.url));
@@ -81,7 +81,7 @@ describe('outlier ejection (real mocker processes)', () => {
   }, 60_000);
 
   afterAll(async () => {
-    await Promise.all(procs.map((p) => stopCli(p)));
+    await Promise.all(procs.map((p) => stopServed(p)));
     rmSync(dir, { recursive: true, force: true });
   });
 
