@@ -44,3 +44,17 @@ export function seededRng(seed: number): Rng {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/**
+ * murmur3's 32-bit finaliser: a bijective avalanche mix, for deterministic
+ * pseudo-random draws keyed by position (no state to carry). The result is a
+ * signed int32, which V8 keeps unboxed; `>>> 0` makes it unsigned.
+ */
+export function fmix32(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h | 0;
+}

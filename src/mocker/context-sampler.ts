@@ -9,15 +9,10 @@
  * The context is folded into a 32-bit state one token at a time (murmur3's
  * mixing), so each step costs O(1) after the prompt.
  */
+import { fmix32 } from '../common/index.js';
 
-function fmix(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
+/** `fmix32` as an unsigned 32-bit state. */
+const fmix = (h: number): number => fmix32(h) >>> 0;
 
 export class ContextSampler {
   #state: number;

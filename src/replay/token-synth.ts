@@ -14,20 +14,11 @@
  * token (an integer mix per token), which is cheaper than holding 40,000+
  * chunks of 512 tokens in memory.
  */
+import { fmix32 } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
 /** Token ids drawn from [0, DEFAULT_VOCAB_SIZE) unless told otherwise (a Llama-2-sized vocabulary, valid for any engine we simulate). */
 export const DEFAULT_VOCAB_SIZE = 32_000;
-
-/** murmur3's 32-bit finaliser: a bijective avalanche mix (result as a signed int32, which V8 keeps unboxed). */
-function fmix32(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h | 0;
-}
 
 export interface TokenSynthesizerOptions {
   /** Tokens per hash id (the trace's block size, 512 for Mooncake). */
