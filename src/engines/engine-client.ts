@@ -19,6 +19,7 @@
  */
 import type { LookupFunction } from 'node:net';
 import { Pool, type Dispatcher } from 'undici';
+import type { CancelSignal } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { clientAbortedError, type ErrorContext } from './engine-errors.js';
 import type { EngineJsonResponse, EngineResponse, EngineEventStream } from './engine-stream.js';
@@ -50,7 +51,7 @@ export interface EngineClientOptions {
 
 export interface DispatchOptions {
   /** Aborting it aborts the upstream request (socket closed) and fails the dispatch with KVG_ERR_CLIENT_ABORTED. */
-  signal?: AbortSignal;
+  signal?: CancelSignal;
   /** Whether an SSE response is expected. Default: `body.stream === true`. */
   stream?: boolean;
   /** Routing fields laid over the body's top level (see `serializeBody`); `undefined` values remove keys. */

@@ -9,6 +9,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
+import type { CancelSignal } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import {
   EngineHttpError,
@@ -33,7 +34,7 @@ export interface HandlerInit {
   ctx: ErrorContext;
   stream: boolean;
   startedAt: number;
-  signal: AbortSignal | undefined;
+  signal: CancelSignal | undefined;
   onDispatched: (() => void) | undefined;
   maxResponseBytes: number;
   maxErrorBodyBytes: number;

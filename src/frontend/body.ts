@@ -13,7 +13,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { brotliDecompress, gunzip, inflate, type InputType, type ZlibOptions } from 'node:zlib';
-import { parseJsonObject } from '../common/index.js';
+import { parseJsonObject, type CancelSignal } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
 export interface BodyLimits {
@@ -52,7 +52,7 @@ function decoderOf(req: IncomingMessage): Decoder | undefined {
 }
 
 /** The raw bytes of the body, as received. */
-function readRaw(req: IncomingMessage, limits: BodyLimits, signal: AbortSignal): Promise<Buffer> {
+function readRaw(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<Buffer> {
   const limit = limits.maxBodyBytes;
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -147,7 +147,7 @@ const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
  * @throws KvgateError KVG_ERR_BODY_TOO_LARGE (on the wire or decoded), KVG_ERR_CLIENT_TIMEOUT (a pause between chunks),
  *   KVG_ERR_UNSUPPORTED_ENCODING, KVG_ERR_INVALID_REQUEST (a body that does not decode), KVG_ERR_INVALID_JSON (not UTF-8).
  */
-export async function readBodyText(req: IncomingMessage, limits: BodyLimits, signal: AbortSignal): Promise<string> {
+export async function readBodyText(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<string> {
   let decoder: Decoder | undefined;
   try {
     decoder = decoderOf(req);

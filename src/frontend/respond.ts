@@ -9,7 +9,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { batchesOf, type WorkerRank } from '../common/index.js';
+import { batchesOf, type CancelSignal, type WorkerRank } from '../common/index.js';
 import type { ModelConfig } from '../config/index.js';
 import { asKvgateError, drained, sendBytes, sendJson, sseErrorFrame, sseFrame } from './http-io.js';
 import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
@@ -24,7 +24,7 @@ export interface RequestContext {
   route: string;
   startedAt: number;
   /** Fires on client disconnect, timeout or forced shutdown; its reason is a KvgateError. */
-  signal: AbortSignal;
+  signal: CancelSignal;
   /** Filled in as the request progresses, for the access log line. */
   log: Record<string, unknown>;
 }
@@ -104,13 +104,37 @@ class TurnBatch {
     return !full;
   }
 
-  /** Writes what is queued now. */
+  /**
+   * Writes what is queued now, in one writev. Frames passed through unchanged are views of the upstream read
+   * that carried them: a run of them back to back is written as one view of that read (no copy). A batch of
+   * at most MAX_RUNS such runs (a dropped usage chunk splits a stream's read in two) goes as one write per
+   * run; a batch more scattered than that is copied into one buffer (fewer HTTP chunks for the client to read).
+   */
   flush(): void {
     if (this.#frames.length === 0 || this.#res.destroyed) return;
     const frames = this.#frames;
-    this.#full = !this.#res.write(frames.length === 1 ? frames[0]! : joined(frames, this.#bytes));
+    const bytes = this.#bytes;
     this.#frames = [];
     this.#bytes = 0;
+    const res = this.#res;
+    if (frames.length === 1) {
+      this.#full = !res.write(frames[0]!);
+      return;
+    }
+    const runs = runsOf(frames);
+    if (runs === undefined) {
+      this.#full = !res.write(Buffer.concat(frames, bytes));
+      return;
+    }
+    if (runs.length === 1) {
+      this.#full = !res.write(runs[0]!);
+      return;
+    }
+    res.cork();
+    let ok = true;
+    for (const r of runs) ok = res.write(r);
+    this.#full = !ok;
+    res.uncork();
   }
 
   /** Writes what is queued and ends the response with `last`, in one writev. */
@@ -123,19 +147,27 @@ class TurnBatch {
   }
 }
 
-/**
- * The frames as one buffer. Events passed through unchanged are views of the upstream read that
- * carried them, back to back: then the batch is one view of that read (no copy); otherwise a copy.
- */
-function joined(frames: readonly Buffer[], bytes: number): Buffer {
-  const first = frames[0]!;
+/** Runs of back-to-back frames written as views of their read; a batch with more runs is copied whole. */
+const MAX_RUNS = 4;
+
+/** The frames as views of the reads that carried them, one per run of back-to-back frames; undefined past MAX_RUNS runs. */
+function runsOf(frames: readonly Buffer[]): Buffer[] | undefined {
+  const runs: Buffer[] = [];
+  let first = frames[0]!;
   let end = first.byteOffset + first.length;
-  for (let i = 1; i < frames.length; i++) {
-    const f = frames[i]!;
-    if (f.buffer !== first.buffer || f.byteOffset !== end) return Buffer.concat(frames, bytes);
-    end += f.length;
+  for (let i = 1; i <= frames.length; i++) {
+    const f = frames[i];
+    if (f !== undefined && f.buffer === first.buffer && f.byteOffset === end) {
+      end += f.length;
+      continue;
+    }
+    if (runs.length === MAX_RUNS) return undefined;
+    runs.push(Buffer.from(first.buffer, first.byteOffset, end - first.byteOffset));
+    if (f === undefined) break;
+    first = f;
+    end = f.byteOffset + f.length;
   }
-  return Buffer.from(first.buffer, first.byteOffset, bytes);
+  return runs;
 }
 
 /** A batch written before the turn ends once it holds this many bytes. */

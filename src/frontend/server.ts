@@ -29,7 +29,7 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Server as NetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { inRequestSpan, inSpan, traceLogFields, type WorkerRank } from '../common/index.js';
+import { Cancellation, inRequestSpan, inSpan, traceLogFields, type WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
@@ -229,7 +229,7 @@ export class GatewayServer {
     if (this.#opts.process !== undefined) res.setHeader('x-kvgate-process', this.#opts.process);
     const path = (req.url ?? '/').split('?', 1)[0]!;
     const spec = routes.get(path) ?? (path.startsWith('/v1/models/') ? routes.get('/v1/models/*') : undefined);
-    const controller = new AbortController();
+    const controller = new Cancellation();
     const ctx: RequestContext = { req, res, requestId, route: spec?.name ?? 'unmatched', startedAt, signal: controller.signal, log: traceLogFields() };
     const retryAfter = this.config.limits.retryAfterSeconds;
     const socket = req.socket;

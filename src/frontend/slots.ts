@@ -9,6 +9,11 @@
  */
 import { KvgateError } from '../errors/index.js';
 
+/** What a slot holds of its request: the way to cut it (a Cancellation, or an AbortController). */
+export interface Abortable {
+  abort(reason?: unknown): void;
+}
+
 export class ConcurrencySlots {
   /** Requests allowed in flight; a reload may change it (requests above a lowered limit finish). */
   max: number;
@@ -18,7 +23,7 @@ export class ConcurrencySlots {
    * Abort controllers of requests holding a slot, in the order taken, with their deadlines
    * (`performance.now()` times; 0 once fired, while the aborted request finishes).
    */
-  readonly #active = new Map<AbortController, number>();
+  readonly #active = new Map<Abortable, number>();
   #timer: NodeJS.Timeout | undefined;
   readonly #onTimer = (): void => this.#expire();
   #idleWaiters: (() => void)[] = [];
@@ -37,7 +42,7 @@ export class ConcurrencySlots {
    * A slot for the request `controller` aborts; its deadline (KVG_ERR_REQUEST_TIMEOUT) runs from now.
    * @throws KvgateError KVG_ERR_TOO_MANY_REQUESTS at the limit.
    */
-  take(controller: AbortController): void {
+  take(controller: Abortable): void {
     if (this.#active.size >= this.max) {
       throw new KvgateError('KVG_ERR_TOO_MANY_REQUESTS', `${this.max} requests are in flight, the limit; retry later`);
     }
@@ -46,7 +51,7 @@ export class ConcurrencySlots {
     this.#onChange(this.#active.size);
   }
 
-  release(controller: AbortController): void {
+  release(controller: Abortable): void {
     this.#active.delete(controller);
     if (this.#active.size === 0 && this.#timer !== undefined) {
       clearTimeout(this.#timer);

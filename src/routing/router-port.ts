@@ -27,7 +27,7 @@
  *    annotation) chooses as `route` would but books nothing and dispatches nothing.
  * 5. `close()` on shutdown, after in-flight requests drained or were aborted.
  */
-import type { RoutingHints, WorkerRank } from '../common/index.js';
+import type { CancelSignal, RoutingHints, WorkerRank } from '../common/index.js';
 import type { KvgateError } from '../errors/index.js';
 
 export type { RoutingHints };
@@ -62,7 +62,7 @@ export interface PreparedRequest {
   /** Query-only (`query_instance_id:` annotation or /v1/route): `query` is called instead of `route`. */
   readonly queryOnly: boolean;
   /** Fires on client disconnect, request timeout or forced shutdown; `signal.reason` is a KvgateError. */
-  readonly signal: AbortSignal;
+  readonly signal: CancelSignal;
   /** `performance.now()` when the request arrived (for TTFT measured from arrival). */
   readonly receivedAt: number;
 }

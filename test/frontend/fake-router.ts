@@ -4,7 +4,7 @@
  * records what it was given. Streams can be held open with `hold()` to test
  * disconnects, timeouts, concurrency limits and draining.
  */
-import type { WorkerRank } from '../../src/common/index.js';
+import type { CancelSignal, WorkerRank } from '../../src/common/index.js';
 import { KvgateError } from '../../src/errors/index.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, SseEvent } from '../../src/frontend/index.js';
 
@@ -32,6 +32,8 @@ export class FakeRouter implements ModelRouterPort {
   streamWords = ['Hello', ' from', ' the', ' fake', ' engine'];
   /** Fail streams after this many events (undefined: never). */
   failAfter: number | undefined;
+  /** When set, every stream is these events as given (the words, usage and [DONE] are not added). */
+  rawEvents: SseEvent[] | undefined;
   #owner = new Map<bigint, number>();
   #rr = 0;
   #gate: Promise<void> | undefined;
@@ -113,7 +115,7 @@ export class FakeRouter implements ModelRouterPort {
     return { worker, status: 200, body: { kind: 'sse', events: this.#events(req, id, usage) } };
   }
 
-  #waitGate(signal: AbortSignal): Promise<void> {
+  #waitGate(signal: CancelSignal): Promise<void> {
     return new Promise((resolve, reject) => {
       const onAbort = (): void => reject(signal.reason as Error);
       if (signal.aborted) return onAbort();
@@ -130,6 +132,11 @@ export class FakeRouter implements ModelRouterPort {
     const enc = new TextEncoder();
     let how: 'end' | 'return' | 'abort' | 'error' = 'return';
     try {
+      if (this.rawEvents !== undefined) {
+        yield* this.rawEvents;
+        how = 'end';
+        return;
+      }
       let n = 0;
       for (const word of this.streamWords) {
         if (this.failAfter !== undefined && n === this.failAfter) {

@@ -52,6 +52,22 @@ describe('SSE writes are batched per event-loop turn (issue 18)', () => {
     expect(words).toEqual(g.routers.demo.streamWords);
   });
 
+  it('events passed through as views of one read with a gap go out as one view per run, uncopied and in order', async () => {
+    const g = await start();
+    // One upstream read of five events; the third is not passed on (as a dropped usage chunk is not).
+    const frames = ['data: {"a":1}\n\n', 'data: {"b":2}\n\n', 'data: {"dropped":3}\n\n', 'data: {"c":4}\n\n', 'data: [DONE]\n\n'];
+    const read = Buffer.from(frames.join(''));
+    const views: Buffer[] = [];
+    let at = 0;
+    for (const f of frames) {
+      views.push(read.subarray(at, at + f.length));
+      at += f.length;
+    }
+    g.routers.demo.rawEvents = [0, 1, 3, 4].map((i) => ({ raw: views[i]!, data: frames[i]!.slice(6, -2) }));
+    const { chunks } = await rawStream(g.url, JSON.stringify(chat('runs', { stream: true })), (t) => t.endsWith('0\r\n\r\n'));
+    expect(chunks).toEqual([frames[0]! + frames[1]!, frames[3]! + frames[4]!]);
+  });
+
   it('the head and the first event go out without waiting for the rest of a held stream', async () => {
     const g = await start();
     g.routers.demo.hold();

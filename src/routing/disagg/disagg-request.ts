@@ -28,7 +28,7 @@
  * Every path releases the bookkeeping of both legs: each leg's PushRouter
  * guard frees its booking when the leg ends, however it ends.
  */
-import type { SessionHint, WorkerRank } from '../../common/index.js';
+import { Cancellation, type SessionHint, type WorkerRank } from '../../common/index.js';
 import { RequestTracker } from '../../core/index.js';
 import { EMPTY_LEG, mergeLegs, oneTokenPrefillFields, readChunkInfo, type EngineEvent, type EngineLeg } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
@@ -81,9 +81,9 @@ export class DisaggRequest {
   readonly #session: SessionHint | undefined;
   readonly tracker: RequestTracker;
   /** Cancels the prefill leg (only before it reached an engine, or when its decode partner failed). */
-  readonly #prefillCtl = new AbortController();
+  readonly #prefillCtl = new Cancellation();
   /** Cancels the decode leg (client gone after KV receipt, or its prefill partner failed first). */
-  readonly #decodeCtl = new AbortController();
+  readonly #decodeCtl = new Cancellation();
   #target: Selection | undefined;
   #path: HandoffPath | undefined;
   #prefillDispatched = false;

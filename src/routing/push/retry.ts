@@ -9,6 +9,7 @@
  * router retries one leg this way; the prefill router retries a whole
  * disaggregated request whose prefill worker was unreachable.
  */
+import type { CancelSignal } from '../../common/index.js';
 import { isKvgateError } from '../../errors/index.js';
 import type { KvgateMetrics } from '../../metrics/index.js';
 
@@ -17,7 +18,7 @@ export interface RetryPolicy {
   /** Attempts after the first (default 2 where the router is configured). */
   readonly maxRetries: number;
   /** The client's signal: once aborted, nothing is retried. */
-  readonly signal: AbortSignal;
+  readonly signal: CancelSignal;
   readonly metrics: KvgateMetrics | undefined;
   /** The request's failed workers, shared with its migrations (default: a set of this call's own). */
   readonly exclude?: Set<number> | undefined;

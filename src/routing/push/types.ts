@@ -4,7 +4,7 @@
  * (`LegResponse`). A `LegRequest` is a `KvRouteRequest`, so the KV selector
  * hands it to the KvRouter as is.
  */
-import type { RoutingHints, WorkerRole } from '../../common/index.js';
+import type { CancelSignal, RoutingHints, WorkerRole } from '../../common/index.js';
 import type { RequestTracker, RoutingDecision } from '../../core/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import type { EngineEvent, EngineLeg } from '../../engines/index.js';
@@ -34,7 +34,7 @@ export interface LegRequest {
   readonly phase: WorkerRole;
   /** Extra body fields and headers for this leg (P/D handoff). */
   readonly leg?: EngineLeg | undefined;
-  readonly signal: AbortSignal;
+  readonly signal: CancelSignal;
   readonly tracker?: RequestTracker | undefined;
   /** Arrival time on the router clock (TTFT is measured from here). */
   readonly receivedAt: number;
