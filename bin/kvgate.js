@@ -1,6 +1,10 @@
 #!/usr/bin/env node
 // The `kvgate` command: a thin launcher for the compiled CLI (npm run build).
-import { main } from '../dist/src/cli/index.js';
+// V8 is tuned first, before the CLI's modules load (src/cli/v8-tuning.ts says why).
+import { tuneV8 } from '../dist/src/cli/v8-tuning.js';
+
+tuneV8(process.env);
+const { main } = await import('../dist/src/cli/index.js');
 
 main(process.argv.slice(2)).then(
   (code) => { if (typeof code === 'number') process.exitCode = code; },

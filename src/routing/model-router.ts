@@ -350,10 +350,7 @@ export class ModelRouter implements ModelRouterPort {
     };
   }
 
-  /**
-   * The LoRA adapters this model serves now: those of its available aggregated or decode workers
-   * (configured, or listed by their engines' /v1/models).
-   */
+  /** The LoRA adapters this model serves now: its available aggregated or decode workers' (configured, or in their /v1/models). */
   adapters(): string[] {
     return this.#registry.adapters(this.model, ['aggregated', 'decode']);
   }
@@ -370,6 +367,7 @@ export class ModelRouter implements ModelRouterPort {
 
   /** A pin naming a configured worker of this model that is down is a 503 naming it, not an unknown worker. */
   #checkPins(hints: RoutingHints): void {
+    if (hints.backendInstanceId === undefined && hints.prefillWorkerId === undefined && hints.decodeWorkerId === undefined) return;
     const pins = [['backend_instance_id', hints.backendInstanceId], ['prefill_worker_id', hints.prefillWorkerId], ['decode_worker_id', hints.decodeWorkerId]] as const;
     for (const [param, id] of pins) {
       if (id === undefined || this.#registry.get(id)?.model !== this.model || this.#registry.isAvailable(id)) continue;

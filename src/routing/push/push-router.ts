@@ -228,7 +228,7 @@ export class PushRouter implements PoolMembers {
     // migrates them through a new prefill and decode (prefill-router.ts).
     const migrates = policy.limit > 0 && req.phase === 'aggregated';
     const exclude = new Set<number>(excluded);
-    const first = await this.#attempts(migrates && midStreamBlocker(req.body) === undefined ? { ...req, returnTokenIds: true } : req, preselected, exclude);
+    const first = await this.#attempts(req, preselected, exclude, req.returnTokenIds === true || (migrates && midStreamBlocker(req.body) === undefined));
     if (first.body.kind !== 'sse') return first;
     const sel = first.selection;
     const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, () => this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
@@ -242,8 +242,11 @@ export class PushRouter implements PoolMembers {
     }
   }
 
-  /** Dispatches one leg, retried elsewhere while nothing reached the client; `exclude` is the request's failed workers. */
-  #attempts(req: LegRequest, preselected: Selection | undefined, exclude: Set<number>): Promise<LegResponse> {
+  /**
+   * Dispatches one leg, retried elsewhere while nothing reached the client; `exclude` is the request's failed workers.
+   * `tokenIds`: ask for the token ids a migration resumes from (`LegRequest.returnTokenIds`, given apart so the leg is not copied).
+   */
+  #attempts(req: LegRequest, preselected: Selection | undefined, exclude: Set<number>, tokenIds: boolean): Promise<LegResponse> {
     const policy = { model: this.model, maxRetries: this.#opts.maxRetries ?? 2, signal: req.signal, metrics: this.#ctx.metrics, exclude };
     return retryBeforeFirstByte(policy, async (scope) => {
       const first = scope.attempt === 0 ? preselected : undefined;
@@ -251,9 +254,9 @@ export class PushRouter implements PoolMembers {
         if (first !== undefined) this.#release(req, first);
         throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before dispatch');
       }
-      if (scope.attempt === 0) return this.#send(req, first ?? await this.select(req, 'book', scope.exclude), scope);
+      if (scope.attempt === 0) return this.#send(req, first ?? await this.select(req, 'book', scope.exclude), scope, tokenIds);
       // A retry on another worker: its own span around the new decision and the new engine leg.
-      return inSpan('kvgate.retry', async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope),
+      return inSpan('kvgate.retry', async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope, tokenIds),
         () => ({ 'kvgate.retry.attempt': scope.attempt, 'kvgate.retry.excluded_workers': [...scope.exclude].join(',') }));
     });
   }
@@ -263,7 +266,7 @@ export class PushRouter implements PoolMembers {
     return migrationHooks({
       ctx: this.#ctx, model: this.model, role: this.role, requestId: req.requestId, policy, pinned: sel.pinned, exclude,
       redispatch: async (leg) => {
-        const res = await this.#attempts({ ...leg, returnTokenIds: true }, undefined, exclude);
+        const res = await this.#attempts(leg, undefined, exclude, true);
         if (res.body.kind === 'sse') return { events: res.body.events, workerId: res.selection.worker.id };
         throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine refused the continuation (${res.status})`, { upstreamStatus: res.status });
       },
@@ -274,7 +277,7 @@ export class PushRouter implements PoolMembers {
   }
 
   /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing reached the client). */
-  async #send(req: LegRequest, sel: Selection, scope: RetryScope): Promise<LegResponse> {
+  async #send(req: LegRequest, sel: Selection, scope: RetryScope, tokenIds: boolean): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
     const trace = clientSpan(`kvgate.engine.${req.phase}`, () => ({
       'kvgate.model': this.model, 'kvgate.phase': req.phase, 'kvgate.worker_id': sel.worker.id, 'kvgate.dp_rank': sel.dpRank, 'kvgate.attempt': scope.attempt,
@@ -300,7 +303,7 @@ export class PushRouter implements PoolMembers {
     // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
     const streamed = leg.fields['stream'] !== false;
     // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before the first byte only.
-    const ids = req.returnTokenIds === true && (w.returnsTokenIds ?? w.dialect === 'vllm');
+    const ids = tokenIds && (w.returnsTokenIds ?? w.dialect === 'vllm');
     const t = this.#opts.legTimeouts;
     try {
       // One options object of one shape per dispatch (undefined: not set), fields and headers each built once.
