@@ -54,9 +54,22 @@ export class BatchedFlow<T> implements Batched<T> {
   }
 }
 
+/** A `Batched` source read as its batches. */
+class BatchesView<T> implements AsyncIterable<T[]> {
+  readonly #source: Batched<T>;
+
+  constructor(source: Batched<T>) {
+    this.#source = source;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<T[]> {
+    return this.#source.batches();
+  }
+}
+
 /** Reads `source` in batches: its own when it is `Batched`, else one item per batch. */
 export function batchesOf<T>(source: AsyncIterable<T>): AsyncIterable<T[]> {
-  if (isBatched(source)) return { [Symbol.asyncIterator]: () => source.batches() };
+  if (isBatched(source)) return new BatchesView(source);
   return ones(source);
 }
 

@@ -1,5 +1,6 @@
 export { BatchedFlow, batchesOf, type Batched } from './batches.js';
 export { Cancellation, type CancelSignal } from './cancel.js';
+export { jsonTextOf, rememberJsonText } from './json-text.js';
 export { ManualClock, fmix32, seededRng, systemClock, type Clock, type Rng } from './clock.js';
 export { makeContext, type Context } from './context.js';
 export type { RouterConfigOverride, RoutingConstraints, RoutingHints, SessionHint } from './hints.js';

@@ -88,7 +88,9 @@ export class ResponseAssembler {
     const out: Json = { ...this.#top };
     out['object'] ??= this.#chat ? 'chat.completion' : 'text_completion';
     const chat = out['object'] === 'chat.completion';
-    out['choices'] = [...this.#choices.values()].sort((a, b) => a.index - b.index).map((a) => (chat ? chatChoice(a) : completionChoice(a)));
+    // Most answers have one choice: no array to sort.
+    const accs = this.#choices.size === 1 ? [this.#choices.values().next().value!] : [...this.#choices.values()].sort((a, b) => a.index - b.index);
+    out['choices'] = accs.map((a) => (chat ? chatChoice(a) : completionChoice(a)));
     if (this.#usage !== undefined) out['usage'] = this.#usage;
     return out;
   }
@@ -161,8 +163,14 @@ function logprobsOf(a: ChoiceAcc): Json | null {
   return a.logprobs === undefined ? null : Object.fromEntries(a.logprobs);
 }
 
+/** A choice's own fields after what the chunks carried beyond the known ones (none, mostly: no copy then). */
+function choiceOf(a: ChoiceAcc, own: Json): Json {
+  for (const _k in a.extra) return { ...a.extra, ...own };
+  return own;
+}
+
 function chatChoice(a: ChoiceAcc): Json {
-  const toolCalls = [...(a.tools?.entries() ?? [])].sort((x, y) => x[0] - y[0]).map(([, t]) => ({
+  const toolCalls = a.tools === undefined ? [] : [...a.tools.entries()].sort((x, y) => x[0] - y[0]).map(([, t]) => ({
     ...t.extra,
     ...(t.id !== undefined ? { id: t.id } : {}),
     type: t.type ?? 'function',
@@ -171,9 +179,9 @@ function chatChoice(a: ChoiceAcc): Json {
   const message: Json = { role: a.role ?? 'assistant', content: a.sawContent && !(a.text === '' && toolCalls.length > 0) ? a.text : null };
   if (a.strings !== undefined) for (const [k, v] of a.strings) message[k] = v;
   if (toolCalls.length > 0) message['tool_calls'] = toolCalls;
-  return { ...a.extra, index: a.index, message, logprobs: logprobsOf(a), finish_reason: a.finishReason };
+  return choiceOf(a, { index: a.index, message, logprobs: logprobsOf(a), finish_reason: a.finishReason });
 }
 
 function completionChoice(a: ChoiceAcc): Json {
-  return { ...a.extra, index: a.index, text: a.text, logprobs: logprobsOf(a), finish_reason: a.finishReason };
+  return choiceOf(a, { index: a.index, text: a.text, logprobs: logprobsOf(a), finish_reason: a.finishReason });
 }

@@ -7,6 +7,7 @@
  * A top-level `bigint` field is written as an exact JSON integer: SGLang's
  * `bootstrap_room` is a 63-bit number that a JS number cannot hold.
  */
+import { jsonTextOf } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
 export type JsonObject = Readonly<Record<string, unknown>>;
@@ -16,7 +17,7 @@ export type JsonObject = Readonly<Record<string, unknown>>;
  */
 export function serializeBody(body: JsonObject, extraFields?: JsonObject): string {
   try {
-    if (extraFields === undefined) return JSON.stringify(body);
+    if (extraFields === undefined) return jsonTextOf(body) ?? JSON.stringify(body);
     const appended = appendedFields(body, extraFields);
     if (appended !== undefined) return appended;
     const merged: Record<string, unknown> = { ...body };
@@ -60,9 +61,15 @@ function appendedFields(body: JsonObject, extraFields: JsonObject): string | und
     if (json !== undefined) tail += `,${JSON.stringify(key)}:${json}`;
   }
   tail += bigints;
-  const json = JSON.stringify(body);
+  // The client's own text when the body is its unchanged parse (common's json-text.ts): the same members, not re-serialised.
+  const json = jsonTextOf(body) ?? JSON.stringify(body);
   if (tail === '') return json;
-  return json === '{}' ? `{${tail.slice(1)}}` : `${json.slice(0, -1)}${tail}}`;
+  return isEmpty(body) ? `{${tail.slice(1)}}` : `${json.slice(0, json.lastIndexOf('}'))}${tail}}`;
+}
+
+function isEmpty(body: JsonObject): boolean {
+  for (const _k in body) return false;
+  return true;
 }
 
 /** The body an engine receives for `body` plus `extraFields`, as an object (for inspection and tests). */

@@ -29,7 +29,7 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Server as NetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { Cancellation, inRequestSpan, inSpan, traceLogFields, type WorkerRank } from '../common/index.js';
+import { Cancellation, inRequestSpan, inSpan, rememberJsonText, traceLogFields, type WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
@@ -333,6 +333,7 @@ export class GatewayServer {
     ctx.log.promptTokens = pre.tokenIds.length;
     if (pre.stats.cachedTokens > 0) ctx.log.segmentCachedTokens = pre.stats.cachedTokens;
     const forward = withoutNvext(body);
+    if (forward === body) rememberJsonText(body, text); // unchanged, it reaches its engine as the client's own text
     const prepared: PreparedRequest = {
       requestId: ctx.requestId,
       model: modelName,

@@ -5,6 +5,7 @@
  * through the merged copy (issue 18, round 2: fewer copies of the client body).
  */
 import { describe, expect, it } from 'vitest';
+import { rememberJsonText } from '../../src/common/index.js';
 import { serializeBody } from '../../src/engines/request-body.js';
 
 /** What the engine must receive: the merged object, bigints as exact integers after the other members. */
@@ -41,6 +42,21 @@ describe('serializeBody', () => {
       expect(serializeBody(body, extra)).toBe(expected(body, extra));
     });
   }
+
+  it('a body parsed from the client\'s text is sent as that text, with the new members after it', () => {
+    const text = '{ "model" : "m",\n  "messages": [{"role":"user","content":"caf\\u00e9"}], "max_tokens": 1 }\n';
+    const body = JSON.parse(text) as Record<string, unknown>;
+    rememberJsonText(body, text);
+    const sent = serializeBody(body, { stream: true, bootstrap_room: 7n });
+    // The client's own bytes (spacing, escapes) up to its closing brace, then kvgate's members.
+    expect(sent).toBe('{ "model" : "m",\n  "messages": [{"role":"user","content":"caf\\u00e9"}], "max_tokens": 1 ,"stream":true,"bootstrap_room":7}');
+    expect(JSON.parse(sent)).toEqual({ ...body, stream: true, bootstrap_room: 7 });
+    expect(serializeBody(body)).toBe(text.trimEnd());
+    // A field that replaces a member goes through the merged copy, which has no text of its own.
+    expect(serializeBody(body, { max_tokens: 2 })).toBe(JSON.stringify({ ...body, max_tokens: 2 }));
+    // Another object with the same members is serialised as before.
+    expect(serializeBody({ ...body }, { stream: true })).toBe(`${JSON.stringify(body).slice(0, -1)},"stream":true}`);
+  });
 
   it('the client body is not changed', () => {
     const body = { model: 'm', prompt: 'x' };

@@ -294,10 +294,10 @@ export class DisaggRequest {
     const common = { worker, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, tracker: this.tracker };
     if (res.body.kind === 'json') {
       this.#onDecodeOutput();
-      let bytes: Uint8Array = res.body.bytes;
+      let bytes: Uint8Array | string = res.body.bytes;
       if (promptTokensDetails !== undefined && res.status < 400) {
         const patched = withPromptTokensDetails(res.body.json, promptTokensDetails);
-        if (patched !== undefined) bytes = Buffer.from(JSON.stringify(patched));
+        if (patched !== undefined) bytes = JSON.stringify(patched);
       }
       this.#end();
       return { ...common, body: { kind: 'json', bytes } };

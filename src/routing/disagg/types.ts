@@ -16,7 +16,7 @@ export interface DisaggSseEvent {
 
 export type DisaggBody =
   | { readonly kind: 'sse'; readonly events: AsyncIterable<DisaggSseEvent> }
-  | { readonly kind: 'json'; readonly bytes: Uint8Array };
+  | { readonly kind: 'json'; readonly bytes: Uint8Array | string };
 
 export interface DisaggOutcome {
   /** The worker whose answer this is: the decode worker, or the prefill worker when it refused the request (4xx). */

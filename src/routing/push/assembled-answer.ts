@@ -38,5 +38,5 @@ export async function assembledAnswer(events: AsyncIterable<EngineEvent>, status
 }
 
 function jsonBody(status: number, json: Record<string, unknown>): { status: number; body: LegBody } {
-  return { status, body: { kind: 'json', bytes: Buffer.from(JSON.stringify(json)), json } };
+  return { status, body: { kind: 'json', bytes: JSON.stringify(json), json } };
 }

@@ -57,7 +57,7 @@ export interface Selection {
 
 export type LegBody =
   | { readonly kind: 'sse'; readonly events: AsyncIterable<EngineEvent> }
-  | { readonly kind: 'json'; readonly bytes: Uint8Array; readonly json: unknown };
+  | { readonly kind: 'json'; readonly bytes: Uint8Array | string; readonly json: unknown };
 
 export interface LegResponse {
   readonly selection: Selection;
