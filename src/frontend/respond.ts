@@ -6,6 +6,8 @@
  * Contract of `pipeRouted`: once the SSE head is written, a failure becomes a
  * final error event (never a second status line), and a client that leaves
  * early makes it return the upstream iterator so the router frees its booking.
+ * Routed answers and SSE batches leave at the end of their event-loop turn
+ * (turn-end.ts): `pipeRouted` may return before its last bytes are written.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
@@ -15,6 +17,7 @@ import { asKvgateError, drained, sendBytes, sendJson, sseErrorFrame, sseFrame } 
 import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
 import type { PublicErrors } from './public-error.js';
 import type { EndpointKind, PreparedRequest, QueryResult, RoutedResponse, SseEvent } from './router-port.js';
+import { atTurnEnd } from './turn-end.js';
 
 /** One request as the server handles it. */
 export interface RequestContext {
@@ -60,11 +63,12 @@ export function sendQueryAnswer(ctx: RequestContext, kind: EndpointKind | 'route
 }
 
 /**
- * Batches a stream's SSE frames per event-loop turn: the frames an upstream
- * read delivered together go out as one chunk in one writev instead of a
- * chunk (and a syscall) each. The batch is written on the next tick, after the
- * current burst of microtasks, so no frame waits for a later one; the head
- * goes with the first batch, or alone on that tick when no event came yet.
+ * Batches a stream's SSE frames per event-loop turn: the frames that arrive in
+ * one turn go out as one chunk in one writev, at the end of that turn with the
+ * other clients' writes (turn-end.ts), instead of a chunk (and a syscall)
+ * each. No frame waits for a later turn; the head goes with the first batch,
+ * or alone at the end of the first turn when no event came yet; the end of the
+ * stream goes with its turn's batch.
  */
 class TurnBatch {
   readonly #res: ServerResponse;
@@ -73,11 +77,18 @@ class TurnBatch {
   #scheduled = false;
   /** The last write filled the socket's buffer: the writer should wait for 'drain'. */
   #full = false;
-  readonly #onTick = (): void => {
+  /** `end()` was called: the response ends at the end of the turn, with `#last` after the batch. */
+  #ending = false;
+  #last: Buffer | undefined;
+  readonly #onTurn = (): void => {
     this.#scheduled = false;
-    if (this.#frames.length > 0) this.flush();
+    if (this.#ending) this.#end();
+    else if (this.#frames.length > 0) this.flush();
     // (headersSent is true from writeHead on; flushHeaders sends the head only if nothing did yet.)
     else if (!this.#res.destroyed) this.#res.flushHeaders();
+  };
+  readonly #onFail = (err: unknown): void => {
+    this.#res.destroy(err as Error);
   };
 
   constructor(res: ServerResponse) {
@@ -87,7 +98,7 @@ class TurnBatch {
   schedule(): void {
     if (this.#scheduled) return;
     this.#scheduled = true;
-    process.nextTick(this.#onTick);
+    atTurnEnd(this.#onTurn, this.#onFail);
   }
 
   /** Queues the events' frames; false when the writer should first wait for the socket to drain. */
@@ -137,13 +148,19 @@ class TurnBatch {
     res.uncork();
   }
 
-  /** Writes what is queued and ends the response with `last`, in one writev. */
+  /** Ends the response at the end of this turn: what is queued, then `last`, in one writev. */
   end(last?: Buffer): void {
+    this.#ending = true;
+    this.#last = last;
+    this.schedule();
+  }
+
+  #end(): void {
     if (this.#res.destroyed) return;
     this.#res.cork();
     this.flush();
     // end() uncorks the socket, sending the batch, the last frame and the chunked terminator together.
-    this.#res.end(last);
+    this.#res.end(this.#last);
   }
 }
 
@@ -179,7 +196,8 @@ export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, he
 const { res } = ctx;
   ctx.log.upstreamStatus = routed.status;
   if (routed.body.kind === 'json') {
-    sendBytes(res, routed.status, routed.body.bytes, 'application/json', headers);
+    const bytes = routed.body.bytes;
+    atTurnEnd(() => sendBytes(res, routed.status, bytes, 'application/json', headers), (err) => res.destroy(err as Error));
     return;
   }
   // Read in batches: the events of one upstream read are framed together (common's `Batched`).
