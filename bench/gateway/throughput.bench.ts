@@ -28,6 +28,10 @@
  * row of this build in kv mode with KV events syncing with one peer replica
  * over it (`--replica-sync-nats`; the peer takes no traffic but receives and
  * applies every booking), and notes the CPU per request sync adds.
+ * KVGATE_BENCH_GATEWAY_ROUNDS=N measures every front N times, the fronts
+ * interleaved in each round, and reports per front the median of its rounds
+ * (req/s, latency and CPU each): on a shared machine one round's drift then
+ * moves one sample, not the figure.
  * Run: npm run bench -- gateway
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -43,6 +47,7 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const MODEL = 'bench-model';
 const DURATION_S = Number(process.env.KVGATE_BENCH_GATEWAY_SECONDS ?? '6');
 const PROCESSES = Number(process.env.KVGATE_BENCH_GATEWAY_PROCESSES ?? '1');
+const ROUNDS = Math.max(1, Number(process.env.KVGATE_BENCH_GATEWAY_ROUNDS ?? '1'));
 const WITH_NATS = process.env.KVGATE_BENCH_GATEWAY_NATS === '1';
 const CONNECTIONS = 32;
 const STREAM_CHUNKS = 64;
@@ -237,12 +242,30 @@ interface Measured extends WrkResult {
   cpuMsPerRequest: number;
 }
 
-async function measure(front: Front, script: string, connections: number): Promise<Measured> {
-  await runWrk(front.url, script, 2, connections); // warm-up (JIT, connection pools, caches)
+async function measure(front: Front, script: string, connections: number, warm: boolean): Promise<Measured> {
+  if (warm) await runWrk(front.url, script, 2, connections); // warm-up (JIT, connection pools, caches)
   const cpu0 = front.pid === undefined ? 0 : cpuSeconds(front.pid);
   const r = await runWrk(front.url, script, DURATION_S, connections);
   const cpu1 = front.pid === undefined ? 0 : cpuSeconds(front.pid);
   return { ...r, cpuMsPerRequest: r.requests > 0 ? ((cpu1 - cpu0) * 1000) / r.requests : Number.NaN };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+/** Every front measured ROUNDS times, interleaved (warmed up in the first round); per front the median of each figure. */
+async function measureAll(fronts: readonly Front[], script: string, connections: number): Promise<Record<string, Measured>> {
+  const rounds: Record<string, Measured[]> = {};
+  for (let r = 0; r < ROUNDS; r++) for (const f of fronts) (rounds[f.name] ??= []).push(await measure(f, script, connections, r === 0));
+  const out: Record<string, Measured> = {};
+  for (const [name, ms] of Object.entries(rounds)) {
+    const pick = (k: keyof Measured): number => median(ms.map((m) => m[k]));
+    out[name] = { rps: pick('rps'), p50Us: pick('p50Us'), p99Us: pick('p99Us'), requests: pick('requests'), non2xx: pick('non2xx'), cpuMsPerRequest: pick('cpuMsPerRequest') };
+  }
+  return out;
 }
 
 const ms = (us: number): string => (us / 1000).toFixed(2);
@@ -304,12 +327,9 @@ export async function run(): Promise<BenchSection> {
 
     const tinyScript = wrkScript(dir, 'tiny', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
     const streamScript = wrkScript(dir, 'stream', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: STREAM_CHUNKS, stream: true });
-    const tiny: Record<string, Measured> = {};
-    const stream: Record<string, Measured> = {};
-    const one: Record<string, Measured> = {};
-    for (const f of fronts) tiny[f.name] = await measure(f, tinyScript, CONNECTIONS);
-    for (const f of fronts) one[f.name] = await measure(f, tinyScript, 1);
-    for (const f of fronts) stream[f.name] = await measure(f, streamScript, CONNECTIONS);
+    const tiny = await measureAll(fronts, tinyScript, CONNECTIONS);
+    const one = await measureAll(fronts, tinyScript, 1);
+    const stream = await measureAll(fronts, streamScript, CONNECTIONS);
     const base = tiny[direct.name]!;
     const ref = tiny[nginxName] ?? base;
     const non2xx = (r: Measured): string => (r.non2xx > 0 ? `, ${r.non2xx} non-2xx` : '');
@@ -344,6 +364,7 @@ export async function run(): Promise<BenchSection> {
         + `(${(on.cpuMsPerRequest / off.cpuMsPerRequest).toFixed(2)}x) and ${(on.rps / off.rps).toFixed(2)}x the req/s of sync off on the tiny chat at ${CONNECTIONS} connections; `
         + 'the peer replica and nats-server run on the same two cores, and their CPU is not in the row.');
     }
+    if (ROUNDS > 1) notes.push(`${ROUNDS} rounds, the fronts interleaved in each; every figure is the median of its front's rounds.`);
     notes.push(`wrk -t1 -d${DURATION_S}s per row after a 2 s warm-up; the backend answers at once (${base.rps.toFixed(0)} req/s alone at ${CONNECTIONS} connections), so the front's cost shows.`,
       'CPU per request: the front\'s process CPU time (user + system, children and threads included, /proc/<pid>/stat) during the measured run over the requests wrk completed.',
       'kvgate runs with --tokenizer demo (the bundled Qwen3 tokenizer and chat template), default preprocessing, --log-level warn (no access log line per request), --max-concurrent-requests 4096.',
