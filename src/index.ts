@@ -40,7 +40,7 @@ export type { KvgateErrorCode } from './errors/index.js';
 export { systemClock, ManualClock, seededRng, silentLogger } from './common/index.js';
 export type {
   Clock, Rng, Logger, RoutingHints, RouterConfigOverride, RoutingConstraints, SessionHint, WorkerRank, WorkerPin, WorkerRole, RouterMode,
-  EngineDialect,
+  EngineDialect, CancelSignal,
 } from './common/index.js';
 
 // ---- WASM: hashing and the prefix index ------------------------------------
