@@ -6,8 +6,9 @@
  * Contract of `pipeRouted`: once the SSE head is written, a failure becomes a
  * final error event (never a second status line), and a client that leaves
  * early makes it return the upstream iterator so the router frees its booking.
- * Routed answers and SSE batches leave at the end of their event-loop turn
- * (turn-end.ts): `pipeRouted` may return before its last bytes are written.
+ * Routed and query-only answers and SSE batches leave at the end of their
+ * event-loop turn (turn-end.ts): the writers may return before their last
+ * bytes are written.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
@@ -45,21 +46,31 @@ export function workerHeaders(worker: WorkerRank, prefill: WorkerRank | undefine
   return h;
 }
 
-/** A query-only answer: `/v1/route`'s body, or Dynamo's query-only completion (JSON or one SSE chunk). */
+/**
+ * A query-only answer: `/v1/route`'s body, or Dynamo's query-only completion (JSON or one SSE chunk). Built now
+ * (a failure is still the request's error answer), written at the end of the turn with the other answers.
+ */
 export function sendQueryAnswer(ctx: RequestContext, kind: EndpointKind | 'route', req: PreparedRequest, q: QueryResult, model: ModelConfig,
   headers: Record<string, string>, createdSec: number): void {
+  const res = ctx.res;
+  let write: () => void;
   if (kind === 'route') {
-    sendJson(ctx.res, 200, routeResponseBody(req, q, model.blockSize), headers);
-    return;
+    const body = JSON.stringify(routeResponseBody(req, q, model.blockSize));
+    write = () => sendJson(res, 200, body, headers);
+  } else if (!req.stream) {
+    // Dynamo-compatible query-only answer on the OpenAI endpoint (Dynamo's): nvext.worker_id and nvext.token_ids, no choices.
+    const body = JSON.stringify(queryCompletionBody(req, q, createdSec));
+    write = () => sendJson(res, 200, body, headers);
+  } else {
+    const chunk = `data: ${JSON.stringify(queryCompletionChunk(req, q, createdSec))}\n\n`;
+    write = () => {
+      if (res.destroyed) return;
+      res.writeHead(200, { ...SSE_HEADERS, ...headers });
+      res.write(chunk);
+      res.end('data: [DONE]\n\n');
+    };
   }
-  // Dynamo-compatible query-only answer on the OpenAI endpoint (Dynamo's): nvext.worker_id and nvext.token_ids, no choices.
-  if (!req.stream) {
-    sendJson(ctx.res, 200, queryCompletionBody(req, q, createdSec), headers);
-    return;
-  }
-  ctx.res.writeHead(200, { ...SSE_HEADERS, ...headers });
-  ctx.res.write(`data: ${JSON.stringify(queryCompletionChunk(req, q, createdSec))}\n\n`);
-  ctx.res.end('data: [DONE]\n\n');
+  atTurnEnd(write, (err) => res.destroy(err as Error));
 }
 
 /**
