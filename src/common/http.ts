@@ -9,6 +9,7 @@
  */
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { KvgateError } from '../errors/index.js';
+import type { CancelSignal } from './cancel.js';
 
 /** The OpenAI error object, with kvgate's stable code. */
 export interface ErrorBody {
@@ -128,19 +129,39 @@ export function sseJsonFrame(value: unknown): string {
 /** The event that ends an OpenAI stream. */
 export const SSE_DONE = 'data: [DONE]\n\n';
 
-/** Resolves when the response can take more data, or when it closed (then `false`). */
-export function drained(res: ServerResponse): Promise<boolean> {
-  if (res.destroyed) return Promise.resolve(false);
+/** Why `whenWritable` returned: the response can take more data, or it never will. */
+export type WritableState = 'ready' | 'closed' | 'aborted' | 'stalled';
+
+/**
+ * Waits until `res` can take more data. The response's own state decides (`writableNeedDrain`), not what a
+ * caller saw at an earlier write: a 'drain' that already came is never waited for, so the wait cannot hang.
+ * Resolves 'ready' at once when nothing is waiting to drain; 'closed' when the response closes first; 'aborted'
+ * when `signal` fires first; 'stalled' when the client took nothing of what is buffered for `stallMs`
+ * (0: no bound). A wait that ends other than 'ready' leaves the response as it is (the caller ends it).
+ */
+export function whenWritable(res: ServerResponse, signal?: CancelSignal, stallMs = 0): Promise<WritableState> {
+  if (res.destroyed) return Promise.resolve('closed');
+  if (signal?.aborted === true) return Promise.resolve('aborted');
+  if (!res.writableNeedDrain) return Promise.resolve('ready');
   return new Promise((resolve) => {
-    const done = (ok: boolean): void => {
+    let timer: NodeJS.Timeout | undefined;
+    const done = (state: WritableState): void => {
       res.off('drain', onDrain);
       res.off('close', onClose);
-      resolve(ok);
+      signal?.removeEventListener('abort', onAbort);
+      if (timer !== undefined) clearTimeout(timer);
+      resolve(state);
     };
-    const onDrain = (): void => done(true);
-    const onClose = (): void => done(false);
+    const onDrain = (): void => done('ready');
+    const onClose = (): void => done('closed');
+    const onAbort = (): void => done('aborted');
     res.on('drain', onDrain);
     res.on('close', onClose);
+    signal?.addEventListener('abort', onAbort);
+    if (stallMs > 0) {
+      timer = setTimeout(() => done('stalled'), stallMs);
+      timer.unref();
+    }
   });
 }
 

@@ -18,6 +18,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   engineStreamIdleTimeoutMs: 30_000,
   headerTimeoutMs: 30_000,
   bodyTimeoutMs: 30_000,
+  clientStallTimeoutMs: 60_000,
   maxPendingConnectionsPerClient: 256,
   retryAfterSeconds: 1,
   maxSessionTimeoutS: 3600,

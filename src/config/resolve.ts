@@ -83,7 +83,7 @@ function readAdmin(root: ConfigReader, listen: ListenAddress): GatewayConfig['ad
 function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   const lim = root.child('limits');
   lim?.allowOnly(['max_body_bytes', 'max_prompt_tokens', 'max_concurrent_requests', 'request_timeout_ms', 'retry_after_seconds',
-    'header_timeout_ms', 'body_timeout_ms', 'max_pending_connections_per_client', 'max_session_timeout_s', 'max_sessions']);
+    'header_timeout_ms', 'body_timeout_ms', 'client_stall_timeout_ms', 'max_pending_connections_per_client', 'max_session_timeout_s', 'max_sessions']);
   const D = GATEWAY_DEFAULTS;
   return {
     maxBodyBytes: lim?.int('max_body_bytes', GATEWAY_DEFAULTS.maxBodyBytes, { min: 1024, max: 1 << 30 }) ?? GATEWAY_DEFAULTS.maxBodyBytes,
@@ -93,6 +93,7 @@ function readLimits(root: ConfigReader): GatewayConfig['limits'] {
     retryAfterSeconds: lim?.int('retry_after_seconds', GATEWAY_DEFAULTS.retryAfterSeconds, { min: 0, max: 3600 }) ?? GATEWAY_DEFAULTS.retryAfterSeconds,
     headerTimeoutMs: lim?.int('header_timeout_ms', D.headerTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.headerTimeoutMs,
     bodyTimeoutMs: lim?.int('body_timeout_ms', D.bodyTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.bodyTimeoutMs,
+    clientStallTimeoutMs: lim?.int('client_stall_timeout_ms', D.clientStallTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.clientStallTimeoutMs,
     maxPendingConnectionsPerClient: lim?.int('max_pending_connections_per_client', D.maxPendingConnectionsPerClient, { min: 1, max: 1 << 20 })
       ?? D.maxPendingConnectionsPerClient,
     maxSessionTimeoutS: lim?.int('max_session_timeout_s', GATEWAY_DEFAULTS.maxSessionTimeoutS, { min: 1, max: 30 * 86_400 }) ?? GATEWAY_DEFAULTS.maxSessionTimeoutS,

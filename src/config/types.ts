@@ -124,6 +124,8 @@ export interface LimitsConfig {
   readonly headerTimeoutMs: number;
   /** A client whose request body pauses longer than this between two chunks gets 408. */
   readonly bodyTimeoutMs: number;
+  /** A streamed answer whose client takes none of what the gateway has buffered for it this long is ended and its booking freed. */
+  readonly clientStallTimeoutMs: number;
   /** Connections one client address may hold open without a complete request; more are answered 429 and closed. */
   readonly maxPendingConnectionsPerClient: number;
   /** The Retry-After value sent with 429 and 503. */

@@ -62,6 +62,7 @@ export const ERROR_CODES = {
   KVG_ERR_MODEL_UNAVAILABLE: { status: 503, type: 'service_unavailable', retryable: true },
   KVG_ERR_SHUTTING_DOWN: { status: 503, type: 'service_unavailable', retryable: true },
   KVG_ERR_REQUEST_TIMEOUT: { status: 504, type: 'timeout_error', retryable: true },
+  KVG_ERR_CLIENT_STALLED: { status: 408, type: 'timeout_error', retryable: false },
   KVG_ERR_INTERNAL: { status: 500, type: 'server_error', retryable: false },
   // Simulated engine (src/mocker).
   KVG_ERR_KV_TRANSFER_FAILED: { status: 502, type: 'server_error', retryable: true },

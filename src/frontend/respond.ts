@@ -12,9 +12,10 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
+import type { Counter } from 'prom-client';
 import { batchesOf, type CancelSignal, type WorkerRank } from '../common/index.js';
 import type { ModelConfig } from '../config/index.js';
-import { asKvgateError, drained, sendBytes, sendJson, sseErrorFrame, sseFrame } from './http-io.js';
+import { asKvgateError, sendBytes, sendJson, sseErrorFrame, sseFrame, whenWritable } from './http-io.js';
 import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
 import type { PublicErrors } from './public-error.js';
 import type { EndpointKind, PreparedRequest, QueryResult, RoutedResponse, SseEvent } from './router-port.js';
@@ -83,11 +84,12 @@ export function sendQueryAnswer(ctx: RequestContext, kind: EndpointKind | 'route
  */
 class TurnBatch {
   readonly #res: ServerResponse;
+  readonly #signal: CancelSignal;
+  readonly #stallMs: number;
+  readonly #onStall: () => void;
   #frames: Buffer[] = [];
   #bytes = 0;
   #scheduled = false;
-  /** The last write filled the socket's buffer: the writer should wait for 'drain'. */
-  #full = false;
   /** `end()` was called: the response ends at the end of the turn, with `#last` after the batch. */
   #ending = false;
   #last: Buffer | undefined;
@@ -102,8 +104,12 @@ class TurnBatch {
     this.#res.destroy(err as Error);
   };
 
-  constructor(res: ServerResponse) {
+  /** `onStall`: the client read nothing of the stream's end for `stallMs`; the response was cut. */
+  constructor(res: ServerResponse, signal: CancelSignal, stallMs: number, onStall: () => void) {
     this.#res = res;
+    this.#signal = signal;
+    this.#stallMs = stallMs;
+    this.#onStall = onStall;
   }
 
   schedule(): void {
@@ -112,8 +118,12 @@ class TurnBatch {
     atTurnEnd(this.#onTurn, this.#onFail);
   }
 
-  /** Queues the events' frames; false when the writer should first wait for the socket to drain. */
-  addAll(events: readonly SseEvent[]): boolean {
+  /**
+   * Queues the events' frames for the end of the turn (at most BATCH_MAX_BYTES are held before a write).
+   * Whether the writer should wait before reading more is the response's own state, read when it asks
+   * (`whenWritable`), never a flag kept from an earlier write: the socket may have drained since.
+   */
+  addAll(events: readonly SseEvent[]): void {
     for (const ev of events) {
       const frame = sseFrame(ev);
       this.#frames.push(frame);
@@ -121,9 +131,6 @@ class TurnBatch {
       if (this.#bytes >= BATCH_MAX_BYTES) this.flush();
     }
     if (this.#frames.length > 0) this.schedule();
-    const full = this.#full;
-    this.#full = false;
-    return !full;
   }
 
   /**
@@ -140,22 +147,20 @@ class TurnBatch {
     this.#bytes = 0;
     const res = this.#res;
     if (frames.length === 1) {
-      this.#full = !res.write(frames[0]!);
+      res.write(frames[0]!);
       return;
     }
     const runs = runsOf(frames);
     if (runs === undefined) {
-      this.#full = !res.write(Buffer.concat(frames, bytes));
+      res.write(Buffer.concat(frames, bytes));
       return;
     }
     if (runs.length === 1) {
-      this.#full = !res.write(runs[0]!);
+      res.write(runs[0]!);
       return;
     }
     res.cork();
-    let ok = true;
-    for (const r of runs) ok = res.write(r);
-    this.#full = !ok;
+    for (const r of runs) res.write(r);
     res.uncork();
   }
 
@@ -172,6 +177,9 @@ class TurnBatch {
     this.flush();
     // end() uncorks the socket, sending the batch, the last frame and the chunked terminator together.
     this.#res.end(this.#last);
+    // What the socket did not take is waiting for the client. One that never reads it would hold the
+    // connection and its concurrency slot forever: see `cutUnlessFinished`.
+    if (this.#res.writableLength > 0) cutUnlessFinished(this.#res, this.#signal, this.#stallMs, this.#onStall);
   }
 }
 
@@ -201,10 +209,60 @@ function runsOf(frames: readonly Buffer[]): Buffer[] | undefined {
 /** A batch written before the turn ends once it holds this many bytes. */
 const BATCH_MAX_BYTES = 64 * 1024;
 
-/** A routed answer: the engine's JSON bytes, or its SSE events piped through with backpressure. */
-export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, headers: Record<string, string>, logger: Logger,
-  publicErrors: PublicErrors): Promise<void> {
-const { res } = ctx;
+/** How long an aborted stream's last bytes (its error event) may wait for the client before the response is cut. */
+const ABORTED_LINGER_MS = 1000;
+
+/**
+ * Bounds how long an ended response may wait for its client to read what is buffered: it is destroyed when the
+ * request's signal fires (its deadline, shutdown), after ABORTED_LINGER_MS when it already has (the stream ended
+ * with that error event), and otherwise after `stallMs`, counted by `onStall`.
+ */
+function cutUnlessFinished(res: ServerResponse, signal: CancelSignal, stallMs: number, onStall: () => void): void {
+  const aborted = signal.aborted;
+  const cut = (): void => {
+    clearTimeout(timer);
+    signal.removeEventListener('abort', cut);
+    if (!res.writableFinished && !res.destroyed) res.destroy();
+  };
+  const timer = setTimeout(() => {
+    const stalled = !aborted && !res.writableFinished && !res.destroyed;
+    cut();
+    if (stalled) onStall();
+  }, aborted ? Math.min(stallMs, ABORTED_LINGER_MS) : stallMs);
+  timer.unref();
+  if (!aborted) signal.addEventListener('abort', cut);
+  res.once('close', () => {
+    clearTimeout(timer);
+    signal.removeEventListener('abort', cut);
+  });
+}
+
+/** What relaying a routed answer needs of the server besides the request (rebuilt when the config is reloaded). */
+export interface RelayEnv {
+  readonly logger: Logger;
+  readonly publicErrors: PublicErrors;
+  /** `limits.client_stall_timeout_ms`: a stream whose client takes nothing of its buffered answer this long is cut. */
+  readonly clientStallMs: number;
+  /** `kvgate_http_rejections_total`, which counts the streams cut for a stalled client. */
+  readonly rejections: Counter<'code'>;
+}
+
+/** Counts and logs a stream cut because its client read nothing for the stall bound (the response is destroyed). */
+function stalled(ctx: RequestContext, env: RelayEnv): void {
+  ctx.log.code = 'KVG_ERR_CLIENT_STALLED';
+  env.rejections.inc({ code: 'KVG_ERR_CLIENT_STALLED' });
+  env.logger.warn({ reqId: ctx.requestId, model: ctx.log.model, worker: ctx.log.worker, stallMs: env.clientStallMs },
+    'stream cut: its client read none of the buffered answer within limits.client_stall_timeout_ms');
+}
+
+/**
+ * A routed answer: the engine's JSON bytes, or its SSE events piped through with backpressure. The stream waits
+ * for the client while the response's buffer is full (`whenWritable`), at most `clientStallMs` without the
+ * client taking anything: then it is cut and counted (counted and logged). The request's signal (its timeout,
+ * shutdown) ends the wait too, and the stream then ends with that error event.
+ */
+export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, headers: Record<string, string>, env: RelayEnv): Promise<void> {
+  const { res } = ctx;
   ctx.log.upstreamStatus = routed.status;
   if (routed.body.kind === 'json') {
     const bytes = routed.body.bytes;
@@ -217,7 +275,7 @@ const { res } = ctx;
   // The caller's headers object is completed, not copied (its own values win).
   for (const name of SSE_HEADER_NAMES) headers[name] ??= SSE_HEADERS[name];
   res.writeHead(routed.status, headers);
-  const batch = new TurnBatch(res);
+  const batch = new TurnBatch(res, ctx.signal, env.clientStallMs, () => stalled(ctx, env));
   batch.schedule();
   let events = 0;
   try {
@@ -229,7 +287,16 @@ const { res } = ctx;
       }
       if (res.destroyed) break;
       events += next.value.length;
-      if (!batch.addAll(next.value) && !(await drained(res))) break;
+      batch.addAll(next.value);
+      if (!res.writableNeedDrain) continue;
+      const state = await whenWritable(res, ctx.signal, env.clientStallMs);
+      if (state === 'closed') break;
+      if (state === 'aborted') throw ctx.signal.reason;
+      if (state === 'stalled') {
+        res.destroy();
+        stalled(ctx, env);
+        break;
+      }
     }
     ctx.log.events = events;
     batch.end();
@@ -237,14 +304,14 @@ const { res } = ctx;
     finished = true;
     const internal = asKvgateError(ctx.signal.aborted ? ctx.signal.reason : err, ctx.requestId);
     // The client gets the code and the worker id; the engine's URL and its own text go to the log.
-    const e = publicErrors.of(internal, routed.worker.workerId);
+    const e = env.publicErrors.of(internal, routed.worker.workerId);
     ctx.log.code = e.code;
     ctx.log.events = events;
-    if (e.code === 'KVG_ERR_INTERNAL') logger.error({ reqId: ctx.requestId, err }, 'stream failed');
-    else if (e !== internal) logger.warn({ reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal }, 'engine error mid-stream');
+    if (e.code === 'KVG_ERR_INTERNAL') env.logger.error({ reqId: ctx.requestId, err }, 'stream failed');
+    else if (e !== internal) env.logger.warn({ reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal }, 'engine error mid-stream');
     batch.end(sseErrorFrame(e));
   } finally {
-    // Left early (client gone): tell the port so it stops the upstream and frees its booking.
+    // Left early (client gone or stalled): tell the port so it stops the upstream and frees its booking.
     if (!finished) await iterator.return?.().catch(() => undefined);
   }
 }

@@ -47,8 +47,8 @@ import { RequestMetrics } from './request-metrics.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
 import { promptTask } from './prompt-task.js';
 import { BACKLOG_GRACE_MS, CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';
-import { pipeRouted, sendQueryAnswer, workerHeaders, type RequestContext } from './respond.js';
-import type { EndpointKind, ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse } from './router-port.js';
+import { pipeRouted, sendQueryAnswer, workerHeaders, type RelayEnv, type RequestContext } from './respond.js';
+import type { EndpointKind, ModelRouterPort, PreparedRequest } from './router-port.js';
 import { validateBody } from './schemas.js';
 
 export interface GatewayServerOptions {
@@ -85,6 +85,7 @@ export class GatewayServer {
   readonly #admin: Server | undefined;
   readonly #conns: ClientConnections;
   #publicErrors = new PublicErrors([]);
+  #relay!: RelayEnv; // set by reconfigure
   readonly #createdSec = Math.floor(Date.now() / 1000);
   readonly #slots: ConcurrencySlots;
   readonly #requestMetrics: RequestMetrics;
@@ -187,6 +188,7 @@ export class GatewayServer {
     this.#slots.max = config.limits.maxConcurrentRequests;
     this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
     this.#publicErrors = new PublicErrors(config.models);
+    this.#relay = { logger: this.logger, publicErrors: this.#publicErrors, clientStallMs: config.limits.clientStallTimeoutMs, rejections: this.metrics.httpRejections };
     for (const m of config.models) {
       const port = this.#ports.get(m.name);
       if (port === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${m.name}`);
@@ -354,12 +356,12 @@ export class GatewayServer {
       const q = await port.query(prepared);
       ctx.signal.throwIfAborted();
       this.#noteWorkers(ctx, q.worker, q.prefillWorker);
-      this.#sendQuery(ctx, kind, prepared, q, model);
+      sendQueryAnswer(ctx, kind, prepared, q, model, this.#answerHeaders(q.worker, q.prefillWorker), this.#createdSec);
       return;
     }
     const routed = await port.route(prepared);
     this.#noteWorkers(ctx, routed.worker, routed.prefillWorker);
-    await this.#sendRouted(ctx, routed);
+    await pipeRouted(ctx, routed, this.#answerHeaders(routed.worker, routed.prefillWorker), this.#relay);
   }
 
   #noteWorkers(ctx: RequestContext, worker: WorkerRank, prefill: WorkerRank | undefined): void {
@@ -367,16 +369,11 @@ export class GatewayServer {
     if (prefill !== undefined) ctx.log.prefillWorker = prefill.workerId;
   }
 
-  #sendQuery(ctx: RequestContext, kind: EndpointKind | 'route', req: PreparedRequest, q: QueryResult, model: ModelConfig): void {
-    const headers = workerHeaders(q.worker, q.prefillWorker);
+  /** The answer's worker headers, with `Connection: close` while draining. */
+  #answerHeaders(worker: WorkerRank, prefill: WorkerRank | undefined): Record<string, string> {
+    const headers = workerHeaders(worker, prefill);
     if (this.#draining) headers.connection = 'close';
-    sendQueryAnswer(ctx, kind, req, q, model, headers, this.#createdSec);
-  }
-
-  #sendRouted(ctx: RequestContext, routed: RoutedResponse): Promise<void> {
-    const headers = workerHeaders(routed.worker, routed.prefillWorker);
-    if (this.#draining) headers.connection = 'close';
-    return pipeRouted(ctx, routed, headers, this.logger, this.#publicErrors);
+    return headers;
   }
 
   #metricsText(ctx: RequestContext): Promise<void> {

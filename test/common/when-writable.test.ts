@@ -1,0 +1,90 @@
+/**
+ * Issue 23: `whenWritable` reads the response's own state. The relay used to
+ * wait for 'drain' on a flag kept from an earlier write; when the socket had
+ * drained in between, no 'drain' ever came and the stream hung.
+ */
+import { once } from 'node:events';
+import { createServer, request, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Cancellation, whenWritable } from '../../src/common/index.js';
+
+/** A server whose one response is handed to `use`, and a client that reads it only when told. */
+async function pair(): Promise<{ res: ServerResponse; resume(): void; close(): void }> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const got = once(server, 'request');
+  const req = request(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`);
+  req.end();
+  const [, res] = (await got) as [unknown, ServerResponse];
+  req.on('error', () => undefined); // the tests' own close resets it
+  res.writeHead(200);
+  res.flushHeaders();
+  // The client stops reading as soon as the head arrives: the server's buffers fill until it resumes.
+  const [r] = (await once(req, 'response')) as [{ pause(): void; resume(): void }];
+  r.pause();
+  return { res, resume: () => r.resume(), close: () => { req.destroy(); server.close(); server.closeAllConnections(); } };
+}
+
+/** Writes until the response's buffer stays full: the paused client's socket buffers hold no more. */
+async function fill(res: ServerResponse): Promise<void> {
+  const chunk = Buffer.alloc(1 << 20, 97);
+  for (let i = 0; i < 256; i++) {
+    while (res.write(chunk));
+    await new Promise((r) => setImmediate(r));
+    if (res.writableNeedDrain) return;
+  }
+  throw new Error('the buffers never filled');
+}
+
+describe('whenWritable (issue 23)', () => {
+  let close = (): void => undefined;
+  afterEach(() => close());
+
+  it('is ready at once when nothing waits to drain', async () => {
+    const p = await pair();
+    close = p.close;
+    expect(await whenWritable(p.res)).toBe('ready');
+  });
+
+  it('is ready at once after a drain that came before the wait (the stall of issue 23)', async () => {
+    const p = await pair();
+    close = p.close;
+    await fill(p.res);
+    expect(p.res.writableNeedDrain).toBe(true);
+    p.resume();
+    await once(p.res, 'drain');
+    // The old relay waited here for another 'drain', which never came.
+    expect(await whenWritable(p.res)).toBe('ready');
+  });
+
+  it('waits for the drain while the buffer is full', async () => {
+    const p = await pair();
+    close = p.close;
+    await fill(p.res);
+    const state = whenWritable(p.res);
+    p.resume();
+    expect(await state).toBe('ready');
+  });
+
+  it('ends the wait when the signal fires, when the response closes, or after the stall bound', async () => {
+    const a = await pair();
+    await fill(a.res);
+    const c = new Cancellation();
+    const aborted = whenWritable(a.res, c.signal, 60_000);
+    c.abort(new Error('deadline'));
+    expect(await aborted).toBe('aborted');
+    const closed = whenWritable(a.res, undefined, 60_000);
+    a.res.destroy();
+    expect(await closed).toBe('closed');
+    a.close();
+
+    const b = await pair();
+    close = b.close;
+    await fill(b.res);
+    const started = performance.now();
+    expect(await whenWritable(b.res, undefined, 50)).toBe('stalled');
+    expect(performance.now() - started).toBeGreaterThanOrEqual(49);
+  });
+});
