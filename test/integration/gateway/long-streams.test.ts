@@ -99,8 +99,6 @@ describe('long streams through kvgate serve, aggregated (issue 23)', () => {
     const one = async (i: number): Promise<number> => {
       const stream = await client.chat.completions.create({
         model: MODEL, messages: [{ role: 'user', content: `Story number ${i}.` }], max_tokens: i % 2 === 0 ? 1000 : 4000, stream: true,
-        // @ts-expect-error vLLM's sampling extension, passed through
-        ignore_eos: true,
       });
       let tokens = 0;
       for await (const chunk of stream) {
