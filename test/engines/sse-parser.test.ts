@@ -10,6 +10,26 @@ interface Ev {
   id: string | undefined;
 }
 
+/** The fields of the block being read. */
+interface Block {
+  data: string | undefined;
+  event: string | undefined;
+  id: string | undefined;
+}
+
+/** One non-blank line (latin1, terminator excluded) as the spec reads it into `b`. */
+function readLine(line: string, b: Block): void {
+  if (line[0] === ':') return;
+  const idx = line.indexOf(':');
+  const name = idx < 0 ? line : line.slice(0, idx);
+  let value = idx < 0 ? '' : line.slice(idx + 1);
+  if (value.startsWith(' ')) value = value.slice(1);
+  value = Buffer.from(value, 'latin1').toString('utf8');
+  if (name === 'data') b.data = b.data === undefined ? value : `${b.data}\n${value}`;
+  else if (name === 'event') b.event = value;
+  else if (name === 'id' && !value.includes('\0')) b.id = value;
+}
+
 /** Whole-buffer reference of the same SSE rules, written for clarity rather than speed. */
 function reference(input: Buffer): { events: Ev[]; discarded: number } {
   const s = input[0] === 0xef && input[1] === 0xbb && input[2] === 0xbf ? input.subarray(3) : input;
@@ -17,27 +37,18 @@ function reference(input: Buffer): { events: Ev[]; discarded: number } {
   const events: Ev[] = [];
   let pos = 0;
   let blockStart = 0;
-  let data: string | undefined;
-  let event: string | undefined;
-  let id: string | undefined;
+  let b: Block = { data: undefined, event: undefined, id: undefined };
   for (;;) {
     const nl = str.indexOf('\n', pos);
     if (nl < 0) break;
     let line = str.slice(pos, nl);
     if (line.endsWith('\r')) line = line.slice(0, -1);
     if (line === '') {
-      if (data !== undefined) events.push({ raw: s.subarray(blockStart, nl + 1).toString('latin1'), data, event, id });
-      data = event = id = undefined;
+      if (b.data !== undefined) events.push({ raw: s.subarray(blockStart, nl + 1).toString('latin1'), data: b.data, event: b.event, id: b.id });
+      b = { data: undefined, event: undefined, id: undefined };
       blockStart = nl + 1;
-    } else if (line[0] !== ':') {
-      const idx = line.indexOf(':');
-      const name = idx < 0 ? line : line.slice(0, idx);
-      let value = idx < 0 ? '' : line.slice(idx + 1);
-      if (value.startsWith(' ')) value = value.slice(1);
-      value = Buffer.from(value, 'latin1').toString('utf8');
-      if (name === 'data') data = data === undefined ? value : `${data}\n${value}`;
-      else if (name === 'event') event = value;
-      else if (name === 'id' && !value.includes('\0')) id = value;
+    } else {
+      readLine(line, b);
     }
     pos = nl + 1;
   }
@@ -63,6 +74,14 @@ function splitAt(buf: Buffer, cuts: number[]): Buffer[] {
   }
   out.push(buf.subarray(prev));
   return out;
+}
+
+/** A stream of 5 to 64 pieces drawn from `pieces`. */
+function randomStream(rng: () => number, pieces: readonly string[]): Buffer {
+  const parts: string[] = [];
+  const n = 5 + Math.floor(rng() * 60);
+  for (let i = 0; i < n; i++) parts.push(pieces[Math.floor(rng() * pieces.length)]!);
+  return Buffer.from(parts.join(''), 'utf8');
 }
 
 function randomChunks(buf: Buffer, rng: () => number, maxChunk: number): Buffer[] {
@@ -136,10 +155,7 @@ describe('SseParser', () => {
     const rng = mulberry32(0x5eed);
     const pieces = ['data: ', 'data:', ': c', 'event: e', 'id: 1', 'x', '{"k":"✓"}', '[DONE]', '\n', '\r\n', '\n\n', '\r\n\r\n', 'retry: 5'];
     for (let round = 0; round < 300; round++) {
-      const parts: string[] = [];
-      const n = 5 + Math.floor(rng() * 60);
-      for (let i = 0; i < n; i++) parts.push(pieces[Math.floor(rng() * pieces.length)]!);
-      const buf = Buffer.from(parts.join(''), 'utf8');
+      const buf = randomStream(rng, pieces);
       const ref = reference(buf);
       expect(parseChunks(randomChunks(buf, rng, 1 + Math.floor(rng() * 16)))).toEqual(ref);
     }
@@ -189,28 +205,19 @@ function specReference(input: Buffer): { events: Ev[]; discarded: number } {
   let pos = 0;
   let blockStart = 0;
   let bareCr = false;
-  let data: string | undefined;
-  let event: string | undefined;
-  let id: string | undefined;
+  let b: Block = { data: undefined, event: undefined, id: undefined };
   for (let m = eol.exec(str); m !== null; m = eol.exec(str)) {
     const line = str.slice(pos, m.index);
     pos = m.index + m[0].length;
     if (m[0] === '\r') bareCr = true;
     if (line === '') {
       const block = str.slice(blockStart, pos);
-      if (data !== undefined) events.push({ raw: bareCr ? block.replace(/\r\n|\r/g, '\n') : block, data, event, id });
-      data = event = id = undefined;
+      if (b.data !== undefined) events.push({ raw: bareCr ? block.replace(/\r\n|\r/g, '\n') : block, data: b.data, event: b.event, id: b.id });
+      b = { data: undefined, event: undefined, id: undefined };
       bareCr = false;
       blockStart = pos;
-    } else if (line[0] !== ':') {
-      const idx = line.indexOf(':');
-      const name = idx < 0 ? line : line.slice(0, idx);
-      let value = idx < 0 ? '' : line.slice(idx + 1);
-      if (value.startsWith(' ')) value = value.slice(1);
-      value = Buffer.from(value, 'latin1').toString('utf8');
-      if (name === 'data') data = data === undefined ? value : `${data}\n${value}`;
-      else if (name === 'event') event = value;
-      else if (name === 'id' && !value.includes('\0')) id = value;
+    } else {
+      readLine(line, b);
     }
   }
   return { events, discarded: input.length - blockStart };
@@ -261,10 +268,7 @@ describe('SseParser: CRLF, LF and CR line ends (issue 23 item 4)', () => {
     const rng = mulberry32(0xc12);
     const pieces = ['data: ', 'data:', ': c', 'event: e', 'id: 1', 'x', '{"k":"✓"}', '[DONE]', '\n', '\r\n', '\r', '\r\r', '\n\n', 'retry: 5'];
     for (let round = 0; round < 400; round++) {
-      const parts: string[] = [];
-      const n = 5 + Math.floor(rng() * 60);
-      for (let i = 0; i < n; i++) parts.push(pieces[Math.floor(rng() * pieces.length)]!);
-      const buf = Buffer.from(parts.join(''), 'utf8');
+      const buf = randomStream(rng, pieces);
       const ref = specReference(buf);
       const got = parseChunks(randomChunks(buf, rng, 1 + Math.floor(rng() * 16)));
       const fields = (r: { events: Ev[] }): unknown => r.events.map(({ data, event, id }) => ({ data, event, id }));
