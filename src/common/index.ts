@@ -10,7 +10,7 @@ export {
   type BlockSize, type EngineDialect, type RouterMode, type SimpleRouterMode, type WorkerPin, type WorkerRank, type WorkerRole,
 } from './vocabulary.js';
 export {
-  errorBody, httpOrigin, listen, parseJson, parseJsonObject, readBody, sendBytes, sendError, sendJson, SSE_DONE, sseDataFrame, sseJsonFrame, whenWritable,
+  errorBody, type ErrorBody, httpOrigin, listen, parseJson, parseJsonObject, readBody, sendBytes, sendError, sendJson, SSE_DONE, sseDataFrame, sseJsonFrame, whenWritable,
 } from './http.js';
 export { encodeSeq, REPLAY_END_SEQ } from './kv-frames.js';
 export { clientSpan, inRequestSpan, inSpan, spanFailed, traceLogFields } from './tracing.js';

@@ -152,7 +152,7 @@ export interface HealthConfig {
 }
 
 interface OutlierDetectionConfig {
-  /** Consecutive 5xx answers or connection failures on dispatch that eject a worker; 0 = off. */
+  /** Consecutive 5xx answers, connection failures or malformed answers on dispatch that eject a worker; 0 = off. */
   readonly consecutiveErrors: number;
   /** First ejection's length; the n-th of a worker lasts n times this. */
   readonly baseEjectionMs: number;

@@ -1,7 +1,7 @@
 /**
  * Ejection, one notion for the whole gateway: a worker is taken out of routing
  * by the health prober (failed probes, ./health.ts), by the outlier detector
- * (consecutive 5xx answers or connection failures on dispatch, ./outlier.ts),
+ * (consecutive 5xx answers, connection failures or malformed answers on dispatch, ./outlier.ts),
  * or while its engine serves another model. Each of these is a hold on the
  * worker; it is routable only when it has none, so a passing health probe does
  * not readmit a worker the outlier detector ejected, and its readmission does

@@ -15,11 +15,19 @@
  * Upstream HTTP errors are `EngineHttpError`s: a 4xx keeps the engine's status
  * (the client sent something the engine refused), a 5xx becomes 502.
  *
+ * A 2xx that is not the answer asked for is KVG_ERR_ENGINE_BAD_RESPONSE with a
+ * `detail.violation` naming the breach (`ProtocolViolation`), and a stream cut
+ * inside an event is KVG_ERR_ENGINE_STREAM_BROKEN with `violation:
+ * 'truncated_event'`; routing counts both by that name.
+ *
  * Messages name no engine URL (it is in `detail.worker`, for the log); the
- * gateway shows clients none of these messages (src/frontend/public-error.ts).
+ * gateway shows clients none of these messages (src/frontend/public-error.ts),
+ * and of an engine's 4xx only its message, bounded and without addresses
+ * (refusal.ts).
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { KvgateError, isKvgateError } from '../errors/index.js';
+import { messageOf, type EngineRefusal } from './refusal.js';
 
 /** How far a request got before it failed. */
 export type DispatchPhase = 'queued' | 'sent' | 'body';
@@ -64,7 +72,7 @@ export function transportError(err: unknown, phase: DispatchPhase, ctx: ErrorCon
     return new KvgateError('KVG_ERR_ENGINE_BODY_TIMEOUT', `the engine stalled mid-response (${ctx.path})`, detail, options);
   }
   if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
-    return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `the engine's response is too large (${ctx.path})`, detail, options);
+    return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `the engine's response is too large (${ctx.path})`, { ...detail, violation: 'too_large' }, options);
   }
   if (phase === 'sent') {
     return new KvgateError('KVG_ERR_ENGINE_DISCONNECTED', `the engine dropped the connection before responding (${code ?? 'closed'})`, detail, options);
@@ -76,18 +84,71 @@ export function clientAbortedError(ctx: ErrorContext, reason: unknown): KvgateEr
   return new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the request to the engine was aborted by the client', { worker: ctx.worker, path: ctx.path }, { cause: reason });
 }
 
-export function badResponseError(ctx: ErrorContext, why: string, extra: Record<string, unknown> = {}): KvgateError {
+/**
+ * How an engine broke the protocol (`detail.violation` of KVG_ERR_ENGINE_BAD_RESPONSE, and of the
+ * KVG_ERR_ENGINE_STREAM_BROKEN of a stream cut inside an event); routing counts them by this name.
+ */
+export type ProtocolViolation =
+  | 'content_type' | 'redirect' | 'not_json' | 'too_large' | 'event_too_large' | 'no_final_status' | 'truncated_event';
+
+export function badResponseError(ctx: ErrorContext, violation: ProtocolViolation, why: string, extra: Record<string, unknown> = {}): KvgateError {
   return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `the engine broke the protocol on ${ctx.path}: ${why}`, {
     worker: ctx.worker,
     path: ctx.path,
+    violation,
     ...extra,
   });
 }
 
+/** The media type of a Content-Type header: lower-cased, without parameters; '' when there is none. */
+function mediaType(header: string | string[] | undefined): string {
+  const value = Array.isArray(header) ? header[0] : header;
+  if (value === undefined) return '';
+  const semi = value.indexOf(';');
+  return (semi === -1 ? value : value.slice(0, semi)).trim().toLowerCase();
+}
+
+/**
+ * A 2xx whose content type is not the one asked for, or undefined when it is: a stream must be
+ * `text/event-stream` (as EventSource requires), a JSON answer `application/json` or a `+json` type. An
+ * HTML page from a proxy or load balancer in front of the engine is the usual culprit, so nothing of the
+ * body is read and the failure is migratable (`detail.migratable`): no byte reached the client, and
+ * another worker may answer; it counts against the worker like a 502.
+ */
+export function contentTypeError(ctx: ErrorContext, stream: boolean, header: string | string[] | undefined): KvgateError | undefined {
+  const type = mediaType(header);
+  if (stream ? type === 'text/event-stream' : type === 'application/json' || type.endsWith('+json')) return undefined;
+  const asked = stream ? 'an SSE stream (text/event-stream)' : 'JSON';
+  const got = type === '' ? 'no content type' : type;
+  return badResponseError(ctx, 'content_type', `${asked} was requested but the engine answered 2xx with ${got}`, {
+    contentType: type, migratable: true,
+  });
+}
+
+const VIOLATIONS: ReadonlySet<string> = new Set<ProtocolViolation>([
+  'content_type', 'redirect', 'not_json', 'too_large', 'event_too_large', 'no_final_status', 'truncated_event',
+]);
+
+/** How the engine broke the protocol, when `err` says it did (its `detail.violation`); undefined for any other failure. */
+export function protocolViolationOf(err: unknown): ProtocolViolation | undefined {
+  if (!isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE') && !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_BROKEN')) return undefined;
+  const v = err.detail?.['violation'];
+  return typeof v === 'string' && VIOLATIONS.has(v) ? (v as ProtocolViolation) : undefined;
+}
+
+/** The body ended inside an event, before `[DONE]`: the partial event was dropped, and the stream is broken. */
+export function cutEventError(ctx: ErrorContext, discardedBytes: number): KvgateError {
+  return new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN',
+    `the engine's stream ended inside an event, before [DONE] (${discardedBytes} bytes of it dropped)`,
+    { worker: ctx.worker, path: ctx.path, phase: 'body', violation: 'truncated_event', discardedBytes });
+}
+
 /**
  * The engine answered with an HTTP error. `statusCode` is the engine's own
- * status for a 4xx (pass it through to the client with `upstreamBody`) and
- * 502 for a 5xx. `upstreamJson` is the parsed body when it was JSON.
+ * status for a 4xx and 502 for a 5xx. `upstreamJson` is the parsed body when
+ * it was JSON. A client never sees this error's message nor the engine's body
+ * as it came: a 4xx reaches it as `refusalBody(err.refusal, ...)` (refusal.ts),
+ * a 5xx as kvgate's fixed sentence (src/frontend/public-error.ts).
  */
 export class EngineHttpError extends KvgateError {
   override readonly statusCode: number;
@@ -96,6 +157,8 @@ export class EngineHttpError extends KvgateError {
   /** The error body as received (truncated at the client's `maxErrorBodyBytes`). */
   readonly upstreamBody: Uint8Array;
   readonly upstreamJson: unknown;
+  readonly #text: string;
+  readonly #worker: string;
 
   constructor(ctx: ErrorContext, status: number, headers: IncomingHttpHeaders, body: Uint8Array, truncated: boolean) {
     const code = status < 500 ? 'KVG_ERR_ENGINE_REJECTED' : 'KVG_ERR_ENGINE_FAILED';
@@ -108,8 +171,8 @@ export class EngineHttpError extends KvgateError {
         json = undefined;
       }
     }
-    // No engine URL here; the engine's own text is kept for the log (the gateway never shows it to clients).
-    super(code, `the engine answered ${status} on ${ctx.path}: ${engineMessage(json) ?? text.slice(0, 200)}`, {
+    // No engine URL here; the engine's own text is kept for the log.
+    super(code, `the engine answered ${status} on ${ctx.path}: ${messageOf(json) ?? text.slice(0, 200)}`, {
       worker: ctx.worker,
       path: ctx.path,
       upstreamStatus: status,
@@ -122,21 +185,16 @@ export class EngineHttpError extends KvgateError {
     this.upstreamHeaders = headers;
     this.upstreamBody = body;
     this.upstreamJson = json;
+    this.#text = text;
+    this.#worker = ctx.worker;
   }
-}
 
-/** The human message of an OpenAI-style (`{error: {message}}`) or FastAPI-style (`{detail}`, `{message}`) error body. */
-function engineMessage(json: unknown): string | undefined {
-  if (typeof json !== 'object' || json === null) return undefined;
-  const obj = json as Record<string, unknown>;
-  const error = obj['error'];
-  if (typeof error === 'object' && error !== null && typeof (error as Record<string, unknown>)['message'] === 'string') {
-    return (error as Record<string, string>)['message'];
+  /** What the engine said, for `refusalBody`: its status, its JSON, its text when the body was plain text. */
+  get refusal(): EngineRefusal {
+    const type = String(this.upstreamHeaders['content-type'] ?? '').toLowerCase();
+    const text = type.startsWith('text/plain') ? this.#text : undefined;
+    return { status: this.upstreamStatus, json: this.upstreamJson, text, worker: this.#worker };
   }
-  if (typeof error === 'string') return error;
-  if (typeof obj['message'] === 'string') return obj['message'];
-  if (typeof obj['detail'] === 'string') return obj['detail'];
-  return undefined;
 }
 
 /** Transport failures that say the engine (or the way to it) failed, not the request: a leg may resume elsewhere. */

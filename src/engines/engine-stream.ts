@@ -9,7 +9,10 @@
  * never makes kvgate buffer a whole generation. Ordering on failure: events
  * already received are delivered first, then the iterator throws the typed
  * error (so a gateway can forward every token it got and then end the client
- * stream with an error event). A client abort throws at once. Leaving the
+ * stream with an error event). A body that ends inside an event (an
+ * unterminated event before `[DONE]`) is such a failure too, not an end: the
+ * partial event is dropped and the iterator throws KVG_ERR_ENGINE_STREAM_BROKEN
+ * (the handler decides, see `kCutEvent`). A client abort throws at once. Leaving the
  * loop early (`break`, `return()`) or calling `cancel()` aborts the upstream
  * request and closes its socket. A stream must be consumed to its end or
  * cancelled: a paused, abandoned stream holds its socket (the body timeout
@@ -93,6 +96,7 @@ export interface StreamCounters {
 /** Internal entry points used by the dispatcher; not part of the public surface. */
 export const kFeed = Symbol('kvgate.engines.feed');
 export const kEnd = Symbol('kvgate.engines.end');
+export const kCutEvent = Symbol('kvgate.engines.cut-event');
 export const kFail = Symbol('kvgate.engines.fail');
 
 type Waiter = { resolve: (r: IteratorResult<EngineEvent>) => void; reject: (err: unknown) => void };
@@ -196,9 +200,19 @@ export class EngineEventStream implements Batched<EngineEvent> {
     }
   }
 
-  /** @internal The upstream response ended cleanly. */
-  [kEnd](): void {
+  /**
+   * @internal The body ended: the parser's unterminated tail is discarded (SSE semantics) and counted. Returns
+   * its size when it was part of an event and no `[DONE]` came before it: the engine's stream was cut inside an
+   * event, and the caller fails the stream (kFail) instead of ending it; 0 otherwise.
+   */
+  [kCutEvent](): number {
+    const partial = !this.counters.sawDone && this.#parser.holdsPartialEvent;
     this.counters.discardedTailBytes = this.#parser.end();
+    return partial ? this.counters.discardedTailBytes : 0;
+  }
+
+  /** @internal The upstream response ended cleanly (after kCutEvent found no event cut short). */
+  [kEnd](): void {
     this.#ended = true;
     // The request is over: never resume a socket that may already carry another request.
     this.#paused = false;

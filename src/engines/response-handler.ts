@@ -15,12 +15,15 @@ import {
   EngineHttpError,
   badResponseError,
   clientAbortedError,
+  contentTypeError,
+  cutEventError,
   transportError,
   type DispatchPhase,
   type ErrorContext,
 } from './engine-errors.js';
 import {
   EngineEventStream,
+  kCutEvent,
   kEnd,
   kFail,
   kFeed,
@@ -112,16 +115,17 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
       return;
     }
     if (statusCode >= 300) {
-      this.#fail(badResponseError(ctx, `unexpected redirect ${statusCode}`, { upstreamStatus: statusCode, location: headers['location'] }), true);
+      this.#fail(badResponseError(ctx, 'redirect', `unexpected redirect ${statusCode}`, { upstreamStatus: statusCode, location: headers['location'] }), true);
       return;
     }
-    const contentType = String(headers['content-type'] ?? '').toLowerCase();
+    // Checked before any body byte is read or any event reaches the client (an HTML page is not an empty stream).
+    const wrongType = contentTypeError(ctx, this.#init.stream, headers['content-type']);
+    if (wrongType !== undefined) {
+      this.#fail(wrongType, true);
+      return;
+    }
     if (!this.#init.stream) {
       this.#mode = 'json';
-      return;
-    }
-    if (contentType.includes('application/json')) {
-      this.#fail(badResponseError(ctx, 'a stream was requested but the engine answered with JSON', { contentType }), true);
       return;
     }
     this.#mode = 'stream';
@@ -160,7 +164,7 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
         this.#timers.progress();
         this.#bytes += chunk.length;
         if (this.#bytes > this.#init.maxResponseBytes) {
-          this.#fail(badResponseError(this.#init.ctx, `response body exceeds ${this.#init.maxResponseBytes} bytes`), true);
+          this.#fail(badResponseError(this.#init.ctx, 'too_large', `response body exceeds ${this.#init.maxResponseBytes} bytes`), true);
           return;
         }
         this.#chunks.push(chunk);
@@ -189,10 +193,17 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
     this.#timings.endMs = performance.now() - this.#timings.startedAt;
     const ctx = this.#init.ctx;
     switch (this.#mode) {
-      case 'stream':
+      case 'stream': {
+        // A body cut inside an event is a broken stream, not an end: the events before it, then the error.
+        const cut = this.#stream![kCutEvent]();
+        if (cut > 0) {
+          this.#fail(cutEventError(ctx, cut), false);
+          return;
+        }
         this.#finish();
         this.#stream![kEnd]();
         return;
+      }
       case 'json': {
         const body = Buffer.concat(this.#chunks, this.#bytes);
         this.#chunks = [];
@@ -200,7 +211,7 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
         try {
           json = JSON.parse(body.toString('utf8'));
         } catch {
-          this.#fail(badResponseError(ctx, 'response body is not JSON', { bodyPrefix: body.toString('utf8', 0, 200) }), false);
+          this.#fail(badResponseError(ctx, 'not_json', 'response body is not JSON', { bodyPrefix: body.toString('utf8', 0, 200) }), false);
           return;
         }
         this.#finish();
@@ -213,7 +224,7 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
         return;
       default:
         // An end without a final response (only 1xx seen) is a protocol violation.
-        this.#fail(badResponseError(ctx, 'response ended without a final status'), false);
+        this.#fail(badResponseError(ctx, 'no_final_status', 'response ended without a final status'), false);
     }
   }
 

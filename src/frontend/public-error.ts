@@ -4,7 +4,9 @@
  * and the engine's own error text (for the log); the client gets the stable
  * code, a fixed sentence per code and the worker id, nothing else. Failures of
  * the request itself (validation, limits, routing) are the client's business
- * and pass through unchanged.
+ * and pass through unchanged; so is an engine's refusal of the request (a 4xx),
+ * which is not thrown but answered, in kvgate's error object with the engine's
+ * message bounded and without addresses (src/engines/refusal.ts).
  */
 import type { ModelConfig } from '../config/index.js';
 import { KvgateError, type KvgateErrorCode } from '../errors/index.js';

@@ -68,6 +68,7 @@ export class KvgateMetrics {
   readonly nonMaxOverlapSelections: Counter<'model' | 'worker_type'>;
   readonly retries: Counter<'model' | 'reason'>;
   readonly engineTimeouts: Counter<'model' | 'worker_type' | 'kind'>;
+  readonly engineProtocolErrors: Counter<'model' | 'worker_type' | 'violation'>;
   readonly migrations: Counter<'model' | 'worker_type' | 'outcome'>;
   readonly migrationsSkipped: Counter<'model' | 'worker_type' | 'reason'>;
 
@@ -150,6 +151,7 @@ export class KvgateMetrics {
     this.migrations = new Counter({ name: 'kvgate_router_migrations_total', help: 'Streams moved to another worker after a migratable failure: outcome started (one per continuation dispatched), succeeded or failed (one per request that migrated).', labelNames: ['model', 'worker_type', 'outcome'], registers });
     this.migrationsSkipped = new Counter({ name: 'kvgate_router_migrations_skipped_total', help: 'Migratable stream failures not migrated, by reason (max_seq_len|not_migratable|pinned|no_token_ids).', labelNames: ['model', 'worker_type', 'reason'], registers });
     this.engineTimeouts = new Counter({ name: 'kvgate_router_engine_timeouts_total', help: 'Engine legs cut for making no progress (kind first_byte|stream_idle); each is a migratable failure.', labelNames: ['model', 'worker_type', 'kind'], registers });
+    this.engineProtocolErrors = new Counter({ name: 'kvgate_router_engine_protocol_errors_total', help: 'Engine answers that broke the protocol, by violation (content_type, truncated_event, redirect, not_json, too_large, event_too_large, no_final_status).', labelNames: ['model', 'worker_type', 'violation'], registers });
     // ---- prediction against the engines' reports
     this.predictionErrorTokens = new Histogram({ name: 'kvgate_router_prediction_error_tokens', help: 'Engine-reported cached tokens minus the router-predicted overlap tokens.', labelNames: MW, buckets: [-8192, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 8192], registers });
     this.predictionExact = new Counter({ name: 'kvgate_router_prediction_total', help: 'Requests whose engine-reported cached tokens were compared with the prediction (outcome exact|under|over).', labelNames: ['model', 'worker_type', 'outcome'], registers });
@@ -177,7 +179,7 @@ export class KvgateMetrics {
     this.healthTransitions = new Counter({ name: 'kvgate_worker_health_transitions_total', help: 'Health probing outcomes per worker: ejected (marked down), kept (failing, but the model\'s ejection limit is reached: still routed), readmitted.', labelNames: ['model', 'worker_id', 'transition'], registers });
     this.workerEjections = new Counter({
       name: 'kvgate_worker_ejections_total', labelNames: ['model', 'worker_id', 'reason'], registers,
-      help: 'Workers taken out of routing: health_probe (failed probes) or consecutive_errors (5xx answers or connection failures on dispatch).',
+      help: 'Workers taken out of routing: health_probe (failed probes) or consecutive_errors (5xx answers, connection failures or malformed answers on dispatch).',
     });
     // ---- fleet membership and hot reconfiguration
     this.workerMembership = new Counter({ name: 'kvgate_worker_membership_changes_total', help: 'Workers joining (change=joined) and leaving (change=left) a model at runtime, by the source that reported them (static: the config file, on reload).', labelNames: ['model', 'source', 'change'], registers });

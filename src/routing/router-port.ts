@@ -87,7 +87,7 @@ export interface RoutedResponse {
   readonly worker: WorkerRank;
   /** The prefill worker when disaggregated: the `x-kvgate-prefill-worker` header. */
   readonly prefillWorker?: WorkerRank | undefined;
-  /** The engine's HTTP status, passed to the client (an engine 4xx with its body is passed through). */
+  /** The engine's HTTP status, passed to the client (an engine 4xx as its message in kvgate's error object, engines' `refusalBody`). */
   readonly status: number;
   readonly body: RoutedBody;
 }

@@ -1,7 +1,7 @@
 import { createServer } from 'node:net';
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import { EngineClient, EngineHttpError, isMigratable, type DispatchOptions, type EngineEvent, type EngineEventStream } from '../../src/engines/index.js';
+import { EngineClient, EngineHttpError, isMigratable, protocolViolationOf, type DispatchOptions, type EngineEvent, type EngineEventStream } from '../../src/engines/index.js';
 import { KvgateError, isKvgateError, type KvgateErrorCode } from '../../src/errors/index.js';
 import { completionChunk, deferred, sendJson, sseEvent, sseHead, startHttpEngine, until, type HttpEngine } from '../helpers/http-engine.js';
 
@@ -557,5 +557,68 @@ describe('stream idle timeout (issue 13 item 9)', () => {
     expect(error).toBeUndefined();
     expect(events.length).toBe(9);
     expect(e.requests[0]!.clientClosed).toBe(false);
+  });
+});
+
+describe('answers that are not what was asked (issue 23 items 1 and 3)', () => {
+  const HTML = '<html><head><title>502 Bad Gateway</title></head><body><center>nginx</center></body></html>';
+
+  it('a 200 that is not the content type asked for fails at its headers: BAD_RESPONSE, content_type, migratable, no body read', async () => {
+    const { e, c } = await setup((req, res) => {
+      const type = { '/html': 'text/html; charset=utf-8', '/json': 'application/json', '/sse': 'text/event-stream', '/none': undefined }[req.url];
+      res.writeHead(200, type === undefined ? {} : { 'content-type': type });
+      res.end(req.url === '/html' ? HTML : req.url === '/json' ? '{"choices":[]}' : 'data: [DONE]\n\n');
+    });
+    const cases: [string, boolean, string][] = [
+      ['/html', true, 'text/html'], ['/html', false, 'text/html'], ['/json', true, 'application/json'], ['/sse', false, 'text/event-stream'],
+      ['/none', true, ''], ['/none', false, ''],
+    ];
+    for (const [path, stream, contentType] of cases) {
+      const err = await rejection(c.dispatch(e.url, path, { stream }, { stream }));
+      expectCode(err, 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
+      expect(err.detail, `${path} stream=${stream}`).toMatchObject({ violation: 'content_type', contentType, migratable: true });
+      expect(protocolViolationOf(err)).toBe('content_type');
+      expect(isMigratable(err)).toBe(true);
+    }
+    // The answers asked for, with parameters and any case, still pass.
+    const ok = await startHttpEngine((req, res) => {
+      res.writeHead(200, { 'content-type': req.url === '/sse' ? 'Text/Event-Stream; charset=UTF-8' : 'application/vnd.api+json' });
+      res.end(req.url === '/sse' ? 'data: [DONE]\n\n' : '{"ok":true}');
+    });
+    cleanups.push(() => ok.close());
+    c.addWorker(ok.url);
+    expect((await collect(await openStream(c, ok.url, '/sse', {}))).events.map((ev) => ev.done)).toEqual([true]);
+    expect((await c.dispatch(ok.url, '/json', {}, { stream: false })).json).toEqual({ ok: true });
+  });
+
+  it('a stream cut inside an event before [DONE]: the complete events, then STREAM_BROKEN (truncated_event, migratable)', async () => {
+    const { e, c } = await setup((req, res) => {
+      sseHead(res);
+      res.write(sseEvent(completionChunk('Hel')));
+      res.end(req.url === '/cut' ? 'data: {"id":"cmpl-test","choices":[{"te' : req.url === '/after-done' ? 'data: [DONE]\n\ndata: {"x' : ': keep-alive');
+    });
+    const cut = await collect(await openStream(c, e.url, '/cut', {}));
+    expect(cut.events.map((ev) => ev.data)).toEqual([JSON.stringify(completionChunk('Hel'))]);
+    expectCode(cut.error, 'KVG_ERR_ENGINE_STREAM_BROKEN', false);
+    expect((cut.error as KvgateError).detail).toMatchObject({ violation: 'truncated_event', discardedBytes: 39 });
+    expect(isMigratable(cut.error)).toBe(true);
+    // After [DONE], or a comment: nothing of an event was lost, the stream ends cleanly.
+    const afterDone = await openStream(c, e.url, '/after-done', {});
+    expect((await collect(afterDone)).error).toBeUndefined();
+    expect(afterDone.counters.discardedTailBytes).toBe(9);
+    const comment = await openStream(c, e.url, '/comment', {});
+    expect(await collect(comment)).toMatchObject({ error: undefined, events: [{ data: JSON.stringify(completionChunk('Hel')) }] });
+  });
+
+  it('CR-only events arrive as separate events, forwarded with LF line ends', async () => {
+    const { e, c } = await setup((_req, res) => {
+      sseHead(res);
+      res.write('data: {"n":1}\r\rdata: {"n":2}\r');
+      res.end('\rdata: [DONE]\r\r');
+    });
+    const { events, error } = await collect(await openStream(c, e.url, '/v1/completions', {}));
+    expect(error).toBeUndefined();
+    expect(events.map((ev) => ev.raw.toString())).toEqual(['data: {"n":1}\n\n', 'data: {"n":2}\n\n', 'data: [DONE]\n\n']);
+    expect(events.map((ev) => ev.json)).toEqual([{ n: 1 }, { n: 2 }, undefined]);
   });
 });

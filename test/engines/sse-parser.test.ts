@@ -10,6 +10,26 @@ interface Ev {
   id: string | undefined;
 }
 
+/** The fields of the block being read. */
+interface Block {
+  data: string | undefined;
+  event: string | undefined;
+  id: string | undefined;
+}
+
+/** One non-blank line (latin1, terminator excluded) as the spec reads it into `b`. */
+function readLine(line: string, b: Block): void {
+  if (line[0] === ':') return;
+  const idx = line.indexOf(':');
+  const name = idx < 0 ? line : line.slice(0, idx);
+  let value = idx < 0 ? '' : line.slice(idx + 1);
+  if (value.startsWith(' ')) value = value.slice(1);
+  value = Buffer.from(value, 'latin1').toString('utf8');
+  if (name === 'data') b.data = b.data === undefined ? value : `${b.data}\n${value}`;
+  else if (name === 'event') b.event = value;
+  else if (name === 'id' && !value.includes('\0')) b.id = value;
+}
+
 /** Whole-buffer reference of the same SSE rules, written for clarity rather than speed. */
 function reference(input: Buffer): { events: Ev[]; discarded: number } {
   const s = input[0] === 0xef && input[1] === 0xbb && input[2] === 0xbf ? input.subarray(3) : input;
@@ -17,27 +37,18 @@ function reference(input: Buffer): { events: Ev[]; discarded: number } {
   const events: Ev[] = [];
   let pos = 0;
   let blockStart = 0;
-  let data: string | undefined;
-  let event: string | undefined;
-  let id: string | undefined;
+  let b: Block = { data: undefined, event: undefined, id: undefined };
   for (;;) {
     const nl = str.indexOf('\n', pos);
     if (nl < 0) break;
     let line = str.slice(pos, nl);
     if (line.endsWith('\r')) line = line.slice(0, -1);
     if (line === '') {
-      if (data !== undefined) events.push({ raw: s.subarray(blockStart, nl + 1).toString('latin1'), data, event, id });
-      data = event = id = undefined;
+      if (b.data !== undefined) events.push({ raw: s.subarray(blockStart, nl + 1).toString('latin1'), data: b.data, event: b.event, id: b.id });
+      b = { data: undefined, event: undefined, id: undefined };
       blockStart = nl + 1;
-    } else if (line[0] !== ':') {
-      const idx = line.indexOf(':');
-      const name = idx < 0 ? line : line.slice(0, idx);
-      let value = idx < 0 ? '' : line.slice(idx + 1);
-      if (value.startsWith(' ')) value = value.slice(1);
-      value = Buffer.from(value, 'latin1').toString('utf8');
-      if (name === 'data') data = data === undefined ? value : `${data}\n${value}`;
-      else if (name === 'event') event = value;
-      else if (name === 'id' && !value.includes('\0')) id = value;
+    } else {
+      readLine(line, b);
     }
     pos = nl + 1;
   }
@@ -63,6 +74,14 @@ function splitAt(buf: Buffer, cuts: number[]): Buffer[] {
   }
   out.push(buf.subarray(prev));
   return out;
+}
+
+/** A stream of 5 to 64 pieces drawn from `pieces`. */
+function randomStream(rng: () => number, pieces: readonly string[]): Buffer {
+  const parts: string[] = [];
+  const n = 5 + Math.floor(rng() * 60);
+  for (let i = 0; i < n; i++) parts.push(pieces[Math.floor(rng() * pieces.length)]!);
+  return Buffer.from(parts.join(''), 'utf8');
 }
 
 function randomChunks(buf: Buffer, rng: () => number, maxChunk: number): Buffer[] {
@@ -136,10 +155,7 @@ describe('SseParser', () => {
     const rng = mulberry32(0x5eed);
     const pieces = ['data: ', 'data:', ': c', 'event: e', 'id: 1', 'x', '{"k":"✓"}', '[DONE]', '\n', '\r\n', '\n\n', '\r\n\r\n', 'retry: 5'];
     for (let round = 0; round < 300; round++) {
-      const parts: string[] = [];
-      const n = 5 + Math.floor(rng() * 60);
-      for (let i = 0; i < n; i++) parts.push(pieces[Math.floor(rng() * pieces.length)]!);
-      const buf = Buffer.from(parts.join(''), 'utf8');
+      const buf = randomStream(rng, pieces);
       const ref = reference(buf);
       expect(parseChunks(randomChunks(buf, rng, 1 + Math.floor(rng() * 16)))).toEqual(ref);
     }
@@ -174,5 +190,129 @@ describe('SseParser', () => {
     check([big]);
     check(randomChunks(big, mulberry32(3), 7));
     expect(parseChunks([big], 200).events).toHaveLength(1);
+  });
+});
+
+/**
+ * Issue 23 item 4: the spec's three line ends (WHATWG HTML, "event stream interpretation": CRLF, LF or a bare CR),
+ * whole-buffer and written for clarity. `raw` is what the parser promises to forward: the exact block, or for a
+ * block with a bare-CR line end a copy with every line end written as LF.
+ */
+function specReference(input: Buffer): { events: Ev[]; discarded: number } {
+  const str = input.toString('latin1');
+  const events: Ev[] = [];
+  const eol = /\r\n|\r|\n/g;
+  let pos = 0;
+  let blockStart = 0;
+  let bareCr = false;
+  let b: Block = { data: undefined, event: undefined, id: undefined };
+  for (let m = eol.exec(str); m !== null; m = eol.exec(str)) {
+    const line = str.slice(pos, m.index);
+    pos = m.index + m[0].length;
+    if (m[0] === '\r') bareCr = true;
+    if (line === '') {
+      const block = str.slice(blockStart, pos);
+      if (b.data !== undefined) events.push({ raw: bareCr ? block.replace(/\r\n|\r/g, '\n') : block, data: b.data, event: b.event, id: b.id });
+      b = { data: undefined, event: undefined, id: undefined };
+      bareCr = false;
+      blockStart = pos;
+    } else {
+      readLine(line, b);
+    }
+  }
+  return { events, discarded: input.length - blockStart };
+}
+
+/** Line ends as a client that splits on LF alone reads them: no CR that an LF does not follow. */
+const hasBareCr = (raw: string): boolean => /\r(?!\n)/.test(raw);
+
+describe('SseParser: CRLF, LF and CR line ends (issue 23 item 4)', () => {
+  it('CR-only events are separate events, forwarded with LF line ends', () => {
+    const got = parseChunks([Buffer.from('data: a\rdata: b\r\rdata: c\r\r')]);
+    expect(got.events.map((e) => e.data)).toEqual(['a\nb', 'c']);
+    expect(got.events.map((e) => e.raw)).toEqual(['data: a\ndata: b\n\n', 'data: c\n\n']);
+    expect(got.discarded).toBe(0);
+  });
+
+  it('LF, CRLF and CR streams give the same events; LF and CRLF blocks are forwarded exactly', () => {
+    const lines = ['event: e', 'id: 7', 'data: {"k":1}', 'data: two', ''];
+    const parsed = ['\n', '\r\n', '\r'].map((end) => parseChunks([Buffer.from(lines.join(end) + end)]).events);
+    for (const events of parsed) expect(events.map(({ data, event, id }) => ({ data, event, id }))).toEqual([{ data: '{"k":1}\ntwo', event: 'e', id: '7' }]);
+    expect(parsed.map((events) => events[0]!.raw)).toEqual([lines.join('\n') + '\n', lines.join('\r\n') + '\r\n', lines.join('\n') + '\n']);
+  });
+
+  it('a CR ending one read and an LF starting the next are one CRLF, not two line ends', () => {
+    // Two line ends would make a blank line between them, dispatching "x" and "y" apart.
+    const got = parseChunks([Buffer.from('data: x\r'), Buffer.from('\ndata: y\r\n\r\n')]);
+    expect(got.events).toEqual([{ raw: 'data: x\r\ndata: y\r\n\r\n', data: 'x\ny', event: undefined, id: undefined }]);
+    // The blank line's CR ends a read: the event goes out at once; the LF of the next read belongs to no event.
+    const events: string[] = [];
+    const parser = new SseParser((raw, data) => events.push(`${data}|${raw.toString('latin1')}`));
+    parser.push(Buffer.from('data: x\r\n\r'));
+    expect(events).toEqual(['x|data: x\r\n\r\n']);
+    parser.push(Buffer.from('\ndata: y\r\n\r\n'));
+    expect(events).toEqual(['x|data: x\r\n\r\n', 'y|data: y\r\n\r\n']);
+    expect(parser.end()).toBe(0);
+  });
+
+  it('gives the spec reference for every pair of split points of a stream mixing the three line ends', () => {
+    const sample = Buffer.from('data: a\rdata: ✓\r\r: c\r\rdata: b\r\n\r\nevent: e\rid: 1\rdata: d\r\rdata: f\n\ndata: 日\r\n\r\ndata: tail', 'utf8');
+    const ref = specReference(sample);
+    expect(ref.events.map((e) => e.data)).toEqual(['a\n✓', 'b', 'd', 'f', '日']);
+    for (let i = 0; i <= sample.length; i++) {
+      for (let j = i; j <= sample.length; j++) expect(parseChunks(splitAt(sample, [i, j]))).toEqual(ref);
+    }
+  });
+
+  it('matches the spec reference under seeded random chunking; every forwarded event reads the same with LF alone', () => {
+    const rng = mulberry32(0xc12);
+    const pieces = ['data: ', 'data:', ': c', 'event: e', 'id: 1', 'x', '{"k":"✓"}', '[DONE]', '\n', '\r\n', '\r', '\r\r', '\n\n', 'retry: 5'];
+    for (let round = 0; round < 400; round++) {
+      const buf = randomStream(rng, pieces);
+      const ref = specReference(buf);
+      const got = parseChunks(randomChunks(buf, rng, 1 + Math.floor(rng() * 16)));
+      const fields = (r: { events: Ev[] }): unknown => r.events.map(({ data, event, id }) => ({ data, event, id }));
+      expect(fields(got)).toEqual(fields(ref));
+      expect(got.discarded).toBe(ref.discarded);
+      got.events.forEach((e, i) => {
+        expect(hasBareCr(e.raw)).toBe(false);
+        // The same event, whatever line ends it was forwarded with (a blank-line CR ending a read may go out as CRLF).
+        expect(fields(specReference(Buffer.from(e.raw, 'latin1')))).toEqual((fields(ref) as unknown[]).slice(i, i + 1));
+        expect(e.raw.replace(/\r\n/g, '\n')).toBe(ref.events[i]!.raw.replace(/\r\n/g, '\n'));
+      });
+    }
+  });
+
+  it('an LF block stays a view of its read; a CR block is a copy', () => {
+    const chunk = Buffer.from('data: {"a":1}\n\ndata: {"b":2}\r\r');
+    const raws: Buffer[] = [];
+    new SseParser((raw) => raws.push(raw)).push(chunk);
+    expect(raws.map((r) => r.toString())).toEqual(['data: {"a":1}\n\n', 'data: {"b":2}\n\n']);
+    chunk.fill(0x78); // a view sees the read change, a copy does not
+    expect(raws.map((r) => r.toString())).toEqual(['x'.repeat(15), 'data: {"b":2}\n\n']);
+  });
+});
+
+describe('SseParser: a stream cut inside an event (issue 23 item 3)', () => {
+  const tail = (text: string, cut?: number): { partial: boolean; discarded: number } => {
+    const parser = new SseParser(() => undefined);
+    const buf = Buffer.from(text);
+    for (const c of cut === undefined ? [buf] : splitAt(buf, [cut])) parser.push(c);
+    const partial = parser.holdsPartialEvent;
+    return { partial, discarded: parser.end() };
+  };
+
+  it('says whether the discarded tail was part of an event', () => {
+    expect(tail('data: 1\n\ndata: {"choices":[{"te')).toEqual({ partial: true, discarded: 22 });
+    expect(tail('data: 1\n\ndata: {"choices":[{"te', 12)).toEqual({ partial: true, discarded: 22 });
+    expect(tail('data: 1\n\ndata: 2\n')).toEqual({ partial: true, discarded: 8 });
+    expect(tail('data: 1\n\ndata: 2\r')).toEqual({ partial: true, discarded: 8 });
+    expect(tail('data: 1\n\nevent: error\n')).toEqual({ partial: true, discarded: 13 });
+    expect(tail('data: 1\n\nda')).toEqual({ partial: true, discarded: 2 });
+    // Comments and the end of a finished event are not part of an event.
+    expect(tail('data: 1\n\n: keep-alive')).toEqual({ partial: false, discarded: 12 });
+    expect(tail('data: 1\n\n: keep-alive\n')).toEqual({ partial: false, discarded: 13 });
+    expect(tail('data: 1\n\n')).toEqual({ partial: false, discarded: 0 });
+    expect(tail('data: 1\r\r')).toEqual({ partial: false, discarded: 0 });
   });
 });

@@ -29,11 +29,11 @@ export interface SseRead {
   readonly ms: number;
 }
 
-/** POSTs `body` as JSON to `url` and reads the SSE answer at `pace`; resolves once the body ends or is cut. */
-export function readSse(url: string, body: unknown, pace: Pace = {}): Promise<SseRead> {
+/** POSTs `body` as JSON (with `headers` besides) to `url` and reads the SSE answer at `pace`; resolves once the body ends or is cut. */
+export function readSse(url: string, body: unknown, pace: Pace = {}, headers: Record<string, string> = {}): Promise<SseRead> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' } }, (res) => {
+    const req = request(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...headers } }, (res) => {
       let text = '';
       let read = 0;
       let nextPause = pace.pauseEveryBytes ?? 0;

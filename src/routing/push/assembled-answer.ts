@@ -5,7 +5,7 @@
  * the engine's non-streaming response shape.
  */
 import { batchesOf } from '../../common/index.js';
-import { ResponseAssembler, type EngineEvent } from '../../engines/index.js';
+import { ResponseAssembler, refusalBody, type EngineEvent } from '../../engines/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { LegBody } from './types.js';
 
@@ -16,11 +16,13 @@ function obj(v: unknown): Record<string, unknown> | undefined {
 /**
  * Reads the whole stream into one JSON answer with the stream's `status`.
  * An error event from the engine ends the answer: a 4xx code is the client's
- * answer (as the engine would have given it unstreamed), anything else fails.
+ * answer (as the engine would have given it unstreamed, in kvgate's error
+ * object as any engine refusal: `refusalBody`), anything else fails.
  * @throws KvgateError KVG_ERR_ENGINE_FAILED for an engine error mid-stream; the stream's own errors
  *   (KVG_ERR_ENGINE_STREAM_BROKEN, KVG_ERR_CLIENT_ABORTED, ...).
  */
-export async function assembledAnswer(events: AsyncIterable<EngineEvent>, status: number): Promise<{ status: number; body: LegBody }> {
+export async function assembledAnswer(events: AsyncIterable<EngineEvent>, status: number, worker: { readonly id: number; readonly url: string }):
+Promise<{ status: number; body: LegBody }> {
   const asm = new ResponseAssembler();
   for await (const batch of batchesOf(events)) {
     for (const ev of batch) {
@@ -28,7 +30,9 @@ export async function assembledAnswer(events: AsyncIterable<EngineEvent>, status
       const error = obj(obj(ev.json)?.['error']);
       if (error !== undefined) {
         const code = error['code'];
-        if (typeof code === 'number' && code >= 400 && code < 500) return jsonBody(code, { error });
+        if (typeof code === 'number' && code >= 400 && code < 500) {
+          return jsonBody(code, refusalBody({ status: code, json: { error }, text: undefined, worker: worker.url }, worker.id));
+        }
         throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine failed the request: ${String(error['message'] ?? 'no message')}`, { upstreamCode: code ?? null });
       }
       asm.push(ev.json);
@@ -37,6 +41,6 @@ export async function assembledAnswer(events: AsyncIterable<EngineEvent>, status
   return jsonBody(status, asm.result());
 }
 
-function jsonBody(status: number, json: Record<string, unknown>): { status: number; body: LegBody } {
+function jsonBody(status: number, json: object): { status: number; body: LegBody } {
   return { status, body: { kind: 'json', bytes: JSON.stringify(json), json } };
 }

@@ -11,7 +11,8 @@
  * token lost or repeated, one `[DONE]`, usage over the whole answer.
  *
  * Never migrated: a client abort, a non-migratable failure (an engine 4xx or
- * 500, an error event), a pinned request, a request whose body a
+ * 500, an error event), an answer that failed after its finish_reason (it
+ * ends with the error: nothing is left to generate), a pinned request, a request whose body a
  * continuation could not honour once output reached the client (guided
  * decoding, tools, n > 1, logprobs, echo), an engine that did not send its
  * token ids, a context past `maxSeqLen`, and any request once `limit`
@@ -189,6 +190,9 @@ async function nextLeg(req: LegRequest, progress: StreamProgress, failure: unkno
     throw failure;
   };
   if (req.signal.aborted || !isMigratable(failure)) fail();
+  // A finished answer that lost its end (its usage chunk cut short, or the connection reset before [DONE]) has
+  // nothing left to generate: a continuation would add tokens after its finish_reason. The client is told.
+  if (progress.finished) fail();
   const err = failure as KvgateError;
   if (hooks.pinned) {
     hooks.skipped('pinned', err, {});

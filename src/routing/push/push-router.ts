@@ -22,7 +22,8 @@
 import { clientSpan, inSpan, spanFailed, type RouterMode, type RoutingHints, type WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import {
-  EMPTY_LEG, EngineHttpError, clientWantsUsage, dpRankLeg, isMigratable, mergeLegs, readChunkInfo, streamingLegFields, type EngineClient,
+  EMPTY_LEG, EngineHttpError, clientWantsUsage, dpRankLeg, isMigratable, mergeLegs, protocolViolationOf, readChunkInfo, refusalBody,
+  streamingLegFields, type EngineClient,
 } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
@@ -219,7 +220,7 @@ export class PushRouter implements PoolMembers {
   /**
    * Selects, books, dispatches and guards a leg. Resolves once the engine's
    * response has started. Engine 4xx answers are returned with their status
-   * (the client gets the engine's own error); every other failure throws a
+   * (the client gets the engine's message in kvgate's error object, `refusalBody`); every other failure throws a
    * KvgateError after releasing the booking. `preselected` arrives booked; `excluded` workers are never chosen.
    */
   async dispatch(req: LegRequest, preselected?: Selection, excluded?: ReadonlySet<number>): Promise<LegResponse> {
@@ -234,7 +235,7 @@ export class PushRouter implements PoolMembers {
     const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, () => this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
     if (req.stream) return { selection: sel, status: first.status, body: { kind: 'sse', events } };
     try {
-      const answer = await assembledAnswer(events, first.status);
+      const answer = await assembledAnswer(events, first.status, sel.worker);
       return { selection: sel, status: answer.status, body: answer.body };
     } catch (err) {
       if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
@@ -332,7 +333,9 @@ export class PushRouter implements PoolMembers {
       guard.failed(err);
       this.#dispatchFailed(w.id, err);
       if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
-        return { selection: sel, status: err.upstreamStatus, body: { kind: 'json', bytes: err.upstreamBody, json: err.upstreamJson } };
+        // The client gets the engine's status and message in kvgate's error object, never the engine's body or headers.
+        const body = refusalBody(err.refusal, w.id);
+        return { selection: sel, status: err.upstreamStatus, body: { kind: 'json', bytes: JSON.stringify(body), json: body } };
       }
       const code = isKvgateError(err) ? err.code : undefined;
       if (code !== undefined && CONNECTION_FAILURES.has(code)) this.#opts.onWorkerUnreachable?.(w.id);
@@ -343,16 +346,29 @@ export class PushRouter implements PoolMembers {
     }
   }
 
-  /** Tells outlier detection how a dispatch that threw ended: a 5xx or a connection failure counts against the worker. */
+  /**
+   * Tells outlier detection how a dispatch that threw ended: a 5xx, a connection failure or an answer that broke
+   * the protocol (a proxy's HTML page for a stream) counts against the worker.
+   */
   #dispatchFailed(workerId: number, err: unknown): void {
     const report = this.#opts.onDispatchOutcome;
     if (report === undefined) return;
     if (err instanceof EngineHttpError) report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
-    else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code);
+    else if (isKvgateError(err) && (CONNECTION_FAILURES.has(err.code) || err.code === 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
   }
 
-  /** A leg cut for making no progress: counted and logged; the error itself says it is migratable. */
+  /**
+   * A leg that failed on an answer breaking the protocol (before or after its first byte), or cut for making no
+   * progress: counted and logged; the error itself says whether it is migratable.
+   */
   #legFailed(req: LegRequest, sel: Selection, err: unknown): void {
+    const violation = protocolViolationOf(err);
+    if (violation !== undefined) {
+      this.#ctx.metrics?.engineProtocolErrors.labels({ model: this.model, worker_type: this.role, violation }).inc();
+      this.#ctx.log.warn({ model: this.model, requestId: req.requestId, workerId: sel.worker.id, dpRank: sel.dpRank, code: (err as KvgateError).code,
+        violation, err }, 'engine answer broke the protocol');
+      return;
+    }
     if (!isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT') && !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')) return;
     const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
     this.#ctx.metrics?.engineTimeouts.labels({ model: this.model, worker_type: this.role, kind }).inc();

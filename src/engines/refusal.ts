@@ -1,0 +1,127 @@
+/**
+ * What a client is told when an engine refuses its request (a 4xx answer, or
+ * an error event with a 4xx code in a stream assembled for a `stream: false`
+ * client): kvgate's own OpenAI error object, with the engine's status and the
+ * engine's message, because that message is the client's business ("This
+ * model's maximum context length is ..."). Nothing else of the engine's answer
+ * goes out: not its headers, not the rest of its body, not an address.
+ *
+ * Contract of `refusalBody`: `error.code` is KVG_ERR_ENGINE_REJECTED and
+ * `error.type` `invalid_request_error`; `error.message` is the engine's
+ * message (OpenAI `{error: {message}}`, `{error: "..."}`, `{message}`, FastAPI
+ * `{detail}` as a string or a list of `{loc, msg}`, or a `text/plain` body) with
+ * every address in it replaced by `[address]` (URLs, IPv4, bracketed IPv6,
+ * `host:port`, and the worker's own host however written), then cut to
+ * REFUSAL_MESSAGE_MAX_BYTES of UTF-8 with a marker; an answer with no such
+ * message (an HTML page from a proxy, a body cut at the engine client's
+ * `maxErrorBodyBytes`) gets a fixed sentence naming the worker and the status.
+ * `error.param` is the engine's when it reads as a field name, else null.
+ * Addresses are replaced before the cut, so a cut never leaves half an address.
+ */
+import type { ErrorBody } from '../common/index.js';
+
+/** The most UTF-8 bytes of an engine's message a client is sent, marker included. */
+export const REFUSAL_MESSAGE_MAX_BYTES = 1024;
+const TRUNCATED = ' [truncated by kvgate]';
+const REDACTED = '[address]';
+
+/**
+ * URLs with a scheme (not their trailing punctuation: "see http://h:1/x." keeps its full stop); bracketed IPv6
+ * and IPv4 literals, with a port or not; host names with a port.
+ */
+const ADDRESS = new RegExp([
+  String.raw`\b[a-z][a-z0-9+.-]*://[^\s"'<>()[\]{}]*[^\s"'<>()[\]{}.,;:!?]`,
+  String.raw`\[[0-9a-f:.]*:[0-9a-f:.]*\](?::\d{1,5})?`,
+  String.raw`\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?\b`,
+  String.raw`\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{1,5}\b`,
+].join('|'), 'gi');
+
+/** A field name as OpenAI's `param` gives it (`messages[0].content`); anything else is not passed on. */
+const PARAM = /^[\w.[\]-]{1,64}$/;
+
+/** What an engine answered when it refused a request. */
+export interface EngineRefusal {
+  /** The engine's status (4xx). */
+  readonly status: number;
+  /** The body parsed as JSON; undefined when it was not JSON (or was cut). */
+  readonly json: unknown;
+  /** The body as text when it was `text/plain`, else undefined. */
+  readonly text: string | undefined;
+  /** The engine's URL: its host is redacted from the message however it is written. */
+  readonly worker: string;
+}
+
+/** kvgate's error object for an engine's refusal (see the file comment). */
+export function refusalBody(refusal: EngineRefusal, workerId: number): ErrorBody {
+  const said = messageOf(refusal.json) ?? nonEmpty(refusal.text);
+  const message = said === undefined
+    ? `the engine of worker ${workerId} refused the request (HTTP ${refusal.status})`
+    : bounded(redactAddresses(said, refusal.worker), REFUSAL_MESSAGE_MAX_BYTES);
+  const param = paramOf(refusal.json);
+  return { error: { message, type: 'invalid_request_error', param, code: 'KVG_ERR_ENGINE_REJECTED' } };
+}
+
+/** `text` with every address, and every spelling of the worker's own host, replaced by `[address]`. */
+export function redactAddresses(text: string, workerUrl: string): string {
+  let out = text.replace(ADDRESS, REDACTED);
+  const host = hostOf(workerUrl);
+  if (host !== undefined) {
+    const escaped = host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    out = out.replace(new RegExp(`(?<![\\w.-])${escaped}(?![\\w-])(?::\\d{1,5})?`, 'gi'), REDACTED);
+  }
+  return out;
+}
+
+function hostOf(url: string): string | undefined {
+  try {
+    const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
+    return host === '' ? undefined : host;
+  } catch {
+    return undefined;
+  }
+}
+
+/** `text` cut to `max` UTF-8 bytes, marker included, on a character boundary. */
+function bounded(text: string, max: number): string {
+  if (Buffer.byteLength(text) <= max) return text;
+  const room = max - Buffer.byteLength(TRUNCATED);
+  // A cut inside a character decodes to U+FFFD at the end: drop it.
+  const head = Buffer.from(text).toString('utf8', 0, room).replace(/\uFFFD+$/, '');
+  return `${head}${TRUNCATED}`;
+}
+
+function nonEmpty(text: string | undefined): string | undefined {
+  return text !== undefined && text.trim() !== '' ? text.trim() : undefined;
+}
+
+function record(v: unknown): Record<string, unknown> | undefined {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+}
+
+/** The human message of an engine's error body, in the shapes vLLM, SGLang and FastAPI answer with. */
+export function messageOf(json: unknown): string | undefined {
+  const obj = record(json);
+  if (obj === undefined) return undefined;
+  const error = obj['error'];
+  const inner = record(error);
+  if (typeof inner?.['message'] === 'string') return nonEmpty(inner['message']);
+  if (typeof error === 'string') return nonEmpty(error);
+  if (typeof obj['message'] === 'string') return nonEmpty(obj['message']);
+  const detail = obj['detail'];
+  if (typeof detail === 'string') return nonEmpty(detail);
+  if (Array.isArray(detail)) {
+    // FastAPI's validation errors: [{loc: ['body', 'max_tokens'], msg: '...'}].
+    const parts = detail.map(record).filter((d) => typeof d?.['msg'] === 'string').map((d) => {
+      const loc = Array.isArray(d!['loc']) ? (d!['loc'] as unknown[]).filter((p) => p !== 'body').join('.') : '';
+      return loc === '' ? String(d!['msg']) : `${loc}: ${String(d!['msg'])}`;
+    });
+    return parts.length > 0 ? parts.join('; ') : undefined;
+  }
+  return undefined;
+}
+
+function paramOf(json: unknown): string | null {
+  const obj = record(json);
+  const param = record(obj?.['error'])?.['param'] ?? obj?.['param'];
+  return typeof param === 'string' && PARAM.test(param) ? param : null;
+}
