@@ -10,7 +10,7 @@
  */
 import { pino, type Logger } from 'pino';
 import { loadGatewayConfig, parseServeFlags, serveUsage, type ConfigChange, type GatewayConfig, type ModelConfig } from '../config/index.js';
-import { Ejections, HealthProber, OutlierDetector, WorkerRegistry, type ModelCheck, type WorkerInfo } from '../discovery/index.js';
+import { WorkerRegistry, type HealthProber, type ModelCheck, type OutlierDetector, type WorkerInfo } from '../discovery/index.js';
 import { EngineClient } from '../engines/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import { startGateway, type FleetStatus, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
@@ -21,6 +21,7 @@ import { ModelRouter, makeRouterContext } from '../routing/index.js';
 import { fleetStatus } from './fleet-status.js';
 import { FleetMembers } from './membership.js';
 import { EngineChecks } from './engine-checks.js';
+import { fleetHealth } from './fleet-health.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { IpcTransport, NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
 import { clusterMember, clusterMetricsText, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
@@ -110,7 +111,7 @@ function modelRouter(model: ModelConfig, config: GatewayConfig, deps: RouterPort
   return new ModelRouter({
     model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
     routerConfig: model.router, registry: f.registry, engine: f.engine, onWorkerUnreachable: (id) => prober.reportFailure(id),
-    onDispatchOutcome: (id, error) => outliers.record(id, error),
+    onDispatchOutcome: (id, error, connectionFailure) => outliers.record(id, error, connectionFailure),
     enforceDisagg: model.enforceDisagg, workerHealth: (id) => prober.view(id),
     legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
     migration: model.migration,
@@ -159,16 +160,10 @@ function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFlee
   const sinks = new Map<string, ModelCheckSink>();
   const early = new Map<number, [WorkerInfo, ModelCheck]>();
   // One ejection ledger: probes and dispatch errors eject under the same share of each model's workers.
-  const ejections = new Ejections(registry, config.health.maxEjectedPercent);
-  const outliers = new OutlierDetector(registry, ejections, config.health.outlierDetection);
-  const prober = new HealthProber(registry, {
-    ...config.health,
-    ejections,
-    onModelCheck: (w, check) => {
-      const sink = sinks.get(w.model);
-      if (sink !== undefined) sink(w, check);
-      else early.set(w.id, [w, check]);
-    },
+  const { prober, outliers } = fleetHealth(config, registry, (w, check) => {
+    const sink = sinks.get(w.model);
+    if (sink !== undefined) sink(w, check);
+    else early.set(w.id, [w, check]);
   });
   const members = new FleetMembers(registry, engine, prober);
   const checks = new EngineChecks(registry, members, prober, config.health.timeoutMs);

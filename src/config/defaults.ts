@@ -28,6 +28,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   healthTimeoutMs: 1000,
   healthUnhealthyAfter: 2,
   healthMaxEjectedPercent: 50,
+  // Envoy's default healthy panic threshold: a pool with fewer healthy workers routes to all of them.
+  panicThresholdPercent: 50,
   outlierConsecutiveErrors: 5,
   outlierBaseEjectionMs: 30_000,
   outlierMaxEjectionMs: 300_000,

@@ -43,6 +43,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['kubernetes', (m) => m.kubernetes],
   ['migration_limit', (m) => m.migration.limit],
   ['migration_max_seq_len', (m) => m.migration.maxSeqLen],
+  ['panic_threshold_percent', (m) => m.panicThresholdPercent],
   ...STRUCTURAL_ROUTER_KNOBS.map((k): [string, (m: ModelConfig) => unknown] => [`router.${KV_ROUTER_CONFIG_FIELDS[k].dynamo}`, (m) => m.router[k]]),
 ];
 

@@ -16,7 +16,8 @@ import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-rout
 import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'verify_tokenizer', 'engine',
-  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'etcd', 'kubernetes', 'migration_limit', 'migration_max_seq_len'] as const;
+  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'etcd', 'kubernetes', 'migration_limit', 'migration_max_seq_len',
+  'panic_threshold_percent'] as const;
 const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
   'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated', 'return_token_ids'] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
@@ -195,8 +196,10 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
     limit: m.int('migration_limit', GATEWAY_DEFAULTS.migrationLimit, { min: 0, max: 100 }),
     maxSeqLen: m.optInt('migration_max_seq_len', { min: 1 }),
   };
+  const panicThresholdPercent = m.int('panic_threshold_percent', GATEWAY_DEFAULTS.panicThresholdPercent, { min: 0, max: 100 });
   return {
     name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, verifyTokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts,
+    panicThresholdPercent,
     migration, engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile), etcd, kubernetes,
   };
 }

@@ -67,6 +67,12 @@ export interface ModelConfig {
   readonly kubernetes: KubernetesDiscovery | undefined;
   /** Request migration: streams resumed on another worker after a migratable failure. */
   readonly migration: MigrationConfig;
+  /**
+   * Envoy's load-balancer panic threshold, per pool of the model (its workers of one role): while fewer than this
+   * percent of a pool's workers are healthy (not ejected on probes or errors), the pool routes to all of them.
+   * 0 turns panic off.
+   */
+  readonly panicThresholdPercent: number;
 }
 
 /** A model's `etcd` section: the cluster's client endpoints and the key prefix workers register under (no trailing slash). */

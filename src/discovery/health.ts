@@ -12,13 +12,17 @@
  * - at most `maxEjectedPercent` of a model's workers (all roles together, and
  *   at least one, as Envoy's `max_ejection_percent`) are ejected at once, on
  *   health or on dispatch errors alike (the limit is the shared ejection
- *   ledger's, ./ejection.ts): beyond it, a failing worker stays routable
- *   (Envoy's panic mode), and that is logged and counted. When an ejected
- *   worker comes back, the next failing probe of a kept one ejects it.
- *   A passing probe lifts the prober's own hold only: a worker the outlier
- *   detector (./outlier.ts) ejected stays out until its ejection time ends.
- * Every transition (ejected, kept in panic, readmitted) is logged at warn with
- * the worker's id and URL and counted in `kvgate_worker_health_transitions_total`.
+ *   ledger's, ./ejection.ts): beyond it, a failing worker stays routable, and
+ *   that is logged and counted. When an ejected worker comes back, the next
+ *   failing probe of a kept one ejects it;
+ * - a pool (the model's workers of one role) below its panic threshold routes
+ *   to its ejected workers too (Envoy's panic mode, the ledger's): with panic
+ *   on, a pool's only worker is never out.
+ * A passing probe lifts the prober's own hold, and an outlier ejection
+ * (./outlier.ts) that connection failures alone earned if the probe started
+ * during it; one earned by 5xx answers stays until its ejection time ends.
+ * Every transition (ejected, kept, readmitted) is logged at warn with the
+ * worker's id and URL and counted in `kvgate_worker_health_transitions_total`.
  *
  * Model check: when a worker first answers its health probe, when it comes
  * back after being down, and every `modelsRefreshMs` after that, the prober
@@ -48,11 +52,12 @@ type HealthTransition = 'ejected' | 'kept' | 'readmitted';
 /**
  * A worker as the prober last saw it (for /admin/models): `up`; `down` (ejected after failed probes);
  * `ejected` (answering its probes, but ejected for consecutive errors on dispatch, ./outlier.ts);
- * `kept` (failing, but routable under the ejection limit); `model_mismatch` (its engine serves another
- * model); `unknown` before its first probe answered.
+ * `panic` (ejected, but routed all the same: its pool is below its panic threshold); `kept` (failing,
+ * but routable under the ejection limit); `model_mismatch` (its engine serves another model); `unknown`
+ * before its first probe answered.
  */
 export interface WorkerHealthView {
-  readonly state: 'up' | 'down' | 'ejected' | 'kept' | 'model_mismatch' | 'unknown';
+  readonly state: 'up' | 'down' | 'ejected' | 'panic' | 'kept' | 'model_mismatch' | 'unknown';
   readonly consecutiveFailures: number;
   /** When the last probe finished (ms since the epoch); undefined before the first. */
   readonly lastProbeAt: number | undefined;
@@ -69,6 +74,8 @@ export interface HealthProberOptions {
   unhealthyAfter?: number;
   /** Most of a model's workers ejected at once, in percent (default 50; at least one worker); unused with `ejections`. */
   maxEjectedPercent?: number;
+  /** A pool with fewer healthy workers than this percent routes to all of them (default 0: off); unused with `ejections`. */
+  panicThresholdPercent?: number;
   /** The gateway's ejection ledger, shared with the outlier detector (default: the prober's own). */
   ejections?: Ejections;
   clock?: Clock;
@@ -112,7 +119,7 @@ export class HealthProber {
     this.#intervalMs = opts.intervalMs ?? 2000;
     this.#timeoutMs = opts.timeoutMs ?? 1000;
     this.#unhealthyAfter = opts.unhealthyAfter ?? 2;
-    this.#ejections = opts.ejections ?? new Ejections(registry, opts.maxEjectedPercent ?? 50);
+    this.#ejections = opts.ejections ?? new Ejections(registry, opts.maxEjectedPercent ?? 50, opts.panicThresholdPercent ?? 0);
     this.#clock = opts.clock ?? systemClock;
     this.#scheduler = opts.scheduler ?? systemScheduler;
     this.#opts = opts;
@@ -121,7 +128,9 @@ export class HealthProber {
   /** Logs and counts the transitions of `model`'s workers here (its routers' logger and metrics). */
   watch(model: string, log: Logger, metrics?: HealthMetrics & Partial<EjectionMetrics>): void {
     this.#sinks.set(model, { log, metrics });
-    this.#ejections.watch(model, { log, metrics: metrics?.workerEjections === undefined ? undefined : { workerEjections: metrics.workerEjections } });
+    const counted = metrics?.workerEjections === undefined ? undefined
+      : { workerEjections: metrics.workerEjections, poolPanic: metrics.poolPanic };
+    this.#ejections.watch(model, { log, metrics: counted });
   }
 
   start(): void {
@@ -164,6 +173,8 @@ export class HealthProber {
     const w = this.#registry.get(workerId);
     if (w === undefined || this.#inFlight.has(workerId) || this.#closed) return this.#registry.isAvailable(workerId);
     this.#inFlight.add(workerId);
+    // Only a probe that started during an outlier ejection speaks for the engine after the failures that earned it.
+    const ejectedAtStart = this.#ejections.holds(workerId, 'consecutive_errors');
     let error: string | undefined;
     try {
       error = await this.#get(w.url);
@@ -176,7 +187,10 @@ export class HealthProber {
     if (this.#closed || this.#registry.get(workerId) !== w) return ok;
     const now = (this.#opts.now ?? Date.now)();
     this.#probes.set(w.id, { at: now, lastError: error ?? (ok ? this.#probes.get(w.id)?.lastError : 'its engine serves another model') });
-    if (ok) this.#healthy(w);
+    if (ok) {
+      if (ejectedAtStart) this.#ejections.probePassed(w);
+      this.#healthy(w);
+    }
     // Serving another model is not ill health: no threshold, no ejection limit, down until it serves ours.
     else if (this.#checks.get(w.id)?.check.kind === 'mismatch') this.#ejections.hold(w, 'model_mismatch');
     else this.#failed(w);
@@ -202,12 +216,14 @@ export class HealthProber {
 
   /** The worker's standing as last probed (undefined for a worker not registered). */
   view(workerId: number): WorkerHealthView | undefined {
-    if (this.#registry.get(workerId) === undefined) return undefined;
+    const w = this.#registry.get(workerId);
+    if (w === undefined) return undefined;
     const probe = this.#probes.get(workerId);
     const standing = this.#standing.get(workerId);
     const state = this.#checks.get(workerId)?.check.kind === 'mismatch' ? 'model_mismatch'
-      : standing === 'ejected' ? 'down' : this.#ejections.holds(workerId, 'consecutive_errors') ? 'ejected'
-        : standing === 'kept' ? 'kept' : probe === undefined ? 'unknown' : 'up';
+      : this.#ejections.isEjected(workerId) && this.#ejections.inPanic(w) ? 'panic'
+        : standing === 'ejected' ? 'down' : this.#ejections.holds(workerId, 'consecutive_errors') ? 'ejected'
+          : standing === 'kept' ? 'kept' : probe === undefined ? 'unknown' : 'up';
     return { state, consecutiveFailures: this.#failures.get(workerId) ?? 0, lastProbeAt: probe?.at, lastError: probe?.lastError };
   }
 
@@ -249,7 +265,8 @@ export class HealthProber {
     if (this.#ejections.mayEject(w)) {
       this.#standing.set(w.id, 'ejected');
       this.#ejections.hold(w, 'health_probe');
-      this.#transition(w, 'ejected', `worker failed ${n} health probes in a row: ejected`);
+      const panic = this.#ejections.inPanic(w) ? '; its pool is in panic, so it stays routable' : '';
+      this.#transition(w, 'ejected', `worker failed ${n} health probes in a row: ejected${panic}`);
     } else if (was !== 'kept') {
       this.#standing.set(w.id, 'kept');
       this.#transition(w, 'kept', `worker failed ${n} health probes in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ejected already: kept routable`);

@@ -8,16 +8,25 @@
  *
  * The ejection is a hold in the gateway's shared ledger (./ejection.ts): the
  * share of a model's workers ejected at once is the same limit the health
- * prober obeys, and a worker both ejected here and failing its probes comes
- * back only when both let it. Past the limit a failing worker stays routable;
- * that is logged once per streak. Ejections and readmissions are warn lines
- * with the worker's id and URL; ejections are counted with reason
+ * prober obeys, a pool below its panic threshold keeps routing to its ejected
+ * workers, and a worker both ejected here and failing its probes comes back
+ * only when both let it. Past the limit a failing worker stays routable; that
+ * is logged once per streak. Ejections and readmissions are warn lines with
+ * the worker's id and URL; ejections are counted with reason
  * `consecutive_errors`.
+ *
+ * A streak of connection failures alone (nothing answered: the engine was
+ * gone, as when it crashed) says what the health probe checks: a probe that
+ * started during the ejection and passes (Envoy's
+ * `successful_active_health_check_uneject_host`) ends it, so a restarted
+ * engine is routable within one probe interval instead of serving the rest of
+ * an ejection its crash earned. An ejection with any 5xx answer in its streak
+ * runs its time: the engine answers its probe while failing real requests.
  */
 import { silentLogger } from '../common/index.js';
 import type { Ejections } from './ejection.js';
 import { systemScheduler, type Scheduler } from './loop-timeout.js';
-import type { WorkerRegistry } from './registry.js';
+import type { WorkerInfo, WorkerRegistry } from './registry.js';
 
 export interface OutlierOptions {
   /** Consecutive 5xx answers, connection failures or malformed answers that eject a worker; 0 turns detection off. */
@@ -36,6 +45,10 @@ interface WorkerRecord {
   timer: unknown;
   /** A streak past the limit was logged (once per streak). */
   keptLogged: boolean;
+  /** The current streak holds an engine's 5xx answer (not only connection failures). */
+  answered: boolean;
+  /** The running ejection was earned by connection failures alone: a passing probe ends it. */
+  liftable: boolean;
 }
 
 export class OutlierDetector {
@@ -51,13 +64,15 @@ export class OutlierDetector {
     this.#opts = opts;
     this.#scheduler = opts.scheduler ?? systemScheduler;
     ejections.onForget((id) => this.forget(id));
+    ejections.onProbePassed((w) => this.#probePassed(w));
   }
 
   /**
    * A dispatch to the worker ended: `error` is why it failed (a 5xx answer or a connection failure),
-   * undefined for any other answer. Outcomes of dispatches that were in flight while it was ejected are ignored.
+   * undefined for any other answer; `connectionFailure` when nothing answered (refused, reset). Outcomes of
+   * dispatches that were in flight while it was ejected (or made while its pool is in panic) are ignored.
    */
-  record(workerId: number, error: string | undefined): void {
+  record(workerId: number, error: string | undefined, connectionFailure = false): void {
     if (this.#opts.consecutiveErrors <= 0) return;
     const w = this.#registry.get(workerId);
     if (w === undefined || this.#ejections.holds(workerId, 'consecutive_errors')) return;
@@ -65,9 +80,11 @@ export class OutlierDetector {
     if (error === undefined) {
       r.consecutive = 0;
       r.keptLogged = false;
+      r.answered = false;
       return;
     }
     r.consecutive++;
+    if (!connectionFailure) r.answered = true;
     if (r.consecutive < this.#opts.consecutiveErrors) return;
     const log = this.#ejections.sink(w.model)?.log ?? silentLogger;
     const line = { model: w.model, workerId: w.id, url: w.url, role: w.role, consecutiveErrors: r.consecutive, error };
@@ -82,16 +99,35 @@ export class OutlierDetector {
     r.ejections++;
     r.consecutive = 0;
     r.keptLogged = false;
+    r.liftable = !r.answered;
+    r.answered = false;
     const ms = Math.min(this.#opts.baseEjectionMs * r.ejections, this.#opts.maxEjectionMs);
     this.#ejections.hold(w, 'consecutive_errors');
-    log.warn({ ...line, ejectionMs: ms, ejections: r.ejections }, `worker failed ${this.#opts.consecutiveErrors} dispatches in a row: ejected for ${ms} ms`);
+    const panic = this.#ejections.inPanic(w) ? '; its pool is in panic, so it stays routable' : '';
+    log.warn({ ...line, ejectionMs: ms, ejections: r.ejections, connectionFailuresOnly: r.liftable },
+      `worker failed ${this.#opts.consecutiveErrors} dispatches in a row: ejected for ${ms} ms${panic}`);
     r.timer = this.#scheduler.setTimeout(() => {
       r.timer = undefined;
       if (this.#registry.get(w.id) !== w) return;
-      const routable = this.#ejections.release(w, 'consecutive_errors');
-      log.warn({ model: w.model, workerId: w.id, url: w.url, role: w.role, ejectionMs: ms },
-        routable ? 'worker\'s ejection time is over: readmitted' : 'worker\'s ejection time is over; still down on its health probes');
+      this.#readmit(w, { ejectionMs: ms }, 'worker\'s ejection time is over');
     }, ms);
+  }
+
+  /** A probe that started while the worker was ejected passed: an ejection that connection failures alone earned ends. */
+  #probePassed(w: WorkerInfo): void {
+    const r = this.#workers.get(w.id);
+    if (r?.timer === undefined || !r.liftable || this.#registry.get(w.id) !== w) return;
+    this.#scheduler.clearTimeout(r.timer);
+    r.timer = undefined;
+    const why = 'worker answers its health probe again after its connection failures: ejection ended';
+    this.#readmit(w, { connectionFailuresOnly: true }, why);
+  }
+
+  #readmit(w: WorkerInfo, fields: Record<string, unknown>, why: string): void {
+    const free = this.#ejections.release(w, 'consecutive_errors');
+    const log = this.#ejections.sink(w.model)?.log ?? silentLogger;
+    log.warn({ model: w.model, workerId: w.id, url: w.url, role: w.role, ...fields },
+      free ? `${why}: readmitted` : `${why}; still ejected on its health probes`);
   }
 
   /** A worker left the registry: its streak, count and timer go with it. */
@@ -108,7 +144,7 @@ export class OutlierDetector {
   #record(workerId: number): WorkerRecord {
     let r = this.#workers.get(workerId);
     if (r === undefined) {
-      r = { consecutive: 0, ejections: 0, timer: undefined, keptLogged: false };
+      r = { consecutive: 0, ejections: 0, timer: undefined, keptLogged: false, answered: false, liftable: false };
       this.#workers.set(workerId, r);
     }
     return r;

@@ -207,17 +207,22 @@ const MIGRATABLE_CODES = new Set([
   'KVG_ERR_ENGINE_STREAM_BROKEN',
 ]);
 
-/** Engine statuses that say "not me, not now" (a proxy in front of it failed, or it is shutting down or overloaded upstream). */
-const MIGRATABLE_STATUSES = new Set([502, 503, 504]);
+/**
+ * Engine statuses that say "not me, not now": an internal error (vLLM answers 500 when its engine loop died or a step
+ * failed), a proxy in front of it failed, or it is shutting down or overloaded upstream. Envoy's `retry_on: 5xx` retries
+ * the same; a request that makes every engine fail costs at most the retry budget.
+ */
+const MIGRATABLE_STATUSES = new Set([500, 502, 503, 504]);
 
 /**
  * Whether a failed leg may be resumed on another worker (request migration,
  * Dynamo's CannotConnect / Disconnected / ConnectionTimeout / EngineShutdown):
  * the connection was refused or reset, the response broke mid-way, the engine
  * made no progress in time (first-byte and stream-idle timeouts carry
- * `detail.migratable: true`), or it answered 502, 503 (shutting down) or 504.
- * Never a client abort, an engine 4xx (the request itself is at fault), any
- * other 5xx, or kvgate's own backpressure.
+ * `detail.migratable: true`), or it answered 500, 502, 503 (shutting down) or
+ * 504. Never a client abort, an engine 4xx (the request itself is at fault),
+ * any other 5xx (501 and 505 say the engine will never serve the request), or
+ * kvgate's own backpressure.
  */
 export function isMigratable(err: unknown): err is KvgateError {
   if (!isKvgateError(err)) return false;

@@ -93,6 +93,7 @@ export class KvgateMetrics {
   readonly modelTokenizerMissing: Gauge<'model'>;
   readonly healthTransitions: Counter<'model' | 'worker_id' | 'transition'>;
   readonly workerEjections: Counter<'model' | 'worker_id' | 'reason'>;
+  readonly poolPanic: Gauge<'model' | 'worker_type'>;
   readonly workerMembership: Counter<'model' | 'source' | 'change'>;
   readonly configReloads: Counter<'trigger' | 'outcome'>;
   readonly discoveryUpdates: Counter<'model' | 'source' | 'outcome'>;
@@ -171,7 +172,7 @@ export class KvgateMetrics {
     this.workerServedModelMismatch = new Gauge({ name: 'kvgate_worker_served_model_mismatch', help: '1 while the worker\'s engine does not list the model\'s served_model_name in its /v1/models (the worker is not routed to); 0 once it does.', labelNames: ['model', 'worker_id'], registers });
     // ---- worker state (loud failures)
     this.workerUp = new Gauge({ name: 'kvgate_worker_up', help: '1 while the worker is routable (configured and passing its health probe); 0 while it is down.', labelNames: ['model', 'worker_id', 'worker_type'], registers });
-    this.workerState = new Gauge({ name: 'kvgate_worker_state', help: '1 for the worker\'s current health state (up, down, ejected, kept, model_mismatch, unknown), 0 for the others.', labelNames: ['model', 'worker_id', 'state'], registers });
+    this.workerState = new Gauge({ name: 'kvgate_worker_state', help: '1 for the worker\'s current health state (up, down, ejected, panic, kept, model_mismatch, unknown), 0 for the others.', labelNames: ['model', 'worker_id', 'state'], registers });
     this.workerBlockSizeMismatch = new Gauge({ name: 'kvgate_worker_block_size_mismatch', help: '1 once the worker\'s engine says (its /metrics on join, or its KV events) it uses a block size other than the model\'s block_size (its blocks are ignored, its KV overlap scored 0).', labelNames: ['model', 'worker_id'], registers });
     this.engineChecks = new Counter({ name: 'kvgate_worker_engine_checks_total', labelNames: ['model', 'check', 'outcome'], registers, help: 'Checks of a joining worker\'s engine: check=block_size (its /metrics) or tokenizer (the canary probe), by outcome: ok, mismatch (kept out of KV-aware routing), unreadable (/metrics), inconclusive (probe).' });
     this.modelTokenizerMissing = new Gauge({ name: 'kvgate_model_tokenizer_missing', help: '1 for a KV-routed model without a tokenizer (prefix hashes come from the byte-packing fallback and match no engine\'s blocks).', labelNames: ['model'], registers });
@@ -181,6 +182,7 @@ export class KvgateMetrics {
       name: 'kvgate_worker_ejections_total', labelNames: ['model', 'worker_id', 'reason'], registers,
       help: 'Workers taken out of routing: health_probe (failed probes) or consecutive_errors (5xx answers, connection failures or malformed answers on dispatch).',
     });
+    this.poolPanic = new Gauge({ name: 'kvgate_pool_panic', help: '1 while the pool (a model\'s workers of one worker_type) has fewer healthy workers than its panic threshold: it routes to all of them, ejected ones included.', labelNames: MW, registers });
     // ---- fleet membership and hot reconfiguration
     this.workerMembership = new Counter({ name: 'kvgate_worker_membership_changes_total', help: 'Workers joining (change=joined) and leaving (change=left) a model at runtime, by the source that reported them (static: the config file, on reload).', labelNames: ['model', 'source', 'change'], registers });
     this.discoveryUpdates = new Counter({ name: 'kvgate_discovery_updates_total', help: 'Worker sets a discovery source reported for a model (source=file, etcd or kubernetes), by outcome: applied, unchanged, rejected (invalid: the previous workers stay).', labelNames: ['model', 'source', 'outcome'], registers });

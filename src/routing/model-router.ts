@@ -24,7 +24,7 @@ import { prefillPoolConfig } from './disagg/handoff.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
 import { kvPool } from './kv-pool.js';
 import { KvRouter } from './kv-router.js';
-import { PushRouter, type PushRouterOptions } from './push/push-router.js';
+import { PushRouter, type DispatchOutcomeListener, type PushRouterOptions } from './push/push-router.js';
 import type { LegRequest } from './push/types.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerStatus } from './router-port.js';
 import { StickySessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
@@ -53,7 +53,7 @@ export interface ModelRouterOptions {
   /** Told when a dispatch found a worker unreachable (health probing). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
   /** Told how each dispatch ended: why it failed (5xx, connection failure), or undefined (outlier detection). */
-  readonly onDispatchOutcome?: ((workerId: number, error: string | undefined) => void) | undefined;
+  readonly onDispatchOutcome?: DispatchOutcomeListener | undefined;
   /** Refuse requests (and hide the model) instead of serving them aggregated while no prefill worker is available. */
   readonly enforceDisagg?: boolean | undefined;
   /** Sliding TTL of a sticky prefill worker for a session without its own timeout (default 300 000 ms). */

@@ -19,7 +19,7 @@ import type { WorkerStatus } from './router-port.js';
 
 type EventState = 'live' | 'stale' | 'never';
 
-const HEALTH_STATES: readonly WorkerHealthView['state'][] = ['up', 'down', 'ejected', 'kept', 'model_mismatch', 'unknown'];
+const HEALTH_STATES: readonly WorkerHealthView['state'][] = ['up', 'down', 'ejected', 'panic', 'kept', 'model_mismatch', 'unknown'];
 
 export class WorkerWatch {
   readonly #model: string;

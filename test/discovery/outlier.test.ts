@@ -5,33 +5,9 @@ import type { Server } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { healthServer as startHealthServer } from '../helpers/health-server.js';
 import { Ejections, HealthProber, OutlierDetector, WorkerRegistry, type WorkerInfo } from '../../src/discovery/index.js';
-import type { Scheduler } from '../../src/discovery/loop-timeout.js';
+import { ManualTimers } from '../helpers/manual-timers.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { silentLogger, type Logger } from '../../src/common/index.js';
-
-/** Timers in virtual time: they fire only when the test moves the clock. */
-class ManualTimers implements Scheduler {
-  now = 0;
-  #timers: { at: number; fn: () => void; id: number }[] = [];
-  #ids = 0;
-
-  setTimeout(fn: () => void, ms: number): unknown {
-    const id = ++this.#ids;
-    this.#timers.push({ at: this.now + ms, fn, id });
-    return id;
-  }
-
-  clearTimeout(handle: unknown): void {
-    this.#timers = this.#timers.filter((t) => t.id !== handle);
-  }
-
-  advance(ms: number): void {
-    this.now += ms;
-    const due = this.#timers.filter((t) => t.at <= this.now).sort((a, b) => a.at - b.at);
-    this.#timers = this.#timers.filter((t) => t.at > this.now);
-    for (const t of due) t.fn();
-  }
-}
 
 /** Keeps each warn line's fields and message. */
 function captureWarnings(lines: Record<string, unknown>[]): Logger {

@@ -2,6 +2,9 @@
  * `kvgate serve` and `kvgate mocker` started from a config file or flags, on
  * top of ./process.ts (the compiled CLI: `npm run build` first).
  */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { assertBuilt, json, lineOf, start, stop, type Proc } from './process.js';
 
 /** A `kvgate serve` or `kvgate mocker` process of these suites (stdout kept line by line; see ./process.ts). */
@@ -30,4 +33,31 @@ export async function startMockerEngine(extra: readonly string[] = []): Promise<
   const proc = startCompiled(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--speedup', '100', ...extra]);
   const engine = await lineOf(proc, 'the mocker\'s ports', (o) => typeof o.url === 'string');
   return { proc, engine };
+}
+
+/** A `kvgate serve` started from a config object: its process, URL, and `stop()` (the process, then its config's directory). */
+export interface ServedGateway {
+  readonly proc: ServedProc;
+  readonly url: string;
+  stop(): Promise<void>;
+}
+
+/** Writes `config` as JSON to a fresh temporary directory and starts `kvgate serve` on it. */
+export async function serveConfigObject(config: Record<string, unknown>): Promise<ServedGateway> {
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-serve-'));
+  const file = join(dir, 'kvgate.json');
+  writeFileSync(file, JSON.stringify(config));
+  try {
+    const { proc, url } = await startServe(file);
+    return {
+      proc, url,
+      async stop() {
+        await stop(proc);
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
 }

@@ -2,7 +2,7 @@
  * Request migration (Dynamo's `--migration-limit`): a client's stream that
  * loses its engine mid-way goes on, on the same connection, from another
  * worker. On a migratable failure (`isMigratable`: connection refused or
- * reset, a broken or timed-out stream, an engine 502/503/504; or a stream
+ * reset, a broken or timed-out stream, an engine 500/502/503/504; or a stream
  * that ended without a final chunk) the failed leg's booking is already
  * freed (its guard released it when its events threw), the failed worker is
  * excluded for the rest of the request, and the request is re-dispatched
@@ -10,9 +10,9 @@
  * generated so far, `max_tokens` reduced. The client sees one answer: no
  * token lost or repeated, one `[DONE]`, usage over the whole answer.
  *
- * Never migrated: a client abort, a non-migratable failure (an engine 4xx or
- * 500, an error event), an answer that failed after its finish_reason (it
- * ends with the error: nothing is left to generate), a pinned request, a request whose body a
+ * Never migrated: a client abort, a non-migratable failure (an engine 4xx, an
+ * error event), an answer that failed after its finish_reason (it ends with
+ * the error: nothing is left to generate), a pinned request, a request whose body a
  * continuation could not honour once output reached the client (guided
  * decoding, tools, n > 1, logprobs, echo), an engine that did not send its
  * token ids, a context past `maxSeqLen`, and any request once `limit`

@@ -68,6 +68,9 @@ function retryReason(err: KvgateError): string {
   return err instanceof EngineHttpError ? `engine_${err.upstreamStatus}` : err.code;
 }
 
+/** Told how a dispatch ended (outlier detection): why it failed, and whether nothing answered (refused, reset). */
+export type DispatchOutcomeListener = (workerId: number, error: string | undefined, connectionFailure?: boolean) => void;
+
 export interface PushRouterOptions {
   readonly model: string;
   readonly role: WorkerRole;
@@ -84,7 +87,7 @@ export interface PushRouterOptions {
    * A dispatch to the worker ended before its answer's body: `error` says why it failed (a 5xx answer or a
    * connection failure), undefined for an answer below 500. Timeouts and client cancels are not told (outlier detection).
    */
-  readonly onDispatchOutcome?: ((workerId: number, error: string | undefined) => void) | undefined;
+  readonly onDispatchOutcome?: DispatchOutcomeListener | undefined;
   /** A leg was sent to (worker, rank): KV-event liveness starts watching. */
   readonly onDispatch?: ((workerId: number, dpRank: number) => void) | undefined;
   /**
@@ -339,7 +342,7 @@ export class PushRouter implements PoolMembers {
       }
       const code = isKvgateError(err) ? err.code : undefined;
       if (code !== undefined && CONNECTION_FAILURES.has(code)) this.#opts.onWorkerUnreachable?.(w.id);
-      // Nothing reached the client: a migratable failure (unreachable, reset, no output in time, 502/503/504) goes elsewhere.
+      // Nothing reached the client: a migratable failure (unreachable, reset, no output in time, 500/502/503/504) goes elsewhere.
       if (isMigratable(err) && !sel.pinned && scope.retryElsewhere(w.id, retryReason(err))) throw err;
       if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
       throw err;
@@ -354,7 +357,8 @@ export class PushRouter implements PoolMembers {
     const report = this.#opts.onDispatchOutcome;
     if (report === undefined) return;
     if (err instanceof EngineHttpError) report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
-    else if (isKvgateError(err) && (CONNECTION_FAILURES.has(err.code) || err.code === 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
+    else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code, true);
+    else if (isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
   }
 
   /**

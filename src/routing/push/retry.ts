@@ -1,7 +1,7 @@
 /**
  * Retry before the first byte: an attempt that failed before anything reached
  * the client (its worker unreachable, the connection reset, no output in time,
- * an engine 502/503/504: see `isMigratable`) runs again on the next-best
+ * an engine 500/502/503/504: see `isMigratable`) runs again on the next-best
  * worker, with the failed ones excluded, at most `maxRetries` times and never
  * after the client went away. After the first output, the migrating stream
  * (migration.ts) takes over and dispatches its continuations through this same

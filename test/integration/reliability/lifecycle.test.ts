@@ -6,6 +6,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
+import type { PreparedRequest } from '../../../src/frontend/router-port.js';
 import { prepare, randomTokens, startFleet, until, type Fleet } from '../../helpers/fleet.js';
 
 function tcpSockets(): number {
@@ -24,6 +25,9 @@ describe('request lifecycle under failures', () => {
     fleet = await startFleet(4, { mocker: { numGpuBlocks: 1024 }, router: { migration: { limit: 3 } } });
     const f = fleet;
     f.mockers[1]!.setFaults({ errorRate: 0.15 }); // worker 2 answers 500 to some requests
+    // A 500 is retried on another worker (issue 23), except for a request that pins its worker: every fifth pins worker 2,
+    // so some 500s still reach the client as upstream errors.
+    const pin = (i: number): Partial<PreparedRequest> => (i % 5 === 2 ? { hints: { annotations: [], backendInstanceId: 2 } } : {});
     const rng = seededRng(99);
     const outcomes = { completed: 0, aborted: 0, upstreamError: 0, broken: 0, retried: 0 };
     const shared = randomTokens(rng, 8 * 16);
@@ -34,7 +38,7 @@ describe('request lifecycle under failures', () => {
       const kind = rng();
       const tokens = kind < 0.5 ? [...shared, ...randomTokens(rng, 20)] : randomTokens(rng, 40 + Math.floor(rng() * 100));
       const ac = new AbortController();
-      const req = prepare(tokens, { maxTokens: 4 + Math.floor(rng() * 12), stream: rng() < 0.85, signal: ac.signal });
+      const req = prepare(tokens, { maxTokens: 4 + Math.floor(rng() * 12), stream: rng() < 0.85, signal: ac.signal, ...pin(i) });
       const abortAfterFirst = rng() < 0.15;
       if (i === 400 && !crashed) {
         crashed = true;
