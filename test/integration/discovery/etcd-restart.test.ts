@@ -234,8 +234,10 @@ describe('an etcd restart does not lose the fleet (issue 23)', () => {
     await proxy.restore();
 
     await until(() => allReady(ids.slice(0, -1)), `worker ${gone} gone`, 20_000);
+    // The listing is applied first; the line comes once the new watch is confirmed.
+    const resumed = new RegExp(`etcd watch of ${WATCH} resumed: listed again, ${ids.length - 1} workers`);
+    await until(() => resumed.test(gateway.output().slice(lines)), 'the watch resumed', 20_000);
     const since = gateway.output().slice(lines);
-    expect(since).toMatch(new RegExp(`etcd watch of ${WATCH} resumed: listed again, ${ids.length - 1} workers`));
     // Only the worker whose key went left; the others never flapped.
     expect(since.match(/worker \d+ leaves model/g)).toEqual([`worker ${gone} leaves model`]);
     expect(since).not.toMatch(/joins model/);
