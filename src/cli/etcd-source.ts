@@ -7,26 +7,49 @@
  * value, replaces it: leave then join); a delete, including the one etcd makes
  * when a registration's lease expires, makes it leave. A value that is
  * invalid (or names an id in use) is refused whole and logged with every
- * problem; the key's previous worker, if any, stays. When the watch is lost
- * (etcd unreachable, the watch cancelled or compacted), kvgate lists the
- * prefix again once it can and applies the difference; until then the current
- * workers stay. Every outcome is counted in
- * `kvgate_discovery_updates_total{source="etcd"}`.
+ * problem; the key's previous worker, if any, stays. Every outcome is counted
+ * in `kvgate_discovery_updates_total{source="etcd"}`.
+ *
+ * When the watch is lost (etcd stopped or unreachable, the watch cancelled or
+ * its revision compacted), the current workers stay and stay routable. kvgate
+ * drops that watch and, on a `Backoff` (exponential, with jitter), lists the
+ * prefix again, applies the difference against what it holds (a worker whose
+ * key is still there stays, untouched) and watches from the new listing's
+ * revision. It never resumes from the old revision: that revision may be
+ * compacted away, or ahead of a cluster that lost its data, whose watch would
+ * stay silent. Losing and resuming are an info or warn line each and counted in
+ * `kvgate_discovery_watch_transitions_total`; each failed attempt is one line
+ * and counted in `kvgate_discovery_watch_retries_total`;
+ * `kvgate_discovery_watch_up` is 1 while the watch is live.
  */
-import { Etcd3, type IKeyValue, type Watcher } from 'etcd3';
+import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
+import { Backoff, type Rng } from '../common/index.js';
 import { etcdModelPrefix, readEtcdWorker, type ConfigProblem, type EtcdDiscovery, type ModelConfig, type WorkerConfig } from '../config/index.js';
 import type { WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { applyWorkerSet } from './discovered-set.js';
+import { ETCD_CALL_TIMEOUT_MS, etcdClient } from './etcd-client.js';
 import type { FleetMembers } from './membership.js';
 import type { DiscoveryMetrics } from './workers-file.js';
 
-/** Wait before listing again after a failure, doubling up to the maximum. */
+/** Wait before listing again after a failure: from the minimum, doubling (with jitter) up to the maximum. */
 const RETRY_MIN_MS = 500;
-const RETRY_MAX_MS = 10_000;
+const RETRY_MAX_MS = 5_000;
 
 type Outcome = 'applied' | 'unchanged' | 'rejected';
+
+/** Where the watch's state is counted: the gateway's metrics fit this shape. */
+export interface EtcdSourceMetrics extends DiscoveryMetrics {
+  readonly discoveryWatch: {
+    readonly transitions: { labels(l: { model: string; source: 'etcd'; transition: 'lost' | 'resumed' }): { inc(): void } };
+    readonly retries: { labels(l: { model: string; source: 'etcd' }): { inc(): void } };
+    readonly up: { labels(l: { model: string; source: 'etcd' }): { set(v: number): void } };
+  };
+}
+
+/** `starting`: never watched yet; `watching`: the watch is live; `lost`: it was, and is being re-established. */
+type WatchState = 'starting' | 'watching' | 'lost';
 
 export class EtcdWorkersSource {
   readonly #model: ModelConfig;
@@ -35,27 +58,36 @@ export class EtcdWorkersSource {
   readonly #members: FleetMembers;
   readonly #registry: WorkerRegistry;
   readonly #client: Etcd3;
+  readonly #backoff: Backoff;
   /** The workers this source brought, by id. */
   #current = new Map<number, WorkerConfig>();
+  /** The watch being opened or live; any other watcher's events are stale. */
   #watcher: Watcher | undefined;
   #timer: NodeJS.Timeout | undefined;
-  #retryMs = RETRY_MIN_MS;
-  #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
+  #state: WatchState = 'starting';
+  /** The attempt to list and watch in progress, counted from 1 since the watch was last live. */
+  #attempt = 0;
+  /** When the live watch was lost (Date.now()), for the line that says it is back. */
+  #lostAt = 0;
+  #sink: { logger: Logger; metrics: EtcdSourceMetrics } | undefined;
   #closed = false;
 
-  constructor(model: ModelConfig, registry: WorkerRegistry, members: FleetMembers) {
+  /** `rng` draws the retries' jitter. */
+  constructor(model: ModelConfig, registry: WorkerRegistry, members: FleetMembers, rng: Rng) {
     this.#model = model;
     this.#etcd = model.etcd!;
     this.#prefix = etcdModelPrefix(this.#etcd.prefix, model.name);
     this.#registry = registry;
     this.#members = members;
-    this.#client = new Etcd3({ hosts: [...this.#etcd.endpoints] });
+    this.#client = etcdClient(this.#etcd.endpoints);
+    this.#backoff = new Backoff(RETRY_MIN_MS, RETRY_MAX_MS, rng);
   }
 
   /** Lists and watches the model's prefix from now on; outcomes go to `logger` and `metrics`. */
-  start(logger: Logger, metrics: DiscoveryMetrics): void {
+  start(logger: Logger, metrics: EtcdSourceMetrics): void {
     if (this.#closed || this.#sink !== undefined) return;
     this.#sink = { logger, metrics };
+    this.#up(false);
     logger.info({ endpoints: this.#etcd.endpoints, prefix: this.#prefix }, `watching etcd prefix ${this.#prefix} for workers of model ${this.#model.name}`);
     void this.#sync();
   }
@@ -69,56 +101,103 @@ export class EtcdWorkersSource {
     this.#client.close();
   }
 
-  /** Lists the prefix, applies the difference, and watches from the listing's revision. */
+  /** Lists the prefix, applies the difference, and opens a watch from the listing's revision. */
   async #sync(): Promise<void> {
-    const sink = this.#sink;
-    if (this.#closed || sink === undefined) return;
-    let watcher: Watcher;
+    this.#timer = undefined;
+    if (this.#closed || this.#sink === undefined) return;
+    this.#attempt++;
+    let revision: bigint;
     try {
       const listing = await this.#client.getAll().prefix(this.#prefix).exec();
       if (this.#closed) return;
       this.#applyListing(listing.kvs);
-      watcher = await this.#client.watch().prefix(this.#prefix).startRevision(String(BigInt(listing.header.revision) + 1n)).create();
+      revision = BigInt(listing.header.revision);
     } catch (err) {
       this.#retry(`cannot list ${this.#prefix}: ${(err as Error).message}`);
       return;
     }
-    if (this.#closed) {
-      void watcher.cancel().catch(() => undefined);
+    this.#watch(revision + 1n);
+  }
+
+  /**
+   * Opens a watch from `revision`. `create()` is not used: it waits through disconnections (etcd3 reconnects
+   * on its own schedule, from the old revision) and gives no handle to drop a watch still connecting.
+   */
+  #watch(revision: bigint): void {
+    const watcher = this.#client.watch().prefix(this.#prefix).startRevision(String(revision)).watcher();
+    this.#watcher = watcher;
+    const unconfirmed = new Error(`etcd did not confirm the watch within ${ETCD_CALL_TIMEOUT_MS} ms`);
+    const opening = setTimeout(() => this.#dropped(watcher, unconfirmed), ETCD_CALL_TIMEOUT_MS);
+    opening.unref();
+    watcher.on('connected', () => {
+      clearTimeout(opening);
+      if (this.#watcher === watcher) this.#watching();
+    });
+    watcher.on('put', (kv) => this.#watcher === watcher && this.#put(kv));
+    watcher.on('delete', (kv) => this.#watcher === watcher && this.#delete(kv.key.toString()));
+    // 'disconnected': the stream failed (etcd3 would resume it from the old revision: dropped instead);
+    // 'error': etcd cancelled the watch (a compacted revision, for one), and etcd3 has let it go already.
+    const drop = (err: Error, cancelled: boolean): void => {
+      clearTimeout(opening);
+      this.#dropped(watcher, err, cancelled);
+    };
+    watcher.on('disconnected', (err: Error) => drop(err, false));
+    watcher.on('error', (err: Error) => drop(err, true));
+  }
+
+  /** The watch is live: a lost one is back. */
+  #watching(): void {
+    const sink = this.#sink!;
+    const previous = this.#state;
+    this.#state = 'watching';
+    this.#up(true);
+    if (previous === 'lost') {
+      sink.metrics.discoveryWatch.transitions.labels({ model: this.#model.name, source: 'etcd', transition: 'resumed' }).inc();
+      const awayMs = Date.now() - this.#lostAt;
+      sink.logger.info({ prefix: this.#prefix, attempts: this.#attempt, awayMs, workers: [...this.#current.keys()] },
+        `etcd watch of ${this.#prefix} resumed: listed again, ${this.#current.size} workers`);
+    } else if (this.#attempt > 1) {
+      sink.logger.info({ prefix: this.#prefix, attempts: this.#attempt }, `etcd watch of ${this.#prefix} established`);
+    }
+    this.#attempt = 0;
+    this.#backoff.reset();
+  }
+
+  /** A watch failed, opening or live: dropped (unless etcd `cancelled` it), and the prefix listed again after the back-off. */
+  #dropped(watcher: Watcher, err: Error, cancelled = false): void {
+    if (!cancelled) void watcher.cancel().catch(() => undefined);
+    if (this.#watcher !== watcher || this.#closed) return;
+    this.#watcher = undefined;
+    if (this.#state !== 'watching') {
+      this.#retry(`etcd watch of ${this.#prefix} failed: ${err.message}`);
       return;
     }
-    this.#retryMs = RETRY_MIN_MS;
-    this.#watcher = watcher;
-    watcher.on('put', (kv) => this.#put(kv));
-    watcher.on('delete', (kv) => this.#delete(kv.key.toString()));
-    // The client re-establishes a dropped watch from its last revision; a list on the way back catches up
-    // with whatever it could not replay (a compacted revision, a watch the server cancelled).
-    watcher.on('disconnected', () => this.#closed || sink.logger.warn({ prefix: this.#prefix }, `etcd watch of ${this.#prefix} lost; the current workers stay until it is back`));
-    watcher.on('connected', () => void this.#relist());
-    watcher.on('error', (err) => {
-      if (this.#watcher !== watcher) return;
-      this.#watcher = undefined;
-      void watcher.cancel().catch(() => undefined);
-      this.#retry(`etcd watch of ${this.#prefix} failed: ${err.message}`);
-    });
+    this.#state = 'lost';
+    this.#lostAt = Date.now();
+    this.#up(false);
+    const sink = this.#sink!;
+    sink.metrics.discoveryWatch.transitions.labels({ model: this.#model.name, source: 'etcd', transition: 'lost' }).inc();
+    sink.logger.warn({ prefix: this.#prefix, err: err.message },
+      `etcd watch of ${this.#prefix} lost; the current workers stay until it is back`);
+    this.#schedule(this.#backoff.next());
   }
 
-  /** A reconnected watch: list again and apply the difference (the watch goes on). */
-  async #relist(): Promise<void> {
-    try {
-      const listing = await this.#client.getAll().prefix(this.#prefix).exec();
-      if (!this.#closed) this.#applyListing(listing.kvs);
-    } catch (err) {
-      this.#sink?.logger.warn({ prefix: this.#prefix, err: (err as Error).message }, `etcd relist of ${this.#prefix} failed; the watch goes on`);
-    }
-  }
-
+  /** A failed attempt to list and watch: one line, then the next attempt after the back-off. */
   #retry(reason: string): void {
     if (this.#closed) return;
-    this.#sink?.logger.error({ prefix: this.#prefix, retryInMs: this.#retryMs }, `${reason}; the current workers stay, retrying`);
-    this.#timer = setTimeout(() => void this.#sync(), this.#retryMs);
+    const retryInMs = this.#backoff.next();
+    this.#sink?.metrics.discoveryWatch.retries.labels({ model: this.#model.name, source: 'etcd' }).inc();
+    this.#sink?.logger.warn({ prefix: this.#prefix, attempt: this.#attempt, retryInMs }, `${reason}; the current workers stay, retrying`);
+    this.#schedule(retryInMs);
+  }
+
+  #schedule(ms: number): void {
+    this.#timer = setTimeout(() => void this.#sync(), ms);
     this.#timer.unref();
-    this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
+  }
+
+  #up(live: boolean): void {
+    this.#sink?.metrics.discoveryWatch.up.labels({ model: this.#model.name, source: 'etcd' }).set(live ? 1 : 0);
   }
 
   /** A listing of the whole prefix: every key in it is the truth; keys gone from it leave. */

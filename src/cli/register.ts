@@ -8,19 +8,24 @@
  * before anything is written. It is attached to a lease of --ttl seconds that
  * this process keeps alive: when the process dies or loses etcd for longer
  * than the TTL, the lease expires, etcd deletes the key, and every gateway
- * drops the worker. A lease lost while running (etcd unreachable past the
- * TTL) is granted again and the key put again once etcd answers.
+ * drops the worker. What happens while etcd is away (keep-alives retried
+ * with back-off, a lost lease granted again and the key put again) is
+ * `EtcdRegistration`'s (`registration.ts`).
  */
-import { Etcd3, type Lease } from 'etcd3';
 import { etcdModelPrefix, parseCommandArgs, readEtcdWorkerValue } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
+import { etcdClient } from './etcd-client.js';
+import { EtcdRegistration, type RegistrationLog, type RegistrationPlan } from './registration.js';
 
 export const REGISTER_HELP = `usage: kvgate register --etcd URLS --model NAME --id N --url URL [options]
 
 Registers one engine as a worker of a model in etcd under <prefix>/<model>/<id>,
 with a lease that this command keeps alive; runs until SIGTERM or SIGINT, then
 revokes the lease (the worker leaves at once). If the command dies, the lease
-expires after --ttl seconds and the worker leaves then.
+expires after --ttl seconds and the worker leaves then. While etcd is away it
+retries with back-off (one line when keep-alives start failing, one when they
+succeed again); a lease etcd no longer holds is granted again and the key put
+again ("registration renewed").
 
   --etcd URLS                  etcd client endpoints, comma-separated (http://127.0.0.1:2379)
   --prefix P                   key prefix (/kvgate/workers)
@@ -52,13 +57,10 @@ const OPTIONS = {
 const INT_FLAGS = ['dp-start', 'dp-size', 'bootstrap-port', 'max-num-batched-tokens', 'total-kv-blocks'] as const;
 const STRING_FLAGS = ['url', 'role', 'engine', 'bootstrap-host'] as const;
 
-export interface RegisterPlan {
+/** What `kvgate register` was asked for: the registration, and where etcd is. */
+export interface RegisterPlan extends RegistrationPlan {
   readonly help: boolean;
   readonly endpoints: string[];
-  readonly key: string;
-  /** The registration value (JSON text). */
-  readonly value: string;
-  readonly ttlS: number;
 }
 
 const invalid = (flag: string, reason: string): KvgateError => new KvgateError('KVG_ERR_INVALID_CONFIG', `--${flag}: ${reason}`, { field: flag });
@@ -111,14 +113,6 @@ export function parseRegisterArgs(argv: string[]): RegisterPlan {
   return { help: false, endpoints, key: `${etcdModelPrefix(prefix, model)}${id}`, value: JSON.stringify(value), ttlS };
 }
 
-/** Grants a lease and puts the key on it; `onLost` is called if the lease is lost later. */
-async function register(client: Etcd3, plan: RegisterPlan, onLost: (err: Error) => void): Promise<Lease> {
-  const lease = client.lease(plan.ttlS);
-  lease.on('lost', onLost);
-  await lease.put(plan.key).value(plan.value);
-  return lease;
-}
-
 export async function registerCommand(argv: string[]): Promise<number> {
   let plan: RegisterPlan;
   try {
@@ -131,41 +125,18 @@ export async function registerCommand(argv: string[]): Promise<number> {
     process.stdout.write(REGISTER_HELP);
     return 0;
   }
-  const client = new Etcd3({ hosts: plan.endpoints });
-  const log = (o: Record<string, unknown>): void => void process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), key: plan.key, ...o })}\n`);
-  let lease: Lease | undefined;
-  let stopping = false;
-  const keep = async (): Promise<void> => {
-    // A lost lease (etcd unreachable past the TTL) is granted again; until then the worker is not registered.
-    for (let wait = 500; !stopping; wait = Math.min(wait * 2, 10_000)) {
-      try {
-        lease = await register(client, plan, (err) => {
-          if (stopping) return;
-          log({ level: 'error', msg: `lease lost (${err.message}); registering again` });
-          void keep();
-        });
-        log({ level: 'info', msg: 'registered', lease: await lease.grant(), ttl_s: plan.ttlS, value: JSON.parse(plan.value) });
-        return;
-      } catch (err) {
-        log({ level: 'error', msg: `cannot register: ${(err as Error).message}; retrying in ${wait} ms` });
-        await new Promise((r) => setTimeout(r, wait));
-      }
-    }
-  };
+  const client = etcdClient(plan.endpoints);
+  const log: RegistrationLog = (level, msg, fields) =>
+    void process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), key: plan.key, level, msg, ...fields })}\n`);
   const stopped = new Promise<void>((resolve) => {
     process.once('SIGTERM', resolve);
     process.once('SIGINT', resolve);
   });
-  const registered = keep();
+  // Each process draws its own jitter, so a fleet that lost etcd together does not come back in step.
+  const registration = new EtcdRegistration(client, plan, log, Math.random);
+  registration.start();
   await stopped;
-  stopping = true;
-  await registered;
-  try {
-    await lease?.revoke();
-    log({ level: 'info', msg: 'revoked: the worker leaves' });
-  } catch (err) {
-    log({ level: 'error', msg: `cannot revoke the lease (${(err as Error).message}); the registration expires after ${plan.ttlS} s` });
-  }
+  await registration.stop();
   client.close();
   return 0;
 }

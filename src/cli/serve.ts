@@ -143,7 +143,7 @@ function runtimeSources(config: GatewayConfig, registry: WorkerRegistry, members
   const out = new Map<string, (EtcdWorkersSource | KubernetesWorkersSource)[]>();
   for (const m of config.models) {
     out.set(m.name, [
-      ...(m.etcd === undefined ? [] : [new EtcdWorkersSource(m, registry, members)]),
+      ...(m.etcd === undefined ? [] : [new EtcdWorkersSource(m, registry, members, Math.random)]),
       ...(m.kubernetes === undefined ? [] : [new KubernetesWorkersSource(m, registry, members)]),
     ]);
   }

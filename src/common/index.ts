@@ -1,3 +1,4 @@
+export { Backoff } from './backoff.js';
 export { BatchedFlow, batchesOf, type Batched } from './batches.js';
 export { Cancellation, type CancelSignal } from './cancel.js';
 export { jsonTextOf, rememberJsonText } from './json-text.js';

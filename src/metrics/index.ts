@@ -12,6 +12,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { kvgateVersion } from '../version.js';
+import { discoveryWatchMetrics, type DiscoveryWatchMetrics } from './discovery-watch.js';
 import { replicaMetrics, type ReplicaMetrics } from './replicas.js';
 
 export type { ReplicaMetrics } from './replicas.js';
@@ -97,6 +98,7 @@ export class KvgateMetrics {
   readonly workerMembership: Counter<'model' | 'source' | 'change'>;
   readonly configReloads: Counter<'trigger' | 'outcome'>;
   readonly discoveryUpdates: Counter<'model' | 'source' | 'outcome'>;
+  readonly discoveryWatch: DiscoveryWatchMetrics;
 
   // Queue and backpressure.
   readonly queuePendingRequests: Gauge<'model' | 'worker_type'>;
@@ -186,6 +188,7 @@ export class KvgateMetrics {
     // ---- fleet membership and hot reconfiguration
     this.workerMembership = new Counter({ name: 'kvgate_worker_membership_changes_total', help: 'Workers joining (change=joined) and leaving (change=left) a model at runtime, by the source that reported them (static: the config file, on reload).', labelNames: ['model', 'source', 'change'], registers });
     this.discoveryUpdates = new Counter({ name: 'kvgate_discovery_updates_total', help: 'Worker sets a discovery source reported for a model (source=file, etcd or kubernetes), by outcome: applied, unchanged, rejected (invalid: the previous workers stay).', labelNames: ['model', 'source', 'outcome'], registers });
+    this.discoveryWatch = discoveryWatchMetrics(registers);
     this.configReloads = new Counter({ name: 'kvgate_config_reloads_total', help: 'Configuration reloads (trigger=sighup or admin) by outcome: applied, unchanged, rejected (invalid or needing a restart: nothing changed).', labelNames: ['trigger', 'outcome'], registers });
     // ---- sticky sessions
     this.sessions = new Gauge({ name: 'kvgate_router_sessions', help: 'Sticky session bindings held.', labelNames: MW, registers });

@@ -16,6 +16,10 @@ export interface EtcdServer {
   stop(): Promise<void>;
   /** Stops it and starts an empty one (a wiped or restored cluster) on the same client port. */
   restartEmpty(): Promise<void>;
+  /** Stops the server (SIGTERM) and waits for it to exit; its data stays for `resume`. */
+  halt(): Promise<void>;
+  /** Starts a halted server again on the same client port: with its data, or `empty` (a cluster that lost it). */
+  resume(opts?: { empty?: boolean }): Promise<void>;
 }
 
 function spawnEtcd(dir: string, clientPort: number): Promise<{ child: ChildProcess; port: number }> {
@@ -38,6 +42,11 @@ export async function startEtcdServer(): Promise<EtcdServer> {
   const port = started.port;
   let child = started.child;
   const kill = (): Promise<void> => stopChild(child);
+  const resume = async (opts: { empty?: boolean } = {}): Promise<void> => {
+    if (opts.empty === true) rmSync(join(dir, 'data'), { recursive: true, force: true });
+    // The port was ours a moment ago; another process taking it in between fails the test loudly.
+    ({ child } = await spawnEtcd(dir, port));
+  };
   return {
     url: `http://127.0.0.1:${port}`,
     async stop() {
@@ -46,9 +55,9 @@ export async function startEtcdServer(): Promise<EtcdServer> {
     },
     async restartEmpty() {
       await kill();
-      rmSync(join(dir, 'data'), { recursive: true, force: true });
-      // The port was ours a moment ago; another process taking it in between fails the test loudly.
-      ({ child } = await spawnEtcd(dir, port));
+      await resume({ empty: true });
     },
+    halt: kill,
+    resume,
   };
 }
