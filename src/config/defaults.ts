@@ -2,6 +2,7 @@
  * The gateway's defaults, in one place (the README's configuration reference
  * quotes them).
  */
+import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import type { EngineDialect, RouterMode } from '../common/index.js';
 import type { LogLevel } from './types.js';
@@ -18,6 +19,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   engineStreamIdleTimeoutMs: 30_000,
   headerTimeoutMs: 30_000,
   bodyTimeoutMs: 30_000,
+  bodyDeadlineMs: 60_000,
   clientStallTimeoutMs: 60_000,
   maxPendingConnectionsPerClient: 256,
   retryAfterSeconds: 1,
@@ -80,4 +82,26 @@ export const GATEWAY_DEFAULTS = Object.freeze({
 export function defaultPreprocessThreads(processes = 1): number {
   const share = Math.min(4, Math.floor((availableParallelism() - 1) / processes));
   return processes === 1 ? Math.max(1, share) : Math.max(0, share);
+}
+
+/** Node's own listen backlog, and what kvgate uses where the kernel's limit cannot be read. */
+const NODE_BACKLOG = 511;
+
+/** The kernel's cap on a listen backlog (Linux's net.core.somaxconn), or undefined where it cannot be read. */
+export function kernelBacklogCap(): number | undefined {
+  try {
+    const n = Number(readFileSync('/proc/sys/net/core/somaxconn', 'utf8').trim());
+    return Number.isInteger(n) && n > 0 ? n : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The public listener's backlog by default: as long as the kernel allows (Envoy's and Go's choice), so a burst of
+ * connections waits in the kernel's queue instead of overflowing it. An overflowing queue answers with SYN
+ * cookies that can fail, and clients of those see their connection reset.
+ */
+export function defaultListenBacklog(): number {
+  return Math.min(65_535, kernelBacklogCap() ?? NODE_BACKLOG);
 }

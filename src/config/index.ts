@@ -2,7 +2,10 @@
 export { loadGatewayConfig } from './load.js';
 export { parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
 export type { ConfigProblem } from './reader.js';
-export type { EtcdDiscovery, KubernetesDiscovery, GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource, TracingConfig } from './types.js';
+export type {
+  AddressBlock, ClientAddressSource, EtcdDiscovery, KubernetesDiscovery, GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource,
+  TracingConfig,
+} from './types.js';
 export { configProblemsError } from './load.js';
 export { configChanges, reloadProblems, workerDiff } from './reload.js';
 export type { ConfigChange } from './reload.js';

@@ -16,6 +16,7 @@ const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.str
 /** Gateway-wide fields read only at start: their file path and value. */
 const RESTART_FIELDS: readonly [string, (c: GatewayConfig) => unknown][] = [
   ['listen', (c) => c.listen],
+  ['listen.backlog', (c) => c.listenBacklog],
   ['admin', (c) => c.admin],
   ['health', (c) => c.health],
   ['preprocess', (c) => c.preprocess],
@@ -75,7 +76,9 @@ export interface ConfigChange {
 
 const LIMIT_FIELDS: readonly [string, keyof LimitsConfig][] = [
   ['max_body_bytes', 'maxBodyBytes'], ['max_prompt_tokens', 'maxPromptTokens'], ['max_concurrent_requests', 'maxConcurrentRequests'],
-  ['body_timeout_ms', 'bodyTimeoutMs'], ['client_stall_timeout_ms', 'clientStallTimeoutMs'], ['max_pending_connections_per_client', 'maxPendingConnectionsPerClient'],
+  ['body_timeout_ms', 'bodyTimeoutMs'], ['body_deadline_ms', 'bodyDeadlineMs'], ['client_stall_timeout_ms', 'clientStallTimeoutMs'],
+  ['max_pending_connections_per_client', 'maxPendingConnectionsPerClient'], ['client_address', 'clientAddress'],
+  ['trusted_proxies', 'trustedProxies'],
   ['retry_after_seconds', 'retryAfterSeconds'],
 ];
 

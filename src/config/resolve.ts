@@ -11,16 +11,11 @@ import { absolute, checkHost, type ResolveContext } from './checks.js';
 import { defaultPreprocessThreads, GATEWAY_DEFAULTS } from './defaults.js';
 import { ConfigReader, isPlainObject, show, type ConfigProblem } from './reader.js';
 import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
+import { readLimits, readListen } from './resolve-edge.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
 const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'tracing', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'kv_events', 'models', 'replicas', 'processes'] as const;
-
-function readListen(r: ConfigReader | undefined, host: string, port: number): ListenAddress {
-  if (r === undefined) return { host, port };
-  r.allowOnly(['host', 'port']);
-  return { host: r.str('host', host, checkHost), port: r.int('port', port, { min: 0, max: 65535 }) };
-}
 
 function readApiKeys(root: ConfigReader, ctx: ResolveContext): string[] {
   const auth = root.child('auth');
@@ -78,27 +73,6 @@ function readAdmin(root: ConfigReader, listen: ListenAddress): GatewayConfig['ad
     adminR?.problem('port', 'is the public listener\'s address; omit admin.port to serve admin endpoints on the public listener');
   }
   return { enabled, listen: adminListen };
-}
-
-function readLimits(root: ConfigReader): GatewayConfig['limits'] {
-  const lim = root.child('limits');
-  lim?.allowOnly(['max_body_bytes', 'max_prompt_tokens', 'max_concurrent_requests', 'request_timeout_ms', 'retry_after_seconds',
-    'header_timeout_ms', 'body_timeout_ms', 'client_stall_timeout_ms', 'max_pending_connections_per_client', 'max_session_timeout_s', 'max_sessions']);
-  const D = GATEWAY_DEFAULTS;
-  return {
-    maxBodyBytes: lim?.int('max_body_bytes', GATEWAY_DEFAULTS.maxBodyBytes, { min: 1024, max: 1 << 30 }) ?? GATEWAY_DEFAULTS.maxBodyBytes,
-    maxPromptTokens: lim?.int('max_prompt_tokens', GATEWAY_DEFAULTS.maxPromptTokens, { min: 1, max: 1 << 26 }) ?? GATEWAY_DEFAULTS.maxPromptTokens,
-    maxConcurrentRequests: lim?.int('max_concurrent_requests', GATEWAY_DEFAULTS.maxConcurrentRequests, { min: 1, max: 1 << 20 }) ?? GATEWAY_DEFAULTS.maxConcurrentRequests,
-    requestTimeoutMs: lim?.int('request_timeout_ms', GATEWAY_DEFAULTS.requestTimeoutMs, { min: 1, max: 86_400_000 }) ?? GATEWAY_DEFAULTS.requestTimeoutMs,
-    retryAfterSeconds: lim?.int('retry_after_seconds', GATEWAY_DEFAULTS.retryAfterSeconds, { min: 0, max: 3600 }) ?? GATEWAY_DEFAULTS.retryAfterSeconds,
-    headerTimeoutMs: lim?.int('header_timeout_ms', D.headerTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.headerTimeoutMs,
-    bodyTimeoutMs: lim?.int('body_timeout_ms', D.bodyTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.bodyTimeoutMs,
-    clientStallTimeoutMs: lim?.int('client_stall_timeout_ms', D.clientStallTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.clientStallTimeoutMs,
-    maxPendingConnectionsPerClient: lim?.int('max_pending_connections_per_client', D.maxPendingConnectionsPerClient, { min: 1, max: 1 << 20 })
-      ?? D.maxPendingConnectionsPerClient,
-    maxSessionTimeoutS: lim?.int('max_session_timeout_s', GATEWAY_DEFAULTS.maxSessionTimeoutS, { min: 1, max: 30 * 86_400 }) ?? GATEWAY_DEFAULTS.maxSessionTimeoutS,
-    maxSessions: lim?.int('max_sessions', GATEWAY_DEFAULTS.maxSessions, { min: 1, max: 1 << 24 }) ?? GATEWAY_DEFAULTS.maxSessions,
-  };
 }
 
 function readHealth(root: ConfigReader): GatewayConfig['health'] {
@@ -284,7 +258,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const root = new ConfigReader(doc as Record<string, unknown>, [], problems, ctx.sourceOf);
   root.allowOnly(TOP_KEYS);
   // Sections are read in document order of concern, so problems are listed the same way every time.
-  const listen = readListen(root.child('listen'), GATEWAY_DEFAULTS.host, GATEWAY_DEFAULTS.port);
+  const { listen, listenBacklog } = readListen(root.child('listen'), warnings);
   const admin = readAdmin(root, listen);
   const apiKeys = readApiKeys(root, ctx);
   const limits = readLimits(root);
@@ -295,7 +269,8 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const replicas = readReplicas(root);
   const config: GatewayConfig = {
-    file: ctx.file, listen, admin, apiKeys, limits, health, tracing, drainTimeoutMs, preprocess, logLevel, processes, kvEvents, replicas, models, warnings,
+    file: ctx.file, listen, listenBacklog, admin, apiKeys, limits, health, tracing, drainTimeoutMs, preprocess, logLevel, processes, kvEvents,
+    replicas, models, warnings,
   };
   return { config: deepFreeze(config), problems };
 }

@@ -117,6 +117,26 @@ export interface ListenAddress {
   readonly port: number;
 }
 
+/**
+ * Whose requests `limits.max_pending_connections_per_client` counts together:
+ * - `socket`: the TCP peer's address, from the moment a connection is accepted;
+ * - `off`: nobody's (no per-client bound; the header and body deadlines still apply);
+ * - `header`: the address a trusted proxy put in `header` (lower case), per request once its headers arrived:
+ *   the right-most entry not in `trustedProxies` (X-Forwarded-For's rule). A peer outside `trustedProxies`
+ *   is itself the client, whatever its header says.
+ */
+export type ClientAddressSource =
+  | { readonly kind: 'socket' }
+  | { readonly kind: 'off' }
+  | { readonly kind: 'header'; readonly header: string };
+
+/** A CIDR block of `limits.trusted_proxies` (a single address is a block of its full length). */
+export interface AddressBlock {
+  readonly address: string;
+  readonly prefix: number;
+  readonly family: 'ipv4' | 'ipv6';
+}
+
 export interface LimitsConfig {
   /** Request bodies above this get 413. */
   readonly maxBodyBytes: number;
@@ -130,10 +150,16 @@ export interface LimitsConfig {
   readonly headerTimeoutMs: number;
   /** A client whose request body pauses longer than this between two chunks gets 408. */
   readonly bodyTimeoutMs: number;
+  /** A request body not complete this long after its headers arrived gets 408 (and the connection is closed). */
+  readonly bodyDeadlineMs: number;
   /** A streamed answer whose client takes none of what the gateway has buffered for it this long is ended and its booking freed. */
   readonly clientStallTimeoutMs: number;
   /** Connections one client address may hold open without a complete request; more are answered 429 and closed. */
   readonly maxPendingConnectionsPerClient: number;
+  /** What a "client address" of that bound is. */
+  readonly clientAddress: ClientAddressSource;
+  /** The proxies whose forwarding header `clientAddress: header` believes. */
+  readonly trustedProxies: readonly AddressBlock[];
   /** The Retry-After value sent with 429 and 503. */
   readonly retryAfterSeconds: number;
   /** Longest sticky-session timeout; a longer `session_control.timeout` is clamped to it. */
@@ -224,6 +250,8 @@ export interface GatewayConfig {
   /** The config file this came from (absolute), or undefined when built from flags alone. */
   readonly file: string | undefined;
   readonly listen: ListenAddress;
+  /** `listen.backlog`: the kernel's queue of connections not yet accepted by the listeners (listen(2)'s backlog). */
+  readonly listenBacklog: number;
   /**
    * Admin endpoints (`/admin/*`): off unless `enabled`. With `listen` they are served
    * only on that separate listener; without it, on the public listener (behind API keys).

@@ -1,17 +1,26 @@
 /**
  * Reading a request body at the gateway's edge, before the request holds a
- * concurrency slot: bounded in size, in the pause between two chunks, decoded
- * from its `Content-Encoding` within the same size limit, and checked to be
- * UTF-8 text.
+ * concurrency slot: bounded in size, in the pause between two chunks and in
+ * the time the whole body may take, decoded from its `Content-Encoding` within
+ * the same size limit, and checked to be UTF-8 text.
  *
  * Contract for an oversized body (lingering close): the reader keeps reading
  * and discarding what the client still sends, for at most `LINGER_MS` and
  * `LINGER_BYTES`, and only then rejects with KVG_ERR_BODY_TOO_LARGE, so the
  * answer (with `Connection: close`) goes out once the client has stopped
  * sending: a client that writes its whole body before reading (Node's fetch)
- * reads the 413 instead of a reset.
+ * reads the 413 instead of a reset. Other answers that close the connection
+ * before the body was read (an unsupported encoding, a refused client) first
+ * discard it for a moment (`discardBody`) for the same reason.
+ *
+ * A UTF-8 byte order mark before the JSON is skipped: JSON (RFC 8259, section
+ * 8.1) forbids sending one but lets a parser ignore it, and vLLM and SGLang
+ * (FastAPI, Python's json.loads of the bytes) accept it, so a client that
+ * works against an engine directly works through kvgate. The engine gets the
+ * body without it. A second one is invalid JSON.
  */
 import type { IncomingMessage } from 'node:http';
+import { finished } from 'node:stream';
 import { brotliDecompress, gunzip, inflate, type InputType, type ZlibOptions } from 'node:zlib';
 import { parseJsonObject, type CancelSignal } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
@@ -21,6 +30,8 @@ export interface BodyLimits {
   maxBodyBytes: number;
   /** Longest pause between two chunks of the body. */
   bodyTimeoutMs: number;
+  /** Longest time the whole body may take to arrive, from when reading it starts (the request's headers have arrived). */
+  bodyDeadlineMs: number;
 }
 
 /** How long, and how much, an oversized body is read and discarded before the 413 goes out. */
@@ -29,6 +40,14 @@ const LINGER_BYTES = 64 * 1024 * 1024;
 
 type Decoder = (buf: InputType, opts: ZlibOptions, cb: (err: Error | null, out: Buffer) => void) => void;
 const DECODERS: Record<string, Decoder> = { gzip: gunzip, 'x-gzip': gunzip, deflate: inflate, br: brotliDecompress };
+
+function clientTooSlow(limits: BodyLimits, overdue: boolean): KvgateError {
+  return overdue
+    ? new KvgateError('KVG_ERR_CLIENT_TIMEOUT', `the request body did not arrive within ${limits.bodyDeadlineMs} ms`,
+      { bodyDeadlineMs: limits.bodyDeadlineMs })
+    : new KvgateError('KVG_ERR_CLIENT_TIMEOUT', `the request body paused for more than ${limits.bodyTimeoutMs} ms between two chunks`,
+      { bodyTimeoutMs: limits.bodyTimeoutMs });
+}
 
 function tooLarge(limit: number, size: string): KvgateError {
   return new KvgateError('KVG_ERR_BODY_TOO_LARGE', `the request body (${size}) is larger than the limit of ${limit} bytes`, { limit });
@@ -59,6 +78,7 @@ function readRaw(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal)
     let size = 0;
     let overflow: KvgateError | undefined;
     let lingerUntil = 0;
+    const bodyDueAt = performance.now() + limits.bodyDeadlineMs;
     let idle: NodeJS.Timeout | undefined;
     const cleanup = (): void => {
       clearTimeout(idle);
@@ -83,13 +103,14 @@ function readRaw(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal)
         idle = setTimeout(onIdle, left);
         return;
       }
-      fail(overflow ?? new KvgateError('KVG_ERR_CLIENT_TIMEOUT',
-        `the request body paused for more than ${limits.bodyTimeoutMs} ms between two chunks`, { bodyTimeoutMs: limits.bodyTimeoutMs }));
+      fail(overflow ?? clientTooSlow(limits, bodyDueAt - performance.now() < 1));
     };
     const armIdle = (): void => {
-      const ms = overflow !== undefined ? Math.min(limits.bodyTimeoutMs, Math.max(0, lingerUntil - performance.now())) : limits.bodyTimeoutMs;
-      deadline = performance.now() + ms;
-      // A running timer fires no later than the new deadline only while the pause allowed stays the same.
+      const now = performance.now();
+      const ms = Math.min(limits.bodyTimeoutMs, Math.max(0, (overflow !== undefined ? lingerUntil : bodyDueAt) - now));
+      deadline = now + ms;
+      // A running timer fires no later than the new deadline only while the pause allowed stays the same (capped by
+      // the body's own deadline, a later deadline is still never earlier than an earlier one).
       if (idle !== undefined && overflow === undefined) return;
       clearTimeout(idle);
       idle = setTimeout(onIdle, ms);
@@ -139,29 +160,71 @@ function decode(decoder: Decoder, raw: Buffer, limit: number): Promise<Buffer> {
   });
 }
 
-const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+/**
+ * How long, and how much, a body is read and discarded before an answer that closes the connection without having
+ * read it (an unsupported encoding, a refused client).
+ */
+export const DISCARD_MS = 1000;
 
 /**
- * The request body as text: read within `limits`, decoded from its Content-Encoding, UTF-8 checked.
+ * Reads and discards what is left of a request body, for at most `ms` and `maxBytes`: closing a connection with
+ * unread bytes makes the kernel reset it, and a client that has not read the answer yet then loses it.
+ */
+export function discardBody(req: IncomingMessage, ms: number, maxBytes: number): Promise<void> {
+  if (req.complete || req.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    let seen = 0;
+    const done = (): void => {
+      clearTimeout(timer);
+      stopWatching();
+      req.off('data', onData);
+      resolve();
+    };
+    const onData = (chunk: Buffer): void => {
+      seen += chunk.length;
+      if (seen > maxBytes) done();
+    };
+    const timer = setTimeout(done, ms);
+    const stopWatching = finished(req, done); // its end, an error or its connection's close
+    req.on('data', onData);
+    req.resume();
+  });
+}
+
+// The byte order mark is kept in the text, so skipping it is this module's explicit choice (see the header).
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+const BOM = 0xfeff;
+
+/**
+ * The request body as text: read within `limits`, decoded from its Content-Encoding, UTF-8 checked, without a leading
+ * byte order mark.
  * Rejects with `signal.reason` when the signal fires first (client gone).
  * @throws KvgateError KVG_ERR_BODY_TOO_LARGE (on the wire or decoded), KVG_ERR_CLIENT_TIMEOUT (a pause between chunks),
- *   KVG_ERR_UNSUPPORTED_ENCODING, KVG_ERR_INVALID_REQUEST (a body that does not decode), KVG_ERR_INVALID_JSON (not UTF-8).
+ *   KVG_ERR_UNSUPPORTED_ENCODING, KVG_ERR_INVALID_REQUEST (a body that does not decode), KVG_ERR_INVALID_JSON (not UTF-8, or two
+ *   byte order marks).
  */
 export async function readBodyText(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<string> {
   let decoder: Decoder | undefined;
   try {
     decoder = decoderOf(req);
   } catch (err) {
-    req.resume();
+    await discardBody(req, DISCARD_MS, limits.maxBodyBytes);
     throw err;
   }
   const raw = await readRaw(req, limits, signal);
   const bytes = decoder === undefined ? raw : await decode(decoder, raw, limits.maxBodyBytes);
+  let text: string;
   try {
-    return utf8.decode(bytes);
+    text = utf8.decode(bytes);
   } catch {
     throw new KvgateError('KVG_ERR_INVALID_JSON', 'the request body is not valid UTF-8');
   }
+  if (text.charCodeAt(0) !== BOM) return text;
+  if (text.charCodeAt(1) === BOM) {
+    throw new KvgateError('KVG_ERR_INVALID_JSON',
+      'the request body starts with two byte order marks; JSON allows none (RFC 8259), kvgate skips one');
+  }
+  return text.slice(1);
 }
 
 /**

@@ -1,20 +1,28 @@
 /**
  * The gateway's view of its client connections, for two jobs:
  *
- * - bounding, per client address, the connections that hold no complete
- *   request yet (headers or body still arriving: nginx's slow-client
- *   exposure). A connection is pending from accept until its request's body
- *   has arrived or the request was answered, and again from its next request.
- *   A connection accepted while its address is at the bound is marked
- *   refused: its request is answered 429 and the connection closed.
- * - shutdown: which connections are idle between keep-alive requests (safe to
- *   close) and which were accepted but have not sent a request yet (they get
- *   an answer, not a reset).
+ * - bounding, per client, the requests that are not complete yet (headers or
+ *   body still arriving: nginx's slow-client exposure). Who a client is comes
+ *   from `limits.client_address` (client-address.ts). By the TCP peer
+ *   (`socket`), a connection is pending from accept until its request's body
+ *   has arrived or the request was answered, and again from its next request;
+ *   a connection accepted while its address is at the bound is marked
+ *   refused, and its request is answered 429 and the connection closed.
+ *   Behind a proxy (`header`), a request is pending from its headers to its
+ *   body's end and is counted as the client its proxy names; one over the
+ *   bound is refused alone. With the bound `off`, nothing is counted.
+ * - shutdown: when a connection was last accepted (the listener closes once
+ *   none has come for a while), which connections are idle between keep-alive
+ *   requests (safe to close) and which were accepted but have not sent a
+ *   request yet (they get an answer, not a reset).
  */
+import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
+import type { ClientAddresses } from './client-address.js';
 
 interface ConnState {
-  readonly address: string;
+  /** The client the pending state is counted as (undefined: not counted). */
+  client: string | undefined;
   pending: boolean;
   refused: boolean;
   /** Requests in progress on this connection (dispatched, response not closed). */
@@ -24,21 +32,28 @@ interface ConnState {
 }
 
 export class ClientConnections {
-  /** Connections one address may hold without a complete request; a reload may change it. */
+  /** Incomplete requests one client may have; a reload may change it. */
   maxPendingPerClient: number;
-  readonly #pendingByAddress = new Map<string, number>();
+  /** Who a client is; a reload may replace it (each connection keeps the client it is counted as until it stops pending). */
+  addresses: ClientAddresses;
+  /** `performance.now()` of the last accepted connection (0: none yet). */
+  lastAcceptedAt = 0;
+  readonly #pendingByClient = new Map<string, number>();
+  #pending = 0;
   readonly #conns = new Map<Socket, ConnState>();
 
-  constructor(maxPendingPerClient: number) {
+  constructor(maxPendingPerClient: number, addresses: ClientAddresses) {
     this.maxPendingPerClient = maxPendingPerClient;
+    this.addresses = addresses;
   }
 
   /** A new connection (the server's 'connection' event). */
   accepted(socket: Socket): void {
-    const address = socket.remoteAddress ?? '';
-    const state: ConnState = { address, pending: false, refused: false, active: 0, served: 0 };
+    this.lastAcceptedAt = performance.now();
+    const client = this.addresses.ofConnection(socket);
+    const state: ConnState = { client, pending: false, refused: false, active: 0, served: 0 };
     this.#conns.set(socket, state);
-    if ((this.#pendingByAddress.get(address) ?? 0) >= this.maxPendingPerClient) state.refused = true;
+    if (client !== undefined && this.#over(client)) state.refused = true;
     else this.#setPending(state, true);
     socket.once('close', () => {
       this.#setPending(state, false);
@@ -46,12 +61,19 @@ export class ClientConnections {
     });
   }
 
-  /** A request's headers arrived on `socket`. False when the connection was refused at accept. */
-  requestStarted(socket: Socket): boolean {
-    const state = this.#conns.get(socket);
+  /** A request's headers arrived. False when it is refused: its connection was refused at accept, or its client is at the bound. */
+  requestStarted(req: IncomingMessage): boolean {
+    const state = this.#conns.get(req.socket);
     if (state === undefined) return true;
     state.active++;
     if (state.refused) return false;
+    const client = this.addresses.ofRequest(req);
+    if (client !== state.client) {
+      this.#setPending(state, false);
+      state.client = client;
+    }
+    // By socket the bound was checked at accept; behind a proxy each request may be another client's.
+    if (this.addresses.source.kind === 'header' && client !== undefined && !state.pending && this.#over(client)) return false;
     this.#setPending(state, true);
     return true;
   }
@@ -87,11 +109,23 @@ export class ClientConnections {
     }
   }
 
+  /** Connections pending now (every client's, counted or not). */
+  get pending(): number {
+    return this.#pending;
+  }
+
+  #over(client: string): boolean {
+    return (this.#pendingByClient.get(client) ?? 0) >= this.maxPendingPerClient;
+  }
+
   #setPending(state: ConnState, pending: boolean): void {
     if (state.pending === pending) return;
     state.pending = pending;
-    const n = (this.#pendingByAddress.get(state.address) ?? 0) + (pending ? 1 : -1);
-    if (n <= 0) this.#pendingByAddress.delete(state.address);
-    else this.#pendingByAddress.set(state.address, n);
+    this.#pending += pending ? 1 : -1;
+    const { client } = state;
+    if (client === undefined) return;
+    const n = (this.#pendingByClient.get(client) ?? 0) + (pending ? 1 : -1);
+    if (n <= 0) this.#pendingByClient.delete(client);
+    else this.#pendingByClient.set(client, n);
   }
 }

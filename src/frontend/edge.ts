@@ -1,27 +1,37 @@
 /**
  * Checks at the HTTP edge that need nothing but the request line and headers:
- * headers that must not repeat, the model id in a path, and the raw answer to
- * a request Node could not parse or that came too slowly.
+ * headers that must not repeat (`Host`, `Authorization`), the model id in a
+ * path, and the raw answer to a request Node could not parse or that came too
+ * slowly.
  */
 import type { IncomingMessage } from 'node:http';
 import { errorBody } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
 /**
- * Headers a request may carry once only. Node keeps the first `Authorization` and drops the rest silently, so
- * `valid, invalid` would pass as `valid`: a repeated one is refused instead.
+ * Headers a request may carry once only:
+ * - `Host`: HTTP/1.1 (RFC 9112, section 3.2) requires a 400 for more than one; Node keeps the first, and a proxy in
+ *   front might have routed on another.
+ * - `Authorization` on routes that check it: Node keeps the first and drops the rest silently, so `valid, invalid`
+ *   would pass as `valid`.
+ * Counted on the raw headers in one pass: `headersDistinct` would build an array per header.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header.
  */
 export function checkEdgeHeaders(req: IncomingMessage, authRoute: boolean): void {
-  // Counted on the raw headers, and only when there is one at all: `headersDistinct` builds an array per header.
-  if (!authRoute || req.headers.authorization === undefined) return;
-  let seen = 0;
+  const countAuth = authRoute && req.headers.authorization !== undefined;
+  let hosts = 0;
+  let auths = 0;
   const raw = req.rawHeaders;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
-    if (name.length === 13 && name.toLowerCase() === 'authorization') seen++;
+    if (name.length === 4 && name.toLowerCase() === 'host') hosts++;
+    else if (countAuth && name.length === 13 && name.toLowerCase() === 'authorization') auths++;
   }
-  if (seen > 1) {
+  if (hosts > 1) {
+    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the request has more than one Host header; HTTP/1.1 allows one (RFC 9112, section 3.2)',
+      { param: 'host' });
+  }
+  if (auths > 1) {
     throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the Authorization header must be given once', { param: 'authorization' });
   }
 }

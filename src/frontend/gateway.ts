@@ -43,6 +43,7 @@ export interface Gateway {
 function startupSummary(config: GatewayConfig, addresses: GatewayAddresses, preprocessor: Preprocessor): Record<string, unknown> {
   return {
     listen: `http://${addresses.public.host}:${addresses.public.port}`,
+    backlog: config.listenBacklog,
     admin: !config.admin.enabled ? 'off' : addresses.admin !== undefined ? `http://${addresses.admin.host}:${addresses.admin.port}` : 'on the public listener',
     auth: config.apiKeys.length > 0 ? `${config.apiKeys.length} API key(s)` : 'none',
     preprocess: preprocessor.mode === 'pool' ? `${preprocessor.threads} thread(s)` : 'main thread',

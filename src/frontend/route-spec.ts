@@ -4,9 +4,6 @@ import type { RequestContext } from './respond.js';
 
 export type Listener = 'public' | 'admin';
 
-/** How long a closing gateway keeps accepting (answering 503) so its listen backlog is answered, not reset. */
-export const BACKLOG_GRACE_MS = 500;
-
 /** Answers after which the connection is closed: its request may not have been read to the end, or the client misbehaves. */
 export const CLOSING_CODES = new Set<KvgateErrorCode>([
   'KVG_ERR_BODY_TOO_LARGE', 'KVG_ERR_CLIENT_TIMEOUT', 'KVG_ERR_TOO_MANY_CONNECTIONS', 'KVG_ERR_UNSUPPORTED_ENCODING',

@@ -2,21 +2,20 @@
  * The gateway's HTTP server (node:http, no framework): the OpenAI-compatible
  * API, query-only routing, health, readiness, metrics and admin endpoints.
  *
- * A completion request goes: request id -> auth -> body (size-limited, with a
- * timeout between chunks; see body.ts) -> concurrency slot -> JSON -> schema ->
- * model -> routing hints -> preprocess (pool) -> `ModelRouterPort.route` or
- * `.query` -> response (JSON or SSE passthrough). The slot is taken only once
- * the body has arrived, so slow clients cannot hold the slots; they are bounded
- * by the header and body timeouts and per client address (connections.ts). Every failure before the response starts is an OpenAI-style
- * error object with a stable kvgate code; a failure mid-stream ends the
- * stream with an error event. Each request has an AbortSignal that fires on
- * client disconnect, on the request timeout and on forced shutdown.
+ * A completion request goes: request id -> per-client bound -> edge headers ->
+ * auth -> body (size-limited, with a bound on the pause between chunks and on
+ * the whole body; see body.ts) -> concurrency slot -> the completion pipeline
+ * (completion.ts). The slot is taken only once the body has arrived, so slow
+ * clients cannot hold the slots; they are bounded by the header and body
+ * deadlines and per client (connections.ts). Every failure before the response
+ * starts is an OpenAI-style error object with a stable kvgate code; a failure
+ * mid-stream ends the stream with an error event. Each request has an
+ * AbortSignal that fires on client disconnect, on the request timeout and on
+ * forced shutdown.
  *
- * Shutdown (`close`): answer every new request with 503 + `Connection: close`;
- * keep accepting for a short grace so connections already in the listen
- * backlog get that answer instead of a reset, then stop listening and close
- * idle keep-alive connections; let in-flight requests finish until the drain
- * deadline, then abort the rest and close every connection.
+ * Shutdown (`close`): answer every new request with 503 + `Connection: close`,
+ * then drain (shutdown.ts): the listeners close once no connection is queued,
+ * in-flight requests finish until the drain deadline.
  *
  * Listeners: the public one always; admin endpoints (`/admin/config`,
  * `/admin/models`) only when `admin.enabled`, on a separate listener when
@@ -27,29 +26,29 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { Server as NetServer, type AddressInfo, type Socket } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { Cancellation, inRequestSpan, inSpan, rememberJsonText, traceLogFields, type WorkerRank } from '../common/index.js';
+import { Cancellation, inRequestSpan, traceLogFields } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
 import { modelsStatus, redactedConfig, type FleetStatus } from './admin-status.js';
-import { parseBodyObject, readBodyText, withoutNvext } from './body.js';
+import { discardBody, DISCARD_MS, readBodyText } from './body.js';
+import { ClientAddresses, type FallbackReason } from './client-address.js';
+import { serveCompletion, type CompletionEnv } from './completion.js';
 import { ClientConnections } from './connections.js';
 import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
-import { parseRoutingHints } from './hints.js';
-import { modelEntries, resolveModel, type ModelTarget } from './model-lookup.js';
+import { modelEntries, type ModelTarget } from './model-lookup.js';
 import { ApiKeys, asKvgateError, pickRequestId, sendBytes, sendError, sendJson } from './http-io.js';
 import { PublicErrors } from './public-error.js';
 import { ConcurrencySlots } from './slots.js';
 import { RequestMetrics } from './request-metrics.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
-import { promptTask } from './prompt-task.js';
-import { BACKLOG_GRACE_MS, CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';
-import { pipeRouted, sendQueryAnswer, workerHeaders, type RelayEnv, type RequestContext } from './respond.js';
-import type { EndpointKind, ModelRouterPort, PreparedRequest } from './router-port.js';
-import { validateBody } from './schemas.js';
+import { CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';
+import type { RelayEnv, RequestContext } from './respond.js';
+import type { EndpointKind, ModelRouterPort } from './router-port.js';
+import { drain } from './shutdown.js';
 
 export interface GatewayServerOptions {
   config: GatewayConfig;
@@ -87,6 +86,10 @@ export class GatewayServer {
   #publicErrors = new PublicErrors([]);
   #relay!: RelayEnv; // set by reconfigure
   readonly #createdSec = Math.floor(Date.now() / 1000);
+  readonly #completionEnv: CompletionEnv;
+  /** The client-address fallbacks already logged (each reason is logged once, counted always). */
+  readonly #fallbacksLogged = new Set<FallbackReason>();
+  readonly #unscrape: () => void;
   readonly #slots: ConcurrencySlots;
   readonly #requestMetrics: RequestMetrics;
   /** The optional hooks: reload, the fleet's status, the process index. */
@@ -103,7 +106,12 @@ export class GatewayServer {
     this.#preprocessor = opts.preprocessor;
     this.#opts = opts;
     this.#slots = new ConcurrencySlots(opts.config.limits.maxConcurrentRequests, opts.config.limits.requestTimeoutMs, (n) => this.metrics.inflight.set(n));
-    this.#conns = new ClientConnections(opts.config.limits.maxPendingConnectionsPerClient);
+    this.#conns = new ClientConnections(opts.config.limits.maxPendingConnectionsPerClient, this.#clientAddresses(opts.config));
+    this.#unscrape = this.metrics.onScrape(() => this.metrics.httpPendingConnections.set(this.#conns.pending));
+    this.#completionEnv = {
+      served: this.#served, preprocessor: this.#preprocessor, createdSec: this.#createdSec,
+      relay: () => this.#relay, draining: () => this.#draining,
+    };
     for (const port of opts.routers) {
       const model = opts.config.models.find((m) => m.name === port.model);
       if (model === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `a router was given for model ${port.model}, which is not configured`);
@@ -162,9 +170,11 @@ export class GatewayServer {
       add('/ready', { methods: { GET: (c) => this.#ready(c) }, auth: false, limited: false });
       add('/v1/models', { methods: { GET: (c) => this.#listModels(c) }, auth: true, limited: false });
       add('/v1/models/*', { methods: { GET: (c) => this.#getModel(c) }, auth: true, limited: false });
-      add('/v1/chat/completions', { methods: { POST: (c, body) => this.#completion(c, body, 'chat') }, auth: true, limited: true });
-      add('/v1/completions', { methods: { POST: (c, body) => this.#completion(c, body, 'completion') }, auth: true, limited: true });
-      add('/v1/route', { methods: { POST: (c, body) => this.#completion(c, body, 'route') }, auth: true, limited: true });
+      const complete = (kind: EndpointKind | 'route'): RouteSpec['methods'] =>
+        ({ POST: (c, body) => serveCompletion(this.#completionEnv, c, body, kind) });
+      add('/v1/chat/completions', { methods: complete('chat'), auth: true, limited: true });
+      add('/v1/completions', { methods: complete('completion'), auth: true, limited: true });
+      add('/v1/route', { methods: complete('route'), auth: true, limited: true });
     }
     if (withAdmin) {
       add('/admin/config', { methods: { GET: (c) => sendJson(c.res, 200, redactedConfig(this.config)) }, auth: true, limited: false });
@@ -187,6 +197,7 @@ export class GatewayServer {
     this.#keys = new ApiKeys(config.apiKeys);
     this.#slots.max = config.limits.maxConcurrentRequests;
     this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
+    this.#conns.addresses = this.#clientAddresses(config);
     this.#publicErrors = new PublicErrors(config.models);
     this.#relay = { logger: this.logger, publicErrors: this.#publicErrors, clientStallMs: config.limits.clientStallTimeoutMs, rejections: this.metrics.httpRejections };
     for (const m of config.models) {
@@ -197,10 +208,24 @@ export class GatewayServer {
     }
   }
 
+  /** Who a client is for the per-client bound; a trusted proxy's request without a usable header is counted, logged once per reason. */
+  #clientAddresses(config: GatewayConfig): ClientAddresses {
+    const { clientAddress } = config.limits;
+    return new ClientAddresses(clientAddress, config.limits.trustedProxies, (reason) => {
+      this.metrics.httpClientAddressFallbacks.inc({ reason });
+      if (this.#fallbacksLogged.has(reason)) return;
+      this.#fallbacksLogged.add(reason);
+      const header = clientAddress.kind === 'header' ? clientAddress.header : '';
+      this.logger.warn({ reason, header }, `a trusted proxy sent a request whose ${header} header names no client address; `
+        + 'it counts as the proxy\'s own (logged once; kvgate_http_client_address_fallbacks_total counts each)');
+    });
+  }
+
   /** Starts listening; resolves with the bound addresses (port 0 becomes the OS-chosen port). */
   async listen(): Promise<GatewayAddresses> {
+    const backlog = this.config.listenBacklog;
     const bind = async (server: Server, host: string, port: number): Promise<{ host: string; port: number }> => {
-      server.listen(port, host);
+      server.listen({ port, host, backlog });
       await once(server, 'listening');
       const a = server.address() as AddressInfo;
       return { host: a.address, port: a.port };
@@ -235,7 +260,7 @@ export class GatewayServer {
     const ctx: RequestContext = { req, res, requestId, route: spec?.name ?? 'unmatched', startedAt, signal: controller.signal, log: traceLogFields() };
     const retryAfter = this.config.limits.retryAfterSeconds;
     const socket = req.socket;
-    const admitted = this.#conns.requestStarted(socket);
+    const admitted = this.#conns.requestStarted(req);
     let slot = false;
     res.on('close', () => {
       if (!res.writableFinished) {
@@ -247,25 +272,21 @@ export class GatewayServer {
       this.#logDone(ctx, listener);
     });
     try {
-      if (!admitted) {
-        throw new KvgateError('KVG_ERR_TOO_MANY_CONNECTIONS',
-          `this client address holds ${this.config.limits.maxPendingConnectionsPerClient} connections without a complete request, the limit; retry later`);
-      }
+      if (!admitted) await this.#refuse(req);
+      checkEdgeHeaders(req, spec?.auth === true);
       if (spec === undefined) throw new KvgateError('KVG_ERR_NOT_FOUND', `no endpoint ${path}`, { param: null });
       const handler = spec.methods[req.method ?? ''];
       if (handler === undefined) {
         res.setHeader('allow', Object.keys(spec.methods).join(', '));
         throw new KvgateError('KVG_ERR_METHOD_NOT_ALLOWED', `${req.method} is not allowed on ${path}`);
       }
-      checkEdgeHeaders(req, spec.auth);
       if (spec.auth && !this.#keys.accepts(req.headers.authorization)) {
         res.setHeader('www-authenticate', 'Bearer');
         throw new KvgateError('KVG_ERR_UNAUTHORIZED', 'a valid API key is required: Authorization: Bearer <key>');
       }
       let body = '';
       if (spec.limited) {
-        const { maxBodyBytes, bodyTimeoutMs } = this.config.limits;
-        body = await readBodyText(req, { maxBodyBytes, bodyTimeoutMs }, ctx.signal);
+        body = await readBodyText(req, this.config.limits, ctx.signal);
         this.#conns.requestArrived(socket);
         if (this.#draining) throw new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down');
         this.#slots.take(controller);
@@ -277,6 +298,18 @@ export class GatewayServer {
     } catch (err) {
       this.#fail(ctx, err, retryAfter);
     }
+  }
+
+  /**
+   * Refuses a request over the per-client bound: 429, or 503 once draining (the answer closes the connection). Its
+   * body is discarded for a moment first: closing with it unread would reset the connection before the client read
+   * the answer.
+   */
+  async #refuse(req: IncomingMessage): Promise<never> {
+    await discardBody(req, DISCARD_MS, this.config.limits.maxBodyBytes);
+    if (this.#draining) throw new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down');
+    throw new KvgateError('KVG_ERR_TOO_MANY_CONNECTIONS',
+      `this client holds ${this.config.limits.maxPendingConnectionsPerClient} connections whose request has not fully arrived, the limit; retry later`);
   }
 
   #fail(ctx: RequestContext, err: unknown, retryAfter: number): void {
@@ -311,69 +344,6 @@ export class GatewayServer {
       reqId: ctx.requestId, method: ctx.req.method, route: ctx.route, status,
       ms: Math.round(seconds * 100_000) / 100, ...(listener === 'admin' ? { listener } : {}), ...ctx.log,
     }, 'request');
-  }
-
-  async #completion(ctx: RequestContext, text: string, kind: EndpointKind | 'route'): Promise<void> {
-    const body = parseBodyObject(text);
-    const endpoint: EndpointKind = kind === 'route' ? (body.messages !== undefined ? 'chat' : 'completion') : kind;
-    validateBody(endpoint, body);
-    ctx.log.model = body.model as string;
-    // `model` may name a LoRA adapter: the request then runs on its base model under that adapter
-    // (`nvext.lora_name` is schema-checked to be a string when present).
-    const loraHint = (body.nvext as { lora_name?: string } | undefined)?.lora_name;
-    const { port, model, loraName } = resolveModel(this.#served, body.model as string, loraHint);
-    const modelName = model.name;
-    // Pins are checked against the configured workers of the model the request resolved to.
-    const parsed = parseRoutingHints(body.nvext, ctx.req.headers, model.workers);
-    const { queryOnly, tokenData } = parsed;
-    const hints = loraName === parsed.hints.loraName ? parsed.hints : { ...parsed.hints, loraName };
-    const unavailable = port.unavailable();
-    if (unavailable !== undefined) throw unavailable;
-    const task = promptTask({ endpoint, body, model: modelName, maxPromptTokens: model.maxPromptTokens, tokenData, loraName });
-    const pre = await inSpan('kvgate.preprocess', () => this.#preprocessor.run(task), () => ({ 'kvgate.model': modelName }));
-    ctx.signal.throwIfAborted();
-    ctx.log.promptTokens = pre.tokenIds.length;
-    if (pre.stats.cachedTokens > 0) ctx.log.segmentCachedTokens = pre.stats.cachedTokens;
-    const forward = withoutNvext(body);
-    if (forward === body) rememberJsonText(body, text); // unchanged, it reaches its engine as the client's own text
-    const prepared: PreparedRequest = {
-      requestId: ctx.requestId,
-      model: modelName,
-      endpoint,
-      body: forward,
-      stream: body.stream === true,
-      tokenIds: pre.tokenIds,
-      blockHashes: pre.blockHashes,
-      sequenceHashes: pre.sequenceHashes,
-      hashingMs: pre.stats.hashUs / 1000,
-      approximate: pre.approximate,
-      hints,
-      queryOnly: queryOnly || kind === 'route',
-      signal: ctx.signal,
-      receivedAt: ctx.startedAt,
-    };
-    if (prepared.queryOnly) {
-      const q = await port.query(prepared);
-      ctx.signal.throwIfAborted();
-      this.#noteWorkers(ctx, q.worker, q.prefillWorker);
-      sendQueryAnswer(ctx, kind, prepared, q, model, this.#answerHeaders(q.worker, q.prefillWorker), this.#createdSec);
-      return;
-    }
-    const routed = await port.route(prepared);
-    this.#noteWorkers(ctx, routed.worker, routed.prefillWorker);
-    await pipeRouted(ctx, routed, this.#answerHeaders(routed.worker, routed.prefillWorker), this.#relay);
-  }
-
-  #noteWorkers(ctx: RequestContext, worker: WorkerRank, prefill: WorkerRank | undefined): void {
-    ctx.log.worker = worker.workerId;
-    if (prefill !== undefined) ctx.log.prefillWorker = prefill.workerId;
-  }
-
-  /** The answer's worker headers, with `Connection: close` while draining. */
-  #answerHeaders(worker: WorkerRank, prefill: WorkerRank | undefined): Record<string, string> {
-    const headers = workerHeaders(worker, prefill);
-    if (this.#draining) headers.connection = 'close';
-    return headers;
   }
 
   #metricsText(ctx: RequestContext): Promise<void> {
@@ -420,27 +390,8 @@ export class GatewayServer {
 
   async #close(drainTimeoutMs: number): Promise<void> {
     this.#draining = true;
-    const deadline = performance.now() + drainTimeoutMs;
     const servers = [this.#public, ...(this.#admin !== undefined ? [this.#admin] : [])].filter((s) => s.listening);
-    // Every request from now on is answered 503 + Connection: close. Keep accepting for a moment, so connections
-    // already in the listen backlog get that answer; closing the listener resets them.
-    await new Promise((r) => setTimeout(r, Math.min(BACKLOG_GRACE_MS, drainTimeoutMs)));
-    // net.Server's close, not http.Server's: the latter also drops connections that were accepted but have not sent
-    // their request yet, which their clients see as a reset. Only idle keep-alive connections are closed here.
-    const closed = Promise.all(servers.map((s) => new Promise<void>((resolve) => NetServer.prototype.close.call(s, () => resolve()))));
-    for (const socket of this.#conns.idleKeepAlive()) socket.end();
-    await this.#conns.untilNoFresh(Math.min(BACKLOG_GRACE_MS, Math.max(0, deadline - performance.now())));
-    const drainedInTime = await this.#slots.waitIdle(Math.max(0, deadline - performance.now()));
-    if (!drainedInTime) {
-      this.logger.warn({ inflight: this.#slots.size, drainTimeoutMs }, 'drain deadline reached; aborting in-flight requests');
-      this.#slots.abortAll(new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down; the request was cut at the drain deadline'));
-      // Aborted handlers write their final error event, then release their slot.
-      await this.#slots.waitIdle(1000);
-    }
-    for (const s of servers) {
-      s.closeAllConnections();
-      s.close(); // http.Server's close: stops its connection-checking timer (the listener is already closed)
-    }
-    await closed;
+    await drain({ servers, conns: this.#conns, slots: this.#slots, logger: this.logger }, drainTimeoutMs);
+    this.#unscrape();
   }
 }

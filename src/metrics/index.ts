@@ -13,6 +13,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { kvgateVersion } from '../version.js';
 import { discoveryWatchMetrics, type DiscoveryWatchMetrics } from './discovery-watch.js';
+import { httpEdgeMetrics } from './http.js';
 import { replicaMetrics, type ReplicaMetrics } from './replicas.js';
 
 export type { ReplicaMetrics } from './replicas.js';
@@ -121,6 +122,8 @@ export class KvgateMetrics {
   // Frontend.
   readonly httpRequests: Counter<'route' | 'status'>;
   readonly httpRejections: Counter<'code'>;
+  readonly httpClientAddressFallbacks: Counter<'reason'>;
+  readonly httpPendingConnections: Gauge;
   readonly inflight: Gauge;
 
   // Replica sync.
@@ -202,9 +205,8 @@ export class KvgateMetrics {
     this.kvEventReplays = new Counter({ name: 'kvgate_kv_event_replays_total', help: 'Replay requests to a publisher, by outcome.', labelNames: ['worker_id', 'dp_rank', 'outcome'], registers });
     this.kvEventPublisherRestarts = new Counter({ name: 'kvgate_kv_event_publisher_restarts_total', help: 'Publisher restarts detected (sequence went backwards); the slot was cleared.', labelNames: ['worker_id', 'dp_rank'], registers });
     // ---- HTTP edge
-    this.httpRequests = new Counter({ name: 'kvgate_http_requests_total', help: 'HTTP requests by route and status.', labelNames: ['route', 'status'], registers });
-    this.httpRejections = new Counter({ name: 'kvgate_http_rejections_total', help: 'Requests rejected at the edge, by error code.', labelNames: ['code'], registers });
-    this.inflight = new Gauge({ name: 'kvgate_http_inflight_requests', help: 'Requests being served.', registers });
+    ({ requests: this.httpRequests, rejections: this.httpRejections, clientAddressFallbacks: this.httpClientAddressFallbacks,
+      pendingConnections: this.httpPendingConnections, inflight: this.inflight } = httpEdgeMetrics(registers, collect));
     this.replicas = replicaMetrics(registers);
     // End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served).
     this.requestDuration = new Histogram({ name: 'kvgate_request_duration_seconds', help: 'HTTP request duration from arrival to the last byte, by model, endpoint (route) and status class (2xx..5xx).', labelNames: ['model', 'endpoint', 'status_class'], buckets: LATENCY_BUCKETS, registers });
