@@ -24,7 +24,9 @@ import type { EventLiveness } from './liveness.js';
 import { ThrottledLog } from './log.js';
 import { fillOptions, kDefaultStreamOptions, type FilledKvEventStreamOptions, type IngestContext, type KvEventStreamOptions } from './options.js';
 import { LiveQueue, ParkedBatches, replayNeed } from './live-queue.js';
-import { CatchUpTimer, ReplayRequests, stepAnswer, type AnswerSlot, type ReplayPurpose, type ReplyInProgress, type ReplaySource } from './replay.js';
+import {
+  CatchUpTimer, ReplayRequests, stepAnswer, type AnswerSlot, type ReplayPurpose, type ReplyInProgress, type ReplaySource,
+} from './replay.js';
 import { SequenceJudge, type LiveItem } from './sequence.js';
 import { SlotWriter } from './slot-writer.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
@@ -67,12 +69,13 @@ export class KvEventStream implements Drainable {
     this.#opts = fillOptions(kDefaultStreamOptions, options);
     this.workerId = slot.workerId;
     this.dpRank = slot.dpRank;
-    this.#replays = replay === undefined ? undefined : new ReplayRequests(replay, () => this.#scheduler.wake(this));
     this.#hooks = ctx.hooks;
     this.#liveness = ctx.liveness;
     this.#scheduler = ctx.scheduler;
     this.#clock = ctx.clock;
     this.#log = new ThrottledLog(ctx.log, ctx.clock, this.#opts.logIntervalMs, { workerId: slot.workerId, dpRank: slot.dpRank });
+    const wake = (): void => this.#scheduler.wake(this);
+    this.#replays = replay === undefined ? undefined : new ReplayRequests(replay, slot, ctx.hooks, this.#log, wake);
     this.#judge = new SequenceJudge(this.#opts);
     this.#queue = new LiveQueue(this.#opts.maxQueuedBatches);
     this.#answerSlot = {
@@ -139,7 +142,8 @@ export class KvEventStream implements Drainable {
     this.#hooks.onBatch?.(this.workerId, this.dpRank, 'live');
     if (!this.#queue.offer({ seq, payload, gen: this.#replays?.sent ?? 0 })) {
       this.#hooks.onDropped?.(this.workerId, this.dpRank, 'queue_full', seq);
-      this.#log.warn('queue_full', { seq: String(seq), queued: this.#opts.maxQueuedBatches }, 'KV event queue full: batch dropped, to be replayed once the queue drains');
+      this.#log.warn('queue_full', { seq: String(seq), queued: this.#opts.maxQueuedBatches },
+        'KV event queue full: batch dropped, to be replayed once the queue drains');
       return;
     }
     this.#scheduler.wake(this);
@@ -295,7 +299,7 @@ export class KvEventStream implements Drainable {
 
   /** Sends a replay request (with a replay endpoint); an equal need waits for the one in flight, a newer epoch's aborts it. */
   #request(from: bigint, purpose: ReplayPurpose): void {
-    if (this.#replays?.send(from, purpose) === true) this.#hooks.onReplayRequested?.(this.workerId, this.dpRank, from);
+    this.#replays?.send(from, purpose);
   }
 
   #replayStep(rp: ReplyInProgress): void {
@@ -307,15 +311,10 @@ export class KvEventStream implements Drainable {
   }
 
   #replayFailed(rp: ReplyInProgress): void {
-    const err = rp.err instanceof Error ? rp.err.message : String(rp.err);
-    this.#hooks.onReplay?.(this.workerId, this.dpRank, 'failed', 0);
-    if (rp.req.purpose === 'catch_up') {
-      // Nothing was known to be missing: keep the slot, and try again after the next interval.
-      this.#log.warn('catch_up_failed', { from: String(rp.req.from), err }, 'KV event catch-up replay failed: slot kept, asking again later');
-      this.#unplaced();
+    if (this.#replays!.failed(rp)) {
+      this.#unplaced(); // a catch-up: asked again after the next interval
       return;
     }
-    this.#log.warn('replay_failed', { from: String(rp.req.from), err }, 'KV event replay failed: clearing the slot and continuing from live events');
     if (this.cursor !== null) this.#reset('replay_failed');
     this.#startFresh();
   }
@@ -328,13 +327,7 @@ export class KvEventStream implements Drainable {
     for (const p of never) this.#garbage(p, 'sequence number beyond the publisher\'s newest');
     this.#queue.forgetDropped(rp.req.gen);
     this.#judge.lowerLiveHigh(newest, this.cursor, this.#parked.newest?.seq);
-    this.#hooks.onReplay?.(this.workerId, this.dpRank, rp.complete ? 'recovered' : 'incomplete', rp.applied);
-    if (!rp.complete) {
-      this.#log.warn('replay_incomplete', { from: String(rp.req.from) }, 'KV event replay buffer no longer holds the missing batches: slot cleared');
-    } else if (rp.req.purpose === 'catch_up' && rp.applied > 0) {
-      this.#log.warn('caught_up', { from: String(rp.req.from), batches: rp.applied },
-        'KV event batches missed while frames were dropped were recovered from the engine\'s replay buffer');
-    }
+    this.#replays!.done(rp);
     if (this.#parked.length === 0 && this.#judge.evidence.length === 0) this.#inconsistentSince = undefined;
   }
 
@@ -353,13 +346,15 @@ export class KvEventStream implements Drainable {
       this.#startFresh();
     }
     const from = this.#replayNeed(idleNow);
-    if (from !== undefined && this.#replays?.inflight === undefined && this.#replays?.reply === undefined && !this.#writer.busy) this.#request(from, 'gap');
+    const asking = this.#replays?.inflight !== undefined || this.#replays?.reply !== undefined || this.#writer.busy;
+    if (from !== undefined && !asking) this.#request(from, 'gap');
     this.checkConsistency();
     if (!this.#hasWork() && this.#replays?.inflight === undefined) this.#wakeIdle();
   }
 
   #replayNeed(idleNow: boolean): bigint | undefined {
-    return this.#replays === undefined ? undefined : replayNeed(this.cursor, this.#parked, this.#queue.dropped, idleNow, this.#opts.reorderWindow);
+    if (this.#replays === undefined) return undefined;
+    return replayNeed(this.cursor, this.#parked, this.#queue.dropped, idleNow, this.#opts.reorderWindow);
   }
 
   /**
@@ -389,7 +384,8 @@ export class KvEventStream implements Drainable {
   }
 
   #restart(seq: bigint): void {
-    this.#log.warn('restart', { lastSeq: String(this.#judge.liveHigh), seq: String(seq) }, 'KV event publisher restarted: clearing the slot');
+    this.#log.warn('restart', { lastSeq: String(this.#judge.liveHigh), seq: String(seq) },
+      'KV event publisher restarted: clearing the slot');
     const held = this.#judge.takeEvidence();
     this.#startOver('restart');
     this.#restoreTried = false;

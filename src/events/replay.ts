@@ -5,7 +5,10 @@
  * stream's epoch so an answer for an older state is ignored; and when a
  * catch-up is due.
  */
+import type { WorkerRank } from '../common/index.js';
 import type { SequencedPayload } from './decode.js';
+import type { ThrottledLog } from './log.js';
+import type { KvEventHooks } from './stats.js';
 import type { KvEventDecodeError } from './types.js';
 
 /** The result of asking a publisher's replay endpoint for batches. */
@@ -88,10 +91,14 @@ export function stepAnswer(rp: ReplyInProgress, slot: AnswerSlot): 'more' | 'end
 
 /**
  * One stream's replay requests: the one in flight, the settled answer waiting
- * to be applied, and the epoch (bumped on restart, resync and close).
+ * to be applied, the epoch (bumped on restart, resync and close), and each
+ * request and outcome counted (the slot's hooks) and logged (the stream's log).
  */
 export class ReplayRequests {
   readonly #source: ReplaySource;
+  readonly #slot: WorkerRank;
+  readonly #hooks: KvEventHooks;
+  readonly #log: ThrottledLog;
   readonly #onSettled: () => void;
   #inflight: KvReplayRequest | undefined;
   #reply: ReplyInProgress | undefined;
@@ -99,8 +106,11 @@ export class ReplayRequests {
   #epoch = 0;
 
   /** @param onSettled called when a request settles (the stream wakes to apply or drop the answer). */
-  constructor(source: ReplaySource, onSettled: () => void) {
+  constructor(source: ReplaySource, slot: WorkerRank, hooks: KvEventHooks, log: ThrottledLog, onSettled: () => void) {
     this.#source = source;
+    this.#slot = slot;
+    this.#hooks = hooks;
+    this.#log = log;
     this.#onSettled = onSettled;
   }
 
@@ -118,20 +128,49 @@ export class ReplayRequests {
     return this.#sent;
   }
 
-  /** Sends a request; false when one of this epoch is already in flight (it will cover the need). One of an older epoch is aborted. */
-  send(from: bigint, purpose: ReplayPurpose): boolean {
+  /** Sends a request, unless one of this epoch is in flight (it will cover the need); one of an older epoch is aborted. */
+  send(from: bigint, purpose: ReplayPurpose): void {
     const prev = this.#inflight;
     if (prev !== undefined) {
-      if (prev.epoch === this.#epoch) return false;
+      if (prev.epoch === this.#epoch) return;
       prev.abort.abort();
     }
-    const req: KvReplayRequest = { epoch: this.#epoch, from, purpose, gen: ++this.#sent, abort: new AbortController(), promise: Promise.resolve() };
+    const req: KvReplayRequest = {
+      epoch: this.#epoch, from, purpose, gen: ++this.#sent, abort: new AbortController(), promise: Promise.resolve(),
+    };
     this.#inflight = req;
+    this.#hooks.onReplayRequested?.(this.#slot.workerId, this.#slot.dpRank, from);
     req.promise = this.#source.replay(from, req.abort.signal).then(
       (reply) => this.#settled(req, reply, undefined),
       (err: unknown) => this.#settled(req, undefined, err),
     );
-    return true;
+  }
+
+  /**
+   * Counts and logs an answer that never came; true when the slot is kept: a catch-up (nothing was
+   * known to be missing, so it is asked again later). Any other failure clears the slot.
+   */
+  failed(rp: ReplyInProgress): boolean {
+    const fields = { from: String(rp.req.from), err: rp.err instanceof Error ? rp.err.message : String(rp.err) };
+    this.#hooks.onReplay?.(this.#slot.workerId, this.#slot.dpRank, 'failed', 0);
+    if (rp.req.purpose === 'catch_up') {
+      this.#log.warn('catch_up_failed', fields, 'KV event catch-up replay failed: slot kept, asking again later');
+      return true;
+    }
+    this.#log.warn('replay_failed', fields, 'KV event replay failed: clearing the slot and continuing from live events');
+    return false;
+  }
+
+  /** Counts and logs an answer applied to its end. */
+  done(rp: ReplyInProgress): void {
+    this.#hooks.onReplay?.(this.#slot.workerId, this.#slot.dpRank, rp.complete ? 'recovered' : 'incomplete', rp.applied);
+    const from = String(rp.req.from);
+    if (!rp.complete) {
+      this.#log.warn('replay_incomplete', { from }, 'KV event replay buffer no longer holds the missing batches: slot cleared');
+    } else if (rp.req.purpose === 'catch_up' && rp.applied > 0) {
+      this.#log.warn('caught_up', { from, batches: rp.applied },
+        'KV event batches missed while frames were dropped were recovered from the engine\'s replay buffer');
+    }
   }
 
   /** The answer was applied (or dropped). */

@@ -116,7 +116,7 @@ export class SlotWriter {
 
   decodeError(error: KvEventDecodeError, seq: bigint | undefined): void {
     this.#hooks.onDecodeError?.({ ...error, workerId: this.#slot.workerId, dpRank: this.#slot.dpRank, seq });
-    this.#log.warn(`decode:${error.kind}`, { kind: error.kind, seq: seq === undefined ? undefined : String(seq), eventIndex: error.eventIndex },
-      `KV event dropped: ${error.message}`);
+    const fields = { kind: error.kind, seq: seq === undefined ? undefined : String(seq), eventIndex: error.eventIndex };
+    this.#log.warn(`decode:${error.kind}`, fields, `KV event dropped: ${error.message}`);
   }
 }

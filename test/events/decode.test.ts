@@ -268,10 +268,14 @@ describe('msgpack headers that claim more than the payload holds (issue 23)', ()
 
   it('honest payloads of every msgpack form still decode, large arrays and maps included', () => {
     const tokens = Array.from({ length: 70_000 }, (_, i) => i % 5000);
-    const big = ok(encodeBatch([{ type: 'stored', blockHashes: Array.from({ length: 70_000 / 16 }, (_, i) => (1n << 63n) + BigInt(i)), parent: null, tokens, blockSize: 16 }]));
+    const blockHashes = Array.from({ length: 70_000 / 16 }, (_, i) => (1n << 63n) + BigInt(i));
+    const big = ok(encodeBatch([{ type: 'stored', blockHashes, parent: null, tokens, blockSize: 16 }]));
     expect(big.events[0]).toMatchObject({ type: 'stored', blockSize: 16 });
     expect((big.events[0] as StoredBlocksEvent).tokenIds.length).toBe(70_000);
-    const mixed = [1.5, [{ type: 'BlockRemoved', block_hashes: [1, -1, 2 ** 40, 'x'.repeat(300)], medium: null, extra: new Uint8Array(70_000), f32: 0.25 }], 0];
+    const removed = {
+      type: 'BlockRemoved', block_hashes: [1, -1, 2 ** 40, 'x'.repeat(300)], medium: null, extra: new Uint8Array(70_000), f32: 0.25,
+    };
+    const mixed = [1.5, [removed], 0];
     const r = decodeKvEventBatch(encode(mixed));
     expect(r.ok).toBe(true);
   });

@@ -3,32 +3,9 @@
 // parked while a slot restores is dropped by the restore's answer, a publisher that moved its
 // sequence far ahead is a restart, and batches a flood pushed out are caught up from the replay buffer.
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../../src/common/index.js';
 import { mulberry32 } from '../helpers/rng.js';
 import { encodeBatch } from '../helpers/zmq-publisher.js';
-import { setup, stored, type StreamSetup } from './stream-fixture.js';
-
-/** A publisher growing one chain, one block per batch: after k batches in order the chain is k deep. */
-function chain(opts: StreamSetup = {}) {
-  const t = setup({ clock: new ManualClock(), ...opts });
-  const tokens: number[] = [];
-  let n = 0;
-  const next = () => {
-    const block = [n * 4 + 1, n * 4 + 2, n * 4 + 3, n * 4 + 4];
-    const b = t.engine.batch([stored(n + 1, n === 0 ? null : n * 100, block)]);
-    tokens.push(...block);
-    n++;
-    return b;
-  };
-  /** The engine's replay buffer keeps only its last `steps` batches (vLLM's buffer_steps). */
-  const window = (steps: number) => t.engine.buffer.splice(0, Math.max(0, t.engine.buffer.length - steps));
-  return { ...t, clock: t.clock, tokens, next, window, count: () => n };
-}
-
-/** A random u64 from a seeded generator: far ahead of any real publisher's sequence. */
-function randomSeq(rng: () => number): bigint {
-  return (BigInt(Math.floor(rng() * 2 ** 32)) << 32n) | BigInt(Math.floor(rng() * 2 ** 32));
-}
+import { chain, randomSeq, stored } from './stream-fixture.js';
 
 /** A well-formed batch that would wipe the worker if it were applied. */
 const WIPE = encodeBatch([{ type: 'cleared' }]);
@@ -127,7 +104,7 @@ describe('a slot restoring from the replay buffer under a flood', () => {
 });
 
 describe('a publisher that moved its sequence far ahead', () => {
-  it('two far-ahead batches close together (TensorRT-LLM restarted: seq from time_ns) are a restart, restored from the replay buffer', async () => {
+  it('two far-ahead batches close together (TensorRT-LLM restarted: seq from time_ns) are a restart, restored from replay', async () => {
     const t = chain();
     for (let i = 0; i < 50; i++) t.deliver(t.next());
     const old = [...t.tokens];

@@ -19,7 +19,7 @@ import { until } from './until.js';
  * sequence number and a payload of random bytes, of msgpack containers that
  * claim huge lengths, or of a well-formed batch that would wipe the worker.
  */
-export function randomFrames(rng: () => number): Buffer[] {
+function randomFrames(rng: () => number): Buffer[] {
   const bytes = (n: number): Buffer => Buffer.from(Array.from({ length: n }, () => Math.floor(rng() * 256)));
   const topic = bytes(Math.floor(rng() * 4));
   const seq = bytes(8);
@@ -30,10 +30,15 @@ export function randomFrames(rng: () => number): Buffer[] {
     case 3: {
       // array32, map32, bin32 and str32 headers claiming 4 GiB-1 elements or bytes, nested, then nothing.
       const heads = [0xdd, 0xdf, 0xc6, 0xdb];
-      return [topic, seq, Buffer.concat(Array.from({ length: 1 + Math.floor(rng() * 8) }, () => Buffer.from([heads[Math.floor(rng() * 4)]!, 0xff, 0xff, 0xff, 0xff])))];
+      const claim = (): Buffer => Buffer.from([heads[Math.floor(rng() * 4)]!, 0xff, 0xff, 0xff, 0xff]);
+      return [topic, seq, Buffer.concat(Array.from({ length: 1 + Math.floor(rng() * 8) }, claim))];
     }
     case 4: return [topic, seq, Buffer.from(encode([1.5, [['AllBlocksCleared']], 0]))];
-    default: return [topic, seq, Buffer.from(encode([rng() * 1e9, Array.from({ length: Math.floor(rng() * 4) }, () => rng()), Math.floor(rng() * 4)]))];
+    default: {
+      // A batch-shaped array whose events are not events.
+      const events = Array.from({ length: Math.floor(rng() * 4) }, () => rng());
+      return [topic, seq, Buffer.from(encode([rng() * 1e9, events, Math.floor(rng() * 4)]))];
+    }
   }
 }
 

@@ -49,7 +49,8 @@ describe('a random-frame flood on every engine\'s KV-event path (issue 23)', () 
 
   beforeAll(async () => {
     suite = await startMockerSuite('kv-event-flood', [
-      '--kv-events-replay-port', '0', '--kv-events-buffer-steps', String(BUFFER_STEPS), '--speedup', '100', '--tokenizer', 'demo', '--seed', '23',
+      '--kv-events-replay-port', '0', '--kv-events-buffer-steps', String(BUFFER_STEPS),
+      '--speedup', '100', '--tokenizer', 'demo', '--seed', '23',
     ], ENGINES);
     engines = suite.engines as unknown as EngineLine[];
     relays = await Promise.all(engines.map((e) => KvEventRelay.start(e.kv_events[0]!)));
