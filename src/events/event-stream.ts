@@ -10,11 +10,13 @@
  *                  ▼
  *   judge (sequence.ts): contiguous ─► apply (slot-writer.ts)
  *                        gap ─► park; unfilled by reordering ⇒ one replay(cursor+1)
- *                        stale ─► skip      garbage (seq absurdly far ahead) ─► drop
+ *                        stale ─► skip      garbage (seq absurdly far ahead) ─► drop, nothing moves
  *                        restart evidence ─► hold; confirmed ⇒ clear the slot, start over
+ *   frames dropped unplaced (garbage, undecodable) ⇒ at most once a second, one catch-up replay(cursor+1)
  *
  * Replays (one in flight, a newer need aborts it; a short or failed one clears
- * the slot), garbage, restarts and the consistency bound: README.md.
+ * the slot, a failed catch-up does not), garbage, restarts, catch-up and the
+ * consistency bound: README.md.
  */
 import type { WorkerRank } from '../common/index.js';
 import { parseEventFrames } from './decode.js';
@@ -22,17 +24,23 @@ import type { EventLiveness } from './liveness.js';
 import { ThrottledLog } from './log.js';
 import { fillOptions, kDefaultStreamOptions, type FilledKvEventStreamOptions, type IngestContext, type KvEventStreamOptions } from './options.js';
 import { LiveQueue, ParkedBatches, replayNeed } from './live-queue.js';
-import type { ReplayReply, KvReplayRequest, ReplyInProgress, ReplaySource } from './replay.js';
+import {
+  CatchUpTimer, ReplayRequests, stepAnswer, type AnswerSlot, type ReplayPurpose, type ReplyInProgress, type ReplaySource,
+} from './replay.js';
 import { SequenceJudge, type LiveItem } from './sequence.js';
 import { SlotWriter } from './slot-writer.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
 import type { ApplyScheduler, Drainable, TurnBudget } from './turn-scheduler.js';
 
+/** A catch-up replay at most this often per slot (see CatchUpTimer). */
+const CATCH_UP_AFTER_MS = 1000;
+
 export class KvEventStream implements Drainable {
   readonly workerId: number;
   readonly dpRank: number;
   readonly #writer: SlotWriter;
-  readonly #source: ReplaySource | undefined;
+  /** The engine's replay endpoint and this stream's requests to it; undefined without one. */
+  readonly #replays: ReplayRequests | undefined;
   readonly #hooks: KvEventHooks;
   readonly #liveness: EventLiveness | undefined;
   readonly #scheduler: ApplyScheduler;
@@ -41,18 +49,14 @@ export class KvEventStream implements Drainable {
   readonly #opts: FilledKvEventStreamOptions;
   readonly #judge: SequenceJudge;
   /** Received, not yet judged. */
-  readonly #queue = new LiveQueue();
+  readonly #queue: LiveQueue;
   /** Judged gaps waiting for the batches in front of them. */
   readonly #parked = new ParkedBatches();
-  #reply: ReplyInProgress | undefined;
-  #inflight: KvReplayRequest | undefined;
-  #requests = 0;
-  /** Bumped on restart, resync and close, so a replay answer for an older state is ignored. */
-  #epoch = 0;
   #restoreTried = false;
-  /** Batches dropped at a full queue since the last replay that could cover them. */
-  #dropped: { high: bigint; gen: number } | undefined;
   #inconsistentSince: number | undefined;
+  readonly #catchUp = new CatchUpTimer(CATCH_UP_AFTER_MS);
+  /** Where a replay's answer is applied. */
+  readonly #answerSlot: AnswerSlot;
   #idle: (() => void)[] = [];
   #closed = false;
 
@@ -65,13 +69,19 @@ export class KvEventStream implements Drainable {
     this.#opts = fillOptions(kDefaultStreamOptions, options);
     this.workerId = slot.workerId;
     this.dpRank = slot.dpRank;
-    this.#source = replay;
     this.#hooks = ctx.hooks;
     this.#liveness = ctx.liveness;
     this.#scheduler = ctx.scheduler;
     this.#clock = ctx.clock;
-    this.#log = new ThrottledLog(ctx.log, ctx.clock, this.#opts.logIntervalMs);
+    this.#log = new ThrottledLog(ctx.log, ctx.clock, this.#opts.logIntervalMs, { workerId: slot.workerId, dpRank: slot.dpRank });
+    const wake = (): void => this.#scheduler.wake(this);
+    this.#replays = replay === undefined ? undefined : new ReplayRequests(replay, slot, ctx.hooks, this.#log, wake);
     this.#judge = new SequenceJudge(this.#opts);
+    this.#queue = new LiveQueue(this.#opts.maxQueuedBatches);
+    this.#answerSlot = {
+      cursor: () => this.cursor, accept: (b) => this.#accept(b, 'replay'), lost: () => this.#reset('replay_incomplete'),
+      stale: (seq) => this.#hooks.onStale?.(this.workerId, this.dpRank, seq), decodeError: (e) => this.#writer.decodeError(e, undefined),
+    };
     this.#writer = new SlotWriter(slot, ctx, this.#log);
   }
 
@@ -91,12 +101,12 @@ export class KvEventStream implements Drainable {
     if (this.cursor !== null || this.pendingCount > 0) return;
     this.#judge.seed(cursor);
     this.#writer.seeded();
-    if (this.#source !== undefined) this.#request(cursor + 1n);
+    if (this.#replays !== undefined) this.#request(cursor + 1n, 'gap');
   }
 
   /** True while a replay is in flight or its answer is being applied. */
   get recovering(): boolean {
-    return this.#inflight !== undefined || this.#reply !== undefined;
+    return this.#replays?.inflight !== undefined || this.#replays?.reply !== undefined;
   }
 
   /** Live batches received and not yet applied (queued or parked behind a gap). */
@@ -107,7 +117,7 @@ export class KvEventStream implements Drainable {
   /** Resolves once nothing is queued, parked behind a replay, or in flight. */
   async whenSettled(): Promise<void> {
     while (!this.#closed) {
-      const req = this.#inflight;
+      const req = this.#replays?.inflight;
       if (req !== undefined) await req.promise;
       else if (this.#hasWork()) await new Promise<void>((resolve) => this.#idle.push(resolve));
       else return;
@@ -120,6 +130,7 @@ export class KvEventStream implements Drainable {
     const r = parseEventFrames(frames);
     if (!r.ok) {
       this.#writer.decodeError(r.error, undefined);
+      this.#unplaced();
       return;
     }
     this.onMessage(r.value.seq, r.value.payload);
@@ -129,15 +140,12 @@ export class KvEventStream implements Drainable {
   onMessage(seq: bigint, payload: Uint8Array): void {
     if (this.#closed) return;
     this.#hooks.onBatch?.(this.workerId, this.dpRank, 'live');
-    if (this.#queue.length >= this.#opts.maxQueuedBatches) {
+    if (!this.#queue.offer({ seq, payload, gen: this.#replays?.sent ?? 0 })) {
       this.#hooks.onDropped?.(this.workerId, this.dpRank, 'queue_full', seq);
-      const high = this.#dropped !== undefined && this.#dropped.high > seq ? this.#dropped.high : seq;
-      this.#dropped = { high, gen: this.#requests };
-      this.#log.warn('queue_full', this.#fields({ seq: String(seq), queued: this.#opts.maxQueuedBatches }),
+      this.#log.warn('queue_full', { seq: String(seq), queued: this.#opts.maxQueuedBatches },
         'KV event queue full: batch dropped, to be replayed once the queue drains');
       return;
     }
-    this.#queue.push({ seq, payload, gen: this.#requests });
     this.#scheduler.wake(this);
   }
 
@@ -169,29 +177,32 @@ export class KvEventStream implements Drainable {
   }
 
   /**
-   * Resets the slot when it has been inconsistent (garbage, unconfirmed
-   * restart evidence, an unfilled gap) for longer than `inconsistentAfterMs`.
-   * Run after every drain and periodically by the manager.
+   * Resets the slot when it has been inconsistent (unconfirmed restart
+   * evidence, an unfilled gap) for longer than `inconsistentAfterMs`, and asks
+   * for a catch-up once frames were dropped unplaced. Run after every drain
+   * and periodically by the manager (so a flood that ends in silence is caught up).
    */
   checkConsistency(): void {
+    this.#maybeCatchUp();
     const since = this.#inconsistentSince;
-    if (this.#closed || since === undefined || this.#inflight !== undefined) return;
+    if (this.#closed || since === undefined || this.#replays?.inflight !== undefined) return;
     const forMs = this.#clock.now() - since;
     if (forMs < this.#opts.inconsistentAfterMs) return;
-    this.#log.warn('inconsistent', this.#fields({ forMs: Math.round(forMs), replay: this.#source !== undefined }),
-      this.#source !== undefined ? 'KV event stream inconsistent for too long: slot cleared, restoring from the engine\'s replay buffer'
+    this.#log.warn('inconsistent', { forMs: Math.round(forMs), replay: this.#replays !== undefined },
+      this.#replays !== undefined ? 'KV event stream inconsistent for too long: slot cleared, restoring from the engine\'s replay buffer'
         : 'KV event stream inconsistent for too long: slot cleared and scored approximately until events rebuild it');
     this.#startOver('inconsistent');
     this.#restoreTried = true;
-    if (this.#source !== undefined) this.#request(0n);
+    if (this.#replays !== undefined) this.#request(0n, 'restore');
     else this.#liveness?.degrade(this.workerId, this.dpRank);
     this.#scheduler.wake(this);
   }
 
   /** One unit of work: a replayed batch, a parked batch now in order, or a queued live batch. */
   #step(): boolean {
-    if (this.#reply !== undefined) {
-      this.#replayStep(this.#reply);
+    const reply = this.#replays?.reply;
+    if (reply !== undefined) {
+      this.#replayStep(reply);
       return true;
     }
     const parked = this.#parked.head;
@@ -199,32 +210,45 @@ export class KvEventStream implements Drainable {
       this.#parked.shift();
       const last = this.cursor;
       if (last !== null && parked.seq <= last) this.#hooks.onStale?.(this.workerId, this.dpRank, parked.seq);
-      else this.#accept(parked.seq, parked.payload, 'live');
+      else this.#accept(parked, 'live');
       return true;
     }
-    const item = this.#queue.shift();
-    if (item === undefined) return false;
-    this.#onLive(item);
+    const queued = this.#queue.shift();
+    if (queued === undefined) return false;
+    const item = this.#readIfDecisive(queued);
+    if (item !== undefined) this.#onLive(item);
     return true;
+  }
+
+  /**
+   * A batch whose verdict could start the slot or be restart evidence is decoded first: one that
+   * cannot be read is reported, dropped and moves nothing. Others are decoded when applied (an
+   * unreadable batch in sequence still uses up its seq, as a genuine one in a newer format would).
+   */
+  #readIfDecisive(item: LiveItem): LiveItem | undefined {
+    if (!this.#judge.decisive(item.seq)) return item;
+    const batch = this.#writer.read(item.seq, item.payload);
+    if (batch === undefined) this.#unplaced();
+    return batch === undefined ? undefined : { ...item, batch };
   }
 
   #onLive(item: LiveItem): void {
     const verdict = this.#judge.judge(item);
     switch (verdict) {
       case 'initial':
-        if (this.#inflight !== undefined || (this.#source !== undefined && !this.#restoreTried && item.seq > 0n)) {
+        if (this.#replays?.inflight !== undefined || (this.#replays !== undefined && !this.#restoreTried && item.seq > 0n)) {
           // Restoring from the engine's buffer first: this batch waits for it.
           this.#park(item);
-          if (this.#inflight === undefined) {
+          if (this.#replays.inflight === undefined) {
             this.#restoreTried = true;
-            this.#request(0n);
+            this.#request(0n, 'restore');
           }
           return;
         }
-        this.#accept(item.seq, item.payload, 'live');
+        this.#accept(item, 'live');
         return;
       case 'contiguous':
-        this.#accept(item.seq, item.payload, 'live');
+        this.#accept(item, 'live');
         for (const e of this.#judge.refuteEvidence()) this.#garbage(e, 'restart evidence refuted by the publisher\'s next batch');
         this.#inconsistentSince = undefined;
         return;
@@ -240,97 +264,57 @@ export class KvEventStream implements Drainable {
     const expected = this.cursor! + 1n;
     // One gap per hole: batches parked behind an open one are not new gaps.
     if (this.#parked.length === 0) this.#hooks.onGap?.(this.workerId, this.dpRank, expected, item.seq);
-    if (this.#source !== undefined) {
+    if (this.#replays !== undefined) {
       // Reordering may still fill it; if not, #afterDrain asks for a replay.
       this.#park(item);
       this.#inconsistent();
       return;
     }
-    this.#log.warn('gap', this.#fields({ expected: String(expected), got: String(item.seq) }), 'KV event gap and no replay endpoint: clearing the slot');
+    this.#log.warn('gap', { expected: String(expected), got: String(item.seq) }, 'KV event gap and no replay endpoint: clearing the slot');
     this.#reset('gap_without_replay');
     this.#liveness?.degrade(this.workerId, this.dpRank);
-    this.#accept(item.seq, item.payload, 'live');
+    this.#accept(item, 'live');
   }
 
   /** Parks a judged batch in seq order; beyond the bound it is dropped (a later replay recovers it). */
   #park(item: LiveItem): void {
-    if (!this.#parked.add(item, this.#opts.maxPendingBatches)) this.#hooks.onPendingOverflow?.(this.workerId, this.dpRank, item.seq);
+    if (this.#parked.add(item, this.#opts.maxPendingBatches)) return;
+    this.#hooks.onPendingOverflow?.(this.workerId, this.dpRank, item.seq);
+    this.#unplaced();
   }
 
   #canTakeParked(item: LiveItem): boolean {
     const last = this.cursor;
-    if (last === null) return this.#inflight === undefined;
+    if (last === null) return this.#replays?.inflight === undefined;
     return item.seq <= last + 1n;
   }
 
-  /** Accepts a batch at the cursor; the writer decodes it and the drain loop applies it in slices. */
-  #accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin): void {
-    this.#judge.cursor.advance(seq);
+  /** Accepts a batch at the cursor; the writer decodes it (unless done) and the drain loop applies it in slices. */
+  #accept(item: Pick<LiveItem, 'seq' | 'payload' | 'batch'>, origin: BatchOrigin): void {
+    this.#judge.cursor.advance(item.seq);
     // In-order progress: whatever else is going on, the stream is not wedged.
     this.#inconsistentSince = undefined;
-    this.#writer.accept(seq, payload, origin);
+    this.#writer.accept(item.seq, item.payload, origin, item.batch);
   }
 
-  /** Sends a replay request; an equal need waits for the one in flight, a newer epoch's aborts it. */
-  #request(from: bigint): void {
-    const source = this.#source!;
-    const prev = this.#inflight;
-    if (prev !== undefined) {
-      if (prev.epoch === this.#epoch) return;
-      prev.abort.abort();
-    }
-    const req: KvReplayRequest = { epoch: this.#epoch, from, gen: ++this.#requests, abort: new AbortController(), promise: Promise.resolve() };
-    this.#inflight = req;
-    this.#hooks.onReplayRequested?.(this.workerId, this.dpRank, from);
-    req.promise = source.replay(from, req.abort.signal).then(
-      (reply) => this.#settled(req, reply, undefined),
-      (err: unknown) => this.#settled(req, undefined, err),
-    );
-  }
-
-  #settled(req: KvReplayRequest, reply: ReplayReply | undefined, err: unknown): void {
-    if (this.#inflight === req) this.#inflight = undefined;
-    if (req.epoch !== this.#epoch || this.#closed) {
-      this.#scheduler.wake(this);
-      return;
-    }
-    this.#reply = { req, reply, err, next: 0, applied: 0, complete: true };
-    this.#scheduler.wake(this);
+  /** Sends a replay request (with a replay endpoint); an equal need waits for the one in flight, a newer epoch's aborts it. */
+  #request(from: bigint, purpose: ReplayPurpose): void {
+    this.#replays?.send(from, purpose);
   }
 
   #replayStep(rp: ReplyInProgress): void {
-    if (rp.reply === undefined) {
-      this.#reply = undefined;
-      this.#replayFailed(rp.req.from, rp.err);
-      return;
-    }
-    if (rp.next === 0) for (const e of rp.reply.errors) this.#writer.decodeError(e, undefined);
-    const b = rp.reply.batches[rp.next++];
-    if (b === undefined) {
-      this.#reply = undefined;
-      this.#replayDone(rp);
-      return;
-    }
-    const last = this.cursor;
-    if (last !== null && b.seq <= last) {
-      this.#hooks.onStale?.(this.workerId, this.dpRank, b.seq);
-      return;
-    }
-    // The engine's buffer is a window: missing batches before the first
-    // replayed one are only a loss if we already had state (an initial
-    // restore starts from whatever the window holds).
-    if (last !== null && b.seq !== last + 1n) {
-      rp.complete = false;
-      this.#reset('replay_incomplete');
-    }
-    this.#accept(b.seq, b.payload, 'replay');
-    rp.applied++;
+    const failed = rp.reply === undefined;
+    if (!failed && stepAnswer(rp, this.#answerSlot) === 'more') return;
+    this.#replays!.finish();
+    if (failed) this.#replayFailed(rp);
+    else this.#replayDone(rp);
   }
 
-  #replayFailed(from: bigint, err: unknown): void {
-    this.#hooks.onReplay?.(this.workerId, this.dpRank, 'failed', 0);
-    this.#log.warn('replay_failed', this.#fields({ from: String(from), err: err instanceof Error ? err.message : String(err) }),
-      'KV event replay failed: clearing the slot and continuing from live events');
+  #replayFailed(rp: ReplyInProgress): void {
+    if (this.#replays!.failed(rp)) {
+      this.#unplaced(); // a catch-up: asked again after the next interval
+      return;
+    }
     if (this.cursor !== null) this.#reset('replay_failed');
     this.#startFresh();
   }
@@ -338,16 +322,12 @@ export class KvEventStream implements Drainable {
   #replayDone(rp: ReplyInProgress): void {
     const batches = rp.reply!.batches;
     const newest = batches.length > 0 ? batches[batches.length - 1]!.seq : undefined;
-    // Parked before the request and beyond what the engine holds: it never sent them.
-    const never = this.#parked.remove((p) => p.gen < rp.req.gen && (newest === undefined || p.seq > newest));
+    const known = newest ?? this.cursor;
+    const never = this.#parked.removeNeverSent(rp.req.gen, newest, known === null ? undefined : known + BigInt(this.#opts.maxSeqJump));
     for (const p of never) this.#garbage(p, 'sequence number beyond the publisher\'s newest');
-    if (this.#dropped !== undefined && rp.req.gen > this.#dropped.gen) this.#dropped = undefined;
-    const high = [newest, this.cursor, this.#parked.newest?.seq].reduce<bigint | undefined>((m, v) => (v === undefined || v === null ? m : m === undefined || v > m ? v : m), undefined);
-    if (high !== undefined) this.#judge.lowerLiveHigh(high);
-    this.#hooks.onReplay?.(this.workerId, this.dpRank, rp.complete ? 'recovered' : 'incomplete', rp.applied);
-    if (!rp.complete) {
-      this.#log.warn('replay_incomplete', this.#fields({ from: String(rp.req.from) }), 'KV event replay buffer no longer holds the missing batches: slot cleared');
-    }
+    this.#queue.forgetDropped(rp.req.gen);
+    this.#judge.lowerLiveHigh(newest, this.cursor, this.#parked.newest?.seq);
+    this.#replays!.done(rp);
     if (this.#parked.length === 0 && this.#judge.evidence.length === 0) this.#inconsistentSince = undefined;
   }
 
@@ -357,33 +337,55 @@ export class KvEventStream implements Drainable {
    * replay at a time); without a replay endpoint, dropped batches clear the slot.
    */
   #afterDrain(): void {
-    const idleNow = !this.#writer.busy && this.#reply === undefined && this.#queue.length === 0;
-    if (idleNow && this.#dropped !== undefined && this.#source === undefined) {
-      this.#dropped = undefined;
-      this.#log.warn('gap', this.#fields({ cursor: String(this.cursor) }), 'KV event queue overflowed and no replay endpoint: clearing the slot');
+    const idleNow = !this.#writer.busy && this.#replays?.reply === undefined && this.#queue.length === 0;
+    if (idleNow && this.#queue.dropped !== undefined && this.#replays === undefined) {
+      this.#queue.forgetDropped();
+      this.#log.warn('gap', { cursor: String(this.cursor) }, 'KV event queue overflowed and no replay endpoint: clearing the slot');
       this.#reset('gap_without_replay');
       this.#liveness?.degrade(this.workerId, this.dpRank);
       this.#startFresh();
     }
     const from = this.#replayNeed(idleNow);
-    if (from !== undefined && this.#inflight === undefined && this.#reply === undefined && !this.#writer.busy) this.#request(from);
+    const asking = this.#replays?.inflight !== undefined || this.#replays?.reply !== undefined || this.#writer.busy;
+    if (from !== undefined && !asking) this.#request(from, 'gap');
     this.checkConsistency();
-    if (!this.#hasWork() && this.#inflight === undefined) this.#wakeIdle();
+    if (!this.#hasWork() && this.#replays?.inflight === undefined) this.#wakeIdle();
   }
 
   #replayNeed(idleNow: boolean): bigint | undefined {
-    return this.#source === undefined ? undefined : replayNeed(this.cursor, this.#parked, this.#dropped, idleNow, this.#opts.reorderWindow);
+    if (this.#replays === undefined) return undefined;
+    return replayNeed(this.cursor, this.#parked, this.#queue.dropped, idleNow, this.#opts.reorderWindow);
+  }
+
+  /**
+   * Frames were dropped unplaced (garbage, undecodable, no room to park): whatever the flood hides,
+   * a PUB or SUB at its high-water mark drops batches without a trace, and an engine that then goes
+   * idle would leave the hole unseen. Once idle and due, ask the engine for everything after the cursor.
+   */
+  #maybeCatchUp(): void {
+    const r = this.#replays;
+    if (r === undefined || this.#closed || r.inflight !== undefined || r.reply !== undefined) return;
+    if (this.#writer.busy || this.#queue.length > 0 || this.#parked.length > 0 || !this.#catchUp.take(this.#clock.now())) return;
+    const last = this.cursor;
+    if (last === null) this.#restoreTried = true;
+    this.#request(last === null ? 0n : last + 1n, last === null ? 'restore' : 'catch_up');
+  }
+
+  /** A frame was dropped without being placed in the sequence. */
+  #unplaced(): void {
+    this.#catchUp.note(this.#clock.now());
   }
 
   #hasWork(): boolean {
     if (this.#closed) return false;
-    if (this.#writer.busy || this.#reply !== undefined || this.#queue.length > 0) return true;
+    if (this.#writer.busy || this.#replays?.reply !== undefined || this.#queue.length > 0) return true;
     const parked = this.#parked.head;
     return parked !== undefined && this.#canTakeParked(parked);
   }
 
   #restart(seq: bigint): void {
-    this.#log.warn('restart', this.#fields({ lastSeq: String(this.#judge.liveHigh), seq: String(seq) }), 'KV event publisher restarted: clearing the slot');
+    this.#log.warn('restart', { lastSeq: String(this.#judge.liveHigh), seq: String(seq) },
+      'KV event publisher restarted: clearing the slot');
     const held = this.#judge.takeEvidence();
     this.#startOver('restart');
     this.#restoreTried = false;
@@ -396,16 +398,13 @@ export class KvEventStream implements Drainable {
     this.#reset(reason);
     this.#judge.reset();
     this.#forget();
-    this.#dropped = undefined;
+    this.#queue.forgetDropped();
     this.#inconsistentSince = undefined;
   }
 
   /** Aborts the replay in flight (its answer is then ignored) and drops what waits to be applied. */
   #forget(): void {
-    this.#epoch++;
-    this.#inflight?.abort.abort();
-    this.#inflight = undefined;
-    this.#reply = undefined;
+    this.#replays?.newEpoch();
     this.#writer.abandon();
     this.#parked.clear();
   }
@@ -419,15 +418,16 @@ export class KvEventStream implements Drainable {
   #internalFailure(err: unknown): void {
     // A bug on the apply path must not become an unhandled rejection, nor
     // leave the slot half-recovered: start over from the next live batch.
-    this.#log.warn('internal', this.#fields({ err: err instanceof Error ? err.message : String(err) }), 'KV event handling failed');
+    this.#log.warn('internal', { err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
     this.#startOver('replay_failed');
     this.#startFresh();
   }
 
+  /** Drops a batch whose seq cannot be the publisher's: counted and logged, moves nothing and starts no timer (see sequence.ts). */
   #garbage(item: LiveItem, why: string): void {
     this.#hooks.onDropped?.(this.workerId, this.dpRank, 'garbage', item.seq);
-    this.#log.warn('garbage', this.#fields({ seq: String(item.seq), cursor: String(this.cursor) }), `KV event batch dropped: ${why}`);
-    this.#inconsistent();
+    this.#log.warn('garbage', { seq: String(item.seq), cursor: String(this.cursor) }, `KV event batch dropped: ${why}`);
+    this.#unplaced();
   }
 
   #inconsistent(): void { this.#inconsistentSince ??= this.#clock.now(); }
@@ -440,9 +440,5 @@ export class KvEventStream implements Drainable {
     const waiters = this.#idle;
     this.#idle = [];
     for (const w of waiters) w();
-  }
-
-  #fields(extra: Record<string, unknown>): Record<string, unknown> {
-    return { workerId: this.workerId, dpRank: this.dpRank, ...extra };
   }
 }

@@ -35,10 +35,38 @@ abstract class FrontQueue {
   }
 }
 
-/** Received messages in arrival order. */
+/**
+ * Received messages in arrival order, at most `max`. What a full queue had to drop is remembered
+ * (the newest seq and the replay count then) until a replay sent after it covers the hole.
+ */
 export class LiveQueue extends FrontQueue {
-  push(item: LiveItem): void {
-    this.items.push(item);
+  readonly #max: number;
+  #dropped: { readonly high: bigint; readonly gen: number } | undefined;
+
+  constructor(max: number) {
+    super();
+    this.#max = max;
+  }
+
+  /** Batches dropped at a full queue since the last replay that could cover them. */
+  get dropped(): { readonly high: bigint; readonly gen: number } | undefined {
+    return this.#dropped;
+  }
+
+  /** Queues `item`; false (and remembered as dropped) when the queue is full. */
+  offer(item: LiveItem): boolean {
+    if (this.length < this.#max) {
+      this.items.push(item);
+      return true;
+    }
+    const prev = this.#dropped;
+    this.#dropped = { high: prev !== undefined && prev.high > item.seq ? prev.high : item.seq, gen: item.gen };
+    return false;
+  }
+
+  /** A replay answered: the request numbered `gen` (or none, undefined) covers what was dropped before it. */
+  forgetDropped(gen?: number): void {
+    if (this.#dropped !== undefined && (gen === undefined || gen > this.#dropped.gen)) this.#dropped = undefined;
   }
 
   /** Puts items back in front, in the given order. */
@@ -49,7 +77,9 @@ export class LiveQueue extends FrontQueue {
 
 /**
  * Batches waiting for the ones in front of them, ascending by seq, one per
- * seq. Items nearly always arrive in order, so inserting is O(1) too.
+ * seq. Items nearly always arrive in order (appended in O(1)); one out of
+ * order is placed by binary search, so a flood of random seqs parked while a
+ * slot restores costs a search and a move each, not a walk of the list.
  */
 export class ParkedBatches extends FrontQueue {
   get newest(): LiveItem | undefined {
@@ -59,11 +89,31 @@ export class ParkedBatches extends FrontQueue {
   /** Inserts in seq order; false (nothing kept) when `max` are already parked. A duplicate seq is ignored. */
   add(item: LiveItem, max: number): boolean {
     if (this.length >= max) return false;
-    let i = this.items.length;
-    while (i > this.start && this.items[i - 1]!.seq > item.seq) i--;
-    if (i > this.start && this.items[i - 1]!.seq === item.seq) return true;
-    this.items.splice(i, 0, item);
+    const items = this.items;
+    if (this.length === 0 || items[items.length - 1]!.seq < item.seq) {
+      items.push(item);
+      return true;
+    }
+    // The first index whose seq is >= item.seq.
+    let lo = this.start;
+    let hi = items.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (items[mid]!.seq < item.seq) lo = mid + 1;
+      else hi = mid;
+    }
+    if (items[lo]!.seq !== item.seq) items.splice(lo, 0, item);
     return true;
+  }
+
+  /**
+   * What a replay's answer proves (its newest seq `newest`, undefined when it held nothing at or
+   * after the start asked): items parked before the request (`gen` below the request's) and beyond
+   * `newest` were never sent; items beyond `farBound` could never be sent (the far-ahead rule, for
+   * batches parked while the slot had no cursor to judge them by). Removes and returns them.
+   */
+  removeNeverSent(gen: number, newest: bigint | undefined, farBound: bigint | undefined): LiveItem[] {
+    return this.remove((p) => (p.gen < gen && (newest === undefined || p.seq > newest)) || (farBound !== undefined && p.seq > farBound));
   }
 
   /** Removes and returns the items `drop` selects. */

@@ -6,17 +6,22 @@
  */
 import type { Clock, Logger } from '../common/index.js';
 
-/** Logs the first occurrence of a key, then at most one line per `intervalMs` carrying the suppressed count. */
+/**
+ * Logs the first occurrence of a key, then at most one line per `intervalMs` carrying the
+ * suppressed count. Every line carries `base` (a stream's: its worker id and dp rank) first.
+ */
 export class ThrottledLog {
   readonly #log: Logger;
   readonly #clock: Clock;
   readonly #intervalMs: number;
+  readonly #base: Readonly<Record<string, unknown>>;
   readonly #last = new Map<string, { at: number; suppressed: number }>();
 
-  constructor(log: Logger, clock: Clock, intervalMs: number) {
+  constructor(log: Logger, clock: Clock, intervalMs: number, base: Readonly<Record<string, unknown>> = {}) {
     this.#log = log;
     this.#clock = clock;
     this.#intervalMs = intervalMs;
+    this.#base = base;
   }
 
   warn(key: string, fields: Record<string, unknown>, msg: string): void {
@@ -28,6 +33,6 @@ export class ThrottledLog {
     }
     const suppressed = prev?.suppressed ?? 0;
     this.#last.set(key, { at: now, suppressed: 0 });
-    this.#log.warn(suppressed > 0 ? { ...fields, suppressed } : fields, msg);
+    this.#log.warn(suppressed > 0 ? { ...this.#base, ...fields, suppressed } : { ...this.#base, ...fields }, msg);
   }
 }

@@ -14,10 +14,18 @@
  * once for seq 0 seen again, the engines' own reset marker (vLLM and SGLang
  * count from 0 in every process, and send nothing else on restart).
  *
- * A seq further ahead of the cursor than `maxSeqJump` is not a gap but
- * garbage: no engine skips that far, and letting it move any position would
- * wedge the stream (every genuine batch would then look old).
+ * The far-ahead rule. vLLM's and SGLang's publishers count up by one per
+ * batch, so a seq more than `maxSeqJump` ahead of the cursor is not a gap
+ * (a "gap" of 2^60 is no lost batches): it is garbage, counted and dropped
+ * without moving any position or starting any timer. Were it let in, every
+ * genuine batch after it would look old, and a random-frame flood would keep
+ * the stream inconsistent until it was reset. One exception, on evidence no
+ * random frame produces: `restartConfirmations` (at least two) far-ahead batches with
+ * distinct seqs within `reorderWindow` of each other are a publisher that
+ * moved its sequence to a new base (TensorRT-LLM counts from time_ns, so a
+ * restarted one lands far ahead), handled as a restart.
  */
+import type { KvEventBatch } from './types.js';
 
 /** One queued live message, with the replay request count when it arrived (see KvEventStream). */
 export interface LiveItem {
@@ -25,7 +33,12 @@ export interface LiveItem {
   readonly payload: Uint8Array;
   /** Replay requests sent before this message was received. */
   readonly gen: number;
+  /** The payload decoded, once the stream had to read it before judging the seq. */
+  readonly batch?: KvEventBatch | undefined;
 }
+
+/** Far-ahead batches remembered at least, as candidates for a re-based publisher (random frames never land close together). */
+const FAR_CANDIDATES = 16;
 
 type CursorObservation = 'initial' | 'contiguous' | 'stale' | 'gap';
 
@@ -76,11 +89,19 @@ export class SequenceJudge {
   readonly #seen: bigint[] = [];
   #seenAt = 0;
   #evidence: LiveItem[] = [];
+  /** The last few far-ahead batches (a ring): candidates for a re-based publisher. */
+  #far: LiveItem[] = [];
+  #farAt = 0;
+  /** Far-ahead batches close together that prove a re-based publisher: `restartConfirmations`, at least two. */
+  readonly #rebaseAfter: number;
+  readonly #farCap: number;
 
   constructor(opts: SequenceJudgeOptions) {
     this.#window = BigInt(opts.reorderWindow);
     this.#maxJump = BigInt(opts.maxSeqJump);
     this.#confirmations = opts.restartConfirmations;
+    this.#rebaseAfter = Math.max(2, opts.restartConfirmations);
+    this.#farCap = Math.max(FAR_CANDIDATES, 2 * this.#rebaseAfter);
   }
 
   get liveHigh(): bigint | null {
@@ -100,7 +121,7 @@ export class SequenceJudge {
   judge(item: LiveItem): LiveVerdict {
     const seq = item.seq;
     const last = this.cursor.last;
-    if (last !== null && seq > last && seq - last > this.#maxJump) return 'garbage';
+    if (last !== null && seq > last && seq - last > this.#maxJump) return this.#rebased(item) ? 'restart' : 'garbage';
     const restartLike = this.#restartLike(seq);
     if (!restartLike) this.#noteSeen(seq);
     if (last === null) return 'initial';
@@ -132,12 +153,22 @@ export class SequenceJudge {
   }
 
   /**
-   * A replay showed the publisher's newest seq: live seqs above `bound` (its
-   * newest, or the newest genuine seq still queued) were garbage, and must not
-   * make later genuine batches look old.
+   * A replay showed the publisher's newest seq: live seqs above the highest
+   * of `bounds` (its newest, the cursor, the newest genuine seq still parked)
+   * were garbage, and must not make later genuine batches look old.
    */
-  lowerLiveHigh(bound: bigint): void {
-    if (this.#liveHigh !== null && this.#liveHigh > bound) this.#liveHigh = bound;
+  lowerLiveHigh(...bounds: (bigint | null | undefined)[]): void {
+    let bound: bigint | undefined;
+    for (const b of bounds) if (b !== null && b !== undefined && (bound === undefined || b > bound)) bound = b;
+    if (bound !== undefined && this.#liveHigh !== null && this.#liveHigh > bound) this.#liveHigh = bound;
+  }
+
+  /**
+   * Whether a live seq's verdict could start the slot (no cursor yet) or be restart evidence (at or
+   * below the newest seen): such a batch must be readable before it is judged.
+   */
+  decisive(seq: bigint): boolean {
+    return this.cursor.last === null || (this.#liveHigh !== null && seq <= this.#liveHigh);
   }
 
   /** Starts at `seq` as if it had been applied and seen live (a replica snapshot's cursor). */
@@ -154,6 +185,27 @@ export class SequenceJudge {
     this.#seen.length = 0;
     this.#seenAt = 0;
     this.#evidence = [];
+    this.#far = [];
+    this.#farAt = 0;
+  }
+
+  /**
+   * Whether a far-ahead batch, with those seen lately, shows a publisher that moved to a new base
+   * (then they become the restart's evidence); otherwise it is kept as a candidate, in a ring.
+   */
+  #rebased(item: LiveItem): boolean {
+    const close = new Map<bigint, LiveItem>();
+    for (const e of this.#far) if (e.seq !== item.seq && absDiff(e.seq, item.seq) <= this.#window) close.set(e.seq, e);
+    if (close.size + 1 >= this.#rebaseAfter) {
+      this.#evidence = [...close.values(), item];
+      this.#far = [];
+      this.#farAt = 0;
+      return true;
+    }
+    if (this.#far.length < this.#farCap) this.#far.push(item);
+    else this.#far[this.#farAt] = item;
+    this.#farAt = (this.#farAt + 1) % this.#farCap;
+    return false;
   }
 
   #restartLike(seq: bigint): boolean {

@@ -53,21 +53,28 @@ export class SlotWriter {
     this.#seeded = true;
   }
 
-  /** Decodes an accepted batch; its events are applied by `applySlice`. A batch that cannot be used is reported and skipped. */
-  accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin): void {
+  /**
+   * Decodes an accepted batch (unless the stream already did: `decoded`); its events are applied by
+   * `applySlice`. A batch that cannot be used is reported and skipped.
+   */
+  accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin, decoded?: KvEventBatch): void {
     this.#seeded = false;
-    const r = decodeKvEventBatch(payload);
-    if (!r.ok) {
-      this.decodeError(r.error, seq);
-      return;
-    }
-    const batch = r.batch;
+    const batch = decoded ?? this.read(seq, payload);
+    if (batch === undefined) return;
     for (const e of batch.errors) this.decodeError(e, seq);
     if (batch.dpRank !== null && batch.dpRank !== this.#slot.dpRank) {
       this.decodeError({ kind: 'dp_rank_mismatch', message: `batch is for dp rank ${batch.dpRank}, subscription is for rank ${this.#slot.dpRank}` }, seq);
       return;
     }
     this.#current = { batch, origin, next: 0, applied: 0 };
+  }
+
+  /** Decodes a batch's payload; one that cannot be read is reported (a decode error of `seq`) and undefined. */
+  read(seq: bigint, payload: Uint8Array): KvEventBatch | undefined {
+    const r = decodeKvEventBatch(payload);
+    if (r.ok) return r.batch;
+    this.decodeError(r.error, seq);
+    return undefined;
   }
 
   /** Applies the accepted batch's next events within `budget` (at least one). */
@@ -99,8 +106,7 @@ export class SlotWriter {
     const seeded = this.#seeded;
     this.#seeded = false;
     if (seeded && (reason === 'gap_without_replay' || reason === 'replay_incomplete' || reason === 'replay_failed')) {
-      const { workerId, dpRank } = this.#slot;
-      this.#log.warn('seed_kept', { workerId, dpRank, reason },
+      this.#log.warn('seed_kept', { reason },
         'KV events since the replica snapshot cannot be replayed from the engine: keeping the snapshot\'s blocks and continuing from live events');
       return;
     }
@@ -110,8 +116,7 @@ export class SlotWriter {
 
   decodeError(error: KvEventDecodeError, seq: bigint | undefined): void {
     this.#hooks.onDecodeError?.({ ...error, workerId: this.#slot.workerId, dpRank: this.#slot.dpRank, seq });
-    this.#log.warn(`decode:${error.kind}`, {
-      workerId: this.#slot.workerId, dpRank: this.#slot.dpRank, kind: error.kind, seq: seq === undefined ? undefined : String(seq), eventIndex: error.eventIndex,
-    }, `KV event dropped: ${error.message}`);
+    const fields = { kind: error.kind, seq: seq === undefined ? undefined : String(seq), eventIndex: error.eventIndex };
+    this.#log.warn(`decode:${error.kind}`, fields, `KV event dropped: ${error.message}`);
   }
 }

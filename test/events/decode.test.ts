@@ -245,3 +245,38 @@ describe('bad input is a typed value, never a throw', () => {
     expect(normaliseHash(null)).toBeUndefined();
   });
 });
+
+describe('msgpack headers that claim more than the payload holds (issue 23)', () => {
+  /** `n` nested containers, each header claiming `count` elements, and nothing after them. */
+  const nested = (head: number[], n: number): Uint8Array => Uint8Array.from(Array.from({ length: n }, () => head).flat());
+
+  it('are refused before the decoder allocates what they claim, whatever the container', () => {
+    const bombs = [
+      nested([0xdc, 0xff, 0xff], 1000), // array16 of 65535, 1000 deep: 65 million slots if believed
+      nested([0xdd, 0xff, 0xff, 0xff, 0xff], 600),
+      nested([0xdf, 0xff, 0xff, 0xff, 0xff], 600),
+      bytes('93 cb 3ff8000000000000 dd 7fffffff'),
+      bytes('c6 ffffffff 01 02'), bytes('db ffffffff 61'), bytes('c9 ffffffff 01 02'),
+    ];
+    const started = performance.now();
+    for (let i = 0; i < 50; i++) {
+      for (const b of bombs) expect(decodeKvEventBatch(b)).toMatchObject({ ok: false, error: { kind: 'msgpack' } });
+    }
+    // Scanned, not allocated: 350 refusals take well under a second (believing the first alone costs tens of ms each).
+    expect(performance.now() - started).toBeLessThan(500);
+  });
+
+  it('honest payloads of every msgpack form still decode, large arrays and maps included', () => {
+    const tokens = Array.from({ length: 70_000 }, (_, i) => i % 5000);
+    const blockHashes = Array.from({ length: 70_000 / 16 }, (_, i) => (1n << 63n) + BigInt(i));
+    const big = ok(encodeBatch([{ type: 'stored', blockHashes, parent: null, tokens, blockSize: 16 }]));
+    expect(big.events[0]).toMatchObject({ type: 'stored', blockSize: 16 });
+    expect((big.events[0] as StoredBlocksEvent).tokenIds.length).toBe(70_000);
+    const removed = {
+      type: 'BlockRemoved', block_hashes: [1, -1, 2 ** 40, 'x'.repeat(300)], medium: null, extra: new Uint8Array(70_000), f32: 0.25,
+    };
+    const mixed = [1.5, [removed], 0];
+    const r = decodeKvEventBatch(encode(mixed));
+    expect(r.ok).toBe(true);
+  });
+});

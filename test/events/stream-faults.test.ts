@@ -5,27 +5,7 @@ import { ManualClock } from '../../src/common/index.js';
 import { TurnScheduler } from '../../src/events/turn-scheduler.js';
 import { mulberry32 } from '../helpers/rng.js';
 import { encodeBatch } from '../helpers/zmq-publisher.js';
-import { setup, stored, type StreamSetup } from './stream-fixture.js';
-
-/** A publisher growing one chain, one block per batch: after k batches in order the chain is k deep. */
-function chain(opts: StreamSetup = {}) {
-  const t = setup(opts);
-  const tokens: number[] = [];
-  let n = 0;
-  const next = () => {
-    const block = [n * 4 + 1, n * 4 + 2, n * 4 + 3, n * 4 + 4];
-    const b = t.engine.batch([stored(n + 1, n === 0 ? null : n * 100, block)]);
-    tokens.push(...block);
-    n++;
-    return b;
-  };
-  return { ...t, tokens, next, count: () => n };
-}
-
-/** A random u64, from a seeded generator. */
-function randomSeq(rng: () => number): bigint {
-  return (BigInt(Math.floor(rng() * 2 ** 32)) << 32n) | BigInt(Math.floor(rng() * 2 ** 32));
-}
+import { chain, randomSeq, stored } from './stream-fixture.js';
 
 describe('reordered batches (issue 13 item 6)', () => {
   it('swapped pairs over a long run: no restart, no reset, at most one replay in flight, index equal to the engine', async () => {

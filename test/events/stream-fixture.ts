@@ -93,3 +93,24 @@ export const B = [5, 6, 7, 8];
 export const C = [9, 10, 11, 12];
 export const D = [13, 14, 15, 16];
 
+/** A publisher growing one chain, one block per batch: after k batches in order the chain is k deep. */
+export function chain(opts: StreamSetup = {}) {
+  const t = setup(opts);
+  const tokens: number[] = [];
+  let n = 0;
+  const next = () => {
+    const block = [n * 4 + 1, n * 4 + 2, n * 4 + 3, n * 4 + 4];
+    const b = t.engine.batch([stored(n + 1, n === 0 ? null : n * 100, block)]);
+    tokens.push(...block);
+    n++;
+    return b;
+  };
+  /** The engine's replay buffer keeps only its last `steps` batches (vLLM's buffer_steps). */
+  const window = (steps: number) => t.engine.buffer.splice(0, Math.max(0, t.engine.buffer.length - steps));
+  return { ...t, tokens, next, window, count: () => n };
+}
+
+/** A random u64 from a seeded generator: far ahead of any real publisher's sequence. */
+export function randomSeq(rng: () => number): bigint {
+  return (BigInt(Math.floor(rng() * 2 ** 32)) << 32n) | BigInt(Math.floor(rng() * 2 ** 32));
+}
