@@ -83,10 +83,9 @@ export function sendQueryAnswer(ctx: RequestContext, kind: EndpointKind | 'route
  * stream goes with its turn's batch.
  */
 class TurnBatch {
+  readonly #ctx: RequestContext;
   readonly #res: ServerResponse;
-  readonly #signal: CancelSignal;
-  readonly #stallMs: number;
-  readonly #onStall: () => void;
+  readonly #env: RelayEnv;
   #frames: Buffer[] = [];
   #bytes = 0;
   #scheduled = false;
@@ -104,12 +103,10 @@ class TurnBatch {
     this.#res.destroy(err as Error);
   };
 
-  /** `onStall`: the client read nothing of the stream's end for `stallMs`; the response was cut. */
-  constructor(res: ServerResponse, signal: CancelSignal, stallMs: number, onStall: () => void) {
-    this.#res = res;
-    this.#signal = signal;
-    this.#stallMs = stallMs;
-    this.#onStall = onStall;
+  constructor(ctx: RequestContext, env: RelayEnv) {
+    this.#ctx = ctx;
+    this.#res = ctx.res;
+    this.#env = env;
   }
 
   schedule(): void {
@@ -179,7 +176,7 @@ class TurnBatch {
     this.#res.end(this.#last);
     // What the socket did not take is waiting for the client. One that never reads it would hold the
     // connection and its concurrency slot forever: see `cutUnlessFinished`.
-    if (this.#res.writableLength > 0) cutUnlessFinished(this.#res, this.#signal, this.#stallMs, this.#onStall);
+    if (this.#res.writableLength > 0) cutUnlessFinished(this.#ctx, this.#env);
   }
 }
 
@@ -214,27 +211,32 @@ const ABORTED_LINGER_MS = 1000;
 
 /**
  * Bounds how long an ended response may wait for its client to read what is buffered: it is destroyed when the
- * request's signal fires (its deadline, shutdown), after ABORTED_LINGER_MS when it already has (the stream ended
- * with that error event), and otherwise after `stallMs`, counted by `onStall`.
+ * request's signal fires (its deadline, shutdown: the access log gets that code), after ABORTED_LINGER_MS when it
+ * already has (the stream ended with that error event), and otherwise after the stall bound (counted and logged).
  */
-function cutUnlessFinished(res: ServerResponse, signal: CancelSignal, stallMs: number, onStall: () => void): void {
+function cutUnlessFinished(ctx: RequestContext, env: RelayEnv): void {
+  const { res, signal } = ctx;
   const aborted = signal.aborted;
-  const cut = (): void => {
+  const pending = (): boolean => !res.writableFinished && !res.destroyed;
+  const stop = (): void => {
     clearTimeout(timer);
-    signal.removeEventListener('abort', cut);
-    if (!res.writableFinished && !res.destroyed) res.destroy();
+    signal.removeEventListener('abort', onAbort);
+  };
+  const onAbort = (): void => {
+    stop();
+    if (!pending()) return;
+    ctx.log.code ??= asKvgateError(signal.reason, ctx.requestId).code;
+    res.destroy();
   };
   const timer = setTimeout(() => {
-    const stalled = !aborted && !res.writableFinished && !res.destroyed;
-    cut();
-    if (stalled) onStall();
-  }, aborted ? Math.min(stallMs, ABORTED_LINGER_MS) : stallMs);
+    stop();
+    if (!pending()) return;
+    res.destroy();
+    if (!aborted) stalled(ctx, env);
+  }, aborted ? Math.min(env.clientStallMs, ABORTED_LINGER_MS) : env.clientStallMs);
   timer.unref();
-  if (!aborted) signal.addEventListener('abort', cut);
-  res.once('close', () => {
-    clearTimeout(timer);
-    signal.removeEventListener('abort', cut);
-  });
+  if (!aborted) signal.addEventListener('abort', onAbort);
+  res.once('close', stop);
 }
 
 /** What relaying a routed answer needs of the server besides the request (rebuilt when the config is reloaded). */
@@ -275,7 +277,7 @@ export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, he
   // The caller's headers object is completed, not copied (its own values win).
   for (const name of SSE_HEADER_NAMES) headers[name] ??= SSE_HEADERS[name];
   res.writeHead(routed.status, headers);
-  const batch = new TurnBatch(res, ctx.signal, env.clientStallMs, () => stalled(ctx, env));
+  const batch = new TurnBatch(ctx, env);
   batch.schedule();
   let events = 0;
   try {
