@@ -82,12 +82,14 @@ function readAdmin(root: ConfigReader, listen: ListenAddress): GatewayConfig['ad
 
 function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   const lim = root.child('limits');
-  lim?.allowOnly(['max_body_bytes', 'max_prompt_tokens', 'max_concurrent_requests', 'request_timeout_ms', 'retry_after_seconds',
-    'header_timeout_ms', 'body_timeout_ms', 'client_stall_timeout_ms', 'max_pending_connections_per_client', 'max_session_timeout_s', 'max_sessions']);
+  lim?.allowOnly(['max_body_bytes', 'max_prompt_tokens', 'max_messages', 'max_concurrent_requests', 'request_timeout_ms',
+    'retry_after_seconds', 'header_timeout_ms', 'body_timeout_ms', 'client_stall_timeout_ms', 'max_pending_connections_per_client',
+    'max_session_timeout_s', 'max_sessions']);
   const D = GATEWAY_DEFAULTS;
   return {
     maxBodyBytes: lim?.int('max_body_bytes', GATEWAY_DEFAULTS.maxBodyBytes, { min: 1024, max: 1 << 30 }) ?? GATEWAY_DEFAULTS.maxBodyBytes,
     maxPromptTokens: lim?.int('max_prompt_tokens', GATEWAY_DEFAULTS.maxPromptTokens, { min: 1, max: 1 << 26 }) ?? GATEWAY_DEFAULTS.maxPromptTokens,
+    maxMessages: lim?.int('max_messages', D.maxMessages, { min: 1, max: 1 << 24 }) ?? D.maxMessages,
     maxConcurrentRequests: lim?.int('max_concurrent_requests', GATEWAY_DEFAULTS.maxConcurrentRequests, { min: 1, max: 1 << 20 }) ?? GATEWAY_DEFAULTS.maxConcurrentRequests,
     requestTimeoutMs: lim?.int('request_timeout_ms', GATEWAY_DEFAULTS.requestTimeoutMs, { min: 1, max: 86_400_000 }) ?? GATEWAY_DEFAULTS.requestTimeoutMs,
     retryAfterSeconds: lim?.int('retry_after_seconds', GATEWAY_DEFAULTS.retryAfterSeconds, { min: 0, max: 3600 }) ?? GATEWAY_DEFAULTS.retryAfterSeconds,

@@ -142,12 +142,13 @@ function decode(decoder: Decoder, raw: Buffer, limit: number): Promise<Buffer> {
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
 /**
- * The request body as text: read within `limits`, decoded from its Content-Encoding, UTF-8 checked.
+ * The request body's bytes: read within `limits` and decoded from its Content-Encoding (not yet checked to be
+ * text: `bodyText` does that, on whichever thread parses the body).
  * Rejects with `signal.reason` when the signal fires first (client gone).
  * @throws KvgateError KVG_ERR_BODY_TOO_LARGE (on the wire or decoded), KVG_ERR_CLIENT_TIMEOUT (a pause between chunks),
- *   KVG_ERR_UNSUPPORTED_ENCODING, KVG_ERR_INVALID_REQUEST (a body that does not decode), KVG_ERR_INVALID_JSON (not UTF-8).
+ *   KVG_ERR_UNSUPPORTED_ENCODING, KVG_ERR_INVALID_REQUEST (a body that does not decode).
  */
-export async function readBodyText(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<string> {
+export async function readBodyBytes(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<Buffer> {
   let decoder: Decoder | undefined;
   try {
     decoder = decoderOf(req);
@@ -156,12 +157,24 @@ export async function readBodyText(req: IncomingMessage, limits: BodyLimits, sig
     throw err;
   }
   const raw = await readRaw(req, limits, signal);
-  const bytes = decoder === undefined ? raw : await decode(decoder, raw, limits.maxBodyBytes);
+  return decoder === undefined ? raw : decode(decoder, raw, limits.maxBodyBytes);
+}
+
+/**
+ * A body's bytes as text.
+ * @throws KvgateError KVG_ERR_INVALID_JSON when they are not UTF-8.
+ */
+export function bodyText(bytes: Uint8Array): string {
   try {
     return utf8.decode(bytes);
   } catch {
     throw new KvgateError('KVG_ERR_INVALID_JSON', 'the request body is not valid UTF-8');
   }
+}
+
+/** `readBodyBytes`, then `bodyText`. */
+export async function readBodyText(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<string> {
+  return bodyText(await readBodyBytes(req, limits, signal));
 }
 
 /**
@@ -200,11 +213,4 @@ export function parseBodyObject(text: string): Record<string, unknown> {
     throw new KvgateError('KVG_ERR_INVALID_REQUEST', `the request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`, { param: null });
   }
   return parseJsonObject(text);
-}
-
-/** The body without `nvext` (the engines never see it): the body itself when it has none (no copy), else a copy. */
-export function withoutNvext(body: Record<string, unknown>): Record<string, unknown> {
-  if (body.nvext === undefined) return body;
-  const { nvext: _nvext, ...forward } = body;
-  return forward;
 }

@@ -3,9 +3,9 @@
  * API, query-only routing, health, readiness, metrics and admin endpoints.
  *
  * A completion request goes: request id -> auth -> body (size-limited, with a
- * timeout between chunks; see body.ts) -> concurrency slot -> JSON -> schema ->
- * model -> routing hints -> preprocess (pool) -> `ModelRouterPort.route` or
- * `.query` -> response (JSON or SSE passthrough). The slot is taken only once
+ * timeout between chunks; see body.ts) -> concurrency slot -> prepare.ts (JSON ->
+ * schema -> model -> routing hints -> preprocess; a large body all on a pool
+ * thread) -> `ModelRouterPort.route` or `.query` -> response (JSON or SSE passthrough). The slot is taken only once
  * the body has arrived, so slow clients cannot hold the slots; they are bounded
  * by the header and body timeouts and per client address (connections.ts). Every failure before the response starts is an OpenAI-style
  * error object with a stable kvgate code; a failure mid-stream ends the
@@ -29,27 +29,25 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Server as NetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { Cancellation, inRequestSpan, inSpan, rememberJsonText, traceLogFields, type WorkerRank } from '../common/index.js';
+import { Cancellation, inRequestSpan, traceLogFields, type WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
 import { modelsStatus, redactedConfig, type FleetStatus } from './admin-status.js';
-import { parseBodyObject, readBodyText, withoutNvext } from './body.js';
+import { readBodyBytes } from './body.js';
 import { ClientConnections } from './connections.js';
 import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
-import { parseRoutingHints } from './hints.js';
-import { modelEntries, resolveModel, type ModelTarget } from './model-lookup.js';
+import { modelEntries, type ModelTarget } from './model-lookup.js';
 import { ApiKeys, asKvgateError, pickRequestId, sendBytes, sendError, sendJson } from './http-io.js';
 import { PublicErrors } from './public-error.js';
 import { ConcurrencySlots } from './slots.js';
 import { RequestMetrics } from './request-metrics.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
-import { promptTask } from './prompt-task.js';
+import { prepareRequest } from './prepare.js';
 import { BACKLOG_GRACE_MS, CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';
 import { pipeRouted, sendQueryAnswer, workerHeaders, type RelayEnv, type RequestContext } from './respond.js';
-import type { EndpointKind, ModelRouterPort, PreparedRequest } from './router-port.js';
-import { validateBody } from './schemas.js';
+import type { EndpointKind, ModelRouterPort } from './router-port.js';
 
 export interface GatewayServerOptions {
   config: GatewayConfig;
@@ -67,6 +65,9 @@ export interface GatewayServerOptions {
   /** This process's index in a `--processes N` cluster: every response carries it as `x-kvgate-process`. */
   process?: number | undefined;
 }
+
+/** The body of a route that reads none. */
+const NO_BODY = new Uint8Array(0);
 
 export interface GatewayAddresses { public: { host: string; port: number }; admin: { host: string; port: number } | undefined }
 
@@ -262,10 +263,10 @@ export class GatewayServer {
         res.setHeader('www-authenticate', 'Bearer');
         throw new KvgateError('KVG_ERR_UNAUTHORIZED', 'a valid API key is required: Authorization: Bearer <key>');
       }
-      let body = '';
+      let body: Uint8Array = NO_BODY;
       if (spec.limited) {
         const { maxBodyBytes, bodyTimeoutMs } = this.config.limits;
-        body = await readBodyText(req, { maxBodyBytes, bodyTimeoutMs }, ctx.signal);
+        body = await readBodyBytes(req, { maxBodyBytes, bodyTimeoutMs }, ctx.signal);
         this.#conns.requestArrived(socket);
         if (this.#draining) throw new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down');
         this.#slots.take(controller);
@@ -313,53 +314,17 @@ export class GatewayServer {
     }, 'request');
   }
 
-  async #completion(ctx: RequestContext, text: string, kind: EndpointKind | 'route'): Promise<void> {
-    const body = parseBodyObject(text);
-    const endpoint: EndpointKind = kind === 'route' ? (body.messages !== undefined ? 'chat' : 'completion') : kind;
-    validateBody(endpoint, body);
-    ctx.log.model = body.model as string;
-    // `model` may name a LoRA adapter: the request then runs on its base model under that adapter
-    // (`nvext.lora_name` is schema-checked to be a string when present).
-    const loraHint = (body.nvext as { lora_name?: string } | undefined)?.lora_name;
-    const { port, model, loraName } = resolveModel(this.#served, body.model as string, loraHint);
-    const modelName = model.name;
-    // Pins are checked against the configured workers of the model the request resolved to.
-    const parsed = parseRoutingHints(body.nvext, ctx.req.headers, model.workers);
-    const { queryOnly, tokenData } = parsed;
-    const hints = loraName === parsed.hints.loraName ? parsed.hints : { ...parsed.hints, loraName };
-    const unavailable = port.unavailable();
-    if (unavailable !== undefined) throw unavailable;
-    const task = promptTask({ endpoint, body, model: modelName, maxPromptTokens: model.maxPromptTokens, tokenData, loraName });
-    const pre = await inSpan('kvgate.preprocess', () => this.#preprocessor.run(task), () => ({ 'kvgate.model': modelName }));
-    ctx.signal.throwIfAborted();
-    ctx.log.promptTokens = pre.tokenIds.length;
-    if (pre.stats.cachedTokens > 0) ctx.log.segmentCachedTokens = pre.stats.cachedTokens;
-    const forward = withoutNvext(body);
-    if (forward === body) rememberJsonText(body, text); // unchanged, it reaches its engine as the client's own text
-    const prepared: PreparedRequest = {
-      requestId: ctx.requestId,
-      model: modelName,
-      endpoint,
-      body: forward,
-      stream: body.stream === true,
-      tokenIds: pre.tokenIds,
-      blockHashes: pre.blockHashes,
-      sequenceHashes: pre.sequenceHashes,
-      hashingMs: pre.stats.hashUs / 1000,
-      approximate: pre.approximate,
-      hints,
-      queryOnly: queryOnly || kind === 'route',
-      signal: ctx.signal,
-      receivedAt: ctx.startedAt,
-    };
+  async #completion(ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<void> {
+    const env = { preprocessor: this.#preprocessor, served: this.#served, maxMessages: this.config.limits.maxMessages };
+    const { prepared, target } = await prepareRequest(env, ctx, bytes, kind);
     if (prepared.queryOnly) {
-      const q = await port.query(prepared);
+      const q = await target.port.query(prepared);
       ctx.signal.throwIfAborted();
       this.#noteWorkers(ctx, q.worker, q.prefillWorker);
-      sendQueryAnswer(ctx, kind, prepared, q, model, this.#answerHeaders(q.worker, q.prefillWorker), this.#createdSec);
+      sendQueryAnswer(ctx, kind, prepared, q, target.model, this.#answerHeaders(q.worker, q.prefillWorker), this.#createdSec);
       return;
     }
-    const routed = await port.route(prepared);
+    const routed = await target.port.route(prepared);
     this.#noteWorkers(ctx, routed.worker, routed.prefillWorker);
     await pipeRouted(ctx, routed, this.#answerHeaders(routed.worker, routed.prefillWorker), this.#relay);
   }
