@@ -5,16 +5,19 @@
  * token arrays) costs tens to hundreds of milliseconds to parse, and as much
  * again to clone from a worker thread; either would hold the gateway's event
  * loop. A worker parses it and sends back its text, its members
- * (json-text.ts) and, per member, either the value (a light one: a string, a
- * scalar, or a small array or object within a shared budget) or an outline
- * (a heavy array or object). The main thread's object holds the light values
- * and, for each heavy member, a stand-in that answers what routing reads of
- * it from the outline (an array's length, an object's scalar members) and
- * parses its slice of the text on any other access. So the object reads as
- * the parse of its text, and writing it (json-text.ts) joins slices.
+ * (json-text.ts) and, per member, either the value (a light one: a scalar, a
+ * short string, or a small array or object within a shared budget) or an
+ * outline (a heavy one). The main thread's object holds the light values and,
+ * for each heavy array or object, a stand-in that answers what routing reads
+ * of it from the outline (an array's length, an object's scalar members) and
+ * parses its slice of the text on any other access; a heavy string is a
+ * getter that parses its slice when read (the text already crossed once). So
+ * the object reads as the parse of its text, and writing it (json-text.ts)
+ * joins slices.
  *
  * Contract: a stand-in is a Proxy; it is never posted to another thread
- * (structured clone refuses proxies), and nothing writes to it.
+ * (structured clone refuses proxies), and nothing writes to it. A copy keeps
+ * the getters unread when made with `withJsonMembers`.
  */
 import { rememberJsonText, type JsonMember } from './json-text.js';
 
@@ -23,10 +26,11 @@ export type JsonScalar = string | number | boolean | null;
 /** What a heavy member's stand-in answers without parsing it. */
 export type JsonOutline =
   | { readonly kind: 'array'; readonly length: number }
-  /** `scalars`: every member of the object when it has few and all are scalars or not; absent otherwise. */
-  | { readonly kind: 'object'; readonly scalars?: Readonly<Record<string, JsonScalar>> | undefined };
+  /** `scalars`: the object's scalar members (short strings, numbers, booleans, null) when it has few members; absent otherwise. */
+  | { readonly kind: 'object'; readonly scalars?: Readonly<Record<string, JsonScalar>> | undefined }
+  | { readonly kind: 'string' };
 
-/** A member whose value's text is longer than this is heavy (strings excepted: they cross threads as one copy). */
+/** A member whose value's text is longer than this is heavy. */
 const LIGHT_MEMBER_CHARS = 4096;
 /** The light arrays and objects of one body, together, in characters of text; members past it are heavy. */
 const LIGHT_BUDGET_CHARS = 64 * 1024;
@@ -70,18 +74,24 @@ export function outlineJsonObject(value: Readonly<Record<string, unknown>>, memb
   for (const m of members) {
     const v = value[m.key];
     const chars = m.end - m.start;
-    if (typeof v !== 'object' || v === null || (chars <= LIGHT_MEMBER_CHARS && chars <= budget)) {
-      if (typeof v === 'object' && v !== null) budget -= chars;
+    const container = typeof v === 'object' && v !== null;
+    if (chars <= LIGHT_MEMBER_CHARS && (!container || chars <= budget)) {
+      if (container) budget -= chars;
       setOwn(light, m.key, v);
-    } else {
+    } else if (typeof v === 'string') {
+      setOwn(outlines, m.key, { kind: 'string' });
+    } else if (container) {
       setOwn(outlines, m.key, outlineOf(v));
+    } else {
+      // A number of more than LIGHT_MEMBER_CHARS digits: as cheap to send as any scalar.
+      setOwn(light, m.key, v);
     }
   }
   return { light, outlines };
 }
 
-/** The stand-in of one heavy member: the outline's answers, else the parse of its slice (made once). */
-function standIn(text: string, m: JsonMember, outline: JsonOutline): object {
+/** The stand-in of one heavy array or object: the outline's answers, else the parse of its slice (made once). */
+function standIn(text: string, m: JsonMember, outline: Exclude<JsonOutline, { kind: 'string' }>): object {
   let parsed: object | undefined;
   const real = (): object => (parsed ??= JSON.parse(text.slice(m.start, m.end)) as object);
   const scalars = outline.kind === 'object' ? outline.scalars : undefined;
@@ -111,7 +121,13 @@ export function lazyJsonObject(text: string, members: readonly JsonMember[], lig
   const out: Record<string, unknown> = {};
   for (const m of members) {
     const outline = Object.hasOwn(outlines, m.key) ? outlines[m.key] : undefined;
-    setOwn(out, m.key, outline !== undefined ? standIn(text, m, outline) : light[m.key]);
+    if (outline?.kind === 'string') {
+      let parsed: string | undefined;
+      const get = (): string => (parsed ??= JSON.parse(text.slice(m.start, m.end)) as string);
+      Object.defineProperty(out, m.key, { get, enumerable: true, configurable: true });
+    } else {
+      setOwn(out, m.key, outline !== undefined ? standIn(text, m, outline) : light[m.key]);
+    }
   }
   rememberJsonText(out, text, members);
   return out;

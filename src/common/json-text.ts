@@ -164,15 +164,16 @@ export function jsonTextWith(value: object, fields: Readonly<Record<string, unkn
 /**
  * A copy of `value` with `fields` laid over it (undefined removes a member), its text remembered when
  * `value`'s members are: the copy is written by joining slices of the text, never by serialising it.
- * The copy holds the same member values (a lazily parsed member stays unparsed).
+ * The copy holds the same member values (a lazily parsed member stays unparsed). `value`'s own members only.
  */
 export function withJsonMembers(value: Readonly<Record<string, unknown>>, fields: Readonly<Record<string, unknown>>):
   Record<string, unknown> {
-  const copy: Record<string, unknown> = { ...value };
+  // By descriptor: a member read through a getter (json-lazy.ts) is copied unread.
+  const copy = Object.defineProperties({}, Object.getOwnPropertyDescriptors(value)) as Record<string, unknown>;
   for (const key of Object.keys(fields)) {
     const v = fields[key];
     if (v === undefined) delete copy[key];
-    else copy[key] = v;
+    else Object.defineProperty(copy, key, { value: v, writable: true, enumerable: true, configurable: true });
   }
   const b = texts.get(value);
   if (b?.members !== undefined) {

@@ -109,8 +109,11 @@ async function prepareOffThread(env: PrepareEnv, ctx: RequestContext, bytes: Uin
   if (out.result === undefined) throw errorOf(out.promptError ?? { code: 'KVG_ERR_INTERNAL', message: 'preprocessing returned no result' });
   const f = out.forward;
   const body = lazyJsonObject(f.text, f.members, f.light, f.outlines);
+  // The allowed workers crossed as an array (body-task.ts); routing reads them as the set hints.ts makes.
+  const allowed = out.hints.allowedWorkerIds;
+  const hints = allowed === undefined || allowed instanceof Set ? out.hints : { ...out.hints, allowedWorkerIds: new Set(allowed) };
   return prepared(ctx, kind, out.endpoint, { ...served, loraName: out.loraName }, out.result,
-    { body, stream: out.stream, hints: out.hints, queryOnly: out.queryOnly });
+    { body, stream: out.stream, hints, queryOnly: out.queryOnly });
 }
 
 /**
