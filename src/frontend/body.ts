@@ -1,8 +1,9 @@
 /**
  * Reading a request body at the gateway's edge, before the request holds a
- * concurrency slot: bounded in size, in the pause between two chunks, decoded
- * from its `Content-Encoding` within the same size limit, and checked to be
- * UTF-8 text.
+ * concurrency slot: bounded in size, in the pause between two chunks, and
+ * decoded from its `Content-Encoding` within the same size limit. Checking it
+ * is UTF-8 text (`bodyText`) and parsing it (`parseBodyObject`, nesting bound
+ * first) happen on whichever thread parses the body (prepare.ts).
  *
  * Contract for an oversized body (lingering close): the reader keeps reading
  * and discarding what the client still sends, for at most `LINGER_MS` and
