@@ -1,7 +1,8 @@
 export { Backoff } from './backoff.js';
 export { BatchedFlow, batchesOf, type Batched } from './batches.js';
 export { Cancellation, type CancelSignal } from './cancel.js';
-export { jsonTextOf, rememberJsonText } from './json-text.js';
+export { jsonMembers, jsonSplice, jsonTextOf, jsonTextWith, rememberJsonText, withJsonMembers, type JsonMember } from './json-text.js';
+export { lazyJsonObject, outlineJsonObject, type JsonOutline } from './json-lazy.js';
 export { ManualClock, fmix32, seededRng, systemClock, type Clock, type Rng } from './clock.js';
 export { makeContext, type Context } from './context.js';
 export type { RouterConfigOverride, RoutingConstraints, RoutingHints, SessionHint } from './hints.js';

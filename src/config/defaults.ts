@@ -13,6 +13,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   adminHost: '127.0.0.1',
   maxBodyBytes: 4 * 1024 * 1024,
   maxPromptTokens: 131_072,
+  /** OpenAI's own bound on a chat's messages. */
+  maxMessages: 2048,
   maxConcurrentRequests: 1024,
   requestTimeoutMs: 600_000,
   engineFirstByteTimeoutMs: 60_000,

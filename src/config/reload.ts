@@ -75,7 +75,8 @@ export interface ConfigChange {
 }
 
 const LIMIT_FIELDS: readonly [string, keyof LimitsConfig][] = [
-  ['max_body_bytes', 'maxBodyBytes'], ['max_prompt_tokens', 'maxPromptTokens'], ['max_concurrent_requests', 'maxConcurrentRequests'],
+  ['max_body_bytes', 'maxBodyBytes'], ['max_prompt_tokens', 'maxPromptTokens'], ['max_messages', 'maxMessages'],
+  ['max_concurrent_requests', 'maxConcurrentRequests'],
   ['body_timeout_ms', 'bodyTimeoutMs'], ['body_deadline_ms', 'bodyDeadlineMs'], ['client_stall_timeout_ms', 'clientStallTimeoutMs'],
   ['max_pending_connections_per_client', 'maxPendingConnectionsPerClient'], ['client_address', 'clientAddress'],
   ['trusted_proxies', 'trustedProxies'],

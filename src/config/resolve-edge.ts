@@ -70,7 +70,7 @@ function readTrustedProxies(lim: ConfigReader, source: ClientAddressSource): Add
 
 export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   const lim = root.child('limits');
-  lim?.allowOnly(['max_body_bytes', 'max_prompt_tokens', 'max_concurrent_requests', 'request_timeout_ms', 'retry_after_seconds',
+  lim?.allowOnly(['max_body_bytes', 'max_prompt_tokens', 'max_messages', 'max_concurrent_requests', 'request_timeout_ms', 'retry_after_seconds',
     'header_timeout_ms', 'body_timeout_ms', 'body_deadline_ms', 'client_stall_timeout_ms', 'max_pending_connections_per_client',
     'client_address', 'trusted_proxies', 'max_session_timeout_s', 'max_sessions']);
   const D = GATEWAY_DEFAULTS;
@@ -78,6 +78,7 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   return {
     maxBodyBytes: lim?.int('max_body_bytes', D.maxBodyBytes, { min: 1024, max: 1 << 30 }) ?? D.maxBodyBytes,
     maxPromptTokens: lim?.int('max_prompt_tokens', D.maxPromptTokens, { min: 1, max: 1 << 26 }) ?? D.maxPromptTokens,
+    maxMessages: lim?.int('max_messages', D.maxMessages, { min: 1, max: 1 << 24 }) ?? D.maxMessages,
     maxConcurrentRequests: lim?.int('max_concurrent_requests', D.maxConcurrentRequests, { min: 1, max: 1 << 20 }) ?? D.maxConcurrentRequests,
     requestTimeoutMs: lim?.int('request_timeout_ms', D.requestTimeoutMs, { min: 1, max: 86_400_000 }) ?? D.requestTimeoutMs,
     retryAfterSeconds: lim?.int('retry_after_seconds', D.retryAfterSeconds, { min: 0, max: 3600 }) ?? D.retryAfterSeconds,

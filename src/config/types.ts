@@ -142,6 +142,8 @@ export interface LimitsConfig {
   readonly maxBodyBytes: number;
   /** Prompts above this many tokens get 400 (per-model override in ModelConfig). */
   readonly maxPromptTokens: number;
+  /** Chat requests with more messages than this get 400 KVG_ERR_TOO_MANY_MESSAGES (each message costs a template render). */
+  readonly maxMessages: number;
   /** Requests in flight (completions and /v1/route) above this get 429 with Retry-After. */
   readonly maxConcurrentRequests: number;
   /** Deadline of a request once its body has arrived (it then holds a concurrency slot), to the last byte of the answer. */

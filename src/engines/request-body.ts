@@ -6,8 +6,11 @@
  * `stream_options` from a prefill leg without copying the body twice.
  * A top-level `bigint` field is written as an exact JSON integer: SGLang's
  * `bootstrap_room` is a 63-bit number that a JS number cannot hold.
+ * A body remembered with its text's members (common's json-text.ts) is never
+ * serialised: its members' slices are joined with the fields, replaced ones
+ * where they stood.
  */
-import { jsonTextOf } from '../common/index.js';
+import { jsonTextOf, jsonTextWith } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
 export type JsonObject = Readonly<Record<string, unknown>>;
@@ -18,6 +21,9 @@ export type JsonObject = Readonly<Record<string, unknown>>;
 export function serializeBody(body: JsonObject, extraFields?: JsonObject): string {
   try {
     if (extraFields === undefined) return jsonTextOf(body) ?? JSON.stringify(body);
+    // A body whose text's members are known (a large one, parsed off the main thread): slices of its text.
+    const spliced = jsonTextWith(body, extraFields);
+    if (spliced !== undefined) return spliced;
     const appended = appendedFields(body, extraFields);
     if (appended !== undefined) return appended;
     const merged: Record<string, unknown> = { ...body };

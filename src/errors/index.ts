@@ -48,6 +48,8 @@ export const ERROR_CODES = {
   KVG_ERR_INVALID_REQUEST: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_UNSUPPORTED_CONTENT: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_PROMPT_TOO_LONG: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_TOO_MANY_MESSAGES: { status: 400, type: 'invalid_request_error', retryable: false },
+  KVG_ERR_TOKEN_DATA_MISMATCH: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_TOKENIZER_UNAVAILABLE: { status: 400, type: 'invalid_request_error', retryable: false },
   KVG_ERR_UNAUTHORIZED: { status: 401, type: 'authentication_error', retryable: false },
   KVG_ERR_NOT_FOUND: { status: 404, type: 'invalid_request_error', retryable: false },

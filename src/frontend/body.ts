@@ -1,8 +1,10 @@
 /**
  * Reading a request body at the gateway's edge, before the request holds a
  * concurrency slot: bounded in size, in the pause between two chunks and in
- * the time the whole body may take, decoded from its `Content-Encoding` within
- * the same size limit, and checked to be UTF-8 text.
+ * the time the whole body may take, and decoded from its `Content-Encoding`
+ * within the same size limit. Checking it is UTF-8 text (`bodyText`, which
+ * skips a byte order mark) and parsing it (`parseBodyObject`, nesting bound
+ * first) happen on whichever thread parses the body (prepare.ts).
  *
  * Contract for an oversized body (lingering close): the reader keeps reading
  * and discarding what the client still sends, for at most `LINGER_MS` and
@@ -196,14 +198,13 @@ const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 const BOM = 0xfeff;
 
 /**
- * The request body as text: read within `limits`, decoded from its Content-Encoding, UTF-8 checked, without a leading
- * byte order mark.
+ * The request body's bytes: read within `limits` and decoded from its Content-Encoding (not yet checked to be
+ * text: `bodyText` does that, on whichever thread parses the body).
  * Rejects with `signal.reason` when the signal fires first (client gone).
- * @throws KvgateError KVG_ERR_BODY_TOO_LARGE (on the wire or decoded), KVG_ERR_CLIENT_TIMEOUT (a pause between chunks),
- *   KVG_ERR_UNSUPPORTED_ENCODING, KVG_ERR_INVALID_REQUEST (a body that does not decode), KVG_ERR_INVALID_JSON (not UTF-8, or two
- *   byte order marks).
+ * @throws KvgateError KVG_ERR_BODY_TOO_LARGE (on the wire or decoded), KVG_ERR_CLIENT_TIMEOUT (a pause between chunks,
+ *   or the whole body late), KVG_ERR_UNSUPPORTED_ENCODING, KVG_ERR_INVALID_REQUEST (a body that does not decode).
  */
-export async function readBodyText(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<string> {
+export async function readBodyBytes(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<Buffer> {
   let decoder: Decoder | undefined;
   try {
     decoder = decoderOf(req);
@@ -212,7 +213,14 @@ export async function readBodyText(req: IncomingMessage, limits: BodyLimits, sig
     throw err;
   }
   const raw = await readRaw(req, limits, signal);
-  const bytes = decoder === undefined ? raw : await decode(decoder, raw, limits.maxBodyBytes);
+  return decoder === undefined ? raw : decode(decoder, raw, limits.maxBodyBytes);
+}
+
+/**
+ * A body's bytes as text, without a leading byte order mark.
+ * @throws KvgateError KVG_ERR_INVALID_JSON when they are not UTF-8, or start with two byte order marks.
+ */
+export function bodyText(bytes: Uint8Array): string {
   let text: string;
   try {
     text = utf8.decode(bytes);
@@ -225,6 +233,11 @@ export async function readBodyText(req: IncomingMessage, limits: BodyLimits, sig
       'the request body starts with two byte order marks; JSON allows none (RFC 8259), kvgate skips one');
   }
   return text.slice(1);
+}
+
+/** `readBodyBytes`, then `bodyText`. */
+export async function readBodyText(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<string> {
+  return bodyText(await readBodyBytes(req, limits, signal));
 }
 
 /**
@@ -263,11 +276,4 @@ export function parseBodyObject(text: string): Record<string, unknown> {
     throw new KvgateError('KVG_ERR_INVALID_REQUEST', `the request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`, { param: null });
   }
   return parseJsonObject(text);
-}
-
-/** The body without `nvext` (the engines never see it): the body itself when it has none (no copy), else a copy. */
-export function withoutNvext(body: Record<string, unknown>): Record<string, unknown> {
-  if (body.nvext === undefined) return body;
-  const { nvext: _nvext, ...forward } = body;
-  return forward;
 }

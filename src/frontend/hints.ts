@@ -19,7 +19,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { RouterConfigOverride, RoutingHints } from '../common/index.js';
 import { parseRouterConfigOverride } from '../core/index.js';
-import type { WorkerConfig } from '../config/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 
 /** Dynamo's query-only trigger: an annotation starting with exactly this. */
@@ -43,7 +42,10 @@ interface NvextBody {
 export interface ParsedHints {
   hints: RoutingHints;
   queryOnly: boolean;
-  /** `nvext.token_data`: a pre-tokenized prompt (GAIE stage 2), used instead of tokenizing. */
+  /**
+   * `nvext.token_data`: the prompt as token ids (GAIE stage 2). A completion's is its prompt (the engine is sent
+   * it, nothing is tokenized); a chat's is checked against its messages (prompt-task.ts says why).
+   */
   tokenData: Uint32Array | undefined;
 }
 
@@ -95,6 +97,11 @@ function parseOverride(raw: Record<string, unknown>): RouterConfigOverride {
   }
 }
 
+/** What the pin checks read of a configured worker. */
+interface WorkerId {
+  readonly id: number;
+}
+
 interface Pin {
   id: number | undefined;
   /** The field (or header) that set it, for error messages. */
@@ -106,7 +113,7 @@ interface Pin {
  * inside `allowed_worker_ids`, and that list naming at least one worker.
  * @throws KvgateError KVG_ERR_UNKNOWN_WORKER for an unknown pin; KVG_ERR_INVALID_REQUEST for a contradiction.
  */
-function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined, workers: readonly WorkerConfig[]): void {
+function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined, workers: readonly WorkerId[]): void {
   // Built only for a request that pins or restricts workers (most do neither).
   let knownIds: Set<number> | undefined;
   const known = (id: number): boolean => (knownIds ??= new Set(workers.map((w) => w.id))).has(id);
@@ -133,6 +140,13 @@ function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined,
 /** The headers that carry hints (each read below). */
 const ROUTING_HEADERS = ['x-worker-instance-id', 'x-dynamo-worker-instance-id', 'x-prefill-instance-id', 'x-dynamo-prefill-instance-id', 'x-session-id'];
 
+/** The routing headers a request carries (for a body parsed on a preprocessing thread). */
+export function routingHeadersOf(headers: IncomingHttpHeaders): IncomingHttpHeaders {
+  const out: IncomingHttpHeaders = {};
+  for (const h of ROUTING_HEADERS) if (headers[h] !== undefined) out[h] = headers[h];
+  return out;
+}
+
 /** The hints of a request without `nvext` and without routing headers (read-only, shared). */
 const NO_HINTS: ParsedHints = Object.freeze({
   hints: Object.freeze({
@@ -149,7 +163,7 @@ const NO_HINTS: ParsedHints = Object.freeze({
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header or nvext field; KVG_ERR_UNKNOWN_WORKER for a pin that
  *   is not one of `workers`.
  */
-export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeaders, workers: readonly WorkerConfig[]): ParsedHints {
+export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeaders, workers: readonly WorkerId[]): ParsedHints {
   // Most requests carry no hint at all: one shared answer, the same as the full path's for them.
   if (nvextRaw === undefined && !ROUTING_HEADERS.some((h) => headers[h] !== undefined)) return NO_HINTS;
   const nv = (nvextRaw ?? {}) as NvextBody;

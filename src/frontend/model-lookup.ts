@@ -18,9 +18,13 @@ export interface ModelTarget {
   readonly loraName: string | undefined;
 }
 
-interface Served {
-  readonly port: ModelRouterPort;
-  readonly model: ModelConfig;
+/**
+ * What the lookup reads of a served model: its config's name and adapters, and the adapters its port serves
+ * now. The gateway's ports, or a snapshot of them sent with a body parsed on a preprocessing thread.
+ */
+export interface Served {
+  readonly port: { adapters(): readonly string[] };
+  readonly model: Pick<ModelConfig, 'name' | 'loraAdapters'>;
 }
 
 function serves(s: Served, adapter: string): boolean {
@@ -35,7 +39,8 @@ function notFound(what: string, param: string): never {
  * @throws KvgateError KVG_ERR_MODEL_NOT_FOUND (no such model or adapter), KVG_ERR_INVALID_REQUEST
  *   (`model` names one adapter and `nvext.lora_name` another).
  */
-export function resolveModel(served: ReadonlyMap<string, Served>, name: string, loraHint: string | undefined): ModelTarget {
+export function resolveModel<S extends Served>(served: ReadonlyMap<string, S>, name: string, loraHint: string | undefined):
+  S & { loraName: string | undefined } {
   const base = served.get(name);
   if (base !== undefined) {
     if (loraHint !== undefined && !serves(base, loraHint)) notFound(`LoRA adapter ${JSON.stringify(loraHint)} of model ${name}`, 'nvext.lora_name');

@@ -3,6 +3,16 @@
  * it uses (chat messages, text, token ids, or nvext.token_data), and the
  * request fields that change tokenization or hashing (add_special_tokens,
  * cache_salt, the LoRA name, chat template options).
+ *
+ * `nvext.token_data` (Dynamo's pre-tokenized prompt): a request is booked by
+ * its token ids, so they must be what its engine processes. Dynamo sends its
+ * engines token ids; kvgate forwards OpenAI bodies. So a completion's
+ * `token_data` is its prompt: only hashed here (the cheap path agent frameworks
+ * use to skip tokenization), and sent to the engine as `prompt` in place of
+ * the body's (request-parse.ts). A chat's engine renders and tokenizes its
+ * messages itself, so its `token_data` is checked: the messages are rendered
+ * and tokenized as usual and must give exactly those ids
+ * (KVG_ERR_TOKEN_DATA_MISMATCH otherwise).
  */
 import { KvgateError } from '../errors/index.js';
 import type { PreprocessTask } from './preprocess/protocol.js';
@@ -13,7 +23,7 @@ export interface TaskInputs {
   body: Readonly<Record<string, unknown>>;
   model: string;
   maxPromptTokens: number;
-  /** `nvext.token_data`: a pre-tokenized prompt that replaces the body's prompt for routing. */
+  /** `nvext.token_data`: a completion's prompt as token ids, or the ids a chat's messages must give (module comment). */
   tokenData: Uint32Array | undefined;
   loraName: string | undefined;
 }
@@ -46,7 +56,6 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
         }
       }
     }
-    if (inp.tokenData !== undefined) return tokens(inp.tokenData);
     return {
       kind: 'chat',
       model,
@@ -59,6 +68,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       chatTemplateKwargs: (body.chat_template_kwargs ?? undefined) as Record<string, unknown> | undefined,
       addGenerationPrompt: typeof body.add_generation_prompt === 'boolean' ? body.add_generation_prompt : undefined,
       continueFinalMessage: typeof body.continue_final_message === 'boolean' ? body.continue_final_message : undefined,
+      tokenData: inp.tokenData,
     };
   }
   if (inp.tokenData !== undefined) return tokens(inp.tokenData);

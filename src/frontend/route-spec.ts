@@ -8,8 +8,8 @@ export type Listener = 'public' | 'admin';
 export const CLOSING_CODES = new Set<KvgateErrorCode>([
   'KVG_ERR_BODY_TOO_LARGE', 'KVG_ERR_CLIENT_TIMEOUT', 'KVG_ERR_TOO_MANY_CONNECTIONS', 'KVG_ERR_UNSUPPORTED_ENCODING',
 ]);
-/** `body`: the request body as text, for routes that read one (`limited`). */
-type Handler = (ctx: RequestContext, body: string) => Promise<void> | void;
+/** `body`: the request body's bytes (Content-Encoding decoded), for routes that read one (`limited`); empty otherwise. */
+type Handler = (ctx: RequestContext, body: Uint8Array) => Promise<void> | void;
 
 export interface RouteSpec {
   /** Label for metrics and logs. */

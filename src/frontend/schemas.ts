@@ -82,8 +82,15 @@ const message = {
   },
 } as const;
 
+/**
+ * Top-level members a body may have: far more than any OpenAI request carries, few enough that a large body's
+ * members (parsed on a preprocessing thread) cost the main thread little (common's json-lazy.ts).
+ */
+const MAX_BODY_MEMBERS = 1024;
+
 const CHAT_SCHEMA = {
   type: 'object',
+  maxProperties: MAX_BODY_MEMBERS,
   required: ['model', 'messages'],
   properties: {
     ...common,
@@ -98,6 +105,7 @@ const CHAT_SCHEMA = {
 
 const COMPLETION_SCHEMA = {
   type: 'object',
+  maxProperties: MAX_BODY_MEMBERS,
   required: ['model', 'prompt'],
   properties: {
     ...common,
@@ -151,10 +159,19 @@ function describe(err: ErrorObject): { param: string; message: string } {
 }
 
 /**
- * Checks a parsed body against the endpoint's schema.
- * @throws KvgateError KVG_ERR_INVALID_REQUEST with `detail.param` naming the field.
+ * Checks a parsed body against the endpoint's schema and the limits on its shape. The message count is checked
+ * first: a chat's every message costs the schema check and the template's rendering whatever its length.
+ * @throws KvgateError KVG_ERR_TOO_MANY_MESSAGES over `limits.maxMessages`; KVG_ERR_INVALID_REQUEST with
+ *   `detail.param` naming the field.
  */
-export function validateBody(kind: 'chat' | 'completion', body: unknown): asserts body is Record<string, unknown> {
+export function validateBody(kind: 'chat' | 'completion', body: unknown, limits: { readonly maxMessages: number }):
+  asserts body is Record<string, unknown> {
+  const messages = kind === 'chat' ? (body as { messages?: unknown } | null)?.messages : undefined;
+  if (Array.isArray(messages) && messages.length > limits.maxMessages) {
+    throw new KvgateError('KVG_ERR_TOO_MANY_MESSAGES',
+      `messages holds ${messages.length} messages; kvgate accepts at most ${limits.maxMessages} per request`,
+      { param: 'messages', messages: messages.length, maxMessages: limits.maxMessages });
+  }
   const validate = validators[kind];
   if (validate(body)) return;
   // For a field with several accepted shapes, ajv lists each branch's failure

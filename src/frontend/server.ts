@@ -7,7 +7,8 @@
  * the whole body; see body.ts) -> concurrency slot -> the completion pipeline
  * (completion.ts). The slot is taken only once the body has arrived, so slow
  * clients cannot hold the slots; they are bounded by the header and body
- * deadlines and per client (connections.ts). Every failure before the response
+ * deadlines and per client (connections.ts). The pipeline parses the body on a
+ * pool thread when it is large (prepare.ts). Every failure before the response
  * starts is an OpenAI-style error object with a stable kvgate code; a failure
  * mid-stream ends the stream with an error event. Each request has an
  * AbortSignal that fires on client disconnect, on the request timeout and on
@@ -34,7 +35,7 @@ import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
 import { modelsStatus, redactedConfig, type FleetStatus } from './admin-status.js';
-import { discardBody, DISCARD_MS, readBodyText } from './body.js';
+import { discardBody, DISCARD_MS, readBodyBytes } from './body.js';
 import { ClientAddresses, type FallbackReason } from './client-address.js';
 import { serveCompletion, type CompletionEnv } from './completion.js';
 import { ClientConnections } from './connections.js';
@@ -66,6 +67,9 @@ export interface GatewayServerOptions {
   /** This process's index in a `--processes N` cluster: every response carries it as `x-kvgate-process`. */
   process?: number | undefined;
 }
+
+/** The body of a route that reads none. */
+const NO_BODY = new Uint8Array(0);
 
 export interface GatewayAddresses { public: { host: string; port: number }; admin: { host: string; port: number } | undefined }
 
@@ -108,9 +112,10 @@ export class GatewayServer {
     this.#slots = new ConcurrencySlots(opts.config.limits.maxConcurrentRequests, opts.config.limits.requestTimeoutMs, (n) => this.metrics.inflight.set(n));
     this.#conns = new ClientConnections(opts.config.limits.maxPendingConnectionsPerClient, this.#clientAddresses(opts.config));
     this.#unscrape = this.metrics.onScrape(() => this.metrics.httpPendingConnections.set(this.#conns.pending));
+    const limits = (): GatewayConfig['limits'] => this.config.limits;
     this.#completionEnv = {
       served: this.#served, preprocessor: this.#preprocessor, createdSec: this.#createdSec,
-      relay: () => this.#relay, draining: () => this.#draining,
+      relay: () => this.#relay, draining: () => this.#draining, get maxMessages() { return limits().maxMessages; },
     };
     for (const port of opts.routers) {
       const model = opts.config.models.find((m) => m.name === port.model);
@@ -284,9 +289,9 @@ export class GatewayServer {
         res.setHeader('www-authenticate', 'Bearer');
         throw new KvgateError('KVG_ERR_UNAUTHORIZED', 'a valid API key is required: Authorization: Bearer <key>');
       }
-      let body = '';
+      let body: Uint8Array = NO_BODY;
       if (spec.limited) {
-        body = await readBodyText(req, this.config.limits, ctx.signal);
+        body = await readBodyBytes(req, this.config.limits, ctx.signal);
         this.#conns.requestArrived(socket);
         if (this.#draining) throw new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down');
         this.#slots.take(controller);

@@ -128,6 +128,7 @@ export class KvgateMetrics {
 
   // Replica sync.
   readonly replicas: ReplicaMetrics;
+  /** End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served). */
   readonly requestDuration: Histogram<'model' | 'endpoint' | 'status_class'>;
 
   constructor(opts: KvgateMetricsOptions = {}) {
@@ -208,7 +209,6 @@ export class KvgateMetrics {
     ({ requests: this.httpRequests, rejections: this.httpRejections, clientAddressFallbacks: this.httpClientAddressFallbacks,
       pendingConnections: this.httpPendingConnections, inflight: this.inflight } = httpEdgeMetrics(registers, collect));
     this.replicas = replicaMetrics(registers);
-    // End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served).
     this.requestDuration = new Histogram({ name: 'kvgate_request_duration_seconds', help: 'HTTP request duration from arrival to the last byte, by model, endpoint (route) and status class (2xx..5xx).', labelNames: ['model', 'endpoint', 'status_class'], buckets: LATENCY_BUCKETS, registers });
   }
 

@@ -13,7 +13,7 @@
  * State ownership: the registry says who exists; the KvRouter's bookkeeping is
  * the authoritative load; the prefix index is advisory and fed by events.
  */
-import { seededRng, type KvSlotSnapshot, type RouterMode, type RoutingHints } from '../common/index.js';
+import { seededRng, withJsonMembers, type KvSlotSnapshot, type RouterMode, type RoutingHints } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
@@ -337,8 +337,9 @@ export class ModelRouter implements ModelRouterPort {
       requestId: `${req.requestId}~${(this.#legSeq = (this.#legSeq + 1) % Number.MAX_SAFE_INTEGER).toString(36)}`,
       clientRequestId: req.requestId,
       path: PATHS[req.endpoint],
-      // Engines know the model by its served name, an adapter by its own name (vLLM and SGLang take it as `model`); no copy when it says so.
-      body: req.body['model'] === model ? req.body : { ...req.body, model },
+      // Engines know the model by its served name, an adapter by its own name (vLLM and SGLang take it as `model`); no copy
+      // when it says so, and a copy written from the client's text when that is known (a large body's members are never parsed here).
+      body: req.body['model'] === model ? req.body : withJsonMembers(req.body, { model }),
       stream: req.stream,
       isl: req.tokenIds.length,
       hashes: { local: req.blockHashes, seq: req.sequenceHashes },

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadGatewayConfig, parseServeFlags, parseFieldPath, type ConfigProblem } from '../../src/config/index.js';
+import { configChanges, loadGatewayConfig, parseServeFlags, parseFieldPath, reloadProblems, type ConfigProblem } from '../../src/config/index.js';
 import { KV_ROUTER_DEFAULTS } from '../../src/core/config.js';
 import { isKvgateError } from '../../src/errors/index.js';
 
@@ -556,5 +556,20 @@ describe('processes', () => {
     }
     // An explicit count is the operator's.
     expect(loadGatewayConfig({ overrides: parseServeFlags([...worker, '--processes', '2', '--preprocess-threads', '3']).overrides, env: {} }).preprocess.threads).toBe(3);
+  });
+});
+
+// issue 23, section 2: the bound on a chat's messages
+describe('limits.max_messages', () => {
+  it('defaults to 2,048; takes a value from the file; out of range is a field-named error; a reload applies it', () => {
+    const models = `models:\n  - name: m\n${WORKERS}\n`;
+    const d = loadGatewayConfig({ file: file(models), env: {} });
+    expect(d.limits.maxMessages).toBe(2048);
+    const c = loadGatewayConfig({ file: file(`limits: { max_messages: 100000 }\n${models}`), env: {} });
+    expect(c.limits.maxMessages).toBe(100_000);
+    expect(problemsOf({ file: file(`limits: { max_messages: 0 }\n${models}`), env: {} }).map((p) => [p.path, p.reason]))
+      .toEqual([['limits.max_messages', expect.stringMatching(/must be an integer in \[1,/)]]);
+    expect(reloadProblems(d, c)).toEqual([]);
+    expect(configChanges(d, c)).toContainEqual({ path: 'limits.max_messages', from: 2048, to: 100_000 });
   });
 });

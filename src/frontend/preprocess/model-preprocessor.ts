@@ -91,6 +91,7 @@ export class ModelPreprocessor {
   /** The result when nothing needs tokenizing; else the memo key to remember the ids under (undefined: not remembered). */
   #known(task: PreprocessTask, stats: PreprocessStats): PreprocessResult | string | undefined {
     if (task.kind === 'tokens') return this.#finish(task, task.tokenIds, false, stats);
+    if (task.kind === 'chat' && task.tokenData !== undefined && this.#tok?.kind !== 'huggingface') throw this.#uncheckable();
     const tok = this.#textTokenizer();
     if (task.kind !== 'chat') return undefined;
     const memoKey = this.#memo.keyOf(task, task.addSpecialTokens ?? false);
@@ -108,12 +109,21 @@ export class ModelPreprocessor {
       { model: this.spec.name });
   }
 
-  /** The limits on the prompt's ids, then its hashes. */
+  /** A chat's `nvext.token_data` cannot be checked without the model's own tokenizer. */
+  #uncheckable(): KvgateError {
+    return new KvgateError('KVG_ERR_TOKENIZER_UNAVAILABLE',
+      `model ${this.spec.name} has no tokenizer to check nvext.token_data against the messages of a chat request; `
+      + 'send the ids as the prompt of a completion request, or leave nvext.token_data out',
+      { model: this.spec.name, param: 'nvext.token_data' });
+  }
+
+  /** The limits on the prompt's ids, a chat's `nvext.token_data` against them, then its hashes. */
   #finish(task: PreprocessTask, tokenIds: Uint32Array, approximate: boolean, stats: PreprocessStats): PreprocessResult {
     if (tokenIds.length > task.maxPromptTokens) throw this.#tooLong(`${tokenIds.length}`, tokenIds.length, task.maxPromptTokens);
     if (tokenIds.length === 0) {
       throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty', { param: task.kind === 'chat' ? 'messages' : 'prompt' });
     }
+    if (task.kind === 'chat' && task.tokenData !== undefined) checkTokenData(task.tokenData, tokenIds);
     // A prompt shorter than one block has no complete block, hence no hashes: the WASM call is skipped.
     if (tokenIds.length < this.spec.blockSize) {
       // A fresh (empty) array, like promptHashes' results: the worker transfers result buffers.
@@ -169,6 +179,22 @@ export class ModelPreprocessor {
     return new KvgateError('KVG_ERR_PROMPT_TOO_LONG', `the prompt has ${count} tokens; the limit for model ${this.spec.name} is ${maxPromptTokens}`,
       { promptTokens, maxPromptTokens });
   }
+}
+
+/**
+ * A chat's `nvext.token_data` against the ids its messages give: they must be equal (prompt-task.ts says why).
+ * @throws KvgateError KVG_ERR_TOKEN_DATA_MISMATCH naming the first position where they differ.
+ */
+function checkTokenData(tokenData: Uint32Array, promptIds: Uint32Array): void {
+  const n = Math.min(tokenData.length, promptIds.length);
+  let i = 0;
+  while (i < n && tokenData[i] === promptIds[i]) i++;
+  if (i === n && tokenData.length === promptIds.length) return;
+  throw new KvgateError('KVG_ERR_TOKEN_DATA_MISMATCH', `nvext.token_data (${tokenData.length} ids) is not the prompt of this chat request `
+    + `(${promptIds.length} ids with the model's chat template and tokenizer; they differ from position ${i}); `
+    + 'an engine is sent the messages, so the request is routed by their ids: send those (POST /v1/route returns them as token_ids) '
+    + 'or leave nvext.token_data out',
+  { param: 'nvext.token_data', tokenDataLength: tokenData.length, promptTokens: promptIds.length, firstDifference: i });
 }
 
 /** Renders a chat request, honouring continue_final_message as vLLM and transformers do. */

@@ -3,8 +3,15 @@
  * or the main thread (`threads: 0`, for comparison and tiny deployments).
  * Both run the same task handler; the pool adds a structured clone of the
  * task in and a transfer of the typed arrays out, so with a pool, prompts
- * cheaper than that round trip (token ids, short text: `INLINE_MAX_CHARS`)
- * still run on the main thread.
+ * cheaper than that round trip (token ids, short text of a few messages:
+ * `INLINE_MAX_CHARS`, `INLINE_MAX_MESSAGES`) still run on the main thread.
+ *
+ * With a pool, a body over `INLINE_MAX_BODY_BYTES` is not even parsed on the
+ * main thread (`runBody`): its JSON parse, schema check and the clone of a
+ * task would cost the event loop milliseconds to hundreds of them; the pool
+ * does all of it and sends back what routing reads (body-task.ts). On the
+ * main thread (`threads: 0`) every request holds the event loop for its parse,
+ * template and tokenization (README, "Preprocessing").
  *
  * The pool loads the compiled worker, dist/workers/preprocess.js, found
  * relative to this module: beside it in the built package, or under dist/
@@ -16,8 +23,10 @@ import { fileURLToPath } from 'node:url';
 import { Piscina } from 'piscina';
 import type { GatewayConfig } from '../../config/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
-import type { PreprocessModelSpec, PreprocessResult, PreprocessTask, PreprocessWorkerData, WorkerReply } from './protocol.js';
-import { createTaskHandler, unwrapReply, type TaskHandler } from './task-handler.js';
+import type {
+  BodyOutcome, BodyReply, BodyTask, PreprocessModelSpec, PreprocessResult, PreprocessTask, PreprocessWorkerData, WorkerReply, WorkerTask,
+} from './protocol.js';
+import { createTaskHandler, unwrapBodyReply, unwrapReply, type TaskHandler } from './task-handler.js';
 
 export interface Preprocessor {
   readonly mode: 'pool' | 'main-thread';
@@ -25,6 +34,14 @@ export interface Preprocessor {
   readonly threads: number;
   /** Tokenize and hash one prompt. Rejects with a KvgateError (prompt too long, template error, ...). */
   run(task: PreprocessTask): Promise<PreprocessResult>;
+  /** Whether a request body of this many bytes is parsed off the main thread (`runBody`): with a pool, one over `INLINE_MAX_BODY_BYTES`. */
+  offloads(bodyBytes: number): boolean;
+  /**
+   * Parses, checks and preprocesses a request body (body-task.ts): on a pool thread, or on the main thread without a
+   * pool. Rejects with the KvgateError of a body refused before its model's availability (the prompt's own failure
+   * comes back as `promptError`).
+   */
+  runBody(task: BodyTask): Promise<BodyOutcome>;
   close(): Promise<void>;
 }
 
@@ -50,12 +67,20 @@ export function preprocessWorkerFile(): string {
  * the round trip to a worker thread, which measured about a millisecond here.
  */
 export const INLINE_MAX_CHARS = 2048;
+/** A chat of more messages than this goes to the pool however short: each message costs tens of microseconds of template rendering. */
+const INLINE_MAX_MESSAGES = 8;
+/**
+ * A request body over this many bytes is parsed on a pool thread, not the main thread. Below it the main thread's
+ * parse, schema check and hints cost well under a millisecond whatever the body holds; above it a body of small
+ * values costs about 30 microseconds a kilobyte to parse, and as much to clone to a thread.
+ */
+const INLINE_MAX_BODY_BYTES = 16 * 1024;
 
 /** Characters of text a task will render and tokenize, or Infinity when unknown (sent to the pool). */
 export function taskTextChars(task: PreprocessTask): number {
   if (task.kind === 'tokens') return 0;
   if (task.kind === 'text') return task.prompt.length;
-  if (task.tools !== undefined && task.tools.length > 0) return Infinity;
+  if ((task.tools !== undefined && task.tools.length > 0) || task.messages.length > INLINE_MAX_MESSAGES) return Infinity;
   let n = 0;
   for (const m of task.messages) {
     const content = (m as { content?: unknown } | null)?.content;
@@ -69,6 +94,11 @@ export function taskTextChars(task: PreprocessTask): number {
     if (n > INLINE_MAX_CHARS) return n;
   }
   return n;
+}
+
+/** The buffer under `a` when `a` spans all of it (it can then be moved to a thread), else undefined. */
+function ownBuffer(a: ArrayBufferView): ArrayBuffer[] | undefined {
+  return a.buffer instanceof ArrayBuffer && a.byteOffset === 0 && a.byteLength === a.buffer.byteLength ? [a.buffer] : undefined;
 }
 
 /** The task's result at once when it needs no tokenizing (token ids, a remembered chat prompt), else `run()`'s. */
@@ -85,15 +115,17 @@ function knownOr(handler: TaskHandler, task: PreprocessTask, run: () => Promise<
 class PoolPreprocessor implements Preprocessor {
   readonly mode = 'pool' as const;
   readonly threads: number;
-  readonly #pool: Piscina<PreprocessTask | { kind: 'ping' }, WorkerReply>;
+  readonly #pool: Piscina<WorkerTask, WorkerReply | BodyReply>;
   /** The same handler on the main thread, for prompts cheaper than a worker round trip. */
   readonly #inline: TaskHandler;
   readonly #inlineMaxChars: number;
+  readonly #inlineMaxBodyBytes: number;
 
-  constructor(models: readonly PreprocessModelSpec[], threads: number, inline: TaskHandler, inlineMaxChars: number) {
+  constructor(models: readonly PreprocessModelSpec[], threads: number, inline: TaskHandler, bounds: { chars: number; bodyBytes: number }) {
     this.threads = threads;
     this.#inline = inline;
-    this.#inlineMaxChars = inlineMaxChars;
+    this.#inlineMaxChars = bounds.chars;
+    this.#inlineMaxBodyBytes = bounds.bodyBytes;
     const workerData: PreprocessWorkerData = { models: [...models] };
     this.#pool = new Piscina({
       filename: preprocessWorkerFile(),
@@ -120,9 +152,18 @@ class PoolPreprocessor implements Preprocessor {
 
   async #pooled(task: PreprocessTask): Promise<PreprocessResult> {
     // The prompt's token ids (token-array prompts) move to the worker instead of being copied.
-    const transferList = task.kind === 'tokens' && task.tokenIds.buffer instanceof ArrayBuffer && task.tokenIds.byteOffset === 0
-      && task.tokenIds.byteLength === task.tokenIds.buffer.byteLength ? [task.tokenIds.buffer] : undefined;
+    const transferList = task.kind === 'tokens' ? ownBuffer(task.tokenIds) : undefined;
     return unwrapReply(await this.#pool.run(task, transferList !== undefined ? { transferList } : {}));
+  }
+
+  offloads(bodyBytes: number): boolean {
+    return bodyBytes > this.#inlineMaxBodyBytes;
+  }
+
+  async runBody(task: BodyTask): Promise<BodyOutcome> {
+    // The body's bytes move to the worker when they own their buffer (a body of many chunks, or a decoded one, does).
+    const transferList = ownBuffer(task.bytes);
+    return unwrapBodyReply(await this.#pool.run(task, transferList !== undefined ? { transferList } : {}));
   }
 
   async close(): Promise<void> {
@@ -143,6 +184,14 @@ class MainThreadPreprocessor implements Preprocessor {
     return knownOr(this.#handle, task, async () => unwrapReply(await this.#handle(task)));
   }
 
+  offloads(): boolean {
+    return false;
+  }
+
+  async runBody(task: BodyTask): Promise<BodyOutcome> {
+    return unwrapBodyReply(await this.#handle(task));
+  }
+
   async close(): Promise<void> {
     // Nothing to release: tokenizers are shared per process.
   }
@@ -153,11 +202,17 @@ class MainThreadPreprocessor implements Preprocessor {
  * Resolves once every model's tokenizer is loaded everywhere it runs.
  * @throws KvgateError when a tokenizer cannot be loaded or the worker is not built.
  */
-export async function createPreprocessor(models: readonly PreprocessModelSpec[],
-  opts: { threads: number; /** Default INLINE_MAX_CHARS; -1 sends every prompt to the pool. */ inlineMaxChars?: number }): Promise<Preprocessor> {
+export async function createPreprocessor(models: readonly PreprocessModelSpec[], opts: {
+  threads: number;
+  /** Default INLINE_MAX_CHARS; -1 sends every prompt to the pool. */
+  inlineMaxChars?: number;
+  /** Default INLINE_MAX_BODY_BYTES; -1 parses every body in the pool. */
+  inlineMaxBodyBytes?: number;
+}): Promise<Preprocessor> {
   const inline = await createTaskHandler(models);
   if (opts.threads <= 0) return new MainThreadPreprocessor(inline);
-  const pool = new PoolPreprocessor(models, opts.threads, inline, opts.inlineMaxChars ?? INLINE_MAX_CHARS);
+  const pool = new PoolPreprocessor(models, opts.threads, inline,
+    { chars: opts.inlineMaxChars ?? INLINE_MAX_CHARS, bodyBytes: opts.inlineMaxBodyBytes ?? INLINE_MAX_BODY_BYTES });
   try {
     await pool.ready();
   } catch (err) {

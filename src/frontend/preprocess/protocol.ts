@@ -5,7 +5,9 @@
  * their typed arrays transferred, and errors come back as data (a thrown
  * KvgateError would lose its code crossing the thread boundary).
  */
-import type { KvgateErrorCode } from '../../errors/index.js';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { JsonMember, JsonOutline, RoutingHints } from '../../common/index.js';
+import { isKvgateError, type KvgateErrorCode } from '../../errors/index.js';
 import type { TokenizerSource } from '../../config/index.js';
 
 /** What a thread needs to preprocess for one model (built from ModelConfig). */
@@ -45,6 +47,8 @@ export interface ChatTask extends TaskBase {
   addGenerationPrompt?: boolean | undefined;
   /** Render the last (assistant) message open-ended so the model continues it (vLLM's `continue_final_message`). */
   continueFinalMessage?: boolean | undefined;
+  /** `nvext.token_data`: the ids the rendered, tokenized messages must be (else KVG_ERR_TOKEN_DATA_MISMATCH). */
+  tokenData?: Uint32Array | undefined;
 }
 
 export interface TextTask extends TaskBase {
@@ -64,7 +68,53 @@ export interface PingTask {
 }
 
 export type PreprocessTask = ChatTask | TextTask | TokensTask;
-export type WorkerTask = PreprocessTask | PingTask;
+
+/** A served model as a thread parsing a body sees it: a snapshot of the gateway's, taken when the body arrived. */
+export interface ModelView {
+  name: string;
+  /** Adapters configured for it (the lookup's `loraAdapters`). */
+  loraAdapters: string[];
+  /** Adapters its port serves now (configured, or listed by its engines). */
+  adapters: string[];
+  maxPromptTokens: number;
+  workers: { id: number }[];
+}
+
+/**
+ * A request body too large to parse on the main thread: every step up to the routing decision runs on a
+ * preprocessing thread (request-parse.ts, then `ModelPreprocessor.run`), and only what routing reads comes back.
+ */
+export interface BodyTask {
+  kind: 'body';
+  endpoint: 'chat' | 'completion' | 'route';
+  /** The body as received (Content-Encoding decoded); moved to the thread, not copied, when it owns its buffer. */
+  bytes: Uint8Array;
+  maxMessages: number;
+  /** The request's routing headers (hints.ts). */
+  headers: IncomingHttpHeaders;
+  models: ModelView[];
+}
+
+/** A body parsed and preprocessed on a thread: what the main thread routes by, and the engine's body as text and outline. */
+export interface BodyOutcome {
+  /** The client's `model`. */
+  clientModel: string;
+  endpoint: 'chat' | 'completion';
+  /** The configured model it resolved to, and the adapter it runs under. */
+  model: string;
+  loraName: string | undefined;
+  stream: boolean;
+  hints: RoutingHints;
+  queryOnly: boolean;
+  /** The engine's body: its text, its members (each key once), light members' values, heavy members' outlines. */
+  forward: { text: string; members: JsonMember[]; light: Record<string, unknown>; outlines: Record<string, JsonOutline> };
+  /** The prompt's ids and hashes; absent when `promptError` says why not. */
+  result?: PreprocessResult | undefined;
+  /** Why the prompt cannot be routed: answered after the model's availability, as on the main thread. */
+  promptError?: WorkerError | undefined;
+}
+
+export type WorkerTask = PreprocessTask | BodyTask | PingTask;
 
 export interface PreprocessStats {
   /** Chat template rendering, microseconds. */
@@ -96,4 +146,12 @@ export interface WorkerError {
   detail?: Record<string, unknown> | undefined;
 }
 
+/** An error as data: a KvgateError keeps its code, message and detail; anything else is an internal preprocessing failure. */
+export function workerError(err: unknown): WorkerError {
+  if (isKvgateError(err)) return { code: err.code, message: err.message, detail: err.detail as Record<string, unknown> | undefined };
+  return { code: 'KVG_ERR_INTERNAL', message: `preprocessing failed: ${(err as Error).message}` };
+}
+
 export type WorkerReply = { ok: true; result: PreprocessResult } | { ok: false; error: WorkerError } | { ok: true; pong: true };
+/** The reply to a `BodyTask`. */
+export type BodyReply = { ok: true; body: BodyOutcome } | { ok: false; error: WorkerError };

@@ -3,11 +3,15 @@
  * per model and turns tasks into replies, errors included (as data, so they
  * keep their codes across the thread boundary).
  */
-import { KvgateError, isKvgateError } from '../../errors/index.js';
+import { KvgateError } from '../../errors/index.js';
+import { runBodyTask } from './body-task.js';
 import { ModelPreprocessor } from './model-preprocessor.js';
-import type { PreprocessModelSpec, PreprocessResult, PreprocessTask, WorkerReply, WorkerTask } from './protocol.js';
+import {
+  workerError, type BodyOutcome, type BodyReply, type PreprocessModelSpec, type PreprocessResult, type PreprocessTask, type WorkerError,
+  type WorkerReply, type WorkerTask,
+} from './protocol.js';
 
-export type TaskHandler = ((task: WorkerTask) => Promise<WorkerReply>) & {
+export type TaskHandler = ((task: WorkerTask) => Promise<WorkerReply | BodyReply>) & {
   /** The model preprocessors, for stats and tests. */
   readonly models: ReadonlyMap<string, ModelPreprocessor>;
   /**
@@ -21,34 +25,46 @@ export type TaskHandler = ((task: WorkerTask) => Promise<WorkerReply>) & {
 export async function createTaskHandler(specs: readonly PreprocessModelSpec[]): Promise<TaskHandler> {
   const models = new Map<string, ModelPreprocessor>();
   for (const spec of specs) models.set(spec.name, await ModelPreprocessor.create(spec));
-  const handle = async (task: WorkerTask): Promise<WorkerReply> => {
+  const handle = async (task: WorkerTask): Promise<WorkerReply | BodyReply> => {
     if (task.kind === 'ping') return { ok: true, pong: true };
-    const model = models.get(task.model);
-    if (model === undefined) {
-      return { ok: false, error: { code: 'KVG_ERR_MODEL_NOT_FOUND', message: `model ${task.model} is not served`, detail: { model: task.model } } };
-    }
     try {
+      if (task.kind === 'body') return { ok: true, body: await runBodyTask(task, models) };
+      const model = models.get(task.model);
+      if (model === undefined) {
+        return { ok: false, error: { code: 'KVG_ERR_MODEL_NOT_FOUND', message: `model ${task.model} is not served`, detail: { model: task.model } } };
+      }
       return { ok: true, result: await model.run(task) };
     } catch (err) {
-      if (isKvgateError(err)) return { ok: false, error: { code: err.code, message: err.message, detail: err.detail as Record<string, unknown> | undefined } };
-      return { ok: false, error: { code: 'KVG_ERR_INTERNAL', message: `preprocessing failed: ${(err as Error).message}` } };
+      return { ok: false, error: workerError(err) };
     }
   };
   const known = (task: PreprocessTask): PreprocessResult | undefined => models.get(task.model)?.runKnown(task);
   return Object.assign(handle, { models, known });
 }
 
+/** A KvgateError from its data. */
+export function errorOf(e: WorkerError): KvgateError {
+  return new KvgateError(e.code, e.message, e.detail);
+}
+
 /** The result of a reply, or its error rethrown as a KvgateError. */
-export function unwrapReply(reply: WorkerReply): PreprocessResult {
-  if (!reply.ok) throw new KvgateError(reply.error.code, reply.error.message, reply.error.detail);
-  if ('pong' in reply) throw new KvgateError('KVG_ERR_INTERNAL', 'preprocessing returned no result');
+export function unwrapReply(reply: WorkerReply | BodyReply): PreprocessResult {
+  if (!reply.ok) throw errorOf(reply.error);
+  if (!('result' in reply)) throw new KvgateError('KVG_ERR_INTERNAL', 'preprocessing returned no result');
   return reply.result;
 }
 
+/** The outcome of a body task's reply, or its error rethrown as a KvgateError. */
+export function unwrapBodyReply(reply: WorkerReply | BodyReply): BodyOutcome {
+  if (!reply.ok) throw errorOf(reply.error);
+  if (!('body' in reply)) throw new KvgateError('KVG_ERR_INTERNAL', 'preprocessing returned no body');
+  return reply.body;
+}
+
 /** The buffers a reply can hand over instead of copying. */
-export function replyTransferList(reply: WorkerReply): ArrayBuffer[] {
-  if (!reply.ok || 'pong' in reply) return [];
-  const r = reply.result;
+export function replyTransferList(reply: WorkerReply | BodyReply): ArrayBuffer[] {
+  const r = !reply.ok ? undefined : 'result' in reply ? reply.result : 'body' in reply ? reply.body.result : undefined;
+  if (r === undefined) return [];
   const out = new Set<ArrayBuffer>();
   for (const a of [r.tokenIds, r.blockHashes, r.sequenceHashes]) if (a.buffer instanceof ArrayBuffer) out.add(a.buffer);
   return [...out];

@@ -1,0 +1,84 @@
+/**
+ * From a request body's text to what routing needs, short of tokenizing: the
+ * JSON object (nesting bound, parse), the endpoint's schema and limits, the
+ * model (or LoRA adapter) it names, the routing hints, the preprocessing task,
+ * and the fields its engine's body differs in.
+ *
+ * The same steps, in the same order, run on the main thread for a small body
+ * (prepare.ts) and on a preprocessing thread for a large one
+ * (preprocess/body-task.ts), where the served models are a snapshot the main
+ * thread sends along. Every failure up to the hints is thrown; a failure of
+ * the prompt task is returned instead, as its owner answers it only after the
+ * model's availability (a 503 goes before a 400 about the prompt).
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import type { RoutingHints } from '../common/index.js';
+import type { ModelConfig } from '../config/index.js';
+import { parseBodyObject } from './body.js';
+import { parseRoutingHints } from './hints.js';
+import { resolveModel, type Served } from './model-lookup.js';
+import type { PreprocessTask } from './preprocess/protocol.js';
+import { promptTask } from './prompt-task.js';
+import type { EndpointKind } from './router-port.js';
+import { validateBody } from './schemas.js';
+
+/** What parsing a request reads of a served model: the lookup's fields, the prompt limit and the worker ids (for pins). */
+export interface ServedModel extends Served {
+  readonly model: Served['model'] & Pick<ModelConfig, 'maxPromptTokens'> & { readonly workers: readonly { readonly id: number }[] };
+}
+
+export interface ParsedBody {
+  readonly endpoint: EndpointKind;
+  readonly body: Record<string, unknown>;
+}
+
+/**
+ * The body of a chat or completion request (`route`: whichever it is), parsed and checked.
+ * @throws KvgateError KVG_ERR_INVALID_JSON, KVG_ERR_INVALID_REQUEST, KVG_ERR_TOO_MANY_MESSAGES.
+ */
+export function parseRequestBody(text: string, kind: EndpointKind | 'route', limits: { readonly maxMessages: number }): ParsedBody {
+  const body = parseBodyObject(text);
+  const endpoint: EndpointKind = kind === 'route' ? (body.messages !== undefined ? 'chat' : 'completion') : kind;
+  validateBody(endpoint, body, limits);
+  return { endpoint, body };
+}
+
+export interface RoutedRequest<S extends ServedModel> {
+  readonly target: S & { readonly loraName: string | undefined };
+  readonly hints: RoutingHints;
+  readonly queryOnly: boolean;
+  /**
+   * Top-level fields the engine's body has instead of the client's; undefined when it is the client's body.
+   * `nvext` is removed (engines do not know it); a completion's `nvext.token_data` becomes its `prompt`.
+   */
+  readonly forwardFields: Readonly<Record<string, unknown>> | undefined;
+  /** The preprocessing task, or why the prompt cannot be routed (answered after the model's availability). */
+  readonly task: { readonly ok: true; readonly task: PreprocessTask } | { readonly ok: false; readonly error: unknown };
+}
+
+/**
+ * The model, hints and prompt task of a parsed body.
+ * @throws KvgateError KVG_ERR_MODEL_NOT_FOUND, KVG_ERR_INVALID_REQUEST, KVG_ERR_UNKNOWN_WORKER (from the lookup and the hints).
+ */
+export function routeRequestBody<S extends ServedModel>(parsed: ParsedBody, served: ReadonlyMap<string, S>, headers: IncomingHttpHeaders):
+  RoutedRequest<S> {
+  const { endpoint, body } = parsed;
+  // `model` may name a LoRA adapter: the request then runs on its base model under that adapter
+  // (`nvext.lora_name` is schema-checked to be a string when present).
+  const loraHint = (body.nvext as { lora_name?: string } | undefined)?.lora_name;
+  const target = resolveModel(served, body.model as string, loraHint);
+  // Pins are checked against the configured workers of the model the request resolved to.
+  const p = parseRoutingHints(body.nvext, headers, target.model.workers);
+  const hints = target.loraName === p.hints.loraName ? p.hints : { ...p.hints, loraName: target.loraName };
+  let task: RoutedRequest<S>['task'];
+  try {
+    const { name: model, maxPromptTokens } = target.model;
+    task = { ok: true, task: promptTask({ endpoint, body, model, maxPromptTokens, tokenData: p.tokenData, loraName: target.loraName }) };
+  } catch (error) {
+    task = { ok: false, error };
+  }
+  let forwardFields: Record<string, unknown> | undefined;
+  if (endpoint === 'completion' && p.tokenData !== undefined) forwardFields = { nvext: undefined, prompt: Array.from(p.tokenData) };
+  else if (body.nvext !== undefined) forwardFields = { nvext: undefined };
+  return { target, hints, queryOnly: p.queryOnly, forwardFields, task };
+}

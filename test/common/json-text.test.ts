@@ -1,0 +1,144 @@
+/**
+ * A JSON object known by its text (issue 23, section 2): its top-level
+ * members found in one pass, bodies written by joining slices of the text
+ * (members replaced where they stood, removed, added), and the lazily parsed
+ * object a large body becomes on the main thread, which reads as its parse
+ * and answers what routing asks of a heavy member without parsing it.
+ */
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import {
+  jsonMembers, jsonSplice, jsonTextOf, lazyJsonObject, outlineJsonObject, rememberJsonText, withJsonMembers, type JsonMember,
+} from '../../src/common/index.js';
+import { serializeBody } from '../../src/engines/request-body.js';
+import { midStreamBlocker } from '../../src/routing/push/continuation.js';
+
+/** The members of `text` each key once, as a body parsed off the main thread has them. */
+function onceEach(text: string): { text: string; members: JsonMember[] } {
+  return jsonSplice(text, jsonMembers(text));
+}
+
+/** A lazily held object of `text`, built as the worker and the main thread do between them. */
+function lazy(text: string): Record<string, unknown> {
+  const { text: t, members } = onceEach(text);
+  const { light, outlines } = outlineJsonObject(JSON.parse(t) as Record<string, unknown>, members);
+  // What crosses the thread boundary is a structured clone.
+  return lazyJsonObject(t, members, structuredClone(light), structuredClone(outlines));
+}
+
+const tools = Array.from({ length: 300 }, (_, i) => ({ type: 'function', function: { name: `f${i}`, parameters: { type: 'object', properties: { a: { type: 'string' } } } } }));
+const heavyBody = {
+  model: 'm',
+  messages: Array.from({ length: 2000 }, (_, i) => ({ role: i % 2 === 0 ? 'user' : 'assistant', content: `turn ${i}` })),
+  tools,
+  tool_choice: 'auto',
+  response_format: { type: 'json_schema', json_schema: { name: 's', schema: { type: 'object', properties: Object.fromEntries(tools.map((t) => [t.function.name, t])) } } },
+  stream: true,
+  stream_options: { include_usage: false },
+  max_tokens: 7,
+};
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('jsonMembers', () => {
+  it('finds each top-level member of a text with spacing, escapes, braces in strings and nesting; slices parse to the values', () => {
+    const text = ' {\n "a\\u0062" : "x\\"}{]" ,"n":-1.5e3,"t":true , "o":{"k":["}",{"q":"\\\\"}]},"e":[],"z":null }\n';
+    const members = jsonMembers(text);
+    expect(members.map((m) => m.key)).toEqual(['ab', 'n', 't', 'o', 'e', 'z']);
+    const parsed = JSON.parse(text) as Record<string, unknown>;
+    for (const m of members) expect(JSON.parse(text.slice(m.start, m.end))).toEqual(parsed[m.key]);
+    expect(text.slice(members[3]!.from, members[3]!.from + 3)).toBe('"o"');
+    expect(jsonMembers('{}')).toEqual([]);
+  });
+});
+
+describe('jsonSplice and withJsonMembers', () => {
+  const text = '{"model":"m","stream":false,"dup":1,"prompt":"hi","dup":2,"max_tokens":3}';
+  const parsed = JSON.parse(text) as Record<string, unknown>;
+
+  it('writes the object with fields replaced where they stood, removed, added, a bigint exact; a repeated key once, its last value', () => {
+    const { text: out, members } = jsonSplice(text, jsonMembers(text), { stream: true, max_tokens: undefined, bootstrap_room: 9223372036854775807n, x: [1] });
+    expect(out).toBe('{"model":"m","stream":true,"dup":2,"prompt":"hi","bootstrap_room":9223372036854775807,"x":[1]}');
+    expect(members.map((m) => [m.key, out.slice(m.start, m.end)])).toEqual([
+      ['model', '"m"'], ['stream', 'true'], ['dup', '2'], ['prompt', '"hi"'], ['bootstrap_room', '9223372036854775807'], ['x', '[1]'],
+    ]);
+    for (const m of members) expect(out.slice(m.from, m.from + JSON.stringify(m.key).length)).toBe(JSON.stringify(m.key));
+  });
+
+  it('a copy with fields laid over keeps the text true: it is written from slices, never serialised', () => {
+    const { text: t, members } = onceEach(text);
+    const body = JSON.parse(t) as Record<string, unknown>;
+    rememberJsonText(body, t, members);
+    const copy = withJsonMembers(body, { model: 'served-name', nvext: undefined });
+    expect(copy).toEqual({ ...parsed, model: 'served-name' });
+    const stringify = vi.spyOn(JSON, 'stringify');
+    const sent = serializeBody(copy, { stream: true, bootstrap_room: 5n });
+    // Only the new fields' values were serialised, not the body.
+    expect(stringify.mock.calls.every(([v]) => typeof v !== 'object' || v === null)).toBe(true);
+    stringify.mockRestore();
+    expect(JSON.parse(sent)).toEqual({ ...parsed, model: 'served-name', stream: true, bootstrap_room: 5 });
+    expect(JSON.parse(jsonTextOf(copy)!)).toEqual(copy);
+    // Without members remembered, the copy has no text (it is serialised when sent, as before).
+    const plain = JSON.parse(text) as Record<string, unknown>;
+    rememberJsonText(plain, text);
+    expect(jsonTextOf(withJsonMembers(plain, { model: 'x' }))).toBeUndefined();
+  });
+});
+
+describe('lazyJsonObject: a large body on the main thread', () => {
+  const text = JSON.stringify(heavyBody);
+
+  it('reads as its parse, and writes to the same object', () => {
+    const body = lazy(text);
+    expect(Object.keys(body)).toEqual(Object.keys(heavyBody));
+    expect(JSON.parse(JSON.stringify(body))).toEqual(heavyBody);
+    expect(body).toEqual(heavyBody);
+    expect((body.messages as { content: string }[])[1999]!.content).toBe('turn 1999');
+    expect((body.tools as unknown[]).map((t) => (t as { function: { name: string } }).function.name)).toEqual(tools.map((t) => t.function.name));
+  });
+
+  it('answers what routing reads of heavy members without parsing them, and writes an engine body from slices', () => {
+    const body = lazy(text);
+    const parse = vi.spyOn(JSON, 'parse');
+    expect(Array.isArray(body.messages)).toBe(true);
+    expect((body.messages as unknown[]).length).toBe(2000);
+    expect((body.response_format as { type: string }).type).toBe('json_schema');
+    // What a resumed stream could not honour, read off the outlines.
+    expect(midStreamBlocker(body)).toBe(midStreamBlocker(heavyBody));
+    expect(midStreamBlocker({ ...body, response_format: undefined })).toBe('tools');
+    const sent = serializeBody(withJsonMembers(body, { model: 'served' }), { stream: true, stream_options: { include_usage: true }, bootstrap_room: 3n });
+    expect(parse).not.toHaveBeenCalled();
+    parse.mockRestore();
+    expect(JSON.parse(sent)).toEqual({ ...heavyBody, model: 'served', stream: true, stream_options: { include_usage: true }, bootstrap_room: 3 });
+  });
+
+  it('sends light members whole within a budget, and outlines heavy arrays, objects and strings', () => {
+    const { text: t, members } = onceEach(text);
+    const { light, outlines } = outlineJsonObject(JSON.parse(t) as Record<string, unknown>, members);
+    expect(Object.keys(light).sort()).toEqual(['max_tokens', 'model', 'stream', 'stream_options', 'tool_choice']);
+    expect(outlines).toEqual({ messages: { kind: 'array', length: 2000 }, tools: { kind: 'array', length: 300 },
+      response_format: { kind: 'object', scalars: { type: 'json_schema' } } });
+    // A long string is not sent again (the text holds it): it is read by parsing its slice, once.
+    const long = 'x\n\u00e9'.repeat(40_000);
+    const big = onceEach(JSON.stringify({ model: 'm', prompt: long }));
+    expect(outlineJsonObject(JSON.parse(big.text) as Record<string, unknown>, big.members).outlines).toEqual({ prompt: { kind: 'string' } });
+    const body = lazy(big.text);
+    const parse = vi.spyOn(JSON, 'parse');
+    const copy = withJsonMembers(body, { model: 'served' });
+    expect(parse).not.toHaveBeenCalled();
+    expect(copy.prompt).toBe(long);
+    expect(body.prompt).toBe(long);
+    // Parsed once: the copy shares the original's getter.
+    expect(parse).toHaveBeenCalledTimes(1);
+    expect(JSON.parse(serializeBody(copy, { stream: true }))).toEqual({ model: 'served', prompt: long, stream: true });
+  });
+
+  it('keeps a member named __proto__ as an own member, as JSON.parse does', () => {
+    const t = '{"__proto__":{"polluted":true},"a":[1,2,3]}';
+    const body = lazy(t);
+    expect(Object.hasOwn(body, '__proto__')).toBe(true);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(JSON.parse(JSON.stringify(body))).toEqual(JSON.parse(t));
+  });
+});
