@@ -51,6 +51,15 @@ async function lag(r: Replica): Promise<{ count: number; mean: number }> {
   return { count, mean: count === 0 ? 0 : value('kvgate_replica_sync_lag_seconds_sum') / count };
 }
 
+/** Each replica observed `count` lags, of `seconds` on average. */
+async function expectLag(replicas: readonly Replica[], count: number, seconds: number): Promise<void> {
+  for (const r of replicas) {
+    const l = await lag(r);
+    expect(l.count).toBe(count);
+    expect(l.mean).toBeCloseTo(seconds, 6);
+  }
+}
+
 describe('replica sync lag between replicas whose clocks are skewed', () => {
   let bus: MemoryBus;
   let base: ManualClock;
@@ -95,7 +104,7 @@ describe('replica sync lag between replicas whose clocks are skewed', () => {
     beat();
     exchange(0);
     exchange(0);
-    for (const r of [a, b]) expect(await lag(r)).toEqual({ count: 2, mean: 0 });
+    await expectLag([a, b], 2, 0);
     // The peers hold each other's bookings: the batches were applied.
     expect(a.kv.peers.requestsOn(1, 0)).toBe(2);
     expect(b.kv.peers.requestsOn(1, 0)).toBe(2);
@@ -108,11 +117,7 @@ describe('replica sync lag between replicas whose clocks are skewed', () => {
     beat(250);
     exchange(250);
     exchange(250);
-    for (const r of [a, b]) {
-      const l = await lag(r);
-      expect(l.count).toBe(2);
-      expect(l.mean).toBeCloseTo(0.25, 6);
-    }
+    await expectLag([a, b], 2, 0.25);
   });
 
   it('only the batches 400 ms in flight: both read 0.4 s; none is measured before a heartbeat round trip', async () => {
@@ -123,11 +128,7 @@ describe('replica sync lag between replicas whose clocks are skewed', () => {
     beat();
     beat();
     exchange(400);
-    for (const r of [a, b]) {
-      const l = await lag(r);
-      expect(l.count).toBe(1);
-      expect(l.mean).toBeCloseTo(0.4, 6);
-    }
+    await expectLag([a, b], 1, 0.4);
   });
 
   it('a restarted peer (a new clock) ignores echoes of its former self and measures only after its own round trip', async () => {
@@ -144,8 +145,7 @@ describe('replica sync lag between replicas whose clocks are skewed', () => {
     beat();
     beat();
     exchange(120);
-    expect((await lag(b)).count).toBe(1);
-    expect((await lag(b)).mean).toBeCloseTo(0.12, 6);
+    await expectLag([b], 1, 0.12);
   });
 });
 
