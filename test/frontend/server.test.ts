@@ -247,13 +247,15 @@ describe('gateway server: limits, disconnects, timeouts and errors mid-stream', 
 
   it('a client that leaves while its stream waits for it to read returns the port\'s iterator', async () => {
     const g = await start();
-    const data = JSON.stringify({ id: 'cmpl-1', object: 'text_completion', choices: [{ index: 0, text: 'x'.repeat(1000), finish_reason: null }] });
+    const choice = { index: 0, text: 'x'.repeat(1000), finish_reason: null };
+    const data = JSON.stringify({ id: 'cmpl-1', object: 'text_completion', choices: [choice] });
     const raw = new TextEncoder().encode(`data: ${data}\n\n`);
     // 40 MB: far more than the sockets between the gateway and a client that reads nothing hold.
     const events = 40_000;
     g.routers.demo.rawEvents = Array.from({ length: events }, () => ({ raw, data }));
     const port = Number(new URL(g.url).port);
-    const req = httpRequest({ host: '127.0.0.1', port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+    const headers = { 'content-type': 'application/json' };
+    const req = httpRequest({ host: '127.0.0.1', port, path: '/v1/completions', method: 'POST', headers }, (res) => {
       // The client stops reading after its first bytes.
       res.once('data', () => res.pause());
     });

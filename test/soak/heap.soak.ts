@@ -141,7 +141,9 @@ describe('memory soak', () => {
     await run(next, t0 + WARMUP_SECONDS * 1000, budget, statuses);
     const series: { atS: number; requests: number; heap: Heap }[] = [];
     const auth = { authorization: `Bearer ${KEY}` };
-    const sample = async () => series.push({ atS: Math.round((performance.now() - t0) / 1000), requests: MAX_REQUESTS - budget.left, heap: await heapAfterGc(url, auth) });
+    const sample = async () => series.push({
+      atS: Math.round((performance.now() - t0) / 1000), requests: MAX_REQUESTS - budget.left, heap: await heapAfterGc(url, auth),
+    });
     await sample();
     const phaseMs = ((SECONDS - WARMUP_SECONDS) * 1000) / PHASES;
     for (let p = 1; p <= PHASES; p++) {

@@ -74,7 +74,9 @@ function incomplete(spec: StreamSpec, events: number, errors: number, tail: Buff
   if (tail.length < DONE.length || !tail.subarray(tail.length - DONE.length).equals(DONE)) return 'no [DONE] at the end';
   if (events !== expectedEvents(spec)) return `${events} events, expected ${expectedEvents(spec)}`;
   const usage = /"completion_tokens":(\d+)/.exec(tail.toString('latin1'));
-  if (usage === null || Number(usage[1]) !== spec.tokens) return `usage completion_tokens ${usage?.[1] ?? 'missing'}, expected ${spec.tokens}`;
+  if (usage === null || Number(usage[1]) !== spec.tokens) {
+    return `usage completion_tokens ${usage?.[1] ?? 'missing'}, expected ${spec.tokens}`;
+  }
   return undefined;
 }
 
@@ -100,7 +102,8 @@ export function runStream(base: string, spec: StreamSpec, agent: Agent): Promise
       clearTimeout(deadline);
       resolve({ end, status, ttftMs, ms: performance.now() - started, bytes, events, ...(detail === undefined ? {} : { detail }) });
     };
-    const req = request(`${base}${spec.path}`, { method: 'POST', agent, headers: { 'content-type': 'application/json', accept: 'text/event-stream' } }, (res) => {
+    const headers = { 'content-type': 'application/json', accept: 'text/event-stream' };
+    const req = request(`${base}${spec.path}`, { method: 'POST', agent, headers }, (res) => {
       status = res.statusCode ?? 0;
       if (status !== 200) {
         res.resume();
@@ -127,7 +130,9 @@ export function runStream(base: string, spec: StreamSpec, agent: Agent): Promise
         bytes += chunk.length;
         events += occurrences(tail, chunk, EVENT);
         errors += occurrences(tail, chunk, ERROR_EVENT);
-        tail = chunk.length >= TAIL_BYTES ? Buffer.from(chunk.subarray(chunk.length - TAIL_BYTES)) : Buffer.concat([tail, chunk]).subarray(-TAIL_BYTES);
+        tail = chunk.length >= TAIL_BYTES
+          ? Buffer.from(chunk.subarray(chunk.length - TAIL_BYTES))
+          : Buffer.concat([tail, chunk]).subarray(-TAIL_BYTES);
         if (spec.leaveAtBytes > 0 && bytes >= spec.leaveAtBytes) {
           settle('left');
           req.destroy();

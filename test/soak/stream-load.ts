@@ -14,7 +14,7 @@ import { runStream, type Reader, type StreamEnd, type StreamResult, type StreamS
 const MODEL = 'mock-model';
 /** About the bytes of one token's event (chat and completions chunks are 190 to 230 bytes). */
 const BYTES_PER_TOKEN = 200;
-const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'kernel', 'cache', 'router', 'token', 'block', 'engine', 'prefix', 'latency', 'stream', 'drain'];
+const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'kernel', 'cache', 'router', 'token', 'block', 'engine', 'prefix', 'latency', 'stream'];
 
 export interface MixOptions {
   /** A stream not ended this long after its request, its planned pauses aside, is hung. */
@@ -45,15 +45,27 @@ export function streamMix(rng: Rng, opts: MixOptions): () => StreamSpec {
     const expectedBytes = tokens * BYTES_PER_TOKEN;
     const r = rng();
     const reader: Reader = r < 0.4 ? 'straight' : r < 0.6 ? 'slow' : r < 0.85 ? 'pausing' : 'leaver';
-    const pace = {
-      straight: { pauseEveryBytes: 0, pauseMs: 0, stopAtBytes: 0, stopMs: 0, leaveAtBytes: 0 },
-      slow: { pauseEveryBytes: 4096, pauseMs: int(1, 3), stopAtBytes: 0, stopMs: 0, leaveAtBytes: 0 },
-      pausing: { pauseEveryBytes: int(32, 96) * 1024, pauseMs: int(20, 200), stopAtBytes: int(1, expectedBytes), stopMs: int(500, 3000), leaveAtBytes: 0 },
-      leaver: { pauseEveryBytes: 0, pauseMs: 0, stopAtBytes: 0, stopMs: 0, leaveAtBytes: int(1, expectedBytes / 2) },
-    }[reader];
+    const pace = paceOf(reader, expectedBytes, int);
     const plannedMs = (pace.pauseEveryBytes > 0 ? (expectedBytes / pace.pauseEveryBytes + 1) * pace.pauseMs : 0) + pace.stopMs;
-    return { path: chat ? '/v1/chat/completions' : '/v1/completions', body, tokens, reader, ...pace, deadlineMs: opts.deadlineMs + plannedMs };
+    const path = chat ? '/v1/chat/completions' : '/v1/completions';
+    return { path, body, tokens, reader, ...pace, deadlineMs: opts.deadlineMs + plannedMs };
   };
+}
+
+type Pace = Pick<StreamSpec, 'pauseEveryBytes' | 'pauseMs' | 'stopAtBytes' | 'stopMs' | 'leaveAtBytes'>;
+
+/** How a reader of a stream of about `expectedBytes` reads it (`int(lo, hi)`: a seeded integer). */
+function paceOf(reader: Reader, expectedBytes: number, int: (lo: number, hi: number) => number): Pace {
+  const none = { pauseEveryBytes: 0, pauseMs: 0, stopAtBytes: 0, stopMs: 0, leaveAtBytes: 0 };
+  switch (reader) {
+    case 'straight': return none;
+    case 'slow': return { ...none, pauseEveryBytes: 4096, pauseMs: int(1, 3) };
+    case 'pausing':
+      return {
+        ...none, pauseEveryBytes: int(32, 96) * 1024, pauseMs: int(20, 200), stopAtBytes: int(1, expectedBytes), stopMs: int(500, 3000),
+      };
+    case 'leaver': return { ...none, leaveAtBytes: int(1, expectedBytes / 2) };
+  }
 }
 
 interface Ended {
@@ -90,7 +102,8 @@ export class Tally {
       r[result.end] = (r[result.end] ?? 0) + 1;
     }
     const ttft = distribution(this.ended.flatMap((e) => (e.result.ttftMs === undefined ? [] : [e.result.ttftMs])));
-    const long = distribution(this.ended.filter((e) => e.result.end === 'done' && e.spec.tokens >= 1000 && e.spec.reader === 'straight').map((e) => e.result.ms));
+    const longStraight = this.ended.filter((e) => e.result.end === 'done' && e.spec.tokens >= 1000 && e.spec.reader === 'straight');
+    const long = distribution(longStraight.map((e) => e.result.ms));
     const ms = (v: number): number => Math.round(v * 10) / 10;
     return {
       streams: this.ended.length, ends, readers,

@@ -58,6 +58,12 @@ const GATEWAY_GAUGES = [
   'kvgate_worker_active_prefill_tokens', 'kvgate_router_queue_pending_requests', 'kvgate_router_queue_pending_isl_tokens',
 ];
 const ENGINE_GAUGES = ['vllm:num_requests_running', 'vllm:num_requests_waiting'];
+/** What else happened to the workers during the run, for reading the figures (a worker ejected, an index cleared). */
+const INCIDENT_COUNTERS = {
+  retries: 'kvgate_router_retries_total', migrations: 'kvgate_router_migrations_total', ejections: 'kvgate_worker_ejections_total',
+  healthTransitions: 'kvgate_worker_health_transitions_total', kvEventGaps: 'kvgate_kv_event_gaps_total',
+  kvEventResets: 'kvgate_kv_event_resets_total',
+};
 
 const procs: KvgateProcess[] = [];
 let dir: string | undefined;
@@ -86,7 +92,9 @@ async function startGateway(engines: readonly { url: string; kvEvents: string }[
     preprocess: { threads: 0, segment_cache_bytes: 1024 * 1024 },
     // No access line per request: the gateway's CPU goes to the streams.
     log: { level: 'warn' },
-    models: [{ name: MODEL, tokenizer: 'demo', block_size: 16, workers: engines.map((e, i) => ({ id: i + 1, url: e.url, kv_events: e.kvEvents })) }],
+    models: [{
+      name: MODEL, tokenizer: 'demo', block_size: 16, workers: engines.map((e, i) => ({ id: i + 1, url: e.url, kv_events: e.kvEvents })),
+    }],
   }));
   const gateway = startKvgate(['serve', '--config', config], ['--expose-gc']);
   procs.push(gateway);
@@ -109,8 +117,17 @@ async function gaugesBackToZero(url: string, engines: readonly string[], when: s
   }
 }
 
+const round = (v: number, digits: number): number => Math.round(v * 10 ** digits) / 10 ** digits;
+
+interface Saturation {
+  /** Streams ended per second at the best step. */
+  readonly perSecond: number;
+  readonly capped: boolean;
+  readonly steps: Record<string, number>[];
+}
+
 /** Closed loops of doubling size until the rate stops growing; the best step's rate (streams ended per second). */
-async function saturation(load: StreamLoad, url: string, tally: Tally): Promise<{ perSecond: number; capped: boolean; steps: Record<string, number>[] }> {
+async function saturation(load: StreamLoad, url: string, tally: Tally): Promise<Saturation> {
   const steps: Record<string, number>[] = [];
   let best = 0;
   // Still growing at SOAK_MAX_CONCURRENCY: the rate found is a lower bound of saturation (said in the summary).
@@ -125,7 +142,8 @@ async function saturation(load: StreamLoad, url: string, tally: Tally): Promise<
     await load.drain();
     for (const e of step.ended) tally.add(e);
     const perSecond = step.servedWithin(from, to) / STEP_SECONDS;
-    steps.push({ concurrency, streamsPerS: Math.round(perSecond * 100) / 100, gatewayCpu: Math.round(((cpu1 - cpu0) / ((performance.now() - from) / 1000)) * 100) / 100 });
+    const cores = (cpu1 - cpu0) / ((performance.now() - from) / 1000);
+    steps.push({ concurrency, streamsPerS: round(perSecond, 2), gatewayCpu: round(cores, 2) });
     const grew = perSecond >= best * 1.1;
     best = Math.max(best, perSecond);
     if (!grew) {
@@ -167,14 +185,24 @@ describe('streams soak', () => {
       await gaugesBackToZero(url, engines.map((e) => e.url), 'after the soak');
       const end = await heapAfterGc(url);
       const endIndexBlocks = await metric(url, 'kvgate_worker_index_blocks');
+      const incidents: Record<string, number> = {};
+      for (const [name, series] of Object.entries(INCIDENT_COUNTERS)) incidents[name] = await metric(url, series);
 
       const summary = {
         seconds: Math.round((performance.now() - t0) / 1000), engines: ENGINES, seed: SEED,
-        saturation: { streamsPerS: Math.round(sat.perSecond * 100) / 100, capped: sat.capped, stepSeconds: STEP_SECONDS, steps: sat.steps },
-        rate: { fraction: LOAD_FRACTION, targetPerS: Math.round(rate * 100) / 100, achievedPerS: Math.round((soakTally.ended.length / soakSeconds) * 100) / 100 },
-        saturationStreams: satTally.summary(), warmup: { seconds: WARMUP_SECONDS, ...warmTally.summary() }, soak: { seconds: Math.round(soakSeconds), ...soakTally.summary() },
-        heapMiB: { warm: mib(warm.heapUsed), end: mib(end.heapUsed), arrayBuffersWarm: mib(warm.arrayBuffers), arrayBuffersEnd: mib(end.arrayBuffers), rssWarm: mib(warm.rss), rssEnd: mib(end.rss) },
-        endOverWarm: Math.round((end.heapUsed / warm.heapUsed) * 1000) / 1000, indexBlocks: { warm: warmIndexBlocks, end: endIndexBlocks },
+        saturation: { streamsPerS: round(sat.perSecond, 2), capped: sat.capped, stepSeconds: STEP_SECONDS, steps: sat.steps },
+        rate: { fraction: LOAD_FRACTION, targetPerS: round(rate, 2), achievedPerS: round(soakTally.ended.length / soakSeconds, 2) },
+        saturationStreams: satTally.summary(),
+        warmup: { seconds: WARMUP_SECONDS, ...warmTally.summary() },
+        soak: { seconds: Math.round(soakSeconds), ...soakTally.summary() },
+        heapMiB: {
+          warm: mib(warm.heapUsed), end: mib(end.heapUsed),
+          arrayBuffersWarm: mib(warm.arrayBuffers), arrayBuffersEnd: mib(end.arrayBuffers),
+          rssWarm: mib(warm.rss), rssEnd: mib(end.rss),
+        },
+        endOverWarm: round(end.heapUsed / warm.heapUsed, 3),
+        indexBlocks: { warm: warmIndexBlocks, end: endIndexBlocks },
+        incidents,
       };
       process.stdout.write(`kvgate streams soak: ${JSON.stringify(summary)}\n`);
 
