@@ -303,7 +303,6 @@ export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, he
     ctx.log.events = events;
     batch.end();
   } catch (err) {
-    finished = true;
     const internal = asKvgateError(ctx.signal.aborted ? ctx.signal.reason : err, ctx.requestId);
     // The client gets the code and the worker id; the engine's URL and its own text go to the log.
     const e = env.publicErrors.of(internal, routed.worker.workerId);
@@ -313,7 +312,9 @@ export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, he
     else if (e !== internal) env.logger.warn({ reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal }, 'engine error mid-stream');
     batch.end(sseErrorFrame(e));
   } finally {
-    // Left early (client gone or stalled): tell the port so it stops the upstream and frees its booking.
+    // Left early (client gone or stalled), or failed: tell the port so it stops the upstream and frees its booking.
+    // A failure is not always the upstream's own (which closed it): the client leaving while the relay waits for
+    // it aborts the request's signal, and that iterator is still open. Returning a closed one does nothing.
     if (!finished) await iterator.return?.().catch(() => undefined);
   }
 }

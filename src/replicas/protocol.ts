@@ -5,7 +5,10 @@
  *   <prefix>.ops.<channel>   a batch of one replica's bookkeeping changes for one
  *                            channel (a model's pool), one per event-loop turn:
  *                            { r: router id, i: incarnation, s: batch sequence, t: sent at (ms), o: ops }
- *   <prefix>.hb              a heartbeat: { r, i, t, s: { channel: last batch sequence } }
+ *   <prefix>.hb              a heartbeat: { r, i, t, s: { channel: last batch sequence },
+ *                            e: { router: [its incarnation, its last heartbeat's t, held (ms)] } }
+ *                            (e, the echoes that measure lag without comparing clocks: peer-clock.ts;
+ *                            absent from a replica that predates them)
  *   <prefix>.snap.<router>   request/reply: { c: channel, x: with the prefix index } -> a snapshot
  *                            { r, i, s, b: bookings, x: sessions, k: index slots } (chunked: transfer.ts)
  *   <prefix>.warm.<channel>  the same request, answered by one replica of the queue group (warm start)
@@ -21,6 +24,7 @@
 import { decode, encode } from '@msgpack/msgpack';
 import type { KvSlotSnapshot } from '../common/index.js';
 import type { SyncedBooking } from '../core/index.js';
+import type { Echo } from './peer-clock.js';
 
 /** Most output blocks one booking may claim (guards the apply loop against a corrupt count). */
 const MAX_OUTPUT_BLOCKS = 1 << 20;
@@ -56,6 +60,8 @@ export interface Heartbeat {
   readonly sentAt: number;
   /** Last batch sequence published per channel. */
   readonly seqs: Readonly<Record<string, number>>;
+  /** Per peer router id, the echo of the last heartbeat heard from it. */
+  readonly echoes: ReadonlyMap<string, Echo>;
 }
 
 export interface Snapshot {
@@ -118,7 +124,9 @@ export function encodeBatch(b: Batch): Uint8Array {
 }
 
 export function encodeHeartbeat(h: Heartbeat): Uint8Array {
-  return encode({ r: h.routerId, i: h.incarnation, t: h.sentAt, s: h.seqs });
+  const e = Object.create(null) as Record<string, unknown[]>;
+  for (const [router, x] of h.echoes) e[router] = [x.incarnation, x.sentAt, x.heldMs];
+  return encode({ r: h.routerId, i: h.incarnation, t: h.sentAt, s: h.seqs, e });
 }
 
 function slotArray(s: KvSlotSnapshot): unknown[] {
@@ -241,7 +249,19 @@ export function decodeHeartbeat(bytes: Uint8Array): Heartbeat {
   const seqs: Record<string, number> = {};
   if (typeof m.s !== 'object' || m.s === null || Array.isArray(m.s)) fail('s must be a map');
   for (const [k, v] of Object.entries(m.s)) seqs[k] = count(v, `s.${k}`);
-  return { routerId: str(m.r, 'r'), incarnation: str(m.i, 'i'), sentAt: num(m.t, 't'), seqs };
+  return { routerId: str(m.r, 'r'), incarnation: str(m.i, 'i'), sentAt: num(m.t, 't'), seqs, echoes: echoes(m.e) };
+}
+
+/** A heartbeat's echoes; none from a replica that predates them. */
+function echoes(v: unknown): Map<string, Echo> {
+  const out = new Map<string, Echo>();
+  if (v === undefined) return out;
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) fail('e must be a map');
+  for (const [router, x] of Object.entries(v)) {
+    if (!Array.isArray(x)) fail(`e.${router} must be [incarnation, sentAt, heldMs]`);
+    out.set(router, { incarnation: str(x[0], `e.${router}[0]`), sentAt: num(x[1], `e.${router}[1]`), heldMs: num(x[2], `e.${router}[2]`) });
+  }
+  return out;
 }
 
 /** @throws MalformedSync */

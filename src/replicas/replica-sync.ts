@@ -11,6 +11,9 @@
  *   per channel. A peer not heard from for `peerTimeoutMs` loses all its
  *   bookings here. A peer first seen (a new replica, a restart, or ours after
  *   a NATS outage) is asked for a snapshot of its live bookings.
+ * - Lag: a batch's age is measured on this replica's clock, through the peer's
+ *   clock offset that heartbeat echoes give (peer-clock.ts): never by
+ *   comparing two processes' clocks.
  * - Faults: while the bus is away every replica routes on what it knows and
  *   counts what it could not send; on reconnect it asks every peer for a
  *   snapshot, and peers that missed its batches ask it for one.
@@ -23,6 +26,7 @@ import type { Logger } from 'pino';
 import { systemClock, type Clock, type KvSlotSnapshot } from '../common/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { SyncChannel, type ChannelHost, type SessionTarget, type SyncTarget } from './channel.js';
+import { PeerClock, type Echo } from './peer-clock.js';
 import {
   MalformedSync, chunkSubject, decodeBatch, decodeHeartbeat, decodeSnapshot, decodeSnapshotRequest, encodeBatch, encodeHeartbeat, encodeSnapshot,
   encodeSnapshotRequest, heartbeatSubject, opsSubject, snapshotSubject, warmStartSubject, type Snapshot,
@@ -59,6 +63,8 @@ export interface SyncedPool {
 interface Peer {
   incarnation: string;
   lastHeard: number;
+  /** Its clock's offset from ours (heartbeat echoes), for the age of its batches. */
+  readonly clock: PeerClock;
 }
 
 /** How long each request of a snapshot transfer waits for its answer. */
@@ -189,8 +195,14 @@ export class ReplicaSync {
     const now = this.#clock.now();
     const seqs: Record<string, number> = {};
     for (const ch of this.#channels.values()) seqs[ch.key] = ch.lastSeq;
+    const echoes = new Map<string, Echo>();
+    for (const [replica, p] of this.#peers) {
+      const e = p.clock.echo(p.incarnation, now);
+      if (e !== undefined) echoes.set(replica, e);
+    }
     if (this.#t.connected) {
-      this.#send(heartbeatSubject(this.#o.subjectPrefix), encodeHeartbeat({ routerId: this.routerId, incarnation: this.incarnation, sentAt: now, seqs }), 'heartbeat');
+      const hb = encodeHeartbeat({ routerId: this.routerId, incarnation: this.incarnation, sentAt: now, seqs, echoes });
+      this.#send(heartbeatSubject(this.#o.subjectPrefix), hb, 'heartbeat');
     }
     for (const [replica, p] of this.#peers) {
       if (now - p.lastHeard < this.#o.peerTimeoutMs) continue;
@@ -229,7 +241,7 @@ export class ReplicaSync {
       return true;
     }
     if (p !== undefined) for (const ch of this.#channels.values()) ch.forget(replica);
-    this.#peers.set(replica, { incarnation, lastHeard: now });
+    this.#peers.set(replica, { incarnation, lastHeard: now, clock: new PeerClock() });
     this.#log?.info({ peer: replica, restarted: p !== undefined }, `replica ${replica} ${p === undefined ? 'joined' : 'restarted'}`);
     this.#metrics?.replicas.peers.set(this.#peers.size);
     return true;
@@ -239,6 +251,12 @@ export class ReplicaSync {
     const hb = this.#decoded(decodeHeartbeat, data);
     if (hb === undefined || !this.#heard(hb.routerId, hb.incarnation)) return;
     this.#metrics?.replicas.messagesReceived.labels({ kind: 'heartbeat' }).inc();
+    const clock = this.#peers.get(hb.routerId)!.clock;
+    const now = this.#clock.now();
+    const echo = hb.echoes.get(this.routerId);
+    // An echo of our former incarnation's heartbeat is not a round trip of this clock.
+    if (echo !== undefined && echo.incarnation === this.incarnation) clock.sample(echo, hb.sentAt, now);
+    clock.heard(hb.sentAt, now);
     for (const [key, seq] of Object.entries(hb.seqs)) this.#channels.get(key)?.checkBehind(hb.routerId, hb.incarnation, seq);
   }
 
@@ -247,7 +265,9 @@ export class ReplicaSync {
     if (b === undefined || !this.#heard(b.routerId, b.incarnation)) return;
     const m = this.#metrics?.replicas;
     m?.messagesReceived.labels({ kind: 'ops' }).inc();
-    m?.lag.observe(Math.max(0, this.#clock.now() - b.sentAt) / 1000);
+    // Unmeasured until a heartbeat round trip with the peer gave its clock's offset.
+    const age = this.#peers.get(b.routerId)!.clock.ageOf(b.sentAt, this.#clock.now());
+    if (age !== undefined) m?.lag.observe(age / 1000);
     try {
       if (!ch.applyBatch(b)) m?.messagesDropped.labels({ direction: 'in', reason: 'stale' }).inc();
     } catch (err) {

@@ -34,6 +34,8 @@ export class FakeRouter implements ModelRouterPort {
   failAfter: number | undefined;
   /** When set, every stream is these events as given (the words, usage and [DONE] are not added). */
   rawEvents: SseEvent[] | undefined;
+  /** Events of `rawEvents` the gateway has taken so far (all streams). */
+  rawYielded = 0;
   #owner = new Map<bigint, number>();
   #rr = 0;
   #gate: Promise<void> | undefined;
@@ -133,7 +135,10 @@ export class FakeRouter implements ModelRouterPort {
     let how: 'end' | 'return' | 'abort' | 'error' = 'return';
     try {
       if (this.rawEvents !== undefined) {
-        yield* this.rawEvents;
+        for (const ev of this.rawEvents) {
+          this.rawYielded++;
+          yield ev;
+        }
         how = 'end';
         return;
       }

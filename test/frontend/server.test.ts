@@ -245,6 +245,41 @@ describe('gateway server: limits, disconnects, timeouts and errors mid-stream', 
     g.routers.demo.release();
   });
 
+  it('a client that leaves while its stream waits for it to read returns the port\'s iterator', async () => {
+    const g = await start();
+    const choice = { index: 0, text: 'x'.repeat(1000), finish_reason: null };
+    const data = JSON.stringify({ id: 'cmpl-1', object: 'text_completion', choices: [choice] });
+    const raw = new TextEncoder().encode(`data: ${data}\n\n`);
+    // 40 MB: far more than the sockets between the gateway and a client that reads nothing hold.
+    const events = 40_000;
+    g.routers.demo.rawEvents = Array.from({ length: events }, () => ({ raw, data }));
+    const port = Number(new URL(g.url).port);
+    const headers = { 'content-type': 'application/json' };
+    const req = httpRequest({ host: '127.0.0.1', port, path: '/v1/completions', method: 'POST', headers }, (res) => {
+      // The client stops reading after its first bytes.
+      res.once('data', () => res.pause());
+    });
+    req.on('error', () => undefined);
+    req.end(JSON.stringify({ model: 'demo', prompt: 'a very long answer', stream: true }));
+    // The relay takes events only as the client reads: once it waits for the client, it takes none between
+    // two polls (every turn between them would have taken more), far short of the stream's end.
+    let last = -1;
+    await until(() => {
+      const n = g.routers.demo.rawYielded;
+      const waiting = n === last && n > 0;
+      last = n;
+      return waiting;
+    }, 'the relay waiting for its client');
+    expect(last).toBeLessThan(events);
+    expect(g.routers.demo.released).toEqual([]);
+    req.destroy();
+    // Before the fix the relay took the request's abort for a failure of the stream and never returned the
+    // iterator: the port's booking stayed, its engine request ran on.
+    await waitFor(() => g.routers.demo.released.length === 1);
+    expect(g.routers.demo.released[0]!.how).toBe('return');
+    await waitFor(() => g.server.inflight === 0);
+  });
+
   it('the request timeout: 504 before the response starts, an error event after', async () => {
     const g = await start({ limits: { request_timeout_ms: 300, max_concurrent_requests: 4 } });
     g.routers.demo.hold();

@@ -56,6 +56,18 @@ export function startKvgate(args: readonly string[], nodeFlags: readonly string[
   };
 }
 
+/** A `kvgate serve` process's public URL, from the banner it writes on stderr once it serves (waits up to `timeoutMs`). */
+export async function servingUrl(proc: KvgateProcess, timeoutMs = 30_000): Promise<string> {
+  let url: string | undefined;
+  await until(() => {
+    url = /kvgate: serving .* at (http:\/\/[^\s]+?)\.?\n/.exec(proc.stderr.join(''))?.[1];
+    return url !== undefined;
+  }, 'the gateway\'s banner', timeoutMs).catch((err: unknown) => {
+    throw new Error(`${(err as Error).message}: ${proc.stderr.join('')}`);
+  });
+  return url!;
+}
+
 /** A mocker engine process on `port` (0 = OS-chosen); resolves with its URL once it serves. */
 export async function startMockerProcess(port = 0, extra: readonly string[] = []): Promise<{ proc: KvgateProcess; url: string; model: string }> {
   const proc = startKvgate(['mocker', '--port', String(port), '--no-kv-events', '--bootstrap-port', '0', ...extra]);

@@ -1,8 +1,10 @@
 /**
  * An in-process message bus with NATS's request semantics for replica sync
  * unit tests: exact subjects, queue groups (one member answers), `NoResponders`
- * when nobody listens, a timeout when a subscriber does not answer, and a
- * filter that loses chosen requests (a chunk that never comes).
+ * when nobody listens, a timeout when a subscriber does not answer, a
+ * filter that loses chosen requests (a chunk that never comes), and published
+ * messages held in flight until the test releases them (a delivery delay on
+ * the test's clock).
  */
 import type { SyncTransport, TransportStatus } from '../../src/replicas/transport.js';
 import { NoResponders } from '../../src/replicas/transport.js';
@@ -15,6 +17,20 @@ export class MemoryBus {
   lose: (subject: string, data: Uint8Array) => boolean = () => false;
   /** Every request sent: subject and size. */
   readonly requests: { subject: string; bytes: number }[] = [];
+  /** Published messages for which this returns true stay in flight until `release()`. */
+  hold: (subject: string) => boolean = () => false;
+  readonly #inFlight: (() => void)[] = [];
+
+  /** Delivers the held messages, in the order they were published. */
+  release(): void {
+    for (const deliver of this.#inFlight.splice(0)) deliver();
+  }
+
+  /** Delivers `deliver` now, or on `release()` when `subject` is held. */
+  send(subject: string, deliver: () => void): void {
+    if (this.hold(subject)) this.#inFlight.push(deliver);
+    else deliver();
+  }
 
   transport(): MemoryTransport {
     return new MemoryTransport(this);
@@ -50,7 +66,10 @@ export class MemoryTransport implements SyncTransport {
   }
 
   publish(subject: string, data: Uint8Array): void {
-    for (const on of this.#bus.targets(subject, this)) on(data, undefined);
+    const targets = this.#bus.targets(subject, this);
+    this.#bus.send(subject, () => {
+      for (const on of targets) on(data, undefined);
+    });
   }
 
   subscribe(subject: string, on: OnMessage, queue?: string): void {

@@ -25,8 +25,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { seededRng } from '../../src/common/index.js';
-import { startKvgate, type KvgateProcess } from '../helpers/kvgate-process.js';
-import { until } from '../helpers/until.js';
+import { servingUrl, startKvgate, type KvgateProcess } from '../helpers/kvgate-process.js';
+import { heapAfterGc, mib, type Heap } from './gateway-heap.js';
 
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 180);
 const WARMUP_SECONDS = Number(process.env.SOAK_WARMUP_SECONDS ?? 45);
@@ -37,14 +37,6 @@ const KEY = 'soak-test-key-0123';
 const MODEL = 'mock-model';
 
 const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'kernel', 'cache', 'router', 'token', 'block', 'engine', 'prefix', 'latency', 'naïve', '東京'];
-
-interface Heap {
-  heapUsed: number;
-  rss: number;
-  arrayBuffers: number;
-  external: number;
-  gcMs: number;
-}
 
 const procs: KvgateProcess[] = [];
 let dir: string | undefined;
@@ -116,19 +108,6 @@ async function run(next: () => Promise<number>, untilMs: number, budget: { left:
   }));
 }
 
-async function heapOf(url: string): Promise<Heap> {
-  // Twice: the first collection can free what finalizers of the previous one released.
-  let heap: Heap | undefined;
-  for (let i = 0; i < 2; i++) {
-    const res = await fetch(`${url}/admin/gc`, { method: 'POST', headers: { authorization: `Bearer ${KEY}` } });
-    expect(res.status).toBe(200);
-    heap = await res.json() as Heap;
-  }
-  return heap!;
-}
-
-const mib = (b: number): number => Math.round((b / 1048576) * 100) / 100;
-
 describe('memory soak', () => {
   it(`heap after forced GC at the end is within 10 % of its value after warm-up (${SECONDS} s of mixed traffic)`, async () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-soak-'));
@@ -152,12 +131,8 @@ describe('memory soak', () => {
     }));
     const gateway = startKvgate(['serve', '--config', config], ['--expose-gc']);
     procs.push(gateway);
-    let url = '';
-    await until(() => {
-      const m = gateway.lines.map((l) => /serving .* at (http:\/\/127\.0\.0\.1:\d+)/.exec(l)).find((x) => x !== null);
-      if (m) url = m[1]!;
-      return url !== '';
-    }, 'the gateway banner', 30_000);
+    // The banner is on stderr (stdout carries only JSON log lines).
+    const url = await servingUrl(gateway);
 
     const next = trafficOf(url, seededRng(2024));
     const statuses = new Map<number, number>();
@@ -165,7 +140,10 @@ describe('memory soak', () => {
     const t0 = performance.now();
     await run(next, t0 + WARMUP_SECONDS * 1000, budget, statuses);
     const series: { atS: number; requests: number; heap: Heap }[] = [];
-    const sample = async () => series.push({ atS: Math.round((performance.now() - t0) / 1000), requests: MAX_REQUESTS - budget.left, heap: await heapOf(url) });
+    const auth = { authorization: `Bearer ${KEY}` };
+    const sample = async () => series.push({
+      atS: Math.round((performance.now() - t0) / 1000), requests: MAX_REQUESTS - budget.left, heap: await heapAfterGc(url, auth),
+    });
     await sample();
     const phaseMs = ((SECONDS - WARMUP_SECONDS) * 1000) / PHASES;
     for (let p = 1; p <= PHASES; p++) {
