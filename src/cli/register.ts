@@ -14,7 +14,7 @@
  */
 import { etcdModelPrefix, parseCommandArgs, readEtcdWorkerValue } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
-import { etcdClient } from './etcd-client.js';
+import { etcdClient } from '../fleet/index.js';
 import { EtcdRegistration, type RegistrationLog, type RegistrationPlan } from './registration.js';
 
 export const REGISTER_HELP = `usage: kvgate register --etcd URLS --model NAME --id N --url URL [options]

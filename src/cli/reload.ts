@@ -14,7 +14,7 @@ import {
   configChanges, configProblemsError, reloadProblems, workerDiff, type ConfigChange, type ConfigProblem, type GatewayConfig, type ModelConfig,
 } from '../config/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
-import type { FleetMembers } from './membership.js';
+import type { FleetMembers } from '../fleet/index.js';
 
 /** What a reload changes. */
 export interface ReloadTargets {

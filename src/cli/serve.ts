@@ -9,28 +9,16 @@
  * with KV-aware routing; it prints a curl command to try.
  */
 import { pino, type Logger } from 'pino';
-import { loadGatewayConfig, parseServeFlags, serveUsage, type ConfigChange, type GatewayConfig, type ModelConfig } from '../config/index.js';
-import { WorkerRegistry, type HealthProber, type ModelCheck, type OutlierDetector, type WorkerInfo } from '../discovery/index.js';
-import { EngineClient } from '../engines/index.js';
+import { traceLogFields } from '../common/index.js';
+import { loadGatewayConfig, parseServeFlags, serveUsage, type ConfigChange, type GatewayConfig } from '../config/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
-import { startGateway, type FleetStatus, type Gateway, type RouterPortDeps, type RouterPortFactory } from '../frontend/index.js';
+import { Fleet, type FleetStatus } from '../fleet/index.js';
+import { startGateway, type Gateway, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
-import { seededRng, traceLogFields, type KvSlotSnapshot } from '../common/index.js';
-import { warmStartModel } from './warm-start.js';
-import { ModelRouter, makeRouterContext } from '../routing/index.js';
-import { fleetStatus } from './fleet-status.js';
-import { FleetMembers } from './membership.js';
-import { EngineChecks } from './engine-checks.js';
-import { fleetHealth } from './fleet-health.js';
-import { ConfigReloader, type ReloadTrigger } from './reload.js';
-import { IpcTransport, NatsTransport, ReplicaSync, channelKey } from '../replicas/index.js';
 import { clusterMember, clusterMetricsText, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
+import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { startTracing } from './tracing.js';
-import { WorkersFileSource } from './workers-file.js';
-import { EtcdWorkersSource } from './etcd-source.js';
-import { KubernetesWorkersSource } from './kubernetes-source.js';
 
-/** The demo model's name (served by the embedded simulated engines). */
 export const DEMO_MODEL = 'qwen3-demo';
 export const DEMO_ENGINES = 4;
 /**
@@ -42,191 +30,26 @@ const DEMO_MESSAGES = '[{"role": "system", "content": "You are a concise assista
   + '{"role": "user", "content": "Explain what a KV cache is, why reusing a cached prompt prefix cuts the time to first token, '
   + 'and how a router can send each request to the engine that already holds its prefix."}]';
 
-/** What builds the routers of a config, and what it must release at shutdown. */
+/**
+ * What builds the routers of a config, and what it must release at shutdown: the `Fleet` (src/fleet), or a
+ * test's own. `live` is the fleet's runtime side (membership, router knobs, discovered workers), when it has one.
+ */
 export interface RouterFleet {
   createRouter: RouterPortFactory;
   /** Each worker's live status for `/admin/models`. */
   readonly status?: FleetStatus | undefined;
   close(): Promise<void>;
-  /** Runtime membership and knobs, when the fleet takes them (hot reconfiguration, discovery). */
-  readonly live?: {
-    readonly members: FleetMembers;
-    /** The router knobs of one model, for the requests routed from now on. */
-    reconfigureRouter(model: ModelConfig): void;
-    /** `config` as the gateway serves it: each model's workers with those its discovery sources brought. */
-    served(config: GatewayConfig): GatewayConfig;
-  } | undefined;
+  readonly live?: Pick<Fleet, 'members' | 'reconfigureRouter' | 'served'> | undefined;
 }
 
-type ModelCheckSink = (w: WorkerInfo, check: ModelCheck) => void;
-
-/** Logs and counts a worker's model-check outcome (a served-name mismatch loudly). */
-function modelCheckSink(deps: RouterPortDeps): ModelCheckSink {
-  return (w, check) => {
-    const at = { workerId: w.id, url: w.url, servedModelName: w.servedModelName ?? w.model };
-    const gauge = deps.metrics.workerServedModelMismatch.labels({ model: w.model, worker_id: String(w.id) });
-    gauge.set(check.kind === 'mismatch' ? 1 : 0);
-    if (check.kind === 'mismatch') {
-      deps.logger.warn({ ...at, engineModels: check.served },
-        `worker ${w.id}: its engine does not serve "${check.expected}" (it lists ${check.served.map((s) => `"${s}"`).join(', ') || 'nothing'}); `
-        + 'the worker is not routed to until it does (set the model\'s served_model_name to the engine\'s name)');
-    } else if (check.kind === 'unreadable') {
-      deps.logger.warn({ ...at, reason: check.reason }, `worker ${w.id}: could not read its engine's /v1/models; its served model name and LoRA adapters are not checked`);
-    } else {
-      deps.logger.info({ ...at, loraAdapters: check.adapters }, `worker ${w.id}: its engine serves the model${check.adapters.length > 0 ? ` and ${check.adapters.length} LoRA adapter(s)` : ''}`);
-    }
-  };
-}
-
-/**
- * The routers of a config: one worker registry (fed from the config, with active
- * health probing and the engines' /v1/models checked on join) and one engine client
- * shared by every model; a ModelRouter per model, built after the first probe round
- * so a worker whose engine serves another model is never routed to.
- */
-/**
- * Replica sync over NATS when the config names servers; else, in a `--processes N` cluster, over the
- * cluster's IPC channel; undefined for a lone router. Each process of a cluster gets its own router id
- * (the configured one, or the cluster's, suffixed `-p<index>`).
- */
-function replicaSync(config: GatewayConfig, member: ClusterMember | undefined): ReplicaSync | undefined {
-  const r = config.replicas;
-  if (r.natsServers.length === 0 && member === undefined) return undefined;
-  const routerId = member === undefined ? r.routerId : `${r.routerId ?? `kvgate-${member.clusterId}`}-p${member.index}`;
-  const transport = r.natsServers.length > 0 ? new NatsTransport(r.natsServers, routerId ?? 'kvgate') : new IpcTransport();
-  const sync = new ReplicaSync({
-    transport, routerId, heartbeatMs: r.heartbeatMs,
-    peerTimeoutMs: r.peerTimeoutMs, maxQueuedOps: r.maxQueuedOps, subjectPrefix: r.subjectPrefix,
-    chunkBytes: r.snapshotChunkBytes, maxSnapshotBytes: r.maxSnapshotBytes,
-  });
-  sync.start();
-  return sync;
-}
-
-/** One model's router, wired to the fleet's registry, engine client, prober and replica sync. */
-function modelRouter(model: ModelConfig, config: GatewayConfig, deps: RouterPortDeps,
-  f: { registry: WorkerRegistry; engine: EngineClient; prober: HealthProber; outliers: OutlierDetector; sync: ReplicaSync | undefined },
-  seeds: Map<string, KvSlotSnapshot[]> | undefined): ModelRouter {
-  const { prober, outliers, sync } = f;
-  return new ModelRouter({
-    model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
-    routerConfig: model.router, registry: f.registry, engine: f.engine, onWorkerUnreachable: (id) => prober.reportFailure(id),
-    onDispatchOutcome: (id, error, connectionFailure) => outliers.record(id, error, connectionFailure),
-    enforceDisagg: model.enforceDisagg, workerHealth: (id) => prober.view(id),
-    legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
-    migration: model.migration,
-    sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
-    kvEvents: config.kvEvents,
-    attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
-    kvSeeds: seeds === undefined ? undefined : (role) => seeds.get(channelKey(model.name, role)),
-  }, makeRouterContext({ metrics: deps.metrics, log: deps.logger, rng: seededRng(Date.now() >>> 0) }));
-}
-
-/** Each model's `workers_file`, read and its workers registered; watched once the model's router exists. */
-function workersFiles(config: GatewayConfig, registry: WorkerRegistry, members: FleetMembers,
-  register: (w: WorkerInfo, source: 'file') => void): Map<string, WorkersFileSource> {
-  const files = new Map<string, WorkersFileSource>();
-  for (const m of config.models) {
-    if (m.workersFile === undefined) continue;
-    const source = new WorkersFileSource(m, registry, members);
-    for (const w of source.initial()) register(w, 'file');
-    files.set(m.name, source);
-  }
-  return files;
-}
-
-/**
- * The etcd and Kubernetes sources of each model: their workers join at runtime (listed once the model's
- * router exists), as every later one does.
- */
-function runtimeSources(config: GatewayConfig, registry: WorkerRegistry, members: FleetMembers): Map<string, (EtcdWorkersSource | KubernetesWorkersSource)[]> {
-  const out = new Map<string, (EtcdWorkersSource | KubernetesWorkersSource)[]>();
-  for (const m of config.models) {
-    out.set(m.name, [
-      ...(m.etcd === undefined ? [] : [new EtcdWorkersSource(m, registry, members, Math.random)]),
-      ...(m.kubernetes === undefined ? [] : [new KubernetesWorkersSource(m, registry, members)]),
-    ]);
-  }
-  return out;
-}
-
-function fleetRouters(config: GatewayConfig, member?: ClusterMember): RouterFleet {
-  const registry = new WorkerRegistry();
-  const sync = replicaSync(config, member);
-  const engine = new EngineClient({ headersTimeoutMs: config.limits.requestTimeoutMs, bodyTimeoutMs: config.limits.requestTimeoutMs });
-  const routers = new Map<string, ModelRouter>();
-  // Model-check outcomes go to the model's logger and metrics, which arrive with its router;
-  // outcomes of the first round that come earlier wait for them.
-  const sinks = new Map<string, ModelCheckSink>();
-  const early = new Map<number, [WorkerInfo, ModelCheck]>();
-  // One ejection ledger: probes and dispatch errors eject under the same share of each model's workers.
-  const { prober, outliers } = fleetHealth(config, registry, (w, check) => {
-    const sink = sinks.get(w.model);
-    if (sink !== undefined) sink(w, check);
-    else early.set(w.id, [w, check]);
-  });
-  const members = new FleetMembers(registry, engine, prober);
-  const checks = new EngineChecks(registry, members, prober, config.health.timeoutMs);
-  const register = (w: WorkerInfo, source: 'static' | 'file'): void => {
-    registry.add(w);
-    engine.addWorker(w.url);
-    members.started(w, source);
-  };
-  for (const m of config.models) for (const w of m.workers) register(w, 'static');
-  // Workers files are read (and validated against every id registered before) once the static workers are in.
-  let files: Map<string, WorkersFileSource>;
-  try {
-    files = workersFiles(config, registry, members, register);
-  } catch (err) {
-    void engine.close();
-    throw err;
-  }
-  const runtime = runtimeSources(config, registry, members);
-  // The first round runs when the first router is built: after the gateway's start-up work (tokenizers),
-  // which would otherwise hold the event loop past the probes' timeout.
-  let firstRound: Promise<void> | undefined;
-  return {
-    // One context per model, handed down to every router and KV-event manager: their warnings go
-    // to the gateway's pino logger, each line carrying the model.
-    createRouter: async (model, deps) => {
-      // The prober reports this model's worker transitions (ejected, kept, readmitted) to its logger and metrics.
-      prober.watch(model.name, deps.logger, deps.metrics);
-      members.watch(model.name, deps.logger, deps.metrics);
-      const inspected = checks.watch(model, deps);
-      files.get(model.name)?.start(deps.logger, deps.metrics);
-      for (const source of runtime.get(model.name) ?? []) source.start(deps.logger, deps.metrics);
-      const sink = modelCheckSink(deps);
-      sinks.set(model.name, sink);
-      if (firstRound === undefined) {
-        firstRound = prober.probeAll();
-        prober.start();
-      }
-      await Promise.all([firstRound, inspected]);
-      sync?.bind(deps.logger, deps.metrics);
-      for (const [id, [w, check]] of early) {
-        if (w.model !== model.name) continue;
-        early.delete(id);
-        sink(w, check);
-      }
-      const seeds = await warmStartModel(model, config, sync);
-      const router = modelRouter(model, config, deps, { registry, engine, prober, outliers, sync }, seeds);
-      routers.set(model.name, router);
-      return router;
-    },
-    status: fleetStatus(members, registry, checks),
-    live: { members, reconfigureRouter: (model) => routers.get(model.name)?.reconfigure(model.router), served: (c) => members.served(c) },
-    async close(): Promise<void> {
-      for (const f of files.values()) f.close();
-      await Promise.all([...runtime.values()].flat().map((e) => e.close()));
-      for (const c of [prober, outliers, checks]) c.close();
-      await sync?.close();
-      await engine.close();
-    },
-  };
+/** The gateway's fleet, as `serve` drives it. */
+function gatewayFleet(config: GatewayConfig, cluster: ClusterMember | undefined): RouterFleet {
+  const fleet = new Fleet(config, { cluster });
+  return { createRouter: fleet.createRouter, status: fleet.status, close: () => fleet.close(), live: fleet };
 }
 
 export interface ServeOptions {
-  /** Builds the routers of the resolved config (default: `fleetRouters`). */
+  /** Builds the routers of the resolved config (default: a `Fleet`). */
   routers?: (config: GatewayConfig) => RouterFleet;
   env?: Readonly<Record<string, string | undefined>>;
   logger?: Logger;
@@ -324,7 +147,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'kvgate' }, ...(tracing !== undefined ? { mixin: traceLogFields } : {}) });
   if (tracing !== undefined) logger.info({ endpoint: tracing.endpoint, sampleRatio: tracing.sampleRatio }, 'tracing: spans are exported over OTLP/HTTP');
   let gateway: Gateway;
-  const fleet = (opts.routers ?? ((c: GatewayConfig) => fleetRouters(c, member)))(config);
+  const fleet = (opts.routers ?? ((c: GatewayConfig) => gatewayFleet(c, member)))(config);
   // Hot reconfiguration re-reads the config file (with the same flags); the demo and flags alone have none.
   let reloader: ConfigReloader | undefined;
   const reloadable = fleet.live !== undefined && flags.configFile !== undefined && !demo;
@@ -348,7 +171,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   if (reloadable) {
     reloader = new ConfigReloader(config, {
       load: () => loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env, consequence: 'the running configuration is unchanged' }),
-      ...fleet.live!, logger, metrics: server.metrics,
+      members: fleet.live!.members, reconfigureRouter: (m) => fleet.live!.reconfigureRouter(m), logger, metrics: server.metrics,
       server: { reconfigure: (c) => server.reconfigure(served((base = c))) },
     });
   }

@@ -2,7 +2,7 @@
  * The ordered KV-event stream of one publisher, i.e. one (worker, dp_rank):
  * a bounded queue, sequence judgement, gap / restart / replay handling, and
  * application in bounded slices. No sockets: messages are pushed in by the
- * subscriber, replay goes through an injected `ReplaySource`, and draining is
+ * subscriber, replay goes through an injected `GapReplaySource`, and draining is
  * paced by the context's scheduler, so every path is testable without ZMQ.
  *
  *   live msg ──► queue (bounded: full ⇒ dropped, the hole is replayed like any gap)
@@ -25,8 +25,8 @@ import { ThrottledLog } from './log.js';
 import { fillOptions, kDefaultStreamOptions, type FilledKvEventStreamOptions, type IngestContext, type KvEventStreamOptions } from './options.js';
 import { LiveQueue, ParkedBatches, replayNeed } from './live-queue.js';
 import {
-  CatchUpTimer, ReplayRequests, stepAnswer, type AnswerSlot, type ReplayPurpose, type ReplyInProgress, type ReplaySource,
-} from './replay.js';
+  CatchUpTimer, ReplayRequests, stepAnswer, type AnswerSlot, type ReplayPurpose, type ReplyInProgress, type GapReplaySource,
+} from './gap-replay.js';
 import { SequenceJudge, type LiveItem } from './sequence.js';
 import { SlotWriter } from './slot-writer.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
@@ -65,7 +65,7 @@ export class KvEventStream implements Drainable {
    * @param ctx the manager's shared ingestion context.
    * @param replay the engine's replay endpoint; without it a gap clears the slot.
    */
-  constructor(slot: WorkerRank, ctx: IngestContext, replay?: ReplaySource, options?: KvEventStreamOptions) {
+  constructor(slot: WorkerRank, ctx: IngestContext, replay?: GapReplaySource, options?: KvEventStreamOptions) {
     this.#opts = fillOptions(kDefaultStreamOptions, options);
     this.workerId = slot.workerId;
     this.dpRank = slot.dpRank;

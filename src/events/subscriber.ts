@@ -13,7 +13,7 @@ import type { Logger } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvEventStream } from './event-stream.js';
 import { fillOptions, kDefaultSubscriberOptions, type IngestContext, type KvEventSubscriberOptions } from './options.js';
-import { ZmqReplayClient } from './replay-client.js';
+import { ZmqGapReplayClient } from './gap-replay-client.js';
 
 /**
  * One subscription target: where one (worker, dp rank) publishes. Discovery's
@@ -43,7 +43,7 @@ export class KvEventSubscriber {
   readonly source: Readonly<KvEventTarget>;
   readonly stream: KvEventStream;
   readonly #sub: Subscriber;
-  readonly #replay: ZmqReplayClient | undefined;
+  readonly #replay: ZmqGapReplayClient | undefined;
   readonly #log: Logger;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
@@ -60,7 +60,7 @@ export class KvEventSubscriber {
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
     this.#log = ctx.log;
-    this.#replay = source.replayEndpoint ? new ZmqReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs }) : undefined;
+    this.#replay = source.replayEndpoint ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs }) : undefined;
     this.stream = new KvEventStream({ workerId, dpRank }, ctx, this.#replay, opts);
     this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark });
   }

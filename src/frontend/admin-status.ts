@@ -3,6 +3,7 @@
  * redacted, and each model's routing setup and servability.
  */
 import type { GatewayConfig, ModelConfig, WorkerConfig } from '../config/index.js';
+import type { FleetStatus } from '../fleet/index.js';
 import type { ModelRouterPort } from './router-port.js';
 
 /** The configuration as loaded, API keys counted, never shown. */
@@ -14,27 +15,6 @@ export interface GatewayStatus {
   readonly preprocess: { readonly mode: string; readonly threads: number };
   readonly inflight: number;
   readonly draining: boolean;
-}
-
-/** What the fleet knows of one worker beyond its config (the CLI's FleetMembers, prober and routers). */
-export interface WorkerLiveStatus {
-  /** static (the config file), file (a workers_file), etcd, kubernetes. */
-  readonly source: string;
-  /** joining, ready, draining, mismatched, down. */
-  readonly state: string;
-  /** Why the worker is mismatched (its engine's model, block size or tokenizer), when it is. */
-  readonly mismatch?: string | undefined;
-  /** KV blocks per rank (the config's, else its engine's), batch budget, and the engine's block size and context length as it reported them. */
-  readonly capacity: {
-    readonly totalKvBlocks: number | null; readonly maxNumBatchedTokens: number | null;
-    readonly engineBlockSize?: number | null; readonly maxModelLen?: number | null;
-  };
-}
-
-/** The live side of `/admin/models`: each worker's status, and the workers that left and still finish requests. */
-export interface FleetStatus {
-  worker(id: number): WorkerLiveStatus | undefined;
-  draining(model: string): readonly WorkerConfig[];
 }
 
 /**

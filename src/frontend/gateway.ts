@@ -9,7 +9,8 @@ import type { Registry } from 'prom-client';
 import type { GatewayConfig } from '../config/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { createPreprocessor, preprocessModelSpecs, type Preprocessor } from './preprocess/preprocessor.js';
-import type { ModelRouterPort, RouterPortDeps, RouterPortFactory } from './router-port.js';
+import type { ModelServices } from '../fleet/index.js';
+import type { ModelRouterPort, RouterPortFactory } from './router-port.js';
 import { GatewayServer, type GatewayAddresses, type GatewayServerOptions } from './server.js';
 
 export interface GatewayOptions {
@@ -84,7 +85,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   let server: GatewayServer | undefined;
   try {
     for (const model of config.models) {
-      const tokenizeChat: RouterPortDeps['tokenizeChat'] = async (messages) =>
+      const tokenizeChat: ModelServices['tokenizeChat'] = async (messages) =>
         (await preprocessor.run({ kind: 'chat', model: model.name, messages: [...messages], maxPromptTokens: model.maxPromptTokens })).tokenIds;
       routers.push(await opts.createRouter(model, { metrics, logger: logger.child({ model: model.name }), tokenizeChat }));
     }

@@ -34,7 +34,8 @@ import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
-import { modelsStatus, redactedConfig, type FleetStatus } from './admin-status.js';
+import type { FleetStatus } from '../fleet/index.js';
+import { modelsStatus, redactedConfig } from './admin-status.js';
 import { discardBody, DISCARD_MS, readBodyBytes } from './body.js';
 import { ClientAddresses, type FallbackReason } from './client-address.js';
 import { serveCompletion, type CompletionEnv } from './completion.js';
@@ -43,7 +44,7 @@ import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js
 import { modelEntries, type ModelTarget } from './model-lookup.js';
 import { ApiKeys, asKvgateError, pickRequestId, sendBytes, sendError, sendJson } from './http-io.js';
 import { PublicErrors } from './public-error.js';
-import { ConcurrencySlots } from './slots.js';
+import { ConcurrencySlots } from './concurrency.js';
 import { RequestMetrics } from './request-metrics.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
 import { CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';

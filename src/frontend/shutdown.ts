@@ -19,7 +19,7 @@ import { Server as NetServer } from 'node:net';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors/index.js';
 import type { ClientConnections } from './connections.js';
-import type { ConcurrencySlots } from './slots.js';
+import type { ConcurrencySlots } from './concurrency.js';
 
 /** How long no connection may arrive before the listeners close. */
 const LISTEN_QUIET_MS = 250;

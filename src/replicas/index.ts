@@ -4,6 +4,8 @@
  * `kvgate serve --processes N` cluster), so every replica's cost model sees the
  * load all of them put on each worker.
  */
-export { ReplicaSync, channelKey } from './replica-sync.js';
+export { ReplicaSync } from './replica-sync.js';
+export { channelKey } from './protocol.js';
+export { warmStartModel } from './warm-start.js';
 export { NatsTransport } from './transport.js';
 export { IpcTransport, relaySyncMessages } from './ipc-transport.js';

@@ -281,3 +281,8 @@ export function decodeSnapshotRequest(bytes: Uint8Array): { readonly channel: st
   const m = obj(bytes);
   return { channel: str(m.c, 'c'), withIndex: m.x === true };
 }
+
+/** A channel key is `model/role`; the model may itself hold slashes. */
+export function channelKey(model: string, role: string): string {
+  return `${model}/${role}`;
+}

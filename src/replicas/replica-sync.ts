@@ -416,8 +416,3 @@ export class ReplicaSync {
     await this.#t.close();
   }
 }
-
-/** A channel key is `model/role`; the model may itself hold slashes. */
-export function channelKey(model: string, role: string): string {
-  return `${model}/${role}`;
-}

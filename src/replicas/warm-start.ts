@@ -13,9 +13,11 @@
  * buffers gave it; were it to answer, a newcomer would start as blind as it.
  */
 import type { Logger } from 'pino';
-import type { Clock } from '../common/index.js';
+import type { Clock, KvSlotSnapshot } from '../common/index.js';
 import type { ReplicaMetrics } from '../metrics/index.js';
 import type { Snapshot } from './protocol.js';
+import { channelKey } from './protocol.js';
+import type { ReplicaSync } from './replica-sync.js';
 import { transferOutcome } from './transfer.js';
 import { NoResponders } from './transport.js';
 
@@ -87,4 +89,13 @@ export async function warmStart(d: WarmStartDeps): Promise<WarmStartOutcome> {
     }
   }
   return { snapshots: out, complete };
+}
+
+/**
+ * A new replica's warm start of one model, before its router subscribes to the engines: each of its KV pools'
+ * prefix index (by role) from a live peer, keyed by channel; bookings and sessions reach the channels as they
+ * attach. Pools no peer answered for start cold (absent from the map).
+ */
+export function warmStartModel(sync: ReplicaSync, model: string, roles: readonly string[], timeoutMs: number): Promise<Map<string, KvSlotSnapshot[]>> {
+  return sync.warmStart(roles.map((r) => channelKey(model, r)), timeoutMs);
 }

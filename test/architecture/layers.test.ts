@@ -25,12 +25,15 @@ const ALLOWED: Record<string, readonly string[]> = {
   mocker: ['errors', 'common', 'wasm', 'core', 'tokenizer'],
   config: ['errors', 'common', 'core', 'discovery', 'tokenizer'],
   routing: ['errors', 'common', 'wasm', 'core', 'engines', 'events', 'discovery', 'metrics'],
-  frontend: ['errors', 'common', 'wasm', 'core', 'tokenizer', 'config', 'metrics', 'routing'],
+  // the fleet of one gateway: membership, discovery sources, engine checks, health, replica sync, a router per model.
+  fleet: ['errors', 'common', 'config', 'discovery', 'engines', 'metrics', 'replicas', 'routing'],
+  // the frontend shows the fleet's status and hands it each model's services (types only).
+  frontend: ['errors', 'common', 'wasm', 'core', 'tokenizer', 'config', 'metrics', 'routing', 'fleet'],
   // replay drives the mocker cores and the routers offline; the online runner composes the gateway and lives in cli.
   replay: ['errors', 'common', 'core', 'events', 'mocker', 'routing'],
   // replica sync: other replicas' bookings and sessions into core's peer view, over NATS or the cluster IPC channel.
   replicas: ['errors', 'common', 'core', 'metrics'],
-  cli: ['errors', 'common', 'config', 'discovery', 'engines', 'frontend', 'mocker', 'replay', 'replicas', 'routing'],
+  cli: ['errors', 'common', 'config', 'fleet', 'frontend', 'mocker', 'replay', 'replicas'],
 };
 
 function files(dir: string): string[] {

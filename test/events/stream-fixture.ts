@@ -2,7 +2,7 @@
 import { blockHashes } from '../../src/wasm/index.js';
 import { ManualClock, type Logger } from '../../src/common/index.js';
 import {
-  EventLiveness, KvEventApplier, KvEventCounters, KvEventStream, ingestContext, type ReplayReply, type ReplaySource,
+  EventLiveness, KvEventApplier, KvEventCounters, KvEventStream, ingestContext, type GapReplayReply, type GapReplaySource,
 } from '../../src/events/index.js';
 import type { KvEventStreamOptions } from '../../src/events/options.js';
 import { combineHooks } from '../../src/events/stats.js';
@@ -12,12 +12,12 @@ import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
 export const BS = 4;
 
 /** An in-memory publisher: a replay buffer, and replies (computed when asked, like the real one) that the test releases by hand. */
-export class FakeEngine implements ReplaySource {
+export class FakeEngine implements GapReplaySource {
   readonly buffer: { seq: bigint; payload: Uint8Array }[] = [];
   readonly requests: bigint[] = [];
   /** The abort signal of each request, in order. */
   readonly signals: (AbortSignal | undefined)[] = [];
-  readonly #waiting: { batches: { seq: bigint; payload: Uint8Array }[]; resolve: (r: ReplayReply) => void; reject: (e: Error) => void }[] = [];
+  readonly #waiting: { batches: { seq: bigint; payload: Uint8Array }[]; resolve: (r: GapReplayReply) => void; reject: (e: Error) => void }[] = [];
   seq = 0n;
   auto = true;
 
@@ -27,7 +27,7 @@ export class FakeEngine implements ReplaySource {
     return b;
   }
 
-  replay(fromSeq: bigint, signal?: AbortSignal): Promise<ReplayReply> {
+  replay(fromSeq: bigint, signal?: AbortSignal): Promise<GapReplayReply> {
     this.requests.push(fromSeq);
     this.signals.push(signal);
     const batches = this.buffer.filter((b) => b.seq >= fromSeq);

@@ -31,7 +31,7 @@ import { isKvgateError } from '../errors/index.js';
 import { applyWorkerSet } from './discovered-set.js';
 import { ETCD_CALL_TIMEOUT_MS, etcdClient } from './etcd-client.js';
 import type { FleetMembers } from './membership.js';
-import type { DiscoveryMetrics } from './workers-file.js';
+import type { DiscoveryMetrics, WorkerSource } from './source.js';
 
 /** Wait before listing again after a failure: from the minimum, doubling (with jitter) up to the maximum. */
 const RETRY_MIN_MS = 500;
@@ -39,19 +39,11 @@ const RETRY_MAX_MS = 5_000;
 
 type Outcome = 'applied' | 'unchanged' | 'rejected';
 
-/** Where the watch's state is counted: the gateway's metrics fit this shape. */
-export interface EtcdSourceMetrics extends DiscoveryMetrics {
-  readonly discoveryWatch: {
-    readonly transitions: { labels(l: { model: string; source: 'etcd'; transition: 'lost' | 'resumed' }): { inc(): void } };
-    readonly retries: { labels(l: { model: string; source: 'etcd' }): { inc(): void } };
-    readonly up: { labels(l: { model: string; source: 'etcd' }): { set(v: number): void } };
-  };
-}
-
 /** `starting`: never watched yet; `watching`: the watch is live; `lost`: it was, and is being re-established. */
 type WatchState = 'starting' | 'watching' | 'lost';
 
-export class EtcdWorkersSource {
+export class EtcdWorkersSource implements WorkerSource {
+  readonly kind = 'etcd' as const;
   readonly #model: ModelConfig;
   readonly #etcd: EtcdDiscovery;
   readonly #prefix: string;
@@ -69,7 +61,7 @@ export class EtcdWorkersSource {
   #attempt = 0;
   /** When the live watch was lost (Date.now()), for the line that says it is back. */
   #lostAt = 0;
-  #sink: { logger: Logger; metrics: EtcdSourceMetrics } | undefined;
+  #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
   #closed = false;
 
   /** `rng` draws the retries' jitter. */
@@ -84,7 +76,7 @@ export class EtcdWorkersSource {
   }
 
   /** Lists and watches the model's prefix from now on; outcomes go to `logger` and `metrics`. */
-  start(logger: Logger, metrics: EtcdSourceMetrics): void {
+  start(logger: Logger, metrics: DiscoveryMetrics): void {
     if (this.#closed || this.#sink !== undefined) return;
     this.#sink = { logger, metrics };
     this.#up(false);

@@ -25,7 +25,7 @@ import type { WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { applyWorkerSet } from './discovered-set.js';
 import type { FleetMembers } from './membership.js';
-import type { DiscoveryMetrics } from './workers-file.js';
+import type { DiscoveryMetrics, WorkerSource } from './source.js';
 
 const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 10_000;
@@ -43,7 +43,8 @@ interface WatchEvent {
 /** The watch ended because its resourceVersion is gone: list again. */
 class Gone extends Error {}
 
-export class KubernetesWorkersSource {
+export class KubernetesWorkersSource implements WorkerSource {
+  readonly kind = 'kubernetes' as const;
   readonly #model: ModelConfig;
   readonly #k8s: KubernetesDiscovery;
   readonly #members: FleetMembers;

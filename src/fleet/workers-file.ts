@@ -17,16 +17,13 @@ import { loadWorkersFile, workerDiff, type ConfigProblem, type ModelConfig, type
 import type { WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
 import type { FleetMembers } from './membership.js';
-
-/** Where updates are counted: the gateway's metrics fit this shape. */
-export interface DiscoveryMetrics {
-  readonly discoveryUpdates: { labels(l: { model: string; source: 'file' | 'etcd' | 'kubernetes'; outcome: 'applied' | 'unchanged' | 'rejected' }): { inc(): void } };
-}
+import type { DiscoveryMetrics, WorkerSource } from './source.js';
 
 /** Quiet time after the last change before the file is re-read (an editor's save is several events). */
 const DEBOUNCE_MS = 150;
 
-export class WorkersFileSource {
+export class WorkersFileSource implements WorkerSource {
+  readonly kind = 'file' as const;
   readonly #model: ModelConfig;
   readonly #file: string;
   readonly #members: FleetMembers;

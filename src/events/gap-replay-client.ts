@@ -15,10 +15,10 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Dealer } from 'zeromq';
 import { KvgateError } from '../errors/index.js';
 import { REPLAY_END_SEQ, encodeSeq, parseEventFrames, type SequencedPayload } from './decode.js';
-import type { ReplayReply, ReplaySource } from './replay.js';
+import type { GapReplayReply, GapReplaySource } from './gap-replay.js';
 import type { KvEventDecodeError } from './types.js';
 
-export interface ZmqReplayClientOptions {
+export interface ZmqGapReplayClientOptions {
   /** Longest wait for the next reply message (and for sending the request), ms. Default 2000. */
   timeoutMs?: number;
   /** Replies beyond this many batches fail the request (a publisher that never ends). Default 1,000,000. */
@@ -32,7 +32,7 @@ function isAborted(signal: AbortSignal | undefined): boolean {
   return signal?.aborted === true;
 }
 
-export class ZmqReplayClient implements ReplaySource {
+export class ZmqGapReplayClient implements GapReplaySource {
   readonly endpoint: string;
   readonly #timeoutMs: number;
   readonly #maxBatches: number;
@@ -40,7 +40,7 @@ export class ZmqReplayClient implements ReplaySource {
   #queue: Promise<unknown> = Promise.resolve();
   #closed = false;
 
-  constructor(endpoint: string, opts: ZmqReplayClientOptions = {}) {
+  constructor(endpoint: string, opts: ZmqGapReplayClientOptions = {}) {
     this.endpoint = endpoint;
     this.#timeoutMs = opts.timeoutMs ?? 2000;
     this.#maxBatches = opts.maxBatches ?? 1_000_000;
@@ -50,13 +50,13 @@ export class ZmqReplayClient implements ReplaySource {
    * Every buffered batch with seq >= `fromSeq`, in publisher order.
    * @throws KvgateError KVG_ERR_KV_EVENT_REPLAY on timeout, socket error, abort or close.
    */
-  replay(fromSeq: bigint, signal?: AbortSignal): Promise<ReplayReply> {
+  replay(fromSeq: bigint, signal?: AbortSignal): Promise<GapReplayReply> {
     const run = this.#queue.then(() => this.#request(fromSeq, signal));
     this.#queue = run.catch(() => undefined);
     return run;
   }
 
-  async #request(fromSeq: bigint, signal: AbortSignal | undefined): Promise<ReplayReply> {
+  async #request(fromSeq: bigint, signal: AbortSignal | undefined): Promise<GapReplayReply> {
     if (this.#closed) throw this.#error(fromSeq, 'client closed');
     if (signal?.aborted === true) throw this.#error(fromSeq, 'superseded');
     const dealer = (this.#dealer ??= this.#open());

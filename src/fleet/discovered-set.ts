@@ -7,10 +7,11 @@
  */
 import { isKvgateError, type KvgateError } from '../errors/index.js';
 import { workerDiff, type WorkerConfig } from '../config/index.js';
-import type { FleetMembers, WorkerSource } from './membership.js';
+import type { FleetMembers } from './membership.js';
+import type { WorkerSourceKind } from './source.js';
 
 /** The set now applied, and who joined and left; undefined when nothing changed. */
-export function applyWorkerSet(members: FleetMembers, source: WorkerSource, current: ReadonlyMap<number, WorkerConfig>,
+export function applyWorkerSet(members: FleetMembers, source: WorkerSourceKind, current: ReadonlyMap<number, WorkerConfig>,
   next: Map<number, WorkerConfig>, refused: (w: WorkerConfig, err: KvgateError) => void): { joined: WorkerConfig[]; left: WorkerConfig[] } | undefined {
   const { removed, added } = workerDiff([...current.values()], [...next.values()]);
   if (removed.length === 0 && added.length === 0) return undefined;

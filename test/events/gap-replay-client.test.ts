@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Router } from 'zeromq';
-import { ZmqReplayClient, encodeSeq, REPLAY_END_SEQ } from '../../src/events/index.js';
+import { ZmqGapReplayClient, encodeSeq, REPLAY_END_SEQ } from '../../src/events/index.js';
 
 const EMPTY = Buffer.alloc(0);
 const cleanups: (() => void)[] = [];
@@ -28,7 +28,7 @@ async function scriptedRouter(reply: (from: bigint) => Buffer[][]): Promise<{ en
   return { endpoint: router.lastEndpoint!, requests };
 }
 
-describe('ZmqReplayClient', () => {
+describe('ZmqGapReplayClient', () => {
   it('collects replies up to the end marker and reports malformed ones', async () => {
     const { endpoint, requests } = await scriptedRouter((from) => [
       [EMPTY, encodeSeq(from), Buffer.from([0x90])],
@@ -37,7 +37,7 @@ describe('ZmqReplayClient', () => {
       [EMPTY, encodeSeq(from + 1n), Buffer.from([0x91, 0x01])],
       [EMPTY, encodeSeq(REPLAY_END_SEQ), EMPTY],
     ]);
-    const client = new ZmqReplayClient(endpoint, { timeoutMs: 2000 });
+    const client = new ZmqGapReplayClient(endpoint, { timeoutMs: 2000 });
     cleanups.push(() => client.close());
     const r = await client.replay(41n);
     expect(requests).toEqual([41n]);
@@ -53,7 +53,7 @@ describe('ZmqReplayClient', () => {
   it('times out with KVG_ERR_KV_EVENT_REPLAY, then works again on a fresh socket', async () => {
     let answer = false;
     const { endpoint } = await scriptedRouter((from) => (answer ? [[EMPTY, encodeSeq(from), Buffer.from([0x90])], [EMPTY, encodeSeq(REPLAY_END_SEQ), EMPTY]] : []));
-    const client = new ZmqReplayClient(endpoint, { timeoutMs: 100 });
+    const client = new ZmqGapReplayClient(endpoint, { timeoutMs: 100 });
     cleanups.push(() => client.close());
     await expect(client.replay(3n)).rejects.toMatchObject({ code: 'KVG_ERR_KV_EVENT_REPLAY', retryable: true });
     answer = true;
@@ -62,7 +62,7 @@ describe('ZmqReplayClient', () => {
 
   it('close() rejects a request in flight', async () => {
     const { endpoint } = await scriptedRouter(() => []);
-    const client = new ZmqReplayClient(endpoint, { timeoutMs: 5000 });
+    const client = new ZmqGapReplayClient(endpoint, { timeoutMs: 5000 });
     const pending = client.replay(0n);
     await new Promise((r) => setImmediate(r));
     client.close();

@@ -10,7 +10,7 @@
  */
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { FleetMembers } from '../../src/cli/membership.js';
+import { FleetMembers } from '../../src/fleet/membership.js';
 import { HealthProber } from '../../src/discovery/index.js';
 import { drain, prepare, startFleet, type Fleet } from '../helpers/fleet.js';
 import { until } from '../helpers/until.js';

@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { isKvgateError } from '../../src/errors/index.js';
-import { ConcurrencySlots } from '../../src/frontend/slots.js';
+import { ConcurrencySlots } from '../../src/frontend/concurrency.js';
 import { until } from '../helpers/until.js';
 
 afterEach(() => {

@@ -18,9 +18,8 @@ import type { Logger } from 'pino';
 import type { GatewayConfig } from '../config/index.js';
 import type { HealthProber, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
+import type { WorkerSourceKind } from './source.js';
 
-/** Where a worker came from: the config file (at start or on reload), a model's workers file, etcd, or Kubernetes. */
-export type WorkerSource = 'static' | 'file' | 'etcd' | 'kubernetes';
 
 /**
  * A worker's standing as `/admin/models` shows it: `joining` (registered, not yet passed its first
@@ -32,7 +31,7 @@ export type WorkerState = 'joining' | 'ready' | 'draining' | 'mismatched' | 'dow
 
 /** Where joins and leaves are counted: the gateway's metrics fit this shape. */
 interface MembershipMetrics {
-  readonly workerMembership: { labels(l: { model: string; source: WorkerSource; change: 'joined' | 'left' }): { inc(): void } };
+  readonly workerMembership: { labels(l: { model: string; source: WorkerSourceKind; change: 'joined' | 'left' }): { inc(): void } };
 }
 
 /** Where a model's membership changes are logged and counted. */
@@ -46,13 +45,13 @@ export class FleetMembers {
   readonly #engine: EngineClient;
   readonly #prober: HealthProber;
   readonly #sinks = new Map<string, ModelSink>();
-  readonly #sources = new Map<number, WorkerSource>();
+  readonly #sources = new Map<number, WorkerSourceKind>();
   /** Workers of a discovery source (not `static`), by id: the served config lists them beside the file's. */
   readonly #discovered = new Map<number, WorkerInfo>();
   /** Workers that joined and have not yet been routable. */
   readonly #joining = new Set<number>();
   /** Workers that left while their engine pool finishes the requests it serves. */
-  readonly #draining = new Map<number, { readonly worker: WorkerInfo; readonly source: WorkerSource }>();
+  readonly #draining = new Map<number, { readonly worker: WorkerInfo; readonly source: WorkerSourceKind }>();
   readonly #listeners: (() => void)[] = [];
   readonly #joinListeners: ((w: WorkerInfo) => void)[] = [];
   /** Workers kept out of KV-aware routing by a check on join (block size, tokenizer), with the reason. */
@@ -86,7 +85,7 @@ export class FleetMembers {
   }
 
   /** The workers of `model` that left and are finishing their in-flight requests. */
-  draining(model: string): { worker: WorkerInfo; source: WorkerSource }[] {
+  draining(model: string): { worker: WorkerInfo; source: WorkerSourceKind }[] {
     return [...this.#draining.values()].filter((d) => d.worker.model === model);
   }
 
@@ -103,7 +102,7 @@ export class FleetMembers {
   }
 
   /** Where a registered (or draining) worker came from. */
-  sourceOf(id: number): WorkerSource | undefined {
+  sourceOf(id: number): WorkerSourceKind | undefined {
     return this.#sources.get(id) ?? this.#draining.get(id)?.source;
   }
 
@@ -127,7 +126,7 @@ export class FleetMembers {
   }
 
   /** A worker registered at start (from the config file, or a workers file). */
-  started(w: WorkerInfo, source: WorkerSource = 'static'): void {
+  started(w: WorkerInfo, source: WorkerSourceKind = 'static'): void {
     this.#sources.set(w.id, source);
     if (source !== 'static') this.#discovered.set(w.id, w);
   }
@@ -136,7 +135,7 @@ export class FleetMembers {
    * A worker joins: routed to once its engine answers its health probe and serves the model.
    * @throws KvgateError KVG_ERR_INVALID_CONFIG for an invalid worker or an id in use (nothing changed).
    */
-  join(w: WorkerInfo, source: WorkerSource): void {
+  join(w: WorkerInfo, source: WorkerSourceKind): void {
     this.#registry.add(w, false);
     this.#engine.addWorker(w.url);
     this.#sources.set(w.id, source);
@@ -178,7 +177,7 @@ export class FleetMembers {
     for (const l of this.#listeners) l();
   }
 
-  #note(w: WorkerInfo, source: WorkerSource, change: 'joined' | 'left', msg: string): void {
+  #note(w: WorkerInfo, source: WorkerSourceKind, change: 'joined' | 'left', msg: string): void {
     const sink = this.#sinks.get(w.model);
     sink?.metrics.workerMembership.labels({ model: w.model, source, change }).inc();
     sink?.logger.info({ workerId: w.id, url: w.url, role: w.role, source, change }, msg);

@@ -12,7 +12,7 @@ import type { KvEventHooks } from './stats.js';
 import type { KvEventDecodeError } from './types.js';
 
 /** The result of asking a publisher's replay endpoint for batches. */
-export interface ReplayReply {
+export interface GapReplayReply {
   /** Batches with seq >= the requested start, in publisher order. */
   readonly batches: readonly SequencedPayload[];
   /** Malformed reply messages (skipped). */
@@ -20,8 +20,8 @@ export interface ReplayReply {
 }
 
 /** A publisher's replay endpoint. Must settle (resolve or reject) in bounded time, and soon after `signal` aborts. */
-export interface ReplaySource {
-  replay(fromSeq: bigint, signal?: AbortSignal): Promise<ReplayReply>;
+export interface GapReplaySource {
+  replay(fromSeq: bigint, signal?: AbortSignal): Promise<GapReplayReply>;
 }
 
 /**
@@ -47,7 +47,7 @@ export interface KvReplayRequest {
 /** A settled reply, applied a batch per step. */
 export interface ReplyInProgress {
   readonly req: KvReplayRequest;
-  readonly reply: ReplayReply | undefined;
+  readonly reply: GapReplayReply | undefined;
   readonly err: unknown;
   next: number;
   applied: number;
@@ -95,7 +95,7 @@ export function stepAnswer(rp: ReplyInProgress, slot: AnswerSlot): 'more' | 'end
  * request and outcome counted (the slot's hooks) and logged (the stream's log).
  */
 export class ReplayRequests {
-  readonly #source: ReplaySource;
+  readonly #source: GapReplaySource;
   readonly #slot: WorkerRank;
   readonly #hooks: KvEventHooks;
   readonly #log: ThrottledLog;
@@ -106,7 +106,7 @@ export class ReplayRequests {
   #epoch = 0;
 
   /** @param onSettled called when a request settles (the stream wakes to apply or drop the answer). */
-  constructor(source: ReplaySource, slot: WorkerRank, hooks: KvEventHooks, log: ThrottledLog, onSettled: () => void) {
+  constructor(source: GapReplaySource, slot: WorkerRank, hooks: KvEventHooks, log: ThrottledLog, onSettled: () => void) {
     this.#source = source;
     this.#slot = slot;
     this.#hooks = hooks;
@@ -186,7 +186,7 @@ export class ReplayRequests {
     this.#reply = undefined;
   }
 
-  #settled(req: KvReplayRequest, reply: ReplayReply | undefined, err: unknown): void {
+  #settled(req: KvReplayRequest, reply: GapReplayReply | undefined, err: unknown): void {
     if (this.#inflight === req) this.#inflight = undefined;
     if (req.epoch === this.#epoch) this.#reply = { req, reply, err, next: 0, applied: 0, complete: true };
     this.#onSettled();

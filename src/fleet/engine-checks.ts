@@ -21,9 +21,9 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ModelConfig } from '../config/index.js';
 import { readEngineCacheConfig, type HealthProber, type WorkerInfo, type WorkerRegistry } from '../discovery/index.js';
-import type { RouterPortDeps } from '../frontend/index.js';
 import { probeTokenizer, type TokenizerProbeResult } from '../routing/index.js';
 import type { FleetMembers } from './membership.js';
+import type { ModelServices } from './services.js';
 
 /** How long the tokenizer probe waits for each step: the KV-event handshake, the canary's answer, its events. */
 const PROBE_TIMEOUT_MS = 10_000;
@@ -34,8 +34,8 @@ type Check = 'block_size' | 'tokenizer';
 interface ModelSink {
   readonly model: ModelConfig;
   readonly logger: Logger;
-  readonly metrics: RouterPortDeps['metrics'];
-  readonly tokenizeChat: RouterPortDeps['tokenizeChat'];
+  readonly metrics: ModelServices['metrics'];
+  readonly tokenizeChat: ModelServices['tokenizeChat'];
 }
 
 /** What a worker's checks found, for the registration they were made on. */
@@ -76,7 +76,7 @@ export class EngineChecks {
    * are checked now: resolves when their /metrics were read (the router is built after, so their capacity
    * and block size count from the start), and the tokenizer probe starts for the routable ones.
    */
-  async watch(model: ModelConfig, deps: RouterPortDeps): Promise<void> {
+  async watch(model: ModelConfig, deps: ModelServices): Promise<void> {
     this.#sinks.set(model.name, { model, logger: deps.logger, metrics: deps.metrics, tokenizeChat: deps.tokenizeChat });
     await Promise.all(this.#registry.all().filter((w) => w.model === model.name).map((w) => this.inspect(w)));
     for (const w of this.#registry.available(model.name)) this.#routable(w.id);

@@ -1,0 +1,41 @@
+/**
+ * What every discovery source of workers is: a model's workers file, its etcd
+ * prefix or its Kubernetes Service. Each brings workers of one model into the
+ * fleet at runtime, and takes them out, through `FleetMembers` (membership.ts),
+ * the one path for joins and leaves.
+ */
+import type { Logger } from 'pino';
+
+/** Where a worker came from: the config file (at start or on reload), a model's workers file, etcd, or Kubernetes. */
+export type WorkerSourceKind = 'static' | 'file' | 'etcd' | 'kubernetes';
+
+/** The kinds a discovery source can be (the config file is not one: a reload applies it). */
+export type DiscoveryKind = Exclude<WorkerSourceKind, 'static'>;
+
+/** Where discovery is counted: the gateway's metrics fit this shape. */
+export interface DiscoveryMetrics {
+  /** Worker sets a source reported, by outcome. */
+  readonly discoveryUpdates: {
+    labels(l: { model: string; source: DiscoveryKind; outcome: 'applied' | 'unchanged' | 'rejected' }): { inc(): void };
+  };
+  /** The state of a source's watch on a remote store (etcd). */
+  readonly discoveryWatch: {
+    readonly transitions: { labels(l: { model: string; source: 'etcd'; transition: 'lost' | 'resumed' }): { inc(): void } };
+    readonly retries: { labels(l: { model: string; source: 'etcd' }): { inc(): void } };
+    readonly up: { labels(l: { model: string; source: 'etcd' }): { set(v: number): void } };
+  };
+}
+
+/**
+ * A discovery source of one model's workers.
+ *
+ * Contract: `start` begins watching (once; later calls do nothing) and reports to `logger` and `metrics`
+ * from then on; every worker set it sees is applied whole (joins and leaves through `FleetMembers` with its
+ * `kind`) or refused whole with every problem logged (the workers it brought before stay). `close` stops
+ * watching; the workers it brought stay in the fleet (the gateway is shutting down). Neither throws.
+ */
+export interface WorkerSource {
+  readonly kind: DiscoveryKind;
+  start(logger: Logger, metrics: DiscoveryMetrics): void;
+  close(): void | Promise<void>;
+}
