@@ -73,7 +73,7 @@ export class KvEventStream implements Drainable {
     this.#liveness = ctx.liveness;
     this.#scheduler = ctx.scheduler;
     this.#clock = ctx.clock;
-    this.#log = new ThrottledLog(ctx.log, ctx.clock, this.#opts.logIntervalMs, { workerId: slot.workerId, dpRank: slot.dpRank });
+    this.#log = new ThrottledLog(ctx.logger, ctx.clock, this.#opts.logIntervalMs, { workerId: slot.workerId, dpRank: slot.dpRank });
     const wake = (): void => this.#scheduler.wake(this);
     this.#replays = replay === undefined ? undefined : new ReplayRequests(replay, slot, ctx.hooks, this.#log, wake);
     this.#judge = new SequenceJudge(this.#opts);

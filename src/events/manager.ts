@@ -32,7 +32,7 @@ const CONSISTENCY_CHECK_MS = 1000;
  * and logger (common's `Context`, or the parts of it given), extra observers,
  * and tuning for every subscriber.
  */
-export interface KvEventManagerInit extends KvEventManagerOptions, Partial<Pick<Context, 'clock' | 'log'>> {
+export interface KvEventManagerInit extends KvEventManagerOptions, Partial<Pick<Context, 'clock' | 'logger'>> {
   /** The applier (and through it the indexes) to keep true. */
   applier: KvEventApplier;
   /** Extra observers (metrics); the manager's own counters always run. */
@@ -63,7 +63,7 @@ export class KvEventManager {
   constructor(init: KvEventManagerInit) {
     this.#opts = fillOptions(kDefaultManagerOptions, init);
     this.applier = init.applier;
-    const base = ingestContext({ applier: init.applier, clock: init.clock, log: init.log });
+    const base = ingestContext({ applier: init.applier, clock: init.clock, logger: init.logger });
     this.liveness = new EventLiveness({ clock: base.clock, staleAfterMs: this.#opts.staleAfterMs });
     const scheduler = new TurnScheduler({ clock: base.clock, maxEventsPerTurn: this.#opts.maxEventsPerTurn, maxTurnMs: this.#opts.maxTurnMs });
     this.#ctx = { ...base, hooks: combineHooks(this.counters, init.hooks), liveness: this.liveness, scheduler };
@@ -113,7 +113,7 @@ export class KvEventManager {
     const { workerId, dpRank, endpoint } = sub.source;
     const at = { workerId, dpRank, endpoint, snapshotEndpoint: seed.endpoint };
     if (seed.endpoint !== endpoint) {
-      this.#ctx.log.warn(at, 'replica snapshot of this slot came from another KV-event endpoint: ignored, the slot starts from the engine alone');
+      this.#ctx.logger.warn(at, 'replica snapshot of this slot came from another KV-event endpoint: ignored, the slot starts from the engine alone');
       return;
     }
     const tiers = seed.tiers.filter((t) => (STORAGE_TIERS as readonly string[]).includes(t.tier));
@@ -123,7 +123,7 @@ export class KvEventManager {
     sub.stream.seed(seed.cursor);
     // The peer's events for the slot were live when it took the snapshot: score the blocks, not approximately.
     this.liveness.noteEvent(workerId, dpRank);
-    this.#ctx.log.info({ ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
+    this.#ctx.logger.info({ ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
       `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; replaying what the engine published since`);
   }
 

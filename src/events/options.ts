@@ -17,7 +17,7 @@ import { InlineScheduler, type ApplyScheduler } from './turn-scheduler.js';
 export interface IngestContext {
   readonly clock: Clock;
   /** Where warnings go (gaps, restarts, replay failures, decode errors), each naming the worker. */
-  readonly log: Logger;
+  readonly logger: Logger;
   /** The applier (and through it the indexes) to keep true. */
   readonly applier: KvEventApplier;
   /** Observers (counters, metrics); called synchronously, must not throw. */
@@ -36,7 +36,7 @@ export function ingestContext(parts: { applier: KvEventApplier } & Partial<Omit<
   return {
     applier: parts.applier,
     clock: parts.clock ?? systemClock,
-    log: parts.log ?? silentLogger,
+    logger: parts.logger ?? silentLogger,
     hooks: parts.hooks ?? {},
     liveness: parts.liveness,
     scheduler: parts.scheduler ?? new InlineScheduler(),

@@ -44,7 +44,7 @@ export class KvEventSubscriber {
   readonly stream: KvEventStream;
   readonly #sub: Subscriber;
   readonly #replay: ZmqGapReplayClient | undefined;
-  readonly #log: Logger;
+  readonly #logger: Logger;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -59,7 +59,7 @@ export class KvEventSubscriber {
     }
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
-    this.#log = ctx.log;
+    this.#logger = ctx.logger;
     this.#replay = source.replayEndpoint ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs }) : undefined;
     this.stream = new KvEventStream({ workerId, dpRank }, ctx, this.#replay, opts);
     this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark });
@@ -92,7 +92,7 @@ export class KvEventSubscriber {
           this.stream.onFrames(frames);
         } catch (err) {
           // A bug on the apply path must not stop the subscription of this worker.
-          this.#log.warn({ workerId, dpRank, err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
+          this.#logger.warn({ workerId, dpRank, err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
         }
         if (++received >= RECEIVE_PER_TURN) {
           received = 0;
@@ -100,7 +100,7 @@ export class KvEventSubscriber {
         }
       }
     } catch (err) {
-      if (!this.#sub.closed) this.#log.warn({ workerId, dpRank, endpoint, err: err instanceof Error ? err.message : String(err) }, 'KV event subscription ended');
+      if (!this.#sub.closed) this.#logger.warn({ workerId, dpRank, endpoint, err: err instanceof Error ? err.message : String(err) }, 'KV event subscription ended');
     }
   }
 

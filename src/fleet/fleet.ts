@@ -72,7 +72,7 @@ function modelRouter(model: ModelConfig, p: RouterParts): ModelRouter {
     kvEvents: config.kvEvents,
     attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
     kvSeeds: seeds === undefined ? undefined : (role) => seeds.get(channelKey(model.name, role)),
-  }, makeRouterContext({ metrics: p.services.metrics, log: p.services.logger, rng: seededRng(Date.now() >>> 0) }));
+  }, makeRouterContext({ metrics: p.services.metrics, logger: p.services.logger, rng: seededRng(Date.now() >>> 0) }));
 }
 
 /**

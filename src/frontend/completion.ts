@@ -27,8 +27,8 @@ function answerHeaders(env: CompletionEnv, worker: WorkerRank, prefill: WorkerRa
 }
 
 function noteWorkers(ctx: RequestContext, worker: WorkerRank, prefill: WorkerRank | undefined): void {
-  ctx.log.worker = worker.workerId;
-  if (prefill !== undefined) ctx.log.prefillWorker = prefill.workerId;
+  ctx.logFields.worker = worker.workerId;
+  if (prefill !== undefined) ctx.logFields.prefillWorker = prefill.workerId;
 }
 
 /**

@@ -49,8 +49,8 @@ function preprocessSpan<T>(model: string | undefined, run: () => Promise<T>): Pr
 /** The request as routing takes it, from what either path produced. */
 function prepared(ctx: RequestContext, kind: EndpointKind | 'route', endpoint: EndpointKind, target: ModelTarget, pre: PreprocessResult,
   rest: Pick<PreparedRequest, 'body' | 'stream' | 'hints' | 'queryOnly'>): Prepared {
-  ctx.log.promptTokens = pre.tokenIds.length;
-  if (pre.stats.cachedTokens > 0) ctx.log.segmentCachedTokens = pre.stats.cachedTokens;
+  ctx.logFields.promptTokens = pre.tokenIds.length;
+  if (pre.stats.cachedTokens > 0) ctx.logFields.segmentCachedTokens = pre.stats.cachedTokens;
   return {
     target,
     prepared: {
@@ -77,7 +77,7 @@ async function prepareHere(env: PrepareEnv, ctx: RequestContext, bytes: Uint8Arr
   const text = bodyText(bytes);
   const parsed = parseRequestBody(text, kind, env);
   const { body } = parsed;
-  ctx.log.model = body.model as string;
+  ctx.logFields.model = body.model as string;
   const routed = routeRequestBody(parsed, env.served, ctx.req.headers);
   const unavailable = routed.target.port.unavailable();
   if (unavailable !== undefined) throw unavailable;
@@ -100,7 +100,7 @@ async function prepareOffThread(env: PrepareEnv, ctx: RequestContext, bytes: Uin
     models: modelViews(env.served),
   }));
   ctx.signal.throwIfAborted();
-  ctx.log.model = out.clientModel;
+  ctx.logFields.model = out.clientModel;
   const served = env.served.get(out.model);
   // The snapshot named only served models, and the set of models is fixed for the gateway's life.
   if (served === undefined) throw new Error(`a preprocessing thread resolved the request to model ${out.model}, which is not served`);

@@ -31,7 +31,7 @@ export interface RequestContext {
   /** Fires on client disconnect, timeout or forced shutdown; its reason is a KvgateError. */
   signal: CancelSignal;
   /** Filled in as the request progresses, for the access log line. */
-  log: Record<string, unknown>;
+  logFields: Record<string, unknown>;
 }
 
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
@@ -225,7 +225,7 @@ function cutUnlessFinished(ctx: RequestContext, env: RelayEnv): void {
   const onAbort = (): void => {
     stop();
     if (!pending()) return;
-    ctx.log.code ??= asKvgateError(signal.reason, ctx.requestId).code;
+    ctx.logFields.code ??= asKvgateError(signal.reason, ctx.requestId).code;
     res.destroy();
   };
   const timer = setTimeout(() => {
@@ -251,9 +251,9 @@ export interface RelayEnv {
 
 /** Counts and logs a stream cut because its client read nothing for the stall bound (the response is destroyed). */
 function stalled(ctx: RequestContext, env: RelayEnv): void {
-  ctx.log.code = 'KVG_ERR_CLIENT_STALLED';
+  ctx.logFields.code = 'KVG_ERR_CLIENT_STALLED';
   env.rejections.inc({ code: 'KVG_ERR_CLIENT_STALLED' });
-  env.logger.warn({ reqId: ctx.requestId, model: ctx.log.model, worker: ctx.log.worker, stallMs: env.clientStallMs },
+  env.logger.warn({ reqId: ctx.requestId, model: ctx.logFields.model, worker: ctx.logFields.worker, stallMs: env.clientStallMs },
     'stream cut: its client read none of the buffered answer within limits.client_stall_timeout_ms');
 }
 
@@ -265,7 +265,7 @@ function stalled(ctx: RequestContext, env: RelayEnv): void {
  */
 export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, headers: Record<string, string>, env: RelayEnv): Promise<void> {
   const { res } = ctx;
-  ctx.log.upstreamStatus = routed.status;
+  ctx.logFields.upstreamStatus = routed.status;
   if (routed.body.kind === 'json') {
     const bytes = routed.body.bytes;
     atTurnEnd(() => sendBytes(res, routed.status, bytes, 'application/json', headers), (err) => res.destroy(err as Error));
@@ -300,14 +300,14 @@ export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, he
         break;
       }
     }
-    ctx.log.events = events;
+    ctx.logFields.events = events;
     batch.end();
   } catch (err) {
     const internal = asKvgateError(ctx.signal.aborted ? ctx.signal.reason : err, ctx.requestId);
     // The client gets the code and the worker id; the engine's URL and its own text go to the log.
     const e = env.publicErrors.of(internal, routed.worker.workerId);
-    ctx.log.code = e.code;
-    ctx.log.events = events;
+    ctx.logFields.code = e.code;
+    ctx.logFields.events = events;
     if (e.code === 'KVG_ERR_INTERNAL') env.logger.error({ reqId: ctx.requestId, err }, 'stream failed');
     else if (e !== internal) env.logger.warn({ reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal }, 'engine error mid-stream');
     batch.end(sseErrorFrame(e));

@@ -36,7 +36,7 @@ export interface WarmStartDeps {
   readonly keys: readonly string[];
   readonly timeoutMs: number;
   readonly clock: Clock;
-  readonly log: Logger | undefined;
+  readonly logger: Logger | undefined;
   readonly metrics: ReplicaMetrics | undefined;
   /** Resolves true once the bus is connected, false after `ms` without. */
   connected(ms: number): Promise<boolean>;
@@ -59,7 +59,7 @@ export async function warmStart(d: WarmStartDeps): Promise<WarmStartOutcome> {
   const complete = new Set<string>();
   const cold = (key: string, outcome: 'no_peer' | 'failed' | 'too_large', why: string): void => {
     d.metrics?.snapshots.labels({ direction: 'warm_start', outcome }).inc();
-    d.log?.warn({ channel: key, outcome, err: why }, `warm start of ${key}: ${why}; starting cold (the prefix index fills from the engines' KV events)`);
+    d.logger?.warn({ channel: key, outcome, err: why }, `warm start of ${key}: ${why}; starting cold (the prefix index fills from the engines' KV events)`);
   };
   if (!(await d.connected(d.timeoutMs))) {
     for (const key of d.keys) cold(key, 'no_peer', `replica sync bus not connected within ${d.timeoutMs} ms`);
@@ -75,7 +75,7 @@ export async function warmStart(d: WarmStartDeps): Promise<WarmStartOutcome> {
       d.metrics?.snapshots.labels({ direction: 'warm_start', outcome: 'ok' }).inc();
       d.metrics?.snapshotBlocks.inc(blocks);
       d.metrics?.snapshotSeconds.labels({ direction: 'warm_start' }).observe(seconds);
-      d.log?.info({ channel: key, peer: s.routerId, bookings: s.bookings.length, sessions: s.sessions.length, slots: slots.length, blocks, bytes, seconds },
+      d.logger?.info({ channel: key, peer: s.routerId, bookings: s.bookings.length, sessions: s.sessions.length, slots: slots.length, blocks, bytes, seconds },
         `warm start of ${key}: snapshot of replica ${s.routerId} (${blocks} block(s) over ${slots.length} worker rank(s), ${s.bookings.length} booking(s), ${bytes} bytes)`);
       out.set(key, { snapshot: s });
       complete.add(key);

@@ -34,7 +34,7 @@ export function kvPool(role: WorkerRole, opts: KvPoolOptions, ctx: RouterContext
   if (kvRouter.config.useKvEvents) {
     const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
     events = new KvEventManager({
-      applier, clock: ctx.clock, log: ctx.log, ...opts.kvEvents,
+      applier, clock: ctx.clock, logger: ctx.logger, ...opts.kvEvents,
       ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
       hooks: eventHooks(ctx.metrics, watch, opts.blockSize),
       seeds: opts.kvSeeds?.(role === 'prefill' ? 'prefill' : 'decode'),

@@ -210,10 +210,10 @@ export function sessionLimitReporter(ctx: RouterContext, model: string, workerTy
     ctx.metrics?.sessionLimits.labels({ model, worker_type: workerType, limit }).inc();
     const fields = { workerType, maxSessionTimeoutS: sessions.maxTtlMs / 1000, maxSessions: sessions.maxSessions };
     const msg = limit === 'timeout' ? 'a session asked for a timeout above the maximum: clamped' : 'sticky sessions at capacity: the least recently used was dropped';
-    if (warned.has(limit)) ctx.log.debug(fields, msg);
+    if (warned.has(limit)) ctx.logger.debug(fields, msg);
     else {
       warned.add(limit);
-      ctx.log.warn(fields, `${msg} (further ones are counted in kvgate_router_session_limits_total)`);
+      ctx.logger.warn(fields, `${msg} (further ones are counted in kvgate_router_session_limits_total)`);
     }
   };
 }

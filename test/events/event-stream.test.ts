@@ -197,7 +197,7 @@ describe('KvEventStream', () => {
     }
     const applier = new FlakyApplier({ blockSize: BS });
     const lines: Record<string, unknown>[] = [];
-    const stream = new KvEventStream({ workerId: 7, dpRank: 0 }, ingestContext({ applier, log: captureWarnings(lines) }), engine);
+    const stream = new KvEventStream({ workerId: 7, dpRank: 0 }, ingestContext({ applier, logger: captureWarnings(lines) }), engine);
     const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);
     deliver(engine.batch([stored(1, null, A)]));
     engine.batch([stored(2, 100, B)]);
@@ -217,7 +217,7 @@ describe('KvEventStream', () => {
   it('garbled frames and payloads are counted with the worker, never thrown, never touch other slots', () => {
     const lines: Record<string, unknown>[] = [];
     const log = captureWarnings(lines);
-    const { engine, stream, deliver, depth, counters, applier } = setup({ log });
+    const { engine, stream, deliver, depth, counters, applier } = setup({ logger: log });
     // Another worker's entries in the same index.
     applier.applyBatch(8, 0, { ts: 0, dpRank: 0, errors: [], events: [{ type: 'stored', tier: 'device', parentHash: null, blockHashes: BigUint64Array.of(1n),
       tokenIds: Uint32Array.from(A), blockSize: BS, droppedBlocks: 0, loraName: undefined, loraId: undefined, cacheSalt: undefined, mmHashes: undefined, groupIdx: 0 }] });
@@ -244,7 +244,7 @@ describe('KvEventStream', () => {
   it('throttles repeated log lines per kind and reports how many were suppressed', () => {
     const lines: Record<string, unknown>[] = [];
     const clock = new ManualClock();
-    const { stream } = setup({ log: captureWarnings(lines), clock });
+    const { stream } = setup({ logger: captureWarnings(lines), clock });
     for (let i = 0; i < 10; i++) stream.onFrames([Buffer.from('x')]);
     expect(lines.length).toBe(1);
     clock.advance(10_001);

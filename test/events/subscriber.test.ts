@@ -30,11 +30,11 @@ afterEach(async () => {
   while (cleanups.length > 0) await cleanups.pop()!();
 });
 
-async function fixture(opts: { encoding?: (typeof ENCODINGS)[number]; dpRank?: number; replay?: boolean; replayTimeoutMs?: number; log?: Logger } = {}) {
+async function fixture(opts: { encoding?: (typeof ENCODINGS)[number]; dpRank?: number; replay?: boolean; replayTimeoutMs?: number; logger?: Logger } = {}) {
   const pub = await TestKvPublisher.start({ encoding: opts.encoding, dpRank: opts.dpRank, replay: opts.replay, topic: 'kv-events' });
   const clock = new ManualClock();
   const manager = new KvEventManager({
-    applier: new KvEventApplier({ blockSize: BS }), clock, staleAfterMs: 1000, replayTimeoutMs: opts.replayTimeoutMs ?? 2000, log: opts.log,
+    applier: new KvEventApplier({ blockSize: BS }), clock, staleAfterMs: 1000, replayTimeoutMs: opts.replayTimeoutMs ?? 2000, logger: opts.logger,
   });
   cleanups.push(async () => {
     await manager.close();
@@ -133,7 +133,7 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
 
   it('garbled payloads, unknown tags and wrong frame counts are counted and logged with the worker; nothing else changes', async () => {
     const lines: Record<string, unknown>[] = [];
-    const { pub, manager } = await fixture({ log: captureWarnings(lines) });
+    const { pub, manager } = await fixture({ logger: captureWarnings(lines) });
     const other = await TestKvPublisher.start({ topic: 'kv-events' });
     cleanups.push(() => other.close());
     await manager.add({ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });

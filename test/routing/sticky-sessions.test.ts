@@ -56,7 +56,7 @@ describe('sticky session limits (issue 13 item 4)', () => {
     const router = new ModelRouter({
       model: 'm', mode: 'round-robin', blockSize: 16, registry, engine, tickIntervalMs: 0,
       sessionLimits: { maxTtlMs: 60_000, maxSessions: 10 },
-    }, makeRouterContext({ clock, rng: seededRng(1), metrics, log: captureWarnings(warnings) }));
+    }, makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureWarnings(warnings) }));
     try {
       for (let i = 0; i < 50; i++) router.sessions.served({ id: `x${i}`, timeoutSecs: 1e9 }, { workerId: 1, dpRank: 0 });
       expect(router.sessions.size).toBe(10);

@@ -39,7 +39,7 @@ describe('worker state changes are loud', () => {
     const metrics = new KvgateMetrics({ processMetrics: false });
     const lines: Line[] = [];
     const router = new ModelRouter({ model: 'm', mode: 'kv', blockSize: 16, registry, engine, tickIntervalMs: 0, kvEventsStaleAfterMs: 1000 },
-      makeRouterContext({ clock, rng: seededRng(1), metrics, log: captureLines(lines) }));
+      makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureLines(lines) }));
     try {
       const liveness = router.events!.liveness;
       const at = (msg: RegExp): Line | undefined => lines.find((l) => msg.test(l.msg) && l.workerId === 4 && l.url === url);

@@ -149,7 +149,7 @@ export class DisaggRequest {
             settled = true;
             reject(err);
           } else if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')) {
-            this.#ctx.log.warn({ model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) }, 'disaggregated request failed after the client left');
+            this.#ctx.logger.warn({ model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) }, 'disaggregated request failed after the client left');
           }
         },
       );

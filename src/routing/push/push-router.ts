@@ -369,14 +369,14 @@ export class PushRouter implements PoolMembers {
     const violation = protocolViolationOf(err);
     if (violation !== undefined) {
       this.#ctx.metrics?.engineProtocolErrors.labels({ model: this.model, worker_type: this.role, violation }).inc();
-      this.#ctx.log.warn({ model: this.model, requestId: req.requestId, workerId: sel.worker.id, dpRank: sel.dpRank, code: (err as KvgateError).code,
+      this.#ctx.logger.warn({ model: this.model, requestId: req.requestId, workerId: sel.worker.id, dpRank: sel.dpRank, code: (err as KvgateError).code,
         violation, err }, 'engine answer broke the protocol');
       return;
     }
     if (!isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT') && !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')) return;
     const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
     this.#ctx.metrics?.engineTimeouts.labels({ model: this.model, worker_type: this.role, kind }).inc();
-    this.#ctx.log.warn({ model: this.model, requestId: req.requestId, workerId: sel.worker.id, dpRank: sel.dpRank, code: err.code, timeoutMs: err.detail?.['timeoutMs'] },
+    this.#ctx.logger.warn({ model: this.model, requestId: req.requestId, workerId: sel.worker.id, dpRank: sel.dpRank, code: err.code, timeoutMs: err.detail?.['timeoutMs'] },
       'engine leg made no progress in time; cut (migratable)');
   }
 
