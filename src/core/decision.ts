@@ -90,7 +90,7 @@ export function writeProbability(out: Float64Array, i: number, p: number): void 
 }
 
 /** The fields a decision is built from, by name (everything but the derived views). */
-export type RoutingDecisionInit = Omit<RoutingDecision, 'candidates' | 'cachedTokens' | 'toJSON'>;
+export type RoutingDecisionOptions = Omit<RoutingDecision, 'candidates' | 'cachedTokens' | 'toJSON'>;
 
 export class RoutingDecision {
   /** Context id the decision was made for. */
@@ -122,7 +122,7 @@ export class RoutingDecision {
   readonly breakdown: Float64Array;
   readonly candidateCount: number;
 
-  constructor(init: RoutingDecisionInit) {
+  constructor(init: RoutingDecisionOptions) {
     this.requestId = init.requestId;
     this.workerId = init.workerId;
     this.dpRank = init.dpRank;

@@ -16,7 +16,7 @@ import { slotKey, type Context, type KvSlotSnapshot } from '../common/index.js';
 import type { KvEventApplier } from './applier.js';
 import { EventLiveness, type EventStatus } from './liveness.js';
 import {
-  fillOptions, ingestContext, kDefaultManagerOptions, type FilledKvEventManagerOptions, type IngestContext, type KvEventManagerOptions,
+  fillOptions, ingestContext, kDefaultKvEventOptions, type FilledKvEventOptions, type IngestContext, type KvEventOptions,
 } from './options.js';
 import { KvEventCounters, combineHooks, type KvEventHooks } from './stats.js';
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js';
@@ -32,7 +32,7 @@ const CONSISTENCY_CHECK_MS = 1000;
  * and logger (common's `Context`, or the parts of it given), extra observers,
  * and tuning for every subscriber.
  */
-export interface KvEventManagerInit extends KvEventManagerOptions, Partial<Pick<Context, 'clock' | 'logger'>> {
+export interface KvEventManagerOptions extends KvEventOptions, Partial<Pick<Context, 'clock' | 'logger'>> {
   /** The applier (and through it the indexes) to keep true. */
   applier: KvEventApplier;
   /** Extra observers (metrics); the manager's own counters always run. */
@@ -52,7 +52,7 @@ export class KvEventManager {
   readonly applier: KvEventApplier;
   readonly counters = new KvEventCounters();
   readonly liveness: EventLiveness;
-  readonly #opts: FilledKvEventManagerOptions;
+  readonly #opts: FilledKvEventOptions;
   /** Built once here; every subscriber and stream shares it. */
   readonly #ctx: IngestContext;
   readonly #subs = new Map<string, KvEventSubscriber>();
@@ -60,19 +60,19 @@ export class KvEventManager {
   readonly #seeds = new Map<string, KvSlotSnapshot>();
   #closed = false;
 
-  constructor(init: KvEventManagerInit) {
-    this.#opts = fillOptions(kDefaultManagerOptions, init);
-    this.applier = init.applier;
-    const base = ingestContext({ applier: init.applier, clock: init.clock, logger: init.logger });
+  constructor(options: KvEventManagerOptions) {
+    this.#opts = fillOptions(kDefaultKvEventOptions, options);
+    this.applier = options.applier;
+    const base = ingestContext({ applier: options.applier, clock: options.clock, logger: options.logger });
     this.liveness = new EventLiveness({ clock: base.clock, staleAfterMs: this.#opts.staleAfterMs });
     const scheduler = new TurnScheduler({ clock: base.clock, maxEventsPerTurn: this.#opts.maxEventsPerTurn, maxTurnMs: this.#opts.maxTurnMs });
-    this.#ctx = { ...base, hooks: combineHooks(this.counters, init.hooks), liveness: this.liveness, scheduler };
+    this.#ctx = { ...base, hooks: combineHooks(this.counters, options.hooks), liveness: this.liveness, scheduler };
     const every = Math.max(10, Math.min(CONSISTENCY_CHECK_MS, this.#opts.inconsistentAfterMs / 2));
     this.#checkTimer = setInterval(() => {
       for (const sub of this.#subs.values()) sub.stream.checkConsistency();
     }, every);
     this.#checkTimer.unref();
-    for (const seed of init.seeds ?? []) this.#seeds.set(slotKey(seed.workerId, seed.dpRank), seed);
+    for (const seed of options.seeds ?? []) this.#seeds.set(slotKey(seed.workerId, seed.dpRank), seed);
   }
 
   get indexes(): TieredPrefixIndex {

@@ -22,7 +22,7 @@ import { parseRequestBody, routeRequestBody } from './request-parse.js';
 import type { RequestContext } from './respond.js';
 import type { EndpointKind, PreparedRequest } from './router-port.js';
 
-export interface PrepareEnv {
+export interface PrepareOptions {
   readonly preprocessor: Preprocessor;
   /** Each model's port and config, by model name. */
   readonly served: ReadonlyMap<string, Omit<ModelTarget, 'loraName'>>;
@@ -35,7 +35,7 @@ export interface Prepared {
 }
 
 /** The snapshot of the served models a pool thread parses a body against. */
-function modelViews(served: PrepareEnv['served']): ModelView[] {
+function modelViews(served: PrepareOptions['served']): ModelView[] {
   return [...served.values()].map(({ model, port }) => ({
     name: model.name, loraAdapters: [...model.loraAdapters], adapters: [...port.adapters()], maxPromptTokens: model.maxPromptTokens,
     workers: model.workers.map((w) => ({ id: w.id })),
@@ -73,7 +73,7 @@ function prepared(ctx: RequestContext, kind: EndpointKind | 'route', endpoint: E
 }
 
 /** A small body: parsed on the main thread; its prompt preprocessed where the preprocessor puts it. */
-async function prepareHere(env: PrepareEnv, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
+async function prepareHere(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
   const text = bodyText(bytes);
   const parsed = parseRequestBody(text, kind, env);
   const { body } = parsed;
@@ -94,7 +94,7 @@ async function prepareHere(env: PrepareEnv, ctx: RequestContext, bytes: Uint8Arr
 }
 
 /** A large body: everything up to routing on a pool thread; the engine's body comes back as text and outline. */
-async function prepareOffThread(env: PrepareEnv, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
+async function prepareOffThread(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
   const out: BodyOutcome = await preprocessSpan(undefined, () => env.preprocessor.runBody({
     kind: 'body', endpoint: kind, bytes, maxMessages: env.maxMessages, headers: routingHeadersOf(ctx.req.headers),
     models: modelViews(env.served),
@@ -120,6 +120,6 @@ async function prepareOffThread(env: PrepareEnv, ctx: RequestContext, bytes: Uin
  * The request a body asks for, ready to route.
  * @throws KvgateError: the body's, the model's availability, the prompt's (module comment).
  */
-export function prepareRequest(env: PrepareEnv, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
+export function prepareRequest(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
   return env.preprocessor.offloads(bytes.length) ? prepareOffThread(env, ctx, bytes, kind) : prepareHere(env, ctx, bytes, kind);
 }

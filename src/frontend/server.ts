@@ -38,7 +38,7 @@ import type { FleetStatus } from '../fleet/index.js';
 import { modelsStatus, redactedConfig } from './admin-status.js';
 import { discardBody, DISCARD_MS, readBodyBytes } from './body.js';
 import { ClientAddresses, type FallbackReason } from './client-address.js';
-import { serveCompletion, type CompletionEnv } from './completion.js';
+import { serveCompletion, type CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
 import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
 import { modelEntries, type ModelTarget } from './model-lookup.js';
@@ -48,7 +48,7 @@ import { ConcurrencySlots } from './concurrency.js';
 import { RequestMetrics } from './request-metrics.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
 import { CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';
-import type { RelayEnv, RequestContext } from './respond.js';
+import type { RelayOptions, RequestContext } from './respond.js';
 import type { EndpointKind, ModelRouterPort } from './router-port.js';
 import { drain } from './shutdown.js';
 
@@ -89,9 +89,9 @@ export class GatewayServer {
   readonly #admin: Server | undefined;
   readonly #conns: ClientConnections;
   #publicErrors = new PublicErrors([]);
-  #relay!: RelayEnv; // set by reconfigure
+  #relay!: RelayOptions; // set by reconfigure
   readonly #createdSec = Math.floor(Date.now() / 1000);
-  readonly #completionEnv: CompletionEnv;
+  readonly #completionEnv: CompletionOptions;
   /** The client-address fallbacks already logged (each reason is logged once, counted always). */
   readonly #fallbacksLogged = new Set<FallbackReason>();
   readonly #unscrape: () => void;

@@ -32,7 +32,7 @@ export interface WarmStartOutcome {
   readonly complete: Set<string>;
 }
 
-export interface WarmStartDeps {
+export interface WarmStartOptions {
   readonly keys: readonly string[];
   readonly timeoutMs: number;
   readonly clock: Clock;
@@ -53,7 +53,7 @@ function within<T>(p: Promise<T>, ms: number): Promise<T> {
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
-export async function warmStart(d: WarmStartDeps): Promise<WarmStartOutcome> {
+export async function warmStart(d: WarmStartOptions): Promise<WarmStartOutcome> {
   const started = d.clock.now();
   const out = new Map<string, WarmStartResult>();
   const complete = new Set<string>();

@@ -6,7 +6,7 @@
  */
 import type { KvSlotSnapshot, WorkerRole } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
-import { KvEventApplier, KvEventManager, TieredPrefixIndex, type KvEventManagerOptions } from '../events/index.js';
+import { KvEventApplier, KvEventManager, TieredPrefixIndex, type KvEventOptions } from '../events/index.js';
 import type { RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { eventHooks } from './event-hooks.js';
@@ -17,7 +17,7 @@ import type { WorkerWatch } from './worker-watch.js';
 export interface KvPoolOptions {
   readonly blockSize: number;
   readonly routerConfig?: KvRouterOptions | undefined;
-  readonly kvEvents?: KvEventManagerOptions | undefined;
+  readonly kvEvents?: KvEventOptions | undefined;
   readonly kvEventsStaleAfterMs?: number | undefined;
   /** A peer replica's prefix index by pool role (warm start): the pool's subscriptions start from it. */
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;

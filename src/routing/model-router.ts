@@ -17,7 +17,7 @@ import { seededRng, withJsonMembers, type KvSlotSnapshot, type RouterMode, type 
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
-import { type KvEventManager, dpRankEndpoint, type KvEventManagerOptions } from '../events/index.js';
+import { type KvEventManager, dpRankEndpoint, type KvEventOptions } from '../events/index.js';
 import { KvgateError } from '../errors/index.js';
 import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
@@ -47,7 +47,7 @@ export interface ModelRouterOptions {
   /** Silence while serving after which a worker's KV events count as stale (default 30000). */
   readonly kvEventsStaleAfterMs?: number | undefined;
   /** KV-event ingestion bounds (queue, per-turn budget, reorder window, consistency bound); src/events defaults otherwise. */
-  readonly kvEvents?: KvEventManagerOptions | undefined;
+  readonly kvEvents?: KvEventOptions | undefined;
   /** The health prober's view of a worker (for /admin/models, the state gauge and down lines). */
   readonly workerHealth?: ((workerId: number) => WorkerHealthView | undefined) | undefined;
   /** Told when a dispatch found a worker unreachable (health probing). */

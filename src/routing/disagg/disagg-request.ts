@@ -45,7 +45,7 @@ import { failedAtRendezvous, prefillFailure, type DisaggOutcome, type DisaggSseE
 /** Picks and books (or peeks) the prefill worker: sticky session, then pinned id, then the router's best. */
 export type PrefillResolver = (leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query') => Promise<Selection>;
 
-export interface DisaggDeps {
+export interface DisaggRequestOptions {
   readonly model: string;
   readonly pool: PushRouter;
   readonly decode: PushRouter;
@@ -75,7 +75,7 @@ function deferred(): Deferred {
 }
 
 export class DisaggRequest {
-  readonly #deps: DisaggDeps;
+  readonly #deps: DisaggRequestOptions;
   readonly #ctx: RouterContext;
   readonly #leg: LegRequest;
   readonly #session: SessionHint | undefined;
@@ -100,7 +100,7 @@ export class DisaggRequest {
   /** Settles when the prefill leg has ended (its bookkeeping released); never rejects. */
   prefillEnded: Promise<void> = Promise.resolve();
 
-  constructor(deps: DisaggDeps, ctx: RouterContext, leg: LegRequest, session: SessionHint | undefined) {
+  constructor(deps: DisaggRequestOptions, ctx: RouterContext, leg: LegRequest, session: SessionHint | undefined) {
     this.#deps = deps;
     this.#ctx = ctx;
     this.#leg = leg;
