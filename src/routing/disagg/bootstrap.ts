@@ -6,7 +6,7 @@
  * SGLang's prefill completes only after decode has connected.
  */
 import type { Rng } from '../../common/index.js';
-import { sglangDecodeLeg, sglangPrefillLeg } from '../../engines/index.js';
+import { sglangDecodeLegFields, sglangPrefillLegFields } from '../../engines/index.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
 import { bootstrapFor } from './handoff.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
@@ -17,7 +17,7 @@ export function bootstrapHandoff(base: LegRequest, target: Selection, rng: Rng):
   const bootstrap = bootstrapFor(w, target.dpRank, rng);
   return {
     path: 'bootstrap',
-    prefillLeg: sglangPrefillLeg(base.body, { bootstrap }),
+    prefillFields: sglangPrefillLegFields(base.body, { bootstrap }),
     async handOver(p: PrefillInFlight): Promise<DisaggOutcome> {
       p.setEnded(p.response.then((res) => prefillDone(p, res), (err: unknown) => void p.fail(err)).finally(() => p.prefillLegOver()));
       await p.accepted.catch(() => {
@@ -26,7 +26,7 @@ export function bootstrapHandoff(base: LegRequest, target: Selection, rng: Rng):
       // The room already encodes the prefill rank; newer SGLang decode builds also read it directly
       // (`disagg_prefill_dp_rank`), which matters when prefill and decode DP sizes differ.
       const prefillDpRank = w.dpSize > 1 ? { prefillDpRank: target.dpRank - w.dpStart } : {};
-      return p.decode(sglangDecodeLeg({ bootstrap, ...prefillDpRank }), undefined);
+      return p.decode(sglangDecodeLegFields({ bootstrap, ...prefillDpRank }), undefined);
     },
   };
 }

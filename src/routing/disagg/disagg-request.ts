@@ -30,7 +30,7 @@
  */
 import { Cancellation, type SessionHint, type WorkerRank } from '../../common/index.js';
 import { RequestTracker } from '../../core/index.js';
-import { EMPTY_LEG, mergeLegs, oneTokenPrefillFields, readChunkInfo, type EngineEvent, type EngineLeg } from '../../engines/index.js';
+import { NO_LEG_FIELDS, mergeLegFields, oneTokenPrefillFields, readChunkInfo, type EngineEvent, type LegFields } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
@@ -184,7 +184,7 @@ export class DisaggRequest {
     const prefillLeg: LegRequest = {
       ...prefillBase,
       routing: { ...base.routing, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank },
-      leg: handoff.prefillLeg,
+      legFields: handoff.prefillFields,
       onDispatched: () => {
         this.#prefillDispatched = true;
         this.#deps.sessions.served(this.#session, { workerId: target.worker.id, dpRank: target.dpRank });
@@ -245,7 +245,7 @@ export class DisaggRequest {
   }
 
   /** The decode leg, after the prefill handed over (sync) or was accepted (bootstrap). */
-  async #decode(handoff: EngineLeg, promptTokensDetails: Record<string, unknown> | undefined): Promise<DisaggOutcome> {
+  async #decode(handoff: LegFields, promptTokensDetails: Record<string, unknown> | undefined): Promise<DisaggOutcome> {
     const base = this.#leg;
     const target = this.#target!;
     const permit = await this.tracker.setPhase('decode');
@@ -264,7 +264,7 @@ export class DisaggRequest {
         ...base.routing, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank,
         routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride),
       },
-      leg: mergeLegs(base.leg ?? EMPTY_LEG, handoff, gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : EMPTY_LEG),
+      legFields: mergeLegFields(base.legFields ?? NO_LEG_FIELDS, handoff, gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : NO_LEG_FIELDS),
       signal: this.#decodeCtl.signal,
       tracker: this.tracker,
       onDispatched: undefined,

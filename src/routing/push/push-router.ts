@@ -22,8 +22,8 @@
 import { clientSpan, inSpan, spanFailed, type RouterMode, type RoutingHints, type WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import {
-  EMPTY_LEG, EngineHttpError, clientWantsUsage, dpRankLeg, isMigratable, mergeLegs, protocolViolationOf, readChunkInfo, refusalBody,
-  streamingLegFields, type EngineClient,
+  NO_LEG_FIELDS, EngineHttpError, clientWantsUsage, dpRankLegFields, isMigratable, mergeLegFields, protocolViolationOf, readChunkInfo, refusalBody,
+  streamingBodyFields, type EngineClient,
 } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
@@ -51,7 +51,7 @@ type RouteSpan = Parameters<Parameters<typeof inSpan>[1]>[0];
 
 /** A streamed leg's body fields: the leg's, streaming with usage, and the token ids a migration resumes from. */
 function streamingFields(fields: Readonly<Record<string, unknown>>, body: Readonly<Record<string, unknown>>, ids: boolean): Record<string, unknown> {
-  const out: Record<string, unknown> = Object.assign({}, fields, streamingLegFields(body));
+  const out: Record<string, unknown> = Object.assign({}, fields, streamingBodyFields(body));
   if (ids) out['return_token_ids'] = true;
   return out;
 }
@@ -303,9 +303,9 @@ export class PushRouter implements PoolMembers {
     req.tracker?.recordPrefillStart();
     this.#opts.onDispatch?.(sel.worker.id, sel.dpRank);
     const w = sel.worker;
-    const leg = mergeLegs(w.dpSize > 1 || w.dpStart > 0 ? dpRankLeg(w.dialect, sel.dpRank) : EMPTY_LEG, req.leg ?? EMPTY_LEG);
+    const extra = mergeLegFields(w.dpSize > 1 || w.dpStart > 0 ? dpRankLegFields(w.dialect, sel.dpRank) : NO_LEG_FIELDS, req.legFields ?? NO_LEG_FIELDS);
     // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
-    const streamed = leg.fields['stream'] !== false;
+    const streamed = extra.fields['stream'] !== false;
     // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before the first byte only.
     const ids = tokenIds && (w.returnsTokenIds ?? w.dialect === 'vllm');
     const t = this.#opts.legTimeouts;
@@ -314,8 +314,8 @@ export class PushRouter implements PoolMembers {
       const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
         signal: req.signal,
         stream: streamed,
-        extraFields: streamed ? streamingFields(leg.fields, req.body, ids) : leg.fields,
-        headers: legHeaders(leg.headers, trace.headers, req.clientRequestId ?? req.requestId),
+        extraFields: streamed ? streamingFields(extra.fields, req.body, ids) : extra.fields,
+        headers: legHeaders(extra.headers, trace.headers, req.clientRequestId ?? req.requestId),
         firstByteTimeoutMs: streamed || req.phase === 'prefill' ? t?.firstByteMs : undefined,
         streamIdleTimeoutMs: streamed ? t?.streamIdleMs : undefined,
         onDispatched: req.onDispatched,

@@ -7,7 +7,7 @@
 import type { CancelSignal, RoutingHints, WorkerRole } from '../../common/index.js';
 import type { RequestTracker, RoutingDecision } from '../../core/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
-import type { EngineEvent, EngineLeg } from '../../engines/index.js';
+import type { EngineEvent, LegFields } from '../../engines/index.js';
 import type { PromptHashes } from '../../wasm/index.js';
 
 /** One leg of a request, ready to route. */
@@ -33,7 +33,7 @@ export interface LegRequest {
   /** Which pin applies (see `resolvePin` / `directPin`). */
   readonly phase: WorkerRole;
   /** Extra body fields and headers for this leg (P/D handoff). */
-  readonly leg?: EngineLeg | undefined;
+  readonly legFields?: LegFields | undefined;
   readonly signal: CancelSignal;
   readonly tracker?: RequestTracker | undefined;
   /** Arrival time on the router clock (TTFT is measured from here). */
