@@ -12,7 +12,7 @@
  * `maxTurnMs` / `maxEventsPerTurn` of each event-loop turn. A timer checks
  * every stream's consistency bound even when its publisher went quiet.
  */
-import { slotKey, type Context, type KvSlotSnapshot } from '../common/index.js';
+import { slotKey, type Context, type KvSlotSnapshot, type WorkerRank } from '../common/index.js';
 import type { KvEventApplier } from './applier.js';
 import { EventLiveness, type EventStatus } from './liveness.js';
 import {
@@ -92,17 +92,17 @@ export class KvEventManager {
     if (existing !== undefined) {
       if (sameSource(existing.source, source)) return;
       await this.#stop(key, existing);
-      this.applier.clearSlot(source.workerId, source.dpRank);
+      this.applier.clearSlot(source);
     }
     const sub = new KvEventSubscriber(source, this.#ctx, this.#opts);
-    this.liveness.register(source.workerId, source.dpRank);
+    this.liveness.register(source);
     const seed = this.#seeds.get(key);
     this.#seeds.delete(key);
     if (seed !== undefined) this.#seed(sub, seed);
     try {
       sub.start();
     } catch (err) {
-      this.liveness.unregister(source.workerId, source.dpRank);
+      this.liveness.unregister(source);
       throw err;
     }
     this.#subs.set(key, sub);
@@ -117,12 +117,12 @@ export class KvEventManager {
       return;
     }
     const tiers = seed.tiers.filter((t) => (STORAGE_TIERS as readonly string[]).includes(t.tier));
-    this.applier.clearSlot(workerId, dpRank);
+    this.applier.clearSlot(sub.source);
     let blocks = 0;
     for (const t of tiers) blocks += this.indexes.get(t.tier as StorageTier).importSlot(workerId, dpRank, t.pairs);
     sub.stream.seed(seed.cursor);
     // The peer's events for the slot were live when it took the snapshot: score the blocks, not approximately.
-    this.liveness.noteEvent(workerId, dpRank);
+    this.liveness.noteEvent(sub.source);
     this.#ctx.logger.info({ ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
       `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; replaying what the engine published since`);
   }
@@ -148,8 +148,8 @@ export class KvEventManager {
     const victims = [...this.#subs].filter(([, s]) => s.source.workerId === workerId && (dpRank === undefined || s.source.dpRank === dpRank));
     await Promise.all(victims.map(async ([key, sub]) => {
       await this.#stop(key, sub);
-      this.applier.removeSlot(sub.source.workerId, sub.source.dpRank);
-      this.liveness.unregister(sub.source.workerId, sub.source.dpRank);
+      this.applier.removeSlot(sub.source);
+      this.liveness.unregister(sub.source);
     }));
   }
 
@@ -167,8 +167,8 @@ export class KvEventManager {
   }
 
   /** The subscriber of a slot, if subscribed. */
-  subscriber(workerId: number, dpRank = 0): KvEventSubscriber | undefined {
-    return this.#subs.get(slotKey(workerId, dpRank));
+  subscriber(slot: WorkerRank): KvEventSubscriber | undefined {
+    return this.#subs.get(slotKey(slot.workerId, slot.dpRank));
   }
 
   /** Every subscribed source. */
@@ -185,8 +185,8 @@ export class KvEventManager {
   }
 
   /** The router dispatched a request to the slot (feeds `stale` detection). */
-  noteDispatch(workerId: number, dpRank: number): void {
-    this.liveness.noteDispatch(workerId, dpRank);
+  noteDispatch(slot: WorkerRank): void {
+    this.liveness.noteDispatch(slot);
   }
 
   /** Closes every subscriber. The indexes are left to their owner. Idempotent. */

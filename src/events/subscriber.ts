@@ -9,7 +9,7 @@
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Subscriber } from 'zeromq';
-import type { Logger } from '../common/index.js';
+import type { Logger, WorkerRank } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvEventStream } from './event-stream.js';
 import { fillOptions, kDefaultSubscriberOptions, type IngestContext, type KvEventSubscriberOptions } from './options.js';
@@ -20,9 +20,7 @@ import { ZmqGapReplayClient } from './gap-replay-client.js';
  * `KvEventEndpoints` (a worker's configured endpoints, every rank) expands to
  * one target per rank.
  */
-export interface KvEventTarget {
-  workerId: number;
-  dpRank: number;
+export interface KvEventTarget extends WorkerRank {
   /** The engine's PUB endpoint as the router reaches it, e.g. `tcp://10.0.0.5:5557` (see `dpRankEndpoint`). */
   endpoint: string;
   /** The engine's replay ROUTER endpoint, e.g. `tcp://10.0.0.5:5558`; without it gaps clear the slot. */

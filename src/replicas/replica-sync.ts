@@ -224,7 +224,7 @@ export class ReplicaSync {
       const model = ch.key.slice(0, ch.key.lastIndexOf('/'));
       const typeOf = this.#workerTypes.get(ch.key)!;
       for (const l of ch.target.loads()) {
-        const fromPeers = ch.target.peers.requestsOn(l.workerId, l.dpRank);
+        const fromPeers = ch.target.peers.requestsOn(l);
         m.replicas.peerLoadShare.labels({ model, worker_id: String(l.workerId), dp_rank: String(l.dpRank), worker_type: typeOf(l.workerId) })
           .set(l.activeRequests > 0 ? fromPeers / l.activeRequests : 0);
       }

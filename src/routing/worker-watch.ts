@@ -11,7 +11,7 @@
  * blocks forgotten by the ModelRouter; here its `kv_events_live` drops to 0
  * at once (the router no longer trusts events it does not receive).
  */
-import type { WorkerRole } from '../common/index.js';
+import type { WorkerRank, WorkerRole } from '../common/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { KvEventManager } from '../events/index.js';
 import type { RouterContext } from './context.js';
@@ -78,9 +78,9 @@ export class WorkerWatch {
   }
 
   /** Missed KV-event batches of a rank were replayed from the engine's buffer (gaps and resets are logged by the stream). */
-  replayed(workerId: number, dpRank: number, batches: number): void {
-    this.#ctx.logger.info({ model: this.#model, workerId, dpRank, url: this.#registry.get(workerId)?.url, batches },
-      `worker ${workerId}: missed KV events replayed (${batches} batch(es))`);
+  replayed(slot: WorkerRank, batches: number): void {
+    this.#ctx.logger.info({ model: this.#model, ...slot, url: this.#registry.get(slot.workerId)?.url, batches },
+      `worker ${slot.workerId}: missed KV events replayed (${batches} batch(es))`);
   }
 
   /** Periodic: every configured worker's health state gauge. */

@@ -74,7 +74,7 @@ export function setup(opts: StreamSetup = {}) {
   const liveness = new EventLiveness({ clock, staleAfterMs: 1000 });
   const applier = new KvEventApplier({ blockSize: BS });
   const dpRank = opts.dpRank ?? 0;
-  liveness.register(7, dpRank);
+  liveness.register({ workerId: 7, dpRank });
   const stream = new KvEventStream({ workerId: 7, dpRank }, ingestContext({ applier, hooks: opts.onApplied === undefined ? counters : combineHooks(counters, { onApplied: opts.onApplied }), liveness, clock, logger: opts.logger, scheduler: opts.scheduler }),
     opts.replay === false ? undefined : engine, { maxPendingBatches: opts.maxPending, ...opts.options });
   const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);

@@ -14,7 +14,7 @@ import { prefillFailure, type DisaggOutcome } from './types.js';
 
 export function bootstrapHandoff(base: LegRequest, target: Selection, rng: Rng): Handoff {
   const w = target.worker;
-  const bootstrap = bootstrapFor(w, target.dpRank, rng);
+  const bootstrap = bootstrapFor(w, target.slot.dpRank, rng);
   return {
     path: 'bootstrap',
     prefillFields: sglangPrefillLegFields(base.body, { bootstrap }),
@@ -25,7 +25,7 @@ export function bootstrapHandoff(base: LegRequest, target: Selection, rng: Rng):
       });
       // The room already encodes the prefill rank; newer SGLang decode builds also read it directly
       // (`disagg_prefill_dp_rank`), which matters when prefill and decode DP sizes differ.
-      const prefillDpRank = w.dpSize > 1 ? { prefillDpRank: target.dpRank - w.dpStart } : {};
+      const prefillDpRank = w.dpSize > 1 ? { prefillDpRank: target.slot.dpRank - w.dpStart } : {};
       return p.decode(sglangDecodeLegFields({ bootstrap, ...prefillDpRank }), undefined);
     },
   };

@@ -183,11 +183,11 @@ export class DisaggRequest {
     const admitted = deferred();
     const prefillLeg: LegRequest = {
       ...prefillBase,
-      routing: { ...base.routing, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank },
+      routing: { ...base.routing, prefillWorkerId: target.slot.workerId, prefillDpRank: target.slot.dpRank },
       legFields: handoff.prefillFields,
       onDispatched: () => {
         this.#prefillDispatched = true;
-        this.#deps.sessions.served(this.#session, { workerId: target.worker.id, dpRank: target.dpRank });
+        this.#deps.sessions.served(this.#session, target.slot);
         // The prefill worker is recorded in the prefill slot (at routing); decode may now take the phase.
         permit.release();
         admitted.resolve();
@@ -238,7 +238,7 @@ export class DisaggRequest {
   #refused(res: LegResponse): DisaggOutcome {
     this.#noteOutcome('prefill_failed');
     const target = this.#target!;
-    const ref = { workerId: target.worker.id, dpRank: target.dpRank };
+    const ref = target.slot;
     const bytes = res.body.kind === 'json' ? res.body.bytes : new Uint8Array();
     this.#end();
     return { worker: ref, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, body: { kind: 'json', bytes }, tracker: this.tracker };
@@ -261,7 +261,7 @@ export class DisaggRequest {
       phase: 'decode',
       stream: gone ? false : base.stream,
       routing: {
-        ...base.routing, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank,
+        ...base.routing, prefillWorkerId: target.slot.workerId, prefillDpRank: target.slot.dpRank,
         routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride),
       },
       legFields: mergeLegFields(base.legFields ?? NO_LEG_FIELDS, handoff, gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : NO_LEG_FIELDS),
@@ -290,7 +290,7 @@ export class DisaggRequest {
     }
     if (res.status >= 400) this.#cancelPrefillPartner(new KvgateError('KVG_ERR_ENGINE_REJECTED', `decode refused the request (${res.status})`));
     this.#noteOutcome(res.status >= 400 ? 'decode_failed' : 'decoded');
-    const worker = { workerId: res.selection.worker.id, dpRank: res.selection.dpRank };
+    const worker = res.selection.slot;
     const common = { worker, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, tracker: this.tracker };
     if (res.body.kind === 'json') {
       this.#onDecodeOutput();
@@ -400,8 +400,8 @@ export class DisaggRequest {
 
   #prefillRef(): WorkerRank {
     const t = this.#target!;
-    const info = prefillWorkerInfo(this.tracker, { workerId: t.worker.id, dpRank: t.dpRank }, this.#prefillPayload);
-    return { workerId: info!.workerId, dpRank: info!.dpRank ?? t.dpRank };
+    const info = prefillWorkerInfo(this.tracker, t.slot, this.#prefillPayload);
+    return { workerId: info!.workerId, dpRank: info!.dpRank ?? t.slot.dpRank };
   }
 
   #outcomeNoted = false;

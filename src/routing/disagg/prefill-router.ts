@@ -213,7 +213,7 @@ export class PrefillRouter {
       ...leg,
       phase: 'decode',
       routing: {
-        ...leg.routing, prefillWorkerId: prefill.worker.id, prefillDpRank: prefill.dpRank,
+        ...leg.routing, prefillWorkerId: prefill.slot.workerId, prefillDpRank: prefill.slot.dpRank,
         routerConfigOverride: decodeOverrideOf(leg.routing.routerConfigOverride),
       },
     }, 'query');
