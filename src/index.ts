@@ -64,7 +64,7 @@ export type {
 // ---- Routing ----------------------------------------------------------------
 /** `KvRouter`, the KV-cache-aware chooser, and pin resolution by phase. */
 export { KvRouter, resolvePin } from './routing/index.js';
-export type { KvRouteRequest, KvRouterOptionsInit } from './routing/index.js';
+export type { KvRouteRequest } from './routing/index.js';
 /** Routers that dispatch: the simple modes, the push router, the prefill router, the per-model router, and their context. */
 export { createSimpleRouter, PushRouter, PrefillRouter, ModelRouter, makeRouterContext } from './routing/index.js';
 export type {

@@ -7,11 +7,15 @@ import { createServer, type Server } from 'node:http';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { pathToFileURL } from 'node:url';
+import type { WorkerRank } from '../../src/common/index.js';
 import { eventLoop } from './workload.js';
 
 /** About 400,000 events in engine-step batches of 512 (a burst of large prefills). */
 const EVENTS_PER_BATCH = 512;
 const BATCHES = 782;
+/** The one (worker, dp rank) the flood feeds. */
+const SLOT: WorkerRank = { workerId: 1, dpRank: 0 };
+
 /** Long enough for the publisher thread to send every batch (it reports its send time; checked below). */
 const HOLD_MS = 4000;
 
@@ -19,8 +23,9 @@ const HOLD_MS = 4000;
 interface EventsModule {
   KvEventApplier: new (o: { blockSize: number }) => { indexes: { dispose(): void } };
   KvEventManager: new (o: { applier: unknown }) => {
-    add(s: { workerId: number; dpRank: number; endpoint: string; replayEndpoint?: string; topic?: string }): Promise<void>;
-    subscriber(w: number): { stream: { cursor: bigint | null; recovering: boolean } } | undefined;
+    add(s: WorkerRank & { endpoint: string; replayEndpoint?: string; topic?: string }): Promise<void>;
+    /** A (worker, dp rank) pair; builds before `WorkerRank` took the worker id alone (rank 0). */
+    subscriber(slot: WorkerRank | number): { stream: { cursor: bigint | null; recovering: boolean } } | undefined;
     counters: { snapshot(): { gaps: number; replays: Record<string, number>; resets: Record<string, number>; dropped?: Record<string, number> } };
     close(): Promise<void>;
   };
@@ -61,11 +66,13 @@ async function scenario(mod: EventsModule): Promise<FloodOutcome> {
   const applier = new mod.KvEventApplier({ blockSize: loop.blockSize });
   const manager = new mod.KvEventManager({ applier });
   // The "routing" the server does per request: a read of the shared index (another worker's view).
-  const server = createServer((_req, res) => res.end(String(manager.subscriber(1)?.stream.cursor ?? -1)));
+  // Either build's lookup: this one takes the pair, a build before WorkerRank the worker id (each misses the other's form).
+  const subscriber = (): ReturnType<typeof manager.subscriber> => manager.subscriber(SLOT) ?? manager.subscriber(SLOT.workerId);
+  const server = createServer((_req, res) => res.end(String(subscriber()?.stream.cursor ?? -1)));
   const url = await listen(server);
   const prober = new Worker(new URL('./http-prober.js', import.meta.url), { workerData: { url, intervalMs: 5 } });
-  await manager.add({ workerId: 1, dpRank: 0, endpoint: fire.endpoint, replayEndpoint: fire.replayEndpoint, topic: 'kv-events' });
-  const stream = manager.subscriber(1)!.stream;
+  await manager.add({ ...SLOT, endpoint: fire.endpoint, replayEndpoint: fire.replayEndpoint, topic: 'kv-events' });
+  const stream = subscriber()!.stream;
   const lag = monitorEventLoopDelay({ resolution: 1 });
   const done = new Promise<{ sendMs: number }>((resolve) => fire.worker.once('message', resolve));
   // The burst: the publisher sends everything while this thread is held, so all of it waits in the

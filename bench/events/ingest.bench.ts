@@ -10,6 +10,9 @@ import { decodeKvEventBatch, KvEventApplier, KvEventManager } from '../../src/ev
 import { timeAll, type BenchRow, type BenchSection } from '../util.js';
 import { eventLoop, type BenchEncoding, type EventLoop } from './workload.js';
 
+/** The one (worker, dp rank) every bench stream feeds. */
+const SLOT = { workerId: 1, dpRank: 0 };
+
 export const title = 'KV-event ingestion: decode + apply, in-process and from a ZMQ firehose';
 
 function meanEvents(loop: EventLoop): number {
@@ -24,7 +27,7 @@ function checkLoop(loop: EventLoop): void {
   for (const p of loop.payloads) {
     const r = decodeKvEventBatch(p);
     if (!r.ok || r.batch.errors.length > 0) throw new Error('bench workload does not decode');
-    applied += applier.applyBatch(1, 0, r.batch);
+    applied += applier.applyBatch(SLOT, r.batch);
     events += r.batch.events.length;
   }
   if (applied !== events || applier.indexes.device.size !== 0) throw new Error(`bench workload is not a closed loop (${applied}/${events}, ${applier.indexes.device.size} left)`);
@@ -52,7 +55,7 @@ async function inProcess(): Promise<{ rows: BenchRow[]; notes: string[] }> {
     fns[name] = () => {
       const r = decodeKvEventBatch(loop.payloads[i % loop.payloads.length]!);
       i++;
-      if (r.ok) applier.applyBatch(1, 0, r.batch);
+      if (r.ok) applier.applyBatch(SLOT, r.batch);
     };
   }
   const rows = await timeAll(fns);
@@ -80,10 +83,10 @@ async function firehose(batches: number, encoding: BenchEncoding): Promise<{ row
   let received = 0;
   const manager = new KvEventManager({
     applier: new KvEventApplier({ blockSize: loop.blockSize }),
-    hooks: { onBatch: (_w, _r, origin) => { if (origin === 'live' && ++received % 1000 === 0) marks.push(performance.now()); } },
+    hooks: { onBatch: (_slot, origin) => { if (origin === 'live' && ++received % 1000 === 0) marks.push(performance.now()); } },
   });
   await manager.add({ workerId: 1, dpRank: 0, endpoint: ready.endpoint, replayEndpoint: ready.replayEndpoint, topic: 'kv-events' });
-  const stream = manager.subscriber(1)!.stream;
+  const stream = manager.subscriber(SLOT)!.stream;
   // The worker waits for the subscription before it accepts 'go'.
   const done = new Promise<{ sendMs: number }>((resolve) => worker.once('message', resolve));
   worker.postMessage('go');

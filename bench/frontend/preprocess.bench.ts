@@ -67,7 +67,7 @@ export async function run(): Promise<BenchSection> {
     const ref = await mainCold.run(t);
     for (const r of [await mainCached.run(t), await mainCached.run(t), await poolCached.run(t), await poolCold.run(t)]) {
       if (r.tokenIds.length !== ref.tokenIds.length || r.tokenIds.some((v, i) => v !== ref.tokenIds[i])) throw new Error('token ids differ between modes');
-      if (r.sequenceHashes.some((v, i) => v !== ref.sequenceHashes[i])) throw new Error('hashes differ between modes');
+      if (r.hashes.seq.some((v, i) => v !== ref.hashes.seq[i])) throw new Error('hashes differ between modes');
     }
     const tokens = ref.tokenIds.length;
 
@@ -124,7 +124,7 @@ export async function run(): Promise<BenchSection> {
       title,
       rows,
       notes: [
-        `prompt: ${history.length + 1} messages, ${tokens} tokens, ${ref.blockHashes.length} blocks of 16.`,
+        `prompt: ${history.length + 1} messages, ${tokens} tokens, ${ref.hashes.local.length} blocks of 16.`,
         `stages without cache: ${coldStages}.`,
         `stages with cache: ${cachedStages}.`,
         `throughput with 8 requests in flight, segment cache on: main thread ${rpsMain.toFixed(0)} req/s, pool of 1 thread ${rpsPool1.toFixed(0)} req/s, pool of 2 threads ${rpsPool2.toFixed(0)} req/s (on this machine's cores).`,

@@ -11,7 +11,7 @@ export interface Context {
   readonly clock: Clock;
   /** Uniform doubles in [0, 1): seeded in tests and replay. */
   readonly rng: Rng;
-  readonly log: Logger;
+  readonly logger: Logger;
 }
 
 /** The process defaults: system clock, Math.random, no logging. Fields given override them. */
@@ -19,6 +19,6 @@ export function makeContext(partial: Partial<Context> = {}): Context {
   return {
     clock: partial.clock ?? systemClock,
     rng: partial.rng ?? Math.random,
-    log: partial.log ?? silentLogger,
+    logger: partial.logger ?? silentLogger,
   };
 }

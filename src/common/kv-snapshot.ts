@@ -4,9 +4,9 @@
  * are consistent with, and the blocks themselves. Produced and consumed by
  * src/events, carried by src/replicas.
  */
-export interface KvSlotSnapshot {
-  readonly workerId: number;
-  readonly dpRank: number;
+import type { WorkerRank } from './vocabulary.js';
+
+export interface KvSlotSnapshot extends WorkerRank {
   /** The KV-event endpoint the blocks came from: a replica seeds only a subscription to the same publisher. */
   readonly endpoint: string;
   /** Sequence number of the publisher's last batch applied in full to the blocks. */

@@ -21,7 +21,11 @@ export interface WorkerPin {
   readonly dpRank: number | undefined;
 }
 
-/** The string key of a (worker, dp rank) pair, for maps keyed by slot outside the hot path. */
+/**
+ * The string key of a (worker, dp rank) pair, for maps keyed by slot outside the hot path.
+ * @rank-numbers the prefix index (src/wasm) keys its slots from the numbers it is called with; a caller holding a
+ *   `WorkerRank` passes its members.
+ */
 export function slotKey(workerId: number, dpRank: number): string {
   return `${workerId}:${dpRank}`;
 }

@@ -27,7 +27,7 @@
 import { KvgateError } from '../errors/index.js';
 import type { PromptHashes } from '../wasm/index.js';
 import { ActivePromptTrie, pairView } from './active-prompt-trie.js';
-import type { Clock } from '../common/index.js';
+import type { Clock, WorkerRank } from '../common/index.js';
 
 /** Expiry is checked on add at most this often (Dynamo: 30 s). */
 const EXPIRY_CHECK_INTERVAL_MS = 30_000;
@@ -65,10 +65,8 @@ export interface BookingInput {
 export const PEER_ID_PREFIX = '\u0000';
 
 /** One in-flight request with its shared prompt hashes: what replica sync sends, in both directions. */
-export interface SyncedBooking {
+export interface SyncedBooking extends WorkerRank {
   readonly requestId: string;
-  readonly workerId: number;
-  readonly dpRank: number;
   /** Chained sequence hashes of the prompt blocks shared with other requests (null: none). */
   readonly seq: BigUint64Array | null;
   readonly privateBlocks: number;
@@ -172,7 +170,10 @@ export class ActiveSequences {
     }
   }
 
-  /** Registers slot `slot` as (workerId, dpRank). Idempotent. */
+  /**
+   * Registers slot `slot` as (workerId, dpRank). Idempotent.
+   * @rank-numbers the slot table registers a worker's ranks from a loop over rank numbers, into per-slot number columns.
+   */
   ensureSlot(slot: number, workerId: number, dpRank: number): void {
     if (slot >= this.#cap) this.#grow(Math.max(slot + 1, this.#cap * 2, 16));
     if (this.#registered[slot] === 1) return;

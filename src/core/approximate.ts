@@ -11,7 +11,7 @@
  * deadline moved on are skipped when an older item pops. The heap is rebuilt
  * when the block references it holds outnumber live entries by `compactFactor`.
  */
-import type { PrefixIndex } from '../wasm/index.js';
+import type { PrefixIndex, PromptHashes } from '../wasm/index.js';
 import { BinaryHeap } from './binary-heap.js';
 import type { Clock } from '../common/index.js';
 
@@ -75,8 +75,11 @@ export class ApproximateIndex {
   /**
    * Records that (workerId, dpRank) was sent a prompt with these hashes:
    * every complete block becomes (or stays) cached there until now + ttl.
+   * @rank-numbers the scheduler books from its dense slot's columns, once per request, and the
+   *   pair goes straight to the WASM index: numbers spare a pair object per booking.
    */
-  record(workerId: number, dpRank: number, local: BigUint64Array, seq: BigUint64Array): void {
+  record(workerId: number, dpRank: number, hashes: PromptHashes): void {
+    const { local, seq } = hashes;
     this.expire();
     const n = Math.min(local.length, seq.length);
     if (n === 0) return;

@@ -10,6 +10,7 @@
  * costs an off-heap allocation and its finalisation, which measured as the
  * largest single cost of scoring 64 candidates.
  */
+import type { WorkerRank } from '../common/index.js';
 
 /** Where the time of one decision went, in milliseconds (Dynamo's `dynamo_router_overhead_*_ms`). */
 export interface DecisionTiming {
@@ -24,9 +25,7 @@ export interface DecisionTiming {
 }
 
 /** One candidate (worker, dp_rank) as the cost model saw it. */
-export interface CandidateBreakdown {
-  readonly workerId: number;
-  readonly dpRank: number;
+export interface CandidateBreakdown extends WorkerRank {
   /** Effective device overlap in blocks (max of the events index and the predict-on-route index). */
   readonly overlapBlocks: number;
   /** Active prefill tokens plus this request's uncached tokens there (the prefill term's input). */
@@ -71,7 +70,11 @@ const F_REQUESTS = 5;
 const F_COST = 6;
 const F_PROB = 7;
 
-/** Writes one candidate row (used by the scheduler's scoring loop). */
+/**
+ * Writes one candidate row (used by the scheduler's scoring loop).
+ * @rank-numbers called per candidate in the scoring loop with the dense slot's columns, written into a Float64Array:
+ *   a pair object per candidate would be garbage on the hottest path.
+ */
 export function writeBreakdown(out: Float64Array, i: number, workerId: number, dpRank: number, overlap: number,
   prefillTokens: number, decodeBlocks: number, activeRequests: number, cost: number): void {
   const o = i * BREAKDOWN_STRIDE;
@@ -90,7 +93,7 @@ export function writeProbability(out: Float64Array, i: number, p: number): void 
 }
 
 /** The fields a decision is built from, by name (everything but the derived views). */
-export type RoutingDecisionInit = Omit<RoutingDecision, 'candidates' | 'cachedTokens' | 'toJSON'>;
+export type RoutingDecisionOptions = Omit<RoutingDecision, 'candidates' | 'cachedTokens' | 'toJSON'>;
 
 export class RoutingDecision {
   /** Context id the decision was made for. */
@@ -122,7 +125,7 @@ export class RoutingDecision {
   readonly breakdown: Float64Array;
   readonly candidateCount: number;
 
-  constructor(init: RoutingDecisionInit) {
+  constructor(init: RoutingDecisionOptions) {
     this.requestId = init.requestId;
     this.workerId = init.workerId;
     this.dpRank = init.dpRank;

@@ -11,6 +11,7 @@
  * progress is an absolute block count, so a message applied twice (a
  * duplicate, or a batch overlapping a snapshot) changes nothing.
  */
+import type { WorkerRank } from '../common/index.js';
 import type { PromptHashes } from '../wasm/index.js';
 import { PEER_ID_PREFIX, type ActiveSequences, type SyncedBooking } from './active-sequences.js';
 import type { SlotTable } from './scheduler/slots.js';
@@ -18,10 +19,8 @@ import type { SlotTable } from './scheduler/slots.js';
 /** What applying one peer operation did. */
 export type PeerApplyOutcome = 'applied' | 'duplicate' | 'unknown_worker' | 'unknown_request';
 
-interface PeerEntry {
+interface PeerEntry extends WorkerRank {
   readonly key: string;
-  readonly workerId: number;
-  readonly dpRank: number;
   outputBlocks: number;
 }
 
@@ -43,7 +42,7 @@ export class PeerBookings {
   add(replica: string, b: SyncedBooking): PeerApplyOutcome {
     let entries = this.#byReplica.get(replica);
     if (entries?.has(b.requestId) === true) return 'duplicate';
-    const slot = this.#table.slotOf(b.workerId, b.dpRank);
+    const slot = this.#table.slotOf(b);
     if (slot === undefined) return 'unknown_worker';
     const key = `${PEER_ID_PREFIX}${replica}${PEER_ID_PREFIX}${b.requestId}`;
     const hashes: PromptHashes | null = b.seq === null ? null : { local: b.seq, seq: b.seq };
@@ -118,8 +117,9 @@ export class PeerBookings {
   }
 
   /** Peer requests in flight on one (worker, rank). */
-  requestsOn(workerId: number, dpRank: number): number {
+  requestsOn(slot: WorkerRank): number {
     let n = 0;
+    const { workerId, dpRank } = slot;
     for (const entries of this.#byReplica.values()) for (const e of entries.values()) if (e.workerId === workerId && e.dpRank === dpRank) n++;
     return n;
   }

@@ -46,7 +46,7 @@ export interface EjectionMetrics {
 
 /** A model's logger and metrics, registered with `watch`. */
 export interface EjectionSink {
-  readonly log: Logger;
+  readonly logger: Logger;
   readonly metrics: EjectionMetrics | undefined;
 }
 
@@ -209,10 +209,10 @@ export class Ejections {
     if (panic === state.panic) return;
     state.panic = panic;
     const line = { model, workerType: role, healthy, workers: members.length, panicThresholdPercent: threshold };
-    const log = sink?.log;
+    const logger = sink?.logger;
     const of = `${healthy} of its ${members.length} workers healthy`;
-    if (panic) log?.warn(line, `pool entered panic: ${of}, below ${threshold}%; routing to all of them`);
-    else log?.info(line, `pool left panic: ${of}; ejected workers are out of routing again`);
+    if (panic) logger?.warn(line, `pool entered panic: ${of}, below ${threshold}%; routing to all of them`);
+    else logger?.info(line, `pool left panic: ${of}; ejected workers are out of routing again`);
   }
 
   #gauge(sink: EjectionSink, model: string, role: WorkerRole, panic: boolean): void {

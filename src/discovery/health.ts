@@ -105,7 +105,7 @@ export class HealthProber {
   readonly #standing = new Map<number, Standing>();
   readonly #inFlight = new Set<number>();
   /** Per model: where its transitions are logged and counted (see `watch`). */
-  readonly #sinks = new Map<string, { log: Logger; metrics: HealthMetrics | undefined }>();
+  readonly #sinks = new Map<string, { logger: Logger; metrics: HealthMetrics | undefined }>();
   readonly #opts: HealthProberOptions;
   /** Last model-check outcome and when it was taken, per worker. */
   readonly #checks = new Map<number, { check: ModelCheck; at: number }>();
@@ -126,11 +126,11 @@ export class HealthProber {
   }
 
   /** Logs and counts the transitions of `model`'s workers here (its routers' logger and metrics). */
-  watch(model: string, log: Logger, metrics?: HealthMetrics & Partial<EjectionMetrics>): void {
-    this.#sinks.set(model, { log, metrics });
+  watch(model: string, logger: Logger, metrics?: HealthMetrics & Partial<EjectionMetrics>): void {
+    this.#sinks.set(model, { logger, metrics });
     const counted = metrics?.workerEjections === undefined ? undefined
       : { workerEjections: metrics.workerEjections, poolPanic: metrics.poolPanic };
-    this.#ejections.watch(model, { log, metrics: counted });
+    this.#ejections.watch(model, { logger, metrics: counted });
   }
 
   start(): void {
@@ -277,6 +277,6 @@ export class HealthProber {
     const sink = this.#sinks.get(w.model);
     sink?.metrics?.healthTransitions.labels({ model: w.model, worker_id: String(w.id), transition }).inc();
     const error = transition === 'readmitted' ? undefined : this.#probes.get(w.id)?.lastError;
-    (sink?.log ?? silentLogger).warn({ workerId: w.id, url: w.url, role: w.role, transition, ...(error !== undefined ? { error } : {}) }, msg);
+    (sink?.logger ?? silentLogger).warn({ workerId: w.id, url: w.url, role: w.role, transition, ...(error !== undefined ? { error } : {}) }, msg);
   }
 }

@@ -86,11 +86,11 @@ export class OutlierDetector {
     r.consecutive++;
     if (!connectionFailure) r.answered = true;
     if (r.consecutive < this.#opts.consecutiveErrors) return;
-    const log = this.#ejections.sink(w.model)?.log ?? silentLogger;
+    const logger = this.#ejections.sink(w.model)?.logger ?? silentLogger;
     const line = { model: w.model, workerId: w.id, url: w.url, role: w.role, consecutiveErrors: r.consecutive, error };
     if (!this.#ejections.mayEject(w)) {
       if (!r.keptLogged) {
-        log.warn({ ...line, maxEjectedPercent: this.#ejections.maxEjectedPercent },
+        logger.warn({ ...line, maxEjectedPercent: this.#ejections.maxEjectedPercent },
           `worker failed ${r.consecutive} dispatches in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ejected already: kept routable`);
       }
       r.keptLogged = true;
@@ -104,7 +104,7 @@ export class OutlierDetector {
     const ms = Math.min(this.#opts.baseEjectionMs * r.ejections, this.#opts.maxEjectionMs);
     this.#ejections.hold(w, 'consecutive_errors');
     const panic = this.#ejections.inPanic(w) ? '; its pool is in panic, so it stays routable' : '';
-    log.warn({ ...line, ejectionMs: ms, ejections: r.ejections, connectionFailuresOnly: r.liftable },
+    logger.warn({ ...line, ejectionMs: ms, ejections: r.ejections, connectionFailuresOnly: r.liftable },
       `worker failed ${this.#opts.consecutiveErrors} dispatches in a row: ejected for ${ms} ms${panic}`);
     r.timer = this.#scheduler.setTimeout(() => {
       r.timer = undefined;
@@ -125,8 +125,8 @@ export class OutlierDetector {
 
   #readmit(w: WorkerInfo, fields: Record<string, unknown>, why: string): void {
     const free = this.#ejections.release(w, 'consecutive_errors');
-    const log = this.#ejections.sink(w.model)?.log ?? silentLogger;
-    log.warn({ model: w.model, workerId: w.id, url: w.url, role: w.role, ...fields },
+    const logger = this.#ejections.sink(w.model)?.logger ?? silentLogger;
+    logger.warn({ model: w.model, workerId: w.id, url: w.url, role: w.role, ...fields },
       free ? `${why}: readmitted` : `${why}; still ejected on its health probes`);
   }
 

@@ -11,7 +11,7 @@
  * integer by `serializeBody`. Pinned by test/engines/dialects.test.ts.
  */
 import { KvgateError } from '../errors/index.js';
-import { checkRank, oneTokenPrefillFields, type EngineLeg } from './engine-leg.js';
+import { checkRank, oneTokenPrefillFields, type LegFields } from './leg-fields.js';
 
 export interface BootstrapInfo {
   /** Host name or address of the prefill server's bootstrap service. */
@@ -49,7 +49,7 @@ export function bootstrapFields(info: BootstrapInfo): Record<string, unknown> {
  * The prefill leg: one non-streaming token plus the triple.
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT (see `bootstrapFields`).
  */
-export function sglangPrefillLeg(body: Readonly<Record<string, unknown>>, options: { bootstrap: BootstrapInfo }): EngineLeg {
+export function sglangPrefillLegFields(body: Readonly<Record<string, unknown>>, options: { bootstrap: BootstrapInfo }): LegFields {
   return { fields: { ...oneTokenPrefillFields(body), ...bootstrapFields(options.bootstrap) }, headers: {} };
 }
 
@@ -59,7 +59,7 @@ export function sglangPrefillLeg(body: Readonly<Record<string, unknown>>, option
  * prefill and decode DP sizes differ; older ones ignore it and rely on the room).
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT (see `bootstrapFields`; a negative or fractional rank).
  */
-export function sglangDecodeLeg(options: { bootstrap: BootstrapInfo; prefillDpRank?: number }): EngineLeg {
+export function sglangDecodeLegFields(options: { bootstrap: BootstrapInfo; prefillDpRank?: number }): LegFields {
   const fields = bootstrapFields(options.bootstrap);
   if (options.prefillDpRank !== undefined) {
     checkRank(options.prefillDpRank, 'prefillDpRank');

@@ -11,7 +11,7 @@
  * its field set changes between vLLM releases. Pinned by test/engines/dialects.test.ts.
  */
 import { KvgateError } from '../errors/index.js';
-import { oneTokenPrefillFields, type EngineLeg } from './engine-leg.js';
+import { oneTokenPrefillFields, type LegFields } from './leg-fields.js';
 
 /** The exact `kv_transfer_params` vLLM's reference proxy sends with a prefill. */
 export const VLLM_PREFILL_KV_TRANSFER_PARAMS: Readonly<Record<string, unknown>> = Object.freeze({
@@ -35,7 +35,7 @@ function checkRequestId(requestId: string): void {
  * The prefill leg: one token, no streaming, and a request for a remote decode.
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an empty request id.
  */
-export function vllmPrefillLeg(body: Readonly<Record<string, unknown>>, options: { requestId: string }): EngineLeg {
+export function vllmPrefillLegFields(body: Readonly<Record<string, unknown>>, options: { requestId: string }): LegFields {
   checkRequestId(options.requestId);
   return {
     fields: { ...oneTokenPrefillFields(body), kv_transfer_params: { ...VLLM_PREFILL_KV_TRANSFER_PARAMS } },
@@ -47,7 +47,7 @@ export function vllmPrefillLeg(body: Readonly<Record<string, unknown>>, options:
  * The decode leg: the client's body unchanged (streaming allowed) plus the prefill's ticket, verbatim.
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an empty request id.
  */
-export function vllmDecodeLeg(options: { requestId: string; kvTransferParams: Readonly<Record<string, unknown>> }): EngineLeg {
+export function vllmDecodeLegFields(options: { requestId: string; kvTransferParams: Readonly<Record<string, unknown>> }): LegFields {
   checkRequestId(options.requestId);
   return { fields: { kv_transfer_params: options.kvTransferParams }, headers: { [REQUEST_ID_HEADER]: options.requestId } };
 }

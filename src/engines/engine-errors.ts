@@ -5,11 +5,13 @@
  *   queued ──(handed to a socket)──> sent ──(status line + headers)──> body ──> done
  *
  * - anything failing while `queued` never wrote a byte: KVG_ERR_ENGINE_UNREACHABLE,
- *   retryable on another worker (refused, DNS, connect timeout, pool shut down);
+ *   retryable (refused, DNS, connect timeout, pool shut down);
  * - `sent` failures may have started work on the engine: not retryable
  *   (KVG_ERR_ENGINE_DISCONNECTED, KVG_ERR_ENGINE_HEADERS_TIMEOUT);
  * - `body` failures broke a response mid-way (KVG_ERR_ENGINE_STREAM_BROKEN,
  *   KVG_ERR_ENGINE_BODY_TIMEOUT);
+ * - all of these are migratable: kvgate may resume the leg on another worker
+ *   (`isMigratable`; the `retryable` and `migratable` columns of ERROR_CODES);
  * - the caller's AbortSignal always maps to KVG_ERR_CLIENT_ABORTED.
  *
  * Upstream HTTP errors are `EngineHttpError`s: a 4xx keeps the engine's status
@@ -26,7 +28,7 @@
  * (refusal.ts).
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import { KvgateError, isKvgateError } from '../errors/index.js';
+import { ERROR_CODES, KvgateError, isKvgateError } from '../errors/index.js';
 import { messageOf, type EngineRefusal } from './refusal.js';
 
 /** How far a request got before it failed. */
@@ -197,16 +199,6 @@ export class EngineHttpError extends KvgateError {
   }
 }
 
-/** Transport failures that say the engine (or the way to it) failed, not the request: a leg may resume elsewhere. */
-const MIGRATABLE_CODES = new Set([
-  'KVG_ERR_ENGINE_UNREACHABLE',
-  'KVG_ERR_ENGINE_NOT_REGISTERED',
-  'KVG_ERR_ENGINE_DISCONNECTED',
-  'KVG_ERR_ENGINE_HEADERS_TIMEOUT',
-  'KVG_ERR_ENGINE_BODY_TIMEOUT',
-  'KVG_ERR_ENGINE_STREAM_BROKEN',
-]);
-
 /**
  * Engine statuses that say "not me, not now": an internal error (vLLM answers 500 when its engine loop died or a step
  * failed), a proxy in front of it failed, or it is shutting down or overloaded upstream. Envoy's `retry_on: 5xx` retries
@@ -228,5 +220,6 @@ export function isMigratable(err: unknown): err is KvgateError {
   if (!isKvgateError(err)) return false;
   if (err.detail?.['migratable'] === true) return true;
   if (err instanceof EngineHttpError) return MIGRATABLE_STATUSES.has(err.upstreamStatus);
-  return MIGRATABLE_CODES.has(err.code);
+  // The codes that say the engine (or the way to it) failed, not the request: the error table's `migratable` column.
+  return ERROR_CODES[err.code].migratable;
 }

@@ -7,10 +7,10 @@ export { EngineHttpError, isMigratable, protocolViolationOf } from './engine-err
 export { refusalBody } from './refusal.js';
 export { serializeBody, applyFields } from './request-body.js';
 export type { JsonObject } from './request-body.js';
-export { EMPTY_LEG, DP_RANK_HEADER, mergeLegs, dpRankLeg, oneTokenPrefillFields, streamingLegFields, clientWantsUsage } from './engine-leg.js';
-export type { EngineLeg } from './engine-leg.js';
-export { VLLM_PREFILL_KV_TRANSFER_PARAMS, vllmPrefillLeg, vllmDecodeLeg, readVllmPrefillResult } from './dialect-vllm.js';
-export { bootstrapFields, sglangPrefillLeg, sglangDecodeLeg } from './dialect-sglang.js';
+export { NO_LEG_FIELDS, DP_RANK_HEADER, mergeLegFields, dpRankLegFields, oneTokenPrefillFields, streamingBodyFields, clientWantsUsage } from './leg-fields.js';
+export type { LegFields } from './leg-fields.js';
+export { VLLM_PREFILL_KV_TRANSFER_PARAMS, vllmPrefillLegFields, vllmDecodeLegFields, readVllmPrefillResult } from './dialect-vllm.js';
+export { bootstrapFields, sglangPrefillLegFields, sglangDecodeLegFields } from './dialect-sglang.js';
 export type { BootstrapInfo } from './dialect-sglang.js';
 export { readChunkInfo, isUsageOnlyChunk } from './openai-chunk.js';
 export { eventInfo, isPlainChunk } from './stream-event.js';

@@ -33,7 +33,7 @@ import {
 import { LegTimers } from './leg-timers.js';
 
 /** What one dispatch hands its handler. */
-export interface HandlerInit {
+export interface ResponseHandlerOptions {
   ctx: ErrorContext;
   stream: boolean;
   startedAt: number;
@@ -59,7 +59,7 @@ type Mode = 'pending' | 'stream' | 'json' | 'error';
  * client's AbortSignal to the request's controller.
  */
 export class ResponseHandler implements Dispatcher.DispatchHandler {
-  readonly #init: HandlerInit;
+  readonly #init: ResponseHandlerOptions;
   readonly #timings: DispatchTimings;
   #phase: DispatchPhase = 'queued';
   #mode: Mode = 'pending';
@@ -78,7 +78,7 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
   readonly #onAbort: (() => void) | undefined;
   readonly #timers: LegTimers;
 
-  constructor(init: HandlerInit) {
+  constructor(init: ResponseHandlerOptions) {
     this.#init = init;
     this.#timers = new LegTimers(init.ctx, init.firstByteTimeoutMs, init.stream ? init.streamIdleTimeoutMs : undefined, (err) => this.#fail(err, true));
     this.#timings = { startedAt: init.startedAt, connectMs: undefined, headersMs: undefined, firstByteMs: undefined, firstEventMs: undefined, endMs: undefined };

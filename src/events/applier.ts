@@ -24,7 +24,7 @@
  * events of a KV-cache group other than the configured one (hybrid models
  * emit one stream per group with the same block hashes).
  */
-import { blockSize, type BlockSize } from '../common/index.js';
+import { blockSize, type BlockSize, type WorkerRank } from '../common/index.js';
 import { blockHashes } from '../wasm/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { TieredPrefixIndex } from './tiered-index.js';
@@ -78,11 +78,10 @@ export class KvEventApplier {
    * Applies every decoded event of a batch in order; returns how many changed
    * the index as meant. `onStatus` sees each event's outcome (counters).
    */
-  applyBatch(workerId: number, dpRank: number, batch: KvEventBatch,
-    onStatus?: (type: KvCacheEventType, status: ApplyStatus) => void): number {
+  applyBatch(slot: WorkerRank, batch: KvEventBatch, onStatus?: (type: KvCacheEventType, status: ApplyStatus) => void): number {
     let applied = 0;
     for (const ev of batch.events) {
-      const status = this.applyEvent(workerId, dpRank, ev);
+      const status = this.applyEvent(slot, ev);
       onStatus?.(ev.type, status);
       if (isAppliedStatus(status)) applied++;
     }
@@ -90,18 +89,18 @@ export class KvEventApplier {
   }
 
   /** Applies one event. Never throws for event content; throws KvgateError only for an invalid slot. */
-  applyEvent(workerId: number, dpRank: number, ev: KvCacheEvent): ApplyStatus {
+  applyEvent(slot: WorkerRank, ev: KvCacheEvent): ApplyStatus {
     let status: ApplyStatus;
     switch (ev.type) {
       case 'stored':
-        status = this.#stored(workerId, dpRank, ev);
+        status = this.#stored(slot, ev);
         break;
       case 'removed':
-        status = this.#removed(workerId, dpRank, ev);
+        status = this.#removed(slot, ev);
         break;
       case 'cleared':
         // Worker-wide for this publisher: every tier of this (worker, rank).
-        this.indexes.clearSlot(workerId, dpRank);
+        this.indexes.clearSlot(slot.workerId, slot.dpRank);
         status = 'ok';
         break;
     }
@@ -109,16 +108,16 @@ export class KvEventApplier {
   }
 
   /** Drops every block of the slot in every tier (publisher restart, unrecoverable gap). */
-  clearSlot(workerId: number, dpRank: number): number {
-    return this.indexes.clearSlot(workerId, dpRank);
+  clearSlot(slot: WorkerRank): number {
+    return this.indexes.clearSlot(slot.workerId, slot.dpRank);
   }
 
   /** Forgets the slot in every tier (worker gone). */
-  removeSlot(workerId: number, dpRank: number): void {
-    this.indexes.removeWorkerDpRank(workerId, dpRank);
+  removeSlot(slot: WorkerRank): void {
+    this.indexes.removeWorkerDpRank(slot.workerId, slot.dpRank);
   }
 
-  #stored(workerId: number, dpRank: number, ev: StoredBlocksEvent): ApplyStatus {
+  #stored(slot: WorkerRank, ev: StoredBlocksEvent): ApplyStatus {
     if (ev.groupIdx !== this.kvCacheGroup) return 'other_group';
     if (ev.blockSize !== this.blockSize) return 'block_size_mismatch';
     if (ev.loraId !== undefined && ev.loraId > 0 && ev.loraName === undefined) return 'unnamed_lora';
@@ -126,7 +125,7 @@ export class KvEventApplier {
     if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';
     const local = blockHashes(ev.tokenIds, this.blockSize, { loraName: ev.loraName, cacheSalt: ev.cacheSalt, mmHashes: ev.mmHashes });
     try {
-      this.indexes.get(ev.tier).applyStored(workerId, dpRank, ev.parentHash, ev.blockHashes, local);
+      this.indexes.get(ev.tier).applyStored(slot.workerId, slot.dpRank, ev.parentHash, ev.blockHashes, local);
     } catch (err) {
       if (isKvgateError(err, 'KVG_ERR_PARENT_BLOCK_NOT_FOUND')) return 'parent_not_found';
       if (isKvgateError(err, 'KVG_ERR_INVALID_BLOCK_SEQUENCE')) return 'invalid_sequence';
@@ -135,10 +134,10 @@ export class KvEventApplier {
     return truncated ? 'truncated' : 'ok';
   }
 
-  #removed(workerId: number, dpRank: number, ev: RemovedBlocksEvent): ApplyStatus {
+  #removed(slot: WorkerRank, ev: RemovedBlocksEvent): ApplyStatus {
     if (ev.groupIdx !== this.kvCacheGroup) return 'other_group';
     const ix = this.indexes.peek(ev.tier);
     if (ix === undefined) return ev.blockHashes.length === 0 ? 'ok' : 'not_found';
-    return ix.applyRemoved(workerId, dpRank, ev.blockHashes).missing === 0 ? 'ok' : 'not_found';
+    return ix.applyRemoved(slot.workerId, slot.dpRank, ev.blockHashes).missing === 0 ? 'ok' : 'not_found';
   }
 }

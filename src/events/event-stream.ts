@@ -36,8 +36,8 @@ import type { ApplyScheduler, Drainable, TurnBudget } from './turn-scheduler.js'
 const CATCH_UP_AFTER_MS = 1000;
 
 export class KvEventStream implements Drainable {
-  readonly workerId: number;
-  readonly dpRank: number;
+  /** The (worker, dp rank) whose publisher this stream follows. */
+  readonly slot: WorkerRank;
   readonly #writer: SlotWriter;
   /** The engine's replay endpoint and this stream's requests to it; undefined without one. */
   readonly #replays: ReplayRequests | undefined;
@@ -67,20 +67,19 @@ export class KvEventStream implements Drainable {
    */
   constructor(slot: WorkerRank, ctx: IngestContext, replay?: GapReplaySource, options?: KvEventStreamOptions) {
     this.#opts = fillOptions(kDefaultStreamOptions, options);
-    this.workerId = slot.workerId;
-    this.dpRank = slot.dpRank;
+    this.slot = slot;
     this.#hooks = ctx.hooks;
     this.#liveness = ctx.liveness;
     this.#scheduler = ctx.scheduler;
     this.#clock = ctx.clock;
-    this.#log = new ThrottledLog(ctx.log, ctx.clock, this.#opts.logIntervalMs, { workerId: slot.workerId, dpRank: slot.dpRank });
+    this.#log = new ThrottledLog(ctx.logger, ctx.clock, this.#opts.logIntervalMs, { workerId: slot.workerId, dpRank: slot.dpRank });
     const wake = (): void => this.#scheduler.wake(this);
     this.#replays = replay === undefined ? undefined : new ReplayRequests(replay, slot, ctx.hooks, this.#log, wake);
     this.#judge = new SequenceJudge(this.#opts);
     this.#queue = new LiveQueue(this.#opts.maxQueuedBatches);
     this.#answerSlot = {
       cursor: () => this.cursor, accept: (b) => this.#accept(b, 'replay'), lost: () => this.#reset('replay_incomplete'),
-      stale: (seq) => this.#hooks.onStale?.(this.workerId, this.dpRank, seq), decodeError: (e) => this.#writer.decodeError(e, undefined),
+      stale: (seq) => this.#hooks.onStale?.(this.slot, seq), decodeError: (e) => this.#writer.decodeError(e, undefined),
     };
     this.#writer = new SlotWriter(slot, ctx, this.#log);
   }
@@ -139,9 +138,9 @@ export class KvEventStream implements Drainable {
   /** A live batch: queued, or dropped when the queue is full (the hole is then replayed like any gap). */
   onMessage(seq: bigint, payload: Uint8Array): void {
     if (this.#closed) return;
-    this.#hooks.onBatch?.(this.workerId, this.dpRank, 'live');
+    this.#hooks.onBatch?.(this.slot, 'live');
     if (!this.#queue.offer({ seq, payload, gen: this.#replays?.sent ?? 0 })) {
-      this.#hooks.onDropped?.(this.workerId, this.dpRank, 'queue_full', seq);
+      this.#hooks.onDropped?.(this.slot, 'queue_full', seq);
       this.#log.warn('queue_full', { seq: String(seq), queued: this.#opts.maxQueuedBatches },
         'KV event queue full: batch dropped, to be replayed once the queue drains');
       return;
@@ -194,7 +193,7 @@ export class KvEventStream implements Drainable {
     this.#startOver('inconsistent');
     this.#restoreTried = true;
     if (this.#replays !== undefined) this.#request(0n, 'restore');
-    else this.#liveness?.degrade(this.workerId, this.dpRank);
+    else this.#liveness?.degrade(this.slot);
     this.#scheduler.wake(this);
   }
 
@@ -209,7 +208,7 @@ export class KvEventStream implements Drainable {
     if (parked !== undefined && this.#canTakeParked(parked)) {
       this.#parked.shift();
       const last = this.cursor;
-      if (last !== null && parked.seq <= last) this.#hooks.onStale?.(this.workerId, this.dpRank, parked.seq);
+      if (last !== null && parked.seq <= last) this.#hooks.onStale?.(this.slot, parked.seq);
       else this.#accept(parked, 'live');
       return true;
     }
@@ -253,7 +252,7 @@ export class KvEventStream implements Drainable {
         this.#inconsistentSince = undefined;
         return;
       case 'gap': this.#gap(item); return;
-      case 'stale': this.#hooks.onStale?.(this.workerId, this.dpRank, item.seq); return;
+      case 'stale': this.#hooks.onStale?.(this.slot, item.seq); return;
       case 'garbage': this.#garbage(item, 'sequence number implausibly far ahead'); return;
       case 'restart_evidence': this.#inconsistent(); return;
       case 'restart': this.#restart(item.seq); return;
@@ -263,7 +262,7 @@ export class KvEventStream implements Drainable {
   #gap(item: LiveItem): void {
     const expected = this.cursor! + 1n;
     // One gap per hole: batches parked behind an open one are not new gaps.
-    if (this.#parked.length === 0) this.#hooks.onGap?.(this.workerId, this.dpRank, expected, item.seq);
+    if (this.#parked.length === 0) this.#hooks.onGap?.(this.slot, expected, item.seq);
     if (this.#replays !== undefined) {
       // Reordering may still fill it; if not, #afterDrain asks for a replay.
       this.#park(item);
@@ -272,14 +271,14 @@ export class KvEventStream implements Drainable {
     }
     this.#log.warn('gap', { expected: String(expected), got: String(item.seq) }, 'KV event gap and no replay endpoint: clearing the slot');
     this.#reset('gap_without_replay');
-    this.#liveness?.degrade(this.workerId, this.dpRank);
+    this.#liveness?.degrade(this.slot);
     this.#accept(item, 'live');
   }
 
   /** Parks a judged batch in seq order; beyond the bound it is dropped (a later replay recovers it). */
   #park(item: LiveItem): void {
     if (this.#parked.add(item, this.#opts.maxPendingBatches)) return;
-    this.#hooks.onPendingOverflow?.(this.workerId, this.dpRank, item.seq);
+    this.#hooks.onPendingOverflow?.(this.slot, item.seq);
     this.#unplaced();
   }
 
@@ -342,7 +341,7 @@ export class KvEventStream implements Drainable {
       this.#queue.forgetDropped();
       this.#log.warn('gap', { cursor: String(this.cursor) }, 'KV event queue overflowed and no replay endpoint: clearing the slot');
       this.#reset('gap_without_replay');
-      this.#liveness?.degrade(this.workerId, this.dpRank);
+      this.#liveness?.degrade(this.slot);
       this.#startFresh();
     }
     const from = this.#replayNeed(idleNow);
@@ -425,7 +424,7 @@ export class KvEventStream implements Drainable {
 
   /** Drops a batch whose seq cannot be the publisher's: counted and logged, moves nothing and starts no timer (see sequence.ts). */
   #garbage(item: LiveItem, why: string): void {
-    this.#hooks.onDropped?.(this.workerId, this.dpRank, 'garbage', item.seq);
+    this.#hooks.onDropped?.(this.slot, 'garbage', item.seq);
     this.#log.warn('garbage', { seq: String(item.seq), cursor: String(this.cursor) }, `KV event batch dropped: ${why}`);
     this.#unplaced();
   }

@@ -139,7 +139,7 @@ export class ReplayRequests {
       epoch: this.#epoch, from, purpose, gen: ++this.#sent, abort: new AbortController(), promise: Promise.resolve(),
     };
     this.#inflight = req;
-    this.#hooks.onReplayRequested?.(this.#slot.workerId, this.#slot.dpRank, from);
+    this.#hooks.onReplayRequested?.(this.#slot, from);
     req.promise = this.#source.replay(from, req.abort.signal).then(
       (reply) => this.#settled(req, reply, undefined),
       (err: unknown) => this.#settled(req, undefined, err),
@@ -152,7 +152,7 @@ export class ReplayRequests {
    */
   failed(rp: ReplyInProgress): boolean {
     const fields = { from: String(rp.req.from), err: rp.err instanceof Error ? rp.err.message : String(rp.err) };
-    this.#hooks.onReplay?.(this.#slot.workerId, this.#slot.dpRank, 'failed', 0);
+    this.#hooks.onReplay?.(this.#slot, 'failed', 0);
     if (rp.req.purpose === 'catch_up') {
       this.#log.warn('catch_up_failed', fields, 'KV event catch-up replay failed: slot kept, asking again later');
       return true;
@@ -163,7 +163,7 @@ export class ReplayRequests {
 
   /** Counts and logs an answer applied to its end. */
   done(rp: ReplyInProgress): void {
-    this.#hooks.onReplay?.(this.#slot.workerId, this.#slot.dpRank, rp.complete ? 'recovered' : 'incomplete', rp.applied);
+    this.#hooks.onReplay?.(this.#slot, rp.complete ? 'recovered' : 'incomplete', rp.applied);
     const from = String(rp.req.from);
     if (!rp.complete) {
       this.#log.warn('replay_incomplete', { from }, 'KV event replay buffer no longer holds the missing batches: slot cleared');

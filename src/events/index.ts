@@ -14,7 +14,7 @@ export type { GapReplaySource, GapReplayReply } from './gap-replay.js';
 export { ZmqGapReplayClient } from './gap-replay-client.js';
 export { KvEventManager } from './manager.js';
 export { ingestContext } from './options.js';
-export type { KvEventManagerOptions } from './options.js';
+export type { KvEventOptions } from './options.js';
 export { EventLiveness } from './liveness.js';
 export { KvEventCounters } from './stats.js';
 export type { KvEventHooks } from './stats.js';

@@ -15,7 +15,7 @@
  * moving. "Usable" means at least one event changed the index as the engine
  * meant, or the batch was empty (a heartbeat).
  */
-import type { Clock } from '../common/index.js';
+import type { Clock, WorkerRank } from '../common/index.js';
 
 export type EventStatus = 'live' | 'stale' | 'never';
 
@@ -46,7 +46,8 @@ export class EventLiveness {
     this.#staleAfterMs = opts.staleAfterMs;
   }
 
-  #slot(workerId: number, dpRank: number, create: boolean): SlotLiveness | undefined {
+  #slot(slot: WorkerRank, create: boolean): SlotLiveness | undefined {
+    const { workerId, dpRank } = slot;
     let ranks = this.#slots.get(workerId);
     if (ranks === undefined) {
       if (!create) return undefined;
@@ -58,34 +59,34 @@ export class EventLiveness {
   }
 
   /** Starts tracking a slot (as `never`). Idempotent. */
-  register(workerId: number, dpRank: number): void {
-    this.#slot(workerId, dpRank, true);
+  register(slot: WorkerRank): void {
+    this.#slot(slot, true);
   }
 
   /** Stops tracking a slot. */
-  unregister(workerId: number, dpRank: number): void {
-    const ranks = this.#slots.get(workerId);
-    ranks?.delete(dpRank);
-    if (ranks?.size === 0) this.#slots.delete(workerId);
+  unregister(slot: WorkerRank): void {
+    const ranks = this.#slots.get(slot.workerId);
+    ranks?.delete(slot.dpRank);
+    if (ranks?.size === 0) this.#slots.delete(slot.workerId);
   }
 
   /** A usable batch arrived. */
-  noteEvent(workerId: number, dpRank: number): void {
-    const s = this.#slot(workerId, dpRank, false);
+  noteEvent(slot: WorkerRank): void {
+    const s = this.#slot(slot, false);
     if (s === undefined) return;
     s.lastEventAt = this.#clock.now();
     s.awaitingSince = undefined;
   }
 
   /** The slot's index was cleared with nothing to restore it: `stale` for the next `staleAfterMs`. */
-  degrade(workerId: number, dpRank: number): void {
-    const s = this.#slot(workerId, dpRank, false);
+  degrade(slot: WorkerRank): void {
+    const s = this.#slot(slot, false);
     if (s !== undefined) s.degradedUntil = this.#clock.now() + this.#staleAfterMs;
   }
 
   /** The router sent a request to the slot. */
-  noteDispatch(workerId: number, dpRank: number): void {
-    const s = this.#slot(workerId, dpRank, false);
+  noteDispatch(slot: WorkerRank): void {
+    const s = this.#slot(slot, false);
     if (s !== undefined && s.awaitingSince === undefined) s.awaitingSince = this.#clock.now();
   }
 
@@ -118,8 +119,8 @@ export class EventLiveness {
   }
 
   /** Every tracked slot with its status (for a gauge). */
-  statuses(): { workerId: number; dpRank: number; status: EventStatus }[] {
-    const out: { workerId: number; dpRank: number; status: EventStatus }[] = [];
+  statuses(): (WorkerRank & { status: EventStatus })[] {
+    const out: (WorkerRank & { status: EventStatus })[] = [];
     for (const [workerId, ranks] of this.#slots) for (const [dpRank, s] of ranks) out.push({ workerId, dpRank, status: this.#statusOf(s) });
     return out;
   }

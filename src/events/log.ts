@@ -11,14 +11,14 @@ import type { Clock, Logger } from '../common/index.js';
  * suppressed count. Every line carries `base` (a stream's: its worker id and dp rank) first.
  */
 export class ThrottledLog {
-  readonly #log: Logger;
+  readonly #logger: Logger;
   readonly #clock: Clock;
   readonly #intervalMs: number;
   readonly #base: Readonly<Record<string, unknown>>;
   readonly #last = new Map<string, { at: number; suppressed: number }>();
 
-  constructor(log: Logger, clock: Clock, intervalMs: number, base: Readonly<Record<string, unknown>> = {}) {
-    this.#log = log;
+  constructor(logger: Logger, clock: Clock, intervalMs: number, base: Readonly<Record<string, unknown>> = {}) {
+    this.#logger = logger;
     this.#clock = clock;
     this.#intervalMs = intervalMs;
     this.#base = base;
@@ -33,6 +33,6 @@ export class ThrottledLog {
     }
     const suppressed = prev?.suppressed ?? 0;
     this.#last.set(key, { at: now, suppressed: 0 });
-    this.#log.warn(suppressed > 0 ? { ...this.#base, ...fields, suppressed } : { ...this.#base, ...fields }, msg);
+    this.#logger.warn(suppressed > 0 ? { ...this.#base, ...fields, suppressed } : { ...this.#base, ...fields }, msg);
   }
 }

@@ -12,11 +12,11 @@
  * `maxTurnMs` / `maxEventsPerTurn` of each event-loop turn. A timer checks
  * every stream's consistency bound even when its publisher went quiet.
  */
-import { slotKey, type Context, type KvSlotSnapshot } from '../common/index.js';
+import { slotKey, type Context, type KvSlotSnapshot, type WorkerRank } from '../common/index.js';
 import type { KvEventApplier } from './applier.js';
 import { EventLiveness, type EventStatus } from './liveness.js';
 import {
-  fillOptions, ingestContext, kDefaultManagerOptions, type FilledKvEventManagerOptions, type IngestContext, type KvEventManagerOptions,
+  fillOptions, ingestContext, kDefaultKvEventOptions, type FilledKvEventOptions, type IngestContext, type KvEventOptions,
 } from './options.js';
 import { KvEventCounters, combineHooks, type KvEventHooks } from './stats.js';
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js';
@@ -32,7 +32,7 @@ const CONSISTENCY_CHECK_MS = 1000;
  * and logger (common's `Context`, or the parts of it given), extra observers,
  * and tuning for every subscriber.
  */
-export interface KvEventManagerInit extends KvEventManagerOptions, Partial<Pick<Context, 'clock' | 'log'>> {
+export interface KvEventManagerOptions extends KvEventOptions, Partial<Pick<Context, 'clock' | 'logger'>> {
   /** The applier (and through it the indexes) to keep true. */
   applier: KvEventApplier;
   /** Extra observers (metrics); the manager's own counters always run. */
@@ -52,7 +52,7 @@ export class KvEventManager {
   readonly applier: KvEventApplier;
   readonly counters = new KvEventCounters();
   readonly liveness: EventLiveness;
-  readonly #opts: FilledKvEventManagerOptions;
+  readonly #opts: FilledKvEventOptions;
   /** Built once here; every subscriber and stream shares it. */
   readonly #ctx: IngestContext;
   readonly #subs = new Map<string, KvEventSubscriber>();
@@ -60,19 +60,19 @@ export class KvEventManager {
   readonly #seeds = new Map<string, KvSlotSnapshot>();
   #closed = false;
 
-  constructor(init: KvEventManagerInit) {
-    this.#opts = fillOptions(kDefaultManagerOptions, init);
-    this.applier = init.applier;
-    const base = ingestContext({ applier: init.applier, clock: init.clock, log: init.log });
+  constructor(options: KvEventManagerOptions) {
+    this.#opts = fillOptions(kDefaultKvEventOptions, options);
+    this.applier = options.applier;
+    const base = ingestContext({ applier: options.applier, clock: options.clock, logger: options.logger });
     this.liveness = new EventLiveness({ clock: base.clock, staleAfterMs: this.#opts.staleAfterMs });
     const scheduler = new TurnScheduler({ clock: base.clock, maxEventsPerTurn: this.#opts.maxEventsPerTurn, maxTurnMs: this.#opts.maxTurnMs });
-    this.#ctx = { ...base, hooks: combineHooks(this.counters, init.hooks), liveness: this.liveness, scheduler };
+    this.#ctx = { ...base, hooks: combineHooks(this.counters, options.hooks), liveness: this.liveness, scheduler };
     const every = Math.max(10, Math.min(CONSISTENCY_CHECK_MS, this.#opts.inconsistentAfterMs / 2));
     this.#checkTimer = setInterval(() => {
       for (const sub of this.#subs.values()) sub.stream.checkConsistency();
     }, every);
     this.#checkTimer.unref();
-    for (const seed of init.seeds ?? []) this.#seeds.set(slotKey(seed.workerId, seed.dpRank), seed);
+    for (const seed of options.seeds ?? []) this.#seeds.set(slotKey(seed.workerId, seed.dpRank), seed);
   }
 
   get indexes(): TieredPrefixIndex {
@@ -92,17 +92,17 @@ export class KvEventManager {
     if (existing !== undefined) {
       if (sameSource(existing.source, source)) return;
       await this.#stop(key, existing);
-      this.applier.clearSlot(source.workerId, source.dpRank);
+      this.applier.clearSlot(source);
     }
     const sub = new KvEventSubscriber(source, this.#ctx, this.#opts);
-    this.liveness.register(source.workerId, source.dpRank);
+    this.liveness.register(source);
     const seed = this.#seeds.get(key);
     this.#seeds.delete(key);
     if (seed !== undefined) this.#seed(sub, seed);
     try {
       sub.start();
     } catch (err) {
-      this.liveness.unregister(source.workerId, source.dpRank);
+      this.liveness.unregister(source);
       throw err;
     }
     this.#subs.set(key, sub);
@@ -113,17 +113,17 @@ export class KvEventManager {
     const { workerId, dpRank, endpoint } = sub.source;
     const at = { workerId, dpRank, endpoint, snapshotEndpoint: seed.endpoint };
     if (seed.endpoint !== endpoint) {
-      this.#ctx.log.warn(at, 'replica snapshot of this slot came from another KV-event endpoint: ignored, the slot starts from the engine alone');
+      this.#ctx.logger.warn(at, 'replica snapshot of this slot came from another KV-event endpoint: ignored, the slot starts from the engine alone');
       return;
     }
     const tiers = seed.tiers.filter((t) => (STORAGE_TIERS as readonly string[]).includes(t.tier));
-    this.applier.clearSlot(workerId, dpRank);
+    this.applier.clearSlot(sub.source);
     let blocks = 0;
     for (const t of tiers) blocks += this.indexes.get(t.tier as StorageTier).importSlot(workerId, dpRank, t.pairs);
     sub.stream.seed(seed.cursor);
     // The peer's events for the slot were live when it took the snapshot: score the blocks, not approximately.
-    this.liveness.noteEvent(workerId, dpRank);
-    this.#ctx.log.info({ ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
+    this.liveness.noteEvent(sub.source);
+    this.#ctx.logger.info({ ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
       `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; replaying what the engine published since`);
   }
 
@@ -148,8 +148,8 @@ export class KvEventManager {
     const victims = [...this.#subs].filter(([, s]) => s.source.workerId === workerId && (dpRank === undefined || s.source.dpRank === dpRank));
     await Promise.all(victims.map(async ([key, sub]) => {
       await this.#stop(key, sub);
-      this.applier.removeSlot(sub.source.workerId, sub.source.dpRank);
-      this.liveness.unregister(sub.source.workerId, sub.source.dpRank);
+      this.applier.removeSlot(sub.source);
+      this.liveness.unregister(sub.source);
     }));
   }
 
@@ -167,8 +167,8 @@ export class KvEventManager {
   }
 
   /** The subscriber of a slot, if subscribed. */
-  subscriber(workerId: number, dpRank = 0): KvEventSubscriber | undefined {
-    return this.#subs.get(slotKey(workerId, dpRank));
+  subscriber(slot: WorkerRank): KvEventSubscriber | undefined {
+    return this.#subs.get(slotKey(slot.workerId, slot.dpRank));
   }
 
   /** Every subscribed source. */
@@ -185,8 +185,8 @@ export class KvEventManager {
   }
 
   /** The router dispatched a request to the slot (feeds `stale` detection). */
-  noteDispatch(workerId: number, dpRank: number): void {
-    this.liveness.noteDispatch(workerId, dpRank);
+  noteDispatch(slot: WorkerRank): void {
+    this.liveness.noteDispatch(slot);
   }
 
   /** Closes every subscriber. The indexes are left to their owner. Idempotent. */

@@ -17,7 +17,7 @@ import { InlineScheduler, type ApplyScheduler } from './turn-scheduler.js';
 export interface IngestContext {
   readonly clock: Clock;
   /** Where warnings go (gaps, restarts, replay failures, decode errors), each naming the worker. */
-  readonly log: Logger;
+  readonly logger: Logger;
   /** The applier (and through it the indexes) to keep true. */
   readonly applier: KvEventApplier;
   /** Observers (counters, metrics); called synchronously, must not throw. */
@@ -36,7 +36,7 @@ export function ingestContext(parts: { applier: KvEventApplier } & Partial<Omit<
   return {
     applier: parts.applier,
     clock: parts.clock ?? systemClock,
-    log: parts.log ?? silentLogger,
+    logger: parts.logger ?? silentLogger,
     hooks: parts.hooks ?? {},
     liveness: parts.liveness,
     scheduler: parts.scheduler ?? new InlineScheduler(),
@@ -78,8 +78,11 @@ export const kDefaultSubscriberOptions: FilledKvEventSubscriberOptions = Object.
   ...kDefaultStreamOptions, replayTimeoutMs: 2000, receiveHighWaterMark: 100_000,
 });
 
-/** Tuning of a fleet's ingestion, and of every subscriber it starts. */
-export interface KvEventManagerOptions extends KvEventSubscriberOptions {
+/**
+ * Tuning of a fleet's ingestion (a manager's, the `kv_events` config section), and of every
+ * subscriber it starts; the manager's constructor takes it with its collaborators (`KvEventManagerOptions`).
+ */
+export interface KvEventOptions extends KvEventSubscriberOptions {
   /** Silence while serving after which a slot is `stale` (and how long a cleared slot stays degraded), ms. */
   staleAfterMs?: number | undefined;
   /** Events applied per event-loop turn at most, over every slot of the manager. */
@@ -87,8 +90,8 @@ export interface KvEventManagerOptions extends KvEventSubscriberOptions {
   /** Time spent applying events per event-loop turn at most, ms. */
   maxTurnMs?: number | undefined;
 }
-export type FilledKvEventManagerOptions = Required<{ [K in keyof KvEventManagerOptions]: NonNullable<KvEventManagerOptions[K]> }>;
-export const kDefaultManagerOptions: FilledKvEventManagerOptions = Object.freeze({
+export type FilledKvEventOptions = Required<{ [K in keyof KvEventOptions]: NonNullable<KvEventOptions[K]> }>;
+export const kDefaultKvEventOptions: FilledKvEventOptions = Object.freeze({
   ...kDefaultSubscriberOptions, staleAfterMs: 30_000, maxEventsPerTurn: 2000, maxTurnMs: 4,
 });
 

@@ -35,7 +35,7 @@ export class SlotWriter {
     this.#liveness = ctx.liveness;
     this.#log = log;
     const onApplied = this.#hooks.onApplied?.bind(this.#hooks);
-    this.#onStatus = onApplied === undefined ? undefined : (type, status) => onApplied(slot.workerId, slot.dpRank, type, status);
+    this.#onStatus = onApplied === undefined ? undefined : (type, status) => onApplied(slot, type, status);
   }
 
   /** A batch is accepted and not yet fully applied. */
@@ -81,19 +81,18 @@ export class SlotWriter {
   applySlice(budget: TurnBudget): void {
     const cur = this.#current;
     if (cur === undefined) return;
-    const { workerId, dpRank } = this.#slot;
     const events = cur.batch.events;
     const n = Math.min(events.length - cur.next, Math.max(1, budget.left), APPLY_SLICE);
     if (n > 0) {
       const slice = cur.next === 0 && n === events.length ? cur.batch : { ...cur.batch, events: events.slice(cur.next, cur.next + n) };
       cur.next += n;
-      cur.applied += this.#applier.applyBatch(workerId, dpRank, slice, this.#onStatus);
+      cur.applied += this.#applier.applyBatch(this.#slot, slice, this.#onStatus);
       budget.take(n);
     }
     if (cur.next < events.length) return;
     this.#current = undefined;
-    if (cur.applied > 0 || (events.length === 0 && cur.batch.errors.length === 0)) this.#liveness?.noteEvent(workerId, dpRank);
-    if (cur.origin === 'replay') this.#hooks.onBatch?.(workerId, dpRank, 'replay');
+    if (cur.applied > 0 || (events.length === 0 && cur.batch.errors.length === 0)) this.#liveness?.noteEvent(this.#slot);
+    if (cur.origin === 'replay') this.#hooks.onBatch?.(this.#slot, 'replay');
   }
 
   /** Forgets the batch being applied (the slot is about to be cleared, or the stream closed). */
@@ -110,8 +109,8 @@ export class SlotWriter {
         'KV events since the replica snapshot cannot be replayed from the engine: keeping the snapshot\'s blocks and continuing from live events');
       return;
     }
-    const blocks = this.#applier.clearSlot(this.#slot.workerId, this.#slot.dpRank);
-    this.#hooks.onReset?.(this.#slot.workerId, this.#slot.dpRank, reason, blocks);
+    const blocks = this.#applier.clearSlot(this.#slot);
+    this.#hooks.onReset?.(this.#slot, reason, blocks);
   }
 
   decodeError(error: KvEventDecodeError, seq: bigint | undefined): void {

@@ -6,7 +6,7 @@
  * them as it likes. Hooks run synchronously on the ingestion path, so they
  * must be cheap and must not throw.
  */
-import { slotKey } from '../common/index.js';
+import { slotKey, type WorkerRank } from '../common/index.js';
 import { APPLY_STATUSES, type ApplyStatus } from './applier.js';
 import { DECODE_ERROR_KINDS, type DecodeErrorKind, type KvCacheEventType, type KvEventDecodeError } from './types.js';
 
@@ -39,33 +39,31 @@ export type ResetReason = 'restart' | 'gap_without_replay' | 'replay_failed' | '
 export type DropReason = 'queue_full' | 'garbage';
 
 /** A decode failure with the (worker, rank) it came from. */
-export interface DecodeErrorReport extends KvEventDecodeError {
-  readonly workerId: number;
-  readonly dpRank: number;
+export interface DecodeErrorReport extends KvEventDecodeError, WorkerRank {
   /** Sequence number of the batch, when the frames got that far. */
   readonly seq: bigint | undefined;
 }
 
 export interface KvEventHooks {
   /** A message with a valid sequence number reached the slot. */
-  onBatch?(workerId: number, dpRank: number, origin: BatchOrigin): void;
+  onBatch?(slot: WorkerRank, origin: BatchOrigin): void;
   /** One event was applied (or refused) with this status. */
-  onApplied?(workerId: number, dpRank: number, type: KvCacheEventType, status: ApplyStatus): void;
+  onApplied?(slot: WorkerRank, type: KvCacheEventType, status: ApplyStatus): void;
   onDecodeError?(report: DecodeErrorReport): void;
   /** A live batch arrived with `got > expected`. */
-  onGap?(workerId: number, dpRank: number, expected: bigint, got: bigint): void;
+  onGap?(slot: WorkerRank, expected: bigint, got: bigint): void;
   /** A batch at or below the cursor (already applied) was skipped. */
-  onStale?(workerId: number, dpRank: number, seq: bigint): void;
+  onStale?(slot: WorkerRank, seq: bigint): void;
   /** A replay finished; `batches` is how many replayed batches were applied. */
-  onReplay?(workerId: number, dpRank: number, outcome: ReplayOutcome, batches: number): void;
+  onReplay?(slot: WorkerRank, outcome: ReplayOutcome, batches: number): void;
   /** The slot's index was dropped; `blocks` is how many blocks it held. */
-  onReset?(workerId: number, dpRank: number, reason: ResetReason, blocks: number): void;
+  onReset?(slot: WorkerRank, reason: ResetReason, blocks: number): void;
   /** A live batch was dropped because too many were queued behind a replay. */
-  onPendingOverflow?(workerId: number, dpRank: number, seq: bigint): void;
+  onPendingOverflow?(slot: WorkerRank, seq: bigint): void;
   /** A live batch was dropped unapplied. */
-  onDropped?(workerId: number, dpRank: number, reason: DropReason, seq: bigint): void;
+  onDropped?(slot: WorkerRank, reason: DropReason, seq: bigint): void;
   /** A replay request was sent (at most one per slot is in flight). */
-  onReplayRequested?(workerId: number, dpRank: number, fromSeq: bigint): void;
+  onReplayRequested?(slot: WorkerRank, fromSeq: bigint): void;
 }
 
 /** Calls every hook set in order. */
@@ -73,16 +71,16 @@ export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks
   const hs = all.filter((h): h is KvEventHooks => h !== undefined);
   if (hs.length === 1) return hs[0]!;
   return {
-    onBatch: (w, r, o) => { for (const h of hs) h.onBatch?.(w, r, o); },
-    onApplied: (w, r, t, s) => { for (const h of hs) h.onApplied?.(w, r, t, s); },
+    onBatch: (slot, o) => { for (const h of hs) h.onBatch?.(slot, o); },
+    onApplied: (slot, t, s) => { for (const h of hs) h.onApplied?.(slot, t, s); },
     onDecodeError: (rep) => { for (const h of hs) h.onDecodeError?.(rep); },
-    onGap: (w, r, e, g) => { for (const h of hs) h.onGap?.(w, r, e, g); },
-    onStale: (w, r, s) => { for (const h of hs) h.onStale?.(w, r, s); },
-    onReplay: (w, r, o, b) => { for (const h of hs) h.onReplay?.(w, r, o, b); },
-    onReset: (w, r, why, b) => { for (const h of hs) h.onReset?.(w, r, why, b); },
-    onPendingOverflow: (w, r, s) => { for (const h of hs) h.onPendingOverflow?.(w, r, s); },
-    onDropped: (w, r, why, s) => { for (const h of hs) h.onDropped?.(w, r, why, s); },
-    onReplayRequested: (w, r, s) => { for (const h of hs) h.onReplayRequested?.(w, r, s); },
+    onGap: (slot, e, g) => { for (const h of hs) h.onGap?.(slot, e, g); },
+    onStale: (slot, s) => { for (const h of hs) h.onStale?.(slot, s); },
+    onReplay: (slot, o, b) => { for (const h of hs) h.onReplay?.(slot, o, b); },
+    onReset: (slot, why, b) => { for (const h of hs) h.onReset?.(slot, why, b); },
+    onPendingOverflow: (slot, s) => { for (const h of hs) h.onPendingOverflow?.(slot, s); },
+    onDropped: (slot, why, s) => { for (const h of hs) h.onDropped?.(slot, why, s); },
+    onReplayRequested: (slot, s) => { for (const h of hs) h.onReplayRequested?.(slot, s); },
   };
 }
 
@@ -151,8 +149,8 @@ export class KvEventCounters implements KvEventHooks {
     };
   }
 
-  #slot(workerId: number, dpRank: number): SlotCounters {
-    const key = slotKey(workerId, dpRank);
+  #slot(slot: WorkerRank): SlotCounters {
+    const key = slotKey(slot.workerId, slot.dpRank);
     let s = this.#slots.get(key);
     if (s === undefined) {
       s = { batches: 0, eventsApplied: 0, eventsRefused: 0, decodeErrors: 0, gaps: 0, replays: 0, replayRequests: 0, resets: 0, dropped: 0 };
@@ -161,60 +159,60 @@ export class KvEventCounters implements KvEventHooks {
     return s;
   }
 
-  onBatch(workerId: number, dpRank: number, origin: BatchOrigin): void {
+  onBatch(slot: WorkerRank, origin: BatchOrigin): void {
     this.#s.batches[origin]++;
-    this.#slot(workerId, dpRank).batches++;
+    this.#slot(slot).batches++;
   }
 
-  onApplied(workerId: number, dpRank: number, type: KvCacheEventType, status: ApplyStatus): void {
+  onApplied(slot: WorkerRank, type: KvCacheEventType, status: ApplyStatus): void {
     this.#s.events[type][status]++;
-    const s = this.#slot(workerId, dpRank);
+    const s = this.#slot(slot);
     if (status === 'ok' || status === 'truncated' || status === 'not_found') s.eventsApplied++;
     else s.eventsRefused++;
   }
 
   onDecodeError(report: DecodeErrorReport): void {
     this.#s.decodeErrors[report.kind]++;
-    this.#slot(report.workerId, report.dpRank).decodeErrors++;
+    this.#slot(report).decodeErrors++;
   }
 
-  onGap(workerId: number, dpRank: number): void {
+  onGap(slot: WorkerRank): void {
     this.#s.gaps++;
-    this.#slot(workerId, dpRank).gaps++;
+    this.#slot(slot).gaps++;
   }
 
   onStale(): void {
     this.#s.staleBatches++;
   }
 
-  onReplay(workerId: number, dpRank: number, outcome: ReplayOutcome, batches: number): void {
+  onReplay(slot: WorkerRank, outcome: ReplayOutcome, batches: number): void {
     this.#s.replays[outcome]++;
     this.#s.replayedBatches += batches;
-    this.#slot(workerId, dpRank).replays++;
+    this.#slot(slot).replays++;
   }
 
-  onReset(workerId: number, dpRank: number, reason: ResetReason): void {
+  onReset(slot: WorkerRank, reason: ResetReason): void {
     this.#s.resets[reason]++;
-    this.#slot(workerId, dpRank).resets++;
+    this.#slot(slot).resets++;
   }
 
   onPendingOverflow(): void {
     this.#s.pendingOverflow++;
   }
 
-  onDropped(workerId: number, dpRank: number, reason: DropReason): void {
+  onDropped(slot: WorkerRank, reason: DropReason): void {
     this.#s.dropped[reason]++;
-    this.#slot(workerId, dpRank).dropped++;
+    this.#slot(slot).dropped++;
   }
 
-  onReplayRequested(workerId: number, dpRank: number): void {
+  onReplayRequested(slot: WorkerRank): void {
     this.#s.replayRequests++;
-    this.#slot(workerId, dpRank).replayRequests++;
+    this.#slot(slot).replayRequests++;
   }
 
   /** Counters of one slot (zeros if it never reported anything). */
-  slot(workerId: number, dpRank = 0): SlotCounters {
-    return { ...this.#slot(workerId, dpRank) };
+  slot(slot: WorkerRank): SlotCounters {
+    return { ...this.#slot(slot) };
   }
 
   /** Total events by status over all types, applied and refused. */

@@ -9,7 +9,7 @@
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Subscriber } from 'zeromq';
-import type { Logger } from '../common/index.js';
+import type { Logger, WorkerRank } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvEventStream } from './event-stream.js';
 import { fillOptions, kDefaultSubscriberOptions, type IngestContext, type KvEventSubscriberOptions } from './options.js';
@@ -20,9 +20,7 @@ import { ZmqGapReplayClient } from './gap-replay-client.js';
  * `KvEventEndpoints` (a worker's configured endpoints, every rank) expands to
  * one target per rank.
  */
-export interface KvEventTarget {
-  workerId: number;
-  dpRank: number;
+export interface KvEventTarget extends WorkerRank {
   /** The engine's PUB endpoint as the router reaches it, e.g. `tcp://10.0.0.5:5557` (see `dpRankEndpoint`). */
   endpoint: string;
   /** The engine's replay ROUTER endpoint, e.g. `tcp://10.0.0.5:5558`; without it gaps clear the slot. */
@@ -44,7 +42,7 @@ export class KvEventSubscriber {
   readonly stream: KvEventStream;
   readonly #sub: Subscriber;
   readonly #replay: ZmqGapReplayClient | undefined;
-  readonly #log: Logger;
+  readonly #logger: Logger;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -59,7 +57,7 @@ export class KvEventSubscriber {
     }
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
-    this.#log = ctx.log;
+    this.#logger = ctx.logger;
     this.#replay = source.replayEndpoint ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs }) : undefined;
     this.stream = new KvEventStream({ workerId, dpRank }, ctx, this.#replay, opts);
     this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark });
@@ -92,7 +90,7 @@ export class KvEventSubscriber {
           this.stream.onFrames(frames);
         } catch (err) {
           // A bug on the apply path must not stop the subscription of this worker.
-          this.#log.warn({ workerId, dpRank, err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
+          this.#logger.warn({ workerId, dpRank, err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
         }
         if (++received >= RECEIVE_PER_TURN) {
           received = 0;
@@ -100,7 +98,7 @@ export class KvEventSubscriber {
         }
       }
     } catch (err) {
-      if (!this.#sub.closed) this.#log.warn({ workerId, dpRank, endpoint, err: err instanceof Error ? err.message : String(err) }, 'KV event subscription ended');
+      if (!this.#sub.closed) this.#logger.warn({ workerId, dpRank, endpoint, err: err instanceof Error ? err.message : String(err) }, 'KV event subscription ended');
     }
   }
 

@@ -8,6 +8,10 @@
 import { PrefixIndex } from '../wasm/index.js';
 import { STORAGE_TIERS, type StorageTier } from './types.js';
 
+/**
+ * The tiers of one prefix index.
+ * @rank-numbers it forwards to `PrefixIndex`, which takes the worker id and rank as numbers (the WASM boundary).
+ */
 export class TieredPrefixIndex {
   readonly #tiers = new Map<StorageTier, PrefixIndex>();
 

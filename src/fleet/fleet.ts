@@ -37,7 +37,7 @@ export interface ClusterPlace {
 }
 
 /** What the fleet hands a router factory: the parts every model's router shares, and the model's warm-start seeds. */
-export interface RouterParts {
+export interface RouterFactoryOptions {
   readonly config: GatewayConfig;
   readonly services: ModelServices;
   readonly registry: WorkerRegistry;
@@ -49,7 +49,7 @@ export interface RouterParts {
   readonly seeds: Map<string, KvSlotSnapshot[]> | undefined;
 }
 
-export type RouterFactory = (model: ModelConfig, parts: RouterParts) => ModelRouter;
+export type RouterFactory = (model: ModelConfig, parts: RouterFactoryOptions) => ModelRouter;
 
 export interface FleetOptions {
   /** Builds one model's router (default: `modelRouter`). */
@@ -59,7 +59,7 @@ export interface FleetOptions {
 }
 
 /** One model's router, wired to the fleet's registry, engine client, prober, detector and replica sync. */
-function modelRouter(model: ModelConfig, p: RouterParts): ModelRouter {
+function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
   const { prober, outliers, sync, seeds, config } = p;
   return new ModelRouter({
     model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
@@ -72,7 +72,7 @@ function modelRouter(model: ModelConfig, p: RouterParts): ModelRouter {
     kvEvents: config.kvEvents,
     attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
     kvSeeds: seeds === undefined ? undefined : (role) => seeds.get(channelKey(model.name, role)),
-  }, makeRouterContext({ metrics: p.services.metrics, log: p.services.logger, rng: seededRng(Date.now() >>> 0) }));
+  }, makeRouterContext({ metrics: p.services.metrics, logger: p.services.logger, rng: seededRng(Date.now() >>> 0) }));
 }
 
 /**

@@ -7,35 +7,35 @@
  * server.ts owns everything before: the edge checks, the body, the slot.
  */
 import type { WorkerRank } from '../common/index.js';
-import { prepareRequest, type PrepareEnv } from './prepare.js';
-import { pipeRouted, sendQueryAnswer, workerHeaders, type RelayEnv, type RequestContext } from './respond.js';
+import { prepareRequest, type PrepareOptions } from './prepare.js';
+import { pipeRouted, sendQueryAnswer, workerHeaders, type RelayOptions, type RequestContext } from './respond.js';
 import type { EndpointKind } from './router-port.js';
 
 /** What the pipeline reads of the server; `relay`, `draining` and `maxMessages` are read per request (a reload, a shutdown). */
-export interface CompletionEnv extends PrepareEnv {
+export interface CompletionOptions extends PrepareOptions {
   /** The `created` of query-only answers: when the server started, in seconds. */
   readonly createdSec: number;
-  relay(): RelayEnv;
+  relay(): RelayOptions;
   draining(): boolean;
 }
 
 /** The answer's worker headers, with `Connection: close` while draining. */
-function answerHeaders(env: CompletionEnv, worker: WorkerRank, prefill: WorkerRank | undefined): Record<string, string> {
+function answerHeaders(env: CompletionOptions, worker: WorkerRank, prefill: WorkerRank | undefined): Record<string, string> {
   const headers = workerHeaders(worker, prefill);
   if (env.draining()) headers.connection = 'close';
   return headers;
 }
 
 function noteWorkers(ctx: RequestContext, worker: WorkerRank, prefill: WorkerRank | undefined): void {
-  ctx.log.worker = worker.workerId;
-  if (prefill !== undefined) ctx.log.prefillWorker = prefill.workerId;
+  ctx.logFields.worker = worker.workerId;
+  if (prefill !== undefined) ctx.logFields.prefillWorker = prefill.workerId;
 }
 
 /**
  * Serves one completion (`kind` chat or completion) or query-only routing (`route`) from its body bytes.
  * @throws KvgateError for the client's errors (JSON, schema, model, hints, prompt) and the port's.
  */
-export async function serveCompletion(env: CompletionEnv, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<void> {
+export async function serveCompletion(env: CompletionOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<void> {
   const { prepared, target } = await prepareRequest(env, ctx, bytes, kind);
   const { port, model } = target;
   if (prepared.queryOnly) {

@@ -22,7 +22,7 @@ import { parseRequestBody, routeRequestBody } from './request-parse.js';
 import type { RequestContext } from './respond.js';
 import type { EndpointKind, PreparedRequest } from './router-port.js';
 
-export interface PrepareEnv {
+export interface PrepareOptions {
   readonly preprocessor: Preprocessor;
   /** Each model's port and config, by model name. */
   readonly served: ReadonlyMap<string, Omit<ModelTarget, 'loraName'>>;
@@ -35,7 +35,7 @@ export interface Prepared {
 }
 
 /** The snapshot of the served models a pool thread parses a body against. */
-function modelViews(served: PrepareEnv['served']): ModelView[] {
+function modelViews(served: PrepareOptions['served']): ModelView[] {
   return [...served.values()].map(({ model, port }) => ({
     name: model.name, loraAdapters: [...model.loraAdapters], adapters: [...port.adapters()], maxPromptTokens: model.maxPromptTokens,
     workers: model.workers.map((w) => ({ id: w.id })),
@@ -49,8 +49,8 @@ function preprocessSpan<T>(model: string | undefined, run: () => Promise<T>): Pr
 /** The request as routing takes it, from what either path produced. */
 function prepared(ctx: RequestContext, kind: EndpointKind | 'route', endpoint: EndpointKind, target: ModelTarget, pre: PreprocessResult,
   rest: Pick<PreparedRequest, 'body' | 'stream' | 'hints' | 'queryOnly'>): Prepared {
-  ctx.log.promptTokens = pre.tokenIds.length;
-  if (pre.stats.cachedTokens > 0) ctx.log.segmentCachedTokens = pre.stats.cachedTokens;
+  ctx.logFields.promptTokens = pre.tokenIds.length;
+  if (pre.stats.cachedTokens > 0) ctx.logFields.segmentCachedTokens = pre.stats.cachedTokens;
   return {
     target,
     prepared: {
@@ -60,8 +60,7 @@ function prepared(ctx: RequestContext, kind: EndpointKind | 'route', endpoint: E
       body: rest.body,
       stream: rest.stream,
       tokenIds: pre.tokenIds,
-      blockHashes: pre.blockHashes,
-      sequenceHashes: pre.sequenceHashes,
+      hashes: pre.hashes,
       hashingMs: pre.stats.hashUs / 1000,
       approximate: pre.approximate,
       hints: rest.hints,
@@ -73,11 +72,11 @@ function prepared(ctx: RequestContext, kind: EndpointKind | 'route', endpoint: E
 }
 
 /** A small body: parsed on the main thread; its prompt preprocessed where the preprocessor puts it. */
-async function prepareHere(env: PrepareEnv, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
+async function prepareHere(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
   const text = bodyText(bytes);
   const parsed = parseRequestBody(text, kind, env);
   const { body } = parsed;
-  ctx.log.model = body.model as string;
+  ctx.logFields.model = body.model as string;
   const routed = routeRequestBody(parsed, env.served, ctx.req.headers);
   const unavailable = routed.target.port.unavailable();
   if (unavailable !== undefined) throw unavailable;
@@ -94,13 +93,13 @@ async function prepareHere(env: PrepareEnv, ctx: RequestContext, bytes: Uint8Arr
 }
 
 /** A large body: everything up to routing on a pool thread; the engine's body comes back as text and outline. */
-async function prepareOffThread(env: PrepareEnv, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
+async function prepareOffThread(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
   const out: BodyOutcome = await preprocessSpan(undefined, () => env.preprocessor.runBody({
     kind: 'body', endpoint: kind, bytes, maxMessages: env.maxMessages, headers: routingHeadersOf(ctx.req.headers),
     models: modelViews(env.served),
   }));
   ctx.signal.throwIfAborted();
-  ctx.log.model = out.clientModel;
+  ctx.logFields.model = out.clientModel;
   const served = env.served.get(out.model);
   // The snapshot named only served models, and the set of models is fixed for the gateway's life.
   if (served === undefined) throw new Error(`a preprocessing thread resolved the request to model ${out.model}, which is not served`);
@@ -120,6 +119,6 @@ async function prepareOffThread(env: PrepareEnv, ctx: RequestContext, bytes: Uin
  * The request a body asks for, ready to route.
  * @throws KvgateError: the body's, the model's availability, the prompt's (module comment).
  */
-export function prepareRequest(env: PrepareEnv, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
+export function prepareRequest(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
   return env.preprocessor.offloads(bytes.length) ? prepareOffThread(env, ctx, bytes, kind) : prepareHere(env, ctx, bytes, kind);
 }

@@ -29,7 +29,7 @@ export function routeResponseBody(req: PreparedRequest, q: QueryResult, blockSiz
     ...(q.prefillOverlapBlocks !== undefined ? { prefill_overlap_blocks: q.prefillOverlapBlocks } : {}),
     block_size: blockSize,
     prompt_tokens: req.tokenIds.length,
-    prompt_blocks: req.blockHashes.length,
+    prompt_blocks: req.hashes.local.length,
     approximate: req.approximate,
     worker_id: dynamoWorkerId(q),
     token_ids: Array.from(req.tokenIds),

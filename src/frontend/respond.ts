@@ -31,7 +31,7 @@ export interface RequestContext {
   /** Fires on client disconnect, timeout or forced shutdown; its reason is a KvgateError. */
   signal: CancelSignal;
   /** Filled in as the request progresses, for the access log line. */
-  log: Record<string, unknown>;
+  logFields: Record<string, unknown>;
 }
 
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
@@ -85,7 +85,7 @@ export function sendQueryAnswer(ctx: RequestContext, kind: EndpointKind | 'route
 class TurnBatch {
   readonly #ctx: RequestContext;
   readonly #res: ServerResponse;
-  readonly #env: RelayEnv;
+  readonly #env: RelayOptions;
   #frames: Buffer[] = [];
   #bytes = 0;
   #scheduled = false;
@@ -103,7 +103,7 @@ class TurnBatch {
     this.#res.destroy(err as Error);
   };
 
-  constructor(ctx: RequestContext, env: RelayEnv) {
+  constructor(ctx: RequestContext, env: RelayOptions) {
     this.#ctx = ctx;
     this.#res = ctx.res;
     this.#env = env;
@@ -214,7 +214,7 @@ const ABORTED_LINGER_MS = 1000;
  * request's signal fires (its deadline, shutdown: the access log gets that code), after ABORTED_LINGER_MS when it
  * already has (the stream ended with that error event), and otherwise after the stall bound (counted and logged).
  */
-function cutUnlessFinished(ctx: RequestContext, env: RelayEnv): void {
+function cutUnlessFinished(ctx: RequestContext, env: RelayOptions): void {
   const { res, signal } = ctx;
   const aborted = signal.aborted;
   const pending = (): boolean => !res.writableFinished && !res.destroyed;
@@ -225,7 +225,7 @@ function cutUnlessFinished(ctx: RequestContext, env: RelayEnv): void {
   const onAbort = (): void => {
     stop();
     if (!pending()) return;
-    ctx.log.code ??= asKvgateError(signal.reason, ctx.requestId).code;
+    ctx.logFields.code ??= asKvgateError(signal.reason, ctx.requestId).code;
     res.destroy();
   };
   const timer = setTimeout(() => {
@@ -240,7 +240,7 @@ function cutUnlessFinished(ctx: RequestContext, env: RelayEnv): void {
 }
 
 /** What relaying a routed answer needs of the server besides the request (rebuilt when the config is reloaded). */
-export interface RelayEnv {
+export interface RelayOptions {
   readonly logger: Logger;
   readonly publicErrors: PublicErrors;
   /** `limits.client_stall_timeout_ms`: a stream whose client takes nothing of its buffered answer this long is cut. */
@@ -250,10 +250,10 @@ export interface RelayEnv {
 }
 
 /** Counts and logs a stream cut because its client read nothing for the stall bound (the response is destroyed). */
-function stalled(ctx: RequestContext, env: RelayEnv): void {
-  ctx.log.code = 'KVG_ERR_CLIENT_STALLED';
+function stalled(ctx: RequestContext, env: RelayOptions): void {
+  ctx.logFields.code = 'KVG_ERR_CLIENT_STALLED';
   env.rejections.inc({ code: 'KVG_ERR_CLIENT_STALLED' });
-  env.logger.warn({ reqId: ctx.requestId, model: ctx.log.model, worker: ctx.log.worker, stallMs: env.clientStallMs },
+  env.logger.warn({ reqId: ctx.requestId, model: ctx.logFields.model, worker: ctx.logFields.worker, stallMs: env.clientStallMs },
     'stream cut: its client read none of the buffered answer within limits.client_stall_timeout_ms');
 }
 
@@ -263,9 +263,9 @@ function stalled(ctx: RequestContext, env: RelayEnv): void {
  * client taking anything: then it is cut and counted (counted and logged). The request's signal (its timeout,
  * shutdown) ends the wait too, and the stream then ends with that error event.
  */
-export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, headers: Record<string, string>, env: RelayEnv): Promise<void> {
+export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, headers: Record<string, string>, env: RelayOptions): Promise<void> {
   const { res } = ctx;
-  ctx.log.upstreamStatus = routed.status;
+  ctx.logFields.upstreamStatus = routed.status;
   if (routed.body.kind === 'json') {
     const bytes = routed.body.bytes;
     atTurnEnd(() => sendBytes(res, routed.status, bytes, 'application/json', headers), (err) => res.destroy(err as Error));
@@ -300,14 +300,14 @@ export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, he
         break;
       }
     }
-    ctx.log.events = events;
+    ctx.logFields.events = events;
     batch.end();
   } catch (err) {
     const internal = asKvgateError(ctx.signal.aborted ? ctx.signal.reason : err, ctx.requestId);
     // The client gets the code and the worker id; the engine's URL and its own text go to the log.
     const e = env.publicErrors.of(internal, routed.worker.workerId);
-    ctx.log.code = e.code;
-    ctx.log.events = events;
+    ctx.logFields.code = e.code;
+    ctx.logFields.events = events;
     if (e.code === 'KVG_ERR_INTERNAL') env.logger.error({ reqId: ctx.requestId, err }, 'stream failed');
     else if (e !== internal) env.logger.warn({ reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal }, 'engine error mid-stream');
     batch.end(sseErrorFrame(e));

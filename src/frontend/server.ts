@@ -38,7 +38,7 @@ import type { FleetStatus } from '../fleet/index.js';
 import { modelsStatus, redactedConfig } from './admin-status.js';
 import { discardBody, DISCARD_MS, readBodyBytes } from './body.js';
 import { ClientAddresses, type FallbackReason } from './client-address.js';
-import { serveCompletion, type CompletionEnv } from './completion.js';
+import { serveCompletion, type CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
 import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
 import { modelEntries, type ModelTarget } from './model-lookup.js';
@@ -48,7 +48,7 @@ import { ConcurrencySlots } from './concurrency.js';
 import { RequestMetrics } from './request-metrics.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
 import { CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';
-import type { RelayEnv, RequestContext } from './respond.js';
+import type { RelayOptions, RequestContext } from './respond.js';
 import type { EndpointKind, ModelRouterPort } from './router-port.js';
 import { drain } from './shutdown.js';
 
@@ -89,9 +89,9 @@ export class GatewayServer {
   readonly #admin: Server | undefined;
   readonly #conns: ClientConnections;
   #publicErrors = new PublicErrors([]);
-  #relay!: RelayEnv; // set by reconfigure
+  #relay!: RelayOptions; // set by reconfigure
   readonly #createdSec = Math.floor(Date.now() / 1000);
-  readonly #completionEnv: CompletionEnv;
+  readonly #completionEnv: CompletionOptions;
   /** The client-address fallbacks already logged (each reason is logged once, counted always). */
   readonly #fallbacksLogged = new Set<FallbackReason>();
   readonly #unscrape: () => void;
@@ -263,7 +263,7 @@ export class GatewayServer {
     const path = (req.url ?? '/').split('?', 1)[0]!;
     const spec = routes.get(path) ?? (path.startsWith('/v1/models/') ? routes.get('/v1/models/*') : undefined);
     const controller = new Cancellation();
-    const ctx: RequestContext = { req, res, requestId, route: spec?.name ?? 'unmatched', startedAt, signal: controller.signal, log: traceLogFields() };
+    const ctx: RequestContext = { req, res, requestId, route: spec?.name ?? 'unmatched', startedAt, signal: controller.signal, logFields: traceLogFields() };
     const retryAfter = this.config.limits.retryAfterSeconds;
     const socket = req.socket;
     const admitted = this.#conns.requestStarted(req);
@@ -271,7 +271,7 @@ export class GatewayServer {
     res.on('close', () => {
       if (!res.writableFinished) {
         controller.abort(new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client closed the connection'));
-        ctx.log.clientAborted = true;
+        ctx.logFields.clientAborted = true;
       }
       this.#conns.requestDone(socket);
       if (slot) this.#slots.release(controller);
@@ -324,7 +324,7 @@ export class GatewayServer {
     const reason = ctx.signal.aborted ? ctx.signal.reason : err;
     const internal = asKvgateError(reason, ctx.requestId);
     const e = this.#publicErrors.of(internal);
-    ctx.log.code = e.code;
+    ctx.logFields.code = e.code;
     if (e.code === 'KVG_ERR_INTERNAL') this.logger.error({ reqId: ctx.requestId, err: reason }, 'internal error');
     // What the client is not told (engine URL, socket error, the engine's own text) goes to the log.
     else if (e !== internal) this.logger.warn({ reqId: ctx.requestId, code: e.code, workerId: e.detail?.workerId, err: internal }, 'engine error');
@@ -343,12 +343,12 @@ export class GatewayServer {
   #logDone(ctx: RequestContext, listener: Listener): void {
     const status = ctx.res.statusCode;
     const seconds = (performance.now() - ctx.startedAt) / 1000;
-    this.#requestMetrics.done(ctx.route, status, ctx.log.model, seconds);
+    this.#requestMetrics.done(ctx.route, status, ctx.logFields.model, seconds);
     const level = status >= 500 ? 'warn' : 'info';
     if (!this.logger.isLevelEnabled(level)) return;
     this.logger[level]({
       reqId: ctx.requestId, method: ctx.req.method, route: ctx.route, status,
-      ms: Math.round(seconds * 100_000) / 100, ...(listener === 'admin' ? { listener } : {}), ...ctx.log,
+      ms: Math.round(seconds * 100_000) / 100, ...(listener === 'admin' ? { listener } : {}), ...ctx.logFields,
     }, 'request');
   }
 

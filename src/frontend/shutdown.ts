@@ -26,7 +26,7 @@ const LISTEN_QUIET_MS = 250;
 /** How long a connection accepted before the listeners closed has to send its request. */
 const FRESH_GRACE_MS = 500;
 
-export interface DrainParts {
+export interface DrainOptions {
   /** The listeners (public, and admin when separate) that are still listening. */
   readonly servers: readonly Server[];
   readonly conns: ClientConnections;
@@ -51,7 +51,7 @@ async function quiet(conns: ClientConnections, deadline: number): Promise<void> 
 }
 
 /** Runs the drain (see the module comment) with `drainTimeoutMs` for all of it. */
-export async function drain(parts: DrainParts, drainTimeoutMs: number): Promise<void> {
+export async function drain(parts: DrainOptions, drainTimeoutMs: number): Promise<void> {
   const deadline = performance.now() + drainTimeoutMs;
   const left = (): number => Math.max(0, deadline - performance.now());
   await quiet(parts.conns, deadline);

@@ -12,7 +12,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EngineCoreStats } from './engine-types.js';
-import type { ResolvedMockerOptions } from './options.js';
+import type { FilledMockerOptions } from './options.js';
 
 /** vLLM's TTFT buckets (seconds). */
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560];
@@ -31,7 +31,7 @@ export class EngineMetrics {
   readonly #injectedErrors: Counter<'model_name'>;
   readonly #eventBatches: Counter<'model_name' | 'engine' | 'outcome'>;
 
-  constructor(o: ResolvedMockerOptions, stats: StatsSource) {
+  constructor(o: FilledMockerOptions, stats: StatsSource) {
     const reg = this.registry;
     const model = (this.#model = o.model);
     const labelNames = ['model_name', 'engine'] as const;

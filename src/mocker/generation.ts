@@ -17,7 +17,7 @@ import type { EngineMetrics } from './engine-metrics.js';
 import type { FaultController } from './faults.js';
 import type { HandoffPlan, HandoffProtocol } from './handoff.js';
 import { parseGenerateRequest, usage, type GenerateRequest, type ResponseMeta } from './openai-protocol.js';
-import type { ResolvedMockerOptions } from './options.js';
+import type { FilledMockerOptions } from './options.js';
 import { pickRank, type EngineRank } from './ranks.js';
 import type { RequestListener } from './realtime-engine.js';
 import { ResponseWriter } from './response-writer.js';
@@ -37,8 +37,8 @@ export async function readJsonBody(req: IncomingMessage): Promise<{ raw: string;
 export type GenerateKind = 'completion' | 'chat';
 
 /** What generation reads from its worker; `ranks` and `lifetime` change on restart. */
-export interface GenerationDeps {
-  readonly options: ResolvedMockerOptions;
+export interface GenerationOptions {
+  readonly options: FilledMockerOptions;
   readonly tokenizer: TextTokenizer;
   readonly faults: FaultController;
   readonly metrics: EngineMetrics;
@@ -61,11 +61,11 @@ interface Admitted {
 }
 
 export class Generation {
-  readonly #deps: GenerationDeps;
+  readonly #deps: GenerationOptions;
   /** The sampled vocabulary in a fixed order (logprob alternatives are drawn from it). */
   readonly #vocab: readonly number[];
 
-  constructor(deps: GenerationDeps) {
+  constructor(deps: GenerationOptions) {
     this.#deps = deps;
     this.#vocab = [...deps.tokenText.keys()];
   }

@@ -6,7 +6,7 @@
 import type { EngineDialect, WorkerRole } from '../common/index.js';
 import type { TextTokenizer } from '../tokenizer/index.js';
 import type { EngineCoreStats } from './engine-types.js';
-import type { FaultSettings, ResolvedMockerOptions } from './options.js';
+import type { FaultSettings, FilledMockerOptions } from './options.js';
 
 /** What `kvgate mocker` prints per engine (one JSON line) and `describe()` returns. */
 export interface MockerEndpointInfo {
@@ -40,7 +40,7 @@ export interface MockerStats {
 
 /** An in-process mocker. Every method is safe to call after close (it does nothing or throws a clear error). */
 export interface MockerHandle {
-  readonly options: ResolvedMockerOptions;
+  readonly options: FilledMockerOptions;
   readonly url: string;
   readonly host: string;
   readonly port: number;

@@ -31,7 +31,7 @@ export { VirtualEngine } from './virtual-engine.js';
 export type { VirtualEngineOptions, VirtualRequestListener } from './virtual-engine.js';
 export { PolynomialTimingModel, ProfileTimingModel, loadPerfProfile, polynomialPrefillMs, polynomialDecodeMs } from './timing.js';
 export { MOCKER_DEFAULTS, CLI_PORT_DEFAULTS, resolveMockerOptions, engineCoreOptions } from './options.js';
-export type { MockerInput, ResolvedMockerOptions } from './options.js';
+export type { MockerInput, FilledMockerOptions } from './options.js';
 export { encodeEventBatch } from './kv-events.js';
 export { startMocker } from './worker.js';
 export type { MockerHandle } from './handle.js';

@@ -155,7 +155,7 @@ export const CLI_PORT_DEFAULTS = Object.freeze({ port: 8000, kvEventsPort: 5557,
 /** Llama-3.1-8B: 32 layers x K,V x 8 KV heads x 128 x 2 bytes. */
 const DEFAULT_KV_BYTES_PER_TOKEN = 131072;
 
-export interface ResolvedMockerOptions extends Readonly<Omit<MockerOptions, 'engineHashSeed' | 'kvBytesPerToken' | 'faults'>> {
+export interface FilledMockerOptions extends Readonly<Omit<MockerOptions, 'engineHashSeed' | 'kvBytesPerToken' | 'faults'>> {
   readonly engineHashSeed: bigint;
   readonly kvBytesPerToken: number;
   readonly faults: Readonly<FaultSettings>;
@@ -207,7 +207,7 @@ export function resolveFaults(input: Partial<FaultSettings>, base: Readonly<Faul
  * model, and freezes the result.
  * @throws KvgateError KVG_ERR_INVALID_CONFIG naming the field, value and reason.
  */
-export function resolveMockerOptions(input: MockerInput = {}): ResolvedMockerOptions {
+export function resolveMockerOptions(input: MockerInput = {}): FilledMockerOptions {
   const defined = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined)) as MockerInput;
   const o = { ...MOCKER_DEFAULTS, ...defined, faults: resolveFaults(input.faults ?? {}) };
   for (const f of ['numGpuBlocks', 'blockSize', 'maxNumBatchedTokens', 'maxNumSeqs', 'maxModelLen', 'dpSize', 'kvEventsBufferSteps', 'kvEventsHwm', 'bootstrapTimeoutMs', 'kvLeaseMs', 'defaultMaxTokens'] as const) {
@@ -242,7 +242,7 @@ export function resolveMockerOptions(input: MockerInput = {}): ResolvedMockerOpt
 }
 
 /** The EngineCore options of one data-parallel rank (each rank hashes under its own seed, like separate vLLM processes). */
-export function engineCoreOptions(o: ResolvedMockerOptions, sampleTokenIds: Uint32Array, rank = 0): EngineCoreOptions {
+export function engineCoreOptions(o: FilledMockerOptions, sampleTokenIds: Uint32Array, rank = 0): EngineCoreOptions {
   return {
     numGpuBlocks: o.numGpuBlocks,
     blockSize: o.blockSize,

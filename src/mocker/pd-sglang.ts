@@ -27,7 +27,7 @@ import { httpOrigin, listen, parseJson, readBody, sendJson, type WorkerRole } fr
 import { KvgateError } from '../errors/index.js';
 import { LOCAL_PLAN, type HandoffPlan, type HandoffProtocol } from './handoff.js';
 import type { GenerateRequest } from './openai-protocol.js';
-import type { ResolvedMockerOptions } from './options.js';
+import type { FilledMockerOptions } from './options.js';
 
 export interface PrefillOutcome {
   promptTokens: number;
@@ -265,11 +265,11 @@ async function rendezvousWithPrefill(host: string, port: number, room: bigint, s
  * prompt's KV transferred.
  */
 export class SglangHandoff implements HandoffProtocol {
-  readonly #options: ResolvedMockerOptions;
+  readonly #options: FilledMockerOptions;
   /** P's pairing table while the engine is up (undefined after a crash). */
   readonly #registry: () => BootstrapRegistry | undefined;
 
-  constructor(options: ResolvedMockerOptions, registry: () => BootstrapRegistry | undefined) {
+  constructor(options: FilledMockerOptions, registry: () => BootstrapRegistry | undefined) {
     this.#options = options;
     this.#registry = registry;
   }

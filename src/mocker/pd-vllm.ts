@@ -26,7 +26,7 @@ import { KvgateError } from '../errors/index.js';
 import type { EngineCore } from './engine.js';
 import { LOCAL_PLAN, type FinishedOn, type HandoffPlan, type HandoffProtocol } from './handoff.js';
 import type { GenerateRequest } from './openai-protocol.js';
-import type { ResolvedMockerOptions } from './options.js';
+import type { FilledMockerOptions } from './options.js';
 
 export const KV_PULL_PATH = '/internal/kv_transfer/pull';
 
@@ -150,10 +150,10 @@ export interface EngineAddress {
  * with a ticket (or any request to a decode engine) pulls its prompt's KV first.
  */
 export class VllmHandoff implements HandoffProtocol {
-  readonly #options: ResolvedMockerOptions;
+  readonly #options: FilledMockerOptions;
   readonly #address: () => EngineAddress;
 
-  constructor(options: ResolvedMockerOptions, address: () => EngineAddress) {
+  constructor(options: FilledMockerOptions, address: () => EngineAddress) {
     this.#options = options;
     this.#address = address;
   }

@@ -9,7 +9,7 @@ import { EngineCore } from './engine.js';
 import type { StepResult } from './engine-types.js';
 import type { FaultController } from './faults.js';
 import { KvEventPublisher } from './kv-publisher.js';
-import { engineCoreOptions, type ResolvedMockerOptions } from './options.js';
+import { engineCoreOptions, type FilledMockerOptions } from './options.js';
 import { RealtimeEngine } from './realtime-engine.js';
 
 export interface EngineRank {
@@ -31,7 +31,7 @@ export interface RankPorts {
  * @throws socket errors as zeromq reports them (EADDRINUSE).
  */
 export async function openRank(
-  o: ResolvedMockerOptions, i: number, sampleIds: Uint32Array, faults: FaultController, ports: RankPorts | undefined,
+  o: FilledMockerOptions, i: number, sampleIds: Uint32Array, faults: FaultController, ports: RankPorts | undefined,
   onStep: (rank: EngineRank, r: StepResult) => void,
 ): Promise<EngineRank> {
   const core = new EngineCore(engineCoreOptions(o, sampleIds, i));

@@ -18,7 +18,7 @@ import { KV_PULL_PATH } from './pd-vllm.js';
 /** Paths that exist (a wrong method on them is a 405, not a 404). */
 const KNOWN_PATHS = ['/health', '/v1/models', '/metrics', '/v1/completions', '/v1/chat/completions', '/tokenize', '/detokenize', '/reset_prefix_cache', KV_PULL_PATH];
 
-export interface RouteDeps {
+export interface RoutesOptions {
   readonly worker: MockerHandle;
   readonly faults: FaultController;
   readonly metrics: EngineMetrics;
@@ -40,7 +40,7 @@ function sendEngineError(res: ServerResponse, err: unknown): void {
 }
 
 /** Serves one request; never rejects (errors become responses, or a destroyed socket once streaming started). */
-export async function serveRequest(d: RouteDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function serveRequest(d: RoutesOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
   const method = req.method ?? 'GET';
   try {
@@ -59,7 +59,7 @@ export async function serveRequest(d: RouteDeps, req: IncomingMessage, res: Serv
 }
 
 /** The engine's own routes; false when `route` is none of them. */
-async function serveEngine(d: RouteDeps, route: string, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+async function serveEngine(d: RoutesOptions, route: string, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
   switch (route) {
     case 'GET /health':
       res.writeHead(200, { 'content-length': '0' });

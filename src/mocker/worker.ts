@@ -28,11 +28,11 @@ import { FaultController } from './faults.js';
 import { Generation } from './generation.js';
 import { noHandoff, type HandoffProtocol } from './handoff.js';
 import type { MockerEndpointInfo, MockerHandle, MockerStats } from './handle.js';
-import { resolveMockerOptions, type FaultSettings, type MockerInput, type ResolvedMockerOptions } from './options.js';
+import { resolveMockerOptions, type FaultSettings, type MockerInput, type FilledMockerOptions } from './options.js';
 import { answerKvPull, VllmHandoff } from './pd-vllm.js';
 import { BootstrapRegistry, BootstrapServer, SglangHandoff } from './pd-sglang.js';
 import { openRank, type EngineRank } from './ranks.js';
-import { serveRequest, type RouteDeps } from './routes.js';
+import { serveRequest, type RoutesOptions } from './routes.js';
 
 /** Ports actually bound at first start, reused on restart. */
 interface BoundPorts {
@@ -46,12 +46,12 @@ interface BoundPorts {
 const TRACEPARENTS_KEPT = 16;
 
 class MockerWorker implements MockerHandle {
-  readonly options: ResolvedMockerOptions;
+  readonly options: FilledMockerOptions;
   readonly tokenizer: TextTokenizer;
   readonly #faults: FaultController;
   readonly #metrics: EngineMetrics;
   readonly #sampleIds: Uint32Array;
-  readonly #routes: RouteDeps;
+  readonly #routes: RoutesOptions;
   /** The W3C `traceparent` headers of the last generation requests (newest last), as vLLM would continue them. */
   readonly #traceparents: string[] = [];
   #ranks: EngineRank[] = [];
@@ -64,7 +64,7 @@ class MockerWorker implements MockerHandle {
   /** Aborts outgoing P/D calls on crash. */
   #lifetime = new AbortController();
 
-  private constructor(options: ResolvedMockerOptions, tokenizer: TextTokenizer) {
+  private constructor(options: FilledMockerOptions, tokenizer: TextTokenizer) {
     this.options = options;
     this.tokenizer = tokenizer;
     this.#faults = new FaultController(options.faults, options.seed);

@@ -4,7 +4,7 @@
  * events feed its pool's router when the step that produced them completes.
  */
 import { seededRng, type Clock, type Rng, type WorkerRole } from '../common/index.js';
-import { EngineCore, engineCoreOptions, VirtualEngine, type ResolvedMockerOptions, type StepResult } from '../mocker/index.js';
+import { EngineCore, engineCoreOptions, VirtualEngine, type FilledMockerOptions, type StepResult } from '../mocker/index.js';
 import type { OfflineReplayOptions } from './offline.js';
 import { policySeed, type ReplayRouter } from './policy.js';
 import type { PoolRun } from './results.js';
@@ -60,7 +60,7 @@ export function buildPools(opts: OfflineReplayOptions, clock: Clock, bucketMs: n
 }
 
 /** One engine core per worker, each hashing under its own seed (as separate vLLM processes do); its KV events go to its pool's router. */
-function buildEngines(eng: ResolvedMockerOptions, pools: readonly PoolState[]): Engine[] {
+function buildEngines(eng: FilledMockerOptions, pools: readonly PoolState[]): Engine[] {
   const engines: Engine[] = [];
   const sampleTokenIds = Uint32Array.from({ length: SAMPLE_VOCAB }, (_, i) => i);
   for (const pool of pools) {

@@ -37,7 +37,7 @@
  */
 import { ManualClock } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
-import type { CoreRequest, ResolvedMockerOptions, VirtualRequestListener } from '../mocker/index.js';
+import type { CoreRequest, FilledMockerOptions, VirtualRequestListener } from '../mocker/index.js';
 import { buildPools, generationSeed, type Engine, type PoolState } from './offline-pools.js';
 import type { PolicySpec, ReplayRouter, RouteChoice, RouteRequest } from './policy.js';
 import { newOutcome, type PolicyRun, type PoolRun, type RequestOutcome } from './results.js';
@@ -58,7 +58,7 @@ export interface OfflineReplayOptions {
   readonly policy: PolicySpec;
   readonly topology: Topology;
   /** Engine model (all mocker options); `engineHashSeed` should be fixed for byte-identical runs. */
-  readonly engine: ResolvedMockerOptions;
+  readonly engine: FilledMockerOptions;
   /** Seeds the synthesised tokens, generated tokens and the routers' RNGs. */
   readonly seed: number;
   /** Token ids of synthesised prompts are in [0, vocabSize). */

@@ -130,7 +130,7 @@ export class SimpleReplayRouter implements ReplayRouter {
 
   constructor(mode: SimpleRouterMode, rng: Rng) {
     this.policy = mode;
-    this.#router = createSimpleRouter(mode, { rng, load: { activeRequests: (w) => this.#active.get(w) ?? 0 } });
+    this.#router = createSimpleRouter(mode, { rng, load: { activeRequests: (slot) => this.#active.get(slot.workerId) ?? 0 } });
   }
 
   route(req: RouteRequest, candidates: readonly number[]): RouteChoice {

@@ -9,7 +9,7 @@
  * pools route every request with routing's decode override {overlap credit 0,
  * no assumed reuse, no prefill tracking}, i.e. pure decode-load balancing.
  */
-import type { Clock, Rng, WorkerRole } from '../common/index.js';
+import type { Clock, Rng, WorkerRank, WorkerRole } from '../common/index.js';
 import { outputBlockDecay, rejectionError } from '../core/index.js';
 import { KvEventApplier, TieredPrefixIndex, type KvCacheEvent } from '../events/index.js';
 import type { KvEvent } from '../mocker/index.js';
@@ -111,10 +111,12 @@ class KvReplayRouter implements ReplayRouter {
     // Engines emit one BlockRemoved per evicted block (as vLLM does); a run of
     // adjacent removals is applied as one event, which changes the index
     // identically (removals do not cascade) at a fraction of the calls.
+    // Simulated engines have one rank: their events are the (worker, rank 0) slot's, one pair per call.
+    const slot = { workerId, dpRank: 0 };
     let removed: bigint[] = [];
     const flush = (): void => {
       if (removed.length === 0) return;
-      this.#apply(workerId, toCacheEvent({ type: 'removed', blockHashes: removed }));
+      this.#apply(slot, toCacheEvent({ type: 'removed', blockHashes: removed }));
       removed = [];
     };
     for (const ev of events) {
@@ -123,13 +125,13 @@ class KvReplayRouter implements ReplayRouter {
         continue;
       }
       flush();
-      this.#apply(workerId, toCacheEvent(ev));
+      this.#apply(slot, toCacheEvent(ev));
     }
     flush();
   }
 
-  #apply(workerId: number, ev: KvCacheEvent): void {
-    const status = this.applier.applyEvent(workerId, 0, ev);
+  #apply(slot: WorkerRank, ev: KvCacheEvent): void {
+    const status = this.applier.applyEvent(slot, ev);
     if (status !== 'ok') this.rejectedEvents.set(status, (this.rejectedEvents.get(status) ?? 0) + 1);
   }
 

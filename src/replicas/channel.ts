@@ -11,6 +11,7 @@
  * holds for it. Every op is idempotent, so a batch that overlaps a snapshot
  * changes nothing.
  */
+import type { WorkerRank } from '../common/index.js';
 import type { BookkeepingObserver, PeerApplyOutcome, PeerBookings, SyncedBooking } from '../core/index.js';
 import type { Batch, SharedSession, Snapshot, SyncOp } from './protocol.js';
 
@@ -19,7 +20,7 @@ export interface SyncTarget {
   observe(observer: BookkeepingObserver): void;
   localBookings(): Iterable<SyncedBooking>;
   readonly peers: PeerBookings;
-  loads(): readonly { readonly workerId: number; readonly dpRank: number; readonly activeRequests: number }[];
+  loads(): readonly (WorkerRank & { readonly activeRequests: number })[];
 }
 
 /** A pool's sticky sessions as replica sync sees them. */

@@ -22,7 +22,7 @@
  * than apply half a message.
  */
 import { decode, encode } from '@msgpack/msgpack';
-import type { KvSlotSnapshot } from '../common/index.js';
+import type { KvSlotSnapshot, WorkerRank } from '../common/index.js';
 import type { SyncedBooking } from '../core/index.js';
 import type { Echo } from './peer-clock.js';
 
@@ -32,10 +32,8 @@ const MAX_OUTPUT_BLOCKS = 1 << 20;
 export class MalformedSync extends Error {}
 
 /** A sticky-session binding a replica made: first live binding wins on its peers. */
-export interface SharedSession {
+export interface SharedSession extends WorkerRank {
   readonly session: string;
-  readonly workerId: number;
-  readonly dpRank: number;
   readonly ttlMs: number;
 }
 

@@ -93,7 +93,7 @@ export class ReplicaSync {
   #queued = 0;
   #flushScheduled = false;
   #timer: NodeJS.Timeout | undefined;
-  #log: Logger | undefined;
+  #logger: Logger | undefined;
   #metrics: KvgateMetrics | undefined;
   #closed = false;
   readonly #host: ChannelHost;
@@ -129,8 +129,8 @@ export class ReplicaSync {
   }
 
   /** Where state changes are logged and counted (the gateway's logger and metrics, known once it starts). */
-  bind(log: Logger, metrics: KvgateMetrics): void {
-    this.#log ??= log.child({ component: 'replica-sync', routerId: this.routerId });
+  bind(logger: Logger, metrics: KvgateMetrics): void {
+    this.#logger ??= logger.child({ component: 'replica-sync', routerId: this.routerId });
     this.#metrics ??= metrics;
   }
 
@@ -210,7 +210,7 @@ export class ReplicaSync {
       let dropped = 0;
       for (const ch of this.#channels.values()) dropped += ch.forget(replica);
       this.#metrics?.replicas.peerTimeouts.inc();
-      this.#log?.warn({ peer: replica, droppedBookings: dropped, silentMs: now - p.lastHeard },
+      this.#logger?.warn({ peer: replica, droppedBookings: dropped, silentMs: now - p.lastHeard },
         `replica ${replica} not heard from for ${now - p.lastHeard} ms: dropped its ${dropped} booking(s)`);
     }
     this.#publishGauges();
@@ -224,7 +224,7 @@ export class ReplicaSync {
       const model = ch.key.slice(0, ch.key.lastIndexOf('/'));
       const typeOf = this.#workerTypes.get(ch.key)!;
       for (const l of ch.target.loads()) {
-        const fromPeers = ch.target.peers.requestsOn(l.workerId, l.dpRank);
+        const fromPeers = ch.target.peers.requestsOn(l);
         m.replicas.peerLoadShare.labels({ model, worker_id: String(l.workerId), dp_rank: String(l.dpRank), worker_type: typeOf(l.workerId) })
           .set(l.activeRequests > 0 ? fromPeers / l.activeRequests : 0);
       }
@@ -242,7 +242,7 @@ export class ReplicaSync {
     }
     if (p !== undefined) for (const ch of this.#channels.values()) ch.forget(replica);
     this.#peers.set(replica, { incarnation, lastHeard: now, clock: new PeerClock() });
-    this.#log?.info({ peer: replica, restarted: p !== undefined }, `replica ${replica} ${p === undefined ? 'joined' : 'restarted'}`);
+    this.#logger?.info({ peer: replica, restarted: p !== undefined }, `replica ${replica} ${p === undefined ? 'joined' : 'restarted'}`);
     this.#metrics?.replicas.peers.set(this.#peers.size);
     return true;
   }
@@ -290,7 +290,7 @@ export class ReplicaSync {
     const m = this.#metrics?.replicas;
     if (bytes.byteLength > this.#o.maxSnapshotBytes) {
       m?.snapshots.labels({ direction: 'served', outcome: 'too_large' }).inc();
-      this.#log?.warn({ channel: req.channel, bytes: bytes.byteLength, maxBytes: this.#o.maxSnapshotBytes }, 'snapshot larger than replicas.max_snapshot_bytes: not served');
+      this.#logger?.warn({ channel: req.channel, bytes: bytes.byteLength, maxBytes: this.#o.maxSnapshotBytes }, 'snapshot larger than replicas.max_snapshot_bytes: not served');
       reply(this.#server.refuse(`snapshot of ${bytes.byteLength} bytes exceeds the server's bound`));
       return;
     }
@@ -332,7 +332,7 @@ export class ReplicaSync {
     } catch (err) {
       if (err instanceof MalformedSync) this.#malformed(err);
       m?.snapshots.labels({ direction: 'fetched', outcome: transferOutcome(err) }).inc();
-      this.#log?.warn({ peer: replica, channel: key, err: (err as Error).message }, `snapshot of replica ${replica} failed; its batches and heartbeats will ask again`);
+      this.#logger?.warn({ peer: replica, channel: key, err: (err as Error).message }, `snapshot of replica ${replica} failed; its batches and heartbeats will ask again`);
     } finally {
       this.#snapshotting.delete(id);
     }
@@ -341,7 +341,7 @@ export class ReplicaSync {
   #applySnapshot(ch: SyncChannel, s: Snapshot, direction: 'fetched' | 'warm_start'): void {
     const applied = ch.applySnapshot(s);
     if (direction === 'fetched') this.#metrics?.replicas.snapshots.labels({ direction, outcome: applied ? 'ok' : 'stale' }).inc();
-    this.#log?.info({ peer: s.routerId, channel: ch.key, bookings: s.bookings.length, sessions: s.sessions.length, applied },
+    this.#logger?.info({ peer: s.routerId, channel: ch.key, bookings: s.bookings.length, sessions: s.sessions.length, applied },
       `snapshot of replica ${s.routerId} ${applied ? 'applied' : 'superseded'}`);
   }
 
@@ -353,7 +353,7 @@ export class ReplicaSync {
    */
   async warmStart(keys: readonly string[], timeoutMs: number): Promise<Map<string, KvSlotSnapshot[]>> {
     const { snapshots: results, complete } = await warmStart({
-      keys, timeoutMs, clock: this.#clock, log: this.#log, metrics: this.#metrics?.replicas,
+      keys, timeoutMs, clock: this.#clock, logger: this.#logger, metrics: this.#metrics?.replicas,
       connected: (ms) => this.#connectedWithin(ms),
       fetch: (key) => this.fetchSnapshot(warmStartSubject(this.#o.subjectPrefix, key), key, true),
     });
@@ -392,16 +392,16 @@ export class ReplicaSync {
   #malformed(err: unknown): void {
     const malformed = err instanceof MalformedSync;
     this.#metrics?.replicas.messagesDropped.labels({ direction: 'in', reason: malformed ? 'malformed' : 'apply_failed' }).inc();
-    if (malformed) this.#log?.warn({ err: err.message }, 'malformed replica sync message dropped');
-    else this.#log?.error({ err }, 'replica sync message could not be applied');
+    if (malformed) this.#logger?.warn({ err: err.message }, 'malformed replica sync message dropped');
+    else this.#logger?.error({ err }, 'replica sync message could not be applied');
   }
 
   #onStatus(status: 'connected' | 'disconnected', detail: string): void {
     if (status === 'disconnected') {
-      this.#log?.warn({ detail }, 'replica sync bus unavailable: routing on this replica\'s own knowledge until it is back');
+      this.#logger?.warn({ detail }, 'replica sync bus unavailable: routing on this replica\'s own knowledge until it is back');
       return;
     }
-    this.#log?.info({ detail }, 'replica sync bus connected');
+    this.#logger?.info({ detail }, 'replica sync bus connected');
     for (const w of this.#connectWaiters.splice(0)) w();
     // Peers changed while we were away: fetch their bookings afresh; they fetch ours when they see our gap.
     for (const replica of this.#peers.keys()) for (const key of this.#channels.keys()) void this.#fetchSnapshot(replica, key);

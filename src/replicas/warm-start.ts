@@ -32,11 +32,11 @@ export interface WarmStartOutcome {
   readonly complete: Set<string>;
 }
 
-export interface WarmStartDeps {
+export interface WarmStartOptions {
   readonly keys: readonly string[];
   readonly timeoutMs: number;
   readonly clock: Clock;
-  readonly log: Logger | undefined;
+  readonly logger: Logger | undefined;
   readonly metrics: ReplicaMetrics | undefined;
   /** Resolves true once the bus is connected, false after `ms` without. */
   connected(ms: number): Promise<boolean>;
@@ -53,13 +53,13 @@ function within<T>(p: Promise<T>, ms: number): Promise<T> {
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
-export async function warmStart(d: WarmStartDeps): Promise<WarmStartOutcome> {
+export async function warmStart(d: WarmStartOptions): Promise<WarmStartOutcome> {
   const started = d.clock.now();
   const out = new Map<string, WarmStartResult>();
   const complete = new Set<string>();
   const cold = (key: string, outcome: 'no_peer' | 'failed' | 'too_large', why: string): void => {
     d.metrics?.snapshots.labels({ direction: 'warm_start', outcome }).inc();
-    d.log?.warn({ channel: key, outcome, err: why }, `warm start of ${key}: ${why}; starting cold (the prefix index fills from the engines' KV events)`);
+    d.logger?.warn({ channel: key, outcome, err: why }, `warm start of ${key}: ${why}; starting cold (the prefix index fills from the engines' KV events)`);
   };
   if (!(await d.connected(d.timeoutMs))) {
     for (const key of d.keys) cold(key, 'no_peer', `replica sync bus not connected within ${d.timeoutMs} ms`);
@@ -75,7 +75,7 @@ export async function warmStart(d: WarmStartDeps): Promise<WarmStartOutcome> {
       d.metrics?.snapshots.labels({ direction: 'warm_start', outcome: 'ok' }).inc();
       d.metrics?.snapshotBlocks.inc(blocks);
       d.metrics?.snapshotSeconds.labels({ direction: 'warm_start' }).observe(seconds);
-      d.log?.info({ channel: key, peer: s.routerId, bookings: s.bookings.length, sessions: s.sessions.length, slots: slots.length, blocks, bytes, seconds },
+      d.logger?.info({ channel: key, peer: s.routerId, bookings: s.bookings.length, sessions: s.sessions.length, slots: slots.length, blocks, bytes, seconds },
         `warm start of ${key}: snapshot of replica ${s.routerId} (${blocks} block(s) over ${slots.length} worker rank(s), ${s.bookings.length} booking(s), ${bytes} bytes)`);
       out.set(key, { snapshot: s });
       complete.add(key);

@@ -13,7 +13,7 @@
 export { makeRouterContext } from './context.js';
 export type { RouterContext } from './context.js';
 export { KvRouter } from './kv-router.js';
-export type { KvRouteRequest, KvRouterOptionsInit } from './kv-router.js';
+export type { KvRouteRequest } from './kv-router.js';
 export { resolvePin } from './pins.js';
 export { createSimpleRouter } from './push/simple-routers.js';
 export type { LoadSource, SimpleRouter } from './push/simple-routers.js';

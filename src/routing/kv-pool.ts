@@ -6,7 +6,7 @@
  */
 import type { KvSlotSnapshot, WorkerRole } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
-import { KvEventApplier, KvEventManager, TieredPrefixIndex, type KvEventManagerOptions } from '../events/index.js';
+import { KvEventApplier, KvEventManager, TieredPrefixIndex, type KvEventOptions } from '../events/index.js';
 import type { RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { eventHooks } from './event-hooks.js';
@@ -17,7 +17,7 @@ import type { WorkerWatch } from './worker-watch.js';
 export interface KvPoolOptions {
   readonly blockSize: number;
   readonly routerConfig?: KvRouterOptions | undefined;
-  readonly kvEvents?: KvEventManagerOptions | undefined;
+  readonly kvEvents?: KvEventOptions | undefined;
   readonly kvEventsStaleAfterMs?: number | undefined;
   /** A peer replica's prefix index by pool role (warm start): the pool's subscriptions start from it. */
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
@@ -34,7 +34,7 @@ export function kvPool(role: WorkerRole, opts: KvPoolOptions, ctx: RouterContext
   if (kvRouter.config.useKvEvents) {
     const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
     events = new KvEventManager({
-      applier, clock: ctx.clock, log: ctx.log, ...opts.kvEvents,
+      applier, clock: ctx.clock, logger: ctx.logger, ...opts.kvEvents,
       ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
       hooks: eventHooks(ctx.metrics, watch, opts.blockSize),
       seeds: opts.kvSeeds?.(role === 'prefill' ? 'prefill' : 'decode'),

@@ -49,11 +49,6 @@ export interface KvRouteRequest {
   readonly hashOptions?: Omit<BlockHashOptions, 'loraName'> | undefined;
 }
 
-export interface KvRouterOptionsInit extends Omit<KvSchedulerOptions, 'config'> {
-  /** Router knobs; validated at construction (KVG_ERR_INVALID_CONFIG names the field). */
-  readonly config?: KvRouterOptions | KvRouterConfig;
-}
-
 /** The scheduler's methods a host reports a request's life through, and reads load from: the KvRouter's own. */
 const BOOKKEEPING = [
   'addWorker', 'removeWorker', 'workers', 'markPrefillCompleted', 'addOutputBlock', 'free', 'tick', 'load', 'loads', 'activeRequest',
@@ -96,9 +91,10 @@ export class KvRouter {
   }
 
   /**
+   * Takes the scheduler's options: the router is the scheduler behind a hashing and pinning face.
    * @throws KvgateError KVG_ERR_INVALID_CONFIG (invalid knobs, naming the field) or KVG_ERR_INVALID_BLOCK_SIZE.
    */
-  constructor(options: KvRouterOptionsInit) {
+  constructor(options: KvSchedulerOptions) {
     this.#clock = options.clock ?? systemClock;
     this.#scheduler = new KvScheduler({ ...options, clock: this.#clock });
   }

@@ -17,7 +17,7 @@ import { seededRng, withJsonMembers, type KvSlotSnapshot, type RouterMode, type 
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
-import { type KvEventManager, dpRankEndpoint, type KvEventManagerOptions } from '../events/index.js';
+import { type KvEventManager, dpRankEndpoint, type KvEventOptions } from '../events/index.js';
 import { KvgateError } from '../errors/index.js';
 import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
@@ -47,7 +47,7 @@ export interface ModelRouterOptions {
   /** Silence while serving after which a worker's KV events count as stale (default 30000). */
   readonly kvEventsStaleAfterMs?: number | undefined;
   /** KV-event ingestion bounds (queue, per-turn budget, reorder window, consistency bound); src/events defaults otherwise. */
-  readonly kvEvents?: KvEventManagerOptions | undefined;
+  readonly kvEvents?: KvEventOptions | undefined;
   /** The health prober's view of a worker (for /admin/models, the state gauge and down lines). */
   readonly workerHealth?: ((workerId: number) => WorkerHealthView | undefined) | undefined;
   /** Told when a dispatch found a worker unreachable (health probing). */
@@ -196,7 +196,7 @@ export class ModelRouter implements ModelRouterPort {
       },
       onDispatchOutcome: opts.onDispatchOutcome,
       ...(role === 'prefill' ? {} : { migration: opts.migration }),
-      onDispatch: ev === undefined ? undefined : (w, r) => ev.noteDispatch(w, r),
+      onDispatch: ev === undefined ? undefined : (slot) => ev.noteDispatch(slot),
     }, ctx);
     return { push, events };
   }
@@ -235,7 +235,7 @@ export class ModelRouter implements ModelRouterPort {
       this.prefill.removeWorker(w.id);
       void this.#prefillPool?.events?.remove(w.id);
       if (this.prefill.state === 'inactive' && !this.prefill.enforceDisagg && !this.#fallbackPossible()) {
-        this.#ctx.log.warn({ model: this.model, workerId: w.id }, `${NO_FALLBACK}; model unavailable until a prefill worker returns`);
+        this.#ctx.logger.warn({ model: this.model, workerId: w.id }, `${NO_FALLBACK}; model unavailable until a prefill worker returns`);
       }
       return;
     }
@@ -342,7 +342,7 @@ export class ModelRouter implements ModelRouterPort {
       body: req.body['model'] === model ? req.body : withJsonMembers(req.body, { model }),
       stream: req.stream,
       isl: req.tokenIds.length,
-      hashes: { local: req.blockHashes, seq: req.sequenceHashes },
+      hashes: req.hashes,
       hashingMs: req.hashingMs,
       routing: lora === undefined ? req.hints : { ...req.hints, allowedWorkerIds: this.#adapterWorkers(lora, req.hints.allowedWorkerIds) },
       phase: 'aggregated',
@@ -402,7 +402,7 @@ export class ModelRouter implements ModelRouterPort {
       if (sticky !== undefined) this.sessions.refused(session, err);
       throw err;
     }
-    const worker = { workerId: res.selection.worker.id, dpRank: res.selection.dpRank };
+    const worker = res.selection.slot;
     this.sessions.served(session, worker);
     return { worker, status: res.status, body: res.body.kind === 'sse' ? { kind: 'sse', events: res.body.events } : { kind: 'json', bytes: res.body.bytes } };
   }
@@ -412,12 +412,12 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#disaggregated(false)) {
       const q = await this.prefill.query(this.#leg(req), req.hints.session);
       return {
-        worker: { workerId: q.decode.worker.id, dpRank: q.decode.dpRank }, overlapBlocks: q.decode.overlapBlocks,
-        prefillWorker: { workerId: q.prefill.worker.id, dpRank: q.prefill.dpRank }, prefillOverlapBlocks: q.prefill.overlapBlocks,
+        worker: q.decode.slot, overlapBlocks: q.decode.overlapBlocks,
+        prefillWorker: q.prefill.slot, prefillOverlapBlocks: q.prefill.overlapBlocks,
       };
     }
     const sel = await this.decode.select(this.#leg(req), 'query');
-    return { worker: { workerId: sel.worker.id, dpRank: sel.dpRank }, overlapBlocks: sel.overlapBlocks };
+    return { worker: sel.slot, overlapBlocks: sel.overlapBlocks };
   }
 
   async close(): Promise<void> {

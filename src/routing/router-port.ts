@@ -29,6 +29,7 @@
  */
 import type { CancelSignal, RoutingHints, WorkerRank } from '../common/index.js';
 import type { KvgateError } from '../errors/index.js';
+import type { PromptHashes } from '../wasm/index.js';
 
 export type { RoutingHints };
 
@@ -49,10 +50,8 @@ export interface PreparedRequest {
   readonly stream: boolean;
   /** The prompt's token ids (chat template applied). */
   readonly tokenIds: Uint32Array;
-  /** Local block hashes of the complete blocks (`blockSize` tokens each). */
-  readonly blockHashes: BigUint64Array;
-  /** Chained sequence hashes, same length as `blockHashes`. */
-  readonly sequenceHashes: BigUint64Array;
+  /** The local block hashes and chained sequence hashes of the complete blocks (`blockSize` tokens each). */
+  readonly hashes: PromptHashes;
   /** Milliseconds spent computing the hashes (reported as the routing overhead's block_hashing stage). */
   readonly hashingMs?: number | undefined;
   /** True when the tokens come from the fallback tokenizer (model without tokenizer): hashes approximate the engine's. */

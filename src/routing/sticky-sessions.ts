@@ -99,7 +99,7 @@ export class StickySessions {
     // A timeout the request names always takes effect; otherwise a binding to the same slot keeps its own TTL and slides.
     const b = this.lookup(session.id);
     if (session.timeoutSecs === undefined && b !== undefined && b.workerId === slot.workerId && b.dpRank === slot.dpRank) this.touch(session.id);
-    else this.bind(session.id, slot.workerId, slot.dpRank, session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : undefined);
+    else this.bind(session.id, slot, session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : undefined);
   }
 
   /** The sticky worker failed the request with `err`: it no longer holds the session, unless the client went away. */
@@ -122,13 +122,13 @@ export class StickySessions {
    * Binds (or rebinds) a session and starts its TTL window now; a TTL above `maxTtlMs` is
    * clamped, and the least recently used binding makes room when `maxSessions` are held.
    */
-  bind(sessionId: string, workerId: number, dpRank: number, ttlMs = this.defaultTtlMs): void {
+  bind(sessionId: string, slot: WorkerRank, ttlMs = this.defaultTtlMs): void {
     if (ttlMs > this.maxTtlMs) {
       ttlMs = this.maxTtlMs;
       this.#onLimit?.('timeout', this);
     }
-    this.#set(sessionId, workerId, dpRank, ttlMs);
-    this.onBind?.({ session: sessionId, workerId, dpRank, ttlMs });
+    this.#set(sessionId, slot, ttlMs);
+    this.onBind?.({ session: sessionId, workerId: slot.workerId, dpRank: slot.dpRank, ttlMs });
   }
 
   /**
@@ -137,7 +137,7 @@ export class StickySessions {
    */
   adopt(b: SharedSessionBinding): boolean {
     if (this.lookup(b.session) !== undefined) return false;
-    this.#set(b.session, b.workerId, b.dpRank, Math.min(b.ttlMs, this.maxTtlMs));
+    this.#set(b.session, b, Math.min(b.ttlMs, this.maxTtlMs));
     return true;
   }
 
@@ -149,9 +149,9 @@ export class StickySessions {
     return out;
   }
 
-  #set(sessionId: string, workerId: number, dpRank: number, ttlMs: number): void {
+  #set(sessionId: string, slot: WorkerRank, ttlMs: number): void {
     this.#bindings.delete(sessionId);
-    this.#bindings.set(sessionId, { workerId, dpRank, ttlMs, expiresAt: this.#clock.now() + ttlMs });
+    this.#bindings.set(sessionId, { workerId: slot.workerId, dpRank: slot.dpRank, ttlMs, expiresAt: this.#clock.now() + ttlMs });
     for (const oldest of this.#bindings.keys()) {
       if (this.#bindings.size <= this.maxSessions) break;
       this.#bindings.delete(oldest);
@@ -210,10 +210,10 @@ export function sessionLimitReporter(ctx: RouterContext, model: string, workerTy
     ctx.metrics?.sessionLimits.labels({ model, worker_type: workerType, limit }).inc();
     const fields = { workerType, maxSessionTimeoutS: sessions.maxTtlMs / 1000, maxSessions: sessions.maxSessions };
     const msg = limit === 'timeout' ? 'a session asked for a timeout above the maximum: clamped' : 'sticky sessions at capacity: the least recently used was dropped';
-    if (warned.has(limit)) ctx.log.debug(fields, msg);
+    if (warned.has(limit)) ctx.logger.debug(fields, msg);
     else {
       warned.add(limit);
-      ctx.log.warn(fields, `${msg} (further ones are counted in kvgate_router_session_limits_total)`);
+      ctx.logger.warn(fields, `${msg} (further ones are counted in kvgate_router_session_limits_total)`);
     }
   };
 }

@@ -11,7 +11,7 @@
  * blocks forgotten by the ModelRouter; here its `kv_events_live` drops to 0
  * at once (the router no longer trusts events it does not receive).
  */
-import type { WorkerRole } from '../common/index.js';
+import type { WorkerRank, WorkerRole } from '../common/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { KvEventManager } from '../events/index.js';
 import type { RouterContext } from './context.js';
@@ -49,7 +49,7 @@ export class WorkerWatch {
   /** The registry made the worker routable. */
   up(w: WorkerInfo): void {
     this.#setUp(w, true);
-    this.#ctx.log.info({ model: this.#model, workerId: w.id, url: w.url, role: w.role }, `worker ${w.id} is up: routed to`);
+    this.#ctx.logger.info({ model: this.#model, workerId: w.id, url: w.url, role: w.role }, `worker ${w.id} is up: routed to`);
   }
 
   /** The registry took the worker out (health, model check, removal): not routed to, its KV events not trusted. */
@@ -58,13 +58,13 @@ export class WorkerWatch {
     this.#events.delete(w.id);
     this.#ctx.metrics?.workerKvEventsLive.labels(this.#labels(w)).set(0);
     const health = this.#health?.(w.id);
-    this.#ctx.log.warn({ model: this.#model, workerId: w.id, url: w.url, role: w.role, state: health?.state, error: health?.lastError },
+    this.#ctx.logger.warn({ model: this.#model, workerId: w.id, url: w.url, role: w.role, state: health?.state, error: health?.lastError },
       `worker ${w.id} is down: not routed to, its KV events and cached blocks dropped`);
   }
 
   /** A dispatch could not reach the worker (the prober is asked to probe it now). */
   unreachable(w: WorkerInfo | undefined, workerId: number): void {
-    this.#ctx.log.warn({ model: this.#model, workerId, url: w?.url }, `worker ${workerId} is unreachable: a request could not connect; probing it now`);
+    this.#ctx.logger.warn({ model: this.#model, workerId, url: w?.url }, `worker ${workerId} is unreachable: a request could not connect; probing it now`);
   }
 
   /** A KV event of the worker carried a block size other than the model's: logged once per worker, flagged in a gauge. */
@@ -72,15 +72,15 @@ export class WorkerWatch {
     if (this.#blockSizeWarned.has(workerId)) return;
     this.#blockSizeWarned.add(workerId);
     this.#ctx.metrics?.workerBlockSizeMismatch.labels({ model: this.#model, worker_id: String(workerId) }).set(1);
-    this.#ctx.log.warn({ model: this.#model, workerId, url: this.#registry.get(workerId)?.url, blockSize },
+    this.#ctx.logger.warn({ model: this.#model, workerId, url: this.#registry.get(workerId)?.url, blockSize },
       `worker ${workerId} publishes KV events with a block size other than the model's block_size ${blockSize}: its blocks are ignored `
       + '(set the model\'s block_size to the engine\'s)');
   }
 
   /** Missed KV-event batches of a rank were replayed from the engine's buffer (gaps and resets are logged by the stream). */
-  replayed(workerId: number, dpRank: number, batches: number): void {
-    this.#ctx.log.info({ model: this.#model, workerId, dpRank, url: this.#registry.get(workerId)?.url, batches },
-      `worker ${workerId}: missed KV events replayed (${batches} batch(es))`);
+  replayed(slot: WorkerRank, batches: number): void {
+    this.#ctx.logger.info({ model: this.#model, ...slot, url: this.#registry.get(slot.workerId)?.url, batches },
+      `worker ${slot.workerId}: missed KV events replayed (${batches} batch(es))`);
   }
 
   /** Periodic: every configured worker's health state gauge. */
@@ -105,8 +105,8 @@ export class WorkerWatch {
       this.#events.set(w.id, now);
       if (now === was) continue;
       const at = { model: this.#model, workerId: w.id, url: w.url, role: w.role, kvEvents: now };
-      if (now === 'stale') this.#ctx.log.warn(at, `worker ${w.id}: KV events stale (requests were sent, no event arrived): scored in approximate mode`);
-      else if (now === 'live') this.#ctx.log.info(at, `worker ${w.id}: KV events ${was === 'stale' ? 'resumed' : 'live'}`);
+      if (now === 'stale') this.#ctx.logger.warn(at, `worker ${w.id}: KV events stale (requests were sent, no event arrived): scored in approximate mode`);
+      else if (now === 'live') this.#ctx.logger.info(at, `worker ${w.id}: KV events ${was === 'stale' ? 'resumed' : 'live'}`);
     }
   }
 

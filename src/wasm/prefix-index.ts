@@ -44,6 +44,12 @@ function toU64Array(values: BigUint64Array | readonly bigint[]): BigUint64Array 
   return out;
 }
 
+/**
+ * The index of every slot's cached blocks.
+ * @rank-numbers each call crosses into WASM with the worker id and rank as two integers, per KV event and per
+ *   slot lookup; a pair object per call would be allocated only to be taken apart (and this is the
+ *   documented library API: `applyStored(workerId, dpRank, ...)`).
+ */
 export class PrefixIndex {
   readonly #m: WasmModule;
   #ptr: number;

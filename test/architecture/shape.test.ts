@@ -7,7 +7,16 @@
  *   a generated list);
  * - one name per concept: no exported name is declared in two files, and a
  *   string-literal union that names a concept (the worker role, the engine
- *   dialect, the router mode) is spelled out in one place only.
+ *   dialect, the router mode) is spelled out in one place only;
+ * - each concept type of the request path has one shape, declared once
+ *   (`CONCEPT_TYPES`): a type that carries a (worker, dp rank) pair extends
+ *   `WorkerRank`, a prompt's block and sequence hashes are `PromptHashes`,
+ *   what a dialect adds to a leg is `LegFields`; a function takes the pair as
+ *   a `WorkerRank`, not as `(workerId, dpRank)` numbers, unless a
+ *   `@rank-numbers` tag says why (the WASM boundary, a hot loop);
+ * - one name per role: a field holding a logger is `logger`, and a
+ *   constructor's input type ends in `Options` (`Filled<X>Options` once its
+ *   defaults are filled), never `Init`, `Deps`, `Parts`, `Env` or `Resolved`.
  */
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -30,10 +39,15 @@ const sources = [...files(join(ROOT, 'src')), ...files(join(ROOT, 'workers'))].m
   return { rel: relative(ROOT, path), text, sf: ts.createSourceFile(path, text, ts.ScriptTarget.ES2022, true) };
 });
 
-/** The leading comments of a node (its JSDoc and line comments) carry a `@long` reason. */
-function hasLongTag(node: ts.Node, text: string): boolean {
+/** The leading comments of a node (its JSDoc and line comments) carry a `@<tag>` with a reason. */
+function hasTag(node: ts.Node, text: string, tag: string): boolean {
   const ranges = ts.getLeadingCommentRanges(text, node.getFullStart()) ?? [];
-  return ranges.some((r) => /@long\s+\S/.test(text.slice(r.pos, r.end)));
+  return ranges.some((r) => new RegExp(`@${tag}\\s+\\S`).test(text.slice(r.pos, r.end)));
+}
+
+/** The leading comments of a node carry a `@long` reason. */
+function hasLongTag(node: ts.Node, text: string): boolean {
+  return hasTag(node, text, 'long');
 }
 
 function lineOf(sf: ts.SourceFile, pos: number): number {
@@ -67,6 +81,68 @@ const CONCEPT_UNIONS: Record<string, string> = {
   'sglang|vllm': 'EngineDialect',
   'direct|kv|least-loaded|power-of-two|random|round-robin': 'RouterMode',
 };
+
+/**
+ * The concept types: each is declared once, in the file named, and no other type spells out its members.
+ * `members` are property names and the type text each must have for a declaration to restate the concept.
+ */
+const CONCEPT_TYPES: readonly { name: string; file: string; members: Record<string, readonly string[]> }[] = [
+  { name: 'WorkerRank', file: 'src/common/vocabulary.ts', members: { workerId: ['number'], dpRank: ['number'] } },
+  { name: 'PromptHashes', file: 'src/wasm/hashing.ts', members: { local: ['BigUint64Array'], seq: ['BigUint64Array'] } },
+  {
+    name: 'LegFields', file: 'src/engines/leg-fields.ts',
+    members: {
+      fields: ['Readonly<Record<string, unknown>>', 'Record<string, unknown>'],
+      headers: ['Readonly<Record<string, string>>', 'Record<string, string>'],
+    },
+  },
+];
+
+/** Names of concepts renamed once; they must not come back. */
+const RETIRED_NAMES: Record<string, string> = {
+  EngineLeg: 'LegFields',
+  blockHashes: 'PromptHashes (`hashes.local`), outside KV events',
+  sequenceHashes: 'PromptHashes (`hashes.seq`)',
+};
+
+/** Suffixes (and a prefix) a constructor's input type does not take: it is `XOptions`, or `FilledXOptions` once filled. */
+const INPUT_TYPE_NAME = /.(Init|Deps|Parts|Env)$|^Resolved[A-Z]/;
+
+/** Interfaces and type literals with their property members' names and type texts. */
+function typeShapes(): { at: string; name: string | undefined; members: Map<string, string> }[] {
+  const out: { at: string; name: string | undefined; members: Map<string, string> }[] = [];
+  for (const { rel, sf } of sources) {
+    const visit = (node: ts.Node): void => {
+      if (ts.isInterfaceDeclaration(node) || ts.isTypeLiteralNode(node)) {
+        const members = new Map<string, string>();
+        // An optional member is another concept (a pin names a worker and maybe a rank): marked, it restates nothing.
+        for (const m of node.members) {
+          if (!ts.isPropertySignature(m) || m.type === undefined) continue;
+          members.set(m.name.getText(), `${m.questionToken !== undefined ? '?' : ''}${m.type.getText()}`);
+        }
+        const name = ts.isInterfaceDeclaration(node) ? node.name.text : undefined;
+        out.push({ at: `${rel}:${lineOf(sf, node.getStart())}`, name, members });
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(sf);
+  }
+  return out;
+}
+
+/** Every node of src/ and workers/ through `check`; returns what it reports, each prefixed with `file:line`. */
+function scan(check: (node: ts.Node, text: string) => string | undefined): string[] {
+  const out: string[] = [];
+  for (const { rel, text, sf } of sources) {
+    const visit = (node: ts.Node): void => {
+      const found = check(node, text);
+      if (found !== undefined) out.push(`${rel}:${lineOf(sf, node.getStart())} ${found}`);
+      ts.forEachChild(node, visit);
+    };
+    visit(sf);
+  }
+  return out;
+}
 
 describe('shape', () => {
   it(`no file over ${MAX_FILE_LINES} lines without a @long reason`, () => {
@@ -123,5 +199,70 @@ describe('shape', () => {
     }
     const repeated = [...seen].filter(([, at]) => at.length > 1).map(([c, at]) => `${c}: ${at.join(', ')}`);
     expect(repeated).toEqual([]);
+  });
+  it('each concept type is declared once and restated nowhere', () => {
+    const wrong: string[] = [];
+    const shapes = typeShapes();
+    for (const c of CONCEPT_TYPES) {
+      const declared = shapes.filter((t) => t.name === c.name).map((t) => t.at);
+      if (declared.length !== 1 || !declared[0]!.startsWith(`${c.file}:`)) {
+        wrong.push(`${c.name} declared at ${declared.join(', ') || 'nowhere'}, expected once in ${c.file}`);
+      }
+      for (const t of shapes) {
+        if (t.name === c.name) continue;
+        const restates = Object.entries(c.members).every(([k, types]) => types.includes(t.members.get(k) ?? ''));
+        const what = `${t.name ?? 'a type literal'} restates ${c.name} (${Object.keys(c.members).join(', ')})`;
+        if (restates) wrong.push(`${t.at}: ${what}: use or extend it`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  });
+
+  it('retired concept names stay retired', () => {
+    const found = scan((node) => {
+      const name = ts.isInterfaceDeclaration(node) || ts.isTypeAliasDeclaration(node) ? node.name.text
+        : ts.isPropertySignature(node) || ts.isPropertyDeclaration(node) ? node.name.getText() : undefined;
+      if (name === undefined || RETIRED_NAMES[name] === undefined) return undefined;
+      // `blockHashes` stays the engine's block hashes of a KV event (and the WASM helper's name); only a prompt's pair is retired.
+      const kvEvent = name === 'blockHashes' && /^src\/(events|mocker|replay)\//.test(relative(ROOT, node.getSourceFile().fileName));
+      return kvEvent ? undefined : `${name}: now ${RETIRED_NAMES[name]}`;
+    });
+    expect(found).toEqual([]);
+  });
+
+  it('a (workerId, dpRank) pair of parameters is a WorkerRank unless a @rank-numbers tag says why', () => {
+    const pairs = scan((node, text) => {
+      if (!ts.isFunctionLike(node)) return undefined;
+      const params = node.parameters;
+      const i = params.findIndex((p) => p.name.getText() === 'workerId');
+      // An optional rank means "the worker, or one of its ranks": not the pair.
+      const pair = i !== -1 && params[i + 1]?.name.getText() === 'dpRank' && params[i + 1]!.questionToken === undefined;
+      // The reason may sit on the function or, for a class whose whole API takes the numbers, on the class.
+      const owner = ts.isClassLike(node.parent) ? node.parent : undefined;
+      const tagged = [documented(node), ...(owner !== undefined ? [owner] : [])].some((n) => hasTag(n, text, 'rank-numbers'));
+      return pair && !tagged ? node.name?.getText() ?? '(anonymous)' : undefined;
+    });
+    expect(pairs).toEqual([]);
+  });
+
+  it('a field or option holding a logger is named logger', () => {
+    const named = scan((node) => {
+      if (!ts.isPropertySignature(node) && !ts.isPropertyDeclaration(node) && !ts.isParameter(node)) return undefined;
+      const type = node.type?.getText() ?? '';
+      return /^#?log$/.test(node.name.getText()) && /\bLogger\b/.test(type) ? `${node.name.getText()}: ${type}` : undefined;
+    });
+    expect(named).toEqual([]);
+  });
+
+  it('no input type is named ...Init, ...Deps, ...Parts, ...Env or Resolved...', () => {
+    const named = scan((node) => {
+      const declared = ts.isInterfaceDeclaration(node) || ts.isTypeAliasDeclaration(node) ? node.name.text : '';
+      if (INPUT_TYPE_NAME.test(declared)) return declared;
+      if (!ts.isConstructorDeclaration(node)) return undefined;
+      const inputs = node.parameters.map((p) => (p.type !== undefined && ts.isTypeReferenceNode(p.type) ? p.type.typeName.getText() : ''));
+      const bad = inputs.filter((t) => INPUT_TYPE_NAME.test(t));
+      return bad.length > 0 ? `constructor input ${bad.join(', ')}` : undefined;
+    });
+    expect(named).toEqual([]);
   });
 });

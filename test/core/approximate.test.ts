@@ -21,7 +21,7 @@ describe('ApproximateIndex (TTL-recorded routing decisions)', () => {
     const clock = new ManualClock();
     const approx = new ApproximateIndex(new PrefixIndex(), { clock });
     expect(approx.ttlMs).toBe(120_000);
-    approx.record(3, 1, local, seq);
+    approx.record(3, 1, { local, seq });
     expect(depths(approx.index, local)).toEqual({ '3:1': 4 });
     expect(approx.size).toBe(4);
     clock.advance(119_999);
@@ -36,9 +36,9 @@ describe('ApproximateIndex (TTL-recorded routing decisions)', () => {
   it('reuse refreshes the TTL; a shorter prompt refreshes only its prefix', () => {
     const clock = new ManualClock();
     const approx = new ApproximateIndex(new PrefixIndex(), { clock, ttlMs: 1000 });
-    approx.record(1, 0, local, seq);
+    approx.record(1, 0, { local, seq });
     clock.advance(600);
-    approx.record(1, 0, local.subarray(0, 2), seq.subarray(0, 2));
+    approx.record(1, 0, { local: local.subarray(0, 2), seq: seq.subarray(0, 2) });
     clock.advance(400);
     expect(approx.expire()).toBe(2); // blocks 3 and 4 were not refreshed
     expect(depths(approx.index, local)).toEqual({ '1:0': 2 });
@@ -51,7 +51,7 @@ describe('ApproximateIndex (TTL-recorded routing decisions)', () => {
     const clock = new ManualClock();
     const approx = new ApproximateIndex(new PrefixIndex(), { clock, ttlMs: 50, compactFactor: 1 });
     for (let i = 0; i < 3000; i++) {
-      approx.record(i % 3, 0, local, seq);
+      approx.record(i % 3, 0, { local, seq });
       clock.advance(0.01);
     }
     expect(approx.size).toBe(12);
@@ -64,8 +64,8 @@ describe('ApproximateIndex (TTL-recorded routing decisions)', () => {
   it('removeWorker forgets the worker at once', () => {
     const clock = new ManualClock();
     const approx = new ApproximateIndex(new PrefixIndex(), { clock });
-    approx.record(1, 0, local, seq);
-    approx.record(2, 0, local, seq);
+    approx.record(1, 0, { local, seq });
+    approx.record(2, 0, { local, seq });
     approx.removeWorker(1);
     expect(approx.size).toBe(4);
     expect(depths(approx.index, local)).toEqual({ '2:0': 4 });

@@ -35,21 +35,21 @@ describe('PeerBookings', () => {
     expect(s.select(req('probe'), 'query').workerId).toBeDefined();
     expect(s.peers.add('b', booking('r1', 1, tokens(640)))).toBe('applied');
     expect(s.select(req('q1'), 'query').workerId).toBe(2);
-    expect(s.load(1)).toEqual({ activePrefillTokens: 640, activeDecodeBlocks: 40, activeRequests: 1 });
+    expect(s.load({ workerId: 1, dpRank: 0 })).toEqual({ activePrefillTokens: 640, activeDecodeBlocks: 40, activeRequests: 1 });
     // Not the router's own requests.
     expect(s.activeRequestCount).toBe(0);
     expect(s.peers.free('b', 'r1')).toBe('applied');
-    expect(s.load(1)).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
+    expect(s.load({ workerId: 1, dpRank: 0 })).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
   });
 
   it('a prompt prefix in flight through two replicas counts once on the slot', () => {
     const s = setup();
     const prompt = tokens(160);
     s.addRequest({ requestId: 'local', workerId: 1, isl: 160, hashes: promptHashes(prompt, BS) });
-    expect(s.load(1)!.activeDecodeBlocks).toBe(10);
+    expect(s.load({ workerId: 1, dpRank: 0 })!.activeDecodeBlocks).toBe(10);
     s.peers.add('b', booking('remote', 1, prompt));
-    expect(s.load(1)!.activeDecodeBlocks).toBe(10);
-    expect(s.load(1)!.activeRequests).toBe(2);
+    expect(s.load({ workerId: 1, dpRank: 0 })!.activeDecodeBlocks).toBe(10);
+    expect(s.load({ workerId: 1, dpRank: 0 })!.activeRequests).toBe(2);
   });
 
   it('duplicates are harmless: a repeated add, prefill, output count or free changes nothing', () => {
@@ -63,7 +63,7 @@ describe('PeerBookings', () => {
     expect(s.peers.outputBlocks('b', 'r1', 2, undefined)).toBe('applied');
     expect(s.peers.outputBlocks('b', 'r1', 2, undefined)).toBe('duplicate');
     expect(s.peers.outputBlocks('b', 'r1', 1, undefined)).toBe('duplicate');
-    expect(s.load(1)).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 6, activeRequests: 1 });
+    expect(s.load({ workerId: 1, dpRank: 0 })).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 6, activeRequests: 1 });
     expect(s.peers.free('b', 'r1')).toBe('applied');
     expect(s.peers.free('b', 'r1')).toBe('unknown_request');
     expect(s.peers.add('b', booking('r2', 9, tokens(16)))).toBe('unknown_worker');
@@ -75,7 +75,7 @@ describe('PeerBookings', () => {
     s.peers.add('b', booking('r2', 2, tokens(32, 100)));
     s.peers.add('c', booking('r1', 1, tokens(32, 200)));
     expect(s.peers.dropReplica('b')).toBe(2);
-    expect(s.load(1)!.activeRequests + s.load(2)!.activeRequests).toBe(1);
+    expect(s.load({ workerId: 1, dpRank: 0 })!.activeRequests + s.load({ workerId: 2, dpRank: 0 })!.activeRequests).toBe(1);
     expect(s.peers.replicaCounts()).toEqual(new Map([['c', 1]]));
   });
 

@@ -30,7 +30,7 @@ function setup(workers: WorkerInfo[], opts: { maxEjectedPercent?: number; panic?
   ejections.setPanicThreshold('m', opts.panic ?? 50);
   const metrics = new KvgateMetrics({ processMetrics: false });
   const lines: Record<string, unknown>[] = [];
-  ejections.watch('m', { log: capture(lines), metrics });
+  ejections.watch('m', { logger: capture(lines), metrics });
   const timers = new ManualTimers();
   const detector = new OutlierDetector(reg, ejections, { consecutiveErrors: 2, baseEjectionMs: BASE_MS, maxEjectionMs: 10 * BASE_MS, scheduler: timers });
   const fail = (id: number, n = 2): void => {
@@ -140,7 +140,7 @@ describe('an outlier ejection and the health probe (issue 23, section 2)', () =>
     urls.forEach((url, i) => reg.add(worker(i + 1, { url })));
     const ejections = new Ejections(reg, 100);
     const lines: Record<string, unknown>[] = [];
-    ejections.watch('m', { log: capture(lines), metrics: undefined });
+    ejections.watch('m', { logger: capture(lines), metrics: undefined });
     const timers = new ManualTimers();
     const detector = new OutlierDetector(reg, ejections, { consecutiveErrors: 2, baseEjectionMs: 30_000, maxEjectionMs: 60_000, scheduler: timers });
     const prober = new HealthProber(reg, { unhealthyAfter: 2, timeoutMs: 1000, checkModels: false, ejections });

@@ -32,7 +32,7 @@ function setup(n: number, maxEjectedPercent = 50): { reg: WorkerRegistry; ejecti
   const ejections = new Ejections(reg, maxEjectedPercent);
   const metrics = new KvgateMetrics({ processMetrics: false });
   const lines: Record<string, unknown>[] = [];
-  ejections.watch('m', { log: captureWarnings(lines), metrics });
+  ejections.watch('m', { logger: captureWarnings(lines), metrics });
   const timers = new ManualTimers();
   const detector = new OutlierDetector(reg, ejections, { consecutiveErrors: 3, baseEjectionMs: 1000, maxEjectionMs: 2500, scheduler: timers });
   return { reg, ejections, detector, timers, metrics, lines };

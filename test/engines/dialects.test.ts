@@ -5,14 +5,14 @@ import {
   VLLM_PREFILL_KV_TRANSFER_PARAMS,
   applyFields,
   bootstrapFields,
-  dpRankLeg,
-  mergeLegs,
+  dpRankLegFields,
+  mergeLegFields,
   readVllmPrefillResult,
   serializeBody,
-  sglangDecodeLeg,
-  sglangPrefillLeg,
-  vllmDecodeLeg,
-  vllmPrefillLeg,
+  sglangDecodeLegFields,
+  sglangPrefillLegFields,
+  vllmDecodeLegFields,
+  vllmPrefillLegFields,
 } from '../../src/engines/index.js';
 import { KvgateError, isKvgateError } from '../../src/errors/index.js';
 import { sendJson, sseEvent, sseHead, startHttpEngine, type HttpEngine } from '../helpers/http-engine.js';
@@ -39,7 +39,7 @@ function thrown(fn: () => unknown): KvgateError {
 
 describe('vLLM P/D dialect (wire formats 3.2)', () => {
   it('builds the prefill leg exactly: one token, no stream, do_remote_decode, request id header', () => {
-    const leg = vllmPrefillLeg(chatBody, { requestId: 'req-42' });
+    const leg = vllmPrefillLegFields(chatBody, { requestId: 'req-42' });
     expect(leg.headers).toEqual({ 'x-request-id': 'req-42' });
     expect(applyFields(chatBody, leg.fields)).toEqual({
       model: 'qwen',
@@ -65,7 +65,7 @@ describe('vLLM P/D dialect (wire formats 3.2)', () => {
   });
 
   it('adds max_completion_tokens only when the client used it', () => {
-    const leg = vllmPrefillLeg({ prompt: 'p', max_tokens: 50 }, { requestId: 'r' });
+    const leg = vllmPrefillLegFields({ prompt: 'p', max_tokens: 50 }, { requestId: 'r' });
     expect(leg.fields).toEqual({ stream: false, max_tokens: 1, kv_transfer_params: VLLM_PREFILL_KV_TRANSFER_PARAMS });
     expect(leg.fields['kv_transfer_params']).not.toBe(VLLM_PREFILL_KV_TRANSFER_PARAMS); // a fresh object per request
   });
@@ -91,7 +91,7 @@ describe('vLLM P/D dialect (wire formats 3.2)', () => {
     const result = readVllmPrefillResult(prefillResponse);
     expect(result.kvTransferParams).toBe(ticket);
     expect(result.promptTokensDetails).toEqual({ cached_tokens: 64 });
-    const leg = vllmDecodeLeg({ requestId: 'req-42', kvTransferParams: result.kvTransferParams });
+    const leg = vllmDecodeLegFields({ requestId: 'req-42', kvTransferParams: result.kvTransferParams });
     expect(leg.headers).toEqual({ 'x-request-id': 'req-42' });
     expect(applyFields(chatBody, leg.fields)).toEqual({ ...chatBody, kv_transfer_params: ticket });
   });
@@ -106,7 +106,7 @@ describe('vLLM P/D dialect (wire formats 3.2)', () => {
   });
 
   it('rejects an empty request id', () => {
-    expect(isKvgateError(thrown(() => vllmPrefillLeg({}, { requestId: '' })), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
+    expect(isKvgateError(thrown(() => vllmPrefillLegFields({}, { requestId: '' })), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
   });
 });
 
@@ -114,8 +114,8 @@ describe('SGLang P/D dialect (wire formats 3.1)', () => {
   const bootstrap = { host: '10.0.0.9', port: 8998, room: 9223372036854775807n };
 
   it('gives both legs the same bootstrap triple; prefill is one non-streaming token, decode keeps the client limits', () => {
-    const prefill = sglangPrefillLeg(chatBody, { bootstrap });
-    const decode = sglangDecodeLeg({ bootstrap });
+    const prefill = sglangPrefillLegFields(chatBody, { bootstrap });
+    const decode = sglangDecodeLegFields({ bootstrap });
     const triple = { bootstrap_host: '10.0.0.9', bootstrap_port: 8998, bootstrap_room: 9223372036854775807n };
     expect(prefill.fields).toMatchObject(triple);
     expect(decode.fields).toEqual(triple);
@@ -132,14 +132,14 @@ describe('SGLang P/D dialect (wire formats 3.1)', () => {
   });
 
   it('writes the 63-bit room as an exact JSON integer', () => {
-    const wire = serializeBody({ prompt: 'p' }, sglangDecodeLeg({ bootstrap }).fields);
+    const wire = serializeBody({ prompt: 'p' }, sglangDecodeLegFields({ bootstrap }).fields);
     expect(wire).toBe('{"prompt":"p","bootstrap_host":"10.0.0.9","bootstrap_port":8998,"bootstrap_room":9223372036854775807}');
     expect(serializeBody({}, { bootstrap_room: 12n })).toBe('{"bootstrap_room":12}');
     expect(serializeBody({ bootstrap_room: 1 }, { bootstrap_room: 5n })).toBe('{"bootstrap_room":5}');
   });
 
   it('carries the prefill dp rank to decode when known', () => {
-    expect(sglangDecodeLeg({ bootstrap: { ...bootstrap, room: 7 }, prefillDpRank: 3 }).fields).toEqual({
+    expect(sglangDecodeLegFields({ bootstrap: { ...bootstrap, room: 7 }, prefillDpRank: 3 }).fields).toEqual({
       bootstrap_host: '10.0.0.9',
       bootstrap_port: 8998,
       bootstrap_room: 7n,
@@ -164,14 +164,14 @@ describe('SGLang P/D dialect (wire formats 3.1)', () => {
 
 describe('data-parallel rank', () => {
   it('vLLM reads the header; SGLang gets the header and routed_dp_rank', () => {
-    expect(dpRankLeg('vllm', 2)).toEqual({ fields: {}, headers: { [DP_RANK_HEADER]: '2' } });
-    expect(dpRankLeg('sglang', 0)).toEqual({ fields: { routed_dp_rank: 0 }, headers: { 'x-data-parallel-rank': '0' } });
-    expect(isKvgateError(thrown(() => dpRankLeg('vllm', -1)), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
-    expect(isKvgateError(thrown(() => dpRankLeg('sglang', 1.5)), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
+    expect(dpRankLegFields('vllm', 2)).toEqual({ fields: {}, headers: { [DP_RANK_HEADER]: '2' } });
+    expect(dpRankLegFields('sglang', 0)).toEqual({ fields: { routed_dp_rank: 0 }, headers: { 'x-data-parallel-rank': '0' } });
+    expect(isKvgateError(thrown(() => dpRankLegFields('vllm', -1)), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
+    expect(isKvgateError(thrown(() => dpRankLegFields('sglang', 1.5)), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
   });
 
   it('merges with a P/D leg, later legs winning', () => {
-    const merged = mergeLegs(dpRankLeg('sglang', 1), sglangDecodeLeg({ bootstrap: { host: 'h', port: 1, room: 2 } }), { fields: { routed_dp_rank: 3 }, headers: {} });
+    const merged = mergeLegFields(dpRankLegFields('sglang', 1), sglangDecodeLegFields({ bootstrap: { host: 'h', port: 1, room: 2 } }), { fields: { routed_dp_rank: 3 }, headers: {} });
     expect(merged.fields).toEqual({ routed_dp_rank: 3, bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: 2n });
     expect(merged.headers).toEqual({ 'x-data-parallel-rank': '1' });
   });
@@ -211,10 +211,10 @@ describe('P/D legs over the wire', () => {
     client.addWorker(prefill.url);
     client.addWorker(decode.url);
     const body = { model: 'm', prompt: 'hello', max_tokens: 64, stream: true, stream_options: { include_usage: true } };
-    const p = vllmPrefillLeg(body, { requestId: 'rid-1' });
+    const p = vllmPrefillLegFields(body, { requestId: 'rid-1' });
     const pre = await client.dispatch(prefill.url, '/v1/completions', body, { stream: false, extraFields: p.fields, headers: p.headers });
     const { kvTransferParams } = readVllmPrefillResult(pre.json, { worker: prefill.url });
-    const d = vllmDecodeLeg({ requestId: 'rid-1', kvTransferParams });
+    const d = vllmDecodeLegFields({ requestId: 'rid-1', kvTransferParams });
     const stream = await client.dispatch(decode.url, '/v1/completions', body, { stream: true, extraFields: d.fields, headers: d.headers });
     const texts: unknown[] = [];
     for await (const ev of stream) if (!ev.done) texts.push(ev.json);
@@ -235,8 +235,8 @@ describe('P/D legs over the wire', () => {
     client.addWorker(decode.url);
     const bootstrap = { host: '127.0.0.1', port: 8998, room: 4611686018427387951n };
     const body = { model: 'm', prompt: 'hello', max_tokens: 64 };
-    const p = mergeLegs(sglangPrefillLeg(body, { bootstrap }), dpRankLeg('sglang', 1));
-    const d = sglangDecodeLeg({ bootstrap, prefillDpRank: 1 });
+    const p = mergeLegFields(sglangPrefillLegFields(body, { bootstrap }), dpRankLegFields('sglang', 1));
+    const d = sglangDecodeLegFields({ bootstrap, prefillDpRank: 1 });
     await Promise.all([
       client.dispatch(prefill.url, '/v1/completions', body, { extraFields: p.fields, headers: p.headers }),
       client.dispatch(decode.url, '/v1/completions', body, { extraFields: d.fields }),

@@ -10,6 +10,17 @@ describe('error codes', () => {
     expect([...documented].sort()).toEqual(Object.keys(ERROR_CODES).sort());
   });
 
+  it('docs/errors.md lists the retryable and the migratable codes as the table has them', () => {
+    const doc = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8');
+    const listed = (label: string): string[] => {
+      const para = new RegExp(`${label} codes:([^.;]*)`).exec(doc)?.[1] ?? '';
+      return [...para.matchAll(/`(KVG_ERR_[A-Z0-9_]+)`/g)].map((m) => m[1]!).sort();
+    };
+    const codes = Object.keys(ERROR_CODES) as (keyof typeof ERROR_CODES)[];
+    expect(listed('Retryable')).toEqual(codes.filter((c) => ERROR_CODES[c].retryable).sort());
+    expect(listed('Migratable')).toEqual(codes.filter((c) => ERROR_CODES[c].migratable).sort());
+  });
+
   it('errors carry code, status, type and the brand', () => {
     const e = new KvgateError('KVG_ERR_INVALID_TOKEN', 'bad token', { index: 3 });
     expect(e).toBeInstanceOf(Error);

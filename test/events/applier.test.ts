@@ -8,6 +8,10 @@ import { encodeBatch, ENCODINGS, type TestEvent } from '../helpers/zmq-publisher
 import { mulberry32 } from '../helpers/rng.js';
 
 const BS = 4;
+/** The (worker, dp rank) slots events are applied to. */
+const W1 = { workerId: 1, dpRank: 0 };
+const W2 = { workerId: 2, dpRank: 0 };
+const W3R1 = { workerId: 3, dpRank: 1 };
 
 function decoded(events: readonly TestEvent[], encoding: (typeof ENCODINGS)[number] = 'vllm-array', dpRank = 0): KvEventBatch {
   const r = decodeKvEventBatch(encodeBatch(events, { encoding, dpRank }));
@@ -26,16 +30,16 @@ describe('KvEventApplier', () => {
   it('stores with our own hashes, resolves parents and removals by engine hash', () => {
     const a = new KvEventApplier({ blockSize: BS });
     const tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
-    a.applyBatch(1, 0, decoded([{ type: 'stored', blockHashes: [0xaan, 0xbbn], parent: null, tokens: tokens.slice(0, 8), blockSize: BS }]));
-    a.applyBatch(1, 0, decoded([{ type: 'stored', blockHashes: [0xccn], parent: 0xbbn, tokens: tokens.slice(8), blockSize: BS }]));
+    a.applyBatch(W1, decoded([{ type: 'stored', blockHashes: [0xaan, 0xbbn], parent: null, tokens: tokens.slice(0, 8), blockSize: BS }]));
+    a.applyBatch(W1, decoded([{ type: 'stored', blockHashes: [0xccn], parent: 0xbbn, tokens: tokens.slice(8), blockSize: BS }]));
     const dev = a.indexes.device;
     expect(depthOf(dev, tokens, 1, 0)).toBe(3);
     expect(dev.blockCount(1, 0)).toBe(3);
-    a.applyBatch(1, 0, decoded([{ type: 'removed', blockHashes: [0xbbn] }]));
+    a.applyBatch(W1, decoded([{ type: 'removed', blockHashes: [0xbbn] }]));
     // Not cascading: block 3 stays, but the prefix walk stops at the hole.
     expect(depthOf(dev, tokens, 1, 0)).toBe(1);
     expect(dev.blockCount(1, 0)).toBe(2);
-    a.applyBatch(1, 0, decoded([{ type: 'cleared' }]));
+    a.applyBatch(W1, decoded([{ type: 'cleared' }]));
     expect(dev.blockCount(1, 0)).toBe(0);
   });
 
@@ -45,7 +49,7 @@ describe('KvEventApplier', () => {
     const t = [1, 2, 3, 4];
     const one = (batch: KvEventBatch): string => {
       let status = '';
-      a.applyBatch(1, 0, batch, (type, s) => { counters.onApplied(1, 0, type, s); status = s; });
+      a.applyBatch(W1, batch, (type, s) => { counters.onApplied(W1, type, s); status = s; });
       return status;
     };
     const statuses = [
@@ -71,7 +75,7 @@ describe('KvEventApplier', () => {
     const ev = decodeKvEventBatch(encode([1.5, [['BlockStored', [1, 2, 3], null, [1, 2, 3, 4, 5, 6, 7, 8, 9], BS]], 0]));
     expect(ev.ok).toBe(true);
     if (!ev.ok) return;
-    expect(a.applyEvent(2, 0, ev.batch.events[0]!)).toBe('truncated');
+    expect(a.applyEvent(W2, ev.batch.events[0]!)).toBe('truncated');
     expect(a.indexes.device.blockCount(2, 0)).toBe(2);
     expect(depthOf(a.indexes.device, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], 2, 0)).toBe(2);
   });
@@ -82,8 +86,8 @@ describe('KvEventApplier', () => {
     expect(blockHashes([9, 9, 9, 9], BS, { loraName: 'never-seen-before' })).toEqual(fresh);
     const a = new KvEventApplier({ blockSize: BS });
     const t = [1, 2, 3, 4];
-    a.applyBatch(1, 0, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: t, blockSize: BS, loraName: 'adapter-a' }], 'vllm-map'));
-    a.applyBatch(2, 0, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: t, blockSize: BS, cacheSalt: 'tenant-a' }], 'sglang-array'));
+    a.applyBatch(W1, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: t, blockSize: BS, loraName: 'adapter-a' }], 'vllm-map'));
+    a.applyBatch(W2, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: t, blockSize: BS, cacheSalt: 'tenant-a' }], 'sglang-array'));
     const dev = a.indexes.device;
     const hit = (h: BigUint64Array): number[] => { const m = dev.findMatches(h); return [...m.slots.subarray(0, m.count)].map((s) => dev.slotWorker(s)!.workerId); };
     expect(hit(blockHashes(t, BS))).toEqual([]);
@@ -94,7 +98,7 @@ describe('KvEventApplier', () => {
   it('storage tiers go to separate indexes; removal and clear follow the tier', () => {
     const a = new KvEventApplier({ blockSize: BS });
     const t = [1, 2, 3, 4, 5, 6, 7, 8];
-    a.applyBatch(1, 0, decoded([
+    a.applyBatch(W1, decoded([
       { type: 'stored', blockHashes: [1n, 2n], parent: null, tokens: t, blockSize: BS, medium: 'GPU' },
       { type: 'stored', blockHashes: [1n, 2n], parent: null, tokens: t, blockSize: BS, medium: 'CPU' },
       { type: 'stored', blockHashes: [1n], parent: null, tokens: t.slice(0, 4), blockSize: BS, medium: 'DISK' },
@@ -103,17 +107,17 @@ describe('KvEventApplier', () => {
     expect(a.indexes.blockCount(1, 0, 'device')).toBe(2);
     expect(a.indexes.blockCount(1, 0, 'host_pinned')).toBe(2);
     expect(a.indexes.blockCount(1, 0, 'disk')).toBe(1);
-    a.applyBatch(1, 0, decoded([{ type: 'removed', blockHashes: [2n], medium: 'GPU' }]));
+    a.applyBatch(W1, decoded([{ type: 'removed', blockHashes: [2n], medium: 'GPU' }]));
     expect(a.indexes.blockCount(1, 0, 'device')).toBe(1);
     expect(a.indexes.blockCount(1, 0, 'host_pinned')).toBe(2);
-    a.applyBatch(1, 0, decoded([{ type: 'cleared' }]));
+    a.applyBatch(W1, decoded([{ type: 'cleared' }]));
     expect(a.indexes.tiers().map((t2) => a.indexes.blockCount(1, 0, t2))).toEqual([0, 0, 0]);
   });
 
   it('accepts a router-owned device index', () => {
     const device = new PrefixIndex();
     const a = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(device) });
-    a.applyBatch(3, 1, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: [1, 2, 3, 4], blockSize: BS }], 'vllm-array', 1));
+    a.applyBatch(W3R1, decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: [1, 2, 3, 4], blockSize: BS }], 'vllm-array', 1));
     expect(device.blockCount(3, 1)).toBe(1);
     expect(() => new KvEventApplier({ blockSize: 0 })).toThrow(/block size/);
   });
@@ -175,7 +179,7 @@ describe('randomized streams: applier == direct PrefixIndex == engine truth', ()
       const usable = ENCODINGS.filter((enc) => enc !== 'sglang-array' || !events.some((e) => e.type === 'stored' && e.loraName));
       const batch = decodeKvEventBatch(encodeBatch(events, { encoding: usable[rand(usable.length)]!, dpRank: r }));
       expect(batch.ok).toBe(true);
-      if (batch.ok) expect(viaEvents.applyBatch(w, r, batch.batch)).toBe(batch.batch.events.length);
+      if (batch.ok) expect(viaEvents.applyBatch({ workerId: w, dpRank: r }, batch.batch)).toBe(batch.batch.events.length);
 
       if (step % 50 === 49) {
         const dev = viaEvents.indexes.device;

@@ -197,7 +197,7 @@ describe('KvEventStream', () => {
     }
     const applier = new FlakyApplier({ blockSize: BS });
     const lines: Record<string, unknown>[] = [];
-    const stream = new KvEventStream({ workerId: 7, dpRank: 0 }, ingestContext({ applier, log: captureWarnings(lines) }), engine);
+    const stream = new KvEventStream({ workerId: 7, dpRank: 0 }, ingestContext({ applier, logger: captureWarnings(lines) }), engine);
     const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);
     deliver(engine.batch([stored(1, null, A)]));
     engine.batch([stored(2, 100, B)]);
@@ -217,9 +217,10 @@ describe('KvEventStream', () => {
   it('garbled frames and payloads are counted with the worker, never thrown, never touch other slots', () => {
     const lines: Record<string, unknown>[] = [];
     const log = captureWarnings(lines);
-    const { engine, stream, deliver, depth, counters, applier } = setup({ log });
+    const { engine, stream, deliver, depth, counters, applier } = setup({ logger: log });
     // Another worker's entries in the same index.
-    applier.applyBatch(8, 0, { ts: 0, dpRank: 0, errors: [], events: [{ type: 'stored', tier: 'device', parentHash: null, blockHashes: BigUint64Array.of(1n),
+    const other = { workerId: 8, dpRank: 0 };
+    applier.applyBatch(other, { ts: 0, dpRank: 0, errors: [], events: [{ type: 'stored', tier: 'device', parentHash: null, blockHashes: BigUint64Array.of(1n),
       tokenIds: Uint32Array.from(A), blockSize: BS, droppedBlocks: 0, loraName: undefined, loraId: undefined, cacheSalt: undefined, mmHashes: undefined, groupIdx: 0 }] });
     deliver(engine.batch([stored(1, null, A)]));
     stream.onFrames([Buffer.from('t'), encodeSeq(1n)]); // 2 frames
@@ -244,7 +245,7 @@ describe('KvEventStream', () => {
   it('throttles repeated log lines per kind and reports how many were suppressed', () => {
     const lines: Record<string, unknown>[] = [];
     const clock = new ManualClock();
-    const { stream } = setup({ log: captureWarnings(lines), clock });
+    const { stream } = setup({ logger: captureWarnings(lines), clock });
     for (let i = 0; i < 10; i++) stream.onFrames([Buffer.from('x')]);
     expect(lines.length).toBe(1);
     clock.advance(10_001);
@@ -266,9 +267,9 @@ describe('liveness', () => {
     // Idle silence is fine.
     clock.advance(60_000);
     expect(liveness.status(7)).toBe('live');
-    liveness.noteDispatch(7, 0);
+    liveness.noteDispatch({ workerId: 7, dpRank: 0 });
     clock.advance(999);
-    liveness.noteDispatch(7, 0); // a later dispatch does not restart the window
+    liveness.noteDispatch({ workerId: 7, dpRank: 0 }); // a later dispatch does not restart the window
     expect(liveness.status(7)).toBe('live');
     clock.advance(1);
     expect(liveness.status(7)).toBe('stale');
@@ -284,9 +285,9 @@ describe('liveness', () => {
     expect(liveness.status(7, 0)).toBe('never');
     deliver(engine.batch([stored(1, null, A)]));
     expect(liveness.status(7, 0)).toBe('live');
-    liveness.register(7, 1);
+    liveness.register({ workerId: 7, dpRank: 1 });
     expect(liveness.status(7)).toBe('never');
-    liveness.unregister(7, 1);
+    liveness.unregister({ workerId: 7, dpRank: 1 });
     expect(liveness.status(7)).toBe('live');
   });
 });

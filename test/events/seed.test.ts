@@ -18,9 +18,9 @@ function seededReplica(engine: FakeEngine | undefined, pairs: BigUint64Array | u
   const applier = new KvEventApplier({ blockSize: BS });
   const warnings: Record<string, unknown>[] = [];
   const liveness = new EventLiveness({ clock, staleAfterMs: 1000 });
-  liveness.register(7, 0);
+  liveness.register({ workerId: 7, dpRank: 0 });
   if (pairs !== undefined) applier.indexes.device.importSlot(7, 0, pairs);
-  const stream = new KvEventStream({ workerId: 7, dpRank: 0 }, ingestContext({ applier, hooks: counters, liveness, clock, log: captureWarnings(warnings) }), engine);
+  const stream = new KvEventStream({ workerId: 7, dpRank: 0 }, ingestContext({ applier, hooks: counters, liveness, clock, logger: captureWarnings(warnings) }), engine);
   if (cursor !== undefined) stream.seed(cursor);
   const depth = (tokens: number[]): number => {
     const ix = applier.indexes.device;

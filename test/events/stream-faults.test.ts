@@ -166,7 +166,7 @@ describe('garbage sequence numbers (issue 13 item 7)', () => {
     const clock = new ManualClock();
     const lines: Record<string, unknown>[] = [];
     const log = { warn: (o: Record<string, unknown>) => void lines.push(o), info: () => {}, error: () => {}, debug: () => {}, child: () => log } as never;
-    const t = chain({ clock, log, options: { inconsistentAfterMs: 3000 } });
+    const t = chain({ clock, logger: log, options: { inconsistentAfterMs: 3000 } });
     for (let i = 0; i < 100; i++) t.deliver(t.next());
     // A restarted engine publishes once (its seq 0 missed), then goes quiet: one piece of evidence only.
     t.engine.seq = 1n;

@@ -59,7 +59,7 @@ export interface StreamSetup {
   replay?: boolean;
   maxPending?: number;
   dpRank?: number;
-  log?: Logger;
+  logger?: Logger;
   clock?: ManualClock;
   scheduler?: ApplyScheduler;
   options?: KvEventStreamOptions;
@@ -74,8 +74,8 @@ export function setup(opts: StreamSetup = {}) {
   const liveness = new EventLiveness({ clock, staleAfterMs: 1000 });
   const applier = new KvEventApplier({ blockSize: BS });
   const dpRank = opts.dpRank ?? 0;
-  liveness.register(7, dpRank);
-  const stream = new KvEventStream({ workerId: 7, dpRank }, ingestContext({ applier, hooks: opts.onApplied === undefined ? counters : combineHooks(counters, { onApplied: opts.onApplied }), liveness, clock, log: opts.log, scheduler: opts.scheduler }),
+  liveness.register({ workerId: 7, dpRank });
+  const stream = new KvEventStream({ workerId: 7, dpRank }, ingestContext({ applier, hooks: opts.onApplied === undefined ? counters : combineHooks(counters, { onApplied: opts.onApplied }), liveness, clock, logger: opts.logger, scheduler: opts.scheduler }),
     opts.replay === false ? undefined : engine, { maxPendingBatches: opts.maxPending, ...opts.options });
   const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);
   const depth = (tokens: number[]): number => {

@@ -8,6 +8,8 @@ import { ENCODINGS, TestKvPublisher, type TestEvent } from '../helpers/zmq-publi
 import { until } from '../helpers/until.js';
 
 const BS = 4;
+/** Worker 1's rank 0, the slot most tests subscribe. */
+const W1 = { workerId: 1, dpRank: 0 };
 const A = [1, 2, 3, 4];
 const B = [5, 6, 7, 8];
 const C = [9, 10, 11, 12];
@@ -30,11 +32,11 @@ afterEach(async () => {
   while (cleanups.length > 0) await cleanups.pop()!();
 });
 
-async function fixture(opts: { encoding?: (typeof ENCODINGS)[number]; dpRank?: number; replay?: boolean; replayTimeoutMs?: number; log?: Logger } = {}) {
+async function fixture(opts: { encoding?: (typeof ENCODINGS)[number]; dpRank?: number; replay?: boolean; replayTimeoutMs?: number; logger?: Logger } = {}) {
   const pub = await TestKvPublisher.start({ encoding: opts.encoding, dpRank: opts.dpRank, replay: opts.replay, topic: 'kv-events' });
   const clock = new ManualClock();
   const manager = new KvEventManager({
-    applier: new KvEventApplier({ blockSize: BS }), clock, staleAfterMs: 1000, replayTimeoutMs: opts.replayTimeoutMs ?? 2000, log: opts.log,
+    applier: new KvEventApplier({ blockSize: BS }), clock, staleAfterMs: 1000, replayTimeoutMs: opts.replayTimeoutMs ?? 2000, logger: opts.logger,
   });
   cleanups.push(async () => {
     await manager.close();
@@ -84,7 +86,7 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     await pub.publish([stored(2, 1, B)], { drop: true });
     await pub.publish([stored(3, null, C)], { drop: true });
     await pub.publish([stored(4, null, D)]);
-    await until(() => manager.subscriber(1)!.stream.cursor === 3n && !manager.subscriber(1)!.stream.recovering, 'recovery');
+    await until(() => manager.subscriber(W1)!.stream.cursor === 3n && !manager.subscriber(W1)!.stream.recovering, 'recovery');
     expect(pub.replayRequests).toEqual([1n]);
     expect(depth(manager, [...A, ...B], 1)).toBe(2);
     expect(depth(manager, C, 1)).toBe(1);
@@ -103,7 +105,7 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     await manager.add({ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
     await pub.waitForSubscribers();
     await pub.publish([stored(3, null, C)]);
-    await until(() => manager.subscriber(1)!.stream.cursor === 2n && !manager.subscriber(1)!.stream.recovering, 'restore');
+    await until(() => manager.subscriber(W1)!.stream.cursor === 2n && !manager.subscriber(W1)!.stream.recovering, 'restore');
     expect(pub.replayRequests).toEqual([0n]);
     expect(depth(manager, [...A, ...B], 1)).toBe(2);
     expect(depth(manager, C, 1)).toBe(1);
@@ -133,7 +135,7 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
 
   it('garbled payloads, unknown tags and wrong frame counts are counted and logged with the worker; nothing else changes', async () => {
     const lines: Record<string, unknown>[] = [];
-    const { pub, manager } = await fixture({ log: captureWarnings(lines) });
+    const { pub, manager } = await fixture({ logger: captureWarnings(lines) });
     const other = await TestKvPublisher.start({ topic: 'kv-events' });
     cleanups.push(() => other.close());
     await manager.add({ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
@@ -167,7 +169,7 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     await pub.publish([stored(1, null, A)]);
     await pub.publish([{ type: 'removed', blockHashes: [chainHash(1)] }], { drop: true });
     await pub.publish([stored(3, null, C)]);
-    await until(() => manager.counters.snapshot().replays.failed === 1 && !manager.subscriber(1)!.stream.recovering, 'replay failure');
+    await until(() => manager.counters.snapshot().replays.failed === 1 && !manager.subscriber(W1)!.stream.recovering, 'replay failure');
     expect(depth(manager, A, 1)).toBe(0);
     expect(depth(manager, C, 1)).toBe(1);
     expect(manager.counters.snapshot().resets.replay_failed).toBe(1);
@@ -196,18 +198,18 @@ describe('KvEventManager', () => {
     await p2.publish([stored(2, null, B)]);
     await until(() => depth(manager, B, 1, 1) === 1, 'rank 1');
     expect(manager.eventStatus(1)).toBe('live');
-    manager.noteDispatch(1, 1);
+    manager.noteDispatch({ workerId: 1, dpRank: 1 });
     clock.advance(1000);
     expect(manager.eventStatus(1, 1)).toBe('stale');
     expect(manager.eventStatus(1)).toBe('stale');
 
     // Same sources again: nothing restarts.
-    const sub0 = manager.subscriber(1, 0);
+    const sub0 = manager.subscriber(W1);
     await manager.sync(manager.sources());
-    expect(manager.subscriber(1, 0)).toBe(sub0);
+    expect(manager.subscriber(W1)).toBe(sub0);
 
     await manager.sync([{ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' }]);
-    expect(manager.subscriber(1, 1)).toBeUndefined();
+    expect(manager.subscriber({ workerId: 1, dpRank: 1 })).toBeUndefined();
     expect(manager.indexes.device.findSlot(1, 1)).toBeUndefined();
     expect(manager.eventStatus(1)).toBe('live');
     await manager.remove(1);

@@ -78,7 +78,7 @@ describe('TurnScheduler (issue 13 item 5)', () => {
     const turns = manualTurns(clock, 50);
     const lines: Record<string, unknown>[] = [];
     const log = { warn: (o: Record<string, unknown>) => void lines.push(o), info: () => {}, error: () => {}, debug: () => {}, child: () => log } as never;
-    const t = setup({ clock, scheduler: turns.scheduler, log, options: { maxQueuedBatches: 10 } });
+    const t = setup({ clock, scheduler: turns.scheduler, logger: log, options: { maxQueuedBatches: 10 } });
     const tokens: number[] = [];
     for (let i = 0; i < 30; i++) {
       const chunk = [i * 4 + 1, i * 4 + 2, i * 4 + 3, i * 4 + 4];

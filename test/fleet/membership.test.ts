@@ -15,6 +15,9 @@ import { HealthProber } from '../../src/discovery/index.js';
 import { drain, prepare, startFleet, type Fleet } from '../helpers/fleet.js';
 import { until } from '../helpers/until.js';
 
+/** Worker 2's only rank. */
+const W2 = { workerId: 2, dpRank: 0 };
+
 describe('FleetMembers: join and leave', () => {
   let fleet: Fleet | undefined;
   let prober: HealthProber | undefined;
@@ -31,7 +34,7 @@ describe('FleetMembers: join and leave', () => {
     members.watch(router.model, pino({ level: 'silent' }), metrics);
     const w2 = fleet.workers[1]!;
     const tokens = Array.from({ length: 64 }, (_, i) => 7000 + i);
-    await until(() => router.events!.eventStatus(2) !== undefined && router.events!.subscriber(2) !== undefined, 'worker 2 subscribed');
+    await until(() => router.events!.eventStatus(2) !== undefined && router.events!.subscriber(W2) !== undefined, 'worker 2 subscribed');
     await drain(await router.route(prepare(tokens, { hints: { annotations: [], backendInstanceId: 2 } })));
     await until(() => router.decode.kvRouter!.index.blockCount(2) > 0, 'worker 2 indexed');
 

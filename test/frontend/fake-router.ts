@@ -82,7 +82,7 @@ export class FakeRouter implements ModelRouterPort {
     }
     let best: number | undefined;
     let depth = 0;
-    for (const h of req.sequenceHashes) {
+    for (const h of req.hashes.seq) {
       const w = this.#owner.get(h);
       if (w === undefined || (best !== undefined && w !== best)) break;
       best = w;
@@ -101,7 +101,7 @@ export class FakeRouter implements ModelRouterPort {
   async route(req: PreparedRequest): Promise<RoutedResponse> {
     this.routed.push(req);
     const { worker } = this.#choose(req);
-    for (const h of req.sequenceHashes) if (!this.#owner.has(h)) this.#owner.set(h, worker.workerId);
+    for (const h of req.hashes.seq) if (!this.#owner.has(h)) this.#owner.set(h, worker.workerId);
     const id = `cmpl-${this.routed.length}`;
     const chat = req.endpoint === 'chat';
     const usage = { prompt_tokens: req.tokenIds.length, completion_tokens: this.streamWords.length, total_tokens: req.tokenIds.length + this.streamWords.length };

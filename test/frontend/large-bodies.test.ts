@@ -65,7 +65,7 @@ afterAll(async () => {
 function seen(req: PreparedRequest): Record<string, unknown> {
   return {
     endpoint: req.endpoint, model: req.model, stream: req.stream, queryOnly: req.queryOnly, approximate: req.approximate,
-    tokenIds: [...req.tokenIds], blockHashes: [...req.blockHashes], sequenceHashes: [...req.sequenceHashes], hints: req.hints,
+    tokenIds: [...req.tokenIds], blockHashes: [...req.hashes.local], sequenceHashes: [...req.hashes.seq], hints: req.hints,
     engineBody: JSON.parse(serializeBody(req.body, { stream: true, stream_options: { include_usage: true } })),
   };
 }

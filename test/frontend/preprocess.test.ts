@@ -70,8 +70,8 @@ describe('preprocessing: token ids equal direct tokenization with the same token
       const got = await pre.run(chatTask(c.messages, c.extra, c.tools));
       expect([...got.tokenIds]).toEqual(expected);
       const h = promptHashes(Uint32Array.from(expected), 16);
-      expect(got.blockHashes).toEqual(h.local);
-      expect(got.sequenceHashes).toEqual(h.seq);
+      expect(got.hashes.local).toEqual(h.local);
+      expect(got.hashes.seq).toEqual(h.seq);
       expect(got.approximate).toBe(false);
     }
   });
@@ -84,7 +84,7 @@ describe('preprocessing: token ids equal direct tokenization with the same token
     const tok = await pre.run({ kind: 'tokens', model: 'demo', tokenIds: ids, maxPromptTokens: 1000 });
     expect([...tok.tokenIds]).toEqual([...ids]);
     expect(tok.stats.tokenizeUs).toBe(0);
-    expect(tok.blockHashes.length).toBe(2);
+    expect(tok.hashes.local.length).toBe(2);
   });
 
   it('multi-turn conversations: the segment cache gives the uncached ids, and serves history from cache', async () => {
@@ -173,10 +173,10 @@ describe('preprocessing pool (runs dist/workers/preprocess.js: build first)', ()
     for (let i = 0; i < CHATS.length; i++) {
       const direct = await inline.run(chatTask(CHATS[i]!.messages, CHATS[i]!.extra, CHATS[i]!.tools));
       expect(results[i]!.tokenIds).toEqual(direct.tokenIds);
-      expect(results[i]!.blockHashes).toEqual(direct.blockHashes);
-      expect(results[i]!.sequenceHashes).toEqual(direct.sequenceHashes);
+      expect(results[i]!.hashes.local).toEqual(direct.hashes.local);
+      expect(results[i]!.hashes.seq).toEqual(direct.hashes.seq);
       expect(results[i]!.tokenIds).toBeInstanceOf(Uint32Array);
-      expect(results[i]!.blockHashes).toBeInstanceOf(BigUint64Array);
+      expect(results[i]!.hashes.local).toBeInstanceOf(BigUint64Array);
     }
     const ids = Uint32Array.from({ length: 33 }, (_, i) => i + 5);
     const tok = await pool.run({ kind: 'tokens', model: 'demo', tokenIds: ids, maxPromptTokens: 32 }).catch((e: unknown) => e);
@@ -203,7 +203,7 @@ describe('preprocessing pool (runs dist/workers/preprocess.js: build first)', ()
         const task = chatTask([{ role: 'user', content }]);
         const [a, b] = [await hybrid.run(task), await inline.run(task)];
         expect(a.tokenIds).toEqual(b.tokenIds);
-        expect(a.sequenceHashes).toEqual(b.sequenceHashes);
+        expect(a.hashes.seq).toEqual(b.hashes.seq);
       }
     } finally {
       await hybrid.close();

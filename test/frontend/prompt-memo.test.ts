@@ -29,7 +29,7 @@ describe('prompt memo (issue 18: render each chat prompt once)', () => {
     expect(again.stats.renderUs).toBe(0);
     expect(again.stats.tokenizeUs).toBe(0);
     expect([...again.tokenIds]).toEqual([...first.tokenIds]);
-    expect([...again.blockHashes]).toEqual([...first.blockHashes]);
+    expect([...again.hashes.local]).toEqual([...first.hashes.local]);
     // Owned copies: the worker thread transfers (detaches) result buffers.
     expect(again.tokenIds.buffer).not.toBe(first.tokenIds.buffer);
     first.tokenIds.fill(0);
@@ -59,8 +59,8 @@ describe('prompt memo (issue 18: render each chat prompt once)', () => {
   it('a prompt shorter than one block has no hashes, as promptHashes says, without hashing', async () => {
     const r = await pre.run(chatTask([{ role: 'user', content: 'hi' }]));
     expect(r.tokenIds.length).toBeLessThan(spec.blockSize);
-    expect(r.blockHashes.length).toBe(0);
-    expect(r.sequenceHashes.length).toBe(0);
+    expect(r.hashes.local.length).toBe(0);
+    expect(r.hashes.seq.length).toBe(0);
     expect(promptHashes(r.tokenIds, spec.blockSize).local.length).toBe(0);
     expect(r.stats.hashUs).toBe(0);
   });
@@ -74,9 +74,9 @@ describe('prompt memo (issue 18: render each chat prompt once)', () => {
     expect(known).toBeDefined();
     expect(known!.stats.cachedTokens).toBe(first.tokenIds.length);
     expect([...known!.tokenIds]).toEqual([...first.tokenIds]);
-    expect([...known!.blockHashes]).toEqual([...first.blockHashes]);
+    expect([...known!.hashes.local]).toEqual([...first.hashes.local]);
     const ids = pre.runKnown({ kind: 'tokens', model: 'demo', tokenIds: first.tokenIds.slice(), maxPromptTokens: 1_000_000 });
-    expect([...ids!.sequenceHashes]).toEqual([...first.sequenceHashes]);
+    expect([...ids!.hashes.seq]).toEqual([...first.hashes.seq]);
     let err: unknown;
     try {
       pre.runKnown(chatTask(messages, { maxPromptTokens: 2 }));

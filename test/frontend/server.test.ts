@@ -43,7 +43,7 @@ describe('gateway server: endpoints', () => {
     expect(got.body).toEqual(chat('Hello there', { cache_salt: 'tenant-a' }));
     const tok = loadTokenizer(demoTokenizerFiles());
     expect([...got.tokenIds]).toEqual(await tok.encode(tok.renderChat([{ role: 'user', content: 'Hello there' }]), { addSpecialTokens: false }));
-    expect(got.blockHashes.length).toBe(Math.floor(got.tokenIds.length / 16));
+    expect(got.hashes.local.length).toBe(Math.floor(got.tokenIds.length / 16));
     expect(got.hints).toMatchObject({ session: { id: 'sess-9' }, expectedOutputTokens: 64, priorityJump: 2, annotations: ['x'] });
     expect(got.queryOnly).toBe(false);
     expect(got.approximate).toBe(false);
@@ -118,9 +118,9 @@ describe('gateway server: query-only routing', () => {
     const first = g.routers.demo.routed[0]!;
     expect(q.json).toMatchObject({
       object: 'kvgate.route', model: 'demo', worker: { worker_id: Number(q.headers.get('x-kvgate-worker')), dp_rank: 0 }, prefill_worker: null,
-      block_size: 16, prompt_tokens: first.tokenIds.length, prompt_blocks: first.blockHashes.length, approximate: false,
+      block_size: 16, prompt_tokens: first.tokenIds.length, prompt_blocks: first.hashes.local.length, approximate: false,
     });
-    expect(q.json.overlap_blocks).toBe(first.blockHashes.length);
+    expect(q.json.overlap_blocks).toBe(first.hashes.local.length);
     expect(q.json.token_ids).toEqual([...first.tokenIds]);
     expect(q.json.worker_id).toEqual({ prefill_worker_id: q.json.worker.worker_id, prefill_dp_rank: 0, decode_worker_id: q.json.worker.worker_id, decode_dp_rank: 0 });
     expect(g.routers.demo.routed.length).toBe(1);

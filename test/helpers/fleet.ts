@@ -66,7 +66,7 @@ let counter = 0;
 /** A token-id completion request as the frontend would prepare it. */
 export function prepare(tokens: number[], extra: Partial<PreparedRequest> & { maxTokens?: number } = {}): PreparedRequest {
   const ids = Uint32Array.from(tokens);
-  const { local, seq } = promptHashes(ids, BLOCK);
+  const hashes = promptHashes(ids, BLOCK);
   const stream = extra.stream ?? true;
   return {
     requestId: `req-${++counter}`,
@@ -75,8 +75,7 @@ export function prepare(tokens: number[], extra: Partial<PreparedRequest> & { ma
     body: { model: MODEL, prompt: tokens, max_tokens: extra.maxTokens ?? 4, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) },
     stream,
     tokenIds: ids,
-    blockHashes: local,
-    sequenceHashes: seq,
+    hashes,
     approximate: false,
     hints: { annotations: [] },
     queryOnly: false,

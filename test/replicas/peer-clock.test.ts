@@ -106,8 +106,8 @@ describe('replica sync lag between replicas whose clocks are skewed', () => {
     exchange(0);
     await expectLag([a, b], 2, 0);
     // The peers hold each other's bookings: the batches were applied.
-    expect(a.kv.peers.requestsOn(1, 0)).toBe(2);
-    expect(b.kv.peers.requestsOn(1, 0)).toBe(2);
+    expect(a.kv.peers.requestsOn({ workerId: 1, dpRank: 0 })).toBe(2);
+    expect(b.kv.peers.requestsOn({ workerId: 1, dpRank: 0 })).toBe(2);
   });
 
   it('every message 250 ms in flight (heartbeats too): both read 0.25 s', async () => {

@@ -41,7 +41,7 @@ describe('replica resync after an outage', () => {
     // The system clock is performance.now(): fractional milliseconds.
     const clock = new ManualClock(1000.25);
     const sessions = new StickySessions(clock, 60_000);
-    sessions.bind('conversation-42', 2, 0);
+    sessions.bind('conversation-42', { workerId: 2, dpRank: 0 });
     clock.advance(12.5);
     const live = sessions.liveBindings();
     expect(live[0]!.ttlMs).toBe(59_987.5);
@@ -56,7 +56,7 @@ describe('replica resync after an outage', () => {
   it('a gap whose snapshot fetch failed is asked for again on every heartbeat until a snapshot fills it', () => {
     const { ch, kv, asked } = channel();
     ch.applyBatch(batch(1, [{ kind: 'added', booking: booking('r1') }]));
-    expect(kv.load(1)!.activeRequests).toBe(1);
+    expect(kv.load({ workerId: 1, dpRank: 0 })!.activeRequests).toBe(1);
     // The outage: batch 2 (r1 freed) never arrives; batch 3 shows the gap.
     ch.applyBatch(batch(3, []));
     expect(asked).toEqual(['b']);
@@ -64,11 +64,11 @@ describe('replica resync after an outage', () => {
     ch.checkBehind('b', 'i1', 3);
     ch.checkBehind('b', 'i1', 3);
     expect(asked).toEqual(['b', 'b', 'b']);
-    expect(kv.load(1)!.activeRequests).toBe(1);
+    expect(kv.load({ workerId: 1, dpRank: 0 })!.activeRequests).toBe(1);
 
     // A snapshot finally arrives: r1 is gone, and heartbeats stop asking.
     expect(ch.applySnapshot({ routerId: 'b', incarnation: 'i1', seq: 3, bookings: [], sessions: [] })).toBe(true);
-    expect(kv.load(1)!.activeRequests).toBe(0);
+    expect(kv.load({ workerId: 1, dpRank: 0 })!.activeRequests).toBe(0);
     ch.checkBehind('b', 'i1', 3);
     expect(asked).toHaveLength(3);
   });

@@ -135,7 +135,7 @@ describe('warm start between two replicas', () => {
     // The bookings wait for B's pool, and are A's once it attaches.
     const kvB = scheduler();
     b.sync.attach(KEY, { kv: kvB, workerTypeOf: () => 'aggregated' });
-    expect(kvB.peers.requestsOn(2, 0)).toBe(1);
+    expect(kvB.peers.requestsOn({ workerId: 2, dpRank: 0 })).toBe(1);
     expect(b.sync.peers()).toEqual(['a']);
     await Promise.all([a.sync.close(), b.sync.close()]);
   });

@@ -63,7 +63,7 @@ describe('KvRouter selection', () => {
     expect(d.timing.totalMs).toBeGreaterThanOrEqual(0);
     expect(JSON.parse(JSON.stringify(d))).toMatchObject({ workerId: 2, candidates: expect.any(Array) });
     // Booked: the prompt's uncached tokens and its blocks are now load on worker 2.
-    expect(r.load(2)).toEqual({ activePrefillTokens: 8, activeDecodeBlocks: 10, activeRequests: 1 });
+    expect(r.load({ workerId: 2, dpRank: 0 })).toEqual({ activePrefillTokens: 8, activeDecodeBlocks: 10, activeRequests: 1 });
   });
 
   it('query-only selection books nothing', () => {
@@ -253,7 +253,7 @@ describe('KvRouter modes and lifecycle', () => {
     const d = r.findBestMatch({ requestId: 'x', tokens: tokens(40) });
     expect(r.removeWorker(d.workerId)).toBe(true);
     expect(r.free('x')).toBe(false);
-    expect(r.load(d.workerId)).toBeUndefined();
+    expect(r.load({ workerId: d.workerId, dpRank: 0 })).toBeUndefined();
     expect(r.workers().map((w) => w.workerId)).toEqual([d.workerId === 1 ? 2 : 1]);
   });
 

@@ -37,10 +37,10 @@ describe('sticky session limits (issue 13 item 4)', () => {
   it('a binding used again is the most recently used: eviction takes the idle one', () => {
     const clock = new ManualClock();
     const s = new StickySessions(clock, 1000, { maxSessions: 2 });
-    s.bind('a', 1, 0);
-    s.bind('b', 2, 0);
+    s.bind('a', { workerId: 1, dpRank: 0 });
+    s.bind('b', { workerId: 2, dpRank: 0 });
     expect(s.touch('a')).toBe(true);
-    s.bind('c', 3, 0);
+    s.bind('c', { workerId: 3, dpRank: 0 });
     expect(s.lookup('a')).toBeDefined();
     expect(s.lookup('b')).toBeUndefined();
     expect(s.lookup('c')).toBeDefined();
@@ -56,7 +56,7 @@ describe('sticky session limits (issue 13 item 4)', () => {
     const router = new ModelRouter({
       model: 'm', mode: 'round-robin', blockSize: 16, registry, engine, tickIntervalMs: 0,
       sessionLimits: { maxTtlMs: 60_000, maxSessions: 10 },
-    }, makeRouterContext({ clock, rng: seededRng(1), metrics, log: captureWarnings(warnings) }));
+    }, makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureWarnings(warnings) }));
     try {
       for (let i = 0; i < 50; i++) router.sessions.served({ id: `x${i}`, timeoutSecs: 1e9 }, { workerId: 1, dpRank: 0 });
       expect(router.sessions.size).toBe(10);

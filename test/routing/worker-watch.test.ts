@@ -39,24 +39,24 @@ describe('worker state changes are loud', () => {
     const metrics = new KvgateMetrics({ processMetrics: false });
     const lines: Line[] = [];
     const router = new ModelRouter({ model: 'm', mode: 'kv', blockSize: 16, registry, engine, tickIntervalMs: 0, kvEventsStaleAfterMs: 1000 },
-      makeRouterContext({ clock, rng: seededRng(1), metrics, log: captureLines(lines) }));
+      makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureLines(lines) }));
     try {
       const liveness = router.events!.liveness;
       const at = (msg: RegExp): Line | undefined => lines.find((l) => msg.test(l.msg) && l.workerId === 4 && l.url === url);
       expect(await gauge(metrics, 'kvgate_worker_up', 4)).toBe(1);
 
-      liveness.noteEvent(4, 0);
+      liveness.noteEvent({ workerId: 4, dpRank: 0 });
       router.tick();
       expect(at(/KV events live/)?.level).toBe('info');
       expect(await gauge(metrics, 'kvgate_worker_kv_events_live', 4)).toBe(1);
 
-      liveness.noteDispatch(4, 0);
+      liveness.noteDispatch({ workerId: 4, dpRank: 0 });
       clock.advance(1500);
       router.tick();
       expect(at(/KV events stale/)?.level).toBe('warn');
       expect(await gauge(metrics, 'kvgate_worker_kv_events_live', 4)).toBe(0);
 
-      liveness.noteEvent(4, 0);
+      liveness.noteEvent({ workerId: 4, dpRank: 0 });
       router.tick();
       expect(at(/KV events resumed/)?.level).toBe('info');
 

@@ -22,7 +22,7 @@ describe('workers/preprocess (compiled: run `npm run build` first)', () => {
       expect(reply.ok).toBe(true);
       if (!reply.ok || 'pong' in reply) throw new Error('unexpected reply');
       expect([...reply.result.tokenIds]).toEqual([...ids]);
-      expect(reply.result.blockHashes.length).toBe(2);
+      expect(reply.result.hashes.local.length).toBe(2);
       const bad = (await pool.run({ kind: 'text', model: 'm', prompt: 'x'.repeat(400), maxPromptTokens: 10 })) as WorkerReply;
       expect(bad).toMatchObject({ ok: false, error: { code: 'KVG_ERR_PROMPT_TOO_LONG' } });
     } finally {

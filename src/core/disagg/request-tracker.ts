@@ -9,7 +9,7 @@
  * slot), never after prefill output: waiting for output would deadlock SGLang's
  * rendezvous, where prefill completes only once decode has connected.
  */
-import type { Clock, WorkerRole } from '../../common/index.js';
+import type { Clock, WorkerPin, WorkerRole } from '../../common/index.js';
 
 export interface WorkerAttribution {
   prefillWorkerId?: number;
@@ -67,8 +67,9 @@ export class RequestTracker {
     };
   }
 
-  /** Attributes a worker to the slot of the current phase (both slots when aggregated). Write-once per slot. */
-  recordWorker(workerId: number, dpRank: number | undefined): void {
+  /** Attributes a worker (and its rank, when known) to the slot of the current phase (both slots when aggregated). Write-once per slot. */
+  recordWorker(worker: WorkerPin): void {
+    const { workerId, dpRank } = worker;
     const write = (idKey: 'prefillWorkerId' | 'decodeWorkerId', rankKey: 'prefillDpRank' | 'decodeDpRank'): void => {
       const cur = this.#workers[idKey];
       if (cur !== undefined) {

@@ -27,7 +27,7 @@ interface Parked {
 }
 
 /** What admission is built from; every piece is shared with the scheduler that owns it. */
-export interface AdmissionParts {
+export interface AdmissionOptions {
   readonly config: KvRouterConfig;
   readonly table: SlotTable;
   readonly active: ActiveSequences;
@@ -40,11 +40,11 @@ export interface AdmissionParts {
 }
 
 export class Admission {
-  readonly #p: AdmissionParts;
+  readonly #p: AdmissionOptions;
   readonly #queue = new RequestQueue<Parked>();
   #draining = false;
 
-  constructor(parts: AdmissionParts) {
+  constructor(parts: AdmissionOptions) {
     this.#p = parts;
   }
 

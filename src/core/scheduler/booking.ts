@@ -65,8 +65,8 @@ export class Booker {
     const w = this.#table.slotWorker[slot]!;
     const r = this.#table.slotRank[slot]!;
     const rec = this.#rec;
-    rec.approximate?.record(w, r, hashes.local, hashes.seq);
-    rec.predicted?.record(w, r, hashes.local, hashes.seq);
-    if (rec.fallback !== null && rec.eventFallback!(w)) rec.fallback.record(w, r, hashes.local, hashes.seq);
+    rec.approximate?.record(w, r, hashes);
+    rec.predicted?.record(w, r, hashes);
+    if (rec.fallback !== null && rec.eventFallback!(w)) rec.fallback.record(w, r, hashes);
   }
 }

@@ -23,7 +23,9 @@
  * scheduled over that worker's ranks (Dynamo dispatches it without booking);
  * a queued request is always re-matched at admission (Dynamo only after 10 s).
  */
-import { blockSize as checkBlockSize, systemClock, type Clock, type RouterConfigOverride, type WorkerRole } from '../../common/index.js';
+import {
+  blockSize as checkBlockSize, systemClock, type Clock, type RouterConfigOverride, type WorkerRank, type WorkerRole,
+} from '../../common/index.js';
 import { PrefixIndex, type PromptHashes } from '../../wasm/index.js';
 import { ActiveSequences, PEER_ID_PREFIX, type ActiveRequestInfo, type SlotLoad, type SyncedBooking } from '../active-sequences.js';
 import { PeerBookings } from '../peer-bookings.js';
@@ -174,16 +176,16 @@ export class KvScheduler {
   }
 
   /** Reports a rank's engine-side KV usage (`kv_used_blocks`): the decode overload check uses the larger of it and the bookkeeping. */
-  reportKvUsage(workerId: number, dpRank: number, kvUsedBlocks: number): void {
-    const slot = this.#table.slotOf(workerId, dpRank);
+  reportKvUsage(workerRank: WorkerRank, kvUsedBlocks: number): void {
+    const slot = this.#table.slotOf(workerRank);
     if (slot !== undefined) this.#table.kvUsed[slot] = kvUsedBlocks > 0 ? kvUsedBlocks : 0;
   }
 
   // ---------------------------------------------------------------- load
 
   /** One rank's load, or undefined if not registered. */
-  load(workerId: number, dpRank = 0): SlotLoad | undefined {
-    const slot = this.#table.slotOf(workerId, dpRank);
+  load(workerRank: WorkerRank): SlotLoad | undefined {
+    const slot = this.#table.slotOf(workerRank);
     return slot === undefined ? undefined : this.#active.load(slot);
   }
 
@@ -199,7 +201,7 @@ export class KvScheduler {
   }
 
   /** Snapshot of an in-flight request's bookkeeping. */
-  activeRequest(requestId: string): (ActiveRequestInfo & { readonly workerId: number; readonly dpRank: number }) | undefined {
+  activeRequest(requestId: string): (ActiveRequestInfo & WorkerRank) | undefined {
     const r = this.#active.request(requestId);
     return r === undefined ? undefined : { ...r, workerId: this.#table.slotWorker[r.slot]!, dpRank: this.#table.slotRank[r.slot]! };
   }
@@ -271,10 +273,10 @@ export class KvScheduler {
    * Frees a request's load; drains the queue. With `owner`, only if it is
    * booked on that (worker, dp_rank). False if not in flight.
    */
-  free(requestId: string, owner?: { readonly workerId: number; readonly dpRank: number }): boolean {
+  free(requestId: string, owner?: WorkerRank): boolean {
     let ownerSlot: number | undefined;
     if (owner !== undefined) {
-      ownerSlot = this.#table.slotOf(owner.workerId, owner.dpRank);
+      ownerSlot = this.#table.slotOf(owner);
       if (ownerSlot === undefined) return false;
     }
     const freed = this.#active.free(requestId, ownerSlot);

@@ -115,7 +115,7 @@ export class OverlapMatcher {
     for (let i = 0; i < f.count; i++) {
       const w = fallback.index.slotWorker(f.slots[i]!);
       if (w === undefined || !this.#src.eventFallback!(w.workerId)) continue;
-      const s = this.#table.slotOf(w.workerId, w.dpRank);
+      const s = this.#table.slotOf(w);
       if (s !== undefined && f.depths[i]! > dev[s]!) dev[s] = f.depths[i]!;
     }
   }
@@ -134,7 +134,7 @@ export class OverlapMatcher {
       const m = index.findMatches(seq, true);
       for (let i = 0; i < m.count; i++) {
         const w = index.slotWorker(m.slots[i]!);
-        const s = w === undefined ? undefined : this.#table.slotOf(w.workerId, w.dpRank);
+        const s = w === undefined ? undefined : this.#table.slotOf(w);
         if (s !== undefined) out[s] = m.depths[i]!;
       }
     };

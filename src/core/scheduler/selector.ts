@@ -19,7 +19,7 @@ import type { SlotTable } from './slots.js';
 import type { SchedulingRequest, SelectionMode } from './types.js';
 
 /** What a selector is built from; every piece is shared with the scheduler that owns it. */
-export interface SlotSelectorParts {
+export interface SlotSelectorOptions {
   readonly config: KvRouterConfig;
   readonly role: WorkerRole;
   readonly blockSize: number;
@@ -32,9 +32,9 @@ export interface SlotSelectorParts {
 }
 
 export class SlotSelector {
-  readonly #p: SlotSelectorParts;
+  readonly #p: SlotSelectorOptions;
 
-  constructor(parts: SlotSelectorParts) {
+  constructor(parts: SlotSelectorOptions) {
     this.#p = parts;
   }
 

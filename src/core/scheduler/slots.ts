@@ -13,6 +13,7 @@
  * per-slot buffers grow with the slot capacity, per-candidate buffers with the
  * registered slots.
  */
+import type { WorkerRank } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { PrefixIndex } from '../../wasm/index.js';
 import type { ActiveSequences } from '../active-sequences.js';
@@ -130,8 +131,8 @@ export class SlotTable {
   }
 
   /** The registered slot of (worker, rank), or undefined. */
-  slotOf(workerId: number, dpRank: number): number | undefined {
-    const s = this.#index.findSlot(workerId, dpRank);
+  slotOf(rank: WorkerRank): number | undefined {
+    const s = this.#index.findSlot(rank.workerId, rank.dpRank);
     return s !== undefined && s < this.cap && this.registered[s] === 1 ? s : undefined;
   }
 

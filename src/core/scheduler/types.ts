@@ -3,7 +3,7 @@
  * for, and how a scheduling attempt ends. No logic beyond `rejectionError`
  * and the error constructors the scheduler's files share.
  */
-import type { Clock, RouterConfigOverride, RoutingHints, Rng, WorkerRole } from '../../common/index.js';
+import type { Clock, RouterConfigOverride, RoutingHints, Rng, WorkerRank, WorkerRole } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { PrefixIndex, PromptHashes } from '../../wasm/index.js';
 import type { SlotLoad, SyncedBooking } from '../active-sequences.js';
@@ -43,10 +43,7 @@ export interface WorkerSummary {
 }
 
 /** One slot's load, named. */
-export interface WorkerLoad extends SlotLoad {
-  readonly workerId: number;
-  readonly dpRank: number;
-}
+export interface WorkerLoad extends SlotLoad, WorkerRank {}
 
 /**
  * A request as the scheduler sees it (pins already resolved for the phase). The routing hints it keeps after its pins are resolved are the client's

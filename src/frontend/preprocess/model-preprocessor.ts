@@ -128,12 +128,12 @@ export class ModelPreprocessor {
     if (tokenIds.length < this.spec.blockSize) {
       // A fresh (empty) array, like promptHashes' results: the worker transfers result buffers.
       const none = new BigUint64Array(0);
-      return { tokenIds, blockHashes: none, sequenceHashes: none, approximate, stats };
+      return { tokenIds, hashes: { local: none, seq: none }, approximate, stats };
     }
     const t2 = performance.now();
-    const { local, seq } = promptHashes(tokenIds, this.spec.blockSize, { loraName: task.loraName, cacheSalt: task.cacheSalt });
+    const hashes = promptHashes(tokenIds, this.spec.blockSize, { loraName: task.loraName, cacheSalt: task.cacheSalt });
     stats.hashUs = us(t2);
-    return { tokenIds, blockHashes: local, sequenceHashes: seq, approximate, stats };
+    return { tokenIds, hashes, approximate, stats };
   }
 
   /** Renders (chat) and tokenizes a text or chat prompt, refusing one over the token limit as early as it can. */

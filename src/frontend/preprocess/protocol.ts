@@ -9,6 +9,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { JsonMember, JsonOutline, RoutingHints } from '../../common/index.js';
 import { isKvgateError, type KvgateErrorCode } from '../../errors/index.js';
 import type { TokenizerSource } from '../../config/index.js';
+import type { PromptHashes } from '../../wasm/index.js';
 
 /** What a thread needs to preprocess for one model (built from ModelConfig). */
 export interface PreprocessModelSpec {
@@ -127,10 +128,8 @@ export interface PreprocessStats {
 
 export interface PreprocessResult {
   tokenIds: Uint32Array;
-  /** Local block hashes of the complete blocks. */
-  blockHashes: BigUint64Array;
-  /** Chained sequence hashes, same length. */
-  sequenceHashes: BigUint64Array;
+  /** The local block hashes and chained sequence hashes of the complete blocks. */
+  hashes: PromptHashes;
   /**
    * True when the tokens come from the byte-packing fallback tokenizer (a model
    * configured without a tokenizer): the hashes are of the text, not of the

@@ -66,6 +66,6 @@ export function replyTransferList(reply: WorkerReply | BodyReply): ArrayBuffer[]
   const r = !reply.ok ? undefined : 'result' in reply ? reply.result : 'body' in reply ? reply.body.result : undefined;
   if (r === undefined) return [];
   const out = new Set<ArrayBuffer>();
-  for (const a of [r.tokenIds, r.blockHashes, r.sequenceHashes]) if (a.buffer instanceof ArrayBuffer) out.add(a.buffer);
+  for (const a of [r.tokenIds, r.hashes.local, r.hashes.seq]) if (a.buffer instanceof ArrayBuffer) out.add(a.buffer);
   return [...out];
 }

@@ -6,7 +6,7 @@
  * SGLang's prefill completes only after decode has connected.
  */
 import type { Rng } from '../../common/index.js';
-import { sglangDecodeLeg, sglangPrefillLeg } from '../../engines/index.js';
+import { sglangDecodeLegFields, sglangPrefillLegFields } from '../../engines/index.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
 import { bootstrapFor } from './handoff.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
@@ -14,10 +14,10 @@ import { prefillFailure, type DisaggOutcome } from './types.js';
 
 export function bootstrapHandoff(base: LegRequest, target: Selection, rng: Rng): Handoff {
   const w = target.worker;
-  const bootstrap = bootstrapFor(w, target.dpRank, rng);
+  const bootstrap = bootstrapFor(w, target.slot.dpRank, rng);
   return {
     path: 'bootstrap',
-    prefillLeg: sglangPrefillLeg(base.body, { bootstrap }),
+    prefillFields: sglangPrefillLegFields(base.body, { bootstrap }),
     async handOver(p: PrefillInFlight): Promise<DisaggOutcome> {
       p.setEnded(p.response.then((res) => prefillDone(p, res), (err: unknown) => void p.fail(err)).finally(() => p.prefillLegOver()));
       await p.accepted.catch(() => {
@@ -25,8 +25,8 @@ export function bootstrapHandoff(base: LegRequest, target: Selection, rng: Rng):
       });
       // The room already encodes the prefill rank; newer SGLang decode builds also read it directly
       // (`disagg_prefill_dp_rank`), which matters when prefill and decode DP sizes differ.
-      const prefillDpRank = w.dpSize > 1 ? { prefillDpRank: target.dpRank - w.dpStart } : {};
-      return p.decode(sglangDecodeLeg({ bootstrap, ...prefillDpRank }), undefined);
+      const prefillDpRank = w.dpSize > 1 ? { prefillDpRank: target.slot.dpRank - w.dpStart } : {};
+      return p.decode(sglangDecodeLegFields({ bootstrap, ...prefillDpRank }), undefined);
     },
   };
 }

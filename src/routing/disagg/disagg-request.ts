@@ -30,7 +30,7 @@
  */
 import { Cancellation, type SessionHint, type WorkerRank } from '../../common/index.js';
 import { RequestTracker } from '../../core/index.js';
-import { EMPTY_LEG, mergeLegs, oneTokenPrefillFields, readChunkInfo, type EngineEvent, type EngineLeg } from '../../engines/index.js';
+import { NO_LEG_FIELDS, mergeLegFields, oneTokenPrefillFields, readChunkInfo, type EngineEvent, type LegFields } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
@@ -45,7 +45,7 @@ import { failedAtRendezvous, prefillFailure, type DisaggOutcome, type DisaggSseE
 /** Picks and books (or peeks) the prefill worker: sticky session, then pinned id, then the router's best. */
 export type PrefillResolver = (leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query') => Promise<Selection>;
 
-export interface DisaggDeps {
+export interface DisaggRequestOptions {
   readonly model: string;
   readonly pool: PushRouter;
   readonly decode: PushRouter;
@@ -75,7 +75,7 @@ function deferred(): Deferred {
 }
 
 export class DisaggRequest {
-  readonly #deps: DisaggDeps;
+  readonly #deps: DisaggRequestOptions;
   readonly #ctx: RouterContext;
   readonly #leg: LegRequest;
   readonly #session: SessionHint | undefined;
@@ -100,7 +100,7 @@ export class DisaggRequest {
   /** Settles when the prefill leg has ended (its bookkeeping released); never rejects. */
   prefillEnded: Promise<void> = Promise.resolve();
 
-  constructor(deps: DisaggDeps, ctx: RouterContext, leg: LegRequest, session: SessionHint | undefined) {
+  constructor(deps: DisaggRequestOptions, ctx: RouterContext, leg: LegRequest, session: SessionHint | undefined) {
     this.#deps = deps;
     this.#ctx = ctx;
     this.#leg = leg;
@@ -149,7 +149,7 @@ export class DisaggRequest {
             settled = true;
             reject(err);
           } else if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')) {
-            this.#ctx.log.warn({ model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) }, 'disaggregated request failed after the client left');
+            this.#ctx.logger.warn({ model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) }, 'disaggregated request failed after the client left');
           }
         },
       );
@@ -183,11 +183,11 @@ export class DisaggRequest {
     const admitted = deferred();
     const prefillLeg: LegRequest = {
       ...prefillBase,
-      routing: { ...base.routing, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank },
-      leg: handoff.prefillLeg,
+      routing: { ...base.routing, prefillWorkerId: target.slot.workerId, prefillDpRank: target.slot.dpRank },
+      legFields: handoff.prefillFields,
       onDispatched: () => {
         this.#prefillDispatched = true;
-        this.#deps.sessions.served(this.#session, { workerId: target.worker.id, dpRank: target.dpRank });
+        this.#deps.sessions.served(this.#session, target.slot);
         // The prefill worker is recorded in the prefill slot (at routing); decode may now take the phase.
         permit.release();
         admitted.resolve();
@@ -238,14 +238,14 @@ export class DisaggRequest {
   #refused(res: LegResponse): DisaggOutcome {
     this.#noteOutcome('prefill_failed');
     const target = this.#target!;
-    const ref = { workerId: target.worker.id, dpRank: target.dpRank };
+    const ref = target.slot;
     const bytes = res.body.kind === 'json' ? res.body.bytes : new Uint8Array();
     this.#end();
     return { worker: ref, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, body: { kind: 'json', bytes }, tracker: this.tracker };
   }
 
   /** The decode leg, after the prefill handed over (sync) or was accepted (bootstrap). */
-  async #decode(handoff: EngineLeg, promptTokensDetails: Record<string, unknown> | undefined): Promise<DisaggOutcome> {
+  async #decode(handoff: LegFields, promptTokensDetails: Record<string, unknown> | undefined): Promise<DisaggOutcome> {
     const base = this.#leg;
     const target = this.#target!;
     const permit = await this.tracker.setPhase('decode');
@@ -261,10 +261,10 @@ export class DisaggRequest {
       phase: 'decode',
       stream: gone ? false : base.stream,
       routing: {
-        ...base.routing, prefillWorkerId: target.worker.id, prefillDpRank: target.dpRank,
+        ...base.routing, prefillWorkerId: target.slot.workerId, prefillDpRank: target.slot.dpRank,
         routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride),
       },
-      leg: mergeLegs(base.leg ?? EMPTY_LEG, handoff, gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : EMPTY_LEG),
+      legFields: mergeLegFields(base.legFields ?? NO_LEG_FIELDS, handoff, gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : NO_LEG_FIELDS),
       signal: this.#decodeCtl.signal,
       tracker: this.tracker,
       onDispatched: undefined,
@@ -290,7 +290,7 @@ export class DisaggRequest {
     }
     if (res.status >= 400) this.#cancelPrefillPartner(new KvgateError('KVG_ERR_ENGINE_REJECTED', `decode refused the request (${res.status})`));
     this.#noteOutcome(res.status >= 400 ? 'decode_failed' : 'decoded');
-    const worker = { workerId: res.selection.worker.id, dpRank: res.selection.dpRank };
+    const worker = res.selection.slot;
     const common = { worker, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, tracker: this.tracker };
     if (res.body.kind === 'json') {
       this.#onDecodeOutput();
@@ -400,8 +400,8 @@ export class DisaggRequest {
 
   #prefillRef(): WorkerRank {
     const t = this.#target!;
-    const info = prefillWorkerInfo(this.tracker, { workerId: t.worker.id, dpRank: t.dpRank }, this.#prefillPayload);
-    return { workerId: info!.workerId, dpRank: info!.dpRank ?? t.dpRank };
+    const info = prefillWorkerInfo(this.tracker, t.slot, this.#prefillPayload);
+    return { workerId: info!.workerId, dpRank: info!.dpRank ?? t.slot.dpRank };
   }
 
   #outcomeNoted = false;

@@ -4,7 +4,7 @@
  * dispatched with the ticket verbatim. The prefill engine's prompt-cache
  * usage is handed to the client's answer (it computed the prompt).
  */
-import { readVllmPrefillResult, vllmDecodeLeg, vllmPrefillLeg } from '../../engines/index.js';
+import { readVllmPrefillResult, vllmDecodeLegFields, vllmPrefillLegFields } from '../../engines/index.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
 import type { DisaggOutcome } from './types.js';
@@ -12,7 +12,7 @@ import type { DisaggOutcome } from './types.js';
 export function kvTransferHandoff(base: LegRequest, target: Selection): Handoff {
   return {
     path: 'sync',
-    prefillLeg: vllmPrefillLeg(base.body, { requestId: base.clientRequestId ?? base.requestId }),
+    prefillFields: vllmPrefillLegFields(base.body, { requestId: base.clientRequestId ?? base.requestId }),
     async handOver(p: PrefillInFlight): Promise<DisaggOutcome> {
       p.setEnded(p.response.then(() => undefined, () => undefined));
       let res: LegResponse;
@@ -33,7 +33,7 @@ export function kvTransferHandoff(base: LegRequest, target: Selection): Handoff 
         throw p.fail(err);
       }
       p.tracker.recordPrefillComplete();
-      return p.decode(vllmDecodeLeg({ requestId: base.clientRequestId ?? base.requestId, kvTransferParams: ticket.kvTransferParams }), ticket.promptTokensDetails);
+      return p.decode(vllmDecodeLegFields({ requestId: base.clientRequestId ?? base.requestId, kvTransferParams: ticket.kvTransferParams }), ticket.promptTokensDetails);
     },
   };
 }

@@ -120,7 +120,7 @@ export class PrefillRouter {
   addWorker(w: WorkerInfo): boolean {
     const problem = bootstrapProblem(w);
     if (problem !== undefined) {
-      this.#ctx.log.warn({ model: this.model, workerId: w.id }, `prefill worker not used: ${problem}`);
+      this.#ctx.logger.warn({ model: this.model, workerId: w.id }, `prefill worker not used: ${problem}`);
       return false;
     }
     this.#pool ??= this.#createPool();
@@ -213,7 +213,7 @@ export class PrefillRouter {
       ...leg,
       phase: 'decode',
       routing: {
-        ...leg.routing, prefillWorkerId: prefill.worker.id, prefillDpRank: prefill.dpRank,
+        ...leg.routing, prefillWorkerId: prefill.slot.workerId, prefillDpRank: prefill.slot.dpRank,
         routerConfigOverride: decodeOverrideOf(leg.routing.routerConfigOverride),
       },
     }, 'query');
@@ -253,7 +253,7 @@ export class PrefillRouter {
         if (isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || isKvgateError(err, 'KVG_ERR_BACKPRESSURE')) throw err;
         // The scheduler refuses the sticky worker (overloaded, rank gone): fall back to the best match.
         this.sessions.refused(session, err);
-        this.#ctx.log.warn({ model: this.model, requestId: leg.requestId, session: session!.id, workerId: sticky.workerId, err: String(err) },
+        this.#ctx.logger.warn({ model: this.model, requestId: leg.requestId, session: session!.id, workerId: sticky.workerId, err: String(err) },
           'sticky prefill worker refused; choosing another');
       }
     }

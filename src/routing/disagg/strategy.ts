@@ -7,7 +7,7 @@
  * - kv-transfer.ts: vLLM's `kv_transfer_params` ticket (prefill to completion, then decode).
  */
 import type { RequestTracker } from '../../core/index.js';
-import type { EngineLeg } from '../../engines/index.js';
+import type { LegFields } from '../../engines/index.js';
 import type { KvgateError } from '../../errors/index.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
 import type { HandoffPath } from './handoff.js';
@@ -37,7 +37,7 @@ export interface PrefillInFlight {
   /** Lets decode take the phase (the prefill's routing is recorded). */
   releasePermit(): void;
   /** Routes and dispatches the decode leg with the handoff's fields. */
-  decode(handoff: EngineLeg, promptTokensDetails: Record<string, unknown> | undefined): Promise<DisaggOutcome>;
+  decode(handoff: LegFields, promptTokensDetails: Record<string, unknown> | undefined): Promise<DisaggOutcome>;
   /** The prefill engine refused the request itself (4xx): the client gets its answer. */
   refused(res: LegResponse): DisaggOutcome;
   /**
@@ -50,7 +50,7 @@ export interface PrefillInFlight {
 export interface Handoff {
   readonly path: HandoffPath;
   /** Extra body fields and headers of the prefill leg. */
-  readonly prefillLeg: EngineLeg;
+  readonly prefillFields: LegFields;
   /** From the dispatched prefill to the started decode. */
   handOver(prefill: PrefillInFlight): Promise<DisaggOutcome>;
 }

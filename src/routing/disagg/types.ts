@@ -38,10 +38,10 @@ const KEEP_CODES = new Set([
 
 export function prefillFailure(err: unknown, target: Selection | undefined): KvgateError {
   if (isKvgateError(err) && KEEP_CODES.has(err.code)) return err;
-  const where = target === undefined ? '' : ` on worker ${target.worker.id} (dp rank ${target.dpRank})`;
+  const where = target === undefined ? '' : ` on worker ${target.slot.workerId} (dp rank ${target.slot.dpRank})`;
   const why = err instanceof Error ? err.message : String(err);
   return new KvgateError('KVG_ERR_PREFILL_FAILED', `prefill${where} failed: ${why}`, {
-    workerId: target?.worker.id, dpRank: target?.dpRank, cause: isKvgateError(err) ? err.code : undefined,
+    workerId: target?.slot.workerId, dpRank: target?.slot.dpRank, cause: isKvgateError(err) ? err.code : undefined,
   }, { cause: err });
 }
 

@@ -4,7 +4,7 @@
  * to the push router (exclusions, the queue wait, decision metrics).
  */
 import { rejectionError, type RoutingDecision } from '../../core/index.js';
-import type { WorkerRole } from '../../common/index.js';
+import type { WorkerRank, WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { KvRouter } from '../kv-router.js';
@@ -59,7 +59,8 @@ export class KvSelector implements LegSelector {
       if (decision.booked) kv.free(req.requestId);
       throw new KvgateError('KVG_ERR_NO_WORKERS', `worker ${decision.workerId} left while the request was routed`);
     }
-    return { worker: w, dpRank: decision.dpRank, overlapBlocks: decision.overlapBlocks, pinned: decision.pinned, decision };
+    const slot = { workerId: w.id, dpRank: decision.dpRank };
+    return { slot, worker: w, overlapBlocks: decision.overlapBlocks, pinned: decision.pinned, decision };
   }
 
   /** Books now, or waits in the router queue until admitted; the client going away cancels the wait. */
@@ -83,21 +84,21 @@ export class KvSelector implements LegSelector {
   }
 
   release(req: LegRequest, sel: Selection): void {
-    this.#kv.free(req.requestId, { workerId: sel.worker.id, dpRank: sel.dpRank });
+    this.#kv.free(req.requestId, sel.slot);
   }
 
-  activeRequests(workerId: number, dpRank: number): number {
-    return this.#kv.load(workerId, dpRank)?.activeRequests ?? 0;
+  activeRequests(slot: WorkerRank): number {
+    return this.#kv.load(slot)?.activeRequests ?? 0;
   }
 
-  publishLoad(g: WorkerGauges, workerId: number, dpRank: number): void {
-    const load = this.#kv.load(workerId, dpRank);
+  publishLoad(g: WorkerGauges, slot: WorkerRank): void {
+    const load = this.#kv.load(slot);
     // A slot the scheduler no longer knows (its worker left with legs in flight) holds nothing:
     // every gauge goes to zero, not only the request count.
     g.activeRequests.set(load?.activeRequests ?? 0);
     g.activePrefillTokens.set(load?.activePrefillTokens ?? 0);
     g.activeDecodeBlocks.set(load?.activeDecodeBlocks ?? 0);
-    if (load !== undefined) g.indexBlocks.set(this.#kv.index.blockCount(workerId, dpRank));
+    if (load !== undefined) g.indexBlocks.set(this.#kv.index.blockCount(slot.workerId, slot.dpRank));
   }
 
   #observeDecision(phase: WorkerRole, d: RoutingDecision): void {

@@ -126,7 +126,7 @@ class RequestObservability {
   }
 }
 
-export interface LegGuardDeps {
+export interface LegGuardOptions {
   readonly clock: Clock;
   readonly metrics: PoolMetrics | undefined;
   /** KV mode: the scheduler whose bookkeeping follows the leg's progress. */
@@ -146,7 +146,7 @@ export class LegGuard {
   readonly #onError: ((err: unknown) => void) | undefined;
   #failed = false;
 
-  constructor(deps: LegGuardDeps, req: LegRequest, sel: Selection) {
+  constructor(deps: LegGuardOptions, req: LegRequest, sel: Selection) {
     this.#onError = deps.onError;
     this.#cleanup = new RequestCleanup(deps.release);
     this.#blocks = deps.kvRouter === undefined ? undefined : new OutputBlockTracker(deps.kvRouter, req, deps.blockSize);

@@ -55,7 +55,7 @@ export interface MigrationHooks {
 
 /** What `migrationHooks` needs: who migrates, where the next leg goes, and what else to do with a failed worker. */
 export interface MigrationSetup {
-  readonly ctx: Pick<RouterContext, 'log' | 'metrics'>;
+  readonly ctx: Pick<RouterContext, 'logger' | 'metrics'>;
   readonly model: string;
   /** The pool whose legs migrate (the metrics' `worker_type`). */
   readonly role: WorkerRole;
@@ -71,7 +71,7 @@ export interface MigrationSetup {
 /** The hooks of one migrating request: exclusion, counting (kvgate_router_migrations*) and logging. */
 export function migrationHooks(s: MigrationSetup): MigrationHooks {
   const m = s.ctx.metrics;
-  const log = s.ctx.log;
+  const logger = s.ctx.logger;
   const labels = { model: s.model, worker_type: s.role };
   return {
     policy: s.policy,
@@ -84,13 +84,13 @@ export function migrationHooks(s: MigrationSetup): MigrationHooks {
     started: () => m?.migrations.labels({ ...labels, outcome: 'started' }).inc(),
     skipped: (reason, err, detail) => {
       m?.migrationsSkipped.labels({ ...labels, reason }).inc();
-      log.warn({ model: s.model, requestId: s.requestId, code: err.code, reason, ...detail }, 'stream failed and was not migrated');
+      logger.warn({ model: s.model, requestId: s.requestId, code: err.code, reason, ...detail }, 'stream failed and was not migrated');
     },
     outcome: (outcome, migrations) => {
       m?.migrations.labels({ ...labels, outcome }).inc();
       const line = { model: s.model, requestId: s.requestId, migrations, outcome };
-      if (outcome === 'succeeded') log.info(line, 'stream migrated to another worker and completed');
-      else log.warn(line, 'stream migration failed');
+      if (outcome === 'succeeded') logger.info(line, 'stream migrated to another worker and completed');
+      else logger.warn(line, 'stream migration failed');
     },
   };
 }

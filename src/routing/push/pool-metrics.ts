@@ -18,14 +18,14 @@
  * show the scheduler's state rather than its state at the last dispatch; a
  * worker that leaves takes its load gauges with it.
  */
-import { slotKey, type WorkerRole } from '../../common/index.js';
+import { slotKey, type WorkerRank, type WorkerRole } from '../../common/index.js';
 import { FastCounterChild as CounterChild, FastHistogramChild as HistogramChild, type KvgateMetrics } from '../../metrics/index.js';
 
 /** What PoolMetrics reads of the pool: each member's configured role (and whether a decode worker serves alone). */
 type PoolRoles = ReadonlyMap<number, { readonly role: WorkerRole; readonly servesAggregated?: boolean | undefined }>;
 
 /** Writes one slot's load into its gauges; called for every slot at each scrape. */
-type LoadReader = (g: WorkerGauges, workerId: number, dpRank: number) => void;
+type LoadReader = (g: WorkerGauges, slot: WorkerRank) => void;
 
 const STAGES = ['block_hashing', 'indexer_find_matches', 'scheduling', 'total'] as const;
 
@@ -55,7 +55,7 @@ export class PoolMetrics {
     this.total = new HistogramChild(m.overhead, { model, stage: 'total' });
     this.#publishQueue();
     this.#unsubscribe = m.onScrape(() => {
-      for (const g of this.#workers.values()) readLoad(g, g.workerId, g.dpRank);
+      for (const g of this.#workers.values()) readLoad(g, g.slot);
     });
   }
 
@@ -112,7 +112,7 @@ export class PoolMetrics {
    * the per-request series of the legs it serves exist from now on, at zero until it works.
    */
   addWorker(workerId: number, dpStart: number, dpSize: number): void {
-    for (let r = dpStart; r < dpStart + dpSize; r++) this.#slot(workerId, r);
+    for (let r = dpStart; r < dpStart + dpSize; r++) this.#slot({ workerId, dpRank: r });
     for (const phase of this.#phasesOf(workerId)) {
       this.leg(phase);
       this.latency(phase, workerId);
@@ -128,7 +128,7 @@ export class PoolMetrics {
   forgetWorker(workerId: number): void {
     const m = this.#m;
     for (const [key, g] of [...this.#workers]) {
-      if (g.workerId !== workerId) continue;
+      if (g.slot.workerId !== workerId) continue;
       this.#workers.delete(key);
       const l = g.labels;
       for (const gauge of [m.workerActiveRequests, m.workerActivePrefillTokens, m.workerActiveDecodeBlocks, m.workerIndexBlocks]) gauge.remove(l);
@@ -141,15 +141,15 @@ export class PoolMetrics {
   }
 
   /** Per-slot load gauges, resolved once, labelled with the worker's configured role, created at zero. */
-  #slot(workerId: number, dpRank: number): SlotGauges {
-    const key = slotKey(workerId, dpRank);
+  #slot(slot: WorkerRank): SlotGauges {
+    const key = slotKey(slot.workerId, slot.dpRank);
     let g = this.#workers.get(key);
     if (g === undefined) {
-      const role = this.#members.get(workerId)?.role ?? this.#poolLabel();
-      const labels = { model: this.#model, worker_id: String(workerId), dp_rank: String(dpRank), worker_type: role };
+      const role = this.#members.get(slot.workerId)?.role ?? this.#poolLabel();
+      const labels = { model: this.#model, worker_id: String(slot.workerId), dp_rank: String(slot.dpRank), worker_type: role };
       const m = this.#m;
       g = {
-        workerId, dpRank, labels,
+        slot, labels,
         activeRequests: m.workerActiveRequests.labels(labels),
         activePrefillTokens: m.workerActivePrefillTokens.labels(labels),
         activeDecodeBlocks: m.workerActiveDecodeBlocks.labels(labels),
@@ -220,7 +220,6 @@ export interface WorkerGauges {
 }
 
 interface SlotGauges extends WorkerGauges {
-  readonly workerId: number;
-  readonly dpRank: number;
+  readonly slot: WorkerRank;
   readonly labels: { model: string; worker_id: string; dp_rank: string; worker_type: WorkerRole };
 }

@@ -19,11 +19,13 @@
  * worker (retry.ts: bounded by `maxRetries`, never for a pinned request);
  * nothing is retried once the engine has the request.
  */
-import { clientSpan, inSpan, spanFailed, type RouterMode, type RoutingHints, type WorkerRole } from '../../common/index.js';
+import {
+  clientSpan, inSpan, spanFailed, type RouterMode, type RoutingHints, type WorkerRank, type WorkerRole,
+} from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import {
-  EMPTY_LEG, EngineHttpError, clientWantsUsage, dpRankLeg, isMigratable, mergeLegs, protocolViolationOf, readChunkInfo, refusalBody,
-  streamingLegFields, type EngineClient,
+  NO_LEG_FIELDS, EngineHttpError, clientWantsUsage, dpRankLegFields, isMigratable, mergeLegFields, protocolViolationOf, readChunkInfo, refusalBody,
+  streamingBodyFields, type EngineClient,
 } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
@@ -51,7 +53,7 @@ type RouteSpan = Parameters<Parameters<typeof inSpan>[1]>[0];
 
 /** A streamed leg's body fields: the leg's, streaming with usage, and the token ids a migration resumes from. */
 function streamingFields(fields: Readonly<Record<string, unknown>>, body: Readonly<Record<string, unknown>>, ids: boolean): Record<string, unknown> {
-  const out: Record<string, unknown> = Object.assign({}, fields, streamingLegFields(body));
+  const out: Record<string, unknown> = Object.assign({}, fields, streamingBodyFields(body));
   if (ids) out['return_token_ids'] = true;
   return out;
 }
@@ -89,7 +91,7 @@ export interface PushRouterOptions {
    */
   readonly onDispatchOutcome?: DispatchOutcomeListener | undefined;
   /** A leg was sent to (worker, rank): KV-event liveness starts watching. */
-  readonly onDispatch?: ((workerId: number, dpRank: number) => void) | undefined;
+  readonly onDispatch?: ((slot: WorkerRank) => void) | undefined;
   /**
    * Progress deadlines per leg (ms; 0 or undefined: none). `firstByteMs` bounds dispatch to first output on
    * streamed legs (every generating leg streams, whatever the client asked) and one-token prefills;
@@ -124,7 +126,7 @@ export class PushRouter implements PoolMembers {
     this.#opts = opts;
     // The load gauges are read from the selector's bookkeeping at scrape time.
     this.#pm = ctx.metrics === undefined ? undefined
-      : new PoolMetrics(ctx.metrics, opts.model, opts.role, this.#members, (g, workerId, dpRank) => this.#selector.publishLoad(g, workerId, dpRank));
+      : new PoolMetrics(ctx.metrics, opts.model, opts.role, this.#members, (g, slot) => this.#selector.publishLoad(g, slot));
     if (opts.mode === 'kv') {
       if (opts.kvRouter === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'router mode kv needs a KvRouter');
       this.#selector = new KvSelector(this, opts.kvRouter, this.#pm);
@@ -191,8 +193,8 @@ export class PushRouter implements PoolMembers {
   }
 
   /** In-flight legs per slot as this router booked them (all modes). */
-  activeRequests(workerId: number, dpRank: number): number {
-    return this.#selector.activeRequests(workerId, dpRank);
+  activeRequests(slot: WorkerRank): number {
+    return this.#selector.activeRequests(slot);
   }
 
   // ------------------------------------------------------------ selection
@@ -284,7 +286,8 @@ export class PushRouter implements PoolMembers {
   async #send(req: LegRequest, sel: Selection, scope: RetryScope, tokenIds: boolean): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
     const trace = clientSpan(`kvgate.engine.${req.phase}`, () => ({
-      'kvgate.model': this.model, 'kvgate.phase': req.phase, 'kvgate.worker_id': sel.worker.id, 'kvgate.dp_rank': sel.dpRank, 'kvgate.attempt': scope.attempt,
+      'kvgate.model': this.model, 'kvgate.phase': req.phase, 'kvgate.worker_id': sel.slot.workerId, 'kvgate.dp_rank': sel.slot.dpRank,
+      'kvgate.attempt': scope.attempt,
     }));
     const guard = new LegGuard({
       clock: this.#ctx.clock, metrics: this.#pm, kvRouter: this.mode === 'kv' ? this.kvRouter : undefined, blockSize: this.blockSize,
@@ -299,13 +302,14 @@ export class PushRouter implements PoolMembers {
       },
     }, req, sel);
     this.#inflight++;
-    req.tracker?.recordWorker(sel.worker.id, sel.dpRank);
+    req.tracker?.recordWorker(sel.slot);
     req.tracker?.recordPrefillStart();
-    this.#opts.onDispatch?.(sel.worker.id, sel.dpRank);
+    this.#opts.onDispatch?.(sel.slot);
     const w = sel.worker;
-    const leg = mergeLegs(w.dpSize > 1 || w.dpStart > 0 ? dpRankLeg(w.dialect, sel.dpRank) : EMPTY_LEG, req.leg ?? EMPTY_LEG);
+    const rankFields = w.dpSize > 1 || w.dpStart > 0 ? dpRankLegFields(w.dialect, sel.slot.dpRank) : NO_LEG_FIELDS;
+    const extra = mergeLegFields(rankFields, req.legFields ?? NO_LEG_FIELDS);
     // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
-    const streamed = leg.fields['stream'] !== false;
+    const streamed = extra.fields['stream'] !== false;
     // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before the first byte only.
     const ids = tokenIds && (w.returnsTokenIds ?? w.dialect === 'vllm');
     const t = this.#opts.legTimeouts;
@@ -314,8 +318,8 @@ export class PushRouter implements PoolMembers {
       const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
         signal: req.signal,
         stream: streamed,
-        extraFields: streamed ? streamingFields(leg.fields, req.body, ids) : leg.fields,
-        headers: legHeaders(leg.headers, trace.headers, req.clientRequestId ?? req.requestId),
+        extraFields: streamed ? streamingFields(extra.fields, req.body, ids) : extra.fields,
+        headers: legHeaders(extra.headers, trace.headers, req.clientRequestId ?? req.requestId),
         firstByteTimeoutMs: streamed || req.phase === 'prefill' ? t?.firstByteMs : undefined,
         streamIdleTimeoutMs: streamed ? t?.streamIdleMs : undefined,
         onDispatched: req.onDispatched,
@@ -369,14 +373,15 @@ export class PushRouter implements PoolMembers {
     const violation = protocolViolationOf(err);
     if (violation !== undefined) {
       this.#ctx.metrics?.engineProtocolErrors.labels({ model: this.model, worker_type: this.role, violation }).inc();
-      this.#ctx.log.warn({ model: this.model, requestId: req.requestId, workerId: sel.worker.id, dpRank: sel.dpRank, code: (err as KvgateError).code,
+      this.#ctx.logger.warn({ model: this.model, requestId: req.requestId, ...sel.slot, code: (err as KvgateError).code,
         violation, err }, 'engine answer broke the protocol');
       return;
     }
     if (!isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT') && !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')) return;
     const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
     this.#ctx.metrics?.engineTimeouts.labels({ model: this.model, worker_type: this.role, kind }).inc();
-    this.#ctx.log.warn({ model: this.model, requestId: req.requestId, workerId: sel.worker.id, dpRank: sel.dpRank, code: err.code, timeoutMs: err.detail?.['timeoutMs'] },
+    const timeoutMs = err.detail?.['timeoutMs'];
+    this.#ctx.logger.warn({ model: this.model, requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs },
       'engine leg made no progress in time; cut (migratable)');
   }
 

@@ -8,7 +8,7 @@
  *   its two variants differ only in `choose`: `SimpleSelector` by a rule over
  *   load, `DirectSelector` by the worker the request must name.
  */
-import { slotKey, type RoutingHints, type WorkerRank, type WorkerRole } from '../../common/index.js';
+import { slotKey, type RoutingHints, type WorkerPin, type WorkerRank, type WorkerRole } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import { KvgateError } from '../../errors/index.js';
 import { resolveDpRank } from '../pins.js';
@@ -36,9 +36,9 @@ export interface LegSelector {
   /** Undoes the booking `select` made (called exactly once per booked leg, by the leg's guard). */
   release(req: LegRequest, sel: Selection): void;
   /** Legs booked on a slot and not yet released. */
-  activeRequests(workerId: number, dpRank: number): number;
+  activeRequests(slot: WorkerRank): number;
   /** Writes a slot's load into its gauges. */
-  publishLoad(g: WorkerGauges, workerId: number, dpRank: number): void;
+  publishLoad(g: WorkerGauges, slot: WorkerRank): void;
 }
 
 /**
@@ -57,7 +57,7 @@ export function eligibleSlots(pool: PoolMembers, allowed: RoutingHints['allowedW
 }
 
 /** The pool's worker a pin names, with the pinned rank checked against the worker's ranks. */
-export function pinnedSlot(pool: PoolMembers, pin: { readonly workerId: number; readonly dpRank: number | undefined }): WorkerRank {
+export function pinnedSlot(pool: PoolMembers, pin: WorkerPin): WorkerRank {
   const w = pool.members.get(pin.workerId);
   if (w === undefined) {
     throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${pin.workerId} is not a ${pool.role} worker of model ${pool.model}`, { workerId: pin.workerId });
@@ -89,22 +89,22 @@ export abstract class LocalSelector implements LegSelector {
 
   async select(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined): Promise<Selection> {
     const { slot, pinned } = this.choose(req, mode, exclude);
-    if (mode === 'book') this.#active.set(slotKey(slot.workerId, slot.dpRank), this.activeRequests(slot.workerId, slot.dpRank) + 1);
-    return { worker: this.pool.members.get(slot.workerId)!, dpRank: slot.dpRank, overlapBlocks: 0, pinned, decision: undefined };
+    if (mode === 'book') this.#active.set(slotKey(slot.workerId, slot.dpRank), this.activeRequests(slot) + 1);
+    return { slot, worker: this.pool.members.get(slot.workerId)!, overlapBlocks: 0, pinned, decision: undefined };
   }
 
   release(_req: LegRequest, sel: Selection): void {
-    const key = slotKey(sel.worker.id, sel.dpRank);
+    const key = slotKey(sel.slot.workerId, sel.slot.dpRank);
     const n = (this.#active.get(key) ?? 0) - 1;
     if (n > 0) this.#active.set(key, n);
     else this.#active.delete(key);
   }
 
-  activeRequests(workerId: number, dpRank: number): number {
-    return this.#active.get(slotKey(workerId, dpRank)) ?? 0;
+  activeRequests(slot: WorkerRank): number {
+    return this.#active.get(slotKey(slot.workerId, slot.dpRank)) ?? 0;
   }
 
-  publishLoad(g: WorkerGauges, workerId: number, dpRank: number): void {
-    g.activeRequests.set(this.activeRequests(workerId, dpRank));
+  publishLoad(g: WorkerGauges, slot: WorkerRank): void {
+    g.activeRequests.set(this.activeRequests(slot));
   }
 }

@@ -13,7 +13,7 @@ import { KvgateError } from '../../errors/index.js';
 
 /** The router's own view of a slot's load (in-flight requests booked on it). */
 export interface LoadSource {
-  activeRequests(workerId: number, dpRank: number): number;
+  activeRequests(slot: WorkerRank): number;
 }
 
 export interface SimpleRouter {
@@ -89,7 +89,7 @@ class PowerOfTwoRouter implements SimpleRouter {
     if (j >= i) j++;
     const ci = candidates[i]!;
     const cj = candidates[j]!;
-    return this.#load.activeRequests(cj.workerId, cj.dpRank) < this.#load.activeRequests(ci.workerId, ci.dpRank) ? cj : ci;
+    return this.#load.activeRequests(cj) < this.#load.activeRequests(ci) ? cj : ci;
   }
 
   select(candidates: readonly WorkerRank[]): WorkerRank {
@@ -114,10 +114,10 @@ class LeastLoadedRouter implements SimpleRouter {
     nonEmpty(candidates);
     const n = candidates.length;
     let best = candidates[this.#rotation % n]!;
-    let bestLoad = this.#load.activeRequests(best.workerId, best.dpRank);
+    let bestLoad = this.#load.activeRequests(best);
     for (let k = 1; k < n; k++) {
       const c = candidates[(this.#rotation + k) % n]!;
-      const l = this.#load.activeRequests(c.workerId, c.dpRank);
+      const l = this.#load.activeRequests(c);
       if (l < bestLoad) {
         best = c;
         bestLoad = l;

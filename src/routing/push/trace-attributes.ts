@@ -10,8 +10,8 @@ export function selectionAttributes(mode: 'book' | 'query', sel: Selection): Att
   const out: Attributes = {
     'kvgate.worker_type': sel.worker.role,
     'kvgate.route.mode': mode,
-    'kvgate.worker_id': sel.worker.id,
-    'kvgate.dp_rank': sel.dpRank,
+    'kvgate.worker_id': sel.slot.workerId,
+    'kvgate.dp_rank': sel.slot.dpRank,
     'kvgate.overlap_blocks': sel.overlapBlocks,
     'kvgate.pinned': sel.pinned,
   };

@@ -4,10 +4,10 @@
  * (`LegResponse`). A `LegRequest` is a `KvRouteRequest`, so the KV selector
  * hands it to the KvRouter as is.
  */
-import type { CancelSignal, RoutingHints, WorkerRole } from '../../common/index.js';
+import type { CancelSignal, RoutingHints, WorkerRank, WorkerRole } from '../../common/index.js';
 import type { RequestTracker, RoutingDecision } from '../../core/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
-import type { EngineEvent, EngineLeg } from '../../engines/index.js';
+import type { EngineEvent, LegFields } from '../../engines/index.js';
 import type { PromptHashes } from '../../wasm/index.js';
 
 /** One leg of a request, ready to route. */
@@ -33,7 +33,7 @@ export interface LegRequest {
   /** Which pin applies (see `resolvePin` / `directPin`). */
   readonly phase: WorkerRole;
   /** Extra body fields and headers for this leg (P/D handoff). */
-  readonly leg?: EngineLeg | undefined;
+  readonly legFields?: LegFields | undefined;
   readonly signal: CancelSignal;
   readonly tracker?: RequestTracker | undefined;
   /** Arrival time on the router clock (TTFT is measured from here). */
@@ -44,10 +44,11 @@ export interface LegRequest {
   readonly onDispatched?: (() => void) | undefined;
 }
 
-/** Where a leg goes. */
+/** Where a leg goes: the (worker, dp rank) slot, and the worker it names. */
 export interface Selection {
+  readonly slot: WorkerRank;
+  /** The registry's record of `slot.workerId` (its URL, dialect, ranks) for dispatch. */
   readonly worker: WorkerInfo;
-  readonly dpRank: number;
   /** Predicted cached blocks on the chosen worker (0 outside KV mode). */
   readonly overlapBlocks: number;
   /** True when a pin chose the worker. */

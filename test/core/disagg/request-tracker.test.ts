@@ -15,21 +15,21 @@ describe('RequestTracker', () => {
     await Promise.resolve();
     expect(decodeStarted).toBe(false);
     expect(tracker.phase).toBe('prefill');
-    tracker.recordWorker(5, 1); // attributed to the prefill slot while the permit is held
+    tracker.recordWorker({ workerId: 5, dpRank: 1 }); // attributed to the prefill slot while the permit is held
     prefill.release();
     prefill.release(); // idempotent
     const permit = await decode;
     expect(decodeStarted).toBe(true);
     expect(tracker.phase).toBe('decode');
-    tracker.recordWorker(9, 0);
+    tracker.recordWorker({ workerId: 9, dpRank: 0 });
     expect(tracker.workers()).toEqual({ prefillWorkerId: 5, prefillDpRank: 1, decodeWorkerId: 9, decodeDpRank: 0 });
     permit.release();
   });
 
   it('aggregated attribution fills both slots; slots are write-once', () => {
     const tracker = new RequestTracker(new ManualClock());
-    tracker.recordWorker(3, 0);
-    tracker.recordWorker(4, 0);
+    tracker.recordWorker({ workerId: 3, dpRank: 0 });
+    tracker.recordWorker({ workerId: 4, dpRank: 0 });
     expect(tracker.workers()).toEqual({ prefillWorkerId: 3, prefillDpRank: 0, decodeWorkerId: 3, decodeDpRank: 0 });
     expect(tracker.conflicts.length).toBe(2);
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ManualClock, seededRng } from '../../../src/common/index.js';
+import { ManualClock, seededRng, type WorkerRank } from '../../../src/common/index.js';
 import {
   KvScheduler, rejectionError, type AdmissionResult, type KvRouterOptions, type ScheduleOutcome, type SchedulingRequest,
 } from '../../../src/core/index.js';
@@ -22,7 +22,7 @@ function req(requestId: string, isl: number, base: number, extra: Partial<Schedu
   return { requestId, isl, hashes: promptHashes(tokens, BS), ...extra };
 }
 
-function routed(o: ScheduleOutcome): { workerId: number; dpRank: number } {
+function routed(o: ScheduleOutcome): WorkerRank {
   if (o.status !== 'routed') throw new Error(`expected routed, got ${o.status}`);
   return o.decision;
 }
@@ -166,7 +166,7 @@ describe('KvScheduler queue (spec 4.4)', () => {
       if (o.status === 'routed') expect(o.decision).toMatchObject({ workerId: 1, pinned: true });
     }
     expect(s.pendingRequests).toBe(0);
-    expect(s.load(1)!.activeRequests).toBe(3);
+    expect(s.load({ workerId: 1, dpRank: 0 })!.activeRequests).toBe(3);
   });
 
   it('allowed worker lists bypass the queue; cancel withdraws', async () => {
@@ -208,7 +208,7 @@ describe('KvScheduler queue (spec 4.4)', () => {
     expect(second.workerId).not.toBe(first.workerId);
     expect(second.candidateCount).toBe(1);
     // Worker-reported KV usage counts too.
-    s.reportKvUsage(second.workerId, 0, 15);
+    s.reportKvUsage({ workerId: second.workerId, dpRank: 0 }, 15);
     const o = s.schedule(req('c', 8, 2000));
     expect(o).toEqual({ status: 'rejected', rejection: { kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: 2 } });
     expect(() => s.select(req('d', 8, 3000))).toThrow(expect.objectContaining({ code: 'KVG_ERR_OVERLOADED' }));

@@ -174,7 +174,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
     /** Blocks of `doc` the prefill index holds for a worker. */
     const depthOn = (doc: number[], workerId: number): number => {
       const index = f.pool().kvRouter!.index;
-      const m = index.findMatches(prepare(doc).blockHashes);
+      const m = index.findMatches(prepare(doc).hashes.local);
       for (let i = 0; i < m.count; i++) if (index.slotWorker(m.slots[i]!)!.workerId === workerId) return m.depths[i]!;
       return 0;
     };

@@ -78,7 +78,7 @@ describe('unreachable prefill worker', () => {
       const doc = randomTokens(rng, 8 * 16);
       await drain(await f.router.route(prepare([...doc, 1], { hints: { annotations: [], prefillWorkerId: dead!.id } })));
       const index = f.pool().kvRouter!.index;
-      await until(() => index.findMatches(prepare(doc).blockHashes).count > 0, 'the prefix in the prefill index');
+      await until(() => index.findMatches(prepare(doc).hashes.local).count > 0, 'the prefix in the prefill index');
       await f.mockerOf(dead!.id).crash(); // the registry has not noticed
       // Once the client has seen its idle keep-alive sockets close, a new request cannot even connect.
       await until(() => f.rec.engine.stats().find((s) => s.worker === dead!.url)?.connected === 0, 'the dead worker\'s sockets to close');

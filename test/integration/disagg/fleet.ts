@@ -197,8 +197,8 @@ export function booked(pool: PushRouter): { requests: number; prefillTokens: num
   let prefillTokens = 0;
   for (const w of pool.workers()) {
     for (let r = w.dpStart; r < w.dpStart + w.dpSize; r++) {
-      requests += pool.activeRequests(w.id, r);
-      prefillTokens += pool.kvRouter?.load(w.id, r)?.activePrefillTokens ?? 0;
+      requests += pool.activeRequests({ workerId: w.id, dpRank: r });
+      prefillTokens += pool.kvRouter?.load({ workerId: w.id, dpRank: r })?.activePrefillTokens ?? 0;
     }
   }
   return {

@@ -21,7 +21,7 @@ afterEach(async () => {
 function legOf(req: PreparedRequest, tracker: RequestTracker): LegRequest {
   return {
     requestId: req.requestId, path: '/v1/completions', body: req.body, stream: req.stream, isl: req.tokenIds.length,
-    hashes: { local: req.blockHashes, seq: req.sequenceHashes }, routing: req.hints, phase: 'aggregated',
+    hashes: req.hashes, routing: req.hints, phase: 'aggregated',
     signal: req.signal, receivedAt: req.receivedAt, tracker,
   };
 }

@@ -32,7 +32,7 @@ async function allZero(f: DisaggFleet): Promise<void> {
       return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.queued === 0 && b.prefillTokens === 0;
     });
     const scheduler = pools.every((p) => p.workers().every((w) => {
-      const l = p.kvRouter?.load(w.id, w.dpStart);
+      const l = p.kvRouter?.load({ workerId: w.id, dpRank: w.dpStart });
       return l === undefined || (l.activeRequests === 0 && l.activePrefillTokens === 0 && l.activeDecodeBlocks === 0);
     }));
     return loads && scheduler && (await nonZeroLoadGauges(f)).length === 0;

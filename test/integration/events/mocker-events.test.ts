@@ -28,7 +28,7 @@ describe('KV events from mocker publishers', () => {
       const rng = seededRng(name.length);
       const index = f.router.decode.kvRouter!.index;
       const depth = (tokens: number[]): number => {
-        const m = index.findMatches(prepare(tokens).blockHashes);
+        const m = index.findMatches(prepare(tokens).hashes.local);
         return m.count === 0 ? 0 : m.depths[0]!;
       };
       const send = async (tokens: number[]): Promise<number | undefined> => {

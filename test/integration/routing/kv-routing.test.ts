@@ -37,7 +37,7 @@ describe('kv mode over real engines and KV events', () => {
     await drain(first);
     const index = fleet.router.decode.kvRouter!.index;
     await until(() => {
-      const m = index.findMatches(prepare(doc).blockHashes);
+      const m = index.findMatches(prepare(doc).hashes.local);
       for (let i = 0; i < m.count; i++) if (index.slotWorker(m.slots[i]!)!.workerId === holder && m.depths[i] === 32) return true;
       return false;
     }, 'the shared prefix in the index');
@@ -68,7 +68,7 @@ describe('kv mode over real engines and KV events', () => {
     const kv = fleet.router.decode.kvRouter!;
     const index = kv.index;
     const doc = randomTokens(rng, 24 * BLOCK);
-    const docHashes = prepare(doc).blockHashes;
+    const docHashes = prepare(doc).hashes.local;
     const depthOn = (w: number): number => {
       const m = index.findMatches(docHashes);
       for (let i = 0; i < m.count; i++) if (index.slotWorker(m.slots[i]!)!.workerId === w) return m.depths[i]!;

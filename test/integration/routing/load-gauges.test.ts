@@ -59,7 +59,7 @@ describe('per-worker load gauges at scrape time', () => {
       const data = String(next.value.data);
       if (data !== '[DONE]' && (JSON.parse(data) as { choices: { text?: string }[] }).choices[0]?.text) break;
     }
-    const load = f.router.decode.kvRouter!.load(1, 0)!;
+    const load = f.router.decode.kvRouter!.load({ workerId: 1, dpRank: 0 })!;
     expect(load.activeRequests).toBe(1);
     expect(load.activePrefillTokens).toBe(0);
     const mid = gauges(await f.metrics.text(), 1);

@@ -40,7 +40,7 @@ describe('pins to an overloaded worker', () => {
   });
 
   it('a session bound to it keeps going there, and keeps its binding', async () => {
-    f.router.sessions.bind('s', 1, 0);
+    f.router.sessions.bind('s', { workerId: 1, dpRank: 0 });
     const res = await f.router.route(prepare(randomTokens(rng, 40), { hints: { annotations: [], session: { id: 's' } } }));
     await drain(res);
     expect(res.worker.workerId).toBe(1);

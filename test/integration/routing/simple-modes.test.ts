@@ -45,7 +45,7 @@ describe('simple and direct modes over real engines', () => {
       await drain(res);
     }
     await Promise.all(held.map((r) => drain(r)));
-    expect(f.router.decode.activeRequests(1, 0)).toBe(0);
+    expect(f.router.decode.activeRequests({ workerId: 1, dpRank: 0 })).toBe(0);
   });
 
   it('direct mode dispatches to the named worker and says when none is named', async () => {

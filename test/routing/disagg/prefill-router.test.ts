@@ -37,7 +37,7 @@ function legOf(tokens: number[], hints: Parameters<typeof prepare>[1] = {}): Leg
   const req = prepare(tokens, hints);
   return {
     requestId: req.requestId, path: '/v1/completions', body: req.body, stream: req.stream, isl: req.tokenIds.length,
-    hashes: { local: req.blockHashes, seq: req.sequenceHashes }, routing: req.hints, phase: 'aggregated',
+    hashes: req.hashes, routing: req.hints, phase: 'aggregated',
     signal: req.signal, receivedAt: req.receivedAt,
   };
 }
@@ -150,13 +150,13 @@ describe('routing rules', () => {
     const registry = new WorkerRegistry();
     for (const w of [worker(1, 'decode'), worker(11, 'prefill'), worker(12, 'prefill')]) registry.add(w);
     const r = routerOn(registry);
-    r.prefill.sessions.bind('s', 11, 0);
+    r.prefill.sessions.bind('s', { workerId: 11, dpRank: 0 });
     const session = { id: 's' };
     const q = await r.query(prepare([1, 2, 3], { hints: { annotations: [], session, allowedWorkerIds: new Set([12, 1]) } }));
     expect(q.prefillWorker?.workerId).toBe(12);
     expect(r.prefill.sessions.lookup('s')).toBeUndefined();
     // Without the restriction, a binding is honoured as before.
-    r.prefill.sessions.bind('s', 11, 0);
+    r.prefill.sessions.bind('s', { workerId: 11, dpRank: 0 });
     const free = await r.query(prepare([1, 2, 3], { hints: { annotations: [], session } }));
     expect(free.prefillWorker?.workerId).toBe(11);
   });
@@ -185,7 +185,7 @@ describe('routing rules', () => {
     registry.add(worker(2, 'decode'));
     const r = routerOn(registry, { routerConfig: { useKvEvents: true } });
     const tokens = Array.from({ length: 16 * 8 }, (_, i) => 100 + i);
-    const { blockHashes } = prepare(tokens);
+    const blockHashes = prepare(tokens).hashes.local;
     r.decode.kvRouter!.index.applyStored(2, 0, null, [...blockHashes].map((_, i) => BigInt(900 + i)), blockHashes);
     const agg = await r.decode.select(legOf(tokens), 'query');
     expect(agg.worker.id).toBe(2);
@@ -208,9 +208,9 @@ describe('sticky prefill sessions', () => {
   it('binds, slides its TTL on use, expires, and unbinds with its worker', () => {
     const clock = new ManualClock();
     const s = new StickySessions(clock, 1000);
-    s.bind('a', 11, 0);
-    s.bind('b', 12, 1, 5000);
-    s.bind('c', 11, 0);
+    s.bind('a', { workerId: 11, dpRank: 0 });
+    s.bind('b', { workerId: 12, dpRank: 1 }, 5000);
+    s.bind('c', { workerId: 11, dpRank: 0 });
     clock.advance(900);
     expect(s.touch('a')).toBe(true);
     clock.advance(900);
@@ -220,10 +220,10 @@ describe('sticky prefill sessions', () => {
     expect(s.lookup('a')).toBeUndefined(); // exactly ttl after its last use
     expect(s.touch('a')).toBe(false);
     expect(s.lookup('b')).toMatchObject({ workerId: 12, dpRank: 1, ttlMs: 5000 });
-    s.bind('d', 12, 0);
+    s.bind('d', { workerId: 12, dpRank: 0 });
     expect(s.unbindWorker(12)).toBe(2);
     expect(s.size).toBe(0);
-    s.bind('e', 13, 0);
+    s.bind('e', { workerId: 13, dpRank: 0 });
     clock.advance(999);
     expect(s.sweep()).toBe(0);
     clock.advance(1);
@@ -290,7 +290,7 @@ describe('handoff helpers', () => {
     expect(prefillWorkerInfo(undefined, undefined, payload)).toEqual({ workerId: 33, dpRank: 2 });
     expect(prefillWorkerInfo(tracker, { workerId: 22, dpRank: 1 }, payload)).toEqual({ workerId: 22, dpRank: 1 });
     expect(prefillWorkerInfo(tracker, undefined, { routing_data: { worker_id: { prefill_worker_id: 'x' } } })).toBeUndefined();
-    tracker.recordWorker(11, 0); // aggregated phase: fills the prefill slot too
+    tracker.recordWorker({ workerId: 11, dpRank: 0 }); // aggregated phase: fills the prefill slot too
     expect(prefillWorkerInfo(tracker, { workerId: 22, dpRank: 1 }, payload)).toEqual({ workerId: 11, dpRank: 0 });
   });
 

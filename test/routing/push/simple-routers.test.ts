@@ -9,7 +9,7 @@ const cands: Candidate[] = [0, 1, 2, 3].map((w) => ({ workerId: w, dpRank: 0 }))
 const key = (c: Candidate): string => `${c.workerId}:${c.dpRank}`;
 
 function loadOf(map: Record<number, number>) {
-  return { activeRequests: (w: number) => map[w] ?? 0 };
+  return { activeRequests: (c: Candidate) => map[c.workerId] ?? 0 };
 }
 
 describe('simple routers', () => {

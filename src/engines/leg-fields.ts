@@ -1,28 +1,29 @@
 /**
- * What a dialect adds to a client's request for one engine "leg": top-level
+ * What a dialect adds to a client's request for one leg (`LegFields`): top-level
  * body fields (laid over the client's body by `dispatch`'s `extraFields`; an
- * `undefined` value removes the key) and request headers. Legs are plain data
+ * `undefined` value removes the key) and request headers. They are plain data
  * built by pure functions, so the router composes them (data-parallel rank +
- * P/D handoff) and tests compare them exactly.
+ * P/D handoff) and tests compare them exactly. The leg itself, the request one
+ * engine is sent, is routing's `LegRequest`, which carries these as `legFields`.
  */
 import type { EngineDialect } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
-export interface EngineLeg {
+export interface LegFields {
   readonly fields: Readonly<Record<string, unknown>>;
   readonly headers: Readonly<Record<string, string>>;
 }
 
-export const EMPTY_LEG: EngineLeg = Object.freeze({ fields: Object.freeze({}), headers: Object.freeze({}) });
+export const NO_LEG_FIELDS: LegFields = Object.freeze({ fields: Object.freeze({}), headers: Object.freeze({}) });
 
 /** Header both vLLM (`X-data-parallel-rank`, case-insensitive) and recent SGLang read to pin a request to a DP rank. */
 export const DP_RANK_HEADER = 'x-data-parallel-rank';
 
-/** Combines legs; a later leg's field or header wins over an earlier one's. */
-export function mergeLegs(...legs: EngineLeg[]): EngineLeg {
-  // Legs are read-only: with at most one that is not empty, it is the merge (no copy).
-  const nonEmpty = legs.filter((l) => l !== EMPTY_LEG);
-  if (nonEmpty.length <= 1) return nonEmpty[0] ?? EMPTY_LEG;
+/** Combines leg fields; a later one's field or header wins over an earlier one's. */
+export function mergeLegFields(...legs: LegFields[]): LegFields {
+  // Leg fields are read-only: with at most one that is not empty, it is the merge (no copy).
+  const nonEmpty = legs.filter((l) => l !== NO_LEG_FIELDS);
+  if (nonEmpty.length <= 1) return nonEmpty[0] ?? NO_LEG_FIELDS;
   const fields: Record<string, unknown> = {};
   const headers: Record<string, string> = {};
   for (const leg of nonEmpty) {
@@ -38,7 +39,7 @@ export function mergeLegs(...legs: EngineLeg[]): EngineLeg {
  * `routed_dp_rank` body field (builds since the field replaced `data_parallel_rank`).
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT when the rank is not a non-negative integer.
  */
-export function dpRankLeg(dialect: EngineDialect, dpRank: number): EngineLeg {
+export function dpRankLegFields(dialect: EngineDialect, dpRank: number): LegFields {
   checkRank(dpRank, 'dpRank');
   const headers = { [DP_RANK_HEADER]: String(dpRank) };
   return dialect === 'sglang' ? { fields: { routed_dp_rank: dpRank }, headers } : { fields: {}, headers };
@@ -73,7 +74,7 @@ export function oneTokenPrefillFields(body: Readonly<Record<string, unknown>>): 
  * asked for `stream: false` gets the answer assembled from the chunks
  * (`ResponseAssembler`); the client's other `stream_options` are kept.
  */
-export function streamingLegFields(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
+export function streamingBodyFields(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const so = body['stream_options'];
   const own = typeof so === 'object' && so !== null && !Array.isArray(so) ? so : {};
   return { stream: true, stream_options: { ...own, include_usage: true } };
