@@ -11,8 +11,8 @@
  * enough of them are alive at every scavenge for V8 to pretenure their sites.
  * They then die in the old generation: it fills at about 70 MB/s and needs a
  * full mark-compact every second, and each scavenge takes twice as long. Off,
- * CPU per tiny request falls by about a fifth (BENCHMARKS.md, "the fourth
- * round"). `KVGATE_V8_PRETENURING=on` keeps V8's default.
+ * CPU per tiny request falls by about a fifth (docs/benchmarks-history.md,
+ * "the fourth round"). `KVGATE_V8_PRETENURING=on` keeps V8's default.
  *
  * Library users run their own process: kvgate never changes V8's flags for
  * them (they can pass `--no-allocation-site-pretenuring` to node).

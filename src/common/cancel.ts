@@ -5,7 +5,8 @@
  *
  * Why not AbortController itself: every request has one, and on Node 20 its
  * signal is an EventTarget whose creation and listener bookkeeping cost about
- * 3 % of a tiny request's CPU in the gateway bench (BENCHMARKS.md). This keeps
+ * 3 % of a tiny request's CPU in the gateway bench (docs/benchmarks-history.md,
+ * "the fourth round"). This keeps
  * AbortSignal's contract for those operations, so a real AbortSignal is a
  * `CancelSignal` too (library callers may pass one):
  * - listeners run once, in the order added, synchronously inside `abort()`;

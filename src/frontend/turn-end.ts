@@ -8,7 +8,7 @@
  * again. Written back to back once the turn's I/O callbacks have run (the
  * check phase, `setImmediate`), the first wakes a client and the rest find it
  * running. In the gateway bench that is a fifth less CPU per tiny request
- * (BENCHMARKS.md, "the fourth round"). The price: an answer
+ * (docs/benchmarks-history.md, "the fourth round"). The price: an answer
  * leaves after the rest of its turn's callbacks, microseconds on an idle
  * gateway, at most one turn's work under load.
  *
