@@ -39,26 +39,70 @@ export type { KvgateErrorCode } from './errors/index.js';
 /** Injected time and randomness: `systemClock`, `ManualClock` (tests, simulation), `seededRng`. */
 export { systemClock, ManualClock, seededRng, silentLogger } from './common/index.js';
 export type {
-  Clock, Rng, Logger, RoutingHints, RouterConfigOverride, RoutingConstraints, SessionHint, WorkerRank, WorkerPin, WorkerRole, RouterMode,
-  EngineDialect, CancelSignal,
+  Clock,
+  Rng,
+  Logger,
+  RoutingHints,
+  RouterConfigOverride,
+  RoutingConstraints,
+  SessionHint,
+  WorkerRank,
+  WorkerPin,
+  WorkerRole,
+  RouterMode,
+  EngineDialect,
+  CancelSignal,
 } from './common/index.js';
 
 // ---- WASM: hashing and the prefix index ------------------------------------
 /** Dynamo-exact block hashing (XXH3-64, seed 1337, chained sequence hashes) and the flat prefix index. */
-export { xxh3, blockHashes, promptHashes, sequenceHashes, requestSeed, BLOCK_HASH_SEED, PrefixIndex } from './wasm/index.js';
+export {
+  xxh3,
+  blockHashes,
+  promptHashes,
+  sequenceHashes,
+  requestSeed,
+  BLOCK_HASH_SEED,
+  PrefixIndex,
+} from './wasm/index.js';
 export type { BlockHashOptions, PromptHashes, OverlapScores, RemoveResult } from './wasm/index.js';
 
 // ---- Core: the router's knobs and the scheduler ---------------------------------
 /** The router's knobs: defaults, validation (`resolveKvRouterConfig`), Dynamo names, per-request overrides. */
 export {
-  KV_ROUTER_DEFAULTS, KV_ROUTER_CONFIG_FIELDS, resolveKvRouterConfig, kvEventsEnabled, kvRouterOptionsFromDynamo, parseRouterConfigOverride,
+  KV_ROUTER_DEFAULTS,
+  KV_ROUTER_CONFIG_FIELDS,
+  resolveKvRouterConfig,
+  kvEventsEnabled,
+  kvRouterOptionsFromDynamo,
+  parseRouterConfigOverride,
 } from './core/index.js';
 export type { KvRouterConfig, KvRouterOptions, QueuePolicy, QueueDepthTier } from './core/index.js';
 /** The scheduler and its parts a host may drive directly: bookkeeping, approximate mode, self-explaining decisions. */
-export { KvScheduler, ActiveSequences, ApproximateIndex, RoutingDecision, rejectionError, outputBlockDecay } from './core/index.js';
+export {
+  KvScheduler,
+  ActiveSequences,
+  ApproximateIndex,
+  RoutingDecision,
+  rejectionError,
+  outputBlockDecay,
+} from './core/index.js';
 export type {
-  WorkerCapacity, WorkerSummary, WorkerLoad, SchedulingRequest, Rejection, AdmissionResult, QueueTicket, ScheduleOutcome, SelectionMode,
-  KvSchedulerOptions, SlotLoad, ActiveRequestInfo, ApproximateIndexOptions, DecisionTiming, CandidateBreakdown,
+  WorkerCapacity,
+  WorkerSummary,
+  WorkerLoad,
+  SchedulingRequest,
+  Rejection,
+  AdmissionResult,
+  QueueTicket,
+  ScheduleOutcome,
+  SelectionMode,
+  KvSchedulerOptions,
+  SlotLoad,
+  ActiveRequestInfo,
+  ApproximateIndexOptions,
+  DecisionTiming,
+  CandidateBreakdown,
 } from './core/index.js';
 
 // ---- Routing ----------------------------------------------------------------
@@ -68,8 +112,16 @@ export type { KvRouteRequest } from './routing/index.js';
 /** Routers that dispatch: the simple modes, the push router, the prefill router, the per-model router, and their context. */
 export { createSimpleRouter, PushRouter, PrefillRouter, ModelRouter, makeRouterContext } from './routing/index.js';
 export type {
-  RouterContext, SimpleRouter, LoadSource, PushRouterOptions, PrefillRouterOptions, ModelRouterOptions, ModelRouterPort, PreparedRequest,
-  RoutedResponse, QueryResult,
+  RouterContext,
+  SimpleRouter,
+  LoadSource,
+  PushRouterOptions,
+  PrefillRouterOptions,
+  ModelRouterOptions,
+  ModelRouterPort,
+  PreparedRequest,
+  RoutedResponse,
+  QueryResult,
 } from './routing/index.js';
 
 // ---- The gateway and the mocker --------------------------------------------------

@@ -3,7 +3,14 @@ export { loadGatewayConfig } from './load.js';
 export { parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
 export type { ConfigProblem } from './reader.js';
 export type {
-  AddressBlock, ClientAddressSource, EtcdDiscovery, KubernetesDiscovery, GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource,
+  AddressBlock,
+  ClientAddressSource,
+  EtcdDiscovery,
+  KubernetesDiscovery,
+  GatewayConfig,
+  ModelConfig,
+  WorkerConfig,
+  TokenizerSource,
   TracingConfig,
 } from './types.js';
 export { configProblemsError } from './load.js';

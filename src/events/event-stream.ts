@@ -22,10 +22,22 @@ import type { WorkerRank } from '../common/index.js';
 import { parseEventFrames } from './decode.js';
 import type { EventLiveness } from './liveness.js';
 import { ThrottledLog } from './log.js';
-import { fillOptions, kDefaultStreamOptions, type FilledKvEventStreamOptions, type IngestContext, type KvEventStreamOptions } from './options.js';
+import {
+  fillOptions,
+  kDefaultStreamOptions,
+  type FilledKvEventStreamOptions,
+  type IngestContext,
+  type KvEventStreamOptions,
+} from './options.js';
 import { LiveQueue, ParkedBatches, replayNeed } from './live-queue.js';
 import {
-  CatchUpTimer, ReplayRequests, stepAnswer, type AnswerSlot, type ReplayPurpose, type ReplyInProgress, type GapReplaySource,
+  CatchUpTimer,
+  ReplayRequests,
+  stepAnswer,
+  type AnswerSlot,
+  type ReplayPurpose,
+  type ReplyInProgress,
+  type GapReplaySource,
 } from './gap-replay.js';
 import { SequenceJudge, type LiveItem } from './sequence.js';
 import { SlotWriter } from './slot-writer.js';
@@ -72,14 +84,20 @@ export class KvEventStream implements Drainable {
     this.#liveness = ctx.liveness;
     this.#scheduler = ctx.scheduler;
     this.#clock = ctx.clock;
-    this.#log = new ThrottledLog(ctx.logger, ctx.clock, this.#opts.logIntervalMs, { workerId: slot.workerId, dpRank: slot.dpRank });
+    this.#log = new ThrottledLog(ctx.logger, ctx.clock, this.#opts.logIntervalMs, {
+      workerId: slot.workerId,
+      dpRank: slot.dpRank,
+    });
     const wake = (): void => this.#scheduler.wake(this);
     this.#replays = replay === undefined ? undefined : new ReplayRequests(replay, slot, ctx.hooks, this.#log, wake);
     this.#judge = new SequenceJudge(this.#opts);
     this.#queue = new LiveQueue(this.#opts.maxQueuedBatches);
     this.#answerSlot = {
-      cursor: () => this.cursor, accept: (b) => this.#accept(b, 'replay'), lost: () => this.#reset('replay_incomplete'),
-      stale: (seq) => this.#hooks.onStale?.(this.slot, seq), decodeError: (e) => this.#writer.decodeError(e, undefined),
+      cursor: () => this.cursor,
+      accept: (b) => this.#accept(b, 'replay'),
+      lost: () => this.#reset('replay_incomplete'),
+      stale: (seq) => this.#hooks.onStale?.(this.slot, seq),
+      decodeError: (e) => this.#writer.decodeError(e, undefined),
     };
     this.#writer = new SlotWriter(slot, ctx, this.#log);
   }
@@ -141,8 +159,11 @@ export class KvEventStream implements Drainable {
     this.#hooks.onBatch?.(this.slot, 'live');
     if (!this.#queue.offer({ seq, payload, gen: this.#replays?.sent ?? 0 })) {
       this.#hooks.onDropped?.(this.slot, 'queue_full', seq);
-      this.#log.warn('queue_full', { seq: String(seq), queued: this.#opts.maxQueuedBatches },
-        'KV event queue full: batch dropped, to be replayed once the queue drains');
+      this.#log.warn(
+        'queue_full',
+        { seq: String(seq), queued: this.#opts.maxQueuedBatches },
+        'KV event queue full: batch dropped, to be replayed once the queue drains',
+      );
       return;
     }
     this.#scheduler.wake(this);
@@ -187,9 +208,13 @@ export class KvEventStream implements Drainable {
     if (this.#closed || since === undefined || this.#replays?.inflight !== undefined) return;
     const forMs = this.#clock.now() - since;
     if (forMs < this.#opts.inconsistentAfterMs) return;
-    this.#log.warn('inconsistent', { forMs: Math.round(forMs), replay: this.#replays !== undefined },
-      this.#replays !== undefined ? 'KV event stream inconsistent for too long: slot cleared, restoring from the engine\'s replay buffer'
-        : 'KV event stream inconsistent for too long: slot cleared and scored approximately until events rebuild it');
+    this.#log.warn(
+      'inconsistent',
+      { forMs: Math.round(forMs), replay: this.#replays !== undefined },
+      this.#replays !== undefined
+        ? "KV event stream inconsistent for too long: slot cleared, restoring from the engine's replay buffer"
+        : 'KV event stream inconsistent for too long: slot cleared and scored approximately until events rebuild it',
+    );
     this.#startOver('inconsistent');
     this.#restoreTried = true;
     if (this.#replays !== undefined) this.#request(0n, 'restore');
@@ -235,7 +260,10 @@ export class KvEventStream implements Drainable {
     const verdict = this.#judge.judge(item);
     switch (verdict) {
       case 'initial':
-        if (this.#replays?.inflight !== undefined || (this.#replays !== undefined && !this.#restoreTried && item.seq > 0n)) {
+        if (
+          this.#replays?.inflight !== undefined ||
+          (this.#replays !== undefined && !this.#restoreTried && item.seq > 0n)
+        ) {
           // Restoring from the engine's buffer first: this batch waits for it.
           this.#park(item);
           if (this.#replays.inflight === undefined) {
@@ -248,14 +276,25 @@ export class KvEventStream implements Drainable {
         return;
       case 'contiguous':
         this.#accept(item, 'live');
-        for (const e of this.#judge.refuteEvidence()) this.#garbage(e, 'restart evidence refuted by the publisher\'s next batch');
+        for (const e of this.#judge.refuteEvidence())
+          this.#garbage(e, "restart evidence refuted by the publisher's next batch");
         this.#inconsistentSince = undefined;
         return;
-      case 'gap': this.#gap(item); return;
-      case 'stale': this.#hooks.onStale?.(this.slot, item.seq); return;
-      case 'garbage': this.#garbage(item, 'sequence number implausibly far ahead'); return;
-      case 'restart_evidence': this.#inconsistent(); return;
-      case 'restart': this.#restart(item.seq); return;
+      case 'gap':
+        this.#gap(item);
+        return;
+      case 'stale':
+        this.#hooks.onStale?.(this.slot, item.seq);
+        return;
+      case 'garbage':
+        this.#garbage(item, 'sequence number implausibly far ahead');
+        return;
+      case 'restart_evidence':
+        this.#inconsistent();
+        return;
+      case 'restart':
+        this.#restart(item.seq);
+        return;
     }
   }
 
@@ -269,7 +308,11 @@ export class KvEventStream implements Drainable {
       this.#inconsistent();
       return;
     }
-    this.#log.warn('gap', { expected: String(expected), got: String(item.seq) }, 'KV event gap and no replay endpoint: clearing the slot');
+    this.#log.warn(
+      'gap',
+      { expected: String(expected), got: String(item.seq) },
+      'KV event gap and no replay endpoint: clearing the slot',
+    );
     this.#reset('gap_without_replay');
     this.#liveness?.degrade(this.slot);
     this.#accept(item, 'live');
@@ -322,8 +365,12 @@ export class KvEventStream implements Drainable {
     const batches = rp.reply!.batches;
     const newest = batches.length > 0 ? batches[batches.length - 1]!.seq : undefined;
     const known = newest ?? this.cursor;
-    const never = this.#parked.removeNeverSent(rp.req.gen, newest, known === null ? undefined : known + BigInt(this.#opts.maxSeqJump));
-    for (const p of never) this.#garbage(p, 'sequence number beyond the publisher\'s newest');
+    const never = this.#parked.removeNeverSent(
+      rp.req.gen,
+      newest,
+      known === null ? undefined : known + BigInt(this.#opts.maxSeqJump),
+    );
+    for (const p of never) this.#garbage(p, "sequence number beyond the publisher's newest");
     this.#queue.forgetDropped(rp.req.gen);
     this.#judge.lowerLiveHigh(newest, this.cursor, this.#parked.newest?.seq);
     this.#replays!.done(rp);
@@ -339,7 +386,11 @@ export class KvEventStream implements Drainable {
     const idleNow = !this.#writer.busy && this.#replays?.reply === undefined && this.#queue.length === 0;
     if (idleNow && this.#queue.dropped !== undefined && this.#replays === undefined) {
       this.#queue.forgetDropped();
-      this.#log.warn('gap', { cursor: String(this.cursor) }, 'KV event queue overflowed and no replay endpoint: clearing the slot');
+      this.#log.warn(
+        'gap',
+        { cursor: String(this.cursor) },
+        'KV event queue overflowed and no replay endpoint: clearing the slot',
+      );
       this.#reset('gap_without_replay');
       this.#liveness?.degrade(this.slot);
       this.#startFresh();
@@ -364,7 +415,13 @@ export class KvEventStream implements Drainable {
   #maybeCatchUp(): void {
     const r = this.#replays;
     if (r === undefined || this.#closed || r.inflight !== undefined || r.reply !== undefined) return;
-    if (this.#writer.busy || this.#queue.length > 0 || this.#parked.length > 0 || !this.#catchUp.take(this.#clock.now())) return;
+    if (
+      this.#writer.busy ||
+      this.#queue.length > 0 ||
+      this.#parked.length > 0 ||
+      !this.#catchUp.take(this.#clock.now())
+    )
+      return;
     const last = this.cursor;
     if (last === null) this.#restoreTried = true;
     this.#request(last === null ? 0n : last + 1n, last === null ? 'restore' : 'catch_up');
@@ -383,8 +440,11 @@ export class KvEventStream implements Drainable {
   }
 
   #restart(seq: bigint): void {
-    this.#log.warn('restart', { lastSeq: String(this.#judge.liveHigh), seq: String(seq) },
-      'KV event publisher restarted: clearing the slot');
+    this.#log.warn(
+      'restart',
+      { lastSeq: String(this.#judge.liveHigh), seq: String(seq) },
+      'KV event publisher restarted: clearing the slot',
+    );
     const held = this.#judge.takeEvidence();
     this.#startOver('restart');
     this.#restoreTried = false;
@@ -429,7 +489,9 @@ export class KvEventStream implements Drainable {
     this.#unplaced();
   }
 
-  #inconsistent(): void { this.#inconsistentSince ??= this.#clock.now(); }
+  #inconsistent(): void {
+    this.#inconsistentSince ??= this.#clock.now();
+  }
 
   #reset(reason: ResetReason): void {
     this.#writer.reset(reason);

@@ -38,7 +38,14 @@
  */
 import { blockHashes, xxh3 } from '../wasm/index.js';
 import { KvgateError } from '../errors/index.js';
-import type { CoreRequest, EngineCoreOptions, EngineCoreStats, KvEvent, PullResult, StepResult } from './engine-types.js';
+import type {
+  CoreRequest,
+  EngineCoreOptions,
+  EngineCoreStats,
+  KvEvent,
+  PullResult,
+  StepResult,
+} from './engine-types.js';
 import { KvBlockPool, type Block } from './kv-cache.js';
 import { RequestEntry, type HeldBlocks } from './request-entry.js';
 import type { PrefillWork } from './timing.js';
@@ -53,7 +60,11 @@ const le8 = new DataView(new ArrayBuffer(16));
 const le8Bytes = new Uint8Array(le8.buffer);
 
 function validatePositiveInt(name: string, v: number): void {
-  if (!Number.isInteger(v) || v <= 0) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `${name} must be a positive integer, got ${v}`, { field: name, value: v });
+  if (!Number.isInteger(v) || v <= 0)
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `${name} must be a positive integer, got ${v}`, {
+      field: name,
+      value: v,
+    });
 }
 
 export class EngineCore {
@@ -82,8 +93,12 @@ export class EngineCore {
     validatePositiveInt('blockSize', options.blockSize);
     validatePositiveInt('maxNumBatchedTokens', options.maxNumBatchedTokens);
     validatePositiveInt('maxNumSeqs', options.maxNumSeqs);
-    if (!(options.speedup > 0)) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `speedup must be > 0, got ${options.speedup}`, { field: 'speedup' });
-    if (options.sampleTokenIds.length === 0) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'sampleTokenIds is empty', { field: 'sampleTokenIds' });
+    if (!(options.speedup > 0))
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `speedup must be > 0, got ${options.speedup}`, {
+        field: 'speedup',
+      });
+    if (options.sampleTokenIds.length === 0)
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'sampleTokenIds is empty', { field: 'sampleTokenIds' });
     this.options = Object.freeze({ ...options });
     this.#pool = new KvBlockPool(options.numGpuBlocks);
   }
@@ -97,7 +112,7 @@ export class EngineCore {
   /** Transfer delay for `tokens` of KV, in (scaled) ms. */
   transferMs(tokens: number): number {
     const o = this.options;
-    return ((tokens * o.kvBytesPerToken) / o.kvTransferBandwidth) * 1000 / o.speedup;
+    return (((tokens * o.kvBytesPerToken) / o.kvTransferBandwidth) * 1000) / o.speedup;
   }
 
   /**
@@ -107,19 +122,26 @@ export class EngineCore {
    */
   add(req: CoreRequest, now: number): void {
     if (this.#requests.has(req.id) || this.#held.has(req.id)) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `request id ${req.id} is already in use`, { requestId: req.id });
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `request id ${req.id} is already in use`, {
+        requestId: req.id,
+      });
     }
-    if (req.promptTokens.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'the prompt is empty', { requestId: req.id });
+    if (req.promptTokens.length === 0)
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'the prompt is empty', { requestId: req.id });
     if (!Number.isInteger(req.maxTokens) || req.maxTokens < 1) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `max_tokens must be at least 1, got ${req.maxTokens}`, { requestId: req.id });
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `max_tokens must be at least 1, got ${req.maxTokens}`, {
+        requestId: req.id,
+      });
     }
     const { blockSize, numGpuBlocks } = this.options;
     // The last generated token is never fed back, so it needs no KV.
     const needed = Math.ceil((req.promptTokens.length + req.maxTokens - 1) / blockSize);
     if (needed > numGpuBlocks) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT',
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
         `request needs ${needed} KV blocks (${req.promptTokens.length} prompt + ${req.maxTokens} generated tokens) but the cache has ${numGpuBlocks}`,
-        { requestId: req.id, needed, numGpuBlocks });
+        { requestId: req.id, needed, numGpuBlocks },
+      );
     }
     const entry = new RequestEntry(req, now, blockSize);
     this.#requests.set(req.id, entry);
@@ -174,7 +196,11 @@ export class EngineCore {
    */
   pullHeld(id: string, blockIds: readonly number[] | undefined, now: number): PullResult {
     const held = this.#held.get(id);
-    if (held === undefined) return { ok: false, reason: `no KV blocks are held for request ${id} (unknown, already pulled, or lease expired)` };
+    if (held === undefined)
+      return {
+        ok: false,
+        reason: `no KV blocks are held for request ${id} (unknown, already pulled, or lease expired)`,
+      };
     if (held.expiresAt <= now) {
       this.#releaseHeld(id, held);
       return { ok: false, reason: `the KV lease of request ${id} expired` };
@@ -222,8 +248,17 @@ export class EngineCore {
     const kvEvents: KvEvent[] = this.#pendingEvents;
     this.#pendingEvents = [];
     const result: StepResult = {
-      startedAt: now, durationMs: 0, extrapolated: false, scheduledTokens: 0, prefillTokens: 0, decodeSequences: 0,
-      outputs: [], admitted: [], finished: [], preempted: [], kvEvents,
+      startedAt: now,
+      durationMs: 0,
+      extrapolated: false,
+      scheduledTokens: 0,
+      prefillTokens: 0,
+      decodeSequences: 0,
+      outputs: [],
+      admitted: [],
+      finished: [],
+      preempted: [],
+      kvEvents,
     };
     this.releaseExpiredLeases(now);
     this.#completeTransfers(now, kvEvents);
@@ -255,7 +290,7 @@ export class EngineCore {
   #scheduleRunning(scheduled: Scheduled[], result: StepResult): number {
     const blockSize = this.options.blockSize;
     let budget = this.options.maxNumBatchedTokens;
-    for (let i = 0; i < this.#running.length && budget > 0; ) {
+    for (let i = 0; i < this.#running.length && budget > 0;) {
       const r = this.#running[i]!;
       if (r.state === 'transferring') {
         i++;
@@ -336,7 +371,12 @@ export class EngineCore {
       }
     }
     result.decodeSequences = decodeCount;
-    const timing = this.options.timing.stepMs({ prefill, decodeCount, decodeContextTokens: decodeContext, kvUsage: this.#pool.usage() });
+    const timing = this.options.timing.stepMs({
+      prefill,
+      decodeCount,
+      decodeContextTokens: decodeContext,
+      kvUsage: this.#pool.usage(),
+    });
     result.durationMs = timing.ms / this.options.speedup;
     result.extrapolated = timing.extrapolated;
     this.#stats.steps++;
@@ -377,8 +417,13 @@ export class EngineCore {
       if (this.#pool.register(r.blocks[k]!, seqHash, engineHash)) {
         if (group === undefined) {
           group = {
-            type: 'stored', blockHashes: [], parentBlockHash: k === 0 ? null : this.engineHash(r.seqHashes[k - 1]!),
-            tokenIds: [], blockSize: bs, loraName: r.loraName ?? null, cacheSalt: r.cacheSalt ?? null,
+            type: 'stored',
+            blockHashes: [],
+            parentBlockHash: k === 0 ? null : this.engineHash(r.seqHashes[k - 1]!),
+            tokenIds: [],
+            blockSize: bs,
+            loraName: r.loraName ?? null,
+            cacheSalt: r.cacheSalt ?? null,
           };
           events.push(group);
         }
@@ -394,7 +439,10 @@ export class EngineCore {
   /** Sequence hash of block k (not a prompt block): local hash of its tokens chained onto block k-1. */
   #chainGeneratedBlock(r: RequestEntry, k: number): bigint {
     const bs = this.options.blockSize;
-    const local = blockHashes(r.tokens.slice(k * bs, (k + 1) * bs), bs, { loraName: r.loraName, cacheSalt: r.cacheSalt })[0]!;
+    const local = blockHashes(r.tokens.slice(k * bs, (k + 1) * bs), bs, {
+      loraName: r.loraName,
+      cacheSalt: r.cacheSalt,
+    })[0]!;
     if (k === 0) return local;
     le8.setBigUint64(0, r.seqHashes[k - 1]!, true);
     le8.setBigUint64(8, local, true);
@@ -431,8 +479,12 @@ export class EngineCore {
     }
     r.blocks = [];
     result.finished.push({
-      requestId: r.id, reason: 'length', promptTokens: r.promptLen, outputTokens: r.outputs,
-      cachedTokens: Math.max(0, r.cachedTokens), heldBlockIds,
+      requestId: r.id,
+      reason: 'length',
+      promptTokens: r.promptLen,
+      outputTokens: r.outputs,
+      cachedTokens: Math.max(0, r.cachedTokens),
+      heldBlockIds,
     });
   }
 

@@ -116,7 +116,8 @@ export class KvEventPublisher {
     const seq = this.#seq++;
     const payload = encodeEventBatch(tsSeconds, events, this.#opts.rank, this.#opts.encoding);
     this.#buffer.push({ seq, payload });
-    if (this.#buffer.length > this.#opts.bufferSteps) this.#buffer.splice(0, this.#buffer.length - this.#opts.bufferSteps);
+    if (this.#buffer.length > this.#opts.bufferSteps)
+      this.#buffer.splice(0, this.#buffer.length - this.#opts.bufferSteps);
     const faults = this.#opts.faults;
     if (faults.shouldDropEventBatch()) {
       this.#dropped++;
@@ -187,9 +188,9 @@ export class KvEventPublisher {
   // zeromq sockets allow one pending send at a time: chain them.
   #send(frames: Buffer[]): void {
     this.#sent++;
-    this.#sendChain = this.#sendChain.then(
-      () => (this.#closed ? undefined : this.#pub.send(frames)),
-    ).catch(() => undefined);
+    this.#sendChain = this.#sendChain
+      .then(() => (this.#closed ? undefined : this.#pub.send(frames)))
+      .catch(() => undefined);
   }
 
   async #serveReplay(router: Router): Promise<void> {

@@ -41,7 +41,14 @@ import type { CoreRequest, FilledMockerOptions, VirtualRequestListener } from '.
 import { buildPools, generationSeed, type Engine, type PoolState } from './offline-pools.js';
 import type { PolicySpec, ReplayRouter, RouteChoice, RouteRequest } from './policy.js';
 import { newOutcome, type PolicyRun, type PoolRun, type RequestOutcome } from './results.js';
-import { FrontDoor, replicaSuffix, ReplicaSet, SINGLE_ROUTER, validateReplicaOptions, type ReplicaOptions } from './router-replicas.js';
+import {
+  FrontDoor,
+  replicaSuffix,
+  ReplicaSet,
+  SINGLE_ROUTER,
+  validateReplicaOptions,
+  type ReplicaOptions,
+} from './router-replicas.js';
 import { HitTimeline } from './timeline.js';
 import { DEFAULT_VOCAB_SIZE, TokenSynthesizer } from './token-synth.js';
 import type { ReplayRequest, Workload } from './workload.js';
@@ -51,7 +58,12 @@ export const DISAGG_PROTOCOLS: readonly DisaggProtocol[] = ['bootstrap', 'kv_tra
 
 export type Topology =
   | { readonly kind: 'aggregated'; readonly workers: number }
-  | { readonly kind: 'disaggregated'; readonly prefillWorkers: number; readonly decodeWorkers: number; readonly protocol: DisaggProtocol };
+  | {
+      readonly kind: 'disaggregated';
+      readonly prefillWorkers: number;
+      readonly decodeWorkers: number;
+      readonly protocol: DisaggProtocol;
+    };
 
 export interface OfflineReplayOptions {
   readonly workload: Workload;
@@ -125,16 +137,22 @@ class OfflineReplay {
   /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid topology. */
   constructor(opts: OfflineReplayOptions) {
     const { workload, topology, seed } = opts;
-    const counts = topology.kind === 'aggregated' ? [topology.workers] : [topology.prefillWorkers, topology.decodeWorkers];
+    const counts =
+      topology.kind === 'aggregated' ? [topology.workers] : [topology.prefillWorkers, topology.decodeWorkers];
     for (const c of counts) {
-      if (!Number.isSafeInteger(c) || c < 1) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
+      if (!Number.isSafeInteger(c) || c < 1)
+        throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
     }
     this.#replicas = opts.replicas ?? SINGLE_ROUTER;
     validateReplicaOptions(this.#replicas);
     this.#front = new FrontDoor(this.#replicas, seed);
     this.#opts = opts;
     this.#bucketMs = opts.bucketMs ?? defaultBucketMs(workload);
-    this.#synth = new TokenSynthesizer({ traceBlockSize: workload.traceBlockSize, seed, vocabSize: opts.vocabSize ?? DEFAULT_VOCAB_SIZE });
+    this.#synth = new TokenSynthesizer({
+      traceBlockSize: workload.traceBlockSize,
+      seed,
+      vocabSize: opts.vocabSize ?? DEFAULT_VOCAB_SIZE,
+    });
     this.#hits = new HitTimeline(this.#bucketMs);
     const built = buildPools(opts, this.#clock, this.#bucketMs);
     this.#pools = built.pools;
@@ -150,9 +168,10 @@ class OfflineReplay {
    */
   async run(): Promise<PolicyRun> {
     const topology = this.#opts.topology;
-    const arrive = topology.kind === 'aggregated'
-      ? (r: ReplayRequest): void => this.#arriveAggregated(r)
-      : (r: ReplayRequest): void => this.#arriveDisaggregated(r, topology.protocol);
+    const arrive =
+      topology.kind === 'aggregated'
+        ? (r: ReplayRequest): void => this.#arriveAggregated(r)
+        : (r: ReplayRequest): void => this.#arriveDisaggregated(r, topology.protocol);
     const endMs = await this.#loop(arrive);
     return this.#result(endMs);
   }
@@ -186,7 +205,10 @@ class OfflineReplay {
       if (this.#pendingRoutes > 0) await new Promise<void>((resolve) => setImmediate(resolve));
     }
     if (this.#pendingRoutes > 0) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${this.#pendingRoutes} request(s) were still queued in the router when every engine went idle`);
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `${this.#pendingRoutes} request(s) were still queued in the router when every engine went idle`,
+      );
     }
     return endMs;
   }
@@ -210,13 +232,26 @@ class OfflineReplay {
     const hits = this.#hits;
     const rep = this.#replicas;
     const name = `${policy.name}${replicaSuffix(rep, policy.kind === 'kv')}`;
-    const syncDeliveries = this.#pools.reduce((n, p) => n + (p.router instanceof ReplicaSet ? p.router.delivered : 0), 0);
+    const syncDeliveries = this.#pools.reduce(
+      (n, p) => n + (p.router instanceof ReplicaSet ? p.router.delivered : 0),
+      0,
+    );
     return {
       name: topology.kind === 'aggregated' ? name : `${name}@${topology.protocol}`,
-      replicas: { count: rep.count, sync: rep.count > 1 && rep.sync && policy.kind === 'kv', syncDelayMs: rep.syncDelayMs, front: rep.front, syncDeliveries },
-      outcomes: this.#outcomes, endMs, pools: poolRuns, wallMs: performance.now() - this.#wallStart,
+      replicas: {
+        count: rep.count,
+        sync: rep.count > 1 && rep.sync && policy.kind === 'kv',
+        syncDelayMs: rep.syncDelayMs,
+        front: rep.front,
+        syncDeliveries,
+      },
+      outcomes: this.#outcomes,
+      endMs,
+      pools: poolRuns,
+      wallMs: performance.now() - this.#wallStart,
       hits: { promptTokens: hits.promptTokens, cachedTokens: hits.cachedTokens, overTime: hits.windowed() },
-      preemptions, extrapolatedSteps: extrapolated,
+      preemptions,
+      extrapolatedSteps: extrapolated,
       leaseExpired: topology.kind === 'aggregated' ? null : this.#leaseExpired,
       engineBusyFraction: endMs > 0 ? busyMs / (this.#engines.length * endMs) : 0,
     };
@@ -259,8 +294,13 @@ class OfflineReplay {
   }
 
   /** Runs `then` with the router's choice now, or when a queued request is admitted (at that virtual time). */
-  #routeThen(router: ReplayRouter, req: RouteRequest, candidates: readonly number[],
-    then: (c: RouteChoice, at: number) => void, onError: (err: unknown) => void): void {
+  #routeThen(
+    router: ReplayRouter,
+    req: RouteRequest,
+    candidates: readonly number[],
+    then: (c: RouteChoice, at: number) => void,
+    onError: (err: unknown) => void,
+  ): void {
     let result: RouteChoice | Promise<RouteChoice>;
     try {
       result = router.route(req, candidates);
@@ -273,13 +313,16 @@ class OfflineReplay {
       return;
     }
     this.#pendingRoutes++;
-    result.then((c) => {
-      this.#pendingRoutes--;
-      then(c, this.#clock.now());
-    }, (err: unknown) => {
-      this.#pendingRoutes--;
-      onError(err);
-    });
+    result.then(
+      (c) => {
+        this.#pendingRoutes--;
+        then(c, this.#clock.now());
+      },
+      (err: unknown) => {
+        this.#pendingRoutes--;
+        onError(err);
+      },
+    );
   }
 
   /**
@@ -303,31 +346,42 @@ class OfflineReplay {
     const key = String(r.index);
     const tokens = this.#synth.tokens(r.hashIds, r.inputLength);
     const route = { key, tokens, expectedOutputTokens: r.outputLength, replica: this.#front.pick() };
-    this.#routeThen(pool.router, route, pool.workerIds, (choice, t) => {
-      o.workerId = choice.workerId;
-      o.predictedCachedTokens = choice.predictedCachedTokens;
-      const req: CoreRequest = { id: key, promptTokens: tokens, maxTokens: r.outputLength, seed: generationSeed(this.#opts.seed, r.index) };
-      this.#submit(this.#engines[choice.workerId]!, req, t, {
-        onAdmitted: (cached, at) => this.#admitted(o, r, cached, at),
-        onToken: (_id, index, at) => {
-          o.outputTokens = index + 1;
-          if (index === 0) {
-            o.firstTokenMs = at;
-            pool.router.prefillCompleted(key);
-          }
-          pool.router.outputTokens(key, index + 1);
-        },
-        onFinish: (_info, at) => {
-          o.finishMs = at;
-          pool.router.finished(key);
-          this.#finish();
-        },
-        onError: (err) => {
-          pool.router.finished(key);
-          this.#fail(o, err);
-        },
-      });
-    }, (err) => this.#fail(o, err));
+    this.#routeThen(
+      pool.router,
+      route,
+      pool.workerIds,
+      (choice, t) => {
+        o.workerId = choice.workerId;
+        o.predictedCachedTokens = choice.predictedCachedTokens;
+        const req: CoreRequest = {
+          id: key,
+          promptTokens: tokens,
+          maxTokens: r.outputLength,
+          seed: generationSeed(this.#opts.seed, r.index),
+        };
+        this.#submit(this.#engines[choice.workerId]!, req, t, {
+          onAdmitted: (cached, at) => this.#admitted(o, r, cached, at),
+          onToken: (_id, index, at) => {
+            o.outputTokens = index + 1;
+            if (index === 0) {
+              o.firstTokenMs = at;
+              pool.router.prefillCompleted(key);
+            }
+            pool.router.outputTokens(key, index + 1);
+          },
+          onFinish: (_info, at) => {
+            o.finishMs = at;
+            pool.router.finished(key);
+            this.#finish();
+          },
+          onError: (err) => {
+            pool.router.finished(key);
+            this.#fail(o, err);
+          },
+        });
+      },
+      (err) => this.#fail(o, err),
+    );
   }
 
   // ------------------------------------------------------------ disaggregated
@@ -338,22 +392,36 @@ class OfflineReplay {
     if (long !== null) return this.#fail(o, long);
     const key = String(r.index);
     const flow: DisaggFlow = {
-      r, o, key, prefillId: `${key}:prefill`, tokens: this.#synth.tokens(r.hashIds, r.inputLength), protocol, replica: this.#front.pick(),
-      decodeChoice: null, prefillDoneAt: null, prefillEngine: null,
+      r,
+      o,
+      key,
+      prefillId: `${key}:prefill`,
+      tokens: this.#synth.tokens(r.hashIds, r.inputLength),
+      protocol,
+      replica: this.#front.pick(),
+      decodeChoice: null,
+      prefillDoneAt: null,
+      prefillEngine: null,
     };
     const prefillPool = this.#pools[0]!;
-    this.#routeThen(prefillPool.router, { key, tokens: flow.tokens, expectedOutputTokens: 1, replica: flow.replica }, prefillPool.workerIds, (p, t) => {
-      o.prefillWorkerId = p.workerId;
-      o.predictedCachedTokens = p.predictedCachedTokens;
-      flow.prefillEngine = this.#engines[p.workerId]!;
-      // SGLang's bootstrap path picks both workers up front; vLLM's picks decode after the prefill response.
-      if (protocol === 'bootstrap') this.#routeDecode(flow);
-      if (o.error !== null) {
-        prefillPool.router.finished(key);
-        return;
-      }
-      this.#startPrefill(flow, flow.prefillEngine, t);
-    }, (err) => this.#fail(o, err));
+    this.#routeThen(
+      prefillPool.router,
+      { key, tokens: flow.tokens, expectedOutputTokens: 1, replica: flow.replica },
+      prefillPool.workerIds,
+      (p, t) => {
+        o.prefillWorkerId = p.workerId;
+        o.predictedCachedTokens = p.predictedCachedTokens;
+        flow.prefillEngine = this.#engines[p.workerId]!;
+        // SGLang's bootstrap path picks both workers up front; vLLM's picks decode after the prefill response.
+        if (protocol === 'bootstrap') this.#routeDecode(flow);
+        if (o.error !== null) {
+          prefillPool.router.finished(key);
+          return;
+        }
+        this.#startPrefill(flow, flow.prefillEngine, t);
+      },
+      (err) => this.#fail(o, err),
+    );
   }
 
   /** The prefill leg: max_tokens 1, blocks held under the lease for the decode engine. */
@@ -361,7 +429,11 @@ class OfflineReplay {
     const { r, o, key } = flow;
     const [prefillPool, decodePool] = this.#pools as [PoolState, PoolState];
     const req: CoreRequest = {
-      id: flow.prefillId, promptTokens: flow.tokens, maxTokens: 1, seed: generationSeed(this.#opts.seed, r.index), holdBlocksMs: this.#opts.engine.kvLeaseMs,
+      id: flow.prefillId,
+      promptTokens: flow.tokens,
+      maxTokens: 1,
+      seed: generationSeed(this.#opts.seed, r.index),
+      holdBlocksMs: this.#opts.engine.kvLeaseMs,
     };
     this.#submit(pe, req, t, {
       onAdmitted: (cached, at) => this.#admitted(o, r, cached, at),
@@ -385,15 +457,26 @@ class OfflineReplay {
 
   #routeDecode(flow: DisaggFlow): void {
     const decodePool = this.#pools[1]!;
-    const req: RouteRequest = { key: flow.key, tokens: flow.tokens, expectedOutputTokens: flow.r.outputLength, replica: flow.replica };
-    this.#routeThen(decodePool.router, req, decodePool.workerIds, (d) => {
-      flow.decodeChoice = d;
-      flow.o.workerId = d.workerId;
-      this.#startDecode(flow);
-    }, (err) => {
-      if (flow.prefillEngine !== null) flow.prefillEngine.ve.core.abort(flow.prefillId);
-      this.#fail(flow.o, err);
-    });
+    const req: RouteRequest = {
+      key: flow.key,
+      tokens: flow.tokens,
+      expectedOutputTokens: flow.r.outputLength,
+      replica: flow.replica,
+    };
+    this.#routeThen(
+      decodePool.router,
+      req,
+      decodePool.workerIds,
+      (d) => {
+        flow.decodeChoice = d;
+        flow.o.workerId = d.workerId;
+        this.#startDecode(flow);
+      },
+      (err) => {
+        if (flow.prefillEngine !== null) flow.prefillEngine.ve.core.abort(flow.prefillId);
+        this.#fail(flow.o, err);
+      },
+    );
   }
 
   /** The decode leg, once both the prefill is done and the decode worker is known; its KV transfer precedes its first token. */
@@ -405,7 +488,13 @@ class OfflineReplay {
     const decodeEngine = this.#engines[flow.decodeChoice.workerId]!;
     const at = Math.max(flow.prefillDoneAt, this.#clock.now());
     o.decodeStartMs = at;
-    const req: CoreRequest = { id: key, promptTokens: flow.tokens, maxTokens: r.outputLength, seed: generationSeed(this.#opts.seed, r.index), remotePrefill: true };
+    const req: CoreRequest = {
+      id: key,
+      promptTokens: flow.tokens,
+      maxTokens: r.outputLength,
+      seed: generationSeed(this.#opts.seed, r.index),
+      remotePrefill: true,
+    };
     this.#submit(decodeEngine, req, at, {
       onAdmitted: (cached) => {
         o.transferEstimateMs = decodeEngine.ve.core.transferMs(r.inputLength - cached);

@@ -47,11 +47,29 @@ export interface RequestOutcome {
   transferEstimateMs: number | null;
 }
 
-export function newOutcome(index: number, arrivalMs: number, promptTokens: number, expectedOutputTokens: number): RequestOutcome {
+export function newOutcome(
+  index: number,
+  arrivalMs: number,
+  promptTokens: number,
+  expectedOutputTokens: number,
+): RequestOutcome {
   return {
-    index, arrivalMs, promptTokens, expectedOutputTokens, outputTokens: 0, firstTokenMs: null, finishMs: null,
-    admittedMs: null, cachedTokens: null, predictedCachedTokens: null, workerId: null, prefillWorkerId: null, error: null,
-    prefillDoneMs: null, decodeStartMs: null, transferEstimateMs: null,
+    index,
+    arrivalMs,
+    promptTokens,
+    expectedOutputTokens,
+    outputTokens: 0,
+    firstTokenMs: null,
+    finishMs: null,
+    admittedMs: null,
+    cachedTokens: null,
+    predictedCachedTokens: null,
+    workerId: null,
+    prefillWorkerId: null,
+    error: null,
+    prefillDoneMs: null,
+    decodeStartMs: null,
+    transferEstimateMs: null,
   };
 }
 
@@ -167,7 +185,13 @@ export interface PolicySummary {
   engine_busy_fraction: number | null;
   wall_s: number;
   /** Router replicas: how many, whether they synced their bookings, the sync delay and the front door. */
-  replicas: { count: number; sync: boolean; sync_delay_ms: number | null; front: string | null; sync_deliveries: number };
+  replicas: {
+    count: number;
+    sync: boolean;
+    sync_delay_ms: number | null;
+    front: string | null;
+    sync_deliveries: number;
+  };
   legs?: LegSummary;
   /** First few failures (message with request index). */
   errors?: string[];
@@ -192,8 +216,15 @@ function percentiles(d: Distribution): Percentiles {
 const MAX_ERRORS_LISTED = 10;
 
 function replicaSummary(r: ReplicaRun | undefined): PolicySummary['replicas'] {
-  if (r === undefined || r.count === 1) return { count: 1, sync: false, sync_delay_ms: null, front: null, sync_deliveries: 0 };
-  return { count: r.count, sync: r.sync, sync_delay_ms: r.sync ? r.syncDelayMs : null, front: r.front, sync_deliveries: r.syncDeliveries };
+  if (r === undefined || r.count === 1)
+    return { count: 1, sync: false, sync_delay_ms: null, front: null, sync_deliveries: 0 };
+  return {
+    count: r.count,
+    sync: r.sync,
+    sync_delay_ms: r.sync ? r.syncDelayMs : null,
+    front: r.front,
+    sync_deliveries: r.syncDeliveries,
+  };
 }
 
 /** Summarises one policy's run against the workload's hit-rate bound. */
@@ -229,7 +260,10 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
     prediction = { ...run.predictionFromGateway, mean_abs_tokens: null };
   }
   const engineMeanLoad: Record<string, number> = {};
-  for (const pool of run.pools) pool.workerIds.forEach((w, i) => { engineMeanLoad[String(w)] = round(pool.load.perEngineMean[i]!); });
+  for (const pool of run.pools)
+    pool.workerIds.forEach((w, i) => {
+      engineMeanLoad[String(w)] = round(pool.load.perEngineMean[i]!);
+    });
   const hitRate = run.hits.promptTokens > 0 ? run.hits.cachedTokens / run.hits.promptTokens : 0;
   const summary: PolicySummary = {
     requests: { total: run.outcomes.length, completed: ok.length, failed: failed.length },
@@ -259,8 +293,12 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
     const legs = ok.filter((o) => o.prefillDoneMs !== null && o.decodeStartMs !== null);
     summary.legs = {
       prefill_ms: percentiles(distribution(legs.map((o) => o.prefillDoneMs! - o.arrivalMs))),
-      prefill_queue_ms: percentiles(distribution(legs.filter((o) => o.admittedMs !== null).map((o) => o.admittedMs! - o.arrivalMs))),
-      kv_transfer_estimated_ms: percentiles(distribution(legs.filter((o) => o.transferEstimateMs !== null).map((o) => o.transferEstimateMs!))),
+      prefill_queue_ms: percentiles(
+        distribution(legs.filter((o) => o.admittedMs !== null).map((o) => o.admittedMs! - o.arrivalMs)),
+      ),
+      kv_transfer_estimated_ms: percentiles(
+        distribution(legs.filter((o) => o.transferEstimateMs !== null).map((o) => o.transferEstimateMs!)),
+      ),
       prefill_done_to_first_token_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.prefillDoneMs!))),
       decode_ttft_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.decodeStartMs!))),
       prefill_hit_rate: round(hitRate),
@@ -269,6 +307,7 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
       kv_lease_expired: run.leaseExpired ?? 0,
     };
   }
-  if (failed.length > 0) summary.errors = failed.slice(0, MAX_ERRORS_LISTED).map((o) => `request ${o.index}: ${o.error!}`);
+  if (failed.length > 0)
+    summary.errors = failed.slice(0, MAX_ERRORS_LISTED).map((o) => `request ${o.index}: ${o.error!}`);
   return summary;
 }

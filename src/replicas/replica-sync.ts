@@ -28,8 +28,21 @@ import type { KvgateMetrics } from '../metrics/index.js';
 import { SyncChannel, type ChannelHost, type SessionTarget, type SyncTarget } from './channel.js';
 import { PeerClock, type Echo } from './peer-clock.js';
 import {
-  MalformedSync, chunkSubject, decodeBatch, decodeHeartbeat, decodeSnapshot, decodeSnapshotRequest, encodeBatch, encodeHeartbeat, encodeSnapshot,
-  encodeSnapshotRequest, heartbeatSubject, opsSubject, snapshotSubject, warmStartSubject, type Snapshot,
+  MalformedSync,
+  chunkSubject,
+  decodeBatch,
+  decodeHeartbeat,
+  decodeSnapshot,
+  decodeSnapshotRequest,
+  encodeBatch,
+  encodeHeartbeat,
+  encodeSnapshot,
+  encodeSnapshotRequest,
+  heartbeatSubject,
+  opsSubject,
+  snapshotSubject,
+  warmStartSubject,
+  type Snapshot,
 } from './protocol.js';
 import { TransferServer, fetchTransfer, transferOutcome } from './transfer.js';
 import type { SyncTransport } from './transport.js';
@@ -152,7 +165,12 @@ export class ReplicaSync {
     if (pool.index !== undefined) this.#indexes.set(key, pool.index);
     this.#channels.set(key, ch);
     this.#t.subscribe(opsSubject(this.#o.subjectPrefix, key), (data) => this.#onBatch(ch, data));
-    if (this.#sources.has(key)) this.#t.subscribe(warmStartSubject(this.#o.subjectPrefix, key), (data, reply) => this.#serveSnapshot(data, reply), WARM_START_QUEUE);
+    if (this.#sources.has(key))
+      this.#t.subscribe(
+        warmStartSubject(this.#o.subjectPrefix, key),
+        (data, reply) => this.#serveSnapshot(data, reply),
+        WARM_START_QUEUE,
+      );
     const warm = this.#warm.get(key);
     this.#warm.delete(key);
     if (warm !== undefined && this.#heard(warm.routerId, warm.incarnation)) this.#applySnapshot(ch, warm, 'warm_start');
@@ -173,7 +191,13 @@ export class ReplicaSync {
       if (b === undefined) continue;
       this.#queued -= b.ops.length;
       if (b.ops.length === 0) continue;
-      const bytes = encodeBatch({ routerId: this.routerId, incarnation: this.incarnation, seq: b.seq, sentAt: this.#clock.now(), ops: b.ops });
+      const bytes = encodeBatch({
+        routerId: this.routerId,
+        incarnation: this.incarnation,
+        seq: b.seq,
+        sentAt: this.#clock.now(),
+        ops: b.ops,
+      });
       this.#send(opsSubject(this.#o.subjectPrefix, ch.key), bytes, 'ops');
     }
   }
@@ -183,7 +207,9 @@ export class ReplicaSync {
     try {
       this.#t.publish(subject, bytes);
     } catch {
-      m?.messagesDropped.labels({ direction: 'out', reason: this.#t.connected ? 'publish_failed' : 'disconnected' }).inc();
+      m?.messagesDropped
+        .labels({ direction: 'out', reason: this.#t.connected ? 'publish_failed' : 'disconnected' })
+        .inc();
       return false;
     }
     m?.messagesSent.labels({ kind }).inc();
@@ -210,8 +236,10 @@ export class ReplicaSync {
       let dropped = 0;
       for (const ch of this.#channels.values()) dropped += ch.forget(replica);
       this.#metrics?.replicas.peerTimeouts.inc();
-      this.#logger?.warn({ peer: replica, droppedBookings: dropped, silentMs: now - p.lastHeard },
-        `replica ${replica} not heard from for ${now - p.lastHeard} ms: dropped its ${dropped} booking(s)`);
+      this.#logger?.warn(
+        { peer: replica, droppedBookings: dropped, silentMs: now - p.lastHeard },
+        `replica ${replica} not heard from for ${now - p.lastHeard} ms: dropped its ${dropped} booking(s)`,
+      );
     }
     this.#publishGauges();
   }
@@ -225,7 +253,8 @@ export class ReplicaSync {
       const typeOf = this.#workerTypes.get(ch.key)!;
       for (const l of ch.target.loads()) {
         const fromPeers = ch.target.peers.requestsOn(l);
-        m.replicas.peerLoadShare.labels({ model, worker_id: String(l.workerId), dp_rank: String(l.dpRank), worker_type: typeOf(l.workerId) })
+        m.replicas.peerLoadShare
+          .labels({ model, worker_id: String(l.workerId), dp_rank: String(l.dpRank), worker_type: typeOf(l.workerId) })
           .set(l.activeRequests > 0 ? fromPeers / l.activeRequests : 0);
       }
     }
@@ -242,7 +271,10 @@ export class ReplicaSync {
     }
     if (p !== undefined) for (const ch of this.#channels.values()) ch.forget(replica);
     this.#peers.set(replica, { incarnation, lastHeard: now, clock: new PeerClock() });
-    this.#logger?.info({ peer: replica, restarted: p !== undefined }, `replica ${replica} ${p === undefined ? 'joined' : 'restarted'}`);
+    this.#logger?.info(
+      { peer: replica, restarted: p !== undefined },
+      `replica ${replica} ${p === undefined ? 'joined' : 'restarted'}`,
+    );
     this.#metrics?.replicas.peers.set(this.#peers.size);
     return true;
   }
@@ -257,7 +289,8 @@ export class ReplicaSync {
     // An echo of our former incarnation's heartbeat is not a round trip of this clock.
     if (echo !== undefined && echo.incarnation === this.incarnation) clock.sample(echo, hb.sentAt, now);
     clock.heard(hb.sentAt, now);
-    for (const [key, seq] of Object.entries(hb.seqs)) this.#channels.get(key)?.checkBehind(hb.routerId, hb.incarnation, seq);
+    for (const [key, seq] of Object.entries(hb.seqs))
+      this.#channels.get(key)?.checkBehind(hb.routerId, hb.incarnation, seq);
   }
 
   #onBatch(ch: SyncChannel, data: Uint8Array): void {
@@ -285,12 +318,15 @@ export class ReplicaSync {
     this.flush();
     const s = ch?.snapshot() ?? { seq: 0, bookings: [], sessions: [] };
     // Taken in this same turn as the bookings: the index's cursors are those of the blocks it holds.
-    const slots = req.withIndex ? this.#indexes.get(req.channel)?.() ?? [] : [];
+    const slots = req.withIndex ? (this.#indexes.get(req.channel)?.() ?? []) : [];
     const bytes = encodeSnapshot({ routerId: this.routerId, incarnation: this.incarnation, ...s, slots });
     const m = this.#metrics?.replicas;
     if (bytes.byteLength > this.#o.maxSnapshotBytes) {
       m?.snapshots.labels({ direction: 'served', outcome: 'too_large' }).inc();
-      this.#logger?.warn({ channel: req.channel, bytes: bytes.byteLength, maxBytes: this.#o.maxSnapshotBytes }, 'snapshot larger than replicas.max_snapshot_bytes: not served');
+      this.#logger?.warn(
+        { channel: req.channel, bytes: bytes.byteLength, maxBytes: this.#o.maxSnapshotBytes },
+        'snapshot larger than replicas.max_snapshot_bytes: not served',
+      );
       reply(this.#server.refuse(`snapshot of ${bytes.byteLength} bytes exceeds the server's bound`));
       return;
     }
@@ -307,15 +343,25 @@ export class ReplicaSync {
   }
 
   /** Fetches a snapshot, all its chunks; throws what the transfer threw (the caller counts it). */
-  async fetchSnapshot(subject: string, channel: string, withIndex: boolean): Promise<{ snapshot: Snapshot; bytes: number; seconds: number }> {
+  async fetchSnapshot(
+    subject: string,
+    channel: string,
+    withIndex: boolean,
+  ): Promise<{ snapshot: Snapshot; bytes: number; seconds: number }> {
     const started = this.#clock.now();
     const t = await fetchTransfer(this.#t, subject, encodeSnapshotRequest(channel, withIndex), {
-      maxBytes: this.#o.maxSnapshotBytes, requestTimeoutMs: SNAPSHOT_TIMEOUT_MS, chunkSubject: (r) => chunkSubject(this.#o.subjectPrefix, r),
+      maxBytes: this.#o.maxSnapshotBytes,
+      requestTimeoutMs: SNAPSHOT_TIMEOUT_MS,
+      chunkSubject: (r) => chunkSubject(this.#o.subjectPrefix, r),
     });
     const m = this.#metrics?.replicas;
     m?.snapshotBytes.labels({ direction: 'received' }).inc(t.bytes.byteLength);
     m?.messagesReceived.labels({ kind: 'snapshot' }).inc();
-    return { snapshot: decodeSnapshot(t.bytes), bytes: t.bytes.byteLength, seconds: (this.#clock.now() - started) / 1000 };
+    return {
+      snapshot: decodeSnapshot(t.bytes),
+      bytes: t.bytes.byteLength,
+      seconds: (this.#clock.now() - started) / 1000,
+    };
   }
 
   async #fetchSnapshot(replica: string, key: string): Promise<void> {
@@ -325,14 +371,21 @@ export class ReplicaSync {
     this.#snapshotting.add(id);
     const m = this.#metrics?.replicas;
     try {
-      const { snapshot: s, seconds } = await this.fetchSnapshot(snapshotSubject(this.#o.subjectPrefix, replica), key, false);
+      const { snapshot: s, seconds } = await this.fetchSnapshot(
+        snapshotSubject(this.#o.subjectPrefix, replica),
+        key,
+        false,
+      );
       if (this.#closed || !this.#heard(s.routerId, s.incarnation)) return;
       m?.snapshotSeconds.labels({ direction: 'fetched' }).observe(seconds);
       this.#applySnapshot(ch, s, 'fetched');
     } catch (err) {
       if (err instanceof MalformedSync) this.#malformed(err);
       m?.snapshots.labels({ direction: 'fetched', outcome: transferOutcome(err) }).inc();
-      this.#logger?.warn({ peer: replica, channel: key, err: (err as Error).message }, `snapshot of replica ${replica} failed; its batches and heartbeats will ask again`);
+      this.#logger?.warn(
+        { peer: replica, channel: key, err: (err as Error).message },
+        `snapshot of replica ${replica} failed; its batches and heartbeats will ask again`,
+      );
     } finally {
       this.#snapshotting.delete(id);
     }
@@ -340,9 +393,12 @@ export class ReplicaSync {
 
   #applySnapshot(ch: SyncChannel, s: Snapshot, direction: 'fetched' | 'warm_start'): void {
     const applied = ch.applySnapshot(s);
-    if (direction === 'fetched') this.#metrics?.replicas.snapshots.labels({ direction, outcome: applied ? 'ok' : 'stale' }).inc();
-    this.#logger?.info({ peer: s.routerId, channel: ch.key, bookings: s.bookings.length, sessions: s.sessions.length, applied },
-      `snapshot of replica ${s.routerId} ${applied ? 'applied' : 'superseded'}`);
+    if (direction === 'fetched')
+      this.#metrics?.replicas.snapshots.labels({ direction, outcome: applied ? 'ok' : 'stale' }).inc();
+    this.#logger?.info(
+      { peer: s.routerId, channel: ch.key, bookings: s.bookings.length, sessions: s.sessions.length, applied },
+      `snapshot of replica ${s.routerId} ${applied ? 'applied' : 'superseded'}`,
+    );
   }
 
   /**
@@ -353,7 +409,11 @@ export class ReplicaSync {
    */
   async warmStart(keys: readonly string[], timeoutMs: number): Promise<Map<string, KvSlotSnapshot[]>> {
     const { snapshots: results, complete } = await warmStart({
-      keys, timeoutMs, clock: this.#clock, logger: this.#logger, metrics: this.#metrics?.replicas,
+      keys,
+      timeoutMs,
+      clock: this.#clock,
+      logger: this.#logger,
+      metrics: this.#metrics?.replicas,
       connected: (ms) => this.#connectedWithin(ms),
       fetch: (key) => this.fetchSnapshot(warmStartSubject(this.#o.subjectPrefix, key), key, true),
     });
@@ -391,20 +451,26 @@ export class ReplicaSync {
 
   #malformed(err: unknown): void {
     const malformed = err instanceof MalformedSync;
-    this.#metrics?.replicas.messagesDropped.labels({ direction: 'in', reason: malformed ? 'malformed' : 'apply_failed' }).inc();
+    this.#metrics?.replicas.messagesDropped
+      .labels({ direction: 'in', reason: malformed ? 'malformed' : 'apply_failed' })
+      .inc();
     if (malformed) this.#logger?.warn({ err: err.message }, 'malformed replica sync message dropped');
     else this.#logger?.error({ err }, 'replica sync message could not be applied');
   }
 
   #onStatus(status: 'connected' | 'disconnected', detail: string): void {
     if (status === 'disconnected') {
-      this.#logger?.warn({ detail }, 'replica sync bus unavailable: routing on this replica\'s own knowledge until it is back');
+      this.#logger?.warn(
+        { detail },
+        "replica sync bus unavailable: routing on this replica's own knowledge until it is back",
+      );
       return;
     }
     this.#logger?.info({ detail }, 'replica sync bus connected');
     for (const w of this.#connectWaiters.splice(0)) w();
     // Peers changed while we were away: fetch their bookings afresh; they fetch ours when they see our gap.
-    for (const replica of this.#peers.keys()) for (const key of this.#channels.keys()) void this.#fetchSnapshot(replica, key);
+    for (const replica of this.#peers.keys())
+      for (const key of this.#channels.keys()) void this.#fetchSnapshot(replica, key);
     this.#beat();
   }
 

@@ -23,18 +23,30 @@ export interface KvPoolOptions {
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
 }
 
-export function kvPool(role: WorkerRole, opts: KvPoolOptions, ctx: RouterContext, watch: WorkerWatch): { kvRouter: KvRouter; events: KvEventManager | undefined } {
+export function kvPool(
+  role: WorkerRole,
+  opts: KvPoolOptions,
+  ctx: RouterContext,
+  watch: WorkerWatch,
+): { kvRouter: KvRouter; events: KvEventManager | undefined } {
   let events: KvEventManager | undefined;
   const config: KvRouterOptions = role === 'prefill' ? prefillPoolConfig(opts.routerConfig) : { ...opts.routerConfig };
   const kvRouter = new KvRouter({
-    blockSize: opts.blockSize, clock: ctx.clock, rng: ctx.rng, workerType: role, config,
+    blockSize: opts.blockSize,
+    clock: ctx.clock,
+    rng: ctx.rng,
+    workerType: role,
+    config,
     // A worker whose KV events never started or went silent is scored in approximate mode alone.
     eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
   });
   if (kvRouter.config.useKvEvents) {
     const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
     events = new KvEventManager({
-      applier, clock: ctx.clock, logger: ctx.logger, ...opts.kvEvents,
+      applier,
+      clock: ctx.clock,
+      logger: ctx.logger,
+      ...opts.kvEvents,
       ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
       hooks: eventHooks(ctx.metrics, watch, opts.blockSize),
       seeds: opts.kvSeeds?.(role === 'prefill' ? 'prefill' : 'decode'),

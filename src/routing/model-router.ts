@@ -13,7 +13,13 @@
  * State ownership: the registry says who exists; the KvRouter's bookkeeping is
  * the authoritative load; the prefix index is advisory and fed by events.
  */
-import { seededRng, withJsonMembers, type KvSlotSnapshot, type RouterMode, type RoutingHints } from '../common/index.js';
+import {
+  seededRng,
+  withJsonMembers,
+  type KvSlotSnapshot,
+  type RouterMode,
+  type RoutingHints,
+} from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
@@ -90,10 +96,14 @@ interface Pool {
 }
 
 /** Why a pinned worker is not routed to, by its health view's state. */
-const DOWN_BECAUSE: Partial<Record<string, string>> = { model_mismatch: 'its engine serves another model', ejected: 'ejected for consecutive errors' };
+const DOWN_BECAUSE: Partial<Record<string, string>> = {
+  model_mismatch: 'its engine serves another model',
+  ejected: 'ejected for consecutive errors',
+};
 const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
 /** Why a model without enforce_disagg still cannot be served aggregated. */
-const NO_FALLBACK = 'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
+const NO_FALLBACK =
+  'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
 
 export class ModelRouter implements ModelRouterPort {
   readonly model: string;
@@ -137,7 +147,12 @@ export class ModelRouter implements ModelRouterPort {
     ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
     this.#watch = new WorkerWatch(opts.model, opts.registry, ctx, opts.workerHealth);
     const decode = this.#buildPool('decode');
-    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, decode.push.role));
+    this.sessions = new StickySessions(
+      ctx.clock,
+      opts.sessionTtlMs,
+      opts.sessionLimits,
+      sessionLimitReporter(ctx, opts.model, decode.push.role),
+    );
     this.decode = decode.push;
     this.events = decode.events;
     // Replica sync is told of each KV pool once it is built: its router, sessions, worker roles and prefix index.
@@ -145,20 +160,44 @@ export class ModelRouter implements ModelRouterPort {
       const kv = pool.push.kvRouter;
       if (kv === undefined) return;
       const index = pool.events === undefined ? undefined : (): KvSlotSnapshot[] => pool.events!.snapshot();
-      opts.attachReplica?.({ role, kv, sessions, index, workerTypeOf: (id) => pool.push.worker(id)?.role ?? pool.push.role });
+      opts.attachReplica?.({
+        role,
+        kv,
+        sessions,
+        index,
+        workerTypeOf: (id) => pool.push.worker(id)?.role ?? pool.push.role,
+      });
     };
     attach('decode', decode, this.sessions);
-    this.prefill = new PrefillRouter({
-      model: opts.model, mode: opts.mode, enforceDisagg: opts.enforceDisagg, decode: this.decode,
-      createPool: () => {
-        const pool = this.#prefillPool = this.#buildPool('prefill');
-        attach('prefill', pool, this.prefill.sessions);
-        return pool.push;
+    this.prefill = new PrefillRouter(
+      {
+        model: opts.model,
+        mode: opts.mode,
+        enforceDisagg: opts.enforceDisagg,
+        decode: this.decode,
+        createPool: () => {
+          const pool = (this.#prefillPool = this.#buildPool('prefill'));
+          attach('prefill', pool, this.prefill.sessions);
+          return pool.push;
+        },
+        sessionTtlMs: opts.prefillSessionTtlMs,
+        sessionLimits: opts.sessionLimits,
+        maxRetries: opts.maxRetries,
       },
-      sessionTtlMs: opts.prefillSessionTtlMs, sessionLimits: opts.sessionLimits, maxRetries: opts.maxRetries,
-    }, ctx);
-    this.#onAdded = (w) => { if (w.model === this.model) { this.#workerAdded(w); this.#watch.up(w); } };
-    this.#onRemoved = (w) => { if (w.model === this.model) { this.#workerRemoved(w); this.#watch.down(w); } };
+      ctx,
+    );
+    this.#onAdded = (w) => {
+      if (w.model === this.model) {
+        this.#workerAdded(w);
+        this.#watch.up(w);
+      }
+    };
+    this.#onRemoved = (w) => {
+      if (w.model === this.model) {
+        this.#workerRemoved(w);
+        this.#watch.down(w);
+      }
+    };
     // New engine facts of a routable worker (capacity, KV trust): its pool re-registers it in place
     // (bookings, index entries and subscriptions stay).
     this.#onUpdated = (w) => {
@@ -185,19 +224,29 @@ export class ModelRouter implements ModelRouterPort {
   #buildPool(role: 'decode' | 'prefill'): Pool {
     const opts = this.#opts;
     const ctx = this.#ctx;
-    const { kvRouter, events } = opts.mode === 'kv' ? kvPool(role, opts, ctx, this.#watch) : { kvRouter: undefined, events: undefined };
+    const { kvRouter, events } =
+      opts.mode === 'kv' ? kvPool(role, opts, ctx, this.#watch) : { kvRouter: undefined, events: undefined };
     const ev = events;
-    const push = new PushRouter({
-      model: opts.model, role, mode: opts.mode, blockSize: opts.blockSize, kvRouter, engine: opts.engine,
-      maxRetries: opts.maxRetries, legTimeouts: opts.legTimeouts,
-      onWorkerUnreachable: (id) => {
-        this.#watch.unreachable(this.#registry.get(id), id);
-        opts.onWorkerUnreachable?.(id);
+    const push = new PushRouter(
+      {
+        model: opts.model,
+        role,
+        mode: opts.mode,
+        blockSize: opts.blockSize,
+        kvRouter,
+        engine: opts.engine,
+        maxRetries: opts.maxRetries,
+        legTimeouts: opts.legTimeouts,
+        onWorkerUnreachable: (id) => {
+          this.#watch.unreachable(this.#registry.get(id), id);
+          opts.onWorkerUnreachable?.(id);
+        },
+        onDispatchOutcome: opts.onDispatchOutcome,
+        ...(role === 'prefill' ? {} : { migration: opts.migration }),
+        onDispatch: ev === undefined ? undefined : (slot) => ev.noteDispatch(slot),
       },
-      onDispatchOutcome: opts.onDispatchOutcome,
-      ...(role === 'prefill' ? {} : { migration: opts.migration }),
-      onDispatch: ev === undefined ? undefined : (slot) => ev.noteDispatch(slot),
-    }, ctx);
+      ctx,
+    );
     return { push, events };
   }
 
@@ -220,9 +269,13 @@ export class ModelRouter implements ModelRouterPort {
       for (let i = 0; i < w.dpSize; i++) {
         const rank = w.dpStart + i;
         void events.add({
-          workerId: w.id, dpRank: rank,
+          workerId: w.id,
+          dpRank: rank,
           endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
-          replayEndpoint: src.replayEndpoint === undefined ? undefined : dpRankEndpoint(src.replayEndpoint, i * (src.dpPortStride ?? 1)),
+          replayEndpoint:
+            src.replayEndpoint === undefined
+              ? undefined
+              : dpRankEndpoint(src.replayEndpoint, i * (src.dpPortStride ?? 1)),
           topic: src.topic,
         });
       }
@@ -235,7 +288,10 @@ export class ModelRouter implements ModelRouterPort {
       this.prefill.removeWorker(w.id);
       void this.#prefillPool?.events?.remove(w.id);
       if (this.prefill.state === 'inactive' && !this.prefill.enforceDisagg && !this.#fallbackPossible()) {
-        this.#ctx.logger.warn({ model: this.model, workerId: w.id }, `${NO_FALLBACK}; model unavailable until a prefill worker returns`);
+        this.#ctx.logger.warn(
+          { model: this.model, workerId: w.id },
+          `${NO_FALLBACK}; model unavailable until a prefill worker returns`,
+        );
       }
       return;
     }
@@ -276,7 +332,8 @@ export class ModelRouter implements ModelRouterPort {
     const m = this.#ctx.metrics;
     if (m === undefined) return;
     m.sessions.labels({ model: this.model, worker_type: this.decode.role }).set(this.sessions.size);
-    if (this.prefill.pool !== undefined) m.sessions.labels({ model: this.model, worker_type: 'prefill' }).set(this.prefill.sessions.size);
+    if (this.prefill.pool !== undefined)
+      m.sessions.labels({ model: this.model, worker_type: 'prefill' }).set(this.prefill.sessions.size);
   }
 
   workerStatus(): WorkerStatus[] {
@@ -298,7 +355,9 @@ export class ModelRouter implements ModelRouterPort {
    */
   unavailable(): KvgateError | undefined {
     if (this.#closed || this.decode.size === 0) {
-      return new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`, { param: 'model' });
+      return new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`, {
+        param: 'model',
+      });
     }
     if (!this.prefill.canServeRequests()) return this.#notActivated();
     if (this.prefill.state !== 'active' && !this.#fallbackPossible()) return this.#notActivated(true);
@@ -344,7 +403,10 @@ export class ModelRouter implements ModelRouterPort {
       isl: req.tokenIds.length,
       hashes: req.hashes,
       hashingMs: req.hashingMs,
-      routing: lora === undefined ? req.hints : { ...req.hints, allowedWorkerIds: this.#adapterWorkers(lora, req.hints.allowedWorkerIds) },
+      routing:
+        lora === undefined
+          ? req.hints
+          : { ...req.hints, allowedWorkerIds: this.#adapterWorkers(lora, req.hints.allowedWorkerIds) },
       phase: 'aggregated',
       signal: req.signal,
       receivedAt: req.receivedAt,
@@ -368,14 +430,25 @@ export class ModelRouter implements ModelRouterPort {
 
   /** A pin naming a configured worker of this model that is down is a 503 naming it, not an unknown worker. */
   #checkPins(hints: RoutingHints): void {
-    if (hints.backendInstanceId === undefined && hints.prefillWorkerId === undefined && hints.decodeWorkerId === undefined) return;
-    const pins = [['backend_instance_id', hints.backendInstanceId], ['prefill_worker_id', hints.prefillWorkerId], ['decode_worker_id', hints.decodeWorkerId]] as const;
+    if (
+      hints.backendInstanceId === undefined &&
+      hints.prefillWorkerId === undefined &&
+      hints.decodeWorkerId === undefined
+    )
+      return;
+    const pins = [
+      ['backend_instance_id', hints.backendInstanceId],
+      ['prefill_worker_id', hints.prefillWorkerId],
+      ['decode_worker_id', hints.decodeWorkerId],
+    ] as const;
     for (const [param, id] of pins) {
       if (id === undefined || this.#registry.get(id)?.model !== this.model || this.#registry.isAvailable(id)) continue;
       const state = this.#opts.workerHealth?.(id)?.state;
-      throw new KvgateError('KVG_ERR_WORKER_DOWN',
+      throw new KvgateError(
+        'KVG_ERR_WORKER_DOWN',
         `worker ${id} is down (${DOWN_BECAUSE[state ?? 'down'] ?? 'failing its health probe'}): not routed to; retry later or pin another worker`,
-        { param, workerId: id });
+        { param, workerId: id },
+      );
     }
   }
 
@@ -390,10 +463,12 @@ export class ModelRouter implements ModelRouterPort {
     let leg = this.#leg(req);
     // Session affinity: the session's worker becomes the pin while it stays eligible for this request (in the
     // pool, allowed, carrying the required taints; else the session is unbound); an explicit pin wins.
-    const sticky = leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
-      ? this.sessions.stickySlot(session, (id) => this.decode.eligible(id, leg.routing))
-      : undefined;
-    if (sticky !== undefined) leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
+    const sticky =
+      leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
+        ? this.sessions.stickySlot(session, (id) => this.decode.eligible(id, leg.routing))
+        : undefined;
+    if (sticky !== undefined)
+      leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
     let res;
     try {
       res = await this.decode.dispatch(leg);
@@ -404,7 +479,12 @@ export class ModelRouter implements ModelRouterPort {
     }
     const worker = res.selection.slot;
     this.sessions.served(session, worker);
-    return { worker, status: res.status, body: res.body.kind === 'sse' ? { kind: 'sse', events: res.body.events } : { kind: 'json', bytes: res.body.bytes } };
+    return {
+      worker,
+      status: res.status,
+      body:
+        res.body.kind === 'sse' ? { kind: 'sse', events: res.body.events } : { kind: 'json', bytes: res.body.bytes },
+    };
   }
 
   async query(req: PreparedRequest): Promise<QueryResult> {
@@ -412,8 +492,10 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#disaggregated(false)) {
       const q = await this.prefill.query(this.#leg(req), req.hints.session);
       return {
-        worker: q.decode.slot, overlapBlocks: q.decode.overlapBlocks,
-        prefillWorker: q.prefill.slot, prefillOverlapBlocks: q.prefill.overlapBlocks,
+        worker: q.decode.slot,
+        overlapBlocks: q.decode.overlapBlocks,
+        prefillWorker: q.prefill.slot,
+        prefillOverlapBlocks: q.prefill.overlapBlocks,
       };
     }
     const sel = await this.decode.select(this.#leg(req), 'query');

@@ -30,20 +30,37 @@
  */
 import { Cancellation, type SessionHint, type WorkerRank } from '../../common/index.js';
 import { RequestTracker } from '../../core/index.js';
-import { NO_LEG_FIELDS, mergeLegFields, oneTokenPrefillFields, readChunkInfo, type EngineEvent, type LegFields } from '../../engines/index.js';
+import {
+  NO_LEG_FIELDS,
+  mergeLegFields,
+  oneTokenPrefillFields,
+  readChunkInfo,
+  type EngineEvent,
+  type LegFields,
+} from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
 import type { PushRouter } from '../push/push-router.js';
 import type { StickySessions } from '../sticky-sessions.js';
 import { bootstrapHandoff } from './bootstrap.js';
-import { decodeOverrideOf, handoffPath, prefillWorkerInfo, withPromptTokensDetails, type HandoffPath } from './handoff.js';
+import {
+  decodeOverrideOf,
+  handoffPath,
+  prefillWorkerInfo,
+  withPromptTokensDetails,
+  type HandoffPath,
+} from './handoff.js';
 import { kvTransferHandoff } from './kv-transfer.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
 import { failedAtRendezvous, prefillFailure, type DisaggOutcome, type DisaggSseEvent } from './types.js';
 
 /** Picks and books (or peeks) the prefill worker: sticky session, then pinned id, then the router's best. */
-export type PrefillResolver = (leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query') => Promise<Selection>;
+export type PrefillResolver = (
+  leg: LegRequest,
+  session: SessionHint | undefined,
+  mode: 'book' | 'query',
+) => Promise<Selection>;
 
 export interface DisaggRequestOptions {
   readonly model: string;
@@ -129,7 +146,14 @@ export class DisaggRequest {
         else if (this.#decodeOutput) this.#decodeCtl.abort(signal.reason);
         if (!settled) {
           settled = true;
-          reject(new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away during the disaggregated request', undefined, { cause: signal.reason }));
+          reject(
+            new KvgateError(
+              'KVG_ERR_CLIENT_ABORTED',
+              'the client went away during the disaggregated request',
+              undefined,
+              { cause: signal.reason },
+            ),
+          );
         }
       };
       signal.addEventListener('abort', this.#onClientAbort, { once: true });
@@ -149,7 +173,10 @@ export class DisaggRequest {
             settled = true;
             reject(err);
           } else if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')) {
-            this.#ctx.logger.warn({ model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) }, 'disaggregated request failed after the client left');
+            this.#ctx.logger.warn(
+              { model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) },
+              'disaggregated request failed after the client left',
+            );
           }
         },
       );
@@ -165,7 +192,14 @@ export class DisaggRequest {
       permit.release();
       throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before the prefill was routed');
     }
-    const prefillBase: LegRequest = { ...base, phase: 'prefill', stream: false, signal: this.#prefillCtl.signal, tracker, onDispatched: undefined };
+    const prefillBase: LegRequest = {
+      ...base,
+      phase: 'prefill',
+      stream: false,
+      signal: this.#prefillCtl.signal,
+      tracker,
+      onDispatched: undefined,
+    };
     let target: Selection;
     try {
       target = await this.#deps.resolve(prefillBase, this.#session, 'book');
@@ -176,9 +210,10 @@ export class DisaggRequest {
     // From here the prefill slot is booked; `dispatch` owns it (its guard releases it on every path).
     // Nothing between here and `dispatch` may throw: bootstrap endpoints were validated when the worker joined.
     this.#target = target;
-    const handoff: Handoff = handoffPath(target.worker) === 'bootstrap'
-      ? bootstrapHandoff(base, target, this.#ctx.rng)
-      : kvTransferHandoff(base, target);
+    const handoff: Handoff =
+      handoffPath(target.worker) === 'bootstrap'
+        ? bootstrapHandoff(base, target, this.#ctx.rng)
+        : kvTransferHandoff(base, target);
     this.#path = handoff.path;
     const admitted = deferred();
     const prefillLeg: LegRequest = {
@@ -200,10 +235,19 @@ export class DisaggRequest {
   }
 
   /** The view of the dispatched prefill a handoff strategy drives. */
-  #inFlight(target: Selection, response: Promise<LegResponse>, admitted: Deferred, permit: { release(): void }): PrefillInFlight {
+  #inFlight(
+    target: Selection,
+    response: Promise<LegResponse>,
+    admitted: Deferred,
+    permit: { release(): void },
+  ): PrefillInFlight {
     const self = this;
     return {
-      base: this.#leg, target, tracker: this.tracker, response, accepted: admitted.promise,
+      base: this.#leg,
+      target,
+      tracker: this.tracker,
+      response,
+      accepted: admitted.promise,
       get error() {
         return self.#prefillError;
       },
@@ -228,7 +272,10 @@ export class DisaggRequest {
         if (this.#prefillError !== undefined) return;
         this.#refusal = res;
         // Recorded as the prefill's error so decode is not sent (or is cancelled); the session keeps its worker.
-        this.#prefillError = new KvgateError('KVG_ERR_ENGINE_REJECTED', `prefill on worker ${target.worker.id} refused the request (${res.status})`);
+        this.#prefillError = new KvgateError(
+          'KVG_ERR_ENGINE_REJECTED',
+          `prefill on worker ${target.worker.id} refused the request (${res.status})`,
+        );
         if (!this.#decodeOutput) this.#decodeCtl.abort(this.#prefillError);
       },
     };
@@ -241,7 +288,14 @@ export class DisaggRequest {
     const ref = target.slot;
     const bytes = res.body.kind === 'json' ? res.body.bytes : new Uint8Array();
     this.#end();
-    return { worker: ref, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, body: { kind: 'json', bytes }, tracker: this.tracker };
+    return {
+      worker: ref,
+      prefillWorker: this.#prefillRef(),
+      handoff: this.#path!,
+      status: res.status,
+      body: { kind: 'json', bytes },
+      tracker: this.tracker,
+    };
   }
 
   /** The decode leg, after the prefill handed over (sync) or was accepted (bootstrap). */
@@ -261,10 +315,16 @@ export class DisaggRequest {
       phase: 'decode',
       stream: gone ? false : base.stream,
       routing: {
-        ...base.routing, prefillWorkerId: target.slot.workerId, prefillDpRank: target.slot.dpRank,
+        ...base.routing,
+        prefillWorkerId: target.slot.workerId,
+        prefillDpRank: target.slot.dpRank,
         routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride),
       },
-      legFields: mergeLegFields(base.legFields ?? NO_LEG_FIELDS, handoff, gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : NO_LEG_FIELDS),
+      legFields: mergeLegFields(
+        base.legFields ?? NO_LEG_FIELDS,
+        handoff,
+        gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : NO_LEG_FIELDS,
+      ),
       signal: this.#decodeCtl.signal,
       tracker: this.tracker,
       onDispatched: undefined,
@@ -288,10 +348,19 @@ export class DisaggRequest {
     } finally {
       permit.release();
     }
-    if (res.status >= 400) this.#cancelPrefillPartner(new KvgateError('KVG_ERR_ENGINE_REJECTED', `decode refused the request (${res.status})`));
+    if (res.status >= 400)
+      this.#cancelPrefillPartner(
+        new KvgateError('KVG_ERR_ENGINE_REJECTED', `decode refused the request (${res.status})`),
+      );
     this.#noteOutcome(res.status >= 400 ? 'decode_failed' : 'decoded');
     const worker = res.selection.slot;
-    const common = { worker, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, tracker: this.tracker };
+    const common = {
+      worker,
+      prefillWorker: this.#prefillRef(),
+      handoff: this.#path!,
+      status: res.status,
+      tracker: this.tracker,
+    };
     if (res.body.kind === 'json') {
       this.#onDecodeOutput();
       let bytes: Uint8Array | string = res.body.bytes;
@@ -306,7 +375,10 @@ export class DisaggRequest {
   }
 
   /** The decode stream as the client sees it: usage patched on the sync path, early exits deferred until the KV arrived. */
-  async *#decodeEvents(events: AsyncIterable<EngineEvent>, details: Record<string, unknown> | undefined): AsyncGenerator<DisaggSseEvent> {
+  async *#decodeEvents(
+    events: AsyncIterable<EngineEvent>,
+    details: Record<string, unknown> | undefined,
+  ): AsyncGenerator<DisaggSseEvent> {
     const it = events[Symbol.asyncIterator]();
     let completed = false;
     try {
@@ -315,7 +387,9 @@ export class DisaggRequest {
         try {
           next = await it.next();
         } catch (err) {
-          throw this.#prefillError !== undefined && isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') ? this.#prefillError : err;
+          throw this.#prefillError !== undefined && isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')
+            ? this.#prefillError
+            : err;
         }
         if (next.done === true) {
           completed = true;
@@ -385,12 +459,16 @@ export class DisaggRequest {
     if (this.#prefillError !== undefined) return;
     const e = prefillFailure(err, this.#target);
     this.#prefillError = e;
-    if (!this.#prefillDispatched && (isKvgateError(err, 'KVG_ERR_ENGINE_UNREACHABLE') || isKvgateError(err, 'KVG_ERR_ENGINE_NOT_REGISTERED'))) {
+    if (
+      !this.#prefillDispatched &&
+      (isKvgateError(err, 'KVG_ERR_ENGINE_UNREACHABLE') || isKvgateError(err, 'KVG_ERR_ENGINE_NOT_REGISTERED'))
+    ) {
       this.#unreachable = this.#target?.worker.id;
     }
     this.#deps.sessions.refused(this.#session, e);
     if (this.#path === 'bootstrap' && !this.#decodeOutput) this.#decodeCtl.abort(e);
-    if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || !this.#prefillCtl.signal.aborted) this.#noteOutcome('prefill_failed');
+    if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || !this.#prefillCtl.signal.aborted)
+      this.#noteOutcome('prefill_failed');
   }
 
   /** The decode half of an SGLang pair failed: its prefill would wait for a partner that never comes. */
@@ -409,9 +487,14 @@ export class DisaggRequest {
   #noteOutcome(outcome: 'decoded' | 'prefill_failed' | 'decode_failed'): void {
     if (this.#outcomeNoted || this.#target === undefined) return;
     this.#outcomeNoted = true;
-    this.#ctx.metrics?.disaggRequests.labels({
-      model: this.#deps.model, prefill_worker_id: String(this.#prefillRef().workerId), handoff: this.#path ?? 'sync', outcome,
-    }).inc();
+    this.#ctx.metrics?.disaggRequests
+      .labels({
+        model: this.#deps.model,
+        prefill_worker_id: String(this.#prefillRef().workerId),
+        handoff: this.#path ?? 'sync',
+        outcome,
+      })
+      .inc();
   }
 
   /** The decode leg is over for the client: stop listening to its signal, observe the transfer estimate. */
@@ -423,7 +506,8 @@ export class DisaggRequest {
     // pair the prefill's answer may come after decode started, which makes the difference meaningless.
     if (this.#path !== 'sync') return;
     const ms = this.tracker.kvTransferEstimatedMs();
-    if (ms !== undefined && ms >= 0) this.#ctx.metrics?.kvTransferEstimated.labels({ model: this.#deps.model }).observe(ms / 1000);
+    if (ms !== undefined && ms >= 0)
+      this.#ctx.metrics?.kvTransferEstimated.labels({ model: this.#deps.model }).observe(ms / 1000);
   }
 }
 

@@ -5,7 +5,13 @@
  * a synchronous prefill hands to the client's answer.
  */
 import type { RouterConfigOverride, Rng, WorkerPin } from '../../common/index.js';
-import { computeBootstrapRoom, parseRouterConfigOverride, randomRoomSeed, type KvRouterOptions, type RequestTracker } from '../../core/index.js';
+import {
+  computeBootstrapRoom,
+  parseRouterConfigOverride,
+  randomRoomSeed,
+  type KvRouterOptions,
+  type RequestTracker,
+} from '../../core/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import type { BootstrapInfo } from '../../engines/index.js';
 
@@ -24,9 +30,11 @@ export function handoffPath(w: WorkerInfo): HandoffPath {
 /** Why a prefill worker's bootstrap endpoint is unusable, or undefined when it is fine (or absent). */
 export function bootstrapProblem(w: WorkerInfo): string | undefined {
   const b = w.bootstrap;
-  if (b === undefined) return w.dialect === 'sglang' ? 'an SGLang prefill worker needs a bootstrap endpoint' : undefined;
+  if (b === undefined)
+    return w.dialect === 'sglang' ? 'an SGLang prefill worker needs a bootstrap endpoint' : undefined;
   if (typeof b.host !== 'string' || b.host.length === 0) return 'bootstrap host is empty';
-  if (!Number.isInteger(b.port) || b.port < 1 || b.port > 65535) return `bootstrap port ${String(b.port)} is not in 1..65535`;
+  if (!Number.isInteger(b.port) || b.port < 1 || b.port > 65535)
+    return `bootstrap port ${String(b.port)} is not in 1..65535`;
   return undefined;
 }
 
@@ -80,7 +88,9 @@ export function prefillWorkerInfo(
 }
 
 function obj(value: unknown): Record<string, unknown> | undefined {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : undefined;
 }
 
 /**
@@ -88,7 +98,10 @@ function obj(value: unknown): Record<string, unknown> | undefined {
  * prefill engine's (it computed the prompt, so its prefix-cache hits are the
  * ones the client paid less for). Undefined when there is no usage to patch.
  */
-export function withPromptTokensDetails(json: unknown, details: Readonly<Record<string, unknown>>): Record<string, unknown> | undefined {
+export function withPromptTokensDetails(
+  json: unknown,
+  details: Readonly<Record<string, unknown>>,
+): Record<string, unknown> | undefined {
   const root = obj(json);
   const usage = obj(root?.['usage']);
   if (root === undefined || usage === undefined) return undefined;

@@ -20,12 +20,27 @@
  * nothing is retried once the engine has the request.
  */
 import {
-  clientSpan, inSpan, spanFailed, type RouterMode, type RoutingHints, type WorkerRank, type WorkerRole,
+  clientSpan,
+  inSpan,
+  spanFailed,
+  type RouterMode,
+  type RoutingHints,
+  type WorkerRank,
+  type WorkerRole,
 } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import {
-  NO_LEG_FIELDS, EngineHttpError, clientWantsUsage, dpRankLegFields, isMigratable, mergeLegFields, protocolViolationOf, readChunkInfo, refusalBody,
-  streamingBodyFields, type EngineClient,
+  NO_LEG_FIELDS,
+  EngineHttpError,
+  clientWantsUsage,
+  dpRankLegFields,
+  isMigratable,
+  mergeLegFields,
+  protocolViolationOf,
+  readChunkInfo,
+  refusalBody,
+  streamingBodyFields,
+  type EngineClient,
 } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
@@ -44,7 +59,12 @@ import { midStreamBlocker } from './continuation.js';
 import { migratingEvents, migrationHooks, type MigrationHooks, type MigrationPolicy } from './migration.js';
 
 /** Failures that say the worker itself could not be talked to: health probing is asked to look now. */
-const CONNECTION_FAILURES = new Set(['KVG_ERR_ENGINE_UNREACHABLE', 'KVG_ERR_ENGINE_NOT_REGISTERED', 'KVG_ERR_ENGINE_DISCONNECTED', 'KVG_ERR_ENGINE_STREAM_BROKEN']);
+const CONNECTION_FAILURES = new Set([
+  'KVG_ERR_ENGINE_UNREACHABLE',
+  'KVG_ERR_ENGINE_NOT_REGISTERED',
+  'KVG_ERR_ENGINE_DISCONNECTED',
+  'KVG_ERR_ENGINE_STREAM_BROKEN',
+]);
 
 const NO_MIGRATION: MigrationPolicy = { limit: 0 };
 
@@ -52,14 +72,22 @@ const NO_MIGRATION: MigrationPolicy = { limit: 0 };
 type RouteSpan = Parameters<Parameters<typeof inSpan>[1]>[0];
 
 /** A streamed leg's body fields: the leg's, streaming with usage, and the token ids a migration resumes from. */
-function streamingFields(fields: Readonly<Record<string, unknown>>, body: Readonly<Record<string, unknown>>, ids: boolean): Record<string, unknown> {
+function streamingFields(
+  fields: Readonly<Record<string, unknown>>,
+  body: Readonly<Record<string, unknown>>,
+  ids: boolean,
+): Record<string, unknown> {
   const out: Record<string, unknown> = Object.assign({}, fields, streamingBodyFields(body));
   if (ids) out['return_token_ids'] = true;
   return out;
 }
 
 /** A leg's headers, its trace context's, and the client's request id (which engines build the response's `id` from). */
-function legHeaders(leg: Readonly<Record<string, string>>, trace: Readonly<Record<string, string>>, requestId: string): Record<string, string> {
+function legHeaders(
+  leg: Readonly<Record<string, string>>,
+  trace: Readonly<Record<string, string>>,
+  requestId: string,
+): Record<string, string> {
   const out: Record<string, string> = Object.assign({}, leg, trace);
   out['x-request-id'] = requestId;
   return out;
@@ -71,7 +99,11 @@ function retryReason(err: KvgateError): string {
 }
 
 /** Told how a dispatch ended (outlier detection): why it failed, and whether nothing answered (refused, reset). */
-export type DispatchOutcomeListener = (workerId: number, error: string | undefined, connectionFailure?: boolean) => void;
+export type DispatchOutcomeListener = (
+  workerId: number,
+  error: string | undefined,
+  connectionFailure?: boolean,
+) => void;
 
 export interface PushRouterOptions {
   readonly model: string;
@@ -97,7 +129,8 @@ export interface PushRouterOptions {
    * streamed legs (every generating leg streams, whatever the client asked) and one-token prefills;
    * `streamIdleMs` bounds the silence between two SSE events.
    */
-  readonly legTimeouts?: { readonly firstByteMs?: number | undefined; readonly streamIdleMs?: number | undefined } | undefined;
+  readonly legTimeouts?:
+    { readonly firstByteMs?: number | undefined; readonly streamIdleMs?: number | undefined } | undefined;
   /** Request migration of aggregated legs (migration.ts); default off. */
   readonly migration?: MigrationPolicy | undefined;
 }
@@ -125,10 +158,15 @@ export class PushRouter implements PoolMembers {
     this.#ctx = ctx;
     this.#opts = opts;
     // The load gauges are read from the selector's bookkeeping at scrape time.
-    this.#pm = ctx.metrics === undefined ? undefined
-      : new PoolMetrics(ctx.metrics, opts.model, opts.role, this.#members, (g, slot) => this.#selector.publishLoad(g, slot));
+    this.#pm =
+      ctx.metrics === undefined
+        ? undefined
+        : new PoolMetrics(ctx.metrics, opts.model, opts.role, this.#members, (g, slot) =>
+            this.#selector.publishLoad(g, slot),
+          );
     if (opts.mode === 'kv') {
-      if (opts.kvRouter === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'router mode kv needs a KvRouter');
+      if (opts.kvRouter === undefined)
+        throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'router mode kv needs a KvRouter');
       this.#selector = new KvSelector(this, opts.kvRouter, this.#pm);
     } else {
       this.#selector = opts.mode === 'direct' ? new DirectSelector(this) : new SimpleSelector(this, opts.mode, ctx.rng);
@@ -185,7 +223,11 @@ export class PushRouter implements PoolMembers {
   eligible(workerId: number, routing: RoutingHints): boolean {
     if (!this.#members.has(workerId)) return false;
     const allowed = routing.allowedWorkerIds;
-    if (allowed !== undefined && !(allowed instanceof Set ? allowed.has(workerId) : (allowed as readonly number[]).includes(workerId))) return false;
+    if (
+      allowed !== undefined &&
+      !(allowed instanceof Set ? allowed.has(workerId) : (allowed as readonly number[]).includes(workerId))
+    )
+      return false;
     const required = routing.routingConstraints?.requiredTaints;
     if (required === undefined || required.length === 0) return true;
     const taints = this.kvRouter?.workers().find((w) => w.workerId === workerId)?.taints ?? [];
@@ -206,13 +248,24 @@ export class PushRouter implements PoolMembers {
    * BACKPRESSURE / OVERLOADED (503), CLIENT_ABORTED while queued.
    */
   select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
-    if (this.#members.size === 0) return Promise.reject(new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`));
+    if (this.#members.size === 0)
+      return Promise.reject(
+        new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`),
+      );
     // The routing decision's span: the chosen worker, its overlap and the cost breakdown as attributes.
-    return inSpan('kvgate.route', (span) => this.#decide(req, mode, exclude, span),
-      () => ({ 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode }));
+    return inSpan(
+      'kvgate.route',
+      (span) => this.#decide(req, mode, exclude, span),
+      () => ({ 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode }),
+    );
   }
 
-  async #decide(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined, span: RouteSpan): Promise<Selection> {
+  async #decide(
+    req: LegRequest,
+    mode: 'book' | 'query',
+    exclude: ReadonlySet<number> | undefined,
+    span: RouteSpan,
+  ): Promise<Selection> {
     const sel = await this.#selector.select(req, mode, exclude);
     if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
     // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
@@ -234,10 +287,17 @@ export class PushRouter implements PoolMembers {
     // migrates them through a new prefill and decode (prefill-router.ts).
     const migrates = policy.limit > 0 && req.phase === 'aggregated';
     const exclude = new Set<number>(excluded);
-    const first = await this.#attempts(req, preselected, exclude, req.returnTokenIds === true || (migrates && midStreamBlocker(req.body) === undefined));
+    const first = await this.#attempts(
+      req,
+      preselected,
+      exclude,
+      req.returnTokenIds === true || (migrates && midStreamBlocker(req.body) === undefined),
+    );
     if (first.body.kind !== 'sse') return first;
     const sel = first.selection;
-    const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, () => this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
+    const events = migrates
+      ? migratingEvents(req, first.body.events, sel.worker.id, () => this.#migrationHooks(req, sel, policy, exclude))
+      : first.body.events;
     if (req.stream) return { selection: sel, status: first.status, body: { kind: 'sse', events } };
     try {
       const answer = await assembledAnswer(events, first.status, sel.worker);
@@ -252,29 +312,55 @@ export class PushRouter implements PoolMembers {
    * Dispatches one leg, retried elsewhere while nothing reached the client; `exclude` is the request's failed workers.
    * `tokenIds`: ask for the token ids a migration resumes from (`LegRequest.returnTokenIds`, given apart so the leg is not copied).
    */
-  #attempts(req: LegRequest, preselected: Selection | undefined, exclude: Set<number>, tokenIds: boolean): Promise<LegResponse> {
-    const policy = { model: this.model, maxRetries: this.#opts.maxRetries ?? 2, signal: req.signal, metrics: this.#ctx.metrics, exclude };
+  #attempts(
+    req: LegRequest,
+    preselected: Selection | undefined,
+    exclude: Set<number>,
+    tokenIds: boolean,
+  ): Promise<LegResponse> {
+    const policy = {
+      model: this.model,
+      maxRetries: this.#opts.maxRetries ?? 2,
+      signal: req.signal,
+      metrics: this.#ctx.metrics,
+      exclude,
+    };
     return retryBeforeFirstByte(policy, async (scope) => {
       const first = scope.attempt === 0 ? preselected : undefined;
       if (req.signal.aborted) {
         if (first !== undefined) this.#release(req, first);
         throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before dispatch');
       }
-      if (scope.attempt === 0) return this.#send(req, first ?? await this.select(req, 'book', scope.exclude), scope, tokenIds);
+      if (scope.attempt === 0)
+        return this.#send(req, first ?? (await this.select(req, 'book', scope.exclude)), scope, tokenIds);
       // A retry on another worker: its own span around the new decision and the new engine leg.
-      return inSpan('kvgate.retry', async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope, tokenIds),
-        () => ({ 'kvgate.retry.attempt': scope.attempt, 'kvgate.retry.excluded_workers': [...scope.exclude].join(',') }));
+      return inSpan(
+        'kvgate.retry',
+        async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope, tokenIds),
+        () => ({
+          'kvgate.retry.attempt': scope.attempt,
+          'kvgate.retry.excluded_workers': [...scope.exclude].join(','),
+        }),
+      );
     });
   }
 
   /** What a request's migrating stream asks of this router: re-dispatch, exclusion, counting and logging. */
   #migrationHooks(req: LegRequest, sel: Selection, policy: MigrationPolicy, exclude: Set<number>): MigrationHooks {
     return migrationHooks({
-      ctx: this.#ctx, model: this.model, role: this.role, requestId: req.requestId, policy, pinned: sel.pinned, exclude,
+      ctx: this.#ctx,
+      model: this.model,
+      role: this.role,
+      requestId: req.requestId,
+      policy,
+      pinned: sel.pinned,
+      exclude,
       redispatch: async (leg) => {
         const res = await this.#attempts(leg, undefined, exclude, true);
         if (res.body.kind === 'sse') return { events: res.body.events, workerId: res.selection.worker.id };
-        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine refused the continuation (${res.status})`, { upstreamStatus: res.status });
+        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine refused the continuation (${res.status})`, {
+          upstreamStatus: res.status,
+        });
       },
       onExcluded: (workerId, err) => {
         if (CONNECTION_FAILURES.has(err.code)) this.#opts.onWorkerUnreachable?.(workerId);
@@ -286,21 +372,31 @@ export class PushRouter implements PoolMembers {
   async #send(req: LegRequest, sel: Selection, scope: RetryScope, tokenIds: boolean): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
     const trace = clientSpan(`kvgate.engine.${req.phase}`, () => ({
-      'kvgate.model': this.model, 'kvgate.phase': req.phase, 'kvgate.worker_id': sel.slot.workerId, 'kvgate.dp_rank': sel.slot.dpRank,
+      'kvgate.model': this.model,
+      'kvgate.phase': req.phase,
+      'kvgate.worker_id': sel.slot.workerId,
+      'kvgate.dp_rank': sel.slot.dpRank,
       'kvgate.attempt': scope.attempt,
     }));
-    const guard = new LegGuard({
-      clock: this.#ctx.clock, metrics: this.#pm, kvRouter: this.mode === 'kv' ? this.kvRouter : undefined, blockSize: this.blockSize,
-      release: () => {
-        this.#inflight--;
-        this.#release(req, sel);
-        trace.span.end();
+    const guard = new LegGuard(
+      {
+        clock: this.#ctx.clock,
+        metrics: this.#pm,
+        kvRouter: this.mode === 'kv' ? this.kvRouter : undefined,
+        blockSize: this.blockSize,
+        release: () => {
+          this.#inflight--;
+          this.#release(req, sel);
+          trace.span.end();
+        },
+        onError: (err) => {
+          spanFailed(trace.span, err);
+          this.#legFailed(req, sel, err);
+        },
       },
-      onError: (err) => {
-        spanFailed(trace.span, err);
-        this.#legFailed(req, sel, err);
-      },
-    }, req, sel);
+      req,
+      sel,
+    );
     this.#inflight++;
     req.tracker?.recordWorker(sel.slot);
     req.tracker?.recordPrefillStart();
@@ -333,7 +429,11 @@ export class PushRouter implements PoolMembers {
         guard.finish(true);
         return { selection: sel, status: res.status, body: { kind: 'json', bytes: res.body, json: res.json } };
       }
-      return { selection: sel, status: res.status, body: { kind: 'sse', events: guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body)) } };
+      return {
+        selection: sel,
+        status: res.status,
+        body: { kind: 'sse', events: guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body)) },
+      };
     } catch (err) {
       spanFailed(trace.span, err);
       guard.finish(false);
@@ -342,7 +442,11 @@ export class PushRouter implements PoolMembers {
       if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
         // The client gets the engine's status and message in kvgate's error object, never the engine's body or headers.
         const body = refusalBody(err.refusal, w.id);
-        return { selection: sel, status: err.upstreamStatus, body: { kind: 'json', bytes: JSON.stringify(body), json: body } };
+        return {
+          selection: sel,
+          status: err.upstreamStatus,
+          body: { kind: 'json', bytes: JSON.stringify(body), json: body },
+        };
       }
       const code = isKvgateError(err) ? err.code : undefined;
       if (code !== undefined && CONNECTION_FAILURES.has(code)) this.#opts.onWorkerUnreachable?.(w.id);
@@ -360,7 +464,8 @@ export class PushRouter implements PoolMembers {
   #dispatchFailed(workerId: number, err: unknown): void {
     const report = this.#opts.onDispatchOutcome;
     if (report === undefined) return;
-    if (err instanceof EngineHttpError) report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
+    if (err instanceof EngineHttpError)
+      report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
     else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code, true);
     else if (isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
   }
@@ -373,16 +478,24 @@ export class PushRouter implements PoolMembers {
     const violation = protocolViolationOf(err);
     if (violation !== undefined) {
       this.#ctx.metrics?.engineProtocolErrors.labels({ model: this.model, worker_type: this.role, violation }).inc();
-      this.#ctx.logger.warn({ model: this.model, requestId: req.requestId, ...sel.slot, code: (err as KvgateError).code,
-        violation, err }, 'engine answer broke the protocol');
+      this.#ctx.logger.warn(
+        { model: this.model, requestId: req.requestId, ...sel.slot, code: (err as KvgateError).code, violation, err },
+        'engine answer broke the protocol',
+      );
       return;
     }
-    if (!isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT') && !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')) return;
+    if (
+      !isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT') &&
+      !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')
+    )
+      return;
     const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
     this.#ctx.metrics?.engineTimeouts.labels({ model: this.model, worker_type: this.role, kind }).inc();
     const timeoutMs = err.detail?.['timeoutMs'];
-    this.#ctx.logger.warn({ model: this.model, requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs },
-      'engine leg made no progress in time; cut (migratable)');
+    this.#ctx.logger.warn(
+      { model: this.model, requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs },
+      'engine leg made no progress in time; cut (migratable)',
+    );
   }
 
   /** Undoes a booking (exactly once per leg, through its guard). */
