@@ -20,6 +20,7 @@ import {
   type Clock,
   type RouterConfigOverride,
   type RoutingHints,
+  type WorkerRank,
   type WorkerRole,
 } from '../common/index.js';
 import {
@@ -61,65 +62,77 @@ export interface KvRouteRequest {
   readonly hashOptions?: Omit<BlockHashOptions, 'loraName'> | undefined;
 }
 
-/** The scheduler's methods a host reports a request's life through, and reads load from: the KvRouter's own. */
-const BOOKKEEPING = [
-  'addWorker',
-  'removeWorker',
-  'workers',
-  'markPrefillCompleted',
-  'addOutputBlock',
-  'free',
-  'tick',
-  'load',
-  'loads',
-  'activeRequest',
-  'observe',
-  'localBookings',
-] as const;
-/** The scheduler's read-only state, readable on the KvRouter. */
-const STATE = [
-  'config',
-  'blockSize',
-  'index',
-  'pendingRequests',
-  'pendingIslTokens',
-  'activeRequestCount',
-  'workerType',
-  'peers',
-] as const;
-
-/** What the KvRouter shares with the scheduler underneath (see `BOOKKEEPING` and `STATE`). */
-export type KvBookkeeping = Pick<KvScheduler, (typeof BOOKKEEPING)[number]> &
-  Readonly<Pick<KvScheduler, (typeof STATE)[number]>>;
-
-// The class below merges this interface: its members are defined once, in the static block.
-// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
-export interface KvRouter extends KvBookkeeping {}
-
-// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
+/**
+ * The KV-cache-aware chooser: hashes a prompt, resolves its pins by phase and asks the scheduler, which books
+ * the choice. What a host reports of a request's life (prefill done, output blocks, the end) and reads back
+ * (load, state) goes straight to the scheduler underneath: the methods and getters below forward one to one.
+ */
 export class KvRouter {
   readonly #scheduler: KvScheduler;
   readonly #clock: Clock;
 
-  static {
-    for (const name of BOOKKEEPING) {
-      Object.defineProperty(KvRouter.prototype, name, {
-        value(this: KvRouter, ...args: unknown[]): unknown {
-          const s = this.#scheduler;
-          return (s[name] as (...a: unknown[]) => unknown).apply(s, args);
-        },
-        writable: true,
-        configurable: true,
-      });
-    }
-    for (const name of STATE) {
-      Object.defineProperty(KvRouter.prototype, name, {
-        get(this: KvRouter): unknown {
-          return this.#scheduler[name];
-        },
-        configurable: true,
-      });
-    }
+  // ---- bookkeeping a host reports through, and reads load from (the scheduler's own)
+  addWorker(...a: Parameters<KvScheduler['addWorker']>): void {
+    return this.#scheduler.addWorker(...a);
+  }
+  removeWorker(workerId: number): boolean {
+    return this.#scheduler.removeWorker(workerId);
+  }
+  workers(): ReturnType<KvScheduler['workers']> {
+    return this.#scheduler.workers();
+  }
+  markPrefillCompleted(requestId: string): boolean {
+    return this.#scheduler.markPrefillCompleted(requestId);
+  }
+  addOutputBlock(...a: Parameters<KvScheduler['addOutputBlock']>): boolean {
+    return this.#scheduler.addOutputBlock(...a);
+  }
+  free(...a: Parameters<KvScheduler['free']>): boolean {
+    return this.#scheduler.free(...a);
+  }
+  tick(): ReturnType<KvScheduler['tick']> {
+    return this.#scheduler.tick();
+  }
+  load(slot: WorkerRank): ReturnType<KvScheduler['load']> {
+    return this.#scheduler.load(slot);
+  }
+  loads(): ReturnType<KvScheduler['loads']> {
+    return this.#scheduler.loads();
+  }
+  activeRequest(requestId: string): ReturnType<KvScheduler['activeRequest']> {
+    return this.#scheduler.activeRequest(requestId);
+  }
+  observe(...a: Parameters<KvScheduler['observe']>): void {
+    return this.#scheduler.observe(...a);
+  }
+  localBookings(): ReturnType<KvScheduler['localBookings']> {
+    return this.#scheduler.localBookings();
+  }
+
+  // ---- the scheduler's state, read-only
+  get config(): KvScheduler['config'] {
+    return this.#scheduler.config;
+  }
+  get blockSize(): number {
+    return this.#scheduler.blockSize;
+  }
+  get index(): KvScheduler['index'] {
+    return this.#scheduler.index;
+  }
+  get pendingRequests(): number {
+    return this.#scheduler.pendingRequests;
+  }
+  get pendingIslTokens(): number {
+    return this.#scheduler.pendingIslTokens;
+  }
+  get activeRequestCount(): number {
+    return this.#scheduler.activeRequestCount;
+  }
+  get workerType(): KvScheduler['workerType'] {
+    return this.#scheduler.workerType;
+  }
+  get peers(): KvScheduler['peers'] {
+    return this.#scheduler.peers;
   }
 
   /**
