@@ -131,9 +131,7 @@ export function prepare(
 }
 
 /** Reads a routed response to its end; returns the SSE payloads (or the JSON body) and the usage. */
-export async function drain(
-  res: RoutedResponse,
-): Promise<{
+export async function drain(res: RoutedResponse): Promise<{
   payloads: string[];
   usage: { prompt_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } } | undefined;
 }> {
