@@ -71,7 +71,9 @@ function startupSummary(
       enforceDisagg: m.enforceDisagg || undefined,
       workers: m.workers.map(
         (w) =>
-          `${w.id} ${w.role} ${w.dialect} ${w.url}${w.dpSize > 1 ? ` dp=${w.dpSize}` : ''}${w.kvEvents !== undefined ? ` events=${w.kvEvents.endpoint}` : ''}`,
+          `${w.id} ${w.role} ${w.dialect} ${w.url}` +
+          (w.dpSize > 1 ? ` dp=${w.dpSize}` : '') +
+          (w.kvEvents !== undefined ? ` events=${w.kvEvents.endpoint}` : ''),
       ),
     })),
   };

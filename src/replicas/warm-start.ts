@@ -89,7 +89,8 @@ export async function warmStart(d: WarmStartOptions): Promise<WarmStartOutcome> 
           bytes,
           seconds,
         },
-        `warm start of ${key}: snapshot of replica ${s.routerId} (${blocks} block(s) over ${slots.length} worker rank(s), ${s.bookings.length} booking(s), ${bytes} bytes)`,
+        `warm start of ${key}: snapshot of replica ${s.routerId} ` +
+          `(${blocks} block(s) over ${slots.length} worker rank(s), ${s.bookings.length} booking(s), ${bytes} bytes)`,
       );
       out.set(key, { snapshot: s });
       complete.add(key);

@@ -120,7 +120,8 @@ export class ModelPreprocessor {
     if (this.#tok !== undefined) return this.#tok;
     throw new KvgateError(
       'KVG_ERR_TOKENIZER_UNAVAILABLE',
-      `model ${this.spec.name} has no tokenizer and is configured to reject text prompts; send token ids (a token-array prompt or nvext.token_data)`,
+      `model ${this.spec.name} has no tokenizer and is configured to reject text prompts; ` +
+        'send token ids (a token-array prompt or nvext.token_data)',
       { model: this.spec.name },
     );
   }
