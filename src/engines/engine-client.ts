@@ -172,6 +172,27 @@ function normalizeWorkerUrl(url: string): string {
   return `${parsed.origin}${parsed.pathname.replace(/\/+$/, '')}`;
 }
 
+/**
+ * A request's headers as names and values in one flat array (undici takes it as is): no
+ * per-request object of request-specific keys. The caller's headers (`extra`) win over the defaults.
+ */
+function requestHeaders(
+  stream: boolean,
+  hasBody: boolean,
+  extra: Readonly<Record<string, string>> | undefined,
+): string[] {
+  const headers: string[] = [];
+  if (extra?.['accept'] === undefined) headers.push('accept', stream ? 'text/event-stream' : 'application/json');
+  if (hasBody && extra?.['content-type'] === undefined) headers.push('content-type', 'application/json');
+  if (extra !== undefined) {
+    for (const name of Object.keys(extra)) {
+      const value = extra[name];
+      if (value !== undefined) headers.push(name, value);
+    }
+  }
+  return headers;
+}
+
 export class EngineClient {
   readonly #options: FilledEngineClientOptions;
   readonly #workers = new Map<string, WorkerEntry>();
@@ -296,21 +317,7 @@ export class EngineClient {
     let entry: WorkerEntry | undefined;
     let payload: string | undefined;
     try {
-      entry = this.#byUrl.get(workerUrl);
-      if (entry === undefined) {
-        const key = normalizeWorkerUrl(workerUrl);
-        entry = this.#workers.get(key);
-        if (entry === undefined) {
-          throw new KvgateError(
-            'KVG_ERR_ENGINE_NOT_REGISTERED',
-            `no engine pool for worker ${key}${this.#closed ? ' (client closed)' : ''}`,
-            {
-              worker: key,
-            },
-          );
-        }
-        this.#byUrl.set(workerUrl, entry);
-      }
+      entry = this.#registered(workerUrl);
       if (!path.startsWith('/'))
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `dispatch path must start with '/': ${path}`, { path });
       payload = body === undefined ? undefined : serializeBody(body, options.extraFields);
@@ -320,19 +327,7 @@ export class EngineClient {
     const ctx: ErrorContext = { worker: entry.url, path };
     if (options.signal?.aborted === true) return Promise.reject(clientAbortedError(ctx, options.signal.reason));
     const stream = options.stream ?? (body !== undefined && body['stream'] === true);
-    // Header names and values in one flat array (undici takes it as is): no per-request object of request-specific keys.
-    // The caller's headers win over the defaults.
-    const extra = options.headers;
-    const headers: string[] = [];
-    if (extra?.['accept'] === undefined) headers.push('accept', stream ? 'text/event-stream' : 'application/json');
-    if (payload !== undefined && extra?.['content-type'] === undefined)
-      headers.push('content-type', 'application/json');
-    if (extra !== undefined) {
-      for (const name of Object.keys(extra)) {
-        const value = extra[name];
-        if (value !== undefined) headers.push(name, value);
-      }
-    }
+    const headers = requestHeaders(stream, payload !== undefined, options.headers);
     const pool = entry.pool;
     const opts = this.#options;
     return new Promise<EngineResponse>((resolve, reject) => {
@@ -366,6 +361,29 @@ export class EngineClient {
         handler.onResponseError(undefined, err as Error);
       }
     });
+  }
+
+  /**
+   * The registered entry of `workerUrl`, found by the caller's spelling once it was seen.
+   * @throws KvgateError KVG_ERR_ENGINE_NOT_REGISTERED for a worker not registered (or a closed client).
+   */
+  #registered(workerUrl: string): WorkerEntry {
+    let entry = this.#byUrl.get(workerUrl);
+    if (entry === undefined) {
+      const key = normalizeWorkerUrl(workerUrl);
+      entry = this.#workers.get(key);
+      if (entry === undefined) {
+        throw new KvgateError(
+          'KVG_ERR_ENGINE_NOT_REGISTERED',
+          `no engine pool for worker ${key}${this.#closed ? ' (client closed)' : ''}`,
+          {
+            worker: key,
+          },
+        );
+      }
+      this.#byUrl.set(workerUrl, entry);
+    }
+    return entry;
   }
 
   #track(closing: Promise<void>): Promise<void> {

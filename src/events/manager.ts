@@ -141,7 +141,8 @@ export class KvEventManager {
     this.liveness.noteEvent(sub.source);
     this.#ctx.logger.info(
       { ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
-      `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; replaying what the engine published since`,
+      `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; ` +
+        'replaying what the engine published since',
     );
   }
 

@@ -118,7 +118,8 @@ export class SlotWriter {
       this.#log.warn(
         'seed_kept',
         { reason },
-        "KV events since the replica snapshot cannot be replayed from the engine: keeping the snapshot's blocks and continuing from live events",
+        'KV events since the replica snapshot cannot be replayed from the engine: ' +
+          "keeping the snapshot's blocks and continuing from live events",
       );
       return;
     }

@@ -151,7 +151,10 @@ export class Generation {
     if (tokens.length + maxTokens > o.maxModelLen) {
       throw new KvgateError(
         'KVG_ERR_PROMPT_TOO_LONG',
-        `This model's maximum context length is ${o.maxModelLen} tokens. However, you requested ${tokens.length + maxTokens} tokens (${tokens.length} in the messages, ${maxTokens} in the completion). Please reduce the length of the messages or completion.`,
+        `This model's maximum context length is ${o.maxModelLen} tokens. ` +
+          `However, you requested ${tokens.length + maxTokens} tokens ` +
+          `(${tokens.length} in the messages, ${maxTokens} in the completion). ` +
+          'Please reduce the length of the messages or completion.',
         { param },
       );
     }
@@ -159,7 +162,8 @@ export class Generation {
     if (blocksNeeded > o.numGpuBlocks) {
       throw new KvgateError(
         'KVG_ERR_INVALID_REQUEST',
-        `the request needs ${blocksNeeded} KV blocks (${tokens.length} prompt + ${maxTokens} completion tokens) but the engine has ${o.numGpuBlocks}`,
+        `the request needs ${blocksNeeded} KV blocks (${tokens.length} prompt + ${maxTokens} completion tokens)` +
+          ` but the engine has ${o.numGpuBlocks}`,
         { param },
       );
     }

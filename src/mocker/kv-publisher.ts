@@ -110,7 +110,10 @@ export class KvEventPublisher {
     return { sent: this.#sent, dropped: this.#dropped };
   }
 
-  /** Publishes one batch (one engine step's events); returns its seq and whether it went out, or undefined when there was nothing to send. */
+  /**
+   * Publishes one batch (one engine step's events); returns its seq and whether it went out, or
+   * undefined when there was nothing to send.
+   */
   publish(events: readonly KvEvent[], tsSeconds: number): { seq: bigint; dropped: boolean } | undefined {
     if (this.#closed || events.length === 0) return undefined;
     const seq = this.#seq++;

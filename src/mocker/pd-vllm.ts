@@ -79,7 +79,8 @@ function hasRemotePrefill(params: Record<string, unknown> | undefined): boolean 
 function missing(what: string): KvgateError {
   return new KvgateError(
     'KVG_ERR_INVALID_REQUEST',
-    `this is a decode engine: kv_transfer_params from a prefill engine are required (${what}); send the request to a prefill engine first with kv_transfer_params {"do_remote_decode": true}`,
+    `this is a decode engine: kv_transfer_params from a prefill engine are required (${what}); ` +
+      'send the request to a prefill engine first with kv_transfer_params {"do_remote_decode": true}',
     { param: 'kv_transfer_params' },
   );
 }
