@@ -112,6 +112,23 @@ async function readStream(
 }
 
 /**
+ * The body of one request's `POST /v1/completions`: its synthesised prompt as
+ * token ids, exactly its recorded output length (`ignore_eos`), streamed, with
+ * the usage chunk (which carries the cached tokens) asked for.
+ */
+function completionBody(r: ReplayRequest, opts: LoadGeneratorOptions): string {
+  return JSON.stringify({
+    model: opts.model,
+    prompt: opts.synth.tokens(r.hashIds, r.inputLength),
+    max_tokens: r.outputLength,
+    ignore_eos: true,
+    stream: true,
+    stream_options: { include_usage: true },
+    seed: opts.requestSeed(r.index),
+  });
+}
+
+/**
  * Replays the workload against `url` in real time. Resolves when every
  * request has ended (completed or failed).
  */
@@ -134,15 +151,7 @@ export async function generateLoad(workload: Workload, opts: LoadGeneratorOption
 
   const send = async (r: ReplayRequest): Promise<void> => {
     const o = outcomes[r.index]!;
-    const body = JSON.stringify({
-      model: opts.model,
-      prompt: opts.synth.tokens(r.hashIds, r.inputLength),
-      max_tokens: r.outputLength,
-      ignore_eos: true,
-      stream: true,
-      stream_options: { include_usage: true },
-      seed: opts.requestSeed(r.index),
-    });
+    const body = completionBody(r, opts);
     // Latencies are measured from the actual send (timer lag is not the server's).
     const sentAt = elapsed();
     o.arrivalMs = sentAt;

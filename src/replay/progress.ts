@@ -81,7 +81,9 @@ export class ProgressBar {
       return;
     }
     const filled = Math.round(frac * BAR_WIDTH);
-    let line = `${this.#label} [${'#'.repeat(filled)}${'-'.repeat(BAR_WIDTH - filled)}] ${Math.floor(frac * 100)}% ${done}/${this.#total} ${(elapsedMs / 1000).toFixed(1)}s`;
+    let line =
+      `${this.#label} [${'#'.repeat(filled)}${'-'.repeat(BAR_WIDTH - filled)}] ` +
+      `${Math.floor(frac * 100)}% ${done}/${this.#total} ${(elapsedMs / 1000).toFixed(1)}s`;
     const cols = this.#sink.columns;
     if (cols !== undefined && cols > 10 && line.length >= cols) line = line.slice(0, cols - 1);
     // Pad over the previous line's leftovers.

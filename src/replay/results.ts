@@ -227,6 +227,61 @@ function replicaSummary(r: ReplicaRun | undefined): PolicySummary['replicas'] {
   };
 }
 
+/**
+ * The router's predicted cached tokens against what the engine reported, over the requests that have
+ * both (offline, every routed one); online, the gateway's own figures when it reports them; else null.
+ */
+function predictionError(run: PolicyRun): PolicySummary['prediction_error'] {
+  const predicted = run.outcomes.filter((o) => o.predictedCachedTokens !== null && o.cachedTokens !== null);
+  if (predicted.length > 0) {
+    let abs = 0;
+    let signed = 0;
+    let exact = 0;
+    for (const o of predicted) {
+      const d = o.predictedCachedTokens! - o.cachedTokens!;
+      abs += Math.abs(d);
+      signed += d;
+      if (d === 0) exact++;
+    }
+    return {
+      requests: predicted.length,
+      mean_abs_tokens: round(abs / predicted.length),
+      mean_signed_tokens: round(signed / predicted.length),
+      exact_fraction: round(exact / predicted.length),
+    };
+  }
+  if (run.predictionFromGateway !== undefined && run.predictionFromGateway !== null)
+    return { ...run.predictionFromGateway, mean_abs_tokens: null };
+  return null;
+}
+
+/**
+ * Per-leg figures of a disaggregated run (undefined unless it has a prefill and a decode pool),
+ * over the completed requests whose both legs ran. The prompt is computed on the prefill leg, so
+ * the run's hit rate is the prefill hit rate.
+ */
+function legSummary(run: PolicyRun, ok: readonly RequestOutcome[], hitRate: number): LegSummary | undefined {
+  const prefillPool = run.pools.find((p) => p.name === 'prefill');
+  const decodePool = run.pools.find((p) => p.name === 'decode');
+  if (prefillPool === undefined || decodePool === undefined) return undefined;
+  const legs = ok.filter((o) => o.prefillDoneMs !== null && o.decodeStartMs !== null);
+  return {
+    prefill_ms: percentiles(distribution(legs.map((o) => o.prefillDoneMs! - o.arrivalMs))),
+    prefill_queue_ms: percentiles(
+      distribution(legs.filter((o) => o.admittedMs !== null).map((o) => o.admittedMs! - o.arrivalMs)),
+    ),
+    kv_transfer_estimated_ms: percentiles(
+      distribution(legs.filter((o) => o.transferEstimateMs !== null).map((o) => o.transferEstimateMs!)),
+    ),
+    prefill_done_to_first_token_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.prefillDoneMs!))),
+    decode_ttft_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.decodeStartMs!))),
+    prefill_hit_rate: round(hitRate),
+    prefill_load_imbalance: round(prefillPool.load.imbalance),
+    decode_load_imbalance: round(decodePool.load.imbalance),
+    kv_lease_expired: run.leaseExpired ?? 0,
+  };
+}
+
 /** Summarises one policy's run against the workload's hit-rate bound. */
 export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySummary {
   const ok = run.outcomes.filter((o) => o.error === null && o.finishMs !== null && o.firstTokenMs !== null);
@@ -238,27 +293,6 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
   const firstArrival = run.outcomes.length > 0 ? Math.min(...run.outcomes.map((o) => o.arrivalMs)) : 0;
   const lastFinish = ok.length > 0 ? Math.max(...ok.map((o) => o.finishMs!)) : firstArrival;
   const spanS = Math.max(1e-9, (lastFinish - firstArrival) / 1000);
-  const predicted = run.outcomes.filter((o) => o.predictedCachedTokens !== null && o.cachedTokens !== null);
-  let prediction: PolicySummary['prediction_error'] = null;
-  if (predicted.length > 0) {
-    let abs = 0;
-    let signed = 0;
-    let exact = 0;
-    for (const o of predicted) {
-      const d = o.predictedCachedTokens! - o.cachedTokens!;
-      abs += Math.abs(d);
-      signed += d;
-      if (d === 0) exact++;
-    }
-    prediction = {
-      requests: predicted.length,
-      mean_abs_tokens: round(abs / predicted.length),
-      mean_signed_tokens: round(signed / predicted.length),
-      exact_fraction: round(exact / predicted.length),
-    };
-  } else if (run.predictionFromGateway !== undefined && run.predictionFromGateway !== null) {
-    prediction = { ...run.predictionFromGateway, mean_abs_tokens: null };
-  }
   const engineMeanLoad: Record<string, number> = {};
   for (const pool of run.pools)
     pool.workerIds.forEach((w, i) => {
@@ -280,33 +314,15 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
     load_imbalance: round(Math.max(...run.pools.map((p) => p.load.imbalance))),
     load_imbalance_over_time: round(Math.max(...run.pools.map((p) => p.load.imbalanceOverTime))),
     engine_mean_load: engineMeanLoad,
-    prediction_error: prediction,
+    prediction_error: predictionError(run),
     preemptions: run.preemptions,
     extrapolated_steps: run.extrapolatedSteps,
     engine_busy_fraction: run.engineBusyFraction === null ? null : round(run.engineBusyFraction),
     wall_s: round(run.wallMs / 1000),
     replicas: replicaSummary(run.replicas),
   };
-  const prefillPool = run.pools.find((p) => p.name === 'prefill');
-  const decodePool = run.pools.find((p) => p.name === 'decode');
-  if (prefillPool !== undefined && decodePool !== undefined) {
-    const legs = ok.filter((o) => o.prefillDoneMs !== null && o.decodeStartMs !== null);
-    summary.legs = {
-      prefill_ms: percentiles(distribution(legs.map((o) => o.prefillDoneMs! - o.arrivalMs))),
-      prefill_queue_ms: percentiles(
-        distribution(legs.filter((o) => o.admittedMs !== null).map((o) => o.admittedMs! - o.arrivalMs)),
-      ),
-      kv_transfer_estimated_ms: percentiles(
-        distribution(legs.filter((o) => o.transferEstimateMs !== null).map((o) => o.transferEstimateMs!)),
-      ),
-      prefill_done_to_first_token_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.prefillDoneMs!))),
-      decode_ttft_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.decodeStartMs!))),
-      prefill_hit_rate: round(hitRate),
-      prefill_load_imbalance: round(prefillPool.load.imbalance),
-      decode_load_imbalance: round(decodePool.load.imbalance),
-      kv_lease_expired: run.leaseExpired ?? 0,
-    };
-  }
+  const legs = legSummary(run, ok, hitRate);
+  if (legs !== undefined) summary.legs = legs;
   if (failed.length > 0)
     summary.errors = failed.slice(0, MAX_ERRORS_LISTED).map((o) => `request ${o.index}: ${o.error!}`);
   return summary;

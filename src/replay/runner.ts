@@ -11,7 +11,8 @@ import { KvgateError } from '../errors/index.js';
 import { kvgateVersion } from '../version.js';
 import { MOCKER_DEFAULTS, resolveMockerOptions, type MockerInput } from '../mocker/index.js';
 import { runOfflineJob, type OfflineJob, type OfflineWorkerMessage } from './offline-job.js';
-import { defaultBucketMs, type DisaggProtocol } from './offline.js';
+import type { DisaggProtocol } from './offline-disagg.js';
+import { defaultBucketMs } from './offline.js';
 import type { PolicySpec } from './policy.js';
 import { SINGLE_ROUTER, validateReplicaOptions, type FrontDoorMode, type ReplicaOptions } from './router-replicas.js';
 import { machineInfo, MAX_INVALID_LISTED, sha256, type ReplayReport } from './report.js';
@@ -269,11 +270,10 @@ function configSummary(cfg: ReplayConfig, workload: Workload, engine: MockerInpu
 }
 
 /**
- * Runs a replay end to end.
- * @throws KvgateError KVG_ERR_INVALID_TRACE (unreadable, empty, or strict with bad lines),
- *   KVG_ERR_INVALID_ARGUMENT / KVG_ERR_INVALID_CONFIG for invalid options.
+ * The trace file, read and validated (its bytes are kept for the report's checksum).
+ * @throws KvgateError KVG_ERR_INVALID_TRACE when it cannot be read, is empty, or is strict with bad lines.
  */
-export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<ReplayResult> {
+function readTrace(cfg: ReplayConfig): { bytes: Buffer; trace: LoadedTrace } {
   let bytes: Buffer;
   try {
     bytes = readFileSync(cfg.trace);
@@ -289,14 +289,15 @@ export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<
     strict: cfg.strict,
     source: cfg.trace,
   });
-  const workload = buildWorkload(trace, cfg.workload);
-  const engine = replayEngineOptions(cfg.engine, cfg.seed);
-  const blockSize = engine.blockSize ?? MOCKER_DEFAULTS.blockSize;
-  const bound = hitRateBound(workload.requests, workload.traceBlockSize, blockSize);
-  const cacheEngines = cfg.topology.kind === 'aggregated' ? cfg.topology.workers : cfg.topology.prefillWorkers;
-  const capacityTokens = cacheEngines * (engine.numGpuBlocks ?? MOCKER_DEFAULTS.numGpuBlocks) * blockSize;
-  const pooled = pooledLruHitRate(workload.requests, workload.traceBlockSize, blockSize, capacityTokens);
+  return { bytes, trace };
+}
 
+/**
+ * Every policy's run over the workload: offline as jobs (in worker threads when `jobs` > 1), online
+ * through the hooks' runner, reporting progress through the hooks.
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for router replicas online, or online without a runner.
+ */
+async function runPolicies(workload: Workload, cfg: ReplayConfig, hooks: ReplayHooks): Promise<PolicyRun[]> {
   if (cfg.mode === 'online' && cfg.replicas?.counts.some((n) => n !== 1) === true) {
     throw new KvgateError(
       'KVG_ERR_INVALID_ARGUMENT',
@@ -306,17 +307,31 @@ export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<
   }
   const label = `${cfg.mode} replay`;
   const onProgress = (done: number, total: number): void => hooks.onProgress?.(label, done, total);
-  let runs: PolicyRun[];
-  if (cfg.mode === 'offline') {
-    runs = await runOfflineJobs(offlineJobs(workload, cfg), cfg.jobs, onProgress);
-  } else {
-    if (hooks.runOnline === undefined)
-      throw new KvgateError(
-        'KVG_ERR_INVALID_ARGUMENT',
-        'online replay needs a runner that can start engines and the gateway',
-      );
-    runs = await hooks.runOnline(workload, cfg, onProgress);
-  }
+  if (cfg.mode === 'offline') return runOfflineJobs(offlineJobs(workload, cfg), cfg.jobs, onProgress);
+  if (hooks.runOnline === undefined)
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      'online replay needs a runner that can start engines and the gateway',
+    );
+  return hooks.runOnline(workload, cfg, onProgress);
+}
+
+/**
+ * Runs a replay end to end.
+ * @throws KvgateError KVG_ERR_INVALID_TRACE (unreadable, empty, or strict with bad lines),
+ *   KVG_ERR_INVALID_ARGUMENT / KVG_ERR_INVALID_CONFIG for invalid options.
+ */
+export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<ReplayResult> {
+  const { bytes, trace } = readTrace(cfg);
+  const workload = buildWorkload(trace, cfg.workload);
+  const engine = replayEngineOptions(cfg.engine, cfg.seed);
+  const blockSize = engine.blockSize ?? MOCKER_DEFAULTS.blockSize;
+  const bound = hitRateBound(workload.requests, workload.traceBlockSize, blockSize);
+  const cacheEngines = cfg.topology.kind === 'aggregated' ? cfg.topology.workers : cfg.topology.prefillWorkers;
+  const capacityTokens = cacheEngines * (engine.numGpuBlocks ?? MOCKER_DEFAULTS.numGpuBlocks) * blockSize;
+  const pooled = pooledLruHitRate(workload.requests, workload.traceBlockSize, blockSize, capacityTokens);
+
+  const runs = await runPolicies(workload, cfg, hooks);
   const policies: Record<string, PolicySummary> = {};
   for (const run of runs) policies[run.name] = summarizePolicy(run, bound.tokens);
   const report: ReplayReport = {

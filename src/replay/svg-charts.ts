@@ -128,7 +128,10 @@ interface DrawnSeries extends ChartSeries {
   readonly segments: Point[][];
 }
 
-/** A non-finite y breaks the line (a gap); other unusable points are dropped. Each segment is thinned in proportion to its share of the points. */
+/**
+ * A non-finite y breaks the line (a gap); other unusable points are dropped.
+ * Each segment is thinned in proportion to its share of the points.
+ */
 function drawable(series: readonly ChartSeries[], xLog: boolean): DrawnSeries[] {
   return series.map((s) => {
     const usable = s.points.filter(([x]) => Number.isFinite(x) && (!xLog || x > 0));
@@ -234,7 +237,8 @@ function chrome(opts: LineChartOptions, f: Frame, parts: string[]): void {
   const { width, height, margin, pw, ph } = f;
   const yFormat = opts.yFormat ?? formatTick;
   parts.push(
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" ` +
+      'font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">',
   );
   parts.push(`<title>${escapeXml(opts.title)}</title>`);
   parts.push(`<rect width="${width}" height="${height}" fill="#ffffff"/>`);
@@ -286,7 +290,10 @@ function styleOf(s: ChartSeries, i: number): SeriesStyle {
 }
 
 function markerAt(style: SeriesStyle, x: number, y: number): string {
-  return `<path transform="translate(${x.toFixed(1)} ${y.toFixed(1)})" d="${style.marker!}" fill="none" stroke="${style.color}" stroke-width="1.4"/>`;
+  return (
+    `<path transform="translate(${x.toFixed(1)} ${y.toFixed(1)})" d="${style.marker!}" ` +
+    `fill="none" stroke="${style.color}" stroke-width="1.4"/>`
+  );
 }
 
 /** Bands as shaded polygons (upper edge forward, lower edge back). */
@@ -297,7 +304,8 @@ function drawBands(bands: readonly ChartBand[], f: Frame, parts: string[]): void
     const upper = pts.map(([x, , hi]) => `${f.sx(x).toFixed(1)},${f.sy(hi).toFixed(1)}`);
     const lower = pts.map(([x, lo]) => `${f.sx(x).toFixed(1)},${f.sy(lo).toFixed(1)}`).reverse();
     parts.push(
-      `<polygon fill="${b.color ?? PALETTE[i % PALETTE.length]!}" fill-opacity="0.22" stroke="none" points="${[...upper, ...lower].join(' ')}"><title>${escapeXml(b.name)}</title></polygon>`,
+      `<polygon fill="${b.color ?? PALETTE[i % PALETTE.length]!}" fill-opacity="0.22" stroke="none" ` +
+        `points="${[...upper, ...lower].join(' ')}"><title>${escapeXml(b.name)}</title></polygon>`,
     );
   });
 }
@@ -312,7 +320,8 @@ function drawSeries(series: readonly DrawnSeries[], f: Frame, parts: string[]): 
     for (const seg of s.segments) {
       const d = seg.map(([x, y]) => `${f.sx(x).toFixed(1)},${f.sy(y).toFixed(1)}`).join(' ');
       parts.push(
-        `<polyline fill="none" stroke="${style.color}" stroke-width="1.8"${style.dash} points="${d}"><title>${escapeXml(s.name)}</title></polyline>`,
+        `<polyline fill="none" stroke="${style.color}" stroke-width="1.8"${style.dash} points="${d}">` +
+          `<title>${escapeXml(s.name)}</title></polyline>`,
       );
     }
     if (style.marker === undefined || s.points.length < 2) return;
