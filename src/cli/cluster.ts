@@ -117,7 +117,8 @@ export function runClusterPrimary(processes: number, logger: Logger): Promise<nu
         exits++;
         logger.error(
           { process: indexOf.get(worker.id), pid: worker.process.pid, code, signal, exits, serving: left },
-          `kvgate serve: gateway process ${indexOf.get(worker.id)} exited (${signal ?? `code ${code}`}); it is not restarted: ${left} of ${processes} process(es) serve`,
+          `kvgate serve: gateway process ${indexOf.get(worker.id)} exited (${signal ?? `code ${code}`}); it is not ` +
+            `restarted: ${left} of ${processes} process(es) serve`,
         );
       }
       if (left > 0) return;

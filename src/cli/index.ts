@@ -40,7 +40,10 @@ export const SUBCOMMANDS: Record<string, Subcommand> = {
 /** `kvgate --help`. */
 export function cliUsage(): string {
   const lines = Object.entries(SUBCOMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
-  return `usage: kvgate <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun \`kvgate <command> --help\` for a command's options; \`kvgate --version\` prints the version.\n`;
+  return (
+    `usage: kvgate <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun \`kvgate <command> --help\` for a ` +
+    `command's options; \`kvgate --version\` prints the version.\n`
+  );
 }
 
 /** Runs the CLI; resolves to the process exit code. */

@@ -117,6 +117,45 @@ function num(flag: string, v: string | undefined): number | undefined {
   return n;
 }
 
+/** `--engine-hash-seed`: a bigint (engine i publishes under seed + i). */
+function engineHashSeedFlag(hashSeed: string | undefined): bigint | undefined {
+  if (hashSeed === undefined) return undefined;
+  try {
+    return BigInt(hashSeed);
+  } catch {
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `--engine-hash-seed ${hashSeed}: not an integer`, {
+      field: 'engine-hash-seed',
+    });
+  }
+}
+
+/**
+ * `--tokenizer` with `--tokenizer-config`. `--tokenizer demo --tokenizer-config X` is the demo vocabulary
+ * with another chat template (the tokenizer layer resolves 'demo' inside explicit files), never X silently dropped.
+ */
+function tokenizerFlags(
+  tokenizerPath: string | undefined,
+  tokenizerConfig: string | undefined,
+): MockerInput['tokenizer'] {
+  return tokenizerPath === undefined || tokenizerConfig === undefined
+    ? tokenizerPath
+    : { tokenizerJson: tokenizerPath, tokenizerConfig };
+}
+
+/** The `--fault-*` flags: what an engine gets wrong on purpose. */
+function faultFlags(values: Record<string, string | string[] | boolean | undefined>): MockerInput['faults'] {
+  const s = (k: string): string | undefined => values[k] as string | undefined;
+  return {
+    hang: values['fault-hang'] === true ? true : undefined,
+    slowFactor: num('fault-slow-factor', s('fault-slow-factor')),
+    errorRate: num('fault-error-rate', s('fault-error-rate')),
+    errorStatus: num('fault-error-status', s('fault-error-status')) as 500 | 502 | 503 | undefined,
+    dropEventRate: num('fault-drop-event-rate', s('fault-drop-event-rate')),
+    reorderEvents: values['fault-reorder-events'] === true ? true : undefined,
+    stallAfterTokens: num('fault-stall-after-tokens', s('fault-stall-after-tokens')),
+  };
+}
+
 /**
  * Turns argv into per-engine options (validation of values happens in startMocker).
  * @throws KvgateError KVG_ERR_INVALID_CONFIG for unknown flags or non-numeric numbers.
@@ -137,25 +176,8 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
   const replayPort = num('kv-events-replay-port', s('kv-events-replay-port'));
   const bootstrapPort = num('bootstrap-port', s('bootstrap-port')) ?? CLI_PORT_DEFAULTS.bootstrapPort;
   const dpSize = num('dp-size', s('dp-size')) ?? MOCKER_DEFAULTS.dpSize;
-  const hashSeed = s('engine-hash-seed');
-  let engineHashSeed: bigint | undefined;
-  if (hashSeed !== undefined) {
-    try {
-      engineHashSeed = BigInt(hashSeed);
-    } catch {
-      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `--engine-hash-seed ${hashSeed}: not an integer`, {
-        field: 'engine-hash-seed',
-      });
-    }
-  }
-  const tokenizerPath = s('tokenizer');
-  const tokenizerConfig = s('tokenizer-config');
-  // `--tokenizer demo --tokenizer-config X` is the demo vocabulary with another chat template (the
-  // tokenizer layer resolves 'demo' inside explicit files), never X silently dropped.
-  const tokenizer =
-    tokenizerPath === undefined || tokenizerConfig === undefined
-      ? tokenizerPath
-      : { tokenizerJson: tokenizerPath, tokenizerConfig };
+  const engineHashSeed = engineHashSeedFlag(s('engine-hash-seed'));
+  const tokenizer = tokenizerFlags(s('tokenizer'), s('tokenizer-config'));
   const offset = (base: number | undefined, step: number, i: number): number | undefined =>
     base === undefined ? undefined : base === 0 ? 0 : base + step * i;
   const engines: MockerInput[] = [];
@@ -190,15 +212,7 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
       engineHashSeed: engineHashSeed === undefined ? undefined : engineHashSeed + BigInt(i),
       tokenizer,
       defaultMaxTokens: num('default-max-tokens', s('default-max-tokens')),
-      faults: {
-        hang: values['fault-hang'] === true ? true : undefined,
-        slowFactor: num('fault-slow-factor', s('fault-slow-factor')),
-        errorRate: num('fault-error-rate', s('fault-error-rate')),
-        errorStatus: num('fault-error-status', s('fault-error-status')) as 500 | 502 | 503 | undefined,
-        dropEventRate: num('fault-drop-event-rate', s('fault-drop-event-rate')),
-        reorderEvents: values['fault-reorder-events'] === true ? true : undefined,
-        stallAfterTokens: num('fault-stall-after-tokens', s('fault-stall-after-tokens')),
-      },
+      faults: faultFlags(values),
     });
   }
   return { help: values.help === true, engines };

@@ -128,6 +128,35 @@ async function waitReady(url: string): Promise<void> {
   }
 }
 
+/**
+ * `kvgate serve` on a config written to a temporary file (removed once read), ready to answer.
+ * A gateway that started but never became ready is stopped before the error propagates.
+ */
+async function startPolicyGateway(config: unknown): Promise<{ gateway: ServeHandle; url: string }> {
+  const tmp = mkdtempSync(join(tmpdir(), 'kvgate-replay-'));
+  let gateway: ServeHandle | undefined;
+  try {
+    const file = join(tmp, 'gateway.json');
+    writeFileSync(file, JSON.stringify(config));
+    gateway = await serve(['--config', file], {
+      out: { write: () => true },
+      logger: pino({ level: 'warn', base: { svc: 'kvgate' } }, destination(2)),
+    });
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+  if (gateway === undefined) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'the gateway did not start');
+  const a = gateway.gateway.addresses.public;
+  const url = `http://${a.host}:${a.port}`;
+  try {
+    await waitReady(url);
+  } catch (err) {
+    await gateway.stop();
+    throw err;
+  }
+  return { gateway, url };
+}
+
 /** Starts fresh engines and a gateway for one policy. Everything started is closed on failure. */
 export async function startFleet(
   policy: PolicySpec,
@@ -152,7 +181,6 @@ export async function startFleet(
         ];
   const pools: PoolEngines[] = [];
   const all: MockerHandle[] = [];
-  let tmp: string | undefined;
   try {
     let nextId = 1;
     for (const s of specs) {
@@ -180,24 +208,7 @@ export async function startFleet(
       pools.push({ name: s.name, handles, workerIds, timeline: new LoadTimeline(s.count, bucketMs) });
     }
     const blockSize = resolveMockerOptions(replayEngineOptions(engineInput, seed)).blockSize;
-    tmp = mkdtempSync(join(tmpdir(), 'kvgate-replay-'));
-    const file = join(tmp, 'gateway.json');
-    writeFileSync(file, JSON.stringify(gatewayConfig(policy, pools, blockSize, flavour)));
-    const gateway = await serve(['--config', file], {
-      out: { write: () => true },
-      logger: pino({ level: 'warn', base: { svc: 'kvgate' } }, destination(2)),
-    });
-    rmSync(tmp, { recursive: true, force: true });
-    tmp = undefined;
-    if (gateway === undefined) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'the gateway did not start');
-    const a = gateway.gateway.addresses.public;
-    const url = `http://${a.host}:${a.port}`;
-    try {
-      await waitReady(url);
-    } catch (err) {
-      await gateway.stop();
-      throw err;
-    }
+    const { gateway, url } = await startPolicyGateway(gatewayConfig(policy, pools, blockSize, flavour));
     return {
       pools,
       gateway,
@@ -208,7 +219,6 @@ export async function startFleet(
       },
     };
   } catch (err) {
-    if (tmp !== undefined) rmSync(tmp, { recursive: true, force: true });
     await Promise.allSettled(all.map((h) => h.close()));
     throw err;
   }

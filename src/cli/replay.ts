@@ -191,6 +191,65 @@ export interface ReplayCliPlan {
   config: ReplayConfig;
 }
 
+/** `--workers`, or `--prefill-workers` with `--decode-workers` and the P/D protocols to compare. */
+function topologyFlags(s: (k: string) => string | undefined): ReplayTopology {
+  const prefill = integer('prefill-workers', s('prefill-workers'), 1);
+  const decode = integer('decode-workers', s('decode-workers'), 1);
+  if (prefill !== undefined || decode !== undefined) {
+    if (prefill === undefined || decode === undefined)
+      throw usageError('--prefill-workers and --decode-workers go together');
+    if (s('workers') !== undefined)
+      throw usageError('--workers is for aggregated topologies; use --prefill-workers and --decode-workers for P/D');
+    const protocols = (s('disagg-protocol') ?? DISAGG_PROTOCOLS.join(','))
+      .split(',')
+      .map((p) => p.trim())
+      .filter((p) => p !== '');
+    for (const p of protocols) {
+      if (!(DISAGG_PROTOCOLS as readonly string[]).includes(p))
+        throw usageError(`--disagg-protocol ${p}: expected ${DISAGG_PROTOCOLS.join(', ')}`);
+    }
+    if (protocols.length === 0) throw usageError('--disagg-protocol: name at least one protocol');
+    return {
+      kind: 'disaggregated',
+      prefillWorkers: prefill,
+      decodeWorkers: decode,
+      protocols: protocols as DisaggProtocol[],
+    };
+  }
+  if (s('disagg-protocol') !== undefined)
+    throw usageError('--disagg-protocol needs --prefill-workers and --decode-workers');
+  return { kind: 'aggregated', workers: integer('workers', s('workers'), 1) ?? 8 };
+}
+
+/**
+ * The engine model: the mocker's own flag parser over the forwarded flags, with the addresses
+ * a replay chooses itself left open.
+ */
+function engineFlags(
+  values: Record<string, string | string[] | boolean | undefined>,
+  forwarded: Record<string, unknown>,
+): MockerInput {
+  const mockerArgv: string[] = [];
+  for (const [k, v] of Object.entries(values)) {
+    if (!(k in forwarded) || v === undefined) continue;
+    if (Array.isArray(v)) for (const x of v) mockerArgv.push(`--${k}`, x);
+    else if (v === true) mockerArgv.push(`--${k}`);
+    else if (v !== false) mockerArgv.push(`--${k}`, v);
+  }
+  const engineSpeedup = positiveNumber('engine-speedup', values['engine-speedup'] as string | undefined);
+  if (engineSpeedup !== undefined) mockerArgv.push('--speedup', String(engineSpeedup));
+  const parsed = parseMockerArgs(mockerArgv).engines[0]!;
+  return {
+    ...parsed,
+    host: undefined,
+    port: 0,
+    kvEventsPort: 0,
+    kvEventsReplayPort: undefined,
+    bootstrapPort: 0,
+    mode: undefined,
+  };
+}
+
 /**
  * Turns argv into a replay config (values are validated further when the replay starts).
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for unknown flags and bad values; KVG_ERR_INVALID_CONFIG for bad router configs.
@@ -223,55 +282,8 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
   const compare = (s('compare') ?? (values['router-config'] === undefined ? 'kv' : '')).split(',');
   const policies = parsePolicies(compare, (values['router-config'] as string[] | undefined) ?? []);
 
-  const prefill = integer('prefill-workers', s('prefill-workers'), 1);
-  const decode = integer('decode-workers', s('decode-workers'), 1);
-  let topology: ReplayTopology;
-  if (prefill !== undefined || decode !== undefined) {
-    if (prefill === undefined || decode === undefined)
-      throw usageError('--prefill-workers and --decode-workers go together');
-    if (s('workers') !== undefined)
-      throw usageError('--workers is for aggregated topologies; use --prefill-workers and --decode-workers for P/D');
-    const protocols = (s('disagg-protocol') ?? DISAGG_PROTOCOLS.join(','))
-      .split(',')
-      .map((p) => p.trim())
-      .filter((p) => p !== '');
-    for (const p of protocols) {
-      if (!(DISAGG_PROTOCOLS as readonly string[]).includes(p))
-        throw usageError(`--disagg-protocol ${p}: expected ${DISAGG_PROTOCOLS.join(', ')}`);
-    }
-    if (protocols.length === 0) throw usageError('--disagg-protocol: name at least one protocol');
-    topology = {
-      kind: 'disaggregated',
-      prefillWorkers: prefill,
-      decodeWorkers: decode,
-      protocols: protocols as DisaggProtocol[],
-    };
-  } else {
-    if (s('disagg-protocol') !== undefined)
-      throw usageError('--disagg-protocol needs --prefill-workers and --decode-workers');
-    topology = { kind: 'aggregated', workers: integer('workers', s('workers'), 1) ?? 8 };
-  }
-
-  // The engine model: the mocker's own flag parser over the forwarded flags.
-  const mockerArgv: string[] = [];
-  for (const [k, v] of Object.entries(values)) {
-    if (!(k in forwarded) || v === undefined) continue;
-    if (Array.isArray(v)) for (const x of v) mockerArgv.push(`--${k}`, x);
-    else if (v === true) mockerArgv.push(`--${k}`);
-    else if (v !== false) mockerArgv.push(`--${k}`, v);
-  }
-  const engineSpeedup = positiveNumber('engine-speedup', s('engine-speedup'));
-  if (engineSpeedup !== undefined) mockerArgv.push('--speedup', String(engineSpeedup));
-  const parsed = parseMockerArgs(mockerArgv).engines[0]!;
-  const engine: MockerInput = {
-    ...parsed,
-    host: undefined,
-    port: 0,
-    kvEventsPort: 0,
-    kvEventsReplayPort: undefined,
-    bootstrapPort: 0,
-    mode: undefined,
-  };
+  const topology = topologyFlags(s);
+  const engine = engineFlags(values, forwarded);
 
   const seed = integer('seed', s('seed'), 0) ?? 0;
   const replicas = replicaSweep(s, mode);

@@ -16,6 +16,7 @@ import {
   serveUsage,
   type ConfigChange,
   type GatewayConfig,
+  type ServeFlags,
 } from '../config/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import { Fleet, type FleetStatus } from '../fleet/index.js';
@@ -119,10 +120,12 @@ function banner(config: GatewayConfig, gateway: Gateway, demo: boolean): string 
   const lines = [
     '',
     demo
-      ? `kvgate: serving the embedded demo at ${url}: model ${model.name} on ${model.workers.length} simulated engines (in-process, KV events on), ${model.routerMode} routing.`
+      ? `kvgate: serving the embedded demo at ${url}: model ${model.name} on ${model.workers.length} simulated engines ` +
+        `(in-process, KV events on), ${model.routerMode} routing.`
       : `kvgate: serving ${config.models.map((m) => `${m.name} (${m.workers.length} workers, ${m.routerMode})`).join(', ')} at ${url}.`,
     'Try it (the x-kvgate-worker response header names the engine that served it; send the same conversation twice and it sticks):',
-    `  curl -si ${url}/v1/chat/completions -H 'content-type: application/json'${config.apiKeys.length > 0 ? " -H 'authorization: Bearer <key>'" : ''} \\`,
+    `  curl -si ${url}/v1/chat/completions -H 'content-type: ` +
+      `application/json'${config.apiKeys.length > 0 ? " -H 'authorization: Bearer <key>'" : ''} \\`,
     `    -d '{"model": "${model.name}", "messages": ${DEMO_MESSAGES}, "max_tokens": 32}'`,
     '',
   ];
@@ -142,45 +145,9 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   }
   const load = (base?: Record<string, unknown>): GatewayConfig =>
     loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env, base });
-  let config = load();
-  let mockers: MockerHandle[] = [];
-  const demo = config.models.length === 0;
   const member = clusterMember(env);
-  if (demo) {
-    // Resolve the demo entry once with placeholder engines, so flags (--block-size, router knobs) are
-    // validated and known before the engines start with the same block size.
-    const planned = load(
-      demoModels(
-        Array.from({ length: DEMO_ENGINES }, (_, i) => ({
-          url: `http://127.0.0.1:${i + 1}`,
-          kvEvents: `tcp://127.0.0.1:${i + 1}`,
-        })),
-      ),
-    );
-    mockers = await startDemoEngines(planned.models[0]!.blockSize);
-    try {
-      config = load(demoModels(mockers.map((m) => ({ url: m.url, kvEvents: m.kvEventsEndpoints[0]! }))));
-    } catch (err) {
-      await Promise.allSettled(mockers.map((m) => m.close()));
-      throw err;
-    }
-  }
-  // The one place a logger is created (unless the caller brings its own): the gateway, every
-  // router and every KV-event stream below write to it.
-  // Tracing first, so the logger's lines inside a traced request carry its trace id.
-  const tracing = startTracing(config.tracing, env);
-  const logger =
-    opts.logger ??
-    pino({
-      level: config.logLevel,
-      base: { svc: 'kvgate' },
-      ...(tracing !== undefined ? { mixin: traceLogFields } : {}),
-    });
-  if (tracing !== undefined)
-    logger.info(
-      { endpoint: tracing.endpoint, sampleRatio: tracing.sampleRatio },
-      'tracing: spans are exported over OTLP/HTTP',
-    );
+  const { config, mockers, demo } = await resolveServeConfig(load);
+  const { tracing, logger } = startLogging(config, env, opts.logger);
   let gateway: Gateway;
   const fleet = (opts.routers ?? ((c: GatewayConfig) => gatewayFleet(c, member)))(config);
   // Hot reconfiguration re-reads the config file (with the same flags); the demo and flags alone have none.
@@ -208,20 +175,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   let base = config;
   fleet.live?.members.onChange(() => server.reconfigure(served(base)));
   if (reloadable) {
-    reloader = new ConfigReloader(config, {
-      load: () =>
-        loadGatewayConfig({
-          file: flags.configFile,
-          overrides: flags.overrides,
-          env,
-          consequence: 'the running configuration is unchanged',
-        }),
-      members: fleet.live!.members,
-      reconfigureRouter: (m) => fleet.live!.reconfigureRouter(m),
-      logger,
-      metrics: server.metrics,
-      server: { reconfigure: (c) => server.reconfigure(served((base = c))) },
-    });
+    reloader = configReloader({ config, flags, env, logger, fleet, server, served, rebase: (c) => (base = c) });
   }
   (opts.out ?? process.stderr).write(banner(served(config), gateway, demo));
   let stopping: Promise<void> | undefined;
@@ -245,6 +199,92 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
 }
 
 /**
+ * The config to serve: the file and flags, or the embedded demo with its simulated engines started.
+ * On a failure after the demo's engines started, they are closed before the error propagates.
+ */
+async function resolveServeConfig(
+  load: (base?: Record<string, unknown>) => GatewayConfig,
+): Promise<{ config: GatewayConfig; mockers: MockerHandle[]; demo: boolean }> {
+  const config = load();
+  if (config.models.length > 0) return { config, mockers: [], demo: false };
+  // Resolve the demo entry once with placeholder engines, so flags (--block-size, router knobs) are
+  // validated and known before the engines start with the same block size.
+  const planned = load(
+    demoModels(
+      Array.from({ length: DEMO_ENGINES }, (_, i) => ({
+        url: `http://127.0.0.1:${i + 1}`,
+        kvEvents: `tcp://127.0.0.1:${i + 1}`,
+      })),
+    ),
+  );
+  const mockers = await startDemoEngines(planned.models[0]!.blockSize);
+  try {
+    return {
+      config: load(demoModels(mockers.map((m) => ({ url: m.url, kvEvents: m.kvEventsEndpoints[0]! })))),
+      mockers,
+      demo: true,
+    };
+  } catch (err) {
+    await Promise.allSettled(mockers.map((m) => m.close()));
+    throw err;
+  }
+}
+
+/**
+ * Tracing, then the one logger of the process (unless the caller brings its own): the gateway,
+ * every router and every KV-event stream write to it. Tracing starts first so the logger's lines
+ * inside a traced request carry its trace id.
+ */
+function startLogging(
+  config: GatewayConfig,
+  env: NodeJS.ProcessEnv,
+  given: Logger | undefined,
+): { tracing: ReturnType<typeof startTracing>; logger: Logger } {
+  const tracing = startTracing(config.tracing, env);
+  const logger =
+    given ??
+    pino({
+      level: config.logLevel,
+      base: { svc: 'kvgate' },
+      ...(tracing !== undefined ? { mixin: traceLogFields } : {}),
+    });
+  if (tracing !== undefined)
+    logger.info(
+      { endpoint: tracing.endpoint, sampleRatio: tracing.sampleRatio },
+      'tracing: spans are exported over OTLP/HTTP',
+    );
+  return { tracing, logger };
+}
+
+/** Hot reconfiguration: re-reads the config file with the same flags; `rebase` keeps the served base current. */
+function configReloader(p: {
+  config: GatewayConfig;
+  flags: ServeFlags;
+  env: Readonly<Record<string, string | undefined>>;
+  logger: Logger;
+  fleet: RouterFleet;
+  server: Gateway['server'];
+  served: (c: GatewayConfig) => GatewayConfig;
+  rebase: (c: GatewayConfig) => GatewayConfig;
+}): ConfigReloader {
+  const { flags, env, fleet, server } = p;
+  return new ConfigReloader(p.config, {
+    load: () =>
+      loadGatewayConfig({
+        file: flags.configFile,
+        overrides: flags.overrides,
+        env,
+        consequence: 'the running configuration is unchanged',
+      }),
+    members: fleet.live!.members,
+    reconfigureRouter: (m) => fleet.live!.reconfigureRouter(m),
+    logger: p.logger,
+    metrics: server.metrics,
+    server: { reconfigure: (c) => server.reconfigure(p.served(p.rebase(c))) },
+  });
+}
+
+/**
  * One line for a startup failure: the message of a KvgateError; for an address in use, the address
  * and what to do; the stack only for the unexpected.
  */
@@ -260,7 +300,10 @@ function startupFailure(err: unknown): string {
       e.code === 'EADDRINUSE'
         ? 'the address is already in use (by another kvgate or another server)'
         : 'the port needs privileges kvgate does not have';
-    return `cannot listen on ${where}: ${why}; stop that process or choose another port with --port (--admin-port for the admin listener) or listen.port in the config (0 = any free port)`;
+    return (
+      `cannot listen on ${where}: ${why}; stop that process or choose another port with --port (--admin-port for the ` +
+      `admin listener) or listen.port in the config (0 = any free port)`
+    );
   }
   return (err as Error).stack ?? String(err);
 }

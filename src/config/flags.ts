@@ -255,31 +255,44 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
   if (v['enforce-disagg'] === true)
     overrides.push({ path: ['models', '*', 'enforce_disagg'], value: true, flag: '--enforce-disagg' });
 
+  overrides.push(...routerOverrides(routerFlags, v), ...setOverrides(v.set));
+  return { configFile: typeof v.config === 'string' ? v.config : undefined, overrides, help: v.help === true };
+}
+
+/** The router knobs given as flags (Dynamo's names), each set in `router` and in every model's own router section. */
+function routerOverrides(
+  routerFlags: ReturnType<typeof routerFlagTable>,
+  v: Record<string, string | boolean | string[] | undefined>,
+): ConfigOverride[] {
+  const overrides: ConfigOverride[] = [];
   const routerGiven: Record<string, string | boolean> = {};
   for (const [name, r] of routerFlags) {
     const value = v[name];
     if (value !== undefined) routerGiven[r.flag] = value as string | boolean;
   }
-  if (Object.keys(routerGiven).length > 0) {
-    let opts: Record<string, unknown>;
-    try {
-      opts = kvRouterOptionsFromFlags(routerGiven) as Record<string, unknown>;
-    } catch (err) {
-      if (isKvgateError(err))
-        throw flagError(String(err.detail?.field ?? 'router flag'), String(err.detail?.reason ?? err.message));
-      throw err;
-    }
-    for (const [field, value] of Object.entries(opts)) {
-      const spec = ROUTER_FLAG_FIELDS[field as keyof typeof ROUTER_FLAG_FIELDS];
-      const flag =
-        Object.keys(routerGiven).find((f) => f === spec.flag || f === spec.negativeFlag) ?? spec.flag ?? field;
-      overrides.push({ path: ['router', spec.dynamo], value, flag });
-      // A flag beats the file everywhere, including per-model router sections.
-      overrides.push({ path: ['models', '*', 'router', spec.dynamo], value, flag, onlyIfPresent: true });
-    }
+  if (Object.keys(routerGiven).length === 0) return overrides;
+  let opts: Record<string, unknown>;
+  try {
+    opts = kvRouterOptionsFromFlags(routerGiven) as Record<string, unknown>;
+  } catch (err) {
+    if (isKvgateError(err))
+      throw flagError(String(err.detail?.field ?? 'router flag'), String(err.detail?.reason ?? err.message));
+    throw err;
   }
+  for (const [field, value] of Object.entries(opts)) {
+    const spec = ROUTER_FLAG_FIELDS[field as keyof typeof ROUTER_FLAG_FIELDS];
+    const flag = Object.keys(routerGiven).find((f) => f === spec.flag || f === spec.negativeFlag) ?? spec.flag ?? field;
+    overrides.push({ path: ['router', spec.dynamo], value, flag });
+    // A flag beats the file everywhere, including per-model router sections.
+    overrides.push({ path: ['models', '*', 'router', spec.dynamo], value, flag, onlyIfPresent: true });
+  }
+  return overrides;
+}
 
-  for (const item of Array.isArray(v.set) ? v.set : []) {
+/** `--set path=value` items, each value read as YAML. */
+function setOverrides(items: string | boolean | string[] | undefined): ConfigOverride[] {
+  const overrides: ConfigOverride[] = [];
+  for (const item of Array.isArray(items) ? items : []) {
     const eq = item.indexOf('=');
     const path = eq > 0 ? parseFieldPath(item.slice(0, eq).trim()) : undefined;
     if (path === undefined)
@@ -292,7 +305,7 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
     }
     overrides.push({ path, value, flag: `--set ${item.slice(0, eq)}` });
   }
-  return { configFile: typeof v.config === 'string' ? v.config : undefined, overrides, help: v.help === true };
+  return overrides;
 }
 
 /** `kvgate serve --help`. */

@@ -62,7 +62,9 @@ export function reloadProblems(prev: GatewayConfig, next: GatewayConfig): Config
     out.push({
       source,
       path,
-      reason: `changed from ${JSON.stringify(from)} to ${JSON.stringify(to)}, which takes effect only when kvgate restarts; a reload cannot apply it`,
+      reason:
+        `changed from ${JSON.stringify(from)} to ${JSON.stringify(to)}, which takes effect only when kvgate restarts; ` +
+        `a reload cannot apply it`,
     });
   };
   for (const [path, get] of RESTART_FIELDS) if (!same(get(prev), get(next))) refuse(path, get(prev), get(next));

@@ -306,7 +306,8 @@ export class HealthProber {
       this.#transition(
         w,
         'kept',
-        `worker failed ${n} health probes in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ejected already: kept routable`,
+        `worker failed ${n} health probes in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ` +
+          `ejected already: kept routable`,
       );
     }
   }

@@ -92,7 +92,8 @@ export class OutlierDetector {
       if (!r.keptLogged) {
         logger.warn(
           { ...line, maxEjectedPercent: this.#ejections.maxEjectedPercent },
-          `worker failed ${r.consecutive} dispatches in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ejected already: kept routable`,
+          `worker failed ${r.consecutive} dispatches in a row but ${this.#ejections.maxEjectedPercent}% of the model's ` +
+            `workers are ejected already: kept routable`,
         );
       }
       r.keptLogged = true;

@@ -113,7 +113,8 @@ export class EngineChecks {
       this.#count(sink, 'block_size', 'unreadable');
       sink.logger.info(
         { ...at, reason: cfg.reason },
-        `worker ${w.id}: its engine's KV-cache configuration is not readable (${cfg.reason}); block size not checked, capacity as configured`,
+        `worker ${w.id}: its engine's KV-cache configuration is not readable (${cfg.reason}); block size not checked, ` +
+          `capacity as configured`,
       );
       return;
     }
@@ -144,7 +145,8 @@ export class EngineChecks {
       this.#count(sink, 'block_size', 'ok');
       sink.logger.info(
         { ...at, engineBlockSize: cfg.blockSize, numGpuBlocks: cfg.numGpuBlocks ?? null },
-        `worker ${w.id}: its engine's block size ${cfg.blockSize} matches the model's${cfg.numGpuBlocks === undefined ? '' : `; ${cfg.numGpuBlocks} GPU blocks`}`,
+        `worker ${w.id}: its engine's block size ${cfg.blockSize} matches the ` +
+          `model's${cfg.numGpuBlocks === undefined ? '' : `; ${cfg.numGpuBlocks} GPU blocks`}`,
       );
     }
     this.#apply(f);
@@ -204,7 +206,8 @@ export class EngineChecks {
         gatewayTokens: r.gateway,
         engineTokens: r.engine,
       },
-      `worker ${w.id}: its engine tokenizes the canary chat differently from kvgate: block ${r.block} differs first, at token ${r.offset} ` +
+      `worker ${w.id}: its engine tokenizes the canary chat differently from kvgate: block ${r.block} differs first, at ` +
+        `token ${r.offset} ` +
         `(kvgate [${r.gateway.join(', ')}], engine [${r.engine.join(', ')}]); routed without KV overlap ` +
         "(give kvgate the engine's tokenizer and chat template)",
     );

@@ -126,7 +126,8 @@ function reportModelCheck(services: ModelServices, w: WorkerInfo, check: ModelCh
   if (check.kind === 'mismatch') {
     services.logger.warn(
       { ...at, engineModels: check.served },
-      `worker ${w.id}: its engine does not serve "${check.expected}" (it lists ${check.served.map((s) => `"${s}"`).join(', ') || 'nothing'}); ` +
+      `worker ${w.id}: its engine does not serve "${check.expected}" (it lists ` +
+        `${check.served.map((s) => `"${s}"`).join(', ') || 'nothing'}); ` +
         "the worker is not routed to until it does (set the model's served_model_name to the engine's name)",
     );
   } else if (check.kind === 'unreadable') {

@@ -129,7 +129,8 @@ export class KubernetesWorkersSource implements WorkerSource {
       }
       this.#sink?.logger.error(
         { service: this.#k8s.service, retryInMs: this.#retryMs },
-        `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service} failed: ${(err as Error).message}; the current workers stay, retrying`,
+        `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service} failed: ${(err as Error).message}; the ` +
+          `current workers stay, retrying`,
       );
       const relist = err instanceof Gone;
       this.#timer = setTimeout(() => void this.#run(relist), this.#retryMs);

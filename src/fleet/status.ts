@@ -18,7 +18,10 @@ export interface WorkerLiveStatus {
   readonly state: string;
   /** Why the worker is mismatched (its engine's model, block size or tokenizer), when it is. */
   readonly mismatch?: string | undefined;
-  /** KV blocks per rank (the config's, else its engine's), batch budget, and the engine's block size and context length as it reported them. */
+  /**
+   * KV blocks per rank (the config's, else its engine's), batch budget, and the engine's block size and
+   * context length as it reported them.
+   */
   readonly capacity: {
     readonly totalKvBlocks: number | null;
     readonly maxNumBatchedTokens: number | null;
