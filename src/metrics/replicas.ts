@@ -20,6 +20,7 @@ export interface ReplicaMetrics {
   readonly peerLoadShare: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
 }
 
+/** Builds the replica sync series into `registers`. */
 export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
   return {
     peers: new Gauge({
@@ -41,13 +42,17 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
     }),
     messagesDropped: new Counter({
       name: 'kvgate_replica_sync_messages_dropped_total',
-      help: 'Replica sync messages or ops dropped: direction=out (queue_full, disconnected, publish_failed) or in (malformed, stale, apply_failed).',
+      help:
+        'Replica sync messages or ops dropped: direction=out (queue_full, disconnected, publish_failed) or in ' +
+        '(malformed, stale, apply_failed).',
       labelNames: ['direction', 'reason'],
       registers,
     }),
     opsApplied: new Counter({
       name: 'kvgate_replica_sync_ops_applied_total',
-      help: "Peer bookkeeping ops applied to this replica's view, by op and outcome (applied, duplicate, unknown_worker, unknown_request, adopted, kept).",
+      help:
+        "Peer bookkeeping ops applied to this replica's view, by op and outcome (applied, duplicate, unknown_worker, " +
+        'unknown_request, adopted, kept).',
       labelNames: ['op', 'outcome'],
       registers,
     }),
@@ -60,9 +65,31 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
       registers,
     }),
+    ...snapshotMetrics(registers),
+    peerTimeouts: new Counter({
+      name: 'kvgate_replica_peer_timeouts_total',
+      help: 'Peers dropped (with all their bookings) after not being heard from within the peer timeout.',
+      registers,
+    }),
+    peerLoadShare: new Gauge({
+      name: 'kvgate_worker_peer_load_share',
+      help: 'Share of the requests in flight on the worker rank that peer replicas booked (0 when idle).',
+      labelNames: ['model', 'worker_id', 'dp_rank', 'worker_type'],
+      registers,
+    }),
+  };
+}
+
+/** The snapshot transfers' series: served, fetched and warm-start transfers, their bytes, blocks and durations. */
+function snapshotMetrics(
+  registers: Registry[],
+): Pick<ReplicaMetrics, 'snapshots' | 'snapshotBytes' | 'snapshotBlocks' | 'snapshotSeconds'> {
+  return {
     snapshots: new Counter({
       name: 'kvgate_replica_snapshot_transfers_total',
-      help: "Snapshot transfers: direction=served (to a peer), fetched (a peer's live bookings) or warm_start (a peer's bookings and prefix index at start-up), by outcome (ok, stale, failed, too_large, no_peer).",
+      help:
+        "Snapshot transfers: direction=served (to a peer), fetched (a peer's live bookings) or warm_start (a peer's " +
+        'bookings and prefix index at start-up), by outcome (ok, stale, failed, too_large, no_peer).',
       labelNames: ['direction', 'outcome'],
       registers,
     }),
@@ -82,17 +109,6 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
       help: 'Duration of a completed snapshot transfer from a peer (all its chunks), direction=fetched or warm_start.',
       labelNames: ['direction'],
       buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-      registers,
-    }),
-    peerTimeouts: new Counter({
-      name: 'kvgate_replica_peer_timeouts_total',
-      help: 'Peers dropped (with all their bookings) after not being heard from within the peer timeout.',
-      registers,
-    }),
-    peerLoadShare: new Gauge({
-      name: 'kvgate_worker_peer_load_share',
-      help: 'Share of the requests in flight on the worker rank that peer replicas booked (0 when idle).',
-      labelNames: ['model', 'worker_id', 'dp_rank', 'worker_type'],
       registers,
     }),
   };
