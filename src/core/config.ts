@@ -57,7 +57,10 @@ export interface KvRouterConfig {
   readonly routerTtlSecs: number;
   /** Predict-on-route side index TTL in seconds, or null = off; needs KV events (`router_predicted_ttl_secs`). */
   readonly routerPredictedTtlSecs: number | null;
-  /** Park requests while every eligible rank has more than this × max_num_batched_tokens of active prefill; null = no queue (`router_queue_threshold`). */
+  /**
+   * Park requests while every eligible rank has more than this × max_num_batched_tokens of active prefill;
+   * null = no queue (`router_queue_threshold`).
+   */
   readonly routerQueueThreshold: number | null;
   /** Queue ordering (`router_queue_policy`). */
   readonly routerQueuePolicy: QueuePolicy;
@@ -67,7 +70,10 @@ export interface KvRouterConfig {
   readonly activeDecodeBlocksThreshold: number | null;
   /** A rank is overloaded above this many active prefill tokens; null = off (`active_prefill_tokens_threshold`). */
   readonly activePrefillTokensThreshold: number | null;
-  /** A rank is overloaded above this × max_num_batched_tokens active prefill tokens; null = off (`active_prefill_tokens_threshold_frac`). */
+  /**
+   * A rank is overloaded above this × max_num_batched_tokens active prefill tokens; null = off
+   * (`active_prefill_tokens_threshold_frac`).
+   */
   readonly activePrefillTokensThresholdFrac: number | null;
   /** Requests never freed are force-freed after this many seconds (DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS, > 0). */
   readonly activeRequestExpirySecs: number;

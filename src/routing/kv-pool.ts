@@ -6,7 +6,14 @@
  */
 import type { KvSlotSnapshot, WorkerRole } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
-import { KvEventApplier, KvEventManager, TieredPrefixIndex, type KvEventOptions } from '../events/index.js';
+import type { WorkerInfo } from '../discovery/index.js';
+import {
+  KvEventApplier,
+  KvEventManager,
+  TieredPrefixIndex,
+  dpRankEndpoint,
+  type KvEventOptions,
+} from '../events/index.js';
 import type { RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { eventHooks } from './event-hooks.js';
@@ -53,4 +60,24 @@ export function kvPool(
     });
   }
   return { kvRouter, events };
+}
+
+/**
+ * Subscribes a pool's KV-event ingestion to a joining worker's publishers, one per dp rank (rank i's
+ * endpoints are the worker's shifted by i × its port stride). A worker that publishes no KV events is not subscribed.
+ */
+export function subscribeWorker(events: KvEventManager, w: WorkerInfo): void {
+  const src = w.kvEvents;
+  if (src === undefined) return;
+  for (let i = 0; i < w.dpSize; i++) {
+    const rank = w.dpStart + i;
+    void events.add({
+      workerId: w.id,
+      dpRank: rank,
+      endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
+      replayEndpoint:
+        src.replayEndpoint === undefined ? undefined : dpRankEndpoint(src.replayEndpoint, i * (src.dpPortStride ?? 1)),
+      topic: src.topic,
+    });
+  }
 }

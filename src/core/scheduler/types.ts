@@ -46,9 +46,9 @@ export interface WorkerSummary {
 export interface WorkerLoad extends SlotLoad, WorkerRank {}
 
 /**
- * A request as the scheduler sees it (pins already resolved for the phase). The routing hints it keeps after its pins are resolved are the client's
- * own (`RoutingHints`: the candidate list, taints, queue priority and tier, expected output), one
- * declaration for both.
+ * A request as the scheduler sees it (pins already resolved for the phase). The routing hints it keeps after
+ * its pins are resolved are the client's own (`RoutingHints`: the candidate list, taints, queue priority and
+ * tier, expected output), one declaration for both.
  */
 export interface SchedulingRequest extends Pick<
   RoutingHints,
@@ -165,7 +165,8 @@ export function rejectionError(r: Rejection): KvgateError {
   if (r.kind === 'backpressure') {
     return new KvgateError(
       'KVG_ERR_BACKPRESSURE',
-      `router queue full: ${r.queuedIslTokens} ISL tokens queued, cap ${r.maxQueuedIslTokens} for requests missing ${r.missingIslTokens} cached tokens`,
+      `router queue full: ${r.queuedIslTokens} ISL tokens queued, cap ${r.maxQueuedIslTokens} ` +
+        `for requests missing ${r.missingIslTokens} cached tokens`,
       {
         queuedIslTokens: r.queuedIslTokens,
         maxQueuedIslTokens: r.maxQueuedIslTokens,

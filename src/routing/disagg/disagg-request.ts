@@ -30,30 +30,18 @@
  */
 import { Cancellation, type SessionHint, type WorkerRank } from '../../common/index.js';
 import { RequestTracker } from '../../core/index.js';
-import {
-  NO_LEG_FIELDS,
-  mergeLegFields,
-  oneTokenPrefillFields,
-  readChunkInfo,
-  type EngineEvent,
-  type LegFields,
-} from '../../engines/index.js';
+import type { LegFields } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
 import type { PushRouter } from '../push/push-router.js';
 import type { StickySessions } from '../sticky-sessions.js';
 import { bootstrapHandoff } from './bootstrap.js';
-import {
-  decodeOverrideOf,
-  handoffPath,
-  prefillWorkerInfo,
-  withPromptTokensDetails,
-  type HandoffPath,
-} from './handoff.js';
+import { abandonDecode, decodeEvents, type DecodeProgress } from './decode-stream.js';
+import { decodeLegOf, handoffPath, prefillWorkerInfo, withPromptTokensDetails, type HandoffPath } from './handoff.js';
 import { kvTransferHandoff } from './kv-transfer.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
-import { failedAtRendezvous, prefillFailure, type DisaggOutcome, type DisaggSseEvent } from './types.js';
+import { failedAtRendezvous, prefillFailure, type DisaggOutcome } from './types.js';
 
 /** Picks and books (or peeks) the prefill worker: sticky session, then pinned id, then the router's best. */
 export type PrefillResolver = (
@@ -116,6 +104,8 @@ export class DisaggRequest {
   #unreachable: number | undefined;
   /** Settles when the prefill leg has ended (its bookkeeping released); never rejects. */
   prefillEnded: Promise<void> = Promise.resolve();
+  /** What the decode stream reads of this request and tells it. */
+  readonly #progress: DecodeProgress;
 
   constructor(deps: DisaggRequestOptions, ctx: RouterContext, leg: LegRequest, session: SessionHint | undefined) {
     this.#deps = deps;
@@ -123,6 +113,17 @@ export class DisaggRequest {
     this.#leg = leg;
     this.#session = session;
     this.tracker = leg.tracker ?? new RequestTracker(ctx.clock);
+    const self = this;
+    this.#progress = {
+      get prefillError() {
+        return self.#prefillError;
+      },
+      get hasOutput() {
+        return self.#decodeOutput;
+      },
+      output: () => this.#onDecodeOutput(),
+      end: () => this.#end(),
+    };
   }
 
   /**
@@ -164,7 +165,7 @@ export class DisaggRequest {
             settled = true;
             resolve(out);
           } else {
-            void this.#abandon(out);
+            void abandonDecode(out, this.#progress);
           }
         },
         (err: unknown) => {
@@ -308,28 +309,13 @@ export class DisaggRequest {
       if (this.#refusal !== undefined) return this.#refused(this.#refusal);
       throw this.#prefillError;
     }
-    // The client already left: decode only has to take the KV off the prefill engine, one token does that.
-    const gone = this.#clientGone;
-    const leg: LegRequest = {
-      ...base,
-      phase: 'decode',
-      stream: gone ? false : base.stream,
-      routing: {
-        ...base.routing,
-        prefillWorkerId: target.slot.workerId,
-        prefillDpRank: target.slot.dpRank,
-        routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride),
-      },
-      legFields: mergeLegFields(
-        base.legFields ?? NO_LEG_FIELDS,
-        handoff,
-        gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : NO_LEG_FIELDS,
-      ),
+    // A client that already left gets a one-token decode: it only has to take the KV off the prefill engine.
+    const leg = decodeLegOf(base, target.slot, handoff, {
       signal: this.#decodeCtl.signal,
       tracker: this.tracker,
-      onDispatched: undefined,
-      ...(this.#deps.tokenIds === true && !gone ? { returnTokenIds: true } : {}),
-    };
+      clientGone: this.#clientGone,
+      tokenIds: this.#deps.tokenIds === true,
+    });
     let res: LegResponse;
     try {
       res = await this.#deps.decode.dispatch(leg, undefined, this.#deps.decodeExclude);
@@ -371,82 +357,10 @@ export class DisaggRequest {
       this.#end();
       return { ...common, body: { kind: 'json', bytes } };
     }
-    return { ...common, body: { kind: 'sse', events: this.#decodeEvents(res.body.events, promptTokensDetails) } };
-  }
-
-  /** The decode stream as the client sees it: usage patched on the sync path, early exits deferred until the KV arrived. */
-  async *#decodeEvents(
-    events: AsyncIterable<EngineEvent>,
-    details: Record<string, unknown> | undefined,
-  ): AsyncGenerator<DisaggSseEvent> {
-    const it = events[Symbol.asyncIterator]();
-    let completed = false;
-    try {
-      for (;;) {
-        let next: IteratorResult<EngineEvent>;
-        try {
-          next = await it.next();
-        } catch (err) {
-          throw this.#prefillError !== undefined && isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')
-            ? this.#prefillError
-            : err;
-        }
-        if (next.done === true) {
-          completed = true;
-          return;
-        }
-        const ev = next.value;
-        if (!this.#decodeOutput && isOutput(ev)) this.#onDecodeOutput();
-        if (details !== undefined && !ev.done && ev.json !== undefined) {
-          const patched = withPromptTokensDetails(ev.json, details);
-          if (patched !== undefined) {
-            yield { data: JSON.stringify(patched) };
-            continue;
-          }
-        }
-        yield ev;
-      }
-    } finally {
-      if (completed) {
-        this.#end();
-      } else if (this.#decodeOutput) {
-        await it.return?.();
-        this.#end();
-      } else {
-        void this.#drainUntilOutput(it);
-      }
-    }
-  }
-
-  /** The consumer left before the KV arrived: keep reading until it did (first output), then cancel. */
-  async #drainUntilOutput(it: AsyncIterator<EngineEvent>): Promise<void> {
-    try {
-      for (;;) {
-        const next = await it.next();
-        if (next.done === true || isOutput(next.value)) break;
-      }
-    } catch {
-      // The leg failed: its guard has released it.
-    } finally {
-      await it.return?.()?.catch(() => undefined);
-      this.#end();
-    }
-  }
-
-  /** `run()` already rejected (client gone): consume the decode answer just far enough to release both engines. */
-  async #abandon(out: DisaggOutcome): Promise<void> {
-    if (out.body.kind === 'json') return;
-    const it = out.body.events[Symbol.asyncIterator]();
-    try {
-      for (;;) {
-        const next = await it.next();
-        if (next.done === true || this.#decodeOutput) break;
-      }
-    } catch {
-      // Cancelled at first output, or failed: either way the guards released the bookkeeping.
-    } finally {
-      await it.return?.()?.catch(() => undefined);
-    }
+    return {
+      ...common,
+      body: { kind: 'sse', events: decodeEvents(res.body.events, promptTokensDetails, this.#progress) },
+    };
   }
 
   #onDecodeOutput(): void {
@@ -509,12 +423,4 @@ export class DisaggRequest {
     if (ms !== undefined && ms >= 0)
       this.#ctx.metrics?.kvTransferEstimated.labels({ model: this.#deps.model }).observe(ms / 1000);
   }
-}
-
-/** An event that carries generated output (or ends the stream): proof that the decode engine has the KV. */
-function isOutput(ev: EngineEvent): boolean {
-  if (ev.done) return true;
-  if (ev.json === undefined) return false;
-  const info = readChunkInfo(ev.json);
-  return (info.tokenIds ?? 0) > 0 || info.outputChoices > 0 || info.finishReason !== undefined;
 }

@@ -1,10 +1,11 @@
 /**
  * Pure pieces of the prefill -> decode handoff, as Dynamo's PrefillRouter does it: which
  * protocol a prefill worker speaks, the SGLang bootstrap triple, the decode
- * router's override, the prefill worker's attribution, and the usage details
- * a synchronous prefill hands to the client's answer.
+ * router's override, the decode leg built from the request's, the prefill
+ * worker's attribution, and the usage details a synchronous prefill hands to
+ * the client's answer.
  */
-import type { RouterConfigOverride, Rng, WorkerPin } from '../../common/index.js';
+import type { RouterConfigOverride, Rng, WorkerPin, WorkerRank } from '../../common/index.js';
 import {
   computeBootstrapRoom,
   parseRouterConfigOverride,
@@ -13,7 +14,14 @@ import {
   type RequestTracker,
 } from '../../core/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
-import type { BootstrapInfo } from '../../engines/index.js';
+import {
+  NO_LEG_FIELDS,
+  mergeLegFields,
+  oneTokenPrefillFields,
+  type BootstrapInfo,
+  type LegFields,
+} from '../../engines/index.js';
+import type { LegRequest } from '../push/types.js';
 
 /** How the KV moves: SGLang's bootstrap rendezvous (both legs at once) or the synchronous vLLM ticket. */
 export type HandoffPath = 'bootstrap' | 'sync';
@@ -57,6 +65,49 @@ export function bootstrapFor(w: WorkerInfo, dpRank: number, rng: Rng): Bootstrap
  */
 export function decodeOverrideOf(existing: RouterConfigOverride | undefined): RouterConfigOverride {
   return Object.freeze({ ...existing, overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false });
+}
+
+/** How a request's decode leg is sent: its own cancellation and tracker, and what the client still wants. */
+export interface DecodeLegOptions {
+  readonly signal: LegRequest['signal'];
+  readonly tracker: RequestTracker;
+  /** The client already left: decode only has to take the KV off the prefill engine, one token does that. */
+  readonly clientGone: boolean;
+  /** Ask the decode engine for its token ids (a migration resumes from them); never once the client left. */
+  readonly tokenIds: boolean;
+}
+
+/**
+ * The decode leg of `base` whose prefill ran on `prefill`: the prefill worker recorded in its routing, the
+ * no-overlap override (`decodeOverrideOf`), and the handoff's fields laid over the request's own.
+ */
+export function decodeLegOf(
+  base: LegRequest,
+  prefill: WorkerRank,
+  handoff: LegFields,
+  opts: DecodeLegOptions,
+): LegRequest {
+  const gone = opts.clientGone;
+  return {
+    ...base,
+    phase: 'decode',
+    stream: gone ? false : base.stream,
+    routing: {
+      ...base.routing,
+      prefillWorkerId: prefill.workerId,
+      prefillDpRank: prefill.dpRank,
+      routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride),
+    },
+    legFields: mergeLegFields(
+      base.legFields ?? NO_LEG_FIELDS,
+      handoff,
+      gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : NO_LEG_FIELDS,
+    ),
+    signal: opts.signal,
+    tracker: opts.tracker,
+    onDispatched: undefined,
+    ...(opts.tokenIds && !gone ? { returnTokenIds: true } : {}),
+  };
 }
 
 /** `decodeOverrideOf` for a caller's raw override (camelCase or snake_case), validated here once: the library and replay edge. */

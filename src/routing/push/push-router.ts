@@ -30,17 +30,13 @@ import {
 } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import {
-  NO_LEG_FIELDS,
   EngineHttpError,
   clientWantsUsage,
-  dpRankLegFields,
   isMigratable,
-  mergeLegFields,
-  protocolViolationOf,
   readChunkInfo,
   refusalBody,
-  streamingBodyFields,
   type EngineClient,
+  type EngineResponse,
 } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
@@ -48,6 +44,14 @@ import type { KvRouter } from '../kv-router.js';
 import { assembledAnswer } from './assembled-answer.js';
 import { DirectSelector } from './direct-selector.js';
 import { KvSelector } from './kv-selector.js';
+import { legDispatchOptions, type LegTimeouts } from './leg-dispatch.js';
+import {
+  isConnectionFailure,
+  noteLegFailure,
+  reportDispatchFailure,
+  retryReason,
+  type DispatchOutcomeListener,
+} from './leg-failures.js';
 import { LegGuard, guardedEvents } from './leg-guard.js';
 import { PoolMetrics } from './pool-metrics.js';
 import { retryBeforeFirstByte, type RetryScope } from './retry.js';
@@ -58,52 +62,10 @@ import type { LegRequest, LegResponse, Selection } from './types.js';
 import { midStreamBlocker } from './continuation.js';
 import { migratingEvents, migrationHooks, type MigrationHooks, type MigrationPolicy } from './migration.js';
 
-/** Failures that say the worker itself could not be talked to: health probing is asked to look now. */
-const CONNECTION_FAILURES = new Set([
-  'KVG_ERR_ENGINE_UNREACHABLE',
-  'KVG_ERR_ENGINE_NOT_REGISTERED',
-  'KVG_ERR_ENGINE_DISCONNECTED',
-  'KVG_ERR_ENGINE_STREAM_BROKEN',
-]);
-
 const NO_MIGRATION: MigrationPolicy = { limit: 0 };
 
 /** The span `inSpan` hands its function. */
 type RouteSpan = Parameters<Parameters<typeof inSpan>[1]>[0];
-
-/** A streamed leg's body fields: the leg's, streaming with usage, and the token ids a migration resumes from. */
-function streamingFields(
-  fields: Readonly<Record<string, unknown>>,
-  body: Readonly<Record<string, unknown>>,
-  ids: boolean,
-): Record<string, unknown> {
-  const out: Record<string, unknown> = Object.assign({}, fields, streamingBodyFields(body));
-  if (ids) out['return_token_ids'] = true;
-  return out;
-}
-
-/** A leg's headers, its trace context's, and the client's request id (which engines build the response's `id` from). */
-function legHeaders(
-  leg: Readonly<Record<string, string>>,
-  trace: Readonly<Record<string, string>>,
-  requestId: string,
-): Record<string, string> {
-  const out: Record<string, string> = Object.assign({}, leg, trace);
-  out['x-request-id'] = requestId;
-  return out;
-}
-
-/** The retries metric's reason: the error code, or the engine's status for an HTTP error. */
-function retryReason(err: KvgateError): string {
-  return err instanceof EngineHttpError ? `engine_${err.upstreamStatus}` : err.code;
-}
-
-/** Told how a dispatch ended (outlier detection): why it failed, and whether nothing answered (refused, reset). */
-export type DispatchOutcomeListener = (
-  workerId: number,
-  error: string | undefined,
-  connectionFailure?: boolean,
-) => void;
 
 export interface PushRouterOptions {
   readonly model: string;
@@ -129,8 +91,7 @@ export interface PushRouterOptions {
    * streamed legs (every generating leg streams, whatever the client asked) and one-token prefills;
    * `streamIdleMs` bounds the silence between two SSE events.
    */
-  readonly legTimeouts?:
-    { readonly firstByteMs?: number | undefined; readonly streamIdleMs?: number | undefined } | undefined;
+  readonly legTimeouts?: LegTimeouts | undefined;
   /** Request migration of aggregated legs (migration.ts); default off. */
   readonly migration?: MigrationPolicy | undefined;
 }
@@ -363,12 +324,15 @@ export class PushRouter implements PoolMembers {
         });
       },
       onExcluded: (workerId, err) => {
-        if (CONNECTION_FAILURES.has(err.code)) this.#opts.onWorkerUnreachable?.(workerId);
+        if (isConnectionFailure(err)) this.#opts.onWorkerUnreachable?.(workerId);
       },
     });
   }
 
-  /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing reached the client). */
+  /**
+   * One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing
+   * reached the client).
+   */
   async #send(req: LegRequest, sel: Selection, scope: RetryScope, tokenIds: boolean): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
     const trace = clientSpan(`kvgate.engine.${req.phase}`, () => ({
@@ -378,7 +342,27 @@ export class PushRouter implements PoolMembers {
       'kvgate.dp_rank': sel.slot.dpRank,
       'kvgate.attempt': scope.attempt,
     }));
-    const guard = new LegGuard(
+    const guard = this.#guard(req, sel, trace.span);
+    this.#inflight++;
+    req.tracker?.recordWorker(sel.slot);
+    req.tracker?.recordPrefillStart();
+    this.#opts.onDispatch?.(sel.slot);
+    const w = sel.worker;
+    const options = legDispatchOptions(req, sel, tokenIds, trace.headers, this.#opts.legTimeouts);
+    try {
+      const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, options);
+      return this.#answered(req, sel, guard, res);
+    } catch (err) {
+      spanFailed(trace.span, err);
+      guard.finish(false);
+      guard.failed(err);
+      return this.#sendFailed(sel, scope, err);
+    }
+  }
+
+  /** The guard of one dispatched leg: it releases the booking and ends the leg's span once, and notes a failure. */
+  #guard(req: LegRequest, sel: Selection, span: RouteSpan): LegGuard {
+    return new LegGuard(
       {
         clock: this.#ctx.clock,
         metrics: this.#pm,
@@ -387,115 +371,58 @@ export class PushRouter implements PoolMembers {
         release: () => {
           this.#inflight--;
           this.#release(req, sel);
-          trace.span.end();
+          span.end();
         },
         onError: (err) => {
-          spanFailed(trace.span, err);
-          this.#legFailed(req, sel, err);
+          spanFailed(span, err);
+          noteLegFailure({ ctx: this.#ctx, model: this.model, role: this.role, req, sel }, err);
         },
       },
       req,
       sel,
     );
-    this.#inflight++;
-    req.tracker?.recordWorker(sel.slot);
-    req.tracker?.recordPrefillStart();
-    this.#opts.onDispatch?.(sel.slot);
+  }
+
+  /** The engine took the leg: counted, and its answer handed back (a JSON one read through the guard at once). */
+  #answered(req: LegRequest, sel: Selection, guard: LegGuard, res: EngineResponse): LegResponse {
+    this.#opts.onDispatchOutcome?.(sel.worker.id, undefined);
+    const lm = this.#pm?.leg(req.phase);
+    lm?.requests.inc();
+    lm?.isl.observe(req.isl);
+    if (res.kind === 'json') {
+      guard.onOutput(readChunkInfo(res.json));
+      guard.finish(true);
+      return { selection: sel, status: res.status, body: { kind: 'json', bytes: res.body, json: res.json } };
+    }
+    return {
+      selection: sel,
+      status: res.status,
+      body: { kind: 'sse', events: guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body)) },
+    };
+  }
+
+  /**
+   * The dispatch threw (its guard already released the booking): an engine 4xx is the client's answer; otherwise
+   * health is told, and the failure is thrown, asking for a retry elsewhere when it may have one.
+   */
+  #sendFailed(sel: Selection, scope: RetryScope, err: unknown): LegResponse {
     const w = sel.worker;
-    const rankFields = w.dpSize > 1 || w.dpStart > 0 ? dpRankLegFields(w.dialect, sel.slot.dpRank) : NO_LEG_FIELDS;
-    const extra = mergeLegFields(rankFields, req.legFields ?? NO_LEG_FIELDS);
-    // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
-    const streamed = extra.fields['stream'] !== false;
-    // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before the first byte only.
-    const ids = tokenIds && (w.returnsTokenIds ?? w.dialect === 'vllm');
-    const t = this.#opts.legTimeouts;
-    try {
-      // One options object of one shape per dispatch (undefined: not set), fields and headers each built once.
-      const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
-        signal: req.signal,
-        stream: streamed,
-        extraFields: streamed ? streamingFields(extra.fields, req.body, ids) : extra.fields,
-        headers: legHeaders(extra.headers, trace.headers, req.clientRequestId ?? req.requestId),
-        firstByteTimeoutMs: streamed || req.phase === 'prefill' ? t?.firstByteMs : undefined,
-        streamIdleTimeoutMs: streamed ? t?.streamIdleMs : undefined,
-        onDispatched: req.onDispatched,
-      });
-      this.#opts.onDispatchOutcome?.(w.id, undefined);
-      const lm = this.#pm?.leg(req.phase);
-      lm?.requests.inc();
-      lm?.isl.observe(req.isl);
-      if (res.kind === 'json') {
-        guard.onOutput(readChunkInfo(res.json));
-        guard.finish(true);
-        return { selection: sel, status: res.status, body: { kind: 'json', bytes: res.body, json: res.json } };
-      }
+    reportDispatchFailure(this.#opts.onDispatchOutcome, w.id, err);
+    if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
+      // The client gets the engine's status and message in kvgate's error object, never the engine's body or headers.
+      const body = refusalBody(err.refusal, w.id);
       return {
         selection: sel,
-        status: res.status,
-        body: { kind: 'sse', events: guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body)) },
+        status: err.upstreamStatus,
+        body: { kind: 'json', bytes: JSON.stringify(body), json: body },
       };
-    } catch (err) {
-      spanFailed(trace.span, err);
-      guard.finish(false);
-      guard.failed(err);
-      this.#dispatchFailed(w.id, err);
-      if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
-        // The client gets the engine's status and message in kvgate's error object, never the engine's body or headers.
-        const body = refusalBody(err.refusal, w.id);
-        return {
-          selection: sel,
-          status: err.upstreamStatus,
-          body: { kind: 'json', bytes: JSON.stringify(body), json: body },
-        };
-      }
-      const code = isKvgateError(err) ? err.code : undefined;
-      if (code !== undefined && CONNECTION_FAILURES.has(code)) this.#opts.onWorkerUnreachable?.(w.id);
-      // Nothing reached the client: a migratable failure (unreachable, reset, no output in time, 500/502/503/504) goes elsewhere.
-      if (isMigratable(err) && !sel.pinned && scope.retryElsewhere(w.id, retryReason(err))) throw err;
-      if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
-      throw err;
     }
-  }
-
-  /**
-   * Tells outlier detection how a dispatch that threw ended: a 5xx, a connection failure or an answer that broke
-   * the protocol (a proxy's HTML page for a stream) counts against the worker.
-   */
-  #dispatchFailed(workerId: number, err: unknown): void {
-    const report = this.#opts.onDispatchOutcome;
-    if (report === undefined) return;
-    if (err instanceof EngineHttpError)
-      report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
-    else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code, true);
-    else if (isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
-  }
-
-  /**
-   * A leg that failed on an answer breaking the protocol (before or after its first byte), or cut for making no
-   * progress: counted and logged; the error itself says whether it is migratable.
-   */
-  #legFailed(req: LegRequest, sel: Selection, err: unknown): void {
-    const violation = protocolViolationOf(err);
-    if (violation !== undefined) {
-      this.#ctx.metrics?.engineProtocolErrors.labels({ model: this.model, worker_type: this.role, violation }).inc();
-      this.#ctx.logger.warn(
-        { model: this.model, requestId: req.requestId, ...sel.slot, code: (err as KvgateError).code, violation, err },
-        'engine answer broke the protocol',
-      );
-      return;
-    }
-    if (
-      !isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT') &&
-      !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')
-    )
-      return;
-    const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
-    this.#ctx.metrics?.engineTimeouts.labels({ model: this.model, worker_type: this.role, kind }).inc();
-    const timeoutMs = err.detail?.['timeoutMs'];
-    this.#ctx.logger.warn(
-      { model: this.model, requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs },
-      'engine leg made no progress in time; cut (migratable)',
-    );
+    if (isConnectionFailure(err)) this.#opts.onWorkerUnreachable?.(w.id);
+    // Nothing reached the client: a migratable failure (unreachable, reset, no output in time, 500/502/503/504) goes
+    // elsewhere.
+    if (isMigratable(err) && !sel.pinned && scope.retryElsewhere(w.id, retryReason(err))) throw err;
+    if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
+    throw err;
   }
 
   /** Undoes a booking (exactly once per leg, through its guard). */
