@@ -243,14 +243,16 @@ function watched(batch: EngineEvent[], guard: LegGuard, dropUsageChunk: boolean)
   for (let i = 0; i < batch.length; i++) {
     const ev = batch[i]!;
     const info = eventInfo(ev);
-    if (info === undefined) continue;
-    guard.onOutput(info);
-    // Only a chunk with usage can be the usage-only chunk: the others are not parsed for it.
-    if (dropUsageChunk && info.usage !== undefined && isUsageOnlyChunk(ev.json)) {
-      if (out === batch) out = batch.slice(0, i);
-    } else if (out !== batch) {
-      out.push(ev);
+    if (info !== undefined) {
+      guard.onOutput(info);
+      // Only a chunk with usage can be the usage-only chunk: the others are not parsed for it.
+      if (dropUsageChunk && info.usage !== undefined && isUsageOnlyChunk(ev.json)) {
+        if (out === batch) out = batch.slice(0, i);
+        continue;
+      }
     }
+    // Every other event after a dropped one is passed on, `[DONE]` (which carries no chunk) included.
+    if (out !== batch) out.push(ev);
   }
   return out;
 }
