@@ -24,7 +24,9 @@ async function main(): Promise<void> {
   const filters = process.argv.slice(2);
   const keys = Object.keys(MODULES).filter((k) => filters.length === 0 || filters.some((f) => k.includes(f)));
   const cpu = cpus()[0]?.model ?? 'unknown CPU';
-  process.stdout.write(`# kvgate bench\n\nmachine: ${cpus().length} x ${cpu}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}\n\n`);
+  process.stdout.write(
+    `# kvgate bench\n\nmachine: ${cpus().length} x ${cpu}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}\n\n`,
+  );
   for (const key of keys) {
     const mod = await MODULES[key]!();
     process.stderr.write(`running ${key}...\n`);

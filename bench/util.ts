@@ -66,7 +66,9 @@ export function ratio(a: number, b: number): string {
 export function renderSection(s: BenchSection): string {
   const lines = [`### ${s.title}`, '', '| case | median | p99 | ops/s | note |', '| --- | ---: | ---: | ---: | --- |'];
   for (const r of s.rows) {
-    lines.push(`| ${r.name} | ${fmtUs(r.p50Us)} | ${fmtUs(r.p99Us)} | ${Math.round(r.opsPerSec).toLocaleString('en-US')} | ${r.note ?? ''} |`);
+    lines.push(
+      `| ${r.name} | ${fmtUs(r.p50Us)} | ${fmtUs(r.p99Us)} | ${Math.round(r.opsPerSec).toLocaleString('en-US')} | ${r.note ?? ''} |`,
+    );
   }
   if (s.notes.length > 0) lines.push('', ...s.notes.map((n) => `- ${n}`));
   return lines.join('\n');

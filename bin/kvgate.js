@@ -7,7 +7,9 @@ tuneV8(process.env);
 const { main } = await import('../dist/src/cli/index.js');
 
 main(process.argv.slice(2)).then(
-  (code) => { if (typeof code === 'number') process.exitCode = code; },
+  (code) => {
+    if (typeof code === 'number') process.exitCode = code;
+  },
   (err) => {
     process.stderr.write(`kvgate: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exitCode = 1;

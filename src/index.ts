@@ -13,8 +13,14 @@
  * - **The router** (`KvRouter`): the public chooser. It hashes prompts,
  *   resolves pins from Dynamo's routing hints by phase, and explains each
  *   decision (`RoutingDecision.candidates`).
+ * - **KV events**: `decodeKvEventBatch` reads vLLM's and SGLang's batches.
  * - **Errors**: every error kvgate raises on purpose is a `KvgateError` with
  *   a stable `code` (`docs/errors.md`).
+ *
+ * What `kvgate serve` is built from (the gateway, the fleet's routers, the
+ * engine client, the KV-event manager, the metrics, the mocker) is the
+ * `kvgate/gateway` entry point (src/gateway.ts), for programs that build
+ * a gateway of their own; the export lists of both are pinned by a test.
  *
  * Embedding in a few lines (see `examples/embedded-router/`):
  *
@@ -39,58 +45,78 @@ export type { KvgateErrorCode } from './errors/index.js';
 /** Injected time and randomness: `systemClock`, `ManualClock` (tests, simulation), `seededRng`. */
 export { systemClock, ManualClock, seededRng, silentLogger } from './common/index.js';
 export type {
-  Clock, Rng, Logger, RoutingHints, RouterConfigOverride, RoutingConstraints, SessionHint, WorkerRank, WorkerPin, WorkerRole, RouterMode,
-  EngineDialect, CancelSignal,
+  Clock,
+  Rng,
+  Logger,
+  RoutingHints,
+  RouterConfigOverride,
+  RoutingConstraints,
+  SessionHint,
+  WorkerRank,
+  WorkerPin,
+  WorkerRole,
+  RouterMode,
+  EngineDialect,
+  CancelSignal,
 } from './common/index.js';
 
 // ---- WASM: hashing and the prefix index ------------------------------------
 /** Dynamo-exact block hashing (XXH3-64, seed 1337, chained sequence hashes) and the flat prefix index. */
-export { xxh3, blockHashes, promptHashes, sequenceHashes, requestSeed, BLOCK_HASH_SEED, PrefixIndex } from './wasm/index.js';
+export {
+  xxh3,
+  blockHashes,
+  promptHashes,
+  sequenceHashes,
+  requestSeed,
+  BLOCK_HASH_SEED,
+  PrefixIndex,
+} from './wasm/index.js';
 export type { BlockHashOptions, PromptHashes, OverlapScores, RemoveResult } from './wasm/index.js';
 
 // ---- Core: the router's knobs and the scheduler ---------------------------------
 /** The router's knobs: defaults, validation (`resolveKvRouterConfig`), Dynamo names, per-request overrides. */
 export {
-  KV_ROUTER_DEFAULTS, KV_ROUTER_CONFIG_FIELDS, resolveKvRouterConfig, kvEventsEnabled, kvRouterOptionsFromDynamo, parseRouterConfigOverride,
+  KV_ROUTER_DEFAULTS,
+  KV_ROUTER_CONFIG_FIELDS,
+  resolveKvRouterConfig,
+  kvEventsEnabled,
+  kvRouterOptionsFromDynamo,
+  parseRouterConfigOverride,
 } from './core/index.js';
 export type { KvRouterConfig, KvRouterOptions, QueuePolicy, QueueDepthTier } from './core/index.js';
 /** The scheduler and its parts a host may drive directly: bookkeeping, approximate mode, self-explaining decisions. */
-export { KvScheduler, ActiveSequences, ApproximateIndex, RoutingDecision, rejectionError, outputBlockDecay } from './core/index.js';
+export {
+  KvScheduler,
+  ActiveSequences,
+  ApproximateIndex,
+  RoutingDecision,
+  rejectionError,
+  outputBlockDecay,
+} from './core/index.js';
 export type {
-  WorkerCapacity, WorkerSummary, WorkerLoad, SchedulingRequest, Rejection, AdmissionResult, QueueTicket, ScheduleOutcome, SelectionMode,
-  KvSchedulerOptions, SlotLoad, ActiveRequestInfo, ApproximateIndexOptions, DecisionTiming, CandidateBreakdown,
+  WorkerCapacity,
+  WorkerSummary,
+  WorkerLoad,
+  SchedulingRequest,
+  Rejection,
+  AdmissionResult,
+  QueueTicket,
+  ScheduleOutcome,
+  SelectionMode,
+  KvSchedulerOptions,
+  SlotLoad,
+  ActiveRequestInfo,
+  ApproximateIndexOptions,
+  DecisionTiming,
+  CandidateBreakdown,
 } from './core/index.js';
 
 // ---- Routing ----------------------------------------------------------------
 /** `KvRouter`, the KV-cache-aware chooser, and pin resolution by phase. */
 export { KvRouter, resolvePin } from './routing/index.js';
 export type { KvRouteRequest } from './routing/index.js';
-/** Routers that dispatch: the simple modes, the push router, the prefill router, the per-model router, and their context. */
-export { createSimpleRouter, PushRouter, PrefillRouter, ModelRouter, makeRouterContext } from './routing/index.js';
-export type {
-  RouterContext, SimpleRouter, LoadSource, PushRouterOptions, PrefillRouterOptions, ModelRouterOptions, ModelRouterPort, PreparedRequest,
-  RoutedResponse, QueryResult,
-} from './routing/index.js';
 
-// ---- The gateway and the mocker --------------------------------------------------
-/** The gateway config (YAML/JSON file + overrides -> one validated `GatewayConfig`) and the gateway starter. */
-export { loadGatewayConfig } from './config/index.js';
-export type { GatewayConfig, ModelConfig, WorkerConfig } from './config/index.js';
-export { startGateway } from './frontend/index.js';
-export type { Gateway, GatewayOptions } from './frontend/index.js';
-/** Simulated vLLM/SGLang engines over HTTP and ZMQ, for tests and trials without GPUs. */
-export { startMocker } from './mocker/index.js';
-export type { MockerHandle, MockerInput } from './mocker/index.js';
-
-// ---- Leaves: discovery, transport, KV events, metrics -------------------------
-/** The worker registry (membership, roles, availability) and active health probing. */
-export { WorkerRegistry, HealthProber } from './discovery/index.js';
-export type { WorkerInfo, KvEventEndpoints } from './discovery/index.js';
-/** undici transport to engines: per-worker pools, incremental SSE, cancellation, typed errors. */
-export { EngineClient } from './engines/index.js';
-export type { EngineClientOptions } from './engines/index.js';
-/** KV-event ingestion: vLLM/SGLang decoders, the applier onto a prefix index, ZMQ subscriptions with gap replay. */
-export { decodeKvEventBatch, KvEventApplier, KvEventManager, TieredPrefixIndex } from './events/index.js';
-export type { KvCacheEvent, KvEventBatch, KvEventHooks } from './events/index.js';
-/** Every Prometheus metric, in a registry of its own. */
-export { KvgateMetrics } from './metrics/index.js';
+// ---- KV events ----------------------------------------------------------------
+/** vLLM/SGLang KV-event batches decoded (ZMQ frames' payloads), to feed a `PrefixIndex` or `KvRouter.index`. */
+export { decodeKvEventBatch } from './events/index.js';
+export type { KvCacheEvent, KvEventBatch } from './events/index.js';

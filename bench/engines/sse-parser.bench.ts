@@ -35,7 +35,7 @@ function makeStream(events: number): { bytes: Buffer; perEvent: Buffer[] } {
 function randomChunks(bytes: Buffer, seed: number): Buffer[] {
   const next = rng(seed);
   const out: Buffer[] = [];
-  for (let pos = 0; pos < bytes.length; ) {
+  for (let pos = 0; pos < bytes.length;) {
     const n = 1 + Math.floor(next() * 8192);
     out.push(bytes.subarray(pos, pos + n));
     pos += n;
@@ -90,7 +90,8 @@ export async function run(): Promise<BenchSection> {
     ['kvgate random', kvgate(random)],
     ['naive random', naive(random)],
   ] as const) {
-    if (got.length !== expected.length || got.some((d, i) => d !== expected[i])) throw new Error(`${name}: events differ`);
+    if (got.length !== expected.length || got.some((d, i) => d !== expected[i]))
+      throw new Error(`${name}: events differ`);
   }
 
   const rows = await timeAll({
@@ -101,7 +102,13 @@ export async function run(): Promise<BenchSection> {
     'kvgate SseParser + JSON.parse per event': () => kvgateWithJson(perEvent),
   });
   const mbps = (us: number): string => `${(mb / (us / 1e6)).toFixed(0)} MB/s`;
-  const [kPer, nPer, kRand, nRand, kJson] = rows as [typeof rows[0], typeof rows[0], typeof rows[0], typeof rows[0], typeof rows[0]];
+  const [kPer, nPer, kRand, nRand, kJson] = rows as [
+    (typeof rows)[0],
+    (typeof rows)[0],
+    (typeof rows)[0],
+    (typeof rows)[0],
+    (typeof rows)[0],
+  ];
   kPer.note = `${mbps(kPer.p50Us)}, ${ratio(nPer.p50Us, kPer.p50Us)} the naive throughput`;
   nPer.note = mbps(nPer.p50Us);
   kRand.note = `${mbps(kRand.p50Us)}, ${ratio(nRand.p50Us, kRand.p50Us)} the naive throughput`;

@@ -34,18 +34,32 @@ function runScenario(distRoot: string): Promise<FloodOutcome> {
   const target = join(resolve(distRoot), 'bench', 'events');
   if (target !== HERE) for (const f of SCENARIO_FILES) copyFileSync(join(HERE, f), join(target, f));
   return new Promise((done, reject) => {
-    execFile(process.execPath, [join(target, 'flood-scenario.js'), resolve(distRoot)], { timeout: 300_000, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
-      if (err !== null) reject(new Error(`flood scenario on ${distRoot} failed: ${err.message}\n${stderr}`));
-      else done(JSON.parse(stdout.trim().split('\n').at(-1)!) as FloodOutcome);
-    });
+    execFile(
+      process.execPath,
+      [join(target, 'flood-scenario.js'), resolve(distRoot)],
+      { timeout: 300_000, maxBuffer: 1 << 20 },
+      (err, stdout, stderr) => {
+        if (err !== null) reject(new Error(`flood scenario on ${distRoot} failed: ${err.message}\n${stderr}`));
+        else done(JSON.parse(stdout.trim().split('\n').at(-1)!) as FloodOutcome);
+      },
+    );
   });
 }
 
 function rows(label: string, o: FloodOutcome): BenchRow[] {
   return [
-    { name: `${label}: event-loop lag during the flood`, p50Us: 0, p99Us: o.lagP99Ms * 1000, opsPerSec: 0, note: `p99 ${o.lagP99Ms.toFixed(1)} ms, max ${o.lagMaxMs.toFixed(1)} ms` },
     {
-      name: `${label}: HTTP GET in the same process`, p50Us: o.http.p50 * 1000, p99Us: o.http.p99 * 1000, opsPerSec: 0,
+      name: `${label}: event-loop lag during the flood`,
+      p50Us: 0,
+      p99Us: o.lagP99Ms * 1000,
+      opsPerSec: 0,
+      note: `p99 ${o.lagP99Ms.toFixed(1)} ms, max ${o.lagMaxMs.toFixed(1)} ms`,
+    },
+    {
+      name: `${label}: HTTP GET in the same process`,
+      p50Us: o.http.p50 * 1000,
+      p99Us: o.http.p99 * 1000,
+      opsPerSec: 0,
       note: `max ${o.http.max.toFixed(1)} ms over ${o.http.n} requests; ${o.notes}`,
     },
   ];

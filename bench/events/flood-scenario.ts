@@ -26,7 +26,14 @@ interface EventsModule {
     add(s: WorkerRank & { endpoint: string; replayEndpoint?: string; topic?: string }): Promise<void>;
     /** A (worker, dp rank) pair; builds before `WorkerRank` took the worker id alone (rank 0). */
     subscriber(slot: WorkerRank | number): { stream: { cursor: bigint | null; recovering: boolean } } | undefined;
-    counters: { snapshot(): { gaps: number; replays: Record<string, number>; resets: Record<string, number>; dropped?: Record<string, number> } };
+    counters: {
+      snapshot(): {
+        gaps: number;
+        replays: Record<string, number>;
+        resets: Record<string, number>;
+        dropped?: Record<string, number>;
+      };
+    };
     close(): Promise<void>;
   };
 }
@@ -44,7 +51,9 @@ function pct(sorted: number[], q: number): number {
 }
 
 async function startFirehose(): Promise<{ worker: Worker; endpoint: string; replayEndpoint: string }> {
-  const worker = new Worker(new URL('./firehose-worker.js', import.meta.url), { workerData: { batches: BATCHES, encoding: 'vllm-array', eventsPerBatch: EVENTS_PER_BATCH } });
+  const worker = new Worker(new URL('./firehose-worker.js', import.meta.url), {
+    workerData: { batches: BATCHES, encoding: 'vllm-array', eventsPerBatch: EVENTS_PER_BATCH },
+  });
   const ready = await new Promise<{ endpoint: string; replayEndpoint: string }>((resolve, reject) => {
     worker.once('message', resolve);
     worker.once('error', reject);
@@ -67,7 +76,8 @@ async function scenario(mod: EventsModule): Promise<FloodOutcome> {
   const manager = new mod.KvEventManager({ applier });
   // The "routing" the server does per request: a read of the shared index (another worker's view).
   // Either build's lookup: this one takes the pair, a build before WorkerRank the worker id (each misses the other's form).
-  const subscriber = (): ReturnType<typeof manager.subscriber> => manager.subscriber(SLOT) ?? manager.subscriber(SLOT.workerId);
+  const subscriber = (): ReturnType<typeof manager.subscriber> =>
+    manager.subscriber(SLOT) ?? manager.subscriber(SLOT.workerId);
   const server = createServer((_req, res) => res.end(String(subscriber()?.stream.cursor ?? -1)));
   const url = await listen(server);
   const prober = new Worker(new URL('./http-prober.js', import.meta.url), { workerData: { url, intervalMs: 5 } });
@@ -89,7 +99,10 @@ async function scenario(mod: EventsModule): Promise<FloodOutcome> {
   await new Promise((r) => setTimeout(r, 50));
   lag.disable();
   const { sendMs } = await done;
-  if (sendMs > HOLD_MS) throw new Error(`the publisher took ${sendMs.toFixed(0)} ms, longer than the ${HOLD_MS} ms hold: the burst was not fully queued`);
+  if (sendMs > HOLD_MS)
+    throw new Error(
+      `the publisher took ${sendMs.toFixed(0)} ms, longer than the ${HOLD_MS} ms hold: the burst was not fully queued`,
+    );
   const latencies = await new Promise<number[]>((resolve) => {
     prober.once('message', resolve);
     prober.postMessage('stop');
@@ -106,8 +119,9 @@ async function scenario(mod: EventsModule): Promise<FloodOutcome> {
     lagMaxMs: lag.max / 1e6,
     http: { p50: pct(sorted, 0.5), p99: pct(sorted, 0.99), max: sorted.at(-1) ?? 0, n: sorted.length },
     ingestMs,
-    notes: `${totalEvents.toLocaleString('en-US')} events applied in ${ingestMs.toFixed(0)} ms; gaps ${s.gaps}, replays ${Object.values(s.replays).reduce((a, b) => a + b, 0)}, `
-      + `resets ${JSON.stringify(Object.fromEntries(Object.entries(s.resets).filter(([, v]) => v > 0)))}, queue drops ${s.dropped?.queue_full ?? 'n/a'}`,
+    notes:
+      `${totalEvents.toLocaleString('en-US')} events applied in ${ingestMs.toFixed(0)} ms; gaps ${s.gaps}, replays ${Object.values(s.replays).reduce((a, b) => a + b, 0)}, ` +
+      `resets ${JSON.stringify(Object.fromEntries(Object.entries(s.resets).filter(([, v]) => v > 0)))}, queue drops ${s.dropped?.queue_full ?? 'n/a'}`,
   };
 }
 

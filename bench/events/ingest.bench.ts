@@ -30,7 +30,8 @@ function checkLoop(loop: EventLoop): void {
     applied += applier.applyBatch(SLOT, r.batch);
     events += r.batch.events.length;
   }
-  if (applied !== events || applier.indexes.device.size !== 0) throw new Error(`bench workload is not a closed loop (${applied}/${events}, ${applier.indexes.device.size} left)`);
+  if (applied !== events || applier.indexes.device.size !== 0)
+    throw new Error(`bench workload is not a closed loop (${applied}/${events}, ${applier.indexes.device.size} left)`);
   applier.indexes.dispose();
 }
 
@@ -63,7 +64,10 @@ async function inProcess(): Promise<{ rows: BenchRow[]; notes: string[] }> {
   const base = rows[0]!;
   for (const r of rows) {
     const ev = perBatch.get(r.name)!;
-    const share = r.name === 'decode + apply, vllm-array' ? `; decoding is ${((base.p50Us / r.p50Us) * 100).toFixed(0)}% of it` : '';
+    const share =
+      r.name === 'decode + apply, vllm-array'
+        ? `; decoding is ${((base.p50Us / r.p50Us) * 100).toFixed(0)}% of it`
+        : '';
     r.note = `${Math.round(r.opsPerSec * ev).toLocaleString('en-US')} events/s (${ev.toFixed(1)} events/batch)${share}`;
   }
   return { rows, notes: [] };
@@ -72,8 +76,9 @@ async function inProcess(): Promise<{ rows: BenchRow[]; notes: string[] }> {
 async function firehose(batches: number, encoding: BenchEncoding): Promise<{ row: BenchRow; notes: string[] }> {
   const loop = eventLoop({ encoding });
   const eventsPerLoop = loop.eventCounts.reduce((a, b) => a + b, 0);
-  const totalEvents = Math.floor(batches / loop.payloads.length) * eventsPerLoop
-    + loop.eventCounts.slice(0, batches % loop.payloads.length).reduce((a, b) => a + b, 0);
+  const totalEvents =
+    Math.floor(batches / loop.payloads.length) * eventsPerLoop +
+    loop.eventCounts.slice(0, batches % loop.payloads.length).reduce((a, b) => a + b, 0);
   const worker = new Worker(new URL('./firehose-worker.js', import.meta.url), { workerData: { batches, encoding } });
   const ready = await new Promise<{ endpoint: string; replayEndpoint: string }>((resolve, reject) => {
     worker.once('message', resolve);
@@ -83,9 +88,19 @@ async function firehose(batches: number, encoding: BenchEncoding): Promise<{ row
   let received = 0;
   const manager = new KvEventManager({
     applier: new KvEventApplier({ blockSize: loop.blockSize }),
-    hooks: { onBatch: (_slot, origin) => { if (origin === 'live' && ++received % 1000 === 0) marks.push(performance.now()); } },
+    hooks: {
+      onBatch: (_slot, origin) => {
+        if (origin === 'live' && ++received % 1000 === 0) marks.push(performance.now());
+      },
+    },
   });
-  await manager.add({ workerId: 1, dpRank: 0, endpoint: ready.endpoint, replayEndpoint: ready.replayEndpoint, topic: 'kv-events' });
+  await manager.add({
+    workerId: 1,
+    dpRank: 0,
+    endpoint: ready.endpoint,
+    replayEndpoint: ready.replayEndpoint,
+    topic: 'kv-events',
+  });
   const stream = manager.subscriber(SLOT)!.stream;
   // The worker waits for the subscription before it accepts 'go'.
   const done = new Promise<{ sendMs: number }>((resolve) => worker.once('message', resolve));
@@ -101,8 +116,12 @@ async function firehose(batches: number, encoding: BenchEncoding): Promise<{ row
   await manager.close();
   manager.indexes.dispose();
   await new Promise((r) => worker.once('exit', r));
-  const perBatchUs = marks.slice(1).map((t, i) => ((t - marks[i]!) * 1000) / 1000).sort((a, b) => a - b);
-  const pct = (q: number): number => perBatchUs[Math.min(perBatchUs.length - 1, Math.floor(q * perBatchUs.length))] ?? 0;
+  const perBatchUs = marks
+    .slice(1)
+    .map((t, i) => ((t - marks[i]!) * 1000) / 1000)
+    .sort((a, b) => a - b);
+  const pct = (q: number): number =>
+    perBatchUs[Math.min(perBatchUs.length - 1, Math.floor(q * perBatchUs.length))] ?? 0;
   const eventsPerSec = (applied / elapsedMs) * 1000;
   return {
     row: {

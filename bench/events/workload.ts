@@ -28,14 +28,40 @@ export interface EventLoopOptions {
   eventsPerBatch?: number;
 }
 
-function stored(encoding: BenchEncoding, hashes: bigint[], parent: bigint | null, tokens: number[], blockSize: number): unknown {
+function stored(
+  encoding: BenchEncoding,
+  hashes: bigint[],
+  parent: bigint | null,
+  tokens: number[],
+  blockSize: number,
+): unknown {
   const h = encoding === 'sglang-map' ? hashes.map((x) => BigInt.asIntN(64, x)) : hashes;
   const p = parent === null ? null : encoding === 'sglang-map' ? BigInt.asIntN(64, parent) : parent;
-  if (encoding === 'vllm-array') return ['BlockStored', h, p, tokens, blockSize, null, 'GPU', null, null, 0, 'full_attention', null];
+  if (encoding === 'vllm-array')
+    return ['BlockStored', h, p, tokens, blockSize, null, 'GPU', null, null, 0, 'full_attention', null];
   if (encoding === 'vllm-map') {
-    return { type: 'BlockStored', block_hashes: h, parent_block_hash: p, token_ids: tokens, block_size: blockSize, lora_id: null, medium: 'GPU', lora_name: null, group_idx: 0, kv_cache_spec_kind: 'full_attention' };
+    return {
+      type: 'BlockStored',
+      block_hashes: h,
+      parent_block_hash: p,
+      token_ids: tokens,
+      block_size: blockSize,
+      lora_id: null,
+      medium: 'GPU',
+      lora_name: null,
+      group_idx: 0,
+      kv_cache_spec_kind: 'full_attention',
+    };
   }
-  return { type: 'BlockStored', block_hashes: h, parent_block_hash: p, token_ids: tokens, block_size: blockSize, lora_id: null, medium: 'GPU' };
+  return {
+    type: 'BlockStored',
+    block_hashes: h,
+    parent_block_hash: p,
+    token_ids: tokens,
+    block_size: blockSize,
+    lora_id: null,
+    medium: 'GPU',
+  };
 }
 
 function removed(encoding: BenchEncoding, hash: bigint): unknown {

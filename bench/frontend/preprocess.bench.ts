@@ -15,10 +15,35 @@ import { createPreprocessor, type Preprocessor } from '../../src/frontend/prepro
 import type { ChatTask, PreprocessModelSpec } from '../../src/frontend/preprocess/protocol.js';
 import { ratio, timeAll, type BenchRow, type BenchSection } from '../util.js';
 
-export const title = 'Gateway preprocessing: ~8k-token chat (Qwen3 template + tokenizer + block hashes), segment cache and pool';
+export const title =
+  'Gateway preprocessing: ~8k-token chat (Qwen3 template + tokenizer + block hashes), segment cache and pool';
 
-const WORDS = ['the', 'model', 'cache', 'router', 'prefix', 'token', 'worker', 'latency', 'queue', 'block', 'engine', 'prompt',
-  'stream', 'naïve', 'größe', '東京', 'data', 'serve', '42', 'réseau', 'value', 'shard', 'replica', 'event'];
+const WORDS = [
+  'the',
+  'model',
+  'cache',
+  'router',
+  'prefix',
+  'token',
+  'worker',
+  'latency',
+  'queue',
+  'block',
+  'engine',
+  'prompt',
+  'stream',
+  'naïve',
+  'größe',
+  '東京',
+  'data',
+  'serve',
+  '42',
+  'réseau',
+  'value',
+  'shard',
+  'replica',
+  'event',
+];
 
 /** A seeded conversation of about `targetChars` characters (~4 characters per token for this text). */
 function conversation(targetChars: number): { role: string; content: string }[] {
@@ -49,10 +74,21 @@ export async function run(): Promise<BenchSection> {
   const history = conversation(40_000);
   let n = 0;
   const task = (): ChatTask => ({
-    kind: 'chat', model: 'demo', maxPromptTokens: 1 << 20,
-    messages: [...history, { role: 'user', content: `Question ${n++}: what does the router do with ${WORDS[n % WORDS.length]}?` }],
+    kind: 'chat',
+    model: 'demo',
+    maxPromptTokens: 1 << 20,
+    messages: [
+      ...history,
+      { role: 'user', content: `Question ${n++}: what does the router do with ${WORDS[n % WORDS.length]}?` },
+    ],
   });
-  const spec: PreprocessModelSpec = { name: 'demo', blockSize: 16, tokenizer: { kind: 'demo' }, segmentCacheTokens: 2_000_000, segmentCacheBytes: 32 * 1024 * 1024 };
+  const spec: PreprocessModelSpec = {
+    name: 'demo',
+    blockSize: 16,
+    tokenizer: { kind: 'demo' },
+    segmentCacheTokens: 2_000_000,
+    segmentCacheBytes: 32 * 1024 * 1024,
+  };
   const cold: PreprocessModelSpec = { ...spec, segmentCacheTokens: 0 };
 
   const mainCached = await ModelPreprocessor.create(spec);
@@ -65,14 +101,22 @@ export async function run(): Promise<BenchSection> {
     // Correctness before timing: every mode gives the same ids and hashes.
     const t = task();
     const ref = await mainCold.run(t);
-    for (const r of [await mainCached.run(t), await mainCached.run(t), await poolCached.run(t), await poolCold.run(t)]) {
-      if (r.tokenIds.length !== ref.tokenIds.length || r.tokenIds.some((v, i) => v !== ref.tokenIds[i])) throw new Error('token ids differ between modes');
+    for (const r of [
+      await mainCached.run(t),
+      await mainCached.run(t),
+      await poolCached.run(t),
+      await poolCold.run(t),
+    ]) {
+      if (r.tokenIds.length !== ref.tokenIds.length || r.tokenIds.some((v, i) => v !== ref.tokenIds[i]))
+        throw new Error('token ids differ between modes');
       if (r.hashes.seq.some((v, i) => v !== ref.hashes.seq[i])) throw new Error('hashes differ between modes');
     }
     const tokens = ref.tokenIds.length;
 
     // Stage breakdown (means over a few runs of each mode).
-    const stages = async (run: () => Promise<{ stats: { renderUs: number; tokenizeUs: number; hashUs: number; cachedTokens: number } }>): Promise<string> => {
+    const stages = async (
+      run: () => Promise<{ stats: { renderUs: number; tokenizeUs: number; hashUs: number; cachedTokens: number } }>,
+    ): Promise<string> => {
       let render = 0;
       let tok = 0;
       let hash = 0;
@@ -87,12 +131,15 @@ export async function run(): Promise<BenchSection> {
       }
       return `render ${(render / k / 1000).toFixed(2)} ms, tokenize ${(tok / k / 1000).toFixed(2)} ms, hash ${(hash / k / 1000).toFixed(2)} ms, ${Math.round(cached / k)} of ${tokens} tokens from cache`;
     };
-    const rows: BenchRow[] = await timeAll({
-      'main thread, no segment cache': () => mainCold.run(task()),
-      'main thread, segment cache (history cached)': () => mainCached.run(task()),
-      'pool (1 thread), no segment cache': () => poolCold.run(task()),
-      'pool (1 thread), segment cache': () => poolCached.run(task()),
-    }, { time: 3000, warmupTime: 500 });
+    const rows: BenchRow[] = await timeAll(
+      {
+        'main thread, no segment cache': () => mainCold.run(task()),
+        'main thread, segment cache (history cached)': () => mainCached.run(task()),
+        'pool (1 thread), no segment cache': () => poolCold.run(task()),
+        'pool (1 thread), segment cache': () => poolCached.run(task()),
+      },
+      { time: 3000, warmupTime: 500 },
+    );
     // After timing, so the stage means are of warmed-up code like the rows.
     const coldStages = await stages(() => mainCold.run(task()));
     const cachedStages = await stages(() => mainCached.run(task()));
@@ -103,12 +150,14 @@ export async function run(): Promise<BenchSection> {
     const burst = async (p: Pick<Preprocessor, 'run'>, total: number): Promise<number> => {
       const t0 = performance.now();
       let next = 0;
-      await Promise.all(Array.from({ length: 8 }, async () => {
-        while (next < total) {
-          next++;
-          await p.run(task());
-        }
-      }));
+      await Promise.all(
+        Array.from({ length: 8 }, async () => {
+          while (next < total) {
+            next++;
+            await p.run(task());
+          }
+        }),
+      );
       return total / ((performance.now() - t0) / 1000);
     };
     const inline = { run: (x: ChatTask) => mainCached.run(x) };

@@ -32,7 +32,11 @@ class PassThroughHandler implements Dispatcher.DispatchHandler {
     // nothing to track: the floor keeps no state about the request
   }
 
-  onResponseStart(_c: Dispatcher.DispatchController, status: number, headers: Record<string, string | string[] | undefined>): void {
+  onResponseStart(
+    _c: Dispatcher.DispatchController,
+    status: number,
+    headers: Record<string, string | string[] | undefined>,
+  ): void {
     const out: Record<string, string | string[]> = {};
     for (const name of ['content-type', 'content-length']) {
       const value = headers[name];
@@ -56,12 +60,15 @@ class PassThroughHandler implements Dispatcher.DispatchHandler {
 }
 
 function forward(req: IncomingMessage, res: ServerResponse, body: Buffer): void {
-  pool.dispatch({
-    path: req.url ?? '/',
-    method: req.method ?? 'GET',
-    headers: { 'content-type': req.headers['content-type'] ?? 'application/json' },
-    body: req.method === 'GET' ? null : body,
-  }, new PassThroughHandler(res));
+  pool.dispatch(
+    {
+      path: req.url ?? '/',
+      method: req.method ?? 'GET',
+      headers: { 'content-type': req.headers['content-type'] ?? 'application/json' },
+      body: req.method === 'GET' ? null : body,
+    },
+    new PassThroughHandler(res),
+  );
 }
 
 const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => {

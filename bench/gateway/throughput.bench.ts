@@ -41,7 +41,8 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort, type BenchRow, type BenchSection } from '../util.js';
 
-export const title = 'Gateway cost per request: kvgate serve vs nginx vs a trivial backend (wrk, tiny chat and 64-chunk stream)';
+export const title =
+  'Gateway cost per request: kvgate serve vs nginx vs a trivial backend (wrk, tiny chat and 64-chunk stream)';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const MODEL = 'bench-model';
@@ -67,22 +68,29 @@ function onPath(cmd: string): Promise<boolean> {
 }
 
 /** Starts a process and resolves with the first match of `ready` on its stdout or stderr (kvgate serve announces itself on stderr). */
-function startProcess(cmd: string, args: string[], ready: RegExp, children: ChildProcess[]): Promise<{ m: RegExpMatchArray; pid: number }> {
+function startProcess(
+  cmd: string,
+  args: string[],
+  ready: RegExp,
+  children: ChildProcess[],
+): Promise<{ m: RegExpMatchArray; pid: number }> {
   return new Promise((res, rej) => {
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     children.push(child);
     const seen = { out: '', err: '' };
     const timer = setTimeout(() => rej(new Error(`${cmd} did not start: ${seen.err.slice(-500)}`)), 30_000);
-    const watch = (which: 'out' | 'err') => (d: Buffer): void => {
-      // Only the start is looked at: later output (warnings) is not kept.
-      if (seen[which].length > 65_536) return;
-      seen[which] += d.toString();
-      const m = ready.exec(seen[which]);
-      if (m !== null) {
-        clearTimeout(timer);
-        res({ m, pid: child.pid! });
-      }
-    };
+    const watch =
+      (which: 'out' | 'err') =>
+      (d: Buffer): void => {
+        // Only the start is looked at: later output (warnings) is not kept.
+        if (seen[which].length > 65_536) return;
+        seen[which] += d.toString();
+        const m = ready.exec(seen[which]);
+        if (m !== null) {
+          clearTimeout(timer);
+          res({ m, pid: child.pid! });
+        }
+      };
     child.stdout!.on('data', watch('out'));
     child.stderr!.on('data', watch('err'));
     child.on('exit', (code) => {
@@ -93,11 +101,16 @@ function startProcess(cmd: string, args: string[], ready: RegExp, children: Chil
 }
 
 function stopAll(children: ChildProcess[]): Promise<void> {
-  return Promise.all(children.map((c) => new Promise<void>((res) => {
-    if (c.exitCode !== null || c.signalCode !== null) return res();
-    c.once('exit', () => res());
-    c.kill('SIGTERM');
-  }))).then(() => undefined);
+  return Promise.all(
+    children.map(
+      (c) =>
+        new Promise<void>((res) => {
+          if (c.exitCode !== null || c.signalCode !== null) return res();
+          c.once('exit', () => res());
+          c.kill('SIGTERM');
+        }),
+    ),
+  ).then(() => undefined);
 }
 
 interface WrkResult {
@@ -117,7 +130,9 @@ function toUs(v: string): number {
 
 function runWrk(url: string, scriptPath: string, seconds: number, connections: number): Promise<WrkResult> {
   return new Promise((res, rej) => {
-    const p = spawn('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '--latency', '-s', scriptPath, url], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '--latency', '-s', scriptPath, url], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     p.stdout.on('data', (d: Buffer) => (out += d.toString()));
     p.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -127,12 +142,18 @@ function runWrk(url: string, scriptPath: string, seconds: number, connections: n
       const p99 = /\s99%\s+(\S+)/.exec(out);
       const non2xx = /Non-2xx or 3xx responses:\s+(\d+)/.exec(out);
       const requests = /(\d+) requests in/.exec(out);
-      if (rps === null || p50 === null || p99 === null) return rej(new Error(`wrk against ${url}: output not understood:\n${out}`));
-      res({ rps: Number(rps[1]), requests: requests === null ? 0 : Number(requests[1]), p50Us: toUs(p50[1]!), p99Us: toUs(p99[1]!), non2xx: non2xx === null ? 0 : Number(non2xx[1]) });
+      if (rps === null || p50 === null || p99 === null)
+        return rej(new Error(`wrk against ${url}: output not understood:\n${out}`));
+      res({
+        rps: Number(rps[1]),
+        requests: requests === null ? 0 : Number(requests[1]),
+        p50Us: toUs(p50[1]!),
+        p99Us: toUs(p99[1]!),
+        non2xx: non2xx === null ? 0 : Number(non2xx[1]),
+      });
     });
   });
 }
-
 
 /** CPU seconds (user + system) of a process and its descendants (nginx's worker, kvgate's threads are in its own stat). */
 function cpuSeconds(pid: number): number {
@@ -153,13 +174,18 @@ function cpuSeconds(pid: number): number {
 function wrkScript(dir: string, name: string, body: unknown): string {
   const path = join(dir, `${name}.lua`);
   const json = JSON.stringify(body).replace(/\\/g, '\\\\').replace(/"/g, '\\"');
-  writeFileSync(path, `wrk.method = "POST"\nwrk.path = "/v1/chat/completions"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = "${json}"\n`);
+  writeFileSync(
+    path,
+    `wrk.method = "POST"\nwrk.path = "/v1/chat/completions"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = "${json}"\n`,
+  );
   return path;
 }
 
 function nginxConf(dir: string, listen: number, upstreamPort: number): string {
   const path = join(dir, 'nginx.conf');
-  writeFileSync(path, `daemon off;
+  writeFileSync(
+    path,
+    `daemon off;
 worker_processes 1;
 pid ${dir}/nginx.pid;
 error_log ${dir}/nginx-error.log warn;
@@ -182,7 +208,8 @@ http {
     }
   }
 }
-`);
+`,
+  );
   return path;
 }
 
@@ -202,21 +229,62 @@ interface KvgateExtra {
   nats?: { url: string; routerId: string };
 }
 
-async function startKvgate(bin: string, label: string, mode: KvgateMode, backend: { url: string; kvEvents: string }, children: ChildProcess[], extra: KvgateExtra = {}): Promise<Front> {
+async function startKvgate(
+  bin: string,
+  label: string,
+  mode: KvgateMode,
+  backend: { url: string; kvEvents: string },
+  children: ChildProcess[],
+  extra: KvgateExtra = {},
+): Promise<Front> {
   const worker = mode === 'kv mode, KV events' ? `url=${backend.url},kv_events=${backend.kvEvents}` : backend.url;
-  const modeArgs = mode === 'round-robin' ? ['--router-mode', 'round-robin'] : mode === 'kv mode, no KV events' ? ['--no-router-kv-events'] : [];
+  const modeArgs =
+    mode === 'round-robin'
+      ? ['--router-mode', 'round-robin']
+      : mode === 'kv mode, no KV events'
+        ? ['--no-router-kv-events']
+        : [];
   const processes = extra.processes ?? 1;
-  const extraArgs = [...(processes > 1 ? ['--processes', String(processes)] : []),
-    ...(extra.nats === undefined ? [] : ['--replica-sync-nats', extra.nats.url, '--router-id', extra.nats.routerId])];
-  const { m, pid } = await startProcess('node', [bin, 'serve', '--port', '0', '--model', MODEL, '--worker', worker, '--tokenizer', 'demo', ...modeArgs,
-    '--log-level', 'warn', '--max-concurrent-requests', '4096', ...extraArgs], /at (http:\/\/127\.0\.0\.1:\d+)/, children);
-  const suffix = (processes > 1 ? ` x${processes} processes` : '') + (extra.nats === undefined ? '' : ' + NATS sync with 1 peer');
+  const extraArgs = [
+    ...(processes > 1 ? ['--processes', String(processes)] : []),
+    ...(extra.nats === undefined ? [] : ['--replica-sync-nats', extra.nats.url, '--router-id', extra.nats.routerId]),
+  ];
+  const { m, pid } = await startProcess(
+    'node',
+    [
+      bin,
+      'serve',
+      '--port',
+      '0',
+      '--model',
+      MODEL,
+      '--worker',
+      worker,
+      '--tokenizer',
+      'demo',
+      ...modeArgs,
+      '--log-level',
+      'warn',
+      '--max-concurrent-requests',
+      '4096',
+      ...extraArgs,
+    ],
+    /at (http:\/\/127\.0\.0\.1:\d+)/,
+    children,
+  );
+  const suffix =
+    (processes > 1 ? ` x${processes} processes` : '') + (extra.nats === undefined ? '' : ' + NATS sync with 1 peer');
   return { name: `kvgate ${label}${suffix}, ${mode}`, url: m[1]!, pid };
 }
 
 /** A nats-server on loopback at an OS-chosen port (Debian's `nats-server`). */
 async function startNats(children: ChildProcess[]): Promise<string> {
-  const { m } = await startProcess('nats-server', ['-a', '127.0.0.1', '-p', '-1'], /Listening for client connections on [^\s]+:(\d+)[\s\S]*Server is ready/, children);
+  const { m } = await startProcess(
+    'nats-server',
+    ['-a', '127.0.0.1', '-p', '-1'],
+    /Listening for client connections on [^\s]+:(\d+)[\s\S]*Server is ready/,
+    children,
+  );
   return `nats://127.0.0.1:${m[1]}`;
 }
 
@@ -257,13 +325,25 @@ function median(xs: number[]): number {
 }
 
 /** Every front measured ROUNDS times, interleaved (warmed up in the first round); per front the median of each figure. */
-async function measureAll(fronts: readonly Front[], script: string, connections: number): Promise<Record<string, Measured>> {
+async function measureAll(
+  fronts: readonly Front[],
+  script: string,
+  connections: number,
+): Promise<Record<string, Measured>> {
   const rounds: Record<string, Measured[]> = {};
-  for (let r = 0; r < ROUNDS; r++) for (const f of fronts) (rounds[f.name] ??= []).push(await measure(f, script, connections, r === 0));
+  for (let r = 0; r < ROUNDS; r++)
+    for (const f of fronts) (rounds[f.name] ??= []).push(await measure(f, script, connections, r === 0));
   const out: Record<string, Measured> = {};
   for (const [name, ms] of Object.entries(rounds)) {
     const pick = (k: keyof Measured): number => median(ms.map((m) => m[k]));
-    out[name] = { rps: pick('rps'), p50Us: pick('p50Us'), p99Us: pick('p99Us'), requests: pick('requests'), non2xx: pick('non2xx'), cpuMsPerRequest: pick('cpuMsPerRequest') };
+    out[name] = {
+      rps: pick('rps'),
+      p50Us: pick('p50Us'),
+      p99Us: pick('p99Us'),
+      requests: pick('requests'),
+      non2xx: pick('non2xx'),
+      cpuMsPerRequest: pick('cpuMsPerRequest'),
+    };
   }
   return out;
 }
@@ -271,7 +351,12 @@ async function measureAll(fronts: readonly Front[], script: string, connections:
 const ms = (us: number): string => (us / 1000).toFixed(2);
 
 /** The targets for kvgate's kv mode (with the Qwen3 tokenizer), judged on one build's rows. */
-function targetNotes(label: string, tiny: Record<string, Measured>, stream: Record<string, Measured>, nginx: string): string[] {
+function targetNotes(
+  label: string,
+  tiny: Record<string, Measured>,
+  stream: Record<string, Measured>,
+  nginx: string,
+): string[] {
   const kv = `kvgate ${label}, kv mode, KV events`;
   const t = tiny[kv];
   const s = stream[kv];
@@ -281,9 +366,11 @@ function targetNotes(label: string, tiny: Record<string, Measured>, stream: Reco
   const ok = (b: boolean): string => (b ? 'met' : 'missed');
   const rpsRatio = t.rps / n.rps;
   const chunkRatio = s.rps / ns.rps;
-  return [`${label}, kv mode with KV events: ${rpsRatio.toFixed(2)}x nginx's req/s on the tiny chat (target >= 0.4x: ${ok(rpsRatio >= 0.4)}); `
-    + `${t.cpuMsPerRequest.toFixed(3)} ms CPU per request (target <= 0.12 ms: ${ok(t.cpuMsPerRequest <= 0.12)}); `
-    + `${chunkRatio.toFixed(2)}x nginx's streamed chunks/s (target >= 0.5x: ${ok(chunkRatio >= 0.5)}).`];
+  return [
+    `${label}, kv mode with KV events: ${rpsRatio.toFixed(2)}x nginx's req/s on the tiny chat (target >= 0.4x: ${ok(rpsRatio >= 0.4)}); ` +
+      `${t.cpuMsPerRequest.toFixed(3)} ms CPU per request (target <= 0.12 ms: ${ok(t.cpuMsPerRequest <= 0.12)}); ` +
+      `${chunkRatio.toFixed(2)}x nginx's streamed chunks/s (target >= 0.5x: ${ok(chunkRatio >= 0.5)}).`,
+  ];
 }
 
 export async function run(): Promise<BenchSection> {
@@ -297,27 +384,47 @@ export async function run(): Promise<BenchSection> {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-gw-bench-'));
   const children: ChildProcess[] = [];
   try {
-    const { m: line, pid: backendPid } = await startProcess('node', [join(HERE, 'trivial-backend.js'), MODEL], /^(\{.*\})$/m, children);
+    const { m: line, pid: backendPid } = await startProcess(
+      'node',
+      [join(HERE, 'trivial-backend.js'), MODEL],
+      /^(\{.*\})$/m,
+      children,
+    );
     const info = JSON.parse(line[1]!) as { url: string; kv_events: string };
     const backend = { url: info.url, kvEvents: info.kv_events };
     const direct: Front = { name: 'backend direct', url: backend.url, pid: backendPid };
     const fronts: Front[] = [direct];
     const nginxName = 'nginx (1 worker, keep-alive upstream)';
     if (haveNginx) fronts.push(await startNginx(dir, Number(new URL(backend.url).port), children));
-    const { m: floorLine, pid: floorPid } = await startProcess('node', [join(HERE, 'floor-proxy.js'), backend.url], /^(\{.*\})$/m, children);
-    fronts.push({ name: 'floor: node:http + undici proxy, no kvgate logic', url: (JSON.parse(floorLine[1]!) as { url: string }).url, pid: floorPid });
+    const { m: floorLine, pid: floorPid } = await startProcess(
+      'node',
+      [join(HERE, 'floor-proxy.js'), backend.url],
+      /^(\{.*\})$/m,
+      children,
+    );
+    fronts.push({
+      name: 'floor: node:http + undici proxy, no kvgate logic',
+      url: (JSON.parse(floorLine[1]!) as { url: string }).url,
+      pid: floorPid,
+    });
     const builds: [string, string][] = [];
     const beforeDist = process.env.KVGATE_BENCH_BEFORE_DIST;
-    if (beforeDist !== undefined && beforeDist !== '') builds.push(['before', join(resolve(beforeDist), '..', 'bin', 'kvgate.js')]);
+    if (beforeDist !== undefined && beforeDist !== '')
+      builds.push(['before', join(resolve(beforeDist), '..', 'bin', 'kvgate.js')]);
     else notes.push('No KVGATE_BENCH_BEFORE_DIST given: only this build of kvgate is measured.');
     builds.push(['after', join(HERE, '..', '..', '..', 'bin', 'kvgate.js')]);
     // Before and after alternate, mode by mode, so drift on a shared machine hits both alike.
-    for (const mode of MODES) for (const [label, bin] of builds) fronts.push(await startKvgate(bin, label, mode, backend, children));
+    for (const mode of MODES)
+      for (const [label, bin] of builds) fronts.push(await startKvgate(bin, label, mode, backend, children));
     const after = builds.at(-1)![1];
-    const several = PROCESSES > 1 ? await startKvgate(after, 'after', MODES[0]!, backend, children, { processes: PROCESSES }) : undefined;
+    const several =
+      PROCESSES > 1
+        ? await startKvgate(after, 'after', MODES[0]!, backend, children, { processes: PROCESSES })
+        : undefined;
     if (several !== undefined) fronts.push(several);
     let synced: Front | undefined;
-    if (WITH_NATS && !(await onPath('nats-server'))) notes.push('nats-server is not installed: the NATS sync row is skipped.');
+    if (WITH_NATS && !(await onPath('nats-server')))
+      notes.push('nats-server is not installed: the NATS sync row is skipped.');
     else if (WITH_NATS) {
       const url = await startNats(children);
       synced = await startKvgate(after, 'after', MODES[0]!, backend, children, { nats: { url, routerId: 'bench-a' } });
@@ -325,8 +432,17 @@ export async function run(): Promise<BenchSection> {
       fronts.push(synced);
     }
 
-    const tinyScript = wrkScript(dir, 'tiny', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
-    const streamScript = wrkScript(dir, 'stream', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: STREAM_CHUNKS, stream: true });
+    const tinyScript = wrkScript(dir, 'tiny', {
+      model: MODEL,
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 1,
+    });
+    const streamScript = wrkScript(dir, 'stream', {
+      model: MODEL,
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: STREAM_CHUNKS,
+      stream: true,
+    });
     const tiny = await measureAll(fronts, tinyScript, CONNECTIONS);
     const one = await measureAll(fronts, tinyScript, 1);
     const stream = await measureAll(fronts, streamScript, CONNECTIONS);
@@ -335,40 +451,65 @@ export async function run(): Promise<BenchSection> {
     const non2xx = (r: Measured): string => (r.non2xx > 0 ? `, ${r.non2xx} non-2xx` : '');
     for (const f of fronts) {
       const r = tiny[f.name]!;
-      rows.push({ name: `tiny chat, ${CONNECTIONS} connections: ${f.name}`, p50Us: r.p50Us, p99Us: r.p99Us, opsPerSec: r.rps,
-        note: `${(r.rps / ref.rps).toFixed(2)}x nginx req/s; CPU ${r.cpuMsPerRequest.toFixed(3)} ms/request${non2xx(r)}` });
+      rows.push({
+        name: `tiny chat, ${CONNECTIONS} connections: ${f.name}`,
+        p50Us: r.p50Us,
+        p99Us: r.p99Us,
+        opsPerSec: r.rps,
+        note: `${(r.rps / ref.rps).toFixed(2)}x nginx req/s; CPU ${r.cpuMsPerRequest.toFixed(3)} ms/request${non2xx(r)}`,
+      });
     }
     const base1 = one[direct.name]!;
     for (const f of fronts) {
       const r = one[f.name]!;
-      const added = f === direct ? '' : `+${ms(r.p50Us - base1.p50Us)} ms median, +${ms(r.p99Us - base1.p99Us)} ms p99 over the backend alone; `;
-      rows.push({ name: `tiny chat, 1 connection: ${f.name}`, p50Us: r.p50Us, p99Us: r.p99Us, opsPerSec: r.rps,
-        note: `${added}CPU ${r.cpuMsPerRequest.toFixed(3)} ms/request${non2xx(r)}` });
+      const added =
+        f === direct
+          ? ''
+          : `+${ms(r.p50Us - base1.p50Us)} ms median, +${ms(r.p99Us - base1.p99Us)} ms p99 over the backend alone; `;
+      rows.push({
+        name: `tiny chat, 1 connection: ${f.name}`,
+        p50Us: r.p50Us,
+        p99Us: r.p99Us,
+        opsPerSec: r.rps,
+        note: `${added}CPU ${r.cpuMsPerRequest.toFixed(3)} ms/request${non2xx(r)}`,
+      });
     }
     const streamRef = stream[nginxName] ?? stream[direct.name]!;
     for (const f of fronts) {
       const r = stream[f.name]!;
-      rows.push({ name: `${STREAM_CHUNKS}-chunk stream, ${CONNECTIONS} connections: ${f.name}`, p50Us: r.p50Us, p99Us: r.p99Us, opsPerSec: r.rps * STREAM_CHUNKS,
-        note: `chunks/s; ${(r.rps / streamRef.rps).toFixed(2)}x nginx; CPU ${((r.cpuMsPerRequest * 1000) / STREAM_CHUNKS).toFixed(2)} µs/chunk${non2xx(r)}` });
+      rows.push({
+        name: `${STREAM_CHUNKS}-chunk stream, ${CONNECTIONS} connections: ${f.name}`,
+        p50Us: r.p50Us,
+        p99Us: r.p99Us,
+        opsPerSec: r.rps * STREAM_CHUNKS,
+        note: `chunks/s; ${(r.rps / streamRef.rps).toFixed(2)}x nginx; CPU ${((r.cpuMsPerRequest * 1000) / STREAM_CHUNKS).toFixed(2)} µs/chunk${non2xx(r)}`,
+      });
     }
     for (const [label] of builds) notes.push(...targetNotes(label, tiny, stream, nginxName));
     if (several !== undefined) {
       const one = tiny[`kvgate after, ${MODES[0]}`]!;
-      notes.push(`--processes ${PROCESSES} (CPU summed over its processes; no NATS, sync over the cluster IPC channel): ${(tiny[several.name]!.rps / one.rps).toFixed(2)}x `
-        + `the req/s of one process on the tiny chat at ${CONNECTIONS} connections, ${(stream[several.name]!.rps / stream[`kvgate after, ${MODES[0]}`]!.rps).toFixed(2)}x its streamed chunks/s.`);
+      notes.push(
+        `--processes ${PROCESSES} (CPU summed over its processes; no NATS, sync over the cluster IPC channel): ${(tiny[several.name]!.rps / one.rps).toFixed(2)}x ` +
+          `the req/s of one process on the tiny chat at ${CONNECTIONS} connections, ${(stream[several.name]!.rps / stream[`kvgate after, ${MODES[0]}`]!.rps).toFixed(2)}x its streamed chunks/s.`,
+      );
     }
     if (synced !== undefined) {
       const off = tiny[`kvgate after, ${MODES[0]}`]!;
       const on = tiny[synced.name]!;
-      notes.push(`NATS sync with one peer (nats-server on loopback): ${(1000 * (on.cpuMsPerRequest - off.cpuMsPerRequest)).toFixed(1)} µs more CPU per request `
-        + `(${(on.cpuMsPerRequest / off.cpuMsPerRequest).toFixed(2)}x) and ${(on.rps / off.rps).toFixed(2)}x the req/s of sync off on the tiny chat at ${CONNECTIONS} connections; `
-        + 'the peer replica and nats-server run on the same two cores, and their CPU is not in the row.');
+      notes.push(
+        `NATS sync with one peer (nats-server on loopback): ${(1000 * (on.cpuMsPerRequest - off.cpuMsPerRequest)).toFixed(1)} µs more CPU per request ` +
+          `(${(on.cpuMsPerRequest / off.cpuMsPerRequest).toFixed(2)}x) and ${(on.rps / off.rps).toFixed(2)}x the req/s of sync off on the tiny chat at ${CONNECTIONS} connections; ` +
+          'the peer replica and nats-server run on the same two cores, and their CPU is not in the row.',
+      );
     }
-    if (ROUNDS > 1) notes.push(`${ROUNDS} rounds, the fronts interleaved in each; every figure is the median of its front's rounds.`);
-    notes.push(`wrk -t1 -d${DURATION_S}s per row after a 2 s warm-up; the backend answers at once (${base.rps.toFixed(0)} req/s alone at ${CONNECTIONS} connections), so the front's cost shows.`,
-      'CPU per request: the front\'s process CPU time (user + system, children and threads included, /proc/<pid>/stat) during the measured run over the requests wrk completed.',
+    if (ROUNDS > 1)
+      notes.push(`${ROUNDS} rounds, the fronts interleaved in each; every figure is the median of its front's rounds.`);
+    notes.push(
+      `wrk -t1 -d${DURATION_S}s per row after a 2 s warm-up; the backend answers at once (${base.rps.toFixed(0)} req/s alone at ${CONNECTIONS} connections), so the front's cost shows.`,
+      "CPU per request: the front's process CPU time (user + system, children and threads included, /proc/<pid>/stat) during the measured run over the requests wrk completed.",
       'kvgate runs with --tokenizer demo (the bundled Qwen3 tokenizer and chat template), default preprocessing, --log-level warn (no access log line per request), --max-concurrent-requests 4096.',
-      'All processes share this machine\'s cores with wrk and the backend: compare rows of one run, not absolute numbers.');
+      "All processes share this machine's cores with wrk and the backend: compare rows of one run, not absolute numbers.",
+    );
     return { title, rows, notes };
   } finally {
     await stopAll(children);

@@ -25,7 +25,10 @@ function fieldOf(body: string, re: RegExp): string | undefined {
 
 function completion(created: number): string {
   return JSON.stringify({
-    id: 'cmpl-bench', object: 'chat.completion', created, model,
+    id: 'cmpl-bench',
+    object: 'chat.completion',
+    created,
+    model,
     choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'length' }],
     usage: { prompt_tokens: 9, completion_tokens: 1, total_tokens: 10 },
   });
@@ -39,8 +42,17 @@ function streamBytes(chunks: number, created: number): Buffer {
   let s = '';
   for (let i = 0; i < chunks; i++) {
     const chunk = {
-      id: 'cmpl-bench', object: 'chat.completion.chunk', created, model,
-      choices: [{ index: 0, delta: i === 0 ? { role: 'assistant', content: 'x' } : { content: 'x' }, finish_reason: i === chunks - 1 ? 'length' : null }],
+      id: 'cmpl-bench',
+      object: 'chat.completion.chunk',
+      created,
+      model,
+      choices: [
+        {
+          index: 0,
+          delta: i === 0 ? { role: 'assistant', content: 'x' } : { content: 'x' },
+          finish_reason: i === chunks - 1 ? 'length' : null,
+        },
+      ],
     };
     s += `data: ${JSON.stringify(chunk)}\n\n`;
   }
@@ -53,7 +65,9 @@ function streamBytes(chunks: number, created: number): Buffer {
 
 const created = Math.floor(Date.now() / 1000);
 const json = Buffer.from(completion(created));
-const models = Buffer.from(JSON.stringify({ object: 'list', data: [{ id: model, object: 'model', created, owned_by: 'bench', parent: null }] }));
+const models = Buffer.from(
+  JSON.stringify({ object: 'list', data: [{ id: model, object: 'model', created, owned_by: 'bench', parent: null }] }),
+);
 
 function answer(req: IncomingMessage, res: ServerResponse, body: string): void {
   if (req.method === 'GET') {

@@ -25,7 +25,15 @@ function virtualRun(): { wallMs: number; simulatedMs: number; requests: number }
   let t = 0;
   for (let i = 0; i < 1000; i++) {
     t += rng() * 50;
-    ve.submit({ id: `r${i}`, promptTokens: [...prefixes[i % 10]!, ...tokens(64 + Math.floor(rng() * 256), 5000 + i)], maxTokens: 32 + Math.floor(rng() * 96), seed: i }, t);
+    ve.submit(
+      {
+        id: `r${i}`,
+        promptTokens: [...prefixes[i % 10]!, ...tokens(64 + Math.floor(rng() * 256), 5000 + i)],
+        maxTokens: 32 + Math.floor(rng() * 96),
+        seed: i,
+      },
+      t,
+    );
   }
   const start = performance.now();
   const end = ve.runUntilIdle();
@@ -58,14 +66,24 @@ export async function run(): Promise<BenchSection> {
   const check = virtualRun();
   if (check.wallMs > 5000) throw new Error(`virtual run too slow: ${check.wallMs} ms`);
 
-  const stored: KvEvent = { type: 'stored', blockHashes: Array.from({ length: 32 }, (_, i) => 0x8000_0000_0000_0000n + BigInt(i) * 0x1234_5678_9abcn), parentBlockHash: 0xdead_beef_dead_beefn, tokenIds: tokens(512, 7), blockSize: 16, loraName: null, cacheSalt: null };
+  const stored: KvEvent = {
+    type: 'stored',
+    blockHashes: Array.from({ length: 32 }, (_, i) => 0x8000_0000_0000_0000n + BigInt(i) * 0x1234_5678_9abcn),
+    parentBlockHash: 0xdead_beef_dead_beefn,
+    tokenIds: tokens(512, 7),
+    blockSize: 16,
+    loraName: null,
+    cacheSalt: null,
+  };
   const stepsBefore = steps;
   const genBefore = generated;
   const rows = await timeAll({
     'EngineCore.step, ~256 running requests': step,
     'virtual run: 1,000 requests to completion': () => virtualRun(),
-    'encode KV-event batch, 32-block BlockStored (array)': () => encodeEventBatch(1.5, [stored], 0, { encoding: 'array', flavour: 'vllm' }),
-    'encode KV-event batch, 32-block BlockStored (map)': () => encodeEventBatch(1.5, [stored], 0, { encoding: 'map', flavour: 'vllm' }),
+    'encode KV-event batch, 32-block BlockStored (array)': () =>
+      encodeEventBatch(1.5, [stored], 0, { encoding: 'array', flavour: 'vllm' }),
+    'encode KV-event batch, 32-block BlockStored (map)': () =>
+      encodeEventBatch(1.5, [stored], 0, { encoding: 'map', flavour: 'vllm' }),
   });
   const tokensPerStep = (generated - genBefore) / (steps - stepsBefore);
   const runRow = rows[1]!;

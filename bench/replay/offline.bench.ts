@@ -27,7 +27,8 @@ const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 /** The replay benches' trace: $KVGATE_TRACE, else the trace bundled in data/traces/. */
 export function benchTrace(): { path: string; shown: string } {
   const fromEnv = process.env.KVGATE_TRACE;
-  const path = fromEnv !== undefined && fromEnv !== '' ? fromEnv : `${ROOT}data/traces/mooncake-synthetic-last1000.jsonl`;
+  const path =
+    fromEnv !== undefined && fromEnv !== '' ? fromEnv : `${ROOT}data/traces/mooncake-synthetic-last1000.jsonl`;
   // As a command line would name it: relative to the repository when inside it.
   const rel = relative(ROOT, path);
   return { path, shown: rel.startsWith('..') ? path : rel };
@@ -38,11 +39,21 @@ export async function run(): Promise<BenchSection> {
   const load = loadavg()[0]!;
   const start = performance.now();
   const cpuStart = process.cpuUsage();
-  const { report, runs } = await runReplay({
-    trace: trace.path, traceBlockSize: 512, strict: false, workload: { speedup: 1 }, mode: 'offline',
-    policies: parsePolicies(['kv', 'round-robin', 'random']), topology: { kind: 'aggregated', workers: 8 },
-    engine: {}, seed: 0, jobs: cpus().length,
-  }, { command: `kvgate replay --trace ${trace.shown} --compare kv,round-robin,random` });
+  const { report, runs } = await runReplay(
+    {
+      trace: trace.path,
+      traceBlockSize: 512,
+      strict: false,
+      workload: { speedup: 1 },
+      mode: 'offline',
+      policies: parsePolicies(['kv', 'round-robin', 'random']),
+      topology: { kind: 'aggregated', workers: 8 },
+      engine: {},
+      seed: 0,
+      jobs: cpus().length,
+    },
+    { command: `kvgate replay --trace ${trace.shown} --compare kv,round-robin,random` },
+  );
   const wallS = (performance.now() - start) / 1000;
   const cpu = process.cpuUsage(cpuStart);
   const rows: BenchRow[] = runs.map((r) => {

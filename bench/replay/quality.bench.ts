@@ -33,7 +33,8 @@ import { parsePolicies, runReplay, writeReport } from '../../src/replay/index.js
 import type { BenchRow, BenchSection } from '../util.js';
 import { benchTrace } from './offline.bench.js';
 
-export const title = 'Routing quality: kv vs round-robin vs random, 8 engines, three load levels (bundled trace, or $KVGATE_TRACE)';
+export const title =
+  'Routing quality: kv vs round-robin vs random, 8 engines, three load levels (bundled trace, or $KVGATE_TRACE)';
 
 /** SHA-256 of the whole upstream synthetic trace, the one docs/replay/ describes. */
 const UPSTREAM_TRACE_SHA256 = 'bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131';
@@ -50,35 +51,53 @@ export async function run(): Promise<BenchSection> {
   const notes: string[] = [];
   for (const level of LEVELS) {
     const command = `kvgate replay --trace ${trace.shown} --compare kv,round-robin,random --speedup ${level.speedup}`;
-    const { report, runs } = await runReplay({
-      trace: trace.path, traceBlockSize: 512, strict: false, workload: { speedup: level.speedup }, mode: 'offline',
-      policies: parsePolicies(['kv', 'round-robin', 'random']), topology: { kind: 'aggregated', workers: 8 },
-      engine: {}, seed: 0, jobs: cpus().length,
-    }, { command });
+    const { report, runs } = await runReplay(
+      {
+        trace: trace.path,
+        traceBlockSize: 512,
+        strict: false,
+        workload: { speedup: level.speedup },
+        mode: 'offline',
+        policies: parsePolicies(['kv', 'round-robin', 'random']),
+        topology: { kind: 'aggregated', workers: 8 },
+        engine: {},
+        seed: 0,
+        jobs: cpus().length,
+      },
+      { command },
+    );
     const out = `${report.workload.trace_sha256 === UPSTREAM_TRACE_SHA256 ? 'docs/replay' : 'results/replay-quality'}/${level.name}`;
     writeReport(fileURLToPath(new URL(`../../../${out}/`, import.meta.url)), report, runs);
-    if (level === LEVELS[0]) notes.push(`Trace: ${trace.shown} (${report.workload.requests} requests); reports written to ${out.replace(level.name, '<level>')}/.`);
+    if (level === LEVELS[0])
+      notes.push(
+        `Trace: ${trace.shown} (${report.workload.requests} requests); reports written to ${out.replace(level.name, '<level>')}/.`,
+      );
     for (const [name, s] of Object.entries(report.policies)) {
       rows.push({
         name: `${level.name} (${level.speedup}x): ${name}`,
         p50Us: (s.ttft_ms.p50 ?? Number.NaN) * 1000,
         p99Us: (s.ttft_ms.p99 ?? Number.NaN) * 1000,
         opsPerSec: s.requests_per_s,
-        note: `TTFT mean ${s.ttft_ms.mean} ms; hit ${(s.hit_rate * 100).toFixed(1)} % = ${(s.hit_rate_vs_bound * 100).toFixed(0)} % of bound; ` +
+        note:
+          `TTFT mean ${s.ttft_ms.mean} ms; hit ${(s.hit_rate * 100).toFixed(1)} % = ${(s.hit_rate_vs_bound * 100).toFixed(0)} % of bound; ` +
           `load max/mean ${s.load_imbalance}; ${s.throughput_tok_s} out tok/s; engines busy ${((s.engine_busy_fraction ?? 0) * 100).toFixed(0)} %`,
       });
     }
     const kv = report.policies.kv!;
     const rr = report.policies['round-robin']!;
     const w = report.workload;
-    notes.push(`${level.name} (${level.speedup}x, offered ${w.request_rate_per_s} req/s): kv/round-robin mean TTFT = ${(kv.ttft_ms.mean! / rr.ttft_ms.mean!).toFixed(2)}; ` +
-      `kv hit rate ${(kv.hit_rate * 100).toFixed(1)} % vs infinite-cache bound ${(w.hit_rate_bound * 100).toFixed(1)} % (${(kv.hit_rate_vs_bound * 100).toFixed(0)} %) ` +
-      `and vs one pooled LRU cache of all 8 engines' capacity ${(w.pooled_lru_hit_rate * 100).toFixed(1)} %; kv load max/mean ${kv.load_imbalance}.`);
+    notes.push(
+      `${level.name} (${level.speedup}x, offered ${w.request_rate_per_s} req/s): kv/round-robin mean TTFT = ${(kv.ttft_ms.mean! / rr.ttft_ms.mean!).toFixed(2)}; ` +
+        `kv hit rate ${(kv.hit_rate * 100).toFixed(1)} % vs infinite-cache bound ${(w.hit_rate_bound * 100).toFixed(1)} % (${(kv.hit_rate_vs_bound * 100).toFixed(0)} %) ` +
+        `and vs one pooled LRU cache of all 8 engines' capacity ${(w.pooled_lru_hit_rate * 100).toFixed(1)} %; kv load max/mean ${kv.load_imbalance}.`,
+    );
     if (level.name === 'near-saturation') {
       const ratio = kv.ttft_ms.mean! / rr.ttft_ms.mean!;
-      notes.push(`Goal at near saturation: TTFT <= 1/3 of round-robin's: ${ratio <= 1 / 3 ? 'met' : 'missed'} (${ratio.toFixed(2)}); ` +
-        `hit rate >= 85 % of the bound: ${kv.hit_rate_vs_bound >= 0.85 ? 'met' : 'missed'} (${(kv.hit_rate_vs_bound * 100).toFixed(0)} %); ` +
-        `no engine above 1.25x mean load: ${kv.load_imbalance <= 1.25 ? 'met' : 'missed'} (${kv.load_imbalance}).`);
+      notes.push(
+        `Goal at near saturation: TTFT <= 1/3 of round-robin's: ${ratio <= 1 / 3 ? 'met' : 'missed'} (${ratio.toFixed(2)}); ` +
+          `hit rate >= 85 % of the bound: ${kv.hit_rate_vs_bound >= 0.85 ? 'met' : 'missed'} (${(kv.hit_rate_vs_bound * 100).toFixed(0)} %); ` +
+          `no engine above 1.25x mean load: ${kv.load_imbalance <= 1.25 ? 'met' : 'missed'} (${kv.load_imbalance}).`,
+      );
     }
   }
   return { title, rows, notes };

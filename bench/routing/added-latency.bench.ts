@@ -15,7 +15,8 @@ import { Pool } from 'undici';
 import { seededRng } from '../../src/common/index.js';
 import { freePort, type BenchRow, type BenchSection } from '../util.js';
 
-export const title = 'Router added latency: TTFT through kvgate serve vs the engine alone (2,000 streaming requests, 64 concurrent)';
+export const title =
+  'Router added latency: TTFT through kvgate serve vs the engine alone (2,000 streaming requests, 64 concurrent)';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 const KVGATE = join(ROOT, 'bin', 'kvgate.js');
@@ -58,11 +59,15 @@ async function load(pool: Pool, model: string, n: number, seed: number, concurre
   const ttfts: number[] = [];
   let next = 0;
   const one = async (): Promise<void> => {
-    const prompt = rng() < 0.5 ? [...shared, ...Array.from({ length: 64 }, () => 1 + Math.floor(rng() * 30_000))]
-      : Array.from({ length: 576 }, () => 1 + Math.floor(rng() * 30_000));
+    const prompt =
+      rng() < 0.5
+        ? [...shared, ...Array.from({ length: 64 }, () => 1 + Math.floor(rng() * 30_000))]
+        : Array.from({ length: 576 }, () => 1 + Math.floor(rng() * 30_000));
     const t0 = performance.now();
     const res = await pool.request({
-      method: 'POST', path: '/v1/completions', headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      path: '/v1/completions',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model, prompt, max_tokens: 8, stream: true }),
     });
     if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}: ${await res.body.text()}`);
@@ -74,22 +79,53 @@ async function load(pool: Pool, model: string, n: number, seed: number, concurre
       }
     }
   };
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < n) {
-      next++;
-      await one();
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < n) {
+        next++;
+        await one();
+      }
+    }),
+  );
   return ttfts;
 }
 
 export async function run(): Promise<BenchSection> {
   const model = 'bench-model';
-  const mocker = start(['mocker', '--count', '1', '--port', '0', '--kv-events-port', '0', '--model', model, '--speedup', '100', '--block-size', '16']);
+  const mocker = start([
+    'mocker',
+    '--count',
+    '1',
+    '--port',
+    '0',
+    '--kv-events-port',
+    '0',
+    '--model',
+    model,
+    '--speedup',
+    '100',
+    '--block-size',
+    '16',
+  ]);
   const info = JSON.parse(await mocker.firstLine) as { url: string; kv_events: string[] };
   const gwPort = await freePort();
-  const gateway = start(['serve', '--port', String(gwPort), '--model', model, '--worker', `url=${info.url},id=1,kv_events=${info.kv_events[0]}`,
-    '--tokenizer', 'none', '--router-mode', 'kv', '--block-size', '16', '--log-level', 'warn']);
+  const gateway = start([
+    'serve',
+    '--port',
+    String(gwPort),
+    '--model',
+    model,
+    '--worker',
+    `url=${info.url},id=1,kv_events=${info.kv_events[0]}`,
+    '--tokenizer',
+    'none',
+    '--router-mode',
+    'kv',
+    '--block-size',
+    '16',
+    '--log-level',
+    'warn',
+  ]);
   const gwUrl = `http://127.0.0.1:${gwPort}`;
   try {
     await waitReady(info.url, '/health');
@@ -103,20 +139,26 @@ export async function run(): Promise<BenchSection> {
     const a1: number[] = [];
     const b1: number[] = [];
     for (let r = 0; r < ROUNDS; r++) {
-      a.push(...await load(direct, model, REQUESTS / ROUNDS, 10 + r));
-      b.push(...await load(viaKvgate, model, REQUESTS / ROUNDS, 10 + r));
-      a1.push(...await load(direct, model, 100, 20 + r, 1));
-      b1.push(...await load(viaKvgate, model, 100, 20 + r, 1));
+      a.push(...(await load(direct, model, REQUESTS / ROUNDS, 10 + r)));
+      b.push(...(await load(viaKvgate, model, REQUESTS / ROUNDS, 10 + r)));
+      a1.push(...(await load(direct, model, 100, 20 + r, 1)));
+      b1.push(...(await load(viaKvgate, model, 100, 20 + r, 1)));
     }
     await direct.close();
     await viaKvgate.close();
     for (const s of [a, b, a1, b1]) s.sort((x, y) => x - y);
     const row = (name: string, s: number[], base?: number[]): BenchRow => ({
-      name, p50Us: percentile(s, 0.5) * 1000, p99Us: percentile(s, 0.99) * 1000, opsPerSec: 0,
-      ...(base === undefined ? {} : {
-        note: `+${(percentile(s, 0.5) - percentile(base, 0.5)).toFixed(2)} ms at p50 (${(percentile(s, 0.5) / percentile(base, 0.5)).toFixed(2)}x), `
-          + `${percentile(s, 0.99) >= percentile(base, 0.99) ? '+' : ''}${(percentile(s, 0.99) - percentile(base, 0.99)).toFixed(2)} ms at p99`,
-      }),
+      name,
+      p50Us: percentile(s, 0.5) * 1000,
+      p99Us: percentile(s, 0.99) * 1000,
+      opsPerSec: 0,
+      ...(base === undefined
+        ? {}
+        : {
+            note:
+              `+${(percentile(s, 0.5) - percentile(base, 0.5)).toFixed(2)} ms at p50 (${(percentile(s, 0.5) / percentile(base, 0.5)).toFixed(2)}x), ` +
+              `${percentile(s, 0.99) >= percentile(base, 0.99) ? '+' : ''}${(percentile(s, 0.99) - percentile(base, 0.99)).toFixed(2)} ms at p99`,
+          }),
     });
     return {
       title,

@@ -55,7 +55,11 @@ function median(values: Float64Array): number {
 }
 
 /** Builds a router and its workload; returns a function that times one round. */
-function prepareCase(slots: number, blockSize: number, config: KvRouterOptions): { round(): RoundResult; inFlight(): number } {
+function prepareCase(
+  slots: number,
+  blockSize: number,
+  config: KvRouterOptions,
+): { round(): RoundResult; inFlight(): number } {
   const rng = seededRng(slots * 1000 + blockSize);
   const tok = (): number => Math.floor(rng() * 150_000);
   const docs = Array.from({ length: DOCS }, () => Uint32Array.from({ length: PROMPT_TOKENS }, tok));
@@ -128,9 +132,12 @@ function prepareCase(slots: number, blockSize: number, config: KvRouterOptions):
       for (const t of totals) sum += t;
       const sorted = totals.slice().sort();
       return {
-        p50: quantile(sorted, 0.5), p99: quantile(sorted, 0.99), mean: sum / ITERATIONS,
+        p50: quantile(sorted, 0.5),
+        p99: quantile(sorted, 0.99),
+        mean: sum / ITERATIONS,
         split: [median(hashing), median(matching), median(scheduling)],
-        cpuUs: (cpu.user + cpu.system) / ITERATIONS, baseline: median(base),
+        cpuUs: (cpu.user + cpu.system) / ITERATIONS,
+        baseline: median(base),
       };
     },
   };
@@ -139,11 +146,31 @@ function prepareCase(slots: number, blockSize: number, config: KvRouterOptions):
 export async function run(): Promise<BenchSection> {
   const specs: { label: string; slots: number; blockSize: number; config: KvRouterOptions }[] = [];
   for (const blockSize of [64, 16]) {
-    for (const slots of [64, 256]) specs.push({ label: `${slots} slots, block size ${blockSize} (${PROMPT_TOKENS / blockSize} blocks)`, slots, blockSize, config: {} });
+    for (const slots of [64, 256])
+      specs.push({
+        label: `${slots} slots, block size ${blockSize} (${PROMPT_TOKENS / blockSize} blocks)`,
+        slots,
+        blockSize,
+        config: {},
+      });
   }
-  specs.push({ label: '64 slots, block size 64, approximate mode (records each decision with a TTL)', slots: 64, blockSize: 64, config: { useKvEvents: false } });
-  specs.push({ label: '64 slots, block size 64, softmax sampling (temperature 0.5)', slots: 64, blockSize: 64, config: { routerTemperature: 0.5 } });
-  const cases = specs.map((s) => ({ ...s, bench: prepareCase(s.slots, s.blockSize, s.config), rounds: [] as RoundResult[] }));
+  specs.push({
+    label: '64 slots, block size 64, approximate mode (records each decision with a TTL)',
+    slots: 64,
+    blockSize: 64,
+    config: { useKvEvents: false },
+  });
+  specs.push({
+    label: '64 slots, block size 64, softmax sampling (temperature 0.5)',
+    slots: 64,
+    blockSize: 64,
+    config: { routerTemperature: 0.5 },
+  });
+  const cases = specs.map((s) => ({
+    ...s,
+    bench: prepareCase(s.slots, s.blockSize, s.config),
+    rounds: [] as RoundResult[],
+  }));
   for (let r = 0; r < ROUNDS; r++) for (const c of cases) c.rounds.push(c.bench.round());
   const ms = (v: number): string => (v * 1000).toFixed(1);
   const rows: BenchRow[] = cases.map((c) => {
@@ -153,14 +180,16 @@ export async function run(): Promise<BenchSection> {
       p50Us: b.p50 * 1000,
       p99Us: b.p99 * 1000,
       opsPerSec: 1000 / b.mean,
-      note: `split (median µs): hashing ${ms(b.split[0])} / matching ${ms(b.split[1])} / scheduling ${ms(b.split[2])}; `
-        + `promptHashes alone ${ms(b.baseline)} µs; CPU ${b.cpuUs.toFixed(1)} µs per decision (mean, incl. frees); `
-        + `round medians ${c.rounds.map((x) => ms(x.p50)).join(', ')} µs; ${c.bench.inFlight()} in flight`,
+      note:
+        `split (median µs): hashing ${ms(b.split[0])} / matching ${ms(b.split[1])} / scheduling ${ms(b.split[2])}; ` +
+        `promptHashes alone ${ms(b.baseline)} µs; CPU ${b.cpuUs.toFixed(1)} µs per decision (mean, incl. frees); ` +
+        `round medians ${c.rounds.map((x) => ms(x.p50)).join(', ')} µs; ${c.bench.inFlight()} in flight`,
     };
   });
   const headline = rows[0]!;
   const heavy = rows[2]!;
-  const verdict = (r: BenchRow): string => `median ${r.p50Us.toFixed(1)} µs (${r.p50Us < 30 ? 'met' : 'missed'}), p99 ${r.p99Us.toFixed(1)} µs (${r.p99Us < 100 ? 'met' : 'missed'})`;
+  const verdict = (r: BenchRow): string =>
+    `median ${r.p50Us.toFixed(1)} µs (${r.p50Us < 30 ? 'met' : 'missed'}), p99 ${r.p99Us.toFixed(1)} µs (${r.p99Us < 100 ? 'met' : 'missed'})`;
   return {
     title,
     rows,
@@ -168,7 +197,9 @@ export async function run(): Promise<BenchSection> {
       `target (median < 30 µs, p99 < 100 µs) at 64 slots, block size 64: ${verdict(headline)}`,
       `same target at 64 slots, block size 16 (4x the blocks): ${verdict(heavy)}`,
       'hashing is the one WASM call over the whole prompt; matching is the events index (one WASM call) plus the walk of the in-flight prompt trie; scheduling is scoring every slot, picking, and booking',
-      `load average at the end of the run: ${loadavg().map((x) => x.toFixed(2)).join(' / ')} (1 / 5 / 15 min) on ${cpus().length} CPUs; wall-clock tails grow with it, CPU time does not`,
+      `load average at the end of the run: ${loadavg()
+        .map((x) => x.toFixed(2))
+        .join(' / ')} (1 / 5 / 15 min) on ${cpus().length} CPUs; wall-clock tails grow with it, CPU time does not`,
     ],
   };
 }

@@ -63,7 +63,7 @@ export async function run(): Promise<BenchSection> {
     },
     'floor: one native XXH3 over 32 KiB': () => native.xxh64(bytes, 1337n),
   });
-  const [k, n, w, f] = rows as [typeof rows[0], typeof rows[0], typeof rows[0], typeof rows[0]];
+  const [k, n, w, f] = rows as [(typeof rows)[0], (typeof rows)[0], (typeof rows)[0], (typeof rows)[0]];
   n.note = `${ratio(n.p50Us, k.p50Us)} slower than kvgate`;
   w.note = `${ratio(w.p50Us, k.p50Us)} slower than kvgate`;
   f.note = `kvgate is ${ratio(k.p50Us, f.p50Us)} of the floor`;

@@ -12,7 +12,8 @@ export const title = 'Prefix index: findMatches (512 blocks, 1M entries, 64 slot
 
 function randomHashes(rng: () => number, n: number): BigUint64Array {
   const out = new BigUint64Array(n);
-  for (let i = 0; i < n; i++) out[i] = (BigInt(Math.floor(rng() * 2 ** 32)) << 32n) | BigInt(Math.floor(rng() * 2 ** 32));
+  for (let i = 0; i < n; i++)
+    out[i] = (BigInt(Math.floor(rng() * 2 ** 32)) << 32n) | BigInt(Math.floor(rng() * 2 ** 32));
   return out;
 }
 

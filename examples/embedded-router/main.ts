@@ -22,9 +22,13 @@ export function main(log: (line: string) => void = console.log): RoutingDecision
   router.index.applyStored(102, 0, null, cached.seq, cached.local);
 
   const explain = (d: RoutingDecision): void => {
-    log(`${d.requestId} -> worker ${d.workerId} rank ${d.dpRank}: ${d.overlapBlocks}/${d.requiredBlocks} blocks cached`);
+    log(
+      `${d.requestId} -> worker ${d.workerId} rank ${d.dpRank}: ${d.overlapBlocks}/${d.requiredBlocks} blocks cached`,
+    );
     for (const c of d.candidates) {
-      log(`  worker ${c.workerId}: overlap ${c.overlapBlocks}, prefill ${c.prefillTokens} tokens, decode ${c.decodeBlocks} blocks, cost ${c.cost.toFixed(2)}`);
+      log(
+        `  worker ${c.workerId}: overlap ${c.overlapBlocks}, prefill ${c.prefillTokens} tokens, decode ${c.decodeBlocks} blocks, cost ${c.cost.toFixed(2)}`,
+      );
     }
   };
 
@@ -50,7 +54,12 @@ export function main(log: (line: string) => void = console.log): RoutingDecision
 
   // When each response ends (done, error or client gone), free it.
   for (const d of decisions) if (d.booked) router.free(d.requestId);
-  log(`after free: ${router.loads().map((l) => `${l.workerId}:${l.activeRequests}`).join(' ')}`);
+  log(
+    `after free: ${router
+      .loads()
+      .map((l) => `${l.workerId}:${l.activeRequests}`)
+      .join(' ')}`,
+  );
   return decisions;
 }
 

@@ -21,13 +21,27 @@ const INDEX_ENV = 'KVGATE_PROCESS_INDEX';
 const CLUSTER_ENV = 'KVGATE_CLUSTER_ID';
 
 /** A worker asks the primary for the cluster's metrics; the primary answers with the text or why not. */
-interface MetricsRequest { readonly kvgateMetrics: 'request'; readonly id: number }
-interface MetricsReply { readonly kvgateMetrics: 'reply'; readonly id: number; readonly text?: string; readonly error?: string }
+interface MetricsRequest {
+  readonly kvgateMetrics: 'request';
+  readonly id: number;
+}
+interface MetricsReply {
+  readonly kvgateMetrics: 'reply';
+  readonly id: number;
+  readonly text?: string;
+  readonly error?: string;
+}
 /** Above prom-client's own 5 s bound on gathering the workers' metrics. */
 const METRICS_TIMEOUT_MS = 6_000;
 
-const isMetricsMessage = <K extends 'request' | 'reply'>(m: unknown, kind: K): m is K extends 'request' ? MetricsRequest : MetricsReply =>
-  typeof m === 'object' && m !== null && (m as { kvgateMetrics?: unknown }).kvgateMetrics === kind && typeof (m as { id?: unknown }).id === 'number';
+const isMetricsMessage = <K extends 'request' | 'reply'>(
+  m: unknown,
+  kind: K,
+): m is K extends 'request' ? MetricsRequest : MetricsReply =>
+  typeof m === 'object' &&
+  m !== null &&
+  (m as { kvgateMetrics?: unknown }).kvgateMetrics === kind &&
+  typeof (m as { id?: unknown }).id === 'number';
 
 /** Who this process is in a `--processes N` cluster; undefined for a lone `kvgate serve`. */
 export interface ClusterMember {
@@ -37,7 +51,9 @@ export interface ClusterMember {
   readonly clusterId: string;
 }
 
-export function clusterMember(env: Readonly<Record<string, string | undefined>> = process.env): ClusterMember | undefined {
+export function clusterMember(
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): ClusterMember | undefined {
   if (!cluster.isWorker) return undefined;
   const index = Number(env[INDEX_ENV]);
   const clusterId = env[CLUSTER_ENV];
@@ -57,9 +73,12 @@ export function runClusterPrimary(processes: number, logger: Logger): Promise<nu
   cluster.setupPrimary({ serialization: 'advanced' });
   const indexOf = new Map<number, number>();
   const live = (): Iterable<Worker> => Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
-  for (let i = 1; i <= processes; i++) indexOf.set(cluster.fork({ [INDEX_ENV]: String(i), [CLUSTER_ENV]: clusterId }).id, i);
-  logger.info({ processes, clusterId, pids: [...live()].map((w) => w.process.pid) },
-    `kvgate serve: ${processes} gateway processes started on one port; replica sync shares their bookings and sessions`);
+  for (let i = 1; i <= processes; i++)
+    indexOf.set(cluster.fork({ [INDEX_ENV]: String(i), [CLUSTER_ENV]: clusterId }).id, i);
+  logger.info(
+    { processes, clusterId, pids: [...live()].map((w) => w.process.pid) },
+    `kvgate serve: ${processes} gateway processes started on one port; replica sync shares their bookings and sessions`,
+  );
   // Every worker's registry, gathered over IPC when any of them is scraped (series told apart by `process`).
   const aggregator = new AggregatorRegistry();
   cluster.on('message', (worker, message) => {
@@ -67,13 +86,19 @@ export function runClusterPrimary(processes: number, logger: Logger): Promise<nu
     const answer = (r: Omit<MetricsReply, 'kvgateMetrics' | 'id'>): void => {
       if (worker.isConnected()) worker.send({ kvgateMetrics: 'reply', id: message.id, ...r });
     };
-    aggregator.clusterMetrics().then((text) => answer({ text }), (err: Error) => answer({ error: err.message }));
+    aggregator.clusterMetrics().then(
+      (text) => answer({ text }),
+      (err: Error) => answer({ error: err.message }),
+    );
   });
   let reported = false;
   cluster.on('listening', (worker, address) => {
     if (reported) return;
     reported = true;
-    logger.info({ listen: `http://${address.address ?? '127.0.0.1'}:${address.port}`, process: indexOf.get(worker.id) }, 'kvgate serve: the processes listen');
+    logger.info(
+      { listen: `http://${address.address ?? '127.0.0.1'}:${address.port}`, process: indexOf.get(worker.id) },
+      'kvgate serve: the processes listen',
+    );
   });
   let stopping = false;
   let exits = 0;
@@ -90,8 +115,11 @@ export function runClusterPrimary(processes: number, logger: Logger): Promise<nu
       const left = [...live()].length;
       if (!stopping) {
         exits++;
-        logger.error({ process: indexOf.get(worker.id), pid: worker.process.pid, code, signal, exits, serving: left },
-          `kvgate serve: gateway process ${indexOf.get(worker.id)} exited (${signal ?? `code ${code}`}); it is not restarted: ${left} of ${processes} process(es) serve`);
+        logger.error(
+          { process: indexOf.get(worker.id), pid: worker.process.pid, code, signal, exits, serving: left },
+          `kvgate serve: gateway process ${indexOf.get(worker.id)} exited (${signal ?? `code ${code}`}); it is not ` +
+            `restarted: ${left} of ${processes} process(es) serve`,
+        );
       }
       if (left > 0) return;
       process.off('SIGTERM', forward);
@@ -118,19 +146,31 @@ export function clusterMetricsText(registry: Registry, logger: Logger): () => Pr
     if (isMetricsMessage(m, 'reply')) pending.get(m.id)?.(m);
   });
   let next = 0;
-  return () => new Promise<string>((resolve) => {
-    const id = next++;
-    const settle = (r: Omit<MetricsReply, 'kvgateMetrics'>): void => {
-      clearTimeout(timer);
-      pending.delete(id);
-      if (r.text !== undefined) return resolve(r.text);
-      logger.warn({ reason: r.error }, `/metrics: the cluster's metrics could not be gathered (${r.error}); serving this process's own`);
-      resolve(registry.metrics());
-    };
-    const timer = setTimeout(() => settle({ id, error: `no answer from the primary within ${METRICS_TIMEOUT_MS} ms` }), METRICS_TIMEOUT_MS);
-    pending.set(id, settle);
-    process.send?.({ kvgateMetrics: 'request', id } satisfies MetricsRequest, undefined, undefined, (err: Error | null) => {
-      if (err !== null) settle({ id, error: err.message });
+  return () =>
+    new Promise<string>((resolve) => {
+      const id = next++;
+      const settle = (r: Omit<MetricsReply, 'kvgateMetrics'>): void => {
+        clearTimeout(timer);
+        pending.delete(id);
+        if (r.text !== undefined) return resolve(r.text);
+        logger.warn(
+          { reason: r.error },
+          `/metrics: the cluster's metrics could not be gathered (${r.error}); serving this process's own`,
+        );
+        resolve(registry.metrics());
+      };
+      const timer = setTimeout(
+        () => settle({ id, error: `no answer from the primary within ${METRICS_TIMEOUT_MS} ms` }),
+        METRICS_TIMEOUT_MS,
+      );
+      pending.set(id, settle);
+      process.send?.(
+        { kvgateMetrics: 'request', id } satisfies MetricsRequest,
+        undefined,
+        undefined,
+        (err: Error | null) => {
+          if (err !== null) settle({ id, error: err.message });
+        },
+      );
     });
-  });
 }

@@ -9,7 +9,10 @@ export interface Subcommand {
 }
 
 export const SUBCOMMANDS: Record<string, Subcommand> = {
-  version: { summary: 'print the kvgate version', load: async () => ({ run: (await import('./version.js')).versionCommand }) },
+  version: {
+    summary: 'print the kvgate version',
+    load: async () => ({ run: (await import('./version.js')).versionCommand }),
+  },
   serve: {
     summary: 'run the gateway (OpenAI API, KV-aware routing); no config = embedded demo',
     load: async () => {
@@ -17,7 +20,10 @@ export const SUBCOMMANDS: Record<string, Subcommand> = {
       return { run: (argv) => serveCommand(argv) };
     },
   },
-  mocker: { summary: 'start simulated vLLM/SGLang engines', load: async () => ({ run: (await import('./mocker.js')).mockerCommand }) },
+  mocker: {
+    summary: 'start simulated vLLM/SGLang engines',
+    load: async () => ({ run: (await import('./mocker.js')).mockerCommand }),
+  },
   register: {
     summary: 'register one engine in etcd for discovery and keep its lease alive',
     load: async () => ({ run: (await import('./register.js')).registerCommand }),
@@ -34,7 +40,10 @@ export const SUBCOMMANDS: Record<string, Subcommand> = {
 /** `kvgate --help`. */
 export function cliUsage(): string {
   const lines = Object.entries(SUBCOMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
-  return `usage: kvgate <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun \`kvgate <command> --help\` for a command's options; \`kvgate --version\` prints the version.\n`;
+  return (
+    `usage: kvgate <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun \`kvgate <command> --help\` for a ` +
+    `command's options; \`kvgate --version\` prints the version.\n`
+  );
 }
 
 /** Runs the CLI; resolves to the process exit code. */

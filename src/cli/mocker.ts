@@ -5,7 +5,13 @@
  */
 import { parseCommandArgs } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
-import { CLI_PORT_DEFAULTS, MOCKER_DEFAULTS, startMocker, type MockerHandle, type MockerInput } from '../mocker/index.js';
+import {
+  CLI_PORT_DEFAULTS,
+  MOCKER_DEFAULTS,
+  startMocker,
+  type MockerHandle,
+  type MockerInput,
+} from '../mocker/index.js';
 
 export const MOCKER_HELP = `usage: kvgate mocker [options]
 
@@ -56,18 +62,45 @@ line per engine, then runs until interrupted.
 `;
 
 export const OPTIONS = {
-  count: { type: 'string' }, host: { type: 'string' }, port: { type: 'string' }, model: { type: 'string' },
-  lora: { type: 'string', multiple: true }, engine: { type: 'string' }, mode: { type: 'string' },
-  'num-gpu-blocks': { type: 'string' }, 'block-size': { type: 'string' }, 'max-num-batched-tokens': { type: 'string' },
-  'max-num-seqs': { type: 'string' }, 'max-model-len': { type: 'string' }, speedup: { type: 'string' },
-  'perf-profile': { type: 'string' }, 'dp-size': { type: 'string' }, 'kv-events-port': { type: 'string' },
-  'no-kv-events': { type: 'boolean' }, 'kv-events-replay-port': { type: 'string' }, 'kv-events-encoding': { type: 'string' },
-  'kv-events-topic': { type: 'string' }, 'kv-events-buffer-steps': { type: 'string' }, 'bootstrap-port': { type: 'string' },
-  'bootstrap-timeout-ms': { type: 'string' }, 'kv-bytes-per-token': { type: 'string' }, 'kv-transfer-bandwidth': { type: 'string' },
-  'kv-lease-ms': { type: 'string' }, seed: { type: 'string' }, 'engine-hash-seed': { type: 'string' }, tokenizer: { type: 'string' },
-  'tokenizer-config': { type: 'string' }, 'default-max-tokens': { type: 'string' }, 'fault-hang': { type: 'boolean' },
-  'fault-slow-factor': { type: 'string' }, 'fault-error-rate': { type: 'string' }, 'fault-error-status': { type: 'string' }, 'fault-drop-event-rate': { type: 'string' },
-  'fault-reorder-events': { type: 'boolean' }, 'fault-stall-after-tokens': { type: 'string' }, help: { type: 'boolean', short: 'h' },
+  count: { type: 'string' },
+  host: { type: 'string' },
+  port: { type: 'string' },
+  model: { type: 'string' },
+  lora: { type: 'string', multiple: true },
+  engine: { type: 'string' },
+  mode: { type: 'string' },
+  'num-gpu-blocks': { type: 'string' },
+  'block-size': { type: 'string' },
+  'max-num-batched-tokens': { type: 'string' },
+  'max-num-seqs': { type: 'string' },
+  'max-model-len': { type: 'string' },
+  speedup: { type: 'string' },
+  'perf-profile': { type: 'string' },
+  'dp-size': { type: 'string' },
+  'kv-events-port': { type: 'string' },
+  'no-kv-events': { type: 'boolean' },
+  'kv-events-replay-port': { type: 'string' },
+  'kv-events-encoding': { type: 'string' },
+  'kv-events-topic': { type: 'string' },
+  'kv-events-buffer-steps': { type: 'string' },
+  'bootstrap-port': { type: 'string' },
+  'bootstrap-timeout-ms': { type: 'string' },
+  'kv-bytes-per-token': { type: 'string' },
+  'kv-transfer-bandwidth': { type: 'string' },
+  'kv-lease-ms': { type: 'string' },
+  seed: { type: 'string' },
+  'engine-hash-seed': { type: 'string' },
+  tokenizer: { type: 'string' },
+  'tokenizer-config': { type: 'string' },
+  'default-max-tokens': { type: 'string' },
+  'fault-hang': { type: 'boolean' },
+  'fault-slow-factor': { type: 'string' },
+  'fault-error-rate': { type: 'string' },
+  'fault-error-status': { type: 'string' },
+  'fault-drop-event-rate': { type: 'string' },
+  'fault-reorder-events': { type: 'boolean' },
+  'fault-stall-after-tokens': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
 } as const;
 
 export interface MockerCliPlan {
@@ -79,8 +112,48 @@ export interface MockerCliPlan {
 function num(flag: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n)) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `--${flag} ${v}: not a number`, { field: flag, value: v });
+  if (v.trim() === '' || !Number.isFinite(n))
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `--${flag} ${v}: not a number`, { field: flag, value: v });
   return n;
+}
+
+/** `--engine-hash-seed`: a bigint (engine i publishes under seed + i). */
+function engineHashSeedFlag(hashSeed: string | undefined): bigint | undefined {
+  if (hashSeed === undefined) return undefined;
+  try {
+    return BigInt(hashSeed);
+  } catch {
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `--engine-hash-seed ${hashSeed}: not an integer`, {
+      field: 'engine-hash-seed',
+    });
+  }
+}
+
+/**
+ * `--tokenizer` with `--tokenizer-config`. `--tokenizer demo --tokenizer-config X` is the demo vocabulary
+ * with another chat template (the tokenizer layer resolves 'demo' inside explicit files), never X silently dropped.
+ */
+function tokenizerFlags(
+  tokenizerPath: string | undefined,
+  tokenizerConfig: string | undefined,
+): MockerInput['tokenizer'] {
+  return tokenizerPath === undefined || tokenizerConfig === undefined
+    ? tokenizerPath
+    : { tokenizerJson: tokenizerPath, tokenizerConfig };
+}
+
+/** The `--fault-*` flags: what an engine gets wrong on purpose. */
+function faultFlags(values: Record<string, string | string[] | boolean | undefined>): MockerInput['faults'] {
+  const s = (k: string): string | undefined => values[k] as string | undefined;
+  return {
+    hang: values['fault-hang'] === true ? true : undefined,
+    slowFactor: num('fault-slow-factor', s('fault-slow-factor')),
+    errorRate: num('fault-error-rate', s('fault-error-rate')),
+    errorStatus: num('fault-error-status', s('fault-error-status')) as 500 | 502 | 503 | undefined,
+    dropEventRate: num('fault-drop-event-rate', s('fault-drop-event-rate')),
+    reorderEvents: values['fault-reorder-events'] === true ? true : undefined,
+    stallAfterTokens: num('fault-stall-after-tokens', s('fault-stall-after-tokens')),
+  };
 }
 
 /**
@@ -96,49 +169,50 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
   }
   const s = (k: string): string | undefined => values[k] as string | undefined;
   const count = num('count', s('count')) ?? 1;
-  if (!Number.isInteger(count) || count < 1) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `--count ${count}: must be a positive integer`, { field: 'count' });
+  if (!Number.isInteger(count) || count < 1)
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `--count ${count}: must be a positive integer`, { field: 'count' });
   const port = num('port', s('port')) ?? CLI_PORT_DEFAULTS.port;
   const eventsPort = num('kv-events-port', s('kv-events-port')) ?? CLI_PORT_DEFAULTS.kvEventsPort;
   const replayPort = num('kv-events-replay-port', s('kv-events-replay-port'));
   const bootstrapPort = num('bootstrap-port', s('bootstrap-port')) ?? CLI_PORT_DEFAULTS.bootstrapPort;
   const dpSize = num('dp-size', s('dp-size')) ?? MOCKER_DEFAULTS.dpSize;
-  const hashSeed = s('engine-hash-seed');
-  let engineHashSeed: bigint | undefined;
-  if (hashSeed !== undefined) {
-    try {
-      engineHashSeed = BigInt(hashSeed);
-    } catch {
-      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `--engine-hash-seed ${hashSeed}: not an integer`, { field: 'engine-hash-seed' });
-    }
-  }
-  const tokenizerPath = s('tokenizer');
-  const tokenizerConfig = s('tokenizer-config');
-  // `--tokenizer demo --tokenizer-config X` is the demo vocabulary with another chat template (the
-  // tokenizer layer resolves 'demo' inside explicit files), never X silently dropped.
-  const tokenizer = tokenizerPath === undefined || tokenizerConfig === undefined ? tokenizerPath : { tokenizerJson: tokenizerPath, tokenizerConfig };
-  const offset = (base: number | undefined, step: number, i: number): number | undefined => (base === undefined ? undefined : base === 0 ? 0 : base + step * i);
+  const engineHashSeed = engineHashSeedFlag(s('engine-hash-seed'));
+  const tokenizer = tokenizerFlags(s('tokenizer'), s('tokenizer-config'));
+  const offset = (base: number | undefined, step: number, i: number): number | undefined =>
+    base === undefined ? undefined : base === 0 ? 0 : base + step * i;
   const engines: MockerInput[] = [];
   for (let i = 0; i < count; i++) {
     engines.push({
-      host: s('host'), port: offset(port, 1, i), model: s('model'), loraNames: values.lora as string[] | undefined,
-      engine: s('engine') as MockerInput['engine'], mode: s('mode') as MockerInput['mode'],
-      numGpuBlocks: num('num-gpu-blocks', s('num-gpu-blocks')), blockSize: num('block-size', s('block-size')),
-      maxNumBatchedTokens: num('max-num-batched-tokens', s('max-num-batched-tokens')), maxNumSeqs: num('max-num-seqs', s('max-num-seqs')),
-      maxModelLen: num('max-model-len', s('max-model-len')), speedup: num('speedup', s('speedup')), perfProfile: s('perf-profile'),
-      dpSize, kvEvents: values['no-kv-events'] !== true, kvEventsPort: offset(eventsPort, dpSize, i),
-      kvEventsReplayPort: offset(replayPort, dpSize, i), kvEventsEncoding: s('kv-events-encoding') as MockerInput['kvEventsEncoding'],
-      kvEventsTopic: s('kv-events-topic'), kvEventsBufferSteps: num('kv-events-buffer-steps', s('kv-events-buffer-steps')),
-      bootstrapPort: offset(bootstrapPort, 1, i), bootstrapTimeoutMs: num('bootstrap-timeout-ms', s('bootstrap-timeout-ms')),
-      kvBytesPerToken: num('kv-bytes-per-token', s('kv-bytes-per-token')), kvTransferBandwidthGBps: num('kv-transfer-bandwidth', s('kv-transfer-bandwidth')),
-      kvLeaseMs: num('kv-lease-ms', s('kv-lease-ms')), seed: num('seed', s('seed')), engineHashSeed: engineHashSeed === undefined ? undefined : engineHashSeed + BigInt(i),
+      host: s('host'),
+      port: offset(port, 1, i),
+      model: s('model'),
+      loraNames: values.lora as string[] | undefined,
+      engine: s('engine') as MockerInput['engine'],
+      mode: s('mode') as MockerInput['mode'],
+      numGpuBlocks: num('num-gpu-blocks', s('num-gpu-blocks')),
+      blockSize: num('block-size', s('block-size')),
+      maxNumBatchedTokens: num('max-num-batched-tokens', s('max-num-batched-tokens')),
+      maxNumSeqs: num('max-num-seqs', s('max-num-seqs')),
+      maxModelLen: num('max-model-len', s('max-model-len')),
+      speedup: num('speedup', s('speedup')),
+      perfProfile: s('perf-profile'),
+      dpSize,
+      kvEvents: values['no-kv-events'] !== true,
+      kvEventsPort: offset(eventsPort, dpSize, i),
+      kvEventsReplayPort: offset(replayPort, dpSize, i),
+      kvEventsEncoding: s('kv-events-encoding') as MockerInput['kvEventsEncoding'],
+      kvEventsTopic: s('kv-events-topic'),
+      kvEventsBufferSteps: num('kv-events-buffer-steps', s('kv-events-buffer-steps')),
+      bootstrapPort: offset(bootstrapPort, 1, i),
+      bootstrapTimeoutMs: num('bootstrap-timeout-ms', s('bootstrap-timeout-ms')),
+      kvBytesPerToken: num('kv-bytes-per-token', s('kv-bytes-per-token')),
+      kvTransferBandwidthGBps: num('kv-transfer-bandwidth', s('kv-transfer-bandwidth')),
+      kvLeaseMs: num('kv-lease-ms', s('kv-lease-ms')),
+      seed: num('seed', s('seed')),
+      engineHashSeed: engineHashSeed === undefined ? undefined : engineHashSeed + BigInt(i),
       tokenizer,
       defaultMaxTokens: num('default-max-tokens', s('default-max-tokens')),
-      faults: {
-        hang: values['fault-hang'] === true ? true : undefined, slowFactor: num('fault-slow-factor', s('fault-slow-factor')),
-        errorRate: num('fault-error-rate', s('fault-error-rate')), errorStatus: num('fault-error-status', s('fault-error-status')) as 500 | 502 | 503 | undefined, dropEventRate: num('fault-drop-event-rate', s('fault-drop-event-rate')),
-        reorderEvents: values['fault-reorder-events'] === true ? true : undefined,
-        stallAfterTokens: num('fault-stall-after-tokens', s('fault-stall-after-tokens')),
-      },
+      faults: faultFlags(values),
     });
   }
   return { help: values.help === true, engines };

@@ -47,10 +47,23 @@ again ("registration renewed").
 `;
 
 const OPTIONS = {
-  etcd: { type: 'string', multiple: true }, prefix: { type: 'string' }, model: { type: 'string' }, id: { type: 'string' },
-  url: { type: 'string' }, role: { type: 'string' }, engine: { type: 'string' }, 'dp-start': { type: 'string' }, 'dp-size': { type: 'string' },
-  'kv-events': { type: 'string' }, 'kv-events-replay': { type: 'string' }, 'bootstrap-host': { type: 'string' }, 'bootstrap-port': { type: 'string' },
-  'max-num-batched-tokens': { type: 'string' }, 'total-kv-blocks': { type: 'string' }, ttl: { type: 'string' }, help: { type: 'boolean', short: 'h' },
+  etcd: { type: 'string', multiple: true },
+  prefix: { type: 'string' },
+  model: { type: 'string' },
+  id: { type: 'string' },
+  url: { type: 'string' },
+  role: { type: 'string' },
+  engine: { type: 'string' },
+  'dp-start': { type: 'string' },
+  'dp-size': { type: 'string' },
+  'kv-events': { type: 'string' },
+  'kv-events-replay': { type: 'string' },
+  'bootstrap-host': { type: 'string' },
+  'bootstrap-port': { type: 'string' },
+  'max-num-batched-tokens': { type: 'string' },
+  'total-kv-blocks': { type: 'string' },
+  ttl: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
 } as const;
 
 /** Flags whose values are integers in the registration value. */
@@ -63,7 +76,8 @@ export interface RegisterPlan extends RegistrationPlan {
   readonly endpoints: string[];
 }
 
-const invalid = (flag: string, reason: string): KvgateError => new KvgateError('KVG_ERR_INVALID_CONFIG', `--${flag}: ${reason}`, { field: flag });
+const invalid = (flag: string, reason: string): KvgateError =>
+  new KvgateError('KVG_ERR_INVALID_CONFIG', `--${flag}: ${reason}`, { field: flag });
 
 function intFlag(flag: string, v: string): number {
   if (!/^-?\d+$/.test(v.trim())) throw invalid(flag, `${JSON.stringify(v)} is not an integer`);
@@ -84,9 +98,13 @@ export function parseRegisterArgs(argv: string[]): RegisterPlan {
   if (v.help === true) return { help: true, endpoints: [], key: '', value: '', ttlS: 0 };
   const s = (k: string): string | undefined => v[k] as string | undefined;
   for (const flag of ['etcd', 'model', 'id', 'url']) if (v[flag] === undefined) throw invalid(flag, 'is required');
-  const endpoints = (v.etcd as string[]).flatMap((e) => e.split(',')).map((e) => e.trim()).filter((e) => e !== '');
+  const endpoints = (v.etcd as string[])
+    .flatMap((e) => e.split(','))
+    .map((e) => e.trim())
+    .filter((e) => e !== '');
   if (endpoints.length === 0) throw invalid('etcd', 'lists no endpoint');
-  for (const e of endpoints) if (!/^https?:\/\/[^/\s]+\/?$/.test(e)) throw invalid('etcd', `${e}: must be an http(s)://host:port endpoint`);
+  for (const e of endpoints)
+    if (!/^https?:\/\/[^/\s]+\/?$/.test(e)) throw invalid('etcd', `${e}: must be an http(s)://host:port endpoint`);
   const prefix = (s('prefix') ?? '/kvgate/workers').replace(/\/+$/, '');
   if (!prefix.startsWith('/')) throw invalid('prefix', 'must be a key path starting with /');
   const model = s('model')!;
@@ -127,7 +145,9 @@ export async function registerCommand(argv: string[]): Promise<number> {
   }
   const client = etcdClient(plan.endpoints);
   const log: RegistrationLog = (level, msg, fields) =>
-    void process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), key: plan.key, level, msg, ...fields })}\n`);
+    void process.stdout.write(
+      `${JSON.stringify({ time: new Date().toISOString(), key: plan.key, level, msg, ...fields })}\n`,
+    );
   const stopped = new Promise<void>((resolve) => {
     process.once('SIGTERM', resolve);
     process.once('SIGINT', resolve);

@@ -83,8 +83,11 @@ export class EtcdRegistration {
       await lease.revoke();
       this.#log('info', 'revoked: the worker leaves', { lease: this.#leaseId });
     } catch (err) {
-      this.#log('error', `cannot revoke the lease (${(err as Error).message}); the registration expires after ${this.#plan.ttlS} s`,
-        { lease: this.#leaseId });
+      this.#log(
+        'error',
+        `cannot revoke the lease (${(err as Error).message}); the registration expires after ${this.#plan.ttlS} s`,
+        { lease: this.#leaseId },
+      );
     }
   }
 
@@ -110,15 +113,23 @@ export class EtcdRegistration {
       void lease.revoke().catch(() => undefined);
       if (this.#stopping) return;
       const retryInMs = this.#registerRetry.next();
-      this.#log('warn', `cannot register (attempt ${this.#registerRetry.attempts}): ${(err as Error).message}; retrying in ${retryInMs} ms`,
-        { attempt: this.#registerRetry.attempts, retry_in_ms: retryInMs, lost: this.#lost });
+      this.#log(
+        'warn',
+        `cannot register (attempt ${this.#registerRetry.attempts}): ${(err as Error).message}; retrying in ${retryInMs} ms`,
+        { attempt: this.#registerRetry.attempts, retry_in_ms: retryInMs, lost: this.#lost },
+      );
       this.#schedule(retryInMs, () => this.#register());
       return;
     }
     const attempts = this.#registerRetry.attempts + 1;
     this.#registerRetry.reset();
-    this.#log('info', this.#lost === 0 ? 'registered' : 'registration renewed',
-      { lease: this.#leaseId, ttl_s: this.#plan.ttlS, value: JSON.parse(this.#plan.value) as unknown, attempts, lost: this.#lost });
+    this.#log('info', this.#lost === 0 ? 'registered' : 'registration renewed', {
+      lease: this.#leaseId,
+      ttl_s: this.#plan.ttlS,
+      value: JSON.parse(this.#plan.value) as unknown,
+      attempts,
+      lost: this.#lost,
+    });
     this.#schedule(this.#intervalMs, () => this.#keepAlive());
   }
 
@@ -134,8 +145,16 @@ export class EtcdRegistration {
       return;
     }
     if (this.#keepAliveFailures > 0) {
-      this.#log('info', `keep-alive restored after ${this.#keepAliveFailures} failed attempts: the registration stands`,
-        { lease: this.#leaseId, failed_attempts: this.#keepAliveFailures, failing_ms: Date.now() - this.#failingSince, lost: this.#lost });
+      this.#log(
+        'info',
+        `keep-alive restored after ${this.#keepAliveFailures} failed attempts: the registration stands`,
+        {
+          lease: this.#leaseId,
+          failed_attempts: this.#keepAliveFailures,
+          failing_ms: Date.now() - this.#failingSince,
+          lost: this.#lost,
+        },
+      );
     }
     this.#keepAliveFailures = 0;
     this.#keepAliveRetry.reset();
@@ -145,8 +164,12 @@ export class EtcdRegistration {
   /** etcd no longer holds the lease (its key went with it): register again at once. */
   #leaseLost(): void {
     this.#lost++;
-    this.#log('error', `registration lost: etcd no longer holds lease ${this.#leaseId} (it expired, or etcd lost its data); `
-      + 'registering again', { lease: this.#leaseId, lost: this.#lost });
+    this.#log(
+      'error',
+      `registration lost: etcd no longer holds lease ${this.#leaseId} (it expired, or etcd lost its data); ` +
+        'registering again',
+      { lease: this.#leaseId, lost: this.#lost },
+    );
     this.#lease = undefined;
     this.#keepAliveFailures = 0;
     this.#keepAliveRetry.reset();
@@ -157,8 +180,11 @@ export class EtcdRegistration {
   #keepAliveFailed(err: Error): void {
     if (this.#keepAliveFailures++ === 0) {
       this.#failingSince = Date.now();
-      this.#log('warn', `keep-alive failing (${err.message}); retrying, the key stays while etcd holds the lease`,
-        { lease: this.#leaseId, ttl_s: this.#plan.ttlS, lost: this.#lost });
+      this.#log('warn', `keep-alive failing (${err.message}); retrying, the key stays while etcd holds the lease`, {
+        lease: this.#leaseId,
+        ttl_s: this.#plan.ttlS,
+        lost: this.#lost,
+      });
     }
     this.#schedule(this.#keepAliveRetry.next(), () => this.#keepAlive());
   }

@@ -11,7 +11,14 @@
  */
 import type { Logger } from 'pino';
 import {
-  configChanges, configProblemsError, reloadProblems, workerDiff, type ConfigChange, type ConfigProblem, type GatewayConfig, type ModelConfig,
+  configChanges,
+  configProblemsError,
+  reloadProblems,
+  workerDiff,
+  type ConfigChange,
+  type ConfigProblem,
+  type GatewayConfig,
+  type ModelConfig,
 } from '../config/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import type { FleetMembers } from '../fleet/index.js';
@@ -26,7 +33,11 @@ export interface ReloadTargets {
   readonly reconfigureRouter: (model: ModelConfig) => void;
   readonly logger: Logger;
   /** The gateway's metrics (`kvgate_config_reloads_total`). */
-  readonly metrics: { readonly configReloads: { labels(l: { trigger: ReloadTrigger; outcome: 'applied' | 'unchanged' | 'rejected' }): { inc(): void } } };
+  readonly metrics: {
+    readonly configReloads: {
+      labels(l: { trigger: ReloadTrigger; outcome: 'applied' | 'unchanged' | 'rejected' }): { inc(): void };
+    };
+  };
 }
 
 export type ReloadTrigger = 'sighup' | 'admin';
@@ -79,7 +90,10 @@ export class ConfigReloader {
     this.#apply(prev, next);
     this.#current = next;
     metrics.configReloads.labels({ trigger, outcome: 'applied' }).inc();
-    logger.info({ trigger, file: next.file, changes }, `configuration reloaded: ${changes.map((c) => c.path).join(', ')} changed`);
+    logger.info(
+      { trigger, file: next.file, changes },
+      `configuration reloaded: ${changes.map((c) => c.path).join(', ')} changed`,
+    );
     return changes;
   }
 
@@ -101,7 +115,10 @@ export class ConfigReloader {
           this.#t.members.join(w, 'static');
         } catch (err) {
           // Taken by a worker another source registered: the rest of the reload stands.
-          this.#t.logger.error({ workerId: w.id, url: w.url, err: (err as Error).message }, `worker ${w.id} could not join: ${(err as Error).message}`);
+          this.#t.logger.error(
+            { workerId: w.id, url: w.url, err: (err as Error).message },
+            `worker ${w.id} could not join: ${(err as Error).message}`,
+          );
         }
       }
     }

@@ -22,8 +22,18 @@ import type { EngineDialect, WorkerRole } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { resolveMockerOptions, startMocker, type MockerHandle, type MockerInput } from '../mocker/index.js';
 import {
-  defaultBucketMs, generateLoad, LoadTimeline, replayEngineOptions, round, TokenSynthesizer,
-  type DisaggProtocol, type PolicyRun, type PolicySpec, type PoolRun, type ReplayConfig, type Workload,
+  defaultBucketMs,
+  generateLoad,
+  LoadTimeline,
+  replayEngineOptions,
+  round,
+  TokenSynthesizer,
+  type DisaggProtocol,
+  type PolicyRun,
+  type PolicySpec,
+  type PoolRun,
+  type ReplayConfig,
+  type Workload,
 } from '../replay/index.js';
 
 /** The model name the replay's engines serve. */
@@ -50,33 +60,52 @@ export interface OnlineFleet {
 
 type OnlineTopology =
   | { readonly kind: 'aggregated'; readonly workers: number }
-  | { readonly kind: 'disaggregated'; readonly prefillWorkers: number; readonly decodeWorkers: number; readonly protocol: DisaggProtocol };
+  | {
+      readonly kind: 'disaggregated';
+      readonly prefillWorkers: number;
+      readonly decodeWorkers: number;
+      readonly protocol: DisaggProtocol;
+    };
 
 /** The gateway config (Dynamo-named router knobs for kv variants) for a started fleet. */
-export function gatewayConfig(policy: PolicySpec, pools: readonly PoolEngines[], blockSize: number, flavour: EngineDialect): Record<string, unknown> {
-  const workers = pools.flatMap((p) => p.handles.map((h, i) => ({
-    id: p.workerIds[i]!,
-    url: h.url,
-    role: p.name === 'engines' ? 'aggregated' : p.name,
-    // Only the KV router reads KV events (the gateway warns about endpoints it would ignore).
-    ...(policy.kind === 'kv' ? { kv_events: h.kvEventsEndpoints[0]! } : {}),
-    ...(p.name === 'prefill' && flavour === 'sglang' ? { bootstrap_port: h.bootstrapPort } : {}),
-  })));
+export function gatewayConfig(
+  policy: PolicySpec,
+  pools: readonly PoolEngines[],
+  blockSize: number,
+  flavour: EngineDialect,
+): Record<string, unknown> {
+  const workers = pools.flatMap((p) =>
+    p.handles.map((h, i) => ({
+      id: p.workerIds[i]!,
+      url: h.url,
+      role: p.name === 'engines' ? 'aggregated' : p.name,
+      // Only the KV router reads KV events (the gateway warns about endpoints it would ignore).
+      ...(policy.kind === 'kv' ? { kv_events: h.kvEventsEndpoints[0]! } : {}),
+      ...(p.name === 'prefill' && flavour === 'sglang' ? { bootstrap_port: h.bootstrapPort } : {}),
+    })),
+  );
   return {
     listen: { host: '127.0.0.1', port: 0 },
     log: { level: 'warn' },
     // Trace prompts reach 190k tokens; the replay, not the gateway, decides what is too long.
-    limits: { max_body_bytes: 64 * 1024 * 1024, max_prompt_tokens: 4_194_304, max_concurrent_requests: 1_000_000, request_timeout_ms: 3_600_000 },
-    models: [{
-      name: REPLAY_MODEL,
-      router_mode: policy.kind === 'kv' ? 'kv' : policy.mode,
-      ...(policy.kind === 'kv' && Object.keys(policy.dynamo).length > 0 ? { router: policy.dynamo } : {}),
-      block_size: blockSize,
-      tokenizer: 'none',
-      engine: flavour,
-      enforce_disagg: pools.length > 1,
-      workers,
-    }],
+    limits: {
+      max_body_bytes: 64 * 1024 * 1024,
+      max_prompt_tokens: 4_194_304,
+      max_concurrent_requests: 1_000_000,
+      request_timeout_ms: 3_600_000,
+    },
+    models: [
+      {
+        name: REPLAY_MODEL,
+        router_mode: policy.kind === 'kv' ? 'kv' : policy.mode,
+        ...(policy.kind === 'kv' && Object.keys(policy.dynamo).length > 0 ? { router: policy.dynamo } : {}),
+        block_size: blockSize,
+        tokenizer: 'none',
+        engine: flavour,
+        enforce_disagg: pools.length > 1,
+        workers,
+      },
+    ],
   };
 }
 
@@ -90,21 +119,68 @@ async function waitReady(url: string): Promise<void> {
     } catch {
       // not listening yet
     }
-    if (performance.now() > deadline) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `the gateway at ${url} did not become ready within ${READY_TIMEOUT_MS} ms`);
+    if (performance.now() > deadline)
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `the gateway at ${url} did not become ready within ${READY_TIMEOUT_MS} ms`,
+      );
     await new Promise((r) => setTimeout(r, 50));
   }
 }
 
+/**
+ * `kvgate serve` on a config written to a temporary file (removed once read), ready to answer.
+ * A gateway that started but never became ready is stopped before the error propagates.
+ */
+async function startPolicyGateway(config: unknown): Promise<{ gateway: ServeHandle; url: string }> {
+  const tmp = mkdtempSync(join(tmpdir(), 'kvgate-replay-'));
+  let gateway: ServeHandle | undefined;
+  try {
+    const file = join(tmp, 'gateway.json');
+    writeFileSync(file, JSON.stringify(config));
+    gateway = await serve(['--config', file], {
+      out: { write: () => true },
+      logger: pino({ level: 'warn', base: { svc: 'kvgate' } }, destination(2)),
+    });
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+  if (gateway === undefined) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'the gateway did not start');
+  const a = gateway.gateway.addresses.public;
+  const url = `http://${a.host}:${a.port}`;
+  try {
+    await waitReady(url);
+  } catch (err) {
+    await gateway.stop();
+    throw err;
+  }
+  return { gateway, url };
+}
+
 /** Starts fresh engines and a gateway for one policy. Everything started is closed on failure. */
-export async function startFleet(policy: PolicySpec, topology: OnlineTopology, engineInput: MockerInput, seed: number, bucketMs: number): Promise<OnlineFleet> {
+export async function startFleet(
+  policy: PolicySpec,
+  topology: OnlineTopology,
+  engineInput: MockerInput,
+  seed: number,
+  bucketMs: number,
+): Promise<OnlineFleet> {
   // The P/D protocol decides the engine flavour: SGLang pairs through bootstrap rooms, vLLM hands over kv_transfer_params.
-  const flavour = topology.kind === 'disaggregated' ? (topology.protocol === 'bootstrap' ? 'sglang' : 'vllm') : (engineInput.engine ?? 'vllm');
-  const specs: { name: PoolRun['name']; count: number; mode: WorkerRole }[] = topology.kind === 'aggregated'
-    ? [{ name: 'engines', count: topology.workers, mode: 'aggregated' }]
-    : [{ name: 'prefill', count: topology.prefillWorkers, mode: 'prefill' }, { name: 'decode', count: topology.decodeWorkers, mode: 'decode' }];
+  const flavour =
+    topology.kind === 'disaggregated'
+      ? topology.protocol === 'bootstrap'
+        ? 'sglang'
+        : 'vllm'
+      : (engineInput.engine ?? 'vllm');
+  const specs: { name: PoolRun['name']; count: number; mode: WorkerRole }[] =
+    topology.kind === 'aggregated'
+      ? [{ name: 'engines', count: topology.workers, mode: 'aggregated' }]
+      : [
+          { name: 'prefill', count: topology.prefillWorkers, mode: 'prefill' },
+          { name: 'decode', count: topology.decodeWorkers, mode: 'decode' },
+        ];
   const pools: PoolEngines[] = [];
   const all: MockerHandle[] = [];
-  let tmp: string | undefined;
   try {
     let nextId = 1;
     for (const s of specs) {
@@ -114,8 +190,16 @@ export async function startFleet(policy: PolicySpec, topology: OnlineTopology, e
         const id = nextId++;
         const base = replayEngineOptions(engineInput, seed);
         const h = await startMocker({
-          ...base, model: REPLAY_MODEL, host: '127.0.0.1', port: 0, kvEvents: true, kvEventsPort: 0, bootstrapPort: 0,
-          mode: s.mode, engine: flavour, engineHashSeed: BigInt.asUintN(64, (base.engineHashSeed ?? 0n) + BigInt(id)),
+          ...base,
+          model: REPLAY_MODEL,
+          host: '127.0.0.1',
+          port: 0,
+          kvEvents: true,
+          kvEventsPort: 0,
+          bootstrapPort: 0,
+          mode: s.mode,
+          engine: flavour,
+          engineHashSeed: BigInt.asUintN(64, (base.engineHashSeed ?? 0n) + BigInt(id)),
         });
         handles.push(h);
         all.push(h);
@@ -124,33 +208,17 @@ export async function startFleet(policy: PolicySpec, topology: OnlineTopology, e
       pools.push({ name: s.name, handles, workerIds, timeline: new LoadTimeline(s.count, bucketMs) });
     }
     const blockSize = resolveMockerOptions(replayEngineOptions(engineInput, seed)).blockSize;
-    tmp = mkdtempSync(join(tmpdir(), 'kvgate-replay-'));
-    const file = join(tmp, 'gateway.json');
-    writeFileSync(file, JSON.stringify(gatewayConfig(policy, pools, blockSize, flavour)));
-    const gateway = await serve(['--config', file], {
-      out: { write: () => true },
-      logger: pino({ level: 'warn', base: { svc: 'kvgate' } }, destination(2)),
-    });
-    rmSync(tmp, { recursive: true, force: true });
-    tmp = undefined;
-    if (gateway === undefined) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'the gateway did not start');
-    const a = gateway.gateway.addresses.public;
-    const url = `http://${a.host}:${a.port}`;
-    try {
-      await waitReady(url);
-    } catch (err) {
-      await gateway.stop();
-      throw err;
-    }
+    const { gateway, url } = await startPolicyGateway(gatewayConfig(policy, pools, blockSize, flavour));
     return {
-      pools, gateway, url,
+      pools,
+      gateway,
+      url,
       async close(): Promise<void> {
         await gateway.stop();
         await Promise.allSettled(all.map((h) => h.close()));
       },
     };
   } catch (err) {
-    if (tmp !== undefined) rmSync(tmp, { recursive: true, force: true });
     await Promise.allSettled(all.map((h) => h.close()));
     throw err;
   }
@@ -172,12 +240,21 @@ export function predictionFromMetrics(text: string): PolicyRun['predictionFromGa
   const errCount = count(/^kvgate_router_prediction_error_tokens_count\{[^}]*\} (\S+)$/);
   if (total === 0) return null;
   // The gateway records engine - predicted; the summary reports predicted - engine.
-  return { requests: total, exact_fraction: round(exact / total), mean_signed_tokens: errCount > 0 ? round(-errSum / errCount) : null };
+  return {
+    requests: total,
+    exact_fraction: round(exact / total),
+    mean_signed_tokens: errCount > 0 ? round(-errSum / errCount) : null,
+  };
 }
 
 /** One policy online: fresh fleet, load, samples, teardown. */
-export async function runOnlinePolicy(workload: Workload, policy: PolicySpec, topology: OnlineTopology, cfg: ReplayConfig,
-  onProgress: (done: number, total: number) => void): Promise<PolicyRun> {
+export async function runOnlinePolicy(
+  workload: Workload,
+  policy: PolicySpec,
+  topology: OnlineTopology,
+  cfg: ReplayConfig,
+  onProgress: (done: number, total: number) => void,
+): Promise<PolicyRun> {
   const bucketMs = defaultBucketMs(workload);
   const fleet = await startFleet(policy, topology, cfg.engine, cfg.seed, bucketMs);
   const wallStart = performance.now();
@@ -198,8 +275,12 @@ export async function runOnlinePolicy(workload: Workload, policy: PolicySpec, to
     let run;
     try {
       run = await generateLoad(workload, {
-        url: fleet.url, model: REPLAY_MODEL, synth: new TokenSynthesizer({ traceBlockSize: workload.traceBlockSize, seed: cfg.seed }),
-        requestSeed: (i) => (cfg.seed * 1_000_003 + i) >>> 0, bucketMs, onDone: onProgress,
+        url: fleet.url,
+        model: REPLAY_MODEL,
+        synth: new TokenSynthesizer({ traceBlockSize: workload.traceBlockSize, seed: cfg.seed }),
+        requestSeed: (i) => (cfg.seed * 1_000_003 + i) >>> 0,
+        bucketMs,
+        onDone: onProgress,
       });
     } finally {
       clearInterval(timer);
@@ -220,16 +301,26 @@ export async function runOnlinePolicy(workload: Workload, policy: PolicySpec, to
       }
     }
     const metrics = await request(new URL('/metrics', fleet.url));
-    const prediction = metrics.statusCode === 200 ? predictionFromMetrics(await metrics.body.text()) : (await metrics.body.dump(), null);
+    const prediction =
+      metrics.statusCode === 200 ? predictionFromMetrics(await metrics.body.text()) : (await metrics.body.dump(), null);
     const endMs = run.endMs;
     const pools: PoolRun[] = fleet.pools.map((p) => ({
-      name: p.name, workerIds: p.workerIds, load: p.timeline.finish(endMs), buckets: p.timeline.buckets(), bucketMs,
+      name: p.name,
+      workerIds: p.workerIds,
+      load: p.timeline.finish(endMs),
+      buckets: p.timeline.buckets(),
+      bucketMs,
     }));
     return {
       name: topology.kind === 'aggregated' ? policy.name : `${policy.name}@${topology.protocol}`,
-      outcomes: run.outcomes, endMs, pools, wallMs: performance.now() - wallStart,
+      outcomes: run.outcomes,
+      endMs,
+      pools,
+      wallMs: performance.now() - wallStart,
       hits: { promptTokens: run.hits.promptTokens, cachedTokens: run.hits.cachedTokens, overTime: run.hits.windowed() },
-      preemptions, extrapolatedSteps: extrapolated, leaseExpired: null,
+      preemptions,
+      extrapolatedSteps: extrapolated,
+      leaseExpired: null,
       engineBusyFraction: endMs > 0 && engines > 0 ? Math.min(1, busyMs / (engines * endMs)) : null,
       predictionFromGateway: prediction,
     };
@@ -239,15 +330,20 @@ export async function runOnlinePolicy(workload: Workload, policy: PolicySpec, to
 }
 
 /** Every policy (and P/D protocol) of the config, one after the other. */
-export async function runOnlineReplay(workload: Workload, cfg: ReplayConfig, onProgress: (done: number, total: number) => void): Promise<PolicyRun[]> {
-  const topologies: OnlineTopology[] = cfg.topology.kind === 'aggregated'
-    ? [{ kind: 'aggregated', workers: cfg.topology.workers }]
-    : cfg.topology.protocols.map((protocol) => ({
-      kind: 'disaggregated' as const,
-      prefillWorkers: (cfg.topology as { prefillWorkers: number }).prefillWorkers,
-      decodeWorkers: (cfg.topology as { decodeWorkers: number }).decodeWorkers,
-      protocol,
-    }));
+export async function runOnlineReplay(
+  workload: Workload,
+  cfg: ReplayConfig,
+  onProgress: (done: number, total: number) => void,
+): Promise<PolicyRun[]> {
+  const topologies: OnlineTopology[] =
+    cfg.topology.kind === 'aggregated'
+      ? [{ kind: 'aggregated', workers: cfg.topology.workers }]
+      : cfg.topology.protocols.map((protocol) => ({
+          kind: 'disaggregated' as const,
+          prefillWorkers: (cfg.topology as { prefillWorkers: number }).prefillWorkers,
+          decodeWorkers: (cfg.topology as { decodeWorkers: number }).decodeWorkers,
+          protocol,
+        }));
   const runs: PolicyRun[] = [];
   const per = workload.requests.length;
   const total = per * cfg.policies.length * topologies.length;

@@ -14,20 +14,68 @@ import { KvgateError } from '../errors/index.js';
 import { OPTIONS as MOCKER_OPTIONS, parseMockerArgs } from './mocker.js';
 import type { MockerInput } from '../mocker/index.js';
 import {
-  ARRIVAL_MODES, DEFAULT_SYNC_DELAY_MS, DEFAULT_TRACE_BLOCK_SIZE, DISAGG_PROTOCOLS, FRONT_DOOR_MODES, parsePolicies, ProgressBar, renderMarkdown, runReplay, writeReport,
-  type ArrivalMode, type DisaggProtocol, type FrontDoorMode, type PolicySpec, type ReplayConfig, type ReplicaSweep, type ReplayHooks, type ReplayMode, type ReplayTopology,
+  ARRIVAL_MODES,
+  DEFAULT_SYNC_DELAY_MS,
+  DEFAULT_TRACE_BLOCK_SIZE,
+  DISAGG_PROTOCOLS,
+  FRONT_DOOR_MODES,
+  parsePolicies,
+  ProgressBar,
+  renderMarkdown,
+  runReplay,
+  writeReport,
+  type ArrivalMode,
+  type DisaggProtocol,
+  type FrontDoorMode,
+  type PolicySpec,
+  type ReplayConfig,
+  type ReplicaSweep,
+  type ReplayHooks,
+  type ReplayMode,
+  type ReplayTopology,
 } from '../replay/index.js';
 
 /** Mocker flags that replay sets itself (or names differently). */
-const NOT_FORWARDED = new Set(['count', 'host', 'port', 'mode', 'speedup', 'help', 'kv-events-port', 'kv-events-replay-port', 'bootstrap-port', 'seed']);
+const NOT_FORWARDED = new Set([
+  'count',
+  'host',
+  'port',
+  'mode',
+  'speedup',
+  'help',
+  'kv-events-port',
+  'kv-events-replay-port',
+  'bootstrap-port',
+  'seed',
+]);
 
 const REPLAY_OPTIONS = {
-  trace: { type: 'string' }, mode: { type: 'string' }, compare: { type: 'string' }, 'router-config': { type: 'string', multiple: true },
-  workers: { type: 'string' }, 'prefill-workers': { type: 'string' }, 'decode-workers': { type: 'string' }, 'disagg-protocol': { type: 'string' },
-  'trace-block-size': { type: 'string' }, arrival: { type: 'string' }, speedup: { type: 'string' }, 'max-requests': { type: 'string' },
-  'max-isl': { type: 'string' }, 'skip-requests': { type: 'string' }, strict: { type: 'boolean' }, seed: { type: 'string' }, jobs: { type: 'string' }, json: { type: 'boolean' },
-  out: { type: 'string' }, progress: { type: 'boolean' }, 'no-progress': { type: 'boolean' }, 'engine-speedup': { type: 'string' },
-  replicas: { type: 'string' }, 'replica-sync': { type: 'string' }, 'replica-sync-delay-ms': { type: 'string' }, 'replica-front': { type: 'string' },
+  trace: { type: 'string' },
+  mode: { type: 'string' },
+  compare: { type: 'string' },
+  'router-config': { type: 'string', multiple: true },
+  workers: { type: 'string' },
+  'prefill-workers': { type: 'string' },
+  'decode-workers': { type: 'string' },
+  'disagg-protocol': { type: 'string' },
+  'trace-block-size': { type: 'string' },
+  arrival: { type: 'string' },
+  speedup: { type: 'string' },
+  'max-requests': { type: 'string' },
+  'max-isl': { type: 'string' },
+  'skip-requests': { type: 'string' },
+  strict: { type: 'boolean' },
+  seed: { type: 'string' },
+  jobs: { type: 'string' },
+  json: { type: 'boolean' },
+  out: { type: 'string' },
+  progress: { type: 'boolean' },
+  'no-progress': { type: 'boolean' },
+  'engine-speedup': { type: 'string' },
+  replicas: { type: 'string' },
+  'replica-sync': { type: 'string' },
+  'replica-sync-delay-ms': { type: 'string' },
+  'replica-front': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -79,7 +127,8 @@ function usageError(message: string): KvgateError {
 function integer(flag: string, v: string | undefined, min: number): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (v.trim() === '' || !Number.isSafeInteger(n) || n < min) throw usageError(`--${flag} ${v}: expected an integer >= ${min}`);
+  if (v.trim() === '' || !Number.isSafeInteger(n) || n < min)
+    throw usageError(`--${flag} ${v}: expected an integer >= ${min}`);
   return n;
 }
 
@@ -92,7 +141,10 @@ function positiveNumber(flag: string, v: string | undefined): number | undefined
 
 /** A comma list of the flag's values, each parsed by `one` (which names the flag in its errors). */
 function list<T>(flag: string, v: string, one: (x: string) => T): T[] {
-  const items = v.split(',').map((x) => x.trim()).filter((x) => x !== '');
+  const items = v
+    .split(',')
+    .map((x) => x.trim())
+    .filter((x) => x !== '');
   if (items.length === 0) throw usageError(`--${flag} ${v}: name at least one value`);
   const out = items.map(one);
   if (new Set(items).size !== items.length) throw usageError(`--${flag} ${v}: a value is listed twice`);
@@ -112,15 +164,22 @@ function replicaSweep(s: (k: string) => string | undefined, mode: ReplayMode): R
     throw usageError(`--replica-sync-delay-ms ${delay}: expected a number of ms >= 0`);
   }
   const front = (s('replica-front') ?? 'rr') as FrontDoorMode;
-  if (!FRONT_DOOR_MODES.includes(front)) throw usageError(`--replica-front ${front}: expected ${FRONT_DOOR_MODES.join(' or ')}`);
-  if (mode === 'online' && counts.some((n) => n !== 1)) throw usageError('--replicas: router replicas are modelled offline only (--mode offline)');
+  if (!FRONT_DOOR_MODES.includes(front))
+    throw usageError(`--replica-front ${front}: expected ${FRONT_DOOR_MODES.join(' or ')}`);
+  if (mode === 'online' && counts.some((n) => n !== 1))
+    throw usageError('--replicas: router replicas are modelled offline only (--mode offline)');
   return { counts, sync, syncDelayMs, front };
 }
 
 /** Offline runs a config makes: per policy, P/D protocol, replica count (and sync setting, for kv policies with replicas). */
 function runCount(policies: readonly PolicySpec[], topology: ReplayTopology, r: ReplicaSweep): number {
   const protocols = topology.kind === 'aggregated' ? 1 : topology.protocols.length;
-  return policies.reduce((n, p) => n + r.counts.reduce((m, c) => m + (c === 1 || p.kind !== 'kv' ? 1 : r.sync.length), 0), 0) * protocols;
+  return (
+    policies.reduce(
+      (n, p) => n + r.counts.reduce((m, c) => m + (c === 1 || p.kind !== 'kv' ? 1 : r.sync.length), 0),
+      0,
+    ) * protocols
+  );
 }
 
 export interface ReplayCliPlan {
@@ -130,6 +189,65 @@ export interface ReplayCliPlan {
   /** false = --no-progress; true = --progress; undefined = the default (on). */
   progress: boolean | undefined;
   config: ReplayConfig;
+}
+
+/** `--workers`, or `--prefill-workers` with `--decode-workers` and the P/D protocols to compare. */
+function topologyFlags(s: (k: string) => string | undefined): ReplayTopology {
+  const prefill = integer('prefill-workers', s('prefill-workers'), 1);
+  const decode = integer('decode-workers', s('decode-workers'), 1);
+  if (prefill !== undefined || decode !== undefined) {
+    if (prefill === undefined || decode === undefined)
+      throw usageError('--prefill-workers and --decode-workers go together');
+    if (s('workers') !== undefined)
+      throw usageError('--workers is for aggregated topologies; use --prefill-workers and --decode-workers for P/D');
+    const protocols = (s('disagg-protocol') ?? DISAGG_PROTOCOLS.join(','))
+      .split(',')
+      .map((p) => p.trim())
+      .filter((p) => p !== '');
+    for (const p of protocols) {
+      if (!(DISAGG_PROTOCOLS as readonly string[]).includes(p))
+        throw usageError(`--disagg-protocol ${p}: expected ${DISAGG_PROTOCOLS.join(', ')}`);
+    }
+    if (protocols.length === 0) throw usageError('--disagg-protocol: name at least one protocol');
+    return {
+      kind: 'disaggregated',
+      prefillWorkers: prefill,
+      decodeWorkers: decode,
+      protocols: protocols as DisaggProtocol[],
+    };
+  }
+  if (s('disagg-protocol') !== undefined)
+    throw usageError('--disagg-protocol needs --prefill-workers and --decode-workers');
+  return { kind: 'aggregated', workers: integer('workers', s('workers'), 1) ?? 8 };
+}
+
+/**
+ * The engine model: the mocker's own flag parser over the forwarded flags, with the addresses
+ * a replay chooses itself left open.
+ */
+function engineFlags(
+  values: Record<string, string | string[] | boolean | undefined>,
+  forwarded: Record<string, unknown>,
+): MockerInput {
+  const mockerArgv: string[] = [];
+  for (const [k, v] of Object.entries(values)) {
+    if (!(k in forwarded) || v === undefined) continue;
+    if (Array.isArray(v)) for (const x of v) mockerArgv.push(`--${k}`, x);
+    else if (v === true) mockerArgv.push(`--${k}`);
+    else if (v !== false) mockerArgv.push(`--${k}`, v);
+  }
+  const engineSpeedup = positiveNumber('engine-speedup', values['engine-speedup'] as string | undefined);
+  if (engineSpeedup !== undefined) mockerArgv.push('--speedup', String(engineSpeedup));
+  const parsed = parseMockerArgs(mockerArgv).engines[0]!;
+  return {
+    ...parsed,
+    host: undefined,
+    port: 0,
+    kvEventsPort: 0,
+    kvEventsReplayPort: undefined,
+    bootstrapPort: 0,
+    mode: undefined,
+  };
 }
 
 /**
@@ -146,46 +264,26 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
   }
   const s = (k: string): string | undefined => values[k] as string | undefined;
   if (values.help === true) {
-    return { help: true, json: false, out: undefined, progress: undefined, config: undefined as unknown as ReplayConfig };
+    return {
+      help: true,
+      json: false,
+      out: undefined,
+      progress: undefined,
+      config: undefined as unknown as ReplayConfig,
+    };
   }
   const trace = s('trace');
   if (trace === undefined) throw usageError('--trace FILE is required');
   const mode = (s('mode') ?? 'offline') as ReplayMode;
   if (mode !== 'offline' && mode !== 'online') throw usageError(`--mode ${mode}: expected offline or online`);
   const arrival = (s('arrival') ?? 'as-recorded') as ArrivalMode;
-  if (!ARRIVAL_MODES.includes(arrival)) throw usageError(`--arrival ${arrival}: expected ${ARRIVAL_MODES.join(' or ')}`);
+  if (!ARRIVAL_MODES.includes(arrival))
+    throw usageError(`--arrival ${arrival}: expected ${ARRIVAL_MODES.join(' or ')}`);
   const compare = (s('compare') ?? (values['router-config'] === undefined ? 'kv' : '')).split(',');
   const policies = parsePolicies(compare, (values['router-config'] as string[] | undefined) ?? []);
 
-  const prefill = integer('prefill-workers', s('prefill-workers'), 1);
-  const decode = integer('decode-workers', s('decode-workers'), 1);
-  let topology: ReplayTopology;
-  if (prefill !== undefined || decode !== undefined) {
-    if (prefill === undefined || decode === undefined) throw usageError('--prefill-workers and --decode-workers go together');
-    if (s('workers') !== undefined) throw usageError('--workers is for aggregated topologies; use --prefill-workers and --decode-workers for P/D');
-    const protocols = (s('disagg-protocol') ?? DISAGG_PROTOCOLS.join(',')).split(',').map((p) => p.trim()).filter((p) => p !== '');
-    for (const p of protocols) {
-      if (!(DISAGG_PROTOCOLS as readonly string[]).includes(p)) throw usageError(`--disagg-protocol ${p}: expected ${DISAGG_PROTOCOLS.join(', ')}`);
-    }
-    if (protocols.length === 0) throw usageError('--disagg-protocol: name at least one protocol');
-    topology = { kind: 'disaggregated', prefillWorkers: prefill, decodeWorkers: decode, protocols: protocols as DisaggProtocol[] };
-  } else {
-    if (s('disagg-protocol') !== undefined) throw usageError('--disagg-protocol needs --prefill-workers and --decode-workers');
-    topology = { kind: 'aggregated', workers: integer('workers', s('workers'), 1) ?? 8 };
-  }
-
-  // The engine model: the mocker's own flag parser over the forwarded flags.
-  const mockerArgv: string[] = [];
-  for (const [k, v] of Object.entries(values)) {
-    if (!(k in forwarded) || v === undefined) continue;
-    if (Array.isArray(v)) for (const x of v) mockerArgv.push(`--${k}`, x);
-    else if (v === true) mockerArgv.push(`--${k}`);
-    else if (v !== false) mockerArgv.push(`--${k}`, v);
-  }
-  const engineSpeedup = positiveNumber('engine-speedup', s('engine-speedup'));
-  if (engineSpeedup !== undefined) mockerArgv.push('--speedup', String(engineSpeedup));
-  const parsed = parseMockerArgs(mockerArgv).engines[0]!;
-  const engine: MockerInput = { ...parsed, host: undefined, port: 0, kvEventsPort: 0, kvEventsReplayPort: undefined, bootstrapPort: 0, mode: undefined };
+  const topology = topologyFlags(s);
+  const engine = engineFlags(values, forwarded);
 
   const seed = integer('seed', s('seed'), 0) ?? 0;
   const replicas = replicaSweep(s, mode);
@@ -223,7 +321,10 @@ export function commandLine(argv: readonly string[]): string {
   return ['kvgate', 'replay', ...argv].map(quote).join(' ');
 }
 
-export async function replayCommand(argv: string[], hooks: Partial<Pick<ReplayHooks, 'runOnline'>> = {}): Promise<number> {
+export async function replayCommand(
+  argv: string[],
+  hooks: Partial<Pick<ReplayHooks, 'runOnline'>> = {},
+): Promise<number> {
   let plan: ReplayCliPlan;
   try {
     plan = parseReplayArgs(argv);
@@ -238,7 +339,8 @@ export async function replayCommand(argv: string[], hooks: Partial<Pick<ReplayHo
   const bar = new ProgressBar(process.stderr, { enabled: plan.progress !== false });
   let started = false;
   let runOnline = hooks.runOnline;
-  if (plan.config.mode === 'online' && runOnline === undefined) runOnline = (await import('./replay-online.js')).runOnlineReplay;
+  if (plan.config.mode === 'online' && runOnline === undefined)
+    runOnline = (await import('./replay-online.js')).runOnlineReplay;
   try {
     const result = await runReplay(plan.config, {
       command: commandLine(argv),
@@ -254,7 +356,10 @@ export async function replayCommand(argv: string[], hooks: Partial<Pick<ReplayHo
     bar.end();
     const { report, runs, trace } = result;
     if (trace.issues.length > 0) {
-      const shown = trace.issues.slice(0, 20).map((i) => `  ${i.message}`).join('\n');
+      const shown = trace.issues
+        .slice(0, 20)
+        .map((i) => `  ${i.message}`)
+        .join('\n');
       const more = trace.issues.length > 20 ? `\n  ... and ${trace.issues.length - 20} more` : '';
       process.stderr.write(`kvgate replay: skipped ${trace.issues.length} invalid trace line(s):\n${shown}${more}\n`);
     }

@@ -10,7 +10,14 @@
  */
 import { pino, type Logger } from 'pino';
 import { traceLogFields } from '../common/index.js';
-import { loadGatewayConfig, parseServeFlags, serveUsage, type ConfigChange, type GatewayConfig } from '../config/index.js';
+import {
+  loadGatewayConfig,
+  parseServeFlags,
+  serveUsage,
+  type ConfigChange,
+  type GatewayConfig,
+  type ServeFlags,
+} from '../config/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import { Fleet, type FleetStatus } from '../fleet/index.js';
 import { startGateway, type Gateway, type RouterPortFactory } from '../frontend/index.js';
@@ -26,9 +33,10 @@ export const DEMO_ENGINES = 4;
  * blocks, so a second send is routed to the engine holding them and reports them cached (a prompt
  * shorter than one block has nothing to reuse). README's quick start shows the same request.
  */
-const DEMO_MESSAGES = '[{"role": "system", "content": "You are a concise assistant for engineers who run language models in production."}, '
-  + '{"role": "user", "content": "Explain what a KV cache is, why reusing a cached prompt prefix cuts the time to first token, '
-  + 'and how a router can send each request to the engine that already holds its prefix."}]';
+const DEMO_MESSAGES =
+  '[{"role": "system", "content": "You are a concise assistant for engineers who run language models in production."}, ' +
+  '{"role": "user", "content": "Explain what a KV cache is, why reusing a cached prompt prefix cuts the time to first token, ' +
+  'and how a router can send each request to the engine that already holds its prefix."}]';
 
 /**
  * What builds the routers of a config, and what it must release at shutdown: the `Fleet` (src/fleet), or a
@@ -73,12 +81,14 @@ export interface ServeHandle {
 /** The demo model's config entry, pointing at the given engines. */
 function demoModels(engines: readonly { url: string; kvEvents: string }[]): Record<string, unknown> {
   return {
-    models: [{
-      name: DEMO_MODEL,
-      tokenizer: 'demo',
-      block_size: 16,
-      workers: engines.map((e, i) => ({ id: i + 1, url: e.url, kv_events: e.kvEvents })),
-    }],
+    models: [
+      {
+        name: DEMO_MODEL,
+        tokenizer: 'demo',
+        block_size: 16,
+        workers: engines.map((e, i) => ({ id: i + 1, url: e.url, kv_events: e.kvEvents })),
+      },
+    ],
   };
 }
 
@@ -86,7 +96,16 @@ async function startDemoEngines(blockSize: number): Promise<MockerHandle[]> {
   const started: MockerHandle[] = [];
   try {
     for (let i = 0; i < DEMO_ENGINES; i++) {
-      started.push(await startMocker({ model: DEMO_MODEL, tokenizer: 'demo', blockSize, kvEvents: true, seed: i + 1, host: '127.0.0.1' }));
+      started.push(
+        await startMocker({
+          model: DEMO_MODEL,
+          tokenizer: 'demo',
+          blockSize,
+          kvEvents: true,
+          seed: i + 1,
+          host: '127.0.0.1',
+        }),
+      );
     }
   } catch (err) {
     await Promise.allSettled(started.map((m) => m.close()));
@@ -101,10 +120,12 @@ function banner(config: GatewayConfig, gateway: Gateway, demo: boolean): string 
   const lines = [
     '',
     demo
-      ? `kvgate: serving the embedded demo at ${url}: model ${model.name} on ${model.workers.length} simulated engines (in-process, KV events on), ${model.routerMode} routing.`
+      ? `kvgate: serving the embedded demo at ${url}: model ${model.name} on ${model.workers.length} simulated engines ` +
+        `(in-process, KV events on), ${model.routerMode} routing.`
       : `kvgate: serving ${config.models.map((m) => `${m.name} (${m.workers.length} workers, ${m.routerMode})`).join(', ')} at ${url}.`,
     'Try it (the x-kvgate-worker response header names the engine that served it; send the same conversation twice and it sticks):',
-    `  curl -si ${url}/v1/chat/completions -H 'content-type: application/json'${config.apiKeys.length > 0 ? " -H 'authorization: Bearer <key>'" : ''} \\`,
+    `  curl -si ${url}/v1/chat/completions -H 'content-type: ` +
+      `application/json'${config.apiKeys.length > 0 ? " -H 'authorization: Bearer <key>'" : ''} \\`,
     `    -d '{"model": "${model.name}", "messages": ${DEMO_MESSAGES}, "max_tokens": 32}'`,
     '',
   ];
@@ -124,28 +145,9 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   }
   const load = (base?: Record<string, unknown>): GatewayConfig =>
     loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env, base });
-  let config = load();
-  let mockers: MockerHandle[] = [];
-  const demo = config.models.length === 0;
   const member = clusterMember(env);
-  if (demo) {
-    // Resolve the demo entry once with placeholder engines, so flags (--block-size, router knobs) are
-    // validated and known before the engines start with the same block size.
-    const planned = load(demoModels(Array.from({ length: DEMO_ENGINES }, (_, i) => ({ url: `http://127.0.0.1:${i + 1}`, kvEvents: `tcp://127.0.0.1:${i + 1}` }))));
-    mockers = await startDemoEngines(planned.models[0]!.blockSize);
-    try {
-      config = load(demoModels(mockers.map((m) => ({ url: m.url, kvEvents: m.kvEventsEndpoints[0]! }))));
-    } catch (err) {
-      await Promise.allSettled(mockers.map((m) => m.close()));
-      throw err;
-    }
-  }
-  // The one place a logger is created (unless the caller brings its own): the gateway, every
-  // router and every KV-event stream below write to it.
-  // Tracing first, so the logger's lines inside a traced request carry its trace id.
-  const tracing = startTracing(config.tracing, env);
-  const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'kvgate' }, ...(tracing !== undefined ? { mixin: traceLogFields } : {}) });
-  if (tracing !== undefined) logger.info({ endpoint: tracing.endpoint, sampleRatio: tracing.sampleRatio }, 'tracing: spans are exported over OTLP/HTTP');
+  const { config, mockers, demo } = await resolveServeConfig(load);
+  const { tracing, logger } = startLogging(config, env, opts.logger);
   let gateway: Gateway;
   const fleet = (opts.routers ?? ((c: GatewayConfig) => gatewayFleet(c, member)))(config);
   // Hot reconfiguration re-reads the config file (with the same flags); the demo and flags alone have none.
@@ -154,7 +156,11 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   const served = (c: GatewayConfig): GatewayConfig => fleet.live?.served(c) ?? c;
   try {
     gateway = await startGateway({
-      config: served(config), createRouter: fleet.createRouter, logger, fleet: fleet.status, process: member?.index,
+      config: served(config),
+      createRouter: fleet.createRouter,
+      logger,
+      fleet: fleet.status,
+      process: member?.index,
       clusterMetrics: member === undefined ? undefined : (registry) => clusterMetricsText(registry, logger),
       reload: reloadable ? () => reloader!.reload('admin') : undefined,
     });
@@ -169,11 +175,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   let base = config;
   fleet.live?.members.onChange(() => server.reconfigure(served(base)));
   if (reloadable) {
-    reloader = new ConfigReloader(config, {
-      load: () => loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env, consequence: 'the running configuration is unchanged' }),
-      members: fleet.live!.members, reconfigureRouter: (m) => fleet.live!.reconfigureRouter(m), logger, metrics: server.metrics,
-      server: { reconfigure: (c) => server.reconfigure(served((base = c))) },
-    });
+    reloader = configReloader({ config, flags, env, logger, fleet, server, served, rebase: (c) => (base = c) });
   }
   (opts.out ?? process.stderr).write(banner(served(config), gateway, demo));
   let stopping: Promise<void> | undefined;
@@ -187,11 +189,99 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
         await gateway.close();
         await fleet.close();
         await Promise.allSettled(mockers.map((m) => m.close()));
-        await tracing?.shutdown().catch((err: unknown) => logger.warn({ err }, 'tracing: the last spans could not be exported'));
+        await tracing
+          ?.shutdown()
+          .catch((err: unknown) => logger.warn({ err }, 'tracing: the last spans could not be exported'));
       })();
       return stopping;
     },
   };
+}
+
+/**
+ * The config to serve: the file and flags, or the embedded demo with its simulated engines started.
+ * On a failure after the demo's engines started, they are closed before the error propagates.
+ */
+async function resolveServeConfig(
+  load: (base?: Record<string, unknown>) => GatewayConfig,
+): Promise<{ config: GatewayConfig; mockers: MockerHandle[]; demo: boolean }> {
+  const config = load();
+  if (config.models.length > 0) return { config, mockers: [], demo: false };
+  // Resolve the demo entry once with placeholder engines, so flags (--block-size, router knobs) are
+  // validated and known before the engines start with the same block size.
+  const planned = load(
+    demoModels(
+      Array.from({ length: DEMO_ENGINES }, (_, i) => ({
+        url: `http://127.0.0.1:${i + 1}`,
+        kvEvents: `tcp://127.0.0.1:${i + 1}`,
+      })),
+    ),
+  );
+  const mockers = await startDemoEngines(planned.models[0]!.blockSize);
+  try {
+    return {
+      config: load(demoModels(mockers.map((m) => ({ url: m.url, kvEvents: m.kvEventsEndpoints[0]! })))),
+      mockers,
+      demo: true,
+    };
+  } catch (err) {
+    await Promise.allSettled(mockers.map((m) => m.close()));
+    throw err;
+  }
+}
+
+/**
+ * Tracing, then the one logger of the process (unless the caller brings its own): the gateway,
+ * every router and every KV-event stream write to it. Tracing starts first so the logger's lines
+ * inside a traced request carry its trace id.
+ */
+function startLogging(
+  config: GatewayConfig,
+  env: NodeJS.ProcessEnv,
+  given: Logger | undefined,
+): { tracing: ReturnType<typeof startTracing>; logger: Logger } {
+  const tracing = startTracing(config.tracing, env);
+  const logger =
+    given ??
+    pino({
+      level: config.logLevel,
+      base: { svc: 'kvgate' },
+      ...(tracing !== undefined ? { mixin: traceLogFields } : {}),
+    });
+  if (tracing !== undefined)
+    logger.info(
+      { endpoint: tracing.endpoint, sampleRatio: tracing.sampleRatio },
+      'tracing: spans are exported over OTLP/HTTP',
+    );
+  return { tracing, logger };
+}
+
+/** Hot reconfiguration: re-reads the config file with the same flags; `rebase` keeps the served base current. */
+function configReloader(p: {
+  config: GatewayConfig;
+  flags: ServeFlags;
+  env: Readonly<Record<string, string | undefined>>;
+  logger: Logger;
+  fleet: RouterFleet;
+  server: Gateway['server'];
+  served: (c: GatewayConfig) => GatewayConfig;
+  rebase: (c: GatewayConfig) => GatewayConfig;
+}): ConfigReloader {
+  const { flags, env, fleet, server } = p;
+  return new ConfigReloader(p.config, {
+    load: () =>
+      loadGatewayConfig({
+        file: flags.configFile,
+        overrides: flags.overrides,
+        env,
+        consequence: 'the running configuration is unchanged',
+      }),
+    members: fleet.live!.members,
+    reconfigureRouter: (m) => fleet.live!.reconfigureRouter(m),
+    logger: p.logger,
+    metrics: server.metrics,
+    server: { reconfigure: (c) => server.reconfigure(p.served(p.rebase(c))) },
+  });
 }
 
 /**
@@ -202,9 +292,18 @@ function startupFailure(err: unknown): string {
   if (isKvgateError(err)) return err.message;
   const e = err as NodeJS.ErrnoException & { address?: string; port?: number };
   if (e.code === 'EADDRINUSE' || e.code === 'EACCES') {
-    const where = e.address === undefined ? 'the listen address' : `${e.address.includes(':') ? `[${e.address}]` : e.address}:${e.port ?? ''}`;
-    const why = e.code === 'EADDRINUSE' ? 'the address is already in use (by another kvgate or another server)' : 'the port needs privileges kvgate does not have';
-    return `cannot listen on ${where}: ${why}; stop that process or choose another port with --port (--admin-port for the admin listener) or listen.port in the config (0 = any free port)`;
+    const where =
+      e.address === undefined
+        ? 'the listen address'
+        : `${e.address.includes(':') ? `[${e.address}]` : e.address}:${e.port ?? ''}`;
+    const why =
+      e.code === 'EADDRINUSE'
+        ? 'the address is already in use (by another kvgate or another server)'
+        : 'the port needs privileges kvgate does not have';
+    return (
+      `cannot listen on ${where}: ${why}; stop that process or choose another port with --port (--admin-port for the ` +
+      `admin listener) or listen.port in the config (0 = any free port)`
+    );
   }
   return (err as Error).stack ?? String(err);
 }
@@ -213,15 +312,21 @@ function startupFailure(err: unknown): string {
  * With `--processes N` (N > 1) in the process started by the operator: the cluster primary (cluster.ts),
  * forking N processes that each run `serve`; undefined otherwise (this process serves).
  */
-function clusterProcesses(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): GatewayConfig | undefined {
+function clusterProcesses(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+): GatewayConfig | undefined {
   if (clusterMember(env) !== undefined) return undefined;
   const flags = parseServeFlags(argv);
   if (flags.help) return undefined;
   const config = loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env });
   if (config.processes === 1) return undefined;
   if (config.models.length === 0) {
-    throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'processes: the embedded demo runs in one process; configure models (-c FILE or --model/--worker) to run several',
-      { source: 'processes', reason: 'demo' });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_CONFIG',
+      'processes: the embedded demo runs in one process; configure models (-c FILE or --model/--worker) to run several',
+      { source: 'processes', reason: 'demo' },
+    );
   }
   return config;
 }
@@ -231,7 +336,11 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
   let handle: ServeHandle | undefined;
   try {
     const c = clusterProcesses(argv, opts.env ?? process.env);
-    if (c !== undefined) return await runClusterPrimary(c.processes, opts.logger ?? pino({ level: c.logLevel, base: { svc: 'kvgate', role: 'primary' } }));
+    if (c !== undefined)
+      return await runClusterPrimary(
+        c.processes,
+        opts.logger ?? pino({ level: c.logLevel, base: { svc: 'kvgate', role: 'primary' } }),
+      );
     handle = await serve(argv, opts);
   } catch (err) {
     process.stderr.write(`kvgate serve: ${startupFailure(err)}\n`);
@@ -241,10 +350,14 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
   const h = handle;
   // SIGHUP reloads the config file; the outcome (applied, or rejected with every problem) is in the log.
   const onHangup = (): void => {
-    if (h.reload === undefined) h.gateway.logger.warn('SIGHUP: kvgate serve was started without a config file (-c FILE); there is nothing to reload');
+    if (h.reload === undefined)
+      h.gateway.logger.warn(
+        'SIGHUP: kvgate serve was started without a config file (-c FILE); there is nothing to reload',
+      );
     else {
       h.reload('sighup').catch((err: unknown) => {
-        if (!isKvgateError(err, 'KVG_ERR_RELOAD_REJECTED')) h.gateway.logger.error({ err }, 'configuration reload failed');
+        if (!isKvgateError(err, 'KVG_ERR_RELOAD_REJECTED'))
+          h.gateway.logger.error({ err }, 'configuration reload failed');
       });
     }
   };
@@ -252,7 +365,10 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
   await new Promise<void>((resolve) => {
     const onSignal = (signal: NodeJS.Signals): void => {
       process.off('SIGHUP', onHangup);
-      h.gateway.logger.info({ signal, inflight: h.gateway.server.inflight }, 'shutting down: draining in-flight requests');
+      h.gateway.logger.info(
+        { signal, inflight: h.gateway.server.inflight },
+        'shutting down: draining in-flight requests',
+      );
       process.once(signal, () => process.exit(130));
       void h.stop().then(resolve, (err: unknown) => {
         h.gateway.logger.error({ err }, 'shutdown failed');

@@ -16,7 +16,12 @@
 import { trace } from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BatchSpanProcessor, NodeTracerProvider, ParentBasedSampler, TraceIdRatioBasedSampler } from '@opentelemetry/sdk-trace-node';
+import {
+  BatchSpanProcessor,
+  NodeTracerProvider,
+  ParentBasedSampler,
+  TraceIdRatioBasedSampler,
+} from '@opentelemetry/sdk-trace-node';
 import type { TracingConfig } from '../config/index.js';
 import { kvgateVersion } from '../version.js';
 
@@ -32,8 +37,14 @@ export interface Tracing {
 
 /** The OTLP/HTTP traces URL from the config or the environment; undefined when tracing stays off. */
 function tracesUrl(config: TracingConfig, env: Env): string | undefined {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true' || env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none') return undefined;
-  const base = config.otlpEndpoint ?? (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined ? env.OTEL_EXPORTER_OTLP_ENDPOINT : undefined);
+  if (
+    env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true' ||
+    env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none'
+  )
+    return undefined;
+  const base =
+    config.otlpEndpoint ??
+    (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined ? env.OTEL_EXPORTER_OTLP_ENDPOINT : undefined);
   if (base === undefined || base.trim() === '') return env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || undefined;
   // A base URL gets the signal path (as OTEL_EXPORTER_OTLP_ENDPOINT does); a full traces URL is kept.
   return /\/v1\/traces\/?$/.test(base) ? base : `${base.replace(/\/+$/, '')}/v1/traces`;
@@ -52,7 +63,10 @@ export function startTracing(config: TracingConfig, env: Env): Tracing | undefin
   const ratio = sampleRatio(config, env);
   const exporter = new OTLPTraceExporter({ url: endpoint });
   const provider = new NodeTracerProvider({
-    resource: resourceFromAttributes({ 'service.name': env.OTEL_SERVICE_NAME || 'kvgate', 'service.version': kvgateVersion() }),
+    resource: resourceFromAttributes({
+      'service.name': env.OTEL_SERVICE_NAME || 'kvgate',
+      'service.version': kvgateVersion(),
+    }),
     sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(ratio) }),
     spanProcessors: [new BatchSpanProcessor(exporter, { scheduledDelayMillis: 1000 })],
   });

@@ -19,7 +19,8 @@ export class Backoff {
 
   /** @throws RangeError unless 0 < minMs <= maxMs. */
   constructor(minMs: number, maxMs: number, rng: Rng) {
-    if (!(minMs > 0 && maxMs >= minMs)) throw new RangeError(`Backoff: need 0 < minMs <= maxMs, got ${minMs} and ${maxMs}`);
+    if (!(minMs > 0 && maxMs >= minMs))
+      throw new RangeError(`Backoff: need 0 < minMs <= maxMs, got ${minMs} and ${maxMs}`);
     this.#minMs = minMs;
     this.#maxMs = maxMs;
     this.#rng = rng;

@@ -30,7 +30,10 @@ export interface SessionHint {
 
 /** Dynamo's routing hints, camelCased: pins, restrictions, queue priority, session. All optional. */
 export interface RoutingHints {
-  /** Generic pin (aggregated; also the decode pin when `decodeWorkerId` is absent): `nvext.backend_instance_id` or `x-worker-instance-id`. */
+  /**
+   * Generic pin (aggregated; also the decode pin when `decodeWorkerId` is absent):
+   * `nvext.backend_instance_id` or `x-worker-instance-id`.
+   */
   readonly backendInstanceId?: number | undefined;
   /** Pin for the prefill phase: `nvext.prefill_worker_id` or `x-prefill-instance-id`. */
   readonly prefillWorkerId?: number | undefined;

@@ -29,7 +29,11 @@ export function errorBody(err: KvgateError): ErrorBody {
 export function readBody(req: IncomingMessage, limit: number, signal?: AbortSignal): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const tooLarge = (size: string): KvgateError =>
-      new KvgateError('KVG_ERR_BODY_TOO_LARGE', `the request body (${size}) is larger than the limit of ${limit} bytes`, { limit });
+      new KvgateError(
+        'KVG_ERR_BODY_TOO_LARGE',
+        `the request body (${size}) is larger than the limit of ${limit} bytes`,
+        { limit },
+      );
     const chunks: Buffer[] = [];
     let size = 0;
     // Stop collecting and discard the rest as it arrives (not buffered), so the client can finish sending and read the answer.
@@ -87,7 +91,12 @@ export function parseJsonObject(bytes: Buffer | string): Record<string, unknown>
 }
 
 /** Sends `body` as JSON (a string is sent as already-serialized JSON). Does nothing once the response was destroyed. */
-export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   if (res.destroyed) return;
   const text = typeof body === 'string' ? body : JSON.stringify(body);
   res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
@@ -95,8 +104,13 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
 }
 
 /** Sends `bytes` with their type and length; `headers` (the caller's own object) is completed and used as it is, not copied. */
-export function sendBytes(res: ServerResponse, status: number, bytes: Uint8Array | string, contentType: string,
-  headers: Record<string, string | number> = {}): void {
+export function sendBytes(
+  res: ServerResponse,
+  status: number,
+  bytes: Uint8Array | string,
+  contentType: string,
+  headers: Record<string, string | number> = {},
+): void {
   headers['content-type'] = contentType;
   headers['content-length'] = Buffer.byteLength(bytes);
   res.writeHead(status, headers);
@@ -107,9 +121,15 @@ export function sendBytes(res: ServerResponse, status: number, bytes: Uint8Array
  * Sends `err` as an OpenAI error object with its status. With `retryAfterSeconds`,
  * a 429 or 503 also carries Retry-After (the gateway's load shedding; the mocker gives none).
  */
-export function sendError(res: ServerResponse, err: KvgateError, retryAfterSeconds?: number, headers: Record<string, string> = {}): void {
+export function sendError(
+  res: ServerResponse,
+  err: KvgateError,
+  retryAfterSeconds?: number,
+  headers: Record<string, string> = {},
+): void {
   const h = { ...headers };
-  if (retryAfterSeconds !== undefined && (err.statusCode === 429 || err.statusCode === 503)) h['retry-after'] = String(retryAfterSeconds);
+  if (retryAfterSeconds !== undefined && (err.statusCode === 429 || err.statusCode === 503))
+    h['retry-after'] = String(retryAfterSeconds);
   sendJson(res, err.statusCode, errorBody(err), h);
 }
 

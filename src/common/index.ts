@@ -1,18 +1,50 @@
 export { Backoff } from './backoff.js';
 export { BatchedFlow, batchesOf, type Batched } from './batches.js';
 export { Cancellation, type CancelSignal } from './cancel.js';
-export { jsonMembers, jsonSplice, jsonTextOf, jsonTextWith, rememberJsonText, withJsonMembers, type JsonMember } from './json-text.js';
+export {
+  jsonMembers,
+  jsonSplice,
+  jsonTextOf,
+  jsonTextWith,
+  rememberJsonText,
+  withJsonMembers,
+  type JsonMember,
+} from './json-text.js';
 export { lazyJsonObject, outlineJsonObject, type JsonOutline } from './json-lazy.js';
 export { ManualClock, fmix32, seededRng, systemClock, type Clock, type Rng } from './clock.js';
 export { makeContext, type Context } from './context.js';
 export type { RouterConfigOverride, RoutingConstraints, RoutingHints, SessionHint } from './hints.js';
 export { silentLogger, type Logger } from './logger.js';
 export {
-  blockSize, ENGINE_DIALECTS, MAX_BLOCK_SIZE, ROUTER_MODES, slotKey, WORKER_ROLES,
-  type BlockSize, type EngineDialect, type RouterMode, type SimpleRouterMode, type WorkerPin, type WorkerRank, type WorkerRole,
+  blockSize,
+  ENGINE_DIALECTS,
+  MAX_BLOCK_SIZE,
+  ROUTER_MODES,
+  slotKey,
+  WORKER_ROLES,
+  type BlockSize,
+  type EngineDialect,
+  type RouterMode,
+  type SimpleRouterMode,
+  type WorkerPin,
+  type WorkerRank,
+  type WorkerRole,
 } from './vocabulary.js';
 export {
-  errorBody, type ErrorBody, httpOrigin, listen, parseJson, parseJsonObject, readBody, sendBytes, sendError, sendJson, SSE_DONE, sseDataFrame, sseJsonFrame, whenWritable,
+  errorBody,
+  type ErrorBody,
+  httpOrigin,
+  listen,
+  parseJson,
+  parseJsonObject,
+  readBody,
+  sendBytes,
+  sendError,
+  sendJson,
+  SSE_DONE,
+  sseDataFrame,
+  sseJsonFrame,
+  whenWritable,
 } from './http.js';
 export { encodeSeq, REPLAY_END_SEQ } from './kv-frames.js';
 export { clientSpan, inRequestSpan, inSpan, spanFailed, traceLogFields } from './tracing.js';

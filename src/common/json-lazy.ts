@@ -41,12 +41,18 @@ const OUTLINE_MAX_STRING = 256;
 
 /** Sets an own data property, `__proto__` included (as JSON.parse does). */
 function setOwn(obj: Record<string, unknown>, key: string, value: unknown): void {
-  if (key === '__proto__') Object.defineProperty(obj, key, { value, writable: true, enumerable: true, configurable: true });
+  if (key === '__proto__')
+    Object.defineProperty(obj, key, { value, writable: true, enumerable: true, configurable: true });
   else obj[key] = value;
 }
 
 function isScalar(v: unknown): v is JsonScalar {
-  return v === null || typeof v === 'number' || typeof v === 'boolean' || (typeof v === 'string' && v.length <= OUTLINE_MAX_STRING);
+  return (
+    v === null ||
+    typeof v === 'number' ||
+    typeof v === 'boolean' ||
+    (typeof v === 'string' && v.length <= OUTLINE_MAX_STRING)
+  );
 }
 
 function outlineOf(value: object): JsonOutline {
@@ -65,8 +71,12 @@ function outlineOf(value: object): JsonOutline {
  * The worker's half: `value` (the parse of the text whose `members` these are, each key once) split into the
  * values sent whole and the outlines of its heavy members.
  */
-export function outlineJsonObject(value: Readonly<Record<string, unknown>>, members: readonly JsonMember[]): {
-  light: Record<string, unknown>; outlines: Record<string, JsonOutline>;
+export function outlineJsonObject(
+  value: Readonly<Record<string, unknown>>,
+  members: readonly JsonMember[],
+): {
+  light: Record<string, unknown>;
+  outlines: Record<string, JsonOutline>;
 } {
   const light: Record<string, unknown> = {};
   const outlines: Record<string, JsonOutline> = {};
@@ -116,8 +126,12 @@ function standIn(text: string, m: JsonMember, outline: Exclude<JsonOutline, { ki
  * The main thread's half: the object whose text is `text` (members each key once), from the worker's
  * `outlineJsonObject`; its text and members remembered (json-text.ts).
  */
-export function lazyJsonObject(text: string, members: readonly JsonMember[], light: Readonly<Record<string, unknown>>,
-  outlines: Readonly<Record<string, JsonOutline>>): Record<string, unknown> {
+export function lazyJsonObject(
+  text: string,
+  members: readonly JsonMember[],
+  light: Readonly<Record<string, unknown>>,
+  outlines: Readonly<Record<string, JsonOutline>>,
+): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const m of members) {
     const outline = Object.hasOwn(outlines, m.key) ? outlines[m.key] : undefined;

@@ -125,8 +125,13 @@ function fieldJson(value: unknown): string | undefined {
  * where it stood, one set to undefined removes it, the others follow in order; a duplicated key is written
  * once, with its last value where it first stood (as JSON.parse keeps it). Returns the text and its members.
  */
-export function jsonSplice(text: string, members: readonly JsonMember[], fields: Readonly<Record<string, unknown>> = {}): {
-  text: string; members: JsonMember[];
+export function jsonSplice(
+  text: string,
+  members: readonly JsonMember[],
+  fields: Readonly<Record<string, unknown>> = {},
+): {
+  text: string;
+  members: JsonMember[];
 } {
   const last = new Map<string, JsonMember>();
   for (const m of members) last.set(m.key, m);
@@ -166,8 +171,10 @@ export function jsonTextWith(value: object, fields: Readonly<Record<string, unkn
  * `value`'s members are: the copy is written by joining slices of the text, never by serialising it.
  * The copy holds the same member values (a lazily parsed member stays unparsed). `value`'s own members only.
  */
-export function withJsonMembers(value: Readonly<Record<string, unknown>>, fields: Readonly<Record<string, unknown>>):
-  Record<string, unknown> {
+export function withJsonMembers(
+  value: Readonly<Record<string, unknown>>,
+  fields: Readonly<Record<string, unknown>>,
+): Record<string, unknown> {
   // By descriptor: a member read through a getter (json-lazy.ts) is copied unread.
   const copy = Object.defineProperties({}, Object.getOwnPropertyDescriptors(value)) as Record<string, unknown>;
   for (const key of Object.keys(fields)) {

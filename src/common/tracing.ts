@@ -9,7 +9,16 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
-  INVALID_SPAN_CONTEXT, ProxyTracerProvider, SpanKind, SpanStatusCode, context, propagation, trace, type Attributes, type Span, type Tracer,
+  INVALID_SPAN_CONTEXT,
+  ProxyTracerProvider,
+  SpanKind,
+  SpanStatusCode,
+  context,
+  propagation,
+  trace,
+  type Attributes,
+  type Span,
+  type Tracer,
 } from '@opentelemetry/api';
 
 /** The tracer of the provider registered now (looked up only when one is: a provider may be registered late, or replaced). */
@@ -35,7 +44,11 @@ export function spansOn(): boolean {
  * Runs `fn` inside a child span of the active one; the span ends when `fn` settles (an error marks it).
  * `attributes` may be a function, called only when a span is started.
  */
-export function inSpan<T>(name: string, fn: (span: Span) => Promise<T>, attributes?: Attributes | (() => Attributes)): Promise<T> {
+export function inSpan<T>(
+  name: string,
+  fn: (span: Span) => Promise<T>,
+  attributes?: Attributes | (() => Attributes),
+): Promise<T> {
   if (!spansOn()) return fn(NO_SPAN);
   const attrs = typeof attributes === 'function' ? attributes() : attributes;
   const span = tracer().startSpan(name, attrs === undefined ? undefined : { attributes: attrs });
@@ -58,7 +71,10 @@ async function recorded<T>(span: Span, fn: (span: Span) => Promise<T>): Promise<
 export function spanFailed(span: Span, err: unknown): void {
   if (!span.isRecording()) return;
   const code = (err as { code?: unknown } | null)?.code;
-  span.setStatus({ code: SpanStatusCode.ERROR, message: typeof code === 'string' ? code : err instanceof Error ? err.message : String(err) });
+  span.setStatus({
+    code: SpanStatusCode.ERROR,
+    message: typeof code === 'string' ? code : err instanceof Error ? err.message : String(err),
+  });
   if (typeof code === 'string') span.setAttribute('kvgate.error.code', code);
 }
 
@@ -68,7 +84,10 @@ export function spanFailed(span: Span, err: unknown): void {
  * `attributes` is called only when a span is started; without a provider the span is a shared
  * no-op and the headers are empty.
  */
-export function clientSpan(name: string, attributes: () => Attributes): { span: Span; headers: Readonly<Record<string, string>> } {
+export function clientSpan(
+  name: string,
+  attributes: () => Attributes,
+): { span: Span; headers: Readonly<Record<string, string>> } {
   if (!spansOn()) return { span: NO_SPAN, headers: NO_HEADERS };
   const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes: attributes() });
   const headers: Record<string, string> = {};
@@ -83,9 +102,14 @@ export function clientSpan(name: string, attributes: () => Attributes): { span: 
 export function inRequestSpan<T>(req: IncomingMessage, res: ServerResponse, fn: () => T): T {
   if (!spansOn()) return fn();
   const parent = propagation.extract(context.active(), req.headers);
-  const span = tracer().startSpan('kvgate.request', {
-    kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method ?? '', 'url.path': (req.url ?? '/').split('?', 1)[0]! },
-  }, parent);
+  const span = tracer().startSpan(
+    'kvgate.request',
+    {
+      kind: SpanKind.SERVER,
+      attributes: { 'http.request.method': req.method ?? '', 'url.path': (req.url ?? '/').split('?', 1)[0]! },
+    },
+    parent,
+  );
   if (!span.isRecording()) return fn();
   res.once('close', () => {
     span.setAttribute('http.response.status_code', res.statusCode);

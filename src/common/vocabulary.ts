@@ -32,7 +32,14 @@ export function slotKey(workerId: number, dpRank: number): string {
 
 /** How a model's router picks a worker. `kv` is KV-cache-aware; `direct` serves only pinned requests. */
 export type RouterMode = 'kv' | 'round-robin' | 'random' | 'power-of-two' | 'least-loaded' | 'direct';
-export const ROUTER_MODES: readonly RouterMode[] = ['kv', 'round-robin', 'random', 'power-of-two', 'least-loaded', 'direct'];
+export const ROUTER_MODES: readonly RouterMode[] = [
+  'kv',
+  'round-robin',
+  'random',
+  'power-of-two',
+  'least-loaded',
+  'direct',
+];
 /** The modes that pick by a rule over load alone (no KV index). */
 export type SimpleRouterMode = Exclude<RouterMode, 'kv' | 'direct'>;
 
@@ -51,7 +58,11 @@ export const MAX_BLOCK_SIZE = 1 << 20;
  */
 export function blockSize(value: unknown): BlockSize {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_BLOCK_SIZE) {
-    throw new KvgateError('KVG_ERR_INVALID_BLOCK_SIZE', `block size must be an integer in [1, ${MAX_BLOCK_SIZE}], got ${String(value)}`, { blockSize: value });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_BLOCK_SIZE',
+      `block size must be an integer in [1, ${MAX_BLOCK_SIZE}], got ${String(value)}`,
+      { blockSize: value },
+    );
   }
   return value as BlockSize;
 }

@@ -35,7 +35,7 @@ export function checkZmqEndpoint(s: string): string | undefined {
     const hp = /^(\[[^\]]+\]|[^:]+):(\d{1,5})$/.exec(m[2]!);
     if (hp === null || Number(hp[2]) > 65535) return 'must be tcp://host:port';
     if (hp[1] === '*' || hp[1] === '0.0.0.0' || hp[1] === '[::]') {
-      return 'is a bind address (the engine\'s side); give the engine\'s host, which kvgate connects to';
+      return "is a bind address (the engine's side); give the engine's host, which kvgate connects to";
     }
   }
   return undefined;

@@ -22,20 +22,34 @@ export function etcdModelPrefix(prefix: string, model: string): string {
 }
 
 /** A registration value's problems (paths relative to the value), and the worker when there are none. */
-export function readEtcdWorkerValue(value: unknown, id: number, names: { name: string; servedModelName?: string | undefined; loraAdapters?: readonly string[] | undefined },
-  engine: EngineDialect, source: string): { worker: WorkerConfig | undefined; problems: ConfigProblem[] } {
+export function readEtcdWorkerValue(
+  value: unknown,
+  id: number,
+  names: { name: string; servedModelName?: string | undefined; loraAdapters?: readonly string[] | undefined },
+  engine: EngineDialect,
+  source: string,
+): { worker: WorkerConfig | undefined; problems: ConfigProblem[] } {
   const problems: ConfigProblem[] = [];
   const root = new ConfigReader({}, [], problems, () => ({ source }));
   if (!isPlainObject(value)) {
     root.problemAt([], `must be a JSON object with url and the other worker fields, got ${show(value)}`);
     return { worker: undefined, problems };
   }
-  if (value.id !== undefined) root.problemAt(['id'], 'is not part of the value: the worker id is the key\'s last segment');
+  if (value.id !== undefined)
+    root.problemAt(['id'], "is not part of the value: the worker id is the key's last segment");
   const { id: _ignored, ...fields } = value;
   const reader = new ConfigReader({ workers: [{ ...fields, id }] }, [], problems, () => ({ source }));
-  const worker = readWorkers(reader, engine, { name: names.name, servedModelName: names.servedModelName ?? names.name, loraAdapters: names.loraAdapters ?? [] }, true)[0];
+  const worker = readWorkers(
+    reader,
+    engine,
+    { name: names.name, servedModelName: names.servedModelName ?? names.name, loraAdapters: names.loraAdapters ?? [] },
+    true,
+  )[0];
   // Paths come out as workers[0].field; the value has no list around it.
-  return { worker: problems.length === 0 ? worker : undefined, problems: problems.map((p) => ({ ...p, path: p.path.replace(/^workers\[0\]\.?/, '') || '(value)' })) };
+  return {
+    worker: problems.length === 0 ? worker : undefined,
+    problems: problems.map((p) => ({ ...p, path: p.path.replace(/^workers\[0\]\.?/, '') || '(value)' })),
+  };
 }
 
 /**
@@ -43,17 +57,25 @@ export function readEtcdWorkerValue(value: unknown, id: number, names: { name: s
  * other workers of the gateway hold.
  * @throws KvgateError KVG_ERR_INVALID_CONFIG listing every problem (`detail.problems`); nothing is applied.
  */
-export function readEtcdWorker(model: ModelConfig, key: string, text: string, taken: ReadonlyMap<number, string>): WorkerConfig {
+export function readEtcdWorker(
+  model: ModelConfig,
+  key: string,
+  text: string,
+  taken: ReadonlyMap<number, string>,
+): WorkerConfig {
   const consequence = 'the registration is ignored';
   const source = `etcd key ${key}`;
   const etcd = model.etcd;
   if (etcd === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `model ${model.name} has no etcd section`);
   const idText = key.slice(etcdModelPrefix(etcd.prefix, model.name).length);
-  const problem = (path: string, reason: string): KvgateError => configProblemsError([{ source, path, reason }], consequence);
-  if (!/^\d{1,15}$/.test(idText)) throw problem('(key)', `must end in /<worker id> (a non-negative integer), got ${JSON.stringify(idText)}`);
+  const problem = (path: string, reason: string): KvgateError =>
+    configProblemsError([{ source, path, reason }], consequence);
+  if (!/^\d{1,15}$/.test(idText))
+    throw problem('(key)', `must end in /<worker id> (a non-negative integer), got ${JSON.stringify(idText)}`);
   const id = Number(idText);
   const holder = taken.get(id);
-  if (holder !== undefined) throw problem('(key)', `worker id ${id} is already the id of ${holder}; worker ids are unique across the gateway`);
+  if (holder !== undefined)
+    throw problem('(key)', `worker id ${id} is already the id of ${holder}; worker ids are unique across the gateway`);
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -66,7 +88,8 @@ export function readEtcdWorker(model: ModelConfig, key: string, text: string, ta
     const modelProblems: ConfigProblem[] = [];
     const reader = new ConfigReader({ workers: [value] }, [], modelProblems, () => ({ source }));
     checkModel({ ...model, workers: [worker], enforceDisagg: false }, reader, []);
-    for (const p of modelProblems) if (p.path.startsWith('workers[0].')) problems.push({ ...p, path: p.path.slice('workers[0].'.length) });
+    for (const p of modelProblems)
+      if (p.path.startsWith('workers[0].')) problems.push({ ...p, path: p.path.slice('workers[0].'.length) });
   }
   if (problems.length > 0 || worker === undefined) throw configProblemsError(problems, consequence);
   return worker;

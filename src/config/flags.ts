@@ -98,7 +98,8 @@ function routerFlagTable(): Map<string, { dynamo: string; boolean: boolean; flag
   for (const spec of Object.values(ROUTER_FLAG_FIELDS)) {
     const isBool = spec.kind === 'boolean';
     if (spec.flag !== null) out.set(spec.flag.slice(2), { dynamo: spec.dynamo, boolean: isBool, flag: spec.flag });
-    if (spec.negativeFlag !== undefined) out.set(spec.negativeFlag.slice(2), { dynamo: spec.dynamo, boolean: true, flag: spec.negativeFlag });
+    if (spec.negativeFlag !== undefined)
+      out.set(spec.negativeFlag.slice(2), { dynamo: spec.dynamo, boolean: true, flag: spec.negativeFlag });
   }
   return out;
 }
@@ -146,7 +147,8 @@ function parseWorkerFlag(spec: string, index: number): Record<string, unknown> {
   const out: Record<string, unknown> = { id: index + 1 };
   for (const part of s.split(',')) {
     const eq = part.indexOf('=');
-    if (eq <= 0) throw flagError('--worker', `expects key=value pairs separated by commas, got ${JSON.stringify(part)}`);
+    if (eq <= 0)
+      throw flagError('--worker', `expects key=value pairs separated by commas, got ${JSON.stringify(part)}`);
     out[part.slice(0, eq).trim()] = scalar(part.slice(eq + 1).trim());
   }
   return out;
@@ -183,9 +185,13 @@ export function closestFlag(typed: string, known: readonly string[]): string | u
  * (the closest of the command's own flags). Every kvgate subcommand parses its flags through this.
  * @throws Error with parseArgs' message, plus the suggestion for an unknown option.
  */
-export function parseCommandArgs(argv: readonly string[], options: NonNullable<ParseArgsConfig['options']>): Record<string, string | boolean | string[] | undefined> {
+export function parseCommandArgs(
+  argv: readonly string[],
+  options: NonNullable<ParseArgsConfig['options']>,
+): Record<string, string | boolean | string[] | undefined> {
   try {
-    return parseArgs({ args: [...argv], options: { ...options }, allowPositionals: false, strict: true }).values as Record<string, string | boolean | string[] | undefined>;
+    return parseArgs({ args: [...argv], options: { ...options }, allowPositionals: false, strict: true })
+      .values as Record<string, string | boolean | string[] | undefined>;
   } catch (err) {
     const message = (err as Error).message;
     const unknown = /^Unknown option '([^']+)'/.exec(message)?.[1];
@@ -216,51 +222,81 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
   if (typeof v.model === 'string' || Array.isArray(v.worker)) {
     if (typeof v.model !== 'string') throw flagError('--worker', 'needs --model NAME (the model these workers serve)');
     const workers = (Array.isArray(v.worker) ? v.worker : []).map((w, i) => parseWorkerFlag(w, i));
-    overrides.push({ path: ['models'], value: [{ name: v.model, workers }], flag: Array.isArray(v.worker) ? '--worker' : '--model' });
+    overrides.push({
+      path: ['models'],
+      value: [{ name: v.model, workers }],
+      flag: Array.isArray(v.worker) ? '--worker' : '--model',
+    });
   }
 
   for (const [name, path] of Object.entries(SCALAR_FLAGS)) {
     const value = v[name];
-    if (typeof value === 'string') overrides.push({ path, value: path.at(-1) === 'host' || name === 'tokenizer' || name === 'router-id' ? value : scalar(value), flag: `--${name}` });
+    if (typeof value === 'string')
+      overrides.push({
+        path,
+        value: path.at(-1) === 'host' || name === 'tokenizer' || name === 'router-id' ? value : scalar(value),
+        flag: `--${name}`,
+      });
   }
   if (v.admin === true) overrides.push({ path: ['admin', 'enabled'], value: true, flag: '--admin' });
   if (typeof v['admin-port'] === 'string') {
     overrides.push({ path: ['admin', 'enabled'], value: true, flag: '--admin-port' });
     overrides.push({ path: ['admin', 'port'], value: scalar(v['admin-port']), flag: '--admin-port' });
   }
-  if (Array.isArray(v['api-key'])) overrides.push({ path: ['auth', 'api_keys'], value: v['api-key'], flag: '--api-key' });
+  if (Array.isArray(v['api-key']))
+    overrides.push({ path: ['auth', 'api_keys'], value: v['api-key'], flag: '--api-key' });
   if (Array.isArray(v['replica-sync-nats'])) {
-    const servers = v['replica-sync-nats'].flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== '');
+    const servers = v['replica-sync-nats']
+      .flatMap((s) => s.split(','))
+      .map((s) => s.trim())
+      .filter((s) => s !== '');
     overrides.push({ path: ['replicas', 'nats', 'servers'], value: servers, flag: '--replica-sync-nats' });
   }
-  if (v['enforce-disagg'] === true) overrides.push({ path: ['models', '*', 'enforce_disagg'], value: true, flag: '--enforce-disagg' });
+  if (v['enforce-disagg'] === true)
+    overrides.push({ path: ['models', '*', 'enforce_disagg'], value: true, flag: '--enforce-disagg' });
 
+  overrides.push(...routerOverrides(routerFlags, v), ...setOverrides(v.set));
+  return { configFile: typeof v.config === 'string' ? v.config : undefined, overrides, help: v.help === true };
+}
+
+/** The router knobs given as flags (Dynamo's names), each set in `router` and in every model's own router section. */
+function routerOverrides(
+  routerFlags: ReturnType<typeof routerFlagTable>,
+  v: Record<string, string | boolean | string[] | undefined>,
+): ConfigOverride[] {
+  const overrides: ConfigOverride[] = [];
   const routerGiven: Record<string, string | boolean> = {};
   for (const [name, r] of routerFlags) {
     const value = v[name];
     if (value !== undefined) routerGiven[r.flag] = value as string | boolean;
   }
-  if (Object.keys(routerGiven).length > 0) {
-    let opts: Record<string, unknown>;
-    try {
-      opts = kvRouterOptionsFromFlags(routerGiven) as Record<string, unknown>;
-    } catch (err) {
-      if (isKvgateError(err)) throw flagError(String(err.detail?.field ?? 'router flag'), String(err.detail?.reason ?? err.message));
-      throw err;
-    }
-    for (const [field, value] of Object.entries(opts)) {
-      const spec = ROUTER_FLAG_FIELDS[field as keyof typeof ROUTER_FLAG_FIELDS];
-      const flag = Object.keys(routerGiven).find((f) => f === spec.flag || f === spec.negativeFlag) ?? spec.flag ?? field;
-      overrides.push({ path: ['router', spec.dynamo], value, flag });
-      // A flag beats the file everywhere, including per-model router sections.
-      overrides.push({ path: ['models', '*', 'router', spec.dynamo], value, flag, onlyIfPresent: true });
-    }
+  if (Object.keys(routerGiven).length === 0) return overrides;
+  let opts: Record<string, unknown>;
+  try {
+    opts = kvRouterOptionsFromFlags(routerGiven) as Record<string, unknown>;
+  } catch (err) {
+    if (isKvgateError(err))
+      throw flagError(String(err.detail?.field ?? 'router flag'), String(err.detail?.reason ?? err.message));
+    throw err;
   }
+  for (const [field, value] of Object.entries(opts)) {
+    const spec = ROUTER_FLAG_FIELDS[field as keyof typeof ROUTER_FLAG_FIELDS];
+    const flag = Object.keys(routerGiven).find((f) => f === spec.flag || f === spec.negativeFlag) ?? spec.flag ?? field;
+    overrides.push({ path: ['router', spec.dynamo], value, flag });
+    // A flag beats the file everywhere, including per-model router sections.
+    overrides.push({ path: ['models', '*', 'router', spec.dynamo], value, flag, onlyIfPresent: true });
+  }
+  return overrides;
+}
 
-  for (const item of Array.isArray(v.set) ? v.set : []) {
+/** `--set path=value` items, each value read as YAML. */
+function setOverrides(items: string | boolean | string[] | undefined): ConfigOverride[] {
+  const overrides: ConfigOverride[] = [];
+  for (const item of Array.isArray(items) ? items : []) {
     const eq = item.indexOf('=');
     const path = eq > 0 ? parseFieldPath(item.slice(0, eq).trim()) : undefined;
-    if (path === undefined) throw flagError('--set', `expects path=value such as limits.max_body_bytes=1048576, got ${JSON.stringify(item)}`);
+    if (path === undefined)
+      throw flagError('--set', `expects path=value such as limits.max_body_bytes=1048576, got ${JSON.stringify(item)}`);
     let value: unknown;
     try {
       value = parseYaml(item.slice(eq + 1));
@@ -269,7 +305,7 @@ export function parseServeFlags(argv: readonly string[]): ServeFlags {
     }
     overrides.push({ path, value, flag: `--set ${item.slice(0, eq)}` });
   }
-  return { configFile: typeof v.config === 'string' ? v.config : undefined, overrides, help: v.help === true };
+  return overrides;
 }
 
 /** `kvgate serve --help`. */
@@ -314,7 +350,12 @@ ${routerKnobsHelp()}`;
 
 /** What a knob's flag takes, as shown in help. */
 const VALUE_SHAPE: Readonly<Record<RouterFlagField['kind'], string>> = {
-  nonNegative: 'X', positive: 'X', positiveOrNull: 'X|none', boolean: '', queuePolicy: 'POLICY', tiers: 'JSON|none',
+  nonNegative: 'X',
+  positive: 'X',
+  positiveOrNull: 'X|none',
+  boolean: '',
+  queuePolicy: 'POLICY',
+  tiers: 'JSON|none',
 };
 
 function defaultText(field: string): string {
@@ -333,7 +374,8 @@ function routerKnobsHelp(): string {
   const entries = Object.entries(ROUTER_FLAG_FIELDS);
   const withFlag = entries.filter(([, spec]) => spec.flag !== null);
   const withoutFlag = entries.filter(([, spec]) => spec.flag === null);
-  const line = (field: string, spec: RouterFlagField, name: string): string => `  ${name}\n        ${spec.help}${defaultText(field)}\n`;
+  const line = (field: string, spec: RouterFlagField, name: string): string =>
+    `  ${name}\n        ${spec.help}${defaultText(field)}\n`;
   return [
     ...withFlag.map(([field, spec]) => {
       const shape = VALUE_SHAPE[spec.kind];

@@ -1,9 +1,17 @@
 /** The gateway configuration: file + flags, validated once into a frozen `GatewayConfig`. */
 export { loadGatewayConfig } from './load.js';
 export { parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
+export type { ServeFlags } from './flags.js';
 export type { ConfigProblem } from './reader.js';
 export type {
-  AddressBlock, ClientAddressSource, EtcdDiscovery, KubernetesDiscovery, GatewayConfig, ModelConfig, WorkerConfig, TokenizerSource,
+  AddressBlock,
+  ClientAddressSource,
+  EtcdDiscovery,
+  KubernetesDiscovery,
+  GatewayConfig,
+  ModelConfig,
+  WorkerConfig,
+  TokenizerSource,
   TracingConfig,
 } from './types.js';
 export { configProblemsError } from './load.js';

@@ -8,8 +8,15 @@ export function readKubernetesSection(m: ConfigReader): KubernetesDiscovery | un
   const k = m.child('kubernetes');
   if (k === undefined) return undefined;
   k.allowOnly(['api_server', 'namespace', 'service', 'port_name', 'token_file', 'ca_file', 'id_base']);
-  const apiServer = k.str('api_server', GATEWAY_DEFAULTS.kubernetesApiServer, (s) => (/^https?:\/\/[^/\s]+\/?$/.test(s) ? undefined : 'must be an http(s)://host:port URL')).replace(/\/+$/, '');
-  const name = (s: string): string | undefined => (/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(s) ? undefined : 'must be a Kubernetes name (lowercase letters, digits, -)');
+  const apiServer = k
+    .str('api_server', GATEWAY_DEFAULTS.kubernetesApiServer, (s) =>
+      /^https?:\/\/[^/\s]+\/?$/.test(s) ? undefined : 'must be an http(s)://host:port URL',
+    )
+    .replace(/\/+$/, '');
+  const name = (s: string): string | undefined =>
+    /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(s)
+      ? undefined
+      : 'must be a Kubernetes name (lowercase letters, digits, -)';
   return {
     apiServer,
     namespace: k.str('namespace', 'default', name),

@@ -45,8 +45,18 @@ export function kubernetesWorker(model: ModelConfig, id: number, e: KubernetesEn
   if (tag(KV_EVENTS_PORT) !== undefined) value.kv_events = `tcp://${host}:${tag(KV_EVENTS_PORT)}`;
   if (tag(BOOTSTRAP_PORT) !== undefined) value.bootstrap_port = number(BOOTSTRAP_PORT);
   const { worker, problems } = readEtcdWorkerValue(value, id, model, model.engine, source);
-  if (worker !== undefined && worker.kvEvents === undefined && model.routerMode === 'kv' && kvEventsEnabled(model.router)) {
-    problems.push({ source, path: KV_EVENTS_PORT, reason: 'is required in router_mode kv with KV events on; set it, or set router.use_kv_events: false (approximate mode)' });
+  if (
+    worker !== undefined &&
+    worker.kvEvents === undefined &&
+    model.routerMode === 'kv' &&
+    kvEventsEnabled(model.router)
+  ) {
+    problems.push({
+      source,
+      path: KV_EVENTS_PORT,
+      reason:
+        'is required in router_mode kv with KV events on; set it, or set router.use_kv_events: false (approximate mode)',
+    });
   }
   if (worker === undefined || problems.length > 0) throw configProblemsError(problems, 'the endpoint is not routed to');
   return worker;

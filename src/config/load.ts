@@ -32,12 +32,19 @@ export interface ParsedFile {
 }
 
 /** One KVG_ERR_INVALID_CONFIG listing every problem (`detail.problems`), each with its source and field path. */
-export function configProblemsError(problems: readonly ConfigProblem[], consequence = 'kvgate will not start'): KvgateError {
-  const lines = problems.map((p) => `  ${p.source}${p.position !== undefined ? `:${p.position}` : ''}: ${p.path}: ${p.reason}`);
+export function configProblemsError(
+  problems: readonly ConfigProblem[],
+  consequence = 'kvgate will not start',
+): KvgateError {
+  const lines = problems.map(
+    (p) => `  ${p.source}${p.position !== undefined ? `:${p.position}` : ''}: ${p.path}: ${p.reason}`,
+  );
   const n = problems.length;
-  return new KvgateError('KVG_ERR_INVALID_CONFIG',
+  return new KvgateError(
+    'KVG_ERR_INVALID_CONFIG',
     `invalid configuration (${n} problem${n === 1 ? '' : 's'}); ${consequence}:\n${lines.join('\n')}`,
-    { problems: problems.map((p) => ({ ...p })) });
+    { problems: problems.map((p) => ({ ...p })) },
+  );
 }
 
 export function readConfigFile(path: string, consequence: string | undefined): ParsedFile {
@@ -46,7 +53,14 @@ export function readConfigFile(path: string, consequence: string | undefined): P
     text = readFileSync(path, 'utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    const why = code === 'ENOENT' ? 'file not found' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : (err as Error).message;
+    const why =
+      code === 'ENOENT'
+        ? 'file not found'
+        : code === 'EACCES'
+          ? 'permission denied'
+          : code === 'EISDIR'
+            ? 'is a directory'
+            : (err as Error).message;
     throw configProblemsError([{ source: path, path: '(file)', reason: `cannot read config: ${why}` }], consequence);
   }
   const lines = new LineCounter();
@@ -54,21 +68,35 @@ export function readConfigFile(path: string, consequence: string | undefined): P
     try {
       JSON.parse(text);
     } catch (err) {
-      throw configProblemsError([{ source: path, path: '(file)', reason: `not valid JSON: ${(err as Error).message}` }], consequence);
+      throw configProblemsError(
+        [{ source: path, path: '(file)', reason: `not valid JSON: ${(err as Error).message}` }],
+        consequence,
+      );
     }
   }
   const doc = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false });
   if (doc.errors.length > 0) {
-    throw configProblemsError(doc.errors.map((e) => {
-      const at = lines.linePos(e.pos[0]);
-      return { source: path, path: '(file)', reason: `not valid YAML: ${e.message.split('\n')[0]}`, position: `${at.line}:${at.col}` };
-    }), consequence);
+    throw configProblemsError(
+      doc.errors.map((e) => {
+        const at = lines.linePos(e.pos[0]);
+        return {
+          source: path,
+          path: '(file)',
+          reason: `not valid YAML: ${e.message.split('\n')[0]}`,
+          position: `${at.line}:${at.col}`,
+        };
+      }),
+      consequence,
+    );
   }
   let data: unknown;
   try {
     data = doc.toJS({ maxAliasCount: 100 });
   } catch (err) {
-    throw configProblemsError([{ source: path, path: '(file)', reason: `not valid YAML: ${(err as Error).message}` }], consequence);
+    throw configProblemsError(
+      [{ source: path, path: '(file)', reason: `not valid YAML: ${(err as Error).message}` }],
+      consequence,
+    );
   }
   return { data: data ?? {}, doc, lines };
 }
@@ -96,7 +124,12 @@ export function positionOf(parsed: ParsedFile | undefined, path: FieldPath): str
   return undefined;
 }
 
-function setIn(target: Record<string, unknown>, path: readonly (string | number)[], value: unknown, onlyIfPresent: boolean): boolean {
+function setIn(
+  target: Record<string, unknown>,
+  path: readonly (string | number)[],
+  value: unknown,
+  onlyIfPresent: boolean,
+): boolean {
   let node: unknown = target;
   for (let i = 0; i < path.length - 1; i++) {
     const key = path[i]!;
@@ -119,7 +152,9 @@ function setIn(target: Record<string, unknown>, path: readonly (string | number)
 function applyOverride(doc: Record<string, unknown>, o: ConfigOverride): FieldPath[] {
   const star = o.path.indexOf('*');
   if (star < 0) return setIn(doc, o.path, structuredClone(o.value), o.onlyIfPresent === true) ? [o.path] : [];
-  const list = o.path.slice(0, star).reduce<unknown>((n, k) => (n as Record<string | number, unknown> | undefined)?.[k], doc);
+  const list = o.path
+    .slice(0, star)
+    .reduce<unknown>((n, k) => (n as Record<string | number, unknown> | undefined)?.[k], doc);
   if (!Array.isArray(list)) return [];
   const set: FieldPath[] = [];
   list.forEach((_, i) => {
@@ -143,7 +178,12 @@ export function loadGatewayConfig(opts: LoadOptions = {}): GatewayConfig {
   const doc: Record<string, unknown> = isPlainObject(parsed?.data) ? structuredClone(parsed.data) : {};
   const problems: ConfigProblem[] = [];
   if (parsed !== undefined && !isPlainObject(parsed.data)) {
-    problems.push({ source: file!, path: '(root)', reason: 'must be a mapping of sections (listen, models, ...)', position: positionOf(parsed, []) });
+    problems.push({
+      source: file!,
+      path: '(root)',
+      reason: 'must be a mapping of sections (listen, models, ...)',
+      position: positionOf(parsed, []),
+    });
   }
   const fromBase = new Set<string>();
   for (const [key, value] of Object.entries(opts.base ?? {})) {
@@ -154,15 +194,26 @@ export function loadGatewayConfig(opts: LoadOptions = {}): GatewayConfig {
   }
   const flagged: { path: FieldPath; flag: string }[] = [];
   for (const o of opts.overrides ?? []) {
-    if (o.path[0] === 'models' && o.path.length === 1 && Array.isArray(doc.models) && doc.models.length > 0 && !fromBase.has('models')) {
-      problems.push({ source: o.flag, path: 'models', reason: `--model/--worker define the only model; the config file ${file ?? ''} already lists models` });
+    if (
+      o.path[0] === 'models' &&
+      o.path.length === 1 &&
+      Array.isArray(doc.models) &&
+      doc.models.length > 0 &&
+      !fromBase.has('models')
+    ) {
+      problems.push({
+        source: o.flag,
+        path: 'models',
+        reason: `--model/--worker define the only model; the config file ${file ?? ''} already lists models`,
+      });
       continue;
     }
     for (const path of applyOverride(doc, o)) flagged.push({ path, flag: o.flag });
   }
   const sourceOf = (path: FieldPath): { source: string; position?: string | undefined } => {
     let best: { path: FieldPath; flag: string } | undefined;
-    for (const f of flagged) if (startsWith(path, f.path) && (best === undefined || f.path.length >= best.path.length)) best = f;
+    for (const f of flagged)
+      if (startsWith(path, f.path) && (best === undefined || f.path.length >= best.path.length)) best = f;
     if (best !== undefined) return { source: best.flag };
     if (typeof path[0] === 'string' && fromBase.has(path[0])) return { source: 'embedded demo' };
     if (file !== undefined) return { source: file, position: positionOf(parsed, path) };

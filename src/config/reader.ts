@@ -85,8 +85,12 @@ export class ConfigReader {
   readonly #problems: ConfigProblem[];
   readonly #sourceOf: (path: FieldPath) => { source: string; position?: string | undefined };
 
-  constructor(node: Record<string, unknown>, path: FieldPath, problems: ConfigProblem[],
-    sourceOf: (path: FieldPath) => { source: string; position?: string | undefined }) {
+  constructor(
+    node: Record<string, unknown>,
+    path: FieldPath,
+    problems: ConfigProblem[],
+    sourceOf: (path: FieldPath) => { source: string; position?: string | undefined },
+  ) {
     this.node = node;
     this.path = path;
     this.#problems = problems;
@@ -112,7 +116,10 @@ export class ConfigReader {
     for (const key of Object.keys(this.node)) {
       if (known.includes(key)) continue;
       const hint = closestKey(key, known);
-      this.problem(key, `unknown field${hint !== undefined ? ` (did you mean "${hint}"?)` : ''}; expected one of: ${known.join(', ')}`);
+      this.problem(
+        key,
+        `unknown field${hint !== undefined ? ` (did you mean "${hint}"?)` : ''}; expected one of: ${known.join(', ')}`,
+      );
     }
   }
 

@@ -45,7 +45,10 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['migration_limit', (m) => m.migration.limit],
   ['migration_max_seq_len', (m) => m.migration.maxSeqLen],
   ['panic_threshold_percent', (m) => m.panicThresholdPercent],
-  ...STRUCTURAL_ROUTER_KNOBS.map((k): [string, (m: ModelConfig) => unknown] => [`router.${KV_ROUTER_CONFIG_FIELDS[k].dynamo}`, (m) => m.router[k]]),
+  ...STRUCTURAL_ROUTER_KNOBS.map((k): [string, (m: ModelConfig) => unknown] => [
+    `router.${KV_ROUTER_CONFIG_FIELDS[k].dynamo}`,
+    (m) => m.router[k],
+  ]),
 ];
 
 /**
@@ -56,13 +59,20 @@ export function reloadProblems(prev: GatewayConfig, next: GatewayConfig): Config
   const source = next.file ?? 'flags';
   const out: ConfigProblem[] = [];
   const refuse = (path: string, from: unknown, to: unknown): void => {
-    out.push({ source, path, reason: `changed from ${JSON.stringify(from)} to ${JSON.stringify(to)}, which takes effect only when kvgate restarts; a reload cannot apply it` });
+    out.push({
+      source,
+      path,
+      reason:
+        `changed from ${JSON.stringify(from)} to ${JSON.stringify(to)}, which takes effect only when kvgate restarts; ` +
+        `a reload cannot apply it`,
+    });
   };
   for (const [path, get] of RESTART_FIELDS) if (!same(get(prev), get(next))) refuse(path, get(prev), get(next));
   if (out.some((p) => p.path === 'models')) return out;
   next.models.forEach((m, i) => {
     const before = prev.models[i]!;
-    for (const [field, get] of MODEL_RESTART_FIELDS) if (!same(get(before), get(m))) refuse(`models[${i}].${field}`, get(before), get(m));
+    for (const [field, get] of MODEL_RESTART_FIELDS)
+      if (!same(get(before), get(m))) refuse(`models[${i}].${field}`, get(before), get(m));
   });
   return out;
 }
@@ -75,10 +85,15 @@ export interface ConfigChange {
 }
 
 const LIMIT_FIELDS: readonly [string, keyof LimitsConfig][] = [
-  ['max_body_bytes', 'maxBodyBytes'], ['max_prompt_tokens', 'maxPromptTokens'], ['max_messages', 'maxMessages'],
+  ['max_body_bytes', 'maxBodyBytes'],
+  ['max_prompt_tokens', 'maxPromptTokens'],
+  ['max_messages', 'maxMessages'],
   ['max_concurrent_requests', 'maxConcurrentRequests'],
-  ['body_timeout_ms', 'bodyTimeoutMs'], ['body_deadline_ms', 'bodyDeadlineMs'], ['client_stall_timeout_ms', 'clientStallTimeoutMs'],
-  ['max_pending_connections_per_client', 'maxPendingConnectionsPerClient'], ['client_address', 'clientAddress'],
+  ['body_timeout_ms', 'bodyTimeoutMs'],
+  ['body_deadline_ms', 'bodyDeadlineMs'],
+  ['client_stall_timeout_ms', 'clientStallTimeoutMs'],
+  ['max_pending_connections_per_client', 'maxPendingConnectionsPerClient'],
+  ['client_address', 'clientAddress'],
   ['trusted_proxies', 'trustedProxies'],
   ['retry_after_seconds', 'retryAfterSeconds'],
 ];
@@ -91,7 +106,8 @@ export function configChanges(prev: GatewayConfig, next: GatewayConfig): ConfigC
   const note = (path: string, from: unknown, to: unknown): void => {
     if (!same(from, to)) out.push({ path, from, to });
   };
-  if (!same(prev.apiKeys, next.apiKeys)) out.push({ path: 'auth.api_keys', from: `${prev.apiKeys.length} key(s)`, to: `${next.apiKeys.length} key(s)` });
+  if (!same(prev.apiKeys, next.apiKeys))
+    out.push({ path: 'auth.api_keys', from: `${prev.apiKeys.length} key(s)`, to: `${next.apiKeys.length} key(s)` });
   for (const [name, key] of LIMIT_FIELDS) note(`limits.${name}`, prev.limits[key], next.limits[key]);
   note('shutdown.drain_timeout_ms', prev.drainTimeoutMs, next.drainTimeoutMs);
   next.models.forEach((m, i) => {
@@ -111,7 +127,10 @@ export function configChanges(prev: GatewayConfig, next: GatewayConfig): ConfigC
  * Workers that leave and join between two lists, by id: a worker whose id stays but whose settings
  * changed (URL, role, endpoints) leaves and joins again.
  */
-export function workerDiff(prev: readonly WorkerConfig[], next: readonly WorkerConfig[]): { removed: WorkerConfig[]; added: WorkerConfig[] } {
+export function workerDiff(
+  prev: readonly WorkerConfig[],
+  next: readonly WorkerConfig[],
+): { removed: WorkerConfig[]; added: WorkerConfig[] } {
   const before = new Map(prev.map((w) => [w.id, w]));
   const after = new Map(next.map((w) => [w.id, w]));
   const removed = prev.filter((w) => !same(w, after.get(w.id)));

@@ -10,16 +10,24 @@ import { show, type ConfigReader } from './reader.js';
 import type { AddressBlock, ClientAddressSource, GatewayConfig, ListenAddress } from './types.js';
 
 /** The `listen` section: the public listener's address, and its backlog (`listenBacklog`). */
-export function readListen(r: ConfigReader | undefined, warnings: string[]): { listen: ListenAddress; listenBacklog: number } {
+export function readListen(
+  r: ConfigReader | undefined,
+  warnings: string[],
+): { listen: ListenAddress; listenBacklog: number } {
   const D = GATEWAY_DEFAULTS;
   r?.allowOnly(['host', 'port', 'backlog']);
   const listenBacklog = r?.int('backlog', defaultListenBacklog(), { min: 1, max: 65_535 }) ?? defaultListenBacklog();
   const cap = kernelBacklogCap();
   if (cap !== undefined && listenBacklog > cap) {
-    warnings.push(`listen.backlog ${listenBacklog} is above the kernel's net.core.somaxconn (${cap}), which caps it; `
-      + 'raise net.core.somaxconn to use it');
+    warnings.push(
+      `listen.backlog ${listenBacklog} is above the kernel's net.core.somaxconn (${cap}), which caps it; ` +
+        'raise net.core.somaxconn to use it',
+    );
   }
-  const listen = { host: r?.str('host', D.host, checkHost) ?? D.host, port: r?.int('port', D.port, { min: 0, max: 65535 }) ?? D.port };
+  const listen = {
+    host: r?.str('host', D.host, checkHost) ?? D.host,
+    port: r?.int('port', D.port, { min: 0, max: 65535 }) ?? D.port,
+  };
   return { listen, listenBacklog };
 }
 
@@ -30,14 +38,20 @@ function readClientAddress(lim: ConfigReader): ClientAddressSource {
   const raw = lim.node.client_address;
   if (raw === undefined || raw === null || raw === 'socket') return { kind: 'socket' };
   if (raw === 'off') return { kind: 'off' };
-  const header = typeof raw === 'string' && raw.startsWith('header:') ? raw.slice('header:'.length).trim().toLowerCase() : undefined;
+  const header =
+    typeof raw === 'string' && raw.startsWith('header:') ? raw.slice('header:'.length).trim().toLowerCase() : undefined;
   if (header === undefined || !TOKEN.test(header)) {
-    lim.problem('client_address', `must be socket, off or header:<name> (e.g. header:X-Forwarded-For), got ${show(raw)}`);
+    lim.problem(
+      'client_address',
+      `must be socket, off or header:<name> (e.g. header:X-Forwarded-For), got ${show(raw)}`,
+    );
     return { kind: 'socket' };
   }
   if (header === 'forwarded') {
-    lim.problem('client_address',
-      'names Forwarded (RFC 7239), whose for= syntax kvgate does not read; use X-Forwarded-For or a header that carries the address');
+    lim.problem(
+      'client_address',
+      'names Forwarded (RFC 7239), whose for= syntax kvgate does not read; use X-Forwarded-For or a header that carries the address',
+    );
   }
   return { kind: 'header', header };
 }
@@ -48,7 +62,8 @@ function addressBlock(s: string): AddressBlock | string {
   const version = isIP(address);
   const max = version === 4 ? 32 : 128;
   const prefix = length === undefined ? max : /^\d{1,3}$/.test(length) ? Number(length) : Number.NaN;
-  if (version === 0 || rest.length > 0 || !(prefix <= max)) return 'must be an IP address or a CIDR block such as 10.0.0.0/8 or fd00::/8';
+  if (version === 0 || rest.length > 0 || !(prefix <= max))
+    return 'must be an IP address or a CIDR block such as 10.0.0.0/8 or fd00::/8';
   return { address, prefix, family: version === 4 ? 'ipv4' : 'ipv6' };
 }
 
@@ -60,8 +75,10 @@ function readTrustedProxies(lim: ConfigReader, source: ClientAddressSource): Add
     else blocks.push(block);
   });
   if (source.kind === 'header' && !lim.has('trusted_proxies')) {
-    lim.problem('trusted_proxies',
-      `is required with client_address header:${source.header}: the proxies whose header is believed, e.g. [10.0.0.0/8]`);
+    lim.problem(
+      'trusted_proxies',
+      `is required with client_address header:${source.header}: the proxies whose header is believed, e.g. [10.0.0.0/8]`,
+    );
   } else if (source.kind !== 'header' && lim.has('trusted_proxies')) {
     lim.problem('trusted_proxies', 'applies only with client_address: header:<name>');
   }
@@ -70,27 +87,47 @@ function readTrustedProxies(lim: ConfigReader, source: ClientAddressSource): Add
 
 export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   const lim = root.child('limits');
-  lim?.allowOnly(['max_body_bytes', 'max_prompt_tokens', 'max_messages', 'max_concurrent_requests', 'request_timeout_ms', 'retry_after_seconds',
-    'header_timeout_ms', 'body_timeout_ms', 'body_deadline_ms', 'client_stall_timeout_ms', 'max_pending_connections_per_client',
-    'client_address', 'trusted_proxies', 'max_session_timeout_s', 'max_sessions']);
+  lim?.allowOnly([
+    'max_body_bytes',
+    'max_prompt_tokens',
+    'max_messages',
+    'max_concurrent_requests',
+    'request_timeout_ms',
+    'retry_after_seconds',
+    'header_timeout_ms',
+    'body_timeout_ms',
+    'body_deadline_ms',
+    'client_stall_timeout_ms',
+    'max_pending_connections_per_client',
+    'client_address',
+    'trusted_proxies',
+    'max_session_timeout_s',
+    'max_sessions',
+  ]);
   const D = GATEWAY_DEFAULTS;
   const clientAddress = lim !== undefined ? readClientAddress(lim) : { kind: 'socket' as const };
   return {
     maxBodyBytes: lim?.int('max_body_bytes', D.maxBodyBytes, { min: 1024, max: 1 << 30 }) ?? D.maxBodyBytes,
     maxPromptTokens: lim?.int('max_prompt_tokens', D.maxPromptTokens, { min: 1, max: 1 << 26 }) ?? D.maxPromptTokens,
     maxMessages: lim?.int('max_messages', D.maxMessages, { min: 1, max: 1 << 24 }) ?? D.maxMessages,
-    maxConcurrentRequests: lim?.int('max_concurrent_requests', D.maxConcurrentRequests, { min: 1, max: 1 << 20 }) ?? D.maxConcurrentRequests,
-    requestTimeoutMs: lim?.int('request_timeout_ms', D.requestTimeoutMs, { min: 1, max: 86_400_000 }) ?? D.requestTimeoutMs,
-    retryAfterSeconds: lim?.int('retry_after_seconds', D.retryAfterSeconds, { min: 0, max: 3600 }) ?? D.retryAfterSeconds,
+    maxConcurrentRequests:
+      lim?.int('max_concurrent_requests', D.maxConcurrentRequests, { min: 1, max: 1 << 20 }) ?? D.maxConcurrentRequests,
+    requestTimeoutMs:
+      lim?.int('request_timeout_ms', D.requestTimeoutMs, { min: 1, max: 86_400_000 }) ?? D.requestTimeoutMs,
+    retryAfterSeconds:
+      lim?.int('retry_after_seconds', D.retryAfterSeconds, { min: 0, max: 3600 }) ?? D.retryAfterSeconds,
     headerTimeoutMs: lim?.int('header_timeout_ms', D.headerTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.headerTimeoutMs,
     bodyTimeoutMs: lim?.int('body_timeout_ms', D.bodyTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.bodyTimeoutMs,
     bodyDeadlineMs: lim?.int('body_deadline_ms', D.bodyDeadlineMs, { min: 1, max: 3_600_000 }) ?? D.bodyDeadlineMs,
-    clientStallTimeoutMs: lim?.int('client_stall_timeout_ms', D.clientStallTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.clientStallTimeoutMs,
-    maxPendingConnectionsPerClient: lim?.int('max_pending_connections_per_client', D.maxPendingConnectionsPerClient, { min: 1, max: 1 << 20 })
-      ?? D.maxPendingConnectionsPerClient,
+    clientStallTimeoutMs:
+      lim?.int('client_stall_timeout_ms', D.clientStallTimeoutMs, { min: 1, max: 3_600_000 }) ?? D.clientStallTimeoutMs,
+    maxPendingConnectionsPerClient:
+      lim?.int('max_pending_connections_per_client', D.maxPendingConnectionsPerClient, { min: 1, max: 1 << 20 }) ??
+      D.maxPendingConnectionsPerClient,
     clientAddress,
     trustedProxies: lim !== undefined ? readTrustedProxies(lim, clientAddress) : [],
-    maxSessionTimeoutS: lim?.int('max_session_timeout_s', D.maxSessionTimeoutS, { min: 1, max: 30 * 86_400 }) ?? D.maxSessionTimeoutS,
+    maxSessionTimeoutS:
+      lim?.int('max_session_timeout_s', D.maxSessionTimeoutS, { min: 1, max: 30 * 86_400 }) ?? D.maxSessionTimeoutS,
     maxSessions: lim?.int('max_sessions', D.maxSessions, { min: 1, max: 1 << 24 }) ?? D.maxSessions,
   };
 }

@@ -15,11 +15,43 @@ import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
 import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
-const MODEL_KEYS = ['name', 'served_model_name', 'lora_adapters', 'router_mode', 'block_size', 'tokenizer', 'on_missing_tokenizer', 'verify_tokenizer', 'engine',
-  'enforce_disagg', 'max_prompt_tokens', 'router', 'workers', 'engine_timeouts', 'workers_file', 'etcd', 'kubernetes', 'migration_limit', 'migration_max_seq_len',
-  'panic_threshold_percent'] as const;
-const WORKER_KEYS = ['id', 'url', 'role', 'engine', 'dp_size', 'dp_start', 'kv_events', 'bootstrap_host', 'bootstrap_port',
-  'max_num_batched_tokens', 'total_kv_blocks', 'serves_aggregated', 'return_token_ids'] as const;
+const MODEL_KEYS = [
+  'name',
+  'served_model_name',
+  'lora_adapters',
+  'router_mode',
+  'block_size',
+  'tokenizer',
+  'on_missing_tokenizer',
+  'verify_tokenizer',
+  'engine',
+  'enforce_disagg',
+  'max_prompt_tokens',
+  'router',
+  'workers',
+  'engine_timeouts',
+  'workers_file',
+  'etcd',
+  'kubernetes',
+  'migration_limit',
+  'migration_max_seq_len',
+  'panic_threshold_percent',
+] as const;
+const WORKER_KEYS = [
+  'id',
+  'url',
+  'role',
+  'engine',
+  'dp_size',
+  'dp_start',
+  'kv_events',
+  'bootstrap_host',
+  'bootstrap_port',
+  'max_num_batched_tokens',
+  'total_kv_blocks',
+  'serves_aggregated',
+  'return_token_ids',
+] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
 
 function readTokenizer(m: ConfigReader, ctx: ResolveContext): TokenizerSource {
@@ -75,13 +107,19 @@ function readKvEvents(w: ConfigReader): KvEventEndpoints | undefined {
   k.allowOnly(['endpoint', 'replay', 'topic', 'dp_port_stride']);
   const endpoint = k.reqStr('endpoint', checkZmqEndpoint);
   const replayEndpoint = k.optStr('replay', checkZmqEndpoint);
-  const topic = typeof k.node.topic === 'string' ? k.node.topic : k.node.topic === undefined ? undefined : (k.problem('topic', `must be a string, got ${show(k.node.topic)}`), undefined);
+  const topic =
+    typeof k.node.topic === 'string'
+      ? k.node.topic
+      : k.node.topic === undefined
+        ? undefined
+        : (k.problem('topic', `must be a string, got ${show(k.node.topic)}`), undefined);
   const dpPortStride = k.optInt('dp_port_stride', { min: 0, max: 1000 });
   return { endpoint, replayEndpoint, topic, dpPortStride };
 }
 
 /** A model name as engines and clients spell it (Hugging Face ids have slashes). */
-const checkModelName = (s: string): string | undefined => (s.length <= 256 && !/[\s]/.test(s) ? undefined : 'must be at most 256 characters without whitespace');
+const checkModelName = (s: string): string | undefined =>
+  s.length <= 256 && !/[\s]/.test(s) ? undefined : 'must be at most 256 characters without whitespace';
 
 /** `lora_adapters`: distinct adapter names, none equal to the model's own names. */
 function readLoraAdapters(m: ConfigReader, names: readonly string[]): string[] {
@@ -89,7 +127,8 @@ function readLoraAdapters(m: ConfigReader, names: readonly string[]): string[] {
   const out: string[] = [];
   list.forEach((v, i) => {
     const path = [...m.path, 'lora_adapters', i];
-    if (typeof v !== 'string' || v === '' || checkModelName(v) !== undefined) m.problemAt(path, `must be an adapter name (a non-empty string without whitespace), got ${show(v)}`);
+    if (typeof v !== 'string' || v === '' || checkModelName(v) !== undefined)
+      m.problemAt(path, `must be an adapter name (a non-empty string without whitespace), got ${show(v)}`);
     else if (names.includes(v)) m.problemAt(path, `${v} is the model's own name; an adapter needs a name of its own`);
     else if (out.includes(v)) m.problemAt(path, `${v} is listed twice`);
     else out.push(v);
@@ -97,7 +136,11 @@ function readLoraAdapters(m: ConfigReader, names: readonly string[]): string[] {
   return out;
 }
 
-export interface ModelNames { readonly name: string; readonly servedModelName: string; readonly loraAdapters: readonly string[] }
+export interface ModelNames {
+  readonly name: string;
+  readonly servedModelName: string;
+  readonly loraAdapters: readonly string[];
+}
 
 function readWorker(w: ConfigReader, modelEngine: EngineDialect, names: ModelNames): WorkerConfig {
   w.allowOnly(WORKER_KEYS);
@@ -122,15 +165,28 @@ function readWorker(w: ConfigReader, modelEngine: EngineDialect, names: ModelNam
       port: w.int('bootstrap_port', GATEWAY_DEFAULTS.sglangBootstrapPort, { min: 1, max: 65535 }),
     };
   } else if (hasBootstrap) {
-    w.problem(w.has('bootstrap_host') ? 'bootstrap_host' : 'bootstrap_port',
-      'only SGLang prefill workers have a bootstrap server (role: prefill, engine: sglang)');
+    w.problem(
+      w.has('bootstrap_host') ? 'bootstrap_host' : 'bootstrap_port',
+      'only SGLang prefill workers have a bootstrap server (role: prefill, engine: sglang)',
+    );
   }
-  if (role !== 'decode' && w.has('serves_aggregated')) w.problem('serves_aggregated', 'only decode workers say whether they can serve a request alone');
+  if (role !== 'decode' && w.has('serves_aggregated'))
+    w.problem('serves_aggregated', 'only decode workers say whether they can serve a request alone');
   const servesAggregated = role === 'decode' ? w.bool('serves_aggregated', false) : undefined;
   // vLLM >= 0.10.2 sends its token ids on request; other engines only when the operator says they do.
   const returnsTokenIds = w.bool('return_token_ids', dialect === 'vllm');
   return {
-    id, model: names.name, servedModelName: names.servedModelName, loraAdapters: names.loraAdapters, url, role, dialect, dpStart, dpSize, kvEvents, bootstrap,
+    id,
+    model: names.name,
+    servedModelName: names.servedModelName,
+    loraAdapters: names.loraAdapters,
+    url,
+    role,
+    dialect,
+    dpStart,
+    dpSize,
+    kvEvents,
+    bootstrap,
     ...(servesAggregated === true ? { servesAggregated } : {}),
     ...(returnsTokenIds !== (dialect === 'vllm') ? { returnsTokenIds } : {}),
     maxNumBatchedTokens: w.optInt('max_num_batched_tokens', { min: 1 }),
@@ -166,12 +222,20 @@ function readEtcdSection(m: ConfigReader): EtcdDiscovery | undefined {
 }
 
 function checkPrefix(s: string): string | undefined {
-  return s.startsWith('/') && s.replace(/\/+$/, '') !== '' ? undefined : 'must be a key path starting with / (for example /kvgate/workers)';
+  return s.startsWith('/') && s.replace(/\/+$/, '') !== ''
+    ? undefined
+    : 'must be a key path starting with / (for example /kvgate/workers)';
 }
 
 /** Reads one model entry; `globalRouter` and `timeouts` are the top-level sections it is merged over. */
-export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: RouterKnobs,
-  maxPromptTokens: number, root: ConfigReader, timeouts: EngineTimeouts): ModelConfig {
+export function readModel(
+  m: ConfigReader,
+  ctx: ResolveContext,
+  globalRouter: RouterKnobs,
+  maxPromptTokens: number,
+  root: ConfigReader,
+  timeouts: EngineTimeouts,
+): ModelConfig {
   m.allowOnly(MODEL_KEYS);
   const name = m.reqStr('name', checkModelName);
   const servedModelName = m.str('served_model_name', name, checkModelName);
@@ -190,22 +254,50 @@ export function readModel(m: ConfigReader, ctx: ResolveContext, globalRouter: Ro
   const workersFile = m.optStr('workers_file');
   const etcd = readEtcdSection(m);
   const kubernetes = readKubernetesSection(m);
-  const workers = readWorkers(m, engine, names, workersFile === undefined && etcd === undefined && kubernetes === undefined);
+  const workers = readWorkers(
+    m,
+    engine,
+    names,
+    workersFile === undefined && etcd === undefined && kubernetes === undefined,
+  );
   const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
   const migration = {
     limit: m.int('migration_limit', GATEWAY_DEFAULTS.migrationLimit, { min: 0, max: 100 }),
     maxSeqLen: m.optInt('migration_max_seq_len', { min: 1 }),
   };
-  const panicThresholdPercent = m.int('panic_threshold_percent', GATEWAY_DEFAULTS.panicThresholdPercent, { min: 0, max: 100 });
+  const panicThresholdPercent = m.int('panic_threshold_percent', GATEWAY_DEFAULTS.panicThresholdPercent, {
+    min: 0,
+    max: 100,
+  });
   return {
-    name, servedModelName, loraAdapters, routerMode, blockSize, tokenizer, verifyTokenizer, enforceDisagg, maxPromptTokens: modelMax, router, workers, engineTimeouts,
+    name,
+    servedModelName,
+    loraAdapters,
+    routerMode,
+    blockSize,
+    tokenizer,
+    verifyTokenizer,
+    enforceDisagg,
+    maxPromptTokens: modelMax,
+    router,
+    workers,
+    engineTimeouts,
     panicThresholdPercent,
-    migration, engine, workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile), etcd, kubernetes,
+    migration,
+    engine,
+    workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile),
+    etcd,
+    kubernetes,
   };
 }
 
 /** The `workers` list of a node (a model entry, or a workers file); `required`: at least one. */
-export function readWorkers(m: ConfigReader, engine: EngineDialect, names: ModelNames, required: boolean): WorkerConfig[] {
+export function readWorkers(
+  m: ConfigReader,
+  engine: EngineDialect,
+  names: ModelNames,
+  required: boolean,
+): WorkerConfig[] {
   const workers: WorkerConfig[] = [];
   const list = m.list('workers');
   if (required && (list === undefined || list.length === 0)) m.problem('workers', 'must list at least one worker');
@@ -215,7 +307,15 @@ export function readWorkers(m: ConfigReader, engine: EngineDialect, names: Model
       m.problemAt(path, `must be an object with id and url, got ${show(node)}`);
       // A placeholder keeps workers[i] aligned with the file for later paths; the
       // problem above means this config is never used.
-      workers.push({ id: Number.NaN, model: names.name, url: '', role: 'aggregated', dialect: engine, dpStart: 0, dpSize: 1 });
+      workers.push({
+        id: Number.NaN,
+        model: names.name,
+        url: '',
+        role: 'aggregated',
+        dialect: engine,
+        dpStart: 0,
+        dpSize: 1,
+      });
       return;
     }
     workers.push(readWorker(m.at(path, node), engine, names));
@@ -228,14 +328,19 @@ export function checkModel(model: ModelConfig, m: ConfigReader, warnings: string
   const roles = new Set(model.workers.map((w) => w.role));
   const prefill = model.workers.filter((w) => w.role === 'prefill');
   if (roles.has('aggregated') && (roles.has('prefill') || roles.has('decode'))) {
-    m.problem('workers', 'mixes aggregated workers with prefill/decode workers; a model is either aggregated or disaggregated (prefill + decode)');
+    m.problem(
+      'workers',
+      'mixes aggregated workers with prefill/decode workers; a model is either aggregated or disaggregated (prefill + decode)',
+    );
   } else if (roles.has('decode') && !roles.has('prefill')) {
     m.problem('workers', 'has decode workers but no prefill worker');
   } else if (roles.has('prefill') && !roles.has('decode')) {
     m.problem('workers', 'has prefill workers but no decode worker');
-  }
-  else if (prefill.length > 0 && new Set(model.workers.map((w) => w.dialect)).size > 1) {
-    m.problem('workers', 'mixes vllm and sglang workers; prefill and decode must speak the same disaggregation protocol');
+  } else if (prefill.length > 0 && new Set(model.workers.map((w) => w.dialect)).size > 1) {
+    m.problem(
+      'workers',
+      'mixes vllm and sglang workers; prefill and decode must speak the same disaggregation protocol',
+    );
   }
   if (model.enforceDisagg && prefill.length === 0) m.problem('enforce_disagg', 'requires at least one prefill worker');
   if (model.routerMode === 'kv' && kvEventsEnabled(model.router)) {
@@ -243,19 +348,28 @@ export function checkModel(model: ModelConfig, m: ConfigReader, warnings: string
     model.workers.forEach((w, i) => {
       // Absent, not merely invalid (an invalid endpoint is already reported).
       if (w.kvEvents === undefined && isPlainObject(raw[i]) && raw[i].kv_events === undefined) {
-        m.problemAt([...m.path, 'workers', i, 'kv_events'],
-          'is required in router_mode kv with KV events on; set it, or set router.use_kv_events: false (approximate mode)');
+        m.problemAt(
+          [...m.path, 'workers', i, 'kv_events'],
+          'is required in router_mode kv with KV events on; set it, or set router.use_kv_events: false (approximate mode)',
+        );
       }
     });
     if (model.tokenizer.kind === 'none' && model.tokenizer.onMissing === 'approximate') {
-      warnings.push(`model ${model.name}: no tokenizer; prefix hashes come from the byte-packing fallback tokenizer and match `
-        + 'the engines\' KV events only if the engines tokenize the same way (kvgate mockers do, real engines do not)');
+      warnings.push(
+        `model ${model.name}: no tokenizer; prefix hashes come from the byte-packing fallback tokenizer and match ` +
+          "the engines' KV events only if the engines tokenize the same way (kvgate mockers do, real engines do not)",
+      );
     }
   }
   if (model.verifyTokenizer && (model.routerMode !== 'kv' || !kvEventsEnabled(model.router))) {
-    m.problem('verify_tokenizer', 'needs router_mode kv with KV events on: the probe compares the engines\' BlockStored events with kvgate\'s tokenization');
+    m.problem(
+      'verify_tokenizer',
+      "needs router_mode kv with KV events on: the probe compares the engines' BlockStored events with kvgate's tokenization",
+    );
   }
   if (model.routerMode !== 'kv' && model.workers.some((w) => w.kvEvents !== undefined)) {
-    warnings.push(`model ${model.name}: router_mode ${model.routerMode} does not use KV events; kv_events endpoints are ignored`);
+    warnings.push(
+      `model ${model.name}: router_mode ${model.routerMode} does not use KV events; kv_events endpoints are ignored`,
+    );
   }
 }

@@ -5,7 +5,10 @@
  * cross-field rules. This module keeps no knob list of its own.
  */
 import {
-  KV_ROUTER_CONFIG_FIELDS, resolveKvRouterConfig, type KvRouterConfig, type KvRouterOptions,
+  KV_ROUTER_CONFIG_FIELDS,
+  resolveKvRouterConfig,
+  type KvRouterConfig,
+  type KvRouterOptions,
 } from '../core/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { ConfigReader, closestKey, type FieldPath } from './reader.js';
@@ -56,8 +59,12 @@ export function readRouterKnobs(r: ConfigReader | undefined): RouterKnobs {
 }
 
 /** Resolves merged knobs (global then model) with the core's cross-field rules. */
-export function resolveRouter(root: ConfigReader, global: RouterKnobs, local: RouterKnobs,
-  fallbackPath: FieldPath): KvRouterConfig {
+export function resolveRouter(
+  root: ConfigReader,
+  global: RouterKnobs,
+  local: RouterKnobs,
+  fallbackPath: FieldPath,
+): KvRouterConfig {
   const merged = { ...global.options, ...local.options } as KvRouterOptions;
   try {
     return resolveKvRouterConfig(merged);

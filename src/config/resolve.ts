@@ -15,7 +15,23 @@ import { readLimits, readListen } from './resolve-edge.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
-const TOP_KEYS = ['listen', 'admin', 'auth', 'limits', 'health', 'tracing', 'shutdown', 'preprocess', 'log', 'router', 'engine_timeouts', 'kv_events', 'models', 'replicas', 'processes'] as const;
+const TOP_KEYS = [
+  'listen',
+  'admin',
+  'auth',
+  'limits',
+  'health',
+  'tracing',
+  'shutdown',
+  'preprocess',
+  'log',
+  'router',
+  'engine_timeouts',
+  'kv_events',
+  'models',
+  'replicas',
+  'processes',
+] as const;
 
 function readApiKeys(root: ConfigReader, ctx: ResolveContext): string[] {
   const auth = root.child('auth');
@@ -29,11 +45,20 @@ function readApiKeys(root: ConfigReader, ctx: ResolveContext): string[] {
       auth.problemAt([...auth.path, 'api_keys', i], 'must be a string of at least 8 characters without spaces');
     } else keys.push(k);
   });
-  const envName = auth.optStr('api_keys_env', (s) => (/^[A-Za-z_][A-Za-z0-9_]*$/.test(s) ? undefined : 'must be an environment variable name'));
+  const envName = auth.optStr('api_keys_env', (s) =>
+    /^[A-Za-z_][A-Za-z0-9_]*$/.test(s) ? undefined : 'must be an environment variable name',
+  );
   if (envName !== undefined) {
     const value = ctx.env[envName];
-    if (value === undefined || value.trim() === '') auth.problem('api_keys_env', `environment variable ${envName} is not set or empty`);
-    else keys.push(...value.split(',').map((k) => k.trim()).filter((k) => k.length > 0));
+    if (value === undefined || value.trim() === '')
+      auth.problem('api_keys_env', `environment variable ${envName} is not set or empty`);
+    else
+      keys.push(
+        ...value
+          .split(',')
+          .map((k) => k.trim())
+          .filter((k) => k.length > 0),
+      );
   }
   const file = auth.optStr('api_keys_file');
   if (file !== undefined) {
@@ -44,11 +69,15 @@ function readApiKeys(root: ConfigReader, ctx: ResolveContext): string[] {
         if (k !== '' && !k.startsWith('#')) keys.push(k);
       }
     } catch (err) {
-      auth.problem('api_keys_file', `cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      auth.problem(
+        'api_keys_file',
+        `cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      );
     }
   }
   if (auth.has('api_keys') || envName !== undefined || file !== undefined) {
-    if (keys.length === 0) auth.problemAt(auth.path, 'names no API key; remove the auth section to serve without authentication');
+    if (keys.length === 0)
+      auth.problemAt(auth.path, 'names no API key; remove the auth section to serve without authentication');
   }
   return keys;
 }
@@ -64,13 +93,24 @@ function readAdmin(root: ConfigReader, listen: ListenAddress): GatewayConfig['ad
   const enabled = adminR?.bool('enabled', false) ?? false;
   let adminListen: ListenAddress | undefined;
   if (adminR?.has('port') === true) {
-    adminListen = { host: adminR.str('host', GATEWAY_DEFAULTS.adminHost, checkHost), port: adminR.int('port', 0, { min: 0, max: 65535 }) };
+    adminListen = {
+      host: adminR.str('host', GATEWAY_DEFAULTS.adminHost, checkHost),
+      port: adminR.int('port', 0, { min: 0, max: 65535 }),
+    };
     if (!enabled) adminR.problem('port', 'is set but admin.enabled is false');
   } else if (adminR?.has('host') === true) {
     adminR.problem('host', 'needs admin.port (a separate admin listener)');
   }
-  if (adminListen !== undefined && adminListen.port !== 0 && adminListen.port === listen.port && adminListen.host === listen.host) {
-    adminR?.problem('port', 'is the public listener\'s address; omit admin.port to serve admin endpoints on the public listener');
+  if (
+    adminListen !== undefined &&
+    adminListen.port !== 0 &&
+    adminListen.port === listen.port &&
+    adminListen.host === listen.host
+  ) {
+    adminR?.problem(
+      'port',
+      "is the public listener's address; omit admin.port to serve admin endpoints on the public listener",
+    );
   }
   return { enabled, listen: adminListen };
 }
@@ -81,18 +121,25 @@ function readHealth(root: ConfigReader): GatewayConfig['health'] {
   const D = GATEWAY_DEFAULTS;
   const o = h?.child('outlier_detection');
   o?.allowOnly(['consecutive_errors', 'base_ejection_ms', 'max_ejection_ms']);
-  const baseEjectionMs = o?.int('base_ejection_ms', D.outlierBaseEjectionMs, { min: 1, max: 86_400_000 }) ?? D.outlierBaseEjectionMs;
+  const baseEjectionMs =
+    o?.int('base_ejection_ms', D.outlierBaseEjectionMs, { min: 1, max: 86_400_000 }) ?? D.outlierBaseEjectionMs;
   return {
     outlierDetection: {
-      consecutiveErrors: o?.int('consecutive_errors', D.outlierConsecutiveErrors, { min: 0, max: 1_000_000 }) ?? D.outlierConsecutiveErrors,
+      consecutiveErrors:
+        o?.int('consecutive_errors', D.outlierConsecutiveErrors, { min: 0, max: 1_000_000 }) ??
+        D.outlierConsecutiveErrors,
       baseEjectionMs,
-      maxEjectionMs: o?.int('max_ejection_ms', Math.max(D.outlierMaxEjectionMs, baseEjectionMs), { min: baseEjectionMs, max: 86_400_000 })
-        ?? Math.max(D.outlierMaxEjectionMs, baseEjectionMs),
+      maxEjectionMs:
+        o?.int('max_ejection_ms', Math.max(D.outlierMaxEjectionMs, baseEjectionMs), {
+          min: baseEjectionMs,
+          max: 86_400_000,
+        }) ?? Math.max(D.outlierMaxEjectionMs, baseEjectionMs),
     },
     intervalMs: h?.int('interval_ms', D.healthIntervalMs, { min: 10, max: 3_600_000 }) ?? D.healthIntervalMs,
     timeoutMs: h?.int('timeout_ms', D.healthTimeoutMs, { min: 10, max: 600_000 }) ?? D.healthTimeoutMs,
     unhealthyAfter: h?.int('unhealthy_after', D.healthUnhealthyAfter, { min: 1, max: 1000 }) ?? D.healthUnhealthyAfter,
-    maxEjectedPercent: h?.int('max_ejected_percent', D.healthMaxEjectedPercent, { min: 0, max: 100 }) ?? D.healthMaxEjectedPercent,
+    maxEjectedPercent:
+      h?.int('max_ejected_percent', D.healthMaxEjectedPercent, { min: 0, max: 100 }) ?? D.healthMaxEjectedPercent,
   };
 }
 
@@ -106,22 +153,37 @@ function readTracing(root: ConfigReader): GatewayConfig['tracing'] {
       return 'must be an http(s) URL, e.g. http://otel-collector:4318';
     }
   });
-  return { otlpEndpoint, sampleRatio: t?.num('sample_ratio', GATEWAY_DEFAULTS.tracingSampleRatio, { min: 0, max: 1 }) ?? GATEWAY_DEFAULTS.tracingSampleRatio };
+  return {
+    otlpEndpoint,
+    sampleRatio:
+      t?.num('sample_ratio', GATEWAY_DEFAULTS.tracingSampleRatio, { min: 0, max: 1 }) ??
+      GATEWAY_DEFAULTS.tracingSampleRatio,
+  };
 }
 
 /** The process sections: shutdown, preprocessing threads, log level. */
-function readProcess(root: ConfigReader): Pick<GatewayConfig, 'drainTimeoutMs' | 'preprocess' | 'logLevel' | 'processes'> {
+function readProcess(
+  root: ConfigReader,
+): Pick<GatewayConfig, 'drainTimeoutMs' | 'preprocess' | 'logLevel' | 'processes'> {
   const sh = root.child('shutdown');
   sh?.allowOnly(['drain_timeout_ms']);
-  const drainTimeoutMs = sh?.int('drain_timeout_ms', GATEWAY_DEFAULTS.drainTimeoutMs, { min: 0, max: 3_600_000 }) ?? GATEWAY_DEFAULTS.drainTimeoutMs;
+  const drainTimeoutMs =
+    sh?.int('drain_timeout_ms', GATEWAY_DEFAULTS.drainTimeoutMs, { min: 0, max: 3_600_000 }) ??
+    GATEWAY_DEFAULTS.drainTimeoutMs;
 
   const processes = root.int('processes', 1, { min: 1, max: 64 });
   const pre = root.child('preprocess');
   pre?.allowOnly(['threads', 'segment_cache_tokens', 'segment_cache_bytes']);
   const preprocess = {
-    threads: pre?.int('threads', defaultPreprocessThreads(processes), { min: 0, max: 64 }) ?? defaultPreprocessThreads(processes),
-    segmentCacheTokens: pre?.int('segment_cache_tokens', GATEWAY_DEFAULTS.segmentCacheTokens, { min: 0, max: 1 << 28 }) ?? GATEWAY_DEFAULTS.segmentCacheTokens,
-    segmentCacheBytes: pre?.int('segment_cache_bytes', GATEWAY_DEFAULTS.segmentCacheBytes, { min: 0, max: 2 ** 40 }) ?? GATEWAY_DEFAULTS.segmentCacheBytes,
+    threads:
+      pre?.int('threads', defaultPreprocessThreads(processes), { min: 0, max: 64 }) ??
+      defaultPreprocessThreads(processes),
+    segmentCacheTokens:
+      pre?.int('segment_cache_tokens', GATEWAY_DEFAULTS.segmentCacheTokens, { min: 0, max: 1 << 28 }) ??
+      GATEWAY_DEFAULTS.segmentCacheTokens,
+    segmentCacheBytes:
+      pre?.int('segment_cache_bytes', GATEWAY_DEFAULTS.segmentCacheBytes, { min: 0, max: 2 ** 40 }) ??
+      GATEWAY_DEFAULTS.segmentCacheBytes,
   };
 
   const log = root.child('log');
@@ -135,7 +197,16 @@ function readKvEventBounds(root: ConfigReader): GatewayConfig['kvEvents'] {
   const d = GATEWAY_DEFAULTS.kvEvents;
   const r = root.child('kv_events');
   if (r === undefined) return { ...d };
-  r.allowOnly(['queue_batches', 'events_per_turn', 'turn_budget_ms', 'reorder_window', 'max_seq_jump', 'restart_confirmations', 'inconsistent_after_ms', 'stale_after_ms']);
+  r.allowOnly([
+    'queue_batches',
+    'events_per_turn',
+    'turn_budget_ms',
+    'reorder_window',
+    'max_seq_jump',
+    'restart_confirmations',
+    'inconsistent_after_ms',
+    'stale_after_ms',
+  ]);
   return {
     maxQueuedBatches: r.int('queue_batches', d.maxQueuedBatches, { min: 1, max: 10_000_000 }),
     maxEventsPerTurn: r.int('events_per_turn', d.maxEventsPerTurn, { min: 1, max: 10_000_000 }),
@@ -161,8 +232,18 @@ function checkNatsUrl(s: string): string | undefined {
 function readReplicas(root: ConfigReader): GatewayConfig['replicas'] {
   const D = GATEWAY_DEFAULTS;
   const r = root.child('replicas');
-  r?.allowOnly(['nats', 'router_id', 'subject_prefix', 'heartbeat_ms', 'peer_timeout_ms', 'max_queued_ops', 'warm_start', 'warm_start_timeout_ms',
-    'snapshot_chunk_bytes', 'max_snapshot_bytes']);
+  r?.allowOnly([
+    'nats',
+    'router_id',
+    'subject_prefix',
+    'heartbeat_ms',
+    'peer_timeout_ms',
+    'max_queued_ops',
+    'warm_start',
+    'warm_start_timeout_ms',
+    'snapshot_chunk_bytes',
+    'max_snapshot_bytes',
+  ]);
   const nats = r?.child('nats');
   nats?.allowOnly(['servers']);
   const servers: string[] = [];
@@ -172,37 +253,64 @@ function readReplicas(root: ConfigReader): GatewayConfig['replicas'] {
     else servers.push(u as string);
   });
   const heartbeatMs = r?.int('heartbeat_ms', D.replicaHeartbeatMs, { min: 10, max: 600_000 }) ?? D.replicaHeartbeatMs;
-  const peerTimeoutMs = r?.int('peer_timeout_ms', D.replicaPeerTimeoutMs, { min: 20, max: 3_600_000 }) ?? D.replicaPeerTimeoutMs;
-  if (r !== undefined && peerTimeoutMs <= heartbeatMs) r.problem('peer_timeout_ms', `must be longer than heartbeat_ms (${heartbeatMs})`);
-  const token = (s: string): string | undefined => (/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(s) ? undefined : 'must be NATS subject tokens (letters, digits, _ and -, separated by dots)');
+  const peerTimeoutMs =
+    r?.int('peer_timeout_ms', D.replicaPeerTimeoutMs, { min: 20, max: 3_600_000 }) ?? D.replicaPeerTimeoutMs;
+  if (r !== undefined && peerTimeoutMs <= heartbeatMs)
+    r.problem('peer_timeout_ms', `must be longer than heartbeat_ms (${heartbeatMs})`);
+  const token = (s: string): string | undefined =>
+    /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(s)
+      ? undefined
+      : 'must be NATS subject tokens (letters, digits, _ and -, separated by dots)';
   return {
     natsServers: servers,
-    routerId: r?.optStr('router_id', (s) => (/^[A-Za-z0-9_.-]{1,128}$/.test(s) ? undefined : 'must be 1 to 128 letters, digits, _, . or -')),
+    routerId: r?.optStr('router_id', (s) =>
+      /^[A-Za-z0-9_.-]{1,128}$/.test(s) ? undefined : 'must be 1 to 128 letters, digits, _, . or -',
+    ),
     subjectPrefix: r?.str('subject_prefix', D.replicaSubjectPrefix, token) ?? D.replicaSubjectPrefix,
-    heartbeatMs, peerTimeoutMs,
+    heartbeatMs,
+    peerTimeoutMs,
     maxQueuedOps: r?.int('max_queued_ops', D.replicaMaxQueuedOps, { min: 1, max: 1 << 24 }) ?? D.replicaMaxQueuedOps,
     ...readSnapshots(r, servers.length > 0),
   };
 }
 
 /** Snapshot transfers and the warm start (on by default when NATS is configured: it needs peers on NATS). */
-function readSnapshots(r: ConfigReader | undefined, nats: boolean): Pick<GatewayConfig['replicas'], 'warmStart' | 'warmStartTimeoutMs' | 'snapshotChunkBytes' | 'maxSnapshotBytes'> {
+function readSnapshots(
+  r: ConfigReader | undefined,
+  nats: boolean,
+): Pick<GatewayConfig['replicas'], 'warmStart' | 'warmStartTimeoutMs' | 'snapshotChunkBytes' | 'maxSnapshotBytes'> {
   const D = GATEWAY_DEFAULTS;
   const warmStart = r?.bool('warm_start', nats) ?? nats;
-  if (r !== undefined && warmStart && !nats) r.problem('warm_start', 'needs replicas.nats.servers (or --replica-sync-nats): a warm start asks a peer on NATS');
-  const snapshotChunkBytes = r?.int('snapshot_chunk_bytes', D.replicaSnapshotChunkBytes, { min: 1024, max: 8 << 20 }) ?? D.replicaSnapshotChunkBytes;
-  const maxSnapshotBytes = r?.int('max_snapshot_bytes', D.replicaMaxSnapshotBytes, { min: 1 << 16, max: 1 << 30 }) ?? D.replicaMaxSnapshotBytes;
+  if (r !== undefined && warmStart && !nats)
+    r.problem('warm_start', 'needs replicas.nats.servers (or --replica-sync-nats): a warm start asks a peer on NATS');
+  const snapshotChunkBytes =
+    r?.int('snapshot_chunk_bytes', D.replicaSnapshotChunkBytes, { min: 1024, max: 8 << 20 }) ??
+    D.replicaSnapshotChunkBytes;
+  const maxSnapshotBytes =
+    r?.int('max_snapshot_bytes', D.replicaMaxSnapshotBytes, { min: 1 << 16, max: 1 << 30 }) ??
+    D.replicaMaxSnapshotBytes;
   return {
-    warmStart, snapshotChunkBytes, maxSnapshotBytes,
-    warmStartTimeoutMs: r?.int('warm_start_timeout_ms', D.replicaWarmStartTimeoutMs, { min: 100, max: 600_000 }) ?? D.replicaWarmStartTimeoutMs,
+    warmStart,
+    snapshotChunkBytes,
+    maxSnapshotBytes,
+    warmStartTimeoutMs:
+      r?.int('warm_start_timeout_ms', D.replicaWarmStartTimeoutMs, { min: 100, max: 600_000 }) ??
+      D.replicaWarmStartTimeoutMs,
   };
 }
 
 /** Every model, then the rules across them (unique names, worker ids unique gateway-wide) and within each. */
-function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: number, warnings: string[]): ModelConfig[] {
+function readModels(
+  root: ConfigReader,
+  ctx: ResolveContext,
+  maxPromptTokens: number,
+  warnings: string[],
+): ModelConfig[] {
   const globalRouter = readRouterKnobs(root.child('router'));
-  const timeouts = readEngineTimeouts(root.child('engine_timeouts'),
-    { firstByteMs: GATEWAY_DEFAULTS.engineFirstByteTimeoutMs, streamIdleMs: GATEWAY_DEFAULTS.engineStreamIdleTimeoutMs });
+  const timeouts = readEngineTimeouts(root.child('engine_timeouts'), {
+    firstByteMs: GATEWAY_DEFAULTS.engineFirstByteTimeoutMs,
+    streamIdleMs: GATEWAY_DEFAULTS.engineStreamIdleTimeoutMs,
+  });
   const models: ModelConfig[] = [];
   const modelReaders: ConfigReader[] = [];
   root.list('models')?.forEach((node, i) => {
@@ -219,7 +327,10 @@ function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: nu
   // is a mistake (an emptied list, a misspelt key), not a request for simulated engines.
   const raw = root.node.models;
   if (ctx.file !== undefined && (raw === undefined || raw === null || (Array.isArray(raw) && raw.length === 0))) {
-    root.problem('models', 'must list at least one model (the embedded demo starts only when kvgate serve is given no config file and no --model)');
+    root.problem(
+      'models',
+      'must list at least one model (the embedded demo starts only when kvgate serve is given no config file and no --model)',
+    );
   }
 
   // Cross-field rules last.
@@ -227,18 +338,27 @@ function readModels(root: ConfigReader, ctx: ResolveContext, maxPromptTokens: nu
   const byId = new Map<number, string>();
   models.forEach((model, i) => {
     const r = modelReaders[i]!;
-    if (model.name !== '' && byName.has(model.name)) r.problem('name', `duplicates models[${byName.get(model.name)}].name`);
+    if (model.name !== '' && byName.has(model.name))
+      r.problem('name', `duplicates models[${byName.get(model.name)}].name`);
     byName.set(model.name, i);
     model.loraAdapters.forEach((a, j) => {
       // A client's `model` must name one thing: a model or one model's adapter.
       const other = models.findIndex((o, k) => k !== i && (o.name === a || (k < i && o.loraAdapters.includes(a))));
-      if (other >= 0) r.problemAt([...r.path, 'lora_adapters', j], `${a} is already the name of models[${other}] or one of its adapters`);
+      if (other >= 0)
+        r.problemAt(
+          [...r.path, 'lora_adapters', j],
+          `${a} is already the name of models[${other}] or one of its adapters`,
+        );
     });
     model.workers.forEach((w, j) => {
       if (Number.isNaN(w.id)) return;
       const here = `models[${i}].workers[${j}]`;
       const seen = byId.get(w.id);
-      if (seen !== undefined) r.problemAt([...r.path, 'workers', j, 'id'], `${w.id} is already the id of ${seen}; worker ids are unique across the gateway`);
+      if (seen !== undefined)
+        r.problemAt(
+          [...r.path, 'workers', j, 'id'],
+          `${w.id} is already the id of ${seen}; worker ids are unique across the gateway`,
+        );
       else byId.set(w.id, here);
     });
     checkModel(model, r, warnings);
@@ -252,7 +372,12 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const warnings: string[] = [];
   if (!isPlainObject(doc)) {
     const { source, position } = ctx.sourceOf([]);
-    problems.push({ path: '(root)', reason: `must be a mapping of sections (listen, models, ...), got ${show(doc)}`, source, position });
+    problems.push({
+      path: '(root)',
+      reason: `must be a mapping of sections (listen, models, ...), got ${show(doc)}`,
+      source,
+      position,
+    });
     doc = {};
   }
   const root = new ConfigReader(doc as Record<string, unknown>, [], problems, ctx.sourceOf);
@@ -269,8 +394,22 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const replicas = readReplicas(root);
   const config: GatewayConfig = {
-    file: ctx.file, listen, listenBacklog, admin, apiKeys, limits, health, tracing, drainTimeoutMs, preprocess, logLevel, processes, kvEvents,
-    replicas, models, warnings,
+    file: ctx.file,
+    listen,
+    listenBacklog,
+    admin,
+    apiKeys,
+    limits,
+    health,
+    tracing,
+    drainTimeoutMs,
+    preprocess,
+    logLevel,
+    processes,
+    kvEvents,
+    replicas,
+    models,
+    warnings,
   };
   return { config: deepFreeze(config), problems };
 }

@@ -8,7 +8,11 @@
  * This file is mostly a table (one row per knob).
  */
 import {
-  KV_ROUTER_CONFIG_FIELDS, type ConfigFieldKind, type ConfigFieldSpec, type KvRouterKnob, type KvRouterOptions,
+  KV_ROUTER_CONFIG_FIELDS,
+  type ConfigFieldKind,
+  type ConfigFieldSpec,
+  type KvRouterKnob,
+  type KvRouterOptions,
 } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
 
@@ -28,35 +32,102 @@ interface RouterFlagSpec {
 export interface RouterFlagField extends ConfigFieldSpec, RouterFlagSpec {}
 
 const FLAGS: Readonly<Record<KvRouterKnob, RouterFlagSpec>> = {
-  overlapScoreCredit: { flag: '--router-kv-overlap-score-credit', help: 'credit per cached device block against the prefill cost' },
-  overlapScoreCreditDecay: { flag: '--router-kv-overlap-score-credit-decay', help: 'shrink that credit on workers with more queued prefill' },
+  overlapScoreCredit: {
+    flag: '--router-kv-overlap-score-credit',
+    help: 'credit per cached device block against the prefill cost',
+  },
+  overlapScoreCreditDecay: {
+    flag: '--router-kv-overlap-score-credit-decay',
+    help: 'shrink that credit on workers with more queued prefill',
+  },
   prefillLoadScale: { flag: '--router-prefill-load-scale', help: 'weight of the prefill (uncached tokens) cost' },
-  decodeActiveRequestWeight: { flag: '--router-decode-active-request-weight', help: 'cost per request already active on a worker' },
-  hostCacheHitWeight: { flag: '--router-host-cache-hit-weight', help: 'credit per block found only in host (CPU) cache' },
+  decodeActiveRequestWeight: {
+    flag: '--router-decode-active-request-weight',
+    help: 'cost per request already active on a worker',
+  },
+  hostCacheHitWeight: {
+    flag: '--router-host-cache-hit-weight',
+    help: 'credit per block found only in host (CPU) cache',
+  },
   diskCacheHitWeight: { flag: '--router-disk-cache-hit-weight', help: 'credit per block found only on disk' },
-  sharedCacheMultiplier: { flag: '--shared-cache-multiplier', help: 'credit per block held by a shared external cache' },
+  sharedCacheMultiplier: {
+    flag: '--shared-cache-multiplier',
+    help: 'credit per block held by a shared external cache',
+  },
   routerTemperature: { flag: '--router-temperature', help: 'softmax temperature over costs; 0 = always the cheapest' },
-  useKvEvents: { flag: '--router-kv-events', negativeFlag: '--no-router-kv-events', env: 'DYN_ROUTER_USE_KV_EVENTS', help: 'read the engines\' KV events; off = approximate mode' },
-  routerTrackActiveBlocks: { flag: '--router-track-active-blocks', negativeFlag: '--no-router-track-active-blocks', help: 'count the active prompt blocks of each worker as load' },
-  routerTrackOutputBlocks: { flag: '--router-track-output-blocks', negativeFlag: '--no-router-track-output-blocks', help: 'also count generated output blocks as load' },
-  routerAssumeKvReuse: { flag: '--router-assume-kv-reuse', negativeFlag: '--no-router-assume-kv-reuse', help: 'concurrent prompts on a worker share their prefix blocks' },
-  routerTrackPrefillTokens: { flag: '--router-track-prefill-tokens', negativeFlag: '--no-router-track-prefill-tokens', help: 'count uncached prompt tokens as load until the 1st token' },
+  useKvEvents: {
+    flag: '--router-kv-events',
+    negativeFlag: '--no-router-kv-events',
+    env: 'DYN_ROUTER_USE_KV_EVENTS',
+    help: "read the engines' KV events; off = approximate mode",
+  },
+  routerTrackActiveBlocks: {
+    flag: '--router-track-active-blocks',
+    negativeFlag: '--no-router-track-active-blocks',
+    help: 'count the active prompt blocks of each worker as load',
+  },
+  routerTrackOutputBlocks: {
+    flag: '--router-track-output-blocks',
+    negativeFlag: '--no-router-track-output-blocks',
+    help: 'also count generated output blocks as load',
+  },
+  routerAssumeKvReuse: {
+    flag: '--router-assume-kv-reuse',
+    negativeFlag: '--no-router-assume-kv-reuse',
+    help: 'concurrent prompts on a worker share their prefix blocks',
+  },
+  routerTrackPrefillTokens: {
+    flag: '--router-track-prefill-tokens',
+    negativeFlag: '--no-router-track-prefill-tokens',
+    help: 'count uncached prompt tokens as load until the 1st token',
+  },
   routerTtlSecs: { flag: '--router-ttl-secs', help: 'approximate mode: a cached-prefix entry lives this long' },
-  routerPredictedTtlSecs: { flag: '--router-predicted-ttl-secs', help: 'predict blocks on routing, kept this long (none = off)' },
-  routerQueueThreshold: { flag: '--router-queue-threshold', help: 'queue while every worker has more prefill than this x its step budget (none = off)' },
+  routerPredictedTtlSecs: {
+    flag: '--router-predicted-ttl-secs',
+    help: 'predict blocks on routing, kept this long (none = off)',
+  },
+  routerQueueThreshold: {
+    flag: '--router-queue-threshold',
+    help: 'queue while every worker has more prefill than this x its step budget (none = off)',
+  },
   routerQueuePolicy: { flag: '--router-queue-policy', help: 'queue order: fcfs | wspt | lcfs' },
-  routerQueueByIncomingMissingIsl: { flag: '--router-queue-by-incoming-missing-isl', help: 'queue-depth tiers, JSON [[floor, cap], ...] (none = unbounded)' },
-  activeDecodeBlocksThreshold: { flag: '--active-decode-blocks-threshold', help: 'a worker is busy above this x its KV blocks in active decode (none = off)' },
-  activePrefillTokensThreshold: { flag: '--active-prefill-tokens-threshold', help: 'a worker is busy above this many active prefill tokens (none = off)' },
-  activePrefillTokensThresholdFrac: { flag: '--active-prefill-tokens-threshold-frac', help: 'a worker is busy above this x its step budget in active prefill (none = off)' },
-  activeRequestExpirySecs: { flag: null, env: 'DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS', help: 'force-free requests never finished after this long' },
-  overlapScoreWeight: { flag: '--router-kv-overlap-score-weight', env: 'DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT', help: 'deprecated: sets the prefill weight (0 = load only)' },
+  routerQueueByIncomingMissingIsl: {
+    flag: '--router-queue-by-incoming-missing-isl',
+    help: 'queue-depth tiers, JSON [[floor, cap], ...] (none = unbounded)',
+  },
+  activeDecodeBlocksThreshold: {
+    flag: '--active-decode-blocks-threshold',
+    help: 'a worker is busy above this x its KV blocks in active decode (none = off)',
+  },
+  activePrefillTokensThreshold: {
+    flag: '--active-prefill-tokens-threshold',
+    help: 'a worker is busy above this many active prefill tokens (none = off)',
+  },
+  activePrefillTokensThresholdFrac: {
+    flag: '--active-prefill-tokens-threshold-frac',
+    help: 'a worker is busy above this x its step budget in active prefill (none = off)',
+  },
+  activeRequestExpirySecs: {
+    flag: null,
+    env: 'DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS',
+    help: 'force-free requests never finished after this long',
+  },
+  overlapScoreWeight: {
+    flag: '--router-kv-overlap-score-weight',
+    env: 'DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT',
+    help: 'deprecated: sets the prefill weight (0 = load only)',
+  },
 };
 
 /** Field name -> Dynamo name, value kind, CLI flags. The single table the CLI reads router flags from. */
-export const ROUTER_FLAG_FIELDS: Readonly<Record<KvRouterKnob, RouterFlagField>> = Object.freeze(Object.fromEntries(
-  (Object.keys(FLAGS) as KvRouterKnob[]).map((k) => [k, Object.freeze({ ...KV_ROUTER_CONFIG_FIELDS[k], ...FLAGS[k] })]),
-) as Record<KvRouterKnob, RouterFlagField>);
+export const ROUTER_FLAG_FIELDS: Readonly<Record<KvRouterKnob, RouterFlagField>> = Object.freeze(
+  Object.fromEntries(
+    (Object.keys(FLAGS) as KvRouterKnob[]).map((k) => [
+      k,
+      Object.freeze({ ...KV_ROUTER_CONFIG_FIELDS[k], ...FLAGS[k] }),
+    ]),
+  ) as Record<KvRouterKnob, RouterFlagField>,
+);
 
 /**
  * Builds `KvRouterOptions` from parsed CLI flags keyed by Dynamo's flag names
@@ -107,5 +178,9 @@ function parseFlagValue(flag: string, kind: ConfigFieldKind, raw: string | boole
 /** The same error shape as core's config validation (`field`, `value`, `reason`), naming the flag. */
 function flagValueError(flag: string, raw: string | boolean, reason: string): KvgateError {
   const shown = typeof raw === 'string' ? JSON.stringify(raw) : String(raw);
-  return new KvgateError('KVG_ERR_INVALID_CONFIG', `router config: ${flag} = ${shown}: ${reason}`, { field: flag, value: shown, reason });
+  return new KvgateError('KVG_ERR_INVALID_CONFIG', `router config: ${flag} = ${shown}: ${reason}`, {
+    field: flag,
+    value: shown,
+    reason,
+  });
 }

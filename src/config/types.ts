@@ -126,9 +126,7 @@ export interface ListenAddress {
  *   is itself the client, whatever its header says.
  */
 export type ClientAddressSource =
-  | { readonly kind: 'socket' }
-  | { readonly kind: 'off' }
-  | { readonly kind: 'header'; readonly header: string };
+  { readonly kind: 'socket' } | { readonly kind: 'off' } | { readonly kind: 'header'; readonly header: string };
 
 /** A CIDR block of `limits.trusted_proxies` (a single address is a block of its full length). */
 export interface AddressBlock {

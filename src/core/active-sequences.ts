@@ -133,7 +133,8 @@ export class ActiveSequences {
   constructor(opts: { clock: Clock; expiryMs?: number }) {
     this.#clock = opts.clock;
     this.#expiryMs = opts.expiryMs ?? 300_000;
-    if (!(this.#expiryMs > 0)) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `ActiveSequences: expiryMs must be > 0, got ${this.#expiryMs}`);
+    if (!(this.#expiryMs > 0))
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `ActiveSequences: expiryMs must be > 0, got ${this.#expiryMs}`);
     this.#lastExpiryCheck = this.#clock.now();
   }
 
@@ -163,9 +164,16 @@ export class ActiveSequences {
     for (const r of this.#requests.values()) {
       if (r.id.startsWith(PEER_ID_PREFIX)) continue;
       yield {
-        requestId: r.id, workerId: this.#workerId[r.slot]!, dpRank: this.#dpRank[r.slot]!, seq: r.seq, privateBlocks: r.privateBlocks,
-        prefillTokens: r.prefillTokens, expectedOutputTokens: r.expectedOutputTokens, prefillCompleted: r.prefillCompleted,
-        outputBlocks: r.outputBlocks, decay: r.fracBlocks > 0 || r.frac < 1 ? r.frac : undefined,
+        requestId: r.id,
+        workerId: this.#workerId[r.slot]!,
+        dpRank: this.#dpRank[r.slot]!,
+        seq: r.seq,
+        privateBlocks: r.privateBlocks,
+        prefillTokens: r.prefillTokens,
+        expectedOutputTokens: r.expectedOutputTokens,
+        prefillCompleted: r.prefillCompleted,
+        outputBlocks: r.outputBlocks,
+        decay: r.fracBlocks > 0 || r.frac < 1 ? r.frac : undefined,
       };
     }
   }
@@ -287,7 +295,9 @@ export class ActiveSequences {
    */
   addOutputBlock(requestId: string, decay?: number): boolean {
     if (decay !== undefined && !(decay >= 0 && decay <= 1)) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `output block decay must be in [0, 1], got ${decay}`, { decay });
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `output block decay must be in [0, 1], got ${decay}`, {
+        decay,
+      });
     }
     const r = this.#requests.get(requestId);
     if (r === undefined) return false;

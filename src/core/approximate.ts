@@ -60,7 +60,8 @@ export class ApproximateIndex {
 
   constructor(index: PrefixIndex, opts: ApproximateIndexOptions) {
     const ttl = opts.ttlMs ?? DEFAULT_APPROXIMATE_TTL_MS;
-    if (!(ttl > 0) || !Number.isFinite(ttl)) throw new RangeError(`ApproximateIndex: ttlMs must be a positive number, got ${ttl}`);
+    if (!(ttl > 0) || !Number.isFinite(ttl))
+      throw new RangeError(`ApproximateIndex: ttlMs must be a positive number, got ${ttl}`);
     this.index = index;
     this.ttlMs = ttl;
     this.#clock = opts.clock;
@@ -85,7 +86,13 @@ export class ApproximateIndex {
     if (n === 0) return;
     const slot = this.index.slotOf(workerId, dpRank);
     // Root-parented store of the whole chain; re-storing known blocks is a no-op in the index.
-    this.index.applyStored(workerId, dpRank, null, n === seq.length ? seq : seq.subarray(0, n), n === local.length ? local : local.subarray(0, n));
+    this.index.applyStored(
+      workerId,
+      dpRank,
+      null,
+      n === seq.length ? seq : seq.subarray(0, n),
+      n === local.length ? local : local.subarray(0, n),
+    );
     const deadline = this.#clock.now() + this.ttlMs;
     let map = this.#deadlines.get(slot);
     if (map === undefined) this.#deadlines.set(slot, (map = new Map()));

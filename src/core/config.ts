@@ -57,7 +57,10 @@ export interface KvRouterConfig {
   readonly routerTtlSecs: number;
   /** Predict-on-route side index TTL in seconds, or null = off; needs KV events (`router_predicted_ttl_secs`). */
   readonly routerPredictedTtlSecs: number | null;
-  /** Park requests while every eligible rank has more than this × max_num_batched_tokens of active prefill; null = no queue (`router_queue_threshold`). */
+  /**
+   * Park requests while every eligible rank has more than this × max_num_batched_tokens of active prefill;
+   * null = no queue (`router_queue_threshold`).
+   */
   readonly routerQueueThreshold: number | null;
   /** Queue ordering (`router_queue_policy`). */
   readonly routerQueuePolicy: QueuePolicy;
@@ -67,7 +70,10 @@ export interface KvRouterConfig {
   readonly activeDecodeBlocksThreshold: number | null;
   /** A rank is overloaded above this many active prefill tokens; null = off (`active_prefill_tokens_threshold`). */
   readonly activePrefillTokensThreshold: number | null;
-  /** A rank is overloaded above this × max_num_batched_tokens active prefill tokens; null = off (`active_prefill_tokens_threshold_frac`). */
+  /**
+   * A rank is overloaded above this × max_num_batched_tokens active prefill tokens; null = off
+   * (`active_prefill_tokens_threshold_frac`).
+   */
   readonly activePrefillTokensThresholdFrac: number | null;
   /** Requests never freed are force-freed after this many seconds (DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS, > 0). */
   readonly activeRequestExpirySecs: number;
@@ -157,7 +163,11 @@ const QUEUE_POLICIES: readonly QueuePolicy[] = ['fcfs', 'wspt', 'lcfs'];
 
 function configError(field: string, value: unknown, reason: string): KvgateError {
   const shown = typeof value === 'string' ? JSON.stringify(value) : safeJson(value);
-  return new KvgateError('KVG_ERR_INVALID_CONFIG', `router config: ${field} = ${shown}: ${reason}`, { field, value: shown, reason });
+  return new KvgateError('KVG_ERR_INVALID_CONFIG', `router config: ${field} = ${shown}: ${reason}`, {
+    field,
+    value: shown,
+    reason,
+  });
 }
 
 function safeJson(value: unknown): string {
@@ -176,16 +186,19 @@ function checkValue(field: string, kind: ConfigFieldKind, value: unknown): unkno
     case 'positive':
     case 'positiveOrNull': {
       if (value === null && kind === 'positiveOrNull') return null;
-      if (typeof value !== 'number' || !Number.isFinite(value)) throw configError(field, value, 'must be a finite number');
+      if (typeof value !== 'number' || !Number.isFinite(value))
+        throw configError(field, value, 'must be a finite number');
       if (kind === 'nonNegative' && value < 0) throw configError(field, value, 'must be >= 0');
-      if (kind !== 'nonNegative' && value <= 0) throw configError(field, value, kind === 'positiveOrNull' ? 'must be > 0 (or null to disable)' : 'must be > 0');
+      if (kind !== 'nonNegative' && value <= 0)
+        throw configError(field, value, kind === 'positiveOrNull' ? 'must be > 0 (or null to disable)' : 'must be > 0');
       return value;
     }
     case 'boolean':
       if (typeof value !== 'boolean') throw configError(field, value, 'must be a boolean');
       return value;
     case 'queuePolicy':
-      if (!QUEUE_POLICIES.includes(value as QueuePolicy)) throw configError(field, value, `must be one of ${QUEUE_POLICIES.join(', ')}`);
+      if (!QUEUE_POLICIES.includes(value as QueuePolicy))
+        throw configError(field, value, `must be one of ${QUEUE_POLICIES.join(', ')}`);
       return value;
     case 'tiers':
       return checkTiers(field, value);
@@ -194,7 +207,12 @@ function checkValue(field: string, kind: ConfigFieldKind, value: unknown): unkno
 
 function checkTiers(field: string, value: unknown): readonly QueueDepthTier[] | null {
   if (value === null) return null;
-  if (!Array.isArray(value) || value.length === 0) throw configError(field, value, 'must be a non-empty array of [missingCacheTokensFloor, maxQueuedIslTokensPerWorker] pairs, or null');
+  if (!Array.isArray(value) || value.length === 0)
+    throw configError(
+      field,
+      value,
+      'must be a non-empty array of [missingCacheTokensFloor, maxQueuedIslTokensPerWorker] pairs, or null',
+    );
   const tiers: QueueDepthTier[] = [];
   for (let i = 0; i < value.length; i++) {
     const t: unknown = value[i];
@@ -218,7 +236,8 @@ function checkTiers(field: string, value: unknown): readonly QueueDepthTier[] | 
  *   backpressure tiers need the queue; the deprecated weight must agree with prefillLoadScale).
  */
 export function resolveKvRouterConfig(options: KvRouterOptions = {}): KvRouterConfig {
-  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw configError('(root)', options, 'must be an object');
+  if (typeof options !== 'object' || options === null || Array.isArray(options))
+    throw configError('(root)', options, 'must be an object');
   const out: Record<string, unknown> = { ...KV_ROUTER_DEFAULTS };
   const given = options as Record<string, unknown>;
   for (const key of Object.keys(given)) {
@@ -233,12 +252,20 @@ export function resolveKvRouterConfig(options: KvRouterOptions = {}): KvRouterCo
   delete out.overlapScoreWeight;
   if (weight !== undefined) {
     if (given.prefillLoadScale !== undefined && given.prefillLoadScale !== weight) {
-      throw configError('overlapScoreWeight', weight, `deprecated alias of prefillLoadScale, which is set to ${String(given.prefillLoadScale)}; set only one`);
+      throw configError(
+        'overlapScoreWeight',
+        weight,
+        `deprecated alias of prefillLoadScale, which is set to ${String(given.prefillLoadScale)}; set only one`,
+      );
     }
     out.prefillLoadScale = weight;
     if (weight === 0) {
       if (given.overlapScoreCredit !== undefined && given.overlapScoreCredit !== 0) {
-        throw configError('overlapScoreWeight', weight, 'a weight of 0 disables overlap credit, but overlapScoreCredit is set');
+        throw configError(
+          'overlapScoreWeight',
+          weight,
+          'a weight of 0 disables overlap credit, but overlapScoreCredit is set',
+        );
       }
       out.overlapScoreCredit = 0;
     }
@@ -249,10 +276,18 @@ export function resolveKvRouterConfig(options: KvRouterOptions = {}): KvRouterCo
     throw configError('routerTrackOutputBlocks', true, 'requires routerTrackActiveBlocks = true');
   }
   if (c.routerPredictedTtlSecs !== null && !c.useKvEvents) {
-    throw configError('routerPredictedTtlSecs', c.routerPredictedTtlSecs, 'predict-on-route requires useKvEvents = true (approximate mode already predicts)');
+    throw configError(
+      'routerPredictedTtlSecs',
+      c.routerPredictedTtlSecs,
+      'predict-on-route requires useKvEvents = true (approximate mode already predicts)',
+    );
   }
   if (c.routerQueueByIncomingMissingIsl !== null && c.routerQueueThreshold === null) {
-    throw configError('routerQueueByIncomingMissingIsl', c.routerQueueByIncomingMissingIsl, 'backpressure tiers require routerQueueThreshold (the queue) to be set');
+    throw configError(
+      'routerQueueByIncomingMissingIsl',
+      c.routerQueueByIncomingMissingIsl,
+      'backpressure tiers require routerQueueThreshold (the queue) to be set',
+    );
   }
   return deepFreeze(out) as unknown as KvRouterConfig;
 }
@@ -279,7 +314,9 @@ export function kvRouterOptionsFromDynamo(record: Readonly<Record<string, unknow
   return out as KvRouterOptions;
 }
 
-const OVERRIDE_FIELDS: Readonly<Record<keyof RouterConfigOverride, { dynamo: string; kind: 'nonNegative' | 'boolean' }>> = {
+const OVERRIDE_FIELDS: Readonly<
+  Record<keyof RouterConfigOverride, { dynamo: string; kind: 'nonNegative' | 'boolean' }>
+> = {
   overlapScoreCredit: { dynamo: 'overlap_score_credit', kind: 'nonNegative' },
   prefillLoadScale: { dynamo: 'prefill_load_scale', kind: 'nonNegative' },
   routerTemperature: { dynamo: 'router_temperature', kind: 'nonNegative' },
@@ -290,7 +327,11 @@ const OVERRIDE_FIELDS: Readonly<Record<keyof RouterConfigOverride, { dynamo: str
 
 function overrideError(field: string, value: unknown, reason: string): KvgateError {
   const shown = safeJson(value);
-  return new KvgateError('KVG_ERR_INVALID_ARGUMENT', `router_config_override.${field} = ${shown}: ${reason}`, { field, value: shown, reason });
+  return new KvgateError('KVG_ERR_INVALID_ARGUMENT', `router_config_override.${field} = ${shown}: ${reason}`, {
+    field,
+    value: shown,
+    reason,
+  });
 }
 
 /**
@@ -300,12 +341,14 @@ function overrideError(field: string, value: unknown, reason: string): KvgateErr
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT (a client error) naming the field.
  */
 export function parseRouterConfigOverride(input: unknown): RouterConfigOverride {
-  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw overrideError('(root)', input, 'must be an object');
+  if (typeof input !== 'object' || input === null || Array.isArray(input))
+    throw overrideError('(root)', input, 'must be an object');
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(input as Record<string, unknown>)) {
     if (value === undefined || value === null) continue;
     if (key === 'overlapScoreWeight' || key === 'overlap_score_weight') {
-      if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) throw overrideError(key, value, 'must be a finite number >= 0');
+      if (typeof value !== 'number' || !Number.isFinite(value) || value < 0)
+        throw overrideError(key, value, 'must be a finite number >= 0');
       out.prefillLoadScale = value;
       if (value === 0) out.overlapScoreCredit = 0;
       continue;
@@ -313,7 +356,8 @@ export function parseRouterConfigOverride(input: unknown): RouterConfigOverride 
     // Own properties only: a key such as `constructor` must not find a prototype member.
     let field = Object.hasOwn(OVERRIDE_FIELDS, key) ? (key as keyof RouterConfigOverride) : undefined;
     if (field === undefined) {
-      for (const [f, spec] of Object.entries(OVERRIDE_FIELDS)) if (spec.dynamo === key) field = f as keyof RouterConfigOverride;
+      for (const [f, spec] of Object.entries(OVERRIDE_FIELDS))
+        if (spec.dynamo === key) field = f as keyof RouterConfigOverride;
     }
     if (field === undefined) throw overrideError(key, value, 'unknown field');
     const kind = OVERRIDE_FIELDS[field].kind;

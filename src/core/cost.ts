@@ -28,9 +28,16 @@
 import type { KvRouterConfig } from './config.js';
 
 /** The scalar knobs of the cost model (as in KvRouterConfig) after any per-request override. */
-export type CostKnobs = Pick<KvRouterConfig,
-  'overlapScoreCredit' | 'overlapScoreCreditDecay' | 'prefillLoadScale' | 'decodeActiveRequestWeight'
-  | 'hostCacheHitWeight' | 'diskCacheHitWeight' | 'sharedCacheMultiplier'> & {
+export type CostKnobs = Pick<
+  KvRouterConfig,
+  | 'overlapScoreCredit'
+  | 'overlapScoreCreditDecay'
+  | 'prefillLoadScale'
+  | 'decodeActiveRequestWeight'
+  | 'hostCacheHitWeight'
+  | 'diskCacheHitWeight'
+  | 'sharedCacheMultiplier'
+> & {
   readonly trackPrefillTokens: boolean;
   /** Apply the decode exception (decode router, no prefill tracking, credit > 0). */
   readonly decodeException: boolean;
@@ -87,8 +94,17 @@ export interface CostInput {
 /** A zeroed `CostInput` (every field present, so the object keeps one shape as it is refilled). */
 export function newCostInput(): CostInput {
   return {
-    isl: 0, blockSize: 1, requestBlocks: 0, minActivePrefill: 0, activePrefill: 0, potentialDecodeBlocks: 0,
-    activeRequests: 0, deviceOverlap: 0, hostOverlap: 0, diskOverlap: 0, sharedBeyond: 0,
+    isl: 0,
+    blockSize: 1,
+    requestBlocks: 0,
+    minActivePrefill: 0,
+    activePrefill: 0,
+    potentialDecodeBlocks: 0,
+    activeRequests: 0,
+    deviceOverlap: 0,
+    hostOverlap: 0,
+    diskOverlap: 0,
+    sharedBeyond: 0,
   };
 }
 
@@ -100,8 +116,11 @@ export function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
     const excess = (x.activePrefill - x.minActivePrefill) / blockSize / (x.requestBlocks > 1 ? x.requestBlocks : 1);
     decay = 1 / (1 + k.overlapScoreCreditDecay * excess);
   }
-  const credit = k.overlapScoreCredit * decay * x.deviceOverlap + k.hostCacheHitWeight * x.hostOverlap
-    + k.diskCacheHitWeight * x.diskOverlap + k.sharedCacheMultiplier * x.sharedBeyond;
+  const credit =
+    k.overlapScoreCredit * decay * x.deviceOverlap +
+    k.hostCacheHitWeight * x.hostOverlap +
+    k.diskCacheHitWeight * x.diskOverlap +
+    k.sharedCacheMultiplier * x.sharedBeyond;
   const requestTerm = k.decodeActiveRequestWeight * x.activeRequests;
   if (k.decodeException) {
     const d = x.potentialDecodeBlocks - credit;
@@ -115,9 +134,16 @@ export function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
 /** The [v1.5] cost of one candidate from request-wide and per-candidate records (off the hot path: tests, explanations). */
 export function candidateCost(knobs: CostKnobs, req: CostRequest, c: CandidateLoad): number {
   return costOf(knobs, {
-    isl: req.isl, blockSize: req.blockSize, requestBlocks: Math.ceil(req.isl / req.blockSize), minActivePrefill: req.minActivePrefillTokens,
-    activePrefill: c.activePrefillTokens, potentialDecodeBlocks: c.potentialDecodeBlocks, activeRequests: c.activeRequests,
-    deviceOverlap: c.deviceOverlapBlocks, hostOverlap: c.hostOverlapBlocks ?? 0, diskOverlap: c.diskOverlapBlocks ?? 0,
+    isl: req.isl,
+    blockSize: req.blockSize,
+    requestBlocks: Math.ceil(req.isl / req.blockSize),
+    minActivePrefill: req.minActivePrefillTokens,
+    activePrefill: c.activePrefillTokens,
+    potentialDecodeBlocks: c.potentialDecodeBlocks,
+    activeRequests: c.activeRequests,
+    deviceOverlap: c.deviceOverlapBlocks,
+    hostOverlap: c.hostOverlapBlocks ?? 0,
+    diskOverlap: c.diskOverlapBlocks ?? 0,
     sharedBeyond: c.sharedBeyondDeviceBlocks ?? 0,
   });
 }
@@ -126,9 +152,16 @@ export function candidateCost(knobs: CostKnobs, req: CostRequest, c: CandidateLo
  * The [v1.1] cost: `overlap_score_weight × potential_prefill_tokens / block_size + potential_decode_blocks`,
  * with `potential_prefill_tokens = active + max(0, isl − overlap × block_size)` when tracking prefill, else active.
  */
-export function costV11(overlapScoreWeight: number, isl: number, blockSize: number, trackPrefillTokens: boolean,
-  activePrefillTokens: number, overlapBlocks: number, potentialDecodeBlocks: number): number {
+export function costV11(
+  overlapScoreWeight: number,
+  isl: number,
+  blockSize: number,
+  trackPrefillTokens: boolean,
+  activePrefillTokens: number,
+  overlapBlocks: number,
+  potentialDecodeBlocks: number,
+): number {
   const uncached = Math.max(0, isl - overlapBlocks * blockSize);
   const potentialPrefill = trackPrefillTokens ? activePrefillTokens + uncached : activePrefillTokens;
-  return overlapScoreWeight * potentialPrefill / blockSize + potentialDecodeBlocks;
+  return (overlapScoreWeight * potentialPrefill) / blockSize + potentialDecodeBlocks;
 }

@@ -75,8 +75,17 @@ const F_PROB = 7;
  * @rank-numbers called per candidate in the scoring loop with the dense slot's columns, written into a Float64Array:
  *   a pair object per candidate would be garbage on the hottest path.
  */
-export function writeBreakdown(out: Float64Array, i: number, workerId: number, dpRank: number, overlap: number,
-  prefillTokens: number, decodeBlocks: number, activeRequests: number, cost: number): void {
+export function writeBreakdown(
+  out: Float64Array,
+  i: number,
+  workerId: number,
+  dpRank: number,
+  overlap: number,
+  prefillTokens: number,
+  decodeBlocks: number,
+  activeRequests: number,
+  cost: number,
+): void {
   const o = i * BREAKDOWN_STRIDE;
   out[o + F_WORKER] = workerId;
   out[o + F_RANK] = dpRank;

@@ -6,9 +6,22 @@
  * on, and the pure pieces of disaggregated serving.
  */
 export {
-  KV_ROUTER_DEFAULTS, KV_ROUTER_CONFIG_FIELDS, resolveKvRouterConfig, kvEventsEnabled, kvRouterOptionsFromDynamo, parseRouterConfigOverride,
+  KV_ROUTER_DEFAULTS,
+  KV_ROUTER_CONFIG_FIELDS,
+  resolveKvRouterConfig,
+  kvEventsEnabled,
+  kvRouterOptionsFromDynamo,
+  parseRouterConfigOverride,
 } from './config.js';
-export type { KvRouterConfig, KvRouterOptions, KvRouterKnob, QueuePolicy, QueueDepthTier, ConfigFieldSpec, ConfigFieldKind } from './config.js';
+export type {
+  KvRouterConfig,
+  KvRouterOptions,
+  KvRouterKnob,
+  QueuePolicy,
+  QueueDepthTier,
+  ConfigFieldSpec,
+  ConfigFieldKind,
+} from './config.js';
 export { ActiveSequences, outputBlockDecay } from './active-sequences.js';
 export type { SlotLoad, ActiveRequestInfo, SyncedBooking } from './active-sequences.js';
 export type { PeerBookings, PeerApplyOutcome } from './peer-bookings.js';
@@ -19,7 +32,16 @@ export type { DecisionTiming, CandidateBreakdown } from './decision.js';
 export { KvScheduler, STRUCTURAL_ROUTER_KNOBS } from './scheduler/kv-scheduler.js';
 export { rejectionError } from './scheduler/types.js';
 export type {
-  WorkerCapacity, WorkerSummary, WorkerLoad, SchedulingRequest, Rejection, AdmissionResult, QueueTicket,
-  ScheduleOutcome, SelectionMode, KvSchedulerOptions, BookkeepingObserver,
+  WorkerCapacity,
+  WorkerSummary,
+  WorkerLoad,
+  SchedulingRequest,
+  Rejection,
+  AdmissionResult,
+  QueueTicket,
+  ScheduleOutcome,
+  SelectionMode,
+  KvSchedulerOptions,
+  BookkeepingObserver,
 } from './scheduler/types.js';
 export { computeBootstrapRoom, randomRoomSeed, RequestTracker } from './disagg/index.js';

@@ -47,8 +47,12 @@ export class PeerBookings {
     const key = `${PEER_ID_PREFIX}${replica}${PEER_ID_PREFIX}${b.requestId}`;
     const hashes: PromptHashes | null = b.seq === null ? null : { local: b.seq, seq: b.seq };
     this.#active.add({
-      requestId: key, slot, hashes, privateBlocks: b.privateBlocks,
-      prefillTokens: b.prefillCompleted ? 0 : b.prefillTokens, expectedOutputTokens: b.expectedOutputTokens,
+      requestId: key,
+      slot,
+      hashes,
+      privateBlocks: b.privateBlocks,
+      prefillTokens: b.prefillCompleted ? 0 : b.prefillTokens,
+      expectedOutputTokens: b.expectedOutputTokens,
     });
     if (b.prefillCompleted) this.#active.markPrefillCompleted(key);
     if (entries === undefined) this.#byReplica.set(replica, (entries = new Map()));
@@ -120,7 +124,8 @@ export class PeerBookings {
   requestsOn(slot: WorkerRank): number {
     let n = 0;
     const { workerId, dpRank } = slot;
-    for (const entries of this.#byReplica.values()) for (const e of entries.values()) if (e.workerId === workerId && e.dpRank === dpRank) n++;
+    for (const entries of this.#byReplica.values())
+      for (const e of entries.values()) if (e.workerId === workerId && e.dpRank === dpRank) n++;
     return n;
   }
 

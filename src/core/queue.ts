@@ -23,7 +23,13 @@ import { BinaryHeap } from './binary-heap.js';
 import type { QueueDepthTier, QueuePolicy } from './config.js';
 
 /** The ordering key of a queued request under a policy. */
-export function queueKey(policy: QueuePolicy, priorityJump: number, arrivalOffsetSecs: number, isl: number, cachedTokens: number): number {
+export function queueKey(
+  policy: QueuePolicy,
+  priorityJump: number,
+  arrivalOffsetSecs: number,
+  isl: number,
+  cachedTokens: number,
+): number {
   switch (policy) {
     case 'fcfs':
       return priorityJump - arrivalOffsetSecs;

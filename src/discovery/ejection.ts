@@ -39,9 +39,11 @@ export interface EjectionMetrics {
   readonly workerEjections: {
     labels(labels: { model: string; worker_id: string; reason: EjectionReason }): { inc(): void };
   };
-  readonly poolPanic?: {
-    labels(labels: { model: string; worker_type: WorkerRole }): { set(value: number): void };
-  } | undefined;
+  readonly poolPanic?:
+    | {
+        labels(labels: { model: string; worker_type: WorkerRole }): { set(value: number): void };
+      }
+    | undefined;
 }
 
 /** A model's logger and metrics, registered with `watch`. */
@@ -140,7 +142,11 @@ export class Ejections {
     h.reasons.add(reason);
     this.#holds.set(w.id, h);
     if (reason === 'model_mismatch') this.#registry.markDown(w.id);
-    else this.#sinks.get(w.model)?.metrics?.workerEjections.labels({ model: w.model, worker_id: String(w.id), reason }).inc();
+    else
+      this.#sinks
+        .get(w.model)
+        ?.metrics?.workerEjections.labels({ model: w.model, worker_id: String(w.id), reason })
+        .inc();
     this.#settle(w.model, w.role);
   }
 
@@ -165,7 +171,8 @@ export class Ejections {
     // A healthy worker leaving may put its pool in panic, an ejected one take it out: settle every pool that can be.
     const pools = new Map<string, { model: string; role: WorkerRole }>();
     for (const p of this.#pools.values()) if (p.panic) pools.set(poolKey(p.model, p.role), p);
-    for (const x of [w, ...[...this.#holds.values()].map((h) => h.worker)]) if (x !== undefined) pools.set(poolKey(x.model, x.role), x);
+    for (const x of [w, ...[...this.#holds.values()].map((h) => h.worker)])
+      if (x !== undefined) pools.set(poolKey(x.model, x.role), x);
     for (const p of pools.values()) this.#settle(p.model, p.role);
   }
 
@@ -203,7 +210,8 @@ export class Ejections {
     const key = poolKey(model, role);
     const state = this.#pools.get(key) ?? { model, role, panic: false };
     this.#pools.set(key, state);
-    for (const w of members) if (this.isEjected(w.id)) (panic ? this.#registry.markUp(w.id) : this.#registry.markDown(w.id));
+    for (const w of members)
+      if (this.isEjected(w.id)) panic ? this.#registry.markUp(w.id) : this.#registry.markDown(w.id);
     const sink = this.#sinks.get(model);
     if (sink !== undefined) this.#gauge(sink, model, role, panic);
     if (panic === state.panic) return;

@@ -52,7 +52,11 @@ export function parseCacheConfigInfo(text: string): EngineCacheConfig {
   const labels = families.find((f) => f.name === CACHE_CONFIG_METRIC)?.metrics[0]?.labels;
   if (labels === undefined) return { kind: 'unreadable', reason: `/metrics has no ${CACHE_CONFIG_METRIC}` };
   const blockSize = positiveInt(labels.block_size);
-  if (blockSize === undefined) return { kind: 'unreadable', reason: `${CACHE_CONFIG_METRIC} has no valid block_size label (${JSON.stringify(labels.block_size)})` };
+  if (blockSize === undefined)
+    return {
+      kind: 'unreadable',
+      reason: `${CACHE_CONFIG_METRIC} has no valid block_size label (${JSON.stringify(labels.block_size)})`,
+    };
   return { kind: 'ok', blockSize, numGpuBlocks: positiveInt(labels.num_gpu_blocks) };
 }
 

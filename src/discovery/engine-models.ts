@@ -13,11 +13,18 @@ import type { WorkerInfo } from './registry.js';
  * GET `path` on an engine within `timeoutMs`: the body of a 200 answer as `read` makes it, else why not.
  * Never throws.
  */
-export async function engineGet<T>(base: string, path: string, timeoutMs: number,
-  read: (body: Dispatcher.ResponseData['body']) => Promise<T>): Promise<{ ok: true; body: T } | { ok: false; reason: string }> {
+export async function engineGet<T>(
+  base: string,
+  path: string,
+  timeoutMs: number,
+  read: (body: Dispatcher.ResponseData['body']) => Promise<T>,
+): Promise<{ ok: true; body: T } | { ok: false; reason: string }> {
   try {
     const res = await request(new URL(path, base), {
-      method: 'GET', headersTimeout: timeoutMs, bodyTimeout: timeoutMs, signal: AbortSignal.timeout(timeoutMs),
+      method: 'GET',
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+      signal: AbortSignal.timeout(timeoutMs),
     });
     if (res.statusCode !== 200) {
       await res.body.dump();
@@ -53,11 +60,18 @@ export async function checkEngineModels(w: WorkerInfo, timeoutMs: number): Promi
   const body = got.body;
   const data = (body as { data?: unknown } | null)?.data;
   if (!Array.isArray(data)) return { kind: 'unreadable', reason: 'GET /v1/models has no data list' };
-  const entries = data.filter((e): e is { id: string; parent?: unknown; max_model_len?: unknown } => typeof (e as { id?: unknown } | null)?.id === 'string');
+  const entries = data.filter(
+    (e): e is { id: string; parent?: unknown; max_model_len?: unknown } =>
+      typeof (e as { id?: unknown } | null)?.id === 'string',
+  );
   const expected = upstreamModel(w);
   const base = entries.find((e) => e.id === expected);
   if (base === undefined) return { kind: 'mismatch', expected, served: entries.map((e) => e.id) };
   const adapters = entries.filter((e) => e.parent === expected && e.id !== expected).map((e) => e.id);
   const len = base.max_model_len;
-  return { kind: 'ok', adapters, ...(Number.isSafeInteger(len) && (len as number) > 0 ? { maxModelLen: len as number } : {}) };
+  return {
+    kind: 'ok',
+    adapters,
+    ...(Number.isSafeInteger(len) && (len as number) > 0 ? { maxModelLen: len as number } : {}),
+  };
 }

@@ -119,7 +119,8 @@ export class HealthProber {
     this.#intervalMs = opts.intervalMs ?? 2000;
     this.#timeoutMs = opts.timeoutMs ?? 1000;
     this.#unhealthyAfter = opts.unhealthyAfter ?? 2;
-    this.#ejections = opts.ejections ?? new Ejections(registry, opts.maxEjectedPercent ?? 50, opts.panicThresholdPercent ?? 0);
+    this.#ejections =
+      opts.ejections ?? new Ejections(registry, opts.maxEjectedPercent ?? 50, opts.panicThresholdPercent ?? 0);
     this.#clock = opts.clock ?? systemClock;
     this.#scheduler = opts.scheduler ?? systemScheduler;
     this.#opts = opts;
@@ -128,8 +129,10 @@ export class HealthProber {
   /** Logs and counts the transitions of `model`'s workers here (its routers' logger and metrics). */
   watch(model: string, logger: Logger, metrics?: HealthMetrics & Partial<EjectionMetrics>): void {
     this.#sinks.set(model, { logger, metrics });
-    const counted = metrics?.workerEjections === undefined ? undefined
-      : { workerEjections: metrics.workerEjections, poolPanic: metrics.poolPanic };
+    const counted =
+      metrics?.workerEjections === undefined
+        ? undefined
+        : { workerEjections: metrics.workerEjections, poolPanic: metrics.poolPanic };
     this.#ejections.watch(model, { logger, metrics: counted });
   }
 
@@ -186,7 +189,10 @@ export class HealthProber {
     // A worker that left (or was replaced) while its probe ran keeps no state here.
     if (this.#closed || this.#registry.get(workerId) !== w) return ok;
     const now = (this.#opts.now ?? Date.now)();
-    this.#probes.set(w.id, { at: now, lastError: error ?? (ok ? this.#probes.get(w.id)?.lastError : 'its engine serves another model') });
+    this.#probes.set(w.id, {
+      at: now,
+      lastError: error ?? (ok ? this.#probes.get(w.id)?.lastError : 'its engine serves another model'),
+    });
     if (ok) {
       if (ejectedAtStart) this.#ejections.probePassed(w);
       this.#healthy(w);
@@ -202,17 +208,20 @@ export class HealthProber {
     if (this.#opts.checkModels === false) return false;
     const now = (this.#opts.now ?? Date.now)();
     const last = this.#checks.get(w.id);
-    const due = last === undefined || last.check.kind === 'mismatch' || this.#standing.get(w.id) === 'ejected'
-      || now - last.at >= (this.#opts.modelsRefreshMs ?? 30_000);
+    const due =
+      last === undefined ||
+      last.check.kind === 'mismatch' ||
+      this.#standing.get(w.id) === 'ejected' ||
+      now - last.at >= (this.#opts.modelsRefreshMs ?? 30_000);
     if (!due) return false;
     const check = await checkEngineModels(w, this.#timeoutMs);
     if (this.#closed || this.#registry.get(w.id) !== w) return check.kind === 'mismatch';
     this.#checks.set(w.id, { check, at: now });
     if (check.kind === 'ok') this.#registry.setDiscoveredAdapters(w.id, check.adapters);
-    if (last === undefined || JSON.stringify(last.check) !== JSON.stringify(check)) this.#opts.onModelCheck?.(w, check, last?.check);
+    if (last === undefined || JSON.stringify(last.check) !== JSON.stringify(check))
+      this.#opts.onModelCheck?.(w, check, last?.check);
     return check.kind === 'mismatch';
   }
-
 
   /** The worker's standing as last probed (undefined for a worker not registered). */
   view(workerId: number): WorkerHealthView | undefined {
@@ -220,11 +229,26 @@ export class HealthProber {
     if (w === undefined) return undefined;
     const probe = this.#probes.get(workerId);
     const standing = this.#standing.get(workerId);
-    const state = this.#checks.get(workerId)?.check.kind === 'mismatch' ? 'model_mismatch'
-      : this.#ejections.isEjected(workerId) && this.#ejections.inPanic(w) ? 'panic'
-        : standing === 'ejected' ? 'down' : this.#ejections.holds(workerId, 'consecutive_errors') ? 'ejected'
-          : standing === 'kept' ? 'kept' : probe === undefined ? 'unknown' : 'up';
-    return { state, consecutiveFailures: this.#failures.get(workerId) ?? 0, lastProbeAt: probe?.at, lastError: probe?.lastError };
+    const state =
+      this.#checks.get(workerId)?.check.kind === 'mismatch'
+        ? 'model_mismatch'
+        : this.#ejections.isEjected(workerId) && this.#ejections.inPanic(w)
+          ? 'panic'
+          : standing === 'ejected'
+            ? 'down'
+            : this.#ejections.holds(workerId, 'consecutive_errors')
+              ? 'ejected'
+              : standing === 'kept'
+                ? 'kept'
+                : probe === undefined
+                  ? 'unknown'
+                  : 'up';
+    return {
+      state,
+      consecutiveFailures: this.#failures.get(workerId) ?? 0,
+      lastProbeAt: probe?.at,
+      lastError: probe?.lastError,
+    };
   }
 
   /** GET /health within the loop-time budget: undefined for a 2xx, else why not. */
@@ -233,7 +257,12 @@ export class HealthProber {
     const cancel = loopTimeout(this.#timeoutMs, () => ac.abort(), { clock: this.#clock, scheduler: this.#scheduler });
     try {
       // undici's own timers would fire in a stalled loop too: the loop-time budget above is the bound.
-      const res = await request(new URL('/health', url), { method: 'GET', headersTimeout: 0, bodyTimeout: 0, signal: ac.signal });
+      const res = await request(new URL('/health', url), {
+        method: 'GET',
+        headersTimeout: 0,
+        bodyTimeout: 0,
+        signal: ac.signal,
+      });
       await res.body.dump();
       return res.statusCode >= 200 && res.statusCode < 300 ? undefined : `GET /health answered ${res.statusCode}`;
     } catch (err) {
@@ -252,8 +281,13 @@ export class HealthProber {
     this.#ejections.release(w, 'model_mismatch');
     const routable = this.#ejections.release(w, 'health_probe');
     if (was !== 'up') {
-      this.#transition(w, 'readmitted', routable ? 'worker passes its health probe again: readmitted'
-        : 'worker passes its health probe again; still ejected for errors on dispatch');
+      this.#transition(
+        w,
+        'readmitted',
+        routable
+          ? 'worker passes its health probe again: readmitted'
+          : 'worker passes its health probe again; still ejected for errors on dispatch',
+      );
     }
   }
 
@@ -269,7 +303,12 @@ export class HealthProber {
       this.#transition(w, 'ejected', `worker failed ${n} health probes in a row: ejected${panic}`);
     } else if (was !== 'kept') {
       this.#standing.set(w.id, 'kept');
-      this.#transition(w, 'kept', `worker failed ${n} health probes in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ejected already: kept routable`);
+      this.#transition(
+        w,
+        'kept',
+        `worker failed ${n} health probes in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ` +
+          `ejected already: kept routable`,
+      );
     }
   }
 
@@ -277,6 +316,9 @@ export class HealthProber {
     const sink = this.#sinks.get(w.model);
     sink?.metrics?.healthTransitions.labels({ model: w.model, worker_id: String(w.id), transition }).inc();
     const error = transition === 'readmitted' ? undefined : this.#probes.get(w.id)?.lastError;
-    (sink?.logger ?? silentLogger).warn({ workerId: w.id, url: w.url, role: w.role, transition, ...(error !== undefined ? { error } : {}) }, msg);
+    (sink?.logger ?? silentLogger).warn(
+      { workerId: w.id, url: w.url, role: w.role, transition, ...(error !== undefined ? { error } : {}) },
+      msg,
+    );
   }
 }

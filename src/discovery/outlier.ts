@@ -90,8 +90,11 @@ export class OutlierDetector {
     const line = { model: w.model, workerId: w.id, url: w.url, role: w.role, consecutiveErrors: r.consecutive, error };
     if (!this.#ejections.mayEject(w)) {
       if (!r.keptLogged) {
-        logger.warn({ ...line, maxEjectedPercent: this.#ejections.maxEjectedPercent },
-          `worker failed ${r.consecutive} dispatches in a row but ${this.#ejections.maxEjectedPercent}% of the model's workers are ejected already: kept routable`);
+        logger.warn(
+          { ...line, maxEjectedPercent: this.#ejections.maxEjectedPercent },
+          `worker failed ${r.consecutive} dispatches in a row but ${this.#ejections.maxEjectedPercent}% of the model's ` +
+            `workers are ejected already: kept routable`,
+        );
       }
       r.keptLogged = true;
       return;
@@ -104,12 +107,14 @@ export class OutlierDetector {
     const ms = Math.min(this.#opts.baseEjectionMs * r.ejections, this.#opts.maxEjectionMs);
     this.#ejections.hold(w, 'consecutive_errors');
     const panic = this.#ejections.inPanic(w) ? '; its pool is in panic, so it stays routable' : '';
-    logger.warn({ ...line, ejectionMs: ms, ejections: r.ejections, connectionFailuresOnly: r.liftable },
-      `worker failed ${this.#opts.consecutiveErrors} dispatches in a row: ejected for ${ms} ms${panic}`);
+    logger.warn(
+      { ...line, ejectionMs: ms, ejections: r.ejections, connectionFailuresOnly: r.liftable },
+      `worker failed ${this.#opts.consecutiveErrors} dispatches in a row: ejected for ${ms} ms${panic}`,
+    );
     r.timer = this.#scheduler.setTimeout(() => {
       r.timer = undefined;
       if (this.#registry.get(w.id) !== w) return;
-      this.#readmit(w, { ejectionMs: ms }, 'worker\'s ejection time is over');
+      this.#readmit(w, { ejectionMs: ms }, "worker's ejection time is over");
     }, ms);
   }
 
@@ -126,8 +131,10 @@ export class OutlierDetector {
   #readmit(w: WorkerInfo, fields: Record<string, unknown>, why: string): void {
     const free = this.#ejections.release(w, 'consecutive_errors');
     const logger = this.#ejections.sink(w.model)?.logger ?? silentLogger;
-    logger.warn({ model: w.model, workerId: w.id, url: w.url, role: w.role, ...fields },
-      free ? `${why}: readmitted` : `${why}; still ejected on its health probes`);
+    logger.warn(
+      { model: w.model, workerId: w.id, url: w.url, role: w.role, ...fields },
+      free ? `${why}: readmitted` : `${why}; still ejected on its health probes`,
+    );
   }
 
   /** A worker left the registry: its streak, count and timer go with it. */

@@ -95,7 +95,11 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
     validateWorker(w);
     const existing = this.#all.get(w.id);
     if (existing !== undefined) {
-      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `worker id ${w.id} is used twice (${existing.url} and ${w.url})`, { field: 'workers.id' });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_CONFIG',
+        `worker id ${w.id} is used twice (${existing.url} and ${w.url})`,
+        { field: 'workers.id' },
+      );
     }
     this.#all.set(w.id, w);
     if (available) this.markUp(w.id);
@@ -116,7 +120,11 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
   setEngineFacts(id: number, facts: EngineFacts): void {
     const w = this.#all.get(id);
     if (w === undefined) return;
-    const next: WorkerInfo = { ...w, totalKvBlocks: facts.totalKvBlocks ?? w.totalKvBlocks, kvMismatch: facts.kvMismatch };
+    const next: WorkerInfo = {
+      ...w,
+      totalKvBlocks: facts.totalKvBlocks ?? w.totalKvBlocks,
+      kvMismatch: facts.kvMismatch,
+    };
     this.#effective.set(id, next);
     if (this.#available.has(id)) this.emit('updated', next);
   }
@@ -135,7 +143,9 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
   servesAdapter(id: number, adapter: string): boolean {
     const w = this.#all.get(id);
     if (w === undefined) return false;
-    return (w.loraAdapters?.includes(adapter) ?? false) || (this.#discoveredAdapters.get(id)?.includes(adapter) ?? false);
+    return (
+      (w.loraAdapters?.includes(adapter) ?? false) || (this.#discoveredAdapters.get(id)?.includes(adapter) ?? false)
+    );
   }
 
   /** The adapters served by at least one available worker of the model in one of `roles`, sorted. */
@@ -194,7 +204,9 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
 
 function validateWorker(w: WorkerInfo): void {
   const bad = (field: string, reason: string): never => {
-    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `worker ${String(w.id)}: ${field} ${reason}`, { field: `workers.${field}` });
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `worker ${String(w.id)}: ${field} ${reason}`, {
+      field: `workers.${field}`,
+    });
   };
   if (!Number.isSafeInteger(w.id) || w.id < 0) bad('id', 'must be a non-negative integer');
   try {
@@ -205,5 +217,6 @@ function validateWorker(w: WorkerInfo): void {
   }
   if (!Number.isInteger(w.dpStart) || w.dpStart < 0) bad('dp_start', 'must be a non-negative integer');
   if (!Number.isInteger(w.dpSize) || w.dpSize < 1 || w.dpSize > 1024) bad('dp_size', 'must be an integer in [1, 1024]');
-  if (w.role === 'prefill' && w.dialect === 'sglang' && w.bootstrap === undefined) bad('bootstrap', 'is required for an SGLang prefill worker');
+  if (w.role === 'prefill' && w.dialect === 'sglang' && w.bootstrap === undefined)
+    bad('bootstrap', 'is required for an SGLang prefill worker');
 }

@@ -53,7 +53,10 @@ interface ChoiceAcc {
 
 const CHOICE_KEYS = new Set(['index', 'delta', 'message', 'text', 'logprobs', 'finish_reason']);
 const DELTA_STRINGS = ['reasoning_content', 'reasoning', 'refusal'];
-const OBJECT_OF: Record<string, string> = { 'chat.completion.chunk': 'chat.completion', text_completion: 'text_completion' };
+const OBJECT_OF: Record<string, string> = {
+  'chat.completion.chunk': 'chat.completion',
+  text_completion: 'text_completion',
+};
 
 export class ResponseAssembler {
   readonly #top: Json = {};
@@ -89,7 +92,10 @@ export class ResponseAssembler {
     out['object'] ??= this.#chat ? 'chat.completion' : 'text_completion';
     const chat = out['object'] === 'chat.completion';
     // Most answers have one choice: no array to sort.
-    const accs = this.#choices.size === 1 ? [this.#choices.values().next().value!] : [...this.#choices.values()].sort((a, b) => a.index - b.index);
+    const accs =
+      this.#choices.size === 1
+        ? [this.#choices.values().next().value!]
+        : [...this.#choices.values()].sort((a, b) => a.index - b.index);
     out['choices'] = accs.map((a) => (chat ? chatChoice(a) : completionChoice(a)));
     if (this.#usage !== undefined) out['usage'] = this.#usage;
     return out;
@@ -99,7 +105,17 @@ export class ResponseAssembler {
     const index = typeof ch['index'] === 'number' ? ch['index'] : 0;
     let a = this.#choices.get(index);
     if (a === undefined) {
-      a = { index, role: undefined, text: '', sawContent: false, strings: undefined, tools: undefined, logprobs: undefined, finishReason: null, extra: {} };
+      a = {
+        index,
+        role: undefined,
+        text: '',
+        sawContent: false,
+        strings: undefined,
+        tools: undefined,
+        logprobs: undefined,
+        finishReason: null,
+        extra: {},
+      };
       this.#choices.set(index, a);
     }
     if (typeof ch['text'] === 'string') {
@@ -139,13 +155,15 @@ function pushDelta(a: ChoiceAcc, d: Json): void {
     if (t === undefined) continue;
     const i = typeof t['index'] === 'number' ? t['index'] : a.tools.size;
     let acc = a.tools.get(i);
-    if (acc === undefined) a.tools.set(i, (acc = { id: undefined, type: undefined, name: undefined, args: '', extra: {} }));
+    if (acc === undefined)
+      a.tools.set(i, (acc = { id: undefined, type: undefined, name: undefined, args: '', extra: {} }));
     if (t['id'] !== undefined && t['id'] !== null) acc.id = t['id'];
     if (t['type'] !== undefined && t['type'] !== null) acc.type = t['type'];
     const fn = obj(t['function']);
     if (typeof fn?.['name'] === 'string') acc.name = (acc.name ?? '') + fn['name'];
     if (typeof fn?.['arguments'] === 'string') acc.args += fn['arguments'];
-    for (const [k, v] of Object.entries(t)) if (k !== 'index' && k !== 'id' && k !== 'type' && k !== 'function' && v !== null) acc.extra[k] = v;
+    for (const [k, v] of Object.entries(t))
+      if (k !== 'index' && k !== 'id' && k !== 'type' && k !== 'function' && v !== null) acc.extra[k] = v;
   }
 }
 
@@ -170,13 +188,21 @@ function choiceOf(a: ChoiceAcc, own: Json): Json {
 }
 
 function chatChoice(a: ChoiceAcc): Json {
-  const toolCalls = a.tools === undefined ? [] : [...a.tools.entries()].sort((x, y) => x[0] - y[0]).map(([, t]) => ({
-    ...t.extra,
-    ...(t.id !== undefined ? { id: t.id } : {}),
-    type: t.type ?? 'function',
-    function: { name: t.name ?? '', arguments: t.args },
-  }));
-  const message: Json = { role: a.role ?? 'assistant', content: a.sawContent && !(a.text === '' && toolCalls.length > 0) ? a.text : null };
+  const toolCalls =
+    a.tools === undefined
+      ? []
+      : [...a.tools.entries()]
+          .sort((x, y) => x[0] - y[0])
+          .map(([, t]) => ({
+            ...t.extra,
+            ...(t.id !== undefined ? { id: t.id } : {}),
+            type: t.type ?? 'function',
+            function: { name: t.name ?? '', arguments: t.args },
+          }));
+  const message: Json = {
+    role: a.role ?? 'assistant',
+    content: a.sawContent && !(a.text === '' && toolCalls.length > 0) ? a.text : null,
+  };
   if (a.strings !== undefined) for (const [k, v] of a.strings) message[k] = v;
   if (toolCalls.length > 0) message['tool_calls'] = toolCalls;
   return choiceOf(a, { index: a.index, message, logprobs: logprobsOf(a), finish_reason: a.finishReason });

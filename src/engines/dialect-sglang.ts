@@ -33,14 +33,21 @@ export function bootstrapFields(info: BootstrapInfo): Record<string, unknown> {
     throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'bootstrap host must be a non-empty string', { host: info.host });
   }
   if (!Number.isInteger(info.port) || info.port < 1 || info.port > 65535) {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `bootstrap port must be in 1..65535, got ${String(info.port)}`, { port: info.port });
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `bootstrap port must be in 1..65535, got ${String(info.port)}`, {
+      port: info.port,
+    });
   }
   let room: bigint;
   if (typeof info.room === 'bigint') room = info.room;
   else if (Number.isSafeInteger(info.room)) room = BigInt(info.room);
-  else throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `bootstrap room must be an integer, got ${String(info.room)}`, { room: String(info.room) });
+  else
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `bootstrap room must be an integer, got ${String(info.room)}`, {
+      room: String(info.room),
+    });
   if (room < 0n || room > I64_MAX) {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `bootstrap room must be in [0, 2^63 - 1], got ${room}`, { room: room.toString() });
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `bootstrap room must be in [0, 2^63 - 1], got ${room}`, {
+      room: room.toString(),
+    });
   }
   return { bootstrap_host: info.host, bootstrap_port: info.port, bootstrap_room: room };
 }
@@ -49,7 +56,10 @@ export function bootstrapFields(info: BootstrapInfo): Record<string, unknown> {
  * The prefill leg: one non-streaming token plus the triple.
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT (see `bootstrapFields`).
  */
-export function sglangPrefillLegFields(body: Readonly<Record<string, unknown>>, options: { bootstrap: BootstrapInfo }): LegFields {
+export function sglangPrefillLegFields(
+  body: Readonly<Record<string, unknown>>,
+  options: { bootstrap: BootstrapInfo },
+): LegFields {
   return { fields: { ...oneTokenPrefillFields(body), ...bootstrapFields(options.bootstrap) }, headers: {} };
 }
 

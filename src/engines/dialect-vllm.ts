@@ -35,7 +35,10 @@ function checkRequestId(requestId: string): void {
  * The prefill leg: one token, no streaming, and a request for a remote decode.
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an empty request id.
  */
-export function vllmPrefillLegFields(body: Readonly<Record<string, unknown>>, options: { requestId: string }): LegFields {
+export function vllmPrefillLegFields(
+  body: Readonly<Record<string, unknown>>,
+  options: { requestId: string },
+): LegFields {
   checkRequestId(options.requestId);
   return {
     fields: { ...oneTokenPrefillFields(body), kv_transfer_params: { ...VLLM_PREFILL_KV_TRANSFER_PARAMS } },
@@ -47,9 +50,15 @@ export function vllmPrefillLegFields(body: Readonly<Record<string, unknown>>, op
  * The decode leg: the client's body unchanged (streaming allowed) plus the prefill's ticket, verbatim.
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an empty request id.
  */
-export function vllmDecodeLegFields(options: { requestId: string; kvTransferParams: Readonly<Record<string, unknown>> }): LegFields {
+export function vllmDecodeLegFields(options: {
+  requestId: string;
+  kvTransferParams: Readonly<Record<string, unknown>>;
+}): LegFields {
   checkRequestId(options.requestId);
-  return { fields: { kv_transfer_params: options.kvTransferParams }, headers: { [REQUEST_ID_HEADER]: options.requestId } };
+  return {
+    fields: { kv_transfer_params: options.kvTransferParams },
+    headers: { [REQUEST_ID_HEADER]: options.requestId },
+  };
 }
 
 export interface VllmPrefillResult {
@@ -62,7 +71,9 @@ export interface VllmPrefillResult {
 }
 
 function asObject(value: unknown): Record<string, unknown> | undefined {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : undefined;
 }
 
 /**
@@ -79,7 +90,11 @@ export function readVllmPrefillResult(json: unknown, context: { worker?: string 
     throw new KvgateError(
       'KVG_ERR_NO_DISAGGREGATED_PARAMS',
       `prefill response${context.worker === undefined ? '' : ` from ${context.worker}`} has no kv_transfer_params`,
-      { worker: context.worker, finishReason: first?.['finish_reason'], present: body !== undefined && 'kv_transfer_params' in body },
+      {
+        worker: context.worker,
+        finishReason: first?.['finish_reason'],
+        present: body !== undefined && 'kv_transfer_params' in body,
+      },
     );
   }
   const usage = asObject(body?.['usage']);

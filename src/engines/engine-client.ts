@@ -126,10 +126,14 @@ function resolveOptions(options: EngineClientOptions): FilledEngineClientOptions
     const value = options[key];
     if (value === undefined) continue;
     if (!Number.isInteger(value) || value < 1) {
-      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `engine client option ${key} must be a positive integer, got ${String(value)}`, {
-        field: key,
-        value,
-      });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_CONFIG',
+        `engine client option ${key} must be a positive integer, got ${String(value)}`,
+        {
+          field: key,
+          value,
+        },
+      );
     }
     out[key] = value;
   }
@@ -159,9 +163,34 @@ function normalizeWorkerUrl(url: string): string {
     throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `worker URL must be http or https: ${url}`, { url });
   }
   if (parsed.search !== '' || parsed.hash !== '' || parsed.username !== '' || parsed.password !== '') {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `worker URL must have no query, fragment or credentials: ${url}`, { url });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      `worker URL must have no query, fragment or credentials: ${url}`,
+      { url },
+    );
   }
   return `${parsed.origin}${parsed.pathname.replace(/\/+$/, '')}`;
+}
+
+/**
+ * A request's headers as names and values in one flat array (undici takes it as is): no
+ * per-request object of request-specific keys. The caller's headers (`extra`) win over the defaults.
+ */
+function requestHeaders(
+  stream: boolean,
+  hasBody: boolean,
+  extra: Readonly<Record<string, string>> | undefined,
+): string[] {
+  const headers: string[] = [];
+  if (extra?.['accept'] === undefined) headers.push('accept', stream ? 'text/event-stream' : 'application/json');
+  if (hasBody && extra?.['content-type'] === undefined) headers.push('content-type', 'application/json');
+  if (extra !== undefined) {
+    for (const name of Object.keys(extra)) {
+      const value = extra[name];
+      if (value !== undefined) headers.push(name, value);
+    }
+  }
+  return headers;
 }
 
 export class EngineClient {
@@ -194,7 +223,9 @@ export class EngineClient {
   addWorker(url: string): void {
     const key = normalizeWorkerUrl(url);
     if (this.#closed !== undefined) {
-      throw new KvgateError('KVG_ERR_ENGINE_NOT_REGISTERED', `engine client is closed; cannot add ${key}`, { worker: key });
+      throw new KvgateError('KVG_ERR_ENGINE_NOT_REGISTERED', `engine client is closed; cannot add ${key}`, {
+        worker: key,
+      });
     }
     if (this.#workers.has(key)) return;
     const parsed = new URL(key);
@@ -258,26 +289,37 @@ export class EngineClient {
    *   KVG_ERR_ENGINE_STREAM_BROKEN, KVG_ERR_ENGINE_BAD_RESPONSE, KVG_ERR_CLIENT_ABORTED, KVG_ERR_INVALID_ARGUMENT;
    *   `EngineHttpError` (KVG_ERR_ENGINE_REJECTED for 4xx, KVG_ERR_ENGINE_FAILED for 5xx).
    */
-  dispatch(workerUrl: string, path: string, body: JsonObject | undefined, options: DispatchOptions & { stream: true }): Promise<EngineEventStream>;
-  dispatch(workerUrl: string, path: string, body: JsonObject | undefined, options: DispatchOptions & { stream: false }): Promise<EngineJsonResponse>;
-  dispatch(workerUrl: string, path: string, body: JsonObject | undefined, options?: DispatchOptions): Promise<EngineResponse>;
-  dispatch(workerUrl: string, path: string, body: JsonObject | undefined, options: DispatchOptions = {}): Promise<EngineResponse> {
+  dispatch(
+    workerUrl: string,
+    path: string,
+    body: JsonObject | undefined,
+    options: DispatchOptions & { stream: true },
+  ): Promise<EngineEventStream>;
+  dispatch(
+    workerUrl: string,
+    path: string,
+    body: JsonObject | undefined,
+    options: DispatchOptions & { stream: false },
+  ): Promise<EngineJsonResponse>;
+  dispatch(
+    workerUrl: string,
+    path: string,
+    body: JsonObject | undefined,
+    options?: DispatchOptions,
+  ): Promise<EngineResponse>;
+  dispatch(
+    workerUrl: string,
+    path: string,
+    body: JsonObject | undefined,
+    options: DispatchOptions = {},
+  ): Promise<EngineResponse> {
     const startedAt = performance.now();
     let entry: WorkerEntry | undefined;
     let payload: string | undefined;
     try {
-      entry = this.#byUrl.get(workerUrl);
-      if (entry === undefined) {
-        const key = normalizeWorkerUrl(workerUrl);
-        entry = this.#workers.get(key);
-        if (entry === undefined) {
-          throw new KvgateError('KVG_ERR_ENGINE_NOT_REGISTERED', `no engine pool for worker ${key}${this.#closed ? ' (client closed)' : ''}`, {
-            worker: key,
-          });
-        }
-        this.#byUrl.set(workerUrl, entry);
-      }
-      if (!path.startsWith('/')) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `dispatch path must start with '/': ${path}`, { path });
+      entry = this.#registered(workerUrl);
+      if (!path.startsWith('/'))
+        throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `dispatch path must start with '/': ${path}`, { path });
       payload = body === undefined ? undefined : serializeBody(body, options.extraFields);
     } catch (err) {
       return Promise.reject(err);
@@ -285,18 +327,7 @@ export class EngineClient {
     const ctx: ErrorContext = { worker: entry.url, path };
     if (options.signal?.aborted === true) return Promise.reject(clientAbortedError(ctx, options.signal.reason));
     const stream = options.stream ?? (body !== undefined && body['stream'] === true);
-    // Header names and values in one flat array (undici takes it as is): no per-request object of request-specific keys.
-    // The caller's headers win over the defaults.
-    const extra = options.headers;
-    const headers: string[] = [];
-    if (extra?.['accept'] === undefined) headers.push('accept', stream ? 'text/event-stream' : 'application/json');
-    if (payload !== undefined && extra?.['content-type'] === undefined) headers.push('content-type', 'application/json');
-    if (extra !== undefined) {
-      for (const name of Object.keys(extra)) {
-        const value = extra[name];
-        if (value !== undefined) headers.push(name, value);
-      }
-    }
+    const headers = requestHeaders(stream, payload !== undefined, options.headers);
     const pool = entry.pool;
     const opts = this.#options;
     return new Promise<EngineResponse>((resolve, reject) => {
@@ -330,6 +361,29 @@ export class EngineClient {
         handler.onResponseError(undefined, err as Error);
       }
     });
+  }
+
+  /**
+   * The registered entry of `workerUrl`, found by the caller's spelling once it was seen.
+   * @throws KvgateError KVG_ERR_ENGINE_NOT_REGISTERED for a worker not registered (or a closed client).
+   */
+  #registered(workerUrl: string): WorkerEntry {
+    let entry = this.#byUrl.get(workerUrl);
+    if (entry === undefined) {
+      const key = normalizeWorkerUrl(workerUrl);
+      entry = this.#workers.get(key);
+      if (entry === undefined) {
+        throw new KvgateError(
+          'KVG_ERR_ENGINE_NOT_REGISTERED',
+          `no engine pool for worker ${key}${this.#closed ? ' (client closed)' : ''}`,
+          {
+            worker: key,
+          },
+        );
+      }
+      this.#byUrl.set(workerUrl, entry);
+    }
+    return entry;
   }
 
   #track(closing: Promise<void>): Promise<void> {

@@ -65,25 +65,60 @@ export function transportError(err: unknown, phase: DispatchPhase, ctx: ErrorCon
   const options = { cause: err };
   if (phase === 'queued') {
     const what = code !== undefined && CONNECT_ERROR_CODES.has(code) ? 'cannot connect to' : 'could not send to';
-    return new KvgateError('KVG_ERR_ENGINE_UNREACHABLE', `${what} the engine (${code ?? 'send failed'})`, detail, options);
+    return new KvgateError(
+      'KVG_ERR_ENGINE_UNREACHABLE',
+      `${what} the engine (${code ?? 'send failed'})`,
+      detail,
+      options,
+    );
   }
   if (code === 'UND_ERR_HEADERS_TIMEOUT') {
-    return new KvgateError('KVG_ERR_ENGINE_HEADERS_TIMEOUT', `the engine sent no response headers in time (${ctx.path})`, detail, options);
+    return new KvgateError(
+      'KVG_ERR_ENGINE_HEADERS_TIMEOUT',
+      `the engine sent no response headers in time (${ctx.path})`,
+      detail,
+      options,
+    );
   }
   if (code === 'UND_ERR_BODY_TIMEOUT') {
-    return new KvgateError('KVG_ERR_ENGINE_BODY_TIMEOUT', `the engine stalled mid-response (${ctx.path})`, detail, options);
+    return new KvgateError(
+      'KVG_ERR_ENGINE_BODY_TIMEOUT',
+      `the engine stalled mid-response (${ctx.path})`,
+      detail,
+      options,
+    );
   }
   if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
-    return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `the engine's response is too large (${ctx.path})`, { ...detail, violation: 'too_large' }, options);
+    return new KvgateError(
+      'KVG_ERR_ENGINE_BAD_RESPONSE',
+      `the engine's response is too large (${ctx.path})`,
+      { ...detail, violation: 'too_large' },
+      options,
+    );
   }
   if (phase === 'sent') {
-    return new KvgateError('KVG_ERR_ENGINE_DISCONNECTED', `the engine dropped the connection before responding (${code ?? 'closed'})`, detail, options);
+    return new KvgateError(
+      'KVG_ERR_ENGINE_DISCONNECTED',
+      `the engine dropped the connection before responding (${code ?? 'closed'})`,
+      detail,
+      options,
+    );
   }
-  return new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', `the engine's response broke mid-way (${code ?? 'closed'})`, detail, options);
+  return new KvgateError(
+    'KVG_ERR_ENGINE_STREAM_BROKEN',
+    `the engine's response broke mid-way (${code ?? 'closed'})`,
+    detail,
+    options,
+  );
 }
 
 export function clientAbortedError(ctx: ErrorContext, reason: unknown): KvgateError {
-  return new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the request to the engine was aborted by the client', { worker: ctx.worker, path: ctx.path }, { cause: reason });
+  return new KvgateError(
+    'KVG_ERR_CLIENT_ABORTED',
+    'the request to the engine was aborted by the client',
+    { worker: ctx.worker, path: ctx.path },
+    { cause: reason },
+  );
 }
 
 /**
@@ -91,9 +126,14 @@ export function clientAbortedError(ctx: ErrorContext, reason: unknown): KvgateEr
  * KVG_ERR_ENGINE_STREAM_BROKEN of a stream cut inside an event); routing counts them by this name.
  */
 export type ProtocolViolation =
-  | 'content_type' | 'redirect' | 'not_json' | 'too_large' | 'event_too_large' | 'no_final_status' | 'truncated_event';
+  'content_type' | 'redirect' | 'not_json' | 'too_large' | 'event_too_large' | 'no_final_status' | 'truncated_event';
 
-export function badResponseError(ctx: ErrorContext, violation: ProtocolViolation, why: string, extra: Record<string, unknown> = {}): KvgateError {
+export function badResponseError(
+  ctx: ErrorContext,
+  violation: ProtocolViolation,
+  why: string,
+  extra: Record<string, unknown> = {},
+): KvgateError {
   return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `the engine broke the protocol on ${ctx.path}: ${why}`, {
     worker: ctx.worker,
     path: ctx.path,
@@ -117,32 +157,46 @@ function mediaType(header: string | string[] | undefined): string {
  * body is read and the failure is migratable (`detail.migratable`): no byte reached the client, and
  * another worker may answer; it counts against the worker like a 502.
  */
-export function contentTypeError(ctx: ErrorContext, stream: boolean, header: string | string[] | undefined): KvgateError | undefined {
+export function contentTypeError(
+  ctx: ErrorContext,
+  stream: boolean,
+  header: string | string[] | undefined,
+): KvgateError | undefined {
   const type = mediaType(header);
   if (stream ? type === 'text/event-stream' : type === 'application/json' || type.endsWith('+json')) return undefined;
   const asked = stream ? 'an SSE stream (text/event-stream)' : 'JSON';
   const got = type === '' ? 'no content type' : type;
   return badResponseError(ctx, 'content_type', `${asked} was requested but the engine answered 2xx with ${got}`, {
-    contentType: type, migratable: true,
+    contentType: type,
+    migratable: true,
   });
 }
 
 const VIOLATIONS: ReadonlySet<string> = new Set<ProtocolViolation>([
-  'content_type', 'redirect', 'not_json', 'too_large', 'event_too_large', 'no_final_status', 'truncated_event',
+  'content_type',
+  'redirect',
+  'not_json',
+  'too_large',
+  'event_too_large',
+  'no_final_status',
+  'truncated_event',
 ]);
 
 /** How the engine broke the protocol, when `err` says it did (its `detail.violation`); undefined for any other failure. */
 export function protocolViolationOf(err: unknown): ProtocolViolation | undefined {
-  if (!isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE') && !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_BROKEN')) return undefined;
+  if (!isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE') && !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_BROKEN'))
+    return undefined;
   const v = err.detail?.['violation'];
   return typeof v === 'string' && VIOLATIONS.has(v) ? (v as ProtocolViolation) : undefined;
 }
 
 /** The body ended inside an event, before `[DONE]`: the partial event was dropped, and the stream is broken. */
 export function cutEventError(ctx: ErrorContext, discardedBytes: number): KvgateError {
-  return new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN',
+  return new KvgateError(
+    'KVG_ERR_ENGINE_STREAM_BROKEN',
     `the engine's stream ended inside an event, before [DONE] (${discardedBytes} bytes of it dropped)`,
-    { worker: ctx.worker, path: ctx.path, phase: 'body', violation: 'truncated_event', discardedBytes });
+    { worker: ctx.worker, path: ctx.path, phase: 'body', violation: 'truncated_event', discardedBytes },
+  );
 }
 
 /**

@@ -126,7 +126,13 @@ export class EngineEventStream implements Batched<EngineEvent> {
   #iterated = false;
 
   constructor(
-    init: { status: number; headers: IncomingHttpHeaders; timings: DispatchTimings; highWaterMark: number; maxEventBytes: number },
+    init: {
+      status: number;
+      headers: IncomingHttpHeaders;
+      timings: DispatchTimings;
+      highWaterMark: number;
+      maxEventBytes: number;
+    },
     control: StreamControl,
   ) {
     this.status = init.status;
@@ -134,7 +140,9 @@ export class EngineEventStream implements Batched<EngineEvent> {
     this.timings = init.timings;
     this.#highWaterMark = init.highWaterMark;
     this.#control = control;
-    this.#parser = new SseParser((raw, data, event, id) => this.#onEvent(raw, data, event, id), { maxEventBytes: init.maxEventBytes });
+    this.#parser = new SseParser((raw, data, event, id) => this.#onEvent(raw, data, event, id), {
+      maxEventBytes: init.maxEventBytes,
+    });
   }
 
   /** True once the stream will yield nothing more (ended, failed or cancelled, and drained). */
@@ -275,14 +283,16 @@ export class EngineEventStream implements Batched<EngineEvent> {
       return Promise.reject(this.#error);
     }
     if (this.#ended || this.#cancelled) return Promise.resolve({ value: undefined, done: true });
-    if (this.#waiter !== undefined) return Promise.reject(new TypeError('EngineEventStream: next() called while a previous next() is pending'));
+    if (this.#waiter !== undefined)
+      return Promise.reject(new TypeError('EngineEventStream: next() called while a previous next() is pending'));
     return new Promise((resolve, reject) => {
       this.#waiter = { resolve, reject };
     });
   }
 
   #nextBatch(): Promise<IteratorResult<EngineEvent[]>> {
-    if (this.#batchWaiter !== undefined) return Promise.reject(new TypeError('EngineEventStream: next() called while a previous next() is pending'));
+    if (this.#batchWaiter !== undefined)
+      return Promise.reject(new TypeError('EngineEventStream: next() called while a previous next() is pending'));
     return new Promise((resolve, reject) => {
       this.#batchWaiter = { resolve, reject };
       this.#wakeBatch();

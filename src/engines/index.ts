@@ -7,9 +7,22 @@ export { EngineHttpError, isMigratable, protocolViolationOf } from './engine-err
 export { refusalBody } from './refusal.js';
 export { serializeBody, applyFields } from './request-body.js';
 export type { JsonObject } from './request-body.js';
-export { NO_LEG_FIELDS, DP_RANK_HEADER, mergeLegFields, dpRankLegFields, oneTokenPrefillFields, streamingBodyFields, clientWantsUsage } from './leg-fields.js';
+export {
+  NO_LEG_FIELDS,
+  DP_RANK_HEADER,
+  mergeLegFields,
+  dpRankLegFields,
+  oneTokenPrefillFields,
+  streamingBodyFields,
+  clientWantsUsage,
+} from './leg-fields.js';
 export type { LegFields } from './leg-fields.js';
-export { VLLM_PREFILL_KV_TRANSFER_PARAMS, vllmPrefillLegFields, vllmDecodeLegFields, readVllmPrefillResult } from './dialect-vllm.js';
+export {
+  VLLM_PREFILL_KV_TRANSFER_PARAMS,
+  vllmPrefillLegFields,
+  vllmDecodeLegFields,
+  readVllmPrefillResult,
+} from './dialect-vllm.js';
 export { bootstrapFields, sglangPrefillLegFields, sglangDecodeLegFields } from './dialect-sglang.js';
 export type { BootstrapInfo } from './dialect-sglang.js';
 export { readChunkInfo, isUsageOnlyChunk } from './openai-chunk.js';

@@ -47,7 +47,9 @@ export function dpRankLegFields(dialect: EngineDialect, dpRank: number): LegFiel
 
 export function checkRank(value: number, name: string): void {
   if (!Number.isSafeInteger(value) || value < 0) {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${name} must be a non-negative integer, got ${String(value)}`, { [name]: value });
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${name} must be a non-negative integer, got ${String(value)}`, {
+      [name]: value,
+    });
   }
 }
 

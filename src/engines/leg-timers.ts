@@ -35,11 +35,17 @@ export class LegTimers {
   #paused = false;
   #done = false;
 
-  constructor(ctx: ErrorContext, firstByteMs: number | undefined, idleMs: number | undefined, onExpire: (err: KvgateError) => void) {
+  constructor(
+    ctx: ErrorContext,
+    firstByteMs: number | undefined,
+    idleMs: number | undefined,
+    onExpire: (err: KvgateError) => void,
+  ) {
     this.#ctx = ctx;
     this.#idleMs = idleMs ?? 0;
     this.#onExpire = onExpire;
-    if (firstByteMs !== undefined && firstByteMs > 0) this.#arm(firstByteMs, 'first byte', this.#idleMs > 0 ? Math.min(firstByteMs, this.#idleMs) : firstByteMs);
+    if (firstByteMs !== undefined && firstByteMs > 0)
+      this.#arm(firstByteMs, 'first byte', this.#idleMs > 0 ? Math.min(firstByteMs, this.#idleMs) : firstByteMs);
   }
 
   /** The leg produced output (an event, or a JSON body's first byte): the first-byte deadline is met, idle restarts. */
@@ -116,6 +122,14 @@ function legTimeoutError(ctx: ErrorContext, kind: 'first byte' | 'stream idle', 
   // The message reaches the client: the engine's URL stays in `detail` (logs only).
   const detail = { worker: ctx.worker, path: ctx.path, timeoutMs: ms, migratable: true };
   return kind === 'first byte'
-    ? new KvgateError('KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT', `the engine produced no output within ${ms} ms (${ctx.path})`, detail)
-    : new KvgateError('KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT', `the engine's stream was idle for ${ms} ms (${ctx.path})`, detail);
+    ? new KvgateError(
+        'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT',
+        `the engine produced no output within ${ms} ms (${ctx.path})`,
+        detail,
+      )
+    : new KvgateError(
+        'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT',
+        `the engine's stream was idle for ${ms} ms (${ctx.path})`,
+        detail,
+      );
 }

@@ -28,7 +28,9 @@ export interface ChunkInfo {
 }
 
 function obj(value: unknown): Record<string, unknown> | undefined {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : undefined;
 }
 
 function num(value: unknown): number | undefined {
@@ -41,7 +43,13 @@ function nonEmpty(value: unknown): boolean {
 
 export function readChunkInfo(json: unknown): ChunkInfo {
   const root = obj(json);
-  const info: ChunkInfo = { outputChoices: 0, tokenIds: undefined, finishReason: undefined, usage: undefined, error: undefined };
+  const info: ChunkInfo = {
+    outputChoices: 0,
+    tokenIds: undefined,
+    finishReason: undefined,
+    usage: undefined,
+    error: undefined,
+  };
   if (root === undefined) return info;
   info.error = root['error'];
   const choices = root['choices'];
@@ -55,10 +63,14 @@ export function readChunkInfo(json: unknown): ChunkInfo {
         nonEmpty(choice['text']) ||
         nonEmpty(tokenIds) ||
         (delta !== undefined &&
-          (nonEmpty(delta['content']) || nonEmpty(delta['reasoning_content']) || nonEmpty(delta['reasoning']) || nonEmpty(delta['tool_calls'])));
+          (nonEmpty(delta['content']) ||
+            nonEmpty(delta['reasoning_content']) ||
+            nonEmpty(delta['reasoning']) ||
+            nonEmpty(delta['tool_calls'])));
       if (hasOutput) info.outputChoices++;
       if (Array.isArray(tokenIds)) info.tokenIds = (info.tokenIds ?? 0) + tokenIds.length;
-      if (info.finishReason === undefined && typeof choice['finish_reason'] === 'string') info.finishReason = choice['finish_reason'];
+      if (info.finishReason === undefined && typeof choice['finish_reason'] === 'string')
+        info.finishReason = choice['finish_reason'];
     }
   }
   const usage = obj(root['usage']);
@@ -75,5 +87,10 @@ export function readChunkInfo(json: unknown): ChunkInfo {
 /** The final `include_usage` chunk: usage and no choices. */
 export function isUsageOnlyChunk(json: unknown): boolean {
   const root = obj(json);
-  return root !== undefined && Array.isArray(root['choices']) && root['choices'].length === 0 && obj(root['usage']) !== undefined;
+  return (
+    root !== undefined &&
+    Array.isArray(root['choices']) &&
+    root['choices'].length === 0 &&
+    obj(root['usage']) !== undefined
+  );
 }

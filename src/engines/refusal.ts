@@ -29,12 +29,15 @@ const REDACTED = '[address]';
  * URLs with a scheme (not their trailing punctuation: "see http://h:1/x." keeps its full stop); bracketed IPv6
  * and IPv4 literals, with a port or not; host names with a port.
  */
-const ADDRESS = new RegExp([
-  String.raw`\b[a-z][a-z0-9+.-]*://[^\s"'<>()[\]{}]*[^\s"'<>()[\]{}.,;:!?]`,
-  String.raw`\[[0-9a-f:.]*:[0-9a-f:.]*\](?::\d{1,5})?`,
-  String.raw`\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?\b`,
-  String.raw`\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{1,5}\b`,
-].join('|'), 'gi');
+const ADDRESS = new RegExp(
+  [
+    String.raw`\b[a-z][a-z0-9+.-]*://[^\s"'<>()[\]{}]*[^\s"'<>()[\]{}.,;:!?]`,
+    String.raw`\[[0-9a-f:.]*:[0-9a-f:.]*\](?::\d{1,5})?`,
+    String.raw`\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?\b`,
+    String.raw`\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{1,5}\b`,
+  ].join('|'),
+  'gi',
+);
 
 /** A field name as OpenAI's `param` gives it (`messages[0].content`); anything else is not passed on. */
 const PARAM = /^[\w.[\]-]{1,64}$/;
@@ -54,9 +57,10 @@ export interface EngineRefusal {
 /** kvgate's error object for an engine's refusal (see the file comment). */
 export function refusalBody(refusal: EngineRefusal, workerId: number): ErrorBody {
   const said = messageOf(refusal.json) ?? nonEmpty(refusal.text);
-  const message = said === undefined
-    ? `the engine of worker ${workerId} refused the request (HTTP ${refusal.status})`
-    : bounded(redactAddresses(said, refusal.worker), REFUSAL_MESSAGE_MAX_BYTES);
+  const message =
+    said === undefined
+      ? `the engine of worker ${workerId} refused the request (HTTP ${refusal.status})`
+      : bounded(redactAddresses(said, refusal.worker), REFUSAL_MESSAGE_MAX_BYTES);
   const param = paramOf(refusal.json);
   return { error: { message, type: 'invalid_request_error', param, code: 'KVG_ERR_ENGINE_REJECTED' } };
 }
@@ -86,7 +90,9 @@ function bounded(text: string, max: number): string {
   if (Buffer.byteLength(text) <= max) return text;
   const room = max - Buffer.byteLength(TRUNCATED);
   // A cut inside a character decodes to U+FFFD at the end: drop it.
-  const head = Buffer.from(text).toString('utf8', 0, room).replace(/\uFFFD+$/, '');
+  const head = Buffer.from(text)
+    .toString('utf8', 0, room)
+    .replace(/\uFFFD+$/, '');
   return `${head}${TRUNCATED}`;
 }
 
@@ -111,10 +117,13 @@ export function messageOf(json: unknown): string | undefined {
   if (typeof detail === 'string') return nonEmpty(detail);
   if (Array.isArray(detail)) {
     // FastAPI's validation errors: [{loc: ['body', 'max_tokens'], msg: '...'}].
-    const parts = detail.map(record).filter((d) => typeof d?.['msg'] === 'string').map((d) => {
-      const loc = Array.isArray(d!['loc']) ? (d!['loc'] as unknown[]).filter((p) => p !== 'body').join('.') : '';
-      return loc === '' ? String(d!['msg']) : `${loc}: ${String(d!['msg'])}`;
-    });
+    const parts = detail
+      .map(record)
+      .filter((d) => typeof d?.['msg'] === 'string')
+      .map((d) => {
+        const loc = Array.isArray(d!['loc']) ? (d!['loc'] as unknown[]).filter((p) => p !== 'body').join('.') : '';
+        return loc === '' ? String(d!['msg']) : `${loc}: ${String(d!['msg'])}`;
+      });
     return parts.length > 0 ? parts.join('; ') : undefined;
   }
   return undefined;

@@ -41,9 +41,14 @@ export function serializeBody(body: JsonObject, extraFields?: JsonObject): strin
     if (bigints === undefined) return json;
     return json === '{}' ? `{${bigints}}` : `${json.slice(0, -1)},${bigints}}`;
   } catch (err) {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `request body cannot be serialised as JSON: ${err instanceof Error ? err.message : String(err)}`, undefined, {
-      cause: err,
-    });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      `request body cannot be serialised as JSON: ${err instanceof Error ? err.message : String(err)}`,
+      undefined,
+      {
+        cause: err,
+      },
+    );
   }
 }
 

@@ -80,8 +80,20 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
 
   constructor(init: ResponseHandlerOptions) {
     this.#init = init;
-    this.#timers = new LegTimers(init.ctx, init.firstByteTimeoutMs, init.stream ? init.streamIdleTimeoutMs : undefined, (err) => this.#fail(err, true));
-    this.#timings = { startedAt: init.startedAt, connectMs: undefined, headersMs: undefined, firstByteMs: undefined, firstEventMs: undefined, endMs: undefined };
+    this.#timers = new LegTimers(
+      init.ctx,
+      init.firstByteTimeoutMs,
+      init.stream ? init.streamIdleTimeoutMs : undefined,
+      (err) => this.#fail(err, true),
+    );
+    this.#timings = {
+      startedAt: init.startedAt,
+      connectMs: undefined,
+      headersMs: undefined,
+      firstByteMs: undefined,
+      firstEventMs: undefined,
+      endMs: undefined,
+    };
     if (init.signal !== undefined) {
       const signal = init.signal;
       this.#onAbort = () => this.#abort(signal.reason);
@@ -115,7 +127,13 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
       return;
     }
     if (statusCode >= 300) {
-      this.#fail(badResponseError(ctx, 'redirect', `unexpected redirect ${statusCode}`, { upstreamStatus: statusCode, location: headers['location'] }), true);
+      this.#fail(
+        badResponseError(ctx, 'redirect', `unexpected redirect ${statusCode}`, {
+          upstreamStatus: statusCode,
+          location: headers['location'],
+        }),
+        true,
+      );
       return;
     }
     // Checked before any body byte is read or any event reaches the client (an HTML page is not an empty stream).
@@ -130,7 +148,13 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
     }
     this.#mode = 'stream';
     this.#stream = new EngineEventStream(
-      { status: statusCode, headers, timings: this.#timings, highWaterMark: this.#init.highWaterMark, maxEventBytes: this.#init.maxEventBytes },
+      {
+        status: statusCode,
+        headers,
+        timings: this.#timings,
+        highWaterMark: this.#init.highWaterMark,
+        maxEventBytes: this.#init.maxEventBytes,
+      },
       {
         pause: () => {
           this.#timers.pause();
@@ -149,7 +173,8 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
 
   onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.#finished) return;
-    if (this.#timings.firstByteMs === undefined) this.#timings.firstByteMs = performance.now() - this.#timings.startedAt;
+    if (this.#timings.firstByteMs === undefined)
+      this.#timings.firstByteMs = performance.now() - this.#timings.startedAt;
     switch (this.#mode) {
       case 'stream':
         try {
@@ -164,7 +189,10 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
         this.#timers.progress();
         this.#bytes += chunk.length;
         if (this.#bytes > this.#init.maxResponseBytes) {
-          this.#fail(badResponseError(this.#init.ctx, 'too_large', `response body exceeds ${this.#init.maxResponseBytes} bytes`), true);
+          this.#fail(
+            badResponseError(this.#init.ctx, 'too_large', `response body exceeds ${this.#init.maxResponseBytes} bytes`),
+            true,
+          );
           return;
         }
         this.#chunks.push(chunk);
@@ -211,12 +239,24 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
         try {
           json = JSON.parse(body.toString('utf8'));
         } catch {
-          this.#fail(badResponseError(ctx, 'not_json', 'response body is not JSON', { bodyPrefix: body.toString('utf8', 0, 200) }), false);
+          this.#fail(
+            badResponseError(ctx, 'not_json', 'response body is not JSON', {
+              bodyPrefix: body.toString('utf8', 0, 200),
+            }),
+            false,
+          );
           return;
         }
         this.#finish();
         this.#settled = true;
-        this.#init.resolve({ kind: 'json', status: this.#status, headers: this.#headers, body, json, timings: this.#timings });
+        this.#init.resolve({
+          kind: 'json',
+          status: this.#status,
+          headers: this.#headers,
+          body,
+          json,
+          timings: this.#timings,
+        });
         return;
       }
       case 'error':
@@ -236,7 +276,10 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
   #failHttp(): void {
     const body = Buffer.concat(this.#chunks, this.#bytes);
     this.#chunks = [];
-    this.#fail(new EngineHttpError(this.#init.ctx, this.#status, this.#headers, body, this.#truncated), this.#truncated);
+    this.#fail(
+      new EngineHttpError(this.#init.ctx, this.#status, this.#headers, body, this.#truncated),
+      this.#truncated,
+    );
   }
 
   /** Client abort: fail now (the stream drops queued events) and abort the upstream request. */

@@ -240,7 +240,13 @@ export class SseParser {
     if (valueStart > end) valueStart = end;
     const nameLen = colon - start;
     // Compare field names on bytes so only values become strings.
-    if (nameLen === 4 && first === 0x64 && buf[start + 1] === 0x61 && buf[start + 2] === 0x74 && buf[start + 3] === 0x61) {
+    if (
+      nameLen === 4 &&
+      first === 0x64 &&
+      buf[start + 1] === 0x61 &&
+      buf[start + 2] === 0x74 &&
+      buf[start + 3] === 0x61
+    ) {
       const value = buf.toString('utf8', valueStart, end);
       this.#data = this.#data === undefined ? value : `${this.#data}\n${value}`;
     } else if (nameLen === 5 && buf.toString('latin1', start, colon) === 'event') {
@@ -282,5 +288,8 @@ export class SseParser {
 }
 
 function tooLarge(maxEventBytes: number): KvgateError {
-  return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `SSE event exceeds ${maxEventBytes} bytes`, { maxEventBytes, violation: 'event_too_large' });
+  return new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', `SSE event exceeds ${maxEventBytes} bytes`, {
+    maxEventBytes,
+    violation: 'event_too_large',
+  });
 }

@@ -39,7 +39,8 @@ export class ChunkShape {
     if (prefix === undefined) return undefined;
     const end = data.length - this.#suffix.length;
     // Slices compared with ===: cheaper than startsWith/endsWith here (measured).
-    if (end <= prefix.length || data.slice(0, prefix.length) !== prefix || data.slice(end) !== this.#suffix) return undefined;
+    if (end <= prefix.length || data.slice(0, prefix.length) !== prefix || data.slice(end) !== this.#suffix)
+      return undefined;
     for (let i = prefix.length; i < end; i++) {
       const c = data.charCodeAt(i);
       if (c === QUOTE || c === BACKSLASH || c < 0x20) return undefined;
@@ -49,7 +50,14 @@ export class ChunkShape {
 
   /** Takes `data` (whose parsed info is `info`) as the stream's shape when it qualifies (see the file comment). */
   learn(data: string, info: ChunkInfo): void {
-    if (info.outputChoices === 0 || info.tokenIds !== undefined || info.finishReason !== undefined || info.usage !== undefined || info.error !== undefined) return;
+    if (
+      info.outputChoices === 0 ||
+      info.tokenIds !== undefined ||
+      info.finishReason !== undefined ||
+      info.usage !== undefined ||
+      info.error !== undefined
+    )
+      return;
     if (data.includes('token_ids')) return;
     for (const key of VALUE_KEYS) {
       const at = data.lastIndexOf(key);

@@ -42,10 +42,24 @@ import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StoredBlocksEvent, R
  * - `other_group`: for a KV-cache group the router does not index; skipped.
  */
 export type ApplyStatus =
-  | 'ok' | 'truncated' | 'not_found' | 'parent_not_found' | 'invalid_sequence' | 'block_size_mismatch' | 'unnamed_lora' | 'other_group';
+  | 'ok'
+  | 'truncated'
+  | 'not_found'
+  | 'parent_not_found'
+  | 'invalid_sequence'
+  | 'block_size_mismatch'
+  | 'unnamed_lora'
+  | 'other_group';
 
 export const APPLY_STATUSES: readonly ApplyStatus[] = [
-  'ok', 'truncated', 'not_found', 'parent_not_found', 'invalid_sequence', 'block_size_mismatch', 'unnamed_lora', 'other_group',
+  'ok',
+  'truncated',
+  'not_found',
+  'parent_not_found',
+  'invalid_sequence',
+  'block_size_mismatch',
+  'unnamed_lora',
+  'other_group',
 ];
 
 /** Statuses under which the event changed the index as the engine meant. */
@@ -78,7 +92,11 @@ export class KvEventApplier {
    * Applies every decoded event of a batch in order; returns how many changed
    * the index as meant. `onStatus` sees each event's outcome (counters).
    */
-  applyBatch(slot: WorkerRank, batch: KvEventBatch, onStatus?: (type: KvCacheEventType, status: ApplyStatus) => void): number {
+  applyBatch(
+    slot: WorkerRank,
+    batch: KvEventBatch,
+    onStatus?: (type: KvCacheEventType, status: ApplyStatus) => void,
+  ): number {
     let applied = 0;
     for (const ev of batch.events) {
       const status = this.applyEvent(slot, ev);
@@ -123,7 +141,11 @@ export class KvEventApplier {
     if (ev.loraId !== undefined && ev.loraId > 0 && ev.loraName === undefined) return 'unnamed_lora';
     const truncated = ev.droppedBlocks > 0;
     if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';
-    const local = blockHashes(ev.tokenIds, this.blockSize, { loraName: ev.loraName, cacheSalt: ev.cacheSalt, mmHashes: ev.mmHashes });
+    const local = blockHashes(ev.tokenIds, this.blockSize, {
+      loraName: ev.loraName,
+      cacheSalt: ev.cacheSalt,
+      mmHashes: ev.mmHashes,
+    });
     try {
       this.indexes.get(ev.tier).applyStored(slot.workerId, slot.dpRank, ev.parentHash, ev.blockHashes, local);
     } catch (err) {

@@ -15,11 +15,22 @@
  */
 import { blockSize as checkBlockSize, MAX_BLOCK_SIZE } from '../common/index.js';
 import {
-  STORED_FIELDS, REMOVED_FIELDS, STORED_MIN_ARRAY_LENGTH, REMOVED_MIN_ARRAY_LENGTH,
-  arrayEventFields, decodeMsgpack, isWireMapEvent,
+  STORED_FIELDS,
+  REMOVED_FIELDS,
+  STORED_MIN_ARRAY_LENGTH,
+  REMOVED_MIN_ARRAY_LENGTH,
+  arrayEventFields,
+  decodeMsgpack,
+  isWireMapEvent,
 } from './wire.js';
 import type {
-  DecodeResult, KvCacheEvent, KvEventDecodeError, DecodeErrorKind, StorageTier, StoredBlocksEvent, RemovedBlocksEvent,
+  DecodeResult,
+  KvCacheEvent,
+  KvEventDecodeError,
+  DecodeErrorKind,
+  StorageTier,
+  StoredBlocksEvent,
+  RemovedBlocksEvent,
 } from './types.js';
 
 /** The sequence frame's encoder and replay end marker are shared with the mocker (the publisher side). */
@@ -31,7 +42,8 @@ export interface SequencedPayload {
   readonly payload: Uint8Array;
 }
 
-export type FrameResult = { readonly ok: true; readonly value: SequencedPayload } | { readonly ok: false; readonly error: KvEventDecodeError };
+export type FrameResult =
+  { readonly ok: true; readonly value: SequencedPayload } | { readonly ok: false; readonly error: KvEventDecodeError };
 
 function fail(kind: DecodeErrorKind, message: string, eventIndex?: number): KvEventDecodeError {
   return eventIndex === undefined ? { kind, message } : { kind, message, eventIndex };
@@ -60,10 +72,21 @@ export function parseEventFrames(frames: readonly Uint8Array[]): FrameResult {
 
 /** vLLM/SGLang `medium` strings to tiers (Dynamo's mapping); null/absent is the device. */
 const MEDIUM_TIERS = new Map<string, StorageTier>([
-  ['GPU', 'device'], ['DEVICE', 'device'], ['CUDA', 'device'],
-  ['CPU', 'host_pinned'], ['CPU_PINNED', 'host_pinned'], ['CPU_TIER1', 'host_pinned'], ['HOST', 'host_pinned'],
-  ['CPU_TIER2', 'disk'], ['DISK', 'disk'], ['NVME', 'disk'], ['SSD', 'disk'],
-  ['EXTERNAL', 'external'], ['NETWORK', 'external'], ['REMOTE', 'external'], ['SHARED', 'external'],
+  ['GPU', 'device'],
+  ['DEVICE', 'device'],
+  ['CUDA', 'device'],
+  ['CPU', 'host_pinned'],
+  ['CPU_PINNED', 'host_pinned'],
+  ['CPU_TIER1', 'host_pinned'],
+  ['HOST', 'host_pinned'],
+  ['CPU_TIER2', 'disk'],
+  ['DISK', 'disk'],
+  ['NVME', 'disk'],
+  ['SSD', 'disk'],
+  ['EXTERNAL', 'external'],
+  ['NETWORK', 'external'],
+  ['REMOTE', 'external'],
+  ['SHARED', 'external'],
 ]);
 
 export function mediumToTier(medium: unknown): StorageTier | undefined {
@@ -86,7 +109,10 @@ export function normaliseHash(value: unknown): bigint | undefined {
 }
 
 class EventError {
-  constructor(readonly kind: DecodeErrorKind, readonly message: string) {}
+  constructor(
+    readonly kind: DecodeErrorKind,
+    readonly message: string,
+  ) {}
 }
 
 function hashList(value: unknown, field: string): BigUint64Array {
@@ -103,7 +129,8 @@ function hashList(value: unknown, field: string): BigUint64Array {
 function optionalInt(value: unknown, field: string): number | undefined {
   if (value === null || value === undefined) return undefined;
   if (typeof value === 'number' && Number.isSafeInteger(value)) return value;
-  if (typeof value === 'bigint' && value >= BigInt(Number.MIN_SAFE_INTEGER) && value <= BigInt(Number.MAX_SAFE_INTEGER)) return Number(value);
+  if (typeof value === 'bigint' && value >= BigInt(Number.MIN_SAFE_INTEGER) && value <= BigInt(Number.MAX_SAFE_INTEGER))
+    return Number(value);
   throw new EventError('bad_event', `${field} is not an integer`);
 }
 
@@ -115,7 +142,11 @@ function optionalString(value: unknown, field: string): string | undefined {
 
 function tierOf(value: unknown): StorageTier {
   const tier = mediumToTier(value);
-  if (tier === undefined) throw new EventError('unknown_medium', `medium ${JSON.stringify(typeof value === 'bigint' ? String(value) : value)} has no storage tier`);
+  if (tier === undefined)
+    throw new EventError(
+      'unknown_medium',
+      `medium ${JSON.stringify(typeof value === 'bigint' ? String(value) : value)} has no storage tier`,
+    );
   return tier;
 }
 
@@ -126,7 +157,8 @@ function tokenArray(value: unknown): Uint32Array {
     const t = value[i];
     if (typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= 0xffffffff) out[i] = t;
     else if (typeof t === 'bigint' && t >= 0n && t <= 0xffffffffn) out[i] = Number(t);
-    else if (Array.isArray(t)) throw new EventError('bad_event', 'token_ids holds pairs (speculative bigram events are not supported)');
+    else if (Array.isArray(t))
+      throw new EventError('bad_event', 'token_ids holds pairs (speculative bigram events are not supported)');
     else throw new EventError('bad_event', `token_ids[${i}] is not a u32 token id`);
   }
   return out;
@@ -174,7 +206,10 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredB
   }
   let tokens = tokenArray(f.token_ids);
   if (tokens.length > hashes.length * blockSize) {
-    throw new EventError('bad_event', `token_ids has ${tokens.length} tokens, more than ${hashes.length} blocks of ${blockSize}`);
+    throw new EventError(
+      'bad_event',
+      `token_ids has ${tokens.length} tokens, more than ${hashes.length} blocks of ${blockSize}`,
+    );
   }
   // Fewer tokens than blocks: keep the leading full blocks (Dynamo's publisher
   // stops at the first partial block); the rest cannot be hashed.
@@ -219,7 +254,11 @@ function decodeEvent(ev: unknown): KvCacheEvent {
     if (typeof tag !== 'string') throw new EventError('bad_event', 'event array does not start with a tag string');
     switch (tag) {
       case 'BlockStored': {
-        if (ev.length < STORED_MIN_ARRAY_LENGTH) throw new EventError('bad_event', `BlockStored array has ${ev.length} elements, expected >= ${STORED_MIN_ARRAY_LENGTH}`);
+        if (ev.length < STORED_MIN_ARRAY_LENGTH)
+          throw new EventError(
+            'bad_event',
+            `BlockStored array has ${ev.length} elements, expected >= ${STORED_MIN_ARRAY_LENGTH}`,
+          );
         const f = arrayEventFields(ev, STORED_FIELDS);
         // SGLang puts a `{cache_salt}` map where vLLM has `lora_name`.
         let extra: unknown;
@@ -230,7 +269,11 @@ function decodeEvent(ev: unknown): KvCacheEvent {
         return decodeStored(f, extra);
       }
       case 'BlockRemoved':
-        if (ev.length < REMOVED_MIN_ARRAY_LENGTH) throw new EventError('bad_event', `BlockRemoved array has ${ev.length} elements, expected >= ${REMOVED_MIN_ARRAY_LENGTH}`);
+        if (ev.length < REMOVED_MIN_ARRAY_LENGTH)
+          throw new EventError(
+            'bad_event',
+            `BlockRemoved array has ${ev.length} elements, expected >= ${REMOVED_MIN_ARRAY_LENGTH}`,
+          );
         return decodeRemoved(arrayEventFields(ev, REMOVED_FIELDS));
       case 'AllBlocksCleared':
         return CLEARED;
@@ -265,9 +308,13 @@ export function decodeKvEventBatch(payload: Uint8Array): DecodeResult {
   try {
     raw = decodeMsgpack(payload);
   } catch (err) {
-    return { ok: false, error: fail('msgpack', `payload is not msgpack: ${err instanceof Error ? err.message : String(err)}`) };
+    return {
+      ok: false,
+      error: fail('msgpack', `payload is not msgpack: ${err instanceof Error ? err.message : String(err)}`),
+    };
   }
-  if (!Array.isArray(raw) || raw.length < 2) return { ok: false, error: fail('batch_shape', 'payload is not an array [ts, events, dp_rank?]') };
+  if (!Array.isArray(raw) || raw.length < 2)
+    return { ok: false, error: fail('batch_shape', 'payload is not an array [ts, events, dp_rank?]') };
   const [tsRaw, eventsRaw, rankRaw] = raw as unknown[];
   let ts: number;
   if (typeof tsRaw === 'number') ts = tsRaw;
@@ -277,7 +324,10 @@ export function decodeKvEventBatch(payload: Uint8Array): DecodeResult {
   let dpRank: number | null = null;
   if (rankRaw !== null && rankRaw !== undefined) {
     if (typeof rankRaw !== 'number' || !Number.isInteger(rankRaw) || rankRaw < 0 || rankRaw > 0xffff) {
-      return { ok: false, error: fail('batch_shape', `batch dp rank ${String(rankRaw)} is not an integer in [0, 65535]`) };
+      return {
+        ok: false,
+        error: fail('batch_shape', `batch dp rank ${String(rankRaw)} is not an integer in [0, 65535]`),
+      };
     }
     dpRank = rankRaw;
   }

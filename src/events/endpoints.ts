@@ -14,10 +14,19 @@ export function dpRankEndpoint(endpoint: string, dpRank: number): string {
   if (endpoint.startsWith('inproc://')) return dpRank === 0 ? endpoint : `${endpoint}_dp${dpRank}`;
   const m = /^(tcp:\/\/.+):(\d+)$/.exec(endpoint);
   if (m === null) {
-    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `KV event endpoint ${JSON.stringify(endpoint)} is neither tcp://host:port nor inproc://`, { endpoint });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_CONFIG',
+      `KV event endpoint ${JSON.stringify(endpoint)} is neither tcp://host:port nor inproc://`,
+      { endpoint },
+    );
   }
   const port = Number(m[2]) + dpRank;
-  if (port > 65535) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `KV event endpoint ${endpoint} offset by dp rank ${dpRank} exceeds port 65535`, { endpoint, dpRank });
+  if (port > 65535)
+    throw new KvgateError(
+      'KVG_ERR_INVALID_CONFIG',
+      `KV event endpoint ${endpoint} offset by dp rank ${dpRank} exceeds port 65535`,
+      { endpoint, dpRank },
+    );
   return `${m[1]}:${port}`;
 }
 

@@ -15,36 +15,37 @@
  *   frames dropped unplaced (garbage, undecodable) ⇒ at most once a second, one catch-up replay(cursor+1)
  *
  * Replays (one in flight, a newer need aborts it; a short or failed one clears
- * the slot, a failed catch-up does not), garbage, restarts, catch-up and the
- * consistency bound: README.md.
+ * the slot, a failed catch-up does not), catch-up and the consistency bound
+ * are slot-recovery.ts's; garbage and restarts are judged here: README.md.
  */
 import type { WorkerRank } from '../common/index.js';
 import { parseEventFrames } from './decode.js';
 import type { EventLiveness } from './liveness.js';
 import { ThrottledLog } from './log.js';
-import { fillOptions, kDefaultStreamOptions, type FilledKvEventStreamOptions, type IngestContext, type KvEventStreamOptions } from './options.js';
-import { LiveQueue, ParkedBatches, replayNeed } from './live-queue.js';
 import {
-  CatchUpTimer, ReplayRequests, stepAnswer, type AnswerSlot, type ReplayPurpose, type ReplyInProgress, type GapReplaySource,
-} from './gap-replay.js';
+  fillOptions,
+  kDefaultStreamOptions,
+  type FilledKvEventStreamOptions,
+  type IngestContext,
+  type KvEventStreamOptions,
+} from './options.js';
+import { LiveQueue, ParkedBatches } from './live-queue.js';
+import type { GapReplaySource } from './gap-replay.js';
 import { SequenceJudge, type LiveItem } from './sequence.js';
+import { SlotRecovery } from './slot-recovery.js';
 import { SlotWriter } from './slot-writer.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
 import type { ApplyScheduler, Drainable, TurnBudget } from './turn-scheduler.js';
-
-/** A catch-up replay at most this often per slot (see CatchUpTimer). */
-const CATCH_UP_AFTER_MS = 1000;
 
 export class KvEventStream implements Drainable {
   /** The (worker, dp rank) whose publisher this stream follows. */
   readonly slot: WorkerRank;
   readonly #writer: SlotWriter;
-  /** The engine's replay endpoint and this stream's requests to it; undefined without one. */
-  readonly #replays: ReplayRequests | undefined;
+  /** The engine's replay endpoint, this stream's requests to it and the consistency bound. */
+  readonly #recovery: SlotRecovery;
   readonly #hooks: KvEventHooks;
   readonly #liveness: EventLiveness | undefined;
   readonly #scheduler: ApplyScheduler;
-  readonly #clock: IngestContext['clock'];
   readonly #log: ThrottledLog;
   readonly #opts: FilledKvEventStreamOptions;
   readonly #judge: SequenceJudge;
@@ -52,11 +53,6 @@ export class KvEventStream implements Drainable {
   readonly #queue: LiveQueue;
   /** Judged gaps waiting for the batches in front of them. */
   readonly #parked = new ParkedBatches();
-  #restoreTried = false;
-  #inconsistentSince: number | undefined;
-  readonly #catchUp = new CatchUpTimer(CATCH_UP_AFTER_MS);
-  /** Where a replay's answer is applied. */
-  readonly #answerSlot: AnswerSlot;
   #idle: (() => void)[] = [];
   #closed = false;
 
@@ -71,17 +67,30 @@ export class KvEventStream implements Drainable {
     this.#hooks = ctx.hooks;
     this.#liveness = ctx.liveness;
     this.#scheduler = ctx.scheduler;
-    this.#clock = ctx.clock;
-    this.#log = new ThrottledLog(ctx.logger, ctx.clock, this.#opts.logIntervalMs, { workerId: slot.workerId, dpRank: slot.dpRank });
-    const wake = (): void => this.#scheduler.wake(this);
-    this.#replays = replay === undefined ? undefined : new ReplayRequests(replay, slot, ctx.hooks, this.#log, wake);
+    this.#log = new ThrottledLog(ctx.logger, ctx.clock, this.#opts.logIntervalMs, {
+      workerId: slot.workerId,
+      dpRank: slot.dpRank,
+    });
     this.#judge = new SequenceJudge(this.#opts);
     this.#queue = new LiveQueue(this.#opts.maxQueuedBatches);
-    this.#answerSlot = {
-      cursor: () => this.cursor, accept: (b) => this.#accept(b, 'replay'), lost: () => this.#reset('replay_incomplete'),
-      stale: (seq) => this.#hooks.onStale?.(this.slot, seq), decodeError: (e) => this.#writer.decodeError(e, undefined),
-    };
     this.#writer = new SlotWriter(slot, ctx, this.#log);
+    this.#recovery = new SlotRecovery({
+      slot,
+      ctx,
+      replay,
+      log: this.#log,
+      opts: this.#opts,
+      wake: () => this.#scheduler.wake(this),
+      stream: {
+        judge: this.#judge,
+        queue: this.#queue,
+        parked: this.#parked,
+        writer: this.#writer,
+        accept: (item, origin) => this.#accept(item, origin),
+        reset: (reason) => this.#reset(reason),
+        garbage: (item, why) => this.#garbage(item, why),
+      },
+    });
   }
 
   /** Newest accepted sequence number, null before the first. */
@@ -100,12 +109,12 @@ export class KvEventStream implements Drainable {
     if (this.cursor !== null || this.pendingCount > 0) return;
     this.#judge.seed(cursor);
     this.#writer.seeded();
-    if (this.#replays !== undefined) this.#request(cursor + 1n, 'gap');
+    this.#recovery.request(cursor + 1n, 'gap');
   }
 
   /** True while a replay is in flight or its answer is being applied. */
   get recovering(): boolean {
-    return this.#replays?.inflight !== undefined || this.#replays?.reply !== undefined;
+    return this.#recovery.inflight !== undefined || this.#recovery.reply !== undefined;
   }
 
   /** Live batches received and not yet applied (queued or parked behind a gap). */
@@ -116,7 +125,7 @@ export class KvEventStream implements Drainable {
   /** Resolves once nothing is queued, parked behind a replay, or in flight. */
   async whenSettled(): Promise<void> {
     while (!this.#closed) {
-      const req = this.#replays?.inflight;
+      const req = this.#recovery.inflight;
       if (req !== undefined) await req.promise;
       else if (this.#hasWork()) await new Promise<void>((resolve) => this.#idle.push(resolve));
       else return;
@@ -129,7 +138,7 @@ export class KvEventStream implements Drainable {
     const r = parseEventFrames(frames);
     if (!r.ok) {
       this.#writer.decodeError(r.error, undefined);
-      this.#unplaced();
+      this.#recovery.unplaced();
       return;
     }
     this.onMessage(r.value.seq, r.value.payload);
@@ -139,10 +148,13 @@ export class KvEventStream implements Drainable {
   onMessage(seq: bigint, payload: Uint8Array): void {
     if (this.#closed) return;
     this.#hooks.onBatch?.(this.slot, 'live');
-    if (!this.#queue.offer({ seq, payload, gen: this.#replays?.sent ?? 0 })) {
+    if (!this.#queue.offer({ seq, payload, gen: this.#recovery.sent })) {
       this.#hooks.onDropped?.(this.slot, 'queue_full', seq);
-      this.#log.warn('queue_full', { seq: String(seq), queued: this.#opts.maxQueuedBatches },
-        'KV event queue full: batch dropped, to be replayed once the queue drains');
+      this.#log.warn(
+        'queue_full',
+        { seq: String(seq), queued: this.#opts.maxQueuedBatches },
+        'KV event queue full: batch dropped, to be replayed once the queue drains',
+      );
       return;
     }
     this.#scheduler.wake(this);
@@ -182,28 +194,27 @@ export class KvEventStream implements Drainable {
    * and periodically by the manager (so a flood that ends in silence is caught up).
    */
   checkConsistency(): void {
-    this.#maybeCatchUp();
-    const since = this.#inconsistentSince;
-    if (this.#closed || since === undefined || this.#replays?.inflight !== undefined) return;
-    const forMs = this.#clock.now() - since;
-    if (forMs < this.#opts.inconsistentAfterMs) return;
-    this.#log.warn('inconsistent', { forMs: Math.round(forMs), replay: this.#replays !== undefined },
-      this.#replays !== undefined ? 'KV event stream inconsistent for too long: slot cleared, restoring from the engine\'s replay buffer'
-        : 'KV event stream inconsistent for too long: slot cleared and scored approximately until events rebuild it');
+    if (this.#closed) return;
+    this.#recovery.maybeCatchUp();
+    const forMs = this.#recovery.overdueMs();
+    if (forMs === undefined) return;
+    const replay = this.#recovery.canReplay;
+    this.#log.warn(
+      'inconsistent',
+      { forMs: Math.round(forMs), replay },
+      replay
+        ? "KV event stream inconsistent for too long: slot cleared, restoring from the engine's replay buffer"
+        : 'KV event stream inconsistent for too long: slot cleared and scored approximately until events rebuild it',
+    );
     this.#startOver('inconsistent');
-    this.#restoreTried = true;
-    if (this.#replays !== undefined) this.#request(0n, 'restore');
-    else this.#liveness?.degrade(this.slot);
+    this.#recovery.restore();
+    if (!replay) this.#liveness?.degrade(this.slot);
     this.#scheduler.wake(this);
   }
 
   /** One unit of work: a replayed batch, a parked batch now in order, or a queued live batch. */
   #step(): boolean {
-    const reply = this.#replays?.reply;
-    if (reply !== undefined) {
-      this.#replayStep(reply);
-      return true;
-    }
+    if (this.#recovery.step()) return true;
     const parked = this.#parked.head;
     if (parked !== undefined && this.#canTakeParked(parked)) {
       this.#parked.shift();
@@ -227,7 +238,7 @@ export class KvEventStream implements Drainable {
   #readIfDecisive(item: LiveItem): LiveItem | undefined {
     if (!this.#judge.decisive(item.seq)) return item;
     const batch = this.#writer.read(item.seq, item.payload);
-    if (batch === undefined) this.#unplaced();
+    if (batch === undefined) this.#recovery.unplaced();
     return batch === undefined ? undefined : { ...item, batch };
   }
 
@@ -235,27 +246,35 @@ export class KvEventStream implements Drainable {
     const verdict = this.#judge.judge(item);
     switch (verdict) {
       case 'initial':
-        if (this.#replays?.inflight !== undefined || (this.#replays !== undefined && !this.#restoreTried && item.seq > 0n)) {
+        if (this.#recovery.holdsFirstBatch(item.seq)) {
           // Restoring from the engine's buffer first: this batch waits for it.
           this.#park(item);
-          if (this.#replays.inflight === undefined) {
-            this.#restoreTried = true;
-            this.#request(0n, 'restore');
-          }
+          this.#recovery.restoreOnce();
           return;
         }
         this.#accept(item, 'live');
         return;
       case 'contiguous':
         this.#accept(item, 'live');
-        for (const e of this.#judge.refuteEvidence()) this.#garbage(e, 'restart evidence refuted by the publisher\'s next batch');
-        this.#inconsistentSince = undefined;
+        for (const e of this.#judge.refuteEvidence())
+          this.#garbage(e, "restart evidence refuted by the publisher's next batch");
+        this.#recovery.consistent();
         return;
-      case 'gap': this.#gap(item); return;
-      case 'stale': this.#hooks.onStale?.(this.slot, item.seq); return;
-      case 'garbage': this.#garbage(item, 'sequence number implausibly far ahead'); return;
-      case 'restart_evidence': this.#inconsistent(); return;
-      case 'restart': this.#restart(item.seq); return;
+      case 'gap':
+        this.#gap(item);
+        return;
+      case 'stale':
+        this.#hooks.onStale?.(this.slot, item.seq);
+        return;
+      case 'garbage':
+        this.#garbage(item, 'sequence number implausibly far ahead');
+        return;
+      case 'restart_evidence':
+        this.#recovery.inconsistent();
+        return;
+      case 'restart':
+        this.#restart(item.seq);
+        return;
     }
   }
 
@@ -263,13 +282,17 @@ export class KvEventStream implements Drainable {
     const expected = this.cursor! + 1n;
     // One gap per hole: batches parked behind an open one are not new gaps.
     if (this.#parked.length === 0) this.#hooks.onGap?.(this.slot, expected, item.seq);
-    if (this.#replays !== undefined) {
+    if (this.#recovery.canReplay) {
       // Reordering may still fill it; if not, #afterDrain asks for a replay.
       this.#park(item);
-      this.#inconsistent();
+      this.#recovery.inconsistent();
       return;
     }
-    this.#log.warn('gap', { expected: String(expected), got: String(item.seq) }, 'KV event gap and no replay endpoint: clearing the slot');
+    this.#log.warn(
+      'gap',
+      { expected: String(expected), got: String(item.seq) },
+      'KV event gap and no replay endpoint: clearing the slot',
+    );
     this.#reset('gap_without_replay');
     this.#liveness?.degrade(this.slot);
     this.#accept(item, 'live');
@@ -279,12 +302,12 @@ export class KvEventStream implements Drainable {
   #park(item: LiveItem): void {
     if (this.#parked.add(item, this.#opts.maxPendingBatches)) return;
     this.#hooks.onPendingOverflow?.(this.slot, item.seq);
-    this.#unplaced();
+    this.#recovery.unplaced();
   }
 
   #canTakeParked(item: LiveItem): boolean {
     const last = this.cursor;
-    if (last === null) return this.#replays?.inflight === undefined;
+    if (last === null) return this.#recovery.inflight === undefined;
     return item.seq <= last + 1n;
   }
 
@@ -292,42 +315,8 @@ export class KvEventStream implements Drainable {
   #accept(item: Pick<LiveItem, 'seq' | 'payload' | 'batch'>, origin: BatchOrigin): void {
     this.#judge.cursor.advance(item.seq);
     // In-order progress: whatever else is going on, the stream is not wedged.
-    this.#inconsistentSince = undefined;
+    this.#recovery.consistent();
     this.#writer.accept(item.seq, item.payload, origin, item.batch);
-  }
-
-  /** Sends a replay request (with a replay endpoint); an equal need waits for the one in flight, a newer epoch's aborts it. */
-  #request(from: bigint, purpose: ReplayPurpose): void {
-    this.#replays?.send(from, purpose);
-  }
-
-  #replayStep(rp: ReplyInProgress): void {
-    const failed = rp.reply === undefined;
-    if (!failed && stepAnswer(rp, this.#answerSlot) === 'more') return;
-    this.#replays!.finish();
-    if (failed) this.#replayFailed(rp);
-    else this.#replayDone(rp);
-  }
-
-  #replayFailed(rp: ReplyInProgress): void {
-    if (this.#replays!.failed(rp)) {
-      this.#unplaced(); // a catch-up: asked again after the next interval
-      return;
-    }
-    if (this.cursor !== null) this.#reset('replay_failed');
-    this.#startFresh();
-  }
-
-  #replayDone(rp: ReplyInProgress): void {
-    const batches = rp.reply!.batches;
-    const newest = batches.length > 0 ? batches[batches.length - 1]!.seq : undefined;
-    const known = newest ?? this.cursor;
-    const never = this.#parked.removeNeverSent(rp.req.gen, newest, known === null ? undefined : known + BigInt(this.#opts.maxSeqJump));
-    for (const p of never) this.#garbage(p, 'sequence number beyond the publisher\'s newest');
-    this.#queue.forgetDropped(rp.req.gen);
-    this.#judge.lowerLiveHigh(newest, this.cursor, this.#parked.newest?.seq);
-    this.#replays!.done(rp);
-    if (this.#parked.length === 0 && this.#judge.evidence.length === 0) this.#inconsistentSince = undefined;
   }
 
   /**
@@ -336,58 +325,39 @@ export class KvEventStream implements Drainable {
    * replay at a time); without a replay endpoint, dropped batches clear the slot.
    */
   #afterDrain(): void {
-    const idleNow = !this.#writer.busy && this.#replays?.reply === undefined && this.#queue.length === 0;
-    if (idleNow && this.#queue.dropped !== undefined && this.#replays === undefined) {
+    const idleNow = !this.#writer.busy && this.#recovery.reply === undefined && this.#queue.length === 0;
+    if (idleNow && this.#queue.dropped !== undefined && !this.#recovery.canReplay) {
       this.#queue.forgetDropped();
-      this.#log.warn('gap', { cursor: String(this.cursor) }, 'KV event queue overflowed and no replay endpoint: clearing the slot');
+      this.#log.warn(
+        'gap',
+        { cursor: String(this.cursor) },
+        'KV event queue overflowed and no replay endpoint: clearing the slot',
+      );
       this.#reset('gap_without_replay');
       this.#liveness?.degrade(this.slot);
-      this.#startFresh();
+      this.#recovery.startFresh();
     }
-    const from = this.#replayNeed(idleNow);
-    const asking = this.#replays?.inflight !== undefined || this.#replays?.reply !== undefined || this.#writer.busy;
-    if (from !== undefined && !asking) this.#request(from, 'gap');
+    this.#recovery.askAfterDrain(idleNow);
     this.checkConsistency();
-    if (!this.#hasWork() && this.#replays?.inflight === undefined) this.#wakeIdle();
-  }
-
-  #replayNeed(idleNow: boolean): bigint | undefined {
-    if (this.#replays === undefined) return undefined;
-    return replayNeed(this.cursor, this.#parked, this.#queue.dropped, idleNow, this.#opts.reorderWindow);
-  }
-
-  /**
-   * Frames were dropped unplaced (garbage, undecodable, no room to park): whatever the flood hides,
-   * a PUB or SUB at its high-water mark drops batches without a trace, and an engine that then goes
-   * idle would leave the hole unseen. Once idle and due, ask the engine for everything after the cursor.
-   */
-  #maybeCatchUp(): void {
-    const r = this.#replays;
-    if (r === undefined || this.#closed || r.inflight !== undefined || r.reply !== undefined) return;
-    if (this.#writer.busy || this.#queue.length > 0 || this.#parked.length > 0 || !this.#catchUp.take(this.#clock.now())) return;
-    const last = this.cursor;
-    if (last === null) this.#restoreTried = true;
-    this.#request(last === null ? 0n : last + 1n, last === null ? 'restore' : 'catch_up');
-  }
-
-  /** A frame was dropped without being placed in the sequence. */
-  #unplaced(): void {
-    this.#catchUp.note(this.#clock.now());
+    if (!this.#hasWork() && this.#recovery.inflight === undefined) this.#wakeIdle();
   }
 
   #hasWork(): boolean {
     if (this.#closed) return false;
-    if (this.#writer.busy || this.#replays?.reply !== undefined || this.#queue.length > 0) return true;
+    if (this.#writer.busy || this.#recovery.reply !== undefined || this.#queue.length > 0) return true;
     const parked = this.#parked.head;
     return parked !== undefined && this.#canTakeParked(parked);
   }
 
   #restart(seq: bigint): void {
-    this.#log.warn('restart', { lastSeq: String(this.#judge.liveHigh), seq: String(seq) },
-      'KV event publisher restarted: clearing the slot');
+    this.#log.warn(
+      'restart',
+      { lastSeq: String(this.#judge.liveHigh), seq: String(seq) },
+      'KV event publisher restarted: clearing the slot',
+    );
     const held = this.#judge.takeEvidence();
     this.#startOver('restart');
-    this.#restoreTried = false;
+    this.#recovery.restarted();
     // The new publisher's batches held as evidence go first, one step each.
     this.#queue.unshift(held);
   }
@@ -398,20 +368,14 @@ export class KvEventStream implements Drainable {
     this.#judge.reset();
     this.#forget();
     this.#queue.forgetDropped();
-    this.#inconsistentSince = undefined;
+    this.#recovery.consistent();
   }
 
   /** Aborts the replay in flight (its answer is then ignored) and drops what waits to be applied. */
   #forget(): void {
-    this.#replays?.newEpoch();
+    this.#recovery.newEpoch();
     this.#writer.abandon();
     this.#parked.clear();
-  }
-
-  /** The next batch is applied as a first batch, without another restore attempt. */
-  #startFresh(): void {
-    this.#judge.reset();
-    this.#restoreTried = true;
   }
 
   #internalFailure(err: unknown): void {
@@ -419,17 +383,15 @@ export class KvEventStream implements Drainable {
     // leave the slot half-recovered: start over from the next live batch.
     this.#log.warn('internal', { err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
     this.#startOver('replay_failed');
-    this.#startFresh();
+    this.#recovery.startFresh();
   }
 
   /** Drops a batch whose seq cannot be the publisher's: counted and logged, moves nothing and starts no timer (see sequence.ts). */
   #garbage(item: LiveItem, why: string): void {
     this.#hooks.onDropped?.(this.slot, 'garbage', item.seq);
     this.#log.warn('garbage', { seq: String(item.seq), cursor: String(this.cursor) }, `KV event batch dropped: ${why}`);
-    this.#unplaced();
+    this.#recovery.unplaced();
   }
-
-  #inconsistent(): void { this.#inconsistentSince ??= this.#clock.now(); }
 
   #reset(reason: ResetReason): void {
     this.#writer.reset(reason);

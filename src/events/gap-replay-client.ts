@@ -87,7 +87,11 @@ export class ZmqGapReplayClient implements GapReplaySource {
       // (read through a function: TypeScript narrowed `aborted` at the top of the request)
       if (isAborted(signal)) throw this.#error(fromSeq, 'superseded');
       const code = (err as { code?: unknown }).code;
-      throw this.#error(fromSeq, code === 'EAGAIN' ? `no reply within ${this.#timeoutMs} ms` : err instanceof Error ? err.message : String(err), err);
+      throw this.#error(
+        fromSeq,
+        code === 'EAGAIN' ? `no reply within ${this.#timeoutMs} ms` : err instanceof Error ? err.message : String(err),
+        err,
+      );
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }
@@ -95,7 +99,12 @@ export class ZmqGapReplayClient implements GapReplaySource {
 
   /** No receive limit: a reply is bounded by `maxBatches`, and a full pipe would make the engine's ROUTER drop replies. */
   #open(): Dealer {
-    const d = new Dealer({ linger: 0, receiveTimeout: this.#timeoutMs, sendTimeout: this.#timeoutMs, receiveHighWaterMark: 0 });
+    const d = new Dealer({
+      linger: 0,
+      receiveTimeout: this.#timeoutMs,
+      sendTimeout: this.#timeoutMs,
+      receiveHighWaterMark: 0,
+    });
     d.connect(this.endpoint);
     return d;
   }
@@ -107,8 +116,12 @@ export class ZmqGapReplayClient implements GapReplaySource {
   }
 
   #error(fromSeq: bigint, why: string, cause?: unknown): KvgateError {
-    return new KvgateError('KVG_ERR_KV_EVENT_REPLAY', `KV event replay from ${this.endpoint} (seq ${fromSeq}) failed: ${why}`,
-      { endpoint: this.endpoint, fromSeq: String(fromSeq) }, cause === undefined ? undefined : { cause });
+    return new KvgateError(
+      'KVG_ERR_KV_EVENT_REPLAY',
+      `KV event replay from ${this.endpoint} (seq ${fromSeq}) failed: ${why}`,
+      { endpoint: this.endpoint, fromSeq: String(fromSeq) },
+      cause === undefined ? undefined : { cause },
+    );
   }
 
   /** Closes the socket; a request in flight rejects. Idempotent. */

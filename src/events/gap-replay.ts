@@ -106,7 +106,13 @@ export class ReplayRequests {
   #epoch = 0;
 
   /** @param onSettled called when a request settles (the stream wakes to apply or drop the answer). */
-  constructor(source: GapReplaySource, slot: WorkerRank, hooks: KvEventHooks, log: ThrottledLog, onSettled: () => void) {
+  constructor(
+    source: GapReplaySource,
+    slot: WorkerRank,
+    hooks: KvEventHooks,
+    log: ThrottledLog,
+    onSettled: () => void,
+  ) {
     this.#source = source;
     this.#slot = slot;
     this.#hooks = hooks;
@@ -136,7 +142,12 @@ export class ReplayRequests {
       prev.abort.abort();
     }
     const req: KvReplayRequest = {
-      epoch: this.#epoch, from, purpose, gen: ++this.#sent, abort: new AbortController(), promise: Promise.resolve(),
+      epoch: this.#epoch,
+      from,
+      purpose,
+      gen: ++this.#sent,
+      abort: new AbortController(),
+      promise: Promise.resolve(),
     };
     this.#inflight = req;
     this.#hooks.onReplayRequested?.(this.#slot, from);
@@ -157,7 +168,11 @@ export class ReplayRequests {
       this.#log.warn('catch_up_failed', fields, 'KV event catch-up replay failed: slot kept, asking again later');
       return true;
     }
-    this.#log.warn('replay_failed', fields, 'KV event replay failed: clearing the slot and continuing from live events');
+    this.#log.warn(
+      'replay_failed',
+      fields,
+      'KV event replay failed: clearing the slot and continuing from live events',
+    );
     return false;
   }
 
@@ -166,10 +181,17 @@ export class ReplayRequests {
     this.#hooks.onReplay?.(this.#slot, rp.complete ? 'recovered' : 'incomplete', rp.applied);
     const from = String(rp.req.from);
     if (!rp.complete) {
-      this.#log.warn('replay_incomplete', { from }, 'KV event replay buffer no longer holds the missing batches: slot cleared');
+      this.#log.warn(
+        'replay_incomplete',
+        { from },
+        'KV event replay buffer no longer holds the missing batches: slot cleared',
+      );
     } else if (rp.req.purpose === 'catch_up' && rp.applied > 0) {
-      this.#log.warn('caught_up', { from, batches: rp.applied },
-        'KV event batches missed while frames were dropped were recovered from the engine\'s replay buffer');
+      this.#log.warn(
+        'caught_up',
+        { from, batches: rp.applied },
+        "KV event batches missed while frames were dropped were recovered from the engine's replay buffer",
+      );
     }
   }
 

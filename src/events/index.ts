@@ -5,7 +5,15 @@
  * trusted. See README.md in this folder for who owns what.
  */
 export type { KvCacheEvent, StoredBlocksEvent, RemovedBlocksEvent, KvEventBatch } from './types.js';
-export { decodeKvEventBatch, parseEventFrames, readSeq, encodeSeq, normaliseHash, mediumToTier, REPLAY_END_SEQ } from './decode.js';
+export {
+  decodeKvEventBatch,
+  parseEventFrames,
+  readSeq,
+  encodeSeq,
+  normaliseHash,
+  mediumToTier,
+  REPLAY_END_SEQ,
+} from './decode.js';
 export { TieredPrefixIndex } from './tiered-index.js';
 export { KvEventApplier } from './applier.js';
 export { KvEventStream } from './event-stream.js';

@@ -113,7 +113,9 @@ export class ParkedBatches extends FrontQueue {
    * batches parked while the slot had no cursor to judge them by). Removes and returns them.
    */
   removeNeverSent(gen: number, newest: bigint | undefined, farBound: bigint | undefined): LiveItem[] {
-    return this.remove((p) => (p.gen < gen && (newest === undefined || p.seq > newest)) || (farBound !== undefined && p.seq > farBound));
+    return this.remove(
+      (p) => (p.gen < gen && (newest === undefined || p.seq > newest)) || (farBound !== undefined && p.seq > farBound),
+    );
   }
 
   /** Removes and returns the items `drop` selects. */
@@ -133,10 +135,16 @@ export class ParkedBatches extends FrontQueue {
  * that reordering did not fill (once idle, or with more parked than the reorder window), or
  * from the batches a full queue dropped.
  */
-export function replayNeed(last: bigint | null, parked: ParkedBatches, dropped: { readonly high: bigint } | undefined,
-  idleNow: boolean, reorderWindow: number): bigint | undefined {
+export function replayNeed(
+  last: bigint | null,
+  parked: ParkedBatches,
+  dropped: { readonly high: bigint } | undefined,
+  idleNow: boolean,
+  reorderWindow: number,
+): bigint | undefined {
   const head = parked.head;
-  if (head !== undefined && last !== null && head.seq > last + 1n && (idleNow || parked.length > reorderWindow)) return last + 1n;
+  if (head !== undefined && last !== null && head.seq > last + 1n && (idleNow || parked.length > reorderWindow))
+    return last + 1n;
   if (idleNow && dropped !== undefined && (last === null || last < dropped.high)) return last === null ? 0n : last + 1n;
   return undefined;
 }

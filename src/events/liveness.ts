@@ -54,7 +54,8 @@ export class EventLiveness {
       this.#slots.set(workerId, (ranks = new Map()));
     }
     let s = ranks.get(dpRank);
-    if (s === undefined && create) ranks.set(dpRank, (s = { lastEventAt: undefined, awaitingSince: undefined, degradedUntil: undefined }));
+    if (s === undefined && create)
+      ranks.set(dpRank, (s = { lastEventAt: undefined, awaitingSince: undefined, degradedUntil: undefined }));
     return s;
   }
 
@@ -121,7 +122,8 @@ export class EventLiveness {
   /** Every tracked slot with its status (for a gauge). */
   statuses(): (WorkerRank & { status: EventStatus })[] {
     const out: (WorkerRank & { status: EventStatus })[] = [];
-    for (const [workerId, ranks] of this.#slots) for (const [dpRank, s] of ranks) out.push({ workerId, dpRank, status: this.#statusOf(s) });
+    for (const [workerId, ranks] of this.#slots)
+      for (const [dpRank, s] of ranks) out.push({ workerId, dpRank, status: this.#statusOf(s) });
     return out;
   }
 

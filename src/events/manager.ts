@@ -16,7 +16,12 @@ import { slotKey, type Context, type KvSlotSnapshot, type WorkerRank } from '../
 import type { KvEventApplier } from './applier.js';
 import { EventLiveness, type EventStatus } from './liveness.js';
 import {
-  fillOptions, ingestContext, kDefaultKvEventOptions, type FilledKvEventOptions, type IngestContext, type KvEventOptions,
+  fillOptions,
+  ingestContext,
+  kDefaultKvEventOptions,
+  type FilledKvEventOptions,
+  type IngestContext,
+  type KvEventOptions,
 } from './options.js';
 import { KvEventCounters, combineHooks, type KvEventHooks } from './stats.js';
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js';
@@ -45,7 +50,11 @@ export interface KvEventManagerOptions extends KvEventOptions, Partial<Pick<Cont
 }
 
 function sameSource(a: Readonly<KvEventTarget>, b: KvEventTarget): boolean {
-  return a.endpoint === b.endpoint && (a.replayEndpoint || undefined) === (b.replayEndpoint || undefined) && (a.topic ?? '') === (b.topic ?? '');
+  return (
+    a.endpoint === b.endpoint &&
+    (a.replayEndpoint || undefined) === (b.replayEndpoint || undefined) &&
+    (a.topic ?? '') === (b.topic ?? '')
+  );
 }
 
 export class KvEventManager {
@@ -65,7 +74,11 @@ export class KvEventManager {
     this.applier = options.applier;
     const base = ingestContext({ applier: options.applier, clock: options.clock, logger: options.logger });
     this.liveness = new EventLiveness({ clock: base.clock, staleAfterMs: this.#opts.staleAfterMs });
-    const scheduler = new TurnScheduler({ clock: base.clock, maxEventsPerTurn: this.#opts.maxEventsPerTurn, maxTurnMs: this.#opts.maxTurnMs });
+    const scheduler = new TurnScheduler({
+      clock: base.clock,
+      maxEventsPerTurn: this.#opts.maxEventsPerTurn,
+      maxTurnMs: this.#opts.maxTurnMs,
+    });
     this.#ctx = { ...base, hooks: combineHooks(this.counters, options.hooks), liveness: this.liveness, scheduler };
     const every = Math.max(10, Math.min(CONSISTENCY_CHECK_MS, this.#opts.inconsistentAfterMs / 2));
     this.#checkTimer = setInterval(() => {
@@ -113,7 +126,10 @@ export class KvEventManager {
     const { workerId, dpRank, endpoint } = sub.source;
     const at = { workerId, dpRank, endpoint, snapshotEndpoint: seed.endpoint };
     if (seed.endpoint !== endpoint) {
-      this.#ctx.logger.warn(at, 'replica snapshot of this slot came from another KV-event endpoint: ignored, the slot starts from the engine alone');
+      this.#ctx.logger.warn(
+        at,
+        'replica snapshot of this slot came from another KV-event endpoint: ignored, the slot starts from the engine alone',
+      );
       return;
     }
     const tiers = seed.tiers.filter((t) => (STORAGE_TIERS as readonly string[]).includes(t.tier));
@@ -123,8 +139,11 @@ export class KvEventManager {
     sub.stream.seed(seed.cursor);
     // The peer's events for the slot were live when it took the snapshot: score the blocks, not approximately.
     this.liveness.noteEvent(sub.source);
-    this.#ctx.logger.info({ ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
-      `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; replaying what the engine published since`);
+    this.#ctx.logger.info(
+      { ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
+      `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; ` +
+        'replaying what the engine published since',
+    );
   }
 
   /**
@@ -137,7 +156,9 @@ export class KvEventManager {
       const cursor = sub.stream.appliedCursor;
       if (cursor === null) continue;
       const { workerId, dpRank, endpoint } = sub.source;
-      const tiers = this.indexes.tiers().map((tier) => ({ tier, pairs: this.indexes.get(tier).exportSlot(workerId, dpRank) }));
+      const tiers = this.indexes
+        .tiers()
+        .map((tier) => ({ tier, pairs: this.indexes.get(tier).exportSlot(workerId, dpRank) }));
       out.push({ workerId, dpRank, endpoint, cursor, tiers: tiers.filter((t) => t.pairs.length > 0) });
     }
     return out;
@@ -145,12 +166,16 @@ export class KvEventManager {
 
   /** Unsubscribes one rank, or every rank of the worker, and forgets their blocks in every tier. */
   async remove(workerId: number, dpRank?: number): Promise<void> {
-    const victims = [...this.#subs].filter(([, s]) => s.source.workerId === workerId && (dpRank === undefined || s.source.dpRank === dpRank));
-    await Promise.all(victims.map(async ([key, sub]) => {
-      await this.#stop(key, sub);
-      this.applier.removeSlot(sub.source);
-      this.liveness.unregister(sub.source);
-    }));
+    const victims = [...this.#subs].filter(
+      ([, s]) => s.source.workerId === workerId && (dpRank === undefined || s.source.dpRank === dpRank),
+    );
+    await Promise.all(
+      victims.map(async ([key, sub]) => {
+        await this.#stop(key, sub);
+        this.applier.removeSlot(sub.source);
+        this.liveness.unregister(sub.source);
+      }),
+    );
   }
 
   /** Makes the subscribed set exactly `sources` (discovery's view of the fleet). */

@@ -32,7 +32,9 @@ export interface IngestContext {
  * An ingestion context from its parts: system clock, no logging, no hooks, no
  * liveness unless given, and events applied as they arrive (no turn budget).
  */
-export function ingestContext(parts: { applier: KvEventApplier } & Partial<Omit<IngestContext, 'applier'>>): IngestContext {
+export function ingestContext(
+  parts: { applier: KvEventApplier } & Partial<Omit<IngestContext, 'applier'>>,
+): IngestContext {
   return {
     applier: parts.applier,
     clock: parts.clock ?? systemClock,
@@ -60,10 +62,17 @@ export interface KvEventStreamOptions {
   /** At most one log line per kind of problem per interval, ms. */
   logIntervalMs?: number | undefined;
 }
-export type FilledKvEventStreamOptions = Required<{ [K in keyof KvEventStreamOptions]: NonNullable<KvEventStreamOptions[K]> }>;
+export type FilledKvEventStreamOptions = Required<{
+  [K in keyof KvEventStreamOptions]: NonNullable<KvEventStreamOptions[K]>;
+}>;
 export const kDefaultStreamOptions: FilledKvEventStreamOptions = Object.freeze({
-  maxPendingBatches: 100_000, maxQueuedBatches: 10_000, reorderWindow: 64, maxSeqJump: 1_000_000,
-  restartConfirmations: 2, inconsistentAfterMs: 5000, logIntervalMs: 10_000,
+  maxPendingBatches: 100_000,
+  maxQueuedBatches: 10_000,
+  reorderWindow: 64,
+  maxSeqJump: 1_000_000,
+  restartConfirmations: 2,
+  inconsistentAfterMs: 5000,
+  logIntervalMs: 10_000,
 });
 
 /** Tuning of one slot's sockets, and of its stream. */
@@ -73,9 +82,13 @@ export interface KvEventSubscriberOptions extends KvEventStreamOptions {
   /** SUB receive high-water mark in messages (vLLM's PUB default). */
   receiveHighWaterMark?: number | undefined;
 }
-export type FilledKvEventSubscriberOptions = Required<{ [K in keyof KvEventSubscriberOptions]: NonNullable<KvEventSubscriberOptions[K]> }>;
+export type FilledKvEventSubscriberOptions = Required<{
+  [K in keyof KvEventSubscriberOptions]: NonNullable<KvEventSubscriberOptions[K]>;
+}>;
 export const kDefaultSubscriberOptions: FilledKvEventSubscriberOptions = Object.freeze({
-  ...kDefaultStreamOptions, replayTimeoutMs: 2000, receiveHighWaterMark: 100_000,
+  ...kDefaultStreamOptions,
+  replayTimeoutMs: 2000,
+  receiveHighWaterMark: 100_000,
 });
 
 /**
@@ -92,11 +105,17 @@ export interface KvEventOptions extends KvEventSubscriberOptions {
 }
 export type FilledKvEventOptions = Required<{ [K in keyof KvEventOptions]: NonNullable<KvEventOptions[K]> }>;
 export const kDefaultKvEventOptions: FilledKvEventOptions = Object.freeze({
-  ...kDefaultSubscriberOptions, staleAfterMs: 30_000, maxEventsPerTurn: 2000, maxTurnMs: 4,
+  ...kDefaultSubscriberOptions,
+  staleAfterMs: 30_000,
+  maxEventsPerTurn: 2000,
+  maxTurnMs: 4,
 });
 
 /** `defaults` with every field of `given` that is set (an explicit `undefined` keeps the default). */
-export function fillOptions<F extends object>(defaults: F, given: { [K in keyof F]?: F[K] | undefined } | undefined): F {
+export function fillOptions<F extends object>(
+  defaults: F,
+  given: { [K in keyof F]?: F[K] | undefined } | undefined,
+): F {
   const out = { ...defaults };
   if (given === undefined) return out;
   for (const key of Object.keys(defaults) as (keyof F)[]) {

@@ -133,7 +133,8 @@ export class SequenceJudge {
       return 'restart';
     }
     const prev = this.#evidence.at(-1);
-    const fits = prev !== undefined && !this.#evidence.some((e) => e.seq === seq) && absDiff(prev.seq, seq) <= this.#window;
+    const fits =
+      prev !== undefined && !this.#evidence.some((e) => e.seq === seq) && absDiff(prev.seq, seq) <= this.#window;
     this.#evidence = fits ? [...this.#evidence, item] : [item];
     return this.#evidence.length >= this.#confirmations ? 'restart' : 'restart_evidence';
   }

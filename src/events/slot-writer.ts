@@ -63,7 +63,13 @@ export class SlotWriter {
     if (batch === undefined) return;
     for (const e of batch.errors) this.decodeError(e, seq);
     if (batch.dpRank !== null && batch.dpRank !== this.#slot.dpRank) {
-      this.decodeError({ kind: 'dp_rank_mismatch', message: `batch is for dp rank ${batch.dpRank}, subscription is for rank ${this.#slot.dpRank}` }, seq);
+      this.decodeError(
+        {
+          kind: 'dp_rank_mismatch',
+          message: `batch is for dp rank ${batch.dpRank}, subscription is for rank ${this.#slot.dpRank}`,
+        },
+        seq,
+      );
       return;
     }
     this.#current = { batch, origin, next: 0, applied: 0 };
@@ -84,14 +90,18 @@ export class SlotWriter {
     const events = cur.batch.events;
     const n = Math.min(events.length - cur.next, Math.max(1, budget.left), APPLY_SLICE);
     if (n > 0) {
-      const slice = cur.next === 0 && n === events.length ? cur.batch : { ...cur.batch, events: events.slice(cur.next, cur.next + n) };
+      const slice =
+        cur.next === 0 && n === events.length
+          ? cur.batch
+          : { ...cur.batch, events: events.slice(cur.next, cur.next + n) };
       cur.next += n;
       cur.applied += this.#applier.applyBatch(this.#slot, slice, this.#onStatus);
       budget.take(n);
     }
     if (cur.next < events.length) return;
     this.#current = undefined;
-    if (cur.applied > 0 || (events.length === 0 && cur.batch.errors.length === 0)) this.#liveness?.noteEvent(this.#slot);
+    if (cur.applied > 0 || (events.length === 0 && cur.batch.errors.length === 0))
+      this.#liveness?.noteEvent(this.#slot);
     if (cur.origin === 'replay') this.#hooks.onBatch?.(this.#slot, 'replay');
   }
 
@@ -105,8 +115,12 @@ export class SlotWriter {
     const seeded = this.#seeded;
     this.#seeded = false;
     if (seeded && (reason === 'gap_without_replay' || reason === 'replay_incomplete' || reason === 'replay_failed')) {
-      this.#log.warn('seed_kept', { reason },
-        'KV events since the replica snapshot cannot be replayed from the engine: keeping the snapshot\'s blocks and continuing from live events');
+      this.#log.warn(
+        'seed_kept',
+        { reason },
+        'KV events since the replica snapshot cannot be replayed from the engine: ' +
+          "keeping the snapshot's blocks and continuing from live events",
+      );
       return;
     }
     const blocks = this.#applier.clearSlot(this.#slot);

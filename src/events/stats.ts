@@ -71,16 +71,36 @@ export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks
   const hs = all.filter((h): h is KvEventHooks => h !== undefined);
   if (hs.length === 1) return hs[0]!;
   return {
-    onBatch: (slot, o) => { for (const h of hs) h.onBatch?.(slot, o); },
-    onApplied: (slot, t, s) => { for (const h of hs) h.onApplied?.(slot, t, s); },
-    onDecodeError: (rep) => { for (const h of hs) h.onDecodeError?.(rep); },
-    onGap: (slot, e, g) => { for (const h of hs) h.onGap?.(slot, e, g); },
-    onStale: (slot, s) => { for (const h of hs) h.onStale?.(slot, s); },
-    onReplay: (slot, o, b) => { for (const h of hs) h.onReplay?.(slot, o, b); },
-    onReset: (slot, why, b) => { for (const h of hs) h.onReset?.(slot, why, b); },
-    onPendingOverflow: (slot, s) => { for (const h of hs) h.onPendingOverflow?.(slot, s); },
-    onDropped: (slot, why, s) => { for (const h of hs) h.onDropped?.(slot, why, s); },
-    onReplayRequested: (slot, s) => { for (const h of hs) h.onReplayRequested?.(slot, s); },
+    onBatch: (slot, o) => {
+      for (const h of hs) h.onBatch?.(slot, o);
+    },
+    onApplied: (slot, t, s) => {
+      for (const h of hs) h.onApplied?.(slot, t, s);
+    },
+    onDecodeError: (rep) => {
+      for (const h of hs) h.onDecodeError?.(rep);
+    },
+    onGap: (slot, e, g) => {
+      for (const h of hs) h.onGap?.(slot, e, g);
+    },
+    onStale: (slot, s) => {
+      for (const h of hs) h.onStale?.(slot, s);
+    },
+    onReplay: (slot, o, b) => {
+      for (const h of hs) h.onReplay?.(slot, o, b);
+    },
+    onReset: (slot, why, b) => {
+      for (const h of hs) h.onReset?.(slot, why, b);
+    },
+    onPendingOverflow: (slot, s) => {
+      for (const h of hs) h.onPendingOverflow?.(slot, s);
+    },
+    onDropped: (slot, why, s) => {
+      for (const h of hs) h.onDropped?.(slot, why, s);
+    },
+    onReplayRequested: (slot, s) => {
+      for (const h of hs) h.onReplayRequested?.(slot, s);
+    },
   };
 }
 
@@ -124,7 +144,13 @@ function zeros<K extends string>(keys: readonly K[]): Record<K, number> {
 
 const ORIGINS: readonly BatchOrigin[] = ['live', 'replay'];
 const OUTCOMES: readonly ReplayOutcome[] = ['recovered', 'incomplete', 'failed'];
-const RESETS: readonly ResetReason[] = ['restart', 'gap_without_replay', 'replay_failed', 'replay_incomplete', 'inconsistent'];
+const RESETS: readonly ResetReason[] = [
+  'restart',
+  'gap_without_replay',
+  'replay_failed',
+  'replay_incomplete',
+  'inconsistent',
+];
 const DROPS: readonly DropReason[] = ['queue_full', 'garbage'];
 
 /** Counts everything the hooks report; `snapshot()` returns a deep copy. */
@@ -153,7 +179,17 @@ export class KvEventCounters implements KvEventHooks {
     const key = slotKey(slot.workerId, slot.dpRank);
     let s = this.#slots.get(key);
     if (s === undefined) {
-      s = { batches: 0, eventsApplied: 0, eventsRefused: 0, decodeErrors: 0, gaps: 0, replays: 0, replayRequests: 0, resets: 0, dropped: 0 };
+      s = {
+        batches: 0,
+        eventsApplied: 0,
+        eventsRefused: 0,
+        decodeErrors: 0,
+        gaps: 0,
+        replays: 0,
+        replayRequests: 0,
+        resets: 0,
+        dropped: 0,
+      };
       this.#slots.set(key, s);
     }
     return s;

@@ -12,7 +12,12 @@ import { Subscriber } from 'zeromq';
 import type { Logger, WorkerRank } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvEventStream } from './event-stream.js';
-import { fillOptions, kDefaultSubscriberOptions, type IngestContext, type KvEventSubscriberOptions } from './options.js';
+import {
+  fillOptions,
+  kDefaultSubscriberOptions,
+  type IngestContext,
+  type KvEventSubscriberOptions,
+} from './options.js';
 import { ZmqGapReplayClient } from './gap-replay-client.js';
 
 /**
@@ -50,15 +55,25 @@ export class KvEventSubscriber {
   constructor(source: KvEventTarget, ctx: IngestContext, options?: KvEventSubscriberOptions) {
     const { workerId, dpRank, endpoint } = source;
     if (!Number.isSafeInteger(workerId) || workerId < 0 || !Number.isInteger(dpRank) || dpRank < 0 || dpRank > 0xffff) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `invalid KV event source (worker ${workerId}, dp rank ${dpRank})`, { workerId, dpRank });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `invalid KV event source (worker ${workerId}, dp rank ${dpRank})`,
+        { workerId, dpRank },
+      );
     }
     if (typeof endpoint !== 'string' || !/^(tcp|ipc|inproc):\/\/./.test(endpoint)) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `KV event endpoint ${JSON.stringify(endpoint)} is not a tcp://, ipc:// or inproc:// address`, { workerId, dpRank });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `KV event endpoint ${JSON.stringify(endpoint)} is not a tcp://, ipc:// or inproc:// address`,
+        { workerId, dpRank },
+      );
     }
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
     this.#logger = ctx.logger;
-    this.#replay = source.replayEndpoint ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs }) : undefined;
+    this.#replay = source.replayEndpoint
+      ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs })
+      : undefined;
     this.stream = new KvEventStream({ workerId, dpRank }, ctx, this.#replay, opts);
     this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark });
   }
@@ -74,8 +89,12 @@ export class KvEventSubscriber {
     } catch (err) {
       void this.close();
       const { workerId, dpRank, endpoint } = this.source;
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `cannot connect to KV event endpoint ${endpoint}: ${err instanceof Error ? err.message : String(err)}`,
-        { workerId, dpRank, endpoint }, { cause: err });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `cannot connect to KV event endpoint ${endpoint}: ${err instanceof Error ? err.message : String(err)}`,
+        { workerId, dpRank, endpoint },
+        { cause: err },
+      );
     }
     this.#sub.subscribe(this.source.topic ?? '');
     this.#loop = this.#receive();
@@ -90,7 +109,10 @@ export class KvEventSubscriber {
           this.stream.onFrames(frames);
         } catch (err) {
           // A bug on the apply path must not stop the subscription of this worker.
-          this.#logger.warn({ workerId, dpRank, err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
+          this.#logger.warn(
+            { workerId, dpRank, err: err instanceof Error ? err.message : String(err) },
+            'KV event handling failed',
+          );
         }
         if (++received >= RECEIVE_PER_TURN) {
           received = 0;
@@ -98,7 +120,11 @@ export class KvEventSubscriber {
         }
       }
     } catch (err) {
-      if (!this.#sub.closed) this.#logger.warn({ workerId, dpRank, endpoint, err: err instanceof Error ? err.message : String(err) }, 'KV event subscription ended');
+      if (!this.#sub.closed)
+        this.#logger.warn(
+          { workerId, dpRank, endpoint, err: err instanceof Error ? err.message : String(err) },
+          'KV event subscription ended',
+        );
     }
   }
 

@@ -106,7 +106,9 @@ export class TurnScheduler implements ApplyScheduler {
 
   constructor(opts: TurnSchedulerOptions) {
     if (!(opts.maxEventsPerTurn >= 1) || !(opts.maxTurnMs > 0)) {
-      throw new RangeError(`maxEventsPerTurn must be >= 1 and maxTurnMs > 0, got ${opts.maxEventsPerTurn} and ${opts.maxTurnMs}`);
+      throw new RangeError(
+        `maxEventsPerTurn must be >= 1 and maxTurnMs > 0, got ${opts.maxEventsPerTurn} and ${opts.maxTurnMs}`,
+      );
     }
     this.#clock = opts.clock;
     this.#maxEvents = opts.maxEventsPerTurn;

@@ -79,7 +79,15 @@ export type DecodeErrorKind =
   | 'dp_rank_mismatch';
 
 export const DECODE_ERROR_KINDS: readonly DecodeErrorKind[] = [
-  'frame_count', 'bad_sequence', 'msgpack', 'batch_shape', 'unknown_tag', 'bad_event', 'bad_hash', 'unknown_medium', 'dp_rank_mismatch',
+  'frame_count',
+  'bad_sequence',
+  'msgpack',
+  'batch_shape',
+  'unknown_tag',
+  'bad_event',
+  'bad_hash',
+  'unknown_medium',
+  'dp_rank_mismatch',
 ];
 
 /**
@@ -103,4 +111,5 @@ export interface KvEventBatch {
   readonly errors: readonly KvEventDecodeError[];
 }
 
-export type DecodeResult = { readonly ok: true; readonly batch: KvEventBatch } | { readonly ok: false; readonly error: KvEventDecodeError };
+export type DecodeResult =
+  { readonly ok: true; readonly batch: KvEventBatch } | { readonly ok: false; readonly error: KvEventDecodeError };

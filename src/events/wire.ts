@@ -73,7 +73,18 @@ const FIXED_BODY: Int8Array = (() => {
   t[0xc1] = INVALID;
   for (const b of [0xc4, 0xc5, 0xc6, 0xc7, 0xc8, 0xc9, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf]) t[b] = VARIABLE;
   // float32/64, uint8-64, int8-64
-  const widths = [[0xca, 4], [0xcb, 8], [0xcc, 1], [0xcd, 2], [0xce, 4], [0xcf, 8], [0xd0, 1], [0xd1, 2], [0xd2, 4], [0xd3, 8]] as const;
+  const widths = [
+    [0xca, 4],
+    [0xcb, 8],
+    [0xcc, 1],
+    [0xcd, 2],
+    [0xce, 4],
+    [0xcf, 8],
+    [0xd0, 1],
+    [0xd1, 2],
+    [0xd2, 4],
+    [0xd3, 8],
+  ] as const;
   for (const [b, n] of widths) t[b] = n;
   for (let k = 0; k <= 4; k++) t[0xd4 + k] = 1 + (1 << k);
   return t;
@@ -84,7 +95,12 @@ const FIXED_BODY: Int8Array = (() => {
  * length or count field, ext's type byte, a bin/str/ext body), and the elements a container opens.
  */
 function variableBody(b: number, bytes: Uint8Array, at: number): { body: number; elements: number } {
-  const width = b === 0xc4 || b === 0xc7 || b === 0xd9 ? 1 : b === 0xc5 || b === 0xc8 || b === 0xda || b === 0xdc || b === 0xde ? 2 : 4;
+  const width =
+    b === 0xc4 || b === 0xc7 || b === 0xd9
+      ? 1
+      : b === 0xc5 || b === 0xc8 || b === 0xda || b === 0xdc || b === 0xde
+        ? 2
+        : 4;
   const n = uintAt(bytes, at, width);
   if (b >= 0xdc) return { body: width, elements: b >= 0xde ? 2 * n : n };
   return { body: width + (b >= 0xc7 && b <= 0xc9 ? 1 : 0) + n, elements: 0 };

@@ -11,8 +11,13 @@ import type { FleetMembers } from './membership.js';
 import type { WorkerSourceKind } from './source.js';
 
 /** The set now applied, and who joined and left; undefined when nothing changed. */
-export function applyWorkerSet(members: FleetMembers, source: WorkerSourceKind, current: ReadonlyMap<number, WorkerConfig>,
-  next: Map<number, WorkerConfig>, refused: (w: WorkerConfig, err: KvgateError) => void): { joined: WorkerConfig[]; left: WorkerConfig[] } | undefined {
+export function applyWorkerSet(
+  members: FleetMembers,
+  source: WorkerSourceKind,
+  current: ReadonlyMap<number, WorkerConfig>,
+  next: Map<number, WorkerConfig>,
+  refused: (w: WorkerConfig, err: KvgateError) => void,
+): { joined: WorkerConfig[]; left: WorkerConfig[] } | undefined {
   const { removed, added } = workerDiff([...current.values()], [...next.values()]);
   if (removed.length === 0 && added.length === 0) return undefined;
   for (const w of removed) members.leave(w.id);

@@ -78,7 +78,12 @@ export class EngineChecks {
    */
   async watch(model: ModelConfig, deps: ModelServices): Promise<void> {
     this.#sinks.set(model.name, { model, logger: deps.logger, metrics: deps.metrics, tokenizeChat: deps.tokenizeChat });
-    await Promise.all(this.#registry.all().filter((w) => w.model === model.name).map((w) => this.inspect(w)));
+    await Promise.all(
+      this.#registry
+        .all()
+        .filter((w) => w.model === model.name)
+        .map((w) => this.inspect(w)),
+    );
     for (const w of this.#registry.available(model.name)) this.#routable(w.id);
   }
 
@@ -90,7 +95,10 @@ export class EngineChecks {
   /** What the worker's engine said: its block size and context length (undefined: not read). */
   engineOf(id: number): { blockSize: number | undefined; maxModelLen: number | undefined } {
     const check = this.#prober.modelCheck(id);
-    return { blockSize: this.#current(id)?.engineBlockSize, maxModelLen: check?.kind === 'ok' ? check.maxModelLen : undefined };
+    return {
+      blockSize: this.#current(id)?.engineBlockSize,
+      maxModelLen: check?.kind === 'ok' ? check.maxModelLen : undefined,
+    };
   }
 
   /** Reads the engine's cache configuration: capacity, and the block size against the model's. Never throws. */
@@ -103,13 +111,20 @@ export class EngineChecks {
     const at = { workerId: w.id, url: w.url };
     if (cfg.kind === 'unreadable') {
       this.#count(sink, 'block_size', 'unreadable');
-      sink.logger.info({ ...at, reason: cfg.reason }, `worker ${w.id}: its engine's KV-cache configuration is not readable (${cfg.reason}); block size not checked, capacity as configured`);
+      sink.logger.info(
+        { ...at, reason: cfg.reason },
+        `worker ${w.id}: its engine's KV-cache configuration is not readable (${cfg.reason}); block size not checked, ` +
+          `capacity as configured`,
+      );
       return;
     }
     f.engineBlockSize = cfg.blockSize;
     f.totalKvBlocks = w.totalKvBlocks ?? cfg.numGpuBlocks;
     if (w.totalKvBlocks !== undefined && cfg.numGpuBlocks !== undefined && cfg.numGpuBlocks !== w.totalKvBlocks) {
-      sink.logger.info({ ...at, configured: w.totalKvBlocks, engine: cfg.numGpuBlocks }, `worker ${w.id}: configured total_kv_blocks ${w.totalKvBlocks} is used; its engine reports ${cfg.numGpuBlocks}`);
+      sink.logger.info(
+        { ...at, configured: w.totalKvBlocks, engine: cfg.numGpuBlocks },
+        `worker ${w.id}: configured total_kv_blocks ${w.totalKvBlocks} is used; its engine reports ${cfg.numGpuBlocks}`,
+      );
     }
     // Only KV-aware routing names blocks: other modes take the capacity and check nothing.
     if (sink.model.routerMode !== 'kv') return this.#apply(f);
@@ -119,15 +134,20 @@ export class EngineChecks {
       f.mismatch.block_size = `its engine's block size is ${cfg.blockSize}, the model's block_size is ${gatewayBlockSize}`;
       gauge.set(1);
       this.#count(sink, 'block_size', 'mismatch');
-      sink.logger.warn({ ...at, gatewayBlockSize, engineBlockSize: cfg.blockSize },
-        `worker ${w.id}: its engine's block size is ${cfg.blockSize} but the model's block_size is ${gatewayBlockSize}: `
-        + 'routed without KV overlap (set the model\'s block_size to the engine\'s, or start the engine with the model\'s)');
+      sink.logger.warn(
+        { ...at, gatewayBlockSize, engineBlockSize: cfg.blockSize },
+        `worker ${w.id}: its engine's block size is ${cfg.blockSize} but the model's block_size is ${gatewayBlockSize}: ` +
+          "routed without KV overlap (set the model's block_size to the engine's, or start the engine with the model's)",
+      );
     } else {
       delete f.mismatch.block_size;
       gauge.set(0);
       this.#count(sink, 'block_size', 'ok');
-      sink.logger.info({ ...at, engineBlockSize: cfg.blockSize, numGpuBlocks: cfg.numGpuBlocks ?? null },
-        `worker ${w.id}: its engine's block size ${cfg.blockSize} matches the model's${cfg.numGpuBlocks === undefined ? '' : `; ${cfg.numGpuBlocks} GPU blocks`}`);
+      sink.logger.info(
+        { ...at, engineBlockSize: cfg.blockSize, numGpuBlocks: cfg.numGpuBlocks ?? null },
+        `worker ${w.id}: its engine's block size ${cfg.blockSize} matches the ` +
+          `model's${cfg.numGpuBlocks === undefined ? '' : `; ${cfg.numGpuBlocks} GPU blocks`}`,
+      );
     }
     this.#apply(f);
   }
@@ -136,13 +156,24 @@ export class EngineChecks {
   #routable(id: number): void {
     const w = this.#registry.get(id);
     const sink = w === undefined ? undefined : this.#sinks.get(w.model);
-    if (w === undefined || sink === undefined || !sink.model.verifyTokenizer || w.kvEvents === undefined || this.#closing.signal.aborted) return;
+    if (
+      w === undefined ||
+      sink === undefined ||
+      !sink.model.verifyTokenizer ||
+      w.kvEvents === undefined ||
+      this.#closing.signal.aborted
+    )
+      return;
     const f = this.#findings(w);
     if (f.probed) return;
     f.probed = true;
     void probeTokenizer({
-      worker: w, servedModelName: w.servedModelName ?? w.model, tokenize: sink.tokenizeChat, timeoutMs: PROBE_TIMEOUT_MS,
-      nonce: `${w.id}-${randomUUID().slice(0, 8)}`, signal: this.#closing.signal,
+      worker: w,
+      servedModelName: w.servedModelName ?? w.model,
+      tokenize: sink.tokenizeChat,
+      timeoutMs: PROBE_TIMEOUT_MS,
+      nonce: `${w.id}-${randomUUID().slice(0, 8)}`,
+      signal: this.#closing.signal,
     }).then((r) => this.#probed(f, sink, r));
   }
 
@@ -152,18 +183,34 @@ export class EngineChecks {
     this.#count(sink, 'tokenizer', r.outcome);
     const at = { workerId: w.id, url: w.url };
     if (r.outcome === 'inconclusive') {
-      sink.logger.info({ ...at, reason: r.reason }, `worker ${w.id}: tokenizer probe inconclusive (${r.reason}); not flagged`);
+      sink.logger.info(
+        { ...at, reason: r.reason },
+        `worker ${w.id}: tokenizer probe inconclusive (${r.reason}); not flagged`,
+      );
       return;
     }
     if (r.outcome === 'ok') {
-      sink.logger.info({ ...at, blocks: r.blocks, blockSize: r.blockSize }, `worker ${w.id}: its engine tokenizes the canary chat as kvgate does (${r.blocks} blocks agree)`);
+      sink.logger.info(
+        { ...at, blocks: r.blocks, blockSize: r.blockSize },
+        `worker ${w.id}: its engine tokenizes the canary chat as kvgate does (${r.blocks} blocks agree)`,
+      );
       return;
     }
     f.mismatch.tokenizer = `its engine tokenizes chats differently from kvgate (block ${r.block} differs first)`;
-    sink.logger.warn({ ...at, block: r.block, offset: r.offset, blockSize: r.blockSize, gatewayTokens: r.gateway, engineTokens: r.engine },
-      `worker ${w.id}: its engine tokenizes the canary chat differently from kvgate: block ${r.block} differs first, at token ${r.offset} `
-      + `(kvgate [${r.gateway.join(', ')}], engine [${r.engine.join(', ')}]); routed without KV overlap `
-      + '(give kvgate the engine\'s tokenizer and chat template)');
+    sink.logger.warn(
+      {
+        ...at,
+        block: r.block,
+        offset: r.offset,
+        blockSize: r.blockSize,
+        gatewayTokens: r.gateway,
+        engineTokens: r.engine,
+      },
+      `worker ${w.id}: its engine tokenizes the canary chat differently from kvgate: block ${r.block} differs first, at ` +
+        `token ${r.offset} ` +
+        `(kvgate [${r.gateway.join(', ')}], engine [${r.engine.join(', ')}]); routed without KV overlap ` +
+        "(give kvgate the engine's tokenizer and chat template)",
+    );
     this.#apply(f);
   }
 

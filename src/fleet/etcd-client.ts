@@ -29,8 +29,10 @@ function passThrough(): HostPolicy {
   const policy = {
     onSuccess: () => none,
     onFailure: () => none,
-    execute: async <T>(fn: (context: { signal: AbortSignal }) => PromiseLike<T> | T, signal?: AbortSignal): Promise<T> =>
-      fn({ signal: signal ?? new AbortController().signal }),
+    execute: async <T>(
+      fn: (context: { signal: AbortSignal }) => PromiseLike<T> | T,
+      signal?: AbortSignal,
+    ): Promise<T> => fn({ signal: signal ?? new AbortController().signal }),
   };
   // `_altReturn` is a type-only member of the interface ("will not actually be defined").
   return policy as unknown as HostPolicy;

@@ -25,7 +25,14 @@
 import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
 import { Backoff, type Rng } from '../common/index.js';
-import { etcdModelPrefix, readEtcdWorker, type ConfigProblem, type EtcdDiscovery, type ModelConfig, type WorkerConfig } from '../config/index.js';
+import {
+  etcdModelPrefix,
+  readEtcdWorker,
+  type ConfigProblem,
+  type EtcdDiscovery,
+  type ModelConfig,
+  type WorkerConfig,
+} from '../config/index.js';
 import type { WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { applyWorkerSet } from './discovered-set.js';
@@ -80,7 +87,10 @@ export class EtcdWorkersSource implements WorkerSource {
     if (this.#closed || this.#sink !== undefined) return;
     this.#sink = { logger, metrics };
     this.#up(false);
-    logger.info({ endpoints: this.#etcd.endpoints, prefix: this.#prefix }, `watching etcd prefix ${this.#prefix} for workers of model ${this.#model.name}`);
+    logger.info(
+      { endpoints: this.#etcd.endpoints, prefix: this.#prefix },
+      `watching etcd prefix ${this.#prefix} for workers of model ${this.#model.name}`,
+    );
     void this.#sync();
   }
 
@@ -144,10 +154,14 @@ export class EtcdWorkersSource implements WorkerSource {
     this.#state = 'watching';
     this.#up(true);
     if (previous === 'lost') {
-      sink.metrics.discoveryWatch.transitions.labels({ model: this.#model.name, source: 'etcd', transition: 'resumed' }).inc();
+      sink.metrics.discoveryWatch.transitions
+        .labels({ model: this.#model.name, source: 'etcd', transition: 'resumed' })
+        .inc();
       const awayMs = Date.now() - this.#lostAt;
-      sink.logger.info({ prefix: this.#prefix, attempts: this.#attempt, awayMs, workers: [...this.#current.keys()] },
-        `etcd watch of ${this.#prefix} resumed: listed again, ${this.#current.size} workers`);
+      sink.logger.info(
+        { prefix: this.#prefix, attempts: this.#attempt, awayMs, workers: [...this.#current.keys()] },
+        `etcd watch of ${this.#prefix} resumed: listed again, ${this.#current.size} workers`,
+      );
     } else if (this.#attempt > 1) {
       sink.logger.info({ prefix: this.#prefix, attempts: this.#attempt }, `etcd watch of ${this.#prefix} established`);
     }
@@ -168,9 +182,13 @@ export class EtcdWorkersSource implements WorkerSource {
     this.#lostAt = Date.now();
     this.#up(false);
     const sink = this.#sink!;
-    sink.metrics.discoveryWatch.transitions.labels({ model: this.#model.name, source: 'etcd', transition: 'lost' }).inc();
-    sink.logger.warn({ prefix: this.#prefix, err: err.message },
-      `etcd watch of ${this.#prefix} lost; the current workers stay until it is back`);
+    sink.metrics.discoveryWatch.transitions
+      .labels({ model: this.#model.name, source: 'etcd', transition: 'lost' })
+      .inc();
+    sink.logger.warn(
+      { prefix: this.#prefix, err: err.message },
+      `etcd watch of ${this.#prefix} lost; the current workers stay until it is back`,
+    );
     this.#schedule(this.#backoff.next());
   }
 
@@ -179,7 +197,10 @@ export class EtcdWorkersSource implements WorkerSource {
     if (this.#closed) return;
     const retryInMs = this.#backoff.next();
     this.#sink?.metrics.discoveryWatch.retries.labels({ model: this.#model.name, source: 'etcd' }).inc();
-    this.#sink?.logger.warn({ prefix: this.#prefix, attempt: this.#attempt, retryInMs }, `${reason}; the current workers stay, retrying`);
+    this.#sink?.logger.warn(
+      { prefix: this.#prefix, attempt: this.#attempt, retryInMs },
+      `${reason}; the current workers stay, retrying`,
+    );
     this.#schedule(retryInMs);
   }
 
@@ -236,7 +257,10 @@ export class EtcdWorkersSource implements WorkerSource {
     } catch (err) {
       if (!isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')) throw err;
       this.#count('rejected');
-      this.#sink?.logger.error({ key, problems: (err.detail?.problems ?? []) as ConfigProblem[] }, `etcd registration rejected: ${err.message}`);
+      this.#sink?.logger.error(
+        { key, problems: (err.detail?.problems ?? []) as ConfigProblem[] },
+        `etcd registration rejected: ${err.message}`,
+      );
       return undefined;
     }
   }
@@ -245,7 +269,10 @@ export class EtcdWorkersSource implements WorkerSource {
     const change = applyWorkerSet(this.#members, 'etcd', this.#current, next, (w, err) => {
       // An id another source took since the value was read: this one stays out, the next put or relist retries.
       this.#count('rejected');
-      this.#sink?.logger.error({ prefix: this.#prefix, workerId: w.id }, `etcd worker ${w.id} cannot join: ${err.message}`);
+      this.#sink?.logger.error(
+        { prefix: this.#prefix, workerId: w.id },
+        `etcd worker ${w.id} cannot join: ${err.message}`,
+      );
     });
     if (change === undefined) {
       this.#count('unchanged');
@@ -253,8 +280,10 @@ export class EtcdWorkersSource implements WorkerSource {
     }
     this.#current = next;
     this.#count('applied');
-    this.#sink?.logger.info({ prefix: this.#prefix, joined: change.joined.map((w) => w.id), left: change.left.map((w) => w.id) },
-      `etcd workers applied: ${change.joined.length} joined, ${change.left.length} left`);
+    this.#sink?.logger.info(
+      { prefix: this.#prefix, joined: change.joined.map((w) => w.id), left: change.left.map((w) => w.id) },
+      `etcd workers applied: ${change.joined.length} joined, ${change.left.length} left`,
+    );
   }
 
   #count(outcome: Outcome): void {
@@ -265,7 +294,8 @@ export class EtcdWorkersSource implements WorkerSource {
   #taken(): Map<number, string> {
     const out = new Map<number, string>();
     for (const w of this.#registry.all()) {
-      if (!this.#current.has(w.id)) out.set(w.id, `worker ${w.id} of model ${w.model} (${this.#members.sourceOf(w.id) ?? 'static'})`);
+      if (!this.#current.has(w.id))
+        out.set(w.id, `worker ${w.id} of model ${w.model} (${this.#members.sourceOf(w.id) ?? 'static'})`);
     }
     return out;
   }

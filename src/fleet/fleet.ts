@@ -16,7 +16,13 @@
  */
 import { seededRng, type KvSlotSnapshot } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
-import { WorkerRegistry, type HealthProber, type ModelCheck, type OutlierDetector, type WorkerInfo } from '../discovery/index.js';
+import {
+  WorkerRegistry,
+  type HealthProber,
+  type ModelCheck,
+  type OutlierDetector,
+  type WorkerInfo,
+} from '../discovery/index.js';
 import { EngineClient } from '../engines/index.js';
 import { IpcTransport, NatsTransport, ReplicaSync, channelKey, warmStartModel } from '../replicas/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
@@ -61,18 +67,28 @@ export interface FleetOptions {
 /** One model's router, wired to the fleet's registry, engine client, prober, detector and replica sync. */
 function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
   const { prober, outliers, sync, seeds, config } = p;
-  return new ModelRouter({
-    model: model.name, servedModelName: model.servedModelName, mode: model.routerMode, blockSize: model.blockSize,
-    routerConfig: model.router, registry: p.registry, engine: p.engine, onWorkerUnreachable: (id) => prober.reportFailure(id),
-    onDispatchOutcome: (id, error, connectionFailure) => outliers.record(id, error, connectionFailure),
-    enforceDisagg: model.enforceDisagg, workerHealth: (id) => prober.view(id),
-    legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
-    migration: model.migration,
-    sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
-    kvEvents: config.kvEvents,
-    attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
-    kvSeeds: seeds === undefined ? undefined : (role) => seeds.get(channelKey(model.name, role)),
-  }, makeRouterContext({ metrics: p.services.metrics, logger: p.services.logger, rng: seededRng(Date.now() >>> 0) }));
+  return new ModelRouter(
+    {
+      model: model.name,
+      servedModelName: model.servedModelName,
+      mode: model.routerMode,
+      blockSize: model.blockSize,
+      routerConfig: model.router,
+      registry: p.registry,
+      engine: p.engine,
+      onWorkerUnreachable: (id) => prober.reportFailure(id),
+      onDispatchOutcome: (id, error, connectionFailure) => outliers.record(id, error, connectionFailure),
+      enforceDisagg: model.enforceDisagg,
+      workerHealth: (id) => prober.view(id),
+      legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
+      migration: model.migration,
+      sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
+      kvEvents: config.kvEvents,
+      attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
+      kvSeeds: seeds === undefined ? undefined : (role) => seeds.get(channelKey(model.name, role)),
+    },
+    makeRouterContext({ metrics: p.services.metrics, logger: p.services.logger, rng: seededRng(Date.now() >>> 0) }),
+  );
 }
 
 /**
@@ -83,12 +99,19 @@ function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
 function replicaSync(config: GatewayConfig, cluster: ClusterPlace | undefined): ReplicaSync | undefined {
   const r = config.replicas;
   if (r.natsServers.length === 0 && cluster === undefined) return undefined;
-  const routerId = cluster === undefined ? r.routerId : `${r.routerId ?? `kvgate-${cluster.clusterId}`}-p${cluster.index}`;
-  const transport = r.natsServers.length > 0 ? new NatsTransport(r.natsServers, routerId ?? 'kvgate') : new IpcTransport();
+  const routerId =
+    cluster === undefined ? r.routerId : `${r.routerId ?? `kvgate-${cluster.clusterId}`}-p${cluster.index}`;
+  const transport =
+    r.natsServers.length > 0 ? new NatsTransport(r.natsServers, routerId ?? 'kvgate') : new IpcTransport();
   const sync = new ReplicaSync({
-    transport, routerId, heartbeatMs: r.heartbeatMs,
-    peerTimeoutMs: r.peerTimeoutMs, maxQueuedOps: r.maxQueuedOps, subjectPrefix: r.subjectPrefix,
-    chunkBytes: r.snapshotChunkBytes, maxSnapshotBytes: r.maxSnapshotBytes,
+    transport,
+    routerId,
+    heartbeatMs: r.heartbeatMs,
+    peerTimeoutMs: r.peerTimeoutMs,
+    maxQueuedOps: r.maxQueuedOps,
+    subjectPrefix: r.subjectPrefix,
+    chunkBytes: r.snapshotChunkBytes,
+    maxSnapshotBytes: r.maxSnapshotBytes,
   });
   sync.start();
   return sync;
@@ -97,16 +120,26 @@ function replicaSync(config: GatewayConfig, cluster: ClusterPlace | undefined): 
 /** Logs and counts a worker's model-check outcome (a served-name mismatch loudly). */
 function reportModelCheck(services: ModelServices, w: WorkerInfo, check: ModelCheck): void {
   const at = { workerId: w.id, url: w.url, servedModelName: w.servedModelName ?? w.model };
-  services.metrics.workerServedModelMismatch.labels({ model: w.model, worker_id: String(w.id) }).set(check.kind === 'mismatch' ? 1 : 0);
+  services.metrics.workerServedModelMismatch
+    .labels({ model: w.model, worker_id: String(w.id) })
+    .set(check.kind === 'mismatch' ? 1 : 0);
   if (check.kind === 'mismatch') {
-    services.logger.warn({ ...at, engineModels: check.served },
-      `worker ${w.id}: its engine does not serve "${check.expected}" (it lists ${check.served.map((s) => `"${s}"`).join(', ') || 'nothing'}); `
-      + 'the worker is not routed to until it does (set the model\'s served_model_name to the engine\'s name)');
+    services.logger.warn(
+      { ...at, engineModels: check.served },
+      `worker ${w.id}: its engine does not serve "${check.expected}" (it lists ` +
+        `${check.served.map((s) => `"${s}"`).join(', ') || 'nothing'}); ` +
+        "the worker is not routed to until it does (set the model's served_model_name to the engine's name)",
+    );
   } else if (check.kind === 'unreadable') {
-    services.logger.warn({ ...at, reason: check.reason }, `worker ${w.id}: could not read its engine's /v1/models; its served model name and LoRA adapters are not checked`);
+    services.logger.warn(
+      { ...at, reason: check.reason },
+      `worker ${w.id}: could not read its engine's /v1/models; its served model name and LoRA adapters are not checked`,
+    );
   } else {
-    services.logger.info({ ...at, loraAdapters: check.adapters },
-      `worker ${w.id}: its engine serves the model${check.adapters.length > 0 ? ` and ${check.adapters.length} LoRA adapter(s)` : ''}`);
+    services.logger.info(
+      { ...at, loraAdapters: check.adapters },
+      `worker ${w.id}: its engine serves the model${check.adapters.length > 0 ? ` and ${check.adapters.length} LoRA adapter(s)` : ''}`,
+    );
   }
 }
 
@@ -139,9 +172,14 @@ export class Fleet {
     this.#config = config;
     this.#factory = opts.factory ?? modelRouter;
     this.#sync = replicaSync(config, opts.cluster);
-    this.engine = new EngineClient({ headersTimeoutMs: config.limits.requestTimeoutMs, bodyTimeoutMs: config.limits.requestTimeoutMs });
+    this.engine = new EngineClient({
+      headersTimeoutMs: config.limits.requestTimeoutMs,
+      bodyTimeoutMs: config.limits.requestTimeoutMs,
+    });
     // One ejection ledger: probes and dispatch errors eject under the same share of each model's workers.
-    ({ prober: this.#prober, outliers: this.#outliers } = fleetHealth(config, this.registry, (w, check) => this.#modelChecked(w, check)));
+    ({ prober: this.#prober, outliers: this.#outliers } = fleetHealth(config, this.registry, (w, check) =>
+      this.#modelChecked(w, check),
+    ));
     this.members = new FleetMembers(this.registry, this.engine, this.#prober);
     this.#checks = new EngineChecks(this.registry, this.members, this.#prober, config.health.timeoutMs);
     this.status = fleetStatus(this.members, this.registry, this.#checks);
@@ -203,8 +241,14 @@ export class Fleet {
     }
     const seeds = await this.#warmStart(model);
     const router = this.#factory(model, {
-      config: this.#config, services, registry: this.registry, engine: this.engine, prober: this.#prober, outliers: this.#outliers,
-      sync: this.#sync, seeds,
+      config: this.#config,
+      services,
+      registry: this.registry,
+      engine: this.engine,
+      prober: this.#prober,
+      outliers: this.#outliers,
+      sync: this.#sync,
+      seeds,
     });
     this.#routers.set(model.name, router);
     return router;
@@ -213,7 +257,8 @@ export class Fleet {
   /** A new replica's warm start of a KV-routed model (replica sync on, `replicas.warm_start`); undefined when cold. */
   #warmStart(model: ModelConfig): Promise<Map<string, KvSlotSnapshot[]> | undefined> {
     const sync = this.#sync;
-    if (sync === undefined || !this.#config.replicas.warmStart || model.routerMode !== 'kv') return Promise.resolve(undefined);
+    if (sync === undefined || !this.#config.replicas.warmStart || model.routerMode !== 'kv')
+      return Promise.resolve(undefined);
     const roles = model.workers.some((w) => w.role === 'prefill') ? ['decode', 'prefill'] : ['decode'];
     return warmStartModel(sync, model.name, roles, this.#config.replicas.warmStartTimeoutMs);
   }

@@ -7,7 +7,14 @@
  * (src/discovery).
  */
 import type { GatewayConfig } from '../config/index.js';
-import { Ejections, HealthProber, OutlierDetector, type ModelCheck, type WorkerInfo, type WorkerRegistry } from '../discovery/index.js';
+import {
+  Ejections,
+  HealthProber,
+  OutlierDetector,
+  type ModelCheck,
+  type WorkerInfo,
+  type WorkerRegistry,
+} from '../discovery/index.js';
 
 export interface FleetHealth {
   readonly prober: HealthProber;
@@ -15,8 +22,11 @@ export interface FleetHealth {
 }
 
 /** The prober (not started) and the detector over `registry`; `onModelCheck` hears each engine's model-check outcome. */
-export function fleetHealth(config: GatewayConfig, registry: WorkerRegistry,
-  onModelCheck: (w: WorkerInfo, check: ModelCheck) => void): FleetHealth {
+export function fleetHealth(
+  config: GatewayConfig,
+  registry: WorkerRegistry,
+  onModelCheck: (w: WorkerInfo, check: ModelCheck) => void,
+): FleetHealth {
   const ejections = new Ejections(registry, config.health.maxEjectedPercent);
   for (const m of config.models) ejections.setPanicThreshold(m.name, m.panicThresholdPercent);
   const outliers = new OutlierDetector(registry, ejections, config.health.outlierDetection);

@@ -20,7 +20,14 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import type { Logger } from 'pino';
 import { Agent, request } from 'undici';
-import { kubernetesWorker, type ConfigProblem, type KubernetesDiscovery, type KubernetesEndpoint, type ModelConfig, type WorkerConfig } from '../config/index.js';
+import {
+  kubernetesWorker,
+  type ConfigProblem,
+  type KubernetesDiscovery,
+  type KubernetesEndpoint,
+  type ModelConfig,
+  type WorkerConfig,
+} from '../config/index.js';
 import type { WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { applyWorkerSet } from './discovered-set.js';
@@ -32,7 +39,12 @@ const RETRY_MAX_MS = 10_000;
 
 /** The EndpointSlice fields kvgate reads (discovery.k8s.io/v1). */
 interface EndpointSlice {
-  metadata?: { name?: string; resourceVersion?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  metadata?: {
+    name?: string;
+    resourceVersion?: string;
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+  };
   ports?: { name?: string; port?: number }[] | null;
   endpoints?: { addresses?: string[]; conditions?: { ready?: boolean | null }; targetRef?: { name?: string } }[] | null;
 }
@@ -80,8 +92,10 @@ export class KubernetesWorkersSource implements WorkerSource {
   start(logger: Logger, metrics: DiscoveryMetrics): void {
     if (this.#closed || this.#sink !== undefined) return;
     this.#sink = { logger, metrics };
-    logger.info({ apiServer: this.#k8s.apiServer, namespace: this.#k8s.namespace, service: this.#k8s.service },
-      `watching the EndpointSlices of service ${this.#k8s.namespace}/${this.#k8s.service} for workers of model ${this.#model.name}`);
+    logger.info(
+      { apiServer: this.#k8s.apiServer, namespace: this.#k8s.namespace, service: this.#k8s.service },
+      `watching the EndpointSlices of service ${this.#k8s.namespace}/${this.#k8s.service} for workers of model ${this.#model.name}`,
+    );
     void this.#run(true);
   }
 
@@ -105,13 +119,19 @@ export class KubernetesWorkersSource implements WorkerSource {
       if (this.#closed) return;
       // A second 410 with no event between is not the watch falling behind: wait before listing again.
       if (err instanceof Gone && ++this.#gones === 1) {
-        this.#sink?.logger.warn({ service: this.#k8s.service, resourceVersion: this.#resourceVersion }, `kubernetes watch: ${err.message}; listing again`);
+        this.#sink?.logger.warn(
+          { service: this.#k8s.service, resourceVersion: this.#resourceVersion },
+          `kubernetes watch: ${err.message}; listing again`,
+        );
         this.#resourceVersion = undefined;
         void this.#run(true);
         return;
       }
-      this.#sink?.logger.error({ service: this.#k8s.service, retryInMs: this.#retryMs },
-        `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service} failed: ${(err as Error).message}; the current workers stay, retrying`);
+      this.#sink?.logger.error(
+        { service: this.#k8s.service, retryInMs: this.#retryMs },
+        `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service} failed: ${(err as Error).message}; the ` +
+          `current workers stay, retrying`,
+      );
       const relist = err instanceof Gone;
       this.#timer = setTimeout(() => void this.#run(relist), this.#retryMs);
       this.#timer.unref();
@@ -128,7 +148,8 @@ export class KubernetesWorkersSource implements WorkerSource {
   }
 
   async #watch(): Promise<void> {
-    const rv = this.#resourceVersion === undefined ? '' : `&resourceVersion=${encodeURIComponent(this.#resourceVersion)}`;
+    const rv =
+      this.#resourceVersion === undefined ? '' : `&resourceVersion=${encodeURIComponent(this.#resourceVersion)}`;
     const res = await this.#get(`${this.#path}&watch=1&allowWatchBookmarks=true${rv}`);
     const lines = createInterface({ input: res.body, crlfDelay: Infinity });
     try {
@@ -160,7 +181,8 @@ export class KubernetesWorkersSource implements WorkerSource {
   async #get(path: string): Promise<Awaited<ReturnType<typeof request>>> {
     const token = readOptional(this.#k8s.tokenFile)?.trim();
     const res = await request(`${this.#k8s.apiServer}${path}`, {
-      dispatcher: this.#dispatcher, signal: this.#abort.signal,
+      dispatcher: this.#dispatcher,
+      signal: this.#abort.signal,
       headers: { accept: 'application/json', ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
     });
     if (res.statusCode === 200) return res;
@@ -175,13 +197,19 @@ export class KubernetesWorkersSource implements WorkerSource {
     const seen = new Set<string>();
     for (const slice of this.#slices.values()) {
       const ports = slice.ports ?? [];
-      const port = (this.#k8s.portName === undefined ? ports[0] : ports.find((p) => p.name === this.#k8s.portName))?.port;
+      const port = (this.#k8s.portName === undefined ? ports[0] : ports.find((p) => p.name === this.#k8s.portName))
+        ?.port;
       for (const ep of slice.endpoints ?? []) {
         const address = ep.addresses?.[0];
         if (address === undefined || port === undefined || ep.conditions?.ready === false) continue;
         const key = ep.targetRef?.name ?? address;
         seen.add(key);
-        const endpoint: KubernetesEndpoint = { address, port, labels: slice.metadata?.labels ?? {}, annotations: slice.metadata?.annotations ?? {} };
+        const endpoint: KubernetesEndpoint = {
+          address,
+          port,
+          labels: slice.metadata?.labels ?? {},
+          annotations: slice.metadata?.annotations ?? {},
+        };
         const w = this.#read(key, endpoint, slice.metadata?.name ?? '');
         if (w !== undefined) next.set(w.id, w);
       }
@@ -197,7 +225,10 @@ export class KubernetesWorkersSource implements WorkerSource {
     } catch (err) {
       if (!isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')) throw err;
       this.#count('rejected');
-      this.#sink?.logger.error({ endpoint: key, problems: (err.detail?.problems ?? []) as ConfigProblem[] }, `kubernetes endpoint rejected: ${err.message}`);
+      this.#sink?.logger.error(
+        { endpoint: key, problems: (err.detail?.problems ?? []) as ConfigProblem[] },
+        `kubernetes endpoint rejected: ${err.message}`,
+      );
       return undefined;
     }
   }
@@ -216,13 +247,18 @@ export class KubernetesWorkersSource implements WorkerSource {
   #apply(next: Map<number, WorkerConfig>): void {
     const change = applyWorkerSet(this.#members, 'kubernetes', this.#current, next, (w, err) => {
       this.#count('rejected');
-      this.#sink?.logger.error({ service: this.#k8s.service, workerId: w.id, url: w.url }, `kubernetes worker ${w.id} cannot join: ${err.message}`);
+      this.#sink?.logger.error(
+        { service: this.#k8s.service, workerId: w.id, url: w.url },
+        `kubernetes worker ${w.id} cannot join: ${err.message}`,
+      );
     });
     if (change === undefined) return this.#count('unchanged');
     this.#current = next;
     this.#count('applied');
-    this.#sink?.logger.info({ service: this.#k8s.service, joined: change.joined.map((w) => w.id), left: change.left.map((w) => w.id) },
-      `kubernetes workers applied: ${change.joined.length} joined, ${change.left.length} left`);
+    this.#sink?.logger.info(
+      { service: this.#k8s.service, joined: change.joined.map((w) => w.id), left: change.left.map((w) => w.id) },
+      `kubernetes workers applied: ${change.joined.length} joined, ${change.left.length} left`,
+    );
   }
 
   #count(outcome: 'applied' | 'unchanged' | 'rejected'): void {

@@ -20,7 +20,6 @@ import type { HealthProber, WorkerInfo, WorkerRegistry } from '../discovery/inde
 import type { EngineClient } from '../engines/index.js';
 import type { WorkerSourceKind } from './source.js';
 
-
 /**
  * A worker's standing as `/admin/models` shows it: `joining` (registered, not yet passed its first
  * probe), `ready` (routed to), `draining` (left; its in-flight requests finish), `mismatched` (its engine
@@ -31,7 +30,9 @@ export type WorkerState = 'joining' | 'ready' | 'draining' | 'mismatched' | 'dow
 
 /** Where joins and leaves are counted: the gateway's metrics fit this shape. */
 interface MembershipMetrics {
-  readonly workerMembership: { labels(l: { model: string; source: WorkerSourceKind; change: 'joined' | 'left' }): { inc(): void } };
+  readonly workerMembership: {
+    labels(l: { model: string; source: WorkerSourceKind; change: 'joined' | 'left' }): { inc(): void };
+  };
 }
 
 /** Where a model's membership changes are logged and counted. */
@@ -81,7 +82,10 @@ export class FleetMembers {
 
   /** `config` with each model's workers followed by those its discovery sources brought (what the gateway serves). */
   served(config: GatewayConfig): GatewayConfig {
-    return { ...config, models: config.models.map((m) => ({ ...m, workers: [...m.workers, ...this.discovered(m.name)] })) };
+    return {
+      ...config,
+      models: config.models.map((m) => ({ ...m, workers: [...m.workers, ...this.discovered(m.name)] })),
+    };
   }
 
   /** The workers of `model` that left and are finishing their in-flight requests. */
@@ -143,7 +147,12 @@ export class FleetMembers {
     this.#draining.delete(w.id);
     if (source !== 'static') this.#discovered.set(w.id, w);
     this.#changed();
-    this.#note(w, source, 'joined', `worker ${w.id} joins model ${w.model} (${source}): routed to once its engine answers its health probe`);
+    this.#note(
+      w,
+      source,
+      'joined',
+      `worker ${w.id} joins model ${w.model} (${source}): routed to once its engine answers its health probe`,
+    );
     void this.#prober.probe(w.id);
     for (const l of this.#joinListeners) l(w);
   }
@@ -159,7 +168,12 @@ export class FleetMembers {
     this.#joining.delete(id);
     this.#discovered.delete(id);
     this.#mismatched.delete(id);
-    this.#note(w, source, 'left', `worker ${w.id} leaves model ${w.model} (${source}): no new requests; in-flight requests finish`);
+    this.#note(
+      w,
+      source,
+      'left',
+      `worker ${w.id} leaves model ${w.model} (${source}): no new requests; in-flight requests finish`,
+    );
     // Another registered worker may share the engine (dp ranks split across ids): its pool stays.
     // Closing is graceful: the pool's running requests finish first; until then the worker is draining.
     if (!this.#registry.all().some((o) => o.url === w.url)) {

@@ -17,5 +17,7 @@ export interface ModelServices {
    * The model's token ids of a chat, exactly as the gateway preprocesses a chat request (its chat
    * template and tokenizer, no special tokens added): what the tokenizer agreement probe compares.
    */
-  readonly tokenizeChat: (messages: readonly { readonly role: string; readonly content: string }[]) => Promise<Uint32Array>;
+  readonly tokenizeChat: (
+    messages: readonly { readonly role: string; readonly content: string }[],
+  ) => Promise<Uint32Array>;
 }

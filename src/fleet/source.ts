@@ -20,7 +20,9 @@ export interface DiscoveryMetrics {
   };
   /** The state of a source's watch on a remote store (etcd). */
   readonly discoveryWatch: {
-    readonly transitions: { labels(l: { model: string; source: 'etcd'; transition: 'lost' | 'resumed' }): { inc(): void } };
+    readonly transitions: {
+      labels(l: { model: string; source: 'etcd'; transition: 'lost' | 'resumed' }): { inc(): void };
+    };
     readonly retries: { labels(l: { model: string; source: 'etcd' }): { inc(): void } };
     readonly up: { labels(l: { model: string; source: 'etcd' }): { set(v: number): void } };
   };

@@ -18,10 +18,15 @@ export interface WorkerLiveStatus {
   readonly state: string;
   /** Why the worker is mismatched (its engine's model, block size or tokenizer), when it is. */
   readonly mismatch?: string | undefined;
-  /** KV blocks per rank (the config's, else its engine's), batch budget, and the engine's block size and context length as it reported them. */
+  /**
+   * KV blocks per rank (the config's, else its engine's), batch budget, and the engine's block size and
+   * context length as it reported them.
+   */
   readonly capacity: {
-    readonly totalKvBlocks: number | null; readonly maxNumBatchedTokens: number | null;
-    readonly engineBlockSize?: number | null; readonly maxModelLen?: number | null;
+    readonly totalKvBlocks: number | null;
+    readonly maxNumBatchedTokens: number | null;
+    readonly engineBlockSize?: number | null;
+    readonly maxModelLen?: number | null;
   };
 }
 
@@ -43,8 +48,10 @@ export function fleetStatus(members: FleetMembers, registry: WorkerRegistry, che
         state,
         mismatch: members.mismatchOf(id),
         capacity: {
-          totalKvBlocks: w?.totalKvBlocks ?? null, maxNumBatchedTokens: w?.maxNumBatchedTokens ?? null,
-          engineBlockSize: engine.blockSize ?? null, maxModelLen: engine.maxModelLen ?? null,
+          totalKvBlocks: w?.totalKvBlocks ?? null,
+          maxNumBatchedTokens: w?.maxNumBatchedTokens ?? null,
+          engineBlockSize: engine.blockSize ?? null,
+          maxModelLen: engine.maxModelLen ?? null,
         },
       };
     },

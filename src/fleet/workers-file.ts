@@ -13,7 +13,13 @@
 import { watch, readFileSync, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { loadWorkersFile, workerDiff, type ConfigProblem, type ModelConfig, type WorkerConfig } from '../config/index.js';
+import {
+  loadWorkersFile,
+  workerDiff,
+  type ConfigProblem,
+  type ModelConfig,
+  type WorkerConfig,
+} from '../config/index.js';
 import type { WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
 import type { FleetMembers } from './membership.js';
@@ -61,7 +67,10 @@ export class WorkersFileSource implements WorkerSource {
     // Any event in the directory schedules a check (a symlink swap names another entry); the content check filters.
     this.#watcher = watch(dirname(this.#file), { persistent: false }, () => this.#schedule());
     this.#watcher.on('error', (err) => {
-      logger.error({ file: this.#file, err: err.message }, `workers file ${name}: its directory can no longer be watched; the current workers stay until kvgate restarts`);
+      logger.error(
+        { file: this.#file, err: err.message },
+        `workers file ${name}: its directory can no longer be watched; the current workers stay until kvgate restarts`,
+      );
     });
     logger.info({ file: this.#file, workers: this.#current.map((w) => w.id) }, `watching workers file ${this.#file}`);
     this.#schedule();
@@ -85,7 +94,8 @@ export class WorkersFileSource implements WorkerSource {
     const mine = new Set(this.#current.map((w) => w.id));
     const out = new Map<number, string>();
     for (const w of this.#registry.all()) {
-      if (!mine.has(w.id)) out.set(w.id, `worker ${w.id} of model ${w.model} (${this.#members.sourceOf(w.id) ?? 'static'})`);
+      if (!mine.has(w.id))
+        out.set(w.id, `worker ${w.id} of model ${w.model} (${this.#members.sourceOf(w.id) ?? 'static'})`);
     }
     return out;
   }
@@ -102,7 +112,8 @@ export class WorkersFileSource implements WorkerSource {
     const sink = this.#sink;
     if (this.#closed || sink === undefined) return;
     const model = this.#model.name;
-    const count = (outcome: 'applied' | 'unchanged' | 'rejected'): void => sink.metrics.discoveryUpdates.labels({ model, source: 'file', outcome }).inc();
+    const count = (outcome: 'applied' | 'unchanged' | 'rejected'): void =>
+      sink.metrics.discoveryUpdates.labels({ model, source: 'file', outcome }).inc();
     const text = this.#read();
     if (text === this.#lastText) return;
     this.#lastText = text;
@@ -112,7 +123,10 @@ export class WorkersFileSource implements WorkerSource {
     } catch (err) {
       if (!isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')) throw err;
       count('rejected');
-      sink.logger.error({ file: this.#file, problems: (err.detail?.problems ?? []) as ConfigProblem[] }, `workers file rejected: ${err.message}`);
+      sink.logger.error(
+        { file: this.#file, problems: (err.detail?.problems ?? []) as ConfigProblem[] },
+        `workers file rejected: ${err.message}`,
+      );
       return;
     }
     const { removed, added } = workerDiff(this.#current, next);
@@ -124,7 +138,9 @@ export class WorkersFileSource implements WorkerSource {
     for (const w of added) this.#members.join(w, 'file');
     this.#current = next;
     count('applied');
-    sink.logger.info({ file: this.#file, joined: added.map((w) => w.id), left: removed.map((w) => w.id) },
-      `workers file applied: ${added.length} joined, ${removed.length} left`);
+    sink.logger.info(
+      { file: this.#file, joined: added.map((w) => w.id), left: removed.map((w) => w.id) },
+      `workers file applied: ${added.length} joined, ${removed.length} left`,
+    );
   }
 }

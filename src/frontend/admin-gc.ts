@@ -13,7 +13,14 @@ export function canForceGc(): boolean {
 }
 
 /** Collects garbage fully, then reports memory in bytes (`process.memoryUsage()` fields). */
-export function gcAndMeasure(): { heapUsed: number; heapTotal: number; rss: number; external: number; arrayBuffers: number; gcMs: number } {
+export function gcAndMeasure(): {
+  heapUsed: number;
+  heapTotal: number;
+  rss: number;
+  external: number;
+  arrayBuffers: number;
+  gcMs: number;
+} {
   const t0 = performance.now();
   globalThis.gc?.();
   const gcMs = Math.round((performance.now() - t0) * 100) / 100;

@@ -21,7 +21,12 @@ export interface GatewayStatus {
  * `GET /admin/models`: per model its router mode, block size, whether it can serve now, tokenizer and workers
  * (with `fleet`: each worker's source, lifecycle state and capacity, draining workers included).
  */
-export function modelsStatus(config: GatewayConfig, ports: ReadonlyMap<string, ModelRouterPort>, status: GatewayStatus, fleet?: FleetStatus): unknown {
+export function modelsStatus(
+  config: GatewayConfig,
+  ports: ReadonlyMap<string, ModelRouterPort>,
+  status: GatewayStatus,
+  fleet?: FleetStatus,
+): unknown {
   return {
     ...status,
     models: config.models.map((m) => ({
@@ -46,11 +51,22 @@ function workersOf(m: ModelConfig, port: ModelRouterPort, fleet: FleetStatus | u
   return all.map((w) => {
     const st = status.get(w.id);
     return {
-      id: w.id, url: w.url, role: w.role, engine: w.dialect, dpSize: w.dpSize, kvEvents: w.kvEvents?.endpoint,
-      ...(st === undefined ? {} : {
-        state: st.up ? 'ready' : 'down', health: st.health, kvEventsState: st.kvEvents,
-        lastEventAt: st.lastEventAt ?? null, lastProbeAt: st.lastProbeAt ?? null, lastError: st.lastError ?? null,
-      }),
+      id: w.id,
+      url: w.url,
+      role: w.role,
+      engine: w.dialect,
+      dpSize: w.dpSize,
+      kvEvents: w.kvEvents?.endpoint,
+      ...(st === undefined
+        ? {}
+        : {
+            state: st.up ? 'ready' : 'down',
+            health: st.health,
+            kvEventsState: st.kvEvents,
+            lastEventAt: st.lastEventAt ?? null,
+            lastProbeAt: st.lastProbeAt ?? null,
+            lastError: st.lastError ?? null,
+          }),
       ...fleet?.worker(w.id),
     };
   });

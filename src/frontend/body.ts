@@ -45,14 +45,22 @@ const DECODERS: Record<string, Decoder> = { gzip: gunzip, 'x-gzip': gunzip, defl
 
 function clientTooSlow(limits: BodyLimits, overdue: boolean): KvgateError {
   return overdue
-    ? new KvgateError('KVG_ERR_CLIENT_TIMEOUT', `the request body did not arrive within ${limits.bodyDeadlineMs} ms`,
-      { bodyDeadlineMs: limits.bodyDeadlineMs })
-    : new KvgateError('KVG_ERR_CLIENT_TIMEOUT', `the request body paused for more than ${limits.bodyTimeoutMs} ms between two chunks`,
-      { bodyTimeoutMs: limits.bodyTimeoutMs });
+    ? new KvgateError('KVG_ERR_CLIENT_TIMEOUT', `the request body did not arrive within ${limits.bodyDeadlineMs} ms`, {
+        bodyDeadlineMs: limits.bodyDeadlineMs,
+      })
+    : new KvgateError(
+        'KVG_ERR_CLIENT_TIMEOUT',
+        `the request body paused for more than ${limits.bodyTimeoutMs} ms between two chunks`,
+        { bodyTimeoutMs: limits.bodyTimeoutMs },
+      );
 }
 
 function tooLarge(limit: number, size: string): KvgateError {
-  return new KvgateError('KVG_ERR_BODY_TOO_LARGE', `the request body (${size}) is larger than the limit of ${limit} bytes`, { limit });
+  return new KvgateError(
+    'KVG_ERR_BODY_TOO_LARGE',
+    `the request body (${size}) is larger than the limit of ${limit} bytes`,
+    { limit },
+  );
 }
 
 /**
@@ -66,8 +74,11 @@ function decoderOf(req: IncomingMessage): Decoder | undefined {
   if (coding === '' || coding === 'identity') return undefined;
   const decoder = DECODERS[coding];
   if (decoder === undefined) {
-    throw new KvgateError('KVG_ERR_UNSUPPORTED_ENCODING',
-      `Content-Encoding ${JSON.stringify(raw.slice(0, 40))} is not supported; send the body plain or as gzip, deflate or br`, { param: 'content-encoding' });
+    throw new KvgateError(
+      'KVG_ERR_UNSUPPORTED_ENCODING',
+      `Content-Encoding ${JSON.stringify(raw.slice(0, 40))} is not supported; send the body plain or as gzip, deflate or br`,
+      { param: 'content-encoding' },
+    );
   }
   return decoder;
 }
@@ -156,8 +167,15 @@ function decode(decoder: Decoder, raw: Buffer, limit: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     decoder(raw, { maxOutputLength: limit }, (err, out) => {
       if (err === null) return resolve(out);
-      if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return reject(tooLarge(limit, `decoded, over ${limit} bytes`));
-      reject(new KvgateError('KVG_ERR_INVALID_REQUEST', `the request body does not decode as its Content-Encoding says: ${err.message}`, { param: 'content-encoding' }));
+      if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE')
+        return reject(tooLarge(limit, `decoded, over ${limit} bytes`));
+      reject(
+        new KvgateError(
+          'KVG_ERR_INVALID_REQUEST',
+          `the request body does not decode as its Content-Encoding says: ${err.message}`,
+          { param: 'content-encoding' },
+        ),
+      );
     });
   });
 }
@@ -229,8 +247,10 @@ export function bodyText(bytes: Uint8Array): string {
   }
   if (text.charCodeAt(0) !== BOM) return text;
   if (text.charCodeAt(1) === BOM) {
-    throw new KvgateError('KVG_ERR_INVALID_JSON',
-      'the request body starts with two byte order marks; JSON allows none (RFC 8259), kvgate skips one');
+    throw new KvgateError(
+      'KVG_ERR_INVALID_JSON',
+      'the request body starts with two byte order marks; JSON allows none (RFC 8259), kvgate skips one',
+    );
   }
   return text.slice(1);
 }
@@ -273,7 +293,11 @@ function nestsDeeperThan(text: string, max: number): boolean {
  */
 export function parseBodyObject(text: string): Record<string, unknown> {
   if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
-    throw new KvgateError('KVG_ERR_INVALID_REQUEST', `the request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`, { param: null });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_REQUEST',
+      `the request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`,
+      { param: null },
+    );
   }
   return parseJsonObject(text);
 }

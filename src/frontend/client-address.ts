@@ -39,7 +39,11 @@ export class ClientAddresses {
   readonly #trusted = new BlockList();
   readonly #onFallback: (reason: FallbackReason) => void;
 
-  constructor(source: ClientAddressSource, trustedProxies: readonly AddressBlock[], onFallback: (reason: FallbackReason) => void) {
+  constructor(
+    source: ClientAddressSource,
+    trustedProxies: readonly AddressBlock[],
+    onFallback: (reason: FallbackReason) => void,
+  ) {
     this.source = source;
     for (const b of trustedProxies) this.#trusted.addSubnet(b.address, b.prefix, b.family);
     this.#onFallback = onFallback;

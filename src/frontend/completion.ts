@@ -20,7 +20,11 @@ export interface CompletionOptions extends PrepareOptions {
 }
 
 /** The answer's worker headers, with `Connection: close` while draining. */
-function answerHeaders(env: CompletionOptions, worker: WorkerRank, prefill: WorkerRank | undefined): Record<string, string> {
+function answerHeaders(
+  env: CompletionOptions,
+  worker: WorkerRank,
+  prefill: WorkerRank | undefined,
+): Record<string, string> {
   const headers = workerHeaders(worker, prefill);
   if (env.draining()) headers.connection = 'close';
   return headers;
@@ -35,7 +39,12 @@ function noteWorkers(ctx: RequestContext, worker: WorkerRank, prefill: WorkerRan
  * Serves one completion (`kind` chat or completion) or query-only routing (`route`) from its body bytes.
  * @throws KvgateError for the client's errors (JSON, schema, model, hints, prompt) and the port's.
  */
-export async function serveCompletion(env: CompletionOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<void> {
+export async function serveCompletion(
+  env: CompletionOptions,
+  ctx: RequestContext,
+  bytes: Uint8Array,
+  kind: EndpointKind | 'route',
+): Promise<void> {
   const { prepared, target } = await prepareRequest(env, ctx, bytes, kind);
   const { port, model } = target;
   if (prepared.queryOnly) {

@@ -82,7 +82,9 @@ export class ConcurrencySlots {
         return;
       }
       this.#active.set(controller, 0);
-      controller.abort(new KvgateError('KVG_ERR_REQUEST_TIMEOUT', `the request did not complete within ${this.#timeoutMs} ms`));
+      controller.abort(
+        new KvgateError('KVG_ERR_REQUEST_TIMEOUT', `the request did not complete within ${this.#timeoutMs} ms`),
+      );
     }
   }
 

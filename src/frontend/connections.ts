@@ -73,7 +73,8 @@ export class ClientConnections {
       state.client = client;
     }
     // By socket the bound was checked at accept; behind a proxy each request may be another client's.
-    if (this.addresses.source.kind === 'header' && client !== undefined && !state.pending && this.#over(client)) return false;
+    if (this.addresses.source.kind === 'header' && client !== undefined && !state.pending && this.#over(client))
+      return false;
     this.#setPending(state, true);
     return true;
   }

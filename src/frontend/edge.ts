@@ -28,11 +28,16 @@ export function checkEdgeHeaders(req: IncomingMessage, authRoute: boolean): void
     else if (countAuth && name.length === 13 && name.toLowerCase() === 'authorization') auths++;
   }
   if (hosts > 1) {
-    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the request has more than one Host header; HTTP/1.1 allows one (RFC 9112, section 3.2)',
-      { param: 'host' });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_REQUEST',
+      'the request has more than one Host header; HTTP/1.1 allows one (RFC 9112, section 3.2)',
+      { param: 'host' },
+    );
   }
   if (auths > 1) {
-    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the Authorization header must be given once', { param: 'authorization' });
+    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the Authorization header must be given once', {
+      param: 'authorization',
+    });
   }
 }
 
@@ -44,7 +49,11 @@ export function decodedModelId(raw: string): string {
   try {
     return decodeURIComponent(raw);
   } catch {
-    throw new KvgateError('KVG_ERR_INVALID_REQUEST', `the model id in the path is not valid percent-encoding: ${JSON.stringify(raw.slice(0, 80))}`, { param: 'model' });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_REQUEST',
+      `the model id in the path is not valid percent-encoding: ${JSON.stringify(raw.slice(0, 80))}`,
+      { param: 'model' },
+    );
   }
 }
 
@@ -52,7 +61,17 @@ export function decodedModelId(raw: string): string {
 export function clientErrorResponse(err: NodeJS.ErrnoException, headerTimeoutMs: number): string {
   const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
   if (!timeout) return 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n';
-  const body = JSON.stringify(errorBody(new KvgateError('KVG_ERR_CLIENT_TIMEOUT',
-    `the request did not arrive in time (its headers are due within ${headerTimeoutMs} ms)`, { param: null })));
-  return `HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+  const body = JSON.stringify(
+    errorBody(
+      new KvgateError(
+        'KVG_ERR_CLIENT_TIMEOUT',
+        `the request did not arrive in time (its headers are due within ${headerTimeoutMs} ms)`,
+        { param: null },
+      ),
+    ),
+  );
+  return (
+    'HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: application/json\r\n' +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+  );
 }

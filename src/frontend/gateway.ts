@@ -41,11 +41,19 @@ export interface Gateway {
 }
 
 /** The startup summary: listeners, preprocessing, and per model its mode, tokenizer and workers. */
-function startupSummary(config: GatewayConfig, addresses: GatewayAddresses, preprocessor: Preprocessor): Record<string, unknown> {
+function startupSummary(
+  config: GatewayConfig,
+  addresses: GatewayAddresses,
+  preprocessor: Preprocessor,
+): Record<string, unknown> {
   return {
     listen: `http://${addresses.public.host}:${addresses.public.port}`,
     backlog: config.listenBacklog,
-    admin: !config.admin.enabled ? 'off' : addresses.admin !== undefined ? `http://${addresses.admin.host}:${addresses.admin.port}` : 'on the public listener',
+    admin: !config.admin.enabled
+      ? 'off'
+      : addresses.admin !== undefined
+        ? `http://${addresses.admin.host}:${addresses.admin.port}`
+        : 'on the public listener',
     auth: config.apiKeys.length > 0 ? `${config.apiKeys.length} API key(s)` : 'none',
     preprocess: preprocessor.mode === 'pool' ? `${preprocessor.threads} thread(s)` : 'main thread',
     limits: config.limits,
@@ -53,10 +61,20 @@ function startupSummary(config: GatewayConfig, addresses: GatewayAddresses, prep
       name: m.name,
       mode: m.routerMode,
       blockSize: m.blockSize,
-      tokenizer: m.tokenizer.kind === 'files' ? m.tokenizer.files.tokenizerJson : m.tokenizer.kind === 'none' ? `none (${m.tokenizer.onMissing})` : 'demo (bundled Qwen3)',
+      tokenizer:
+        m.tokenizer.kind === 'files'
+          ? m.tokenizer.files.tokenizerJson
+          : m.tokenizer.kind === 'none'
+            ? `none (${m.tokenizer.onMissing})`
+            : 'demo (bundled Qwen3)',
       kvEvents: m.routerMode === 'kv' ? m.router.useKvEvents : undefined,
       enforceDisagg: m.enforceDisagg || undefined,
-      workers: m.workers.map((w) => `${w.id} ${w.role} ${w.dialect} ${w.url}${w.dpSize > 1 ? ` dp=${w.dpSize}` : ''}${w.kvEvents !== undefined ? ` events=${w.kvEvents.endpoint}` : ''}`),
+      workers: m.workers.map(
+        (w) =>
+          `${w.id} ${w.role} ${w.dialect} ${w.url}` +
+          (w.dpSize > 1 ? ` dp=${w.dpSize}` : '') +
+          (w.kvEvents !== undefined ? ` events=${w.kvEvents.endpoint}` : ''),
+      ),
     })),
   };
 }
@@ -78,7 +96,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   for (const m of config.models) {
     const missing = m.routerMode === 'kv' && m.tokenizer.kind === 'none';
     metrics.modelTokenizerMissing.labels({ model: m.name }).set(missing ? 1 : 0);
-    if (missing) logger.warn({ model: m.name, tokenizer: 'none' }, `model ${m.name} is KV-routed without a tokenizer: its cache-hit predictions are guesses (kvgate_model_tokenizer_missing)`);
+    if (missing)
+      logger.warn(
+        { model: m.name, tokenizer: 'none' },
+        `model ${m.name} is KV-routed without a tokenizer: its cache-hit predictions are guesses (kvgate_model_tokenizer_missing)`,
+      );
   }
   const preprocessor = await createPreprocessor(preprocessModelSpecs(config), { threads: config.preprocess.threads });
   const routers: ModelRouterPort[] = [];
@@ -86,16 +108,39 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   try {
     for (const model of config.models) {
       const tokenizeChat: ModelServices['tokenizeChat'] = async (messages) =>
-        (await preprocessor.run({ kind: 'chat', model: model.name, messages: [...messages], maxPromptTokens: model.maxPromptTokens })).tokenIds;
-      routers.push(await opts.createRouter(model, { metrics, logger: logger.child({ model: model.name }), tokenizeChat }));
+        (
+          await preprocessor.run({
+            kind: 'chat',
+            model: model.name,
+            messages: [...messages],
+            maxPromptTokens: model.maxPromptTokens,
+          })
+        ).tokenIds;
+      routers.push(
+        await opts.createRouter(model, { metrics, logger: logger.child({ model: model.name }), tokenizeChat }),
+      );
     }
-    server = new GatewayServer({ config, routers, preprocessor, logger, metrics, reload: opts.reload, fleet: opts.fleet, process: opts.process });
+    server = new GatewayServer({
+      config,
+      routers,
+      preprocessor,
+      logger,
+      metrics,
+      reload: opts.reload,
+      fleet: opts.fleet,
+      process: opts.process,
+    });
     const addresses = await server.listen();
     logger.info(startupSummary(config, addresses, preprocessor), 'kvgate gateway started');
     let closing: Promise<void> | undefined;
     const s = server;
     return {
-      config, server: s, addresses, preprocessor, routers, logger,
+      config,
+      server: s,
+      addresses,
+      preprocessor,
+      routers,
+      logger,
       close(closeOpts = {}): Promise<void> {
         closing ??= (async () => {
           await s.close(closeOpts);

@@ -61,20 +61,32 @@ function headerValue(headers: IncomingHttpHeaders, name: string): { name: string
 }
 
 /** A worker id from a header or its alias; when both are given they must agree. */
-function idHeader(headers: IncomingHttpHeaders, names: readonly [string, string]): { name: string; id: number } | undefined {
+function idHeader(
+  headers: IncomingHttpHeaders,
+  names: readonly [string, string],
+): { name: string; id: number } | undefined {
   let found: { name: string; id: number } | undefined;
   for (const name of names) {
     const h = headerValue(headers, name);
     if (h === undefined) continue;
     const id = /^\d{1,16}$/.test(h.value) ? Number(h.value) : Number.NaN;
-    if (!Number.isSafeInteger(id)) throw invalid(h.name, `must be a worker id (a non-negative integer), got ${JSON.stringify(h.value.slice(0, 40))}`);
-    if (found !== undefined && found.id !== id) throw invalid(name, `(${id}) contradicts the ${found.name} header (${found.id})`);
+    if (!Number.isSafeInteger(id))
+      throw invalid(
+        h.name,
+        `must be a worker id (a non-negative integer), got ${JSON.stringify(h.value.slice(0, 40))}`,
+      );
+    if (found !== undefined && found.id !== id)
+      throw invalid(name, `(${id}) contradicts the ${found.name} header (${found.id})`);
     found ??= { name, id };
   }
   return found;
 }
 
-function merge(fromBody: number | undefined, bodyParam: string, fromHeader: { name: string; id: number } | undefined): number | undefined {
+function merge(
+  fromBody: number | undefined,
+  bodyParam: string,
+  fromHeader: { name: string; id: number } | undefined,
+): number | undefined {
   if (fromHeader === undefined) return fromBody;
   if (fromBody !== undefined && fromBody !== fromHeader.id) {
     throw invalid(bodyParam, `(${fromBody}) contradicts the ${fromHeader.name} header (${fromHeader.id})`);
@@ -93,7 +105,10 @@ function parseOverride(raw: Record<string, unknown>): RouterConfigOverride {
   } catch (err) {
     if (!isKvgateError(err)) throw err;
     const field = String(err.detail?.field ?? '');
-    throw invalid(`nvext.router_config_override${field !== '' && field !== '(root)' ? `.${field}` : ''}`, String(err.detail?.reason ?? err.message));
+    throw invalid(
+      `nvext.router_config_override${field !== '' && field !== '(root)' ? `.${field}` : ''}`,
+      String(err.detail?.reason ?? err.message),
+    );
   }
 }
 
@@ -119,16 +134,26 @@ function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined,
   const known = (id: number): boolean => (knownIds ??= new Set(workers.map((w) => w.id))).has(id);
   for (const p of pins) {
     if (p.id !== undefined && !known(p.id)) {
-      throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `${p.param} names worker ${p.id}, which is not a worker of this model`, { param: p.param, workerId: p.id });
+      throw new KvgateError(
+        'KVG_ERR_UNKNOWN_WORKER',
+        `${p.param} names worker ${p.id}, which is not a worker of this model`,
+        { param: p.param, workerId: p.id },
+      );
     }
   }
   const [backend, decode] = pins;
   if (backend!.id !== undefined && decode!.id !== undefined && backend!.id !== decode!.id) {
-    throw invalid(decode!.param, `(${decode!.id}) contradicts ${backend!.param} (${backend!.id}); both name the worker that decodes`);
+    throw invalid(
+      decode!.param,
+      `(${decode!.id}) contradicts ${backend!.param} (${backend!.id}); both name the worker that decodes`,
+    );
   }
   if (allowed === undefined) return;
   if (!allowed.some((id) => known(id))) {
-    throw invalid('nvext.allowed_worker_ids', allowed.length === 0 ? 'is empty; omit it to allow every worker' : 'names no worker of this model');
+    throw invalid(
+      'nvext.allowed_worker_ids',
+      allowed.length === 0 ? 'is empty; omit it to allow every worker' : 'names no worker of this model',
+    );
   }
   for (const p of pins) {
     if (p.id !== undefined && !allowed.includes(p.id)) {
@@ -138,7 +163,13 @@ function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined,
 }
 
 /** The headers that carry hints (each read below). */
-const ROUTING_HEADERS = ['x-worker-instance-id', 'x-dynamo-worker-instance-id', 'x-prefill-instance-id', 'x-dynamo-prefill-instance-id', 'x-session-id'];
+const ROUTING_HEADERS = [
+  'x-worker-instance-id',
+  'x-dynamo-worker-instance-id',
+  'x-prefill-instance-id',
+  'x-dynamo-prefill-instance-id',
+  'x-session-id',
+];
 
 /** The routing headers a request carries (for a body parsed on a preprocessing thread). */
 export function routingHeadersOf(headers: IncomingHttpHeaders): IncomingHttpHeaders {
@@ -150,9 +181,18 @@ export function routingHeadersOf(headers: IncomingHttpHeaders): IncomingHttpHead
 /** The hints of a request without `nvext` and without routing headers (read-only, shared). */
 const NO_HINTS: ParsedHints = Object.freeze({
   hints: Object.freeze({
-    backendInstanceId: undefined, prefillWorkerId: undefined, decodeWorkerId: undefined, dpRank: undefined, prefillDpRank: undefined,
-    allowedWorkerIds: undefined, session: undefined, priorityJump: undefined, expectedOutputTokens: undefined, loraName: undefined,
-    routerConfigOverride: undefined, annotations: Object.freeze([]) as readonly string[],
+    backendInstanceId: undefined,
+    prefillWorkerId: undefined,
+    decodeWorkerId: undefined,
+    dpRank: undefined,
+    prefillDpRank: undefined,
+    allowedWorkerIds: undefined,
+    session: undefined,
+    priorityJump: undefined,
+    expectedOutputTokens: undefined,
+    loraName: undefined,
+    routerConfigOverride: undefined,
+    annotations: Object.freeze([]) as readonly string[],
   }),
   queryOnly: false,
   tokenData: undefined,
@@ -163,7 +203,11 @@ const NO_HINTS: ParsedHints = Object.freeze({
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header or nvext field; KVG_ERR_UNKNOWN_WORKER for a pin that
  *   is not one of `workers`.
  */
-export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeaders, workers: readonly WorkerId[]): ParsedHints {
+export function parseRoutingHints(
+  nvextRaw: unknown,
+  headers: IncomingHttpHeaders,
+  workers: readonly WorkerId[],
+): ParsedHints {
   // Most requests carry no hint at all: one shared answer, the same as the full path's for them.
   if (nvextRaw === undefined && !ROUTING_HEADERS.some((h) => headers[h] !== undefined)) return NO_HINTS;
   const nv = (nvextRaw ?? {}) as NvextBody;
@@ -171,11 +215,15 @@ export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeader
   const backendInstanceId = merge(nv.backend_instance_id, 'nvext.backend_instance_id', backendHeader);
   const prefillHeader = idHeader(headers, ['x-prefill-instance-id', 'x-dynamo-prefill-instance-id']);
   const prefillWorkerId = merge(nv.prefill_worker_id, 'nvext.prefill_worker_id', prefillHeader);
-  checkPins([
-    { id: backendInstanceId, param: backendHeader?.name ?? 'nvext.backend_instance_id' },
-    { id: nv.decode_worker_id, param: 'nvext.decode_worker_id' },
-    { id: prefillWorkerId, param: prefillHeader?.name ?? 'nvext.prefill_worker_id' },
-  ], nv.allowed_worker_ids, workers);
+  checkPins(
+    [
+      { id: backendInstanceId, param: backendHeader?.name ?? 'nvext.backend_instance_id' },
+      { id: nv.decode_worker_id, param: 'nvext.decode_worker_id' },
+      { id: prefillWorkerId, param: prefillHeader?.name ?? 'nvext.prefill_worker_id' },
+    ],
+    nv.allowed_worker_ids,
+    workers,
+  );
 
   let session: RoutingHints['session'];
   const sessionHeader = headerValue(headers, 'x-session-id');
@@ -186,12 +234,17 @@ export function parseRoutingHints(nvextRaw: unknown, headers: IncomingHttpHeader
     if (sessionHeader !== undefined && sessionHeader.value !== nv.session_control.session_id) {
       throw invalid('nvext.session_control.session_id', 'contradicts the x-session-id header');
     }
-    session = { id: nv.session_control.session_id, action: nv.session_control.action, timeoutSecs: nv.session_control.timeout };
+    session = {
+      id: nv.session_control.session_id,
+      action: nv.session_control.action,
+      timeoutSecs: nv.session_control.timeout,
+    };
   } else if (sessionHeader !== undefined) {
     session = { id: sessionHeader.value };
   }
 
-  const routerConfigOverride = nv.router_config_override === undefined ? undefined : parseOverride(nv.router_config_override);
+  const routerConfigOverride =
+    nv.router_config_override === undefined ? undefined : parseOverride(nv.router_config_override);
 
   const hints = nv.agent_hints;
   const priority = hints?.priority ?? hints?.latency_sensitivity;

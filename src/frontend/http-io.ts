@@ -18,12 +18,18 @@ export { sendBytes, sendError, sendJson, whenWritable } from '../common/index.js
 /** Any thrown value as a KvgateError (unexpected ones become KVG_ERR_INTERNAL, without their message). */
 export function asKvgateError(err: unknown, requestId: string): KvgateError {
   if (isKvgateError(err)) return err;
-  return new KvgateError('KVG_ERR_INTERNAL', `internal error; the gateway log has the details under request id ${requestId}`, {}, { cause: err });
+  return new KvgateError(
+    'KVG_ERR_INTERNAL',
+    `internal error; the gateway log has the details under request id ${requestId}`,
+    {},
+    { cause: err },
+  );
 }
 
 /** The bytes to write for one SSE event. */
 export function sseFrame(ev: SseEvent): Buffer {
-  if (ev.raw !== undefined) return Buffer.isBuffer(ev.raw) ? ev.raw : Buffer.from(ev.raw.buffer, ev.raw.byteOffset, ev.raw.byteLength);
+  if (ev.raw !== undefined)
+    return Buffer.isBuffer(ev.raw) ? ev.raw : Buffer.from(ev.raw.buffer, ev.raw.byteOffset, ev.raw.byteLength);
   return sseDataFrame(ev.data);
 }
 

@@ -2,6 +2,13 @@
 export { startGateway } from './gateway.js';
 export type { Gateway, GatewayOptions } from './gateway.js';
 export { GatewayServer } from './server.js';
-export type { ModelRouterPort, RouterPortFactory, PreparedRequest, RoutedResponse, QueryResult, SseEvent } from './router-port.js';
+export type {
+  ModelRouterPort,
+  RouterPortFactory,
+  PreparedRequest,
+  RoutedResponse,
+  QueryResult,
+  SseEvent,
+} from './router-port.js';
 export { createPreprocessor, preprocessModelSpecs, preprocessWorkerFile } from './preprocess/preprocessor.js';
 export type { Preprocessor } from './preprocess/preprocessor.js';

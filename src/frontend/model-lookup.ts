@@ -32,25 +32,36 @@ function serves(s: Served, adapter: string): boolean {
 }
 
 function notFound(what: string, param: string): never {
-  throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `${what} is not served here; GET /v1/models lists the models and LoRA adapters`, { param });
+  throw new KvgateError(
+    'KVG_ERR_MODEL_NOT_FOUND',
+    `${what} is not served here; GET /v1/models lists the models and LoRA adapters`,
+    { param },
+  );
 }
 
 /**
  * @throws KvgateError KVG_ERR_MODEL_NOT_FOUND (no such model or adapter), KVG_ERR_INVALID_REQUEST
  *   (`model` names one adapter and `nvext.lora_name` another).
  */
-export function resolveModel<S extends Served>(served: ReadonlyMap<string, S>, name: string, loraHint: string | undefined):
-  S & { loraName: string | undefined } {
+export function resolveModel<S extends Served>(
+  served: ReadonlyMap<string, S>,
+  name: string,
+  loraHint: string | undefined,
+): S & { loraName: string | undefined } {
   const base = served.get(name);
   if (base !== undefined) {
-    if (loraHint !== undefined && !serves(base, loraHint)) notFound(`LoRA adapter ${JSON.stringify(loraHint)} of model ${name}`, 'nvext.lora_name');
+    if (loraHint !== undefined && !serves(base, loraHint))
+      notFound(`LoRA adapter ${JSON.stringify(loraHint)} of model ${name}`, 'nvext.lora_name');
     return { ...base, loraName: loraHint };
   }
   for (const s of served.values()) {
     if (!serves(s, name)) continue;
     if (loraHint !== undefined && loraHint !== name) {
-      throw new KvgateError('KVG_ERR_INVALID_REQUEST',
-        `model ${JSON.stringify(name)} is a LoRA adapter and nvext.lora_name names another (${JSON.stringify(loraHint)}); name one adapter`, { param: 'nvext.lora_name' });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_REQUEST',
+        `model ${JSON.stringify(name)} is a LoRA adapter and nvext.lora_name names another (${JSON.stringify(loraHint)}); name one adapter`,
+        { param: 'nvext.lora_name' },
+      );
     }
     return { ...s, loraName: name };
   }
@@ -60,7 +71,11 @@ export function resolveModel<S extends Served>(served: ReadonlyMap<string, S>, n
 /** `/v1/models` entries of a servable model: the model, then each adapter it serves now with the model as `parent`. */
 export function modelEntries(port: ModelRouterPort, created: number): Record<string, unknown>[] {
   const entry = (id: string, parent: string | null): Record<string, unknown> => ({
-    id, object: 'model', created, owned_by: 'kvgate', ...(parent !== null ? { root: parent, parent } : {}),
+    id,
+    object: 'model',
+    created,
+    owned_by: 'kvgate',
+    ...(parent !== null ? { root: parent, parent } : {}),
   });
   return [entry(port.model, null), ...port.adapters().map((a) => entry(a, port.model))];
 }

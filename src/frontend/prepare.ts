@@ -37,7 +37,10 @@ export interface Prepared {
 /** The snapshot of the served models a pool thread parses a body against. */
 function modelViews(served: PrepareOptions['served']): ModelView[] {
   return [...served.values()].map(({ model, port }) => ({
-    name: model.name, loraAdapters: [...model.loraAdapters], adapters: [...port.adapters()], maxPromptTokens: model.maxPromptTokens,
+    name: model.name,
+    loraAdapters: [...model.loraAdapters],
+    adapters: [...port.adapters()],
+    maxPromptTokens: model.maxPromptTokens,
     workers: model.workers.map((w) => ({ id: w.id })),
   }));
 }
@@ -47,8 +50,14 @@ function preprocessSpan<T>(model: string | undefined, run: () => Promise<T>): Pr
 }
 
 /** The request as routing takes it, from what either path produced. */
-function prepared(ctx: RequestContext, kind: EndpointKind | 'route', endpoint: EndpointKind, target: ModelTarget, pre: PreprocessResult,
-  rest: Pick<PreparedRequest, 'body' | 'stream' | 'hints' | 'queryOnly'>): Prepared {
+function prepared(
+  ctx: RequestContext,
+  kind: EndpointKind | 'route',
+  endpoint: EndpointKind,
+  target: ModelTarget,
+  pre: PreprocessResult,
+  rest: Pick<PreparedRequest, 'body' | 'stream' | 'hints' | 'queryOnly'>,
+): Prepared {
   ctx.logFields.promptTokens = pre.tokenIds.length;
   if (pre.stats.cachedTokens > 0) ctx.logFields.segmentCachedTokens = pre.stats.cachedTokens;
   return {
@@ -72,7 +81,12 @@ function prepared(ctx: RequestContext, kind: EndpointKind | 'route', endpoint: E
 }
 
 /** A small body: parsed on the main thread; its prompt preprocessed where the preprocessor puts it. */
-async function prepareHere(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
+async function prepareHere(
+  env: PrepareOptions,
+  ctx: RequestContext,
+  bytes: Uint8Array,
+  kind: EndpointKind | 'route',
+): Promise<Prepared> {
   const text = bodyText(bytes);
   const parsed = parseRequestBody(text, kind, env);
   const { body } = parsed;
@@ -88,37 +102,66 @@ async function prepareHere(env: PrepareOptions, ctx: RequestContext, bytes: Uint
   // Unchanged, it reaches its engine as the client's own text.
   if (routed.forwardFields === undefined) rememberJsonText(body, text);
   else forward = withJsonMembers(body, routed.forwardFields);
-  return prepared(ctx, kind, parsed.endpoint, routed.target, pre,
-    { body: forward, stream: body.stream === true, hints: routed.hints, queryOnly: routed.queryOnly });
+  return prepared(ctx, kind, parsed.endpoint, routed.target, pre, {
+    body: forward,
+    stream: body.stream === true,
+    hints: routed.hints,
+    queryOnly: routed.queryOnly,
+  });
 }
 
 /** A large body: everything up to routing on a pool thread; the engine's body comes back as text and outline. */
-async function prepareOffThread(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
-  const out: BodyOutcome = await preprocessSpan(undefined, () => env.preprocessor.runBody({
-    kind: 'body', endpoint: kind, bytes, maxMessages: env.maxMessages, headers: routingHeadersOf(ctx.req.headers),
-    models: modelViews(env.served),
-  }));
+async function prepareOffThread(
+  env: PrepareOptions,
+  ctx: RequestContext,
+  bytes: Uint8Array,
+  kind: EndpointKind | 'route',
+): Promise<Prepared> {
+  const out: BodyOutcome = await preprocessSpan(undefined, () =>
+    env.preprocessor.runBody({
+      kind: 'body',
+      endpoint: kind,
+      bytes,
+      maxMessages: env.maxMessages,
+      headers: routingHeadersOf(ctx.req.headers),
+      models: modelViews(env.served),
+    }),
+  );
   ctx.signal.throwIfAborted();
   ctx.logFields.model = out.clientModel;
   const served = env.served.get(out.model);
   // The snapshot named only served models, and the set of models is fixed for the gateway's life.
-  if (served === undefined) throw new Error(`a preprocessing thread resolved the request to model ${out.model}, which is not served`);
+  if (served === undefined)
+    throw new Error(`a preprocessing thread resolved the request to model ${out.model}, which is not served`);
   const unavailable = served.port.unavailable();
   if (unavailable !== undefined) throw unavailable;
-  if (out.result === undefined) throw errorOf(out.promptError ?? { code: 'KVG_ERR_INTERNAL', message: 'preprocessing returned no result' });
+  if (out.result === undefined)
+    throw errorOf(out.promptError ?? { code: 'KVG_ERR_INTERNAL', message: 'preprocessing returned no result' });
   const f = out.forward;
   const body = lazyJsonObject(f.text, f.members, f.light, f.outlines);
   // The allowed workers crossed as an array (body-task.ts); routing reads them as the set hints.ts makes.
   const allowed = out.hints.allowedWorkerIds;
-  const hints = allowed === undefined || allowed instanceof Set ? out.hints : { ...out.hints, allowedWorkerIds: new Set(allowed) };
-  return prepared(ctx, kind, out.endpoint, { ...served, loraName: out.loraName }, out.result,
-    { body, stream: out.stream, hints, queryOnly: out.queryOnly });
+  const hints =
+    allowed === undefined || allowed instanceof Set ? out.hints : { ...out.hints, allowedWorkerIds: new Set(allowed) };
+  return prepared(ctx, kind, out.endpoint, { ...served, loraName: out.loraName }, out.result, {
+    body,
+    stream: out.stream,
+    hints,
+    queryOnly: out.queryOnly,
+  });
 }
 
 /**
  * The request a body asks for, ready to route.
  * @throws KvgateError: the body's, the model's availability, the prompt's (module comment).
  */
-export function prepareRequest(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array, kind: EndpointKind | 'route'): Promise<Prepared> {
-  return env.preprocessor.offloads(bytes.length) ? prepareOffThread(env, ctx, bytes, kind) : prepareHere(env, ctx, bytes, kind);
+export function prepareRequest(
+  env: PrepareOptions,
+  ctx: RequestContext,
+  bytes: Uint8Array,
+  kind: EndpointKind | 'route',
+): Promise<Prepared> {
+  return env.preprocessor.offloads(bytes.length)
+    ? prepareOffThread(env, ctx, bytes, kind)
+    : prepareHere(env, ctx, bytes, kind);
 }

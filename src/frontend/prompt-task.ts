@@ -42,8 +42,24 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
   // shape the engine's inline caches see again and again is cheaper than a copied one.
   const cacheSalt = typeof body.cache_salt === 'string' ? body.cache_salt : undefined;
   const addSpecialTokens = typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined;
-  const tokens = (tokenIds: Uint32Array): PreprocessTask => ({ kind: 'tokens', model, maxPromptTokens, loraName, cacheSalt, addSpecialTokens, tokenIds });
-  const text = (prompt: string): PreprocessTask => ({ kind: 'text', model, maxPromptTokens, loraName, cacheSalt, addSpecialTokens, prompt });
+  const tokens = (tokenIds: Uint32Array): PreprocessTask => ({
+    kind: 'tokens',
+    model,
+    maxPromptTokens,
+    loraName,
+    cacheSalt,
+    addSpecialTokens,
+    tokenIds,
+  });
+  const text = (prompt: string): PreprocessTask => ({
+    kind: 'text',
+    model,
+    maxPromptTokens,
+    loraName,
+    cacheSalt,
+    addSpecialTokens,
+    prompt,
+  });
   if (inp.endpoint === 'chat') {
     const messages = body.messages as { content?: unknown }[];
     for (let i = 0; i < messages.length; i++) {
@@ -52,7 +68,10 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       for (let j = 0; j < content.length; j++) {
         const part = content[j] as { type: string };
         if (part.type !== 'text') {
-          throw unsupported(`messages[${i}].content[${j}].type`, `is ${JSON.stringify(part.type)}; kvgate routes text-only chats (content parts of type "text")`);
+          throw unsupported(
+            `messages[${i}].content[${j}].type`,
+            `is ${JSON.stringify(part.type)}; kvgate routes text-only chats (content parts of type "text")`,
+          );
         }
       }
     }
@@ -77,7 +96,10 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
   const first = prompt[0];
   if (typeof first === 'number') return tokens(Uint32Array.from(prompt as number[]));
   if (prompt.length > 1) {
-    throw unsupported('prompt', `holds ${prompt.length} prompts; send one prompt per request (each is routed on its own)`);
+    throw unsupported(
+      'prompt',
+      `holds ${prompt.length} prompts; send one prompt per request (each is routed on its own)`,
+    );
   }
   return typeof first === 'string' ? text(first) : tokens(Uint32Array.from(first!));
 }

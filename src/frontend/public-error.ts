@@ -40,7 +40,10 @@ class PublicUpstreamError extends KvgateError {
   constructor(original: KvgateError, workerId: number | undefined) {
     const w = workerId === undefined ? 'a worker' : `worker ${workerId}`;
     const sentence = (UPSTREAM_SENTENCES[original.code] ?? 'the engine of {w} failed').replace('{w}', w);
-    super(original.code, `${sentence} (${original.code}); the gateway log has the details`, { param: null, ...(workerId !== undefined ? { workerId } : {}) });
+    super(original.code, `${sentence} (${original.code}); the gateway log has the details`, {
+      param: null,
+      ...(workerId !== undefined ? { workerId } : {}),
+    });
     this.statusCode = original.statusCode;
   }
 }

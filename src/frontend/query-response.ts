@@ -24,7 +24,8 @@ export function routeResponseBody(req: PreparedRequest, q: QueryResult, blockSiz
     request_id: req.requestId,
     model: req.model,
     worker: { worker_id: q.worker.workerId, dp_rank: q.worker.dpRank },
-    prefill_worker: q.prefillWorker !== undefined ? { worker_id: q.prefillWorker.workerId, dp_rank: q.prefillWorker.dpRank } : null,
+    prefill_worker:
+      q.prefillWorker !== undefined ? { worker_id: q.prefillWorker.workerId, dp_rank: q.prefillWorker.dpRank } : null,
     overlap_blocks: q.overlapBlocks,
     ...(q.prefillOverlapBlocks !== undefined ? { prefill_overlap_blocks: q.prefillOverlapBlocks } : {}),
     block_size: blockSize,
@@ -46,9 +47,23 @@ function nvext(req: PreparedRequest, q: QueryResult): Record<string, unknown> {
 }
 
 export function queryCompletionBody(req: PreparedRequest, q: QueryResult, created: number): Record<string, unknown> {
-  return { id: `kvgate-${req.requestId}`, object: object(req, false), created, model: req.model, choices: [], nvext: nvext(req, q) };
+  return {
+    id: `kvgate-${req.requestId}`,
+    object: object(req, false),
+    created,
+    model: req.model,
+    choices: [],
+    nvext: nvext(req, q),
+  };
 }
 
 export function queryCompletionChunk(req: PreparedRequest, q: QueryResult, created: number): Record<string, unknown> {
-  return { id: `kvgate-${req.requestId}`, object: object(req, true), created, model: req.model, choices: [], nvext: nvext(req, q) };
+  return {
+    id: `kvgate-${req.requestId}`,
+    object: object(req, true),
+    created,
+    model: req.model,
+    choices: [],
+    nvext: nvext(req, q),
+  };
 }

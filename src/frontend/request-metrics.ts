@@ -27,7 +27,8 @@ export class RequestMetrics {
     let byStatus = this.#counted.get(route);
     if (byStatus === undefined) this.#counted.set(route, (byStatus = new Map()));
     let counter = byStatus.get(status);
-    if (counter === undefined) byStatus.set(status, (counter = new FastCounterChild(this.#m.httpRequests, { route, status: String(status) })));
+    if (counter === undefined)
+      byStatus.set(status, (counter = new FastCounterChild(this.#m.httpRequests, { route, status: String(status) })));
     counter.inc();
     const statusClass = Math.floor(status / 100);
     let byRoute = this.#timed.get(model);
@@ -36,7 +37,14 @@ export class RequestMetrics {
     if (byClass === undefined) byRoute.set(route, (byClass = new Map()));
     let timer = byClass.get(statusClass);
     if (timer === undefined) {
-      byClass.set(statusClass, (timer = new FastHistogramChild(this.#m.requestDuration, { model, endpoint: route, status_class: `${statusClass}xx` })));
+      byClass.set(
+        statusClass,
+        (timer = new FastHistogramChild(this.#m.requestDuration, {
+          model,
+          endpoint: route,
+          status_class: `${statusClass}xx`,
+        })),
+      );
     }
     timer.observe(seconds);
   }

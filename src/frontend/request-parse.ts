@@ -24,7 +24,8 @@ import { validateBody } from './schemas.js';
 
 /** What parsing a request reads of a served model: the lookup's fields, the prompt limit and the worker ids (for pins). */
 export interface ServedModel extends Served {
-  readonly model: Served['model'] & Pick<ModelConfig, 'maxPromptTokens'> & { readonly workers: readonly { readonly id: number }[] };
+  readonly model: Served['model'] &
+    Pick<ModelConfig, 'maxPromptTokens'> & { readonly workers: readonly { readonly id: number }[] };
 }
 
 export interface ParsedBody {
@@ -36,7 +37,11 @@ export interface ParsedBody {
  * The body of a chat or completion request (`route`: whichever it is), parsed and checked.
  * @throws KvgateError KVG_ERR_INVALID_JSON, KVG_ERR_INVALID_REQUEST, KVG_ERR_TOO_MANY_MESSAGES.
  */
-export function parseRequestBody(text: string, kind: EndpointKind | 'route', limits: { readonly maxMessages: number }): ParsedBody {
+export function parseRequestBody(
+  text: string,
+  kind: EndpointKind | 'route',
+  limits: { readonly maxMessages: number },
+): ParsedBody {
   const body = parseBodyObject(text);
   const endpoint: EndpointKind = kind === 'route' ? (body.messages !== undefined ? 'chat' : 'completion') : kind;
   validateBody(endpoint, body, limits);
@@ -60,8 +65,11 @@ export interface RoutedRequest<S extends ServedModel> {
  * The model, hints and prompt task of a parsed body.
  * @throws KvgateError KVG_ERR_MODEL_NOT_FOUND, KVG_ERR_INVALID_REQUEST, KVG_ERR_UNKNOWN_WORKER (from the lookup and the hints).
  */
-export function routeRequestBody<S extends ServedModel>(parsed: ParsedBody, served: ReadonlyMap<string, S>, headers: IncomingHttpHeaders):
-  RoutedRequest<S> {
+export function routeRequestBody<S extends ServedModel>(
+  parsed: ParsedBody,
+  served: ReadonlyMap<string, S>,
+  headers: IncomingHttpHeaders,
+): RoutedRequest<S> {
   const { endpoint, body } = parsed;
   // `model` may name a LoRA adapter: the request then runs on its base model under that adapter
   // (`nvext.lora_name` is schema-checked to be a string when present).
@@ -73,12 +81,16 @@ export function routeRequestBody<S extends ServedModel>(parsed: ParsedBody, serv
   let task: RoutedRequest<S>['task'];
   try {
     const { name: model, maxPromptTokens } = target.model;
-    task = { ok: true, task: promptTask({ endpoint, body, model, maxPromptTokens, tokenData: p.tokenData, loraName: target.loraName }) };
+    task = {
+      ok: true,
+      task: promptTask({ endpoint, body, model, maxPromptTokens, tokenData: p.tokenData, loraName: target.loraName }),
+    };
   } catch (error) {
     task = { ok: false, error };
   }
   let forwardFields: Record<string, unknown> | undefined;
-  if (endpoint === 'completion' && p.tokenData !== undefined) forwardFields = { nvext: undefined, prompt: Array.from(p.tokenData) };
+  if (endpoint === 'completion' && p.tokenData !== undefined)
+    forwardFields = { nvext: undefined, prompt: Array.from(p.tokenData) };
   else if (body.nvext !== undefined) forwardFields = { nvext: undefined };
   return { target, hints, queryOnly: p.queryOnly, forwardFields, task };
 }

@@ -34,12 +34,19 @@ export interface RequestContext {
   logFields: Record<string, unknown>;
 }
 
-const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  'x-accel-buffering': 'no',
+};
 const SSE_HEADER_NAMES = Object.keys(SSE_HEADERS) as (keyof typeof SSE_HEADERS)[];
 
 /** The x-kvgate-worker* response headers naming who served the request. */
 export function workerHeaders(worker: WorkerRank, prefill: WorkerRank | undefined): Record<string, string> {
-  const h: Record<string, string> = { 'x-kvgate-worker': String(worker.workerId), 'x-kvgate-worker-dp-rank': String(worker.dpRank) };
+  const h: Record<string, string> = {
+    'x-kvgate-worker': String(worker.workerId),
+    'x-kvgate-worker-dp-rank': String(worker.dpRank),
+  };
   if (prefill !== undefined) {
     h['x-kvgate-prefill-worker'] = String(prefill.workerId);
     h['x-kvgate-prefill-worker-dp-rank'] = String(prefill.dpRank);
@@ -51,8 +58,15 @@ export function workerHeaders(worker: WorkerRank, prefill: WorkerRank | undefine
  * A query-only answer: `/v1/route`'s body, or Dynamo's query-only completion (JSON or one SSE chunk). Built now
  * (a failure is still the request's error answer), written at the end of the turn with the other answers.
  */
-export function sendQueryAnswer(ctx: RequestContext, kind: EndpointKind | 'route', req: PreparedRequest, q: QueryResult, model: ModelConfig,
-  headers: Record<string, string>, createdSec: number): void {
+export function sendQueryAnswer(
+  ctx: RequestContext,
+  kind: EndpointKind | 'route',
+  req: PreparedRequest,
+  q: QueryResult,
+  model: ModelConfig,
+  headers: Record<string, string>,
+  createdSec: number,
+): void {
   const res = ctx.res;
   let write: () => void;
   if (kind === 'route') {
@@ -228,12 +242,15 @@ function cutUnlessFinished(ctx: RequestContext, env: RelayOptions): void {
     ctx.logFields.code ??= asKvgateError(signal.reason, ctx.requestId).code;
     res.destroy();
   };
-  const timer = setTimeout(() => {
-    stop();
-    if (!pending()) return;
-    res.destroy();
-    if (!aborted) stalled(ctx, env);
-  }, aborted ? Math.min(env.clientStallMs, ABORTED_LINGER_MS) : env.clientStallMs);
+  const timer = setTimeout(
+    () => {
+      stop();
+      if (!pending()) return;
+      res.destroy();
+      if (!aborted) stalled(ctx, env);
+    },
+    aborted ? Math.min(env.clientStallMs, ABORTED_LINGER_MS) : env.clientStallMs,
+  );
   timer.unref();
   if (!aborted) signal.addEventListener('abort', onAbort);
   res.once('close', stop);
@@ -253,8 +270,10 @@ export interface RelayOptions {
 function stalled(ctx: RequestContext, env: RelayOptions): void {
   ctx.logFields.code = 'KVG_ERR_CLIENT_STALLED';
   env.rejections.inc({ code: 'KVG_ERR_CLIENT_STALLED' });
-  env.logger.warn({ reqId: ctx.requestId, model: ctx.logFields.model, worker: ctx.logFields.worker, stallMs: env.clientStallMs },
-    'stream cut: its client read none of the buffered answer within limits.client_stall_timeout_ms');
+  env.logger.warn(
+    { reqId: ctx.requestId, model: ctx.logFields.model, worker: ctx.logFields.worker, stallMs: env.clientStallMs },
+    'stream cut: its client read none of the buffered answer within limits.client_stall_timeout_ms',
+  );
 }
 
 /**
@@ -263,12 +282,20 @@ function stalled(ctx: RequestContext, env: RelayOptions): void {
  * client taking anything: then it is cut and counted (counted and logged). The request's signal (its timeout,
  * shutdown) ends the wait too, and the stream then ends with that error event.
  */
-export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, headers: Record<string, string>, env: RelayOptions): Promise<void> {
+export async function pipeRouted(
+  ctx: RequestContext,
+  routed: RoutedResponse,
+  headers: Record<string, string>,
+  env: RelayOptions,
+): Promise<void> {
   const { res } = ctx;
   ctx.logFields.upstreamStatus = routed.status;
   if (routed.body.kind === 'json') {
     const bytes = routed.body.bytes;
-    atTurnEnd(() => sendBytes(res, routed.status, bytes, 'application/json', headers), (err) => res.destroy(err as Error));
+    atTurnEnd(
+      () => sendBytes(res, routed.status, bytes, 'application/json', headers),
+      (err) => res.destroy(err as Error),
+    );
     return;
   }
   // Read in batches: the events of one upstream read are framed together (common's `Batched`).
@@ -309,7 +336,11 @@ export async function pipeRouted(ctx: RequestContext, routed: RoutedResponse, he
     ctx.logFields.code = e.code;
     ctx.logFields.events = events;
     if (e.code === 'KVG_ERR_INTERNAL') env.logger.error({ reqId: ctx.requestId, err }, 'stream failed');
-    else if (e !== internal) env.logger.warn({ reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal }, 'engine error mid-stream');
+    else if (e !== internal)
+      env.logger.warn(
+        { reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal },
+        'engine error mid-stream',
+      );
     batch.end(sseErrorFrame(e));
   } finally {
     // Left early (client gone or stalled), or failed: tell the port so it stops the upstream and frees its booking.

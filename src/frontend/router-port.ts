@@ -10,10 +10,20 @@ import type { ModelConfig } from '../config/index.js';
 import type { ModelServices } from '../fleet/index.js';
 import type { ModelRouterPort } from '../routing/index.js';
 
-export type { EndpointKind, PreparedRequest, SseEvent, RoutedResponse, QueryResult, ModelRouterPort } from '../routing/index.js';
+export type {
+  EndpointKind,
+  PreparedRequest,
+  SseEvent,
+  RoutedResponse,
+  QueryResult,
+  ModelRouterPort,
+} from '../routing/index.js';
 
 /**
  * Builds the port of one configured model (mode, workers, knobs, block size, enforce_disagg
  * all in `model`). Called once per model at startup; a rejection stops the gateway from starting.
  */
-export type RouterPortFactory = (model: ModelConfig, services: ModelServices) => ModelRouterPort | Promise<ModelRouterPort>;
+export type RouterPortFactory = (
+  model: ModelConfig,
+  services: ModelServices,
+) => ModelRouterPort | Promise<ModelRouterPort>;

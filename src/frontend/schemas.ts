@@ -68,7 +68,11 @@ const common = {
   nvext,
 } as const;
 
-const contentPart = { type: 'object', required: ['type'], properties: { type: { type: 'string' }, text: { type: 'string' } } } as const;
+const contentPart = {
+  type: 'object',
+  required: ['type'],
+  properties: { type: { type: 'string' }, text: { type: 'string' } },
+} as const;
 
 const message = {
   type: 'object',
@@ -138,7 +142,10 @@ const validators: Record<'chat' | 'completion', ValidateFunction> = {
 
 /** `/messages/0/role` -> `messages[0].role`. */
 function jsonPointerToParam(pointer: string, extra?: string): string {
-  const parts = pointer.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+  const parts = pointer
+    .split('/')
+    .slice(1)
+    .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
   if (extra !== undefined) parts.push(extra);
   let out = '';
   for (const p of parts) out += /^\d+$/.test(p) ? `[${p}]` : out === '' ? p : `.${p}`;
@@ -152,7 +159,11 @@ function describe(err: ErrorObject): { param: string; message: string } {
   }
   const param = jsonPointerToParam(err.instancePath);
   if (err.keyword === 'anyOf') {
-    const last = param.replace(/\[\d+\]$/, '').split('.').at(-1) ?? '';
+    const last =
+      param
+        .replace(/\[\d+\]$/, '')
+        .split('.')
+        .at(-1) ?? '';
     return { param, message: ANY_OF_MESSAGES[last] ?? 'has none of the accepted shapes' };
   }
   return { param, message: err.message ?? 'is invalid' };
@@ -164,13 +175,18 @@ function describe(err: ErrorObject): { param: string; message: string } {
  * @throws KvgateError KVG_ERR_TOO_MANY_MESSAGES over `limits.maxMessages`; KVG_ERR_INVALID_REQUEST with
  *   `detail.param` naming the field.
  */
-export function validateBody(kind: 'chat' | 'completion', body: unknown, limits: { readonly maxMessages: number }):
-  asserts body is Record<string, unknown> {
+export function validateBody(
+  kind: 'chat' | 'completion',
+  body: unknown,
+  limits: { readonly maxMessages: number },
+): asserts body is Record<string, unknown> {
   const messages = kind === 'chat' ? (body as { messages?: unknown } | null)?.messages : undefined;
   if (Array.isArray(messages) && messages.length > limits.maxMessages) {
-    throw new KvgateError('KVG_ERR_TOO_MANY_MESSAGES',
+    throw new KvgateError(
+      'KVG_ERR_TOO_MANY_MESSAGES',
       `messages holds ${messages.length} messages; kvgate accepts at most ${limits.maxMessages} per request`,
-      { param: 'messages', messages: messages.length, maxMessages: limits.maxMessages });
+      { param: 'messages', messages: messages.length, maxMessages: limits.maxMessages },
+    );
   }
   const validate = validators[kind];
   if (validate(body)) return;
@@ -178,5 +194,7 @@ export function validateBody(kind: 'chat' | 'completion', body: unknown, limits:
   // first ("must be string") and the anyOf failure last; the latter says what is accepted.
   const err = validate.errors?.find((e) => e.keyword === 'anyOf') ?? validate.errors?.[0];
   const { param, message } = err !== undefined ? describe(err) : { param: '', message: 'is invalid' };
-  throw new KvgateError('KVG_ERR_INVALID_REQUEST', param === '' ? `request body ${message}` : `${param} ${message}`, { param });
+  throw new KvgateError('KVG_ERR_INVALID_REQUEST', param === '' ? `request body ${message}` : `${param} ${message}`, {
+    param,
+  });
 }

@@ -22,7 +22,9 @@
  * `/admin/models`) only when `admin.enabled`, on a separate listener when
  * `admin.listen` is set, else on the public one. `/health`, `/ready` and
  * `/metrics` need no API key (probes and scrapers); `/v1/*` and `/admin/*` do
- * when keys are configured.
+ * when keys are configured. The route tables and the answers of the routes that
+ * are not completions are routes.ts's; a failed request's answer is
+ * error-answer.ts's.
  */
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
@@ -33,23 +35,23 @@ import { Cancellation, inRequestSpan, traceLogFields } from '../common/index.js'
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
-import { canForceGc, gcAndMeasure } from './admin-gc.js';
 import type { FleetStatus } from '../fleet/index.js';
-import { modelsStatus, redactedConfig } from './admin-status.js';
 import { discardBody, DISCARD_MS, readBodyBytes } from './body.js';
 import { ClientAddresses, type FallbackReason } from './client-address.js';
-import { serveCompletion, type CompletionOptions } from './completion.js';
+import type { CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
-import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
-import { modelEntries, type ModelTarget } from './model-lookup.js';
-import { ApiKeys, asKvgateError, pickRequestId, sendBytes, sendError, sendJson } from './http-io.js';
+import { checkEdgeHeaders, clientErrorResponse } from './edge.js';
+import { answerError } from './error-answer.js';
+import type { ModelTarget } from './model-lookup.js';
+import { ApiKeys, asKvgateError, pickRequestId, sendError } from './http-io.js';
 import { PublicErrors } from './public-error.js';
 import { ConcurrencySlots } from './concurrency.js';
 import { RequestMetrics } from './request-metrics.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
-import { CLOSING_CODES, type Listener, type RouteSpec } from './route-spec.js';
+import type { Listener, RouteSpec } from './route-spec.js';
 import type { RelayOptions, RequestContext } from './respond.js';
-import type { EndpointKind, ModelRouterPort } from './router-port.js';
+import type { ModelRouterPort } from './router-port.js';
+import { matchRoute, routeTable, type RouteTableOptions } from './routes.js';
 import { drain } from './shutdown.js';
 
 export interface GatewayServerOptions {
@@ -72,7 +74,10 @@ export interface GatewayServerOptions {
 /** The body of a route that reads none. */
 const NO_BODY = new Uint8Array(0);
 
-export interface GatewayAddresses { public: { host: string; port: number }; admin: { host: string; port: number } | undefined }
+export interface GatewayAddresses {
+  public: { host: string; port: number };
+  admin: { host: string; port: number } | undefined;
+}
 
 export class GatewayServer {
   /** The configuration in force (replaced whole by `reconfigure`). */
@@ -88,7 +93,6 @@ export class GatewayServer {
   readonly #public: Server;
   readonly #admin: Server | undefined;
   readonly #conns: ClientConnections;
-  #publicErrors = new PublicErrors([]);
   #relay!: RelayOptions; // set by reconfigure
   readonly #createdSec = Math.floor(Date.now() / 1000);
   readonly #completionEnv: CompletionOptions;
@@ -110,51 +114,91 @@ export class GatewayServer {
     this.#requestMetrics = new RequestMetrics(this.metrics, this.#models);
     this.#preprocessor = opts.preprocessor;
     this.#opts = opts;
-    this.#slots = new ConcurrencySlots(opts.config.limits.maxConcurrentRequests, opts.config.limits.requestTimeoutMs, (n) => this.metrics.inflight.set(n));
-    this.#conns = new ClientConnections(opts.config.limits.maxPendingConnectionsPerClient, this.#clientAddresses(opts.config));
+    this.#slots = new ConcurrencySlots(
+      opts.config.limits.maxConcurrentRequests,
+      opts.config.limits.requestTimeoutMs,
+      (n) => this.metrics.inflight.set(n),
+    );
+    this.#conns = new ClientConnections(
+      opts.config.limits.maxPendingConnectionsPerClient,
+      this.#clientAddresses(opts.config),
+    );
     this.#unscrape = this.metrics.onScrape(() => this.metrics.httpPendingConnections.set(this.#conns.pending));
     const limits = (): GatewayConfig['limits'] => this.config.limits;
     this.#completionEnv = {
-      served: this.#served, preprocessor: this.#preprocessor, createdSec: this.#createdSec,
-      relay: () => this.#relay, draining: () => this.#draining, get maxMessages() { return limits().maxMessages; },
+      served: this.#served,
+      preprocessor: this.#preprocessor,
+      createdSec: this.#createdSec,
+      relay: () => this.#relay,
+      draining: () => this.#draining,
+      get maxMessages() {
+        return limits().maxMessages;
+      },
     };
     for (const port of opts.routers) {
       const model = opts.config.models.find((m) => m.name === port.model);
-      if (model === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `a router was given for model ${port.model}, which is not configured`);
+      if (model === undefined)
+        throw new KvgateError(
+          'KVG_ERR_INVALID_CONFIG',
+          `a router was given for model ${port.model}, which is not configured`,
+        );
       if (port.blockSize !== model.blockSize) {
-        throw new KvgateError('KVG_ERR_INVALID_CONFIG', `the router of model ${port.model} uses block size ${port.blockSize}, the config says ${model.blockSize}`);
+        throw new KvgateError(
+          'KVG_ERR_INVALID_CONFIG',
+          `the router of model ${port.model} uses block size ${port.blockSize}, the config says ${model.blockSize}`,
+        );
       }
       this.#ports.set(port.model, port);
     }
     this.reconfigure(opts.config);
+    const routes: RouteTableOptions = {
+      config: () => this.config,
+      ports: this.#ports,
+      metrics: this.metrics,
+      completion: this.#completionEnv,
+      inflight: () => this.#slots.size,
+      reload: opts.reload,
+      fleet: opts.fleet,
+    };
     const adminSeparate = opts.config.admin.enabled && opts.config.admin.listen !== undefined;
-    this.#public = this.#createServer('public', this.#routeTable(!adminSeparate && opts.config.admin.enabled, true));
-    this.#admin = adminSeparate ? this.#createServer('admin', this.#routeTable(true, false)) : undefined;
+    this.#public = this.#createServer('public', routeTable(routes, !adminSeparate && opts.config.admin.enabled, true));
+    this.#admin = adminSeparate ? this.#createServer('admin', routeTable(routes, true, false)) : undefined;
   }
 
   #createServer(listener: Listener, routes: Map<string, RouteSpec>): Server {
     const { headerTimeoutMs } = this.config.limits;
-    const server = createServer({
-      keepAliveTimeout: 65_000,
-      headersTimeout: headerTimeoutMs,
-      // Node's cap on receiving a whole request stays (at least its default); the body's own bound is the pause between chunks.
-      requestTimeout: Math.max(300_000, headerTimeoutMs),
-      // Node checks both timeouts on this period: often enough for the header timeout to be honoured within a quarter of it.
-      connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(headerTimeoutMs / 4))),
-    }, (req, res) => {
-      // The request's server span (continuing the client's traceparent) is the active span of everything it runs.
-      inRequestSpan(req, res, () => this.#dispatch(listener, routes, req, res)).catch((err: unknown) => {
-        this.logger.error({ err }, 'unhandled error in request dispatch');
-        if (!res.headersSent) sendError(res, asKvgateError(err, 'unknown'), this.config.limits.retryAfterSeconds);
-        else res.destroy();
-      });
-    });
+    const server = createServer(
+      {
+        keepAliveTimeout: 65_000,
+        headersTimeout: headerTimeoutMs,
+        // Node's cap on receiving a whole request stays (at least its default); the body's own bound is the pause between chunks.
+        requestTimeout: Math.max(300_000, headerTimeoutMs),
+        // Node checks both timeouts on this period: often enough for the header timeout to be honoured within a quarter of it.
+        connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(headerTimeoutMs / 4))),
+      },
+      (req, res) => {
+        // The request's server span (continuing the client's traceparent) is the active span of everything it runs.
+        inRequestSpan(req, res, () => this.#dispatch(listener, routes, req, res)).catch((err: unknown) => {
+          this.logger.error({ err }, 'unhandled error in request dispatch');
+          if (!res.headersSent) sendError(res, asKvgateError(err, 'unknown'), this.config.limits.retryAfterSeconds);
+          else res.destroy();
+        });
+      },
+    );
     server.on('connection', (socket: Socket) => this.#conns.accepted(socket));
     // An Expect other than 100-continue: Node would answer a bare 417; kvgate answers with its error object.
     server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
       this.metrics.httpRejections.inc({ code: 'KVG_ERR_EXPECTATION_FAILED' });
-      sendError(res, new KvgateError('KVG_ERR_EXPECTATION_FAILED', `Expect: ${String(req.headers.expect).slice(0, 40)} is not supported (only 100-continue)`,
-        { param: 'expect' }), undefined, { connection: 'close' });
+      sendError(
+        res,
+        new KvgateError(
+          'KVG_ERR_EXPECTATION_FAILED',
+          `Expect: ${String(req.headers.expect).slice(0, 40)} is not supported (only 100-continue)`,
+          { param: 'expect' },
+        ),
+        undefined,
+        { connection: 'close' },
+      );
     });
     server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
       if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') this.metrics.httpRejections.inc({ code: 'KVG_ERR_CLIENT_TIMEOUT' });
@@ -163,35 +207,6 @@ export class GatewayServer {
       this.logger.debug({ err: err.message, code: err.code }, 'malformed or too slow HTTP request');
     });
     return server;
-  }
-
-  #routeTable(withAdmin: boolean, withApi: boolean): Map<string, RouteSpec> {
-    const t = new Map<string, RouteSpec>();
-    const add = (path: string, spec: Omit<RouteSpec, 'name'>): void => {
-      t.set(path, { name: path, ...spec });
-    };
-    add('/health', { methods: { GET: (c) => sendJson(c.res, 200, { status: 'ok' }) }, auth: false, limited: false });
-    add('/metrics', { methods: { GET: (c) => this.#metricsText(c) }, auth: false, limited: false });
-    if (withApi) {
-      add('/ready', { methods: { GET: (c) => this.#ready(c) }, auth: false, limited: false });
-      add('/v1/models', { methods: { GET: (c) => this.#listModels(c) }, auth: true, limited: false });
-      add('/v1/models/*', { methods: { GET: (c) => this.#getModel(c) }, auth: true, limited: false });
-      const complete = (kind: EndpointKind | 'route'): RouteSpec['methods'] =>
-        ({ POST: (c, body) => serveCompletion(this.#completionEnv, c, body, kind) });
-      add('/v1/chat/completions', { methods: complete('chat'), auth: true, limited: true });
-      add('/v1/completions', { methods: complete('completion'), auth: true, limited: true });
-      add('/v1/route', { methods: complete('route'), auth: true, limited: true });
-    }
-    if (withAdmin) {
-      add('/admin/config', { methods: { GET: (c) => sendJson(c.res, 200, redactedConfig(this.config)) }, auth: true, limited: false });
-      add('/admin/models', { methods: { GET: (c) => sendJson(c.res, 200, modelsStatus(this.config, this.#ports, {
-        preprocess: { mode: this.#preprocessor.mode, threads: this.#preprocessor.threads }, inflight: this.#slots.size, draining: this.#draining,
-      }, this.#opts.fleet)) }, auth: true, limited: false });
-      const reload = this.#opts.reload;
-      if (reload !== undefined) add('/admin/reload', { methods: { POST: async (c) => sendJson(c.res, 200, { status: 'reloaded', changes: await reload() }) }, auth: true, limited: false });
-      if (canForceGc()) add('/admin/gc', { methods: { POST: (c) => sendJson(c.res, 200, gcAndMeasure()) }, auth: true, limited: false });
-    }
-    return t;
   }
 
   /**
@@ -204,11 +219,16 @@ export class GatewayServer {
     this.#slots.max = config.limits.maxConcurrentRequests;
     this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
     this.#conns.addresses = this.#clientAddresses(config);
-    this.#publicErrors = new PublicErrors(config.models);
-    this.#relay = { logger: this.logger, publicErrors: this.#publicErrors, clientStallMs: config.limits.clientStallTimeoutMs, rejections: this.metrics.httpRejections };
+    this.#relay = {
+      logger: this.logger,
+      publicErrors: new PublicErrors(config.models),
+      clientStallMs: config.limits.clientStallTimeoutMs,
+      rejections: this.metrics.httpRejections,
+    };
     for (const m of config.models) {
       const port = this.#ports.get(m.name);
-      if (port === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${m.name}`);
+      if (port === undefined)
+        throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${m.name}`);
       this.#models.set(m.name, m);
       this.#served.set(m.name, { port, model: m });
     }
@@ -222,8 +242,11 @@ export class GatewayServer {
       if (this.#fallbacksLogged.has(reason)) return;
       this.#fallbacksLogged.add(reason);
       const header = clientAddress.kind === 'header' ? clientAddress.header : '';
-      this.logger.warn({ reason, header }, `a trusted proxy sent a request whose ${header} header names no client address; `
-        + 'it counts as the proxy\'s own (logged once; kvgate_http_client_address_fallbacks_total counts each)');
+      this.logger.warn(
+        { reason, header },
+        `a trusted proxy sent a request whose ${header} header names no client address; ` +
+          "it counts as the proxy's own (logged once; kvgate_http_client_address_fallbacks_total counts each)",
+      );
     });
   }
 
@@ -237,7 +260,10 @@ export class GatewayServer {
       return { host: a.address, port: a.port };
     };
     const pub = await bind(this.#public, this.config.listen.host, this.config.listen.port);
-    const admin = this.#admin !== undefined ? await bind(this.#admin, this.config.admin.listen!.host, this.config.admin.listen!.port) : undefined;
+    const admin =
+      this.#admin !== undefined
+        ? await bind(this.#admin, this.config.admin.listen!.host, this.config.admin.listen!.port)
+        : undefined;
     return { public: pub, admin };
   }
 
@@ -255,15 +281,28 @@ export class GatewayServer {
     return this.#draining;
   }
 
-  async #dispatch(listener: Listener, routes: Map<string, RouteSpec>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async #dispatch(
+    listener: Listener,
+    routes: Map<string, RouteSpec>,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
     const startedAt = performance.now();
     const requestId = pickRequestId(req.headers['x-request-id'], randomUUID);
     res.setHeader('x-request-id', requestId);
     if (this.#opts.process !== undefined) res.setHeader('x-kvgate-process', this.#opts.process);
     const path = (req.url ?? '/').split('?', 1)[0]!;
-    const spec = routes.get(path) ?? (path.startsWith('/v1/models/') ? routes.get('/v1/models/*') : undefined);
+    const spec = matchRoute(routes, path);
     const controller = new Cancellation();
-    const ctx: RequestContext = { req, res, requestId, route: spec?.name ?? 'unmatched', startedAt, signal: controller.signal, logFields: traceLogFields() };
+    const ctx: RequestContext = {
+      req,
+      res,
+      requestId,
+      route: spec?.name ?? 'unmatched',
+      startedAt,
+      signal: controller.signal,
+      logFields: traceLogFields(),
+    };
     const retryAfter = this.config.limits.retryAfterSeconds;
     const socket = req.socket;
     const admitted = this.#conns.requestStarted(req);
@@ -302,7 +341,7 @@ export class GatewayServer {
       }
       await handler(ctx, body);
     } catch (err) {
-      this.#fail(ctx, err, retryAfter);
+      answerError(ctx, err, this.#relay, this.#draining, retryAfter);
     }
   }
 
@@ -314,30 +353,11 @@ export class GatewayServer {
   async #refuse(req: IncomingMessage): Promise<never> {
     await discardBody(req, DISCARD_MS, this.config.limits.maxBodyBytes);
     if (this.#draining) throw new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down');
-    throw new KvgateError('KVG_ERR_TOO_MANY_CONNECTIONS',
-      `this client holds ${this.config.limits.maxPendingConnectionsPerClient} connections whose request has not fully arrived, the limit; retry later`);
-  }
-
-  #fail(ctx: RequestContext, err: unknown, retryAfter: number): void {
-    const { res } = ctx;
-    // A fired signal explains the failure better than whatever it interrupted.
-    const reason = ctx.signal.aborted ? ctx.signal.reason : err;
-    const internal = asKvgateError(reason, ctx.requestId);
-    const e = this.#publicErrors.of(internal);
-    ctx.logFields.code = e.code;
-    if (e.code === 'KVG_ERR_INTERNAL') this.logger.error({ reqId: ctx.requestId, err: reason }, 'internal error');
-    // What the client is not told (engine URL, socket error, the engine's own text) goes to the log.
-    else if (e !== internal) this.logger.warn({ reqId: ctx.requestId, code: e.code, workerId: e.detail?.workerId, err: internal }, 'engine error');
-    this.metrics.httpRejections.inc({ code: e.code });
-    if (res.destroyed) return;
-    if (res.headersSent) {
-      res.end();
-      return;
-    }
-    const headers: Record<string, string> = {};
-    if (CLOSING_CODES.has(e.code) || this.#draining) headers.connection = 'close';
-    if (typeof e.detail?.workerId === 'number' && !res.hasHeader('x-kvgate-worker')) headers['x-kvgate-worker'] = String(e.detail.workerId);
-    sendError(res, e, retryAfter, headers);
+    throw new KvgateError(
+      'KVG_ERR_TOO_MANY_CONNECTIONS',
+      `this client holds ${this.config.limits.maxPendingConnectionsPerClient} connections ` +
+        'whose request has not fully arrived, the limit; retry later',
+    );
   }
 
   #logDone(ctx: RequestContext, listener: Listener): void {
@@ -346,42 +366,18 @@ export class GatewayServer {
     this.#requestMetrics.done(ctx.route, status, ctx.logFields.model, seconds);
     const level = status >= 500 ? 'warn' : 'info';
     if (!this.logger.isLevelEnabled(level)) return;
-    this.logger[level]({
-      reqId: ctx.requestId, method: ctx.req.method, route: ctx.route, status,
-      ms: Math.round(seconds * 100_000) / 100, ...(listener === 'admin' ? { listener } : {}), ...ctx.logFields,
-    }, 'request');
-  }
-
-  #metricsText(ctx: RequestContext): Promise<void> {
-    return this.metrics.text().then((text) => sendBytes(ctx.res, 200, text, this.metrics.contentType));
-  }
-
-  #servable(): string[] {
-    return [...this.#ports.values()].filter((p) => p.canServe()).map((p) => p.model);
-  }
-
-  #ready(ctx: RequestContext): void {
-    const models = this.#servable();
-    const ready = !this.#draining && models.length > 0;
-    sendJson(ctx.res, ready ? 200 : 503, { status: ready ? 'ready' : this.#draining ? 'draining' : 'no_servable_model', models });
-  }
-
-  /** The servable models, each followed by the LoRA adapters it serves now (`parent`: the model). */
-  #modelList(): Record<string, unknown>[] {
-    return [...this.#ports.values()].filter((p) => p.canServe()).flatMap((p) => modelEntries(p, this.#createdSec));
-  }
-
-  #listModels(ctx: RequestContext): void {
-    sendJson(ctx.res, 200, { object: 'list', data: this.#modelList() });
-  }
-
-  #getModel(ctx: RequestContext): void {
-    const id = decodedModelId((ctx.req.url ?? '').split('?', 1)[0]!.slice('/v1/models/'.length));
-    const entry = this.#modelList().find((e) => e.id === id);
-    if (entry === undefined) {
-      throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `model ${JSON.stringify(id)} is not served here; GET /v1/models lists the models`, { param: 'model' });
-    }
-    sendJson(ctx.res, 200, entry);
+    this.logger[level](
+      {
+        reqId: ctx.requestId,
+        method: ctx.req.method,
+        route: ctx.route,
+        status,
+        ms: Math.round(seconds * 100_000) / 100,
+        ...(listener === 'admin' ? { listener } : {}),
+        ...ctx.logFields,
+      },
+      'request',
+    );
   }
 
   /**

@@ -57,16 +57,27 @@ export async function drain(parts: DrainOptions, drainTimeoutMs: number): Promis
   await quiet(parts.conns, deadline);
   // net.Server's close, not http.Server's: the latter also drops connections that were accepted but have not sent
   // their request yet, which their clients see as a reset. It calls back once every connection has closed.
-  const closed = Promise.all(parts.servers.map((s) => new Promise<void>((resolve) => NetServer.prototype.close.call(s, () => resolve()))));
-  parts.logger.info({ sinceLastConnectionMs: Math.round(performance.now() - parts.conns.lastAcceptedAt), inflight: parts.slots.size },
-    'listeners closed; draining in-flight requests');
+  const closed = Promise.all(
+    parts.servers.map((s) => new Promise<void>((resolve) => NetServer.prototype.close.call(s, () => resolve()))),
+  );
+  parts.logger.info(
+    { sinceLastConnectionMs: Math.round(performance.now() - parts.conns.lastAcceptedAt), inflight: parts.slots.size },
+    'listeners closed; draining in-flight requests',
+  );
   for (const socket of parts.conns.idleKeepAlive()) socket.end();
   await parts.conns.untilNoFresh(Math.min(FRESH_GRACE_MS, left()));
   const drainedInTime = await parts.slots.waitIdle(left());
   if (!drainedInTime) {
-    parts.logger.warn({ inflight: parts.slots.size, drainTimeoutMs }, 'drain deadline reached; aborting in-flight requests');
-    parts.slots.abortAll(new KvgateError('KVG_ERR_SHUTTING_DOWN',
-      'the gateway is shutting down; the request was cut at the drain deadline'));
+    parts.logger.warn(
+      { inflight: parts.slots.size, drainTimeoutMs },
+      'drain deadline reached; aborting in-flight requests',
+    );
+    parts.slots.abortAll(
+      new KvgateError(
+        'KVG_ERR_SHUTTING_DOWN',
+        'the gateway is shutting down; the request was cut at the drain deadline',
+      ),
+    );
     // Aborted handlers write their final error event, then release their slot.
     await parts.slots.waitIdle(1000);
   }

@@ -15,15 +15,21 @@ export interface DiscoveryWatchMetrics {
 export function discoveryWatchMetrics(registers: Registry[]): DiscoveryWatchMetrics {
   return {
     up: new Gauge({
-      name: 'kvgate_discovery_watch_up', labelNames: ['model', 'source'], registers,
-      help: '1 while a discovery source\'s watch (source=etcd) is live; 0 while kvgate is listing and watching again.',
+      name: 'kvgate_discovery_watch_up',
+      labelNames: ['model', 'source'],
+      registers,
+      help: "1 while a discovery source's watch (source=etcd) is live; 0 while kvgate is listing and watching again.",
     }),
     transitions: new Counter({
-      name: 'kvgate_discovery_watch_transitions_total', labelNames: ['model', 'source', 'transition'], registers,
-      help: 'A discovery source\'s watch (source=etcd) lost (the current workers stay) or resumed (listed again, the difference applied).',
+      name: 'kvgate_discovery_watch_transitions_total',
+      labelNames: ['model', 'source', 'transition'],
+      registers,
+      help: "A discovery source's watch (source=etcd) lost (the current workers stay) or resumed (listed again, the difference applied).",
     }),
     retries: new Counter({
-      name: 'kvgate_discovery_watch_retries_total', labelNames: ['model', 'source'], registers,
+      name: 'kvgate_discovery_watch_retries_total',
+      labelNames: ['model', 'source'],
+      registers,
       help: 'Failed attempts to list and watch a discovery source (source=etcd), each followed by a wait that doubles with jitter.',
     }),
   };

@@ -16,8 +16,16 @@
  */
 import type { Counter, Histogram, LabelValues } from 'prom-client';
 
-interface HistogramEntry { labels: object; bucketValues: Record<string, number>; sum: number; count: number }
-interface CounterEntry { labels: object; value: number }
+interface HistogramEntry {
+  labels: object;
+  bucketValues: Record<string, number>;
+  sum: number;
+  count: number;
+}
+interface CounterEntry {
+  labels: object;
+  value: number;
+}
 type Internals<E> = { hashMap: Record<string, E> };
 
 function sameLabels(a: object, b: LabelValues<string>): boolean {

@@ -15,19 +15,33 @@ export interface HttpEdgeMetrics {
 /** `collect` runs the scrape hooks (`KvgateMetrics.onScrape`), which write the pending connections. */
 export function httpEdgeMetrics(registers: Registry[], collect: () => void): HttpEdgeMetrics {
   return {
-    requests: new Counter({ name: 'kvgate_http_requests_total', help: 'HTTP requests by route and status.', labelNames: ['route', 'status'],
-      registers }),
-    rejections: new Counter({ name: 'kvgate_http_rejections_total', help: 'Requests rejected at the edge, by error code.', labelNames: ['code'],
-      registers }),
+    requests: new Counter({
+      name: 'kvgate_http_requests_total',
+      help: 'HTTP requests by route and status.',
+      labelNames: ['route', 'status'],
+      registers,
+    }),
+    rejections: new Counter({
+      name: 'kvgate_http_rejections_total',
+      help: 'Requests rejected at the edge, by error code.',
+      labelNames: ['code'],
+      registers,
+    }),
     clientAddressFallbacks: new Counter({
-      name: 'kvgate_http_client_address_fallbacks_total', labelNames: ['reason'], registers,
-      help: 'Requests from a trusted proxy that the per-client bound counted as the proxy\'s own: its forwarding header was missing '
-        + 'or named no address (reason missing|invalid).',
+      name: 'kvgate_http_client_address_fallbacks_total',
+      labelNames: ['reason'],
+      registers,
+      help:
+        "Requests from a trusted proxy that the per-client bound counted as the proxy's own: its forwarding header was missing " +
+        'or named no address (reason missing|invalid).',
     }),
     pendingConnections: new Gauge({
-      name: 'kvgate_http_pending_connections', registers, collect,
-      help: 'Connections whose request has not fully arrived (headers or body still coming), which '
-        + 'limits.max_pending_connections_per_client bounds per client.',
+      name: 'kvgate_http_pending_connections',
+      registers,
+      collect,
+      help:
+        'Connections whose request has not fully arrived (headers or body still coming), which ' +
+        'limits.max_pending_connections_per_client bounds per client.',
     }),
     inflight: new Gauge({ name: 'kvgate_http_inflight_requests', help: 'Requests being served.', registers }),
   };

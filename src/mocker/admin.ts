@@ -18,18 +18,35 @@ import type { FaultSettings } from './options.js';
 
 /** Admin field names (snake_case, camelCase accepted) to FaultSettings keys. */
 const FAULT_FIELDS: Record<string, keyof FaultSettings> = {
-  hang: 'hang', slow_factor: 'slowFactor', slowFactor: 'slowFactor', error_rate: 'errorRate', errorRate: 'errorRate',
-  error_status: 'errorStatus', errorStatus: 'errorStatus',
-  drop_event_rate: 'dropEventRate', dropEventRate: 'dropEventRate', drop_next_event_batches: 'dropNextEventBatches',
-  dropNextEventBatches: 'dropNextEventBatches', reorder_events: 'reorderEvents', reorderEvents: 'reorderEvents',
-  stall_after_tokens: 'stallAfterTokens', stallAfterTokens: 'stallAfterTokens',
-  garbage_event_flood: 'garbageEventFlood', garbageEventFlood: 'garbageEventFlood',
+  hang: 'hang',
+  slow_factor: 'slowFactor',
+  slowFactor: 'slowFactor',
+  error_rate: 'errorRate',
+  errorRate: 'errorRate',
+  error_status: 'errorStatus',
+  errorStatus: 'errorStatus',
+  drop_event_rate: 'dropEventRate',
+  dropEventRate: 'dropEventRate',
+  drop_next_event_batches: 'dropNextEventBatches',
+  dropNextEventBatches: 'dropNextEventBatches',
+  reorder_events: 'reorderEvents',
+  reorderEvents: 'reorderEvents',
+  stall_after_tokens: 'stallAfterTokens',
+  stallAfterTokens: 'stallAfterTokens',
+  garbage_event_flood: 'garbageEventFlood',
+  garbageEventFlood: 'garbageEventFlood',
 };
 
 function faultsToWire(f: Readonly<FaultSettings>): Record<string, unknown> {
   return {
-    hang: f.hang, slow_factor: f.slowFactor, error_rate: f.errorRate, error_status: f.errorStatus, drop_event_rate: f.dropEventRate,
-    drop_next_event_batches: f.dropNextEventBatches, reorder_events: f.reorderEvents, stall_after_tokens: f.stallAfterTokens,
+    hang: f.hang,
+    slow_factor: f.slowFactor,
+    error_rate: f.errorRate,
+    error_status: f.errorStatus,
+    drop_event_rate: f.dropEventRate,
+    drop_next_event_batches: f.dropNextEventBatches,
+    reorder_events: f.reorderEvents,
+    stall_after_tokens: f.stallAfterTokens,
     garbage_event_flood: f.garbageEventFlood,
   };
 }
@@ -38,7 +55,13 @@ function faultsToWire(f: Readonly<FaultSettings>): Record<string, unknown> {
  * Serves one /admin/ request on `worker`.
  * @throws KvgateError KVG_ERR_NOT_FOUND, KVG_ERR_INVALID_JSON, KVG_ERR_INVALID_REQUEST (answered by the caller)
  */
-export async function serveAdmin(worker: MockerHandle, method: string, path: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function serveAdmin(
+  worker: MockerHandle,
+  method: string,
+  path: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   switch (`${method} ${path}`) {
     case 'GET /admin/faults':
       return sendJson(res, 200, { faults: faultsToWire(worker.faults) });
@@ -64,7 +87,8 @@ function setFaults(worker: MockerHandle, raw: Buffer): Readonly<FaultSettings> {
   } catch {
     throw new KvgateError('KVG_ERR_INVALID_JSON', 'the request body is not valid JSON', {});
   }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'expected a JSON object of faults', {});
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'expected a JSON object of faults', {});
   const partial: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(body)) {
     const key = FAULT_FIELDS[k];

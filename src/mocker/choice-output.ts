@@ -70,7 +70,12 @@ export class ChoiceOutput {
   #text = '';
   #count = 0;
   readonly #chatLogprobs: ChatTokenLogprob[] = [];
-  readonly #completionLogprobs: CompletionLogprobs = { text_offset: [], token_logprobs: [], tokens: [], top_logprobs: [] };
+  readonly #completionLogprobs: CompletionLogprobs = {
+    text_offset: [],
+    token_logprobs: [],
+    tokens: [],
+    top_logprobs: [],
+  };
 
   /**
    * @param responseId the answer's id: the tool call's id derives from it (same request id, same call id)
@@ -80,7 +85,10 @@ export class ChoiceOutput {
     this.#x = x;
     this.#vocab = vocab;
     this.#textOf = textOf;
-    this.#toolId = x.toolName === undefined ? undefined : `chatcmpl-tool-${createHash('sha256').update(responseId).digest('hex').slice(0, 16)}`;
+    this.#toolId =
+      x.toolName === undefined
+        ? undefined
+        : `chatcmpl-tool-${createHash('sha256').update(responseId).digest('hex').slice(0, 16)}`;
   }
 
   /** The finish reason of a generation that ran to its length. */
@@ -96,21 +104,38 @@ export class ChoiceOutput {
     const logprobs = this.#logprobs(tokenId, index, piece, offset);
     if (this.#toolId === undefined) return { text: piece, delta: { content: piece }, logprobs };
     const args = `${index === 0 ? ARGS_OPEN : ''}${escapeJson(piece)}${last ? ARGS_CLOSE : ''}`;
-    const call: Record<string, unknown> = index === 0
-      ? { index: 0, id: this.#toolId, type: 'function', function: { name: this.#x.toolName, arguments: args } }
-      : { index: 0, function: { arguments: args } };
+    const call: Record<string, unknown> =
+      index === 0
+        ? { index: 0, id: this.#toolId, type: 'function', function: { name: this.#x.toolName, arguments: args } }
+        : { index: 0, function: { arguments: args } };
     return { text: piece, delta: { tool_calls: [call] }, logprobs };
   }
 
   /** The whole answer's text (completion) or message (chat), and its logprobs. */
   whole(): { text: string; message: Record<string, unknown>; logprobs: unknown } {
-    const message: Record<string, unknown> = { role: 'assistant', content: this.#text, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: [], reasoning_content: null };
+    const message: Record<string, unknown> = {
+      role: 'assistant',
+      content: this.#text,
+      refusal: null,
+      annotations: null,
+      audio: null,
+      function_call: null,
+      tool_calls: [],
+      reasoning_content: null,
+    };
     if (this.#toolId !== undefined) {
       message['content'] = null;
-      message['tool_calls'] = [{ id: this.#toolId, type: 'function', function: { name: this.#x.toolName, arguments: `${ARGS_OPEN}${escapeJson(this.#text)}${ARGS_CLOSE}` } }];
+      message['tool_calls'] = [
+        {
+          id: this.#toolId,
+          type: 'function',
+          function: { name: this.#x.toolName, arguments: `${ARGS_OPEN}${escapeJson(this.#text)}${ARGS_CLOSE}` },
+        },
+      ];
     }
     let logprobs: unknown = null;
-    if (this.#x.logprobs !== undefined) logprobs = this.#x.kind === 'chat' ? { content: this.#chatLogprobs } : this.#completionLogprobs;
+    if (this.#x.logprobs !== undefined)
+      logprobs = this.#x.kind === 'chat' ? { content: this.#chatLogprobs } : this.#completionLogprobs;
     return { text: this.#text, message, logprobs };
   }
 

@@ -36,11 +36,19 @@
  * its blocks after finishing until `pullHeld` or the lease ends (vLLM's NIXL
  * prefill side).
  */
-import { blockHashes, xxh3 } from '../wasm/index.js';
 import { KvgateError } from '../errors/index.js';
-import type { CoreRequest, EngineCoreOptions, EngineCoreStats, KvEvent, PullResult, StepResult } from './engine-types.js';
+import { commitFullBlocks, engineHash } from './block-commit.js';
+import type {
+  CoreRequest,
+  EngineCoreOptions,
+  EngineCoreStats,
+  KvEvent,
+  PullResult,
+  StepResult,
+} from './engine-types.js';
+import { HeldLeases } from './held-leases.js';
 import { KvBlockPool, type Block } from './kv-cache.js';
-import { RequestEntry, type HeldBlocks } from './request-entry.js';
+import { RequestEntry } from './request-entry.js';
 import type { PrefillWork } from './timing.js';
 
 /** A request scheduled in the current step and how many tokens it computes. */
@@ -49,11 +57,12 @@ interface Scheduled {
   readonly n: number;
 }
 
-const le8 = new DataView(new ArrayBuffer(16));
-const le8Bytes = new Uint8Array(le8.buffer);
-
 function validatePositiveInt(name: string, v: number): void {
-  if (!Number.isInteger(v) || v <= 0) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `${name} must be a positive integer, got ${v}`, { field: name, value: v });
+  if (!Number.isInteger(v) || v <= 0)
+    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `${name} must be a positive integer, got ${v}`, {
+      field: name,
+      value: v,
+    });
 }
 
 export class EngineCore {
@@ -62,7 +71,8 @@ export class EngineCore {
   readonly #requests = new Map<string, RequestEntry>();
   readonly #waiting: RequestEntry[] = [];
   readonly #running: RequestEntry[] = [];
-  readonly #held = new Map<string, HeldBlocks>();
+  /** Blocks finished requests keep for a remote decode to pull. */
+  readonly #held = new HeldLeases((blocks) => this.#releaseBlocks(blocks));
   /** Events produced outside a step (lease expiry, reset), delivered with the next step. */
   #pendingEvents: KvEvent[] = [];
   #stats = {
@@ -82,22 +92,25 @@ export class EngineCore {
     validatePositiveInt('blockSize', options.blockSize);
     validatePositiveInt('maxNumBatchedTokens', options.maxNumBatchedTokens);
     validatePositiveInt('maxNumSeqs', options.maxNumSeqs);
-    if (!(options.speedup > 0)) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `speedup must be > 0, got ${options.speedup}`, { field: 'speedup' });
-    if (options.sampleTokenIds.length === 0) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'sampleTokenIds is empty', { field: 'sampleTokenIds' });
+    if (!(options.speedup > 0))
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `speedup must be > 0, got ${options.speedup}`, {
+        field: 'speedup',
+      });
+    if (options.sampleTokenIds.length === 0)
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'sampleTokenIds is empty', { field: 'sampleTokenIds' });
     this.options = Object.freeze({ ...options });
     this.#pool = new KvBlockPool(options.numGpuBlocks);
   }
 
   /** The opaque uint64 published for a sequence hash. */
   engineHash(seqHash: bigint): bigint {
-    le8.setBigUint64(0, seqHash, true);
-    return xxh3(le8Bytes.subarray(0, 8), this.options.engineHashSeed);
+    return engineHash(seqHash, this.options.engineHashSeed);
   }
 
   /** Transfer delay for `tokens` of KV, in (scaled) ms. */
   transferMs(tokens: number): number {
     const o = this.options;
-    return ((tokens * o.kvBytesPerToken) / o.kvTransferBandwidth) * 1000 / o.speedup;
+    return (((tokens * o.kvBytesPerToken) / o.kvTransferBandwidth) * 1000) / o.speedup;
   }
 
   /**
@@ -107,19 +120,27 @@ export class EngineCore {
    */
   add(req: CoreRequest, now: number): void {
     if (this.#requests.has(req.id) || this.#held.has(req.id)) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `request id ${req.id} is already in use`, { requestId: req.id });
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `request id ${req.id} is already in use`, {
+        requestId: req.id,
+      });
     }
-    if (req.promptTokens.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'the prompt is empty', { requestId: req.id });
+    if (req.promptTokens.length === 0)
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'the prompt is empty', { requestId: req.id });
     if (!Number.isInteger(req.maxTokens) || req.maxTokens < 1) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `max_tokens must be at least 1, got ${req.maxTokens}`, { requestId: req.id });
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `max_tokens must be at least 1, got ${req.maxTokens}`, {
+        requestId: req.id,
+      });
     }
     const { blockSize, numGpuBlocks } = this.options;
     // The last generated token is never fed back, so it needs no KV.
     const needed = Math.ceil((req.promptTokens.length + req.maxTokens - 1) / blockSize);
     if (needed > numGpuBlocks) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT',
-        `request needs ${needed} KV blocks (${req.promptTokens.length} prompt + ${req.maxTokens} generated tokens) but the cache has ${numGpuBlocks}`,
-        { requestId: req.id, needed, numGpuBlocks });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `request needs ${needed} KV blocks (${req.promptTokens.length} prompt + ${req.maxTokens} generated tokens)` +
+          ` but the cache has ${numGpuBlocks}`,
+        { requestId: req.id, needed, numGpuBlocks },
+      );
     }
     const entry = new RequestEntry(req, now, blockSize);
     this.#requests.set(req.id, entry);
@@ -129,11 +150,7 @@ export class EngineCore {
 
   /** Removes a queued or running request, or releases held blocks; false when unknown. */
   abort(id: string): boolean {
-    const held = this.#held.get(id);
-    if (held !== undefined) {
-      this.#releaseHeld(id, held);
-      return true;
-    }
+    if (this.#held.release(id)) return true;
     const r = this.#requests.get(id);
     if (r === undefined) return false;
     this.#requests.delete(id);
@@ -164,7 +181,7 @@ export class EngineCore {
   nextWakeTime(): number | undefined {
     let t = Infinity;
     for (const r of this.#running) if (r.state === 'transferring') t = Math.min(t, r.readyAt);
-    for (const h of this.#held.values()) t = Math.min(t, h.expiresAt);
+    t = Math.min(t, this.#held.nextExpiry());
     return t === Infinity ? undefined : t;
   }
 
@@ -173,25 +190,12 @@ export class EngineCore {
    * of a remote decode): checks the lease and, when given, the block ids.
    */
   pullHeld(id: string, blockIds: readonly number[] | undefined, now: number): PullResult {
-    const held = this.#held.get(id);
-    if (held === undefined) return { ok: false, reason: `no KV blocks are held for request ${id} (unknown, already pulled, or lease expired)` };
-    if (held.expiresAt <= now) {
-      this.#releaseHeld(id, held);
-      return { ok: false, reason: `the KV lease of request ${id} expired` };
-    }
-    if (blockIds !== undefined) {
-      const ids = held.blocks.map((b) => b.id);
-      if (ids.length !== blockIds.length || ids.some((v, i) => v !== blockIds[i])) {
-        return { ok: false, reason: `block ids do not match the blocks held for request ${id}` };
-      }
-    }
-    this.#releaseHeld(id, held);
-    return { ok: true, numTokens: held.numTokens };
+    return this.#held.pull(id, blockIds, now);
   }
 
   /** Frees the blocks of every lease that ended by `now` (step does this too; idle drivers call it). */
   releaseExpiredLeases(now: number): void {
-    for (const [id, h] of this.#held) if (h.expiresAt <= now) this.#releaseHeld(id, h);
+    this.#held.releaseExpired(now);
   }
 
   /** Empties the prefix cache and emits AllBlocksCleared; false (nothing done) while requests hold blocks. */
@@ -222,8 +226,17 @@ export class EngineCore {
     const kvEvents: KvEvent[] = this.#pendingEvents;
     this.#pendingEvents = [];
     const result: StepResult = {
-      startedAt: now, durationMs: 0, extrapolated: false, scheduledTokens: 0, prefillTokens: 0, decodeSequences: 0,
-      outputs: [], admitted: [], finished: [], preempted: [], kvEvents,
+      startedAt: now,
+      durationMs: 0,
+      extrapolated: false,
+      scheduledTokens: 0,
+      prefillTokens: 0,
+      decodeSequences: 0,
+      outputs: [],
+      admitted: [],
+      finished: [],
+      preempted: [],
+      kvEvents,
     };
     this.releaseExpiredLeases(now);
     this.#completeTransfers(now, kvEvents);
@@ -255,7 +268,7 @@ export class EngineCore {
   #scheduleRunning(scheduled: Scheduled[], result: StepResult): number {
     const blockSize = this.options.blockSize;
     let budget = this.options.maxNumBatchedTokens;
-    for (let i = 0; i < this.#running.length && budget > 0; ) {
+    for (let i = 0; i < this.#running.length && budget > 0;) {
       const r = this.#running[i]!;
       if (r.state === 'transferring') {
         i++;
@@ -336,7 +349,12 @@ export class EngineCore {
       }
     }
     result.decodeSequences = decodeCount;
-    const timing = this.options.timing.stepMs({ prefill, decodeCount, decodeContextTokens: decodeContext, kvUsage: this.#pool.usage() });
+    const timing = this.options.timing.stepMs({
+      prefill,
+      decodeCount,
+      decodeContextTokens: decodeContext,
+      kvUsage: this.#pool.usage(),
+    });
     result.durationMs = timing.ms / this.options.speedup;
     result.extrapolated = timing.extrapolated;
     this.#stats.steps++;
@@ -365,40 +383,9 @@ export class EngineCore {
     return this.#pool.drainEvicted().map((h) => ({ type: 'removed' as const, blockHashes: [h] }));
   }
 
-  /** Caches every block of `r` that is now fully computed, emitting one BlockStored per run of new blocks. */
+  /** Caches every block of `r` that is now fully computed (see block-commit.ts). */
   #commitFullBlocks(r: RequestEntry, events: KvEvent[]): void {
-    const bs = this.options.blockSize;
-    let group: Extract<KvEvent, { type: 'stored' }> | undefined;
-    while ((r.committed + 1) * bs <= r.numComputed) {
-      const k = r.committed;
-      if (k >= r.seqHashes.length) r.seqHashes.push(this.#chainGeneratedBlock(r, k));
-      const seqHash = r.seqHashes[k]!;
-      const engineHash = this.engineHash(seqHash);
-      if (this.#pool.register(r.blocks[k]!, seqHash, engineHash)) {
-        if (group === undefined) {
-          group = {
-            type: 'stored', blockHashes: [], parentBlockHash: k === 0 ? null : this.engineHash(r.seqHashes[k - 1]!),
-            tokenIds: [], blockSize: bs, loraName: r.loraName ?? null, cacheSalt: r.cacheSalt ?? null,
-          };
-          events.push(group);
-        }
-        group.blockHashes.push(engineHash);
-        for (let t = k * bs; t < (k + 1) * bs; t++) group.tokenIds.push(r.tokens[t]!);
-      } else {
-        group = undefined;
-      }
-      r.committed++;
-    }
-  }
-
-  /** Sequence hash of block k (not a prompt block): local hash of its tokens chained onto block k-1. */
-  #chainGeneratedBlock(r: RequestEntry, k: number): bigint {
-    const bs = this.options.blockSize;
-    const local = blockHashes(r.tokens.slice(k * bs, (k + 1) * bs), bs, { loraName: r.loraName, cacheSalt: r.cacheSalt })[0]!;
-    if (k === 0) return local;
-    le8.setBigUint64(0, r.seqHashes[k - 1]!, true);
-    le8.setBigUint64(8, local, true);
-    return xxh3(le8Bytes, 1337n);
+    commitFullBlocks(r, this.#pool, this.options, events);
   }
 
   #releaseBlocks(blocks: Block[]): void {
@@ -425,19 +412,18 @@ export class EngineCore {
     let heldBlockIds: number[] | undefined;
     if (r.holdBlocksMs !== undefined && r.holdBlocksMs > 0) {
       heldBlockIds = r.blocks.map((b) => b.id);
-      this.#held.set(r.id, { blocks: r.blocks, expiresAt: result.startedAt + r.holdBlocksMs, numTokens: r.promptLen });
+      this.#held.hold(r.id, { blocks: r.blocks, expiresAt: result.startedAt + r.holdBlocksMs, numTokens: r.promptLen });
     } else {
       this.#releaseBlocks(r.blocks);
     }
     r.blocks = [];
     result.finished.push({
-      requestId: r.id, reason: 'length', promptTokens: r.promptLen, outputTokens: r.outputs,
-      cachedTokens: Math.max(0, r.cachedTokens), heldBlockIds,
+      requestId: r.id,
+      reason: 'length',
+      promptTokens: r.promptLen,
+      outputTokens: r.outputs,
+      cachedTokens: Math.max(0, r.cachedTokens),
+      heldBlockIds,
     });
-  }
-
-  #releaseHeld(id: string, held: HeldBlocks): void {
-    this.#held.delete(id);
-    this.#releaseBlocks(held.blocks);
   }
 }

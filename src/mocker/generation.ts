@@ -78,7 +78,8 @@ export class Generation {
     if (d.faults.shouldFailRequest()) {
       d.metrics.countInjectedError();
       const status = d.faults.settings.errorStatus;
-      const code = status === 503 ? 'KVG_ERR_SHUTTING_DOWN' : status === 502 ? 'KVG_ERR_ENGINE_FAILED' : 'KVG_ERR_INTERNAL';
+      const code =
+        status === 503 ? 'KVG_ERR_SHUTTING_DOWN' : status === 502 ? 'KVG_ERR_ENGINE_FAILED' : 'KVG_ERR_INTERNAL';
       throw new KvgateError(code, `injected fault: the engine failed this request with ${status} (error_rate)`, {});
     }
     const p = parseGenerateRequest(kind, body, raw);
@@ -93,7 +94,14 @@ export class Generation {
       const plan = await d.handoff.prepare(p, tokens.length, signal);
       if (plan === undefined || signal.aborted) return;
       try {
-        await this.#run(p, req, res, { arrival, tokens, maxTokens: plan.maxTokens ?? maxTokens, loraName, plan, signal });
+        await this.#run(p, req, res, {
+          arrival,
+          tokens,
+          maxTokens: plan.maxTokens ?? maxTokens,
+          loraName,
+          plan,
+          signal,
+        });
       } catch (err) {
         plan.failed?.(err);
         throw err;
@@ -110,7 +118,12 @@ export class Generation {
     const kind = b !== null && typeof b === 'object' && 'messages' in b ? 'chat' : 'completion';
     const p = parseGenerateRequest(kind, body, raw);
     const tokens = await this.#promptTokens(p);
-    sendJson(res, 200, { count: tokens.length, max_model_len: this.#deps.options.maxModelLen, tokens, token_strs: null });
+    sendJson(res, 200, {
+      count: tokens.length,
+      max_model_len: this.#deps.options.maxModelLen,
+      tokens,
+      token_strs: null,
+    });
   }
 
   /** POST /detokenize. */
@@ -132,18 +145,27 @@ export class Generation {
     const loraName = p.model !== undefined && p.model !== o.model ? p.model : undefined;
     const tokens = await this.#promptTokens(p);
     const param = p.kind === 'chat' ? 'messages' : 'prompt';
-    if (tokens.length === 0) throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty after tokenization', { param });
+    if (tokens.length === 0)
+      throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty after tokenization', { param });
     const maxTokens = p.maxTokens ?? o.defaultMaxTokens;
     if (tokens.length + maxTokens > o.maxModelLen) {
-      throw new KvgateError('KVG_ERR_PROMPT_TOO_LONG',
-        `This model's maximum context length is ${o.maxModelLen} tokens. However, you requested ${tokens.length + maxTokens} tokens (${tokens.length} in the messages, ${maxTokens} in the completion). Please reduce the length of the messages or completion.`,
-        { param });
+      throw new KvgateError(
+        'KVG_ERR_PROMPT_TOO_LONG',
+        `This model's maximum context length is ${o.maxModelLen} tokens. ` +
+          `However, you requested ${tokens.length + maxTokens} tokens ` +
+          `(${tokens.length} in the messages, ${maxTokens} in the completion). ` +
+          'Please reduce the length of the messages or completion.',
+        { param },
+      );
     }
     const blocksNeeded = Math.ceil((tokens.length + maxTokens - 1) / o.blockSize);
     if (blocksNeeded > o.numGpuBlocks) {
-      throw new KvgateError('KVG_ERR_INVALID_REQUEST',
-        `the request needs ${blocksNeeded} KV blocks (${tokens.length} prompt + ${maxTokens} completion tokens) but the engine has ${o.numGpuBlocks}`,
-        { param });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_REQUEST',
+        `the request needs ${blocksNeeded} KV blocks (${tokens.length} prompt + ${maxTokens} completion tokens)` +
+          ` but the engine has ${o.numGpuBlocks}`,
+        { param },
+      );
     }
     return { tokens, maxTokens, loraName };
   }
@@ -154,15 +176,25 @@ export class Generation {
     if (p.prompt.kind === 'tokens') {
       const vocab = tokenizer.vocabSize;
       const i = p.prompt.tokens.findIndex((t) => t >= vocab);
-      if (i >= 0) throw new KvgateError('KVG_ERR_INVALID_REQUEST', `token id ${p.prompt.tokens[i]} at index ${i} is out of vocabulary (size ${vocab})`, { param: 'prompt' });
+      if (i >= 0)
+        throw new KvgateError(
+          'KVG_ERR_INVALID_REQUEST',
+          `token id ${p.prompt.tokens[i]} at index ${i} is out of vocabulary (size ${vocab})`,
+          { param: 'prompt' },
+        );
       return p.prompt.tokens;
     }
     if (p.prompt.kind === 'text') return tokenizer.encode(p.prompt.text, { addSpecialTokens: p.addSpecialTokens });
     let text: string;
     try {
-      text = tokenizer.renderChat(p.prompt.messages, { addGenerationPrompt: true, tools: p.prompt.tools, extra: p.prompt.templateKwargs });
+      text = tokenizer.renderChat(p.prompt.messages, {
+        addGenerationPrompt: true,
+        tools: p.prompt.tools,
+        extra: p.prompt.templateKwargs,
+      });
     } catch (err) {
-      if (err instanceof KvgateError && err.code === 'KVG_ERR_INVALID_ARGUMENT') throw new KvgateError('KVG_ERR_INVALID_REQUEST', err.message, { param: 'messages' });
+      if (err instanceof KvgateError && err.code === 'KVG_ERR_INVALID_ARGUMENT')
+        throw new KvgateError('KVG_ERR_INVALID_REQUEST', err.message, { param: 'messages' });
       throw err;
     }
     return tokenizer.encode(text, { addSpecialTokens: p.addSpecialTokens });
@@ -177,13 +209,33 @@ export class Generation {
     const coreId = randomUUID();
     const header = req.headers['x-request-id'];
     const baseId = typeof header === 'string' && header !== '' ? header : randomUUID().replaceAll('-', '');
-    const meta: ResponseMeta = { id: `${p.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`, created: Math.floor(Date.now() / 1000), model: p.model ?? o.model };
+    const meta: ResponseMeta = {
+      id: `${p.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`,
+      created: Math.floor(Date.now() / 1000),
+      model: p.model ?? o.model,
+    };
     const coreReq: CoreRequest = {
-      id: coreId, promptTokens: x.tokens, maxTokens: x.maxTokens, seed: p.seed ?? o.seed,
-      loraName: x.loraName, cacheSalt: p.cacheSalt, remotePrefill: x.plan.remotePrefill, holdBlocksMs: x.plan.holdBlocksMs,
+      id: coreId,
+      promptTokens: x.tokens,
+      maxTokens: x.maxTokens,
+      seed: p.seed ?? o.seed,
+      loraName: x.loraName,
+      cacheSalt: p.cacheSalt,
+      remotePrefill: x.plan.remotePrefill,
+      holdBlocksMs: x.plan.holdBlocksMs,
     };
     const textOf = (id: number): string => this.#deps.tokenText.get(id) ?? '';
-    const out = new ResponseWriter(res, p, meta, x.tokens.length, x.maxTokens, this.#vocab, textOf, this.#deps.faults.settings.stallAfterTokens, x.tokens);
+    const out = new ResponseWriter(
+      res,
+      p,
+      meta,
+      x.tokens.length,
+      x.maxTokens,
+      this.#vocab,
+      textOf,
+      this.#deps.faults.settings.stallAfterTokens,
+      x.tokens,
+    );
     return new Promise<void>((resolve, reject) => {
       let finished = false;
       const onAbort = (): void => {

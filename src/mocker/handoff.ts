@@ -45,7 +45,12 @@ export interface HandoffProtocol {
 }
 
 /** The plan of a request prefilled and decoded on this engine. */
-export const LOCAL_PLAN: HandoffPlan = Object.freeze({ remotePrefill: false, holdBlocksMs: undefined, forcedRank: undefined, maxTokens: undefined });
+export const LOCAL_PLAN: HandoffPlan = Object.freeze({
+  remotePrefill: false,
+  holdBlocksMs: undefined,
+  forcedRank: undefined,
+  maxTokens: undefined,
+});
 
 /** An aggregated engine without a handoff protocol: every request is prefilled and decoded here. */
 export const noHandoff: HandoffProtocol = {

@@ -29,7 +29,13 @@ export { EngineCore } from './engine.js';
 export type { CoreRequest, KvEvent, StepResult } from './engine-types.js';
 export { VirtualEngine } from './virtual-engine.js';
 export type { VirtualEngineOptions, VirtualRequestListener } from './virtual-engine.js';
-export { PolynomialTimingModel, ProfileTimingModel, loadPerfProfile, polynomialPrefillMs, polynomialDecodeMs } from './timing.js';
+export {
+  PolynomialTimingModel,
+  ProfileTimingModel,
+  loadPerfProfile,
+  polynomialPrefillMs,
+  polynomialDecodeMs,
+} from './timing.js';
 export { MOCKER_DEFAULTS, CLI_PORT_DEFAULTS, resolveMockerOptions, engineCoreOptions } from './options.js';
 export type { MockerInput, FilledMockerOptions } from './options.js';
 export { encodeEventBatch } from './kv-events.js';

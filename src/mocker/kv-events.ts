@@ -63,11 +63,32 @@ function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
       const parent = ev.parentBlockHash === null ? null : wireHash(ev.parentBlockHash, flavour);
       if (flavour === 'vllm') {
         if (encoding === 'array') {
-          return ['BlockStored', hashes, parent, ev.tokenIds, ev.blockSize, null, medium, ev.loraName, null, null, null, null];
+          return [
+            'BlockStored',
+            hashes,
+            parent,
+            ev.tokenIds,
+            ev.blockSize,
+            null,
+            medium,
+            ev.loraName,
+            null,
+            null,
+            null,
+            null,
+          ];
         }
         return {
-          type: 'BlockStored', block_hashes: hashes, parent_block_hash: parent, token_ids: ev.tokenIds, block_size: ev.blockSize,
-          lora_id: null, medium, lora_name: ev.loraName, group_idx: 0, kv_cache_spec_kind: 'full_attention',
+          type: 'BlockStored',
+          block_hashes: hashes,
+          parent_block_hash: parent,
+          token_ids: ev.tokenIds,
+          block_size: ev.blockSize,
+          lora_id: null,
+          medium,
+          lora_name: ev.loraName,
+          group_idx: 0,
+          kv_cache_spec_kind: 'full_attention',
         };
       }
       if (encoding === 'array') {
@@ -76,8 +97,13 @@ function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
         return arr;
       }
       const m: Record<string, unknown> = {
-        type: 'BlockStored', block_hashes: hashes, parent_block_hash: parent, token_ids: ev.tokenIds, block_size: ev.blockSize,
-        lora_id: null, medium,
+        type: 'BlockStored',
+        block_hashes: hashes,
+        parent_block_hash: parent,
+        token_ids: ev.tokenIds,
+        block_size: ev.blockSize,
+        lora_id: null,
+        medium,
       };
       if (ev.cacheSalt !== null) m.cache_salt = ev.cacheSalt;
       if (ev.loraName !== null) m.lora_name = ev.loraName;
@@ -86,9 +112,13 @@ function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
     case 'removed': {
       const hashes = ev.blockHashes.map((h) => wireHash(h, flavour));
       if (flavour === 'vllm') {
-        return encoding === 'array' ? ['BlockRemoved', hashes, medium, null] : { type: 'BlockRemoved', block_hashes: hashes, medium, group_idx: 0 };
+        return encoding === 'array'
+          ? ['BlockRemoved', hashes, medium, null]
+          : { type: 'BlockRemoved', block_hashes: hashes, medium, group_idx: 0 };
       }
-      return encoding === 'array' ? ['BlockRemoved', hashes, medium] : { type: 'BlockRemoved', block_hashes: hashes, medium };
+      return encoding === 'array'
+        ? ['BlockRemoved', hashes, medium]
+        : { type: 'BlockRemoved', block_hashes: hashes, medium };
     }
     case 'cleared':
       return encoding === 'array' ? ['AllBlocksCleared'] : { type: 'AllBlocksCleared' };
@@ -99,12 +129,20 @@ function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
  * One KV-event batch payload (frame 2): `[ts, events, rank]`.
  * @param ts seconds since the epoch (float64 on the wire)
  */
-export function encodeEventBatch(ts: number, events: readonly KvEvent[], rank: number | null, opts: EventEncodingOptions): Uint8Array {
+export function encodeEventBatch(
+  ts: number,
+  events: readonly KvEvent[],
+  rank: number | null,
+  opts: EventEncodingOptions,
+): Uint8Array {
   const header = new Uint8Array(10);
   header[0] = 0x93;
   header[1] = 0xcb;
   new DataView(header.buffer).setFloat64(2, ts);
-  const body = encode(events.map((e) => wireEvent(e, opts)), { useBigInt64: true });
+  const body = encode(
+    events.map((e) => wireEvent(e, opts)),
+    { useBigInt64: true },
+  );
   const tail = encode(rank, { useBigInt64: true });
   const out = new Uint8Array(header.length + body.length + tail.length);
   out.set(header, 0);

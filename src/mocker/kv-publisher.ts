@@ -110,13 +110,17 @@ export class KvEventPublisher {
     return { sent: this.#sent, dropped: this.#dropped };
   }
 
-  /** Publishes one batch (one engine step's events); returns its seq and whether it went out, or undefined when there was nothing to send. */
+  /**
+   * Publishes one batch (one engine step's events); returns its seq and whether it went out, or
+   * undefined when there was nothing to send.
+   */
   publish(events: readonly KvEvent[], tsSeconds: number): { seq: bigint; dropped: boolean } | undefined {
     if (this.#closed || events.length === 0) return undefined;
     const seq = this.#seq++;
     const payload = encodeEventBatch(tsSeconds, events, this.#opts.rank, this.#opts.encoding);
     this.#buffer.push({ seq, payload });
-    if (this.#buffer.length > this.#opts.bufferSteps) this.#buffer.splice(0, this.#buffer.length - this.#opts.bufferSteps);
+    if (this.#buffer.length > this.#opts.bufferSteps)
+      this.#buffer.splice(0, this.#buffer.length - this.#opts.bufferSteps);
     const faults = this.#opts.faults;
     if (faults.shouldDropEventBatch()) {
       this.#dropped++;
@@ -187,9 +191,9 @@ export class KvEventPublisher {
   // zeromq sockets allow one pending send at a time: chain them.
   #send(frames: Buffer[]): void {
     this.#sent++;
-    this.#sendChain = this.#sendChain.then(
-      () => (this.#closed ? undefined : this.#pub.send(frames)),
-    ).catch(() => undefined);
+    this.#sendChain = this.#sendChain
+      .then(() => (this.#closed ? undefined : this.#pub.send(frames)))
+      .catch(() => undefined);
   }
 
   async #serveReplay(router: Router): Promise<void> {

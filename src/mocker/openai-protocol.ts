@@ -15,7 +15,12 @@ import type { ChatMessage } from '../tokenizer/index.js';
 export type PromptInput =
   | { kind: 'tokens'; tokens: number[] }
   | { kind: 'text'; text: string }
-  | { kind: 'chat'; messages: ChatMessage[]; tools: unknown[] | undefined; templateKwargs: Record<string, unknown> | undefined };
+  | {
+      kind: 'chat';
+      messages: ChatMessage[];
+      tools: unknown[] | undefined;
+      templateKwargs: Record<string, unknown> | undefined;
+    };
 
 export interface BootstrapFields {
   host: string;
@@ -57,7 +62,8 @@ function invalid(message: string, param: string | null): KvgateError {
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isTokenId = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+const isTokenId = (v: unknown): v is number =>
+  typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
 
 function optionalInt(body: Record<string, unknown>, key: string, min: number): number | undefined {
   const v = body[key];
@@ -84,7 +90,11 @@ function parsePrompt(p: unknown): PromptInput {
   if (Array.isArray(p)) {
     if (p.length === 0) throw invalid('prompt cannot be empty', 'prompt');
     if (p.every(isTokenId)) return { kind: 'tokens', tokens: p as number[] };
-    if (p.every((x) => typeof x === 'string' || Array.isArray(x))) throw invalid('batched prompts (a list of several prompts) are not supported; send one prompt per request', 'prompt');
+    if (p.every((x) => typeof x === 'string' || Array.isArray(x)))
+      throw invalid(
+        'batched prompts (a list of several prompts) are not supported; send one prompt per request',
+        'prompt',
+      );
     throw invalid('prompt token ids must be integers in [0, 2^32)', 'prompt');
   }
   throw invalid('prompt must be a string or a list of token ids', 'prompt');
@@ -93,10 +103,13 @@ function parsePrompt(p: unknown): PromptInput {
 function parseBootstrap(body: Record<string, unknown>, rawBody: string): BootstrapFields | undefined {
   const { bootstrap_host: host, bootstrap_port: port, bootstrap_room: room } = body;
   if (host === undefined && port === undefined && room === undefined) return undefined;
-  if (Array.isArray(host) || Array.isArray(port) || Array.isArray(room)) throw invalid('batched bootstrap fields are not supported', 'bootstrap_room');
+  if (Array.isArray(host) || Array.isArray(port) || Array.isArray(room))
+    throw invalid('batched bootstrap fields are not supported', 'bootstrap_room');
   if (typeof host !== 'string' || host === '') throw invalid('bootstrap_host must be a host name', 'bootstrap_host');
-  if (typeof port !== 'number' || !Number.isInteger(port) || port <= 0 || port > 65535) throw invalid('bootstrap_port must be a port number', 'bootstrap_port');
-  if (typeof room !== 'number' || !Number.isInteger(room) || room < 0) throw invalid('bootstrap_room must be a non-negative integer', 'bootstrap_room');
+  if (typeof port !== 'number' || !Number.isInteger(port) || port <= 0 || port > 65535)
+    throw invalid('bootstrap_port must be a port number', 'bootstrap_port');
+  if (typeof room !== 'number' || !Number.isInteger(room) || room < 0)
+    throw invalid('bootstrap_room must be a non-negative integer', 'bootstrap_room');
   // JSON numbers lose precision above 2^53; the room is up to 2^63-1, so read its digits.
   let exact = BigInt(room);
   if (!Number.isSafeInteger(room)) {
@@ -114,7 +127,8 @@ function parseBootstrap(body: Record<string, unknown>, rawBody: string): Bootstr
 export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown, rawBody: string): GenerateRequest {
   if (!isObject(body)) throw invalid('the request body must be a JSON object', null);
   const model = body.model;
-  if (model !== undefined && model !== null && typeof model !== 'string') throw invalid('model must be a string', 'model');
+  if (model !== undefined && model !== null && typeof model !== 'string')
+    throw invalid('model must be a string', 'model');
 
   let prompt: PromptInput;
   if (kind === 'completion') {
@@ -123,15 +137,25 @@ export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown,
   } else {
     const messages = body.messages;
     if (messages === undefined || messages === null) throw invalid('messages is required', 'messages');
-    if (!Array.isArray(messages) || messages.length === 0) throw invalid('messages must be a non-empty list', 'messages');
+    if (!Array.isArray(messages) || messages.length === 0)
+      throw invalid('messages must be a non-empty list', 'messages');
     const tools = body.tools;
     if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw invalid('tools must be a list', 'tools');
     const kwargs = body.chat_template_kwargs;
-    if (kwargs !== undefined && kwargs !== null && !isObject(kwargs)) throw invalid('chat_template_kwargs must be an object', 'chat_template_kwargs');
-    prompt = { kind: 'chat', messages: messages as ChatMessage[], tools: (tools ?? undefined) as unknown[] | undefined, templateKwargs: (kwargs ?? undefined) as Record<string, unknown> | undefined };
+    if (kwargs !== undefined && kwargs !== null && !isObject(kwargs))
+      throw invalid('chat_template_kwargs must be an object', 'chat_template_kwargs');
+    prompt = {
+      kind: 'chat',
+      messages: messages as ChatMessage[],
+      tools: (tools ?? undefined) as unknown[] | undefined,
+      templateKwargs: (kwargs ?? undefined) as Record<string, unknown> | undefined,
+    };
   }
 
-  const maxTokensKey = kind === 'chat' && body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+  const maxTokensKey =
+    kind === 'chat' && body.max_completion_tokens !== undefined && body.max_completion_tokens !== null
+      ? 'max_completion_tokens'
+      : 'max_tokens';
   const maxTokens = optionalInt(body, maxTokensKey, 1);
   const n = optionalInt(body, 'n', 1);
   if (n !== undefined && n !== 1) throw invalid('n > 1 is not supported by the simulated engine', 'n');
@@ -152,17 +176,28 @@ export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown,
     seed = Number(BigInt.asUintN(32, BigInt(body.seed)));
   }
   const ktp = body.kv_transfer_params;
-  if (ktp !== undefined && ktp !== null && !isObject(ktp)) throw invalid('kv_transfer_params must be an object', 'kv_transfer_params');
+  if (ktp !== undefined && ktp !== null && !isObject(ktp))
+    throw invalid('kv_transfer_params must be an object', 'kv_transfer_params');
   const cacheSalt = body.cache_salt;
-  if (cacheSalt !== undefined && cacheSalt !== null && (typeof cacheSalt !== 'string' || cacheSalt === '')) throw invalid('cache_salt must be a non-empty string', 'cache_salt');
+  if (cacheSalt !== undefined && cacheSalt !== null && (typeof cacheSalt !== 'string' || cacheSalt === ''))
+    throw invalid('cache_salt must be a non-empty string', 'cache_salt');
   const dpRank = optionalInt(body, 'data_parallel_rank', 0) ?? optionalInt(body, 'routed_dp_rank', 0);
   const addSpecial = optionalBool(body, 'add_special_tokens') ?? kind === 'completion';
 
   return {
-    kind, model: (model ?? undefined) as string | undefined, prompt, addSpecialTokens: addSpecial, maxTokens, stream, includeUsage, continuousUsage, seed,
+    kind,
+    model: (model ?? undefined) as string | undefined,
+    prompt,
+    addSpecialTokens: addSpecial,
+    maxTokens,
+    stream,
+    includeUsage,
+    continuousUsage,
+    seed,
     kvTransferParams: (ktp ?? undefined) as Record<string, unknown> | undefined,
     bootstrap: parseBootstrap(body, rawBody),
-    dpRank, cacheSalt: (cacheSalt ?? undefined) as string | undefined,
+    dpRank,
+    cacheSalt: (cacheSalt ?? undefined) as string | undefined,
     logprobs: parseLogprobs(kind, body),
     toolName: kind === 'chat' ? parseToolName(body.tools as unknown[] | undefined | null, body.tool_choice) : undefined,
     returnTokenIds: optionalBool(body, 'return_token_ids') ?? false,
@@ -199,9 +234,13 @@ function parseToolName(tools: unknown[] | undefined | null, choice: unknown): st
   }
   const fn = isObject(choice) ? choice.function : undefined;
   if (!isObject(choice) || choice.type !== 'function' || !isObject(fn) || typeof fn.name !== 'string') {
-    throw invalid('tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}', 'tool_choice');
+    throw invalid(
+      'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+      'tool_choice',
+    );
   }
-  if (!names.includes(fn.name)) throw invalid(`tool_choice names ${fn.name}, which is not among the tools`, 'tool_choice');
+  if (!names.includes(fn.name))
+    throw invalid(`tool_choice names ${fn.name}, which is not among the tools`, 'tool_choice');
   return fn.name;
 }
 
@@ -216,7 +255,9 @@ export interface Usage {
 
 export function usage(promptTokens: number, completionTokens: number, cachedTokens: number): Usage {
   return {
-    prompt_tokens: promptTokens, total_tokens: promptTokens + completionTokens, completion_tokens: completionTokens,
+    prompt_tokens: promptTokens,
+    total_tokens: promptTokens + completionTokens,
+    completion_tokens: completionTokens,
     prompt_tokens_details: { cached_tokens: cachedTokens },
   };
 }
@@ -227,9 +268,18 @@ export interface ResponseMeta {
   model: string;
 }
 
-export function completionChunk(m: ResponseMeta, text: string, finishReason: string | null, u?: Usage, logprobs: unknown = null): Record<string, unknown> {
+export function completionChunk(
+  m: ResponseMeta,
+  text: string,
+  finishReason: string | null,
+  u?: Usage,
+  logprobs: unknown = null,
+): Record<string, unknown> {
   const chunk: Record<string, unknown> = {
-    id: m.id, object: 'text_completion', created: m.created, model: m.model,
+    id: m.id,
+    object: 'text_completion',
+    created: m.created,
+    model: m.model,
     choices: [{ index: 0, text, logprobs, finish_reason: finishReason, stop_reason: null }],
   };
   if (u !== undefined) chunk.usage = u;
@@ -237,17 +287,36 @@ export function completionChunk(m: ResponseMeta, text: string, finishReason: str
 }
 
 /** A chat stream chunk; `delta` is {role, content} first, then {content} (or {tool_calls}). */
-export function chatChunk(m: ResponseMeta, delta: Record<string, unknown>, finishReason: string | null, u?: Usage, logprobs: unknown = null): Record<string, unknown> {
+export function chatChunk(
+  m: ResponseMeta,
+  delta: Record<string, unknown>,
+  finishReason: string | null,
+  u?: Usage,
+  logprobs: unknown = null,
+): Record<string, unknown> {
   const choice: Record<string, unknown> = { index: 0, delta, logprobs, finish_reason: finishReason };
   if (finishReason !== null) choice.stop_reason = null;
-  const chunk: Record<string, unknown> = { id: m.id, object: 'chat.completion.chunk', created: m.created, model: m.model, choices: [choice] };
+  const chunk: Record<string, unknown> = {
+    id: m.id,
+    object: 'chat.completion.chunk',
+    created: m.created,
+    model: m.model,
+    choices: [choice],
+  };
   if (u !== undefined) chunk.usage = u;
   return chunk;
 }
 
 /** The final `include_usage` chunk: no choices, only usage. */
 export function usageChunk(m: ResponseMeta, kind: 'completion' | 'chat', u: Usage): Record<string, unknown> {
-  return { id: m.id, object: kind === 'chat' ? 'chat.completion.chunk' : 'text_completion', created: m.created, model: m.model, choices: [], usage: u };
+  return {
+    id: m.id,
+    object: kind === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+    created: m.created,
+    model: m.model,
+    choices: [],
+    usage: u,
+  };
 }
 
 /** The whole answer's one choice: its text (completion) or message (chat), logprobs and finish reason. */
@@ -258,18 +327,48 @@ export interface WholeChoice {
   readonly finishReason: string;
 }
 
-export function completionResponse(m: ResponseMeta, c: WholeChoice, u: Usage, kvTransferParams: unknown): Record<string, unknown> {
+export function completionResponse(
+  m: ResponseMeta,
+  c: WholeChoice,
+  u: Usage,
+  kvTransferParams: unknown,
+): Record<string, unknown> {
   return {
-    id: m.id, object: 'text_completion', created: m.created, model: m.model,
-    choices: [{ index: 0, text: c.text, logprobs: c.logprobs, finish_reason: c.finishReason, stop_reason: null, prompt_logprobs: null }],
-    usage: u, kv_transfer_params: kvTransferParams ?? null,
+    id: m.id,
+    object: 'text_completion',
+    created: m.created,
+    model: m.model,
+    choices: [
+      {
+        index: 0,
+        text: c.text,
+        logprobs: c.logprobs,
+        finish_reason: c.finishReason,
+        stop_reason: null,
+        prompt_logprobs: null,
+      },
+    ],
+    usage: u,
+    kv_transfer_params: kvTransferParams ?? null,
   };
 }
 
-export function chatResponse(m: ResponseMeta, c: WholeChoice, u: Usage, kvTransferParams: unknown): Record<string, unknown> {
+export function chatResponse(
+  m: ResponseMeta,
+  c: WholeChoice,
+  u: Usage,
+  kvTransferParams: unknown,
+): Record<string, unknown> {
   return {
-    id: m.id, object: 'chat.completion', created: m.created, model: m.model,
+    id: m.id,
+    object: 'chat.completion',
+    created: m.created,
+    model: m.model,
     choices: [{ index: 0, message: c.message, logprobs: c.logprobs, finish_reason: c.finishReason, stop_reason: null }],
-    service_tier: null, system_fingerprint: null, usage: u, prompt_logprobs: null, kv_transfer_params: kvTransferParams ?? null,
+    service_tier: null,
+    system_fingerprint: null,
+    usage: u,
+    prompt_logprobs: null,
+    kv_transfer_params: kvTransferParams ?? null,
   };
 }

@@ -155,7 +155,9 @@ export const CLI_PORT_DEFAULTS = Object.freeze({ port: 8000, kvEventsPort: 5557,
 /** Llama-3.1-8B: 32 layers x K,V x 8 KV heads x 128 x 2 bytes. */
 const DEFAULT_KV_BYTES_PER_TOKEN = 131072;
 
-export interface FilledMockerOptions extends Readonly<Omit<MockerOptions, 'engineHashSeed' | 'kvBytesPerToken' | 'faults'>> {
+export interface FilledMockerOptions extends Readonly<
+  Omit<MockerOptions, 'engineHashSeed' | 'kvBytesPerToken' | 'faults'>
+> {
   readonly engineHashSeed: bigint;
   readonly kvBytesPerToken: number;
   readonly faults: Readonly<FaultSettings>;
@@ -163,7 +165,10 @@ export interface FilledMockerOptions extends Readonly<Omit<MockerOptions, 'engin
 }
 
 function bad(field: string, value: unknown, reason: string): never {
-  throw new KvgateError('KVG_ERR_INVALID_CONFIG', `mocker option ${field}=${String(value)}: ${reason}`, { field, value: String(value) });
+  throw new KvgateError('KVG_ERR_INVALID_CONFIG', `mocker option ${field}=${String(value)}: ${reason}`, {
+    field,
+    value: String(value),
+  });
 }
 
 function positiveInt(field: string, v: number): void {
@@ -179,7 +184,10 @@ function fraction(field: string, v: number): void {
 }
 
 /** Validates fault settings merged over `base`. @throws KvgateError KVG_ERR_INVALID_CONFIG */
-export function resolveFaults(input: Partial<FaultSettings>, base: Readonly<FaultSettings> = DEFAULT_FAULTS): FaultSettings {
+export function resolveFaults(
+  input: Partial<FaultSettings>,
+  base: Readonly<FaultSettings> = DEFAULT_FAULTS,
+): FaultSettings {
   const f: FaultSettings = { ...base };
   for (const [k, v] of Object.entries(input)) {
     if (v === undefined) continue;
@@ -188,11 +196,13 @@ export function resolveFaults(input: Partial<FaultSettings>, base: Readonly<Faul
   }
   if (typeof f.hang !== 'boolean') bad('faults.hang', f.hang, 'must be a boolean');
   if (typeof f.reorderEvents !== 'boolean') bad('faults.reorderEvents', f.reorderEvents, 'must be a boolean');
-  if (typeof f.slowFactor !== 'number' || !(f.slowFactor > 0) || !Number.isFinite(f.slowFactor)) bad('faults.slowFactor', f.slowFactor, 'must be a finite number > 0');
+  if (typeof f.slowFactor !== 'number' || !(f.slowFactor > 0) || !Number.isFinite(f.slowFactor))
+    bad('faults.slowFactor', f.slowFactor, 'must be a finite number > 0');
   fraction('faults.errorRate', f.errorRate);
   if (![500, 502, 503].includes(f.errorStatus)) bad('faults.errorStatus', f.errorStatus, 'must be 500, 502 or 503');
   fraction('faults.dropEventRate', f.dropEventRate);
-  if (!Number.isInteger(f.dropNextEventBatches) || f.dropNextEventBatches < 0) bad('faults.dropNextEventBatches', f.dropNextEventBatches, 'must be an integer >= 0');
+  if (!Number.isInteger(f.dropNextEventBatches) || f.dropNextEventBatches < 0)
+    bad('faults.dropNextEventBatches', f.dropNextEventBatches, 'must be an integer >= 0');
   if (f.stallAfterTokens !== null && (!Number.isInteger(f.stallAfterTokens) || f.stallAfterTokens < 0)) {
     bad('faults.stallAfterTokens', f.stallAfterTokens, 'must be an integer >= 0, or null (off)');
   }
@@ -210,26 +220,41 @@ export function resolveFaults(input: Partial<FaultSettings>, base: Readonly<Faul
 export function resolveMockerOptions(input: MockerInput = {}): FilledMockerOptions {
   const defined = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined)) as MockerInput;
   const o = { ...MOCKER_DEFAULTS, ...defined, faults: resolveFaults(input.faults ?? {}) };
-  for (const f of ['numGpuBlocks', 'blockSize', 'maxNumBatchedTokens', 'maxNumSeqs', 'maxModelLen', 'dpSize', 'kvEventsBufferSteps', 'kvEventsHwm', 'bootstrapTimeoutMs', 'kvLeaseMs', 'defaultMaxTokens'] as const) {
+  for (const f of [
+    'numGpuBlocks',
+    'blockSize',
+    'maxNumBatchedTokens',
+    'maxNumSeqs',
+    'maxModelLen',
+    'dpSize',
+    'kvEventsBufferSteps',
+    'kvEventsHwm',
+    'bootstrapTimeoutMs',
+    'kvLeaseMs',
+    'defaultMaxTokens',
+  ] as const) {
     positiveInt(f, o[f]);
   }
   port('port', o.port);
   port('kvEventsPort', o.kvEventsPort);
   if (o.kvEventsReplayPort !== undefined) port('kvEventsReplayPort', o.kvEventsReplayPort);
   port('bootstrapPort', o.bootstrapPort);
-  if (o.kvEventsPort > 0 && o.kvEventsPort + o.dpSize - 1 > 65535) bad('kvEventsPort', o.kvEventsPort, `rank ports run past 65535 with dpSize ${o.dpSize}`);
+  if (o.kvEventsPort > 0 && o.kvEventsPort + o.dpSize - 1 > 65535)
+    bad('kvEventsPort', o.kvEventsPort, `rank ports run past 65535 with dpSize ${o.dpSize}`);
   if (!(o.speedup > 0) || !Number.isFinite(o.speedup)) bad('speedup', o.speedup, 'must be a finite number > 0');
   if (!(o.kvTransferBandwidthGBps > 0)) bad('kvTransferBandwidthGBps', o.kvTransferBandwidthGBps, 'must be > 0');
   if (o.kvBytesPerToken !== undefined) positiveInt('kvBytesPerToken', o.kvBytesPerToken);
   if (!ENGINE_DIALECTS.includes(o.engine)) bad('engine', o.engine, 'must be vllm or sglang');
   if (!WORKER_ROLES.includes(o.mode)) bad('mode', o.mode, 'must be aggregated, prefill or decode');
-  if (!['array', 'map'].includes(o.kvEventsEncoding)) bad('kvEventsEncoding', o.kvEventsEncoding, 'must be array or map');
+  if (!['array', 'map'].includes(o.kvEventsEncoding))
+    bad('kvEventsEncoding', o.kvEventsEncoding, 'must be array or map');
   if (typeof o.model !== 'string' || o.model === '') bad('model', o.model, 'must be a non-empty string');
   if (!Array.isArray(o.loraNames) || o.loraNames.some((n) => typeof n !== 'string' || n === '' || n === o.model)) {
     bad('loraNames', o.loraNames, 'must be distinct non-empty names other than the model');
   }
   if (!Number.isInteger(o.seed)) bad('seed', o.seed, 'must be an integer');
-  if (o.engineHashSeed !== undefined && typeof o.engineHashSeed !== 'bigint') bad('engineHashSeed', o.engineHashSeed, 'must be a bigint');
+  if (o.engineHashSeed !== undefined && typeof o.engineHashSeed !== 'bigint')
+    bad('engineHashSeed', o.engineHashSeed, 'must be a bigint');
   const timing = o.perfProfile === undefined ? new PolynomialTimingModel() : loadPerfProfile(o.perfProfile);
   return Object.freeze({
     ...o,

@@ -48,7 +48,11 @@ interface Entry {
 
 function timeoutError(room: bigint, rank: number, side: Exclude<WorkerRole, 'aggregated'>, ms: number): KvgateError {
   const other = side === 'prefill' ? 'decode' : 'prefill';
-  return new KvgateError('KVG_ERR_REQUEST_TIMEOUT', `bootstrap room ${room} (prefill rank ${rank}): no ${other} request arrived within ${ms} ms`, { room: room.toString(), rank, side });
+  return new KvgateError(
+    'KVG_ERR_REQUEST_TIMEOUT',
+    `bootstrap room ${room} (prefill rank ${rank}): no ${other} request arrived within ${ms} ms`,
+    { room: room.toString(), rank, side },
+  );
 }
 
 /** The pairing table of one prefill worker. */
@@ -146,7 +150,11 @@ export class BootstrapRegistry {
   }
 
   #duplicate(room: bigint, rank: number, side: string): KvgateError {
-    return new KvgateError('KVG_ERR_DUPLICATE_REQUEST', `bootstrap room ${room} (rank ${rank}) already has a ${side} request`, { room: room.toString(), rank });
+    return new KvgateError(
+      'KVG_ERR_DUPLICATE_REQUEST',
+      `bootstrap room ${room} (rank ${rank}) already has a ${side} request`,
+      { room: room.toString(), rank },
+    );
   }
 }
 
@@ -174,7 +182,12 @@ export class BootstrapServer {
     this.#info = info;
   }
 
-  static async listen(host: string, port: number, registry: BootstrapRegistry, info: () => BootstrapServerInfo): Promise<BootstrapServer> {
+  static async listen(
+    host: string,
+    port: number,
+    registry: BootstrapRegistry,
+    info: () => BootstrapServerInfo,
+  ): Promise<BootstrapServer> {
     const server = createServer();
     const bs = new BootstrapServer(server, registry, info);
     server.on('request', (req, res) => void bs.#handle(req, res));
@@ -212,7 +225,10 @@ export class BootstrapServer {
         } catch (err) {
           settled = true;
           const e = err instanceof KvgateError ? err : undefined;
-          return sendJson(res, e?.statusCode ?? 500, { error: (err as Error).message, code: e?.code ?? 'KVG_ERR_INTERNAL' });
+          return sendJson(res, e?.statusCode ?? 500, {
+            error: (err as Error).message,
+            code: e?.code ?? 'KVG_ERR_INTERNAL',
+          });
         }
       }
       sendJson(res, 404, { error: 'not found' });
@@ -230,9 +246,16 @@ function url(host: string, port: number, path: string): string {
  * D side: finds P's rank for the room and waits for P's prefill.
  * @throws KvgateError KVG_ERR_REQUEST_TIMEOUT when P never came; KVG_ERR_KV_TRANSFER_FAILED when P is unreachable or failed.
  */
-async function rendezvousWithPrefill(host: string, port: number, room: bigint, signal: AbortSignal | undefined): Promise<{ rank: number; promptTokens: number }> {
+async function rendezvousWithPrefill(
+  host: string,
+  port: number,
+  room: bigint,
+  signal: AbortSignal | undefined,
+): Promise<{ rank: number; promptTokens: number }> {
   const fail = (reason: string): KvgateError =>
-    new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `bootstrap with ${host}:${port} failed: ${reason}`, { room: room.toString() });
+    new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `bootstrap with ${host}:${port} failed: ${reason}`, {
+      room: room.toString(),
+    });
   let info: BootstrapServerInfo;
   try {
     const r = await fetch(url(host, port, '/bootstrap/info'), { signal });
@@ -245,7 +268,10 @@ async function rendezvousWithPrefill(host: string, port: number, room: bigint, s
   let res: Response;
   try {
     res = await fetch(url(host, port, '/bootstrap/rendezvous'), {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ room: room.toString(), rank }), signal,
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ room: room.toString(), rank }),
+      signal,
     });
   } catch (err) {
     throw fail(`rendezvous interrupted (${(err as Error).message})`);
@@ -253,7 +279,8 @@ async function rendezvousWithPrefill(host: string, port: number, room: bigint, s
   const body = (await res.json().catch(() => ({}))) as { prompt_tokens?: unknown; error?: unknown; code?: unknown };
   if (res.ok && typeof body.prompt_tokens === 'number') return { rank, promptTokens: body.prompt_tokens };
   const message = typeof body.error === 'string' ? body.error : `HTTP ${res.status}`;
-  if (body.code === 'KVG_ERR_REQUEST_TIMEOUT') throw new KvgateError('KVG_ERR_REQUEST_TIMEOUT', message, { room: room.toString(), rank });
+  if (body.code === 'KVG_ERR_REQUEST_TIMEOUT')
+    throw new KvgateError('KVG_ERR_REQUEST_TIMEOUT', message, { room: room.toString(), rank });
   throw fail(message);
 }
 
@@ -278,12 +305,20 @@ export class SglangHandoff implements HandoffProtocol {
     const o = this.#options;
     const b = p.bootstrap;
     if (b === undefined) {
-      throw new KvgateError('KVG_ERR_INVALID_REQUEST', `this is a ${o.mode} engine: bootstrap_host, bootstrap_port and bootstrap_room are required`, { param: 'bootstrap_room' });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_REQUEST',
+        `this is a ${o.mode} engine: bootstrap_host, bootstrap_port and bootstrap_room are required`,
+        { param: 'bootstrap_room' },
+      );
     }
     if (o.mode === 'prefill') return this.#prefill(p, b.room, signal);
     const { promptTokens: computed } = await rendezvousWithPrefill(b.host, b.port, b.room, signal);
     if (computed !== promptTokens) {
-      throw new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `the prefill engine computed ${computed} prompt tokens but this prompt has ${promptTokens}`, { param: 'bootstrap_room' });
+      throw new KvgateError(
+        'KVG_ERR_KV_TRANSFER_FAILED',
+        `the prefill engine computed ${computed} prompt tokens but this prompt has ${promptTokens}`,
+        { param: 'bootstrap_room' },
+      );
     }
     return { ...LOCAL_PLAN, remotePrefill: true };
   }
@@ -295,14 +330,26 @@ export class SglangHandoff implements HandoffProtocol {
   async #prefill(p: GenerateRequest, room: bigint, signal: AbortSignal): Promise<HandoffPlan | undefined> {
     const dpSize = this.#options.dpSize;
     const rank = p.dpRank ?? Number(room % BigInt(dpSize));
-    if (rank >= dpSize) throw new KvgateError('KVG_ERR_INVALID_DP_RANK', `data-parallel rank ${rank} does not exist (dp_size ${dpSize})`, { param: 'data_parallel_rank' });
+    if (rank >= dpSize)
+      throw new KvgateError(
+        'KVG_ERR_INVALID_DP_RANK',
+        `data-parallel rank ${rank} does not exist (dp_size ${dpSize})`,
+        { param: 'data_parallel_rank' },
+      );
     await this.#registry()!.prefillArrived(room, rank);
     if (signal.aborted) {
-      this.#registry()?.prefillFailed(room, rank, new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', 'the prefill request was cancelled', {}));
+      this.#registry()?.prefillFailed(
+        room,
+        rank,
+        new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', 'the prefill request was cancelled', {}),
+      );
       return undefined;
     }
     return {
-      remotePrefill: false, holdBlocksMs: undefined, forcedRank: rank, maxTokens: 1,
+      remotePrefill: false,
+      holdBlocksMs: undefined,
+      forcedRank: rank,
+      maxTokens: 1,
       finished: (info) => this.#registry()?.prefillDone(room, rank, { promptTokens: info.promptTokens }),
       failed: (err) => this.#registry()?.prefillFailed(room, rank, err),
     };

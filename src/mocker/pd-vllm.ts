@@ -77,9 +77,12 @@ function hasRemotePrefill(params: Record<string, unknown> | undefined): boolean 
 }
 
 function missing(what: string): KvgateError {
-  return new KvgateError('KVG_ERR_INVALID_REQUEST',
-    `this is a decode engine: kv_transfer_params from a prefill engine are required (${what}); send the request to a prefill engine first with kv_transfer_params {"do_remote_decode": true}`,
-    { param: 'kv_transfer_params' });
+  return new KvgateError(
+    'KVG_ERR_INVALID_REQUEST',
+    `this is a decode engine: kv_transfer_params from a prefill engine are required (${what}); ` +
+      'send the request to a prefill engine first with kv_transfer_params {"do_remote_decode": true}',
+    { param: 'kv_transfer_params' },
+  );
 }
 
 /**
@@ -89,14 +92,22 @@ function missing(what: string): KvgateError {
 function parseRemotePrefillTicket(params: Record<string, unknown> | undefined): RemotePrefillTicket {
   if (params === undefined) throw missing('kv_transfer_params is absent');
   if (params.do_remote_prefill !== true) throw missing('do_remote_prefill is not true');
-  const { remote_engine_id: engineId, remote_request_id: requestId, remote_host: host, remote_port: port, remote_block_ids: ids } = params;
+  const {
+    remote_engine_id: engineId,
+    remote_request_id: requestId,
+    remote_host: host,
+    remote_port: port,
+    remote_block_ids: ids,
+  } = params;
   if (typeof engineId !== 'string' || engineId === '') throw missing('remote_engine_id is missing');
   if (typeof requestId !== 'string' || requestId === '') throw missing('remote_request_id is missing');
   if (typeof host !== 'string' || host === '') throw missing('remote_host is missing');
-  if (typeof port !== 'number' || !Number.isInteger(port) || port <= 0 || port > 65535) throw missing('remote_port is missing');
+  if (typeof port !== 'number' || !Number.isInteger(port) || port <= 0 || port > 65535)
+    throw missing('remote_port is missing');
   if (!Array.isArray(ids)) throw missing('remote_block_ids is missing');
   const flat = ids.length > 0 && ids.every(Array.isArray) ? (ids as unknown[][]).flat() : ids;
-  if (!flat.every((b) => typeof b === 'number' && Number.isInteger(b) && b >= 0)) throw missing('remote_block_ids are not block ids');
+  if (!flat.every((b) => typeof b === 'number' && Number.isInteger(b) && b >= 0))
+    throw missing('remote_block_ids are not block ids');
   return { engineId, requestId, host, port, blockIds: flat as number[] };
 }
 
@@ -107,8 +118,10 @@ function splitEngineId(id: string): { engineId: string; rank: number } | undefin
 }
 
 function transferFailed(reason: string, t: RemotePrefillTicket): KvgateError {
-  return new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `KV transfer from ${t.host}:${t.port} failed: ${reason}`,
-    { remoteEngineId: t.engineId, remoteRequestId: t.requestId });
+  return new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `KV transfer from ${t.host}:${t.port} failed: ${reason}`, {
+    remoteEngineId: t.engineId,
+    remoteRequestId: t.requestId,
+  });
 }
 
 /**
@@ -121,8 +134,15 @@ async function pullRemoteBlocks(t: RemotePrefillTicket, timeoutMs: number, signa
     res = await fetch(`${httpOrigin(t.host, t.port)}${KV_PULL_PATH}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ remote_engine_id: t.engineId, remote_request_id: t.requestId, remote_block_ids: t.blockIds }),
-      signal: signal === undefined ? AbortSignal.timeout(timeoutMs) : AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]),
+      body: JSON.stringify({
+        remote_engine_id: t.engineId,
+        remote_request_id: t.requestId,
+        remote_block_ids: t.blockIds,
+      }),
+      signal:
+        signal === undefined
+          ? AbortSignal.timeout(timeoutMs)
+          : AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]),
     });
   } catch (err) {
     throw transferFailed(`cannot reach the prefill engine (${(err as Error).message})`, t);
@@ -164,7 +184,11 @@ export class VllmHandoff implements HandoffProtocol {
     const ticket = parseRemotePrefillTicket(p.kvTransferParams);
     const n = await pullRemoteBlocks(ticket, PULL_TIMEOUT_MS, signal);
     if (n !== promptTokens) {
-      throw new KvgateError('KVG_ERR_KV_TRANSFER_FAILED', `the prefill engine computed ${n} prompt tokens but this prompt has ${promptTokens} (stale or foreign kv_transfer_params)`, { param: 'kv_transfer_params' });
+      throw new KvgateError(
+        'KVG_ERR_KV_TRANSFER_FAILED',
+        `the prefill engine computed ${n} prompt tokens but this prompt has ${promptTokens} (stale or foreign kv_transfer_params)`,
+        { param: 'kv_transfer_params' },
+      );
     }
     return { ...LOCAL_PLAN, remotePrefill: true };
   }
@@ -174,8 +198,14 @@ export class VllmHandoff implements HandoffProtocol {
     if (info.heldBlockIds === undefined) return null;
     const a = this.#address();
     return buildKvTransferParams({
-      engineId: a.engineId, rank, requestId, blockIds: info.heldBlockIds, host: a.host, port: a.port,
-      numTokens: info.promptTokens, expiresAtUnixSeconds: Date.now() / 1000 + this.#options.kvLeaseMs / 1000,
+      engineId: a.engineId,
+      rank,
+      requestId,
+      blockIds: info.heldBlockIds,
+      host: a.host,
+      port: a.port,
+      numTokens: info.promptTokens,
+      expiresAtUnixSeconds: Date.now() / 1000 + this.#options.kvLeaseMs / 1000,
     });
   }
 }
@@ -191,13 +221,21 @@ export interface PullTarget {
  * blocks freed, or 409 {reason} for a stale engine id, an unknown rank or a
  * refused pull.
  */
-export function answerKvPull(body: unknown, engineId: string, ranks: readonly PullTarget[], now: number): { status: number; body: unknown } {
+export function answerKvPull(
+  body: unknown,
+  engineId: string,
+  ranks: readonly PullTarget[],
+  now: number,
+): { status: number; body: unknown } {
   const b = (body ?? {}) as { remote_engine_id?: unknown; remote_request_id?: unknown; remote_block_ids?: unknown };
   const refuse = (reason: string): { status: number; body: unknown } => ({ status: 409, body: { reason } });
-  if (typeof b.remote_engine_id !== 'string' || typeof b.remote_request_id !== 'string') return refuse('remote_engine_id and remote_request_id are required');
+  if (typeof b.remote_engine_id !== 'string' || typeof b.remote_request_id !== 'string')
+    return refuse('remote_engine_id and remote_request_id are required');
   const id = splitEngineId(b.remote_engine_id);
   if (id === undefined || id.engineId !== engineId) {
-    return refuse(`stale kv_transfer_params: engine ${b.remote_engine_id} is not this engine (${engineId}); it may have restarted`);
+    return refuse(
+      `stale kv_transfer_params: engine ${b.remote_engine_id} is not this engine (${engineId}); it may have restarted`,
+    );
   }
   const rank = ranks[id.rank];
   if (rank === undefined) return refuse(`no data-parallel rank ${id.rank}`);

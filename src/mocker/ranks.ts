@@ -31,7 +31,11 @@ export interface RankPorts {
  * @throws socket errors as zeromq reports them (EADDRINUSE).
  */
 export async function openRank(
-  o: FilledMockerOptions, i: number, sampleIds: Uint32Array, faults: FaultController, ports: RankPorts | undefined,
+  o: FilledMockerOptions,
+  i: number,
+  sampleIds: Uint32Array,
+  faults: FaultController,
+  ports: RankPorts | undefined,
   onStep: (rank: EngineRank, r: StepResult) => void,
 ): Promise<EngineRank> {
   const core = new EngineCore(engineCoreOptions(o, sampleIds, i));
@@ -40,9 +44,16 @@ export async function openRank(
     publisher = await KvEventPublisher.bind({
       host: o.host,
       port: ports?.events[i] ?? (o.kvEventsPort > 0 ? o.kvEventsPort + i : 0),
-      replayPort: o.kvEventsReplayPort === undefined ? undefined : ports?.replay[i] ?? (o.kvEventsReplayPort > 0 ? o.kvEventsReplayPort + i : 0),
-      topic: o.kvEventsTopic, rank: i, bufferSteps: o.kvEventsBufferSteps, hwm: o.kvEventsHwm,
-      encoding: { encoding: o.kvEventsEncoding, flavour: o.engine }, faults,
+      replayPort:
+        o.kvEventsReplayPort === undefined
+          ? undefined
+          : (ports?.replay[i] ?? (o.kvEventsReplayPort > 0 ? o.kvEventsReplayPort + i : 0)),
+      topic: o.kvEventsTopic,
+      rank: i,
+      bufferSteps: o.kvEventsBufferSteps,
+      hwm: o.kvEventsHwm,
+      encoding: { encoding: o.kvEventsEncoding, flavour: o.engine },
+      faults,
     });
   }
   // The engine steps only once started, after `rank` is assigned.
@@ -58,12 +69,21 @@ export async function openRank(
  * vLLM's internal DP balancer: the least loaded rank, lowest index on ties.
  * @throws KvgateError KVG_ERR_INVALID_DP_RANK for a rank this worker does not have.
  */
-export function pickRank(ranks: readonly EngineRank[], named: number | undefined, header: string | string[] | undefined, forced: number | undefined): number {
+export function pickRank(
+  ranks: readonly EngineRank[],
+  named: number | undefined,
+  header: string | string[] | undefined,
+  forced: number | undefined,
+): number {
   const fromHeader = typeof header === 'string' && /^\d+$/.test(header) ? Number(header) : undefined;
   const rank = forced ?? named ?? fromHeader;
   if (rank !== undefined) {
     if (rank >= ranks.length) {
-      throw new KvgateError('KVG_ERR_INVALID_DP_RANK', `data-parallel rank ${rank} does not exist (dp_size ${ranks.length})`, { param: 'data_parallel_rank' });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_DP_RANK',
+        `data-parallel rank ${rank} does not exist (dp_size ${ranks.length})`,
+        { param: 'data_parallel_rank' },
+      );
     }
     return rank;
   }

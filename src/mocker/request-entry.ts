@@ -48,10 +48,3 @@ export class RequestEntry {
     this.seqHashes = Array.from(hashes.seq);
   }
 }
-
-/** Blocks a finished `holdBlocksMs` request keeps for a remote decode to pull. */
-export interface HeldBlocks {
-  blocks: Block[];
-  expiresAt: number;
-  numTokens: number;
-}

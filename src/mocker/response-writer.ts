@@ -9,11 +9,23 @@ import type { ServerResponse } from 'node:http';
 import { SSE_DONE, sendJson, sseJsonFrame } from '../common/index.js';
 import { ChoiceOutput } from './choice-output.js';
 import {
-  chatChunk, chatResponse, completionChunk, completionResponse, usage, usageChunk, type GenerateRequest, type ResponseMeta, type Usage,
+  chatChunk,
+  chatResponse,
+  completionChunk,
+  completionResponse,
+  usage,
+  usageChunk,
+  type GenerateRequest,
+  type ResponseMeta,
+  type Usage,
 } from './openai-protocol.js';
 
 /** The mocker's stream headers (vLLM's). */
-const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' };
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+};
 
 export class ResponseWriter {
   readonly #res: ServerResponse;
@@ -30,16 +42,30 @@ export class ResponseWriter {
   readonly #generatedIds: number[] = [];
 
   /** `vocab` and `textOf`: the sampled vocabulary logprob alternatives are drawn from. */
-  constructor(res: ServerResponse, p: GenerateRequest, meta: ResponseMeta, promptTokens: number, maxTokens: number,
-    vocab: readonly number[], textOf: (id: number) => string, stallAfter: number | null = null, promptIds?: readonly number[]) {
+  constructor(
+    res: ServerResponse,
+    p: GenerateRequest,
+    meta: ResponseMeta,
+    promptTokens: number,
+    maxTokens: number,
+    vocab: readonly number[],
+    textOf: (id: number) => string,
+    stallAfter: number | null = null,
+    promptIds?: readonly number[],
+  ) {
     this.#res = res;
-    this.#promptIds = p.returnTokenIds ? promptIds ?? [] : undefined;
+    this.#promptIds = p.returnTokenIds ? (promptIds ?? []) : undefined;
     this.#stallAfter = stallAfter;
     this.#p = p;
     this.#meta = meta;
     this.#promptTokens = promptTokens;
     this.#maxTokens = maxTokens;
-    this.#choice = new ChoiceOutput({ kind: p.kind, logprobs: p.logprobs, toolName: p.toolName }, meta.id, vocab, textOf);
+    this.#choice = new ChoiceOutput(
+      { kind: p.kind, logprobs: p.logprobs, toolName: p.toolName },
+      meta.id,
+      vocab,
+      textOf,
+    );
   }
 
   /** Once the engine took the request: a stream's headers and, for chat, the role chunk. */
@@ -47,7 +73,18 @@ export class ResponseWriter {
     const p = this.#p;
     if (!p.stream) return;
     this.#res.writeHead(200, SSE_HEADERS);
-    if (p.kind === 'chat') this.#write(this.#withIds(chatChunk(this.#meta, { role: 'assistant', content: '' }, null, p.continuousUsage ? usage(this.#promptTokens, 0, 0) : undefined), []));
+    if (p.kind === 'chat')
+      this.#write(
+        this.#withIds(
+          chatChunk(
+            this.#meta,
+            { role: 'assistant', content: '' },
+            null,
+            p.continuousUsage ? usage(this.#promptTokens, 0, 0) : undefined,
+          ),
+          [],
+        ),
+      );
   }
 
   /** vLLM's `return_token_ids` fields on one chunk (or the whole answer): `ids` on the choice, the prompt's ids the first time. */
@@ -73,7 +110,14 @@ export class ResponseWriter {
     if (!p.stream) return;
     const finish = last ? this.#choice.finishReason : null;
     const u = p.continuousUsage ? usage(this.#promptTokens, index + 1, cached) : undefined;
-    this.#write(this.#withIds(p.kind === 'chat' ? chatChunk(this.#meta, out.delta, finish, u, out.logprobs) : completionChunk(this.#meta, out.text, finish, u, out.logprobs), [tokenId]));
+    this.#write(
+      this.#withIds(
+        p.kind === 'chat'
+          ? chatChunk(this.#meta, out.delta, finish, u, out.logprobs)
+          : completionChunk(this.#meta, out.text, finish, u, out.logprobs),
+        [tokenId],
+      ),
+    );
   }
 
   /** The end: a stream's usage chunk and `[DONE]`, or the whole JSON body with its `kv_transfer_params`. */
@@ -89,7 +133,14 @@ export class ResponseWriter {
     }
     const ktp = kvTransferParams();
     const whole = { ...this.#choice.whole(), finishReason: this.#choice.finishReason };
-    sendJson(res, 200, this.#withIds(p.kind === 'chat' ? chatResponse(this.#meta, whole, u, ktp) : completionResponse(this.#meta, whole, u, ktp), this.#generatedIds));
+    sendJson(
+      res,
+      200,
+      this.#withIds(
+        p.kind === 'chat' ? chatResponse(this.#meta, whole, u, ktp) : completionResponse(this.#meta, whole, u, ktp),
+        this.#generatedIds,
+      ),
+    );
   }
 
   #write(obj: unknown): void {

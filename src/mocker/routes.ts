@@ -16,7 +16,17 @@ import type { MockerHandle } from './handle.js';
 import { KV_PULL_PATH } from './pd-vllm.js';
 
 /** Paths that exist (a wrong method on them is a 405, not a 404). */
-const KNOWN_PATHS = ['/health', '/v1/models', '/metrics', '/v1/completions', '/v1/chat/completions', '/tokenize', '/detokenize', '/reset_prefix_cache', KV_PULL_PATH];
+const KNOWN_PATHS = [
+  '/health',
+  '/v1/models',
+  '/metrics',
+  '/v1/completions',
+  '/v1/chat/completions',
+  '/tokenize',
+  '/detokenize',
+  '/reset_prefix_cache',
+  KV_PULL_PATH,
+];
 
 export interface RoutesOptions {
   readonly worker: MockerHandle;
@@ -35,7 +45,12 @@ export interface RoutesOptions {
 function sendEngineError(res: ServerResponse, err: unknown): void {
   if (err instanceof KvgateError) return sendError(res, err);
   sendJson(res, 500, {
-    error: { message: `internal error: ${err instanceof Error ? err.message : String(err)}`, type: 'server_error', param: null, code: 'internal_error' },
+    error: {
+      message: `internal error: ${err instanceof Error ? err.message : String(err)}`,
+      type: 'server_error',
+      param: null,
+      code: 'internal_error',
+    },
   });
 }
 
@@ -50,7 +65,8 @@ export async function serveRequest(d: RoutesOptions, req: IncomingMessage, res: 
     const traceparent = req.headers.traceparent;
     if (typeof traceparent === 'string' && path.endsWith('completions')) d.noteTraceparent(traceparent);
     if (await serveEngine(d, `${method} ${path}`, req, res)) return;
-    if (KNOWN_PATHS.includes(path)) throw new KvgateError('KVG_ERR_METHOD_NOT_ALLOWED', `${method} is not allowed on ${path}`, {});
+    if (KNOWN_PATHS.includes(path))
+      throw new KvgateError('KVG_ERR_METHOD_NOT_ALLOWED', `${method} is not allowed on ${path}`, {});
     throw new KvgateError('KVG_ERR_NOT_FOUND', `no route ${method} ${path}`, {});
   } catch (err) {
     if (!res.headersSent) sendEngineError(res, err);
@@ -59,7 +75,12 @@ export async function serveRequest(d: RoutesOptions, req: IncomingMessage, res: 
 }
 
 /** The engine's own routes; false when `route` is none of them. */
-async function serveEngine(d: RoutesOptions, route: string, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+async function serveEngine(
+  d: RoutesOptions,
+  route: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<boolean> {
   switch (route) {
     case 'GET /health':
       res.writeHead(200, { 'content-length': '0' });
@@ -108,7 +129,14 @@ function models(w: MockerHandle): Record<string, unknown> {
   const o = w.options;
   const created = Math.floor(Date.now() / 1000);
   const entry = (id: string, parent: string | null): Record<string, unknown> => ({
-    id, object: 'model', created, owned_by: o.engine, root: parent ?? id, parent, max_model_len: o.maxModelLen, permission: [],
+    id,
+    object: 'model',
+    created,
+    owned_by: o.engine,
+    root: parent ?? id,
+    parent,
+    max_model_len: o.maxModelLen,
+    permission: [],
   });
   return { object: 'list', data: [entry(o.model, null), ...o.loraNames.map((n) => entry(n, o.model))] };
 }
@@ -117,10 +145,22 @@ function models(w: MockerHandle): Record<string, unknown> {
 function serverInfo(w: MockerHandle): Record<string, unknown> {
   const o = w.options;
   return {
-    model_path: o.model, served_model_name: o.model, page_size: o.blockSize, dp_size: o.dpSize, disaggregation_mode: o.mode === 'aggregated' ? 'null' : o.mode,
+    model_path: o.model,
+    served_model_name: o.model,
+    page_size: o.blockSize,
+    dp_size: o.dpSize,
+    disaggregation_mode: o.mode === 'aggregated' ? 'null' : o.mode,
     disaggregation_bootstrap_port: w.bootstrapPort ?? null,
     kv_events: o.kvEvents
-      ? { publisher: 'zmq', endpoint_host: w.host, port_base: w.kvEventsPorts[0] ?? null, ports: w.kvEventsPorts, topic: o.kvEventsTopic, block_size: o.blockSize, dp_size: o.dpSize }
+      ? {
+          publisher: 'zmq',
+          endpoint_host: w.host,
+          port_base: w.kvEventsPorts[0] ?? null,
+          ports: w.kvEventsPorts,
+          topic: o.kvEventsTopic,
+          block_size: o.blockSize,
+          dp_size: o.dpSize,
+        }
       : null,
   };
 }

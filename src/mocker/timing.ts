@@ -144,15 +144,22 @@ class MeasuredSurface {
         const points = Object.entries(row).map(([x, y]) => [Number(x), y] as [number, number]);
         for (const [x, y] of points) {
           if (!Number.isFinite(x) || x < 0 || typeof y !== 'number' || !(y > 0)) {
-            throw new KvgateError('KVG_ERR_INVALID_CONFIG', `perf profile: ${what}[${k}] has an invalid point (${x}, ${String(y)})`, { what });
+            throw new KvgateError(
+              'KVG_ERR_INVALID_CONFIG',
+              `perf profile: ${what}[${k}] has an invalid point (${x}, ${String(y)})`,
+              { what },
+            );
           }
         }
-        if (points.length === 0) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `perf profile: ${what}[${k}] is empty`, { what });
+        if (points.length === 0)
+          throw new KvgateError('KVG_ERR_INVALID_CONFIG', `perf profile: ${what}[${k}] is empty`, { what });
         return { key: Number(k), curve: new MeasuredCurve(points) };
       })
       .sort((a, b) => a.key - b.key);
     if (this.#rows.length === 0 || this.#rows.some((r) => !Number.isFinite(r.key) || r.key < 0)) {
-      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `perf profile: ${what} must map numeric keys to measured rows`, { what });
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `perf profile: ${what} must map numeric keys to measured rows`, {
+        what,
+      });
     }
   }
 
@@ -215,8 +222,15 @@ export class ProfileTimingModel implements TimingModel {
 
   /** @throws KvgateError KVG_ERR_INVALID_CONFIG for a malformed profile. */
   constructor(profile: PerfProfileJson, name: string) {
-    if (typeof profile !== 'object' || profile === null || typeof profile.prefill_ms !== 'object' || typeof profile.decode_ms !== 'object') {
-      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `perf profile ${name}: needs prefill_ms and decode_ms tables`, { name });
+    if (
+      typeof profile !== 'object' ||
+      profile === null ||
+      typeof profile.prefill_ms !== 'object' ||
+      typeof profile.decode_ms !== 'object'
+    ) {
+      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `perf profile ${name}: needs prefill_ms and decode_ms tables`, {
+        name,
+      });
     }
     this.#prefill = new MeasuredSurface(profile.prefill_ms, 'prefill_ms');
     this.#decode = new MeasuredSurface(profile.decode_ms, 'decode_ms');
@@ -224,7 +238,10 @@ export class ProfileTimingModel implements TimingModel {
     this.#decodeFloor = this.#decode.floor();
     this.label = `profile:${name}`;
     this.info = { model: 'profile', profile: name, gpu: profile.gpu ?? 'unknown', shape: profile.model ?? 'unknown' };
-    this.kvBytesPerToken = typeof profile.kv_bytes_per_token === 'number' && profile.kv_bytes_per_token > 0 ? profile.kv_bytes_per_token : undefined;
+    this.kvBytesPerToken =
+      typeof profile.kv_bytes_per_token === 'number' && profile.kv_bytes_per_token > 0
+        ? profile.kv_bytes_per_token
+        : undefined;
   }
 
   /** One sequence prefilling `newTokens` over `cachedTokens` of context. */
@@ -289,7 +306,12 @@ export function loadPerfProfile(fileOrName: string): ProfileTimingModel {
   try {
     json = JSON.parse(readFileSync(path, 'utf8')) as PerfProfileJson;
   } catch (err) {
-    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `perf profile ${path}: ${(err as Error).message}`, { path }, { cause: err });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_CONFIG',
+      `perf profile ${path}: ${(err as Error).message}`,
+      { path },
+      { cause: err },
+    );
   }
   return new ProfileTimingModel(json, basename(path).replace(/\.json$/, ''));
 }

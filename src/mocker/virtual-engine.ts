@@ -165,8 +165,15 @@ export class VirtualEngine {
 
   #admit(a: Arrival): void {
     const rec: VirtualRequestRecord = {
-      id: a.req.id, arrivalMs: a.at, admittedMs: undefined, firstTokenMs: undefined, finishedMs: undefined,
-      promptTokens: a.req.promptTokens.length, outputTokens: 0, cachedTokens: 0, error: undefined,
+      id: a.req.id,
+      arrivalMs: a.at,
+      admittedMs: undefined,
+      firstTokenMs: undefined,
+      finishedMs: undefined,
+      promptTokens: a.req.promptTokens.length,
+      outputTokens: 0,
+      cachedTokens: 0,
+      error: undefined,
     };
     if (this.#keepRecords) this.#records.set(a.req.id, rec);
     try {

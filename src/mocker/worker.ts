@@ -79,12 +79,23 @@ class MockerWorker implements MockerHandle {
       if (garbage > 0) for (const r of this.#ranks) void r.publisher?.sendGarbage(garbage);
     });
     const generation = new Generation({
-      options, tokenizer, faults: this.#faults, metrics: this.#metrics, handoff: this.#handoff(), tokenText,
-      ranks: () => this.#ranks, lifetime: () => this.#lifetime.signal,
+      options,
+      tokenizer,
+      faults: this.#faults,
+      metrics: this.#metrics,
+      handoff: this.#handoff(),
+      tokenText,
+      ranks: () => this.#ranks,
+      lifetime: () => this.#lifetime.signal,
     });
-    const pullTargets = (): { core: EngineRank['core']; wake(): void }[] => this.#ranks.map((r) => ({ core: r.core, wake: () => r.engine.wake() }));
+    const pullTargets = (): { core: EngineRank['core']; wake(): void }[] =>
+      this.#ranks.map((r) => ({ core: r.core, wake: () => r.engine.wake() }));
     this.#routes = {
-      worker: this, faults: this.#faults, metrics: this.#metrics, generation, isUp: () => !this.#crashed,
+      worker: this,
+      faults: this.#faults,
+      metrics: this.#metrics,
+      generation,
+      isUp: () => !this.#crashed,
       noteTraceparent: (tp) => {
         if (this.#traceparents.push(tp) > TRACEPARENTS_KEPT) this.#traceparents.shift();
       },
@@ -103,7 +114,8 @@ class MockerWorker implements MockerHandle {
   /** vLLM speaks kv_transfer_params in every mode; SGLang's bootstrap applies to prefill and decode engines. */
   #handoff(): HandoffProtocol {
     const o = this.options;
-    if (o.engine === 'vllm') return new VllmHandoff(o, () => ({ engineId: this.#engineId, host: this.host, port: this.port }));
+    if (o.engine === 'vllm')
+      return new VllmHandoff(o, () => ({ engineId: this.#engineId, host: this.host, port: this.port }));
     if (o.mode !== 'aggregated') return new SglangHandoff(o, () => this.#bootstrap?.registry);
     return noHandoff;
   }
@@ -176,10 +188,22 @@ class MockerWorker implements MockerHandle {
   describe(): MockerEndpointInfo {
     const o = this.options;
     return {
-      url: this.url, host: this.host, port: this.port, model: o.model, engine: o.engine, mode: o.mode, dp_size: o.dpSize,
-      engine_id: this.#engineId, kv_events: [...this.kvEventsEndpoints], kv_events_ports: [...this.kvEventsPorts],
-      kv_events_replay: [...this.replayEndpoints], kv_events_replay_ports: [...this.replayPorts], kv_events_encoding: o.kvEventsEncoding,
-      block_size: o.blockSize, bootstrap_port: this.bootstrapPort ?? null, timing_model: o.timing.label,
+      url: this.url,
+      host: this.host,
+      port: this.port,
+      model: o.model,
+      engine: o.engine,
+      mode: o.mode,
+      dp_size: o.dpSize,
+      engine_id: this.#engineId,
+      kv_events: [...this.kvEventsEndpoints],
+      kv_events_ports: [...this.kvEventsPorts],
+      kv_events_replay: [...this.replayEndpoints],
+      kv_events_replay_ports: [...this.replayPorts],
+      kv_events_encoding: o.kvEventsEncoding,
+      block_size: o.blockSize,
+      bootstrap_port: this.bootstrapPort ?? null,
+      timing_model: o.timing.label,
     };
   }
 
@@ -227,14 +251,18 @@ class MockerWorker implements MockerHandle {
     this.#lifetime = new AbortController();
     const ranks: EngineRank[] = [];
     try {
-      for (let i = 0; i < o.dpSize; i++) ranks.push(await openRank(o, i, this.#sampleIds, this.#faults, ports, (rank, r) => this.#onStep(rank, r)));
+      for (let i = 0; i < o.dpSize; i++)
+        ranks.push(await openRank(o, i, this.#sampleIds, this.#faults, ports, (rank, r) => this.#onStep(rank, r)));
       const server = createServer({ keepAlive: true });
       server.on('request', (req, res) => void serveRequest(this.#routes, req, res));
       await listen(server, ports?.http ?? o.port, o.host);
       this.#server = server;
       if (o.engine === 'sglang' && o.mode === 'prefill') {
         const registry = new BootstrapRegistry(o.bootstrapTimeoutMs);
-        const bs = await BootstrapServer.listen(o.host, ports?.bootstrap ?? o.bootstrapPort, registry, () => ({ dp_size: o.dpSize, engine_id: this.#engineId }));
+        const bs = await BootstrapServer.listen(o.host, ports?.bootstrap ?? o.bootstrapPort, registry, () => ({
+          dp_size: o.dpSize,
+          engine_id: this.#engineId,
+        }));
         this.#bootstrap = { registry, server: bs };
       }
     } catch (err) {

@@ -12,9 +12,18 @@ export function toCacheEvent(ev: KvEvent): KvCacheEvent {
   switch (ev.type) {
     case 'stored':
       return {
-        type: 'stored', tier: 'device', parentHash: ev.parentBlockHash, blockHashes: BigUint64Array.from(ev.blockHashes),
-        tokenIds: new Uint32Array(ev.tokenIds), blockSize: ev.blockSize, droppedBlocks: 0, loraName: ev.loraName ?? undefined,
-        loraId: undefined, cacheSalt: ev.cacheSalt ?? undefined, mmHashes: undefined, groupIdx: 0,
+        type: 'stored',
+        tier: 'device',
+        parentHash: ev.parentBlockHash,
+        blockHashes: BigUint64Array.from(ev.blockHashes),
+        tokenIds: new Uint32Array(ev.tokenIds),
+        blockSize: ev.blockSize,
+        droppedBlocks: 0,
+        loraName: ev.loraName ?? undefined,
+        loraId: undefined,
+        cacheSalt: ev.cacheSalt ?? undefined,
+        mmHashes: undefined,
+        groupIdx: 0,
       };
     case 'removed':
       return { type: 'removed', tier: 'device', blockHashes: new BigUint64Array(ev.blockHashes), groupIdx: 0 };

@@ -53,7 +53,11 @@ export function takeSseData(state: SseState, chunk: string): string[] {
     if (idx < 0) break;
     const event = state.buffer.slice(0, idx);
     state.buffer = state.buffer.slice(state.buffer.slice(idx).startsWith('\r\n\r\n') ? idx + 4 : idx + 2);
-    const data = event.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
+    const data = event
+      .split(/\r?\n/)
+      .filter((l) => l.startsWith('data:'))
+      .map((l) => l.slice(5).replace(/^ /, ''))
+      .join('\n');
     if (data !== '') out.push(data);
   }
   return out;
@@ -72,8 +76,12 @@ interface StreamMessage {
  * @throws Error for an error event in the stream
  */
 async function readStream(
-  body: AsyncIterable<string> & { setEncoding(e: string): unknown }, o: RequestOutcome, r: ReplayRequest, sentAt: number,
-  elapsed: () => number, hits: HitTimeline,
+  body: AsyncIterable<string> & { setEncoding(e: string): unknown },
+  o: RequestOutcome,
+  r: ReplayRequest,
+  sentAt: number,
+  elapsed: () => number,
+  hits: HitTimeline,
 ): Promise<{ tokens: number; completionTokens: number | null }> {
   const state: SseState = { buffer: '' };
   let tokens = 0;
@@ -104,12 +112,35 @@ async function readStream(
 }
 
 /**
+ * The body of one request's `POST /v1/completions`: its synthesised prompt as
+ * token ids, exactly its recorded output length (`ignore_eos`), streamed, with
+ * the usage chunk (which carries the cached tokens) asked for.
+ */
+function completionBody(r: ReplayRequest, opts: LoadGeneratorOptions): string {
+  return JSON.stringify({
+    model: opts.model,
+    prompt: opts.synth.tokens(r.hashIds, r.inputLength),
+    max_tokens: r.outputLength,
+    ignore_eos: true,
+    stream: true,
+    stream_options: { include_usage: true },
+    seed: opts.requestSeed(r.index),
+  });
+}
+
+/**
  * Replays the workload against `url` in real time. Resolves when every
  * request has ended (completed or failed).
  */
 export async function generateLoad(workload: Workload, opts: LoadGeneratorOptions): Promise<LoadRun> {
   const now = opts.now ?? (() => performance.now());
-  const agent = new Agent({ connections: null, pipelining: 1, keepAliveTimeout: 30_000, headersTimeout: 0, bodyTimeout: 0 });
+  const agent = new Agent({
+    connections: null,
+    pipelining: 1,
+    keepAliveTimeout: 30_000,
+    headersTimeout: 0,
+    bodyTimeout: 0,
+  });
   const endpoint = new URL('/v1/completions', opts.url).toString();
   const outcomes = workload.requests.map((r) => newOutcome(r.index, r.arrivalMs, r.inputLength, r.outputLength));
   const hits = new HitTimeline(opts.bucketMs);
@@ -120,24 +151,35 @@ export async function generateLoad(workload: Workload, opts: LoadGeneratorOption
 
   const send = async (r: ReplayRequest): Promise<void> => {
     const o = outcomes[r.index]!;
-    const body = JSON.stringify({
-      model: opts.model, prompt: opts.synth.tokens(r.hashIds, r.inputLength), max_tokens: r.outputLength,
-      ignore_eos: true, stream: true, stream_options: { include_usage: true }, seed: opts.requestSeed(r.index),
-    });
+    const body = completionBody(r, opts);
     // Latencies are measured from the actual send (timer lag is not the server's).
     const sentAt = elapsed();
     o.arrivalMs = sentAt;
     try {
       const res = await request(endpoint, {
-        method: 'POST', body, dispatcher: agent,
-        headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'x-request-id': `replay-${r.index}`, ...opts.headers },
+        method: 'POST',
+        body,
+        dispatcher: agent,
+        headers: {
+          'content-type': 'application/json',
+          accept: 'text/event-stream',
+          'x-request-id': `replay-${r.index}`,
+          ...opts.headers,
+        },
       });
       if (res.statusCode !== 200) {
         const text = await res.body.text();
         o.error = `HTTP ${res.statusCode}: ${text.slice(0, 300)}`;
         return;
       }
-      const { tokens, completionTokens } = await readStream(res.body as AsyncIterable<string> & { setEncoding(e: string): unknown }, o, r, sentAt, elapsed, hits);
+      const { tokens, completionTokens } = await readStream(
+        res.body as AsyncIterable<string> & { setEncoding(e: string): unknown },
+        o,
+        r,
+        sentAt,
+        elapsed,
+        hits,
+      );
       o.outputTokens = completionTokens ?? tokens;
       if (tokens === 0) o.error = 'the stream ended without a token';
     } catch (err) {

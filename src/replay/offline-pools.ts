@@ -4,7 +4,13 @@
  * events feed its pool's router when the step that produced them completes.
  */
 import { seededRng, type Clock, type Rng, type WorkerRole } from '../common/index.js';
-import { EngineCore, engineCoreOptions, VirtualEngine, type FilledMockerOptions, type StepResult } from '../mocker/index.js';
+import {
+  EngineCore,
+  engineCoreOptions,
+  VirtualEngine,
+  type FilledMockerOptions,
+  type StepResult,
+} from '../mocker/index.js';
 import type { OfflineReplayOptions } from './offline.js';
 import { policySeed, type ReplayRouter } from './policy.js';
 import type { PoolRun } from './results.js';
@@ -38,17 +44,32 @@ export function generationSeed(seed: number, index: number): number {
 }
 
 /** The pools of a topology (aggregated: `engines`; P/D: `prefill` then `decode`), each with its router, and one engine per worker. */
-export function buildPools(opts: OfflineReplayOptions, clock: Clock, bucketMs: number): { pools: PoolState[]; engines: Engine[] } {
+export function buildPools(
+  opts: OfflineReplayOptions,
+  clock: Clock,
+  bucketMs: number,
+): { pools: PoolState[]; engines: Engine[] } {
   const { policy, engine: eng, seed, topology } = opts;
   const pools: PoolState[] = [];
   let nextWorkerId = 0;
   const addPool = (name: PoolRun['name'], size: number, role: WorkerRole): void => {
     const workerIds = Array.from({ length: size }, () => nextWorkerId++);
     // Replica 0 draws what a single router draws, so one replica reproduces a run without replicas.
-    const rngOf = (i: number): Rng => seededRng(policySeed(seed, i === 0 ? policy.name : `${policy.name}#replica${i}`) + pools.length);
-    const router = createPoolRouter(policy, {
-      role, workerIds, blockSize: eng.blockSize, clock, maxNumBatchedTokens: eng.maxNumBatchedTokens, totalKvBlocks: eng.numGpuBlocks,
-    }, opts.replicas ?? SINGLE_ROUTER, rngOf);
+    const rngOf = (i: number): Rng =>
+      seededRng(policySeed(seed, i === 0 ? policy.name : `${policy.name}#replica${i}`) + pools.length);
+    const router = createPoolRouter(
+      policy,
+      {
+        role,
+        workerIds,
+        blockSize: eng.blockSize,
+        clock,
+        maxNumBatchedTokens: eng.maxNumBatchedTokens,
+        totalKvBlocks: eng.numGpuBlocks,
+      },
+      opts.replicas ?? SINGLE_ROUTER,
+      rngOf,
+    );
     pools.push({ name, workerIds, timeline: new LoadTimeline(size, bucketMs), router });
   };
   if (topology.kind === 'aggregated') addPool('engines', topology.workers, 'aggregated');
@@ -66,7 +87,10 @@ function buildEngines(eng: FilledMockerOptions, pools: readonly PoolState[]): En
   for (const pool of pools) {
     pool.workerIds.forEach((workerId, row) => {
       const base = engineCoreOptions(eng, sampleTokenIds);
-      const core = new EngineCore({ ...base, engineHashSeed: BigInt.asUintN(64, eng.engineHashSeed + BigInt(workerId)) });
+      const core = new EngineCore({
+        ...base,
+        engineHashSeed: BigInt.asUintN(64, eng.engineHashSeed + BigInt(workerId)),
+      });
       const ve = new VirtualEngine(core, {
         keepRecords: false,
         onStep: (r: StepResult) => {

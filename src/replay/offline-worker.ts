@@ -16,7 +16,11 @@ async function main(): Promise<void> {
     });
     post({ type: 'done', run });
   } catch (err) {
-    post({ type: 'error', message: err instanceof Error ? err.message : String(err), code: (err as { code?: string }).code });
+    post({
+      type: 'error',
+      message: err instanceof Error ? err.message : String(err),
+      code: (err as { code?: string }).code,
+    });
   }
 }
 

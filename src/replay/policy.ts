@@ -23,7 +23,12 @@ import { createSimpleRouter, type SimpleRouter } from '../routing/index.js';
 const SIMPLE_POLICIES: readonly SimpleRouterMode[] = ['round-robin', 'random', 'power-of-two', 'least-loaded'];
 
 export type PolicySpec =
-  | { readonly kind: 'kv'; readonly name: string; readonly options: KvRouterOptions; /** As given (Dynamo snake_case). */ readonly dynamo: Readonly<Record<string, unknown>> }
+  | {
+      readonly kind: 'kv';
+      readonly name: string;
+      readonly options: KvRouterOptions;
+      /** As given (Dynamo snake_case). */ readonly dynamo: Readonly<Record<string, unknown>>;
+    }
   | { readonly kind: 'simple'; readonly name: SimpleRouterMode; readonly mode: SimpleRouterMode };
 
 /** `kv[field=value,...]` from Dynamo-named fields, in the order given. */
@@ -41,17 +46,21 @@ function kvVariantName(dynamo: Readonly<Record<string, unknown>>): string {
 export function parsePolicies(compare: readonly string[], routerConfigs: readonly string[] = []): PolicySpec[] {
   const out: PolicySpec[] = [];
   const add = (p: PolicySpec): void => {
-    if (out.some((q) => q.name === p.name)) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `policy ${p.name} is listed twice`);
+    if (out.some((q) => q.name === p.name))
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `policy ${p.name} is listed twice`);
     out.push(p);
   };
   for (const raw of compare) {
     const name = raw.trim();
     if (name === '') continue;
     if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
-    else if ((SIMPLE_POLICIES as readonly string[]).includes(name)) add({ kind: 'simple', name: name as SimpleRouterMode, mode: name as SimpleRouterMode });
+    else if ((SIMPLE_POLICIES as readonly string[]).includes(name))
+      add({ kind: 'simple', name: name as SimpleRouterMode, mode: name as SimpleRouterMode });
     else {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT',
-        `unknown policy '${name}': expected kv, ${SIMPLE_POLICIES.join(', ')} (KV variants come from --router-config)`);
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `unknown policy '${name}': expected kv, ${SIMPLE_POLICIES.join(', ')} (KV variants come from --router-config)`,
+      );
     }
   }
   for (const json of routerConfigs) {
@@ -59,10 +68,16 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
     try {
       parsed = JSON.parse(json);
     } catch (err) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `--router-config is not valid JSON: ${err instanceof Error ? err.message : String(err)}`);
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `--router-config is not valid JSON: ${err instanceof Error ? err.message : String(err)}`,
+      );
     }
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', '--router-config must be a JSON object such as {"router_temperature": 0.5}');
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        '--router-config must be a JSON object such as {"router_temperature": 0.5}',
+      );
     }
     const record = parsed as Record<string, unknown>;
     // Accept both spellings: Dynamo's snake_case and kvgate's camelCase.
@@ -130,7 +145,10 @@ export class SimpleReplayRouter implements ReplayRouter {
 
   constructor(mode: SimpleRouterMode, rng: Rng) {
     this.policy = mode;
-    this.#router = createSimpleRouter(mode, { rng, load: { activeRequests: (slot) => this.#active.get(slot.workerId) ?? 0 } });
+    this.#router = createSimpleRouter(mode, {
+      rng,
+      load: { activeRequests: (slot) => this.#active.get(slot.workerId) ?? 0 },
+    });
   }
 
   route(req: RouteRequest, candidates: readonly number[]): RouteChoice {

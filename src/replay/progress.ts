@@ -71,12 +71,19 @@ export class ProgressBar {
     const frac = this.#total > 0 ? Math.min(1, done / this.#total) : 1;
     const elapsedMs = now - this.#startedAt;
     if (!this.inPlace) {
-      const left = done > 0 && done < this.#total ? `, about ${((elapsedMs * (this.#total - done)) / done / 1000).toFixed(0)} s left` : '';
-      this.#sink.write(`${this.#label}: ${done}/${this.#total} requests (${Math.floor(frac * 100)}%) after ${(elapsedMs / 1000).toFixed(1)} s${left}\n`);
+      const left =
+        done > 0 && done < this.#total
+          ? `, about ${((elapsedMs * (this.#total - done)) / done / 1000).toFixed(0)} s left`
+          : '';
+      this.#sink.write(
+        `${this.#label}: ${done}/${this.#total} requests (${Math.floor(frac * 100)}%) after ${(elapsedMs / 1000).toFixed(1)} s${left}\n`,
+      );
       return;
     }
     const filled = Math.round(frac * BAR_WIDTH);
-    let line = `${this.#label} [${'#'.repeat(filled)}${'-'.repeat(BAR_WIDTH - filled)}] ${Math.floor(frac * 100)}% ${done}/${this.#total} ${(elapsedMs / 1000).toFixed(1)}s`;
+    let line =
+      `${this.#label} [${'#'.repeat(filled)}${'-'.repeat(BAR_WIDTH - filled)}] ` +
+      `${Math.floor(frac * 100)}% ${done}/${this.#total} ${(elapsedMs / 1000).toFixed(1)}s`;
     const cols = this.#sink.columns;
     if (cols !== undefined && cols > 10 && line.length >= cols) line = line.slice(0, cols - 1);
     // Pad over the previous line's leftovers.

@@ -103,53 +103,130 @@ function p(x: Percentiles, k: keyof Percentiles): string {
 
 /** The Markdown report: a header of what ran, then one row per policy (and per-leg rows for P/D). */
 export function renderMarkdown(report: ReplayReport): string {
+  const lines: string[] = [
+    ...headerLines(report),
+    '',
+    ...policyTable(report),
+    ...legsTable(report),
+    ...replicaTable(report),
+  ];
+  const failures = Object.entries(report.policies).filter(([, s]) => s.errors !== undefined);
+  for (const [name, s] of failures)
+    lines.push('', `${name}: ${s.requests.failed} failed request(s), e.g. ${s.errors![0]}`);
+  lines.push(
+    '',
+    '<details><summary>configuration</summary>',
+    '',
+    '```json',
+    JSON.stringify(report.meta.config, null, 2),
+    '```',
+    '',
+    '</details>',
+  );
+  return `${lines.join('\n')}\n`;
+}
+
+/** The title and the bullet list of what ran: command, machine, mode, workload, caps, skipped lines, prefix reuse. */
+function headerLines(report: ReplayReport): string[] {
   const w = report.workload;
   const m = report.meta;
   const lines: string[] = [];
   lines.push(`## kvgate replay: ${w.trace}`);
   lines.push('');
   lines.push(`- command: \`${m.command}\``);
-  lines.push(`- kvgate ${m.kvgate_version}, seed ${m.seed}, ${m.machine.cpus}, ${(m.machine.memory_bytes / 2 ** 30).toFixed(0)} GiB, Node ${m.machine.node}`);
+  lines.push(
+    `- kvgate ${m.kvgate_version}, seed ${m.seed}, ${m.machine.cpus}, ` +
+      `${(m.machine.memory_bytes / 2 ** 30).toFixed(0)} GiB, Node ${m.machine.node}`,
+  );
   const cfg = m.config as { mode?: string; topology?: string; engine?: Record<string, unknown> };
   if (cfg.mode !== undefined) lines.push(`- mode ${cfg.mode}, ${cfg.topology ?? ''}`);
-  lines.push(`- workload: ${w.requests} requests over ${w.span_s.toFixed(1)} s (${w.request_rate_per_s.toFixed(2)} req/s; arrival ${w.arrival}, speedup ${w.speedup})` +
-    (w.dropped_by_max_requests > 0 ? `, ${w.dropped_by_max_requests} left out by --skip-requests / --max-requests` : ''));
-  if (w.max_isl !== null) lines.push(`- --max-isl ${w.max_isl}: ${w.requests_capped} prompts capped, ${w.tokens_removed_by_cap} tokens removed`);
-  if (w.invalid_lines > 0) lines.push(`- ${w.invalid_lines} invalid trace line(s) skipped: ${w.invalid_line_messages.slice(0, 3).join('; ')}${w.invalid_lines > 3 ? '; ...' : ''}`);
-  lines.push(`- prefix reuse: infinite-cache bound ${pct(w.hit_rate_bound)} of prompt tokens at block size ${w.engine_block_size} (${pct(w.hit_rate_bound_trace_blocks)} of trace blocks); one pooled LRU cache of all engines' capacity would reach ${pct(w.pooled_lru_hit_rate)}`);
-  lines.push('');
-  lines.push('| policy | TTFT mean | p50 | p90 | p99 | ITL mean | p99 | E2E mean | p99 | out tok/s | req/s | hit rate | of bound | load max/mean | engines busy | pred. error (tok) | failed |');
-  lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+  lines.push(
+    `- workload: ${w.requests} requests over ${w.span_s.toFixed(1)} s ` +
+      `(${w.request_rate_per_s.toFixed(2)} req/s; arrival ${w.arrival}, speedup ${w.speedup})` +
+      (w.dropped_by_max_requests > 0
+        ? `, ${w.dropped_by_max_requests} left out by --skip-requests / --max-requests`
+        : ''),
+  );
+  if (w.max_isl !== null)
+    lines.push(
+      `- --max-isl ${w.max_isl}: ${w.requests_capped} prompts capped, ${w.tokens_removed_by_cap} tokens removed`,
+    );
+  if (w.invalid_lines > 0)
+    lines.push(
+      `- ${w.invalid_lines} invalid trace line(s) skipped: ` +
+        `${w.invalid_line_messages.slice(0, 3).join('; ')}${w.invalid_lines > 3 ? '; ...' : ''}`,
+    );
+  lines.push(
+    `- prefix reuse: infinite-cache bound ${pct(w.hit_rate_bound)} of prompt tokens at block size ${w.engine_block_size} ` +
+      `(${pct(w.hit_rate_bound_trace_blocks)} of trace blocks); ` +
+      `one pooled LRU cache of all engines' capacity would reach ${pct(w.pooled_lru_hit_rate)}`,
+  );
+  return lines;
+}
+
+/** The prediction-error cell: mean absolute error in tokens and the exact share, or n/a for a policy without predictions. */
+function predictionError(s: PolicySummary): string {
+  const e = s.prediction_error;
+  return e === null
+    ? 'n/a'
+    : e.mean_abs_tokens === null
+      ? `${pct(e.exact_fraction)} exact`
+      : `${e.mean_abs_tokens.toFixed(1)} (${pct(e.exact_fraction)} exact)`;
+}
+
+/** One row per policy (latencies, throughput, hits, balance, prediction error, failures), then the table's legend. */
+function policyTable(report: ReplayReport): string[] {
+  const lines: string[] = [];
+  lines.push(
+    '| policy | TTFT mean | p50 | p90 | p99 | ITL mean | p99 | E2E mean | p99 | out tok/s | req/s | hit rate | of bound | ' +
+      'load max/mean | engines busy | pred. error (tok) | failed |',
+  );
+  lines.push(
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  );
   for (const [name, s] of Object.entries(report.policies)) {
-    const e = s.prediction_error;
-    const pe = e === null ? 'n/a' : e.mean_abs_tokens === null ? `${pct(e.exact_fraction)} exact` : `${e.mean_abs_tokens.toFixed(1)} (${pct(e.exact_fraction)} exact)`;
-    lines.push(`| ${name} | ${p(s.ttft_ms, 'mean')} | ${p(s.ttft_ms, 'p50')} | ${p(s.ttft_ms, 'p90')} | ${p(s.ttft_ms, 'p99')} | ` +
-      `${p(s.itl_ms, 'mean')} | ${p(s.itl_ms, 'p99')} | ${p(s.e2e_ms, 'mean')} | ${p(s.e2e_ms, 'p99')} | ` +
-      `${s.throughput_tok_s.toFixed(0)} | ${s.requests_per_s.toFixed(2)} | ${pct(s.hit_rate)} | ${pct(s.hit_rate_vs_bound)} | ` +
-      `${s.load_imbalance.toFixed(2)} | ${s.engine_busy_fraction === null ? 'n/a' : pct(s.engine_busy_fraction)} | ${pe} | ${s.requests.failed} |`);
+    const busy = s.engine_busy_fraction === null ? 'n/a' : pct(s.engine_busy_fraction);
+    lines.push(
+      `| ${name} | ${p(s.ttft_ms, 'mean')} | ${p(s.ttft_ms, 'p50')} | ${p(s.ttft_ms, 'p90')} | ${p(s.ttft_ms, 'p99')} | ` +
+        `${p(s.itl_ms, 'mean')} | ${p(s.itl_ms, 'p99')} | ${p(s.e2e_ms, 'mean')} | ${p(s.e2e_ms, 'p99')} | ` +
+        `${s.throughput_tok_s.toFixed(0)} | ${s.requests_per_s.toFixed(2)} | ` +
+        `${pct(s.hit_rate)} | ${pct(s.hit_rate_vs_bound)} | ` +
+        `${s.load_imbalance.toFixed(2)} | ${busy} | ${predictionError(s)} | ${s.requests.failed} |`,
+    );
   }
   lines.push('');
-  lines.push('Times in ms unless marked. TTFT, ITL and E2E are per-request distributions; "of bound" = hit rate / infinite-cache bound; ' +
-    'load max/mean = busiest engine\'s time-averaged in-flight requests over the mean; engines busy = share of the run the engines spent computing steps.');
+  lines.push(
+    'Times in ms unless marked. TTFT, ITL and E2E are per-request distributions; "of bound" = hit rate / infinite-cache bound; ' +
+      "load max/mean = busiest engine's time-averaged in-flight requests over the mean; " +
+      'engines busy = share of the run the engines spent computing steps.',
+  );
+  return lines;
+}
+
+/** The disaggregated runs' per-leg figures (prefill, KV transfer, decode); empty when no run is disaggregated. */
+function legsTable(report: ReplayReport): string[] {
   const legs = Object.entries(report.policies).filter(([, s]) => s.legs !== undefined);
-  if (legs.length > 0) {
-    lines.push('');
-    lines.push('Disaggregated legs (ms):');
-    lines.push('');
-    lines.push('| policy | prefill queue mean | prefill mean | prefill p99 | KV transfer est. mean | p99 | prefill done -> 1st token mean | decode TTFT mean | prefill hit rate | prefill load | decode load | leases expired |');
-    lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
-    for (const [name, s] of legs) {
-      const l = s.legs!;
-      lines.push(`| ${name} | ${p(l.prefill_queue_ms, 'mean')} | ${p(l.prefill_ms, 'mean')} | ${p(l.prefill_ms, 'p99')} | ${p(l.kv_transfer_estimated_ms, 'mean')} | ` +
-        `${p(l.kv_transfer_estimated_ms, 'p99')} | ${p(l.prefill_done_to_first_token_ms, 'mean')} | ${p(l.decode_ttft_ms, 'mean')} | ` +
-        `${pct(l.prefill_hit_rate)} | ${l.prefill_load_imbalance.toFixed(2)} | ${l.decode_load_imbalance.toFixed(2)} | ${l.kv_lease_expired} |`);
-    }
+  if (legs.length === 0) return [];
+  const lines = [
+    '',
+    'Disaggregated legs (ms):',
+    '',
+    '| policy | prefill queue mean | prefill mean | prefill p99 | KV transfer est. mean | p99 | ' +
+      'prefill done -> 1st token mean | decode TTFT mean | prefill hit rate | prefill load | decode load | leases expired |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ];
+  for (const [name, s] of legs) {
+    const l = s.legs!;
+    lines.push(
+      `| ${name} | ${p(l.prefill_queue_ms, 'mean')} | ${p(l.prefill_ms, 'mean')} | ${p(l.prefill_ms, 'p99')} | ` +
+        `${p(l.kv_transfer_estimated_ms, 'mean')} | ` +
+        `${p(l.kv_transfer_estimated_ms, 'p99')} | ${p(l.prefill_done_to_first_token_ms, 'mean')} | ` +
+        `${p(l.decode_ttft_ms, 'mean')} | ` +
+        `${pct(l.prefill_hit_rate)} | ${l.prefill_load_imbalance.toFixed(2)} | ${l.decode_load_imbalance.toFixed(2)} | ` +
+        `${l.kv_lease_expired} |`,
+    );
   }
-  lines.push(...replicaTable(report));
-  const failures = Object.entries(report.policies).filter(([, s]) => s.errors !== undefined);
-  for (const [name, s] of failures) lines.push('', `${name}: ${s.requests.failed} failed request(s), e.g. ${s.errors![0]}`);
-  lines.push('', '<details><summary>configuration</summary>', '', '```json', JSON.stringify(m.config, null, 2), '```', '', '</details>');
-  return `${lines.join('\n')}\n`;
+  return lines;
 }
 
 /** Runs with router replicas against the same policy with one router: hit rate and TTFT, and their ratios. */
@@ -158,15 +235,23 @@ function replicaTable(report: ReplayReport): string[] {
   if (!runs.some(([, s]) => s.replicas.count > 1)) return [];
   const ratio = (v: number | null, base: number | null | undefined): string =>
     v === null || base === null || base === undefined || base === 0 ? 'n/a' : (v / base).toFixed(3);
-  const lines = ['', 'Router replicas (ratios against the same policy with one router):', '',
+  const lines = [
+    '',
+    'Router replicas (ratios against the same policy with one router):',
+    '',
     '| run | routers | sync | delay | front door | hit rate | vs 1 | TTFT mean | vs 1 | TTFT p99 | vs 1 | sync deliveries |',
-    '| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'];
+    '| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ];
   for (const [name, s] of runs) {
     const one = report.policies[singleRouterName(name)];
     const r = s.replicas;
-    lines.push(`| ${name} | ${r.count} | ${r.count === 1 ? 'n/a' : r.sync ? 'on' : 'off'} | ${r.sync_delay_ms === null ? 'n/a' : `${r.sync_delay_ms} ms`} | ` +
-      `${r.front ?? 'n/a'} | ${pct(s.hit_rate)} | ${ratio(s.hit_rate, one?.hit_rate)} | ${p(s.ttft_ms, 'mean')} | ${ratio(s.ttft_ms.mean, one?.ttft_ms.mean)} | ` +
-      `${p(s.ttft_ms, 'p99')} | ${ratio(s.ttft_ms.p99, one?.ttft_ms.p99)} | ${r.sync_deliveries} |`);
+    lines.push(
+      `| ${name} | ${r.count} | ${r.count === 1 ? 'n/a' : r.sync ? 'on' : 'off'} | ` +
+        `${r.sync_delay_ms === null ? 'n/a' : `${r.sync_delay_ms} ms`} | ` +
+        `${r.front ?? 'n/a'} | ${pct(s.hit_rate)} | ${ratio(s.hit_rate, one?.hit_rate)} | ` +
+        `${p(s.ttft_ms, 'mean')} | ${ratio(s.ttft_ms.mean, one?.ttft_ms.mean)} | ` +
+        `${p(s.ttft_ms, 'p99')} | ${ratio(s.ttft_ms.p99, one?.ttft_ms.p99)} | ${r.sync_deliveries} |`,
+    );
   }
   return lines;
 }
@@ -178,7 +263,10 @@ function fileSafe(name: string): string {
 
 function subtitle(report: ReplayReport): string {
   const w = report.workload;
-  return `${w.trace}: ${w.requests} req, speedup ${w.speedup}, seed ${report.meta.seed}, kvgate ${report.meta.kvgate_version}`;
+  return (
+    `${w.trace}: ${w.requests} req, speedup ${w.speedup}, ` +
+    `seed ${report.meta.seed}, kvgate ${report.meta.kvgate_version}`
+  );
 }
 
 /** The charts of a report, by file name. */
@@ -187,16 +275,41 @@ function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<
   const out: Record<string, string> = {};
   const ttft: ChartSeries[] = runs.map((r) => ({
     name: r.name,
-    points: cdfPoints(r.outcomes.filter((o) => o.firstTokenMs !== null && o.error === null).map((o) => o.firstTokenMs! - o.arrivalMs)),
+    points: cdfPoints(
+      r.outcomes.filter((o) => o.firstTokenMs !== null && o.error === null).map((o) => o.firstTokenMs! - o.arrivalMs),
+    ),
   }));
-  out['ttft-cdf.svg'] = lineChart({ title: 'TTFT distribution (CDF)', subtitle: sub, xLabel: 'time to first token (ms, log scale)', yLabel: 'fraction of requests', series: ttft, xLog: true, yMin: 0, yMax: 1 });
-  const hit: ChartSeries[] = runs.map((r) => ({ name: r.name, points: r.hits.overTime.map(([t, v]) => [t / 1000, v] as [number, number]) }));
+  out['ttft-cdf.svg'] = lineChart({
+    title: 'TTFT distribution (CDF)',
+    subtitle: sub,
+    xLabel: 'time to first token (ms, log scale)',
+    yLabel: 'fraction of requests',
+    series: ttft,
+    xLog: true,
+    yMin: 0,
+    yMax: 1,
+  });
+  const hit: ChartSeries[] = runs.map((r) => ({
+    name: r.name,
+    points: r.hits.overTime.map(([t, v]) => [t / 1000, v] as [number, number]),
+  }));
   // The bound in the same windows of the same requests: a window of reuse-heavy requests can sit far
   // above the whole run's figure, so a flat line at that figure is no bound for a window.
-  hit.push({ name: 'infinite-cache bound (same window)', points: report.workload.hit_rate_bound_over_time, dashed: true, color: '#555555' });
+  hit.push({
+    name: 'infinite-cache bound (same window)',
+    points: report.workload.hit_rate_bound_over_time,
+    dashed: true,
+    color: '#555555',
+  });
   out['hit-rate-over-time.svg'] = lineChart({
-    title: 'Engine prefix hit rate over time (sliding window, requests by arrival)', subtitle: sub, xLabel: 'arrival time (s)', yLabel: 'cached / prompt tokens',
-    series: hit, yMin: 0, yMax: 1, yFormat: (v) => `${Math.round(v * 100)}%`,
+    title: 'Engine prefix hit rate over time (sliding window, requests by arrival)',
+    subtitle: sub,
+    xLabel: 'arrival time (s)',
+    yLabel: 'cached / prompt tokens',
+    series: hit,
+    yMin: 0,
+    yMax: 1,
+    yFormat: (v) => `${Math.round(v * 100)}%`,
   });
   const imbalance: ChartSeries[] = runs.map((r) => {
     const pool = r.pools.reduce((a, b) => (b.load.imbalance > a.load.imbalance ? b : a));
@@ -208,7 +321,8 @@ function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<
     const acc = new Float64Array(n);
     pool.buckets.forEach((b, i) => {
       for (let e = 0; e < n; e++) acc[e]! += b.perEngine[e]!;
-      if (i >= IMBALANCE_WINDOW) for (let e = 0; e < n; e++) acc[e]! -= pool.buckets[i - IMBALANCE_WINDOW]!.perEngine[e]!;
+      if (i >= IMBALANCE_WINDOW)
+        for (let e = 0; e < n; e++) acc[e]! -= pool.buckets[i - IMBALANCE_WINDOW]!.perEngine[e]!;
       const width = Math.min(i + 1, IMBALANCE_WINDOW);
       const mean = acc.reduce((s, v) => s + v, 0) / n / width;
       if (mean >= 0.5) points.push([(b.startMs + pool.bucketMs) / 1000, Math.max(...acc) / width / mean]);
@@ -217,8 +331,12 @@ function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<
     return { name: `${r.name}${r.pools.length > 1 ? ` (${pool.name})` : ''}`, points };
   });
   out['load-imbalance-over-time.svg'] = lineChart({
-    title: 'Load imbalance over time: busiest engine / mean (in-flight requests, sliding window)', subtitle: sub, xLabel: 'time (s)',
-    yLabel: 'max / mean (where engines average >= 0.5 in flight)', series: imbalance, yMin: 1,
+    title: 'Load imbalance over time: busiest engine / mean (in-flight requests, sliding window)',
+    subtitle: sub,
+    xLabel: 'time (s)',
+    yLabel: 'max / mean (where engines average >= 0.5 in flight)',
+    series: imbalance,
+    yMin: 1,
   });
   Object.assign(out, engineLoadCharts(runs, sub));
   return out;
@@ -239,17 +357,27 @@ function engineLoadCharts(runs: readonly PolicyRun[], sub: string): Record<strin
       const band: ChartBand = {
         name: `range over the ${pool.workerIds.length} engines (least to most loaded)`,
         color: PALETTE[0],
-        points: pool.buckets.map((b) => [x(b), Math.min(...b.perEngine), Math.max(...b.perEngine)] as [number, number, number]),
+        points: pool.buckets.map(
+          (b) => [x(b), Math.min(...b.perEngine), Math.max(...b.perEngine)] as [number, number, number],
+        ),
       };
       const mean: ChartSeries = {
         name: 'mean over engines',
         color: PALETTE[0],
-        points: pool.buckets.map((b) => [x(b), b.perEngine.reduce((a, v) => a + v, 0) / Math.max(1, b.perEngine.length)] as [number, number]),
+        points: pool.buckets.map(
+          (b) => [x(b), b.perEngine.reduce((a, v) => a + v, 0) / Math.max(1, b.perEngine.length)] as [number, number],
+        ),
       };
       const suffix = r.pools.length > 1 ? `-${pool.name}` : '';
       out[`engine-load-${fileSafe(r.name)}${suffix}.svg`] = lineChart({
-        title: `In-flight requests per engine: ${r.name}${suffix === '' ? '' : ` (${pool.name})`}`, subtitle: sub, xLabel: 'time (s)',
-        yLabel: 'in-flight requests (bucket mean)', series: [mean], bands: [band], yMin: 0, yMax,
+        title: `In-flight requests per engine: ${r.name}${suffix === '' ? '' : ` (${pool.name})`}`,
+        subtitle: sub,
+        xLabel: 'time (s)',
+        yLabel: 'in-flight requests (bucket mean)',
+        series: [mean],
+        bands: [band],
+        yMin: 0,
+        yMax,
       });
     }
   }
@@ -265,8 +393,13 @@ export function writeReport(dir: string, report: ReplayReport, runs: readonly Po
     ...renderCharts(report, runs),
   };
   // SVGs carry the provenance too, as JSON in a <metadata> element.
-  const meta = JSON.stringify({ command: report.meta.command, kvgate_version: report.meta.kvgate_version, seed: report.meta.seed,
-    machine: report.meta.machine, config: report.meta.config });
+  const meta = JSON.stringify({
+    command: report.meta.command,
+    kvgate_version: report.meta.kvgate_version,
+    seed: report.meta.seed,
+    machine: report.meta.machine,
+    config: report.meta.config,
+  });
   const stamp = `<metadata id="kvgate-replay">${escapeXml(meta)}</metadata>`;
   for (const [name, content] of Object.entries(files)) {
     const body = name.endsWith('.svg') ? content.replace(/(<svg[^>]*>)/, (tag) => `${tag}\n${stamp}`) : content;

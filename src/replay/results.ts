@@ -47,11 +47,29 @@ export interface RequestOutcome {
   transferEstimateMs: number | null;
 }
 
-export function newOutcome(index: number, arrivalMs: number, promptTokens: number, expectedOutputTokens: number): RequestOutcome {
+export function newOutcome(
+  index: number,
+  arrivalMs: number,
+  promptTokens: number,
+  expectedOutputTokens: number,
+): RequestOutcome {
   return {
-    index, arrivalMs, promptTokens, expectedOutputTokens, outputTokens: 0, firstTokenMs: null, finishMs: null,
-    admittedMs: null, cachedTokens: null, predictedCachedTokens: null, workerId: null, prefillWorkerId: null, error: null,
-    prefillDoneMs: null, decodeStartMs: null, transferEstimateMs: null,
+    index,
+    arrivalMs,
+    promptTokens,
+    expectedOutputTokens,
+    outputTokens: 0,
+    firstTokenMs: null,
+    finishMs: null,
+    admittedMs: null,
+    cachedTokens: null,
+    predictedCachedTokens: null,
+    workerId: null,
+    prefillWorkerId: null,
+    error: null,
+    prefillDoneMs: null,
+    decodeStartMs: null,
+    transferEstimateMs: null,
   };
 }
 
@@ -167,7 +185,13 @@ export interface PolicySummary {
   engine_busy_fraction: number | null;
   wall_s: number;
   /** Router replicas: how many, whether they synced their bookings, the sync delay and the front door. */
-  replicas: { count: number; sync: boolean; sync_delay_ms: number | null; front: string | null; sync_deliveries: number };
+  replicas: {
+    count: number;
+    sync: boolean;
+    sync_delay_ms: number | null;
+    front: string | null;
+    sync_deliveries: number;
+  };
   legs?: LegSummary;
   /** First few failures (message with request index). */
   errors?: string[];
@@ -192,8 +216,70 @@ function percentiles(d: Distribution): Percentiles {
 const MAX_ERRORS_LISTED = 10;
 
 function replicaSummary(r: ReplicaRun | undefined): PolicySummary['replicas'] {
-  if (r === undefined || r.count === 1) return { count: 1, sync: false, sync_delay_ms: null, front: null, sync_deliveries: 0 };
-  return { count: r.count, sync: r.sync, sync_delay_ms: r.sync ? r.syncDelayMs : null, front: r.front, sync_deliveries: r.syncDeliveries };
+  if (r === undefined || r.count === 1)
+    return { count: 1, sync: false, sync_delay_ms: null, front: null, sync_deliveries: 0 };
+  return {
+    count: r.count,
+    sync: r.sync,
+    sync_delay_ms: r.sync ? r.syncDelayMs : null,
+    front: r.front,
+    sync_deliveries: r.syncDeliveries,
+  };
+}
+
+/**
+ * The router's predicted cached tokens against what the engine reported, over the requests that have
+ * both (offline, every routed one); online, the gateway's own figures when it reports them; else null.
+ */
+function predictionError(run: PolicyRun): PolicySummary['prediction_error'] {
+  const predicted = run.outcomes.filter((o) => o.predictedCachedTokens !== null && o.cachedTokens !== null);
+  if (predicted.length > 0) {
+    let abs = 0;
+    let signed = 0;
+    let exact = 0;
+    for (const o of predicted) {
+      const d = o.predictedCachedTokens! - o.cachedTokens!;
+      abs += Math.abs(d);
+      signed += d;
+      if (d === 0) exact++;
+    }
+    return {
+      requests: predicted.length,
+      mean_abs_tokens: round(abs / predicted.length),
+      mean_signed_tokens: round(signed / predicted.length),
+      exact_fraction: round(exact / predicted.length),
+    };
+  }
+  if (run.predictionFromGateway !== undefined && run.predictionFromGateway !== null)
+    return { ...run.predictionFromGateway, mean_abs_tokens: null };
+  return null;
+}
+
+/**
+ * Per-leg figures of a disaggregated run (undefined unless it has a prefill and a decode pool),
+ * over the completed requests whose both legs ran. The prompt is computed on the prefill leg, so
+ * the run's hit rate is the prefill hit rate.
+ */
+function legSummary(run: PolicyRun, ok: readonly RequestOutcome[], hitRate: number): LegSummary | undefined {
+  const prefillPool = run.pools.find((p) => p.name === 'prefill');
+  const decodePool = run.pools.find((p) => p.name === 'decode');
+  if (prefillPool === undefined || decodePool === undefined) return undefined;
+  const legs = ok.filter((o) => o.prefillDoneMs !== null && o.decodeStartMs !== null);
+  return {
+    prefill_ms: percentiles(distribution(legs.map((o) => o.prefillDoneMs! - o.arrivalMs))),
+    prefill_queue_ms: percentiles(
+      distribution(legs.filter((o) => o.admittedMs !== null).map((o) => o.admittedMs! - o.arrivalMs)),
+    ),
+    kv_transfer_estimated_ms: percentiles(
+      distribution(legs.filter((o) => o.transferEstimateMs !== null).map((o) => o.transferEstimateMs!)),
+    ),
+    prefill_done_to_first_token_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.prefillDoneMs!))),
+    decode_ttft_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.decodeStartMs!))),
+    prefill_hit_rate: round(hitRate),
+    prefill_load_imbalance: round(prefillPool.load.imbalance),
+    decode_load_imbalance: round(decodePool.load.imbalance),
+    kv_lease_expired: run.leaseExpired ?? 0,
+  };
 }
 
 /** Summarises one policy's run against the workload's hit-rate bound. */
@@ -207,29 +293,11 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
   const firstArrival = run.outcomes.length > 0 ? Math.min(...run.outcomes.map((o) => o.arrivalMs)) : 0;
   const lastFinish = ok.length > 0 ? Math.max(...ok.map((o) => o.finishMs!)) : firstArrival;
   const spanS = Math.max(1e-9, (lastFinish - firstArrival) / 1000);
-  const predicted = run.outcomes.filter((o) => o.predictedCachedTokens !== null && o.cachedTokens !== null);
-  let prediction: PolicySummary['prediction_error'] = null;
-  if (predicted.length > 0) {
-    let abs = 0;
-    let signed = 0;
-    let exact = 0;
-    for (const o of predicted) {
-      const d = o.predictedCachedTokens! - o.cachedTokens!;
-      abs += Math.abs(d);
-      signed += d;
-      if (d === 0) exact++;
-    }
-    prediction = {
-      requests: predicted.length,
-      mean_abs_tokens: round(abs / predicted.length),
-      mean_signed_tokens: round(signed / predicted.length),
-      exact_fraction: round(exact / predicted.length),
-    };
-  } else if (run.predictionFromGateway !== undefined && run.predictionFromGateway !== null) {
-    prediction = { ...run.predictionFromGateway, mean_abs_tokens: null };
-  }
   const engineMeanLoad: Record<string, number> = {};
-  for (const pool of run.pools) pool.workerIds.forEach((w, i) => { engineMeanLoad[String(w)] = round(pool.load.perEngineMean[i]!); });
+  for (const pool of run.pools)
+    pool.workerIds.forEach((w, i) => {
+      engineMeanLoad[String(w)] = round(pool.load.perEngineMean[i]!);
+    });
   const hitRate = run.hits.promptTokens > 0 ? run.hits.cachedTokens / run.hits.promptTokens : 0;
   const summary: PolicySummary = {
     requests: { total: run.outcomes.length, completed: ok.length, failed: failed.length },
@@ -246,29 +314,16 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
     load_imbalance: round(Math.max(...run.pools.map((p) => p.load.imbalance))),
     load_imbalance_over_time: round(Math.max(...run.pools.map((p) => p.load.imbalanceOverTime))),
     engine_mean_load: engineMeanLoad,
-    prediction_error: prediction,
+    prediction_error: predictionError(run),
     preemptions: run.preemptions,
     extrapolated_steps: run.extrapolatedSteps,
     engine_busy_fraction: run.engineBusyFraction === null ? null : round(run.engineBusyFraction),
     wall_s: round(run.wallMs / 1000),
     replicas: replicaSummary(run.replicas),
   };
-  const prefillPool = run.pools.find((p) => p.name === 'prefill');
-  const decodePool = run.pools.find((p) => p.name === 'decode');
-  if (prefillPool !== undefined && decodePool !== undefined) {
-    const legs = ok.filter((o) => o.prefillDoneMs !== null && o.decodeStartMs !== null);
-    summary.legs = {
-      prefill_ms: percentiles(distribution(legs.map((o) => o.prefillDoneMs! - o.arrivalMs))),
-      prefill_queue_ms: percentiles(distribution(legs.filter((o) => o.admittedMs !== null).map((o) => o.admittedMs! - o.arrivalMs))),
-      kv_transfer_estimated_ms: percentiles(distribution(legs.filter((o) => o.transferEstimateMs !== null).map((o) => o.transferEstimateMs!))),
-      prefill_done_to_first_token_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.prefillDoneMs!))),
-      decode_ttft_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.decodeStartMs!))),
-      prefill_hit_rate: round(hitRate),
-      prefill_load_imbalance: round(prefillPool.load.imbalance),
-      decode_load_imbalance: round(decodePool.load.imbalance),
-      kv_lease_expired: run.leaseExpired ?? 0,
-    };
-  }
-  if (failed.length > 0) summary.errors = failed.slice(0, MAX_ERRORS_LISTED).map((o) => `request ${o.index}: ${o.error!}`);
+  const legs = legSummary(run, ok, hitRate);
+  if (legs !== undefined) summary.legs = legs;
+  if (failed.length > 0)
+    summary.errors = failed.slice(0, MAX_ERRORS_LISTED).map((o) => `request ${o.index}: ${o.error!}`);
   return summary;
 }

@@ -51,10 +51,13 @@ export const SINGLE_ROUTER: ReplicaOptions = { count: 1, sync: false, syncDelayM
  */
 export function validateReplicaOptions(o: ReplicaOptions): void {
   const bad = (field: string, value: unknown, expected: string): KvgateError =>
-    new KvgateError('KVG_ERR_INVALID_ARGUMENT', `replicas.${field} ${String(value)}: expected ${expected}`, { field: `replicas.${field}` });
+    new KvgateError('KVG_ERR_INVALID_ARGUMENT', `replicas.${field} ${String(value)}: expected ${expected}`, {
+      field: `replicas.${field}`,
+    });
   if (!Number.isSafeInteger(o.count) || o.count < 1) throw bad('count', o.count, 'an integer >= 1');
   if (typeof o.sync !== 'boolean') throw bad('sync', o.sync, 'true or false');
-  if (!Number.isFinite(o.syncDelayMs) || o.syncDelayMs < 0) throw bad('syncDelayMs', o.syncDelayMs, 'a number of ms >= 0');
+  if (!Number.isFinite(o.syncDelayMs) || o.syncDelayMs < 0)
+    throw bad('syncDelayMs', o.syncDelayMs, 'a number of ms >= 0');
   if (!FRONT_DOOR_MODES.includes(o.front)) throw bad('front', o.front, FRONT_DOOR_MODES.join(' or '));
 }
 
@@ -125,7 +128,12 @@ export class ReplicaSet implements ReplayRouter {
   delivered = 0;
 
   /** `synced`: each router's KV bookkeeping, in the same order, when sync is on; null for sync off. */
-  constructor(routers: readonly ReplayRouter[], synced: readonly SyncedRouter[] | null, clock: Clock, syncDelayMs: number) {
+  constructor(
+    routers: readonly ReplayRouter[],
+    synced: readonly SyncedRouter[] | null,
+    clock: Clock,
+    syncDelayMs: number,
+  ) {
     this.policy = routers[0]!.policy;
     this.#routers = routers;
     this.#synced = synced;
@@ -142,7 +150,8 @@ export class ReplicaSet implements ReplayRouter {
   route(req: RouteRequest, candidates: readonly number[]): RouteChoice | Promise<RouteChoice> {
     this.runUntil(this.#clock.now());
     const i = req.replica ?? 0;
-    if (i < 0 || i >= this.#routers.length) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `replica ${i} out of range (${this.#routers.length} replicas)`);
+    if (i < 0 || i >= this.#routers.length)
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `replica ${i} out of range (${this.#routers.length} replicas)`);
     this.#owner.set(req.key, i);
     try {
       return this.#routers[i]!.route(req, candidates);

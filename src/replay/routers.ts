@@ -16,7 +16,13 @@ import type { KvEvent } from '../mocker/index.js';
 import { decodeOverrideOf, KvRouter, prefillPoolConfig } from '../routing/index.js';
 import { toCacheEvent } from './kv-event-bridge.js';
 import { ReplicaSet, type ReplicaOptions } from './router-replicas.js';
-import { SimpleReplayRouter, type PolicySpec, type ReplayRouter, type RouteChoice, type RouteRequest } from './policy.js';
+import {
+  SimpleReplayRouter,
+  type PolicySpec,
+  type ReplayRouter,
+  type RouteChoice,
+  type RouteRequest,
+} from './policy.js';
 
 export interface ReplayRouterContext {
   readonly role: WorkerRole;
@@ -50,8 +56,15 @@ class KvReplayRouter implements ReplayRouter {
     this.policy = spec.name;
     this.#role = ctx.role;
     const config = ctx.role === 'prefill' ? prefillPoolConfig(spec.options) : spec.options;
-    this.router = new KvRouter({ blockSize: ctx.blockSize, config, clock: ctx.clock, rng: ctx.rng, workerType: ctx.role });
-    for (const w of ctx.workerIds) this.router.addWorker(w, { maxNumBatchedTokens: ctx.maxNumBatchedTokens, totalKvBlocks: ctx.totalKvBlocks });
+    this.router = new KvRouter({
+      blockSize: ctx.blockSize,
+      config,
+      clock: ctx.clock,
+      rng: ctx.rng,
+      workerType: ctx.role,
+    });
+    for (const w of ctx.workerIds)
+      this.router.addWorker(w, { maxNumBatchedTokens: ctx.maxNumBatchedTokens, totalKvBlocks: ctx.totalKvBlocks });
     this.#allWorkers = ctx.workerIds.join(',');
     this.applier = new KvEventApplier({ blockSize: ctx.blockSize, indexes: new TieredPrefixIndex(this.router.index) });
   }
@@ -62,13 +75,20 @@ class KvReplayRouter implements ReplayRouter {
       requestId: req.key,
       tokens: req.tokens,
       phase: this.#role,
-      routing: { expectedOutputTokens: req.expectedOutputTokens, ...(restrict ? { allowedWorkerIds: candidates } : {}) },
+      routing: {
+        expectedOutputTokens: req.expectedOutputTokens,
+        ...(restrict ? { allowedWorkerIds: candidates } : {}),
+      },
       ...(this.#role === 'decode' ? { routerConfigOverride: DECODE_OVERRIDE } : {}),
     });
     const bs = this.router.blockSize;
     const booked = (workerId: number, overlapBlocks: number): RouteChoice => {
       if (this.router.config.routerTrackOutputBlocks) {
-        this.#outputs.set(req.key, { isl: req.tokens.length, expected: req.expectedOutputTokens, blocks: Math.ceil(req.tokens.length / bs) });
+        this.#outputs.set(req.key, {
+          isl: req.tokens.length,
+          expected: req.expectedOutputTokens,
+          blocks: Math.ceil(req.tokens.length / bs),
+        });
       }
       return { workerId, predictedCachedTokens: overlapBlocks * bs };
     };
@@ -149,8 +169,12 @@ function createReplayRouter(spec: PolicySpec, ctx: ReplayRouterContext): ReplayR
  * The router for one pool under a policy: one router, or `replicas.count` of them behind a front
  * door (each with the RNG `rngOf(replica)`), sharing their KV bookkeeping when sync is on.
  */
-export function createPoolRouter(spec: PolicySpec, ctx: Omit<ReplayRouterContext, 'rng'>, replicas: ReplicaOptions,
-  rngOf: (replica: number) => Rng): ReplayRouter {
+export function createPoolRouter(
+  spec: PolicySpec,
+  ctx: Omit<ReplayRouterContext, 'rng'>,
+  replicas: ReplicaOptions,
+  rngOf: (replica: number) => Rng,
+): ReplayRouter {
   if (replicas.count === 1) return createReplayRouter(spec, { ...ctx, rng: rngOf(0) });
   const routers = Array.from({ length: replicas.count }, (_, i) => createReplayRouter(spec, { ...ctx, rng: rngOf(i) }));
   const synced = replicas.sync ? routers.flatMap((r) => (r instanceof KvReplayRouter ? [r.router] : [])) : [];

@@ -11,7 +11,8 @@ import { KvgateError } from '../errors/index.js';
 import { kvgateVersion } from '../version.js';
 import { MOCKER_DEFAULTS, resolveMockerOptions, type MockerInput } from '../mocker/index.js';
 import { runOfflineJob, type OfflineJob, type OfflineWorkerMessage } from './offline-job.js';
-import { defaultBucketMs, type DisaggProtocol } from './offline.js';
+import type { DisaggProtocol } from './offline-disagg.js';
+import { defaultBucketMs } from './offline.js';
 import type { PolicySpec } from './policy.js';
 import { SINGLE_ROUTER, validateReplicaOptions, type FrontDoorMode, type ReplicaOptions } from './router-replicas.js';
 import { machineInfo, MAX_INVALID_LISTED, sha256, type ReplayReport } from './report.js';
@@ -24,7 +25,12 @@ export type ReplayMode = 'offline' | 'online';
 
 export type ReplayTopology =
   | { readonly kind: 'aggregated'; readonly workers: number }
-  | { readonly kind: 'disaggregated'; readonly prefillWorkers: number; readonly decodeWorkers: number; readonly protocols: readonly DisaggProtocol[] };
+  | {
+      readonly kind: 'disaggregated';
+      readonly prefillWorkers: number;
+      readonly decodeWorkers: number;
+      readonly protocols: readonly DisaggProtocol[];
+    };
 
 export interface ReplayConfig {
   readonly trace: string;
@@ -57,7 +63,11 @@ export interface ReplayHooks {
   /** Progress of the whole replay: `done` of `total` request completions over all runs. */
   readonly onProgress?: (label: string, done: number, total: number) => void;
   /** Runs online replays (injected by the caller that can start engines and a gateway). */
-  readonly runOnline?: (workload: Workload, cfg: ReplayConfig, onProgress: (done: number, total: number) => void) => Promise<PolicyRun[]>;
+  readonly runOnline?: (
+    workload: Workload,
+    cfg: ReplayConfig,
+    onProgress: (done: number, total: number) => void,
+  ) => Promise<PolicyRun[]>;
 }
 
 export interface ReplayResult {
@@ -83,10 +93,19 @@ export function replayEngineOptions(input: MockerInput, seed: number): MockerInp
 function engineSummary(input: MockerInput): Record<string, unknown> {
   const o = resolveMockerOptions(input);
   return {
-    engine: o.engine, num_gpu_blocks: o.numGpuBlocks, block_size: o.blockSize, max_num_batched_tokens: o.maxNumBatchedTokens,
-    max_num_seqs: o.maxNumSeqs, max_model_len: o.maxModelLen, speedup: o.speedup, timing_model: o.timing.label,
-    kv_bytes_per_token: o.kvBytesPerToken, kv_transfer_bandwidth_gbps: o.kvTransferBandwidthGBps, kv_lease_ms: o.kvLeaseMs,
-    seed: o.seed, engine_hash_seed: String(o.engineHashSeed),
+    engine: o.engine,
+    num_gpu_blocks: o.numGpuBlocks,
+    block_size: o.blockSize,
+    max_num_batched_tokens: o.maxNumBatchedTokens,
+    max_num_seqs: o.maxNumSeqs,
+    max_model_len: o.maxModelLen,
+    speedup: o.speedup,
+    timing_model: o.timing.label,
+    kv_bytes_per_token: o.kvBytesPerToken,
+    kv_transfer_bandwidth_gbps: o.kvTransferBandwidthGBps,
+    kv_lease_ms: o.kvLeaseMs,
+    seed: o.seed,
+    engine_hash_seed: String(o.engineHashSeed),
   };
 }
 
@@ -97,8 +116,14 @@ function engineSummary(input: MockerInput): Record<string, unknown> {
  */
 function replicaVariants(sweep: ReplicaSweep | undefined, kvPolicy: boolean): ReplicaOptions[] {
   if (sweep === undefined) return [SINGLE_ROUTER];
-  if (sweep.counts.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'replicas.counts: name at least one count', { field: 'replicas.counts' });
-  if (sweep.sync.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'replicas.sync: name at least one setting', { field: 'replicas.sync' });
+  if (sweep.counts.length === 0)
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'replicas.counts: name at least one count', {
+      field: 'replicas.counts',
+    });
+  if (sweep.sync.length === 0)
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'replicas.sync: name at least one setting', {
+      field: 'replicas.sync',
+    });
   const out: ReplicaOptions[] = [];
   for (const count of sweep.counts) {
     for (const sync of count === 1 || !kvPolicy ? [sweep.sync[0]!] : sweep.sync) {
@@ -115,13 +140,20 @@ function offlineJobs(workload: Workload, cfg: ReplayConfig): OfflineJob[] {
   const engine = replayEngineOptions(cfg.engine, cfg.seed);
   const bucketMs = defaultBucketMs(workload);
   const topo = cfg.topology;
-  const topologies: OfflineJob['topology'][] = topo.kind === 'aggregated'
-    ? [{ kind: 'aggregated', workers: topo.workers }]
-    : topo.protocols.map((protocol) => ({ kind: 'disaggregated', prefillWorkers: topo.prefillWorkers, decodeWorkers: topo.decodeWorkers, protocol }));
+  const topologies: OfflineJob['topology'][] =
+    topo.kind === 'aggregated'
+      ? [{ kind: 'aggregated', workers: topo.workers }]
+      : topo.protocols.map((protocol) => ({
+          kind: 'disaggregated',
+          prefillWorkers: topo.prefillWorkers,
+          decodeWorkers: topo.decodeWorkers,
+          protocol,
+        }));
   const jobs: OfflineJob[] = [];
   for (const policy of cfg.policies) {
     for (const replicas of replicaVariants(cfg.replicas, policy.kind === 'kv')) {
-      for (const topology of topologies) jobs.push({ workload, policy, topology, engine, seed: cfg.seed, bucketMs, replicas });
+      for (const topology of topologies)
+        jobs.push({ workload, policy, topology, engine, seed: cfg.seed, bucketMs, replicas });
     }
   }
   return jobs;
@@ -146,7 +178,9 @@ function runInWorker(entry: URL, job: OfflineJob, onProgress: (done: number) => 
         resolve(m.run);
       } else {
         settled = true;
-        reject(new KvgateError((m.code as 'KVG_ERR_INVALID_ARGUMENT' | undefined) ?? 'KVG_ERR_INVALID_ARGUMENT', m.message));
+        reject(
+          new KvgateError((m.code as 'KVG_ERR_INVALID_ARGUMENT' | undefined) ?? 'KVG_ERR_INVALID_ARGUMENT', m.message),
+        );
       }
     });
     worker.on('error', (err) => {
@@ -160,13 +194,19 @@ function runInWorker(entry: URL, job: OfflineJob, onProgress: (done: number) => 
 }
 
 /** Runs jobs, at most `parallel` at once (worker threads when available), results in job order. */
-async function runOfflineJobs(jobs: readonly OfflineJob[], parallel: number,
-  onProgress?: (done: number, total: number) => void): Promise<PolicyRun[]> {
+async function runOfflineJobs(
+  jobs: readonly OfflineJob[],
+  parallel: number,
+  onProgress?: (done: number, total: number) => void,
+): Promise<PolicyRun[]> {
   const perJob = jobs.map(() => 0);
   const total = jobs.reduce((s, j) => s + j.workload.requests.length, 0);
   const report = (i: number, done: number): void => {
     perJob[i] = done;
-    onProgress?.(perJob.reduce((s, v) => s + v, 0), total);
+    onProgress?.(
+      perJob.reduce((s, v) => s + v, 0),
+      total,
+    );
   };
   const entry = parallel > 1 && jobs.length > 1 ? workerEntry() : undefined;
   const results: PolicyRun[] = new Array<PolicyRun>(jobs.length);
@@ -197,9 +237,10 @@ function boundOverTime(workload: Workload, reusable: readonly number[]): [number
 
 /** The resolved configuration as result files record it. */
 function configSummary(cfg: ReplayConfig, workload: Workload, engine: MockerInput): Record<string, unknown> {
-  const topo = cfg.topology.kind === 'aggregated'
-    ? `${cfg.topology.workers} aggregated engines`
-    : `${cfg.topology.prefillWorkers} prefill + ${cfg.topology.decodeWorkers} decode engines (${cfg.topology.protocols.join(', ')})`;
+  const topo =
+    cfg.topology.kind === 'aggregated'
+      ? `${cfg.topology.workers} aggregated engines`
+      : `${cfg.topology.prefillWorkers} prefill + ${cfg.topology.decodeWorkers} decode engines (${cfg.topology.protocols.join(', ')})`;
   return {
     mode: cfg.mode,
     topology: topo,
@@ -207,16 +248,72 @@ function configSummary(cfg: ReplayConfig, workload: Workload, engine: MockerInpu
     trace_block_size: cfg.traceBlockSize,
     strict: cfg.strict,
     workload: {
-      arrival: workload.arrival, speedup: workload.speedup, skip_requests: cfg.workload.skipRequests ?? 0,
-      max_requests: cfg.workload.maxRequests ?? null, max_isl: cfg.workload.maxIsl ?? null,
+      arrival: workload.arrival,
+      speedup: workload.speedup,
+      skip_requests: cfg.workload.skipRequests ?? 0,
+      max_requests: cfg.workload.maxRequests ?? null,
+      max_isl: cfg.workload.maxIsl ?? null,
     },
     policies: cfg.policies.map((p) => (p.kind === 'kv' ? { name: p.name, router_config: p.dynamo } : { name: p.name })),
     engine: engineSummary(engine),
     jobs: cfg.jobs,
-    replicas: cfg.replicas === undefined ? null : {
-      counts: cfg.replicas.counts, sync: cfg.replicas.sync, sync_delay_ms: cfg.replicas.syncDelayMs, front: cfg.replicas.front,
-    },
+    replicas:
+      cfg.replicas === undefined
+        ? null
+        : {
+            counts: cfg.replicas.counts,
+            sync: cfg.replicas.sync,
+            sync_delay_ms: cfg.replicas.syncDelayMs,
+            front: cfg.replicas.front,
+          },
   };
+}
+
+/**
+ * The trace file, read and validated (its bytes are kept for the report's checksum).
+ * @throws KvgateError KVG_ERR_INVALID_TRACE when it cannot be read, is empty, or is strict with bad lines.
+ */
+function readTrace(cfg: ReplayConfig): { bytes: Buffer; trace: LoadedTrace } {
+  let bytes: Buffer;
+  try {
+    bytes = readFileSync(cfg.trace);
+  } catch (err) {
+    throw new KvgateError(
+      'KVG_ERR_INVALID_TRACE',
+      `cannot read trace ${cfg.trace}: ${err instanceof Error ? err.message : String(err)}`,
+      { source: cfg.trace },
+    );
+  }
+  const trace = parseTrace(bytes.toString('utf8'), {
+    traceBlockSize: cfg.traceBlockSize,
+    strict: cfg.strict,
+    source: cfg.trace,
+  });
+  return { bytes, trace };
+}
+
+/**
+ * Every policy's run over the workload: offline as jobs (in worker threads when `jobs` > 1), online
+ * through the hooks' runner, reporting progress through the hooks.
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for router replicas online, or online without a runner.
+ */
+async function runPolicies(workload: Workload, cfg: ReplayConfig, hooks: ReplayHooks): Promise<PolicyRun[]> {
+  if (cfg.mode === 'online' && cfg.replicas?.counts.some((n) => n !== 1) === true) {
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      'replicas.counts: router replicas are modelled offline only (--mode offline)',
+      { field: 'replicas.counts' },
+    );
+  }
+  const label = `${cfg.mode} replay`;
+  const onProgress = (done: number, total: number): void => hooks.onProgress?.(label, done, total);
+  if (cfg.mode === 'offline') return runOfflineJobs(offlineJobs(workload, cfg), cfg.jobs, onProgress);
+  if (hooks.runOnline === undefined)
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      'online replay needs a runner that can start engines and the gateway',
+    );
+  return hooks.runOnline(workload, cfg, onProgress);
 }
 
 /**
@@ -225,13 +322,7 @@ function configSummary(cfg: ReplayConfig, workload: Workload, engine: MockerInpu
  *   KVG_ERR_INVALID_ARGUMENT / KVG_ERR_INVALID_CONFIG for invalid options.
  */
 export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<ReplayResult> {
-  let bytes: Buffer;
-  try {
-    bytes = readFileSync(cfg.trace);
-  } catch (err) {
-    throw new KvgateError('KVG_ERR_INVALID_TRACE', `cannot read trace ${cfg.trace}: ${err instanceof Error ? err.message : String(err)}`, { source: cfg.trace });
-  }
-  const trace = parseTrace(bytes.toString('utf8'), { traceBlockSize: cfg.traceBlockSize, strict: cfg.strict, source: cfg.trace });
+  const { bytes, trace } = readTrace(cfg);
   const workload = buildWorkload(trace, cfg.workload);
   const engine = replayEngineOptions(cfg.engine, cfg.seed);
   const blockSize = engine.blockSize ?? MOCKER_DEFAULTS.blockSize;
@@ -240,18 +331,7 @@ export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<
   const capacityTokens = cacheEngines * (engine.numGpuBlocks ?? MOCKER_DEFAULTS.numGpuBlocks) * blockSize;
   const pooled = pooledLruHitRate(workload.requests, workload.traceBlockSize, blockSize, capacityTokens);
 
-  if (cfg.mode === 'online' && cfg.replicas?.counts.some((n) => n !== 1) === true) {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'replicas.counts: router replicas are modelled offline only (--mode offline)', { field: 'replicas.counts' });
-  }
-  const label = `${cfg.mode} replay`;
-  const onProgress = (done: number, total: number): void => hooks.onProgress?.(label, done, total);
-  let runs: PolicyRun[];
-  if (cfg.mode === 'offline') {
-    runs = await runOfflineJobs(offlineJobs(workload, cfg), cfg.jobs, onProgress);
-  } else {
-    if (hooks.runOnline === undefined) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'online replay needs a runner that can start engines and the gateway');
-    runs = await hooks.runOnline(workload, cfg, onProgress);
-  }
+  const runs = await runPolicies(workload, cfg, hooks);
   const policies: Record<string, PolicySummary> = {};
   for (const run of runs) policies[run.name] = summarizePolicy(run, bound.tokens);
   const report: ReplayReport = {

@@ -51,7 +51,18 @@ export interface LineChartOptions {
 }
 
 /** Colour-blind-safe palette (Okabe-Ito), then greys. */
-export const PALETTE = ['#0072B2', '#D55E00', '#009E73', '#CC79A7', '#E69F00', '#56B4E9', '#F0E442', '#000000', '#777777', '#AAAAAA'];
+export const PALETTE = [
+  '#0072B2',
+  '#D55E00',
+  '#009E73',
+  '#CC79A7',
+  '#E69F00',
+  '#56B4E9',
+  '#F0E442',
+  '#000000',
+  '#777777',
+  '#AAAAAA',
+];
 
 const MAX_POINTS_PER_SERIES = 1200;
 
@@ -117,7 +128,10 @@ interface DrawnSeries extends ChartSeries {
   readonly segments: Point[][];
 }
 
-/** A non-finite y breaks the line (a gap); other unusable points are dropped. Each segment is thinned in proportion to its share of the points. */
+/**
+ * A non-finite y breaks the line (a gap); other unusable points are dropped.
+ * Each segment is thinned in proportion to its share of the points.
+ */
 function drawable(series: readonly ChartSeries[], xLog: boolean): DrawnSeries[] {
   return series.map((s) => {
     const usable = s.points.filter(([x]) => Number.isFinite(x) && (!xLog || x > 0));
@@ -128,7 +142,9 @@ function drawable(series: readonly ChartSeries[], xLog: boolean): DrawnSeries[] 
     }
     const kept = segments.filter((g) => g.length > 0);
     const total = kept.reduce((n, g) => n + g.length, 0);
-    const thinned = kept.map((g) => thin(g, Math.max(2, Math.round((MAX_POINTS_PER_SERIES * g.length) / Math.max(1, total)))));
+    const thinned = kept.map((g) =>
+      thin(g, Math.max(2, Math.round((MAX_POINTS_PER_SERIES * g.length) / Math.max(1, total)))),
+    );
     return { ...s, points: thinned.flat(), segments: thinned };
   });
 }
@@ -192,8 +208,19 @@ function frame(opts: LineChartOptions, x: AxisRange, y: AxisRange): Frame {
   const ph = height - margin.top - margin.bottom;
   const xLog = opts.xLog === true;
   return {
-    width, height, margin, pw, ph, x, y,
-    sx: (v) => margin.left + (xLog ? (Math.log10(v) - Math.log10(x.min)) / (Math.log10(x.max) - Math.log10(x.min)) : (v - x.min) / (x.max - x.min)) * pw,
+    width,
+    height,
+    margin,
+    pw,
+    ph,
+    x,
+    y,
+    sx: (v) =>
+      margin.left +
+      (xLog
+        ? (Math.log10(v) - Math.log10(x.min)) / (Math.log10(x.max) - Math.log10(x.min))
+        : (v - x.min) / (x.max - x.min)) *
+        pw,
     sy: (v) => margin.top + ph - ((Math.min(Math.max(v, y.min), y.max) - y.min) / (y.max - y.min)) * ph,
   };
 }
@@ -209,26 +236,42 @@ function legendColumns(opts: LineChartOptions, plotWidth: number): number {
 function chrome(opts: LineChartOptions, f: Frame, parts: string[]): void {
   const { width, height, margin, pw, ph } = f;
   const yFormat = opts.yFormat ?? formatTick;
-  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">`);
+  parts.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" ` +
+      'font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">',
+  );
   parts.push(`<title>${escapeXml(opts.title)}</title>`);
   parts.push(`<rect width="${width}" height="${height}" fill="#ffffff"/>`);
-  parts.push(`<text x="${width / 2}" y="22" text-anchor="middle" font-size="15" font-weight="600">${escapeXml(opts.title)}</text>`);
-  if (opts.subtitle) parts.push(`<text x="${width / 2}" y="40" text-anchor="middle" font-size="11" fill="#555">${escapeXml(opts.subtitle)}</text>`);
+  parts.push(
+    `<text x="${width / 2}" y="22" text-anchor="middle" font-size="15" font-weight="600">${escapeXml(opts.title)}</text>`,
+  );
+  if (opts.subtitle)
+    parts.push(
+      `<text x="${width / 2}" y="40" text-anchor="middle" font-size="11" fill="#555">${escapeXml(opts.subtitle)}</text>`,
+    );
   for (const t of f.y.ticks) {
     if (t < f.y.min || t > f.y.max) continue;
     const y = f.sy(t).toFixed(1);
     parts.push(`<line x1="${margin.left}" x2="${margin.left + pw}" y1="${y}" y2="${y}" stroke="#e5e5e5"/>`);
-    parts.push(`<text x="${margin.left - 6}" y="${y}" text-anchor="end" dominant-baseline="middle" fill="#333">${escapeXml(yFormat(t))}</text>`);
+    parts.push(
+      `<text x="${margin.left - 6}" y="${y}" text-anchor="end" dominant-baseline="middle" fill="#333">${escapeXml(yFormat(t))}</text>`,
+    );
   }
   for (const t of f.x.ticks) {
     if (t < f.x.min || t > f.x.max) continue;
     const x = f.sx(t).toFixed(1);
     parts.push(`<line x1="${x}" x2="${x}" y1="${margin.top}" y2="${margin.top + ph}" stroke="#e5e5e5"/>`);
-    parts.push(`<text x="${x}" y="${margin.top + ph + 16}" text-anchor="middle" fill="#333">${escapeXml(formatTick(t))}</text>`);
+    parts.push(
+      `<text x="${x}" y="${margin.top + ph + 16}" text-anchor="middle" fill="#333">${escapeXml(formatTick(t))}</text>`,
+    );
   }
   parts.push(`<rect x="${margin.left}" y="${margin.top}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
-  parts.push(`<text x="${margin.left + pw / 2}" y="${margin.top + ph + 36}" text-anchor="middle">${escapeXml(opts.xLabel)}</text>`);
-  parts.push(`<text transform="translate(16 ${margin.top + ph / 2}) rotate(-90)" text-anchor="middle">${escapeXml(opts.yLabel)}</text>`);
+  parts.push(
+    `<text x="${margin.left + pw / 2}" y="${margin.top + ph + 36}" text-anchor="middle">${escapeXml(opts.xLabel)}</text>`,
+  );
+  parts.push(
+    `<text transform="translate(16 ${margin.top + ph / 2}) rotate(-90)" text-anchor="middle">${escapeXml(opts.yLabel)}</text>`,
+  );
 }
 
 interface SeriesStyle {
@@ -247,7 +290,10 @@ function styleOf(s: ChartSeries, i: number): SeriesStyle {
 }
 
 function markerAt(style: SeriesStyle, x: number, y: number): string {
-  return `<path transform="translate(${x.toFixed(1)} ${y.toFixed(1)})" d="${style.marker!}" fill="none" stroke="${style.color}" stroke-width="1.4"/>`;
+  return (
+    `<path transform="translate(${x.toFixed(1)} ${y.toFixed(1)})" d="${style.marker!}" ` +
+    `fill="none" stroke="${style.color}" stroke-width="1.4"/>`
+  );
 }
 
 /** Bands as shaded polygons (upper edge forward, lower edge back). */
@@ -257,7 +303,10 @@ function drawBands(bands: readonly ChartBand[], f: Frame, parts: string[]): void
     if (pts.length === 0) return;
     const upper = pts.map(([x, , hi]) => `${f.sx(x).toFixed(1)},${f.sy(hi).toFixed(1)}`);
     const lower = pts.map(([x, lo]) => `${f.sx(x).toFixed(1)},${f.sy(lo).toFixed(1)}`).reverse();
-    parts.push(`<polygon fill="${b.color ?? PALETTE[i % PALETTE.length]!}" fill-opacity="0.22" stroke="none" points="${[...upper, ...lower].join(' ')}"><title>${escapeXml(b.name)}</title></polygon>`);
+    parts.push(
+      `<polygon fill="${b.color ?? PALETTE[i % PALETTE.length]!}" fill-opacity="0.22" stroke="none" ` +
+        `points="${[...upper, ...lower].join(' ')}"><title>${escapeXml(b.name)}</title></polygon>`,
+    );
   });
 }
 
@@ -270,12 +319,16 @@ function drawSeries(series: readonly DrawnSeries[], f: Frame, parts: string[]): 
     const style = styleOf(s, i);
     for (const seg of s.segments) {
       const d = seg.map(([x, y]) => `${f.sx(x).toFixed(1)},${f.sy(y).toFixed(1)}`).join(' ');
-      parts.push(`<polyline fill="none" stroke="${style.color}" stroke-width="1.8"${style.dash} points="${d}"><title>${escapeXml(s.name)}</title></polyline>`);
+      parts.push(
+        `<polyline fill="none" stroke="${style.color}" stroke-width="1.8"${style.dash} points="${d}">` +
+          `<title>${escapeXml(s.name)}</title></polyline>`,
+      );
     }
     if (style.marker === undefined || s.points.length < 2) return;
     const spacing = (s.points.length - 1) / MARKERS_PER_SERIES;
     for (let k = 0; k < MARKERS_PER_SERIES; k++) {
-      const [x, y] = s.points[Math.min(s.points.length - 1, Math.round((k + (i + 1) / (series.length + 1)) * spacing))]!;
+      const [x, y] =
+        s.points[Math.min(s.points.length - 1, Math.round((k + (i + 1) / (series.length + 1)) * spacing))]!;
       parts.push(markerAt(style, f.sx(x), f.sy(y)));
     }
   });
@@ -284,16 +337,23 @@ function drawSeries(series: readonly DrawnSeries[], f: Frame, parts: string[]): 
 /** The legend, up to three entries per row: bands first, then series with their dash and marker. */
 function legend(bands: readonly ChartBand[], series: readonly DrawnSeries[], f: Frame, parts: string[]): void {
   const cols = legendColumns({ title: '', xLabel: '', yLabel: '', series, bands }, f.pw);
-  const at = (n: number): [number, number] => [f.margin.left + (n % cols) * (f.pw / cols), f.margin.top + f.ph + 52 + Math.floor(n / cols) * 18];
+  const at = (n: number): [number, number] => [
+    f.margin.left + (n % cols) * (f.pw / cols),
+    f.margin.top + f.ph + 52 + Math.floor(n / cols) * 18,
+  ];
   bands.forEach((b, i) => {
     const [x, y] = at(i);
-    parts.push(`<rect x="${x}" y="${y - 6}" width="22" height="12" fill="${b.color ?? PALETTE[i % PALETTE.length]!}" fill-opacity="0.22"/>`);
+    parts.push(
+      `<rect x="${x}" y="${y - 6}" width="22" height="12" fill="${b.color ?? PALETTE[i % PALETTE.length]!}" fill-opacity="0.22"/>`,
+    );
     parts.push(`<text x="${x + 28}" y="${y}" dominant-baseline="middle">${escapeXml(b.name)}</text>`);
   });
   series.forEach((s, i) => {
     const style = styleOf(s, i);
     const [x, y] = at(bands.length + i);
-    parts.push(`<line x1="${x}" x2="${x + 22}" y1="${y}" y2="${y}" stroke="${style.color}" stroke-width="2.5"${style.dash}/>`);
+    parts.push(
+      `<line x1="${x}" x2="${x + 22}" y1="${y}" y2="${y}" stroke="${style.color}" stroke-width="2.5"${style.dash}/>`,
+    );
     if (style.marker !== undefined) parts.push(markerAt(style, x + 11, y));
     parts.push(`<text x="${x + 28}" y="${y}" dominant-baseline="middle">${escapeXml(s.name)}</text>`);
   });
@@ -304,7 +364,9 @@ export function lineChart(opts: LineChartOptions): string {
   const xLog = opts.xLog === true;
   const series = drawable(opts.series, xLog);
   const bands = opts.bands ?? [];
-  const bandXs = bands.flatMap((b) => b.points.filter((p) => p.every(Number.isFinite) && (!xLog || p[0] > 0)).map((p) => p[0]));
+  const bandXs = bands.flatMap((b) =>
+    b.points.filter((p) => p.every(Number.isFinite) && (!xLog || p[0] > 0)).map((p) => p[0]),
+  );
   const bandYs = bands.flatMap((b) => b.points.filter((p) => p.every(Number.isFinite)).flatMap((p) => [p[1], p[2]]));
   const x = xAxis([...series.flatMap((s) => s.points.map((p) => p[0])), ...bandXs], xLog);
   const y = yAxis([...series.flatMap((s) => s.points.map((p) => p[1])), ...bandYs], opts);

@@ -112,7 +112,10 @@ export class LoadTimeline {
 
   /** Per bucket: [bucket start ms, mean load of each engine in the bucket]. Call after `finish`. */
   buckets(): LoadBucket[] {
-    return this.#buckets.map((b, i) => ({ startMs: i * this.bucketMs, perEngine: Array.from(b, (a) => a / this.bucketMs) }));
+    return this.#buckets.map((b, i) => ({
+      startMs: i * this.bucketMs,
+      perEngine: Array.from(b, (a) => a / this.bucketMs),
+    }));
   }
 }
 

@@ -37,7 +37,10 @@ export class TokenSynthesizer {
   /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a non-positive block size or a vocabulary outside [2, 2^31). */
   constructor(opts: TokenSynthesizerOptions) {
     if (!Number.isSafeInteger(opts.traceBlockSize) || opts.traceBlockSize < 1) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `traceBlockSize must be a positive integer, got ${opts.traceBlockSize}`);
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `traceBlockSize must be a positive integer, got ${opts.traceBlockSize}`,
+      );
     }
     const vocab = opts.vocabSize ?? DEFAULT_VOCAB_SIZE;
     if (!Number.isSafeInteger(vocab) || vocab < 2 || vocab > 0x7fffffff) {
@@ -76,7 +79,10 @@ export class TokenSynthesizer {
   tokens(hashIds: readonly number[], inputLength: number): number[] {
     const bs = this.traceBlockSize;
     if (hashIds.length * bs < inputLength) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${hashIds.length} hash ids of ${bs} tokens cannot cover ${inputLength} tokens`);
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `${hashIds.length} hash ids of ${bs} tokens cannot cover ${inputLength} tokens`,
+      );
     }
     const out: number[] = [];
     for (let k = 0, off = 0; off < inputLength; k++, off += bs) {

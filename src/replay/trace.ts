@@ -102,7 +102,8 @@ function parseLine(raw: string, blockSize: number, lastTimestamp: number, first:
   } catch (err) {
     return bad('invalid_json', `not valid JSON (${err instanceof Error ? err.message : String(err)})`);
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return bad('not_an_object', 'expected a JSON object');
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    return bad('not_an_object', 'expected a JSON object');
   const o = value as Record<string, unknown>;
   const missing = ['input_length', 'output_length', 'hash_ids'].filter((k) => o[k] === undefined);
   if (o.timestamp === undefined && o.delay === undefined) missing.unshift('timestamp');
@@ -113,15 +114,22 @@ function parseLine(raw: string, blockSize: number, lastTimestamp: number, first:
   const osl = o.output_length;
   if (typeof isl === 'number' && isl < 0) return bad('negative_length', `input_length is negative (${isl})`);
   if (typeof osl === 'number' && osl < 0) return bad('negative_length', `output_length is negative (${osl})`);
-  if (!isNonNegativeInteger(isl) || isl === 0) return bad('invalid_value', `input_length must be an integer >= 1, got ${JSON.stringify(isl)}`);
-  if (!isNonNegativeInteger(osl) || osl === 0) return bad('invalid_value', `output_length must be an integer >= 1, got ${JSON.stringify(osl)}`);
+  if (!isNonNegativeInteger(isl) || isl === 0)
+    return bad('invalid_value', `input_length must be an integer >= 1, got ${JSON.stringify(isl)}`);
+  if (!isNonNegativeInteger(osl) || osl === 0)
+    return bad('invalid_value', `output_length must be an integer >= 1, got ${JSON.stringify(osl)}`);
   const ids = o.hash_ids;
-  if (!Array.isArray(ids) || !ids.every(isNonNegativeInteger)) return bad('invalid_value', 'hash_ids must be an array of non-negative integers');
+  if (!Array.isArray(ids) || !ids.every(isNonNegativeInteger))
+    return bad('invalid_value', 'hash_ids must be an array of non-negative integers');
   const expected = Math.ceil(isl / blockSize);
   if (ids.length !== expected) {
-    return bad('hash_ids_length', `hash_ids has ${ids.length} ids but input_length ${isl} needs ceil(${isl} / ${blockSize}) = ${expected}`);
+    return bad(
+      'hash_ids_length',
+      `hash_ids has ${ids.length} ids but input_length ${isl} needs ceil(${isl} / ${blockSize}) = ${expected}`,
+    );
   }
-  if (ts < lastTimestamp) return bad('non_monotonic_timestamp', `timestamp ${ts} is earlier than the previous request's ${lastTimestamp}`);
+  if (ts < lastTimestamp)
+    return bad('non_monotonic_timestamp', `timestamp ${ts} is earlier than the previous request's ${lastTimestamp}`);
   return { ok: true, ts, isl, osl, ids: ids as number[] };
 }
 
@@ -157,11 +165,17 @@ export function parseTrace(text: string, opts: TraceLoadOptions = {}): LoadedTra
   if (opts.strict === true && issues.length > 0) {
     const shown = issues.slice(0, MAX_ISSUES_IN_MESSAGE).map((x) => `  ${x.message}`);
     if (issues.length > MAX_ISSUES_IN_MESSAGE) shown.push(`  ... and ${issues.length - MAX_ISSUES_IN_MESSAGE} more`);
-    throw new KvgateError('KVG_ERR_INVALID_TRACE', `${source}: ${issues.length} invalid line(s) (strict mode):\n${shown.join('\n')}`,
-      { source, issues: issues.length, firstLine: issues[0]!.line });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_TRACE',
+      `${source}: ${issues.length} invalid line(s) (strict mode):\n${shown.join('\n')}`,
+      { source, issues: issues.length, firstLine: issues[0]!.line },
+    );
   }
   if (records.length === 0) {
-    throw new KvgateError('KVG_ERR_INVALID_TRACE', `${source}: no valid request in ${linesRead} line(s)`, { source, issues: issues.length });
+    throw new KvgateError('KVG_ERR_INVALID_TRACE', `${source}: no valid request in ${linesRead} line(s)`, {
+      source,
+      issues: issues.length,
+    });
   }
   return { records, issues, linesRead, traceBlockSize: blockSize };
 }
@@ -175,8 +189,12 @@ export function loadTrace(path: string, opts: Omit<TraceLoadOptions, 'source'> =
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    throw new KvgateError('KVG_ERR_INVALID_TRACE', `cannot read trace ${path}: ${err instanceof Error ? err.message : String(err)}`,
-      { source: path }, { cause: err });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_TRACE',
+      `cannot read trace ${path}: ${err instanceof Error ? err.message : String(err)}`,
+      { source: path },
+      { cause: err },
+    );
   }
   return parseTrace(text, { ...opts, source: path });
 }

@@ -62,7 +62,10 @@ export interface Workload {
 function positive(name: string, v: number | undefined, integer: boolean): void {
   if (v === undefined) return;
   if (!(v > 0) || !Number.isFinite(v) || (integer && !Number.isSafeInteger(v))) {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${name} must be a positive ${integer ? 'integer' : 'number'}, got ${v}`);
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      `${name} must be a positive ${integer ? 'integer' : 'number'}, got ${v}`,
+    );
   }
 }
 
@@ -83,7 +86,10 @@ export function arrivalOffsets(records: readonly TraceRecord[], mode: ArrivalMod
     if (last !== undefined && last.ts === ts) last.count++;
     else runs.push({ start: i, count: 1, ts });
   }
-  const gaps = runs.slice(1).map((r, k) => r.ts - runs[k]!.ts).sort((a, b) => a - b);
+  const gaps = runs
+    .slice(1)
+    .map((r, k) => r.ts - runs[k]!.ts)
+    .sort((a, b) => a - b);
   const medianGap = gaps.length === 0 ? 0 : gaps[Math.floor(gaps.length / 2)]!;
   const out = new Array<number>(records.length);
   for (let k = 0; k < runs.length; k++) {
@@ -101,16 +107,24 @@ export function arrivalOffsets(records: readonly TraceRecord[], mode: ArrivalMod
 export function buildWorkload(trace: LoadedTrace, opts: WorkloadOptions = {}): Workload {
   const arrival = opts.arrival ?? 'as-recorded';
   if (!ARRIVAL_MODES.includes(arrival)) {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `arrival mode must be one of ${ARRIVAL_MODES.join(', ')}, got ${String(arrival)}`);
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      `arrival mode must be one of ${ARRIVAL_MODES.join(', ')}, got ${String(arrival)}`,
+    );
   }
   const speedup = opts.speedup ?? 1;
   positive('speedup', speedup, false);
   positive('maxRequests', opts.maxRequests, true);
   positive('maxIsl', opts.maxIsl, true);
   const skip = opts.skipRequests ?? 0;
-  if (!Number.isSafeInteger(skip) || skip < 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `skipRequests must be an integer >= 0, got ${skip}`);
+  if (!Number.isSafeInteger(skip) || skip < 0)
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `skipRequests must be an integer >= 0, got ${skip}`);
   const kept = trace.records.slice(skip, opts.maxRequests === undefined ? undefined : skip + opts.maxRequests);
-  if (kept.length === 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `skipRequests ${skip} leaves none of the trace's ${trace.records.length} requests`);
+  if (kept.length === 0)
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      `skipRequests ${skip} leaves none of the trace's ${trace.records.length} requests`,
+    );
   const offsets = arrivalOffsets(kept, arrival);
   const bs = trace.traceBlockSize;
   const maxIsl = opts.maxIsl ?? null;
@@ -121,7 +135,12 @@ export function buildWorkload(trace: LoadedTrace, opts: WorkloadOptions = {}): W
     if (maxIsl === null || r.inputLength <= maxIsl) return { ...base, inputLength: r.inputLength, hashIds: r.hashIds };
     requestsCapped++;
     tokensRemoved += r.inputLength - maxIsl;
-    return { ...base, inputLength: maxIsl, hashIds: r.hashIds.slice(0, Math.ceil(maxIsl / bs)), cappedFrom: r.inputLength };
+    return {
+      ...base,
+      inputLength: maxIsl,
+      hashIds: r.hashIds.slice(0, Math.ceil(maxIsl / bs)),
+      cappedFrom: r.inputLength,
+    };
   });
   return {
     requests,
@@ -145,7 +164,12 @@ export function buildWorkload(trace: LoadedTrace, opts: WorkloadOptions = {}): W
  * below it; it tells how much of the infinite-cache bound the cache size alone
  * rules out.
  */
-export function pooledLruHitRate(requests: readonly ReplayRequest[], traceBlockSize: number, engineBlockSize: number, capacityTokens: number): number {
+export function pooledLruHitRate(
+  requests: readonly ReplayRequest[],
+  traceBlockSize: number,
+  engineBlockSize: number,
+  capacityTokens: number,
+): number {
   positive('engineBlockSize', engineBlockSize, true);
   const capacity = Math.floor(capacityTokens / traceBlockSize);
   /** id -> tokens of its chunk held; Map order = recency (oldest first). */
@@ -206,7 +230,11 @@ export interface HitRateBound {
  * tokens of each chunk any earlier request materialised, cut to its own length
  * and rounded down to whole engine blocks.
  */
-export function hitRateBound(requests: readonly ReplayRequest[], traceBlockSize: number, engineBlockSize: number): HitRateBound {
+export function hitRateBound(
+  requests: readonly ReplayRequest[],
+  traceBlockSize: number,
+  engineBlockSize: number,
+): HitRateBound {
   positive('engineBlockSize', engineBlockSize, true);
   /** Most tokens of each chunk any earlier request held. */
   const materialised = new Map<number, number>();

@@ -127,7 +127,11 @@ export class SyncChannel implements BookkeepingObserver {
 
   /** Everything this replica holds for the channel now (call after `take` flushed pending ops). */
   snapshot(): { readonly seq: number; readonly bookings: SyncedBooking[]; readonly sessions: SharedSession[] } {
-    return { seq: this.#seq, bookings: [...this.target.localBookings()], sessions: this.#sessions?.liveBindings() ?? [] };
+    return {
+      seq: this.#seq,
+      bookings: [...this.target.localBookings()],
+      sessions: this.#sessions?.liveBindings() ?? [],
+    };
   }
 
   // ---------------------------------------------------------------- inbound
@@ -186,11 +190,21 @@ export class SyncChannel implements BookkeepingObserver {
     const peers = this.target.peers;
     let outcome: PeerApplyOutcome | 'adopted' | 'kept';
     switch (op.kind) {
-      case 'added': outcome = peers.add(replica, op.booking); break;
-      case 'prefill': outcome = peers.prefillCompleted(replica, op.requestId); break;
-      case 'output': outcome = peers.outputBlocks(replica, op.requestId, op.outputBlocks, op.decay); break;
-      case 'freed': outcome = peers.free(replica, op.requestId); break;
-      case 'session': outcome = this.#sessions?.adopt(op.binding) === true ? 'adopted' : 'kept'; break;
+      case 'added':
+        outcome = peers.add(replica, op.booking);
+        break;
+      case 'prefill':
+        outcome = peers.prefillCompleted(replica, op.requestId);
+        break;
+      case 'output':
+        outcome = peers.outputBlocks(replica, op.requestId, op.outputBlocks, op.decay);
+        break;
+      case 'freed':
+        outcome = peers.free(replica, op.requestId);
+        break;
+      case 'session':
+        outcome = this.#sessions?.adopt(op.binding) === true ? 'adopted' : 'kept';
+        break;
     }
     this.#host.applied(op.kind, outcome);
   }

@@ -35,10 +35,11 @@ export class IpcTransport implements SyncTransport {
 
   /** @throws Error when this process has no IPC channel (it was not forked by the cluster primary). */
   constructor(proc: NodeJS.Process = process) {
-    if (proc.send === undefined) throw new Error('replica sync over IPC needs a process forked by kvgate serve --processes');
+    if (proc.send === undefined)
+      throw new Error('replica sync over IPC needs a process forked by kvgate serve --processes');
     this.#proc = proc;
     proc.on('message', this.#onMessage);
-    proc.once('disconnect', () => this.onStatus?.('disconnected', 'the cluster primary\'s IPC channel closed'));
+    proc.once('disconnect', () => this.onStatus?.('disconnected', "the cluster primary's IPC channel closed"));
   }
 
   get connected(): boolean {
@@ -46,7 +47,7 @@ export class IpcTransport implements SyncTransport {
   }
 
   #send(m: SyncMessage): void {
-    if (!this.#proc.connected) throw new Error('the cluster primary\'s IPC channel is closed');
+    if (!this.#proc.connected) throw new Error("the cluster primary's IPC channel is closed");
     this.#proc.send!(m);
   }
 
@@ -62,11 +63,12 @@ export class IpcTransport implements SyncTransport {
     }
     const subs = this.#subs.get(m.subject);
     if (subs === undefined) return;
-    const reply = m.kvgateSync === 'request'
-      ? (data: Uint8Array): void => {
-        if (this.#proc.connected) this.#send({ kvgateSync: 'reply', data, id: m.id, to: m.from });
-      }
-      : undefined;
+    const reply =
+      m.kvgateSync === 'request'
+        ? (data: Uint8Array): void => {
+            if (this.#proc.connected) this.#send({ kvgateSync: 'reply', data, id: m.id, to: m.from });
+          }
+        : undefined;
     for (const s of subs) s(m.data, reply);
   }
 
@@ -118,7 +120,8 @@ export function relaySyncMessages(from: Worker, message: unknown, workers: () =>
     if (w.isConnected()) w.send(m);
   };
   if (message.kvgateSync === 'reply') {
-    for (const w of workers()) if (w.id === message.to) send(w, { kvgateSync: 'reply', data: message.data, id: message.id });
+    for (const w of workers())
+      if (w.id === message.to) send(w, { kvgateSync: 'reply', data: message.data, id: message.id });
     return;
   }
   const out: SyncMessage = message.kvgateSync === 'request' ? { ...message, from: from.id } : message;

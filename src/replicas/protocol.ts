@@ -40,7 +40,12 @@ export interface SharedSession extends WorkerRank {
 export type SyncOp =
   | { readonly kind: 'added'; readonly booking: SyncedBooking }
   | { readonly kind: 'prefill'; readonly requestId: string }
-  | { readonly kind: 'output'; readonly requestId: string; readonly outputBlocks: number; readonly decay: number | undefined }
+  | {
+      readonly kind: 'output';
+      readonly requestId: string;
+      readonly outputBlocks: number;
+      readonly decay: number | undefined;
+    }
   | { readonly kind: 'freed'; readonly requestId: string }
   | { readonly kind: 'session'; readonly binding: SharedSession };
 
@@ -101,19 +106,34 @@ export function heartbeatSubject(prefix: string): string {
 
 function bookingArray(b: SyncedBooking): unknown[] {
   const seq = b.seq === null ? null : new Uint8Array(b.seq.buffer, b.seq.byteOffset, b.seq.byteLength);
-  return [b.requestId, b.workerId, b.dpRank, seq, b.privateBlocks, b.prefillTokens, b.expectedOutputTokens ?? null,
-    b.prefillCompleted, b.outputBlocks, b.decay ?? null];
+  return [
+    b.requestId,
+    b.workerId,
+    b.dpRank,
+    seq,
+    b.privateBlocks,
+    b.prefillTokens,
+    b.expectedOutputTokens ?? null,
+    b.prefillCompleted,
+    b.outputBlocks,
+    b.decay ?? null,
+  ];
 }
 
 function opArray(op: SyncOp): unknown[] {
   switch (op.kind) {
-    case 'added': return [0, ...bookingArray(op.booking)];
-    case 'prefill': return [1, op.requestId];
-    case 'output': return [2, op.requestId, op.outputBlocks, op.decay ?? null];
-    case 'freed': return [3, op.requestId];
+    case 'added':
+      return [0, ...bookingArray(op.booking)];
+    case 'prefill':
+      return [1, op.requestId];
+    case 'output':
+      return [2, op.requestId, op.outputBlocks, op.decay ?? null];
+    case 'freed':
+      return [3, op.requestId];
     // Whole milliseconds on the wire (the decoder takes nothing else): a live binding's remaining TTL
     // is measured on a fractional clock; rounded up, so a binding live here is live on arrival.
-    case 'session': return [4, op.binding.session, op.binding.workerId, op.binding.dpRank, Math.ceil(op.binding.ttlMs)];
+    case 'session':
+      return [4, op.binding.session, op.binding.workerId, op.binding.dpRank, Math.ceil(op.binding.ttlMs)];
   }
 }
 
@@ -128,12 +148,22 @@ export function encodeHeartbeat(h: Heartbeat): Uint8Array {
 }
 
 function slotArray(s: KvSlotSnapshot): unknown[] {
-  return [s.workerId, s.dpRank, s.endpoint, String(s.cursor), s.tiers.map((t) => [t.tier, new Uint8Array(t.pairs.buffer, t.pairs.byteOffset, t.pairs.byteLength)])];
+  return [
+    s.workerId,
+    s.dpRank,
+    s.endpoint,
+    String(s.cursor),
+    s.tiers.map((t) => [t.tier, new Uint8Array(t.pairs.buffer, t.pairs.byteOffset, t.pairs.byteLength)]),
+  ];
 }
 
 export function encodeSnapshot(s: Snapshot): Uint8Array {
   return encode({
-    r: s.routerId, i: s.incarnation, s: s.seq, b: s.bookings.map(bookingArray), x: s.sessions.map((x) => opArray({ kind: 'session', binding: x }).slice(1)),
+    r: s.routerId,
+    i: s.incarnation,
+    s: s.seq,
+    b: s.bookings.map(bookingArray),
+    x: s.sessions.map((x) => opArray({ kind: 'session', binding: x }).slice(1)),
     k: (s.slots ?? []).map(slotArray),
   });
 }
@@ -165,7 +195,8 @@ function str(v: unknown, what: string): string {
 }
 
 function count(v: unknown, what: string, max = Number.MAX_SAFE_INTEGER): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > max) fail(`${what} must be an integer in [0, ${max}]`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > max)
+    fail(`${what} must be an integer in [0, ${max}]`);
   return v;
 }
 
@@ -180,7 +211,8 @@ function optNum(v: unknown, what: string): number | undefined {
 
 /** u64s from their little-endian bytes, `multiple` of them at a time. */
 function u64s(v: unknown, what: string, multiple = 1): BigUint64Array {
-  if (!(v instanceof Uint8Array) || v.byteLength % (8 * multiple) !== 0) fail(`${what} must be bytes, a multiple of ${8 * multiple} long`);
+  if (!(v instanceof Uint8Array) || v.byteLength % (8 * multiple) !== 0)
+    fail(`${what} must be bytes, a multiple of ${8 * multiple} long`);
   // Copied: the decoded bytes are a view into the message (a Node Buffer's slice shares it), maybe unaligned for u64s.
   const copy = new Uint8Array(v.byteLength);
   copy.set(v);
@@ -196,9 +228,20 @@ function seqHashes(v: unknown): BigUint64Array | null {
 function slot(v: unknown): KvSlotSnapshot {
   if (!Array.isArray(v) || !Array.isArray(v[4])) fail('an index slot must be [worker, rank, endpoint, cursor, tiers]');
   const cursor = v[3];
-  if (typeof cursor !== 'string' || !/^\d{1,20}$/.test(cursor) || BigInt(cursor) >= 1n << 64n) fail('an index slot\'s cursor must be a u64 in decimal');
-  const tiers = (v[4] as unknown[]).map((t) => (Array.isArray(t) ? { tier: str(t[0], 'tier'), pairs: u64s(t[1], 'pairs', 2) } : fail('a tier must be [name, pairs]')));
-  return { workerId: count(v[0], 'workerId'), dpRank: count(v[1], 'dpRank', 0xffff), endpoint: str(v[2], 'endpoint'), cursor: BigInt(cursor), tiers };
+  if (typeof cursor !== 'string' || !/^\d{1,20}$/.test(cursor) || BigInt(cursor) >= 1n << 64n)
+    fail("an index slot's cursor must be a u64 in decimal");
+  const tiers = (v[4] as unknown[]).map((t) =>
+    Array.isArray(t)
+      ? { tier: str(t[0], 'tier'), pairs: u64s(t[1], 'pairs', 2) }
+      : fail('a tier must be [name, pairs]'),
+  );
+  return {
+    workerId: count(v[0], 'workerId'),
+    dpRank: count(v[1], 'dpRank', 0xffff),
+    endpoint: str(v[2], 'endpoint'),
+    cursor: BigInt(cursor),
+    tiers,
+  };
 }
 
 function booking(a: unknown[], at: number): SyncedBooking {
@@ -207,30 +250,51 @@ function booking(a: unknown[], at: number): SyncedBooking {
   const completed = a[at + 7];
   if (typeof completed !== 'boolean') fail('prefillCompleted must be a boolean');
   return {
-    requestId: str(a[at], 'requestId'), workerId: count(a[at + 1], 'workerId'), dpRank: count(a[at + 2], 'dpRank'),
-    seq: seqHashes(a[at + 3]), privateBlocks: count(a[at + 4], 'privateBlocks'), prefillTokens: num(a[at + 5], 'prefillTokens'),
-    expectedOutputTokens: optNum(a[at + 6], 'expectedOutputTokens'), prefillCompleted: completed,
-    outputBlocks: count(a[at + 8], 'outputBlocks', MAX_OUTPUT_BLOCKS), decay,
+    requestId: str(a[at], 'requestId'),
+    workerId: count(a[at + 1], 'workerId'),
+    dpRank: count(a[at + 2], 'dpRank'),
+    seq: seqHashes(a[at + 3]),
+    privateBlocks: count(a[at + 4], 'privateBlocks'),
+    prefillTokens: num(a[at + 5], 'prefillTokens'),
+    expectedOutputTokens: optNum(a[at + 6], 'expectedOutputTokens'),
+    prefillCompleted: completed,
+    outputBlocks: count(a[at + 8], 'outputBlocks', MAX_OUTPUT_BLOCKS),
+    decay,
   };
 }
 
 function session(a: unknown[], at: number): SharedSession {
-  return { session: str(a[at], 'session'), workerId: count(a[at + 1], 'workerId'), dpRank: count(a[at + 2], 'dpRank'), ttlMs: count(a[at + 3], 'ttlMs') };
+  return {
+    session: str(a[at], 'session'),
+    workerId: count(a[at + 1], 'workerId'),
+    dpRank: count(a[at + 2], 'dpRank'),
+    ttlMs: count(a[at + 3], 'ttlMs'),
+  };
 }
 
 function op(v: unknown): SyncOp {
   if (!Array.isArray(v)) fail('an op must be an array');
   switch (v[0]) {
-    case 0: return { kind: 'added', booking: booking(v, 1) };
-    case 1: return { kind: 'prefill', requestId: str(v[1], 'requestId') };
+    case 0:
+      return { kind: 'added', booking: booking(v, 1) };
+    case 1:
+      return { kind: 'prefill', requestId: str(v[1], 'requestId') };
     case 2: {
       const decay = optNum(v[3], 'decay');
       if (decay !== undefined && decay > 1) fail('decay must be in [0, 1]');
-      return { kind: 'output', requestId: str(v[1], 'requestId'), outputBlocks: count(v[2], 'outputBlocks', MAX_OUTPUT_BLOCKS), decay };
+      return {
+        kind: 'output',
+        requestId: str(v[1], 'requestId'),
+        outputBlocks: count(v[2], 'outputBlocks', MAX_OUTPUT_BLOCKS),
+        decay,
+      };
     }
-    case 3: return { kind: 'freed', requestId: str(v[1], 'requestId') };
-    case 4: return { kind: 'session', binding: session(v, 1) };
-    default: return fail(`unknown op kind ${String(v[0])}`);
+    case 3:
+      return { kind: 'freed', requestId: str(v[1], 'requestId') };
+    case 4:
+      return { kind: 'session', binding: session(v, 1) };
+    default:
+      return fail(`unknown op kind ${String(v[0])}`);
   }
 }
 
@@ -238,7 +302,13 @@ function op(v: unknown): SyncOp {
 export function decodeBatch(bytes: Uint8Array): Batch {
   const m = obj(bytes);
   if (!Array.isArray(m.o)) fail('o must be an array of ops');
-  return { routerId: str(m.r, 'r'), incarnation: str(m.i, 'i'), seq: count(m.s, 's'), sentAt: num(m.t, 't'), ops: m.o.map(op) };
+  return {
+    routerId: str(m.r, 'r'),
+    incarnation: str(m.i, 'i'),
+    seq: count(m.s, 's'),
+    sentAt: num(m.t, 't'),
+    ops: m.o.map(op),
+  };
 }
 
 /** @throws MalformedSync */
@@ -257,7 +327,11 @@ function echoes(v: unknown): Map<string, Echo> {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) fail('e must be a map');
   for (const [router, x] of Object.entries(v)) {
     if (!Array.isArray(x)) fail(`e.${router} must be [incarnation, sentAt, heldMs]`);
-    out.set(router, { incarnation: str(x[0], `e.${router}[0]`), sentAt: num(x[1], `e.${router}[1]`), heldMs: num(x[2], `e.${router}[2]`) });
+    out.set(router, {
+      incarnation: str(x[0], `e.${router}[0]`),
+      sentAt: num(x[1], `e.${router}[1]`),
+      heldMs: num(x[2], `e.${router}[2]`),
+    });
   }
   return out;
 }
@@ -267,7 +341,9 @@ export function decodeSnapshot(bytes: Uint8Array): Snapshot {
   const m = obj(bytes);
   if (!Array.isArray(m.b) || !Array.isArray(m.x) || !Array.isArray(m.k)) fail('b, x and k must be arrays');
   return {
-    routerId: str(m.r, 'r'), incarnation: str(m.i, 'i'), seq: count(m.s, 's'),
+    routerId: str(m.r, 'r'),
+    incarnation: str(m.i, 'i'),
+    seq: count(m.s, 's'),
     bookings: m.b.map((a) => (Array.isArray(a) ? booking(a, 0) : fail('a booking must be an array'))),
     sessions: m.x.map((a) => (Array.isArray(a) ? session(a, 0) : fail('a session must be an array'))),
     slots: m.k.map(slot),

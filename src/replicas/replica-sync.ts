@@ -17,7 +17,9 @@
  * - Faults: while the bus is away every replica routes on what it knows and
  *   counts what it could not send; on reconnect it asks every peer for a
  *   snapshot, and peers that missed its batches ask it for one.
- * - Snapshots cross in chunks (transfer.ts), bounded by `maxSnapshotBytes`.
+ * - Snapshots cross in chunks (transfer.ts), bounded by `maxSnapshotBytes`
+ *   (served and fetched by snapshot-exchange.ts). The peers' bookkeeping is
+ *   peer-table.ts's.
  *   A warm start (warm-start.ts) asks one live peer for its bookings and its
  *   prefix index before this replica's routers subscribe to the engines.
  */
@@ -26,12 +28,23 @@ import type { Logger } from 'pino';
 import { systemClock, type Clock, type KvSlotSnapshot } from '../common/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { SyncChannel, type ChannelHost, type SessionTarget, type SyncTarget } from './channel.js';
-import { PeerClock, type Echo } from './peer-clock.js';
+import { PeerTable } from './peer-table.js';
 import {
-  MalformedSync, chunkSubject, decodeBatch, decodeHeartbeat, decodeSnapshot, decodeSnapshotRequest, encodeBatch, encodeHeartbeat, encodeSnapshot,
-  encodeSnapshotRequest, heartbeatSubject, opsSubject, snapshotSubject, warmStartSubject, type Snapshot,
+  MalformedSync,
+  chunkSubject,
+  decodeBatch,
+  decodeHeartbeat,
+  decodeSnapshotRequest,
+  encodeBatch,
+  encodeHeartbeat,
+  heartbeatSubject,
+  opsSubject,
+  snapshotSubject,
+  warmStartSubject,
+  type Snapshot,
 } from './protocol.js';
-import { TransferServer, fetchTransfer, transferOutcome } from './transfer.js';
+import { SnapshotExchange } from './snapshot-exchange.js';
+import { transferOutcome } from './transfer.js';
 import type { SyncTransport } from './transport.js';
 import { warmStart } from './warm-start.js';
 
@@ -60,15 +73,6 @@ export interface SyncedPool {
   readonly index?: (() => KvSlotSnapshot[]) | undefined;
 }
 
-interface Peer {
-  incarnation: string;
-  lastHeard: number;
-  /** Its clock's offset from ours (heartbeat echoes), for the age of its batches. */
-  readonly clock: PeerClock;
-}
-
-/** How long each request of a snapshot transfer waits for its answer. */
-const SNAPSHOT_TIMEOUT_MS = 2000;
 /** The queue group of warm-start subjects: one replica answers each request. */
 const WARM_START_QUEUE = 'kvgate-warm-start';
 
@@ -80,7 +84,7 @@ export class ReplicaSync {
   readonly #t: SyncTransport;
   readonly #clock: Clock;
   readonly #channels = new Map<string, SyncChannel>();
-  readonly #peers = new Map<string, Peer>();
+  readonly #peers: PeerTable;
   readonly #snapshotting = new Set<string>();
   readonly #workerTypes = new Map<string, (workerId: number) => string>();
   readonly #indexes = new Map<string, () => KvSlotSnapshot[]>();
@@ -88,7 +92,7 @@ export class ReplicaSync {
   readonly #warm = new Map<string, Snapshot>();
   /** The channels whose warm starts this replica answers: its index is complete (see warm-start.ts). */
   readonly #sources = new Set<string>();
-  readonly #server: TransferServer;
+  readonly #snapshots: SnapshotExchange;
   readonly #connectWaiters: (() => void)[] = [];
   #queued = 0;
   #flushScheduled = false;
@@ -121,7 +125,33 @@ export class ReplicaSync {
       applied: (op, outcome) => this.#metrics?.replicas.opsApplied.labels({ op, outcome }).inc(),
     };
     const prefix = opts.subjectPrefix;
-    this.#server = new TransferServer(this.routerId, opts.chunkBytes, this.#clock);
+    this.#peers = new PeerTable({
+      selfId: this.routerId,
+      incarnation: this.incarnation,
+      clock: this.#clock,
+      timeoutMs: opts.peerTimeoutMs,
+      forget: (replica) => {
+        let dropped = 0;
+        for (const ch of this.#channels.values()) dropped += ch.forget(replica);
+        return dropped;
+      },
+    });
+    this.#snapshots = new SnapshotExchange({
+      transport: opts.transport,
+      routerId: this.routerId,
+      incarnation: this.incarnation,
+      subjectPrefix: prefix,
+      chunkBytes: opts.chunkBytes,
+      maxSnapshotBytes: opts.maxSnapshotBytes,
+      clock: this.#clock,
+      state: (channel) => {
+        const ch = this.#channels.get(channel);
+        // Pending ops leave first, so the snapshot's sequence covers everything it holds.
+        this.flush();
+        return ch?.snapshot() ?? { seq: 0, bookings: [], sessions: [] };
+      },
+      index: (channel) => this.#indexes.get(channel)?.() ?? [],
+    });
     this.#t.subscribe(heartbeatSubject(prefix), (data) => this.#onHeartbeat(data));
     this.#t.subscribe(snapshotSubject(prefix, this.routerId), (data, reply) => this.#serveSnapshot(data, reply));
     this.#t.subscribe(chunkSubject(prefix, this.routerId), (data, reply) => this.#serveChunk(data, reply));
@@ -132,6 +162,8 @@ export class ReplicaSync {
   bind(logger: Logger, metrics: KvgateMetrics): void {
     this.#logger ??= logger.child({ component: 'replica-sync', routerId: this.routerId });
     this.#metrics ??= metrics;
+    this.#peers.bind(this.#logger, this.#metrics.replicas);
+    this.#snapshots.bind(this.#logger, this.#metrics.replicas);
   }
 
   /** Starts the heartbeat and liveness timer. */
@@ -152,17 +184,23 @@ export class ReplicaSync {
     if (pool.index !== undefined) this.#indexes.set(key, pool.index);
     this.#channels.set(key, ch);
     this.#t.subscribe(opsSubject(this.#o.subjectPrefix, key), (data) => this.#onBatch(ch, data));
-    if (this.#sources.has(key)) this.#t.subscribe(warmStartSubject(this.#o.subjectPrefix, key), (data, reply) => this.#serveSnapshot(data, reply), WARM_START_QUEUE);
+    if (this.#sources.has(key))
+      this.#t.subscribe(
+        warmStartSubject(this.#o.subjectPrefix, key),
+        (data, reply) => this.#serveSnapshot(data, reply),
+        WARM_START_QUEUE,
+      );
     const warm = this.#warm.get(key);
     this.#warm.delete(key);
-    if (warm !== undefined && this.#heard(warm.routerId, warm.incarnation)) this.#applySnapshot(ch, warm, 'warm_start');
+    if (warm !== undefined && this.#peers.heard(warm.routerId, warm.incarnation))
+      this.#applySnapshot(ch, warm, 'warm_start');
     // Peers already known hold bookings on this channel too.
-    for (const replica of this.#peers.keys()) void this.#fetchSnapshot(replica, key);
+    for (const replica of this.#peers.ids()) void this.#fetchSnapshot(replica, key);
   }
 
   /** Peers heard from within the timeout. */
   peers(): string[] {
-    return [...this.#peers.keys()];
+    return [...this.#peers.ids()];
   }
 
   /** Publishes the pending batch of every channel (runs at the end of each event-loop turn with changes). */
@@ -173,7 +211,13 @@ export class ReplicaSync {
       if (b === undefined) continue;
       this.#queued -= b.ops.length;
       if (b.ops.length === 0) continue;
-      const bytes = encodeBatch({ routerId: this.routerId, incarnation: this.incarnation, seq: b.seq, sentAt: this.#clock.now(), ops: b.ops });
+      const bytes = encodeBatch({
+        routerId: this.routerId,
+        incarnation: this.incarnation,
+        seq: b.seq,
+        sentAt: this.#clock.now(),
+        ops: b.ops,
+      });
       this.#send(opsSubject(this.#o.subjectPrefix, ch.key), bytes, 'ops');
     }
   }
@@ -183,7 +227,9 @@ export class ReplicaSync {
     try {
       this.#t.publish(subject, bytes);
     } catch {
-      m?.messagesDropped.labels({ direction: 'out', reason: this.#t.connected ? 'publish_failed' : 'disconnected' }).inc();
+      m?.messagesDropped
+        .labels({ direction: 'out', reason: this.#t.connected ? 'publish_failed' : 'disconnected' })
+        .inc();
       return false;
     }
     m?.messagesSent.labels({ kind }).inc();
@@ -195,24 +241,12 @@ export class ReplicaSync {
     const now = this.#clock.now();
     const seqs: Record<string, number> = {};
     for (const ch of this.#channels.values()) seqs[ch.key] = ch.lastSeq;
-    const echoes = new Map<string, Echo>();
-    for (const [replica, p] of this.#peers) {
-      const e = p.clock.echo(p.incarnation, now);
-      if (e !== undefined) echoes.set(replica, e);
-    }
+    const echoes = this.#peers.echoes(now);
     if (this.#t.connected) {
       const hb = encodeHeartbeat({ routerId: this.routerId, incarnation: this.incarnation, sentAt: now, seqs, echoes });
       this.#send(heartbeatSubject(this.#o.subjectPrefix), hb, 'heartbeat');
     }
-    for (const [replica, p] of this.#peers) {
-      if (now - p.lastHeard < this.#o.peerTimeoutMs) continue;
-      this.#peers.delete(replica);
-      let dropped = 0;
-      for (const ch of this.#channels.values()) dropped += ch.forget(replica);
-      this.#metrics?.replicas.peerTimeouts.inc();
-      this.#logger?.warn({ peer: replica, droppedBookings: dropped, silentMs: now - p.lastHeard },
-        `replica ${replica} not heard from for ${now - p.lastHeard} ms: dropped its ${dropped} booking(s)`);
-    }
+    this.#peers.expire(now);
     this.#publishGauges();
   }
 
@@ -225,48 +259,28 @@ export class ReplicaSync {
       const typeOf = this.#workerTypes.get(ch.key)!;
       for (const l of ch.target.loads()) {
         const fromPeers = ch.target.peers.requestsOn(l);
-        m.replicas.peerLoadShare.labels({ model, worker_id: String(l.workerId), dp_rank: String(l.dpRank), worker_type: typeOf(l.workerId) })
+        m.replicas.peerLoadShare
+          .labels({ model, worker_id: String(l.workerId), dp_rank: String(l.dpRank), worker_type: typeOf(l.workerId) })
           .set(l.activeRequests > 0 ? fromPeers / l.activeRequests : 0);
       }
     }
   }
 
-  /** Notes a message from a replica; a replica first seen (or restarted) gets its bookings fetched. */
-  #heard(replica: string, incarnation: string): boolean {
-    if (replica === this.routerId) return false;
-    const p = this.#peers.get(replica);
-    const now = this.#clock.now();
-    if (p !== undefined && p.incarnation === incarnation) {
-      p.lastHeard = now;
-      return true;
-    }
-    if (p !== undefined) for (const ch of this.#channels.values()) ch.forget(replica);
-    this.#peers.set(replica, { incarnation, lastHeard: now, clock: new PeerClock() });
-    this.#logger?.info({ peer: replica, restarted: p !== undefined }, `replica ${replica} ${p === undefined ? 'joined' : 'restarted'}`);
-    this.#metrics?.replicas.peers.set(this.#peers.size);
-    return true;
-  }
-
   #onHeartbeat(data: Uint8Array): void {
     const hb = this.#decoded(decodeHeartbeat, data);
-    if (hb === undefined || !this.#heard(hb.routerId, hb.incarnation)) return;
+    if (hb === undefined || !this.#peers.heartbeat(hb)) return;
     this.#metrics?.replicas.messagesReceived.labels({ kind: 'heartbeat' }).inc();
-    const clock = this.#peers.get(hb.routerId)!.clock;
-    const now = this.#clock.now();
-    const echo = hb.echoes.get(this.routerId);
-    // An echo of our former incarnation's heartbeat is not a round trip of this clock.
-    if (echo !== undefined && echo.incarnation === this.incarnation) clock.sample(echo, hb.sentAt, now);
-    clock.heard(hb.sentAt, now);
-    for (const [key, seq] of Object.entries(hb.seqs)) this.#channels.get(key)?.checkBehind(hb.routerId, hb.incarnation, seq);
+    for (const [key, seq] of Object.entries(hb.seqs))
+      this.#channels.get(key)?.checkBehind(hb.routerId, hb.incarnation, seq);
   }
 
   #onBatch(ch: SyncChannel, data: Uint8Array): void {
     const b = this.#decoded(decodeBatch, data);
-    if (b === undefined || !this.#heard(b.routerId, b.incarnation)) return;
+    if (b === undefined || !this.#peers.heard(b.routerId, b.incarnation)) return;
     const m = this.#metrics?.replicas;
     m?.messagesReceived.labels({ kind: 'ops' }).inc();
     // Unmeasured until a heartbeat round trip with the peer gave its clock's offset.
-    const age = this.#peers.get(b.routerId)!.clock.ageOf(b.sentAt, this.#clock.now());
+    const age = this.#peers.ageOf(b.routerId, b.sentAt);
     if (age !== undefined) m?.lag.observe(age / 1000);
     try {
       if (!ch.applyBatch(b)) m?.messagesDropped.labels({ direction: 'in', reason: 'stale' }).inc();
@@ -279,43 +293,21 @@ export class ReplicaSync {
   #serveSnapshot(data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined): void {
     if (reply === undefined) return;
     const req = this.#decoded(decodeSnapshotRequest, data);
-    if (req === undefined) return;
-    const ch = this.#channels.get(req.channel);
-    // Pending ops leave first, so the snapshot's sequence covers everything it holds.
-    this.flush();
-    const s = ch?.snapshot() ?? { seq: 0, bookings: [], sessions: [] };
-    // Taken in this same turn as the bookings: the index's cursors are those of the blocks it holds.
-    const slots = req.withIndex ? this.#indexes.get(req.channel)?.() ?? [] : [];
-    const bytes = encodeSnapshot({ routerId: this.routerId, incarnation: this.incarnation, ...s, slots });
-    const m = this.#metrics?.replicas;
-    if (bytes.byteLength > this.#o.maxSnapshotBytes) {
-      m?.snapshots.labels({ direction: 'served', outcome: 'too_large' }).inc();
-      this.#logger?.warn({ channel: req.channel, bytes: bytes.byteLength, maxBytes: this.#o.maxSnapshotBytes }, 'snapshot larger than replicas.max_snapshot_bytes: not served');
-      reply(this.#server.refuse(`snapshot of ${bytes.byteLength} bytes exceeds the server's bound`));
-      return;
-    }
-    reply(this.#server.open(bytes));
-    m?.snapshots.labels({ direction: 'served', outcome: 'ok' }).inc();
-    m?.snapshotBytes.labels({ direction: 'served' }).inc(Math.min(bytes.byteLength, this.#o.chunkBytes));
+    if (req !== undefined) reply(this.#snapshots.serve(req));
   }
 
   #serveChunk(data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined): void {
     if (reply === undefined) return;
-    const out = this.#server.serve(data);
-    this.#metrics?.replicas.snapshotBytes.labels({ direction: 'served' }).inc(out.byteLength);
-    reply(out);
+    reply(this.#snapshots.serveChunk(data));
   }
 
   /** Fetches a snapshot, all its chunks; throws what the transfer threw (the caller counts it). */
-  async fetchSnapshot(subject: string, channel: string, withIndex: boolean): Promise<{ snapshot: Snapshot; bytes: number; seconds: number }> {
-    const started = this.#clock.now();
-    const t = await fetchTransfer(this.#t, subject, encodeSnapshotRequest(channel, withIndex), {
-      maxBytes: this.#o.maxSnapshotBytes, requestTimeoutMs: SNAPSHOT_TIMEOUT_MS, chunkSubject: (r) => chunkSubject(this.#o.subjectPrefix, r),
-    });
-    const m = this.#metrics?.replicas;
-    m?.snapshotBytes.labels({ direction: 'received' }).inc(t.bytes.byteLength);
-    m?.messagesReceived.labels({ kind: 'snapshot' }).inc();
-    return { snapshot: decodeSnapshot(t.bytes), bytes: t.bytes.byteLength, seconds: (this.#clock.now() - started) / 1000 };
+  fetchSnapshot(
+    subject: string,
+    channel: string,
+    withIndex: boolean,
+  ): Promise<{ snapshot: Snapshot; bytes: number; seconds: number }> {
+    return this.#snapshots.fetch(subject, channel, withIndex);
   }
 
   async #fetchSnapshot(replica: string, key: string): Promise<void> {
@@ -325,14 +317,21 @@ export class ReplicaSync {
     this.#snapshotting.add(id);
     const m = this.#metrics?.replicas;
     try {
-      const { snapshot: s, seconds } = await this.fetchSnapshot(snapshotSubject(this.#o.subjectPrefix, replica), key, false);
-      if (this.#closed || !this.#heard(s.routerId, s.incarnation)) return;
+      const { snapshot: s, seconds } = await this.fetchSnapshot(
+        snapshotSubject(this.#o.subjectPrefix, replica),
+        key,
+        false,
+      );
+      if (this.#closed || !this.#peers.heard(s.routerId, s.incarnation)) return;
       m?.snapshotSeconds.labels({ direction: 'fetched' }).observe(seconds);
       this.#applySnapshot(ch, s, 'fetched');
     } catch (err) {
       if (err instanceof MalformedSync) this.#malformed(err);
       m?.snapshots.labels({ direction: 'fetched', outcome: transferOutcome(err) }).inc();
-      this.#logger?.warn({ peer: replica, channel: key, err: (err as Error).message }, `snapshot of replica ${replica} failed; its batches and heartbeats will ask again`);
+      this.#logger?.warn(
+        { peer: replica, channel: key, err: (err as Error).message },
+        `snapshot of replica ${replica} failed; its batches and heartbeats will ask again`,
+      );
     } finally {
       this.#snapshotting.delete(id);
     }
@@ -340,9 +339,12 @@ export class ReplicaSync {
 
   #applySnapshot(ch: SyncChannel, s: Snapshot, direction: 'fetched' | 'warm_start'): void {
     const applied = ch.applySnapshot(s);
-    if (direction === 'fetched') this.#metrics?.replicas.snapshots.labels({ direction, outcome: applied ? 'ok' : 'stale' }).inc();
-    this.#logger?.info({ peer: s.routerId, channel: ch.key, bookings: s.bookings.length, sessions: s.sessions.length, applied },
-      `snapshot of replica ${s.routerId} ${applied ? 'applied' : 'superseded'}`);
+    if (direction === 'fetched')
+      this.#metrics?.replicas.snapshots.labels({ direction, outcome: applied ? 'ok' : 'stale' }).inc();
+    this.#logger?.info(
+      { peer: s.routerId, channel: ch.key, bookings: s.bookings.length, sessions: s.sessions.length, applied },
+      `snapshot of replica ${s.routerId} ${applied ? 'applied' : 'superseded'}`,
+    );
   }
 
   /**
@@ -353,7 +355,11 @@ export class ReplicaSync {
    */
   async warmStart(keys: readonly string[], timeoutMs: number): Promise<Map<string, KvSlotSnapshot[]>> {
     const { snapshots: results, complete } = await warmStart({
-      keys, timeoutMs, clock: this.#clock, logger: this.#logger, metrics: this.#metrics?.replicas,
+      keys,
+      timeoutMs,
+      clock: this.#clock,
+      logger: this.#logger,
+      metrics: this.#metrics?.replicas,
       connected: (ms) => this.#connectedWithin(ms),
       fetch: (key) => this.fetchSnapshot(warmStartSubject(this.#o.subjectPrefix, key), key, true),
     });
@@ -391,20 +397,26 @@ export class ReplicaSync {
 
   #malformed(err: unknown): void {
     const malformed = err instanceof MalformedSync;
-    this.#metrics?.replicas.messagesDropped.labels({ direction: 'in', reason: malformed ? 'malformed' : 'apply_failed' }).inc();
+    this.#metrics?.replicas.messagesDropped
+      .labels({ direction: 'in', reason: malformed ? 'malformed' : 'apply_failed' })
+      .inc();
     if (malformed) this.#logger?.warn({ err: err.message }, 'malformed replica sync message dropped');
     else this.#logger?.error({ err }, 'replica sync message could not be applied');
   }
 
   #onStatus(status: 'connected' | 'disconnected', detail: string): void {
     if (status === 'disconnected') {
-      this.#logger?.warn({ detail }, 'replica sync bus unavailable: routing on this replica\'s own knowledge until it is back');
+      this.#logger?.warn(
+        { detail },
+        "replica sync bus unavailable: routing on this replica's own knowledge until it is back",
+      );
       return;
     }
     this.#logger?.info({ detail }, 'replica sync bus connected');
     for (const w of this.#connectWaiters.splice(0)) w();
     // Peers changed while we were away: fetch their bookings afresh; they fetch ours when they see our gap.
-    for (const replica of this.#peers.keys()) for (const key of this.#channels.keys()) void this.#fetchSnapshot(replica, key);
+    for (const replica of this.#peers.ids())
+      for (const key of this.#channels.keys()) void this.#fetchSnapshot(replica, key);
     this.#beat();
   }
 

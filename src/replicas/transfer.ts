@@ -39,7 +39,10 @@ export interface Chunk {
 
 export class TransferFailed extends Error {
   /** `too_large`: refused by the size bound; `failed`: a chunk missing, malformed or refused by the server. */
-  constructor(readonly reason: 'too_large' | 'failed', message: string) {
+  constructor(
+    readonly reason: 'too_large' | 'failed',
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -65,7 +68,15 @@ export function decodeChunk(bytes: Uint8Array): Chunk {
   const o = m as Record<string, unknown>;
   if (typeof o.e === 'string') throw new TransferFailed('failed', `the peer refused: ${o.e}`);
   const int = (v: unknown, min: number): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= min;
-  if (typeof o.r !== 'string' || typeof o.t !== 'string' || !int(o.k, 0) || !int(o.n, 1) || !int(o.z, 0) || !(o.d instanceof Uint8Array) || o.k >= o.n) {
+  if (
+    typeof o.r !== 'string' ||
+    typeof o.t !== 'string' ||
+    !int(o.k, 0) ||
+    !int(o.n, 1) ||
+    !int(o.z, 0) ||
+    !(o.d instanceof Uint8Array) ||
+    o.k >= o.n
+  ) {
     throw new MalformedSync('chunk must carry r, t, k < n, n >= 1, z and bytes d');
   }
   return { routerId: o.r, transfer: o.t, index: o.k, count: o.n, totalBytes: o.z, data: o.d };
@@ -120,7 +131,8 @@ export class TransferServer {
     const held = typeof t === 'string' ? this.#open.get(t) : undefined;
     if (held === undefined) return encodeRefusal('unknown or expired transfer');
     const count = Math.ceil(held.bytes.byteLength / this.#chunkBytes);
-    if (typeof k !== 'number' || !Number.isInteger(k) || k < 1 || k >= count) return encodeRefusal(`no chunk ${String(k)}`);
+    if (typeof k !== 'number' || !Number.isInteger(k) || k < 1 || k >= count)
+      return encodeRefusal(`no chunk ${String(k)}`);
     held.until = this.#clock.now() + TRANSFER_TTL_MS;
     return this.#chunk(t as string, held.bytes, k);
   }
@@ -150,7 +162,10 @@ export class ChunkAssembler {
   /** @throws TransferFailed `too_large` when the announced size exceeds `maxBytes`. */
   constructor(first: Chunk, maxBytes: number) {
     if (first.totalBytes > maxBytes) {
-      throw new TransferFailed('too_large', `snapshot of ${first.totalBytes} bytes exceeds the bound of ${maxBytes} bytes`);
+      throw new TransferFailed(
+        'too_large',
+        `snapshot of ${first.totalBytes} bytes exceeds the bound of ${maxBytes} bytes`,
+      );
     }
     this.transfer = first.transfer;
     this.routerId = first.routerId;
@@ -166,7 +181,8 @@ export class ChunkAssembler {
       throw new TransferFailed('failed', `chunk ${c.index} belongs to another transfer`);
     }
     if (this.#parts[c.index] !== undefined) return;
-    if (this.#bytes + c.data.byteLength > this.totalBytes) throw new TransferFailed('failed', `chunk ${c.index} overruns the announced ${this.totalBytes} bytes`);
+    if (this.#bytes + c.data.byteLength > this.totalBytes)
+      throw new TransferFailed('failed', `chunk ${c.index} overruns the announced ${this.totalBytes} bytes`);
     this.#parts[c.index] = c.data;
     this.#have++;
     this.#bytes += c.data.byteLength;
@@ -185,8 +201,10 @@ export class ChunkAssembler {
 
   /** @throws TransferFailed unless every chunk arrived and they add up to the announced size. */
   bytes(): Uint8Array {
-    if (!this.complete) throw new TransferFailed('failed', `chunks ${this.missing().join(', ')} of ${this.count} missing`);
-    if (this.#bytes !== this.totalBytes) throw new TransferFailed('failed', `chunks hold ${this.#bytes} bytes, ${this.totalBytes} announced`);
+    if (!this.complete)
+      throw new TransferFailed('failed', `chunks ${this.missing().join(', ')} of ${this.count} missing`);
+    if (this.#bytes !== this.totalBytes)
+      throw new TransferFailed('failed', `chunks hold ${this.#bytes} bytes, ${this.totalBytes} announced`);
     const out = new Uint8Array(this.totalBytes);
     let at = 0;
     for (const p of this.#parts) {
@@ -210,7 +228,12 @@ export interface FetchOptions {
  * of the server that answered, a few at a time.
  * @throws TransferFailed, MalformedSync, or the transport's error (timeout, no responders) for the first request.
  */
-export async function fetchTransfer(t: SyncTransport, subject: string, request: Uint8Array, o: FetchOptions): Promise<{ bytes: Uint8Array; routerId: string; chunks: number }> {
+export async function fetchTransfer(
+  t: SyncTransport,
+  subject: string,
+  request: Uint8Array,
+  o: FetchOptions,
+): Promise<{ bytes: Uint8Array; routerId: string; chunks: number }> {
   const asm = new ChunkAssembler(decodeChunk(await t.request(subject, request, o.requestTimeoutMs)), o.maxBytes);
   const queue = asm.missing();
   const one = async (k: number): Promise<void> => {

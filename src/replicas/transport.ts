@@ -14,7 +14,11 @@ export interface SyncTransport {
    * Delivers every message on `subject`; `reply` answers a request. With `queue`, subscribers of the
    * same queue share the messages (one of them gets each), where the bus supports it (NATS).
    */
-  subscribe(subject: string, onMessage: (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void, queue?: string): void;
+  subscribe(
+    subject: string,
+    onMessage: (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void,
+    queue?: string,
+  ): void;
   /** One request, one answer; rejects on timeout, or with `NoResponders` when the bus knows nobody listens. */
   request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
   readonly connected: boolean;
@@ -23,7 +27,11 @@ export interface SyncTransport {
   close(): Promise<void>;
 }
 
-type Subscriber = [string, (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void, string | undefined];
+type Subscriber = [
+  string,
+  (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void,
+  string | undefined,
+];
 
 /** Nobody subscribes to the subject asked (NATS says so at once, rather than letting the request time out). */
 export class NoResponders extends Error {}
@@ -39,7 +47,12 @@ export class NatsTransport implements SyncTransport {
   /** Starts connecting (in the background: the first server may come up later). */
   constructor(servers: readonly string[], name: string) {
     this.#ready = connect({
-      servers: [...servers], name, waitOnFirstConnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 250, pingInterval: 5000,
+      servers: [...servers],
+      name,
+      waitOnFirstConnect: true,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 250,
+      pingInterval: 5000,
     }).then((nc) => {
       if (this.#closed) {
         void nc.close();
@@ -102,7 +115,8 @@ export class NatsTransport implements SyncTransport {
     try {
       return (await this.#nc.request(subject, data, { timeout: timeoutMs })).data;
     } catch (err) {
-      if (err instanceof NoRespondersError || (err instanceof RequestError && err.isNoResponders())) throw new NoResponders(`no replica answers on ${subject}`);
+      if (err instanceof NoRespondersError || (err instanceof RequestError && err.isNoResponders()))
+        throw new NoResponders(`no replica answers on ${subject}`);
       throw err;
     }
   }

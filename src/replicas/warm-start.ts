@@ -59,7 +59,10 @@ export async function warmStart(d: WarmStartOptions): Promise<WarmStartOutcome> 
   const complete = new Set<string>();
   const cold = (key: string, outcome: 'no_peer' | 'failed' | 'too_large', why: string): void => {
     d.metrics?.snapshots.labels({ direction: 'warm_start', outcome }).inc();
-    d.logger?.warn({ channel: key, outcome, err: why }, `warm start of ${key}: ${why}; starting cold (the prefix index fills from the engines' KV events)`);
+    d.logger?.warn(
+      { channel: key, outcome, err: why },
+      `warm start of ${key}: ${why}; starting cold (the prefix index fills from the engines' KV events)`,
+    );
   };
   if (!(await d.connected(d.timeoutMs))) {
     for (const key of d.keys) cold(key, 'no_peer', `replica sync bus not connected within ${d.timeoutMs} ms`);
@@ -75,8 +78,20 @@ export async function warmStart(d: WarmStartOptions): Promise<WarmStartOutcome> 
       d.metrics?.snapshots.labels({ direction: 'warm_start', outcome: 'ok' }).inc();
       d.metrics?.snapshotBlocks.inc(blocks);
       d.metrics?.snapshotSeconds.labels({ direction: 'warm_start' }).observe(seconds);
-      d.logger?.info({ channel: key, peer: s.routerId, bookings: s.bookings.length, sessions: s.sessions.length, slots: slots.length, blocks, bytes, seconds },
-        `warm start of ${key}: snapshot of replica ${s.routerId} (${blocks} block(s) over ${slots.length} worker rank(s), ${s.bookings.length} booking(s), ${bytes} bytes)`);
+      d.logger?.info(
+        {
+          channel: key,
+          peer: s.routerId,
+          bookings: s.bookings.length,
+          sessions: s.sessions.length,
+          slots: slots.length,
+          blocks,
+          bytes,
+          seconds,
+        },
+        `warm start of ${key}: snapshot of replica ${s.routerId} ` +
+          `(${blocks} block(s) over ${slots.length} worker rank(s), ${s.bookings.length} booking(s), ${bytes} bytes)`,
+      );
       out.set(key, { snapshot: s });
       complete.add(key);
     } catch (err) {
@@ -96,6 +111,14 @@ export async function warmStart(d: WarmStartOptions): Promise<WarmStartOutcome> 
  * prefix index (by role) from a live peer, keyed by channel; bookings and sessions reach the channels as they
  * attach. Pools no peer answered for start cold (absent from the map).
  */
-export function warmStartModel(sync: ReplicaSync, model: string, roles: readonly string[], timeoutMs: number): Promise<Map<string, KvSlotSnapshot[]>> {
-  return sync.warmStart(roles.map((r) => channelKey(model, r)), timeoutMs);
+export function warmStartModel(
+  sync: ReplicaSync,
+  model: string,
+  roles: readonly string[],
+  timeoutMs: number,
+): Promise<Map<string, KvSlotSnapshot[]>> {
+  return sync.warmStart(
+    roles.map((r) => channelKey(model, r)),
+    timeoutMs,
+  );
 }

@@ -19,7 +19,8 @@ export function eventHooks(m: KvgateMetrics | undefined, watch: WorkerWatch, blo
     if (outcome === 'recovered') watch.replayed(slot, applied);
     m?.kvEventReplays.labels({ worker_id: String(slot.workerId), dp_rank: String(slot.dpRank), outcome }).inc();
   };
-  if (m === undefined) return { onApplied: (s, _t, status) => status === 'block_size_mismatch' && onBlockSizeMismatch(s), onReplay };
+  if (m === undefined)
+    return { onApplied: (s, _t, status) => status === 'block_size_mismatch' && onBlockSizeMismatch(s), onReplay };
   // onApplied runs once per event (hundreds of thousands a second under load):
   // resolve each (type, status) child once rather than hashing labels per event.
   const applied = new Map<string, { inc(): void }>();

@@ -25,6 +25,13 @@ export type { PrefillRouterOptions } from './disagg/prefill-router.js';
 export { decodeOverrideOf, prefillPoolConfig } from './disagg/handoff.js';
 export { ModelRouter } from './model-router.js';
 export type { ModelRouterOptions } from './model-router.js';
-export type { ModelRouterPort, PreparedRequest, RoutedResponse, QueryResult, SseEvent, EndpointKind } from './router-port.js';
+export type {
+  ModelRouterPort,
+  PreparedRequest,
+  RoutedResponse,
+  QueryResult,
+  SseEvent,
+  EndpointKind,
+} from './router-port.js';
 export { probeTokenizer, compareStoredBlocks } from './tokenizer-probe.js';
 export type { TokenizerProbeResult } from './tokenizer-probe.js';

@@ -6,7 +6,14 @@
  */
 import type { KvSlotSnapshot, WorkerRole } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
-import { KvEventApplier, KvEventManager, TieredPrefixIndex, type KvEventOptions } from '../events/index.js';
+import type { WorkerInfo } from '../discovery/index.js';
+import {
+  KvEventApplier,
+  KvEventManager,
+  TieredPrefixIndex,
+  dpRankEndpoint,
+  type KvEventOptions,
+} from '../events/index.js';
 import type { RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { eventHooks } from './event-hooks.js';
@@ -23,22 +30,54 @@ export interface KvPoolOptions {
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
 }
 
-export function kvPool(role: WorkerRole, opts: KvPoolOptions, ctx: RouterContext, watch: WorkerWatch): { kvRouter: KvRouter; events: KvEventManager | undefined } {
+export function kvPool(
+  role: WorkerRole,
+  opts: KvPoolOptions,
+  ctx: RouterContext,
+  watch: WorkerWatch,
+): { kvRouter: KvRouter; events: KvEventManager | undefined } {
   let events: KvEventManager | undefined;
   const config: KvRouterOptions = role === 'prefill' ? prefillPoolConfig(opts.routerConfig) : { ...opts.routerConfig };
   const kvRouter = new KvRouter({
-    blockSize: opts.blockSize, clock: ctx.clock, rng: ctx.rng, workerType: role, config,
+    blockSize: opts.blockSize,
+    clock: ctx.clock,
+    rng: ctx.rng,
+    workerType: role,
+    config,
     // A worker whose KV events never started or went silent is scored in approximate mode alone.
     eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
   });
   if (kvRouter.config.useKvEvents) {
     const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
     events = new KvEventManager({
-      applier, clock: ctx.clock, logger: ctx.logger, ...opts.kvEvents,
+      applier,
+      clock: ctx.clock,
+      logger: ctx.logger,
+      ...opts.kvEvents,
       ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
       hooks: eventHooks(ctx.metrics, watch, opts.blockSize),
       seeds: opts.kvSeeds?.(role === 'prefill' ? 'prefill' : 'decode'),
     });
   }
   return { kvRouter, events };
+}
+
+/**
+ * Subscribes a pool's KV-event ingestion to a joining worker's publishers, one per dp rank (rank i's
+ * endpoints are the worker's shifted by i × its port stride). A worker that publishes no KV events is not subscribed.
+ */
+export function subscribeWorker(events: KvEventManager, w: WorkerInfo): void {
+  const src = w.kvEvents;
+  if (src === undefined) return;
+  for (let i = 0; i < w.dpSize; i++) {
+    const rank = w.dpStart + i;
+    void events.add({
+      workerId: w.id,
+      dpRank: rank,
+      endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
+      replayEndpoint:
+        src.replayEndpoint === undefined ? undefined : dpRankEndpoint(src.replayEndpoint, i * (src.dpPortStride ?? 1)),
+      topic: src.topic,
+    });
+  }
 }

@@ -15,10 +15,23 @@
  * in one place (`BOOKKEEPING`) rather than forwarded one by one; the scheduler
  * itself is not exposed.
  */
-import { systemClock, type Clock, type RouterConfigOverride, type RoutingHints, type WorkerRole } from '../common/index.js';
 import {
-  KvScheduler, parseRouterConfigOverride,
-  type KvRouterConfig, type KvRouterOptions, type KvSchedulerOptions, type RoutingDecision, type ScheduleOutcome, type SchedulingRequest,
+  systemClock,
+  type Clock,
+  type RouterConfigOverride,
+  type RoutingHints,
+  type WorkerRank,
+  type WorkerRole,
+} from '../common/index.js';
+import {
+  KvScheduler,
+  parseRouterConfigOverride,
+  type KvRouterConfig,
+  type KvRouterOptions,
+  type KvSchedulerOptions,
+  type RoutingDecision,
+  type ScheduleOutcome,
+  type SchedulingRequest,
 } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
 import { promptHashes, type BlockHashOptions, type PromptHashes } from '../wasm/index.js';
@@ -49,45 +62,77 @@ export interface KvRouteRequest {
   readonly hashOptions?: Omit<BlockHashOptions, 'loraName'> | undefined;
 }
 
-/** The scheduler's methods a host reports a request's life through, and reads load from: the KvRouter's own. */
-const BOOKKEEPING = [
-  'addWorker', 'removeWorker', 'workers', 'markPrefillCompleted', 'addOutputBlock', 'free', 'tick', 'load', 'loads', 'activeRequest',
-  'observe', 'localBookings',
-] as const;
-/** The scheduler's read-only state, readable on the KvRouter. */
-const STATE = ['config', 'blockSize', 'index', 'pendingRequests', 'pendingIslTokens', 'activeRequestCount', 'workerType', 'peers'] as const;
-
-/** What the KvRouter shares with the scheduler underneath (see `BOOKKEEPING` and `STATE`). */
-export type KvBookkeeping = Pick<KvScheduler, (typeof BOOKKEEPING)[number]> & Readonly<Pick<KvScheduler, (typeof STATE)[number]>>;
-
-// The class below merges this interface: its members are defined once, in the static block.
-// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
-export interface KvRouter extends KvBookkeeping {}
-
-// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
+/**
+ * The KV-cache-aware chooser: hashes a prompt, resolves its pins by phase and asks the scheduler, which books
+ * the choice. What a host reports of a request's life (prefill done, output blocks, the end) and reads back
+ * (load, state) goes straight to the scheduler underneath: the methods and getters below forward one to one.
+ */
 export class KvRouter {
   readonly #scheduler: KvScheduler;
   readonly #clock: Clock;
 
-  static {
-    for (const name of BOOKKEEPING) {
-      Object.defineProperty(KvRouter.prototype, name, {
-        value(this: KvRouter, ...args: unknown[]): unknown {
-          const s = this.#scheduler;
-          return (s[name] as (...a: unknown[]) => unknown).apply(s, args);
-        },
-        writable: true,
-        configurable: true,
-      });
-    }
-    for (const name of STATE) {
-      Object.defineProperty(KvRouter.prototype, name, {
-        get(this: KvRouter): unknown {
-          return this.#scheduler[name];
-        },
-        configurable: true,
-      });
-    }
+  // ---- bookkeeping a host reports through, and reads load from (the scheduler's own)
+  addWorker(...a: Parameters<KvScheduler['addWorker']>): void {
+    return this.#scheduler.addWorker(...a);
+  }
+  removeWorker(workerId: number): boolean {
+    return this.#scheduler.removeWorker(workerId);
+  }
+  workers(): ReturnType<KvScheduler['workers']> {
+    return this.#scheduler.workers();
+  }
+  markPrefillCompleted(requestId: string): boolean {
+    return this.#scheduler.markPrefillCompleted(requestId);
+  }
+  addOutputBlock(...a: Parameters<KvScheduler['addOutputBlock']>): boolean {
+    return this.#scheduler.addOutputBlock(...a);
+  }
+  free(...a: Parameters<KvScheduler['free']>): boolean {
+    return this.#scheduler.free(...a);
+  }
+  tick(): ReturnType<KvScheduler['tick']> {
+    return this.#scheduler.tick();
+  }
+  load(slot: WorkerRank): ReturnType<KvScheduler['load']> {
+    return this.#scheduler.load(slot);
+  }
+  loads(): ReturnType<KvScheduler['loads']> {
+    return this.#scheduler.loads();
+  }
+  activeRequest(requestId: string): ReturnType<KvScheduler['activeRequest']> {
+    return this.#scheduler.activeRequest(requestId);
+  }
+  observe(...a: Parameters<KvScheduler['observe']>): void {
+    return this.#scheduler.observe(...a);
+  }
+  localBookings(): ReturnType<KvScheduler['localBookings']> {
+    return this.#scheduler.localBookings();
+  }
+
+  // ---- the scheduler's state, read-only
+  get config(): KvScheduler['config'] {
+    return this.#scheduler.config;
+  }
+  get blockSize(): number {
+    return this.#scheduler.blockSize;
+  }
+  get index(): KvScheduler['index'] {
+    return this.#scheduler.index;
+  }
+  get pendingRequests(): number {
+    return this.#scheduler.pendingRequests;
+  }
+  get pendingIslTokens(): number {
+    return this.#scheduler.pendingIslTokens;
+  }
+  get activeRequestCount(): number {
+    return this.#scheduler.activeRequestCount;
+  }
+  get workerType(): KvScheduler['workerType'] {
+    return this.#scheduler.workerType;
+  }
+  get peers(): KvScheduler['peers'] {
+    return this.#scheduler.peers;
   }
 
   /**
@@ -134,10 +179,15 @@ export class KvRouter {
    * Books a request whose worker was chosen elsewhere (direct routing, replica sync).
    * @throws KvgateError KVG_ERR_UNKNOWN_WORKER, KVG_ERR_INVALID_DP_RANK, KVG_ERR_DUPLICATE_REQUEST.
    */
-  addRequest(request: KvRouteRequest & { readonly workerId: number; readonly dpRank?: number; readonly overlapBlocks?: number }): void {
+  addRequest(
+    request: KvRouteRequest & { readonly workerId: number; readonly dpRank?: number; readonly overlapBlocks?: number },
+  ): void {
     const prepared = this.#prepare(request);
     this.#scheduler.addRequest({
-      requestId: prepared.requestId, workerId: request.workerId, isl: prepared.isl, hashes: prepared.hashes,
+      requestId: prepared.requestId,
+      workerId: request.workerId,
+      isl: prepared.isl,
+      hashes: prepared.hashes,
       ...(request.dpRank !== undefined ? { dpRank: request.dpRank } : {}),
       ...(request.overlapBlocks !== undefined ? { overlapBlocks: request.overlapBlocks } : {}),
       ...(prepared.expectedOutputTokens !== undefined ? { expectedOutputTokens: prepared.expectedOutputTokens } : {}),
@@ -146,19 +196,25 @@ export class KvRouter {
   }
 
   /** Validates and hashes a request, resolves its pin, and reshapes it for the scheduler (the one reshape). */
-  #prepare(request: KvRouteRequest): SchedulingRequest & { readonly isl: number; readonly hashes: PromptHashes | null } {
+  #prepare(
+    request: KvRouteRequest,
+  ): SchedulingRequest & { readonly isl: number; readonly hashes: PromptHashes | null } {
     if (typeof request.requestId !== 'string' || request.requestId.length === 0) {
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'requestId must be a non-empty string');
     }
     const hints = request.routing;
     const { isl, hashes, hashingMs } = this.#hashes(request);
     const pin = resolvePin(request.phase ?? 'aggregated', hints);
-    const override: RouterConfigOverride | undefined = request.routerConfigOverride !== undefined
-      ? parseRouterConfigOverride(request.routerConfigOverride)
-      : hints?.routerConfigOverride;
+    const override: RouterConfigOverride | undefined =
+      request.routerConfigOverride !== undefined
+        ? parseRouterConfigOverride(request.routerConfigOverride)
+        : hints?.routerConfigOverride;
     const priorityJump = hints?.priorityJump;
     if (priorityJump !== undefined && !(priorityJump >= 0 && Number.isFinite(priorityJump))) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `priorityJump must be a finite number >= 0, got ${priorityJump}`);
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `priorityJump must be a finite number >= 0, got ${priorityJump}`,
+      );
     }
     return {
       requestId: request.requestId,
@@ -181,12 +237,21 @@ export class KvRouter {
     if (request.hashes !== undefined) {
       const hashes = request.hashes;
       const isl = request.isl ?? request.tokens?.length ?? Number.NaN;
-      if (!Number.isInteger(isl) || isl < 0 || hashes.seq.length > Math.floor(isl / blockSize) || hashes.local.length !== hashes.seq.length) {
-        throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `precomputed hashes need a consistent isl (got ${request.isl}, ${hashes.seq.length} blocks of ${blockSize})`);
+      if (
+        !Number.isInteger(isl) ||
+        isl < 0 ||
+        hashes.seq.length > Math.floor(isl / blockSize) ||
+        hashes.local.length !== hashes.seq.length
+      ) {
+        throw new KvgateError(
+          'KVG_ERR_INVALID_ARGUMENT',
+          `precomputed hashes need a consistent isl (got ${request.isl}, ${hashes.seq.length} blocks of ${blockSize})`,
+        );
       }
       return { isl, hashes, hashingMs: request.hashingMs ?? 0 };
     }
-    if (request.tokens === undefined) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'a route request needs tokens or precomputed hashes');
+    if (request.tokens === undefined)
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'a route request needs tokens or precomputed hashes');
     const opts: BlockHashOptions = { ...request.hashOptions, loraName: request.routing?.loraName };
     const t0 = this.#clock.now();
     const hashes = promptHashes(request.tokens, blockSize, opts);

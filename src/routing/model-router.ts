@@ -13,19 +13,20 @@
  * State ownership: the registry says who exists; the KvRouter's bookkeeping is
  * the authoritative load; the prefix index is advisory and fed by events.
  */
-import { seededRng, withJsonMembers, type KvSlotSnapshot, type RouterMode, type RoutingHints } from '../common/index.js';
+import { seededRng, type KvSlotSnapshot, type RouterMode } from '../common/index.js';
 import type { KvRouterOptions } from '../core/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
-import { type KvEventManager, dpRankEndpoint, type KvEventOptions } from '../events/index.js';
+import type { KvEventManager, KvEventOptions } from '../events/index.js';
 import { KvgateError } from '../errors/index.js';
 import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
-import { kvPool } from './kv-pool.js';
+import { kvPool, subscribeWorker } from './kv-pool.js';
+import { LegBuilder } from './leg-builder.js';
 import { KvRouter } from './kv-router.js';
-import { PushRouter, type DispatchOutcomeListener, type PushRouterOptions } from './push/push-router.js';
-import type { LegRequest } from './push/types.js';
+import type { DispatchOutcomeListener } from './push/leg-failures.js';
+import { PushRouter, type PushRouterOptions } from './push/push-router.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerStatus } from './router-port.js';
 import { StickySessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
 import { WorkerWatch } from './worker-watch.js';
@@ -89,11 +90,9 @@ interface Pool {
   readonly events: KvEventManager | undefined;
 }
 
-/** Why a pinned worker is not routed to, by its health view's state. */
-const DOWN_BECAUSE: Partial<Record<string, string>> = { model_mismatch: 'its engine serves another model', ejected: 'ejected for consecutive errors' };
-const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
 /** Why a model without enforce_disagg still cannot be served aggregated. */
-const NO_FALLBACK = 'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
+const NO_FALLBACK =
+  'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
 
 export class ModelRouter implements ModelRouterPort {
   readonly model: string;
@@ -116,7 +115,8 @@ export class ModelRouter implements ModelRouterPort {
   readonly #onUpdated: (w: WorkerInfo) => void;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
-  #legSeq = 0;
+  /** The request as its leg, its pins checked first. */
+  readonly #legs: LegBuilder;
   /** Worker state changes: logs, gauges, the /admin/models view. */
   readonly #watch: WorkerWatch;
 
@@ -132,33 +132,50 @@ export class ModelRouter implements ModelRouterPort {
     this.#registry = opts.registry;
     this.#ctx = ctx;
     this.#opts = opts;
+    this.#legs = new LegBuilder(opts);
     // The model's own series exist from the start, at zero (the pools register theirs).
     ctx.metrics?.disaggFallbacks.inc({ model: opts.model }, 0);
     ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
     this.#watch = new WorkerWatch(opts.model, opts.registry, ctx, opts.workerHealth);
     const decode = this.#buildPool('decode');
-    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, decode.push.role));
+    this.sessions = new StickySessions(
+      ctx.clock,
+      opts.sessionTtlMs,
+      opts.sessionLimits,
+      sessionLimitReporter(ctx, opts.model, decode.push.role),
+    );
     this.decode = decode.push;
     this.events = decode.events;
-    // Replica sync is told of each KV pool once it is built: its router, sessions, worker roles and prefix index.
-    const attach = (role: 'decode' | 'prefill', pool: Pool, sessions: StickySessions): void => {
-      const kv = pool.push.kvRouter;
-      if (kv === undefined) return;
-      const index = pool.events === undefined ? undefined : (): KvSlotSnapshot[] => pool.events!.snapshot();
-      opts.attachReplica?.({ role, kv, sessions, index, workerTypeOf: (id) => pool.push.worker(id)?.role ?? pool.push.role });
-    };
-    attach('decode', decode, this.sessions);
-    this.prefill = new PrefillRouter({
-      model: opts.model, mode: opts.mode, enforceDisagg: opts.enforceDisagg, decode: this.decode,
-      createPool: () => {
-        const pool = this.#prefillPool = this.#buildPool('prefill');
-        attach('prefill', pool, this.prefill.sessions);
-        return pool.push;
+    this.#attachReplica('decode', decode, this.sessions);
+    this.prefill = new PrefillRouter(
+      {
+        model: opts.model,
+        mode: opts.mode,
+        enforceDisagg: opts.enforceDisagg,
+        decode: this.decode,
+        createPool: () => {
+          const pool = (this.#prefillPool = this.#buildPool('prefill'));
+          this.#attachReplica('prefill', pool, this.prefill.sessions);
+          return pool.push;
+        },
+        sessionTtlMs: opts.prefillSessionTtlMs,
+        sessionLimits: opts.sessionLimits,
+        maxRetries: opts.maxRetries,
       },
-      sessionTtlMs: opts.prefillSessionTtlMs, sessionLimits: opts.sessionLimits, maxRetries: opts.maxRetries,
-    }, ctx);
-    this.#onAdded = (w) => { if (w.model === this.model) { this.#workerAdded(w); this.#watch.up(w); } };
-    this.#onRemoved = (w) => { if (w.model === this.model) { this.#workerRemoved(w); this.#watch.down(w); } };
+      ctx,
+    );
+    this.#onAdded = (w) => {
+      if (w.model === this.model) {
+        this.#workerAdded(w);
+        this.#watch.up(w);
+      }
+    };
+    this.#onRemoved = (w) => {
+      if (w.model === this.model) {
+        this.#workerRemoved(w);
+        this.#watch.down(w);
+      }
+    };
     // New engine facts of a routable worker (capacity, KV trust): its pool re-registers it in place
     // (bookings, index entries and subscriptions stay).
     this.#onUpdated = (w) => {
@@ -177,6 +194,20 @@ export class ModelRouter implements ModelRouterPort {
     }
   }
 
+  /** Replica sync is told of each KV pool once it is built: its router, sessions, worker roles and prefix index. */
+  #attachReplica(role: 'decode' | 'prefill', pool: Pool, sessions: StickySessions): void {
+    const kv = pool.push.kvRouter;
+    if (kv === undefined) return;
+    const index = pool.events === undefined ? undefined : (): KvSlotSnapshot[] => pool.events!.snapshot();
+    this.#opts.attachReplica?.({
+      role,
+      kv,
+      sessions,
+      index,
+      workerTypeOf: (id) => pool.push.worker(id)?.role ?? pool.push.role,
+    });
+  }
+
   /**
    * Builds one pool: the decode pool at construction, the prefill pool when the
    * first prefill worker appears. The prefill KvRouter does not track active
@@ -185,19 +216,29 @@ export class ModelRouter implements ModelRouterPort {
   #buildPool(role: 'decode' | 'prefill'): Pool {
     const opts = this.#opts;
     const ctx = this.#ctx;
-    const { kvRouter, events } = opts.mode === 'kv' ? kvPool(role, opts, ctx, this.#watch) : { kvRouter: undefined, events: undefined };
+    const { kvRouter, events } =
+      opts.mode === 'kv' ? kvPool(role, opts, ctx, this.#watch) : { kvRouter: undefined, events: undefined };
     const ev = events;
-    const push = new PushRouter({
-      model: opts.model, role, mode: opts.mode, blockSize: opts.blockSize, kvRouter, engine: opts.engine,
-      maxRetries: opts.maxRetries, legTimeouts: opts.legTimeouts,
-      onWorkerUnreachable: (id) => {
-        this.#watch.unreachable(this.#registry.get(id), id);
-        opts.onWorkerUnreachable?.(id);
+    const push = new PushRouter(
+      {
+        model: opts.model,
+        role,
+        mode: opts.mode,
+        blockSize: opts.blockSize,
+        kvRouter,
+        engine: opts.engine,
+        maxRetries: opts.maxRetries,
+        legTimeouts: opts.legTimeouts,
+        onWorkerUnreachable: (id) => {
+          this.#watch.unreachable(this.#registry.get(id), id);
+          opts.onWorkerUnreachable?.(id);
+        },
+        onDispatchOutcome: opts.onDispatchOutcome,
+        ...(role === 'prefill' ? {} : { migration: opts.migration }),
+        onDispatch: ev === undefined ? undefined : (slot) => ev.noteDispatch(slot),
       },
-      onDispatchOutcome: opts.onDispatchOutcome,
-      ...(role === 'prefill' ? {} : { migration: opts.migration }),
-      onDispatch: ev === undefined ? undefined : (slot) => ev.noteDispatch(slot),
-    }, ctx);
+      ctx,
+    );
     return { push, events };
   }
 
@@ -215,18 +256,7 @@ export class ModelRouter implements ModelRouterPort {
       this.decode.addWorker(w);
       events = this.events;
     }
-    if (events !== undefined && w.kvEvents !== undefined) {
-      const src = w.kvEvents;
-      for (let i = 0; i < w.dpSize; i++) {
-        const rank = w.dpStart + i;
-        void events.add({
-          workerId: w.id, dpRank: rank,
-          endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
-          replayEndpoint: src.replayEndpoint === undefined ? undefined : dpRankEndpoint(src.replayEndpoint, i * (src.dpPortStride ?? 1)),
-          topic: src.topic,
-        });
-      }
-    }
+    if (events !== undefined) subscribeWorker(events, w);
   }
 
   #workerRemoved(w: WorkerInfo): void {
@@ -235,7 +265,10 @@ export class ModelRouter implements ModelRouterPort {
       this.prefill.removeWorker(w.id);
       void this.#prefillPool?.events?.remove(w.id);
       if (this.prefill.state === 'inactive' && !this.prefill.enforceDisagg && !this.#fallbackPossible()) {
-        this.#ctx.logger.warn({ model: this.model, workerId: w.id }, `${NO_FALLBACK}; model unavailable until a prefill worker returns`);
+        this.#ctx.logger.warn(
+          { model: this.model, workerId: w.id },
+          `${NO_FALLBACK}; model unavailable until a prefill worker returns`,
+        );
       }
       return;
     }
@@ -276,7 +309,8 @@ export class ModelRouter implements ModelRouterPort {
     const m = this.#ctx.metrics;
     if (m === undefined) return;
     m.sessions.labels({ model: this.model, worker_type: this.decode.role }).set(this.sessions.size);
-    if (this.prefill.pool !== undefined) m.sessions.labels({ model: this.model, worker_type: 'prefill' }).set(this.prefill.sessions.size);
+    if (this.prefill.pool !== undefined)
+      m.sessions.labels({ model: this.model, worker_type: 'prefill' }).set(this.prefill.sessions.size);
   }
 
   workerStatus(): WorkerStatus[] {
@@ -298,7 +332,9 @@ export class ModelRouter implements ModelRouterPort {
    */
   unavailable(): KvgateError | undefined {
     if (this.#closed || this.decode.size === 0) {
-      return new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`, { param: 'model' });
+      return new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`, {
+        param: 'model',
+      });
     }
     if (!this.prefill.canServeRequests()) return this.#notActivated();
     if (this.prefill.state !== 'active' && !this.#fallbackPossible()) return this.#notActivated(true);
@@ -322,78 +358,28 @@ export class ModelRouter implements ModelRouterPort {
     return false;
   }
 
-  /**
-   * The request as one leg; the prefill router derives its prefill and decode
-   * legs from it. The leg's id is the client's request id made unique in this
-   * router (clients and proxies do resend an `x-request-id`), because the
-   * bookkeeping refuses two in-flight requests with one id. Engines see the
-   * client's id unchanged as their `x-request-id` (they build the response's
-   * `id` from it), so the suffix never reaches the client.
-   */
-  #leg(req: PreparedRequest): LegRequest {
-    const lora = req.hints.loraName;
-    const model = lora ?? this.#opts.servedModelName ?? this.model;
-    return {
-      requestId: `${req.requestId}~${(this.#legSeq = (this.#legSeq + 1) % Number.MAX_SAFE_INTEGER).toString(36)}`,
-      clientRequestId: req.requestId,
-      path: PATHS[req.endpoint],
-      // Engines know the model by its served name, an adapter by its own name (vLLM and SGLang take it as `model`); no copy
-      // when it says so, and a copy written from the client's text when that is known (a large body's members are never parsed here).
-      body: req.body['model'] === model ? req.body : withJsonMembers(req.body, { model }),
-      stream: req.stream,
-      isl: req.tokenIds.length,
-      hashes: req.hashes,
-      hashingMs: req.hashingMs,
-      routing: lora === undefined ? req.hints : { ...req.hints, allowedWorkerIds: this.#adapterWorkers(lora, req.hints.allowedWorkerIds) },
-      phase: 'aggregated',
-      signal: req.signal,
-      receivedAt: req.receivedAt,
-    };
-  }
-
   /** The LoRA adapters this model serves now: its available aggregated or decode workers' (configured, or in their /v1/models). */
   adapters(): string[] {
     return this.#registry.adapters(this.model, ['aggregated', 'decode']);
   }
 
-  /** The workers (any role) serving `adapter`, within the client's allowed list if it gave one. */
-  #adapterWorkers(adapter: string, allowed: RoutingHints['allowedWorkerIds']): ReadonlySet<number> {
-    const within = allowed === undefined ? undefined : new Set(allowed);
-    const ids = new Set<number>();
-    for (const w of this.#registry.available(this.model)) {
-      if (this.#registry.servesAdapter(w.id, adapter) && (within === undefined || within.has(w.id))) ids.add(w.id);
-    }
-    return ids;
-  }
-
-  /** A pin naming a configured worker of this model that is down is a 503 naming it, not an unknown worker. */
-  #checkPins(hints: RoutingHints): void {
-    if (hints.backendInstanceId === undefined && hints.prefillWorkerId === undefined && hints.decodeWorkerId === undefined) return;
-    const pins = [['backend_instance_id', hints.backendInstanceId], ['prefill_worker_id', hints.prefillWorkerId], ['decode_worker_id', hints.decodeWorkerId]] as const;
-    for (const [param, id] of pins) {
-      if (id === undefined || this.#registry.get(id)?.model !== this.model || this.#registry.isAvailable(id)) continue;
-      const state = this.#opts.workerHealth?.(id)?.state;
-      throw new KvgateError('KVG_ERR_WORKER_DOWN',
-        `worker ${id} is down (${DOWN_BECAUSE[state ?? 'down'] ?? 'failing its health probe'}): not routed to; retry later or pin another worker`,
-        { param, workerId: id });
-    }
-  }
-
   async route(req: PreparedRequest): Promise<RoutedResponse> {
     if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
-    this.#checkPins(req.hints);
+    this.#legs.checkPins(req.hints);
     if (this.#disaggregated(true)) {
-      const out = await this.prefill.route(this.#leg(req), req.hints.session);
+      const out = await this.prefill.route(this.#legs.leg(req), req.hints.session);
       return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
     }
     const session = req.hints.session;
-    let leg = this.#leg(req);
+    let leg = this.#legs.leg(req);
     // Session affinity: the session's worker becomes the pin while it stays eligible for this request (in the
     // pool, allowed, carrying the required taints; else the session is unbound); an explicit pin wins.
-    const sticky = leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
-      ? this.sessions.stickySlot(session, (id) => this.decode.eligible(id, leg.routing))
-      : undefined;
-    if (sticky !== undefined) leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
+    const sticky =
+      leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
+        ? this.sessions.stickySlot(session, (id) => this.decode.eligible(id, leg.routing))
+        : undefined;
+    if (sticky !== undefined)
+      leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
     let res;
     try {
       res = await this.decode.dispatch(leg);
@@ -404,19 +390,26 @@ export class ModelRouter implements ModelRouterPort {
     }
     const worker = res.selection.slot;
     this.sessions.served(session, worker);
-    return { worker, status: res.status, body: res.body.kind === 'sse' ? { kind: 'sse', events: res.body.events } : { kind: 'json', bytes: res.body.bytes } };
+    return {
+      worker,
+      status: res.status,
+      body:
+        res.body.kind === 'sse' ? { kind: 'sse', events: res.body.events } : { kind: 'json', bytes: res.body.bytes },
+    };
   }
 
   async query(req: PreparedRequest): Promise<QueryResult> {
-    this.#checkPins(req.hints);
+    this.#legs.checkPins(req.hints);
     if (this.#disaggregated(false)) {
-      const q = await this.prefill.query(this.#leg(req), req.hints.session);
+      const q = await this.prefill.query(this.#legs.leg(req), req.hints.session);
       return {
-        worker: q.decode.slot, overlapBlocks: q.decode.overlapBlocks,
-        prefillWorker: q.prefill.slot, prefillOverlapBlocks: q.prefill.overlapBlocks,
+        worker: q.decode.slot,
+        overlapBlocks: q.decode.overlapBlocks,
+        prefillWorker: q.prefill.slot,
+        prefillOverlapBlocks: q.prefill.overlapBlocks,
       };
     }
-    const sel = await this.decode.select(this.#leg(req), 'query');
+    const sel = await this.decode.select(this.#legs.leg(req), 'query');
     return { worker: sel.slot, overlapBlocks: sel.overlapBlocks };
   }
 

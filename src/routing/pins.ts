@@ -52,7 +52,11 @@ const NAMED_BY: Record<WorkerRole, string> = {
  */
 export function directPin(role: WorkerRole, hints: RoutingHints): WorkerPin {
   const id = role === 'prefill' ? hints.prefillWorkerId : (hints.decodeWorkerId ?? hints.backendInstanceId);
-  if (id === undefined) throw new KvgateError('KVG_ERR_MISSING_WORKER_ID', `router mode is direct: the request must name ${NAMED_BY[role]}`);
+  if (id === undefined)
+    throw new KvgateError(
+      'KVG_ERR_MISSING_WORKER_ID',
+      `router mode is direct: the request must name ${NAMED_BY[role]}`,
+    );
   return { workerId: id, dpRank: role === 'prefill' ? (hints.prefillDpRank ?? hints.dpRank) : hints.dpRank };
 }
 
@@ -70,8 +74,11 @@ export interface RankRange {
 export function resolveDpRank(w: RankRange, dpRank: number | undefined): number {
   if (dpRank === undefined) return w.dpStart;
   if (!Number.isInteger(dpRank) || dpRank < w.dpStart || dpRank >= w.dpStart + w.dpSize) {
-    throw new KvgateError('KVG_ERR_INVALID_DP_RANK',
-      `dp_rank ${dpRank} is not served by worker ${w.id} (ranks ${w.dpStart}..${w.dpStart + w.dpSize - 1})`, { workerId: w.id, dpRank });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_DP_RANK',
+      `dp_rank ${dpRank} is not served by worker ${w.id} (ranks ${w.dpStart}..${w.dpStart + w.dpSize - 1})`,
+      { workerId: w.id, dpRank },
+    );
   }
   return dpRank;
 }

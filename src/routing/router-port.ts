@@ -106,7 +106,10 @@ export interface WorkerStatus {
   readonly id: number;
   /** Routable now. */
   readonly up: boolean;
-  /** The health prober's view: up, down (ejected on failed probes), ejected (for consecutive errors on dispatch), kept (failing, beyond the ejection limit), model_mismatch, unknown. */
+  /**
+   * The health prober's view: up, down (ejected on failed probes), ejected (for consecutive errors on dispatch),
+   * kept (failing, beyond the ejection limit), model_mismatch, unknown.
+   */
   readonly health: string;
   /** KV events: live, stale, never (none yet), down (worker down), off (none configured). */
   readonly kvEvents: string;

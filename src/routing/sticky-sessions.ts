@@ -64,7 +64,12 @@ export class StickySessions {
   /** Told of every binding made here (replica sync shares them); not of adopted ones. */
   onBind: ((binding: SharedSessionBinding) => void) | undefined;
 
-  constructor(clock: Clock, defaultTtlMs = DEFAULT_SESSION_TTL_MS, limits: SessionLimits = {}, onLimit?: SessionLimitHandler) {
+  constructor(
+    clock: Clock,
+    defaultTtlMs = DEFAULT_SESSION_TTL_MS,
+    limits: SessionLimits = {},
+    onLimit?: SessionLimitHandler,
+  ) {
     this.#clock = clock;
     this.maxTtlMs = limits.maxTtlMs ?? DEFAULT_MAX_SESSION_TTL_MS;
     this.maxSessions = limits.maxSessions ?? DEFAULT_MAX_SESSIONS;
@@ -98,7 +103,13 @@ export class StickySessions {
     }
     // A timeout the request names always takes effect; otherwise a binding to the same slot keeps its own TTL and slides.
     const b = this.lookup(session.id);
-    if (session.timeoutSecs === undefined && b !== undefined && b.workerId === slot.workerId && b.dpRank === slot.dpRank) this.touch(session.id);
+    if (
+      session.timeoutSecs === undefined &&
+      b !== undefined &&
+      b.workerId === slot.workerId &&
+      b.dpRank === slot.dpRank
+    )
+      this.touch(session.id);
     else this.bind(session.id, slot, session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : undefined);
   }
 
@@ -145,13 +156,19 @@ export class StickySessions {
   liveBindings(): SharedSessionBinding[] {
     const now = this.#clock.now();
     const out: SharedSessionBinding[] = [];
-    for (const [session, b] of this.#bindings) if (b.expiresAt > now) out.push({ session, workerId: b.workerId, dpRank: b.dpRank, ttlMs: b.expiresAt - now });
+    for (const [session, b] of this.#bindings)
+      if (b.expiresAt > now) out.push({ session, workerId: b.workerId, dpRank: b.dpRank, ttlMs: b.expiresAt - now });
     return out;
   }
 
   #set(sessionId: string, slot: WorkerRank, ttlMs: number): void {
     this.#bindings.delete(sessionId);
-    this.#bindings.set(sessionId, { workerId: slot.workerId, dpRank: slot.dpRank, ttlMs, expiresAt: this.#clock.now() + ttlMs });
+    this.#bindings.set(sessionId, {
+      workerId: slot.workerId,
+      dpRank: slot.dpRank,
+      ttlMs,
+      expiresAt: this.#clock.now() + ttlMs,
+    });
     for (const oldest of this.#bindings.keys()) {
       if (this.#bindings.size <= this.maxSessions) break;
       this.#bindings.delete(oldest);
@@ -209,7 +226,10 @@ export function sessionLimitReporter(ctx: RouterContext, model: string, workerTy
   return (limit, sessions) => {
     ctx.metrics?.sessionLimits.labels({ model, worker_type: workerType, limit }).inc();
     const fields = { workerType, maxSessionTimeoutS: sessions.maxTtlMs / 1000, maxSessions: sessions.maxSessions };
-    const msg = limit === 'timeout' ? 'a session asked for a timeout above the maximum: clamped' : 'sticky sessions at capacity: the least recently used was dropped';
+    const msg =
+      limit === 'timeout'
+        ? 'a session asked for a timeout above the maximum: clamped'
+        : 'sticky sessions at capacity: the least recently used was dropped';
     if (warned.has(limit)) ctx.logger.debug(fields, msg);
     else {
       warned.add(limit);

@@ -34,10 +34,11 @@ function canaryMessages(nonce: string): CanaryMessage[] {
     { role: 'system', content: `${nonce} kvgate tokenizer check: answer with a single word.` },
     {
       role: 'user',
-      content: 'The quick brown fox jumps over the lazy dog, twice; then 0123456789 and 3.14159 follow. '
-        + 'Café, naïve, façade and résumé are spelled with accents; 東京 and 北京 are cities. '
-        + 'Tabs\tand  double  spaces, "quotes", (parentheses), [brackets], {braces} and <angle> marks: all here. '
-        + 'Finally, a longer sentence about routing requests to the engine that already holds their cached prefix.',
+      content:
+        'The quick brown fox jumps over the lazy dog, twice; then 0123456789 and 3.14159 follow. ' +
+        'Café, naïve, façade and résumé are spelled with accents; 東京 and 北京 are cities. ' +
+        'Tabs\tand  double  spaces, "quotes", (parentheses), [brackets], {braces} and <angle> marks: all here. ' +
+        'Finally, a longer sentence about routing requests to the engine that already holds their cached prefix.',
     },
   ];
 }
@@ -48,9 +49,13 @@ export type BlockComparison =
   | { readonly outcome: 'ok'; readonly blocks: number; readonly blockSize: number }
   /** Block `block` (engine block size) differs first, at token `offset` inside it; a few ids from there on each side. */
   | {
-    readonly outcome: 'mismatch'; readonly block: number; readonly offset: number; readonly blockSize: number;
-    readonly gateway: readonly number[]; readonly engine: readonly number[];
-  }
+      readonly outcome: 'mismatch';
+      readonly block: number;
+      readonly offset: number;
+      readonly blockSize: number;
+      readonly gateway: readonly number[];
+      readonly engine: readonly number[];
+    }
   /** The engine's blocks seen so far agree, but fewer than kvgate expects (more may still arrive). */
   | { readonly outcome: 'incomplete'; readonly agreeing: number; readonly expected: number };
 
@@ -63,7 +68,11 @@ function rootChains(stored: readonly StoredBlocksEvent[]): { tokens: Uint32Array
     if (root.parentHash !== null || root.blockHashes.length === 0) continue;
     const parts: Uint32Array[] = [];
     const seen = new Set<StoredBlocksEvent>();
-    for (let e: StoredBlocksEvent | undefined = root; e !== undefined && !seen.has(e); e = byParent.get(e.blockHashes[e.blockHashes.length - 1]!)) {
+    for (
+      let e: StoredBlocksEvent | undefined = root;
+      e !== undefined && !seen.has(e);
+      e = byParent.get(e.blockHashes[e.blockHashes.length - 1]!)
+    ) {
       seen.add(e);
       parts.push(e.tokenIds);
     }
@@ -92,7 +101,10 @@ function compareChain(expected: Uint32Array, chain: Uint32Array, bs: number): Bl
   const mismatch = (block: number, offset: number): BlockComparison => {
     const from = block * bs + offset;
     return {
-      outcome: 'mismatch', block, offset, blockSize: bs,
+      outcome: 'mismatch',
+      block,
+      offset,
+      blockSize: bs,
       gateway: Array.from(expected.subarray(from, Math.min(from + SHOWN_IDS, (block + 1) * bs))),
       engine: Array.from(chain.subarray(from, Math.min(from + SHOWN_IDS, (block + 1) * bs))),
     };
@@ -118,7 +130,8 @@ function compareChain(expected: Uint32Array, chain: Uint32Array, bs: number): Bl
  */
 export function compareStoredBlocks(expected: Uint32Array, stored: readonly StoredBlocksEvent[]): BlockComparison {
   let best: BlockComparison | undefined;
-  const rank = (c: BlockComparison): number => (c.outcome === 'ok' ? Infinity : c.outcome === 'incomplete' ? c.agreeing + 0.5 : c.block);
+  const rank = (c: BlockComparison): number =>
+    c.outcome === 'ok' ? Infinity : c.outcome === 'incomplete' ? c.agreeing + 0.5 : c.block;
   for (const { tokens, blockSize } of rootChains(stored)) {
     const c = compareChain(expected, tokens, blockSize);
     if (best === undefined || rank(c) > rank(best)) best = c;
@@ -141,13 +154,17 @@ export interface TokenizerProbeOptions {
 }
 
 /** The probe's verdict: `inconclusive` when nothing could be compared (no events, no answer), never a mismatch. */
-export type TokenizerProbeResult = Exclude<BlockComparison, { outcome: 'incomplete' }> | { readonly outcome: 'inconclusive'; readonly reason: string };
+export type TokenizerProbeResult =
+  Exclude<BlockComparison, { outcome: 'incomplete' }> | { readonly outcome: 'inconclusive'; readonly reason: string };
 
 /** Runs the probe against one worker with KV events. Never throws. */
 export async function probeTokenizer(o: TokenizerProbeOptions): Promise<TokenizerProbeResult> {
   const src = o.worker.kvEvents;
   if (src === undefined) return { outcome: 'inconclusive', reason: 'the worker has no KV-event endpoint' };
-  const targets = Array.from({ length: o.worker.dpSize }, (_, i) => ({ endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)), topic: src.topic }));
+  const targets = Array.from({ length: o.worker.dpSize }, (_, i) => ({
+    endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
+    topic: src.topic,
+  }));
   let tap: KvEventTap;
   try {
     tap = await KvEventTap.open(targets, o.timeoutMs, o.signal);
@@ -173,8 +190,10 @@ export async function probeTokenizer(o: TokenizerProbeOptions): Promise<Tokenize
       if (left <= 0) {
         return {
           outcome: 'inconclusive',
-          reason: c.expected < 0 ? `no BlockStored event of the canary arrived within ${o.timeoutMs} ms`
-            : `only ${c.agreeing} of ${c.expected} canary blocks arrived within ${o.timeoutMs} ms (those agree)`,
+          reason:
+            c.expected < 0
+              ? `no BlockStored event of the canary arrived within ${o.timeoutMs} ms`
+              : `only ${c.agreeing} of ${c.expected} canary blocks arrived within ${o.timeoutMs} ms (those agree)`,
         };
       }
       await tap.next(left, o.signal);
@@ -189,13 +208,23 @@ async function sendCanary(o: TokenizerProbeOptions, messages: readonly CanaryMes
   try {
     const res = await request(new URL('/v1/chat/completions', o.worker.url), {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-request-id': `kvgate-canary-${o.nonce}`, 'x-kvgate-canary': 'tokenizer' },
+      headers: {
+        'content-type': 'application/json',
+        'x-request-id': `kvgate-canary-${o.nonce}`,
+        'x-kvgate-canary': 'tokenizer',
+      },
       body: JSON.stringify({ model: o.servedModelName, messages, max_tokens: 1, stream: false }),
-      headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs,
-      signal: o.signal === undefined ? AbortSignal.timeout(o.timeoutMs) : AbortSignal.any([AbortSignal.timeout(o.timeoutMs), o.signal]),
+      headersTimeout: o.timeoutMs,
+      bodyTimeout: o.timeoutMs,
+      signal:
+        o.signal === undefined
+          ? AbortSignal.timeout(o.timeoutMs)
+          : AbortSignal.any([AbortSignal.timeout(o.timeoutMs), o.signal]),
     });
     await res.body.dump();
-    return res.statusCode >= 200 && res.statusCode < 300 ? undefined : `the canary request was answered ${res.statusCode}`;
+    return res.statusCode >= 200 && res.statusCode < 300
+      ? undefined
+      : `the canary request was answered ${res.statusCode}`;
   } catch (err) {
     return `the canary request failed: ${(err as Error).message}`;
   }

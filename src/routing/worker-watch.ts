@@ -19,7 +19,15 @@ import type { WorkerStatus } from './router-port.js';
 
 type EventState = 'live' | 'stale' | 'never';
 
-const HEALTH_STATES: readonly WorkerHealthView['state'][] = ['up', 'down', 'ejected', 'panic', 'kept', 'model_mismatch', 'unknown'];
+const HEALTH_STATES: readonly WorkerHealthView['state'][] = [
+  'up',
+  'down',
+  'ejected',
+  'panic',
+  'kept',
+  'model_mismatch',
+  'unknown',
+];
 
 export class WorkerWatch {
   readonly #model: string;
@@ -30,7 +38,12 @@ export class WorkerWatch {
   readonly #events = new Map<number, EventState>();
   readonly #blockSizeWarned = new Set<number>();
 
-  constructor(model: string, registry: WorkerRegistry, ctx: RouterContext, health: ((workerId: number) => WorkerHealthView | undefined) | undefined) {
+  constructor(
+    model: string,
+    registry: WorkerRegistry,
+    ctx: RouterContext,
+    health: ((workerId: number) => WorkerHealthView | undefined) | undefined,
+  ) {
     this.#model = model;
     this.#registry = registry;
     this.#ctx = ctx;
@@ -49,7 +62,10 @@ export class WorkerWatch {
   /** The registry made the worker routable. */
   up(w: WorkerInfo): void {
     this.#setUp(w, true);
-    this.#ctx.logger.info({ model: this.#model, workerId: w.id, url: w.url, role: w.role }, `worker ${w.id} is up: routed to`);
+    this.#ctx.logger.info(
+      { model: this.#model, workerId: w.id, url: w.url, role: w.role },
+      `worker ${w.id} is up: routed to`,
+    );
   }
 
   /** The registry took the worker out (health, model check, removal): not routed to, its KV events not trusted. */
@@ -58,13 +74,18 @@ export class WorkerWatch {
     this.#events.delete(w.id);
     this.#ctx.metrics?.workerKvEventsLive.labels(this.#labels(w)).set(0);
     const health = this.#health?.(w.id);
-    this.#ctx.logger.warn({ model: this.#model, workerId: w.id, url: w.url, role: w.role, state: health?.state, error: health?.lastError },
-      `worker ${w.id} is down: not routed to, its KV events and cached blocks dropped`);
+    this.#ctx.logger.warn(
+      { model: this.#model, workerId: w.id, url: w.url, role: w.role, state: health?.state, error: health?.lastError },
+      `worker ${w.id} is down: not routed to, its KV events and cached blocks dropped`,
+    );
   }
 
   /** A dispatch could not reach the worker (the prober is asked to probe it now). */
   unreachable(w: WorkerInfo | undefined, workerId: number): void {
-    this.#ctx.logger.warn({ model: this.#model, workerId, url: w?.url }, `worker ${workerId} is unreachable: a request could not connect; probing it now`);
+    this.#ctx.logger.warn(
+      { model: this.#model, workerId, url: w?.url },
+      `worker ${workerId} is unreachable: a request could not connect; probing it now`,
+    );
   }
 
   /** A KV event of the worker carried a block size other than the model's: logged once per worker, flagged in a gauge. */
@@ -72,15 +93,19 @@ export class WorkerWatch {
     if (this.#blockSizeWarned.has(workerId)) return;
     this.#blockSizeWarned.add(workerId);
     this.#ctx.metrics?.workerBlockSizeMismatch.labels({ model: this.#model, worker_id: String(workerId) }).set(1);
-    this.#ctx.logger.warn({ model: this.#model, workerId, url: this.#registry.get(workerId)?.url, blockSize },
-      `worker ${workerId} publishes KV events with a block size other than the model's block_size ${blockSize}: its blocks are ignored `
-      + '(set the model\'s block_size to the engine\'s)');
+    this.#ctx.logger.warn(
+      { model: this.#model, workerId, url: this.#registry.get(workerId)?.url, blockSize },
+      `worker ${workerId} publishes KV events with a block size other than the model's block_size ${blockSize}: its blocks are ignored ` +
+        "(set the model's block_size to the engine's)",
+    );
   }
 
   /** Missed KV-event batches of a rank were replayed from the engine's buffer (gaps and resets are logged by the stream). */
   replayed(slot: WorkerRank, batches: number): void {
-    this.#ctx.logger.info({ model: this.#model, ...slot, url: this.#registry.get(slot.workerId)?.url, batches },
-      `worker ${slot.workerId}: missed KV events replayed (${batches} batch(es))`);
+    this.#ctx.logger.info(
+      { model: this.#model, ...slot, url: this.#registry.get(slot.workerId)?.url, batches },
+      `worker ${slot.workerId}: missed KV events replayed (${batches} batch(es))`,
+    );
   }
 
   /** Periodic: every configured worker's health state gauge. */
@@ -90,7 +115,8 @@ export class WorkerWatch {
     for (const w of this.#registry.all()) {
       const h = w.model === this.#model ? this.#health(w.id) : undefined;
       if (h === undefined) continue;
-      for (const s of HEALTH_STATES) m.workerState.labels({ model: this.#model, worker_id: String(w.id), state: s }).set(s === h.state ? 1 : 0);
+      for (const s of HEALTH_STATES)
+        m.workerState.labels({ model: this.#model, worker_id: String(w.id), state: s }).set(s === h.state ? 1 : 0);
     }
   }
 
@@ -105,27 +131,41 @@ export class WorkerWatch {
       this.#events.set(w.id, now);
       if (now === was) continue;
       const at = { model: this.#model, workerId: w.id, url: w.url, role: w.role, kvEvents: now };
-      if (now === 'stale') this.#ctx.logger.warn(at, `worker ${w.id}: KV events stale (requests were sent, no event arrived): scored in approximate mode`);
-      else if (now === 'live') this.#ctx.logger.info(at, `worker ${w.id}: KV events ${was === 'stale' ? 'resumed' : 'live'}`);
+      if (now === 'stale')
+        this.#ctx.logger.warn(
+          at,
+          `worker ${w.id}: KV events stale (requests were sent, no event arrived): scored in approximate mode`,
+        );
+      else if (now === 'live')
+        this.#ctx.logger.info(at, `worker ${w.id}: KV events ${was === 'stale' ? 'resumed' : 'live'}`);
     }
   }
 
   /** Every configured worker of the model, for /admin/models. */
   status(events: (w: WorkerInfo) => KvEventManager | undefined): WorkerStatus[] {
-    return this.#registry.all().filter((w) => w.model === this.#model).map((w) => {
-      const ev = events(w);
-      const last = ev?.liveness.lastEventAt(w.id);
-      const h = this.#health?.(w.id);
-      return {
-        id: w.id,
-        up: this.#registry.isAvailable(w.id),
-        health: h?.state ?? 'unknown',
-        kvEvents: ev === undefined || !this.#registry.isAvailable(w.id) ? (w.kvEvents === undefined ? 'off' : 'down') : ev.eventStatus(w.id),
-        // The liveness clock is monotonic: an age on it, turned into wall time here.
-        lastEventAt: last === undefined ? undefined : new Date(Date.now() - (this.#ctx.clock.now() - last)).toISOString(),
-        lastProbeAt: h?.lastProbeAt === undefined ? undefined : new Date(h.lastProbeAt).toISOString(),
-        lastError: h?.lastError,
-      };
-    });
+    return this.#registry
+      .all()
+      .filter((w) => w.model === this.#model)
+      .map((w) => {
+        const ev = events(w);
+        const last = ev?.liveness.lastEventAt(w.id);
+        const h = this.#health?.(w.id);
+        return {
+          id: w.id,
+          up: this.#registry.isAvailable(w.id),
+          health: h?.state ?? 'unknown',
+          kvEvents:
+            ev === undefined || !this.#registry.isAvailable(w.id)
+              ? w.kvEvents === undefined
+                ? 'off'
+                : 'down'
+              : ev.eventStatus(w.id),
+          // The liveness clock is monotonic: an age on it, turned into wall time here.
+          lastEventAt:
+            last === undefined ? undefined : new Date(Date.now() - (this.#ctx.clock.now() - last)).toISOString(),
+          lastProbeAt: h?.lastProbeAt === undefined ? undefined : new Date(h.lastProbeAt).toISOString(),
+          lastError: h?.lastError,
+        };
+      });
   }
 }

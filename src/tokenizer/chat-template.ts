@@ -26,12 +26,18 @@ function flattenContent(content: ChatMessage['content'], index: number): string 
   if (content === undefined || content === null) return '';
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) {
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `messages[${index}].content must be a string or a list of content parts`, { index });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      `messages[${index}].content must be a string or a list of content parts`,
+      { index },
+    );
   }
   const texts: string[] = [];
   for (const part of content) {
     if (typeof part !== 'object' || part === null || part.type !== 'text' || typeof part.text !== 'string') {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `messages[${index}].content: only text parts are supported`, { index });
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `messages[${index}].content: only text parts are supported`, {
+        index,
+      });
     }
     texts.push(part.text);
   }
@@ -45,7 +51,9 @@ function normalizeMessages(messages: readonly ChatMessage[]): Record<string, unk
   }
   return messages.map((m, i) => {
     if (typeof m !== 'object' || m === null || typeof m.role !== 'string') {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `messages[${i}] must be an object with a string role`, { index: i });
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `messages[${i}] must be an object with a string role`, {
+        index: i,
+      });
     }
     return { ...m, content: flattenContent(m.content, i) };
   });
@@ -61,7 +69,12 @@ export class ChatTemplate {
     try {
       this.#template = new Template(source);
     } catch (err) {
-      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `chat template does not parse: ${(err as Error).message}`, {}, { cause: err });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_CONFIG',
+        `chat template does not parse: ${(err as Error).message}`,
+        {},
+        { cause: err },
+      );
     }
     this.#context = context;
   }
@@ -80,7 +93,12 @@ export class ChatTemplate {
     try {
       return this.#template.render(vars);
     } catch (err) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `chat template failed on these messages: ${(err as Error).message}`, {}, { cause: err });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `chat template failed on these messages: ${(err as Error).message}`,
+        {},
+        { cause: err },
+      );
     }
   }
 }

@@ -9,7 +9,14 @@ import { existsSync } from 'node:fs';
 import { Tokenizer } from 'tokenizers';
 import { KvgateError } from '../errors/index.js';
 import { ChatTemplate, CHATML_TEMPLATE } from './chat-template.js';
-import type { ChatMessage, EncodeOptions, RenderChatOptions, SampleVocabulary, TextTokenizer, TokenizerFiles } from './types.js';
+import type {
+  ChatMessage,
+  EncodeOptions,
+  RenderChatOptions,
+  SampleVocabulary,
+  TextTokenizer,
+  TokenizerFiles,
+} from './types.js';
 
 /** Word pieces with an optional byte-level (Ġ) or sentencepiece (▁) space marker. */
 const WORD_TOKEN = /^[\u0120\u2581]?[A-Za-z]{2,}$/;
@@ -68,7 +75,11 @@ class HfTextTokenizer implements TextTokenizer {
         if (WORD_TOKEN.test(piece)) entries.push([id, piece.replace(/^[\u0120\u2581]/, ' ')]);
       }
       if (entries.length === 0) {
-        throw new KvgateError('KVG_ERR_INVALID_CONFIG', `tokenizer ${this.source} has no plain word tokens to generate from`, { source: this.source });
+        throw new KvgateError(
+          'KVG_ERR_INVALID_CONFIG',
+          `tokenizer ${this.source} has no plain word tokens to generate from`,
+          { source: this.source },
+        );
       }
       entries.sort((a, b) => a[0] - b[0]);
       this.#sample = { ids: Uint32Array.from(entries.map((e) => e[0])), texts: entries.map((e) => e[1]) };
@@ -88,7 +99,12 @@ export function loadHfTokenizer(files: TokenizerFiles): TextTokenizer {
   try {
     tok = Tokenizer.fromFile(files.tokenizerJson);
   } catch (err) {
-    throw new KvgateError('KVG_ERR_INVALID_CONFIG', `cannot load tokenizer ${files.tokenizerJson}: ${(err as Error).message}`, { path: files.tokenizerJson }, { cause: err });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_CONFIG',
+      `cannot load tokenizer ${files.tokenizerJson}: ${(err as Error).message}`,
+      { path: files.tokenizerJson },
+      { cause: err },
+    );
   }
   let configPath = files.tokenizerConfig;
   if (configPath === undefined) {
@@ -100,7 +116,12 @@ export function loadHfTokenizer(files: TokenizerFiles): TextTokenizer {
     try {
       config = JSON.parse(readFileSync(configPath, 'utf8')) as TokenizerConfigJson;
     } catch (err) {
-      throw new KvgateError('KVG_ERR_INVALID_CONFIG', `cannot read tokenizer config ${configPath}: ${(err as Error).message}`, { path: configPath }, { cause: err });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_CONFIG',
+        `cannot read tokenizer config ${configPath}: ${(err as Error).message}`,
+        { path: configPath },
+        { cause: err },
+      );
     }
   }
   const template = new ChatTemplate(pickTemplate(config.chat_template) ?? CHATML_TEMPLATE, {

@@ -37,7 +37,8 @@ export function demoTokenizerFiles(): Required<TokenizerFiles> {
 export function resolveTokenizerFiles(spec: TokenizerSpec): TokenizerFiles | undefined {
   if (spec === undefined || spec === 'fallback') return undefined;
   if (spec === 'demo') return demoTokenizerFiles();
-  if (typeof spec !== 'string') return spec.tokenizerJson === 'demo' ? { ...spec, tokenizerJson: demoTokenizerFiles().tokenizerJson } : spec;
+  if (typeof spec !== 'string')
+    return spec.tokenizerJson === 'demo' ? { ...spec, tokenizerJson: demoTokenizerFiles().tokenizerJson } : spec;
   const path = resolve(spec);
   let isDir = false;
   try {

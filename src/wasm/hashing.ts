@@ -71,7 +71,12 @@ function writeTokens(u32: Uint32Array, ptr: number, tokens: Uint32Array | readon
   }
 }
 
-function hashInto(tokens: Uint32Array | readonly number[], blockSize: number, opts: BlockHashOptions | undefined, withSeq: boolean): PromptHashes {
+function hashInto(
+  tokens: Uint32Array | readonly number[],
+  blockSize: number,
+  opts: BlockHashOptions | undefined,
+  withSeq: boolean,
+): PromptHashes {
   checkBlockSize(blockSize);
   const m = wasm();
   const n = tokens.length;
@@ -105,8 +110,18 @@ function hashInto(tokens: Uint32Array | readonly number[], blockSize: number, op
     }
     v.u32[(mmOffsets >>> 2) + blocks] = k;
   }
-  m.exports.hashPrompt(io, n, blockSize, eagle ? 1 : 0, Number(seed & 0xffffffffn), Number(seed >> 32n),
-    mmOffsets, mmValues, io + localOff, withSeq ? io + seqOff : 0);
+  m.exports.hashPrompt(
+    io,
+    n,
+    blockSize,
+    eagle ? 1 : 0,
+    Number(seed & 0xffffffffn),
+    Number(seed >> 32n),
+    mmOffsets,
+    mmValues,
+    io + localOff,
+    withSeq ? io + seqOff : 0,
+  );
   // One allocation for both results: local and seq are adjacent in WASM memory.
   const out = v.u64.slice((io + localOff) >>> 3, ((io + localOff) >>> 3) + (withSeq ? 2 * blocks : blocks));
   const local = withSeq ? out.subarray(0, blocks) : out;
@@ -117,12 +132,20 @@ function hashInto(tokens: Uint32Array | readonly number[], blockSize: number, op
  * Local block hashes over the complete blocks of `tokens` (a trailing partial
  * block is ignored). Throws KVG_ERR_INVALID_BLOCK_SIZE / KVG_ERR_INVALID_TOKEN.
  */
-export function blockHashes(tokens: Uint32Array | readonly number[], blockSize: number, opts?: BlockHashOptions): BigUint64Array {
+export function blockHashes(
+  tokens: Uint32Array | readonly number[],
+  blockSize: number,
+  opts?: BlockHashOptions,
+): BigUint64Array {
   return hashInto(tokens, blockSize, opts, false).local;
 }
 
 /** Local and chained sequence hashes of a prompt in one WASM call. */
-export function promptHashes(tokens: Uint32Array | readonly number[], blockSize: number, opts?: BlockHashOptions): PromptHashes {
+export function promptHashes(
+  tokens: Uint32Array | readonly number[],
+  blockSize: number,
+  opts?: BlockHashOptions,
+): PromptHashes {
   return hashInto(tokens, blockSize, opts, true);
 }
 

@@ -19,8 +19,18 @@ export interface KvgateWasmExports {
   ABI_VERSION: { readonly value: unknown };
   ioReserve(bytes: number): number;
   xxh3_64(ptr: number, len: number, seedLo: number, seedHi: number): bigint;
-  hashPrompt(tokens: number, nTokens: number, blockSize: number, flags: number, seedLo: number, seedHi: number,
-    mmOffsets: number, mmValues: number, outLocal: number, outSeq: number): number;
+  hashPrompt(
+    tokens: number,
+    nTokens: number,
+    blockSize: number,
+    flags: number,
+    seedLo: number,
+    seedHi: number,
+    mmOffsets: number,
+    mmValues: number,
+    outLocal: number,
+    outSeq: number,
+  ): number;
   chainSequence(local: number, n: number, outSeq: number): void;
   idxNew(): number;
   idxFree(ix: number): void;
@@ -65,7 +75,10 @@ function findWasmFile(): string {
 // Node's WebAssembly global, typed to the few members used here (lib.dom is not loaded).
 interface WebAssemblyApi {
   Module: new (bytes: Uint8Array) => object;
-  Instance: new (module: object, imports: Record<string, Record<string, unknown>>) => { exports: Record<string, unknown> };
+  Instance: new (
+    module: object,
+    imports: Record<string, Record<string, unknown>>,
+  ) => { exports: Record<string, unknown> };
 }
 const WA = (globalThis as unknown as { WebAssembly: WebAssemblyApi }).WebAssembly;
 
@@ -85,7 +98,10 @@ export function wasm(): WasmModule {
   const exports = instance.exports as unknown as KvgateWasmExports;
   const abi = exports.ABI_VERSION.value as number;
   if (abi !== EXPECTED_ABI_VERSION) {
-    throw new KvgateError('KVG_ERR_WASM', `kvgate.wasm ABI ${abi} does not match the host's ${EXPECTED_ABI_VERSION}; rebuild`);
+    throw new KvgateError(
+      'KVG_ERR_WASM',
+      `kvgate.wasm ABI ${abi} does not match the host's ${EXPECTED_ABI_VERSION}; rebuild`,
+    );
   }
   let buffer: ArrayBuffer | undefined;
   let current: WasmViews | undefined;

@@ -84,7 +84,13 @@ export class PrefixIndex {
     const key = slotKey(workerId, dpRank);
     let slot = this.#slotByKey.get(key);
     if (slot === undefined) {
-      if (!Number.isSafeInteger(workerId) || workerId < 0 || !Number.isInteger(dpRank) || dpRank < 0 || dpRank > 0xffff) {
+      if (
+        !Number.isSafeInteger(workerId) ||
+        workerId < 0 ||
+        !Number.isInteger(dpRank) ||
+        dpRank < 0 ||
+        dpRank > 0xffff
+      ) {
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `invalid worker slot (${workerId}, ${dpRank})`);
       }
       slot = this.#freeSlots.pop() ?? this.#slotInfo.length;
@@ -119,10 +125,18 @@ export class PrefixIndex {
    * root). Atomic: throws KVG_ERR_PARENT_BLOCK_NOT_FOUND or
    * KVG_ERR_INVALID_BLOCK_SEQUENCE and changes nothing.
    */
-  applyStored(workerId: number, dpRank: number, parentHash: bigint | null,
-    engineHashes: BigUint64Array | readonly bigint[], localHashes: BigUint64Array | readonly bigint[]): void {
+  applyStored(
+    workerId: number,
+    dpRank: number,
+    parentHash: bigint | null,
+    engineHashes: BigUint64Array | readonly bigint[],
+    localHashes: BigUint64Array | readonly bigint[],
+  ): void {
     if (engineHashes.length !== localHashes.length) {
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `stored event has ${engineHashes.length} block hashes but ${localHashes.length} tokens hashes`);
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `stored event has ${engineHashes.length} block hashes but ${localHashes.length} tokens hashes`,
+      );
     }
     const slot = this.slotOf(workerId, dpRank);
     const ix = this.#live();
@@ -141,11 +155,18 @@ export class PrefixIndex {
     }
     const status = this.#m.exports.idxStored(ix, slot, parentPtr, n, io, io + n * 8);
     if (status === STORE_PARENT_NOT_FOUND) {
-      throw new KvgateError('KVG_ERR_PARENT_BLOCK_NOT_FOUND', `worker ${workerId} rank ${dpRank}: parent block ${String(parentHash)} is not in the index`,
-        { workerId, dpRank });
+      throw new KvgateError(
+        'KVG_ERR_PARENT_BLOCK_NOT_FOUND',
+        `worker ${workerId} rank ${dpRank}: parent block ${String(parentHash)} is not in the index`,
+        { workerId, dpRank },
+      );
     }
     if (status === STORE_INVALID_SEQUENCE) {
-      throw new KvgateError('KVG_ERR_INVALID_BLOCK_SEQUENCE', `worker ${workerId} rank ${dpRank}: stored event repeats a block hash`, { workerId, dpRank });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_BLOCK_SEQUENCE',
+        `worker ${workerId} rank ${dpRank}: stored event repeats a block hash`,
+        { workerId, dpRank },
+      );
     }
   }
 
@@ -170,7 +191,8 @@ export class PrefixIndex {
   /** A `cleared` event: all blocks of every rank of `workerId`; ranks stay registered. */
   clearWorker(workerId: number): number {
     let removed = 0;
-    for (const slot of this.#slotsByWorker.get(workerId) ?? []) removed += this.#m.exports.idxClearSlot(this.#live(), slot);
+    for (const slot of this.#slotsByWorker.get(workerId) ?? [])
+      removed += this.#m.exports.idxClearSlot(this.#live(), slot);
     return removed;
   }
 
@@ -229,7 +251,14 @@ export class PrefixIndex {
     let filled = 0;
     while (filled < out.length) {
       const io = this.#m.exports.ioReserve(EXPORT_PAGE * 16 + 8);
-      const n = this.#m.exports.idxExportSlot(ix, slot, from, Math.min(EXPORT_PAGE, (out.length - filled) / 2), io + 8, io);
+      const n = this.#m.exports.idxExportSlot(
+        ix,
+        slot,
+        from,
+        Math.min(EXPORT_PAGE, (out.length - filled) / 2),
+        io + 8,
+        io,
+      );
       const v = this.#m.views();
       out.set(v.u64.subarray((io + 8) >>> 3, ((io + 8) >>> 3) + n * 2), filled);
       filled += n * 2;
@@ -245,7 +274,8 @@ export class PrefixIndex {
    * Returns the blocks new to the slot.
    */
   importSlot(workerId: number, dpRank: number, pairs: BigUint64Array): number {
-    if (pairs.length % 2 !== 0) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'slot pairs must hold an even number of hashes');
+    if (pairs.length % 2 !== 0)
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'slot pairs must hold an even number of hashes');
     const slot = this.slotOf(workerId, dpRank);
     const ix = this.#live();
     let added = 0;

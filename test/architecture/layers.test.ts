@@ -59,13 +59,14 @@ describe('layering', () => {
         const fileDepth = relative(SRC, file).split('/').length - 1;
         if (depth !== fileDepth) continue; // a relative path inside the same layer
         const target = m[2]!;
-        if (target !== layer && !ALLOWED[layer]!.includes(target)) violations.push(`${relative(SRC, file)} -> ${target}`);
+        if (target !== layer && !ALLOWED[layer]!.includes(target))
+          violations.push(`${relative(SRC, file)} -> ${target}`);
       }
     }
     expect(violations).toEqual([]);
   });
 
-  it('imports between layers go through the target folder\'s index.ts', () => {
+  it("imports between layers go through the target folder's index.ts", () => {
     const violations: string[] = [];
     for (const file of files(SRC)) {
       const rel = relative(SRC, file);

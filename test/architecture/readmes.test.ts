@@ -42,7 +42,9 @@ function names(spans: Set<string>, relPath: string): boolean {
 function unnamedFiles(root: string, roots: string[]): string[] {
   const missing: string[] = [];
   for (const dir of roots.flatMap((r) => folders(join(root, r)))) {
-    const sources = readdirSync(dir).filter((n) => n.endsWith('.ts') && statSync(join(dir, n)).isFile()).sort();
+    const sources = readdirSync(dir)
+      .filter((n) => n.endsWith('.ts') && statSync(join(dir, n)).isFile())
+      .sort();
     if (sources.length === 0) continue;
     const readme = join(dir, 'README.md');
     let spans: Set<string> | undefined;
@@ -75,13 +77,16 @@ describe('folder READMEs', () => {
       writeFileSync(join(root, 'src', 'README.md'), '- `index.ts`: the library face; `push/` has its own README.\n');
       for (const f of ['migration.ts', 'continuation.ts', 'retry.ts']) writeFileSync(join(root, 'src', 'push', f), '');
       // `retry.ts` is named by a subpath; `continuation.ts` only in prose, which does not count.
-      writeFileSync(join(root, 'src', 'push', 'README.md'), '`migration.ts` and `src/push/retry.ts`; continuation.ts\n');
+      writeFileSync(
+        join(root, 'src', 'push', 'README.md'),
+        '`migration.ts` and `src/push/retry.ts`; continuation.ts\n',
+      );
       writeFileSync(join(root, 'src', 'bare', 'a.ts'), '');
       writeFileSync(join(root, 'src', 'docs-only', 'README.md'), 'no sources here\n');
       // A path that ends in the name but is not a tail of the file's path names another file.
       mkdirSync(join(root, 'src', 'other'));
       writeFileSync(join(root, 'src', 'other', 'retry.ts'), '');
-      writeFileSync(join(root, 'src', 'other', 'README.md'), '`push/retry.ts` is push\'s\n');
+      writeFileSync(join(root, 'src', 'other', 'README.md'), "`push/retry.ts` is push's\n");
 
       expect(unnamedFiles(root, ['src'])).toEqual([
         'src/bare: a.ts (no README.md)',

@@ -4,7 +4,12 @@
  *
  * - no file over 450 lines and no function over 80 lines, unless a `@long`
  *   tag in the file's (or the function's) leading comment says why (a table,
- *   a generated list);
+ *   a generated list); no line over 140 characters (the formatter wraps at
+ *   120: a longer line is a string it cannot break, and is split by hand);
+ * - no class members installed at run time with `Object.defineProperty` in
+ *   src/routing (a router's members are written out, so a reader and the
+ *   compiler see them; common's lazily parsed JSON objects define data
+ *   properties, which is what the call is for);
  * - one name per concept: no exported name is declared in two files, and a
  *   string-literal union that names a concept (the worker role, the engine
  *   dialect, the router mode) is spelled out in one place only;
@@ -26,6 +31,7 @@ import { describe, expect, it } from 'vitest';
 const ROOT = new URL('../../', import.meta.url).pathname;
 const MAX_FILE_LINES = 450;
 const MAX_FUNCTION_LINES = 80;
+const MAX_LINE_CHARS = 140;
 
 function files(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -55,15 +61,29 @@ function lineOf(sf: ts.SourceFile, pos: number): number {
 }
 
 function isFunctionLike(node: ts.Node): node is ts.FunctionLikeDeclaration {
-  return ts.isFunctionDeclaration(node) || ts.isMethodDeclaration(node) || ts.isArrowFunction(node) || ts.isFunctionExpression(node)
-    || ts.isConstructorDeclaration(node) || ts.isGetAccessorDeclaration(node) || ts.isSetAccessorDeclaration(node);
+  return (
+    ts.isFunctionDeclaration(node) ||
+    ts.isMethodDeclaration(node) ||
+    ts.isArrowFunction(node) ||
+    ts.isFunctionExpression(node) ||
+    ts.isConstructorDeclaration(node) ||
+    ts.isGetAccessorDeclaration(node) ||
+    ts.isSetAccessorDeclaration(node)
+  );
 }
 
 /** The node whose leading comment documents a function (its variable statement for `const f = () => ...`). */
 function documented(node: ts.Node): ts.Node {
   let n: ts.Node = node;
-  while (n.parent !== undefined && (ts.isVariableDeclaration(n.parent) || ts.isVariableDeclarationList(n.parent) || ts.isVariableStatement(n.parent)
-    || ts.isPropertyAssignment(n.parent) || ts.isPropertyDeclaration(n.parent))) n = n.parent;
+  while (
+    n.parent !== undefined &&
+    (ts.isVariableDeclaration(n.parent) ||
+      ts.isVariableDeclarationList(n.parent) ||
+      ts.isVariableStatement(n.parent) ||
+      ts.isPropertyAssignment(n.parent) ||
+      ts.isPropertyDeclaration(n.parent))
+  )
+    n = n.parent;
   return n;
 }
 
@@ -88,9 +108,14 @@ const CONCEPT_UNIONS: Record<string, string> = {
  */
 const CONCEPT_TYPES: readonly { name: string; file: string; members: Record<string, readonly string[]> }[] = [
   { name: 'WorkerRank', file: 'src/common/vocabulary.ts', members: { workerId: ['number'], dpRank: ['number'] } },
-  { name: 'PromptHashes', file: 'src/wasm/hashing.ts', members: { local: ['BigUint64Array'], seq: ['BigUint64Array'] } },
   {
-    name: 'LegFields', file: 'src/engines/leg-fields.ts',
+    name: 'PromptHashes',
+    file: 'src/wasm/hashing.ts',
+    members: { local: ['BigUint64Array'], seq: ['BigUint64Array'] },
+  },
+  {
+    name: 'LegFields',
+    file: 'src/engines/leg-fields.ts',
     members: {
       fields: ['Readonly<Record<string, unknown>>', 'Record<string, unknown>'],
       headers: ['Readonly<Record<string, string>>', 'Record<string, string>'],
@@ -147,9 +172,29 @@ function scan(check: (node: ts.Node, text: string) => string | undefined): strin
 describe('shape', () => {
   it(`no file over ${MAX_FILE_LINES} lines without a @long reason`, () => {
     const long = sources
-      .filter(({ text, sf }) => text.split('\n').length > MAX_FILE_LINES && !(sf.statements[0] !== undefined && hasLongTag(sf.statements[0], text)))
+      .filter(
+        ({ text, sf }) =>
+          text.split('\n').length > MAX_FILE_LINES &&
+          !(sf.statements[0] !== undefined && hasLongTag(sf.statements[0], text)),
+      )
       .map(({ rel, text }) => `${rel}: ${text.split('\n').length} lines`);
     expect(long).toEqual([]);
+  });
+
+  it(`no line over ${MAX_LINE_CHARS} characters`, () => {
+    const long = sources.flatMap(({ rel, text }) =>
+      text
+        .split('\n')
+        .flatMap((line, i) => (line.length > MAX_LINE_CHARS ? [`${rel}:${i + 1}: ${line.length} characters`] : [])),
+    );
+    expect(long).toEqual([]);
+  });
+
+  it('no members installed with Object.defineProperty in src/routing', () => {
+    const found = sources
+      .filter(({ rel, text }) => rel.startsWith('src/routing/') && /Object\.defineProperty\(/.test(text))
+      .map(({ rel }) => rel);
+    expect(found).toEqual([]);
   });
 
   it(`no function over ${MAX_FUNCTION_LINES} lines without a @long reason`, () => {
@@ -158,7 +203,8 @@ describe('shape', () => {
       const visit = (node: ts.Node): void => {
         if (isFunctionLike(node) && node.body !== undefined) {
           const lines = lineOf(sf, node.getEnd()) - lineOf(sf, node.getStart()) + 1;
-          if (lines > MAX_FUNCTION_LINES && !hasLongTag(documented(node), text)) long.push(`${rel}:${lineOf(sf, node.getStart())} ${functionName(node)}: ${lines} lines`);
+          if (lines > MAX_FUNCTION_LINES && !hasLongTag(documented(node), text))
+            long.push(`${rel}:${lineOf(sf, node.getStart())} ${functionName(node)}: ${lines} lines`);
         }
         ts.forEachChild(node, visit);
       };
@@ -171,12 +217,19 @@ describe('shape', () => {
     const where = new Map<string, string[]>();
     for (const { rel, sf } of sources) {
       for (const st of sf.statements) {
-        const exported = ts.canHaveModifiers(st) && (ts.getModifiers(st) ?? []).some((m) => m.kind === ts.SyntaxKind.ExportKeyword);
+        const exported =
+          ts.canHaveModifiers(st) && (ts.getModifiers(st) ?? []).some((m) => m.kind === ts.SyntaxKind.ExportKeyword);
         if (!exported) continue;
         const names = ts.isVariableStatement(st)
           ? st.declarationList.declarations.map((d) => d.name.getText())
-          : (ts.isInterfaceDeclaration(st) || ts.isTypeAliasDeclaration(st) || ts.isClassDeclaration(st) || ts.isFunctionDeclaration(st) || ts.isEnumDeclaration(st)) && st.name !== undefined
-            ? [st.name.text] : [];
+          : (ts.isInterfaceDeclaration(st) ||
+                ts.isTypeAliasDeclaration(st) ||
+                ts.isClassDeclaration(st) ||
+                ts.isFunctionDeclaration(st) ||
+                ts.isEnumDeclaration(st)) &&
+              st.name !== undefined
+            ? [st.name.text]
+            : [];
         for (const n of names) where.set(n, [...(where.get(n) ?? []), rel]);
       }
     }
@@ -188,10 +241,17 @@ describe('shape', () => {
     const seen = new Map<string, string[]>();
     for (const { rel, sf } of sources) {
       const visit = (node: ts.Node): void => {
-        if (ts.isUnionTypeNode(node) && node.types.every((t) => ts.isLiteralTypeNode(t) && ts.isStringLiteral(t.literal))) {
-          const key = node.types.map((t) => ((t as ts.LiteralTypeNode).literal as ts.StringLiteral).text).sort().join('|');
+        if (
+          ts.isUnionTypeNode(node) &&
+          node.types.every((t) => ts.isLiteralTypeNode(t) && ts.isStringLiteral(t.literal))
+        ) {
+          const key = node.types
+            .map((t) => ((t as ts.LiteralTypeNode).literal as ts.StringLiteral).text)
+            .sort()
+            .join('|');
           const concept = CONCEPT_UNIONS[key];
-          if (concept !== undefined) seen.set(concept, [...(seen.get(concept) ?? []), `${rel}:${lineOf(sf, node.getStart())}`]);
+          if (concept !== undefined)
+            seen.set(concept, [...(seen.get(concept) ?? []), `${rel}:${lineOf(sf, node.getStart())}`]);
         }
         ts.forEachChild(node, visit);
       };
@@ -220,11 +280,16 @@ describe('shape', () => {
 
   it('retired concept names stay retired', () => {
     const found = scan((node) => {
-      const name = ts.isInterfaceDeclaration(node) || ts.isTypeAliasDeclaration(node) ? node.name.text
-        : ts.isPropertySignature(node) || ts.isPropertyDeclaration(node) ? node.name.getText() : undefined;
+      const name =
+        ts.isInterfaceDeclaration(node) || ts.isTypeAliasDeclaration(node)
+          ? node.name.text
+          : ts.isPropertySignature(node) || ts.isPropertyDeclaration(node)
+            ? node.name.getText()
+            : undefined;
       if (name === undefined || RETIRED_NAMES[name] === undefined) return undefined;
       // `blockHashes` stays the engine's block hashes of a KV event (and the WASM helper's name); only a prompt's pair is retired.
-      const kvEvent = name === 'blockHashes' && /^src\/(events|mocker|replay)\//.test(relative(ROOT, node.getSourceFile().fileName));
+      const kvEvent =
+        name === 'blockHashes' && /^src\/(events|mocker|replay)\//.test(relative(ROOT, node.getSourceFile().fileName));
       return kvEvent ? undefined : `${name}: now ${RETIRED_NAMES[name]}`;
     });
     expect(found).toEqual([]);
@@ -239,8 +304,10 @@ describe('shape', () => {
       const pair = i !== -1 && params[i + 1]?.name.getText() === 'dpRank' && params[i + 1]!.questionToken === undefined;
       // The reason may sit on the function or, for a class whose whole API takes the numbers, on the class.
       const owner = ts.isClassLike(node.parent) ? node.parent : undefined;
-      const tagged = [documented(node), ...(owner !== undefined ? [owner] : [])].some((n) => hasTag(n, text, 'rank-numbers'));
-      return pair && !tagged ? node.name?.getText() ?? '(anonymous)' : undefined;
+      const tagged = [documented(node), ...(owner !== undefined ? [owner] : [])].some((n) =>
+        hasTag(n, text, 'rank-numbers'),
+      );
+      return pair && !tagged ? (node.name?.getText() ?? '(anonymous)') : undefined;
     });
     expect(pairs).toEqual([]);
   });
@@ -249,7 +316,9 @@ describe('shape', () => {
     const named = scan((node) => {
       if (!ts.isPropertySignature(node) && !ts.isPropertyDeclaration(node) && !ts.isParameter(node)) return undefined;
       const type = node.type?.getText() ?? '';
-      return /^#?log$/.test(node.name.getText()) && /\bLogger\b/.test(type) ? `${node.name.getText()}: ${type}` : undefined;
+      return /^#?log$/.test(node.name.getText()) && /\bLogger\b/.test(type)
+        ? `${node.name.getText()}: ${type}`
+        : undefined;
     });
     expect(named).toEqual([]);
   });
@@ -259,7 +328,9 @@ describe('shape', () => {
       const declared = ts.isInterfaceDeclaration(node) || ts.isTypeAliasDeclaration(node) ? node.name.text : '';
       if (INPUT_TYPE_NAME.test(declared)) return declared;
       if (!ts.isConstructorDeclaration(node)) return undefined;
-      const inputs = node.parameters.map((p) => (p.type !== undefined && ts.isTypeReferenceNode(p.type) ? p.type.typeName.getText() : ''));
+      const inputs = node.parameters.map((p) =>
+        p.type !== undefined && ts.isTypeReferenceNode(p.type) ? p.type.typeName.getText() : '',
+      );
       const bad = inputs.filter((t) => INPUT_TYPE_NAME.test(t));
       return bad.length > 0 ? `constructor input ${bad.join(', ')}` : undefined;
     });

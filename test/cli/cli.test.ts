@@ -89,13 +89,18 @@ describe('kvgate serve output', () => {
   it('writes only JSON lines to stdout, and the banner to stderr', async () => {
     running = kvgate(['serve', '--port', '0', '--preprocess-threads', '0', '--log-level', 'debug']);
     const p = running;
-    await until(() => {
-      if (p.child.exitCode !== null) throw new Error(`kvgate serve exited (${p.child.exitCode}): ${p.stderr}`);
-      return /serving the embedded demo at http:\/\/[\d.]+:\d+/.test(p.stderr);
-    }, 'the banner on stderr', 60_000);
+    await until(
+      () => {
+        if (p.child.exitCode !== null) throw new Error(`kvgate serve exited (${p.child.exitCode}): ${p.stderr}`);
+        return /serving the embedded demo at http:\/\/[\d.]+:\d+/.test(p.stderr);
+      },
+      'the banner on stderr',
+      60_000,
+    );
     const url = /serving the embedded demo at (http:\/\/[\d.]+:\d+)/.exec(p.stderr)![1]!;
     const res = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'qwen3-demo', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4 }),
     });
     expect(res.status).toBe(200);
@@ -117,10 +122,25 @@ describe('kvgate serve output', () => {
     holder = createServer();
     await new Promise<void>((r) => holder!.listen(0, '127.0.0.1', r));
     const port = (holder.address() as AddressInfo).port;
-    const r = await kvgateRun(['serve', '--port', String(port), '--model', 'm', '--worker', 'http://127.0.0.1:9', '--tokenizer', 'none', '--router-mode', 'round-robin']);
+    const r = await kvgateRun([
+      'serve',
+      '--port',
+      String(port),
+      '--model',
+      'm',
+      '--worker',
+      'http://127.0.0.1:9',
+      '--tokenizer',
+      'none',
+      '--router-mode',
+      'round-robin',
+    ]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`kvgate serve: cannot listen on 127.0.0.1:${port}: the address is already in use (by another kvgate or another server); ` +
-      'stop that process or choose another port with --port (--admin-port for the admin listener) or listen.port in the config (0 = any free port)\n');
-    for (const line of r.stdout.split('\n').filter((l) => l !== '')) expect(() => JSON.parse(line) as unknown, line).not.toThrow();
+    expect(r.stderr).toBe(
+      `kvgate serve: cannot listen on 127.0.0.1:${port}: the address is already in use (by another kvgate or another server); ` +
+        'stop that process or choose another port with --port (--admin-port for the admin listener) or listen.port in the config (0 = any free port)\n',
+    );
+    for (const line of r.stdout.split('\n').filter((l) => l !== ''))
+      expect(() => JSON.parse(line) as unknown, line).not.toThrow();
   });
 });

@@ -20,13 +20,16 @@ export interface KvgateProcess {
 
 /** Starts `node bin/kvgate.js ...args` in the repository root. */
 export function kvgate(args: readonly string[]): KvgateProcess {
-  if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
+  if (!existsSync(join(ROOT, 'dist/src/cli/index.js')))
+    throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
   const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const proc = {
     child,
     stdout: '',
     stderr: '',
-    exited: new Promise<number | string>((resolve) => child.once('close', (code, signal) => resolve(code ?? signal ?? -1))),
+    exited: new Promise<number | string>((resolve) =>
+      child.once('close', (code, signal) => resolve(code ?? signal ?? -1)),
+    ),
   };
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (proc.stdout += chunk));
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (proc.stderr += chunk));
@@ -34,7 +37,9 @@ export function kvgate(args: readonly string[]): KvgateProcess {
 }
 
 /** Runs `kvgate ...args` to completion. */
-export async function kvgateRun(args: readonly string[]): Promise<{ code: number | string; stdout: string; stderr: string }> {
+export async function kvgateRun(
+  args: readonly string[],
+): Promise<{ code: number | string; stdout: string; stderr: string }> {
   const p = kvgate(args);
   const code = await p.exited;
   return { code, stdout: p.stdout, stderr: p.stderr };

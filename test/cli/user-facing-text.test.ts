@@ -32,18 +32,25 @@ describe('user-facing text names no internal documents', () => {
   // issue 17 ("A CLI and docs that behave"): docs, bench output and code speak of kvgate alone.
   it('README, CHANGELOG, BENCHMARKS, docs, profiles, data, src and bench', () => {
     const checked = [
-      'README.md', 'CHANGELOG.md', 'BENCHMARKS.md',
+      'README.md',
+      'CHANGELOG.md',
+      'BENCHMARKS.md',
       // docs/replay/<run>/ hold recorded runs (the command as typed is provenance); their README is prose.
       ...files('docs', ['.md']).filter((f) => !/^docs\/replay\/[^/]+\//.test(f)),
-      ...files('profiles', ['.md']), ...files('data', ['.md']),
-      ...files('src', ['.ts', '.md']), ...files('bench', ['.ts']),
+      ...files('profiles', ['.md']),
+      ...files('data', ['.md']),
+      ...files('src', ['.ts', '.md']),
+      ...files('bench', ['.ts']),
     ];
     expect(checked.length).toBeGreaterThan(50);
     const found: string[] = [];
     for (const f of checked) {
-      readFileSync(join(ROOT, f), 'utf8').split('\n').forEach((line, i) => {
-        for (const [re, what] of FORBIDDEN) if (re.test(line)) found.push(`${relative('.', f)}:${i + 1}: ${what}: ${line.trim()}`);
-      });
+      readFileSync(join(ROOT, f), 'utf8')
+        .split('\n')
+        .forEach((line, i) => {
+          for (const [re, what] of FORBIDDEN)
+            if (re.test(line)) found.push(`${relative('.', f)}:${i + 1}: ${what}: ${line.trim()}`);
+        });
     }
     expect(found).toEqual([]);
   });

@@ -7,7 +7,14 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
-  jsonMembers, jsonSplice, jsonTextOf, lazyJsonObject, outlineJsonObject, rememberJsonText, withJsonMembers, type JsonMember,
+  jsonMembers,
+  jsonSplice,
+  jsonTextOf,
+  lazyJsonObject,
+  outlineJsonObject,
+  rememberJsonText,
+  withJsonMembers,
+  type JsonMember,
 } from '../../src/common/index.js';
 import { serializeBody } from '../../src/engines/request-body.js';
 import { midStreamBlocker } from '../../src/routing/push/continuation.js';
@@ -25,13 +32,25 @@ function lazy(text: string): Record<string, unknown> {
   return lazyJsonObject(t, members, structuredClone(light), structuredClone(outlines));
 }
 
-const tools = Array.from({ length: 300 }, (_, i) => ({ type: 'function', function: { name: `f${i}`, parameters: { type: 'object', properties: { a: { type: 'string' } } } } }));
+const tools = Array.from({ length: 300 }, (_, i) => ({
+  type: 'function',
+  function: { name: `f${i}`, parameters: { type: 'object', properties: { a: { type: 'string' } } } },
+}));
 const heavyBody = {
   model: 'm',
-  messages: Array.from({ length: 2000 }, (_, i) => ({ role: i % 2 === 0 ? 'user' : 'assistant', content: `turn ${i}` })),
+  messages: Array.from({ length: 2000 }, (_, i) => ({
+    role: i % 2 === 0 ? 'user' : 'assistant',
+    content: `turn ${i}`,
+  })),
   tools,
   tool_choice: 'auto',
-  response_format: { type: 'json_schema', json_schema: { name: 's', schema: { type: 'object', properties: Object.fromEntries(tools.map((t) => [t.function.name, t])) } } },
+  response_format: {
+    type: 'json_schema',
+    json_schema: {
+      name: 's',
+      schema: { type: 'object', properties: Object.fromEntries(tools.map((t) => [t.function.name, t])) },
+    },
+  },
   stream: true,
   stream_options: { include_usage: false },
   max_tokens: 7,
@@ -58,12 +77,23 @@ describe('jsonSplice and withJsonMembers', () => {
   const parsed = JSON.parse(text) as Record<string, unknown>;
 
   it('writes the object with fields replaced where they stood, removed, added, a bigint exact; a repeated key once, its last value', () => {
-    const { text: out, members } = jsonSplice(text, jsonMembers(text), { stream: true, max_tokens: undefined, bootstrap_room: 9223372036854775807n, x: [1] });
+    const { text: out, members } = jsonSplice(text, jsonMembers(text), {
+      stream: true,
+      max_tokens: undefined,
+      bootstrap_room: 9223372036854775807n,
+      x: [1],
+    });
     expect(out).toBe('{"model":"m","stream":true,"dup":2,"prompt":"hi","bootstrap_room":9223372036854775807,"x":[1]}');
     expect(members.map((m) => [m.key, out.slice(m.start, m.end)])).toEqual([
-      ['model', '"m"'], ['stream', 'true'], ['dup', '2'], ['prompt', '"hi"'], ['bootstrap_room', '9223372036854775807'], ['x', '[1]'],
+      ['model', '"m"'],
+      ['stream', 'true'],
+      ['dup', '2'],
+      ['prompt', '"hi"'],
+      ['bootstrap_room', '9223372036854775807'],
+      ['x', '[1]'],
     ]);
-    for (const m of members) expect(out.slice(m.from, m.from + JSON.stringify(m.key).length)).toBe(JSON.stringify(m.key));
+    for (const m of members)
+      expect(out.slice(m.from, m.from + JSON.stringify(m.key).length)).toBe(JSON.stringify(m.key));
   });
 
   it('a copy with fields laid over keeps the text true: it is written from slices, never serialised', () => {
@@ -95,7 +125,9 @@ describe('lazyJsonObject: a large body on the main thread', () => {
     expect(JSON.parse(JSON.stringify(body))).toEqual(heavyBody);
     expect(body).toEqual(heavyBody);
     expect((body.messages as { content: string }[])[1999]!.content).toBe('turn 1999');
-    expect((body.tools as unknown[]).map((t) => (t as { function: { name: string } }).function.name)).toEqual(tools.map((t) => t.function.name));
+    expect((body.tools as unknown[]).map((t) => (t as { function: { name: string } }).function.name)).toEqual(
+      tools.map((t) => t.function.name),
+    );
   });
 
   it('answers what routing reads of heavy members without parsing them, and writes an engine body from slices', () => {
@@ -107,22 +139,37 @@ describe('lazyJsonObject: a large body on the main thread', () => {
     // What a resumed stream could not honour, read off the outlines.
     expect(midStreamBlocker(body)).toBe(midStreamBlocker(heavyBody));
     expect(midStreamBlocker({ ...body, response_format: undefined })).toBe('tools');
-    const sent = serializeBody(withJsonMembers(body, { model: 'served' }), { stream: true, stream_options: { include_usage: true }, bootstrap_room: 3n });
+    const sent = serializeBody(withJsonMembers(body, { model: 'served' }), {
+      stream: true,
+      stream_options: { include_usage: true },
+      bootstrap_room: 3n,
+    });
     expect(parse).not.toHaveBeenCalled();
     parse.mockRestore();
-    expect(JSON.parse(sent)).toEqual({ ...heavyBody, model: 'served', stream: true, stream_options: { include_usage: true }, bootstrap_room: 3 });
+    expect(JSON.parse(sent)).toEqual({
+      ...heavyBody,
+      model: 'served',
+      stream: true,
+      stream_options: { include_usage: true },
+      bootstrap_room: 3,
+    });
   });
 
   it('sends light members whole within a budget, and outlines heavy arrays, objects and strings', () => {
     const { text: t, members } = onceEach(text);
     const { light, outlines } = outlineJsonObject(JSON.parse(t) as Record<string, unknown>, members);
     expect(Object.keys(light).sort()).toEqual(['max_tokens', 'model', 'stream', 'stream_options', 'tool_choice']);
-    expect(outlines).toEqual({ messages: { kind: 'array', length: 2000 }, tools: { kind: 'array', length: 300 },
-      response_format: { kind: 'object', scalars: { type: 'json_schema' } } });
+    expect(outlines).toEqual({
+      messages: { kind: 'array', length: 2000 },
+      tools: { kind: 'array', length: 300 },
+      response_format: { kind: 'object', scalars: { type: 'json_schema' } },
+    });
     // A long string is not sent again (the text holds it): it is read by parsing its slice, once.
     const long = 'x\n\u00e9'.repeat(40_000);
     const big = onceEach(JSON.stringify({ model: 'm', prompt: long }));
-    expect(outlineJsonObject(JSON.parse(big.text) as Record<string, unknown>, big.members).outlines).toEqual({ prompt: { kind: 'string' } });
+    expect(outlineJsonObject(JSON.parse(big.text) as Record<string, unknown>, big.members).outlines).toEqual({
+      prompt: { kind: 'string' },
+    });
     const body = lazy(big.text);
     const parse = vi.spyOn(JSON, 'parse');
     const copy = withJsonMembers(body, { model: 'served' });

@@ -35,11 +35,15 @@ describe('span helpers', () => {
     const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
     provider.register();
     expect(spansOn()).toBe(true);
-    const headers = await inSpan('kvgate.test', async () => {
-      const c = clientSpan('kvgate.engine.test', () => ({ 'kvgate.worker_id': 3 }));
-      c.span.end();
-      return c.headers;
-    }, () => ({ 'kvgate.model': 'm' }));
+    const headers = await inSpan(
+      'kvgate.test',
+      async () => {
+        const c = clientSpan('kvgate.engine.test', () => ({ 'kvgate.worker_id': 3 }));
+        c.span.end();
+        return c.headers;
+      },
+      () => ({ 'kvgate.model': 'm' }),
+    );
     expect(headers.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
     const spans = exporter.getFinishedSpans();
     expect(spans.map((s) => s.name).sort()).toEqual(['kvgate.engine.test', 'kvgate.test']);

@@ -24,7 +24,15 @@ async function pair(): Promise<{ res: ServerResponse; resume(): void; close(): v
   // The client stops reading as soon as the head arrives: the server's buffers fill until it resumes.
   const [r] = (await once(req, 'response')) as [{ pause(): void; resume(): void }];
   r.pause();
-  return { res, resume: () => r.resume(), close: () => { req.destroy(); server.close(); server.closeAllConnections(); } };
+  return {
+    res,
+    resume: () => r.resume(),
+    close: () => {
+      req.destroy();
+      server.close();
+      server.closeAllConnections();
+    },
+  };
 }
 
 /** Writes until the response's buffer stays full: the paused client's socket buffers hold no more. */

@@ -2,7 +2,14 @@ import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { configChanges, loadGatewayConfig, parseServeFlags, parseFieldPath, reloadProblems, type ConfigProblem } from '../../src/config/index.js';
+import {
+  configChanges,
+  loadGatewayConfig,
+  parseServeFlags,
+  parseFieldPath,
+  reloadProblems,
+  type ConfigProblem,
+} from '../../src/config/index.js';
 import { KV_ROUTER_DEFAULTS } from '../../src/core/config.js';
 import { isKvgateError } from '../../src/errors/index.js';
 
@@ -70,16 +77,33 @@ ${WORKERS}
     expect(llama!.blockSize).toBe(32);
     expect(llama!.routerMode).toBe('kv');
     expect(llama!.maxPromptTokens).toBe(4096);
-    expect(llama!.tokenizer).toEqual({ kind: 'files', files: { tokenizerJson: join(tokDir, 'tokenizer.json'), tokenizerConfig: join(tokDir, 'tokenizer_config.json') } });
+    expect(llama!.tokenizer).toEqual({
+      kind: 'files',
+      files: { tokenizerJson: join(tokDir, 'tokenizer.json'), tokenizerConfig: join(tokDir, 'tokenizer_config.json') },
+    });
     // The model's router section wins over the global one, which wins over the defaults.
     expect(llama!.router.routerTemperature).toBe(0);
     expect(llama!.router.overlapScoreCredit).toBe(2);
     expect(llama!.router.routerTtlSecs).toBe(KV_ROUTER_DEFAULTS.routerTtlSecs);
-    expect(llama!.workers[0]).toMatchObject({ id: 1, model: 'llama', url: 'http://10.0.0.1:8000', role: 'aggregated', dialect: 'vllm', dpSize: 1, dpStart: 0, kvEvents: { endpoint: 'tcp://10.0.0.1:5557' } });
+    expect(llama!.workers[0]).toMatchObject({
+      id: 1,
+      model: 'llama',
+      url: 'http://10.0.0.1:8000',
+      role: 'aggregated',
+      dialect: 'vllm',
+      dpSize: 1,
+      dpStart: 0,
+      kvEvents: { endpoint: 'tcp://10.0.0.1:5557' },
+    });
     expect(sg!.maxPromptTokens).toBe(100);
     expect(sg!.tokenizer).toEqual({ kind: 'none', onMissing: 'approximate' });
     // SGLang prefill workers get a bootstrap endpoint on their host, default port 8998; trailing slash trimmed.
-    expect(sg!.workers[0]).toMatchObject({ url: 'http://p:30000', role: 'prefill', dialect: 'sglang', bootstrap: { host: 'p', port: 8998 } });
+    expect(sg!.workers[0]).toMatchObject({
+      url: 'http://p:30000',
+      role: 'prefill',
+      dialect: 'sglang',
+      bootstrap: { host: 'p', port: 8998 },
+    });
     expect(sg!.workers[1]!.dpSize).toBe(4);
     expect(Object.isFrozen(c)).toBe(true);
     expect(Object.isFrozen(c.models[0]!.workers[0])).toBe(true);
@@ -87,7 +111,16 @@ ${WORKERS}
   });
 
   it('reads JSON, and with no file at all gives the defaults and no models (the embedded demo)', () => {
-    const c = loadGatewayConfig({ file: file(JSON.stringify({ listen: { port: 0 }, models: [{ name: 'm', workers: [{ id: 1, url: 'http://a:1' }], router: { use_kv_events: false } }] }), 'json'), env: {} });
+    const c = loadGatewayConfig({
+      file: file(
+        JSON.stringify({
+          listen: { port: 0 },
+          models: [{ name: 'm', workers: [{ id: 1, url: 'http://a:1' }], router: { use_kv_events: false } }],
+        }),
+        'json',
+      ),
+      env: {},
+    });
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 0 });
     const d = loadGatewayConfig({ env: {} });
     expect(d.listen).toEqual({ host: '127.0.0.1', port: 8080 });
@@ -99,8 +132,13 @@ ${WORKERS}
     const d = loadGatewayConfig({ env: {} });
     expect(d.preprocess.segmentCacheBytes).toBe(32 * 1024 * 1024);
     expect([d.limits.maxSessionTimeoutS, d.limits.maxSessions]).toEqual([3600, 100_000]);
-    expect(d.health).toEqual({ intervalMs: 2000, timeoutMs: 1000, unhealthyAfter: 2, maxEjectedPercent: 50,
-      outlierDetection: { consecutiveErrors: 5, baseEjectionMs: 30_000, maxEjectionMs: 300_000 } });
+    expect(d.health).toEqual({
+      intervalMs: 2000,
+      timeoutMs: 1000,
+      unhealthyAfter: 2,
+      maxEjectedPercent: 50,
+      outlierDetection: { consecutiveErrors: 5, baseEjectionMs: 30_000, maxEjectionMs: 300_000 },
+    });
     const c = loadGatewayConfig({
       file: file(`
 preprocess: { segment_cache_bytes: 1048576 }
@@ -110,18 +148,24 @@ models:
   - name: m
 ${WORKERS}
 `),
-      overrides: parseServeFlags(['--segment-cache-bytes', '2097152']).overrides, env: {},
+      overrides: parseServeFlags(['--segment-cache-bytes', '2097152']).overrides,
+      env: {},
     });
     expect(c.preprocess.segmentCacheBytes).toBe(2_097_152);
     expect([c.limits.maxSessionTimeoutS, c.limits.maxSessions]).toEqual([600, 5000]);
     expect(c.health).toEqual({
-      intervalMs: 500, timeoutMs: 250, unhealthyAfter: 3, maxEjectedPercent: 25,
+      intervalMs: 500,
+      timeoutMs: 250,
+      unhealthyAfter: 3,
+      maxEjectedPercent: 25,
       outlierDetection: { consecutiveErrors: 5, baseEjectionMs: 30_000, maxEjectionMs: 300_000 },
     });
-    const p = problemsOf({ file: file(`
+    const p = problemsOf({
+      file: file(`
 limits: { max_sessions: 0, max_session_timeout_s: 0 }
 health: { max_ejected_percent: 101, probe: 1 }
-`) });
+`),
+    });
     const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
     expect(by['limits.max_sessions']).toMatch(/must be an integer in \[1,/);
     expect(by['limits.max_session_timeout_s']).toMatch(/must be an integer in \[1,/);
@@ -131,17 +175,22 @@ health: { max_ejected_percent: 101, probe: 1 }
 
   // issue 14 (outlier ejection): health.outlier_detection, validated field by field; the share is health.max_ejected_percent
   it('health.outlier_detection: consecutive errors, base and longest ejection, validated with field names', () => {
-    const c = loadGatewayConfig({ env: {}, file: file(`
+    const c = loadGatewayConfig({
+      env: {},
+      file: file(`
 health: { max_ejected_percent: 30, outlier_detection: { consecutive_errors: 3, base_ejection_ms: 5000, max_ejection_ms: 20000 } }
 models:
   - name: m
 ${WORKERS}
-`) });
+`),
+    });
     expect(c.health.outlierDetection).toEqual({ consecutiveErrors: 3, baseEjectionMs: 5000, maxEjectionMs: 20_000 });
     expect(c.health.maxEjectedPercent).toBe(30);
-    const p = problemsOf({ file: file(`
+    const p = problemsOf({
+      file: file(`
 health: { outlier_detection: { consecutive_errors: -1, base_ejection_ms: 10000, max_ejection_ms: 5000, interval_ms: 3 } }
-`) });
+`),
+    });
     const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
     expect(by['health.outlier_detection.consecutive_errors']).toMatch(/must be an integer in \[0,/);
     expect(by['health.outlier_detection.max_ejection_ms']).toMatch(/must be an integer in \[10000,/);
@@ -151,16 +200,23 @@ health: { outlier_detection: { consecutive_errors: -1, base_ejection_ms: 10000, 
   // issue 17 (traces): tracing is off by default, configured by tracing.otlp_endpoint and sample_ratio
   it('tracing: off by default; otlp_endpoint (an http URL) and sample_ratio in [0, 1]', () => {
     expect(loadGatewayConfig({ env: {} }).tracing).toEqual({ otlpEndpoint: undefined, sampleRatio: 1 });
-    const c = loadGatewayConfig({ file: file(`
+    const c = loadGatewayConfig({
+      file: file(`
 tracing: { otlp_endpoint: "http://collector:4318", sample_ratio: 0.25 }
 models:
   - name: m
 ${WORKERS}
-`), env: {} });
+`),
+      env: {},
+    });
     expect(c.tracing).toEqual({ otlpEndpoint: 'http://collector:4318', sampleRatio: 0.25 });
-    const by = Object.fromEntries(problemsOf({ file: file(`
+    const by = Object.fromEntries(
+      problemsOf({
+        file: file(`
 tracing: { otlp_endpoint: "collector:4318x", sample_ratio: 2, exporter: grpc }
-`) }).map((x) => [x.path, x.reason]));
+`),
+      }).map((x) => [x.path, x.reason]),
+    );
     expect(by['tracing.otlp_endpoint']).toMatch(/http\(s\) URL/);
     expect(by['tracing.sample_ratio']).toBeDefined();
     expect(by['tracing.exporter']).toBeDefined();
@@ -174,7 +230,17 @@ models:
     router: { router_temperature: 0.7 }
 ${WORKERS}
 `);
-    const flags = parseServeFlags(['-c', path, '--port', '9100', '--router-temperature', '0.25', '--block-size', '64', '--no-router-kv-events']);
+    const flags = parseServeFlags([
+      '-c',
+      path,
+      '--port',
+      '9100',
+      '--router-temperature',
+      '0.25',
+      '--block-size',
+      '64',
+      '--no-router-kv-events',
+    ]);
     expect(flags.configFile).toBe(path);
     const c = loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env: {} });
     expect(c.listen.port).toBe(9100);
@@ -184,21 +250,61 @@ ${WORKERS}
   });
 
   it('builds a model from --model/--worker, and api keys from the environment', () => {
-    const flags = parseServeFlags(['--model', 'm', '--worker', 'http://a:1', '--worker', 'url=http://b:2,id=7,dp_size=2', '--no-router-kv-events', '--set', 'auth.api_keys_env=KEYS']);
+    const flags = parseServeFlags([
+      '--model',
+      'm',
+      '--worker',
+      'http://a:1',
+      '--worker',
+      'url=http://b:2,id=7,dp_size=2',
+      '--no-router-kv-events',
+      '--set',
+      'auth.api_keys_env=KEYS',
+    ]);
     const c = loadGatewayConfig({ overrides: flags.overrides, env: { KEYS: 'key-one-1234, key-two-5678' } });
-    expect(c.models[0]!.workers.map((w) => [w.id, w.url, w.dpSize])).toEqual([[1, 'http://a:1', 1], [7, 'http://b:2', 2]]);
+    expect(c.models[0]!.workers.map((w) => [w.id, w.url, w.dpSize])).toEqual([
+      [1, 'http://a:1', 1],
+      [7, 'http://b:2', 2],
+    ]);
     expect(c.apiKeys).toEqual(['key-one-1234', 'key-two-5678']);
   });
 
   it('flags for every model (--tokenizer, --block-size, --router-mode, --enforce-disagg) apply to a --model defined by flags', () => {
-    const flags = parseServeFlags(['--tokenizer', 'demo', '--block-size', '32', '--router-mode', 'round-robin', '--enforce-disagg',
-      '--model', 'm', '--worker', 'url=http://a:1,role=decode', '--worker', 'url=http://p:1,id=9,role=prefill']);
+    const flags = parseServeFlags([
+      '--tokenizer',
+      'demo',
+      '--block-size',
+      '32',
+      '--router-mode',
+      'round-robin',
+      '--enforce-disagg',
+      '--model',
+      'm',
+      '--worker',
+      'url=http://a:1,role=decode',
+      '--worker',
+      'url=http://p:1,id=9,role=prefill',
+    ]);
     const c = loadGatewayConfig({ overrides: flags.overrides, env: {} });
-    expect(c.models[0]).toMatchObject({ name: 'm', tokenizer: { kind: 'demo' }, blockSize: 32, routerMode: 'round-robin', enforceDisagg: true });
+    expect(c.models[0]).toMatchObject({
+      name: 'm',
+      tokenizer: { kind: 'demo' },
+      blockSize: 32,
+      routerMode: 'round-robin',
+      enforceDisagg: true,
+    });
   });
 
   it('the embedded demo base fills in models only when none are configured', () => {
-    const base = { models: [{ name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1', kv_events: 'tcp://127.0.0.1:2' }] }] };
+    const base = {
+      models: [
+        {
+          name: 'demo',
+          tokenizer: 'demo',
+          workers: [{ id: 1, url: 'http://127.0.0.1:1', kv_events: 'tcp://127.0.0.1:2' }],
+        },
+      ],
+    };
     const c = loadGatewayConfig({ base, env: {} });
     expect(c.models[0]!.name).toBe('demo');
     expect(c.models[0]!.tokenizer).toEqual({ kind: 'demo' });
@@ -210,9 +316,22 @@ ${WORKERS}
   it('a config file with models: [] (or no models at all) is refused with a models error, even with the demo base', () => {
     for (const text of ['listen: { port: 0 }\nmodels: []\n', 'listen: { port: 0 }\n', '{"models": []}']) {
       const path = file(text, text.startsWith('{') ? 'json' : 'yaml');
-      const base = { models: [{ name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1', kv_events: 'tcp://127.0.0.1:2' }] }] };
+      const base = {
+        models: [
+          {
+            name: 'demo',
+            tokenizer: 'demo',
+            workers: [{ id: 1, url: 'http://127.0.0.1:1', kv_events: 'tcp://127.0.0.1:2' }],
+          },
+        ],
+      };
       // The demo's models fill a file only where it says nothing; an explicit empty list stays empty.
-      for (const opts of text.includes('models') ? [{ file: path, env: {} }, { file: path, base, env: {} }] : [{ file: path, env: {} }]) {
+      for (const opts of text.includes('models')
+        ? [
+            { file: path, env: {} },
+            { file: path, base, env: {} },
+          ]
+        : [{ file: path, env: {} }]) {
         const problems = problemsOf(opts);
         expect(problems).toHaveLength(1);
         expect(problems[0]).toMatchObject({ source: path, path: 'models' });
@@ -220,15 +339,27 @@ ${WORKERS}
       }
     }
     // Flags defining the model fill a file that has none.
-    const flags = parseServeFlags(['-c', file('listen: { port: 0 }\n'), '--model', 'm', '--worker', 'http://a:1', '--no-router-kv-events']);
-    expect(loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env: {} }).models[0]!.name).toBe('m');
+    const flags = parseServeFlags([
+      '-c',
+      file('listen: { port: 0 }\n'),
+      '--model',
+      'm',
+      '--worker',
+      'http://a:1',
+      '--no-router-kv-events',
+    ]);
+    expect(loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env: {} }).models[0]!.name).toBe(
+      'm',
+    );
   });
 });
 
 describe('config: every error class names the source, the field and the reason', () => {
   it('unreadable file', () => {
     const p = problemsOf({ file: join(dir, 'missing.yaml') });
-    expect(p).toEqual([{ source: join(dir, 'missing.yaml'), path: '(file)', reason: 'cannot read config: file not found' }]);
+    expect(p).toEqual([
+      { source: join(dir, 'missing.yaml'), path: '(file)', reason: 'cannot read config: file not found' },
+    ]);
   });
 
   it('YAML syntax error with its line and column', () => {
@@ -263,7 +394,8 @@ describe('config: every error class names the source, the field and the reason',
   });
 
   it('wrong types, out-of-range numbers and bad enum values', () => {
-    const p = problemsOf({ file: file(`
+    const p = problemsOf({
+      file: file(`
 listen: { port: 70000, host: "not a host!" }
 limits: { max_body_bytes: "big", max_concurrent_requests: 0 }
 log: { level: loud }
@@ -273,7 +405,8 @@ models:
     block_size: 0
     enforce_disagg: "yes"
 ${WORKERS}
-`) });
+`),
+    });
     const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
     expect(by['listen.port']).toBe('must be an integer in [0, 65535], got 70000');
     expect(by['listen.host']).toMatch(/must be a host name/);
@@ -286,14 +419,16 @@ ${WORKERS}
   });
 
   it('missing required fields and malformed URLs and ZMQ endpoints', () => {
-    const p = problemsOf({ file: file(`
+    const p = problemsOf({
+      file: file(`
 models:
   - workers:
       - { url: "ftp://x" }
       - { id: 3, url: "http://ok:1", kv_events: "tcp://*:5557" }
       - { id: 4, kv_events: { endpoint: "udp://h:1" } }
   - name: empty
-`) });
+`),
+    });
     const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
     expect(by['models[0].name']).toBe('is required');
     expect(by['models[0].workers[0].id']).toBe('is required');
@@ -305,7 +440,8 @@ models:
   });
 
   it('cross-field rules: unique ids and names, disaggregation shape, enforce_disagg, KV events', () => {
-    const p = problemsOf({ file: file(`
+    const p = problemsOf({
+      file: file(`
 router: { use_kv_events: false }
 models:
   - name: a
@@ -322,25 +458,31 @@ models:
   - name: needs-events
     router: { use_kv_events: true }
     workers: [{ id: 9, url: "http://g:1" }]
-`) });
+`),
+    });
     const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
     expect(by['models[1].name']).toBe('duplicates models[0].name');
     expect(by['models[1].workers[0].id']).toMatch(/already the id of models\[0\].workers\[0\]/);
     expect(by['models[2].workers']).toBe('has decode workers but no prefill worker');
     expect(by['models[3].workers']).toMatch(/either aggregated or disaggregated/);
     expect(by['models[3].enforce_disagg']).toBeUndefined();
-    expect(by['models[4].bootstrap_port'] ?? by['models[4].workers[0].bootstrap_port']).toMatch(/only SGLang prefill workers/);
+    expect(by['models[4].bootstrap_port'] ?? by['models[4].workers[0].bootstrap_port']).toMatch(
+      /only SGLang prefill workers/,
+    );
     expect(by['models[5].workers[0].kv_events']).toMatch(/is required in router_mode kv/);
   });
 
   it('enforce_disagg without prefill workers', () => {
     const p = problemsOf({ file: file(`models:\n  - name: m\n    enforce_disagg: true\n${WORKERS}\n`) });
-    expect(p.map((x) => [x.path, x.reason])).toEqual([['models[0].enforce_disagg', 'requires at least one prefill worker']]);
+    expect(p.map((x) => [x.path, x.reason])).toEqual([
+      ['models[0].enforce_disagg', 'requires at least one prefill worker'],
+    ]);
   });
 
   // issue 12 item 10: whether a decode worker can serve alone is said per worker, decode workers only.
   it('serves_aggregated: decode workers only, a boolean, false by default', () => {
-    const yaml = (extra: string): string => file(`
+    const yaml = (extra: string): string =>
+      file(`
 router: { use_kv_events: false }
 models:
   - name: m
@@ -349,20 +491,24 @@ models:
       - { id: 2, url: "http://d:1", role: decode, serves_aggregated: true }
       - { id: 3, url: "http://d:2", role: decode }
 `);
-    const by = Object.fromEntries(problemsOf({ file: yaml(', serves_aggregated: true') }).map((x) => [x.path, x.reason]));
+    const by = Object.fromEntries(
+      problemsOf({ file: yaml(', serves_aggregated: true') }).map((x) => [x.path, x.reason]),
+    );
     expect(by['models[0].workers[0].serves_aggregated']).toMatch(/only decode workers/);
     const ok = loadGatewayConfig({ file: yaml('') });
     expect(ok.models[0]!.workers.map((w) => w.servesAggregated)).toEqual([undefined, true, undefined]);
   });
 
   it('router knobs are validated by the core, with Dynamo names in the paths', () => {
-    const p = problemsOf({ file: file(`
+    const p = problemsOf({
+      file: file(`
 router: { router_temperature: -1, router_temprature: 1, router_queue_policy: lifo }
 models:
   - name: m
     router: { router_track_output_blocks: true, router_track_active_blocks: false }
 ${WORKERS}
-`) });
+`),
+    });
     const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
     expect(by['router.router_temperature']).toBe('must be >= 0');
     expect(by['router.router_temprature']).toMatch(/unknown router knob \(did you mean "router_temperature"\?\)/);
@@ -371,14 +517,21 @@ ${WORKERS}
   });
 
   it('tokenizer files that do not exist', () => {
-    const p = problemsOf({ file: file(`models:\n  - name: m\n    tokenizer: { json: nope/tokenizer.json }\n${WORKERS}\n  - name: n\n    tokenizer: no-such-dir\n    workers: [{ id: 9, url: "http://x:1", kv_events: "tcp://x:2" }]\n`) });
+    const p = problemsOf({
+      file: file(
+        `models:\n  - name: m\n    tokenizer: { json: nope/tokenizer.json }\n${WORKERS}\n  - name: n\n    tokenizer: no-such-dir\n    workers: [{ id: 9, url: "http://x:1", kv_events: "tcp://x:2" }]\n`,
+      ),
+    });
     const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
     expect(by['models[0].tokenizer.json']).toMatch(/^file not found: .*nope\/tokenizer.json$/);
     expect(by['models[1].tokenizer']).toMatch(/^no such file or directory/);
   });
 
   it('API key sources: short keys (never echoed), unset env var, unreadable file', () => {
-    const p = problemsOf({ file: file('auth: { api_keys: ["short"], api_keys_env: KVGATE_TEST_KEYS, api_keys_file: keys.txt }\n'), env: {} });
+    const p = problemsOf({
+      file: file('auth: { api_keys: ["short"], api_keys_env: KVGATE_TEST_KEYS, api_keys_file: keys.txt }\n'),
+      env: {},
+    });
     const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
     expect(by['auth.api_keys[0]']).toMatch(/at least 8 characters/);
     expect(JSON.stringify(p)).not.toContain('"short"');
@@ -397,8 +550,18 @@ ${WORKERS}
     const flags = parseServeFlags(['-c', path, '--port', '70000', '--log-level', 'loud']);
     const p = problemsOf({ file: flags.configFile, overrides: flags.overrides });
     expect(p).toEqual([
-      { source: '--port', path: 'listen.port', reason: 'must be an integer in [0, 65535], got 70000', position: undefined },
-      { source: '--log-level', path: 'log.level', reason: expect.stringMatching(/must be one of/), position: undefined },
+      {
+        source: '--port',
+        path: 'listen.port',
+        reason: 'must be an integer in [0, 65535], got 70000',
+        position: undefined,
+      },
+      {
+        source: '--log-level',
+        path: 'log.level',
+        reason: expect.stringMatching(/must be one of/),
+        position: undefined,
+      },
     ]);
   });
 
@@ -410,7 +573,15 @@ ${WORKERS}
   });
 
   it('unknown flags, missing values and malformed --set / --worker / router flags', () => {
-    const bad = [['--prot', '1'], ['--port'], ['--set', 'no-equals'], ['--set', 'a..b=1'], ['--worker', 'http://a:1'], ['--model', 'm', '--worker', 'url=http://a:1,dp_size'], ['--router-temperature', 'hot']];
+    const bad = [
+      ['--prot', '1'],
+      ['--port'],
+      ['--set', 'no-equals'],
+      ['--set', 'a..b=1'],
+      ['--worker', 'http://a:1'],
+      ['--model', 'm', '--worker', 'url=http://a:1,dp_size'],
+      ['--router-temperature', 'hot'],
+    ];
     for (const argv of bad) {
       let thrown: unknown;
       try {
@@ -424,7 +595,11 @@ ${WORKERS}
   });
 
   it('every problem in a file is reported at once', () => {
-    const p = problemsOf({ file: file(`listen: { port: -1 }\nlimits: { max_prompt_tokens: 0 }\nlog: { level: x }\nmodels:\n  - name: m\n${WORKERS}\n`) });
+    const p = problemsOf({
+      file: file(
+        `listen: { port: -1 }\nlimits: { max_prompt_tokens: 0 }\nlog: { level: x }\nmodels:\n  - name: m\n${WORKERS}\n`,
+      ),
+    });
     expect(p.map((x) => x.path)).toEqual(['listen.port', 'limits.max_prompt_tokens', 'log.level']);
   });
 });
@@ -439,14 +614,16 @@ describe('config: field paths for --set', () => {
 
 describe('config: duplicates', () => {
   it('a bad global router rule is reported once, not once per model', () => {
-    const p = problemsOf({ file: file(`
+    const p = problemsOf({
+      file: file(`
 router: { router_track_output_blocks: true, router_track_active_blocks: false, use_kv_events: false }
 models:
   - name: a
     workers: [{ id: 1, url: "http://a:1" }]
   - name: b
     workers: [{ id: 2, url: "http://b:1" }]
-`) });
+`),
+    });
     expect(p.map((x) => x.path)).toEqual(['router.router_track_output_blocks']);
   });
 });
@@ -454,17 +631,43 @@ models:
 describe('config: served_model_name and lora_adapters', () => {
   // issue 12 items 7 and 8
   it('default to the gateway name and none; are handed to every worker of the model', () => {
-    const c = loadGatewayConfig({ file: file(`models:\n  - name: llama\n    served_model_name: meta-llama/Llama-3.1-8B-Instruct\n    lora_adapters: [sql-adapter, chat-adapter]\n${WORKERS}\n  - name: plain\n    workers: [{ id: 3, url: "http://p:1", kv_events: "tcp://p:2" }]\n`), env: {} });
+    const c = loadGatewayConfig({
+      file: file(
+        `models:\n  - name: llama\n    served_model_name: meta-llama/Llama-3.1-8B-Instruct\n    lora_adapters: [sql-adapter, chat-adapter]\n${WORKERS}\n  - name: plain\n    workers: [{ id: 3, url: "http://p:1", kv_events: "tcp://p:2" }]\n`,
+      ),
+      env: {},
+    });
     const [llama, plain] = c.models;
-    expect(llama).toMatchObject({ servedModelName: 'meta-llama/Llama-3.1-8B-Instruct', loraAdapters: ['sql-adapter', 'chat-adapter'] });
-    expect(llama!.workers[1]).toMatchObject({ model: 'llama', servedModelName: 'meta-llama/Llama-3.1-8B-Instruct', loraAdapters: ['sql-adapter', 'chat-adapter'] });
+    expect(llama).toMatchObject({
+      servedModelName: 'meta-llama/Llama-3.1-8B-Instruct',
+      loraAdapters: ['sql-adapter', 'chat-adapter'],
+    });
+    expect(llama!.workers[1]).toMatchObject({
+      model: 'llama',
+      servedModelName: 'meta-llama/Llama-3.1-8B-Instruct',
+      loraAdapters: ['sql-adapter', 'chat-adapter'],
+    });
     expect(plain).toMatchObject({ servedModelName: 'plain', loraAdapters: [] });
   });
 
   it('refuses adapter names that are not names, repeat, or collide with a model name', () => {
-    const p = problemsOf({ file: file(`models:\n  - name: a\n    lora_adapters: [x, x, a, "has space", 7]\n${WORKERS}\n  - name: b\n    lora_adapters: [a]\n    workers: [{ id: 3, url: "http://p:1", kv_events: "tcp://p:2" }]\n`), env: {} });
-    expect(p.map((x) => x.path)).toEqual(['models[0].lora_adapters[1]', 'models[0].lora_adapters[2]', 'models[0].lora_adapters[3]', 'models[0].lora_adapters[4]', 'models[1].lora_adapters[0]']);
-    expect(problemsOf({ file: file(`models:\n  - name: a\n    served_model_name: "two words"\n${WORKERS}\n`), env: {} })[0]!.path).toBe('models[0].served_model_name');
+    const p = problemsOf({
+      file: file(
+        `models:\n  - name: a\n    lora_adapters: [x, x, a, "has space", 7]\n${WORKERS}\n  - name: b\n    lora_adapters: [a]\n    workers: [{ id: 3, url: "http://p:1", kv_events: "tcp://p:2" }]\n`,
+      ),
+      env: {},
+    });
+    expect(p.map((x) => x.path)).toEqual([
+      'models[0].lora_adapters[1]',
+      'models[0].lora_adapters[2]',
+      'models[0].lora_adapters[3]',
+      'models[0].lora_adapters[4]',
+      'models[1].lora_adapters[0]',
+    ]);
+    expect(
+      problemsOf({ file: file(`models:\n  - name: a\n    served_model_name: "two words"\n${WORKERS}\n`), env: {} })[0]!
+        .path,
+    ).toBe('models[0].served_model_name');
   });
 });
 
@@ -472,12 +675,24 @@ describe('config: client timeouts and the per-client connection bound', () => {
   // issue 13 item 1: the header and body timeouts and the pending-connection bound are limits knobs, validated by field
   it('defaults to tens of seconds and 256 connections, takes values from the file, and names a bad field', () => {
     const d = loadGatewayConfig({ file: file(`models:\n  - name: m\n${WORKERS}\n`), env: {} });
-    expect(d.limits).toMatchObject({ headerTimeoutMs: 30_000, bodyTimeoutMs: 30_000, maxPendingConnectionsPerClient: 256 });
+    expect(d.limits).toMatchObject({
+      headerTimeoutMs: 30_000,
+      bodyTimeoutMs: 30_000,
+      maxPendingConnectionsPerClient: 256,
+    });
     const c = loadGatewayConfig({
-      file: file(`limits: { header_timeout_ms: 500, body_timeout_ms: 250, max_pending_connections_per_client: 8 }\nmodels:\n  - name: m\n${WORKERS}\n`), env: {},
+      file: file(
+        `limits: { header_timeout_ms: 500, body_timeout_ms: 250, max_pending_connections_per_client: 8 }\nmodels:\n  - name: m\n${WORKERS}\n`,
+      ),
+      env: {},
     });
     expect(c.limits).toMatchObject({ headerTimeoutMs: 500, bodyTimeoutMs: 250, maxPendingConnectionsPerClient: 8 });
-    const p = problemsOf({ file: file(`limits: { header_timeout_ms: 0, body_timeout_ms: "soon", max_pending_connections_per_client: -1 }\nmodels:\n  - name: m\n${WORKERS}\n`), env: {} });
+    const p = problemsOf({
+      file: file(
+        `limits: { header_timeout_ms: 0, body_timeout_ms: "soon", max_pending_connections_per_client: -1 }\nmodels:\n  - name: m\n${WORKERS}\n`,
+      ),
+      env: {},
+    });
     const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
     expect(by['limits.header_timeout_ms']).toMatch(/must be an integer in \[1,/);
     expect(by['limits.body_timeout_ms']).toMatch(/must be an integer .* got "soon"/);
@@ -489,13 +704,38 @@ describe('config: client timeouts and the per-client connection bound', () => {
 describe('config: kv_events bounds', () => {
   it('defaults, values from the file, and a problem per bad field', () => {
     expect(loadGatewayConfig({ env: {} }).kvEvents).toEqual({
-      maxQueuedBatches: 10_000, maxEventsPerTurn: 2000, maxTurnMs: 4, reorderWindow: 64, maxSeqJump: 1_000_000,
-      restartConfirmations: 2, inconsistentAfterMs: 5000, staleAfterMs: 30_000,
+      maxQueuedBatches: 10_000,
+      maxEventsPerTurn: 2000,
+      maxTurnMs: 4,
+      reorderWindow: 64,
+      maxSeqJump: 1_000_000,
+      restartConfirmations: 2,
+      inconsistentAfterMs: 5000,
+      staleAfterMs: 30_000,
     });
-    const c = loadGatewayConfig({ file: file(`kv_events:\n  queue_batches: 500\n  turn_budget_ms: 2.5\n  inconsistent_after_ms: 1000\nmodels:\n  - name: m\n${WORKERS}\n`), env: {} });
-    expect(c.kvEvents).toMatchObject({ maxQueuedBatches: 500, maxTurnMs: 2.5, inconsistentAfterMs: 1000, reorderWindow: 64 });
-    const problems = problemsOf({ file: file(`kv_events:\n  queue_batches: 0\n  turn_budget_ms: 0\n  reorder_windw: 3\nmodels:\n  - name: m\n${WORKERS}\n`), env: {} });
-    expect(problems.map((p) => p.path).sort()).toEqual(['kv_events.queue_batches', 'kv_events.reorder_windw', 'kv_events.turn_budget_ms']);
+    const c = loadGatewayConfig({
+      file: file(
+        `kv_events:\n  queue_batches: 500\n  turn_budget_ms: 2.5\n  inconsistent_after_ms: 1000\nmodels:\n  - name: m\n${WORKERS}\n`,
+      ),
+      env: {},
+    });
+    expect(c.kvEvents).toMatchObject({
+      maxQueuedBatches: 500,
+      maxTurnMs: 2.5,
+      inconsistentAfterMs: 1000,
+      reorderWindow: 64,
+    });
+    const problems = problemsOf({
+      file: file(
+        `kv_events:\n  queue_batches: 0\n  turn_budget_ms: 0\n  reorder_windw: 3\nmodels:\n  - name: m\n${WORKERS}\n`,
+      ),
+      env: {},
+    });
+    expect(problems.map((p) => p.path).sort()).toEqual([
+      'kv_events.queue_batches',
+      'kv_events.reorder_windw',
+      'kv_events.turn_budget_ms',
+    ]);
   });
 });
 
@@ -504,12 +744,24 @@ describe('config: replicas', () => {
   const base = `models:\n  - name: m\n    tokenizer: none${WORKERS}\n`;
   it('is off by default, and --replica-sync-nats / --router-id turn it on', () => {
     expect(loadGatewayConfig({ file: file(base), overrides: [], env: {} }).replicas.natsServers).toEqual([]);
-    const flags = parseServeFlags(['--replica-sync-nats', 'nats://10.0.0.9:4222,nats://10.0.0.10:4222', '--router-id', '7']);
+    const flags = parseServeFlags([
+      '--replica-sync-nats',
+      'nats://10.0.0.9:4222,nats://10.0.0.10:4222',
+      '--router-id',
+      '7',
+    ]);
     const c = loadGatewayConfig({ file: file(base), overrides: flags.overrides, env: {} });
     expect(c.replicas).toEqual({
-      natsServers: ['nats://10.0.0.9:4222', 'nats://10.0.0.10:4222'], routerId: '7', subjectPrefix: 'kvgate.replicas',
-      heartbeatMs: 1000, peerTimeoutMs: 5000, maxQueuedOps: 65536,
-      warmStart: true, warmStartTimeoutMs: 5000, snapshotChunkBytes: 262144, maxSnapshotBytes: 268435456,
+      natsServers: ['nats://10.0.0.9:4222', 'nats://10.0.0.10:4222'],
+      routerId: '7',
+      subjectPrefix: 'kvgate.replicas',
+      heartbeatMs: 1000,
+      peerTimeoutMs: 5000,
+      maxQueuedOps: 65536,
+      warmStart: true,
+      warmStartTimeoutMs: 5000,
+      snapshotChunkBytes: 262144,
+      maxSnapshotBytes: 268435456,
     });
   });
 
@@ -517,23 +769,41 @@ describe('config: replicas', () => {
   it('warm start is on with NATS and off without; its bounds are validated by field', () => {
     expect(loadGatewayConfig({ file: file(base), overrides: [], env: {} }).replicas.warmStart).toBe(false);
     const c = loadGatewayConfig({
-      file: file(`${base}replicas: { nats: { servers: ["nats://n:4222"] }, warm_start: false, snapshot_chunk_bytes: 4096 }\n`), overrides: [], env: {},
+      file: file(
+        `${base}replicas: { nats: { servers: ["nats://n:4222"] }, warm_start: false, snapshot_chunk_bytes: 4096 }\n`,
+      ),
+      overrides: [],
+      env: {},
     });
     expect(c.replicas).toMatchObject({ warmStart: false, snapshotChunkBytes: 4096 });
     const problems = problemsOf({
-      file: file(`${base}replicas: { warm_start: true, warm_start_timeout_ms: 5, snapshot_chunk_bytes: 100, max_snapshot_bytes: 10 }\n`), overrides: [], env: {},
+      file: file(
+        `${base}replicas: { warm_start: true, warm_start_timeout_ms: 5, snapshot_chunk_bytes: 100, max_snapshot_bytes: 10 }\n`,
+      ),
+      overrides: [],
+      env: {},
     });
     expect(problems.map((p) => p.path).sort()).toEqual([
-      'replicas.max_snapshot_bytes', 'replicas.snapshot_chunk_bytes', 'replicas.warm_start', 'replicas.warm_start_timeout_ms',
+      'replicas.max_snapshot_bytes',
+      'replicas.snapshot_chunk_bytes',
+      'replicas.warm_start',
+      'replicas.warm_start_timeout_ms',
     ]);
   });
 
   it('names the field of a bad value', () => {
     const problems = problemsOf({
-      file: file(`${base}replicas: { nats: { servers: ["http://x:1"] }, heartbeat_ms: 500, peer_timeout_ms: 400, subject_prefix: "a b" }\n`),
-      overrides: [], env: {},
+      file: file(
+        `${base}replicas: { nats: { servers: ["http://x:1"] }, heartbeat_ms: 500, peer_timeout_ms: 400, subject_prefix: "a b" }\n`,
+      ),
+      overrides: [],
+      env: {},
     });
-    expect(problems.map((p) => p.path)).toEqual(['replicas.nats.servers[0]', 'replicas.peer_timeout_ms', 'replicas.subject_prefix']);
+    expect(problems.map((p) => p.path)).toEqual([
+      'replicas.nats.servers[0]',
+      'replicas.peer_timeout_ms',
+      'replicas.subject_prefix',
+    ]);
   });
 });
 
@@ -542,20 +812,39 @@ describe('processes', () => {
   const worker = ['--model', 'm', '--worker', 'http://a:1', '--router-mode', 'random'];
   it('defaults to 1; --processes and the processes key set it; out of range is a field-named error', () => {
     expect(loadGatewayConfig({ overrides: parseServeFlags(worker).overrides, env: {} }).processes).toBe(1);
-    expect(loadGatewayConfig({ overrides: parseServeFlags([...worker, '--processes', '3']).overrides, env: {} }).processes).toBe(3);
-    expect(loadGatewayConfig({ file: file('processes: 2\nmodels: [{ name: m, router_mode: random, workers: [{ id: 1, url: "http://a:1" }] }]\n'), env: {} }).processes).toBe(2);
-    expect(problemsOf({ overrides: parseServeFlags([...worker, '--processes', '0']).overrides, env: {} }).map((p) => p.path)).toEqual(['processes']);
+    expect(
+      loadGatewayConfig({ overrides: parseServeFlags([...worker, '--processes', '3']).overrides, env: {} }).processes,
+    ).toBe(3);
+    expect(
+      loadGatewayConfig({
+        file: file(
+          'processes: 2\nmodels: [{ name: m, router_mode: random, workers: [{ id: 1, url: "http://a:1" }] }]\n',
+        ),
+        env: {},
+      }).processes,
+    ).toBe(2);
+    expect(
+      problemsOf({ overrides: parseServeFlags([...worker, '--processes', '0']).overrides, env: {} }).map((p) => p.path),
+    ).toEqual(['processes']);
   });
 
   it('shares the spare cores among the processes: N processes run at most cores - 1 preprocessing threads in all', () => {
     const cores = availableParallelism();
     for (const n of [1, 2, 3, 8]) {
-      const threads = loadGatewayConfig({ overrides: parseServeFlags([...worker, '--processes', String(n)]).overrides, env: {} }).preprocess.threads;
+      const threads = loadGatewayConfig({
+        overrides: parseServeFlags([...worker, '--processes', String(n)]).overrides,
+        env: {},
+      }).preprocess.threads;
       if (n === 1) expect(threads).toBeGreaterThanOrEqual(1);
       else expect(n * threads).toBeLessThanOrEqual(cores - 1);
     }
     // An explicit count is the operator's.
-    expect(loadGatewayConfig({ overrides: parseServeFlags([...worker, '--processes', '2', '--preprocess-threads', '3']).overrides, env: {} }).preprocess.threads).toBe(3);
+    expect(
+      loadGatewayConfig({
+        overrides: parseServeFlags([...worker, '--processes', '2', '--preprocess-threads', '3']).overrides,
+        env: {},
+      }).preprocess.threads,
+    ).toBe(3);
   });
 });
 
@@ -567,8 +856,9 @@ describe('limits.max_messages', () => {
     expect(d.limits.maxMessages).toBe(2048);
     const c = loadGatewayConfig({ file: file(`limits: { max_messages: 100000 }\n${models}`), env: {} });
     expect(c.limits.maxMessages).toBe(100_000);
-    expect(problemsOf({ file: file(`limits: { max_messages: 0 }\n${models}`), env: {} }).map((p) => [p.path, p.reason]))
-      .toEqual([['limits.max_messages', expect.stringMatching(/must be an integer in \[1,/)]]);
+    expect(
+      problemsOf({ file: file(`limits: { max_messages: 0 }\n${models}`), env: {} }).map((p) => [p.path, p.reason]),
+    ).toEqual([['limits.max_messages', expect.stringMatching(/must be an integer in \[1,/)]]);
     expect(reloadProblems(d, c)).toEqual([]);
     expect(configChanges(d, c)).toContainEqual({ path: 'limits.max_messages', from: 2048, to: 100_000 });
   });

@@ -5,10 +5,18 @@
  * which of them a reload may change.
  */
 import { describe, expect, it } from 'vitest';
-import { configChanges, loadGatewayConfig, reloadProblems, type ConfigProblem, type GatewayConfig } from '../../src/config/index.js';
+import {
+  configChanges,
+  loadGatewayConfig,
+  reloadProblems,
+  type ConfigProblem,
+  type GatewayConfig,
+} from '../../src/config/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
 
-const MODELS = [{ name: 'm', tokenizer: 'demo', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] }];
+const MODELS = [
+  { name: 'm', tokenizer: 'demo', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] },
+];
 
 function load(doc: Record<string, unknown>): GatewayConfig {
   return loadGatewayConfig({ base: { models: MODELS, ...doc }, env: {} });
@@ -19,13 +27,15 @@ function problems(doc: Record<string, unknown>): Record<string, string> {
     load(doc);
   } catch (err) {
     expect(isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')).toBe(true);
-    return Object.fromEntries((err as { detail: { problems: ConfigProblem[] } }).detail.problems.map((p) => [p.path, p.reason]));
+    return Object.fromEntries(
+      (err as { detail: { problems: ConfigProblem[] } }).detail.problems.map((p) => [p.path, p.reason]),
+    );
   }
   throw new Error('expected the config to be rejected');
 }
 
 describe('edge settings', () => {
-  it('defaults: the kernel\'s backlog cap, a 60 s body deadline, the per-client bound by socket address', () => {
+  it("defaults: the kernel's backlog cap, a 60 s body deadline, the per-client bound by socket address", () => {
     const c = load({});
     expect(c.listenBacklog).toBeGreaterThanOrEqual(1);
     expect(c.limits.bodyDeadlineMs).toBe(60_000);
@@ -36,33 +46,52 @@ describe('edge settings', () => {
   it('reads a proxy setup: the header name in lower case, CIDR blocks and single addresses', () => {
     const c = load({
       listen: { port: 0, backlog: 128 },
-      limits: { body_deadline_ms: 5000, client_address: 'header:X-Forwarded-For', trusted_proxies: ['10.0.0.0/8', '192.0.2.7', 'fd00::/8'] },
+      limits: {
+        body_deadline_ms: 5000,
+        client_address: 'header:X-Forwarded-For',
+        trusted_proxies: ['10.0.0.0/8', '192.0.2.7', 'fd00::/8'],
+      },
     });
     expect(c.listenBacklog).toBe(128);
     expect(c.limits.bodyDeadlineMs).toBe(5000);
     expect(c.limits.clientAddress).toEqual({ kind: 'header', header: 'x-forwarded-for' });
     expect(c.limits.trustedProxies).toEqual([
-      { address: '10.0.0.0', prefix: 8, family: 'ipv4' }, { address: '192.0.2.7', prefix: 32, family: 'ipv4' },
+      { address: '10.0.0.0', prefix: 8, family: 'ipv4' },
+      { address: '192.0.2.7', prefix: 32, family: 'ipv4' },
       { address: 'fd00::', prefix: 8, family: 'ipv6' },
     ]);
     expect(load({ limits: { client_address: 'off' } }).limits.clientAddress).toEqual({ kind: 'off' });
   });
 
   it('refuses what it cannot honour, each with its field and reason', () => {
-    expect(problems({ limits: { client_address: 'x-forwarded-for' } })['limits.client_address']).toMatch(/must be socket, off or header:<name>/);
-    expect(problems({ limits: { client_address: 'header:' } })['limits.client_address']).toMatch(/must be socket, off or header:<name>/);
-    expect(problems({ limits: { client_address: 'header:Forwarded', trusted_proxies: ['10.0.0.0/8'] } })['limits.client_address'])
-      .toMatch(/RFC 7239/);
+    expect(problems({ limits: { client_address: 'x-forwarded-for' } })['limits.client_address']).toMatch(
+      /must be socket, off or header:<name>/,
+    );
+    expect(problems({ limits: { client_address: 'header:' } })['limits.client_address']).toMatch(
+      /must be socket, off or header:<name>/,
+    );
+    expect(
+      problems({ limits: { client_address: 'header:Forwarded', trusted_proxies: ['10.0.0.0/8'] } })[
+        'limits.client_address'
+      ],
+    ).toMatch(/RFC 7239/);
     // A header believed from anyone would let every client choose who it is counted as.
-    expect(problems({ limits: { client_address: 'header:X-Real-IP' } })['limits.trusted_proxies'])
-      .toMatch(/is required with client_address header:x-real-ip/);
-    expect(problems({ limits: { trusted_proxies: ['10.0.0.0/8'] } })['limits.trusted_proxies']).toMatch(/applies only with client_address: header/);
-    const bad = problems({ limits: { client_address: 'header:X-Forwarded-For', trusted_proxies: ['10.0.0.0/33', 'lb.internal', 7] } });
+    expect(problems({ limits: { client_address: 'header:X-Real-IP' } })['limits.trusted_proxies']).toMatch(
+      /is required with client_address header:x-real-ip/,
+    );
+    expect(problems({ limits: { trusted_proxies: ['10.0.0.0/8'] } })['limits.trusted_proxies']).toMatch(
+      /applies only with client_address: header/,
+    );
+    const bad = problems({
+      limits: { client_address: 'header:X-Forwarded-For', trusted_proxies: ['10.0.0.0/33', 'lb.internal', 7] },
+    });
     expect(bad['limits.trusted_proxies[0]']).toMatch(/CIDR block/);
     expect(bad['limits.trusted_proxies[1]']).toMatch(/CIDR block/);
     expect(bad['limits.trusted_proxies[2]']).toMatch(/must be a string/);
     expect(problems({ listen: { backlog: 0 } })['listen.backlog']).toMatch(/integer in \[1, 65535\]/);
-    expect(problems({ limits: { body_deadline_ms: 0 } })['limits.body_deadline_ms']).toMatch(/integer in \[1, 3600000\]/);
+    expect(problems({ limits: { body_deadline_ms: 0 } })['limits.body_deadline_ms']).toMatch(
+      /integer in \[1, 3600000\]/,
+    );
   });
 
   it('a reload may change the body deadline, the client address and the trusted proxies, not the backlog', () => {
@@ -72,7 +101,13 @@ describe('edge settings', () => {
       limits: { body_deadline_ms: 5000, client_address: 'header:X-Forwarded-For', trusted_proxies: ['10.0.0.0/8'] },
     });
     expect(reloadProblems(before, after)).toEqual([]);
-    expect(configChanges(before, after).map((c) => c.path)).toEqual(['limits.body_deadline_ms', 'limits.client_address', 'limits.trusted_proxies']);
-    expect(reloadProblems(before, load({ listen: { port: 0, backlog: 256 } })).map((p) => p.path)).toEqual(['listen.backlog']);
+    expect(configChanges(before, after).map((c) => c.path)).toEqual([
+      'limits.body_deadline_ms',
+      'limits.client_address',
+      'limits.trusted_proxies',
+    ]);
+    expect(reloadProblems(before, load({ listen: { port: 0, backlog: 256 } })).map((p) => p.path)).toEqual([
+      'listen.backlog',
+    ]);
   });
 });

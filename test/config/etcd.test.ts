@@ -26,7 +26,9 @@ const problemsOf = (f: () => unknown): string[] => {
     f();
   } catch (err) {
     expect(err).toBeInstanceOf(KvgateError);
-    return ((err as KvgateError).detail!.problems as { path: string; reason: string }[]).map((p) => `${p.path}: ${p.reason}`);
+    return ((err as KvgateError).detail!.problems as { path: string; reason: string }[]).map(
+      (p) => `${p.path}: ${p.reason}`,
+    );
   }
   throw new Error('no problem reported');
 };
@@ -41,13 +43,17 @@ describe('etcd discovery config', () => {
 
   it('names every field of an invalid section', () => {
     const problems = problemsOf(() => load('    etcd: { endpoints: ["etcd:2379", 5], prefix: "no-slash", ttl: 3 }\n'));
-    expect(problems).toEqual(expect.arrayContaining([
-      'models[0].etcd.endpoints[0]: must be an http:// or https:// URL',
-      'models[0].etcd.endpoints[1]: must be a string, got 5',
-      expect.stringMatching(/^models\[0\]\.etcd\.prefix: must be a key path starting with \//),
-      expect.stringMatching(/^models\[0\]\.etcd\.ttl: unknown field/),
-    ]));
-    expect(problemsOf(() => load('    etcd: { endpoints: [] }\n'))).toEqual([expect.stringMatching(/^models\[0\]\.etcd\.endpoints: must list at least one/)]);
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        'models[0].etcd.endpoints[0]: must be an http:// or https:// URL',
+        'models[0].etcd.endpoints[1]: must be a string, got 5',
+        expect.stringMatching(/^models\[0\]\.etcd\.prefix: must be a key path starting with \//),
+        expect.stringMatching(/^models\[0\]\.etcd\.ttl: unknown field/),
+      ]),
+    );
+    expect(problemsOf(() => load('    etcd: { endpoints: [] }\n'))).toEqual([
+      expect.stringMatching(/^models\[0\]\.etcd\.endpoints: must list at least one/),
+    ]);
   });
 });
 
@@ -56,34 +62,95 @@ describe('etcd registration values', () => {
   const key = (id: string): string => `/kvgate/workers/org/m/${id}`;
 
   it('reads a value as a config worker, the id from the key', () => {
-    const w = readEtcdWorker(model, key('7'), JSON.stringify({ url: 'http://10.0.0.7:8000/', kv_events: 'tcp://10.0.0.7:5557', dp_size: 2, total_kv_blocks: 900 }), new Map());
-    expect(w).toMatchObject({ id: 7, model: 'org/m', url: 'http://10.0.0.7:8000', role: 'aggregated', dialect: 'vllm', dpSize: 2, kvEvents: { endpoint: 'tcp://10.0.0.7:5557' }, totalKvBlocks: 900 });
+    const w = readEtcdWorker(
+      model,
+      key('7'),
+      JSON.stringify({
+        url: 'http://10.0.0.7:8000/',
+        kv_events: 'tcp://10.0.0.7:5557',
+        dp_size: 2,
+        total_kv_blocks: 900,
+      }),
+      new Map(),
+    );
+    expect(w).toMatchObject({
+      id: 7,
+      model: 'org/m',
+      url: 'http://10.0.0.7:8000',
+      role: 'aggregated',
+      dialect: 'vllm',
+      dpSize: 2,
+      kvEvents: { endpoint: 'tcp://10.0.0.7:5557' },
+      totalKvBlocks: 900,
+    });
   });
 
   it('refuses a value with any problem whole, naming each field', () => {
-    expect(problemsOf(() => readEtcdWorker(model, key('7'), JSON.stringify({ url: 'x', id: 3, dp_size: 0, colour: 1 }), new Map()))).toEqual(expect.arrayContaining([
-      'id: is not part of the value: the worker id is the key\'s last segment',
-      expect.stringMatching(/^url: must be an absolute http\(s\) URL/),
-      expect.stringMatching(/^dp_size: /),
-      expect.stringMatching(/^colour: unknown field/),
-    ]));
+    expect(
+      problemsOf(() =>
+        readEtcdWorker(model, key('7'), JSON.stringify({ url: 'x', id: 3, dp_size: 0, colour: 1 }), new Map()),
+      ),
+    ).toEqual(
+      expect.arrayContaining([
+        "id: is not part of the value: the worker id is the key's last segment",
+        expect.stringMatching(/^url: must be an absolute http\(s\) URL/),
+        expect.stringMatching(/^dp_size: /),
+        expect.stringMatching(/^colour: unknown field/),
+      ]),
+    );
     // The model's rule: KV-aware with KV events on needs kv_events.
-    expect(problemsOf(() => readEtcdWorker(model, key('7'), '{"url": "http://h:1"}', new Map()))).toEqual([expect.stringMatching(/^kv_events: is required in router_mode kv/)]);
-    expect(problemsOf(() => readEtcdWorker(model, key('7'), '{url:', new Map()))).toEqual([expect.stringMatching(/^\(value\): is not JSON/)]);
-    expect(problemsOf(() => readEtcdWorker(model, key('x7'), '{}', new Map()))).toEqual([expect.stringMatching(/^\(key\): must end in \/<worker id>/)]);
-    expect(problemsOf(() => readEtcdWorker(model, key('1'), '{}', new Map([[1, 'worker 1 of model n (static)']]))))
-      .toEqual(['(key): worker id 1 is already the id of worker 1 of model n (static); worker ids are unique across the gateway']);
+    expect(problemsOf(() => readEtcdWorker(model, key('7'), '{"url": "http://h:1"}', new Map()))).toEqual([
+      expect.stringMatching(/^kv_events: is required in router_mode kv/),
+    ]);
+    expect(problemsOf(() => readEtcdWorker(model, key('7'), '{url:', new Map()))).toEqual([
+      expect.stringMatching(/^\(value\): is not JSON/),
+    ]);
+    expect(problemsOf(() => readEtcdWorker(model, key('x7'), '{}', new Map()))).toEqual([
+      expect.stringMatching(/^\(key\): must end in \/<worker id>/),
+    ]);
+    expect(
+      problemsOf(() => readEtcdWorker(model, key('1'), '{}', new Map([[1, 'worker 1 of model n (static)']]))),
+    ).toEqual([
+      '(key): worker id 1 is already the id of worker 1 of model n (static); worker ids are unique across the gateway',
+    ]);
   });
 });
 
 describe('kvgate register flags', () => {
-  const base = ['--etcd', 'http://127.0.0.1:2379,http://127.0.0.2:2379', '--model', 'org/m', '--id', '4', '--url', 'http://10.0.0.4:8000'];
+  const base = [
+    '--etcd',
+    'http://127.0.0.1:2379,http://127.0.0.2:2379',
+    '--model',
+    'org/m',
+    '--id',
+    '4',
+    '--url',
+    'http://10.0.0.4:8000',
+  ];
 
   it('builds the key, the value and the lease TTL (10 s by default)', () => {
-    const plan = parseRegisterArgs([...base, '--kv-events', 'tcp://10.0.0.4:5557', '--kv-events-replay', 'tcp://10.0.0.4:5558', '--dp-size', '2', '--role', 'decode']);
+    const plan = parseRegisterArgs([
+      ...base,
+      '--kv-events',
+      'tcp://10.0.0.4:5557',
+      '--kv-events-replay',
+      'tcp://10.0.0.4:5558',
+      '--dp-size',
+      '2',
+      '--role',
+      'decode',
+    ]);
     expect(plan).toEqual({
-      help: false, endpoints: ['http://127.0.0.1:2379', 'http://127.0.0.2:2379'], key: '/kvgate/workers/org/m/4', ttlS: 10,
-      value: JSON.stringify({ url: 'http://10.0.0.4:8000', role: 'decode', dp_size: 2, kv_events: { endpoint: 'tcp://10.0.0.4:5557', replay: 'tcp://10.0.0.4:5558' } }),
+      help: false,
+      endpoints: ['http://127.0.0.1:2379', 'http://127.0.0.2:2379'],
+      key: '/kvgate/workers/org/m/4',
+      ttlS: 10,
+      value: JSON.stringify({
+        url: 'http://10.0.0.4:8000',
+        role: 'decode',
+        dp_size: 2,
+        kv_events: { endpoint: 'tcp://10.0.0.4:5557', replay: 'tcp://10.0.0.4:5558' },
+      }),
     });
   });
 

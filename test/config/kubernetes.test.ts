@@ -21,25 +21,64 @@ const problemsOf = (f: () => unknown): string[] =>
 describe('kubernetes discovery config', () => {
   it('takes in-cluster defaults; a model with kubernetes may list no static worker', () => {
     expect(load('    kubernetes: { service: vllm }\n').models[0]!.kubernetes).toEqual({
-      apiServer: 'https://kubernetes.default.svc', namespace: 'default', service: 'vllm', portName: undefined,
-      tokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token', caFile: '/var/run/secrets/kubernetes.io/serviceaccount/ca.crt', idBase: 100_000,
+      apiServer: 'https://kubernetes.default.svc',
+      namespace: 'default',
+      service: 'vllm',
+      portName: undefined,
+      tokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
+      caFile: '/var/run/secrets/kubernetes.io/serviceaccount/ca.crt',
+      idBase: 100_000,
     });
   });
 
   it('names the field of a bad value', () => {
-    expect(problemsOf(() => load('    kubernetes: { service: Bad_Name, api_server: "ftp://x" }\n')).join('\n'))
-      .toMatch(/models\[0\]\.kubernetes\.api_server: must be an http\(s\):\/\/host:port URL[\s\S]*models\[0\]\.kubernetes\.service: must be a Kubernetes name/);
+    expect(problemsOf(() => load('    kubernetes: { service: Bad_Name, api_server: "ftp://x" }\n')).join('\n')).toMatch(
+      /models\[0\]\.kubernetes\.api_server: must be an http\(s\):\/\/host:port URL[\s\S]*models\[0\]\.kubernetes\.service: must be a Kubernetes name/,
+    );
   });
 
   it('reads role, dp size, KV-event and bootstrap ports from slice labels or annotations', () => {
     const model = load('    engine: sglang\n    kubernetes: { service: s }\n').models[0]!;
-    const w = kubernetesWorker(model, 7, { address: '10.1.2.3', port: 30000,
-      labels: { 'kvgate.io/role': 'prefill', 'kvgate.io/dp-size': '2' }, annotations: { 'kvgate.io/kv-events-port': '5557', 'kvgate.io/bootstrap-port': '8999' } }, 'slice');
-    expect(w).toMatchObject({ id: 7, url: 'http://10.1.2.3:30000', role: 'prefill', dpSize: 2, bootstrap: { host: '10.1.2.3', port: 8999 } });
+    const w = kubernetesWorker(
+      model,
+      7,
+      {
+        address: '10.1.2.3',
+        port: 30000,
+        labels: { 'kvgate.io/role': 'prefill', 'kvgate.io/dp-size': '2' },
+        annotations: { 'kvgate.io/kv-events-port': '5557', 'kvgate.io/bootstrap-port': '8999' },
+      },
+      'slice',
+    );
+    expect(w).toMatchObject({
+      id: 7,
+      url: 'http://10.1.2.3:30000',
+      role: 'prefill',
+      dpSize: 2,
+      bootstrap: { host: '10.1.2.3', port: 8999 },
+    });
     expect(w.kvEvents?.endpoint).toBe('tcp://10.1.2.3:5557');
-    expect(problemsOf(() => kubernetesWorker(model, 8, { address: '10.1.2.4', port: 1, labels: {}, annotations: {} }, 'slice')))
-      .toEqual(['kvgate.io/kv-events-port: is required in router_mode kv with KV events on; set it, or set router.use_kv_events: false (approximate mode)']);
-    expect(problemsOf(() => kubernetesWorker(model, 9, { address: '10.1.2.5', port: 1, labels: { 'kvgate.io/role': 'boss', 'kvgate.io/kv-events-port': '1' }, annotations: {} }, 'slice'))[0])
-      .toMatch(/^role: must be one of/);
+    expect(
+      problemsOf(() =>
+        kubernetesWorker(model, 8, { address: '10.1.2.4', port: 1, labels: {}, annotations: {} }, 'slice'),
+      ),
+    ).toEqual([
+      'kvgate.io/kv-events-port: is required in router_mode kv with KV events on; set it, or set router.use_kv_events: false (approximate mode)',
+    ]);
+    expect(
+      problemsOf(() =>
+        kubernetesWorker(
+          model,
+          9,
+          {
+            address: '10.1.2.5',
+            port: 1,
+            labels: { 'kvgate.io/role': 'boss', 'kvgate.io/kv-events-port': '1' },
+            annotations: {},
+          },
+          'slice',
+        ),
+      )[0],
+    ).toMatch(/^role: must be one of/);
   });
 });

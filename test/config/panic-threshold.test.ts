@@ -4,12 +4,24 @@ import { loadGatewayConfig, reloadProblems } from '../../src/config/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
 
 const model = (name: string, extra: Record<string, unknown> = {}): Record<string, unknown> => ({
-  name, router_mode: 'round-robin', workers: [{ id: name.length, url: `http://10.0.0.${name.length}:8000` }], ...extra,
+  name,
+  router_mode: 'round-robin',
+  workers: [{ id: name.length, url: `http://10.0.0.${name.length}:8000` }],
+  ...extra,
 });
 
 describe('config: panic_threshold_percent', () => {
   it('defaults to 50 per model; a model sets its own, 0 turns panic off', () => {
-    const c = loadGatewayConfig({ base: { models: [model('a'), model('bb', { panic_threshold_percent: 0 }), model('ccc', { panic_threshold_percent: 100 })] }, env: {} });
+    const c = loadGatewayConfig({
+      base: {
+        models: [
+          model('a'),
+          model('bb', { panic_threshold_percent: 0 }),
+          model('ccc', { panic_threshold_percent: 100 }),
+        ],
+      },
+      env: {},
+    });
     expect(c.models.map((m) => m.panicThresholdPercent)).toEqual([50, 0, 100]);
   });
 
@@ -19,11 +31,13 @@ describe('config: panic_threshold_percent', () => {
       throw new Error('expected a rejection');
     } catch (err) {
       expect(isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')).toBe(true);
-      expect((err as Error).message).toMatch(/models\[0\]\.panic_threshold_percent: must be an integer in \[0, 100\], got 101/);
+      expect((err as Error).message).toMatch(
+        /models\[0\]\.panic_threshold_percent: must be an integer in \[0, 100\], got 101/,
+      );
     }
   });
 
-  it('a reload cannot change it (read when the model\'s health checking is built)', () => {
+  it("a reload cannot change it (read when the model's health checking is built)", () => {
     const before = loadGatewayConfig({ base: { models: [model('a')] }, env: {} });
     const after = loadGatewayConfig({ base: { models: [model('a', { panic_threshold_percent: 25 })] }, env: {} });
     expect(reloadProblems(before, after).map((p) => p.path)).toEqual(['models[0].panic_threshold_percent']);

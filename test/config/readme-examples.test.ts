@@ -5,7 +5,10 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { loadGatewayConfig } from '../../src/config/index.js';
 
 const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-const section = readme.slice(readme.indexOf('## Configuration'), readme.indexOf('\n## ', readme.indexOf('## Configuration') + 5));
+const section = readme.slice(
+  readme.indexOf('## Configuration'),
+  readme.indexOf('\n## ', readme.indexOf('## Configuration') + 5),
+);
 const blocks = [...section.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!);
 const dir = mkdtempSync(join(tmpdir(), 'kvgate-readme-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -36,7 +39,11 @@ describe('README configuration examples', () => {
     const file = join(dir, 'sglang.yaml');
     writeFileSync(file, yaml);
     const m = loadGatewayConfig({ file, env: {} }).models[0]!;
-    expect(m.workers.map((w) => [w.id, w.role, w.dialect])).toEqual([[10, 'prefill', 'sglang'], [20, 'decode', 'sglang'], [21, 'decode', 'sglang']]);
+    expect(m.workers.map((w) => [w.id, w.role, w.dialect])).toEqual([
+      [10, 'prefill', 'sglang'],
+      [20, 'decode', 'sglang'],
+      [21, 'decode', 'sglang'],
+    ]);
     expect(m.workers[0]!.bootstrap).toEqual({ host: '10.0.1.10', port: 8998 });
     expect(m.enforceDisagg).toBe(true);
   });

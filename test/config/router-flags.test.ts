@@ -20,11 +20,23 @@ describe('router flags (Dynamo spellings on the command line)', () => {
       '--router-track-output-blocks': 'true',
     });
     expect(opts).toEqual({
-      routerTemperature: 0.5, useKvEvents: false, routerQueueThreshold: 4, routerQueuePolicy: 'wspt',
-      routerQueueByIncomingMissingIsl: [[0, 8192], [4096, 2048]], routerPredictedTtlSecs: null, routerTrackOutputBlocks: true,
+      routerTemperature: 0.5,
+      useKvEvents: false,
+      routerQueueThreshold: 4,
+      routerQueuePolicy: 'wspt',
+      routerQueueByIncomingMissingIsl: [
+        [0, 8192],
+        [4096, 2048],
+      ],
+      routerPredictedTtlSecs: null,
+      routerTrackOutputBlocks: true,
     });
     expect(resolveKvRouterConfig(opts).routerQueuePolicy).toBe('wspt');
-    expect(configError(() => kvRouterOptionsFromFlags({ '--router-temperature': 'hot' })).detail).toMatchObject({ field: '--router-temperature' });
-    expect(configError(() => kvRouterOptionsFromFlags({ '--router-bogus': '1' })).detail).toMatchObject({ reason: 'unknown router flag' });
+    expect(configError(() => kvRouterOptionsFromFlags({ '--router-temperature': 'hot' })).detail).toMatchObject({
+      field: '--router-temperature',
+    });
+    expect(configError(() => kvRouterOptionsFromFlags({ '--router-bogus': '1' })).detail).toMatchObject({
+      reason: 'unknown router flag',
+    });
   });
 });

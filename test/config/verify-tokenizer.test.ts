@@ -13,7 +13,10 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 function load(model: string): ReturnType<typeof loadGatewayConfig> {
   const path = join(dir, `c${Math.random().toString(36).slice(2)}.yaml`);
-  writeFileSync(path, `models:\n  - name: m\n    tokenizer: none\n${model}    workers:\n      - { id: 1, url: "http://10.0.0.1:8000", kv_events: "tcp://10.0.0.1:5557" }\n`);
+  writeFileSync(
+    path,
+    `models:\n  - name: m\n    tokenizer: none\n${model}    workers:\n      - { id: 1, url: "http://10.0.0.1:8000", kv_events: "tcp://10.0.0.1:5557" }\n`,
+  );
   return loadGatewayConfig({ file: path, env: {} });
 }
 
@@ -35,7 +38,11 @@ describe('config: verify_tokenizer', () => {
 
   it('field-named errors: not a boolean; without KV events to compare', () => {
     expect(problems('    verify_tokenizer: "yes"\n')['models[0].verify_tokenizer']).toMatch(/true or false/);
-    expect(problems('    verify_tokenizer: true\n    router_mode: round-robin\n')['models[0].verify_tokenizer']).toMatch(/router_mode kv with KV events/);
-    expect(problems('    verify_tokenizer: true\n    router: { use_kv_events: false }\n')['models[0].verify_tokenizer']).toMatch(/KV events/);
+    expect(
+      problems('    verify_tokenizer: true\n    router_mode: round-robin\n')['models[0].verify_tokenizer'],
+    ).toMatch(/router_mode kv with KV events/);
+    expect(
+      problems('    verify_tokenizer: true\n    router: { use_kv_events: false }\n')['models[0].verify_tokenizer'],
+    ).toMatch(/KV events/);
   });
 });

@@ -26,7 +26,9 @@ const problemsOf = (f: () => unknown): string[] => {
     f();
   } catch (err) {
     expect(err).toBeInstanceOf(KvgateError);
-    return ((err as KvgateError).detail!.problems as { path: string; reason: string; position?: string }[]).map((p) => `${p.path}@${p.position}: ${p.reason}`);
+    return ((err as KvgateError).detail!.problems as { path: string; reason: string; position?: string }[]).map(
+      (p) => `${p.path}@${p.position}: ${p.reason}`,
+    );
   }
   throw new Error('no problem reported');
 };
@@ -41,12 +43,25 @@ describe('workers_file', () => {
 
   it('reads workers as the config does (model name, dialect, defaults)', () => {
     const m = model('workers:\n  - { id: 7, url: "http://10.0.0.7:8000/" }\n', '    engine: sglang\n');
-    expect(loadWorkersFile(m, new Map(), 'x')).toEqual([expect.objectContaining({ id: 7, model: 'm', url: 'http://10.0.0.7:8000', dialect: 'sglang', role: 'aggregated', dpSize: 1 })]);
+    expect(loadWorkersFile(m, new Map(), 'x')).toEqual([
+      expect.objectContaining({
+        id: 7,
+        model: 'm',
+        url: 'http://10.0.0.7:8000',
+        dialect: 'sglang',
+        role: 'aggregated',
+        dpSize: 1,
+      }),
+    ]);
   });
 
   it('names every problem with its field and line; ids used elsewhere are refused', () => {
-    const m = model('workers:\n  - { id: 1, url: nope }\n  - { id: 2, url: "http://h:1", colur: red }\n  - { id: 2, url: "http://h:2" }\n  - { id: 9, url: "http://h:3" }\nextra: 1\n');
-    const problems = problemsOf(() => loadWorkersFile(m, new Map([[9, 'worker 9 of model other (static)']]), 'the previous workers stay'));
+    const m = model(
+      'workers:\n  - { id: 1, url: nope }\n  - { id: 2, url: "http://h:1", colur: red }\n  - { id: 2, url: "http://h:2" }\n  - { id: 9, url: "http://h:3" }\nextra: 1\n',
+    );
+    const problems = problemsOf(() =>
+      loadWorkersFile(m, new Map([[9, 'worker 9 of model other (static)']]), 'the previous workers stay'),
+    );
     expect(problems).toEqual([
       'extra@6:1: unknown field; expected one of: workers',
       'workers[0].url@2:14: must be an absolute http(s) URL, got "nope"',
@@ -56,14 +71,21 @@ describe('workers_file', () => {
     ]);
   });
 
-  it('applies the model\'s rules over static and file workers together', () => {
-    const m = model('workers:\n  - { id: 3, url: "http://h:3", role: decode }\n', '    workers: [{ id: 1, url: "http://h:1" }]\n');
-    expect(problemsOf(() => loadWorkersFile(m, new Map(), 'x'))[0]).toMatch(/^workers@.*mixes aggregated workers with prefill\/decode workers/);
+  it("applies the model's rules over static and file workers together", () => {
+    const m = model(
+      'workers:\n  - { id: 3, url: "http://h:3", role: decode }\n',
+      '    workers: [{ id: 1, url: "http://h:1" }]\n',
+    );
+    expect(problemsOf(() => loadWorkersFile(m, new Map(), 'x'))[0]).toMatch(
+      /^workers@.*mixes aggregated workers with prefill\/decode workers/,
+    );
   });
 
   it('a missing file or a file without workers is a problem, not an empty fleet', () => {
     const m = model('{}\n');
-    expect(problemsOf(() => loadWorkersFile(m, new Map(), 'x'))).toEqual(['workers@1:1: is required (an empty list removes every worker of the file)']);
+    expect(problemsOf(() => loadWorkersFile(m, new Map(), 'x'))).toEqual([
+      'workers@1:1: is required (an empty list removes every worker of the file)',
+    ]);
     rmSync(join(dir, 'workers.yaml'));
     expect(problemsOf(() => loadWorkersFile(m, new Map(), 'x'))[0]).toMatch(/cannot read config: file not found/);
   });

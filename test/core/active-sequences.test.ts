@@ -112,7 +112,9 @@ describe('ActiveSequences (spec 4.5)', () => {
   it('duplicate ids are refused; owner-conditional free', () => {
     const a = fresh();
     a.add({ requestId: 'd', slot: 0, hashes: null, prefillTokens: 1 });
-    expect(() => a.add({ requestId: 'd', slot: 1, hashes: null, prefillTokens: 1 })).toThrow(expect.objectContaining({ code: 'KVG_ERR_DUPLICATE_REQUEST' }));
+    expect(() => a.add({ requestId: 'd', slot: 1, hashes: null, prefillTokens: 1 })).toThrow(
+      expect.objectContaining({ code: 'KVG_ERR_DUPLICATE_REQUEST' }),
+    );
     expect(a.free('d', 1)).toBe(false);
     expect(a.free('d', 0)).toBe(true);
     expect(() => a.add({ requestId: 'e', slot: 7, hashes: null, prefillTokens: 1 })).toThrow(/not registered/);
@@ -128,7 +130,10 @@ describe('ActiveSequences (spec 4.5)', () => {
     const refs = [new Map<bigint, number>(), new Map<bigint, number>(), new Map<bigint, number>()];
     const priv = [0, 0, 0];
     const prefill = [0, 0, 0];
-    const live = new Map<string, { slot: number; hashes: PromptHashes | null; priv: number; prefill: number; out: number; decayed: boolean }>();
+    const live = new Map<
+      string,
+      { slot: number; hashes: PromptHashes | null; priv: number; prefill: number; out: number; decayed: boolean }
+    >();
     let decayedAny = [false, false, false];
     let next = 0;
     for (let step = 0; step < 3000; step++) {
@@ -202,7 +207,8 @@ describe('ActiveSequences (spec 4.5)', () => {
     for (const id of [...live.keys()]) a.free(id);
     decayedAny = [false, false, false];
     expect(a.size).toBe(0);
-    for (let s = 0; s < 3; s++) expect(a.load(s)).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
+    for (let s = 0; s < 3; s++)
+      expect(a.load(s)).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
     for (let s = 0; s < 3; s++) expect(a.sharedBlocks(s)).toBe(0);
   });
 });

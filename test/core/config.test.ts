@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import {
-  KV_ROUTER_CONFIG_FIELDS, KV_ROUTER_DEFAULTS, kvEventsEnabled, kvRouterOptionsFromDynamo,
-  parseRouterConfigOverride, resolveKvRouterConfig, type KvRouterOptions,
+  KV_ROUTER_CONFIG_FIELDS,
+  KV_ROUTER_DEFAULTS,
+  kvEventsEnabled,
+  kvRouterOptionsFromDynamo,
+  parseRouterConfigOverride,
+  resolveKvRouterConfig,
+  type KvRouterOptions,
 } from '../../src/core/config.js';
 import { kvgateErrorOf } from '../helpers/kvgate-error.js';
 
@@ -19,7 +24,13 @@ describe('KvRouterConfig', () => {
     expect(c.activeRequestExpirySecs).toBe(300);
     expect(c.routerQueueThreshold).toBeNull();
     expect(Object.isFrozen(c)).toBe(true);
-    const t = resolveKvRouterConfig({ routerQueueThreshold: 2, routerQueueByIncomingMissingIsl: [[0, 100], [50, 10]] });
+    const t = resolveKvRouterConfig({
+      routerQueueThreshold: 2,
+      routerQueueByIncomingMissingIsl: [
+        [0, 100],
+        [50, 10],
+      ],
+    });
     expect(Object.isFrozen(t.routerQueueByIncomingMissingIsl)).toBe(true);
     expect(Object.isFrozen(t.routerQueueByIncomingMissingIsl![1])).toBe(true);
     expect(() => {
@@ -33,14 +44,24 @@ describe('KvRouterConfig', () => {
     expect(e.message).toContain('decodeActiveRequestWeight');
     expect(e.message).toContain('-1');
     expect(e.detail).toMatchObject({ field: 'decodeActiveRequestWeight', value: '-1', reason: 'must be >= 0' });
-    for (const field of ['overlapScoreCredit', 'prefillLoadScale', 'hostCacheHitWeight', 'diskCacheHitWeight', 'routerTemperature'] as const) {
+    for (const field of [
+      'overlapScoreCredit',
+      'prefillLoadScale',
+      'hostCacheHitWeight',
+      'diskCacheHitWeight',
+      'routerTemperature',
+    ] as const) {
       expect(configError(() => resolveKvRouterConfig({ [field]: -0.5 })).detail).toMatchObject({ field });
     }
-    expect(configError(() => resolveKvRouterConfig({ routerTemperature: Number.NaN })).detail).toMatchObject({ reason: 'must be a finite number' });
+    expect(configError(() => resolveKvRouterConfig({ routerTemperature: Number.NaN })).detail).toMatchObject({
+      reason: 'must be a finite number',
+    });
   });
 
   it('output-block tracking without active-block tracking fails naming the field', () => {
-    const e = configError(() => resolveKvRouterConfig({ routerTrackOutputBlocks: true, routerTrackActiveBlocks: false }));
+    const e = configError(() =>
+      resolveKvRouterConfig({ routerTrackOutputBlocks: true, routerTrackActiveBlocks: false }),
+    );
     expect(e.code).toBe('KVG_ERR_INVALID_CONFIG');
     expect(e.detail).toMatchObject({ field: 'routerTrackOutputBlocks' });
     expect(e.message).toMatch(/requires routerTrackActiveBlocks/);
@@ -52,20 +73,44 @@ describe('KvRouterConfig', () => {
   });
 
   it('other cross-field rules and value checks', () => {
-    expect(configError(() => resolveKvRouterConfig({ useKvEvents: false, routerPredictedTtlSecs: 5 })).detail)
-      .toMatchObject({ field: 'routerPredictedTtlSecs' });
-    expect(configError(() => resolveKvRouterConfig({ routerQueueByIncomingMissingIsl: [[0, 10]] })).detail)
-      .toMatchObject({ field: 'routerQueueByIncomingMissingIsl' });
-    expect(configError(() => resolveKvRouterConfig({ routerQueueThreshold: 1, routerQueueByIncomingMissingIsl: [[5, 10]] })).detail)
-      .toMatchObject({ field: 'routerQueueByIncomingMissingIsl[0]', reason: 'the first floor must be 0' });
-    expect(configError(() => resolveKvRouterConfig({ routerQueueThreshold: 1, routerQueueByIncomingMissingIsl: [[0, 10], [0, 5]] })).detail)
-      .toMatchObject({ field: 'routerQueueByIncomingMissingIsl[1]' });
-    expect(configError(() => resolveKvRouterConfig({ routerQueueThreshold: 1, routerQueueByIncomingMissingIsl: [[0, 0]] })).detail)
-      .toMatchObject({ reason: 'the cap must be > 0' });
-    expect(configError(() => resolveKvRouterConfig({ routerQueueThreshold: 0 })).detail).toMatchObject({ field: 'routerQueueThreshold' });
-    expect(configError(() => resolveKvRouterConfig({ routerQueuePolicy: 'lifo' as 'fcfs' })).detail).toMatchObject({ field: 'routerQueuePolicy' });
-    expect(configError(() => resolveKvRouterConfig({ useKvEvents: 'yes' as unknown as boolean })).detail).toMatchObject({ reason: 'must be a boolean' });
-    expect(configError(() => resolveKvRouterConfig({ routerTtlSecs: 0 })).detail).toMatchObject({ field: 'routerTtlSecs', reason: 'must be > 0' });
+    expect(
+      configError(() => resolveKvRouterConfig({ useKvEvents: false, routerPredictedTtlSecs: 5 })).detail,
+    ).toMatchObject({ field: 'routerPredictedTtlSecs' });
+    expect(
+      configError(() => resolveKvRouterConfig({ routerQueueByIncomingMissingIsl: [[0, 10]] })).detail,
+    ).toMatchObject({ field: 'routerQueueByIncomingMissingIsl' });
+    expect(
+      configError(() => resolveKvRouterConfig({ routerQueueThreshold: 1, routerQueueByIncomingMissingIsl: [[5, 10]] }))
+        .detail,
+    ).toMatchObject({ field: 'routerQueueByIncomingMissingIsl[0]', reason: 'the first floor must be 0' });
+    expect(
+      configError(() =>
+        resolveKvRouterConfig({
+          routerQueueThreshold: 1,
+          routerQueueByIncomingMissingIsl: [
+            [0, 10],
+            [0, 5],
+          ],
+        }),
+      ).detail,
+    ).toMatchObject({ field: 'routerQueueByIncomingMissingIsl[1]' });
+    expect(
+      configError(() => resolveKvRouterConfig({ routerQueueThreshold: 1, routerQueueByIncomingMissingIsl: [[0, 0]] }))
+        .detail,
+    ).toMatchObject({ reason: 'the cap must be > 0' });
+    expect(configError(() => resolveKvRouterConfig({ routerQueueThreshold: 0 })).detail).toMatchObject({
+      field: 'routerQueueThreshold',
+    });
+    expect(configError(() => resolveKvRouterConfig({ routerQueuePolicy: 'lifo' as 'fcfs' })).detail).toMatchObject({
+      field: 'routerQueuePolicy',
+    });
+    expect(configError(() => resolveKvRouterConfig({ useKvEvents: 'yes' as unknown as boolean })).detail).toMatchObject(
+      { reason: 'must be a boolean' },
+    );
+    expect(configError(() => resolveKvRouterConfig({ routerTtlSecs: 0 })).detail).toMatchObject({
+      field: 'routerTtlSecs',
+      reason: 'must be > 0',
+    });
   });
 
   it('the deprecated overlapScoreWeight maps to prefillLoadScale; 0 also zeroes the credit', () => {
@@ -75,28 +120,43 @@ describe('KvRouterConfig', () => {
     expect(zero.overlapScoreCredit).toBe(0);
     expect(kvEventsEnabled(zero)).toBe(false);
     expect('overlapScoreWeight' in zero).toBe(false);
-    expect(configError(() => resolveKvRouterConfig({ overlapScoreWeight: 2, prefillLoadScale: 3 })).detail).toMatchObject({ field: 'overlapScoreWeight' });
+    expect(
+      configError(() => resolveKvRouterConfig({ overlapScoreWeight: 2, prefillLoadScale: 3 })).detail,
+    ).toMatchObject({ field: 'overlapScoreWeight' });
     expect(kvEventsEnabled(resolveKvRouterConfig())).toBe(true);
     expect(kvEventsEnabled(resolveKvRouterConfig({ useKvEvents: false }))).toBe(false);
   });
 
   it('every field has a Dynamo name, and Dynamo names parse to options', () => {
     for (const key of Object.keys(KV_ROUTER_DEFAULTS)) expect(KV_ROUTER_CONFIG_FIELDS).toHaveProperty(key);
-    expect(kvRouterOptionsFromDynamo({ router_temperature: 0.2, overlap_score_credit: 2 })).toEqual({ routerTemperature: 0.2, overlapScoreCredit: 2 });
+    expect(kvRouterOptionsFromDynamo({ router_temperature: 0.2, overlap_score_credit: 2 })).toEqual({
+      routerTemperature: 0.2,
+      overlapScoreCredit: 2,
+    });
     expect(configError(() => kvRouterOptionsFromDynamo({ router_temprature: 1 })).code).toBe('KVG_ERR_INVALID_CONFIG');
   });
 });
 
 describe('RouterConfigOverride', () => {
   it('accepts camelCase and Dynamo wire names, rejects unknown keys and bad values as client errors', () => {
-    expect(parseRouterConfigOverride({ router_temperature: 0.5, assumeKvReuse: false })).toEqual({ routerTemperature: 0.5, assumeKvReuse: false });
-    expect(parseRouterConfigOverride({ overlap_score_weight: 0 })).toEqual({ prefillLoadScale: 0, overlapScoreCredit: 0 });
+    expect(parseRouterConfigOverride({ router_temperature: 0.5, assumeKvReuse: false })).toEqual({
+      routerTemperature: 0.5,
+      assumeKvReuse: false,
+    });
+    expect(parseRouterConfigOverride({ overlap_score_weight: 0 })).toEqual({
+      prefillLoadScale: 0,
+      overlapScoreCredit: 0,
+    });
     const e = configError(() => parseRouterConfigOverride({ router_temperature: -1 }));
     expect(e.code).toBe('KVG_ERR_INVALID_ARGUMENT');
     expect(e.statusCode).toBe(400);
     expect(e.message).toContain('router_temperature');
-    expect(configError(() => parseRouterConfigOverride({ queue_threshold: 1 })).detail).toMatchObject({ reason: 'unknown field' });
-    expect(configError(() => parseRouterConfigOverride({ trackPrefillTokens: 'no' })).detail).toMatchObject({ reason: 'must be a boolean' });
+    expect(configError(() => parseRouterConfigOverride({ queue_threshold: 1 })).detail).toMatchObject({
+      reason: 'unknown field',
+    });
+    expect(configError(() => parseRouterConfigOverride({ trackPrefillTokens: 'no' })).detail).toMatchObject({
+      reason: 'must be a boolean',
+    });
     expect(Object.isFrozen(parseRouterConfigOverride({}))).toBe(true);
   });
 
@@ -104,7 +164,9 @@ describe('RouterConfigOverride', () => {
     for (const key of ['constructor', 'toString', 'hasOwnProperty', '__proto__']) {
       const input = JSON.parse(`{"${key}": 1}`) as Record<string, unknown>;
       expect(configError(() => parseRouterConfigOverride(input)).detail).toMatchObject({ reason: 'unknown field' });
-      expect(configError(() => resolveKvRouterConfig(input as KvRouterOptions)).detail).toMatchObject({ reason: 'unknown field' });
+      expect(configError(() => resolveKvRouterConfig(input as KvRouterOptions)).detail).toMatchObject({
+        reason: 'unknown field',
+      });
     }
   });
 });

@@ -51,8 +51,16 @@ describe('cost model (spec 4.2)', () => {
         const decode = int(5_000);
         const active = actives[i]!;
         v11[i] = costV11(1.0, isl, blockSize, trackPrefill, active, overlap, decode);
-        v15[i] = candidateCost({ ...DEFAULT_KNOBS, trackPrefillTokens: trackPrefill }, { isl, blockSize, minActivePrefillTokens: minActive },
-          { activePrefillTokens: active, deviceOverlapBlocks: overlap, potentialDecodeBlocks: decode, activeRequests: int(50) });
+        v15[i] = candidateCost(
+          { ...DEFAULT_KNOBS, trackPrefillTokens: trackPrefill },
+          { isl, blockSize, minActivePrefillTokens: minActive },
+          {
+            activePrefillTokens: active,
+            deviceOverlapBlocks: overlap,
+            potentialDecodeBlocks: decode,
+            activeRequests: int(50),
+          },
+        );
         worst = Math.max(worst, Math.abs(v15[i]! - v11[i]!) / Math.max(1, v11[i]!));
       }
       // Same argmin (ties aside: compare the minimum cost of each formula's pick).
@@ -75,7 +83,9 @@ describe('cost model (spec 4.2)', () => {
     expect(candidateCost({ ...DEFAULT_KNOBS, overlapScoreCreditDecay: 1 }, req, c)).toBe(25);
     // host 4 blocks × 0.75 + disk 2 × 0.25 = 3.5 extra credit.
     expect(candidateCost(DEFAULT_KNOBS, req, { ...c, hostOverlapBlocks: 4, diskOverlapBlocks: 2 })).toBe(19.5);
-    expect(candidateCost({ ...DEFAULT_KNOBS, sharedCacheMultiplier: 0.5 }, req, { ...c, sharedBeyondDeviceBlocks: 4 })).toBe(21);
+    expect(
+      candidateCost({ ...DEFAULT_KNOBS, sharedCacheMultiplier: 0.5 }, req, { ...c, sharedBeyondDeviceBlocks: 4 }),
+    ).toBe(21);
     // Decode exception: max(0, 7 - 4) + 0.
     expect(candidateCost({ ...DEFAULT_KNOBS, trackPrefillTokens: false, decodeException: true }, req, c)).toBe(3);
     // Not tracking prefill: the prefill term vanishes.

@@ -21,25 +21,47 @@ function tokens(n: number, base = 0): number[] {
   return Array.from({ length: n }, (_, i) => base + i);
 }
 
-function booking(requestId: string, workerId: number, toks: number[], extra: Partial<SyncedBooking> = {}): SyncedBooking {
+function booking(
+  requestId: string,
+  workerId: number,
+  toks: number[],
+  extra: Partial<SyncedBooking> = {},
+): SyncedBooking {
   return {
-    requestId, workerId, dpRank: 0, seq: promptHashes(toks, BS).seq, privateBlocks: 0, prefillTokens: toks.length,
-    expectedOutputTokens: undefined, prefillCompleted: false, outputBlocks: 0, decay: undefined, ...extra,
+    requestId,
+    workerId,
+    dpRank: 0,
+    seq: promptHashes(toks, BS).seq,
+    privateBlocks: 0,
+    prefillTokens: toks.length,
+    expectedOutputTokens: undefined,
+    prefillCompleted: false,
+    outputBlocks: 0,
+    decay: undefined,
+    ...extra,
   };
 }
 
 describe('PeerBookings', () => {
-  it('a peer\'s booking moves the local decision, and freeing it moves it back', () => {
+  it("a peer's booking moves the local decision, and freeing it moves it back", () => {
     const s = setup();
     const req = (id: string) => ({ requestId: id, isl: 64, hashes: promptHashes(tokens(64, 5000), BS) });
     expect(s.select(req('probe'), 'query').workerId).toBeDefined();
     expect(s.peers.add('b', booking('r1', 1, tokens(640)))).toBe('applied');
     expect(s.select(req('q1'), 'query').workerId).toBe(2);
-    expect(s.load({ workerId: 1, dpRank: 0 })).toEqual({ activePrefillTokens: 640, activeDecodeBlocks: 40, activeRequests: 1 });
+    expect(s.load({ workerId: 1, dpRank: 0 })).toEqual({
+      activePrefillTokens: 640,
+      activeDecodeBlocks: 40,
+      activeRequests: 1,
+    });
     // Not the router's own requests.
     expect(s.activeRequestCount).toBe(0);
     expect(s.peers.free('b', 'r1')).toBe('applied');
-    expect(s.load({ workerId: 1, dpRank: 0 })).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
+    expect(s.load({ workerId: 1, dpRank: 0 })).toEqual({
+      activePrefillTokens: 0,
+      activeDecodeBlocks: 0,
+      activeRequests: 0,
+    });
   });
 
   it('a prompt prefix in flight through two replicas counts once on the slot', () => {
@@ -63,28 +85,35 @@ describe('PeerBookings', () => {
     expect(s.peers.outputBlocks('b', 'r1', 2, undefined)).toBe('applied');
     expect(s.peers.outputBlocks('b', 'r1', 2, undefined)).toBe('duplicate');
     expect(s.peers.outputBlocks('b', 'r1', 1, undefined)).toBe('duplicate');
-    expect(s.load({ workerId: 1, dpRank: 0 })).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 6, activeRequests: 1 });
+    expect(s.load({ workerId: 1, dpRank: 0 })).toEqual({
+      activePrefillTokens: 0,
+      activeDecodeBlocks: 6,
+      activeRequests: 1,
+    });
     expect(s.peers.free('b', 'r1')).toBe('applied');
     expect(s.peers.free('b', 'r1')).toBe('unknown_request');
     expect(s.peers.add('b', booking('r2', 9, tokens(16)))).toBe('unknown_worker');
   });
 
-  it('drops every booking of a replica at once, and keeps the others\'', () => {
+  it("drops every booking of a replica at once, and keeps the others'", () => {
     const s = setup();
     s.peers.add('b', booking('r1', 1, tokens(32)));
     s.peers.add('b', booking('r2', 2, tokens(32, 100)));
     s.peers.add('c', booking('r1', 1, tokens(32, 200)));
     expect(s.peers.dropReplica('b')).toBe(2);
-    expect(s.load({ workerId: 1, dpRank: 0 })!.activeRequests + s.load({ workerId: 2, dpRank: 0 })!.activeRequests).toBe(1);
+    expect(
+      s.load({ workerId: 1, dpRank: 0 })!.activeRequests + s.load({ workerId: 2, dpRank: 0 })!.activeRequests,
+    ).toBe(1);
     expect(s.peers.replicaCounts()).toEqual(new Map([['c', 1]]));
   });
 
-  it('tells an observer of every change to the router\'s own bookings, not of peers\'', () => {
+  it("tells an observer of every change to the router's own bookings, not of peers'", () => {
     const s = new KvScheduler({ blockSize: BS, clock: new ManualClock(0), config: { routerTrackOutputBlocks: true } });
     s.addWorker(1);
     const seen: string[] = [];
     const observer: BookkeepingObserver = {
-      added: (b) => seen.push(`added ${b.requestId} w${b.workerId} ${b.seq?.length ?? 0} blocks ${b.prefillTokens} tokens`),
+      added: (b) =>
+        seen.push(`added ${b.requestId} w${b.workerId} ${b.seq?.length ?? 0} blocks ${b.prefillTokens} tokens`),
       prefillCompleted: (id) => seen.push(`prefill ${id}`),
       outputBlock: (id, n) => seen.push(`output ${id} ${n}`),
       freed: (id) => seen.push(`freed ${id}`),

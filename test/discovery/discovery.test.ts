@@ -26,7 +26,12 @@ describe('WorkerRegistry', () => {
     reg.add(worker(1, 'http://a:1'));
     reg.add(worker(2, 'http://b:1', { role: 'prefill' }));
     reg.add(worker(3, 'http://c:1', { model: 'other' }), false);
-    expect(reg.available('m').map((w) => w.id).sort()).toEqual([1, 2]);
+    expect(
+      reg
+        .available('m')
+        .map((w) => w.id)
+        .sort(),
+    ).toEqual([1, 2]);
     expect(reg.available('m', ['prefill']).map((w) => w.id)).toEqual([2]);
     reg.markDown(2);
     reg.markDown(2);
@@ -41,7 +46,9 @@ describe('WorkerRegistry', () => {
     expect(() => reg.add(worker(1, 'http://b:1'))).toThrow(/used twice/);
     expect(() => reg.add(worker(2, 'not a url'))).toThrow(/url is not a URL/);
     expect(() => reg.add(worker(3, 'http://c:1', { dpSize: 0 }))).toThrow(/dp_size/);
-    expect(() => reg.add(worker(4, 'http://d:1', { role: 'prefill', dialect: 'sglang' }))).toThrow(/bootstrap is required/);
+    expect(() => reg.add(worker(4, 'http://d:1', { role: 'prefill', dialect: 'sglang' }))).toThrow(
+      /bootstrap is required/,
+    );
   });
 });
 
@@ -80,17 +87,22 @@ describe('HealthProber', () => {
 async function modelsServer(listing: { base: string; adapters: string[] } | 'none'): Promise<string> {
   const s = createServer((req, res) => {
     if (req.url === '/health') return res.end();
-    if (req.url !== '/v1/models' || listing === 'none') return void (res.statusCode = 404, res.end());
+    if (req.url !== '/v1/models' || listing === 'none') return void ((res.statusCode = 404), res.end());
     const entry = (id: string, parent: string | null) => ({ id, object: 'model', root: parent ?? id, parent });
     res.setHeader('content-type', 'application/json');
-    res.end(JSON.stringify({ object: 'list', data: [entry(listing.base, null), ...listing.adapters.map((a) => entry(a, listing.base))] }));
+    res.end(
+      JSON.stringify({
+        object: 'list',
+        data: [entry(listing.base, null), ...listing.adapters.map((a) => entry(a, listing.base))],
+      }),
+    );
   });
   servers.push(s);
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
   return `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
 }
 
-describe('HealthProber: the engines\' /v1/models', () => {
+describe("HealthProber: the engines' /v1/models", () => {
   // issue 12 item 8
   it('an engine that does not serve the served model name is down at once, and reported with both names', async () => {
     const listing = { base: 'meta-llama/Llama-3.1-8B-Instruct', adapters: [] as string[] };
@@ -98,7 +110,12 @@ describe('HealthProber: the engines\' /v1/models', () => {
     reg.add(worker(1, await modelsServer(listing)));
     let now = 0;
     const seen: unknown[] = [];
-    const prober = new HealthProber(reg, { timeoutMs: 500, now: () => now, modelsRefreshMs: 1000, onModelCheck: (w, check) => seen.push([w.id, check]) });
+    const prober = new HealthProber(reg, {
+      timeoutMs: 500,
+      now: () => now,
+      modelsRefreshMs: 1000,
+      onModelCheck: (w, check) => seen.push([w.id, check]),
+    });
     expect(await prober.probe(1)).toBe(false);
     expect(reg.isAvailable(1)).toBe(false);
     expect(seen).toEqual([[1, { kind: 'mismatch', expected: 'm', served: ['meta-llama/Llama-3.1-8B-Instruct'] }]]);
@@ -153,10 +170,18 @@ describe('ejection limit (issue 13 item 8b)', () => {
     expect(reg.available('m')).toHaveLength(2);
     expect(reg.available('other')).toHaveLength(1);
     const text = await metrics.text();
-    expect(text.match(/kvgate_worker_health_transitions_total\{model="m",worker_id="\d",transition="ejected"\} 1/g)).toHaveLength(2);
-    expect(text.match(/kvgate_worker_health_transitions_total\{model="m",worker_id="\d",transition="kept"\} 1/g)).toHaveLength(2);
+    expect(
+      text.match(/kvgate_worker_health_transitions_total\{model="m",worker_id="\d",transition="ejected"\} 1/g),
+    ).toHaveLength(2);
+    expect(
+      text.match(/kvgate_worker_health_transitions_total\{model="m",worker_id="\d",transition="kept"\} 1/g),
+    ).toHaveLength(2);
     expect(w.lines).toHaveLength(4); // each transition once, not once per probe
-    for (const line of w.lines) expect(line).toMatchObject({ workerId: expect.any(Number), url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/) });
+    for (const line of w.lines)
+      expect(line).toMatchObject({
+        workerId: expect.any(Number),
+        url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/),
+      });
 
     // The engines recover: every worker is routable again, and the readmissions are logged.
     status.code = 200;

@@ -28,7 +28,8 @@ describe('parseCacheConfigInfo', () => {
   });
 
   it('a gauge without a usable num_gpu_blocks still gives the block size', () => {
-    const text = '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="32",num_gpu_blocks="None"} 1\n';
+    const text =
+      '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="32",num_gpu_blocks="None"} 1\n';
     expect(parseCacheConfigInfo(text)).toEqual({ kind: 'ok', blockSize: 32, numGpuBlocks: undefined });
   });
 

@@ -92,12 +92,16 @@ describe('probe timeouts count free event-loop time (issue 13 item 8a)', () => {
 
     const stalled = new VirtualLoop();
     let stalledAt: number | undefined;
-    loopTimeout(1000, () => (stalledAt = stalled.clock.now()), { clock: stalled.clock, scheduler: stalled, backstopMs: 5000 });
+    loopTimeout(1000, () => (stalledAt = stalled.clock.now()), {
+      clock: stalled.clock,
+      scheduler: stalled,
+      backstopMs: 5000,
+    });
     while (stalledAt === undefined && stalled.clock.now() < 60_000) stalled.block(500);
     expect(stalledAt).toBe(5000);
   });
 
-  it('a real blocked event loop does not fail a healthy engine\'s probe', async () => {
+  it("a real blocked event loop does not fail a healthy engine's probe", async () => {
     const engine = await startMockerProcess();
     procs.push(engine.proc);
     const reg = new WorkerRegistry();
@@ -106,7 +110,9 @@ describe('probe timeouts count free event-loop time (issue 13 item 8a)', () => {
     expect(await prober.probe(1)).toBe(true);
     const probing = prober.probe(1);
     const until = performance.now() + 1500;
-    while (performance.now() < until) { /* the gateway's loop saturated for 1.5 s */ }
+    while (performance.now() < until) {
+      /* the gateway's loop saturated for 1.5 s */
+    }
     expect(await probing).toBe(true);
     expect(reg.isAvailable(1)).toBe(true);
     prober.close();
@@ -121,7 +127,6 @@ const procs: KvgateProcess[] = [];
 afterEach(async () => {
   await Promise.all(procs.splice(0).map((p) => p.stop()));
 });
-
 
 describe('a real engine that crashes or stops is still ejected and readmitted (issue 13 item 8c)', () => {
   it('POST /admin/crash on one of two mocker processes: ejected, then readmitted when an engine is back on its port', async () => {
@@ -148,7 +153,9 @@ describe('a real engine that crashes or stops is still ejected and readmitted (i
     procs.push(again.proc);
     await until(async () => (await prober.probe(1), reg.isAvailable(1)), 'the restarted engine to be readmitted');
     expect(w.lines.at(-1)).toMatchObject({ workerId: 1, url: a.url, transition: 'readmitted' });
-    expect(await metrics.text()).toContain('kvgate_worker_health_transitions_total{model="m",worker_id="1",transition="readmitted"} 1');
+    expect(await metrics.text()).toContain(
+      'kvgate_worker_health_transitions_total{model="m",worker_id="1",transition="readmitted"} 1',
+    );
     prober.close();
   });
 });

@@ -4,14 +4,24 @@
 import type { Server } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { healthServer as startHealthServer } from '../helpers/health-server.js';
-import { Ejections, HealthProber, OutlierDetector, WorkerRegistry, type WorkerInfo } from '../../src/discovery/index.js';
+import {
+  Ejections,
+  HealthProber,
+  OutlierDetector,
+  WorkerRegistry,
+  type WorkerInfo,
+} from '../../src/discovery/index.js';
 import { ManualTimers } from '../helpers/manual-timers.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { silentLogger, type Logger } from '../../src/common/index.js';
 
 /** Keeps each warn line's fields and message. */
 function captureWarnings(lines: Record<string, unknown>[]): Logger {
-  const log: Logger = { ...silentLogger, warn: (fields: object, msg?: string) => lines.push({ ...fields, msg }), child: () => log };
+  const log: Logger = {
+    ...silentLogger,
+    warn: (fields: object, msg?: string) => lines.push({ ...fields, msg }),
+    child: () => log,
+  };
   return log;
 }
 
@@ -26,7 +36,17 @@ afterEach(async () => {
 
 const healthServer = (status: { code: number }): Promise<string> => startHealthServer(status, servers);
 
-function setup(n: number, maxEjectedPercent = 50): { reg: WorkerRegistry; ejections: Ejections; detector: OutlierDetector; timers: ManualTimers; metrics: KvgateMetrics; lines: Record<string, unknown>[] } {
+function setup(
+  n: number,
+  maxEjectedPercent = 50,
+): {
+  reg: WorkerRegistry;
+  ejections: Ejections;
+  detector: OutlierDetector;
+  timers: ManualTimers;
+  metrics: KvgateMetrics;
+  lines: Record<string, unknown>[];
+} {
   const reg = new WorkerRegistry();
   for (let id = 1; id <= n; id++) reg.add(worker(id));
   const ejections = new Ejections(reg, maxEjectedPercent);
@@ -34,7 +54,12 @@ function setup(n: number, maxEjectedPercent = 50): { reg: WorkerRegistry; ejecti
   const lines: Record<string, unknown>[] = [];
   ejections.watch('m', { logger: captureWarnings(lines), metrics });
   const timers = new ManualTimers();
-  const detector = new OutlierDetector(reg, ejections, { consecutiveErrors: 3, baseEjectionMs: 1000, maxEjectionMs: 2500, scheduler: timers });
+  const detector = new OutlierDetector(reg, ejections, {
+    consecutiveErrors: 3,
+    baseEjectionMs: 1000,
+    maxEjectionMs: 2500,
+    scheduler: timers,
+  });
   return { reg, ejections, detector, timers, metrics, lines };
 }
 
@@ -67,12 +92,15 @@ describe('outlier ejection on dispatch errors (issue 14, outlier ejection)', () 
     expect(lines.at(-1)).toMatchObject({ ejectionMs: 2500 });
     timers.advance(2500);
     expect(reg.isAvailable(1)).toBe(true);
-    expect(await metrics.text()).toContain('kvgate_worker_ejections_total{model="m",worker_id="1",reason="consecutive_errors"} 3');
+    expect(await metrics.text()).toContain(
+      'kvgate_worker_ejections_total{model="m",worker_id="1",reason="consecutive_errors"} 3',
+    );
   });
 
   it('a fleet where every worker fails ejects no more than the share; the rest stay routable and it is logged once', () => {
     const { reg, detector, lines } = setup(4, 50);
-    for (let round = 0; round < 5; round++) for (let id = 1; id <= 4; id++) detector.record(id, 'the engine answered 503');
+    for (let round = 0; round < 5; round++)
+      for (let id = 1; id <= 4; id++) detector.record(id, 'the engine answered 503');
     expect(reg.available('m')).toHaveLength(2);
     const kept = lines.filter((l) => String(l['msg']).includes('kept routable'));
     expect(kept.map((l) => l['workerId']).sort()).toEqual([3, 4]);
@@ -85,10 +113,20 @@ describe('outlier ejection on dispatch errors (issue 14, outlier ejection)', () 
     for (let id = 1; id <= 4; id++) reg.add(worker(id, await healthServer(id <= 2 ? sick : well)));
     const ejections = new Ejections(reg, 50);
     const timers = new ManualTimers();
-    const detector = new OutlierDetector(reg, ejections, { consecutiveErrors: 2, baseEjectionMs: 1000, maxEjectionMs: 5000, scheduler: timers });
+    const detector = new OutlierDetector(reg, ejections, {
+      consecutiveErrors: 2,
+      baseEjectionMs: 1000,
+      maxEjectionMs: 5000,
+      scheduler: timers,
+    });
     const prober = new HealthProber(reg, { unhealthyAfter: 1, timeoutMs: 1000, checkModels: false, ejections });
     await prober.probeAll();
-    expect(reg.available('m').map((w) => w.id).sort()).toEqual([3, 4]);
+    expect(
+      reg
+        .available('m')
+        .map((w) => w.id)
+        .sort(),
+    ).toEqual([3, 4]);
     // Two of four are out on health: the detector may not eject a third.
     detector.record(3, 'the engine answered 503');
     detector.record(3, 'the engine answered 503');
@@ -113,7 +151,11 @@ describe('outlier ejection on dispatch errors (issue 14, outlier ejection)', () 
   it('consecutive_errors 0 turns detection off', () => {
     const reg = new WorkerRegistry();
     reg.add(worker(1));
-    const detector = new OutlierDetector(reg, new Ejections(reg), { consecutiveErrors: 0, baseEjectionMs: 1000, maxEjectionMs: 1000 });
+    const detector = new OutlierDetector(reg, new Ejections(reg), {
+      consecutiveErrors: 0,
+      baseEjectionMs: 1000,
+      maxEjectionMs: 1000,
+    });
     for (let i = 0; i < 100; i++) detector.record(1, 'the engine answered 503');
     expect(reg.isAvailable(1)).toBe(true);
   });

@@ -12,38 +12,114 @@ function assemble(chunks: unknown[]): Record<string, unknown> {
   return a.result();
 }
 
-const head = { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1700000000, model: 'm', system_fingerprint: 'fp-9' };
+const head = {
+  id: 'chatcmpl-1',
+  object: 'chat.completion.chunk',
+  created: 1700000000,
+  model: 'm',
+  system_fingerprint: 'fp-9',
+};
 
 describe('ResponseAssembler', () => {
   it('chat: content, reasoning, tool calls merged by index, logprobs, finish reason, usage, id and extras', () => {
     const lp = (t: string): unknown => ({ content: [{ token: t, logprob: -0.5, bytes: [1], top_logprobs: [] }] });
     const out = assemble([
-      { ...head, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] },
+      {
+        ...head,
+        choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+      },
       { ...head, choices: [{ index: 0, delta: { reasoning_content: 'think ' }, logprobs: null, finish_reason: null }] },
       { ...head, choices: [{ index: 0, delta: { reasoning_content: 'more' }, logprobs: null, finish_reason: null }] },
       // Two calls, interleaved: the second starts before the first's arguments end.
-      { ...head, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'call-a', type: 'function', function: { name: 'get_weather', arguments: '{"ci' } }] }, logprobs: lp('a'), finish_reason: null }] },
-      { ...head, choices: [{ index: 0, delta: { tool_calls: [{ index: 1, id: 'call-b', type: 'function', function: { name: 'get_time', arguments: '' } }] }, logprobs: lp('b'), finish_reason: null }] },
-      { ...head, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: 'ty": "Paris"}' } }, { index: 1, function: { arguments: '{}' } }] }, logprobs: lp('c'), finish_reason: null }] },
-      { ...head, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'tool_calls', stop_reason: 128008 }], kv_transfer_params: null },
-      { ...head, choices: [], usage: { prompt_tokens: 40, completion_tokens: 3, total_tokens: 43, prompt_tokens_details: { cached_tokens: 32 } } },
+      {
+        ...head,
+        choices: [
+          {
+            index: 0,
+            delta: {
+              tool_calls: [
+                { index: 0, id: 'call-a', type: 'function', function: { name: 'get_weather', arguments: '{"ci' } },
+              ],
+            },
+            logprobs: lp('a'),
+            finish_reason: null,
+          },
+        ],
+      },
+      {
+        ...head,
+        choices: [
+          {
+            index: 0,
+            delta: {
+              tool_calls: [{ index: 1, id: 'call-b', type: 'function', function: { name: 'get_time', arguments: '' } }],
+            },
+            logprobs: lp('b'),
+            finish_reason: null,
+          },
+        ],
+      },
+      {
+        ...head,
+        choices: [
+          {
+            index: 0,
+            delta: {
+              tool_calls: [
+                { index: 0, function: { arguments: 'ty": "Paris"}' } },
+                { index: 1, function: { arguments: '{}' } },
+              ],
+            },
+            logprobs: lp('c'),
+            finish_reason: null,
+          },
+        ],
+      },
+      {
+        ...head,
+        choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'tool_calls', stop_reason: 128008 }],
+        kv_transfer_params: null,
+      },
+      {
+        ...head,
+        choices: [],
+        usage: {
+          prompt_tokens: 40,
+          completion_tokens: 3,
+          total_tokens: 43,
+          prompt_tokens_details: { cached_tokens: 32 },
+        },
+      },
     ]);
     expect(out).toEqual({
-      id: 'chatcmpl-1', object: 'chat.completion', created: 1700000000, model: 'm', system_fingerprint: 'fp-9',
-      choices: [{
-        index: 0,
-        message: {
-          role: 'assistant', content: null, reasoning_content: 'think more',
-          tool_calls: [
-            { id: 'call-a', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } },
-            { id: 'call-b', type: 'function', function: { name: 'get_time', arguments: '{}' } },
-          ],
+      id: 'chatcmpl-1',
+      object: 'chat.completion',
+      created: 1700000000,
+      model: 'm',
+      system_fingerprint: 'fp-9',
+      choices: [
+        {
+          index: 0,
+          message: {
+            role: 'assistant',
+            content: null,
+            reasoning_content: 'think more',
+            tool_calls: [
+              { id: 'call-a', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } },
+              { id: 'call-b', type: 'function', function: { name: 'get_time', arguments: '{}' } },
+            ],
+          },
+          logprobs: { content: [lp('a'), lp('b'), lp('c')].map((x) => (x as { content: unknown[] }).content[0]) },
+          finish_reason: 'tool_calls',
+          stop_reason: 128008,
         },
-        logprobs: { content: [lp('a'), lp('b'), lp('c')].map((x) => (x as { content: unknown[] }).content[0]) },
-        finish_reason: 'tool_calls',
-        stop_reason: 128008,
-      }],
-      usage: { prompt_tokens: 40, completion_tokens: 3, total_tokens: 43, prompt_tokens_details: { cached_tokens: 32 } },
+      ],
+      usage: {
+        prompt_tokens: 40,
+        completion_tokens: 3,
+        total_tokens: 43,
+        prompt_tokens_details: { cached_tokens: 32 },
+      },
     });
   });
 
@@ -54,13 +130,20 @@ describe('ResponseAssembler', () => {
       { ...head, choices: [{ index: 0, delta: { content: 'lo' }, finish_reason: 'stop' }], engine_extra: { x: 1 } },
     ]);
     expect(out['engine_extra']).toEqual({ x: 1 });
-    expect(out['choices']).toEqual([{ index: 0, message: { role: 'assistant', content: 'Hello' }, logprobs: null, finish_reason: 'stop' }]);
+    expect(out['choices']).toEqual([
+      { index: 0, message: { role: 'assistant', content: 'Hello' }, logprobs: null, finish_reason: 'stop' },
+    ]);
     expect(out).not.toHaveProperty('usage');
   });
 
   it('completions: text and the four logprob lists concatenated, choices ordered by index, token ids concatenated', () => {
     const c = { id: 'cmpl-7', object: 'text_completion', created: 5, model: 'm' };
-    const lp = (o: number, t: string): unknown => ({ text_offset: [o], token_logprobs: [-1], tokens: [t], top_logprobs: [{ [t]: -1 }] });
+    const lp = (o: number, t: string): unknown => ({
+      text_offset: [o],
+      token_logprobs: [-1],
+      tokens: [t],
+      top_logprobs: [{ [t]: -1 }],
+    });
     const out = assemble([
       { ...c, choices: [{ index: 1, text: 'x', logprobs: lp(0, 'x'), finish_reason: null, token_ids: [9] }] },
       { ...c, choices: [{ index: 0, text: 'ab', logprobs: lp(0, 'ab'), finish_reason: null, token_ids: [1] }] },
@@ -71,8 +154,30 @@ describe('ResponseAssembler', () => {
     expect(out).toEqual({
       ...c,
       choices: [
-        { index: 0, text: 'abcd', logprobs: { text_offset: [0, 2], token_logprobs: [-1, -1], tokens: ['ab', 'cd'], top_logprobs: [{ ab: -1 }, { cd: -1 }] }, finish_reason: 'length', token_ids: [1, 2] },
-        { index: 1, text: 'xy', logprobs: { text_offset: [0, 1], token_logprobs: [-1, -1], tokens: ['x', 'y'], top_logprobs: [{ x: -1 }, { y: -1 }] }, finish_reason: 'length', token_ids: [9, 8] },
+        {
+          index: 0,
+          text: 'abcd',
+          logprobs: {
+            text_offset: [0, 2],
+            token_logprobs: [-1, -1],
+            tokens: ['ab', 'cd'],
+            top_logprobs: [{ ab: -1 }, { cd: -1 }],
+          },
+          finish_reason: 'length',
+          token_ids: [1, 2],
+        },
+        {
+          index: 1,
+          text: 'xy',
+          logprobs: {
+            text_offset: [0, 1],
+            token_logprobs: [-1, -1],
+            tokens: ['x', 'y'],
+            top_logprobs: [{ x: -1 }, { y: -1 }],
+          },
+          finish_reason: 'length',
+          token_ids: [9, 8],
+        },
       ],
       usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
     });
@@ -80,6 +185,9 @@ describe('ResponseAssembler', () => {
 
   it('tolerates chunks that are not objects and choices of the wrong shape', () => {
     const out = assemble([null, 'x', { choices: [null, { index: 0, text: 'a' }] }, { choices: 'bad' }]);
-    expect(out).toEqual({ object: 'text_completion', choices: [{ index: 0, text: 'a', logprobs: null, finish_reason: null }] });
+    expect(out).toEqual({
+      object: 'text_completion',
+      choices: [{ index: 0, text: 'a', logprobs: null, finish_reason: null }],
+    });
   });
 });

@@ -97,16 +97,30 @@ describe('vLLM P/D dialect (wire formats 3.2)', () => {
   });
 
   it('a prefill response without kv_transfer_params is KVG_ERR_NO_DISAGGREGATED_PARAMS', () => {
-    for (const bad of [{ choices: [{ finish_reason: 'stop' }] }, { kv_transfer_params: null }, { kv_transfer_params: [1] }, 'text', null]) {
+    for (const bad of [
+      { choices: [{ finish_reason: 'stop' }] },
+      { kv_transfer_params: null },
+      { kv_transfer_params: [1] },
+      'text',
+      null,
+    ]) {
       const err = thrown(() => readVllmPrefillResult(bad, { worker: 'http://p:1' }));
       expect(isKvgateError(err, 'KVG_ERR_NO_DISAGGREGATED_PARAMS')).toBe(true);
       expect(err.retryable).toBe(false);
     }
-    expect(thrown(() => readVllmPrefillResult({ choices: [{ finish_reason: 'stop' }] })).detail).toMatchObject({ finishReason: 'stop', present: false });
+    expect(thrown(() => readVllmPrefillResult({ choices: [{ finish_reason: 'stop' }] })).detail).toMatchObject({
+      finishReason: 'stop',
+      present: false,
+    });
   });
 
   it('rejects an empty request id', () => {
-    expect(isKvgateError(thrown(() => vllmPrefillLegFields({}, { requestId: '' })), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
+    expect(
+      isKvgateError(
+        thrown(() => vllmPrefillLegFields({}, { requestId: '' })),
+        'KVG_ERR_INVALID_ARGUMENT',
+      ),
+    ).toBe(true);
   });
 });
 
@@ -133,7 +147,9 @@ describe('SGLang P/D dialect (wire formats 3.1)', () => {
 
   it('writes the 63-bit room as an exact JSON integer', () => {
     const wire = serializeBody({ prompt: 'p' }, sglangDecodeLegFields({ bootstrap }).fields);
-    expect(wire).toBe('{"prompt":"p","bootstrap_host":"10.0.0.9","bootstrap_port":8998,"bootstrap_room":9223372036854775807}');
+    expect(wire).toBe(
+      '{"prompt":"p","bootstrap_host":"10.0.0.9","bootstrap_port":8998,"bootstrap_room":9223372036854775807}',
+    );
     expect(serializeBody({}, { bootstrap_room: 12n })).toBe('{"bootstrap_room":12}');
     expect(serializeBody({ bootstrap_room: 1 }, { bootstrap_room: 5n })).toBe('{"bootstrap_room":5}');
   });
@@ -157,7 +173,13 @@ describe('SGLang P/D dialect (wire formats 3.1)', () => {
       { ...bootstrap, room: 1.5 },
       { ...bootstrap, room: 2 ** 60 }, // a number past 2^53 has already lost precision
     ];
-    for (const b of bad) expect(isKvgateError(thrown(() => bootstrapFields(b)), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
+    for (const b of bad)
+      expect(
+        isKvgateError(
+          thrown(() => bootstrapFields(b)),
+          'KVG_ERR_INVALID_ARGUMENT',
+        ),
+      ).toBe(true);
     expect(bootstrapFields({ ...bootstrap, room: 0 })['bootstrap_room']).toBe(0n);
   });
 });
@@ -165,13 +187,30 @@ describe('SGLang P/D dialect (wire formats 3.1)', () => {
 describe('data-parallel rank', () => {
   it('vLLM reads the header; SGLang gets the header and routed_dp_rank', () => {
     expect(dpRankLegFields('vllm', 2)).toEqual({ fields: {}, headers: { [DP_RANK_HEADER]: '2' } });
-    expect(dpRankLegFields('sglang', 0)).toEqual({ fields: { routed_dp_rank: 0 }, headers: { 'x-data-parallel-rank': '0' } });
-    expect(isKvgateError(thrown(() => dpRankLegFields('vllm', -1)), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
-    expect(isKvgateError(thrown(() => dpRankLegFields('sglang', 1.5)), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
+    expect(dpRankLegFields('sglang', 0)).toEqual({
+      fields: { routed_dp_rank: 0 },
+      headers: { 'x-data-parallel-rank': '0' },
+    });
+    expect(
+      isKvgateError(
+        thrown(() => dpRankLegFields('vllm', -1)),
+        'KVG_ERR_INVALID_ARGUMENT',
+      ),
+    ).toBe(true);
+    expect(
+      isKvgateError(
+        thrown(() => dpRankLegFields('sglang', 1.5)),
+        'KVG_ERR_INVALID_ARGUMENT',
+      ),
+    ).toBe(true);
   });
 
   it('merges with a P/D leg, later legs winning', () => {
-    const merged = mergeLegFields(dpRankLegFields('sglang', 1), sglangDecodeLegFields({ bootstrap: { host: 'h', port: 1, room: 2 } }), { fields: { routed_dp_rank: 3 }, headers: {} });
+    const merged = mergeLegFields(
+      dpRankLegFields('sglang', 1),
+      sglangDecodeLegFields({ bootstrap: { host: 'h', port: 1, room: 2 } }),
+      { fields: { routed_dp_rank: 3 }, headers: {} },
+    );
     expect(merged.fields).toEqual({ routed_dp_rank: 3, bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: 2n });
     expect(merged.headers).toEqual({ 'x-data-parallel-rank': '1' });
   });
@@ -183,8 +222,18 @@ describe('serializeBody', () => {
     expect(serializeBody(body)).toBe(JSON.stringify(body));
     const cyclic: Record<string, unknown> = {};
     cyclic['self'] = cyclic;
-    expect(isKvgateError(thrown(() => serializeBody(cyclic)), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
-    expect(isKvgateError(thrown(() => serializeBody({}, { nested: { room: 1n } })), 'KVG_ERR_INVALID_ARGUMENT')).toBe(true);
+    expect(
+      isKvgateError(
+        thrown(() => serializeBody(cyclic)),
+        'KVG_ERR_INVALID_ARGUMENT',
+      ),
+    ).toBe(true);
+    expect(
+      isKvgateError(
+        thrown(() => serializeBody({}, { nested: { room: 1n } })),
+        'KVG_ERR_INVALID_ARGUMENT',
+      ),
+    ).toBe(true);
   });
 });
 
@@ -197,9 +246,20 @@ describe('P/D legs over the wire', () => {
   });
 
   it('vLLM: prefill returns the ticket, decode receives it verbatim and streams', async () => {
-    const ticket = { do_remote_prefill: true, do_remote_decode: false, remote_engine_id: 'p0', remote_block_ids: [[4, 5]], remote_host: '127.0.0.1', remote_port: 5600 };
+    const ticket = {
+      do_remote_prefill: true,
+      do_remote_decode: false,
+      remote_engine_id: 'p0',
+      remote_block_ids: [[4, 5]],
+      remote_host: '127.0.0.1',
+      remote_port: 5600,
+    };
     const prefill = await startHttpEngine((_req, res) =>
-      sendJson(res, 200, { choices: [{ index: 0, text: 'a', finish_reason: 'length' }], usage: { prompt_tokens: 9, completion_tokens: 1 }, kv_transfer_params: ticket }),
+      sendJson(res, 200, {
+        choices: [{ index: 0, text: 'a', finish_reason: 'length' }],
+        usage: { prompt_tokens: 9, completion_tokens: 1 },
+        kv_transfer_params: ticket,
+      }),
     );
     const decode = await startHttpEngine((_req, res) => {
       sseHead(res);
@@ -212,14 +272,26 @@ describe('P/D legs over the wire', () => {
     client.addWorker(decode.url);
     const body = { model: 'm', prompt: 'hello', max_tokens: 64, stream: true, stream_options: { include_usage: true } };
     const p = vllmPrefillLegFields(body, { requestId: 'rid-1' });
-    const pre = await client.dispatch(prefill.url, '/v1/completions', body, { stream: false, extraFields: p.fields, headers: p.headers });
+    const pre = await client.dispatch(prefill.url, '/v1/completions', body, {
+      stream: false,
+      extraFields: p.fields,
+      headers: p.headers,
+    });
     const { kvTransferParams } = readVllmPrefillResult(pre.json, { worker: prefill.url });
     const d = vllmDecodeLegFields({ requestId: 'rid-1', kvTransferParams });
-    const stream = await client.dispatch(decode.url, '/v1/completions', body, { stream: true, extraFields: d.fields, headers: d.headers });
+    const stream = await client.dispatch(decode.url, '/v1/completions', body, {
+      stream: true,
+      extraFields: d.fields,
+      headers: d.headers,
+    });
     const texts: unknown[] = [];
     for await (const ev of stream) if (!ev.done) texts.push(ev.json);
     expect(texts).toEqual([{ choices: [{ index: 0, text: 'decoded' }] }]);
-    expect(prefill.requests[0]!.json).toMatchObject({ max_tokens: 1, stream: false, kv_transfer_params: VLLM_PREFILL_KV_TRANSFER_PARAMS });
+    expect(prefill.requests[0]!.json).toMatchObject({
+      max_tokens: 1,
+      stream: false,
+      kv_transfer_params: VLLM_PREFILL_KV_TRANSFER_PARAMS,
+    });
     expect(prefill.requests[0]!.json).not.toHaveProperty('stream_options');
     expect(decode.requests[0]!.json).toEqual({ ...body, kv_transfer_params: ticket });
     expect(prefill.requests[0]!.headers['x-request-id']).toBe('rid-1');
@@ -244,8 +316,19 @@ describe('P/D legs over the wire', () => {
     const room = /"bootstrap_room":(\d+)/;
     expect(prefill.requests[0]!.rawBody.match(room)?.[1]).toBe('4611686018427387951');
     expect(decode.requests[0]!.rawBody.match(room)?.[1]).toBe('4611686018427387951');
-    expect(prefill.requests[0]!.json).toMatchObject({ max_tokens: 1, stream: false, bootstrap_host: '127.0.0.1', bootstrap_port: 8998, routed_dp_rank: 1 });
+    expect(prefill.requests[0]!.json).toMatchObject({
+      max_tokens: 1,
+      stream: false,
+      bootstrap_host: '127.0.0.1',
+      bootstrap_port: 8998,
+      routed_dp_rank: 1,
+    });
     expect(prefill.requests[0]!.headers['x-data-parallel-rank']).toBe('1');
-    expect(decode.requests[0]!.json).toMatchObject({ max_tokens: 64, bootstrap_host: '127.0.0.1', bootstrap_port: 8998, disagg_prefill_dp_rank: 1 });
+    expect(decode.requests[0]!.json).toMatchObject({
+      max_tokens: 64,
+      bootstrap_host: '127.0.0.1',
+      bootstrap_port: 8998,
+      disagg_prefill_dp_rank: 1,
+    });
   });
 });

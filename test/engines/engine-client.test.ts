@@ -1,9 +1,26 @@
 import { createServer } from 'node:net';
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import { EngineClient, EngineHttpError, isMigratable, protocolViolationOf, type DispatchOptions, type EngineEvent, type EngineEventStream } from '../../src/engines/index.js';
+import {
+  EngineClient,
+  EngineHttpError,
+  isMigratable,
+  protocolViolationOf,
+  type DispatchOptions,
+  type EngineEvent,
+  type EngineEventStream,
+} from '../../src/engines/index.js';
 import { KvgateError, isKvgateError, type KvgateErrorCode } from '../../src/errors/index.js';
-import { completionChunk, deferred, sendJson, sseEvent, sseHead, startHttpEngine, until, type HttpEngine } from '../helpers/http-engine.js';
+import {
+  completionChunk,
+  deferred,
+  sendJson,
+  sseEvent,
+  sseHead,
+  startHttpEngine,
+  until,
+  type HttpEngine,
+} from '../helpers/http-engine.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -47,7 +64,13 @@ async function collect(stream: EngineEventStream): Promise<{ events: EngineEvent
   }
 }
 
-function openStream(c: EngineClient, url: string, path: string, body: Record<string, unknown>, opts: DispatchOptions = {}): Promise<EngineEventStream> {
+function openStream(
+  c: EngineClient,
+  url: string,
+  path: string,
+  body: Record<string, unknown>,
+  opts: DispatchOptions = {},
+): Promise<EngineEventStream> {
   return c.dispatch(url, path, body, { ...opts, stream: true });
 }
 
@@ -92,7 +115,8 @@ describe('EngineClient streaming', () => {
     expect(stream.completed).toBe(true);
     expect(stream.counters).toMatchObject({ events: 3, sawDone: true, discardedTailBytes: 0 });
     const t = stream.timings;
-    for (const k of ['connectMs', 'headersMs', 'firstByteMs', 'firstEventMs', 'endMs'] as const) expect(t[k]).toBeTypeOf('number');
+    for (const k of ['connectMs', 'headersMs', 'firstByteMs', 'firstEventMs', 'endMs'] as const)
+      expect(t[k]).toBeTypeOf('number');
     expect(t.connectMs!).toBeLessThanOrEqual(t.headersMs!);
     expect(t.headersMs!).toBeLessThanOrEqual(t.firstByteMs!);
     expect(t.firstEventMs!).toBeLessThanOrEqual(t.endMs!);
@@ -103,7 +127,12 @@ describe('EngineClient streaming', () => {
     const c = client();
     c.addWorker(`${e.url}/`);
     let dispatched = 0;
-    const body = { model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 9, stream_options: { include_usage: true } };
+    const body = {
+      model: 'm',
+      messages: [{ role: 'user', content: 'x' }],
+      max_tokens: 9,
+      stream_options: { include_usage: true },
+    };
     const res = await c.dispatch(e.url, '/v1/chat/completions', body, {
       extraFields: { max_tokens: 1, stream_options: undefined, bootstrap_room: 9223372036854775807n },
       headers: { 'x-request-id': 'req-1', 'x-data-parallel-rank': '3' },
@@ -117,7 +146,9 @@ describe('EngineClient streaming', () => {
     expect(rec.headers['content-type']).toBe('application/json');
     expect(rec.headers['x-request-id']).toBe('req-1');
     expect(rec.headers['x-data-parallel-rank']).toBe('3');
-    expect(rec.rawBody).toBe('{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1,"bootstrap_room":9223372036854775807}');
+    expect(rec.rawBody).toBe(
+      '{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1,"bootstrap_room":9223372036854775807}',
+    );
     expect(body.max_tokens).toBe(9); // the client's body object is not mutated
   });
 
@@ -132,7 +163,11 @@ describe('EngineClient streaming', () => {
     expect(res.kind).toBe('stream');
     if (res.kind === 'stream') expect((await collect(res)).events.map((ev) => ev.done)).toEqual([true]);
     // Without the flag an SSE answer is not the JSON that was expected.
-    expectCode(await rejection(c.dispatch(e.url, '/v1/completions', { stream: false })), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
+    expectCode(
+      await rejection(c.dispatch(e.url, '/v1/completions', { stream: false })),
+      'KVG_ERR_ENGINE_BAD_RESPONSE',
+      false,
+    );
   });
 
   it('prefixes the worker URL base path', async () => {
@@ -144,7 +179,12 @@ describe('EngineClient streaming', () => {
   });
 
   it('passes non-streaming JSON through with its bytes and status', async () => {
-    const payload = { id: 'cmpl-1', choices: [{ text: 'ok' }], usage: { prompt_tokens: 3, completion_tokens: 1 }, kv_transfer_params: { remote_engine_id: 'e' } };
+    const payload = {
+      id: 'cmpl-1',
+      choices: [{ text: 'ok' }],
+      usage: { prompt_tokens: 3, completion_tokens: 1 },
+      kv_transfer_params: { remote_engine_id: 'e' },
+    };
     const e = await engine((_req, res) => sendJson(res, 201, payload, { 'x-kv': 'yes' }));
     const c = client();
     c.addWorker(e.url);
@@ -224,7 +264,11 @@ describe('EngineClient cancellation', () => {
     const e = await engine((_req, res) => sendJson(res, 200, {}));
     const c = client();
     c.addWorker(e.url);
-    expectCode(await rejection(c.dispatch(e.url, '/x', {}, { signal: AbortSignal.abort() })), 'KVG_ERR_CLIENT_ABORTED', false);
+    expectCode(
+      await rejection(c.dispatch(e.url, '/x', {}, { signal: AbortSignal.abort() })),
+      'KVG_ERR_CLIENT_ABORTED',
+      false,
+    );
     expect(e.totalConnections()).toBe(0);
   });
 
@@ -293,7 +337,9 @@ describe('EngineClient failures', () => {
     const c = client();
     c.addWorker(url);
     let dispatched = false;
-    const err = await rejection(c.dispatch(url, '/v1/completions', { stream: true }, { onDispatched: () => (dispatched = true) }));
+    const err = await rejection(
+      c.dispatch(url, '/v1/completions', { stream: true }, { onDispatched: () => (dispatched = true) }),
+    );
     expectCode(err, 'KVG_ERR_ENGINE_UNREACHABLE', true);
     expect(err.detail).toMatchObject({ phase: 'queued', cause: 'ECONNREFUSED' });
     expect(dispatched).toBe(false);
@@ -334,7 +380,8 @@ describe('EngineClient failures', () => {
 
   it('a 4xx keeps the engine status and error body; a 5xx becomes 502 with the upstream status in detail', async () => {
     const e = await engine((req, res) => {
-      if (req.url === '/bad') sendJson(res, 400, { error: { message: 'max_tokens too large', type: 'BadRequestError', code: 400 } });
+      if (req.url === '/bad')
+        sendJson(res, 400, { error: { message: 'max_tokens too large', type: 'BadRequestError', code: 400 } });
       else sendJson(res, 503, { detail: 'engine overloaded' });
     });
     const c = client();
@@ -344,7 +391,9 @@ describe('EngineClient failures', () => {
     expect(bad).toBeInstanceOf(EngineHttpError);
     const http = bad as EngineHttpError;
     expect(http.statusCode).toBe(400);
-    expect(http.upstreamJson).toEqual({ error: { message: 'max_tokens too large', type: 'BadRequestError', code: 400 } });
+    expect(http.upstreamJson).toEqual({
+      error: { message: 'max_tokens too large', type: 'BadRequestError', code: 400 },
+    });
     expect(Buffer.from(http.upstreamBody).toString()).toContain('max_tokens too large');
     expect(http.message).toContain('max_tokens too large');
     await until(() => c.stats()[0]!.free === 1, 5_000, 'socket back in the pool');
@@ -370,7 +419,11 @@ describe('EngineClient failures', () => {
     });
     const c = client({ maxResponseBytes: 1024 });
     c.addWorker(e.url);
-    expectCode(await rejection(c.dispatch(e.url, '/json-for-stream', { stream: true })), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
+    expectCode(
+      await rejection(c.dispatch(e.url, '/json-for-stream', { stream: true })),
+      'KVG_ERR_ENGINE_BAD_RESPONSE',
+      false,
+    );
     expectCode(await rejection(c.dispatch(e.url, '/not-json', {})), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
     expectCode(await rejection(c.dispatch(e.url, '/big', {})), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
     expectCode(await rejection(c.dispatch(e.url, '/redirect', {})), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
@@ -480,7 +533,9 @@ describe('first-byte timeout (issue 13 item 9)', () => {
       /* hang: no headers */
     });
     const t0 = performance.now();
-    const err = await rejection(c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 150 }));
+    const err = await rejection(
+      c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 150 }),
+    );
     expect(isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
     expect(err.statusCode).toBe(504);
     expect(isMigratable(err)).toBe(true);
@@ -492,7 +547,12 @@ describe('first-byte timeout (issue 13 item 9)', () => {
 
   it('headers sent but no event: the stream fails with the first-byte timeout', async () => {
     const { e, c } = await setup((_req, res) => sseHead(res));
-    const stream = await c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 150 });
+    const stream = await c.dispatch(
+      e.url,
+      '/v1/completions',
+      { stream: true },
+      { stream: true, firstByteTimeoutMs: 150 },
+    );
     const { events, error } = await collect(stream);
     expect(events).toHaveLength(0);
     expect(isKvgateError(error, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
@@ -503,7 +563,9 @@ describe('first-byte timeout (issue 13 item 9)', () => {
     const { e, c } = await setup((req, res) => {
       if (req.url === '/fast') sendJson(res, 200, { ok: true });
     });
-    expect((await c.dispatch(e.url, '/fast', {}, { stream: false, firstByteTimeoutMs: 150 })).json).toEqual({ ok: true });
+    expect((await c.dispatch(e.url, '/fast', {}, { stream: false, firstByteTimeoutMs: 150 })).json).toEqual({
+      ok: true,
+    });
     const err = await rejection(c.dispatch(e.url, '/slow', {}, { stream: false, firstByteTimeoutMs: 150 }));
     expect(isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
   });
@@ -516,7 +578,12 @@ describe('stream idle timeout (issue 13 item 9)', () => {
       res.write(sseEvent(completionChunk('a')));
       res.write(sseEvent(completionChunk('b')));
     });
-    const stream = await c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 5_000, streamIdleTimeoutMs: 150 });
+    const stream = await c.dispatch(
+      e.url,
+      '/v1/completions',
+      { stream: true },
+      { stream: true, firstByteTimeoutMs: 5_000, streamIdleTimeoutMs: 150 },
+    );
     const { events, error } = await collect(stream);
     expect(events).toHaveLength(2);
     expect(isKvgateError(error, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')).toBe(true);
@@ -534,13 +601,18 @@ describe('stream idle timeout (issue 13 item 9)', () => {
       }
       res.end('data: [DONE]\n\n');
     });
-    const stream = await c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 150, streamIdleTimeoutMs: 150 });
+    const stream = await c.dispatch(
+      e.url,
+      '/v1/completions',
+      { stream: true },
+      { stream: true, firstByteTimeoutMs: 150, streamIdleTimeoutMs: 150 },
+    );
     const { events, error } = await collect(stream);
     expect(error).toBeUndefined();
     expect(events).toHaveLength(7);
   });
 
-  it('silence while the consumer does not read (socket paused) is not the engine\'s: no idle timeout', async () => {
+  it("silence while the consumer does not read (socket paused) is not the engine's: no idle timeout", async () => {
     const more = deferred();
     const { e, c } = await setup(async (_req, res) => {
       sseHead(res);
@@ -548,7 +620,12 @@ describe('stream idle timeout (issue 13 item 9)', () => {
       await more.promise;
       res.end('data: [DONE]\n\n');
     });
-    const stream = await c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, streamIdleTimeoutMs: 100 });
+    const stream = await c.dispatch(
+      e.url,
+      '/v1/completions',
+      { stream: true },
+      { stream: true, streamIdleTimeoutMs: 100 },
+    );
     // Nothing is read for several idle periods while the events sit in the buffer (high-water mark 2).
     await until(() => stream.counters.events >= 2, 2_000, 'events buffered');
     await new Promise((r) => setTimeout(r, 400)); // the silence under test, not a synchronisation
@@ -565,24 +642,39 @@ describe('answers that are not what was asked (issue 23 items 1 and 3)', () => {
 
   it('a 200 that is not the content type asked for fails at its headers: BAD_RESPONSE, content_type, migratable, no body read', async () => {
     const { e, c } = await setup((req, res) => {
-      const type = { '/html': 'text/html; charset=utf-8', '/json': 'application/json', '/sse': 'text/event-stream', '/none': undefined }[req.url];
+      const type = {
+        '/html': 'text/html; charset=utf-8',
+        '/json': 'application/json',
+        '/sse': 'text/event-stream',
+        '/none': undefined,
+      }[req.url];
       res.writeHead(200, type === undefined ? {} : { 'content-type': type });
       res.end(req.url === '/html' ? HTML : req.url === '/json' ? '{"choices":[]}' : 'data: [DONE]\n\n');
     });
     const cases: [string, boolean, string][] = [
-      ['/html', true, 'text/html'], ['/html', false, 'text/html'], ['/json', true, 'application/json'], ['/sse', false, 'text/event-stream'],
-      ['/none', true, ''], ['/none', false, ''],
+      ['/html', true, 'text/html'],
+      ['/html', false, 'text/html'],
+      ['/json', true, 'application/json'],
+      ['/sse', false, 'text/event-stream'],
+      ['/none', true, ''],
+      ['/none', false, ''],
     ];
     for (const [path, stream, contentType] of cases) {
       const err = await rejection(c.dispatch(e.url, path, { stream }, { stream }));
       expectCode(err, 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
-      expect(err.detail, `${path} stream=${stream}`).toMatchObject({ violation: 'content_type', contentType, migratable: true });
+      expect(err.detail, `${path} stream=${stream}`).toMatchObject({
+        violation: 'content_type',
+        contentType,
+        migratable: true,
+      });
       expect(protocolViolationOf(err)).toBe('content_type');
       expect(isMigratable(err)).toBe(true);
     }
     // The answers asked for, with parameters and any case, still pass.
     const ok = await startHttpEngine((req, res) => {
-      res.writeHead(200, { 'content-type': req.url === '/sse' ? 'Text/Event-Stream; charset=UTF-8' : 'application/vnd.api+json' });
+      res.writeHead(200, {
+        'content-type': req.url === '/sse' ? 'Text/Event-Stream; charset=UTF-8' : 'application/vnd.api+json',
+      });
       res.end(req.url === '/sse' ? 'data: [DONE]\n\n' : '{"ok":true}');
     });
     cleanups.push(() => ok.close());
@@ -595,7 +687,13 @@ describe('answers that are not what was asked (issue 23 items 1 and 3)', () => {
     const { e, c } = await setup((req, res) => {
       sseHead(res);
       res.write(sseEvent(completionChunk('Hel')));
-      res.end(req.url === '/cut' ? 'data: {"id":"cmpl-test","choices":[{"te' : req.url === '/after-done' ? 'data: [DONE]\n\ndata: {"x' : ': keep-alive');
+      res.end(
+        req.url === '/cut'
+          ? 'data: {"id":"cmpl-test","choices":[{"te'
+          : req.url === '/after-done'
+            ? 'data: [DONE]\n\ndata: {"x'
+            : ': keep-alive',
+      );
     });
     const cut = await collect(await openStream(c, e.url, '/cut', {}));
     expect(cut.events.map((ev) => ev.data)).toEqual([JSON.stringify(completionChunk('Hel'))]);
@@ -607,7 +705,10 @@ describe('answers that are not what was asked (issue 23 items 1 and 3)', () => {
     expect((await collect(afterDone)).error).toBeUndefined();
     expect(afterDone.counters.discardedTailBytes).toBe(9);
     const comment = await openStream(c, e.url, '/comment', {});
-    expect(await collect(comment)).toMatchObject({ error: undefined, events: [{ data: JSON.stringify(completionChunk('Hel')) }] });
+    expect(await collect(comment)).toMatchObject({
+      error: undefined,
+      events: [{ data: JSON.stringify(completionChunk('Hel')) }],
+    });
   });
 
   it('CR-only events arrive as separate events, forwarded with LF line ends', async () => {
@@ -618,7 +719,11 @@ describe('answers that are not what was asked (issue 23 items 1 and 3)', () => {
     });
     const { events, error } = await collect(await openStream(c, e.url, '/v1/completions', {}));
     expect(error).toBeUndefined();
-    expect(events.map((ev) => ev.raw.toString())).toEqual(['data: {"n":1}\n\n', 'data: {"n":2}\n\n', 'data: [DONE]\n\n']);
+    expect(events.map((ev) => ev.raw.toString())).toEqual([
+      'data: {"n":1}\n\n',
+      'data: {"n":2}\n\n',
+      'data: [DONE]\n\n',
+    ]);
     expect(events.map((ev) => ev.json)).toEqual([{ n: 1 }, { n: 2 }, undefined]);
   });
 });

@@ -18,7 +18,13 @@ const MIGRATABLE: readonly KvgateErrorCode[] = [
 const ctx = { worker: 'worker 1', path: '/v1/completions' };
 
 function httpError(status: number): EngineHttpError {
-  return new EngineHttpError(ctx, status, { 'content-type': 'application/json' }, new TextEncoder().encode('{"error":"x"}'), false);
+  return new EngineHttpError(
+    ctx,
+    status,
+    { 'content-type': 'application/json' },
+    new TextEncoder().encode('{"error":"x"}'),
+    false,
+  );
 }
 
 describe('isMigratable', () => {

@@ -46,7 +46,10 @@ describe('LegTimers', () => {
   });
 
   // Shorter and longer than the idle deadline: the first timer sleeps for the shorter one, the deadline stays its own.
-  for (const [firstByteMs, idleMs] of [[50, 1_000], [120, 40]] as const) {
+  for (const [firstByteMs, idleMs] of [
+    [50, 1_000],
+    [120, 40],
+  ] as const) {
     it(`a first-byte deadline of ${firstByteMs} ms (idle ${idleMs} ms) expires at its own time, as a first-byte timeout`, async () => {
       let expired: KvgateError | undefined;
       const start = performance.now();

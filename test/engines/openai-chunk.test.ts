@@ -3,7 +3,9 @@ import { readChunkInfo } from '../../src/engines/index.js';
 
 describe('readChunkInfo', () => {
   it('a role-only first chat chunk has no output', () => {
-    expect(readChunkInfo({ choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] })).toEqual({
+    expect(
+      readChunkInfo({ choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] }),
+    ).toEqual({
       outputChoices: 0,
       tokenIds: undefined,
       finishReason: undefined,
@@ -29,19 +31,38 @@ describe('readChunkInfo', () => {
 
   it('reads the finish reason and usage with cached tokens (final usage-only chunk)', () => {
     expect(readChunkInfo({ choices: [{ index: 0, text: '.', finish_reason: 'stop' }] }).finishReason).toBe('stop');
-    const info = readChunkInfo({ choices: [], usage: { prompt_tokens: 100, completion_tokens: 7, prompt_tokens_details: { cached_tokens: 64 } } });
+    const info = readChunkInfo({
+      choices: [],
+      usage: { prompt_tokens: 100, completion_tokens: 7, prompt_tokens_details: { cached_tokens: 64 } },
+    });
     expect(info.usage).toEqual({ promptTokens: 100, completionTokens: 7, cachedTokens: 64 });
     expect(info.outputChoices).toBe(0);
   });
 
   it('reads a whole non-streaming response the same way', () => {
-    const info = readChunkInfo({ choices: [{ index: 0, message: { role: 'assistant', content: 'done' }, finish_reason: 'length' }], usage: { prompt_tokens: 3 } });
-    expect(info).toMatchObject({ outputChoices: 1, finishReason: 'length', usage: { promptTokens: 3, completionTokens: undefined, cachedTokens: undefined } });
+    const info = readChunkInfo({
+      choices: [{ index: 0, message: { role: 'assistant', content: 'done' }, finish_reason: 'length' }],
+      usage: { prompt_tokens: 3 },
+    });
+    expect(info).toMatchObject({
+      outputChoices: 1,
+      finishReason: 'length',
+      usage: { promptTokens: 3, completionTokens: undefined, cachedTokens: undefined },
+    });
   });
 
   it('surfaces an in-stream error and tolerates garbage', () => {
     expect(readChunkInfo({ error: { message: 'boom', code: 500 } }).error).toEqual({ message: 'boom', code: 500 });
-    for (const junk of [undefined, null, 'x', 3, [1], { choices: 'no' }, { choices: [null, 1] }, { usage: { prompt_tokens: 'a' } }]) {
+    for (const junk of [
+      undefined,
+      null,
+      'x',
+      3,
+      [1],
+      { choices: 'no' },
+      { choices: [null, 1] },
+      { usage: { prompt_tokens: 'a' } },
+    ]) {
       const info = readChunkInfo(junk);
       expect(info.outputChoices).toBe(0);
       expect(info.usage?.promptTokens).toBeUndefined();

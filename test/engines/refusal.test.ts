@@ -9,10 +9,11 @@ import { REFUSAL_MESSAGE_MAX_BYTES, redactAddresses } from '../../src/engines/re
 import { sendJson, startHttpEngine } from '../helpers/http-engine.js';
 
 const WORKER = 'http://vllm-3.gpu.internal:8000';
-const body = (json: unknown, status = 400, text?: string): ReturnType<typeof refusalBody> => refusalBody({ status, json, text, worker: WORKER }, 3);
+const body = (json: unknown, status = 400, text?: string): ReturnType<typeof refusalBody> =>
+  refusalBody({ status, json, text, worker: WORKER }, 3);
 
 describe('refusalBody', () => {
-  it('carries the engine message of each error shape vLLM, SGLang and FastAPI answer with, under kvgate\'s code', () => {
+  it("carries the engine message of each error shape vLLM, SGLang and FastAPI answer with, under kvgate's code", () => {
     const message = "This model's maximum context length is 64 tokens.";
     const cases: [unknown, string | null][] = [
       [{ error: { message, type: 'BadRequestError', param: 'messages', code: 400 } }, 'messages'],
@@ -21,18 +22,34 @@ describe('refusalBody', () => {
       [{ detail: message }, null],
     ];
     for (const [json, param] of cases) {
-      expect(body(json)).toEqual({ error: { message, type: 'invalid_request_error', param, code: 'KVG_ERR_ENGINE_REJECTED' } });
+      expect(body(json)).toEqual({
+        error: { message, type: 'invalid_request_error', param, code: 'KVG_ERR_ENGINE_REJECTED' },
+      });
     }
-    expect(body({ detail: [{ loc: ['body', 'max_tokens'], msg: 'Input should be greater than 0' }, { loc: ['body'], msg: 'bad' }] }, 422).error.message)
-      .toBe('max_tokens: Input should be greater than 0; bad');
+    expect(
+      body(
+        {
+          detail: [
+            { loc: ['body', 'max_tokens'], msg: 'Input should be greater than 0' },
+            { loc: ['body'], msg: 'bad' },
+          ],
+        },
+        422,
+      ).error.message,
+    ).toBe('max_tokens: Input should be greater than 0; bad');
     expect(body(undefined, 403, 'forbidden by policy\n').error.message).toBe('forbidden by policy');
   });
 
-  it('an answer without a message (a proxy page, a body cut short) gets kvgate\'s sentence naming the worker and status', () => {
+  it("an answer without a message (a proxy page, a body cut short) gets kvgate's sentence naming the worker and status", () => {
     expect(body(undefined, 413).error).toEqual({
-      message: 'the engine of worker 3 refused the request (HTTP 413)', type: 'invalid_request_error', param: null, code: 'KVG_ERR_ENGINE_REJECTED',
+      message: 'the engine of worker 3 refused the request (HTTP 413)',
+      type: 'invalid_request_error',
+      param: null,
+      code: 'KVG_ERR_ENGINE_REJECTED',
     });
-    expect(body({ error: { message: '   ' } }).error.message).toBe('the engine of worker 3 refused the request (HTTP 400)');
+    expect(body({ error: { message: '   ' } }).error.message).toBe(
+      'the engine of worker 3 refused the request (HTTP 400)',
+    );
     expect(body({ unrelated: true }).error.message).toBe('the engine of worker 3 refused the request (HTTP 400)');
   });
 
@@ -42,18 +59,37 @@ describe('refusalBody', () => {
     expect(body({ error: { message: 'x', param: 7 } }).error.param).toBeNull();
   });
 
-  it('redacts URLs, IP literals, host:port and the worker\'s own host however written', () => {
+  it("redacts URLs, IP literals, host:port and the worker's own host however written", () => {
     const said = [
-      'upstream http://10.1.2.3:8000/v1/completions failed', 'peer 192.168.0.7:29500', 'ipv4 10.0.0.9', 'v6 [fd00::12]:8000',
-      'svc vllm-0.vllm.default.svc.cluster.local:8000', 'local localhost:8000', 'self VLLM-3.gpu.internal and vllm-3.gpu.internal:8000',
-      'grpc://decode-1:7000', '(see http://h.example/x/y?z=1), then ws://10.0.0.1:9.', 'kept: max_tokens must be <= 4096',
+      'upstream http://10.1.2.3:8000/v1/completions failed',
+      'peer 192.168.0.7:29500',
+      'ipv4 10.0.0.9',
+      'v6 [fd00::12]:8000',
+      'svc vllm-0.vllm.default.svc.cluster.local:8000',
+      'local localhost:8000',
+      'self VLLM-3.gpu.internal and vllm-3.gpu.internal:8000',
+      'grpc://decode-1:7000',
+      '(see http://h.example/x/y?z=1), then ws://10.0.0.1:9.',
+      'kept: max_tokens must be <= 4096',
     ].join(' | ');
-    expect(redactAddresses(said, WORKER)).toBe([
-      'upstream [address] failed', 'peer [address]', 'ipv4 [address]', 'v6 [address]', 'svc [address]', 'local [address]',
-      'self [address] and [address]', '[address]', '(see [address]), then [address].', 'kept: max_tokens must be <= 4096',
-    ].join(' | '));
+    expect(redactAddresses(said, WORKER)).toBe(
+      [
+        'upstream [address] failed',
+        'peer [address]',
+        'ipv4 [address]',
+        'v6 [address]',
+        'svc [address]',
+        'local [address]',
+        'self [address] and [address]',
+        '[address]',
+        '(see [address]), then [address].',
+        'kept: max_tokens must be <= 4096',
+      ].join(' | '),
+    );
     // A bare short host name is the worker's own only when it is its host.
-    expect(redactAddresses('reach decode-1 at decode-1:8000', 'http://decode-1:8000')).toBe('reach [address] at [address]');
+    expect(redactAddresses('reach decode-1 at decode-1:8000', 'http://decode-1:8000')).toBe(
+      'reach [address] at [address]',
+    );
     expect(redactAddresses('reach decode-1', WORKER)).toBe('reach decode-1');
   });
 
@@ -74,21 +110,29 @@ describe('refusalBody', () => {
 });
 
 describe('EngineHttpError.refusal', () => {
-  it('reads the engine\'s answer: JSON parsed, plain text kept, anything else (HTML) gives no message', async () => {
+  it("reads the engine's answer: JSON parsed, plain text kept, anything else (HTML) gives no message", async () => {
     const e = await startHttpEngine((req, res) => {
       if (req.url === '/json') return sendJson(res, 400, { error: { message: 'bad max_tokens' } });
-      res.writeHead(req.url === '/text' ? 422 : 403, { 'content-type': req.url === '/text' ? 'text/plain; charset=utf-8' : 'text/html' });
+      res.writeHead(req.url === '/text' ? 422 : 403, {
+        'content-type': req.url === '/text' ? 'text/plain; charset=utf-8' : 'text/html',
+      });
       res.end(req.url === '/text' ? 'max_tokens must be positive' : '<html><body>403 Forbidden</body></html>');
     });
     const c = new EngineClient();
     c.addWorker(e.url);
     try {
-      const refused = async (path: string): Promise<EngineHttpError> => c.dispatch(e.url, path, {}).then(() => {
-        throw new Error('expected a refusal');
-      }, (err: unknown) => err as EngineHttpError);
+      const refused = async (path: string): Promise<EngineHttpError> =>
+        c.dispatch(e.url, path, {}).then(
+          () => {
+            throw new Error('expected a refusal');
+          },
+          (err: unknown) => err as EngineHttpError,
+        );
       expect(refusalBody((await refused('/json')).refusal, 1).error.message).toBe('bad max_tokens');
       expect(refusalBody((await refused('/text')).refusal, 1).error.message).toBe('max_tokens must be positive');
-      expect(refusalBody((await refused('/html')).refusal, 1).error.message).toBe('the engine of worker 1 refused the request (HTTP 403)');
+      expect(refusalBody((await refused('/html')).refusal, 1).error.message).toBe(
+        'the engine of worker 1 refused the request (HTTP 403)',
+      );
       expect((await refused('/json')).refusal).toMatchObject({ status: 400, worker: e.url });
     } finally {
       await c.close({ force: true });

@@ -43,13 +43,15 @@ describe('serializeBody', () => {
     });
   }
 
-  it('a body parsed from the client\'s text is sent as that text, with the new members after it', () => {
+  it("a body parsed from the client's text is sent as that text, with the new members after it", () => {
     const text = '{ "model" : "m",\n  "messages": [{"role":"user","content":"caf\\u00e9"}], "max_tokens": 1 }\n';
     const body = JSON.parse(text) as Record<string, unknown>;
     rememberJsonText(body, text);
     const sent = serializeBody(body, { stream: true, bootstrap_room: 7n });
     // The client's own bytes (spacing, escapes) up to its closing brace, then kvgate's members.
-    expect(sent).toBe('{ "model" : "m",\n  "messages": [{"role":"user","content":"caf\\u00e9"}], "max_tokens": 1 ,"stream":true,"bootstrap_room":7}');
+    expect(sent).toBe(
+      '{ "model" : "m",\n  "messages": [{"role":"user","content":"caf\\u00e9"}], "max_tokens": 1 ,"stream":true,"bootstrap_room":7}',
+    );
     expect(JSON.parse(sent)).toEqual({ ...body, stream: true, bootstrap_room: 7 });
     expect(serializeBody(body)).toBe(text.trimEnd());
     // A field that replaces a member goes through the merged copy, which has no text of its own.

@@ -44,7 +44,8 @@ function reference(input: Buffer): { events: Ev[]; discarded: number } {
     let line = str.slice(pos, nl);
     if (line.endsWith('\r')) line = line.slice(0, -1);
     if (line === '') {
-      if (b.data !== undefined) events.push({ raw: s.subarray(blockStart, nl + 1).toString('latin1'), data: b.data, event: b.event, id: b.id });
+      if (b.data !== undefined)
+        events.push({ raw: s.subarray(blockStart, nl + 1).toString('latin1'), data: b.data, event: b.event, id: b.id });
       b = { data: undefined, event: undefined, id: undefined };
       blockStart = nl + 1;
     } else {
@@ -153,7 +154,21 @@ describe('SseParser', () => {
 
   it('matches the reference under seeded random chunking of generated streams', () => {
     const rng = mulberry32(0x5eed);
-    const pieces = ['data: ', 'data:', ': c', 'event: e', 'id: 1', 'x', '{"k":"✓"}', '[DONE]', '\n', '\r\n', '\n\n', '\r\n\r\n', 'retry: 5'];
+    const pieces = [
+      'data: ',
+      'data:',
+      ': c',
+      'event: e',
+      'id: 1',
+      'x',
+      '{"k":"✓"}',
+      '[DONE]',
+      '\n',
+      '\r\n',
+      '\n\n',
+      '\r\n\r\n',
+      'retry: 5',
+    ];
     for (let round = 0; round < 300; round++) {
       const buf = randomStream(rng, pieces);
       const ref = reference(buf);
@@ -172,7 +187,9 @@ describe('SseParser', () => {
 
   it('handles a BOM split across the first chunks', () => {
     const buf = Buffer.from('\ufeffdata: x\n\n', 'utf8');
-    expect(parseChunks([buf.subarray(0, 1), buf.subarray(1, 2), buf.subarray(2)]).events.map((e) => e.data)).toEqual(['x']);
+    expect(parseChunks([buf.subarray(0, 1), buf.subarray(1, 2), buf.subarray(2)]).events.map((e) => e.data)).toEqual([
+      'x',
+    ]);
     expect(parseChunks([Buffer.from([0xef]), Buffer.from('data: y\n\n')]).events).toEqual([]);
   });
 
@@ -212,7 +229,8 @@ function specReference(input: Buffer): { events: Ev[]; discarded: number } {
     if (m[0] === '\r') bareCr = true;
     if (line === '') {
       const block = str.slice(blockStart, pos);
-      if (b.data !== undefined) events.push({ raw: bareCr ? block.replace(/\r\n|\r/g, '\n') : block, data: b.data, event: b.event, id: b.id });
+      if (b.data !== undefined)
+        events.push({ raw: bareCr ? block.replace(/\r\n|\r/g, '\n') : block, data: b.data, event: b.event, id: b.id });
       b = { data: undefined, event: undefined, id: undefined };
       bareCr = false;
       blockStart = pos;
@@ -237,8 +255,15 @@ describe('SseParser: CRLF, LF and CR line ends (issue 23 item 4)', () => {
   it('LF, CRLF and CR streams give the same events; LF and CRLF blocks are forwarded exactly', () => {
     const lines = ['event: e', 'id: 7', 'data: {"k":1}', 'data: two', ''];
     const parsed = ['\n', '\r\n', '\r'].map((end) => parseChunks([Buffer.from(lines.join(end) + end)]).events);
-    for (const events of parsed) expect(events.map(({ data, event, id }) => ({ data, event, id }))).toEqual([{ data: '{"k":1}\ntwo', event: 'e', id: '7' }]);
-    expect(parsed.map((events) => events[0]!.raw)).toEqual([lines.join('\n') + '\n', lines.join('\r\n') + '\r\n', lines.join('\n') + '\n']);
+    for (const events of parsed)
+      expect(events.map(({ data, event, id }) => ({ data, event, id }))).toEqual([
+        { data: '{"k":1}\ntwo', event: 'e', id: '7' },
+      ]);
+    expect(parsed.map((events) => events[0]!.raw)).toEqual([
+      lines.join('\n') + '\n',
+      lines.join('\r\n') + '\r\n',
+      lines.join('\n') + '\n',
+    ]);
   });
 
   it('a CR ending one read and an LF starting the next are one CRLF, not two line ends', () => {
@@ -256,7 +281,10 @@ describe('SseParser: CRLF, LF and CR line ends (issue 23 item 4)', () => {
   });
 
   it('gives the spec reference for every pair of split points of a stream mixing the three line ends', () => {
-    const sample = Buffer.from('data: a\rdata: ✓\r\r: c\r\rdata: b\r\n\r\nevent: e\rid: 1\rdata: d\r\rdata: f\n\ndata: 日\r\n\r\ndata: tail', 'utf8');
+    const sample = Buffer.from(
+      'data: a\rdata: ✓\r\r: c\r\rdata: b\r\n\r\nevent: e\rid: 1\rdata: d\r\rdata: f\n\ndata: 日\r\n\r\ndata: tail',
+      'utf8',
+    );
     const ref = specReference(sample);
     expect(ref.events.map((e) => e.data)).toEqual(['a\n✓', 'b', 'd', 'f', '日']);
     for (let i = 0; i <= sample.length; i++) {
@@ -266,7 +294,22 @@ describe('SseParser: CRLF, LF and CR line ends (issue 23 item 4)', () => {
 
   it('matches the spec reference under seeded random chunking; every forwarded event reads the same with LF alone', () => {
     const rng = mulberry32(0xc12);
-    const pieces = ['data: ', 'data:', ': c', 'event: e', 'id: 1', 'x', '{"k":"✓"}', '[DONE]', '\n', '\r\n', '\r', '\r\r', '\n\n', 'retry: 5'];
+    const pieces = [
+      'data: ',
+      'data:',
+      ': c',
+      'event: e',
+      'id: 1',
+      'x',
+      '{"k":"✓"}',
+      '[DONE]',
+      '\n',
+      '\r\n',
+      '\r',
+      '\r\r',
+      '\n\n',
+      'retry: 5',
+    ];
     for (let round = 0; round < 400; round++) {
       const buf = randomStream(rng, pieces);
       const ref = specReference(buf);

@@ -11,8 +11,13 @@ import { EngineEventStream, kEnd, kFeed } from '../../src/engines/engine-stream.
 function stream(): { s: EngineEventStream; paused: () => boolean } {
   let paused = false;
   const s = new EngineEventStream(
-    { status: 200, headers: {}, timings: { startedAt: 0, connectMs: 0, headersMs: 0, firstByteMs: 0, firstEventMs: undefined, endMs: undefined },
-      highWaterMark: 4, maxEventBytes: 1 << 20 },
+    {
+      status: 200,
+      headers: {},
+      timings: { startedAt: 0, connectMs: 0, headersMs: 0, firstByteMs: 0, firstEventMs: undefined, endMs: undefined },
+      highWaterMark: 4,
+      maxEventBytes: 1 << 20,
+    },
     { pause: () => (paused = true), resume: () => (paused = false), cancel: () => undefined },
   );
   return { s, paused: () => paused };
@@ -21,8 +26,13 @@ function stream(): { s: EngineEventStream; paused: () => boolean } {
 const sse = (data: string[]): Buffer => Buffer.from(data.map((d) => `data: ${d}\n\n`).join(''));
 
 function chunk(content: unknown, extra: Record<string, unknown> = {}, delta: Record<string, unknown> = {}): string {
-  return JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm',
-    choices: [{ index: 0, delta: { ...delta, content }, logprobs: null, finish_reason: null, ...extra }] });
+  return JSON.stringify({
+    id: 'chatcmpl-1',
+    object: 'chat.completion.chunk',
+    created: 7,
+    model: 'm',
+    choices: [{ index: 0, delta: { ...delta, content }, logprobs: null, finish_reason: null, ...extra }],
+  });
 }
 
 describe('EngineEventStream batches', () => {
@@ -64,7 +74,14 @@ describe('plain chunks (read without parsing)', () => {
     chunk('y', { token_ids: [5] }),
     chunk('z'),
     chunk('end', { finish_reason: 'stop' }),
-    JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', choices: [], usage: { prompt_tokens: 3, completion_tokens: 9, total_tokens: 12 } }),
+    JSON.stringify({
+      id: 'chatcmpl-1',
+      object: 'chat.completion.chunk',
+      created: 7,
+      model: 'm',
+      choices: [],
+      usage: { prompt_tokens: 3, completion_tokens: 9, total_tokens: 12 },
+    }),
     JSON.stringify({ error: { message: 'boom', code: 500 } }),
     'not json',
     '[DONE]',
@@ -90,10 +107,29 @@ describe('plain chunks (read without parsing)', () => {
     });
     // 'lo', ' wor', the non-ASCII text, 'x' and 'z' have the shape of an earlier chunk; text with quotes, escapes or
     // nothing, token ids, a finish reason, usage, an error and non-JSON never do.
-    expect(plain).toEqual([false, false, true, true, true, false, false, false, false, true, false, false, true, false, false, false, false, false]);
+    expect(plain).toEqual([
+      false,
+      false,
+      true,
+      true,
+      true,
+      false,
+      false,
+      false,
+      false,
+      true,
+      false,
+      false,
+      true,
+      false,
+      false,
+      false,
+      false,
+      false,
+    ]);
   });
 
-  it('a chunk whose text reaches into its shape\'s prefix or suffix is parsed', () => {
+  it("a chunk whose text reaches into its shape's prefix or suffix is parsed", () => {
     const { s } = stream();
     const it = s.batches();
     const a = chunk('a');

@@ -1,8 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import { encode } from '@msgpack/msgpack';
 import {
-  decodeKvEventBatch, parseEventFrames, normaliseHash, mediumToTier, readSeq, encodeSeq, REPLAY_END_SEQ,
-  type KvEventBatch, type StoredBlocksEvent, type RemovedBlocksEvent,
+  decodeKvEventBatch,
+  parseEventFrames,
+  normaliseHash,
+  mediumToTier,
+  readSeq,
+  encodeSeq,
+  REPLAY_END_SEQ,
+  type KvEventBatch,
+  type StoredBlocksEvent,
+  type RemovedBlocksEvent,
 } from '../../src/events/index.js';
 import { encodeBatch, ENCODINGS } from '../helpers/zmq-publisher.js';
 
@@ -26,7 +34,9 @@ const HEADER = '93 cb 3ff8000000000000 91';
 
 describe('vLLM golden bytes (engine-wire-formats.md 1.5)', () => {
   it('(a) legacy positional BlockStored, 52 bytes', () => {
-    const b = bytes(`${HEADER} 9c ab "BlockStored" 91 cf deadbeef12345678 c0 94 01 02 03 04 04 c0 a3 "GPU" c0 c0 c0 c0 c0 00`);
+    const b = bytes(
+      `${HEADER} 9c ab "BlockStored" 91 cf deadbeef12345678 c0 94 01 02 03 04 04 c0 a3 "GPU" c0 c0 c0 c0 c0 00`,
+    );
     expect(b.length).toBe(52);
     const batch = ok(b);
     expect(batch.ts).toBe(1.5);
@@ -57,18 +67,31 @@ describe('vLLM golden bytes (engine-wire-formats.md 1.5)', () => {
   });
 
   it('(b) map-encoded BlockStored, 175 bytes', () => {
-    const b = bytes(`${HEADER} 8a a4 "type" ab "BlockStored" ac "block_hashes" 91 cf deadbeef12345678 b1 "parent_block_hash" c0 `
-      + `a9 "token_ids" 94 01 02 03 04 aa "block_size" 04 a7 "lora_id" c0 a6 "medium" a3 "GPU" a9 "lora_name" c0 `
-      + `a9 "group_idx" 00 b2 "kv_cache_spec_kind" ae "full_attention" 00`);
+    const b = bytes(
+      `${HEADER} 8a a4 "type" ab "BlockStored" ac "block_hashes" 91 cf deadbeef12345678 b1 "parent_block_hash" c0 ` +
+        `a9 "token_ids" 94 01 02 03 04 aa "block_size" 04 a7 "lora_id" c0 a6 "medium" a3 "GPU" a9 "lora_name" c0 ` +
+        `a9 "group_idx" 00 b2 "kv_cache_spec_kind" ae "full_attention" 00`,
+    );
     expect(b.length).toBe(175);
     const ev = ok(b).events[0] as StoredBlocksEvent;
     expect([...ev.blockHashes]).toEqual([0xdeadbeef12345678n]);
     expect([...ev.tokenIds]).toEqual([1, 2, 3, 4]);
-    expect(ev).toMatchObject({ type: 'stored', parentHash: null, blockSize: 4, tier: 'device', groupIdx: 0, loraName: undefined });
+    expect(ev).toMatchObject({
+      type: 'stored',
+      parentHash: null,
+      blockSize: 4,
+      tier: 'device',
+      groupIdx: 0,
+      loraName: undefined,
+    });
   });
 
   it('map BlockRemoved and AllBlocksCleared', () => {
-    const rm = ok(bytes(`${HEADER} 84 a4 "type" ac "BlockRemoved" ac "block_hashes" 91 07 a6 "medium" a3 "GPU" a9 "group_idx" 00 00`));
+    const rm = ok(
+      bytes(
+        `${HEADER} 84 a4 "type" ac "BlockRemoved" ac "block_hashes" 91 07 a6 "medium" a3 "GPU" a9 "group_idx" 00 00`,
+      ),
+    );
     expect(rm.events[0]).toMatchObject({ type: 'removed', tier: 'device', groupIdx: 0 });
     expect([...(rm.events[0] as RemovedBlocksEvent).blockHashes]).toEqual([7n]);
     expect(ok(bytes(`${HEADER} 81 a4 "type" b0 "AllBlocksCleared" 00`)).events).toEqual([{ type: 'cleared' }]);
@@ -83,10 +106,28 @@ describe('vLLM golden bytes (engine-wire-formats.md 1.5)', () => {
   });
 
   it('the real-world v0.26 sample shape (kthena#1535): u64 above 2^63 keeps every bit', () => {
-    const payload = encode([1789095808.83, [{
-      type: 'BlockStored', block_hashes: [15760518052499183552n], parent_block_hash: null, token_ids: Array.from({ length: 16 }, (_, i) => 1000 + i),
-      block_size: 16, lora_id: null, medium: 'GPU', lora_name: null, extra_keys: [null], group_idx: 0, kv_cache_spec_kind: 'full_attention',
-    }], 0], { useBigInt64: true });
+    const payload = encode(
+      [
+        1789095808.83,
+        [
+          {
+            type: 'BlockStored',
+            block_hashes: [15760518052499183552n],
+            parent_block_hash: null,
+            token_ids: Array.from({ length: 16 }, (_, i) => 1000 + i),
+            block_size: 16,
+            lora_id: null,
+            medium: 'GPU',
+            lora_name: null,
+            extra_keys: [null],
+            group_idx: 0,
+            kv_cache_spec_kind: 'full_attention',
+          },
+        ],
+        0,
+      ],
+      { useBigInt64: true },
+    );
     const ev = ok(payload).events[0] as StoredBlocksEvent;
     expect([...ev.blockHashes]).toEqual([15760518052499183552n]);
     expect(ev.tokenIds.length).toBe(16);
@@ -100,9 +141,26 @@ describe('vLLM golden bytes (engine-wire-formats.md 1.5)', () => {
   });
 
   it('positional arrays of every length from the oldest (tag + 4) to newer (tag + 15) decode alike', () => {
-    const fields: unknown[] = [[5], 9, [1, 2], 2, null, 'GPU', 'lora-x', null, 0, 'full_attention', null, 'LOCAL', null, 's', 1];
+    const fields: unknown[] = [
+      [5],
+      9,
+      [1, 2],
+      2,
+      null,
+      'GPU',
+      'lora-x',
+      null,
+      0,
+      'full_attention',
+      null,
+      'LOCAL',
+      null,
+      's',
+      1,
+    ];
     for (let n = 4; n <= fields.length; n++) {
-      const ev = ok(encode([1.5, [['BlockStored', ...fields.slice(0, n)]]], { useBigInt64: true })).events[0] as StoredBlocksEvent;
+      const ev = ok(encode([1.5, [['BlockStored', ...fields.slice(0, n)]]], { useBigInt64: true }))
+        .events[0] as StoredBlocksEvent;
       expect(ev.parentHash).toBe(9n);
       expect([...ev.tokenIds]).toEqual([1, 2]);
       expect(ev.loraName).toBe(n >= 7 ? 'lora-x' : undefined);
@@ -113,16 +171,32 @@ describe('vLLM golden bytes (engine-wire-formats.md 1.5)', () => {
 
   it('extra_keys digests become per-block multimodal hashes (first 16 hex digits)', () => {
     const d = 'ab'.repeat(32);
-    const ev = ok(encode([1.5, [{ type: 'BlockStored', block_hashes: [1, 2], parent_block_hash: null, token_ids: [1, 2, 3, 4], block_size: 2,
-      extra_keys: [null, [d, 'lora-or-salt']] }], 0])).events[0] as StoredBlocksEvent;
+    const ev = ok(
+      encode([
+        1.5,
+        [
+          {
+            type: 'BlockStored',
+            block_hashes: [1, 2],
+            parent_block_hash: null,
+            token_ids: [1, 2, 3, 4],
+            block_size: 2,
+            extra_keys: [null, [d, 'lora-or-salt']],
+          },
+        ],
+        0,
+      ]),
+    ).events[0] as StoredBlocksEvent;
     expect(ev.mmHashes).toEqual([undefined, [0xababababababababn]]);
   });
 });
 
 describe('SGLang flavour (engine-wire-formats.md 2)', () => {
   it('map-form BlockStored, 123 bytes: signed int64 hash normalised to u64', () => {
-    const b = bytes(`${HEADER} 88 a4 "type" ab "BlockStored" ac "block_hashes" 91 fb b1 "parent_block_hash" c0 a9 "token_ids" 92 01 02 `
-      + `aa "block_size" 02 a7 "lora_id" c0 a6 "medium" a3 "GPU" aa "session_id" a2 "s1" 00`);
+    const b = bytes(
+      `${HEADER} 88 a4 "type" ab "BlockStored" ac "block_hashes" 91 fb b1 "parent_block_hash" c0 a9 "token_ids" 92 01 02 ` +
+        `aa "block_size" 02 a7 "lora_id" c0 a6 "medium" a3 "GPU" aa "session_id" a2 "s1" 00`,
+    );
     expect(b.length).toBe(123);
     const ev = ok(b).events[0] as StoredBlocksEvent;
     expect([...ev.blockHashes]).toEqual([(1n << 64n) - 5n]);
@@ -131,14 +205,17 @@ describe('SGLang flavour (engine-wire-formats.md 2)', () => {
   });
 
   it('legacy salted BlockStored: the 8th element is {cache_salt}, not a lora_name', () => {
-    const ev = ok(bytes(`${HEADER} 98 ab "BlockStored" 91 7b c0 92 01 02 02 c0 a3 "GPU" 81 aa "cache_salt" a1 "t" 00`)).events[0] as StoredBlocksEvent;
+    const ev = ok(bytes(`${HEADER} 98 ab "BlockStored" 91 7b c0 92 01 02 02 c0 a3 "GPU" 81 aa "cache_salt" a1 "t" 00`))
+      .events[0] as StoredBlocksEvent;
     expect([...ev.blockHashes]).toEqual([123n]);
     expect(ev.cacheSalt).toBe('t');
     expect(ev.loraName).toBeUndefined();
   });
 
   it('negative int64 hashes (d3) and 64-bit parents normalise bitwise', () => {
-    const ev = ok(encode([1.5, [['BlockStored', [-1n, -(1n << 63n)], -2n, [1, 2], 1, null, 'GPU']], 3], { useBigInt64: true })).events[0] as StoredBlocksEvent;
+    const ev = ok(
+      encode([1.5, [['BlockStored', [-1n, -(1n << 63n)], -2n, [1, 2], 1, null, 'GPU']], 3], { useBigInt64: true }),
+    ).events[0] as StoredBlocksEvent;
     expect([...ev.blockHashes]).toEqual([(1n << 64n) - 1n, 1n << 63n]);
     expect(ev.parentHash).toBe((1n << 64n) - 2n);
   });
@@ -160,7 +237,15 @@ describe('every test-publisher encoding decodes to the same events', () => {
   it('stored / removed / cleared', () => {
     const big = 0xfedcba9876543210n;
     const events = [
-      { type: 'stored' as const, blockHashes: [big, 5n], parent: 0x8000000000000000n, tokens: [1, 2, 3, 4], blockSize: 2, loraName: 'ad', medium: 'CPU_TIER1' },
+      {
+        type: 'stored' as const,
+        blockHashes: [big, 5n],
+        parent: 0x8000000000000000n,
+        tokens: [1, 2, 3, 4],
+        blockSize: 2,
+        loraName: 'ad',
+        medium: 'CPU_TIER1',
+      },
       { type: 'removed' as const, blockHashes: [big] },
       { type: 'cleared' as const },
     ];
@@ -182,9 +267,18 @@ describe('every test-publisher encoding decodes to the same events', () => {
 describe('bad input is a typed value, never a throw', () => {
   it('frame counts and sequence frames', () => {
     expect(parseEventFrames([bytes('00')])).toMatchObject({ ok: false, error: { kind: 'frame_count' } });
-    expect(parseEventFrames([bytes(''), bytes('00'), bytes('00'), bytes('00')])).toMatchObject({ ok: false, error: { kind: 'frame_count' } });
-    expect(parseEventFrames([bytes(''), bytes('0001'), bytes('90')])).toMatchObject({ ok: false, error: { kind: 'bad_sequence' } });
-    expect(parseEventFrames([bytes(''), bytes('0000000000000005'), bytes('90')])).toMatchObject({ ok: true, value: { seq: 5n } });
+    expect(parseEventFrames([bytes(''), bytes('00'), bytes('00'), bytes('00')])).toMatchObject({
+      ok: false,
+      error: { kind: 'frame_count' },
+    });
+    expect(parseEventFrames([bytes(''), bytes('0001'), bytes('90')])).toMatchObject({
+      ok: false,
+      error: { kind: 'bad_sequence' },
+    });
+    expect(parseEventFrames([bytes(''), bytes('0000000000000005'), bytes('90')])).toMatchObject({
+      ok: true,
+      value: { seq: 5n },
+    });
   });
 
   it('garbled payloads and wrong batch shapes', () => {
@@ -210,7 +304,19 @@ describe('bad input is a typed value, never a throw', () => {
       [['BlockStored', [1], null, [1, 2]], 'bad_event'],
       [['BlockStored', [1], null, [1, 2], 0], 'bad_event'],
       [['BlockStored', [1], null, [1, -2], 2], 'bad_event'],
-      [['BlockStored', [1], null, [[1, 2], [2, 3]], 2], 'bad_event'],
+      [
+        [
+          'BlockStored',
+          [1],
+          null,
+          [
+            [1, 2],
+            [2, 3],
+          ],
+          2,
+        ],
+        'bad_event',
+      ],
       [['BlockStored', [1], null, [1, 2, 3], 1], 'bad_event'],
       [['BlockStored', [1.5], null, [1, 2], 2], 'bad_hash'],
       [['BlockStored', ['x'], null, [1, 2], 2], 'bad_hash'],
@@ -248,7 +354,8 @@ describe('bad input is a typed value, never a throw', () => {
 
 describe('msgpack headers that claim more than the payload holds (issue 23)', () => {
   /** `n` nested containers, each header claiming `count` elements, and nothing after them. */
-  const nested = (head: number[], n: number): Uint8Array => Uint8Array.from(Array.from({ length: n }, () => head).flat());
+  const nested = (head: number[], n: number): Uint8Array =>
+    Uint8Array.from(Array.from({ length: n }, () => head).flat());
 
   it('are refused before the decoder allocates what they claim, whatever the container', () => {
     const bombs = [
@@ -256,7 +363,9 @@ describe('msgpack headers that claim more than the payload holds (issue 23)', ()
       nested([0xdd, 0xff, 0xff, 0xff, 0xff], 600),
       nested([0xdf, 0xff, 0xff, 0xff, 0xff], 600),
       bytes('93 cb 3ff8000000000000 dd 7fffffff'),
-      bytes('c6 ffffffff 01 02'), bytes('db ffffffff 61'), bytes('c9 ffffffff 01 02'),
+      bytes('c6 ffffffff 01 02'),
+      bytes('db ffffffff 61'),
+      bytes('c9 ffffffff 01 02'),
     ];
     const started = performance.now();
     for (let i = 0; i < 50; i++) {
@@ -273,7 +382,11 @@ describe('msgpack headers that claim more than the payload holds (issue 23)', ()
     expect(big.events[0]).toMatchObject({ type: 'stored', blockSize: 16 });
     expect((big.events[0] as StoredBlocksEvent).tokenIds.length).toBe(70_000);
     const removed = {
-      type: 'BlockRemoved', block_hashes: [1, -1, 2 ** 40, 'x'.repeat(300)], medium: null, extra: new Uint8Array(70_000), f32: 0.25,
+      type: 'BlockRemoved',
+      block_hashes: [1, -1, 2 ** 40, 'x'.repeat(300)],
+      medium: null,
+      extra: new Uint8Array(70_000),
+      f32: 0.25,
     };
     const mixed = [1.5, [removed], 0];
     const r = decodeKvEventBatch(encode(mixed));

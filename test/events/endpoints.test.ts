@@ -11,8 +11,12 @@ describe('dpRankEndpoint (vLLM offset_endpoint_port)', () => {
   });
 
   it('rejects what it cannot offset with KVG_ERR_INVALID_CONFIG', () => {
-    expect(() => dpRankEndpoint('ipc:///tmp/kv', 1)).toThrow(expect.objectContaining({ code: 'KVG_ERR_INVALID_CONFIG' }));
-    expect(() => dpRankEndpoint('tcp://h:65535', 1)).toThrow(expect.objectContaining({ code: 'KVG_ERR_INVALID_CONFIG' }));
+    expect(() => dpRankEndpoint('ipc:///tmp/kv', 1)).toThrow(
+      expect.objectContaining({ code: 'KVG_ERR_INVALID_CONFIG' }),
+    );
+    expect(() => dpRankEndpoint('tcp://h:65535', 1)).toThrow(
+      expect.objectContaining({ code: 'KVG_ERR_INVALID_CONFIG' }),
+    );
     expect(() => dpRankEndpoint('tcp://h:1', -1)).toThrow(expect.objectContaining({ code: 'KVG_ERR_INVALID_CONFIG' }));
   });
 });

@@ -197,7 +197,11 @@ describe('KvEventStream', () => {
     }
     const applier = new FlakyApplier({ blockSize: BS });
     const lines: Record<string, unknown>[] = [];
-    const stream = new KvEventStream({ workerId: 7, dpRank: 0 }, ingestContext({ applier, logger: captureWarnings(lines) }), engine);
+    const stream = new KvEventStream(
+      { workerId: 7, dpRank: 0 },
+      ingestContext({ applier, logger: captureWarnings(lines) }),
+      engine,
+    );
     const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);
     deliver(engine.batch([stored(1, null, A)]));
     engine.batch([stored(2, 100, B)]);
@@ -220,8 +224,27 @@ describe('KvEventStream', () => {
     const { engine, stream, deliver, depth, counters, applier } = setup({ logger: log });
     // Another worker's entries in the same index.
     const other = { workerId: 8, dpRank: 0 };
-    applier.applyBatch(other, { ts: 0, dpRank: 0, errors: [], events: [{ type: 'stored', tier: 'device', parentHash: null, blockHashes: BigUint64Array.of(1n),
-      tokenIds: Uint32Array.from(A), blockSize: BS, droppedBlocks: 0, loraName: undefined, loraId: undefined, cacheSalt: undefined, mmHashes: undefined, groupIdx: 0 }] });
+    applier.applyBatch(other, {
+      ts: 0,
+      dpRank: 0,
+      errors: [],
+      events: [
+        {
+          type: 'stored',
+          tier: 'device',
+          parentHash: null,
+          blockHashes: BigUint64Array.of(1n),
+          tokenIds: Uint32Array.from(A),
+          blockSize: BS,
+          droppedBlocks: 0,
+          loraName: undefined,
+          loraId: undefined,
+          cacheSalt: undefined,
+          mmHashes: undefined,
+          groupIdx: 0,
+        },
+      ],
+    });
     deliver(engine.batch([stored(1, null, A)]));
     stream.onFrames([Buffer.from('t'), encodeSeq(1n)]); // 2 frames
     stream.onFrames([Buffer.from('t'), Buffer.from('x'), Buffer.from('y')]); // 1-byte seq
@@ -230,7 +253,13 @@ describe('KvEventStream', () => {
     stream.onFrames([Buffer.from('t'), encodeSeq(3n), encode([1.5, [['BlockMoved', [1], null, A, BS]], 0])]); // unknown tag
     expect(stream.cursor).toBe(3n);
     const s = counters.snapshot();
-    expect(s.decodeErrors).toMatchObject({ frame_count: 1, bad_sequence: 1, msgpack: 1, dp_rank_mismatch: 1, unknown_tag: 1 });
+    expect(s.decodeErrors).toMatchObject({
+      frame_count: 1,
+      bad_sequence: 1,
+      msgpack: 1,
+      dp_rank_mismatch: 1,
+      unknown_tag: 1,
+    });
     expect(s.slots['7:0']!.decodeErrors).toBe(5);
     expect(s.gaps).toBe(0);
     expect(depth(A)).toBe(1); // the cleared event for rank 3 was not applied

@@ -24,7 +24,10 @@ async function scriptedRouter(reply: (from: bigint) => Buffer[][]): Promise<{ en
       // closed
     }
   })();
-  cleanups.push(() => { router.close(); void loop; });
+  cleanups.push(() => {
+    router.close();
+    void loop;
+  });
   return { endpoint: router.lastEndpoint!, requests };
 }
 
@@ -52,7 +55,14 @@ describe('ZmqGapReplayClient', () => {
 
   it('times out with KVG_ERR_KV_EVENT_REPLAY, then works again on a fresh socket', async () => {
     let answer = false;
-    const { endpoint } = await scriptedRouter((from) => (answer ? [[EMPTY, encodeSeq(from), Buffer.from([0x90])], [EMPTY, encodeSeq(REPLAY_END_SEQ), EMPTY]] : []));
+    const { endpoint } = await scriptedRouter((from) =>
+      answer
+        ? [
+            [EMPTY, encodeSeq(from), Buffer.from([0x90])],
+            [EMPTY, encodeSeq(REPLAY_END_SEQ), EMPTY],
+          ]
+        : [],
+    );
     const client = new ZmqGapReplayClient(endpoint, { timeoutMs: 100 });
     cleanups.push(() => client.close());
     await expect(client.replay(3n)).rejects.toMatchObject({ code: 'KVG_ERR_KV_EVENT_REPLAY', retryable: true });

@@ -24,9 +24,16 @@ describe('ParkedBatches', () => {
     expect(order).toEqual([...seqs].sort((x, y) => (x < y ? -1 : 1)));
   });
 
-  it('what a replay\'s answer proves: parked before the request and beyond its newest, or beyond the far bound', () => {
+  it("what a replay's answer proves: parked before the request and beyond its newest, or beyond the far bound", () => {
     const parked = new ParkedBatches();
-    for (const [seq, gen] of [[5n, 0], [7n, 1], [9n, 0], [12n, 1], [1n << 60n, 1]] as const) parked.add(item(seq, gen), 100);
+    for (const [seq, gen] of [
+      [5n, 0],
+      [7n, 1],
+      [9n, 0],
+      [12n, 1],
+      [1n << 60n, 1],
+    ] as const)
+      parked.add(item(seq, gen), 100);
     const never = parked.removeNeverSent(1, 6n, 1_000_006n);
     expect(never.map((p) => p.seq)).toEqual([9n, 1n << 60n]);
     expect([parked.head?.seq, parked.newest?.seq, parked.length]).toEqual([5n, 12n, 3]);

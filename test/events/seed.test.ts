@@ -6,7 +6,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/index.js';
-import { EventLiveness, KvEventApplier, KvEventCounters, KvEventStream, ingestContext } from '../../src/events/index.js';
+import {
+  EventLiveness,
+  KvEventApplier,
+  KvEventCounters,
+  KvEventStream,
+  ingestContext,
+} from '../../src/events/index.js';
 import { blockHashes } from '../../src/wasm/index.js';
 import { captureWarnings } from '../helpers/capture-log.js';
 import { A, B, BS, C, D, setup, stored, type FakeEngine } from './stream-fixture.js';
@@ -20,7 +26,11 @@ function seededReplica(engine: FakeEngine | undefined, pairs: BigUint64Array | u
   const liveness = new EventLiveness({ clock, staleAfterMs: 1000 });
   liveness.register({ workerId: 7, dpRank: 0 });
   if (pairs !== undefined) applier.indexes.device.importSlot(7, 0, pairs);
-  const stream = new KvEventStream({ workerId: 7, dpRank: 0 }, ingestContext({ applier, hooks: counters, liveness, clock, logger: captureWarnings(warnings) }), engine);
+  const stream = new KvEventStream(
+    { workerId: 7, dpRank: 0 },
+    ingestContext({ applier, hooks: counters, liveness, clock, logger: captureWarnings(warnings) }),
+    engine,
+  );
   if (cursor !== undefined) stream.seed(cursor);
   const depth = (tokens: number[]): number => {
     const ix = applier.indexes.device;
@@ -28,7 +38,13 @@ function seededReplica(engine: FakeEngine | undefined, pairs: BigUint64Array | u
     for (let i = 0; i < m.count; i++) if (m.slots[i] === ix.findSlot(7, 0)) return m.depths[i]!;
     return 0;
   };
-  return { stream, counters, depth, warnings, deliver: (b: { seq: bigint; payload: Uint8Array }) => stream.onMessage(b.seq, b.payload) };
+  return {
+    stream,
+    counters,
+    depth,
+    warnings,
+    deliver: (b: { seq: bigint; payload: Uint8Array }) => stream.onMessage(b.seq, b.payload),
+  };
 }
 
 /** Replica A has applied four batches (A, A+B, C, C+D); returns its engine, stream and the slot's snapshot. */
@@ -64,7 +80,7 @@ describe('a KV-event stream seeded from a replica snapshot', () => {
     expect(b.counters.snapshot().resets.replay_incomplete).toBe(0);
   });
 
-  it('a buffer that no longer reaches the cursor keeps the snapshot\'s blocks (logged), where a cold start loses them', async () => {
+  it("a buffer that no longer reaches the cursor keeps the snapshot's blocks (logged), where a cold start loses them", async () => {
     const a = replicaA();
     a.deliver(a.engine.batch([stored(5, 400, A)]));
     const later = a.engine.batch([stored(6, null, B)]);
@@ -88,7 +104,7 @@ describe('a KV-event stream seeded from a replica snapshot', () => {
     expect(cold.depth(B)).toBe(1);
   });
 
-  it('without a replay endpoint the first gap keeps the snapshot\'s blocks; a later gap clears as usual', () => {
+  it("without a replay endpoint the first gap keeps the snapshot's blocks; a later gap clears as usual", () => {
     const a = replicaA(false);
     a.engine.batch([stored(5, 400, A)]);
     const b = seededReplica(undefined, a.pairs, a.cursor);

@@ -37,7 +37,12 @@ describe('reordered batches (issue 13 item 6)', () => {
   it('a pair swapped within one event-loop turn needs no replay at all', () => {
     const clock = new ManualClock();
     const queued: (() => void)[] = [];
-    const scheduler = new TurnScheduler({ clock, maxEventsPerTurn: 1000, maxTurnMs: 1000, defer: (fn) => queued.push(fn) });
+    const scheduler = new TurnScheduler({
+      clock,
+      maxEventsPerTurn: 1000,
+      maxTurnMs: 1000,
+      defer: (fn) => queued.push(fn),
+    });
     const t = chain({ clock, scheduler });
     t.deliver(t.next());
     for (let i = 0; i < 50; i++) {
@@ -165,7 +170,13 @@ describe('garbage sequence numbers (issue 13 item 7)', () => {
   it('a stream inconsistent for longer than the bound is reset from a replay, and logged', async () => {
     const clock = new ManualClock();
     const lines: Record<string, unknown>[] = [];
-    const log = { warn: (o: Record<string, unknown>) => void lines.push(o), info: () => {}, error: () => {}, debug: () => {}, child: () => log } as never;
+    const log = {
+      warn: (o: Record<string, unknown>) => void lines.push(o),
+      info: () => {},
+      error: () => {},
+      debug: () => {},
+      child: () => log,
+    } as never;
     const t = chain({ clock, logger: log, options: { inconsistentAfterMs: 3000 } });
     for (let i = 0; i < 100; i++) t.deliver(t.next());
     // A restarted engine publishes once (its seq 0 missed), then goes quiet: one piece of evidence only.

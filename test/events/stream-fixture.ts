@@ -2,7 +2,13 @@
 import { blockHashes } from '../../src/wasm/index.js';
 import { ManualClock, type Logger } from '../../src/common/index.js';
 import {
-  EventLiveness, KvEventApplier, KvEventCounters, KvEventStream, ingestContext, type GapReplayReply, type GapReplaySource,
+  EventLiveness,
+  KvEventApplier,
+  KvEventCounters,
+  KvEventStream,
+  ingestContext,
+  type GapReplayReply,
+  type GapReplaySource,
 } from '../../src/events/index.js';
 import type { KvEventStreamOptions } from '../../src/events/options.js';
 import { combineHooks } from '../../src/events/stats.js';
@@ -17,7 +23,11 @@ export class FakeEngine implements GapReplaySource {
   readonly requests: bigint[] = [];
   /** The abort signal of each request, in order. */
   readonly signals: (AbortSignal | undefined)[] = [];
-  readonly #waiting: { batches: { seq: bigint; payload: Uint8Array }[]; resolve: (r: GapReplayReply) => void; reject: (e: Error) => void }[] = [];
+  readonly #waiting: {
+    batches: { seq: bigint; payload: Uint8Array }[];
+    resolve: (r: GapReplayReply) => void;
+    reject: (e: Error) => void;
+  }[] = [];
   seq = 0n;
   auto = true;
 
@@ -52,7 +62,13 @@ export class FakeEngine implements GapReplaySource {
 
 export function stored(id: number, parent: number | null, tokens: number[]): TestEvent {
   const hashes = Array.from({ length: tokens.length / BS }, (_, i) => BigInt(id * 100 + i));
-  return { type: 'stored', blockHashes: hashes, parent: parent === null ? null : BigInt(parent), tokens, blockSize: BS };
+  return {
+    type: 'stored',
+    blockHashes: hashes,
+    parent: parent === null ? null : BigInt(parent),
+    tokens,
+    blockSize: BS,
+  };
 }
 
 export interface StreamSetup {
@@ -75,8 +91,19 @@ export function setup(opts: StreamSetup = {}) {
   const applier = new KvEventApplier({ blockSize: BS });
   const dpRank = opts.dpRank ?? 0;
   liveness.register({ workerId: 7, dpRank });
-  const stream = new KvEventStream({ workerId: 7, dpRank }, ingestContext({ applier, hooks: opts.onApplied === undefined ? counters : combineHooks(counters, { onApplied: opts.onApplied }), liveness, clock, logger: opts.logger, scheduler: opts.scheduler }),
-    opts.replay === false ? undefined : engine, { maxPendingBatches: opts.maxPending, ...opts.options });
+  const stream = new KvEventStream(
+    { workerId: 7, dpRank },
+    ingestContext({
+      applier,
+      hooks: opts.onApplied === undefined ? counters : combineHooks(counters, { onApplied: opts.onApplied }),
+      liveness,
+      clock,
+      logger: opts.logger,
+      scheduler: opts.scheduler,
+    }),
+    opts.replay === false ? undefined : engine,
+    { maxPendingBatches: opts.maxPending, ...opts.options },
+  );
   const deliver = (b: { seq: bigint; payload: Uint8Array }): void => stream.onMessage(b.seq, b.payload);
   const depth = (tokens: number[]): number => {
     const ix = applier.indexes.device;

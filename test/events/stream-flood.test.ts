@@ -10,7 +10,10 @@ import { chain, randomSeq, stored } from './stream-fixture.js';
 /** A well-formed batch that would wipe the worker if it were applied. */
 const WIPE = encodeBatch([{ type: 'cleared' }]);
 /** msgpack nobody can read: a reserved byte; nested array32 headers claiming 4 GiB-1 elements each. */
-const UNREADABLE = [Uint8Array.of(0xc1), Uint8Array.from(Array.from({ length: 8 }, () => [0xdd, 0xff, 0xff, 0xff, 0xff]).flat())];
+const UNREADABLE = [
+  Uint8Array.of(0xc1),
+  Uint8Array.from(Array.from({ length: 8 }, () => [0xdd, 0xff, 0xff, 0xff, 0xff]).flat()),
+];
 
 describe('garbage never resets a slot nor starts its consistency timer', () => {
   it('one far-ahead frame on an idle stream: no reset however long it stays idle, one catch-up replay, the index intact', async () => {
@@ -24,7 +27,13 @@ describe('garbage never resets a slot nor starts its consistency timer', () => {
       await t.stream.whenSettled();
     }
     const s = t.counters.snapshot();
-    expect(s.resets).toEqual({ restart: 0, gap_without_replay: 0, replay_failed: 0, replay_incomplete: 0, inconsistent: 0 });
+    expect(s.resets).toEqual({
+      restart: 0,
+      gap_without_replay: 0,
+      replay_failed: 0,
+      replay_incomplete: 0,
+      inconsistent: 0,
+    });
     expect(s.dropped.garbage).toBe(1);
     expect(t.engine.requests).toEqual([100n]); // the catch-up after the flood: nothing was missing
     expect(t.depth(t.tokens)).toBe(100);
@@ -45,7 +54,13 @@ describe('garbage never resets a slot nor starts its consistency timer', () => {
       await t.stream.whenSettled();
     }
     const s = t.counters.snapshot();
-    expect(s.resets).toEqual({ restart: 0, gap_without_replay: 0, replay_failed: 0, replay_incomplete: 0, inconsistent: 0 });
+    expect(s.resets).toEqual({
+      restart: 0,
+      gap_without_replay: 0,
+      replay_failed: 0,
+      replay_incomplete: 0,
+      inconsistent: 0,
+    });
     expect(s.dropped.garbage + s.decodeErrors.msgpack).toBe(200 * 40);
     expect(t.engine.requests.length).toBeGreaterThan(0);
     expect(t.engine.requests.length).toBeLessThanOrEqual(10);
@@ -69,7 +84,7 @@ describe('frames that cannot be read never start a slot nor restart it', () => {
     expect(t.depth(t.tokens)).toBe(101);
   });
 
-  it('a slot without a cursor (no replay endpoint) is not started by an unreadable frame: the engine\'s next batch starts it', () => {
+  it("a slot without a cursor (no replay endpoint) is not started by an unreadable frame: the engine's next batch starts it", () => {
     const t = chain({ replay: false });
     t.engine.seq = 5n; // the gateway joined late
     for (const payload of UNREADABLE) t.deliver({ seq: 1n << 62n, payload });
@@ -83,7 +98,7 @@ describe('frames that cannot be read never start a slot nor restart it', () => {
 });
 
 describe('a slot restoring from the replay buffer under a flood', () => {
-  it('garbage parked meanwhile is dropped by the restore\'s answer, and the next genuine batch applies at once', async () => {
+  it("garbage parked meanwhile is dropped by the restore's answer, and the next genuine batch applies at once", async () => {
     const rng = mulberry32(5);
     const t = chain();
     t.engine.auto = false;

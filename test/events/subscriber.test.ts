@@ -15,7 +15,6 @@ const B = [5, 6, 7, 8];
 const C = [9, 10, 11, 12];
 const D = [13, 14, 15, 16];
 
-
 /** Engine hash of block `i` of chain `id` (above 2^63, so it travels as a u64 / negative i64). */
 function chainHash(id: number, i = 0): bigint {
   return (1n << 63n) + BigInt(id) * 1000n + BigInt(i);
@@ -24,7 +23,13 @@ function chainHash(id: number, i = 0): bigint {
 /** A store of chain `id` under block 0 of chain `parent`. */
 function stored(id: number, parent: number | null, tokens: number[]): TestEvent {
   const hashes = Array.from({ length: tokens.length / BS }, (_, i) => chainHash(id, i));
-  return { type: 'stored', blockHashes: hashes, parent: parent === null ? null : chainHash(parent), tokens, blockSize: BS };
+  return {
+    type: 'stored',
+    blockHashes: hashes,
+    parent: parent === null ? null : chainHash(parent),
+    tokens,
+    blockSize: BS,
+  };
 }
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -32,11 +37,28 @@ afterEach(async () => {
   while (cleanups.length > 0) await cleanups.pop()!();
 });
 
-async function fixture(opts: { encoding?: (typeof ENCODINGS)[number]; dpRank?: number; replay?: boolean; replayTimeoutMs?: number; logger?: Logger } = {}) {
-  const pub = await TestKvPublisher.start({ encoding: opts.encoding, dpRank: opts.dpRank, replay: opts.replay, topic: 'kv-events' });
+async function fixture(
+  opts: {
+    encoding?: (typeof ENCODINGS)[number];
+    dpRank?: number;
+    replay?: boolean;
+    replayTimeoutMs?: number;
+    logger?: Logger;
+  } = {},
+) {
+  const pub = await TestKvPublisher.start({
+    encoding: opts.encoding,
+    dpRank: opts.dpRank,
+    replay: opts.replay,
+    topic: 'kv-events',
+  });
   const clock = new ManualClock();
   const manager = new KvEventManager({
-    applier: new KvEventApplier({ blockSize: BS }), clock, staleAfterMs: 1000, replayTimeoutMs: opts.replayTimeoutMs ?? 2000, logger: opts.logger,
+    applier: new KvEventApplier({ blockSize: BS }),
+    clock,
+    staleAfterMs: 1000,
+    replayTimeoutMs: opts.replayTimeoutMs ?? 2000,
+    logger: opts.logger,
   });
   cleanups.push(async () => {
     await manager.close();
@@ -59,7 +81,13 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     it(`${encoding}: stored chains and removals reach the index`, async () => {
       const dpRank = encoding.startsWith('sglang') ? 1 : 0;
       const { pub, manager } = await fixture({ encoding, dpRank });
-      await manager.add({ workerId: 3, dpRank, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
+      await manager.add({
+        workerId: 3,
+        dpRank,
+        endpoint: pub.endpoint,
+        replayEndpoint: pub.replayEndpoint,
+        topic: 'kv-events',
+      });
       await pub.waitForSubscribers();
       expect(manager.eventStatus(3)).toBe('never');
       await pub.publish([stored(1, null, [...A, ...B])]);
@@ -79,14 +107,23 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
 
   it('dropped batches are recovered through replay over DEALER/ROUTER', async () => {
     const { pub, manager } = await fixture();
-    await manager.add({ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
+    await manager.add({
+      workerId: 1,
+      dpRank: 0,
+      endpoint: pub.endpoint,
+      replayEndpoint: pub.replayEndpoint,
+      topic: 'kv-events',
+    });
     await pub.waitForSubscribers();
     const s1 = stored(1, null, A);
     await pub.publish([s1]);
     await pub.publish([stored(2, 1, B)], { drop: true });
     await pub.publish([stored(3, null, C)], { drop: true });
     await pub.publish([stored(4, null, D)]);
-    await until(() => manager.subscriber(W1)!.stream.cursor === 3n && !manager.subscriber(W1)!.stream.recovering, 'recovery');
+    await until(
+      () => manager.subscriber(W1)!.stream.cursor === 3n && !manager.subscriber(W1)!.stream.recovering,
+      'recovery',
+    );
     expect(pub.replayRequests).toEqual([1n]);
     expect(depth(manager, [...A, ...B], 1)).toBe(2);
     expect(depth(manager, C, 1)).toBe(1);
@@ -95,17 +132,32 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     expect(s.gaps).toBe(1);
     expect(s.replays.recovered).toBe(1);
     expect(s.replayedBatches).toBe(3);
-    expect(s.resets).toEqual({ restart: 0, gap_without_replay: 0, replay_failed: 0, replay_incomplete: 0, inconsistent: 0 });
+    expect(s.resets).toEqual({
+      restart: 0,
+      gap_without_replay: 0,
+      replay_failed: 0,
+      replay_incomplete: 0,
+      inconsistent: 0,
+    });
   });
 
   it('a router joining late restores from the replay buffer', async () => {
     const { pub, manager } = await fixture();
     await pub.publish([stored(1, null, A)]); // nobody listening yet
     await pub.publish([stored(2, 1, B)]);
-    await manager.add({ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
+    await manager.add({
+      workerId: 1,
+      dpRank: 0,
+      endpoint: pub.endpoint,
+      replayEndpoint: pub.replayEndpoint,
+      topic: 'kv-events',
+    });
     await pub.waitForSubscribers();
     await pub.publish([stored(3, null, C)]);
-    await until(() => manager.subscriber(W1)!.stream.cursor === 2n && !manager.subscriber(W1)!.stream.recovering, 'restore');
+    await until(
+      () => manager.subscriber(W1)!.stream.cursor === 2n && !manager.subscriber(W1)!.stream.recovering,
+      'restore',
+    );
     expect(pub.replayRequests).toEqual([0n]);
     expect(depth(manager, [...A, ...B], 1)).toBe(2);
     expect(depth(manager, C, 1)).toBe(1);
@@ -115,8 +167,20 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     const { pub, manager } = await fixture();
     const other = await TestKvPublisher.start({ topic: 'kv-events' });
     cleanups.push(() => other.close());
-    await manager.add({ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
-    await manager.add({ workerId: 2, dpRank: 0, endpoint: other.endpoint, replayEndpoint: other.replayEndpoint, topic: 'kv-events' });
+    await manager.add({
+      workerId: 1,
+      dpRank: 0,
+      endpoint: pub.endpoint,
+      replayEndpoint: pub.replayEndpoint,
+      topic: 'kv-events',
+    });
+    await manager.add({
+      workerId: 2,
+      dpRank: 0,
+      endpoint: other.endpoint,
+      replayEndpoint: other.replayEndpoint,
+      topic: 'kv-events',
+    });
     await pub.waitForSubscribers();
     await other.waitForSubscribers();
     await other.publish([stored(9, null, A)]);
@@ -138,7 +202,13 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     const { pub, manager } = await fixture({ logger: captureWarnings(lines) });
     const other = await TestKvPublisher.start({ topic: 'kv-events' });
     cleanups.push(() => other.close());
-    await manager.add({ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
+    await manager.add({
+      workerId: 1,
+      dpRank: 0,
+      endpoint: pub.endpoint,
+      replayEndpoint: pub.replayEndpoint,
+      topic: 'kv-events',
+    });
     await manager.add({ workerId: 2, dpRank: 0, endpoint: other.endpoint, topic: 'kv-events' });
     await pub.waitForSubscribers();
     await other.waitForSubscribers();
@@ -164,12 +234,21 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
   it('a replay endpoint that never answers times out; the slot is cleared and ingestion continues', async () => {
     const { pub, manager } = await fixture({ replayTimeoutMs: 100 });
     pub.replayMode = 'silent';
-    await manager.add({ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
+    await manager.add({
+      workerId: 1,
+      dpRank: 0,
+      endpoint: pub.endpoint,
+      replayEndpoint: pub.replayEndpoint,
+      topic: 'kv-events',
+    });
     await pub.waitForSubscribers();
     await pub.publish([stored(1, null, A)]);
     await pub.publish([{ type: 'removed', blockHashes: [chainHash(1)] }], { drop: true });
     await pub.publish([stored(3, null, C)]);
-    await until(() => manager.counters.snapshot().replays.failed === 1 && !manager.subscriber(W1)!.stream.recovering, 'replay failure');
+    await until(
+      () => manager.counters.snapshot().replays.failed === 1 && !manager.subscriber(W1)!.stream.recovering,
+      'replay failure',
+    );
     expect(depth(manager, A, 1)).toBe(0);
     expect(depth(manager, C, 1)).toBe(1);
     expect(manager.counters.snapshot().resets.replay_failed).toBe(1);
@@ -208,7 +287,9 @@ describe('KvEventManager', () => {
     await manager.sync(manager.sources());
     expect(manager.subscriber(W1)).toBe(sub0);
 
-    await manager.sync([{ workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' }]);
+    await manager.sync([
+      { workerId: 1, dpRank: 0, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' },
+    ]);
     expect(manager.subscriber({ workerId: 1, dpRank: 1 })).toBeUndefined();
     expect(manager.indexes.device.findSlot(1, 1)).toBeUndefined();
     expect(manager.eventStatus(1)).toBe('live');
@@ -220,9 +301,15 @@ describe('KvEventManager', () => {
 
   it('rejects invalid sources with a typed error', async () => {
     const { manager } = await fixture();
-    await expect(manager.add({ workerId: -1, dpRank: 0, endpoint: 'tcp://127.0.0.1:1' })).rejects.toMatchObject({ code: 'KVG_ERR_INVALID_ARGUMENT' });
-    await expect(manager.add({ workerId: 1, dpRank: 0, endpoint: 'http://x' })).rejects.toMatchObject({ code: 'KVG_ERR_INVALID_ARGUMENT' });
-    await expect(manager.add({ workerId: 1, dpRank: 0, endpoint: 'tcp://127.0.0.1' })).rejects.toMatchObject({ code: 'KVG_ERR_INVALID_ARGUMENT' });
+    await expect(manager.add({ workerId: -1, dpRank: 0, endpoint: 'tcp://127.0.0.1:1' })).rejects.toMatchObject({
+      code: 'KVG_ERR_INVALID_ARGUMENT',
+    });
+    await expect(manager.add({ workerId: 1, dpRank: 0, endpoint: 'http://x' })).rejects.toMatchObject({
+      code: 'KVG_ERR_INVALID_ARGUMENT',
+    });
+    await expect(manager.add({ workerId: 1, dpRank: 0, endpoint: 'tcp://127.0.0.1' })).rejects.toMatchObject({
+      code: 'KVG_ERR_INVALID_ARGUMENT',
+    });
     expect(manager.sources()).toEqual([]);
   });
 });

@@ -21,7 +21,13 @@ function manualTurns(clock: ManualClock, maxEventsPerTurn: number, maxTurnMs = 1
 
 /** A batch of `n` stored events, each a one-block chain of its own. */
 function wideBatch(first: number, n: number) {
-  return Array.from({ length: n }, (_, i) => stored(first + i, null, [first + i, 1, 2, 3].map((t) => t * 7 + 1)));
+  return Array.from({ length: n }, (_, i) =>
+    stored(
+      first + i,
+      null,
+      [first + i, 1, 2, 3].map((t) => t * 7 + 1),
+    ),
+  );
 }
 
 describe('TurnScheduler (issue 13 item 5)', () => {
@@ -77,7 +83,13 @@ describe('TurnScheduler (issue 13 item 5)', () => {
     const clock = new ManualClock();
     const turns = manualTurns(clock, 50);
     const lines: Record<string, unknown>[] = [];
-    const log = { warn: (o: Record<string, unknown>) => void lines.push(o), info: () => {}, error: () => {}, debug: () => {}, child: () => log } as never;
+    const log = {
+      warn: (o: Record<string, unknown>) => void lines.push(o),
+      info: () => {},
+      error: () => {},
+      debug: () => {},
+      child: () => log,
+    } as never;
     const t = setup({ clock, scheduler: turns.scheduler, logger: log, options: { maxQueuedBatches: 10 } });
     const tokens: number[] = [];
     for (let i = 0; i < 30; i++) {
@@ -103,7 +115,8 @@ describe('TurnScheduler (issue 13 item 5)', () => {
     const clock = new ManualClock();
     const turns = manualTurns(clock, 1000);
     const t = setup({ clock, scheduler: turns.scheduler, replay: false, options: { maxQueuedBatches: 3 } });
-    for (let i = 0; i < 6; i++) t.deliver(t.engine.batch([stored(i + 1, null, [i * 4 + 1, i * 4 + 2, i * 4 + 3, i * 4 + 4])]));
+    for (let i = 0; i < 6; i++)
+      t.deliver(t.engine.batch([stored(i + 1, null, [i * 4 + 1, i * 4 + 2, i * 4 + 3, i * 4 + 4])]));
     while (turns.turn());
     t.deliver(t.engine.batch([stored(50, null, [99, 98, 97, 96])]));
     while (turns.turn());

@@ -25,7 +25,11 @@ function slice(name: string, endpoints: [string, boolean][], labels: Record<stri
   return {
     metadata: { name, labels: { 'kubernetes.io/service-name': SERVICE, ...labels } },
     ports: [{ name: 'http', port: 8000 }],
-    endpoints: endpoints.map(([address, ready]) => ({ addresses: [address], conditions: { ready }, targetRef: { name: `pod-${address}` } })),
+    endpoints: endpoints.map(([address, ready]) => ({
+      addresses: [address],
+      conditions: { ready },
+      targetRef: { name: `pod-${address}` },
+    })),
   };
 }
 
@@ -43,11 +47,20 @@ describe('Kubernetes discovery against an API-server protocol double', () => {
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   });
 
-  async function start(): Promise<{ api: KubeApiDouble; members: FleetMembers; registry: WorkerRegistry; metrics: KvgateMetrics; urls: () => string[] }> {
+  async function start(): Promise<{
+    api: KubeApiDouble;
+    members: FleetMembers;
+    registry: WorkerRegistry;
+    metrics: KvgateMetrics;
+    urls: () => string[];
+  }> {
     api = await KubeApiDouble.start();
     dir = mkdtempSync(join(tmpdir(), 'kvgate-k8s-'));
     const file = join(dir, 'kvgate.yaml');
-    writeFileSync(file, `models:\n  - name: m\n    router_mode: round-robin\n    kubernetes: { api_server: "${api.url}", namespace: ns, service: ${SERVICE}, port_name: http, token_file: ${join(dir, 'token')} }\n`);
+    writeFileSync(
+      file,
+      `models:\n  - name: m\n    router_mode: round-robin\n    kubernetes: { api_server: "${api.url}", namespace: ns, service: ${SERVICE}, port_name: http, token_file: ${join(dir, 'token')} }\n`,
+    );
     const model: ModelConfig = loadGatewayConfig({ file, env: {} }).models[0]!;
     const registry = new WorkerRegistry();
     engine = new EngineClient({ connectTimeoutMs: 200 });
@@ -61,7 +74,16 @@ describe('Kubernetes discovery against an API-server protocol double', () => {
 
   it('add, modify (not Ready -> Ready) and delete converge; slice labels give the role', async () => {
     const { api, registry, metrics, urls } = await start();
-    api.put(slice('engines-a', [['10.0.0.1', true], ['10.0.0.2', false]], { 'kvgate.io/role': 'aggregated' }));
+    api.put(
+      slice(
+        'engines-a',
+        [
+          ['10.0.0.1', true],
+          ['10.0.0.2', false],
+        ],
+        { 'kvgate.io/role': 'aggregated' },
+      ),
+    );
     source!.start(pino({ level: 'silent' }), metrics);
     await until(() => urls().length === 1, 'listed');
     expect(urls()).toEqual(['aggregated http://10.0.0.1:8000']);
@@ -69,16 +91,27 @@ describe('Kubernetes discovery against an API-server protocol double', () => {
     api.put(slice('engines-b', [['10.0.0.3', true]]));
     await until(() => urls().length === 2, 'added');
     // MODIFIED: 10.0.0.2 becomes Ready
-    api.put(slice('engines-a', [['10.0.0.1', true], ['10.0.0.2', true]]));
+    api.put(
+      slice('engines-a', [
+        ['10.0.0.1', true],
+        ['10.0.0.2', true],
+      ]),
+    );
     await until(() => urls().length === 3, 'ready');
-    expect(urls().sort()).toEqual(['aggregated http://10.0.0.1:8000', 'aggregated http://10.0.0.2:8000', 'aggregated http://10.0.0.3:8000']);
+    expect(urls().sort()).toEqual([
+      'aggregated http://10.0.0.1:8000',
+      'aggregated http://10.0.0.2:8000',
+      'aggregated http://10.0.0.3:8000',
+    ]);
     // DELETED
     api.delete('engines-a');
     await until(() => urls().length === 1, 'deleted');
     expect(urls()).toEqual(['aggregated http://10.0.0.3:8000']);
     expect(registry.all().map((w) => w.url)).toEqual(['http://10.0.0.3:8000']);
     expect(api.requests.filter((r) => r === 'list')).toHaveLength(1);
-    expect(await metrics.text()).toContain('kvgate_discovery_updates_total{model="m",source="kubernetes",outcome="applied"}');
+    expect(await metrics.text()).toContain(
+      'kvgate_discovery_updates_total{model="m",source="kubernetes",outcome="applied"}',
+    );
   });
 
   it('410 Gone is followed by a relist that applies a change the watch never saw', async () => {

@@ -34,7 +34,10 @@ describe('FleetMembers: join and leave', () => {
     members.watch(router.model, pino({ level: 'silent' }), metrics);
     const w2 = fleet.workers[1]!;
     const tokens = Array.from({ length: 64 }, (_, i) => 7000 + i);
-    await until(() => router.events!.eventStatus(2) !== undefined && router.events!.subscriber(W2) !== undefined, 'worker 2 subscribed');
+    await until(
+      () => router.events!.eventStatus(2) !== undefined && router.events!.subscriber(W2) !== undefined,
+      'worker 2 subscribed',
+    );
     await drain(await router.route(prepare(tokens, { hints: { annotations: [], backendInstanceId: 2 } })));
     await until(() => router.decode.kvRouter!.index.blockCount(2) > 0, 'worker 2 indexed');
 
@@ -51,15 +54,24 @@ describe('FleetMembers: join and leave', () => {
       await drain(r);
       members.join(w2, 'static');
       await until(() => registry.isAvailable(2), 'worker 2 routable again');
-      expect(router.events!.sources().map((s) => s.workerId).sort()).toEqual([1, 2]);
+      expect(
+        router
+          .events!.sources()
+          .map((s) => s.workerId)
+          .sort(),
+      ).toEqual([1, 2]);
     }
     members.leave(2);
     expect(router.events!.sources()).toHaveLength(1);
     expect(router.decode.kvRouter!.activeRequestCount).toBe(0);
     expect(engine.workers).toEqual([fleet.workers[0]!.url.replace(/\/$/, '')]);
     const text = await metrics.text();
-    expect(text).toContain('kvgate_worker_membership_changes_total{model="mock-model",source="static",change="joined"} 5');
-    expect(text).toContain('kvgate_worker_membership_changes_total{model="mock-model",source="static",change="left"} 6');
+    expect(text).toContain(
+      'kvgate_worker_membership_changes_total{model="mock-model",source="static",change="joined"} 5',
+    );
+    expect(text).toContain(
+      'kvgate_worker_membership_changes_total{model="mock-model",source="static",change="left"} 6',
+    );
   }, 60_000);
 
   it('a leaving worker finishes its stream in flight and takes no new request', async () => {
@@ -68,10 +80,17 @@ describe('FleetMembers: join and leave', () => {
     prober = new HealthProber(registry, { checkModels: false });
     const members = new FleetMembers(registry, engine, prober);
     const tokens = Array.from({ length: 40 }, (_, i) => 100 + i);
-    const inflight = await router.route(prepare(tokens, { maxTokens: 40, hints: { annotations: [], backendInstanceId: 2 } }));
+    const inflight = await router.route(
+      prepare(tokens, { maxTokens: 40, hints: { annotations: [], backendInstanceId: 2 } }),
+    );
     members.leave(2);
     for (let i = 0; i < 3; i++) {
-      const r = await router.route(prepare(tokens.map((t) => t + i * 1000), { maxTokens: 1 }));
+      const r = await router.route(
+        prepare(
+          tokens.map((t) => t + i * 1000),
+          { maxTokens: 1 },
+        ),
+      );
       expect(r.worker.workerId).toBe(1);
       await drain(r);
     }
@@ -82,7 +101,7 @@ describe('FleetMembers: join and leave', () => {
 
   // issue 16 (/admin/models states): joining until the first probe passes, ready, draining while
   // its engine pool finishes, then gone; each with its source.
-  it('reports each worker\'s source and state through a join and a leave', async () => {
+  it("reports each worker's source and state through a join and a leave", async () => {
     fleet = await startFleet(2, { mocker: { speedup: 5 } });
     const { router, registry, engine } = fleet;
     prober = new HealthProber(registry, { checkModels: false });
@@ -95,7 +114,12 @@ describe('FleetMembers: join and leave', () => {
     expect([members.sourceOf(2), members.state(2)]).toEqual(['etcd', 'joining']);
     expect(members.discovered(router.model).map((w) => w.id)).toEqual([2]);
     await until(() => members.state(2) === 'ready', 'worker 2 ready');
-    const inflight = await router.route(prepare(Array.from({ length: 40 }, (_, i) => 300 + i), { maxTokens: 40, hints: { annotations: [], backendInstanceId: 2 } }));
+    const inflight = await router.route(
+      prepare(
+        Array.from({ length: 40 }, (_, i) => 300 + i),
+        { maxTokens: 40, hints: { annotations: [], backendInstanceId: 2 } },
+      ),
+    );
     members.leave(2);
     expect([members.sourceOf(2), members.state(2)]).toEqual(['etcd', 'draining']);
     expect(members.draining(router.model).map((d) => d.worker.id)).toEqual([2]);

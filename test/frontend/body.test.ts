@@ -22,7 +22,11 @@ describe('readBodyText', () => {
   it('a body in a hundred chunks arms one timer and reads whole', async () => {
     const spy = vi.spyOn(globalThis, 'setTimeout');
     const req = fakeRequest();
-    const text = readBodyText(req, { maxBodyBytes: 1 << 20, bodyTimeoutMs: 10_000, bodyDeadlineMs: 60_000 }, new AbortController().signal);
+    const text = readBodyText(
+      req,
+      { maxBodyBytes: 1 << 20, bodyTimeoutMs: 10_000, bodyDeadlineMs: 60_000 },
+      new AbortController().signal,
+    );
     for (let i = 0; i < 100; i++) req.write(`${i},`);
     req.end();
     expect(await text).toBe(Array.from({ length: 100 }, (_, i) => `${i},`).join(''));
@@ -32,7 +36,11 @@ describe('readBodyText', () => {
   it('a body that pauses longer than allowed after some chunks is cut at that pause', async () => {
     const req = fakeRequest();
     const started = performance.now();
-    const text = readBodyText(req, { maxBodyBytes: 1 << 20, bodyTimeoutMs: 60, bodyDeadlineMs: 60_000 }, new AbortController().signal);
+    const text = readBodyText(
+      req,
+      { maxBodyBytes: 1 << 20, bodyTimeoutMs: 60, bodyDeadlineMs: 60_000 },
+      new AbortController().signal,
+    );
     let last = started;
     // Chunks every 10 ms for 150 ms (longer than the pause allowed), then silence.
     while (performance.now() - started < 150) {
@@ -40,7 +48,10 @@ describe('readBodyText', () => {
       req.write('x');
       last = performance.now();
     }
-    const err = await text.then(() => undefined, (e: unknown) => e);
+    const err = await text.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(isKvgateError(err, 'KVG_ERR_CLIENT_TIMEOUT')).toBe(true);
     expect(performance.now() - last).toBeGreaterThanOrEqual(59);
   });
@@ -48,9 +59,16 @@ describe('readBodyText', () => {
   it('a body that keeps trickling is cut at limits.body_deadline_ms, however short its pauses (issue 23)', async () => {
     const req = fakeRequest();
     const started = performance.now();
-    const text = readBodyText(req, { maxBodyBytes: 1 << 20, bodyTimeoutMs: 60, bodyDeadlineMs: 200 }, new AbortController().signal);
+    const text = readBodyText(
+      req,
+      { maxBodyBytes: 1 << 20, bodyTimeoutMs: 60, bodyDeadlineMs: 200 },
+      new AbortController().signal,
+    );
     const trickle = setInterval(() => req.write('x'), 10);
-    const err = await text.then(() => undefined, (e: unknown) => e);
+    const err = await text.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     clearInterval(trickle);
     expect(isKvgateError(err, 'KVG_ERR_CLIENT_TIMEOUT')).toBe(true);
     expect((err as Error).message).toBe('the request body did not arrive within 200 ms');
@@ -60,13 +78,24 @@ describe('readBodyText', () => {
   it('a leading UTF-8 byte order mark is skipped (as vLLM does); two are invalid JSON', async () => {
     const bom = Buffer.from([0xef, 0xbb, 0xbf]);
     const one = fakeRequest();
-    const text = readBodyText(one, { maxBodyBytes: 1 << 20, bodyTimeoutMs: 1000, bodyDeadlineMs: 1000 }, new AbortController().signal);
+    const text = readBodyText(
+      one,
+      { maxBodyBytes: 1 << 20, bodyTimeoutMs: 1000, bodyDeadlineMs: 1000 },
+      new AbortController().signal,
+    );
     one.end(Buffer.concat([bom, Buffer.from('{"a":1}')]));
     expect(await text).toBe('{"a":1}');
     const two = fakeRequest();
-    const rejected = readBodyText(two, { maxBodyBytes: 1 << 20, bodyTimeoutMs: 1000, bodyDeadlineMs: 1000 }, new AbortController().signal);
+    const rejected = readBodyText(
+      two,
+      { maxBodyBytes: 1 << 20, bodyTimeoutMs: 1000, bodyDeadlineMs: 1000 },
+      new AbortController().signal,
+    );
     two.end(Buffer.concat([bom, bom, Buffer.from('{"a":1}')]));
-    const err = await rejected.then(() => undefined, (e: unknown) => e);
+    const err = await rejected.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(isKvgateError(err, 'KVG_ERR_INVALID_JSON')).toBe(true);
     expect((err as Error).message).toMatch(/two byte order marks; JSON allows none/);
   });

@@ -13,10 +13,15 @@ import { ClientAddresses, type FallbackReason } from '../../src/frontend/client-
 
 /** The addresses of a config with these limits; fallbacks are collected in `fallbacks`. */
 function addresses(limits: Record<string, unknown>): { addrs: ClientAddresses; fallbacks: FallbackReason[] } {
-  const models = [{ name: 'm', tokenizer: 'demo', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] }];
+  const models = [
+    { name: 'm', tokenizer: 'demo', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] },
+  ];
   const config = loadGatewayConfig({ base: { limits, models }, env: {} });
   const fallbacks: FallbackReason[] = [];
-  return { addrs: new ClientAddresses(config.limits.clientAddress, config.limits.trustedProxies, (r) => fallbacks.push(r)), fallbacks };
+  return {
+    addrs: new ClientAddresses(config.limits.clientAddress, config.limits.trustedProxies, (r) => fallbacks.push(r)),
+    fallbacks,
+  };
 }
 
 function request(peer: string, headers: Record<string, string> = {}): IncomingMessage {
@@ -26,13 +31,17 @@ function request(peer: string, headers: Record<string, string> = {}): IncomingMe
 const BEHIND_LB = { client_address: 'header:X-Forwarded-For', trusted_proxies: ['10.0.0.0/8', 'fd00::/8'] };
 
 describe('client addresses behind a proxy', () => {
-  it('the right-most entry that is not a trusted proxy is the client; entries to its left (the client\'s own) are ignored', () => {
+  it("the right-most entry that is not a trusted proxy is the client; entries to its left (the client's own) are ignored", () => {
     const { addrs } = addresses(BEHIND_LB);
     expect(addrs.ofRequest(request('10.0.0.5', { 'x-forwarded-for': '203.0.113.7' }))).toBe('203.0.113.7');
     // A client that writes its own X-Forwarded-For cannot choose who it is counted as.
-    expect(addrs.ofRequest(request('10.0.0.5', { 'x-forwarded-for': '198.51.100.1, 203.0.113.7' }))).toBe('203.0.113.7');
+    expect(addrs.ofRequest(request('10.0.0.5', { 'x-forwarded-for': '198.51.100.1, 203.0.113.7' }))).toBe(
+      '203.0.113.7',
+    );
     // Two proxies: the inner one's entry is skipped.
-    expect(addrs.ofRequest(request('10.0.0.5', { 'x-forwarded-for': '198.51.100.1, 203.0.113.7, 10.1.2.3' }))).toBe('203.0.113.7');
+    expect(addrs.ofRequest(request('10.0.0.5', { 'x-forwarded-for': '198.51.100.1, 203.0.113.7, 10.1.2.3' }))).toBe(
+      '203.0.113.7',
+    );
     // Ports and brackets, as some proxies write them; IPv4-mapped IPv6 peers are their IPv4 address.
     expect(addrs.ofRequest(request('::ffff:10.0.0.5', { 'x-forwarded-for': '203.0.113.7:51234' }))).toBe('203.0.113.7');
     expect(addrs.ofRequest(request('fd00::1', { 'x-forwarded-for': '[2001:db8::7]:443' }))).toBe('2001:db8::7');

@@ -13,14 +13,24 @@ import { ClientAddresses } from '../../src/frontend/client-address.js';
 import { ClientConnections } from '../../src/frontend/connections.js';
 
 function connections(limits: Record<string, unknown>): ClientConnections {
-  const models = [{ name: 'm', tokenizer: 'demo', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] }];
-  const { limits: l } = loadGatewayConfig({ base: { limits: { max_pending_connections_per_client: 2, ...limits }, models }, env: {} });
-  return new ClientConnections(l.maxPendingConnectionsPerClient, new ClientAddresses(l.clientAddress, l.trustedProxies, () => undefined));
+  const models = [
+    { name: 'm', tokenizer: 'demo', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] },
+  ];
+  const { limits: l } = loadGatewayConfig({
+    base: { limits: { max_pending_connections_per_client: 2, ...limits }, models },
+    env: {},
+  });
+  return new ClientConnections(
+    l.maxPendingConnectionsPerClient,
+    new ClientAddresses(l.clientAddress, l.trustedProxies, () => undefined),
+  );
 }
 
 /** A socket as node:http hands it over: an emitter with the peer's address ('close' when it goes). */
-const socket = (peer: string): Socket => Object.assign(new EventEmitter(), { remoteAddress: peer }) as unknown as Socket;
-const request = (s: Socket, headers: Record<string, string> = {}): IncomingMessage => ({ socket: s, headers }) as unknown as IncomingMessage;
+const socket = (peer: string): Socket =>
+  Object.assign(new EventEmitter(), { remoteAddress: peer }) as unknown as Socket;
+const request = (s: Socket, headers: Record<string, string> = {}): IncomingMessage =>
+  ({ socket: s, headers }) as unknown as IncomingMessage;
 
 describe('ClientConnections', () => {
   it('by socket: a connection accepted while its address is at the bound is refused; others are not', () => {

@@ -10,7 +10,11 @@ import { until } from '../helpers/until.js';
 import { KEY, chat, post, start } from './server-harness.js';
 
 /** Opens a raw connection, writes `head`, and collects what comes back until the server closes it. */
-function rawRequest(port: number, head: string, opts: { localAddress?: string } = {}): { socket: Socket; answer: Promise<string> } {
+function rawRequest(
+  port: number,
+  head: string,
+  opts: { localAddress?: string } = {},
+): { socket: Socket; answer: Promise<string> } {
   const socket = connect({ host: '127.0.0.1', port, ...opts });
   socket.on('error', () => undefined);
   const answer = new Promise<string>((resolve) => {
@@ -35,12 +39,13 @@ function postHead(port: number, length: number, extra = ''): string {
 }
 
 describe('slow clients (issue 13 item 1)', () => {
-  it('a slow body holds no concurrency slot: with every slot\'s worth of slow bodies open, normal requests are served', async () => {
+  it("a slow body holds no concurrency slot: with every slot's worth of slow bodies open, normal requests are served", async () => {
     const g = await start({ limits: { max_concurrent_requests: 2, body_timeout_ms: 60_000 } });
     const port = Number(new URL(g.url).port);
     const slow = Array.from({ length: 6 }, () => rawRequest(port, `${postHead(port, 1000)}{"model": "demo", `));
     await until(() => g.server.inflight === 0, 'slow connections open');
-    for (let i = 0; i < 4; i++) expect((await post(`${g.url}/v1/chat/completions`, chat(`normal ${i}`))).status).toBe(200);
+    for (let i = 0; i < 4; i++)
+      expect((await post(`${g.url}/v1/chat/completions`, chat(`normal ${i}`))).status).toBe(200);
     for (const s of slow) s.socket.destroy();
   });
 
@@ -57,7 +62,9 @@ describe('slow clients (issue 13 item 1)', () => {
     const g = await start({ limits: { max_pending_connections_per_client: 3, body_timeout_ms: 60_000 } });
     const port = Number(new URL(g.url).port);
     // 127.0.0.2 is another loopback address: another client.
-    const slow = Array.from({ length: 3 }, () => rawRequest(port, `${postHead(port, 1000)}{"model"`, { localAddress: '127.0.0.2' }));
+    const slow = Array.from({ length: 3 }, () =>
+      rawRequest(port, `${postHead(port, 1000)}{"model"`, { localAddress: '127.0.0.2' }),
+    );
     await until(() => slow.every((s) => s.socket.bytesWritten > 0), 'slow clients connected');
     const extra = rawRequest(port, `${postHead(port, 2)}{}`, { localAddress: '127.0.0.2' });
     const raw = await extra.answer;
@@ -66,7 +73,8 @@ describe('slow clients (issue 13 item 1)', () => {
     expect(errorOf(raw).code).toBe('KVG_ERR_TOO_MANY_CONNECTIONS');
     expect((await post(`${g.url}/v1/chat/completions`, chat('another client'))).status).toBe(200);
     slow[0]!.socket.destroy();
-    const again = (): Promise<string> => rawRequest(port, `${postHead(port, 2, 'Connection: close\r\n')}{}`, { localAddress: '127.0.0.2' }).answer;
+    const again = (): Promise<string> =>
+      rawRequest(port, `${postHead(port, 2, 'Connection: close\r\n')}{}`, { localAddress: '127.0.0.2' }).answer;
     await until(async () => statusOf(await again()) === 400, 'room again');
     for (const s of slow) s.socket.destroy();
   });
@@ -96,14 +104,62 @@ describe('client input that gave 500s (issue 13 item 11)', () => {
 describe('contradictory pins (issue 13 item 13)', () => {
   it('each contradiction is a 400 naming both fields; an empty or unknown allow-list is a 400, not a 503', async () => {
     const g = await start();
-    const cases: { name: string; body: Record<string, unknown>; headers?: Record<string, string>; code: string; param: string; mentions?: string }[] = [
-      { name: 'two pin headers', body: chat('x'), headers: { 'x-worker-instance-id': '3', 'x-dynamo-worker-instance-id': '2' }, code: 'KVG_ERR_INVALID_REQUEST', param: 'x-dynamo-worker-instance-id', mentions: 'x-worker-instance-id' },
-      { name: 'backend vs decode', body: chat('x', { nvext: { backend_instance_id: 1, decode_worker_id: 2 } }), code: 'KVG_ERR_INVALID_REQUEST', param: 'nvext.decode_worker_id', mentions: 'nvext.backend_instance_id' },
-      { name: 'unknown decode worker on an aggregated model', body: chat('x', { nvext: { decode_worker_id: 99 } }), code: 'KVG_ERR_UNKNOWN_WORKER', param: 'nvext.decode_worker_id' },
-      { name: 'pin outside the allow-list', body: chat('x', { nvext: { backend_instance_id: 1, allowed_worker_ids: [2, 3] } }), code: 'KVG_ERR_INVALID_REQUEST', param: 'nvext.backend_instance_id', mentions: 'nvext.allowed_worker_ids' },
-      { name: 'header pin outside the allow-list', body: chat('x', { nvext: { allowed_worker_ids: [2] } }), headers: { 'x-worker-instance-id': '3' }, code: 'KVG_ERR_INVALID_REQUEST', param: 'x-worker-instance-id', mentions: 'nvext.allowed_worker_ids' },
-      { name: 'empty allow-list', body: chat('x', { nvext: { allowed_worker_ids: [] } }), code: 'KVG_ERR_INVALID_REQUEST', param: 'nvext.allowed_worker_ids' },
-      { name: 'allow-list of unknown ids', body: chat('x', { nvext: { allowed_worker_ids: [77, 78] } }), code: 'KVG_ERR_INVALID_REQUEST', param: 'nvext.allowed_worker_ids' },
+    const cases: {
+      name: string;
+      body: Record<string, unknown>;
+      headers?: Record<string, string>;
+      code: string;
+      param: string;
+      mentions?: string;
+    }[] = [
+      {
+        name: 'two pin headers',
+        body: chat('x'),
+        headers: { 'x-worker-instance-id': '3', 'x-dynamo-worker-instance-id': '2' },
+        code: 'KVG_ERR_INVALID_REQUEST',
+        param: 'x-dynamo-worker-instance-id',
+        mentions: 'x-worker-instance-id',
+      },
+      {
+        name: 'backend vs decode',
+        body: chat('x', { nvext: { backend_instance_id: 1, decode_worker_id: 2 } }),
+        code: 'KVG_ERR_INVALID_REQUEST',
+        param: 'nvext.decode_worker_id',
+        mentions: 'nvext.backend_instance_id',
+      },
+      {
+        name: 'unknown decode worker on an aggregated model',
+        body: chat('x', { nvext: { decode_worker_id: 99 } }),
+        code: 'KVG_ERR_UNKNOWN_WORKER',
+        param: 'nvext.decode_worker_id',
+      },
+      {
+        name: 'pin outside the allow-list',
+        body: chat('x', { nvext: { backend_instance_id: 1, allowed_worker_ids: [2, 3] } }),
+        code: 'KVG_ERR_INVALID_REQUEST',
+        param: 'nvext.backend_instance_id',
+        mentions: 'nvext.allowed_worker_ids',
+      },
+      {
+        name: 'header pin outside the allow-list',
+        body: chat('x', { nvext: { allowed_worker_ids: [2] } }),
+        headers: { 'x-worker-instance-id': '3' },
+        code: 'KVG_ERR_INVALID_REQUEST',
+        param: 'x-worker-instance-id',
+        mentions: 'nvext.allowed_worker_ids',
+      },
+      {
+        name: 'empty allow-list',
+        body: chat('x', { nvext: { allowed_worker_ids: [] } }),
+        code: 'KVG_ERR_INVALID_REQUEST',
+        param: 'nvext.allowed_worker_ids',
+      },
+      {
+        name: 'allow-list of unknown ids',
+        body: chat('x', { nvext: { allowed_worker_ids: [77, 78] } }),
+        code: 'KVG_ERR_INVALID_REQUEST',
+        param: 'nvext.allowed_worker_ids',
+      },
     ];
     for (const c of cases) {
       const r = await post(`${g.url}/v1/chat/completions`, c.body, c.headers);
@@ -114,15 +170,18 @@ describe('contradictory pins (issue 13 item 13)', () => {
     }
     expect(g.routers.demo.routed.length).toBe(0);
     // Agreeing pins and a pin inside the allow-list are served.
-    const ok = await post(`${g.url}/v1/chat/completions`, chat('x', { nvext: { backend_instance_id: 2, decode_worker_id: 2, allowed_worker_ids: [2, 77] } }),
-      { 'x-worker-instance-id': '2', 'x-dynamo-worker-instance-id': '2' });
+    const ok = await post(
+      `${g.url}/v1/chat/completions`,
+      chat('x', { nvext: { backend_instance_id: 2, decode_worker_id: 2, allowed_worker_ids: [2, 77] } }),
+      { 'x-worker-instance-id': '2', 'x-dynamo-worker-instance-id': '2' },
+    );
     expect(ok.status).toBe(200);
     expect(ok.headers.get('x-kvgate-worker')).toBe('2');
   });
 });
 
 describe('the 413 can be read (issue 13 item 16)', () => {
-  it('Node\'s fetch streaming an oversized body sees the 413 twenty times out of twenty', async () => {
+  it("Node's fetch streaming an oversized body sees the 413 twenty times out of twenty", async () => {
     const g = await start();
     const chunk = new Uint8Array(256 * 1024).fill(0x20);
     const outcomes: (number | string)[] = [];
@@ -153,7 +212,10 @@ describe('smaller edge cases (issue 13 item 17)', () => {
     const g = await start({ auth: { api_keys: [KEY] } });
     const port = Number(new URL(g.url).port);
     const body = JSON.stringify(chat('hi'));
-    const { answer } = rawRequest(port, `${postHead(port, Buffer.byteLength(body), `Authorization: Bearer ${KEY}\r\nAuthorization: Bearer wrong-key-000000\r\nConnection: close\r\n`)}${body}`);
+    const { answer } = rawRequest(
+      port,
+      `${postHead(port, Buffer.byteLength(body), `Authorization: Bearer ${KEY}\r\nAuthorization: Bearer wrong-key-000000\r\nConnection: close\r\n`)}${body}`,
+    );
     const raw = await answer;
     expect(statusOf(raw)).toBe(400);
     expect(errorOf(raw)).toMatchObject({ code: 'KVG_ERR_INVALID_REQUEST' });
@@ -162,24 +224,47 @@ describe('smaller edge cases (issue 13 item 17)', () => {
 
   it('a gzip body is decoded within the body limit; a gzip bomb is a 413; other encodings are a 415', async () => {
     const g = await start();
-    const gz = await fetch(`${g.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, body: gzipSync(JSON.stringify(chat('zipped'))) });
+    const gz = await fetch(`${g.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      body: gzipSync(JSON.stringify(chat('zipped'))),
+    });
     expect(gz.status).toBe(200);
     expect(g.routers.demo.routed[0]!.body).toEqual(chat('zipped'));
     const bomb = gzipSync(JSON.stringify(chat(' '.repeat(10 * 1024 * 1024))));
     expect(bomb.length).toBeLessThan(64 * 1024);
-    const big = await fetch(`${g.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-encoding': 'gzip' }, body: bomb });
+    const big = await fetch(`${g.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-encoding': 'gzip' },
+      body: bomb,
+    });
     expect(big.status).toBe(413);
-    const zstd = await fetch(`${g.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-encoding': 'zstd' }, body: 'x' });
+    const zstd = await fetch(`${g.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-encoding': 'zstd' },
+      body: 'x',
+    });
     expect(zstd.status).toBe(415);
     expect(((await zstd.json()) as { error: { code: string } }).error.code).toBe('KVG_ERR_UNSUPPORTED_ENCODING');
   });
 
   it('invalid UTF-8 in a JSON body is a 400, not silently replaced', async () => {
     const g = await start();
-    const bytes = Buffer.concat([Buffer.from('{"model": "demo", "messages": [{"role": "user", "content": "a'), Buffer.from([0xff, 0xfe]), Buffer.from('"}]}')]);
-    const r = await fetch(`${g.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: bytes });
+    const bytes = Buffer.concat([
+      Buffer.from('{"model": "demo", "messages": [{"role": "user", "content": "a'),
+      Buffer.from([0xff, 0xfe]),
+      Buffer.from('"}]}'),
+    ]);
+    const r = await fetch(`${g.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: bytes,
+    });
     expect(r.status).toBe(400);
-    expect(((await r.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: 'KVG_ERR_INVALID_JSON', message: 'the request body is not valid UTF-8' });
+    expect(((await r.json()) as { error: { code: string; message: string } }).error).toMatchObject({
+      code: 'KVG_ERR_INVALID_JSON',
+      message: 'the request body is not valid UTF-8',
+    });
     expect(g.routers.demo.routed.length).toBe(0);
   });
 

@@ -6,7 +6,13 @@
  */
 import type { CancelSignal, WorkerRank } from '../../src/common/index.js';
 import { KvgateError } from '../../src/errors/index.js';
-import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, SseEvent } from '../../src/frontend/index.js';
+import type {
+  ModelRouterPort,
+  PreparedRequest,
+  QueryResult,
+  RoutedResponse,
+  SseEvent,
+} from '../../src/frontend/index.js';
 
 export interface FakeRouterOptions {
   model: string;
@@ -58,7 +64,9 @@ export class FakeRouter implements ModelRouterPort {
   }
 
   unavailable(): KvgateError | undefined {
-    return this.servable ? undefined : new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`);
+    return this.servable
+      ? undefined
+      : new KvgateError('KVG_ERR_MODEL_UNAVAILABLE', `model ${this.model} has no worker available right now`);
   }
 
   /** Holds every stream after its first event (and every JSON answer) until `release()`. */
@@ -75,9 +83,13 @@ export class FakeRouter implements ModelRouterPort {
 
   #choose(req: PreparedRequest): { worker: WorkerRank; overlap: number } {
     const pin = req.hints.decodeWorkerId ?? req.hints.backendInstanceId;
-    if (this.direct && pin === undefined) throw new KvgateError('KVG_ERR_MISSING_WORKER_ID', 'router mode is direct: name the worker');
+    if (this.direct && pin === undefined)
+      throw new KvgateError('KVG_ERR_MISSING_WORKER_ID', 'router mode is direct: name the worker');
     if (pin !== undefined) {
-      if (!this.workerIds.includes(pin)) throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${pin} is not a worker of this model`, { workerId: pin });
+      if (!this.workerIds.includes(pin))
+        throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${pin} is not a worker of this model`, {
+          workerId: pin,
+        });
       return { worker: { workerId: pin, dpRank: req.hints.dpRank ?? 0 }, overlap: 0 };
     }
     let best: number | undefined;
@@ -104,13 +116,31 @@ export class FakeRouter implements ModelRouterPort {
     for (const h of req.hashes.seq) if (!this.#owner.has(h)) this.#owner.set(h, worker.workerId);
     const id = `cmpl-${this.routed.length}`;
     const chat = req.endpoint === 'chat';
-    const usage = { prompt_tokens: req.tokenIds.length, completion_tokens: this.streamWords.length, total_tokens: req.tokenIds.length + this.streamWords.length };
+    const usage = {
+      prompt_tokens: req.tokenIds.length,
+      completion_tokens: this.streamWords.length,
+      total_tokens: req.tokenIds.length + this.streamWords.length,
+    };
     if (!req.stream) {
       if (this.#gate !== undefined) await this.#waitGate(req.signal);
       const text = this.streamWords.join('');
       const body = chat
-        ? { id, object: 'chat.completion', created: 1, model: this.model, choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop' }], usage }
-        : { id, object: 'text_completion', created: 1, model: this.model, choices: [{ index: 0, text, finish_reason: 'stop' }], usage };
+        ? {
+            id,
+            object: 'chat.completion',
+            created: 1,
+            model: this.model,
+            choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop' }],
+            usage,
+          }
+        : {
+            id,
+            object: 'text_completion',
+            created: 1,
+            model: this.model,
+            choices: [{ index: 0, text, finish_reason: 'stop' }],
+            usage,
+          };
       this.released.push({ requestId: req.requestId, how: 'end' });
       return { worker, status: 200, body: { kind: 'json', bytes: JSON.stringify(body) } };
     }
@@ -149,10 +179,24 @@ export class FakeRouter implements ModelRouterPort {
           throw new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', 'the engine connection broke mid-stream');
         }
         const chunk = chat
-          ? { id, object: 'chat.completion.chunk', created: 1, model: this.model, choices: [{ index: 0, delta: { content: word }, finish_reason: null }] }
-          : { id, object: 'text_completion', created: 1, model: this.model, choices: [{ index: 0, text: word, finish_reason: null }] };
+          ? {
+              id,
+              object: 'chat.completion.chunk',
+              created: 1,
+              model: this.model,
+              choices: [{ index: 0, delta: { content: word }, finish_reason: null }],
+            }
+          : {
+              id,
+              object: 'text_completion',
+              created: 1,
+              model: this.model,
+              choices: [{ index: 0, text: word, finish_reason: null }],
+            };
         // Alternate the two event forms the port allows: raw block bytes, and data only.
-        yield n % 2 === 0 ? { raw: enc.encode(`data: ${JSON.stringify(chunk)}\n\n`), data: JSON.stringify(chunk) } : { data: JSON.stringify(chunk) };
+        yield n % 2 === 0
+          ? { raw: enc.encode(`data: ${JSON.stringify(chunk)}\n\n`), data: JSON.stringify(chunk) }
+          : { data: JSON.stringify(chunk) };
         n++;
         if (n === 1 && this.#gate !== undefined) {
           try {
@@ -164,8 +208,22 @@ export class FakeRouter implements ModelRouterPort {
         }
       }
       const last = chat
-        ? { id, object: 'chat.completion.chunk', created: 1, model: this.model, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage }
-        : { id, object: 'text_completion', created: 1, model: this.model, choices: [{ index: 0, text: '', finish_reason: 'stop' }], usage };
+        ? {
+            id,
+            object: 'chat.completion.chunk',
+            created: 1,
+            model: this.model,
+            choices: [{ index: 0, delta: {}, finish_reason: 'stop' }],
+            usage,
+          }
+        : {
+            id,
+            object: 'text_completion',
+            created: 1,
+            model: this.model,
+            choices: [{ index: 0, text: '', finish_reason: 'stop' }],
+            usage,
+          };
       yield { data: JSON.stringify(last) };
       yield { data: '[DONE]' };
       how = 'end';

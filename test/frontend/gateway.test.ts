@@ -12,21 +12,34 @@ const silent = pino({ level: 'silent' });
 describe('gateway assembly', () => {
   it('startGateway builds one router per model from the factory and closes them after draining', async () => {
     const config = loadGatewayConfig({
-      base: { listen: { port: 0 }, preprocess: { threads: 0 }, router: { use_kv_events: false }, models: [{ name: 'm', tokenizer: 'none', block_size: 8, workers: [{ id: 1, url: 'http://127.0.0.1:9' }] }] },
+      base: {
+        listen: { port: 0 },
+        preprocess: { threads: 0 },
+        router: { use_kv_events: false },
+        models: [{ name: 'm', tokenizer: 'none', block_size: 8, workers: [{ id: 1, url: 'http://127.0.0.1:9' }] }],
+      },
       env: {},
     });
     const seen: ModelConfig[] = [];
     let router: FakeRouter | undefined;
     const g = await startGateway({
-      config, logger: silent,
+      config,
+      logger: silent,
       createRouter: (model) => {
         seen.push(model);
-        router = new FakeRouter({ model: model.name, blockSize: model.blockSize, workerIds: model.workers.map((w) => w.id) });
+        router = new FakeRouter({
+          model: model.name,
+          blockSize: model.blockSize,
+          workerIds: model.workers.map((w) => w.id),
+        });
         return router;
       },
     });
     expect(seen.map((m) => [m.name, m.blockSize])).toEqual([['m', 8]]);
-    const r = await fetch(`http://127.0.0.1:${g.addresses.public.port}/v1/completions`, { method: 'POST', body: JSON.stringify({ model: 'm', prompt: 'hello' }) });
+    const r = await fetch(`http://127.0.0.1:${g.addresses.public.port}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ model: 'm', prompt: 'hello' }),
+    });
     expect(r.status).toBe(200);
     expect(r.headers.get('x-kvgate-worker')).toBe('1');
     await g.close();
@@ -35,10 +48,21 @@ describe('gateway assembly', () => {
 
   it('a failing router factory stops startup and leaves nothing running', async () => {
     const config = loadGatewayConfig({
-      base: { listen: { port: 0 }, preprocess: { threads: 0 }, router: { use_kv_events: false }, models: [{ name: 'm', tokenizer: 'none', workers: [{ id: 1, url: 'http://127.0.0.1:9' }] }] },
+      base: {
+        listen: { port: 0 },
+        preprocess: { threads: 0 },
+        router: { use_kv_events: false },
+        models: [{ name: 'm', tokenizer: 'none', workers: [{ id: 1, url: 'http://127.0.0.1:9' }] }],
+      },
       env: {},
     });
-    const err = await startGateway({ config, logger: silent, createRouter: () => { throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'no such worker pool'); } }).catch((e: unknown) => e);
+    const err = await startGateway({
+      config,
+      logger: silent,
+      createRouter: () => {
+        throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'no such worker pool');
+      },
+    }).catch((e: unknown) => e);
     expect(isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')).toBe(true);
   });
 });
@@ -48,10 +72,16 @@ describe('kvgate serve', () => {
     let banner = '';
     const routers: FakeRouter[] = [];
     const h = await serve(['--port', '0', '--preprocess-threads', '0', '--log-level', 'silent'], {
-      env: {}, logger: silent, out: { write: (t: string) => (banner += t) },
+      env: {},
+      logger: silent,
+      out: { write: (t: string) => (banner += t) },
       routers: () => ({
         createRouter: (model) => {
-          const r = new FakeRouter({ model: model.name, blockSize: model.blockSize, workerIds: model.workers.map((w) => w.id) });
+          const r = new FakeRouter({
+            model: model.name,
+            blockSize: model.blockSize,
+            workerIds: model.workers.map((w) => w.id),
+          });
           routers.push(r);
           return r;
         },
@@ -82,7 +112,9 @@ describe('kvgate serve', () => {
   });
 
   it('refuses to start on a config error, naming the flag, and prints help', async () => {
-    const err = await serve(['--port', 'eighty'], { env: {}, logger: silent, out: { write: () => undefined } }).catch((e: unknown) => e);
+    const err = await serve(['--port', 'eighty'], { env: {}, logger: silent, out: { write: () => undefined } }).catch(
+      (e: unknown) => e,
+    );
     expect(isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')).toBe(true);
     expect((err as Error).message).toContain('--port: listen.port: must be an integer');
     let help = '';
@@ -94,27 +126,55 @@ describe('kvgate serve', () => {
 
 describe('kvgate serve: the embedded demo end to end', () => {
   it('serves chat through real routers and engines; a conversation sticks to the engine holding its prefix', async () => {
-    const h = await serve(['--port', '0', '--preprocess-threads', '0', '--log-level', 'silent'], { env: {}, logger: silent, out: { write: () => undefined } });
+    const h = await serve(['--port', '0', '--preprocess-threads', '0', '--log-level', 'silent'], {
+      env: {},
+      logger: silent,
+      out: { write: () => undefined },
+    });
     try {
       const url = `http://127.0.0.1:${h!.gateway.addresses.public.port}`;
-      const ask = async (messages: { role: string; content: string }[]): Promise<{ worker: string | null; text: string; cached: number }> => {
-        const r = await fetch(`${url}/v1/chat/completions`, { method: 'POST', body: JSON.stringify({ model: DEMO_MODEL, messages, max_tokens: 4 }) });
+      const ask = async (
+        messages: { role: string; content: string }[],
+      ): Promise<{ worker: string | null; text: string; cached: number }> => {
+        const r = await fetch(`${url}/v1/chat/completions`, {
+          method: 'POST',
+          body: JSON.stringify({ model: DEMO_MODEL, messages, max_tokens: 4 }),
+        });
         expect(r.status).toBe(200);
-        const body = (await r.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens_details?: { cached_tokens?: number } } };
-        return { worker: r.headers.get('x-kvgate-worker'), text: body.choices[0]!.message.content, cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0 };
+        const body = (await r.json()) as {
+          choices: { message: { content: string } }[];
+          usage: { prompt_tokens_details?: { cached_tokens?: number } };
+        };
+        return {
+          worker: r.headers.get('x-kvgate-worker'),
+          text: body.choices[0]!.message.content,
+          cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
+        };
       };
-      const history = [{ role: 'system', content: 'You are a patient teacher. '.repeat(30) }, { role: 'user', content: 'Explain KV caches in one sentence.' }];
+      const history = [
+        { role: 'system', content: 'You are a patient teacher. '.repeat(30) },
+        { role: 'user', content: 'Explain KV caches in one sentence.' },
+      ];
       const first = await ask(history);
       expect(first.worker).toMatch(/^[1-4]$/);
       // Wait until the engine's KV events have reached the index (query-only routing shows the overlap).
       const deadline = Date.now() + 10_000;
       for (;;) {
-        const q = (await (await fetch(`${url}/v1/route`, { method: 'POST', body: JSON.stringify({ model: DEMO_MODEL, messages: history }) })).json()) as { overlap_blocks: number };
+        const q = (await (
+          await fetch(`${url}/v1/route`, {
+            method: 'POST',
+            body: JSON.stringify({ model: DEMO_MODEL, messages: history }),
+          })
+        ).json()) as { overlap_blocks: number };
         if (q.overlap_blocks > 0) break;
         if (Date.now() > deadline) throw new Error('KV events never reached the router');
         await new Promise((r) => setTimeout(r, 20));
       }
-      const second = await ask([...history, { role: 'assistant', content: first.text }, { role: 'user', content: 'And why does prefix reuse matter?' }]);
+      const second = await ask([
+        ...history,
+        { role: 'assistant', content: first.text },
+        { role: 'user', content: 'And why does prefix reuse matter?' },
+      ]);
       expect(second.worker).toBe(first.worker);
       expect(second.cached).toBeGreaterThan(0);
     } finally {

@@ -12,7 +12,7 @@ import type { WorkerConfig } from '../../src/config/index.js';
 const workers = [{ id: 1 }, { id: 2 }] as unknown as WorkerConfig[];
 
 describe('parseRoutingHints', () => {
-  it('no nvext and no routing header: the same shared answer every time, equal to the full path\'s', () => {
+  it("no nvext and no routing header: the same shared answer every time, equal to the full path's", () => {
     const a = parseRoutingHints(undefined, { 'content-type': 'application/json' }, workers);
     const b = parseRoutingHints(undefined, {}, workers);
     expect(a).toBe(b);

@@ -11,7 +11,13 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loadGatewayConfig, type GatewayConfig } from '../../src/config/index.js';
 import { serializeBody } from '../../src/engines/request-body.js';
-import { GatewayServer, createPreprocessor, preprocessModelSpecs, type PreparedRequest, type Preprocessor } from '../../src/frontend/index.js';
+import {
+  GatewayServer,
+  createPreprocessor,
+  preprocessModelSpecs,
+  type PreparedRequest,
+  type Preprocessor,
+} from '../../src/frontend/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { FakeRouter } from './fake-router.js';
 import { post } from './server-harness.js';
@@ -26,7 +32,15 @@ const config: GatewayConfig = loadGatewayConfig({
     preprocess: { threads: 0 },
     log: { level: 'silent' },
     models: [
-      { name: 'demo', tokenizer: 'demo', lora_adapters: ['sql'], workers: [{ id: 1, url: 'http://127.0.0.1:1' }, { id: 2, url: 'http://127.0.0.1:2' }] },
+      {
+        name: 'demo',
+        tokenizer: 'demo',
+        lora_adapters: ['sql'],
+        workers: [
+          { id: 1, url: 'http://127.0.0.1:1' },
+          { id: 2, url: 'http://127.0.0.1:2' },
+        ],
+      },
       { name: 'approx', tokenizer: 'none', workers: [{ id: 21, url: 'http://127.0.0.1:21' }] },
     ],
   },
@@ -42,9 +56,22 @@ interface Gateway {
 
 async function gateway(threads: number): Promise<Gateway> {
   // With a pool, every body goes to it (-1): what the default does for bodies over 16 KB.
-  const pre = await createPreprocessor(preprocessModelSpecs(config), { threads, inlineMaxBodyBytes: -1, inlineMaxChars: -1 });
-  const routers = { demo: new FakeRouter({ model: 'demo', workerIds: [1, 2] }), approx: new FakeRouter({ model: 'approx', workerIds: [21] }) };
-  const server = new GatewayServer({ config, routers: Object.values(routers), preprocessor: pre, logger: pino({ level: 'silent' }), metrics: new KvgateMetrics({ processMetrics: false }) });
+  const pre = await createPreprocessor(preprocessModelSpecs(config), {
+    threads,
+    inlineMaxBodyBytes: -1,
+    inlineMaxChars: -1,
+  });
+  const routers = {
+    demo: new FakeRouter({ model: 'demo', workerIds: [1, 2] }),
+    approx: new FakeRouter({ model: 'approx', workerIds: [21] }),
+  };
+  const server = new GatewayServer({
+    config,
+    routers: Object.values(routers),
+    preprocessor: pre,
+    logger: pino({ level: 'silent' }),
+    metrics: new KvgateMetrics({ processMetrics: false }),
+  });
   const addr = await server.listen();
   return { url: `http://127.0.0.1:${addr.public.port}`, server, routers, pre };
 }
@@ -64,49 +91,120 @@ afterAll(async () => {
 /** What the router receives, comparable across gateways: the engine's body as the engine gets it (as an object). */
 function seen(req: PreparedRequest): Record<string, unknown> {
   return {
-    endpoint: req.endpoint, model: req.model, stream: req.stream, queryOnly: req.queryOnly, approximate: req.approximate,
-    tokenIds: [...req.tokenIds], blockHashes: [...req.hashes.local], sequenceHashes: [...req.hashes.seq], hints: req.hints,
+    endpoint: req.endpoint,
+    model: req.model,
+    stream: req.stream,
+    queryOnly: req.queryOnly,
+    approximate: req.approximate,
+    tokenIds: [...req.tokenIds],
+    blockHashes: [...req.hashes.local],
+    sequenceHashes: [...req.hashes.seq],
+    hints: req.hints,
     engineBody: JSON.parse(serializeBody(req.body, { stream: true, stream_options: { include_usage: true } })),
   };
 }
 
 const messages = (n: number, words = 3): { role: string; content: string }[] =>
-  Array.from({ length: n }, (_, i) => ({ role: i % 2 === 0 ? 'user' : 'assistant', content: `message ${i} ${'word '.repeat(words)}` }));
-const tools = Array.from({ length: 40 }, (_, i) => ({ type: 'function', function: { name: `tool_${i}`, description: 'd '.repeat(50),
-  parameters: { type: 'object', properties: { a: { type: 'string' }, b: { type: 'array', items: { type: 'integer' } } } } } }));
+  Array.from({ length: n }, (_, i) => ({
+    role: i % 2 === 0 ? 'user' : 'assistant',
+    content: `message ${i} ${'word '.repeat(words)}`,
+  }));
+const tools = Array.from({ length: 40 }, (_, i) => ({
+  type: 'function',
+  function: {
+    name: `tool_${i}`,
+    description: 'd '.repeat(50),
+    parameters: {
+      type: 'object',
+      properties: { a: { type: 'string' }, b: { type: 'array', items: { type: 'integer' } } },
+    },
+  },
+}));
 
 describe('a body parsed on a preprocessing thread reaches the router as the same request', () => {
   const ok: { name: string; path: string; body: unknown; headers?: Record<string, string> }[] = [
-    { name: 'a short chat', path: '/v1/chat/completions', body: { model: 'demo', messages: messages(1), stream: true } },
-    { name: 'a long chat with tools', path: '/v1/chat/completions', body: { model: 'demo', messages: messages(MAX_MESSAGES, 200), tools, max_tokens: 9 } },
-    { name: 'hints, a session header, an override, a LoRA adapter as model', path: '/v1/chat/completions',
-      body: { model: 'sql', messages: messages(3), nvext: { allowed_worker_ids: [1, 2], agent_hints: { osl: 40, priority: 2 }, router_config_override: { router_temperature: 0.5 } } },
-      headers: { 'x-session-id': 'conversation-7', 'x-worker-instance-id': '2' } },
-    { name: 'a text completion', path: '/v1/completions', body: { model: 'demo', prompt: 'once upon a time '.repeat(500), cache_salt: 'tenant-a' } },
-    { name: 'a token-id completion', path: '/v1/completions', body: { model: 'demo', prompt: Array.from({ length: 5000 }, (_, i) => (i * 7) % 30000) } },
-    { name: 'a completion with nvext.token_data (sent as its prompt)', path: '/v1/completions',
-      body: { model: 'demo', prompt: 'hi', nvext: { token_data: Array.from({ length: 3000 }, (_, i) => 100 + i) }, stream: false } },
+    {
+      name: 'a short chat',
+      path: '/v1/chat/completions',
+      body: { model: 'demo', messages: messages(1), stream: true },
+    },
+    {
+      name: 'a long chat with tools',
+      path: '/v1/chat/completions',
+      body: { model: 'demo', messages: messages(MAX_MESSAGES, 200), tools, max_tokens: 9 },
+    },
+    {
+      name: 'hints, a session header, an override, a LoRA adapter as model',
+      path: '/v1/chat/completions',
+      body: {
+        model: 'sql',
+        messages: messages(3),
+        nvext: {
+          allowed_worker_ids: [1, 2],
+          agent_hints: { osl: 40, priority: 2 },
+          router_config_override: { router_temperature: 0.5 },
+        },
+      },
+      headers: { 'x-session-id': 'conversation-7', 'x-worker-instance-id': '2' },
+    },
+    {
+      name: 'a text completion',
+      path: '/v1/completions',
+      body: { model: 'demo', prompt: 'once upon a time '.repeat(500), cache_salt: 'tenant-a' },
+    },
+    {
+      name: 'a token-id completion',
+      path: '/v1/completions',
+      body: { model: 'demo', prompt: Array.from({ length: 5000 }, (_, i) => (i * 7) % 30000) },
+    },
+    {
+      name: 'a completion with nvext.token_data (sent as its prompt)',
+      path: '/v1/completions',
+      body: {
+        model: 'demo',
+        prompt: 'hi',
+        nvext: { token_data: Array.from({ length: 3000 }, (_, i) => 100 + i) },
+        stream: false,
+      },
+    },
     { name: 'a query-only chat', path: '/v1/route', body: { model: 'demo', messages: messages(5) } },
-    { name: 'a key given twice and a __proto__ member', path: '/v1/chat/completions',
-      body: '{"model":"demo","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"__proto__":{"x":1}}' },
-    { name: 'a model without tokenizer', path: '/v1/completions', body: { model: 'approx', prompt: 'héllo wörld '.repeat(300) } },
+    {
+      name: 'a key given twice and a __proto__ member',
+      path: '/v1/chat/completions',
+      body: '{"model":"demo","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"__proto__":{"x":1}}',
+    },
+    {
+      name: 'a model without tokenizer',
+      path: '/v1/completions',
+      body: { model: 'approx', prompt: 'héllo wörld '.repeat(300) },
+    },
   ];
   for (const c of ok) {
     it(`${c.name}: ids, hashes, hints and the engine's body agree`, async () => {
-      const results = await Promise.all([here, pooled].map(async (g) => {
-        const r = await post(`${g.url}${c.path}`, c.body, c.headers);
-        const router = g.routers[(typeof c.body === 'string' ? 'demo' : (c.body as { model: string }).model) === 'approx' ? 'approx' : 'demo'];
-        return { status: r.status, req: c.path === '/v1/route' ? router.queried.at(-1)! : router.routed.at(-1)! };
-      }));
+      const results = await Promise.all(
+        [here, pooled].map(async (g) => {
+          const r = await post(`${g.url}${c.path}`, c.body, c.headers);
+          const router =
+            g.routers[
+              (typeof c.body === 'string' ? 'demo' : (c.body as { model: string }).model) === 'approx'
+                ? 'approx'
+                : 'demo'
+            ];
+          return { status: r.status, req: c.path === '/v1/route' ? router.queried.at(-1)! : router.routed.at(-1)! };
+        }),
+      );
       expect(results.map((r) => r.status)).toEqual([200, 200]);
       expect(seen(results[1]!.req)).toEqual(seen(results[0]!.req));
     });
   }
 
-  it('a completion\'s nvext.token_data is the prompt its engine gets; nvext never reaches an engine', async () => {
+  it("a completion's nvext.token_data is the prompt its engine gets; nvext never reaches an engine", async () => {
     const ids = Array.from({ length: 3000 }, (_, i) => 100 + i);
     for (const g of [here, pooled]) {
-      expect((await post(`${g.url}/v1/completions`, { model: 'demo', prompt: 'a short text', nvext: { token_data: ids } })).status).toBe(200);
+      expect(
+        (await post(`${g.url}/v1/completions`, { model: 'demo', prompt: 'a short text', nvext: { token_data: ids } }))
+          .status,
+      ).toBe(200);
       const req = g.routers.demo.routed.at(-1)!;
       expect([...req.tokenIds]).toEqual(ids);
       const engineBody = JSON.parse(serializeBody(req.body)) as Record<string, unknown>;
@@ -115,7 +213,7 @@ describe('a body parsed on a preprocessing thread reaches the router as the same
     }
   });
 
-  it('a chat\'s nvext.token_data must be its prompt\'s ids: equal ones route, others are refused', async () => {
+  it("a chat's nvext.token_data must be its prompt's ids: equal ones route, others are refused", async () => {
     const body = { model: 'demo', messages: messages(4) };
     const route = await post(`${here.url}/v1/route`, body);
     const ids = route.json.token_ids as number[];
@@ -130,7 +228,11 @@ describe('a body parsed on a preprocessing thread reaches the router as the same
       expect(bad.json.error.message).toContain(`${longer.length} ids`);
       expect(bad.json.error.message).toContain(`differ from position ${ids.length}`);
       // Without the model's own tokenizer the ids cannot be checked.
-      const approx = await post(`${g.url}/v1/chat/completions`, { model: 'approx', messages: messages(1), nvext: { token_data: [1, 2, 3] } });
+      const approx = await post(`${g.url}/v1/chat/completions`, {
+        model: 'approx',
+        messages: messages(1),
+        nvext: { token_data: [1, 2, 3] },
+      });
       expect(approx.json.error).toMatchObject({ code: 'KVG_ERR_TOKENIZER_UNAVAILABLE', param: 'nvext.token_data' });
     }
   });
@@ -138,24 +240,86 @@ describe('a body parsed on a preprocessing thread reaches the router as the same
 
 describe('bad bodies get the same answers on either thread', () => {
   const bad: { name: string; body: unknown; status: number; code: string; param?: string; path?: string }[] = [
-    { name: 'not UTF-8', body: Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d]), status: 400, code: 'KVG_ERR_INVALID_JSON' },
+    {
+      name: 'not UTF-8',
+      body: Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d]),
+      status: 400,
+      code: 'KVG_ERR_INVALID_JSON',
+    },
     { name: 'invalid JSON', body: '{"model": "demo", "messages": [', status: 400, code: 'KVG_ERR_INVALID_JSON' },
-    { name: 'nested too deep', body: `{"model":"demo","messages":[],"x":${'['.repeat(200)}${']'.repeat(200)}}`, status: 400, code: 'KVG_ERR_INVALID_REQUEST' },
-    { name: 'more messages than limits.max_messages', body: { model: 'demo', messages: messages(MAX_MESSAGES + 1) }, status: 400, code: 'KVG_ERR_TOO_MANY_MESSAGES', param: 'messages' },
-    { name: 'more than 1,024 members', body: Object.fromEntries([['model', 'demo'], ['messages', messages(1)], ...Array.from({ length: 1030 }, (_, i) => [`k${i}`, i])]),
-      status: 400, code: 'KVG_ERR_INVALID_REQUEST' },
-    { name: 'a schema violation', body: { model: 'demo', messages: [{ role: 'user', content: 42 }] }, status: 400, code: 'KVG_ERR_INVALID_REQUEST', param: 'messages[0].content' },
-    { name: 'an unknown model', body: { model: 'gpt-9', messages: messages(1) }, status: 404, code: 'KVG_ERR_MODEL_NOT_FOUND', param: 'model' },
-    { name: 'an unknown pinned worker', body: { model: 'demo', messages: messages(1), nvext: { backend_instance_id: 9 } }, status: 400, code: 'KVG_ERR_UNKNOWN_WORKER' },
-    { name: 'a prompt over the limit', body: { model: 'demo', messages: [{ role: 'user', content: 'word '.repeat(30_000) }] }, status: 400, code: 'KVG_ERR_PROMPT_TOO_LONG' },
-    { name: 'an image part', body: { model: 'demo', messages: [{ role: 'user', content: [{ type: 'image_url' }] }] }, status: 400, code: 'KVG_ERR_UNSUPPORTED_CONTENT' },
-    { name: 'a batch prompt', path: '/v1/completions', body: { model: 'demo', prompt: ['a', 'b'] }, status: 400, code: 'KVG_ERR_UNSUPPORTED_CONTENT', param: 'prompt' },
+    {
+      name: 'nested too deep',
+      body: `{"model":"demo","messages":[],"x":${'['.repeat(200)}${']'.repeat(200)}}`,
+      status: 400,
+      code: 'KVG_ERR_INVALID_REQUEST',
+    },
+    {
+      name: 'more messages than limits.max_messages',
+      body: { model: 'demo', messages: messages(MAX_MESSAGES + 1) },
+      status: 400,
+      code: 'KVG_ERR_TOO_MANY_MESSAGES',
+      param: 'messages',
+    },
+    {
+      name: 'more than 1,024 members',
+      body: Object.fromEntries([
+        ['model', 'demo'],
+        ['messages', messages(1)],
+        ...Array.from({ length: 1030 }, (_, i) => [`k${i}`, i]),
+      ]),
+      status: 400,
+      code: 'KVG_ERR_INVALID_REQUEST',
+    },
+    {
+      name: 'a schema violation',
+      body: { model: 'demo', messages: [{ role: 'user', content: 42 }] },
+      status: 400,
+      code: 'KVG_ERR_INVALID_REQUEST',
+      param: 'messages[0].content',
+    },
+    {
+      name: 'an unknown model',
+      body: { model: 'gpt-9', messages: messages(1) },
+      status: 404,
+      code: 'KVG_ERR_MODEL_NOT_FOUND',
+      param: 'model',
+    },
+    {
+      name: 'an unknown pinned worker',
+      body: { model: 'demo', messages: messages(1), nvext: { backend_instance_id: 9 } },
+      status: 400,
+      code: 'KVG_ERR_UNKNOWN_WORKER',
+    },
+    {
+      name: 'a prompt over the limit',
+      body: { model: 'demo', messages: [{ role: 'user', content: 'word '.repeat(30_000) }] },
+      status: 400,
+      code: 'KVG_ERR_PROMPT_TOO_LONG',
+    },
+    {
+      name: 'an image part',
+      body: { model: 'demo', messages: [{ role: 'user', content: [{ type: 'image_url' }] }] },
+      status: 400,
+      code: 'KVG_ERR_UNSUPPORTED_CONTENT',
+    },
+    {
+      name: 'a batch prompt',
+      path: '/v1/completions',
+      body: { model: 'demo', prompt: ['a', 'b'] },
+      status: 400,
+      code: 'KVG_ERR_UNSUPPORTED_CONTENT',
+      param: 'prompt',
+    },
   ];
   for (const c of bad) {
     it(`${c.name}: ${c.status} ${c.code}`, async () => {
       for (const g of [here, pooled]) {
         const r = await (c.body instanceof Buffer
-          ? fetch(`${g.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: c.body }).then(async (x) => ({ status: x.status, json: await x.json() as any }))
+          ? fetch(`${g.url}/v1/chat/completions`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: c.body,
+            }).then(async (x) => ({ status: x.status, json: (await x.json()) as any }))
           : post(`${g.url}${c.path ?? '/v1/chat/completions'}`, c.body));
         expect(r.status, `${c.name} (threads ${g.pre.threads})`).toBe(c.status);
         expect(r.json.error.code, `${c.name} (threads ${g.pre.threads})`).toBe(c.code);
@@ -166,14 +330,19 @@ describe('bad bodies get the same answers on either thread', () => {
 
   it('the limit is in the message of KVG_ERR_TOO_MANY_MESSAGES', async () => {
     const r = await post(`${pooled.url}/v1/chat/completions`, { model: 'demo', messages: messages(MAX_MESSAGES + 5) });
-    expect(r.json.error.message).toBe(`messages holds ${MAX_MESSAGES + 5} messages; kvgate accepts at most ${MAX_MESSAGES} per request`);
+    expect(r.json.error.message).toBe(
+      `messages holds ${MAX_MESSAGES + 5} messages; kvgate accepts at most ${MAX_MESSAGES} per request`,
+    );
   });
 
   it('a model without a worker is a 503 before any error about the prompt, on either thread', async () => {
     for (const g of [here, pooled]) {
       g.routers.demo.servable = false;
       try {
-        const r = await post(`${g.url}/v1/chat/completions`, { model: 'demo', messages: [{ role: 'user', content: 'word '.repeat(30_000) }] });
+        const r = await post(`${g.url}/v1/chat/completions`, {
+          model: 'demo',
+          messages: [{ role: 'user', content: 'word '.repeat(30_000) }],
+        });
         expect(r.status).toBe(503);
         expect(r.json.error.code).toBe('KVG_ERR_MODEL_UNAVAILABLE');
       } finally {
@@ -183,17 +352,24 @@ describe('bad bodies get the same answers on either thread', () => {
   });
 });
 
-describe('the offloading gateway\'s main thread', () => {
+describe("the offloading gateway's main thread", () => {
   it('never parses a large body, nor serialises it to send it on', async () => {
     const parse = vi.spyOn(JSON, 'parse');
     const stringify = vi.spyOn(JSON, 'stringify');
     try {
       const body = JSON.stringify({ model: 'demo', messages: messages(MAX_MESSAGES, 200), tools, stream: true });
       expect(body.length).toBeGreaterThan(50_000);
-      const r = await fetch(`${pooled.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      const r = await fetch(`${pooled.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+      });
       expect(r.status).toBe(200);
       await r.text();
-      const sent = serializeBody(pooled.routers.demo.routed.at(-1)!.body, { stream: true, stream_options: { include_usage: true } });
+      const sent = serializeBody(pooled.routers.demo.routed.at(-1)!.body, {
+        stream: true,
+        stream_options: { include_usage: true },
+      });
       expect(sent.length).toBeGreaterThan(50_000);
       const long = (s: unknown): boolean => typeof s === 'string' && s.length > 10_000;
       expect(parse.mock.calls.filter(([text]) => long(text)).length).toBe(0);

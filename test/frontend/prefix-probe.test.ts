@@ -10,8 +10,36 @@ import { isKvgateError } from '../../src/errors/index.js';
 import { demoTokenizerFiles, loadTokenizer, type TextTokenizer } from '../../src/tokenizer/index.js';
 import { mulberry32 } from '../helpers/rng.js';
 
-const WORDS = ['the', 'router', 'sends', 'each', 'request', 'to', 'worker', 'that', 'already', 'holds', 'longest', 'prefix', 'of', 'prompt',
-  'cache', 'weighed', 'against', 'its', 'load', 'engines', 'publish', 'blocks', 'events', 'and', 'tokens', 'flow', 'back', 'quickly'];
+const WORDS = [
+  'the',
+  'router',
+  'sends',
+  'each',
+  'request',
+  'to',
+  'worker',
+  'that',
+  'already',
+  'holds',
+  'longest',
+  'prefix',
+  'of',
+  'prompt',
+  'cache',
+  'weighed',
+  'against',
+  'its',
+  'load',
+  'engines',
+  'publish',
+  'blocks',
+  'events',
+  'and',
+  'tokens',
+  'flow',
+  'back',
+  'quickly',
+];
 
 /** English-like text of about `chars` characters (seeded). */
 function prose(chars: number, seed = 7): string {
@@ -32,7 +60,9 @@ function counting(): { tok: TextTokenizer; chars: () => number } {
   const real = loadTokenizer(demoTokenizerFiles());
   let chars = 0;
   const tok = {
-    kind: real.kind, source: real.source, vocabSize: real.vocabSize,
+    kind: real.kind,
+    source: real.source,
+    vocabSize: real.vocabSize,
     encode: (text: string, opts?: { addSpecialTokens?: boolean }) => ((chars += text.length), real.encode(text, opts)),
   } as unknown as TextTokenizer;
   return { tok, chars: () => chars };
@@ -65,7 +95,13 @@ describe('the prefix probe (issue 13 item 3)', () => {
   });
 
   it('through the preprocessor: KVG_ERR_PROMPT_TOO_LONG in well under the time of tokenizing the prompt whole', async () => {
-    const spec: PreprocessModelSpec = { name: 'demo', blockSize: 16, tokenizer: { kind: 'demo' }, segmentCacheTokens: 0, segmentCacheBytes: 0 };
+    const spec: PreprocessModelSpec = {
+      name: 'demo',
+      blockSize: 16,
+      tokenizer: { kind: 'demo' },
+      segmentCacheTokens: 0,
+      segmentCacheBytes: 0,
+    };
     const pre = await ModelPreprocessor.create(spec);
     const text = prose(2_000_000, 11);
     const tok = loadTokenizer(demoTokenizerFiles());
@@ -73,7 +109,9 @@ describe('the prefix probe (issue 13 item 3)', () => {
     await tok.encode(text, { addSpecialTokens: true });
     const whole = performance.now() - t0;
     const t1 = performance.now();
-    const err = await pre.run({ kind: 'text', model: 'demo', prompt: text, maxPromptTokens: 16_384 }).catch((e: unknown) => e);
+    const err = await pre
+      .run({ kind: 'text', model: 'demo', prompt: text, maxPromptTokens: 16_384 })
+      .catch((e: unknown) => e);
     const refused = performance.now() - t1;
     expect(isKvgateError(err, 'KVG_ERR_PROMPT_TOO_LONG')).toBe(true);
     expect(refused).toBeLessThan(whole / 2);

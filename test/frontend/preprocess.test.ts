@@ -3,7 +3,12 @@ import { Template } from '@huggingface/jinja';
 import { Tokenizer } from 'tokenizers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelPreprocessor } from '../../src/frontend/preprocess/model-preprocessor.js';
-import { INLINE_MAX_CHARS, createPreprocessor, taskTextChars, type Preprocessor } from '../../src/frontend/preprocess/preprocessor.js';
+import {
+  INLINE_MAX_CHARS,
+  createPreprocessor,
+  taskTextChars,
+  type Preprocessor,
+} from '../../src/frontend/preprocess/preprocessor.js';
 import type { ChatTask, PreprocessModelSpec } from '../../src/frontend/preprocess/protocol.js';
 import { SegmentTokenizer, splitTokensOf } from '../../src/frontend/preprocess/segment-tokenizer.js';
 import { isKvgateError } from '../../src/errors/index.js';
@@ -12,7 +17,13 @@ import { promptHashes } from '../../src/wasm/index.js';
 import { mulberry32 } from '../helpers/rng.js';
 
 const files = demoTokenizerFiles();
-const spec: PreprocessModelSpec = { name: 'demo', blockSize: 16, tokenizer: { kind: 'demo' }, segmentCacheTokens: 1_000_000, segmentCacheBytes: 64 * 1024 * 1024 };
+const spec: PreprocessModelSpec = {
+  name: 'demo',
+  blockSize: 16,
+  tokenizer: { kind: 'demo' },
+  segmentCacheTokens: 1_000_000,
+  segmentCacheBytes: 64 * 1024 * 1024,
+};
 
 /** The reference: the chat template rendered with @huggingface/jinja and tokenized by the native tokenizer, no kvgate code. */
 const reference = (() => {
@@ -21,7 +32,14 @@ const reference = (() => {
   const template = new Template(cfg.chat_template);
   return {
     async chat(messages: unknown[], extra: Record<string, unknown> = {}, tools?: unknown[]): Promise<number[]> {
-      const text = template.render({ ...extra, messages, add_generation_prompt: true, bos_token: '', eos_token: cfg.eos_token, ...(tools ? { tools } : {}) });
+      const text = template.render({
+        ...extra,
+        messages,
+        add_generation_prompt: true,
+        bos_token: '',
+        eos_token: cfg.eos_token,
+        ...(tools ? { tools } : {}),
+      });
       return (await tok.encode(text, null, { addSpecialTokens: false })).getIds();
     },
     async text(prompt: string): Promise<number[]> {
@@ -32,7 +50,12 @@ const reference = (() => {
 
 const CHATS: { messages: { role: string; content: string }[]; extra?: Record<string, unknown>; tools?: unknown[] }[] = [
   { messages: [{ role: 'user', content: 'Hello!' }] },
-  { messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'What is 2+2?' }] },
+  {
+    messages: [
+      { role: 'system', content: 'You are terse.' },
+      { role: 'user', content: 'What is 2+2?' },
+    ],
+  },
   {
     messages: [
       { role: 'system', content: 'You are a helpful assistant.' },
@@ -42,11 +65,26 @@ const CHATS: { messages: { role: string; content: string }[]; extra?: Record<str
     ],
   },
   { messages: [{ role: 'user', content: 'Ünïcödé, 日本語のテキスト, emoji 😀🚀 and  double  spaces\n\n\ttabs.' }] },
-  { messages: [{ role: 'user', content: '  leading and trailing whitespace  ' }, { role: 'assistant', content: '' }, { role: 'user', content: '<not a special token> <|im_start|> inside text' }] },
+  {
+    messages: [
+      { role: 'user', content: '  leading and trailing whitespace  ' },
+      { role: 'assistant', content: '' },
+      { role: 'user', content: '<not a special token> <|im_start|> inside text' },
+    ],
+  },
   { messages: [{ role: 'user', content: 'Think quietly.' }], extra: { enable_thinking: false } },
   {
     messages: [{ role: 'user', content: 'Weather in Paris?' }],
-    tools: [{ type: 'function', function: { name: 'get_weather', description: 'Weather for a city', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
+    tools: [
+      {
+        type: 'function',
+        function: {
+          name: 'get_weather',
+          description: 'Weather for a city',
+          parameters: { type: 'object', properties: { city: { type: 'string' } } },
+        },
+      },
+    ],
   },
 ];
 
@@ -76,7 +114,7 @@ describe('preprocessing: token ids equal direct tokenization with the same token
     }
   });
 
-  it('text prompts get the tokenizer\'s special tokens as vLLM adds them; token-id prompts skip tokenization', async () => {
+  it("text prompts get the tokenizer's special tokens as vLLM adds them; token-id prompts skip tokenization", async () => {
     const prompt = 'The quick brown fox <|im_end|> jumps over the lazy dog.';
     const got = await pre.run({ kind: 'text', model: 'demo', prompt, maxPromptTokens: 1000 });
     expect([...got.tokenIds]).toEqual(await reference.text(prompt));
@@ -89,8 +127,24 @@ describe('preprocessing: token ids equal direct tokenization with the same token
 
   it('multi-turn conversations: the segment cache gives the uncached ids, and serves history from cache', async () => {
     const rng = mulberry32(42);
-    const words = ['alpha', 'beta', 'gamma', ' delta', 'naïve', '東京', '\n', '  ', 'x-ray', '42', 'it\'s', '!', 'the', 'résumé'];
-    const sentence = (n: number): string => Array.from({ length: n }, () => words[Math.floor(rng() * words.length)]).join(rng() < 0.5 ? ' ' : '');
+    const words = [
+      'alpha',
+      'beta',
+      'gamma',
+      ' delta',
+      'naïve',
+      '東京',
+      '\n',
+      '  ',
+      'x-ray',
+      '42',
+      "it's",
+      '!',
+      'the',
+      'résumé',
+    ];
+    const sentence = (n: number): string =>
+      Array.from({ length: n }, () => words[Math.floor(rng() * words.length)]).join(rng() < 0.5 ? ' ' : '');
     const cached = await ModelPreprocessor.create(spec);
     const uncached = await ModelPreprocessor.create({ ...spec, segmentCacheTokens: 0 });
     expect(uncached.segmentCache).toBe(false);
@@ -111,21 +165,37 @@ describe('preprocessing: token ids equal direct tokenization with the same token
 
   it('the prompt limit, a model without tokenizer (approximate or reject), and template errors', async () => {
     const long = await pre.run(chatTask([{ role: 'user', content: 'hi' }])).then((r) => r.tokenIds.length);
-    const err = await pre.run({ ...chatTask([{ role: 'user', content: 'hi' }]), maxPromptTokens: long - 1 }).catch((e: unknown) => e);
+    const err = await pre
+      .run({ ...chatTask([{ role: 'user', content: 'hi' }]), maxPromptTokens: long - 1 })
+      .catch((e: unknown) => e);
     expect(isKvgateError(err, 'KVG_ERR_PROMPT_TOO_LONG')).toBe(true);
 
     const approx = await ModelPreprocessor.create({ ...spec, tokenizer: { kind: 'none', onMissing: 'approximate' } });
-    const a = await approx.run({ kind: 'text', model: 'demo', prompt: 'hello world, hello world', maxPromptTokens: 100 });
+    const a = await approx.run({
+      kind: 'text',
+      model: 'demo',
+      prompt: 'hello world, hello world',
+      maxPromptTokens: 100,
+    });
     expect(a.approximate).toBe(true);
     expect([...a.tokenIds]).toEqual(fallbackEncode('hello world, hello world'));
 
     const reject = await ModelPreprocessor.create({ ...spec, tokenizer: { kind: 'none', onMissing: 'reject' } });
-    const r = await reject.run({ kind: 'text', model: 'demo', prompt: 'x', maxPromptTokens: 100 }).catch((e: unknown) => e);
+    const r = await reject
+      .run({ kind: 'text', model: 'demo', prompt: 'x', maxPromptTokens: 100 })
+      .catch((e: unknown) => e);
     expect(isKvgateError(r, 'KVG_ERR_TOKENIZER_UNAVAILABLE')).toBe(true);
-    const t = await reject.run({ kind: 'tokens', model: 'demo', tokenIds: Uint32Array.of(1, 2, 3), maxPromptTokens: 100 });
+    const t = await reject.run({
+      kind: 'tokens',
+      model: 'demo',
+      tokenIds: Uint32Array.of(1, 2, 3),
+      maxPromptTokens: 100,
+    });
     expect(t.tokenIds.length).toBe(3);
 
-    const bad = await pre.run(chatTask([{ role: 'user', content: [{ type: 'image_url' }] } as never])).catch((e: unknown) => e);
+    const bad = await pre
+      .run(chatTask([{ role: 'user', content: [{ type: 'image_url' }] } as never]))
+      .catch((e: unknown) => e);
     expect(isKvgateError(bad) && bad.statusCode).toBe(400);
   });
 });
@@ -133,7 +203,10 @@ describe('preprocessing: token ids equal direct tokenization with the same token
 describe('segment tokenizer', () => {
   it('turns itself off for a tokenizer where splitting at the special tokens is not exact', async () => {
     // The byte-packing fallback tokenizer groups bytes across segment boundaries, so splitting changes its ids.
-    const st = await SegmentTokenizer.create(fallbackTokenizer(), [{ content: '<|im_start|>', id: 7 }], { tokens: 10_000, bytes: 1 << 20 });
+    const st = await SegmentTokenizer.create(fallbackTokenizer(), [{ content: '<|im_start|>', id: 7 }], {
+      tokens: 10_000,
+      bytes: 1 << 20,
+    });
     expect(st.exact).toBe(false);
     const text = 'ab<|im_start|>cd';
     expect([...(await st.encode(text, false)).ids]).toEqual(fallbackEncode(text));
@@ -143,7 +216,8 @@ describe('segment tokenizer', () => {
     const tok = loadTokenizer(files);
     const st = await SegmentTokenizer.create(tok, splitTokensOf(files.tokenizerJson), { tokens: 400, bytes: 1 << 20 });
     expect(st.exact).toBe(true);
-    for (let i = 0; i < 50; i++) await st.encode(`<|im_start|>user\nmessage number ${i} with a few more words<|im_end|>\n`, false);
+    for (let i = 0; i < 50; i++)
+      await st.encode(`<|im_start|>user\nmessage number ${i} with a few more words<|im_end|>\n`, false);
     const s = st.stats();
     expect(s.tokens).toBeLessThanOrEqual(400);
     expect(s.entries).toBeGreaterThan(10);
@@ -160,7 +234,10 @@ describe('preprocessing pool (runs dist/workers/preprocess.js: build first)', ()
   let inline: Preprocessor;
   beforeAll(async () => {
     // inlineMaxChars -1: every prompt goes through the worker threads, however small.
-    [pool, inline] = await Promise.all([createPreprocessor([spec], { threads: 2, inlineMaxChars: -1 }), createPreprocessor([spec], { threads: 0 })]);
+    [pool, inline] = await Promise.all([
+      createPreprocessor([spec], { threads: 2, inlineMaxChars: -1 }),
+      createPreprocessor([spec], { threads: 0 }),
+    ]);
   });
   afterAll(async () => {
     await Promise.all([pool?.close(), inline?.close()]);
@@ -179,18 +256,37 @@ describe('preprocessing pool (runs dist/workers/preprocess.js: build first)', ()
       expect(results[i]!.hashes.local).toBeInstanceOf(BigUint64Array);
     }
     const ids = Uint32Array.from({ length: 33 }, (_, i) => i + 5);
-    const tok = await pool.run({ kind: 'tokens', model: 'demo', tokenIds: ids, maxPromptTokens: 32 }).catch((e: unknown) => e);
+    const tok = await pool
+      .run({ kind: 'tokens', model: 'demo', tokenIds: ids, maxPromptTokens: 32 })
+      .catch((e: unknown) => e);
     expect(isKvgateError(tok, 'KVG_ERR_PROMPT_TOO_LONG')).toBe(true);
-    const unknown = await pool.run({ kind: 'text', model: 'nope', prompt: 'x', maxPromptTokens: 10 }).catch((e: unknown) => e);
+    const unknown = await pool
+      .run({ kind: 'text', model: 'nope', prompt: 'x', maxPromptTokens: 10 })
+      .catch((e: unknown) => e);
     expect(isKvgateError(unknown, 'KVG_ERR_MODEL_NOT_FOUND')).toBe(true);
   });
 
   it('short prompts and token ids are sized for the main thread; long or tool-carrying ones for the pool', () => {
-    expect(taskTextChars({ kind: 'tokens', model: 'demo', tokenIds: new Uint32Array(100_000), maxPromptTokens: 1e6 })).toBe(0);
+    expect(
+      taskTextChars({ kind: 'tokens', model: 'demo', tokenIds: new Uint32Array(100_000), maxPromptTokens: 1e6 }),
+    ).toBe(0);
     expect(taskTextChars({ kind: 'text', model: 'demo', prompt: 'x'.repeat(3000), maxPromptTokens: 1e6 })).toBe(3000);
-    const chat = (content: unknown, tools?: unknown[]) => ({ kind: 'chat' as const, model: 'demo', messages: [{ role: 'user', content }], tools, maxPromptTokens: 1e6 });
+    const chat = (content: unknown, tools?: unknown[]) => ({
+      kind: 'chat' as const,
+      model: 'demo',
+      messages: [{ role: 'user', content }],
+      tools,
+      maxPromptTokens: 1e6,
+    });
     expect(taskTextChars(chat('hello'))).toBe(5);
-    expect(taskTextChars(chat([{ type: 'text', text: 'hi' }, { type: 'text', text: 'there' }]))).toBe(7);
+    expect(
+      taskTextChars(
+        chat([
+          { type: 'text', text: 'hi' },
+          { type: 'text', text: 'there' },
+        ]),
+      ),
+    ).toBe(7);
     expect(taskTextChars(chat([{ type: 'image_url', image_url: { url: 'x' } }]))).toBe(Infinity);
     expect(taskTextChars(chat('hello', [{ type: 'function' }]))).toBe(Infinity);
     expect(taskTextChars(chat('y'.repeat(INLINE_MAX_CHARS + 1)))).toBeGreaterThan(INLINE_MAX_CHARS);

@@ -9,7 +9,13 @@ import type { ChatTask, PreprocessModelSpec } from '../../src/frontend/preproces
 import { isKvgateError } from '../../src/errors/index.js';
 import { promptHashes } from '../../src/wasm/index.js';
 
-const spec: PreprocessModelSpec = { name: 'demo', blockSize: 16, tokenizer: { kind: 'demo' }, segmentCacheTokens: 1_000_000, segmentCacheBytes: 64 * 1024 * 1024 };
+const spec: PreprocessModelSpec = {
+  name: 'demo',
+  blockSize: 16,
+  tokenizer: { kind: 'demo' },
+  segmentCacheTokens: 1_000_000,
+  segmentCacheBytes: 64 * 1024 * 1024,
+};
 
 function chatTask(messages: unknown[], more: Partial<ChatTask> = {}): ChatTask {
   return { kind: 'chat', model: 'demo', messages, maxPromptTokens: 1_000_000, ...more };
@@ -22,7 +28,10 @@ describe('prompt memo (issue 18: render each chat prompt once)', () => {
   });
 
   it('the same chat again skips the template and the tokenizer and gives equal ids, as an array of its own', async () => {
-    const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Say something long enough to fill a block or two.' }];
+    const messages = [
+      { role: 'system', content: 'You are terse.' },
+      { role: 'user', content: 'Say something long enough to fill a block or two.' },
+    ];
     const first = await pre.run(chatTask(messages));
     expect(first.stats.renderUs).toBeGreaterThan(0);
     const again = await pre.run(chatTask(structuredClone(messages)));
@@ -67,7 +76,9 @@ describe('prompt memo (issue 18: render each chat prompt once)', () => {
 
   // issue 18, round 2: a remembered prompt (or token ids) is answered at once, without the async path
   it('runKnown answers a remembered chat and token ids at once, a new chat not at all, and keeps the checks', async () => {
-    const messages = [{ role: 'user', content: 'known at once? long enough to fill a block of sixteen tokens or more' }];
+    const messages = [
+      { role: 'user', content: 'known at once? long enough to fill a block of sixteen tokens or more' },
+    ];
     expect(pre.runKnown(chatTask(messages))).toBeUndefined();
     const first = await pre.run(chatTask(messages));
     const known = pre.runKnown(chatTask(structuredClone(messages)));
@@ -75,7 +86,12 @@ describe('prompt memo (issue 18: render each chat prompt once)', () => {
     expect(known!.stats.cachedTokens).toBe(first.tokenIds.length);
     expect([...known!.tokenIds]).toEqual([...first.tokenIds]);
     expect([...known!.hashes.local]).toEqual([...first.hashes.local]);
-    const ids = pre.runKnown({ kind: 'tokens', model: 'demo', tokenIds: first.tokenIds.slice(), maxPromptTokens: 1_000_000 });
+    const ids = pre.runKnown({
+      kind: 'tokens',
+      model: 'demo',
+      tokenIds: first.tokenIds.slice(),
+      maxPromptTokens: 1_000_000,
+    });
     expect([...ids!.hashes.seq]).toEqual([...first.hashes.seq]);
     let err: unknown;
     try {

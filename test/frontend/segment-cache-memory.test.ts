@@ -20,7 +20,21 @@ function retainedBytes(): number {
   return m.heapUsed + m.arrayBuffers;
 }
 
-const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'kernel', 'cache', 'router', 'token', 'block', 'engine', 'prefix', 'naïve', '東京'];
+const WORDS = [
+  'alpha',
+  'beta',
+  'gamma',
+  'delta',
+  'kernel',
+  'cache',
+  'router',
+  'token',
+  'block',
+  'engine',
+  'prefix',
+  'naïve',
+  '東京',
+];
 function words(rng: () => number, n: number): string {
   return Array.from({ length: n }, () => WORDS[Math.floor(rng() * WORDS.length)]).join(' ');
 }
@@ -32,10 +46,18 @@ describe('segment cache memory (issue 13 item 2)', () => {
     const rng = mulberry32(7);
     const pad = words(rng, 3500); // ~24 KB parent for every segment
     const limit = 512 * 1024;
-    const create = () => SegmentTokenizer.create(loadTokenizer(files), splitTokensOf(files.tokenizerJson), { tokens: 1 << 28, bytes: limit });
+    const create = () =>
+      SegmentTokenizer.create(loadTokenizer(files), splitTokensOf(files.tokenizerJson), {
+        tokens: 1 << 28,
+        bytes: limit,
+      });
     // A fresh parent string per request, as the chat template renders one.
     const fill = async (st: SegmentTokenizer, n: number) => {
-      for (let i = 0; i < n; i++) await st.encode(`<|im_start|>system\n${pad}<|im_end|>\n<|im_start|>user\nrequest ${i}: ${words(rng, 12)}<|im_end|>\n`, false);
+      for (let i = 0; i < n; i++)
+        await st.encode(
+          `<|im_start|>system\n${pad}<|im_end|>\n<|im_start|>user\nrequest ${i}: ${words(rng, 12)}<|im_end|>\n`,
+          false,
+        );
     };
     await fill(await create(), 300); // warm-up on another instance: compiled code and tokenizer state are not the cache's
     const st = await create();
@@ -51,7 +73,13 @@ describe('segment cache memory (issue 13 item 2)', () => {
   });
 
   describe('main-thread preprocessing of a long shared system prompt', () => {
-    const spec: PreprocessModelSpec = { name: 'demo', blockSize: 16, tokenizer: { kind: 'demo' }, segmentCacheTokens: 2_000_000, segmentCacheBytes: 4 * 1024 * 1024 };
+    const spec: PreprocessModelSpec = {
+      name: 'demo',
+      blockSize: 16,
+      tokenizer: { kind: 'demo' },
+      segmentCacheTokens: 2_000_000,
+      segmentCacheBytes: 4 * 1024 * 1024,
+    };
     let pre: Preprocessor;
     beforeAll(async () => {
       pre = await createPreprocessor([spec], { threads: 0 });
@@ -63,10 +91,16 @@ describe('segment cache memory (issue 13 item 2)', () => {
     it('heap after forced GC stays bounded over 2,000 requests with a unique user turn each', async () => {
       const rng = mulberry32(11);
       const system = words(rng, 3500); // ~24 KB
-      const request = (i: number) => pre.run({
-        kind: 'chat', model: 'demo', maxPromptTokens: 1_000_000,
-        messages: [{ role: 'system', content: system }, { role: 'user', content: `question ${i}: ${words(rng, 20)}` }],
-      });
+      const request = (i: number) =>
+        pre.run({
+          kind: 'chat',
+          model: 'demo',
+          maxPromptTokens: 1_000_000,
+          messages: [
+            { role: 'system', content: system },
+            { role: 'user', content: `question ${i}: ${words(rng, 20)}` },
+          ],
+        });
       for (let i = 0; i < 200; i++) await request(i); // warm-up: the system prompt is cached, code is compiled
       const warm = retainedBytes();
       for (let i = 200; i < 2200; i++) await request(i);

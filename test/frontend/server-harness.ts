@@ -6,7 +6,12 @@
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll } from 'vitest';
 import { loadGatewayConfig } from '../../src/config/index.js';
-import { GatewayServer, createPreprocessor, preprocessModelSpecs, type Preprocessor } from '../../src/frontend/index.js';
+import {
+  GatewayServer,
+  createPreprocessor,
+  preprocessModelSpecs,
+  type Preprocessor,
+} from '../../src/frontend/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { FakeRouter } from './fake-router.js';
 
@@ -16,13 +21,32 @@ function configDoc(extra: Record<string, unknown> = {}): Record<string, unknown>
   return {
     listen: { port: 0 },
     router: { use_kv_events: false },
-    limits: { max_body_bytes: 64 * 1024, max_prompt_tokens: 2000, max_concurrent_requests: 4, request_timeout_ms: 10_000 },
+    limits: {
+      max_body_bytes: 64 * 1024,
+      max_prompt_tokens: 2000,
+      max_concurrent_requests: 4,
+      request_timeout_ms: 10_000,
+    },
     shutdown: { drain_timeout_ms: 5000 },
     preprocess: { threads: 0 },
     log: { level: 'silent' },
     models: [
-      { name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1' }, { id: 2, url: 'http://127.0.0.1:2' }, { id: 3, url: 'http://127.0.0.1:3' }] },
-      { name: 'direct', router_mode: 'direct', tokenizer: 'demo', max_prompt_tokens: 50, workers: [{ id: 11, url: 'http://127.0.0.1:11' }] },
+      {
+        name: 'demo',
+        tokenizer: 'demo',
+        workers: [
+          { id: 1, url: 'http://127.0.0.1:1' },
+          { id: 2, url: 'http://127.0.0.1:2' },
+          { id: 3, url: 'http://127.0.0.1:3' },
+        ],
+      },
+      {
+        name: 'direct',
+        router_mode: 'direct',
+        tokenizer: 'demo',
+        max_prompt_tokens: 50,
+        workers: [{ id: 11, url: 'http://127.0.0.1:11' }],
+      },
       { name: 'approx', tokenizer: 'none', workers: [{ id: 21, url: 'http://127.0.0.1:21' }] },
     ],
     ...extra,
@@ -31,7 +55,9 @@ function configDoc(extra: Record<string, unknown> = {}): Record<string, unknown>
 
 let preprocessor: Preprocessor;
 beforeAll(async () => {
-  preprocessor = await createPreprocessor(preprocessModelSpecs(loadGatewayConfig({ base: configDoc(), env: {} })), { threads: 0 });
+  preprocessor = await createPreprocessor(preprocessModelSpecs(loadGatewayConfig({ base: configDoc(), env: {} })), {
+    threads: 0,
+  });
 });
 afterAll(async () => {
   await preprocessor.close();
@@ -51,8 +77,18 @@ afterEach(async () => {
 
 export async function start(extra: Record<string, unknown> = {}): Promise<Running> {
   const config = loadGatewayConfig({ base: configDoc(extra), env: {} });
-  const routers = { demo: new FakeRouter({ model: 'demo' }), direct: new FakeRouter({ model: 'direct', workerIds: [11], direct: true }), approx: new FakeRouter({ model: 'approx', workerIds: [21] }) };
-  const server = new GatewayServer({ config, routers: Object.values(routers), preprocessor, logger: pino({ level: 'silent' }), metrics: new KvgateMetrics({ processMetrics: false }) });
+  const routers = {
+    demo: new FakeRouter({ model: 'demo' }),
+    direct: new FakeRouter({ model: 'direct', workerIds: [11], direct: true }),
+    approx: new FakeRouter({ model: 'approx', workerIds: [21] }),
+  };
+  const server = new GatewayServer({
+    config,
+    routers: Object.values(routers),
+    preprocessor,
+    logger: pino({ level: 'silent' }),
+    metrics: new KvgateMetrics({ processMetrics: false }),
+  });
   running.push(server);
   const addr = await server.listen();
   return {
@@ -63,8 +99,16 @@ export async function start(extra: Record<string, unknown> = {}): Promise<Runnin
   };
 }
 
-export async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; json: any; headers: Headers }> {
-  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+export async function post(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; json: any; headers: Headers }> {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   const text = await r.text();
   let json: unknown;
   try {
@@ -75,5 +119,8 @@ export async function post(url: string, body: unknown, headers: Record<string, s
   return { status: r.status, json, headers: r.headers };
 }
 
-export const chat = (content: string, extra: Record<string, unknown> = {}): Record<string, unknown> => ({ model: 'demo', messages: [{ role: 'user', content }], ...extra });
-
+export const chat = (content: string, extra: Record<string, unknown> = {}): Record<string, unknown> => ({
+  model: 'demo',
+  messages: [{ role: 'user', content }],
+  ...extra,
+});

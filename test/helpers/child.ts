@@ -22,18 +22,27 @@ export interface ServerSpec {
 }
 
 /** Starts `cmd args` and resolves once its stderr log says it serves, with the port it says; fails early if it exits. */
-export async function spawnServer(cmd: string, args: readonly string[], spec: ServerSpec): Promise<{ child: ChildProcess; port: number }> {
+export async function spawnServer(
+  cmd: string,
+  args: readonly string[],
+  spec: ServerSpec,
+): Promise<{ child: ChildProcess; port: number }> {
   const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   let failed: Error | undefined;
   child.on('error', (err) => (failed = err));
   child.stderr!.setEncoding('utf8').on('data', (c: string) => (log += c));
   let port: number | undefined;
-  await until(() => {
-    if (failed !== undefined) throw new Error(`cannot start ${cmd} (install it: apt-get install ${spec.apt}): ${failed.message}`);
-    if (child.exitCode !== null) throw new Error(`${cmd} exited: ${log}`);
-    port = spec.port(log);
-    return port !== undefined;
-  }, `${cmd} ready`, spec.timeoutMs);
+  await until(
+    () => {
+      if (failed !== undefined)
+        throw new Error(`cannot start ${cmd} (install it: apt-get install ${spec.apt}): ${failed.message}`);
+      if (child.exitCode !== null) throw new Error(`${cmd} exited: ${log}`);
+      port = spec.port(log);
+      return port !== undefined;
+    },
+    `${cmd} ready`,
+    spec.timeoutMs,
+  );
   return { child, port: port! };
 }

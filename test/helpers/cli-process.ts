@@ -31,11 +31,18 @@ export function startCli(args: readonly string[]): CliProcess {
     output: () => text,
     async waitFor(re, what, timeoutMs = 20_000) {
       let m: RegExpMatchArray | null = null;
-      await until(() => {
-        m = text.match(re);
-        if (m === null && exited()) throw new Error(`kvgate ${args.join(' ')} exited (${child.exitCode ?? child.signalCode}) before ${what}:\n${text}`);
-        return m !== null;
-      }, what, timeoutMs);
+      await until(
+        () => {
+          m = text.match(re);
+          if (m === null && exited())
+            throw new Error(
+              `kvgate ${args.join(' ')} exited (${child.exitCode ?? child.signalCode}) before ${what}:\n${text}`,
+            );
+          return m !== null;
+        },
+        what,
+        timeoutMs,
+      );
       return m!;
     },
     stop: () => stopChild(child),
@@ -51,13 +58,25 @@ export interface MockerLine {
 }
 
 /** Starts `kvgate mocker ARGS` (OS-chosen ports unless ARGS say otherwise) and waits for its engines' lines. */
-export async function startMockerCli(args: readonly string[], count = 1): Promise<{ proc: CliProcess; engines: MockerLine[] }> {
+export async function startMockerCli(
+  args: readonly string[],
+  count = 1,
+): Promise<{ proc: CliProcess; engines: MockerLine[] }> {
   const proc = startCli(['mocker', '--port', '0', '--kv-events-port', '0', '--count', String(count), ...args]);
-  const lines = (): MockerLine[] => proc.output().split('\n').filter((l) => l.startsWith('{"index"')).map((l) => JSON.parse(l) as MockerLine);
-  await until(() => {
-    if (proc.child.exitCode !== null) throw new Error(`kvgate mocker exited: ${proc.output()}`);
-    return lines().length === count;
-  }, 'the mocker engines\' lines', 20_000);
+  const lines = (): MockerLine[] =>
+    proc
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{"index"'))
+      .map((l) => JSON.parse(l) as MockerLine);
+  await until(
+    () => {
+      if (proc.child.exitCode !== null) throw new Error(`kvgate mocker exited: ${proc.output()}`);
+      return lines().length === count;
+    },
+    "the mocker engines' lines",
+    20_000,
+  );
   return { proc, engines: lines() };
 }
 

@@ -24,16 +24,33 @@ export interface EtcdServer {
 
 function spawnEtcd(dir: string, clientPort: number): Promise<{ child: ChildProcess; port: number }> {
   // Peer port 0: the advertised URLs are never dialled by a single node's clients (they use `url`).
-  return spawnServer('etcd', ['--name', 'kvgate-test', '--data-dir', join(dir, 'data'),
-    '--listen-client-urls', `http://127.0.0.1:${clientPort}`, '--advertise-client-urls', 'http://127.0.0.1:2379',
-    '--listen-peer-urls', 'http://127.0.0.1:0', '--initial-advertise-peer-urls', 'http://127.0.0.1:2380',
-    '--initial-cluster', 'kvgate-test=http://127.0.0.1:2380'], {
-    apt: 'etcd-server', timeoutMs: 20_000,
-    port: (log) => {
-      const m = /serving insecure client requests on 127\.0\.0\.1:(\d+)/.exec(log);
-      return m === null ? undefined : Number(m[1]);
+  return spawnServer(
+    'etcd',
+    [
+      '--name',
+      'kvgate-test',
+      '--data-dir',
+      join(dir, 'data'),
+      '--listen-client-urls',
+      `http://127.0.0.1:${clientPort}`,
+      '--advertise-client-urls',
+      'http://127.0.0.1:2379',
+      '--listen-peer-urls',
+      'http://127.0.0.1:0',
+      '--initial-advertise-peer-urls',
+      'http://127.0.0.1:2380',
+      '--initial-cluster',
+      'kvgate-test=http://127.0.0.1:2380',
+    ],
+    {
+      apt: 'etcd-server',
+      timeoutMs: 20_000,
+      port: (log) => {
+        const m = /serving insecure client requests on 127\.0\.0\.1:(\d+)/.exec(log);
+        return m === null ? undefined : Number(m[1]);
+      },
     },
-  });
+  );
 }
 
 export async function startEtcdServer(): Promise<EtcdServer> {

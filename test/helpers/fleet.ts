@@ -27,20 +27,42 @@ export interface Fleet {
   close(): Promise<void>;
 }
 
-export async function startFleet(n: number, opts: {
-  mocker?: MockerInput;
-  router?: Partial<Omit<ModelRouterOptions, 'registry' | 'engine' | 'model' | 'blockSize'>> & { clock?: Clock };
-  kvEvents?: boolean;
-  /** Worker ids whose KV-event endpoint the router is not told about (their events never reach it). */
-  withoutEvents?: readonly number[];
-} = {}): Promise<Fleet> {
-  const mockers = await Promise.all(Array.from({ length: n }, (_, i) => startMocker({
-    model: MODEL, blockSize: BLOCK, speedup: 200, kvEvents: opts.kvEvents ?? true, kvEventsPort: 0, kvEventsReplayPort: 0,
-    seed: 100 + i, engineHashSeed: BigInt(1000 + i), ...opts.mocker,
-  })));
+export async function startFleet(
+  n: number,
+  opts: {
+    mocker?: MockerInput;
+    router?: Partial<Omit<ModelRouterOptions, 'registry' | 'engine' | 'model' | 'blockSize'>> & { clock?: Clock };
+    kvEvents?: boolean;
+    /** Worker ids whose KV-event endpoint the router is not told about (their events never reach it). */
+    withoutEvents?: readonly number[];
+  } = {},
+): Promise<Fleet> {
+  const mockers = await Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      startMocker({
+        model: MODEL,
+        blockSize: BLOCK,
+        speedup: 200,
+        kvEvents: opts.kvEvents ?? true,
+        kvEventsPort: 0,
+        kvEventsReplayPort: 0,
+        seed: 100 + i,
+        engineHashSeed: BigInt(1000 + i),
+        ...opts.mocker,
+      }),
+    ),
+  );
   const workers: WorkerInfo[] = mockers.map((m, i) => ({
-    id: i + 1, model: MODEL, url: m.url, role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1,
-    ...(m.kvEventsEndpoints.length > 0 && !(opts.withoutEvents ?? []).includes(i + 1) ? { kvEvents: { endpoint: m.kvEventsEndpoints[0]!, replayEndpoint: m.replayEndpoints[0] } } : {}),
+    id: i + 1,
+    model: MODEL,
+    url: m.url,
+    role: 'aggregated',
+    dialect: 'vllm',
+    dpStart: 0,
+    dpSize: 1,
+    ...(m.kvEventsEndpoints.length > 0 && !(opts.withoutEvents ?? []).includes(i + 1)
+      ? { kvEvents: { endpoint: m.kvEventsEndpoints[0]!, replayEndpoint: m.replayEndpoints[0] } }
+      : {}),
   }));
   const registry = new WorkerRegistry();
   for (const w of workers) registry.add(w);
@@ -48,11 +70,25 @@ export async function startFleet(n: number, opts: {
   for (const w of workers) engine.addWorker(w.url);
   const metrics = new KvgateMetrics({ processMetrics: false });
   const { clock, ...routerOpts } = opts.router ?? {};
-  const router = new ModelRouter({
-    model: MODEL, mode: 'kv', blockSize: BLOCK, registry, engine, tickIntervalMs: 0, ...routerOpts,
-  }, makeRouterContext({ metrics, rng: seededRng(7), ...(clock !== undefined ? { clock } : {}) }));
+  const router = new ModelRouter(
+    {
+      model: MODEL,
+      mode: 'kv',
+      blockSize: BLOCK,
+      registry,
+      engine,
+      tickIntervalMs: 0,
+      ...routerOpts,
+    },
+    makeRouterContext({ metrics, rng: seededRng(7), ...(clock !== undefined ? { clock } : {}) }),
+  );
   return {
-    mockers, workers, registry, engine, metrics, router,
+    mockers,
+    workers,
+    registry,
+    engine,
+    metrics,
+    router,
     async close() {
       await router.close();
       await engine.close({ force: true });
@@ -64,7 +100,10 @@ export async function startFleet(n: number, opts: {
 let counter = 0;
 
 /** A token-id completion request as the frontend would prepare it. */
-export function prepare(tokens: number[], extra: Partial<PreparedRequest> & { maxTokens?: number } = {}): PreparedRequest {
+export function prepare(
+  tokens: number[],
+  extra: Partial<PreparedRequest> & { maxTokens?: number } = {},
+): PreparedRequest {
   const ids = Uint32Array.from(tokens);
   const hashes = promptHashes(ids, BLOCK);
   const stream = extra.stream ?? true;
@@ -72,7 +111,13 @@ export function prepare(tokens: number[], extra: Partial<PreparedRequest> & { ma
     requestId: `req-${++counter}`,
     model: MODEL,
     endpoint: 'completion',
-    body: { model: MODEL, prompt: tokens, max_tokens: extra.maxTokens ?? 4, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) },
+    body: {
+      model: MODEL,
+      prompt: tokens,
+      max_tokens: extra.maxTokens ?? 4,
+      stream,
+      ...(stream ? { stream_options: { include_usage: true } } : {}),
+    },
     stream,
     tokenIds: ids,
     hashes,
@@ -86,7 +131,10 @@ export function prepare(tokens: number[], extra: Partial<PreparedRequest> & { ma
 }
 
 /** Reads a routed response to its end; returns the SSE payloads (or the JSON body) and the usage. */
-export async function drain(res: RoutedResponse): Promise<{ payloads: string[]; usage: { prompt_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } } | undefined }> {
+export async function drain(res: RoutedResponse): Promise<{
+  payloads: string[];
+  usage: { prompt_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } } | undefined;
+}> {
   const payloads: string[] = [];
   let usage;
   if (res.body.kind === 'json') {

@@ -83,7 +83,16 @@ export async function startHttpEngine(route: EngineRoute): Promise<HttpEngine> {
         json = undefined;
       }
       const closed = deferred();
-      const rec: RecordedRequest = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawBody, json, finished: false, clientClosed: false, closed: closed.promise };
+      const rec: RecordedRequest = {
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        rawBody,
+        json,
+        finished: false,
+        clientClosed: false,
+        closed: closed.promise,
+      };
       res.on('finish', () => {
         rec.finished = true;
       });
@@ -138,7 +147,12 @@ export function sseEvent(data: unknown): string {
 }
 
 /** Sends a JSON response. */
-export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   const text = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
   res.end(text);

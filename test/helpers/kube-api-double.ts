@@ -10,7 +10,12 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 
 export interface Slice {
-  metadata: { name: string; labels: Record<string, string>; annotations?: Record<string, string>; resourceVersion?: string };
+  metadata: {
+    name: string;
+    labels: Record<string, string>;
+    annotations?: Record<string, string>;
+    resourceVersion?: string;
+  };
   ports: { name?: string; port: number }[];
   endpoints: { addresses: string[]; conditions: { ready: boolean }; targetRef?: { name: string } }[];
 }
@@ -62,7 +67,10 @@ export class KubeApiDouble {
   /** Forgets every version up to now and ends open watches with 410 Gone. */
   compact(): void {
     this.#oldest = this.#rv;
-    for (const w of this.#watchers) w.end(`${JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } })}\n`);
+    for (const w of this.#watchers)
+      w.end(
+        `${JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } })}\n`,
+      );
     this.#watchers.clear();
   }
 
@@ -108,7 +116,13 @@ export class KubeApiDouble {
     if (url.searchParams.get('watch') !== '1') {
       this.requests.push('list');
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ kind: 'EndpointSliceList', metadata: { resourceVersion: String(this.#rv) }, items: [...this.#slices.values()].filter(matches) }));
+      res.end(
+        JSON.stringify({
+          kind: 'EndpointSliceList',
+          metadata: { resourceVersion: String(this.#rv) },
+          items: [...this.#slices.values()].filter(matches),
+        }),
+      );
       return;
     }
     const from = Number(url.searchParams.get('resourceVersion') ?? this.#rv);
@@ -116,10 +130,13 @@ export class KubeApiDouble {
     const answer = (): void => {
       res.writeHead(200, { 'content-type': 'application/json' });
       if (from < this.#oldest) {
-        res.end(`${JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } })}\n`);
+        res.end(
+          `${JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } })}\n`,
+        );
         return;
       }
-      for (const h of this.#history) if (h.rv > from && matches(h.event.object)) res.write(`${JSON.stringify(h.event)}\n`);
+      for (const h of this.#history)
+        if (h.rv > from && matches(h.event.object)) res.write(`${JSON.stringify(h.event)}\n`);
       this.#watchers.add(res);
       res.on('close', () => this.#watchers.delete(res));
     };

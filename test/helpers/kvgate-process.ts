@@ -13,7 +13,11 @@ export interface KvgateProcess {
   readonly lines: string[];
   readonly stderr: string[];
   /** The first stdout line that is a JSON object matching `pick` (waits up to `timeoutMs`). */
-  jsonLine(what: string, pick: (o: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
+  jsonLine(
+    what: string,
+    pick: (o: Record<string, unknown>) => boolean,
+    timeoutMs?: number,
+  ): Promise<Record<string, unknown>>;
   /** SIGTERM, then resolves when it has exited. */
   stop(): Promise<void>;
 }
@@ -21,7 +25,10 @@ export interface KvgateProcess {
 /** Starts `node [nodeFlags] bin/kvgate.js args...`. */
 export function startKvgate(args: readonly string[], nodeFlags: readonly string[] = []): KvgateProcess {
   assertBuilt();
-  const child: ChildProcessByStdio<null, Readable, Readable> = spawn(process.execPath, [...nodeFlags, BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child: ChildProcessByStdio<null, Readable, Readable> = spawn(process.execPath, [...nodeFlags, BIN, ...args], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const lines: string[] = [];
   const stderr: string[] = [];
   let buffered = '';
@@ -45,11 +52,16 @@ export function startKvgate(args: readonly string[], nodeFlags: readonly string[
     stderr,
     async jsonLine(what, pick, timeoutMs = 20_000) {
       let found: Record<string, unknown> | undefined;
-      await until(() => {
-        if (child.exitCode !== null) throw new Error(`kvgate ${args[0]} exited (${child.exitCode}) before ${what}: ${stderr.join('')}`);
-        found = lines.map(parse).find((o) => o !== undefined && pick(o));
-        return found !== undefined;
-      }, what, timeoutMs);
+      await until(
+        () => {
+          if (child.exitCode !== null)
+            throw new Error(`kvgate ${args[0]} exited (${child.exitCode}) before ${what}: ${stderr.join('')}`);
+          found = lines.map(parse).find((o) => o !== undefined && pick(o));
+          return found !== undefined;
+        },
+        what,
+        timeoutMs,
+      );
       return found!;
     },
     stop: () => stopChild(child),
@@ -59,18 +71,25 @@ export function startKvgate(args: readonly string[], nodeFlags: readonly string[
 /** A `kvgate serve` process's public URL, from the banner it writes on stderr once it serves (waits up to `timeoutMs`). */
 export async function servingUrl(proc: KvgateProcess, timeoutMs = 30_000): Promise<string> {
   let url: string | undefined;
-  await until(() => {
-    url = /kvgate: serving .* at (http:\/\/[^\s]+?)\.?\n/.exec(proc.stderr.join(''))?.[1];
-    return url !== undefined;
-  }, 'the gateway\'s banner', timeoutMs).catch((err: unknown) => {
+  await until(
+    () => {
+      url = /kvgate: serving .* at (http:\/\/[^\s]+?)\.?\n/.exec(proc.stderr.join(''))?.[1];
+      return url !== undefined;
+    },
+    "the gateway's banner",
+    timeoutMs,
+  ).catch((err: unknown) => {
     throw new Error(`${(err as Error).message}: ${proc.stderr.join('')}`);
   });
   return url!;
 }
 
 /** A mocker engine process on `port` (0 = OS-chosen); resolves with its URL once it serves. */
-export async function startMockerProcess(port = 0, extra: readonly string[] = []): Promise<{ proc: KvgateProcess; url: string; model: string }> {
+export async function startMockerProcess(
+  port = 0,
+  extra: readonly string[] = [],
+): Promise<{ proc: KvgateProcess; url: string; model: string }> {
   const proc = startKvgate(['mocker', '--port', String(port), '--no-kv-events', '--bootstrap-port', '0', ...extra]);
-  const line = await proc.jsonLine('the mocker\'s URL', (o) => typeof o.url === 'string');
+  const line = await proc.jsonLine("the mocker's URL", (o) => typeof o.url === 'string');
   return { proc, url: String(line.url), model: String(line.model) };
 }

@@ -17,7 +17,8 @@ export interface NatsServer {
 
 function spawnNats(port: number): Promise<{ child: ChildProcess; port: number }> {
   return spawnServer('nats-server', ['-a', '127.0.0.1', '-p', String(port)], {
-    apt: 'nats-server', timeoutMs: 10_000,
+    apt: 'nats-server',
+    timeoutMs: 10_000,
     port: (log) => {
       const m = /Listening for client connections on [^\s]+:(\d+)/.exec(log);
       return m !== null && log.includes('Server is ready') ? Number(m[1]) : undefined;

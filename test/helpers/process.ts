@@ -16,7 +16,8 @@ export const BIN = join(ROOT, 'bin/kvgate.js');
 
 /** Throws unless the CLI is compiled: `bin/kvgate.js` runs `dist/`. */
 export function assertBuilt(): void {
-  if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
+  if (!existsSync(join(ROOT, 'dist/src/cli/index.js')))
+    throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
 }
 
 /** A child process whose stdout and stderr are collected line by line. */
@@ -54,12 +55,22 @@ export function json(line: string): Record<string, unknown> | undefined {
 }
 
 /** Waits for the first stdout line that is a JSON object matching `pick`. */
-export async function lineOf(p: Proc, what: string, pick: (o: Record<string, unknown>) => boolean, timeoutMs = 20_000): Promise<Record<string, unknown>> {
+export async function lineOf(
+  p: Proc,
+  what: string,
+  pick: (o: Record<string, unknown>) => boolean,
+  timeoutMs = 20_000,
+): Promise<Record<string, unknown>> {
   let found: Record<string, unknown> | undefined;
-  await until(() => {
-    if (p.child.exitCode !== null) throw new Error(`process exited (${p.child.exitCode}) before ${what}: ${p.stderr.join('')}`);
-    found = p.lines.map(json).find((o) => o !== undefined && pick(o));
-    return found !== undefined;
-  }, what, timeoutMs);
+  await until(
+    () => {
+      if (p.child.exitCode !== null)
+        throw new Error(`process exited (${p.child.exitCode}) before ${what}: ${p.stderr.join('')}`);
+      found = p.lines.map(json).find((o) => o !== undefined && pick(o));
+      return found !== undefined;
+    },
+    what,
+    timeoutMs,
+  );
   return found!;
 }

@@ -24,14 +24,27 @@ function startCompiled(args: readonly string[]): ServedProc {
 /** Starts `kvgate serve --config <file>` and waits for its startup line; resolves with the process and its URL. */
 export async function startServe(configFile: string): Promise<{ proc: ServedProc; url: string }> {
   const proc = startCompiled(['serve', '--config', configFile]);
-  const started = await lineOf(proc, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started');
+  const started = await lineOf(proc, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started');
   return { proc, url: String(started.listen) };
 }
 
 /** Starts one mocker engine on OS-chosen ports; resolves with its process and announced JSON line (url, model, kv_events). */
-export async function startMockerEngine(extra: readonly string[] = []): Promise<{ proc: ServedProc; engine: Record<string, unknown> }> {
-  const proc = startCompiled(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--speedup', '100', ...extra]);
-  const engine = await lineOf(proc, 'the mocker\'s ports', (o) => typeof o.url === 'string');
+export async function startMockerEngine(
+  extra: readonly string[] = [],
+): Promise<{ proc: ServedProc; engine: Record<string, unknown> }> {
+  const proc = startCompiled([
+    'mocker',
+    '--port',
+    '0',
+    '--kv-events-port',
+    '0',
+    '--bootstrap-port',
+    '0',
+    '--speedup',
+    '100',
+    ...extra,
+  ]);
+  const engine = await lineOf(proc, "the mocker's ports", (o) => typeof o.url === 'string');
   return { proc, engine };
 }
 
@@ -50,7 +63,8 @@ export async function serveConfigObject(config: Record<string, unknown>): Promis
   try {
     const { proc, url } = await startServe(file);
     return {
-      proc, url,
+      proc,
+      url,
       async stop() {
         await stop(proc);
         rmSync(dir, { recursive: true, force: true });

@@ -21,7 +21,11 @@ export interface MockerSuite {
 }
 
 /** Starts `kvgate mocker ARGS` with `count` engines and makes a temporary directory named after `name`. */
-export async function startMockerSuite(name: string, mockerArgs: readonly string[], count: number): Promise<MockerSuite> {
+export async function startMockerSuite(
+  name: string,
+  mockerArgs: readonly string[],
+  count: number,
+): Promise<MockerSuite> {
   const mocker = await startMockerCli(mockerArgs, count);
   const dir = mkdtempSync(join(tmpdir(), `kvgate-${name}-`));
   const procs = [mocker.proc];
@@ -46,14 +50,35 @@ export async function startMockerSuite(name: string, mockerArgs: readonly string
  * endpoints on and preprocessing on the main thread, which a test's timing should not depend on), then the
  * model with the demo tokenizer and its `modelLines` (indented as members of the model).
  */
-export function serveConfig(model: string, modelLines: readonly string[], top: readonly string[] = ['admin: { enabled: true }', 'preprocess: { threads: 0 }']): string {
-  return ['listen: { port: 0 }', ...top, 'models:', `  - name: ${model}`, '    tokenizer: demo', ...modelLines.map((l) => `    ${l}`), ''].join('\n');
+export function serveConfig(
+  model: string,
+  modelLines: readonly string[],
+  top: readonly string[] = ['admin: { enabled: true }', 'preprocess: { threads: 0 }'],
+): string {
+  return [
+    'listen: { port: 0 }',
+    ...top,
+    'models:',
+    `  - name: ${model}`,
+    '    tokenizer: demo',
+    ...modelLines.map((l) => `    ${l}`),
+    '',
+  ].join('\n');
 }
 
 /** One worker of a YAML `workers` list: its id, the engine's URL and its first KV-event endpoint. */
-export const workerEntry = (id: number, e: MockerLine): string => `{ id: ${id}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`;
+export const workerEntry = (id: number, e: MockerLine): string =>
+  `{ id: ${id}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`;
 
 /** POSTs `{ model, messages, ...extra }` as JSON to the gateway at `url` (`path` defaults to chat completions). */
-export function postChat(url: string, body: { model: string; messages: unknown } & Record<string, unknown>, path = '/v1/chat/completions'): Promise<Response> {
-  return fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+export function postChat(
+  url: string,
+  body: { model: string; messages: unknown } & Record<string, unknown>,
+  path = '/v1/chat/completions',
+): Promise<Response> {
+  return fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
 }

@@ -30,44 +30,65 @@ export interface SseRead {
 }
 
 /** POSTs `body` as JSON (with `headers` besides) to `url` and reads the SSE answer at `pace`; resolves once the body ends or is cut. */
-export function readSse(url: string, body: unknown, pace: Pace = {}, headers: Record<string, string> = {}): Promise<SseRead> {
+export function readSse(
+  url: string,
+  body: unknown,
+  pace: Pace = {},
+  headers: Record<string, string> = {},
+): Promise<SseRead> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...headers } }, (res) => {
-      let text = '';
-      let read = 0;
-      let nextPause = pace.pauseEveryBytes ?? 0;
-      let settled = false;
-      let stopped = false;
-      const settle = (ending: 'end' | 'cut'): void => {
-        if (settled) return;
-        settled = true;
-        const events = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice('data: '.length));
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, events, ending, ms: performance.now() - started });
-      };
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        text += chunk;
-        read += Buffer.byteLength(chunk);
-        if (pace.stopAfterBytes !== undefined && read >= pace.stopAfterBytes && !stopped) {
-          stopped = true;
-          res.pause();
-          void (pace.resumeWhen?.() ?? new Promise(() => undefined)).then(() => res.resume(), (err: unknown) => {
-            res.destroy();
-            reject(err as Error);
+    const req = request(
+      url,
+      { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...headers } },
+      (res) => {
+        let text = '';
+        let read = 0;
+        let nextPause = pace.pauseEveryBytes ?? 0;
+        let settled = false;
+        let stopped = false;
+        const settle = (ending: 'end' | 'cut'): void => {
+          if (settled) return;
+          settled = true;
+          const events = text
+            .split('\n\n')
+            .filter((e) => e.startsWith('data: '))
+            .map((e) => e.slice('data: '.length));
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            events,
+            ending,
+            ms: performance.now() - started,
           });
-          return;
-        }
-        if (nextPause > 0 && read >= nextPause) {
-          nextPause = read + pace.pauseEveryBytes!;
-          res.pause();
-          setTimeout(() => res.resume(), pace.pauseMs ?? 0);
-        }
-      });
-      res.on('end', () => settle('end'));
-      res.on('error', () => settle('cut'));
-      res.on('close', () => settle(res.complete ? 'end' : 'cut'));
-    });
+        };
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          text += chunk;
+          read += Buffer.byteLength(chunk);
+          if (pace.stopAfterBytes !== undefined && read >= pace.stopAfterBytes && !stopped) {
+            stopped = true;
+            res.pause();
+            void (pace.resumeWhen?.() ?? new Promise(() => undefined)).then(
+              () => res.resume(),
+              (err: unknown) => {
+                res.destroy();
+                reject(err as Error);
+              },
+            );
+            return;
+          }
+          if (nextPause > 0 && read >= nextPause) {
+            nextPause = read + pace.pauseEveryBytes!;
+            res.pause();
+            setTimeout(() => res.resume(), pace.pauseMs ?? 0);
+          }
+        });
+        res.on('end', () => settle('end'));
+        res.on('error', () => settle('cut'));
+        res.on('close', () => settle(res.complete ? 'end' : 'cut'));
+      },
+    );
     req.on('error', reject);
     req.end(JSON.stringify(body));
   });
@@ -78,7 +99,8 @@ export function tokenChunks(events: readonly string[]): number {
   let n = 0;
   for (const e of events) {
     if (e === '[DONE]') continue;
-    const choice = (JSON.parse(e) as { choices?: { text?: string; delta?: { role?: string; content?: string } }[] }).choices?.[0];
+    const choice = (JSON.parse(e) as { choices?: { text?: string; delta?: { role?: string; content?: string } }[] })
+      .choices?.[0];
     if (choice === undefined) continue;
     if (typeof choice.text === 'string' || (choice.delta !== undefined && choice.delta.role === undefined)) n++;
   }

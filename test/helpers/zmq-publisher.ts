@@ -46,33 +46,69 @@ function wireEvent(ev: TestEvent, encoding: EventEncoding): unknown {
   const medium = ev.medium ?? 'GPU';
   if (ev.type === 'removed') {
     switch (encoding) {
-      case 'vllm-array': return ['BlockRemoved', hashes(ev.blockHashes), medium, ev.groupIdx ?? null];
-      case 'vllm-map': return { type: 'BlockRemoved', block_hashes: hashes(ev.blockHashes), medium, group_idx: ev.groupIdx ?? 0 };
-      case 'sglang-array': return ['BlockRemoved', hashes(ev.blockHashes), medium];
-      case 'sglang-map': return { type: 'BlockRemoved', block_hashes: hashes(ev.blockHashes), medium };
+      case 'vllm-array':
+        return ['BlockRemoved', hashes(ev.blockHashes), medium, ev.groupIdx ?? null];
+      case 'vllm-map':
+        return { type: 'BlockRemoved', block_hashes: hashes(ev.blockHashes), medium, group_idx: ev.groupIdx ?? 0 };
+      case 'sglang-array':
+        return ['BlockRemoved', hashes(ev.blockHashes), medium];
+      case 'sglang-map':
+        return { type: 'BlockRemoved', block_hashes: hashes(ev.blockHashes), medium };
     }
   }
   const parent = ev.parent === null ? null : wireHash(ev.parent, encoding);
   switch (encoding) {
     case 'vllm-array':
       // 11 declared fields: ..., lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind, sliding_window.
-      return ['BlockStored', hashes(ev.blockHashes), parent, [...ev.tokens], ev.blockSize, ev.loraId ?? null, medium,
-        ev.loraName ?? null, null, ev.groupIdx ?? null, null, null];
+      return [
+        'BlockStored',
+        hashes(ev.blockHashes),
+        parent,
+        [...ev.tokens],
+        ev.blockSize,
+        ev.loraId ?? null,
+        medium,
+        ev.loraName ?? null,
+        null,
+        ev.groupIdx ?? null,
+        null,
+        null,
+      ];
     case 'vllm-map':
       return {
-        type: 'BlockStored', block_hashes: hashes(ev.blockHashes), parent_block_hash: parent, token_ids: [...ev.tokens],
-        block_size: ev.blockSize, lora_id: ev.loraId ?? null, medium, lora_name: ev.loraName ?? null,
-        group_idx: ev.groupIdx ?? 0, kv_cache_spec_kind: 'full_attention',
+        type: 'BlockStored',
+        block_hashes: hashes(ev.blockHashes),
+        parent_block_hash: parent,
+        token_ids: [...ev.tokens],
+        block_size: ev.blockSize,
+        lora_id: ev.loraId ?? null,
+        medium,
+        lora_name: ev.loraName ?? null,
+        group_idx: ev.groupIdx ?? 0,
+        kv_cache_spec_kind: 'full_attention',
       };
     case 'sglang-array': {
-      const arr: unknown[] = ['BlockStored', hashes(ev.blockHashes), parent, [...ev.tokens], ev.blockSize, ev.loraId ?? null, medium];
+      const arr: unknown[] = [
+        'BlockStored',
+        hashes(ev.blockHashes),
+        parent,
+        [...ev.tokens],
+        ev.blockSize,
+        ev.loraId ?? null,
+        medium,
+      ];
       if (ev.cacheSalt !== undefined) arr.push({ cache_salt: ev.cacheSalt });
       return arr;
     }
     case 'sglang-map': {
       const m: Record<string, unknown> = {
-        type: 'BlockStored', block_hashes: hashes(ev.blockHashes), parent_block_hash: parent, token_ids: [...ev.tokens],
-        block_size: ev.blockSize, lora_id: ev.loraId ?? null, medium,
+        type: 'BlockStored',
+        block_hashes: hashes(ev.blockHashes),
+        parent_block_hash: parent,
+        token_ids: [...ev.tokens],
+        block_size: ev.blockSize,
+        lora_id: ev.loraId ?? null,
+        medium,
       };
       if (ev.cacheSalt !== undefined) m.cache_salt = ev.cacheSalt;
       if (ev.loraName !== undefined) m.lora_name = ev.loraName;
@@ -82,7 +118,10 @@ function wireEvent(ev: TestEvent, encoding: EventEncoding): unknown {
 }
 
 /** One msgpack `KVEventBatch`: `[ts, events, dp_rank]`. */
-export function encodeBatch(events: readonly TestEvent[], opts: { encoding?: EventEncoding; dpRank?: number | null; ts?: number } = {}): Uint8Array {
+export function encodeBatch(
+  events: readonly TestEvent[],
+  opts: { encoding?: EventEncoding; dpRank?: number | null; ts?: number } = {},
+): Uint8Array {
   const encoding = opts.encoding ?? 'vllm-array';
   const dpRank = opts.dpRank === undefined ? 0 : opts.dpRank;
   return encode([opts.ts ?? 1.5, events.map((e) => wireEvent(e, encoding)), dpRank], { useBigInt64: true });
@@ -198,7 +237,10 @@ export class TestKvPublisher {
 
   /** Publishes one batch of events; returns its seq. `drop` keeps it for replay but never sends it. */
   publish(events: readonly TestEvent[], opts: { drop?: boolean; encoding?: EventEncoding } = {}): Promise<bigint> {
-    return this.publishPayload(encodeBatch(events, { encoding: opts.encoding ?? this.encoding, dpRank: this.dpRank }), opts);
+    return this.publishPayload(
+      encodeBatch(events, { encoding: opts.encoding ?? this.encoding, dpRank: this.dpRank }),
+      opts,
+    );
   }
 
   /** Publishes a raw payload under the next seq (garbled payloads, other ranks). */

@@ -24,16 +24,20 @@ function randomFrames(rng: () => number): Buffer[] {
   const topic = bytes(Math.floor(rng() * 4));
   const seq = bytes(8);
   switch (Math.floor(rng() * 6)) {
-    case 0: return Array.from({ length: [1, 2, 4, 5][Math.floor(rng() * 4)]! }, () => bytes(Math.floor(rng() * 24)));
-    case 1: return [topic, bytes([0, 1, 4, 7, 9, 16][Math.floor(rng() * 6)]!), bytes(16)];
-    case 2: return [topic, seq, bytes(1 + Math.floor(rng() * 64))];
+    case 0:
+      return Array.from({ length: [1, 2, 4, 5][Math.floor(rng() * 4)]! }, () => bytes(Math.floor(rng() * 24)));
+    case 1:
+      return [topic, bytes([0, 1, 4, 7, 9, 16][Math.floor(rng() * 6)]!), bytes(16)];
+    case 2:
+      return [topic, seq, bytes(1 + Math.floor(rng() * 64))];
     case 3: {
       // array32, map32, bin32 and str32 headers claiming 4 GiB-1 elements or bytes, nested, then nothing.
       const heads = [0xdd, 0xdf, 0xc6, 0xdb];
       const claim = (): Buffer => Buffer.from([heads[Math.floor(rng() * 4)]!, 0xff, 0xff, 0xff, 0xff]);
       return [topic, seq, Buffer.concat(Array.from({ length: 1 + Math.floor(rng() * 8) }, claim))];
     }
-    case 4: return [topic, seq, Buffer.from(encode([1.5, [['AllBlocksCleared']], 0]))];
+    case 4:
+      return [topic, seq, Buffer.from(encode([1.5, [['AllBlocksCleared']], 0]))];
     default: {
       // A batch-shaped array whose events are not events.
       const events = Array.from({ length: Math.floor(rng() * 4) }, () => rng());
@@ -107,7 +111,9 @@ export class KvEventRelay {
 
   // zeromq allows one pending send per socket: chain them (forwarded and injected messages share the PUB).
   #send(frames: Buffer[]): void {
-    this.#sendChain = this.#sendChain.then(() => (this.#pub.closed ? undefined : this.#pub.send(frames))).catch(() => undefined);
+    this.#sendChain = this.#sendChain
+      .then(() => (this.#pub.closed ? undefined : this.#pub.send(frames)))
+      .catch(() => undefined);
   }
 
   async close(): Promise<void> {

@@ -16,7 +16,10 @@ export function documentedMetrics(): DocumentedMetric[] {
   const text = readFileSync(fileURLToPath(new URL('../../docs/metrics.md', import.meta.url)), 'utf8');
   const out: DocumentedMetric[] = [];
   for (const line of text.split('\n')) {
-    const cells = line.split('|').slice(1, -1).map((c) => c.trim());
+    const cells = line
+      .split('|')
+      .slice(1, -1)
+      .map((c) => c.trim());
     if (cells.length !== 4) continue;
     const name = /^`(kvgate_[a-z0-9_]+)`$/.exec(cells[0]!)?.[1];
     if (name === undefined) continue;

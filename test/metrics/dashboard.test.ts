@@ -9,13 +9,38 @@ import { describe, expect, it } from 'vitest';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { STANDARD_PREFIXES, documentedMetrics } from './catalog.js';
 
-interface Panel { type: string; title?: string; targets?: { expr?: string }[]; panels?: Panel[] }
-interface Dashboard { schemaVersion: number; panels: Panel[]; templating: { list: { name: string; type: string; query: unknown }[] } }
+interface Panel {
+  type: string;
+  title?: string;
+  targets?: { expr?: string }[];
+  panels?: Panel[];
+}
+interface Dashboard {
+  schemaVersion: number;
+  panels: Panel[];
+  templating: { list: { name: string; type: string; query: unknown }[] };
+}
 
-const dashboard = JSON.parse(readFileSync(fileURLToPath(new URL('../../docs/grafana/kvgate.json', import.meta.url)), 'utf8')) as Dashboard;
+const dashboard = JSON.parse(
+  readFileSync(fileURLToPath(new URL('../../docs/grafana/kvgate.json', import.meta.url)), 'utf8'),
+) as Dashboard;
 
 /** PromQL words that are not metric names. */
-const KEYWORDS = new Set(['and', 'or', 'unless', 'by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'bool', 'offset', 'inf', 'nan']);
+const KEYWORDS = new Set([
+  'and',
+  'or',
+  'unless',
+  'by',
+  'without',
+  'on',
+  'ignoring',
+  'group_left',
+  'group_right',
+  'bool',
+  'offset',
+  'inf',
+  'nan',
+]);
 
 /** The metric names one PromQL expression selects: functions, label matchers, ranges, grouping and strings stripped. */
 function metricNames(expr: string): string[] {
@@ -52,14 +77,26 @@ function queries(): string[] {
 
 describe('the Grafana dashboard', () => {
   it('the name extractor strips functions, matchers, ranges and grouping', () => {
-    expect(metricNames('histogram_quantile(0.99, sum by (le, model) (rate(kvgate_x_bucket{model=~"$model", a="b(c)"}[$__rate_interval])))')).toEqual(['kvgate_x_bucket']);
-    expect(metricNames('sum(rate(a_total[5m])) / sum(rate(b_total[5m])) and on (x) c')).toEqual(['a_total', 'b_total', 'c']);
+    expect(
+      metricNames(
+        'histogram_quantile(0.99, sum by (le, model) (rate(kvgate_x_bucket{model=~"$model", a="b(c)"}[$__rate_interval])))',
+      ),
+    ).toEqual(['kvgate_x_bucket']);
+    expect(metricNames('sum(rate(a_total[5m])) / sum(rate(b_total[5m])) and on (x) c')).toEqual([
+      'a_total',
+      'b_total',
+      'c',
+    ]);
   });
 
   // issue 17, what it must show item 5: the dashboard's queries name only exported metrics.
   it('names only metrics kvgate exports', async () => {
     const catalog = new Map(documentedMetrics().map((d) => [d.name, d.type]));
-    const standard = new Set((await new KvgateMetrics().registry.getMetricsAsJSON()).map((m) => m.name).filter((n) => STANDARD_PREFIXES.some((p) => n.startsWith(p))));
+    const standard = new Set(
+      (await new KvgateMetrics().registry.getMetricsAsJSON())
+        .map((m) => m.name)
+        .filter((n) => STANDARD_PREFIXES.some((p) => n.startsWith(p))),
+    );
     const named = new Set(queries().flatMap(metricNames));
     const unknown: string[] = [];
     for (const raw of named) {

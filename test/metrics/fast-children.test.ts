@@ -8,11 +8,24 @@ import { Counter, Histogram, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { FastCounterChild, FastHistogramChild } from '../../src/metrics/index.js';
 
-function pair(): { fast: Registry; slow: Registry; hf: Histogram<string>; hs: Histogram<string>; cf: Counter<string>; cs: Counter<string> } {
+function pair(): {
+  fast: Registry;
+  slow: Registry;
+  hf: Histogram<string>;
+  hs: Histogram<string>;
+  cf: Counter<string>;
+  cs: Counter<string>;
+} {
   const fast = new Registry();
   const slow = new Registry();
   const mk = (r: Registry) => ({
-    h: new Histogram({ name: 'h_seconds', help: 'h', labelNames: ['model', 'stage'], buckets: [0.001, 0.01, 0.1, 1, 2.5], registers: [r] }),
+    h: new Histogram({
+      name: 'h_seconds',
+      help: 'h',
+      labelNames: ['model', 'stage'],
+      buckets: [0.001, 0.01, 0.1, 1, 2.5],
+      registers: [r],
+    }),
     c: new Counter({ name: 'c_total', help: 'c', labelNames: ['model', 'outcome'], registers: [r] }),
   });
   const f = mk(fast);

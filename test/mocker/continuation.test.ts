@@ -32,7 +32,11 @@ describe('continuation', () => {
     expect(whole.json.choices[0].prompt_token_ids).toEqual(prompt);
     // Some load on b first: the answer must not depend on request order or engine state.
     await postJson(`${b.url}/v1/completions`, { prompt: [5, 6, 7], max_tokens: 5 });
-    const rest = await postJson(`${b.url}/v1/completions`, { prompt: [...prompt, ...ids.slice(0, 9)], max_tokens: 15, return_token_ids: true });
+    const rest = await postJson(`${b.url}/v1/completions`, {
+      prompt: [...prompt, ...ids.slice(0, 9)],
+      max_tokens: 15,
+      return_token_ids: true,
+    });
     expect(rest.json.choices[0].token_ids).toEqual(ids.slice(9));
     const text = whole.json.choices[0].text as string;
     const first = await postJson(`${b.url}/v1/completions`, { prompt, max_tokens: 9 });
@@ -41,8 +45,14 @@ describe('continuation', () => {
 
   it('a chat stream with return_token_ids: prompt_token_ids on the first chunk, token_ids on every token chunk', async () => {
     const res = await fetch(`${a.url}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ messages: [{ role: 'user', content: 'hi there' }], max_tokens: 6, stream: true, return_token_ids: true }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        messages: [{ role: 'user', content: 'hi there' }],
+        max_tokens: 6,
+        stream: true,
+        return_token_ids: true,
+      }),
     });
     const chunks = (await readSse(res)).filter((d) => d !== '[DONE]').map((d) => JSON.parse(d));
     expect(Array.isArray(chunks[0].prompt_token_ids)).toBe(true);
@@ -50,7 +60,11 @@ describe('continuation', () => {
     const ids = chunks.flatMap((c) => c.choices[0].token_ids as number[]);
     expect(ids).toHaveLength(6);
     // The chat's templated prompt continued as a completion gives the chat's next tokens.
-    const rest = await postJson(`${b.url}/v1/completions`, { prompt: [...chunks[0].prompt_token_ids, ...ids.slice(0, 2)], max_tokens: 4, return_token_ids: true });
+    const rest = await postJson(`${b.url}/v1/completions`, {
+      prompt: [...chunks[0].prompt_token_ids, ...ids.slice(0, 2)],
+      max_tokens: 4,
+      return_token_ids: true,
+    });
     expect(rest.json.choices[0].token_ids).toEqual(ids.slice(2));
   });
 

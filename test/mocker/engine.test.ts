@@ -32,7 +32,13 @@ function drain(c: EngineCore, start = 0): { steps: StepResult[]; end: number } {
 }
 
 const events = (steps: StepResult[]): KvEvent[] => steps.flatMap((s) => s.kvEvents);
-const req = (id: string, promptTokens: number[], maxTokens = 4, extra: Partial<CoreRequest> = {}): CoreRequest => ({ id, promptTokens, maxTokens, seed: 7, ...extra });
+const req = (id: string, promptTokens: number[], maxTokens = 4, extra: Partial<CoreRequest> = {}): CoreRequest => ({
+  id,
+  promptTokens,
+  maxTokens,
+  seed: 7,
+  ...extra,
+});
 
 function engineHash(seq: bigint, seed = SEED): bigint {
   const b = new Uint8Array(8);
@@ -118,7 +124,9 @@ describe('EngineCore prefix cache', () => {
     c.add(req('b', tokens(32, 6), 1), t); // needs all 8 blocks: evicts every cached block of a
     const r = drain(c, t);
     t = r.end;
-    const removed = events(r.steps).filter((e) => e.type === 'removed').flatMap((e) => (e.type === 'removed' ? e.blockHashes : []));
+    const removed = events(r.steps)
+      .filter((e) => e.type === 'removed')
+      .flatMap((e) => (e.type === 'removed' ? e.blockHashes : []));
     expect(removed).toEqual([4, 3, 2, 1, 0].map((k) => engineHash(seq[k]!)));
     c.add(req('a2', a, 1), t);
     expect(drain(c, t).steps.flatMap((s) => s.admitted)[0]!.cachedTokens).toBe(0);
@@ -167,7 +175,10 @@ describe('EngineCore scheduling', () => {
     expect(steps.flatMap((s) => s.preempted)).toContain('b');
     expect(c.stats().preemptions).toBeGreaterThan(0);
     const fin = steps.flatMap((s) => s.finished);
-    expect(fin.map((f) => [f.requestId, f.outputTokens]).sort()).toEqual([['a', 16], ['b', 16]]);
+    expect(fin.map((f) => [f.requestId, f.outputTokens]).sort()).toEqual([
+      ['a', 16],
+      ['b', 16],
+    ]);
     expect(c.stats().activeBlocks).toBe(0);
   });
 
@@ -220,7 +231,7 @@ describe('EngineCore P/D', () => {
     expect(s1.kvEvents.filter((e) => e.type === 'stored')).toHaveLength(1);
   });
 
-  it('holds a prefill request\'s blocks for a pull, then releases them', () => {
+  it("holds a prefill request's blocks for a pull, then releases them", () => {
     const c = core();
     c.add(req('p', tokens(40, 14), 1, { holdBlocksMs: 1000 }), 0);
     const { steps } = drain(c);
@@ -229,7 +240,10 @@ describe('EngineCore P/D', () => {
     expect(c.stats().activeBlocks).toBe(3);
     expect(c.pullHeld('p', [0, 1, 9], 10)).toMatchObject({ ok: false });
     expect(c.pullHeld('p', [0, 1, 2], 10)).toEqual({ ok: true, numTokens: 40 });
-    expect(c.pullHeld('p', undefined, 10)).toMatchObject({ ok: false, reason: expect.stringMatching(/already pulled/) });
+    expect(c.pullHeld('p', undefined, 10)).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/already pulled/),
+    });
     expect(c.stats().activeBlocks).toBe(0);
     c.add(req('q', tokens(40, 15), 1, { holdBlocksMs: 1000 }), 20);
     drain(c, 20);
@@ -257,7 +271,11 @@ describe('VirtualEngine', () => {
     const wallMs = performance.now() - wall;
     const recs = [...ve.records()];
     expect(recs).toHaveLength(1000);
-    expect(recs.every((r) => r.finishedMs !== undefined && r.firstTokenMs! >= r.arrivalMs && r.finishedMs >= r.firstTokenMs!)).toBe(true);
+    expect(
+      recs.every(
+        (r) => r.finishedMs !== undefined && r.firstTokenMs! >= r.arrivalMs && r.finishedMs >= r.firstTokenMs!,
+      ),
+    ).toBe(true);
     // Shared 512-token prefixes are hits after their first use.
     expect(recs.filter((r) => r.cachedTokens >= 512).length).toBeGreaterThan(900);
     expect(last).toBeGreaterThan(t);

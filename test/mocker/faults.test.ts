@@ -16,7 +16,8 @@ afterEach(async () => {
 });
 
 const admin = (m: MockerHandle, faults: Record<string, unknown>) => postJson(`${m.url}/admin/faults`, faults);
-const complete = (m: MockerHandle, extra: Record<string, unknown> = {}) => postJson(`${m.url}/v1/completions`, { prompt: [1, 2, 3, 4, 5], max_tokens: 2, ...extra });
+const complete = (m: MockerHandle, extra: Record<string, unknown> = {}) =>
+  postJson(`${m.url}/v1/completions`, { prompt: [1, 2, 3, 4, 5], max_tokens: 2, ...extra });
 
 describe('fault injection', () => {
   it('error rate: injected 500s, then normal service again', async () => {
@@ -28,7 +29,9 @@ describe('fault injection', () => {
     expect(r.json.error.message).toMatch(/injected fault/);
     await admin(m, { error_rate: 0 });
     expect((await complete(m)).status).toBe(200);
-    expect(await (await fetch(`${m.url}/metrics`)).text()).toMatch(/kvgate_mocker_injected_errors_total\{model_name="mock-model"\} 1/);
+    expect(await (await fetch(`${m.url}/metrics`)).text()).toMatch(
+      /kvgate_mocker_injected_errors_total\{model_name="mock-model"\} 1/,
+    );
     // A rate in between fails a deterministic share (seeded).
     m.setFaults({ errorRate: 0.5 });
     const statuses: number[] = [];
@@ -45,7 +48,19 @@ describe('fault injection', () => {
     expect((await admin(m, { slow_factor: 0 })).status).toBe(400);
     expect((await postJson(`${m.url}/admin/faults`, '{oops')).status).toBe(400);
     const current = await (await fetch(`${m.url}/admin/faults`)).json();
-    expect(current).toEqual({ faults: { hang: false, slow_factor: 1, error_rate: 0, error_status: 500, drop_event_rate: 0, drop_next_event_batches: 0, reorder_events: false, stall_after_tokens: null, garbage_event_flood: 0 } });
+    expect(current).toEqual({
+      faults: {
+        hang: false,
+        slow_factor: 1,
+        error_rate: 0,
+        error_status: 500,
+        drop_event_rate: 0,
+        drop_next_event_batches: 0,
+        reorder_events: false,
+        stall_after_tokens: null,
+        garbage_event_flood: 0,
+      },
+    });
     expect((await admin(m, { stall_after_tokens: -1 })).status).toBe(400);
   });
 
@@ -54,7 +69,9 @@ describe('fault injection', () => {
     expect((await admin(m, { stall_after_tokens: 2 })).json.faults.stall_after_tokens).toBe(2);
     const ac = new AbortController();
     const res = await fetch(`${m.url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, signal: ac.signal,
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      signal: ac.signal,
       body: JSON.stringify({ prompt: [1, 2, 3, 4, 5], max_tokens: 8, stream: true }),
     });
     const reader = res.body!.getReader();
@@ -64,7 +81,10 @@ describe('fault injection', () => {
       return (text.match(/^data: \{/gm) ?? []).length >= 2;
     }, 'two token chunks');
     // The engine finishes the request internally; the answer never ends.
-    await until(() => m.stats().ranks[0]!.running === 0 && m.stats().ranks[0]!.generationTokens >= 8, 'the engine to finish the request');
+    await until(
+      () => m.stats().ranks[0]!.running === 0 && m.stats().ranks[0]!.generationTokens >= 8,
+      'the engine to finish the request',
+    );
     expect(text).not.toMatch(/\[DONE\]/);
     expect((text.match(/^data: \{/gm) ?? []).length).toBe(2);
     ac.abort();
@@ -90,7 +110,11 @@ describe('fault injection', () => {
 
   it('hang stalls a running stream; lifting it resumes the stream', async () => {
     const m = await mocker({ kvEvents: false, speedup: 50 });
-    const res = await fetch(`${m.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 30, stream: true }) });
+    const res = await fetch(`${m.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 30, stream: true }),
+    });
     const reader = res.body!.getReader();
     await reader.read();
     m.setFaults({ hang: true });
@@ -127,13 +151,21 @@ describe('fault injection', () => {
     streams.push(events);
     const port = m.port;
     const oldId = m.engineId;
-    const res = await fetch(`${m.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 1000, stream: true }) });
+    const res = await fetch(`${m.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 1000, stream: true }),
+    });
     const reader = res.body!.getReader();
     await reader.read();
     expect((await postJson(`${m.url}/admin/crash`, {})).status).toBe(202);
     await until(() => m.stats().crashed, 'the crash');
     // The in-flight stream is cut and nothing listens any more.
-    await expect((async () => { for (let r = await reader.read(); !r.done; r = await reader.read()); })()).rejects.toThrow();
+    await expect(
+      (async () => {
+        for (let r = await reader.read(); !r.done; r = await reader.read());
+      })(),
+    ).rejects.toThrow();
     await expect(fetch(`${m.url}/health`)).rejects.toThrow();
 
     await m.restart();

@@ -9,8 +9,16 @@ export interface JsonResponse {
   json: any; // eslint-disable-line @typescript-eslint/no-explicit-any
 }
 
-export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<JsonResponse> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+export async function postJson(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<JsonResponse> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   const text = await res.text();
   return { status: res.status, json: text === '' ? undefined : JSON.parse(text) };
 }
@@ -18,7 +26,10 @@ export async function postJson(url: string, body: unknown, headers: Record<strin
 /** Reads an SSE body into its data payloads (without the `data: ` prefix). */
 export async function readSse(res: Response): Promise<string[]> {
   const text = await res.text();
-  return text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+  return text
+    .split('\n\n')
+    .filter((e) => e.startsWith('data: '))
+    .map((e) => e.slice(6));
 }
 
 /** The engine block hash the mocker publishes for a sequence hash under `seed`. */
@@ -45,10 +56,18 @@ export interface EventStream {
 }
 
 function isProbe(batch: EventMessage['batch']): boolean {
-  return batch[1].length > 0 && batch[1].every((ev) => {
-    const tokens = Array.isArray(ev) ? ev[3] : ev.token_ids;
-    return Array.isArray(tokens) && tokens.length > 0 && tokens[0] >= PROBE_TOKEN_BASE && tokens[0] < PROBE_TOKEN_BASE + 1000;
-  });
+  return (
+    batch[1].length > 0 &&
+    batch[1].every((ev) => {
+      const tokens = Array.isArray(ev) ? ev[3] : ev.token_ids;
+      return (
+        Array.isArray(tokens) &&
+        tokens.length > 0 &&
+        tokens[0] >= PROBE_TOKEN_BASE &&
+        tokens[0] < PROBE_TOKEN_BASE + 1000
+      );
+    })
+  );
 }
 
 /**

@@ -24,11 +24,19 @@ describe('completions and chat', () => {
     const prompt = ids(100, 5000);
     const a = await postJson(`${m.url}/v1/completions`, { model: 'mock-model', prompt, max_tokens: 3 });
     expect(a.status).toBe(200);
-    expect(a.json.usage).toEqual({ prompt_tokens: 100, total_tokens: 103, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 0 } });
+    expect(a.json.usage).toEqual({
+      prompt_tokens: 100,
+      total_tokens: 103,
+      completion_tokens: 3,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
     const b = await postJson(`${m.url}/v1/completions`, { prompt, max_tokens: 3 });
     expect(b.json.usage.prompt_tokens_details.cached_tokens).toBe(96);
     // A prompt sharing 40 tokens shares 2 full blocks (32 tokens).
-    const c = await postJson(`${m.url}/v1/completions`, { prompt: [...prompt.slice(0, 40), ...ids(30, 9000)], max_tokens: 3 });
+    const c = await postJson(`${m.url}/v1/completions`, {
+      prompt: [...prompt.slice(0, 40), ...ids(30, 9000)],
+      max_tokens: 3,
+    });
     expect(c.json.usage.prompt_tokens_details.cached_tokens).toBe(32);
     expect(a.json.object).toBe('text_completion');
     expect(a.json.choices[0]).toMatchObject({ index: 0, finish_reason: 'length', logprobs: null });
@@ -37,8 +45,14 @@ describe('completions and chat', () => {
 
   it('streams completions as vLLM does, with usage at the end', async () => {
     const res = await fetch(`${m.url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'req-42' },
-      body: JSON.stringify({ prompt: 'The quick brown fox', max_tokens: 4, stream: true, stream_options: { include_usage: true } }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'req-42' },
+      body: JSON.stringify({
+        prompt: 'The quick brown fox',
+        max_tokens: 4,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
     });
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const events = await readSse(res);
@@ -54,8 +68,14 @@ describe('completions and chat', () => {
 
   it('streams chat: role first, content deltas, finish, usage, [DONE]', async () => {
     const res = await fetch(`${m.url}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ messages: [{ role: 'user', content: 'Hello' }], max_completion_tokens: 2, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        messages: [{ role: 'user', content: 'Hello' }],
+        max_completion_tokens: 2,
+        stream: true,
+        stream_options: { include_usage: true, continuous_usage_stats: true },
+      }),
     });
     const events = await readSse(res);
     const chunks = events.slice(0, -1).map((e) => JSON.parse(e));
@@ -67,17 +87,28 @@ describe('completions and chat', () => {
     expect(chunks.every((c) => c.object === 'chat.completion.chunk' && c.id.startsWith('chatcmpl-'))).toBe(true);
   });
 
-  it('non-streaming chat has vLLM\'s shape', async () => {
-    const r = await postJson(`${m.url}/v1/chat/completions`, { messages: [{ role: 'system', content: 'x' }, { role: 'user', content: [{ type: 'text', text: 'hi' }] }], max_tokens: 3 });
+  it("non-streaming chat has vLLM's shape", async () => {
+    const r = await postJson(`${m.url}/v1/chat/completions`, {
+      messages: [
+        { role: 'system', content: 'x' },
+        { role: 'user', content: [{ type: 'text', text: 'hi' }] },
+      ],
+      max_tokens: 3,
+    });
     expect(r.status).toBe(200);
-    expect(r.json).toMatchObject({ object: 'chat.completion', kv_transfer_params: null, usage: { completion_tokens: 3 } });
+    expect(r.json).toMatchObject({
+      object: 'chat.completion',
+      kv_transfer_params: null,
+      usage: { completion_tokens: 3 },
+    });
     expect(r.json.choices[0].message.role).toBe('assistant');
     expect(r.json.choices[0].message.content.split(' ').filter(Boolean)).toHaveLength(3);
   });
 
   it('generated tokens are deterministic for a seed', async () => {
     const body = { prompt: ids(20, 100), max_tokens: 8 };
-    const t = async (seed?: number): Promise<string> => (await postJson(`${m.url}/v1/completions`, seed === undefined ? body : { ...body, seed })).json.choices[0].text;
+    const t = async (seed?: number): Promise<string> =>
+      (await postJson(`${m.url}/v1/completions`, seed === undefined ? body : { ...body, seed })).json.choices[0].text;
     expect(await t(7)).toBe(await t(7));
     expect(await t(7)).not.toBe(await t(8));
     expect(await t()).toBe(await t()); // no seed: derived from the engine seed and the prompt
@@ -93,13 +124,18 @@ describe('completions and chat', () => {
   it('a client that disconnects mid-stream aborts its request', async () => {
     const ac = new AbortController();
     const res = await fetch(`${m.url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, signal: ac.signal,
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      signal: ac.signal,
       body: JSON.stringify({ prompt: ids(10, 7000), max_tokens: 200, stream: true }),
     });
     const reader = res.body!.getReader();
     await reader.read(); // first chunk arrived: the request is running
     ac.abort();
-    await until(() => m.stats().ranks[0]!.running === 0 && m.stats().ranks[0]!.waiting === 0, 'the aborted request to leave the engine');
+    await until(
+      () => m.stats().ranks[0]!.running === 0 && m.stats().ranks[0]!.waiting === 0,
+      'the aborted request to leave the engine',
+    );
     expect(m.stats().ranks[0]!.activeBlocks).toBe(0);
   });
 });
@@ -116,7 +152,14 @@ describe('models, health, metrics', () => {
   it('exposes vLLM metric names', async () => {
     await postJson(`${m.url}/v1/completions`, { prompt: ids(40, 123), max_tokens: 2 });
     const text = await (await fetch(`${m.url}/metrics`)).text();
-    for (const name of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc', 'vllm:prefix_cache_queries_total', 'vllm:prefix_cache_hits_total', 'vllm:time_to_first_token_seconds_bucket']) {
+    for (const name of [
+      'vllm:num_requests_running',
+      'vllm:num_requests_waiting',
+      'vllm:kv_cache_usage_perc',
+      'vllm:prefix_cache_queries_total',
+      'vllm:prefix_cache_hits_total',
+      'vllm:time_to_first_token_seconds_bucket',
+    ]) {
       expect(text).toContain(`${name}{`);
     }
     expect(text).toMatch(/vllm:prefix_cache_hits_total\{model_name="mock-model",engine="0"\} [1-9]/);
@@ -133,18 +176,56 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
     ['empty messages', '/v1/chat/completions', { messages: [] }, 400, 'messages'],
     ['negative max_tokens', '/v1/completions', { prompt: 'hi', max_tokens: -1 }, 400, 'max_tokens'],
     ['prompt longer than the context', '/v1/completions', { prompt: ids(300, 1), max_tokens: 1 }, 400, 'prompt'],
-    ['prompt plus max_tokens over the context', '/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], max_tokens: 250 }, 400, 'messages'],
+    [
+      'prompt plus max_tokens over the context',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'hi' }], max_tokens: 250 },
+      400,
+      'messages',
+    ],
     ['prompt of the wrong type', '/v1/completions', { prompt: { text: 'x' } }, 400, 'prompt'],
-    ['non-text content part', '/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'image_url' }] }] }, 400, 'messages'],
+    [
+      'non-text content part',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: [{ type: 'image_url' }] }] },
+      400,
+      'messages',
+    ],
     ['n > 1', '/v1/completions', { prompt: 'x', n: 2 }, 400, 'n'],
-    ['stream_options without stream', '/v1/completions', { prompt: 'x', stream_options: { include_usage: true } }, 400, 'stream_options'],
+    [
+      'stream_options without stream',
+      '/v1/completions',
+      { prompt: 'x', stream_options: { include_usage: true } },
+      400,
+      'stream_options',
+    ],
     ['unknown model', '/v1/completions', { model: 'gpt-4', prompt: 'x' }, 404, 'model'],
     ['logprobs over 20', '/v1/completions', { prompt: 'x', logprobs: 21 }, 400, 'logprobs'],
-    ['top_logprobs without logprobs', '/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], top_logprobs: 2 }, 400, 'top_logprobs'],
-    ['a tool without a name', '/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'function', function: {} }] }, 400, 'tools'],
-    ['tool_choice naming an unknown tool', '/v1/chat/completions', {
-      messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'function', function: { name: 'a' } }], tool_choice: { type: 'function', function: { name: 'b' } },
-    }, 400, 'tool_choice'],
+    [
+      'top_logprobs without logprobs',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'hi' }], top_logprobs: 2 },
+      400,
+      'top_logprobs',
+    ],
+    [
+      'a tool without a name',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'function', function: {} }] },
+      400,
+      'tools',
+    ],
+    [
+      'tool_choice naming an unknown tool',
+      '/v1/chat/completions',
+      {
+        messages: [{ role: 'user', content: 'hi' }],
+        tools: [{ type: 'function', function: { name: 'a' } }],
+        tool_choice: { type: 'function', function: { name: 'b' } },
+      },
+      400,
+      'tool_choice',
+    ],
   ];
   for (const [name, path, body, status, param] of cases) {
     it(name, async () => {
@@ -158,9 +239,11 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
     });
   }
 
-  it('the context-length error reads like vLLM\'s', async () => {
+  it("the context-length error reads like vLLM's", async () => {
     const r = await postJson(`${m.url}/v1/completions`, { prompt: ids(200, 1), max_tokens: 100 });
-    expect(r.json.error.message).toBe("This model's maximum context length is 256 tokens. However, you requested 300 tokens (200 in the messages, 100 in the completion). Please reduce the length of the messages or completion.");
+    expect(r.json.error.message).toBe(
+      "This model's maximum context length is 256 tokens. However, you requested 300 tokens (200 in the messages, 100 in the completion). Please reduce the length of the messages or completion.",
+    );
   });
 
   it('a request that can never fit in the KV cache is a 400', async () => {
@@ -186,16 +269,28 @@ describe('data-parallel ranks behind one port', () => {
   it('balances to the least-loaded rank, honours an explicit rank, rejects a missing one', async () => {
     const dp = await startMocker({ dpSize: 2, speedup: 50, kvEvents: false });
     try {
-      const res = await fetch(`${dp.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: ids(8, 1), max_tokens: 500, stream: true }) });
+      const res = await fetch(`${dp.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: ids(8, 1), max_tokens: 500, stream: true }),
+      });
       const reader = res.body!.getReader();
       await reader.read(); // running on rank 0
       await postJson(`${dp.url}/v1/completions`, { prompt: ids(8, 100), max_tokens: 1 });
       expect(dp.stats().ranks.map((r) => r.promptTokens)).toEqual([8, 8]); // the second went to the idle rank 1
       await reader.cancel();
-      await postJson(`${dp.url}/v1/completions`, { prompt: ids(5, 200), max_tokens: 1 }, { 'x-data-parallel-rank': '1' });
+      await postJson(
+        `${dp.url}/v1/completions`,
+        { prompt: ids(5, 200), max_tokens: 1 },
+        { 'x-data-parallel-rank': '1' },
+      );
       await postJson(`${dp.url}/v1/completions`, { prompt: ids(6, 300), max_tokens: 1, data_parallel_rank: 1 });
       expect(dp.stats().ranks[1]!.promptTokens).toBe(19);
-      const bad = await postJson(`${dp.url}/v1/completions`, { prompt: ids(5, 1), max_tokens: 1, data_parallel_rank: 2 });
+      const bad = await postJson(`${dp.url}/v1/completions`, {
+        prompt: ids(5, 1),
+        max_tokens: 1,
+        data_parallel_rank: 2,
+      });
       expect(bad.status).toBe(400);
       expect(bad.json.error.code).toBe('KVG_ERR_INVALID_DP_RANK');
     } finally {

@@ -40,7 +40,7 @@ const complete = (m: MockerHandle, prompt: number[], extra: Record<string, unkno
   postJson(`${m.url}/v1/completions`, { prompt, max_tokens: 1, ...extra });
 
 describe('KV events on the wire (ZMQ PUB)', () => {
-  it('legacy array encoding: the exact bytes of section 1.5 (a), with the engine\'s opaque hashes', async () => {
+  it("legacy array encoding: the exact bytes of section 1.5 (a), with the engine's opaque hashes", async () => {
     const m = await mocker({ kvEventsEncoding: 'array', kvEventsTopic: 'kv-events' });
     const stream = await events(m);
     m.restartEventSequence();
@@ -53,10 +53,28 @@ describe('KV events on the wire (ZMQ PUB)', () => {
     const hex = msg.payload.toString('hex');
     const ts = msg.payload.readDoubleBE(2);
     expect(Math.abs(ts - Date.now() / 1000)).toBeLessThan(60);
-    expect(hex).toBe([
-      '93', 'cb', msg.payload.subarray(2, 10).toString('hex'), '91', '9c', s('BlockStored'),
-      '92', u64(h0!), u64(h1!), 'c0', '98 0102030405060708', '04', 'c0', s('GPU'), 'c0c0c0c0c0', '00',
-    ].join('').replace(/\s/g, ''));
+    expect(hex).toBe(
+      [
+        '93',
+        'cb',
+        msg.payload.subarray(2, 10).toString('hex'),
+        '91',
+        '9c',
+        s('BlockStored'),
+        '92',
+        u64(h0!),
+        u64(h1!),
+        'c0',
+        '98 0102030405060708',
+        '04',
+        'c0',
+        s('GPU'),
+        'c0c0c0c0c0',
+        '00',
+      ]
+        .join('')
+        .replace(/\s/g, ''),
+    );
   });
 
   it('map encoding: the exact bytes of section 1.5 (b)', async () => {
@@ -68,17 +86,55 @@ describe('KV events on the wire (ZMQ PUB)', () => {
     const msg = await stream.next();
     expect(msg.seq).toBe(0n);
     const h = engineHash(promptHashes(prompt, 4).seq[0]!, SEED);
-    expect(msg.payload.toString('hex')).toBe([
-      '93cb', msg.payload.subarray(2, 10).toString('hex'), '91', '8a',
-      s('type'), s('BlockStored'), s('block_hashes'), '91', u64(h),
-      'b1', Buffer.from('parent_block_hash').toString('hex'), 'c0', s('token_ids'), '94090a0b0c', s('block_size'), '04',
-      s('lora_id'), 'c0', s('medium'), s('GPU'), s('lora_name'), 'c0', s('group_idx'), '00',
-      'b2', Buffer.from('kv_cache_spec_kind').toString('hex'), s('full_attention'), '00',
-    ].join(''));
+    expect(msg.payload.toString('hex')).toBe(
+      [
+        '93cb',
+        msg.payload.subarray(2, 10).toString('hex'),
+        '91',
+        '8a',
+        s('type'),
+        s('BlockStored'),
+        s('block_hashes'),
+        '91',
+        u64(h),
+        'b1',
+        Buffer.from('parent_block_hash').toString('hex'),
+        'c0',
+        s('token_ids'),
+        '94090a0b0c',
+        s('block_size'),
+        '04',
+        s('lora_id'),
+        'c0',
+        s('medium'),
+        s('GPU'),
+        s('lora_name'),
+        'c0',
+        s('group_idx'),
+        '00',
+        'b2',
+        Buffer.from('kv_cache_spec_kind').toString('hex'),
+        s('full_attention'),
+        '00',
+      ].join(''),
+    );
     // And the same with @msgpack/msgpack, as a router would decode it.
     expect(decode(msg.payload, { useBigInt64: true })).toEqual([
       msg.batch[0],
-      [{ type: 'BlockStored', block_hashes: [h], parent_block_hash: null, token_ids: prompt, block_size: 4, lora_id: null, medium: 'GPU', lora_name: null, group_idx: 0, kv_cache_spec_kind: 'full_attention' }],
+      [
+        {
+          type: 'BlockStored',
+          block_hashes: [h],
+          parent_block_hash: null,
+          token_ids: prompt,
+          block_size: 4,
+          lora_id: null,
+          medium: 'GPU',
+          lora_name: null,
+          group_idx: 0,
+          kv_cache_spec_kind: 'full_attention',
+        },
+      ],
       0,
     ]);
   });
@@ -103,7 +159,8 @@ describe('KV events on the wire (ZMQ PUB)', () => {
     const removed: bigint[] = [];
     while (removed.length < 5) {
       const msg = await stream.next();
-      for (const ev of msg.batch[1]) if (ev.type === 'BlockRemoved') removed.push(...ev.block_hashes.filter((h: bigint) => aHashes.includes(h)));
+      for (const ev of msg.batch[1])
+        if (ev.type === 'BlockRemoved') removed.push(...ev.block_hashes.filter((h: bigint) => aHashes.includes(h)));
     }
     expect(removed).toEqual([...aHashes].reverse());
     const third = await complete(m, a);
@@ -183,8 +240,13 @@ describe('KV events on the wire (ZMQ PUB)', () => {
     expect(ev.block_hashes).toEqual([engineHash(promptHashes(prompt, 4, { loraName: 'adapter-a' }).seq[0]!, SEED)]);
     // The base model does not hit the adapter's blocks.
     expect((await complete(m, prompt)).json.usage.prompt_tokens_details.cached_tokens).toBe(0);
-    const models = (await (await fetch(`${m.url}/v1/models`)).json()) as { data: { id: string; parent: string | null }[] };
-    expect(models.data.map((d) => [d.id, d.parent])).toEqual([['mock-model', null], ['adapter-a', 'mock-model']]);
+    const models = (await (await fetch(`${m.url}/v1/models`)).json()) as {
+      data: { id: string; parent: string | null }[];
+    };
+    expect(models.data.map((d) => [d.id, d.parent])).toEqual([
+      ['mock-model', null],
+      ['adapter-a', 'mock-model'],
+    ]);
   });
 
   it('SGLang flavour: per-rank publishers, attn_dp_rank, signed int64 hashes', async () => {
@@ -207,8 +269,12 @@ describe('KV events on the wire (ZMQ PUB)', () => {
     await complete(m, prompt, { data_parallel_rank: 1, cache_salt: 'tenant-a' });
     const salted = (await rank1.next()).batch[1][0];
     expect(salted[7]).toEqual({ cache_salt: 'tenant-a' });
-    expect(BigInt(salted[1][0])).toBe(BigInt.asIntN(64, engineHash(promptHashes(prompt, 4, { cacheSalt: 'tenant-a' }).seq[0]!, SEED + 1n)));
-    const info = (await (await fetch(`${m.url}/server_info`)).json()) as { kv_events: { ports: number[]; block_size: number; dp_size: number } };
+    expect(BigInt(salted[1][0])).toBe(
+      BigInt.asIntN(64, engineHash(promptHashes(prompt, 4, { cacheSalt: 'tenant-a' }).seq[0]!, SEED + 1n)),
+    );
+    const info = (await (await fetch(`${m.url}/server_info`)).json()) as {
+      kv_events: { ports: number[]; block_size: number; dp_size: number };
+    };
     expect(info.kv_events).toMatchObject({ ports: m.kvEventsPorts, block_size: 4, dp_size: 2 });
   });
 });

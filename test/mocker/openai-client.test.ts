@@ -17,9 +17,19 @@ afterAll(async () => {
 
 describe('official openai client', () => {
   it('streams a chat completion', async () => {
-    const messages = [{ role: 'user' as const, content: 'Tell me about KV caches, prefix reuse across requests, and why routing by cached prefix lowers the time to first token.' }];
+    const messages = [
+      {
+        role: 'user' as const,
+        content:
+          'Tell me about KV caches, prefix reuse across requests, and why routing by cached prefix lowers the time to first token.',
+      },
+    ];
     const stream = await client.chat.completions.create({
-      model: 'Qwen/Qwen3-0.6B', messages, max_tokens: 12, stream: true, stream_options: { include_usage: true },
+      model: 'Qwen/Qwen3-0.6B',
+      messages,
+      max_tokens: 12,
+      stream: true,
+      stream_options: { include_usage: true },
     });
     let text = '';
     let finish: string | null = null;
@@ -43,14 +53,19 @@ describe('official openai client', () => {
     // The same conversation again hits the prefix cache.
     const again = await client.chat.completions.create({ model: 'Qwen/Qwen3-0.6B', messages, max_tokens: 1 });
     expect(expected.length).toBeGreaterThan(17); // at least one full block is shared
-    expect((again.usage as { prompt_tokens_details?: { cached_tokens?: number } }).prompt_tokens_details?.cached_tokens).toBe(Math.floor((expected.length - 1) / 16) * 16);
+    expect(
+      (again.usage as { prompt_tokens_details?: { cached_tokens?: number } }).prompt_tokens_details?.cached_tokens,
+    ).toBe(Math.floor((expected.length - 1) / 16) * 16);
   });
 
   it('lists models and surfaces 400s as BadRequestError', async () => {
     const models = await client.models.list();
     expect(models.data.map((x) => x.id)).toEqual(['Qwen/Qwen3-0.6B']);
-    await expect(client.completions.create({ model: 'Qwen/Qwen3-0.6B', prompt: 'x', max_tokens: -1 })).rejects.toMatchObject({
-      status: 400, error: { type: 'invalid_request_error', param: 'max_tokens' },
+    await expect(
+      client.completions.create({ model: 'Qwen/Qwen3-0.6B', prompt: 'x', max_tokens: -1 }),
+    ).rejects.toMatchObject({
+      status: 400,
+      error: { type: 'invalid_request_error', param: 'max_tokens' },
     });
   });
 });

@@ -1,14 +1,29 @@
 /** Option defaults and validation: one place, errors naming field, value and reason. */
 import { describe, expect, it } from 'vitest';
-import { MOCKER_DEFAULTS, resolveMockerOptions, createVirtualEngine, createEngineCore } from '../../src/mocker/index.js';
+import {
+  MOCKER_DEFAULTS,
+  resolveMockerOptions,
+  createVirtualEngine,
+  createEngineCore,
+} from '../../src/mocker/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
 
 describe('mocker options', () => {
   it('defaults follow the issue (vLLM defaults, polynomial timing)', () => {
     const o = resolveMockerOptions();
     expect(o).toMatchObject({
-      numGpuBlocks: 16384, blockSize: 16, maxNumBatchedTokens: 8192, maxNumSeqs: 256, speedup: 1, dpSize: 1, mode: 'aggregated', engine: 'vllm',
-      kvEventsEncoding: 'map', kvBytesPerToken: 131072, kvTransferBandwidthGBps: 64, bootstrapTimeoutMs: 30000,
+      numGpuBlocks: 16384,
+      blockSize: 16,
+      maxNumBatchedTokens: 8192,
+      maxNumSeqs: 256,
+      speedup: 1,
+      dpSize: 1,
+      mode: 'aggregated',
+      engine: 'vllm',
+      kvEventsEncoding: 'map',
+      kvBytesPerToken: 131072,
+      kvTransferBandwidthGBps: 64,
+      bootstrapTimeoutMs: 30000,
     });
     expect(o.timing.label).toBe('polynomial');
     expect(typeof o.engineHashSeed).toBe('bigint');

@@ -23,21 +23,46 @@ describe('vLLM style: kv_transfer_params', () => {
     const p = await mocker({ mode: 'prefill' });
     const d = await mocker({ mode: 'decode' });
     const body = { prompt, max_tokens: 6, seed: 3 };
-    const pr = await postJson(`${p.url}/v1/completions`, {
-      ...body, max_tokens: 1, stream: false,
-      kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
-    }, { 'x-request-id': 'pd-1' });
+    const pr = await postJson(
+      `${p.url}/v1/completions`,
+      {
+        ...body,
+        max_tokens: 1,
+        stream: false,
+        kv_transfer_params: {
+          do_remote_decode: true,
+          do_remote_prefill: false,
+          remote_engine_id: null,
+          remote_block_ids: null,
+          remote_host: null,
+          remote_port: null,
+        },
+      },
+      { 'x-request-id': 'pd-1' },
+    );
     expect(pr.status).toBe(200);
     const ticket = pr.json.kv_transfer_params;
     expect(ticket).toMatchObject({
-      do_remote_prefill: true, do_remote_decode: false, remote_engine_id: `${p.engineId}_dp0`, remote_host: '127.0.0.1', remote_port: p.port, tp_size: 1, remote_num_tokens: 200,
+      do_remote_prefill: true,
+      do_remote_decode: false,
+      remote_engine_id: `${p.engineId}_dp0`,
+      remote_host: '127.0.0.1',
+      remote_port: p.port,
+      tp_size: 1,
+      remote_num_tokens: 200,
     });
     expect(ticket.remote_block_ids).toEqual([[...Array(13).keys()]]); // 200 tokens -> 13 blocks of 16
     expect(p.stats().ranks[0]!.heldRequests).toBe(1);
 
     const res = await fetch(`${d.url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'pd-1' },
-      body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true }, kv_transfer_params: ticket }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'pd-1' },
+      body: JSON.stringify({
+        ...body,
+        stream: true,
+        stream_options: { include_usage: true },
+        kv_transfer_params: ticket,
+      }),
     });
     expect(res.status).toBe(200);
     const events = await readSse(res);
@@ -54,7 +79,12 @@ describe('vLLM style: kv_transfer_params', () => {
     // Same seed, same tokens as the aggregated engine would give.
     const agg = await mocker({});
     const ar = await postJson(`${agg.url}/v1/completions`, body);
-    expect(chunks.slice(0, 6).map((c) => c.choices[0].text).join('')).toBe(ar.json.choices[0].text);
+    expect(
+      chunks
+        .slice(0, 6)
+        .map((c) => c.choices[0].text)
+        .join(''),
+    ).toBe(ar.json.choices[0].text);
   });
 
   it('a decode engine without kv_transfer_params fails clearly (400)', async () => {
@@ -63,7 +93,11 @@ describe('vLLM style: kv_transfer_params', () => {
     expect(r.status).toBe(400);
     expect(r.json.error.param).toBe('kv_transfer_params');
     expect(r.json.error.message).toMatch(/kv_transfer_params from a prefill engine are required/);
-    const partial = await postJson(`${d.url}/v1/completions`, { prompt, max_tokens: 2, kv_transfer_params: { do_remote_prefill: true } });
+    const partial = await postJson(`${d.url}/v1/completions`, {
+      prompt,
+      max_tokens: 2,
+      kv_transfer_params: { do_remote_prefill: true },
+    });
     expect(partial.status).toBe(400);
     expect(partial.json.error.message).toMatch(/remote_engine_id is missing/);
   });
@@ -72,18 +106,34 @@ describe('vLLM style: kv_transfer_params', () => {
     const p = await mocker({ mode: 'prefill', kvLeaseMs: 60_000 });
     const d = await mocker({ mode: 'decode' });
     const getTicket = async (): Promise<Record<string, unknown>> =>
-      (await postJson(`${p.url}/v1/completions`, { prompt, max_tokens: 1, kv_transfer_params: { do_remote_decode: true } })).json.kv_transfer_params;
+      (
+        await postJson(`${p.url}/v1/completions`, {
+          prompt,
+          max_tokens: 1,
+          kv_transfer_params: { do_remote_decode: true },
+        })
+      ).json.kv_transfer_params;
     const t1 = await getTicket();
-    expect((await postJson(`${d.url}/v1/completions`, { prompt, max_tokens: 1, kv_transfer_params: t1 })).status).toBe(200);
+    expect((await postJson(`${d.url}/v1/completions`, { prompt, max_tokens: 1, kv_transfer_params: t1 })).status).toBe(
+      200,
+    );
     const again = await postJson(`${d.url}/v1/completions`, { prompt, max_tokens: 1, kv_transfer_params: t1 });
     expect(again.status).toBe(502);
     expect(again.json.error.code).toBe('KVG_ERR_KV_TRANSFER_FAILED');
     expect(again.json.error.message).toMatch(/already pulled/);
 
     const t2 = await getTicket();
-    const wrongBlocks = await postJson(`${d.url}/v1/completions`, { prompt, max_tokens: 1, kv_transfer_params: { ...t2, remote_block_ids: [[99, 100]] } });
+    const wrongBlocks = await postJson(`${d.url}/v1/completions`, {
+      prompt,
+      max_tokens: 1,
+      kv_transfer_params: { ...t2, remote_block_ids: [[99, 100]] },
+    });
     expect(wrongBlocks.json.error.message).toMatch(/block ids do not match/);
-    const otherPrompt = await postJson(`${d.url}/v1/completions`, { prompt: prompt.slice(0, 50), max_tokens: 1, kv_transfer_params: t2 });
+    const otherPrompt = await postJson(`${d.url}/v1/completions`, {
+      prompt: prompt.slice(0, 50),
+      max_tokens: 1,
+      kv_transfer_params: t2,
+    });
     expect(otherPrompt.json.error.message).toMatch(/computed 200 prompt tokens but this prompt has 50/);
 
     const t3 = await getTicket();
@@ -102,7 +152,12 @@ describe('vLLM style: kv_transfer_params', () => {
 
 describe('SGLang style: bootstrap rendezvous', () => {
   const bootstrapBody = (p: MockerHandle, room: bigint | number): Record<string, unknown> => ({
-    prompt, max_tokens: 5, seed: 9, bootstrap_host: '127.0.0.1', bootstrap_port: p.bootstrapPort, bootstrap_room: room,
+    prompt,
+    max_tokens: 5,
+    seed: 9,
+    bootstrap_host: '127.0.0.1',
+    bootstrap_port: p.bootstrapPort,
+    bootstrap_room: room,
   });
 
   it('prefill and decode posted together complete; decode honours room % prefill_dp_size', async () => {
@@ -112,7 +167,10 @@ describe('SGLang style: bootstrap rendezvous', () => {
     // A 63-bit room: the rank must come from its exact value (odd -> rank 1).
     const room = 9_007_199_254_740_993n; // 2^53 + 1: not representable as a JSON double
     const raw = JSON.stringify(bootstrapBody(p, 0)).replace('"bootstrap_room":0', `"bootstrap_room":${room}`);
-    const [pr, dr] = await Promise.all([postJson(`${p.url}/v1/completions`, raw), postJson(`${d.url}/v1/completions`, raw)]);
+    const [pr, dr] = await Promise.all([
+      postJson(`${p.url}/v1/completions`, raw),
+      postJson(`${d.url}/v1/completions`, raw),
+    ]);
     expect(pr.status).toBe(200);
     expect(pr.json.usage.completion_tokens).toBe(1); // the prefill side produces one token
     expect(dr.status).toBe(200);
@@ -141,7 +199,11 @@ describe('SGLang style: bootstrap rendezvous', () => {
     const body = { ...bootstrapBody(p, 5), stream: true };
     const [, res] = await Promise.all([
       postJson(`${p.url}/v1/completions`, { ...body, stream: false }),
-      fetch(`${d.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
+      fetch(`${d.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      }),
     ]);
     const events = await readSse(res);
     expect(events.at(-1)).toBe('[DONE]');
@@ -162,7 +224,10 @@ describe('SGLang style: bootstrap rendezvous', () => {
     expect(p.stats().ranks[0]!.activeBlocks).toBe(0);
     expect(d.stats().ranks[0]!.activeBlocks).toBe(0);
     // Both keep serving.
-    const [pr, dr] = await Promise.all([postJson(`${p.url}/v1/completions`, bootstrapBody(p, 3)), postJson(`${d.url}/v1/completions`, bootstrapBody(p, 3))]);
+    const [pr, dr] = await Promise.all([
+      postJson(`${p.url}/v1/completions`, bootstrapBody(p, 3)),
+      postJson(`${d.url}/v1/completions`, bootstrapBody(p, 3)),
+    ]);
     expect([pr.status, dr.status]).toEqual([200, 200]);
   });
 

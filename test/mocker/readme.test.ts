@@ -6,7 +6,10 @@ import { startMocker } from '../../src/mocker/index.js';
 import { postJson } from './helpers.js';
 
 const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-const section = readme.slice(readme.indexOf('## kvgate mocker'), readme.indexOf('\n## ', readme.indexOf('## kvgate mocker') + 5));
+const section = readme.slice(
+  readme.indexOf('## kvgate mocker'),
+  readme.indexOf('\n## ', readme.indexOf('## kvgate mocker') + 5),
+);
 
 describe('README: kvgate mocker', () => {
   it('documents every flag of `kvgate mocker --help`', () => {

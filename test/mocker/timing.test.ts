@@ -6,8 +6,14 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  loadPerfProfile, PolynomialTimingModel, polynomialDecodeMs, polynomialPrefillMs, ProfileTimingModel, startMocker,
-  type MockerHandle, type MockerInput,
+  loadPerfProfile,
+  PolynomialTimingModel,
+  polynomialDecodeMs,
+  polynomialPrefillMs,
+  ProfileTimingModel,
+  startMocker,
+  type MockerHandle,
+  type MockerInput,
 } from '../../src/mocker/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
 import { postJson } from './helpers.js';
@@ -18,7 +24,15 @@ describe('polynomial model (Dynamo mocker)', () => {
     expect(polynomialDecodeMs(0.5)).toBeCloseTo(-25.74 * 0.25 + 54.01 * 0.5 + 5.74, 12);
     expect(polynomialDecodeMs(2.5)).toBe(1); // clamped at 1 ms
     const m = new PolynomialTimingModel();
-    const mixed = m.stepMs({ prefill: [{ cachedTokens: 0, newTokens: 100 }, { cachedTokens: 50, newTokens: 28 }], decodeCount: 3, decodeContextTokens: 300, kvUsage: 0.25 });
+    const mixed = m.stepMs({
+      prefill: [
+        { cachedTokens: 0, newTokens: 100 },
+        { cachedTokens: 50, newTokens: 28 },
+      ],
+      decodeCount: 3,
+      decodeContextTokens: 300,
+      kvUsage: 0.25,
+    });
     expect(mixed.ms).toBeCloseTo(polynomialPrefillMs(128) + polynomialDecodeMs(0.25), 12);
   });
 });
@@ -50,16 +64,36 @@ describe('profile model (measured GPU step times)', () => {
     expect(h100.prefillMs(0, 32768)).toEqual({ ms: expect.closeTo(549.892 + slope * 16384, 9), extrapolated: true });
     expect(h100.decodeMs(128, 32768).extrapolated).toBe(true); // that row stops at 8192
     expect(h100.decodeMs(512, 512).extrapolated).toBe(true);
-    expect(h100.stepMs({ prefill: [{ cachedTokens: 0, newTokens: 4096 }], decodeCount: 0, decodeContextTokens: 0, kvUsage: 0 }).extrapolated).toBe(false);
+    expect(
+      h100.stepMs({
+        prefill: [{ cachedTokens: 0, newTokens: 4096 }],
+        decodeCount: 0,
+        decodeContextTokens: 0,
+        kvUsage: 0,
+      }).extrapolated,
+    ).toBe(false);
   });
 
   it('combines sequences in one step: fixed cost once, decode increment on top', () => {
     const one = h100.prefillMs(0, 1024).ms;
-    const two = h100.stepMs({ prefill: [{ cachedTokens: 0, newTokens: 1024 }, { cachedTokens: 0, newTokens: 1024 }], decodeCount: 0, decodeContextTokens: 0, kvUsage: 0 }).ms;
+    const two = h100.stepMs({
+      prefill: [
+        { cachedTokens: 0, newTokens: 1024 },
+        { cachedTokens: 0, newTokens: 1024 },
+      ],
+      decodeCount: 0,
+      decodeContextTokens: 0,
+      kvUsage: 0,
+    }).ms;
     expect(two).toBeCloseTo(2 * one - 13.428, 9);
     const decodeOnly = h100.stepMs({ prefill: [], decodeCount: 32, decodeContextTokens: 32 * 2048, kvUsage: 0.5 }).ms;
     expect(decodeOnly).toBeCloseTo(11.052, 9);
-    const mixed = h100.stepMs({ prefill: [{ cachedTokens: 0, newTokens: 1024 }], decodeCount: 32, decodeContextTokens: 32 * 2048, kvUsage: 0.5 }).ms;
+    const mixed = h100.stepMs({
+      prefill: [{ cachedTokens: 0, newTokens: 1024 }],
+      decodeCount: 32,
+      decodeContextTokens: 32 * 2048,
+      kvUsage: 0.5,
+    }).ms;
     expect(mixed).toBeCloseTo(one + 11.052 - 7.56, 9);
   });
 
@@ -74,7 +108,9 @@ describe('profile model (measured GPU step times)', () => {
       }
       expect(isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')).toBe(true);
     }
-    expect(() => new ProfileTimingModel({ prefill_ms: { 0: { 16: -1 } }, decode_ms: { 1: { 512: 1 } } }, 'x')).toThrow(/invalid point/);
+    expect(() => new ProfileTimingModel({ prefill_ms: { 0: { 16: -1 } }, decode_ms: { 1: { 512: 1 } } }, 'x')).toThrow(
+      /invalid point/,
+    );
     expect(() => new ProfileTimingModel({ decode_ms: {} } as never, 'x')).toThrow(/needs prefill_ms/);
   });
 });
@@ -87,10 +123,24 @@ describe('end to end over HTTP (wall clock)', () => {
   const SPEEDUP = 0.25; // slower than real: 4x the model's time, so 10 % is well above timer and HTTP jitter
 
   /** Client-observed time to the first streamed token (body serialized up front; connection warmed by `warm`). */
-  async function ttft(m: MockerHandle, prompt: number[], extra: Record<string, unknown> = {}): Promise<{ ms: number; cached: number }> {
-    const body = JSON.stringify({ prompt, max_tokens: 1, stream: true, stream_options: { include_usage: true }, ...extra });
+  async function ttft(
+    m: MockerHandle,
+    prompt: number[],
+    extra: Record<string, unknown> = {},
+  ): Promise<{ ms: number; cached: number }> {
+    const body = JSON.stringify({
+      prompt,
+      max_tokens: 1,
+      stream: true,
+      stream_options: { include_usage: true },
+      ...extra,
+    });
     const start = performance.now();
-    const res = await fetch(`${m.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const res = await fetch(`${m.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
     const reader = res.body!.getReader();
     const firstRead = await reader.read();
     const ms = performance.now() - start;
@@ -107,7 +157,12 @@ describe('end to end over HTTP (wall clock)', () => {
    * Measure up to `attempts` times and keep the sample closest to the target
    * (stopping once one is within tolerance), since noise never makes a step shorter.
    */
-  async function closestOf(attempts: number, target: number, tolerance: number, measure: (i: number) => Promise<number>): Promise<number> {
+  async function closestOf(
+    attempts: number,
+    target: number,
+    tolerance: number,
+    measure: (i: number) => Promise<number>,
+  ): Promise<number> {
     let best = Infinity;
     for (let i = 0; i < attempts; i++) {
       const v = await measure(i);
@@ -137,19 +192,32 @@ describe('end to end over HTTP (wall clock)', () => {
       // The engine's own step time is exact...
       expect(m.stats().ranks[0]!.busyMs - busyBefore).toBeCloseTo(first / SPEEDUP, 6);
       // ...and what a client sees is within 10 % of it.
-      const uncached = await closestOf(3, first / SPEEDUP, 0.1 * first / SPEEDUP, async (i) => (i === 0 ? a.ms : (await ttft(m, prompt.map((t) => (t + i) % 50_000))).ms));
-      expect(Math.abs(uncached - first / SPEEDUP)).toBeLessThan(0.1 * first / SPEEDUP);
+      const uncached = await closestOf(3, first / SPEEDUP, (0.1 * first) / SPEEDUP, async (i) =>
+        i === 0
+          ? a.ms
+          : (
+              await ttft(
+                m,
+                prompt.map((t) => (t + i) % 50_000),
+              )
+            ).ms,
+      );
+      expect(Math.abs(uncached - first / SPEEDUP)).toBeLessThan((0.1 * first) / SPEEDUP);
       const busyMid = m.stats().ranks[0]!.busyMs;
       const b = await ttft(m, prompt);
       expect(b.cached).toBe(4080);
       expect(m.stats().ranks[0]!.busyMs - busyMid).toBeCloseTo(second / SPEEDUP, 6);
       // A ~30 ms step: allow a few ms of loopback HTTP on top of the 10 %.
-      const slack = 0.1 * second / SPEEDUP + 5;
-      const cached = await closestOf(5, second / SPEEDUP, slack, async (i) => (i === 0 ? b.ms : (await ttft(m, prompt)).ms));
+      const slack = (0.1 * second) / SPEEDUP + 5;
+      const cached = await closestOf(5, second / SPEEDUP, slack, async (i) =>
+        i === 0 ? b.ms : (await ttft(m, prompt)).ms,
+      );
       expect(cached).toBeLessThan(uncached * 0.5);
       expect(Math.abs(cached - second / SPEEDUP)).toBeLessThan(slack);
       const metrics = await (await fetch(`${m.url}/metrics`)).text();
-      expect(metrics).toContain(`kvgate_mocker_timing_model_info{${name === 'polynomial' ? 'model="polynomial"' : 'model="profile",profile="h100-llama3.1-8b",gpu="NVIDIA H100 80GB HBM3"'}`);
+      expect(metrics).toContain(
+        `kvgate_mocker_timing_model_info{${name === 'polynomial' ? 'model="polynomial"' : 'model="profile",profile="h100-llama3.1-8b",gpu="NVIDIA H100 80GB HBM3"'}`,
+      );
     });
   }
 
@@ -161,9 +229,15 @@ describe('end to end over HTTP (wall clock)', () => {
     const isl = 200;
     const tokens = prompt.slice(0, isl);
     const ticketFor = async (t: number[]): Promise<unknown> =>
-      (await postJson(`${p.url}/v1/completions`, { prompt: t, max_tokens: 1, kv_transfer_params: { do_remote_decode: true } })).json.kv_transfer_params;
+      (
+        await postJson(`${p.url}/v1/completions`, {
+          prompt: t,
+          max_tokens: 1,
+          kv_transfer_params: { do_remote_decode: true },
+        })
+      ).json.kv_transfer_params;
     await ttft(d, [7, 8, 9], { kv_transfer_params: await ticketFor([7, 8, 9]) }); // warms D's connections
-    const transferMs = (isl * 131072) / 0.25e9 * 1000; // 104.9 ms
+    const transferMs = ((isl * 131072) / 0.25e9) * 1000; // 104.9 ms
     const expected = transferMs + polynomialPrefillMs(1); // then one token computed locally
     const measured = await closestOf(4, expected, 0.1 * expected, async (i) => {
       const t = tokens.map((x) => x + i); // uncached on D every time

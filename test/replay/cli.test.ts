@@ -22,18 +22,56 @@ describe('kvgate replay command line', () => {
     expect(SUBCOMMANDS.replay?.summary).toMatch(/replay/);
   });
 
-  it('parses policies, variants, topology, workload and engine flags (the mocker\'s)', () => {
+  it("parses policies, variants, topology, workload and engine flags (the mocker's)", () => {
     const plan = parseReplayArgs([
-      '--trace', 't.jsonl', '--compare', 'kv,round-robin', '--router-config', '{"router_temperature":0.5}',
-      '--prefill-workers', '2', '--decode-workers', '4', '--disagg-protocol', 'bootstrap', '--speedup', '3', '--arrival', 'spread',
-      '--max-isl', '8192', '--seed', '9', '--num-gpu-blocks', '4096', '--block-size', '32', '--engine-speedup', '2',
-      '--perf-profile', 'h100', '--json', '--no-progress',
+      '--trace',
+      't.jsonl',
+      '--compare',
+      'kv,round-robin',
+      '--router-config',
+      '{"router_temperature":0.5}',
+      '--prefill-workers',
+      '2',
+      '--decode-workers',
+      '4',
+      '--disagg-protocol',
+      'bootstrap',
+      '--speedup',
+      '3',
+      '--arrival',
+      'spread',
+      '--max-isl',
+      '8192',
+      '--seed',
+      '9',
+      '--num-gpu-blocks',
+      '4096',
+      '--block-size',
+      '32',
+      '--engine-speedup',
+      '2',
+      '--perf-profile',
+      'h100',
+      '--json',
+      '--no-progress',
     ]);
     const c = plan.config;
     expect(c.policies.map((p) => p.name)).toEqual(['kv', 'round-robin', 'kv[router_temperature=0.5]']);
-    expect(c.topology).toEqual({ kind: 'disaggregated', prefillWorkers: 2, decodeWorkers: 4, protocols: ['bootstrap'] });
+    expect(c.topology).toEqual({
+      kind: 'disaggregated',
+      prefillWorkers: 2,
+      decodeWorkers: 4,
+      protocols: ['bootstrap'],
+    });
     expect(c.workload).toEqual({ arrival: 'spread', speedup: 3, maxIsl: 8192 });
-    expect(c.engine).toMatchObject({ numGpuBlocks: 4096, blockSize: 32, speedup: 2, perfProfile: 'h100', port: 0, kvEventsPort: 0 });
+    expect(c.engine).toMatchObject({
+      numGpuBlocks: 4096,
+      blockSize: 32,
+      speedup: 2,
+      perfProfile: 'h100',
+      port: 0,
+      kvEventsPort: 0,
+    });
     expect(c.seed).toBe(9);
     expect(plan.json).toBe(true);
     expect(plan.progress).toBe(false);
@@ -48,13 +86,17 @@ describe('kvgate replay command line', () => {
     expect(() => parseReplayArgs(['--trace', 't', '--compare', 'fastest'])).toThrow(/unknown policy 'fastest'/);
     expect(() => parseReplayArgs(['--trace', 't', '--prefill-workers', '2'])).toThrow(/go together/);
     expect(() => parseReplayArgs(['--trace', 't', '--speedup', '0'])).toThrow(/--speedup 0/);
-    expect(() => parseReplayArgs(['--trace', 't', '--router-config', '{"router_temprature":1}'])).toThrow(/router_temprature/);
+    expect(() => parseReplayArgs(['--trace', 't', '--router-config', '{"router_temprature":1}'])).toThrow(
+      /router_temprature/,
+    );
     expect(() => parseReplayArgs(['--trace', 't', '--count', '3'])).toThrow(/count/);
     expect(() => parseReplayArgs(['--trace', 't', '--mode', 'hybrid'])).toThrow(/offline or online/);
   });
 
   it('quotes the command for provenance', () => {
-    expect(commandLine(['--trace', 'a b.jsonl', '--router-config', '{"x":1}'])).toBe(`kvgate replay --trace 'a b.jsonl' --router-config '{"x":1}'`);
+    expect(commandLine(['--trace', 'a b.jsonl', '--router-config', '{"x":1}'])).toBe(
+      `kvgate replay --trace 'a b.jsonl' --router-config '{"x":1}'`,
+    );
   });
 
   it('prints JSON with every policy to stdout, and reports skipped lines on stderr', async () => {
@@ -62,7 +104,12 @@ describe('kvgate replay command line', () => {
     const code = await run(['--trace', BAD, '--compare', 'kv,random', '--workers', '2', '--json', '--no-progress']);
     vi.restoreAllMocks();
     expect(code).toBe(0);
-    const json = JSON.parse(out.join('')) as { policies: Record<string, { ttft_ms: { mean: number }; hit_rate: number; hit_rate_bound: number; load_imbalance: number }> };
+    const json = JSON.parse(out.join('')) as {
+      policies: Record<
+        string,
+        { ttft_ms: { mean: number }; hit_rate: number; hit_rate_bound: number; load_imbalance: number }
+      >;
+    };
     expect(Object.keys(json.policies)).toEqual(['kv', 'random']);
     for (const p of Object.values(json.policies)) {
       expect(typeof p.ttft_ms.mean).toBe('number');
@@ -76,7 +123,19 @@ describe('kvgate replay command line', () => {
 
   it('prints the Markdown table by default; exit code 2 on usage errors, 1 on a rejected trace', async () => {
     const { out, err } = capture();
-    expect(await run(['--trace', SMALL, '--compare', 'round-robin', '--workers', '2', '--max-requests', '10', '--no-progress'])).toBe(0);
+    expect(
+      await run([
+        '--trace',
+        SMALL,
+        '--compare',
+        'round-robin',
+        '--workers',
+        '2',
+        '--max-requests',
+        '10',
+        '--no-progress',
+      ]),
+    ).toBe(0);
     expect(out.join('')).toMatch(/\| round-robin \| /);
     expect(await run(['--trace', SMALL, '--bogus'])).toBe(2);
     expect(await run(['--trace', BAD, '--strict', '--no-progress'])).toBe(1);

@@ -5,12 +5,22 @@ import { toCacheEvent } from '../../src/replay/index.js';
 
 const EVENTS: KvEvent[] = [
   {
-    type: 'stored', blockHashes: [0xfedcba9876543210n, 7n], parentBlockHash: null,
-    tokenIds: Array.from({ length: 32 }, (_, i) => i * 3), blockSize: 16, loraName: null, cacheSalt: null,
+    type: 'stored',
+    blockHashes: [0xfedcba9876543210n, 7n],
+    parentBlockHash: null,
+    tokenIds: Array.from({ length: 32 }, (_, i) => i * 3),
+    blockSize: 16,
+    loraName: null,
+    cacheSalt: null,
   },
   {
-    type: 'stored', blockHashes: [99n], parentBlockHash: 7n,
-    tokenIds: Array.from({ length: 16 }, (_, i) => 1000 + i), blockSize: 16, loraName: 'adapter-a', cacheSalt: null,
+    type: 'stored',
+    blockHashes: [99n],
+    parentBlockHash: 7n,
+    tokenIds: Array.from({ length: 16 }, (_, i) => 1000 + i),
+    blockSize: 16,
+    loraName: 'adapter-a',
+    cacheSalt: null,
   },
   { type: 'removed', blockHashes: [7n, 0xfedcba9876543210n] },
   { type: 'cleared' },

@@ -21,7 +21,7 @@ describe('load generator against one mocker engine', () => {
     await engine.close();
   });
 
-  it('keeps arrival times, streams every token and reads the engine\'s cached tokens', async () => {
+  it("keeps arrival times, streams every token and reads the engine's cached tokens", async () => {
     const rows = [
       { timestamp: 0, input_length: 1000, output_length: 5, hash_ids: [1, 2] },
       { timestamp: 100, input_length: 1500, output_length: 3, hash_ids: [1, 2, 3] },
@@ -30,8 +30,12 @@ describe('load generator against one mocker engine', () => {
     const workload = buildWorkload(parseTrace(rows.map((r) => JSON.stringify(r)).join('\n')));
     const progress: number[] = [];
     const run = await generateLoad(workload, {
-      url: engine.url, model: engine.options.model, synth: new TokenSynthesizer({ traceBlockSize: 512, seed: 1 }),
-      requestSeed: (i) => i, bucketMs: 100, onDone: (d) => progress.push(d),
+      url: engine.url,
+      model: engine.options.model,
+      synth: new TokenSynthesizer({ traceBlockSize: 512, seed: 1 }),
+      requestSeed: (i) => i,
+      bucketMs: 100,
+      onDone: (d) => progress.push(d),
     });
     expect(progress).toEqual([1, 2, 3]);
     for (const o of run.outcomes) {
@@ -50,9 +54,15 @@ describe('load generator against one mocker engine', () => {
   });
 
   it('records HTTP errors per request and carries on', async () => {
-    const workload = buildWorkload(parseTrace(JSON.stringify({ timestamp: 0, input_length: 10, output_length: 2, hash_ids: [1] })));
+    const workload = buildWorkload(
+      parseTrace(JSON.stringify({ timestamp: 0, input_length: 10, output_length: 2, hash_ids: [1] })),
+    );
     const run = await generateLoad(workload, {
-      url: engine.url, model: 'no-such-model', synth: new TokenSynthesizer({ traceBlockSize: 512 }), requestSeed: () => 1, bucketMs: 100,
+      url: engine.url,
+      model: 'no-such-model',
+      synth: new TokenSynthesizer({ traceBlockSize: 512 }),
+      requestSeed: () => 1,
+      bucketMs: 100,
     });
     expect(run.outcomes[0]!.error).toMatch(/^HTTP 4\d\d/);
   });

@@ -1,8 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { resolveMockerOptions } from '../../src/mocker/index.js';
 import {
-  buildWorkload, hitRateBound, loadTrace, parsePolicies, replayEngineOptions, runOffline, summarizePolicy,
-  type PolicyRun, type PolicySpec, type Topology, type Workload,
+  buildWorkload,
+  hitRateBound,
+  loadTrace,
+  parsePolicies,
+  replayEngineOptions,
+  runOffline,
+  summarizePolicy,
+  type PolicyRun,
+  type PolicySpec,
+  type Topology,
+  type Workload,
 } from '../../src/replay/index.js';
 
 const SMALL = new URL('../fixtures/traces/small.jsonl', import.meta.url).pathname;
@@ -13,8 +22,19 @@ function spec(name: string): PolicySpec {
   return parsePolicies([name])[0]!;
 }
 
-function run(policy: PolicySpec, seed: number, topology: Topology = { kind: 'aggregated', workers: 4 }, engine = {}): Promise<PolicyRun> {
-  return runOffline({ workload, policy, topology, engine: resolveMockerOptions(replayEngineOptions(engine, seed)), seed });
+function run(
+  policy: PolicySpec,
+  seed: number,
+  topology: Topology = { kind: 'aggregated', workers: 4 },
+  engine = {},
+): Promise<PolicyRun> {
+  return runOffline({
+    workload,
+    policy,
+    topology,
+    engine: resolveMockerOptions(replayEngineOptions(engine, seed)),
+    seed,
+  });
 }
 
 /** Everything measured, without the wall-clock time. */
@@ -57,7 +77,7 @@ describe('offline replay', () => {
     }
   });
 
-  it('kv routing finds the shared prefixes that round-robin scatters, and predicts the engines\' hits', async () => {
+  it("kv routing finds the shared prefixes that round-robin scatters, and predicts the engines' hits", async () => {
     const kv = summarizePolicy(await run(spec('kv'), 5), bound);
     const rr = summarizePolicy(await run(spec('round-robin'), 5), bound);
     expect(kv.hit_rate).toBeGreaterThan(rr.hit_rate * 1.5);
@@ -89,7 +109,7 @@ describe('offline replay', () => {
         for (const o of r.outcomes) {
           expect(o.prefillWorkerId!).toBeLessThan(2);
           expect(o.workerId!).toBeGreaterThanOrEqual(2);
-          expect(o.transferEstimateMs!).toBeLessThanOrEqual((o.promptTokens * 131072) / 64e9 * 1000 + 1e-9);
+          expect(o.transferEstimateMs!).toBeLessThanOrEqual(((o.promptTokens * 131072) / 64e9) * 1000 + 1e-9);
           expect(o.firstTokenMs!).toBeGreaterThan(o.prefillDoneMs!);
           expect(o.decodeStartMs).toBe(o.prefillDoneMs);
         }
@@ -101,8 +121,18 @@ describe('offline replay', () => {
   }
 
   it('the two P/D protocols differ where they should: bootstrap books the decode worker at arrival', async () => {
-    const boot = await run(spec('round-robin'), 9, { kind: 'disaggregated', prefillWorkers: 2, decodeWorkers: 4, protocol: 'bootstrap' });
-    const vllm = await run(spec('round-robin'), 9, { kind: 'disaggregated', prefillWorkers: 2, decodeWorkers: 4, protocol: 'kv_transfer_params' });
+    const boot = await run(spec('round-robin'), 9, {
+      kind: 'disaggregated',
+      prefillWorkers: 2,
+      decodeWorkers: 4,
+      protocol: 'bootstrap',
+    });
+    const vllm = await run(spec('round-robin'), 9, {
+      kind: 'disaggregated',
+      prefillWorkers: 2,
+      decodeWorkers: 4,
+      protocol: 'kv_transfer_params',
+    });
     // Round-robin assigns decode workers in arrival order under bootstrap, in prefill-completion order otherwise.
     const order = (r: PolicyRun): number[] => r.outcomes.map((o) => o.workerId!);
     expect(order(boot)).toEqual(workload.requests.map((_, i) => 2 + (i % 4)));

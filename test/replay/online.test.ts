@@ -6,15 +6,24 @@ const SMALL = new URL('../fixtures/traces/small.jsonl', import.meta.url).pathnam
 
 function config(mode: 'offline' | 'online'): ReplayConfig {
   return {
-    trace: SMALL, traceBlockSize: 512, strict: false, workload: { speedup: 4, maxRequests: 48 }, mode,
-    policies: parsePolicies(['kv', 'round-robin']), topology: { kind: 'aggregated', workers: 3 }, engine: {}, seed: 3, jobs: 1,
+    trace: SMALL,
+    traceBlockSize: 512,
+    strict: false,
+    workload: { speedup: 4, maxRequests: 48 },
+    mode,
+    policies: parsePolicies(['kv', 'round-robin']),
+    topology: { kind: 'aggregated', workers: 3 },
+    engine: {},
+    seed: 3,
+    jobs: 1,
   };
 }
 
 describe('online replay (mocker engines behind the real gateway, over HTTP)', () => {
   it('agrees with offline replay: the same hit rates and their ordering, TTFT no better than virtual time', async () => {
     const offline = (await runReplay(config('offline'), { command: 'offline' })).report.policies;
-    const online = (await runReplay(config('online'), { command: 'online', runOnline: runOnlineReplay })).report.policies;
+    const online = (await runReplay(config('online'), { command: 'online', runOnline: runOnlineReplay })).report
+      .policies;
     for (const name of ['kv', 'round-robin']) {
       const off = offline[name]!;
       const on = online[name]!;

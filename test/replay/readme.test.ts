@@ -6,7 +6,10 @@ import { REPLAY_HELP as HELP, parseReplayArgs } from '../../src/cli/replay.js';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-const section = readme.slice(readme.indexOf('## kvgate replay'), readme.indexOf('\n## ', readme.indexOf('## kvgate replay') + 5));
+const section = readme.slice(
+  readme.indexOf('## kvgate replay'),
+  readme.indexOf('\n## ', readme.indexOf('## kvgate replay') + 5),
+);
 
 /** Splits a shell command line on spaces, honouring single quotes. */
 function shellWords(line: string): string[] {
@@ -41,7 +44,8 @@ function replayCommands(): string[] {
 function sh(command: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const child = spawn('/bin/sh', ['-c', command], {
-      cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'],
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ''}` },
     });
     let stdout = '';
@@ -71,10 +75,26 @@ describe('README: kvgate replay', () => {
     const flags = [...table.matchAll(/`(--[a-z-]+)/g)].map((m) => m[1]!);
     expect(flags.length).toBeGreaterThan(15);
     for (const f of flags) {
-      if (['--num-gpu-blocks', '--block-size', '--max-num-batched-tokens', '--max-num-seqs', '--perf-profile', '--kv-bytes-per-token',
-        '--kv-transfer-bandwidth', '--kv-lease-ms', '--engine', '--max-model-len'].includes(f)) {
+      if (
+        [
+          '--num-gpu-blocks',
+          '--block-size',
+          '--max-num-batched-tokens',
+          '--max-num-seqs',
+          '--perf-profile',
+          '--kv-bytes-per-token',
+          '--kv-transfer-bandwidth',
+          '--kv-lease-ms',
+          '--engine',
+          '--max-model-len',
+        ].includes(f)
+      ) {
         // Mocker flags, forwarded: they parse.
-        expect(() => parseReplayArgs(['--trace', 't', f, f === '--engine' ? 'sglang' : f === '--perf-profile' ? 'h100' : '64']), f).not.toThrow();
+        expect(
+          () =>
+            parseReplayArgs(['--trace', 't', f, f === '--engine' ? 'sglang' : f === '--perf-profile' ? 'h100' : '64']),
+          f,
+        ).not.toThrow();
       } else {
         expect(HELP, f).toContain(f);
       }
@@ -99,7 +119,8 @@ describe('README: kvgate replay', () => {
   });
 
   it('its first command runs as written, in seconds, and prints the comparison', async () => {
-    if (!existsSync(`${ROOT}dist/src/cli/index.js`)) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
+    if (!existsSync(`${ROOT}dist/src/cli/index.js`))
+      throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
     const first = replayCommands()[0]!;
     expect(first).toContain('--max-requests');
     const r = await sh(first);

@@ -9,8 +9,16 @@ import { createPoolRouter } from '../../src/replay/routers.js';
 import type { KvRouter } from '../../src/routing/index.js';
 import { resolveMockerOptions } from '../../src/mocker/index.js';
 import {
-  buildWorkload, hitRateBound, parsePolicies, parseTrace, replayEngineOptions, runOffline, summarizePolicy,
-  type PolicyRun, type ReplicaOptions, type Workload,
+  buildWorkload,
+  hitRateBound,
+  parsePolicies,
+  parseTrace,
+  replayEngineOptions,
+  runOffline,
+  summarizePolicy,
+  type PolicyRun,
+  type ReplicaOptions,
+  type Workload,
 } from '../../src/replay/index.js';
 
 /**
@@ -27,7 +35,9 @@ function trace(seed: number): string {
     t += -Math.log(1 - rng()) * 35;
     const p = Math.floor(rng() * 8);
     const hashIds = [...Array.from({ length: 8 }, (_, j) => p * 1000 + j), unique++, unique++];
-    lines.push(JSON.stringify({ timestamp: Math.round(t), input_length: 10 * 512, output_length: 50, hash_ids: hashIds }));
+    lines.push(
+      JSON.stringify({ timestamp: Math.round(t), input_length: 10 * 512, output_length: 50, hash_ids: hashIds }),
+    );
   }
   return `${lines.join('\n')}\n`;
 }
@@ -36,7 +46,12 @@ const kv = parsePolicies(['kv'])[0]!;
 
 function run(workload: Workload, replicas: ReplicaOptions, policy = kv): Promise<PolicyRun> {
   return runOffline({
-    workload, policy, topology: { kind: 'aggregated', workers: 4 }, engine: resolveMockerOptions(replayEngineOptions({}, 0)), seed: 0, replicas,
+    workload,
+    policy,
+    topology: { kind: 'aggregated', workers: 4 },
+    engine: resolveMockerOptions(replayEngineOptions({}, 0)),
+    seed: 0,
+    replicas,
   });
 }
 
@@ -46,7 +61,13 @@ function summary(workload: Workload, r: PolicyRun): ReturnType<typeof summarizeP
 }
 
 const one: ReplicaOptions = { count: 1, sync: false, syncDelayMs: 1, front: 'rr' };
-const four = (sync: boolean, more: Partial<ReplicaOptions> = {}): ReplicaOptions => ({ count: 4, sync, syncDelayMs: 1, front: 'rr', ...more });
+const four = (sync: boolean, more: Partial<ReplicaOptions> = {}): ReplicaOptions => ({
+  count: 4,
+  sync,
+  syncDelayMs: 1,
+  front: 'rr',
+  ...more,
+});
 
 afterEach(() => {
   vi.restoreAllMocks();
@@ -61,7 +82,7 @@ describe('replay with router replicas', () => {
     }
   });
 
-  it('with sync, 4 replicas keep the single router\'s hit rate and TTFT; without, TTFT and hit rate are lost', async () => {
+  it("with sync, 4 replicas keep the single router's hit rate and TTFT; without, TTFT and hit rate are lost", async () => {
     for (const seed of [1, 2, 3]) {
       const w = buildWorkload(parseTrace(trace(seed), { traceBlockSize: 512 }), {});
       const single = summary(w, await run(w, one));
@@ -96,7 +117,13 @@ describe('replay with router replicas', () => {
     expect(r.name).toBe('round-robin x4');
     expect(summary(workload, r).replicas).toMatchObject({ count: 4, sync: false, sync_deliveries: 0 });
     expect((await run(workload, four(false))).name).toBe('kv x4 no-sync');
-    expect(summary(workload, await run(workload, one)).replicas).toEqual({ count: 1, sync: false, sync_delay_ms: null, front: null, sync_deliveries: 0 });
+    expect(summary(workload, await run(workload, one)).replicas).toEqual({
+      count: 1,
+      sync: false,
+      sync_delay_ms: null,
+      front: null,
+      sync_deliveries: 0,
+    });
   });
 
   it('rejects invalid replica options, naming the field', async () => {
@@ -107,22 +134,35 @@ describe('replay with router replicas', () => {
 });
 
 describe('replica sync in virtual time', () => {
-  const ctx = { role: 'aggregated' as const, workerIds: [0, 1], blockSize: 16, maxNumBatchedTokens: 8192, totalKvBlocks: 1000 };
+  const ctx = {
+    role: 'aggregated' as const,
+    workerIds: [0, 1],
+    blockSize: 16,
+    maxNumBatchedTokens: 8192,
+    totalKvBlocks: 1000,
+  };
   const tokens = Array.from({ length: 64 }, (_, i) => i + 1);
 
   function replicas(sync: boolean): { clock: ManualClock; set: ReplicaSet; load: (replica: number) => number[][] } {
     const clock = new ManualClock(0);
-    const set = createPoolRouter(kv, { ...ctx, clock }, { count: 2, sync, syncDelayMs: 5, front: 'rr' }, (i) => seededRng(i + 1)) as ReplicaSet;
-    const load = (i: number): number[][] => (set.replicas[i] as unknown as { router: KvRouter }).router.loads()
-      .map((l) => [l.workerId, l.activeRequests, l.activePrefillTokens]);
+    const set = createPoolRouter(kv, { ...ctx, clock }, { count: 2, sync, syncDelayMs: 5, front: 'rr' }, (i) =>
+      seededRng(i + 1),
+    ) as ReplicaSet;
+    const load = (i: number): number[][] =>
+      (set.replicas[i] as unknown as { router: KvRouter }).router
+        .loads()
+        .map((l) => [l.workerId, l.activeRequests, l.activePrefillTokens]);
     return { clock, set, load };
   }
 
-  it('a booking change on one replica reaches the other after the sync delay, through the core\'s peer bookings', () => {
+  it("a booking change on one replica reaches the other after the sync delay, through the core's peer bookings", () => {
     const { clock, set, load } = replicas(true);
     const a = set.route({ key: 'a', tokens, expectedOutputTokens: 10, replica: 0 }, [0, 1]) as RouteChoice;
     const other = 1 - a.workerId;
-    const idle = [[0, 0, 0], [1, 0, 0]];
+    const idle = [
+      [0, 0, 0],
+      [1, 0, 0],
+    ];
     const booked = idle.map((l) => (l[0] === a.workerId ? [a.workerId, 1, 64] : l));
     expect(load(1)).toEqual(idle);
     expect(set.nextEventTime()).toBe(5);
@@ -133,7 +173,9 @@ describe('replica sync in virtual time', () => {
     set.runUntil(5);
     expect(load(1)).toEqual(booked);
     // Replica 1 now sees replica 0's request and sends the same prompt elsewhere.
-    expect((set.route({ key: 'b', tokens, expectedOutputTokens: 10, replica: 1 }, [0, 1]) as RouteChoice).workerId).toBe(other);
+    expect(
+      (set.route({ key: 'b', tokens, expectedOutputTokens: 10, replica: 1 }, [0, 1]) as RouteChoice).workerId,
+    ).toBe(other);
     set.finished('b');
     clock.set(10);
     set.prefillCompleted('a');
@@ -154,19 +196,41 @@ describe('replica sync in virtual time', () => {
     expect(set.nextEventTime()).toBeUndefined();
     clock.set(100);
     set.runUntil(100);
-    expect(load(1)).toEqual([[0, 0, 0], [1, 0, 0]]);
+    expect(load(1)).toEqual([
+      [0, 0, 0],
+      [1, 0, 0],
+    ]);
     expect(load(0).reduce((n, l) => n + l[1]!, 0)).toBe(1);
   });
 });
 
 describe('kvgate replay --replicas', () => {
   it('parses the replica flags, and rejects bad values naming the flag', () => {
-    const c = parseReplayArgs(['--trace', 't', '--replicas', '1,2,4', '--replica-sync', 'on,off', '--replica-sync-delay-ms', '2.5', '--replica-front', 'random']).config;
+    const c = parseReplayArgs([
+      '--trace',
+      't',
+      '--replicas',
+      '1,2,4',
+      '--replica-sync',
+      'on,off',
+      '--replica-sync-delay-ms',
+      '2.5',
+      '--replica-front',
+      'random',
+    ]).config;
     expect(c.replicas).toEqual({ counts: [1, 2, 4], sync: [true, false], syncDelayMs: 2.5, front: 'random' });
     // 1 router once, 2 and 4 routers with sync on and off.
     expect(c.jobs).toBe(Math.min(5, cpus().length));
-    expect(parseReplayArgs(['--trace', 't']).config.replicas).toEqual({ counts: [1], sync: [true], syncDelayMs: 1, front: 'rr' });
-    const bad = (args: string[]): (() => unknown) => () => parseReplayArgs(['--trace', 't', ...args]);
+    expect(parseReplayArgs(['--trace', 't']).config.replicas).toEqual({
+      counts: [1],
+      sync: [true],
+      syncDelayMs: 1,
+      front: 'rr',
+    });
+    const bad =
+      (args: string[]): (() => unknown) =>
+      () =>
+        parseReplayArgs(['--trace', 't', ...args]);
     expect(bad(['--replicas', '0'])).toThrow(/--replicas 0: expected an integer >= 1/);
     expect(bad(['--replicas', '2,2'])).toThrow(/--replicas 2,2: a value is listed twice/);
     expect(bad(['--replica-sync', 'maybe'])).toThrow(/--replica-sync maybe: expected on or off/);
@@ -180,7 +244,19 @@ describe('kvgate replay --replicas', () => {
     const out: string[] = [];
     vi.spyOn(process.stdout, 'write').mockImplementation((s: string | Uint8Array) => (out.push(String(s)), true));
     vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
-    const code = await replayCommand(['--trace', file, '--workers', '4', '--replicas', '1,2', '--replica-sync', 'on,off', '--no-progress', '--jobs', '1']);
+    const code = await replayCommand([
+      '--trace',
+      file,
+      '--workers',
+      '4',
+      '--replicas',
+      '1,2',
+      '--replica-sync',
+      'on,off',
+      '--no-progress',
+      '--jobs',
+      '1',
+    ]);
     expect(code).toBe(0);
     const text = out.join('');
     expect(text).toMatch(/^\| kv \| 1 \| n\/a \| n\/a \| n\/a \| [\d.]+ % \| 1\.000 \|/m);

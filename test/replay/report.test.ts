@@ -4,8 +4,21 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/index.js';
 import {
-  cdfPoints, lineChart, niceTicks, formatTick, ProgressBar, renderMarkdown, runReplay, writeReport, parsePolicies,
-  LoadTimeline, HitTimeline, distribution, quantile, round, type ReplayConfig,
+  cdfPoints,
+  lineChart,
+  niceTicks,
+  formatTick,
+  ProgressBar,
+  renderMarkdown,
+  runReplay,
+  writeReport,
+  parsePolicies,
+  LoadTimeline,
+  HitTimeline,
+  distribution,
+  quantile,
+  round,
+  type ReplayConfig,
 } from '../../src/replay/index.js';
 
 const SMALL = new URL('../fixtures/traces/small.jsonl', import.meta.url).pathname;
@@ -17,8 +30,17 @@ afterAll(() => {
 
 function config(over: Partial<ReplayConfig> = {}): ReplayConfig {
   return {
-    trace: SMALL, traceBlockSize: 512, strict: false, workload: { speedup: 4 }, mode: 'offline',
-    policies: parsePolicies(['kv', 'round-robin']), topology: { kind: 'aggregated', workers: 4 }, engine: {}, seed: 1, jobs: 1, ...over,
+    trace: SMALL,
+    traceBlockSize: 512,
+    strict: false,
+    workload: { speedup: 4 },
+    mode: 'offline',
+    policies: parsePolicies(['kv', 'round-robin']),
+    topology: { kind: 'aggregated', workers: 4 },
+    engine: {},
+    seed: 1,
+    jobs: 1,
+    ...over,
   };
 }
 
@@ -42,8 +64,13 @@ describe('statistics', () => {
     expect(s.perEngineMean).toEqual([1, 1]);
     expect(s.imbalance).toBe(1);
     // Over time the ratio is 2 / 1.5 in the first 20 ms and 1 / 0.5 after.
-    expect(s.imbalanceOverTime).toBeCloseTo((4 / 3 * 60 + 2 * 20) / 80);
-    expect(t.buckets().map((b) => b.perEngine)).toEqual([[2, 1], [2, 1], [0, 1], [0, 1]]);
+    expect(s.imbalanceOverTime).toBeCloseTo(((4 / 3) * 60 + 2 * 20) / 80);
+    expect(t.buckets().map((b) => b.perEngine)).toEqual([
+      [2, 1],
+      [2, 1],
+      [0, 1],
+      [0, 1],
+    ]);
   });
 
   it('hit timeline: totals and a sliding window', () => {
@@ -51,7 +78,11 @@ describe('statistics', () => {
     h.record(10, 100, 50);
     h.record(250, 100, 0);
     expect(h.hitRate).toBe(0.25);
-    expect(h.windowed(2)).toEqual([[100, 0.5], [200, 0.5], [300, 0]]);
+    expect(h.windowed(2)).toEqual([
+      [100, 0.5],
+      [200, 0.5],
+      [300, 0],
+    ]);
   });
 });
 
@@ -65,8 +96,16 @@ describe('charts', () => {
 
   it('a line chart is a standalone SVG with one polyline and one legend entry per series', () => {
     const svg = lineChart({
-      title: 'TTFT <CDF>', xLabel: 'ms', yLabel: 'fraction', xLog: true, yMin: 0, yMax: 1,
-      series: [{ name: 'kv', points: cdfPoints([5, 50, 500]) }, { name: 'rr & co', points: cdfPoints([10, 100, 0]) }],
+      title: 'TTFT <CDF>',
+      xLabel: 'ms',
+      yLabel: 'fraction',
+      xLog: true,
+      yMin: 0,
+      yMax: 1,
+      series: [
+        { name: 'kv', points: cdfPoints([5, 50, 500]) },
+        { name: 'rr & co', points: cdfPoints([10, 100, 0]) },
+      ],
     });
     expect(svg.startsWith('<svg xmlns="http://www.w3.org/2000/svg"')).toBe(true);
     expect(svg.trim().endsWith('</svg>')).toBe(true);
@@ -76,18 +115,52 @@ describe('charts', () => {
     // Log axis: decades from 1, ending where the data ends (500, short of 1000); the zero value was dropped.
     for (const t of ['>1<', '>10<', '>100<']) expect(svg).toContain(t);
     expect(svg).not.toContain('>1000<');
-    expect(cdfPoints([3, 1, 2])).toEqual([[1, 1 / 3], [2, 2 / 3], [3, 1]]);
+    expect(cdfPoints([3, 1, 2])).toEqual([
+      [1, 1 / 3],
+      [2, 2 / 3],
+      [3, 1],
+    ]);
     // A NaN value breaks the line into two polylines.
-    const gap = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', series: [{ name: 's', points: [[0, 1], [1, 2], [2, Number.NaN], [3, 1], [4, 2]] }] });
+    const gap = lineChart({
+      title: 't',
+      xLabel: 'x',
+      yLabel: 'y',
+      series: [
+        {
+          name: 's',
+          points: [
+            [0, 1],
+            [1, 2],
+            [2, Number.NaN],
+            [3, 1],
+            [4, 2],
+          ],
+        },
+      ],
+    });
     expect(gap.match(/<polyline /g)).toHaveLength(2);
   });
 });
 
 describe('charts legible as data (issue 17, replay charts)', () => {
-  const points = (n: number, f: (i: number) => number): [number, number][] => Array.from({ length: n }, (_, i) => [i, f(i)]);
+  const points = (n: number, f: (i: number) => number): [number, number][] =>
+    Array.from({ length: n }, (_, i) => [i, f(i)]);
 
   it('the x axis ends where the data ends, not at the next round tick', () => {
-    const svg = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', series: [{ name: 's', points: [[0, 0], [61, 1]] }] });
+    const svg = lineChart({
+      title: 't',
+      xLabel: 'x',
+      yLabel: 'y',
+      series: [
+        {
+          name: 's',
+          points: [
+            [0, 0],
+            [61, 1],
+          ],
+        },
+      ],
+    });
     // Plot area: 760 px wide, 70 px left margin, 20 px right: x = 61 is its right edge.
     const last = /<polyline [^>]*points="([^"]+)"/.exec(svg)![1]!.split(' ').at(-1)!;
     expect(last.split(',')[0]).toBe('740.0');
@@ -96,12 +169,25 @@ describe('charts legible as data (issue 17, replay charts)', () => {
 
   it('two series on the same points stay apart: own dash pattern, own markers at other places', () => {
     const same = points(200, (i) => Math.sin(i / 20));
-    const svg = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', series: [{ name: 'a', points: same }, { name: 'b', points: same }] });
+    const svg = lineChart({
+      title: 't',
+      xLabel: 'x',
+      yLabel: 'y',
+      series: [
+        { name: 'a', points: same },
+        { name: 'b', points: same },
+      ],
+    });
     const lines = [...svg.matchAll(/<polyline [^>]*stroke="([^"]+)"[^>]*?(?: stroke-dasharray="([^"]+)")? points=/g)];
     expect(lines).toHaveLength(2);
     expect(lines[0]![1]).not.toBe(lines[1]![1]);
     expect(lines[0]![2]).not.toBe(lines[1]![2]);
-    const markers = (color: string): string[] => [...svg.matchAll(new RegExp(`<path transform="translate\\(([^)]+)\\)" d="([^"]+)" fill="none" stroke="${color}"`, 'g'))].map((m) => `${m[1]}|${m[2]}`);
+    const markers = (color: string): string[] =>
+      [
+        ...svg.matchAll(
+          new RegExp(`<path transform="translate\\(([^)]+)\\)" d="([^"]+)" fill="none" stroke="${color}"`, 'g'),
+        ),
+      ].map((m) => `${m[1]}|${m[2]}`);
     const a = markers(lines[0]![1]!);
     const b = markers(lines[1]![1]!);
     // Ten on the line plus one in the legend each; no marker of one hides one of the other.
@@ -112,7 +198,21 @@ describe('charts legible as data (issue 17, replay charts)', () => {
   });
 
   it('a band is a shaded polygon with its own legend entry', () => {
-    const svg = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', series: [], bands: [{ name: 'range', points: [[0, 1, 3], [1, 0, 2]] }] });
+    const svg = lineChart({
+      title: 't',
+      xLabel: 'x',
+      yLabel: 'y',
+      series: [],
+      bands: [
+        {
+          name: 'range',
+          points: [
+            [0, 1, 3],
+            [1, 0, 2],
+          ],
+        },
+      ],
+    });
     expect(svg.match(/<polygon /g)).toHaveLength(1);
     expect(svg).toContain('>range</text>');
   });
@@ -169,9 +269,17 @@ describe('replay report', () => {
     for (const k of ['mean', 'p50', 'p90', 'p99'] as const) expect(typeof kv.ttft_ms[k]).toBe('number');
     expect(typeof kv.itl_ms.mean).toBe('number');
     expect(kv.hit_rate_bound).toBe(report.workload.hit_rate_bound);
-    expect(report.meta).toMatchObject({ command: 'kvgate replay --trace small.jsonl', seed: 1, kvgate_version: expect.stringMatching(/^\d+\.\d+\.\d+/) });
+    expect(report.meta).toMatchObject({
+      command: 'kvgate replay --trace small.jsonl',
+      seed: 1,
+      kvgate_version: expect.stringMatching(/^\d+\.\d+\.\d+/),
+    });
     expect(report.meta.machine.cpu_count).toBeGreaterThan(0);
-    expect(report.meta.config.engine).toMatchObject({ num_gpu_blocks: 16384, block_size: 16, timing_model: 'polynomial' });
+    expect(report.meta.config.engine).toMatchObject({
+      num_gpu_blocks: 16384,
+      block_size: 16,
+      timing_model: 'polynomial',
+    });
     expect(report.workload).toMatchObject({ requests: 80, invalid_lines: 0, engine_block_size: 16, speedup: 4 });
     expect(report.workload.trace_sha256).toMatch(/^[0-9a-f]{64}$/);
 
@@ -184,11 +292,24 @@ describe('replay report', () => {
     dirs.push(dir);
     const files = writeReport(dir, report, runs);
     expect(readdirSync(dir).sort()).toEqual([...files].sort());
-    expect(files).toEqual(expect.arrayContaining([
-      'results.json', 'results.md', 'ttft-cdf.svg', 'hit-rate-over-time.svg', 'load-imbalance-over-time.svg', 'engine-load-kv.svg', 'engine-load-round-robin.svg',
-    ]));
+    expect(files).toEqual(
+      expect.arrayContaining([
+        'results.json',
+        'results.md',
+        'ttft-cdf.svg',
+        'hit-rate-over-time.svg',
+        'load-imbalance-over-time.svg',
+        'engine-load-kv.svg',
+        'engine-load-round-robin.svg',
+      ]),
+    );
     // issue 17 (replay charts): the per-engine load charts are bands on one y scale for every policy.
-    const yTicks = (f: string): string[] => [...readFileSync(join(dir, f), 'utf8').matchAll(/text-anchor="end" dominant-baseline="middle" fill="#333">([^<]*)</g)].map((m) => m[1]!);
+    const yTicks = (f: string): string[] =>
+      [
+        ...readFileSync(join(dir, f), 'utf8').matchAll(
+          /text-anchor="end" dominant-baseline="middle" fill="#333">([^<]*)</g,
+        ),
+      ].map((m) => m[1]!);
     expect(yTicks('engine-load-kv.svg')).toEqual(yTicks('engine-load-round-robin.svg'));
     expect(readFileSync(join(dir, 'engine-load-kv.svg'), 'utf8').match(/<polygon /g)).toHaveLength(1);
     const json = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as typeof report;
@@ -196,8 +317,16 @@ describe('replay report', () => {
     for (const f of files.filter((x) => x.endsWith('.svg'))) {
       const svg = readFileSync(join(dir, f), 'utf8');
       const meta = /<metadata id="kvgate-replay">([^<]*)<\/metadata>/.exec(svg)?.[1] ?? '';
-      const unescaped = meta.replace(/&quot;/g, '"').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
-      expect(JSON.parse(unescaped)).toMatchObject({ command: 'kvgate replay --trace small.jsonl', seed: 1, machine: report.meta.machine });
+      const unescaped = meta
+        .replace(/&quot;/g, '"')
+        .replace(/&lt;/g, '<')
+        .replace(/&gt;/g, '>')
+        .replace(/&amp;/g, '&');
+      expect(JSON.parse(unescaped)).toMatchObject({
+        command: 'kvgate replay --trace small.jsonl',
+        seed: 1,
+        machine: report.meta.machine,
+      });
     }
   });
 
@@ -221,7 +350,9 @@ describe('replay report', () => {
   });
 
   it('keeps the valid lines of a trace with bad ones, and reports the bad ones', async () => {
-    const { report } = await runReplay(config({ trace: BAD, policies: parsePolicies(['round-robin']) }), { command: 'x' });
+    const { report } = await runReplay(config({ trace: BAD, policies: parsePolicies(['round-robin']) }), {
+      command: 'x',
+    });
     expect(report.workload.requests).toBe(3);
     expect(report.workload.invalid_lines).toBe(7);
     expect(report.workload.invalid_line_messages[0]).toBe('line 2: missing output_length');

@@ -12,8 +12,15 @@ describe('trace loading', () => {
     expect(t.issues).toEqual([]);
     expect(t.records).toHaveLength(80);
     expect(t.linesRead).toBe(80);
-    expect(t.records[0]).toEqual({ line: 1, timestampMs: 19, inputLength: 1206, outputLength: 33, hashIds: [42, 43, 44] });
-    for (let i = 1; i < t.records.length; i++) expect(t.records[i]!.timestampMs).toBeGreaterThanOrEqual(t.records[i - 1]!.timestampMs);
+    expect(t.records[0]).toEqual({
+      line: 1,
+      timestampMs: 19,
+      inputLength: 1206,
+      outputLength: 33,
+      hashIds: [42, 43, 44],
+    });
+    for (let i = 1; i < t.records.length; i++)
+      expect(t.records[i]!.timestampMs).toBeGreaterThanOrEqual(t.records[i - 1]!.timestampMs);
   });
 
   it('reports each bad line with its number and reason, skips it, and keeps every good line', () => {

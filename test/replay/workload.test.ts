@@ -1,14 +1,27 @@
 import { describe, expect, it } from 'vitest';
 import { promptHashes } from '../../src/wasm/index.js';
 import {
-  arrivalOffsets, buildWorkload, hitRateBound, loadTrace, parseTrace, pooledLruHitRate, TokenSynthesizer, type ReplayRequest,
+  arrivalOffsets,
+  buildWorkload,
+  hitRateBound,
+  loadTrace,
+  parseTrace,
+  pooledLruHitRate,
+  TokenSynthesizer,
+  type ReplayRequest,
 } from '../../src/replay/index.js';
 
 const SMALL = new URL('../fixtures/traces/small.jsonl', import.meta.url).pathname;
 
 function trace(rows: [number, number, number, number[]][], traceBlockSize = 512) {
-  return parseTrace(rows.map(([timestamp, input_length, output_length, hash_ids]) =>
-    JSON.stringify({ timestamp, input_length, output_length, hash_ids })).join('\n'), { traceBlockSize });
+  return parseTrace(
+    rows
+      .map(([timestamp, input_length, output_length, hash_ids]) =>
+        JSON.stringify({ timestamp, input_length, output_length, hash_ids }),
+      )
+      .join('\n'),
+    { traceBlockSize },
+  );
 }
 
 describe('token synthesis', () => {
@@ -21,7 +34,9 @@ describe('token synthesis', () => {
     expect(a.slice(0, 1024)).toEqual(b.slice(0, 1024));
     expect(a.slice(1024)).toEqual(Array.from(synth.chunk(12).subarray(0, 376)));
     expect(a.slice(1024, 1030)).not.toEqual(b.slice(1024, 1030));
-    expect(new TokenSynthesizer({ traceBlockSize: 512, seed: 8 }).tokens([10], 512)).not.toEqual(synth.tokens([10], 512));
+    expect(new TokenSynthesizer({ traceBlockSize: 512, seed: 8 }).tokens([10], 512)).not.toEqual(
+      synth.tokens([10], 512),
+    );
     expect(Math.max(...a)).toBeLessThan(32_000);
   });
 
@@ -44,20 +59,40 @@ describe('token synthesis', () => {
 
 describe('workload', () => {
   it('divides arrivals by the speedup and keeps trace order', () => {
-    const w = buildWorkload(trace([[100, 10, 1, [1]], [300, 10, 1, [2]], [1100, 10, 1, [3]]]), { speedup: 4 });
+    const w = buildWorkload(
+      trace([
+        [100, 10, 1, [1]],
+        [300, 10, 1, [2]],
+        [1100, 10, 1, [3]],
+      ]),
+      { speedup: 4 },
+    );
     expect(w.requests.map((r) => r.arrivalMs)).toEqual([0, 50, 250]);
     expect(w.spanMs).toBe(250);
   });
 
   it('spreads runs of equal timestamps evenly up to the next timestamp', () => {
-    const t = trace([[0, 10, 1, [1]], [0, 10, 1, [2]], [0, 10, 1, [3]], [3000, 10, 1, [4]], [3000, 10, 1, [5]]]);
+    const t = trace([
+      [0, 10, 1, [1]],
+      [0, 10, 1, [2]],
+      [0, 10, 1, [3]],
+      [3000, 10, 1, [4]],
+      [3000, 10, 1, [5]],
+    ]);
     expect(arrivalOffsets(t.records, 'as-recorded')).toEqual([0, 0, 0, 3000, 3000]);
     // The last run is spread over the median gap between distinct timestamps (3000 ms).
     expect(arrivalOffsets(t.records, 'spread')).toEqual([0, 1000, 2000, 3000, 4500]);
   });
 
   it('caps requests and prompt lengths, and reports what it cut', () => {
-    const w = buildWorkload(trace([[0, 2000, 5, [1, 2, 3, 4]], [1, 600, 5, [1, 2]], [2, 100, 5, [9]]]), { maxIsl: 1000, maxRequests: 2 });
+    const w = buildWorkload(
+      trace([
+        [0, 2000, 5, [1, 2, 3, 4]],
+        [1, 600, 5, [1, 2]],
+        [2, 100, 5, [9]],
+      ]),
+      { maxIsl: 1000, maxRequests: 2 },
+    );
     expect(w.requests).toHaveLength(2);
     expect(w.droppedByMaxRequests).toBe(1);
     expect(w.requests[0]).toMatchObject({ inputLength: 1000, hashIds: [1, 2], cappedFrom: 2000 });
@@ -65,15 +100,32 @@ describe('workload', () => {
     expect(w.capping).toEqual({ maxIsl: 1000, requestsCapped: 1, tokensRemoved: 1000 });
     expect(() => buildWorkload(trace([[0, 10, 1, [1]]]), { speedup: 0 })).toThrow(/speedup/);
     // A later slice: arrivals start at the first kept request.
-    const slice = buildWorkload(trace([[0, 10, 1, [1]], [40, 10, 1, [2]], [100, 10, 1, [3]], [160, 10, 1, [4]]]), { skipRequests: 1, maxRequests: 2 });
-    expect(slice.requests.map((r) => [r.line, r.arrivalMs, r.index])).toEqual([[2, 0, 0], [3, 60, 1]]);
+    const slice = buildWorkload(
+      trace([
+        [0, 10, 1, [1]],
+        [40, 10, 1, [2]],
+        [100, 10, 1, [3]],
+        [160, 10, 1, [4]],
+      ]),
+      { skipRequests: 1, maxRequests: 2 },
+    );
+    expect(slice.requests.map((r) => [r.line, r.arrivalMs, r.index])).toEqual([
+      [2, 0, 0],
+      [3, 60, 1],
+    ]);
     expect(slice.droppedByMaxRequests).toBe(2);
     expect(() => buildWorkload(trace([[0, 10, 1, [1]]]), { skipRequests: 1 })).toThrow(/leaves none/);
   });
 
   it('computes the infinite-cache bound from block ids', () => {
-    const req = (index: number, inputLength: number, hashIds: number[]): ReplayRequest =>
-      ({ index, line: index + 1, arrivalMs: index, inputLength, outputLength: 1, hashIds });
+    const req = (index: number, inputLength: number, hashIds: number[]): ReplayRequest => ({
+      index,
+      line: index + 1,
+      arrivalMs: index,
+      inputLength,
+      outputLength: 1,
+      hashIds,
+    });
     const reqs = [
       req(0, 1000, [1, 2]), // 512 + 488 tokens, nothing seen
       req(1, 1500, [1, 2, 3]), // ids 1, 2 seen: 512 + 488 of block 2 were materialised -> 1000 tokens

@@ -85,13 +85,15 @@ export class MemoryTransport implements SyncTransport {
       if (this.#bus.lose(subject, data)) return;
       let answered = false;
       // Delivered on a later turn, as over a socket.
-      setImmediate(() => targets[0]!(data, (out) => {
-        if (answered) return;
-        answered = true;
-        clearTimeout(timer);
-        // Copied, as a message off the wire would be.
-        resolve(Uint8Array.from(out));
-      }));
+      setImmediate(() =>
+        targets[0]!(data, (out) => {
+          if (answered) return;
+          answered = true;
+          clearTimeout(timer);
+          // Copied, as a message off the wire would be.
+          resolve(Uint8Array.from(out));
+        }),
+      );
     });
   }
 

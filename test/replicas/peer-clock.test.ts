@@ -32,8 +32,15 @@ interface Replica {
 function replica(bus: MemoryBus, id: string, clock: Clock): Replica {
   const metrics = new KvgateMetrics({ processMetrics: false });
   const sync = new ReplicaSync({
-    transport: bus.transport(), routerId: id, heartbeatMs: HEARTBEAT_MS, peerTimeoutMs: 60_000, maxQueuedOps: 1000,
-    subjectPrefix: 'kvgate.test', chunkBytes: 1 << 16, maxSnapshotBytes: 1 << 24, clock,
+    transport: bus.transport(),
+    routerId: id,
+    heartbeatMs: HEARTBEAT_MS,
+    peerTimeoutMs: 60_000,
+    maxQueuedOps: 1000,
+    subjectPrefix: 'kvgate.test',
+    chunkBytes: 1 << 16,
+    maxSnapshotBytes: 1 << 24,
+    clock,
   });
   sync.bind(silent, metrics);
   const kv = new KvScheduler({ blockSize: 16, clock: new ManualClock(0), rng: seededRng(1) });
@@ -168,10 +175,14 @@ describe('PeerClock', () => {
 
   it('heartbeat echoes survive the wire format; a heartbeat without them (an older replica) decodes with none', () => {
     const echoes = new Map([['b', { incarnation: 'ib', sentAt: 1234.5, heldMs: 17.25 }]]);
-    const hb = decodeHeartbeat(encodeHeartbeat({ routerId: 'a', incarnation: 'ia', sentAt: 99, seqs: { [KEY]: 3 }, echoes }));
+    const hb = decodeHeartbeat(
+      encodeHeartbeat({ routerId: 'a', incarnation: 'ia', sentAt: 99, seqs: { [KEY]: 3 }, echoes }),
+    );
     expect(hb.echoes).toEqual(echoes);
     expect(hb.seqs).toEqual({ [KEY]: 3 });
     expect(decodeHeartbeat(encode({ r: 'a', i: 'ia', t: 99, s: {} })).echoes.size).toBe(0);
-    expect(() => decodeHeartbeat(encode({ r: 'a', i: 'ia', t: 99, s: {}, e: { b: ['ib', -1, 0] } }))).toThrow(/e\.b\[1\]/);
+    expect(() => decodeHeartbeat(encode({ r: 'a', i: 'ia', t: 99, s: {}, e: { b: ['ib', -1, 0] } }))).toThrow(
+      /e\.b\[1\]/,
+    );
   });
 });

@@ -21,15 +21,28 @@ function scheduler(): KvScheduler {
 
 function booking(requestId: string): SyncedBooking {
   return {
-    requestId, workerId: 1, dpRank: 0, seq: null, privateBlocks: 2, prefillTokens: 32,
-    expectedOutputTokens: undefined, prefillCompleted: false, outputBlocks: 0, decay: undefined,
+    requestId,
+    workerId: 1,
+    dpRank: 0,
+    seq: null,
+    privateBlocks: 2,
+    prefillTokens: 32,
+    expectedOutputTokens: undefined,
+    prefillCompleted: false,
+    outputBlocks: 0,
+    decay: undefined,
   };
 }
 
 /** A channel on a real scheduler whose host records every snapshot it is asked to fetch. */
 function channel(): { ch: SyncChannel; kv: KvScheduler; asked: string[] } {
   const asked: string[] = [];
-  const host: ChannelHost = { admit: () => true, schedule: () => {}, requestSnapshot: (replica) => asked.push(replica), applied: () => {} };
+  const host: ChannelHost = {
+    admit: () => true,
+    schedule: () => {},
+    requestSnapshot: (replica) => asked.push(replica),
+    applied: () => {},
+  };
   const kv = scheduler();
   return { ch: new SyncChannel(KEY, kv, host), kv, asked };
 }
@@ -37,7 +50,7 @@ function channel(): { ch: SyncChannel; kv: KvScheduler; asked: string[] } {
 const batch = (seq: number, ops: SyncOp[]) => ({ routerId: 'b', incarnation: 'i1', seq, sentAt: 0, ops });
 
 describe('replica resync after an outage', () => {
-  it('a live session\'s remaining TTL on a fractional clock encodes as whole ms: the snapshot and the batch decode', () => {
+  it("a live session's remaining TTL on a fractional clock encodes as whole ms: the snapshot and the batch decode", () => {
     // The system clock is performance.now(): fractional milliseconds.
     const clock = new ManualClock(1000.25);
     const sessions = new StickySessions(clock, 60_000);
@@ -46,11 +59,17 @@ describe('replica resync after an outage', () => {
     const live = sessions.liveBindings();
     expect(live[0]!.ttlMs).toBe(59_987.5);
 
-    const s = decodeSnapshot(encodeSnapshot({ routerId: 'b', incarnation: 'i1', seq: 3, bookings: [booking('r1')], sessions: live }));
+    const s = decodeSnapshot(
+      encodeSnapshot({ routerId: 'b', incarnation: 'i1', seq: 3, bookings: [booking('r1')], sessions: live }),
+    );
     expect(s.sessions).toEqual([{ session: 'conversation-42', workerId: 2, dpRank: 0, ttlMs: 59_988 }]);
     expect(s.bookings.map((x) => x.requestId)).toEqual(['r1']);
-    const b = decodeBatch(encodeBatch({ ...batch(4, []), ops: [{ kind: 'session', binding: { ...live[0]!, ttlMs: 0.5 } }] }));
-    expect(b.ops).toEqual([{ kind: 'session', binding: { session: 'conversation-42', workerId: 2, dpRank: 0, ttlMs: 1 } }]);
+    const b = decodeBatch(
+      encodeBatch({ ...batch(4, []), ops: [{ kind: 'session', binding: { ...live[0]!, ttlMs: 0.5 } }] }),
+    );
+    expect(b.ops).toEqual([
+      { kind: 'session', binding: { session: 'conversation-42', workerId: 2, dpRank: 0, ttlMs: 1 } },
+    ]);
   });
 
   it('a gap whose snapshot fetch failed is asked for again on every heartbeat until a snapshot fills it', () => {

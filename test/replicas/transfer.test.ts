@@ -12,7 +12,14 @@ import { KvScheduler, type SyncedBooking } from '../../src/core/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { ReplicaSync } from '../../src/replicas/index.js';
 import { decodeSnapshot, encodeSnapshot } from '../../src/replicas/protocol.js';
-import { ChunkAssembler, TransferFailed, TransferServer, decodeChunk, encodeChunkRequest, fetchTransfer } from '../../src/replicas/transfer.js';
+import {
+  ChunkAssembler,
+  TransferFailed,
+  TransferServer,
+  decodeChunk,
+  encodeChunkRequest,
+  fetchTransfer,
+} from '../../src/replicas/transfer.js';
 import { MemoryBus } from './memory-bus.js';
 
 const KEY = 'mock-model/decode';
@@ -26,7 +33,9 @@ function payload(n: number): Uint8Array {
 function chunksOf(bytes: Uint8Array, chunkBytes: number) {
   const server = new TransferServer('a', chunkBytes, new ManualClock(0));
   const first = decodeChunk(server.open(bytes));
-  const rest = Array.from({ length: first.count - 1 }, (_, i) => decodeChunk(server.serve(encodeChunkRequest(first.transfer, i + 1))));
+  const rest = Array.from({ length: first.count - 1 }, (_, i) =>
+    decodeChunk(server.serve(encodeChunkRequest(first.transfer, i + 1))),
+  );
   return { first, rest };
 }
 
@@ -39,22 +48,42 @@ function scheduler(): KvScheduler {
 
 function booking(requestId: string): SyncedBooking {
   return {
-    requestId, workerId: 1, dpRank: 0, seq: BigUint64Array.from([11n, 12n]), privateBlocks: 2, prefillTokens: 32,
-    expectedOutputTokens: undefined, prefillCompleted: false, outputBlocks: 0, decay: undefined,
+    requestId,
+    workerId: 1,
+    dpRank: 0,
+    seq: BigUint64Array.from([11n, 12n]),
+    privateBlocks: 2,
+    prefillTokens: 32,
+    expectedOutputTokens: undefined,
+    prefillCompleted: false,
+    outputBlocks: 0,
+    decay: undefined,
   };
 }
 
 /** A slot of `blocks` blocks (an index far larger than one chunk). */
 function slot(workerId: number, blocks: number): KvSlotSnapshot {
   const pairs = new BigUint64Array(blocks * 2).map((_, i) => BigInt(workerId * 1_000_000 + i));
-  return { workerId, dpRank: 0, endpoint: `tcp://127.0.0.1:${5550 + workerId}`, cursor: 41n, tiers: [{ tier: 'device', pairs }] };
+  return {
+    workerId,
+    dpRank: 0,
+    endpoint: `tcp://127.0.0.1:${5550 + workerId}`,
+    cursor: 41n,
+    tiers: [{ tier: 'device', pairs }],
+  };
 }
 
 function replica(bus: MemoryBus, id: string, opts: { chunkBytes?: number; maxSnapshotBytes?: number } = {}) {
   const metrics = new KvgateMetrics({ processMetrics: false });
   const sync = new ReplicaSync({
-    transport: bus.transport(), routerId: id, heartbeatMs: 1000, peerTimeoutMs: 5000, maxQueuedOps: 1000, subjectPrefix: 'kvgate.test',
-    chunkBytes: opts.chunkBytes ?? 1024, maxSnapshotBytes: opts.maxSnapshotBytes ?? 1 << 24,
+    transport: bus.transport(),
+    routerId: id,
+    heartbeatMs: 1000,
+    peerTimeoutMs: 5000,
+    maxQueuedOps: 1000,
+    subjectPrefix: 'kvgate.test',
+    chunkBytes: opts.chunkBytes ?? 1024,
+    maxSnapshotBytes: opts.maxSnapshotBytes ?? 1 << 24,
   });
   sync.bind(silent, metrics);
   return { sync, metrics };
@@ -62,7 +91,9 @@ function replica(bus: MemoryBus, id: string, opts: { chunkBytes?: number; maxSna
 
 async function counter(m: KvgateMetrics, name: string, labels: Record<string, string> = {}): Promise<number> {
   const metric = (await m.registry.getMetricsAsJSON()).find((x) => x.name === name);
-  return (metric?.values ?? []).filter((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l)).reduce((n, v) => n + v.value, 0);
+  return (metric?.values ?? [])
+    .filter((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l))
+    .reduce((n, v) => n + v.value, 0);
 }
 
 describe('chunk reassembly', () => {
@@ -114,7 +145,7 @@ function decodeChunkIndex(data: Uint8Array): number {
 }
 
 describe('warm start between two replicas', () => {
-  it('B takes A\'s bookings and prefix index in many chunks, and applies the bookings as its pool attaches', async () => {
+  it("B takes A's bookings and prefix index in many chunks, and applies the bookings as its pool attaches", async () => {
     const bus = new MemoryBus();
     const a = replica(bus, 'a', { chunkBytes: 2048 });
     await a.sync.warmStart([KEY], 5000); // the first replica: nobody to ask, so its own index is complete
@@ -125,13 +156,22 @@ describe('warm start between two replicas', () => {
     const b = replica(bus, 'b');
     const got = await b.sync.warmStart([KEY], 5000);
     const seeds = got.get(KEY)!;
-    expect(seeds.map((s) => [s.workerId, s.cursor, s.tiers[0]!.pairs.length])).toEqual([[1, 41n, 1000], [2, 41n, 600]]);
+    expect(seeds.map((s) => [s.workerId, s.cursor, s.tiers[0]!.pairs.length])).toEqual([
+      [1, 41n, 1000],
+      [2, 41n, 600],
+    ]);
     expect(seeds[0]!.tiers[0]!.pairs).toEqual(slots[0]!.tiers[0]!.pairs);
     expect(bus.requests.filter((r) => r.subject.includes('.chunk.')).length).toBeGreaterThan(5);
-    expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'ok' })).toBe(1);
+    expect(
+      await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'ok' }),
+    ).toBe(1);
     expect(await counter(b.metrics, 'kvgate_replica_snapshot_blocks_received_total')).toBe(800);
-    expect(await counter(b.metrics, 'kvgate_replica_snapshot_bytes_total', { direction: 'received' })).toBeGreaterThan(800 * 16);
-    expect(await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'served', outcome: 'ok' })).toBe(1);
+    expect(await counter(b.metrics, 'kvgate_replica_snapshot_bytes_total', { direction: 'received' })).toBeGreaterThan(
+      800 * 16,
+    );
+    expect(
+      await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'served', outcome: 'ok' }),
+    ).toBe(1);
     // The bookings wait for B's pool, and are A's once it attaches.
     const kvB = scheduler();
     b.sync.attach(KEY, { kv: kvB, workerTypeOf: () => 'aggregated' });
@@ -149,7 +189,12 @@ describe('warm start between two replicas', () => {
     bus.lose = (subject, data) => subject.includes('.chunk.') && decodeChunkIndex(data) === 3;
     const got = await b.sync.warmStart([KEY], 5000);
     expect(got.size).toBe(0);
-    expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'failed' })).toBe(1);
+    expect(
+      await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', {
+        direction: 'warm_start',
+        outcome: 'failed',
+      }),
+    ).toBe(1);
     await Promise.all([a.sync.close(), b.sync.close()]);
   });
 
@@ -159,14 +204,29 @@ describe('warm start between two replicas', () => {
     const clock = Date.now();
     expect((await b.sync.warmStart([KEY], 5000)).size).toBe(0);
     expect(Date.now() - clock).toBeLessThan(1000);
-    expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'no_peer' })).toBe(1);
+    expect(
+      await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', {
+        direction: 'warm_start',
+        outcome: 'no_peer',
+      }),
+    ).toBe(1);
 
     const a = replica(bus, 'a', { maxSnapshotBytes: 1 << 16 });
     await a.sync.warmStart([KEY], 5000);
     a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 5000)] });
     expect((await b.sync.warmStart([KEY], 5000)).size).toBe(0);
-    expect(await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'served', outcome: 'too_large' })).toBe(1);
-    expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'failed' })).toBe(1);
+    expect(
+      await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', {
+        direction: 'served',
+        outcome: 'too_large',
+      }),
+    ).toBe(1);
+    expect(
+      await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', {
+        direction: 'warm_start',
+        outcome: 'failed',
+      }),
+    ).toBe(1);
     await Promise.all([a.sync.close(), b.sync.close()]);
   });
 
@@ -182,7 +242,8 @@ describe('warm start between two replicas', () => {
     await a.sync.warmStart([KEY], 5000);
     a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 40)] });
     const d = replica(bus, 'd');
-    for (let i = 0; i < 3; i++) expect((await d.sync.warmStart([KEY], 5000)).get(KEY)![0]!.tiers[0]!.pairs.length).toBe(80);
+    for (let i = 0; i < 3; i++)
+      expect((await d.sync.warmStart([KEY], 5000)).get(KEY)![0]!.tiers[0]!.pairs.length).toBe(80);
     d.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 40)] });
     expect(await counter(c.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'served' })).toBe(0);
     await Promise.all([a.sync.close(), b.sync.close(), c.sync.close(), d.sync.close()]);

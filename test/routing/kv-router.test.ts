@@ -9,7 +9,12 @@ import { PrefixIndex, promptHashes } from '../../src/wasm/index.js';
 const BS = 4;
 const tokens = (n: number, from = 1): number[] => Array.from({ length: n }, (_, i) => from + i);
 
-function router(config: KvRouterOptions = {}, workers = [1, 2, 3], clock = new ManualClock(), index?: PrefixIndex): KvRouter {
+function router(
+  config: KvRouterOptions = {},
+  workers = [1, 2, 3],
+  clock = new ManualClock(),
+  index?: PrefixIndex,
+): KvRouter {
   const r = new KvRouter({ blockSize: BS, config, clock, rng: seededRng(5), ...(index ? { index } : {}) });
   for (const w of workers) r.addWorker(w);
   return r;
@@ -47,23 +52,50 @@ describe('KvRouter selection', () => {
     expect(d.booked).toBe(true);
     expect(d.prefillTokens).toBe(8);
     const byWorker = Object.fromEntries(d.candidates.map((c) => [c.workerId, c]));
-    expect(byWorker[1]).toMatchObject({ overlapBlocks: 2, prefillTokens: 32, decodeBlocks: 10, activeRequests: 0, cost: 8 + 10 });
+    expect(byWorker[1]).toMatchObject({
+      overlapBlocks: 2,
+      prefillTokens: 32,
+      decodeBlocks: 10,
+      activeRequests: 0,
+      cost: 8 + 10,
+    });
     expect(byWorker[2]).toMatchObject({ overlapBlocks: 8, prefillTokens: 8, decodeBlocks: 10, cost: 2 + 10 });
     expect(byWorker[3]).toMatchObject({ overlapBlocks: 5, prefillTokens: 20, decodeBlocks: 10, cost: 5 + 10 });
     expect(byWorker[1]!.probability).toBeUndefined();
     // Each candidate's cost is the cost model applied to its own row.
     const knobs = {
-      overlapScoreCredit: 1, overlapScoreCreditDecay: 0, prefillLoadScale: 1, decodeActiveRequestWeight: 0, hostCacheHitWeight: 0,
-      diskCacheHitWeight: 0, sharedCacheMultiplier: 0, trackPrefillTokens: true, decodeException: false,
+      overlapScoreCredit: 1,
+      overlapScoreCreditDecay: 0,
+      prefillLoadScale: 1,
+      decodeActiveRequestWeight: 0,
+      hostCacheHitWeight: 0,
+      diskCacheHitWeight: 0,
+      sharedCacheMultiplier: 0,
+      trackPrefillTokens: true,
+      decodeException: false,
     };
     for (const c of d.candidates) {
-      expect(candidateCost(knobs, { isl: 40, blockSize: BS, minActivePrefillTokens: 0 },
-        { activePrefillTokens: 0, deviceOverlapBlocks: c.overlapBlocks, potentialDecodeBlocks: c.decodeBlocks, activeRequests: 0 })).toBe(c.cost);
+      expect(
+        candidateCost(
+          knobs,
+          { isl: 40, blockSize: BS, minActivePrefillTokens: 0 },
+          {
+            activePrefillTokens: 0,
+            deviceOverlapBlocks: c.overlapBlocks,
+            potentialDecodeBlocks: c.decodeBlocks,
+            activeRequests: 0,
+          },
+        ),
+      ).toBe(c.cost);
     }
     expect(d.timing.totalMs).toBeGreaterThanOrEqual(0);
     expect(JSON.parse(JSON.stringify(d))).toMatchObject({ workerId: 2, candidates: expect.any(Array) });
     // Booked: the prompt's uncached tokens and its blocks are now load on worker 2.
-    expect(r.load({ workerId: 2, dpRank: 0 })).toEqual({ activePrefillTokens: 8, activeDecodeBlocks: 10, activeRequests: 1 });
+    expect(r.load({ workerId: 2, dpRank: 0 })).toEqual({
+      activePrefillTokens: 8,
+      activeDecodeBlocks: 10,
+      activeRequests: 1,
+    });
   });
 
   it('query-only selection books nothing', () => {
@@ -82,7 +114,8 @@ describe('KvRouter selection', () => {
   it('without cache hits, load spreads requests; shared in-flight prefixes pull siblings together only when cheaper', () => {
     const r = router();
     const seen = new Set<number>();
-    for (let i = 0; i < 3; i++) seen.add(r.findBestMatch({ requestId: `s${i}`, tokens: tokens(40, 1000 * (i + 1)) }).workerId);
+    for (let i = 0; i < 3; i++)
+      seen.add(r.findBestMatch({ requestId: `s${i}`, tokens: tokens(40, 1000 * (i + 1)) }).workerId);
     expect(seen.size).toBe(3);
     // A sibling of s0's prompt: its blocks are already active on s0's worker, so fewer new decode blocks there.
     const s0 = r.activeRequest('s0')!;
@@ -101,14 +134,27 @@ describe('KvRouter selection', () => {
     expect(r.findBestMatch({ requestId: 'x', tokens: prompt }, { mode: 'query' }).workerId).toBe(3);
     // Credit 0: every worker costs the same (prefill 10 + decode 10): a uniform tie.
     const picks = new Set<number>();
-    for (let i = 0; i < 30; i++) picks.add(r.findBestMatch({ requestId: 'x', tokens: prompt, routerConfigOverride: { overlap_score_credit: 0 } }, { mode: 'query' }).workerId);
+    for (let i = 0; i < 30; i++)
+      picks.add(
+        r.findBestMatch(
+          { requestId: 'x', tokens: prompt, routerConfigOverride: { overlap_score_credit: 0 } },
+          { mode: 'query' },
+        ).workerId,
+      );
     expect(picks.size).toBe(3);
-    const hot = r.findBestMatch({ requestId: 'x', tokens: prompt, routerConfigOverride: { routerTemperature: 1 } }, { mode: 'query' });
+    const hot = r.findBestMatch(
+      { requestId: 'x', tokens: prompt, routerConfigOverride: { routerTemperature: 1 } },
+      { mode: 'query' },
+    );
     expect(hot.temperature).toBe(1);
     const probs = hot.candidates.map((c) => c.probability!);
     expect(probs.reduce((a, b) => a + b, 0)).toBeCloseTo(1, 12);
     expect(hot.candidates.find((c) => c.workerId === 3)!.probability).toBeGreaterThan(0.5);
-    expect(errorCode(() => r.findBestMatch({ requestId: 'x', tokens: prompt, routerConfigOverride: { routerTemperature: -1 } }))).toBe('KVG_ERR_INVALID_ARGUMENT');
+    expect(
+      errorCode(() =>
+        r.findBestMatch({ requestId: 'x', tokens: prompt, routerConfigOverride: { routerTemperature: -1 } }),
+      ),
+    ).toBe('KVG_ERR_INVALID_ARGUMENT');
   });
 });
 
@@ -130,16 +176,33 @@ describe('KvRouter pins and restrictions', () => {
     cache(r, 1, prompt, 10);
     const d = r.findBestMatch({ requestId: 'p', tokens: prompt, routing: { backendInstanceId: 9, dpRank: 3 } });
     expect([d.workerId, d.dpRank, d.pinned, d.candidateCount]).toEqual([9, 3, true, 1]);
-    expect(errorCode(() => r.findBestMatch({ requestId: 'p2', tokens: prompt, routing: { backendInstanceId: 9, dpRank: 5 } }))).toBe('KVG_ERR_INVALID_DP_RANK');
-    expect(errorCode(() => r.findBestMatch({ requestId: 'p2', tokens: prompt, routing: { backendInstanceId: 9, dpRank: 1 } }))).toBe('KVG_ERR_INVALID_DP_RANK');
-    expect(errorCode(() => r.findBestMatch({ requestId: 'p2', tokens: prompt, routing: { backendInstanceId: 77 } }))).toBe('KVG_ERR_UNKNOWN_WORKER');
+    expect(
+      errorCode(() =>
+        r.findBestMatch({ requestId: 'p2', tokens: prompt, routing: { backendInstanceId: 9, dpRank: 5 } }),
+      ),
+    ).toBe('KVG_ERR_INVALID_DP_RANK');
+    expect(
+      errorCode(() =>
+        r.findBestMatch({ requestId: 'p2', tokens: prompt, routing: { backendInstanceId: 9, dpRank: 1 } }),
+      ),
+    ).toBe('KVG_ERR_INVALID_DP_RANK');
+    expect(
+      errorCode(() => r.findBestMatch({ requestId: 'p2', tokens: prompt, routing: { backendInstanceId: 77 } })),
+    ).toBe('KVG_ERR_UNKNOWN_WORKER');
     // Pinned without a rank: scheduled over that worker's ranks (rank 3 is now loaded, so not 3).
     const w = r.findBestMatch({ requestId: 'p3', tokens: tokens(40, 500), routing: { backendInstanceId: 9 } });
     expect(w.workerId).toBe(9);
     expect(w.candidateCount).toBe(3);
     expect([2, 4]).toContain(w.dpRank);
     // Decode phase uses decode_worker_id.
-    expect(r.findBestMatch({ requestId: 'p4', tokens: prompt, phase: 'decode', routing: { decodeWorkerId: 1, backendInstanceId: 9 } }).workerId).toBe(1);
+    expect(
+      r.findBestMatch({
+        requestId: 'p4',
+        tokens: prompt,
+        phase: 'decode',
+        routing: { decodeWorkerId: 1, backendInstanceId: 9 },
+      }).workerId,
+    ).toBe(1);
   });
 
   it('allowed worker ids restrict the candidates', () => {
@@ -149,8 +212,14 @@ describe('KvRouter pins and restrictions', () => {
     const d = r.findBestMatch({ requestId: 'a', tokens: prompt, routing: { allowedWorkerIds: [2, 3, 99] } });
     expect([2, 3]).toContain(d.workerId);
     expect(d.candidateCount).toBe(2);
-    expect(errorCode(() => r.findBestMatch({ requestId: 'b', tokens: prompt, routing: { allowedWorkerIds: new Set([42]) } }))).toBe('KVG_ERR_NO_WORKERS');
-    expect(errorCode(() => router({}, []).findBestMatch({ requestId: 'c', tokens: prompt }))).toBe('KVG_ERR_NO_WORKERS');
+    expect(
+      errorCode(() =>
+        r.findBestMatch({ requestId: 'b', tokens: prompt, routing: { allowedWorkerIds: new Set([42]) } }),
+      ),
+    ).toBe('KVG_ERR_NO_WORKERS');
+    expect(errorCode(() => router({}, []).findBestMatch({ requestId: 'c', tokens: prompt }))).toBe(
+      'KVG_ERR_NO_WORKERS',
+    );
   });
 });
 
@@ -193,7 +262,11 @@ describe('KvRouter modes and lifecycle', () => {
     expect(rows.find((c) => c.workerId === first.workerId)!.overlapBlocks).toBe(10);
     clock.advance(5_001);
     r.tick();
-    expect(r.findBestMatch({ requestId: 'd', tokens: prompt }, { mode: 'query' }).candidates.find((c) => c.workerId === first.workerId)!.overlapBlocks).toBe(0);
+    expect(
+      r
+        .findBestMatch({ requestId: 'd', tokens: prompt }, { mode: 'query' })
+        .candidates.find((c) => c.workerId === first.workerId)!.overlapBlocks,
+    ).toBe(0);
   });
 
   it('host and disk tier hits earn their weights beyond the device overlap', () => {
@@ -227,19 +300,26 @@ describe('KvRouter modes and lifecycle', () => {
       const op = rng();
       if (op < 0.45 || live.length === 0) {
         const id = `r${i}`;
-        r.findBestMatch({ requestId: id, tokens: tokens(8 + Math.floor(rng() * 60), Math.floor(rng() * 3) * 100), routing: { expectedOutputTokens: 32 } });
+        r.findBestMatch({
+          requestId: id,
+          tokens: tokens(8 + Math.floor(rng() * 60), Math.floor(rng() * 3) * 100),
+          routing: { expectedOutputTokens: 32 },
+        });
         live.push(id);
       } else if (op < 0.6) {
         r.markPrefillCompleted(live[Math.floor(rng() * live.length)]!);
       } else if (op < 0.8) {
-        expect(r.addOutputBlock(live[Math.floor(rng() * live.length)]!, outputBlockDecay(Math.floor(rng() * 40), 32))).toBe(true);
+        expect(
+          r.addOutputBlock(live[Math.floor(rng() * live.length)]!, outputBlockDecay(Math.floor(rng() * 40), 32)),
+        ).toBe(true);
       } else {
         const id = live.splice(Math.floor(rng() * live.length), 1)[0]!;
         expect(r.free(id)).toBe(true);
       }
     }
     for (const id of live) r.free(id);
-    for (const l of r.loads()) expect(l).toMatchObject({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
+    for (const l of r.loads())
+      expect(l).toMatchObject({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
   });
 
   it('requests never freed expire at 300 s on tick; removing a worker drops its bookkeeping', () => {
@@ -259,9 +339,13 @@ describe('KvRouter modes and lifecycle', () => {
 
   it('invalid config fails at construction naming the field', () => {
     expect(() => new KvRouter({ blockSize: BS, config: { prefillLoadScale: -2 } })).toThrow(/prefillLoadScale/);
-    expect(() => new KvRouter({ blockSize: BS, config: { routerTrackOutputBlocks: true, routerTrackActiveBlocks: false } })).toThrow(/routerTrackOutputBlocks/);
+    expect(
+      () => new KvRouter({ blockSize: BS, config: { routerTrackOutputBlocks: true, routerTrackActiveBlocks: false } }),
+    ).toThrow(/routerTrackOutputBlocks/);
     expect(() => new KvRouter({ blockSize: BS, config: { bogus: 1 } as KvRouterOptions })).toThrow(/bogus/);
-    expect(() => new KvRouter({ blockSize: 0 })).toThrow(expect.objectContaining({ code: 'KVG_ERR_INVALID_BLOCK_SIZE' }));
+    expect(() => new KvRouter({ blockSize: 0 })).toThrow(
+      expect.objectContaining({ code: 'KVG_ERR_INVALID_BLOCK_SIZE' }),
+    );
   });
 });
 
@@ -273,18 +357,44 @@ describe('KvRouter routing constraints', () => {
     r.addWorker(3, { taints: ['gpu:h100'] });
     const prompt = tokens(40);
     cache(r, 1, prompt, 10);
-    const d = r.findBestMatch({ requestId: 'a', tokens: prompt, routing: { routingConstraints: { requiredTaints: ['gpu:h100'] } } }, { mode: 'query' });
+    const d = r.findBestMatch(
+      { requestId: 'a', tokens: prompt, routing: { routingConstraints: { requiredTaints: ['gpu:h100'] } } },
+      { mode: 'query' },
+    );
     expect(d.candidates.map((c) => c.workerId).sort()).toEqual([2, 3]);
     expect(d.maxOverlapBlocks).toBe(0);
     // Equal costs (10 prefill + 10 decode) on 2 and 3; a 0.5 factor for zone:b halves worker 2's.
-    const b = r.findBestMatch({ requestId: 'b', tokens: prompt, routing: { routingConstraints: { requiredTaints: ['gpu:h100'], preferredTaints: { 'zone:b': 0.5 } } } }, { mode: 'query' });
+    const b = r.findBestMatch(
+      {
+        requestId: 'b',
+        tokens: prompt,
+        routing: { routingConstraints: { requiredTaints: ['gpu:h100'], preferredTaints: { 'zone:b': 0.5 } } },
+      },
+      { mode: 'query' },
+    );
     expect(b.workerId).toBe(2);
     expect(b.candidates.find((c) => c.workerId === 2)!.cost).toBe(10);
     // Without constraints, worker 1's cache wins, and the decision records the best overlap available.
     const c = r.findBestMatch({ requestId: 'c', tokens: prompt }, { mode: 'query' });
     expect([c.workerId, c.overlapBlocks, c.maxOverlapBlocks]).toEqual([1, 10, 10]);
-    expect(errorCode(() => r.findBestMatch({ requestId: 'd', tokens: prompt, routing: { routingConstraints: { requiredTaints: ['tpu'] } } }))).toBe('KVG_ERR_NO_WORKERS');
-    expect(errorCode(() => r.findBestMatch({ requestId: 'e', tokens: prompt, routing: { routingConstraints: { preferredTaints: { x: -1 } } } }))).toBe('KVG_ERR_INVALID_ARGUMENT');
+    expect(
+      errorCode(() =>
+        r.findBestMatch({
+          requestId: 'd',
+          tokens: prompt,
+          routing: { routingConstraints: { requiredTaints: ['tpu'] } },
+        }),
+      ),
+    ).toBe('KVG_ERR_NO_WORKERS');
+    expect(
+      errorCode(() =>
+        r.findBestMatch({
+          requestId: 'e',
+          tokens: prompt,
+          routing: { routingConstraints: { preferredTaints: { x: -1 } } },
+        }),
+      ),
+    ).toBe('KVG_ERR_INVALID_ARGUMENT');
     expect(r.workers().find((w) => w.workerId === 2)!.taints).toEqual(['gpu:h100', 'zone:b']);
   });
 });

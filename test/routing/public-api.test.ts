@@ -1,12 +1,34 @@
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import * as kvgate from '../../src/index.js';
-import type { KvRouteRequest, RoutingDecision, ScheduleOutcome, KvRouterConfig, RouterConfigOverride } from '../../src/index.js';
+import type {
+  KvRouteRequest,
+  RoutingDecision,
+  ScheduleOutcome,
+  KvRouterConfig,
+  RouterConfigOverride,
+} from '../../src/index.js';
 
 describe('the library face (src/index.ts)', () => {
   it('exports the router, the scheduler pieces, hashing, the index and the errors', () => {
-    for (const name of ['KvRouter', 'KvScheduler', 'ActiveSequences', 'ApproximateIndex', 'PrefixIndex', 'promptHashes', 'KvgateError',
-      'resolveKvRouterConfig', 'KV_ROUTER_DEFAULTS', 'KV_ROUTER_CONFIG_FIELDS', 'parseRouterConfigOverride', 'rejectionError', 'outputBlockDecay',
-      'ManualClock', 'seededRng', 'RoutingDecision', 'resolvePin']) {
+    for (const name of [
+      'KvRouter',
+      'KvScheduler',
+      'ActiveSequences',
+      'ApproximateIndex',
+      'PrefixIndex',
+      'promptHashes',
+      'KvgateError',
+      'resolveKvRouterConfig',
+      'KV_ROUTER_DEFAULTS',
+      'KV_ROUTER_CONFIG_FIELDS',
+      'parseRouterConfigOverride',
+      'rejectionError',
+      'outputBlockDecay',
+      'ManualClock',
+      'seededRng',
+      'RoutingDecision',
+      'resolvePin',
+    ]) {
       expect(kvgate).toHaveProperty(name);
     }
     const router = new kvgate.KvRouter({ blockSize: 4, clock: new kvgate.ManualClock(), rng: kvgate.seededRng(1) });

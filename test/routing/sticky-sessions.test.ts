@@ -13,7 +13,9 @@ describe('sticky session limits (issue 13 item 4)', () => {
   it('20,000 sessions with timeout 1e9 never exceed the cap and lapse at the maximum timeout', () => {
     const clock = new ManualClock();
     const limits: string[] = [];
-    const s = new StickySessions(clock, 300_000, { maxTtlMs: 3_600_000, maxSessions: 5000 }, (limit) => limits.push(limit));
+    const s = new StickySessions(clock, 300_000, { maxTtlMs: 3_600_000, maxSessions: 5000 }, (limit) =>
+      limits.push(limit),
+    );
     for (let i = 0; i < 20_000; i++) {
       s.served({ id: `s${i}`, timeoutSecs: 1e9 }, { workerId: 1 + (i % 4), dpRank: 0 });
       expect(s.size).toBeLessThanOrEqual(5000);
@@ -51,14 +53,31 @@ describe('sticky session limits (issue 13 item 4)', () => {
     const metrics = new KvgateMetrics({ processMetrics: false });
     const warnings: Record<string, unknown>[] = [];
     const registry = new WorkerRegistry();
-    registry.add({ id: 1, model: 'm', url: 'http://127.0.0.1:9', role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1 });
+    registry.add({
+      id: 1,
+      model: 'm',
+      url: 'http://127.0.0.1:9',
+      role: 'aggregated',
+      dialect: 'vllm',
+      dpStart: 0,
+      dpSize: 1,
+    });
     const engine = new EngineClient();
-    const router = new ModelRouter({
-      model: 'm', mode: 'round-robin', blockSize: 16, registry, engine, tickIntervalMs: 0,
-      sessionLimits: { maxTtlMs: 60_000, maxSessions: 10 },
-    }, makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureWarnings(warnings) }));
+    const router = new ModelRouter(
+      {
+        model: 'm',
+        mode: 'round-robin',
+        blockSize: 16,
+        registry,
+        engine,
+        tickIntervalMs: 0,
+        sessionLimits: { maxTtlMs: 60_000, maxSessions: 10 },
+      },
+      makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureWarnings(warnings) }),
+    );
     try {
-      for (let i = 0; i < 50; i++) router.sessions.served({ id: `x${i}`, timeoutSecs: 1e9 }, { workerId: 1, dpRank: 0 });
+      for (let i = 0; i < 50; i++)
+        router.sessions.served({ id: `x${i}`, timeoutSecs: 1e9 }, { workerId: 1, dpRank: 0 });
       expect(router.sessions.size).toBe(10);
       expect(router.prefill.sessions.maxSessions).toBe(10);
       expect(router.prefill.sessions.maxTtlMs).toBe(60_000);

@@ -24,14 +24,31 @@ describe('probeTokenizer against a mocker engine', () => {
     await silent.close();
   });
 
-  const worker = (kvEvents: string): WorkerInfo => ({ id: 1, model: 'm', url: engine.url, role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1, kvEvents: { endpoint: kvEvents } });
+  const worker = (kvEvents: string): WorkerInfo => ({
+    id: 1,
+    model: 'm',
+    url: engine.url,
+    role: 'aggregated',
+    dialect: 'vllm',
+    dpStart: 0,
+    dpSize: 1,
+    kvEvents: { endpoint: kvEvents },
+  });
   // kvgate's side, as the gateway does it for a model without a tokenizer file: the fallback tokenizer and its ChatML template.
   const tok = fallbackTokenizer();
   const tokenize = async (messages: readonly { role: string; content: string }[]): Promise<Uint32Array> =>
-    Uint32Array.from(await tok.encode(tok.renderChat(messages, { addGenerationPrompt: true }), { addSpecialTokens: false }));
+    Uint32Array.from(
+      await tok.encode(tok.renderChat(messages, { addGenerationPrompt: true }), { addSpecialTokens: false }),
+    );
 
   it('agrees with an engine that tokenizes as kvgate does', async () => {
-    const r = await probeTokenizer({ worker: worker(engine.kvEventsEndpoints[0]!), servedModelName: 'm', tokenize, timeoutMs: 5000, nonce: 'n1' });
+    const r = await probeTokenizer({
+      worker: worker(engine.kvEventsEndpoints[0]!),
+      servedModelName: 'm',
+      tokenize,
+      timeoutMs: 5000,
+      nonce: 'n1',
+    });
     expect(r).toMatchObject({ outcome: 'ok', blockSize: 16 });
   });
 
@@ -41,12 +58,24 @@ describe('probeTokenizer against a mocker engine', () => {
       ids[40] = ids[40]! + 1;
       return ids;
     };
-    const r = await probeTokenizer({ worker: worker(engine.kvEventsEndpoints[0]!), servedModelName: 'm', tokenize: shifted, timeoutMs: 5000, nonce: 'n2' });
+    const r = await probeTokenizer({
+      worker: worker(engine.kvEventsEndpoints[0]!),
+      servedModelName: 'm',
+      tokenize: shifted,
+      timeoutMs: 5000,
+      nonce: 'n2',
+    });
     expect(r).toMatchObject({ outcome: 'mismatch', block: 2, offset: 8 });
   });
 
   it('no BlockStored event within the bound: inconclusive', async () => {
-    const r = await probeTokenizer({ worker: worker(silent.endpoint), servedModelName: 'm', tokenize, timeoutMs: 300, nonce: 'n3' });
+    const r = await probeTokenizer({
+      worker: worker(silent.endpoint),
+      servedModelName: 'm',
+      tokenize,
+      timeoutMs: 300,
+      nonce: 'n3',
+    });
     expect(r).toEqual({ outcome: 'inconclusive', reason: 'no BlockStored event of the canary arrived within 300 ms' });
   });
 });

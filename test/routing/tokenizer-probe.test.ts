@@ -18,9 +18,18 @@ function stored(tokens: number[], perEvent = 2, blockSize = BS): StoredBlocksEve
     const n = Math.min(perEvent, blocks - b);
     const hashes = BigUint64Array.from(Array.from({ length: n }, () => nextHash++));
     out.push({
-      type: 'stored', tier: 'device', parentHash: parent, blockHashes: hashes,
-      tokenIds: Uint32Array.from(tokens.slice(b * blockSize, (b + n) * blockSize)), blockSize,
-      droppedBlocks: 0, loraName: undefined, loraId: undefined, cacheSalt: undefined, mmHashes: undefined, groupIdx: 0,
+      type: 'stored',
+      tier: 'device',
+      parentHash: parent,
+      blockHashes: hashes,
+      tokenIds: Uint32Array.from(tokens.slice(b * blockSize, (b + n) * blockSize)),
+      blockSize,
+      droppedBlocks: 0,
+      loraName: undefined,
+      loraId: undefined,
+      cacheSalt: undefined,
+      mmHashes: undefined,
+      groupIdx: 0,
     });
     parent = hashes[n - 1]!;
   }
@@ -32,7 +41,11 @@ const ids = (n: number, from = 100): number[] => Array.from({ length: n }, (_, i
 describe('compareStoredBlocks', () => {
   it('agreement: every full block equal (the partial tail is not stored)', () => {
     const mine = ids(18);
-    expect(compareStoredBlocks(Uint32Array.from(mine), stored(mine.slice(0, 16)))).toEqual({ outcome: 'ok', blocks: 4, blockSize: BS });
+    expect(compareStoredBlocks(Uint32Array.from(mine), stored(mine.slice(0, 16)))).toEqual({
+      outcome: 'ok',
+      blocks: 4,
+      blockSize: BS,
+    });
   });
 
   it('names the first differing block, its offset and a few ids of each side', () => {
@@ -40,33 +53,52 @@ describe('compareStoredBlocks', () => {
     const theirs = [...mine];
     theirs[9] = 7;
     const c = compareStoredBlocks(Uint32Array.from(mine), stored(theirs));
-    expect(c).toEqual({ outcome: 'mismatch', block: 2, offset: 1, blockSize: BS, gateway: [109, 110, 111], engine: [7, 110, 111] });
+    expect(c).toEqual({
+      outcome: 'mismatch',
+      block: 2,
+      offset: 1,
+      blockSize: BS,
+      gateway: [109, 110, 111],
+      engine: [7, 110, 111],
+    });
   });
 
   it('fewer blocks than expected, all agreeing: incomplete (more may arrive); nothing stored: incomplete', () => {
     const mine = ids(16);
-    expect(compareStoredBlocks(Uint32Array.from(mine), stored(mine.slice(0, 8)))).toEqual({ outcome: 'incomplete', agreeing: 2, expected: 4 });
+    expect(compareStoredBlocks(Uint32Array.from(mine), stored(mine.slice(0, 8)))).toEqual({
+      outcome: 'incomplete',
+      agreeing: 2,
+      expected: 4,
+    });
     expect(compareStoredBlocks(Uint32Array.from(mine), []).outcome).toBe('incomplete');
   });
 
-  it('an engine block past kvgate\'s full blocks must open with kvgate\'s tail (the rest was generated)', () => {
+  it("an engine block past kvgate's full blocks must open with kvgate's tail (the rest was generated)", () => {
     const mine = ids(11);
     expect(compareStoredBlocks(Uint32Array.from(mine), stored([...mine, 999])).outcome).toBe('ok');
     const longer = compareStoredBlocks(Uint32Array.from(mine), stored([...ids(8), 108, 5, 6, 7]));
     expect(longer).toMatchObject({ outcome: 'mismatch', block: 2, offset: 1 });
   });
 
-  it('picks the canary\'s chain among other requests\' blocks', () => {
+  it("picks the canary's chain among other requests' blocks", () => {
     const mine = ids(16);
     const other = stored(ids(16, 5000));
     const theirs = [...mine];
     theirs[14] = 1;
-    expect(compareStoredBlocks(Uint32Array.from(mine), [...other, ...stored(theirs)])).toMatchObject({ outcome: 'mismatch', block: 3, offset: 2 });
+    expect(compareStoredBlocks(Uint32Array.from(mine), [...other, ...stored(theirs)])).toMatchObject({
+      outcome: 'mismatch',
+      block: 3,
+      offset: 2,
+    });
     expect(compareStoredBlocks(Uint32Array.from(mine), [...other, ...stored(mine)]).outcome).toBe('ok');
   });
 
-  it('compares in the engine\'s block size', () => {
+  it("compares in the engine's block size", () => {
     const mine = ids(16);
-    expect(compareStoredBlocks(Uint32Array.from(mine), stored(mine, 1, 8))).toEqual({ outcome: 'ok', blocks: 2, blockSize: 8 });
+    expect(compareStoredBlocks(Uint32Array.from(mine), stored(mine, 1, 8))).toEqual({
+      outcome: 'ok',
+      blocks: 2,
+      blockSize: 8,
+    });
   });
 });

@@ -30,19 +30,31 @@ async function gauge(metrics: KvgateMetrics, name: string, workerId: number): Pr
 
 describe('worker state changes are loud', () => {
   // issue 17, failures must be loud: events stale / resumed, down / up, with worker id and URL, gauges
-  it('logs KV events live, stale and resumed, and down and up, with the worker\'s id and URL; gauges follow', async () => {
+  it("logs KV events live, stale and resumed, and down and up, with the worker's id and URL; gauges follow", async () => {
     const clock = new ManualClock();
     const registry = new WorkerRegistry();
     const url = 'http://127.0.0.1:9';
-    registry.add({ id: 4, model: 'm', url, role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1, kvEvents: { endpoint: 'tcp://127.0.0.1:9' } });
+    registry.add({
+      id: 4,
+      model: 'm',
+      url,
+      role: 'aggregated',
+      dialect: 'vllm',
+      dpStart: 0,
+      dpSize: 1,
+      kvEvents: { endpoint: 'tcp://127.0.0.1:9' },
+    });
     const engine = new EngineClient();
     const metrics = new KvgateMetrics({ processMetrics: false });
     const lines: Line[] = [];
-    const router = new ModelRouter({ model: 'm', mode: 'kv', blockSize: 16, registry, engine, tickIntervalMs: 0, kvEventsStaleAfterMs: 1000 },
-      makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureLines(lines) }));
+    const router = new ModelRouter(
+      { model: 'm', mode: 'kv', blockSize: 16, registry, engine, tickIntervalMs: 0, kvEventsStaleAfterMs: 1000 },
+      makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureLines(lines) }),
+    );
     try {
       const liveness = router.events!.liveness;
-      const at = (msg: RegExp): Line | undefined => lines.find((l) => msg.test(l.msg) && l.workerId === 4 && l.url === url);
+      const at = (msg: RegExp): Line | undefined =>
+        lines.find((l) => msg.test(l.msg) && l.workerId === 4 && l.url === url);
       expect(await gauge(metrics, 'kvgate_worker_up', 4)).toBe(1);
 
       liveness.noteEvent({ workerId: 4, dpRank: 0 });

@@ -19,7 +19,7 @@ export async function heapAfterGc(url: string, headers: Record<string, string> =
   for (let i = 0; i < 2; i++) {
     const res = await fetch(`${url}/admin/gc`, { method: 'POST', headers });
     expect(res.status).toBe(200);
-    heap = await res.json() as Heap;
+    heap = (await res.json()) as Heap;
   }
   return heap!;
 }

@@ -71,7 +71,8 @@ function expectedEvents(spec: StreamSpec): number {
 /** Why a stream that ended cleanly is not complete; undefined when it is. */
 function incomplete(spec: StreamSpec, events: number, errors: number, tail: Buffer): string | undefined {
   if (errors > 0) return `${errors} error event(s)`;
-  if (tail.length < DONE.length || !tail.subarray(tail.length - DONE.length).equals(DONE)) return 'no [DONE] at the end';
+  if (tail.length < DONE.length || !tail.subarray(tail.length - DONE.length).equals(DONE))
+    return 'no [DONE] at the end';
   if (events !== expectedEvents(spec)) return `${events} events, expected ${expectedEvents(spec)}`;
   const usage = /"completion_tokens":(\d+)/.exec(tail.toString('latin1'));
   if (usage === null || Number(usage[1]) !== spec.tokens) {
@@ -100,7 +101,15 @@ export function runStream(base: string, spec: StreamSpec, agent: Agent): Promise
       settled = true;
       for (const t of timers) clearTimeout(t);
       clearTimeout(deadline);
-      resolve({ end, status, ttftMs, ms: performance.now() - started, bytes, events, ...(detail === undefined ? {} : { detail }) });
+      resolve({
+        end,
+        status,
+        ttftMs,
+        ms: performance.now() - started,
+        bytes,
+        events,
+        ...(detail === undefined ? {} : { detail }),
+      });
     };
     const headers = { 'content-type': 'application/json', accept: 'text/event-stream' };
     const req = request(`${base}${spec.path}`, { method: 'POST', agent, headers }, (res) => {
@@ -130,9 +139,10 @@ export function runStream(base: string, spec: StreamSpec, agent: Agent): Promise
         bytes += chunk.length;
         events += occurrences(tail, chunk, EVENT);
         errors += occurrences(tail, chunk, ERROR_EVENT);
-        tail = chunk.length >= TAIL_BYTES
-          ? Buffer.from(chunk.subarray(chunk.length - TAIL_BYTES))
-          : Buffer.concat([tail, chunk]).subarray(-TAIL_BYTES);
+        tail =
+          chunk.length >= TAIL_BYTES
+            ? Buffer.from(chunk.subarray(chunk.length - TAIL_BYTES))
+            : Buffer.concat([tail, chunk]).subarray(-TAIL_BYTES);
         if (spec.leaveAtBytes > 0 && bytes >= spec.leaveAtBytes) {
           settle('left');
           req.destroy();
@@ -154,8 +164,11 @@ export function runStream(base: string, spec: StreamSpec, agent: Agent): Promise
       res.on('close', () => settle('failed', `cut after ${bytes} bytes, ${events} events`));
     });
     const deadline = setTimeout(() => {
-      settle('hung', `no end after ${Math.round(spec.deadlineMs)} ms: ${bytes} bytes, ${events} of ${expectedEvents(spec)} events, `
-        + `last byte ${Math.round(performance.now() - lastByteAt)} ms ago, reader ${spec.reader}${paused ? ' (pausing)' : ''}`);
+      settle(
+        'hung',
+        `no end after ${Math.round(spec.deadlineMs)} ms: ${bytes} bytes, ${events} of ${expectedEvents(spec)} events, ` +
+          `last byte ${Math.round(performance.now() - lastByteAt)} ms ago, reader ${spec.reader}${paused ? ' (pausing)' : ''}`,
+      );
       req.destroy();
     }, spec.deadlineMs);
     req.on('error', (err) => settle('failed', `request: ${err.message}`));

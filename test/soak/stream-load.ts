@@ -14,7 +14,21 @@ import { runStream, type Reader, type StreamEnd, type StreamResult, type StreamS
 const MODEL = 'mock-model';
 /** About the bytes of one token's event (chat and completions chunks are 190 to 230 bytes). */
 const BYTES_PER_TOKEN = 200;
-const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'kernel', 'cache', 'router', 'token', 'block', 'engine', 'prefix', 'latency', 'stream'];
+const WORDS = [
+  'alpha',
+  'beta',
+  'gamma',
+  'delta',
+  'kernel',
+  'cache',
+  'router',
+  'token',
+  'block',
+  'engine',
+  'prefix',
+  'latency',
+  'stream',
+];
 
 export interface MixOptions {
   /** A stream not ended this long after its request, its planned pauses aside, is hung. */
@@ -29,7 +43,8 @@ export interface MixOptions {
  */
 export function streamMix(rng: Rng, opts: MixOptions): () => StreamSpec {
   const int = (lo: number, hi: number): number => lo + Math.floor(rng() * (hi - lo + 1));
-  const words = (n: number): string => Array.from({ length: n }, () => WORDS[Math.floor(rng() * WORDS.length)]).join(' ');
+  const words = (n: number): string =>
+    Array.from({ length: n }, () => WORDS[Math.floor(rng() * WORDS.length)]).join(' ');
   const systems = Array.from({ length: 8 }, (_, i) => `System prompt ${i}: ${words(150)}`);
   let n = 0;
   return () => {
@@ -38,15 +53,30 @@ export function streamMix(rng: Rng, opts: MixOptions): () => StreamSpec {
     const system = systems[Math.floor(rng() * systems.length)]!;
     const user = `Story ${i}: ${words(12)}`;
     const chat = rng() < 0.5;
-    const common = { model: MODEL, max_tokens: tokens, ignore_eos: true, stream: true, stream_options: { include_usage: true } };
-    const body = JSON.stringify(chat
-      ? { ...common, messages: [{ role: 'system', content: system }, { role: 'user', content: user }] }
-      : { ...common, prompt: `${system}\n${user}` });
+    const common = {
+      model: MODEL,
+      max_tokens: tokens,
+      ignore_eos: true,
+      stream: true,
+      stream_options: { include_usage: true },
+    };
+    const body = JSON.stringify(
+      chat
+        ? {
+            ...common,
+            messages: [
+              { role: 'system', content: system },
+              { role: 'user', content: user },
+            ],
+          }
+        : { ...common, prompt: `${system}\n${user}` },
+    );
     const expectedBytes = tokens * BYTES_PER_TOKEN;
     const r = rng();
     const reader: Reader = r < 0.4 ? 'straight' : r < 0.6 ? 'slow' : r < 0.85 ? 'pausing' : 'leaver';
     const pace = paceOf(reader, expectedBytes, int);
-    const plannedMs = (pace.pauseEveryBytes > 0 ? (expectedBytes / pace.pauseEveryBytes + 1) * pace.pauseMs : 0) + pace.stopMs;
+    const plannedMs =
+      (pace.pauseEveryBytes > 0 ? (expectedBytes / pace.pauseEveryBytes + 1) * pace.pauseMs : 0) + pace.stopMs;
     const path = chat ? '/v1/chat/completions' : '/v1/completions';
     return { path, body, tokens, reader, ...pace, deadlineMs: opts.deadlineMs + plannedMs };
   };
@@ -58,13 +88,20 @@ type Pace = Pick<StreamSpec, 'pauseEveryBytes' | 'pauseMs' | 'stopAtBytes' | 'st
 function paceOf(reader: Reader, expectedBytes: number, int: (lo: number, hi: number) => number): Pace {
   const none = { pauseEveryBytes: 0, pauseMs: 0, stopAtBytes: 0, stopMs: 0, leaveAtBytes: 0 };
   switch (reader) {
-    case 'straight': return none;
-    case 'slow': return { ...none, pauseEveryBytes: 4096, pauseMs: int(1, 3) };
+    case 'straight':
+      return none;
+    case 'slow':
+      return { ...none, pauseEveryBytes: 4096, pauseMs: int(1, 3) };
     case 'pausing':
       return {
-        ...none, pauseEveryBytes: int(32, 96) * 1024, pauseMs: int(20, 200), stopAtBytes: int(1, expectedBytes), stopMs: int(500, 3000),
+        ...none,
+        pauseEveryBytes: int(32, 96) * 1024,
+        pauseMs: int(20, 200),
+        stopAtBytes: int(1, expectedBytes),
+        stopMs: int(500, 3000),
       };
-    case 'leaver': return { ...none, leaveAtBytes: int(1, expectedBytes / 2) };
+    case 'leaver':
+      return { ...none, leaveAtBytes: int(1, expectedBytes / 2) };
   }
 }
 
@@ -89,7 +126,8 @@ export class Tally {
 
   /** Streams that ended (done or left) within [from, to] (performance.now). */
   servedWithin(from: number, to: number): number {
-    return this.ended.filter((e) => (e.result.end === 'done' || e.result.end === 'left') && e.at >= from && e.at <= to).length;
+    return this.ended.filter((e) => (e.result.end === 'done' || e.result.end === 'left') && e.at >= from && e.at <= to)
+      .length;
   }
 
   /** Counts by ending and by reader, TTFT and duration percentiles (ms), and the first failures. */
@@ -102,16 +140,28 @@ export class Tally {
       r[result.end] = (r[result.end] ?? 0) + 1;
     }
     const ttft = distribution(this.ended.flatMap((e) => (e.result.ttftMs === undefined ? [] : [e.result.ttftMs])));
-    const longStraight = this.ended.filter((e) => e.result.end === 'done' && e.spec.tokens >= 1000 && e.spec.reader === 'straight');
+    const longStraight = this.ended.filter(
+      (e) => e.result.end === 'done' && e.spec.tokens >= 1000 && e.spec.reader === 'straight',
+    );
     const long = distribution(longStraight.map((e) => e.result.ms));
     const ms = (v: number): number => Math.round(v * 10) / 10;
     return {
-      streams: this.ended.length, ends, readers,
+      streams: this.ended.length,
+      ends,
+      readers,
       tokens: this.ended.filter((e) => e.result.end === 'done').reduce((n, e) => n + e.spec.tokens, 0),
       ttftMs: { p50: ms(ttft.p50), p99: ms(ttft.p99), max: ms(ttft.max) },
       longStraightStreamMs: { p50: ms(long.p50), p99: ms(long.p99) },
-      problems: this.ended.filter((e) => e.result.end === 'failed' || e.result.end === 'hung').slice(0, 10)
-        .map((e) => ({ end: e.result.end, path: e.spec.path, tokens: e.spec.tokens, reader: e.spec.reader, detail: e.result.detail })),
+      problems: this.ended
+        .filter((e) => e.result.end === 'failed' || e.result.end === 'hung')
+        .slice(0, 10)
+        .map((e) => ({
+          end: e.result.end,
+          path: e.spec.path,
+          tokens: e.spec.tokens,
+          reader: e.spec.reader,
+          detail: e.result.detail,
+        })),
     };
   }
 }
@@ -145,9 +195,11 @@ export class StreamLoad {
 
   /** `concurrency` loops, each starting a stream as its last one ends, until `untilMs` (performance.now). */
   async closedLoop(concurrency: number, untilMs: number, into: Tally): Promise<void> {
-    await Promise.all(Array.from({ length: concurrency }, async () => {
-      while (performance.now() < untilMs) await this.launch(into);
-    }));
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (performance.now() < untilMs) await this.launch(into);
+      }),
+    );
   }
 
   /**

@@ -38,9 +38,17 @@ describe('fallback tokenizer', () => {
   it('renders ChatML', () => {
     const text = fallbackTokenizer().renderChat([
       { role: 'system', content: 'Be brief.' },
-      { role: 'user', content: [{ type: 'text', text: 'Hi' }, { type: 'text', text: 'there' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'Hi' },
+          { type: 'text', text: 'there' },
+        ],
+      },
     ]);
-    expect(text).toBe('<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi\nthere<|im_end|>\n<|im_start|>assistant\n');
+    expect(text).toBe(
+      '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi\nthere<|im_end|>\n<|im_start|>assistant\n',
+    );
   });
 
   it('sample vocabulary decodes to its texts, all below the vocabulary size', async () => {
@@ -56,7 +64,12 @@ describe('fallback tokenizer', () => {
 
   it('rejects malformed messages with KVG_ERR_INVALID_ARGUMENT', () => {
     const tok = fallbackTokenizer();
-    for (const bad of [[], [{ content: 'x' }], [{ role: 'user', content: [{ type: 'image_url' }] }], [{ role: 'user', content: 5 }]]) {
+    for (const bad of [
+      [],
+      [{ content: 'x' }],
+      [{ role: 'user', content: [{ type: 'image_url' }] }],
+      [{ role: 'user', content: 5 }],
+    ]) {
       let err: unknown;
       try {
         tok.renderChat(bad as never);
@@ -88,7 +101,9 @@ describe('Hugging Face tokenizer (demo model: Qwen3)', () => {
     expect(ids).toEqual([151644, 872, 198, 9707, 1052, 151645, 198, 151644, 77091, 198]);
     expect(await tok.decode([9707, 1052])).toBe('Hello there');
     // Template variables pass through (Qwen3's enable_thinking switch).
-    expect(tok.renderChat([{ role: 'user', content: 'x' }], { extra: { enable_thinking: false } })).toMatch(/<think>\n\n<\/think>\n\n$/);
+    expect(tok.renderChat([{ role: 'user', content: 'x' }], { extra: { enable_thinking: false } })).toMatch(
+      /<think>\n\n<\/think>\n\n$/,
+    );
   });
 
   it('sample vocabulary is plain words that decode to their texts', async () => {
@@ -114,6 +129,8 @@ describe('Hugging Face tokenizer (demo model: Qwen3)', () => {
 
   it('a broken template is KVG_ERR_INVALID_CONFIG', () => {
     expect(() => new ChatTemplate('{% for %}')).toThrow(/does not parse/);
-    expect(new ChatTemplate(CHATML_TEMPLATE).render([{ role: 'user', content: 'a' }], { addGenerationPrompt: false })).toBe('<|im_start|>user\na<|im_end|>\n');
+    expect(
+      new ChatTemplate(CHATML_TEMPLATE).render([{ role: 'user', content: 'a' }], { addGenerationPrompt: false }),
+    ).toBe('<|im_start|>user\na<|im_end|>\n');
   });
 });

@@ -23,8 +23,15 @@ describe('xxh3 against Dynamo test vectors (spec section 2)', () => {
     const r = promptHashes([0, 1, 2, 3, 4, 5, 6, 7], 4);
     expect([...r.local]).toEqual([9143094415614847814n, 12124091508212882195n]);
     expect([...r.seq]).toEqual([9143094415614847814n, 9510318385840434533n]);
-    expect([...blockHashes([0, 1, 2, 3, 4, 5], 2)]).toEqual([10918435022357402928n, 10731123482949079648n, 12189426826560619506n]);
-    expect([...blockHashes([0, 1, 2, 3, 4, 5], 2, { eagle: true })]).toEqual([11646242937812223497n, 9948816348502404300n]);
+    expect([...blockHashes([0, 1, 2, 3, 4, 5], 2)]).toEqual([
+      10918435022357402928n,
+      10731123482949079648n,
+      12189426826560619506n,
+    ]);
+    expect([...blockHashes([0, 1, 2, 3, 4, 5], 2, { eagle: true })]).toEqual([
+      11646242937812223497n,
+      9948816348502404300n,
+    ]);
   });
 
   it('LoRA and cache-salt seeds', () => {
@@ -34,14 +41,17 @@ describe('xxh3 against Dynamo test vectors (spec section 2)', () => {
     expect([...blockHashes([1, 2, 3, 4], 4, { cacheSalt: 'tenant-a' })]).toEqual([5738685477468498325n]);
     // Empty LoRA name is the base model; different LoRAs differ.
     expect([...blockHashes([1, 2, 3, 4], 4, { loraName: '' })]).toEqual([14643705804678351452n]);
-    expect(blockHashes([1, 2, 3, 4], 4, { loraName: 'a' })[0]).not.toBe(blockHashes([1, 2, 3, 4], 4, { loraName: 'b' })[0]);
+    expect(blockHashes([1, 2, 3, 4], 4, { loraName: 'a' })[0]).not.toBe(
+      blockHashes([1, 2, 3, 4], 4, { loraName: 'b' })[0],
+    );
   });
 
   it('multimodal hashes are appended sorted', () => {
     expect([...blockHashes([1, 2, 3, 4], 4, { mmHashes: [[42n]] })]).toEqual([14000361058806882387n]);
     expect([...blockHashes([1, 2, 3, 4], 4, { mmHashes: [[42n, 7n]] })]).toEqual([6295130183325757331n]);
     expect([...blockHashes([1, 2, 3, 4, 5, 6, 7, 8], 4, { mmHashes: [undefined, [7n, 42n]] })]).toEqual([
-      14643705804678351452n, blockHashes([5, 6, 7, 8], 4, { mmHashes: [[42n, 7n]] })[0],
+      14643705804678351452n,
+      blockHashes([5, 6, 7, 8], 4, { mmHashes: [[42n, 7n]] })[0],
     ]);
   });
 
@@ -57,7 +67,15 @@ describe('xxh3 against Dynamo test vectors (spec section 2)', () => {
 });
 
 describe('xxh3 against native XXH3 (@node-rs/xxhash)', () => {
-  const classes: [number, number][] = [[0, 0], [1, 3], [4, 8], [9, 16], [17, 128], [129, 240], [241, 4096]];
+  const classes: [number, number][] = [
+    [0, 0],
+    [1, 3],
+    [4, 8],
+    [9, 16],
+    [17, 128],
+    [129, 240],
+    [241, 4096],
+  ];
   for (const [lo, hi] of classes) {
     it(`10,000 random inputs of ${lo}..${hi} bytes with random seeds`, () => {
       const rng = mulberry32(lo * 7919 + hi);

@@ -101,7 +101,7 @@ describe('PrefixIndex against the model on randomized event streams', () => {
       const model = new ModelIndex();
       const workers = Array.from({ length: 16 }, (_, i) => 1000 + i);
       const ranks = [0, 1, 2, 3];
-      const alphabet = Array.from({ length: 6 }, (_, i) => BigInt(i + 1) * 0x9e3779b97f4a7c15n % (1n << 64n));
+      const alphabet = Array.from({ length: 6 }, (_, i) => (BigInt(i + 1) * 0x9e3779b97f4a7c15n) % (1n << 64n));
       // Local-hash paths stored so far, to build queries from.
       const known: bigint[][] = [];
       let checks = 0;
@@ -136,7 +136,9 @@ describe('PrefixIndex against the model on randomized event streams', () => {
             expect(want).toBe('ok');
           } catch (e) {
             expect(want).not.toBe('ok');
-            expect(isKvgateError(e, want === 'parent' ? 'KVG_ERR_PARENT_BLOCK_NOT_FOUND' : 'KVG_ERR_INVALID_BLOCK_SEQUENCE')).toBe(true);
+            expect(
+              isKvgateError(e, want === 'parent' ? 'KVG_ERR_PARENT_BLOCK_NOT_FOUND' : 'KVG_ERR_INVALID_BLOCK_SEQUENCE'),
+            ).toBe(true);
           }
           known.push(local);
         } else if (op < 0.8) {
@@ -185,7 +187,13 @@ describe('PrefixIndex semantics', () => {
     index.applyStored(1, 0, null, [101n, 102n, 103n], local.slice(0, 3));
     index.applyStored(2, 0, null, [201n], local.slice(0, 1));
     index.applyStored(2, 1, null, [301n, 302n, 303n, 304n], local);
-    expect(indexMatches(index, local)).toEqual(new Map([['1:0', 3], ['2:0', 1], ['2:1', 4]]));
+    expect(indexMatches(index, local)).toEqual(
+      new Map([
+        ['1:0', 3],
+        ['2:0', 1],
+        ['2:1', 4],
+      ]),
+    );
     // by sequence hash gives the same answer
     const seq = sequenceHashes(BigUint64Array.from(local));
     const r = index.findMatches(seq, true);
@@ -240,7 +248,13 @@ describe('PrefixIndex semantics', () => {
     const chain = Array.from({ length: 300 }, (_, i) => BigInt(i + 1));
     for (let w = 0; w < 200; w++) {
       const len = 1 + (w % 300);
-      index.applyStored(w, 0, null, chain.slice(0, len).map((h) => h + BigInt(w) * 1000n), chain.slice(0, len));
+      index.applyStored(
+        w,
+        0,
+        null,
+        chain.slice(0, len).map((h) => h + BigInt(w) * 1000n),
+        chain.slice(0, len),
+      );
     }
     const m = indexMatches(index, chain);
     expect(m.size).toBe(200);

@@ -25,7 +25,10 @@ describe('PrefixIndex slot export and import (issue 15 warm start)', () => {
     a.applyStored(1, 0, null, [101n, 102n, 103n], [11n, 12n, 13n]);
     a.applyStored(2, 1, null, [201n, 202n], [11n, 12n]);
     a.applyStored(2, 1, 202n, [203n], [99n]);
-    for (const [w, r] of [[1, 0], [2, 1]] as const) {
+    for (const [w, r] of [
+      [1, 0],
+      [2, 1],
+    ] as const) {
       const pairs = a.exportSlot(w, r);
       expect(pairs.length).toBe(a.blockCount(w, r) * 2);
       expect(b.importSlot(w, r, pairs)).toBe(a.blockCount(w, r));
@@ -34,16 +37,35 @@ describe('PrefixIndex slot export and import (issue 15 warm start)', () => {
     }
     expect(b.size).toBe(a.size);
     expect(b.distinctBlocks).toBe(a.distinctBlocks);
-    for (const prompt of [[11n, 12n, 13n], [11n, 12n, 99n], [11n, 5n]]) expect(seqOf(b, prompt, 2)).toEqual(seqOf(a, prompt, 2));
-    expect(seqOf(b, [11n, 12n, 13n], 2)).toEqual(new Map([['1:0', 3], ['2:1', 2]]));
+    for (const prompt of [
+      [11n, 12n, 13n],
+      [11n, 12n, 99n],
+      [11n, 5n],
+    ])
+      expect(seqOf(b, prompt, 2)).toEqual(seqOf(a, prompt, 2));
+    expect(seqOf(b, [11n, 12n, 13n], 2)).toEqual(
+      new Map([
+        ['1:0', 3],
+        ['2:1', 2],
+      ]),
+    );
 
     // The engine's next events name the blocks by its own hashes: the copy resolves them.
     for (const ix of [a, b]) {
       ix.applyStored(1, 0, 103n, [104n], [14n]);
       expect(ix.applyRemoved(2, 1, [202n, 203n])).toEqual({ removed: 2, missing: 0 });
     }
-    for (const prompt of [[11n, 12n, 13n, 14n], [11n, 12n, 99n]]) expect(seqOf(b, prompt, 2)).toEqual(seqOf(a, prompt, 2));
-    expect(seqOf(b, [11n, 12n, 13n, 14n], 2)).toEqual(new Map([['1:0', 4], ['2:1', 1]]));
+    for (const prompt of [
+      [11n, 12n, 13n, 14n],
+      [11n, 12n, 99n],
+    ])
+      expect(seqOf(b, prompt, 2)).toEqual(seqOf(a, prompt, 2));
+    expect(seqOf(b, [11n, 12n, 13n, 14n], 2)).toEqual(
+      new Map([
+        ['1:0', 4],
+        ['2:1', 1],
+      ]),
+    );
     a.dispose();
     b.dispose();
   });

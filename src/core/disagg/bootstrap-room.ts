@@ -17,7 +17,8 @@ export const I64_MAX = (1n << 63n) - 1n;
  * @returns a room with `room % dpSize == dpRank` (when both are known) and `room <= i64::MAX`
  */
 export function computeBootstrapRoom(dpRank: number | undefined, dpSize: number | undefined, r: bigint): bigint {
-  if (r < 0n || r > I64_MAX) throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `bootstrap room seed must be in [0, i64::MAX], got ${r}`);
+  if (r < 0n || r > I64_MAX)
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `bootstrap room seed must be in [0, i64::MAX], got ${r}`);
   if (dpRank === undefined || dpSize === undefined || dpSize === 0) return r;
   if (!Number.isInteger(dpSize) || dpSize < 0 || !Number.isInteger(dpRank) || dpRank < 0 || dpRank >= dpSize) {
     throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `dp rank ${dpRank} is not in [0, ${dpSize})`);

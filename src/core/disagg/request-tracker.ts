@@ -112,6 +112,8 @@ export class RequestTracker {
   /** Decode first token minus prefill completion: the estimated KV transfer time. */
   kvTransferEstimatedMs(): number | undefined {
     const { decodeFirstToken, prefillComplete } = this.times;
-    return decodeFirstToken === undefined || prefillComplete === undefined ? undefined : decodeFirstToken - prefillComplete;
+    return decodeFirstToken === undefined || prefillComplete === undefined
+      ? undefined
+      : decodeFirstToken - prefillComplete;
   }
 }

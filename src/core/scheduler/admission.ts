@@ -18,7 +18,14 @@ import type { SlotFilter } from './filter.js';
 import type { OverlapMatcher } from './overlap.js';
 import type { SlotSelector } from './selector.js';
 import type { SlotTable } from './slots.js';
-import { duplicateRequest, rejectionError, type AdmissionResult, type QueueTicket, type ScheduleOutcome, type SchedulingRequest } from './types.js';
+import {
+  duplicateRequest,
+  rejectionError,
+  type AdmissionResult,
+  type QueueTicket,
+  type ScheduleOutcome,
+  type SchedulingRequest,
+} from './types.js';
 
 interface Parked {
   readonly req: SchedulingRequest;
@@ -67,11 +74,26 @@ export class Admission {
       const cap = backpressureCap(tiers, missing, this.#p.table.workers.size);
       const queued = this.#queue.pendingIslTokens;
       if (queued >= cap) {
-        return { status: 'rejected', rejection: { kind: 'backpressure', reason: 'MaxQueuedIslTokensExceeded', queuedIslTokens: queued, maxQueuedIslTokens: cap, missingIslTokens: missing } };
+        return {
+          status: 'rejected',
+          rejection: {
+            kind: 'backpressure',
+            reason: 'MaxQueuedIslTokensExceeded',
+            queuedIslTokens: queued,
+            maxQueuedIslTokens: cap,
+            missingIslTokens: missing,
+          },
+        };
       }
     }
     const arrivedAt = clock.now();
-    const key = queueKey(config.routerQueuePolicy, req.priorityJump ?? 0, (arrivedAt - this.#p.startedAt) / 1000, isl, cached);
+    const key = queueKey(
+      config.routerQueuePolicy,
+      req.priorityJump ?? 0,
+      (arrivedAt - this.#p.startedAt) / 1000,
+      isl,
+      cached,
+    );
     let resolve!: (r: AdmissionResult) => void;
     const admitted = new Promise<AdmissionResult>((r) => {
       resolve = r;
@@ -116,7 +138,10 @@ export class Admission {
       if (active.has(req.requestId)) throw duplicateRequest(req.requestId);
       resolve({ status: 'routed', decision: this.#p.selector.decide(req, kept, 'book', t0, t0 - arrivedAt) });
     } catch (err) {
-      const error = err instanceof KvgateError ? err : new KvgateError('KVG_ERR_INVALID_ARGUMENT', String(err), undefined, { cause: err });
+      const error =
+        err instanceof KvgateError
+          ? err
+          : new KvgateError('KVG_ERR_INVALID_ARGUMENT', String(err), undefined, { cause: err });
       resolve({ status: 'failed', error });
     }
   }

@@ -51,11 +51,25 @@ export class Booker {
     const share = knobs.shareable;
     const privateBlocks = knobs.trackActiveBlocks && !share ? promptBlocks : 0;
     const shared = share ? hashes : null;
-    this.#active.add({ requestId: req.requestId, slot, prefillTokens, expectedOutputTokens: req.expectedOutputTokens, hashes: shared, privateBlocks });
+    this.#active.add({
+      requestId: req.requestId,
+      slot,
+      prefillTokens,
+      expectedOutputTokens: req.expectedOutputTokens,
+      hashes: shared,
+      privateBlocks,
+    });
     this.observer?.added({
-      requestId: req.requestId, workerId: this.#table.slotWorker[slot]!, dpRank: this.#table.slotRank[slot]!,
-      seq: shared !== null && shared.seq.length > 0 ? shared.seq : null, privateBlocks, prefillTokens,
-      expectedOutputTokens: req.expectedOutputTokens, prefillCompleted: false, outputBlocks: 0, decay: undefined,
+      requestId: req.requestId,
+      workerId: this.#table.slotWorker[slot]!,
+      dpRank: this.#table.slotRank[slot]!,
+      seq: shared !== null && shared.seq.length > 0 ? shared.seq : null,
+      privateBlocks,
+      prefillTokens,
+      expectedOutputTokens: req.expectedOutputTokens,
+      prefillCompleted: false,
+      outputBlocks: 0,
+      decay: undefined,
     });
     if (hashes !== null && hashes.seq.length > 0) this.#record(slot, hashes);
     return prefillTokens;

@@ -32,7 +32,8 @@ export class SlotFilter {
     const preferred = req.routingConstraints?.preferredTaints;
     if (preferred !== undefined) {
       for (const [t, v] of Object.entries(preferred)) {
-        if (!(Number.isFinite(v) && v > 0)) throw invalidArg(`preferred taint ${t}: factor must be a finite number > 0, got ${v}`);
+        if (!(Number.isFinite(v) && v > 0))
+          throw invalidArg(`preferred taint ${t}: factor must be a finite number > 0, got ${v}`);
       }
     }
     const table = this.#table;
@@ -60,8 +61,11 @@ export class SlotFilter {
       }
     }
     if (n === 0) {
-      throw new KvgateError('KVG_ERR_NO_WORKERS', allowed === undefined ? 'no workers are registered' : 'none of the allowed workers is registered',
-        allowed === undefined ? {} : { allowedWorkerIds: [...allowed] });
+      throw new KvgateError(
+        'KVG_ERR_NO_WORKERS',
+        allowed === undefined ? 'no workers are registered' : 'none of the allowed workers is registered',
+        allowed === undefined ? {} : { allowedWorkerIds: [...allowed] },
+      );
     }
     const required = req.routingConstraints?.requiredTaints;
     return required !== undefined && required.length > 0 ? this.#keepTainted(n, required) : n;
@@ -75,7 +79,12 @@ export class SlotFilter {
   dropOverloaded(n: number, req: SchedulingRequest): number {
     const c = this.#knobs();
     if (req.pinWorkerId !== undefined) return n;
-    if (c.activeDecodeBlocksThreshold === null && c.activePrefillTokensThreshold === null && c.activePrefillTokensThresholdFrac === null) return n;
+    if (
+      c.activeDecodeBlocksThreshold === null &&
+      c.activePrefillTokensThreshold === null &&
+      c.activePrefillTokensThresholdFrac === null
+    )
+      return n;
     const elig = this.#table.scratch.eligible;
     let kept = 0;
     for (let i = 0; i < n; i++) {
@@ -95,7 +104,11 @@ export class SlotFilter {
       if (used > c.activeDecodeBlocksThreshold * table.totalKv[s]!) return true;
     }
     if (c.activePrefillTokensThreshold !== null && prefill > c.activePrefillTokensThreshold) return true;
-    if (c.activePrefillTokensThresholdFrac !== null && prefill > c.activePrefillTokensThresholdFrac * table.maxBatched[s]!) return true;
+    if (
+      c.activePrefillTokensThresholdFrac !== null &&
+      prefill > c.activePrefillTokensThresholdFrac * table.maxBatched[s]!
+    )
+      return true;
     return false;
   }
 
@@ -122,7 +135,10 @@ export class SlotFilter {
       const taints = table.workers.get(table.slotWorker[s]!)!.taints;
       if (required.every((t) => taints.has(t))) elig[kept++] = s;
     }
-    if (kept === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no worker carries every required taint (${required.join(', ')})`, { requiredTaints: [...required] });
+    if (kept === 0)
+      throw new KvgateError('KVG_ERR_NO_WORKERS', `no worker carries every required taint (${required.join(', ')})`, {
+        requiredTaints: [...required],
+      });
     return kept;
   }
 }

@@ -23,7 +23,11 @@ export interface EffectiveKnobs extends CostKnobs {
  * on the host, disk and shared-cache credits; without it they are 0.
  */
 export function effectiveKnobs(
-  c: KvRouterConfig, role: WorkerRole, o: RouterConfigOverride | undefined, hasHashes: boolean, tiered: boolean,
+  c: KvRouterConfig,
+  role: WorkerRole,
+  o: RouterConfigOverride | undefined,
+  hasHashes: boolean,
+  tiered: boolean,
 ): EffectiveKnobs {
   const trackPrefillTokens = o?.trackPrefillTokens ?? c.routerTrackPrefillTokens;
   const assumeKvReuse = o?.assumeKvReuse ?? c.routerAssumeKvReuse;

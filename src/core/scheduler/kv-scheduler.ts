@@ -24,10 +24,21 @@
  * a queued request is always re-matched at admission (Dynamo only after 10 s).
  */
 import {
-  blockSize as checkBlockSize, systemClock, type Clock, type RouterConfigOverride, type WorkerRank, type WorkerRole,
+  blockSize as checkBlockSize,
+  systemClock,
+  type Clock,
+  type RouterConfigOverride,
+  type WorkerRank,
+  type WorkerRole,
 } from '../../common/index.js';
 import { PrefixIndex, type PromptHashes } from '../../wasm/index.js';
-import { ActiveSequences, PEER_ID_PREFIX, type ActiveRequestInfo, type SlotLoad, type SyncedBooking } from '../active-sequences.js';
+import {
+  ActiveSequences,
+  PEER_ID_PREFIX,
+  type ActiveRequestInfo,
+  type SlotLoad,
+  type SyncedBooking,
+} from '../active-sequences.js';
 import { PeerBookings } from '../peer-bookings.js';
 import { ApproximateIndex } from '../approximate.js';
 import { KvgateError } from '../../errors/index.js';
@@ -41,12 +52,26 @@ import { OverlapMatcher } from './overlap.js';
 import { SlotSelector } from './selector.js';
 import { SlotTable } from './slots.js';
 import {
-  duplicateRequest, rejectionError, workerNotFound,
-  type BookkeepingObserver, type KvSchedulerOptions, type ScheduleOutcome, type SchedulingRequest, type SelectionMode, type WorkerCapacity, type WorkerLoad, type WorkerSummary,
+  duplicateRequest,
+  rejectionError,
+  workerNotFound,
+  type BookkeepingObserver,
+  type KvSchedulerOptions,
+  type ScheduleOutcome,
+  type SchedulingRequest,
+  type SelectionMode,
+  type WorkerCapacity,
+  type WorkerLoad,
+  type WorkerSummary,
 } from './types.js';
 
 /** Knobs read when the scheduler is built (index TTLs, tracking mode): changing them means a new scheduler. */
-export const STRUCTURAL_ROUTER_KNOBS = ['useKvEvents', 'routerTtlSecs', 'routerPredictedTtlSecs', 'activeRequestExpirySecs'] as const;
+export const STRUCTURAL_ROUTER_KNOBS = [
+  'useKvEvents',
+  'routerTtlSecs',
+  'routerPredictedTtlSecs',
+  'activeRequestExpirySecs',
+] as const;
 
 export class KvScheduler {
   #config: KvRouterConfig;
@@ -75,31 +100,66 @@ export class KvScheduler {
   /** @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid config; KVG_ERR_INVALID_BLOCK_SIZE for a bad block size. */
   constructor(opts: KvSchedulerOptions) {
     this.blockSize = checkBlockSize(opts.blockSize);
-    const config = this.#config = resolveKvRouterConfig(opts.config ?? {});
+    const config = (this.#config = resolveKvRouterConfig(opts.config ?? {}));
     this.workerType = opts.workerType ?? 'aggregated';
-    const clock = this.#clock = opts.clock ?? systemClock;
+    const clock = (this.#clock = opts.clock ?? systemClock);
     const rng = opts.rng ?? Math.random;
     const tiers = { ...opts.tierIndexes };
     this.index = opts.index ?? new PrefixIndex();
     const ttlMs = config.routerTtlSecs * 1000;
     this.approximate = config.useKvEvents ? null : new ApproximateIndex(this.index, { ttlMs, clock });
-    this.predicted = config.routerPredictedTtlSecs === null ? null
-      : new ApproximateIndex(new PrefixIndex(), { ttlMs: config.routerPredictedTtlSecs * 1000, clock });
+    this.predicted =
+      config.routerPredictedTtlSecs === null
+        ? null
+        : new ApproximateIndex(new PrefixIndex(), { ttlMs: config.routerPredictedTtlSecs * 1000, clock });
     const eventFallback = config.useKvEvents ? opts.eventFallback : undefined;
     this.fallback = eventFallback === undefined ? null : new ApproximateIndex(new PrefixIndex(), { ttlMs, clock });
-    const active = this.#active = new ActiveSequences({ clock, expiryMs: config.activeRequestExpirySecs * 1000 });
+    const active = (this.#active = new ActiveSequences({ clock, expiryMs: config.activeRequestExpirySecs * 1000 }));
     const startedAt = clock.now();
 
-    const table = this.#table = new SlotTable(this.index, active, this.predicted);
-    const filter = this.#filter = new SlotFilter(() => this.#config, table, active);
+    const table = (this.#table = new SlotTable(this.index, active, this.predicted));
+    const filter = (this.#filter = new SlotFilter(() => this.#config, table, active));
     const { index, approximate, predicted, fallback, blockSize } = this;
     const matcher = new OverlapMatcher(table, active, { index, predicted, fallback, eventFallback, tiers }, blockSize);
-    const booker = this.#booker = new Booker(table, active, { approximate, predicted, fallback, eventFallback }, blockSize);
+    const booker = (this.#booker = new Booker(
+      table,
+      active,
+      { approximate, predicted, fallback, eventFallback },
+      blockSize,
+    ));
     // The parts read the knobs through a getter, so `reconfigure` reaches them all at once.
     const knobs = (): KvRouterConfig => this.#config;
-    const selector = this.#selector = new SlotSelector({ get config() { return knobs(); }, role: this.workerType, blockSize, table, active, matcher, booker, clock, rng });
-    this.#admission = new Admission({ get config() { return knobs(); }, table, active, filter, matcher, selector, clock, startedAt });
-    this.peers = new PeerBookings({ active, table, drain: () => this.#admission.drain(), trackOutputBlocks: config.routerTrackOutputBlocks });
+    const selector = (this.#selector = new SlotSelector({
+      get config() {
+        return knobs();
+      },
+      role: this.workerType,
+      blockSize,
+      table,
+      active,
+      matcher,
+      booker,
+      clock,
+      rng,
+    }));
+    this.#admission = new Admission({
+      get config() {
+        return knobs();
+      },
+      table,
+      active,
+      filter,
+      matcher,
+      selector,
+      clock,
+      startedAt,
+    });
+    this.peers = new PeerBookings({
+      active,
+      table,
+      drain: () => this.#admission.drain(),
+      trackOutputBlocks: config.routerTrackOutputBlocks,
+    });
   }
 
   /** The router knobs in force. */
@@ -117,7 +177,11 @@ export class KvScheduler {
     const config = resolveKvRouterConfig(next);
     for (const k of STRUCTURAL_ROUTER_KNOBS) {
       if (config[k] !== this.#config[k]) {
-        throw new KvgateError('KVG_ERR_INVALID_CONFIG', `${k} cannot change on a running router (${String(this.#config[k])} -> ${String(config[k])})`, { field: k });
+        throw new KvgateError(
+          'KVG_ERR_INVALID_CONFIG',
+          `${k} cannot change on a running router (${String(this.#config[k])} -> ${String(config[k])})`,
+          { field: k },
+        );
       }
     }
     this.#config = config;
@@ -154,7 +218,8 @@ export class KvScheduler {
    * false if it was not registered.
    */
   removeWorker(workerId: number): boolean {
-    const dropped = this.#observer === undefined ? [] : [...this.#active.localBookings()].filter((b) => b.workerId === workerId);
+    const dropped =
+      this.#observer === undefined ? [] : [...this.#active.localBookings()].filter((b) => b.workerId === workerId);
     if (!this.#table.unregister(workerId)) return false;
     for (const b of dropped) this.#observer?.freed(b.requestId);
     this.peers.dropWorker(workerId);
@@ -203,7 +268,9 @@ export class KvScheduler {
   /** Snapshot of an in-flight request's bookkeeping. */
   activeRequest(requestId: string): (ActiveRequestInfo & WorkerRank) | undefined {
     const r = this.#active.request(requestId);
-    return r === undefined ? undefined : { ...r, workerId: this.#table.slotWorker[r.slot]!, dpRank: this.#table.slotRank[r.slot]! };
+    return r === undefined
+      ? undefined
+      : { ...r, workerId: this.#table.slotWorker[r.slot]!, dpRank: this.#table.slotRank[r.slot]! };
   }
 
   /** Requests in flight (booked and not freed). */
@@ -229,8 +296,13 @@ export class KvScheduler {
    * @throws KvgateError KVG_ERR_UNKNOWN_WORKER, KVG_ERR_INVALID_DP_RANK, KVG_ERR_DUPLICATE_REQUEST.
    */
   addRequest(input: {
-    readonly requestId: string; readonly workerId: number; readonly dpRank?: number; readonly isl: number;
-    readonly hashes: PromptHashes | null; readonly overlapBlocks?: number; readonly expectedOutputTokens?: number;
+    readonly requestId: string;
+    readonly workerId: number;
+    readonly dpRank?: number;
+    readonly isl: number;
+    readonly hashes: PromptHashes | null;
+    readonly overlapBlocks?: number;
+    readonly expectedOutputTokens?: number;
     readonly override?: RouterConfigOverride;
   }): void {
     const w = this.#table.workers.get(input.workerId);
@@ -265,7 +337,8 @@ export class KvScheduler {
   addOutputBlock(requestId: string, decay?: number): boolean {
     if (!this.config.routerTrackOutputBlocks) return false;
     if (!this.#active.addOutputBlock(requestId, decay)) return false;
-    if (this.#observer !== undefined) this.#observer.outputBlock(requestId, this.#active.request(requestId)!.outputBlocks, decay);
+    if (this.#observer !== undefined)
+      this.#observer.outputBlock(requestId, this.#active.request(requestId)!.outputBlocks, decay);
     return true;
   }
 
@@ -296,7 +369,8 @@ export class KvScheduler {
     const expiredRequests = this.#active.expire().filter((id) => !id.startsWith(PEER_ID_PREFIX));
     for (const id of expiredRequests) this.#observer?.freed(id);
     this.peers.prune();
-    const expiredEntries = (this.approximate?.expire() ?? 0) + (this.predicted?.expire() ?? 0) + (this.fallback?.expire() ?? 0);
+    const expiredEntries =
+      (this.approximate?.expire() ?? 0) + (this.predicted?.expire() ?? 0) + (this.fallback?.expire() ?? 0);
     const admitted = this.#admission.drain();
     return { expiredRequests, expiredEntries, admitted };
   }
@@ -331,10 +405,18 @@ export class KvScheduler {
     const n = this.#filter.eligibleInto(req);
     const exactPin = req.pinWorkerId !== undefined;
     const kept = this.#filter.dropOverloaded(n, req);
-    if (kept === 0) return { status: 'rejected', rejection: { kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: n } };
+    if (kept === 0)
+      return {
+        status: 'rejected',
+        rejection: { kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: n },
+      };
     // A pin (the picker upstream has decided) and an allowed-worker list (an endpoint picker's) skip the queue.
     const bypass = exactPin || req.allowedWorkerIds !== undefined;
-    if (this.config.routerQueueThreshold === null || bypass || this.#filter.anyRoom(this.#table.scratch.eligible, kept)) {
+    if (
+      this.config.routerQueueThreshold === null ||
+      bypass ||
+      this.#filter.anyRoom(this.#table.scratch.eligible, kept)
+    ) {
       return { status: 'routed', decision: this.#selector.decide(req, kept, 'book', t0, 0) };
     }
     // Every eligible slot is busy: park, unless backpressure says no.

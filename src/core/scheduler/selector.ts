@@ -130,7 +130,17 @@ export class SlotSelector {
       if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
       if (overlap > maxOverlap) maxOverlap = overlap;
       costs[i] = cost;
-      writeBreakdown(breakdown, i, slotWorker[s]!, slotRank[s]!, overlap, prefillTokens, decodeBlocks, activeRequests, cost);
+      writeBreakdown(
+        breakdown,
+        i,
+        slotWorker[s]!,
+        slotRank[s]!,
+        overlap,
+        prefillTokens,
+        decodeBlocks,
+        activeRequests,
+        cost,
+      );
     }
     return maxOverlap;
   }

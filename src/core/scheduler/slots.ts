@@ -111,8 +111,12 @@ export class SlotTable {
     const taints = Object.freeze([...(info.taints ?? [])]);
     this.workers.set(workerId, {
       summary: Object.freeze({
-        workerId, dataParallelStartRank: start, dataParallelSize: size,
-        maxNumBatchedTokens: info.maxNumBatchedTokens, totalKvBlocks: info.totalKvBlocks, taints,
+        workerId,
+        dataParallelStartRank: start,
+        dataParallelSize: size,
+        maxNumBatchedTokens: info.maxNumBatchedTokens,
+        totalKvBlocks: info.totalKvBlocks,
+        taints,
       }),
       slots,
       taints: new Set(taints),
@@ -143,8 +147,11 @@ export class SlotTable {
   checkedSlot(w: WorkerEntry, dpRank: number): number {
     const { workerId, dataParallelStartRank: start, dataParallelSize: size } = w.summary;
     if (!Number.isInteger(dpRank) || dpRank < start || dpRank >= start + size) {
-      throw new KvgateError('KVG_ERR_INVALID_DP_RANK', `worker ${workerId} has dp ranks [${start}, ${start + size}), not ${dpRank}`,
-        { workerId, dpRank, dataParallelStartRank: start, dataParallelSize: size });
+      throw new KvgateError(
+        'KVG_ERR_INVALID_DP_RANK',
+        `worker ${workerId} has dp ranks [${start}, ${start + size}), not ${dpRank}`,
+        { workerId, dpRank, dataParallelStartRank: start, dataParallelSize: size },
+      );
     }
     return w.slots[dpRank - start]!;
   }
@@ -216,11 +223,16 @@ export class SlotTable {
 }
 
 function validateCapacity(workerId: number, start: number, size: number, info: WorkerCapacity): void {
-  if (!Number.isSafeInteger(workerId) || workerId < 0) throw invalidArg(`worker id must be a non-negative safe integer, got ${workerId}`);
+  if (!Number.isSafeInteger(workerId) || workerId < 0)
+    throw invalidArg(`worker id must be a non-negative safe integer, got ${workerId}`);
   if (!Number.isInteger(start) || start < 0 || !Number.isInteger(size) || size < 1 || start + size > 0x10000) {
     throw invalidArg(`worker ${workerId}: invalid dp ranks start ${start} size ${size}`);
   }
-  for (const [name, v] of [['maxNumBatchedTokens', info.maxNumBatchedTokens], ['totalKvBlocks', info.totalKvBlocks]] as const) {
-    if (v !== undefined && !(Number.isFinite(v) && v > 0)) throw invalidArg(`worker ${workerId}: ${name} must be > 0, got ${v}`);
+  for (const [name, v] of [
+    ['maxNumBatchedTokens', info.maxNumBatchedTokens],
+    ['totalKvBlocks', info.totalKvBlocks],
+  ] as const) {
+    if (v !== undefined && !(Number.isFinite(v) && v > 0))
+      throw invalidArg(`worker ${workerId}: ${name} must be > 0, got ${v}`);
   }
 }

@@ -46,12 +46,14 @@ export interface WorkerSummary {
 export interface WorkerLoad extends SlotLoad, WorkerRank {}
 
 /**
- * A request as the scheduler sees it (pins already resolved for the phase). The routing hints it keeps after its pins are resolved are the client's
- * own (`RoutingHints`: the candidate list, taints, queue priority and tier, expected output), one
- * declaration for both.
+ * A request as the scheduler sees it (pins already resolved for the phase). The routing hints it keeps after
+ * its pins are resolved are the client's own (`RoutingHints`: the candidate list, taints, queue priority and
+ * tier, expected output), one declaration for both.
  */
-export interface SchedulingRequest
-  extends Pick<RoutingHints, 'allowedWorkerIds' | 'routingConstraints' | 'priorityJump' | 'strictPriority' | 'expectedOutputTokens'> {
+export interface SchedulingRequest extends Pick<
+  RoutingHints,
+  'allowedWorkerIds' | 'routingConstraints' | 'priorityJump' | 'strictPriority' | 'expectedOutputTokens'
+> {
   /** Context id; unique among in-flight requests. */
   readonly requestId: string;
   /** Prompt length in tokens. */
@@ -71,21 +73,21 @@ export interface SchedulingRequest
 /** Why a request was turned away. Map to an error with `rejectionError`. */
 export type Rejection =
   | {
-    readonly kind: 'backpressure';
-    readonly reason: 'MaxQueuedIslTokensExceeded';
-    /** ISL tokens already queued. */
-    readonly queuedIslTokens: number;
-    /** The cap for this request's tier (tier cap × worker count). */
-    readonly maxQueuedIslTokens: number;
-    /** This request's cache-miss tokens (isl − best cached), which picked the tier. */
-    readonly missingIslTokens: number;
-  }
+      readonly kind: 'backpressure';
+      readonly reason: 'MaxQueuedIslTokensExceeded';
+      /** ISL tokens already queued. */
+      readonly queuedIslTokens: number;
+      /** The cap for this request's tier (tier cap × worker count). */
+      readonly maxQueuedIslTokens: number;
+      /** This request's cache-miss tokens (isl − best cached), which picked the tier. */
+      readonly missingIslTokens: number;
+    }
   | {
-    readonly kind: 'overloaded';
-    readonly reason: 'AllWorkersOverloaded';
-    /** Eligible slots, all over a busy threshold. */
-    readonly eligibleSlots: number;
-  };
+      readonly kind: 'overloaded';
+      readonly reason: 'AllWorkersOverloaded';
+      /** Eligible slots, all over a busy threshold. */
+      readonly eligibleSlots: number;
+    };
 
 /** How a parked request ended. The promise never rejects. */
 export type AdmissionResult =
@@ -161,11 +163,20 @@ export interface TierIndexes {
 /** A typed error for a rejection, for hosts that surface it as HTTP 503. */
 export function rejectionError(r: Rejection): KvgateError {
   if (r.kind === 'backpressure') {
-    return new KvgateError('KVG_ERR_BACKPRESSURE',
-      `router queue full: ${r.queuedIslTokens} ISL tokens queued, cap ${r.maxQueuedIslTokens} for requests missing ${r.missingIslTokens} cached tokens`,
-      { queuedIslTokens: r.queuedIslTokens, maxQueuedIslTokens: r.maxQueuedIslTokens, missingIslTokens: r.missingIslTokens });
+    return new KvgateError(
+      'KVG_ERR_BACKPRESSURE',
+      `router queue full: ${r.queuedIslTokens} ISL tokens queued, cap ${r.maxQueuedIslTokens} ` +
+        `for requests missing ${r.missingIslTokens} cached tokens`,
+      {
+        queuedIslTokens: r.queuedIslTokens,
+        maxQueuedIslTokens: r.maxQueuedIslTokens,
+        missingIslTokens: r.missingIslTokens,
+      },
+    );
   }
-  return new KvgateError('KVG_ERR_OVERLOADED', `all ${r.eligibleSlots} eligible worker ranks are overloaded`, { eligibleSlots: r.eligibleSlots });
+  return new KvgateError('KVG_ERR_OVERLOADED', `all ${r.eligibleSlots} eligible worker ranks are overloaded`, {
+    eligibleSlots: r.eligibleSlots,
+  });
 }
 
 export function invalidArg(message: string): KvgateError {

@@ -12,10 +12,20 @@ import { jsonMembers, jsonSplice, outlineJsonObject, withJsonMembers, type JsonM
 import { bodyText } from '../body.js';
 import { parseRequestBody, routeRequestBody, type ServedModel } from '../request-parse.js';
 import type { ModelPreprocessor } from './model-preprocessor.js';
-import { workerError, type BodyOutcome, type BodyTask, type ModelView, type PreprocessResult, type WorkerError } from './protocol.js';
+import {
+  workerError,
+  type BodyOutcome,
+  type BodyTask,
+  type ModelView,
+  type PreprocessResult,
+  type WorkerError,
+} from './protocol.js';
 
 /** The engine's body text and members: the client's text when nothing changes and no key repeats, else joined slices. */
-function forwardText(text: string, fields: Readonly<Record<string, unknown>> | undefined): { text: string; members: JsonMember[] } {
+function forwardText(
+  text: string,
+  fields: Readonly<Record<string, unknown>> | undefined,
+): { text: string; members: JsonMember[] } {
   const members = jsonMembers(text);
   if (fields === undefined && new Set(members.map((m) => m.key)).size === members.length) return { text, members };
   return jsonSplice(text, members, fields);
@@ -29,7 +39,10 @@ function servedOf(views: readonly ModelView[]): Map<string, ServedModel> {
  * Parses, checks and preprocesses a body. Throws what the main thread would throw before the model's availability
  * (see request-parse.ts); a failure of the prompt comes back as `promptError`.
  */
-export async function runBodyTask(task: BodyTask, models: ReadonlyMap<string, ModelPreprocessor>): Promise<BodyOutcome> {
+export async function runBodyTask(
+  task: BodyTask,
+  models: ReadonlyMap<string, ModelPreprocessor>,
+): Promise<BodyOutcome> {
   const text = bodyText(task.bytes);
   const parsed = parseRequestBody(text, task.endpoint, task);
   const { body } = parsed;

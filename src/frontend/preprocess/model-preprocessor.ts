@@ -9,7 +9,13 @@
  * `reject` refuses text prompts; token-id prompts are hashed either way.
  */
 import { KvgateError } from '../../errors/index.js';
-import { demoTokenizerFiles, fallbackTokenizer, loadTokenizer, type ChatMessage, type TextTokenizer } from '../../tokenizer/index.js';
+import {
+  demoTokenizerFiles,
+  fallbackTokenizer,
+  loadTokenizer,
+  type ChatMessage,
+  type TextTokenizer,
+} from '../../tokenizer/index.js';
 import { promptHashes } from '../../wasm/index.js';
 import type { PreprocessModelSpec, PreprocessResult, PreprocessStats, PreprocessTask } from './protocol.js';
 import { PromptMemo } from './prompt-memo.js';
@@ -30,7 +36,12 @@ export class ModelPreprocessor {
   /** Chat prompts already rendered and tokenized (see prompt-memo.ts). */
   readonly #memo = new PromptMemo();
 
-  private constructor(spec: PreprocessModelSpec, tok: TextTokenizer | undefined, segments: SegmentTokenizer | undefined, floor?: TokenFloor) {
+  private constructor(
+    spec: PreprocessModelSpec,
+    tok: TextTokenizer | undefined,
+    segments: SegmentTokenizer | undefined,
+    floor?: TokenFloor,
+  ) {
     this.spec = spec;
     this.#tok = tok;
     this.#segments = segments;
@@ -49,8 +60,10 @@ export class ModelPreprocessor {
     const files = src.kind === 'demo' ? demoTokenizerFiles() : src.files;
     const tok = loadTokenizer(files);
     const on = spec.segmentCacheTokens > 0 && spec.segmentCacheBytes > 0;
-    const segments = await SegmentTokenizer.create(tok, on ? splitTokensOf(files.tokenizerJson) : [],
-      { tokens: spec.segmentCacheTokens, bytes: spec.segmentCacheBytes });
+    const segments = await SegmentTokenizer.create(tok, on ? splitTokensOf(files.tokenizerJson) : [], {
+      tokens: spec.segmentCacheTokens,
+      bytes: spec.segmentCacheBytes,
+    });
     return new ModelPreprocessor(spec, tok, segments, tokenFloorOf(files.tokenizerJson));
   }
 
@@ -91,7 +104,8 @@ export class ModelPreprocessor {
   /** The result when nothing needs tokenizing; else the memo key to remember the ids under (undefined: not remembered). */
   #known(task: PreprocessTask, stats: PreprocessStats): PreprocessResult | string | undefined {
     if (task.kind === 'tokens') return this.#finish(task, task.tokenIds, false, stats);
-    if (task.kind === 'chat' && task.tokenData !== undefined && this.#tok?.kind !== 'huggingface') throw this.#uncheckable();
+    if (task.kind === 'chat' && task.tokenData !== undefined && this.#tok?.kind !== 'huggingface')
+      throw this.#uncheckable();
     const tok = this.#textTokenizer();
     if (task.kind !== 'chat') return undefined;
     const memoKey = this.#memo.keyOf(task, task.addSpecialTokens ?? false);
@@ -104,24 +118,32 @@ export class ModelPreprocessor {
   /** @throws KvgateError KVG_ERR_TOKENIZER_UNAVAILABLE for a model configured to reject text prompts. */
   #textTokenizer(): TextTokenizer {
     if (this.#tok !== undefined) return this.#tok;
-    throw new KvgateError('KVG_ERR_TOKENIZER_UNAVAILABLE',
-      `model ${this.spec.name} has no tokenizer and is configured to reject text prompts; send token ids (a token-array prompt or nvext.token_data)`,
-      { model: this.spec.name });
+    throw new KvgateError(
+      'KVG_ERR_TOKENIZER_UNAVAILABLE',
+      `model ${this.spec.name} has no tokenizer and is configured to reject text prompts; ` +
+        'send token ids (a token-array prompt or nvext.token_data)',
+      { model: this.spec.name },
+    );
   }
 
   /** A chat's `nvext.token_data` cannot be checked without the model's own tokenizer. */
   #uncheckable(): KvgateError {
-    return new KvgateError('KVG_ERR_TOKENIZER_UNAVAILABLE',
-      `model ${this.spec.name} has no tokenizer to check nvext.token_data against the messages of a chat request; `
-      + 'send the ids as the prompt of a completion request, or leave nvext.token_data out',
-      { model: this.spec.name, param: 'nvext.token_data' });
+    return new KvgateError(
+      'KVG_ERR_TOKENIZER_UNAVAILABLE',
+      `model ${this.spec.name} has no tokenizer to check nvext.token_data against the messages of a chat request; ` +
+        'send the ids as the prompt of a completion request, or leave nvext.token_data out',
+      { model: this.spec.name, param: 'nvext.token_data' },
+    );
   }
 
   /** The limits on the prompt's ids, a chat's `nvext.token_data` against them, then its hashes. */
   #finish(task: PreprocessTask, tokenIds: Uint32Array, approximate: boolean, stats: PreprocessStats): PreprocessResult {
-    if (tokenIds.length > task.maxPromptTokens) throw this.#tooLong(`${tokenIds.length}`, tokenIds.length, task.maxPromptTokens);
+    if (tokenIds.length > task.maxPromptTokens)
+      throw this.#tooLong(`${tokenIds.length}`, tokenIds.length, task.maxPromptTokens);
     if (tokenIds.length === 0) {
-      throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty', { param: task.kind === 'chat' ? 'messages' : 'prompt' });
+      throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty', {
+        param: task.kind === 'chat' ? 'messages' : 'prompt',
+      });
     }
     if (task.kind === 'chat' && task.tokenData !== undefined) checkTokenData(task.tokenData, tokenIds);
     // A prompt shorter than one block has no complete block, hence no hashes: the WASM call is skipped.
@@ -137,7 +159,11 @@ export class ModelPreprocessor {
   }
 
   /** Renders (chat) and tokenizes a text or chat prompt, refusing one over the token limit as early as it can. */
-  async #tokenize(tok: TextTokenizer, task: Exclude<PreprocessTask, { kind: 'tokens' }>, stats: PreprocessStats): Promise<Uint32Array> {
+  async #tokenize(
+    tok: TextTokenizer,
+    task: Exclude<PreprocessTask, { kind: 'tokens' }>,
+    stats: PreprocessStats,
+  ): Promise<Uint32Array> {
     let text: string;
     let addSpecial: boolean;
     if (task.kind === 'chat') {
@@ -176,8 +202,11 @@ export class ModelPreprocessor {
   }
 
   #tooLong(count: string, promptTokens: number, maxPromptTokens: number): KvgateError {
-    return new KvgateError('KVG_ERR_PROMPT_TOO_LONG', `the prompt has ${count} tokens; the limit for model ${this.spec.name} is ${maxPromptTokens}`,
-      { promptTokens, maxPromptTokens });
+    return new KvgateError(
+      'KVG_ERR_PROMPT_TOO_LONG',
+      `the prompt has ${count} tokens; the limit for model ${this.spec.name} is ${maxPromptTokens}`,
+      { promptTokens, maxPromptTokens },
+    );
   }
 }
 
@@ -190,11 +219,19 @@ function checkTokenData(tokenData: Uint32Array, promptIds: Uint32Array): void {
   let i = 0;
   while (i < n && tokenData[i] === promptIds[i]) i++;
   if (i === n && tokenData.length === promptIds.length) return;
-  throw new KvgateError('KVG_ERR_TOKEN_DATA_MISMATCH', `nvext.token_data (${tokenData.length} ids) is not the prompt of this chat request `
-    + `(${promptIds.length} ids with the model's chat template and tokenizer; they differ from position ${i}); `
-    + 'an engine is sent the messages, so the request is routed by their ids: send those (POST /v1/route returns them as token_ids) '
-    + 'or leave nvext.token_data out',
-  { param: 'nvext.token_data', tokenDataLength: tokenData.length, promptTokens: promptIds.length, firstDifference: i });
+  throw new KvgateError(
+    'KVG_ERR_TOKEN_DATA_MISMATCH',
+    `nvext.token_data (${tokenData.length} ids) is not the prompt of this chat request ` +
+      `(${promptIds.length} ids with the model's chat template and tokenizer; they differ from position ${i}); ` +
+      'an engine is sent the messages, so the request is routed by their ids: send those (POST /v1/route returns them as token_ids) ' +
+      'or leave nvext.token_data out',
+    {
+      param: 'nvext.token_data',
+      tokenDataLength: tokenData.length,
+      promptTokens: promptIds.length,
+      firstDifference: i,
+    },
+  );
 }
 
 /** Renders a chat request, honouring continue_final_message as vLLM and transformers do. */
@@ -202,22 +239,33 @@ function renderChat(tok: TextTokenizer, task: Extract<PreprocessTask, { kind: 'c
   const messages = task.messages as ChatMessage[];
   const continueFinal = task.continueFinalMessage === true;
   if (continueFinal && task.addGenerationPrompt === true) {
-    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'continue_final_message and add_generation_prompt cannot both be true', { param: 'continue_final_message' });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_REQUEST',
+      'continue_final_message and add_generation_prompt cannot both be true',
+      { param: 'continue_final_message' },
+    );
   }
   const text = tok.renderChat(messages, {
-    addGenerationPrompt: continueFinal ? false : task.addGenerationPrompt ?? true,
+    addGenerationPrompt: continueFinal ? false : (task.addGenerationPrompt ?? true),
     tools: task.tools,
     extra: task.chatTemplateKwargs,
   });
   if (!continueFinal) return text;
   // Cut after the final message's content, dropping the template's end-of-turn tokens.
   const last = messages[messages.length - 1];
-  const content = typeof last?.content === 'string' ? last.content
-    : Array.isArray(last?.content) ? last.content.map((p) => (typeof p.text === 'string' ? p.text : '')).join('\n') : '';
+  const content =
+    typeof last?.content === 'string'
+      ? last.content
+      : Array.isArray(last?.content)
+        ? last.content.map((p) => (typeof p.text === 'string' ? p.text : '')).join('\n')
+        : '';
   const at = content.trim() === '' ? -1 : text.lastIndexOf(content.trim());
   if (at < 0) {
-    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'continue_final_message: the final message must have text content the chat template renders',
-      { param: 'continue_final_message' });
+    throw new KvgateError(
+      'KVG_ERR_INVALID_REQUEST',
+      'continue_final_message: the final message must have text content the chat template renders',
+      { param: 'continue_final_message' },
+    );
   }
   return text.slice(0, at + content.trim().length);
 }

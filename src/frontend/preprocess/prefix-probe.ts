@@ -45,7 +45,12 @@ function cutBefore(text: string, chars: number): number {
  * Tokens counted in the first prefix found over `limit + MARGIN_TOKENS`, or undefined when
  * the prompt may be within the limit (then it is tokenized whole).
  */
-export async function prefixOverLimit(tok: TextTokenizer, text: string, limit: number, addSpecialTokens: boolean): Promise<number | undefined> {
+export async function prefixOverLimit(
+  tok: TextTokenizer,
+  text: string,
+  limit: number,
+  addSpecialTokens: boolean,
+): Promise<number | undefined> {
   if (text.length <= limit * PROBE_ABOVE_CHARS_PER_TOKEN) return undefined;
   let chars = limit * FIRST_PROBE_CHARS_PER_TOKEN;
   for (;;) {

@@ -24,7 +24,15 @@ import { Piscina } from 'piscina';
 import type { GatewayConfig } from '../../config/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type {
-  BodyOutcome, BodyReply, BodyTask, PreprocessModelSpec, PreprocessResult, PreprocessTask, PreprocessWorkerData, WorkerReply, WorkerTask,
+  BodyOutcome,
+  BodyReply,
+  BodyTask,
+  PreprocessModelSpec,
+  PreprocessResult,
+  PreprocessTask,
+  PreprocessWorkerData,
+  WorkerReply,
+  WorkerTask,
 } from './protocol.js';
 import { createTaskHandler, unwrapBodyReply, unwrapReply, type TaskHandler } from './task-handler.js';
 
@@ -57,7 +65,10 @@ export function preprocessWorkerFile(): string {
   // Source layout: src/frontend/preprocess/ -> dist/workers/preprocess.js.
   const fromSource = resolve(here, '../../../dist/workers/preprocess.js');
   if (existsSync(fromSource)) return fromSource;
-  throw new KvgateError('KVG_ERR_INTERNAL', `cannot find the compiled preprocessing worker (${built} or ${fromSource}); run \`npm run build\` first`);
+  throw new KvgateError(
+    'KVG_ERR_INTERNAL',
+    `cannot find the compiled preprocessing worker (${built} or ${fromSource}); run \`npm run build\` first`,
+  );
 }
 
 /**
@@ -80,7 +91,8 @@ const INLINE_MAX_BODY_BYTES = 16 * 1024;
 export function taskTextChars(task: PreprocessTask): number {
   if (task.kind === 'tokens') return 0;
   if (task.kind === 'text') return task.prompt.length;
-  if ((task.tools !== undefined && task.tools.length > 0) || task.messages.length > INLINE_MAX_MESSAGES) return Infinity;
+  if ((task.tools !== undefined && task.tools.length > 0) || task.messages.length > INLINE_MAX_MESSAGES)
+    return Infinity;
   let n = 0;
   for (const m of task.messages) {
     const content = (m as { content?: unknown } | null)?.content;
@@ -98,17 +110,25 @@ export function taskTextChars(task: PreprocessTask): number {
 
 /** The buffer under `a` when `a` spans all of it (it can then be moved to a thread), else undefined. */
 function ownBuffer(a: ArrayBufferView): ArrayBuffer[] | undefined {
-  return a.buffer instanceof ArrayBuffer && a.byteOffset === 0 && a.byteLength === a.buffer.byteLength ? [a.buffer] : undefined;
+  return a.buffer instanceof ArrayBuffer && a.byteOffset === 0 && a.byteLength === a.buffer.byteLength
+    ? [a.buffer]
+    : undefined;
 }
 
 /** The task's result at once when it needs no tokenizing (token ids, a remembered chat prompt), else `run()`'s. */
-function knownOr(handler: TaskHandler, task: PreprocessTask, run: () => Promise<PreprocessResult>): Promise<PreprocessResult> {
+function knownOr(
+  handler: TaskHandler,
+  task: PreprocessTask,
+  run: () => Promise<PreprocessResult>,
+): Promise<PreprocessResult> {
   try {
     const known = handler.known(task);
     return known !== undefined ? Promise.resolve(known) : run();
   } catch (err) {
     // As the handler replies it: a KvgateError as it is, anything else as an internal preprocessing failure.
-    return Promise.reject(isKvgateError(err) ? err : new KvgateError('KVG_ERR_INTERNAL', `preprocessing failed: ${(err as Error).message}`));
+    return Promise.reject(
+      isKvgateError(err) ? err : new KvgateError('KVG_ERR_INTERNAL', `preprocessing failed: ${(err as Error).message}`),
+    );
   }
 }
 
@@ -121,7 +141,12 @@ class PoolPreprocessor implements Preprocessor {
   readonly #inlineMaxChars: number;
   readonly #inlineMaxBodyBytes: number;
 
-  constructor(models: readonly PreprocessModelSpec[], threads: number, inline: TaskHandler, bounds: { chars: number; bodyBytes: number }) {
+  constructor(
+    models: readonly PreprocessModelSpec[],
+    threads: number,
+    inline: TaskHandler,
+    bounds: { chars: number; bodyBytes: number },
+  ) {
     this.threads = threads;
     this.#inline = inline;
     this.#inlineMaxChars = bounds.chars;
@@ -202,22 +227,34 @@ class MainThreadPreprocessor implements Preprocessor {
  * Resolves once every model's tokenizer is loaded everywhere it runs.
  * @throws KvgateError when a tokenizer cannot be loaded or the worker is not built.
  */
-export async function createPreprocessor(models: readonly PreprocessModelSpec[], opts: {
-  threads: number;
-  /** Default INLINE_MAX_CHARS; -1 sends every prompt to the pool. */
-  inlineMaxChars?: number;
-  /** Default INLINE_MAX_BODY_BYTES; -1 parses every body in the pool. */
-  inlineMaxBodyBytes?: number;
-}): Promise<Preprocessor> {
+export async function createPreprocessor(
+  models: readonly PreprocessModelSpec[],
+  opts: {
+    threads: number;
+    /** Default INLINE_MAX_CHARS; -1 sends every prompt to the pool. */
+    inlineMaxChars?: number;
+    /** Default INLINE_MAX_BODY_BYTES; -1 parses every body in the pool. */
+    inlineMaxBodyBytes?: number;
+  },
+): Promise<Preprocessor> {
   const inline = await createTaskHandler(models);
   if (opts.threads <= 0) return new MainThreadPreprocessor(inline);
-  const pool = new PoolPreprocessor(models, opts.threads, inline,
-    { chars: opts.inlineMaxChars ?? INLINE_MAX_CHARS, bodyBytes: opts.inlineMaxBodyBytes ?? INLINE_MAX_BODY_BYTES });
+  const pool = new PoolPreprocessor(models, opts.threads, inline, {
+    chars: opts.inlineMaxChars ?? INLINE_MAX_CHARS,
+    bodyBytes: opts.inlineMaxBodyBytes ?? INLINE_MAX_BODY_BYTES,
+  });
   try {
     await pool.ready();
   } catch (err) {
     await pool.close().catch(() => undefined);
-    throw err instanceof KvgateError ? err : new KvgateError('KVG_ERR_INVALID_CONFIG', `preprocessing threads failed to start: ${(err as Error).message}`, {}, { cause: err });
+    throw err instanceof KvgateError
+      ? err
+      : new KvgateError(
+          'KVG_ERR_INVALID_CONFIG',
+          `preprocessing threads failed to start: ${(err as Error).message}`,
+          {},
+          { cause: err },
+        );
   }
   return pool;
 }

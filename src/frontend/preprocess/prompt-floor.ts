@@ -57,7 +57,13 @@ function isByteLevel(json: TokenizerJson): boolean {
 
 /** The weight of each ASCII byte from a parsed tokenizer.json, or undefined when no sound bound exists for it. */
 function asciiWeights(json: TokenizerJson): Float64Array | undefined {
-  if (json.model?.type !== 'BPE' || json.model.vocab === undefined || !isByteLevel(json) || !normalizerIsSafe(json.normalizer)) return undefined;
+  if (
+    json.model?.type !== 'BPE' ||
+    json.model.vocab === undefined ||
+    !isByteLevel(json) ||
+    !normalizerIsSafe(json.normalizer)
+  )
+    return undefined;
   const alphabet = byteLevelAlphabet();
   const longest = new Uint32Array(256);
   const note = (b: number, len: number): void => {

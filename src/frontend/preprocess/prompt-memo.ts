@@ -30,8 +30,14 @@ export class PromptMemo {
   /** The memo key of a chat task, or undefined when it is too large to remember. */
   keyOf(task: ChatTask, addSpecial: boolean): string | undefined {
     // JSON keeps key order, so equal keys mean equal template inputs; a reordered body is only a miss.
-    const key = JSON.stringify([task.messages, task.tools ?? null, task.chatTemplateKwargs ?? null,
-      task.addGenerationPrompt ?? null, task.continueFinalMessage ?? null, addSpecial]);
+    const key = JSON.stringify([
+      task.messages,
+      task.tools ?? null,
+      task.chatTemplateKwargs ?? null,
+      task.addGenerationPrompt ?? null,
+      task.continueFinalMessage ?? null,
+      addSpecial,
+    ]);
     return key.length <= MAX_KEY_CHARS ? key : undefined;
   }
 

@@ -108,7 +108,12 @@ export interface BodyOutcome {
   hints: RoutingHints;
   queryOnly: boolean;
   /** The engine's body: its text, its members (each key once), light members' values, heavy members' outlines. */
-  forward: { text: string; members: JsonMember[]; light: Record<string, unknown>; outlines: Record<string, JsonOutline> };
+  forward: {
+    text: string;
+    members: JsonMember[];
+    light: Record<string, unknown>;
+    outlines: Record<string, JsonOutline>;
+  };
   /** The prompt's ids and hashes; absent when `promptError` says why not. */
   result?: PreprocessResult | undefined;
   /** Why the prompt cannot be routed: answered after the model's availability, as on the main thread. */
@@ -147,10 +152,12 @@ export interface WorkerError {
 
 /** An error as data: a KvgateError keeps its code, message and detail; anything else is an internal preprocessing failure. */
 export function workerError(err: unknown): WorkerError {
-  if (isKvgateError(err)) return { code: err.code, message: err.message, detail: err.detail as Record<string, unknown> | undefined };
+  if (isKvgateError(err))
+    return { code: err.code, message: err.message, detail: err.detail as Record<string, unknown> | undefined };
   return { code: 'KVG_ERR_INTERNAL', message: `preprocessing failed: ${(err as Error).message}` };
 }
 
-export type WorkerReply = { ok: true; result: PreprocessResult } | { ok: false; error: WorkerError } | { ok: true; pong: true };
+export type WorkerReply =
+  { ok: true; result: PreprocessResult } | { ok: false; error: WorkerError } | { ok: true; pong: true };
 /** The reply to a `BodyTask`. */
 export type BodyReply = { ok: true; body: BodyOutcome } | { ok: false; error: WorkerError };

@@ -48,7 +48,15 @@ export function splitTokensOf(tokenizerJsonPath: string): SplitToken[] {
   if (tokens === undefined) {
     const json = JSON.parse(readFileSync(tokenizerJsonPath, 'utf8')) as { added_tokens?: AddedTokenJson[] };
     tokens = (json.added_tokens ?? [])
-      .filter((t) => t.special === true && t.lstrip !== true && t.rstrip !== true && t.single_word !== true && t.normalized !== true && t.content.length > 0)
+      .filter(
+        (t) =>
+          t.special === true &&
+          t.lstrip !== true &&
+          t.rstrip !== true &&
+          t.single_word !== true &&
+          t.normalized !== true &&
+          t.content.length > 0,
+      )
       .map((t) => ({ content: t.content, id: t.id }));
     splitTokensByFile.set(tokenizerJsonPath, tokens);
   }
@@ -111,7 +119,17 @@ interface CacheEntry {
 }
 
 /** Probe texts for the exactness check: boundaries with spaces, newlines, punctuation and non-ASCII. */
-const PROBES = ['Hello world', ' leading space', 'trailing space ', '\n\nnewlines\n', 'user\nWhat is 2+2?', 'ünïcödé 日本語 😀', '  ', 'a', "it's"];
+const PROBES = [
+  'Hello world',
+  ' leading space',
+  'trailing space ',
+  '\n\nnewlines\n',
+  'user\nWhat is 2+2?',
+  'ünïcödé 日本語 😀',
+  '  ',
+  'a',
+  "it's",
+];
 
 export class SegmentTokenizer {
   readonly #tok: TextTokenizer;
@@ -144,7 +162,11 @@ export class SegmentTokenizer {
    * exactness probe; on failure the instance still works, without splitting or
    * caching (`exact` is false).
    */
-  static async create(tok: TextTokenizer, splitTokens: readonly SplitToken[], capacity: SegmentCacheCapacity): Promise<SegmentTokenizer> {
+  static async create(
+    tok: TextTokenizer,
+    splitTokens: readonly SplitToken[],
+    capacity: SegmentCacheCapacity,
+  ): Promise<SegmentTokenizer> {
     const st = new SegmentTokenizer(tok, splitTokens, capacity);
     if (st.#exact) st.#exact = await st.#probe();
     if (st.#exact) st.#around = await st.#findAround();
@@ -162,7 +184,13 @@ export class SegmentTokenizer {
   }
 
   stats(): SegmentCacheStats {
-    return { entries: this.#cache.size, tokens: this.#held, bytes: this.#heldBytes, hits: this.#hits, misses: this.#misses };
+    return {
+      entries: this.#cache.size,
+      tokens: this.#held,
+      bytes: this.#heldBytes,
+      hits: this.#hits,
+      misses: this.#misses,
+    };
   }
 
   async #probe(): Promise<boolean> {
@@ -247,11 +275,13 @@ export class SegmentTokenizer {
         continue;
       }
       // Misses are encoded concurrently (the native tokenizer runs them on libuv threads).
-      misses.push(this.#tok.encode(p, { addSpecialTokens: false }).then((ids) => {
-        const arr = Uint32Array.from(ids);
-        pieces[i] = arr;
-        this.#put(p, arr);
-      }));
+      misses.push(
+        this.#tok.encode(p, { addSpecialTokens: false }).then((ids) => {
+          const arr = Uint32Array.from(ids);
+          pieces[i] = arr;
+          this.#put(p, arr);
+        }),
+      );
     }
     if (misses.length > 0) await Promise.all(misses);
     let total = 0;

@@ -7,8 +7,15 @@ import { KvgateError } from '../../errors/index.js';
 import { runBodyTask } from './body-task.js';
 import { ModelPreprocessor } from './model-preprocessor.js';
 import {
-  workerError, type BodyOutcome, type BodyReply, type PreprocessModelSpec, type PreprocessResult, type PreprocessTask, type WorkerError,
-  type WorkerReply, type WorkerTask,
+  workerError,
+  type BodyOutcome,
+  type BodyReply,
+  type PreprocessModelSpec,
+  type PreprocessResult,
+  type PreprocessTask,
+  type WorkerError,
+  type WorkerReply,
+  type WorkerTask,
 } from './protocol.js';
 
 export type TaskHandler = ((task: WorkerTask) => Promise<WorkerReply | BodyReply>) & {
@@ -31,7 +38,14 @@ export async function createTaskHandler(specs: readonly PreprocessModelSpec[]): 
       if (task.kind === 'body') return { ok: true, body: await runBodyTask(task, models) };
       const model = models.get(task.model);
       if (model === undefined) {
-        return { ok: false, error: { code: 'KVG_ERR_MODEL_NOT_FOUND', message: `model ${task.model} is not served`, detail: { model: task.model } } };
+        return {
+          ok: false,
+          error: {
+            code: 'KVG_ERR_MODEL_NOT_FOUND',
+            message: `model ${task.model} is not served`,
+            detail: { model: task.model },
+          },
+        };
       }
       return { ok: true, result: await model.run(task) };
     } catch (err) {

@@ -19,7 +19,14 @@ export function bootstrapHandoff(base: LegRequest, target: Selection, rng: Rng):
     path: 'bootstrap',
     prefillFields: sglangPrefillLegFields(base.body, { bootstrap }),
     async handOver(p: PrefillInFlight): Promise<DisaggOutcome> {
-      p.setEnded(p.response.then((res) => prefillDone(p, res), (err: unknown) => void p.fail(err)).finally(() => p.prefillLegOver()));
+      p.setEnded(
+        p.response
+          .then(
+            (res) => prefillDone(p, res),
+            (err: unknown) => void p.fail(err),
+          )
+          .finally(() => p.prefillLegOver()),
+      );
       await p.accepted.catch(() => {
         throw p.error ?? prefillFailure(new Error('the prefill leg ended before it was dispatched'), target);
       });

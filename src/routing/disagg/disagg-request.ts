@@ -30,20 +30,25 @@
  */
 import { Cancellation, type SessionHint, type WorkerRank } from '../../common/index.js';
 import { RequestTracker } from '../../core/index.js';
-import { NO_LEG_FIELDS, mergeLegFields, oneTokenPrefillFields, readChunkInfo, type EngineEvent, type LegFields } from '../../engines/index.js';
+import type { LegFields } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import type { LegRequest, LegResponse, Selection } from '../push/types.js';
 import type { PushRouter } from '../push/push-router.js';
 import type { StickySessions } from '../sticky-sessions.js';
 import { bootstrapHandoff } from './bootstrap.js';
-import { decodeOverrideOf, handoffPath, prefillWorkerInfo, withPromptTokensDetails, type HandoffPath } from './handoff.js';
+import { abandonDecode, decodeEvents, type DecodeProgress } from './decode-stream.js';
+import { decodeLegOf, handoffPath, prefillWorkerInfo, withPromptTokensDetails, type HandoffPath } from './handoff.js';
 import { kvTransferHandoff } from './kv-transfer.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
-import { failedAtRendezvous, prefillFailure, type DisaggOutcome, type DisaggSseEvent } from './types.js';
+import { failedAtRendezvous, prefillFailure, type DisaggOutcome } from './types.js';
 
 /** Picks and books (or peeks) the prefill worker: sticky session, then pinned id, then the router's best. */
-export type PrefillResolver = (leg: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query') => Promise<Selection>;
+export type PrefillResolver = (
+  leg: LegRequest,
+  session: SessionHint | undefined,
+  mode: 'book' | 'query',
+) => Promise<Selection>;
 
 export interface DisaggRequestOptions {
   readonly model: string;
@@ -99,6 +104,8 @@ export class DisaggRequest {
   #unreachable: number | undefined;
   /** Settles when the prefill leg has ended (its bookkeeping released); never rejects. */
   prefillEnded: Promise<void> = Promise.resolve();
+  /** What the decode stream reads of this request and tells it. */
+  readonly #progress: DecodeProgress;
 
   constructor(deps: DisaggRequestOptions, ctx: RouterContext, leg: LegRequest, session: SessionHint | undefined) {
     this.#deps = deps;
@@ -106,6 +113,17 @@ export class DisaggRequest {
     this.#leg = leg;
     this.#session = session;
     this.tracker = leg.tracker ?? new RequestTracker(ctx.clock);
+    const self = this;
+    this.#progress = {
+      get prefillError() {
+        return self.#prefillError;
+      },
+      get hasOutput() {
+        return self.#decodeOutput;
+      },
+      output: () => this.#onDecodeOutput(),
+      end: () => this.#end(),
+    };
   }
 
   /**
@@ -129,7 +147,14 @@ export class DisaggRequest {
         else if (this.#decodeOutput) this.#decodeCtl.abort(signal.reason);
         if (!settled) {
           settled = true;
-          reject(new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away during the disaggregated request', undefined, { cause: signal.reason }));
+          reject(
+            new KvgateError(
+              'KVG_ERR_CLIENT_ABORTED',
+              'the client went away during the disaggregated request',
+              undefined,
+              { cause: signal.reason },
+            ),
+          );
         }
       };
       signal.addEventListener('abort', this.#onClientAbort, { once: true });
@@ -140,7 +165,7 @@ export class DisaggRequest {
             settled = true;
             resolve(out);
           } else {
-            void this.#abandon(out);
+            void abandonDecode(out, this.#progress);
           }
         },
         (err: unknown) => {
@@ -149,7 +174,10 @@ export class DisaggRequest {
             settled = true;
             reject(err);
           } else if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')) {
-            this.#ctx.logger.warn({ model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) }, 'disaggregated request failed after the client left');
+            this.#ctx.logger.warn(
+              { model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) },
+              'disaggregated request failed after the client left',
+            );
           }
         },
       );
@@ -165,7 +193,14 @@ export class DisaggRequest {
       permit.release();
       throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before the prefill was routed');
     }
-    const prefillBase: LegRequest = { ...base, phase: 'prefill', stream: false, signal: this.#prefillCtl.signal, tracker, onDispatched: undefined };
+    const prefillBase: LegRequest = {
+      ...base,
+      phase: 'prefill',
+      stream: false,
+      signal: this.#prefillCtl.signal,
+      tracker,
+      onDispatched: undefined,
+    };
     let target: Selection;
     try {
       target = await this.#deps.resolve(prefillBase, this.#session, 'book');
@@ -176,9 +211,10 @@ export class DisaggRequest {
     // From here the prefill slot is booked; `dispatch` owns it (its guard releases it on every path).
     // Nothing between here and `dispatch` may throw: bootstrap endpoints were validated when the worker joined.
     this.#target = target;
-    const handoff: Handoff = handoffPath(target.worker) === 'bootstrap'
-      ? bootstrapHandoff(base, target, this.#ctx.rng)
-      : kvTransferHandoff(base, target);
+    const handoff: Handoff =
+      handoffPath(target.worker) === 'bootstrap'
+        ? bootstrapHandoff(base, target, this.#ctx.rng)
+        : kvTransferHandoff(base, target);
     this.#path = handoff.path;
     const admitted = deferred();
     const prefillLeg: LegRequest = {
@@ -200,10 +236,19 @@ export class DisaggRequest {
   }
 
   /** The view of the dispatched prefill a handoff strategy drives. */
-  #inFlight(target: Selection, response: Promise<LegResponse>, admitted: Deferred, permit: { release(): void }): PrefillInFlight {
+  #inFlight(
+    target: Selection,
+    response: Promise<LegResponse>,
+    admitted: Deferred,
+    permit: { release(): void },
+  ): PrefillInFlight {
     const self = this;
     return {
-      base: this.#leg, target, tracker: this.tracker, response, accepted: admitted.promise,
+      base: this.#leg,
+      target,
+      tracker: this.tracker,
+      response,
+      accepted: admitted.promise,
       get error() {
         return self.#prefillError;
       },
@@ -228,7 +273,10 @@ export class DisaggRequest {
         if (this.#prefillError !== undefined) return;
         this.#refusal = res;
         // Recorded as the prefill's error so decode is not sent (or is cancelled); the session keeps its worker.
-        this.#prefillError = new KvgateError('KVG_ERR_ENGINE_REJECTED', `prefill on worker ${target.worker.id} refused the request (${res.status})`);
+        this.#prefillError = new KvgateError(
+          'KVG_ERR_ENGINE_REJECTED',
+          `prefill on worker ${target.worker.id} refused the request (${res.status})`,
+        );
         if (!this.#decodeOutput) this.#decodeCtl.abort(this.#prefillError);
       },
     };
@@ -241,7 +289,14 @@ export class DisaggRequest {
     const ref = target.slot;
     const bytes = res.body.kind === 'json' ? res.body.bytes : new Uint8Array();
     this.#end();
-    return { worker: ref, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, body: { kind: 'json', bytes }, tracker: this.tracker };
+    return {
+      worker: ref,
+      prefillWorker: this.#prefillRef(),
+      handoff: this.#path!,
+      status: res.status,
+      body: { kind: 'json', bytes },
+      tracker: this.tracker,
+    };
   }
 
   /** The decode leg, after the prefill handed over (sync) or was accepted (bootstrap). */
@@ -254,22 +309,13 @@ export class DisaggRequest {
       if (this.#refusal !== undefined) return this.#refused(this.#refusal);
       throw this.#prefillError;
     }
-    // The client already left: decode only has to take the KV off the prefill engine, one token does that.
-    const gone = this.#clientGone;
-    const leg: LegRequest = {
-      ...base,
-      phase: 'decode',
-      stream: gone ? false : base.stream,
-      routing: {
-        ...base.routing, prefillWorkerId: target.slot.workerId, prefillDpRank: target.slot.dpRank,
-        routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride),
-      },
-      legFields: mergeLegFields(base.legFields ?? NO_LEG_FIELDS, handoff, gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : NO_LEG_FIELDS),
+    // A client that already left gets a one-token decode: it only has to take the KV off the prefill engine.
+    const leg = decodeLegOf(base, target.slot, handoff, {
       signal: this.#decodeCtl.signal,
       tracker: this.tracker,
-      onDispatched: undefined,
-      ...(this.#deps.tokenIds === true && !gone ? { returnTokenIds: true } : {}),
-    };
+      clientGone: this.#clientGone,
+      tokenIds: this.#deps.tokenIds === true,
+    });
     let res: LegResponse;
     try {
       res = await this.#deps.decode.dispatch(leg, undefined, this.#deps.decodeExclude);
@@ -288,10 +334,19 @@ export class DisaggRequest {
     } finally {
       permit.release();
     }
-    if (res.status >= 400) this.#cancelPrefillPartner(new KvgateError('KVG_ERR_ENGINE_REJECTED', `decode refused the request (${res.status})`));
+    if (res.status >= 400)
+      this.#cancelPrefillPartner(
+        new KvgateError('KVG_ERR_ENGINE_REJECTED', `decode refused the request (${res.status})`),
+      );
     this.#noteOutcome(res.status >= 400 ? 'decode_failed' : 'decoded');
     const worker = res.selection.slot;
-    const common = { worker, prefillWorker: this.#prefillRef(), handoff: this.#path!, status: res.status, tracker: this.tracker };
+    const common = {
+      worker,
+      prefillWorker: this.#prefillRef(),
+      handoff: this.#path!,
+      status: res.status,
+      tracker: this.tracker,
+    };
     if (res.body.kind === 'json') {
       this.#onDecodeOutput();
       let bytes: Uint8Array | string = res.body.bytes;
@@ -302,77 +357,10 @@ export class DisaggRequest {
       this.#end();
       return { ...common, body: { kind: 'json', bytes } };
     }
-    return { ...common, body: { kind: 'sse', events: this.#decodeEvents(res.body.events, promptTokensDetails) } };
-  }
-
-  /** The decode stream as the client sees it: usage patched on the sync path, early exits deferred until the KV arrived. */
-  async *#decodeEvents(events: AsyncIterable<EngineEvent>, details: Record<string, unknown> | undefined): AsyncGenerator<DisaggSseEvent> {
-    const it = events[Symbol.asyncIterator]();
-    let completed = false;
-    try {
-      for (;;) {
-        let next: IteratorResult<EngineEvent>;
-        try {
-          next = await it.next();
-        } catch (err) {
-          throw this.#prefillError !== undefined && isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') ? this.#prefillError : err;
-        }
-        if (next.done === true) {
-          completed = true;
-          return;
-        }
-        const ev = next.value;
-        if (!this.#decodeOutput && isOutput(ev)) this.#onDecodeOutput();
-        if (details !== undefined && !ev.done && ev.json !== undefined) {
-          const patched = withPromptTokensDetails(ev.json, details);
-          if (patched !== undefined) {
-            yield { data: JSON.stringify(patched) };
-            continue;
-          }
-        }
-        yield ev;
-      }
-    } finally {
-      if (completed) {
-        this.#end();
-      } else if (this.#decodeOutput) {
-        await it.return?.();
-        this.#end();
-      } else {
-        void this.#drainUntilOutput(it);
-      }
-    }
-  }
-
-  /** The consumer left before the KV arrived: keep reading until it did (first output), then cancel. */
-  async #drainUntilOutput(it: AsyncIterator<EngineEvent>): Promise<void> {
-    try {
-      for (;;) {
-        const next = await it.next();
-        if (next.done === true || isOutput(next.value)) break;
-      }
-    } catch {
-      // The leg failed: its guard has released it.
-    } finally {
-      await it.return?.()?.catch(() => undefined);
-      this.#end();
-    }
-  }
-
-  /** `run()` already rejected (client gone): consume the decode answer just far enough to release both engines. */
-  async #abandon(out: DisaggOutcome): Promise<void> {
-    if (out.body.kind === 'json') return;
-    const it = out.body.events[Symbol.asyncIterator]();
-    try {
-      for (;;) {
-        const next = await it.next();
-        if (next.done === true || this.#decodeOutput) break;
-      }
-    } catch {
-      // Cancelled at first output, or failed: either way the guards released the bookkeeping.
-    } finally {
-      await it.return?.()?.catch(() => undefined);
-    }
+    return {
+      ...common,
+      body: { kind: 'sse', events: decodeEvents(res.body.events, promptTokensDetails, this.#progress) },
+    };
   }
 
   #onDecodeOutput(): void {
@@ -385,12 +373,16 @@ export class DisaggRequest {
     if (this.#prefillError !== undefined) return;
     const e = prefillFailure(err, this.#target);
     this.#prefillError = e;
-    if (!this.#prefillDispatched && (isKvgateError(err, 'KVG_ERR_ENGINE_UNREACHABLE') || isKvgateError(err, 'KVG_ERR_ENGINE_NOT_REGISTERED'))) {
+    if (
+      !this.#prefillDispatched &&
+      (isKvgateError(err, 'KVG_ERR_ENGINE_UNREACHABLE') || isKvgateError(err, 'KVG_ERR_ENGINE_NOT_REGISTERED'))
+    ) {
       this.#unreachable = this.#target?.worker.id;
     }
     this.#deps.sessions.refused(this.#session, e);
     if (this.#path === 'bootstrap' && !this.#decodeOutput) this.#decodeCtl.abort(e);
-    if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || !this.#prefillCtl.signal.aborted) this.#noteOutcome('prefill_failed');
+    if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || !this.#prefillCtl.signal.aborted)
+      this.#noteOutcome('prefill_failed');
   }
 
   /** The decode half of an SGLang pair failed: its prefill would wait for a partner that never comes. */
@@ -409,9 +401,14 @@ export class DisaggRequest {
   #noteOutcome(outcome: 'decoded' | 'prefill_failed' | 'decode_failed'): void {
     if (this.#outcomeNoted || this.#target === undefined) return;
     this.#outcomeNoted = true;
-    this.#ctx.metrics?.disaggRequests.labels({
-      model: this.#deps.model, prefill_worker_id: String(this.#prefillRef().workerId), handoff: this.#path ?? 'sync', outcome,
-    }).inc();
+    this.#ctx.metrics?.disaggRequests
+      .labels({
+        model: this.#deps.model,
+        prefill_worker_id: String(this.#prefillRef().workerId),
+        handoff: this.#path ?? 'sync',
+        outcome,
+      })
+      .inc();
   }
 
   /** The decode leg is over for the client: stop listening to its signal, observe the transfer estimate. */
@@ -423,14 +420,7 @@ export class DisaggRequest {
     // pair the prefill's answer may come after decode started, which makes the difference meaningless.
     if (this.#path !== 'sync') return;
     const ms = this.tracker.kvTransferEstimatedMs();
-    if (ms !== undefined && ms >= 0) this.#ctx.metrics?.kvTransferEstimated.labels({ model: this.#deps.model }).observe(ms / 1000);
+    if (ms !== undefined && ms >= 0)
+      this.#ctx.metrics?.kvTransferEstimated.labels({ model: this.#deps.model }).observe(ms / 1000);
   }
-}
-
-/** An event that carries generated output (or ends the stream): proof that the decode engine has the KV. */
-function isOutput(ev: EngineEvent): boolean {
-  if (ev.done) return true;
-  if (ev.json === undefined) return false;
-  const info = readChunkInfo(ev.json);
-  return (info.tokenIds ?? 0) > 0 || info.outputChoices > 0 || info.finishReason !== undefined;
 }

@@ -1,13 +1,27 @@
 /**
  * Pure pieces of the prefill -> decode handoff, as Dynamo's PrefillRouter does it: which
  * protocol a prefill worker speaks, the SGLang bootstrap triple, the decode
- * router's override, the prefill worker's attribution, and the usage details
- * a synchronous prefill hands to the client's answer.
+ * router's override, the decode leg built from the request's, the prefill
+ * worker's attribution, and the usage details a synchronous prefill hands to
+ * the client's answer.
  */
-import type { RouterConfigOverride, Rng, WorkerPin } from '../../common/index.js';
-import { computeBootstrapRoom, parseRouterConfigOverride, randomRoomSeed, type KvRouterOptions, type RequestTracker } from '../../core/index.js';
+import type { RouterConfigOverride, Rng, WorkerPin, WorkerRank } from '../../common/index.js';
+import {
+  computeBootstrapRoom,
+  parseRouterConfigOverride,
+  randomRoomSeed,
+  type KvRouterOptions,
+  type RequestTracker,
+} from '../../core/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
-import type { BootstrapInfo } from '../../engines/index.js';
+import {
+  NO_LEG_FIELDS,
+  mergeLegFields,
+  oneTokenPrefillFields,
+  type BootstrapInfo,
+  type LegFields,
+} from '../../engines/index.js';
+import type { LegRequest } from '../push/types.js';
 
 /** How the KV moves: SGLang's bootstrap rendezvous (both legs at once) or the synchronous vLLM ticket. */
 export type HandoffPath = 'bootstrap' | 'sync';
@@ -24,9 +38,11 @@ export function handoffPath(w: WorkerInfo): HandoffPath {
 /** Why a prefill worker's bootstrap endpoint is unusable, or undefined when it is fine (or absent). */
 export function bootstrapProblem(w: WorkerInfo): string | undefined {
   const b = w.bootstrap;
-  if (b === undefined) return w.dialect === 'sglang' ? 'an SGLang prefill worker needs a bootstrap endpoint' : undefined;
+  if (b === undefined)
+    return w.dialect === 'sglang' ? 'an SGLang prefill worker needs a bootstrap endpoint' : undefined;
   if (typeof b.host !== 'string' || b.host.length === 0) return 'bootstrap host is empty';
-  if (!Number.isInteger(b.port) || b.port < 1 || b.port > 65535) return `bootstrap port ${String(b.port)} is not in 1..65535`;
+  if (!Number.isInteger(b.port) || b.port < 1 || b.port > 65535)
+    return `bootstrap port ${String(b.port)} is not in 1..65535`;
   return undefined;
 }
 
@@ -49,6 +65,49 @@ export function bootstrapFor(w: WorkerInfo, dpRank: number, rng: Rng): Bootstrap
  */
 export function decodeOverrideOf(existing: RouterConfigOverride | undefined): RouterConfigOverride {
   return Object.freeze({ ...existing, overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false });
+}
+
+/** How a request's decode leg is sent: its own cancellation and tracker, and what the client still wants. */
+export interface DecodeLegOptions {
+  readonly signal: LegRequest['signal'];
+  readonly tracker: RequestTracker;
+  /** The client already left: decode only has to take the KV off the prefill engine, one token does that. */
+  readonly clientGone: boolean;
+  /** Ask the decode engine for its token ids (a migration resumes from them); never once the client left. */
+  readonly tokenIds: boolean;
+}
+
+/**
+ * The decode leg of `base` whose prefill ran on `prefill`: the prefill worker recorded in its routing, the
+ * no-overlap override (`decodeOverrideOf`), and the handoff's fields laid over the request's own.
+ */
+export function decodeLegOf(
+  base: LegRequest,
+  prefill: WorkerRank,
+  handoff: LegFields,
+  opts: DecodeLegOptions,
+): LegRequest {
+  const gone = opts.clientGone;
+  return {
+    ...base,
+    phase: 'decode',
+    stream: gone ? false : base.stream,
+    routing: {
+      ...base.routing,
+      prefillWorkerId: prefill.workerId,
+      prefillDpRank: prefill.dpRank,
+      routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride),
+    },
+    legFields: mergeLegFields(
+      base.legFields ?? NO_LEG_FIELDS,
+      handoff,
+      gone ? { fields: oneTokenPrefillFields(base.body), headers: {} } : NO_LEG_FIELDS,
+    ),
+    signal: opts.signal,
+    tracker: opts.tracker,
+    onDispatched: undefined,
+    ...(opts.tokenIds && !gone ? { returnTokenIds: true } : {}),
+  };
 }
 
 /** `decodeOverrideOf` for a caller's raw override (camelCase or snake_case), validated here once: the library and replay edge. */
@@ -80,7 +139,9 @@ export function prefillWorkerInfo(
 }
 
 function obj(value: unknown): Record<string, unknown> | undefined {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : undefined;
 }
 
 /**
@@ -88,7 +149,10 @@ function obj(value: unknown): Record<string, unknown> | undefined {
  * prefill engine's (it computed the prompt, so its prefix-cache hits are the
  * ones the client paid less for). Undefined when there is no usage to patch.
  */
-export function withPromptTokensDetails(json: unknown, details: Readonly<Record<string, unknown>>): Record<string, unknown> | undefined {
+export function withPromptTokensDetails(
+  json: unknown,
+  details: Readonly<Record<string, unknown>>,
+): Record<string, unknown> | undefined {
   const root = obj(json);
   const usage = obj(root?.['usage']);
   if (root === undefined || usage === undefined) return undefined;

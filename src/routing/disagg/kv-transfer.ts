@@ -14,7 +14,12 @@ export function kvTransferHandoff(base: LegRequest, target: Selection): Handoff 
     path: 'sync',
     prefillFields: vllmPrefillLegFields(base.body, { requestId: base.clientRequestId ?? base.requestId }),
     async handOver(p: PrefillInFlight): Promise<DisaggOutcome> {
-      p.setEnded(p.response.then(() => undefined, () => undefined));
+      p.setEnded(
+        p.response.then(
+          () => undefined,
+          () => undefined,
+        ),
+      );
       let res: LegResponse;
       try {
         res = await p.response;
@@ -28,12 +33,20 @@ export function kvTransferHandoff(base: LegRequest, target: Selection): Handoff 
       if (res.status >= 400) return p.refused(res);
       let ticket: ReturnType<typeof readVllmPrefillResult>;
       try {
-        ticket = readVllmPrefillResult(res.body.kind === 'json' ? res.body.json : undefined, { worker: `${target.worker.id} (${target.worker.url})` });
+        ticket = readVllmPrefillResult(res.body.kind === 'json' ? res.body.json : undefined, {
+          worker: `${target.worker.id} (${target.worker.url})`,
+        });
       } catch (err) {
         throw p.fail(err);
       }
       p.tracker.recordPrefillComplete();
-      return p.decode(vllmDecodeLegFields({ requestId: base.clientRequestId ?? base.requestId, kvTransferParams: ticket.kvTransferParams }), ticket.promptTokensDetails);
+      return p.decode(
+        vllmDecodeLegFields({
+          requestId: base.clientRequestId ?? base.requestId,
+          kvTransferParams: ticket.kvTransferParams,
+        }),
+        ticket.promptTokensDetails,
+      );
     },
   };
 }

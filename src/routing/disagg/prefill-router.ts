@@ -87,7 +87,12 @@ export class PrefillRouter {
     this.#createPool = opts.createPool;
     this.#ctx = ctx;
     this.#maxRetries = opts.maxRetries ?? 2;
-    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, sessionLimitReporter(ctx, opts.model, 'prefill'));
+    this.sessions = new StickySessions(
+      ctx.clock,
+      opts.sessionTtlMs,
+      opts.sessionLimits,
+      sessionLimitReporter(ctx, opts.model, 'prefill'),
+    );
   }
 
   get state(): PrefillState {
@@ -174,32 +179,56 @@ export class PrefillRouter {
     const out = await this.#run(leg, session, migrates, exclude);
     if (!migrates || out.body.kind !== 'sse' || out.status >= 400) return out;
     const hooks = migrationHooks({
-      ctx: this.#ctx, model: this.model, role: this.#decode.role, requestId: leg.requestId, policy, exclude,
+      ctx: this.#ctx,
+      model: this.model,
+      role: this.#decode.role,
+      requestId: leg.requestId,
+      policy,
+      exclude,
       pinned: leg.routing.decodeWorkerId !== undefined,
       // The continuation is a new disaggregated request (prefill of the prompt and the tokens so far, then decode
       // elsewhere): a decode engine takes its KV only through a handoff. Its own tracker: this one's phases are over.
       redispatch: async (next) => {
         const res = await this.#run({ ...next, tracker: undefined }, session, true, exclude);
-        if (res.body.kind === 'sse' && res.status < 400) return { events: engineEvents(res.body.events), workerId: res.worker.workerId };
-        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the continuation was refused (${res.status})`, { upstreamStatus: res.status });
+        if (res.body.kind === 'sse' && res.status < 400)
+          return { events: engineEvents(res.body.events), workerId: res.worker.workerId };
+        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the continuation was refused (${res.status})`, {
+          upstreamStatus: res.status,
+        });
       },
     });
-    return { ...out, body: { kind: 'sse', events: migratingEvents(leg, engineEvents(out.body.events), out.worker.workerId, hooks) } };
+    return {
+      ...out,
+      body: { kind: 'sse', events: migratingEvents(leg, engineEvents(out.body.events), out.worker.workerId, hooks) },
+    };
   }
 
   /** One disaggregated run of `leg`, re-run on another prefill worker when its prefill worker could not be reached. */
-  #run(leg: LegRequest, session: SessionHint | undefined, tokenIds: boolean, decodeExclude: ReadonlySet<number>): Promise<DisaggOutcome> {
+  #run(
+    leg: LegRequest,
+    session: SessionHint | undefined,
+    tokenIds: boolean,
+    decodeExclude: ReadonlySet<number>,
+  ): Promise<DisaggOutcome> {
     const policy = { model: this.model, maxRetries: this.#maxRetries, signal: leg.signal, metrics: this.#ctx.metrics };
     return retryBeforeFirstByte(policy, async ({ exclude, retryElsewhere }) => {
-      const deps = { model: this.model, pool: this.#pool!, decode: this.#decode, sessions: this.sessions, decodeExclude, tokenIds,
-        resolve: (l: LegRequest, s: SessionHint | undefined, m: 'book' | 'query') => this.#resolve(l, s, m, exclude) };
+      const deps = {
+        model: this.model,
+        pool: this.#pool!,
+        decode: this.#decode,
+        sessions: this.sessions,
+        decodeExclude,
+        tokenIds,
+        resolve: (l: LegRequest, s: SessionHint | undefined, m: 'book' | 'query') => this.#resolve(l, s, m, exclude),
+      };
       const request = new DisaggRequest(deps, this.#ctx, leg, session);
       try {
         return await request.run();
       } catch (err) {
         const unreachable = request.unreachableWorker;
         // Not when the request pins its prefill worker, nor when it brings its own tracker (already attributed).
-        if (unreachable !== undefined && leg.routing.prefillWorkerId === undefined && leg.tracker === undefined) retryElsewhere(unreachable, 'prefill_unreachable');
+        if (unreachable !== undefined && leg.routing.prefillWorkerId === undefined && leg.tracker === undefined)
+          retryElsewhere(unreachable, 'prefill_unreachable');
         throw err;
       }
     });
@@ -209,20 +238,27 @@ export class PrefillRouter {
   async query(leg: LegRequest, session?: SessionHint): Promise<DisaggQuery> {
     this.#check(leg);
     const prefill = await this.#resolve({ ...leg, phase: 'prefill' }, session, 'query');
-    const decode = await this.#decode.select({
-      ...leg,
-      phase: 'decode',
-      routing: {
-        ...leg.routing, prefillWorkerId: prefill.slot.workerId, prefillDpRank: prefill.slot.dpRank,
-        routerConfigOverride: decodeOverrideOf(leg.routing.routerConfigOverride),
+    const decode = await this.#decode.select(
+      {
+        ...leg,
+        phase: 'decode',
+        routing: {
+          ...leg.routing,
+          prefillWorkerId: prefill.slot.workerId,
+          prefillDpRank: prefill.slot.dpRank,
+          routerConfigOverride: decodeOverrideOf(leg.routing.routerConfigOverride),
+        },
       },
-    }, 'query');
+      'query',
+    );
     return { prefill, decode };
   }
 
   #check(leg: LegRequest): void {
     if (this.#state !== 'active' || this.#pool === undefined) {
-      throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED', `no prefill worker is available for model ${this.model}`, { model: this.model });
+      throw new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED', `no prefill worker is available for model ${this.model}`, {
+        model: this.model,
+      });
     }
     if (this.mode === 'direct') {
       directPin('prefill', leg.routing);
@@ -236,25 +272,42 @@ export class PrefillRouter {
    * never one of `exclude` (workers this request could not reach). Scored without the client's
    * router-config override (as Dynamo queries its prefill router).
    */
-  async #resolve(client: LegRequest, session: SessionHint | undefined, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
+  async #resolve(
+    client: LegRequest,
+    session: SessionHint | undefined,
+    mode: 'book' | 'query',
+    exclude?: ReadonlySet<number>,
+  ): Promise<Selection> {
     const pool = this.#pool!;
     // The prefill worker is chosen with the pool's own knobs: a client's router-config override is for its decode.
     const routing = { ...client.routing, routerConfigOverride: undefined };
     const leg = { ...client, routing };
-    const sticky = routing.prefillWorkerId === undefined
-      ? this.sessions.stickySlot(session, (id) => pool.eligible(id, routing) && exclude?.has(id) !== true)
-      : undefined;
+    const sticky =
+      routing.prefillWorkerId === undefined
+        ? this.sessions.stickySlot(session, (id) => pool.eligible(id, routing) && exclude?.has(id) !== true)
+        : undefined;
     if (sticky !== undefined) {
       try {
-        const sel = await pool.select({ ...leg, routing: { ...routing, prefillWorkerId: sticky.workerId, prefillDpRank: sticky.dpRank } }, mode);
+        const sel = await pool.select(
+          { ...leg, routing: { ...routing, prefillWorkerId: sticky.workerId, prefillDpRank: sticky.dpRank } },
+          mode,
+        );
         if (mode === 'book') this.sessions.touch(session!.id);
         return sel;
       } catch (err) {
         if (isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || isKvgateError(err, 'KVG_ERR_BACKPRESSURE')) throw err;
         // The scheduler refuses the sticky worker (overloaded, rank gone): fall back to the best match.
         this.sessions.refused(session, err);
-        this.#ctx.logger.warn({ model: this.model, requestId: leg.requestId, session: session!.id, workerId: sticky.workerId, err: String(err) },
-          'sticky prefill worker refused; choosing another');
+        this.#ctx.logger.warn(
+          {
+            model: this.model,
+            requestId: leg.requestId,
+            session: session!.id,
+            workerId: sticky.workerId,
+            err: String(err),
+          },
+          'sticky prefill worker refused; choosing another',
+        );
       }
     }
     return pool.select(leg, mode, exclude);
@@ -275,6 +328,13 @@ async function* engineEvents(events: AsyncIterable<DisaggSseEvent>): AsyncGenera
     } catch {
       json = undefined;
     }
-    yield { raw: Buffer.from(ev.raw ?? `data: ${ev.data}\n\n`), data: ev.data, event: undefined, id: undefined, json, done };
+    yield {
+      raw: Buffer.from(ev.raw ?? `data: ${ev.data}\n\n`),
+      data: ev.data,
+      event: undefined,
+      id: undefined,
+      json,
+      done,
+    };
   }
 }

@@ -31,18 +31,33 @@ export interface DisaggOutcome {
 
 /** Failures of the request itself keep their code; engine and transport failures of the prefill leg become KVG_ERR_PREFILL_FAILED. */
 const KEEP_CODES = new Set([
-  'KVG_ERR_CLIENT_ABORTED', 'KVG_ERR_BACKPRESSURE', 'KVG_ERR_OVERLOADED', 'KVG_ERR_NO_WORKERS', 'KVG_ERR_UNKNOWN_WORKER',
-  'KVG_ERR_INVALID_DP_RANK', 'KVG_ERR_MISSING_WORKER_ID', 'KVG_ERR_NO_DISAGGREGATED_PARAMS', 'KVG_ERR_INVALID_ARGUMENT',
-  'KVG_ERR_DUPLICATE_REQUEST', 'KVG_ERR_PREFILL_FAILED',
+  'KVG_ERR_CLIENT_ABORTED',
+  'KVG_ERR_BACKPRESSURE',
+  'KVG_ERR_OVERLOADED',
+  'KVG_ERR_NO_WORKERS',
+  'KVG_ERR_UNKNOWN_WORKER',
+  'KVG_ERR_INVALID_DP_RANK',
+  'KVG_ERR_MISSING_WORKER_ID',
+  'KVG_ERR_NO_DISAGGREGATED_PARAMS',
+  'KVG_ERR_INVALID_ARGUMENT',
+  'KVG_ERR_DUPLICATE_REQUEST',
+  'KVG_ERR_PREFILL_FAILED',
 ]);
 
 export function prefillFailure(err: unknown, target: Selection | undefined): KvgateError {
   if (isKvgateError(err) && KEEP_CODES.has(err.code)) return err;
   const where = target === undefined ? '' : ` on worker ${target.slot.workerId} (dp rank ${target.slot.dpRank})`;
   const why = err instanceof Error ? err.message : String(err);
-  return new KvgateError('KVG_ERR_PREFILL_FAILED', `prefill${where} failed: ${why}`, {
-    workerId: target?.slot.workerId, dpRank: target?.slot.dpRank, cause: isKvgateError(err) ? err.code : undefined,
-  }, { cause: err });
+  return new KvgateError(
+    'KVG_ERR_PREFILL_FAILED',
+    `prefill${where} failed: ${why}`,
+    {
+      workerId: target?.slot.workerId,
+      dpRank: target?.slot.dpRank,
+      cause: isKvgateError(err) ? err.code : undefined,
+    },
+    { cause: err },
+  );
 }
 
 /**
@@ -51,7 +66,10 @@ export function prefillFailure(err: unknown, target: Selection | undefined): Kvg
  * (Nothing sent, a client abort or a refusal keep their own meaning.)
  */
 const RENDEZVOUS_FAILURES = new Set([
-  'KVG_ERR_ENGINE_FAILED', 'KVG_ERR_ENGINE_DISCONNECTED', 'KVG_ERR_ENGINE_HEADERS_TIMEOUT', 'KVG_ERR_ENGINE_BODY_TIMEOUT',
+  'KVG_ERR_ENGINE_FAILED',
+  'KVG_ERR_ENGINE_DISCONNECTED',
+  'KVG_ERR_ENGINE_HEADERS_TIMEOUT',
+  'KVG_ERR_ENGINE_BODY_TIMEOUT',
   'KVG_ERR_ENGINE_STREAM_BROKEN',
 ]);
 

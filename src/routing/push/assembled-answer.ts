@@ -21,8 +21,11 @@ function obj(v: unknown): Record<string, unknown> | undefined {
  * @throws KvgateError KVG_ERR_ENGINE_FAILED for an engine error mid-stream; the stream's own errors
  *   (KVG_ERR_ENGINE_STREAM_BROKEN, KVG_ERR_CLIENT_ABORTED, ...).
  */
-export async function assembledAnswer(events: AsyncIterable<EngineEvent>, status: number, worker: { readonly id: number; readonly url: string }):
-Promise<{ status: number; body: LegBody }> {
+export async function assembledAnswer(
+  events: AsyncIterable<EngineEvent>,
+  status: number,
+  worker: { readonly id: number; readonly url: string },
+): Promise<{ status: number; body: LegBody }> {
   const asm = new ResponseAssembler();
   for await (const batch of batchesOf(events)) {
     for (const ev of batch) {
@@ -31,9 +34,16 @@ Promise<{ status: number; body: LegBody }> {
       if (error !== undefined) {
         const code = error['code'];
         if (typeof code === 'number' && code >= 400 && code < 500) {
-          return jsonBody(code, refusalBody({ status: code, json: { error }, text: undefined, worker: worker.url }, worker.id));
+          return jsonBody(
+            code,
+            refusalBody({ status: code, json: { error }, text: undefined, worker: worker.url }, worker.id),
+          );
         }
-        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine failed the request: ${String(error['message'] ?? 'no message')}`, { upstreamCode: code ?? null });
+        throw new KvgateError(
+          'KVG_ERR_ENGINE_FAILED',
+          `the engine failed the request: ${String(error['message'] ?? 'no message')}`,
+          { upstreamCode: code ?? null },
+        );
       }
       asm.push(ev.json);
     }

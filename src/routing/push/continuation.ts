@@ -43,9 +43,22 @@ export function midStreamBlocker(body: Readonly<Record<string, unknown>>): Migra
 
 /** Chat-only fields a completion continuation must not carry (the prompt is already templated). */
 const CHAT_ONLY = [
-  'messages', 'tools', 'tool_choice', 'parallel_tool_calls', 'response_format', 'chat_template', 'chat_template_kwargs',
-  'add_generation_prompt', 'continue_final_message', 'documents', 'max_completion_tokens', 'logprobs', 'top_logprobs',
-  'reasoning_effort', 'mm_processor_kwargs', 'return_token_ids',
+  'messages',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'response_format',
+  'chat_template',
+  'chat_template_kwargs',
+  'add_generation_prompt',
+  'continue_final_message',
+  'documents',
+  'max_completion_tokens',
+  'logprobs',
+  'top_logprobs',
+  'reasoning_effort',
+  'mm_processor_kwargs',
+  'return_token_ids',
 ];
 
 const COMPLETIONS = '/v1/completions';
@@ -55,14 +68,18 @@ const COMPLETIONS = '/v1/completions';
  * the generated ones, asking for what is left of `max_tokens` (and of `min_tokens`). Undefined when nothing
  * is left to generate.
  */
-export function continuationRequest(path: string, body: Readonly<Record<string, unknown>>, promptIds: readonly number[],
-  generated: readonly number[]): { path: string; body: Record<string, unknown> } | undefined {
+export function continuationRequest(
+  path: string,
+  body: Readonly<Record<string, unknown>>,
+  promptIds: readonly number[],
+  generated: readonly number[],
+): { path: string; body: Record<string, unknown> } | undefined {
   const chat = path !== COMPLETIONS;
   const out: Record<string, unknown> = { ...body };
   if (chat) for (const k of CHAT_ONLY) delete out[k];
   delete out['return_token_ids'];
   out['prompt'] = [...promptIds, ...generated];
-  const max = int(chat ? body['max_completion_tokens'] ?? body['max_tokens'] : body['max_tokens']);
+  const max = int(chat ? (body['max_completion_tokens'] ?? body['max_tokens']) : body['max_tokens']);
   if (max !== undefined) {
     if (max - generated.length <= 0) return undefined;
     out['max_tokens'] = max - generated.length;
@@ -134,7 +151,7 @@ export class StreamProgress {
    */
   clientChunk(json: Record<string, unknown>): Record<string, unknown> | undefined {
     this.#shape ??= { id: json['id'], object: json['object'], created: json['created'], model: json['model'] };
-    const choices = Array.isArray(json['choices']) ? json['choices'] as unknown[] : [];
+    const choices = Array.isArray(json['choices']) ? (json['choices'] as unknown[]) : [];
     this.#record(json, choices);
     if (this.#continuation) return this.#reshape(json, choices);
     if (this.#keepIds) return json;
@@ -155,7 +172,11 @@ export class StreamProgress {
   }
 
   #stripped(json: Record<string, unknown>, choices: readonly unknown[]): Record<string, unknown> {
-    if (!('prompt_token_ids' in json) && !choices.some((c) => obj(c)?.['token_ids'] !== undefined || obj(c)?.['prompt_token_ids'] !== undefined)) return json;
+    if (
+      !('prompt_token_ids' in json) &&
+      !choices.some((c) => obj(c)?.['token_ids'] !== undefined || obj(c)?.['prompt_token_ids'] !== undefined)
+    )
+      return json;
     const out = { ...json };
     delete out['prompt_token_ids'];
     out['choices'] = choices.map((c) => {
@@ -170,11 +191,18 @@ export class StreamProgress {
   /** A continuation's completion chunk in the original stream's shape, usage over the whole answer. */
   #reshape(json: Record<string, unknown>, choices: readonly unknown[]): Record<string, unknown> | undefined {
     const shape = this.#shape!;
-    const out: Record<string, unknown> = { id: shape.id, object: shape.object, created: shape.created, model: shape.model };
+    const out: Record<string, unknown> = {
+      id: shape.id,
+      object: shape.object,
+      created: shape.created,
+      model: shape.model,
+    };
     out['choices'] = choices.map((c) => this.#choice(obj(c) ?? {}));
     const usage = obj(json['usage']);
     if (usage !== undefined) out['usage'] = this.#usage(usage);
-    const empty = (out['choices'] as Record<string, unknown>[]).every((c) => c['finish_reason'] == null && c['text'] === '' && obj(c['delta'])?.['content'] === '');
+    const empty = (out['choices'] as Record<string, unknown>[]).every(
+      (c) => c['finish_reason'] == null && c['text'] === '' && obj(c['delta'])?.['content'] === '',
+    );
     if (empty && usage === undefined && choices.length > 0) return undefined;
     return out;
   }
@@ -183,18 +211,39 @@ export class StreamProgress {
     const text = typeof c['text'] === 'string' ? c['text'] : '';
     const finish = c['finish_reason'] ?? null;
     const ids = this.#keepIds && Array.isArray(c['token_ids']) ? { token_ids: c['token_ids'] } : {};
-    if (!this.#chat) return { index: c['index'] ?? 0, text, logprobs: null, finish_reason: finish, stop_reason: c['stop_reason'] ?? null, ...ids };
-    return { index: c['index'] ?? 0, delta: { content: text }, logprobs: null, finish_reason: finish, ...(finish !== null ? { stop_reason: c['stop_reason'] ?? null } : {}), ...ids };
+    if (!this.#chat)
+      return {
+        index: c['index'] ?? 0,
+        text,
+        logprobs: null,
+        finish_reason: finish,
+        stop_reason: c['stop_reason'] ?? null,
+        ...ids,
+      };
+    return {
+      index: c['index'] ?? 0,
+      delta: { content: text },
+      logprobs: null,
+      finish_reason: finish,
+      ...(finish !== null ? { stop_reason: c['stop_reason'] ?? null } : {}),
+      ...ids,
+    };
   }
 
   /** The continuation's usage counts its prompt (the original one plus the resumed tokens) and only its own output. */
   #usage(u: Record<string, unknown>): Record<string, unknown> {
     const prompt = this.promptIds?.length ?? 0;
     const completion = this.#offset + (int(u['completion_tokens']) ?? 0);
-    const out: Record<string, unknown> = { ...u, prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+    const out: Record<string, unknown> = {
+      ...u,
+      prompt_tokens: prompt,
+      completion_tokens: completion,
+      total_tokens: prompt + completion,
+    };
     const details = obj(u['prompt_tokens_details']);
     const cached = int(details?.['cached_tokens']);
-    if (details !== undefined && cached !== undefined) out['prompt_tokens_details'] = { ...details, cached_tokens: Math.min(cached, prompt) };
+    if (details !== undefined && cached !== undefined)
+      out['prompt_tokens_details'] = { ...details, cached_tokens: Math.min(cached, prompt) };
     return out;
   }
 }
@@ -202,5 +251,8 @@ export class StreamProgress {
 function hasOutput(choice: Record<string, unknown>): boolean {
   const delta = obj(choice['delta']);
   const text = choice['text'] ?? delta?.['content'];
-  return (typeof text === 'string' && text.length > 0) || (Array.isArray(delta?.['tool_calls']) && (delta['tool_calls'] as unknown[]).length > 0);
+  return (
+    (typeof text === 'string' && text.length > 0) ||
+    (Array.isArray(delta?.['tool_calls']) && (delta['tool_calls'] as unknown[]).length > 0)
+  );
 }

@@ -48,7 +48,8 @@ export class KvSelector implements LegSelector {
     let decision: RoutingDecision;
     if (mode === 'query') {
       decision = kv.findBestMatch(request, { mode: 'query' });
-      if (decision.requiredBlocks > 0) this.#pm?.leg(req.phase).kvHitRate.observe(decision.overlapBlocks / decision.requiredBlocks);
+      if (decision.requiredBlocks > 0)
+        this.#pm?.leg(req.phase).kvHitRate.observe(decision.overlapBlocks / decision.requiredBlocks);
     } else {
       decision = await this.#schedule(request);
       this.#observeDecision(req.phase, decision);
@@ -78,7 +79,8 @@ export class KvSelector implements LegSelector {
     if (req.signal.aborted) ticket.cancel();
     const result = await ticket.admitted.finally(() => req.signal.removeEventListener('abort', onAbort));
     this.#observeQueue();
-    if (result.status === 'cancelled') throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away while the request was queued');
+    if (result.status === 'cancelled')
+      throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away while the request was queued');
     if (result.status === 'failed') throw result.error;
     return result.decision;
   }

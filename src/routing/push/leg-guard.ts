@@ -6,7 +6,13 @@
  */
 import { BatchedFlow, type Batched, type Clock } from '../../common/index.js';
 import { outputBlockDecay } from '../../core/index.js';
-import { eventInfo, isUsageOnlyChunk, type ChunkInfo, type EngineEvent, type EngineEventStream } from '../../engines/index.js';
+import {
+  eventInfo,
+  isUsageOnlyChunk,
+  type ChunkInfo,
+  type EngineEvent,
+  type EngineEventStream,
+} from '../../engines/index.js';
 import type { KvRouter } from '../kv-router.js';
 import type { PoolMetrics } from './pool-metrics.js';
 import type { LegRequest, Selection } from './types.js';
@@ -77,7 +83,14 @@ class RequestObservability {
   /** Only KV mode predicts cached tokens; the others have nothing to compare. */
   #compared: boolean;
 
-  constructor(clock: Clock, pm: PoolMetrics | undefined, req: LegRequest, sel: Selection, blockSize: number, predicts: boolean) {
+  constructor(
+    clock: Clock,
+    pm: PoolMetrics | undefined,
+    req: LegRequest,
+    sel: Selection,
+    blockSize: number,
+    predicts: boolean,
+  ) {
     this.#clock = clock;
     this.#lm = pm?.leg(req.phase);
     this.#lat = pm?.latency(req.phase, sel.worker.id);
@@ -110,7 +123,10 @@ class RequestObservability {
     if (m === undefined) return;
     // An engine always computes at least the prompt's last token, so a fully
     // cached block-aligned prompt reports one block less (vLLM's rule).
-    const usableBlocks = Math.min(this.#sel.overlapBlocks, Math.floor(Math.max(0, this.#req.isl - 1) / this.#blockSize));
+    const usableBlocks = Math.min(
+      this.#sel.overlapBlocks,
+      Math.floor(Math.max(0, this.#req.isl - 1) / this.#blockSize),
+    );
     const error = cachedTokens - usableBlocks * this.#blockSize;
     m.predictionError.observe(error);
     (error === 0 ? m.exact : error < 0 ? m.over : m.under).inc();
@@ -122,7 +138,8 @@ class RequestObservability {
     if (!dispatched || m === undefined) return;
     const osl = this.#usageOsl ?? this.#osl;
     if (osl > 0) m.osl.observe(osl);
-    if (this.#firstAt !== undefined && osl >= 2) this.#lat?.itl.observe((this.#clock.now() - this.#firstAt) / (osl - 1) / 1000);
+    if (this.#firstAt !== undefined && osl >= 2)
+      this.#lat?.itl.observe((this.#clock.now() - this.#firstAt) / (osl - 1) / 1000);
   }
 }
 
@@ -150,7 +167,14 @@ export class LegGuard {
     this.#onError = deps.onError;
     this.#cleanup = new RequestCleanup(deps.release);
     this.#blocks = deps.kvRouter === undefined ? undefined : new OutputBlockTracker(deps.kvRouter, req, deps.blockSize);
-    this.#observe = new RequestObservability(deps.clock, deps.metrics, req, sel, deps.blockSize, deps.kvRouter !== undefined);
+    this.#observe = new RequestObservability(
+      deps.clock,
+      deps.metrics,
+      req,
+      sel,
+      deps.blockSize,
+      deps.kvRouter !== undefined,
+    );
   }
 
   onOutput(info: ChunkInfo): void {
@@ -179,11 +203,19 @@ export class LegGuard {
  * `dropUsageChunk`: the usage-only chunk kvgate asked for on the client's behalf is watched, not passed on.
  * Read in batches (common's `Batched`), the guard watches a whole upstream read at once.
  */
-export function guardedEvents(stream: EngineEventStream, guard: LegGuard, dropUsageChunk = false): Batched<EngineEvent> {
+export function guardedEvents(
+  stream: EngineEventStream,
+  guard: LegGuard,
+  dropUsageChunk = false,
+): Batched<EngineEvent> {
   return new BatchedFlow(() => guardedBatches(stream, guard, dropUsageChunk));
 }
 
-async function* guardedBatches(stream: EngineEventStream, guard: LegGuard, dropUsageChunk: boolean): AsyncGenerator<EngineEvent[]> {
+async function* guardedBatches(
+  stream: EngineEventStream,
+  guard: LegGuard,
+  dropUsageChunk: boolean,
+): AsyncGenerator<EngineEvent[]> {
   let completed = false;
   try {
     const it = stream.batches();
@@ -211,14 +243,16 @@ function watched(batch: EngineEvent[], guard: LegGuard, dropUsageChunk: boolean)
   for (let i = 0; i < batch.length; i++) {
     const ev = batch[i]!;
     const info = eventInfo(ev);
-    if (info === undefined) continue;
-    guard.onOutput(info);
-    // Only a chunk with usage can be the usage-only chunk: the others are not parsed for it.
-    if (dropUsageChunk && info.usage !== undefined && isUsageOnlyChunk(ev.json)) {
-      if (out === batch) out = batch.slice(0, i);
-    } else if (out !== batch) {
-      out.push(ev);
+    if (info !== undefined) {
+      guard.onOutput(info);
+      // Only a chunk with usage can be the usage-only chunk: the others are not parsed for it.
+      if (dropUsageChunk && info.usage !== undefined && isUsageOnlyChunk(ev.json)) {
+        if (out === batch) out = batch.slice(0, i);
+        continue;
+      }
     }
+    // Every other event after a dropped one is passed on, `[DONE]` (which carries no chunk) included.
+    if (out !== batch) out.push(ev);
   }
   return out;
 }

@@ -84,7 +84,10 @@ export function migrationHooks(s: MigrationSetup): MigrationHooks {
     started: () => m?.migrations.labels({ ...labels, outcome: 'started' }).inc(),
     skipped: (reason, err, detail) => {
       m?.migrationsSkipped.labels({ ...labels, reason }).inc();
-      logger.warn({ model: s.model, requestId: s.requestId, code: err.code, reason, ...detail }, 'stream failed and was not migrated');
+      logger.warn(
+        { model: s.model, requestId: s.requestId, code: err.code, reason, ...detail },
+        'stream failed and was not migrated',
+      );
     },
     outcome: (outcome, migrations) => {
       m?.migrations.labels({ ...labels, outcome }).inc();
@@ -99,13 +102,29 @@ const encoder = new TextEncoder();
 
 function event(json: unknown): EngineEvent {
   const data = JSON.stringify(json);
-  return { raw: Buffer.from(encoder.encode(`data: ${data}\n\n`)), data, event: undefined, id: undefined, json, done: false };
+  return {
+    raw: Buffer.from(encoder.encode(`data: ${data}\n\n`)),
+    data,
+    event: undefined,
+    id: undefined,
+    json,
+    done: false,
+  };
 }
 
-const DONE: EngineEvent = { raw: Buffer.from('data: [DONE]\n\n'), data: '[DONE]', event: undefined, id: undefined, json: undefined, done: true };
+const DONE: EngineEvent = {
+  raw: Buffer.from('data: [DONE]\n\n'),
+  data: '[DONE]',
+  event: undefined,
+  id: undefined,
+  json: undefined,
+  done: true,
+};
 
 function cutError(): KvgateError {
-  return new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', 'the engine\'s stream ended without a final chunk', { migratable: true });
+  return new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', "the engine's stream ended without a final chunk", {
+    migratable: true,
+  });
 }
 
 /**
@@ -113,16 +132,24 @@ function cutError(): KvgateError {
  * migratable failures. Each leg's events are guarded by their push router (bookings freed on every exit).
  * Read in batches (common's `Batched`), a whole upstream read is followed at once.
  */
-export function migratingEvents(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number,
-  hooks: MigrationHooks | (() => MigrationHooks)): Batched<EngineEvent> {
+export function migratingEvents(
+  req: LegRequest,
+  first: AsyncIterable<EngineEvent>,
+  workerId: number,
+  hooks: MigrationHooks | (() => MigrationHooks),
+): Batched<EngineEvent> {
   // Hooks given as a function are made only when a leg fails (most streams never need them).
   let made: MigrationHooks | undefined;
   const lazy = typeof hooks === 'function' ? (): MigrationHooks => (made ??= hooks()) : (): MigrationHooks => hooks;
   return new BatchedFlow(() => migratingBatches(req, first, workerId, lazy));
 }
 
-async function* migratingBatches(req: LegRequest, first: AsyncIterable<EngineEvent>, workerId: number,
-  hooks: () => MigrationHooks): AsyncGenerator<EngineEvent[]> {
+async function* migratingBatches(
+  req: LegRequest,
+  first: AsyncIterable<EngineEvent>,
+  workerId: number,
+  hooks: () => MigrationHooks,
+): AsyncGenerator<EngineEvent[]> {
   const progress = new StreamProgress(req.path, req.body);
   progress.startLeg(false);
   let events = first;
@@ -183,8 +210,14 @@ function clientEvents(batch: EngineEvent[], progress: StreamProgress): EngineEve
 }
 
 /** Decides on one failure: the next leg's events, or the failure rethrown. */
-async function nextLeg(req: LegRequest, progress: StreamProgress, failure: unknown, workerId: number, migrations: number,
-  hooks: MigrationHooks): Promise<{ events: AsyncIterable<EngineEvent>; workerId: number }> {
+async function nextLeg(
+  req: LegRequest,
+  progress: StreamProgress,
+  failure: unknown,
+  workerId: number,
+  migrations: number,
+  hooks: MigrationHooks,
+): Promise<{ events: AsyncIterable<EngineEvent>; workerId: number }> {
   const fail = (): never => {
     if (migrations > 0) hooks.outcome('failed', migrations);
     throw failure;

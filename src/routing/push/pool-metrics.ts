@@ -19,7 +19,11 @@
  * worker that leaves takes its load gauges with it.
  */
 import { slotKey, type WorkerRank, type WorkerRole } from '../../common/index.js';
-import { FastCounterChild as CounterChild, FastHistogramChild as HistogramChild, type KvgateMetrics } from '../../metrics/index.js';
+import {
+  FastCounterChild as CounterChild,
+  FastHistogramChild as HistogramChild,
+  type KvgateMetrics,
+} from '../../metrics/index.js';
 
 /** What PoolMetrics reads of the pool: each member's configured role (and whether a decode worker serves alone). */
 type PoolRoles = ReadonlyMap<number, { readonly role: WorkerRole; readonly servesAggregated?: boolean | undefined }>;
@@ -30,7 +34,10 @@ type LoadReader = (g: WorkerGauges, slot: WorkerRank) => void;
 const STAGES = ['block_hashing', 'indexer_find_matches', 'scheduling', 'total'] as const;
 
 export class PoolMetrics {
-  readonly hashing; readonly matching; readonly scheduling; readonly total;
+  readonly hashing;
+  readonly matching;
+  readonly scheduling;
+  readonly total;
   readonly #m: KvgateMetrics;
   readonly #model: string;
   readonly #role: WorkerRole;
@@ -131,7 +138,13 @@ export class PoolMetrics {
       if (g.slot.workerId !== workerId) continue;
       this.#workers.delete(key);
       const l = g.labels;
-      for (const gauge of [m.workerActiveRequests, m.workerActivePrefillTokens, m.workerActiveDecodeBlocks, m.workerIndexBlocks]) gauge.remove(l);
+      for (const gauge of [
+        m.workerActiveRequests,
+        m.workerActivePrefillTokens,
+        m.workerActiveDecodeBlocks,
+        m.workerIndexBlocks,
+      ])
+        gauge.remove(l);
     }
   }
 
@@ -146,10 +159,16 @@ export class PoolMetrics {
     let g = this.#workers.get(key);
     if (g === undefined) {
       const role = this.#members.get(slot.workerId)?.role ?? this.#poolLabel();
-      const labels = { model: this.#model, worker_id: String(slot.workerId), dp_rank: String(slot.dpRank), worker_type: role };
+      const labels = {
+        model: this.#model,
+        worker_id: String(slot.workerId),
+        dp_rank: String(slot.dpRank),
+        worker_type: role,
+      };
       const m = this.#m;
       g = {
-        slot, labels,
+        slot,
+        labels,
         activeRequests: m.workerActiveRequests.labels(labels),
         activePrefillTokens: m.workerActivePrefillTokens.labels(labels),
         activeDecodeBlocks: m.workerActiveDecodeBlocks.labels(labels),
@@ -190,8 +209,12 @@ export class PoolMetrics {
   }
 }
 
-interface Observer { observe(v: number): void }
-interface Incrementer { inc(): void }
+interface Observer {
+  observe(v: number): void;
+}
+interface Incrementer {
+  inc(): void;
+}
 
 interface LegMetrics {
   readonly requests: Incrementer;

@@ -20,12 +20,23 @@
  * nothing is retried once the engine has the request.
  */
 import {
-  clientSpan, inSpan, spanFailed, type RouterMode, type RoutingHints, type WorkerRank, type WorkerRole,
+  clientSpan,
+  inSpan,
+  spanFailed,
+  type RouterMode,
+  type RoutingHints,
+  type WorkerRank,
+  type WorkerRole,
 } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import {
-  NO_LEG_FIELDS, EngineHttpError, clientWantsUsage, dpRankLegFields, isMigratable, mergeLegFields, protocolViolationOf, readChunkInfo, refusalBody,
-  streamingBodyFields, type EngineClient,
+  EngineHttpError,
+  clientWantsUsage,
+  isMigratable,
+  readChunkInfo,
+  refusalBody,
+  type EngineClient,
+  type EngineResponse,
 } from '../../engines/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
@@ -33,6 +44,14 @@ import type { KvRouter } from '../kv-router.js';
 import { assembledAnswer } from './assembled-answer.js';
 import { DirectSelector } from './direct-selector.js';
 import { KvSelector } from './kv-selector.js';
+import { legDispatchOptions, type LegTimeouts } from './leg-dispatch.js';
+import {
+  isConnectionFailure,
+  noteLegFailure,
+  reportDispatchFailure,
+  retryReason,
+  type DispatchOutcomeListener,
+} from './leg-failures.js';
 import { LegGuard, guardedEvents } from './leg-guard.js';
 import { PoolMetrics } from './pool-metrics.js';
 import { retryBeforeFirstByte, type RetryScope } from './retry.js';
@@ -43,35 +62,10 @@ import type { LegRequest, LegResponse, Selection } from './types.js';
 import { midStreamBlocker } from './continuation.js';
 import { migratingEvents, migrationHooks, type MigrationHooks, type MigrationPolicy } from './migration.js';
 
-/** Failures that say the worker itself could not be talked to: health probing is asked to look now. */
-const CONNECTION_FAILURES = new Set(['KVG_ERR_ENGINE_UNREACHABLE', 'KVG_ERR_ENGINE_NOT_REGISTERED', 'KVG_ERR_ENGINE_DISCONNECTED', 'KVG_ERR_ENGINE_STREAM_BROKEN']);
-
 const NO_MIGRATION: MigrationPolicy = { limit: 0 };
 
 /** The span `inSpan` hands its function. */
 type RouteSpan = Parameters<Parameters<typeof inSpan>[1]>[0];
-
-/** A streamed leg's body fields: the leg's, streaming with usage, and the token ids a migration resumes from. */
-function streamingFields(fields: Readonly<Record<string, unknown>>, body: Readonly<Record<string, unknown>>, ids: boolean): Record<string, unknown> {
-  const out: Record<string, unknown> = Object.assign({}, fields, streamingBodyFields(body));
-  if (ids) out['return_token_ids'] = true;
-  return out;
-}
-
-/** A leg's headers, its trace context's, and the client's request id (which engines build the response's `id` from). */
-function legHeaders(leg: Readonly<Record<string, string>>, trace: Readonly<Record<string, string>>, requestId: string): Record<string, string> {
-  const out: Record<string, string> = Object.assign({}, leg, trace);
-  out['x-request-id'] = requestId;
-  return out;
-}
-
-/** The retries metric's reason: the error code, or the engine's status for an HTTP error. */
-function retryReason(err: KvgateError): string {
-  return err instanceof EngineHttpError ? `engine_${err.upstreamStatus}` : err.code;
-}
-
-/** Told how a dispatch ended (outlier detection): why it failed, and whether nothing answered (refused, reset). */
-export type DispatchOutcomeListener = (workerId: number, error: string | undefined, connectionFailure?: boolean) => void;
 
 export interface PushRouterOptions {
   readonly model: string;
@@ -97,7 +91,7 @@ export interface PushRouterOptions {
    * streamed legs (every generating leg streams, whatever the client asked) and one-token prefills;
    * `streamIdleMs` bounds the silence between two SSE events.
    */
-  readonly legTimeouts?: { readonly firstByteMs?: number | undefined; readonly streamIdleMs?: number | undefined } | undefined;
+  readonly legTimeouts?: LegTimeouts | undefined;
   /** Request migration of aggregated legs (migration.ts); default off. */
   readonly migration?: MigrationPolicy | undefined;
 }
@@ -125,10 +119,15 @@ export class PushRouter implements PoolMembers {
     this.#ctx = ctx;
     this.#opts = opts;
     // The load gauges are read from the selector's bookkeeping at scrape time.
-    this.#pm = ctx.metrics === undefined ? undefined
-      : new PoolMetrics(ctx.metrics, opts.model, opts.role, this.#members, (g, slot) => this.#selector.publishLoad(g, slot));
+    this.#pm =
+      ctx.metrics === undefined
+        ? undefined
+        : new PoolMetrics(ctx.metrics, opts.model, opts.role, this.#members, (g, slot) =>
+            this.#selector.publishLoad(g, slot),
+          );
     if (opts.mode === 'kv') {
-      if (opts.kvRouter === undefined) throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'router mode kv needs a KvRouter');
+      if (opts.kvRouter === undefined)
+        throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'router mode kv needs a KvRouter');
       this.#selector = new KvSelector(this, opts.kvRouter, this.#pm);
     } else {
       this.#selector = opts.mode === 'direct' ? new DirectSelector(this) : new SimpleSelector(this, opts.mode, ctx.rng);
@@ -185,7 +184,11 @@ export class PushRouter implements PoolMembers {
   eligible(workerId: number, routing: RoutingHints): boolean {
     if (!this.#members.has(workerId)) return false;
     const allowed = routing.allowedWorkerIds;
-    if (allowed !== undefined && !(allowed instanceof Set ? allowed.has(workerId) : (allowed as readonly number[]).includes(workerId))) return false;
+    if (
+      allowed !== undefined &&
+      !(allowed instanceof Set ? allowed.has(workerId) : (allowed as readonly number[]).includes(workerId))
+    )
+      return false;
     const required = routing.routingConstraints?.requiredTaints;
     if (required === undefined || required.length === 0) return true;
     const taints = this.kvRouter?.workers().find((w) => w.workerId === workerId)?.taints ?? [];
@@ -206,13 +209,24 @@ export class PushRouter implements PoolMembers {
    * BACKPRESSURE / OVERLOADED (503), CLIENT_ABORTED while queued.
    */
   select(req: LegRequest, mode: 'book' | 'query', exclude?: ReadonlySet<number>): Promise<Selection> {
-    if (this.#members.size === 0) return Promise.reject(new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`));
+    if (this.#members.size === 0)
+      return Promise.reject(
+        new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`),
+      );
     // The routing decision's span: the chosen worker, its overlap and the cost breakdown as attributes.
-    return inSpan('kvgate.route', (span) => this.#decide(req, mode, exclude, span),
-      () => ({ 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode }));
+    return inSpan(
+      'kvgate.route',
+      (span) => this.#decide(req, mode, exclude, span),
+      () => ({ 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode }),
+    );
   }
 
-  async #decide(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined, span: RouteSpan): Promise<Selection> {
+  async #decide(
+    req: LegRequest,
+    mode: 'book' | 'query',
+    exclude: ReadonlySet<number> | undefined,
+    span: RouteSpan,
+  ): Promise<Selection> {
     const sel = await this.#selector.select(req, mode, exclude);
     if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
     // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
@@ -234,10 +248,17 @@ export class PushRouter implements PoolMembers {
     // migrates them through a new prefill and decode (prefill-router.ts).
     const migrates = policy.limit > 0 && req.phase === 'aggregated';
     const exclude = new Set<number>(excluded);
-    const first = await this.#attempts(req, preselected, exclude, req.returnTokenIds === true || (migrates && midStreamBlocker(req.body) === undefined));
+    const first = await this.#attempts(
+      req,
+      preselected,
+      exclude,
+      req.returnTokenIds === true || (migrates && midStreamBlocker(req.body) === undefined),
+    );
     if (first.body.kind !== 'sse') return first;
     const sel = first.selection;
-    const events = migrates ? migratingEvents(req, first.body.events, sel.worker.id, () => this.#migrationHooks(req, sel, policy, exclude)) : first.body.events;
+    const events = migrates
+      ? migratingEvents(req, first.body.events, sel.worker.id, () => this.#migrationHooks(req, sel, policy, exclude))
+      : first.body.events;
     if (req.stream) return { selection: sel, status: first.status, body: { kind: 'sse', events } };
     try {
       const answer = await assembledAnswer(events, first.status, sel.worker);
@@ -252,137 +273,156 @@ export class PushRouter implements PoolMembers {
    * Dispatches one leg, retried elsewhere while nothing reached the client; `exclude` is the request's failed workers.
    * `tokenIds`: ask for the token ids a migration resumes from (`LegRequest.returnTokenIds`, given apart so the leg is not copied).
    */
-  #attempts(req: LegRequest, preselected: Selection | undefined, exclude: Set<number>, tokenIds: boolean): Promise<LegResponse> {
-    const policy = { model: this.model, maxRetries: this.#opts.maxRetries ?? 2, signal: req.signal, metrics: this.#ctx.metrics, exclude };
+  #attempts(
+    req: LegRequest,
+    preselected: Selection | undefined,
+    exclude: Set<number>,
+    tokenIds: boolean,
+  ): Promise<LegResponse> {
+    const policy = {
+      model: this.model,
+      maxRetries: this.#opts.maxRetries ?? 2,
+      signal: req.signal,
+      metrics: this.#ctx.metrics,
+      exclude,
+    };
     return retryBeforeFirstByte(policy, async (scope) => {
       const first = scope.attempt === 0 ? preselected : undefined;
       if (req.signal.aborted) {
         if (first !== undefined) this.#release(req, first);
         throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before dispatch');
       }
-      if (scope.attempt === 0) return this.#send(req, first ?? await this.select(req, 'book', scope.exclude), scope, tokenIds);
+      if (scope.attempt === 0)
+        return this.#send(req, first ?? (await this.select(req, 'book', scope.exclude)), scope, tokenIds);
       // A retry on another worker: its own span around the new decision and the new engine leg.
-      return inSpan('kvgate.retry', async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope, tokenIds),
-        () => ({ 'kvgate.retry.attempt': scope.attempt, 'kvgate.retry.excluded_workers': [...scope.exclude].join(',') }));
+      return inSpan(
+        'kvgate.retry',
+        async () => this.#send(req, await this.select(req, 'book', scope.exclude), scope, tokenIds),
+        () => ({
+          'kvgate.retry.attempt': scope.attempt,
+          'kvgate.retry.excluded_workers': [...scope.exclude].join(','),
+        }),
+      );
     });
   }
 
   /** What a request's migrating stream asks of this router: re-dispatch, exclusion, counting and logging. */
   #migrationHooks(req: LegRequest, sel: Selection, policy: MigrationPolicy, exclude: Set<number>): MigrationHooks {
     return migrationHooks({
-      ctx: this.#ctx, model: this.model, role: this.role, requestId: req.requestId, policy, pinned: sel.pinned, exclude,
+      ctx: this.#ctx,
+      model: this.model,
+      role: this.role,
+      requestId: req.requestId,
+      policy,
+      pinned: sel.pinned,
+      exclude,
       redispatch: async (leg) => {
         const res = await this.#attempts(leg, undefined, exclude, true);
         if (res.body.kind === 'sse') return { events: res.body.events, workerId: res.selection.worker.id };
-        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine refused the continuation (${res.status})`, { upstreamStatus: res.status });
+        throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine refused the continuation (${res.status})`, {
+          upstreamStatus: res.status,
+        });
       },
       onExcluded: (workerId, err) => {
-        if (CONNECTION_FAILURES.has(err.code)) this.#opts.onWorkerUnreachable?.(workerId);
+        if (isConnectionFailure(err)) this.#opts.onWorkerUnreachable?.(workerId);
       },
     });
   }
 
-  /** One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing reached the client). */
+  /**
+   * One attempt on a booked selection: guard, send, hand back the answer (or fail, asking for a retry when nothing
+   * reached the client).
+   */
   async #send(req: LegRequest, sel: Selection, scope: RetryScope, tokenIds: boolean): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
     const trace = clientSpan(`kvgate.engine.${req.phase}`, () => ({
-      'kvgate.model': this.model, 'kvgate.phase': req.phase, 'kvgate.worker_id': sel.slot.workerId, 'kvgate.dp_rank': sel.slot.dpRank,
+      'kvgate.model': this.model,
+      'kvgate.phase': req.phase,
+      'kvgate.worker_id': sel.slot.workerId,
+      'kvgate.dp_rank': sel.slot.dpRank,
       'kvgate.attempt': scope.attempt,
     }));
-    const guard = new LegGuard({
-      clock: this.#ctx.clock, metrics: this.#pm, kvRouter: this.mode === 'kv' ? this.kvRouter : undefined, blockSize: this.blockSize,
-      release: () => {
-        this.#inflight--;
-        this.#release(req, sel);
-        trace.span.end();
-      },
-      onError: (err) => {
-        spanFailed(trace.span, err);
-        this.#legFailed(req, sel, err);
-      },
-    }, req, sel);
+    const guard = this.#guard(req, sel, trace.span);
     this.#inflight++;
     req.tracker?.recordWorker(sel.slot);
     req.tracker?.recordPrefillStart();
     this.#opts.onDispatch?.(sel.slot);
     const w = sel.worker;
-    const rankFields = w.dpSize > 1 || w.dpStart > 0 ? dpRankLegFields(w.dialect, sel.slot.dpRank) : NO_LEG_FIELDS;
-    const extra = mergeLegFields(rankFields, req.legFields ?? NO_LEG_FIELDS);
-    // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
-    const streamed = extra.fields['stream'] !== false;
-    // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before the first byte only.
-    const ids = tokenIds && (w.returnsTokenIds ?? w.dialect === 'vllm');
-    const t = this.#opts.legTimeouts;
+    const options = legDispatchOptions(req, sel, tokenIds, trace.headers, this.#opts.legTimeouts);
     try {
-      // One options object of one shape per dispatch (undefined: not set), fields and headers each built once.
-      const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, {
-        signal: req.signal,
-        stream: streamed,
-        extraFields: streamed ? streamingFields(extra.fields, req.body, ids) : extra.fields,
-        headers: legHeaders(extra.headers, trace.headers, req.clientRequestId ?? req.requestId),
-        firstByteTimeoutMs: streamed || req.phase === 'prefill' ? t?.firstByteMs : undefined,
-        streamIdleTimeoutMs: streamed ? t?.streamIdleMs : undefined,
-        onDispatched: req.onDispatched,
-      });
-      this.#opts.onDispatchOutcome?.(w.id, undefined);
-      const lm = this.#pm?.leg(req.phase);
-      lm?.requests.inc();
-      lm?.isl.observe(req.isl);
-      if (res.kind === 'json') {
-        guard.onOutput(readChunkInfo(res.json));
-        guard.finish(true);
-        return { selection: sel, status: res.status, body: { kind: 'json', bytes: res.body, json: res.json } };
-      }
-      return { selection: sel, status: res.status, body: { kind: 'sse', events: guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body)) } };
+      const res = await this.#opts.engine.dispatch(w.url, req.path, req.body, options);
+      return this.#answered(req, sel, guard, res);
     } catch (err) {
       spanFailed(trace.span, err);
       guard.finish(false);
       guard.failed(err);
-      this.#dispatchFailed(w.id, err);
-      if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
-        // The client gets the engine's status and message in kvgate's error object, never the engine's body or headers.
-        const body = refusalBody(err.refusal, w.id);
-        return { selection: sel, status: err.upstreamStatus, body: { kind: 'json', bytes: JSON.stringify(body), json: body } };
-      }
-      const code = isKvgateError(err) ? err.code : undefined;
-      if (code !== undefined && CONNECTION_FAILURES.has(code)) this.#opts.onWorkerUnreachable?.(w.id);
-      // Nothing reached the client: a migratable failure (unreachable, reset, no output in time, 500/502/503/504) goes elsewhere.
-      if (isMigratable(err) && !sel.pinned && scope.retryElsewhere(w.id, retryReason(err))) throw err;
-      if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
-      throw err;
+      return this.#sendFailed(sel, scope, err);
     }
   }
 
-  /**
-   * Tells outlier detection how a dispatch that threw ended: a 5xx, a connection failure or an answer that broke
-   * the protocol (a proxy's HTML page for a stream) counts against the worker.
-   */
-  #dispatchFailed(workerId: number, err: unknown): void {
-    const report = this.#opts.onDispatchOutcome;
-    if (report === undefined) return;
-    if (err instanceof EngineHttpError) report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
-    else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code, true);
-    else if (isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
+  /** The guard of one dispatched leg: it releases the booking and ends the leg's span once, and notes a failure. */
+  #guard(req: LegRequest, sel: Selection, span: RouteSpan): LegGuard {
+    return new LegGuard(
+      {
+        clock: this.#ctx.clock,
+        metrics: this.#pm,
+        kvRouter: this.mode === 'kv' ? this.kvRouter : undefined,
+        blockSize: this.blockSize,
+        release: () => {
+          this.#inflight--;
+          this.#release(req, sel);
+          span.end();
+        },
+        onError: (err) => {
+          spanFailed(span, err);
+          noteLegFailure({ ctx: this.#ctx, model: this.model, role: this.role, req, sel }, err);
+        },
+      },
+      req,
+      sel,
+    );
+  }
+
+  /** The engine took the leg: counted, and its answer handed back (a JSON one read through the guard at once). */
+  #answered(req: LegRequest, sel: Selection, guard: LegGuard, res: EngineResponse): LegResponse {
+    this.#opts.onDispatchOutcome?.(sel.worker.id, undefined);
+    const lm = this.#pm?.leg(req.phase);
+    lm?.requests.inc();
+    lm?.isl.observe(req.isl);
+    if (res.kind === 'json') {
+      guard.onOutput(readChunkInfo(res.json));
+      guard.finish(true);
+      return { selection: sel, status: res.status, body: { kind: 'json', bytes: res.body, json: res.json } };
+    }
+    return {
+      selection: sel,
+      status: res.status,
+      body: { kind: 'sse', events: guardedEvents(res, guard, req.stream && !clientWantsUsage(req.body)) },
+    };
   }
 
   /**
-   * A leg that failed on an answer breaking the protocol (before or after its first byte), or cut for making no
-   * progress: counted and logged; the error itself says whether it is migratable.
+   * The dispatch threw (its guard already released the booking): an engine 4xx is the client's answer; otherwise
+   * health is told, and the failure is thrown, asking for a retry elsewhere when it may have one.
    */
-  #legFailed(req: LegRequest, sel: Selection, err: unknown): void {
-    const violation = protocolViolationOf(err);
-    if (violation !== undefined) {
-      this.#ctx.metrics?.engineProtocolErrors.labels({ model: this.model, worker_type: this.role, violation }).inc();
-      this.#ctx.logger.warn({ model: this.model, requestId: req.requestId, ...sel.slot, code: (err as KvgateError).code,
-        violation, err }, 'engine answer broke the protocol');
-      return;
+  #sendFailed(sel: Selection, scope: RetryScope, err: unknown): LegResponse {
+    const w = sel.worker;
+    reportDispatchFailure(this.#opts.onDispatchOutcome, w.id, err);
+    if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
+      // The client gets the engine's status and message in kvgate's error object, never the engine's body or headers.
+      const body = refusalBody(err.refusal, w.id);
+      return {
+        selection: sel,
+        status: err.upstreamStatus,
+        body: { kind: 'json', bytes: JSON.stringify(body), json: body },
+      };
     }
-    if (!isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT') && !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')) return;
-    const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
-    this.#ctx.metrics?.engineTimeouts.labels({ model: this.model, worker_type: this.role, kind }).inc();
-    const timeoutMs = err.detail?.['timeoutMs'];
-    this.#ctx.logger.warn({ model: this.model, requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs },
-      'engine leg made no progress in time; cut (migratable)');
+    if (isConnectionFailure(err)) this.#opts.onWorkerUnreachable?.(w.id);
+    // Nothing reached the client: a migratable failure (unreachable, reset, no output in time, 500/502/503/504) goes
+    // elsewhere.
+    if (isMigratable(err) && !sel.pinned && scope.retryElsewhere(w.id, retryReason(err))) throw err;
+    if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
+    throw err;
   }
 
   /** Undoes a booking (exactly once per leg, through its guard). */

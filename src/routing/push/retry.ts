@@ -38,7 +38,10 @@ export interface RetryScope {
 }
 
 /** Runs `attempt` until it resolves, or fails without asking for (or being allowed) a retry. */
-export async function retryBeforeFirstByte<T>(policy: RetryPolicy, attempt: (scope: RetryScope) => Promise<T>): Promise<T> {
+export async function retryBeforeFirstByte<T>(
+  policy: RetryPolicy,
+  attempt: (scope: RetryScope) => Promise<T>,
+): Promise<T> {
   const exclude = policy.exclude ?? new Set<number>();
   let previous: unknown;
   for (let n = 0; ; n++) {

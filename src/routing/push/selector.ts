@@ -45,14 +45,20 @@ export interface LegSelector {
  * Every (worker, rank) slot of the pool a leg may go to: in `allowed` when given, not in `exclude`.
  * @throws KvgateError KVG_ERR_NO_WORKERS when none is left.
  */
-export function eligibleSlots(pool: PoolMembers, allowed: RoutingHints['allowedWorkerIds'], exclude: ReadonlySet<number> | undefined): WorkerRank[] {
-  const allow = allowed === undefined ? undefined : allowed instanceof Set ? allowed : new Set(allowed as readonly number[]);
+export function eligibleSlots(
+  pool: PoolMembers,
+  allowed: RoutingHints['allowedWorkerIds'],
+  exclude: ReadonlySet<number> | undefined,
+): WorkerRank[] {
+  const allow =
+    allowed === undefined ? undefined : allowed instanceof Set ? allowed : new Set(allowed as readonly number[]);
   const out: WorkerRank[] = [];
   for (const w of pool.members.values()) {
     if (exclude?.has(w.id) || (allow !== undefined && !allow.has(w.id))) continue;
     for (let r = 0; r < w.dpSize; r++) out.push({ workerId: w.id, dpRank: w.dpStart + r });
   }
-  if (out.length === 0) throw new KvgateError('KVG_ERR_NO_WORKERS', `no eligible ${pool.role} worker for model ${pool.model}`);
+  if (out.length === 0)
+    throw new KvgateError('KVG_ERR_NO_WORKERS', `no eligible ${pool.role} worker for model ${pool.model}`);
   return out;
 }
 
@@ -60,7 +66,11 @@ export function eligibleSlots(pool: PoolMembers, allowed: RoutingHints['allowedW
 export function pinnedSlot(pool: PoolMembers, pin: WorkerPin): WorkerRank {
   const w = pool.members.get(pin.workerId);
   if (w === undefined) {
-    throw new KvgateError('KVG_ERR_UNKNOWN_WORKER', `worker ${pin.workerId} is not a ${pool.role} worker of model ${pool.model}`, { workerId: pin.workerId });
+    throw new KvgateError(
+      'KVG_ERR_UNKNOWN_WORKER',
+      `worker ${pin.workerId} is not a ${pool.role} worker of model ${pool.model}`,
+      { workerId: pin.workerId },
+    );
   }
   return { workerId: w.id, dpRank: resolveDpRank(w, pin.dpRank) };
 }
@@ -79,7 +89,11 @@ export abstract class LocalSelector implements LegSelector {
   }
 
   /** The slot for a leg, and whether a pin chose it. `query` must not advance the variant's state. */
-  protected abstract choose(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined): { slot: WorkerRank; pinned: boolean };
+  protected abstract choose(
+    req: LegRequest,
+    mode: 'book' | 'query',
+    exclude: ReadonlySet<number> | undefined,
+  ): { slot: WorkerRank; pinned: boolean };
 
   addWorker(): void {}
 

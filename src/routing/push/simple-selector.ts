@@ -17,7 +17,11 @@ export class SimpleSelector extends LocalSelector {
     this.#rule = createSimpleRouter(mode, { rng, load: this });
   }
 
-  protected choose(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined): { slot: WorkerRank; pinned: boolean } {
+  protected choose(
+    req: LegRequest,
+    mode: 'book' | 'query',
+    exclude: ReadonlySet<number> | undefined,
+  ): { slot: WorkerRank; pinned: boolean } {
     const pin = resolvePin(req.phase, req.routing);
     if (pin !== undefined) return { slot: pinnedSlot(this.pool, pin), pinned: true };
     const candidates = eligibleSlots(this.pool, req.routing.allowedWorkerIds, exclude);

@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng, type WorkerRank } from '../../../src/common/index.js';
 import {
-  KvScheduler, rejectionError, type AdmissionResult, type KvRouterOptions, type ScheduleOutcome, type SchedulingRequest,
+  KvScheduler,
+  rejectionError,
+  type AdmissionResult,
+  type KvRouterOptions,
+  type ScheduleOutcome,
+  type SchedulingRequest,
 } from '../../../src/core/index.js';
 import { backpressureCap, queueKey } from '../../../src/core/queue.js';
 import { promptHashes } from '../../../src/wasm/index.js';
@@ -47,7 +52,11 @@ describe('queue keys and tiers', () => {
     expect(queueKey('lcfs', 0, 5, 100, 0)).toBe(5);
     expect(queueKey('wspt', 1, 0, 100, 60)).toBe(2 / 40);
     expect(queueKey('wspt', 0, 0, 100, 100)).toBe(1);
-    const tiers = [[0, 1000], [100, 50], [1000, 5]] as const;
+    const tiers = [
+      [0, 1000],
+      [100, 50],
+      [1000, 5],
+    ] as const;
     expect(backpressureCap(tiers, 0, 2)).toBe(2000);
     expect(backpressureCap(tiers, 99, 2)).toBe(2000);
     expect(backpressureCap(tiers, 100, 2)).toBe(100);
@@ -131,7 +140,16 @@ describe('KvScheduler queue (spec 4.4)', () => {
   });
 
   it('backpressure rejects with the typed outcome carrying queued and maximum ISL tokens; expensive requests first', () => {
-    const s = scheduler({ routerQueueThreshold: 1.0, routerQueueByIncomingMissingIsl: [[0, 300], [150, 100]] }, [1, 2]);
+    const s = scheduler(
+      {
+        routerQueueThreshold: 1.0,
+        routerQueueByIncomingMissingIsl: [
+          [0, 300],
+          [150, 100],
+        ],
+      },
+      [1, 2],
+    );
     routed(s.schedule(req('a', 200, 10_000)));
     routed(s.schedule(req('b', 200, 20_000)));
     // A cheap request (100 tokens missing, tier 0: cap 300 × 2 workers) parks.
@@ -141,7 +159,13 @@ describe('KvScheduler queue (spec 4.4)', () => {
     const o = s.schedule(req('e', 200, 40_000));
     expect(o.status).toBe('rejected');
     if (o.status !== 'rejected') return;
-    expect(o.rejection).toEqual({ kind: 'backpressure', reason: 'MaxQueuedIslTokensExceeded', queuedIslTokens: 200, maxQueuedIslTokens: 200, missingIslTokens: 200 });
+    expect(o.rejection).toEqual({
+      kind: 'backpressure',
+      reason: 'MaxQueuedIslTokensExceeded',
+      queuedIslTokens: 200,
+      maxQueuedIslTokens: 200,
+      missingIslTokens: 200,
+    });
     const err = rejectionError(o.rejection);
     expect(err.code).toBe('KVG_ERR_BACKPRESSURE');
     expect(err.statusCode).toBe(503);
@@ -151,7 +175,10 @@ describe('KvScheduler queue (spec 4.4)', () => {
     let last: ScheduleOutcome;
     while ((last = s.schedule(req(`c${k}`, 100, 30_000 + k * 1000))).status === 'queued') k++;
     expect(s.pendingIslTokens).toBe(600);
-    expect(last).toMatchObject({ status: 'rejected', rejection: { kind: 'backpressure', queuedIslTokens: 600, maxQueuedIslTokens: 600, missingIslTokens: 100 } });
+    expect(last).toMatchObject({
+      status: 'rejected',
+      rejection: { kind: 'backpressure', queuedIslTokens: 600, maxQueuedIslTokens: 600, missingIslTokens: 100 },
+    });
   });
 
   // issue 12 item 5 (changes the earlier "a pinned request waits on its worker" on purpose): the picker upstream has decided.
@@ -160,7 +187,10 @@ describe('KvScheduler queue (spec 4.4)', () => {
     const onOne = routed(s.schedule(req('a', 200, 10_000, { pinWorkerId: 1 })));
     expect(onOne.workerId).toBe(1);
     // Worker 1 is prefill-busy (200 > 1.0 × 100): an unpinned request would park, a pinned one is booked there.
-    for (const [id, pin] of [['p', { pinWorkerId: 1, pinDpRank: 0 }], ['q', { pinWorkerId: 1 }]] as const) {
+    for (const [id, pin] of [
+      ['p', { pinWorkerId: 1, pinDpRank: 0 }],
+      ['q', { pinWorkerId: 1 }],
+    ] as const) {
       const o = s.schedule(req(id, 200, 20_000, pin));
       expect(o.status).toBe('routed');
       if (o.status === 'routed') expect(o.decision).toMatchObject({ workerId: 1, pinned: true });
@@ -199,7 +229,11 @@ describe('KvScheduler queue (spec 4.4)', () => {
   });
 
   it('busy thresholds: overloaded ranks are filtered; when all are overloaded the request is rejected', () => {
-    const s = new KvScheduler({ blockSize: BS, config: { activeDecodeBlocksThreshold: 0.5, activePrefillTokensThreshold: 1000 }, rng: seededRng(1) });
+    const s = new KvScheduler({
+      blockSize: BS,
+      config: { activeDecodeBlocksThreshold: 0.5, activePrefillTokensThreshold: 1000 },
+      rng: seededRng(1),
+    });
     s.addWorker(1, { totalKvBlocks: 20 });
     s.addWorker(2, { totalKvBlocks: 20 });
     // 44 tokens = 11 blocks > 0.5 × 20 on whichever worker takes it.
@@ -210,11 +244,20 @@ describe('KvScheduler queue (spec 4.4)', () => {
     // Worker-reported KV usage counts too.
     s.reportKvUsage({ workerId: second.workerId, dpRank: 0 }, 15);
     const o = s.schedule(req('c', 8, 2000));
-    expect(o).toEqual({ status: 'rejected', rejection: { kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: 2 } });
+    expect(o).toEqual({
+      status: 'rejected',
+      rejection: { kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: 2 },
+    });
     expect(() => s.select(req('d', 8, 3000))).toThrow(expect.objectContaining({ code: 'KVG_ERR_OVERLOADED' }));
     // issue 12 item 5: a pin to an overloaded worker is booked anyway, and a query-only pin is answered.
-    expect(s.select(req('pq', 8, 5000, { pinWorkerId: first.workerId }), 'query')).toMatchObject({ workerId: first.workerId, pinned: true });
-    expect(s.schedule(req('pb', 8, 6000, { pinWorkerId: first.workerId, pinDpRank: 0 }))).toMatchObject({ status: 'routed', decision: { workerId: first.workerId } });
+    expect(s.select(req('pq', 8, 5000, { pinWorkerId: first.workerId }), 'query')).toMatchObject({
+      workerId: first.workerId,
+      pinned: true,
+    });
+    expect(s.schedule(req('pb', 8, 6000, { pinWorkerId: first.workerId, pinDpRank: 0 }))).toMatchObject({
+      status: 'routed',
+      decision: { workerId: first.workerId },
+    });
     s.free('pb');
     s.free('a');
     expect(s.select(req('e', 8, 4000)).workerId).toBe(first.workerId);
@@ -227,8 +270,18 @@ describe('KvScheduler under random traffic', () => {
     const rng = seededRng(77);
     const int = (n: number): number => Math.floor(rng() * n);
     const s = new KvScheduler({
-      blockSize: BS, clock, rng: seededRng(8),
-      config: { routerQueueThreshold: 1.0, routerQueuePolicy: 'wspt', routerQueueByIncomingMissingIsl: [[0, 2000], [100, 300]], routerTrackOutputBlocks: true },
+      blockSize: BS,
+      clock,
+      rng: seededRng(8),
+      config: {
+        routerQueueThreshold: 1.0,
+        routerQueuePolicy: 'wspt',
+        routerQueueByIncomingMissingIsl: [
+          [0, 2000],
+          [100, 300],
+        ],
+        routerTrackOutputBlocks: true,
+      },
     });
     for (const w of [1, 2, 3]) s.addWorker(w, { maxNumBatchedTokens: 100, dataParallelSize: 1 + (w % 2) });
     const live = new Set<string>();
@@ -242,7 +295,13 @@ describe('KvScheduler under random traffic', () => {
         const pin = rng() < 0.15 ? { pinWorkerId: 1 + int(3) } : {};
         let o: ScheduleOutcome;
         try {
-          o = s.schedule(req(id, 20 + int(200), int(4) * 10_000, { ...pin, priorityJump: rng() < 0.2 ? int(5) : 0, strictPriority: int(2) }));
+          o = s.schedule(
+            req(id, 20 + int(200), int(4) * 10_000, {
+              ...pin,
+              priorityJump: rng() < 0.2 ? int(5) : 0,
+              strictPriority: int(2),
+            }),
+          );
         } catch (err) {
           // A pin to a worker that was just removed, or no worker at all: typed, and nothing booked.
           expect(['KVG_ERR_UNKNOWN_WORKER', 'KVG_ERR_NO_WORKERS']).toContain((err as { code?: string }).code);
@@ -250,11 +309,13 @@ describe('KvScheduler under random traffic', () => {
         }
         if (o.status === 'routed') live.add(id);
         if (o.status === 'queued') {
-          pending.push(o.ticket.admitted.then((r) => {
-            results.push(r);
-            if (r.status === 'routed') live.add(id);
-            return r;
-          }));
+          pending.push(
+            o.ticket.admitted.then((r) => {
+              results.push(r);
+              if (r.status === 'routed') live.add(id);
+              return r;
+            }),
+          );
           if (rng() < 0.1) o.ticket.cancel();
         }
       } else if (op < 0.6 && live.size > 0) {
@@ -293,7 +354,8 @@ describe('KvScheduler under random traffic', () => {
     expect(s.pendingRequests).toBe(0);
     expect(s.pendingIslTokens).toBe(0);
     expect(s.activeRequestCount).toBe(0);
-    for (const l of s.loads()) expect(l).toMatchObject({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
+    for (const l of s.loads())
+      expect(l).toMatchObject({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
     // The run exercised the queue: admissions and cancellations (pins are never queued, so none waits on a removed worker).
     for (const status of ['routed', 'cancelled']) expect(results.some((r) => r.status === status)).toBe(true);
   });

@@ -20,7 +20,9 @@ describe('per-worker approximate fallback (KV events on, one worker silent)', ()
     // Decisions for a live worker are not recorded.
     kv.findBestMatch({ requestId: 'c', tokens: tokens.map((t) => t + 1000), routing: { backendInstanceId: 1 } });
     kv.free('c');
-    expect(kv.findBestMatch({ requestId: 'd', tokens: tokens.map((t) => t + 1000) }, { mode: 'query' }).overlapBlocks).toBe(0);
+    expect(
+      kv.findBestMatch({ requestId: 'd', tokens: tokens.map((t) => t + 1000) }, { mode: 'query' }).overlapBlocks,
+    ).toBe(0);
     // Worker 2's events become live: its recorded entries no longer count.
     silent.delete(2);
     expect(kv.findBestMatch({ requestId: 'e', tokens }, { mode: 'query' }).overlapBlocks).toBe(0);

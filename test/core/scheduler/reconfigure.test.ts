@@ -17,7 +17,12 @@ function schedule(s: KvScheduler, requestId: string, base: number): ScheduleOutc
 
 describe('KvScheduler.reconfigure', () => {
   it('applies new knobs to the queue at once and keeps the requests in flight', async () => {
-    const s = new KvScheduler({ blockSize: BS, config: { routerQueueThreshold: 1.0, routerTemperature: 0 }, clock: new ManualClock(), rng: seededRng(1) });
+    const s = new KvScheduler({
+      blockSize: BS,
+      config: { routerQueueThreshold: 1.0, routerTemperature: 0 },
+      clock: new ManualClock(),
+      rng: seededRng(1),
+    });
     for (const w of [1, 2]) s.addWorker(w, { maxNumBatchedTokens: 100 });
     expect(schedule(s, 'a', 0).status).toBe('routed');
     expect(schedule(s, 'b', 1000).status).toBe('routed');
@@ -32,7 +37,9 @@ describe('KvScheduler.reconfigure', () => {
 
   it('refuses a structural knob, naming it, and keeps the knobs in force', () => {
     const s = new KvScheduler({ blockSize: BS, config: { routerTemperature: 0.1 } });
-    expect(() => s.reconfigure({ useKvEvents: false, routerTemperature: 0.9 })).toThrow(/useKvEvents cannot change on a running router/);
+    expect(() => s.reconfigure({ useKvEvents: false, routerTemperature: 0.9 })).toThrow(
+      /useKvEvents cannot change on a running router/,
+    );
     expect(() => s.reconfigure({ routerTemperature: -1 })).toThrow(/router_temperature|routerTemperature/);
     expect(s.config.routerTemperature).toBe(0.1);
   });

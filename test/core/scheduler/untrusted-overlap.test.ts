@@ -15,11 +15,15 @@ describe('untrusted KV overlap (kvOverlap: false)', () => {
     const kv = new KvRouter({ blockSize: 16, clock: new ManualClock(), rng: seededRng(1), eventFallback: () => true });
     kv.addWorker(1);
     kv.addWorker(2, { kvOverlap: false });
-    for (const [id, w] of [['a', 1], ['b', 2]] as const) {
+    for (const [id, w] of [
+      ['a', 1],
+      ['b', 2],
+    ] as const) {
       kv.findBestMatch({ requestId: id, tokens, routing: { backendInstanceId: w } });
       kv.free(id);
     }
-    const pinned = (w: number, id: string): number => kv.findBestMatch({ requestId: id, tokens, routing: { backendInstanceId: w } }, { mode: 'query' }).overlapBlocks;
+    const pinned = (w: number, id: string): number =>
+      kv.findBestMatch({ requestId: id, tokens, routing: { backendInstanceId: w } }, { mode: 'query' }).overlapBlocks;
     expect(pinned(1, 'q1')).toBe(8);
     expect(pinned(2, 'q2')).toBe(0);
     const best = kv.findBestMatch({ requestId: 'q3', tokens }, { mode: 'query' });

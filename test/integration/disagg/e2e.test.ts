@@ -7,7 +7,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import {
-  BLOCK, PREFILL_ID, booked, drain, legsOf, prepare, randomTokens, startDisaggFleet, until, type DisaggFleet,
+  BLOCK,
+  PREFILL_ID,
+  booked,
+  drain,
+  legsOf,
+  prepare,
+  randomTokens,
+  startDisaggFleet,
+  until,
+  type DisaggFleet,
 } from './fleet.js';
 import { startGateway, type TestGateway } from './gateway.js';
 
@@ -16,14 +25,31 @@ interface Answer {
   headers: Headers;
   /** Generated pieces (one per streamed chunk with content, or the whole text). */
   pieces: string[];
-  usage: { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } | undefined;
+  usage:
+    | { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } }
+    | undefined;
   done: boolean;
 }
 
-async function ask(url: string, endpoint: 'chat' | 'completion', stream: boolean, requestId: string, maxTokens: number): Promise<Answer> {
-  const body = endpoint === 'chat'
-    ? { model: 'mock-model', messages: [{ role: 'user', content: `Explain prefill and decode, request ${requestId}.` }], max_tokens: maxTokens }
-    : { model: 'mock-model', prompt: `Once upon a time there was a router named ${requestId} that`, max_tokens: maxTokens };
+async function ask(
+  url: string,
+  endpoint: 'chat' | 'completion',
+  stream: boolean,
+  requestId: string,
+  maxTokens: number,
+): Promise<Answer> {
+  const body =
+    endpoint === 'chat'
+      ? {
+          model: 'mock-model',
+          messages: [{ role: 'user', content: `Explain prefill and decode, request ${requestId}.` }],
+          max_tokens: maxTokens,
+        }
+      : {
+          model: 'mock-model',
+          prompt: `Once upon a time there was a router named ${requestId} that`,
+          max_tokens: maxTokens,
+        };
   const res = await fetch(`${url}/v1/${endpoint === 'chat' ? 'chat/completions' : 'completions'}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'x-request-id': requestId },
@@ -33,7 +59,13 @@ async function ask(url: string, endpoint: 'chat' | 'completion', stream: boolean
   if (!stream) {
     const json = JSON.parse(text);
     const piece = endpoint === 'chat' ? json.choices?.[0]?.message?.content : json.choices?.[0]?.text;
-    return { status: res.status, headers: res.headers, pieces: piece === undefined ? [] : [piece], usage: json.usage, done: true };
+    return {
+      status: res.status,
+      headers: res.headers,
+      pieces: piece === undefined ? [] : [piece],
+      usage: json.usage,
+      done: true,
+    };
   }
   const pieces: string[] = [];
   let usage;
@@ -61,7 +93,10 @@ for (const engine of ['vllm', 'sglang'] as const) {
 
     beforeAll(async () => {
       // SGLang: the second prefill engine has two data-parallel ranks (rank 1 must come back from the room).
-      f = await startDisaggFleet({ engine, prefillMocker: (i) => (i === 1 && engine === 'sglang' ? { dpSize: 2, kvEvents: false } : {}) });
+      f = await startDisaggFleet({
+        engine,
+        prefillMocker: (i) => (i === 1 && engine === 'sglang' ? { dpSize: 2, kvEvents: false } : {}),
+      });
       gw = await startGateway(f.router, [...f.prefillWorkers, ...f.decodeWorkers], f.metrics);
     });
     afterAll(async () => {
@@ -74,7 +109,16 @@ for (const engine of ['vllm', 'sglang'] as const) {
       for (const stream of [false, true]) {
         it(`${endpoint}, ${stream ? 'streaming' : 'not streaming'}: the decode engine answers, prefill ran one token with the right handoff`, async () => {
           const id = `${engine}-${endpoint}-${stream}-${++n}`;
-          const gen = (): Map<number, number> => new Map([...f.prefillWorkers, ...f.decodeWorkers].map((w) => [w.id, f.mockerOf(w.id).stats().ranks.reduce((a, r) => a + r.generationTokens, 0)]));
+          const gen = (): Map<number, number> =>
+            new Map(
+              [...f.prefillWorkers, ...f.decodeWorkers].map((w) => [
+                w.id,
+                f
+                  .mockerOf(w.id)
+                  .stats()
+                  .ranks.reduce((a, r) => a + r.generationTokens, 0),
+              ]),
+            );
           const before = gen();
           const a = await ask(gw.url, endpoint, stream, id, 6);
           expect(a.status).toBe(200);
@@ -115,7 +159,11 @@ for (const engine of ['vllm', 'sglang'] as const) {
             expect(d.body['kv_transfer_params']).toEqual(ticket);
           } else {
             const w = f.prefillWorkers.find((x) => x.id === prefillId)!;
-            const triple = { bootstrap_host: w.bootstrap!.host, bootstrap_port: w.bootstrap!.port, bootstrap_room: p.body['bootstrap_room'] };
+            const triple = {
+              bootstrap_host: w.bootstrap!.host,
+              bootstrap_port: w.bootstrap!.port,
+              bootstrap_room: p.body['bootstrap_room'],
+            };
             expect(p.body).toMatchObject(triple);
             expect(d.body).toMatchObject(triple);
             const room = p.body['bootstrap_room'] as bigint;
@@ -135,9 +183,12 @@ for (const engine of ['vllm', 'sglang'] as const) {
         const ranks = new Set<number>();
         for (let i = 0; i < 6; i++) {
           const id = `dp-${i}`;
-          const res = await f.router.route(prepare(randomTokens(seededRng(i), 40), {
-            requestId: id, hints: { annotations: [], prefillWorkerId: dpWorker.id, prefillDpRank: i % 2 },
-          }));
+          const res = await f.router.route(
+            prepare(randomTokens(seededRng(i), 40), {
+              requestId: id,
+              hints: { annotations: [], prefillWorkerId: dpWorker.id, prefillDpRank: i % 2 },
+            }),
+          );
           await drain(res);
           expect(res.prefillWorker).toEqual({ workerId: dpWorker.id, dpRank: i % 2 });
           const decodeBody = legsOf(f.rec, id).decode[0]!.body;
@@ -157,8 +208,14 @@ for (const engine of ['vllm', 'sglang'] as const) {
 
     it('the prefill worker is exported in metrics', async () => {
       const text = await f.metrics.text();
-      expect(text).toMatch(new RegExp(`kvgate_router_disagg_requests_total\\{model="mock-model",prefill_worker_id="(${PREFILL_ID}|${PREFILL_ID + 1})",handoff="${engine === 'vllm' ? 'sync' : 'bootstrap'}",outcome="decoded"\\} [1-9]`));
-      const transfers = /kvgate_router_kv_transfer_estimated_latency_seconds_count\{model="mock-model"\} (\d+)/.exec(text);
+      expect(text).toMatch(
+        new RegExp(
+          `kvgate_router_disagg_requests_total\\{model="mock-model",prefill_worker_id="(${PREFILL_ID}|${PREFILL_ID + 1})",handoff="${engine === 'vllm' ? 'sync' : 'bootstrap'}",outcome="decoded"\\} [1-9]`,
+        ),
+      );
+      const transfers = /kvgate_router_kv_transfer_estimated_latency_seconds_count\{model="mock-model"\} (\d+)/.exec(
+        text,
+      );
       if (engine === 'vllm') expect(Number(transfers?.[1])).toBeGreaterThanOrEqual(4);
       // The series exists at zero from the start; the bootstrap pair never observes it.
       else expect(Number(transfers?.[1])).toBe(0);
@@ -186,11 +243,20 @@ for (const engine of ['vllm', 'sglang'] as const) {
       // throwaway prompt, sent again until its blocks reach the index.
       const warmRng = seededRng(99); // the tests' own draws stay as they were
       for (const w of f.prefillWorkers) {
-        await until(async () => {
-          const doc = randomTokens(warmRng, 2 * BLOCK);
-          await drain(await f.router.route(prepare([...doc, 1], { hints: { annotations: [], prefillWorkerId: w.id } })));
-          return until(() => depthOn(doc, w.id) === 2, 'one prompt indexed', 1000).then(() => true, () => false);
-        }, `KV events from prefill worker ${w.id}`, 20_000);
+        await until(
+          async () => {
+            const doc = randomTokens(warmRng, 2 * BLOCK);
+            await drain(
+              await f.router.route(prepare([...doc, 1], { hints: { annotations: [], prefillWorkerId: w.id } })),
+            );
+            return until(() => depthOn(doc, w.id) === 2, 'one prompt indexed', 1000).then(
+              () => true,
+              () => false,
+            );
+          },
+          `KV events from prefill worker ${w.id}`,
+          20_000,
+        );
       }
     }, 30_000);
     afterAll(async () => {
@@ -202,12 +268,20 @@ for (const engine of ['vllm', 'sglang'] as const) {
       const docA = randomTokens(rng, 24 * BLOCK);
       const docB = randomTokens(rng, 24 * BLOCK);
       // Prime: each document prefilled once on a chosen worker; its KV events feed the prefill index.
-      for (const [doc, w] of [[docA, a], [docB, b]] as const) {
-        await drain(await f.router.route(prepare([...doc, 1, 2, 3], { hints: { annotations: [], prefillWorkerId: w } })));
+      for (const [doc, w] of [
+        [docA, a],
+        [docB, b],
+      ] as const) {
+        await drain(
+          await f.router.route(prepare([...doc, 1, 2, 3], { hints: { annotations: [], prefillWorkerId: w } })),
+        );
         await until(() => depthOn(doc, w) === 24, `the prefix on prefill worker ${w}`);
       }
       for (let i = 0; i < 4; i++) {
-        for (const [doc, w] of [[docA, a], [docB, b]] as const) {
+        for (const [doc, w] of [
+          [docA, a],
+          [docB, b],
+        ] as const) {
           const res = await f.router.route(prepare([...doc, ...randomTokens(rng, 9)], { maxTokens: 3 }));
           expect(res.prefillWorker?.workerId).toBe(w);
           const { usage } = await drain(res);
@@ -232,7 +306,9 @@ for (const engine of ['vllm', 'sglang'] as const) {
       await until(() => depthOn(doc, b) === 16, 'the prefix on b');
       const session = { id: `s-${engine}` };
       // First turn pinned to a binds the session to a.
-      const first = await f.router.route(prepare(randomTokens(rng, 40), { hints: { annotations: [], prefillWorkerId: a, session } }));
+      const first = await f.router.route(
+        prepare(randomTokens(rng, 40), { hints: { annotations: [], prefillWorkerId: a, session } }),
+      );
       await drain(first);
       expect(f.router.prefill.sessions.lookup(session.id)?.workerId).toBe(a);
       // Without the session the index wins (asked before the session's turns cache the prefix on a too).
@@ -241,7 +317,9 @@ for (const engine of ['vllm', 'sglang'] as const) {
       await drain(free);
       // Next turns carry b's cached prefix but stay on a.
       for (let i = 0; i < 2; i++) {
-        const res = await f.router.route(prepare([...doc, ...randomTokens(rng, 5)], { hints: { annotations: [], session } }));
+        const res = await f.router.route(
+          prepare([...doc, ...randomTokens(rng, 5)], { hints: { annotations: [], session } }),
+        );
         expect(res.prefillWorker?.workerId).toBe(a);
         await drain(res);
       }
@@ -254,7 +332,11 @@ for (const engine of ['vllm', 'sglang'] as const) {
       expect(f.router.prefill.sessions.lookup(session.id)?.workerId).toBe(b);
       f.registry.markUp(a);
       // A closing request unbinds.
-      await drain(await f.router.route(prepare([...doc, 101], { hints: { annotations: [], session: { ...session, action: 'close' } } })));
+      await drain(
+        await f.router.route(
+          prepare([...doc, 101], { hints: { annotations: [], session: { ...session, action: 'close' } } }),
+        ),
+      );
       expect(f.router.prefill.sessions.lookup(session.id)).toBeUndefined();
       expect(booked(f.pool())).toMatchObject({ requests: 0, inflight: 0, tracked: 0 });
       expect(booked(f.router.decode)).toMatchObject({ requests: 0, inflight: 0, tracked: 0 });
@@ -289,14 +371,25 @@ describe('non-KV modes', () => {
 
   it('direct: both workers come from the request', async () => {
     f = await startDisaggFleet({ engine: 'sglang', prefill: 2, decode: 2, router: { mode: 'direct' } });
-    const res = await f.router.route(prepare(randomTokens(seededRng(60), 40), { hints: { annotations: [], prefillWorkerId: 102, decodeWorkerId: 201 } }));
+    const res = await f.router.route(
+      prepare(randomTokens(seededRng(60), 40), {
+        hints: { annotations: [], prefillWorkerId: 102, decodeWorkerId: 201 },
+      }),
+    );
     expect(res.prefillWorker).toEqual({ workerId: 102, dpRank: 0 });
     expect(res.worker).toEqual({ workerId: 201, dpRank: 0 });
     expect((await drain(res)).usage?.completion_tokens).toBe(4);
-    await expect(f.router.route(prepare(randomTokens(seededRng(61), 40), { hints: { annotations: [], decodeWorkerId: 201 } })))
-      .rejects.toThrow(/must name its prefill worker/);
-    await expect(f.router.route(prepare(randomTokens(seededRng(62), 40), { requestId: 'direct-no-decode', hints: { annotations: [], prefillWorkerId: 102 } })))
-      .rejects.toThrow(/must name its decode worker/);
+    await expect(
+      f.router.route(prepare(randomTokens(seededRng(61), 40), { hints: { annotations: [], decodeWorkerId: 201 } })),
+    ).rejects.toThrow(/must name its prefill worker/);
+    await expect(
+      f.router.route(
+        prepare(randomTokens(seededRng(62), 40), {
+          requestId: 'direct-no-decode',
+          hints: { annotations: [], prefillWorkerId: 102 },
+        }),
+      ),
+    ).rejects.toThrow(/must name its decode worker/);
     expect(legsOf(f.rec, 'direct-no-decode').prefill).toHaveLength(0);
     expect(booked(f.pool())).toMatchObject({ requests: 0, inflight: 0 });
     expect(booked(f.router.decode)).toMatchObject({ requests: 0, inflight: 0 });

@@ -11,7 +11,16 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
 import type { RoutedResponse } from '../../../src/frontend/router-port.js';
-import { booked, legsOf, prepare, randomTokens, startDisaggFleet, until, type DisaggFleet, type DisaggFleetOptions } from './fleet.js';
+import {
+  booked,
+  legsOf,
+  prepare,
+  randomTokens,
+  startDisaggFleet,
+  until,
+  type DisaggFleet,
+  type DisaggFleetOptions,
+} from './fleet.js';
 
 /** cause -> { status, code } as docs/errors.md lists them (`code` undefined: the engine's own answer). */
 function documentedCauses(): Map<string, { status: string; code: string | undefined }> {
@@ -42,7 +51,9 @@ async function fleet(opts: DisaggFleetOptions): Promise<DisaggFleet> {
 }
 
 /** The request's outcome as the client would see it: the status and the kvgate code (undefined for an engine's own answer). */
-async function outcome(p: Promise<RoutedResponse>): Promise<{ status: number; code: string | undefined; body?: unknown }> {
+async function outcome(
+  p: Promise<RoutedResponse>,
+): Promise<{ status: number; code: string | undefined; body?: unknown }> {
   try {
     const res = await p;
     const body = res.body.kind === 'json' ? JSON.parse(Buffer.from(res.body.bytes).toString('utf8')) : undefined;
@@ -62,16 +73,28 @@ function expectDocumented(cause: string, got: { status: number; code: string | u
 }
 
 async function bothPoolsAtZero(f: DisaggFleet): Promise<void> {
-  await until(() => [f.pool(), f.router.decode].every((p) => {
-    const b = booked(p);
-    return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.prefillTokens === 0;
-  }), 'both pools back to zero');
+  await until(
+    () =>
+      [f.pool(), f.router.decode].every((p) => {
+        const b = booked(p);
+        return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.prefillTokens === 0;
+      }),
+    'both pools back to zero',
+  );
 }
 
 describe('docs/errors.md: disaggregated causes', () => {
   it('lists the causes this suite pins, each with one status and code', () => {
     expect([...CAUSES.keys()].sort()).toEqual(
-      ['decode-broke', 'prefill-engine-error', 'prefill-killed', 'prefill-no-ticket', 'prefill-refused', 'rendezvous-failed'].sort());
+      [
+        'decode-broke',
+        'prefill-engine-error',
+        'prefill-killed',
+        'prefill-no-ticket',
+        'prefill-refused',
+        'rendezvous-failed',
+      ].sort(),
+    );
   });
 });
 
@@ -113,7 +136,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
       }
     });
 
-    it('decode-broke: the decode engine dies after its first output: the stream ends with the decode\'s transport code', async () => {
+    it("decode-broke: the decode engine dies after its first output: the stream ends with the decode's transport code", async () => {
       const f = await fleet({ engine });
       const res = await f.router.route(prepare(randomTokens(rng, 80), { maxTokens: 2000 }));
       expect(res.body.kind).toBe('sse');
@@ -142,11 +165,14 @@ describe('sglang: rendezvous-failed, whichever side notices', () => {
     });
   }
 
-  it('the decode engine cannot reach the prefill\'s bootstrap server (it reports first; the waiting prefill is cancelled)', async () => {
+  it("the decode engine cannot reach the prefill's bootstrap server (it reports first; the waiting prefill is cancelled)", async () => {
     const closed = await closedPort();
     const f = await fleet({ engine: 'sglang', prefillWorker: { bootstrap: { host: '127.0.0.1', port: closed } } });
     const t0 = performance.now();
-    expectDocumented('rendezvous-failed', await outcome(f.router.route(prepare(randomTokens(rng, 80), { requestId: 'no-bootstrap' }))));
+    expectDocumented(
+      'rendezvous-failed',
+      await outcome(f.router.route(prepare(randomTokens(rng, 80), { requestId: 'no-bootstrap' }))),
+    );
     // The prefill half was cancelled, well before its own 30 s rendezvous timeout.
     const p = legsOf(f.rec, 'no-bootstrap').prefill[0]!;
     await until(() => p.answeredAt !== undefined, 'the prefill leg to end');

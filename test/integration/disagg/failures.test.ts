@@ -8,7 +8,17 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { KvgateError, isKvgateError } from '../../../src/errors/index.js';
-import { booked, drain, legsOf, prepare, randomTokens, startDisaggFleet, until, type DisaggFleet, type DisaggFleetOptions } from './fleet.js';
+import {
+  booked,
+  drain,
+  legsOf,
+  prepare,
+  randomTokens,
+  startDisaggFleet,
+  until,
+  type DisaggFleet,
+  type DisaggFleetOptions,
+} from './fleet.js';
 
 const open: DisaggFleet[] = [];
 async function fleet(opts: DisaggFleetOptions): Promise<DisaggFleet> {
@@ -25,10 +35,11 @@ afterEach(async () => {
 
 /** Both pools' bookkeeping drained (legs end asynchronously after the request's own outcome). */
 async function bothPoolsAtZero(f: DisaggFleet): Promise<void> {
-  const zero = (): boolean => [f.pool(), f.router.decode].every((p) => {
-    const b = booked(p);
-    return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.queued === 0 && b.prefillTokens === 0;
-  });
+  const zero = (): boolean =>
+    [f.pool(), f.router.decode].every((p) => {
+      const b = booked(p);
+      return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.queued === 0 && b.prefillTokens === 0;
+    });
   await until(zero, 'both pools back to zero');
 }
 
@@ -52,7 +63,9 @@ describe('prefill engine error', () => {
     expect(e.message).toMatch(/prefill on worker 101 .*failed: .*500/);
     expect(e.detail).toMatchObject({ workerId: 101, cause: 'KVG_ERR_ENGINE_FAILED' });
     expect(legsOf(f.rec, 'perr-v').decode).toHaveLength(0);
-    expect(await f.metrics.text()).toMatch(/kvgate_router_disagg_requests_total\{model="mock-model",prefill_worker_id="101",handoff="sync",outcome="prefill_failed"\} 1/);
+    expect(await f.metrics.text()).toMatch(
+      /kvgate_router_disagg_requests_total\{model="mock-model",prefill_worker_id="101",handoff="sync",outcome="prefill_failed"\} 1/,
+    );
     await bothPoolsAtZero(f);
   });
 
@@ -76,12 +89,17 @@ describe('unreachable prefill worker', () => {
       const [dead, alive] = f.prefillWorkers;
       // Make the soon-dead worker the prefill router's favourite: it caches the prompt's prefix.
       const doc = randomTokens(rng, 8 * 16);
-      await drain(await f.router.route(prepare([...doc, 1], { hints: { annotations: [], prefillWorkerId: dead!.id } })));
+      await drain(
+        await f.router.route(prepare([...doc, 1], { hints: { annotations: [], prefillWorkerId: dead!.id } })),
+      );
       const index = f.pool().kvRouter!.index;
       await until(() => index.findMatches(prepare(doc).hashes.local).count > 0, 'the prefix in the prefill index');
       await f.mockerOf(dead!.id).crash(); // the registry has not noticed
       // Once the client has seen its idle keep-alive sockets close, a new request cannot even connect.
-      await until(() => f.rec.engine.stats().find((s) => s.worker === dead!.url)?.connected === 0, 'the dead worker\'s sockets to close');
+      await until(
+        () => f.rec.engine.stats().find((s) => s.worker === dead!.url)?.connected === 0,
+        "the dead worker's sockets to close",
+      );
       const res = await f.router.route(prepare([...doc, 2], { requestId: `retry-${engine}` }));
       expect(res.prefillWorker?.workerId).toBe(alive!.id);
       expect((await drain(res)).usage?.completion_tokens).toBe(4);
@@ -90,9 +108,13 @@ describe('unreachable prefill worker', () => {
       expect(isKvgateError(legs.prefill[0]!.error, 'KVG_ERR_ENGINE_UNREACHABLE')).toBe(true);
       expect(legs.decode).toHaveLength(1);
       if (engine === 'sglang') expect(legs.decode[0]!.body['bootstrap_port']).toBe(alive!.bootstrap!.port);
-      expect(await f.metrics.text()).toMatch(/kvgate_router_retries_total\{model="mock-model",reason="prefill_unreachable"\} 1/);
+      expect(await f.metrics.text()).toMatch(
+        /kvgate_router_retries_total\{model="mock-model",reason="prefill_unreachable"\} 1/,
+      );
       // Pinned to the dead worker: no second chance.
-      const e = await errorOf(f.router.route(prepare([...doc, 3], { hints: { annotations: [], prefillWorkerId: dead!.id } })));
+      const e = await errorOf(
+        f.router.route(prepare([...doc, 3], { hints: { annotations: [], prefillWorkerId: dead!.id } })),
+      );
       expect(e.code).toBe('KVG_ERR_PREFILL_FAILED');
       expect(e.detail).toMatchObject({ workerId: dead!.id, cause: 'KVG_ERR_ENGINE_UNREACHABLE' });
       await bothPoolsAtZero(f);
@@ -154,7 +176,9 @@ describe('client disconnect during prefill', () => {
     const d = f.decode[0]!;
     p.setFaults({ hang: true });
     const ac = new AbortController();
-    const routed = f.router.route(prepare(randomTokens(rng, 120), { requestId: 'gone-v', signal: ac.signal, maxTokens: 400 }));
+    const routed = f.router.route(
+      prepare(randomTokens(rng, 120), { requestId: 'gone-v', signal: ac.signal, maxTokens: 400 }),
+    );
     const leg = (): ReturnType<typeof legsOf> => legsOf(f.rec, 'gone-v');
     await until(() => leg().prefill[0]?.acceptedAt !== undefined, 'the prefill to reach its engine');
     ac.abort(new KvgateError('KVG_ERR_CLIENT_ABORTED', 'client went away'));
@@ -164,13 +188,20 @@ describe('client disconnect during prefill', () => {
     expect(leg().prefill[0]!.error).toBeUndefined();
     p.setFaults({ hang: false });
     await until(() => leg().prefill[0]!.answeredAt !== undefined, 'the prefill answer');
-    expect((leg().prefill[0]!.json as Record<string, unknown>)['kv_transfer_params']).toMatchObject({ do_remote_prefill: true });
+    expect((leg().prefill[0]!.json as Record<string, unknown>)['kv_transfer_params']).toMatchObject({
+      do_remote_prefill: true,
+    });
     // Decode was routed anyway, cut to one token, and pulled the blocks (the prefill engine holds none).
     await until(() => leg().decode[0]?.answeredAt !== undefined, 'the decode leg');
     expect(leg().decode[0]!.body).toMatchObject({ max_tokens: 1, stream: false });
-    expect(leg().decode[0]!.body['kv_transfer_params']).toEqual((leg().prefill[0]!.json as Record<string, unknown>)['kv_transfer_params']);
+    expect(leg().decode[0]!.body['kv_transfer_params']).toEqual(
+      (leg().prefill[0]!.json as Record<string, unknown>)['kv_transfer_params'],
+    );
     await until(() => p.stats().ranks[0]!.heldRequests === 0, 'the prefill engine to release its blocks');
-    await until(() => d.stats().ranks[0]!.running === 0 && d.stats().ranks[0]!.waiting === 0, 'the decode engine to drop the request');
+    await until(
+      () => d.stats().ranks[0]!.running === 0 && d.stats().ranks[0]!.waiting === 0,
+      'the decode engine to drop the request',
+    );
     expect(d.stats().ranks[0]!.generationTokens).toBeGreaterThan(0);
     expect(d.stats().ranks[0]!.generationTokens).toBeLessThan(400);
     await bothPoolsAtZero(f);
@@ -182,7 +213,9 @@ describe('client disconnect during prefill', () => {
     const d = f.decode[0]!;
     p.setFaults({ hang: true });
     const ac = new AbortController();
-    const routed = f.router.route(prepare(randomTokens(rng, 120), { requestId: 'gone-s', signal: ac.signal, maxTokens: 400 }));
+    const routed = f.router.route(
+      prepare(randomTokens(rng, 120), { requestId: 'gone-s', signal: ac.signal, maxTokens: 400 }),
+    );
     const leg = (): ReturnType<typeof legsOf> => legsOf(f.rec, 'gone-s');
     await until(() => leg().decode[0]?.acceptedAt !== undefined, 'both legs on their engines');
     ac.abort(new KvgateError('KVG_ERR_CLIENT_ABORTED', 'client went away'));
@@ -192,7 +225,10 @@ describe('client disconnect during prefill', () => {
     p.setFaults({ hang: false });
     await until(() => leg().prefill[0]!.answeredAt !== undefined, 'the prefill answer');
     expect(leg().prefill[0]!.error).toBeUndefined();
-    await until(() => d.stats().ranks[0]!.running === 0 && d.stats().ranks[0]!.waiting === 0, 'the decode engine to drop the request');
+    await until(
+      () => d.stats().ranks[0]!.running === 0 && d.stats().ranks[0]!.waiting === 0,
+      'the decode engine to drop the request',
+    );
     expect(d.stats().ranks[0]!.generationTokens).toBeGreaterThan(0);
     expect(d.stats().ranks[0]!.generationTokens).toBeLessThan(400);
     expect(p.stats().bootstrapPending).toBe(0);
@@ -219,7 +255,9 @@ describe('prefill backpressure', () => {
     expect(e.message).toMatch(/200 ISL tokens queued, cap 100/);
     expect(legsOf(f.rec, 'bp-3').prefill).toHaveLength(0);
     expect(legsOf(f.rec, 'bp-3').decode).toHaveLength(0);
-    expect(await f.metrics.text()).toMatch(/kvgate_router_backpressure_total\{model="mock-model",worker_type="prefill"\} 1/);
+    expect(await f.metrics.text()).toMatch(
+      /kvgate_router_backpressure_total\{model="mock-model",worker_type="prefill"\} 1/,
+    );
     f.prefill[0]!.setFaults({ hang: false });
     for (const r of [first, second]) expect((await drain(await r)).usage?.completion_tokens).toBe(4);
     await bothPoolsAtZero(f);

@@ -5,11 +5,22 @@
  * (the body as the engine receives it, headers, when the engine took it, the
  * answer) and can hold a worker's dispatches at a gate.
  */
-import { EngineClient, applyFields, type DispatchOptions, type EngineResponse, type JsonObject } from '../../../src/engines/index.js';
+import {
+  EngineClient,
+  applyFields,
+  type DispatchOptions,
+  type EngineResponse,
+  type JsonObject,
+} from '../../../src/engines/index.js';
 import { WorkerRegistry, type WorkerInfo } from '../../../src/discovery/index.js';
 import { KvgateMetrics } from '../../../src/metrics/index.js';
 import { startMocker, type MockerHandle, type MockerInput } from '../../../src/mocker/index.js';
-import { ModelRouter, makeRouterContext, type ModelRouterOptions, type PushRouter } from '../../../src/routing/index.js';
+import {
+  ModelRouter,
+  makeRouterContext,
+  type ModelRouterOptions,
+  type PushRouter,
+} from '../../../src/routing/index.js';
 import { seededRng } from '../../../src/common/index.js';
 import { BLOCK, MODEL, drain as drainRouted } from '../../helpers/fleet.js';
 import type { RoutedResponse } from '../../../src/frontend/router-port.js';
@@ -56,12 +67,30 @@ function recordingEngine(workers: () => readonly WorkerInfo[]): RecordingEngine 
   const engine = new EngineClient({ connectTimeoutMs: 2000 });
   const sent: SentLeg[] = [];
   const gates = new Map<number, Promise<void>>();
-  const original = engine.dispatch.bind(engine) as (u: string, p: string, b: JsonObject | undefined, o?: DispatchOptions) => Promise<EngineResponse>;
-  const patched = async (url: string, path: string, body: JsonObject | undefined, options: DispatchOptions = {}): Promise<EngineResponse> => {
+  const original = engine.dispatch.bind(engine) as (
+    u: string,
+    p: string,
+    b: JsonObject | undefined,
+    o?: DispatchOptions,
+  ) => Promise<EngineResponse>;
+  const patched = async (
+    url: string,
+    path: string,
+    body: JsonObject | undefined,
+    options: DispatchOptions = {},
+  ): Promise<EngineResponse> => {
     const w = workers().find((x) => x.url === url);
     const leg: SentLeg = {
-      workerId: w?.id ?? -1, role: w?.role === 'prefill' ? 'prefill' : 'decode', path, body: applyFields(body ?? {}, options.extraFields),
-      headers: { ...options.headers }, calledAt: performance.now(), acceptedAt: undefined, answeredAt: undefined, json: undefined, error: undefined,
+      workerId: w?.id ?? -1,
+      role: w?.role === 'prefill' ? 'prefill' : 'decode',
+      path,
+      body: applyFields(body ?? {}, options.extraFields),
+      headers: { ...options.headers },
+      calledAt: performance.now(),
+      acceptedAt: undefined,
+      answeredAt: undefined,
+      json: undefined,
+      error: undefined,
     };
     sent.push(leg);
     rec.onCall?.(leg);
@@ -144,17 +173,49 @@ export const PREFILL_ID = 101;
 const DECODE_ID = 201;
 
 export async function startDisaggFleet(opts: DisaggFleetOptions): Promise<DisaggFleet> {
-  const base: MockerInput = { model: MODEL, blockSize: BLOCK, speedup: 200, engine: opts.engine, kvEvents: true, kvEventsPort: 0, ...opts.mocker };
-  const prefill = await Promise.all(Array.from({ length: opts.prefill ?? 2 }, (_, i) => startMocker({
-    ...base, mode: 'prefill', seed: 10 + i, engineHashSeed: BigInt(500 + i), ...(typeof opts.prefillMocker === 'function' ? opts.prefillMocker(i) : opts.prefillMocker),
-  })));
-  const decode = await Promise.all(Array.from({ length: opts.decode ?? 2 }, (_, i) => startMocker({
-    ...base, mode: opts.decodeMode ?? 'decode', seed: 20 + i, engineHashSeed: BigInt(600 + i), ...(typeof opts.decodeMocker === 'function' ? opts.decodeMocker(i) : opts.decodeMocker),
-  })));
+  const base: MockerInput = {
+    model: MODEL,
+    blockSize: BLOCK,
+    speedup: 200,
+    engine: opts.engine,
+    kvEvents: true,
+    kvEventsPort: 0,
+    ...opts.mocker,
+  };
+  const prefill = await Promise.all(
+    Array.from({ length: opts.prefill ?? 2 }, (_, i) =>
+      startMocker({
+        ...base,
+        mode: 'prefill',
+        seed: 10 + i,
+        engineHashSeed: BigInt(500 + i),
+        ...(typeof opts.prefillMocker === 'function' ? opts.prefillMocker(i) : opts.prefillMocker),
+      }),
+    ),
+  );
+  const decode = await Promise.all(
+    Array.from({ length: opts.decode ?? 2 }, (_, i) =>
+      startMocker({
+        ...base,
+        mode: opts.decodeMode ?? 'decode',
+        seed: 20 + i,
+        engineHashSeed: BigInt(600 + i),
+        ...(typeof opts.decodeMocker === 'function' ? opts.decodeMocker(i) : opts.decodeMocker),
+      }),
+    ),
+  );
   const info = (m: MockerHandle, id: number, role: 'prefill' | 'decode'): WorkerInfo => ({
-    id, model: MODEL, url: m.url, role, dialect: opts.engine, dpStart: 0, dpSize: m.options.dpSize,
+    id,
+    model: MODEL,
+    url: m.url,
+    role,
+    dialect: opts.engine,
+    dpStart: 0,
+    dpSize: m.options.dpSize,
     ...(m.kvEventsEndpoints.length > 0 ? { kvEvents: { endpoint: m.kvEventsEndpoints[0]! } } : {}),
-    ...(role === 'prefill' && m.bootstrapPort !== undefined ? { bootstrap: { host: m.host, port: m.bootstrapPort } } : {}),
+    ...(role === 'prefill' && m.bootstrapPort !== undefined
+      ? { bootstrap: { host: m.host, port: m.bootstrapPort } }
+      : {}),
     ...(role === 'prefill' ? opts.prefillWorker : {}),
     // A kv_both decode engine says it can serve alone (the fallback while no prefill worker is up).
     ...(role === 'decode' && opts.decodeMode === 'aggregated' ? { servesAggregated: true } : {}),
@@ -167,14 +228,30 @@ export async function startDisaggFleet(opts: DisaggFleetOptions): Promise<Disagg
   const rec = recordingEngine(() => all);
   for (const w of all) rec.engine.addWorker(w.url);
   const metrics = new KvgateMetrics({ processMetrics: false });
-  const router = new ModelRouter({
-    model: MODEL, mode: 'kv', blockSize: BLOCK, registry, engine: rec.engine, tickIntervalMs: 0, ...opts.router,
-  }, makeRouterContext({ metrics, rng: seededRng(7) }));
+  const router = new ModelRouter(
+    {
+      model: MODEL,
+      mode: 'kv',
+      blockSize: BLOCK,
+      registry,
+      engine: rec.engine,
+      tickIntervalMs: 0,
+      ...opts.router,
+    },
+    makeRouterContext({ metrics, rng: seededRng(7) }),
+  );
   const handles = new Map<number, MockerHandle>();
   prefill.forEach((m, i) => handles.set(prefillWorkers[i]!.id, m));
   decode.forEach((m, i) => handles.set(decodeWorkers[i]!.id, m));
   return {
-    prefill, decode, prefillWorkers, decodeWorkers, registry, rec, metrics, router,
+    prefill,
+    decode,
+    prefillWorkers,
+    decodeWorkers,
+    registry,
+    rec,
+    metrics,
+    router,
     pool() {
       const p = router.prefill.pool;
       if (p === undefined) throw new Error('the prefill pool was never activated');
@@ -192,7 +269,13 @@ export async function startDisaggFleet(opts: DisaggFleetOptions): Promise<Disagg
 }
 
 /** In-flight legs and prompt load booked on a pool, summed over its workers' ranks. */
-export function booked(pool: PushRouter): { requests: number; prefillTokens: number; inflight: number; tracked: number; queued: number } {
+export function booked(pool: PushRouter): {
+  requests: number;
+  prefillTokens: number;
+  inflight: number;
+  tracked: number;
+  queued: number;
+} {
   let requests = 0;
   let prefillTokens = 0;
   for (const w of pool.workers()) {
@@ -202,7 +285,10 @@ export function booked(pool: PushRouter): { requests: number; prefillTokens: num
     }
   }
   return {
-    requests, prefillTokens, inflight: pool.inflight,
-    tracked: pool.kvRouter?.activeRequestCount ?? 0, queued: pool.kvRouter?.pendingRequests ?? 0,
+    requests,
+    prefillTokens,
+    inflight: pool.inflight,
+    tracked: pool.kvRouter?.activeRequestCount ?? 0,
+    queued: pool.kvRouter?.pendingRequests ?? 0,
   };
 }

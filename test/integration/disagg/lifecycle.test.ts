@@ -10,7 +10,17 @@ import { seededRng } from '../../../src/common/index.js';
 import { HealthProber } from '../../../src/discovery/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
 import { ModelRouter, makeRouterContext } from '../../../src/routing/index.js';
-import { BLOCK, MODEL, booked, drain, legsOf, prepare, randomTokens, startDisaggFleet, type DisaggFleet } from './fleet.js';
+import {
+  BLOCK,
+  MODEL,
+  booked,
+  drain,
+  legsOf,
+  prepare,
+  randomTokens,
+  startDisaggFleet,
+  type DisaggFleet,
+} from './fleet.js';
 import { startGateway, type TestGateway } from './gateway.js';
 
 async function listed(gw: TestGateway): Promise<boolean> {
@@ -19,9 +29,12 @@ async function listed(gw: TestGateway): Promise<boolean> {
   return json.data.some((m) => m.id === MODEL);
 }
 
-async function complete(gw: TestGateway): Promise<{ status: number; code: string | undefined; prefill: string | null }> {
+async function complete(
+  gw: TestGateway,
+): Promise<{ status: number; code: string | undefined; prefill: string | null }> {
   const res = await fetch(`${gw.url}/v1/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: MODEL, prompt: 'The prefill pool came and went', max_tokens: 3 }),
   });
   const json = (await res.json()) as { error?: { code?: string } };
@@ -39,7 +52,18 @@ describe('vllm: prefill engines killed and restarted', () => {
   beforeAll(async () => {
     // Decode engines that can also serve alone (vLLM's kv_both), so the lenient router can fall back.
     f = await startDisaggFleet({ engine: 'vllm', prefill: 2, decode: 2, decodeMode: 'aggregated' });
-    strict = new ModelRouter({ model: MODEL, mode: 'kv', blockSize: BLOCK, registry: f.registry, engine: f.rec.engine, tickIntervalMs: 0, enforceDisagg: true }, makeRouterContext({ rng: seededRng(8) }));
+    strict = new ModelRouter(
+      {
+        model: MODEL,
+        mode: 'kv',
+        blockSize: BLOCK,
+        registry: f.registry,
+        engine: f.rec.engine,
+        tickIntervalMs: 0,
+        enforceDisagg: true,
+      },
+      makeRouterContext({ rng: seededRng(8) }),
+    );
     const workers = [...f.prefillWorkers, ...f.decodeWorkers];
     gwLenient = await startGateway(f.router, workers, f.metrics);
     gwStrict = await startGateway(strict, workers, f.metrics, true);
@@ -94,8 +118,10 @@ describe('vllm: prefill engines killed and restarted', () => {
     expect(refused.status).toBe(503);
     // issue 12 item 12: the client gets the code the README documents, not a generic "unavailable".
     expect(refused.code).toBe('KVG_ERR_PREFILL_NOT_ACTIVATED');
-    await expect(strict.route(prepare(randomTokens(rng, 50)))).rejects.toSatisfy((e: unknown) =>
-      isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') && e.statusCode === 503 && /enforce_disagg/.test(e.message));
+    await expect(strict.route(prepare(randomTokens(rng, 50)))).rejects.toSatisfy(
+      (e: unknown) =>
+        isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') && e.statusCode === 503 && /enforce_disagg/.test(e.message),
+    );
   });
 
   it('a prefill engine restarts: both models serve disaggregated again, with nothing in kvgate restarted', async () => {
@@ -113,7 +139,9 @@ describe('vllm: prefill engines killed and restarted', () => {
       expect((await drain(res)).usage?.completion_tokens).toBe(3);
       const legs = legsOf(f.rec, id);
       expect(legs.prefill[0]!.body).toMatchObject({ max_tokens: 1 });
-      expect(legs.decode[0]!.body['kv_transfer_params']).toEqual((legs.prefill[0]!.json as Record<string, unknown>)['kv_transfer_params']);
+      expect(legs.decode[0]!.body['kv_transfer_params']).toEqual(
+        (legs.prefill[0]!.json as Record<string, unknown>)['kv_transfer_params'],
+      );
     }
     expect((await complete(gwStrict)).status).toBe(200);
     await f.prefill[1]!.restart();
@@ -145,7 +173,9 @@ describe('sglang under enforce_disagg: prefill engine killed and restarted', () 
     await f.prefill[0]!.crash();
     await prober.probeAll();
     expect(f.router.canServe()).toBe(false);
-    await expect(f.router.route(prepare(randomTokens(rng, 40)))).rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED'));
+    await expect(f.router.route(prepare(randomTokens(rng, 40)))).rejects.toSatisfy((e: unknown) =>
+      isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED'),
+    );
     await f.prefill[0]!.restart();
     await prober.probeAll();
     expect(f.router.canServe()).toBe(true);
@@ -178,7 +208,7 @@ describe('sglang decode-only engines without enforce_disagg: prefill engines kil
     await f?.close();
   });
 
-  it('the model is not ready and answers a clear 503 instead of the decode engine\'s 400; it resumes with a prefill engine', async () => {
+  it("the model is not ready and answers a clear 503 instead of the decode engine's 400; it resumes with a prefill engine", async () => {
     expect((await complete(gw)).status).toBe(200);
     await f.prefill[0]!.crash();
     await prober.probeAll();
@@ -186,7 +216,8 @@ describe('sglang decode-only engines without enforce_disagg: prefill engines kil
     expect(await listed(gw)).toBe(false);
     expect((await fetch(`${gw.url}/ready`)).status).toBe(503);
     const res = await fetch(`${gw.url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: MODEL, prompt: 'The prefill pool is gone', max_tokens: 3 }),
     });
     const body = (await res.json()) as { error: { code: string; message: string } };

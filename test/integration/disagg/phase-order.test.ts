@@ -11,7 +11,18 @@ import { seededRng, systemClock } from '../../../src/common/index.js';
 import { RequestTracker } from '../../../src/core/index.js';
 import type { PreparedRequest } from '../../../src/frontend/router-port.js';
 import type { LegRequest } from '../../../src/routing/index.js';
-import { PREFILL_ID, booked, drain, legsOf, prepare, randomTokens, startDisaggFleet, until, type DisaggFleet, type SentLeg } from './fleet.js';
+import {
+  PREFILL_ID,
+  booked,
+  drain,
+  legsOf,
+  prepare,
+  randomTokens,
+  startDisaggFleet,
+  until,
+  type DisaggFleet,
+  type SentLeg,
+} from './fleet.js';
 
 const open: DisaggFleet[] = [];
 afterEach(async () => {
@@ -20,9 +31,17 @@ afterEach(async () => {
 
 function legOf(req: PreparedRequest, tracker: RequestTracker): LegRequest {
   return {
-    requestId: req.requestId, path: '/v1/completions', body: req.body, stream: req.stream, isl: req.tokenIds.length,
-    hashes: req.hashes, routing: req.hints, phase: 'aggregated',
-    signal: req.signal, receivedAt: req.receivedAt, tracker,
+    requestId: req.requestId,
+    path: '/v1/completions',
+    body: req.body,
+    stream: req.stream,
+    isl: req.tokenIds.length,
+    hashes: req.hashes,
+    routing: req.hints,
+    phase: 'aggregated',
+    signal: req.signal,
+    receivedAt: req.receivedAt,
+    tracker,
   };
 }
 
@@ -50,10 +69,15 @@ for (const engine of ['sglang', 'vllm'] as const) {
     let atDecode: AtDecodeStart | undefined;
     f.rec.onCall = (leg) => {
       if (leg.role === 'prefill') prefillLeg = leg;
-      else atDecode = {
-        phase: tracker.phase, prefillWorkerId: tracker.workers().prefillWorkerId, prefillBooked: booked(f.pool()).requests,
-        prefillAcceptedAt: prefillLeg?.acceptedAt, prefillAnsweredAt: prefillLeg?.answeredAt, decodeCalledAt: leg.calledAt,
-      };
+      else
+        atDecode = {
+          phase: tracker.phase,
+          prefillWorkerId: tracker.workers().prefillWorkerId,
+          prefillBooked: booked(f.pool()).requests,
+          prefillAcceptedAt: prefillLeg?.acceptedAt,
+          prefillAnsweredAt: prefillLeg?.answeredAt,
+          decodeCalledAt: leg.calledAt,
+        };
     };
     const release = f.rec.hold(PREFILL_ID);
     const routed = f.router.prefill.route(legOf(req, tracker));

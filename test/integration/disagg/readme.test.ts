@@ -25,7 +25,12 @@ describe('README: disaggregated serving', () => {
       [3, 'decode', 'sglang', 'http://127.0.0.1:8200', undefined],
       [4, 'decode', 'sglang', 'http://127.0.0.1:8201', undefined],
     ]);
-    expect(m.workers.map((w) => w.kvEvents?.endpoint)).toEqual(['tcp://127.0.0.1:5600', 'tcp://127.0.0.1:5601', 'tcp://127.0.0.1:5700', 'tcp://127.0.0.1:5701']);
+    expect(m.workers.map((w) => w.kvEvents?.endpoint)).toEqual([
+      'tcp://127.0.0.1:5600',
+      'tcp://127.0.0.1:5601',
+      'tcp://127.0.0.1:5700',
+      'tcp://127.0.0.1:5701',
+    ]);
     // The commands start exactly these ports.
     expect(section).toMatch(/--mode prefill --count 2 --port 8100 --kv-events-port 5600 --bootstrap-port 8998/);
     expect(section).toMatch(/--mode decode --count 2 --port 8200 --kv-events-port 5700/);

@@ -50,21 +50,41 @@ describe('an etcd restart does not lose the fleet (issue 23)', () => {
   /** `kvgate register` of engine `id - 1` as worker `id`; waits for its first registration unless told not to. */
   const register = async (id: number, wait = true): Promise<CliProcess> => {
     const e = engines[id - 1]!;
-    const p = startCli(['register', '--etcd', etcd.url, '--model', MODEL, '--id', String(id), '--url', e.url,
-      '--kv-events', e.kv_events[0]!, '--ttl', String(TTL_S)]);
+    const p = startCli([
+      'register',
+      '--etcd',
+      etcd.url,
+      '--model',
+      MODEL,
+      '--id',
+      String(id),
+      '--url',
+      e.url,
+      '--kv-events',
+      e.kv_events[0]!,
+      '--ttl',
+      String(TTL_S),
+    ]);
     suite.procs.push(p);
     registrations.set(id, p);
     if (wait) await p.waitFor(/"msg":"registered"/, `worker ${id}'s registration`);
     return p;
   };
   const adminWorkers = async (): Promise<[number, string][]> => {
-    const body = (await (await fetch(`${url}/admin/models`)).json()) as { models: { workers: { id: number; state: string }[] }[] };
+    const body = (await (await fetch(`${url}/admin/models`)).json()) as {
+      models: { workers: { id: number; state: string }[] }[];
+    };
     return body.models[0]!.workers.map((w) => [w.id, w.state]);
   };
   const allReady = async (ids: number[]): Promise<boolean> =>
     JSON.stringify(await adminWorkers()) === JSON.stringify(ids.map((id) => [id, 'ready']));
   const pinned = async (id: number): Promise<Result> => {
-    const r = await postChat(url, { model: MODEL, messages: MESSAGES, max_tokens: 2, nvext: { backend_instance_id: id } });
+    const r = await postChat(url, {
+      model: MODEL,
+      messages: MESSAGES,
+      max_tokens: 2,
+      nvext: { backend_instance_id: id },
+    });
     await r.arrayBuffer();
     return { status: r.status, worker: r.headers.get('x-kvgate-worker'), at: performance.now() };
   };
@@ -92,9 +112,16 @@ describe('an etcd restart does not lose the fleet (issue 23)', () => {
   };
   /** The worker ids registered in etcd now. */
   const etcdKeys = (): Promise<string[]> =>
-    withEtcd(async (c) => (await c.getAll().prefix(`${PREFIX}/${MODEL}/`).keys()).map((k) => k.slice(`${PREFIX}/${MODEL}/`.length)).sort());
+    withEtcd(async (c) =>
+      (await c.getAll().prefix(`${PREFIX}/${MODEL}/`).keys()).map((k) => k.slice(`${PREFIX}/${MODEL}/`.length)).sort(),
+    );
   /** Lines a process wrote after `from` characters of its output. */
-  const linesSince = (p: CliProcess, from: number): string[] => p.output().slice(from).split('\n').filter((l) => l.trim() !== '');
+  const linesSince = (p: CliProcess, from: number): string[] =>
+    p
+      .output()
+      .slice(from)
+      .split('\n')
+      .filter((l) => l.trim() !== '');
   /** Waits until etcd, halted at `since`, has been away `ms` and `also` holds. */
   const awayUntil = (since: number, ms: number, also: () => boolean): Promise<void> =>
     until(() => performance.now() - since >= ms && also(), 'the outage', ms + 20_000);
@@ -128,8 +155,11 @@ describe('an etcd restart does not lose the fleet (issue 23)', () => {
     await etcd.resume();
     const back = performance.now();
     // Watched for three TTLs after etcd is back: a lease that lapsed would have taken its key, and its worker, by then.
-    await until(() => performance.now() - back >= 3 * TTL_S * 1000 && load.results.filter((r) => r.at > back).length >= 20,
-      'traffic after the restart', 30_000);
+    await until(
+      () => performance.now() - back >= 3 * TTL_S * 1000 && load.results.filter((r) => r.at > back).length >= 20,
+      'traffic after the restart',
+      30_000,
+    );
     const results = await load.stop();
 
     // Every request, before, during and after the outage, reached the worker it was pinned to.
@@ -141,7 +171,11 @@ describe('an etcd restart does not lose the fleet (issue 23)', () => {
     expect(await metric(url, 'kvgate_worker_membership_changes_total', { change: 'left' })).toBe(0);
     // The gateway said it lost the watch and got it back; each registration kept its lease (etcd restored it
     // with its data, and the next keep-alive renewed it).
-    await gateway.waitFor(new RegExp(`etcd watch of ${WATCH} resumed: listed again, 2 workers`), 'the watch resumed', 20_000);
+    await gateway.waitFor(
+      new RegExp(`etcd watch of ${WATCH} resumed: listed again, 2 workers`),
+      'the watch resumed',
+      20_000,
+    );
     expect(gateway.output().slice(lines)).toMatch(new RegExp(`etcd watch of ${WATCH} lost; the current workers stay`));
     for (const id of [1, 2]) {
       await registrations.get(id)!.waitFor(/keep-alive restored/, `worker ${id}'s keep-alive`, 15_000);

@@ -20,7 +20,13 @@ import { until } from '../../helpers/until.js';
 
 const MODEL = 'etcd-model';
 const PREFIX = '/kvgate/workers';
-const MESSAGES = [{ role: 'user', content: 'Describe, in a long and careful answer, how a lighthouse keeper on a remote island keeps the lamp burning through a winter storm.' }];
+const MESSAGES = [
+  {
+    role: 'user',
+    content:
+      'Describe, in a long and careful answer, how a lighthouse keeper on a remote island keeps the lamp burning through a winter storm.',
+  },
+];
 
 describe('kvgate serve discovers workers registered in etcd', () => {
   let suite: MockerSuite;
@@ -33,10 +39,13 @@ describe('kvgate serve discovers workers registered in etcd', () => {
     etcd = await startEtcdServer();
     suite = await startMockerSuite('etcd', ['--model', MODEL, '--tokenizer', 'demo', '--speedup', '100'], 2);
     engines = suite.engines;
-    const config = suite.write('kvgate.yaml', serveConfig(MODEL, [
-      `workers: [${workerEntry(1, engines[0]!)}]`,
-      `etcd: { endpoints: ["${etcd.url}"], prefix: ${PREFIX} }`,
-    ]));
+    const config = suite.write(
+      'kvgate.yaml',
+      serveConfig(MODEL, [
+        `workers: [${workerEntry(1, engines[0]!)}]`,
+        `etcd: { endpoints: ["${etcd.url}"], prefix: ${PREFIX} }`,
+      ]),
+    );
     ({ proc: gateway, url } = await startServeCli(config));
     suite.procs.push(gateway);
   }, 60_000);
@@ -47,13 +56,27 @@ describe('kvgate serve discovers workers registered in etcd', () => {
   });
 
   const register = async (ttl: number): Promise<CliProcess> => {
-    const p = startCli(['register', '--etcd', etcd.url, '--model', MODEL, '--id', '2', '--url', engines[1]!.url,
-      '--kv-events', engines[1]!.kv_events[0]!, '--ttl', String(ttl)]);
+    const p = startCli([
+      'register',
+      '--etcd',
+      etcd.url,
+      '--model',
+      MODEL,
+      '--id',
+      '2',
+      '--url',
+      engines[1]!.url,
+      '--kv-events',
+      engines[1]!.kv_events[0]!,
+      '--ttl',
+      String(ttl),
+    ]);
     suite.procs.push(p);
     await p.waitFor(/"msg":"registered"/, 'the registration');
     return p;
   };
-  const post = (path: string, extra: Record<string, unknown>): Promise<Response> => postChat(url, { model: MODEL, messages: MESSAGES, ...extra }, path);
+  const post = (path: string, extra: Record<string, unknown>): Promise<Response> =>
+    postChat(url, { model: MODEL, messages: MESSAGES, ...extra }, path);
   /** The blocks of the prompt the index holds for worker 2 (a query: nothing is booked). */
   const overlapOn2 = async (): Promise<number> => {
     const r = await post('/v1/route', { nvext: { backend_instance_id: 2 } });
@@ -63,7 +86,9 @@ describe('kvgate serve discovers workers registered in etcd', () => {
     return body.overlap_blocks;
   };
   const adminWorkers = async (): Promise<[number, string, string][]> => {
-    const body = (await (await fetch(`${url}/admin/models`)).json()) as { models: { workers: { id: number; source: string; state: string }[] }[] };
+    const body = (await (await fetch(`${url}/admin/models`)).json()) as {
+      models: { workers: { id: number; source: string; state: string }[] }[];
+    };
     return body.models[0]!.workers.map((w) => [w.id, w.source, w.state]);
   };
   const routeTo2 = async (): Promise<number> => {
@@ -82,13 +107,18 @@ describe('kvgate serve discovers workers registered in etcd', () => {
       await r.arrayBuffer();
       return r.status === 200 && r.headers.get('x-kvgate-worker') === '2';
     }, 'worker 2 serving');
-    expect(await adminWorkers()).toEqual([[1, 'static', 'ready'], [2, 'etcd', 'ready']]);
+    expect(await adminWorkers()).toEqual([
+      [1, 'static', 'ready'],
+      [2, 'etcd', 'ready'],
+    ]);
     // Its KV events reach the index: the prompt's blocks are now known on worker 2.
-    await until(async () => (await overlapOn2()) > 0, 'worker 2\'s blocks indexed');
+    await until(async () => (await overlapOn2()) > 0, "worker 2's blocks indexed");
   }, 30_000);
 
   it('killing the registration (SIGKILL: the lease expires) removes the worker and its index entries', async () => {
-    const registration = suite.procs.find((p) => p.output().includes('"msg":"registered"') && p.child.exitCode === null)!;
+    const registration = suite.procs.find(
+      (p) => p.output().includes('"msg":"registered"') && p.child.exitCode === null,
+    )!;
     registration.child.kill('SIGKILL');
     await gateway.waitFor(/etcd workers applied: 0 joined, 1 left/, 'the lease expiry applied', 15_000);
     expect(gateway.output()).toMatch(/worker 2 leaves model etcd-model \(etcd\)/);
@@ -113,25 +143,34 @@ describe('kvgate serve discovers workers registered in etcd', () => {
     const client = new Etcd3({ hosts: etcd.url });
     try {
       await client.put(`${PREFIX}/${MODEL}/3`).value(JSON.stringify({ url: 'not a url', colour: 'red' }));
-      await client.put(`${PREFIX}/${MODEL}/1`).value(JSON.stringify({ url: engines[1]!.url, kv_events: engines[1]!.kv_events[0] }));
+      await client
+        .put(`${PREFIX}/${MODEL}/1`)
+        .value(JSON.stringify({ url: engines[1]!.url, kv_events: engines[1]!.kv_events[0] }));
       const m = await gateway.waitFor(/etcd registration rejected: [^\n]*colour[^\n]*/, 'the rejection');
       expect(m[0]).toContain('url: must be an absolute http(s) URL');
       expect(m[0]).toContain('colour: unknown field');
-      await gateway.waitFor(/etcd registration rejected: [^\n]*worker id 1 is already the id of worker 1 of model etcd-model \(static\)/, 'the id clash');
+      await gateway.waitFor(
+        /etcd registration rejected: [^\n]*worker id 1 is already the id of worker 1 of model etcd-model \(static\)/,
+        'the id clash',
+      );
     } finally {
       client.close();
     }
     expect(await adminWorkers()).toEqual([[1, 'static', 'ready']]);
     const metrics = await (await fetch(`${url}/metrics`)).text();
     expect(metrics).toContain('kvgate_discovery_updates_total{model="etcd-model",source="etcd",outcome="rejected"} 2');
-    expect(metrics).toMatch(/kvgate_worker_membership_changes_total\{model="etcd-model",source="etcd",change="left"\} 2/);
+    expect(metrics).toMatch(
+      /kvgate_worker_membership_changes_total\{model="etcd-model",source="etcd",change="left"\} 2/,
+    );
   }, 30_000);
 
   it('after a lost watch kvgate lists the prefix again and applies the difference', async () => {
     const applied = (): number => gateway.output().match(/etcd workers applied: 0 joined, 1 left/g)?.length ?? 0;
     const client = new Etcd3({ hosts: etcd.url });
     try {
-      await client.put(`${PREFIX}/${MODEL}/2`).value(JSON.stringify({ url: engines[1]!.url, kv_events: engines[1]!.kv_events[0] }));
+      await client
+        .put(`${PREFIX}/${MODEL}/2`)
+        .value(JSON.stringify({ url: engines[1]!.url, kv_events: engines[1]!.kv_events[0] }));
     } finally {
       client.close();
     }

@@ -31,14 +31,22 @@ const BUFFER_STEPS = 16;
 /** Random messages per relay, per flood. */
 const FLOOD = 40_000;
 
-interface EngineLine { url: string; kv_events: string[]; kv_events_replay: string[] }
+interface EngineLine {
+  url: string;
+  kv_events: string[];
+  kv_events_replay: string[];
+}
 
 async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, json: (await res.json()) as Record<string, unknown> };
 }
 
-describe('a random-frame flood on every engine\'s KV-event path (issue 23)', () => {
+describe("a random-frame flood on every engine's KV-event path (issue 23)", () => {
   let suite: MockerSuite;
   let engines: EngineLine[];
   let relays: KvEventRelay[];
@@ -48,16 +56,36 @@ describe('a random-frame flood on every engine\'s KV-event path (issue 23)', () 
   const sent: number[][][] = Array.from({ length: ENGINES }, () => []);
 
   beforeAll(async () => {
-    suite = await startMockerSuite('kv-event-flood', [
-      '--kv-events-replay-port', '0', '--kv-events-buffer-steps', String(BUFFER_STEPS),
-      '--speedup', '100', '--tokenizer', 'demo', '--seed', '23',
-    ], ENGINES);
+    suite = await startMockerSuite(
+      'kv-event-flood',
+      [
+        '--kv-events-replay-port',
+        '0',
+        '--kv-events-buffer-steps',
+        String(BUFFER_STEPS),
+        '--speedup',
+        '100',
+        '--tokenizer',
+        'demo',
+        '--seed',
+        '23',
+      ],
+      ENGINES,
+    );
     engines = suite.engines as unknown as EngineLine[];
     relays = await Promise.all(engines.map((e) => KvEventRelay.start(e.kv_events[0]!)));
-    const workers = engines.map((e, i) =>
-      `  - { id: ${i + 1}, url: "${e.url}", kv_events: { endpoint: "${relays[i]!.endpoint}", replay: "${e.kv_events_replay[0]}" } }`);
-    const file = suite.write('gateway.yaml', serveConfig(MODEL, [`block_size: ${BLOCK}`, 'workers:', ...workers],
-      ['admin: { enabled: true }', 'preprocess: { threads: 0 }', 'kv_events: { inconsistent_after_ms: 2000 }']));
+    const workers = engines.map(
+      (e, i) =>
+        `  - { id: ${i + 1}, url: "${e.url}", kv_events: { endpoint: "${relays[i]!.endpoint}", replay: "${e.kv_events_replay[0]}" } }`,
+    );
+    const file = suite.write(
+      'gateway.yaml',
+      serveConfig(
+        MODEL,
+        [`block_size: ${BLOCK}`, 'workers:', ...workers],
+        ['admin: { enabled: true }', 'preprocess: { threads: 0 }', 'kv_events: { inconsistent_after_ms: 2000 }'],
+      ),
+    );
     const started = await startServeCli(file);
     suite.procs.push(started.proc);
     url = started.url;
@@ -71,7 +99,12 @@ describe('a random-frame flood on every engine\'s KV-event path (issue 23)', () 
   /** A fresh prompt of three full blocks and one token, served by worker `id`: the engine stores three blocks and publishes one batch. */
   const complete = async (id: number): Promise<number[]> => {
     const prompt = Array.from({ length: 3 * BLOCK + 1 }, () => 1000 + Math.floor(rng() * 50_000));
-    const r = await post(`${url}/v1/completions`, { model: MODEL, prompt, max_tokens: 1, nvext: { backend_instance_id: id } });
+    const r = await post(`${url}/v1/completions`, {
+      model: MODEL,
+      prompt,
+      max_tokens: 1,
+      nvext: { backend_instance_id: id },
+    });
     expect(r.status).toBe(200);
     sent[id - 1]!.push(prompt);
     return prompt;
@@ -83,8 +116,10 @@ describe('a random-frame flood on every engine\'s KV-event path (issue 23)', () 
     return r.json.overlap_blocks as number;
   };
   const engineBlocks = async (e: EngineLine): Promise<number> =>
-    ((await (await fetch(`${e.url}/admin/state`)).json()) as { ranks: { cachedBlocks: number }[] }).ranks[0]!.cachedBlocks;
-  const indexBlocks = (id: number): Promise<number> => metric(url, 'kvgate_worker_index_blocks', { worker_id: String(id) });
+    ((await (await fetch(`${e.url}/admin/state`)).json()) as { ranks: { cachedBlocks: number }[] }).ranks[0]!
+      .cachedBlocks;
+  const indexBlocks = (id: number): Promise<number> =>
+    metric(url, 'kvgate_worker_index_blocks', { worker_id: String(id) });
   /** Every worker's index holds as many blocks as its engine caches, and every prompt sent to it in full. */
   const agrees = async (): Promise<boolean> => {
     for (const [i, e] of engines.entries()) {
@@ -102,12 +137,17 @@ describe('a random-frame flood on every engine\'s KV-event path (issue 23)', () 
   };
 
   /** Until every worker's index follows its engine (the subscriptions are live: ZMQ joins late). */
-  const warm = (): Promise<void> => until(async () => {
-    await Promise.all(engines.map((_, i) => complete(i + 1)));
-    return agrees();
-  }, 'every worker\'s events followed', 30_000);
+  const warm = (): Promise<void> =>
+    until(
+      async () => {
+        await Promise.all(engines.map((_, i) => complete(i + 1)));
+        return agrees();
+      },
+      "every worker's events followed",
+      30_000,
+    );
 
-  it('every worker\'s index again holds what its engine holds once the flood stops, with no slot reset', async () => {
+  it("every worker's index again holds what its engine holds once the flood stops, with no slot reset", async () => {
     await warm();
     // History longer than the replay buffer: a slot cleared now could not be rebuilt from the engine.
     for (let k = 0; k < BUFFER_STEPS + 8; k++) await Promise.all(engines.map((_, i) => complete(i + 1)));
@@ -122,7 +162,9 @@ describe('a random-frame flood on every engine\'s KV-event path (issue 23)', () 
     expect(await metric(url, 'kvgate_kv_event_publisher_restarts_total')).toBe(0);
     for (let id = 1; id <= ENGINES; id++) {
       expect(await metric(url, 'kvgate_kv_event_decode_errors_total', { worker_id: String(id) })).toBeGreaterThan(0);
-      expect(await metric(url, 'kvgate_kv_event_dropped_total', { worker_id: String(id), reason: 'garbage' })).toBeGreaterThan(0);
+      expect(
+        await metric(url, 'kvgate_kv_event_dropped_total', { worker_id: String(id), reason: 'garbage' }),
+      ).toBeGreaterThan(0);
     }
     expect(healedMs).toBeLessThan(10_000);
   }, 180_000);
@@ -132,10 +174,14 @@ describe('a random-frame flood on every engine\'s KV-event path (issue 23)', () 
     await floodAll(0);
     const after = await Promise.all(engines.map((_, i) => complete(i + 1)));
     const published = performance.now();
-    await until(async () => {
-      for (const [i, p] of after.entries()) if ((await overlap(i + 1, p)) !== 3) return false;
-      return true;
-    }, 'the batches published after the flood applied', 20_000);
+    await until(
+      async () => {
+        for (const [i, p] of after.entries()) if ((await overlap(i + 1, p)) !== 3) return false;
+        return true;
+      },
+      'the batches published after the flood applied',
+      20_000,
+    );
     expect(performance.now() - published).toBeLessThan(5000);
     await until(agrees, 'every index equal to its engine', 20_000);
     expect(await metric(url, 'kvgate_kv_event_resets_total')).toBe(0);

@@ -54,7 +54,9 @@ describe('KV events from mocker publishers', () => {
       await send([...c, 1]);
       await send([...d, 1]);
       await until(() => depth(b) === 6 && depth(c) === 7 && depth(d) === 5, 'dropped batches recovered through replay');
-      expect(await f.metrics.text()).toMatch(/kvgate_kv_event_replays_total\{worker_id="1",dp_rank="0",outcome="recovered"\} [1-9]/);
+      expect(await f.metrics.text()).toMatch(
+        /kvgate_kv_event_replays_total\{worker_id="1",dp_rank="0",outcome="recovered"\} [1-9]/,
+      );
 
       // The engine restarts (fresh cache, sequence from 0): its old blocks must leave the index.
       await f.mockers[0]!.restart();

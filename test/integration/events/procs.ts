@@ -18,7 +18,8 @@ export interface SuiteProcesses {
 export function suiteProcesses(prefix: string): SuiteProcesses {
   const s: SuiteProcesses = { dir: '', mocker: undefined, gateway: undefined };
   beforeAll(() => {
-    if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
+    if (!existsSync(join(ROOT, 'dist/src/cli/index.js')))
+      throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
     s.dir = mkdtempSync(join(tmpdir(), prefix));
   });
   afterAll(async () => {
@@ -30,6 +31,17 @@ export function suiteProcesses(prefix: string): SuiteProcesses {
 
 /** Starts a mocker engine (OS-chosen ports, speedup 100) with `args` added; resolves to its printed ports line. */
 export async function startEngine(s: SuiteProcesses, args: readonly string[]): Promise<Record<string, unknown>> {
-  s.mocker = start(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--speedup', '100', ...args]);
-  return lineOf(s.mocker, 'the mocker\'s ports', (o) => typeof o.url === 'string');
+  s.mocker = start([
+    'mocker',
+    '--port',
+    '0',
+    '--kv-events-port',
+    '0',
+    '--bootstrap-port',
+    '0',
+    '--speedup',
+    '100',
+    ...args,
+  ]);
+  return lineOf(s.mocker, "the mocker's ports", (o) => typeof o.url === 'string');
 }

@@ -21,18 +21,31 @@ const WARN = 40;
 describe('kvgate serve logs KV-event stream problems', () => {
   const procs = suiteProcesses('kvgate-serve-logs-');
 
-  it('a gap in an engine\'s event stream writes a warn line naming the worker', async () => {
+  it("a gap in an engine's event stream writes a warn line naming the worker", async () => {
     const engine = await startEngine(procs, ['--seed', '3']);
     const config = join(procs.dir, 'kvgate.json');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 },
-      preprocess: { threads: 0 },
-      log: { level: 'info' },
-      // No replay endpoint: a gap cannot be repaired, so the slot is cleared and that is worth a warning.
-      models: [{ name: engine.model, block_size: BLOCK, workers: [{ id: WORKER_ID, url: engine.url, kv_events: (engine.kv_events as string[])[0] }] }],
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        preprocess: { threads: 0 },
+        log: { level: 'info' },
+        // No replay endpoint: a gap cannot be repaired, so the slot is cleared and that is worth a warning.
+        models: [
+          {
+            name: engine.model,
+            block_size: BLOCK,
+            workers: [{ id: WORKER_ID, url: engine.url, kv_events: (engine.kv_events as string[])[0] }],
+          },
+        ],
+      }),
+    );
     procs.gateway = start(['serve', '--config', config]);
-    const started = await lineOf(procs.gateway, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started');
+    const started = await lineOf(
+      procs.gateway,
+      "the gateway's startup line",
+      (o) => o.msg === 'kvgate gateway started',
+    );
     const url = String(started.listen);
 
     let n = 0;
@@ -41,28 +54,37 @@ describe('kvgate serve logs KV-event stream problems', () => {
       const words = Array.from({ length: 6 * BLOCK }, (_, i) => `w${n}x${i}`).join(' ');
       n++;
       const res = await fetch(`${url}/v1/completions`, {
-        method: 'POST', headers: { 'content-type': 'application/json' },
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ model: engine.model, prompt: words, max_tokens: 1 }),
       });
       expect(res.status).toBe(200);
       await res.arrayBuffer();
     };
     const gapWarning = (): Record<string, unknown> | undefined =>
-      procs.gateway!.lines.map(json).find((o) => o !== undefined && o.level === WARN && o.workerId === WORKER_ID && /gap/i.test(String(o.msg)));
+      procs
+        .gateway!.lines.map(json)
+        .find((o) => o !== undefined && o.level === WARN && o.workerId === WORKER_ID && /gap/i.test(String(o.msg)));
 
     // The subscription may join late (ZMQ slow joiner), so repeat: a batch the gateway sees, one
     // dropped on the wire, and the next one reveals the gap.
-    await until(async () => {
-      await complete();
-      const faults = await fetch(`${engine.url}/admin/faults`, {
-        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ drop_next_event_batches: 1 }),
-      });
-      expect(faults.status).toBe(200);
-      await faults.arrayBuffer();
-      await complete();
-      await complete();
-      return gapWarning() !== undefined;
-    }, 'a warn line about the KV-event gap of the worker', 20_000);
+    await until(
+      async () => {
+        await complete();
+        const faults = await fetch(`${engine.url}/admin/faults`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ drop_next_event_batches: 1 }),
+        });
+        expect(faults.status).toBe(200);
+        await faults.arrayBuffer();
+        await complete();
+        await complete();
+        return gapWarning() !== undefined;
+      },
+      'a warn line about the KV-event gap of the worker',
+      20_000,
+    );
 
     const line = gapWarning()!;
     expect(line).toMatchObject({ level: WARN, workerId: WORKER_ID, dpRank: 0 });

@@ -22,7 +22,11 @@ const BLOCK = 16;
 const GARBAGE = 30_000;
 
 async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, json: (await res.json()) as Record<string, unknown> };
 }
 
@@ -39,21 +43,40 @@ function counter(text: string, name: string, ...match: string[]): number {
 describe('event streams heal over real processes (reordered batches, garbage flood)', () => {
   const procs = suiteProcesses('kvgate-stream-faults-');
 
-  it('the worker\'s index is back to what its engine holds within seconds of each fault ending', async () => {
+  it("the worker's index is back to what its engine holds within seconds of each fault ending", async () => {
     const engine = await startEngine(procs, ['--kv-events-replay-port', '0', '--seed', '11']);
     const config = join(procs.dir, 'kvgate.json');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 },
-      preprocess: { threads: 0 },
-      log: { level: 'info' },
-      kv_events: { inconsistent_after_ms: 2000 },
-      models: [{
-        name: engine.model, block_size: BLOCK,
-        workers: [{ id: WORKER_ID, url: engine.url, kv_events: { endpoint: (engine.kv_events as string[])[0], replay: (engine.kv_events_replay as string[])[0] } }],
-      }],
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        preprocess: { threads: 0 },
+        log: { level: 'info' },
+        kv_events: { inconsistent_after_ms: 2000 },
+        models: [
+          {
+            name: engine.model,
+            block_size: BLOCK,
+            workers: [
+              {
+                id: WORKER_ID,
+                url: engine.url,
+                kv_events: {
+                  endpoint: (engine.kv_events as string[])[0],
+                  replay: (engine.kv_events_replay as string[])[0],
+                },
+              },
+            ],
+          },
+        ],
+      }),
+    );
     procs.gateway = start(['serve', '--config', config]);
-    const started = await lineOf(procs.gateway, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started');
+    const started = await lineOf(
+      procs.gateway,
+      "the gateway's startup line",
+      (o) => o.msg === 'kvgate gateway started',
+    );
     const url = String(started.listen);
     const engineUrl = String(engine.url);
     const model = String(engine.model);
@@ -68,7 +91,10 @@ describe('event streams heal over real processes (reordered batches, garbage flo
     const complete = async (prompt: number[]): Promise<number> => {
       const r = await post(`${url}/v1/completions`, { model, prompt, max_tokens: 1 });
       expect(r.status).toBe(200);
-      return ((r.json.usage as { prompt_tokens_details?: { cached_tokens?: number } }).prompt_tokens_details?.cached_tokens) ?? 0;
+      return (
+        (r.json.usage as { prompt_tokens_details?: { cached_tokens?: number } }).prompt_tokens_details?.cached_tokens ??
+        0
+      );
     };
     const overlapTokens = async (prompt: number[]): Promise<number> => {
       const r = await post(`${url}/v1/route`, { model, prompt });
@@ -86,17 +112,23 @@ describe('event streams heal over real processes (reordered batches, garbage flo
     };
 
     // Warm up until the subscription is live (ZMQ slow joiner).
-    await until(async () => {
-      const p = fresh(4);
-      await complete(p);
-      return (await overlapTokens(p)) === 4 * BLOCK;
-    }, 'the gateway follows the engine\'s events', 20_000);
+    await until(
+      async () => {
+        const p = fresh(4);
+        await complete(p);
+        return (await overlapTokens(p)) === 4 * BLOCK;
+      },
+      "the gateway follows the engine's events",
+      20_000,
+    );
 
     // Reordered batches: adjacent pairs swapped while 40 conversations run.
     await faults({ reorder_events: true });
-    await Promise.all(Array.from({ length: 4 }, async () => {
-      for (let i = 0; i < 10; i++) await complete(fresh(3 + (i % 4)));
-    }));
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        for (let i = 0; i < 10; i++) await complete(fresh(3 + (i % 4)));
+      }),
+    );
     await faults({ reorder_events: false });
     const reorderEnded = Date.now();
     await until(agrees, 'index equal to the engine after reordering', 5000);
@@ -107,10 +139,14 @@ describe('event streams heal over real processes (reordered batches, garbage flo
     // Garbage: random sequence numbers, each an AllBlocksCleared that would wipe the worker if applied.
     await faults({ garbage_event_flood: GARBAGE });
     for (let i = 0; i < 10; i++) await complete(fresh(2 + (i % 3)));
-    await until(async () => {
-      const m = await (await fetch(`${url}/metrics`)).text();
-      return counter(m, 'kvgate_kv_event_dropped_total', `worker_id="${WORKER_ID}"`) >= GARBAGE;
-    }, 'every garbage message counted as dropped', 30_000);
+    await until(
+      async () => {
+        const m = await (await fetch(`${url}/metrics`)).text();
+        return counter(m, 'kvgate_kv_event_dropped_total', `worker_id="${WORKER_ID}"`) >= GARBAGE;
+      },
+      'every garbage message counted as dropped',
+      30_000,
+    );
     const floodEnded = Date.now();
     await until(agrees, 'index equal to the engine after the garbage flood', 5000);
     const healedAfterFloodMs = Date.now() - floodEnded;
@@ -119,7 +155,9 @@ describe('event streams heal over real processes (reordered batches, garbage flo
     const metrics = await (await fetch(`${url}/metrics`)).text();
     expect(counter(metrics, 'kvgate_kv_event_publisher_restarts_total', `worker_id="${WORKER_ID}"`)).toBe(0);
     expect(counter(metrics, 'kvgate_kv_event_resets_total', `worker_id="${WORKER_ID}"`)).toBe(0);
-    expect(counter(metrics, 'kvgate_kv_event_dropped_total', `worker_id="${WORKER_ID}"`, 'reason="garbage"')).toBeGreaterThan(0);
+    expect(
+      counter(metrics, 'kvgate_kv_event_dropped_total', `worker_id="${WORKER_ID}"`, 'reason="garbage"'),
+    ).toBeGreaterThan(0);
     expect(healedAfterReorderMs).toBeLessThan(5000);
     expect(healedAfterFloodMs).toBeLessThan(5000);
   }, 120_000);

@@ -34,7 +34,11 @@ async function resetCache(url: string): Promise<void> {
 
 async function post(url: string, path: string, body: Json, requestId: string): Promise<Response> {
   await resetCache(url);
-  return fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': requestId }, body: JSON.stringify(body) });
+  return fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-request-id': requestId },
+    body: JSON.stringify(body),
+  });
 }
 
 /** The engine's stream, assembled; and the chunks' own id/created. */
@@ -50,17 +54,30 @@ async function assembledStream(url: string, path: string, body: Json, requestId:
 }
 
 const CHAT: Json = {
-  model: 'mock-model', max_tokens: 12, seed: 42, logprobs: true, top_logprobs: 3,
+  model: 'mock-model',
+  max_tokens: 12,
+  seed: 42,
+  logprobs: true,
+  top_logprobs: 3,
   messages: [{ role: 'user', content: 'What is the weather in Paris, and what time is it there?' }],
   tools: [
-    { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } },
+    {
+      type: 'function',
+      function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+    },
     { type: 'function', function: { name: 'get_time', parameters: { type: 'object' } } },
   ],
   tool_choice: 'auto',
 };
-const COMPLETION: Json = { model: 'mock-model', max_tokens: 10, seed: 7, logprobs: 4, prompt: 'Once upon a time, in a cache far away,' };
+const COMPLETION: Json = {
+  model: 'mock-model',
+  max_tokens: 10,
+  seed: 7,
+  logprobs: 4,
+  prompt: 'Once upon a time, in a cache far away,',
+};
 
-describe('non-streaming answers assembled from the stream equal the engine\'s own', () => {
+describe("non-streaming answers assembled from the stream equal the engine's own", () => {
   let f: Fleet;
   let engineUrl: string;
 
@@ -72,9 +89,12 @@ describe('non-streaming answers assembled from the stream equal the engine\'s ow
     await f?.close();
   });
 
-  for (const [name, path, body] of [['chat with a tool call and logprobs', '/v1/chat/completions', CHAT], ['completions with logprobs', '/v1/completions', COMPLETION]] as const) {
+  for (const [name, path, body] of [
+    ['chat with a tool call and logprobs', '/v1/chat/completions', CHAT],
+    ['completions with logprobs', '/v1/completions', COMPLETION],
+  ] as const) {
     it(`${name}: the assembled stream equals the engine's unstreamed answer field by field`, async () => {
-      const direct = await (await post(engineUrl, path, { ...body, stream: false }, `same-${name}`)).json() as Json;
+      const direct = (await (await post(engineUrl, path, { ...body, stream: false }, `same-${name}`)).json()) as Json;
       const assembled = await assembledStream(engineUrl, path, body, `same-${name}`);
       // The generation is not trivial: a tool call (chat) and per-token logprobs with alternatives.
       const choice = (direct['choices'] as Json[])[0]!;
@@ -90,16 +110,23 @@ describe('non-streaming answers assembled from the stream equal the engine\'s ow
     });
 
     it(`${name}: through the router, a non-streaming client gets the same answer (the engine leg streamed)`, async () => {
-      const direct = await (await post(engineUrl, path, { ...body, stream: false }, 'direct')).json() as Json;
+      const direct = (await (await post(engineUrl, path, { ...body, stream: false }, 'direct')).json()) as Json;
       const req = prepare([1, 2, 3], { stream: false });
       await resetCache(engineUrl);
-      const routed = await f.router.route({ ...req, endpoint: path === '/v1/completions' ? 'completion' : 'chat', body: { ...body, stream: false } });
+      const routed = await f.router.route({
+        ...req,
+        endpoint: path === '/v1/completions' ? 'completion' : 'chat',
+        body: { ...body, stream: false },
+      });
       expect(routed.body.kind).toBe('json');
       const via = JSON.parse(Buffer.from((routed.body as { bytes: Uint8Array }).bytes).toString('utf8')) as Json;
       // The ids (the answer's, a tool call's) are the engine's for the leg's own request id; everything else is the
       // engine's unstreamed answer.
       expect(via['id']).toMatch(/^(chatcmpl|cmpl)-/);
-      const anonymous = (j: Json): unknown => normalized(JSON.parse(JSON.stringify({ ...j, id: '', created: 0 }).replace(/"chatcmpl-tool-[0-9a-f]+"/g, '"tool"')));
+      const anonymous = (j: Json): unknown =>
+        normalized(
+          JSON.parse(JSON.stringify({ ...j, id: '', created: 0 }).replace(/"chatcmpl-tool-[0-9a-f]+"/g, '"tool"')),
+        );
       expect(anonymous(via)).toEqual(anonymous(direct));
     });
   }

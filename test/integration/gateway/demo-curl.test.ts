@@ -17,7 +17,11 @@ const run = promisify(execFile);
 /** The printed command: `curl ...` through its `-d '...'` line (a backslash continues a line). */
 const CURL = /^[ \t]*(curl -si (http:\/\/[^/\s]+)\/v1\/chat\/completions[^\n]*\\\n[ \t]*-d '[^'\n]*')[ \t]*$/m;
 
-interface Answer { worker: string | undefined; cached: number; promptTokens: number }
+interface Answer {
+  worker: string | undefined;
+  cached: number;
+  promptTokens: number;
+}
 
 /** Runs the command as a shell would and reads `curl -si`'s output: status line, headers, JSON body. */
 async function runPrinted(command: string): Promise<Answer> {
@@ -25,11 +29,17 @@ async function runPrinted(command: string): Promise<Answer> {
   const [head, body] = stdout.split(/\r\n\r\n/, 2) as [string, string];
   expect(head).toMatch(/^HTTP\/1\.1 200/);
   const worker = /^x-kvgate-worker: *(\S+)/im.exec(head)?.[1];
-  const json = JSON.parse(body) as { usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
-  return { worker, cached: json.usage.prompt_tokens_details?.cached_tokens ?? 0, promptTokens: json.usage.prompt_tokens };
+  const json = JSON.parse(body) as {
+    usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } };
+  };
+  return {
+    worker,
+    cached: json.usage.prompt_tokens_details?.cached_tokens ?? 0,
+    promptTokens: json.usage.prompt_tokens,
+  };
 }
 
-describe('the embedded demo\'s printed curl command', () => {
+describe("the embedded demo's printed curl command", () => {
   let serve: CliProcess;
 
   beforeAll(() => {
@@ -47,17 +57,25 @@ describe('the embedded demo\'s printed curl command', () => {
     expect(first.promptTokens).toBeGreaterThanOrEqual(3 * 16);
     // What a person's pause between the two sends gives: the engine's KV events reach the router.
     const body = /-d '([^']*)'/.exec(command!)![1]!;
-    await until(async () => {
-      const r = await fetch(`${base}/v1/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
-      return ((await r.json()) as { overlap_blocks: number }).overlap_blocks > 0;
-    }, 'the first answer\'s blocks in the router\'s index', 10_000);
+    await until(
+      async () => {
+        const r = await fetch(`${base}/v1/route`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body,
+        });
+        return ((await r.json()) as { overlap_blocks: number }).overlap_blocks > 0;
+      },
+      "the first answer's blocks in the router's index",
+      10_000,
+    );
     const second = await runPrinted(command!);
     expect(second.worker).toBe(first.worker);
     expect(second.cached).toBeGreaterThan(0);
     expect(second.cached).toBe(Math.floor(second.promptTokens / 16) * 16);
   });
 
-  it('README\'s quick start sends the same request', async () => {
+  it("README's quick start sends the same request", async () => {
     const [, command] = await serve.waitFor(CURL, 'the printed curl command');
     const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
     const printed = /-d '([^']*)'/.exec(command!)![1];

@@ -46,27 +46,38 @@ function stream(url: string, body: string): Client {
   let answered = false;
   const agent = new Agent({ keepAlive: true });
   const outcome = new Promise<Outcome>((resolve) => {
-    const req = request(`${url}/v1/completions`, {
-      method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-    }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        answered = true;
-        text += chunk;
-      });
-      res.on('end', () => {
-        if (res.statusCode === 200) {
-          return resolve(text.endsWith('data: [DONE]\n\n') ? 'done' : `reset: a stream without [DONE]: ${text.slice(-200)}`);
-        }
-        const code = (JSON.parse(text) as { error?: { code?: string } }).error?.code;
-        if (res.headers['retry-after'] === undefined) return resolve(`reset: ${res.statusCode} ${code} without Retry-After`);
-        resolve(`${res.statusCode} ${code}${res.headers.connection === 'close' ? ' close' : ''}`);
-      });
-      res.on('error', (err: NodeJS.ErrnoException) => resolve(`reset: ${err.code ?? err.message}`));
-    });
+    const req = request(
+      `${url}/v1/completions`,
+      {
+        method: 'POST',
+        agent,
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          answered = true;
+          text += chunk;
+        });
+        res.on('end', () => {
+          if (res.statusCode === 200) {
+            return resolve(
+              text.endsWith('data: [DONE]\n\n') ? 'done' : `reset: a stream without [DONE]: ${text.slice(-200)}`,
+            );
+          }
+          const code = (JSON.parse(text) as { error?: { code?: string } }).error?.code;
+          if (res.headers['retry-after'] === undefined)
+            return resolve(`reset: ${res.statusCode} ${code} without Retry-After`);
+          resolve(`${res.statusCode} ${code}${res.headers.connection === 'close' ? ' close' : ''}`);
+        });
+        res.on('error', (err: NodeJS.ErrnoException) => resolve(`reset: ${err.code ?? err.message}`));
+      },
+    );
     req.on('socket', (s) => s.once('connect', () => (connected = true)));
-    req.on('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'ECONNREFUSED' ? 'refused' : `reset: ${err.code ?? err.message}`));
+    req.on('error', (err: NodeJS.ErrnoException) =>
+      resolve(err.code === 'ECONNREFUSED' ? 'refused' : `reset: ${err.code ?? err.message}`),
+    );
     req.end(body);
   }).finally(() => agent.destroy());
   return { outcome, connected: () => connected, answered: () => answered };
@@ -101,7 +112,10 @@ describe('bursts and SIGTERM reset no connection (issue 23, section 2, item 2)',
 
   async function gateway(name: string, limits: string): Promise<{ proc: CliProcess; url: string }> {
     const workers = ['workers:', `  - { id: 1, url: "${suite.engines[0]!.url}" }`];
-    const file = suite.write(`${name}.yaml`, serveConfig(model, ['router_mode: round-robin', ...workers], ['preprocess: { threads: 0 }', `limits: ${limits}`]));
+    const file = suite.write(
+      `${name}.yaml`,
+      serveConfig(model, ['router_mode: round-robin', ...workers], ['preprocess: { threads: 0 }', `limits: ${limits}`]),
+    );
     const started = await startServeCli(file);
     suite.procs.push(started.proc);
     return started;
@@ -117,14 +131,21 @@ describe('bursts and SIGTERM reset no connection (issue 23, section 2, item 2)',
     let clients: Client[] = [];
     try {
       clients = Array.from({ length: size }, () => stream(url, body(16)));
-      await until(() => clients.every((c) => c.connected()), `all ${size} connections of the burst established while the gateway is stalled`,
-        20_000);
+      await until(
+        () => clients.every((c) => c.connected()),
+        `all ${size} connections of the burst established while the gateway is stalled`,
+        20_000,
+      );
     } finally {
       proc.child.kill('SIGCONT');
     }
     const outcomes = tally(await Promise.all(clients.map((c) => c.outcome)));
-    expect(Object.keys(outcomes).filter((o) => !['done', '429 KVG_ERR_TOO_MANY_REQUESTS', '429 KVG_ERR_TOO_MANY_CONNECTIONS close'].includes(o)),
-      JSON.stringify(outcomes)).toEqual([]);
+    expect(
+      Object.keys(outcomes).filter(
+        (o) => !['done', '429 KVG_ERR_TOO_MANY_REQUESTS', '429 KVG_ERR_TOO_MANY_CONNECTIONS close'].includes(o),
+      ),
+      JSON.stringify(outcomes),
+    ).toEqual([]);
     expect(outcomes.done).toBeGreaterThan(0);
     expect(size - outcomes.done!).toBeGreaterThan(0);
   }, 60_000);
@@ -145,7 +166,10 @@ describe('bursts and SIGTERM reset no connection (issue 23, section 2, item 2)',
     expect(tally(await Promise.all(open.map((c) => c.outcome)))).toEqual({ done: 300 });
     // A request the gateway read before it handled the signal is served like any other.
     const allowed = ['done', '503 KVG_ERR_SHUTTING_DOWN close', 'refused'];
-    expect(Object.keys(lateOutcomes).filter((o) => !allowed.includes(o)), JSON.stringify(lateOutcomes)).toEqual([]);
+    expect(
+      Object.keys(lateOutcomes).filter((o) => !allowed.includes(o)),
+      JSON.stringify(lateOutcomes),
+    ).toEqual([]);
     expect(lateOutcomes['503 KVG_ERR_SHUTTING_DOWN close']).toBeGreaterThan(0);
     await exited;
     // Once the gateway is gone, a connection is refused, not reset.

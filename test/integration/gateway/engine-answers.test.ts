@@ -23,16 +23,26 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { completionChunk, sendJson, sseEvent, sseHead, startHttpEngine, type HttpEngine, type RecordedRequest } from '../../helpers/http-engine.js';
+import {
+  completionChunk,
+  sendJson,
+  sseEvent,
+  sseHead,
+  startHttpEngine,
+  type HttpEngine,
+  type RecordedRequest,
+} from '../../helpers/http-engine.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { jsonLines, startMockerEngine, startServe, stopServed, type ServedProc } from '../../helpers/serve-process.js';
 import { readSse } from '../../helpers/sse-reader.js';
 import { until } from '../../helpers/until.js';
 
-const HTML = '<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1><hr>nginx</body></html>';
+const HTML =
+  '<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1><hr>nginx</body></html>';
 const ENGINE_ADDRESS = '10.9.8.7';
-const LONG_MESSAGE = `This model's maximum context length is 64 tokens. However, you requested 900 tokens. `
-  + `(upstream http://${ENGINE_ADDRESS}:8000/v1/completions, peer ${ENGINE_ADDRESS}:29500) ${'Please reduce the length of the messages. '.repeat(60)}`;
+const LONG_MESSAGE =
+  `This model's maximum context length is 64 tokens. However, you requested 900 tokens. ` +
+  `(upstream http://${ENGINE_ADDRESS}:8000/v1/completions, peer ${ENGINE_ADDRESS}:29500) ${'Please reduce the length of the messages. '.repeat(60)}`;
 
 /** What the misbehaving engine does, by the request id kvgate forwards (x-request-id). */
 function misbehave(req: RecordedRequest, res: ServerResponse, model: string): void {
@@ -48,8 +58,12 @@ function misbehave(req: RecordedRequest, res: ServerResponse, model: string): vo
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(HTML);
       return;
     case 'refuse':
-      sendJson(res, 400, { error: { message: LONG_MESSAGE, type: 'BadRequestError', param: 'prompt', code: 400 } },
-        { 'x-engine-secret': 'engine-internal-7', server: `uvicorn on ${ENGINE_ADDRESS}` });
+      sendJson(
+        res,
+        400,
+        { error: { message: LONG_MESSAGE, type: 'BadRequestError', param: 'prompt', code: 400 } },
+        { 'x-engine-secret': 'engine-internal-7', server: `uvicorn on ${ENGINE_ADDRESS}` },
+      );
       return;
     case 'cut':
       sseHead(res);
@@ -59,7 +73,14 @@ function misbehave(req: RecordedRequest, res: ServerResponse, model: string): vo
     case 'cutfinal': {
       // The answer's last chunk, then its usage chunk cut short: the end of the answer is lost.
       const ids = (c: Record<string, unknown>, tokenIds: number[], first: boolean): Record<string, unknown> => ({
-        ...c, choices: [{ ...(c.choices as object[])[0], token_ids: tokenIds, ...(first ? { prompt_token_ids: [1, 2, 3, 4, 5, 6, 7, 8] } : {}) }],
+        ...c,
+        choices: [
+          {
+            ...(c.choices as object[])[0],
+            token_ids: tokenIds,
+            ...(first ? { prompt_token_ids: [1, 2, 3, 4, 5, 6, 7, 8] } : {}),
+          },
+        ],
       });
       sseHead(res);
       res.write(sseEvent(ids(completionChunk('Hel'), [11], true)));
@@ -73,7 +94,12 @@ function misbehave(req: RecordedRequest, res: ServerResponse, model: string): vo
       res.end(`data: ${JSON.stringify(completionChunk('lo', 'length'))}\r\rdata: [DONE]\r\r`);
       return;
     default:
-      if (!stream) return sendJson(res, 200, { id: 'x', object: 'text_completion', choices: [{ index: 0, text: 'ok', finish_reason: 'length' }] });
+      if (!stream)
+        return sendJson(res, 200, {
+          id: 'x',
+          object: 'text_completion',
+          choices: [{ index: 0, text: 'ok', finish_reason: 'length' }],
+        });
       sseHead(res);
       res.end(sseEvent(completionChunk('ok', 'length')) + sseEvent('[DONE]'));
   }
@@ -103,16 +129,36 @@ afterAll(async () => {
 /** A gateway over worker 1 (the misbehaving engine) and worker 2 (the mocker), round robin. */
 async function gateway(name: string, extra: Record<string, unknown> = {}): Promise<{ proc: ServedProc; url: string }> {
   const config = join(dir, `${name}.json`);
-  writeFileSync(config, JSON.stringify({
-    listen: { host: '127.0.0.1', port: 0 }, preprocess: { threads: 0 }, log: { level: 'info' }, ...extra,
-    models: [{ name: model, router_mode: 'round-robin', workers: [{ id: 1, url: misbehaving.url }, { id: 2, url: mockerUrl }] }],
-  }));
+  writeFileSync(
+    config,
+    JSON.stringify({
+      listen: { host: '127.0.0.1', port: 0 },
+      preprocess: { threads: 0 },
+      log: { level: 'info' },
+      ...extra,
+      models: [
+        {
+          name: model,
+          router_mode: 'round-robin',
+          workers: [
+            { id: 1, url: misbehaving.url },
+            { id: 2, url: mockerUrl },
+          ],
+        },
+      ],
+    }),
+  );
   const served = await startServe(config);
   procs.push(served.proc);
   return served;
 }
 
-const body = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({ model, prompt: [1, 2, 3, 4, 5, 6, 7, 8], max_tokens: 4, ...extra });
+const body = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({
+  model,
+  prompt: [1, 2, 3, 4, 5, 6, 7, 8],
+  max_tokens: 4,
+  ...extra,
+});
 
 function post(url: string, id: string, payload: Record<string, unknown>, pin?: number): Promise<Response> {
   const headers: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': id };
@@ -122,7 +168,12 @@ function post(url: string, id: string, payload: Record<string, unknown>, pin?: n
 
 /** readSse with the request id and a pin on worker 1 (a pinned request is never retried elsewhere). */
 function readPinned(url: string, id: string): ReturnType<typeof readSse> {
-  return readSse(`${url}/v1/completions`, body({ stream: true }), {}, { 'x-request-id': id, 'x-worker-instance-id': '1' });
+  return readSse(
+    `${url}/v1/completions`,
+    body({ stream: true }),
+    {},
+    { 'x-request-id': id, 'x-worker-instance-id': '1' },
+  );
 }
 
 describe('engine answers the gateway does not pass on as is (issue 23 section 2)', () => {
@@ -132,22 +183,38 @@ describe('engine answers the gateway does not pass on as is (issue 23 section 2)
   }, 60_000);
 
   it('a 200 with an HTML page is a 502 KVG_ERR_ENGINE_BAD_RESPONSE before any byte, streaming or not; counted and logged', async () => {
-    for (const [id, stream] of [['html-stream', true], ['html-json', false]] as const) {
+    for (const [id, stream] of [
+      ['html-stream', true],
+      ['html-json', false],
+    ] as const) {
       const res = await post(gw.url, id, body({ stream }), 1);
       expect(res.status, id).toBe(502);
       expect(res.headers.get('content-type'), id).toBe('application/json');
       const text = await res.text();
       expect(text, id).not.toContain('<html');
-      expect(JSON.parse(text), id).toMatchObject({ error: { code: 'KVG_ERR_ENGINE_BAD_RESPONSE', message: expect.stringContaining('worker 1') } });
+      expect(JSON.parse(text), id).toMatchObject({
+        error: { code: 'KVG_ERR_ENGINE_BAD_RESPONSE', message: expect.stringContaining('worker 1') },
+      });
     }
     expect(await metric(gw.url, 'kvgate_router_engine_protocol_errors_total', { violation: 'content_type' })).toBe(2);
-    await until(() => jsonLines(gw.proc).filter((o) => o.msg === 'engine answer broke the protocol' && o.violation === 'content_type').length === 2,
-      'the two protocol lines');
-    expect(jsonLines(gw.proc).find((o) => o.msg === 'engine answer broke the protocol')).toMatchObject({ level: 40, workerId: 1, requestId: expect.stringMatching(/^html-stream~/) });
+    await until(
+      () =>
+        jsonLines(gw.proc).filter((o) => o.msg === 'engine answer broke the protocol' && o.violation === 'content_type')
+          .length === 2,
+      'the two protocol lines',
+    );
+    expect(jsonLines(gw.proc).find((o) => o.msg === 'engine answer broke the protocol')).toMatchObject({
+      level: 40,
+      workerId: 1,
+      requestId: expect.stringMatching(/^html-stream~/),
+    });
   });
 
-  it('a 4xx reaches the client as kvgate\'s error object: the engine\'s status and message, bounded, redacted, no engine header', async () => {
-    for (const [id, stream] of [['refuse-stream', true], ['refuse-json', false]] as const) {
+  it("a 4xx reaches the client as kvgate's error object: the engine's status and message, bounded, redacted, no engine header", async () => {
+    for (const [id, stream] of [
+      ['refuse-stream', true],
+      ['refuse-json', false],
+    ] as const) {
       const res = await post(gw.url, id, body({ stream }), 1);
       expect(res.status, id).toBe(400);
       expect(res.headers.get('content-type'), id).toBe('application/json');
@@ -157,9 +224,17 @@ describe('engine answers the gateway does not pass on as is (issue 23 section 2)
       const text = await res.text();
       expect(text, id).not.toContain(ENGINE_ADDRESS);
       const { error } = JSON.parse(text) as { error: { message: string; type: string; param: unknown; code: string } };
-      expect(error, id).toMatchObject({ type: 'invalid_request_error', param: 'prompt', code: 'KVG_ERR_ENGINE_REJECTED' });
-      expect(error.message.startsWith('This model\'s maximum context length is 64 tokens. However, you requested 900 tokens. (upstream [address], peer [address])'), id)
-        .toBe(true);
+      expect(error, id).toMatchObject({
+        type: 'invalid_request_error',
+        param: 'prompt',
+        code: 'KVG_ERR_ENGINE_REJECTED',
+      });
+      expect(
+        error.message.startsWith(
+          "This model's maximum context length is 64 tokens. However, you requested 900 tokens. (upstream [address], peer [address])",
+        ),
+        id,
+      ).toBe(true);
       expect(Buffer.byteLength(error.message), id).toBeLessThanOrEqual(1024);
       expect(error.message.endsWith(' [truncated by kvgate]'), id).toBe(true);
     }
@@ -167,13 +242,21 @@ describe('engine answers the gateway does not pass on as is (issue 23 section 2)
 
   it('a stream cut inside an event ends with a KVG_ERR_ENGINE_STREAM_BROKEN error event (a 502 unstreamed); counted', async () => {
     const before = await metric(gw.url, 'kvgate_router_engine_protocol_errors_total', { violation: 'truncated_event' });
-    const brokenEvent = { error: expect.objectContaining({ code: 'KVG_ERR_ENGINE_STREAM_BROKEN', message: expect.stringContaining('worker 1') }) };
+    const brokenEvent = {
+      error: expect.objectContaining({
+        code: 'KVG_ERR_ENGINE_STREAM_BROKEN',
+        message: expect.stringContaining('worker 1'),
+      }),
+    };
     // Cut inside a token's chunk, and cut inside the usage chunk after the answer's last chunk.
     const cut = await readPinned(gw.url, 'cut-stream');
     expect(cut.status).toBe(200);
-    expect(cut.events.map((e) => JSON.parse(e) as unknown)).toEqual([expect.objectContaining({ choices: [expect.objectContaining({ text: 'Hel' })] }), brokenEvent]);
+    expect(cut.events.map((e) => JSON.parse(e) as unknown)).toEqual([
+      expect.objectContaining({ choices: [expect.objectContaining({ text: 'Hel' })] }),
+      brokenEvent,
+    ]);
     const final = await readPinned(gw.url, 'cutfinal-stream');
-    expect(final.events.map((e) => (e === '[DONE]' ? e : JSON.parse(e) as unknown))).toEqual([
+    expect(final.events.map((e) => (e === '[DONE]' ? e : (JSON.parse(e) as unknown)))).toEqual([
       expect.objectContaining({ choices: [expect.objectContaining({ text: 'Hel' })] }),
       expect.objectContaining({ choices: [expect.objectContaining({ text: 'lo', finish_reason: 'length' })] }),
       brokenEvent,
@@ -183,15 +266,22 @@ describe('engine answers the gateway does not pass on as is (issue 23 section 2)
       expect(res.status, id).toBe(502);
       expect(await res.json(), id).toMatchObject({ error: { code: 'KVG_ERR_ENGINE_STREAM_BROKEN' } });
     }
-    expect(await metric(gw.url, 'kvgate_router_engine_protocol_errors_total', { violation: 'truncated_event' })).toBe(before + 4);
+    expect(await metric(gw.url, 'kvgate_router_engine_protocol_errors_total', { violation: 'truncated_event' })).toBe(
+      before + 4,
+    );
   });
 
   it('a finished answer whose end was cut is not continued elsewhere: no token after its finish_reason', async () => {
     // Unpinned, so migration applies; round robin sends one of the first two requests to worker 1.
     let r: Awaited<ReturnType<typeof readSse>> | undefined;
-    for (let i = 0; i < 4 && r?.headers['x-kvgate-worker'] !== '1'; i++) r = await readSse(`${gw.url}/v1/completions`, body({ stream: true }), {}, { 'x-request-id': `cutfinal-${i}` });
+    for (let i = 0; i < 4 && r?.headers['x-kvgate-worker'] !== '1'; i++)
+      r = await readSse(`${gw.url}/v1/completions`, body({ stream: true }), {}, { 'x-request-id': `cutfinal-${i}` });
     expect(r!.headers['x-kvgate-worker']).toBe('1');
-    expect(r!.events.map((e) => (e === '[DONE]' ? e : (JSON.parse(e) as { choices?: { text: string }[]; error?: { code: string } })))).toEqual([
+    expect(
+      r!.events.map((e) =>
+        e === '[DONE]' ? e : (JSON.parse(e) as { choices?: { text: string }[]; error?: { code: string } }),
+      ),
+    ).toEqual([
       expect.objectContaining({ choices: [expect.objectContaining({ text: 'Hel' })] }),
       expect.objectContaining({ choices: [expect.objectContaining({ text: 'lo', finish_reason: 'length' })] }),
       { error: expect.objectContaining({ code: 'KVG_ERR_ENGINE_STREAM_BROKEN' }) },
@@ -201,7 +291,9 @@ describe('engine answers the gateway does not pass on as is (issue 23 section 2)
   it('CR-only events reach a client that splits on LF as separate events; the unstreamed answer has every token', async () => {
     const r = await readPinned(gw.url, 'cr-stream');
     expect(r.status).toBe(200);
-    expect(r.events.map((e) => (e === '[DONE]' ? e : (JSON.parse(e) as { choices: { text: string }[] }).choices[0]!.text))).toEqual(['Hel', 'lo', '[DONE]']);
+    expect(
+      r.events.map((e) => (e === '[DONE]' ? e : (JSON.parse(e) as { choices: { text: string }[] }).choices[0]!.text)),
+    ).toEqual(['Hel', 'lo', '[DONE]']);
     const res = await post(gw.url, 'cr-json', body(), 1);
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ choices: [{ text: 'Hello', finish_reason: 'length' }] });
@@ -210,8 +302,11 @@ describe('engine answers the gateway does not pass on as is (issue 23 section 2)
 
 describe('an HTML 200 counts against the worker like a 502 (issue 23 section 2)', () => {
   it('unpinned, it is retried on the other worker before any byte; three in a row eject the worker', async () => {
-    const gw = await gateway('ejection', { health: { max_ejected_percent: 50, outlier_detection: { consecutive_errors: 3, base_ejection_ms: 600_000 } } });
-    const ejected = (): Promise<number> => metric(gw.url, 'kvgate_worker_ejections_total', { worker_id: '1', reason: 'consecutive_errors' });
+    const gw = await gateway('ejection', {
+      health: { max_ejected_percent: 50, outlier_detection: { consecutive_errors: 3, base_ejection_ms: 600_000 } },
+    });
+    const ejected = (): Promise<number> =>
+      metric(gw.url, 'kvgate_worker_ejections_total', { worker_id: '1', reason: 'consecutive_errors' });
     for (let i = 0; i < 12 && (await ejected()) === 0; i++) {
       const stream = i % 2 === 0;
       const res = await post(gw.url, `html-${i}`, body({ stream }));
@@ -225,6 +320,9 @@ describe('an HTML 200 counts against the worker like a 502 (issue 23 section 2)'
     expect(await ejected()).toBe(1);
     expect(await metric(gw.url, 'kvgate_router_retries_total', { reason: 'KVG_ERR_ENGINE_BAD_RESPONSE' })).toBe(3);
     expect(await metric(gw.url, 'kvgate_router_engine_protocol_errors_total', { violation: 'content_type' })).toBe(3);
-    await until(() => jsonLines(gw.proc).some((o) => o.workerId === 1 && String(o.msg).includes('ejected for')), 'the ejection line');
+    await until(
+      () => jsonLines(gw.proc).some((o) => o.workerId === 1 && String(o.msg).includes('ejected for')),
+      'the ejection line',
+    );
   }, 60_000);
 });

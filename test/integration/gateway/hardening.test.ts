@@ -12,7 +12,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { jsonLines, startMockerEngine, startServe, stopServed, type ServedProc } from '../../helpers/serve-process.js';
-import { sendJson, sseEvent, sseHead, startHttpEngine, completionChunk, type HttpEngine } from '../../helpers/http-engine.js';
+import {
+  sendJson,
+  sseEvent,
+  sseHead,
+  startHttpEngine,
+  completionChunk,
+  type HttpEngine,
+} from '../../helpers/http-engine.js';
 import { until } from '../../helpers/until.js';
 
 let dir: string;
@@ -28,7 +35,15 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 let configs = 0;
 function configFile(doc: Record<string, unknown>): string {
   const path = join(dir, `kvgate-${configs++}.json`);
-  writeFileSync(path, JSON.stringify({ listen: { host: '127.0.0.1', port: 0 }, preprocess: { threads: 0 }, log: { level: 'info' }, ...doc }));
+  writeFileSync(
+    path,
+    JSON.stringify({
+      listen: { host: '127.0.0.1', port: 0 },
+      preprocess: { threads: 0 },
+      log: { level: 'info' },
+      ...doc,
+    }),
+  );
   return path;
 }
 
@@ -60,18 +75,26 @@ describe('slow clients (issue 13, what it must show: 2)', () => {
     for (let i = 0; i < 500; i++) {
       const s = connect({ host: '127.0.0.1', port: Number(port) });
       s.on('error', () => undefined);
-      s.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`);
+      s.write(
+        `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`,
+      );
       slow.push(s);
     }
     await until(() => slow.every((s) => s.bytesWritten > 0), '500 slow connections written');
     const statuses: number[] = [];
     for (let batch = 0; batch < 5; batch++) {
-      const answers = await Promise.all(Array.from({ length: 10 }, () => fetch(`${url}/v1/completions`, {
-        method: 'POST', headers: { 'content-type': 'application/json' }, body: completion(engine.model),
-      }).then(async (r) => {
-        await r.arrayBuffer();
-        return r.status;
-      })));
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, () =>
+          fetch(`${url}/v1/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: completion(engine.model),
+          }).then(async (r) => {
+            await r.arrayBuffer();
+            return r.status;
+          }),
+        ),
+      );
       statuses.push(...answers);
     }
     expect(statuses).toEqual(Array(50).fill(200));
@@ -86,7 +109,9 @@ async function scriptedEngine(): Promise<HttpEngine> {
     const kind = String(req.headers['x-request-id']).split('-')[0];
     switch (kind) {
       case 'fail':
-        return sendJson(res, 500, { error: { message: 'CUDA out of memory at http://10.9.8.7:8000/internal SECRET-UPSTREAM-TEXT' } });
+        return sendJson(res, 500, {
+          error: { message: 'CUDA out of memory at http://10.9.8.7:8000/internal SECRET-UPSTREAM-TEXT' },
+        });
       case 'disconnect':
         res.socket?.destroy();
         return;
@@ -100,7 +125,11 @@ async function scriptedEngine(): Promise<HttpEngine> {
         setImmediate(() => res.socket?.destroy());
         return;
       default:
-        return sendJson(res, 200, { id: 'x', object: 'text_completion', choices: [{ index: 0, text: 'ok', finish_reason: 'length' }] });
+        return sendJson(res, 200, {
+          id: 'x',
+          object: 'text_completion',
+          choices: [{ index: 0, text: 'ok', finish_reason: 'length' }],
+        });
     }
   });
 }
@@ -120,13 +149,23 @@ describe('engine failures reach clients without engine URLs (issue 13 items 10 a
     await scripted?.close();
   });
 
-  it('every failure kind answers with its code and the worker id; the URL and the engine\'s text go to the log only', async () => {
+  it("every failure kind answers with its code and the worker id; the URL and the engine's text go to the log only", async () => {
     scripted = await scriptedEngine();
     const failing = await mocker(['--fault-error-rate', '1']);
     const deadUrl = `http://127.0.0.1:${await closedPort()}`;
     const model = failing.model;
     const { proc, url } = await serve({
-      models: [{ name: model, router_mode: 'direct', workers: [{ id: 1, url: scripted.url }, { id: 2, url: deadUrl }, { id: 3, url: failing.url }] }],
+      models: [
+        {
+          name: model,
+          router_mode: 'direct',
+          workers: [
+            { id: 1, url: scripted.url },
+            { id: 2, url: deadUrl },
+            { id: 3, url: failing.url },
+          ],
+        },
+      ],
     });
     const cases: { id: string; worker: number; stream?: boolean; codes: string[] }[] = [
       { id: 'dead-1', worker: 2, codes: ['KVG_ERR_ENGINE_UNREACHABLE', 'KVG_ERR_NO_WORKERS'] },
@@ -146,14 +185,23 @@ describe('engine failures reach clients without engine URLs (issue 13 items 10 a
       expect(text, c.id).not.toContain('http://');
       expect(text, c.id).not.toContain('127.0.0.1');
       expect(text, c.id).not.toContain('SECRET-UPSTREAM-TEXT');
-      const errorJson = c.stream === true ? text.split('\n\n').find((e) => e.includes('"error"'))!.slice('data: '.length) : text;
+      const errorJson =
+        c.stream === true
+          ? text
+              .split('\n\n')
+              .find((e) => e.includes('"error"'))!
+              .slice('data: '.length)
+          : text;
       const { error } = JSON.parse(errorJson) as { error: { code: string; message: string } };
       expect(c.codes, `${c.id}: ${error.code}`).toContain(error.code);
       if (error.code !== 'KVG_ERR_NO_WORKERS') expect(error.message, c.id).toContain(`worker ${c.worker}`);
       if (c.stream !== true) expect(r.status, c.id).toBeGreaterThanOrEqual(500);
     }
     // The log keeps what the client was not told: the engine URL and the engine's own text, under the request id.
-    await until(() => jsonLines(proc).some((o) => o.reqId === 'fail-1' && JSON.stringify(o).includes('SECRET-UPSTREAM-TEXT')), 'the engine text in the log');
+    await until(
+      () => jsonLines(proc).some((o) => o.reqId === 'fail-1' && JSON.stringify(o).includes('SECRET-UPSTREAM-TEXT')),
+      'the engine text in the log',
+    );
     const logged = jsonLines(proc).find((o) => o.reqId === 'fail-1' && o.msg === 'engine error')!;
     expect(JSON.stringify(logged)).toContain(scripted.url);
   }, 60_000);
@@ -162,7 +210,9 @@ describe('engine failures reach clients without engine URLs (issue 13 items 10 a
 describe('SIGTERM (issue 13 item 17)', () => {
   it('50 connections opened right at SIGTERM each get an answer or a clean refusal, none a reset', async () => {
     const engine = await mocker();
-    const { proc, url } = await serve({ models: [{ name: engine.model, router_mode: 'round-robin', workers: [{ id: 1, url: engine.url }] }] });
+    const { proc, url } = await serve({
+      models: [{ name: engine.model, router_mode: 'round-robin', workers: [{ id: 1, url: engine.url }] }],
+    });
     const port = Number(new URL(url).port);
     const body = completion(engine.model);
     const head = `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`;

@@ -28,17 +28,28 @@ const FAST = ['--speedup', '1000', '--max-model-len', '65536', '--tokenizer', 'd
 function expectComplete(r: SseRead, tokens: number): void {
   expect(r.status).toBe(200);
   expect(r.ending).toBe('end');
-  expect(r.events.filter((e) => e !== '[DONE]' && (JSON.parse(e) as { error?: unknown }).error !== undefined)).toEqual([]);
+  expect(r.events.filter((e) => e !== '[DONE]' && (JSON.parse(e) as { error?: unknown }).error !== undefined)).toEqual(
+    [],
+  );
   expect(r.events.at(-1)).toBe('[DONE]');
   expect(tokenChunks(r.events)).toBe(tokens);
   expect(streamUsage(r.events)?.completion_tokens).toBe(tokens);
 }
 
 const completion = (maxTokens: number): Record<string, unknown> => ({
-  model: MODEL, prompt: 'Tell a very long story.', max_tokens: maxTokens, ignore_eos: true, stream: true, stream_options: { include_usage: true },
+  model: MODEL,
+  prompt: 'Tell a very long story.',
+  max_tokens: maxTokens,
+  ignore_eos: true,
+  stream: true,
+  stream_options: { include_usage: true },
 });
 const chat = (maxTokens: number): Record<string, unknown> => ({
-  model: MODEL, messages: [{ role: 'user', content: 'Tell a very long story.' }], max_tokens: maxTokens, ignore_eos: true, stream: true,
+  model: MODEL,
+  messages: [{ role: 'user', content: 'Tell a very long story.' }],
+  max_tokens: maxTokens,
+  ignore_eos: true,
+  stream: true,
   stream_options: { include_usage: true },
 });
 
@@ -47,9 +58,21 @@ const PAUSED: Pace = { pauseEveryBytes: 64 * 1024, pauseMs: 30 };
 /** 2 ms every 4 KB: at most 2 MB/s, slower than the engine at speedup 1000. */
 const SLOW: Pace = { pauseEveryBytes: 4 * 1024, pauseMs: 2 };
 
-async function gateway(suite: MockerSuite, name: string, workers: readonly string[], top: readonly string[] = [], model: readonly string[] = []): Promise<string> {
-  const file = suite.write(`${name}.yaml`, serveConfig(MODEL, [...model, 'workers:', ...workers.map((w) => `  - ${w}`)],
-    ['admin: { enabled: true }', 'preprocess: { threads: 0 }', ...top]));
+async function gateway(
+  suite: MockerSuite,
+  name: string,
+  workers: readonly string[],
+  top: readonly string[] = [],
+  model: readonly string[] = [],
+): Promise<string> {
+  const file = suite.write(
+    `${name}.yaml`,
+    serveConfig(
+      MODEL,
+      [...model, 'workers:', ...workers.map((w) => `  - ${w}`)],
+      ['admin: { enabled: true }', 'preprocess: { threads: 0 }', ...top],
+    ),
+  );
   const { proc, url } = await startServeCli(file);
   suite.procs.push(proc);
   return url;
@@ -98,7 +121,10 @@ describe('long streams through kvgate serve, aggregated (issue 23)', () => {
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
     const one = async (i: number): Promise<number> => {
       const stream = await client.chat.completions.create({
-        model: MODEL, messages: [{ role: 'user', content: `Story number ${i}.` }], max_tokens: i % 2 === 0 ? 1000 : 4000, stream: true,
+        model: MODEL,
+        messages: [{ role: 'user', content: `Story number ${i}.` }],
+        max_tokens: i % 2 === 0 ? 1000 : 4000,
+        stream: true,
       });
       let tokens = 0;
       for await (const chunk of stream) {
@@ -114,13 +140,20 @@ describe('long streams through kvgate serve, aggregated (issue 23)', () => {
 
   it('a client that stops reading is cut after limits.client_stall_timeout_ms; counted, logged, its booking freed', async () => {
     const stallUrl = await gateway(suite, 'stall', workers, ['limits: { client_stall_timeout_ms: 500 }']);
-    const stalled = (): Promise<number> => metric(stallUrl, 'kvgate_http_rejections_total', { code: 'KVG_ERR_CLIENT_STALLED' });
+    const stalled = (): Promise<number> =>
+      metric(stallUrl, 'kvgate_http_rejections_total', { code: 'KVG_ERR_CLIENT_STALLED' });
     // The reader stops after its first bytes and reads again only once the gateway has counted the stall.
-    const r = await readSse(`${stallUrl}/v1/completions`, completion(40_000), { stopAfterBytes: 1, resumeWhen: () => until(async () => await stalled() === 1, 'the stall counted') });
+    const r = await readSse(`${stallUrl}/v1/completions`, completion(40_000), {
+      stopAfterBytes: 1,
+      resumeWhen: () => until(async () => (await stalled()) === 1, 'the stall counted'),
+    });
     expect(r.ending).toBe('cut');
     expect(r.events).not.toContain('[DONE]');
     expect(await stalled()).toBe(1);
-    await until(async () => await metric(stallUrl, 'kvgate_worker_active_requests') === 0, 'the stalled stream\'s booking freed');
+    await until(
+      async () => (await metric(stallUrl, 'kvgate_worker_active_requests')) === 0,
+      "the stalled stream's booking freed",
+    );
     expect(await metric(stallUrl, 'kvgate_http_inflight_requests')).toBe(0);
     const proc = suite.procs.at(-1)!;
     await proc.waitFor(/"code":"KVG_ERR_CLIENT_STALLED"/, 'the access log line with the stall code');
@@ -130,18 +163,30 @@ describe('long streams through kvgate serve, aggregated (issue 23)', () => {
   });
 
   it('limits.request_timeout_ms bounds a stream whose upstream is paused by a client that stopped reading; its slot is freed', async () => {
-    const timeoutUrl = await gateway(suite, 'deadline', workers, ['limits: { request_timeout_ms: 1500, max_concurrent_requests: 1 }']);
+    const timeoutUrl = await gateway(suite, 'deadline', workers, [
+      'limits: { request_timeout_ms: 1500, max_concurrent_requests: 1 }',
+    ]);
     const proc = suite.procs.at(-1)!;
     // The reader stops after its first bytes and reads again once the gateway has logged the request's end.
-    const logged = (): Promise<RegExpMatchArray> => proc.waitFor(/"ms":([\d.]+),[^\n]*"code":"KVG_ERR_REQUEST_TIMEOUT"/, 'the access log line with the deadline code');
-    const r = await readSse(`${timeoutUrl}/v1/completions`, completion(40_000), { stopAfterBytes: 1, resumeWhen: logged });
+    const logged = (): Promise<RegExpMatchArray> =>
+      proc.waitFor(
+        /"ms":([\d.]+),[^\n]*"code":"KVG_ERR_REQUEST_TIMEOUT"/,
+        'the access log line with the deadline code',
+      );
+    const r = await readSse(`${timeoutUrl}/v1/completions`, completion(40_000), {
+      stopAfterBytes: 1,
+      resumeWhen: logged,
+    });
     // Cut, or (when the socket's buffers took what was left) ended by the deadline's error event: never complete.
     expect(r.events).not.toContain('[DONE]');
-    if (r.ending === 'end') expect((JSON.parse(r.events.at(-1)!) as { error?: { code: string } }).error?.code).toBe('KVG_ERR_REQUEST_TIMEOUT');
+    if (r.ending === 'end')
+      expect((JSON.parse(r.events.at(-1)!) as { error?: { code: string } }).error?.code).toBe(
+        'KVG_ERR_REQUEST_TIMEOUT',
+      );
     // The stall bound (60 s by default) did not end it: the request's deadline did (1.5 s, then a 1 s linger for its error event).
     expect(Number((await logged())[1])).toBeLessThan(10_000);
     // The only concurrency slot is free again.
-    await until(async () => await metric(timeoutUrl, 'kvgate_http_inflight_requests') === 0, 'the slot released');
+    await until(async () => (await metric(timeoutUrl, 'kvgate_http_inflight_requests')) === 0, 'the slot released');
     expectComplete(await readSse(`${timeoutUrl}/v1/completions`, completion(1000)), 1000);
   });
 });
@@ -152,7 +197,11 @@ describe('long streams through kvgate serve, disaggregated (issue 23)', () => {
   let url: string;
 
   beforeAll(async () => {
-    suite = await startMockerSuite('long-streams-pd', [...FAST, '--engine', 'sglang', '--mode', 'prefill', '--bootstrap-port', '0'], 1);
+    suite = await startMockerSuite(
+      'long-streams-pd',
+      [...FAST, '--engine', 'sglang', '--mode', 'prefill', '--bootstrap-port', '0'],
+      1,
+    );
     const d = await startMockerCli([...FAST, '--engine', 'sglang', '--mode', 'decode'], 1);
     decode = d.proc;
     suite.procs.push(decode);
@@ -183,10 +232,15 @@ describe('shutdown with a stream still open (issue 23)', () => {
     // A slow engine: the stream outlives the 500 ms drain.
     const suite = await startMockerSuite('long-streams-drain', ['--speedup', '20', '--max-model-len', '65536'], 1);
     try {
-      const url = await gateway(suite, 'drain', [workerEntry(1, suite.engines[0]!)], ['shutdown: { drain_timeout_ms: 500 }']);
+      const url = await gateway(
+        suite,
+        'drain',
+        [workerEntry(1, suite.engines[0]!)],
+        ['shutdown: { drain_timeout_ms: 500 }'],
+      );
       const gw = suite.procs.at(-1)!;
       const reading = readSse(`${url}/v1/completions`, completion(20_000), PAUSED);
-      await until(async () => await metric(url, 'kvgate_worker_active_requests') === 1, 'the stream running');
+      await until(async () => (await metric(url, 'kvgate_worker_active_requests')) === 1, 'the stream running');
       gw.child.kill('SIGTERM');
       const r = await reading;
       expect(r.status).toBe(200);

@@ -23,11 +23,22 @@ const BASE = 'base-model';
 const ADAPTER = 'sql-adapter';
 const HF_NAME = 'meta-llama/Llama-3.1-8B-Instruct';
 const MESSAGES = [
-  { role: 'system', content: 'You translate questions about a shop database into SQL. Tables: orders(id, customer_id, total, created_at), customers(id, name, country).' },
-  { role: 'user', content: 'Which ten customers from Norway spent the most in 2024, and how much did each of them spend in total?' },
+  {
+    role: 'system',
+    content:
+      'You translate questions about a shop database into SQL. Tables: orders(id, customer_id, total, created_at), customers(id, name, country).',
+  },
+  {
+    role: 'user',
+    content: 'Which ten customers from Norway spent the most in 2024, and how much did each of them spend in total?',
+  },
 ];
 
-interface Answer { status: number; worker: string | null; json: Record<string, any> }
+interface Answer {
+  status: number;
+  worker: string | null;
+  json: Record<string, any>;
+}
 
 describe('LoRA adapters and served model names through kvgate serve', () => {
   const procs: CliProcess[] = [];
@@ -41,28 +52,32 @@ describe('LoRA adapters and served model names through kvgate serve', () => {
     const without = await startMockerCli(['--model', BASE, ...common], 2);
     const hf = await startMockerCli(['--model', HF_NAME, '--no-kv-events', ...common], 2);
     procs.push(withAdapter.proc, without.proc, hf.proc);
-    const worker = (e: MockerLine, id: number): string => `      - { id: ${id}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`;
+    const worker = (e: MockerLine, id: number): string =>
+      `      - { id: ${id}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`;
     dir = mkdtempSync(join(tmpdir(), 'kvgate-lora-'));
     const file = join(dir, 'kvgate.yaml');
-    writeFileSync(file, [
-      'listen: { port: 0 }',
-      'preprocess: { threads: 0 }',
-      'models:',
-      `  - name: ${BASE}`,
-      '    tokenizer: demo',
-      '    workers:',
-      ...[...withAdapter.engines, ...without.engines].map((e, i) => worker(e, i + 1)),
-      '  - name: llama',
-      '    tokenizer: demo',
-      '    router_mode: round-robin',
-      `    workers: [{ id: 5, url: "${hf.engines[0]!.url}" }]`,
-      '  - name: llama-fixed',
-      `    served_model_name: ${HF_NAME}`,
-      '    tokenizer: demo',
-      '    router_mode: round-robin',
-      `    workers: [{ id: 6, url: "${hf.engines[1]!.url}" }]`,
-      '',
-    ].join('\n'));
+    writeFileSync(
+      file,
+      [
+        'listen: { port: 0 }',
+        'preprocess: { threads: 0 }',
+        'models:',
+        `  - name: ${BASE}`,
+        '    tokenizer: demo',
+        '    workers:',
+        ...[...withAdapter.engines, ...without.engines].map((e, i) => worker(e, i + 1)),
+        '  - name: llama',
+        '    tokenizer: demo',
+        '    router_mode: round-robin',
+        `    workers: [{ id: 5, url: "${hf.engines[0]!.url}" }]`,
+        '  - name: llama-fixed',
+        `    served_model_name: ${HF_NAME}`,
+        '    tokenizer: demo',
+        '    router_mode: round-robin',
+        `    workers: [{ id: 6, url: "${hf.engines[1]!.url}" }]`,
+        '',
+      ].join('\n'),
+    );
     gateway = startCli(['serve', '-c', file]);
     procs.push(gateway);
     url = (await gateway.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening'))[1]!;
@@ -75,13 +90,23 @@ describe('LoRA adapters and served model names through kvgate serve', () => {
 
   async function chat(body: Record<string, unknown>): Promise<Answer> {
     const res = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ messages: MESSAGES, max_tokens: 4, ...body }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: MESSAGES, max_tokens: 4, ...body }),
     });
-    return { status: res.status, worker: res.headers.get('x-kvgate-worker'), json: (await res.json()) as Record<string, any> };
+    return {
+      status: res.status,
+      worker: res.headers.get('x-kvgate-worker'),
+      json: (await res.json()) as Record<string, any>,
+    };
   }
 
   async function route(body: Record<string, unknown>): Promise<{ worker: number; overlapBlocks: number }> {
-    const res = await fetch(`${url}/v1/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ messages: MESSAGES, ...body }) });
+    const res = await fetch(`${url}/v1/route`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: MESSAGES, ...body }),
+    });
     expect(res.status).toBe(200);
     const j = (await res.json()) as { worker: { worker_id: number }; overlap_blocks: number };
     return { worker: j.worker.worker_id, overlapBlocks: j.overlap_blocks };
@@ -92,7 +117,7 @@ describe('LoRA adapters and served model names through kvgate serve', () => {
   }
 
   // issue 12 item 7
-  it('lists the adapter under its base model, learned from the engines\' /v1/models', async () => {
+  it("lists the adapter under its base model, learned from the engines' /v1/models", async () => {
     const list = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string; parent?: string }[] };
     expect(list.data).toContainEqual(expect.objectContaining({ id: ADAPTER, parent: BASE }));
     expect(list.data.find((m) => m.id === BASE)?.parent).toBeUndefined();
@@ -106,7 +131,11 @@ describe('LoRA adapters and served model names through kvgate serve', () => {
     for (let i = 0; i < 3; i++) {
       if (i === 2) {
         // The second answer's blocks reach the index through the engine's KV events.
-        await until(async () => (await route({ model: ADAPTER })).overlapBlocks > 0, 'the adapter prompt in the index', 10_000);
+        await until(
+          async () => (await route({ model: ADAPTER })).overlapBlocks > 0,
+          'the adapter prompt in the index',
+          10_000,
+        );
         predicted = (await route({ model: ADAPTER })).overlapBlocks * 16;
       }
       const a = await chat({ model: ADAPTER });
@@ -128,14 +157,23 @@ describe('LoRA adapters and served model names through kvgate serve', () => {
     expect(viaNvext.json.model).toBe(ADAPTER);
     expect(viaNvext.json.usage.prompt_tokens_details.cached_tokens).toBe(predicted);
     const text = await metrics();
-    expect(text).not.toMatch(new RegExp(`kvgate_router_prediction_total\\{model="${BASE}",worker_type="aggregated",outcome="(under|over)"\\} [1-9]`));
-    expect(text).toMatch(new RegExp(`kvgate_router_prediction_total\\{model="${BASE}",worker_type="aggregated",outcome="exact"\\} [4-9]`));
+    expect(text).not.toMatch(
+      new RegExp(
+        `kvgate_router_prediction_total\\{model="${BASE}",worker_type="aggregated",outcome="(under|over)"\\} [1-9]`,
+      ),
+    );
+    expect(text).toMatch(
+      new RegExp(`kvgate_router_prediction_total\\{model="${BASE}",worker_type="aggregated",outcome="exact"\\} [4-9]`),
+    );
   });
 
   // issue 12 item 7
   it('adapter requests never reach a worker without the adapter; unknown adapters are 404', async () => {
     for (let i = 0; i < 6; i++) {
-      const r = await route({ model: ADAPTER, messages: [{ role: 'user', content: `a different question number ${i} about the orders table` }] });
+      const r = await route({
+        model: ADAPTER,
+        messages: [{ role: 'user', content: `a different question number ${i} about the orders table` }],
+      });
       expect([1, 2]).toContain(r.worker);
     }
     expect((await chat({ model: 'no-such-adapter' })).status).toBe(404);

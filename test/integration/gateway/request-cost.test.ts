@@ -58,16 +58,19 @@ async function lagMaxSeconds(url: string): Promise<number> {
 }
 
 function post(url: string, path: string, body: string): Promise<{ status: number; code: string | undefined }> {
-  return fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }).then(async (r) => {
-    const json = await r.json() as { error?: { code: string } };
-    return { status: r.status, code: json.error?.code };
-  });
+  return fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }).then(
+    async (r) => {
+      const json = (await r.json()) as { error?: { code: string } };
+      return { status: r.status, code: json.error?.code };
+    },
+  );
 }
 
 /** Nested object schemas `depth` deep, as agent frameworks send for structured tool arguments. */
 function deepSchema(depth: number): Record<string, unknown> {
   let s: Record<string, unknown> = { type: 'string', description: 'a leaf' };
-  for (let i = 0; i < depth; i++) s = { type: 'object', properties: { inner: s, n: { type: 'integer' } }, required: ['inner'] };
+  for (let i = 0; i < depth; i++)
+    s = { type: 'object', properties: { inner: s, n: { type: 'integer' } }, required: ['inner'] };
   return s;
 }
 
@@ -96,10 +99,19 @@ describe('requests that cost the event loop (issue 23, section 2)', () => {
   });
 
   it('a chat of more messages than limits.max_messages (default 2,048) is a 400 naming the limit; 2,048 are served', async () => {
-    const chat = (n: number): string => JSON.stringify({ model: MODEL, max_tokens: 1, messages: Array.from({ length: n }, () => ({ role: 'user', content: 'hi' })) });
-    const over = await fetch(`${defaults}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chat(2049) });
+    const chat = (n: number): string =>
+      JSON.stringify({
+        model: MODEL,
+        max_tokens: 1,
+        messages: Array.from({ length: n }, () => ({ role: 'user', content: 'hi' })),
+      });
+    const over = await fetch(`${defaults}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: chat(2049),
+    });
     expect(over.status).toBe(400);
-    const { error } = await over.json() as { error: { code: string; param: string; message: string } };
+    const { error } = (await over.json()) as { error: { code: string; param: string; message: string } };
     expect(error).toMatchObject({ code: 'KVG_ERR_TOO_MANY_MESSAGES', param: 'messages' });
     expect(error.message).toBe('messages holds 2049 messages; kvgate accepts at most 2048 per request');
     expect((await post(defaults, '/v1/chat/completions', chat(2048))).status).toBe(200);
@@ -108,11 +120,24 @@ describe('requests that cost the event loop (issue 23, section 2)', () => {
   });
 
   it('a large chat, parsed off the main thread, reaches its engine whole: streamed, under its served name', async () => {
-    const body = { model: MODEL, max_tokens: 3, stream: true, stream_options: { include_usage: true }, tools: [{ type: 'function', function: { name: 'f' } }],
-      messages: Array.from({ length: 200 }, (_, i) => ({ role: i % 2 === 0 ? 'user' : 'assistant', content: `turn ${i}: ${'lorem ipsum dolor '.repeat(30)}` })) };
+    const body = {
+      model: MODEL,
+      max_tokens: 3,
+      stream: true,
+      stream_options: { include_usage: true },
+      tools: [{ type: 'function', function: { name: 'f' } }],
+      messages: Array.from({ length: 200 }, (_, i) => ({
+        role: i % 2 === 0 ? 'user' : 'assistant',
+        content: `turn ${i}: ${'lorem ipsum dolor '.repeat(30)}`,
+      })),
+    };
     expect(JSON.stringify(body).length).toBeGreaterThan(100_000);
-    const route = await fetch(`${raised}/v1/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    const promptTokens = (await route.json() as { prompt_tokens: number }).prompt_tokens;
+    const route = await fetch(`${raised}/v1/route`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const promptTokens = ((await route.json()) as { prompt_tokens: number }).prompt_tokens;
     const r = await readSse(`${raised}/v1/chat/completions`, body);
     expect(r.status).toBe(200);
     expect(r.events.at(-1)).toBe('[DONE]');
@@ -120,44 +145,69 @@ describe('requests that cost the event loop (issue 23, section 2)', () => {
     expect((streamUsage(r.events) as { prompt_tokens?: number } | undefined)?.prompt_tokens).toBe(promptTokens);
   });
 
-  it('huge requests sent together leave /health and the event loop within the bound; a small chat is served meanwhile', { timeout: 180_000 }, async () => {
-    const emptyMessages = JSON.stringify({ model: MODEL, messages: Array.from({ length: 100_000 }, () => ({ role: 'user', content: '' })) });
-    const oneHugeMessage = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'word '.repeat(Math.floor((MB4 - 200) / 5)) }] });
-    const tool = { type: 'function', function: { name: 'deep', parameters: deepSchema(40) } };
-    const tools = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], tools: Array.from({ length: Math.floor(MB4 / JSON.stringify(tool).length) - 1 }, () => tool) });
-    const tokenIds = JSON.stringify({ model: MODEL, prompt: Array.from({ length: 1_000_000 }, (_, i) => i % 10) });
-    for (const b of [emptyMessages, oneHugeMessage, tools, tokenIds]) expect(b.length).toBeGreaterThan(2_000_000);
+  it(
+    'huge requests sent together leave /health and the event loop within the bound; a small chat is served meanwhile',
+    { timeout: 180_000 },
+    async () => {
+      const emptyMessages = JSON.stringify({
+        model: MODEL,
+        messages: Array.from({ length: 100_000 }, () => ({ role: 'user', content: '' })),
+      });
+      const oneHugeMessage = JSON.stringify({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'word '.repeat(Math.floor((MB4 - 200) / 5)) }],
+      });
+      const tool = { type: 'function', function: { name: 'deep', parameters: deepSchema(40) } };
+      const tools = JSON.stringify({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'hi' }],
+        tools: Array.from({ length: Math.floor(MB4 / JSON.stringify(tool).length) - 1 }, () => tool),
+      });
+      const tokenIds = JSON.stringify({ model: MODEL, prompt: Array.from({ length: 1_000_000 }, (_, i) => i % 10) });
+      for (const b of [emptyMessages, oneHugeMessage, tools, tokenIds]) expect(b.length).toBeGreaterThan(2_000_000);
 
-    await lagMaxSeconds(raised); // the delay histogram restarts at each scrape
-    const cpuBefore = mainThreadCpuMs(raisedPid);
-    const latencies: number[] = [];
-    let running = true;
-    const probe = (async (): Promise<void> => {
-      while (running) {
-        const t0 = performance.now();
-        expect((await fetch(`${raised}/health`)).status).toBe(200);
-        latencies.push(performance.now() - t0);
-        await new Promise((r) => setTimeout(r, PROBE_EVERY_MS));
-      }
-    })();
-    const heavy = Promise.all([
-      post(raised, '/v1/chat/completions', emptyMessages), post(raised, '/v1/chat/completions', emptyMessages),
-      post(raised, '/v1/chat/completions', oneHugeMessage), post(raised, '/v1/chat/completions', tools), post(raised, '/v1/completions', tokenIds),
-    ]);
-    // A small chat, sent while they run, is served.
-    const small = await post(raised, '/v1/chat/completions', JSON.stringify({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'still there?' }] }));
-    const answers = await heavy;
-    running = false;
-    await probe;
-    const mainCpu = mainThreadCpuMs(raisedPid) - cpuBefore;
-    const lag = await lagMaxSeconds(raised);
+      await lagMaxSeconds(raised); // the delay histogram restarts at each scrape
+      const cpuBefore = mainThreadCpuMs(raisedPid);
+      const latencies: number[] = [];
+      let running = true;
+      const probe = (async (): Promise<void> => {
+        while (running) {
+          const t0 = performance.now();
+          expect((await fetch(`${raised}/health`)).status).toBe(200);
+          latencies.push(performance.now() - t0);
+          await new Promise((r) => setTimeout(r, PROBE_EVERY_MS));
+        }
+      })();
+      const heavy = Promise.all([
+        post(raised, '/v1/chat/completions', emptyMessages),
+        post(raised, '/v1/chat/completions', emptyMessages),
+        post(raised, '/v1/chat/completions', oneHugeMessage),
+        post(raised, '/v1/chat/completions', tools),
+        post(raised, '/v1/completions', tokenIds),
+      ]);
+      // A small chat, sent while they run, is served.
+      const small = await post(
+        raised,
+        '/v1/chat/completions',
+        JSON.stringify({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'still there?' }] }),
+      );
+      const answers = await heavy;
+      running = false;
+      await probe;
+      const mainCpu = mainThreadCpuMs(raisedPid) - cpuBefore;
+      const lag = await lagMaxSeconds(raised);
 
-    expect(small.status).toBe(200);
-    // Each prompt is over max_prompt_tokens (131,072) once rendered or parsed.
-    expect(answers).toEqual(Array.from({ length: 5 }, () => ({ status: 400, code: 'KVG_ERR_PROMPT_TOO_LONG' })));
-    expect(latencies.length).toBeGreaterThan(10);
-    expect(Math.max(...latencies), `/health latencies: ${latencies.map((l) => l.toFixed(0)).join(' ')}`).toBeLessThan(BOUND_MS);
-    expect(lag * 1000).toBeLessThan(BOUND_MS);
-    expect(mainCpu, `the main thread's CPU time over ${latencies.length} probes and the five requests`).toBeLessThan(MAIN_CPU_MS);
-  });
+      expect(small.status).toBe(200);
+      // Each prompt is over max_prompt_tokens (131,072) once rendered or parsed.
+      expect(answers).toEqual(Array.from({ length: 5 }, () => ({ status: 400, code: 'KVG_ERR_PROMPT_TOO_LONG' })));
+      expect(latencies.length).toBeGreaterThan(10);
+      expect(Math.max(...latencies), `/health latencies: ${latencies.map((l) => l.toFixed(0)).join(' ')}`).toBeLessThan(
+        BOUND_MS,
+      );
+      expect(lag * 1000).toBeLessThan(BOUND_MS);
+      expect(mainCpu, `the main thread's CPU time over ${latencies.length} probes and the five requests`).toBeLessThan(
+        MAIN_CPU_MS,
+      );
+    },
+  );
 });

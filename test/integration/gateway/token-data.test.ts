@@ -29,8 +29,12 @@ interface Answer {
 }
 
 async function post(url: string, path: string, body: unknown): Promise<Answer> {
-  const r = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  const json = await r.json() as { usage?: { prompt_tokens: number }; error?: { code: string } };
+  const r = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const json = (await r.json()) as { usage?: { prompt_tokens: number }; error?: { code: string } };
   return { status: r.status, promptTokens: json.usage?.prompt_tokens, code: json.error?.code };
 }
 
@@ -40,7 +44,11 @@ describe('nvext.token_data books what the engine processes (issue 23, section 2)
   let engine: string;
 
   const hang = async (on: boolean): Promise<void> => {
-    const r = await fetch(`${engine}/admin/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ hang: on }) });
+    const r = await fetch(`${engine}/admin/faults`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ hang: on }),
+    });
     expect(r.status).toBe(200);
   };
   const booked = async (): Promise<{ requests: number; prefillTokens: number; decodeBlocks: number }> => ({
@@ -50,11 +58,21 @@ describe('nvext.token_data books what the engine processes (issue 23, section 2)
   });
 
   beforeAll(async () => {
-    suite = await startMockerSuite('token-data', ['--speedup', '1000', '--tokenizer', 'demo', '--max-model-len', '65536'], 1);
+    suite = await startMockerSuite(
+      'token-data',
+      ['--speedup', '1000', '--tokenizer', 'demo', '--max-model-len', '65536'],
+      1,
+    );
     engine = suite.engines[0]!.url;
     // Probes far apart: a held engine must not be ejected while the test reads its bookings.
-    const file = suite.write('serve.yaml', serveConfig(MODEL, [`block_size: ${BLOCK}`, 'workers:', `  - ${workerEntry(1, suite.engines[0]!)}`],
-      ['health: { interval_ms: 600000 }']));
+    const file = suite.write(
+      'serve.yaml',
+      serveConfig(
+        MODEL,
+        [`block_size: ${BLOCK}`, 'workers:', `  - ${workerEntry(1, suite.engines[0]!)}`],
+        ['health: { interval_ms: 600000 }'],
+      ),
+    );
     const proc = startCli(['serve', '-c', file]);
     suite.procs.push(proc);
     url = (await proc.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening', 60_000))[1]!;
@@ -71,7 +89,16 @@ describe('nvext.token_data books what the engine processes (issue 23, section 2)
     await hang(true);
     let answers: Promise<Answer[]>;
     try {
-      answers = Promise.all(tokenData.map((ids) => post(url, '/v1/completions', { model: MODEL, prompt: 'Hello there', max_tokens: 1, nvext: { token_data: ids } })));
+      answers = Promise.all(
+        tokenData.map((ids) =>
+          post(url, '/v1/completions', {
+            model: MODEL,
+            prompt: 'Hello there',
+            max_tokens: 1,
+            nvext: { token_data: ids },
+          }),
+        ),
+      );
       await until(async () => (await booked()).requests === lengths.length, 'every request booked', 20_000);
       const load = await booked();
       await hang(false);
@@ -89,12 +116,23 @@ describe('nvext.token_data books what the engine processes (issue 23, section 2)
   });
 
   it('a chat whose token_data is not its prompt is refused before anything is booked; its own ids are routed and processed', async () => {
-    const body = { model: MODEL, max_tokens: 1, messages: [{ role: 'user', content: 'What is the capital of France?' }] };
-    const route = await fetch(`${url}/v1/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    const ids = (await route.json() as { token_ids: number[] }).token_ids;
+    const body = {
+      model: MODEL,
+      max_tokens: 1,
+      messages: [{ role: 'user', content: 'What is the capital of France?' }],
+    };
+    const route = await fetch(`${url}/v1/route`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const ids = ((await route.json()) as { token_ids: number[] }).token_ids;
     expect(ids.length).toBeGreaterThan(5);
 
-    const longer = await post(url, '/v1/chat/completions', { ...body, nvext: { token_data: [...ids, ...Array.from({ length: 4000 }, () => 11)] } });
+    const longer = await post(url, '/v1/chat/completions', {
+      ...body,
+      nvext: { token_data: [...ids, ...Array.from({ length: 4000 }, () => 11)] },
+    });
     expect(longer).toEqual({ status: 400, promptTokens: undefined, code: 'KVG_ERR_TOKEN_DATA_MISMATCH' });
     const other = await post(url, '/v1/chat/completions', { ...body, nvext: { token_data: ids.map((id) => id + 1) } });
     expect(other.code).toBe('KVG_ERR_TOKEN_DATA_MISMATCH');

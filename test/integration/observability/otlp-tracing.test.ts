@@ -43,8 +43,15 @@ function spansOf(body: unknown): OtlpSpan[] {
     for (const ss of (rs as { scopeSpans?: unknown[] }).scopeSpans ?? []) {
       for (const s of (ss as { spans?: Record<string, unknown>[] }).spans ?? []) {
         const attributes: Record<string, unknown> = {};
-        for (const a of (s.attributes as { key: string; value: Record<string, unknown> }[] | undefined) ?? []) attributes[a.key] = attributeValue(a.value);
-        out.push({ traceId: hexId(s.traceId), spanId: hexId(s.spanId), parentSpanId: hexId(s.parentSpanId ?? ''), name: String(s.name), attributes });
+        for (const a of (s.attributes as { key: string; value: Record<string, unknown> }[] | undefined) ?? [])
+          attributes[a.key] = attributeValue(a.value);
+        out.push({
+          traceId: hexId(s.traceId),
+          spanId: hexId(s.spanId),
+          parentSpanId: hexId(s.parentSpanId ?? ''),
+          name: String(s.name),
+          attributes,
+        });
       }
     }
   }
@@ -66,10 +73,13 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-otlp-'));
     receiver = createServer((req, res) => {
       const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c)).on('end', () => {
-        if (req.url === '/v1/traces' && String(req.headers['content-type']).includes('json')) received.push(...spansOf(JSON.parse(Buffer.concat(chunks).toString('utf8'))));
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-      });
+      req
+        .on('data', (c: Buffer) => chunks.push(c))
+        .on('end', () => {
+          if (req.url === '/v1/traces' && String(req.headers['content-type']).includes('json'))
+            received.push(...spansOf(JSON.parse(Buffer.concat(chunks).toString('utf8'))));
+          res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+        });
     });
     await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
   });
@@ -81,32 +91,56 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
   });
 
   // issue 17, what it must show, item 4
-  it('one chat request: a trace continuing the client\'s, spans nested with routing attributes, and the engine got its traceparent', async () => {
+  it("one chat request: a trace continuing the client's, spans nested with routing attributes, and the engine got its traceparent", async () => {
     const m = await startMockerEngine(['--seed', '5']);
     mocker = m.proc;
     const engine = m.engine;
     const config = join(dir, 'kvgate.json');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 },
-      preprocess: { threads: 0 },
-      log: { level: 'info' },
-      tracing: { otlp_endpoint: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`, sample_ratio: 1 },
-      models: [{ name: engine.model, block_size: 16, workers: [{ id: WORKER_ID, url: engine.url, kv_events: (engine.kv_events as string[])[0] }] }],
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        preprocess: { threads: 0 },
+        log: { level: 'info' },
+        tracing: { otlp_endpoint: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`, sample_ratio: 1 },
+        models: [
+          {
+            name: engine.model,
+            block_size: 16,
+            workers: [{ id: WORKER_ID, url: engine.url, kv_events: (engine.kv_events as string[])[0] }],
+          },
+        ],
+      }),
+    );
     const served = await startServe(config);
     gateway = served.proc;
 
     const res = await fetch(`${served.url}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`, 'x-request-id': 'traced-1' },
-      body: JSON.stringify({ model: engine.model, messages: [{ role: 'user', content: 'a prompt long enough to fill a block or two of tokens for the engine' }], max_tokens: 4 }),
+      headers: {
+        'content-type': 'application/json',
+        traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`,
+        'x-request-id': 'traced-1',
+      },
+      body: JSON.stringify({
+        model: engine.model,
+        messages: [{ role: 'user', content: 'a prompt long enough to fill a block or two of tokens for the engine' }],
+        max_tokens: 4,
+      }),
     });
     expect(res.status).toBe(200);
     await res.arrayBuffer();
 
-    const byName = (name: string): OtlpSpan | undefined => received.find((s) => s.traceId === CLIENT_TRACE && s.name === name);
-    await until(() => ['kvgate.request', 'kvgate.preprocess', 'kvgate.route', 'kvgate.engine.aggregated'].every((n) => byName(n) !== undefined),
-      'the request\'s spans at the OTLP receiver', 20_000);
+    const byName = (name: string): OtlpSpan | undefined =>
+      received.find((s) => s.traceId === CLIENT_TRACE && s.name === name);
+    await until(
+      () =>
+        ['kvgate.request', 'kvgate.preprocess', 'kvgate.route', 'kvgate.engine.aggregated'].every(
+          (n) => byName(n) !== undefined,
+        ),
+      "the request's spans at the OTLP receiver",
+      20_000,
+    );
     const root = byName('kvgate.request')!;
     const pre = byName('kvgate.preprocess')!;
     const route = byName('kvgate.route')!;
@@ -115,14 +149,26 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
     expect(root.parentSpanId).toBe(CLIENT_SPAN);
     expect(root.attributes['http.response.status_code']).toBe(200);
     for (const child of [pre, route, leg]) expect(child.parentSpanId).toBe(root.spanId);
-    expect(route.attributes).toMatchObject({ 'kvgate.worker_id': WORKER_ID, 'kvgate.dp_rank': 0, 'kvgate.worker_type': 'aggregated', 'kvgate.route.mode': 'book' });
-    for (const key of ['kvgate.overlap_blocks', 'kvgate.max_overlap_blocks', 'kvgate.required_blocks', 'kvgate.cost', 'kvgate.cost.prefill_tokens', 'kvgate.cost.decode_blocks']) {
+    expect(route.attributes).toMatchObject({
+      'kvgate.worker_id': WORKER_ID,
+      'kvgate.dp_rank': 0,
+      'kvgate.worker_type': 'aggregated',
+      'kvgate.route.mode': 'book',
+    });
+    for (const key of [
+      'kvgate.overlap_blocks',
+      'kvgate.max_overlap_blocks',
+      'kvgate.required_blocks',
+      'kvgate.cost',
+      'kvgate.cost.prefill_tokens',
+      'kvgate.cost.decode_blocks',
+    ]) {
       expect(typeof route.attributes[key], key).toBe('number');
     }
     expect(leg.attributes).toMatchObject({ 'kvgate.worker_id': WORKER_ID, 'kvgate.phase': 'aggregated' });
 
     // The engine received a traceparent of the same trace, whose parent is the engine-leg span.
-    const state = await (await fetch(`${String(engine.url)}/admin/state`)).json() as { traceparents: string[] };
+    const state = (await (await fetch(`${String(engine.url)}/admin/state`)).json()) as { traceparents: string[] };
     expect(state.traceparents).toContain(`00-${CLIENT_TRACE}-${leg.spanId}-01`);
 
     // The request's log line carries the trace id.

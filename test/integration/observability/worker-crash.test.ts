@@ -42,24 +42,36 @@ describe('a crashed engine is loud', () => {
     procs.push(a.proc, b.proc);
     const model = String(a.engine.model);
     const config = join(dir, 'kvgate.json');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 },
-      admin: { enabled: true },
-      preprocess: { threads: 0 },
-      log: { level: 'info' },
-      health: { interval_ms: 200, timeout_ms: 500, unhealthy_after: 2 },
-      models: [{
-        name: model, block_size: 16,
-        workers: [1, 2].map((id) => ({ id, url: (id === 1 ? a : b).engine.url, kv_events: ((id === 1 ? a : b).engine.kv_events as string[])[0] })),
-      }],
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        admin: { enabled: true },
+        preprocess: { threads: 0 },
+        log: { level: 'info' },
+        health: { interval_ms: 200, timeout_ms: 500, unhealthy_after: 2 },
+        models: [
+          {
+            name: model,
+            block_size: 16,
+            workers: [1, 2].map((id) => ({
+              id,
+              url: (id === 1 ? a : b).engine.url,
+              kv_events: ((id === 1 ? a : b).engine.kv_events as string[])[0],
+            })),
+          },
+        ],
+      }),
+    );
     const served = await startServe(config);
     const gateway = served.proc;
     procs.push(gateway);
     const url = served.url;
     const metrics = async (): Promise<string> => (await fetch(`${url}/metrics`)).text();
     const worker2 = async (): Promise<Record<string, unknown>> => {
-      const body = await (await fetch(`${url}/admin/models`)).json() as { models: { workers: Record<string, unknown>[] }[] };
+      const body = (await (await fetch(`${url}/admin/models`)).json()) as {
+        models: { workers: Record<string, unknown>[] }[];
+      };
       return body.models[0]!.workers.find((w) => w.id === 2)!;
     };
     let n = 0;
@@ -67,7 +79,8 @@ describe('a crashed engine is loud', () => {
       const words = Array.from({ length: 64 }, (_, i) => `p${n}w${i}`).join(' ');
       n++;
       return fetch(`${url}/v1/completions`, {
-        method: 'POST', headers: { 'content-type': 'application/json', 'x-worker-instance-id': '2' },
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-worker-instance-id': '2' },
         body: JSON.stringify({ model, prompt: words, max_tokens: 1 }),
       });
     };
@@ -77,7 +90,7 @@ describe('a crashed engine is loud', () => {
       return series(await metrics(), 'kvgate_worker_kv_events_live', 2) === 1;
     };
     // Before: worker 2 up, its events live.
-    await until(eventsLive, 'worker 2\'s KV events live', 20_000);
+    await until(eventsLive, "worker 2's KV events live", 20_000);
     expect(series(await metrics(), 'kvgate_worker_up', 2)).toBe(1);
     expect(await worker2()).toMatchObject({ state: 'ready', health: 'up', kvEventsState: 'live' });
     expect(typeof (await worker2()).lastEventAt).toBe('string');
@@ -86,8 +99,12 @@ describe('a crashed engine is loud', () => {
     expect(crash.status).toBe(202);
     await crash.arrayBuffer();
     const crashedAt = Date.now();
-    await until(async () => series(await metrics(), 'kvgate_worker_up', 2) === 0, 'worker 2\'s up gauge at 0', 5_000);
-    await until(() => jsonLines(gateway).some((o) => o.level === WARN && o.workerId === 2 && o.url === b.engine.url), 'a warn line naming worker 2', 5_000);
+    await until(async () => series(await metrics(), 'kvgate_worker_up', 2) === 0, "worker 2's up gauge at 0", 5_000);
+    await until(
+      () => jsonLines(gateway).some((o) => o.level === WARN && o.workerId === 2 && o.url === b.engine.url),
+      'a warn line naming worker 2',
+      5_000,
+    );
     const m = await metrics();
     expect(series(m, 'kvgate_worker_kv_events_live', 2)).toBe(0);
     expect(series(m, 'kvgate_worker_up', 1)).toBe(1);
@@ -97,18 +114,33 @@ describe('a crashed engine is loud', () => {
     expect(String(down.lastError)).toMatch(/GET \/health/);
     const refused = await pinned();
     expect(refused.status).toBe(503);
-    const err = (await refused.json() as { error: { code: string; message: string } }).error;
+    const err = ((await refused.json()) as { error: { code: string; message: string } }).error;
     expect(err.code).toBe('KVG_ERR_WORKER_DOWN');
     expect(err.message).toMatch(/worker 2 is down/);
 
     // Back on the same ports: up again, readmitted, its events live once it serves.
     await stopServed(b.proc);
     const port = (u: unknown): string => String(new URL(String(u).replace('tcp://', 'http://')).port);
-    const again = await startMockerEngine(['--seed', '2', '--port', port(b.engine.url), '--kv-events-port', port((b.engine.kv_events as string[])[0])]);
+    const again = await startMockerEngine([
+      '--seed',
+      '2',
+      '--port',
+      port(b.engine.url),
+      '--kv-events-port',
+      port((b.engine.kv_events as string[])[0]),
+    ]);
     procs.push(again.proc);
-    await until(async () => series(await metrics(), 'kvgate_worker_up', 2) === 1, 'worker 2\'s up gauge back at 1', 10_000);
-    await until(() => jsonLines(gateway).some((o) => o.workerId === 2 && o.url === b.engine.url && /is up/.test(String(o.msg))), 'a line saying worker 2 is up', 5_000);
-    await until(eventsLive, 'worker 2\'s KV events live again', 20_000);
+    await until(
+      async () => series(await metrics(), 'kvgate_worker_up', 2) === 1,
+      "worker 2's up gauge back at 1",
+      10_000,
+    );
+    await until(
+      () => jsonLines(gateway).some((o) => o.workerId === 2 && o.url === b.engine.url && /is up/.test(String(o.msg))),
+      'a line saying worker 2 is up',
+      5_000,
+    );
+    await until(eventsLive, "worker 2's KV events live again", 20_000);
     expect(await worker2()).toMatchObject({ state: 'ready', health: 'up', kvEventsState: 'live' });
   }, 90_000);
 });

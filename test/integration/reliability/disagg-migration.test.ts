@@ -26,9 +26,27 @@ interface Engine {
 async function startEngine(engine: 'vllm' | 'sglang', mode: 'prefill' | 'decode'): Promise<Engine> {
   // Decode at ~50 ms per token: a 64-token answer takes about 3 s, time enough to cut it after 10.
   const slow = mode === 'decode' ? ['--fault-slow-factor', '7'] : [];
-  const proc = start(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--engine', engine, '--mode', mode, ...slow]);
-  const line = await lineOf(proc, 'the mocker\'s ports', (o) => typeof o.url === 'string');
-  return { proc, url: String(line.url), model: String(line.model), bootstrapPort: typeof line.bootstrap_port === 'number' ? line.bootstrap_port : undefined };
+  const proc = start([
+    'mocker',
+    '--port',
+    '0',
+    '--kv-events-port',
+    '0',
+    '--bootstrap-port',
+    '0',
+    '--engine',
+    engine,
+    '--mode',
+    mode,
+    ...slow,
+  ]);
+  const line = await lineOf(proc, "the mocker's ports", (o) => typeof o.url === 'string');
+  return {
+    proc,
+    url: String(line.url),
+    model: String(line.model),
+    bootstrapPort: typeof line.bootstrap_port === 'number' ? line.bootstrap_port : undefined,
+  };
 }
 
 async function metric(url: string, pattern: RegExp): Promise<number | undefined> {
@@ -42,7 +60,10 @@ const generated = async (e: Engine): Promise<number> => (await metric(e.url, /^v
 /** Requests booked on any worker of the gateway, both pools. */
 async function totalActive(url: string): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  return text.split('\n').filter((l) => l.startsWith('kvgate_worker_active_requests{')).reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('kvgate_worker_active_requests{'))
+    .reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
 }
 
 interface Streamed {
@@ -53,9 +74,13 @@ interface Streamed {
 
 async function streamChat(gateway: string, model: string, whileRunning?: () => Promise<void>): Promise<Streamed> {
   const res = await fetch(`${gateway}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
     body: JSON.stringify({
-      model, messages: [{ role: 'user', content: 'tell me a long story about decode engines that die' }], max_tokens: MAX_TOKENS, stream: true,
+      model,
+      messages: [{ role: 'user', content: 'tell me a long story about decode engines that die' }],
+      max_tokens: MAX_TOKENS,
+      stream: true,
       stream_options: { include_usage: true },
     }),
   });
@@ -63,13 +88,19 @@ async function streamChat(gateway: string, model: string, whileRunning?: () => P
   const raw = await res.text();
   await running;
   const payloads = [...raw.matchAll(/^data: (.*)$/gm)].map((m) => m[1]!);
-  const text = payloads.filter((p) => p.startsWith('{')).map((p) => JSON.parse(p) as { choices?: { delta?: { content?: string } }[] })
-    .map((c) => c.choices?.[0]?.delta?.content ?? '').join('');
+  const text = payloads
+    .filter((p) => p.startsWith('{'))
+    .map((p) => JSON.parse(p) as { choices?: { delta?: { content?: string } }[] })
+    .map((c) => c.choices?.[0]?.delta?.content ?? '')
+    .join('');
   return { status: res.status, text, payloads };
 }
 
 function usageOf(payloads: readonly string[]): Record<string, number> | undefined {
-  const last = payloads.filter((p) => p.startsWith('{')).map((p) => JSON.parse(p) as { usage?: Record<string, number> }).findLast((c) => c.usage !== undefined);
+  const last = payloads
+    .filter((p) => p.startsWith('{'))
+    .map((p) => JSON.parse(p) as { usage?: Record<string, number> })
+    .findLast((c) => c.usage !== undefined);
   return last?.usage;
 }
 
@@ -81,23 +112,50 @@ describe.each(['vllm', 'sglang'] as const)('a %s-style pair whose decode engine 
   let url: string;
 
   beforeAll(async () => {
-    if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
+    if (!existsSync(join(ROOT, 'dist/src/cli/index.js')))
+      throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
     dir = mkdtempSync(join(tmpdir(), `kvgate-disagg-migration-${engine}-`));
-    [prefill, ...decode] = await Promise.all([startEngine(engine, 'prefill'), startEngine(engine, 'decode'), startEngine(engine, 'decode')]);
+    [prefill, ...decode] = await Promise.all([
+      startEngine(engine, 'prefill'),
+      startEngine(engine, 'decode'),
+      startEngine(engine, 'decode'),
+    ]);
     const config = join(dir, 'kvgate.json');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 }, preprocess: { threads: 0 }, log: { level: 'info' },
-      models: [{
-        name: prefill.model, block_size: 16, router_mode: 'round-robin', engine,
-        workers: [
-          { id: 1, url: prefill.url, role: 'prefill', ...(engine === 'sglang' ? { bootstrap_port: prefill.bootstrapPort } : {}) },
-          // Real SGLang sends no token ids; the mocker does when asked, like vLLM.
-          ...decode.map((e, i) => ({ id: i + 2, url: e.url, role: 'decode', ...(engine === 'sglang' ? { return_token_ids: true } : {}) })),
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        preprocess: { threads: 0 },
+        log: { level: 'info' },
+        models: [
+          {
+            name: prefill.model,
+            block_size: 16,
+            router_mode: 'round-robin',
+            engine,
+            workers: [
+              {
+                id: 1,
+                url: prefill.url,
+                role: 'prefill',
+                ...(engine === 'sglang' ? { bootstrap_port: prefill.bootstrapPort } : {}),
+              },
+              // Real SGLang sends no token ids; the mocker does when asked, like vLLM.
+              ...decode.map((e, i) => ({
+                id: i + 2,
+                url: e.url,
+                role: 'decode',
+                ...(engine === 'sglang' ? { return_token_ids: true } : {}),
+              })),
+            ],
+          },
         ],
-      }],
-    }));
+      }),
+    );
     gateway = start(['serve', '--config', config]);
-    url = String((await lineOf(gateway, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started')).listen);
+    url = String(
+      (await lineOf(gateway, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started')).listen,
+    );
   }, 60_000);
 
   afterAll(async () => {
@@ -119,11 +177,15 @@ describe.each(['vllm', 'sglang'] as const)('a %s-style pair whose decode engine 
     const before = await Promise.all(decode.map(generated));
     let killed: Engine | undefined;
     const out = await streamChat(url, prefill.model, async () => {
-      await until(async () => {
-        const now = await Promise.all(decode.map(generated));
-        killed = decode.find((_, i) => now[i]! - before[i]! >= CUT_AFTER);
-        return killed !== undefined;
-      }, `${CUT_AFTER} tokens on a decode engine`, 20_000);
+      await until(
+        async () => {
+          const now = await Promise.all(decode.map(generated));
+          killed = decode.find((_, i) => now[i]! - before[i]! >= CUT_AFTER);
+          return killed !== undefined;
+        },
+        `${CUT_AFTER} tokens on a decode engine`,
+        20_000,
+      );
       killed!.proc.child.kill('SIGKILL');
     });
     expect(out.status).toBe(200);
@@ -138,7 +200,13 @@ describe.each(['vllm', 'sglang'] as const)('a %s-style pair whose decode engine 
     expect(usage.completion_tokens).toBe(MAX_TOKENS);
     expect(usage.total_tokens).toBe(refUsage.total_tokens);
     await until(async () => (await totalActive(url)) === 0, 'every booking (prefill and decode) to be freed');
-    expect(await metric(url, /^kvgate_router_migrations_total\{[^}]*worker_type="decode"[^}]*outcome="succeeded"/)).toBe(1);
-    await lineOf(gateway!, 'the migration log line', (o) => o.msg === 'stream migrated to another worker and completed');
+    expect(
+      await metric(url, /^kvgate_router_migrations_total\{[^}]*worker_type="decode"[^}]*outcome="succeeded"/),
+    ).toBe(1);
+    await lineOf(
+      gateway!,
+      'the migration log line',
+      (o) => o.msg === 'stream migrated to another worker and completed',
+    );
   }, 60_000);
 });

@@ -16,9 +16,17 @@ import { postChat, serveConfig, startMockerSuite, workerEntry, type MockerSuite 
 import { expectServedBy, openStream } from '../../helpers/drained-stream.js';
 
 const MODEL = 'reload-model';
-const MESSAGES = [{ role: 'user', content: 'Write a long story about a lighthouse keeper who collects shells and names every one of them.' }];
+const MESSAGES = [
+  {
+    role: 'user',
+    content: 'Write a long story about a lighthouse keeper who collects shells and names every one of them.',
+  },
+];
 
-function configText(engines: readonly MockerLine[], opts: { temperature: number | string; blockSize?: number }): string {
+function configText(
+  engines: readonly MockerLine[],
+  opts: { temperature: number | string; blockSize?: number },
+): string {
   return serveConfig(MODEL, [
     ...(opts.blockSize !== undefined ? [`block_size: ${opts.blockSize}`] : []),
     `router: { router_temperature: ${opts.temperature} }`,
@@ -47,9 +55,12 @@ describe('kvgate serve reloads its config file (SIGHUP, POST /admin/reload)', ()
     await suite?.stop();
   });
 
-  const chat = (extra: Record<string, unknown>): Promise<Response> => postChat(url, { model: MODEL, messages: MESSAGES, ...extra });
+  const chat = (extra: Record<string, unknown>): Promise<Response> =>
+    postChat(url, { model: MODEL, messages: MESSAGES, ...extra });
   const routerConfig = async (): Promise<{ temperature: number; workers: number[] }> => {
-    const c = (await (await fetch(`${url}/admin/config`)).json()) as { models: { router: { routerTemperature: number }; workers: { id: number }[] }[] };
+    const c = (await (await fetch(`${url}/admin/config`)).json()) as {
+      models: { router: { routerTemperature: number }; workers: { id: number }[] }[];
+    };
     return { temperature: c.models[0]!.router.routerTemperature, workers: c.models[0]!.workers.map((w) => w.id) };
   };
   const count = (text: string, re: RegExp): number => text.split('\n').filter((l) => re.test(l)).length;
@@ -75,7 +86,10 @@ describe('kvgate serve reloads its config file (SIGHUP, POST /admin/reload)', ()
   it('rejects an invalid file on SIGHUP: nothing changes and the log names the field', async () => {
     writeFileSync(file, configText(engines, { temperature: -1 }));
     gateway.child.kill('SIGHUP');
-    await gateway.waitFor(/configuration reload rejected[^\n]*models\[0\]\.router\.router_temperature/, 'the rejection naming the field');
+    await gateway.waitFor(
+      /configuration reload rejected[^\n]*models\[0\]\.router\.router_temperature/,
+      'the rejection naming the field',
+    );
     expect(await routerConfig()).toEqual({ temperature: 0.7, workers: [1] });
     const r = await chat({ max_tokens: 2 });
     expect(r.status).toBe(200);
@@ -89,7 +103,9 @@ describe('kvgate serve reloads its config file (SIGHUP, POST /admin/reload)', ()
     expect(res.status).toBe(422);
     const body = (await res.json()) as { error: { code: string; message: string } };
     expect(body.error.code).toBe('KVG_ERR_RELOAD_REJECTED');
-    expect(body.error.message).toMatch(/models\[0\]\.block_size: changed from 16 to 32, which takes effect only when kvgate restarts/);
+    expect(body.error.message).toMatch(
+      /models\[0\]\.block_size: changed from 16 to 32, which takes effect only when kvgate restarts/,
+    );
     expect(await routerConfig()).toEqual({ temperature: 0.7, workers: [1] });
 
     writeFileSync(file, configText(engines, { temperature: 0.7 }));
@@ -103,7 +119,9 @@ describe('kvgate serve reloads its config file (SIGHUP, POST /admin/reload)', ()
     expect(metrics).toContain('kvgate_config_reloads_total{trigger="sighup",outcome="applied"} 1');
     expect(metrics).toContain('kvgate_config_reloads_total{trigger="sighup",outcome="rejected"} 1');
     expect(metrics).toContain('kvgate_config_reloads_total{trigger="admin",outcome="rejected"} 1');
-    expect(metrics).toContain('kvgate_worker_membership_changes_total{model="reload-model",source="static",change="left"} 1');
+    expect(metrics).toContain(
+      'kvgate_worker_membership_changes_total{model="reload-model",source="static",change="left"} 1',
+    );
     expect(count(gateway.output(), /configuration reload rejected/)).toBe(2);
   }, 30_000);
 });

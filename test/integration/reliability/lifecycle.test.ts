@@ -27,7 +27,8 @@ describe('request lifecycle under failures', () => {
     f.mockers[1]!.setFaults({ errorRate: 0.15 }); // worker 2 answers 500 to some requests
     // A 500 is retried on another worker (issue 23), except for a request that pins its worker: every fifth pins worker 2,
     // so some 500s still reach the client as upstream errors.
-    const pin = (i: number): Partial<PreparedRequest> => (i % 5 === 2 ? { hints: { annotations: [], backendInstanceId: 2 } } : {});
+    const pin = (i: number): Partial<PreparedRequest> =>
+      i % 5 === 2 ? { hints: { annotations: [], backendInstanceId: 2 } } : {};
     const rng = seededRng(99);
     const outcomes = { completed: 0, aborted: 0, upstreamError: 0, broken: 0, retried: 0 };
     const shared = randomTokens(rng, 8 * 16);
@@ -36,9 +37,15 @@ describe('request lifecycle under failures', () => {
 
     async function one(i: number): Promise<void> {
       const kind = rng();
-      const tokens = kind < 0.5 ? [...shared, ...randomTokens(rng, 20)] : randomTokens(rng, 40 + Math.floor(rng() * 100));
+      const tokens =
+        kind < 0.5 ? [...shared, ...randomTokens(rng, 20)] : randomTokens(rng, 40 + Math.floor(rng() * 100));
       const ac = new AbortController();
-      const req = prepare(tokens, { maxTokens: 4 + Math.floor(rng() * 12), stream: rng() < 0.85, signal: ac.signal, ...pin(i) });
+      const req = prepare(tokens, {
+        maxTokens: 4 + Math.floor(rng() * 12),
+        stream: rng() < 0.85,
+        signal: ac.signal,
+        ...pin(i),
+      });
       const abortAfterFirst = rng() < 0.15;
       if (i === 400 && !crashed) {
         crashed = true;
@@ -85,22 +92,37 @@ describe('request lifecycle under failures', () => {
     expect(outcomes.completed + outcomes.aborted + outcomes.upstreamError + outcomes.broken).toBe(1000);
     // The share of client requests that failed (not counting the client's own aborts), recorded in BENCHMARKS.md.
     const failed = outcomes.upstreamError + outcomes.broken;
-    console.info(JSON.stringify({ lifecycle: outcomes, failed, failedShareOfNotAborted: failed / (1000 - outcomes.aborted) }));
+    console.info(
+      JSON.stringify({ lifecycle: outcomes, failed, failedShareOfNotAborted: failed / (1000 - outcomes.aborted) }),
+    );
     expect(outcomes.completed).toBeGreaterThan(500);
     expect(outcomes.aborted).toBeGreaterThan(50);
     expect(outcomes.upstreamError).toBeGreaterThan(5);
     // Bookkeeping: nothing in flight, nothing queued, no load left anywhere.
     const kv = f.router.decode.kvRouter!;
     for (const l of kv.loads()) {
-      expect({ w: l.workerId, ...l }).toEqual({ w: l.workerId, workerId: l.workerId, dpRank: l.dpRank, activeRequests: 0, activePrefillTokens: 0, activeDecodeBlocks: 0 });
+      expect({ w: l.workerId, ...l }).toEqual({
+        w: l.workerId,
+        workerId: l.workerId,
+        dpRank: l.dpRank,
+        activeRequests: 0,
+        activePrefillTokens: 0,
+        activeDecodeBlocks: 0,
+      });
     }
     expect(kv.pendingRequests).toBe(0);
     expect(f.router.decode.inflight).toBe(0);
-    expect(await f.metrics.text()).toMatch(/kvgate_router_retries_total\{model="mock-model",reason="KVG_ERR_ENGINE_UNREACHABLE"\} [1-9]/);
+    expect(await f.metrics.text()).toMatch(
+      /kvgate_router_retries_total\{model="mock-model",reason="KVG_ERR_ENGINE_UNREACHABLE"\} [1-9]/,
+    );
     await f.close();
     fleet = undefined;
     // Every socket opened for the fleet (HTTP pools, mocker servers, ZMQ is not a TCPSocketWrap) is closed.
     // (handles finish closing on later ticks: poll with a deadline)
-    await until(() => tcpSockets() <= socketsBefore, `sockets to close (${tcpSockets()} open, ${socketsBefore} before)`, 5000);
+    await until(
+      () => tcpSockets() <= socketsBefore,
+      `sockets to close (${tcpSockets()} open, ${socketsBefore} before)`,
+      5000,
+    );
   }, 120_000);
 });

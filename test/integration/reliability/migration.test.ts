@@ -26,8 +26,19 @@ interface Engine {
 
 async function startEngine(extra: readonly string[] = []): Promise<Engine> {
   // ~50 ms per token: a 64-token answer takes about 3 s, time enough to cut it after 10.
-  const proc = start(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--fault-slow-factor', '7', ...extra]);
-  const line = await lineOf(proc, 'the mocker\'s ports', (o) => typeof o.url === 'string');
+  const proc = start([
+    'mocker',
+    '--port',
+    '0',
+    '--kv-events-port',
+    '0',
+    '--bootstrap-port',
+    '0',
+    '--fault-slow-factor',
+    '7',
+    ...extra,
+  ]);
+  const line = await lineOf(proc, "the mocker's ports", (o) => typeof o.url === 'string');
   return { proc, url: String(line.url), model: String(line.model) };
 }
 
@@ -46,13 +57,20 @@ async function metric(url: string, pattern: RegExp): Promise<number | undefined>
 /** Requests booked on any worker of the gateway. */
 async function totalActive(url: string): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  return text.split('\n').filter((l) => l.startsWith('kvgate_worker_active_requests{')).reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('kvgate_worker_active_requests{'))
+    .reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
 }
 
 function chatBody(model: string, stream: boolean, extra: Record<string, unknown> = {}): string {
   return JSON.stringify({
-    model, messages: [{ role: 'user', content: 'tell me a long story about engines that die' }], max_tokens: MAX_TOKENS, stream,
-    ...(stream ? { stream_options: { include_usage: true } } : {}), ...extra,
+    model,
+    messages: [{ role: 'user', content: 'tell me a long story about engines that die' }],
+    max_tokens: MAX_TOKENS,
+    stream,
+    ...(stream ? { stream_options: { include_usage: true } } : {}),
+    ...extra,
   });
 }
 
@@ -64,20 +82,35 @@ interface Streamed {
 }
 
 /** A streamed chat; `whileRunning` is called once the response headers are in, with the serving worker's id. */
-async function streamChat(gateway: string, model: string, whileRunning?: (worker: number) => Promise<void>, extra: Record<string, unknown> = {}): Promise<Streamed> {
-  const res = await fetch(`${gateway}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chatBody(model, true, extra) });
+async function streamChat(
+  gateway: string,
+  model: string,
+  whileRunning?: (worker: number) => Promise<void>,
+  extra: Record<string, unknown> = {},
+): Promise<Streamed> {
+  const res = await fetch(`${gateway}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: chatBody(model, true, extra),
+  });
   const worker = Number(res.headers.get('x-kvgate-worker')?.split(':')[0]);
   const running = whileRunning?.(worker);
   const raw = await res.text();
   await running;
   const payloads = [...raw.matchAll(/^data: (.*)$/gm)].map((m) => m[1]!);
-  const text = payloads.filter((p) => p.startsWith('{')).map((p) => JSON.parse(p) as { choices?: { delta?: { content?: string } }[] })
-    .map((c) => c.choices?.[0]?.delta?.content ?? '').join('');
+  const text = payloads
+    .filter((p) => p.startsWith('{'))
+    .map((p) => JSON.parse(p) as { choices?: { delta?: { content?: string } }[] })
+    .map((c) => c.choices?.[0]?.delta?.content ?? '')
+    .join('');
   return { status: res.status, worker, text, payloads };
 }
 
 function usageOf(payloads: readonly string[]): Record<string, number> | undefined {
-  const last = payloads.filter((p) => p.startsWith('{')).map((p) => JSON.parse(p) as { usage?: Record<string, number> }).findLast((c) => c.usage !== undefined);
+  const last = payloads
+    .filter((p) => p.startsWith('{'))
+    .map((p) => JSON.parse(p) as { usage?: Record<string, number> })
+    .findLast((c) => c.usage !== undefined);
   return last?.usage;
 }
 
@@ -89,20 +122,33 @@ describe('migration over real processes', () => {
   let model: string;
 
   beforeAll(async () => {
-    if (!existsSync(join(ROOT, 'dist/src/cli/index.js'))) throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
+    if (!existsSync(join(ROOT, 'dist/src/cli/index.js')))
+      throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
     dir = mkdtempSync(join(tmpdir(), 'kvgate-migration-'));
     const started = await Promise.all([startEngine(), startEngine(), startEngine()]);
     started.forEach((e, i) => engines.set(i + 1, e));
     model = started[0]!.model;
     const config = join(dir, 'kvgate.json');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 },
-      preprocess: { threads: 0 },
-      log: { level: 'info' },
-      models: [{ name: model, block_size: 16, router_mode: 'round-robin', workers: started.map((e, i) => ({ id: i + 1, url: e.url })) }],
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        preprocess: { threads: 0 },
+        log: { level: 'info' },
+        models: [
+          {
+            name: model,
+            block_size: 16,
+            router_mode: 'round-robin',
+            workers: started.map((e, i) => ({ id: i + 1, url: e.url })),
+          },
+        ],
+      }),
+    );
     gateway = start(['serve', '--config', config]);
-    url = String((await lineOf(gateway, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started')).listen);
+    url = String(
+      (await lineOf(gateway, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started')).listen,
+    );
   }, 60_000);
 
   afterAll(async () => {
@@ -115,7 +161,10 @@ describe('migration over real processes', () => {
     await until(async () => (await generated(e)) - before >= n, `${n} tokens on ${e.url}`, 20_000);
   }
 
-  const active = (id: number): RegExp => new RegExp(`^kvgate_worker_active_requests\\{model="[^"]+",worker_id="${id}",dp_rank="0",worker_type="aggregated"\\}`);
+  const active = (id: number): RegExp =>
+    new RegExp(
+      `^kvgate_worker_active_requests\\{model="[^"]+",worker_id="${id}",dp_rank="0",worker_type="aggregated"\\}`,
+    );
 
   let reference: Streamed;
 
@@ -149,21 +198,38 @@ describe('migration over real processes', () => {
     expect(usage.completion_tokens).toBe(MAX_TOKENS);
     expect(usage.total_tokens).toBe(refUsage.total_tokens);
     // The dead engine leaves the pool once health probing sees it (its series goes with it); until then it reads 0.
-    await until(async () => ((await metric(url, active(killed))) ?? 0) === 0, 'the killed engine\'s booking to be freed');
+    await until(
+      async () => ((await metric(url, active(killed))) ?? 0) === 0,
+      "the killed engine's booking to be freed",
+    );
     expect(await totalActive(url)).toBe(0);
     expect(await metric(url, /^kvgate_router_migrations_total\{[^}]*outcome="succeeded"/)).toBe(1);
-    await lineOf(gateway!, 'the migration log line', (o) => o.msg === 'stream migrated to another worker and completed');
+    await lineOf(
+      gateway!,
+      'the migration log line',
+      (o) => o.msg === 'stream migrated to another worker and completed',
+    );
   }, 60_000);
 
   it('a non-streaming chat whose engine crashes after 10 of 64 tokens: the same answer, usage over the whole answer', async () => {
-    const live = [...engines.entries()].filter(([, e]) => e.proc.child.exitCode === null && e.proc.child.signalCode === null);
+    const live = [...engines.entries()].filter(
+      ([, e]) => e.proc.child.exitCode === null && e.proc.child.signalCode === null,
+    );
     const before = new Map(await Promise.all(live.map(async ([id, e]) => [id, await generated(e)] as const)));
-    const pending = fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chatBody(model, false) });
+    const pending = fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: chatBody(model, false),
+    });
     let crashed: number | undefined;
-    await until(async () => {
-      for (const [id, e] of live) if ((await generated(e)) - before.get(id)! >= CUT_AFTER) crashed = id;
-      return crashed !== undefined;
-    }, '10 tokens on one engine', 20_000);
+    await until(
+      async () => {
+        for (const [id, e] of live) if ((await generated(e)) - before.get(id)! >= CUT_AFTER) crashed = id;
+        return crashed !== undefined;
+      },
+      '10 tokens on one engine',
+      20_000,
+    );
     const crash = await fetch(`${engines.get(crashed!)!.url}/admin/crash`, { method: 'POST' });
     expect(crash.status).toBe(202);
     const res = await pending;
@@ -173,7 +239,10 @@ describe('migration over real processes', () => {
     expect(body.usage.completion_tokens).toBe(MAX_TOKENS);
     expect(body.usage.prompt_tokens).toBe(usageOf(reference.payloads)!.prompt_tokens);
     expect(JSON.stringify(body)).not.toContain('token_ids');
-    await until(async () => ((await metric(url, active(crashed!))) ?? 0) === 0, 'the crashed engine\'s booking to be freed');
+    await until(
+      async () => ((await metric(url, active(crashed!))) ?? 0) === 0,
+      "the crashed engine's booking to be freed",
+    );
     expect(await totalActive(url)).toBe(0);
     expect(await metric(url, /^kvgate_router_migrations_total\{[^}]*outcome="succeeded"/)).toBe(2);
   }, 60_000);
@@ -191,20 +260,37 @@ describe('what is not migrated', () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-no-migration-'));
     // Both engines stall after 10 tokens: the stream-idle timeout cuts the leg (a migratable failure).
-    engines = await Promise.all([startEngine(['--fault-stall-after-tokens', '10']), startEngine(['--fault-stall-after-tokens', '10'])]);
+    engines = await Promise.all([
+      startEngine(['--fault-stall-after-tokens', '10']),
+      startEngine(['--fault-stall-after-tokens', '10']),
+    ]);
     model = engines[0]!.model;
     const config = join(dir, 'kvgate.json');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 }, preprocess: { threads: 0 }, log: { level: 'info' },
-      models: [{
-        name: model, block_size: 16, router_mode: 'round-robin', engine_timeouts: { stream_idle_timeout_ms: 800 },
-        workers: engines.map((e, i) => ({ id: i + 1, url: e.url })),
-      }],
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        preprocess: { threads: 0 },
+        log: { level: 'info' },
+        models: [
+          {
+            name: model,
+            block_size: 16,
+            router_mode: 'round-robin',
+            engine_timeouts: { stream_idle_timeout_ms: 800 },
+            workers: engines.map((e, i) => ({ id: i + 1, url: e.url })),
+          },
+        ],
+      }),
+    );
     gateway = start(['serve', '--config', config]);
     off = start(['serve', '--config', config, '--migration-limit', '0']);
-    url = String((await lineOf(gateway, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started')).listen);
-    offUrl = String((await lineOf(off, 'the second gateway\'s startup line', (o) => o.msg === 'kvgate gateway started')).listen);
+    url = String(
+      (await lineOf(gateway, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started')).listen,
+    );
+    offUrl = String(
+      (await lineOf(off, "the second gateway's startup line", (o) => o.msg === 'kvgate gateway started')).listen,
+    );
   }, 60_000);
 
   afterAll(async () => {

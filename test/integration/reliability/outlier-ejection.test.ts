@@ -20,7 +20,8 @@ const BASE_EJECTION_MS = 6000;
 /** Sum of the series of `name` in Prometheus text. */
 function total(text: string, name: string): number {
   let sum = 0;
-  for (const l of text.split('\n')) if (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) sum += Number(l.slice(l.lastIndexOf(' ') + 1));
+  for (const l of text.split('\n'))
+    if (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) sum += Number(l.slice(l.lastIndexOf(' ') + 1));
   return sum;
 }
 
@@ -40,8 +41,13 @@ describe('outlier ejection (real mocker processes)', () => {
 
   async function complete(): Promise<number> {
     const res = await fetch(`${url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mock-model', prompt: `request number ${sent++} of the ejection test`, max_tokens: 4 }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'mock-model',
+        prompt: `request number ${sent++} of the ejection test`,
+        max_tokens: 4,
+      }),
     });
     await res.arrayBuffer();
     return res.status;
@@ -57,7 +63,8 @@ describe('outlier ejection (real mocker processes)', () => {
     return out;
   }
 
-  const logOf = (pick: (o: Record<string, unknown>) => boolean): Record<string, unknown>[] => jsonLines(gateway).filter(pick);
+  const logOf = (pick: (o: Record<string, unknown>) => boolean): Record<string, unknown>[] =>
+    jsonLines(gateway).filter(pick);
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-outlier-'));
@@ -69,11 +76,27 @@ describe('outlier ejection (real mocker processes)', () => {
     procs.push(...started.map((s) => s.proc));
     engines = started.map((s) => String(s.engine.url));
     const config = join(dir, 'kvgate.json');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 }, preprocess: { threads: 0 }, log: { level: 'info' },
-      health: { interval_ms: 200, max_ejected_percent: 50, outlier_detection: { consecutive_errors: 3, base_ejection_ms: BASE_EJECTION_MS } },
-      models: [{ name: 'mock-model', block_size: 16, router_mode: 'round-robin', workers: engines.map((u, i) => ({ id: i + 1, url: u })) }],
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        preprocess: { threads: 0 },
+        log: { level: 'info' },
+        health: {
+          interval_ms: 200,
+          max_ejected_percent: 50,
+          outlier_detection: { consecutive_errors: 3, base_ejection_ms: BASE_EJECTION_MS },
+        },
+        models: [
+          {
+            name: 'mock-model',
+            block_size: 16,
+            router_mode: 'round-robin',
+            workers: engines.map((u, i) => ({ id: i + 1, url: u })),
+          },
+        ],
+      }),
+    );
     const served = await startServe(config);
     gateway = served.proc;
     procs.push(gateway);
@@ -102,16 +125,26 @@ describe('outlier ejection (real mocker processes)', () => {
     expect(await reached(engines[2]!)).toBeGreaterThan(others[1]!);
 
     // After base_ejection_ms it is readmitted, logged, and gets requests again.
-    await until(() => logOf((o) => o.workerId === 1 && String(o.msg).includes('readmitted')).length > 0, 'worker 1 readmitted', BASE_EJECTION_MS + 5000);
+    await until(
+      () => logOf((o) => o.workerId === 1 && String(o.msg).includes('readmitted')).length > 0,
+      'worker 1 readmitted',
+      BASE_EJECTION_MS + 5000,
+    );
     const back = await reached(engines[0]!);
     for (let i = 0; i < 30 && (await reached(engines[0]!)) === back; i++) await complete();
     expect(await reached(engines[0]!)).toBeGreaterThan(back);
   }, 60_000);
 
   it('a fleet where every worker fails ejects no more than max_ejected_percent: the others keep getting requests', async () => {
-    await Promise.all(engines.map((e) => fetch(`${e}/admin/faults`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ error_rate: 1, error_status: 503 }),
-    })));
+    await Promise.all(
+      engines.map((e) =>
+        fetch(`${e}/admin/faults`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ error_rate: 1, error_status: 503 }),
+        }),
+      ),
+    );
     const start = await ejections();
     for (let i = 0; i < 30; i++) await complete();
     const kept = new Set(logOf((o) => String(o.msg).includes('kept routable')).map((o) => o.workerId));

@@ -14,13 +14,20 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metric } from '../../helpers/metric-sum.js';
-import { jsonLines, serveConfigObject, startMockerEngine, stopServed, type ServedGateway, type ServedProc } from '../../helpers/serve-process.js';
+import {
+  jsonLines,
+  serveConfigObject,
+  startMockerEngine,
+  stopServed,
+  type ServedGateway,
+  type ServedProc,
+} from '../../helpers/serve-process.js';
 import { until } from '../../helpers/until.js';
 
 const BASE_EJECTION_MS = 4000;
 const FAILING = ['--fault-error-rate', '1', '--fault-error-status', '500'];
 
-describe('outlier ejection and the pool\'s panic threshold (real mocker processes)', () => {
+describe("outlier ejection and the pool's panic threshold (real mocker processes)", () => {
   const engines: ServedProc[] = [];
   let solo = '';
   let trio: string[] = [];
@@ -30,7 +37,8 @@ describe('outlier ejection and the pool\'s panic threshold (real mocker processe
 
   /** Requests an engine failed on purpose (its injected 500s). */
   const injected = (engine: string): Promise<number> => metric(engine, 'kvgate_mocker_injected_errors_total');
-  const panic = (model: string): Promise<number> => metric(url, 'kvgate_pool_panic', { model, worker_type: 'aggregated' });
+  const panic = (model: string): Promise<number> =>
+    metric(url, 'kvgate_pool_panic', { model, worker_type: 'aggregated' });
   const ejections = (model: string, workerId: number): Promise<number> =>
     metric(url, 'kvgate_worker_ejections_total', { model, worker_id: String(workerId), reason: 'consecutive_errors' });
   const panicLines = (model: string, what: RegExp): Record<string, unknown>[] =>
@@ -38,7 +46,8 @@ describe('outlier ejection and the pool\'s panic threshold (real mocker processe
 
   async function complete(model: string): Promise<number> {
     const res = await fetch(`${url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model, prompt: `request number ${sent++} of the panic test`, max_tokens: 4 }),
     });
     await res.arrayBuffer();
@@ -57,11 +66,25 @@ describe('outlier ejection and the pool\'s panic threshold (real mocker processe
     solo = urls[0]!;
     trio = urls.slice(1);
     served = await serveConfigObject({
-      listen: { host: '127.0.0.1', port: 0 }, preprocess: { threads: 0 }, log: { level: 'info' },
+      listen: { host: '127.0.0.1', port: 0 },
+      preprocess: { threads: 0 },
+      log: { level: 'info' },
       health: { outlier_detection: { consecutive_errors: 3, base_ejection_ms: BASE_EJECTION_MS } },
       models: [
-        { name: 'solo', served_model_name: 'mock-model', block_size: 16, router_mode: 'round-robin', workers: [{ id: 1, url: solo }] },
-        { name: 'trio', served_model_name: 'mock-model', block_size: 16, router_mode: 'round-robin', workers: trio.map((u, i) => ({ id: i + 11, url: u })) },
+        {
+          name: 'solo',
+          served_model_name: 'mock-model',
+          block_size: 16,
+          router_mode: 'round-robin',
+          workers: [{ id: 1, url: solo }],
+        },
+        {
+          name: 'trio',
+          served_model_name: 'mock-model',
+          block_size: 16,
+          router_mode: 'round-robin',
+          workers: trio.map((u, i) => ({ id: i + 11, url: u })),
+        },
       ],
     });
     url = served.url;
@@ -71,18 +94,24 @@ describe('outlier ejection and the pool\'s panic threshold (real mocker processe
     await Promise.all([served?.stop(), ...engines.map((p) => stopServed(p))]);
   });
 
-  it('a pool\'s only worker, failing, is never taken out: the pool panics, requests keep reaching it and succeed once it recovers', async () => {
+  it("a pool's only worker, failing, is never taken out: the pool panics, requests keep reaching it and succeed once it recovers", async () => {
     expect(await panic('solo')).toBe(0);
     // Three 500s in a row earn the ejection; the requests after them still reach the engine.
     for (let i = 0; i < 8; i++) expect(await complete('solo')).toBe(502);
     expect(await injected(solo)).toBe(8);
     expect(await ejections('solo', 1)).toBe(1);
     expect(await panic('solo')).toBe(1);
-    expect(panicLines('solo', /entered panic/)).toEqual([expect.objectContaining({ level: 40, workerType: 'aggregated', healthy: 0, workers: 1 })]);
+    expect(panicLines('solo', /entered panic/)).toEqual([
+      expect.objectContaining({ level: 40, workerType: 'aggregated', healthy: 0, workers: 1 }),
+    ]);
     expect(await metric(url, 'kvgate_worker_up', { model: 'solo', worker_id: '1' })).toBe(1);
 
     // The engine recovers inside its ejection time: the next request is answered.
-    await fetch(`${solo}/admin/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ error_rate: 0 }) });
+    await fetch(`${solo}/admin/faults`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ error_rate: 0 }),
+    });
     expect(await complete('solo')).toBe(200);
     // The ejection ends: the pool leaves panic, logged.
     await until(async () => (await panic('solo')) === 0, 'the solo pool to leave panic', BASE_EJECTION_MS + 5000);

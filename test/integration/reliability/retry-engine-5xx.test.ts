@@ -19,21 +19,53 @@ describe('retry before the first byte on engine 500/502/503', () => {
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-retry-5xx-'));
-    const bad = start(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--speedup', '50', '--fault-error-rate', '1', '--fault-error-status', '503']);
+    const bad = start([
+      'mocker',
+      '--port',
+      '0',
+      '--kv-events-port',
+      '0',
+      '--bootstrap-port',
+      '0',
+      '--speedup',
+      '50',
+      '--fault-error-rate',
+      '1',
+      '--fault-error-status',
+      '503',
+    ]);
     const good = start(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--speedup', '50']);
     procs = [bad, good];
-    const [b, g] = await Promise.all([lineOf(bad, 'ports', (o) => typeof o.url === 'string'), lineOf(good, 'ports', (o) => typeof o.url === 'string')]);
+    const [b, g] = await Promise.all([
+      lineOf(bad, 'ports', (o) => typeof o.url === 'string'),
+      lineOf(good, 'ports', (o) => typeof o.url === 'string'),
+    ]);
     failing = String(b.url);
     const config = join(dir, 'kvgate.json');
-    writeFileSync(config, JSON.stringify({
-      listen: { host: '127.0.0.1', port: 0 }, preprocess: { threads: 0 }, log: { level: 'info' },
-      // The always-failing worker would be ejected for its consecutive 5xx (outlier-ejection.test.ts); here it stays routed.
-      health: { outlier_detection: { consecutive_errors: 0 } },
-      models: [{ name: b.model, block_size: 16, router_mode: 'round-robin', workers: [{ id: 1, url: b.url }, { id: 2, url: g.url }] }],
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        preprocess: { threads: 0 },
+        log: { level: 'info' },
+        // The always-failing worker would be ejected for its consecutive 5xx (outlier-ejection.test.ts); here it stays routed.
+        health: { outlier_detection: { consecutive_errors: 0 } },
+        models: [
+          {
+            name: b.model,
+            block_size: 16,
+            router_mode: 'round-robin',
+            workers: [
+              { id: 1, url: b.url },
+              { id: 2, url: g.url },
+            ],
+          },
+        ],
+      }),
+    );
     const gw = start(['serve', '--config', config]);
     procs.push(gw);
-    url = String((await lineOf(gw, 'the gateway\'s startup line', (o) => o.msg === 'kvgate gateway started')).listen);
+    url = String((await lineOf(gw, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started')).listen);
   }, 60_000);
 
   afterAll(async () => {
@@ -43,7 +75,8 @@ describe('retry before the first byte on engine 500/502/503', () => {
 
   async function complete(stream: boolean): Promise<number> {
     const res = await fetch(`${url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'mock-model', prompt: 'retry me', max_tokens: 4, stream }),
     });
     await res.arrayBuffer();
@@ -55,19 +88,27 @@ describe('retry before the first byte on engine 500/502/503', () => {
     for (let i = 0; i < 8; i++) statuses.push(await complete(i % 2 === 0));
     expect(statuses.every((s) => s === 200)).toBe(true);
     const text = await (await fetch(`${url}/metrics`)).text();
-    const line = text.split('\n').find((l) => l.startsWith('kvgate_router_retries_total{') && l.includes('reason="engine_503"'));
+    const line = text
+      .split('\n')
+      .find((l) => l.startsWith('kvgate_router_retries_total{') && l.includes('reason="engine_503"'));
     expect(Number(line?.split(' ').pop())).toBeGreaterThan(0);
   }, 30_000);
 
   async function retried(reason: string): Promise<number> {
     const text = await (await fetch(`${url}/metrics`)).text();
-    const line = text.split('\n').find((l) => l.startsWith('kvgate_router_retries_total{') && l.includes(`reason="${reason}"`));
+    const line = text
+      .split('\n')
+      .find((l) => l.startsWith('kvgate_router_retries_total{') && l.includes(`reason="${reason}"`));
     return Number(line?.split(' ').pop() ?? 0);
   }
 
   // Issue 23, section 2: before the fix a 500 was not retried and the client got 502 KVG_ERR_ENGINE_FAILED.
   it('an engine 500 before the first byte is retried like a 503: every request succeeds, counted as engine_500', async () => {
-    await fetch(`${failing}/admin/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ error_status: 500 }) });
+    await fetch(`${failing}/admin/faults`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ error_status: 500 }),
+    });
     const statuses = [];
     for (let i = 0; i < 8; i++) statuses.push(await complete(i % 2 === 0));
     expect(statuses).toEqual(Array.from({ length: 8 }, () => 200));

@@ -15,19 +15,42 @@ import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '..
 import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
-const PROMPT = [{ role: 'user', content: 'Summarise the incident report of the storage cluster outage, listing the failed disks, the timeline and the fix. '.repeat(3) }];
+const PROMPT = [
+  {
+    role: 'user',
+    content:
+      'Summarise the incident report of the storage cluster outage, listing the failed disks, the timeline and the fix. '.repeat(
+        3,
+      ),
+  },
+];
 
-interface Answer { status: number; process: string; body: string }
+interface Answer {
+  status: number;
+  process: string;
+  body: string;
+}
 
 /** One request on its own connection (no keep-alive): the cluster may hand it to either process. */
 function fresh(url: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = request(`${url}${path}`, {
-      agent: false, method: body === undefined ? 'GET' : 'POST', headers: { connection: 'close', 'content-type': 'application/json', ...headers },
-    }, (res) => {
-      let text = '';
-      res.setEncoding('utf8').on('data', (c: string) => (text += c)).on('end', () => resolve({ status: res.statusCode!, process: String(res.headers['x-kvgate-process']), body: text }));
-    });
+    const req = request(
+      `${url}${path}`,
+      {
+        agent: false,
+        method: body === undefined ? 'GET' : 'POST',
+        headers: { connection: 'close', 'content-type': 'application/json', ...headers },
+      },
+      (res) => {
+        let text = '';
+        res
+          .setEncoding('utf8')
+          .on('data', (c: string) => (text += c))
+          .on('end', () =>
+            resolve({ status: res.statusCode!, process: String(res.headers['x-kvgate-process']), body: text }),
+          );
+      },
+    );
     req.on('error', reject);
     req.end(body === undefined ? undefined : JSON.stringify(body));
   });
@@ -36,20 +59,40 @@ function fresh(url: string, path: string, body?: unknown, headers: Record<string
 /** A long streamed request pinned to `worker`, held open until destroyed; resolves once it is dispatched (first chunk). */
 function hold(url: string, worker: number, i: number): Promise<{ process: string; req: ClientRequest }> {
   return new Promise((resolve, reject) => {
-    const req = request(`${url}/v1/chat/completions`, {
-      agent: false, method: 'POST', headers: { connection: 'close', 'content-type': 'application/json', 'x-worker-instance-id': String(worker) },
-    }, (res) => {
-      expect(res.statusCode).toBe(200);
-      res.once('data', () => resolve({ process: String(res.headers['x-kvgate-process']), req }));
-      res.on('error', () => undefined);
-    });
+    const req = request(
+      `${url}/v1/chat/completions`,
+      {
+        agent: false,
+        method: 'POST',
+        headers: { connection: 'close', 'content-type': 'application/json', 'x-worker-instance-id': String(worker) },
+      },
+      (res) => {
+        expect(res.statusCode).toBe(200);
+        res.once('data', () => resolve({ process: String(res.headers['x-kvgate-process']), req }));
+        res.on('error', () => undefined);
+      },
+    );
     req.on('error', (err) => (req.destroyed ? undefined : reject(err)));
-    req.end(JSON.stringify({ model: MODEL, stream: true, max_tokens: 4000, messages: [{ role: 'user', content: `job ${i}: ${'write a very long essay about distributed caches. '.repeat(60)}` }] }));
+    req.end(
+      JSON.stringify({
+        model: MODEL,
+        stream: true,
+        max_tokens: 4000,
+        messages: [
+          { role: 'user', content: `job ${i}: ${'write a very long essay about distributed caches. '.repeat(60)}` },
+        ],
+      }),
+    );
   });
 }
 
 /** The sum of a metric's series of one process (a scrape of either process shows both processes' series). */
-async function metricOf(url: string, process: string, name: string, labels: Record<string, string> = {}): Promise<number | undefined> {
+async function metricOf(
+  url: string,
+  process: string,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number | undefined> {
   const a = await fresh(url, '/metrics');
   if (a.status !== 200) return undefined;
   let sum = 0;
@@ -70,13 +113,22 @@ async function route(url: string): Promise<{ process: string; worker: number; ov
 }
 
 /** Polls `/v1/route` until `want` held for an answer of each process in `processes`. */
-async function routedBy(url: string, processes: readonly string[], want: (r: { worker: number; overlap: number }) => boolean, what: string): Promise<void> {
+async function routedBy(
+  url: string,
+  processes: readonly string[],
+  want: (r: { worker: number; overlap: number }) => boolean,
+  what: string,
+): Promise<void> {
   const ok = new Set<string>();
-  await until(async () => {
-    const r = await route(url);
-    if (processes.includes(r.process) && want(r)) ok.add(r.process);
-    return ok.size === processes.length;
-  }, what, 15_000);
+  await until(
+    async () => {
+      const r = await route(url);
+      if (processes.includes(r.process) && want(r)) ok.add(r.process);
+      return ok.size === processes.length;
+    },
+    what,
+    15_000,
+  );
 }
 
 describe('kvgate serve --processes N without models', () => {
@@ -95,18 +147,28 @@ describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)
 
   beforeAll(async () => {
     suite = await startMockerSuite('processes', ['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 2);
-    const file = suite.write('gw.yaml', serveConfig(MODEL, ['workers:', ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)],
-      ['replicas: { heartbeat_ms: 200, peer_timeout_ms: 1500 }']));
+    const file = suite.write(
+      'gw.yaml',
+      serveConfig(
+        MODEL,
+        ['workers:', ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)],
+        ['replicas: { heartbeat_ms: 200, peer_timeout_ms: 1500 }'],
+      ),
+    );
     gw = startCli(['serve', '-c', file, '--processes', '2']);
     suite.procs.push(gw);
     url = (await gw.waitFor(/"listen":"(http:\/\/[^"]+)","process"/, 'the processes listen', 30_000))[1]!;
     // Both processes up and each seeing the other as a peer.
     const peered = new Set<string>();
-    await until(async () => {
-      const a = await fresh(url, '/metrics').catch(() => undefined);
-      if (a?.status === 200 && /^kvgate_replica_peers\{[^}]*\} 1$/m.test(a.body)) peered.add(a.process);
-      return peered.size === 2;
-    }, 'both processes serve on the one port and see each other', 30_000);
+    await until(
+      async () => {
+        const a = await fresh(url, '/metrics').catch(() => undefined);
+        if (a?.status === 200 && /^kvgate_replica_peers\{[^}]*\} 1$/m.test(a.body)) peered.add(a.process);
+        return peered.size === 2;
+      },
+      'both processes serve on the one port and see each other',
+      30_000,
+    );
     expect([...peered].sort()).toEqual(['1', '2']);
   }, 60_000);
 
@@ -117,8 +179,22 @@ describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)
   // issue 15 item 2
   it('long streams on worker 1 held through one process make the other process route away from worker 1', async () => {
     // Worker 1 caches the prompt: each process on its own sends it there.
-    expect((await fresh(url, '/v1/chat/completions', { model: MODEL, max_tokens: 4, messages: PROMPT }, { 'x-worker-instance-id': '1' })).status).toBe(200);
-    await routedBy(url, ['1', '2'], (r) => r.worker === 1 && r.overlap > 0, 'both processes prefer worker 1 for the cached prompt');
+    expect(
+      (
+        await fresh(
+          url,
+          '/v1/chat/completions',
+          { model: MODEL, max_tokens: 4, messages: PROMPT },
+          { 'x-worker-instance-id': '1' },
+        )
+      ).status,
+    ).toBe(200);
+    await routedBy(
+      url,
+      ['1', '2'],
+      (r) => r.worker === 1 && r.overlap > 0,
+      'both processes prefer worker 1 for the cached prompt',
+    );
 
     // Four streams held through one process (P); those the cluster gave the other (Q) are let go at once.
     const held: ClientRequest[] = [];
@@ -131,12 +207,26 @@ describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)
     }
     const q = p === '1' ? '2' : '1';
     // Q holds none of them itself: all of worker 1's load it sees was booked through P.
-    await until(async () => (await metricOf(url, q, 'kvgate_worker_active_requests', { worker_id: '1' })) === 4, `process ${q} counts the 4 streams of process ${p}`, 15_000);
-    expect(await until(async () => (await metricOf(url, q, 'kvgate_worker_peer_load_share', { worker_id: '1' })) === 1, 'all from its peer', 5000)).toBeUndefined();
+    await until(
+      async () => (await metricOf(url, q, 'kvgate_worker_active_requests', { worker_id: '1' })) === 4,
+      `process ${q} counts the 4 streams of process ${p}`,
+      15_000,
+    );
+    expect(
+      await until(
+        async () => (await metricOf(url, q, 'kvgate_worker_peer_load_share', { worker_id: '1' })) === 1,
+        'all from its peer',
+        5000,
+      ),
+    ).toBeUndefined();
     await routedBy(url, [q], (r) => r.worker === 2, `process ${q} routes away from worker 1`);
 
     for (const r of held) r.destroy();
-    await until(async () => (await metricOf(url, q, 'kvgate_worker_active_requests')) === 0, `process ${q} sees the streams freed`, 15_000);
+    await until(
+      async () => (await metricOf(url, q, 'kvgate_worker_active_requests')) === 0,
+      `process ${q} sees the streams freed`,
+      15_000,
+    );
     await routedBy(url, ['1', '2'], (r) => r.worker === 1, 'both processes back on worker 1');
   }, 60_000);
 
@@ -145,7 +235,8 @@ describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)
     for (let i = 0; i < 4; i++) {
       const a = await fresh(url, '/metrics');
       expect(a.status).toBe(200);
-      for (const p of ['1', '2']) expect(a.body).toMatch(new RegExp(`^kvgate_build_info\\{[^}]*process="${p}"[^}]*\\} 1$`, 'm'));
+      for (const p of ['1', '2'])
+        expect(a.body).toMatch(new RegExp(`^kvgate_build_info\\{[^}]*process="${p}"[^}]*\\} 1$`, 'm'));
       // One family header per metric: the exposition stays valid for Prometheus.
       expect(a.body.match(/^# TYPE kvgate_build_info /gm)).toHaveLength(1);
     }
@@ -155,7 +246,10 @@ describe('kvgate serve --processes 2 (replica sync over the cluster IPC channel)
   it('a gateway process killed is logged and counted by the primary, and the other keeps serving the port', async () => {
     const pids = JSON.parse(gw.output().match(/"pids":(\[[0-9,]+\])/)![1]!) as number[];
     process.kill(pids[0]!, 'SIGKILL');
-    await gw.waitFor(/"exits":1,"serving":1,.*gateway process \d exited \(SIGKILL\); it is not restarted/, 'the primary reports the exit');
+    await gw.waitFor(
+      /"exits":1,"serving":1,.*gateway process \d exited \(SIGKILL\); it is not restarted/,
+      'the primary reports the exit',
+    );
     for (let i = 0; i < 4; i++) expect((await route(url)).worker).toBeGreaterThan(0);
   }, 30_000);
 

@@ -18,30 +18,52 @@ import { startNatsServer, type NatsServer } from '../../helpers/nats-server.js';
 import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
-const PROBE = [{ role: 'user', content: 'Compare the replication protocols of the three storage systems, with their failure modes and recovery times. '.repeat(6) }];
+const PROBE = [
+  {
+    role: 'user',
+    content:
+      'Compare the replication protocols of the three storage systems, with their failure modes and recovery times. '.repeat(
+        6,
+      ),
+  },
+];
 
-interface Engine { readonly url: string; readonly kv_events: readonly string[]; readonly kv_events_replay: readonly string[] }
+interface Engine {
+  readonly url: string;
+  readonly kv_events: readonly string[];
+  readonly kv_events_replay: readonly string[];
+}
 
 function config(dir: string, id: string, nats: string, engines: readonly Engine[], warm: boolean): string {
   const file = join(dir, `${id}.yaml`);
-  writeFileSync(file, [
-    'listen: { port: 0 }',
-    'preprocess: { threads: 0 }',
-    // Small chunks: the index crosses in many of them. A generous timeout: on a loaded machine the
-    // peer's answer must not be mistaken for no answer (which starts the replica cold).
-    `replicas: { router_id: ${id}, nats: { servers: ["${nats}"] }, heartbeat_ms: 200, peer_timeout_ms: 2000, warm_start: ${warm}, warm_start_timeout_ms: 30000, snapshot_chunk_bytes: 2048 }`,
-    'models:',
-    `  - name: ${MODEL}`,
-    '    tokenizer: demo',
-    '    workers:',
-    ...engines.map((e, i) => `      - { id: ${i + 1}, url: "${e.url}", kv_events: { endpoint: "${e.kv_events[0]}", replay: "${e.kv_events_replay[0]}" } }`),
-    '',
-  ].join('\n'));
+  writeFileSync(
+    file,
+    [
+      'listen: { port: 0 }',
+      'preprocess: { threads: 0 }',
+      // Small chunks: the index crosses in many of them. A generous timeout: on a loaded machine the
+      // peer's answer must not be mistaken for no answer (which starts the replica cold).
+      `replicas: { router_id: ${id}, nats: { servers: ["${nats}"] }, heartbeat_ms: 200, peer_timeout_ms: 2000, warm_start: ${warm}, warm_start_timeout_ms: 30000, snapshot_chunk_bytes: 2048 }`,
+      'models:',
+      `  - name: ${MODEL}`,
+      '    tokenizer: demo',
+      '    workers:',
+      ...engines.map(
+        (e, i) =>
+          `      - { id: ${i + 1}, url: "${e.url}", kv_events: { endpoint: "${e.kv_events[0]}", replay: "${e.kv_events_replay[0]}" } }`,
+      ),
+      '',
+    ].join('\n'),
+  );
   return file;
 }
 
 async function route(url: string): Promise<{ worker: number; overlap: number; blocks: number }> {
-  const res = await fetch(`${url}/v1/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: PROBE }) });
+  const res = await fetch(`${url}/v1/route`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, messages: PROBE }),
+  });
   expect(res.status).toBe(200);
   const j = (await res.json()) as { worker: { worker_id: number }; overlap_blocks: number; prompt_blocks: number };
   return { worker: j.worker.worker_id, overlap: j.overlap_blocks, blocks: j.prompt_blocks };
@@ -49,7 +71,8 @@ async function route(url: string): Promise<{ worker: number; overlap: number; bl
 
 async function chat(url: string, messages: unknown, worker: number): Promise<void> {
   const res = await fetch(`${url}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json', 'x-worker-instance-id': String(worker) },
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-worker-instance-id': String(worker) },
     body: JSON.stringify({ model: MODEL, max_tokens: 2, messages }),
   });
   await res.arrayBuffer();
@@ -69,7 +92,21 @@ describe('a replica started mid-traffic (warm start over NATS)', () => {
   beforeAll(async () => {
     nats = await startNatsServer();
     // Replay buffers of 3 batches: the engines alone cannot tell a late subscriber what they cached a while ago.
-    const m = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '50', '--kv-events-replay-port', '0', '--kv-events-buffer-steps', '3'], 2);
+    const m = await startMockerCli(
+      [
+        '--model',
+        MODEL,
+        '--tokenizer',
+        'demo',
+        '--speedup',
+        '50',
+        '--kv-events-replay-port',
+        '0',
+        '--kv-events-buffer-steps',
+        '3',
+      ],
+      2,
+    );
     mocker = m.proc;
     engines = m.engines as unknown as Engine[];
     dir = mkdtempSync(join(tmpdir(), 'kvgate-warm-'));
@@ -90,7 +127,7 @@ describe('a replica started mid-traffic (warm start over NATS)', () => {
   };
 
   // issue 15 item 1 (warm start): the new replica's first /v1/route has the old one's overlap
-  it('B\'s first /v1/route reports the overlap and worker A reports; C without warm start does not', async () => {
+  it("B's first /v1/route reports the overlap and worker A reports; C without warm start does not", async () => {
     const urlA = await serve('a', true);
     await chat(urlA, PROBE, 1);
     await until(async () => (await route(urlA)).overlap > 2, 'A sees the prompt cached on worker 1', 10_000);
@@ -101,7 +138,11 @@ describe('a replica started mid-traffic (warm start over NATS)', () => {
     // short buffers roll far past the batches that cached the probe.
     traffic = (async () => {
       for (let i = 0; !stop; i++) {
-        await chat(urlA, [{ role: 'user', content: `request ${i}: tell me about topic number ${i} in a few words` }], 1 + (i % 2));
+        await chat(
+          urlA,
+          [{ role: 'user', content: `request ${i}: tell me about topic number ${i} in a few words` }],
+          1 + (i % 2),
+        );
         sent++;
       }
     })();
@@ -112,16 +153,22 @@ describe('a replica started mid-traffic (warm start over NATS)', () => {
     const now = await route(urlA);
     expect(sent).toBeGreaterThan(12); // still mid-traffic
     // The transfer first: a failed one explains a wrong route below.
-    expect(await metric(urlB, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'ok' })).toBe(1);
+    expect(
+      await metric(urlB, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'ok' }),
+    ).toBe(1);
     expect(now).toEqual(onA);
     expect(first).toEqual(onA);
     expect(cold.overlap).toBeLessThan(onA.overlap);
 
     expect(await metric(urlB, 'kvgate_replica_snapshot_blocks_received_total')).toBeGreaterThanOrEqual(onA.overlap);
     expect(await metric(urlB, 'kvgate_replica_snapshot_bytes_total', { direction: 'received' })).toBeGreaterThan(2048);
-    expect(await metric(urlA, 'kvgate_replica_snapshot_transfers_total', { direction: 'served', outcome: 'ok' })).toBeGreaterThanOrEqual(1);
+    expect(
+      await metric(urlA, 'kvgate_replica_snapshot_transfers_total', { direction: 'served', outcome: 'ok' }),
+    ).toBeGreaterThanOrEqual(1);
     // A started first: nobody to ask, so it started cold at once.
-    expect(await metric(urlA, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'no_peer' })).toBe(1);
+    expect(
+      await metric(urlA, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'no_peer' }),
+    ).toBe(1);
     expect(await metric(urlC, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start' })).toBe(0);
     stop = true;
     await traffic;

@@ -20,13 +20,17 @@ describe('engine facts of a routable worker', () => {
     await fleet?.close();
   });
 
-  it('capacity and KV trust follow setEngineFacts without dropping the worker\'s index', async () => {
+  it("capacity and KV trust follow setEngineFacts without dropping the worker's index", async () => {
     const tokens = randomTokens(seededRng(3), 128);
     await drain(await fleet.router.route(prepare(tokens, { hints: { annotations: [], backendInstanceId: 2 } })));
-    const overlap = async (): Promise<number> => (await fleet.router.query(prepare(tokens, { hints: { annotations: [], backendInstanceId: 2 } }))).overlapBlocks;
+    const overlap = async (): Promise<number> =>
+      (await fleet.router.query(prepare(tokens, { hints: { annotations: [], backendInstanceId: 2 } }))).overlapBlocks;
     await until(async () => (await overlap()) === 8, 'worker 2 indexed');
 
-    fleet.registry.setEngineFacts(2, { totalKvBlocks: 777, kvMismatch: 'its engine\'s block size is 32, the model\'s block_size is 16' });
+    fleet.registry.setEngineFacts(2, {
+      totalKvBlocks: 777,
+      kvMismatch: "its engine's block size is 32, the model's block_size is 16",
+    });
     expect(await overlap()).toBe(0);
     expect(fleet.router.decode.kvRouter!.workers().find((w) => w.workerId === 2)?.totalKvBlocks).toBe(777);
     expect(fleet.registry.effective(2)?.kvMismatch).toMatch(/block size/);

@@ -13,14 +13,18 @@ describe('per-worker approximate fallback', () => {
     await fleet?.close();
   });
 
-  it('a worker without events is routed on the router\'s own records and shows as not live', async () => {
+  it("a worker without events is routed on the router's own records and shows as not live", async () => {
     fleet = await startFleet(2, { withoutEvents: [2] });
     const f = fleet;
     const rng = seededRng(3);
     const index = f.router.decode.kvRouter!.index;
     for (let i = 0; index.blockCount(1) === 0; i++) {
       if (i > 20) throw new Error('no events from worker 1');
-      await drain(await f.router.route(prepare(randomTokens(rng, 3 * BLOCK), { hints: { annotations: [], backendInstanceId: 1 } })));
+      await drain(
+        await f.router.route(
+          prepare(randomTokens(rng, 3 * BLOCK), { hints: { annotations: [], backendInstanceId: 1 } }),
+        ),
+      );
       await until(() => index.blockCount(1) > 0, 'events', 300).catch(() => undefined);
     }
     f.router.tick();

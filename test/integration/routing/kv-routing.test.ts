@@ -19,7 +19,9 @@ describe('kv mode over real engines and KV events', () => {
     for (const w of fleet.workers) {
       for (let attempt = 0; index.blockCount(w.id) === 0; attempt++) {
         if (attempt > 20) throw new Error(`no KV events from worker ${w.id}`);
-        const res = await fleet.router.route(prepare(randomTokens(rng, 64), { hints: { annotations: [], backendInstanceId: w.id } }));
+        const res = await fleet.router.route(
+          prepare(randomTokens(rng, 64), { hints: { annotations: [], backendInstanceId: w.id } }),
+        );
         await drain(res);
         await until(() => index.blockCount(w.id) > 0, 'events', 300).catch(() => undefined);
       }
@@ -38,7 +40,8 @@ describe('kv mode over real engines and KV events', () => {
     const index = fleet.router.decode.kvRouter!.index;
     await until(() => {
       const m = index.findMatches(prepare(doc).hashes.local);
-      for (let i = 0; i < m.count; i++) if (index.slotWorker(m.slots[i]!)!.workerId === holder && m.depths[i] === 32) return true;
+      for (let i = 0; i < m.count; i++)
+        if (index.slotWorker(m.slots[i]!)!.workerId === holder && m.depths[i] === 32) return true;
       return false;
     }, 'the shared prefix in the index');
     for (let i = 0; i < 6; i++) {
@@ -49,7 +52,9 @@ describe('kv mode over real engines and KV events', () => {
       expect(usage?.prompt_tokens_details?.cached_tokens).toBe(32 * BLOCK);
     }
     const text = await fleet.metrics.text();
-    expect(text).toMatch(/kvgate_router_prediction_total\{model="mock-model",worker_type="aggregated",outcome="exact"\} ([6-9]|\d\d)/);
+    expect(text).toMatch(
+      /kvgate_router_prediction_total\{model="mock-model",worker_type="aggregated",outcome="exact"\} ([6-9]|\d\d)/,
+    );
     // The under/over series exist at zero from the start (registered as the workers joined); they must stay there.
     expect(text).toMatch(/outcome="under"\} 0\n/);
     expect(text).toMatch(/outcome="over"\} 0\n/);
@@ -80,7 +85,11 @@ describe('kv mode over real engines and KV events', () => {
     expect((await fleet.router.query(prepare([...doc, 2]))).worker.workerId).toBe(a);
     // Flood worker a's 256-block cache with other prompts: the doc is evicted (BlockRemoved events).
     for (let i = 0; i < 16; i++) {
-      await drain(await fleet.router.route(prepare(randomTokens(rng, 30 * BLOCK), { hints: { annotations: [], backendInstanceId: a } })));
+      await drain(
+        await fleet.router.route(
+          prepare(randomTokens(rng, 30 * BLOCK), { hints: { annotations: [], backendInstanceId: a } }),
+        ),
+      );
     }
     await until(() => depthOn(a) < 24, 'eviction of the doc on worker a');
     // Now worker b learns the doc; the router follows.
@@ -89,7 +98,9 @@ describe('kv mode over real engines and KV events', () => {
     const res = await fleet.router.route(prepare([...doc, 4]));
     expect(res.worker.workerId).toBe(b);
     await drain(res);
-    expect((await fleet.metrics.text())).toMatch(/kvgate_kv_events_applied_total\{event_type="removed",status="ok"\} [1-9]/);
+    expect(await fleet.metrics.text()).toMatch(
+      /kvgate_kv_events_applied_total\{event_type="removed",status="ok"\} [1-9]/,
+    );
   });
 
   it('query-only books nothing and pins are validated', async () => {
@@ -98,10 +109,12 @@ describe('kv mode over real engines and KV events', () => {
     const q = await fleet.router.query(prepare(randomTokens(rng, 40)));
     expect(fleet.workers.map((w) => w.id)).toContain(q.worker.workerId);
     expect(kv.loads().reduce((s, l) => s + l.activeRequests, 0)).toBe(before);
-    await expect(fleet.router.route(prepare([1, 2, 3], { hints: { annotations: [], backendInstanceId: 99 } }))).rejects.toSatisfy(
-      (e: unknown) => isKvgateError(e, 'KVG_ERR_UNKNOWN_WORKER'));
-    await expect(fleet.router.route(prepare([1, 2, 3], { hints: { annotations: [], backendInstanceId: 1, dpRank: 3 } }))).rejects.toSatisfy(
-      (e: unknown) => isKvgateError(e, 'KVG_ERR_INVALID_DP_RANK'));
+    await expect(
+      fleet.router.route(prepare([1, 2, 3], { hints: { annotations: [], backendInstanceId: 99 } })),
+    ).rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_UNKNOWN_WORKER'));
+    await expect(
+      fleet.router.route(prepare([1, 2, 3], { hints: { annotations: [], backendInstanceId: 1, dpRank: 3 } })),
+    ).rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_INVALID_DP_RANK'));
     expect(kv.loads().every((l) => l.activeRequests === 0)).toBe(true);
   });
 });

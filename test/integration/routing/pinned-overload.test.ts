@@ -12,7 +12,10 @@ describe('pins to an overloaded worker', () => {
   let f: Fleet;
   const rng = seededRng(12);
   beforeAll(async () => {
-    f = await startFleet(2, { kvEvents: false, router: { routerConfig: { useKvEvents: false, activePrefillTokensThreshold: 100 } } });
+    f = await startFleet(2, {
+      kvEvents: false,
+      router: { routerConfig: { useKvEvents: false, activePrefillTokensThreshold: 100 } },
+    });
     // Worker 1 holds 200 uncached prompt tokens: over the threshold of 100.
     f.router.decode.kvRouter!.addRequest({ requestId: 'hog', workerId: 1, tokens: randomTokens(rng, 200) });
   });
@@ -28,12 +31,16 @@ describe('pins to an overloaded worker', () => {
   });
 
   it('a pinned query-only request is answered with it', async () => {
-    const q = await f.router.query(prepare(randomTokens(rng, 40), { queryOnly: true, hints: { annotations: [], backendInstanceId: 1 } }));
+    const q = await f.router.query(
+      prepare(randomTokens(rng, 40), { queryOnly: true, hints: { annotations: [], backendInstanceId: 1 } }),
+    );
     expect(q.worker.workerId).toBe(1);
   });
 
   it('a pinned request is booked and served there', async () => {
-    const res = await f.router.route(prepare(randomTokens(rng, 40), { hints: { annotations: [], backendInstanceId: 1, dpRank: 0 } }));
+    const res = await f.router.route(
+      prepare(randomTokens(rng, 40), { hints: { annotations: [], backendInstanceId: 1, dpRank: 0 } }),
+    );
     expect(res.status).toBe(200);
     await drain(res);
     expect(res.worker.workerId).toBe(1);
@@ -41,7 +48,9 @@ describe('pins to an overloaded worker', () => {
 
   it('a session bound to it keeps going there, and keeps its binding', async () => {
     f.router.sessions.bind('s', { workerId: 1, dpRank: 0 });
-    const res = await f.router.route(prepare(randomTokens(rng, 40), { hints: { annotations: [], session: { id: 's' } } }));
+    const res = await f.router.route(
+      prepare(randomTokens(rng, 40), { hints: { annotations: [], session: { id: 's' } } }),
+    );
     await drain(res);
     expect(res.worker.workerId).toBe(1);
     expect(f.router.sessions.lookup('s')?.workerId).toBe(1);

@@ -27,8 +27,12 @@ describe('query-only requests in the histograms', () => {
     expect([1, 2]).toContain(q.worker.workerId);
     const after = await f.metrics.text();
     expect(count(after, 'kvgate_router_kv_hit_rate') - count(before, 'kvgate_router_kv_hit_rate')).toBe(1);
-    expect(count(after, 'kvgate_router_input_sequence_tokens') - count(before, 'kvgate_router_input_sequence_tokens')).toBe(1);
-    expect(after).toMatch(/^kvgate_router_input_sequence_tokens_sum\{model="mock-model",worker_type="aggregated"\} 96$/m);
+    expect(
+      count(after, 'kvgate_router_input_sequence_tokens') - count(before, 'kvgate_router_input_sequence_tokens'),
+    ).toBe(1);
+    expect(after).toMatch(
+      /^kvgate_router_input_sequence_tokens_sum\{model="mock-model",worker_type="aggregated"\} 96$/m,
+    );
     expect(f.router.decode.kvRouter!.activeRequestCount).toBe(0);
   });
 });

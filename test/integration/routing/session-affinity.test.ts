@@ -10,7 +10,10 @@ describe('sticky sessions (aggregated)', () => {
     fleet = undefined;
   });
   const rng = seededRng(8);
-  const hints = (id: string, extra: { action?: 'open' | 'close'; timeoutSecs?: number } = {}) => ({ annotations: [], session: { id, ...extra } });
+  const hints = (id: string, extra: { action?: 'open' | 'close'; timeoutSecs?: number } = {}) => ({
+    annotations: [],
+    session: { id, ...extra },
+  });
 
   it('binds a session to its first worker, slides its TTL, and unbinds on close, expiry or worker loss', async () => {
     const clock = new ManualClock(1_000);
@@ -54,7 +57,9 @@ describe('sticky sessions (aggregated)', () => {
     const bound = first.worker.workerId;
     const allowed = [1, 2, 3].filter((id) => id !== bound);
     for (let i = 0; i < 3; i++) {
-      const res = await f.router.route(prepare(randomTokens(rng, 40), { hints: { ...hints('a'), allowedWorkerIds: new Set(allowed) } }));
+      const res = await f.router.route(
+        prepare(randomTokens(rng, 40), { hints: { ...hints('a'), allowedWorkerIds: new Set(allowed) } }),
+      );
       await drain(res);
       expect(allowed).toContain(res.worker.workerId);
     }
@@ -68,7 +73,9 @@ describe('sticky sessions (aggregated)', () => {
     const res = await f.router.route(prepare(randomTokens(rng, 40), { hints: hints('p') }));
     await drain(res);
     const other = res.worker.workerId === 1 ? 2 : 1;
-    const pinned = await f.router.route(prepare(randomTokens(rng, 40), { hints: { ...hints('p'), backendInstanceId: other } }));
+    const pinned = await f.router.route(
+      prepare(randomTokens(rng, 40), { hints: { ...hints('p'), backendInstanceId: other } }),
+    );
     await drain(pinned);
     expect(pinned.worker.workerId).toBe(other);
   });

@@ -11,7 +11,8 @@ describe('simple and direct modes over real engines', () => {
     await fleet?.close();
     fleet = undefined;
   });
-  const start = async (mode: RouterMode): Promise<Fleet> => (fleet = await startFleet(4, { kvEvents: false, router: { mode } }));
+  const start = async (mode: RouterMode): Promise<Fleet> =>
+    (fleet = await startFleet(4, { kvEvents: false, router: { mode } }));
   const rng = seededRng(21);
 
   it('round-robin cycles over the workers', async () => {
@@ -37,8 +38,13 @@ describe('simple and direct modes over real engines', () => {
     await f.close();
     f = await start('power-of-two');
     // Hold 6 streams open on worker 1: power-of-two never picks it while any other has fewer.
-    const held = await Promise.all(Array.from({ length: 6 }, () =>
-      f.router.route(prepare(randomTokens(rng, 40), { maxTokens: 64, hints: { annotations: [], backendInstanceId: 1 } }))));
+    const held = await Promise.all(
+      Array.from({ length: 6 }, () =>
+        f.router.route(
+          prepare(randomTokens(rng, 40), { maxTokens: 64, hints: { annotations: [], backendInstanceId: 1 } }),
+        ),
+      ),
+    );
     for (let i = 0; i < 12; i++) {
       const res = await f.router.route(prepare(randomTokens(rng, 40)));
       expect(res.worker.workerId).not.toBe(1);
@@ -50,11 +56,16 @@ describe('simple and direct modes over real engines', () => {
 
   it('direct mode dispatches to the named worker and says when none is named', async () => {
     const f = await start('direct');
-    const res = await f.router.route(prepare(randomTokens(rng, 40), { hints: { annotations: [], backendInstanceId: 3 } }));
+    const res = await f.router.route(
+      prepare(randomTokens(rng, 40), { hints: { annotations: [], backendInstanceId: 3 } }),
+    );
     expect(res.worker.workerId).toBe(3);
     await drain(res);
-    await expect(f.router.route(prepare(randomTokens(rng, 40)))).rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_MISSING_WORKER_ID'));
-    await expect(f.router.route(prepare(randomTokens(rng, 40), { hints: { annotations: [], backendInstanceId: 9 } })))
-      .rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_UNKNOWN_WORKER'));
+    await expect(f.router.route(prepare(randomTokens(rng, 40)))).rejects.toSatisfy((e: unknown) =>
+      isKvgateError(e, 'KVG_ERR_MISSING_WORKER_ID'),
+    );
+    await expect(
+      f.router.route(prepare(randomTokens(rng, 40), { hints: { annotations: [], backendInstanceId: 9 } })),
+    ).rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_UNKNOWN_WORKER'));
   });
 });

@@ -12,7 +12,12 @@ import { WorkerRegistry, type WorkerInfo } from '../../../src/discovery/index.js
 import { EngineClient } from '../../../src/engines/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
 import {
-  bootstrapFor, bootstrapProblem, decodeRouterOverride, handoffPath, prefillWorkerInfo, withPromptTokensDetails,
+  bootstrapFor,
+  bootstrapProblem,
+  decodeRouterOverride,
+  handoffPath,
+  prefillWorkerInfo,
+  withPromptTokensDetails,
 } from '../../../src/routing/disagg/handoff.js';
 import { StickySessions } from '../../../src/routing/sticky-sessions.js';
 import { ModelRouter, type ModelRouterOptions } from '../../../src/routing/model-router.js';
@@ -27,18 +32,34 @@ function worker(id: number, role: WorkerInfo['role'], extra: Partial<WorkerInfo>
 }
 
 function routerOn(registry: WorkerRegistry, opts: Partial<ModelRouterOptions> = {}): ModelRouter {
-  return new ModelRouter({
-    model: MODEL, mode: 'kv', blockSize: 16, registry, engine: new EngineClient(),
-    tickIntervalMs: 0, routerConfig: { useKvEvents: false }, ...opts,
-  }, makeRouterContext({ rng: seededRng(1), clock: new ManualClock() }));
+  return new ModelRouter(
+    {
+      model: MODEL,
+      mode: 'kv',
+      blockSize: 16,
+      registry,
+      engine: new EngineClient(),
+      tickIntervalMs: 0,
+      routerConfig: { useKvEvents: false },
+      ...opts,
+    },
+    makeRouterContext({ rng: seededRng(1), clock: new ManualClock() }),
+  );
 }
 
 function legOf(tokens: number[], hints: Parameters<typeof prepare>[1] = {}): LegRequest {
   const req = prepare(tokens, hints);
   return {
-    requestId: req.requestId, path: '/v1/completions', body: req.body, stream: req.stream, isl: req.tokenIds.length,
-    hashes: req.hashes, routing: req.hints, phase: 'aggregated',
-    signal: req.signal, receivedAt: req.receivedAt,
+    requestId: req.requestId,
+    path: '/v1/completions',
+    body: req.body,
+    stream: req.stream,
+    isl: req.tokenIds.length,
+    hashes: req.hashes,
+    routing: req.hints,
+    phase: 'aggregated',
+    signal: req.signal,
+    receivedAt: req.receivedAt,
   };
 }
 
@@ -53,7 +74,9 @@ describe('lifecycle', () => {
     expect(lenient.prefill.pool).toBeUndefined();
     expect([lenient.canServe(), strict.canServe()]).toEqual([true, false]);
     expect([lenient.prefill.canServeRequests(), strict.prefill.canServeRequests()]).toEqual([true, false]);
-    await expect(strict.route(prepare([1, 2, 3]))).rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED'));
+    await expect(strict.route(prepare([1, 2, 3]))).rejects.toSatisfy((e: unknown) =>
+      isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED'),
+    );
 
     registry.add(worker(11, 'prefill'));
     expect(lenient.prefill.state).toBe('active');
@@ -65,7 +88,10 @@ describe('lifecycle', () => {
     expect(pool.kvRouter!.workerType).toBe('prefill');
     expect(pool.kvRouter!.config).toMatchObject({ routerTrackActiveBlocks: false, routerTrackOutputBlocks: false });
     expect(lenient.decode.kvRouter!.workerType).toBe('decode');
-    expect(lenient.decode.kvRouter!.config).toMatchObject({ routerTrackActiveBlocks: true, routerTrackOutputBlocks: true });
+    expect(lenient.decode.kvRouter!.config).toMatchObject({
+      routerTrackActiveBlocks: true,
+      routerTrackOutputBlocks: true,
+    });
     expect(pool.workers().map((w) => w.id)).toEqual([11]);
     expect(lenient.decode.workers().map((w) => w.id)).toEqual([1]);
     expect([lenient.canServe(), strict.canServe()]).toEqual([true, true]);
@@ -100,10 +126,16 @@ describe('lifecycle', () => {
     expect(r.prefill.state).toBe('inactive');
     expect(r.canServe()).toBe(false);
     // One code for the cause, whether the frontend asks first (unavailable) or the router is called.
-    expect(r.unavailable()).toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') && e.statusCode === 503
-      && /no prefill worker is available and its decode workers are decode-only/.test(e.message));
+    expect(r.unavailable()).toSatisfy(
+      (e: unknown) =>
+        isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') &&
+        e.statusCode === 503 &&
+        /no prefill worker is available and its decode workers are decode-only/.test(e.message),
+    );
     for (const call of [() => r.route(prepare([1, 2, 3])), () => r.query(prepare([1, 2, 3], { queryOnly: true }))]) {
-      await expect(call()).rejects.toSatisfy((e: unknown) => isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') && e.statusCode === 503);
+      await expect(call()).rejects.toSatisfy(
+        (e: unknown) => isKvgateError(e, 'KVG_ERR_PREFILL_NOT_ACTIVATED') && e.statusCode === 503,
+      );
     }
     // One decode worker that can serve alone is enough for the fallback.
     registry.add(worker(3, 'decode', { servesAggregated: true }));
@@ -135,12 +167,19 @@ describe('routing rules', () => {
     registry.add(worker(11, 'prefill'));
     const r = routerOn(registry, { mode: 'direct' });
     for (const p of [r.route(prepare([1, 2, 3])), r.query(prepare([1, 2, 3]))]) {
-      await expect(p).rejects.toSatisfy((e: unknown) =>
-        isKvgateError(e, 'KVG_ERR_MISSING_WORKER_ID') && e.statusCode === 400 && /prefill worker .*x-prefill-instance-id.*nvext\.prefill_worker_id/.test(e.message));
+      await expect(p).rejects.toSatisfy(
+        (e: unknown) =>
+          isKvgateError(e, 'KVG_ERR_MISSING_WORKER_ID') &&
+          e.statusCode === 400 &&
+          /prefill worker .*x-prefill-instance-id.*nvext\.prefill_worker_id/.test(e.message),
+      );
     }
-    await expect(r.route(prepare([1, 2, 3], { hints: { annotations: [], prefillWorkerId: 11 } }))).rejects.toSatisfy((e: unknown) =>
-      isKvgateError(e, 'KVG_ERR_MISSING_WORKER_ID') && /decode worker/.test(e.message));
-    const q = await r.query(prepare([1, 2, 3], { hints: { annotations: [], prefillWorkerId: 11, backendInstanceId: 1 } }));
+    await expect(r.route(prepare([1, 2, 3], { hints: { annotations: [], prefillWorkerId: 11 } }))).rejects.toSatisfy(
+      (e: unknown) => isKvgateError(e, 'KVG_ERR_MISSING_WORKER_ID') && /decode worker/.test(e.message),
+    );
+    const q = await r.query(
+      prepare([1, 2, 3], { hints: { annotations: [], prefillWorkerId: 11, backendInstanceId: 1 } }),
+    );
     expect(q).toMatchObject({ worker: { workerId: 1 }, prefillWorker: { workerId: 11, dpRank: 0 } });
     await r.close();
   });
@@ -152,7 +191,9 @@ describe('routing rules', () => {
     const r = routerOn(registry);
     r.prefill.sessions.bind('s', { workerId: 11, dpRank: 0 });
     const session = { id: 's' };
-    const q = await r.query(prepare([1, 2, 3], { hints: { annotations: [], session, allowedWorkerIds: new Set([12, 1]) } }));
+    const q = await r.query(
+      prepare([1, 2, 3], { hints: { annotations: [], session, allowedWorkerIds: new Set([12, 1]) } }),
+    );
     expect(q.prefillWorker?.workerId).toBe(12);
     expect(r.prefill.sessions.lookup('s')).toBeUndefined();
     // Without the restriction, a binding is honoured as before.
@@ -162,7 +203,7 @@ describe('routing rules', () => {
   });
 
   // issue 12 item 6: a client's router_config_override does not change the prefill choice.
-  it('the prefill worker is chosen without the client\'s override: the cache holder every time', async () => {
+  it("the prefill worker is chosen without the client's override: the cache holder every time", async () => {
     const registry = new WorkerRegistry();
     for (const w of [worker(1, 'decode'), worker(11, 'prefill'), worker(12, 'prefill')]) registry.add(w);
     const r = routerOn(registry);
@@ -173,7 +214,11 @@ describe('routing rules', () => {
     kv.free('warm');
     const choices: number[] = [];
     for (let i = 0; i < 20; i++) {
-      const q = await r.query(prepare(tokens, { hints: { annotations: [], routerConfigOverride: { overlapScoreCredit: 0, routerTemperature: 1 } } }));
+      const q = await r.query(
+        prepare(tokens, {
+          hints: { annotations: [], routerConfigOverride: { overlapScoreCredit: 0, routerTemperature: 1 } },
+        }),
+      );
       choices.push(q.prefillWorker!.workerId);
     }
     expect(choices).toEqual(Array(20).fill(11));
@@ -186,14 +231,24 @@ describe('routing rules', () => {
     const r = routerOn(registry, { routerConfig: { useKvEvents: true } });
     const tokens = Array.from({ length: 16 * 8 }, (_, i) => 100 + i);
     const blockHashes = prepare(tokens).hashes.local;
-    r.decode.kvRouter!.index.applyStored(2, 0, null, [...blockHashes].map((_, i) => BigInt(900 + i)), blockHashes);
+    r.decode.kvRouter!.index.applyStored(
+      2,
+      0,
+      null,
+      [...blockHashes].map((_, i) => BigInt(900 + i)),
+      blockHashes,
+    );
     const agg = await r.decode.select(legOf(tokens), 'query');
     expect(agg.worker.id).toBe(2);
     const [c1, c2] = [1, 2].map((id) => agg.decision!.candidates.find((c) => c.workerId === id)!.cost);
     expect(c2).toBeLessThan(c1!);
 
     registry.add(worker(11, 'prefill'));
-    const q = await r.prefill.query(legOf(tokens, { hints: { annotations: [], routerConfigOverride: { routerTemperature: 0, prefillLoadScale: 2 } } }));
+    const q = await r.prefill.query(
+      legOf(tokens, {
+        hints: { annotations: [], routerConfigOverride: { routerTemperature: 0, prefillLoadScale: 2 } },
+      }),
+    );
     const costs = q.decode.decision!.candidates.map((c) => c.cost);
     expect(costs).toHaveLength(2);
     expect(costs[0]).toBe(costs[1]);
@@ -234,18 +289,30 @@ describe('sticky prefill sessions', () => {
 
 describe('handoff helpers', () => {
   it('the protocol follows the worker: SGLang with a bootstrap endpoint rendezvouses, everything else is synchronous', () => {
-    expect(handoffPath(worker(1, 'prefill', { dialect: 'sglang', bootstrap: { host: 'p', port: 8998 } }))).toBe('bootstrap');
+    expect(handoffPath(worker(1, 'prefill', { dialect: 'sglang', bootstrap: { host: 'p', port: 8998 } }))).toBe(
+      'bootstrap',
+    );
     expect(handoffPath(worker(1, 'prefill'))).toBe('sync');
     expect(handoffPath(worker(1, 'prefill', { dialect: 'sglang' }))).toBe('sync');
     expect(bootstrapProblem(worker(1, 'prefill'))).toBeUndefined();
     expect(bootstrapProblem(worker(1, 'prefill', { dialect: 'sglang' }))).toMatch(/needs a bootstrap endpoint/);
-    expect(bootstrapProblem(worker(1, 'prefill', { dialect: 'sglang', bootstrap: { host: '', port: 1 } }))).toMatch(/host is empty/);
-    expect(bootstrapProblem(worker(1, 'prefill', { dialect: 'sglang', bootstrap: { host: 'p', port: 0 } }))).toMatch(/port 0/);
+    expect(bootstrapProblem(worker(1, 'prefill', { dialect: 'sglang', bootstrap: { host: '', port: 1 } }))).toMatch(
+      /host is empty/,
+    );
+    expect(bootstrapProblem(worker(1, 'prefill', { dialect: 'sglang', bootstrap: { host: 'p', port: 0 } }))).toMatch(
+      /port 0/,
+    );
   });
 
   it('bootstrap rooms encode the rank within the worker and stay within 63 bits', () => {
     const rng = seededRng(9);
-    for (const [dpStart, dpSize] of [[0, 1], [0, 2], [0, 7], [4, 3], [8, 48]] as const) {
+    for (const [dpStart, dpSize] of [
+      [0, 1],
+      [0, 2],
+      [0, 7],
+      [4, 3],
+      [8, 48],
+    ] as const) {
       const w = worker(1, 'prefill', { dialect: 'sglang', bootstrap: { host: 'p', port: 8998 }, dpStart, dpSize });
       for (let rank = dpStart; rank < dpStart + dpSize; rank++) {
         const b = bootstrapFor(w, rank, rng);
@@ -259,7 +326,8 @@ describe('handoff helpers', () => {
 
   it('computeBootstrapRoom equals the reference formula over the spec sweep (and size 1 keeps r)', () => {
     const rng = seededRng(2027);
-    const reference = (rank: bigint, size: bigint, r: bigint): bigint => ((r % ((I64_MAX - rank) / size + 1n)) * size) + rank;
+    const reference = (rank: bigint, size: bigint, r: bigint): bigint =>
+      (r % ((I64_MAX - rank) / size + 1n)) * size + rank;
     const rs = [I64_MAX, I64_MAX - 1n, 0n, 12345n, ...Array.from({ length: 8 }, () => randomRoomSeed(rng))];
     for (const size of [1, 3, 5, 6, 7, 9, 16, 32, 48, 49, 64, 128]) {
       for (let rank = 0; rank < size; rank++) {
@@ -275,12 +343,30 @@ describe('handoff helpers', () => {
   });
 
   it('the decode override zeroes credit, reuse and prefill tracking, keeping the other fields', () => {
-    expect(decodeRouterOverride(undefined)).toEqual({ overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false });
-    expect(decodeRouterOverride({ router_temperature: 0.5, overlap_score_credit: 3, assume_kv_reuse: true, shared_cache_multiplier: 1 })).toEqual({
-      routerTemperature: 0.5, sharedCacheMultiplier: 1, overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false,
+    expect(decodeRouterOverride(undefined)).toEqual({
+      overlapScoreCredit: 0,
+      assumeKvReuse: false,
+      trackPrefillTokens: false,
+    });
+    expect(
+      decodeRouterOverride({
+        router_temperature: 0.5,
+        overlap_score_credit: 3,
+        assume_kv_reuse: true,
+        shared_cache_multiplier: 1,
+      }),
+    ).toEqual({
+      routerTemperature: 0.5,
+      sharedCacheMultiplier: 1,
+      overlapScoreCredit: 0,
+      assumeKvReuse: false,
+      trackPrefillTokens: false,
     });
     expect(decodeRouterOverride({ prefillLoadScale: 2, trackPrefillTokens: true })).toEqual({
-      prefillLoadScale: 2, overlapScoreCredit: 0, assumeKvReuse: false, trackPrefillTokens: false,
+      prefillLoadScale: 2,
+      overlapScoreCredit: 0,
+      assumeKvReuse: false,
+      trackPrefillTokens: false,
     });
   });
 
@@ -289,15 +375,21 @@ describe('handoff helpers', () => {
     const payload = { routing_data: { worker_id: { prefill_worker_id: 33, prefill_dp_rank: 2 } } };
     expect(prefillWorkerInfo(undefined, undefined, payload)).toEqual({ workerId: 33, dpRank: 2 });
     expect(prefillWorkerInfo(tracker, { workerId: 22, dpRank: 1 }, payload)).toEqual({ workerId: 22, dpRank: 1 });
-    expect(prefillWorkerInfo(tracker, undefined, { routing_data: { worker_id: { prefill_worker_id: 'x' } } })).toBeUndefined();
+    expect(
+      prefillWorkerInfo(tracker, undefined, { routing_data: { worker_id: { prefill_worker_id: 'x' } } }),
+    ).toBeUndefined();
     tracker.recordWorker({ workerId: 11, dpRank: 0 }); // aggregated phase: fills the prefill slot too
     expect(prefillWorkerInfo(tracker, { workerId: 22, dpRank: 1 }, payload)).toEqual({ workerId: 11, dpRank: 0 });
   });
 
-  it('usage details from the prefill replace the decode engine\'s; nothing to patch without usage', () => {
+  it("usage details from the prefill replace the decode engine's; nothing to patch without usage", () => {
     const details = { cached_tokens: 96 };
-    expect(withPromptTokensDetails({ id: 'x', usage: { prompt_tokens: 100, prompt_tokens_details: { cached_tokens: 0 } } }, details))
-      .toEqual({ id: 'x', usage: { prompt_tokens: 100, prompt_tokens_details: { cached_tokens: 96 } } });
+    expect(
+      withPromptTokensDetails(
+        { id: 'x', usage: { prompt_tokens: 100, prompt_tokens_details: { cached_tokens: 0 } } },
+        details,
+      ),
+    ).toEqual({ id: 'x', usage: { prompt_tokens: 100, prompt_tokens_details: { cached_tokens: 96 } } });
     expect(withPromptTokensDetails({ id: 'x', choices: [] }, details)).toBeUndefined();
     expect(withPromptTokensDetails('[DONE]', details)).toBeUndefined();
   });

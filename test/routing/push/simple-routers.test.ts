@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { seededRng, type RoutingHints, type SimpleRouterMode, type WorkerRank as Candidate } from '../../../src/common/index.js';
+import {
+  seededRng,
+  type RoutingHints,
+  type SimpleRouterMode,
+  type WorkerRank as Candidate,
+} from '../../../src/common/index.js';
 import type { WorkerInfo } from '../../../src/discovery/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
 import { DirectSelector } from '../../../src/routing/push/direct-selector.js';
@@ -76,7 +81,10 @@ describe('direct selection (DirectSelector)', () => {
 
   it('takes decode_worker_id first, then backend_instance_id', () => {
     expect(direct.resolve({ backendInstanceId: 10 }, workers)).toEqual({ workerId: 10, dpRank: 0 });
-    expect(direct.resolve({ backendInstanceId: 10, decodeWorkerId: 11, dpRank: 3 }, workers)).toEqual({ workerId: 11, dpRank: 3 });
+    expect(direct.resolve({ backendInstanceId: 10, decodeWorkerId: 11, dpRank: 3 }, workers)).toEqual({
+      workerId: 11,
+      dpRank: 3,
+    });
   });
 
   it('says clearly what is missing or unknown', () => {

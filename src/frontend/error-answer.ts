@@ -1,0 +1,48 @@
+/**
+ * A failed request's error answer (server.ts's dispatch catches every
+ * failure of a request here): what the client is told (public-error.ts: a
+ * stable code, a fixed sentence, the worker id), what only the log gets (the
+ * engine's URL and text, an internal error's stack), the rejection counted.
+ * Once the response has started it just ends; a stream's failures after its
+ * head are the relay's (respond.ts: an error event).
+ */
+import { CLOSING_CODES } from './route-spec.js';
+import { asKvgateError, sendError } from './http-io.js';
+import type { RelayOptions, RequestContext } from './respond.js';
+
+/** What the answer reads of the server: the log, the public view of errors, `kvgate_http_rejections_total`. */
+type ErrorAnswerOptions = Pick<RelayOptions, 'logger' | 'publicErrors' | 'rejections'>;
+
+/**
+ * Answers `ctx`'s request with the error `err` (the signal's reason instead when it fired: it explains the
+ * failure better than whatever it interrupted). `draining`: the answer closes the connection, as do the
+ * `CLOSING_CODES`; `retryAfter` goes on 429 and 503.
+ */
+export function answerError(
+  ctx: RequestContext,
+  err: unknown,
+  o: ErrorAnswerOptions,
+  draining: boolean,
+  retryAfter: number,
+): void {
+  const { res } = ctx;
+  const reason = ctx.signal.aborted ? ctx.signal.reason : err;
+  const internal = asKvgateError(reason, ctx.requestId);
+  const e = o.publicErrors.of(internal);
+  ctx.logFields.code = e.code;
+  if (e.code === 'KVG_ERR_INTERNAL') o.logger.error({ reqId: ctx.requestId, err: reason }, 'internal error');
+  // What the client is not told (engine URL, socket error, the engine's own text) goes to the log.
+  else if (e !== internal)
+    o.logger.warn({ reqId: ctx.requestId, code: e.code, workerId: e.detail?.workerId, err: internal }, 'engine error');
+  o.rejections.inc({ code: e.code });
+  if (res.destroyed) return;
+  if (res.headersSent) {
+    res.end();
+    return;
+  }
+  const headers: Record<string, string> = {};
+  if (CLOSING_CODES.has(e.code) || draining) headers.connection = 'close';
+  if (typeof e.detail?.workerId === 'number' && !res.hasHeader('x-kvgate-worker'))
+    headers['x-kvgate-worker'] = String(e.detail.workerId);
+  sendError(res, e, retryAfter, headers);
+}

@@ -1,0 +1,411 @@
+/**
+ * The table of kvgate's own metrics: each series' name, help, labels and buckets, in one place.
+ * `KvgateMetrics` (index.ts) builds one prom-client metric per entry and exposes it under the
+ * entry's key, typed from the table. docs/metrics.md lists every series, and a test keeps that
+ * table equal to what `/metrics` exports. Buckets follow Dynamo's router metrics so dashboards
+ * carry over.
+ */
+import type { Counter, Gauge, Histogram } from 'prom-client';
+
+function expBuckets(start: number, factor: number, count: number): number[] {
+  const out: number[] = [];
+  for (let i = 0, v = start; i < count; i++, v *= factor) out.push(Number(v.toPrecision(6)));
+  return out;
+}
+
+function logBuckets(min: number, max: number, count: number): number[] {
+  const out: number[] = [];
+  const f = Math.pow(max / min, 1 / (count - 1));
+  for (let i = 0; i < count; i++) out.push(Number((min * Math.pow(f, i)).toPrecision(4)));
+  return out;
+}
+
+/** Dynamo's TTFT buckets: 0.001 to 480 s, 18 log-spaced. Also used for whole requests. */
+const LATENCY_BUCKETS = logBuckets(0.001, 480, 18);
+
+/** Label sets shared by several metrics. */
+const MW = ['model', 'worker_type'] as const;
+const MWW = ['model', 'worker_type', 'worker_id'] as const;
+const WL = ['model', 'worker_id', 'dp_rank', 'worker_type'] as const;
+
+/** One series. A `scraped` gauge is written by the scrape hooks at each scrape, never left at a stale value. */
+export type MetricDefinition =
+  | { kind: 'counter'; name: string; help: string; labelNames: readonly string[] }
+  | { kind: 'gauge'; name: string; help: string; labelNames: readonly string[]; scraped?: true }
+  | { kind: 'histogram'; name: string; help: string; labelNames: readonly string[]; buckets: readonly number[] };
+
+export const METRIC_DEFINITIONS = {
+  // ---- process and build
+  buildInfo: {
+    kind: 'gauge',
+    name: 'kvgate_build_info',
+    help: 'Always 1; labels name the kvgate version and the Node.js version running it.',
+    labelNames: ['version', 'node_version'],
+  },
+  // ---- router requests
+  requests: {
+    kind: 'counter',
+    name: 'kvgate_router_requests_total',
+    help: 'Requests dispatched to an engine (dispatch succeeded).',
+    labelNames: MW,
+  },
+  requestsStarted: {
+    kind: 'counter',
+    name: 'kvgate_router_requests_started_total',
+    help: 'Requests admitted by the scheduler.',
+    labelNames: MW,
+  },
+  requestErrors: {
+    kind: 'counter',
+    name: 'kvgate_router_request_errors_total',
+    help: 'Requests that failed, by kvgate error code.',
+    labelNames: ['model', 'code'],
+  },
+  ttft: {
+    kind: 'histogram',
+    name: 'kvgate_router_time_to_first_token_seconds',
+    help: 'Time to first token measured at the router, per worker.',
+    labelNames: MWW,
+    buckets: LATENCY_BUCKETS,
+  },
+  itl: {
+    kind: 'histogram',
+    name: 'kvgate_router_inter_token_latency_seconds',
+    help: 'Average inter-token latency per request, per worker.',
+    labelNames: MWW,
+    buckets: logBuckets(0.001, 2, 13),
+  },
+  isl: {
+    kind: 'histogram',
+    name: 'kvgate_router_input_sequence_tokens',
+    help: 'Prompt tokens per request.',
+    labelNames: MW,
+    buckets: logBuckets(50, 128_000, 12),
+  },
+  osl: {
+    kind: 'histogram',
+    name: 'kvgate_router_output_sequence_tokens',
+    help: 'Output tokens per request (only requests with output).',
+    labelNames: MW,
+    buckets: logBuckets(50, 32_000, 10),
+  },
+  predictedKvHitRate: {
+    kind: 'histogram',
+    name: 'kvgate_router_kv_hit_rate',
+    help: 'Predicted overlap blocks / prompt blocks of the chosen worker.',
+    labelNames: MW,
+    buckets: Array.from({ length: 21 }, (_, i) => i / 20),
+  },
+  kvTransferEstimated: {
+    kind: 'histogram',
+    name: 'kvgate_router_kv_transfer_estimated_latency_seconds',
+    help: 'Decode first token minus prefill completion (disaggregated).',
+    labelNames: ['model'],
+    buckets: logBuckets(0.001, 10, 15),
+  },
+  disaggRequests: {
+    kind: 'counter',
+    name: 'kvgate_router_disagg_requests_total',
+    help:
+      'Disaggregated requests by prefill worker (attributed: tracker, direct target, payload), handoff (bootstrap|sync) ' +
+      'and outcome (decoded|prefill_failed|decode_failed).',
+    labelNames: ['model', 'prefill_worker_id', 'handoff', 'outcome'],
+  },
+  disaggFallbacks: {
+    kind: 'counter',
+    name: 'kvgate_router_disagg_fallbacks_total',
+    help: 'Requests served aggregated because every prefill worker of a disaggregated model was gone.',
+    labelNames: ['model'],
+  },
+  nonMaxOverlapSelections: {
+    kind: 'counter',
+    name: 'kvgate_router_non_max_overlap_selections_total',
+    help: 'Selections of a worker other than the one with the most cached blocks.',
+    labelNames: MW,
+  },
+  retries: {
+    kind: 'counter',
+    name: 'kvgate_router_retries_total',
+    help: 'Dispatches retried on another worker before any byte was sent.',
+    labelNames: ['model', 'reason'],
+  },
+  migrations: {
+    kind: 'counter',
+    name: 'kvgate_router_migrations_total',
+    help:
+      'Streams moved to another worker after a migratable failure: outcome started (one per continuation dispatched), ' +
+      'succeeded or failed (one per request that migrated).',
+    labelNames: ['model', 'worker_type', 'outcome'],
+  },
+  migrationsSkipped: {
+    kind: 'counter',
+    name: 'kvgate_router_migrations_skipped_total',
+    help: 'Migratable stream failures not migrated, by reason (max_seq_len|not_migratable|pinned|no_token_ids).',
+    labelNames: ['model', 'worker_type', 'reason'],
+  },
+  engineTimeouts: {
+    kind: 'counter',
+    name: 'kvgate_router_engine_timeouts_total',
+    help: 'Engine legs cut for making no progress (kind first_byte|stream_idle); each is a migratable failure.',
+    labelNames: ['model', 'worker_type', 'kind'],
+  },
+  engineProtocolErrors: {
+    kind: 'counter',
+    name: 'kvgate_router_engine_protocol_errors_total',
+    help:
+      'Engine answers that broke the protocol, by violation (content_type, truncated_event, redirect, not_json, ' +
+      'too_large, event_too_large, no_final_status).',
+    labelNames: ['model', 'worker_type', 'violation'],
+  },
+  // ---- prediction against the engines' reports
+  predictionErrorTokens: {
+    kind: 'histogram',
+    name: 'kvgate_router_prediction_error_tokens',
+    help: 'Engine-reported cached tokens minus the router-predicted overlap tokens.',
+    labelNames: MW,
+    buckets: [-8192, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 8192],
+  },
+  predictionExact: {
+    kind: 'counter',
+    name: 'kvgate_router_prediction_total',
+    help: 'Requests whose engine-reported cached tokens were compared with the prediction (outcome exact|under|over).',
+    labelNames: ['model', 'worker_type', 'outcome'],
+  },
+  // ---- routing overhead (Dynamo's compute buckets, 0.001 ms x 2^k, in seconds)
+  overhead: {
+    kind: 'histogram',
+    name: 'kvgate_router_overhead_seconds',
+    help: 'Routing overhead by stage (block_hashing, indexer_find_matches, scheduling, total).',
+    labelNames: ['model', 'stage'],
+    buckets: expBuckets(1e-6, 2, 15),
+  },
+  // ---- per-worker load
+  workerActivePrefillTokens: {
+    kind: 'gauge',
+    name: 'kvgate_worker_active_prefill_tokens',
+    help: 'Uncached prompt tokens booked and not yet prefilled.',
+    labelNames: WL,
+    scraped: true,
+  },
+  workerActiveDecodeBlocks: {
+    kind: 'gauge',
+    name: 'kvgate_worker_active_decode_blocks',
+    help: 'KV blocks of in-flight requests as booked by the router.',
+    labelNames: WL,
+    scraped: true,
+  },
+  workerActiveRequests: {
+    kind: 'gauge',
+    name: 'kvgate_worker_active_requests',
+    help: 'In-flight requests booked on the worker.',
+    labelNames: WL,
+    scraped: true,
+  },
+  workerIndexBlocks: {
+    kind: 'gauge',
+    name: 'kvgate_worker_index_blocks',
+    help: 'Blocks the prefix index holds for the worker.',
+    labelNames: WL,
+    scraped: true,
+  },
+  workerKvEventsLive: {
+    kind: 'gauge',
+    name: 'kvgate_worker_kv_events_live',
+    help: "1 while the worker's KV events are live; 0 when routing uses approximate mode for it.",
+    labelNames: ['model', 'worker_id', 'worker_type'],
+  },
+  // ---- queue and backpressure
+  queuePendingRequests: {
+    kind: 'gauge',
+    name: 'kvgate_router_queue_pending_requests',
+    help: 'Requests parked in the router queue.',
+    labelNames: MW,
+  },
+  queuePendingIslTokens: {
+    kind: 'gauge',
+    name: 'kvgate_router_queue_pending_isl_tokens',
+    help: 'Prompt tokens of requests parked in the router queue.',
+    labelNames: MW,
+  },
+  backpressure: {
+    kind: 'counter',
+    name: 'kvgate_router_backpressure_total',
+    help: 'Requests rejected by queue-depth backpressure.',
+    labelNames: MW,
+  },
+  // ---- engines that do not serve the model's name
+  workerServedModelMismatch: {
+    kind: 'gauge',
+    name: 'kvgate_worker_served_model_mismatch',
+    help:
+      "1 while the worker's engine does not list the model's served_model_name in its /v1/models (the worker is not " +
+      'routed to); 0 once it does.',
+    labelNames: ['model', 'worker_id'],
+  },
+  // ---- worker state (loud failures)
+  workerUp: {
+    kind: 'gauge',
+    name: 'kvgate_worker_up',
+    help: '1 while the worker is routable (configured and passing its health probe); 0 while it is down.',
+    labelNames: ['model', 'worker_id', 'worker_type'],
+  },
+  workerState: {
+    kind: 'gauge',
+    name: 'kvgate_worker_state',
+    help: "1 for the worker's current health state (up, down, ejected, panic, kept, model_mismatch, unknown), 0 for the others.",
+    labelNames: ['model', 'worker_id', 'state'],
+  },
+  workerBlockSizeMismatch: {
+    kind: 'gauge',
+    name: 'kvgate_worker_block_size_mismatch',
+    help:
+      "1 once the worker's engine says (its /metrics on join, or its KV events) it uses a block size other than the " +
+      "model's block_size (its blocks are ignored, its KV overlap scored 0).",
+    labelNames: ['model', 'worker_id'],
+  },
+  engineChecks: {
+    kind: 'counter',
+    name: 'kvgate_worker_engine_checks_total',
+    help:
+      "Checks of a joining worker's engine: check=block_size (its /metrics) or tokenizer (the canary probe), by outcome: " +
+      'ok, mismatch (kept out of KV-aware routing), unreadable (/metrics), inconclusive (probe).',
+    labelNames: ['model', 'check', 'outcome'],
+  },
+  modelTokenizerMissing: {
+    kind: 'gauge',
+    name: 'kvgate_model_tokenizer_missing',
+    help: "1 for a KV-routed model without a tokenizer (prefix hashes come from the byte-packing fallback and match no engine's blocks).",
+    labelNames: ['model'],
+  },
+  // ---- health probing
+  healthTransitions: {
+    kind: 'counter',
+    name: 'kvgate_worker_health_transitions_total',
+    help:
+      "Health probing outcomes per worker: ejected (marked down), kept (failing, but the model's ejection limit is " +
+      'reached: still routed), readmitted.',
+    labelNames: ['model', 'worker_id', 'transition'],
+  },
+  workerEjections: {
+    kind: 'counter',
+    name: 'kvgate_worker_ejections_total',
+    help:
+      'Workers taken out of routing: health_probe (failed probes) or consecutive_errors (5xx answers, connection ' +
+      'failures or malformed answers on dispatch).',
+    labelNames: ['model', 'worker_id', 'reason'],
+  },
+  poolPanic: {
+    kind: 'gauge',
+    name: 'kvgate_pool_panic',
+    help:
+      "1 while the pool (a model's workers of one worker_type) has fewer healthy workers than its panic threshold: it " +
+      'routes to all of them, ejected ones included.',
+    labelNames: MW,
+  },
+  // ---- fleet membership and hot reconfiguration
+  workerMembership: {
+    kind: 'counter',
+    name: 'kvgate_worker_membership_changes_total',
+    help:
+      'Workers joining (change=joined) and leaving (change=left) a model at runtime, by the source that reported them ' +
+      '(static: the config file, on reload).',
+    labelNames: ['model', 'source', 'change'],
+  },
+  discoveryUpdates: {
+    kind: 'counter',
+    name: 'kvgate_discovery_updates_total',
+    help:
+      'Worker sets a discovery source reported for a model (source=file, etcd or kubernetes), by outcome: applied, ' +
+      'unchanged, rejected (invalid: the previous workers stay).',
+    labelNames: ['model', 'source', 'outcome'],
+  },
+  configReloads: {
+    kind: 'counter',
+    name: 'kvgate_config_reloads_total',
+    help:
+      'Configuration reloads (trigger=sighup or admin) by outcome: applied, unchanged, rejected (invalid or needing a ' +
+      'restart: nothing changed).',
+    labelNames: ['trigger', 'outcome'],
+  },
+  // ---- sticky sessions
+  sessions: {
+    kind: 'gauge',
+    name: 'kvgate_router_sessions',
+    help: 'Sticky session bindings held.',
+    labelNames: MW,
+  },
+  sessionLimits: {
+    kind: 'counter',
+    name: 'kvgate_router_session_limits_total',
+    help:
+      'Sticky session limits applied: limit=timeout (a requested timeout clamped to the maximum) or capacity (the least ' +
+      'recently used binding dropped).',
+    labelNames: ['model', 'worker_type', 'limit'],
+  },
+  // ---- KV events
+  kvEventsApplied: {
+    kind: 'counter',
+    name: 'kvgate_kv_events_applied_total',
+    help: 'KV events applied to the prefix index, by type and status.',
+    labelNames: ['event_type', 'status'],
+  },
+  kvEventDecodeErrors: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_decode_errors_total',
+    help: 'KV event messages that could not be decoded, by kind.',
+    labelNames: ['worker_id', 'kind'],
+  },
+  kvEventGaps: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_gaps_total',
+    help: "Gaps detected in a publisher's sequence numbers.",
+    labelNames: ['worker_id', 'dp_rank'],
+  },
+  kvEventDropped: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_dropped_total',
+    help: 'KV event batches dropped unapplied: queue_full (replayed later) or garbage (sequence numbers the publisher never sent).',
+    labelNames: ['worker_id', 'dp_rank', 'reason'],
+  },
+  kvEventResets: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_resets_total',
+    help:
+      "Times a worker's index slot was cleared, by reason (restart, gap_without_replay, replay_failed, " +
+      'replay_incomplete, inconsistent).',
+    labelNames: ['worker_id', 'dp_rank', 'reason'],
+  },
+  kvEventReplays: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_replays_total',
+    help: 'Replay requests to a publisher, by outcome.',
+    labelNames: ['worker_id', 'dp_rank', 'outcome'],
+  },
+  kvEventPublisherRestarts: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_publisher_restarts_total',
+    help: 'Publisher restarts detected (sequence went backwards); the slot was cleared.',
+    labelNames: ['worker_id', 'dp_rank'],
+  },
+  // ---- HTTP edge
+  /** End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served). */
+  requestDuration: {
+    kind: 'histogram',
+    name: 'kvgate_request_duration_seconds',
+    help: 'HTTP request duration from arrival to the last byte, by model, endpoint (route) and status class (2xx..5xx).',
+    labelNames: ['model', 'endpoint', 'status_class'],
+    buckets: LATENCY_BUCKETS,
+  },
+} as const satisfies Record<string, MetricDefinition>;
+
+type LabelOf<D> = D extends { labelNames: readonly (infer L extends string)[] } ? L : never;
+type MetricOf<D> = D extends { kind: 'counter' }
+  ? Counter<LabelOf<D>>
+  : D extends { kind: 'gauge' }
+    ? Gauge<LabelOf<D>>
+    : Histogram<LabelOf<D>>;
+
+/** The metric built from each entry of the table, under the entry's key. */
+export type DefinedMetrics = {
+  readonly [K in keyof typeof METRIC_DEFINITIONS]: MetricOf<(typeof METRIC_DEFINITIONS)[K]>;
+};

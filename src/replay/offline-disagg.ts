@@ -1,0 +1,198 @@
+/**
+ * The disaggregated path of an offline run (P prefill + D decode engines):
+ * each arrival becomes a `DisaggFlow` that goes through two legs, under
+ * either protocol:
+ * - `bootstrap` (SGLang): at arrival the prefill and the decode worker are
+ *   both chosen and booked; prefill runs with max_tokens 1; when it
+ *   completes, the decode engine receives the request with its prompt KV
+ *   remote and waits the transfer (uncached tokens x kv bytes per token /
+ *   bandwidth) before decoding. Simplification: the decode engine reserves
+ *   the request's KV blocks when prefill completes, not at arrival.
+ * - `kv_transfer_params` (vLLM NIXL, sequential): prefill runs first; only
+ *   when its response is back is the decode worker chosen, and it pulls the
+ *   KV (same transfer delay).
+ * In both, the prefill engine holds the request's blocks (lease `kvLeaseMs`)
+ * until the decode engine's first token, which follows the transfer.
+ * The prefill router is a KV router with active-block tracking off (Dynamo
+ * activates it so); the decode router runs with overlap credit 0, no
+ * assumed reuse and no prefill tracking (Dynamo's decode override). Simple
+ * policies use the same mode on both pools.
+ */
+import type { ManualClock } from '../common/index.js';
+import type { CoreRequest } from '../mocker/index.js';
+import type { Arrival, OfflineLegs } from './offline-legs.js';
+import { generationSeed, type Engine, type PoolState } from './offline-pools.js';
+import type { RouteChoice, RouteRequest } from './policy.js';
+
+export type DisaggProtocol = 'bootstrap' | 'kv_transfer_params';
+export const DISAGG_PROTOCOLS: readonly DisaggProtocol[] = ['bootstrap', 'kv_transfer_params'];
+
+/** One disaggregated request between its legs: the decode leg starts once the prefill is done and the decode worker is known. */
+interface DisaggFlow extends Arrival {
+  /** The prefill leg's id on its engine (the decode leg uses `key`). */
+  readonly prefillId: string;
+  decodeChoice: RouteChoice | null;
+  prefillDoneAt: number | null;
+  prefillEngine: Engine | null;
+}
+
+export interface DisaggArrivalsOptions {
+  readonly legs: OfflineLegs;
+  readonly clock: ManualClock;
+  /** The prefill pool, then the decode pool. */
+  readonly pools: readonly [PoolState, PoolState];
+  /** By worker id. */
+  readonly engines: readonly Engine[];
+  readonly protocol: DisaggProtocol;
+  /** The run's seed (each request's generated tokens derive from it). */
+  readonly seed: number;
+  /** How long a prefill engine holds a request's blocks for the decode engine. */
+  readonly kvLeaseMs: number;
+}
+
+/** The P/D path of one run: `arrive` starts a request's legs; `leaseExpired` is read after the run. */
+export class DisaggArrivals {
+  readonly #opts: DisaggArrivalsOptions;
+  /** Prefill leases that had expired when the decode leg's KV arrived. */
+  #leaseExpired = 0;
+
+  constructor(opts: DisaggArrivalsOptions) {
+    this.#opts = opts;
+  }
+
+  get leaseExpired(): number {
+    return this.#leaseExpired;
+  }
+
+  arrive(a: Arrival): void {
+    const { legs, pools, engines, protocol } = this.#opts;
+    const { o, key } = a;
+    const flow: DisaggFlow = {
+      ...a,
+      prefillId: `${key}:prefill`,
+      decodeChoice: null,
+      prefillDoneAt: null,
+      prefillEngine: null,
+    };
+    const prefillPool = pools[0];
+    legs.routeThen(
+      prefillPool.router,
+      { key, tokens: flow.tokens, expectedOutputTokens: 1, replica: flow.replica },
+      prefillPool.workerIds,
+      (p, t) => {
+        o.prefillWorkerId = p.workerId;
+        o.predictedCachedTokens = p.predictedCachedTokens;
+        flow.prefillEngine = engines[p.workerId]!;
+        // SGLang's bootstrap path picks both workers up front; vLLM's picks decode after the prefill response.
+        if (protocol === 'bootstrap') this.#routeDecode(flow);
+        if (o.error !== null) {
+          prefillPool.router.finished(key);
+          return;
+        }
+        this.#startPrefill(flow, flow.prefillEngine, t);
+      },
+      (err) => legs.fail(o, err),
+    );
+  }
+
+  /** The prefill leg: max_tokens 1, blocks held under the lease for the decode engine. */
+  #startPrefill(flow: DisaggFlow, pe: Engine, t: number): void {
+    const { legs, pools, seed, kvLeaseMs, protocol } = this.#opts;
+    const { r, o, key } = flow;
+    const [prefillPool, decodePool] = pools;
+    const req: CoreRequest = {
+      id: flow.prefillId,
+      promptTokens: flow.tokens,
+      maxTokens: 1,
+      seed: generationSeed(seed, r.index),
+      holdBlocksMs: kvLeaseMs,
+    };
+    legs.submit(pe, req, t, {
+      onAdmitted: (cached, at) => legs.admitted(o, r, cached, at),
+      onToken: (_id, index) => {
+        if (index === 0) prefillPool.router.prefillCompleted(key);
+      },
+      onFinish: (_info, at) => {
+        prefillPool.router.finished(key);
+        o.prefillDoneMs = at;
+        flow.prefillDoneAt = at;
+        if (protocol === 'kv_transfer_params') this.#routeDecode(flow);
+        else this.#startDecode(flow);
+      },
+      onError: (err) => {
+        prefillPool.router.finished(key);
+        if (flow.decodeChoice !== null) decodePool.router.finished(key);
+        legs.fail(o, err);
+      },
+    });
+  }
+
+  #routeDecode(flow: DisaggFlow): void {
+    const { legs } = this.#opts;
+    const decodePool = this.#opts.pools[1];
+    const req: RouteRequest = {
+      key: flow.key,
+      tokens: flow.tokens,
+      expectedOutputTokens: flow.r.outputLength,
+      replica: flow.replica,
+    };
+    legs.routeThen(
+      decodePool.router,
+      req,
+      decodePool.workerIds,
+      (d) => {
+        flow.decodeChoice = d;
+        flow.o.workerId = d.workerId;
+        this.#startDecode(flow);
+      },
+      (err) => {
+        if (flow.prefillEngine !== null) flow.prefillEngine.ve.core.abort(flow.prefillId);
+        legs.fail(flow.o, err);
+      },
+    );
+  }
+
+  /** The decode leg, once both the prefill is done and the decode worker is known; its KV transfer precedes its first token. */
+  #startDecode(flow: DisaggFlow): void {
+    if (flow.decodeChoice === null || flow.prefillDoneAt === null || flow.prefillEngine === null) return;
+    const { legs, clock, seed } = this.#opts;
+    const { r, o, key } = flow;
+    const pe = flow.prefillEngine;
+    const decodePool = this.#opts.pools[1];
+    const decodeEngine = this.#opts.engines[flow.decodeChoice.workerId]!;
+    const at = Math.max(flow.prefillDoneAt, clock.now());
+    o.decodeStartMs = at;
+    const req: CoreRequest = {
+      id: key,
+      promptTokens: flow.tokens,
+      maxTokens: r.outputLength,
+      seed: generationSeed(seed, r.index),
+      remotePrefill: true,
+    };
+    legs.submit(decodeEngine, req, at, {
+      onAdmitted: (cached) => {
+        o.transferEstimateMs = decodeEngine.ve.core.transferMs(r.inputLength - cached);
+      },
+      onToken: (_id, index, tt) => {
+        o.outputTokens = index + 1;
+        if (index === 0) {
+          o.firstTokenMs = tt;
+          decodePool.router.prefillCompleted(key);
+          // The KV has arrived (the transfer precedes the first token): the prefill engine's lease ends.
+          if (!pe.ve.core.pullHeld(flow.prefillId, undefined, tt).ok) this.#leaseExpired++;
+        }
+        decodePool.router.outputTokens(key, index + 1);
+      },
+      onFinish: (_info, tt) => {
+        o.finishMs = tt;
+        decodePool.router.finished(key);
+        legs.finish();
+      },
+      onError: (err) => {
+        decodePool.router.finished(key);
+        pe.ve.core.abort(flow.prefillId);
+        legs.fail(o, err);
+      },
+    });
+  }
+}

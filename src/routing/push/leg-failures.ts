@@ -1,0 +1,90 @@
+/**
+ * What a failed leg tells the rest of kvgate: which failures say the worker
+ * itself could not be talked to (health probing is asked to look now), what
+ * outlier detection is told of a dispatch that threw, the retries metric's
+ * reason, and the counting and logging of an answer that broke the protocol
+ * or of a leg cut for making no progress.
+ */
+import type { WorkerRole } from '../../common/index.js';
+import { EngineHttpError, protocolViolationOf } from '../../engines/index.js';
+import { isKvgateError, type KvgateError } from '../../errors/index.js';
+import type { RouterContext } from '../context.js';
+import type { LegRequest, Selection } from './types.js';
+
+/** Told how a dispatch ended (outlier detection): why it failed, and whether nothing answered (refused, reset). */
+export type DispatchOutcomeListener = (
+  workerId: number,
+  error: string | undefined,
+  connectionFailure?: boolean,
+) => void;
+
+/** Failures that say the worker itself could not be talked to: health probing is asked to look now. */
+const CONNECTION_FAILURES = new Set([
+  'KVG_ERR_ENGINE_UNREACHABLE',
+  'KVG_ERR_ENGINE_NOT_REGISTERED',
+  'KVG_ERR_ENGINE_DISCONNECTED',
+  'KVG_ERR_ENGINE_STREAM_BROKEN',
+]);
+
+/** The worker itself could not be talked to (unreachable, not registered, disconnected, stream broken). */
+export function isConnectionFailure(err: unknown): boolean {
+  return isKvgateError(err) && CONNECTION_FAILURES.has(err.code);
+}
+
+/** The retries metric's reason: the error code, or the engine's status for an HTTP error. */
+export function retryReason(err: KvgateError): string {
+  return err instanceof EngineHttpError ? `engine_${err.upstreamStatus}` : err.code;
+}
+
+/**
+ * Tells outlier detection how a dispatch that threw ended: a 5xx, a connection failure or an answer that broke
+ * the protocol (a proxy's HTML page for a stream) counts against the worker.
+ */
+export function reportDispatchFailure(
+  report: DispatchOutcomeListener | undefined,
+  workerId: number,
+  err: unknown,
+): void {
+  if (report === undefined) return;
+  if (err instanceof EngineHttpError)
+    report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
+  else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code, true);
+  else if (isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
+}
+
+/** Where a leg failed: the pool and the leg. */
+export interface FailedLeg {
+  readonly ctx: RouterContext;
+  readonly model: string;
+  readonly role: WorkerRole;
+  readonly req: LegRequest;
+  readonly sel: Selection;
+}
+
+/**
+ * A leg that failed on an answer breaking the protocol (before or after its first byte), or cut for making no
+ * progress: counted and logged; the error itself says whether it is migratable. Other failures are not noted here.
+ */
+export function noteLegFailure({ ctx, model, role, req, sel }: FailedLeg, err: unknown): void {
+  const violation = protocolViolationOf(err);
+  if (violation !== undefined) {
+    ctx.metrics?.engineProtocolErrors.labels({ model, worker_type: role, violation }).inc();
+    ctx.logger.warn(
+      { model, requestId: req.requestId, ...sel.slot, code: (err as KvgateError).code, violation, err },
+      'engine answer broke the protocol',
+    );
+    return;
+  }
+  if (
+    !isKvgateError(err, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT') &&
+    !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')
+  )
+    return;
+  const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
+  ctx.metrics?.engineTimeouts.labels({ model, worker_type: role, kind }).inc();
+  const timeoutMs = err.detail?.['timeoutMs'];
+  ctx.logger.warn(
+    { model, requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs },
+    'engine leg made no progress in time; cut (migratable)',
+  );
+}
