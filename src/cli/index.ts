@@ -56,7 +56,12 @@ export async function main(argv: string[]): Promise<number> {
   // `--version` and `-v` are the conventional spellings of the `version` command.
   const cmd = SUBCOMMANDS[name === '--version' || name === '-v' ? 'version' : name];
   if (cmd === undefined) {
-    process.stderr.write(`kvgate: unknown command '${name}'\n\n${cliUsage()}`);
+    // A typo gets the command it was probably meant to be (`kvgate serv` -> serve), as a mistyped flag does;
+    // loaded here only, so `kvgate --help` stays fast.
+    const { closestFlag } = await import('../config/index.js');
+    const near = closestFlag(name, Object.keys(SUBCOMMANDS))?.replace(/^--/, '');
+    const hint = near === undefined ? '' : `; did you mean '${near}'?`;
+    process.stderr.write(`kvgate: unknown command '${name}'${hint}\n\n${cliUsage()}`);
     return 2;
   }
   return (await cmd.load()).run(rest);

@@ -28,6 +28,21 @@ export function checkHttpUrl(s: string): string | undefined {
   return undefined;
 }
 
+/**
+ * An engine's base URL: kvgate adds `/v1/chat/completions` and the other API paths itself, so a URL that
+ * already ends in `/v1` would send every request to `/v1/v1/...` and fail 404 after passing health checks.
+ */
+export function checkEngineUrl(s: string): string | undefined {
+  const bad = checkHttpUrl(s);
+  if (bad !== undefined) return bad;
+  const u = new URL(s);
+  if (/\/v1\/?$/.test(u.pathname)) {
+    const base = `${u.origin}${u.pathname.replace(/\/v1\/?$/, '')}`;
+    return `must be the engine's base URL without /v1 (kvgate adds the API paths; requests would go to /v1/v1/...): ${base}`;
+  }
+  return undefined;
+}
+
 export function checkZmqEndpoint(s: string): string | undefined {
   const m = /^(tcp|ipc):\/\/(.+)$/.exec(s);
   if (m === null) return 'must be a ZMQ endpoint such as tcp://10.0.0.5:5557 (or ipc://path)';

@@ -1,6 +1,6 @@
 /** The gateway configuration: file + flags, validated once into a frozen `GatewayConfig`. */
 export { loadGatewayConfig } from './load.js';
-export { parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
+export { closestFlag, parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
 export type { ServeFlags } from './flags.js';
 export type { ConfigProblem } from './reader.js';
 export type {

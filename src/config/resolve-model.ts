@@ -8,7 +8,7 @@ import { dirname, join } from 'node:path';
 import { ENGINE_DIALECTS, ROUTER_MODES, WORKER_ROLES, type EngineDialect } from '../common/index.js';
 import { kvEventsEnabled } from '../core/index.js';
 import type { KvEventEndpoints } from '../discovery/index.js';
-import { absolute, checkHost, checkHttpUrl, checkZmqEndpoint, type ResolveContext } from './checks.js';
+import { absolute, checkHost, checkEngineUrl, checkHttpUrl, checkZmqEndpoint, type ResolveContext } from './checks.js';
 import { GATEWAY_DEFAULTS } from './defaults.js';
 import { readKubernetesSection } from './kubernetes-section.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
@@ -145,7 +145,7 @@ export interface ModelNames {
 function readWorker(w: ConfigReader, modelEngine: EngineDialect, names: ModelNames): WorkerConfig {
   w.allowOnly(WORKER_KEYS);
   const id = w.reqInt('id', { min: 0, max: MAX_U53 });
-  const url = w.reqStr('url', checkHttpUrl).replace(/\/+$/, '');
+  const url = w.reqStr('url', checkEngineUrl).replace(/\/+$/, '');
   const role = w.oneOf('role', WORKER_ROLES, 'aggregated');
   const dialect = w.oneOf('engine', ENGINE_DIALECTS, modelEngine);
   const dpSize = w.int('dp_size', 1, { min: 1, max: 1024 });

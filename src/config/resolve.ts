@@ -33,6 +33,10 @@ const TOP_KEYS = [
   'processes',
 ] as const;
 
+/** One rule for a key from any source: at least 8 characters, no spaces. */
+const KEY_RULE = 'at least 8 characters without spaces';
+const weakKey = (k: string): boolean => k.length < 8 || /\s/.test(k);
+
 function readApiKeys(root: ConfigReader, ctx: ResolveContext): string[] {
   const auth = root.child('auth');
   if (auth === undefined) return [];
@@ -40,9 +44,9 @@ function readApiKeys(root: ConfigReader, ctx: ResolveContext): string[] {
   const keys: string[] = [];
   const list = auth.list('api_keys');
   list?.forEach((k, i) => {
-    if (typeof k !== 'string' || k.length < 8 || /\s/.test(k)) {
+    if (typeof k !== 'string' || weakKey(k)) {
       // Never echo a key back, even a bad one.
-      auth.problemAt([...auth.path, 'api_keys', i], 'must be a string of at least 8 characters without spaces');
+      auth.problemAt([...auth.path, 'api_keys', i], `must be a string of ${KEY_RULE}`);
     } else keys.push(k);
   });
   const envName = auth.optStr('api_keys_env', (s) =>
@@ -53,21 +57,27 @@ function readApiKeys(root: ConfigReader, ctx: ResolveContext): string[] {
     if (value === undefined || value.trim() === '')
       auth.problem('api_keys_env', `environment variable ${envName} is not set or empty`);
     else
-      keys.push(
-        ...value
-          .split(',')
-          .map((k) => k.trim())
-          .filter((k) => k.length > 0),
-      );
+      value
+        .split(',')
+        .map((k) => k.trim())
+        .filter((k) => k.length > 0)
+        .forEach((k, i) => {
+          if (weakKey(k)) auth.problem('api_keys_env', `key ${i + 1} of ${envName} must be ${KEY_RULE}`);
+          else keys.push(k);
+        });
   }
   const file = auth.optStr('api_keys_file');
   if (file !== undefined) {
     const path = absolute(ctx, file);
     try {
-      for (const line of readFileSync(path, 'utf8').split('\n')) {
-        const k = line.trim();
-        if (k !== '' && !k.startsWith('#')) keys.push(k);
-      }
+      readFileSync(path, 'utf8')
+        .split('\n')
+        .forEach((line, i) => {
+          const k = line.trim();
+          if (k === '' || k.startsWith('#')) return;
+          if (weakKey(k)) auth.problem('api_keys_file', `line ${i + 1} of ${path}: the key must be ${KEY_RULE}`);
+          else keys.push(k);
+        });
     } catch (err) {
       auth.problem(
         'api_keys_file',

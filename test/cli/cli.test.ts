@@ -37,6 +37,17 @@ describe('kvgate --version', () => {
   });
 });
 
+describe('unknown commands', () => {
+  it('a mistyped command gets the command it was probably meant to be, and exit code 2', async () => {
+    const r = await kvgateRun(['serv']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^kvgate: unknown command 'serv'; did you mean 'serve'\?\n\nusage: kvgate <command>/);
+    const far = await kvgateRun(['frobnicate']);
+    expect(far.code).toBe(2);
+    expect(far.stderr).toMatch(/^kvgate: unknown command 'frobnicate'\n\nusage:/);
+  });
+});
+
 describe('unknown flags', () => {
   it('are reported once per command, with the closest known flag', async () => {
     const serve = await kvgateRun(['serve', '--prot', '8080']);

@@ -539,6 +539,29 @@ ${WORKERS}
     expect(by['auth.api_keys_file']).toMatch(/cannot read .*keys.txt: ENOENT/);
   });
 
+  it('API keys: one rule whatever the source (the file, the environment, a keys file), and no key echoed', () => {
+    writeFileSync(join(dir, 'weak-keys.txt'), '# keys\nlong-enough-key-1\nabc\n');
+    const p = problemsOf({
+      file: file('auth: { api_keys_env: KVGATE_TEST_KEYS, api_keys_file: weak-keys.txt }\n'),
+      env: { KVGATE_TEST_KEYS: 'good-key-12345, abc' },
+    });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['auth.api_keys_env']).toBe('key 2 of KVGATE_TEST_KEYS must be at least 8 characters without spaces');
+    expect(by['auth.api_keys_file']).toMatch(/^line 3 of .*weak-keys.txt: the key must be at least 8 characters/);
+    expect(JSON.stringify(p)).not.toMatch(/"abc"|: abc/);
+  });
+
+  it("a worker URL that ends in /v1 is refused with the engine's base URL to use instead", () => {
+    const p = problemsOf({
+      file: file('models:\n  - name: m\n    workers:\n      - { id: 1, url: "http://10.0.0.5:8000/v1/" }\n'),
+    });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['models[0].workers[0].url']).toBe(
+      "must be the engine's base URL without /v1 (kvgate adds the API paths; requests would go to /v1/v1/...): " +
+        'http://10.0.0.5:8000, got "http://10.0.0.5:8000/v1/"',
+    );
+  });
+
   it('admin listener rules', () => {
     const p = problemsOf({ file: file('listen: { port: 9000 }\nadmin: { port: 9000 }\n') });
     expect(p.map((x) => x.reason)).toContain('is set but admin.enabled is false');
