@@ -1,147 +1,251 @@
 /**
- * A test double of the HTTP transport the push router dispatches through (`EngineClient.dispatch`): each
- * worker URL answers from a script (a stream fed as SSE bytes, a JSON answer, or a thrown transport error),
- * and every call is recorded. The router, its selectors, the KV scheduler and the guard under test are the
- * real ones; only the sockets are replaced, so bookkeeping can be asserted at every step of a leg.
+ * A test double of the push router's one external boundary, the HTTP engine
+ * transport (`EngineClient.dispatch`): each dispatch is recorded with what the
+ * router sent and waits until the test answers it, with a real
+ * `EngineEventStream` the test feeds SSE bytes into, a buffered JSON answer, or
+ * a failure. It keeps the real client's contract where the router relies on
+ * it: an aborted signal fails a pending dispatch and an open stream at once
+ * with KVG_ERR_CLIENT_ABORTED (queued events dropped); leaving a stream early
+ * cancels its upstream; a body cut inside an event fails the stream with
+ * KVG_ERR_ENGINE_STREAM_BROKEN (`truncated_event`).
  */
-import { Cancellation, ManualClock, seededRng, type WorkerRank } from '../../../src/common/index.js';
-import type { WorkerInfo } from '../../../src/discovery/index.js';
-import { EngineEventStream, kEnd, kFail, kFeed, type EngineJsonResponse } from '../../../src/engines/engine-stream.js';
-import type { EngineClient } from '../../../src/engines/index.js';
-import type { KvgateError } from '../../../src/errors/index.js';
-import { promptHashes } from '../../../src/wasm/index.js';
-import type { LegRequest } from '../../../src/routing/push/types.js';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { CancelSignal } from '../../../src/common/index.js';
+import {
+  EngineHttpError,
+  type DispatchOptions,
+  type EngineClient,
+  type EngineResponse,
+} from '../../../src/engines/index.js';
+import { clientAbortedError, cutEventError, type ErrorContext } from '../../../src/engines/engine-errors.js';
+import { EngineEventStream, kCutEvent, kEnd, kFail, kFeed } from '../../../src/engines/engine-stream.js';
+import { KvgateError } from '../../../src/errors/index.js';
 
-export type Script =
-  /** Answers a stream: `chunks` are fed at once; `end: 'open'` leaves it running for the test to drive. */
-  | { kind: 'stream'; chunks: string[]; end: 'done' | 'open' }
-  | { kind: 'json'; json: unknown; status?: number }
-  | { kind: 'throw'; error: () => unknown };
+type JsonObject = Record<string, unknown>;
 
-export interface Dispatched {
+/** SSE bytes of the given data payloads: an object is sent as JSON, a string as is (`[DONE]`). */
+function sse(...data: (JsonObject | string)[]): Buffer {
+  return Buffer.from(data.map((d) => `data: ${typeof d === 'string' ? d : JSON.stringify(d)}\n\n`).join(''));
+}
+
+/**
+ * A vLLM `/v1/completions` stream chunk: `text` with its `token_ids` when given (the engine was asked for them),
+ * the prompt's ids on the first chunk when given, `finish_reason` when it is the last.
+ */
+export function completionChunk(
+  text: string,
+  opts: { tokenIds?: number[]; promptIds?: number[]; finish?: string } = {},
+): JsonObject {
+  const choice: JsonObject = { index: 0, text, logprobs: null, finish_reason: opts.finish ?? null };
+  if (opts.tokenIds !== undefined) choice['token_ids'] = opts.tokenIds;
+  if (opts.promptIds !== undefined) choice['prompt_token_ids'] = opts.promptIds;
+  return { id: 'cmpl-1', object: 'text_completion', created: 1, model: 'mock-model', choices: [choice] };
+}
+
+/** The usage-only chunk an engine sends last when asked for `stream_options.include_usage`. */
+export function usageChunk(prompt: number, completion: number, cached?: number): JsonObject {
+  const usage: JsonObject = { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+  if (cached !== undefined) usage['prompt_tokens_details'] = { cached_tokens: cached };
+  return { id: 'cmpl-1', object: 'text_completion', created: 1, model: 'mock-model', choices: [], usage };
+}
+
+/** One streamed answer the test drives: bytes in, then an end or a failure. */
+export class FakeStream {
+  readonly stream: EngineEventStream;
+  /** The router (or its guard) cancelled the upstream request. */
+  cancelled = false;
+  readonly #ctx: ErrorContext;
+
+  constructor(ctx: ErrorContext) {
+    this.#ctx = ctx;
+    this.stream = new EngineEventStream(
+      {
+        status: 200,
+        headers: { 'content-type': 'text/event-stream' },
+        timings: {
+          startedAt: 0,
+          connectMs: 0,
+          headersMs: 0,
+          firstByteMs: undefined,
+          firstEventMs: undefined,
+          endMs: undefined,
+        },
+        highWaterMark: 64,
+        maxEventBytes: 1 << 20,
+      },
+      { pause: () => undefined, resume: () => undefined, cancel: () => (this.cancelled = true) },
+    );
+  }
+
+  /** One upstream read carrying these events. */
+  send(...data: (JsonObject | string)[]): void {
+    this.stream[kFeed](sse(...data));
+  }
+
+  /** Bytes as they came off the socket (a partial event, for instance). */
+  sendRaw(text: string): void {
+    this.stream[kFeed](Buffer.from(text));
+  }
+
+  /** The body ended: cleanly, or as a broken stream when it stopped inside an event (as the real client decides). */
+  end(): void {
+    const cut = this.stream[kCutEvent]();
+    if (cut > 0) this.stream[kFail](cutEventError(this.#ctx, cut), false);
+    else this.stream[kEnd]();
+  }
+
+  /** The connection failed mid-body: the events already received, then `err`. */
+  fail(err: KvgateError): void {
+    this.stream[kFail](err, false);
+  }
+
+  /** The client's signal fired: queued events are dropped and the reader gets `err` at once. */
+  abort(err: KvgateError): void {
+    this.stream[kFail](err, true);
+  }
+}
+
+/** One dispatch the router made, waiting for the test's answer. */
+export class Dispatch {
   readonly url: string;
   readonly path: string;
-  readonly body: unknown;
-  /** The stream handed back (for scripts of kind `stream`). */
-  stream?: EngineEventStream;
-  /** Set when the router cancelled the upstream request. */
-  cancelled: boolean;
-}
+  readonly body: JsonObject | undefined;
+  readonly options: DispatchOptions;
+  /** The stream given by `answerStream`. */
+  stream: FakeStream | undefined;
+  #settled = false;
+  readonly #resolve: (r: EngineResponse) => void;
+  readonly #reject: (err: unknown) => void;
 
-export class FakeEngine {
-  readonly calls: Dispatched[] = [];
-  readonly #scripts = new Map<string, Script>();
-
-  script(url: string, s: Script): void {
-    this.#scripts.set(url, s);
+  constructor(
+    url: string,
+    path: string,
+    body: JsonObject | undefined,
+    options: DispatchOptions,
+    settle: { resolve: (r: EngineResponse) => void; reject: (err: unknown) => void },
+  ) {
+    this.url = url;
+    this.path = path;
+    this.body = body;
+    this.options = options;
+    this.#resolve = settle.resolve;
+    this.#reject = settle.reject;
+    const signal = options.signal;
+    if (signal === undefined) return;
+    // The real client fails the dispatch, or the stream it resolved with, as soon as the client leaves.
+    const onAbort = (): void => {
+      const err = clientAbortedError(this.context, signal.reason);
+      if (this.stream !== undefined) this.stream.abort(err);
+      else this.fail(err);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
   }
 
-  /** The transport as the router sees it (the class's shape, without its sockets). */
-  get client(): EngineClient {
-    return this as unknown as EngineClient;
+  get context(): ErrorContext {
+    return { worker: this.url, path: this.path };
   }
 
-  async dispatch(url: string, path: string, body: unknown): Promise<EngineEventStream | EngineJsonResponse> {
-    const call: Dispatched = { url, path, body, cancelled: false };
-    this.calls.push(call);
-    const s = this.#scripts.get(url);
-    if (s === undefined) throw new Error(`no script for ${url}`);
-    if (s.kind === 'throw') throw s.error();
+  /** The body as the engine receives it: the client's fields with the router's laid over them. */
+  get sentBody(): JsonObject {
+    return { ...this.body, ...this.options.extraFields };
+  }
+
+  /** Answers 200 with an SSE stream the test then feeds. */
+  answerStream(): FakeStream {
+    this.#settle();
+    this.stream = new FakeStream(this.context);
+    this.#resolve(this.stream.stream);
+    return this.stream;
+  }
+
+  /** Answers 200 with a buffered JSON body (a leg sent with `stream: false`). */
+  answerJson(json: JsonObject): void {
+    this.#settle();
+    const body = Buffer.from(JSON.stringify(json));
+    const headers: IncomingHttpHeaders = { 'content-type': 'application/json' };
     const timings = { startedAt: 0, connectMs: 0, headersMs: 0, firstByteMs: 0, firstEventMs: undefined, endMs: 0 };
-    if (s.kind === 'json') {
-      const text = JSON.stringify(s.json);
-      return { kind: 'json', status: s.status ?? 200, headers: {}, body: Buffer.from(text), json: s.json, timings };
-    }
-    const stream = new EngineEventStream(
-      { status: 200, headers: {}, timings, highWaterMark: 64, maxEventBytes: 1 << 20 },
-      { pause: () => undefined, resume: () => undefined, cancel: () => (call.cancelled = true) },
+    this.#resolve({ kind: 'json', status: 200, headers, body, json, timings });
+  }
+
+  /** Fails the dispatch before any answer: the error as the real client would raise it. */
+  fail(err: unknown): void {
+    this.#settle();
+    this.#reject(err);
+  }
+
+  /** Answers with an HTTP error status (a 4xx refusal, a 5xx failure) and an OpenAI-style error body. */
+  answerStatus(status: number, message: string): void {
+    const body = Buffer.from(JSON.stringify({ error: { message, type: 'BadRequestError', code: status } }));
+    this.fail(new EngineHttpError(this.context, status, { 'content-type': 'application/json' }, body, false));
+  }
+
+  /** Fails with the client's own error for a worker it could not connect to (nothing was sent). */
+  unreachable(): void {
+    this.fail(
+      new KvgateError('KVG_ERR_ENGINE_UNREACHABLE', 'cannot connect to the engine (ECONNREFUSED)', {
+        ...this.context,
+        phase: 'queued',
+        cause: 'ECONNREFUSED',
+      }),
     );
-    call.stream = stream;
-    if (s.chunks.length > 0) stream[kFeed](sse(s.chunks));
-    if (s.end === 'done') stream[kEnd]();
-    return stream;
+  }
+
+  #settle(): void {
+    if (this.#settled) throw new Error(`dispatch to ${this.url} answered twice`);
+    this.#settled = true;
   }
 }
 
-/** Feeds more of an open stream, or ends or fails it. */
-export function feed(stream: EngineEventStream, chunks: string[]): void {
-  stream[kFeed](sse(chunks));
+/** The engine transport double: every dispatch recorded, in order, until the test answers it. */
+export class FakeEngine {
+  readonly calls: Dispatch[] = [];
+  readonly #waiting = new Map<number, (d: Dispatch) => void>();
+
+  /**
+   * The router's view: `EngineClient` is a class with private fields, so no other object has its type;
+   * the router calls only `dispatch`, which this double implements with the client's contract.
+   */
+  get client(): EngineClient {
+    const transport: Pick<EngineClient, 'dispatch'> = {
+      dispatch: ((url: string, path: string, body: JsonObject | undefined, options: DispatchOptions = {}) =>
+        this.#dispatch(url, path, body, options)) as EngineClient['dispatch'],
+    };
+    return transport as unknown as EngineClient;
+  }
+
+  /**
+   * The `n`-th dispatch (from 0), once the router has made it. A dispatch that never comes fails the wait after
+   * `timeoutMs` (a deadline only: the router dispatches within microtasks of being asked).
+   */
+  call(n: number, timeoutMs = 2_000): Promise<Dispatch> {
+    const made = this.calls[n];
+    if (made !== undefined) return Promise.resolve(made);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#waiting.delete(n);
+        reject(new Error(`the router made no dispatch #${n} (${this.calls.length} made)`));
+      }, timeoutMs);
+      timer.unref();
+      this.#waiting.set(n, (d) => {
+        clearTimeout(timer);
+        resolve(d);
+      });
+    });
+  }
+
+  #dispatch(
+    url: string,
+    path: string,
+    body: JsonObject | undefined,
+    options: DispatchOptions,
+  ): Promise<EngineResponse> {
+    const signal: CancelSignal | undefined = options.signal;
+    if (signal?.aborted === true) return Promise.reject(clientAbortedError({ worker: url, path }, signal.reason));
+    return new Promise((resolve, reject) => {
+      const d = new Dispatch(url, path, body, options, { resolve, reject });
+      const n = this.calls.push(d) - 1;
+      this.#waiting.get(n)?.(d);
+      this.#waiting.delete(n);
+    });
+  }
 }
-export function end(stream: EngineEventStream): void {
-  stream[kEnd]();
-}
-export function fail(stream: EngineEventStream, err: KvgateError): void {
-  stream[kFail](err, false);
-}
-
-const sse = (data: string[]): Buffer => Buffer.from(data.map((d) => `data: ${d}\n\n`).join(''));
-
-/** One chat chunk carrying `content` (one output token each), or the final chunk with usage. */
-export function chunk(content: string): string {
-  return JSON.stringify({
-    id: 'chatcmpl-1',
-    object: 'chat.completion.chunk',
-    created: 1,
-    model: 'm',
-    choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }],
-  });
-}
-export function usageChunk(completionTokens: number, cachedTokens: number, promptTokens: number): string {
-  return JSON.stringify({
-    id: 'chatcmpl-1',
-    object: 'chat.completion.chunk',
-    created: 1,
-    model: 'm',
-    choices: [],
-    usage: {
-      prompt_tokens: promptTokens,
-      completion_tokens: completionTokens,
-      total_tokens: promptTokens + completionTokens,
-      prompt_tokens_details: { cached_tokens: cachedTokens },
-    },
-  });
-}
-
-export function worker(id: number): WorkerInfo {
-  return {
-    id,
-    model: 'm',
-    url: `http://engine-${id}.test`,
-    role: 'aggregated',
-    dialect: 'vllm',
-    dpStart: 0,
-    dpSize: 1,
-  } as WorkerInfo;
-}
-
-export const slot = (workerId: number): WorkerRank => ({ workerId, dpRank: 0 });
-
-export const BLOCK = 16;
-
-let nextId = 0;
-
-/** A streamed chat leg of `tokens` prompt tokens; `cancel` is the client's side of its signal. */
-export function leg(
-  overrides: Partial<LegRequest> = {},
-  tokens = 64,
-): { req: LegRequest; cancel: Cancellation; clock: ManualClock } {
-  const cancel = new Cancellation();
-  const ids = Array.from({ length: tokens }, (_, i) => (i * 7919 + 13) % 50_000);
-  const clock = new ManualClock();
-  const req: LegRequest = {
-    requestId: `r${++nextId}`,
-    path: '/v1/chat/completions',
-    body: { model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true },
-    stream: true,
-    isl: tokens,
-    hashes: promptHashes(ids, BLOCK),
-    routing: {},
-    phase: 'aggregated',
-    signal: cancel.signal,
-    receivedAt: clock.now(),
-    ...overrides,
-  };
-  return { req, cancel, clock };
-}
-
-export const rng = (): ReturnType<typeof seededRng> => seededRng(11);

@@ -1,302 +1,238 @@
 /**
- * PushRouter against a fake engine client (a double of the HTTP transport; fake-engine.ts): the dispatcher's
- * contract is book, dispatch, free exactly once, on every path a leg can take. The selectors, the KV
- * scheduler and the guard are the real ones.
+ * PushRouter on its own, up to the answer's start: a real router (a real
+ * KvRouter in KV mode, the real selectors, guard and retry) in front of the
+ * engine double (push-pool.ts), on a manual clock and seeded RNGs. Every path
+ * ends with the bookkeeping back at zero: the scheduler's `free` called exactly
+ * once per booking, `markPrefillCompleted` at the first token. A streamed leg
+ * that ends normally, retry before the first byte, an engine refusal, JSON answers.
  */
-import { describe, expect, it } from 'vitest';
-import { ManualClock, type RoutingHints } from '../../../src/common/index.js';
-import { EngineHttpError } from '../../../src/engines/index.js';
-import { KvgateError, isKvgateError } from '../../../src/errors/index.js';
-import { KvgateMetrics } from '../../../src/metrics/index.js';
-import { makeRouterContext } from '../../../src/routing/context.js';
-import { KvRouter } from '../../../src/routing/kv-router.js';
-import { PushRouter } from '../../../src/routing/push/push-router.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import { isKvgateError, KvgateError, type KvgateErrorCode } from '../../../src/errors/index.js';
 import type { LegResponse } from '../../../src/routing/push/types.js';
-import { BLOCK, FakeEngine, chunk, end, fail, feed, leg, rng, slot, usageChunk, worker } from './fake-engine.js';
+import { completionChunk, usageChunk, type Dispatch } from './fake-engine.js';
+import { MODEL, PROMPT, rejection } from './push-fixtures.js';
+import {
+  closePools,
+  count,
+  drain,
+  endedWithin,
+  expectIdle,
+  idOf,
+  leg,
+  pool,
+  sseOf,
+  textsOf,
+  WORKER_IDS,
+} from './push-pool.js';
 
-interface Pool {
-  router: PushRouter;
-  engine: FakeEngine;
-  metrics: KvgateMetrics;
-  kv: KvRouter | undefined;
-  /** requestId per call of the scheduler's `free` (kv mode). */
-  frees: string[];
-  /** requestId per call of `markPrefillCompleted` (kv mode). */
-  prefillDone: string[];
-  unreachable: number[];
-}
+afterEach(closePools);
 
-function pool(mode: 'kv' | 'round-robin', workers = [1, 2, 3], maxRetries = 2): Pool {
-  const engine = new FakeEngine();
-  const metrics = new KvgateMetrics({ processMetrics: false });
-  const clock = new ManualClock();
-  const ctx = makeRouterContext({ clock, rng: rng(), metrics });
-  const kv = mode === 'kv' ? new KvRouter({ blockSize: BLOCK, clock, rng: rng() }) : undefined;
-  const frees: string[] = [];
-  const prefillDone: string[] = [];
-  if (kv !== undefined) {
-    // Recorded on the way through: the real scheduler still does the work.
-    const free = kv.free.bind(kv);
-    kv.free = (...a) => (frees.push(a[0]), free(...a));
-    const done = kv.markPrefillCompleted.bind(kv);
-    kv.markPrefillCompleted = (id) => (prefillDone.push(id), done(id));
-  }
-  const unreachable: number[] = [];
-  const router = new PushRouter(
-    {
-      model: 'm',
-      role: 'aggregated',
-      mode,
-      blockSize: BLOCK,
-      kvRouter: kv,
-      engine: engine.client,
-      maxRetries,
-      onWorkerUnreachable: (id) => unreachable.push(id),
-    },
-    ctx,
-  );
-  for (const id of workers) {
-    kv?.addWorker(id);
-    router.addWorker(worker(id));
-  }
-  return { router, engine, metrics, kv, frees, prefillDone, unreachable };
-}
+describe('PushRouter: a streamed leg', () => {
+  it('books, dispatches streaming with usage, marks prefill done at the first token and frees once at the end', async () => {
+    const p = pool();
+    const req = leg(p);
+    const pending = p.push.dispatch(req);
+    const d = await p.engine.call(0);
+    const slot = { workerId: idOf(d), dpRank: 0 };
+    expect(p.push.activeRequests(slot)).toBe(1);
+    expect(p.push.inflight).toBe(1);
+    expect(d.path).toBe('/v1/completions');
+    expect(d.options.stream).toBe(true);
+    expect(d.sentBody).toMatchObject({ stream: true, stream_options: { include_usage: true } });
+    expect(d.options.headers?.['x-request-id']).toBe(req.requestId);
+    const s = d.answerStream();
+    const it = sseOf(await pending)[Symbol.asyncIterator]();
 
-/** Nothing booked anywhere: the router's in-flight count, every slot's active requests, the scheduler's load. */
-function expectIdle(p: Pool, workers = [1, 2, 3]): void {
-  expect(p.router.inflight).toBe(0);
-  for (const w of workers) {
-    expect(p.router.activeRequests(slot(w))).toBe(0);
-    if (p.kv !== undefined) expect(p.kv.load(slot(w))?.activeRequests ?? 0).toBe(0);
-  }
-}
-
-async function drain(res: LegResponse): Promise<string[]> {
-  if (res.body.kind !== 'sse') throw new Error('not a stream');
-  const out: string[] = [];
-  for await (const ev of res.body.events) out.push(ev.data);
-  return out;
-}
-
-async function rejection(p: Promise<unknown>): Promise<KvgateError> {
-  try {
-    await p;
-  } catch (err) {
-    if (isKvgateError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected a rejection');
-}
-
-const unreachableError = (): KvgateError =>
-  new KvgateError('KVG_ERR_ENGINE_UNREACHABLE', 'connect ECONNREFUSED', { worker: 'w' });
-
-const retries = async (p: Pool): Promise<number> =>
-  (await p.metrics.retries.get()).values.reduce((a, v) => a + v.value, 0);
-
-describe('PushRouter: book, dispatch, free exactly once', () => {
-  it('a streamed leg that ends normally: booked while it runs, prefill done at the first token, freed once', async () => {
-    const p = pool('kv');
-    const { req } = leg();
-    for (const w of [1, 2, 3]) p.engine.script(worker(w).url, { kind: 'stream', chunks: [], end: 'open' });
-    const res = await p.router.dispatch(req);
-    const w = res.selection.worker.id;
-    expect(p.router.inflight).toBe(1);
-    expect(p.router.activeRequests(slot(w))).toBe(1);
-    expect(p.kv!.load(slot(w))!.activeRequests).toBe(1);
-    expect(p.prefillDone).toEqual([]);
-    const stream = p.engine.calls[0]!.stream!;
-    feed(stream, [chunk('a')]);
-    const reading = drain(res);
-    await new Promise((r) => setImmediate(r));
-    expect(p.prefillDone).toEqual([req.requestId]);
-    feed(stream, [chunk('b'), usageChunk(2, 0, 64), '[DONE]']);
-    end(stream);
-    const events = await reading;
-    // The usage-only chunk kvgate asked for on the client's behalf is watched, not passed on; the [DONE] read
-    // with it still is (it was dropped with it before).
-    expect(events).toEqual([chunk('a'), chunk('b'), '[DONE]']);
-    expect(p.frees).toEqual([req.requestId]);
-    expect(p.prefillDone).toEqual([req.requestId]);
+    s.send(completionChunk(''));
+    expect(JSON.parse((await it.next()).value!.data).choices[0].text).toBe('');
+    expect(p.prefillDone).not.toHaveBeenCalled();
+    s.send(completionChunk('a'));
+    await it.next();
+    expect(p.prefillDone.mock.calls).toEqual([[req.requestId]]);
+    // As engines send them: the last chunk, the usage chunk and [DONE] in one read.
+    s.send(completionChunk('b', { finish: 'length' }), usageChunk(10, 2), '[DONE]');
+    const rest: string[] = [(await it.next()).value!.data];
+    s.end();
+    for (let r = await it.next(); r.done !== true; r = await it.next()) rest.push(r.value.data);
+    // The usage chunk kvgate asked for on the client's behalf is read, not passed on.
+    expect(rest.map((x) => (x === '[DONE]' ? x : JSON.parse(x).choices[0].text))).toEqual(['b', '[DONE]']);
+    expect(p.prefillDone).toHaveBeenCalledTimes(1);
+    expect(p.free.mock.calls).toEqual([[req.requestId, slot]]);
+    expect(s.cancelled).toBe(false);
     expectIdle(p);
   });
 
-  it('a failure before the first byte is retried on another worker: counted, the first booking freed, the retry booked', async () => {
-    const p = pool('kv');
-    p.engine.script(worker(1).url, { kind: 'throw', error: unreachableError });
-    p.engine.script(worker(2).url, { kind: 'throw', error: unreachableError });
-    p.engine.script(worker(3).url, { kind: 'stream', chunks: [chunk('x'), '[DONE]'], end: 'done' });
-    const { req } = leg();
-    // Worker 1 holds the whole prompt and worker 2 half of it: the router tries 1, then 2, then 3.
-    p.kv!.index.applyStored(1, 0, null, req.hashes.seq, req.hashes.local);
-    p.kv!.index.applyStored(2, 0, null, req.hashes.seq.subarray(0, 2), req.hashes.local.subarray(0, 2));
-    const res = await p.router.dispatch(req);
-    expect(res.selection.worker.id).toBe(3);
-    expect(p.engine.calls.map((c) => c.url)).toEqual([1, 2, 3].map((w) => worker(w).url));
-    expect(p.unreachable).toEqual([1, 2]);
-    expect(await retries(p)).toBe(2);
-    // Both failed attempts' bookings went back; the retry's is held until its stream is read.
-    expect(p.frees).toEqual([req.requestId, req.requestId]);
-    expect(p.router.activeRequests(slot(3))).toBe(1);
-    expect(p.router.inflight).toBe(1);
-    await drain(res);
-    expect(p.frees).toEqual([req.requestId, req.requestId, req.requestId]);
+  it('in a simple mode the pool counts each leg on its slot and returns each exactly once', async () => {
+    const p = pool({ mode: 'least-loaded' });
+    const a = leg(p, { routing: { backendInstanceId: 2 } });
+    const b = leg(p, { routing: { backendInstanceId: 2 } });
+    const [ra, rb] = [p.push.dispatch(a), p.push.dispatch(b)];
+    const [da, db] = [await p.engine.call(0), await p.engine.call(1)];
+    const [sa, sb] = [da.answerStream(), db.answerStream()];
+    const [resA, resB] = [await ra, await rb];
+    expect(p.push.activeRequests({ workerId: 2, dpRank: 0 })).toBe(2);
+    sa.send(completionChunk('a', { finish: 'stop' }), '[DONE]');
+    sa.end();
+    await drain(resA);
+    // A second release of leg a would take leg b's count with it.
+    expect(p.push.activeRequests({ workerId: 2, dpRank: 0 })).toBe(1);
+    sb.send(completionChunk('b', { finish: 'stop' }), '[DONE]');
+    sb.end();
+    await drain(resB);
+    expectIdle(p);
+  });
+});
+
+describe('PushRouter: retry before the first byte', () => {
+  it('an unreachable worker: counted, its booking freed, the leg booked and sent on another worker', async () => {
+    const p = pool();
+    const req = leg(p);
+    const pending = p.push.dispatch(req);
+    const first = await p.engine.call(0);
+    const a = { workerId: idOf(first), dpRank: 0 };
+    first.unreachable();
+    const second = await p.engine.call(1);
+    const b = { workerId: idOf(second), dpRank: 0 };
+    expect(b.workerId).not.toBe(a.workerId);
+    expect(p.free.mock.calls).toEqual([[req.requestId, a]]);
+    expect(p.push.activeRequests(a)).toBe(0);
+    expect(p.push.activeRequests(b)).toBe(1);
+    expect(p.unreachable).toEqual([a.workerId]);
+    expect(await count(p, 'kvgate_router_retries_total', { reason: 'KVG_ERR_ENGINE_UNREACHABLE' })).toBe(1);
+    const s = second.answerStream();
+    s.send(completionChunk('a', { finish: 'stop' }), '[DONE]');
+    s.end();
+    expect(textsOf((await drain(await pending)).data)).toEqual(['a']);
+    expect(p.free.mock.calls).toEqual([
+      [req.requestId, a],
+      [req.requestId, b],
+    ]);
     expectIdle(p);
   });
 
-  it('retries exhausted: the client hears the engine failure, every booking freed', async () => {
-    const p = pool('round-robin', [1, 2, 3], 1);
-    for (const w of [1, 2, 3]) p.engine.script(worker(w).url, { kind: 'throw', error: unreachableError });
-    const err = await rejection(p.router.dispatch(leg().req));
-    expect(err.code).toBe('KVG_ERR_ENGINE_UNREACHABLE');
-    expect(p.engine.calls).toHaveLength(2);
-    expect(await retries(p)).toBe(1);
+  it('exhausted: maxRetries + 1 workers tried, each freed once, the last failure thrown', async () => {
+    const p = pool({ maxRetries: 2 });
+    const pending = p.push.dispatch(leg(p));
+    const outcome = rejection(pending);
+    for (let n = 0; n < 3; n++) (await p.engine.call(n)).answerStatus(503, 'overloaded');
+    const err = await outcome;
+    expect(isKvgateError(err, 'KVG_ERR_ENGINE_FAILED')).toBe(true);
+    expect(new Set(p.engine.calls.map(idOf)).size).toBe(3);
+    expect(p.free).toHaveBeenCalledTimes(3);
+    expect(await count(p, 'kvgate_router_retries_total', { reason: 'engine_503' })).toBe(2);
+    expect(await count(p, 'kvgate_router_request_errors_total', { code: 'KVG_ERR_ENGINE_FAILED' })).toBe(1);
     expectIdle(p);
   });
 
-  it('no worker left to retry on: the failure that made us try, not an empty pool', async () => {
-    const p = pool('round-robin', [1], 3);
-    p.engine.script(worker(1).url, { kind: 'throw', error: unreachableError });
-    const err = await rejection(p.router.dispatch(leg().req));
-    expect(err.code).toBe('KVG_ERR_ENGINE_UNREACHABLE');
-    expectIdle(p, [1]);
-  });
-
-  it('a pinned request is not retried', async () => {
-    const p = pool('kv');
-    p.engine.script(worker(2).url, { kind: 'throw', error: unreachableError });
-    const routing: RoutingHints = { backendInstanceId: 2 };
-    const err = await rejection(p.router.dispatch(leg({ routing }).req));
-    expect(err.code).toBe('KVG_ERR_ENGINE_UNREACHABLE');
-    expect(p.engine.calls.map((c) => c.url)).toEqual([worker(2).url]);
-    expect(await retries(p)).toBe(0);
-    expect(p.frees).toHaveLength(1);
+  it('no worker left to retry on: the client hears the failure, not the empty pool', async () => {
+    const p = pool({ maxRetries: 5 });
+    const outcome = rejection(p.push.dispatch(leg(p)));
+    for (let n = 0; n < WORKER_IDS.length; n++) (await p.engine.call(n)).unreachable();
+    expect(isKvgateError(await endedWithin(p, outcome, 3), 'KVG_ERR_ENGINE_UNREACHABLE')).toBe(true);
+    expect(p.engine.calls).toHaveLength(3);
+    expect(p.free).toHaveBeenCalledTimes(3);
     expectIdle(p);
   });
 
-  it('a failure after the first byte (migration off) reaches the reader; not retried, freed once', async () => {
-    const p = pool('kv');
-    for (const w of [1, 2, 3]) p.engine.script(worker(w).url, { kind: 'stream', chunks: [chunk('a')], end: 'open' });
-    const { req } = leg();
-    const res = await p.router.dispatch(req);
-    const reading = drain(res);
-    fail(p.engine.calls[0]!.stream!, new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', 'the engine reset the stream'));
-    const err = await rejection(reading);
-    expect(err.code).toBe('KVG_ERR_ENGINE_STREAM_BROKEN');
+  it('a pinned leg is not retried elsewhere', async () => {
+    const p = pool();
+    const outcome = rejection(p.push.dispatch(leg(p, { routing: { backendInstanceId: 3 } })));
+    const d = await p.engine.call(0);
+    expect(idOf(d)).toBe(3);
+    d.unreachable();
+    expect(isKvgateError(await endedWithin(p, outcome, 1), 'KVG_ERR_ENGINE_UNREACHABLE')).toBe(true);
     expect(p.engine.calls).toHaveLength(1);
-    expect(p.frees).toEqual([req.requestId]);
+    expect(p.free).toHaveBeenCalledTimes(1);
+    expect(await count(p, 'kvgate_router_retries_total')).toBe(0);
     expectIdle(p);
   });
 
-  it('a client gone before dispatch: nothing is sent, nothing stays booked', async () => {
-    const p = pool('kv');
-    for (const w of [1, 2, 3]) p.engine.script(worker(w).url, { kind: 'stream', chunks: [], end: 'done' });
-    const { req, cancel } = leg();
-    cancel.abort(new Error('client left'));
-    const err = await rejection(p.router.dispatch(req));
-    expect(err.code).toBe('KVG_ERR_CLIENT_ABORTED');
-    expect(p.engine.calls).toHaveLength(0);
+  const cases: [string, (d: Dispatch) => void, 'retried' | KvgateErrorCode][] = [
+    [
+      'connection reset after sending',
+      (d) => d.fail(new KvgateError('KVG_ERR_ENGINE_DISCONNECTED', 'reset')),
+      'retried',
+    ],
+    ['an engine 502', (d) => d.answerStatus(502, 'bad gateway'), 'retried'],
+    ['an engine 501', (d) => d.answerStatus(501, 'not implemented'), 'KVG_ERR_ENGINE_FAILED'],
+    [
+      'an answer that is not SSE',
+      (d) => d.fail(new KvgateError('KVG_ERR_ENGINE_BAD_RESPONSE', 'html')),
+      'KVG_ERR_ENGINE_BAD_RESPONSE',
+    ],
+  ];
+  it.each(cases)('%s: retried elsewhere only when migratable', async (_what, failWith, thrown) => {
+    const p = pool();
+    const pending = p.push.dispatch(leg(p));
+    const outcome = rejection(pending);
+    failWith(await p.engine.call(0));
+    if (thrown === 'retried') {
+      const s = (await p.engine.call(1)).answerStream();
+      s.send(completionChunk('a', { finish: 'stop' }), '[DONE]');
+      s.end();
+      await drain((await pending) as LegResponse);
+      expect(await count(p, 'kvgate_router_retries_total')).toBe(1);
+    } else {
+      expect(isKvgateError(await endedWithin(p, outcome, 1), thrown)).toBe(true);
+      expect(p.engine.calls).toHaveLength(1);
+    }
+    expect(p.free).toHaveBeenCalledTimes(p.engine.calls.length);
     expectIdle(p);
   });
+});
 
-  it('a client gone while a preselected leg waits: its booking is released, not leaked', async () => {
-    const p = pool('kv');
-    for (const w of [1, 2, 3]) p.engine.script(worker(w).url, { kind: 'stream', chunks: [], end: 'done' });
-    const { req, cancel } = leg();
-    const sel = await p.router.select(req, 'book');
-    expect(p.router.activeRequests(sel.slot)).toBe(1);
-    cancel.abort(new Error('client left'));
-    const err = await rejection(p.router.dispatch(req, sel));
-    expect(err.code).toBe('KVG_ERR_CLIENT_ABORTED');
-    expect(p.frees).toEqual([req.requestId]);
-    expectIdle(p);
-  });
-
-  it('a client gone mid-stream (the reader returns early): the engine request is cancelled, the booking freed once', async () => {
-    const p = pool('kv');
-    for (const w of [1, 2, 3])
-      p.engine.script(worker(w).url, { kind: 'stream', chunks: [chunk('a'), chunk('b')], end: 'open' });
-    const { req } = leg();
-    const res = await p.router.dispatch(req);
-    if (res.body.kind !== 'sse') throw new Error('not a stream');
-    const it = res.body.events[Symbol.asyncIterator]();
-    expect((await it.next()).done).toBe(false);
-    await it.return!();
-    expect(p.engine.calls[0]!.cancelled).toBe(true);
-    expect(p.frees).toEqual([req.requestId]);
-    expectIdle(p);
-  });
-
-  it('a JSON answer: read through the guard at once and freed before it is returned', async () => {
-    const p = pool('kv');
-    const json = {
-      id: 'cmpl-1',
-      object: 'chat.completion',
-      choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
-      usage: { prompt_tokens: 64, completion_tokens: 1, total_tokens: 65 },
-    };
-    for (const w of [1, 2, 3]) p.engine.script(worker(w).url, { kind: 'json', json });
-    const { req } = leg({ stream: false, path: '/v1/embeddings' });
-    const res = await p.router.dispatch(req);
-    expect(res.body.kind).toBe('json');
-    expect(p.frees).toEqual([req.requestId]);
-    expectIdle(p);
-  });
-
-  it('an engine 4xx is the client answer: not retried, freed once', async () => {
-    const p = pool('kv');
-    const body = Buffer.from(JSON.stringify({ object: 'error', message: 'max_tokens is too large', code: 400 }));
-    for (const w of [1, 2, 3])
-      p.engine.script(worker(w).url, {
-        kind: 'throw',
-        error: () => new EngineHttpError({ worker: worker(w).url, path: '/v1/chat/completions' }, 400, {}, body, false),
-      });
-    const { req } = leg();
-    const res = await p.router.dispatch(req);
+describe('PushRouter: an engine refusal and a JSON answer', () => {
+  it('an engine 4xx is the answer: its status and message in kvgate error object, no address, not retried', async () => {
+    const p = pool();
+    const pending = p.push.dispatch(leg(p));
+    const d = await p.engine.call(0);
+    d.answerStatus(400, `prompt too long for ${d.url}`);
+    const res = await pending;
     expect(res.status).toBe(400);
     expect(res.body.kind).toBe('json');
-    expect(JSON.stringify(res.body.kind === 'json' ? res.body.json : null)).not.toContain('engine-');
+    const json = res.body.kind === 'json' ? res.body.json : undefined;
+    expect(json).toMatchObject({ error: { code: 'KVG_ERR_ENGINE_REJECTED', type: 'invalid_request_error' } });
+    expect(JSON.stringify(json)).toContain('prompt too long');
+    expect(JSON.stringify(json)).not.toContain('engine-');
     expect(p.engine.calls).toHaveLength(1);
-    expect(await retries(p)).toBe(0);
-    expect(p.frees).toEqual([req.requestId]);
+    expect(p.free).toHaveBeenCalledTimes(1);
+    expect(await count(p, 'kvgate_router_retries_total')).toBe(0);
     expectIdle(p);
   });
 
-  it('a worker removed while its leg runs: the leg ends normally and its booking is still returned once', async () => {
-    const p = pool('round-robin');
-    for (const w of [1, 2, 3]) p.engine.script(worker(w).url, { kind: 'stream', chunks: [chunk('a')], end: 'open' });
-    const { req } = leg();
-    const res = await p.router.dispatch(req);
-    const w = res.selection.worker.id;
-    p.router.removeWorker(w);
-    expect(p.router.size).toBe(2);
-    const reading = drain(res);
-    feed(p.engine.calls[0]!.stream!, ['[DONE]']);
-    end(p.engine.calls[0]!.stream!);
-    await reading;
-    expect(p.router.inflight).toBe(0);
-    expectIdle(
-      p,
-      [1, 2, 3].filter((x) => x !== w),
-    );
+  it('a client that asked for no stream: the leg streams, the answer is assembled, freed once', async () => {
+    const p = pool();
+    const req = leg(p, { stream: false, body: { model: MODEL, prompt: PROMPT, max_tokens: 2, stream: false } });
+    const pending = p.push.dispatch(req);
+    const d = await p.engine.call(0);
+    expect(d.options.stream).toBe(true);
+    expect(d.sentBody).toMatchObject({ stream: true, stream_options: { include_usage: true } });
+    const s = d.answerStream();
+    s.send(completionChunk('a'));
+    s.send(completionChunk('b', { finish: 'length' }), usageChunk(10, 2), '[DONE]');
+    s.end();
+    const res = await pending;
+    expect(res.body.kind).toBe('json');
+    const json = (res.body.kind === 'json' ? res.body.json : {}) as { choices: { text: string }[]; usage: unknown };
+    expect(json.choices[0]!.text).toBe('ab');
+    expect(json.usage).toMatchObject({ prompt_tokens: 10, completion_tokens: 2 });
+    expect(p.prefillDone.mock.calls).toEqual([[req.requestId]]);
+    expect(p.free).toHaveBeenCalledTimes(1);
+    expectIdle(p);
   });
 
-  it('many legs in any order of ending: load returns to zero', async () => {
-    const p = pool('kv');
-    for (const w of [1, 2, 3]) p.engine.script(worker(w).url, { kind: 'stream', chunks: [chunk('a')], end: 'open' });
-    const legs = await Promise.all(Array.from({ length: 12 }, () => p.router.dispatch(leg().req)));
-    expect(p.router.inflight).toBe(12);
-    const reads = legs.map((l) => drain(l).catch((e: unknown) => e));
-    p.engine.calls.forEach((c, i) => {
-      if (i % 3 === 0) fail(c.stream!, new KvgateError('KVG_ERR_ENGINE_STREAM_BROKEN', 'reset'));
-      else {
-        feed(c.stream!, ['[DONE]']);
-        end(c.stream!);
-      }
-    });
-    await Promise.all(reads);
-    expect(p.frees).toHaveLength(12);
-    expect(new Set(p.frees).size).toBe(12);
+  it('a leg sent unstreamed (a one-token prefill) gets a JSON answer: prompt done, freed once', async () => {
+    const p = pool();
+    const req = leg(p, { legFields: { fields: { stream: false, max_tokens: 1 }, headers: {} } });
+    const pending = p.push.dispatch(req);
+    const d = await p.engine.call(0);
+    expect(d.options.stream).toBe(false);
+    expect(p.free).not.toHaveBeenCalled();
+    d.answerJson({ id: 'cmpl-1', choices: [{ index: 0, text: 'x', finish_reason: 'length' }] });
+    const res = await pending;
+    expect(res.body.kind).toBe('json');
+    expect(p.prefillDone.mock.calls).toEqual([[req.requestId]]);
+    expect(p.free).toHaveBeenCalledTimes(1);
     expectIdle(p);
   });
 });

@@ -1,108 +1,165 @@
-/** The retry helper's policy on its own: which failures, how many times, excluding tried workers, the signal. */
+/**
+ * retryBeforeFirstByte on its own: an attempt runs again only when it asked
+ * for it (`retryElsewhere`, called by a failure that reached no client) and
+ * the budget and the client allow; each retry excludes the failed worker in
+ * the request's shared set and is counted by reason; with no worker left the
+ * caller hears the failure that made it retry.
+ */
 import { describe, expect, it } from 'vitest';
 import { Cancellation } from '../../../src/common/index.js';
-import { KvgateError } from '../../../src/errors/index.js';
+import { KvgateError, isKvgateError } from '../../../src/errors/index.js';
 import { KvgateMetrics } from '../../../src/metrics/index.js';
-import { retryBeforeFirstByte, type RetryScope } from '../../../src/routing/push/retry.js';
+import { retryBeforeFirstByte, type RetryPolicy, type RetryScope } from '../../../src/routing/push/retry.js';
+import { sampleSum } from '../../helpers/metric-sum.js';
+import { rejection } from './push-fixtures.js';
 
-function policy(maxRetries: number, cancel = new Cancellation(), exclude?: Set<number>) {
-  const metrics = new KvgateMetrics({ processMetrics: false });
-  return { metrics, cancel, p: { model: 'm', maxRetries, signal: cancel.signal, metrics, exclude } };
+const unreachable = (w: number): KvgateError =>
+  new KvgateError('KVG_ERR_ENGINE_UNREACHABLE', `cannot connect to worker ${w}`);
+
+function policy(over: Partial<RetryPolicy> = {}): RetryPolicy & { metrics: KvgateMetrics } {
+  return {
+    model: 'm',
+    maxRetries: 2,
+    signal: new Cancellation(),
+    metrics: new KvgateMetrics({ processMetrics: false }),
+    ...over,
+  } as RetryPolicy & { metrics: KvgateMetrics };
 }
 
-const failure = (code: 'KVG_ERR_ENGINE_UNREACHABLE' | 'KVG_ERR_NO_WORKERS' = 'KVG_ERR_ENGINE_UNREACHABLE') =>
-  new KvgateError(code, code);
+const retries = async (p: { metrics: KvgateMetrics }, reason?: string): Promise<number> =>
+  sampleSum(await p.metrics.text(), 'kvgate_router_retries_total', reason === undefined ? {} : { reason });
 
-async function retriesBy(metrics: KvgateMetrics): Promise<Record<string, number>> {
-  const out: Record<string, number> = {};
-  for (const v of (await metrics.retries.get()).values) out[String(v.labels.reason)] = v.value;
-  return out;
+/** What each attempt saw: its number and the workers excluded when it started. */
+type Seen = { attempt: number; excluded: number[] };
+
+/** Attempts on workers 1, 2, 3, ... that each fail asking for a retry, until `okAt` (if given) succeeds. */
+function failingOn(seen: Seen[], okAt?: number) {
+  return async (scope: RetryScope): Promise<string> => {
+    seen.push({ attempt: scope.attempt, excluded: [...scope.exclude] });
+    const w = scope.attempt + 1;
+    if (scope.attempt === okAt) return `served by ${w}`;
+    scope.retryElsewhere(w, 'KVG_ERR_ENGINE_UNREACHABLE');
+    throw unreachable(w);
+  };
 }
 
 describe('retryBeforeFirstByte', () => {
-  it('an attempt that asks to retry runs again with the failed worker excluded, counted by reason', async () => {
-    const { metrics, p } = policy(2);
-    const seen: { attempt: number; exclude: number[] }[] = [];
-    const out = await retryBeforeFirstByte(p, async (scope: RetryScope) => {
-      seen.push({ attempt: scope.attempt, exclude: [...scope.exclude] });
-      if (scope.attempt < 2) {
-        scope.retryElsewhere(10 + scope.attempt, 'KVG_ERR_ENGINE_UNREACHABLE');
-        throw failure();
-      }
-      return 'ok';
-    });
-    expect(out).toBe('ok');
+  it('a first attempt that succeeds runs once, excluding nothing, counting nothing', async () => {
+    const p = policy();
+    const seen: Seen[] = [];
+    expect(await retryBeforeFirstByte(p, failingOn(seen, 0))).toBe('served by 1');
+    expect(seen).toEqual([{ attempt: 0, excluded: [] }]);
+    expect(await retries(p)).toBe(0);
+  });
+
+  it('a failure that asks for it runs again with the failed worker excluded, counted by reason', async () => {
+    const p = policy();
+    const seen: Seen[] = [];
+    expect(await retryBeforeFirstByte(p, failingOn(seen, 2))).toBe('served by 3');
     expect(seen).toEqual([
-      { attempt: 0, exclude: [] },
-      { attempt: 1, exclude: [10] },
-      { attempt: 2, exclude: [10, 11] },
+      { attempt: 0, excluded: [] },
+      { attempt: 1, excluded: [1] },
+      { attempt: 2, excluded: [1, 2] },
     ]);
-    expect(await retriesBy(metrics)).toEqual({ KVG_ERR_ENGINE_UNREACHABLE: 2 });
+    expect(await retries(p, 'KVG_ERR_ENGINE_UNREACHABLE')).toBe(2);
   });
 
-  it('the budget bounds the attempts: retryElsewhere says false on the last one, and its error is thrown', async () => {
-    const { metrics, p } = policy(1);
+  it('at most maxRetries retries: the budget refuses the next and the last failure is thrown', async () => {
+    const p = policy({ maxRetries: 2 });
+    const seen: Seen[] = [];
     const answers: boolean[] = [];
+    const err = await rejection(
+      retryBeforeFirstByte(p, async (scope) => {
+        seen.push({ attempt: scope.attempt, excluded: [...scope.exclude] });
+        answers.push(scope.retryElsewhere(scope.attempt + 1, 'engine_503'));
+        throw unreachable(scope.attempt + 1);
+      }),
+    );
+    expect(answers).toEqual([true, true, false]);
+    expect((err as KvgateError).message).toBe('cannot connect to worker 3');
+    expect(seen).toHaveLength(3);
+    expect(await retries(p, 'engine_503')).toBe(2);
+  });
+
+  it('maxRetries 0: never retried', async () => {
+    const p = policy({ maxRetries: 0 });
+    const seen: Seen[] = [];
+    expect(isKvgateError(await rejection(retryBeforeFirstByte(p, failingOn(seen))), 'KVG_ERR_ENGINE_UNREACHABLE')).toBe(
+      true,
+    );
+    expect(seen).toHaveLength(1);
+    expect(await retries(p)).toBe(0);
+  });
+
+  it('a failure that does not ask for a retry is thrown as is, whatever the budget', async () => {
+    const p = policy({ maxRetries: 5 });
     let attempts = 0;
-    const err = await retryBeforeFirstByte(p, async (scope) => {
-      attempts++;
-      answers.push(scope.retryElsewhere(scope.attempt, 'engine_503'));
-      throw failure();
-    }).catch((e: unknown) => e);
-    expect(attempts).toBe(2);
+    const refused = new KvgateError('KVG_ERR_ENGINE_REJECTED', 'the engine refused');
+    const err = await rejection(
+      retryBeforeFirstByte(p, async () => {
+        attempts++;
+        throw refused;
+      }),
+    );
+    expect(err).toBe(refused);
+    expect(attempts).toBe(1);
+    expect(await retries(p)).toBe(0);
+  });
+
+  it('once the client left nothing is retried: retryElsewhere answers false', async () => {
+    const signal = new Cancellation();
+    const p = policy({ signal, maxRetries: 5 });
+    const answers: boolean[] = [];
+    const err = await rejection(
+      retryBeforeFirstByte(p, async (scope) => {
+        if (scope.attempt === 1) signal.abort(new Error('gone'));
+        answers.push(scope.retryElsewhere(scope.attempt + 1, 'KVG_ERR_ENGINE_UNREACHABLE'));
+        throw unreachable(scope.attempt + 1);
+      }),
+    );
     expect(answers).toEqual([true, false]);
-    expect((err as KvgateError).code).toBe('KVG_ERR_ENGINE_UNREACHABLE');
-    expect(await retriesBy(metrics)).toEqual({ engine_503: 1 });
+    expect((err as KvgateError).message).toBe('cannot connect to worker 2');
+    expect(await retries(p)).toBe(1);
   });
 
-  it('a failure that does not ask for a retry is thrown at once', async () => {
-    const { p } = policy(5);
-    let attempts = 0;
-    const err = await retryBeforeFirstByte(p, async () => {
-      attempts++;
-      throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'bad');
-    }).catch((e: unknown) => e);
-    expect(attempts).toBe(1);
-    expect((err as KvgateError).code).toBe('KVG_ERR_INVALID_REQUEST');
+  it('no worker left on a retry: the failure that made it retry is thrown, not the empty pool', async () => {
+    const p = policy({ maxRetries: 5 });
+    const err = await rejection(
+      retryBeforeFirstByte(p, async (scope) => {
+        if (scope.attempt === 2) throw new KvgateError('KVG_ERR_NO_WORKERS', 'no eligible worker');
+        scope.retryElsewhere(scope.attempt + 1, 'KVG_ERR_ENGINE_UNREACHABLE');
+        throw unreachable(scope.attempt + 1);
+      }),
+    );
+    expect((err as KvgateError).message).toBe('cannot connect to worker 2');
   });
 
-  it('nothing is retried once the client went away', async () => {
-    const { p, cancel } = policy(3);
-    let attempts = 0;
-    const err = await retryBeforeFirstByte(p, async (scope) => {
-      attempts++;
-      cancel.abort(new Error('client left'));
-      expect(scope.retryElsewhere(1, 'KVG_ERR_ENGINE_UNREACHABLE')).toBe(false);
-      throw failure();
-    }).catch((e: unknown) => e);
-    expect(attempts).toBe(1);
-    expect((err as KvgateError).code).toBe('KVG_ERR_ENGINE_UNREACHABLE');
+  it('no worker on the first attempt: NO_WORKERS itself', async () => {
+    const p = policy();
+    const err = await rejection(
+      retryBeforeFirstByte(p, async () => {
+        throw new KvgateError('KVG_ERR_NO_WORKERS', 'no eligible worker');
+      }),
+    );
+    expect(isKvgateError(err, 'KVG_ERR_NO_WORKERS')).toBe(true);
   });
 
-  it('no worker left after a retry: the client hears the failure that made us retry', async () => {
-    const { p } = policy(3);
-    const first = failure();
-    const err = await retryBeforeFirstByte(p, async (scope) => {
-      if (scope.attempt === 0) {
-        scope.retryElsewhere(1, 'KVG_ERR_ENGINE_UNREACHABLE');
-        throw first;
-      }
-      throw failure('KVG_ERR_NO_WORKERS');
-    }).catch((e: unknown) => e);
-    expect(err).toBe(first);
+  it('the exclusion set is the request one: a given set gains the failed workers (shared with migrations)', async () => {
+    const shared = new Set([7]);
+    const p = policy({ exclude: shared });
+    const seen: Seen[] = [];
+    await retryBeforeFirstByte(p, failingOn(seen, 1));
+    expect(seen).toEqual([
+      { attempt: 0, excluded: [7] },
+      { attempt: 1, excluded: [7, 1] },
+    ]);
+    expect([...shared]).toEqual([7, 1]);
   });
 
-  it('a shared exclusion set carries the failed workers to the caller (a migration of the same request)', async () => {
-    const shared = new Set<number>([7]);
-    const { p } = policy(2, new Cancellation(), shared);
-    await retryBeforeFirstByte(p, async (scope) => {
-      if (scope.attempt === 0) {
-        expect([...scope.exclude]).toEqual([7]);
-        scope.retryElsewhere(3, 'KVG_ERR_ENGINE_UNREACHABLE');
-        throw failure();
-      }
-      return undefined;
-    });
-    expect([...shared].sort()).toEqual([3, 7]);
+  it('without metrics a retry still happens', async () => {
+    const seen: Seen[] = [];
+    const p = { model: 'm', maxRetries: 1, signal: new Cancellation(), metrics: undefined };
+    expect(await retryBeforeFirstByte(p, failingOn(seen, 1))).toBe('served by 2');
+    expect(seen).toHaveLength(2);
   });
 });
