@@ -63,6 +63,13 @@ export const ERROR_CODES = {
   KVG_ERR_INVALID_JSON: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_INVALID_REQUEST: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_UNSUPPORTED_CONTENT: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
+  KVG_ERR_INVALID_CONTENT_BLOCK: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
+  KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED: {
+    status: 400,
+    type: 'invalid_request_error',
+    retryable: false,
+    migratable: false,
+  },
   KVG_ERR_PROMPT_TOO_LONG: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_TOO_MANY_MESSAGES: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_TOKEN_DATA_MISMATCH: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
