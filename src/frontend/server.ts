@@ -38,6 +38,7 @@ import type { FleetStatus } from '../fleet/index.js';
 import { modelsStatus, redactedConfig } from './admin-status.js';
 import { discardBody, DISCARD_MS, readBodyBytes } from './body.js';
 import { ClientAddresses, type FallbackReason } from './client-address.js';
+import { MESSAGES_ROUTE, sendAnthropicError } from './anthropic-error.js';
 import { serveCompletion, type CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
 import { checkEdgeHeaders, clientErrorResponse, decodedModelId } from './edge.js';
@@ -216,6 +217,8 @@ export class GatewayServer {
       add('/v1/chat/completions', { methods: complete('chat'), auth: true, limited: true });
       add('/v1/completions', { methods: complete('completion'), auth: true, limited: true });
       add('/v1/route', { methods: complete('route'), auth: true, limited: true });
+      add(MESSAGES_ROUTE, { methods: complete('messages'), auth: true, limited: true });
+      add('/v1/responses', { methods: complete('responses'), auth: true, limited: true });
     }
     if (withAdmin) {
       add('/admin/config', {
@@ -436,7 +439,8 @@ export class GatewayServer {
     if (CLOSING_CODES.has(e.code) || this.#draining) headers.connection = 'close';
     if (typeof e.detail?.workerId === 'number' && !res.hasHeader('x-kvgate-worker'))
       headers['x-kvgate-worker'] = String(e.detail.workerId);
-    sendError(res, e, retryAfter, headers);
+    if (ctx.route === MESSAGES_ROUTE) sendAnthropicError(res, e, ctx.requestId, retryAfter, headers);
+    else sendError(res, e, retryAfter, headers);
   }
 
   #logDone(ctx: RequestContext, listener: Listener): void {

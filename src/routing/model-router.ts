@@ -27,6 +27,7 @@ import { type KvEventManager, dpRankEndpoint, type KvEventOptions } from '../eve
 import { KvgateError } from '../errors/index.js';
 import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
+import { agentDisaggRefusal, agentLegFields, isAgentEndpoint } from './agent-endpoints.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
 import { kvPool } from './kv-pool.js';
 import { KvRouter } from './kv-router.js';
@@ -100,7 +101,12 @@ const DOWN_BECAUSE: Partial<Record<string, string>> = {
   model_mismatch: 'its engine serves another model',
   ejected: 'ejected for consecutive errors',
 };
-const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
+const PATHS = {
+  chat: '/v1/chat/completions',
+  completion: '/v1/completions',
+  messages: '/v1/messages',
+  responses: '/v1/responses',
+} as const;
 /** Why a model without enforce_disagg still cannot be served aggregated. */
 const NO_FALLBACK =
   'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
@@ -410,6 +416,7 @@ export class ModelRouter implements ModelRouterPort {
       phase: 'aggregated',
       signal: req.signal,
       receivedAt: req.receivedAt,
+      ...agentLegFields(req),
     };
   }
 
@@ -456,6 +463,7 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
     this.#checkPins(req.hints);
     if (this.#disaggregated(true)) {
+      if (isAgentEndpoint(req.endpoint)) throw agentDisaggRefusal(this.model, req.endpoint);
       const out = await this.prefill.route(this.#leg(req), req.hints.session);
       return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
     }
