@@ -9,7 +9,7 @@
  *   `function_call` → a tool call, added to the previous assistant message when there is one;
  *   `function_call_output` → a `tool` message; `reasoning` → the reasoning of the previous assistant message
  *   (or a new one); its `encrypted_content` cannot be read and is refused.
- * - Function tools are flat in Responses; vLLM wraps each whole tool object as a chat tool's `function`.
+ * - Tools are flat in Responses; vLLM wraps each whole tool object, whatever its type, as a chat tool's `function`.
  * - A last item that is an unfinished assistant message or reasoning (`status` in_progress / incomplete) is
  *   continued: rendered open-ended, without a generation prompt.
  *
@@ -119,11 +119,10 @@ function convertItem(item: unknown, i: number, out: Json[]): void {
 function convertTools(tools: unknown, toolChoice: unknown): Json[] | undefined {
   if (tools === undefined || tools === null) return undefined;
   if (!Array.isArray(tools)) throw invalidField('tools', 'must be a list of tools');
+  // vLLM wraps every tool, whatever its type (Codex sends `custom` and `local_shell` tools too), so kvgate does.
   const out = tools.map((tool, i) => {
-    if (!isObject(tool) || tool.type !== 'function') {
-      throw invalidField(`tools[${i}].type`, 'must be "function"; kvgate routes function tools only');
-    }
-    requireString(tool.name, `tools[${i}].name`);
+    if (!isObject(tool) || typeof tool.type !== 'string')
+      throw invalidField(`tools[${i}]`, 'must be a tool object with a type');
     return { type: 'function', function: tool };
   });
   // vLLM passes no tools to the template when the client forbids their use.

@@ -8,6 +8,8 @@
  * of the wrong type read as absent; it never throws.
  */
 
+import { readAgentEvent } from './agent-event.js';
+
 export interface ChunkUsage {
   promptTokens: number | undefined;
   completionTokens: number | undefined;
@@ -52,6 +54,12 @@ export function readChunkInfo(json: unknown): ChunkInfo {
   };
   if (root === undefined) return info;
   info.error = root['error'];
+  // The agent APIs' events and Anthropic's message name their `type`; a whole Responses answer is `object: "response"`.
+  const type = typeof root['type'] === 'string' ? root['type'] : root['object'] === 'response' ? 'response' : undefined;
+  if (type !== undefined) {
+    readAgentEvent(type, root, info);
+    return info;
+  }
   const choices = root['choices'];
   if (Array.isArray(choices)) {
     for (const c of choices) {

@@ -1,10 +1,12 @@
 /**
- * Errors on `/v1/messages` in Anthropic's shape: `{"type":"error","error":{"type","message"},"request_id"}`, the
- * `error.type` Anthropic uses for the HTTP status, so Anthropic's clients (Claude Code, the SDKs) read them. The
+ * Anthropic's conventions on `/v1/messages`: the API key may come as `x-api-key` (what Anthropic's clients send
+ * from ANTHROPIC_API_KEY) instead of `Authorization: Bearer`; errors are in Anthropic's shape,
+ * `{"type":"error","error":{"type","message"},"request_id"}` with the `error.type` Anthropic uses for the HTTP
+ * status, so Anthropic's clients (Claude Code, the SDKs) read them. The
  * kvgate code and the field are kept alongside (`error.code`, `error.param`), as on the OpenAI endpoints; the
  * message is the same public one (no engine address or engine text).
  */
-import type { ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { KvgateError } from '../errors/index.js';
 import { sendJson } from './http-io.js';
 
@@ -81,4 +83,11 @@ export function anthropicRefusal(status: number, bytes: Uint8Array | string, req
   if (typeof e !== 'object' || e === null || typeof e.message !== 'string') return bytes;
   const error = { message: e.message, param: e.param ?? null, code: e.code ?? null };
   return Buffer.from(JSON.stringify(bodyOf(status, error, requestId)));
+}
+
+/** The credential to check: the Authorization header, or on `/v1/messages` without one, `x-api-key` as a bearer token. */
+export function credentialOf(route: string, headers: IncomingHttpHeaders): string | undefined {
+  if (headers.authorization !== undefined || route !== MESSAGES_ROUTE) return headers.authorization;
+  const key = headers['x-api-key'];
+  return typeof key === 'string' ? `Bearer ${key}` : undefined;
 }

@@ -392,11 +392,11 @@ const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; par
     param: 'previous_response_id',
   },
   {
-    name: 'a non-function tool',
+    name: 'a tool that is not a tool object',
     api: 'responses',
-    body: { model: 'demo', input: 'x', tools: [{ type: 'web_search' }] },
+    body: { model: 'demo', input: 'x', tools: ['shell'] },
     code: 'KVG_ERR_INVALID_REQUEST',
-    param: 'tools[0].type',
+    param: 'tools[0]',
   },
 ];
 

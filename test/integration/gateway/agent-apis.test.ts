@@ -4,7 +4,8 @@
  * (`@anthropic-ai/sdk`: streaming and not, tools, a tool-result turn) and OpenAI's Responses API (`openai`:
  * streaming and not, function tools and a function-call-output turn). A follow-up turn goes to the worker that
  * holds the conversation's prefix, and the engine reports the cached tokens. Bad input is answered in the API's
- * own error shape with a stable code.
+ * own error shape with a stable code. The gateway checks API keys: the Anthropic client sends its key as
+ * `x-api-key`, the OpenAI client as `Authorization: Bearer`.
  */
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
@@ -15,6 +16,7 @@ import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '..
 
 const MODEL = 'mock-model';
 const FAST = ['--speedup', '100', '--tokenizer', 'demo'];
+const KEY = 'sk-kvgate-test-27';
 
 const lsTool = {
   name: 'ls',
@@ -36,12 +38,13 @@ describe('agent APIs through kvgate serve (issue 27)', () => {
   beforeAll(async () => {
     suite = await startMockerSuite('agent-apis', FAST, 2);
     const workers = suite.engines.map((e, i) => workerEntry(i + 1, e));
-    const file = suite.write('serve.yaml', serveConfig(MODEL, ['workers:', ...workers.map((w) => `  - ${w}`)]));
+    const top = ['admin: { enabled: true }', 'preprocess: { threads: 0 }', `auth: { api_keys: ["${KEY}"] }`];
+    const file = suite.write('serve.yaml', serveConfig(MODEL, ['workers:', ...workers.map((w) => `  - ${w}`)], top));
     const served = await startServeCli(file);
     suite.procs.push(served.proc);
     url = served.url;
-    anthropic = new Anthropic({ baseURL: url, apiKey: 'unused', maxRetries: 0 });
-    openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    anthropic = new Anthropic({ baseURL: url, apiKey: KEY, maxRetries: 0 });
+    openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: KEY, maxRetries: 0 });
   });
 
   afterAll(async () => {
@@ -176,10 +179,14 @@ describe('agent APIs through kvgate serve (issue 27)', () => {
   });
 
   it("bad input: each API's own error shape with a stable code", async () => {
-    const post = async (path: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> => {
+    const post = async (
+      path: string,
+      body: unknown,
+      key: Record<string, string> = { authorization: `Bearer ${KEY}` },
+    ): Promise<{ status: number; json: Record<string, unknown> }> => {
       const res = await fetch(`${url}${path}`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', ...key },
         body: JSON.stringify(body),
       });
       return { status: res.status, json: (await res.json()) as Record<string, unknown> };
@@ -199,6 +206,13 @@ describe('agent APIs through kvgate serve (issue 27)', () => {
       type: 'error',
       error: { code: 'KVG_ERR_INVALID_CONTENT_BLOCK', param: 'messages[0].content[0].type' },
     });
+    const wrongKey = await post(
+      '/v1/messages',
+      { model: MODEL, max_tokens: 4, messages: [] },
+      { 'x-api-key': 'wrong' },
+    );
+    expect(wrongKey.status).toBe(401);
+    expect(wrongKey.json).toMatchObject({ type: 'error', error: { type: 'authentication_error' } });
     const unknownModel = await post('/v1/messages', { model: 'nope', max_tokens: 4, messages: [] });
     expect(unknownModel.status).toBe(404);
     expect(unknownModel.json).toMatchObject({ type: 'error', error: { type: 'not_found_error' } });
