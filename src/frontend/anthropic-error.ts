@@ -26,7 +26,7 @@ const TYPES: Readonly<Record<number, string>> = {
 };
 
 /** Anthropic's error type for an HTTP status. */
-export function anthropicErrorType(status: number): string {
+function anthropicErrorType(status: number): string {
   return TYPES[status] ?? (status < 500 ? 'invalid_request_error' : 'api_error');
 }
 
@@ -45,7 +45,7 @@ function bodyOf(status: number, e: OpenAiError, requestId: string): Record<strin
 }
 
 /** A kvgate error as Anthropic's error body. */
-export function anthropicErrorBody(err: KvgateError, requestId: string): Record<string, unknown> {
+function anthropicErrorBody(err: KvgateError, requestId: string): Record<string, unknown> {
   const param = typeof err.detail?.param === 'string' ? err.detail.param : null;
   return bodyOf(err.statusCode, { message: err.message, param, code: err.code }, requestId);
 }
