@@ -4,15 +4,16 @@
  * (`@anthropic-ai/sdk`: streaming and not, tools, a tool-result turn) and OpenAI's Responses API (`openai`:
  * streaming and not, function tools and a function-call-output turn). A follow-up turn goes to the worker that
  * holds the conversation's prefix, and the engine reports the cached tokens. Bad input is answered in the API's
- * own error shape with a stable code. The gateway checks API keys: the Anthropic client sends its key as
+ * own error shape with a stable code; a disaggregated model refuses both APIs. The gateway checks API keys: the Anthropic client sends its key as
  * `x-api-key`, the OpenAI client as `Authorization: Bearer`.
  */
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServeCli } from '../../helpers/cli-process.js';
+import { startMockerCli, startServeCli, type MockerLine } from '../../helpers/cli-process.js';
 import { metric } from '../../helpers/metric-sum.js';
-import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import { postChat, serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
 const FAST = ['--speedup', '100', '--tokenizer', 'demo'];
@@ -236,5 +237,71 @@ describe('agent APIs through kvgate serve (issue 27)', () => {
     const badItem = await post('/v1/responses', { model: MODEL, input: [{ type: 'web_search_call', id: 'x' }] });
     expect(badItem.status).toBe(400);
     expect(badItem.json).toMatchObject({ error: { code: 'KVG_ERR_INVALID_CONTENT_BLOCK', param: 'input[0].type' } });
+  });
+});
+
+describe('agent APIs on a disaggregated model (issue 27)', () => {
+  let suite: MockerSuite;
+  let url: string;
+
+  beforeAll(async () => {
+    suite = await startMockerSuite(
+      'agent-apis-pd',
+      [...FAST, '--engine', 'sglang', '--mode', 'prefill', '--bootstrap-port', '0'],
+      1,
+    );
+    const d = await startMockerCli([...FAST, '--engine', 'sglang', '--mode', 'decode'], 1);
+    suite.procs.push(d.proc);
+    const p = suite.engines[0]! as MockerLine & { bootstrap_port: number };
+    const workers = [
+      `{ id: 1, role: prefill, url: "${p.url}", bootstrap_port: ${p.bootstrap_port}, kv_events: "${p.kv_events[0]}" }`,
+      `{ id: 2, role: decode, url: "${d.engines[0]!.url}", kv_events: "${d.engines[0]!.kv_events[0]}" }`,
+    ];
+    const file = suite.write(
+      'pd.yaml',
+      serveConfig(MODEL, ['engine: sglang', 'workers:', ...workers.map((w) => `  - ${w}`)]),
+    );
+    const served = await startServeCli(file);
+    suite.procs.push(served.proc);
+    url = served.url;
+  });
+
+  afterAll(async () => {
+    await suite?.stop();
+  });
+
+  it('refuses Messages and Responses with a clear error in each API shape while chat runs disaggregated', async () => {
+    const chat = { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3 };
+    // The chat completion runs through the prefill worker once the prefill pool is active.
+    await until(
+      async () => {
+        const res = await postChat(url, chat);
+        await res.arrayBuffer();
+        return res.status === 200 && res.headers.get('x-kvgate-prefill-worker') === '1';
+      },
+      'a chat completion through the prefill worker',
+      20_000,
+    );
+    const post = (path: string, body: unknown): Promise<Response> =>
+      fetch(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    const messages = await post('/v1/messages', {
+      model: MODEL,
+      max_tokens: 3,
+      messages: [{ role: 'user', content: 'Hi' }],
+    });
+    expect(messages.status).toBe(400);
+    expect(await messages.json()).toMatchObject({
+      type: 'error',
+      error: { type: 'invalid_request_error', code: 'KVG_ERR_AGENT_API_NOT_DISAGGREGATED', param: 'model' },
+    });
+    const responses = await post('/v1/responses', { model: MODEL, input: 'Hi', max_output_tokens: 3 });
+    expect(responses.status).toBe(400);
+    const body = (await responses.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe('KVG_ERR_AGENT_API_NOT_DISAGGREGATED');
+    expect(body.error.message).toContain('/v1/chat/completions');
   });
 });
