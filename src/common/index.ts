@@ -49,3 +49,4 @@ export {
 export { encodeSeq, REPLAY_END_SEQ } from './kv-frames.js';
 export { clientSpan, inRequestSpan, inSpan, spanFailed, traceLogFields } from './tracing.js';
 export type { KvSlotSnapshot } from './kv-snapshot.js';
+export { type AgentApi, agentChat } from './agent-chat.js';

@@ -6,6 +6,12 @@
  * usage (with `prompt_tokens_details.cached_tokens`, the engine's own count
  * of prefix-cache hits) and an in-stream error. Tolerant by design: fields
  * of the wrong type read as absent; it never throws.
+ *
+ * The same facts of the agent APIs' events and answers (Anthropic Messages,
+ * OpenAI Responses: any object naming its `type`, or `object: "response"`):
+ * a text or tool-argument delta is output, the finish is Anthropic's
+ * `stop_reason` or a finished response's `status`, and the usage carries the
+ * prompt tokens the cache served.
  */
 
 export interface ChunkUsage {
@@ -52,6 +58,12 @@ export function readChunkInfo(json: unknown): ChunkInfo {
   };
   if (root === undefined) return info;
   info.error = root['error'];
+  // The agent APIs' events and Anthropic's message name their `type`; a whole Responses answer is `object: "response"`.
+  const type = typeof root['type'] === 'string' ? root['type'] : root['object'] === 'response' ? 'response' : undefined;
+  if (type !== undefined) {
+    readAgentEvent(type, root, info);
+    return info;
+  }
   const choices = root['choices'];
   if (Array.isArray(choices)) {
     for (const c of choices) {
@@ -93,4 +105,54 @@ export function isUsageOnlyChunk(json: unknown): boolean {
     root['choices'].length === 0 &&
     obj(root['usage']) !== undefined
   );
+}
+
+// The agent APIs (Anthropic Messages, OpenAI Responses): the same facts of their events and answers.
+
+/** Anthropic's usage: `input_tokens` leaves out the tokens read from the cache (`cache_read_input_tokens`). */
+function anthropicUsage(u: Record<string, unknown> | undefined): ChunkUsage | undefined {
+  if (u === undefined) return undefined;
+  const cached = num(u['cache_read_input_tokens']);
+  const input = num(u['input_tokens']);
+  return {
+    promptTokens: input === undefined ? undefined : input + (cached ?? 0),
+    completionTokens: num(u['output_tokens']),
+    cachedTokens: cached,
+  };
+}
+
+function responsesUsage(u: Record<string, unknown> | undefined): ChunkUsage | undefined {
+  if (u === undefined) return undefined;
+  return {
+    promptTokens: num(u['input_tokens']),
+    completionTokens: num(u['output_tokens']),
+    cachedTokens: num(obj(u['input_tokens_details'])?.['cached_tokens']),
+  };
+}
+
+const OUTPUT_EVENTS = new Set([
+  'content_block_delta',
+  'response.output_text.delta',
+  'response.function_call_arguments.delta',
+  'response.reasoning_text.delta',
+]);
+
+/** Reads an event or answer of the agent APIs into `info`: `type` is the event's, or `response` for a whole Responses answer. */
+function readAgentEvent(type: string, root: Record<string, unknown>, info: ChunkInfo): void {
+  if (OUTPUT_EVENTS.has(type)) info.outputChoices = 1;
+  else if (type === 'message') {
+    info.outputChoices = Array.isArray(root['content']) && root['content'].length > 0 ? 1 : 0;
+    if (typeof root['stop_reason'] === 'string') info.finishReason = root['stop_reason'];
+    info.usage = anthropicUsage(obj(root['usage']));
+  } else if (type === 'message_delta') {
+    const reason = obj(root['delta'])?.['stop_reason'];
+    if (typeof reason === 'string') info.finishReason = reason;
+    info.usage = anthropicUsage(obj(root['usage']));
+  } else if (type === 'response' || type === 'response.completed' || type === 'response.incomplete') {
+    const r = type === 'response' ? root : obj(root['response']);
+    const status = r?.['status'];
+    if (typeof status === 'string' && status !== 'in_progress') info.finishReason = status;
+    if (type === 'response' && Array.isArray(r?.['output']) && r['output'].length > 0) info.outputChoices = 1;
+    info.usage = responsesUsage(obj(r?.['usage']));
+  }
 }

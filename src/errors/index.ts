@@ -58,11 +58,24 @@ export const ERROR_CODES = {
   KVG_ERR_NO_DISAGGREGATED_PARAMS: { status: 502, type: 'server_error', retryable: false, migratable: false },
   // Disaggregated serving (src/routing).
   KVG_ERR_PREFILL_NOT_ACTIVATED: { status: 503, type: 'service_unavailable', retryable: true, migratable: false },
+  KVG_ERR_AGENT_API_NOT_DISAGGREGATED: {
+    status: 400,
+    type: 'invalid_request_error',
+    retryable: false,
+    migratable: false,
+  },
   KVG_ERR_PREFILL_FAILED: { status: 502, type: 'server_error', retryable: false, migratable: false },
   // HTTP edge (src/frontend): request validation, limits and server state.
   KVG_ERR_INVALID_JSON: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_INVALID_REQUEST: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_UNSUPPORTED_CONTENT: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
+  KVG_ERR_INVALID_CONTENT_BLOCK: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
+  KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED: {
+    status: 400,
+    type: 'invalid_request_error',
+    retryable: false,
+    migratable: false,
+  },
   KVG_ERR_PROMPT_TOO_LONG: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_TOO_MANY_MESSAGES: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_TOKEN_DATA_MISMATCH: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },

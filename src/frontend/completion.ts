@@ -7,6 +7,7 @@
  * server.ts owns everything before: the edge checks, the body, the slot.
  */
 import type { WorkerRank } from '../common/index.js';
+import { KvgateError } from '../errors/index.js';
 import { prepareRequest, type PrepareOptions } from './prepare.js';
 import { pipeRouted, sendQueryAnswer, workerHeaders, type RelayOptions, type RequestContext } from './respond.js';
 import type { EndpointKind } from './router-port.js';
@@ -48,6 +49,15 @@ export async function serveCompletion(
   const { prepared, target } = await prepareRequest(env, ctx, bytes, kind);
   const { port, model } = target;
   if (prepared.queryOnly) {
+    if (kind === 'messages' || kind === 'responses') {
+      throw new KvgateError(
+        'KVG_ERR_INVALID_REQUEST',
+        `query-only routing is not served on the ${kind} API; use /v1/route`,
+        {
+          param: 'nvext.annotations',
+        },
+      );
+    }
     const q = await port.query(prepared);
     ctx.signal.throwIfAborted();
     noteWorkers(ctx, q.worker, q.prefillWorker);

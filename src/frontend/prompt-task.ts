@@ -15,6 +15,7 @@
  * (KVG_ERR_TOKEN_DATA_MISMATCH otherwise).
  */
 import { KvgateError } from '../errors/index.js';
+import { agentChatTask } from './agent-task.js';
 import type { PreprocessTask } from './preprocess/protocol.js';
 import type { EndpointKind } from './router-port.js';
 
@@ -38,6 +39,16 @@ function unsupported(param: string, message: string): KvgateError {
  */
 export function promptTask(inp: TaskInputs): PreprocessTask {
   const { body, model, maxPromptTokens, loraName } = inp;
+  if (inp.endpoint === 'messages' || inp.endpoint === 'responses') {
+    if (inp.tokenData !== undefined) throw unsupported('nvext.token_data', `is not taken on the ${inp.endpoint} API`);
+    return agentChatTask({
+      api: inp.endpoint,
+      body: body as Record<string, unknown>,
+      model,
+      maxPromptTokens,
+      loraName,
+    });
+  }
   // Each task is one object literal of a fixed shape (no spread of a shared base): built per request, so a
   // shape the engine's inline caches see again and again is cheaper than a copied one.
   const cacheSalt = typeof body.cache_salt === 'string' ? body.cache_salt : undefined;

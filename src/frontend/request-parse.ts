@@ -18,6 +18,7 @@ import { parseBodyObject } from './body.js';
 import { parseRoutingHints } from './hints.js';
 import { resolveModel, type Served } from './model-lookup.js';
 import type { PreprocessTask } from './preprocess/protocol.js';
+import { checkAgentBody } from './agent-task.js';
 import { promptTask } from './prompt-task.js';
 import type { EndpointKind } from './router-port.js';
 import { validateBody } from './schemas.js';
@@ -44,7 +45,9 @@ export function parseRequestBody(
 ): ParsedBody {
   const body = parseBodyObject(text);
   const endpoint: EndpointKind = kind === 'route' ? (body.messages !== undefined ? 'chat' : 'completion') : kind;
-  validateBody(endpoint, body, limits);
+  // An agent API's body is checked as it is converted (agent-task.ts), after the model is known.
+  if (endpoint === 'messages' || endpoint === 'responses') checkAgentBody(endpoint, body, limits);
+  else validateBody(endpoint, body, limits);
   return { endpoint, body };
 }
 

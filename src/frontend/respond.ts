@@ -15,6 +15,7 @@ import type { Logger } from 'pino';
 import type { Counter } from 'prom-client';
 import { batchesOf, type CancelSignal, type WorkerRank } from '../common/index.js';
 import type { ModelConfig } from '../config/index.js';
+import { MESSAGES_ROUTE, anthropicErrorFrame, anthropicRefusal } from './anthropic-error.js';
 import { asKvgateError, sendBytes, sendJson, sseErrorFrame, sseFrame, whenWritable } from './http-io.js';
 import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
 import type { PublicErrors } from './public-error.js';
@@ -291,7 +292,9 @@ export async function pipeRouted(
   const { res } = ctx;
   ctx.logFields.upstreamStatus = routed.status;
   if (routed.body.kind === 'json') {
-    const bytes = routed.body.bytes;
+    const own = routed.body.bytes;
+    const bytes =
+      routed.status >= 400 && ctx.route === MESSAGES_ROUTE ? anthropicRefusal(routed.status, own, ctx.requestId) : own;
     atTurnEnd(
       () => sendBytes(res, routed.status, bytes, 'application/json', headers),
       (err) => res.destroy(err as Error),
@@ -341,7 +344,7 @@ export async function pipeRouted(
         { reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal },
         'engine error mid-stream',
       );
-    batch.end(sseErrorFrame(e));
+    batch.end(ctx.route === MESSAGES_ROUTE ? anthropicErrorFrame(e, ctx.requestId) : sseErrorFrame(e));
   } finally {
     // Left early (client gone or stalled), or failed: tell the port so it stops the upstream and frees its booking.
     // A failure is not always the upstream's own (which closed it): the client leaving while the relay waits for

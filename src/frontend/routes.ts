@@ -15,6 +15,7 @@ import { KvgateError } from '../errors/index.js';
 import type { FleetStatus } from '../fleet/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
+import { MESSAGES_ROUTE } from './anthropic-error.js';
 import { modelsStatus, redactedConfig } from './admin-status.js';
 import { serveCompletion, type CompletionOptions } from './completion.js';
 import { decodedModelId } from './edge.js';
@@ -75,6 +76,8 @@ function addApiRoutes(o: RouteTableOptions, add: AddRoute): void {
   add('/v1/chat/completions', { methods: complete('chat'), auth: true, limited: true });
   add('/v1/completions', { methods: complete('completion'), auth: true, limited: true });
   add('/v1/route', { methods: complete('route'), auth: true, limited: true });
+  add(MESSAGES_ROUTE, { methods: complete('messages'), auth: true, limited: true });
+  add('/v1/responses', { methods: complete('responses'), auth: true, limited: true });
 }
 
 function addAdminRoutes(o: RouteTableOptions, add: AddRoute): void {

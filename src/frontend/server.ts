@@ -38,6 +38,7 @@ import { KvgateMetrics } from '../metrics/index.js';
 import type { FleetStatus } from '../fleet/index.js';
 import { discardBody, DISCARD_MS, readBodyBytes } from './body.js';
 import { ClientAddresses, type FallbackReason } from './client-address.js';
+import { credentialOf } from './anthropic-error.js';
 import type { CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
 import { checkEdgeHeaders, clientErrorResponse } from './edge.js';
@@ -325,7 +326,7 @@ export class GatewayServer {
         res.setHeader('allow', Object.keys(spec.methods).join(', '));
         throw new KvgateError('KVG_ERR_METHOD_NOT_ALLOWED', `${req.method} is not allowed on ${path}`);
       }
-      if (spec.auth && !this.#keys.accepts(req.headers.authorization)) {
+      if (spec.auth && !this.#keys.accepts(credentialOf(ctx.route, req.headers))) {
         res.setHeader('www-authenticate', 'Bearer');
         throw new KvgateError('KVG_ERR_UNAUTHORIZED', 'a valid API key is required: Authorization: Bearer <key>');
       }

@@ -92,6 +92,11 @@ export class ChoiceOutput {
   }
 
   /** The finish reason of a generation that ran to its length. */
+  /** The tool call's id (undefined: the answer is text). */
+  get toolCallId(): string | undefined {
+    return this.#toolId;
+  }
+
   get finishReason(): string {
     return this.#toolId === undefined ? 'length' : 'tool_calls';
   }

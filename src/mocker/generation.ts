@@ -9,7 +9,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { parseJson, readBody, sendJson } from '../common/index.js';
+import { parseJson, readBody, sendJson, type AgentApi } from '../common/index.js';
+import { agentAnswerWriter, agentChatBody, isAgentKind } from './agent-endpoints.js';
+import type { AnswerWriter } from './agent-writer.js';
 import { KvgateError } from '../errors/index.js';
 import type { TextTokenizer } from '../tokenizer/index.js';
 import type { CoreRequest, FinishedRequest } from './engine-types.js';
@@ -34,7 +36,7 @@ export async function readJsonBody(req: IncomingMessage): Promise<{ raw: string;
   return { raw, body: parseJson(raw) };
 }
 
-export type GenerateKind = 'completion' | 'chat';
+export type GenerateKind = 'completion' | 'chat' | AgentApi;
 
 /** What generation reads from its worker; `ranks` and `lifetime` change on restart. */
 export interface GenerationOptions {
@@ -58,6 +60,8 @@ interface Admitted {
   readonly loraName: string | undefined;
   readonly plan: HandoffPlan;
   readonly signal: AbortSignal;
+  /** The agent API whose answer shape the request gets (undefined: OpenAI's). */
+  readonly agent: AgentApi | undefined;
 }
 
 export class Generation {
@@ -82,7 +86,13 @@ export class Generation {
         status === 503 ? 'KVG_ERR_SHUTTING_DOWN' : status === 502 ? 'KVG_ERR_ENGINE_FAILED' : 'KVG_ERR_INTERNAL';
       throw new KvgateError(code, `injected fault: the engine failed this request with ${status} (error_rate)`, {});
     }
-    const p = parseGenerateRequest(kind, body, raw);
+    const agent = isAgentKind(kind) ? kind : undefined;
+    // An agent API's body runs as the chat request vLLM's front end converts it to.
+    const chat = agent === undefined ? undefined : agentChatBody(agent, body);
+    const p =
+      chat === undefined
+        ? parseGenerateRequest(kind as 'completion' | 'chat', body, raw)
+        : parseGenerateRequest('chat', chat, JSON.stringify(chat));
     const { tokens, maxTokens, loraName } = await this.#validate(p);
 
     // Client gone (or engine crash): cancel outgoing P/D calls and the engine request.
@@ -101,6 +111,7 @@ export class Generation {
           loraName,
           plan,
           signal,
+          agent,
         });
       } catch (err) {
         plan.failed?.(err);
@@ -210,7 +221,7 @@ export class Generation {
     const header = req.headers['x-request-id'];
     const baseId = typeof header === 'string' && header !== '' ? header : randomUUID().replaceAll('-', '');
     const meta: ResponseMeta = {
-      id: `${p.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`,
+      id: `${x.agent === 'messages' ? 'msg' : x.agent === 'responses' ? 'resp' : p.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`,
       created: Math.floor(Date.now() / 1000),
       model: p.model ?? o.model,
     };
@@ -225,17 +236,20 @@ export class Generation {
       holdBlocksMs: x.plan.holdBlocksMs,
     };
     const textOf = (id: number): string => this.#deps.tokenText.get(id) ?? '';
-    const out = new ResponseWriter(
-      res,
-      p,
-      meta,
-      x.tokens.length,
-      x.maxTokens,
-      this.#vocab,
-      textOf,
-      this.#deps.faults.settings.stallAfterTokens,
-      x.tokens,
-    );
+    const out: AnswerWriter =
+      x.agent !== undefined
+        ? agentAnswerWriter(x.agent, res, p, meta, x.tokens.length, x.maxTokens)
+        : new ResponseWriter(
+            res,
+            p,
+            meta,
+            x.tokens.length,
+            x.maxTokens,
+            this.#vocab,
+            textOf,
+            this.#deps.faults.settings.stallAfterTokens,
+            x.tokens,
+          );
     return new Promise<void>((resolve, reject) => {
       let finished = false;
       const onAbort = (): void => {
@@ -262,7 +276,7 @@ export class Generation {
   }
 
   /** The engine's callbacks for one request: latency metrics, the answer, the protocol's end. */
-  #listener(rankIndex: number, coreId: string, x: Admitted, out: ResponseWriter, onEnd: () => void): RequestListener {
+  #listener(rankIndex: number, coreId: string, x: Admitted, out: AnswerWriter, onEnd: () => void): RequestListener {
     const metrics = this.#deps.metrics;
     let cached = 0;
     let lastTokenAt = 0;

@@ -22,6 +22,8 @@ const KNOWN_PATHS = [
   '/metrics',
   '/v1/completions',
   '/v1/chat/completions',
+  '/v1/messages',
+  '/v1/responses',
   '/tokenize',
   '/detokenize',
   '/reset_prefix_cache',
@@ -100,6 +102,12 @@ async function serveEngine(
       return true;
     case 'POST /v1/chat/completions':
       await d.generation.generate('chat', req, res);
+      return true;
+    case 'POST /v1/messages':
+      await d.generation.generate('messages', req, res);
+      return true;
+    case 'POST /v1/responses':
+      await d.generation.generate('responses', req, res);
       return true;
     case 'POST /tokenize':
       await d.generation.tokenize(req, res);

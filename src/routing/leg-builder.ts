@@ -12,6 +12,7 @@ import type { WorkerHealthView, WorkerRegistry } from '../discovery/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { LegRequest } from './push/types.js';
 import type { PreparedRequest } from './router-port.js';
+import { agentLegFields } from './agent-endpoints.js';
 
 export interface LegBuilderOptions {
   readonly model: string;
@@ -27,7 +28,12 @@ const DOWN_BECAUSE: Partial<Record<string, string>> = {
   model_mismatch: 'its engine serves another model',
   ejected: 'ejected for consecutive errors',
 };
-const PATHS = { chat: '/v1/chat/completions', completion: '/v1/completions' } as const;
+const PATHS = {
+  chat: '/v1/chat/completions',
+  completion: '/v1/completions',
+  messages: '/v1/messages',
+  responses: '/v1/responses',
+} as const;
 
 export class LegBuilder {
   readonly #opts: LegBuilderOptions;
@@ -65,6 +71,7 @@ export class LegBuilder {
       phase: 'aggregated',
       signal: req.signal,
       receivedAt: req.receivedAt,
+      ...agentLegFields(req),
     };
   }
 

@@ -21,6 +21,7 @@ import type { KvEventManager, KvEventOptions } from '../events/index.js';
 import { KvgateError } from '../errors/index.js';
 import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
+import { agentDisaggRefusal, isAgentEndpoint } from './agent-endpoints.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
 import { kvPool, subscribeWorker } from './kv-pool.js';
 import { LegBuilder } from './leg-builder.js';
@@ -367,6 +368,7 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
     this.#legs.checkPins(req.hints);
     if (this.#disaggregated(true)) {
+      if (isAgentEndpoint(req.endpoint)) throw agentDisaggRefusal(this.model, req.endpoint);
       const out = await this.prefill.route(this.#legs.leg(req), req.hints.session);
       return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
     }

@@ -33,8 +33,11 @@ import type { PromptHashes } from '../wasm/index.js';
 
 export type { RoutingHints };
 
-/** Which OpenAI endpoint a request came in on (the port dispatches to the same one). */
-export type EndpointKind = 'chat' | 'completion';
+/**
+ * Which endpoint a request came in on (the port dispatches to the same one): OpenAI's chat and completions, and
+ * the APIs coding agents speak, Anthropic's Messages and OpenAI's Responses (forwarded to the engine's own).
+ */
+export type EndpointKind = 'chat' | 'completion' | 'messages' | 'responses';
 
 /** A request ready to route: validated, tokenized, hashed. Immutable. */
 export interface PreparedRequest {

@@ -10,6 +10,7 @@ import type { JsonMember, JsonOutline, RoutingHints } from '../../common/index.j
 import { isKvgateError, type KvgateErrorCode } from '../../errors/index.js';
 import type { TokenizerSource } from '../../config/index.js';
 import type { PromptHashes } from '../../wasm/index.js';
+import type { EndpointKind } from '../router-port.js';
 
 /** What a thread needs to preprocess for one model (built from ModelConfig). */
 export interface PreprocessModelSpec {
@@ -87,7 +88,7 @@ export interface ModelView {
  */
 export interface BodyTask {
   kind: 'body';
-  endpoint: 'chat' | 'completion' | 'route';
+  endpoint: EndpointKind | 'route';
   /** The body as received (Content-Encoding decoded); moved to the thread, not copied, when it owns its buffer. */
   bytes: Uint8Array;
   maxMessages: number;
@@ -100,7 +101,7 @@ export interface BodyTask {
 export interface BodyOutcome {
   /** The client's `model`. */
   clientModel: string;
-  endpoint: 'chat' | 'completion';
+  endpoint: EndpointKind;
   /** The configured model it resolved to, and the adapter it runs under. */
   model: string;
   loraName: string | undefined;

@@ -13,6 +13,16 @@
  * are removed unless the client asked for them itself.
  */
 
+const AGENT_PATHS = new Set(['/v1/messages', '/v1/responses']);
+
+/**
+ * Whether a leg on `path` streams the agent APIs' event sequences (Anthropic Messages, OpenAI Responses), which
+ * are never migrated: a continuation's chunks are rewritten into an OpenAI stream's shape, not into those.
+ */
+export function isAgentPath(path: string): boolean {
+  return AGENT_PATHS.has(path);
+}
+
 /** What a client's body asks for that a continuation from token ids could not honour. */
 export type MigrationBlocker = 'guided' | 'tools' | 'n' | 'logprobs' | 'echo';
 

@@ -59,7 +59,7 @@ import type { PoolMembers, LegSelector } from './selector.js';
 import { SimpleSelector } from './simple-selector.js';
 import { selectionAttributes } from './trace-attributes.js';
 import type { LegRequest, LegResponse, Selection } from './types.js';
-import { midStreamBlocker } from './continuation.js';
+import { isAgentPath, midStreamBlocker } from './continuation.js';
 import { migratingEvents, migrationHooks, type MigrationHooks, type MigrationPolicy } from './migration.js';
 
 const NO_MIGRATION: MigrationPolicy = { limit: 0 };
@@ -246,7 +246,7 @@ export class PushRouter implements PoolMembers {
     const policy = this.#opts.migration ?? NO_MIGRATION;
     // Decode legs of a disaggregated request carry a handoff a continuation could not reuse: the PrefillRouter
     // migrates them through a new prefill and decode (prefill-router.ts).
-    const migrates = policy.limit > 0 && req.phase === 'aggregated';
+    const migrates = policy.limit > 0 && req.phase === 'aggregated' && !isAgentPath(req.path);
     const exclude = new Set<number>(excluded);
     const first = await this.#attempts(
       req,

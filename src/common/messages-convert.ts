@@ -1,0 +1,175 @@
+/**
+ * An Anthropic Messages request (`POST /v1/messages`) → the chat messages and tools vLLM's Messages front end
+ * runs it as, checked on the way. The rules are vLLM's (its `_convert_anthropic_to_openai_request`):
+ *
+ * - `system`: a string is one leading system message; a list keeps its non-empty `text` blocks, drops
+ *   Claude Code's per-request `x-anthropic-billing-header` line (it would defeat prefix caching), and joins
+ *   the rest with no separator (a list left empty still gives an empty system message).
+ * - Each message's blocks are walked in order: `text` (non-empty) → a text part; `thinking` → the turn's
+ *   reasoning; `redacted_thinking` → dropped; `tool_use` → a tool call whose arguments are Python's
+ *   `json.dumps` of `input`; a user's `tool_result` → a `tool` message emitted before the user's own
+ *   message (its text items joined with "\n"); an assistant's `tool_result` → the text "Tool result: …".
+ *   One text part becomes plain `content`; a user message left with no content is not emitted.
+ * - Tools become chat function tools (`input_schema` as `parameters`, `type: "object"` added if missing).
+ */
+import {
+  type ChatConversion,
+  type Json,
+  invalidBlock,
+  invalidField,
+  isObject,
+  pythonJson,
+  requireString,
+  unsupportedBlock,
+} from './agent-convert.js';
+
+const BILLING_HEADER = 'x-anthropic-billing-header';
+
+/** The block types of Anthropic's Messages API that a request may carry (others are refused). */
+const BLOCK_TYPES = new Set([
+  'text',
+  'image',
+  'tool_use',
+  'tool_result',
+  'tool_reference',
+  'thinking',
+  'redacted_thinking',
+]);
+
+function systemMessage(system: unknown): Json | undefined {
+  if (system === undefined || system === null) return undefined;
+  if (typeof system === 'string') return system === '' ? undefined : { role: 'system', content: system };
+  if (!Array.isArray(system)) throw invalidField('system', 'must be a string or a list of text blocks');
+  if (system.length === 0) return undefined;
+  let text = '';
+  system.forEach((block, i) => {
+    if (!isObject(block) || block.type !== 'text') throw invalidBlock(`system[${i}]`, 'must be a text block');
+    const t = requireString(block.text, `system[${i}].text`);
+    if (t !== '' && !t.startsWith(BILLING_HEADER)) text += t;
+  });
+  return { role: 'system', content: text };
+}
+
+/** A tool result's content as vLLM's tool message holds it: a string, or its text items joined with "\n". */
+function toolResultText(content: unknown, param: string): string {
+  if (content === undefined || content === null) return '';
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) throw invalidBlock(param, 'must be a string or a list of content blocks');
+  const texts: string[] = [];
+  content.forEach((item, i) => {
+    if (!isObject(item) || typeof item.type !== 'string')
+      throw invalidBlock(`${param}[${i}]`, 'must be a content block');
+    if (item.type === 'text') texts.push(requireString(item.text, `${param}[${i}].text`));
+    else if (item.type === 'image') throw unsupportedBlock(`${param}[${i}].type`, item.type);
+    else if (item.type !== 'tool_reference')
+      throw invalidBlock(`${param}[${i}].type`, `is ${JSON.stringify(item.type)}`);
+  });
+  return texts.join('\n');
+}
+
+interface Turn {
+  parts: Json[];
+  toolCalls: Json[];
+  reasoning: string | undefined;
+  /** Tool messages a user turn's tool_result blocks give, emitted ahead of the turn. */
+  before: Json[];
+}
+
+function walkBlock(turn: Turn, role: string, block: unknown, param: string): void {
+  if (!isObject(block) || typeof block.type !== 'string') throw invalidBlock(param, 'must be an object with a type');
+  const type = block.type;
+  if (!BLOCK_TYPES.has(type)) {
+    throw invalidBlock(`${param}.type`, `is ${JSON.stringify(type)}; not a Messages API content block type`);
+  }
+  if (type === 'text') {
+    const text = requireString(block.text, `${param}.text`);
+    if (text !== '') turn.parts.push({ type: 'text', text });
+  } else if (type === 'image') {
+    throw unsupportedBlock(`${param}.type`, type);
+  } else if (type === 'thinking') {
+    turn.reasoning = (turn.reasoning ?? '') + requireString(block.thinking, `${param}.thinking`);
+  } else if (type === 'tool_use') {
+    if (block.input !== undefined && !isObject(block.input)) throw invalidBlock(`${param}.input`, 'must be an object');
+    const name = block.name === undefined ? '' : requireString(block.name, `${param}.name`);
+    const id = requireString(block.id, `${param}.id`);
+    turn.toolCalls.push({ id, type: 'function', function: { name, arguments: pythonJson(block.input ?? {}) } });
+  } else if (type === 'tool_result') {
+    const id = block.tool_use_id === undefined ? '' : requireString(block.tool_use_id, `${param}.tool_use_id`);
+    const text = toolResultText(block.content, `${param}.content`);
+    if (role === 'user') turn.before.push({ role: 'tool', tool_call_id: id, content: text });
+    else turn.parts.push({ type: 'text', text: `Tool result: ${text}` });
+  }
+  // redacted_thinking and a top-level tool_reference add nothing to the prompt.
+}
+
+function convertTurn(message: unknown, i: number, out: Json[]): void {
+  const param = `messages[${i}]`;
+  if (!isObject(message)) throw invalidField(param, 'must be an object');
+  const role = message.role;
+  if (role !== 'user' && role !== 'assistant') throw invalidField(`${param}.role`, 'must be "user" or "assistant"');
+  const content = message.content;
+  if (typeof content === 'string') {
+    out.push({ role, content });
+    return;
+  }
+  if (!Array.isArray(content)) throw invalidField(`${param}.content`, 'must be a string or a list of content blocks');
+  const turn: Turn = { parts: [], toolCalls: [], reasoning: undefined, before: [] };
+  content.forEach((block, j) => walkBlock(turn, role, block, `${param}.content[${j}]`));
+  out.push(...turn.before);
+  const msg: Json = { role };
+  if (turn.parts.length === 1) msg.content = turn.parts[0]!.text;
+  else if (turn.parts.length > 1) msg.content = turn.parts;
+  if (role === 'assistant') {
+    // vLLM's chat layer hands the template the reasoning under both names.
+    if (turn.reasoning !== undefined)
+      Object.assign(msg, { reasoning: turn.reasoning, reasoning_content: turn.reasoning });
+    if (turn.toolCalls.length > 0) msg.tool_calls = turn.toolCalls;
+    out.push(msg);
+  } else if (msg.content !== undefined) out.push(msg);
+}
+
+function convertTools(tools: unknown): Json[] | undefined {
+  if (tools === undefined || tools === null) return undefined;
+  if (!Array.isArray(tools)) throw invalidField('tools', 'must be a list of tools');
+  return tools.map((tool, i) => {
+    if (!isObject(tool)) throw invalidField(`tools[${i}]`, 'must be an object');
+    const name = requireString(tool.name, `tools[${i}].name`);
+    if (!isObject(tool.input_schema)) throw invalidField(`tools[${i}].input_schema`, 'must be an object');
+    const parameters = 'type' in tool.input_schema ? tool.input_schema : { ...tool.input_schema, type: 'object' };
+    const fn: Json = { name };
+    if (tool.description !== undefined) fn.description = requireString(tool.description, `tools[${i}].description`);
+    fn.parameters = parameters;
+    return { type: 'function', function: fn };
+  });
+}
+
+/**
+ * The chat request a Messages body runs as.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST (a missing or mistyped field: `max_tokens`, `messages`, a role,
+ *   `system`, a tool), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed block or one of an unknown type),
+ *   KVG_ERR_UNSUPPORTED_CONTENT (images); `detail.param` names the field.
+ */
+export function messagesToChat(body: Json): ChatConversion {
+  if (typeof body.model !== 'string' || body.model === '') throw invalidField('model', 'is required');
+  const maxTokens = body.max_tokens;
+  if (maxTokens === undefined) throw invalidField('max_tokens', 'is required');
+  if (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 1) {
+    throw invalidField('max_tokens', 'must be a positive integer');
+  }
+  if (body.stream !== undefined && typeof body.stream !== 'boolean') throw invalidField('stream', 'must be a boolean');
+  if (!Array.isArray(body.messages)) throw invalidField('messages', 'is required (a list of messages)');
+  const messages: Json[] = [];
+  const system = systemMessage(body.system);
+  if (system !== undefined) messages.push(system);
+  body.messages.forEach((m, i) => convertTurn(m, i, messages));
+  const kwargs = body.chat_template_kwargs;
+  if (kwargs !== undefined && kwargs !== null && !isObject(kwargs)) {
+    throw invalidField('chat_template_kwargs', 'must be an object');
+  }
+  return {
+    messages,
+    tools: convertTools(body.tools),
+    chatTemplateKwargs: (kwargs ?? undefined) as Json | undefined,
+    continueFinalMessage: false,
+  };
+}

@@ -1,0 +1,65 @@
+/**
+ * The preprocessing task of an agent-API request (Anthropic Messages, OpenAI Responses): its body converted
+ * to the chat request the engine's own front end runs it as (common's `agentChat`), then the same chat task a
+ * chat completion gets, so it is rendered and tokenized as the engine does.
+ */
+import { agentChat, type AgentApi } from '../common/index.js';
+import { KvgateError } from '../errors/index.js';
+import type { ChatTask } from './preprocess/protocol.js';
+
+export type { AgentApi };
+
+export interface AgentTaskInputs {
+  readonly api: AgentApi;
+  readonly body: Record<string, unknown>;
+  readonly model: string;
+  readonly maxPromptTokens: number;
+  readonly loraName: string | undefined;
+}
+
+/** The chat task an agent-API request is routed by (the conversion's errors are thrown: common's `agentChat`). */
+export function agentChatTask(inp: AgentTaskInputs): ChatTask {
+  const chat = agentChat(inp.api, inp.body);
+  return {
+    kind: 'chat',
+    model: inp.model,
+    maxPromptTokens: inp.maxPromptTokens,
+    loraName: inp.loraName,
+    cacheSalt: typeof inp.body.cache_salt === 'string' ? inp.body.cache_salt : undefined,
+    addSpecialTokens: undefined,
+    messages: chat.messages,
+    tools: chat.tools,
+    chatTemplateKwargs: chat.chatTemplateKwargs,
+    addGenerationPrompt: chat.continueFinalMessage ? false : undefined,
+    continueFinalMessage: chat.continueFinalMessage ? true : undefined,
+    tokenData: undefined,
+  };
+}
+
+function invalid(param: string, message: string): KvgateError {
+  return new KvgateError('KVG_ERR_INVALID_REQUEST', `${param} ${message}`, { param });
+}
+
+/**
+ * The checks an agent-API body gets before its model is looked up: `model` is a string, and the conversation is
+ * within `limits.max_messages` (Messages' `messages`, Responses' `input` items). The rest is checked as the body
+ * is converted.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST, KVG_ERR_TOO_MANY_MESSAGES.
+ */
+export function checkAgentBody(
+  api: AgentApi,
+  body: Record<string, unknown>,
+  limits: { readonly maxMessages: number },
+): void {
+  if (typeof body.model !== 'string' || body.model === '') throw invalid('model', 'is required (a string)');
+  const field = api === 'messages' ? 'messages' : 'input';
+  const list = body[field];
+  if (Array.isArray(list) && list.length > limits.maxMessages) {
+    throw new KvgateError(
+      'KVG_ERR_TOO_MANY_MESSAGES',
+      `${field} holds ${list.length} entries; kvgate accepts at most ${limits.maxMessages} per request`,
+      { param: field, messages: list.length, maxMessages: limits.maxMessages },
+    );
+  }
+  if (body.stream !== undefined && typeof body.stream !== 'boolean') throw invalid('stream', 'must be a boolean');
+}

@@ -1,0 +1,71 @@
+/**
+ * The simulated engine's agent endpoints (`POST /v1/messages`, `POST /v1/responses`), built as vLLM builds its
+ * own: the body is converted to a chat request (common's `agentChat`, vLLM's rules), generated as a chat
+ * completion, and answered in the API's shape (messages-writer.ts, responses-writer.ts).
+ */
+import type { ServerResponse } from 'node:http';
+import { agentChat, type AgentApi } from '../common/index.js';
+import { KvgateError } from '../errors/index.js';
+import type { AgentWriter } from './agent-writer.js';
+import { MessagesWriter } from './messages-writer.js';
+import type { GenerateRequest, ResponseMeta } from './openai-protocol.js';
+import { ResponsesWriter } from './responses-writer.js';
+
+export function isAgentKind(kind: string): kind is AgentApi {
+  return kind === 'messages' || kind === 'responses';
+}
+
+function obj(v: unknown): Record<string, unknown> | undefined {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+}
+
+/** Anthropic's `tool_choice` as chat's (vLLM's mapping); undefined when absent. */
+function messagesToolChoice(choice: unknown): unknown {
+  const c = obj(choice);
+  if (c === undefined) return undefined;
+  if (c['type'] === 'any') return 'required';
+  if (c['type'] === 'tool') return { type: 'function', function: { name: c['name'] } };
+  return c['type'];
+}
+
+/** Responses' `tool_choice` as chat's: a named function is flat in Responses. */
+function responsesToolChoice(choice: unknown): unknown {
+  const c = obj(choice);
+  return c !== undefined && c['type'] === 'function' ? { type: 'function', function: { name: c['name'] } } : choice;
+}
+
+/**
+ * The chat body an agent request runs as: the converted messages and tools, and the fields generation reads.
+ * @throws KvgateError the conversion's (common's `agentChat`), answered as the engine's 400.
+ */
+export function agentChatBody(api: AgentApi, body: unknown): Record<string, unknown> {
+  const b = obj(body);
+  if (b === undefined)
+    throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the body must be a JSON object', { param: null });
+  const chat = agentChat(api, b);
+  const out: Record<string, unknown> = {
+    model: b['model'],
+    messages: chat.messages,
+    stream: b['stream'] === true,
+    max_tokens: api === 'messages' ? b['max_tokens'] : (b['max_output_tokens'] ?? undefined),
+    tool_choice: api === 'messages' ? messagesToolChoice(b['tool_choice']) : responsesToolChoice(b['tool_choice']),
+  };
+  if (chat.tools !== undefined) out['tools'] = chat.tools;
+  if (chat.chatTemplateKwargs !== undefined) out['chat_template_kwargs'] = chat.chatTemplateKwargs;
+  for (const key of ['seed', 'cache_salt', 'temperature', 'top_p']) if (b[key] !== undefined) out[key] = b[key];
+  return out;
+}
+
+/** The writer of an agent API's answer. */
+export function agentAnswerWriter(
+  api: AgentApi,
+  res: ServerResponse,
+  p: GenerateRequest,
+  meta: ResponseMeta,
+  promptTokens: number,
+  maxTokens: number,
+): AgentWriter {
+  return api === 'messages'
+    ? new MessagesWriter(res, p, meta, promptTokens, maxTokens)
+    : new ResponsesWriter(res, p, meta, promptTokens, maxTokens);
+}

@@ -1,0 +1,415 @@
+/**
+ * Conversion equality: an Anthropic Messages or OpenAI Responses request is routed on the tokens of the chat
+ * request vLLM's own front end runs it as. Each case pairs a request with that chat request written out by hand
+ * (vLLM's conversion rules); both go through the same preprocessing (the bundled Qwen3 template and tokenizer)
+ * and must give the same token ids. Bad input is refused with a stable code naming the field.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { agentChatTask, type AgentApi } from '../../src/frontend/agent-task.js';
+import { createPreprocessor, type Preprocessor } from '../../src/frontend/preprocess/preprocessor.js';
+import type { ChatTask, PreprocessModelSpec } from '../../src/frontend/preprocess/protocol.js';
+import { isKvgateError, type KvgateErrorCode } from '../../src/errors/index.js';
+import { Tokenizer } from 'tokenizers';
+import { demoTokenizerFiles } from '../../src/tokenizer/index.js';
+
+const spec: PreprocessModelSpec = {
+  name: 'demo',
+  blockSize: 16,
+  tokenizer: { kind: 'demo' },
+  segmentCacheTokens: 0,
+  segmentCacheBytes: 0,
+};
+
+type Json = Record<string, unknown>;
+interface Case {
+  name: string;
+  api: AgentApi;
+  body: Json;
+  chat: { messages: Json[]; tools?: Json[]; continueFinalMessage?: boolean };
+}
+
+const lsSchema = { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] };
+const shellSchema = { type: 'object', properties: { cmd: { type: 'array', items: { type: 'string' } } } };
+
+const CASES: Case[] = [
+  {
+    name: 'messages: system as a string, one user turn',
+    api: 'messages',
+    body: { model: 'demo', max_tokens: 64, system: 'You are terse.', messages: [{ role: 'user', content: 'Hi' }] },
+    chat: {
+      messages: [
+        { role: 'system', content: 'You are terse.' },
+        { role: 'user', content: 'Hi' },
+      ],
+    },
+  },
+  {
+    name: 'messages: system blocks (billing header dropped, joined with no separator), tools, tool use and result',
+    api: 'messages',
+    body: {
+      model: 'demo',
+      max_tokens: 4096,
+      system: [
+        { type: 'text', text: 'x-anthropic-billing-header: cc_version=2.1.200.abc; cch=1f2e3;' },
+        { type: 'text', text: 'You are a coding agent.' },
+        { type: 'text', text: ' Be terse.', cache_control: { type: 'ephemeral' } },
+      ],
+      messages: [
+        { role: 'user', content: 'List files' },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'thinking', thinking: 'Use the ls tool.', signature: 'sig' },
+            { type: 'text', text: 'Listing.' },
+            { type: 'tool_use', id: 'toolu_01', name: 'ls', input: { path: '.', deep: [1, { ü: true }] } },
+          ],
+        },
+        {
+          role: 'user',
+          content: [
+            {
+              type: 'tool_result',
+              tool_use_id: 'toolu_01',
+              content: [
+                { type: 'text', text: 'a.py' },
+                { type: 'text', text: 'b.py' },
+              ],
+            },
+            { type: 'text', text: 'Now open a.py' },
+          ],
+        },
+      ],
+      tools: [{ name: 'ls', description: 'list dir', input_schema: lsSchema }],
+      metadata: { user_id: 'session-42' },
+    },
+    chat: {
+      messages: [
+        { role: 'system', content: 'You are a coding agent. Be terse.' },
+        { role: 'user', content: 'List files' },
+        {
+          role: 'assistant',
+          content: 'Listing.',
+          reasoning_content: 'Use the ls tool.',
+          tool_calls: [
+            {
+              id: 'toolu_01',
+              type: 'function',
+              function: { name: 'ls', arguments: '{"path": ".", "deep": [1, {"ü": true}]}' },
+            },
+          ],
+        },
+        { role: 'tool', tool_call_id: 'toolu_01', content: 'a.py\nb.py' },
+        { role: 'user', content: 'Now open a.py' },
+      ],
+      tools: [{ type: 'function', function: { name: 'ls', description: 'list dir', parameters: lsSchema } }],
+    },
+  },
+  {
+    name: 'messages: multi-turn, two tool results in one turn, a user turn of tool results only, empty text dropped',
+    api: 'messages',
+    body: {
+      model: 'demo',
+      max_tokens: 100,
+      messages: [
+        { role: 'user', content: [{ type: 'text', text: 'Read both files' }] },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'tool_use', id: 't1', name: 'read', input: { path: 'a' } },
+            { type: 'tool_use', id: 't2', name: 'read', input: { path: 'b' } },
+          ],
+        },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 't1', content: 'A' },
+            { type: 'tool_result', tool_use_id: 't2', content: [{ type: 'text', text: 'B' }], is_error: true },
+          ],
+        },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'text', text: '' },
+            { type: 'text', text: 'Both read.' },
+          ],
+        },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Thanks.' },
+            { type: 'text', text: 'Summarise.' },
+          ],
+        },
+      ],
+      tools: [{ name: 'read', input_schema: { properties: { path: { type: 'string' } } } }],
+    },
+    chat: {
+      messages: [
+        { role: 'user', content: 'Read both files' },
+        {
+          role: 'assistant',
+          tool_calls: [
+            { id: 't1', type: 'function', function: { name: 'read', arguments: '{"path": "a"}' } },
+            { id: 't2', type: 'function', function: { name: 'read', arguments: '{"path": "b"}' } },
+          ],
+        },
+        { role: 'tool', tool_call_id: 't1', content: 'A' },
+        { role: 'tool', tool_call_id: 't2', content: 'B' },
+        { role: 'assistant', content: 'Both read.' },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Thanks.' },
+            { type: 'text', text: 'Summarise.' },
+          ],
+        },
+      ],
+      tools: [
+        {
+          type: 'function',
+          function: { name: 'read', parameters: { properties: { path: { type: 'string' } }, type: 'object' } },
+        },
+      ],
+    },
+  },
+  {
+    name: 'responses: input as text with instructions',
+    api: 'responses',
+    body: { model: 'demo', instructions: 'You are Codex.', input: 'Say hi' },
+    chat: {
+      messages: [
+        { role: 'system', content: 'You are Codex.' },
+        { role: 'user', content: 'Say hi' },
+      ],
+    },
+  },
+  {
+    name: 'responses: items (message, reasoning, function call and output, assistant message), function tools',
+    api: 'responses',
+    body: {
+      model: 'demo',
+      instructions: 'You are Codex.',
+      input: [
+        { type: 'message', role: 'developer', content: 'Work in /repo.' },
+        { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'run ls' }] },
+        { type: 'reasoning', id: 'rs_1', summary: [], content: [{ type: 'reasoning_text', text: 'call shell' }] },
+        { type: 'function_call', call_id: 'call_A', name: 'shell', arguments: '{"cmd":["ls"]}' },
+        { type: 'function_call_output', call_id: 'call_A', output: 'a.py' },
+        { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'One file: a.py.' }] },
+        { role: 'user', content: 'Open it' },
+      ],
+      tools: [{ type: 'function', name: 'shell', description: 'run', parameters: shellSchema, strict: false }],
+      store: false,
+      prompt_cache_key: 'conv-1',
+    },
+    chat: {
+      messages: [
+        { role: 'system', content: 'You are Codex.' },
+        { role: 'developer', content: 'Work in /repo.' },
+        { role: 'user', content: [{ type: 'text', text: 'run ls' }] },
+        {
+          role: 'assistant',
+          reasoning_content: 'call shell',
+          tool_calls: [{ id: 'call_A', type: 'function', function: { name: 'shell', arguments: '{"cmd":["ls"]}' } }],
+        },
+        { role: 'tool', tool_call_id: 'call_A', content: 'a.py' },
+        { role: 'assistant', content: 'One file: a.py.' },
+        { role: 'user', content: 'Open it' },
+      ],
+      tools: [
+        {
+          type: 'function',
+          function: { type: 'function', name: 'shell', description: 'run', parameters: shellSchema, strict: false },
+        },
+      ],
+    },
+  },
+  {
+    name: 'responses: an unfinished assistant message is continued',
+    api: 'responses',
+    body: {
+      model: 'demo',
+      input: [
+        { role: 'user', content: 'Count to 5' },
+        { type: 'message', role: 'assistant', status: 'incomplete', content: [{ type: 'output_text', text: '1, 2,' }] },
+      ],
+    },
+    chat: {
+      messages: [
+        { role: 'user', content: 'Count to 5' },
+        { role: 'assistant', content: '1, 2,' },
+      ],
+      continueFinalMessage: true,
+    },
+  },
+];
+
+function chatTask(chat: Case['chat']): ChatTask {
+  return {
+    kind: 'chat',
+    model: 'demo',
+    maxPromptTokens: 100_000,
+    messages: chat.messages,
+    tools: chat.tools,
+    addGenerationPrompt: chat.continueFinalMessage ? false : undefined,
+    continueFinalMessage: chat.continueFinalMessage,
+  };
+}
+
+describe('agent APIs: conversion to the chat request the engine runs', () => {
+  let pre: Preprocessor;
+  beforeAll(async () => {
+    pre = await createPreprocessor([spec], { threads: 0 });
+  });
+  afterAll(async () => {
+    await pre?.close();
+  });
+
+  it.each(CASES)('$name: the same token ids as the equivalent chat request', async (c) => {
+    const agent = await pre.run(
+      agentChatTask({ api: c.api, body: c.body, model: 'demo', maxPromptTokens: 100_000, loraName: undefined }),
+    );
+    const chat = await pre.run(chatTask(c.chat));
+    expect(Array.from(agent.tokenIds)).toEqual(Array.from(chat.tokenIds));
+    expect(agent.hashes.seq).toEqual(chat.hashes.seq);
+  });
+
+  it('renders what the conversion promises: the tool result as a tool response, no billing header', async () => {
+    const tok = Tokenizer.fromFile(demoTokenizerFiles().tokenizerJson);
+    const ids = (
+      await pre.run(
+        agentChatTask({
+          api: 'messages',
+          body: CASES[1]!.body,
+          model: 'demo',
+          maxPromptTokens: 100_000,
+          loraName: undefined,
+        }),
+      )
+    ).tokenIds;
+    const text = await tok.decode(Array.from(ids), false);
+    expect(text).toContain('<|im_start|>system\nYou are a coding agent. Be terse.');
+    expect(text).toContain('<tool_response>\na.py\nb.py\n</tool_response>');
+    expect(text).toContain('{"path": ".", "deep": [1, {"ü": true}]}');
+    expect(text).not.toContain('billing');
+  });
+});
+
+const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; param: string }[] = [
+  {
+    name: 'messages without max_tokens',
+    api: 'messages',
+    body: { model: 'demo', messages: [{ role: 'user', content: 'x' }] },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'max_tokens',
+  },
+  {
+    name: 'an unknown block type',
+    api: 'messages',
+    body: { model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'document', text: 'x' }] }] },
+    code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
+    param: 'messages[0].content[0].type',
+  },
+  {
+    name: 'a text block without text',
+    api: 'messages',
+    body: { model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'text' }] }] },
+    code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
+    param: 'messages[0].content[0].text',
+  },
+  {
+    name: 'a block that is not an object',
+    api: 'messages',
+    body: { model: 'demo', max_tokens: 5, messages: [{ role: 'assistant', content: ['hi'] }] },
+    code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
+    param: 'messages[0].content[0]',
+  },
+  {
+    name: 'a tool_use block whose input is not an object',
+    api: 'messages',
+    body: {
+      model: 'demo',
+      max_tokens: 5,
+      messages: [{ role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: '{}' }] }],
+    },
+    code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
+    param: 'messages[0].content[0].input',
+  },
+  {
+    name: 'a system block that is not text',
+    api: 'messages',
+    body: { model: 'demo', max_tokens: 5, system: [{ type: 'image' }], messages: [] },
+    code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
+    param: 'system[0]',
+  },
+  {
+    name: 'an image block',
+    api: 'messages',
+    body: { model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] },
+    code: 'KVG_ERR_UNSUPPORTED_CONTENT',
+    param: 'messages[0].content[0].type',
+  },
+  {
+    name: 'a role the Messages API does not have',
+    api: 'messages',
+    body: { model: 'demo', max_tokens: 5, messages: [{ role: 'tool', content: 'x' }] },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'messages[0].role',
+  },
+  {
+    name: 'responses without input',
+    api: 'responses',
+    body: { model: 'demo' },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'input',
+  },
+  {
+    name: 'an unknown input item type',
+    api: 'responses',
+    body: { model: 'demo', input: [{ type: 'web_search_call', id: 'x' }] },
+    code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
+    param: 'input[0].type',
+  },
+  {
+    name: 'a function call without call_id',
+    api: 'responses',
+    body: { model: 'demo', input: [{ type: 'function_call', name: 'f', arguments: '{}' }] },
+    code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
+    param: 'input[0].call_id',
+  },
+  {
+    name: 'encrypted reasoning',
+    api: 'responses',
+    body: { model: 'demo', input: [{ type: 'reasoning', summary: [], encrypted_content: 'gAAA' }] },
+    code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
+    param: 'input[0].encrypted_content',
+  },
+  {
+    name: 'previous_response_id',
+    api: 'responses',
+    body: { model: 'demo', input: 'more', previous_response_id: 'resp_1' },
+    code: 'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
+    param: 'previous_response_id',
+  },
+  {
+    name: 'a tool that is not a tool object',
+    api: 'responses',
+    body: { model: 'demo', input: 'x', tools: ['shell'] },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'tools[0]',
+  },
+];
+
+describe('agent APIs: bad input', () => {
+  it.each(BAD)('$name: $code naming $param', ({ api, body, code, param }) => {
+    let error: unknown;
+    try {
+      agentChatTask({ api, body, model: 'demo', maxPromptTokens: 1000, loraName: undefined });
+    } catch (e) {
+      error = e;
+    }
+    expect(isKvgateError(error, code)).toBe(true);
+    expect((error as { detail: Json }).detail.param).toBe(param);
+    expect((error as Error).message.startsWith(param)).toBe(true);
+  });
+});
