@@ -361,6 +361,14 @@ export function checkModel(model: ModelConfig, m: ConfigReader, warnings: string
       );
     }
   }
+  // The same engine twice would be routed to (and booked) as two workers, its load split between them.
+  const firstAt = new Map<string, number>();
+  model.workers.forEach((w, i) => {
+    if (w.url === '') return;
+    const first = firstAt.get(w.url);
+    if (first === undefined) firstAt.set(w.url, i);
+    else m.problemAt([...m.path, 'workers', i, 'url'], `is the url of workers[${first}] too; list each engine once`);
+  });
   if (model.verifyTokenizer && (model.routerMode !== 'kv' || !kvEventsEnabled(model.router))) {
     m.problem(
       'verify_tokenizer',

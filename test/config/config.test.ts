@@ -562,6 +562,17 @@ ${WORKERS}
     );
   });
 
+  it('the same engine URL twice in one model is refused', () => {
+    const p = problemsOf({
+      file: file(
+        'models:\n  - name: m\n    router_mode: round-robin\n    workers:\n' +
+          '      - { id: 1, url: "http://10.0.0.5:8000" }\n      - { id: 2, url: "http://10.0.0.5:8000/" }\n',
+      ),
+    });
+    const by = Object.fromEntries(p.map((x) => [x.path, x.reason]));
+    expect(by['models[0].workers[1].url']).toBe('is the url of workers[0] too; list each engine once');
+  });
+
   it('admin listener rules', () => {
     const p = problemsOf({ file: file('listen: { port: 9000 }\nadmin: { port: 9000 }\n') });
     expect(p.map((x) => x.reason)).toContain('is set but admin.enabled is false');
