@@ -101,6 +101,8 @@ describe("outlier ejection and the pool's panic threshold (real mocker processes
     expect(await injected(solo)).toBe(8);
     expect(await ejections('solo', 1)).toBe(1);
     expect(await panic('solo')).toBe(1);
+    // The gauge is set before the line is logged, and the line crosses the gateway's stdout pipe: wait for it.
+    await until(() => panicLines('solo', /entered panic/).length > 0, 'the entered-panic log line');
     expect(panicLines('solo', /entered panic/)).toEqual([
       expect.objectContaining({ level: 40, workerType: 'aggregated', healthy: 0, workers: 1 }),
     ]);
@@ -115,6 +117,7 @@ describe("outlier ejection and the pool's panic threshold (real mocker processes
     expect(await complete('solo')).toBe(200);
     // The ejection ends: the pool leaves panic, logged.
     await until(async () => (await panic('solo')) === 0, 'the solo pool to leave panic', BASE_EJECTION_MS + 5000);
+    await until(() => panicLines('solo', /left panic/).length > 0, 'the left-panic log line');
     expect(panicLines('solo', /left panic/)).toHaveLength(1);
     expect(await complete('solo')).toBe(200);
   }, 60_000);
