@@ -27,7 +27,7 @@ const CONNECTION_FAILURES = new Set([
 ]);
 
 /** The worker itself could not be talked to (unreachable, not registered, disconnected, stream broken). */
-export function isConnectionFailure(err: unknown): boolean {
+export function isConnectionFailure(err: unknown): err is KvgateError {
   return isKvgateError(err) && CONNECTION_FAILURES.has(err.code);
 }
 
@@ -48,7 +48,7 @@ export function reportDispatchFailure(
   if (report === undefined) return;
   if (err instanceof EngineHttpError)
     report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
-  else if (isKvgateError(err) && CONNECTION_FAILURES.has(err.code)) report(workerId, err.code, true);
+  else if (isConnectionFailure(err)) report(workerId, err.code, true);
   else if (isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
 }
 
