@@ -23,6 +23,7 @@ import { Fleet, type FleetStatus } from '../fleet/index.js';
 import { startGateway, type Gateway, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
 import { clusterMember, clusterMetricsText, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
+import { writePidFile } from './pid-file.js';
 import { ConfigReloader, type ReloadTrigger } from './reload.js';
 import { startTracing } from './tracing.js';
 
@@ -331,18 +332,39 @@ function clusterProcesses(
   return config;
 }
 
+/** A SIGHUP received while the gateway was starting (the config may have changed after it was read). */
+let earlyHangup = false;
+const noteEarlyHangup = (): void => {
+  earlyHangup = true;
+};
+
 /** Runs until SIGTERM/SIGINT (a second signal exits at once). Resolves to the exit code. */
 export async function serveCommand(argv: string[], opts: ServeOptions = {}): Promise<number> {
   let handle: ServeHandle | undefined;
+  let removePidFile = (): void => undefined;
   try {
-    const c = clusterProcesses(argv, opts.env ?? process.env);
-    if (c !== undefined)
-      return await runClusterPrimary(
-        c.processes,
-        opts.logger ?? pino({ level: c.logLevel, base: { svc: 'kvgate', role: 'primary' } }),
-      );
+    const env = opts.env ?? process.env;
+    const c = clusterProcesses(argv, env);
+    if (c !== undefined) {
+      const remove = writePidFile(c.pidFile);
+      try {
+        return await runClusterPrimary(
+          c.processes,
+          opts.logger ?? pino({ level: c.logLevel, base: { svc: 'kvgate', role: 'primary' } }),
+        );
+      } finally {
+        remove();
+      }
+    }
+    // SIGHUP's default action ends the process: one sent while the gateway starts is kept and served once it runs.
+    process.on('SIGHUP', noteEarlyHangup);
     handle = await serve(argv, opts);
+    // A cluster's processes leave the file to their primary.
+    if (handle !== undefined && clusterMember(env) === undefined)
+      removePidFile = writePidFile(handle.gateway.config.pidFile);
   } catch (err) {
+    process.off('SIGHUP', noteEarlyHangup);
+    await handle?.stop();
     process.stderr.write(`kvgate serve: ${startupFailure(err)}\n`);
     return isKvgateError(err, 'KVG_ERR_INVALID_CONFIG') ? 2 : 1;
   }
@@ -362,6 +384,11 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
     }
   };
   process.on('SIGHUP', onHangup);
+  process.off('SIGHUP', noteEarlyHangup);
+  if (earlyHangup) {
+    earlyHangup = false;
+    onHangup();
+  }
   await new Promise<void>((resolve) => {
     const onSignal = (signal: NodeJS.Signals): void => {
       process.off('SIGHUP', onHangup);
@@ -378,6 +405,7 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
     process.once('SIGTERM', onSignal);
     process.once('SIGINT', onSignal);
   });
+  removePidFile();
   leaveCluster();
   return 0;
 }

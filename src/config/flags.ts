@@ -51,6 +51,7 @@ const FLAG_OPTIONS: Record<string, OptionSpec> = {
   'drain-timeout-ms': { type: 'string' },
   'preprocess-threads': { type: 'string' },
   processes: { type: 'string' },
+  'pid-file': { type: 'string' },
   'segment-cache-tokens': { type: 'string' },
   'segment-cache-bytes': { type: 'string' },
   'log-level': { type: 'string' },
@@ -80,6 +81,7 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   'drain-timeout-ms': ['shutdown', 'drain_timeout_ms'],
   'preprocess-threads': ['preprocess', 'threads'],
   processes: ['processes'],
+  'pid-file': ['pid_file'],
   'segment-cache-tokens': ['preprocess', 'segment_cache_tokens'],
   'segment-cache-bytes': ['preprocess', 'segment_cache_bytes'],
   'log-level': ['log', 'level'],
@@ -336,6 +338,7 @@ model configured, starts the embedded demo (simulated engines in-process).
       --migration-max-seq-len N          no migration once prompt + generated tokens exceed N (no bound)
       --preprocess-threads N   tokenizer threads (0 = main thread; default: the spare cores shared by the processes)
       --processes N            gateway processes on the one port, sharing bookings and sessions (default 1)
+      --pid-file FILE          write the process id to FILE (kill -HUP "$(cat FILE)" reloads); removed on exit
       --segment-cache-tokens N per-thread segment cache size in token ids (0 = off)
       --segment-cache-bytes N  per-thread segment cache size in retained bytes (0 = off)
       --log-level LEVEL        fatal | error | warn | info | debug | trace | silent

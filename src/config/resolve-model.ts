@@ -76,21 +76,33 @@ function readTokenizer(m: ConfigReader, ctx: ResolveContext): TokenizerSource {
     const json = isDir ? join(path, 'tokenizer.json') : path;
     if (!existsSync(json)) m.problem('tokenizer', `no tokenizer.json in ${path}`);
     const cfg = join(dirname(json), 'tokenizer_config.json');
-    return { kind: 'files', files: { tokenizerJson: json, tokenizerConfig: existsSync(cfg) ? cfg : undefined } };
+    if (existsSync(json) && !existsSync(cfg)) {
+      // Without it the chat template is a guess: chat prompts would hash to token ids the engine never computes.
+      m.problem(
+        'tokenizer',
+        `no tokenizer_config.json beside ${json}: it holds the model's chat template, and a guessed template routes on ` +
+          `token ids the engine never computes; copy it from the model's folder, or name the template: ` +
+          `tokenizer: { json: ${json}, template: chatml | FILE.jinja }`,
+      );
+    }
+    return { kind: 'files', files: { tokenizerJson: json, tokenizerConfig: cfg } };
   }
   if (!isPlainObject(v)) {
     m.problem('tokenizer', `must be "none", "demo", a path, or {json, config}; got ${show(v)}`);
     return { kind: 'none', onMissing };
   }
   const t = m.child('tokenizer')!;
-  t.allowOnly(['json', 'config']);
+  t.allowOnly(['json', 'config', 'template']);
   const json = t.reqStr('json');
   const config = t.optStr('config');
+  const template = t.optStr('template');
   return {
     kind: 'files',
     files: {
       tokenizerJson: json === '' ? '' : checkFile([...t.path, 'json'], json),
       tokenizerConfig: config === undefined ? undefined : checkFile([...t.path, 'config'], config),
+      chatTemplate:
+        template === undefined || template === 'chatml' ? template : checkFile([...t.path, 'template'], template),
     },
   };
 }

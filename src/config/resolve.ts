@@ -31,6 +31,7 @@ const TOP_KEYS = [
   'models',
   'replicas',
   'processes',
+  'pid_file',
 ] as const;
 
 /** One rule for a key from any source: at least 8 characters, no spaces. */
@@ -400,6 +401,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const health = readHealth(root);
   const tracing = readTracing(root);
   const { drainTimeoutMs, preprocess, logLevel, processes } = readProcess(root);
+  const pidFile = root.optStr('pid_file');
   const kvEvents = readKvEventBounds(root);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const replicas = readReplicas(root);
@@ -416,6 +418,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
     preprocess,
     logLevel,
     processes,
+    pidFile: pidFile === undefined ? undefined : absolute(ctx, pidFile),
     kvEvents,
     replicas,
     models,

@@ -279,6 +279,11 @@ export interface GatewayConfig {
    * bookings and sessions through replica sync (NATS when configured, else the cluster's IPC channel).
    */
   readonly processes: number;
+  /**
+   * Where `kvgate serve` writes its process id at start (the cluster primary's with several processes) and removes
+   * it on exit: what `kill -HUP "$(cat FILE)"` reloads. Undefined: no file.
+   */
+  readonly pidFile: string | undefined;
   /** KV-event ingestion bounds (every model). */
   readonly kvEvents: KvEventsConfig;
   readonly replicas: ReplicasConfig;

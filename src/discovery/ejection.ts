@@ -48,6 +48,7 @@ export interface EjectionMetrics {
 
 /** A model's logger and metrics, registered with `watch`. */
 export interface EjectionSink {
+  /** The model's logger, bound to the model: lines written through it never add `model`. */
   readonly logger: Logger;
   readonly metrics: EjectionMetrics | undefined;
 }
@@ -216,7 +217,7 @@ export class Ejections {
     if (sink !== undefined) this.#gauge(sink, model, role, panic);
     if (panic === state.panic) return;
     state.panic = panic;
-    const line = { model, workerType: role, healthy, workers: members.length, panicThresholdPercent: threshold };
+    const line = { workerType: role, healthy, workers: members.length, panicThresholdPercent: threshold };
     const logger = sink?.logger;
     const of = `${healthy} of its ${members.length} workers healthy`;
     if (panic) logger?.warn(line, `pool entered panic: ${of}, below ${threshold}%; routing to all of them`);

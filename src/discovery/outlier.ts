@@ -87,7 +87,7 @@ export class OutlierDetector {
     if (!connectionFailure) r.answered = true;
     if (r.consecutive < this.#opts.consecutiveErrors) return;
     const logger = this.#ejections.sink(w.model)?.logger ?? silentLogger;
-    const line = { model: w.model, workerId: w.id, url: w.url, role: w.role, consecutiveErrors: r.consecutive, error };
+    const line = { workerId: w.id, url: w.url, role: w.role, consecutiveErrors: r.consecutive, error };
     if (!this.#ejections.mayEject(w)) {
       if (!r.keptLogged) {
         logger.warn(
@@ -132,7 +132,7 @@ export class OutlierDetector {
     const free = this.#ejections.release(w, 'consecutive_errors');
     const logger = this.#ejections.sink(w.model)?.logger ?? silentLogger;
     logger.warn(
-      { model: w.model, workerId: w.id, url: w.url, role: w.role, ...fields },
+      { workerId: w.id, url: w.url, role: w.role, ...fields },
       free ? `${why}: readmitted` : `${why}; still ejected on its health probes`,
     );
   }

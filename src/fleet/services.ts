@@ -11,7 +11,10 @@ import type { KvgateMetrics } from '../metrics/index.js';
 export interface ModelServices {
   /** The gateway's metrics (its registry is what /metrics serves). */
   readonly metrics: KvgateMetrics;
-  /** The model's logger (each line carries the model). */
+  /**
+   * The model's logger: bound to the model once, so each line carries `model` exactly once. Code logging through it
+   * (routing, discovery, the fleet) never adds `model` to a line's fields: pino would write the key twice.
+   */
   readonly logger: Logger;
   /**
    * The model's token ids of a chat, exactly as the gateway preprocesses a chat request (its chat

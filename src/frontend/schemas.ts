@@ -51,7 +51,6 @@ const common = {
   model: { type: 'string', minLength: 1, maxLength: 256 },
   stream: { type: 'boolean' },
   stream_options: { type: ['object', 'null'], properties: { include_usage: { type: 'boolean' } } },
-  max_tokens: nullableInt(0),
   min_tokens: nullableInt(0),
   n: { type: 'integer', minimum: 1, maximum: 128 },
   temperature: { type: ['number', 'null'], minimum: 0 },
@@ -99,7 +98,9 @@ const CHAT_SCHEMA = {
   properties: {
     ...common,
     messages: { type: 'array', minItems: 1, items: message },
-    max_completion_tokens: nullableInt(0),
+    // An engine refuses 0 (a 400 after routing and booking): refused here, before either.
+    max_tokens: nullableInt(1),
+    max_completion_tokens: nullableInt(1),
     tools: { type: ['array', 'null'] },
     chat_template_kwargs: { type: ['object', 'null'] },
     add_generation_prompt: { type: 'boolean' },
@@ -121,10 +122,14 @@ const COMPLETION_SCHEMA = {
         { type: 'array', minItems: 1, items: { type: 'array', minItems: 1, items: u32 } },
       ],
     },
+    max_tokens: nullableInt(0),
     echo: { type: 'boolean' },
     suffix: { type: ['string', 'null'] },
     logprobs: { type: ['integer', 'null'], minimum: 0 },
   },
+  // `max_tokens: 0` asks for no generation: meaningful only with `echo` (scoring a prompt's logprobs).
+  if: { required: ['echo'], properties: { echo: { const: true } } },
+  else: { properties: { max_tokens: nullableInt(1) } },
 } as const;
 
 /** Readable messages for `anyOf` failures, where ajv's own ("must match a schema in anyOf") says nothing. */

@@ -75,6 +75,14 @@ export interface GatewayServerOptions {
 /** The body of a route that reads none. */
 const NO_BODY = new Uint8Array(0);
 
+/** Probes and scrapes: no server span unless the caller sends a `traceparent` (a sampler would trace thousands an hour). */
+const UNTRACED_PATHS: ReadonlySet<string> = new Set(['/health', '/ready', '/metrics']);
+
+/** A request target's path, without its query. */
+function pathOf(url: string | undefined): string {
+  return (url ?? '/').split('?', 1)[0]!;
+}
+
 export interface GatewayAddresses {
   public: { host: string; port: number };
   admin: { host: string; port: number } | undefined;
@@ -179,7 +187,10 @@ export class GatewayServer {
       },
       (req, res) => {
         // The request's server span (continuing the client's traceparent) is the active span of everything it runs.
-        inRequestSpan(req, res, () => this.#dispatch(listener, routes, req, res)).catch((err: unknown) => {
+        // Probes and scrapes come many times a minute from every prober: traced only when the caller sends a trace.
+        const dispatch = (): Promise<void> => this.#dispatch(listener, routes, req, res);
+        const traced = req.headers.traceparent !== undefined || !UNTRACED_PATHS.has(pathOf(req.url));
+        (traced ? inRequestSpan(req, res, dispatch) : dispatch()).catch((err: unknown) => {
           this.logger.error({ err }, 'unhandled error in request dispatch');
           if (!res.headersSent) sendError(res, asKvgateError(err, 'unknown'), this.config.limits.retryAfterSeconds);
           else res.destroy();
@@ -292,7 +303,7 @@ export class GatewayServer {
     const requestId = pickRequestId(req.headers['x-request-id'], randomUUID);
     res.setHeader('x-request-id', requestId);
     if (this.#opts.process !== undefined) res.setHeader('x-kvgate-process', this.#opts.process);
-    const path = (req.url ?? '/').split('?', 1)[0]!;
+    const path = pathOf(req.url);
     const spec = matchRoute(routes, path);
     const controller = new Cancellation();
     const ctx: RequestContext = {

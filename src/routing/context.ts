@@ -8,6 +8,7 @@
 import { makeContext, type Context } from '../common/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 
+/** Its `logger` is the model's (bound to the model by the builder, e.g. the fleet): lines never add `model` again. */
 export interface RouterContext extends Context {
   /** Where routing's Prometheus series go; undefined records nothing. */
   readonly metrics: KvgateMetrics | undefined;

@@ -266,10 +266,7 @@ export class ModelRouter implements ModelRouterPort {
       this.prefill.removeWorker(w.id);
       void this.#prefillPool?.events?.remove(w.id);
       if (this.prefill.state === 'inactive' && !this.prefill.enforceDisagg && !this.#fallbackPossible()) {
-        this.#ctx.logger.warn(
-          { model: this.model, workerId: w.id },
-          `${NO_FALLBACK}; model unavailable until a prefill worker returns`,
-        );
+        this.#ctx.logger.warn({ workerId: w.id }, `${NO_FALLBACK}; model unavailable until a prefill worker returns`);
       }
       return;
     }

@@ -62,10 +62,7 @@ export class WorkerWatch {
   /** The registry made the worker routable. */
   up(w: WorkerInfo): void {
     this.#setUp(w, true);
-    this.#ctx.logger.info(
-      { model: this.#model, workerId: w.id, url: w.url, role: w.role },
-      `worker ${w.id} is up: routed to`,
-    );
+    this.#ctx.logger.info({ workerId: w.id, url: w.url, role: w.role }, `worker ${w.id} is up: routed to`);
   }
 
   /** The registry took the worker out (health, model check, removal): not routed to, its KV events not trusted. */
@@ -75,7 +72,7 @@ export class WorkerWatch {
     this.#ctx.metrics?.workerKvEventsLive.labels(this.#labels(w)).set(0);
     const health = this.#health?.(w.id);
     this.#ctx.logger.warn(
-      { model: this.#model, workerId: w.id, url: w.url, role: w.role, state: health?.state, error: health?.lastError },
+      { workerId: w.id, url: w.url, role: w.role, state: health?.state, error: health?.lastError },
       `worker ${w.id} is down: not routed to, its KV events and cached blocks dropped`,
     );
   }
@@ -83,7 +80,7 @@ export class WorkerWatch {
   /** A dispatch could not reach the worker (the prober is asked to probe it now). */
   unreachable(w: WorkerInfo | undefined, workerId: number): void {
     this.#ctx.logger.warn(
-      { model: this.#model, workerId, url: w?.url },
+      { workerId, url: w?.url },
       `worker ${workerId} is unreachable: a request could not connect; probing it now`,
     );
   }
@@ -94,7 +91,7 @@ export class WorkerWatch {
     this.#blockSizeWarned.add(workerId);
     this.#ctx.metrics?.workerBlockSizeMismatch.labels({ model: this.#model, worker_id: String(workerId) }).set(1);
     this.#ctx.logger.warn(
-      { model: this.#model, workerId, url: this.#registry.get(workerId)?.url, blockSize },
+      { workerId, url: this.#registry.get(workerId)?.url, blockSize },
       `worker ${workerId} publishes KV events with a block size other than the model's block_size ${blockSize}: its blocks are ignored ` +
         "(set the model's block_size to the engine's)",
     );
@@ -103,7 +100,7 @@ export class WorkerWatch {
   /** Missed KV-event batches of a rank were replayed from the engine's buffer (gaps and resets are logged by the stream). */
   replayed(slot: WorkerRank, batches: number): void {
     this.#ctx.logger.info(
-      { model: this.#model, ...slot, url: this.#registry.get(slot.workerId)?.url, batches },
+      { ...slot, url: this.#registry.get(slot.workerId)?.url, batches },
       `worker ${slot.workerId}: missed KV events replayed (${batches} batch(es))`,
     );
   }
@@ -130,7 +127,7 @@ export class WorkerWatch {
       const was = this.#events.get(w.id) ?? 'never';
       this.#events.set(w.id, now);
       if (now === was) continue;
-      const at = { model: this.#model, workerId: w.id, url: w.url, role: w.role, kvEvents: now };
+      const at = { workerId: w.id, url: w.url, role: w.role, kvEvents: now };
       if (now === 'stale')
         this.#ctx.logger.warn(
           at,

@@ -40,6 +40,22 @@ function pickTemplate(t: TokenizerConfigJson['chat_template']): string | undefin
   return undefined;
 }
 
+/** The template an operator named (`'chatml'` or a Jinja file), or undefined when none was named. */
+function namedTemplate(named: string | undefined): string | undefined {
+  if (named === undefined) return undefined;
+  if (named === 'chatml') return CHATML_TEMPLATE;
+  try {
+    return readFileSync(named, 'utf8');
+  } catch (err) {
+    throw new KvgateError(
+      'KVG_ERR_INVALID_CONFIG',
+      `cannot read chat template ${named}: ${(err as Error).message}`,
+      { path: named },
+      { cause: err },
+    );
+  }
+}
+
 class HfTextTokenizer implements TextTokenizer {
   readonly kind = 'huggingface' as const;
   readonly source: string;
@@ -90,8 +106,9 @@ class HfTextTokenizer implements TextTokenizer {
 
 /**
  * Loads a tokenizer from files. When `tokenizerConfig` is not given, a
- * `tokenizer_config.json` next to `tokenizer.json` is used if present; without
- * a chat template, ChatML is used.
+ * `tokenizer_config.json` next to `tokenizer.json` is used if present. The template is the one named in
+ * `files.chatTemplate`, else the config's `chat_template`, else ChatML (the gateway's config refuses a tokenizer
+ * folder without `tokenizer_config.json` unless a template is named; the mocker takes ChatML).
  * @throws KvgateError KVG_ERR_INVALID_CONFIG when a file is missing or does not parse.
  */
 export function loadHfTokenizer(files: TokenizerFiles): TextTokenizer {
@@ -124,9 +141,12 @@ export function loadHfTokenizer(files: TokenizerFiles): TextTokenizer {
       );
     }
   }
-  const template = new ChatTemplate(pickTemplate(config.chat_template) ?? CHATML_TEMPLATE, {
-    bosToken: specialTokenText(config.bos_token),
-    eosToken: specialTokenText(config.eos_token),
-  });
+  const template = new ChatTemplate(
+    namedTemplate(files.chatTemplate) ?? pickTemplate(config.chat_template) ?? CHATML_TEMPLATE,
+    {
+      bosToken: specialTokenText(config.bos_token),
+      eosToken: specialTokenText(config.eos_token),
+    },
+  );
   return new HfTextTokenizer(files.tokenizerJson, tok, template);
 }

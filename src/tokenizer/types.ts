@@ -60,4 +60,9 @@ export interface TextTokenizer {
 export interface TokenizerFiles {
   tokenizerJson: string;
   tokenizerConfig?: string | undefined;
+  /**
+   * The chat template the operator named, over the config's: `'chatml'`, or the path of a Jinja file (as vLLM's
+   * `--chat-template`). Undefined: the config's `chat_template`, else ChatML.
+   */
+  chatTemplate?: string | undefined;
 }

@@ -31,14 +31,18 @@ function worker(id: number, extra: Partial<WorkerInfo> = {}): WorkerInfo {
   };
 }
 
-/** Keeps every warn and info line with its level and message. */
-function capture(lines: Record<string, unknown>[]): Logger {
+/** Keeps every warn and info line with its level, message and the bindings of its child loggers (as pino writes them). */
+function capture(lines: Record<string, unknown>[], bound: Record<string, unknown> = {}): Logger {
   const keep =
     (level: string) =>
     (fields: Record<string, unknown>, msg: string): void =>
-      void lines.push({ ...fields, level, msg });
-  const log: Logger = { ...silentLogger, warn: keep('warn'), info: keep('info'), child: () => log };
-  return log;
+      void lines.push({ ...bound, ...fields, level, msg });
+  return {
+    ...silentLogger,
+    warn: keep('warn'),
+    info: keep('info'),
+    child: (more) => capture(lines, { ...bound, ...more }),
+  };
 }
 
 function setup(workers: WorkerInfo[], opts: { maxEjectedPercent?: number; panic?: number } = {}) {
@@ -48,7 +52,8 @@ function setup(workers: WorkerInfo[], opts: { maxEjectedPercent?: number; panic?
   ejections.setPanicThreshold('m', opts.panic ?? 50);
   const metrics = new KvgateMetrics({ processMetrics: false });
   const lines: Record<string, unknown>[] = [];
-  ejections.watch('m', { logger: capture(lines), metrics });
+  // The model's logger, bound to the model as the fleet binds it.
+  ejections.watch('m', { logger: capture(lines).child({ model: 'm' }), metrics });
   const timers = new ManualTimers();
   const detector = new OutlierDetector(reg, ejections, {
     consecutiveErrors: 2,

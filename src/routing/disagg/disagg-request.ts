@@ -175,7 +175,7 @@ export class DisaggRequest {
             reject(err);
           } else if (!isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED')) {
             this.#ctx.logger.warn(
-              { model: this.#deps.model, requestId: this.#leg.requestId, err: String(err) },
+              { requestId: this.#leg.requestId, err: String(err) },
               'disaggregated request failed after the client left',
             );
           }

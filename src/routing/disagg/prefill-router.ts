@@ -125,7 +125,7 @@ export class PrefillRouter {
   addWorker(w: WorkerInfo): boolean {
     const problem = bootstrapProblem(w);
     if (problem !== undefined) {
-      this.#ctx.logger.warn({ model: this.model, workerId: w.id }, `prefill worker not used: ${problem}`);
+      this.#ctx.logger.warn({ workerId: w.id }, `prefill worker not used: ${problem}`);
       return false;
     }
     this.#pool ??= this.#createPool();
@@ -300,7 +300,6 @@ export class PrefillRouter {
         this.sessions.refused(session, err);
         this.#ctx.logger.warn(
           {
-            model: this.model,
             requestId: leg.requestId,
             session: session!.id,
             workerId: sticky.workerId,

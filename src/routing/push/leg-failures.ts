@@ -70,7 +70,7 @@ export function noteLegFailure({ ctx, model, role, req, sel }: FailedLeg, err: u
   if (violation !== undefined) {
     ctx.metrics?.engineProtocolErrors.labels({ model, worker_type: role, violation }).inc();
     ctx.logger.warn(
-      { model, requestId: req.requestId, ...sel.slot, code: (err as KvgateError).code, violation, err },
+      { requestId: req.requestId, ...sel.slot, code: (err as KvgateError).code, violation, err },
       'engine answer broke the protocol',
     );
     return;
@@ -84,7 +84,7 @@ export function noteLegFailure({ ctx, model, role, req, sel }: FailedLeg, err: u
   ctx.metrics?.engineTimeouts.labels({ model, worker_type: role, kind }).inc();
   const timeoutMs = err.detail?.['timeoutMs'];
   ctx.logger.warn(
-    { model, requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs },
+    { requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs },
     'engine leg made no progress in time; cut (migratable)',
   );
 }

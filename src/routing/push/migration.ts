@@ -84,14 +84,11 @@ export function migrationHooks(s: MigrationSetup): MigrationHooks {
     started: () => m?.migrations.labels({ ...labels, outcome: 'started' }).inc(),
     skipped: (reason, err, detail) => {
       m?.migrationsSkipped.labels({ ...labels, reason }).inc();
-      logger.warn(
-        { model: s.model, requestId: s.requestId, code: err.code, reason, ...detail },
-        'stream failed and was not migrated',
-      );
+      logger.warn({ requestId: s.requestId, code: err.code, reason, ...detail }, 'stream failed and was not migrated');
     },
     outcome: (outcome, migrations) => {
       m?.migrations.labels({ ...labels, outcome }).inc();
-      const line = { model: s.model, requestId: s.requestId, migrations, outcome };
+      const line = { requestId: s.requestId, migrations, outcome };
       if (outcome === 'succeeded') logger.info(line, 'stream migrated to another worker and completed');
       else logger.warn(line, 'stream migration failed');
     },

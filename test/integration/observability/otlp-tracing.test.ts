@@ -68,6 +68,7 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
   const received: OtlpSpan[] = [];
   let mocker: ServedProc | undefined;
   let gateway: ServedProc | undefined;
+  let url = '';
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-otlp-'));
@@ -114,6 +115,7 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
     );
     const served = await startServe(config);
     gateway = served.proc;
+    url = served.url;
 
     const res = await fetch(`${served.url}/v1/chat/completions`, {
       method: 'POST',
@@ -175,4 +177,30 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
     const access = jsonLines(gateway).find((o) => o.msg === 'request' && o.reqId === 'traced-1');
     expect(access?.traceId).toBe(CLIENT_TRACE);
   }, 60_000);
+  it('probes and scrapes are not traced unless the caller sends a trace; the requests after them are', async () => {
+    expect(url).not.toBe('');
+    for (let i = 0; i < 3; i++)
+      for (const path of ['/health', '/ready', '/metrics', '/metrics?name[]=x'])
+        await (await fetch(`${url}${path}`)).arrayBuffer();
+    const probeTrace = 'aaaabbbbccccddddeeeeffff00001111';
+    await (
+      await fetch(`${url}/health`, { headers: { traceparent: `00-${probeTrace}-${CLIENT_SPAN}-01` } })
+    ).arrayBuffer();
+    // A request after the probes: once its span is at the receiver, the probes' spans would be too (ended before it).
+    const lastTrace = '99998888777766665555444433332222';
+    await (
+      await fetch(`${url}/v1/models`, { headers: { traceparent: `00-${lastTrace}-${CLIENT_SPAN}-01` } })
+    ).arrayBuffer();
+    await (await fetch(`${url}/v1/models`)).arrayBuffer();
+    await until(
+      () =>
+        received.filter((s) => s.name === 'kvgate.request' && s.attributes['url.path'] === '/v1/models').length === 2,
+      'the two /v1/models request spans at the receiver',
+      20_000,
+    );
+    const paths = received.filter((s) => s.name === 'kvgate.request').map((s) => [s.traceId, s.attributes['url.path']]);
+    expect(paths.filter(([, p]) => p !== '/v1/chat/completions' && p !== '/v1/models')).toEqual([
+      [probeTrace, '/health'],
+    ]);
+  }, 30_000);
 });
