@@ -12,7 +12,7 @@ import { STANDARD_PREFIXES, documentedMetrics } from './catalog.js';
 interface Panel {
   type: string;
   title?: string;
-  targets?: { expr?: string }[];
+  targets?: { expr?: string; legendFormat?: string }[];
   panels?: Panel[];
 }
 interface Dashboard {
@@ -134,7 +134,6 @@ describe('the Grafana dashboard', () => {
         defaults: { unit?: string };
         overrides: { matcher: { options: string }; properties: { id: string; value: unknown }[] }[];
       };
-      targets?: { expr?: string; legendFormat?: string }[];
     })[];
     const rightAxis = (p: (typeof all)[number], series: string): Record<string, unknown> =>
       Object.fromEntries(
