@@ -216,8 +216,8 @@ function legsTable(report: ReplayReport): string[] {
     'Disaggregated legs (ms):',
     '',
     '| policy | prefill queue mean | prefill mean | prefill p99 | KV transfer est. mean | p99 | ' +
-      'prefill done -> 1st token mean | decode TTFT mean | prefill hit rate | prefill load | decode load | leases expired |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+      'prefill done -> 1st token mean | prefill hit rate | prefill load | decode load | leases expired |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const [name, s] of legs) {
     const l = s.legs!;
@@ -225,7 +225,6 @@ function legsTable(report: ReplayReport): string[] {
       `| ${name} | ${p(l.prefill_queue_ms, 'mean')} | ${p(l.prefill_ms, 'mean')} | ${p(l.prefill_ms, 'p99')} | ` +
         `${p(l.kv_transfer_estimated_ms, 'mean')} | ` +
         `${p(l.kv_transfer_estimated_ms, 'p99')} | ${p(l.prefill_done_to_first_token_ms, 'mean')} | ` +
-        `${p(l.decode_ttft_ms, 'mean')} | ` +
         `${pct(l.prefill_hit_rate)} | ${l.prefill_load_imbalance.toFixed(2)} | ${l.decode_load_imbalance.toFixed(2)} | ` +
         `${l.kv_lease_expired} |`,
     );
