@@ -12,6 +12,7 @@
  * with back-off, a lost lease granted again and the key put again) is
  * `EtcdRegistration`'s (`registration.ts`).
  */
+import { pino } from 'pino';
 import { etcdModelPrefix, parseCommandArgs, readEtcdWorkerValue } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { etcdClient } from '../fleet/index.js';
@@ -144,10 +145,9 @@ export async function registerCommand(argv: string[]): Promise<number> {
     return 0;
   }
   const client = etcdClient(plan.endpoints);
-  const log: RegistrationLog = (level, msg, fields) =>
-    void process.stdout.write(
-      `${JSON.stringify({ time: new Date().toISOString(), key: plan.key, level, msg, ...fields })}\n`,
-    );
+  // The gateway's log format (pino JSON lines), so one log pipeline reads both.
+  const logger = pino({ base: { svc: 'kvgate', role: 'register', key: plan.key } });
+  const log: RegistrationLog = (level, msg, fields) => logger[level](fields ?? {}, msg);
   const stopped = new Promise<void>((resolve) => {
     process.once('SIGTERM', resolve);
     process.once('SIGINT', resolve);

@@ -31,6 +31,11 @@ export interface ParsedFile {
   lines: LineCounter;
 }
 
+/** The yaml library's message without its own "at line L, column C:" (the problem's position says where). */
+function yamlReason(message: string): string {
+  return message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
+}
+
 /** One KVG_ERR_INVALID_CONFIG listing every problem (`detail.problems`), each with its source and field path. */
 export function configProblemsError(
   problems: readonly ConfigProblem[],
@@ -78,11 +83,15 @@ export function readConfigFile(path: string, consequence: string | undefined): P
   if (doc.errors.length > 0) {
     throw configProblemsError(
       doc.errors.map((e) => {
-        const at = lines.linePos(e.pos[0]);
+        // An error found at the end of the input (an unclosed `{`, a missing value) is reported on the last line
+        // that holds something, not on the empty line after the final newline.
+        const last = Math.max(0, text.trimEnd().length - 1);
+        const atEnd = e.pos[0] > last;
+        const at = lines.linePos(atEnd ? last : e.pos[0]);
         return {
           source: path,
           path: '(file)',
-          reason: `not valid YAML: ${e.message.split('\n')[0]}`,
+          reason: `not valid YAML: ${yamlReason(e.message)}${atEnd ? ' (at the end of the file)' : ''}`,
           position: `${at.line}:${at.col}`,
         };
       }),

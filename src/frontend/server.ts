@@ -293,6 +293,14 @@ export class GatewayServer {
     return this.#draining;
   }
 
+  /** What a 404 says: an admin path names why it is not served here (off, or on the admin listener). */
+  #notFound(listener: Listener, path: string): string {
+    if (listener === 'admin' || !(path === '/admin' || path.startsWith('/admin/'))) return `no endpoint ${path}`;
+    return this.config.admin.enabled
+      ? `no endpoint ${path} on this listener: the admin endpoints are served on the admin listener (admin.listen)`
+      : `no endpoint ${path}: the admin endpoints are off (admin.enabled: true, or --admin, turns them on)`;
+  }
+
   async #dispatch(
     listener: Listener,
     routes: Map<string, RouteSpec>,
@@ -331,7 +339,8 @@ export class GatewayServer {
     try {
       if (!admitted) await this.#refuse(req);
       checkEdgeHeaders(req, spec?.auth === true);
-      if (spec === undefined) throw new KvgateError('KVG_ERR_NOT_FOUND', `no endpoint ${path}`, { param: null });
+      if (spec === undefined)
+        throw new KvgateError('KVG_ERR_NOT_FOUND', this.#notFound(listener, path), { param: null });
       const handler = spec.methods[req.method ?? ''];
       if (handler === undefined) {
         res.setHeader('allow', Object.keys(spec.methods).join(', '));

@@ -10,7 +10,7 @@ import { cpus, arch, release, totalmem, type } from 'node:os';
 import { join } from 'node:path';
 import { singleRouterName } from './router-replicas.js';
 import { cdfPoints, escapeXml, lineChart, PALETTE, type ChartBand, type ChartSeries } from './svg-charts.js';
-import type { LoadBucket } from './timeline.js';
+import { WINDOW_BUCKETS, type LoadBucket } from './timeline.js';
 import type { PolicyRun, PolicySummary, Percentiles } from './results.js';
 
 export interface MachineInfo {
@@ -82,9 +82,13 @@ export function sha256(text: string | Uint8Array): string {
 }
 
 const MAX_INVALID_LISTED = 20;
-/** Buckets in the sliding window of the load-imbalance chart. */
-const IMBALANCE_WINDOW = 10;
 export { MAX_INVALID_LISTED };
+
+/** A chart's window for its title: "10 s window", "1.5 min window". */
+function windowLength(windowMs: number): string {
+  const s = windowMs / 1000;
+  return s >= 120 ? `${+(s / 60).toFixed(1)} min window` : `${+s.toFixed(s < 10 ? 1 : 0)} s window`;
+}
 
 function ms(v: number | null): string {
   if (v === null) return 'n/a';
@@ -212,8 +216,8 @@ function legsTable(report: ReplayReport): string[] {
     'Disaggregated legs (ms):',
     '',
     '| policy | prefill queue mean | prefill mean | prefill p99 | KV transfer est. mean | p99 | ' +
-      'prefill done -> 1st token mean | decode TTFT mean | prefill hit rate | prefill load | decode load | leases expired |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+      'prefill done -> 1st token mean | prefill hit rate | prefill load | decode load | leases expired |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const [name, s] of legs) {
     const l = s.legs!;
@@ -221,7 +225,6 @@ function legsTable(report: ReplayReport): string[] {
       `| ${name} | ${p(l.prefill_queue_ms, 'mean')} | ${p(l.prefill_ms, 'mean')} | ${p(l.prefill_ms, 'p99')} | ` +
         `${p(l.kv_transfer_estimated_ms, 'mean')} | ` +
         `${p(l.kv_transfer_estimated_ms, 'p99')} | ${p(l.prefill_done_to_first_token_ms, 'mean')} | ` +
-        `${p(l.decode_ttft_ms, 'mean')} | ` +
         `${pct(l.prefill_hit_rate)} | ${l.prefill_load_imbalance.toFixed(2)} | ${l.decode_load_imbalance.toFixed(2)} | ` +
         `${l.kv_lease_expired} |`,
     );
@@ -289,6 +292,8 @@ function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<
     yMin: 0,
     yMax: 1,
   });
+  // Every run of a report shares one bucket width (runner.ts: defaultBucketMs of the workload).
+  const windowText = windowLength(WINDOW_BUCKETS * (runs[0]?.pools[0]?.bucketMs ?? 0));
   const hit: ChartSeries[] = runs.map((r) => ({
     name: r.name,
     points: r.hits.overTime.map(([t, v]) => [t / 1000, v] as [number, number]),
@@ -302,7 +307,7 @@ function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<
     color: '#555555',
   });
   out['hit-rate-over-time.svg'] = lineChart({
-    title: 'Engine prefix hit rate over time (sliding window, requests by arrival)',
+    title: `Engine prefix hit rate over time (sliding ${windowText}, requests by arrival)`,
     subtitle: sub,
     xLabel: 'arrival time (s)',
     yLabel: 'cached / prompt tokens',
@@ -313,7 +318,7 @@ function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<
   });
   const imbalance: ChartSeries[] = runs.map((r) => {
     const pool = r.pools.reduce((a, b) => (b.load.imbalance > a.load.imbalance ? b : a));
-    // Over a sliding window of IMBALANCE_WINDOW buckets (single buckets are noisy), and only where the
+    // Over a sliding window of WINDOW_BUCKETS buckets (single buckets are noisy), and only where the
     // engines carry at least half a request each on average: the ratio means nothing on a nearly idle
     // fleet (the drain at the end of a run, where one engine finishing the last request is "8x the mean").
     const n = pool.workerIds.length;
@@ -321,9 +326,8 @@ function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<
     const acc = new Float64Array(n);
     pool.buckets.forEach((b, i) => {
       for (let e = 0; e < n; e++) acc[e]! += b.perEngine[e]!;
-      if (i >= IMBALANCE_WINDOW)
-        for (let e = 0; e < n; e++) acc[e]! -= pool.buckets[i - IMBALANCE_WINDOW]!.perEngine[e]!;
-      const width = Math.min(i + 1, IMBALANCE_WINDOW);
+      if (i >= WINDOW_BUCKETS) for (let e = 0; e < n; e++) acc[e]! -= pool.buckets[i - WINDOW_BUCKETS]!.perEngine[e]!;
+      const width = Math.min(i + 1, WINDOW_BUCKETS);
       const mean = acc.reduce((s, v) => s + v, 0) / n / width;
       if (mean >= 0.5) points.push([(b.startMs + pool.bucketMs) / 1000, Math.max(...acc) / width / mean]);
       else points.push([(b.startMs + pool.bucketMs) / 1000, Number.NaN]);
@@ -331,7 +335,7 @@ function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<
     return { name: `${r.name}${r.pools.length > 1 ? ` (${pool.name})` : ''}`, points };
   });
   out['load-imbalance-over-time.svg'] = lineChart({
-    title: 'Load imbalance over time: busiest engine / mean (in-flight requests, sliding window)',
+    title: `Load imbalance over time: busiest engine / mean (in-flight requests, sliding ${windowText})`,
     subtitle: sub,
     xLabel: 'time (s)',
     yLabel: 'max / mean (where engines average >= 0.5 in flight)',

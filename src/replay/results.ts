@@ -146,9 +146,11 @@ export interface LegSummary {
   prefill_ms: Percentiles;
   prefill_queue_ms: Percentiles;
   kv_transfer_estimated_ms: Percentiles;
-  /** Prefill done -> first decode token (Dynamo's kv_transfer_estimated_latency: transfer + decode queue + last prompt token). */
+  /**
+   * Prefill done -> first decode token (Dynamo's kv_transfer_estimated_latency: transfer + decode queue + last prompt
+   * token). The decode leg starts when its prefill is done, so this is also the decode leg's own time to first token.
+   */
   prefill_done_to_first_token_ms: Percentiles;
-  decode_ttft_ms: Percentiles;
   prefill_hit_rate: number;
   prefill_load_imbalance: number;
   decode_load_imbalance: number;
@@ -274,7 +276,6 @@ function legSummary(run: PolicyRun, ok: readonly RequestOutcome[], hitRate: numb
       distribution(legs.filter((o) => o.transferEstimateMs !== null).map((o) => o.transferEstimateMs!)),
     ),
     prefill_done_to_first_token_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.prefillDoneMs!))),
-    decode_ttft_ms: percentiles(distribution(legs.map((o) => o.firstTokenMs! - o.decodeStartMs!))),
     prefill_hit_rate: round(hitRate),
     prefill_load_imbalance: round(prefillPool.load.imbalance),
     decode_load_imbalance: round(decodePool.load.imbalance),

@@ -10,6 +10,9 @@
  * them.
  */
 
+/** Buckets in the sliding windows of the replay's charts over time (hit rate, load imbalance). */
+export const WINDOW_BUCKETS = 10;
+
 export interface LoadSummary {
   /** Time-weighted mean load of each engine over [0, endMs]. */
   readonly perEngineMean: readonly number[];
@@ -152,7 +155,7 @@ export class HitTimeline {
    * Hit rate over a sliding window of `windowBuckets` buckets ending at each
    * bucket (smooths the few-requests-per-bucket noise): [bucket end ms, rate].
    */
-  windowed(windowBuckets = 10): [number, number][] {
+  windowed(windowBuckets = WINDOW_BUCKETS): [number, number][] {
     const out: [number, number][] = [];
     let p = 0;
     let c = 0;

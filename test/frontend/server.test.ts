@@ -616,6 +616,28 @@ describe('gateway server: admin endpoints and shutdown', () => {
     expect((await fetch(`${separate.adminUrl}/v1/models`)).status).toBe(404);
   });
 
+  it('a 404 on an admin path says why: the admin endpoints are off, or on the admin listener', async () => {
+    const message = async (url: string): Promise<{ status: number; code: string; message: string }> => {
+      const res = await fetch(url);
+      const { error } = (await res.json()) as { error: { code: string; message: string } };
+      return { status: res.status, code: error.code, message: error.message };
+    };
+    const off = await start();
+    expect(await message(`${off.url}/admin/models`)).toEqual({
+      status: 404,
+      code: 'KVG_ERR_NOT_FOUND',
+      message:
+        'no endpoint /admin/models: the admin endpoints are off (admin.enabled: true, or --admin, turns them on)',
+    });
+    const separate = await start({ admin: { enabled: true, port: 0 } });
+    const there = await message(`${separate.url}/admin/models`);
+    expect(there.message).toBe(
+      'no endpoint /admin/models on this listener: the admin endpoints are served on the admin listener (admin.listen)',
+    );
+    expect(there.message).not.toContain(String(separate.adminUrl));
+    expect((await message(`${off.url}/v1/nothing`)).message).toBe('no endpoint /v1/nothing');
+  });
+
   it('close() drains an in-flight stream to its end while refusing new work', async () => {
     const g = await start();
     g.routers.demo.hold();

@@ -12,7 +12,7 @@ import { STANDARD_PREFIXES, documentedMetrics } from './catalog.js';
 interface Panel {
   type: string;
   title?: string;
-  targets?: { expr?: string }[];
+  targets?: { expr?: string; legendFormat?: string }[];
   panels?: Panel[];
 }
 interface Dashboard {
@@ -117,5 +117,38 @@ describe('the Grafana dashboard', () => {
     const all = JSON.stringify(dashboard.panels);
     expect(all).toContain('"uid":"${datasource}"');
     expect(all).toContain('model=~\\"$model\\"');
+  });
+  it('$job filters every kvgate series, not only the process panels', () => {
+    // The panels' queries (the variables' label_values() name bare metrics; the $job variable lists the jobs itself).
+    const panelQueries = queries().filter((q) => q.includes('('));
+    const unfiltered = panelQueries
+      .flatMap((q) => [...q.matchAll(/\bkvgate_[a-z0-9_]+(\{[^}]*\})?/g)])
+      .filter((m) => !(m[1] ?? '').includes('job=~"$job"'))
+      .map((m) => m[0]);
+    expect(unfiltered).toEqual([]);
+  });
+
+  it('a panel that plots two units puts the second on a right axis with its unit', () => {
+    const all = dashboard.panels as (Panel & {
+      fieldConfig: {
+        defaults: { unit?: string };
+        overrides: { matcher: { options: string }; properties: { id: string; value: unknown }[] }[];
+      };
+    })[];
+    const rightAxis = (p: (typeof all)[number], series: string): Record<string, unknown> =>
+      Object.fromEntries(
+        p.fieldConfig.overrides.find((o) => o.matcher.options === series)?.properties.map((x) => [x.id, x.value]) ?? [],
+      );
+    const rejections = all.find((p) => p.title?.startsWith('Rejections by error code'))!;
+    expect(rejections.fieldConfig.defaults.unit).toBe('reqps');
+    expect(rightAxis(rejections, 'in flight')).toMatchObject({ 'custom.axisPlacement': 'right', unit: 'short' });
+    // The prediction panel plots the error it names, in tokens on its own axis.
+    const prediction = all.find((p) => p.title?.includes('error p50'))!;
+    const error = prediction.targets!.find((t) => t.expr!.includes('kvgate_router_prediction_error_tokens_bucket'));
+    expect(error?.legendFormat).toBe('error p50 (tokens)');
+    expect(rightAxis(prediction, 'error p50 (tokens)')).toMatchObject({
+      'custom.axisPlacement': 'right',
+      unit: 'short',
+    });
   });
 });

@@ -115,6 +115,10 @@ describe('offline replay', () => {
         }
         expect(legs.prefill_done_to_first_token_ms.mean!).toBeGreaterThanOrEqual(legs.kv_transfer_estimated_ms.mean!);
         expect(legs.kv_lease_expired).toBe(0);
+        // No two of the table's timing columns are one figure twice (the decode leg starts when its prefill is done).
+        const timings = Object.entries(legs).filter(([, v]) => typeof v === 'object');
+        for (const [i, [k, v]] of timings.entries())
+          for (const [k2, v2] of timings.slice(i + 1)) expect(v, `${k} and ${k2}`).not.toEqual(v2);
         expect(Object.keys(s.engine_mean_load)).toEqual(['0', '1', '2', '3', '4', '5']);
       }
     });

@@ -312,6 +312,11 @@ describe('replay report', () => {
       ].map((m) => m[1]!);
     expect(yTicks('engine-load-kv.svg')).toEqual(yTicks('engine-load-round-robin.svg'));
     expect(readFileSync(join(dir, 'engine-load-kv.svg'), 'utf8').match(/<polygon /g)).toHaveLength(1);
+    // Each chart over time states its sliding window, in time: the same one for both.
+    const window = (f: string): string | undefined =>
+      /sliding ([\d.]+ (?:s|min)) window/.exec(readFileSync(join(dir, f), 'utf8'))?.[1];
+    expect(window('hit-rate-over-time.svg')).toMatch(/^[\d.]+ (s|min)$/);
+    expect(window('load-imbalance-over-time.svg')).toBe(window('hit-rate-over-time.svg'));
     const json = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as typeof report;
     expect(json.policies.kv!.ttft_ms).toEqual(kv.ttft_ms);
     for (const f of files.filter((x) => x.endsWith('.svg'))) {
