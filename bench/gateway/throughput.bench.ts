@@ -178,15 +178,21 @@ function median(xs: number[]): number {
   return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
-/** Every front measured ROUNDS times, interleaved (warmed up in the first round); per front the median of each figure. */
+/**
+ * Every front measured ROUNDS times, interleaved (warmed up in the first round); per front the median of each figure.
+ * Odd rounds run the fronts in reverse order, so no front is always measured right after the same other one (a
+ * kvgate after the other build's kvgate, whose connections and timers are still winding down).
+ */
 async function measureAll(
   fronts: readonly Front[],
   script: string,
   connections: number,
 ): Promise<Record<string, Measured>> {
   const rounds: Record<string, Measured[]> = {};
-  for (let r = 0; r < ROUNDS; r++)
-    for (const f of fronts) (rounds[f.name] ??= []).push(await measure(f, script, connections, r === 0));
+  for (let r = 0; r < ROUNDS; r++) {
+    const order = r % 2 === 0 ? fronts : [...fronts].reverse();
+    for (const f of order) (rounds[f.name] ??= []).push(await measure(f, script, connections, r === 0));
+  }
   const out: Record<string, Measured> = {};
   for (const [name, ms] of Object.entries(rounds)) {
     const pick = (k: keyof Measured): number => median(ms.map((m) => m[k]));
