@@ -296,9 +296,7 @@ export class PrefixIndex {
 
   /** Blocks held by a slot id. */
   slotBlockCount(slot: number): number {
-    const ix = this.#live();
-    if (slot >= this.#m.exports.idxSlotCap(ix)) return 0;
-    return this.#m.views().u32[(this.#m.exports.idxSlotCounts(ix) >>> 2) + slot]!;
+    return this.#m.exports.idxSlotBlocks(this.#live(), slot);
   }
 
   /** Total (block, slot) entries. */
