@@ -10,9 +10,10 @@
 // costs one record. Memory follows the (block, slot) entries.
 //
 // Record: key u64 @0 | refs u32 @8 | stamp u32 @12 | a u32 @16 | b u32 @20.
-//   refs <= 2: a, b are the slots, ascending. refs > 2: a = the set's
-//   allocation, b = MODE_LIST or MODE_BITS. A free record: refs 0, a = next
-//   free id + 1.
+//   refs <= 2: a, b are the slots, ascending. refs > 2: while every slot id
+//   is below 64 (`words` 1), a and b are the holders' bitset, one u64 in the
+//   record; past that, a = the set's allocation, b = MODE_LIST or MODE_BITS.
+//   A free record: refs 0, a = next free id + 1.
 // List allocation: cap u32 @0, slots u32[cap] @4. Bitset: words u32 @0, u64[words] @8.
 
 export const REC: usize = 24;
@@ -63,7 +64,7 @@ export function recordsNew(): Records {
 export function recordsFree(r: Records): void {
   for (let id: u32 = 0; id < r.high; id++) {
     const p = rec(r, id);
-    if (load<u32>(p, 8) > 2) heap.free(<usize>load<u32>(p, 16));
+    if (load<u32>(p, 8) > 2 && r.words > 1) heap.free(<usize>load<u32>(p, 16));
   }
   for (let c: u32 = 0; c < r.chunkCount; c++) heap.free(load<usize>(r.chunks + (<usize>c << 2)));
   heap.free(r.chunks);
@@ -228,9 +229,10 @@ function lowerBound(l: usize, n: u32, slot: u32): u32 {
 }
 
 /** True when record `p` lists `slot` among its holders. */
-export function holds(p: usize, slot: u32): bool {
+export function holds(r: Records, p: usize, slot: u32): bool {
   const refs = load<u32>(p, 8);
   if (refs <= 2) return (refs > 0 && load<u32>(p, 16) == slot) || (refs == 2 && load<u32>(p, 20) == slot);
+  if (r.words == 1) return slot < 64 && (load<u64>(p, 16) & (<u64>1 << <u64>slot)) != 0;
   const s = <usize>load<u32>(p, 16);
   if (load<u32>(p, 20) == MODE_BITS) {
     if ((slot >> 6) >= load<u32>(s)) return false;
@@ -292,9 +294,12 @@ function addToBits(r: Records, p: usize, slot: u32): void {
 
 /** Adds `slot` to record `p`'s holders; false when it already held it. */
 export function holderAdd(r: Records, p: usize, slot: u32): bool {
-  if (holds(p, slot)) return false;
+  if (holds(r, p, slot)) return false;
   const refs = load<u32>(p, 8);
-  if (refs == 0) {
+  if (r.words == 1 && refs >= 2) {
+    const mask = refs == 2 ? (<u64>1 << <u64>load<u32>(p, 16)) | (<u64>1 << <u64>load<u32>(p, 20)) : load<u64>(p, 16);
+    store<u64>(p, mask | (<u64>1 << <u64>slot), 16);
+  } else if (refs == 0) {
     store<u32>(p, slot, 16);
   } else if (refs == 1) {
     const a = load<u32>(p, 16);
@@ -317,13 +322,14 @@ export function holderAdd(r: Records, p: usize, slot: u32): bool {
 }
 
 /** Writes record `p`'s holders, ascending, to `out` (u32s); returns their count. */
-export function holdersTo(p: usize, out: usize): u32 {
+export function holdersTo(r: Records, p: usize, out: usize): u32 {
   const refs = load<u32>(p, 8);
   if (refs <= 2) {
     if (refs > 0) store<u32>(out, load<u32>(p, 16));
     if (refs > 1) store<u32>(out, load<u32>(p, 20), 4);
     return refs;
   }
+  if (r.words == 1) return bitsTo(load<u64>(p, 16), 0, out, 0);
   const s = <usize>load<u32>(p, 16);
   if (load<u32>(p, 20) == MODE_LIST) {
     memory.copy(out, s + 4, <usize>refs << 2);
@@ -331,15 +337,46 @@ export function holdersTo(p: usize, out: usize): u32 {
   }
   const words = load<u32>(s);
   let n: u32 = 0;
-  for (let w: u32 = 0; w < words; w++) {
-    let bits = load<u64>(s + 8 + (<usize>w << 3));
-    while (bits != 0) {
-      store<u32>(out + (<usize>n << 2), (w << 6) + <u32>ctz<u64>(bits));
-      n++;
-      bits &= bits - 1;
-    }
+  for (let w: u32 = 0; w < words; w++) n = bitsTo(load<u64>(s + 8 + (<usize>w << 3)), w, out, n);
+  return n;
+}
+
+/** Appends the slots of word `w` of a bitset to `out` from position `n`; returns the new count. */
+function bitsTo(word: u64, w: u32, out: usize, n: u32): u32 {
+  let bits = word;
+  while (bits != 0) {
+    store<u32>(out + (<usize>n << 2), (w << 6) + <u32>ctz<u64>(bits));
+    n++;
+    bits &= bits - 1;
   }
   return n;
+}
+
+/**
+ * Slot ids reach 64: every record's one-word inline bitset moves to an
+ * allocation (a list, or a bitset of `words` when most slots hold it). Once per index.
+ */
+export function widenRecords(r: Records, words: u32): void {
+  if (r.words > 1 || words == 1) { r.words = max<u32>(r.words, words); return; }
+  const tmp = memory.data(256);
+  for (let id: u32 = 0; id < r.high; id++) {
+    const p = rec(r, id);
+    const refs = load<u32>(p, 8);
+    if (refs <= 2) continue;
+    const n = bitsTo(load<u64>(p, 16), 0, tmp, 0);
+    if (refs > (words << 1)) {
+      const b = bitsAlloc(r, words);
+      store<u64>(b + 8, load<u64>(p, 16));
+      store<u32>(p, <u32>b, 16);
+      store<u32>(p, MODE_BITS, 20);
+    } else {
+      const l = listAlloc(r, refs + (refs >> 1) + 1);
+      memory.copy(l + 4, tmp, <usize>n << 2);
+      store<u32>(p, <u32>l, 16);
+      store<u32>(p, MODE_LIST, 20);
+    }
+  }
+  r.words = words;
 }
 
 /** Narrows a set of more than two holders to a list or inline pair once it is small. */
@@ -348,7 +385,7 @@ function narrow(r: Records, p: usize, refs: u32): void {
   const isBits = load<u32>(p, 20) == MODE_BITS;
   if (refs == 2) {
     const tmp = memory.data(8);
-    if (isBits) holdersTo(p, tmp);
+    if (isBits) holdersTo(r, p, tmp);
     else memory.copy(tmp, s + 4, 8);
     store<u32>(p, load<u32>(tmp), 16);
     store<u32>(p, load<u32>(tmp, 4), 20);
@@ -356,7 +393,7 @@ function narrow(r: Records, p: usize, refs: u32): void {
     else listFree(r, s);
   } else if (isBits && refs < r.words) {
     const l = listAlloc(r, refs + (refs >> 1) + 1);
-    holdersTo(p, l + 4);
+    holdersTo(r, p, l + 4);
     bitsFree(r, s);
     store<u32>(p, <u32>l, 16);
     store<u32>(p, MODE_LIST, 20);
@@ -370,12 +407,23 @@ function narrow(r: Records, p: usize, refs: u32): void {
  */
 export function holderDrop(r: Records, id: u32, slot: u32): bool {
   const p = rec(r, id);
-  if (!holds(p, slot)) return false;
+  if (!holds(r, p, slot)) return false;
   const refs = load<u32>(p, 8) - 1;
   if (refs < 2) {
     if (refs == 1 && load<u32>(p, 16) == slot) store<u32>(p, load<u32>(p, 20), 16);
     store<u32>(p, refs, 8);
     if (refs == 0) blockDelete(r, id);
+    return true;
+  }
+  if (r.words == 1) {
+    const mask = load<u64>(p, 16) & ~(<u64>1 << <u64>slot);
+    if (refs == 2) {
+      store<u32>(p, <u32>ctz<u64>(mask), 16);
+      store<u32>(p, 63 - <u32>clz<u64>(mask), 20);
+    } else {
+      store<u64>(p, mask, 16);
+    }
+    store<u32>(p, refs, 8);
     return true;
   }
   const s = <usize>load<u32>(p, 16);
@@ -389,4 +437,40 @@ export function holderDrop(r: Records, id: u32, slot: u32): bool {
   }
   narrow(r, p, refs);
   return true;
+}
+
+/**
+ * The stamp at or below which about `want` live blocks lie (a 256-bucket
+ * histogram of the stamps from the oldest to `now`): the cutoff of one eviction round.
+ */
+export function stampCutoff(r: Records, want: u32, now: u32): u32 {
+  let oldest: u32 = now;
+  for (let id: u32 = 0; id < r.high; id++) {
+    const p = rec(r, id);
+    if (load<u32>(p, 8) != 0) oldest = min<u32>(oldest, load<u32>(p, 12));
+  }
+  const width = ((now - oldest) >> 8) + 1;
+  const hist = memory.data(256 * 4);
+  memory.fill(hist, 0, 256 * 4);
+  for (let id: u32 = 0; id < r.high; id++) {
+    const p = rec(r, id);
+    if (load<u32>(p, 8) == 0) continue;
+    const b = <usize>((load<u32>(p, 12) - oldest) / width);
+    store<u32>(hist + (b << 2), load<u32>(hist + (b << 2)) + 1);
+  }
+  let seen: u32 = 0;
+  for (let b: u32 = 0; b < 256; b++) {
+    seen += load<u32>(hist + (<usize>b << 2));
+    if (seen >= want) return oldest + (b + 1) * width - 1;
+  }
+  return now;
+}
+
+/** Halves every live block's stamp and returns `now` halved. */
+export function halveStamps(r: Records, now: u32): u32 {
+  for (let id: u32 = 0; id < r.high; id++) {
+    const p = rec(r, id);
+    if (load<u32>(p, 8) != 0) store<u32>(p, load<u32>(p, 12) >> 1, 12);
+  }
+  return now >> 1;
 }

@@ -5,7 +5,7 @@ import { xxh3 } from './xxh3';
 import { hashBlocks, chainHashes } from './hashing';
 import {
   Index, indexNew, indexFree, ensureSlot, applyStored, applyRemoved, clearSlot,
-  findMatches, indexBytes, exportSlot, importSlot, slotBlocks,
+  findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo,
 } from './prefix_index';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
@@ -85,3 +85,6 @@ export function idxEntries(ix: usize): u32 { return changetype<Index>(ix).entrie
 export function idxDistinctBlocks(ix: usize): u32 { return changetype<Index>(ix).recs.live; }
 export function idxBytes(ix: usize): usize { return indexBytes(changetype<Index>(ix)); }
 export function idxSlotBlocks(ix: usize, slot: u32): u32 { return slotBlocks(changetype<Index>(ix), slot); }
+
+/** Evicts the least recently matched blocks until the index holds at most `target` bytes; returns the entries evicted. */
+export function idxEvict(ix: usize, target: usize): u32 { return evictTo(changetype<Index>(ix), target); }

@@ -8,8 +8,16 @@ import { xxh3Pair } from './xxh3';
 import { BLOCK_SEED } from './hashing';
 import { Records, rec, blockFind, holds, holdersTo, MODE_BITS } from './block_records';
 
+/** The address of record `p`'s holder bitset (its u64 words), or 0 when its holders are a pair or a list. */
 // @ts-ignore: decorator
-@inline function isBits(p: usize): bool { return load<u32>(p, 8) > 2 && load<u32>(p, 20) == MODE_BITS; }
+@inline function bitsAt(r: Records, p: usize): usize {
+  if (load<u32>(p, 8) <= 2) return 0;
+  if (r.words == 1) return p + 16;
+  return load<u32>(p, 20) == MODE_BITS ? <usize>load<u32>(p, 16) + 8 : 0;
+}
+
+// @ts-ignore: decorator
+@inline function bitsWords(r: Records, bits: usize): u32 { return r.words == 1 ? 1 : load<u32>(bits - 8); }
 
 // @ts-ignore: decorator
 @inline function emit(outSlots: usize, outDepths: usize, out: u32, slot: u32, depth: u32): void {
@@ -52,13 +60,13 @@ export function matchBlocks(
   let lo: u32 = 0;
   let hi: u32 = 0;
   let count: u32 = 0;
-  let isDense = isBits(p) && load<u32>(p, 8) >= r.words;
+  const bits0 = bitsAt(r, p);
+  let isDense = bits0 != 0 && load<u32>(p, 8) >= r.words;
   if (isDense) {
-    const s = <usize>load<u32>(p, 16);
-    hi = load<u32>(s);
-    memory.copy(dense, s + 8, <usize>hi << 3);
+    hi = bitsWords(r, bits0);
+    memory.copy(dense, bits0, <usize>hi << 3);
   } else {
-    count = holdersTo(p, list);
+    count = holdersTo(r, p, list);
   }
   let out: u32 = 0;
   for (let d: u32 = 1; d < n; d++) {
@@ -68,13 +76,13 @@ export function matchBlocks(
     p = id >= 0 ? rec(r, <u32>id) : 0;
     if (p != 0) store<u32>(p, clock, 12);
     if (isDense) {
-      if (p != 0 && isBits(p)) {
-        const s = <usize>load<u32>(p, 16);
-        const words = load<u32>(s);
+      const bits = p != 0 ? bitsAt(r, p) : 0;
+      if (bits != 0) {
+        const words = bitsWords(r, bits);
         for (let w = lo; w < hi; w++) {
           const a = load<u64>(dense + (<usize>w << 3));
           if (a == 0) continue;
-          const m: u64 = w < words ? load<u64>(s + 8 + (<usize>w << 3)) : 0;
+          const m: u64 = w < words ? load<u64>(bits + (<usize>w << 3)) : 0;
           let dropped = a & ~m;
           while (dropped != 0) {
             emit(outSlots, outDepths, out++, (w << 6) + <u32>ctz<u64>(dropped), d);
@@ -93,7 +101,7 @@ export function matchBlocks(
     let kept: u32 = 0;
     for (let i: u32 = 0; i < count; i++) {
       const slot = load<u32>(list + (<usize>i << 2));
-      if (p != 0 && holds(p, slot)) { store<u32>(list + (<usize>kept << 2), slot); kept++; }
+      if (p != 0 && holds(r, p, slot)) { store<u32>(list + (<usize>kept << 2), slot); kept++; }
       else emit(outSlots, outDepths, out++, slot, d);
     }
     count = kept;

@@ -11,6 +11,7 @@ import { xxh3Pair } from './xxh3';
 import { BLOCK_SEED } from './hashing';
 import {
   Records, recordsNew, recordsFree, recordsBytes, rec, blockUpsert, holderAdd, holderDrop, heapSize, home, zalloc,
+  widenRecords, stampCutoff, halveStamps,
 } from './block_records';
 import { matchBlocks } from './matching';
 
@@ -158,7 +159,7 @@ export function ensureSlot(ix: Index, slot: u32): void {
     ix.slots = p;
     ix.slotCap = cap;
   }
-  ix.recs.words = max<u32>(ix.recs.words, (slot >> 6) + 1);
+  widenRecords(ix.recs, (slot >> 6) + 1);
 }
 
 /** Blocks held by `slot`. */
@@ -318,7 +319,64 @@ export function indexBytes(ix: Index): usize {
  * request blocks it holds (see matching.ts). Returns the (slot, depth) count.
  */
 export function findMatches(ix: Index, hashes: usize, n: u32, fromLocal: bool, outSlots: usize, outDepths: usize): u32 {
+  // Before the u32 clock wraps, halve it and every stamp: their order, all eviction needs, is kept.
+  if (ix.clock == 0xFFFFFFFF) ix.clock = halveStamps(ix.recs, ix.clock);
   ix.clock++;
   const buf = scratch(ix, (<usize>ix.recs.words << 3) + (<usize>ix.slotCap << 2));
   return matchBlocks(ix.recs, ix.clock, buf, hashes, n, fromLocal, outSlots, outDepths);
+}
+
+// ---- memory budget -----------------------------------------------------------------
+
+/** Evicts from every slot the blocks stamped at or before `cutoff`; returns the entries removed. */
+function evictStamped(ix: Index, cutoff: u32): u32 {
+  let removed: u32 = 0;
+  for (let s: u32 = 0; s < ix.slotCap; s++) {
+    const st = slotAt(ix, s);
+    const t = <usize>load<u32>(st);
+    if (t == 0) continue;
+    const cap = <usize>1 << load<u32>(st, 4);
+    let i: usize = 0;
+    // Backward-shift deletion moves only later entries into the hole at i, so re-examining i visits all.
+    while (i < cap) {
+      const e = t + i * ENG;
+      const id1 = load<u32>(e, 8);
+      if (id1 != 0 && load<u32>(rec(ix.recs, id1 - 1), 12) <= cutoff) {
+        engDelete(ix, st, e);
+        holderDrop(ix.recs, id1 - 1, s);
+        removed++;
+        continue;
+      }
+      i++;
+    }
+    // Give back what the evicted entries held: at most half full afterwards.
+    const count = load<u32>(st, 8);
+    if (count == 0) {
+      heap.free(t);
+      ix.engBytes -= heapSize(cap * ENG);
+      store<u64>(st, 0);
+    } else {
+      let log2 = MIN_ENG_LOG2;
+      while ((<usize>1 << log2) < (<usize>count << 1)) log2++;
+      if (log2 < load<u32>(st, 4)) engResize(ix, st, log2);
+    }
+  }
+  return removed;
+}
+
+/**
+ * Evicts the least recently matched blocks (a block's stamp is the clock of
+ * its last match, or of its creation) until the index holds at most `target`
+ * bytes, or nothing is left. Returns the (block, slot) entries evicted.
+ */
+export function evictTo(ix: Index, target: usize): u32 {
+  let evicted: u32 = 0;
+  for (let round = 0; round < 16 && indexBytes(ix) > target && ix.recs.live > 0; round++) {
+    const bytes = indexBytes(ix);
+    const live = ix.recs.live;
+    // Blocks to evict this round: the excess over the mean bytes per block, doubled each round.
+    const want = min<u64>(live, ((<u64>(bytes - target) * live) / bytes + 1) << round);
+    evicted += evictStamped(ix, stampCutoff(ix.recs, <u32>want, ix.clock));
+  }
+  return evicted;
 }

@@ -45,6 +45,7 @@ export interface KvgateWasmExports {
   idxDistinctBlocks(ix: number): number;
   idxBytes(ix: number): number;
   idxSlotBlocks(ix: number, slot: number): number;
+  idxEvict(ix: number, target: number): number;
 }
 
 export interface WasmViews {
