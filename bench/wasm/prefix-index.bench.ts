@@ -10,7 +10,7 @@
  */
 import { PrefixIndex, sequenceHashes } from '../../src/wasm/index.js';
 import { seededRng } from '../../src/common/index.js';
-import { timeAll, type BenchRow, type BenchSection } from '../util.js';
+import { envIntList, timeAll, type BenchRow, type BenchSection } from '../util.js';
 
 export const title = 'Prefix index: bytes per entry and findMatches (512 blocks) by slot count, and event application';
 
@@ -19,16 +19,6 @@ function randomHashes(rng: () => number, n: number): BigUint64Array {
   for (let i = 0; i < n; i++)
     out[i] = (BigInt(Math.floor(rng() * 2 ** 32)) << 32n) | BigInt(Math.floor(rng() * 2 ** 32));
   return out;
-}
-
-function envList(name: string, fallback: number[]): number[] {
-  const raw = process.env[name];
-  if (raw === undefined || raw.trim() === '') return fallback;
-  return raw.split(',').map((s) => {
-    const n = Number(s.trim());
-    if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${name}: ${s} is not a positive integer`);
-    return n;
-  });
 }
 
 /** Fills an index over `slots` slots to `target` entries; returns it and the shared documents. */
@@ -97,8 +87,8 @@ async function measureApply(rng: () => number): Promise<BenchRow> {
 }
 
 export async function run(): Promise<BenchSection> {
-  const widths = envList('KVGATE_BENCH_SLOTS', [64, 256]);
-  const [perSlot] = envList('KVGATE_BENCH_ENTRIES_PER_SLOT', [15_625]);
+  const widths = envIntList('KVGATE_BENCH_SLOTS', [64, 256]);
+  const [perSlot] = envIntList('KVGATE_BENCH_ENTRIES_PER_SLOT', [15_625]);
   const rows: BenchRow[] = [];
   const notes: string[] = [];
   for (const slots of widths) {
