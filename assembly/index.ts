@@ -5,11 +5,11 @@ import { xxh3 } from './xxh3';
 import { hashBlocks, chainHashes } from './hashing';
 import {
   Index, indexNew, indexFree, ensureSlot, applyStored, applyRemoved, clearSlot,
-  findMatches, indexBytes, exportSlot, importSlot,
+  findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo,
 } from './prefix_index';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
-export const ABI_VERSION: u32 = 3;
+export const ABI_VERSION: u32 = 4;
 
 // One growable I/O region the host lays its per-call inputs and outputs into.
 let io: usize = 0;
@@ -81,8 +81,10 @@ export function idxImportSlot(ix: usize, slot: u32, n: u32, pairs: usize): u32 {
   return importSlot(changetype<Index>(ix), slot, n, pairs);
 }
 
-export function idxEntries(ix: usize): u32 { return changetype<Index>(ix).engCount; }
-export function idxDistinctBlocks(ix: usize): u32 { return changetype<Index>(ix).blocksCount; }
+export function idxEntries(ix: usize): u32 { return changetype<Index>(ix).entries; }
+export function idxDistinctBlocks(ix: usize): u32 { return changetype<Index>(ix).recs.live; }
 export function idxBytes(ix: usize): usize { return indexBytes(changetype<Index>(ix)); }
-export function idxSlotCounts(ix: usize): usize { return changetype<Index>(ix).slotCounts; }
-export function idxSlotCap(ix: usize): u32 { return changetype<Index>(ix).slotCap; }
+export function idxSlotBlocks(ix: usize, slot: u32): u32 { return slotBlocks(changetype<Index>(ix), slot); }
+
+/** Evicts the least recently matched blocks until the index holds at most `target` bytes; returns the entries evicted. */
+export function idxEvict(ix: usize, target: usize): u32 { return evictTo(changetype<Index>(ix), target); }

@@ -85,3 +85,14 @@ export function freePort(): Promise<number> {
     s.on('error', rej);
   });
 }
+
+/** A comma-separated list of positive integers from environment variable `name` (bench sizes), or `fallback`. */
+export function envIntList(name: string, fallback: number[]): number[] {
+  const raw = process.env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  return raw.split(',').map((s) => {
+    const n = Number(s.trim());
+    if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${name}: ${s} is not a positive integer`);
+    return n;
+  });
+}

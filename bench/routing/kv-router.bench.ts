@@ -20,6 +20,7 @@
  * run interleaved in 10 rounds of 1,000 decisions (each round sees the same
  * background load across cases) and each case reports its round with the
  * lowest median, next to `promptHashes` alone timed in that same round.
+ * Slot counts from KVGATE_BENCH_SLOTS (default "64,256"; e.g. "64,256,1024").
  * Run: npm run bench -- kv-router
  */
 import { cpus, loadavg } from 'node:os';
@@ -27,7 +28,7 @@ import { KvRouter } from '../../src/routing/index.js';
 import { seededRng } from '../../src/common/index.js';
 import type { KvRouterOptions } from '../../src/core/index.js';
 import { promptHashes } from '../../src/wasm/index.js';
-import type { BenchRow, BenchSection } from '../util.js';
+import { envIntList, type BenchRow, type BenchSection } from '../util.js';
 
 export const title = 'KvRouter: one full routing decision (hash 8,192 tokens, match, score, book)';
 
@@ -146,7 +147,7 @@ function prepareCase(
 export async function run(): Promise<BenchSection> {
   const specs: { label: string; slots: number; blockSize: number; config: KvRouterOptions }[] = [];
   for (const blockSize of [64, 16]) {
-    for (const slots of [64, 256])
+    for (const slots of envIntList('KVGATE_BENCH_SLOTS', [64, 256]))
       specs.push({
         label: `${slots} slots, block size ${blockSize} (${PROMPT_TOKENS / blockSize} blocks)`,
         slots,

@@ -112,6 +112,10 @@ const FLAGS: Readonly<Record<KvRouterKnob, RouterFlagSpec>> = {
     env: 'DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS',
     help: 'force-free requests never finished after this long',
   },
+  routerIndexMemoryBudgetMib: {
+    flag: '--router-index-memory-budget-mib',
+    help: 'MiB the prefix index may hold; past it the least recently matched blocks go (none = unbounded)',
+  },
   overlapScoreWeight: {
     flag: '--router-kv-overlap-score-weight',
     env: 'DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT',

@@ -77,6 +77,11 @@ export interface KvRouterConfig {
   readonly activePrefillTokensThresholdFrac: number | null;
   /** Requests never freed are force-freed after this many seconds (DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS, > 0). */
   readonly activeRequestExpirySecs: number;
+  /**
+   * MiB the prefix index of each of the model's pools may hold; past it the least recently matched blocks are
+   * evicted. null = unbounded (`router_index_memory_budget_mib`, kvgate's own).
+   */
+  readonly routerIndexMemoryBudgetMib: number | null;
 }
 
 /** User input for the router configuration: any subset of `KvRouterConfig`, plus the deprecated weight. */
@@ -114,6 +119,7 @@ export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   activePrefillTokensThreshold: null,
   activePrefillTokensThresholdFrac: null,
   activeRequestExpirySecs: 300,
+  routerIndexMemoryBudgetMib: null,
 });
 
 /** The values a field accepts; `resolveKvRouterConfig` checks them, a flag parser reads strings by them. */
@@ -156,6 +162,7 @@ export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<KvRouterKnob, ConfigFieldS
   activePrefillTokensThreshold: { dynamo: 'active_prefill_tokens_threshold', kind: 'positiveOrNull' },
   activePrefillTokensThresholdFrac: { dynamo: 'active_prefill_tokens_threshold_frac', kind: 'positiveOrNull' },
   activeRequestExpirySecs: { dynamo: 'active_request_expiry_secs', kind: 'positive' },
+  routerIndexMemoryBudgetMib: { dynamo: 'router_index_memory_budget_mib', kind: 'positiveOrNull' },
   overlapScoreWeight: { dynamo: 'overlap_score_weight', kind: 'nonNegative' },
 });
 

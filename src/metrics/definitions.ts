@@ -387,6 +387,25 @@ export const METRIC_DEFINITIONS = {
     help: 'Publisher restarts detected (sequence went backwards); the slot was cleared.',
     labelNames: ['worker_id', 'dp_rank'],
   },
+  // ---- prefix index
+  indexBytes: {
+    kind: 'gauge',
+    name: 'kvgate_index_memory_bytes',
+    help: "Bytes of WASM memory the pool's prefix index holds (router_index_memory_budget_mib bounds it).",
+    labelNames: MW,
+  },
+  indexEvictedEntries: {
+    kind: 'counter',
+    name: 'kvgate_index_evicted_entries_total',
+    help: '(block, worker rank) entries evicted from the prefix index under its memory budget, least recently matched first.',
+    labelNames: MW,
+  },
+  indexEvictionEpisodes: {
+    kind: 'counter',
+    name: 'kvgate_index_eviction_episodes_total',
+    help: 'Times the prefix index reached its memory budget after having been under three quarters of it.',
+    labelNames: MW,
+  },
   // ---- HTTP edge
   /** End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served). */
   requestDuration: {

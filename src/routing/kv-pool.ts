@@ -22,6 +22,7 @@ import type { WorkerWatch } from './worker-watch.js';
 
 /** What of the model's options a KV pool reads. */
 export interface KvPoolOptions {
+  readonly model: string;
   readonly blockSize: number;
   readonly routerConfig?: KvRouterOptions | undefined;
   readonly kvEvents?: KvEventOptions | undefined;
@@ -47,6 +48,8 @@ export function kvPool(
     // A worker whose KV events never started or went silent is scored in approximate mode alone.
     eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
   });
+  const budgetMib = kvRouter.config.routerIndexMemoryBudgetMib;
+  if (budgetMib !== null) boundIndex(kvRouter, budgetMib, { model: opts.model, worker_type: role }, ctx);
   if (kvRouter.config.useKvEvents) {
     const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
     events = new KvEventManager({
@@ -60,6 +63,39 @@ export function kvPool(
     });
   }
   return { kvRouter, events };
+}
+
+/**
+ * Puts the pool's prefix index under its memory budget: each eviction is counted, and the first of an
+ * episode (the index had been under three quarters of the budget) is a warn line, the rest debug lines.
+ */
+function boundIndex(
+  kvRouter: KvRouter,
+  budgetMib: number,
+  labels: { model: string; worker_type: WorkerRole },
+  ctx: RouterContext,
+): void {
+  const budgetBytes = Math.floor(budgetMib * 2 ** 20);
+  kvRouter.index.setMemoryBudget(budgetBytes, (report) => {
+    const m = ctx.metrics;
+    m?.indexEvictedEntries.labels(labels).inc(report.entries);
+    m?.indexBytes.labels(labels).set(report.bytesAfter);
+    const fields = { worker_type: labels.worker_type, budget_bytes: budgetBytes, ...report };
+    if (!report.episodeStart) {
+      ctx.logger.debug(fields, 'prefix index evicted blocks under its memory budget');
+      return;
+    }
+    m?.indexEvictionEpisodes.labels(labels).inc();
+    ctx.logger.warn(
+      fields,
+      'prefix index reached its memory budget: evicting the least recently matched blocks (logged once per episode)',
+    );
+  });
+}
+
+/** Sets the gauge of the bytes a pool's prefix index holds (each tick). */
+export function reportIndexBytes(ctx: RouterContext, model: string, role: WorkerRole, kvRouter: KvRouter): void {
+  ctx.metrics?.indexBytes.labels({ model, worker_type: role }).set(kvRouter.index.bytes);
 }
 
 /**

@@ -23,7 +23,7 @@ import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { agentDisaggRefusal, isAgentEndpoint } from './agent-endpoints.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
-import { kvPool, subscribeWorker } from './kv-pool.js';
+import { kvPool, reportIndexBytes, subscribeWorker } from './kv-pool.js';
 import { LegBuilder } from './leg-builder.js';
 import { KvRouter } from './kv-router.js';
 import type { DispatchOutcomeListener } from './push/leg-failures.js';
@@ -306,6 +306,8 @@ export class ModelRouter implements ModelRouterPort {
     }
     const m = this.#ctx.metrics;
     if (m === undefined) return;
+    for (const kv of [this.decode.kvRouter, this.#prefillPool?.push.kvRouter])
+      if (kv !== undefined) reportIndexBytes(this.#ctx, this.model, kv.workerType, kv);
     m.sessions.labels({ model: this.model, worker_type: this.decode.role }).set(this.sessions.size);
     if (this.prefill.pool !== undefined)
       m.sessions.labels({ model: this.model, worker_type: 'prefill' }).set(this.prefill.sessions.size);

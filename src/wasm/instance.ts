@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { KvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-const EXPECTED_ABI_VERSION = 3;
+const EXPECTED_ABI_VERSION = 4;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };
@@ -44,8 +44,8 @@ export interface KvgateWasmExports {
   idxEntries(ix: number): number;
   idxDistinctBlocks(ix: number): number;
   idxBytes(ix: number): number;
-  idxSlotCounts(ix: number): number;
-  idxSlotCap(ix: number): number;
+  idxSlotBlocks(ix: number, slot: number): number;
+  idxEvict(ix: number, target: number): number;
 }
 
 export interface WasmViews {

@@ -23,6 +23,16 @@ export interface OverlapScores {
   readonly depths: Uint32Array;
 }
 
+/** One eviction under the memory budget (see `PrefixIndex.setMemoryBudget`). */
+export interface EvictionReport {
+  /** (block, slot) entries evicted by this eviction. */
+  readonly entries: number;
+  /** Bytes the index holds afterwards. */
+  readonly bytesAfter: number;
+  /** True for the first eviction of an episode (the index had been under 3/4 of its budget, or never evicted). */
+  readonly episodeStart: boolean;
+}
+
 export interface RemoveResult {
   removed: number;
   /** Hashes the slot did not hold (skipped, as Dynamo's BlockNotFound). */
@@ -58,6 +68,10 @@ export class PrefixIndex {
   readonly #slotsByWorker = new Map<number, Set<number>>();
   readonly #freeSlots: number[] = [];
   #freed = false;
+  #budget = 0;
+  #onEvict: ((report: EvictionReport) => void) | undefined;
+  #inEpisode = false;
+  #evictedEntries = 0;
 
   constructor() {
     this.#m = wasm();
@@ -77,6 +91,42 @@ export class PrefixIndex {
   #live(): number {
     if (this.#freed) throw new KvgateError('KVG_ERR_WASM', 'PrefixIndex used after dispose()');
     return this.#ptr;
+  }
+
+  /**
+   * Bounds the bytes the index holds: whenever an applied event takes it past `bytes`, the least
+   * recently matched blocks are evicted (from every slot holding them) until it holds at most 90 % of
+   * it, and `onEvict` hears of it. 0 removes the bound. Evicted blocks are no longer matched; the
+   * engines' later `removed` events for them count as not found, and a `stored` event under one as
+   * `parent_not_found`, as for any block the index does not hold.
+   */
+  setMemoryBudget(bytes: number, onEvict?: (report: EvictionReport) => void): void {
+    if (!Number.isSafeInteger(bytes) || bytes < 0) {
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `index memory budget must be a byte count >= 0, got ${bytes}`);
+    }
+    this.#budget = bytes;
+    this.#onEvict = onEvict;
+    this.#enforceBudget();
+  }
+
+  /** (block, slot) entries evicted under the memory budget since the index was made. */
+  get evictedEntries(): number {
+    return this.#evictedEntries;
+  }
+
+  #enforceBudget(): void {
+    if (this.#budget === 0) return;
+    const ix = this.#live();
+    const bytes = this.#m.exports.idxBytes(ix) >>> 0; // u32 across the boundary
+    if (bytes <= this.#budget) {
+      if (bytes < this.#budget * 0.75) this.#inEpisode = false;
+      return;
+    }
+    const entries = this.#m.exports.idxEvict(ix, Math.floor(this.#budget * 0.9));
+    this.#evictedEntries += entries;
+    const episodeStart = !this.#inEpisode;
+    this.#inEpisode = true;
+    this.#onEvict?.({ entries, bytesAfter: this.#m.exports.idxBytes(ix) >>> 0, episodeStart });
   }
 
   /** The slot id of (workerId, dpRank), registering it on first use. */
@@ -168,6 +218,7 @@ export class PrefixIndex {
         { workerId, dpRank },
       );
     }
+    this.#enforceBudget();
   }
 
   /** Applies a `removed` event. Unknown hashes are skipped and counted in `missing`. Does not cascade. */
@@ -285,6 +336,7 @@ export class PrefixIndex {
       this.#m.views().u64.set(page, io >>> 3);
       added += this.#m.exports.idxImportSlot(ix, slot, page.length / 2, io);
     }
+    this.#enforceBudget();
     return added;
   }
 
@@ -296,9 +348,7 @@ export class PrefixIndex {
 
   /** Blocks held by a slot id. */
   slotBlockCount(slot: number): number {
-    const ix = this.#live();
-    if (slot >= this.#m.exports.idxSlotCap(ix)) return 0;
-    return this.#m.views().u32[(this.#m.exports.idxSlotCounts(ix) >>> 2) + slot]!;
+    return this.#m.exports.idxSlotBlocks(this.#live(), slot);
   }
 
   /** Total (block, slot) entries. */
@@ -313,6 +363,6 @@ export class PrefixIndex {
 
   /** Bytes of WASM memory held by the index's tables. */
   get bytes(): number {
-    return this.#m.exports.idxBytes(this.#live());
+    return this.#m.exports.idxBytes(this.#live()) >>> 0; // u32 across the boundary
   }
 }

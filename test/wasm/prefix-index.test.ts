@@ -93,19 +93,24 @@ function engineHash(w: number, r: number, path: string): bigint {
 }
 
 describe('PrefixIndex against the model on randomized event streams', () => {
-  for (const seed of [1, 2, 3, 4]) {
-    it(`agrees on every query (seed ${seed}, 64 slots)`, () => {
+  // 64 slots: every shared block's holders are a one-word bitset. 320 and 512 slots: holders move
+  // between inline pairs, sorted lists and bitsets as slots join and leave.
+  const cases = [1, 2, 3, 4]
+    .map((seed) => ({ seed, workers: 16 }))
+    .concat({ seed: 5, workers: 128 }, { seed: 6, workers: 80 });
+  for (const { seed, workers: workerCount } of cases) {
+    it(`agrees on every query (seed ${seed}, ${workerCount * 4} slots)`, () => {
       const rng = mulberry32(seed);
       const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rng() * xs.length)]!;
       const index = new PrefixIndex();
       const model = new ModelIndex();
-      const workers = Array.from({ length: 16 }, (_, i) => 1000 + i);
+      const workers = Array.from({ length: workerCount }, (_, i) => 1000 + i);
       const ranks = [0, 1, 2, 3];
       const alphabet = Array.from({ length: 6 }, (_, i) => (BigInt(i + 1) * 0x9e3779b97f4a7c15n) % (1n << 64n));
       // Local-hash paths stored so far, to build queries from.
       const known: bigint[][] = [];
       let checks = 0;
-      for (let step = 0; step < 3000; step++) {
+      for (let step = 0; step < (workerCount > 16 ? 8000 : 3000); step++) {
         const w = pick(workers);
         const r = pick(ranks);
         const op = rng();

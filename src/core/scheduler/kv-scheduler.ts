@@ -71,6 +71,7 @@ export const STRUCTURAL_ROUTER_KNOBS = [
   'routerTtlSecs',
   'routerPredictedTtlSecs',
   'activeRequestExpirySecs',
+  'routerIndexMemoryBudgetMib',
 ] as const;
 
 export class KvScheduler {

@@ -1,0 +1,113 @@
+// findMatches: for each slot holding a request's first block, how many of the
+// request's leading blocks it holds. The slots still matching are kept as a
+// bitset while the blocks walked hold theirs as bitsets (blocks most slots
+// hold), and as a sorted list once a block holds few: each step costs the
+// smaller of the two, so a wide fleet pays for the slots that match, not for
+// every slot.
+import { xxh3Pair } from './xxh3';
+import { BLOCK_SEED } from './hashing';
+import { Records, rec, blockFind, holds, holdersTo, MODE_BITS } from './block_records';
+
+/** The address of record `p`'s holder bitset (its u64 words), or 0 when its holders are a pair or a list. */
+// @ts-ignore: decorator
+@inline function bitsAt(r: Records, p: usize): usize {
+  if (load<u32>(p, 8) <= 2) return 0;
+  if (r.words == 1) return p + 16;
+  return load<u32>(p, 20) == MODE_BITS ? <usize>load<u32>(p, 16) + 8 : 0;
+}
+
+// @ts-ignore: decorator
+@inline function bitsWords(r: Records, bits: usize): u32 { return r.words == 1 ? 1 : load<u32>(bits - 8); }
+
+// @ts-ignore: decorator
+@inline function emit(outSlots: usize, outDepths: usize, out: u32, slot: u32, depth: u32): void {
+  store<u32>(outSlots + (<usize>out << 2), slot);
+  store<u32>(outDepths + (<usize>out << 2), depth);
+}
+
+/** The slots of bitset `dense` (words [lo, hi)) written ascending to `list`; returns their count. */
+function denseToList(dense: usize, lo: u32, hi: u32, list: usize): u32 {
+  let n: u32 = 0;
+  for (let w = lo; w < hi; w++) {
+    let bits = load<u64>(dense + (<usize>w << 3));
+    while (bits != 0) {
+      store<u32>(list + (<usize>n << 2), (w << 6) + <u32>ctz<u64>(bits));
+      n++;
+      bits &= bits - 1;
+    }
+  }
+  return n;
+}
+
+/**
+ * Matches `n` request blocks (`hashes`: sequence hashes, or local hashes when
+ * `fromLocal`, chained here as seq[i] = XXH3(seq[i-1] || local[i], 1337)).
+ * Stamps every block walked with `clock` (its last match). `scratch` holds
+ * `words` u64s then one u32 per slot. Writes (slot, depth) pairs to
+ * outSlots/outDepths (u32 each); returns the count.
+ */
+export function matchBlocks(
+  r: Records, clock: u32, scratch: usize, hashes: usize, n: u32, fromLocal: bool, outSlots: usize, outDepths: usize,
+): u32 {
+  if (n == 0) return 0;
+  let prev = load<u64>(hashes);
+  const id0 = blockFind(r, prev);
+  if (id0 < 0) return 0;
+  let p = rec(r, <u32>id0);
+  store<u32>(p, clock, 12);
+  const dense = scratch;
+  const list = scratch + (<usize>r.words << 3);
+  let lo: u32 = 0;
+  let hi: u32 = 0;
+  let count: u32 = 0;
+  const bits0 = bitsAt(r, p);
+  let isDense = bits0 != 0 && load<u32>(p, 8) >= r.words;
+  if (isDense) {
+    hi = bitsWords(r, bits0);
+    memory.copy(dense, bits0, <usize>hi << 3);
+  } else {
+    count = holdersTo(r, p, list);
+  }
+  let out: u32 = 0;
+  for (let d: u32 = 1; d < n; d++) {
+    const h = load<u64>(hashes + (<usize>d << 3));
+    prev = fromLocal ? xxh3Pair(prev, h, BLOCK_SEED) : h;
+    const id = blockFind(r, prev);
+    p = id >= 0 ? rec(r, <u32>id) : 0;
+    if (p != 0) store<u32>(p, clock, 12);
+    if (isDense) {
+      const bits = p != 0 ? bitsAt(r, p) : 0;
+      if (bits != 0) {
+        const words = bitsWords(r, bits);
+        for (let w = lo; w < hi; w++) {
+          const a = load<u64>(dense + (<usize>w << 3));
+          if (a == 0) continue;
+          const m: u64 = w < words ? load<u64>(bits + (<usize>w << 3)) : 0;
+          let dropped = a & ~m;
+          while (dropped != 0) {
+            emit(outSlots, outDepths, out++, (w << 6) + <u32>ctz<u64>(dropped), d);
+            dropped &= dropped - 1;
+          }
+          store<u64>(dense + (<usize>w << 3), a & m);
+        }
+        while (lo < hi && load<u64>(dense + (<usize>lo << 3)) == 0) lo++;
+        while (hi > lo && load<u64>(dense + (<usize>(hi - 1) << 3)) == 0) hi--;
+        if (lo == hi) return out;
+        continue;
+      }
+      count = denseToList(dense, lo, hi, list);
+      isDense = false;
+    }
+    let kept: u32 = 0;
+    for (let i: u32 = 0; i < count; i++) {
+      const slot = load<u32>(list + (<usize>i << 2));
+      if (p != 0 && holds(r, p, slot)) { store<u32>(list + (<usize>kept << 2), slot); kept++; }
+      else emit(outSlots, outDepths, out++, slot, d);
+    }
+    count = kept;
+    if (count == 0) return out;
+  }
+  if (isDense) count = denseToList(dense, lo, hi, list);
+  for (let i: u32 = 0; i < count; i++) emit(outSlots, outDepths, out++, load<u32>(list + (<usize>i << 2)), n);
+  return out;
+}
