@@ -55,7 +55,7 @@ import {
 import { LegGuard, guardedEvents } from './leg-guard.js';
 import { PoolMetrics } from './pool-metrics.js';
 import { retryBeforeFirstByte, type RetryScope } from './retry.js';
-import type { PoolMembers, LegSelector } from './selector.js';
+import { carriesRequiredTaints, type PoolMembers, type LegSelector } from './selector.js';
 import { SimpleSelector } from './simple-selector.js';
 import { selectionAttributes } from './trace-attributes.js';
 import type { LegRequest, LegResponse, Selection } from './types.js';
@@ -182,17 +182,15 @@ export class PushRouter implements PoolMembers {
    * session (a session never overrides the request's own restrictions).
    */
   eligible(workerId: number, routing: RoutingHints): boolean {
-    if (!this.#members.has(workerId)) return false;
+    const w = this.#members.get(workerId);
+    if (w === undefined) return false;
     const allowed = routing.allowedWorkerIds;
     if (
       allowed !== undefined &&
       !(allowed instanceof Set ? allowed.has(workerId) : (allowed as readonly number[]).includes(workerId))
     )
       return false;
-    const required = routing.routingConstraints?.requiredTaints;
-    if (required === undefined || required.length === 0) return true;
-    const taints = this.kvRouter?.workers().find((w) => w.workerId === workerId)?.taints ?? [];
-    return required.every((t) => taints.includes(t));
+    return carriesRequiredTaints(w, routing);
   }
 
   /** In-flight legs per slot as this router booked them (all modes). */
