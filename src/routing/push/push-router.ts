@@ -57,7 +57,7 @@ import { PoolMetrics } from './pool-metrics.js';
 import { retryBeforeFirstByte, type RetryScope } from './retry.js';
 import { carriesRequiredTaints, type PoolMembers, type LegSelector } from './selector.js';
 import { SimpleSelector } from './simple-selector.js';
-import { selectionAttributes } from './trace-attributes.js';
+import { routingLogLine, selectionAttributes } from './trace-attributes.js';
 import type { LegRequest, LegResponse, Selection } from './types.js';
 import { isAgentPath, midStreamBlocker } from './continuation.js';
 import { migratingEvents, migrationHooks, type MigrationHooks, type MigrationPolicy } from './migration.js';
@@ -227,6 +227,11 @@ export class PushRouter implements PoolMembers {
   ): Promise<Selection> {
     const sel = await this.#selector.select(req, mode, exclude);
     if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
+    const log = this.#ctx.logger;
+    if (log.isLevelEnabled?.('debug') === true) {
+      const line = routingLogLine(req.requestId, mode, sel);
+      log.debug({ model: this.model, ...line.fields }, line.msg);
+    }
     // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
     if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
     return sel;
