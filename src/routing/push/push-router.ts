@@ -21,6 +21,7 @@
  */
 import {
   clientSpan,
+  traceLinkOf,
   inSpan,
   spanFailed,
   type RouterMode,
@@ -338,13 +339,20 @@ export class PushRouter implements PoolMembers {
    */
   async #send(req: LegRequest, sel: Selection, scope: RetryScope, tokenIds: boolean): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
-    const trace = clientSpan(`kvgate.engine.${req.phase}`, () => ({
-      'kvgate.model': this.model,
-      'kvgate.phase': req.phase,
-      'kvgate.worker_id': sel.slot.workerId,
-      'kvgate.dp_rank': sel.slot.dpRank,
-      'kvgate.attempt': scope.attempt,
-    }));
+    // A decode leg's span links to its prefill leg's (the prefill's trace link, recorded when it was sent).
+    const trace = clientSpan(
+      `kvgate.engine.${req.phase}`,
+      () => ({
+        'kvgate.model': this.model,
+        'kvgate.phase': req.phase,
+        'kvgate.worker_id': sel.slot.workerId,
+        'kvgate.dp_rank': sel.slot.dpRank,
+        'kvgate.attempt': scope.attempt,
+      }),
+      req.phase === 'decode' ? req.tracker?.prefillLink : undefined,
+    );
+    const link = req.phase === 'prefill' ? traceLinkOf(trace.span) : undefined;
+    if (link !== undefined) req.tracker?.recordPrefillLink(link);
     const guard = this.#guard(req, sel, trace.span);
     this.#inflight++;
     req.tracker?.recordWorker(sel.slot);
