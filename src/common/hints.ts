@@ -16,7 +16,7 @@ export interface RouterConfigOverride {
 /** Taint filter and bias: workers advertise taints; a request may require some and prefer others. */
 export interface RoutingConstraints {
   readonly requiredTaints?: readonly string[] | undefined;
-  /** Taint -> cost factor (> 0); a candidate's cost is divided by the product of its preferred taints' factors. */
+  /** Taint -> cost factor (> 0); a candidate's cost is multiplied by the factors of the taints it carries (< 1 draws). */
   readonly preferredTaints?: Readonly<Record<string, number>> | undefined;
 }
 

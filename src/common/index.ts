@@ -47,6 +47,14 @@ export {
   whenWritable,
 } from './http.js';
 export { encodeSeq, REPLAY_END_SEQ } from './kv-frames.js';
-export { clientSpan, inRequestSpan, inSpan, spanFailed, traceLogFields } from './tracing.js';
+export {
+  clientSpan,
+  inRequestSpan,
+  inSpan,
+  spanFailed,
+  traceLinkOf,
+  traceLogFields,
+  type TraceLink,
+} from './tracing.js';
 export type { KvSlotSnapshot } from './kv-snapshot.js';
 export { type AgentApi, agentChat } from './agent-chat.js';

@@ -10,6 +10,8 @@ export interface Logger {
   debug(fields: Record<string, unknown>, msg: string): void;
   /** A logger whose lines also carry `fields` (pino's `child`). */
   child(fields: Record<string, unknown>): Logger;
+  /** Whether lines of `level` are written (pino's): a caller skips building a line nobody reads. */
+  isLevelEnabled?(level: 'debug'): boolean;
 }
 
 const noop = (): void => {};
@@ -21,4 +23,5 @@ export const silentLogger: Logger = {
   info: noop,
   debug: noop,
   child: () => silentLogger,
+  isLevelEnabled: () => false,
 };

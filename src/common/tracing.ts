@@ -78,18 +78,37 @@ export function spanFailed(span: Span, err: unknown): void {
   if (typeof code === 'string') span.setAttribute('kvgate.error.code', code);
 }
 
+/** A span another span links to (OpenTelemetry span links; Dynamo's `TraceLink`): its ids and trace flags. */
+export interface TraceLink {
+  readonly traceId: string;
+  readonly spanId: string;
+  readonly traceFlags: number;
+}
+
+/** The link to a recording span; undefined for a no-op or unsampled one (nothing to link to). */
+export function traceLinkOf(span: Span): TraceLink | undefined {
+  if (!span.isRecording()) return undefined;
+  const { traceId, spanId, traceFlags } = span.spanContext();
+  return { traceId, spanId, traceFlags };
+}
+
 /**
  * A client span for a call to an engine, a child of the active span, and the W3C headers
  * (`traceparent`, `tracestate`) that carry it to the engine. The caller ends the span.
  * `attributes` is called only when a span is started; without a provider the span is a shared
- * no-op and the headers are empty.
+ * no-op and the headers are empty. `link`: a span this one follows from (a decode leg, its prefill).
  */
 export function clientSpan(
   name: string,
   attributes: () => Attributes,
+  link?: TraceLink,
 ): { span: Span; headers: Readonly<Record<string, string>> } {
   if (!spansOn()) return { span: NO_SPAN, headers: NO_HEADERS };
-  const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes: attributes() });
+  const span = tracer().startSpan(name, {
+    kind: SpanKind.CLIENT,
+    attributes: attributes(),
+    ...(link !== undefined ? { links: [{ context: link }] } : {}),
+  });
   const headers: Record<string, string> = {};
   propagation.inject(trace.setSpan(context.active(), span), headers);
   return { span, headers };

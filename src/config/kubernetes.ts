@@ -7,7 +7,11 @@
  * `kvgate.io/role` (aggregated, prefill, decode; default aggregated),
  * `kvgate.io/dp-size` (default 1), `kvgate.io/kv-events-port` (the engine's
  * ZMQ KV-event port on the endpoint's address; none by default) and
- * `kvgate.io/bootstrap-port` (an SGLang prefill worker's bootstrap port). The
+ * `kvgate.io/bootstrap-port` (an SGLang prefill worker's bootstrap port). Its
+ * taints (what `nvext.routing_constraints` matches) are the names of its
+ * `taint.kvgate.io/<taint>` labels (a label value cannot hold a list; the value
+ * is ignored unless it is `false`) and the comma-separated `kvgate.io/taints`
+ * annotation. The
  * URL is `http://<address>:<port>`, the port being the slice's port named
  * `port_name` (its first port when unset). A worker is validated as a config
  * worker is; one with any problem is refused whole.
@@ -22,6 +26,8 @@ const ROLE = 'kvgate.io/role';
 const DP_SIZE = 'kvgate.io/dp-size';
 const KV_EVENTS_PORT = 'kvgate.io/kv-events-port';
 const BOOTSTRAP_PORT = 'kvgate.io/bootstrap-port';
+const TAINTS = 'kvgate.io/taints';
+const TAINT_LABEL_PREFIX = 'taint.kvgate.io/';
 
 /** What one endpoint of a slice says about its engine: its address, and the slice's labels, annotations and HTTP port. */
 export interface KubernetesEndpoint {
@@ -44,6 +50,8 @@ export function kubernetesWorker(model: ModelConfig, id: number, e: KubernetesEn
   if (tag(DP_SIZE) !== undefined) value.dp_size = number(DP_SIZE);
   if (tag(KV_EVENTS_PORT) !== undefined) value.kv_events = `tcp://${host}:${tag(KV_EVENTS_PORT)}`;
   if (tag(BOOTSTRAP_PORT) !== undefined) value.bootstrap_port = number(BOOTSTRAP_PORT);
+  const taints = endpointTaints(e);
+  if (taints.length > 0) value.taints = taints;
   const { worker, problems } = readEtcdWorkerValue(value, id, model, model.engine, source);
   if (
     worker !== undefined &&
@@ -60,4 +68,14 @@ export function kubernetesWorker(model: ModelConfig, id: number, e: KubernetesEn
   }
   if (worker === undefined || problems.length > 0) throw configProblemsError(problems, 'the endpoint is not routed to');
   return worker;
+}
+
+/** An endpoint's taints: its `taint.kvgate.io/<taint>` labels (not `false`), then the `kvgate.io/taints` list. */
+function endpointTaints(e: KubernetesEndpoint): string[] {
+  const out = Object.entries(e.labels)
+    .filter(([k, v]) => k.startsWith(TAINT_LABEL_PREFIX) && v !== 'false')
+    .map(([k]) => k.slice(TAINT_LABEL_PREFIX.length));
+  const listed = e.annotations[TAINTS] ?? e.labels[TAINTS];
+  if (listed !== undefined) for (const t of listed.split(',')) if (t.trim() !== '') out.push(t.trim());
+  return out;
 }

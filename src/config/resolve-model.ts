@@ -51,6 +51,7 @@ const WORKER_KEYS = [
   'total_kv_blocks',
   'serves_aggregated',
   'return_token_ids',
+  'taints',
 ] as const;
 const MAX_U53 = Number.MAX_SAFE_INTEGER;
 
@@ -203,7 +204,27 @@ function readWorker(w: ConfigReader, modelEngine: EngineDialect, names: ModelNam
     ...(returnsTokenIds !== (dialect === 'vllm') ? { returnsTokenIds } : {}),
     maxNumBatchedTokens: w.optInt('max_num_batched_tokens', { min: 1 }),
     totalKvBlocks: w.optInt('total_kv_blocks', { min: 1 }),
+    ...readTaints(w),
   };
+}
+
+/** A taint: what `nvext.routing_constraints` names; Kubernetes label-name characters, so a label can carry one. */
+const TAINT = /^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9])?$/;
+
+/** A worker's `taints` (a list of distinct names), omitted from the worker when empty. */
+function readTaints(w: ConfigReader): { taints?: readonly string[] } {
+  const list = w.list('taints');
+  if (list === undefined) return {};
+  const out: string[] = [];
+  list.forEach((v, i) => {
+    if (typeof v !== 'string' || !TAINT.test(v))
+      w.problemAt(
+        [...w.path, 'taints', i],
+        `must be a taint name (1 to 128 letters, digits, '.', '_', '/', '-'; alphanumeric at both ends), got ${show(v)}`,
+      );
+    else if (!out.includes(v)) out.push(v);
+  });
+  return out.length > 0 ? { taints: out } : {};
 }
 
 /** An `engine_timeouts` section (top level, or a model's own over it): each field falls back to `base`. */

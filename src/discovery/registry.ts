@@ -60,6 +60,11 @@ export interface WorkerInfo {
   readonly maxNumBatchedTokens?: number | undefined;
   readonly totalKvBlocks?: number | undefined;
   /**
+   * Labels a request's `nvext.routing_constraints` match: a worker lacking a required taint is not a candidate,
+   * a preferred taint it carries multiplies its cost by the request's factor (KV mode).
+   */
+  readonly taints?: readonly string[] | undefined;
+  /**
    * Why kvgate does not trust its view of this worker's KV cache (its engine's block size or tokenizer
    * differs from the model's, found when it joined): it stays routable, its cached-prefix overlap scored 0.
    * Never configured: set through `WorkerRegistry.setEngineFacts`.

@@ -39,6 +39,7 @@ export const ERROR_CODES = {
   KVG_ERR_NO_WORKERS: { status: 503, type: 'service_unavailable', retryable: true, migratable: false },
   KVG_ERR_MISSING_WORKER_ID: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_UNKNOWN_WORKER: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
+  KVG_ERR_NO_TAINTED_WORKER: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_INVALID_DP_RANK: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_WORKER_DOWN: { status: 503, type: 'service_unavailable', retryable: true, migratable: false },
   KVG_ERR_INVALID_TRACE: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },

@@ -15,9 +15,13 @@
  * name the decode or aggregated worker) must agree, a pin must be inside
  * `allowed_worker_ids`, and `allowed_worker_ids` must name at least one of
  * them. Each contradiction is a 400 naming both fields.
+ *
+ * `nvext.routing_constraints` (Dynamo's `RoutingConstraints`): `required_taints` must all be carried by at least
+ * one worker of the model, else the request is refused here (KVG_ERR_NO_TAINTED_WORKER) rather than queued for a
+ * worker that does not exist; `preferred_taints` (taint -> cost factor) pass through to the scheduler.
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import type { RouterConfigOverride, RoutingHints } from '../common/index.js';
+import type { RouterConfigOverride, RoutingConstraints, RoutingHints } from '../common/index.js';
 import { parseRouterConfigOverride } from '../core/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 
@@ -35,6 +39,7 @@ interface NvextBody {
   agent_hints?: { osl?: number; priority?: number; latency_sensitivity?: number };
   session_control?: { session_id: string; action?: 'open' | 'close'; timeout?: number };
   router_config_override?: Record<string, unknown>;
+  routing_constraints?: { required_taints?: string[]; preferred_taints?: Record<string, number> };
   token_data?: number[];
   lora_name?: string;
 }
@@ -112,9 +117,10 @@ function parseOverride(raw: Record<string, unknown>): RouterConfigOverride {
   }
 }
 
-/** What the pin checks read of a configured worker. */
+/** What the pin and taint checks read of a configured worker. */
 interface WorkerId {
   readonly id: number;
+  readonly taints?: readonly string[] | undefined;
 }
 
 interface Pin {
@@ -162,6 +168,33 @@ function checkPins(pins: readonly Pin[], allowed: readonly number[] | undefined,
   }
 }
 
+/**
+ * `nvext.routing_constraints` as the scheduler takes it (schema-checked: taint names, factors > 0), undefined when
+ * it constrains nothing.
+ * @throws KvgateError KVG_ERR_NO_TAINTED_WORKER when no worker of the model carries every required taint.
+ */
+function routingConstraints(
+  raw: NvextBody['routing_constraints'],
+  workers: readonly WorkerId[],
+): RoutingConstraints | undefined {
+  if (raw === undefined) return undefined;
+  const required = raw.required_taints !== undefined ? [...new Set(raw.required_taints)] : [];
+  const preferred = raw.preferred_taints;
+  const hasPreferred = preferred !== undefined && Object.keys(preferred).length > 0;
+  if (required.length === 0 && !hasPreferred) return undefined;
+  if (required.length > 0 && !workers.some((w) => required.every((t) => w.taints?.includes(t) === true))) {
+    throw new KvgateError(
+      'KVG_ERR_NO_TAINTED_WORKER',
+      `no worker of this model carries every required taint (${required.join(', ')})`,
+      { param: 'nvext.routing_constraints.required_taints', requiredTaints: required },
+    );
+  }
+  return {
+    ...(required.length > 0 ? { requiredTaints: required } : {}),
+    ...(hasPreferred ? { preferredTaints: { ...preferred } } : {}),
+  };
+}
+
 /** The headers that carry hints (each read below). */
 const ROUTING_HEADERS = [
   'x-worker-instance-id',
@@ -192,6 +225,7 @@ const NO_HINTS: ParsedHints = Object.freeze({
     expectedOutputTokens: undefined,
     loraName: undefined,
     routerConfigOverride: undefined,
+    routingConstraints: undefined,
     annotations: Object.freeze([]) as readonly string[],
   }),
   queryOnly: false,
@@ -262,6 +296,7 @@ export function parseRoutingHints(
       expectedOutputTokens: hints?.osl,
       loraName: nv.lora_name,
       routerConfigOverride,
+      routingConstraints: routingConstraints(nv.routing_constraints, workers),
       annotations,
     },
     queryOnly: annotations.some((a) => a.startsWith(QUERY_INSTANCE_ANNOTATION)),

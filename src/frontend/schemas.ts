@@ -40,6 +40,18 @@ const nvext = {
         timeout: { type: 'number', exclusiveMinimum: 0 },
       },
     },
+    routing_constraints: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        required_taints: { type: 'array', items: { type: 'string', minLength: 1, maxLength: 128 }, maxItems: 64 },
+        preferred_taints: {
+          type: 'object',
+          maxProperties: 64,
+          additionalProperties: { type: 'number', exclusiveMinimum: 0, maximum: 1e6 },
+        },
+      },
+    },
     router_config_override: { type: 'object' },
     token_data: { type: 'array', items: u32, minItems: 1 },
     lora_name: { type: 'string', minLength: 1, maxLength: 256 },

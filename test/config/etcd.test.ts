@@ -85,6 +85,26 @@ describe('etcd registration values', () => {
     });
   });
 
+  // issue 30: workers get taints from their registration.
+  it('reads taints from a value, deduplicated, and refuses a bad taint naming its index', () => {
+    const w = readEtcdWorker(
+      model,
+      key('9'),
+      JSON.stringify({
+        url: 'http://10.0.0.9:8000',
+        kv_events: 'tcp://10.0.0.9:5557',
+        taints: ['h100', 'fp8', 'h100'],
+      }),
+      new Map(),
+    );
+    expect(w.taints).toEqual(['h100', 'fp8']);
+    const value = { url: 'http://10.0.0.9:8000', kv_events: 'tcp://10.0.0.9:5557', taints: ['ok', 'has space', 3] };
+    expect(problemsOf(() => readEtcdWorker(model, key('9'), JSON.stringify(value), new Map()))).toEqual([
+      expect.stringMatching(/^taints\[1\]: must be a taint name/),
+      expect.stringMatching(/^taints\[2\]: must be a taint name/),
+    ]);
+  });
+
   it('refuses a value with any problem whole, naming each field', () => {
     expect(
       problemsOf(() =>

@@ -37,6 +37,25 @@ describe('kubernetes discovery config', () => {
     );
   });
 
+  // issue 30: workers get taints from Kubernetes labels (one label per taint) and an annotation (a list).
+  it('reads taints from taint.kvgate.io/<taint> labels and the kvgate.io/taints annotation', () => {
+    const model = load('    kubernetes: { service: s }\n    router: { use_kv_events: false }\n').models[0]!;
+    const w = kubernetesWorker(
+      model,
+      7,
+      {
+        address: '10.1.2.3',
+        port: 8000,
+        labels: { 'taint.kvgate.io/h100': 'true', 'taint.kvgate.io/spot': 'false', app: 'vllm' },
+        annotations: { 'kvgate.io/taints': 'fp8, zone-a' },
+      },
+      'slice',
+    );
+    expect(w.taints).toEqual(['h100', 'fp8', 'zone-a']);
+    const plain = kubernetesWorker(model, 8, { address: '10.1.2.4', port: 8000, labels: {}, annotations: {} }, 'slice');
+    expect(plain.taints).toBeUndefined();
+  });
+
   it('reads role, dp size, KV-event and bootstrap ports from slice labels or annotations', () => {
     const model = load('    engine: sglang\n    kubernetes: { service: s }\n').models[0]!;
     const w = kubernetesWorker(

@@ -65,7 +65,7 @@ describe('workers_file', () => {
     expect(problems).toEqual([
       'extra@6:1: unknown field; expected one of: workers',
       'workers[0].url@2:14: must be an absolute http(s) URL, got "nope"',
-      'workers[1].colur@3:33: unknown field; expected one of: id, url, role, engine, dp_size, dp_start, kv_events, bootstrap_host, bootstrap_port, max_num_batched_tokens, total_kv_blocks, serves_aggregated, return_token_ids',
+      'workers[1].colur@3:33: unknown field; expected one of: id, url, role, engine, dp_size, dp_start, kv_events, bootstrap_host, bootstrap_port, max_num_batched_tokens, total_kv_blocks, serves_aggregated, return_token_ids, taints',
       'workers[2].id@4:7: 2 is already the id of workers[1]; worker ids are unique across the gateway',
       'workers[3].id@5:7: 9 is already the id of worker 9 of model other (static); worker ids are unique across the gateway',
     ]);

@@ -9,7 +9,7 @@
  * slot), never after prefill output: waiting for output would deadlock SGLang's
  * rendezvous, where prefill completes only once decode has connected.
  */
-import type { Clock, WorkerPin, WorkerRole } from '../../common/index.js';
+import type { Clock, TraceLink, WorkerPin, WorkerRole } from '../../common/index.js';
 
 export interface WorkerAttribution {
   prefillWorkerId?: number;
@@ -40,6 +40,8 @@ export class RequestTracker {
   };
   /** Conflicting attribution writes (kept for logs; the first write wins). */
   readonly conflicts: string[] = [];
+  /** The prefill leg's span (Dynamo's `PrefillCompletion.worker_link`): the decode leg's span links to it. */
+  #prefillLink: TraceLink | undefined;
 
   constructor(clock: Clock) {
     this.#clock = clock;
@@ -85,6 +87,15 @@ export class RequestTracker {
 
   workers(): Readonly<WorkerAttribution> {
     return { ...this.#workers };
+  }
+
+  /** The prefill leg's span, once (a retried prefill keeps the first attempt's). */
+  recordPrefillLink(link: TraceLink): void {
+    this.#prefillLink ??= link;
+  }
+
+  get prefillLink(): TraceLink | undefined {
+    return this.#prefillLink;
   }
 
   recordPrefillStart(): void {

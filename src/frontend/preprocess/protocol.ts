@@ -79,7 +79,7 @@ export interface ModelView {
   /** Adapters its port serves now (configured, or listed by its engines). */
   adapters: string[];
   maxPromptTokens: number;
-  workers: { id: number }[];
+  workers: { id: number; taints?: string[] }[];
 }
 
 /**

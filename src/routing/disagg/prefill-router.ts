@@ -25,7 +25,7 @@
  * scheduler with its queue and backpressure, so the prefill slot is booked
  * where it is chosen.
  */
-import type { RouterMode, SessionHint } from '../../common/index.js';
+import type { RouterMode, SessionHint, WorkerRank } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
@@ -282,10 +282,16 @@ export class PrefillRouter {
     // The prefill worker is chosen with the pool's own knobs: a client's router-config override is for its decode.
     const routing = { ...client.routing, routerConfigOverride: undefined };
     const leg = { ...client, routing };
-    const sticky =
-      routing.prefillWorkerId === undefined
-        ? this.sessions.stickySlot(session, (id) => pool.eligible(id, routing) && exclude?.has(id) !== true)
-        : undefined;
+    const eligible = (id: number): boolean => pool.eligible(id, routing) && exclude?.has(id) !== true;
+    // A query changes no router state: it passes over a binding this request excludes instead of dropping it.
+    let sticky: WorkerRank | undefined;
+    if (routing.prefillWorkerId === undefined && session !== undefined) {
+      if (mode === 'book') sticky = this.sessions.stickySlot(session, eligible);
+      else {
+        const bound = this.sessions.lookup(session.id);
+        if (bound !== undefined && eligible(bound.workerId)) sticky = bound;
+      }
+    }
     if (sticky !== undefined) {
       try {
         const sel = await pool.select(
@@ -296,8 +302,9 @@ export class PrefillRouter {
         return sel;
       } catch (err) {
         if (isKvgateError(err, 'KVG_ERR_CLIENT_ABORTED') || isKvgateError(err, 'KVG_ERR_BACKPRESSURE')) throw err;
-        // The scheduler refuses the sticky worker (overloaded, rank gone): fall back to the best match.
-        this.sessions.refused(session, err);
+        // The scheduler refuses the sticky worker (overloaded, rank gone): fall back to the best match (a booked
+        // request moves the session; a query leaves it).
+        if (mode === 'book') this.sessions.refused(session, err);
         this.#ctx.logger.warn(
           {
             requestId: leg.requestId,

@@ -29,6 +29,7 @@ export class KvSelector implements LegSelector {
       dataParallelSize: w.dpSize,
       ...(w.maxNumBatchedTokens !== undefined ? { maxNumBatchedTokens: w.maxNumBatchedTokens } : {}),
       ...(w.totalKvBlocks !== undefined ? { totalKvBlocks: w.totalKvBlocks } : {}),
+      ...(w.taints !== undefined ? { taints: w.taints } : {}),
       // An engine found to use another block size or tokenizer caches blocks the router cannot name.
       kvOverlap: w.kvMismatch === undefined,
     });
@@ -42,7 +43,7 @@ export class KvSelector implements LegSelector {
     const kv = this.#kv;
     let request = req;
     if (exclude !== undefined && exclude.size > 0) {
-      const allowed = eligibleSlots(this.#pool, req.routing.allowedWorkerIds, exclude).map((c) => c.workerId);
+      const allowed = eligibleSlots(this.#pool, req.routing, exclude).map((c) => c.workerId);
       request = { ...req, routing: { ...req.routing, allowedWorkerIds: new Set(allowed) } };
     }
     let decision: RoutingDecision;

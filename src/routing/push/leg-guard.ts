@@ -80,6 +80,12 @@ class RequestObservability {
   #firstAt: number | undefined;
   #osl = 0;
   #usageOsl: number | undefined;
+  /**
+   * With output-block tracking on, ITL is observed at each output block the sequence grows by (Dynamo's guard
+   * updates it there): the blocks counted so far, or -1 when ITL is observed once, at the end.
+   */
+  #itlBlocks: number;
+  #itlObserved = false;
   /** Only KV mode predicts cached tokens; the others have nothing to compare. */
   #compared: boolean;
 
@@ -90,8 +96,10 @@ class RequestObservability {
     sel: Selection,
     blockSize: number,
     predicts: boolean,
+    itlPerBlock: boolean,
   ) {
     this.#clock = clock;
+    this.#itlBlocks = itlPerBlock ? Math.ceil(req.isl / blockSize) : -1;
     this.#lm = pm?.leg(req.phase);
     this.#lat = pm?.latency(req.phase, sel.worker.id);
     this.#req = req;
@@ -108,11 +116,22 @@ class RequestObservability {
         this.#lat?.ttft.observe((this.#firstAt - this.#req.receivedAt) / 1000);
       }
       this.#osl += produced;
+      if (this.#itlBlocks >= 0) this.#itlPerBlock();
     }
     if (info.usage !== undefined) {
       if (info.usage.completionTokens !== undefined) this.#usageOsl = info.usage.completionTokens;
       if (info.usage.cachedTokens !== undefined) this.#comparePrediction(info.usage.cachedTokens);
     }
+  }
+
+  /** Observes the ITL so far when the output grew the sequence by a block (tracking on). */
+  #itlPerBlock(): void {
+    const blocks = Math.ceil((this.#req.isl + this.#osl) / this.#blockSize);
+    if (blocks <= this.#itlBlocks) return;
+    this.#itlBlocks = blocks;
+    if (this.#osl < 2) return;
+    this.#itlObserved = true;
+    this.#lat?.itl.observe((this.#clock.now() - this.#firstAt!) / (this.#osl - 1) / 1000);
   }
 
   /** The engine's own count of prefix-cache hits against what the router predicted. */
@@ -138,7 +157,8 @@ class RequestObservability {
     if (!dispatched || m === undefined) return;
     const osl = this.#usageOsl ?? this.#osl;
     if (osl > 0) m.osl.observe(osl);
-    if (this.#firstAt !== undefined && osl >= 2)
+    // Per block when tracking is on; a leg that grew no block past its first token is observed once here.
+    if (this.#firstAt !== undefined && osl >= 2 && !this.#itlObserved)
       this.#lat?.itl.observe((this.#clock.now() - this.#firstAt) / (osl - 1) / 1000);
   }
 }
@@ -174,6 +194,7 @@ export class LegGuard {
       sel,
       deps.blockSize,
       deps.kvRouter !== undefined,
+      deps.kvRouter?.config.routerTrackOutputBlocks === true,
     );
   }
 

@@ -21,6 +21,7 @@
  */
 import {
   clientSpan,
+  traceLinkOf,
   inSpan,
   spanFailed,
   type RouterMode,
@@ -55,9 +56,9 @@ import {
 import { LegGuard, guardedEvents } from './leg-guard.js';
 import { PoolMetrics } from './pool-metrics.js';
 import { retryBeforeFirstByte, type RetryScope } from './retry.js';
-import type { PoolMembers, LegSelector } from './selector.js';
+import { carriesRequiredTaints, type PoolMembers, type LegSelector } from './selector.js';
 import { SimpleSelector } from './simple-selector.js';
-import { selectionAttributes } from './trace-attributes.js';
+import { routingLogLine, selectionAttributes } from './trace-attributes.js';
 import type { LegRequest, LegResponse, Selection } from './types.js';
 import { isAgentPath, midStreamBlocker } from './continuation.js';
 import { migratingEvents, migrationHooks, type MigrationHooks, type MigrationPolicy } from './migration.js';
@@ -182,17 +183,15 @@ export class PushRouter implements PoolMembers {
    * session (a session never overrides the request's own restrictions).
    */
   eligible(workerId: number, routing: RoutingHints): boolean {
-    if (!this.#members.has(workerId)) return false;
+    const w = this.#members.get(workerId);
+    if (w === undefined) return false;
     const allowed = routing.allowedWorkerIds;
     if (
       allowed !== undefined &&
       !(allowed instanceof Set ? allowed.has(workerId) : (allowed as readonly number[]).includes(workerId))
     )
       return false;
-    const required = routing.routingConstraints?.requiredTaints;
-    if (required === undefined || required.length === 0) return true;
-    const taints = this.kvRouter?.workers().find((w) => w.workerId === workerId)?.taints ?? [];
-    return required.every((t) => taints.includes(t));
+    return carriesRequiredTaints(w, routing);
   }
 
   /** In-flight legs per slot as this router booked them (all modes). */
@@ -229,6 +228,11 @@ export class PushRouter implements PoolMembers {
   ): Promise<Selection> {
     const sel = await this.#selector.select(req, mode, exclude);
     if (span.isRecording()) span.setAttributes(selectionAttributes(mode, sel));
+    const log = this.#ctx.logger;
+    if (log.isLevelEnabled?.('debug') === true) {
+      const line = routingLogLine(req.requestId, mode, sel);
+      log.debug({ model: this.model, ...line.fields }, line.msg);
+    }
     // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
     if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);
     return sel;
@@ -335,13 +339,20 @@ export class PushRouter implements PoolMembers {
    */
   async #send(req: LegRequest, sel: Selection, scope: RetryScope, tokenIds: boolean): Promise<LegResponse> {
     // The engine leg's span lasts until the booking is released (the answer or stream ended, or failed).
-    const trace = clientSpan(`kvgate.engine.${req.phase}`, () => ({
-      'kvgate.model': this.model,
-      'kvgate.phase': req.phase,
-      'kvgate.worker_id': sel.slot.workerId,
-      'kvgate.dp_rank': sel.slot.dpRank,
-      'kvgate.attempt': scope.attempt,
-    }));
+    // A decode leg's span links to its prefill leg's (the prefill's trace link, recorded when it was sent).
+    const trace = clientSpan(
+      `kvgate.engine.${req.phase}`,
+      () => ({
+        'kvgate.model': this.model,
+        'kvgate.phase': req.phase,
+        'kvgate.worker_id': sel.slot.workerId,
+        'kvgate.dp_rank': sel.slot.dpRank,
+        'kvgate.attempt': scope.attempt,
+      }),
+      req.phase === 'decode' ? req.tracker?.prefillLink : undefined,
+    );
+    const link = req.phase === 'prefill' ? traceLinkOf(trace.span) : undefined;
+    if (link !== undefined) req.tracker?.recordPrefillLink(link);
     const guard = this.#guard(req, sel, trace.span);
     this.#inflight++;
     req.tracker?.recordWorker(sel.slot);

@@ -41,20 +41,30 @@ export interface LegSelector {
   publishLoad(g: WorkerGauges, slot: WorkerRank): void;
 }
 
+/** Whether worker `w` carries every taint `routing` requires (no requirement: every worker does). */
+export function carriesRequiredTaints(w: WorkerInfo, routing: Pick<RoutingHints, 'routingConstraints'>): boolean {
+  const required = routing.routingConstraints?.requiredTaints;
+  if (required === undefined || required.length === 0) return true;
+  const taints = w.taints ?? [];
+  return required.every((t) => taints.includes(t));
+}
+
 /**
- * Every (worker, rank) slot of the pool a leg may go to: in `allowed` when given, not in `exclude`.
+ * Every (worker, rank) slot of the pool a leg may go to: in the request's allowed workers when given, carrying
+ * its required taints, not in `exclude`.
  * @throws KvgateError KVG_ERR_NO_WORKERS when none is left.
  */
 export function eligibleSlots(
   pool: PoolMembers,
-  allowed: RoutingHints['allowedWorkerIds'],
+  routing: Pick<RoutingHints, 'allowedWorkerIds' | 'routingConstraints'>,
   exclude: ReadonlySet<number> | undefined,
 ): WorkerRank[] {
+  const allowed = routing.allowedWorkerIds;
   const allow =
     allowed === undefined ? undefined : allowed instanceof Set ? allowed : new Set(allowed as readonly number[]);
   const out: WorkerRank[] = [];
   for (const w of pool.members.values()) {
-    if (exclude?.has(w.id) || (allow !== undefined && !allow.has(w.id))) continue;
+    if (exclude?.has(w.id) || (allow !== undefined && !allow.has(w.id)) || !carriesRequiredTaints(w, routing)) continue;
     for (let r = 0; r < w.dpSize; r++) out.push({ workerId: w.id, dpRank: w.dpStart + r });
   }
   if (out.length === 0)

@@ -24,7 +24,7 @@ export class SimpleSelector extends LocalSelector {
   ): { slot: WorkerRank; pinned: boolean } {
     const pin = resolvePin(req.phase, req.routing);
     if (pin !== undefined) return { slot: pinnedSlot(this.pool, pin), pinned: true };
-    const candidates = eligibleSlots(this.pool, req.routing.allowedWorkerIds, exclude);
+    const candidates = eligibleSlots(this.pool, req.routing, exclude);
     return { slot: mode === 'query' ? this.#rule.peek(candidates) : this.#rule.select(candidates), pinned: false };
   }
 }

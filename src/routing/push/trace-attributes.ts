@@ -2,6 +2,7 @@
  * The routing decision as span attributes: the chosen worker, its overlap and,
  * in KV mode, the cost model's inputs for it (the breakdown an operator reads
  * to see why this worker won), with the best overlap among the candidates.
+ * The same facts make Dynamo's `[ROUTING]` debug line (`routingLogLine`).
  */
 import type { Attributes } from '@opentelemetry/api';
 import type { Selection } from './types.js';
@@ -35,4 +36,25 @@ export function selectionAttributes(mode: 'book' | 'query', sel: Selection): Att
     });
   }
   return out;
+}
+
+/**
+ * Dynamo's `[ROUTING]` debug line for a decision: the chosen worker and rank, its cached blocks of the prompt's, its
+ * cost and the cost's inputs (the span's facts, without their `kvgate.` prefix).
+ */
+export function routingLogLine(
+  requestId: string,
+  mode: 'book' | 'query',
+  sel: Selection,
+): { fields: Record<string, unknown>; msg: string } {
+  const fields: Record<string, unknown> = { requestId };
+  for (const [k, v] of Object.entries(selectionAttributes(mode, sel))) fields[k.replace(/^kvgate\./, '')] = v;
+  const d = sel.decision;
+  const cached =
+    d === undefined ? `${sel.overlapBlocks} blocks cached` : `${sel.overlapBlocks}/${d.requiredBlocks} blocks cached`;
+  const cost = d === undefined ? '' : `, cost ${d.cost.toFixed(3)} of ${d.candidateCount} candidates`;
+  return {
+    fields,
+    msg: `[ROUTING] ${sel.worker.role} worker ${sel.slot.workerId} dp_rank ${sel.slot.dpRank}: ${cached}${cost}${sel.pinned ? ' (pinned)' : ''}`,
+  };
 }

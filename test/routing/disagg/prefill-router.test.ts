@@ -185,7 +185,8 @@ describe('routing rules', () => {
   });
 
   // issue 12 item 4: a prefill session never overrides the request's allowed_worker_ids.
-  it('a sticky prefill worker the request does not allow is unbound; the prefill goes to an allowed worker', async () => {
+  // issue 30: a query changes no router state, so the binding it passes over stays (it used to be dropped).
+  it('a query passes over a sticky prefill worker the request does not allow, keeping the binding', async () => {
     const registry = new WorkerRegistry();
     for (const w of [worker(1, 'decode'), worker(11, 'prefill'), worker(12, 'prefill')]) registry.add(w);
     const r = routerOn(registry);
@@ -195,11 +196,33 @@ describe('routing rules', () => {
       prepare([1, 2, 3], { hints: { annotations: [], session, allowedWorkerIds: new Set([12, 1]) } }),
     );
     expect(q.prefillWorker?.workerId).toBe(12);
-    expect(r.prefill.sessions.lookup('s')).toBeUndefined();
+    expect(r.prefill.sessions.lookup('s')).toMatchObject({ workerId: 11, dpRank: 0 });
     // Without the restriction, a binding is honoured as before.
-    r.prefill.sessions.bind('s', { workerId: 11, dpRank: 0 });
     const free = await r.query(prepare([1, 2, 3], { hints: { annotations: [], session } }));
     expect(free.prefillWorker?.workerId).toBe(11);
+  });
+
+  // issue 30: a query changes no router state, session bindings included.
+  it("a query whose required taints exclude the session's prefill worker keeps the binding", async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [
+      worker(1, 'decode', { taints: ['h100'] }),
+      worker(11, 'prefill'),
+      worker(12, 'prefill', { taints: ['h100'] }),
+    ])
+      registry.add(w);
+    const r = routerOn(registry);
+    r.prefill.sessions.bind('s', { workerId: 11, dpRank: 0 });
+    const session = { id: 's' };
+    const byTaint = await r.query(
+      prepare([1, 2, 3], { hints: { annotations: [], session, routingConstraints: { requiredTaints: ['h100'] } } }),
+    );
+    expect(byTaint.prefillWorker?.workerId).toBe(12);
+    expect(r.prefill.sessions.lookup('s')).toMatchObject({ workerId: 11, dpRank: 0 });
+    // And the binding still steers the next unrestricted query.
+    expect((await r.query(prepare([1, 2, 3], { hints: { annotations: [], session } }))).prefillWorker?.workerId).toBe(
+      11,
+    );
   });
 
   // issue 12 item 6: a client's router_config_override does not change the prefill choice.

@@ -149,6 +149,42 @@ describe('LegGuard: what it reads of each event', () => {
   });
 });
 
+describe('LegGuard: ITL per output block', () => {
+  const tokens = (n: number) => ({
+    outputChoices: 1,
+    tokenIds: n,
+    finishReason: undefined,
+    usage: undefined,
+    error: undefined,
+  });
+  /** First token at 1 000 ms, then `steps` outputs of 4 tokens (one block each) 100 ms apart, then the end. */
+  async function run(trackBlocks: boolean): Promise<{ count: number; sum: number }> {
+    const g = guarded({ trackBlocks });
+    g.guard.onOutput(tokens(1));
+    for (let i = 0; i < 3; i++) {
+      g.clock.advance(100);
+      g.guard.onOutput(tokens(4));
+    }
+    g.guard.finish(true);
+    return {
+      count: await g.sample('kvgate_router_inter_token_latency_seconds_count'),
+      sum: await g.sample('kvgate_router_inter_token_latency_seconds_sum'),
+    };
+  }
+
+  // issue 30: the seed observes ITL at each output block when router_track_output_blocks is on.
+  it('with output tracking on, observes the ITL so far at each block the output adds; off, once at the end', async () => {
+    // Prompt 10 tokens (3 blocks of 4); the sequence grows to 15, 19, 23 tokens: blocks 4, 5, 6.
+    const on = await run(true);
+    expect(on.count).toBe(3);
+    // ITL so far: 100/4, 200/8, 300/12 ms = 25 ms each.
+    expect(on.sum).toBeCloseTo(0.075, 9);
+    const off = await run(false);
+    expect(off.count).toBe(1);
+    expect(off.sum).toBeCloseTo(0.025, 9);
+  });
+});
+
 describe('guardedEvents: the events, and the one release', () => {
   it('passes every event through untouched; at the end releases once, reports no failure, cancels nothing', async () => {
     const g = guarded();
