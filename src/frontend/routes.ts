@@ -79,6 +79,7 @@ function addApiRoutes(o: RouteTableOptions, add: AddRoute): void {
   add('/v1/route', { methods: complete('route'), auth: true, limited: true });
   add(MESSAGES_ROUTE, { methods: complete('messages'), auth: true, limited: true });
   add('/v1/responses', { methods: complete('responses'), auth: true, limited: true });
+  add('/v1/embeddings', { methods: complete('embeddings'), auth: true, limited: true });
   // Answered by kvgate with the model's tokenizer, no engine asked (tokenize.ts).
   const env = o.completion;
   add('/tokenize', { methods: { POST: (c, body) => serveTokenize(env, c, body) }, auth: true, limited: true });
