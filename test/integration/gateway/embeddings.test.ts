@@ -77,7 +77,12 @@ describe('embeddings through kvgate serve', () => {
     });
     expect(lists.data).toHaveLength(2);
     expect(lists.usage.prompt_tokens).toBe(5);
-    expect(await metric(url, 'kvgate_http_requests_total', { route: '/v1/embeddings', status: '200' })).toBe(4);
+    // A body over 16 KiB is parsed and weighed on a preprocessing thread: the same answer.
+    const batch = Array.from({ length: 2048 }, (_, i) => `input number ${i}`);
+    const large = await openai.embeddings.create({ model: MODEL, input: batch });
+    expect(large.data).toHaveLength(2048);
+    expect(large.data[2047]!.index).toBe(2047);
+    expect(await metric(url, 'kvgate_http_requests_total', { route: '/v1/embeddings', status: '200' })).toBe(5);
   });
 
   it("refuses bad input in OpenAI's error shape, and passes on the engine's refusal", async () => {
