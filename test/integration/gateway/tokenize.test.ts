@@ -94,6 +94,12 @@ describe('tokenize, detokenize and count_tokens through kvgate serve', () => {
     expect(bare.length).toBeLessThan(tokens.length);
     expect(tokens.slice(0, bare.length)).toEqual(bare);
     expect(await metric(url, 'kvgate_http_requests_total', { route: '/tokenize', status: '200' })).toBe(3);
+    // A prompt long enough to be tokenized on a pool thread, and longer than the model's prompt limit: counted all
+    // the same (no prompt limit applies to /tokenize, as on vLLM's).
+    const long = { model: MODEL, prompt: 'word '.repeat(4000) };
+    const counted = await post('/tokenize', long);
+    expect(counted.json.count).toBeGreaterThan(MAX_PROMPT);
+    expect(counted.json.tokens).toEqual((await post('/tokenize', long, engine, {})).json.tokens);
   });
 
   it('detokenizes back to the text, special tokens kept, as the engine does', async () => {
