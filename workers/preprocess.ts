@@ -6,7 +6,7 @@
  */
 import { move, transferableSymbol, valueSymbol, workerData } from 'piscina';
 import { createTaskHandler, replyTransferList } from '../src/frontend/preprocess/task-handler.js';
-import type { BodyReply, PreprocessWorkerData, WorkerReply, WorkerTask } from '../src/frontend/preprocess/protocol.js';
+import type { PreprocessWorkerData, TaskReply, WorkerTask } from '../src/frontend/preprocess/protocol.js';
 
 const handle = await createTaskHandler((workerData as PreprocessWorkerData).models);
 
@@ -18,7 +18,7 @@ export default async function preprocess(task: WorkerTask): Promise<unknown> {
     get [transferableSymbol](): ArrayBuffer[] {
       return transfer;
     },
-    get [valueSymbol](): WorkerReply | BodyReply {
+    get [valueSymbol](): TaskReply {
       return reply;
     },
   } as unknown as Parameters<typeof move>[0]);

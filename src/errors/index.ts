@@ -65,6 +65,12 @@ export const ERROR_CODES = {
     retryable: false,
     migratable: false,
   },
+  KVG_ERR_EMBEDDINGS_NOT_DISAGGREGATED: {
+    status: 400,
+    type: 'invalid_request_error',
+    retryable: false,
+    migratable: false,
+  },
   KVG_ERR_PREFILL_FAILED: { status: 502, type: 'server_error', retryable: false, migratable: false },
   // HTTP edge (src/frontend): request validation, limits and server state.
   KVG_ERR_INVALID_JSON: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },

@@ -12,6 +12,13 @@ import { sendJson } from './http-io.js';
 
 /** The messages route, whose errors take Anthropic's shape. */
 export const MESSAGES_ROUTE = '/v1/messages';
+/** Anthropic's token counting route, answered by kvgate (tokenize.ts), with the same conventions. */
+export const COUNT_TOKENS_ROUTE = '/v1/messages/count_tokens';
+
+/** Whether `route` speaks Anthropic's conventions (its key header, its error shape). */
+export function isAnthropicRoute(route: string): boolean {
+  return route === MESSAGES_ROUTE || route === COUNT_TOKENS_ROUTE;
+}
 
 const TYPES: Readonly<Record<number, string>> = {
   400: 'invalid_request_error',
@@ -85,9 +92,9 @@ export function anthropicRefusal(status: number, bytes: Uint8Array | string, req
   return Buffer.from(JSON.stringify(bodyOf(status, error, requestId)));
 }
 
-/** The credential to check: the Authorization header, or on `/v1/messages` without one, `x-api-key` as a bearer token. */
+/** The credential to check: the Authorization header, or on Anthropic's routes without one, `x-api-key` as a bearer token. */
 export function credentialOf(route: string, headers: IncomingHttpHeaders): string | undefined {
-  if (headers.authorization !== undefined || route !== MESSAGES_ROUTE) return headers.authorization;
+  if (headers.authorization !== undefined || !isAnthropicRoute(route)) return headers.authorization;
   const key = headers['x-api-key'];
   return typeof key === 'string' ? `Bearer ${key}` : undefined;
 }

@@ -49,7 +49,7 @@ export async function serveCompletion(
   const { prepared, target } = await prepareRequest(env, ctx, bytes, kind);
   const { port, model } = target;
   if (prepared.queryOnly) {
-    if (kind === 'messages' || kind === 'responses') {
+    if (kind === 'messages' || kind === 'responses' || kind === 'embeddings') {
       throw new KvgateError(
         'KVG_ERR_INVALID_REQUEST',
         `query-only routing is not served on the ${kind} API; use /v1/route`,

@@ -6,7 +6,7 @@
  * Once the response has started it just ends; a stream's failures after its
  * head are the relay's (respond.ts: an error event).
  */
-import { MESSAGES_ROUTE, sendAnthropicError } from './anthropic-error.js';
+import { isAnthropicRoute, sendAnthropicError } from './anthropic-error.js';
 import { CLOSING_CODES } from './route-spec.js';
 import { asKvgateError, sendError } from './http-io.js';
 import type { RelayOptions, RequestContext } from './respond.js';
@@ -46,6 +46,6 @@ export function answerError(
   if (typeof e.detail?.workerId === 'number' && !res.hasHeader('x-kvgate-worker'))
     headers['x-kvgate-worker'] = String(e.detail.workerId);
   // Anthropic's clients read Anthropic's error shape (the SDKs raise their own error classes from it).
-  if (ctx.route === MESSAGES_ROUTE) sendAnthropicError(res, e, ctx.requestId, retryAfter, headers);
+  if (isAnthropicRoute(ctx.route)) sendAnthropicError(res, e, ctx.requestId, retryAfter, headers);
   else sendError(res, e, retryAfter, headers);
 }

@@ -16,6 +16,7 @@
  */
 import { KvgateError } from '../errors/index.js';
 import { agentChatTask } from './agent-task.js';
+import { embeddingsTask } from './embeddings.js';
 import type { PreprocessTask } from './preprocess/protocol.js';
 import type { EndpointKind } from './router-port.js';
 
@@ -49,6 +50,8 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       loraName,
     });
   }
+  if (inp.endpoint === 'embeddings')
+    return embeddingsTask({ body, model, maxPromptTokens, loraName, tokenData: inp.tokenData });
   // Each task is one object literal of a fixed shape (no spread of a shared base): built per request, so a
   // shape the engine's inline caches see again and again is cheaper than a copied one.
   const cacheSalt = typeof body.cache_salt === 'string' ? body.cache_salt : undefined;

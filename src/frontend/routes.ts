@@ -5,7 +5,7 @@
  * are not completions: health, readiness, metrics, the model list and the
  * admin views. Completions go to the pipeline (completion.ts).
  *
- * The public listener serves the API (`/ready`, `/v1/*`) and, when the admin
+ * The public listener serves the API (`/ready`, `/v1/*`, `/tokenize`, `/detokenize`) and, when the admin
  * has no listener of its own, the admin routes; the admin listener serves the
  * admin routes. `/health` and `/metrics` are on both and need no API key
  * (probes and scrapers).
@@ -15,7 +15,7 @@ import { KvgateError } from '../errors/index.js';
 import type { FleetStatus } from '../fleet/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { canForceGc, gcAndMeasure } from './admin-gc.js';
-import { MESSAGES_ROUTE } from './anthropic-error.js';
+import { COUNT_TOKENS_ROUTE, MESSAGES_ROUTE } from './anthropic-error.js';
 import { modelsStatus, redactedConfig } from './admin-status.js';
 import { serveCompletion, type CompletionOptions } from './completion.js';
 import { decodedModelId } from './edge.js';
@@ -23,6 +23,7 @@ import { sendBytes, sendJson } from './http-io.js';
 import { modelEntries } from './model-lookup.js';
 import type { RequestContext } from './respond.js';
 import type { RouteSpec } from './route-spec.js';
+import { serveCountTokens, serveDetokenize, serveTokenize } from './tokenize.js';
 import type { EndpointKind, ModelRouterPort } from './router-port.js';
 
 /** What the routes read of the server; `config`, `inflight` and the completion options' `draining` per request. */
@@ -78,6 +79,16 @@ function addApiRoutes(o: RouteTableOptions, add: AddRoute): void {
   add('/v1/route', { methods: complete('route'), auth: true, limited: true });
   add(MESSAGES_ROUTE, { methods: complete('messages'), auth: true, limited: true });
   add('/v1/responses', { methods: complete('responses'), auth: true, limited: true });
+  add('/v1/embeddings', { methods: complete('embeddings'), auth: true, limited: true });
+  // Answered by kvgate with the model's tokenizer, no engine asked (tokenize.ts).
+  const env = o.completion;
+  add('/tokenize', { methods: { POST: (c, body) => serveTokenize(env, c, body) }, auth: true, limited: true });
+  add('/detokenize', { methods: { POST: (c, body) => serveDetokenize(env, c, body) }, auth: true, limited: true });
+  add(COUNT_TOKENS_ROUTE, {
+    methods: { POST: (c, body) => serveCountTokens(env, c, body) },
+    auth: true,
+    limited: true,
+  });
 }
 
 function addAdminRoutes(o: RouteTableOptions, add: AddRoute): void {

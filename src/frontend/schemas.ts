@@ -144,17 +144,49 @@ const COMPLETION_SCHEMA = {
   else: { properties: { max_tokens: nullableInt(1) } },
 } as const;
 
+/**
+ * OpenAI's embeddings body as vLLM takes it: `input` a string, strings, token ids or lists of them (at most 2,048
+ * inputs, OpenAI's bound); the pooling fields typed; no streaming (an embedding answer is one JSON object).
+ */
+const EMBEDDINGS_SCHEMA = {
+  type: 'object',
+  maxProperties: MAX_BODY_MEMBERS,
+  required: ['model', 'input'],
+  properties: {
+    model: common.model,
+    input: {
+      anyOf: [
+        { type: 'string' },
+        { type: 'array', minItems: 1, maxItems: 2048, items: { type: 'string' } },
+        { type: 'array', minItems: 1, items: u32 },
+        { type: 'array', minItems: 1, maxItems: 2048, items: { type: 'array', minItems: 1, items: u32 } },
+      ],
+    },
+    encoding_format: { enum: ['float', 'base64'] },
+    dimensions: { type: ['integer', 'null'], minimum: 1 },
+    user: common.user,
+    truncate_prompt_tokens: { type: ['integer', 'null'], minimum: -1 },
+    add_special_tokens: common.add_special_tokens,
+    cache_salt: common.cache_salt,
+    priority: common.priority,
+    stream: { const: false },
+    nvext,
+  },
+} as const;
+
 /** Readable messages for `anyOf` failures, where ajv's own ("must match a schema in anyOf") says nothing. */
 const ANY_OF_MESSAGES: Record<string, string> = {
   prompt: 'must be a string, a list of token ids, or a list holding one string or one list of token ids',
+  input: 'must be a string, a list of strings, a list of token ids, or a list of lists of token ids (at most 2,048)',
   content: 'must be a string, null, or a list of content parts',
   stop: 'must be a string, a list of strings, or null',
 };
 
 const ajv = new Ajv({ allErrors: false, allowUnionTypes: true, strict: true, coerceTypes: false });
-const validators: Record<'chat' | 'completion', ValidateFunction> = {
+const validators: Record<'chat' | 'completion' | 'embeddings', ValidateFunction> = {
   chat: ajv.compile(CHAT_SCHEMA),
   completion: ajv.compile(COMPLETION_SCHEMA),
+  embeddings: ajv.compile(EMBEDDINGS_SCHEMA),
 };
 
 /** `/messages/0/role` -> `messages[0].role`. */
@@ -193,7 +225,7 @@ function describe(err: ErrorObject): { param: string; message: string } {
  *   `detail.param` naming the field.
  */
 export function validateBody(
-  kind: 'chat' | 'completion',
+  kind: 'chat' | 'completion' | 'embeddings',
   body: unknown,
   limits: { readonly maxMessages: number },
 ): asserts body is Record<string, unknown> {

@@ -137,14 +137,14 @@ export class Generation {
     });
   }
 
-  /** POST /detokenize. */
+  /** POST /detokenize: special tokens kept, as vLLM's (its tokenizer's `decode` without `skip_special_tokens`). */
   async detokenize(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { body } = await readJsonBody(req);
     const tokens = (body as { tokens?: unknown } | null)?.tokens;
     if (!Array.isArray(tokens) || !tokens.every((t) => Number.isInteger(t) && t >= 0)) {
       throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'tokens must be a list of token ids', { param: 'tokens' });
     }
-    sendJson(res, 200, { prompt: await this.#deps.tokenizer.decode(tokens as number[]) });
+    sendJson(res, 200, { prompt: await this.#deps.tokenizer.decode(tokens as number[], { skipSpecialTokens: false }) });
   }
 
   /** The served model or adapter, the prompt tokens, and vLLM's length checks. */

@@ -1,6 +1,6 @@
 /**
  * The engine's HTTP surface: which path goes where. vLLM's OpenAI server
- * (/v1/models, completions, chat, /tokenize, /detokenize, /health,
+ * (/v1/models, completions, chat, /v1/embeddings, /tokenize, /detokenize, /health,
  * /metrics, /reset_prefix_cache), SGLang's /server_info when imitating SGLang,
  * the vLLM P/D pull side channel, and /admin/*. A hung engine (fault) answers
  * only /admin; a crashed one drops the connection.
@@ -9,6 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sendError, sendJson } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { serveAdmin } from './admin.js';
+import { serveEmbeddings } from './embeddings.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { FaultController } from './faults.js';
 import { readJsonBody, type Generation } from './generation.js';
@@ -24,6 +25,7 @@ const KNOWN_PATHS = [
   '/v1/chat/completions',
   '/v1/messages',
   '/v1/responses',
+  '/v1/embeddings',
   '/tokenize',
   '/detokenize',
   '/reset_prefix_cache',
@@ -108,6 +110,9 @@ async function serveEngine(
       return true;
     case 'POST /v1/responses':
       await d.generation.generate('responses', req, res);
+      return true;
+    case 'POST /v1/embeddings':
+      await serveEmbeddings(d.worker, req, res);
       return true;
     case 'POST /tokenize':
       await d.generation.tokenize(req, res);

@@ -13,6 +13,7 @@ import { KvgateError } from '../errors/index.js';
 import type { LegRequest } from './push/types.js';
 import type { PreparedRequest } from './router-port.js';
 import { agentLegFields } from './agent-endpoints.js';
+import { EMBEDDINGS_PATH, routedHashes } from './embeddings.js';
 
 export interface LegBuilderOptions {
   readonly model: string;
@@ -33,6 +34,7 @@ const PATHS = {
   completion: '/v1/completions',
   messages: '/v1/messages',
   responses: '/v1/responses',
+  embeddings: EMBEDDINGS_PATH,
 } as const;
 
 export class LegBuilder {
@@ -62,7 +64,7 @@ export class LegBuilder {
       body: req.body['model'] === model ? req.body : withJsonMembers(req.body, { model }),
       stream: req.stream,
       isl: req.tokenIds.length,
-      hashes: req.hashes,
+      hashes: routedHashes(req.endpoint, req.hashes),
       hashingMs: req.hashingMs,
       routing:
         lora === undefined

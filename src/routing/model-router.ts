@@ -22,6 +22,7 @@ import { KvgateError } from '../errors/index.js';
 import { makeRouterContext, type RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
 import { agentDisaggRefusal, isAgentEndpoint } from './agent-endpoints.js';
+import { embeddingsDisaggRefusal } from './embeddings.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
 import { kvPool, reportIndexBytes, subscribeWorker } from './kv-pool.js';
 import { LegBuilder } from './leg-builder.js';
@@ -368,6 +369,7 @@ export class ModelRouter implements ModelRouterPort {
     this.#legs.checkPins(req.hints);
     if (this.#disaggregated(true)) {
       if (isAgentEndpoint(req.endpoint)) throw agentDisaggRefusal(this.model, req.endpoint);
+      if (req.endpoint === 'embeddings') throw embeddingsDisaggRefusal(this.model);
       const out = await this.prefill.route(this.#legs.leg(req), req.hints.session);
       return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
     }

@@ -34,10 +34,11 @@ import type { PromptHashes } from '../wasm/index.js';
 export type { RoutingHints };
 
 /**
- * Which endpoint a request came in on (the port dispatches to the same one): OpenAI's chat and completions, and
- * the APIs coding agents speak, Anthropic's Messages and OpenAI's Responses (forwarded to the engine's own).
+ * Which endpoint a request came in on (the port dispatches to the same one): OpenAI's chat and completions, the
+ * APIs coding agents speak, Anthropic's Messages and OpenAI's Responses (forwarded to the engine's own), and
+ * OpenAI's embeddings (routed by load alone: embeddings.ts).
  */
-export type EndpointKind = 'chat' | 'completion' | 'messages' | 'responses';
+export type EndpointKind = 'chat' | 'completion' | 'messages' | 'responses' | 'embeddings';
 
 /** A request ready to route: validated, tokenized, hashed. Immutable. */
 export interface PreparedRequest {

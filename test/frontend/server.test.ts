@@ -403,7 +403,14 @@ describe('gateway server: every bad request class gets its 4xx error object, and
         code: 'KVG_ERR_INVALID_REQUEST',
         param: 'prompt',
       },
-      { name: 'unknown path', path: '/v1/embeddings', body: {}, headers: auth, status: 404, code: 'KVG_ERR_NOT_FOUND' },
+      {
+        name: 'unknown path',
+        path: '/v1/audio/transcriptions',
+        body: {},
+        headers: auth,
+        status: 404,
+        code: 'KVG_ERR_NOT_FOUND',
+      },
     ];
     for (const c of cases) {
       const r = await post(`${g.url}${c.path ?? '/v1/chat/completions'}`, c.body, c.headers);

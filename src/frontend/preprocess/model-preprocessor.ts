@@ -115,6 +115,32 @@ export class ModelPreprocessor {
     return this.#finish(task, remembered, tok.kind === 'fallback', stats);
   }
 
+  /**
+   * Token ids back to text with the model's own tokenizer, special tokens kept (vLLM's `/detokenize`).
+   * @throws KvgateError KVG_ERR_TOKENIZER_UNAVAILABLE without the model's tokenizer (the fallback's text is not the
+   *   model's), KVG_ERR_INVALID_TOKEN for an id outside its vocabulary.
+   */
+  async decode(tokenIds: readonly number[]): Promise<string> {
+    const tok = this.#tok;
+    if (tok?.kind !== 'huggingface') {
+      throw new KvgateError(
+        'KVG_ERR_TOKENIZER_UNAVAILABLE',
+        `model ${this.spec.name} is configured without a tokenizer, so kvgate cannot detokenize for it; ` +
+          "ask the model's engine (its own /detokenize) or configure the model's tokenizer",
+        { model: this.spec.name },
+      );
+    }
+    const bad = tokenIds.findIndex((id) => id >= tok.vocabSize);
+    if (bad >= 0) {
+      throw new KvgateError(
+        'KVG_ERR_INVALID_TOKEN',
+        `tokens[${bad}] is ${tokenIds[bad]}, outside the vocabulary of model ${this.spec.name} (${tok.vocabSize} ids)`,
+        { param: `tokens[${bad}]` },
+      );
+    }
+    return tok.decode(tokenIds, { skipSpecialTokens: false });
+  }
+
   /** @throws KvgateError KVG_ERR_TOKENIZER_UNAVAILABLE for a model configured to reject text prompts. */
   #textTokenizer(): TextTokenizer {
     if (this.#tok !== undefined) return this.#tok;

@@ -25,16 +25,22 @@ import type { GatewayConfig } from '../../config/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type {
   BodyOutcome,
-  BodyReply,
   BodyTask,
+  DecodeTask,
   PreprocessModelSpec,
   PreprocessResult,
   PreprocessTask,
   PreprocessWorkerData,
-  WorkerReply,
+  TaskReply,
   WorkerTask,
 } from './protocol.js';
-import { createTaskHandler, unwrapBodyReply, unwrapReply, type TaskHandler } from './task-handler.js';
+import {
+  createTaskHandler,
+  unwrapBodyReply,
+  unwrapDecodeReply,
+  unwrapReply,
+  type TaskHandler,
+} from './task-handler.js';
 
 export interface Preprocessor {
   readonly mode: 'pool' | 'main-thread';
@@ -50,6 +56,8 @@ export interface Preprocessor {
    * comes back as `promptError`).
    */
   runBody(task: BodyTask): Promise<BodyOutcome>;
+  /** Token ids back to text with the model's tokenizer (`POST /detokenize`), where prompts are tokenized. */
+  decode(task: DecodeTask): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -135,7 +143,7 @@ function knownOr(
 class PoolPreprocessor implements Preprocessor {
   readonly mode = 'pool' as const;
   readonly threads: number;
-  readonly #pool: Piscina<WorkerTask, WorkerReply | BodyReply>;
+  readonly #pool: Piscina<WorkerTask, TaskReply>;
   /** The same handler on the main thread, for prompts cheaper than a worker round trip. */
   readonly #inline: TaskHandler;
   readonly #inlineMaxChars: number;
@@ -191,6 +199,10 @@ class PoolPreprocessor implements Preprocessor {
     return unwrapBodyReply(await this.#pool.run(task, transferList !== undefined ? { transferList } : {}));
   }
 
+  async decode(task: DecodeTask): Promise<string> {
+    return unwrapDecodeReply(await this.#pool.run(task));
+  }
+
   async close(): Promise<void> {
     await this.#pool.close();
   }
@@ -215,6 +227,10 @@ class MainThreadPreprocessor implements Preprocessor {
 
   async runBody(task: BodyTask): Promise<BodyOutcome> {
     return unwrapBodyReply(await this.#handle(task));
+  }
+
+  async decode(task: DecodeTask): Promise<string> {
+    return unwrapDecodeReply(await this.#handle(task));
   }
 
   async close(): Promise<void> {

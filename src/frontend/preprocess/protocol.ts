@@ -64,6 +64,13 @@ export interface TokensTask extends TaskBase {
   tokenIds: Uint32Array;
 }
 
+/** Token ids back to text with the model's own tokenizer (`POST /detokenize`); special tokens are kept, as vLLM's. */
+export interface DecodeTask {
+  kind: 'decode';
+  model: string;
+  tokenIds: number[];
+}
+
 /** Answers once the thread has loaded every model (startup readiness). */
 export interface PingTask {
   kind: 'ping';
@@ -121,7 +128,7 @@ export interface BodyOutcome {
   promptError?: WorkerError | undefined;
 }
 
-export type WorkerTask = PreprocessTask | BodyTask | PingTask;
+export type WorkerTask = PreprocessTask | BodyTask | DecodeTask | PingTask;
 
 export interface PreprocessStats {
   /** Chat template rendering, microseconds. */
@@ -160,5 +167,9 @@ export function workerError(err: unknown): WorkerError {
 
 export type WorkerReply =
   { ok: true; result: PreprocessResult } | { ok: false; error: WorkerError } | { ok: true; pong: true };
+/** The reply to a `DecodeTask`. */
+export type DecodeReply = { ok: true; text: string } | { ok: false; error: WorkerError };
+/** Any task's reply. */
+export type TaskReply = WorkerReply | BodyReply | DecodeReply;
 /** The reply to a `BodyTask`. */
 export type BodyReply = { ok: true; body: BodyOutcome } | { ok: false; error: WorkerError };

@@ -9,16 +9,16 @@ import { ModelPreprocessor } from './model-preprocessor.js';
 import {
   workerError,
   type BodyOutcome,
-  type BodyReply,
+  type DecodeReply,
   type PreprocessModelSpec,
   type PreprocessResult,
   type PreprocessTask,
+  type TaskReply,
   type WorkerError,
-  type WorkerReply,
   type WorkerTask,
 } from './protocol.js';
 
-export type TaskHandler = ((task: WorkerTask) => Promise<WorkerReply | BodyReply>) & {
+export type TaskHandler = ((task: WorkerTask) => Promise<TaskReply>) & {
   /** The model preprocessors, for stats and tests. */
   readonly models: ReadonlyMap<string, ModelPreprocessor>;
   /**
@@ -32,7 +32,7 @@ export type TaskHandler = ((task: WorkerTask) => Promise<WorkerReply | BodyReply
 export async function createTaskHandler(specs: readonly PreprocessModelSpec[]): Promise<TaskHandler> {
   const models = new Map<string, ModelPreprocessor>();
   for (const spec of specs) models.set(spec.name, await ModelPreprocessor.create(spec));
-  const handle = async (task: WorkerTask): Promise<WorkerReply | BodyReply> => {
+  const handle = async (task: WorkerTask): Promise<TaskReply> => {
     if (task.kind === 'ping') return { ok: true, pong: true };
     try {
       if (task.kind === 'body') return { ok: true, body: await runBodyTask(task, models) };
@@ -47,6 +47,7 @@ export async function createTaskHandler(specs: readonly PreprocessModelSpec[]): 
           },
         };
       }
+      if (task.kind === 'decode') return { ok: true, text: await model.decode(task.tokenIds) };
       return { ok: true, result: await model.run(task) };
     } catch (err) {
       return { ok: false, error: workerError(err) };
@@ -62,21 +63,28 @@ export function errorOf(e: WorkerError): KvgateError {
 }
 
 /** The result of a reply, or its error rethrown as a KvgateError. */
-export function unwrapReply(reply: WorkerReply | BodyReply): PreprocessResult {
+export function unwrapReply(reply: TaskReply): PreprocessResult {
   if (!reply.ok) throw errorOf(reply.error);
   if (!('result' in reply)) throw new KvgateError('KVG_ERR_INTERNAL', 'preprocessing returned no result');
   return reply.result;
 }
 
 /** The outcome of a body task's reply, or its error rethrown as a KvgateError. */
-export function unwrapBodyReply(reply: WorkerReply | BodyReply): BodyOutcome {
+export function unwrapBodyReply(reply: TaskReply): BodyOutcome {
   if (!reply.ok) throw errorOf(reply.error);
   if (!('body' in reply)) throw new KvgateError('KVG_ERR_INTERNAL', 'preprocessing returned no body');
   return reply.body;
 }
 
+/** The text of a decode task's reply, or its error rethrown as a KvgateError. */
+export function unwrapDecodeReply(reply: TaskReply): string {
+  if (!reply.ok) throw errorOf(reply.error);
+  if (!('text' in reply)) throw new KvgateError('KVG_ERR_INTERNAL', 'preprocessing returned no text');
+  return (reply as Extract<DecodeReply, { ok: true }>).text;
+}
+
 /** The buffers a reply can hand over instead of copying. */
-export function replyTransferList(reply: WorkerReply | BodyReply): ArrayBuffer[] {
+export function replyTransferList(reply: TaskReply): ArrayBuffer[] {
   const r = !reply.ok ? undefined : 'result' in reply ? reply.result : 'body' in reply ? reply.body.result : undefined;
   if (r === undefined) return [];
   const out = new Set<ArrayBuffer>();

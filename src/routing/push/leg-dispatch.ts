@@ -8,6 +8,7 @@
  */
 import { NO_LEG_FIELDS, dpRankLegFields, mergeLegFields, streamingBodyFields } from '../../engines/index.js';
 import type { DispatchOptions } from '../../engines/index.js';
+import { isPoolingPath } from '../embeddings.js';
 import type { LegRequest, Selection } from './types.js';
 
 /** Progress deadlines per leg (ms; 0 or undefined: none). See `PushRouterOptions.legTimeouts`. */
@@ -53,8 +54,9 @@ export function legDispatchOptions(
   const w = sel.worker;
   const rankFields = w.dpSize > 1 || w.dpStart > 0 ? dpRankLegFields(w.dialect, sel.slot.dpRank) : NO_LEG_FIELDS;
   const extra = mergeLegFields(rankFields, req.legFields ?? NO_LEG_FIELDS);
-  // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays unstreamed.
-  const streamed = extra.fields['stream'] !== false;
+  // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays
+  // unstreamed, and a pooling leg (embeddings) generates nothing: sent as the client sent it.
+  const streamed = extra.fields['stream'] !== false && !isPoolingPath(req.path);
   // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before
   // the first byte only.
   const ids = tokenIds && (w.returnsTokenIds ?? w.dialect === 'vllm');

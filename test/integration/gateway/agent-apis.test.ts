@@ -304,4 +304,16 @@ describe('agent APIs on a disaggregated model (issue 27)', () => {
     expect(body.error.code).toBe('KVG_ERR_AGENT_API_NOT_DISAGGREGATED');
     expect(body.error.message).toContain('/v1/chat/completions');
   });
+
+  it('refuses embeddings with a clear error while the model runs disaggregated', async () => {
+    const res = await fetch(`${url}/v1/embeddings`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, input: 'Hi' }),
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({
+      error: { code: 'KVG_ERR_EMBEDDINGS_NOT_DISAGGREGATED', param: 'model' },
+    });
+  });
 });
