@@ -7,13 +7,11 @@
  *
  * Runs the compiled CLI (bin/kvgate.js -> dist/), as `npm test` builds it first.
  */
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
-import { json, lineOf, start, startEngine, suiteProcesses } from './procs.js';
+import { json, startEngine, startGateway, suiteProcesses } from './procs.js';
 
 const BLOCK = 16;
 const PROMPT_BLOCKS = 32;
@@ -36,30 +34,12 @@ describe('the prefix index under its memory budget', () => {
 
   it('evicts the least recently matched blocks at the budget: warn line once, counters, gauge, routing goes on', async () => {
     const engine = await startEngine(procs, ['--seed', '5', '--num-gpu-blocks', '200000']);
-    const config = join(procs.dir, 'kvgate.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        listen: { host: '127.0.0.1', port: 0 },
-        preprocess: { threads: 0 },
-        log: { level: 'info' },
-        models: [
-          {
-            name: engine.model,
-            block_size: BLOCK,
-            router: { router_index_memory_budget_mib: BUDGET_MIB },
-            workers: [{ id: 1, url: engine.url, kv_events: (engine.kv_events as string[])[0] }],
-          },
-        ],
-      }),
-    );
-    procs.gateway = start(['serve', '--config', config]);
-    const started = await lineOf(
-      procs.gateway,
-      "the gateway's startup line",
-      (o) => o.msg === 'kvgate gateway started',
-    );
-    const url = String(started.listen);
+    const url = await startGateway(procs, {
+      name: engine.model,
+      block_size: BLOCK,
+      router: { router_index_memory_budget_mib: BUDGET_MIB },
+      workers: [{ id: 1, url: engine.url, kv_events: (engine.kv_events as string[])[0] }],
+    });
     const model = String(engine.model);
     const rng = seededRng(28);
     const prompts: number[][] = [];
@@ -100,8 +80,8 @@ describe('the prefix index under its memory budget', () => {
     );
     expect(await metric(url, 'kvgate_index_eviction_episodes_total', { model, worker_type: 'decode' })).toBe(1);
     expect(await evicted()).toBeGreaterThan(0);
-    const warns = procs.gateway.lines
-      .map(json)
+    const warns = procs
+      .gateway!.lines.map(json)
       .filter((o) => o !== undefined && o.level === WARN && /reached its memory budget/.test(String(o.msg)));
     expect(warns).toHaveLength(1);
     expect(warns[0]).toMatchObject({ worker_type: 'decode', budget_bytes: budgetBytes, episodeStart: true });

@@ -1,11 +1,11 @@
 /** Real `kvgate` processes for the events integration tests: spawn, collect stdout lines, find JSON lines, stop. */
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
 import { ROOT, lineOf, start, stop, type Proc } from '../../helpers/process.js';
 
-export { json, lineOf, start, type Proc } from '../../helpers/process.js';
+export { json, type Proc } from '../../helpers/process.js';
 
 /** A suite's scratch folder and its mocker and gateway processes, stopped and removed after the suite. */
 export interface SuiteProcesses {
@@ -44,4 +44,29 @@ export async function startEngine(s: SuiteProcesses, args: readonly string[]): P
     ...args,
   ]);
   return lineOf(s.mocker, "the mocker's ports", (o) => typeof o.url === 'string');
+}
+
+/**
+ * Starts `kvgate serve` on an OS-chosen port with one model (`model`, the model's config section) and
+ * `extra` top-level sections, written to the suite's folder; resolves to its URL once it logged its start.
+ */
+export async function startGateway(
+  s: SuiteProcesses,
+  model: Record<string, unknown>,
+  extra: Record<string, unknown> = {},
+): Promise<string> {
+  const config = join(s.dir, 'kvgate.json');
+  writeFileSync(
+    config,
+    JSON.stringify({
+      listen: { host: '127.0.0.1', port: 0 },
+      preprocess: { threads: 0 },
+      log: { level: 'info' },
+      ...extra,
+      models: [model],
+    }),
+  );
+  s.gateway = start(['serve', '--config', config]);
+  const started = await lineOf(s.gateway, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started');
+  return String(started.listen);
 }

@@ -6,11 +6,9 @@
  *
  * Runs the compiled CLI (bin/kvgate.js -> dist/), as `npm test` builds it first.
  */
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { until } from '../../helpers/until.js';
-import { json, lineOf, start, startEngine, suiteProcesses } from './procs.js';
+import { json, startEngine, startGateway, suiteProcesses } from './procs.js';
 
 const WORKER_ID = 7;
 const BLOCK = 16;
@@ -23,30 +21,12 @@ describe('kvgate serve logs KV-event stream problems', () => {
 
   it("a gap in an engine's event stream writes a warn line naming the worker", async () => {
     const engine = await startEngine(procs, ['--seed', '3']);
-    const config = join(procs.dir, 'kvgate.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        listen: { host: '127.0.0.1', port: 0 },
-        preprocess: { threads: 0 },
-        log: { level: 'info' },
-        // No replay endpoint: a gap cannot be repaired, so the slot is cleared and that is worth a warning.
-        models: [
-          {
-            name: engine.model,
-            block_size: BLOCK,
-            workers: [{ id: WORKER_ID, url: engine.url, kv_events: (engine.kv_events as string[])[0] }],
-          },
-        ],
-      }),
-    );
-    procs.gateway = start(['serve', '--config', config]);
-    const started = await lineOf(
-      procs.gateway,
-      "the gateway's startup line",
-      (o) => o.msg === 'kvgate gateway started',
-    );
-    const url = String(started.listen);
+    // No replay endpoint: a gap cannot be repaired, so the slot is cleared and that is worth a warning.
+    const url = await startGateway(procs, {
+      name: engine.model,
+      block_size: BLOCK,
+      workers: [{ id: WORKER_ID, url: engine.url, kv_events: (engine.kv_events as string[])[0] }],
+    });
 
     let n = 0;
     const complete = async (): Promise<void> => {

@@ -10,12 +10,10 @@
  *
  * Runs the compiled CLI (bin/kvgate.js -> dist/), as `npm test` builds it first.
  */
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { until } from '../../helpers/until.js';
-import { lineOf, start, startEngine, suiteProcesses } from './procs.js';
+import { startEngine, startGateway, suiteProcesses } from './procs.js';
 
 const WORKER_ID = 5;
 const BLOCK = 16;
@@ -45,39 +43,24 @@ describe('event streams heal over real processes (reordered batches, garbage flo
 
   it("the worker's index is back to what its engine holds within seconds of each fault ending", async () => {
     const engine = await startEngine(procs, ['--kv-events-replay-port', '0', '--seed', '11']);
-    const config = join(procs.dir, 'kvgate.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        listen: { host: '127.0.0.1', port: 0 },
-        preprocess: { threads: 0 },
-        log: { level: 'info' },
-        kv_events: { inconsistent_after_ms: 2000 },
-        models: [
+    const url = await startGateway(
+      procs,
+      {
+        name: engine.model,
+        block_size: BLOCK,
+        workers: [
           {
-            name: engine.model,
-            block_size: BLOCK,
-            workers: [
-              {
-                id: WORKER_ID,
-                url: engine.url,
-                kv_events: {
-                  endpoint: (engine.kv_events as string[])[0],
-                  replay: (engine.kv_events_replay as string[])[0],
-                },
-              },
-            ],
+            id: WORKER_ID,
+            url: engine.url,
+            kv_events: {
+              endpoint: (engine.kv_events as string[])[0],
+              replay: (engine.kv_events_replay as string[])[0],
+            },
           },
         ],
-      }),
+      },
+      { kv_events: { inconsistent_after_ms: 2000 } },
     );
-    procs.gateway = start(['serve', '--config', config]);
-    const started = await lineOf(
-      procs.gateway,
-      "the gateway's startup line",
-      (o) => o.msg === 'kvgate gateway started',
-    );
-    const url = String(started.listen);
     const engineUrl = String(engine.url);
     const model = String(engine.model);
     const rng = seededRng(13);
