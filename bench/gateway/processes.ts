@@ -27,7 +27,7 @@ const CLK_TCK = (() => {
 })();
 
 /** The CPU list of each pinned role, from KVGATE_BENCH_GATEWAY_CPUS. */
-export const PINS: Partial<Record<Role, string>> = (() => {
+const PINS: Partial<Record<Role, string>> = (() => {
   const out: Partial<Record<Role, string>> = {};
   for (const part of (process.env.KVGATE_BENCH_GATEWAY_CPUS ?? '').split(';')) {
     const [role, cpus] = part.split('=').map((s) => s.trim());
@@ -44,7 +44,7 @@ export const PINS: Partial<Record<Role, string>> = (() => {
 const WRK_THREADS = Math.max(1, Number(process.env.KVGATE_BENCH_GATEWAY_WRK_THREADS ?? '1'));
 
 /** The command line that runs `cmd` on its role's cores (taskset execs it: the pid is the command's). */
-export function pinned(role: Role, cmd: string, args: string[]): [string, string[]] {
+function pinned(role: Role, cmd: string, args: string[]): [string, string[]] {
   const cpus = PINS[role];
   return cpus === undefined ? [cmd, args] : ['taskset', ['-c', cpus, cmd, ...args]];
 }

@@ -53,16 +53,21 @@ export function serializeBody(body: JsonObject, extraFields?: JsonObject): strin
 }
 
 /**
- * The body with `extraFields` written after it as text, when none of them is a key of the body: the same
- * bytes as serialising the merged object (the body's members, then the new ones in order, then the bigints),
- * without copying the body. Undefined when a field replaces or removes a member of the body.
+ * The body with `extraFields` written after it as text, when none of them changes a member of the body: the
+ * same bytes as serialising the merged object (the body's members, then the new ones in order, then the
+ * bigints), without copying the body. A field equal to the body's member (a primitive, strictly equal: the
+ * `stream: true` a streaming client already sent) leaves it where it stands, as the merged object would.
+ * Undefined when a field replaces or removes a member of the body.
  */
 function appendedFields(body: JsonObject, extraFields: JsonObject): string | undefined {
   let tail = '';
   let bigints = '';
   for (const key of Object.keys(extraFields)) {
-    if (Object.hasOwn(body, key)) return undefined;
     const value = extraFields[key];
+    if (Object.hasOwn(body, key)) {
+      if (value === body[key] && isPrimitive(value)) continue;
+      return undefined;
+    }
     if (typeof value === 'bigint') {
       bigints += `,${JSON.stringify(key)}:${value.toString()}`;
       continue;
@@ -76,6 +81,11 @@ function appendedFields(body: JsonObject, extraFields: JsonObject): string | und
   const json = jsonTextOf(body) ?? JSON.stringify(body);
   if (tail === '') return json;
   return isEmpty(body) ? `{${tail.slice(1)}}` : `${json.slice(0, json.lastIndexOf('}'))}${tail}}`;
+}
+
+/** A value JSON writes the same for any two that are `===` (undefined and bigints are handled by the caller). */
+function isPrimitive(value: unknown): boolean {
+  return typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean' || value === null;
 }
 
 function isEmpty(body: JsonObject): boolean {

@@ -36,6 +36,13 @@ describe('serializeBody', () => {
     ['a replaced member', chat, { max_tokens: 5, stream: true }],
     ['a removed member', { ...chat, stream_options: { include_usage: false } }, { stream_options: undefined }],
     ['a replaced member and a bigint', { ...chat, stream: false }, { stream: true, bootstrap_room: 42n }],
+    [
+      'a member set to what it is',
+      { ...chat, stream: true },
+      { stream: true, stream_options: { include_usage: true } },
+    ],
+    ['a member set to what it is, then replaced', { ...chat, stream: true, n: 1 }, { stream: true, n: 2 }],
+    ['an equal object member', { ...chat, stream_options: { a: 1 } }, { stream_options: { a: 1 } }],
   ];
   for (const [name, body, extra] of cases) {
     it(`${name}: the merged object's bytes`, () => {
@@ -58,6 +65,19 @@ describe('serializeBody', () => {
     expect(serializeBody(body, { max_tokens: 2 })).toBe(JSON.stringify({ ...body, max_tokens: 2 }));
     // Another object with the same members is serialised as before.
     expect(serializeBody({ ...body }, { stream: true })).toBe(`${JSON.stringify(body).slice(0, -1)},"stream":true}`);
+  });
+
+  it("a streaming client's text is sent as it came: kvgate's `stream: true` equals its own, only the usage option is added", () => {
+    const text = '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}';
+    const body = JSON.parse(text) as Record<string, unknown>;
+    rememberJsonText(body, text);
+    const sent = serializeBody(body, { stream: true, stream_options: { include_usage: true } });
+    expect(sent).toBe(
+      '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true,"stream_options":{"include_usage":true}}',
+    );
+    expect(JSON.parse(sent)).toEqual({ ...body, stream_options: { include_usage: true } });
+    // A member set to another value still goes through the merged copy.
+    expect(serializeBody(body, { stream: false })).toBe(JSON.stringify({ ...body, stream: false }));
   });
 
   it('the client body is not changed', () => {
