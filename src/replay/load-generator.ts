@@ -192,13 +192,28 @@ export async function generateLoad(workload: Workload, opts: LoadGeneratorOption
   };
 
   const inFlight: Promise<void>[] = [];
+  // Closed-loop turns: each request's end (finished or failed) releases the turns waiting on it.
+  const release: (() => void)[] = [];
+  const ends = workload.requests.map((r) => new Promise<void>((resolve) => (release[r.index] = resolve)));
+  const sendOne = (r: ReplayRequest): Promise<void> => send(r).finally(() => release[r.index]!());
+  const sleep = (ms: number): Promise<void> => new Promise<void>((resolve) => setTimeout(resolve, Math.ceil(ms)));
   try {
     for (const r of workload.requests) {
+      const after = r.after;
+      if (after === undefined) continue;
+      inFlight.push(
+        Promise.all(after.requests.map((d) => ends[d]!))
+          .then(() => sleep(after.pauseMs))
+          .then(() => sendOne(r)),
+      );
+    }
+    for (const r of workload.requests) {
+      if (r.after !== undefined) continue;
       // Timers may fire a fraction of a millisecond early: never send before the arrival time.
       for (let wait = r.arrivalMs - elapsed(); wait > 0; wait = r.arrivalMs - elapsed()) {
         await new Promise<void>((resolve) => setTimeout(resolve, Math.ceil(wait)));
       }
-      inFlight.push(send(r));
+      inFlight.push(sendOne(r));
     }
     await Promise.all(inFlight);
   } finally {
