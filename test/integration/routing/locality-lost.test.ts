@@ -7,17 +7,11 @@
  * forced to worker 2.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServeCli } from '../../helpers/cli-process.js';
 import { metric } from '../../helpers/metric-sum.js';
-import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import { distinctWords, startKvGatewaySuite, type MockerSuite } from '../../helpers/serve-suite.js';
 import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
-
-/** A long user message of distinct words (seeded by `tag`), so prompts differ from their first block. */
-function text(tag: string, words: number): string {
-  return Array.from({ length: words }, (_, i) => `${tag}${(i * 7919) % 10007}`).join(' ');
-}
 
 describe('the locality-lost metric', () => {
   let suite: MockerSuite;
@@ -41,14 +35,7 @@ describe('the locality-lost metric', () => {
     ).json()) as Record<string, unknown>;
 
   beforeAll(async () => {
-    suite = await startMockerSuite('locality-lost', ['--tokenizer', 'demo', '--max-model-len', '65536'], 2);
-    const file = suite.write(
-      'serve.yaml',
-      serveConfig(MODEL, ['workers:', ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)]),
-    );
-    const gw = await startServeCli(file);
-    suite.procs.push(gw.proc);
-    url = gw.url;
+    ({ suite, url } = await startKvGatewaySuite('locality-lost', MODEL, 2));
   }, 60_000);
 
   afterAll(async () => {
@@ -57,7 +44,7 @@ describe('the locality-lost metric', () => {
   });
 
   it('counts a request moved off the best-overlap worker, and the blocks that cost', async () => {
-    const messages = [{ role: 'user', content: text('ctx', 300) }];
+    const messages = [{ role: 'user', content: distinctWords('ctx', 300) }];
     // The prompt is cached on worker 1 (its KV events reach the index).
     expect((await post({ messages, max_tokens: 1, nvext: { backend_instance_id: 1 } })).status).toBe(200);
     let cached = 0;
@@ -70,7 +57,7 @@ describe('the locality-lost metric', () => {
       loaders.push(c);
       const res = await post(
         {
-          messages: [{ role: 'user', content: text(`load${i}`, 600) }],
+          messages: [{ role: 'user', content: distinctWords(`load${i}`, 600) }],
           max_tokens: 20_000,
           ignore_eos: true,
           stream: true,

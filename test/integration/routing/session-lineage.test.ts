@@ -7,14 +7,9 @@
  * of two `kvgate mocker` engines (real processes, HTTP and ZMQ KV events).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServeCli } from '../../helpers/cli-process.js';
-import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import { distinctWords, startKvGatewaySuite, type MockerSuite } from '../../helpers/serve-suite.js';
 
 const MODEL = 'mock-model';
-
-function text(tag: string, words: number): string {
-  return Array.from({ length: words }, (_, i) => `${tag}${(i * 7919) % 10007}`).join(' ');
-}
 
 describe('session lineage', () => {
   let suite: MockerSuite;
@@ -30,14 +25,7 @@ describe('session lineage', () => {
     });
 
   beforeAll(async () => {
-    suite = await startMockerSuite('session-lineage', ['--tokenizer', 'demo', '--max-model-len', '65536'], 2);
-    const file = suite.write(
-      'serve.yaml',
-      serveConfig(MODEL, ['workers:', ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)]),
-    );
-    const gw = await startServeCli(file);
-    suite.procs.push(gw.proc);
-    url = gw.url;
+    ({ suite, url } = await startKvGatewaySuite('session-lineage', MODEL, 2));
   }, 60_000);
 
   afterAll(async () => {
@@ -51,7 +39,7 @@ describe('session lineage', () => {
     streams.push(c);
     const parent = await post(
       {
-        messages: [{ role: 'user', content: text('app', 600) }],
+        messages: [{ role: 'user', content: distinctWords('app', 600) }],
         max_tokens: 20_000,
         ignore_eos: true,
         stream: true,
@@ -66,7 +54,7 @@ describe('session lineage', () => {
 
     // Without lineage a fresh session avoids the busy worker: the control.
     const control = await post(
-      { messages: [{ role: 'user', content: text('ctl', 200) }], max_tokens: 1 },
+      { messages: [{ role: 'user', content: distinctWords('ctl', 200) }], max_tokens: 1 },
       {
         'x-session-id': 'unrelated',
       },
@@ -81,7 +69,7 @@ describe('session lineage', () => {
     ];
     for (const [name, headers, extra] of subagents) {
       const res = await post(
-        { messages: [{ role: 'user', content: text(name, 200) }], max_tokens: 1, ...extra },
+        { messages: [{ role: 'user', content: distinctWords(name, 200) }], max_tokens: 1, ...extra },
         headers,
       );
       expect(res.status, name).toBe(200);
@@ -90,7 +78,7 @@ describe('session lineage', () => {
     }
     // The subagent is bound now: its next turn goes there by its own session.
     const again = await post(
-      { messages: [{ role: 'user', content: text('sub-1', 220) }], max_tokens: 1 },
+      { messages: [{ role: 'user', content: distinctWords('sub-1', 220) }], max_tokens: 1 },
       {
         'x-session-id': 'sub-1',
       },
