@@ -18,6 +18,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'mocker/engine': () => import('./mocker/engine.bench.js'),
   'replay/offline': () => import('./replay/offline.bench.js'),
   'replay/quality': () => import('./replay/quality.bench.js'),
+  'replay/agentic': () => import('./replay/agentic.bench.js'),
 };
 
 async function main(): Promise<void> {

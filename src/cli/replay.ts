@@ -14,12 +14,14 @@ import { KvgateError } from '../errors/index.js';
 import { OPTIONS as MOCKER_OPTIONS, parseMockerArgs } from './mocker.js';
 import type { MockerInput } from '../mocker/index.js';
 import {
+  AGENTIC_DEFAULTS,
   ARRIVAL_MODES,
   DEFAULT_SYNC_DELAY_MS,
   DEFAULT_TRACE_BLOCK_SIZE,
   DISAGG_PROTOCOLS,
   FRONT_DOOR_MODES,
   parsePolicies,
+  POLICY_PRESETS,
   ProgressBar,
   renderMarkdown,
   runReplay,
@@ -51,6 +53,12 @@ const NOT_FORWARDED = new Set([
 
 const REPLAY_OPTIONS = {
   trace: { type: 'string' },
+  workload: { type: 'string' },
+  sessions: { type: 'string' },
+  'session-rate': { type: 'string' },
+  apps: { type: 'string' },
+  'context-limit': { type: 'string' },
+  'median-turns': { type: 'string' },
   mode: { type: 'string' },
   compare: { type: 'string' },
   'router-config': { type: 'string', multiple: true },
@@ -79,17 +87,24 @@ const REPLAY_OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-export const REPLAY_HELP = `usage: kvgate replay --trace FILE [options]
+export const REPLAY_HELP = `usage: kvgate replay --trace FILE | --workload agentic [options]
 
 Replays a Mooncake-format JSONL trace ({timestamp, input_length, output_length,
 hash_ids}) and compares routing policies on TTFT, ITL, throughput, prefix hit
 rate (against the trace's infinite-cache bound), load balance and the router's
 prediction error.
 
-  --trace FILE                 the trace (required)
+  --trace FILE                 the trace (or --workload agentic)
+  --workload agentic           generate closed-loop agent sessions from --seed instead of reading a trace:
+    --sessions N               top-level sessions (${AGENTIC_DEFAULTS.sessions}); subagents come on top
+    --session-rate R           session starts per second (${AGENTIC_DEFAULTS.sessionRatePerS})
+    --apps N                   apps, each with its own shared prompt prefix (${AGENTIC_DEFAULTS.apps})
+    --context-limit N          tokens past which a session is compacted (${AGENTIC_DEFAULTS.contextLimit})
+    --median-turns N           median turns of a top-level session (${AGENTIC_DEFAULTS.medianTurns})
   --mode offline|online        offline: virtual time, simulated engines, deterministic (default);
                                online: mocker engines behind the kvgate gateway over HTTP
-  --compare LIST               policies: kv, round-robin, random, power-of-two, least-loaded (default kv)
+  --compare LIST               policies: kv, ${Object.keys(POLICY_PRESETS).join(', ')}, round-robin, random,
+                               power-of-two, least-loaded (default kv)
   --router-config JSON         add a kv variant, e.g. '{"router_temperature":0.5}' -> kv[router_temperature=0.5] (repeatable)
   --workers N                  aggregated engines (8)
   --prefill-workers P          with --decode-workers D: a disaggregated topology
@@ -272,8 +287,9 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
       config: undefined as unknown as ReplayConfig,
     };
   }
-  const trace = s('trace');
-  if (trace === undefined) throw usageError('--trace FILE is required');
+  const agentic = agenticFlags(s);
+  const trace = agentic !== undefined ? 'agentic' : s('trace');
+  if (trace === undefined) throw usageError('--trace FILE is required (or --workload agentic)');
   const mode = (s('mode') ?? 'offline') as ReplayMode;
   if (mode !== 'offline' && mode !== 'online') throw usageError(`--mode ${mode}: expected offline or online`);
   const arrival = (s('arrival') ?? 'as-recorded') as ArrivalMode;
@@ -294,6 +310,7 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
   const skipRequests = integer('skip-requests', s('skip-requests'), 0);
   const config: ReplayConfig = {
     trace,
+    ...(agentic !== undefined ? { agentic } : {}),
     traceBlockSize: integer('trace-block-size', s('trace-block-size'), 1) ?? DEFAULT_TRACE_BLOCK_SIZE,
     strict: values.strict === true,
     workload: {
@@ -313,6 +330,29 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
   };
   const progress = values['no-progress'] === true ? false : values.progress === true ? true : undefined;
   return { help: false, json: values.json === true, out: s('out'), progress, config };
+}
+
+/** `--workload agentic` and its options (with the seed); undefined for a trace. */
+function agenticFlags(s: (k: string) => string | undefined): ReplayConfig['agentic'] {
+  const w = s('workload');
+  const own = ['sessions', 'session-rate', 'apps', 'context-limit', 'median-turns'].filter((k) => s(k) !== undefined);
+  if (w === undefined) {
+    if (own.length > 0) throw usageError(`--${own[0]!} applies to --workload agentic only`);
+    return undefined;
+  }
+  if (w !== 'agentic') throw usageError(`--workload ${w}: expected agentic`);
+  if (s('trace') !== undefined) throw usageError('--trace and --workload agentic exclude each other');
+  for (const k of ['max-requests', 'skip-requests', 'max-isl', 'speedup', 'arrival'])
+    if (s(k) !== undefined) throw usageError(`--${k} applies to a trace, not to --workload agentic`);
+  const d = AGENTIC_DEFAULTS;
+  return {
+    seed: integer('seed', s('seed'), 0) ?? 0,
+    sessions: integer('sessions', s('sessions'), 1) ?? d.sessions,
+    sessionRatePerS: positiveNumber('session-rate', s('session-rate')) ?? d.sessionRatePerS,
+    apps: integer('apps', s('apps'), 1) ?? d.apps,
+    contextLimit: integer('context-limit', s('context-limit'), 32_000) ?? d.contextLimit,
+    medianTurns: positiveNumber('median-turns', s('median-turns')) ?? d.medianTurns,
+  };
 }
 
 /** The command as typed, for provenance (arguments with spaces quoted). */

@@ -23,6 +23,11 @@ export interface RoutingConstraints {
 /** A sticky session: `x-session-id` or `nvext.session_control`. */
 export interface SessionHint {
   readonly id: string;
+  /**
+   * Session lineage: the session that spawned this one (a subagent's parent), by `x-parent-session-id`
+   * or `nvext.session_control.parent_session_id`. While this session is unbound it goes where the parent is bound.
+   */
+  readonly parentId?: string | undefined;
   readonly action?: 'open' | 'close' | undefined;
   /** Seconds of inactivity before the binding lapses (default 300). */
   readonly timeoutSecs?: number | undefined;

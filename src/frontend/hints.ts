@@ -37,7 +37,7 @@ interface NvextBody {
   annotations?: string[];
   allowed_worker_ids?: number[];
   agent_hints?: { osl?: number; priority?: number; latency_sensitivity?: number };
-  session_control?: { session_id: string; action?: 'open' | 'close'; timeout?: number };
+  session_control?: { session_id: string; parent_session_id?: string; action?: 'open' | 'close'; timeout?: number };
   router_config_override?: Record<string, unknown>;
   routing_constraints?: { required_taints?: string[]; preferred_taints?: Record<string, number> };
   token_data?: number[];
@@ -195,6 +195,30 @@ function routingConstraints(
   };
 }
 
+/**
+ * Session lineage: the parent session named by `x-parent-session-id` (or Dynamo's
+ * `x-dynamo-parent-session-id`) or `nvext.session_control.parent_session_id`; all given must agree.
+ * A request that names only a parent joins the parent's session (it follows and slides its binding).
+ */
+function withParent(
+  session: RoutingHints['session'],
+  nvParent: string | undefined,
+  headers: IncomingHttpHeaders,
+): RoutingHints['session'] {
+  let parent =
+    nvParent !== undefined ? { name: 'nvext.session_control.parent_session_id', value: nvParent } : undefined;
+  for (const name of ['x-parent-session-id', 'x-dynamo-parent-session-id']) {
+    const h = headerValue(headers, name);
+    if (h === undefined) continue;
+    if (h.value === '' || h.value.length > 256) throw invalid(name, 'must be 1 to 256 characters');
+    if (parent !== undefined && parent.value !== h.value) throw invalid(name, `contradicts ${parent.name}`);
+    parent = h;
+  }
+  if (parent === undefined) return session;
+  if (session === undefined) return { id: parent.value };
+  return parent.value === session.id ? session : { ...session, parentId: parent.value };
+}
+
 /** The headers that carry hints (each read below). */
 const ROUTING_HEADERS = [
   'x-worker-instance-id',
@@ -202,6 +226,8 @@ const ROUTING_HEADERS = [
   'x-prefill-instance-id',
   'x-dynamo-prefill-instance-id',
   'x-session-id',
+  'x-parent-session-id',
+  'x-dynamo-parent-session-id',
 ];
 
 /** The routing headers a request carries (for a body parsed on a preprocessing thread). */
@@ -276,6 +302,7 @@ export function parseRoutingHints(
   } else if (sessionHeader !== undefined) {
     session = { id: sessionHeader.value };
   }
+  session = withParent(session, nv.session_control?.parent_session_id, headers);
 
   const routerConfigOverride =
     nv.router_config_override === undefined ? undefined : parseOverride(nv.router_config_override);

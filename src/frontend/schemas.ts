@@ -36,6 +36,7 @@ const nvext = {
       required: ['session_id'],
       properties: {
         session_id: { type: 'string', minLength: 1, maxLength: 256 },
+        parent_session_id: { type: 'string', minLength: 1, maxLength: 256 },
         action: { enum: ['open', 'close'] },
         timeout: { type: 'number', exclusiveMinimum: 0 },
       },

@@ -123,6 +123,12 @@ export const METRIC_DEFINITIONS = {
     help: 'Selections of a worker other than the one with the most cached blocks.',
     labelNames: MW,
   },
+  localityLostBlocks: {
+    kind: 'counter',
+    name: 'kvgate_router_locality_lost_blocks_total',
+    help: 'Cached blocks given up by selections of a worker other than the one with the most cached blocks.',
+    labelNames: MW,
+  },
   retries: {
     kind: 'counter',
     name: 'kvgate_router_retries_total',

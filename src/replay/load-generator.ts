@@ -128,6 +128,39 @@ function completionBody(r: ReplayRequest, opts: LoadGeneratorOptions): string {
   });
 }
 
+const sleep = (ms: number): Promise<void> => new Promise<void>((resolve) => setTimeout(resolve, Math.ceil(ms)));
+
+/**
+ * Sends every request and resolves when all have ended: open-loop ones at their arrival time,
+ * closed-loop ones (`after`) `pauseMs` after the last request they wait on ended (finished or failed).
+ */
+async function sendAll(
+  requests: readonly ReplayRequest[],
+  send: (r: ReplayRequest) => Promise<void>,
+  elapsed: () => number,
+): Promise<void> {
+  const inFlight: Promise<void>[] = [];
+  const release: (() => void)[] = [];
+  const ends = requests.map((r) => new Promise<void>((resolve) => (release[r.index] = resolve)));
+  const sendOne = (r: ReplayRequest): Promise<void> => send(r).finally(() => release[r.index]!());
+  for (const r of requests) {
+    const after = r.after;
+    if (after === undefined) continue;
+    inFlight.push(
+      Promise.all(after.requests.map((d) => ends[d]!))
+        .then(() => sleep(after.pauseMs))
+        .then(() => sendOne(r)),
+    );
+  }
+  for (const r of requests) {
+    if (r.after !== undefined) continue;
+    // Timers may fire a fraction of a millisecond early: never send before the arrival time.
+    for (let wait = r.arrivalMs - elapsed(); wait > 0; wait = r.arrivalMs - elapsed()) await sleep(wait);
+    inFlight.push(sendOne(r));
+  }
+  await Promise.all(inFlight);
+}
+
 /**
  * Replays the workload against `url` in real time. Resolves when every
  * request has ended (completed or failed).
@@ -191,16 +224,8 @@ export async function generateLoad(workload: Workload, opts: LoadGeneratorOption
     }
   };
 
-  const inFlight: Promise<void>[] = [];
   try {
-    for (const r of workload.requests) {
-      // Timers may fire a fraction of a millisecond early: never send before the arrival time.
-      for (let wait = r.arrivalMs - elapsed(); wait > 0; wait = r.arrivalMs - elapsed()) {
-        await new Promise<void>((resolve) => setTimeout(resolve, Math.ceil(wait)));
-      }
-      inFlight.push(send(r));
-    }
-    await Promise.all(inFlight);
+    await sendAll(workload.requests, send, elapsed);
   } finally {
     await agent.close();
   }

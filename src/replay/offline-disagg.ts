@@ -186,7 +186,7 @@ export class DisaggArrivals {
       onFinish: (_info, tt) => {
         o.finishMs = tt;
         decodePool.router.finished(key);
-        legs.finish();
+        legs.finish(o);
       },
       onError: (err) => {
         decodePool.router.finished(key);

@@ -34,6 +34,8 @@ export interface OfflineLegsOptions {
   readonly outcomes: readonly RequestOutcome[];
   /** Called as requests complete (or fail). */
   readonly onProgress?: (done: number, total: number) => void;
+  /** Called when a request ended (finished or failed), at the virtual time it did: closed-loop turns wait on it. */
+  readonly onEnded?: (index: number, at: number) => void;
 }
 
 function message(err: unknown): string {
@@ -54,15 +56,17 @@ export class OfflineLegs {
     return this.#pendingRoutes;
   }
 
-  finish(): void {
+  /** Counts a request as done (finished or failed). */
+  finish(o: RequestOutcome): void {
     this.#done++;
+    this.#opts.onEnded?.(o.index, this.#opts.clock.now());
     this.#opts.onProgress?.(this.#done, this.#opts.outcomes.length);
   }
 
   /** Ends a request as failed; its first error is the one recorded. */
   fail(o: RequestOutcome, err: unknown): void {
     if (o.error === null) o.error = message(err);
-    this.finish();
+    this.finish(o);
   }
 
   /** Submits to an engine, counting the request on its load timeline until it ends. */
@@ -131,6 +135,6 @@ export class OfflineLegs {
   admitted(o: RequestOutcome, r: ReplayRequest, cached: number, at: number): void {
     o.admittedMs = at;
     o.cachedTokens = cached;
-    this.#opts.hits.record(r.arrivalMs, r.inputLength, cached);
+    this.#opts.hits.record(o.arrivalMs, r.inputLength, cached);
   }
 }

@@ -26,6 +26,7 @@
 import { ManualClock } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { CoreRequest, FilledMockerOptions } from '../mocker/index.js';
+import { ArrivalSchedule } from './arrivals.js';
 import { DisaggArrivals, type DisaggProtocol } from './offline-disagg.js';
 import { OfflineLegs, type Arrival } from './offline-legs.js';
 import { buildPools, generationSeed, type Engine, type PoolState } from './offline-pools.js';
@@ -94,6 +95,7 @@ class OfflineReplay {
   readonly #replicas: ReplicaOptions;
   readonly #front: FrontDoor;
   readonly #legs: OfflineLegs;
+  readonly #schedule: ArrivalSchedule;
   /** The P/D path; null for an aggregated topology. */
   readonly #disagg: DisaggArrivals | null;
   /** Wall-clock start (performance.now()), setup included. */
@@ -122,6 +124,7 @@ class OfflineReplay {
     const built = buildPools(opts, this.#clock, this.#bucketMs);
     this.#pools = built.pools;
     this.#engines = built.engines;
+    this.#schedule = new ArrivalSchedule(workload.requests);
     this.#outcomes = workload.requests.map((r) => newOutcome(r.index, r.arrivalMs, r.inputLength, r.outputLength));
     this.#legs = new OfflineLegs({
       clock: this.#clock,
@@ -129,6 +132,7 @@ class OfflineReplay {
       hits: this.#hits,
       outcomes: this.#outcomes,
       onProgress: opts.onProgress,
+      onEnded: (index, at) => this.#schedule.ended(index, at),
     });
     this.#disagg =
       topology.kind === 'aggregated'
@@ -158,13 +162,12 @@ class OfflineReplay {
   /** The event loop (see the module comment). Returns the virtual time of the last event. */
   async #loop(): Promise<number> {
     const clock = this.#clock;
-    const requests = this.#opts.workload.requests;
+    const schedule = this.#schedule;
     const ves = this.#engines.map((e) => e.ve);
-    let next = 0;
     let endMs = 0;
     let nextTickMs = ROUTER_TICK_MS;
     for (;;) {
-      let t = next < requests.length ? requests[next]!.arrivalMs : Infinity;
+      let t = schedule.nextTime();
       for (const ve of ves) {
         const et = ve.nextEventTime();
         if (et !== undefined && et < t) t = et;
@@ -175,7 +178,7 @@ class OfflineReplay {
       endMs = t;
       for (const ve of ves) ve.runUntil(t);
       for (const p of this.#pools) p.router.runUntil?.(t);
-      while (next < requests.length && requests[next]!.arrivalMs <= t) this.#arrive(requests[next++]!);
+      for (let due = schedule.popDue(t); due !== undefined; due = schedule.popDue(t)) this.#arrive(due.r, due.at);
       if (t >= nextTickMs) {
         for (const p of this.#pools) p.router.tick();
         nextTickMs = t + ROUTER_TICK_MS;
@@ -239,8 +242,9 @@ class OfflineReplay {
   // ------------------------------------------------------------ arrivals
 
   /** What both paths do first: fail a request no engine can serve, synthesise its prompt, pick its router replica. */
-  #arrive(r: ReplayRequest): void {
+  #arrive(r: ReplayRequest, at: number): void {
     const o = this.#outcomes[r.index]!;
+    o.arrivalMs = at;
     const long = this.#legs.tooLong(r);
     if (long !== null) return this.#legs.fail(o, long);
     const key = String(r.index);
@@ -280,7 +284,7 @@ class OfflineReplay {
           onFinish: (_info, at) => {
             o.finishMs = at;
             pool.router.finished(key);
-            legs.finish();
+            legs.finish(o);
           },
           onError: (err) => {
             pool.router.finished(key);

@@ -31,6 +31,16 @@ export type PolicySpec =
     }
   | { readonly kind: 'simple'; readonly name: SimpleRouterMode; readonly mode: SimpleRouterMode };
 
+/**
+ * Peers' routers as named KV presets (Dynamo's snake_case fields over kvgate's defaults):
+ * `dynamo` is Dynamo v1.5's defaults, `dynamo-agentic` its `--agentic` preset
+ * (overlap credit 2, prefill load x4, 64 blocks per active request).
+ */
+export const POLICY_PRESETS: Readonly<Record<string, Readonly<Record<string, unknown>>>> = {
+  dynamo: { overlap_score_credit: 1, prefill_load_scale: 1, decode_active_request_weight: 0 },
+  'dynamo-agentic': { overlap_score_credit: 2, prefill_load_scale: 4, decode_active_request_weight: 64 },
+};
+
 /** `kv[field=value,...]` from Dynamo-named fields, in the order given. */
 function kvVariantName(dynamo: Readonly<Record<string, unknown>>): string {
   const parts = Object.entries(dynamo).map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`);
@@ -53,13 +63,17 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
   for (const raw of compare) {
     const name = raw.trim();
     if (name === '') continue;
+    const preset = Object.hasOwn(POLICY_PRESETS, name) ? POLICY_PRESETS[name]! : undefined;
     if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
+    else if (preset !== undefined)
+      add({ kind: 'kv', name, options: kvRouterOptionsFromDynamo(preset), dynamo: preset });
     else if ((SIMPLE_POLICIES as readonly string[]).includes(name))
       add({ kind: 'simple', name: name as SimpleRouterMode, mode: name as SimpleRouterMode });
     else {
       throw new KvgateError(
         'KVG_ERR_INVALID_ARGUMENT',
-        `unknown policy '${name}': expected kv, ${SIMPLE_POLICIES.join(', ')} (KV variants come from --router-config)`,
+        `unknown policy '${name}': expected kv, ${[...Object.keys(POLICY_PRESETS), ...SIMPLE_POLICIES].join(', ')} ` +
+          '(KV variants come from --router-config)',
       );
     }
   }

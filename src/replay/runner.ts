@@ -18,6 +18,7 @@ import { SINGLE_ROUTER, validateReplicaOptions, type FrontDoorMode, type Replica
 import { machineInfo, MAX_INVALID_LISTED, sha256, type ReplayReport } from './report.js';
 import { round, summarizePolicy, type PolicyRun, type PolicySummary } from './results.js';
 import { HitTimeline } from './timeline.js';
+import { agenticWorkload, type AgenticOptions } from './agentic.js';
 import { parseTrace, type LoadedTrace } from './trace.js';
 import { buildWorkload, hitRateBound, pooledLruHitRate, type Workload, type WorkloadOptions } from './workload.js';
 
@@ -33,7 +34,10 @@ export type ReplayTopology =
     };
 
 export interface ReplayConfig {
+  /** The trace file; for a generated workload, its name (`agentic`). */
   readonly trace: string;
+  /** Generate the agentic workload instead of reading `trace` (its trace block size is `traceBlockSize`). */
+  readonly agentic?: Omit<AgenticOptions, 'traceBlockSize'>;
   readonly traceBlockSize: number;
   readonly strict: boolean;
   readonly workload: WorkloadOptions;
@@ -292,6 +296,18 @@ function readTrace(cfg: ReplayConfig): { bytes: Buffer; trace: LoadedTrace } {
   return { bytes, trace };
 }
 
+/** The workload: generated (agentic: its options stand in for the trace's bytes) or read from the trace. */
+function loadWorkload(cfg: ReplayConfig): { bytes: Buffer; trace: LoadedTrace; workload: Workload } {
+  if (cfg.agentic !== undefined) {
+    const opts = { ...cfg.agentic, traceBlockSize: cfg.traceBlockSize };
+    const workload = agenticWorkload(opts);
+    const trace = { records: [], issues: [], linesRead: 0, traceBlockSize: cfg.traceBlockSize };
+    return { bytes: Buffer.from(JSON.stringify(opts)), trace, workload };
+  }
+  const { bytes, trace } = readTrace(cfg);
+  return { bytes, trace, workload: buildWorkload(trace, cfg.workload) };
+}
+
 /**
  * Every policy's run over the workload: offline as jobs (in worker threads when `jobs` > 1), online
  * through the hooks' runner, reporting progress through the hooks.
@@ -322,8 +338,7 @@ async function runPolicies(workload: Workload, cfg: ReplayConfig, hooks: ReplayH
  *   KVG_ERR_INVALID_ARGUMENT / KVG_ERR_INVALID_CONFIG for invalid options.
  */
 export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<ReplayResult> {
-  const { bytes, trace } = readTrace(cfg);
-  const workload = buildWorkload(trace, cfg.workload);
+  const { bytes, trace, workload } = loadWorkload(cfg);
   const engine = replayEngineOptions(cfg.engine, cfg.seed);
   const blockSize = engine.blockSize ?? MOCKER_DEFAULTS.blockSize;
   const bound = hitRateBound(workload.requests, workload.traceBlockSize, blockSize);

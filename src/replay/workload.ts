@@ -29,6 +29,11 @@ export interface ReplayRequest {
   readonly hashIds: readonly number[];
   /** The recorded input length when `maxIsl` cut this prompt. */
   readonly cappedFrom?: number;
+  /**
+   * Closed loop (generated workloads): sent `pauseMs` after the last of these requests (by index,
+   * all earlier) ended; `arrivalMs` is then only a nominal time that orders the bounds.
+   */
+  readonly after?: { readonly requests: readonly number[]; readonly pauseMs: number };
 }
 
 export interface WorkloadOptions {

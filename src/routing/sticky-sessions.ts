@@ -83,14 +83,22 @@ export class StickySessions {
 
   /**
    * The session's bound slot while its worker is still `eligible` (in the pool, not
-   * excluded); a binding to an ineligible worker is dropped. Does not slide the TTL.
+   * excluded), else its parent session's; a binding to an ineligible worker is dropped.
+   * Does not slide the TTL.
    */
   stickySlot(session: SessionHint | undefined, eligible: (workerId: number) => boolean): WorkerRank | undefined {
     if (session === undefined) return undefined;
-    const b = this.lookup(session.id);
+    const own = this.#eligibleBinding(session.id, eligible);
+    if (own !== undefined || session.parentId === undefined) return own;
+    // An unbound subagent goes where its parent's context is (the app prefix and the parent's turns).
+    return this.#eligibleBinding(session.parentId, eligible);
+  }
+
+  #eligibleBinding(id: string, eligible: (workerId: number) => boolean): WorkerRank | undefined {
+    const b = this.lookup(id);
     if (b === undefined) return undefined;
     if (eligible(b.workerId)) return b;
-    this.unbind(session.id);
+    this.unbind(id);
     return undefined;
   }
 

@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startMockerCli, type CliProcess, type MockerLine } from './cli-process.js';
+import { startMockerCli, startServeCli, type CliProcess, type MockerLine } from './cli-process.js';
 
 export interface MockerSuite {
   readonly dir: string;
@@ -81,4 +81,28 @@ export function postChat(
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
   });
+}
+
+/**
+ * A `kvgate serve` (kv routing, demo tokenizer) in front of `count` mocker engines with ids 1..count,
+ * added to a new suite named `name`; `suite.stop()` stops both.
+ */
+export async function startKvGatewaySuite(
+  name: string,
+  model: string,
+  count: number,
+): Promise<{ suite: MockerSuite; url: string }> {
+  const suite = await startMockerSuite(name, ['--tokenizer', 'demo', '--max-model-len', '65536'], count);
+  const file = suite.write(
+    'serve.yaml',
+    serveConfig(model, ['workers:', ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)]),
+  );
+  const gw = await startServeCli(file);
+  suite.procs.push(gw.proc);
+  return { suite, url: gw.url };
+}
+
+/** A user message of `words` distinct words tagged `tag`: prompts with different tags differ from their first block. */
+export function distinctWords(tag: string, words: number): string {
+  return Array.from({ length: words }, (_, i) => `${tag}${(i * 7919) % 10007}`).join(' ');
 }

@@ -70,6 +70,17 @@ describe('README: kvgate replay', () => {
     }
   });
 
+  it('its agentic comparison parses as written and compares kv with both Dynamo presets', () => {
+    const sub = section.slice(section.indexOf('### Agentic workload'));
+    const block = /```sh\n([\s\S]*?)```/.exec(sub)![1]!.replace(/\\\n\s*/g, '');
+    const line = block.split('\n').find((l) => l.startsWith('node bin/kvgate.js replay '))!;
+    const plan = parseReplayArgs(shellWords(line).slice(3));
+    expect(plan.config.agentic?.sessions).toBeGreaterThan(0);
+    expect(plan.config.policies.map((p) => p.name)).toEqual(
+      expect.arrayContaining(['kv', 'dynamo', 'dynamo-agentic', 'round-robin']),
+    );
+  });
+
   it('every flag of its table is a flag of the command', () => {
     const table = section.slice(section.indexOf('| Flag |'), section.indexOf('\n\n', section.indexOf('| Flag |')));
     const flags = [...table.matchAll(/`(--[a-z-]+)/g)].map((m) => m[1]!);

@@ -117,7 +117,10 @@ export class KvSelector implements LegSelector {
     if (d.requiredBlocks > 0) lm.kvHitRate.observe(d.overlapBlocks / d.requiredBlocks);
     let maxOverlap = 0;
     for (const c of d.candidates) maxOverlap = Math.max(maxOverlap, c.overlapBlocks);
-    if (!d.pinned && d.overlapBlocks < maxOverlap) lm.nonMaxOverlap.inc();
+    if (!d.pinned && d.overlapBlocks < maxOverlap) {
+      lm.nonMaxOverlap.inc();
+      lm.localityLostBlocks.inc(maxOverlap - d.overlapBlocks);
+    }
   }
 
   #observeQueue(): void {

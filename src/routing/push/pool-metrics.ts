@@ -72,7 +72,8 @@ export class PoolMetrics {
     if (lm === undefined) {
       const m = this.#m;
       const l = { model: this.#model, worker_type: phase };
-      for (const c of [m.requests, m.requestsStarted, m.nonMaxOverlapSelections, m.backpressure]) c.inc(l, 0);
+      for (const c of [m.requests, m.requestsStarted, m.nonMaxOverlapSelections, m.localityLostBlocks, m.backpressure])
+        c.inc(l, 0);
       for (const outcome of ['exact', 'over', 'under']) m.predictionExact.inc({ ...l, outcome }, 0);
       for (const h of [m.isl, m.osl, m.predictedKvHitRate, m.predictionErrorTokens]) h.zero(l);
       lm = {
@@ -82,6 +83,7 @@ export class PoolMetrics {
         osl: new HistogramChild(m.osl, l),
         kvHitRate: new HistogramChild(m.predictedKvHitRate, l),
         nonMaxOverlap: new CounterChild(m.nonMaxOverlapSelections, l),
+        localityLostBlocks: new CounterChild(m.localityLostBlocks, l),
         backpressure: new CounterChild(m.backpressure, l),
         predictionError: new HistogramChild(m.predictionErrorTokens, l),
         exact: new CounterChild(m.predictionExact, { ...l, outcome: 'exact' }),
@@ -213,7 +215,7 @@ interface Observer {
   observe(v: number): void;
 }
 interface Incrementer {
-  inc(): void;
+  inc(by?: number): void;
 }
 
 interface LegMetrics {
@@ -223,6 +225,8 @@ interface LegMetrics {
   readonly osl: Observer;
   readonly kvHitRate: Observer;
   readonly nonMaxOverlap: Incrementer;
+  /** Blocks the non-max-overlap selections gave up (best overlap - chosen overlap). */
+  readonly localityLostBlocks: Incrementer;
   readonly backpressure: Incrementer;
   readonly predictionError: Observer;
   readonly exact: Incrementer;
