@@ -82,6 +82,7 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   processes: ['processes'],
   'segment-cache-tokens': ['preprocess', 'segment_cache_tokens'],
   'segment-cache-bytes': ['preprocess', 'segment_cache_bytes'],
+  'conversation-cache-bytes': ['preprocess', 'conversation_cache_bytes'],
   'log-level': ['log', 'level'],
   'router-id': ['replicas', 'router_id'],
   tokenizer: ['models', '*', 'tokenizer'],

@@ -267,5 +267,6 @@ export function preprocessModelSpecs(config: GatewayConfig): PreprocessModelSpec
     tokenizer: m.tokenizer,
     segmentCacheTokens: config.preprocess.segmentCacheTokens,
     segmentCacheBytes: config.preprocess.segmentCacheBytes,
+    conversationCacheBytes: config.preprocess.conversationCacheBytes,
   }));
 }

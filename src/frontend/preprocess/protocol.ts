@@ -21,6 +21,8 @@ export interface PreprocessModelSpec {
   segmentCacheTokens: number;
   /** Bytes (keys, id arrays, per-entry overhead) the thread's segment cache may retain for this model (0 = no cache). */
   segmentCacheBytes: number;
+  /** Bytes the thread's conversation cache may retain for this model (0 or absent = no cache; conversation-cache.ts). */
+  conversationCacheBytes?: number;
 }
 
 /** `workerData` of the pool. */
