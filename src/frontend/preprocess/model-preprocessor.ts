@@ -8,6 +8,7 @@
  * fallback tokenizer of src/tokenizer (prefix hashes of the text bytes) and
  * `reject` refuses text prompts; token-id prompts are hashed either way.
  */
+import { threadId } from 'node:worker_threads';
 import { KvgateError } from '../../errors/index.js';
 import {
   demoTokenizerFiles,
@@ -186,6 +187,8 @@ export class ModelPreprocessor {
     if (turn !== undefined) {
       const { key, text, inner, bounds } = turn;
       this.#conversations.set(key, { text, inner, bounds, hashes: ownHashes(hashes), hashKey });
+      stats.reusedTokens = turn.reuse?.ids ?? 0;
+      stats.conversations = { thread: threadId, ...this.#conversations.stats() };
     }
     return { tokenIds, hashes, approximate, stats };
   }

@@ -130,8 +130,12 @@ export interface PreprocessStats {
   renderUs: number;
   tokenizeUs: number;
   hashUs: number;
-  /** Prompt tokens served from the segment cache. */
+  /** Prompt tokens served from the segment cache or the conversation cache. */
   cachedTokens: number;
+  /** Of those, the ids reused from the conversation's last prompt (conversation-cache.ts). */
+  reusedTokens?: number | undefined;
+  /** The conversation cache of the thread that ran it (its `threadId`), after this prompt; absent when off. */
+  conversations?: { thread: number; entries: number; bytes: number } | undefined;
 }
 
 export interface PreprocessResult {
