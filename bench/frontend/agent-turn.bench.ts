@@ -189,8 +189,20 @@ function record(series: Series, key: string, s: Sample): void {
   series.set(key, list);
 }
 
+/** What this gateway's conversation caches hold, from its /metrics: bytes per cached conversation. */
+async function memoryNote(gw: Gateway, size: number): Promise<string> {
+  const text = await (await fetch(`${gw.url}/metrics`)).text();
+  const value = (name: string): number => {
+    const line = text.split('\n').find((l) => l.startsWith(`${name}{`));
+    return line === undefined ? NaN : Number(line.slice(line.lastIndexOf(' ') + 1));
+  };
+  const bytes = value('kvgate_preprocess_conversation_cache_bytes');
+  const entries = value('kvgate_preprocess_conversation_cache_entries');
+  return `${gw.name}, after the ${size / 1000}k runs: ${entries} conversations cached in ${(bytes / 2 ** 20).toFixed(1)} MiB (accounted)`;
+}
+
 /** Runs every case on each gateway in turn, request by request. */
-async function drive(gateways: Gateway[], series: Series): Promise<void> {
+async function drive(gateways: Gateway[], series: Series, notes: string[]): Promise<void> {
   const sizes = (process.env.AGENT_SIZES ?? '8,32,128').split(',').map((s) => Number(s) * 1000);
   const turns = envInt('AGENT_TURNS', 8);
   const colds = envInt('AGENT_COLD', 3);
@@ -229,6 +241,7 @@ async function drive(gateways: Gateway[], series: Series): Promise<void> {
           await post(gw, '/v1/route', { model: MODEL, prompt }),
         );
     }
+    for (const gw of gateways) if (gw.name !== 'base') notes.push(await memoryNote(gw, size));
   }
 }
 
@@ -299,8 +312,10 @@ export async function run(): Promise<BenchSection> {
     for (let i = 0; i < 20; i++)
       for (const gw of gateways)
         await post(gw, '/v1/route', { model: MODEL, messages: conversation(i, 1500).messages });
-    await drive(gateways, series);
+    const memory: string[] = [];
+    await drive(gateways, series, memory);
     const notes = [
+      ...memory,
       'wall = client round trip (median, max in the p99 column); gateway CPU = the serve process over the request, all threads',
       'follow-up: the conversation plus an assistant answer and a user message (~2k tokens); cold: a conversation never seen',
       `base: ${baseRoot ?? '(not run: set KVG_BENCH_BASE to a built checkout of the base commit)'}`,

