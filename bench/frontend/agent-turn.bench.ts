@@ -282,23 +282,8 @@ export async function run(): Promise<BenchSection> {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-agent-bench-'));
   const procs: Proc[] = [];
   try {
-    const mocker = startCli(HERE_ROOT, [
-      'mocker',
-      '--model',
-      MODEL,
-      '--port',
-      '0',
-      '--kv-events-port',
-      '0',
-      '--bootstrap-port',
-      '0',
-      '--speedup',
-      '1000',
-      '--max-model-len',
-      '200000',
-      '--tokenizer',
-      'demo',
-    ]);
+    const mockerArgs = `mocker --model ${MODEL} --port 0 --kv-events-port 0 --bootstrap-port 0 --speedup 1000`;
+    const mocker = startCli(HERE_ROOT, [...mockerArgs.split(' '), '--max-model-len', '200000', '--tokenizer', 'demo']);
     procs.push(mocker);
     const engine = await lineOf(mocker, (o) => typeof o.url === 'string');
     const gateways: Gateway[] = [];
