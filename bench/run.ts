@@ -14,6 +14,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'routing/added-latency': () => import('./routing/added-latency.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),
   'frontend/preprocess': () => import('./frontend/preprocess.bench.js'),
+  'frontend/agent-turn': () => import('./frontend/agent-turn.bench.js'),
   'gateway/throughput': () => import('./gateway/throughput.bench.js'),
   'mocker/engine': () => import('./mocker/engine.bench.js'),
   'replay/offline': () => import('./replay/offline.bench.js'),

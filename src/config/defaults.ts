@@ -40,6 +40,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   tracingSampleRatio: 1,
   segmentCacheTokens: 2_000_000,
   segmentCacheBytes: 32 * 1024 * 1024,
+  conversationCacheBytes: 128 * 1024 * 1024,
   logLevel: 'info' as LogLevel,
   routerMode: 'kv' as RouterMode,
   blockSize: 16,

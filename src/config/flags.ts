@@ -84,6 +84,7 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   'pid-file': ['pid_file'],
   'segment-cache-tokens': ['preprocess', 'segment_cache_tokens'],
   'segment-cache-bytes': ['preprocess', 'segment_cache_bytes'],
+  'conversation-cache-bytes': ['preprocess', 'conversation_cache_bytes'],
   'log-level': ['log', 'level'],
   'router-id': ['replicas', 'router_id'],
   tokenizer: ['models', '*', 'tokenizer'],

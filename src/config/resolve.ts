@@ -184,7 +184,7 @@ function readProcess(
 
   const processes = root.int('processes', 1, { min: 1, max: 64 });
   const pre = root.child('preprocess');
-  pre?.allowOnly(['threads', 'segment_cache_tokens', 'segment_cache_bytes']);
+  pre?.allowOnly(['threads', 'segment_cache_tokens', 'segment_cache_bytes', 'conversation_cache_bytes']);
   const preprocess = {
     threads:
       pre?.int('threads', defaultPreprocessThreads(processes), { min: 0, max: 64 }) ??
@@ -195,6 +195,9 @@ function readProcess(
     segmentCacheBytes:
       pre?.int('segment_cache_bytes', GATEWAY_DEFAULTS.segmentCacheBytes, { min: 0, max: 2 ** 40 }) ??
       GATEWAY_DEFAULTS.segmentCacheBytes,
+    conversationCacheBytes:
+      pre?.int('conversation_cache_bytes', GATEWAY_DEFAULTS.conversationCacheBytes, { min: 0, max: 2 ** 40 }) ??
+      GATEWAY_DEFAULTS.conversationCacheBytes,
   };
 
   const log = root.child('log');

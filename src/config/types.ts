@@ -272,6 +272,8 @@ export interface GatewayConfig {
     readonly segmentCacheTokens: number;
     /** Bytes each thread's segment cache may retain (keys, id arrays, overhead); 0 disables it. */
     readonly segmentCacheBytes: number;
+    /** Bytes each thread's conversation cache may retain per model (prompts, ids, hashes); 0 disables it. */
+    readonly conversationCacheBytes: number;
   };
   readonly logLevel: LogLevel;
   /**

@@ -84,6 +84,20 @@ function startupSummary(
  * @throws whatever the router factory or the preprocessor throws (tokenizer files, worker build); anything
  *   already started is closed first.
  */
+/** Counts the conversation caches' tokens as results come, and writes their sizes at each scrape; returns the unhook. */
+function scrapeConversations(metrics: KvgateMetrics, preprocessor: Preprocessor): () => void {
+  preprocessor.conversations.onTokens = (model, reused, fresh) => {
+    metrics.conversationTokens.inc({ model, source: 'reused' }, reused);
+    metrics.conversationTokens.inc({ model, source: 'new' }, fresh);
+  };
+  return metrics.onScrape(() => {
+    for (const [model, t] of preprocessor.conversations.totals()) {
+      metrics.conversationCacheBytes.set({ model }, t.bytes);
+      metrics.conversationCacheEntries.set({ model }, t.entries);
+    }
+  });
+}
+
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const { config } = opts;
   const { logger } = opts;
@@ -103,6 +117,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       );
   }
   const preprocessor = await createPreprocessor(preprocessModelSpecs(config), { threads: config.preprocess.threads });
+  const unscrape = scrapeConversations(metrics, preprocessor);
   const routers: ModelRouterPort[] = [];
   let server: GatewayServer | undefined;
   try {
@@ -146,6 +161,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           await s.close(closeOpts);
           await Promise.allSettled(routers.map((r) => r.close()));
           await preprocessor.close();
+          unscrape();
           logger.info('kvgate gateway stopped');
         })();
         return closing;
@@ -155,6 +171,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     await server?.close({ drainTimeoutMs: 0 }).catch(() => undefined);
     await Promise.allSettled(routers.map((r) => r.close()));
     await preprocessor.close();
+    unscrape();
     throw err;
   }
 }

@@ -60,6 +60,7 @@ function prepared(
 ): Prepared {
   ctx.logFields.promptTokens = pre.tokenIds.length;
   if (pre.stats.cachedTokens > 0) ctx.logFields.segmentCachedTokens = pre.stats.cachedTokens;
+  if ((pre.stats.reusedTokens ?? 0) > 0) ctx.logFields.conversationReusedTokens = pre.stats.reusedTokens;
   return {
     target,
     prepared: {

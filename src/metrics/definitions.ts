@@ -348,6 +348,29 @@ export const METRIC_DEFINITIONS = {
       'recently used binding dropped).',
     labelNames: ['model', 'worker_type', 'limit'],
   },
+  // ---- preprocessing
+  conversationCacheBytes: {
+    kind: 'gauge',
+    name: 'kvgate_preprocess_conversation_cache_bytes',
+    help: "Bytes the preprocessing threads' conversation caches hold (prompts, ids, hashes), as last reported.",
+    labelNames: ['model'],
+    scraped: true,
+  },
+  conversationCacheEntries: {
+    kind: 'gauge',
+    name: 'kvgate_preprocess_conversation_cache_entries',
+    help: "Conversations the preprocessing threads' conversation caches hold, as last reported.",
+    labelNames: ['model'],
+    scraped: true,
+  },
+  conversationTokens: {
+    kind: 'counter',
+    name: 'kvgate_preprocess_conversation_tokens_total',
+    help:
+      'Prompt tokens of text and chat prompts by source: reused (from the conversation cache, neither tokenized nor ' +
+      'hashed again) or new.',
+    labelNames: ['model', 'source'],
+  },
   // ---- KV events
   kvEventsApplied: {
     kind: 'counter',

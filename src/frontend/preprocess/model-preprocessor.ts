@@ -8,6 +8,7 @@
  * fallback tokenizer of src/tokenizer (prefix hashes of the text bytes) and
  * `reject` refuses text prompts; token-id prompts are hashed either way.
  */
+import { threadId } from 'node:worker_threads';
 import { KvgateError } from '../../errors/index.js';
 import {
   demoTokenizerFiles,
@@ -16,7 +17,7 @@ import {
   type ChatMessage,
   type TextTokenizer,
 } from '../../tokenizer/index.js';
-import { promptHashes } from '../../wasm/index.js';
+import { ConversationCache, continuedHashes, joinSplit, ownHashes, type Reuse } from './conversation-cache.js';
 import type { PreprocessModelSpec, PreprocessResult, PreprocessStats, PreprocessTask } from './protocol.js';
 import { PromptMemo } from './prompt-memo.js';
 import { prefixOverLimit } from './prefix-probe.js';
@@ -27,6 +28,17 @@ function us(from: number): number {
   return Math.round((performance.now() - from) * 1000);
 }
 
+/** A prompt tokenized through the conversation cache, to remember once its hashes are known. */
+interface Turn {
+  key: string;
+  text: string;
+  inner: Uint32Array;
+  bounds: Int32Array;
+  reuse: Reuse | undefined;
+  /** Leading ids equal to the reused conversation's (add_special_tokens ids included). */
+  sharedIds: number;
+}
+
 export class ModelPreprocessor {
   readonly spec: PreprocessModelSpec;
   readonly #tok: TextTokenizer | undefined;
@@ -35,6 +47,8 @@ export class ModelPreprocessor {
   readonly #floor: TokenFloor | undefined;
   /** Chat prompts already rendered and tokenized (see prompt-memo.ts). */
   readonly #memo = new PromptMemo();
+  /** Conversations' last prompts, so a follow-up tokenizes and hashes only what is new (conversation-cache.ts). */
+  readonly #conversations: ConversationCache;
 
   private constructor(
     spec: PreprocessModelSpec,
@@ -46,6 +60,7 @@ export class ModelPreprocessor {
     this.#tok = tok;
     this.#segments = segments;
     this.#floor = floor;
+    this.#conversations = new ConversationCache(segments?.exact === true ? (spec.conversationCacheBytes ?? 0) : 0);
   }
 
   /**
@@ -72,6 +87,11 @@ export class ModelPreprocessor {
     return this.#segments?.exact === true;
   }
 
+  /** What the conversation cache holds. */
+  conversationStats(): ReturnType<ConversationCache['stats']> {
+    return this.#conversations.stats();
+  }
+
   /** Segment cache counters, or undefined without a cache. */
   cacheStats(): ReturnType<SegmentTokenizer['stats']> | undefined {
     return this.#segments?.stats();
@@ -87,9 +107,9 @@ export class ModelPreprocessor {
     const known = this.#known(task, stats);
     if (typeof known === 'object') return known;
     const tok = this.#textTokenizer();
-    const tokenIds = await this.#tokenize(tok, task as Exclude<PreprocessTask, { kind: 'tokens' }>, stats);
+    const { tokenIds, turn } = await this.#tokenize(tok, task as Exclude<PreprocessTask, { kind: 'tokens' }>, stats);
     if (known !== undefined) this.#memo.set(known, tokenIds);
-    return this.#finish(task, tokenIds, tok.kind === 'fallback', stats);
+    return this.#finish(task, tokenIds, tok.kind === 'fallback', stats, turn);
   }
 
   /**
@@ -163,7 +183,13 @@ export class ModelPreprocessor {
   }
 
   /** The limits on the prompt's ids, a chat's `nvext.token_data` against them, then its hashes. */
-  #finish(task: PreprocessTask, tokenIds: Uint32Array, approximate: boolean, stats: PreprocessStats): PreprocessResult {
+  #finish(
+    task: PreprocessTask,
+    tokenIds: Uint32Array,
+    approximate: boolean,
+    stats: PreprocessStats,
+    turn?: Turn,
+  ): PreprocessResult {
     if (tokenIds.length > task.maxPromptTokens)
       throw this.#tooLong(`${tokenIds.length}`, tokenIds.length, task.maxPromptTokens);
     if (tokenIds.length === 0) {
@@ -179,8 +205,17 @@ export class ModelPreprocessor {
       return { tokenIds, hashes: { local: none, seq: none }, approximate, stats };
     }
     const t2 = performance.now();
-    const hashes = promptHashes(tokenIds, this.spec.blockSize, { loraName: task.loraName, cacheSalt: task.cacheSalt });
+    const opts = { loraName: task.loraName, cacheSalt: task.cacheSalt };
+    const hashKey = `${this.spec.blockSize}\u0000${task.loraName ?? ''}\u0000${task.cacheSalt ?? ''}`;
+    const prior = turn?.reuse?.entry.hashKey === hashKey ? turn.reuse.entry.hashes : undefined;
+    const hashes = continuedHashes(tokenIds, this.spec.blockSize, opts, prior, turn?.sharedIds ?? 0);
     stats.hashUs = us(t2);
+    if (turn !== undefined) {
+      const { key, text, inner, bounds } = turn;
+      this.#conversations.set(key, { text, inner, bounds, hashes: ownHashes(hashes), hashKey });
+      stats.reusedTokens = turn.reuse?.ids ?? 0;
+      stats.conversations = { thread: threadId, ...this.#conversations.stats() };
+    }
     return { tokenIds, hashes, approximate, stats };
   }
 
@@ -189,7 +224,7 @@ export class ModelPreprocessor {
     tok: TextTokenizer,
     task: Exclude<PreprocessTask, { kind: 'tokens' }>,
     stats: PreprocessStats,
-  ): Promise<Uint32Array> {
+  ): Promise<{ tokenIds: Uint32Array; turn?: Turn }> {
     let text: string;
     let addSpecial: boolean;
     if (task.kind === 'chat') {
@@ -201,29 +236,68 @@ export class ModelPreprocessor {
       text = task.prompt;
       addSpecial = task.addSpecialTokens ?? true;
     }
-    this.#refuseCertainlyTooLong(text, task.maxPromptTokens);
+    const segments = this.#segments;
+    if (this.#conversations.enabled && segments !== undefined && segments.splits(addSpecial)) {
+      return this.#tokenizeTurn(tok, segments, task, text, addSpecial, stats);
+    }
+    this.#refuseCertainlyTooLong(text, 0, task.maxPromptTokens);
     const t1 = performance.now();
     const over = await prefixOverLimit(tok, text, task.maxPromptTokens, addSpecial);
     if (over !== undefined) throw this.#tooLong(`more than ${over}`, over, task.maxPromptTokens);
     let tokenIds: Uint32Array;
-    if (this.#segments !== undefined) {
-      const enc = await this.#segments.encode(text, addSpecial);
+    if (segments !== undefined) {
+      const enc = await segments.encode(text, addSpecial);
       tokenIds = enc.ids;
       stats.cachedTokens = enc.cachedTokens;
     } else {
       tokenIds = Uint32Array.from(await tok.encode(text, { addSpecialTokens: addSpecial }));
     }
     stats.tokenizeUs = us(t1);
-    return tokenIds;
+    return { tokenIds };
   }
 
   /**
-   * Refuses, before tokenizing, a text whose token floor is already over the limit.
+   * Tokenizes through the conversation cache: the ids of the text this prompt shares with its conversation's last
+   * one are reused, the rest is split-encoded; the early refusals see the reused ids and the new text.
+   */
+  async #tokenizeTurn(
+    tok: TextTokenizer,
+    segments: SegmentTokenizer,
+    task: Exclude<PreprocessTask, { kind: 'tokens' }>,
+    text: string,
+    addSpecial: boolean,
+    stats: PreprocessStats,
+  ): Promise<{ tokenIds: Uint32Array; turn: Turn }> {
+    const t1 = performance.now();
+    const key =
+      task.kind === 'chat'
+        ? ConversationCache.chatKey(task.messages, addSpecial)
+        : ConversationCache.textKey(text, addSpecial);
+    const reuse = this.#conversations.reuse(key, text, segments.maxSplitChars);
+    const tail = reuse === undefined ? text : text.slice(reuse.chars);
+    const before = (reuse?.ids ?? 0) + segments.aroundPrefix(addSpecial);
+    this.#refuseCertainlyTooLong(tail, before, task.maxPromptTokens);
+    // The tail alone: its ids are those of the whole prompt after the reused ones (it starts at a split point).
+    const limit = task.maxPromptTokens - before;
+    const over = await prefixOverLimit(tok, tail, limit, reuse === undefined && addSpecial);
+    if (over !== undefined) throw this.#tooLong(`more than ${over + before}`, over + before, task.maxPromptTokens);
+    const split = await segments.encodeSplit(tail);
+    const { inner, bounds } = joinSplit(reuse, split);
+    const around = segments.withAround(inner, addSpecial);
+    // The cache keeps `inner`; the result's ids are moved to the caller.
+    const tokenIds = around === inner ? inner.slice() : around;
+    stats.cachedTokens = split.cachedTokens + (reuse?.ids ?? 0);
+    stats.tokenizeUs = us(t1);
+    return { tokenIds, turn: { key, text, inner, bounds, reuse, sharedIds: before } };
+  }
+
+  /**
+   * Refuses, before tokenizing, a text whose token floor (after `before` ids) is already over the limit.
    * @throws KvgateError KVG_ERR_PROMPT_TOO_LONG
    */
-  #refuseCertainlyTooLong(text: string, maxPromptTokens: number): void {
-    if (this.#floor === undefined || text.length <= maxPromptTokens) return;
-    const floor = this.#floor(text);
+  #refuseCertainlyTooLong(text: string, before: number, maxPromptTokens: number): void {
+    if (this.#floor === undefined || before + text.length <= maxPromptTokens) return;
+    const floor = before + this.#floor(text);
     if (floor > maxPromptTokens) throw this.#tooLong(`at least ${floor}`, floor, maxPromptTokens);
   }
 

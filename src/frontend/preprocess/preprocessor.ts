@@ -34,6 +34,8 @@ import type {
   TaskReply,
   WorkerTask,
 } from './protocol.js';
+import { bodyAffinity, taskAffinity } from './affinity.js';
+import { ConversationTally } from './conversation-tally.js';
 import {
   createTaskHandler,
   unwrapBodyReply,
@@ -58,7 +60,24 @@ export interface Preprocessor {
   runBody(task: BodyTask): Promise<BodyOutcome>;
   /** Token ids back to text with the model's tokenizer (`POST /detokenize`), where prompts are tokenized. */
   decode(task: DecodeTask): Promise<string>;
+  /** What the threads' conversation caches hold and reused, from the results seen. */
+  readonly conversations: ConversationTally;
   close(): Promise<void>;
+}
+
+/** Notes a result in the tally on its way to the caller. */
+function noted(tally: ConversationTally, model: string, p: Promise<PreprocessResult>): Promise<PreprocessResult> {
+  return p.then((r) => {
+    tally.note(model, r);
+    return r;
+  });
+}
+
+function notedBody(tally: ConversationTally, p: Promise<BodyOutcome>): Promise<BodyOutcome> {
+  return p.then((out) => {
+    if (out.result !== undefined) tally.note(out.model, out.result);
+    return out;
+  });
 }
 
 /**
@@ -143,7 +162,9 @@ function knownOr(
 class PoolPreprocessor implements Preprocessor {
   readonly mode = 'pool' as const;
   readonly threads: number;
-  readonly #pool: Piscina<WorkerTask, TaskReply>;
+  readonly conversations = new ConversationTally();
+  /** One single-thread pool a thread: a conversation's turns go to one thread, where its conversation cache is (affinity.ts). */
+  readonly #pools: Piscina<WorkerTask, TaskReply>[];
   /** The same handler on the main thread, for prompts cheaper than a worker round trip. */
   readonly #inline: TaskHandler;
   readonly #inlineMaxChars: number;
@@ -160,33 +181,46 @@ class PoolPreprocessor implements Preprocessor {
     this.#inlineMaxChars = bounds.chars;
     this.#inlineMaxBodyBytes = bounds.bodyBytes;
     const workerData: PreprocessWorkerData = { models: [...models] };
-    this.#pool = new Piscina({
-      filename: preprocessWorkerFile(),
-      workerData,
-      minThreads: threads,
-      maxThreads: threads,
-      idleTimeout: 2 ** 31 - 1,
-      // Tokenization is async (the native tokenizer works on libuv threads), so a
-      // thread can render one chat template while another prompt is being encoded.
-      concurrentTasksPerWorker: 4,
-      atomics: 'disabled',
-    });
+    const filename = preprocessWorkerFile();
+    this.#pools = Array.from(
+      { length: threads },
+      () =>
+        new Piscina({
+          filename,
+          workerData,
+          minThreads: 1,
+          maxThreads: 1,
+          idleTimeout: 2 ** 31 - 1,
+          // Tokenization is async (the native tokenizer works on libuv threads), so a
+          // thread can render one chat template while another prompt is being encoded.
+          concurrentTasksPerWorker: 4,
+          atomics: 'disabled',
+        }),
+    );
+  }
+
+  #pool(affinity: number): Piscina<WorkerTask, TaskReply> {
+    return this.#pools[affinity % this.#pools.length]!;
   }
 
   /** Resolves when threads have loaded their models; rejects with the load error (bad tokenizer file...). */
   async ready(): Promise<void> {
-    await Promise.all(Array.from({ length: this.threads }, () => this.#pool.run({ kind: 'ping' })));
+    await Promise.all(this.#pools.map((p) => p.run({ kind: 'ping' })));
   }
 
   run(task: PreprocessTask): Promise<PreprocessResult> {
-    if (taskTextChars(task) > this.#inlineMaxChars) return this.#pooled(task);
-    return knownOr(this.#inline, task, async () => unwrapReply(await this.#inline(task)));
+    const run =
+      taskTextChars(task) > this.#inlineMaxChars
+        ? this.#pooled(task)
+        : knownOr(this.#inline, task, async () => unwrapReply(await this.#inline(task)));
+    return noted(this.conversations, task.model, run);
   }
 
   async #pooled(task: PreprocessTask): Promise<PreprocessResult> {
     // The prompt's token ids (token-array prompts) move to the worker instead of being copied.
     const transferList = task.kind === 'tokens' ? ownBuffer(task.tokenIds) : undefined;
-    return unwrapReply(await this.#pool.run(task, transferList !== undefined ? { transferList } : {}));
+    const pool = this.#pool(taskAffinity(task));
+    return unwrapReply(await pool.run(task, transferList !== undefined ? { transferList } : {}));
   }
 
   offloads(bodyBytes: number): boolean {
@@ -196,21 +230,25 @@ class PoolPreprocessor implements Preprocessor {
   async runBody(task: BodyTask): Promise<BodyOutcome> {
     // The body's bytes move to the worker when they own their buffer (a body of many chunks, or a decoded one, does).
     const transferList = ownBuffer(task.bytes);
-    return unwrapBodyReply(await this.#pool.run(task, transferList !== undefined ? { transferList } : {}));
+    const pool = this.#pool(bodyAffinity(task.bytes));
+    const run = pool.run(task, transferList !== undefined ? { transferList } : {});
+    return notedBody(this.conversations, run.then(unwrapBodyReply));
   }
 
   async decode(task: DecodeTask): Promise<string> {
-    return unwrapDecodeReply(await this.#pool.run(task));
+    // Decoding keeps no per-conversation state: any thread serves it; spread by the ids' length.
+    return unwrapDecodeReply(await this.#pool(task.tokenIds.length).run(task));
   }
 
   async close(): Promise<void> {
-    await this.#pool.close();
+    await Promise.all(this.#pools.map((p) => p.close()));
   }
 }
 
 class MainThreadPreprocessor implements Preprocessor {
   readonly mode = 'main-thread' as const;
   readonly threads = 0;
+  readonly conversations = new ConversationTally();
   readonly #handle: TaskHandler;
 
   constructor(handle: TaskHandler) {
@@ -218,15 +256,19 @@ class MainThreadPreprocessor implements Preprocessor {
   }
 
   run(task: PreprocessTask): Promise<PreprocessResult> {
-    return knownOr(this.#handle, task, async () => unwrapReply(await this.#handle(task)));
+    return noted(
+      this.conversations,
+      task.model,
+      knownOr(this.#handle, task, async () => unwrapReply(await this.#handle(task))),
+    );
   }
 
   offloads(): boolean {
     return false;
   }
 
-  async runBody(task: BodyTask): Promise<BodyOutcome> {
-    return unwrapBodyReply(await this.#handle(task));
+  runBody(task: BodyTask): Promise<BodyOutcome> {
+    return notedBody(this.conversations, this.#handle(task).then(unwrapBodyReply));
   }
 
   async decode(task: DecodeTask): Promise<string> {
@@ -283,5 +325,6 @@ export function preprocessModelSpecs(config: GatewayConfig): PreprocessModelSpec
     tokenizer: m.tokenizer,
     segmentCacheTokens: config.preprocess.segmentCacheTokens,
     segmentCacheBytes: config.preprocess.segmentCacheBytes,
+    conversationCacheBytes: config.preprocess.conversationCacheBytes,
   }));
 }

@@ -22,6 +22,22 @@ const MAX_KEY_CHARS = 8192;
 
 type ChatTask = Extract<PreprocessTask, { kind: 'chat' }>;
 
+/** Characters of the messages' string contents and text parts (a lower bound on their JSON's length). */
+function contentChars(messages: readonly unknown[]): number {
+  let n = 0;
+  for (const m of messages) {
+    const content = (m as { content?: unknown } | null)?.content;
+    if (typeof content === 'string') n += content.length;
+    else if (Array.isArray(content))
+      for (const part of content) {
+        const text = (part as { text?: unknown } | null)?.text;
+        if (typeof text === 'string') n += text.length;
+      }
+    if (n > MAX_KEY_CHARS) return n;
+  }
+  return n;
+}
+
 export class PromptMemo {
   /** Ids by key, oldest first; each with the `#clock` at which it was last put at the new end. */
   readonly #entries = new Map<string, { ids: Uint32Array; at: number }>();
@@ -29,6 +45,8 @@ export class PromptMemo {
 
   /** The memo key of a chat task, or undefined when it is too large to remember. */
   keyOf(task: ChatTask, addSpecial: boolean): string | undefined {
+    // A long conversation is never remembered: its messages' text alone says so without serializing them all.
+    if (contentChars(task.messages) > MAX_KEY_CHARS) return undefined;
     // JSON keeps key order, so equal keys mean equal template inputs; a reordered body is only a miss.
     const key = JSON.stringify([
       task.messages,

@@ -21,6 +21,8 @@ export interface PreprocessModelSpec {
   segmentCacheTokens: number;
   /** Bytes (keys, id arrays, per-entry overhead) the thread's segment cache may retain for this model (0 = no cache). */
   segmentCacheBytes: number;
+  /** Bytes the thread's conversation cache may retain for this model (0 or absent = no cache; conversation-cache.ts). */
+  conversationCacheBytes?: number;
 }
 
 /** `workerData` of the pool. */
@@ -135,8 +137,12 @@ export interface PreprocessStats {
   renderUs: number;
   tokenizeUs: number;
   hashUs: number;
-  /** Prompt tokens served from the segment cache. */
+  /** Prompt tokens served from the segment cache or the conversation cache. */
   cachedTokens: number;
+  /** Of those, the ids reused from the conversation's last prompt (conversation-cache.ts). */
+  reusedTokens?: number | undefined;
+  /** The conversation cache of the thread that ran it (its `threadId`), after this prompt; absent when off. */
+  conversations?: { thread: number; entries: number; bytes: number } | undefined;
 }
 
 export interface PreprocessResult {

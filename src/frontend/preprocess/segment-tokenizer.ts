@@ -73,6 +73,16 @@ export interface SegmentEncoding {
   cachedTokens: number;
 }
 
+/**
+ * A text's split encoding (no add_special_tokens ids) with its split points: for the k-th special token matched,
+ * `bounds[2k]` is its character offset in the text and `bounds[2k + 1]` the offset of its id in `ids`. Text that
+ * starts at such a point and shares everything before it (and `maxSplitChars` characters after it) with another
+ * text is split, hence tokenized, the same way from there on (conversation-cache.ts relies on it).
+ */
+export interface SplitEncoding extends SegmentEncoding {
+  bounds: number[];
+}
+
 export interface SegmentCacheStats {
   entries: number;
   tokens: number;
@@ -145,6 +155,8 @@ export class SegmentTokenizer {
   #around: { prefix: Uint32Array; suffix: Uint32Array } | undefined;
   /** False when the exactness probe failed: every call tokenizes the whole text. */
   #exact: boolean;
+  /** The longest split token, in characters. */
+  readonly maxSplitChars: number;
 
   private constructor(tok: TextTokenizer, splitTokens: readonly SplitToken[], capacity: SegmentCacheCapacity) {
     this.#tok = tok;
@@ -153,6 +165,7 @@ export class SegmentTokenizer {
     const alternatives = [...this.#ids.keys()].sort((a, b) => b.length - a.length).map(escapeRegExp);
     this.#splitter = alternatives.length > 0 ? new RegExp(alternatives.join('|'), 'g') : undefined;
     this.#capacity = { ...capacity };
+    this.maxSplitChars = Math.max(0, ...[...this.#ids.keys()].map((k) => k.length));
     this.#exact = this.#splitter !== undefined && capacity.tokens > 0 && capacity.bytes > 0;
   }
 
@@ -238,22 +251,44 @@ export class SegmentTokenizer {
       return { ids: Uint32Array.from(await this.#tok.encode(text, { addSpecialTokens })), cachedTokens: 0 };
     }
     const inner = await this.#encodeSplit(text);
-    if (!addSpecialTokens) return inner;
-    const { prefix, suffix } = this.#around!;
-    if (prefix.length === 0 && suffix.length === 0) return inner;
-    const ids = new Uint32Array(prefix.length + inner.ids.length + suffix.length);
-    ids.set(prefix, 0);
-    ids.set(inner.ids, prefix.length);
-    ids.set(suffix, prefix.length + inner.ids.length);
-    return { ids, cachedTokens: inner.cachedTokens };
+    return { ids: this.withAround(inner.ids, addSpecialTokens), cachedTokens: inner.cachedTokens };
   }
 
-  async #encodeSplit(text: string): Promise<SegmentEncoding> {
-    // parts alternate: text segment (string) or a special token id (number).
+  /** Whether `encodeSplit` and `withAround` give what `encode` gives for this add_special_tokens. */
+  splits(addSpecialTokens: boolean): boolean {
+    return this.#exact && (!addSpecialTokens || this.#around !== undefined);
+  }
+
+  /** The split encoding of `text` with its split points (only when `splits(...)`). */
+  encodeSplit(text: string): Promise<SplitEncoding> {
+    return this.#encodeSplit(text);
+  }
+
+  /** `inner` with what add_special_tokens adds around it (`inner` itself when nothing). */
+  withAround(inner: Uint32Array, addSpecialTokens: boolean): Uint32Array {
+    if (!addSpecialTokens || this.#around === undefined) return inner;
+    const { prefix, suffix } = this.#around;
+    if (prefix.length === 0 && suffix.length === 0) return inner;
+    const ids = new Uint32Array(prefix.length + inner.length + suffix.length);
+    ids.set(prefix, 0);
+    ids.set(inner, prefix.length);
+    ids.set(suffix, prefix.length + inner.length);
+    return ids;
+  }
+
+  /** Ids add_special_tokens puts before the text (0 when none or off). */
+  aroundPrefix(addSpecialTokens: boolean): number {
+    return addSpecialTokens ? (this.#around?.prefix.length ?? 0) : 0;
+  }
+
+  async #encodeSplit(text: string): Promise<SplitEncoding> {
+    // parts alternate: text segment (string) or a special token id (number); marks: each special token's offset.
     const parts: (string | number)[] = [];
+    const marks: number[] = [];
     let last = 0;
     for (const m of text.matchAll(this.#splitter!)) {
       if (m.index > last) parts.push(text.slice(last, m.index));
+      marks.push(m.index);
       parts.push(this.#ids.get(m[0])!);
       last = m.index + m[0].length;
     }
@@ -287,15 +322,18 @@ export class SegmentTokenizer {
     let total = 0;
     for (const piece of pieces) total += typeof piece === 'number' ? 1 : piece.length;
     const ids = new Uint32Array(total);
+    const bounds: number[] = [];
     let at = 0;
     for (const piece of pieces) {
-      if (typeof piece === 'number') ids[at++] = piece;
-      else {
+      if (typeof piece === 'number') {
+        bounds.push(marks[bounds.length >>> 1]!, at);
+        ids[at++] = piece;
+      } else {
         ids.set(piece, at);
         at += piece.length;
       }
     }
-    return { ids, cachedTokens };
+    return { ids, cachedTokens, bounds };
   }
 
   #get(segment: string): Uint32Array | undefined {

@@ -1,0 +1,313 @@
+/**
+ * The cost of an agent's turn: gateway CPU per request for conversations of
+ * about 8k, 32k and 128k tokens (Qwen3 template and tokenizer), a cold prompt
+ * of each size (a conversation the gateway has never seen) and follow-up
+ * turns that each add about 2k tokens (an assistant answer and a user
+ * message), as agents send them; plus the token-id path (a completion whose
+ * prompt is the conversation's ids).
+ *
+ * Real processes: one `kvgate mocker` engine and one `kvgate serve` per build
+ * (this tree, and the base build named by `KVG_BENCH_BASE`, a checkout built
+ * with `npm run build`), each its own process, driven alternately request by
+ * request so both see the same load. A request's CPU is the gateway
+ * process's CPU time over it, summed over all its threads from
+ * /proc/<pid>/task/<tid>/schedstat (nanoseconds; Linux only); requests are
+ * sent one at a time, so each delta is that request's cost (plus the
+ * process's background work, a few microseconds). `/v1/route` answers with
+ * the prompt's ids; `/v1/chat/completions` (max_tokens 1) goes to the engine.
+ *
+ * Sizes: `AGENT_SIZES` (thousands of tokens, default 8,32,128), `AGENT_TURNS`
+ * follow-ups per size (default 8), `AGENT_COLD` cold prompts per size (3).
+ * Run: node --expose-gc dist/bench/run.js frontend/agent-turn
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import type { BenchRow, BenchSection } from '../util.js';
+
+export const title = 'Agent turns: gateway CPU per request, cold and follow-up, 8k to 128k tokens (Qwen3)';
+
+const HERE_ROOT = resolve(new URL('../../..', import.meta.url).pathname);
+const MODEL = 'qwen3-demo';
+
+const WORDS = (
+  'the router sends each request to the worker holding the longest cached prefix of its prompt weighed against ' +
+  'load while the engines report their cache events over zmq and agents run tools on files with ünïcode 日本語 names'
+).split(' ');
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => (s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32;
+}
+
+/** About `n` tokens of text (these words are 1.2 tokens each on average). */
+function para(rnd: () => number, n: number): string {
+  const out: string[] = [];
+  for (let i = 0; i < n / 1.2; i++) out.push(WORDS[Math.floor(rnd() * WORDS.length)]!);
+  return out.join(' ');
+}
+
+type Message = { role: string; content: string };
+
+/** A conversation of about `tokens` tokens ending with a user message. */
+function conversation(seed: number, tokens: number): { messages: Message[]; rnd: () => number } {
+  const rnd = rng(seed);
+  const messages: Message[] = [{ role: 'system', content: `You are a coding agent. ${para(rnd, 400)}` }];
+  let n = 400;
+  while (n < tokens - 1000) {
+    messages.push({ role: messages.length % 2 === 1 ? 'user' : 'assistant', content: para(rnd, 1000) });
+    n += 1000;
+  }
+  if (messages.length % 2 === 0) messages.push({ role: 'assistant', content: para(rnd, 100) });
+  messages.push({ role: 'user', content: para(rnd, 1000) });
+  return { messages, rnd };
+}
+
+/** CPU nanoseconds of every thread of a process. */
+function processCpuNs(pid: number): number {
+  let ns = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // a thread that ended between the listing and the read
+    }
+  }
+  return ns;
+}
+
+interface Proc {
+  child: ChildProcess;
+  lines: string[];
+}
+
+function startCli(root: string, args: string[]): Proc {
+  const child = spawn(process.execPath, [join(root, 'bin/kvgate.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const p: Proc = { child, lines: [] };
+  let buf = '';
+  child.stdout!.setEncoding('utf8').on('data', (c: string) => {
+    buf += c;
+    const parts = buf.split('\n');
+    buf = parts.pop()!;
+    p.lines.push(...parts);
+  });
+  child.stderr!.resume();
+  return p;
+}
+
+async function lineOf(p: Proc, pick: (o: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    for (const l of p.lines) {
+      try {
+        const o = JSON.parse(l) as Record<string, unknown>;
+        if (pick(o)) return o;
+      } catch {
+        // not JSON
+      }
+    }
+    if (p.child.exitCode !== null || Date.now() > deadline)
+      throw new Error(`process exited or timed out: ${p.lines.join('\n')}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+interface Gateway {
+  name: string;
+  proc: Proc;
+  url: string;
+}
+
+async function startGateway(
+  name: string,
+  root: string,
+  engine: Record<string, unknown>,
+  dir: string,
+): Promise<Gateway> {
+  const file = join(dir, `${name}.json`);
+  const kv = (engine.kv_events as string[])[0];
+  writeFileSync(
+    file,
+    JSON.stringify({
+      listen: { port: 0 },
+      models: [
+        { name: MODEL, tokenizer: 'demo', block_size: 16, workers: [{ id: 1, url: engine.url, kv_events: kv }] },
+      ],
+    }),
+  );
+  const proc = startCli(root, ['serve', '--config', file]);
+  const started = await lineOf(proc, (o) => o.msg === 'kvgate gateway started');
+  return { name, proc, url: String(started.listen) };
+}
+
+interface Sample {
+  cpuMs: number;
+  wallMs: number;
+  promptTokens: number;
+  ids?: number[];
+}
+
+async function post(gw: Gateway, path: string, body: unknown): Promise<Sample> {
+  const text = JSON.stringify(body);
+  const pid = gw.proc.child.pid!;
+  const c0 = processCpuNs(pid);
+  const t0 = performance.now();
+  const res = await fetch(`${gw.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: text,
+  });
+  const json = (await res.json()) as Record<string, unknown>;
+  const wallMs = performance.now() - t0;
+  const cpuMs = (processCpuNs(pid) - c0) / 1e6;
+  if (res.status !== 200) throw new Error(`${gw.name} ${path}: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
+  const usage = json.usage as { prompt_tokens?: number } | undefined;
+  const promptTokens = Number(json.prompt_tokens ?? usage?.prompt_tokens ?? 0);
+  return { cpuMs, wallMs, promptTokens, ids: json.token_ids as number[] | undefined };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0
+    ? NaN
+    : s.length % 2 === 1
+      ? s[(s.length - 1) / 2]!
+      : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+function envInt(name: string, dflt: number): number {
+  const v = Number(process.env[name]);
+  return Number.isFinite(v) && v > 0 ? v : dflt;
+}
+
+type Series = Map<string, Sample[]>;
+
+function record(series: Series, key: string, s: Sample): void {
+  const list = series.get(key) ?? [];
+  list.push(s);
+  series.set(key, list);
+}
+
+/** What this gateway's conversation caches hold, from its /metrics: bytes per cached conversation. */
+async function memoryNote(gw: Gateway, size: number): Promise<string> {
+  const text = await (await fetch(`${gw.url}/metrics`)).text();
+  const value = (name: string): number => {
+    const line = text.split('\n').find((l) => l.startsWith(`${name}{`));
+    return line === undefined ? NaN : Number(line.slice(line.lastIndexOf(' ') + 1));
+  };
+  const bytes = value('kvgate_preprocess_conversation_cache_bytes');
+  const entries = value('kvgate_preprocess_conversation_cache_entries');
+  return `${gw.name}, after the ${size / 1000}k runs: ${entries} conversations cached in ${(bytes / 2 ** 20).toFixed(1)} MiB (accounted)`;
+}
+
+/** Runs every case on each gateway in turn, request by request. */
+async function drive(gateways: Gateway[], series: Series, notes: string[]): Promise<void> {
+  const sizes = (process.env.AGENT_SIZES ?? '8,32,128').split(',').map((s) => Number(s) * 1000);
+  const turns = envInt('AGENT_TURNS', 8);
+  const colds = envInt('AGENT_COLD', 3);
+  for (const size of sizes) {
+    // Follow-ups end at `size`: start 2k tokens a turn below it.
+    for (let c = 0; c < colds; c++) {
+      const { messages } = conversation(1000 * size + c, size);
+      for (const gw of gateways)
+        record(
+          series,
+          `${gw.name}|cold ${size / 1000}k|route`,
+          await post(gw, '/v1/route', { model: MODEL, messages }),
+        );
+    }
+    const conv = conversation(7 + size, size - turns * 2000);
+    for (const gw of gateways) await post(gw, '/v1/route', { model: MODEL, messages: conv.messages });
+    let ids: number[] | undefined;
+    for (let t = 0; t < turns; t++) {
+      conv.messages.push({ role: 'assistant', content: para(conv.rnd, 1000) });
+      conv.messages.push({ role: 'user', content: para(conv.rnd, 1000) });
+      const path = t % 2 === 0 ? '/v1/route' : '/v1/chat/completions';
+      const body = { model: MODEL, messages: conv.messages, max_tokens: 1 };
+      for (const gw of gateways) {
+        const s = await post(gw, path, body);
+        if (s.ids !== undefined) ids = s.ids;
+        record(series, `${gw.name}|follow-up ${size / 1000}k|${path === '/v1/route' ? 'route' : 'chat'}`, s);
+      }
+    }
+    // The token-id path: the last routed prompt's ids as a completion prompt (a fresh last token each time).
+    for (let t = 0; ids !== undefined && t < turns; t++) {
+      const prompt = [...ids.slice(0, -1), 100 + t];
+      for (const gw of gateways)
+        record(
+          series,
+          `${gw.name}|token ids ${size / 1000}k|route`,
+          await post(gw, '/v1/route', { model: MODEL, prompt }),
+        );
+    }
+    for (const gw of gateways) if (gw.name !== 'base') notes.push(await memoryNote(gw, size));
+  }
+}
+
+function rows(series: Series, gateways: Gateway[]): BenchRow[] {
+  const out: BenchRow[] = [];
+  const cases = [...new Set([...series.keys()].map((k) => k.slice(k.indexOf('|') + 1)))];
+  for (const c of cases) {
+    const base = series.get(`base|${c}`);
+    for (const gw of gateways) {
+      const s = series.get(`${gw.name}|${c}`) ?? [];
+      const cpu = median(s.map((x) => x.cpuMs));
+      const note =
+        `gateway CPU median ${cpu.toFixed(1)} ms (n=${s.length}), ~${Math.round(median(s.map((x) => x.promptTokens)))} tokens` +
+        (base !== undefined && gw.name !== 'base'
+          ? `, base CPU ${median(base.map((x) => x.cpuMs)).toFixed(1)} ms`
+          : '');
+      const walls = s.map((x) => x.wallMs).sort((a, b) => a - b);
+      out.push({
+        name: `${gw.name}: ${c.replace('|', ' ')}`,
+        p50Us: median(walls) * 1000,
+        p99Us: (walls[walls.length - 1] ?? NaN) * 1000,
+        opsPerSec: 1000 / median(walls),
+        note,
+      });
+    }
+  }
+  return out;
+}
+
+async function stopProc(p: Proc): Promise<void> {
+  if (p.child.exitCode !== null) return;
+  const done = new Promise((r) => p.child.once('exit', r));
+  p.child.kill('SIGTERM');
+  await done;
+}
+
+export async function run(): Promise<BenchSection> {
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-agent-bench-'));
+  const procs: Proc[] = [];
+  try {
+    const mockerArgs = `mocker --model ${MODEL} --port 0 --kv-events-port 0 --bootstrap-port 0 --speedup 1000`;
+    const mocker = startCli(HERE_ROOT, [...mockerArgs.split(' '), '--max-model-len', '200000', '--tokenizer', 'demo']);
+    procs.push(mocker);
+    const engine = await lineOf(mocker, (o) => typeof o.url === 'string');
+    const gateways: Gateway[] = [];
+    const baseRoot = process.env.KVG_BENCH_BASE;
+    if (baseRoot !== undefined && baseRoot !== '')
+      gateways.push(await startGateway('base', resolve(baseRoot), engine, dir));
+    gateways.push(await startGateway('this', HERE_ROOT, engine, dir));
+    procs.push(...gateways.map((g) => g.proc));
+    const series: Series = new Map();
+    // Warm-up (JIT, first connections): small chats, not recorded.
+    for (let i = 0; i < 20; i++)
+      for (const gw of gateways)
+        await post(gw, '/v1/route', { model: MODEL, messages: conversation(i, 1500).messages });
+    const memory: string[] = [];
+    await drive(gateways, series, memory);
+    const notes = [
+      ...memory,
+      'wall = client round trip (median, max in the p99 column); gateway CPU = the serve process over the request, all threads',
+      'follow-up: the conversation plus an assistant answer and a user message (~2k tokens); cold: a conversation never seen',
+      `base: ${baseRoot ?? '(not run: set KVG_BENCH_BASE to a built checkout of the base commit)'}`,
+    ];
+    return { title, rows: rows(series, gateways), notes };
+  } finally {
+    for (const p of procs.reverse()) await stopProc(p);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

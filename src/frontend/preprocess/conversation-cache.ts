@@ -1,0 +1,225 @@
+/**
+ * The conversation cache: an agent resends its whole conversation every turn,
+ * more than 96 % of it seen by the previous turn. For each conversation the
+ * cache keeps the last rendered prompt, its ids with their split points
+ * (segment-tokenizer.ts `SplitEncoding`) and its block hashes; a new prompt
+ * is compared with it (a native string comparison, a few microseconds for a
+ * 128k-token prompt), and only the text after the last split point they share
+ * is tokenized and hashed: the ids before it are the cached ones, and the
+ * sequence-hash chain continues from the last complete block before it.
+ *
+ * Exact by construction, whatever the chat template does to earlier messages
+ * (Qwen3 drops the reasoning of earlier turns, so a follow-up's prompt is not
+ * an extension of the previous one): only the characters both prompts share
+ * are reused, up to a split point (a special token's start) followed by at
+ * least `maxSplitChars` shared characters, so both texts are split the same
+ * way up to and at that point, and a Hugging Face tokenizer tokenizes the
+ * text between split tokens independently of its neighbours (the segment
+ * cache's argument). A rewritten prefix is simply a shorter reuse.
+ *
+ * Which conversation a prompt continues: the one under its key (the first two
+ * messages of a chat, or a text prompt's first
+ * 4,096 characters); one entry a key, the latest. Bounded in bytes (the text,
+ * the ids, the split points and the hashes), least recently used out.
+ */
+import {
+  blockHashes,
+  promptHashes,
+  sequenceHashes,
+  type BlockHashOptions,
+  type PromptHashes,
+} from '../../wasm/index.js';
+import type { SplitEncoding } from './segment-tokenizer.js';
+
+/** What a conversation's last prompt left behind. */
+export interface ConversationEntry {
+  readonly key: string;
+  /** The rendered prompt. */
+  readonly text: string;
+  /** Its split encoding's ids (without add_special_tokens ids) and split points (SplitEncoding.bounds). */
+  readonly inner: Uint32Array;
+  readonly bounds: Int32Array;
+  /** The block hashes of the prompt's final ids (add_special_tokens ids included) and the hash options they used. */
+  readonly hashes: PromptHashes;
+  readonly hashKey: string;
+  readonly bytes: number;
+}
+
+/** What a new prompt can take from a cached one: the text up to `chars` gives the `ids` first split ids. */
+export interface Reuse {
+  readonly entry: ConversationEntry;
+  readonly chars: number;
+  readonly ids: number;
+  /** Split points before `chars`: an even-length prefix of `entry.bounds`. */
+  readonly bounds: number;
+}
+
+export interface ConversationCacheStats {
+  entries: number;
+  bytes: number;
+}
+
+/** Bytes an entry costs beyond its arrays and text: the Map slot, the object, the typed arrays' headers. */
+const ENTRY_OVERHEAD_BYTES = 1024;
+const KEY_TEXT_CHARS = 4096;
+const CHUNK = 16384;
+
+/** The length of the longest common prefix of `a` and `b`: equality of whole slices, then of chunks, then of halves. */
+export function commonPrefixLength(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  // Equality of slices is a memory comparison; startsWith compares character by character (100 times slower).
+  if (a.slice(0, n) === b.slice(0, n)) return n;
+  let lo = 0;
+  while (lo + CHUNK <= n && a.slice(lo, lo + CHUNK) === b.slice(lo, lo + CHUNK)) lo += CHUNK;
+  // a[0, lo) equals b[0, lo) and they differ before min(lo + CHUNK, n): narrow by halves.
+  let hi = Math.min(lo + CHUNK, n);
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >>> 1;
+    if (a.slice(lo, mid) === b.slice(lo, mid)) lo = mid;
+    else hi = mid;
+  }
+  return a.charCodeAt(lo) === b.charCodeAt(lo) ? lo + 1 : lo;
+}
+
+export class ConversationCache {
+  readonly #capacity: number;
+  readonly #entries = new Map<string, ConversationEntry>();
+  #bytes = 0;
+
+  /** A cache of at most `capacityBytes` (0: off). */
+  constructor(capacityBytes: number) {
+    this.#capacity = capacityBytes;
+  }
+
+  get enabled(): boolean {
+    return this.#capacity > 0;
+  }
+
+  stats(): ConversationCacheStats {
+    return { entries: this.#entries.size, bytes: this.#bytes };
+  }
+
+  /**
+   * The key of a chat: the roles and contents of its first two messages (the system prompt and the first task of an
+   * agent's session), and add_special_tokens. Only which cached prompt to compare with depends on it: what is reused
+   * is decided by comparing the rendered texts.
+   */
+  static chatKey(messages: readonly unknown[], addSpecial: boolean): string {
+    let key = addSpecial ? '1' : '0';
+    for (const m of messages.slice(0, 2)) {
+      const { role, content } = (m ?? {}) as { role?: unknown; content?: unknown };
+      key += `\u0000${String(role)}\u0000${typeof content === 'string' ? content : JSON.stringify(content ?? null)}`;
+    }
+    return key;
+  }
+
+  /** The key of a text prompt: its first characters. */
+  static textKey(text: string, addSpecial: boolean): string {
+    return `${addSpecial ? 1 : 0}${text.slice(0, KEY_TEXT_CHARS)}`;
+  }
+
+  /**
+   * What `text` can reuse of the conversation under `key`: undefined when nothing (no entry, nothing shared
+   * past a split point). `guard` is the longest split token's length (the module comment says why).
+   */
+  reuse(key: string, text: string, guard: number): Reuse | undefined {
+    const entry = this.#entries.get(key);
+    if (entry === undefined) return undefined;
+    this.#entries.delete(key);
+    this.#entries.set(key, entry);
+    const shared = commonPrefixLength(entry.text, text);
+    // The last split point p with p + guard <= shared (and guard characters of text after it to compare).
+    const b = entry.bounds;
+    let lo = 0;
+    let hi = b.length >>> 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (b[2 * mid]! + guard <= shared) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo === 0) return undefined;
+    const k = lo - 1;
+    return { entry, chars: b[2 * k]!, ids: b[2 * k + 1]!, bounds: 2 * k };
+  }
+
+  /** Remembers a conversation's latest prompt under `key`, replacing its previous one; evicts least recently used. */
+  set(key: string, fields: Omit<ConversationEntry, 'key' | 'bytes'>): void {
+    const old = this.#entries.get(key);
+    if (old !== undefined) {
+      this.#entries.delete(key);
+      this.#bytes -= old.bytes;
+    }
+    // Two bytes a character: an upper bound (a Latin-1 text takes one), without a scan of the text.
+    const chars = fields.text.length * 2;
+    const bytes =
+      chars +
+      key.length * 2 +
+      fields.inner.byteLength +
+      fields.bounds.byteLength +
+      fields.hashes.local.byteLength +
+      fields.hashes.seq.byteLength +
+      ENTRY_OVERHEAD_BYTES;
+    // One conversation larger than half the cache would evict the others for a single entry.
+    if (bytes > this.#capacity / 2) return;
+    this.#entries.set(key, { key, bytes, ...fields });
+    this.#bytes += bytes;
+    for (const [k, e] of this.#entries) {
+      if (this.#bytes <= this.#capacity) break;
+      this.#entries.delete(k);
+      this.#bytes -= e.bytes;
+    }
+  }
+}
+
+/** The split encoding of a prompt whose text from `reuse.chars` on was encoded as `tail`. */
+export function joinSplit(reuse: Reuse | undefined, tail: SplitEncoding): { inner: Uint32Array; bounds: Int32Array } {
+  if (reuse === undefined) return { inner: tail.ids, bounds: Int32Array.from(tail.bounds) };
+  const inner = new Uint32Array(reuse.ids + tail.ids.length);
+  inner.set(reuse.entry.inner.subarray(0, reuse.ids), 0);
+  inner.set(tail.ids, reuse.ids);
+  const bounds = new Int32Array(reuse.bounds + tail.bounds.length);
+  bounds.set(reuse.entry.bounds.subarray(0, reuse.bounds), 0);
+  for (let i = 0; i < tail.bounds.length; i += 2) {
+    bounds[reuse.bounds + i] = tail.bounds[i]! + reuse.chars;
+    bounds[reuse.bounds + i + 1] = tail.bounds[i + 1]! + reuse.ids;
+  }
+  return { inner, bounds };
+}
+
+/**
+ * The block hashes of `tokenIds`, whose first `sharedIds` ids are those `cached` was computed over with the same
+ * options: the complete blocks among them are taken from `cached`, and the chain continues from the last of them.
+ * Laid out as promptHashes lays them out (local then seq in one fresh buffer, which the caller owns).
+ */
+export function continuedHashes(
+  tokenIds: Uint32Array,
+  blockSize: number,
+  opts: BlockHashOptions,
+  cached: PromptHashes | undefined,
+  sharedIds: number,
+): PromptHashes {
+  const reused = cached === undefined ? 0 : Math.min(Math.floor(sharedIds / blockSize), cached.local.length);
+  if (reused === 0) return promptHashes(tokenIds, blockSize, opts);
+  const total = Math.floor(tokenIds.length / blockSize);
+  const local = blockHashes(tokenIds.subarray(reused * blockSize), blockSize, opts);
+  // seq[0] = local[0]: a chain started at the last reused block's sequence hash continues it.
+  const chain = new BigUint64Array(local.length + 1);
+  chain[0] = cached!.seq[reused - 1]!;
+  chain.set(local, 1);
+  const seq = sequenceHashes(chain);
+  const out = new BigUint64Array(2 * total);
+  out.set(cached!.local.subarray(0, reused), 0);
+  out.set(local, reused);
+  out.set(cached!.seq.subarray(0, reused), total);
+  out.set(seq.subarray(1), total + reused);
+  return { local: out.subarray(0, total), seq: out.subarray(total) };
+}
+
+/** A copy of `h` in one buffer of its own (the result's arrays are moved to the caller's thread). */
+export function ownHashes(h: PromptHashes): PromptHashes {
+  const n = h.local.length;
+  const out = new BigUint64Array(2 * n);
+  out.set(h.local, 0);
+  out.set(h.seq, n);
+  return { local: out.subarray(0, n), seq: out.subarray(n) };
+}
