@@ -44,4 +44,14 @@ export type {
   KvSchedulerOptions,
   BookkeepingObserver,
 } from './scheduler/types.js';
-export { computeBootstrapRoom, randomRoomSeed, RequestTracker } from './disagg/index.js';
+export {
+  ALWAYS_DISAGGREGATE,
+  DISAGG_POLICY_MODES,
+  computeBootstrapRoom,
+  decideDisagg,
+  randomRoomSeed,
+  RequestTracker,
+  type DisaggDecision,
+  type DisaggPolicy,
+  type DisaggReason,
+} from './disagg/index.js';
