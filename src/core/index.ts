@@ -53,5 +53,4 @@ export {
   RequestTracker,
   type DisaggDecision,
   type DisaggPolicy,
-  type DisaggReason,
 } from './disagg/index.js';

@@ -7,6 +7,4 @@ export {
   decideDisagg,
   type DisaggDecision,
   type DisaggPolicy,
-  type DisaggPolicyMode,
-  type DisaggReason,
 } from './disagg-policy.js';
