@@ -33,7 +33,11 @@ function worker(id: number, role: WorkerInfo['role'], extra: Partial<WorkerInfo>
   return { id, model: MODEL, url: `http://127.0.0.1:${id}`, role, dialect: 'vllm', dpStart: 0, dpSize: 1, ...extra };
 }
 
-function routerOn(registry: WorkerRegistry, opts: Partial<ModelRouterOptions> = {}): ModelRouter {
+function routerOn(
+  registry: WorkerRegistry,
+  opts: Partial<ModelRouterOptions> = {},
+  metrics?: KvgateMetrics,
+): ModelRouter {
   return new ModelRouter(
     {
       model: MODEL,
@@ -45,7 +49,7 @@ function routerOn(registry: WorkerRegistry, opts: Partial<ModelRouterOptions> = 
       routerConfig: { useKvEvents: false },
       ...opts,
     },
-    makeRouterContext({ rng: seededRng(1), clock: new ManualClock() }),
+    makeRouterContext({ rng: seededRng(1), clock: new ManualClock(), metrics }),
   );
 }
 
@@ -290,19 +294,8 @@ describe('conditional disaggregation (disagg_policy)', () => {
     const registry = new WorkerRegistry();
     for (const w of [worker(1, 'decode', { servesAggregated: true }), worker(11, 'prefill')]) registry.add(w);
     const metrics = new KvgateMetrics({ processMetrics: false });
-    const r = new ModelRouter(
-      {
-        model: MODEL,
-        mode: 'kv',
-        blockSize: 16,
-        registry,
-        engine: new EngineClient(),
-        tickIntervalMs: 0,
-        routerConfig: { useKvEvents: false },
-        disaggPolicy: { mode: 'input_length', minInputTokens: 64, maxPrefillLoadTokens: 0 },
-      },
-      makeRouterContext({ rng: seededRng(1), clock: new ManualClock(), metrics }),
-    );
+    const policy = { mode: 'input_length', minInputTokens: 64, maxPrefillLoadTokens: 0 } as const;
+    const r = routerOn(registry, { disaggPolicy: policy }, metrics);
     const tokens = (n: number): number[] => Array.from({ length: n }, (_, i) => i + 1);
     const short = await r.query(prepare(tokens(40)));
     expect(short.prefillWorker).toBeUndefined();
