@@ -388,7 +388,7 @@ export class ModelRouter implements ModelRouterPort {
       leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
     let res;
     try {
-      res = await this.decode.dispatch(leg);
+      res = await this.decode.dispatch(leg, undefined, this.prefill.decodeOnlyWorkers());
     } catch (err) {
       // A sticky worker that refused (overloaded, unreachable) no longer holds the session; a client abort changes nothing.
       if (sticky !== undefined) this.sessions.refused(session, err);
@@ -416,7 +416,7 @@ export class ModelRouter implements ModelRouterPort {
         prefillOverlapBlocks: q.prefill.overlapBlocks,
       };
     }
-    const sel = await this.decode.select(this.#legs.leg(req), 'query');
+    const sel = await this.decode.select(this.#legs.leg(req), 'query', this.prefill.decodeOnlyWorkers());
     return { worker: sel.slot, overlapBlocks: sel.overlapBlocks };
   }
 

@@ -157,6 +157,14 @@ export class PrefillRouter {
     return false;
   }
 
+  /** Decode-pool workers that cannot serve a request alone: an aggregated leg (policy or fallback) never goes there. */
+  decodeOnlyWorkers(): ReadonlySet<number> | undefined {
+    let out: Set<number> | undefined;
+    for (const w of this.#decode.members.values())
+      if (w.role === 'decode' && w.servesAggregated !== true) (out ??= new Set()).add(w.id);
+    return out;
+  }
+
   /**
    * The model's disaggregation policy for a request of `promptTokens`, while the pool is active. When no decode-pool
    * worker can serve alone, the request is disaggregated whatever the policy says. Counted per decision and reason

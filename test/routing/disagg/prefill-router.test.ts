@@ -313,6 +313,18 @@ describe('conditional disaggregation (disagg_policy)', () => {
     await r.close();
   });
 
+  it('a request the policy keeps aggregated never goes to a decode-only worker of the pool', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode'), worker(2, 'aggregated'), worker(11, 'prefill')]) registry.add(w);
+    const r = routerOn(registry, { disaggPolicy: { mode: 'never', minInputTokens: 0, maxPrefillLoadTokens: 0 } });
+    for (let i = 0; i < 8; i++) {
+      const q = await r.query(prepare([i + 1, i + 2, i + 3]));
+      expect(q.prefillWorker).toBeUndefined();
+      expect(q.worker.workerId).toBe(2);
+    }
+    await r.close();
+  });
+
   it('a policy that says aggregated still disaggregates when no decode worker can serve alone', async () => {
     const registry = new WorkerRegistry();
     for (const w of [worker(1, 'decode'), worker(11, 'prefill')]) registry.add(w);
