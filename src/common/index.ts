@@ -51,6 +51,7 @@ export {
   clientSpan,
   inRequestSpan,
   inSpan,
+  setActiveSpanAttribute,
   spanFailed,
   traceLinkOf,
   traceLogFields,

@@ -138,6 +138,12 @@ export function inRequestSpan<T>(req: IncomingMessage, res: ServerResponse, fn: 
   return context.with(trace.setSpan(parent, span), fn);
 }
 
+/** Sets an attribute on the active span (a request's routing facts found outside its route span); free when off. */
+export function setActiveSpanAttribute(key: string, value: string | number | boolean): void {
+  if (!spansOn()) return;
+  trace.getActiveSpan()?.setAttribute(key, value);
+}
+
 /** Log fields naming the active recording span's trace (empty when tracing is off or the request is not sampled). */
 export function traceLogFields(): { traceId?: string } {
   if (!spansOn()) return {};

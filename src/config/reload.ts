@@ -38,6 +38,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['tokenizer', (m) => m.tokenizer],
   ['verify_tokenizer', (m) => m.verifyTokenizer],
   ['enforce_disagg', (m) => m.enforceDisagg],
+  ['disagg_policy', (m) => m.disaggPolicy],
   ['engine_timeouts', (m) => m.engineTimeouts],
   ['engine', (m) => m.engine],
   ['workers_file', (m) => m.workersFile],

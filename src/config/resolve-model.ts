@@ -6,7 +6,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { ENGINE_DIALECTS, ROUTER_MODES, WORKER_ROLES, type EngineDialect } from '../common/index.js';
-import { kvEventsEnabled } from '../core/index.js';
+import { ALWAYS_DISAGGREGATE, DISAGG_POLICY_MODES, kvEventsEnabled, type DisaggPolicy } from '../core/index.js';
 import type { KvEventEndpoints } from '../discovery/index.js';
 import { absolute, checkHost, checkEngineUrl, checkHttpUrl, checkZmqEndpoint, type ResolveContext } from './checks.js';
 import { GATEWAY_DEFAULTS } from './defaults.js';
@@ -26,6 +26,7 @@ const MODEL_KEYS = [
   'verify_tokenizer',
   'engine',
   'enforce_disagg',
+  'disagg_policy',
   'max_prompt_tokens',
   'router',
   'workers',
@@ -227,6 +228,28 @@ function readTaints(w: ConfigReader): { taints?: readonly string[] } {
   return out.length > 0 ? { taints: out } : {};
 }
 
+/** A model's `disagg_policy` (core's `DisaggPolicy`): a bound is required by the modes that read it. */
+function readDisaggPolicy(p: ConfigReader | undefined, routerMode: string): DisaggPolicy {
+  if (p === undefined) return ALWAYS_DISAGGREGATE;
+  p.allowOnly(['mode', 'min_input_tokens', 'max_prefill_load_tokens']);
+  const mode = p.oneOf('mode', DISAGG_POLICY_MODES, 'always');
+  const byLength = mode === 'input_length' || mode === 'either';
+  const byLoad = mode === 'prefill_load' || mode === 'either';
+  if (byLoad && routerMode !== 'kv')
+    p.problem('mode', `${mode} reads the prefill pool's queued prefill tokens, which only router_mode kv tracks`);
+  for (const [key, needed] of [
+    ['min_input_tokens', byLength],
+    ['max_prefill_load_tokens', byLoad],
+  ] as const)
+    if (needed && !p.has(key)) p.problem(key, `is required by mode ${mode}`);
+    else if (!needed && p.has(key)) p.problem(key, `is not read by mode ${mode}`);
+  return {
+    mode,
+    minInputTokens: byLength ? p.int('min_input_tokens', 0, { min: 1 }) : 0,
+    maxPrefillLoadTokens: byLoad ? p.int('max_prefill_load_tokens', 0, { min: 0 }) : 0,
+  };
+}
+
 /** An `engine_timeouts` section (top level, or a model's own over it): each field falls back to `base`. */
 export function readEngineTimeouts(t: ConfigReader | undefined, base: EngineTimeouts): EngineTimeouts {
   if (t === undefined) return base;
@@ -280,6 +303,7 @@ export function readModel(
   const verifyTokenizer = m.bool('verify_tokenizer', false);
   const engine = m.oneOf('engine', ENGINE_DIALECTS, GATEWAY_DEFAULTS.engine);
   const enforceDisagg = m.bool('enforce_disagg', false);
+  const disaggPolicy = readDisaggPolicy(m.child('disagg_policy'), routerMode);
   const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
   const localRouter = readRouterKnobs(m.child('router'));
   const router = resolveRouter(root, globalRouter, localRouter, [...m.path, 'router']);
@@ -311,6 +335,7 @@ export function readModel(
     tokenizer,
     verifyTokenizer,
     enforceDisagg,
+    disaggPolicy,
     maxPromptTokens: modelMax,
     router,
     workers,

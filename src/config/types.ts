@@ -5,7 +5,7 @@
  * section "Configuration"; this is its camelCase, defaults-applied form.
  */
 import type { EngineDialect, RouterMode } from '../common/index.js';
-import type { KvRouterConfig } from '../core/index.js';
+import type { DisaggPolicy, KvRouterConfig } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import type { TokenizerFiles } from '../tokenizer/index.js';
 
@@ -49,6 +49,8 @@ export interface ModelConfig {
   readonly verifyTokenizer: boolean;
   /** Fail requests instead of falling back to aggregated serving when no prefill worker can take them. */
   readonly enforceDisagg: boolean;
+  /** Per request, whether a disaggregated model runs the prefill on its prefill pool or serves aggregated. */
+  readonly disaggPolicy: DisaggPolicy;
   /** Prompt token limit for this model (the global limit unless overridden). */
   readonly maxPromptTokens: number;
   /** The router knobs for this model (global `router` section merged with the model's own). */

@@ -44,4 +44,13 @@ export type {
   KvSchedulerOptions,
   BookkeepingObserver,
 } from './scheduler/types.js';
-export { computeBootstrapRoom, randomRoomSeed, RequestTracker } from './disagg/index.js';
+export {
+  ALWAYS_DISAGGREGATE,
+  DISAGG_POLICY_MODES,
+  computeBootstrapRoom,
+  decideDisagg,
+  randomRoomSeed,
+  RequestTracker,
+  type DisaggDecision,
+  type DisaggPolicy,
+} from './disagg/index.js';

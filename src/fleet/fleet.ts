@@ -79,6 +79,7 @@ function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
       onWorkerUnreachable: (id) => prober.reportFailure(id),
       onDispatchOutcome: (id, error, connectionFailure) => outliers.record(id, error, connectionFailure),
       enforceDisagg: model.enforceDisagg,
+      disaggPolicy: model.disaggPolicy,
       workerHealth: (id) => prober.view(id),
       legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
       migration: model.migration,

@@ -20,13 +20,15 @@ export interface CompletionOptions extends PrepareOptions {
   draining(): boolean;
 }
 
-/** The answer's worker headers, with `Connection: close` while draining. */
+/** The answer's worker headers and the disaggregation decision, with `Connection: close` while draining. */
 function answerHeaders(
   env: CompletionOptions,
   worker: WorkerRank,
   prefill: WorkerRank | undefined,
+  disagg?: string,
 ): Record<string, string> {
   const headers = workerHeaders(worker, prefill);
+  if (disagg !== undefined) headers['x-kvgate-disagg'] = disagg;
   if (env.draining()) headers.connection = 'close';
   return headers;
 }
@@ -66,5 +68,5 @@ export async function serveCompletion(
   }
   const routed = await port.route(prepared);
   noteWorkers(ctx, routed.worker, routed.prefillWorker);
-  await pipeRouted(ctx, routed, answerHeaders(env, routed.worker, routed.prefillWorker), env.relay());
+  await pipeRouted(ctx, routed, answerHeaders(env, routed.worker, routed.prefillWorker, routed.disagg), env.relay());
 }

@@ -117,6 +117,12 @@ export const METRIC_DEFINITIONS = {
     help: 'Requests served aggregated because every prefill worker of a disaggregated model was gone.',
     labelNames: ['model'],
   },
+  disaggDecisions: {
+    kind: 'counter',
+    name: 'kvgate_router_disagg_decisions_total',
+    help: "Requests of a model with a prefill pool, by the disaggregation policy's decision (disaggregated or aggregated) and its reason.",
+    labelNames: ['model', 'decision', 'reason'],
+  },
   nonMaxOverlapSelections: {
     kind: 'counter',
     name: 'kvgate_router_non_max_overlap_selections_total',

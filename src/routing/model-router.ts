@@ -14,7 +14,7 @@
  * the authoritative load; the prefix index is advisory and fed by events.
  */
 import { seededRng, type KvSlotSnapshot, type RouterMode } from '../common/index.js';
-import type { KvRouterOptions } from '../core/index.js';
+import type { DisaggPolicy, KvRouterOptions } from '../core/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
 import type { KvEventManager, KvEventOptions } from '../events/index.js';
@@ -59,6 +59,8 @@ export interface ModelRouterOptions {
   readonly onDispatchOutcome?: DispatchOutcomeListener | undefined;
   /** Refuse requests (and hide the model) instead of serving them aggregated while no prefill worker is available. */
   readonly enforceDisagg?: boolean | undefined;
+  /** Per request, disaggregated or aggregated while prefill workers are available (default: always disaggregated). */
+  readonly disaggPolicy?: DisaggPolicy | undefined;
   /** Sliding TTL of a sticky prefill worker for a session without its own timeout (default 300 000 ms). */
   readonly prefillSessionTtlMs?: number | undefined;
   /** Sliding TTL of a sticky aggregated/decode session without its own `timeout` (default 300 s). */
@@ -154,6 +156,7 @@ export class ModelRouter implements ModelRouterPort {
         model: opts.model,
         mode: opts.mode,
         enforceDisagg: opts.enforceDisagg,
+        policy: opts.disaggPolicy,
         decode: this.decode,
         createPool: () => {
           const pool = (this.#prefillPool = this.#buildPool('prefill'));
@@ -266,7 +269,7 @@ export class ModelRouter implements ModelRouterPort {
     if (w.role === 'prefill') {
       this.prefill.removeWorker(w.id);
       void this.#prefillPool?.events?.remove(w.id);
-      if (this.prefill.state === 'inactive' && !this.prefill.enforceDisagg && !this.#fallbackPossible()) {
+      if (this.prefill.state === 'inactive' && !this.prefill.enforceDisagg && !this.prefill.fallbackPossible()) {
         this.#ctx.logger.warn({ workerId: w.id }, `${NO_FALLBACK}; model unavailable until a prefill worker returns`);
       }
       return;
@@ -338,7 +341,7 @@ export class ModelRouter implements ModelRouterPort {
       });
     }
     if (!this.prefill.canServeRequests()) return this.#notActivated();
-    if (this.prefill.state !== 'active' && !this.#fallbackPossible()) return this.#notActivated(true);
+    if (this.prefill.state !== 'active' && !this.prefill.fallbackPossible()) return this.#notActivated(true);
     return undefined;
   }
 
@@ -353,12 +356,6 @@ export class ModelRouter implements ModelRouterPort {
     return new KvgateError('KVG_ERR_PREFILL_NOT_ACTIVATED', message, { model: this.model });
   }
 
-  /** Some decode-pool worker can serve a request without a prefill (aggregated, or a decode worker that says so). */
-  #fallbackPossible(): boolean {
-    for (const w of this.decode.members.values()) if (w.role !== 'decode' || w.servesAggregated === true) return true;
-    return false;
-  }
-
   /** The LoRA adapters this model serves now: its available aggregated or decode workers' (configured, or in their /v1/models). */
   adapters(): string[] {
     return this.#registry.adapters(this.model, ['aggregated', 'decode']);
@@ -367,11 +364,18 @@ export class ModelRouter implements ModelRouterPort {
   async route(req: PreparedRequest): Promise<RoutedResponse> {
     if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
     this.#legs.checkPins(req.hints);
-    if (this.#disaggregated(true)) {
+    const d = this.#disaggregated(true) ? this.prefill.decide(req.tokenIds.length) : undefined;
+    if (d?.disaggregate === true) {
       if (isAgentEndpoint(req.endpoint)) throw agentDisaggRefusal(this.model, req.endpoint);
       if (req.endpoint === 'embeddings') throw embeddingsDisaggRefusal(this.model);
       const out = await this.prefill.route(this.#legs.leg(req), req.hints.session);
-      return { worker: out.worker, prefillWorker: out.prefillWorker, status: out.status, body: out.body };
+      return {
+        worker: out.worker,
+        prefillWorker: out.prefillWorker,
+        status: out.status,
+        body: out.body,
+        disagg: d.header,
+      };
     }
     const session = req.hints.session;
     let leg = this.#legs.leg(req);
@@ -385,7 +389,7 @@ export class ModelRouter implements ModelRouterPort {
       leg = { ...leg, routing: { ...leg.routing, backendInstanceId: sticky.workerId, dpRank: sticky.dpRank } };
     let res;
     try {
-      res = await this.decode.dispatch(leg);
+      res = await this.decode.dispatch(leg, undefined, this.prefill.decodeOnlyWorkers());
     } catch (err) {
       // A sticky worker that refused (overloaded, unreachable) no longer holds the session; a client abort changes nothing.
       if (sticky !== undefined) this.sessions.refused(session, err);
@@ -395,6 +399,7 @@ export class ModelRouter implements ModelRouterPort {
     this.sessions.served(session, worker);
     return {
       worker,
+      disagg: d?.header,
       status: res.status,
       body:
         res.body.kind === 'sse' ? { kind: 'sse', events: res.body.events } : { kind: 'json', bytes: res.body.bytes },
@@ -403,7 +408,7 @@ export class ModelRouter implements ModelRouterPort {
 
   async query(req: PreparedRequest): Promise<QueryResult> {
     this.#legs.checkPins(req.hints);
-    if (this.#disaggregated(false)) {
+    if (this.#disaggregated(false) && this.prefill.decide(req.tokenIds.length).disaggregate) {
       const q = await this.prefill.query(this.#legs.leg(req), req.hints.session);
       return {
         worker: q.decode.slot,
@@ -412,7 +417,7 @@ export class ModelRouter implements ModelRouterPort {
         prefillOverlapBlocks: q.prefill.overlapBlocks,
       };
     }
-    const sel = await this.decode.select(this.#legs.leg(req), 'query');
+    const sel = await this.decode.select(this.#legs.leg(req), 'query', this.prefill.decodeOnlyWorkers());
     return { worker: sel.slot, overlapBlocks: sel.overlapBlocks };
   }
 
@@ -437,7 +442,7 @@ export class ModelRouter implements ModelRouterPort {
     if (state === 'active') return true;
     if (this.prefill.enforceDisagg) throw this.#notActivated();
     // Decode-only engines answer a request without a handoff as the client's error: fall back nowhere.
-    if (!this.#fallbackPossible()) throw this.#notActivated(true);
+    if (!this.prefill.fallbackPossible()) throw this.#notActivated(true);
     if (state === 'inactive' && countFallback) this.#ctx.metrics?.disaggFallbacks.labels({ model: this.model }).inc();
     return false;
   }

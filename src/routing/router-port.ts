@@ -90,6 +90,11 @@ export interface RoutedResponse {
   readonly worker: WorkerRank;
   /** The prefill worker when disaggregated: the `x-kvgate-prefill-worker` header. */
   readonly prefillWorker?: WorkerRank | undefined;
+  /**
+   * A model with a prefill pool: the disaggregation policy's decision and reason (`disaggregated; reason=long_input`),
+   * the `x-kvgate-disagg` header.
+   */
+  readonly disagg?: string | undefined;
   /** The engine's HTTP status, passed to the client (an engine 4xx as its message in kvgate's error object, engines' `refusalBody`). */
   readonly status: number;
   readonly body: RoutedBody;

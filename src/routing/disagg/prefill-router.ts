@@ -25,8 +25,9 @@
  * scheduler with its queue and backpressure, so the prefill slot is booked
  * where it is chosen.
  */
-import type { RouterMode, SessionHint, WorkerRank } from '../../common/index.js';
+import { setActiveSpanAttribute, type RouterMode, type SessionHint, type WorkerRank } from '../../common/index.js';
 import type { WorkerInfo } from '../../discovery/index.js';
+import { ALWAYS_DISAGGREGATE, decideDisagg, type DisaggDecision, type DisaggPolicy } from '../../core/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import { directPin } from '../pins.js';
@@ -58,6 +59,8 @@ export interface PrefillRouterOptions {
   readonly sessionLimits?: SessionLimits | undefined;
   /** Re-runs of a request whose prefill worker could not be reached (nothing sent), on another one (default 2). */
   readonly maxRetries?: number | undefined;
+  /** Per request, whether to disaggregate while the pool is active (default: always). */
+  readonly policy?: DisaggPolicy | undefined;
 }
 
 /** What a query-only request would do: both workers, nothing booked. */
@@ -75,6 +78,7 @@ export class PrefillRouter {
   readonly #createPool: () => PushRouter;
   readonly #ctx: RouterContext;
   readonly #maxRetries: number;
+  readonly #policy: DisaggPolicy;
   #pool: PushRouter | undefined;
   #state: PrefillState = 'pending';
   #activations = 0;
@@ -87,6 +91,7 @@ export class PrefillRouter {
     this.#createPool = opts.createPool;
     this.#ctx = ctx;
     this.#maxRetries = opts.maxRetries ?? 2;
+    this.#policy = opts.policy ?? ALWAYS_DISAGGREGATE;
     this.sessions = new StickySessions(
       ctx.clock,
       opts.sessionTtlMs,
@@ -144,6 +149,41 @@ export class PrefillRouter {
     pool.removeWorker(id);
     this.sessions.unbindWorker(id);
     if (pool.size === 0) this.#state = 'inactive';
+  }
+
+  /** Some decode-pool worker can serve a request without a prefill (aggregated, or a decode worker that says so). */
+  fallbackPossible(): boolean {
+    for (const w of this.#decode.members.values()) if (w.role !== 'decode' || w.servesAggregated === true) return true;
+    return false;
+  }
+
+  /** Decode-pool workers that cannot serve a request alone: an aggregated leg (policy or fallback) never goes there. */
+  decodeOnlyWorkers(): ReadonlySet<number> | undefined {
+    let out: Set<number> | undefined;
+    for (const w of this.#decode.members.values())
+      if (w.role === 'decode' && w.servesAggregated !== true) (out ??= new Set()).add(w.id);
+    return out;
+  }
+
+  /**
+   * The model's disaggregation policy for a request of `promptTokens`, while the pool is active. When no decode-pool
+   * worker can serve alone, the request is disaggregated whatever the policy says. Counted per decision and reason
+   * (`kvgate_router_disagg_decisions_total`); `header` is the `x-kvgate-disagg` response header.
+   */
+  decide(promptTokens: number): DisaggDecision & { readonly header: string } {
+    let d = decideDisagg(this.#policy, promptTokens, () => this.#prefillLoad());
+    if (!d.disaggregate && !this.fallbackPossible()) d = { disaggregate: true, reason: 'always' };
+    const decision = d.disaggregate ? 'disaggregated' : 'aggregated';
+    this.#ctx.metrics?.disaggDecisions.labels({ model: this.model, decision, reason: d.reason }).inc();
+    const header = `${decision}; reason=${d.reason}`;
+    setActiveSpanAttribute('kvgate.disagg', header);
+    return { ...d, header };
+  }
+
+  /** Queued prefill tokens of the least-loaded prefill rank (the prefill pool's load estimate; KV mode). */
+  #prefillLoad(): number {
+    const loads = this.#pool?.kvRouter?.loads() ?? [];
+    return loads.length === 0 ? 0 : Math.min(...loads.map((l) => l.activePrefillTokens));
   }
 
   /** Session expiry and the prefill scheduler's periodic work. */

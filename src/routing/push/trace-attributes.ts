@@ -53,8 +53,6 @@ export function routingLogLine(
   const cached =
     d === undefined ? `${sel.overlapBlocks} blocks cached` : `${sel.overlapBlocks}/${d.requiredBlocks} blocks cached`;
   const cost = d === undefined ? '' : `, cost ${d.cost.toFixed(3)} of ${d.candidateCount} candidates`;
-  return {
-    fields,
-    msg: `[ROUTING] ${sel.worker.role} worker ${sel.slot.workerId} dp_rank ${sel.slot.dpRank}: ${cached}${cost}${sel.pinned ? ' (pinned)' : ''}`,
-  };
+  const who = `${sel.worker.role} worker ${sel.slot.workerId} dp_rank ${sel.slot.dpRank}`;
+  return { fields, msg: `[ROUTING] ${who}: ${cached}${cost}${sel.pinned ? ' (pinned)' : ''}` };
 }

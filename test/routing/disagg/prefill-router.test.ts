@@ -24,6 +24,8 @@ import { ModelRouter, type ModelRouterOptions } from '../../../src/routing/model
 import { makeRouterContext } from '../../../src/routing/context.js';
 import type { LegRequest } from '../../../src/routing/push/types.js';
 import { prepare } from '../../helpers/fleet.js';
+import { sampleSum } from '../../helpers/metric-sum.js';
+import { KvgateMetrics } from '../../../src/metrics/index.js';
 
 const MODEL = 'mock-model';
 
@@ -31,7 +33,11 @@ function worker(id: number, role: WorkerInfo['role'], extra: Partial<WorkerInfo>
   return { id, model: MODEL, url: `http://127.0.0.1:${id}`, role, dialect: 'vllm', dpStart: 0, dpSize: 1, ...extra };
 }
 
-function routerOn(registry: WorkerRegistry, opts: Partial<ModelRouterOptions> = {}): ModelRouter {
+function routerOn(
+  registry: WorkerRegistry,
+  opts: Partial<ModelRouterOptions> = {},
+  metrics?: KvgateMetrics,
+): ModelRouter {
   return new ModelRouter(
     {
       model: MODEL,
@@ -43,7 +49,7 @@ function routerOn(registry: WorkerRegistry, opts: Partial<ModelRouterOptions> = 
       routerConfig: { useKvEvents: false },
       ...opts,
     },
-    makeRouterContext({ rng: seededRng(1), clock: new ManualClock() }),
+    makeRouterContext({ rng: seededRng(1), clock: new ManualClock(), metrics }),
   );
 }
 
@@ -278,6 +284,53 @@ describe('routing rules', () => {
     expect(q.prefill.worker.id).toBe(11);
     expect(r.prefill.pool!.kvRouter!.activeRequestCount).toBe(0);
     expect(r.decode.kvRouter!.activeRequestCount).toBe(0);
+    await r.close();
+  });
+});
+
+describe('conditional disaggregation (disagg_policy)', () => {
+  // issue 30: per request, disaggregated or aggregated, counted by decision and reason.
+  it('input_length: a short prompt is served aggregated on a decode worker that can, a long one disaggregated', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode', { servesAggregated: true }), worker(11, 'prefill')]) registry.add(w);
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const policy = { mode: 'input_length', minInputTokens: 64, maxPrefillLoadTokens: 0 } as const;
+    const r = routerOn(registry, { disaggPolicy: policy }, metrics);
+    const tokens = (n: number): number[] => Array.from({ length: n }, (_, i) => i + 1);
+    const short = await r.query(prepare(tokens(40)));
+    expect(short.prefillWorker).toBeUndefined();
+    expect(short.worker.workerId).toBe(1);
+    const long = await r.query(prepare(tokens(64)));
+    expect(long.prefillWorker?.workerId).toBe(11);
+    const text = await metrics.text();
+    expect(
+      sampleSum(text, 'kvgate_router_disagg_decisions_total', { decision: 'aggregated', reason: 'short_input' }),
+    ).toBe(1);
+    expect(
+      sampleSum(text, 'kvgate_router_disagg_decisions_total', { decision: 'disaggregated', reason: 'long_input' }),
+    ).toBe(1);
+    expect(r.prefill.decide(10).header).toBe('aggregated; reason=short_input');
+    await r.close();
+  });
+
+  it('a request the policy keeps aggregated never goes to a decode-only worker of the pool', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode'), worker(2, 'aggregated'), worker(11, 'prefill')]) registry.add(w);
+    const r = routerOn(registry, { disaggPolicy: { mode: 'never', minInputTokens: 0, maxPrefillLoadTokens: 0 } });
+    for (let i = 0; i < 8; i++) {
+      const q = await r.query(prepare([i + 1, i + 2, i + 3]));
+      expect(q.prefillWorker).toBeUndefined();
+      expect(q.worker.workerId).toBe(2);
+    }
+    await r.close();
+  });
+
+  it('a policy that says aggregated still disaggregates when no decode worker can serve alone', async () => {
+    const registry = new WorkerRegistry();
+    for (const w of [worker(1, 'decode'), worker(11, 'prefill')]) registry.add(w);
+    const r = routerOn(registry, { disaggPolicy: { mode: 'never', minInputTokens: 0, maxPrefillLoadTokens: 0 } });
+    expect(r.prefill.decide(10)).toMatchObject({ disaggregate: true, reason: 'always' });
+    expect((await r.query(prepare([1, 2, 3]))).prefillWorker?.workerId).toBe(11);
     await r.close();
   });
 });
