@@ -5,11 +5,12 @@
  * in Dynamo's prefill router, it scores on overlap and prompt load only).
  */
 import type { KvSlotSnapshot, WorkerRole } from '../common/index.js';
-import type { KvRouterOptions } from '../core/index.js';
+import { FULL_ATTENTION_GROUP, type KvGroupSpec, type KvRouterOptions } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import {
   KvEventApplier,
   KvEventManager,
+  KvGroupIndexes,
   TieredPrefixIndex,
   dpRankEndpoint,
   type KvEventOptions,
@@ -28,6 +29,8 @@ export interface KvPoolOptions {
   readonly kvEventsStaleAfterMs?: number | undefined;
   /** A peer replica's prefix index by pool role (warm start): the pool's subscriptions start from it. */
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
+  /** Told of every KV-cache group a hybrid model's events announce (or change). */
+  readonly onKvGroup?: ((groupIdx: number, spec: KvGroupSpec) => void) | undefined;
 }
 
 export function kvPool(
@@ -37,6 +40,7 @@ export function kvPool(
   watch: WorkerWatch,
 ): { kvRouter: KvRouter; events: KvEventManager | undefined } {
   let events: KvEventManager | undefined;
+  let groups: KvGroupIndexes | undefined;
   const config: KvRouterOptions = role === 'prefill' ? prefillPoolConfig(opts.routerConfig) : { ...opts.routerConfig };
   const kvRouter = new KvRouter({
     blockSize: opts.blockSize,
@@ -46,9 +50,16 @@ export function kvPool(
     config,
     // A worker whose KV events never started or went silent is scored in approximate mode alone.
     eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
+    // Hybrid attention: the other KV-cache groups the events announce (read lazily: built just below).
+    kvGroups: {
+      primarySpec: () => groups?.primarySpec() ?? FULL_ATTENTION_GROUP,
+      others: () => groups?.others() ?? [],
+    },
   });
   if (kvRouter.config.useKvEvents) {
-    const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
+    groups = new KvGroupIndexes({ primary: kvRouter.index, logger: ctx.logger, onSpec: opts.onKvGroup });
+    const indexes = new TieredPrefixIndex(kvRouter.index);
+    const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes, groups });
     events = new KvEventManager({
       applier,
       clock: ctx.clock,
