@@ -44,6 +44,6 @@ export type {
   KvSchedulerOptions,
   BookkeepingObserver,
 } from './scheduler/types.js';
-export { FULL_ATTENTION_GROUP, kvGroupSpecOf, kvGroupLabel, hybridHitBlocks } from './kv-groups.js';
-export type { KvCacheGroups, KvGroupSpec, KvGroupView, KvGroupKind, BlockPresence } from './kv-groups.js';
+export { FULL_ATTENTION_GROUP, kvGroupSpecOf, kvGroupLabel, parseKvGroupLabel, hybridHitBlocks } from './kv-groups.js';
+export type { KvCacheGroups, KvGroupSpec, KvGroupView } from './kv-groups.js';
 export { computeBootstrapRoom, randomRoomSeed, RequestTracker } from './disagg/index.js';

@@ -63,8 +63,23 @@ export function kvGroupLabel(spec: KvGroupSpec): string {
   return spec.kind;
 }
 
+/**
+ * A group from its short form (`kvGroupLabel`'s, or a vLLM kind name, `kind:<tokens>` for a window):
+ * `full`, `sliding:128`, `sliding_window:4096`, `mamba`. Anything else is `unknown`.
+ */
+export function parseKvGroupLabel(label: string): KvGroupSpec {
+  const [name = '', size] = label.trim().split(':', 2);
+  const lower = name.toLowerCase();
+  const window = size !== undefined && /^\d+$/.test(size) ? Number(size) : undefined;
+  if (lower === 'full') return FULL_ATTENTION_GROUP;
+  if (lower === 'sliding') return kvGroupSpecOf('sliding_window', window);
+  const spec = kvGroupSpecOf(name, window);
+  // A known kind with a size it does not take (`mamba:3`) is not a layout kvgate understands.
+  return size !== undefined && spec.kind !== 'sliding_window' ? { kind: 'unknown', wireKind: label.trim() } : spec;
+}
+
 /** Blocks a sliding window of `window` tokens needs before the hit point (vLLM: cdiv(window - 1, block size)). */
-export function slidingWindowBlocks(window: number, blockSize: number): number {
+function slidingWindowBlocks(window: number, blockSize: number): number {
   return Math.max(1, Math.ceil((window - 1) / blockSize));
 }
 
@@ -75,7 +90,7 @@ export type BlockPresence = (i: number) => boolean;
  * The longest hit, at most `limit` blocks, that one group can serve. `leading` is the group's run of held
  * blocks from block 0 when the caller already knows it (full attention reads nothing else).
  */
-export function groupHitBlocks(
+function groupHitBlocks(
   spec: KvGroupSpec,
   blockSize: number,
   limit: number,

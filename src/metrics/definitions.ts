@@ -267,8 +267,10 @@ export const METRIC_DEFINITIONS = {
     kind: 'counter',
     name: 'kvgate_worker_engine_checks_total',
     help:
-      "Checks of a joining worker's engine: check=block_size (its /metrics) or tokenizer (the canary probe), by outcome: " +
-      'ok, mismatch (kept out of KV-aware routing), unreadable (/metrics), inconclusive (probe).',
+      "Checks of a joining worker's engine: check=block_size (its /metrics), kv_groups (the KV-cache layout its " +
+      '/metrics states) or tokenizer (the canary probe), by outcome: ok, mismatch (kept out of KV-aware routing), ' +
+      'unknown (a KV-cache group kvgate has no reuse rule for: kept out of KV-aware routing), unreadable (/metrics), ' +
+      'inconclusive (probe).',
     labelNames: ['model', 'check', 'outcome'],
   },
   modelTokenizerMissing: {
