@@ -351,6 +351,14 @@ export const METRIC_DEFINITIONS = {
     help: 'KV events applied to the prefix index, by type and status.',
     labelNames: ['event_type', 'status'],
   },
+  kvCacheGroupChanges: {
+    kind: 'counter',
+    name: 'kvgate_kv_cache_group_changes_total',
+    help:
+      "KV-cache groups of a hybrid model learned from its engines' KV events, or changed, by group index and kind " +
+      '(full, sliding:<tokens>, mamba, unknown(<kind>)).',
+    labelNames: ['group', 'kind'],
+  },
   kvEventDecodeErrors: {
     kind: 'counter',
     name: 'kvgate_kv_event_decode_errors_total',

@@ -5,7 +5,7 @@
  * in Dynamo's prefill router, it scores on overlap and prompt load only).
  */
 import type { KvSlotSnapshot, WorkerRole } from '../common/index.js';
-import { FULL_ATTENTION_GROUP, type KvGroupSpec, type KvRouterOptions } from '../core/index.js';
+import { FULL_ATTENTION_GROUP, kvGroupLabel, type KvGroupSpec, type KvRouterOptions } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import {
   KvEventApplier,
@@ -29,8 +29,6 @@ export interface KvPoolOptions {
   readonly kvEventsStaleAfterMs?: number | undefined;
   /** A peer replica's prefix index by pool role (warm start): the pool's subscriptions start from it. */
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
-  /** Told of every KV-cache group a hybrid model's events announce (or change). */
-  readonly onKvGroup?: ((groupIdx: number, spec: KvGroupSpec) => void) | undefined;
 }
 
 export function kvPool(
@@ -57,7 +55,9 @@ export function kvPool(
     },
   });
   if (kvRouter.config.useKvEvents) {
-    groups = new KvGroupIndexes({ primary: kvRouter.index, logger: ctx.logger, onSpec: opts.onKvGroup });
+    const onSpec = (groupIdx: number, spec: KvGroupSpec): void =>
+      ctx.metrics?.kvCacheGroupChanges.labels({ group: String(groupIdx), kind: kvGroupLabel(spec) }).inc();
+    groups = new KvGroupIndexes({ primary: kvRouter.index, logger: ctx.logger, onSpec });
     const indexes = new TieredPrefixIndex(kvRouter.index);
     const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes, groups });
     events = new KvEventManager({
