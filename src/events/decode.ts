@@ -206,6 +206,7 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredB
   }
   let tokens = tokenArray(f.token_ids);
   const specKind = optionalString(f.kv_cache_spec_kind, 'kv_cache_spec_kind');
+  const slidingWindow = optionalInt(f.kv_cache_spec_sliding_window, 'kv_cache_spec_sliding_window');
   const leadingNullBlocks = nullBlocksOf(specKind, tokens.length, hashes.length, blockSize);
   // Fewer tokens than blocks: keep the leading full blocks (Dynamo's publisher
   // stops at the first partial block); the rest cannot be hashed.
@@ -230,8 +231,9 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredB
     cacheSalt: cacheSalt || undefined,
     mmHashes: mmHashesOf(f.extra_keys, blocks),
     groupIdx: optionalInt(f.group_idx, 'group_idx') ?? 0,
-    specKind,
-    slidingWindow: optionalInt(f.kv_cache_spec_sliding_window, 'kv_cache_spec_sliding_window'),
+    // Full attention is what an absent kind means: only the other kinds are carried.
+    ...(specKind !== undefined && specKind !== 'full_attention' ? { specKind } : {}),
+    ...(slidingWindow !== undefined ? { slidingWindow } : {}),
     ...(leadingNullBlocks > 0 ? { leadingNullBlocks } : {}),
   };
 }

@@ -37,7 +37,7 @@ export interface StoredBlocksEvent {
   readonly mmHashes: readonly (readonly bigint[] | undefined)[] | undefined;
   /** KV-cache group (hybrid models); 0 when absent. */
   readonly groupIdx: number;
-  /** vLLM's `kv_cache_spec_kind` of the group (`full_attention`, `sliding_window`, `mamba`, ...); undefined when absent. */
+  /** vLLM's `kv_cache_spec_kind` of the group (`sliding_window`, `mamba`, ...); absent for full attention. */
   readonly specKind?: string | undefined;
   /** vLLM's `kv_cache_spec_sliding_window`: the group's window in tokens; undefined when absent. */
   readonly slidingWindow?: number | undefined;

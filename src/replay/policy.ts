@@ -26,6 +26,8 @@ export type PolicySpec =
   | {
       readonly kind: 'kv';
       readonly name: string;
+      /** `kv-one-group`: a hybrid model's other KV-cache groups ignored (kvgate before hybrid support), for comparison. */
+      readonly oneGroup?: boolean;
       readonly options: KvRouterOptions;
       /** As given (Dynamo snake_case). */ readonly dynamo: Readonly<Record<string, unknown>>;
     }
@@ -54,12 +56,13 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
     const name = raw.trim();
     if (name === '') continue;
     if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
+    else if (name === 'kv-one-group') add({ kind: 'kv', name, options: {}, dynamo: {}, oneGroup: true });
     else if ((SIMPLE_POLICIES as readonly string[]).includes(name))
       add({ kind: 'simple', name: name as SimpleRouterMode, mode: name as SimpleRouterMode });
     else {
       throw new KvgateError(
         'KVG_ERR_INVALID_ARGUMENT',
-        `unknown policy '${name}': expected kv, ${SIMPLE_POLICIES.join(', ')} (KV variants come from --router-config)`,
+        `unknown policy '${name}': expected kv, kv-one-group, ${SIMPLE_POLICIES.join(', ')} (KV variants come from --router-config)`,
       );
     }
   }
