@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startServeCli, type CliProcess } from '../../helpers/cli-process.js';
+import { jsonLogLines, startServeCli, type CliProcess } from '../../helpers/cli-process.js';
 import { sendJson, startHttpEngine, type HttpEngine } from '../../helpers/http-engine.js';
 import { until } from '../../helpers/until.js';
 
@@ -38,20 +38,6 @@ function vllmEngine(labels: Record<string, string>): Promise<HttpEngine> {
       res.end();
     }
   });
-}
-
-function logLines(p: CliProcess): Record<string, unknown>[] {
-  return p
-    .output()
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l) as Record<string, unknown>];
-      } catch {
-        return [];
-      }
-    });
 }
 
 describe('the KV-cache layout an engine states on join', () => {
@@ -107,7 +93,7 @@ describe('the KV-cache layout an engine states on join', () => {
     expect(byId.get(3)).toMatchObject({ state: 'ready', capacity: { kvCacheGroups: null } });
 
     const warned = (): Record<string, unknown> | undefined =>
-      logLines(proc).find((o) => o.level === WARN && o.workerId === 2 && Array.isArray(o.unknownGroups));
+      jsonLogLines(proc).find((o) => o.level === WARN && o.workerId === 2 && Array.isArray(o.unknownGroups));
     await until(() => warned() !== undefined, 'the layout warn line');
     expect(String(warned()!.msg)).toMatch(/routed without KV overlap rather than as if the model were full attention/);
     const text = await (await fetch(`${url}/metrics`)).text();
