@@ -28,6 +28,7 @@ line per engine, then runs until interrupted.
   --engine vllm|sglang         engine to imitate (${MOCKER_DEFAULTS.engine})
   --mode aggregated|prefill|decode   disaggregation role (${MOCKER_DEFAULTS.mode})
   --num-gpu-blocks N           KV-cache blocks (${MOCKER_DEFAULTS.numGpuBlocks})
+  --kv-groups LIST             a hybrid engine's KV-cache groups: full,sliding:<tokens> or full,mamba (default: full)
   --block-size N               tokens per block (${MOCKER_DEFAULTS.blockSize})
   --max-num-batched-tokens N   token budget per step (${MOCKER_DEFAULTS.maxNumBatchedTokens})
   --max-num-seqs N             running requests per step (${MOCKER_DEFAULTS.maxNumSeqs})
@@ -70,6 +71,7 @@ export const OPTIONS = {
   engine: { type: 'string' },
   mode: { type: 'string' },
   'num-gpu-blocks': { type: 'string' },
+  'kv-groups': { type: 'string' },
   'block-size': { type: 'string' },
   'max-num-batched-tokens': { type: 'string' },
   'max-num-seqs': { type: 'string' },
@@ -190,6 +192,7 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
       engine: s('engine') as MockerInput['engine'],
       mode: s('mode') as MockerInput['mode'],
       numGpuBlocks: num('num-gpu-blocks', s('num-gpu-blocks')),
+      kvGroups: s('kv-groups'),
       blockSize: num('block-size', s('block-size')),
       maxNumBatchedTokens: num('max-num-batched-tokens', s('max-num-batched-tokens')),
       maxNumSeqs: num('max-num-seqs', s('max-num-seqs')),

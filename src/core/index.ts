@@ -44,6 +44,8 @@ export type {
   KvSchedulerOptions,
   BookkeepingObserver,
 } from './scheduler/types.js';
+export { FULL_ATTENTION_GROUP, kvGroupSpecOf, kvGroupLabel, parseKvGroupLabel, hybridHitBlocks } from './kv-groups.js';
+export type { KvCacheGroups, KvGroupSpec, KvGroupView } from './kv-groups.js';
 export {
   ALWAYS_DISAGGREGATE,
   DISAGG_POLICY_MODES,

@@ -7,7 +7,10 @@
  *   vllm:cache_config_info{block_size="16",num_gpu_blocks="2048",...} 1
  *
  * kvgate reads it when a worker joins, to fill the worker's capacity for the
- * busy thresholds and to check its block size against the model's. An engine
+ * busy thresholds and to check its block size against the model's, and the
+ * KV-cache layout it states: kvgate's mocker names its groups
+ * (`kv_cache_groups="full,sliding:128"`); vLLM states a `sliding_window` (tokens)
+ * and, for chunked local attention, an `attention_chunk_size`. An engine
  * without the gauge (or without /metrics) is `unreadable`: nothing is known,
  * nothing is flagged.
  */
@@ -31,7 +34,13 @@ const CACHE_CONFIG_METRIC = 'vllm:cache_config_info';
 /** The outcome of reading one engine's cache configuration. */
 export type EngineCacheConfig =
   /** Tokens per KV block, and KV blocks per engine (undefined when the gauge does not say). */
-  | { readonly kind: 'ok'; readonly blockSize: number; readonly numGpuBlocks: number | undefined }
+  | {
+      readonly kind: 'ok';
+      readonly blockSize: number;
+      readonly numGpuBlocks: number | undefined;
+      /** The KV-cache groups the engine states, as labels (`full`, `sliding:128`, ...); absent: it states none. */
+      readonly kvGroups?: readonly string[];
+    }
   /** No usable answer (no /metrics, no gauge, a timeout): nothing is known. */
   | { readonly kind: 'unreadable'; readonly reason: string };
 
@@ -57,7 +66,25 @@ export function parseCacheConfigInfo(text: string): EngineCacheConfig {
       kind: 'unreadable',
       reason: `${CACHE_CONFIG_METRIC} has no valid block_size label (${JSON.stringify(labels.block_size)})`,
     };
-  return { kind: 'ok', blockSize, numGpuBlocks: positiveInt(labels.num_gpu_blocks) };
+  const kvGroups = kvGroupsOf(labels);
+  return {
+    kind: 'ok',
+    blockSize,
+    numGpuBlocks: positiveInt(labels.num_gpu_blocks),
+    ...(kvGroups.length > 0 ? { kvGroups } : {}),
+  };
+}
+
+/** The group layout the labels state: the mocker's list, else what vLLM's cache config says of windows and chunks. */
+function kvGroupsOf(labels: Readonly<Record<string, string>>): readonly string[] {
+  const declared = labels.kv_cache_groups?.trim();
+  if (declared) return declared.split(',').map((g) => g.trim());
+  const out: string[] = [];
+  const window = positiveInt(labels.sliding_window);
+  if (window !== undefined) out.push(`sliding:${window}`);
+  const chunk = positiveInt(labels.attention_chunk_size);
+  if (chunk !== undefined) out.push(`chunked_local_attention:${chunk}`);
+  return out;
 }
 
 /** Reads the engine's `GET /metrics` within `timeoutMs` and parses its cache configuration. Never throws. */

@@ -20,13 +20,18 @@
  * non-matching blocks the same way.
  *
  * Other refusals, all counted, none mis-hashing: a LoRA id without a name
- * (the blocks are adapter-specific but we cannot reproduce the seed), and
- * events of a KV-cache group other than the configured one (hybrid models
- * emit one stream per group with the same block hashes).
+ * (the blocks are adapter-specific but we cannot reproduce the seed), and,
+ * without `groups`, events of a KV-cache group other than the configured one.
+ *
+ * Hybrid models: given `groups` (`KvGroupIndexes`), events of every group are
+ * kept, each group in its own index (the primary group in the router's), and
+ * each stored event teaches the group's spec; the overlap rule reads them all.
+ * A group's blocks in a lower tier are not indexed (`other_group`).
  */
 import { blockSize, type BlockSize, type WorkerRank } from '../common/index.js';
 import { blockHashes } from '../wasm/index.js';
 import { isKvgateError } from '../errors/index.js';
+import type { KvGroupIndexes } from './group-indexes.js';
 import { TieredPrefixIndex } from './tiered-index.js';
 import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StoredBlocksEvent, RemovedBlocksEvent } from './types.js';
 
@@ -72,20 +77,24 @@ export interface KvEventApplierOptions {
   blockSize: number;
   /** Indexes to keep true; a fresh TieredPrefixIndex by default. */
   indexes?: TieredPrefixIndex;
-  /** The KV-cache group indexed for hybrid models (events of other groups are skipped). Default 0. */
+  /** The KV-cache group of `indexes` (without `groups`, events of other groups are skipped). Default 0. */
   kvCacheGroup?: number;
+  /** Every other KV-cache group of the model (hybrid attention); its `primaryGroup` must be `kvCacheGroup`. */
+  groups?: KvGroupIndexes;
 }
 
 export class KvEventApplier {
   readonly indexes: TieredPrefixIndex;
   readonly blockSize: BlockSize;
   readonly kvCacheGroup: number;
+  readonly groups: KvGroupIndexes | undefined;
 
   /** @throws KvgateError KVG_ERR_INVALID_BLOCK_SIZE unless `blockSize` is an integer in [1, 2^20]. */
   constructor(opts: KvEventApplierOptions) {
     this.blockSize = blockSize(opts.blockSize);
     this.indexes = opts.indexes ?? new TieredPrefixIndex();
     this.kvCacheGroup = opts.kvCacheGroup ?? 0;
+    this.groups = opts.groups;
   }
 
   /**
@@ -118,7 +127,7 @@ export class KvEventApplier {
         break;
       case 'cleared':
         // Worker-wide for this publisher: every tier of this (worker, rank).
-        this.indexes.clearSlot(slot.workerId, slot.dpRank);
+        this.clearSlot(slot);
         status = 'ok';
         break;
     }
@@ -127,18 +136,22 @@ export class KvEventApplier {
 
   /** Drops every block of the slot in every tier (publisher restart, unrecoverable gap). */
   clearSlot(slot: WorkerRank): number {
-    return this.indexes.clearSlot(slot.workerId, slot.dpRank);
+    return this.indexes.clearSlot(slot.workerId, slot.dpRank) + (this.groups?.clearSlot(slot) ?? 0);
   }
 
   /** Forgets the slot in every tier (worker gone). */
   removeSlot(slot: WorkerRank): void {
     this.indexes.removeWorkerDpRank(slot.workerId, slot.dpRank);
+    this.groups?.removeSlot(slot);
   }
 
   #stored(slot: WorkerRank, ev: StoredBlocksEvent): ApplyStatus {
-    if (ev.groupIdx !== this.kvCacheGroup) return 'other_group';
+    const groups = this.groups;
+    const primary = ev.groupIdx === this.kvCacheGroup;
+    if (!primary && groups === undefined) return 'other_group';
     if (ev.blockSize !== this.blockSize) return 'block_size_mismatch';
     if (ev.loraId !== undefined && ev.loraId > 0 && ev.loraName === undefined) return 'unnamed_lora';
+    groups?.learnFrom(ev);
     const truncated = ev.droppedBlocks > 0;
     if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';
     const local = blockHashes(ev.tokenIds, this.blockSize, {
@@ -146,8 +159,15 @@ export class KvEventApplier {
       cacheSalt: ev.cacheSalt,
       mmHashes: ev.mmHashes,
     });
+    if (groups !== undefined && (!primary || (ev.leadingNullBlocks ?? 0) > 0)) {
+      if (ev.tier !== 'device') return 'other_group';
+      const status = groups.storePairs(slot, ev, local);
+      return status === 'ok' && truncated ? 'truncated' : status;
+    }
+    if ((ev.leadingNullBlocks ?? 0) > 0) return 'other_group';
     try {
       this.indexes.get(ev.tier).applyStored(slot.workerId, slot.dpRank, ev.parentHash, ev.blockHashes, local);
+      if (ev.tier === 'device') groups?.notePrimaryStored(slot, ev, local);
     } catch (err) {
       if (isKvgateError(err, 'KVG_ERR_PARENT_BLOCK_NOT_FOUND')) return 'parent_not_found';
       if (isKvgateError(err, 'KVG_ERR_INVALID_BLOCK_SEQUENCE')) return 'invalid_sequence';
@@ -157,7 +177,11 @@ export class KvEventApplier {
   }
 
   #removed(slot: WorkerRank, ev: RemovedBlocksEvent): ApplyStatus {
-    if (ev.groupIdx !== this.kvCacheGroup) return 'other_group';
+    const groups = this.groups;
+    if (groups !== undefined && ev.tier === 'device') {
+      const missing = groups.removed(slot, ev.groupIdx, ev.blockHashes);
+      if (ev.groupIdx !== this.kvCacheGroup) return missing === 0 ? 'ok' : 'not_found';
+    } else if (ev.groupIdx !== this.kvCacheGroup) return 'other_group';
     const ix = this.indexes.peek(ev.tier);
     if (ix === undefined) return ev.blockHashes.length === 0 ? 'ok' : 'not_found';
     return ix.applyRemoved(slot.workerId, slot.dpRank, ev.blockHashes).missing === 0 ? 'ok' : 'not_found';

@@ -205,19 +205,16 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredB
     throw new EventError('bad_event', `block_size ${String(f.block_size)} is not an integer in [1, ${MAX_BLOCK_SIZE}]`);
   }
   let tokens = tokenArray(f.token_ids);
-  if (tokens.length > hashes.length * blockSize) {
-    throw new EventError(
-      'bad_event',
-      `token_ids has ${tokens.length} tokens, more than ${hashes.length} blocks of ${blockSize}`,
-    );
-  }
+  const specKind = optionalString(f.kv_cache_spec_kind, 'kv_cache_spec_kind');
+  const slidingWindow = optionalInt(f.kv_cache_spec_sliding_window, 'kv_cache_spec_sliding_window');
+  const leadingNullBlocks = nullBlocksOf(specKind, tokens.length, hashes.length, blockSize);
   // Fewer tokens than blocks: keep the leading full blocks (Dynamo's publisher
   // stops at the first partial block); the rest cannot be hashed.
-  const blocks = Math.floor(tokens.length / blockSize);
+  const blocks = Math.floor(tokens.length / blockSize) - leadingNullBlocks;
   let blockHashes = hashes;
   if (blocks < hashes.length) {
     blockHashes = hashes.slice(0, blocks);
-    tokens = tokens.subarray(0, blocks * blockSize);
+    tokens = tokens.subarray(0, (leadingNullBlocks + blocks) * blockSize);
   }
   let cacheSalt = optionalString(f.cache_salt, 'cache_salt');
   if (isWireMapEvent(sglangExtra)) cacheSalt ??= optionalString(sglangExtra.cache_salt, 'cache_salt');
@@ -234,7 +231,26 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredB
     cacheSalt: cacheSalt || undefined,
     mmHashes: mmHashesOf(f.extra_keys, blocks),
     groupIdx: optionalInt(f.group_idx, 'group_idx') ?? 0,
+    // Full attention is what an absent kind means: only the other kinds are carried.
+    ...(specKind !== undefined && specKind !== 'full_attention' ? { specKind } : {}),
+    ...(slidingWindow !== undefined ? { slidingWindow } : {}),
+    ...(leadingNullBlocks > 0 ? { leadingNullBlocks } : {}),
   };
+}
+
+/** Kinds whose groups hold null blocks vLLM leaves out of `block_hashes` (`BlockPool.cache_full_blocks`). */
+const SPARSE_KINDS = new Set(['sliding_window', 'sliding_window_mla', 'mamba', 'chunked_local_attention']);
+
+/**
+ * Blocks of `token_ids` that have no hash. For a full-attention group (or no kind) that is an error, as
+ * before: every block of the range is stored. A sliding-window or Mamba group skips its null blocks, which
+ * lead the range (blocks outside the window, states not saved), so the hashes are the trailing blocks.
+ */
+function nullBlocksOf(specKind: string | undefined, tokens: number, hashes: number, blockSize: number): number {
+  if (tokens <= hashes * blockSize) return 0;
+  if (specKind !== undefined && SPARSE_KINDS.has(specKind.toLowerCase()) && tokens % blockSize === 0)
+    return tokens / blockSize - hashes;
+  throw new EventError('bad_event', `token_ids has ${tokens} tokens, more than ${hashes} blocks of ${blockSize}`);
 }
 
 function decodeRemoved(f: Record<string, unknown>): RemovedBlocksEvent {

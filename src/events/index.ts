@@ -16,6 +16,7 @@ export {
 } from './decode.js';
 export { TieredPrefixIndex } from './tiered-index.js';
 export { KvEventApplier } from './applier.js';
+export { KvGroupIndexes } from './group-indexes.js';
 export { KvEventStream } from './event-stream.js';
 export { SequenceCursor } from './sequence.js';
 export type { GapReplaySource, GapReplayReply } from './gap-replay.js';

@@ -20,8 +20,8 @@ export interface StoredBlocksEvent {
   /** The engine's opaque ids of the stored blocks, oldest first, u64. */
   readonly blockHashes: BigUint64Array;
   /**
-   * Tokens of the stored blocks: exactly `blockHashes.length * blockSize`,
-   * block i is `tokenIds.subarray(i * blockSize, (i + 1) * blockSize)`.
+   * Tokens of the stored blocks: exactly `(leadingNullBlocks + blockHashes.length) * blockSize`; hashed
+   * block i is `tokenIds.subarray((leadingNullBlocks + i) * blockSize, (leadingNullBlocks + i + 1) * blockSize)`.
    */
   readonly tokenIds: Uint32Array;
   /** Tokens per block as the event states it (may differ from the router's). */
@@ -37,6 +37,16 @@ export interface StoredBlocksEvent {
   readonly mmHashes: readonly (readonly bigint[] | undefined)[] | undefined;
   /** KV-cache group (hybrid models); 0 when absent. */
   readonly groupIdx: number;
+  /** vLLM's `kv_cache_spec_kind` of the group (`sliding_window`, `mamba`, ...); absent for full attention. */
+  readonly specKind?: string | undefined;
+  /** vLLM's `kv_cache_spec_sliding_window`: the group's window in tokens; undefined when absent. */
+  readonly slidingWindow?: number | undefined;
+  /**
+   * Blocks of `tokenIds` before the first hashed block. vLLM skips the null blocks of a sliding-window or
+   * Mamba group (blocks that slid out of the window, states not saved) but still sends the tokens of the
+   * whole range: `blockHashes[i]` is then block `leadingNullBlocks + i` of `tokenIds`. Absent: 0.
+   */
+  readonly leadingNullBlocks?: number;
 }
 
 /** `BlockRemoved`: blocks evicted from one tier. Not cascading. */

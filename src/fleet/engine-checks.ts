@@ -8,6 +8,11 @@
  *    the config gives one, which wins; in router_mode kv, the block size must
  *    be the model's `block_size`. An unreadable `/metrics` flags nothing (info
  *    line, counted).
+ *    Its KV-cache layout too (the groups its gauge states): a group kvgate
+ *    has no reuse rule for (chunked local attention, a kind it does not
+ *    know) is a mismatch, never routed as if it were full attention; a
+ *    hybrid layout it knows (full, sliding window, Mamba) is routed by what
+ *    every group can reuse (the events teach the router each group).
  * 2. With the model's `verify_tokenizer`, once the worker is routable with KV
  *    events: the tokenizer agreement probe (routing's `probeTokenizer`). An
  *    inconclusive probe flags nothing.
@@ -21,14 +26,14 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ModelConfig } from '../config/index.js';
 import { readEngineCacheConfig, type HealthProber, type WorkerInfo, type WorkerRegistry } from '../discovery/index.js';
-import { probeTokenizer, type TokenizerProbeResult } from '../routing/index.js';
+import { kvGroupLabel, parseKvGroupLabel, probeTokenizer, type TokenizerProbeResult } from '../routing/index.js';
 import type { FleetMembers } from './membership.js';
 import type { ModelServices } from './services.js';
 
 /** How long the tokenizer probe waits for each step: the KV-event handshake, the canary's answer, its events. */
 const PROBE_TIMEOUT_MS = 10_000;
 
-type Check = 'block_size' | 'tokenizer';
+type Check = 'block_size' | 'kv_groups' | 'tokenizer';
 
 /** Where one model's checks are logged and counted, and how it tokenizes a chat. */
 interface ModelSink {
@@ -43,6 +48,8 @@ interface Findings {
   readonly worker: WorkerInfo;
   engineBlockSize?: number;
   totalKvBlocks?: number;
+  /** The KV-cache groups the engine stated (labels), when it stated any. */
+  kvGroups?: readonly string[];
   mismatch: Partial<Record<Check, string>>;
   probed: boolean;
 }
@@ -92,11 +99,16 @@ export class EngineChecks {
     this.#closing.abort();
   }
 
-  /** What the worker's engine said: its block size and context length (undefined: not read). */
-  engineOf(id: number): { blockSize: number | undefined; maxModelLen: number | undefined } {
+  /** What the worker's engine said: its block size, KV-cache groups and context length (undefined: not read). */
+  engineOf(id: number): {
+    blockSize: number | undefined;
+    kvGroups: readonly string[] | undefined;
+    maxModelLen: number | undefined;
+  } {
     const check = this.#prober.modelCheck(id);
     return {
       blockSize: this.#current(id)?.engineBlockSize,
+      kvGroups: this.#current(id)?.kvGroups,
       maxModelLen: check?.kind === 'ok' ? check.maxModelLen : undefined,
     };
   }
@@ -149,7 +161,38 @@ export class EngineChecks {
           `model's${cfg.numGpuBlocks === undefined ? '' : `; ${cfg.numGpuBlocks} GPU blocks`}`,
       );
     }
+    this.#checkGroups(sink, f, cfg.kvGroups ?? []);
     this.#apply(f);
+  }
+
+  /** The engine's KV-cache layout: every group must be one kvgate has a reuse rule for. */
+  #checkGroups(sink: ModelSink, f: Findings, labels: readonly string[]): void {
+    const w = f.worker;
+    delete f.mismatch.kv_groups;
+    if (labels.length === 0) {
+      delete f.kvGroups;
+      return;
+    }
+    const specs = labels.map(parseKvGroupLabel);
+    f.kvGroups = labels;
+    const unknown = labels.filter((_, i) => specs[i]!.kind === 'unknown');
+    const at = { workerId: w.id, url: w.url, kvGroups: labels };
+    if (unknown.length === 0) {
+      this.#count(sink, 'kv_groups', 'ok');
+      sink.logger.info(
+        at,
+        `worker ${w.id}: its engine's KV-cache groups (${specs.map(kvGroupLabel).join(', ')}) are routed by the ` +
+          'prefix every group can reuse',
+      );
+      return;
+    }
+    f.mismatch.kv_groups = `its engine's KV-cache layout has groups kvgate has no reuse rule for (${unknown.join(', ')})`;
+    this.#count(sink, 'kv_groups', 'unknown');
+    sink.logger.warn(
+      { ...at, unknownGroups: unknown },
+      `worker ${w.id}: its engine's KV-cache layout (${labels.join(', ')}) has groups kvgate has no reuse rule for ` +
+        `(${unknown.join(', ')}): routed without KV overlap rather than as if the model were full attention`,
+    );
   }
 
   /** A worker became routable: its tokenizer is probed once per registration when its model asks. */

@@ -27,6 +27,8 @@ export interface WorkerLiveStatus {
     readonly maxNumBatchedTokens: number | null;
     readonly engineBlockSize?: number | null;
     readonly maxModelLen?: number | null;
+    /** The KV-cache groups its engine stated on join (`full`, `sliding:128`, `mamba`, ...); null: none stated. */
+    readonly kvCacheGroups?: readonly string[] | null;
   };
 }
 
@@ -52,6 +54,7 @@ export function fleetStatus(members: FleetMembers, registry: WorkerRegistry, che
           maxNumBatchedTokens: w?.maxNumBatchedTokens ?? null,
           engineBlockSize: engine.blockSize ?? null,
           maxModelLen: engine.maxModelLen ?? null,
+          kvCacheGroups: engine.kvGroups ?? null,
         },
       };
     },

@@ -279,8 +279,10 @@ export const METRIC_DEFINITIONS = {
     kind: 'counter',
     name: 'kvgate_worker_engine_checks_total',
     help:
-      "Checks of a joining worker's engine: check=block_size (its /metrics) or tokenizer (the canary probe), by outcome: " +
-      'ok, mismatch (kept out of KV-aware routing), unreadable (/metrics), inconclusive (probe).',
+      "Checks of a joining worker's engine: check=block_size (its /metrics), kv_groups (the KV-cache layout its " +
+      '/metrics states) or tokenizer (the canary probe), by outcome: ok, mismatch (kept out of KV-aware routing), ' +
+      'unknown (a KV-cache group kvgate has no reuse rule for: kept out of KV-aware routing), unreadable (/metrics), ' +
+      'inconclusive (probe).',
     labelNames: ['model', 'check', 'outcome'],
   },
   modelTokenizerMissing: {
@@ -383,6 +385,14 @@ export const METRIC_DEFINITIONS = {
     name: 'kvgate_kv_events_applied_total',
     help: 'KV events applied to the prefix index, by type and status.',
     labelNames: ['event_type', 'status'],
+  },
+  kvCacheGroupChanges: {
+    kind: 'counter',
+    name: 'kvgate_kv_cache_group_changes_total',
+    help:
+      "KV-cache groups of a hybrid model learned from its engines' KV events, or changed, by group index and kind " +
+      '(full, sliding:<tokens>, mamba, unknown(<kind>)).',
+    labelNames: ['group', 'kind'],
   },
   kvEventDecodeErrors: {
     kind: 'counter',

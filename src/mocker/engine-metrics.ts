@@ -170,7 +170,7 @@ function configInfo(reg: Registry, o: FilledMockerOptions): void {
     name: 'vllm:cache_config_info',
     help: 'Information of the KV-cache configuration.',
     registers: [reg],
-    labelNames: ['block_size', 'num_gpu_blocks', 'enable_prefix_caching', 'cache_dtype'],
+    labelNames: ['block_size', 'num_gpu_blocks', 'enable_prefix_caching', 'cache_dtype', 'kv_cache_groups'],
   });
   cacheInfo.set(
     {
@@ -178,6 +178,8 @@ function configInfo(reg: Registry, o: FilledMockerOptions): void {
       num_gpu_blocks: String(o.numGpuBlocks),
       enable_prefix_caching: 'True',
       cache_dtype: 'auto',
+      // kvgate's own label: the hybrid layout of --kv-groups (the gateway's engine check reads it).
+      ...(o.kvGroups !== undefined ? { kv_cache_groups: o.kvGroups } : {}),
     },
     1,
   );

@@ -3,6 +3,7 @@
  * returns, its stats and KV events in engine terms. Shared by the core, its
  * drivers (RealtimeEngine, VirtualEngine), the KV-event publisher and replay.
  */
+import type { KvGroupSpec } from '../core/index.js';
 import type { TimingModel } from './timing.js';
 
 /** A KV event in engine terms; the publisher encodes it for the wire. */
@@ -18,12 +19,18 @@ export type KvEvent =
       blockSize: number;
       loraName: string | null;
       cacheSalt: string | null;
+      /** A hybrid engine's KV-cache group (absent: group 0, full attention) and its spec as vLLM names it. */
+      groupIdx?: number;
+      specKind?: string;
+      slidingWindow?: number | null;
     }
-  | { type: 'removed'; blockHashes: bigint[] }
+  | { type: 'removed'; blockHashes: bigint[]; groupIdx?: number }
   | { type: 'cleared' };
 
 export interface EngineCoreOptions {
   numGpuBlocks: number;
+  /** A hybrid engine's KV-cache groups (group 0 full attention, the block pool); absent: one full-attention group. */
+  kvGroups?: readonly KvGroupSpec[] | undefined;
   blockSize: number;
   maxNumBatchedTokens: number;
   maxNumSeqs: number;

@@ -47,6 +47,7 @@ import type {
   StepResult,
 } from './engine-types.js';
 import { HeldLeases } from './held-leases.js';
+import { HybridKvGroups } from './hybrid-groups.js';
 import { KvBlockPool, type Block } from './kv-cache.js';
 import { RequestEntry } from './request-entry.js';
 import type { PrefillWork } from './timing.js';
@@ -68,6 +69,8 @@ function validatePositiveInt(name: string, v: number): void {
 export class EngineCore {
   readonly options: Readonly<EngineCoreOptions>;
   readonly #pool: KvBlockPool;
+  /** A hybrid engine's KV-cache groups beyond the pool's (undefined: one full-attention group). */
+  readonly #hybrid: HybridKvGroups | undefined;
   readonly #requests = new Map<string, RequestEntry>();
   readonly #waiting: RequestEntry[] = [];
   readonly #running: RequestEntry[] = [];
@@ -100,6 +103,8 @@ export class EngineCore {
       throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'sampleTokenIds is empty', { field: 'sampleTokenIds' });
     this.options = Object.freeze({ ...options });
     this.#pool = new KvBlockPool(options.numGpuBlocks);
+    const groups = options.kvGroups ?? [];
+    this.#hybrid = groups.length > 1 ? new HybridKvGroups(groups, options.blockSize, options.numGpuBlocks) : undefined;
   }
 
   /** The opaque uint64 published for a sequence hash. */
@@ -301,7 +306,9 @@ export class EngineCore {
       const r = this.#waiting[0]!;
       const total = r.tokens.length;
       const maxHitBlocks = Math.floor((total - 1) / blockSize);
-      const hitBlocks = this.#pool.matchPrefix(r.seqHashes, maxHitBlocks);
+      const fullHit = this.#pool.matchPrefix(r.seqHashes, maxHitBlocks);
+      // A hybrid engine reuses only the prefix every KV-cache group serves.
+      const hitBlocks = this.#hybrid === undefined ? fullHit : this.#hybrid.hitBlocks(r.seqHashes, fullHit);
       const hitTokens = hitBlocks * blockSize;
       const remote = r.remotePrefill && !r.transferDone;
       // A remote prefill allocates the whole prompt now; a local one the first chunk.
@@ -380,12 +387,18 @@ export class EngineCore {
   }
 
   #collectEvictions(): KvEvent[] {
-    return this.#pool.drainEvicted().map((h) => ({ type: 'removed' as const, blockHashes: [h] }));
+    const pool = this.#pool.drainEvicted().map((h) => ({ type: 'removed' as const, blockHashes: [h] }));
+    return this.#hybrid === undefined ? pool : [...pool, ...this.#hybrid.drainEvicted()];
   }
 
   /** Caches every block of `r` that is now fully computed (see block-commit.ts). */
   #commitFullBlocks(r: RequestEntry, events: KvEvent[]): void {
+    const from = r.committed;
     commitFullBlocks(r, this.#pool, this.options, events);
+    if (this.#hybrid === undefined || r.committed === from) return;
+    const at = { from, to: r.committed, computedTokens: r.numComputed, loraName: r.loraName ?? null };
+    const commit = { ...at, cacheSalt: r.cacheSalt ?? null };
+    events.push(...this.#hybrid.commit(r.seqHashes, (k) => this.engineHash(r.seqHashes[k]!), r.tokens, commit));
   }
 
   #releaseBlocks(blocks: Block[]): void {

@@ -73,9 +73,9 @@ function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
             medium,
             ev.loraName,
             null,
-            null,
-            null,
-            null,
+            ev.groupIdx ?? null,
+            ev.specKind ?? null,
+            ev.slidingWindow ?? null,
           ];
         }
         return {
@@ -87,8 +87,9 @@ function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
           lora_id: null,
           medium,
           lora_name: ev.loraName,
-          group_idx: 0,
-          kv_cache_spec_kind: 'full_attention',
+          group_idx: ev.groupIdx ?? 0,
+          kv_cache_spec_kind: ev.specKind ?? 'full_attention',
+          ...(ev.slidingWindow != null ? { kv_cache_spec_sliding_window: ev.slidingWindow } : {}),
         };
       }
       if (encoding === 'array') {
@@ -113,8 +114,8 @@ function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
       const hashes = ev.blockHashes.map((h) => wireHash(h, flavour));
       if (flavour === 'vllm') {
         return encoding === 'array'
-          ? ['BlockRemoved', hashes, medium, null]
-          : { type: 'BlockRemoved', block_hashes: hashes, medium, group_idx: 0 };
+          ? ['BlockRemoved', hashes, medium, ev.groupIdx ?? null]
+          : { type: 'BlockRemoved', block_hashes: hashes, medium, group_idx: ev.groupIdx ?? 0 };
       }
       return encoding === 'array'
         ? ['BlockRemoved', hashes, medium]

@@ -9,6 +9,7 @@ import { ENGINE_DIALECTS, WORKER_ROLES, type EngineDialect, type WorkerRole } fr
 import { KvgateError } from '../errors/index.js';
 import type { TokenizerSpec } from '../tokenizer/index.js';
 import type { EngineCoreOptions } from './engine-types.js';
+import { parseKvGroups } from './hybrid-groups.js';
 import type { KvEventsEncoding } from './kv-events.js';
 import { loadPerfProfile, PolynomialTimingModel, type TimingModel } from './timing.js';
 
@@ -56,6 +57,11 @@ export interface MockerOptions {
   /** Which side of a P/D deployment this engine serves (`aggregated`: both). */
   mode: WorkerRole;
   numGpuBlocks: number;
+  /**
+   * A hybrid engine's KV-cache groups (`full,sliding:128`, `full,mamba`): group 0 is full attention, each
+   * later group is indexed, evicted and published on its own. Undefined: one full-attention group.
+   */
+  kvGroups: string | undefined;
   blockSize: number;
   maxNumBatchedTokens: number;
   maxNumSeqs: number;
@@ -123,6 +129,7 @@ export const MOCKER_DEFAULTS: Readonly<MockerOptions> = Object.freeze({
   engine: 'vllm',
   mode: 'aggregated',
   numGpuBlocks: 16384,
+  kvGroups: undefined,
   blockSize: 16,
   maxNumBatchedTokens: 8192,
   maxNumSeqs: 256,
@@ -255,6 +262,7 @@ export function resolveMockerOptions(input: MockerInput = {}): FilledMockerOptio
   if (!Number.isInteger(o.seed)) bad('seed', o.seed, 'must be an integer');
   if (o.engineHashSeed !== undefined && typeof o.engineHashSeed !== 'bigint')
     bad('engineHashSeed', o.engineHashSeed, 'must be a bigint');
+  if (o.kvGroups !== undefined) parseKvGroups(o.kvGroups);
   const timing = o.perfProfile === undefined ? new PolynomialTimingModel() : loadPerfProfile(o.perfProfile);
   return Object.freeze({
     ...o,
@@ -270,6 +278,7 @@ export function resolveMockerOptions(input: MockerInput = {}): FilledMockerOptio
 export function engineCoreOptions(o: FilledMockerOptions, sampleTokenIds: Uint32Array, rank = 0): EngineCoreOptions {
   return {
     numGpuBlocks: o.numGpuBlocks,
+    kvGroups: o.kvGroups === undefined ? undefined : parseKvGroups(o.kvGroups),
     blockSize: o.blockSize,
     maxNumBatchedTokens: o.maxNumBatchedTokens,
     maxNumSeqs: o.maxNumSeqs,

@@ -26,6 +26,8 @@ export type PolicySpec =
   | {
       readonly kind: 'kv';
       readonly name: string;
+      /** `kv-one-group`: a hybrid model's other KV-cache groups ignored (kvgate before hybrid support), for comparison. */
+      readonly oneGroup?: boolean;
       readonly options: KvRouterOptions;
       /** As given (Dynamo snake_case). */ readonly dynamo: Readonly<Record<string, unknown>>;
     }
@@ -65,6 +67,7 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
     if (name === '') continue;
     const preset = Object.hasOwn(POLICY_PRESETS, name) ? POLICY_PRESETS[name]! : undefined;
     if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
+    else if (name === 'kv-one-group') add({ kind: 'kv', name, options: {}, dynamo: {}, oneGroup: true });
     else if (preset !== undefined)
       add({ kind: 'kv', name, options: kvRouterOptionsFromDynamo(preset), dynamo: preset });
     else if ((SIMPLE_POLICIES as readonly string[]).includes(name))
@@ -72,7 +75,7 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
     else {
       throw new KvgateError(
         'KVG_ERR_INVALID_ARGUMENT',
-        `unknown policy '${name}': expected kv, ${[...Object.keys(POLICY_PRESETS), ...SIMPLE_POLICIES].join(', ')} ` +
+        `unknown policy '${name}': expected kv, kv-one-group, ${[...Object.keys(POLICY_PRESETS), ...SIMPLE_POLICIES].join(', ')} ` +
           '(KV variants come from --router-config)',
       );
     }

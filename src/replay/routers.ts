@@ -10,8 +10,8 @@
  * no assumed reuse, no prefill tracking}, i.e. pure decode-load balancing.
  */
 import type { Clock, Rng, WorkerRank, WorkerRole } from '../common/index.js';
-import { outputBlockDecay, rejectionError } from '../core/index.js';
-import { KvEventApplier, TieredPrefixIndex, type KvCacheEvent } from '../events/index.js';
+import { FULL_ATTENTION_GROUP, outputBlockDecay, rejectionError } from '../core/index.js';
+import { KvEventApplier, KvGroupIndexes, TieredPrefixIndex, type KvCacheEvent } from '../events/index.js';
 import type { KvEvent } from '../mocker/index.js';
 import { decodeOverrideOf, KvRouter, prefillPoolConfig } from '../routing/index.js';
 import { toCacheEvent } from './kv-event-bridge.js';
@@ -56,17 +56,26 @@ class KvReplayRouter implements ReplayRouter {
     this.policy = spec.name;
     this.#role = ctx.role;
     const config = ctx.role === 'prefill' ? prefillPoolConfig(spec.options) : spec.options;
+    let groups: KvGroupIndexes | undefined;
     this.router = new KvRouter({
       blockSize: ctx.blockSize,
       config,
       clock: ctx.clock,
       rng: ctx.rng,
       workerType: ctx.role,
+      // A hybrid engine's KV-cache groups, as `kvgate serve` keeps them (read lazily: built just below).
+      kvGroups: {
+        primarySpec: () => groups?.primarySpec() ?? FULL_ATTENTION_GROUP,
+        others: () => groups?.others() ?? [],
+      },
     });
+    // `kv-one-group` leaves them out: the one-group index of before, for comparison.
+    if (spec.oneGroup !== true) groups = new KvGroupIndexes({ primary: this.router.index });
     for (const w of ctx.workerIds)
       this.router.addWorker(w, { maxNumBatchedTokens: ctx.maxNumBatchedTokens, totalKvBlocks: ctx.totalKvBlocks });
     this.#allWorkers = ctx.workerIds.join(',');
-    this.applier = new KvEventApplier({ blockSize: ctx.blockSize, indexes: new TieredPrefixIndex(this.router.index) });
+    const indexes = new TieredPrefixIndex(this.router.index);
+    this.applier = new KvEventApplier({ blockSize: ctx.blockSize, indexes, groups });
   }
 
   route(req: RouteRequest, candidates: readonly number[]): RouteChoice | Promise<RouteChoice> {

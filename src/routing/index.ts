@@ -34,4 +34,6 @@ export type {
   EndpointKind,
 } from './router-port.js';
 export { probeTokenizer, compareStoredBlocks } from './tokenizer-probe.js';
+/** Judging a joining engine's KV-cache layout (fleet's engine checks) uses core's reading of group labels. */
+export { parseKvGroupLabel, kvGroupLabel } from '../core/index.js';
 export type { TokenizerProbeResult } from './tokenizer-probe.js';

@@ -5,11 +5,12 @@
  * in Dynamo's prefill router, it scores on overlap and prompt load only).
  */
 import type { KvSlotSnapshot, WorkerRole } from '../common/index.js';
-import type { KvRouterOptions } from '../core/index.js';
+import { FULL_ATTENTION_GROUP, kvGroupLabel, type KvGroupSpec, type KvRouterOptions } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import {
   KvEventApplier,
   KvEventManager,
+  KvGroupIndexes,
   TieredPrefixIndex,
   dpRankEndpoint,
   type KvEventOptions,
@@ -38,6 +39,7 @@ export function kvPool(
   watch: WorkerWatch,
 ): { kvRouter: KvRouter; events: KvEventManager | undefined } {
   let events: KvEventManager | undefined;
+  let groups: KvGroupIndexes | undefined;
   const config: KvRouterOptions = role === 'prefill' ? prefillPoolConfig(opts.routerConfig) : { ...opts.routerConfig };
   const kvRouter = new KvRouter({
     blockSize: opts.blockSize,
@@ -47,11 +49,20 @@ export function kvPool(
     config,
     // A worker whose KV events never started or went silent is scored in approximate mode alone.
     eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
+    // Hybrid attention: the other KV-cache groups the events announce (read lazily: built just below).
+    kvGroups: {
+      primarySpec: () => groups?.primarySpec() ?? FULL_ATTENTION_GROUP,
+      others: () => groups?.others() ?? [],
+    },
   });
   const budgetMib = kvRouter.config.routerIndexMemoryBudgetMib;
   if (budgetMib !== null) boundIndex(kvRouter, budgetMib, { model: opts.model, worker_type: role }, ctx);
   if (kvRouter.config.useKvEvents) {
-    const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes: new TieredPrefixIndex(kvRouter.index) });
+    const onSpec = (groupIdx: number, spec: KvGroupSpec): void =>
+      ctx.metrics?.kvCacheGroupChanges.labels({ group: String(groupIdx), kind: kvGroupLabel(spec) }).inc();
+    groups = new KvGroupIndexes({ primary: kvRouter.index, logger: ctx.logger, onSpec });
+    const indexes = new TieredPrefixIndex(kvRouter.index);
+    const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes, groups });
     events = new KvEventManager({
       applier,
       clock: ctx.clock,

@@ -86,3 +86,18 @@ export async function startServeCli(configFile: string): Promise<{ proc: CliProc
   const url = (await proc.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening'))[1]!;
   return { proc, url };
 }
+
+/** The JSON log lines a process printed so far (pino lines; other output skipped). */
+export function jsonLogLines(p: CliProcess): Record<string, unknown>[] {
+  return p
+    .output()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as Record<string, unknown>];
+      } catch {
+        return [];
+      }
+    });
+}

@@ -121,7 +121,12 @@ export class KvScheduler {
     const table = (this.#table = new SlotTable(this.index, active, this.predicted));
     const filter = (this.#filter = new SlotFilter(() => this.#config, table, active));
     const { index, approximate, predicted, fallback, blockSize } = this;
-    const matcher = new OverlapMatcher(table, active, { index, predicted, fallback, eventFallback, tiers }, blockSize);
+    const matcher = new OverlapMatcher(
+      table,
+      active,
+      { index, predicted, fallback, eventFallback, tiers, groups: opts.kvGroups },
+      blockSize,
+    );
     const booker = (this.#booker = new Booker(
       table,
       active,

@@ -11,6 +11,8 @@
 import type { PrefixIndex } from '../../wasm/index.js';
 import type { ActiveSequences } from '../active-sequences.js';
 import type { ApproximateIndex } from '../approximate.js';
+import { isHybrid, type KvCacheGroups } from '../kv-groups.js';
+import { clampToGroups } from './group-overlap.js';
 import type { SlotTable } from './slots.js';
 import type { SchedulingRequest, TierIndexes } from './types.js';
 
@@ -22,6 +24,8 @@ export interface OverlapSources {
   /** True while a worker's KV events are not live (only consulted when `fallback` is set). */
   readonly eventFallback: ((workerId: number) => boolean) | undefined;
   readonly tiers: TierIndexes;
+  /** A hybrid model's KV-cache groups: the device overlap is what every group can serve (`kv-groups.ts`). */
+  readonly groups?: KvCacheGroups | undefined;
 }
 
 export class OverlapMatcher {
@@ -64,6 +68,8 @@ export class OverlapMatcher {
       const s = m.slots[i]!;
       if (s < cap) dev[s] = m.depths[i]!;
     }
+    if (isHybrid(this.#src.groups))
+      clampToGroups(this.#src.groups, this.#src.index, this.#table, seq, n, this.#blockSize);
     this.#raiseToPredicted(seq, dev);
     this.#raiseToFallback(seq, dev);
     this.#active.depthsInto(seq, depth);

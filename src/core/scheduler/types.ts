@@ -3,6 +3,7 @@
  * for, and how a scheduling attempt ends. No logic beyond `rejectionError`
  * and the error constructors the scheduler's files share.
  */
+import type { KvCacheGroups } from '../kv-groups.js';
 import type { Clock, RouterConfigOverride, RoutingHints, Rng, WorkerRank, WorkerRole } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { PrefixIndex, PromptHashes } from '../../wasm/index.js';
@@ -137,6 +138,12 @@ export interface KvSchedulerOptions {
    * overlap) until its events are live again.
    */
   readonly eventFallback?: ((workerId: number) => boolean) | undefined;
+  /**
+   * A hybrid model's KV-cache groups (src/events keeps them from the engines' events): the overlap of a
+   * request on a worker is then the prefix every group can serve. Absent or one full-attention group: the
+   * primary index's leading depth, as for every other model.
+   */
+  readonly kvGroups?: KvCacheGroups | undefined;
 }
 
 /**

@@ -14,7 +14,13 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockerCli, startServeCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import {
+  jsonLogLines,
+  startMockerCli,
+  startServeCli,
+  type CliProcess,
+  type MockerLine,
+} from '../../helpers/cli-process.js';
 import { until } from '../../helpers/until.js';
 
 const MODEL = 'checked-model';
@@ -34,21 +40,6 @@ type Row = {
   mismatch?: string;
   capacity: { totalKvBlocks: number | null; engineBlockSize?: number | null; maxModelLen?: number | null };
 };
-
-/** The JSON log lines a process printed. */
-function logLines(p: CliProcess): Record<string, unknown>[] {
-  return p
-    .output()
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l) as Record<string, unknown>];
-      } catch {
-        return [];
-      }
-    });
-}
 
 describe('engines checked on join', () => {
   const procs: CliProcess[] = [];
@@ -125,7 +116,7 @@ describe('engines checked on join', () => {
     );
 
     const warned = (): Record<string, unknown> | undefined =>
-      logLines(proc).find((o) => o.level === WARN && o.workerId === 2 && o.engineBlockSize === 32);
+      jsonLogLines(proc).find((o) => o.level === WARN && o.workerId === 2 && o.engineBlockSize === 32);
     // The log arrives over a pipe: the line may lag the state a little.
     await until(() => warned() !== undefined, 'the block-size warn line');
     const warn = warned();
@@ -177,7 +168,7 @@ describe('engines checked on join', () => {
       worker(3, fallback!),
     ]);
     const probed = (id: number): Record<string, unknown> | undefined =>
-      logLines(proc).find(
+      jsonLogLines(proc).find(
         (o) => o.workerId === id && /tokeniz/.test(String(o.msg)) && /canary|probe/.test(String(o.msg)),
       );
     await until(() => [1, 2, 3].every((id) => probed(id) !== undefined), 'three probes done', 30_000);

@@ -1,0 +1,247 @@
+/**
+ * The KV-cache groups of one model (hybrid attention: vLLM's hybrid KV-cache
+ * manager keeps one group per attention kind and tags every event with its
+ * `group_idx`). The router's own index stays the primary group's; every other
+ * group gets a `PrefixIndex` of its own here, and the router reads them all
+ * through core's `KvCacheGroups` (the overlap rule is `core/kv-groups.ts`).
+ *
+ * Why a per-slot hash book: a sliding-window or Mamba group stores blocks
+ * under a parent it may not hold itself (vLLM leaves the group's null blocks
+ * out of `block_hashes` but names the block before the range as parent), so
+ * its blocks cannot be chained by that group's index alone. vLLM hashes a
+ * block the same in every group, so the book maps each engine hash a slot
+ * holds in any group to our sequence hash, and a group's blocks enter its
+ * index as (engine hash, sequence hash) pairs (`PrefixIndex.importSlot`).
+ * The book exists only for hybrid models; on the first need for a slot it is
+ * seeded from the primary index (`exportSlot`).
+ *
+ * Layout: a group's spec is what its events announce (`kv_cache_spec_kind`,
+ * `kv_cache_spec_sliding_window`) or what was declared on join; a group that
+ * changes its spec is logged (the latest spec wins). Single-group models
+ * never create an index or a book here.
+ *
+ * @rank-numbers it forwards to `PrefixIndex`, which takes the worker id and rank as numbers (the WASM boundary).
+ */
+import { silentLogger, slotKey, type Logger, type WorkerRank } from '../common/index.js';
+import {
+  FULL_ATTENTION_GROUP,
+  kvGroupLabel,
+  kvGroupSpecOf,
+  type KvCacheGroups,
+  type KvGroupSpec,
+  type KvGroupView,
+} from '../core/index.js';
+import { PrefixIndex, sequenceHashes } from '../wasm/index.js';
+import type { StoredBlocksEvent } from './types.js';
+
+interface BookEntry {
+  seq: bigint;
+  /** Bit g set while group g holds the block (groups 0..30). */
+  groups: number;
+}
+
+/** What storing into a group came to (the applier's statuses). */
+export type GroupStoreStatus = 'ok' | 'parent_not_found';
+
+export interface KvGroupIndexesOptions {
+  /** The router's own (device) index: the primary group's. */
+  readonly primary: PrefixIndex;
+  /** The group the primary index holds (default 0). */
+  readonly primaryGroup?: number;
+  readonly logger?: Logger;
+  /** Told of every group whose spec is learned or changes (metrics, /admin). */
+  readonly onSpec?: ((groupIdx: number, spec: KvGroupSpec) => void) | undefined;
+}
+
+const bit = (groupIdx: number): number => (groupIdx < 31 ? 1 << groupIdx : 0);
+
+/**
+ * (engine hash, sequence hash) pairs of an event's hashed blocks: the tokens hashes of the whole range chained
+ * under the parent's sequence hash (vLLM's parent is the block before the range); undefined when the slot's
+ * book does not know the parent.
+ */
+function pairsOf(
+  book: Map<bigint, BookEntry>,
+  ev: StoredBlocksEvent,
+  local: BigUint64Array,
+): BigUint64Array | undefined {
+  let chain = local;
+  if (ev.parentHash !== null) {
+    const parent = book.get(ev.parentHash);
+    if (parent === undefined) return undefined;
+    chain = new BigUint64Array(local.length + 1);
+    chain[0] = parent.seq;
+    chain.set(local, 1);
+  }
+  const seqs = sequenceHashes(chain).subarray(ev.parentHash !== null ? 1 : 0);
+  const n = ev.blockHashes.length;
+  const pairs = new BigUint64Array(2 * n);
+  for (let j = 0; j < n; j++) {
+    pairs[2 * j] = ev.blockHashes[j]!;
+    pairs[2 * j + 1] = seqs[(ev.leadingNullBlocks ?? 0) + j]!;
+  }
+  return pairs;
+}
+
+export class KvGroupIndexes implements KvCacheGroups {
+  readonly primaryGroup: number;
+  readonly #primary: PrefixIndex;
+  readonly #logger: Logger;
+  readonly #onSpec: KvGroupIndexesOptions['onSpec'];
+  #primarySpec: KvGroupSpec = FULL_ATTENTION_GROUP;
+  readonly #groups = new Map<number, { groupIdx: number; spec: KvGroupSpec; index: PrefixIndex }>();
+  #others: readonly KvGroupView[] = [];
+  readonly #books = new Map<string, Map<bigint, BookEntry>>();
+  readonly #learned = new Set<number>();
+
+  constructor(opts: KvGroupIndexesOptions) {
+    this.#primary = opts.primary;
+    this.primaryGroup = opts.primaryGroup ?? 0;
+    this.#logger = opts.logger ?? silentLogger;
+    this.#onSpec = opts.onSpec;
+  }
+
+  primarySpec(): KvGroupSpec {
+    return this.#primarySpec;
+  }
+
+  others(): readonly KvGroupView[] {
+    return this.#others;
+  }
+
+  /** True once the model shows more than one group or a primary group that is not full attention. */
+  get hybrid(): boolean {
+    return this.#others.length > 0 || this.#primarySpec.kind !== 'full';
+  }
+
+  /** Every group's spec by group index (the primary's included), for /admin and logs. */
+  layout(): Map<number, KvGroupSpec> {
+    const out = new Map<number, KvGroupSpec>([[this.primaryGroup, this.#primarySpec]]);
+    for (const g of this.#groups.values()) out.set(g.groupIdx, g.spec);
+    return new Map([...out].sort((a, b) => a[0] - b[0]));
+  }
+
+  /** Records a group's spec (from an event, or declared); creates the group's index on first sight. */
+  learn(groupIdx: number, spec: KvGroupSpec): void {
+    const primary = groupIdx === this.primaryGroup;
+    const before = primary ? this.#primarySpec : this.#groups.get(groupIdx)?.spec;
+    const known = this.#learned.has(groupIdx);
+    const label = kvGroupLabel(spec);
+    if (known && before !== undefined && kvGroupLabel(before) === label) return;
+    this.#learned.add(groupIdx);
+    // A plain model's one group says what was assumed: nothing to report.
+    if (!known && primary && label === 'full') return;
+    if (primary) this.#primarySpec = spec;
+    else {
+      const g = this.#groups.get(groupIdx);
+      if (g === undefined) this.#groups.set(groupIdx, { groupIdx, spec, index: new PrefixIndex() });
+      else g.spec = spec;
+      this.#others = [...this.#groups.values()].sort((a, b) => a.groupIdx - b.groupIdx);
+    }
+    if (!known) this.#logger.info({ groupIdx, kind: label }, 'KV-cache group learned');
+    else this.#logger.warn({ groupIdx, kind: label, was: kvGroupLabel(before!) }, 'KV-cache group changed its spec');
+    this.#onSpec?.(groupIdx, spec);
+  }
+
+  /** Learns the spec an event announces (events without a kind leave the spec as it is). */
+  learnFrom(ev: StoredBlocksEvent): void {
+    if (ev.specKind === undefined && ev.groupIdx === this.primaryGroup) return;
+    this.learn(ev.groupIdx, kvGroupSpecOf(ev.specKind, ev.slidingWindow));
+  }
+
+  /**
+   * Stores a group's blocks by pairs: `local` are the tokens hashes of every block of the event's range (its
+   * null blocks included), chained under the parent's sequence hash from the book.
+   */
+  storePairs(slot: WorkerRank, ev: StoredBlocksEvent, local: BigUint64Array): GroupStoreStatus {
+    const book = this.#book(slot);
+    const pairs = pairsOf(book, ev, local);
+    if (pairs === undefined) return 'parent_not_found';
+    this.#indexOf(ev.groupIdx).importSlot(slot.workerId, slot.dpRank, pairs);
+    this.#note(book, pairs, bit(ev.groupIdx));
+    return 'ok';
+  }
+
+  /** After the primary index stored an event in a hybrid model: its blocks enter the book. */
+  notePrimaryStored(slot: WorkerRank, ev: StoredBlocksEvent, local: BigUint64Array): void {
+    if (!this.hybrid) return;
+    const book = this.#book(slot);
+    const pairs = pairsOf(book, ev, local);
+    if (pairs !== undefined) this.#note(book, pairs, bit(this.primaryGroup));
+  }
+
+  /** A group's removal (the primary's removal only updates the book). Returns the hashes the group did not hold. */
+  removed(slot: WorkerRank, groupIdx: number, hashes: BigUint64Array): number {
+    const book = this.#books.get(slotKey(slot.workerId, slot.dpRank));
+    if (book !== undefined) {
+      const b = bit(groupIdx);
+      for (const h of hashes) {
+        const e = book.get(h);
+        if (e === undefined) continue;
+        e.groups &= ~b;
+        if (e.groups === 0) book.delete(h);
+      }
+    }
+    if (groupIdx === this.primaryGroup) return 0;
+    const g = this.#groups.get(groupIdx);
+    if (g === undefined) return hashes.length;
+    return g.index.applyRemoved(slot.workerId, slot.dpRank, hashes).missing;
+  }
+
+  /** Drops the slot's blocks in every group but the primary (whose owner clears it), and its book. */
+  clearSlot(slot: WorkerRank): number {
+    this.#books.delete(slotKey(slot.workerId, slot.dpRank));
+    let removed = 0;
+    for (const g of this.#groups.values()) removed += g.index.clearSlot(slot.workerId, slot.dpRank);
+    return removed;
+  }
+
+  /** Forgets the slot in every group but the primary. */
+  removeSlot(slot: WorkerRank): void {
+    this.#books.delete(slotKey(slot.workerId, slot.dpRank));
+    for (const g of this.#groups.values()) g.index.removeWorkerDpRank(slot.workerId, slot.dpRank);
+  }
+
+  /** Blocks the slot holds in a group. */
+  blockCount(slot: WorkerRank, groupIdx: number): number {
+    if (groupIdx === this.primaryGroup) return this.#primary.blockCount(slot.workerId, slot.dpRank);
+    return this.#groups.get(groupIdx)?.index.blockCount(slot.workerId, slot.dpRank) ?? 0;
+  }
+
+  /** Releases the WASM memory of every group's index (not the primary's). */
+  dispose(): void {
+    for (const g of this.#groups.values()) g.index.dispose();
+    this.#groups.clear();
+    this.#others = [];
+    this.#books.clear();
+  }
+
+  #indexOf(groupIdx: number): PrefixIndex {
+    if (groupIdx === this.primaryGroup) return this.#primary;
+    let g = this.#groups.get(groupIdx);
+    if (g === undefined) {
+      this.learn(groupIdx, FULL_ATTENTION_GROUP);
+      g = this.#groups.get(groupIdx)!;
+    }
+    return g.index;
+  }
+
+  #note(book: Map<bigint, BookEntry>, pairs: BigUint64Array, b: number): void {
+    for (let j = 0; j < pairs.length; j += 2) {
+      const e = book.get(pairs[j]!);
+      if (e === undefined) book.set(pairs[j]!, { seq: pairs[j + 1]!, groups: b });
+      else e.groups |= b;
+    }
+  }
+
+  /** The slot's book, seeded from the primary index the first time (blocks stored before the model showed groups). */
+  #book(slot: WorkerRank): Map<bigint, BookEntry> {
+    const key = slotKey(slot.workerId, slot.dpRank);
+    let book = this.#books.get(key);
+    if (book === undefined) {
+      this.#books.set(key, (book = new Map()));
+      this.#note(book, this.#primary.exportSlot(slot.workerId, slot.dpRank), bit(this.primaryGroup));
+    }
+    return book;
+  }
+}

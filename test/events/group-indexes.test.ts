@@ -1,0 +1,238 @@
+/**
+ * Hybrid models end to end through ingestion: KV events encoded exactly as vLLM encodes them (msgpack
+ * positional arrays: BlockStored with its 11 fields through `group_idx`, `kv_cache_spec_kind` and
+ * `kv_cache_spec_sliding_window`; BlockRemoved with `group_idx`; sliding-window and Mamba groups leaving their
+ * null blocks out of `block_hashes`) from simulated engines of two layouts, sliding window + full and Mamba +
+ * full. After seeded random traffic and evictions, each group's index holds what the engine holds, and the
+ * router's overlap of every prompt on every worker equals a reference computed by brute force from the
+ * engines' caches: the largest prefix every group can serve.
+ */
+import { encode } from '@msgpack/msgpack';
+import { describe, expect, it } from 'vitest';
+import { ManualClock, seededRng, type Rng } from '../../src/common/index.js';
+import { decodeKvEventBatch, KvEventApplier, KvGroupIndexes, TieredPrefixIndex } from '../../src/events/index.js';
+import { KvRouter } from '../../src/routing/index.js';
+import { PrefixIndex } from '../../src/wasm/index.js';
+
+const BS = 4;
+const WORKERS = [1, 2, 3];
+
+type Layout = 'sliding' | 'mamba';
+/** Window of the sliding group: 9 tokens, so ceil(8 / 4) = 2 blocks before the hit point. */
+const WINDOW = 9;
+const NEED = 2;
+
+/** An engine's per-process block hash (vLLM's are seeded per process): FNV-1a over the prefix, salted. */
+function engineHash(worker: number, key: string): bigint {
+  let h = 0xcbf29ce484222325n ^ BigInt(worker * 7919);
+  for (let i = 0; i < key.length; i++) h = BigInt.asUintN(64, (h ^ BigInt(key.charCodeAt(i))) * 0x100000001b3n);
+  return h;
+}
+
+const keyOf = (prompt: number[], i: number): string => prompt.slice(0, (i + 1) * BS).join(',');
+
+/** Whether every group can serve a hit of `e` blocks (the rule, written out independently of the router). */
+function validAt(layout: Layout, has: (g: number, i: number) => boolean, e: number): boolean {
+  for (let i = 0; i < e; i++) if (!has(0, i)) return false;
+  if (e === 0) return true;
+  if (layout === 'mamba') return has(1, e - 1);
+  for (let i = Math.max(0, e - NEED); i < e; i++) if (!has(1, i)) return false;
+  return true;
+}
+
+function referenceHit(layout: Layout, has: (g: number, i: number) => boolean, n: number): number {
+  for (let e = n; e > 0; e--) if (validAt(layout, has, e)) return e;
+  return 0;
+}
+
+/** A simulated vLLM engine of one layout: group 0 full attention, group 1 sliding window or Mamba. */
+class Engine {
+  /** Per group, prefix key -> engine hash. */
+  readonly cache = [new Map<string, bigint>(), new Map<string, bigint>()];
+  #batch: unknown[] = [];
+
+  constructor(
+    readonly worker: number,
+    readonly layout: Layout,
+  ) {}
+
+  has(prompt: number[]): (g: number, i: number) => boolean {
+    return (g, i) => this.cache[g]!.has(keyOf(prompt, i));
+  }
+
+  #hash(prompt: number[], i: number): bigint {
+    return engineHash(this.worker, keyOf(prompt, i));
+  }
+
+  /** BlockStored of blocks [from, to) of `prompt` in group g, hashes for [from + nulls, to), as vLLM's array. */
+  #stored(g: number, prompt: number[], from: number, to: number, nulls: number): void {
+    const hashes: bigint[] = [];
+    for (let i = from + nulls; i < to; i++) {
+      hashes.push(this.#hash(prompt, i));
+      this.cache[g]!.set(keyOf(prompt, i), this.#hash(prompt, i));
+    }
+    const parent = from === 0 ? null : this.#hash(prompt, from - 1);
+    const kind = g === 0 ? 'full_attention' : this.layout === 'mamba' ? 'mamba' : 'sliding_window';
+    const window = g === 1 && this.layout === 'sliding' ? WINDOW : null;
+    const tokens = prompt.slice(from * BS, to * BS);
+    this.#batch.push(['BlockStored', hashes, parent, tokens, BS, null, 'GPU', null, null, g, kind, window]);
+  }
+
+  /** Stores a request's blocks the way vLLM's hybrid manager caches them after a hit of `hit` blocks. */
+  serve(prompt: number[]): void {
+    const n = Math.floor(prompt.length / BS);
+    const hit = referenceHit(this.layout, this.has(prompt), n);
+    this.#runs(0, prompt, hit, n, 0);
+    if (this.layout === 'mamba') {
+      // Align mode: only the state at the end of the prompt is real; the blocks before it are null.
+      if (n > hit && !this.cache[1]!.has(keyOf(prompt, n - 1))) this.#stored(1, prompt, hit, n, n - 1 - hit);
+    } else {
+      // Chunked prefill: blocks that slid out of the window were nulled before they were cached.
+      const first = Math.max(hit, n - NEED - 1);
+      this.#runs(1, prompt, hit, n, first - hit);
+    }
+  }
+
+  /** The uncached blocks of [from, to) in group g, one BlockStored per run (the first with `nulls` null blocks). */
+  #runs(g: number, prompt: number[], from: number, to: number, nulls: number): void {
+    let start = -1;
+    for (let i = from + nulls; i <= to; i++) {
+      const cached = i < to && this.cache[g]!.has(keyOf(prompt, i));
+      if (i < to && !cached && start < 0) start = i;
+      if ((i === to || cached) && start >= 0) {
+        if (start === from + nulls) this.#stored(g, prompt, from, i, nulls);
+        else this.#stored(g, prompt, start, i, 0);
+        start = -1;
+      }
+    }
+  }
+
+  /** Evicts `count` random cached blocks of group g (one BlockRemoved each, as vLLM sends them). */
+  evict(rng: Rng, g: number, count: number): void {
+    for (let k = 0; k < count && this.cache[g]!.size > 0; k++) {
+      const keys = [...this.cache[g]!.keys()];
+      const key = keys[Math.floor(rng() * keys.length)]!;
+      this.#batch.push(['BlockRemoved', [this.cache[g]!.get(key)!], 'GPU', g]);
+      this.cache[g]!.delete(key);
+    }
+  }
+
+  /** The batch so far as vLLM's publisher sends it: `[ts, events, data_parallel_rank]`. */
+  flush(): Uint8Array {
+    const payload = encode([1_700_000_000.25, this.#batch, 0], { useBigInt64: true });
+    this.#batch = [];
+    return payload;
+  }
+}
+
+function prompts(rng: Rng): number[][] {
+  const out: number[][] = [];
+  for (let p = 0; p < 4; p++) {
+    const prefix = Array.from({ length: 6 * BS }, (_, i) => 1000 * (p + 1) + i);
+    for (let s = 0; s < 4; s++) {
+      const tail = Array.from({ length: Math.floor(rng() * 7) * BS + (s % 2) }, (_, i) => 100 * s + i + 1);
+      out.push([...prefix, ...tail]);
+    }
+  }
+  return out;
+}
+
+function run(layout: Layout, seed: number) {
+  const rng = seededRng(seed);
+  const index = new PrefixIndex();
+  const groups = new KvGroupIndexes({ primary: index });
+  const kv = new KvRouter({ blockSize: BS, clock: new ManualClock(), rng: seededRng(1), index, kvGroups: groups });
+  const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(kv.index), groups });
+  const engines = WORKERS.map((w) => new Engine(w, layout));
+  for (const w of WORKERS) kv.addWorker(w);
+  const all = prompts(rng);
+  const statuses = new Map<string, number>();
+  for (let step = 0; step < 120; step++) {
+    const e = engines[Math.floor(rng() * engines.length)]!;
+    e.serve(all[Math.floor(rng() * all.length)]!);
+    if (rng() < 0.5) e.evict(rng, Math.floor(rng() * 2), 1 + Math.floor(rng() * 3));
+    const decoded = decodeKvEventBatch(e.flush());
+    if (!decoded.ok) throw new Error(decoded.error.message);
+    expect(decoded.batch.errors).toEqual([]);
+    applier.applyBatch({ workerId: e.worker, dpRank: 0 }, decoded.batch, (_t, s) =>
+      statuses.set(s, (statuses.get(s) ?? 0) + 1),
+    );
+  }
+  return { kv, groups, engines, all, statuses };
+}
+
+describe.each(['sliding', 'mamba'] as const)('hybrid layout full + %s, events as vLLM encodes them', (layout) => {
+  it('keeps one index per group equal to the engine and predicts the hit every group can serve', () => {
+    const { kv, groups, engines, all, statuses } = run(layout, layout === 'sliding' ? 7 : 11);
+    // Every event applied as meant (removals of blocks never stored would be not_found).
+    expect([...statuses.keys()].sort()).toEqual(['ok']);
+    expect(groups.layout().get(1)?.kind).toBe(layout === 'mamba' ? 'mamba' : 'sliding_window');
+    for (const e of engines) {
+      expect(kv.index.blockCount(e.worker, 0)).toBe(e.cache[0]!.size);
+      expect(groups.blockCount({ workerId: e.worker, dpRank: 0 }, 1)).toBe(e.cache[1]!.size);
+    }
+    let hits = 0;
+    let partial = 0;
+    for (const [p, prompt] of all.entries()) {
+      const d = kv.findBestMatch({ requestId: `q${p}`, tokens: prompt }, { mode: 'query' });
+      const n = Math.floor(prompt.length / BS);
+      for (const e of engines) {
+        const expected = referenceHit(layout, e.has(prompt), n);
+        const got = d.candidates.find((c) => c.workerId === e.worker)?.overlapBlocks ?? 0;
+        expect({ worker: e.worker, prompt: p, overlap: got }).toEqual({
+          worker: e.worker,
+          prompt: p,
+          overlap: expected,
+        });
+        if (expected > 0) hits++;
+        // Cases where the one-group answer (the full group's leading run) would over-predict.
+        let lead = 0;
+        while (lead < n && e.has(prompt)(0, lead)) lead++;
+        if (lead > expected) partial++;
+      }
+    }
+    // The traffic exercised both reuse and the cases a one-group index gets wrong.
+    expect(hits).toBeGreaterThan(10);
+    expect(partial).toBeGreaterThan(3);
+  });
+});
+
+describe('one-group models', () => {
+  it('keep the full group only: no group index, overlap unchanged', () => {
+    const kv = new KvRouter({ blockSize: BS, clock: new ManualClock(), rng: seededRng(1) });
+    const groups = new KvGroupIndexes({ primary: kv.index });
+    const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(kv.index), groups });
+    const e = new Engine(1, 'sliding');
+    const prompt = Array.from({ length: 5 * BS }, (_, i) => i + 1);
+    // Full-attention events only, as a single-group vLLM model sends them.
+    const payload = encode(
+      [
+        1.5,
+        [
+          [
+            'BlockStored',
+            [11n, 12n],
+            null,
+            prompt.slice(0, 2 * BS),
+            BS,
+            null,
+            'GPU',
+            null,
+            null,
+            0,
+            'full_attention',
+            null,
+          ],
+        ],
+        0,
+      ],
+      { useBigInt64: true },
+    );
+    const decoded = decodeKvEventBatch(payload);
+    if (!decoded.ok) throw new Error(decoded.error.message);
+    applier.applyBatch({ workerId: e.worker, dpRank: 0 }, decoded.batch);
+    expect(groups.hybrid).toBe(false);
+    expect(groups.others()).toEqual([]);
+    expect(kv.index.blockCount(1, 0)).toBe(2);
+  });
+});
