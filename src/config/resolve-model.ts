@@ -10,7 +10,7 @@ import { kvEventsEnabled } from '../core/index.js';
 import type { KvEventEndpoints } from '../discovery/index.js';
 import { absolute, checkHost, checkEngineUrl, checkHttpUrl, checkZmqEndpoint, type ResolveContext } from './checks.js';
 import { GATEWAY_DEFAULTS } from './defaults.js';
-import { readKubernetesSection } from './kubernetes-section.js';
+import { readInferencePoolSection, readKubernetesSection } from './kubernetes-section.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
 import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
@@ -33,6 +33,7 @@ const MODEL_KEYS = [
   'workers_file',
   'etcd',
   'kubernetes',
+  'inference_pool',
   'migration_limit',
   'migration_max_seq_len',
   'panic_threshold_percent',
@@ -266,11 +267,12 @@ export function readModel(
   const workersFile = m.optStr('workers_file');
   const etcd = readEtcdSection(m);
   const kubernetes = readKubernetesSection(m);
+  const inferencePool = readInferencePoolSection(m);
   const workers = readWorkers(
     m,
     engine,
     names,
-    workersFile === undefined && etcd === undefined && kubernetes === undefined,
+    workersFile === undefined && etcd === undefined && kubernetes === undefined && inferencePool === undefined,
   );
   const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
   const migration = {
@@ -300,6 +302,7 @@ export function readModel(
     workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile),
     etcd,
     kubernetes,
+    inferencePool,
   };
 }
 
