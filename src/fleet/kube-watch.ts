@@ -66,6 +66,7 @@ export class KubeListWatch<T extends KubeObject> {
   readonly #client: KubeClient;
   readonly #onChange: (objects: T[]) => void;
   readonly #onFailure: (err: Error, retryInMs: number) => void;
+  readonly #onRelist: ((err: Error) => void) | undefined;
   /** Runs before each list (a caller re-reading what the path depends on); throws to fail the attempt. */
   readonly #beforeList: () => Promise<void>;
   readonly #path: () => string;
@@ -81,12 +82,15 @@ export class KubeListWatch<T extends KubeObject> {
     path: () => string;
     onChange: (objects: T[]) => void;
     onFailure: (err: Error, retryInMs: number) => void;
+    /** A watch fallen behind (410 Gone): listing again at once. */
+    onRelist?: (err: Error) => void;
     beforeList?: () => Promise<void>;
   }) {
     this.#client = opts.client;
     this.#path = opts.path;
     this.#onChange = opts.onChange;
     this.#onFailure = opts.onFailure;
+    this.#onRelist = opts.onRelist;
     this.#beforeList = opts.beforeList ?? (() => Promise.resolve());
   }
 
@@ -110,6 +114,7 @@ export class KubeListWatch<T extends KubeObject> {
       if (this.#closed) return;
       // A first 410 is a watch fallen behind: list again at once; a second with no event between waits.
       if (err instanceof Gone && ++this.#gones === 1) {
+        this.#onRelist?.(err);
         this.#resourceVersion = undefined;
         void this.#run(true);
         return;
