@@ -24,6 +24,10 @@ export const SUBCOMMANDS: Record<string, Subcommand> = {
     summary: 'start simulated vLLM/SGLang engines',
     load: async () => ({ run: (await import('./mocker.js')).mockerCommand }),
   },
+  picker: {
+    summary: 'serve a Kubernetes InferencePool as a Gateway API Inference Extension endpoint picker (Envoy ext_proc)',
+    load: async () => ({ run: (await import('./picker.js')).pickerCommand }),
+  },
   register: {
     summary: 'register one engine in etcd for discovery and keep its lease alive',
     load: async () => ({ run: (await import('./register.js')).registerCommand }),

@@ -148,6 +148,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
     loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env, base });
   const member = clusterMember(env);
   const { config, mockers, demo } = await resolveServeConfig(load);
+  refusePickerModels(config);
   const { tracing, logger } = startLogging(config, env, opts.logger);
   let gateway: Gateway;
   const fleet = (opts.routers ?? ((c: GatewayConfig) => gatewayFleet(c, member)))(config);
@@ -283,6 +284,18 @@ function configReloader(p: {
     metrics: server.metrics,
     server: { reconfigure: (c) => server.reconfigure(p.served(p.rebase(c))) },
   });
+}
+
+/** A model with an `inference_pool` is served by `kvgate picker`: the gateway would have none of its pods. */
+function refusePickerModels(config: GatewayConfig): void {
+  const pooled = config.models.find((m) => m.inferencePool !== undefined);
+  if (pooled === undefined) return;
+  throw new KvgateError(
+    'KVG_ERR_INVALID_CONFIG',
+    `model ${pooled.name}: inference_pool is read by kvgate picker; kvgate serve takes a Service's ready endpoints ` +
+      'with a kubernetes section instead',
+    { source: 'models', reason: 'inference_pool' },
+  );
 }
 
 /**

@@ -52,6 +52,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   kubernetesTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
   kubernetesCaFile: '/var/run/secrets/kubernetes.io/serviceaccount/ca.crt',
   kubernetesIdBase: 100_000,
+  /** `inference_pool.fallbacks`: the pick and two more endpoints for the data plane's retries. */
+  pickerFallbacks: 3,
   sglangBootstrapPort: 8998,
   // Migrations per request (Dynamo's default is 0: off; kvgate resumes broken streams by default).
   migrationLimit: 3,

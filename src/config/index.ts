@@ -8,6 +8,7 @@ export type {
   ClientAddressSource,
   EtcdDiscovery,
   KubernetesDiscovery,
+  InferencePoolDiscovery,
   GatewayConfig,
   ModelConfig,
   WorkerConfig,

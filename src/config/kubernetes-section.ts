@@ -1,29 +1,52 @@
-/** A model's `kubernetes` section (see kubernetes.ts for what kvgate reads from the cluster). */
+/** A model's `kubernetes` and `inference_pool` sections (see kubernetes.ts for what kvgate reads from the cluster). */
 import { GATEWAY_DEFAULTS } from './defaults.js';
 import type { ConfigReader } from './reader.js';
-import type { KubernetesDiscovery } from './types.js';
+import type { InferencePoolDiscovery, KubernetesDiscovery } from './types.js';
 
-/** Reads a model's `kubernetes` section. */
-export function readKubernetesSection(m: ConfigReader): KubernetesDiscovery | undefined {
-  const k = m.child('kubernetes');
-  if (k === undefined) return undefined;
-  k.allowOnly(['api_server', 'namespace', 'service', 'port_name', 'token_file', 'ca_file', 'id_base']);
+/** The fields both sections share: how to reach the API server, and the namespace. */
+const API_KEYS = ['api_server', 'namespace', 'token_file', 'ca_file'] as const;
+
+const k8sName = (s: string): string | undefined =>
+  /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(s)
+    ? undefined
+    : 'must be a Kubernetes name (lowercase letters, digits, -)';
+
+function readApi(k: ConfigReader): { apiServer: string; namespace: string; tokenFile: string; caFile: string } {
   const apiServer = k
     .str('api_server', GATEWAY_DEFAULTS.kubernetesApiServer, (s) =>
       /^https?:\/\/[^/\s]+\/?$/.test(s) ? undefined : 'must be an http(s)://host:port URL',
     )
     .replace(/\/+$/, '');
-  const name = (s: string): string | undefined =>
-    /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(s)
-      ? undefined
-      : 'must be a Kubernetes name (lowercase letters, digits, -)';
   return {
     apiServer,
-    namespace: k.str('namespace', 'default', name),
-    service: k.reqStr('service', name),
-    portName: k.optStr('port_name'),
+    namespace: k.str('namespace', 'default', k8sName),
     tokenFile: k.str('token_file', GATEWAY_DEFAULTS.kubernetesTokenFile),
     caFile: k.str('ca_file', GATEWAY_DEFAULTS.kubernetesCaFile),
+  };
+}
+
+/** Reads a model's `kubernetes` section. */
+export function readKubernetesSection(m: ConfigReader): KubernetesDiscovery | undefined {
+  const k = m.child('kubernetes');
+  if (k === undefined) return undefined;
+  k.allowOnly([...API_KEYS, 'service', 'port_name', 'id_base']);
+  const api = readApi(k);
+  return {
+    ...api,
+    service: k.reqStr('service', k8sName),
+    portName: k.optStr('port_name'),
     idBase: k.int('id_base', GATEWAY_DEFAULTS.kubernetesIdBase, { min: 0, max: 2 ** 52 }),
+  };
+}
+
+/** Reads a model's `inference_pool` section. */
+export function readInferencePoolSection(m: ConfigReader): InferencePoolDiscovery | undefined {
+  const k = m.child('inference_pool');
+  if (k === undefined) return undefined;
+  k.allowOnly([...API_KEYS, 'name', 'fallbacks']);
+  return {
+    ...readApi(k),
+    name: k.reqStr('name', k8sName),
+    fallbacks: k.int('fallbacks', GATEWAY_DEFAULTS.pickerFallbacks, { min: 1, max: 16 }),
   };
 }

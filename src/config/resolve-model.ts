@@ -10,7 +10,7 @@ import { ALWAYS_DISAGGREGATE, DISAGG_POLICY_MODES, kvEventsEnabled, type DisaggP
 import type { KvEventEndpoints } from '../discovery/index.js';
 import { absolute, checkHost, checkEngineUrl, checkHttpUrl, checkZmqEndpoint, type ResolveContext } from './checks.js';
 import { GATEWAY_DEFAULTS } from './defaults.js';
-import { readKubernetesSection } from './kubernetes-section.js';
+import { readInferencePoolSection, readKubernetesSection } from './kubernetes-section.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
 import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
@@ -34,6 +34,7 @@ const MODEL_KEYS = [
   'workers_file',
   'etcd',
   'kubernetes',
+  'inference_pool',
   'migration_limit',
   'migration_max_seq_len',
   'panic_threshold_percent',
@@ -311,11 +312,12 @@ export function readModel(
   const workersFile = m.optStr('workers_file');
   const etcd = readEtcdSection(m);
   const kubernetes = readKubernetesSection(m);
+  const inferencePool = readInferencePoolSection(m);
   const workers = readWorkers(
     m,
     engine,
     names,
-    workersFile === undefined && etcd === undefined && kubernetes === undefined,
+    workersFile === undefined && etcd === undefined && kubernetes === undefined && inferencePool === undefined,
   );
   const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
   const migration = {
@@ -346,6 +348,7 @@ export function readModel(
     workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile),
     etcd,
     kubernetes,
+    inferencePool,
   };
 }
 

@@ -67,6 +67,8 @@ export interface ModelConfig {
   readonly etcd: EtcdDiscovery | undefined;
   /** Kubernetes discovery: the ready endpoints of a Service's EndpointSlices. */
   readonly kubernetes: KubernetesDiscovery | undefined;
+  /** The InferencePool whose pods `kvgate picker` chooses from (`inference_pool`); `kvgate serve` refuses it. */
+  readonly inferencePool: InferencePoolDiscovery | undefined;
   /** Request migration: streams resumed on another worker after a migratable failure. */
   readonly migration: MigrationConfig;
   /**
@@ -96,6 +98,20 @@ export interface KubernetesDiscovery {
   readonly tokenFile: string;
   readonly caFile: string;
   readonly idBase: number;
+}
+
+/**
+ * A model's `inference_pool` section: the Gateway API Inference Extension `InferencePool`
+ * (inference.networking.k8s.io/v1) whose selector's pods `kvgate picker` chooses from.
+ */
+export interface InferencePoolDiscovery {
+  readonly apiServer: string;
+  readonly namespace: string;
+  readonly name: string;
+  readonly tokenFile: string;
+  readonly caFile: string;
+  /** Endpoints in each answer: the pick, then the next best for the data plane's retries. */
+  readonly fallbacks: number;
 }
 
 /** `migration_limit` (migrations per request, 0: off) and `migration_max_seq_len` (no migration past it; undefined: no bound). */

@@ -4,7 +4,7 @@
  * through `FleetMembers` (source `kubernetes`).
  *
  * It speaks the API server's list + watch protocol over plain HTTP(S)
- * (undici): a list gives the slices and a resourceVersion; a watch from that
+ * (undici, through kube-watch.ts's `KubeListWatch`): a list gives the slices and a resourceVersion; a watch from that
  * resourceVersion streams ADDED / MODIFIED / DELETED (and BOOKMARK) events as
  * JSON lines. A watch the server ends, or a dropped connection, is resumed
  * from the last resourceVersion seen; a 410 Gone (that version is compacted
@@ -16,10 +16,7 @@
  * `@kubernetes/client-node` is not used: its current release needs undici 8,
  * which needs Node 22, and kvgate runs on Node 20.
  */
-import { readFileSync } from 'node:fs';
-import { createInterface } from 'node:readline';
 import type { Logger } from 'pino';
-import { Agent, request } from 'undici';
 import {
   kubernetesWorker,
   type ConfigProblem,
@@ -31,11 +28,9 @@ import {
 import type { WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { applyWorkerSet } from './discovered-set.js';
+import { KubeClient, KubeListWatch } from './kube-watch.js';
 import type { FleetMembers } from './membership.js';
 import type { DiscoveryMetrics, WorkerSource } from './source.js';
-
-const RETRY_MIN_MS = 500;
-const RETRY_MAX_MS = 10_000;
 
 /** The EndpointSlice fields kvgate reads (discovery.k8s.io/v1). */
 interface EndpointSlice {
@@ -48,12 +43,6 @@ interface EndpointSlice {
   ports?: { name?: string; port?: number }[] | null;
   endpoints?: { addresses?: string[]; conditions?: { ready?: boolean | null }; targetRef?: { name?: string } }[] | null;
 }
-interface WatchEvent {
-  type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
-  object: EndpointSlice & { code?: number; message?: string };
-}
-/** The watch ended because its resourceVersion is gone: list again. */
-class Gone extends Error {}
 
 export class KubernetesWorkersSource implements WorkerSource {
   readonly kind = 'kubernetes' as const;
@@ -61,31 +50,40 @@ export class KubernetesWorkersSource implements WorkerSource {
   readonly #k8s: KubernetesDiscovery;
   readonly #members: FleetMembers;
   readonly #registry: WorkerRegistry;
-  readonly #dispatcher: Agent;
-  readonly #path: string;
-  /** The slices of the Service, by name. */
-  #slices = new Map<string, EndpointSlice>();
+  readonly #client: KubeClient;
+  readonly #watch: KubeListWatch<EndpointSlice>;
+  /** The slices of the Service. */
+  #slices: EndpointSlice[] = [];
   /** Worker ids given to endpoints (by pod name, or address), kept while the endpoint is listed. */
   readonly #ids = new Map<string, number>();
   #current = new Map<number, WorkerConfig>();
-  #resourceVersion: string | undefined;
-  #abort = new AbortController();
-  #timer: NodeJS.Timeout | undefined;
-  #retryMs = RETRY_MIN_MS;
   #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
   #closed = false;
-  /** 410s since the last event a watch delivered. */
-  #gones = 0;
 
   constructor(model: ModelConfig, registry: WorkerRegistry, members: FleetMembers) {
     this.#model = model;
     this.#k8s = model.kubernetes!;
     this.#registry = registry;
     this.#members = members;
-    const ca = this.#k8s.apiServer.startsWith('https:') ? readOptional(this.#k8s.caFile) : undefined;
-    this.#dispatcher = new Agent({ connect: ca === undefined ? {} : { ca }, bodyTimeout: 0 });
+    this.#client = new KubeClient(this.#k8s);
     const selector = encodeURIComponent(`kubernetes.io/service-name=${this.#k8s.service}`);
-    this.#path = `/apis/discovery.k8s.io/v1/namespaces/${this.#k8s.namespace}/endpointslices?labelSelector=${selector}`;
+    const path = `/apis/discovery.k8s.io/v1/namespaces/${this.#k8s.namespace}/endpointslices?labelSelector=${selector}`;
+    const where = `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service}`;
+    this.#watch = new KubeListWatch<EndpointSlice>({
+      client: this.#client,
+      path: () => path,
+      onChange: (slices) => {
+        this.#slices = slices;
+        this.#applySlices();
+      },
+      onRelist: (err) =>
+        this.#sink?.logger.warn({ service: this.#k8s.service }, `kubernetes watch: ${err.message}; listing again`),
+      onFailure: (err, retryInMs) =>
+        this.#sink?.logger.error(
+          { service: this.#k8s.service, retryInMs },
+          `${where} failed: ${err.message}; the current workers stay, retrying`,
+        ),
+    });
   }
 
   /** Lists and watches the Service's EndpointSlices from now on; outcomes go to `logger` and `metrics`. */
@@ -96,106 +94,20 @@ export class KubernetesWorkersSource implements WorkerSource {
       { apiServer: this.#k8s.apiServer, namespace: this.#k8s.namespace, service: this.#k8s.service },
       `watching the EndpointSlices of service ${this.#k8s.namespace}/${this.#k8s.service} for workers of model ${this.#model.name}`,
     );
-    void this.#run(true);
+    this.#watch.start();
   }
 
   async close(): Promise<void> {
     this.#closed = true;
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
-    this.#abort.abort();
-    await this.#dispatcher.close().catch(() => undefined);
-  }
-
-  /** Lists (when `list`, or when there is no resourceVersion yet), then watches until the watch ends. */
-  async #run(list: boolean): Promise<void> {
-    if (this.#closed) return;
-    try {
-      if (list || this.#resourceVersion === undefined) await this.#list();
-      await this.#watch();
-      // The server closed the watch (its timeout): resume from the last resourceVersion at once.
-      this.#retryMs = RETRY_MIN_MS;
-      void this.#run(false);
-    } catch (err) {
-      if (this.#closed) return;
-      // A second 410 with no event between is not the watch falling behind: wait before listing again.
-      if (err instanceof Gone && ++this.#gones === 1) {
-        this.#sink?.logger.warn(
-          { service: this.#k8s.service, resourceVersion: this.#resourceVersion },
-          `kubernetes watch: ${err.message}; listing again`,
-        );
-        this.#resourceVersion = undefined;
-        void this.#run(true);
-        return;
-      }
-      this.#sink?.logger.error(
-        { service: this.#k8s.service, retryInMs: this.#retryMs },
-        `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service} failed: ${(err as Error).message}; the ` +
-          `current workers stay, retrying`,
-      );
-      const relist = err instanceof Gone;
-      this.#timer = setTimeout(() => void this.#run(relist), this.#retryMs);
-      this.#timer.unref();
-      this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
-    }
-  }
-
-  async #list(): Promise<void> {
-    const res = await this.#get(this.#path);
-    const body = (await res.body.json()) as { metadata?: { resourceVersion?: string }; items?: EndpointSlice[] };
-    this.#slices = new Map((body.items ?? []).map((s) => [s.metadata?.name ?? '', s]));
-    this.#resourceVersion = body.metadata?.resourceVersion;
-    this.#applySlices();
-  }
-
-  async #watch(): Promise<void> {
-    const rv =
-      this.#resourceVersion === undefined ? '' : `&resourceVersion=${encodeURIComponent(this.#resourceVersion)}`;
-    const res = await this.#get(`${this.#path}&watch=1&allowWatchBookmarks=true${rv}`);
-    const lines = createInterface({ input: res.body, crlfDelay: Infinity });
-    try {
-      for await (const line of lines) {
-        if (line.trim() === '') continue;
-        this.#event(JSON.parse(line) as WatchEvent);
-      }
-    } finally {
-      // A watch left on an ERROR event (410) or a bad line: its connection goes too.
-      res.body.destroy();
-    }
-  }
-
-  #event(e: WatchEvent): void {
-    if (e.type === 'ERROR') {
-      if (e.object.code === 410) throw new Gone(e.object.message ?? 'resourceVersion too old (410 Gone)');
-      throw new Error(`watch error ${e.object.code ?? ''} ${e.object.message ?? ''}`.trim());
-    }
-    const rv = e.object.metadata?.resourceVersion;
-    if (rv !== undefined) this.#resourceVersion = rv;
-    this.#gones = 0;
-    if (e.type === 'BOOKMARK') return;
-    const name = e.object.metadata?.name ?? '';
-    if (e.type === 'DELETED') this.#slices.delete(name);
-    else this.#slices.set(name, e.object);
-    this.#applySlices();
-  }
-
-  async #get(path: string): Promise<Awaited<ReturnType<typeof request>>> {
-    const token = readOptional(this.#k8s.tokenFile)?.trim();
-    const res = await request(`${this.#k8s.apiServer}${path}`, {
-      dispatcher: this.#dispatcher,
-      signal: this.#abort.signal,
-      headers: { accept: 'application/json', ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
-    });
-    if (res.statusCode === 200) return res;
-    const text = await res.body.text().catch(() => '');
-    if (res.statusCode === 410) throw new Gone('resourceVersion too old (410 Gone)');
-    throw new Error(`API server answered ${res.statusCode}: ${text.slice(0, 200)}`);
+    this.#watch.close();
+    await this.#client.close();
   }
 
   /** The workers of every ready endpoint of every slice (an invalid one is logged, counted and left out). */
   #applySlices(): void {
     const next = new Map<number, WorkerConfig>();
     const seen = new Set<string>();
-    for (const slice of this.#slices.values()) {
+    for (const slice of this.#slices) {
       const ports = slice.ports ?? [];
       const port = (this.#k8s.portName === undefined ? ports[0] : ports.find((p) => p.name === this.#k8s.portName))
         ?.port;
@@ -263,13 +175,5 @@ export class KubernetesWorkersSource implements WorkerSource {
 
   #count(outcome: 'applied' | 'unchanged' | 'rejected'): void {
     this.#sink?.metrics.discoveryUpdates.labels({ model: this.#model.name, source: 'kubernetes', outcome }).inc();
-  }
-}
-
-function readOptional(path: string): string | undefined {
-  try {
-    return readFileSync(path, 'utf8');
-  } catch {
-    return undefined;
   }
 }

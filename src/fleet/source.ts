@@ -16,7 +16,12 @@ export type DiscoveryKind = Exclude<WorkerSourceKind, 'static'>;
 export interface DiscoveryMetrics {
   /** Worker sets a source reported, by outcome. */
   readonly discoveryUpdates: {
-    labels(l: { model: string; source: DiscoveryKind; outcome: 'applied' | 'unchanged' | 'rejected' }): { inc(): void };
+    labels(l: {
+      model: string;
+      /** `inference_pool`: the pods `kvgate picker` chooses from (not a source of workers). */
+      source: DiscoveryKind | 'inference_pool';
+      outcome: 'applied' | 'unchanged' | 'rejected';
+    }): { inc(): void };
   };
   /** The state of a source's watch on a remote store (etcd). */
   readonly discoveryWatch: {

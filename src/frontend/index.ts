@@ -9,6 +9,8 @@ export type {
   RoutedResponse,
   QueryResult,
   SseEvent,
+  EndpointKind,
 } from './router-port.js';
 export { createPreprocessor, preprocessModelSpecs, preprocessWorkerFile } from './preprocess/preprocessor.js';
 export type { Preprocessor } from './preprocess/preprocessor.js';
+export type { BodyOutcome } from './preprocess/protocol.js';

@@ -333,6 +333,20 @@ export const METRIC_DEFINITIONS = {
       'unchanged, rejected (invalid: the previous workers stay).',
     labelNames: ['model', 'source', 'outcome'],
   },
+  pickerRequests: {
+    kind: 'counter',
+    name: 'kvgate_picker_requests_total',
+    help:
+      'Requests the endpoint picker (kvgate picker) saw, by outcome: picked, no_endpoint (503), shed (429), ' +
+      'bad_request, protocol_error (the stream ended with a gRPC error), reset (the stream ended before the response).',
+    labelNames: ['model', 'outcome'],
+  },
+  pickerEndpoints: {
+    kind: 'gauge',
+    name: 'kvgate_picker_endpoints',
+    help: 'Ready endpoints of the InferencePool the endpoint picker chooses from.',
+    labelNames: ['model'],
+  },
   configReloads: {
     kind: 'counter',
     name: 'kvgate_config_reloads_total',

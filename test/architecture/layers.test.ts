@@ -33,7 +33,9 @@ const ALLOWED: Record<string, readonly string[]> = {
   replay: ['errors', 'common', 'core', 'events', 'mocker', 'routing'],
   // replica sync: other replicas' bookings and sessions into core's peer view, over NATS or the cluster IPC channel.
   replicas: ['errors', 'common', 'core', 'metrics'],
-  cli: ['errors', 'common', 'config', 'fleet', 'frontend', 'mocker', 'replay', 'replicas'],
+  // the endpoint picker: the gateway's preprocessing and router behind Envoy's ext_proc, for a GIE data plane.
+  picker: ['errors', 'common', 'core', 'wasm', 'config', 'metrics', 'routing', 'fleet', 'frontend'],
+  cli: ['errors', 'common', 'config', 'fleet', 'frontend', 'mocker', 'picker', 'replay', 'replicas'],
 };
 
 function files(dir: string): string[] {

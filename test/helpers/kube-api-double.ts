@@ -1,7 +1,8 @@
 /**
- * A protocol double of the Kubernetes API server's EndpointSlice list + watch
- * (no API server can run on our machines): GET .../endpointslices lists the
- * slices matching `labelSelector` with the current resourceVersion; with
+ * A protocol double of the Kubernetes API server's list + watch (no API server
+ * can run on our machines) for EndpointSlices and Pods, and GET of one
+ * InferencePool: GET .../endpointslices (or .../pods) lists the objects
+ * matching `labelSelector` (`k=v[,k=v]`) with the current resourceVersion; with
  * `watch=1` it streams JSON-line events (ADDED, MODIFIED, DELETED) after the
  * given resourceVersion, replaying those it still keeps, or one ERROR event
  * with code 410 (Gone) for a version compacted away, as the real server does.
@@ -19,13 +20,30 @@ export interface Slice {
   ports: { name?: string; port: number }[];
   endpoints: { addresses: string[]; conditions: { ready: boolean }; targetRef?: { name: string } }[];
 }
-type Event = { type: 'ADDED' | 'MODIFIED' | 'DELETED'; object: Slice };
+/** A Pod's fields the InferencePool source reads. */
+export interface Pod {
+  metadata: { name: string; labels: Record<string, string>; resourceVersion?: string; deletionTimestamp?: string };
+  status: { podIP?: string; conditions: { type: string; status: 'True' | 'False' }[] };
+}
+/** An InferencePool (inference.networking.k8s.io/v1): its selector and target port. */
+export interface InferencePool {
+  metadata: { name: string; namespace: string };
+  spec: {
+    selector: { matchLabels: Record<string, string> };
+    targetPorts: { number: number }[];
+    endpointPickerRef?: unknown;
+  };
+}
+type Resource = 'endpointslices' | 'pods';
+type Stored = Slice | Pod;
+type Event = { type: 'ADDED' | 'MODIFIED' | 'DELETED'; object: Stored };
 
 export class KubeApiDouble {
   readonly #server: Server;
-  readonly #slices = new Map<string, Slice>();
-  readonly #history: { rv: number; event: Event }[] = [];
-  readonly #watchers = new Set<ServerResponse>();
+  readonly #objects: Record<Resource, Map<string, Stored>> = { endpointslices: new Map(), pods: new Map() };
+  readonly #pools = new Map<string, InferencePool>();
+  readonly #history: { rv: number; resource: Resource; event: Event }[] = [];
+  readonly #watchers = new Map<ServerResponse, Resource>();
   readonly #held: (() => void)[] = [];
   #rv = 100;
   /** Versions before this are compacted: a watch from them gets 410 (the current one is always watchable). */
@@ -55,19 +73,35 @@ export class KubeApiDouble {
 
   /** Creates or replaces a slice; `silent`: watchers are not told and the change is not kept for replay (only a list sees it). */
   put(slice: Slice, silent = false): void {
-    const type = this.#slices.has(slice.metadata.name) ? 'MODIFIED' : 'ADDED';
-    this.#emit({ type, object: slice }, silent);
+    const type = this.#objects.endpointslices.has(slice.metadata.name) ? 'MODIFIED' : 'ADDED';
+    this.#emit('endpointslices', { type, object: slice }, silent);
   }
 
   delete(name: string): void {
-    const slice = this.#slices.get(name);
-    if (slice !== undefined) this.#emit({ type: 'DELETED', object: slice }, false);
+    const slice = this.#objects.endpointslices.get(name);
+    if (slice !== undefined) this.#emit('endpointslices', { type: 'DELETED', object: slice }, false);
+  }
+
+  /** Creates or replaces a pod (watchers are told). */
+  putPod(pod: Pod): void {
+    const type = this.#objects.pods.has(pod.metadata.name) ? 'MODIFIED' : 'ADDED';
+    this.#emit('pods', { type, object: pod }, false);
+  }
+
+  deletePod(name: string): void {
+    const pod = this.#objects.pods.get(name);
+    if (pod !== undefined) this.#emit('pods', { type: 'DELETED', object: pod }, false);
+  }
+
+  /** Creates or replaces an InferencePool (read by GET; not watched). */
+  putPool(pool: InferencePool): void {
+    this.#pools.set(`${pool.metadata.namespace}/${pool.metadata.name}`, pool);
   }
 
   /** Forgets every version up to now and ends open watches with 410 Gone. */
   compact(): void {
     this.#oldest = this.#rv;
-    for (const w of this.#watchers)
+    for (const w of this.#watchers.keys())
       w.end(
         `${JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } })}\n`,
       );
@@ -76,7 +110,7 @@ export class KubeApiDouble {
 
   /** Cuts every open watch connection (no clean end). */
   dropWatches(): void {
-    for (const w of this.#watchers) w.socket?.destroy();
+    for (const w of this.#watchers.keys()) w.socket?.destroy();
     this.#watchers.clear();
   }
 
@@ -90,43 +124,58 @@ export class KubeApiDouble {
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));
   }
 
-  #emit(event: Event, silent: boolean): void {
+  #emit(resource: Resource, event: Event, silent: boolean): void {
     this.#rv++;
     const object = { ...event.object, metadata: { ...event.object.metadata, resourceVersion: String(this.#rv) } };
-    if (event.type === 'DELETED') this.#slices.delete(object.metadata.name);
-    else this.#slices.set(object.metadata.name, object);
+    if (event.type === 'DELETED') this.#objects[resource].delete(object.metadata.name);
+    else this.#objects[resource].set(object.metadata.name, object);
     if (silent) {
       this.#oldest = this.#rv;
       return;
     }
     const e = { type: event.type, object };
-    this.#history.push({ rv: this.#rv, event: e });
-    for (const w of this.#watchers) w.write(`${JSON.stringify(e)}\n`);
+    this.#history.push({ rv: this.#rv, resource, event: e });
+    for (const [w, r] of this.#watchers) if (r === resource) w.write(`${JSON.stringify(e)}\n`);
   }
 
   #serve(req: IncomingMessage, res: ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://x');
-    const m = /^\/apis\/discovery\.k8s\.io\/v1\/namespaces\/([^/]+)\/endpointslices$/.exec(url.pathname);
-    if (req.method !== 'GET' || m === null) {
-      res.writeHead(404, { 'content-type': 'application/json' }).end('{"kind":"Status","code":404}');
+    const notFound = (): void =>
+      void res.writeHead(404, { 'content-type': 'application/json' }).end('{"kind":"Status","code":404}');
+    const pool = /^\/apis\/inference\.networking\.k8s\.io\/v1\/namespaces\/([^/]+)\/inferencepools\/([^/]+)$/.exec(
+      url.pathname,
+    );
+    if (req.method === 'GET' && pool !== null) {
+      const found = this.#pools.get(`${pool[1]}/${pool[2]}`);
+      if (found === undefined) return notFound();
+      this.requests.push(`get inferencepool ${pool[2]}`);
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(found));
       return;
     }
-    const [key, value] = (url.searchParams.get('labelSelector') ?? '').split('=');
-    const matches = (s: Slice): boolean => key === '' || s.metadata.labels[key!] === value;
+    const m = /^\/(?:apis\/discovery\.k8s\.io|api)\/v1\/namespaces\/([^/]+)\/(endpointslices|pods)$/.exec(url.pathname);
+    if (req.method !== 'GET' || m === null) return notFound();
+    const resource = m[2] as Resource;
+    const wanted = (url.searchParams.get('labelSelector') ?? '').split(',').filter((p) => p !== '');
+    const matches = (o: Stored): boolean =>
+      wanted.every((p) => {
+        const [key, value] = p.split('=');
+        return o.metadata.labels[key!] === value;
+      });
+    const prefix = resource === 'pods' ? 'pods ' : '';
     if (url.searchParams.get('watch') !== '1') {
-      this.requests.push('list');
+      this.requests.push(`${prefix}list`);
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify({
-          kind: 'EndpointSliceList',
+          kind: resource === 'pods' ? 'PodList' : 'EndpointSliceList',
           metadata: { resourceVersion: String(this.#rv) },
-          items: [...this.#slices.values()].filter(matches),
+          items: [...this.#objects[resource].values()].filter(matches),
         }),
       );
       return;
     }
     const from = Number(url.searchParams.get('resourceVersion') ?? this.#rv);
-    this.requests.push(`watch@${from}`);
+    this.requests.push(`${prefix}watch@${from}`);
     const answer = (): void => {
       res.writeHead(200, { 'content-type': 'application/json' });
       if (from < this.#oldest) {
@@ -136,8 +185,9 @@ export class KubeApiDouble {
         return;
       }
       for (const h of this.#history)
-        if (h.rv > from && matches(h.event.object)) res.write(`${JSON.stringify(h.event)}\n`);
-      this.#watchers.add(res);
+        if (h.rv > from && h.resource === resource && matches(h.event.object))
+          res.write(`${JSON.stringify(h.event)}\n`);
+      this.#watchers.set(res, resource);
       res.on('close', () => this.#watchers.delete(res));
     };
     if (this.holdWatches) this.#held.push(answer);

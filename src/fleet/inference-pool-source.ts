@@ -1,0 +1,123 @@
+/**
+ * `InferencePoolSource`: the ready pods of a Gateway API Inference Extension
+ * `InferencePool` (inference.networking.k8s.io/v1), for `kvgate picker`. The
+ * pool is read for its `spec.selector.matchLabels` and its first
+ * `spec.targetPorts[].number`; the pods matching the selector in the pool's
+ * namespace are listed and watched (`KubeListWatch`), and every change hands
+ * the picker the endpoints `<podIP>:<targetPort>` of the pods that are ready
+ * (condition Ready True, an IP, not being deleted). The pool is read again
+ * before each list of its pods (at start, after a 410, after a failure), so a
+ * changed selector or port is followed from the next list. Until the API
+ * server answers again the current endpoints stay; every outcome is logged
+ * and counted (`kvgate_discovery_updates_total{source="inference_pool"}`).
+ */
+import type { Logger } from 'pino';
+import type { InferencePoolDiscovery } from '../config/index.js';
+import { KubeClient, KubeListWatch } from './kube-watch.js';
+import type { DiscoveryMetrics } from './source.js';
+
+/** One ready pod of the pool as the picker dials it. */
+export interface PoolEndpoint {
+  /** The pod's name: its identity while it lives, whatever its IP. */
+  readonly name: string;
+  /** `ip:port` (`[ip]:port` for IPv6). */
+  readonly endpoint: string;
+}
+
+/** The pod fields read (core/v1). */
+interface Pod {
+  metadata?: { name?: string; resourceVersion?: string; deletionTimestamp?: string };
+  status?: { podIP?: string; conditions?: { type?: string; status?: string }[] };
+}
+/** The InferencePool fields read (inference.networking.k8s.io/v1). */
+interface InferencePool {
+  spec?: { selector?: { matchLabels?: Record<string, string> }; targetPorts?: { number?: number }[] };
+}
+
+export class InferencePoolSource {
+  readonly #pool: InferencePoolDiscovery;
+  readonly #model: string;
+  readonly #client: KubeClient;
+  readonly #watch: KubeListWatch<Pod>;
+  readonly #onEndpoints: (endpoints: PoolEndpoint[]) => void;
+  #selector = '';
+  #port = 0;
+  #last = '';
+  #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
+
+  constructor(model: string, pool: InferencePoolDiscovery, onEndpoints: (endpoints: PoolEndpoint[]) => void) {
+    this.#model = model;
+    this.#pool = pool;
+    this.#onEndpoints = onEndpoints;
+    this.#client = new KubeClient(pool);
+    this.#watch = new KubeListWatch<Pod>({
+      client: this.#client,
+      path: () => `/api/v1/namespaces/${pool.namespace}/pods?labelSelector=${encodeURIComponent(this.#selector)}`,
+      beforeList: () => this.#readPool(),
+      onChange: (pods) => this.#apply(pods),
+      onFailure: (err, retryInMs) =>
+        this.#sink?.logger.error(
+          { pool: this.#pool.name, retryInMs },
+          `InferencePool ${this.#pool.namespace}/${this.#pool.name}: ${err.message}; the current endpoints stay, retrying`,
+        ),
+    });
+  }
+
+  start(logger: Logger, metrics: DiscoveryMetrics): void {
+    if (this.#sink !== undefined) return;
+    this.#sink = { logger, metrics };
+    logger.info(
+      { apiServer: this.#pool.apiServer, namespace: this.#pool.namespace, pool: this.#pool.name },
+      `watching the pods of InferencePool ${this.#pool.namespace}/${this.#pool.name} for model ${this.#model}`,
+    );
+    this.#watch.start();
+  }
+
+  async close(): Promise<void> {
+    this.#watch.close();
+    await this.#client.close();
+  }
+
+  async #readPool(): Promise<void> {
+    const res = await this.#client.get(
+      `/apis/inference.networking.k8s.io/v1/namespaces/${this.#pool.namespace}/inferencepools/${this.#pool.name}`,
+    );
+    const pool = (await res.body.json()) as InferencePool;
+    const labels = Object.entries(pool.spec?.selector?.matchLabels ?? {});
+    const port = pool.spec?.targetPorts?.[0]?.number;
+    if (labels.length === 0 || port === undefined || !Number.isInteger(port)) {
+      this.#count('rejected');
+      throw new Error('the pool has no spec.selector.matchLabels or no spec.targetPorts[0].number');
+    }
+    const selector = labels.map(([k, v]) => `${k}=${v}`).join(',');
+    if (selector !== this.#selector || port !== this.#port)
+      this.#sink?.logger.info({ pool: this.#pool.name, selector, port }, 'InferencePool read: selector and port');
+    this.#selector = selector;
+    this.#port = port;
+  }
+
+  #apply(pods: Pod[]): void {
+    const endpoints: PoolEndpoint[] = [];
+    for (const p of pods) {
+      const ip = p.status?.podIP;
+      const ready = p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true;
+      if (ip === undefined || ip === '' || !ready || p.metadata?.deletionTimestamp !== undefined) continue;
+      const host = ip.includes(':') ? `[${ip}]` : ip;
+      endpoints.push({ name: p.metadata?.name ?? ip, endpoint: `${host}:${this.#port}` });
+    }
+    endpoints.sort((a, b) => a.name.localeCompare(b.name));
+    const key = JSON.stringify(endpoints);
+    if (key === this.#last) return this.#count('unchanged');
+    this.#last = key;
+    this.#count('applied');
+    this.#sink?.logger.info(
+      { pool: this.#pool.name, endpoints: endpoints.map((e) => e.endpoint) },
+      `InferencePool ${this.#pool.namespace}/${this.#pool.name}: ${endpoints.length} ready endpoints`,
+    );
+    this.#onEndpoints(endpoints);
+  }
+
+  #count(outcome: 'applied' | 'unchanged' | 'rejected'): void {
+    this.#sink?.metrics.discoveryUpdates.labels({ model: this.#model, source: 'inference_pool', outcome }).inc();
+  }
+}

@@ -1,0 +1,173 @@
+/**
+ * `KubeListWatch`: one collection of the Kubernetes API kept current by the
+ * API server's list + watch protocol (undici, no client library: see
+ * kubernetes-source.ts for why). A list gives the objects and a
+ * resourceVersion; a watch from it streams ADDED / MODIFIED / DELETED /
+ * BOOKMARK events as JSON lines. A watch the server ends is resumed from the
+ * last version seen; a 410 Gone lists again; any other failure keeps the
+ * objects it has and retries on a doubling delay. `onChange` gets every
+ * object after each list and each event; `onFailure` each failure.
+ */
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { Agent, request } from 'undici';
+
+const RETRY_MIN_MS = 500;
+const RETRY_MAX_MS = 10_000;
+
+export interface KubeObject {
+  metadata?: { name?: string; resourceVersion?: string };
+}
+interface WatchEvent<T> {
+  type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
+  object: T & { code?: number; message?: string };
+}
+class Gone extends Error {}
+
+export interface KubeApi {
+  readonly apiServer: string;
+  readonly tokenFile: string;
+  readonly caFile: string;
+}
+
+/** The API server's client: one undici Agent (the cluster CA when https), the service-account token read per call. */
+export class KubeClient {
+  readonly #api: KubeApi;
+  readonly #dispatcher: Agent;
+  readonly #abort = new AbortController();
+
+  constructor(api: KubeApi) {
+    this.#api = api;
+    const ca = api.apiServer.startsWith('https:') ? readOptional(api.caFile) : undefined;
+    this.#dispatcher = new Agent({ connect: ca === undefined ? {} : { ca }, bodyTimeout: 0 });
+  }
+
+  /** GET `path`: the 200 answer, or an error naming the status (410 as `Gone`). */
+  async get(path: string): Promise<Awaited<ReturnType<typeof request>>> {
+    const token = readOptional(this.#api.tokenFile)?.trim();
+    const res = await request(`${this.#api.apiServer}${path}`, {
+      dispatcher: this.#dispatcher,
+      signal: this.#abort.signal,
+      headers: { accept: 'application/json', ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
+    });
+    if (res.statusCode === 200) return res;
+    const text = await res.body.text().catch(() => '');
+    if (res.statusCode === 410) throw new Gone('resourceVersion too old (410 Gone)');
+    throw new Error(`API server answered ${res.statusCode} for ${path.split('?')[0]}: ${text.slice(0, 200)}`);
+  }
+
+  async close(): Promise<void> {
+    this.#abort.abort();
+    await this.#dispatcher.close().catch(() => undefined);
+  }
+}
+
+export class KubeListWatch<T extends KubeObject> {
+  readonly #client: KubeClient;
+  readonly #onChange: (objects: T[]) => void;
+  readonly #onFailure: (err: Error, retryInMs: number) => void;
+  readonly #onRelist: ((err: Error) => void) | undefined;
+  /** Runs before each list (a caller re-reading what the path depends on); throws to fail the attempt. */
+  readonly #beforeList: () => Promise<void>;
+  readonly #path: () => string;
+  #objects = new Map<string, T>();
+  #resourceVersion: string | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #retryMs = RETRY_MIN_MS;
+  #closed = false;
+  #gones = 0;
+
+  constructor(opts: {
+    client: KubeClient;
+    path: () => string;
+    onChange: (objects: T[]) => void;
+    onFailure: (err: Error, retryInMs: number) => void;
+    /** A watch fallen behind (410 Gone): listing again at once. */
+    onRelist?: (err: Error) => void;
+    beforeList?: () => Promise<void>;
+  }) {
+    this.#client = opts.client;
+    this.#path = opts.path;
+    this.#onChange = opts.onChange;
+    this.#onFailure = opts.onFailure;
+    this.#onRelist = opts.onRelist;
+    this.#beforeList = opts.beforeList ?? (() => Promise.resolve());
+  }
+
+  start(): void {
+    void this.#run(true);
+  }
+
+  close(): void {
+    this.#closed = true;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+  }
+
+  async #run(list: boolean): Promise<void> {
+    if (this.#closed) return;
+    try {
+      if (list || this.#resourceVersion === undefined) await this.#list();
+      await this.#watch();
+      this.#retryMs = RETRY_MIN_MS;
+      void this.#run(false);
+    } catch (err) {
+      if (this.#closed) return;
+      // A first 410 is a watch fallen behind: list again at once; a second with no event between waits.
+      if (err instanceof Gone && ++this.#gones === 1) {
+        this.#onRelist?.(err);
+        this.#resourceVersion = undefined;
+        void this.#run(true);
+        return;
+      }
+      this.#onFailure(err as Error, this.#retryMs);
+      const relist = err instanceof Gone || this.#resourceVersion === undefined;
+      this.#timer = setTimeout(() => void this.#run(relist), this.#retryMs);
+      this.#timer.unref();
+      this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
+    }
+  }
+
+  async #list(): Promise<void> {
+    await this.#beforeList();
+    const res = await this.#client.get(this.#path());
+    const body = (await res.body.json()) as { metadata?: { resourceVersion?: string }; items?: T[] };
+    this.#objects = new Map((body.items ?? []).map((o) => [o.metadata?.name ?? '', o]));
+    this.#resourceVersion = body.metadata?.resourceVersion;
+    this.#onChange([...this.#objects.values()]);
+  }
+
+  async #watch(): Promise<void> {
+    const rv =
+      this.#resourceVersion === undefined ? '' : `&resourceVersion=${encodeURIComponent(this.#resourceVersion)}`;
+    const res = await this.#client.get(`${this.#path()}&watch=1&allowWatchBookmarks=true${rv}`);
+    const lines = createInterface({ input: res.body, crlfDelay: Infinity });
+    try {
+      for await (const line of lines) if (line.trim() !== '') this.#event(JSON.parse(line) as WatchEvent<T>);
+    } finally {
+      res.body.destroy();
+    }
+  }
+
+  #event(e: WatchEvent<T>): void {
+    if (e.type === 'ERROR') {
+      if (e.object.code === 410) throw new Gone(e.object.message ?? 'resourceVersion too old (410 Gone)');
+      throw new Error(`watch error ${e.object.code ?? ''} ${e.object.message ?? ''}`.trim());
+    }
+    const rv = e.object.metadata?.resourceVersion;
+    if (rv !== undefined) this.#resourceVersion = rv;
+    this.#gones = 0;
+    if (e.type === 'BOOKMARK') return;
+    const name = e.object.metadata?.name ?? '';
+    if (e.type === 'DELETED') this.#objects.delete(name);
+    else this.#objects.set(name, e.object);
+    this.#onChange([...this.#objects.values()]);
+  }
+}
+
+function readOptional(path: string): string | undefined {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,199 @@
+/**
+ * `EndpointPicker`: the KV-aware choice of one InferencePool's endpoint, with
+ * the gateway's own router underneath (routing's `KvRouter`: the same cost
+ * model, bookkeeping and shedding as `kvgate serve`), for a data plane that
+ * dispatches itself. It owns the pool's endpoints (`ip:port` to a stable
+ * worker id, kept while the pod is listed) and the booking of every request
+ * in flight, and follows each request's life as the data plane reports it:
+ *
+ *   pick (booked on the first endpoint) -> served (moved to the endpoint that really served)
+ *        -> firstToken (prefill done) -> end (freed; exactly once, however the stream ends)
+ *
+ * KV events are not subscribed: every endpoint is scored in approximate mode
+ * (the router records its own choices with `router_ttl_secs`), as the gateway
+ * scores a worker whose events are not live.
+ */
+import type { Logger } from 'pino';
+import type { Clock, RoutingHints, Rng } from '../common/index.js';
+import type { ModelConfig } from '../config/index.js';
+import type { PoolEndpoint } from '../fleet/index.js';
+import { rejectionError } from '../core/index.js';
+import { KvgateError } from '../errors/index.js';
+import { KvRouter } from '../routing/index.js';
+import type { PromptHashes } from '../wasm/index.js';
+
+/** What to route: the preprocessed prompt and its hints, and where the data plane lets the picker choose. */
+export interface PickInput {
+  readonly requestId: string;
+  readonly tokenIds: Uint32Array;
+  readonly hashes: PromptHashes;
+  readonly hints: RoutingHints;
+  /** Endpoints (`ip:port`, or a bare IP for any port) the pick must come from; undefined = the whole pool. */
+  readonly subset?: readonly string[] | undefined;
+}
+
+interface Booking {
+  readonly input: PickInput;
+  endpoint: string;
+  prefillDone: boolean;
+}
+
+export interface EndpointPickerOptions {
+  readonly model: ModelConfig;
+  readonly logger: Logger;
+  readonly clock: Clock;
+  readonly rng: Rng;
+  /** Endpoints in the answer: the pick and up to `fallbacks - 1` next best, for the data plane's retries. */
+  readonly fallbacks: number;
+}
+
+export class EndpointPicker {
+  readonly #router: KvRouter;
+  readonly #logger: Logger;
+  readonly #fallbacks: number;
+  /** endpoint -> worker id, and back. */
+  readonly #ids = new Map<string, number>();
+  readonly #endpoints = new Map<number, string>();
+  /** pod name -> worker id: a pod keeps its id while it is listed. */
+  readonly #byName = new Map<string, number>();
+  readonly #bookings = new Map<string, Booking>();
+  #nextId = 1;
+
+  constructor(opts: EndpointPickerOptions) {
+    this.#logger = opts.logger;
+    this.#fallbacks = Math.max(1, opts.fallbacks);
+    this.#router = new KvRouter({
+      blockSize: opts.model.blockSize,
+      clock: opts.clock,
+      rng: opts.rng,
+      config: opts.model.router,
+      // No KV-event subscription here: every endpoint scored on the router's own recorded choices.
+      eventFallback: () => true,
+    });
+  }
+
+  /** The endpoints of the pool's ready pods now: the new join, the gone leave (their bookings dropped). */
+  setEndpoints(pods: readonly PoolEndpoint[]): { joined: string[]; left: string[] } {
+    const next = new Map(pods.map((p) => [p.name, p.endpoint]));
+    const joined: string[] = [];
+    const left: string[] = [];
+    for (const [name, id] of [...this.#byName]) {
+      const endpoint = this.#endpoints.get(id)!;
+      if (next.get(name) === endpoint) continue;
+      this.#router.removeWorker(id);
+      this.#byName.delete(name);
+      this.#endpoints.delete(id);
+      this.#ids.delete(endpoint);
+      left.push(endpoint);
+    }
+    for (const [name, endpoint] of next) {
+      if (this.#byName.has(name)) continue;
+      const id = this.#nextId++;
+      this.#byName.set(name, id);
+      this.#endpoints.set(id, endpoint);
+      this.#ids.set(endpoint, id);
+      this.#router.addWorker(id, {});
+      joined.push(endpoint);
+    }
+    if (joined.length + left.length > 0)
+      this.#logger.info({ joined, left, endpoints: this.#endpoints.size }, 'picker endpoints changed');
+    return { joined, left };
+  }
+
+  get endpoints(): string[] {
+    return [...this.#endpoints.values()];
+  }
+
+  /** Requests booked and not yet ended, by the endpoint each is booked on. */
+  bookings(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const b of this.#bookings.values()) out[b.endpoint] = (out[b.endpoint] ?? 0) + 1;
+    return out;
+  }
+
+  /**
+   * Picks and books: the endpoints in order, the best first.
+   * @throws KvgateError KVG_ERR_NO_WORKERS (none ready, or none of the subset), KVG_ERR_TOO_MANY_REQUESTS (shed:
+   *   every eligible endpoint busy or the queue full), the router's own for bad hints.
+   */
+  pick(input: PickInput): string[] {
+    const allowed = this.#allowed(input);
+    const hints: RoutingHints = allowed === undefined ? input.hints : { ...input.hints, allowedWorkerIds: allowed };
+    if (this.#endpoints.size === 0 || (allowed !== undefined && allowed.size === 0))
+      throw new KvgateError('KVG_ERR_NO_WORKERS', 'no endpoint of the pool is ready for this request');
+    const outcome = this.#router.schedule({
+      requestId: input.requestId,
+      tokens: input.tokenIds,
+      hashes: input.hashes,
+      isl: input.tokenIds.length,
+      routing: hints,
+    });
+    if (outcome.status === 'queued') {
+      // The picker answers at once: a request the router would park is shed, the data plane's to retry.
+      outcome.ticket.cancel();
+      throw new KvgateError('KVG_ERR_TOO_MANY_REQUESTS', 'every eligible endpoint is busy; the request was shed');
+    }
+    if (outcome.status === 'rejected') {
+      const cause = rejectionError(outcome.rejection);
+      throw new KvgateError('KVG_ERR_TOO_MANY_REQUESTS', `the request was shed: ${cause.message}`, {}, { cause });
+    }
+    const d = outcome.decision;
+    const order = [d.workerId];
+    for (const c of [...d.candidates].sort((a, b) => a.cost - b.cost))
+      if (order.length < this.#fallbacks && !order.includes(c.workerId)) order.push(c.workerId);
+    const endpoints = order.map((id) => this.#endpoints.get(id)!);
+    this.#bookings.set(input.requestId, { input: { ...input, hints }, endpoint: endpoints[0]!, prefillDone: false });
+    return endpoints;
+  }
+
+  /** The endpoint that really served: a booking made on another endpoint follows it there. */
+  served(requestId: string, endpoint: string): void {
+    const b = this.#bookings.get(requestId);
+    if (b === undefined || b.endpoint === endpoint) return;
+    const id = this.#ids.get(endpoint);
+    this.#router.free(requestId);
+    if (id === undefined) {
+      this.#logger.warn({ requestId, endpoint, picked: b.endpoint }, 'served by an endpoint not in the pool; unbooked');
+      this.#bookings.delete(requestId);
+      return;
+    }
+    this.#logger.info({ requestId, endpoint, picked: b.endpoint }, 'served by a fallback endpoint; booking moved');
+    b.endpoint = endpoint;
+    this.#router.addRequest({
+      requestId,
+      tokens: b.input.tokenIds,
+      hashes: b.input.hashes,
+      isl: b.input.tokenIds.length,
+      workerId: id,
+    });
+    if (b.prefillDone) this.#router.markPrefillCompleted(requestId);
+  }
+
+  firstToken(requestId: string): void {
+    const b = this.#bookings.get(requestId);
+    if (b === undefined || b.prefillDone) return;
+    b.prefillDone = true;
+    this.#router.markPrefillCompleted(requestId);
+  }
+
+  /** Frees the request's booking; a second call is a no-op. */
+  end(requestId: string): void {
+    if (!this.#bookings.delete(requestId)) return;
+    this.#router.free(requestId);
+  }
+
+  /** The worker ids the subset allows, or undefined for the whole pool. */
+  #allowed(input: PickInput): Set<number> | undefined {
+    const own = input.hints.allowedWorkerIds;
+    let ids: Set<number> | undefined = own === undefined ? undefined : new Set(own);
+    if (input.subset !== undefined) {
+      const inSubset = new Set<number>();
+      for (const [endpoint, id] of this.#ids) {
+        const ip = endpoint.slice(0, endpoint.lastIndexOf(':'));
+        if (input.subset.includes(endpoint) || input.subset.includes(ip)) inSubset.add(id);
+      }
+      ids = ids === undefined ? inSubset : new Set([...ids].filter((id) => inSubset.has(id)));
+    }
+    return ids;
+  }
+}

@@ -1,0 +1,262 @@
+/**
+ * One ext_proc stream: one HTTP request and its response, in the order Envoy
+ * sends them in streamed mode (request_body_mode and response_body_mode
+ * FULL_DUPLEX_STREAMED, as GIE configures its gateways):
+ *
+ *   request_headers (end_of_stream false)      -> nothing yet: the headers' answer waits for the pick
+ *   request_body ... request_body (eos)        -> request_headers answer (the pick), then the body streamed back
+ *   response_headers (+ the served endpoint)   -> response_headers answer (the conformance echo)
+ *   response_body ... response_body (eos)      -> each chunk streamed back; the first marks prefill done
+ *
+ * The booking is freed exactly once: at the response's end, or when the
+ * stream ends first (the client or Envoy reset it), or on an error. A
+ * message out of this order, or one with no known member, ends the stream
+ * with INVALID_ARGUMENT / FAILED_PRECONDITION and books nothing.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import { KvgateError, isKvgateError } from '../errors/index.js';
+import type { BodyOutcome, EndpointKind, Preprocessor } from '../frontend/index.js';
+import type { EndpointPicker } from './endpoint-picker.js';
+import {
+  EPP,
+  headerText,
+  immediate,
+  metadataStrings,
+  pickedHeaders,
+  responseHeaders,
+  streamedBody,
+  type ProcessingRequest,
+  type ProcessingResponse,
+} from './protocol.js';
+
+/** What every stream of one picker shares. */
+export interface ExchangeOptions {
+  readonly picker: EndpointPicker;
+  readonly preprocessor: Preprocessor;
+  readonly modelView: Parameters<Preprocessor['runBody']>[0]['models'][number];
+  readonly maxBodyBytes: number;
+  readonly maxMessages: number;
+  readonly logger: Logger;
+  readonly nextRequestId: () => string;
+  readonly count: (outcome: PickOutcome) => void;
+}
+
+export type PickOutcome = 'picked' | 'no_endpoint' | 'shed' | 'bad_request' | 'protocol_error' | 'reset';
+
+type Phase = 'start' | 'request_body' | 'picking' | 'response' | 'response_body' | 'done';
+
+const PATHS: Readonly<Record<string, EndpointKind>> = {
+  '/v1/chat/completions': 'chat',
+  '/v1/completions': 'completion',
+  '/v1/messages': 'messages',
+  '/v1/responses': 'responses',
+};
+
+class ProtocolError extends Error {
+  constructor(
+    readonly code: GrpcStatus,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export class Exchange {
+  readonly #env: ExchangeOptions;
+  readonly #call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
+  #phase: Phase = 'start';
+  #headers: IncomingHttpHeaders = {};
+  #subset: string[] | undefined;
+  #chunks: Buffer[] = [];
+  #bytes = 0;
+  #requestId: string | undefined;
+  #ended = false;
+
+  constructor(env: ExchangeOptions, call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) {
+    this.#env = env;
+    this.#call = call;
+    call.on('data', (m: ProcessingRequest) => this.#onMessage(m));
+    call.on('end', () => this.#finish('end'));
+    call.on('error', () => this.#finish('reset'));
+    call.on('cancelled', () => this.#finish('reset'));
+  }
+
+  #onMessage(m: ProcessingRequest): void {
+    try {
+      this.#handle(m);
+    } catch (err) {
+      this.#fail(err);
+    }
+  }
+
+  #handle(m: ProcessingRequest): void {
+    switch (m.request) {
+      case 'request_headers':
+        return this.#requestHeaders(m);
+      case 'request_body':
+        return this.#requestBody(m);
+      case 'response_headers':
+        return this.#responseHeaders(m);
+      case 'response_body':
+        return this.#responseBody(m);
+      case 'request_trailers':
+      case 'response_trailers':
+        throw new ProtocolError(
+          GrpcStatus.INVALID_ARGUMENT,
+          `${m.request} are not processed: set the trailer modes to SKIP`,
+        );
+      default:
+        throw new ProtocolError(GrpcStatus.INVALID_ARGUMENT, 'a ProcessingRequest with no request member');
+    }
+  }
+
+  #expect(phase: Phase, what: string): void {
+    if (this.#phase !== phase)
+      throw new ProtocolError(GrpcStatus.FAILED_PRECONDITION, `${what} out of order (the stream is at ${this.#phase})`);
+  }
+
+  #requestHeaders(m: ProcessingRequest): void {
+    this.#expect('start', 'request_headers');
+    for (const h of m.request_headers?.headers?.headers ?? []) {
+      const key = h.key.toLowerCase();
+      const value = headerText(h);
+      const prior = this.#headers[key];
+      this.#headers[key] = prior === undefined ? value : `${String(prior)},${value}`;
+    }
+    const hint = m.metadata_context?.filter_metadata?.[EPP.subsetNamespace]?.fields?.[EPP.subsetKey];
+    this.#subset = metadataStrings(hint);
+    const test = this.#headers[EPP.conformanceSelection];
+    if (typeof test === 'string' && test.trim() !== '') this.#subset = metadataStrings({ stringValue: test });
+    this.#phase = 'request_body';
+    if (m.request_headers?.end_of_stream === true)
+      throw new ProtocolError(
+        GrpcStatus.INVALID_ARGUMENT,
+        'a request with no body: the picker routes completion requests',
+      );
+  }
+
+  #requestBody(m: ProcessingRequest): void {
+    this.#expect('request_body', 'request_body');
+    const chunk = m.request_body?.body ?? Buffer.alloc(0);
+    this.#bytes += chunk.length;
+    if (this.#bytes > this.#env.maxBodyBytes)
+      throw new ProtocolError(
+        GrpcStatus.RESOURCE_EXHAUSTED,
+        `the request body is over the limit of ${this.#env.maxBodyBytes} bytes`,
+      );
+    this.#chunks.push(chunk);
+    if (m.request_body?.end_of_stream !== true) return;
+    this.#phase = 'picking';
+    void this.#pick(Buffer.concat(this.#chunks)).catch((err: unknown) => this.#fail(err));
+  }
+
+  async #pick(body: Buffer): Promise<void> {
+    const path = String(this.#headers[':path'] ?? '').split('?')[0]!;
+    const kind = PATHS[path];
+    if (kind === undefined) {
+      return this.#answer(
+        new KvgateError('KVG_ERR_INVALID_REQUEST', `the picker routes ${Object.keys(PATHS).join(', ')}; got ${path}`),
+      );
+    }
+    let outcome: BodyOutcome;
+    try {
+      outcome = await this.#env.preprocessor.runBody({
+        kind: 'body',
+        endpoint: kind,
+        bytes: new Uint8Array(body),
+        maxMessages: this.#env.maxMessages,
+        headers: this.#headers,
+        models: [this.#env.modelView],
+      });
+      if (outcome.result === undefined) throw new KvgateError(outcome.promptError!.code, outcome.promptError!.message);
+    } catch (err) {
+      return this.#answer(err);
+    }
+    if (this.#ended) return;
+    const requestId = this.#env.nextRequestId();
+    let endpoints: string[];
+    try {
+      endpoints = this.#env.picker.pick({
+        requestId,
+        tokenIds: outcome.result.tokenIds,
+        hashes: outcome.result.hashes,
+        hints: outcome.hints,
+        subset: this.#subset,
+      });
+    } catch (err) {
+      return this.#answer(err);
+    }
+    this.#requestId = requestId;
+    this.#phase = 'response';
+    this.#env.count('picked');
+    this.#env.logger.debug({ requestId, endpoints }, 'picked');
+    this.#send(pickedHeaders(endpoints));
+    for (const r of streamedBody('request_body', body, true)) this.#send(r);
+  }
+
+  /** A request the picker turns away: the data plane answers the client with the error's status and body. */
+  #answer(err: unknown): void {
+    if (!isKvgateError(err)) throw err;
+    const status = err.code === 'KVG_ERR_TOO_MANY_REQUESTS' ? 429 : err.statusCode;
+    this.#env.count(status === 429 ? 'shed' : err.code === 'KVG_ERR_NO_WORKERS' ? 'no_endpoint' : 'bad_request');
+    const body = JSON.stringify({ error: { message: err.message, type: err.type, code: err.code } });
+    this.#phase = 'done';
+    this.#send(immediate(status, body, err.code));
+  }
+
+  #responseHeaders(m: ProcessingRequest): void {
+    this.#expect('response', 'response_headers');
+    const requestId = this.#requestId!;
+    const lb = m.metadata_context?.filter_metadata?.[EPP.lbNamespace]?.fields?.[EPP.servedKey];
+    const served = metadataStrings(lb)?.[0];
+    if (served !== undefined) this.#env.picker.served(requestId, served);
+    const echo: Record<string, string> = served === undefined ? {} : { [EPP.conformanceServed]: served };
+    this.#send(responseHeaders(echo));
+    if (m.response_headers?.end_of_stream === true) this.#endRequest();
+    else this.#phase = 'response_body';
+  }
+
+  #responseBody(m: ProcessingRequest): void {
+    this.#expect('response_body', 'response_body');
+    const chunk = m.response_body?.body ?? Buffer.alloc(0);
+    const eos = m.response_body?.end_of_stream === true;
+    if (chunk.length > 0) this.#env.picker.firstToken(this.#requestId!);
+    for (const r of streamedBody('response_body', chunk, eos)) this.#send(r);
+    if (eos) this.#endRequest();
+  }
+
+  #endRequest(): void {
+    this.#phase = 'done';
+    if (this.#requestId !== undefined) this.#env.picker.end(this.#requestId);
+  }
+
+  #send(r: ProcessingResponse): void {
+    if (!this.#ended) this.#call.write(r);
+  }
+
+  #fail(err: unknown): void {
+    if (this.#ended) return;
+    const code = err instanceof ProtocolError ? err.code : GrpcStatus.INTERNAL;
+    const message = err instanceof ProtocolError ? err.message : 'internal error';
+    if (!(err instanceof ProtocolError)) this.#env.logger.error({ err }, 'picker stream failed');
+    else this.#env.logger.warn({ code, reason: message }, 'picker stream refused');
+    this.#env.count('protocol_error');
+    this.#release();
+    this.#call.emit('error', { code, details: message });
+  }
+
+  /** The stream is over, however it ended: the booking, if any, is freed. */
+  #finish(how: 'end' | 'reset'): void {
+    if (this.#ended) return;
+    if (how === 'reset' && this.#phase !== 'done') this.#env.count('reset');
+    this.#release();
+    if (how === 'end') this.#call.end();
+  }
+
+  #release(): void {
+    this.#ended = true;
+    if (this.#requestId !== undefined) this.#env.picker.end(this.#requestId);
+  }
+}

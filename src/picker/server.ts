@@ -1,0 +1,139 @@
+/**
+ * `PickerServer`: kvgate as a Gateway API Inference Extension endpoint picker.
+ * One gRPC server carries Envoy's `ExternalProcessor` (one `Exchange` per
+ * stream) and the gRPC health service (`liveness` always SERVING while the
+ * process answers; `readiness`, `''` and the ext_proc service SERVING once the
+ * pool's endpoints have been listed at least once, NOT_SERVING before and
+ * while closing). One model, one InferencePool, one `EndpointPicker`.
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  Server,
+  ServerCredentials,
+  status as GrpcStatus,
+  type ServerDuplexStream,
+  type ServerUnaryCall,
+  type sendUnaryData,
+} from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import type { Clock, Rng } from '../common/index.js';
+import type { ModelConfig } from '../config/index.js';
+import type { Preprocessor } from '../frontend/index.js';
+import type { KvgateMetrics } from '../metrics/index.js';
+import type { PoolEndpoint } from '../fleet/index.js';
+import { EndpointPicker } from './endpoint-picker.js';
+import { Exchange, type ExchangeOptions } from './exchange.js';
+import {
+  HEALTH_SERVICES,
+  loadProtocol,
+  serviceOf,
+  type ProcessingRequest,
+  type ProcessingResponse,
+} from './protocol.js';
+
+export interface PickerServerOptions {
+  readonly model: ModelConfig;
+  readonly preprocessor: Preprocessor;
+  readonly metrics: KvgateMetrics;
+  readonly logger: Logger;
+  readonly clock: Clock;
+  readonly rng: Rng;
+  /** Endpoints in each answer (the pick and its fallbacks). */
+  readonly fallbacks: number;
+  readonly maxBodyBytes: number;
+  readonly maxMessages: number;
+}
+
+const SERVING = 'SERVING';
+const NOT_SERVING = 'NOT_SERVING';
+
+export class PickerServer {
+  readonly #server = new Server();
+  readonly #picker: EndpointPicker;
+  readonly #env: ExchangeOptions;
+  readonly #opts: PickerServerOptions;
+  readonly #streams = new Set<ServerDuplexStream<ProcessingRequest, ProcessingResponse>>();
+  #synced = false;
+  #closing = false;
+
+  constructor(opts: PickerServerOptions) {
+    this.#opts = opts;
+    const model = opts.model;
+    this.#picker = new EndpointPicker({ ...opts, model });
+    const requests = opts.metrics.pickerRequests;
+    this.#env = {
+      picker: this.#picker,
+      preprocessor: opts.preprocessor,
+      modelView: {
+        name: model.name,
+        loraAdapters: [...model.loraAdapters],
+        adapters: [...model.loraAdapters],
+        maxPromptTokens: model.maxPromptTokens,
+        workers: [],
+      },
+      maxBodyBytes: opts.maxBodyBytes,
+      maxMessages: opts.maxMessages,
+      logger: opts.logger,
+      nextRequestId: () => randomUUID(),
+      count: (outcome) => requests.labels({ model: model.name, outcome }).inc(),
+    };
+    const { extProc, health } = loadProtocol();
+    this.#server.addService(serviceOf(extProc, 'ExternalProcessor').service, {
+      Process: (call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => this.#process(call),
+    });
+    this.#server.addService(serviceOf(health, 'Health').service, {
+      Check: (call: ServerUnaryCall<{ service?: string }, unknown>, done: sendUnaryData<unknown>) =>
+        this.#check(call.request.service ?? '', done),
+      Watch: (call: ServerDuplexStream<unknown, unknown>) =>
+        call.emit('error', { code: GrpcStatus.UNIMPLEMENTED, details: 'Watch is not served; poll Check' }),
+    });
+  }
+
+  /** Listens on `host:port` (0: the OS chooses); resolves with the bound port. */
+  listen(host: string, port: number): Promise<number> {
+    return new Promise((resolve, reject) =>
+      this.#server.bindAsync(`${host}:${port}`, ServerCredentials.createInsecure(), (err, bound) =>
+        err === null ? resolve(bound) : reject(err),
+      ),
+    );
+  }
+
+  /** The pool's ready endpoints now (the InferencePool source calls it on every change). */
+  setEndpoints(pods: readonly PoolEndpoint[]): void {
+    const change = this.#picker.setEndpoints(pods);
+    this.#opts.metrics.pickerEndpoints.labels({ model: this.#opts.model.name }).set(this.#picker.endpoints.length);
+    if (!this.#synced) this.#opts.logger.info({ endpoints: change.joined }, 'picker ready: the pool is listed');
+    this.#synced = true;
+  }
+
+  get picker(): EndpointPicker {
+    return this.#picker;
+  }
+
+  /** Not ready from now on; open streams are cancelled (their bookings freed) and the server stops. */
+  async close(): Promise<void> {
+    this.#closing = true;
+    for (const call of this.#streams)
+      call.emit('error', { code: GrpcStatus.UNAVAILABLE, details: 'the picker is stopping' });
+    await new Promise<void>((resolve) => this.#server.tryShutdown(() => resolve()));
+  }
+
+  #process(call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void {
+    this.#streams.add(call);
+    const forget = (): void => void this.#streams.delete(call);
+    call.on('end', forget);
+    call.on('error', forget);
+    call.on('cancelled', forget);
+    new Exchange(this.#env, call);
+  }
+
+  #check(service: string, done: sendUnaryData<unknown>): void {
+    if (!(HEALTH_SERVICES as readonly string[]).includes(service)) {
+      done({ code: GrpcStatus.NOT_FOUND, details: `unknown service ${service}` });
+      return;
+    }
+    // Liveness is the process answering at all; the others wait for the pool and stop at close.
+    const ready = service === 'liveness' || (this.#synced && !this.#closing);
+    done(null, { status: ready ? SERVING : NOT_SERVING });
+  }
+}

@@ -1,0 +1,402 @@
+/**
+ * `kvgate picker` as a Gateway API Inference Extension endpoint picker, over
+ * real gRPC sockets: the test plays Envoy (no Envoy, and no Kubernetes
+ * cluster, can run here), sending the ext_proc messages Envoy sends in
+ * streamed mode from a client built from the vendored protos, and forwarding
+ * each request to the endpoint picked, a real `kvgate mocker` engine standing
+ * for a pod. The pods and the InferencePool come from the Kubernetes API
+ * double (list + watch over HTTP). Every scenario asserts the exact answers:
+ * the pick (header and `envoy.lb` metadata, the fallback list), stickiness,
+ * the subset hint, the conformance hooks, shedding (429), none ready (503),
+ * the served-endpoint readback after a fallback, a stream reset mid-request
+ * (booking freed), and malformed or out-of-order messages (a gRPC error,
+ * nothing left booked).
+ */
+import { status as GrpcStatus } from '@grpc/grpc-js';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadGatewayConfig } from '../../../src/config/index.js';
+import { startPicker, type RunningPicker } from '../../../src/picker/index.js';
+import { startCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import { ExtProcClient, requestHeaders, structs, type ExtProcStream } from '../../helpers/ext-proc-client.js';
+import { KubeApiDouble, type Pod } from '../../helpers/kube-api-double.js';
+import { until } from '../../helpers/until.js';
+
+const MODEL = 'mock-model';
+const IPS = ['127.0.0.11', '127.0.0.12', '127.0.0.13'];
+const CHAT = '/v1/chat/completions';
+
+/** One `kvgate mocker` engine on `host:port` (0: OS-chosen), as one pod. */
+async function startPod(host: string, port: number): Promise<{ proc: CliProcess; engine: MockerLine }> {
+  const proc = startCli([
+    'mocker',
+    '--host',
+    host,
+    '--port',
+    String(port),
+    '--kv-events-port',
+    '0',
+    '--speedup',
+    '1000',
+    '--tokenizer',
+    'demo',
+  ]);
+  const line = await proc.waitFor(/^\{"index".*$/m, `the mocker on ${host}`);
+  return { proc, engine: JSON.parse(line[0]) as MockerLine };
+}
+
+const pod = (name: string, ip: string, ready = true): Pod => ({
+  metadata: { name, labels: { app: 'vllm' } },
+  status: { podIP: ip, conditions: [{ type: 'Ready', status: ready ? 'True' : 'False' }] },
+});
+
+function chatBody(content: string, extra: Record<string, unknown> = {}): Buffer {
+  return Buffer.from(
+    JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 4, stream: true, ...extra }),
+  );
+}
+
+/** The answer to the request headers once picked: the header and the `envoy.lb` metadata carry the same list. */
+function picked(list: string): Record<string, unknown> {
+  return {
+    response: 'request_headers',
+    request_headers: {
+      response: {
+        clear_route_cache: true,
+        header_mutation: {
+          set_headers: [{ header: { key: 'x-gateway-destination-endpoint', raw_value: Buffer.from(list) } }],
+        },
+      },
+    },
+    dynamic_metadata: {
+      fields: {
+        'envoy.lb': {
+          kind: 'structValue',
+          structValue: { fields: { 'x-gateway-destination-endpoint': { kind: 'stringValue', stringValue: list } } },
+        },
+      },
+    },
+  };
+}
+
+/** The request body passed on unchanged, in one streamed chunk that ends it. */
+const bodyBack = (body: Buffer, side = 'request_body'): Record<string, unknown> => ({
+  response: side,
+  [side]: {
+    response: { body_mutation: { mutation: 'streamed_response', streamed_response: { body, end_of_stream: true } } },
+  },
+});
+
+function immediate(status: number, code: string, message: string): Record<string, unknown> {
+  const type = status === 429 ? 'rate_limit_error' : status === 503 ? 'service_unavailable' : 'invalid_request_error';
+  return {
+    response: 'immediate_response',
+    immediate_response: {
+      status: { code: status === 429 ? 'TooManyRequests' : status === 503 ? 'ServiceUnavailable' : 'BadRequest' },
+      headers: { set_headers: [{ header: { key: 'content-type', raw_value: Buffer.from('application/json') } }] },
+      body: Buffer.from(JSON.stringify({ error: { message, type, code } })),
+      details: code,
+    },
+  };
+}
+
+/** Sends a request's headers and body as Envoy does; returns the two answers (the pick and the body). */
+async function sendRequest(
+  s: ExtProcStream,
+  body: Buffer,
+  extra: Record<string, string> = {},
+  metadata?: Record<string, Record<string, unknown>>,
+): Promise<Record<string, unknown>[]> {
+  s.send(requestHeaders(CHAT, extra, metadata));
+  s.send({ request_body: { body: body.subarray(0, 10), end_of_stream: false } });
+  s.send({ request_body: { body: body.subarray(10), end_of_stream: true } });
+  const [first] = await s.next(1);
+  if (first!.response === 'immediate_response') return [first!];
+  return [first!, ...(await s.next(1))];
+}
+
+const listOf = (answer: Record<string, unknown>): string =>
+  (
+    answer.request_headers as { response: { header_mutation: { set_headers: { header: { raw_value: Buffer } }[] } } }
+  ).response.header_mutation.set_headers[0]!.header.raw_value.toString();
+
+/** Envoy's part after the pick: the request sent to `endpoint`, its answer streamed back through the picker. */
+async function serveOn(s: ExtProcStream, endpoint: string, body: Buffer): Promise<Record<string, unknown>[]> {
+  const res = await fetch(`http://${endpoint}${CHAT}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body,
+  });
+  expect(res.status).toBe(200);
+  s.send({
+    response_headers: {
+      headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] },
+      end_of_stream: false,
+    },
+    metadata_context: {
+      filter_metadata: structs({ 'envoy.lb': { 'x-gateway-destination-endpoint-served': endpoint } }),
+    },
+  });
+  const answers = await s.next(1);
+  const chunks: Buffer[] = [];
+  for await (const chunk of res.body!) chunks.push(Buffer.from(chunk as Uint8Array));
+  chunks.forEach((c, i) => s.send({ response_body: { body: c, end_of_stream: i === chunks.length - 1 } }));
+  answers.push(...(await s.next(chunks.length)));
+  return answers.map((a, i) => (i === 0 ? a : { ...a, chunk: chunks[i - 1] }));
+}
+
+describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test plays Envoy; no cluster, no Envoy)', () => {
+  const pods: { proc: CliProcess; engine: MockerLine }[] = [];
+  const pickers: RunningPicker[] = [];
+  let kube: KubeApiDouble;
+  let endpoints: string[];
+  let main: { picker: RunningPicker; client: ExtProcClient };
+  const logger = pino({ level: 'silent' });
+
+  async function picker(
+    pool: string,
+    router: Record<string, unknown> = {},
+  ): Promise<{ picker: RunningPicker; client: ExtProcClient }> {
+    const config = loadGatewayConfig({
+      env: {},
+      base: {
+        listen: { host: '127.0.0.1', port: 0 },
+        preprocess: { threads: 0 },
+        models: [
+          {
+            name: MODEL,
+            tokenizer: 'demo',
+            router: { use_kv_events: false, ...router },
+            inference_pool: { api_server: kube.url, name: pool, token_file: '/nonexistent', ca_file: '/nonexistent' },
+          },
+        ],
+      },
+    });
+    const p = await startPicker(config, logger);
+    pickers.push(p);
+    return { picker: p, client: new ExtProcClient(p.address) };
+  }
+
+  beforeAll(async () => {
+    kube = await KubeApiDouble.start();
+    const first = await startPod(IPS[0]!, 0);
+    const port = Number(new URL(first.engine.url).port);
+    pods.push(first, ...(await Promise.all(IPS.slice(1).map((ip) => startPod(ip, port)))));
+    endpoints = IPS.map((ip) => `${ip}:${port}`);
+    IPS.forEach((ip, i) => kube.putPod(pod(`vllm-${i}`, ip)));
+    kube.putPod({ ...pod('other', '127.0.0.99'), metadata: { name: 'other', labels: { app: 'other' } } });
+    for (const [name, port2] of [
+      ['pool-a', port],
+      ['pool-b', port],
+      ['pool-none', port],
+    ] as const)
+      kube.putPool({
+        metadata: { name, namespace: 'default' },
+        spec: {
+          selector: { matchLabels: { app: name === 'pool-none' ? 'none' : 'vllm' } },
+          targetPorts: [{ number: port2 }],
+        },
+      });
+    main = await picker('pool-a');
+    await until(async () => (await main.client.check('readiness')) === 'SERVING', 'the picker ready');
+  }, 60_000);
+
+  afterAll(async () => {
+    for (const p of pickers) await p.stop();
+    await Promise.allSettled(pods.map((p) => p.proc.stop()));
+    await kube?.close();
+  });
+
+  it('answers gRPC health: liveness, readiness and the ext_proc service SERVING; an unknown service NOT_FOUND', async () => {
+    expect(await main.client.check('liveness')).toBe('SERVING');
+    expect(await main.client.check('readiness')).toBe('SERVING');
+    expect(await main.client.check('envoy.service.ext_proc.v3.ExternalProcessor')).toBe('SERVING');
+    expect(await main.client.check('')).toBe('SERVING');
+    expect(await main.client.check('nope')).toBe(GrpcStatus.NOT_FOUND);
+  });
+
+  it('picks a ready pod of the pool with the next best as fallbacks, streams both bodies, and frees the booking at the end', async () => {
+    const s = main.client.open();
+    const body = chatBody('The first question of a long conversation about routing. '.repeat(20));
+    const [pick, back] = await sendRequest(s, body);
+    const list = listOf(pick!).split(',');
+    // The pick and two fallbacks: every ready pod of the selector once, never the pod the selector leaves out.
+    expect([...list].sort()).toEqual([...endpoints].sort());
+    expect(pick).toEqual(picked(list.join(',')));
+    expect(back).toEqual(bodyBack(body));
+    expect(main.picker.bookings()).toEqual({ [list[0]!]: 1 });
+    const answers = await serveOn(s, list[0]!, body);
+    expect(answers[0]).toEqual({
+      response: 'response_headers',
+      response_headers: {
+        response: {
+          header_mutation: {
+            set_headers: [{ header: { key: 'x-conformance-test-served-endpoint', raw_value: Buffer.from(list[0]!) } }],
+          },
+        },
+      },
+    });
+    for (const [i, a] of answers.slice(1).entries()) {
+      const { chunk, ...answer } = a as { chunk: Buffer };
+      expect(answer).toEqual({
+        response: 'response_body',
+        response_body: {
+          response: {
+            body_mutation: {
+              mutation: 'streamed_response',
+              streamed_response: { body: chunk, end_of_stream: i === answers.length - 2 },
+            },
+          },
+        },
+      });
+    }
+    expect(main.picker.bookings()).toEqual({});
+    s.end();
+    expect(await s.status()).toEqual({ code: GrpcStatus.OK, details: 'OK' });
+
+    // The same conversation, one turn on: the pod that holds its prefix again (KV-aware and sticky).
+    const s2 = main.client.open();
+    const next = chatBody('The first question of a long conversation about routing. '.repeat(20) + 'And a follow-up.');
+    const [pick2] = await sendRequest(s2, next);
+    expect(listOf(pick2!).split(',')[0]).toBe(list[0]);
+    s2.cancel();
+    await until(() => Object.keys(main.picker.bookings()).length === 0, 'the reset stream freed');
+  });
+
+  it('honours the subset hint in the filter metadata, and answers 503 when none of it is eligible', async () => {
+    const s = main.client.open();
+    const body = chatBody('subset');
+    const hint = { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': [endpoints[2]!] } };
+    const [pick] = await sendRequest(s, body, {}, hint);
+    expect(pick).toEqual(picked(endpoints[2]!));
+    s.cancel();
+    const s2 = main.client.open();
+    const outside = { 'envoy.lb.subset_hint': { 'x-gateway-destination-endpoint-subset': ['10.9.9.9:8000'] } };
+    expect(await sendRequest(s2, body, {}, outside)).toEqual([
+      immediate(503, 'KVG_ERR_NO_WORKERS', 'no endpoint of the pool is ready for this request'),
+    ]);
+    await until(() => Object.keys(main.picker.bookings()).length === 0, 'nothing booked');
+  });
+
+  it("honours the conformance harness's test-epp-endpoint-selection header", async () => {
+    const s = main.client.open();
+    const [pick] = await sendRequest(s, chatBody('conformance'), { 'test-epp-endpoint-selection': IPS[1]! });
+    expect(pick).toEqual(picked(endpoints[1]!));
+    s.cancel();
+    await until(() => Object.keys(main.picker.bookings()).length === 0, 'the reset stream freed');
+  });
+
+  it('moves the booking to the endpoint that really served (a fallback) and echoes it for the conformance harness', async () => {
+    const s = main.client.open();
+    const body = chatBody('readback after a fallback');
+    const [pick] = await sendRequest(s, body);
+    const list = listOf(pick!).split(',');
+    expect(main.picker.bookings()).toEqual({ [list[0]!]: 1 });
+    // Envoy's first try failed: it went down the list to the second endpoint.
+    const res = await fetch(`http://${list[1]}${CHAT}`, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json' },
+    });
+    s.send({
+      response_headers: {
+        headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] },
+        end_of_stream: false,
+      },
+      metadata_context: {
+        filter_metadata: structs({ 'envoy.lb': { 'x-gateway-destination-endpoint-served': list[1]! } }),
+      },
+    });
+    expect((await s.next(1))[0]).toEqual({
+      response: 'response_headers',
+      response_headers: {
+        response: {
+          header_mutation: {
+            set_headers: [{ header: { key: 'x-conformance-test-served-endpoint', raw_value: Buffer.from(list[1]!) } }],
+          },
+        },
+      },
+    });
+    expect(main.picker.bookings()).toEqual({ [list[1]!]: 1 });
+    const text = Buffer.from(await res.arrayBuffer());
+    s.send({ response_body: { body: text, end_of_stream: true } });
+    expect(await s.next(1)).toEqual([bodyBack(text, 'response_body')]);
+    expect(main.picker.bookings()).toEqual({});
+    s.end();
+  });
+
+  it('frees the booking of a stream reset mid-request (the client went away before the response)', async () => {
+    const s = main.client.open();
+    const [pick] = await sendRequest(s, chatBody('reset me'));
+    expect(main.picker.bookings()).toEqual({ [listOf(pick!).split(',')[0]!]: 1 });
+    s.cancel();
+    await until(() => Object.keys(main.picker.bookings()).length === 0, 'the booking freed');
+  });
+
+  it('refuses malformed and out-of-order messages with a gRPC error, leaving nothing booked', async () => {
+    const cases: [Record<string, unknown>[], number, string][] = [
+      [
+        [{ response_headers: { end_of_stream: false } }],
+        GrpcStatus.FAILED_PRECONDITION,
+        'response_headers out of order (the stream is at start)',
+      ],
+      [
+        [{ request_body: { body: Buffer.from('{}'), end_of_stream: true } }],
+        GrpcStatus.FAILED_PRECONDITION,
+        'request_body out of order (the stream is at start)',
+      ],
+      [[{}], GrpcStatus.INVALID_ARGUMENT, 'a ProcessingRequest with no request member'],
+      [
+        [requestHeaders(CHAT), requestHeaders(CHAT)],
+        GrpcStatus.FAILED_PRECONDITION,
+        'request_headers out of order (the stream is at request_body)',
+      ],
+      [
+        [{ request_trailers: {} }],
+        GrpcStatus.INVALID_ARGUMENT,
+        'request_trailers are not processed: set the trailer modes to SKIP',
+      ],
+    ];
+    for (const [messages, code, details] of cases) {
+      const s = main.client.open();
+      for (const m of messages) s.send(m);
+      expect(await s.status()).toEqual({ code, details });
+      expect(s.pending).toBe(0);
+    }
+    // A body that is not a chat request: the client gets the gateway's 400, nothing is picked.
+    const s = main.client.open();
+    expect(await sendRequest(s, Buffer.from('{"model": "mock-model", "messages": 3}'))).toEqual([
+      immediate(400, 'KVG_ERR_INVALID_REQUEST', 'messages must be array'),
+    ]);
+    s.end();
+    expect(main.picker.bookings()).toEqual({});
+  });
+
+  it('answers 503 when the pool has no ready pod, and 429 when the pod it may use is too busy (shed)', async () => {
+    const none = await picker('pool-none');
+    await until(async () => (await none.client.check('readiness')) === 'SERVING', 'the empty pool listed');
+    const s = none.client.open();
+    expect(await sendRequest(s, chatBody('anyone?'))).toEqual([
+      immediate(503, 'KVG_ERR_NO_WORKERS', 'no endpoint of the pool is ready for this request'),
+    ]);
+    none.client.close();
+
+    const busy = await picker('pool-b', { active_prefill_tokens_threshold: 1 });
+    await until(async () => (await busy.client.check('readiness')) === 'SERVING', 'pool-b listed');
+    const only = { 'test-epp-endpoint-selection': IPS[0]! };
+    const held = busy.client.open();
+    const [pick] = await sendRequest(
+      held,
+      chatBody('a long prompt that keeps the pod busy while it is prefilled'),
+      only,
+    );
+    expect(pick).toEqual(picked(endpoints[0]!));
+    const shed = busy.client.open();
+    expect(await sendRequest(shed, chatBody('one more'), only)).toEqual([
+      immediate(429, 'KVG_ERR_TOO_MANY_REQUESTS', 'the request was shed: all 1 eligible worker ranks are overloaded'),
+    ]);
+    held.cancel();
+    await until(() => Object.keys(busy.picker.bookings()).length === 0, 'the held booking freed');
+    busy.client.close();
+  });
+});
