@@ -6,6 +6,8 @@
  * carry over.
  */
 import type { Counter, Gauge, Histogram } from 'prom-client';
+import { EVENT_METRIC_DEFINITIONS } from './definitions-events.js';
+import { MW, type MetricDefinition } from './definition-types.js';
 
 function expBuckets(start: number, factor: number, count: number): number[] {
   const out: number[] = [];
@@ -23,16 +25,11 @@ function logBuckets(min: number, max: number, count: number): number[] {
 /** Dynamo's TTFT buckets: 0.001 to 480 s, 18 log-spaced. Also used for whole requests. */
 const LATENCY_BUCKETS = logBuckets(0.001, 480, 18);
 
-/** Label sets shared by several metrics. */
-const MW = ['model', 'worker_type'] as const;
+/** Label sets shared by several metrics (MW, the model and pool, in definition-types.ts). */
 const MWW = ['model', 'worker_type', 'worker_id'] as const;
 const WL = ['model', 'worker_id', 'dp_rank', 'worker_type'] as const;
 
-/** One series. A `scraped` gauge is written by the scrape hooks at each scrape, never left at a stale value. */
-export type MetricDefinition =
-  | { kind: 'counter'; name: string; help: string; labelNames: readonly string[] }
-  | { kind: 'gauge'; name: string; help: string; labelNames: readonly string[]; scraped?: true }
-  | { kind: 'histogram'; name: string; help: string; labelNames: readonly string[]; buckets: readonly number[] };
+export type { MetricDefinition } from './definition-types.js';
 
 export const METRIC_DEFINITIONS = {
   // ---- process and build
@@ -393,78 +390,7 @@ export const METRIC_DEFINITIONS = {
       'hashed again) or new.',
     labelNames: ['model', 'source'],
   },
-  // ---- KV events
-  kvEventsApplied: {
-    kind: 'counter',
-    name: 'kvgate_kv_events_applied_total',
-    help: 'KV events applied to the prefix index, by type and status.',
-    labelNames: ['event_type', 'status'],
-  },
-  kvCacheGroupChanges: {
-    kind: 'counter',
-    name: 'kvgate_kv_cache_group_changes_total',
-    help:
-      "KV-cache groups of a hybrid model learned from its engines' KV events, or changed, by group index and kind " +
-      '(full, sliding:<tokens>, mamba, unknown(<kind>)).',
-    labelNames: ['group', 'kind'],
-  },
-  kvEventDecodeErrors: {
-    kind: 'counter',
-    name: 'kvgate_kv_event_decode_errors_total',
-    help: 'KV event messages that could not be decoded, by kind.',
-    labelNames: ['worker_id', 'kind'],
-  },
-  kvEventGaps: {
-    kind: 'counter',
-    name: 'kvgate_kv_event_gaps_total',
-    help: "Gaps detected in a publisher's sequence numbers.",
-    labelNames: ['worker_id', 'dp_rank'],
-  },
-  kvEventDropped: {
-    kind: 'counter',
-    name: 'kvgate_kv_event_dropped_total',
-    help: 'KV event batches dropped unapplied: queue_full (replayed later) or garbage (sequence numbers the publisher never sent).',
-    labelNames: ['worker_id', 'dp_rank', 'reason'],
-  },
-  kvEventResets: {
-    kind: 'counter',
-    name: 'kvgate_kv_event_resets_total',
-    help:
-      "Times a worker's index slot was cleared, by reason (restart, gap_without_replay, replay_failed, " +
-      'replay_incomplete, inconsistent).',
-    labelNames: ['worker_id', 'dp_rank', 'reason'],
-  },
-  kvEventReplays: {
-    kind: 'counter',
-    name: 'kvgate_kv_event_replays_total',
-    help: 'Replay requests to a publisher, by outcome.',
-    labelNames: ['worker_id', 'dp_rank', 'outcome'],
-  },
-  kvEventPublisherRestarts: {
-    kind: 'counter',
-    name: 'kvgate_kv_event_publisher_restarts_total',
-    help: 'Publisher restarts detected (sequence went backwards); the slot was cleared.',
-    labelNames: ['worker_id', 'dp_rank'],
-  },
-  // ---- prefix index
-  indexBytes: {
-    kind: 'gauge',
-    name: 'kvgate_index_memory_bytes',
-    help: "Bytes of WASM memory the pool's prefix index holds (router_index_memory_budget_mib bounds it).",
-    labelNames: MW,
-  },
-  indexEvictedEntries: {
-    kind: 'counter',
-    name: 'kvgate_index_evicted_entries_total',
-    help: '(block, worker rank) entries evicted from the prefix index under its memory budget, least recently matched first.',
-    labelNames: MW,
-  },
-  indexEvictionEpisodes: {
-    kind: 'counter',
-    name: 'kvgate_index_eviction_episodes_total',
-    help: 'Times the prefix index reached its memory budget after having been under three quarters of it.',
-    labelNames: MW,
-  },
+  ...EVENT_METRIC_DEFINITIONS,
   // ---- HTTP edge
   /** End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served). */
   requestDuration: {

@@ -231,7 +231,8 @@ export class PushRouter implements PoolMembers {
     const log = this.#ctx.logger;
     if (log.isLevelEnabled?.('debug') === true) {
       const line = routingLogLine(req.requestId, mode, sel);
-      log.debug({ model: this.model, ...line.fields }, line.msg);
+      // The model's logger names the model (RouterContext): the line adds the decision's facts only.
+      log.debug(line.fields, line.msg);
     }
     // A query is observed as a dispatch is (Dynamo observes before returning a query-only answer).
     if (mode === 'query') this.#pm?.leg(req.phase).isl.observe(req.isl);

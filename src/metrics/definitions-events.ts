@@ -1,0 +1,80 @@
+/**
+ * The KV-event and prefix-index part of kvgate's metric table (definitions.ts spreads it into the one table):
+ * event streams, their gaps and replays, and the index's memory and evictions.
+ */
+import { MW, type MetricDefinition } from './definition-types.js';
+
+export const EVENT_METRIC_DEFINITIONS = {
+  // ---- KV events
+  kvEventsApplied: {
+    kind: 'counter',
+    name: 'kvgate_kv_events_applied_total',
+    help: 'KV events applied to the prefix index, by type and status.',
+    labelNames: ['event_type', 'status'],
+  },
+  kvCacheGroupChanges: {
+    kind: 'counter',
+    name: 'kvgate_kv_cache_group_changes_total',
+    help:
+      "KV-cache groups of a hybrid model learned from its engines' KV events, or changed, by group index and kind " +
+      '(full, sliding:<tokens>, mamba, unknown(<kind>)).',
+    labelNames: ['group', 'kind'],
+  },
+  kvEventDecodeErrors: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_decode_errors_total',
+    help: 'KV event messages that could not be decoded, by kind.',
+    labelNames: ['worker_id', 'kind'],
+  },
+  kvEventGaps: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_gaps_total',
+    help: "Gaps detected in a publisher's sequence numbers.",
+    labelNames: ['worker_id', 'dp_rank'],
+  },
+  kvEventDropped: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_dropped_total',
+    help: 'KV event batches dropped unapplied: queue_full (replayed later) or garbage (sequence numbers the publisher never sent).',
+    labelNames: ['worker_id', 'dp_rank', 'reason'],
+  },
+  kvEventResets: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_resets_total',
+    help:
+      "Times a worker's index slot was cleared, by reason (restart, gap_without_replay, replay_failed, " +
+      'replay_incomplete, inconsistent).',
+    labelNames: ['worker_id', 'dp_rank', 'reason'],
+  },
+  kvEventReplays: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_replays_total',
+    help: 'Replay requests to a publisher, by outcome.',
+    labelNames: ['worker_id', 'dp_rank', 'outcome'],
+  },
+  kvEventPublisherRestarts: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_publisher_restarts_total',
+    help: 'Publisher restarts detected (sequence went backwards); the slot was cleared.',
+    labelNames: ['worker_id', 'dp_rank'],
+  },
+  // ---- prefix index
+  indexBytes: {
+    kind: 'gauge',
+    name: 'kvgate_index_memory_bytes',
+    help: "Bytes of WASM memory the pool's prefix index holds (router_index_memory_budget_mib bounds it).",
+    labelNames: MW,
+  },
+  indexEvictedEntries: {
+    kind: 'counter',
+    name: 'kvgate_index_evicted_entries_total',
+    help: '(block, worker rank) entries evicted from the prefix index under its memory budget, least recently matched first.',
+    labelNames: MW,
+  },
+  indexEvictionEpisodes: {
+    kind: 'counter',
+    name: 'kvgate_index_eviction_episodes_total',
+    help: 'Times the prefix index reached its memory budget after having been under three quarters of it.',
+    labelNames: MW,
+  },
+} as const satisfies Record<string, MetricDefinition>;
