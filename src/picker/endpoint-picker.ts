@@ -26,7 +26,10 @@ import { KvgateError } from '../errors/index.js';
 import { KvRouter, kvPool, makeRouterContext, type EventWatch } from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
 
-/** How often the router's bookkeeping expires what outlived its TTL (as the gateway's model router ticks). */
+/**
+ * How often the router's bookkeeping expires what outlived its TTL (bookings, approximate entries) and the
+ * index's bytes are gauged (`kvgate_index_memory_bytes`), as the gateway's model router ticks.
+ */
 const TICK_MS = 1000;
 
 /** What to route: the preprocessed prompt and its hints, and where the data plane lets the picker choose. */
@@ -84,7 +87,11 @@ export class EndpointPicker {
     const { kvRouter, events } = kvPool('aggregated', pool, ctx, this.#eventWatch(m.blockSize));
     this.#router = kvRouter;
     this.#events = events;
-    this.#timer = setInterval(() => this.#router.tick(), TICK_MS);
+    const labels = { model: m.name, worker_type: 'aggregated' as const };
+    this.#timer = setInterval(() => {
+      this.#router.tick();
+      opts.metrics?.indexBytes.labels(labels).set(this.#router.index.bytes);
+    }, TICK_MS);
     this.#timer.unref();
   }
 
