@@ -11,32 +11,17 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadGatewayConfig } from '../../../src/config/index.js';
 import { startPicker, type RunningPicker } from '../../../src/picker/index.js';
-import { startCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import type { CliProcess, MockerLine } from '../../helpers/cli-process.js';
 import { ExtProcClient, requestHeaders } from '../../helpers/ext-proc-client.js';
 import { KubeApiDouble, type Pod } from '../../helpers/kube-api-double.js';
 import { sampleSum } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
+import { startPod } from './pod.js';
 
 const MODEL = 'mock-model';
 const IPS = ['127.0.0.31', '127.0.0.32'];
 const BAD_IP = '127.0.0.33';
 const CHAT = '/v1/chat/completions';
-
-async function startPod(host: string, port: number): Promise<{ proc: CliProcess; engine: MockerLine }> {
-  const proc = startCli([
-    'mocker',
-    '--host',
-    host,
-    '--port',
-    String(port),
-    '--kv-events-port',
-    '0',
-    '--tokenizer',
-    'demo',
-  ]);
-  const line = await proc.waitFor(/^\{"index".*$/m, `the mocker on ${host}`);
-  return { proc, engine: JSON.parse(line[0]) as MockerLine };
-}
 
 const body = (content: string): string =>
   JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 2 });
