@@ -20,4 +20,4 @@ export { configChanges, reloadProblems, workerDiff } from './reload.js';
 export type { ConfigChange } from './reload.js';
 export { loadWorkersFile } from './workers-file.js';
 export { etcdModelPrefix, readEtcdWorker, readEtcdWorkerValue } from './etcd.js';
-export { kubernetesWorker, type KubernetesEndpoint } from './kubernetes.js';
+export { KV_EVENTS_PORT, kubernetesWorker, type KubernetesEndpoint } from './kubernetes.js';

@@ -24,7 +24,8 @@ import type { ModelConfig, WorkerConfig } from './types.js';
 /** The labels (or annotations) kvgate reads on a Service's EndpointSlices. */
 const ROLE = 'kvgate.io/role';
 const DP_SIZE = 'kvgate.io/dp-size';
-const KV_EVENTS_PORT = 'kvgate.io/kv-events-port';
+/** Also read on an InferencePool's pods by `kvgate picker`. */
+export const KV_EVENTS_PORT = 'kvgate.io/kv-events-port';
 const BOOTSTRAP_PORT = 'kvgate.io/bootstrap-port';
 const TAINTS = 'kvgate.io/taints';
 const TAINT_LABEL_PREFIX = 'taint.kvgate.io/';

@@ -7,12 +7,15 @@
  * the picker the endpoints `<podIP>:<targetPort>` of the pods that are ready
  * (condition Ready True, an IP, not being deleted). The pool is read again
  * before each list of its pods (at start, after a 410, after a failure), so a
- * changed selector or port is followed from the next list. Until the API
+ * changed selector or port is followed from the next list. A pod's KV-event
+ * publisher is `tcp://<podIP>:<port>`, the port being its `kvgate.io/kv-events-port`
+ * annotation (or label), else its container port named `kv-events`; a pod with
+ * neither publishes none the picker knows of. Until the API
  * server answers again the current endpoints stay; every outcome is logged
  * and counted (`kvgate_discovery_updates_total{source="inference_pool"}`).
  */
 import type { Logger } from 'pino';
-import type { InferencePoolDiscovery } from '../config/index.js';
+import { KV_EVENTS_PORT, type InferencePoolDiscovery } from '../config/index.js';
 import { KubeClient, KubeListWatch } from './kube-watch.js';
 import type { DiscoveryMetrics } from './source.js';
 
@@ -22,12 +25,36 @@ export interface PoolEndpoint {
   readonly name: string;
   /** `ip:port` (`[ip]:port` for IPv6). */
   readonly endpoint: string;
+  /** The pod's KV-event publisher, `tcp://ip:port`; undefined when the pod names none. */
+  readonly kvEvents?: string | undefined;
 }
+
+/** The container port named so is a pod's KV-event publisher (when no annotation names one). */
+const KV_EVENTS_PORT_NAME = 'kv-events';
 
 /** The pod fields read (core/v1). */
 interface Pod {
-  metadata?: { name?: string; resourceVersion?: string; deletionTimestamp?: string };
+  metadata?: {
+    name?: string;
+    resourceVersion?: string;
+    deletionTimestamp?: string;
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+  };
+  spec?: { containers?: { ports?: { name?: string; containerPort?: number }[] }[] };
   status?: { podIP?: string; conditions?: { type?: string; status?: string }[] };
+}
+
+/** The pod's KV-event port: its annotation (or label), else its container port named `kv-events`. */
+function kvEventsPort(p: Pod): { port: number } | { invalid: string } | undefined {
+  const tagged = p.metadata?.annotations?.[KV_EVENTS_PORT] ?? p.metadata?.labels?.[KV_EVENTS_PORT];
+  if (tagged !== undefined) {
+    const port = /^\d{1,5}$/.test(tagged) ? Number(tagged) : 0;
+    return port >= 1 && port <= 65535 ? { port } : { invalid: tagged };
+  }
+  const ports = (p.spec?.containers ?? []).flatMap((c) => c.ports ?? []);
+  const named = ports.find((port) => port.name === KV_EVENTS_PORT_NAME)?.containerPort;
+  return named === undefined ? undefined : { port: named };
 }
 /** The InferencePool fields read (inference.networking.k8s.io/v1). */
 interface InferencePool {
@@ -103,7 +130,15 @@ export class InferencePoolSource {
       const ready = p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true;
       if (ip === undefined || ip === '' || !ready || p.metadata?.deletionTimestamp !== undefined) continue;
       const host = ip.includes(':') ? `[${ip}]` : ip;
-      endpoints.push({ name: p.metadata?.name ?? ip, endpoint: `${host}:${this.#port}` });
+      const name = p.metadata?.name ?? ip;
+      const kv = kvEventsPort(p);
+      if (kv !== undefined && 'invalid' in kv)
+        this.#sink?.logger.warn(
+          { pool: this.#pool.name, pod: name, value: kv.invalid },
+          `pod ${name}: ${KV_EVENTS_PORT} is not a port number; its KV events are not subscribed`,
+        );
+      const kvEvents = kv !== undefined && 'port' in kv ? `tcp://${host}:${kv.port}` : undefined;
+      endpoints.push({ name, endpoint: `${host}:${this.#port}`, ...(kvEvents === undefined ? {} : { kvEvents }) });
     }
     endpoints.sort((a, b) => a.name.localeCompare(b.name));
     const key = JSON.stringify(endpoints);

@@ -9,18 +9,28 @@
  *   pick (booked on the first endpoint) -> served (moved to the endpoint that really served)
  *        -> firstToken (prefill done) -> end (freed; exactly once, however the stream ends)
  *
- * KV events are not subscribed: every endpoint is scored in approximate mode
- * (the router records its own choices with `router_ttl_secs`), as the gateway
- * scores a worker whose events are not live.
+ * KV events (the model's `router.use_kv_events`, on by default) are subscribed
+ * per pod, from the publisher its `kvgate.io/kv-events-port` annotation or
+ * `kv-events` container port names (fleet's `InferencePoolSource`), into the
+ * router's prefix index, as the gateway does for its workers. A pod whose
+ * events are not live (none named, not yet connected, silent) is scored in
+ * approximate mode: the router's own recorded choices, kept `router_ttl_secs`.
  */
 import type { Logger } from 'pino';
-import type { Clock, RoutingHints, Rng } from '../common/index.js';
-import type { ModelConfig } from '../config/index.js';
+import type { Clock, RoutingHints, Rng, WorkerRank } from '../common/index.js';
+import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import type { PoolEndpoint } from '../fleet/index.js';
+import type { KvgateMetrics } from '../metrics/index.js';
 import { rejectionError } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
-import { KvRouter } from '../routing/index.js';
+import { KvRouter, kvPool, makeRouterContext, type EventWatch } from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
+
+/**
+ * How often the router's bookkeeping expires what outlived its TTL (bookings, approximate entries) and the
+ * index's bytes are gauged (`kvgate_index_memory_bytes`), as the gateway's model router ticks.
+ */
+const TICK_MS = 1000;
 
 /** What to route: the preprocessed prompt and its hints, and where the data plane lets the picker choose. */
 export interface PickInput {
@@ -45,6 +55,10 @@ export interface EndpointPickerOptions {
   readonly rng: Rng;
   /** Endpoints in the answer: the pick and up to `fallbacks - 1` next best, for the data plane's retries. */
   readonly fallbacks: number;
+  /** KV-event ingestion bounds (the config's `kv_events`); the defaults when undefined. */
+  readonly kvEvents?: GatewayConfig['kvEvents'] | undefined;
+  /** The KV-event series (`kvgate_kv_events_*`) are counted here when given. */
+  readonly metrics?: KvgateMetrics | undefined;
 }
 
 export class EndpointPicker {
@@ -57,43 +71,93 @@ export class EndpointPicker {
   /** pod name -> worker id: a pod keeps its id while it is listed. */
   readonly #byName = new Map<string, number>();
   readonly #bookings = new Map<string, Booking>();
+  /** The pods' KV-event subscriptions (undefined: `use_kv_events` off, every pod approximate). */
+  readonly #events: ReturnType<typeof kvPool>['events'];
+  /** worker id -> the KV-event publisher it is subscribed to. */
+  readonly #publishers = new Map<number, string>();
+  readonly #timer: NodeJS.Timeout;
   #nextId = 1;
 
   constructor(opts: EndpointPickerOptions) {
     this.#logger = opts.logger;
     this.#fallbacks = Math.max(1, opts.fallbacks);
-    this.#router = new KvRouter({
-      blockSize: opts.model.blockSize,
-      clock: opts.clock,
-      rng: opts.rng,
-      config: opts.model.router,
-      // No KV-event subscription here: every endpoint scored on the router's own recorded choices.
-      eventFallback: () => true,
-    });
+    const m = opts.model;
+    const ctx = makeRouterContext({ clock: opts.clock, rng: opts.rng, logger: opts.logger, metrics: opts.metrics });
+    const pool = { model: m.name, blockSize: m.blockSize, routerConfig: m.router, kvEvents: opts.kvEvents };
+    const { kvRouter, events } = kvPool('aggregated', pool, ctx, this.#eventWatch(m.blockSize));
+    this.#router = kvRouter;
+    this.#events = events;
+    const labels = { model: m.name, worker_type: 'aggregated' as const };
+    this.#timer = setInterval(() => {
+      this.#router.tick();
+      opts.metrics?.indexBytes.labels(labels).set(this.#router.index.bytes);
+    }, TICK_MS);
+    this.#timer.unref();
+  }
+
+  /** Stops the bookkeeping timer and every KV-event subscription. */
+  async close(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.#events?.close();
+  }
+
+  /** What the gateway's worker watch does for a pod's KV events: logged by pod endpoint. */
+  #eventWatch(blockSize: number): EventWatch {
+    const warned = new Set<number>();
+    return {
+      blockSizeMismatch: (workerId) => {
+        if (warned.has(workerId)) return;
+        warned.add(workerId);
+        this.#logger.warn(
+          { endpoint: this.#endpoints.get(workerId), blockSize },
+          `endpoint ${this.#endpoints.get(workerId)} publishes KV events with a block size other than the model's ` +
+            `block_size ${blockSize}: its blocks are ignored (set the model's block_size to the engine's)`,
+        );
+      },
+      replayed: (slot: WorkerRank, batches: number) =>
+        this.#logger.info(
+          { endpoint: this.#endpoints.get(slot.workerId), batches },
+          `endpoint ${this.#endpoints.get(slot.workerId)}: missed KV events replayed (${batches} batch(es))`,
+        ),
+    };
   }
 
   /** The endpoints of the pool's ready pods now: the new join, the gone leave (their bookings dropped). */
   setEndpoints(pods: readonly PoolEndpoint[]): { joined: string[]; left: string[] } {
-    const next = new Map(pods.map((p) => [p.name, p.endpoint]));
+    const next = new Map(pods.map((p) => [p.name, p]));
     const joined: string[] = [];
     const left: string[] = [];
     for (const [name, id] of [...this.#byName]) {
       const endpoint = this.#endpoints.get(id)!;
-      if (next.get(name) === endpoint) continue;
+      const now = next.get(name);
+      // A pod whose address or publisher changed is another engine: it leaves and joins anew.
+      if (now?.endpoint === endpoint && now.kvEvents === this.#publishers.get(id)) continue;
       this.#router.removeWorker(id);
+      if (this.#publishers.delete(id)) void this.#events?.remove(id);
       this.#byName.delete(name);
       this.#endpoints.delete(id);
       this.#ids.delete(endpoint);
       left.push(endpoint);
     }
-    for (const [name, endpoint] of next) {
+    for (const [name, pod] of next) {
       if (this.#byName.has(name)) continue;
       const id = this.#nextId++;
       this.#byName.set(name, id);
-      this.#endpoints.set(id, endpoint);
-      this.#ids.set(endpoint, id);
+      this.#endpoints.set(id, pod.endpoint);
+      this.#ids.set(pod.endpoint, id);
       this.#router.addWorker(id, {});
-      joined.push(endpoint);
+      if (this.#events !== undefined && pod.kvEvents !== undefined) {
+        this.#publishers.set(id, pod.kvEvents);
+        this.#events
+          .add({ workerId: id, dpRank: 0, endpoint: pod.kvEvents })
+          .catch((err: Error) =>
+            this.#logger.error(
+              { endpoint: pod.endpoint, kvEvents: pod.kvEvents },
+              `endpoint ${pod.endpoint}: its KV events cannot be subscribed (${err.message}); scored approximately`,
+            ),
+          );
+      }
+      joined.push(pod.endpoint);
     }
     if (joined.length + left.length > 0)
       this.#logger.info({ joined, left, endpoints: this.#endpoints.size }, 'picker endpoints changed');

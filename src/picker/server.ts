@@ -17,7 +17,7 @@ import {
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Clock, Rng } from '../common/index.js';
-import type { ModelConfig } from '../config/index.js';
+import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import type { Preprocessor } from '../frontend/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import type { PoolEndpoint } from '../fleet/index.js';
@@ -42,6 +42,8 @@ export interface PickerServerOptions {
   readonly fallbacks: number;
   readonly maxBodyBytes: number;
   readonly maxMessages: number;
+  /** KV-event ingestion bounds (the config's `kv_events`). */
+  readonly kvEvents?: GatewayConfig['kvEvents'] | undefined;
 }
 
 const SERVING = 'SERVING';
@@ -116,6 +118,7 @@ export class PickerServer {
     for (const call of this.#streams)
       call.emit('error', { code: GrpcStatus.UNAVAILABLE, details: 'the picker is stopping' });
     await new Promise<void>((resolve) => this.#server.tryShutdown(() => resolve()));
+    await this.#picker.close();
   }
 
   #process(call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void {

@@ -70,6 +70,7 @@ export async function startPicker(config: GatewayConfig, logger: Logger): Promis
     fallbacks: model.inferencePool.fallbacks,
     maxBodyBytes: config.limits.maxBodyBytes,
     maxMessages: config.limits.maxMessages,
+    kvEvents: config.kvEvents,
   });
   const source = new InferencePoolSource(model.name, model.inferencePool, (endpoints) =>
     server.setEndpoints(endpoints),

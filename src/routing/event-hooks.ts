@@ -12,8 +12,11 @@ function slotLabels(slot: WorkerRank): { worker_id: string; dp_rank: string } {
   return { worker_id: String(slot.workerId), dp_rank: String(slot.dpRank) };
 }
 
+/** Who is told of a worker's replays and of a block size other than the model's (the gateway's `WorkerWatch`). */
+export type EventWatch = Pick<WorkerWatch, 'blockSizeMismatch' | 'replayed'>;
+
 /** KV-event counters exported as Prometheus metrics; a block size other than the model's is reported per worker. */
-export function eventHooks(m: KvgateMetrics | undefined, watch: WorkerWatch, blockSize: number): KvEventHooks {
+export function eventHooks(m: KvgateMetrics | undefined, watch: EventWatch, blockSize: number): KvEventHooks {
   const onBlockSizeMismatch = (slot: WorkerRank): void => watch.blockSizeMismatch(slot.workerId, blockSize);
   const onReplay: KvEventHooks['onReplay'] = (slot, outcome, applied) => {
     if (outcome === 'recovered') watch.replayed(slot, applied);

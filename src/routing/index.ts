@@ -9,10 +9,13 @@
  *   handoff protocol (SGLang bootstrap, vLLM kv_transfer_params).
  * - `ModelRouter`: everything that routes one model, behind `ModelRouterPort`.
  * - `RouterContext`: clock, rng, logger and metrics, built once and handed down.
+ * - `kvPool`: a `KvRouter` with its KV-event ingestion (a model's pool, or the endpoint picker's).
  */
 export { makeRouterContext } from './context.js';
 export type { RouterContext } from './context.js';
 export { KvRouter } from './kv-router.js';
+export { kvPool } from './kv-pool.js';
+export type { EventWatch } from './event-hooks.js';
 export type { KvRouteRequest } from './kv-router.js';
 export { resolvePin } from './pins.js';
 export { createSimpleRouter } from './push/simple-routers.js';

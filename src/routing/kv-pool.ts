@@ -17,9 +17,8 @@ import {
 } from '../events/index.js';
 import type { RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
-import { eventHooks } from './event-hooks.js';
+import { eventHooks, type EventWatch } from './event-hooks.js';
 import { KvRouter } from './kv-router.js';
-import type { WorkerWatch } from './worker-watch.js';
 
 /** What of the model's options a KV pool reads. */
 export interface KvPoolOptions {
@@ -36,7 +35,7 @@ export function kvPool(
   role: WorkerRole,
   opts: KvPoolOptions,
   ctx: RouterContext,
-  watch: WorkerWatch,
+  watch: EventWatch,
 ): { kvRouter: KvRouter; events: KvEventManager | undefined } {
   let events: KvEventManager | undefined;
   let groups: KvGroupIndexes | undefined;

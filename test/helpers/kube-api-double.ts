@@ -22,7 +22,14 @@ export interface Slice {
 }
 /** A Pod's fields the InferencePool source reads. */
 export interface Pod {
-  metadata: { name: string; labels: Record<string, string>; resourceVersion?: string; deletionTimestamp?: string };
+  metadata: {
+    name: string;
+    labels: Record<string, string>;
+    annotations?: Record<string, string>;
+    resourceVersion?: string;
+    deletionTimestamp?: string;
+  };
+  spec?: { containers: { name: string; ports?: { name?: string; containerPort: number }[] }[] };
   status: { podIP?: string; conditions: { type: string; status: 'True' | 'False' }[] };
 }
 /** An InferencePool (inference.networking.k8s.io/v1): its selector and target port. */

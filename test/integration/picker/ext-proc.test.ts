@@ -17,33 +17,15 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadGatewayConfig } from '../../../src/config/index.js';
 import { startPicker, type RunningPicker } from '../../../src/picker/index.js';
-import { startCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import type { CliProcess, MockerLine } from '../../helpers/cli-process.js';
 import { ExtProcClient, requestHeaders, structs, type ExtProcStream } from '../../helpers/ext-proc-client.js';
 import { KubeApiDouble, type Pod } from '../../helpers/kube-api-double.js';
 import { until } from '../../helpers/until.js';
+import { startPod } from './pod.js';
 
 const MODEL = 'mock-model';
 const IPS = ['127.0.0.11', '127.0.0.12', '127.0.0.13'];
 const CHAT = '/v1/chat/completions';
-
-/** One `kvgate mocker` engine on `host:port` (0: OS-chosen), as one pod. */
-async function startPod(host: string, port: number): Promise<{ proc: CliProcess; engine: MockerLine }> {
-  const proc = startCli([
-    'mocker',
-    '--host',
-    host,
-    '--port',
-    String(port),
-    '--kv-events-port',
-    '0',
-    '--speedup',
-    '1000',
-    '--tokenizer',
-    'demo',
-  ]);
-  const line = await proc.waitFor(/^\{"index".*$/m, `the mocker on ${host}`);
-  return { proc, engine: JSON.parse(line[0]) as MockerLine };
-}
 
 const pod = (name: string, ip: string, ready = true): Pod => ({
   metadata: { name, labels: { app: 'vllm' } },

@@ -1,0 +1,184 @@
+/**
+ * Hybrid attention end to end with real engines: `kvgate serve` in front of two `kvgate mocker` engines
+ * started with `--kv-groups full,sliding:64` (full attention + a 64-token sliding window, as a Gemma-3- or
+ * gpt-oss-style model), beside the same fleet in full attention only. Every process is real and every byte
+ * crosses a socket: the engines' KV events over ZMQ (one event per group, encoded as vLLM encodes them), their
+ * answers over HTTP, the group layout read from their `/metrics` on join.
+ *
+ * 1. A prefix slid out of the window on one engine but not on the other: engine A served a 40-block document
+ *    then a 48-block unrelated prompt, which evicted the document's tail from A's block pool (tail first) and
+ *    the document's head from A's window group (blocks that slid out of the window go first). A still holds the
+ *    document's first 15 blocks in full attention, but not the window before any of them, so it can reuse
+ *    nothing; engine B served the document's first 12 blocks and holds them whole. A request on the first 16
+ *    blocks goes to A in full attention (15 > 12) and to B on the hybrid fleet, where the engine then reports
+ *    exactly the 12 blocks the router predicted.
+ * 2. Prediction error: the same seeded agent-like workload (growing conversations under cache pressure, routed
+ *    by kv, one request at a time) on both fleets; the exact-hit share of the router's predictions
+ *    (`kvgate_router_prediction_total`, predicted vs engine-reported cached tokens) on the hybrid fleet is within
+ *    one percentage point of the full-attention fleet's.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { metric } from '../../helpers/metric-sum.js';
+import { mulberry32 } from '../../helpers/rng.js';
+import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import { startServeCli } from '../../helpers/cli-process.js';
+import { until } from '../../helpers/until.js';
+
+const MODEL = 'mock-model';
+const BS = 16;
+
+interface Fleet {
+  readonly suite: MockerSuite;
+  readonly url: string;
+}
+
+/** Two mocker engines (ids 1 and 2) with `groups` and a 64-block cache, behind one gateway routing by kv. */
+async function startFleet(name: string, groups: readonly string[]): Promise<Fleet> {
+  const suite = await startMockerSuite(
+    name,
+    ['--speedup', '1000', '--block-size', String(BS), '--num-gpu-blocks', '64', '--tokenizer', 'demo', ...groups],
+    2,
+  );
+  const file = suite.write(
+    'serve.yaml',
+    serveConfig(MODEL, [
+      `block_size: ${BS}`,
+      'workers:',
+      ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`),
+    ]),
+  );
+  const gw = await startServeCli(file);
+  suite.procs.push(gw.proc);
+  return { suite, url: gw.url };
+}
+
+async function postJson(
+  url: string,
+  path: string,
+  body: unknown,
+): Promise<{ json: Record<string, unknown>; worker: number }> {
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const json = (await res.json()) as Record<string, unknown>;
+  if (res.status !== 200) throw new Error(`${path} answered ${res.status}: ${JSON.stringify(json)}`);
+  return { json, worker: Number(res.headers.get('x-kvgate-worker')) };
+}
+
+/** The router's decision for `prompt` (optionally pinned to `worker`), without dispatching. */
+async function route(
+  f: Fleet,
+  prompt: readonly number[],
+  worker?: number,
+): Promise<{ worker: number; overlap: number }> {
+  const nvext = worker === undefined ? {} : { nvext: { backend_instance_id: worker } };
+  const { json: a } = await postJson(f.url, '/v1/route', { model: MODEL, prompt, max_tokens: 1, ...nvext });
+  return { worker: (a.worker as { worker_id: number }).worker_id, overlap: a.overlap_blocks as number };
+}
+
+/** Serves `prompt` (pinned to `worker` when given) and waits until the router indexed what the engine cached. */
+async function serve(f: Fleet, prompt: readonly number[], worker?: number): Promise<number> {
+  const nvext = worker === undefined ? {} : { nvext: { backend_instance_id: worker } };
+  const a = await postJson(f.url, '/v1/completions', { model: MODEL, prompt, max_tokens: 1, ...nvext });
+  const usage = a.json.usage as { prompt_tokens_details?: { cached_tokens?: number } };
+  // The engine just computed every full block of `prompt` (its window included): once the router's index
+  // shows them on the engine that served, every event of this request (stores and evictions) is applied.
+  const full = Math.floor(prompt.length / BS);
+  const on = a.worker;
+  expect(on).toBe(worker ?? on);
+  await until(async () => (await route(f, prompt, on)).overlap === full, `the served prompt indexed on worker ${on}`);
+  return usage.prompt_tokens_details?.cached_tokens ?? 0;
+}
+
+function tokens(rng: () => number, n: number): number[] {
+  return Array.from({ length: n }, () => 1000 + Math.floor(rng() * 30_000));
+}
+
+/** How many of the router's cached-token predictions so far were exact, of how many. */
+async function predictions(f: Fleet): Promise<{ exact: number; total: number }> {
+  const by = (outcome: string): Promise<number> => metric(f.url, 'kvgate_router_prediction_total', { outcome });
+  const [exact, over, under] = await Promise.all([by('exact'), by('over'), by('under')]);
+  return { exact, total: exact + over + under };
+}
+
+describe('hybrid attention with mocker engines (sliding window + full)', () => {
+  const fleets: Fleet[] = [];
+  /** A hybrid fleet and a full-attention one, fresh for each test (the first test counts exact evictions). */
+  const startFleets = async (tag: string): Promise<{ hybrid: Fleet; full: Fleet }> => {
+    const hybrid = await startFleet(`hybrid-${tag}`, ['--kv-groups', 'full,sliding:64']);
+    fleets.push(hybrid);
+    const full = await startFleet(`full-${tag}`, []);
+    fleets.push(full);
+    return { hybrid, full };
+  };
+  afterAll(async () => {
+    await Promise.allSettled(fleets.map((f) => f.suite.stop()));
+  });
+
+  it('a prefix that slid out of the window on one engine goes to the engine that can reuse it', async () => {
+    const rng = mulberry32(7);
+    const doc = tokens(rng, 40 * BS + 3);
+    const other = tokens(rng, 48 * BS + 5);
+    const request = [...doc.slice(0, 16 * BS), ...tokens(rng, 4 * BS + 3)];
+    const { hybrid, full } = await startFleets('window');
+    const picks: Record<string, number> = {};
+    for (const [name, f] of [
+      ['hybrid', hybrid],
+      ['full', full],
+    ] as const) {
+      await serve(f, doc, 1);
+      await serve(f, other, 1);
+      await serve(f, doc.slice(0, 12 * BS), 2);
+      // A kept the document's first 15 blocks in its pool (49 blocks of the other prompt evicted 25, tail first).
+      const onA = await route(f, request, 1);
+      const onB = await route(f, request, 2);
+      expect(onB.overlap).toBe(12);
+      // Full attention reuses A's 15 blocks; the hybrid engine lost the window before each of them.
+      expect(onA.overlap).toBe(name === 'hybrid' ? 0 : 15);
+      const best = await route(f, request);
+      picks[name] = best.worker;
+      const cached = await serve(f, request);
+      expect(cached).toBe(best.overlap * BS);
+    }
+    expect(picks).toEqual({ hybrid: 2, full: 1 });
+  }, 120_000);
+
+  it('the router predicts hybrid engines within one point of full-attention engines', async () => {
+    const { hybrid, full } = await startFleets('predictions');
+    const shares: Record<string, { exact: number; total: number }> = {};
+    const cached: Record<string, number> = { hybrid: 0, full: 0 };
+    for (const [name, f] of [
+      ['hybrid', hybrid],
+      ['full', full],
+    ] as const) {
+      // Four conversations taking turns; each turn resends its history plus about 2.5 new blocks, so the
+      // fleet's 128 blocks overflow and both engines evict (pool and window group) as the turns go on.
+      const rng = mulberry32(11);
+      const conversations = [1, 2, 3, 4].map(() => tokens(rng, 20 * BS + 5));
+      for (let turn = 0; turn < 8; turn++) {
+        for (const c of conversations) {
+          cached[name]! += await serve(f, c);
+          c.push(...tokens(rng, 2 * BS + 9));
+        }
+      }
+      const p = await predictions(f);
+      shares[name] = { exact: p.exact / p.total, total: p.total };
+    }
+    // Both fleets ran out of blocks: the engines evicted (pool and window group), and the router followed.
+    const removed = async (f: Fleet): Promise<number> =>
+      metric(f.url, 'kvgate_kv_events_applied_total', { event_type: 'removed' });
+    expect(await removed(hybrid)).toBeGreaterThan(0);
+    expect(await removed(full)).toBeGreaterThan(0);
+    console.log(`cached tokens served: ${JSON.stringify(cached)}`);
+    console.log(
+      `exact-hit share of predictions: hybrid ${(shares.hybrid!.exact * 100).toFixed(1)} % ` +
+        `(${shares.hybrid!.total} requests), full attention ${(shares.full!.exact * 100).toFixed(1)} % ` +
+        `(${shares.full!.total} requests)`,
+    );
+    expect(shares.hybrid!.total).toBe(32);
+    expect(shares.full!.total).toBe(32);
+    expect(Math.abs(shares.hybrid!.exact - shares.full!.exact)).toBeLessThanOrEqual(0.01);
+  }, 180_000);
+});

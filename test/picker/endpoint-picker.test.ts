@@ -1,0 +1,92 @@
+/**
+ * `EndpointPicker` over an injected clock and fake timers: the router's recorded choices (approximate mode) are
+ * followed within `router_ttl_secs` and forgotten after; the picker ticks its router every second, as the
+ * gateway's model router does, and gauges its prefix index's memory (`kvgate_index_memory_bytes`) each tick.
+ */
+import { pino } from 'pino';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { ManualClock, seededRng } from '../../src/common/index.js';
+import { loadGatewayConfig } from '../../src/config/index.js';
+import { KvgateMetrics } from '../../src/metrics/index.js';
+import { sampleSum } from '../helpers/metric-sum.js';
+import { EndpointPicker, type PickInput } from '../../src/picker/endpoint-picker.js';
+import { promptHashes } from '../../src/wasm/index.js';
+
+const A = '10.0.0.1:8000';
+const B = '10.0.0.2:8000';
+let n = 0;
+
+function input(tokens: number, subset?: string[], base = 1000): PickInput {
+  const ids = Uint32Array.from({ length: tokens }, (_, i) => base + i);
+  return { requestId: `r${++n}`, tokenIds: ids, hashes: promptHashes(ids, 16), hints: { annotations: [] }, subset };
+}
+
+describe('EndpointPicker: approximate entries expire', () => {
+  let picker: EndpointPicker;
+  let metrics: KvgateMetrics;
+  const clock = new ManualClock(0);
+  const indexBytes = async (): Promise<number> =>
+    sampleSum(await metrics.registry.metrics(), 'kvgate_index_memory_bytes', { worker_type: 'aggregated' });
+
+  beforeEach(() => {
+    vi.useFakeTimers();
+    const config = loadGatewayConfig({
+      env: {},
+      base: {
+        models: [
+          {
+            name: 'm',
+            tokenizer: 'demo',
+            router: { use_kv_events: false, router_ttl_secs: 10 },
+            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
+          },
+        ],
+      },
+    });
+    metrics = new KvgateMetrics();
+    picker = new EndpointPicker({
+      metrics,
+      model: config.models[0]!,
+      logger: pino({ level: 'silent' }),
+      clock,
+      rng: seededRng(1),
+      fallbacks: 1,
+    });
+    picker.setEndpoints([
+      { name: 'a', endpoint: A },
+      { name: 'b', endpoint: B },
+    ]);
+  });
+  afterEach(async () => {
+    await picker.close();
+    vi.useRealTimers();
+  });
+
+  it("follows a prompt's recorded choice within the TTL, and forgets it after", async () => {
+    const doc = (): PickInput => input(4096);
+    const first = doc();
+    const [on] = picker.pick({ ...first, subset: [A] });
+    expect(on).toBe(A);
+    picker.end(first.requestId);
+    // A short request keeps A busy: within the TTL the recorded 256 blocks still outweigh it.
+    const busy = input(16, [A], 90_000);
+    picker.pick(busy);
+    const again = doc();
+    expect(picker.pick(again)).toEqual([A]);
+    picker.end(again.requestId);
+    picker.end(busy.requestId);
+
+    expect(await indexBytes()).toBe(0);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(await indexBytes()).toBeGreaterThan(0);
+    clock.advance(11_000);
+    await vi.advanceTimersByTimeAsync(1_000);
+    // The entry is gone: nothing holds the prompt any more, and A is the busier pod.
+    const busyLater = input(16, [A], 95_000);
+    picker.pick(busyLater);
+    const later = doc();
+    expect(picker.pick(later)).toEqual([B]);
+    picker.end(later.requestId);
+    picker.end(busyLater.requestId);
+  });
+});
