@@ -12,7 +12,9 @@
  * process table, where the served process's ids are read. Skipped, saying why, where buildah or mmdebstrap is
  * missing; .ci/run installs them.
  */
-import { readlinkSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readlinkSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   buildImage,
@@ -25,7 +27,7 @@ import {
   runInContainer,
   type BuiltImage,
 } from '../helpers/container-image.js';
-import { assertBuilt, lineOf, stop, type Proc } from '../helpers/process.js';
+import { ROOT, assertBuilt, lineOf, stop, type Proc } from '../helpers/process.js';
 import { until } from '../helpers/until.js';
 
 const missing = imageToolsMissing();
@@ -35,17 +37,19 @@ describe.skipIf(missing !== undefined)('the container image (buildah, a base ass
   let image: BuiltImage | undefined;
   let container: { name: string; remove(): Promise<void> } | undefined;
   let served: Proc | undefined;
+  let base = '';
 
   beforeAll(async () => {
     assertBuilt();
     const started = performance.now();
-    const base = await ensureBaseImage();
+    const assembled = await ensureBaseImage();
+    base = assembled.image;
     const baseDone = performance.now();
-    image = await buildImage(base.image);
+    image = await buildImage(base);
     container = await containerOf(image.tag);
     const seconds = (from: number, to: number): string => ((to - from) / 1000).toFixed(1);
     console.info(
-      `image ${image.size} on ${base.image} (${base.built ? `assembled in ${seconds(started, baseDone)} s` : 'cached'});` +
+      `image ${image.size} on ${base} (${assembled.built ? `assembled in ${seconds(started, baseDone)} s` : 'cached'});` +
         ` staged and built in ${seconds(baseDone, performance.now())} s`,
     );
   }, 900_000);
@@ -54,6 +58,28 @@ describe.skipIf(missing !== undefined)('the container image (buildah, a base ass
     await stop(served);
     await container?.remove();
     await image?.remove();
+  }, 120_000);
+
+  it('refuses a KVGATE_BUILD other than source or prebuilt, naming it', async () => {
+    const ctx = mkdtempSync(join(tmpdir(), 'kvgate-image-bad-'));
+    try {
+      for (const file of ['package.json', 'package-lock.json']) copyFileSync(join(ROOT, file), join(ctx, file));
+      const args = ['bud', '--isolation', 'chroot', '-f', join(ROOT, 'deploy/Dockerfile')];
+      const failed = await buildah([
+        ...args,
+        '--build-arg',
+        `NODE_IMAGE=${base}`,
+        '--build-arg',
+        'KVGATE_BUILD=bogus',
+        ctx,
+      ]).then(
+        () => 'built',
+        (err: { stdout: string; stderr: string }) => err.stdout + err.stderr,
+      );
+      expect(failed).toContain("KVGATE_BUILD must be source or prebuilt, not 'bogus'");
+    } finally {
+      rmSync(ctx, { recursive: true, force: true });
+    }
   }, 120_000);
 
   it('runs as uid 1000, the demo as its default command, with a health check and production dependencies only', async () => {
