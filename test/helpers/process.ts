@@ -28,7 +28,12 @@ export interface Proc {
 }
 
 export function start(args: readonly string[]): Proc {
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  return startCommand(process.execPath, [BIN, ...args]);
+}
+
+/** Any command run from the repository root, its output collected as `start`'s (e.g. kvgate inside a container). */
+export function startCommand(cmd: string, args: readonly string[]): Proc {
+  const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const proc: Proc = { child, lines: [], stderr: [] };
   let buffered = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
