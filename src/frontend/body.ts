@@ -287,17 +287,37 @@ function nestsDeeperThan(text: string, max: number): boolean {
   return false;
 }
 
+/** Whether a parsed JSON value nests arrays and objects deeper than `max` (the same count `nestsDeeperThan` makes). */
+function valueNestsDeeperThan(value: unknown, max: number): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  if (max === 0) return true;
+  for (const v of Array.isArray(value) ? value : Object.values(value))
+    if (valueNestsDeeperThan(v, max - 1)) return true;
+  return false;
+}
+
+function tooDeep(): KvgateError {
+  return new KvgateError(
+    'KVG_ERR_INVALID_REQUEST',
+    `the request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`,
+    { param: null },
+  );
+}
+
 /**
- * The body text as a JSON object.
+ * The body text as a JSON object. The nesting bound is checked on the parsed value (JSON.parse itself does not
+ * recurse), which costs one step per value rather than one per character of a large body; a body that does not
+ * parse is scanned as text, so a deep one is refused for its depth first, whether or not it is valid JSON.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST for nesting deeper than MAX_JSON_DEPTH, KVG_ERR_INVALID_JSON.
  */
 export function parseBodyObject(text: string): Record<string, unknown> {
-  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
-    throw new KvgateError(
-      'KVG_ERR_INVALID_REQUEST',
-      `the request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`,
-      { param: null },
-    );
+  let body: Record<string, unknown>;
+  try {
+    body = parseJsonObject(text);
+  } catch (err) {
+    if (nestsDeeperThan(text, MAX_JSON_DEPTH)) throw tooDeep();
+    throw err;
   }
-  return parseJsonObject(text);
+  if (valueNestsDeeperThan(body, MAX_JSON_DEPTH)) throw tooDeep();
+  return body;
 }

@@ -8,7 +8,7 @@ import type { IncomingMessage } from 'node:http';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { isKvgateError } from '../../src/errors/index.js';
-import { readBodyText } from '../../src/frontend/body.js';
+import { parseBodyObject, readBodyText } from '../../src/frontend/body.js';
 
 afterEach(() => {
   vi.restoreAllMocks();
@@ -98,5 +98,34 @@ describe('readBodyText', () => {
     );
     expect(isKvgateError(err, 'KVG_ERR_INVALID_JSON')).toBe(true);
     expect((err as Error).message).toMatch(/two byte order marks; JSON allows none/);
+  });
+});
+
+describe('parseBodyObject: the nesting bound', () => {
+  const nested = (levels: number): string => `{"a": ${'['.repeat(levels - 1)}${']'.repeat(levels - 1)}}`;
+  const codeOf = (text: string): string | undefined => {
+    try {
+      parseBodyObject(text);
+      return undefined;
+    } catch (err) {
+      return isKvgateError(err) ? `${err.code}: ${err.message}` : String(err);
+    }
+  };
+
+  it('100 levels parse; 101 are refused for their depth, valid JSON or not', () => {
+    expect(codeOf(nested(100))).toBeUndefined();
+    expect(codeOf(nested(101))).toMatch(/^KVG_ERR_INVALID_REQUEST: .*deeper than 100 levels/);
+    // Invalid JSON that is also too deep: the depth is named first, as before the parse.
+    expect(codeOf(`${nested(101)},`)).toMatch(/^KVG_ERR_INVALID_REQUEST: .*deeper than 100 levels/);
+    expect(codeOf(`${'['.repeat(5000)}`)).toMatch(/^KVG_ERR_INVALID_REQUEST/);
+    // A shallow invalid body is invalid JSON; a deep array at the top is too deep rather than "not an object".
+    expect(codeOf(`${nested(3)},`)).toMatch(/^KVG_ERR_INVALID_JSON/);
+    expect(codeOf(`${'['.repeat(200)}${']'.repeat(200)}`)).toMatch(/^KVG_ERR_INVALID_REQUEST/);
+  });
+
+  it('brackets inside strings are text, and depth counts objects and arrays alike', () => {
+    expect(codeOf(`{"a": "${'[{'.repeat(500)}"}`)).toBeUndefined();
+    const mixed = `{"a": ${'{"b": ['.repeat(50)}${']}'.repeat(50)}}`; // 1 + 100 levels
+    expect(codeOf(mixed)).toMatch(/deeper than 100 levels/);
   });
 });
