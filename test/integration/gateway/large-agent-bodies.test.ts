@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServeCli } from '../../helpers/cli-process.js';
-import { startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 
 const MODEL = 'mock-model';
 
@@ -42,17 +42,11 @@ describe('an agent conversation of large non-ASCII bodies through kvgate serve',
     engine = suite.engines[0]!.url;
     const file = suite.write(
       'serve.yaml',
-      [
-        'listen: { port: 0 }',
-        'preprocess: { threads: 1 }',
-        'models:',
-        `  - name: ${MODEL}`,
-        '    tokenizer: demo',
-        '    max_prompt_tokens: 60000',
-        '    workers:',
-        `      - ${workerEntry(1, suite.engines[0]!)}`,
-        '',
-      ].join('\n'),
+      serveConfig(
+        MODEL,
+        ['max_prompt_tokens: 60000', 'workers:', `  - ${workerEntry(1, suite.engines[0]!)}`],
+        ['preprocess: { threads: 1 }'],
+      ),
     );
     const served = await startServeCli(file);
     suite.procs.push(served.proc);
