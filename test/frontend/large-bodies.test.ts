@@ -247,15 +247,17 @@ describe("/v1/route's token_ids", () => {
       const ids = full.json.token_ids as number[];
       expect(ids.length).toBe(full.json.prompt_tokens);
       expect((await post(`${g.url}/v1/route`, { ...body, return_token_ids: true })).json.token_ids).toEqual(ids);
+      // null is vLLM's default (none asked): the ids as without the field.
+      expect((await post(`${g.url}/v1/route`, { ...body, return_token_ids: null })).json.token_ids).toEqual(ids);
       const lean = await post(`${g.url}/v1/route`, { ...body, return_token_ids: false });
       expect(lean.status).toBe(200);
       expect(lean.json.token_ids).toBeUndefined();
-      // Routed on the same prompt all the same.
+      // Routed on the same prompt (the fake router's pick itself may differ between two queries).
       expect(lean.json).toMatchObject({
         prompt_tokens: full.json.prompt_tokens,
         prompt_blocks: full.json.prompt_blocks,
-        worker: full.json.worker,
       });
+      expect(g.routers.demo.queried.at(-1)!.hashes.seq).toEqual(g.routers.demo.queried.at(-2)!.hashes.seq);
       const bad = await post(`${g.url}/v1/route`, { ...body, return_token_ids: 'no' });
       expect(bad.status).toBe(400);
       expect(bad.json.error).toMatchObject({ code: 'KVG_ERR_INVALID_REQUEST' });
