@@ -14,7 +14,8 @@
  * /proc/<pid>/task/<tid>/schedstat (nanoseconds; Linux only); requests are
  * sent one at a time, so each delta is that request's cost (plus the
  * process's background work, a few microseconds). `/v1/route` answers with
- * the prompt's ids; `/v1/chat/completions` (max_tokens 1) goes to the engine.
+ * the decision without the prompt's ids (`return_token_ids: false`, as an agent that only routes asks; a base
+ * build that predates the flag still writes them); `/v1/chat/completions` (max_tokens 1) goes to the engine.
  *
  * Sizes: `AGENT_SIZES` (thousands of tokens, default 8,32,128), `AGENT_TURNS`
  * follow-ups per size (default 8), `AGENT_COLD` cold prompts per size (3).
@@ -183,6 +184,9 @@ function envInt(name: string, dflt: number): number {
 
 type Series = Map<string, Sample[]>;
 
+/** `/v1/route` without the prompt's ids in its answer (`return_token_ids: false`). */
+const LEAN = { return_token_ids: false };
+
 function record(series: Series, key: string, s: Sample): void {
   const list = series.get(key) ?? [];
   list.push(s);
@@ -214,31 +218,34 @@ async function drive(gateways: Gateway[], series: Series, notes: string[]): Prom
         record(
           series,
           `${gw.name}|cold ${size / 1000}k|route`,
-          await post(gw, '/v1/route', { model: MODEL, messages }),
+          await post(gw, '/v1/route', { model: MODEL, messages, ...LEAN }),
         );
     }
     const conv = conversation(7 + size, size - turns * 2000);
     for (const gw of gateways) await post(gw, '/v1/route', { model: MODEL, messages: conv.messages });
-    let ids: number[] | undefined;
     for (let t = 0; t < turns; t++) {
       conv.messages.push({ role: 'assistant', content: para(conv.rnd, 1000) });
       conv.messages.push({ role: 'user', content: para(conv.rnd, 1000) });
       const path = t % 2 === 0 ? '/v1/route' : '/v1/chat/completions';
-      const body = { model: MODEL, messages: conv.messages, max_tokens: 1 };
-      for (const gw of gateways) {
-        const s = await post(gw, path, body);
-        if (s.ids !== undefined) ids = s.ids;
-        record(series, `${gw.name}|follow-up ${size / 1000}k|${path === '/v1/route' ? 'route' : 'chat'}`, s);
-      }
+      // An agent routing its turns asks for the decision alone (a base that predates the flag answers the ids anyway).
+      const body = { model: MODEL, messages: conv.messages, max_tokens: 1, ...(t % 2 === 0 ? LEAN : {}) };
+      for (const gw of gateways)
+        record(
+          series,
+          `${gw.name}|follow-up ${size / 1000}k|${path === '/v1/route' ? 'route' : 'chat'}`,
+          await post(gw, path, body),
+        );
     }
-    // The token-id path: the last routed prompt's ids as a completion prompt (a fresh last token each time).
+    // The token-id path: the conversation's ids (asked for once, not recorded) as a completion prompt, with a fresh
+    // last token each time.
+    const ids = (await post(gateways[0]!, '/v1/route', { model: MODEL, messages: conv.messages })).ids;
     for (let t = 0; ids !== undefined && t < turns; t++) {
       const prompt = [...ids.slice(0, -1), 100 + t];
       for (const gw of gateways)
         record(
           series,
           `${gw.name}|token ids ${size / 1000}k|route`,
-          await post(gw, '/v1/route', { model: MODEL, prompt }),
+          await post(gw, '/v1/route', { model: MODEL, prompt, ...LEAN }),
         );
     }
     for (const gw of gateways) if (gw.name !== 'base') notes.push(await memoryNote(gw, size));

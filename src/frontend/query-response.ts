@@ -17,7 +17,10 @@ function dynamoWorkerId(q: QueryResult): Record<string, number> {
   };
 }
 
-/** `POST /v1/route`: the decision, the prompt's token ids and block counts; nothing was booked. */
+/**
+ * `POST /v1/route`: the decision, the prompt's token ids and block counts; nothing was booked. `return_token_ids: false`
+ * in the request leaves the ids out: an agent at 128k tokens would otherwise be sent ~700 KB of ids every turn.
+ */
 export function routeResponseBody(req: PreparedRequest, q: QueryResult, blockSize: number): Record<string, unknown> {
   return {
     object: 'kvgate.route',
@@ -33,7 +36,7 @@ export function routeResponseBody(req: PreparedRequest, q: QueryResult, blockSiz
     prompt_blocks: req.hashes.local.length,
     approximate: req.approximate,
     worker_id: dynamoWorkerId(q),
-    token_ids: Array.from(req.tokenIds),
+    ...(req.body.return_token_ids === false ? {} : { token_ids: Array.from(req.tokenIds) }),
   };
 }
 

@@ -76,6 +76,7 @@ const common = {
   user: { type: 'string' },
   cache_salt: { type: 'string', minLength: 1 },
   add_special_tokens: { type: 'boolean' },
+  return_token_ids: { type: ['boolean', 'null'] },
   priority: { type: 'integer' },
   nvext,
 } as const;

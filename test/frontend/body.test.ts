@@ -8,7 +8,7 @@ import type { IncomingMessage } from 'node:http';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { isKvgateError } from '../../src/errors/index.js';
-import { readBodyText } from '../../src/frontend/body.js';
+import { bodyText, parseBodyObject, readBodyText } from '../../src/frontend/body.js';
 
 afterEach(() => {
   vi.restoreAllMocks();
@@ -98,5 +98,87 @@ describe('readBodyText', () => {
     );
     expect(isKvgateError(err, 'KVG_ERR_INVALID_JSON')).toBe(true);
     expect((err as Error).message).toMatch(/two byte order marks; JSON allows none/);
+  });
+});
+
+describe('parseBodyObject: the nesting bound', () => {
+  const nested = (levels: number): string => `{"a": ${'['.repeat(levels - 1)}${']'.repeat(levels - 1)}}`;
+  const codeOf = (text: string): string | undefined => {
+    try {
+      parseBodyObject(text);
+      return undefined;
+    } catch (err) {
+      return isKvgateError(err) ? `${err.code}: ${err.message}` : String(err);
+    }
+  };
+
+  it('100 levels parse; 101 are refused for their depth, valid JSON or not', () => {
+    expect(codeOf(nested(100))).toBeUndefined();
+    expect(codeOf(nested(101))).toMatch(/^KVG_ERR_INVALID_REQUEST: .*deeper than 100 levels/);
+    // Invalid JSON that is also too deep: the depth is named first, as before the parse.
+    expect(codeOf(`${nested(101)},`)).toMatch(/^KVG_ERR_INVALID_REQUEST: .*deeper than 100 levels/);
+    expect(codeOf(`${'['.repeat(5000)}`)).toMatch(/^KVG_ERR_INVALID_REQUEST/);
+    // A shallow invalid body is invalid JSON; a deep array at the top is too deep rather than "not an object".
+    expect(codeOf(`${nested(3)},`)).toMatch(/^KVG_ERR_INVALID_JSON/);
+    expect(codeOf(`${'['.repeat(200)}${']'.repeat(200)}`)).toMatch(/^KVG_ERR_INVALID_REQUEST/);
+  });
+
+  it('brackets inside strings are text, and depth counts objects and arrays alike', () => {
+    expect(codeOf(`{"a": "${'[{'.repeat(500)}"}`)).toBeUndefined();
+    const mixed = `{"a": ${'{"b": ['.repeat(50)}${']}'.repeat(50)}}`; // 1 + 100 levels
+    expect(codeOf(mixed)).toMatch(/deeper than 100 levels/);
+  });
+});
+
+describe('bodyText of a large body', () => {
+  const reference = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+  const big = (unit: string): string => JSON.stringify({ content: unit.repeat(Math.ceil(20_000 / unit.length)) });
+  const errorOf = (bytes: Uint8Array): string | undefined => {
+    try {
+      bodyText(bytes);
+      return undefined;
+    } catch (err) {
+      return isKvgateError(err) ? err.code : String(err);
+    }
+  };
+
+  it('is the text the UTF-8 decoder gives, for ASCII, Latin-1, CJK and astral characters, a byte order mark skipped', () => {
+    for (const unit of [
+      'plain ascii ',
+      'ünïcödé ',
+      '日本語のテキスト ',
+      'emoji 😀🚀 and 𝔘 ',
+      'mixed é 日 😀 \u0000 ',
+    ]) {
+      const bytes = Buffer.from(big(unit));
+      expect(bytes.length).toBeGreaterThan(16_384);
+      expect(bodyText(bytes)).toBe(reference.decode(bytes));
+      // A slice of a larger buffer (a body inside a pooled allocation) reads only its own bytes.
+      const inner = Buffer.concat([Buffer.from('xx'), bytes, Buffer.from('yy')]).subarray(2, 2 + bytes.length);
+      expect(bodyText(inner)).toBe(reference.decode(bytes));
+      const withBom = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), bytes]);
+      expect(bodyText(withBom)).toBe(reference.decode(bytes));
+      expect(errorOf(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf, 0xef, 0xbb, 0xbf]), bytes]))).toBe(
+        'KVG_ERR_INVALID_JSON',
+      );
+    }
+  });
+
+  it('refuses what is not UTF-8 as KVG_ERR_INVALID_JSON, as the decoder does', () => {
+    const body = Buffer.from(big('日本語 text '));
+    const bad = [
+      [0xc0, 0xaf], // overlong
+      [0xed, 0xa0, 0x80], // an encoded surrogate
+      [0xf4, 0x90, 0x80, 0x80], // over U+10FFFF
+      [0xff],
+      [0xe6, 0x97], // truncated, at the end
+    ];
+    for (const seq of bad) {
+      const bytes = Buffer.concat([body, Buffer.from(seq)]);
+      expect(() => reference.decode(bytes)).toThrow();
+      expect(errorOf(bytes)).toBe('KVG_ERR_INVALID_JSON');
+      const ascii = Buffer.concat([Buffer.from(big('plain ')), Buffer.from(seq)]);
+      expect(errorOf(ascii)).toBe('KVG_ERR_INVALID_JSON');
+    }
   });
 });

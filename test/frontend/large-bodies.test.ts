@@ -238,6 +238,34 @@ describe('a body parsed on a preprocessing thread reaches the router as the same
   });
 });
 
+describe("/v1/route's token_ids", () => {
+  it('are left out of the answer when the request says return_token_ids: false, on either thread', async () => {
+    const body = { model: 'demo', messages: messages(40, 20) };
+    for (const g of [here, pooled]) {
+      const full = await post(`${g.url}/v1/route`, body);
+      expect(full.status).toBe(200);
+      const ids = full.json.token_ids as number[];
+      expect(ids.length).toBe(full.json.prompt_tokens);
+      expect((await post(`${g.url}/v1/route`, { ...body, return_token_ids: true })).json.token_ids).toEqual(ids);
+      // null is vLLM's default (none asked): the ids as without the field.
+      expect((await post(`${g.url}/v1/route`, { ...body, return_token_ids: null })).json.token_ids).toEqual(ids);
+      const lean = await post(`${g.url}/v1/route`, { ...body, return_token_ids: false });
+      expect(lean.status).toBe(200);
+      expect(lean.json.token_ids).toBeUndefined();
+      // Routed on the same prompt (the fake router's pick itself may differ between two queries).
+      expect(lean.json).toMatchObject({
+        prompt_tokens: full.json.prompt_tokens,
+        prompt_blocks: full.json.prompt_blocks,
+      });
+      expect(g.routers.demo.queried.at(-1)!.hashes.seq).toEqual(g.routers.demo.queried.at(-2)!.hashes.seq);
+      const bad = await post(`${g.url}/v1/route`, { ...body, return_token_ids: 'no' });
+      expect(bad.status).toBe(400);
+      expect(bad.json.error).toMatchObject({ code: 'KVG_ERR_INVALID_REQUEST' });
+      expect(bad.json.error.message).toContain('return_token_ids');
+    }
+  });
+});
+
 describe('bad bodies get the same answers on either thread', () => {
   const bad: { name: string; body: unknown; status: number; code: string; param?: string; path?: string }[] = [
     {
