@@ -1,5 +1,7 @@
 /** The `tenants` section: classes, declared tenants and their keys, the tenant header; reloadable. */
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
 import { configChanges, loadGatewayConfig, reloadProblems } from '../../src/config/index.js';
 
 const model = { name: 'm', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://10.0.0.1:8000' }] };
@@ -108,5 +110,23 @@ describe('config: tenants', () => {
       to: 'classes gold(p0 w3); tenants acme:gold',
     });
     expect(JSON.stringify(changes)).not.toContain(KEY_B);
+  });
+});
+
+describe("the README's Tenants example", () => {
+  it('loads with its key in the environment', () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const from = readme.indexOf('\n## Tenants\n');
+    expect(from).toBeGreaterThan(0);
+    const yaml = /```yaml\n([\s\S]*?)```/.exec(readme.slice(from))![1]!;
+    const c = loadGatewayConfig({
+      base: { ...(parse(yaml) as Record<string, unknown>), models: [model] },
+      env: { KVGATE_API_KEYS: 'acme-secret-key-1,another-key-2' },
+    });
+    expect(c.tenants.classes.map((k) => k.name)).toEqual(['team', 'partner', 'free']);
+    expect(c.tenants.members.map((m) => [m.name, m.class, m.apiKeys.length])).toEqual([
+      ['acme', 'partner', 1],
+      ['research', 'team', 0],
+    ]);
   });
 });
