@@ -4,6 +4,7 @@
  * every request belongs to the tenant `other` of one unlimited class `default`: kvgate behaves as without tenants.
  */
 import { show, type ConfigReader } from './reader.js';
+import { TOKEN } from './resolve-edge.js';
 import type { TenantClassConfig, TenantConfig, TenantsConfig } from './types.js';
 
 /** The tenant every request without a declared tenant belongs to (and its metric label). */
@@ -20,7 +21,7 @@ const DEFAULT_CLASS: TenantClassConfig = {
   tokenBurst: 1,
 };
 
-export const NO_TENANTS: TenantsConfig = {
+const NO_TENANTS: TenantsConfig = {
   header: undefined,
   defaultClass: DEFAULT_CLASS.name,
   queueLimitPerWorker: undefined,
@@ -31,9 +32,6 @@ export const NO_TENANTS: TenantsConfig = {
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const nameRule = (s: string): string | undefined =>
   NAME.test(s) ? undefined : 'must be 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit';
-
-/** RFC 9110's token: what a header name may be made of. */
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 function readClass(r: ConfigReader): TenantClassConfig {
   r.allowOnly(['name', 'priority', 'weight', 'request_rate', 'request_burst', 'token_rate', 'token_burst']);
