@@ -65,11 +65,6 @@ export class Admission {
     return this.#queue.pendingIslTokens;
   }
 
-  /** Parked requests by tenant. */
-  pendingByTenant(): Map<string, number> {
-    return this.#queue.pendingByTenant();
-  }
-
   /** Parks an unpinned request whose `kept` eligible slots are all busy, unless backpressure refuses it. */
   park(req: SchedulingRequest, kept: number): ScheduleOutcome {
     const { config, clock } = this.#p;
