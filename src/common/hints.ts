@@ -33,6 +33,22 @@ export interface SessionHint {
   readonly timeoutSecs?: number | undefined;
 }
 
+/**
+ * The request's tenant as the router queue sees it (set by the gateway from its `tenants` config, never by the
+ * client): the queue shares admission among tenant classes by deficit round robin and sheds by class share.
+ */
+export interface TenantHint {
+  /** A declared tenant's name, or `other`: a bounded set (the metrics' label). */
+  readonly tenant: string;
+  readonly class: string;
+  /** Strict tier: a class of higher priority always leaves the queue first. */
+  readonly priority: number;
+  /** Requests admitted per deficit-round-robin round, among the classes of one priority (>= 1). */
+  readonly weight: number;
+  /** Queue capacity in requests per worker (a full queue sheds the class most over its share); undefined = none. */
+  readonly queueLimitPerWorker: number | undefined;
+}
+
 /** Dynamo's routing hints, camelCased: pins, restrictions, queue priority, session. All optional. */
 export interface RoutingHints {
   /**
@@ -66,4 +82,6 @@ export interface RoutingHints {
   readonly session?: SessionHint | undefined;
   /** All `nvext.annotations`, as sent. */
   readonly annotations?: readonly string[] | undefined;
+  /** The tenant and its class (the gateway's tenants config); absent: one shared class. */
+  readonly tenant?: TenantHint | undefined;
 }

@@ -117,9 +117,12 @@ export function sendBytes(
   res.end(bytes);
 }
 
+/** The statuses a Retry-After goes with: rate limits (429), unavailability (503), shedding (529). */
+export const RETRY_AFTER_STATUSES: ReadonlySet<number> = new Set([429, 503, 529]);
+
 /**
  * Sends `err` as an OpenAI error object with its status. With `retryAfterSeconds`,
- * a 429 or 503 also carries Retry-After (the gateway's load shedding; the mocker gives none).
+ * a 429, 503 or 529 also carries Retry-After (the gateway's load shedding; the mocker gives none).
  */
 export function sendError(
   res: ServerResponse,
@@ -128,7 +131,7 @@ export function sendError(
   headers: Record<string, string> = {},
 ): void {
   const h = { ...headers };
-  if (retryAfterSeconds !== undefined && (err.statusCode === 429 || err.statusCode === 503))
+  if (retryAfterSeconds !== undefined && RETRY_AFTER_STATUSES.has(err.statusCode))
     h['retry-after'] = String(retryAfterSeconds);
   sendJson(res, err.statusCode, errorBody(err), h);
 }

@@ -14,7 +14,10 @@ export type {
   WorkerConfig,
   TokenizerSource,
   TracingConfig,
+  TenantClassConfig,
+  TenantsConfig,
 } from './types.js';
+export { OTHER_TENANT } from './resolve-tenants.js';
 export { configProblemsError } from './load.js';
 export { configChanges, reloadProblems, workerDiff } from './reload.js';
 export type { ConfigChange } from './reload.js';

@@ -5,7 +5,7 @@
  * start (listeners, tokenizers, block sizes, modes, pools), each named with its
  * file path, so a reload is applied whole or not at all. Reloadable: each
  * model's workers and router knobs (not the structural ones), `limits` (but
- * the header, request and session bounds), `auth`, `shutdown`.
+ * the header, request and session bounds), `auth`, `tenants`, `shutdown`.
  */
 import { KV_ROUTER_CONFIG_FIELDS, STRUCTURAL_ROUTER_KNOBS, type KvRouterConfig } from '../core/index.js';
 import type { ConfigProblem } from './reader.js';
@@ -100,6 +100,11 @@ const LIMIT_FIELDS: readonly [string, keyof LimitsConfig][] = [
   ['retry_after_seconds', 'retryAfterSeconds'],
 ];
 
+/** The tenants section in one line, without its keys. */
+const tenantLine = (c: GatewayConfig): string =>
+  `classes ${c.tenants.classes.map((k) => `${k.name}(p${k.priority} w${k.weight})`).join(' ')}; ` +
+  `tenants ${c.tenants.members.map((m) => `${m.name}:${m.class}`).join(' ') || 'none'}`;
+
 const workerLine = (w: WorkerConfig): string => `${w.id} ${w.role} ${w.url}`;
 
 /** What a (valid, reloadable) `next` changes from `prev`: every field, API keys counted, never shown. */
@@ -111,6 +116,7 @@ export function configChanges(prev: GatewayConfig, next: GatewayConfig): ConfigC
   if (!same(prev.apiKeys, next.apiKeys))
     out.push({ path: 'auth.api_keys', from: `${prev.apiKeys.length} key(s)`, to: `${next.apiKeys.length} key(s)` });
   for (const [name, key] of LIMIT_FIELDS) note(`limits.${name}`, prev.limits[key], next.limits[key]);
+  if (!same(prev.tenants, next.tenants)) out.push({ path: 'tenants', from: tenantLine(prev), to: tenantLine(next) });
   note('shutdown.drain_timeout_ms', prev.drainTimeoutMs, next.drainTimeoutMs);
   next.models.forEach((m, i) => {
     const before = prev.models[i]!;

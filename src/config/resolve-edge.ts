@@ -32,7 +32,7 @@ export function readListen(
 }
 
 /** RFC 9110's token: what a header name may be made of. */
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+export const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 function readClientAddress(lim: ConfigReader): ClientAddressSource {
   const raw = lim.node.client_address;

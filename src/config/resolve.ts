@@ -13,6 +13,7 @@ import { ConfigReader, isPlainObject, show, type ConfigProblem } from './reader.
 import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readLimits, readListen } from './resolve-edge.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
+import { readTenants } from './resolve-tenants.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
 
 const TOP_KEYS = [
@@ -30,6 +31,7 @@ const TOP_KEYS = [
   'kv_events',
   'models',
   'replicas',
+  'tenants',
   'processes',
   'pid_file',
 ] as const;
@@ -401,6 +403,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const admin = readAdmin(root, listen);
   const apiKeys = readApiKeys(root, ctx);
   const limits = readLimits(root);
+  const tenants = readTenants(root, apiKeys);
   const health = readHealth(root);
   const tracing = readTracing(root);
   const { drainTimeoutMs, preprocess, logLevel, processes } = readProcess(root);
@@ -415,6 +418,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
     admin,
     apiKeys,
     limits,
+    tenants,
     health,
     tracing,
     drainTimeoutMs,

@@ -261,6 +261,43 @@ export interface TracingConfig {
   readonly sampleRatio: number;
 }
 
+/** One tenant class: its place in the router queue and the rate limits each of its tenants gets. */
+export interface TenantClassConfig {
+  readonly name: string;
+  /** Strict tier in the router queue: a class of higher priority is always admitted first (default 0). */
+  readonly priority: number;
+  /** Deficit-round-robin weight among the classes of one priority: requests admitted per round (default 1). */
+  readonly weight: number;
+  /** Requests per second each tenant of the class may send (token bucket); undefined = unlimited. */
+  readonly requestRate: number | undefined;
+  /** The request bucket's size: how many requests a tenant may send at once after a quiet spell. */
+  readonly requestBurst: number;
+  /** Prompt tokens per second each tenant of the class may send (token bucket); undefined = unlimited. */
+  readonly tokenRate: number | undefined;
+  /** The token bucket's size in prompt tokens (a larger prompt is refused whatever the rate). */
+  readonly tokenBurst: number;
+}
+
+/** A declared tenant: its own metric label, its own rate buckets, its class. */
+export interface TenantConfig {
+  readonly name: string;
+  readonly class: string;
+  /** API keys (each also one of `apiKeys`) that identify this tenant. Never logged. */
+  readonly apiKeys: readonly string[];
+}
+
+/** `tenants`: who a request belongs to, and what its tenant class may use. */
+export interface TenantsConfig {
+  /** A header naming the tenant of a request whose API key names none (lowercase); undefined = keys only. */
+  readonly header: string | undefined;
+  /** The class of requests whose tenant is not declared (they all share the tenant `other`). */
+  readonly defaultClass: string;
+  /** Router queue capacity in requests per worker; over it a request is shed with 529. undefined = unbounded. */
+  readonly queueLimitPerWorker: number | undefined;
+  readonly classes: readonly TenantClassConfig[];
+  readonly members: readonly TenantConfig[];
+}
+
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -278,6 +315,8 @@ export interface GatewayConfig {
   /** Accepted `Authorization: Bearer` keys; empty = no authentication. Never logged. */
   readonly apiKeys: readonly string[];
   readonly limits: LimitsConfig;
+  /** Tenants and tenant classes: rate limits and the router queue's shares. */
+  readonly tenants: TenantsConfig;
   /** Active health probing of every worker (GET /health). */
   readonly health: HealthConfig;
   readonly tracing: TracingConfig;

@@ -22,6 +22,7 @@ export type {
   ConfigFieldSpec,
   ConfigFieldKind,
 } from './config.js';
+export { TokenBucket } from './token-bucket.js';
 export { ActiveSequences, outputBlockDecay } from './active-sequences.js';
 export type { SlotLoad, ActiveRequestInfo, SyncedBooking } from './active-sequences.js';
 export type { PeerBookings, PeerApplyOutcome } from './peer-bookings.js';

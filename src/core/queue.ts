@@ -130,27 +130,41 @@ export class RequestQueue<T> {
    */
   drain(admissible: (e: QueueEntry<T>) => boolean, admit: (e: QueueEntry<T>) => void): number {
     let admitted = 0;
-    for (;;) {
-      let best: QueueEntry<T> | undefined;
-      let bestHeap: Heap<T> | undefined;
-      for (const [lane, heap] of this.#lanes) {
-        const head = heap.peek();
-        if (head === undefined) {
-          this.#lanes.delete(lane);
-          continue;
-        }
-        if ((best === undefined || before(head, best)) && admissible(head)) {
-          best = head;
-          bestHeap = heap;
-        }
-      }
-      if (best === undefined) return admitted;
-      bestHeap!.pop();
-      best.cancelled = true;
-      this.#pending--;
-      this.#pendingIsl -= best.isl;
-      admit(best);
+    for (let e = this.take(admissible); e !== undefined; e = this.take(admissible)) {
+      admit(e);
       admitted++;
     }
+    return admitted;
+  }
+
+  /** Removes and returns the best admissible head over all lanes; undefined when no head is admissible. */
+  take(admissible: (e: QueueEntry<T>) => boolean): QueueEntry<T> | undefined {
+    let best: QueueEntry<T> | undefined;
+    let bestHeap: Heap<T> | undefined;
+    for (const [lane, heap] of this.#lanes) {
+      const head = heap.peek();
+      if (head === undefined) {
+        this.#lanes.delete(lane);
+        continue;
+      }
+      if ((best === undefined || before(head, best)) && admissible(head)) {
+        best = head;
+        bestHeap = heap;
+      }
+    }
+    if (best === undefined) return undefined;
+    bestHeap!.pop();
+    best.cancelled = true;
+    this.#pending--;
+    this.#pendingIsl -= best.isl;
+    return best;
+  }
+
+  /** The waiting entry that would leave last (the one to shed), by a scan: shedding is rare, admission is not. */
+  last(): QueueEntry<T> | undefined {
+    let worst: QueueEntry<T> | undefined;
+    for (const heap of this.#lanes.values())
+      for (const e of heap.items) if (!e.cancelled && (worst === undefined || before(worst, e))) worst = e;
+    return worst;
   }
 }

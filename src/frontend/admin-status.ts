@@ -8,7 +8,12 @@ import type { ModelRouterPort } from './router-port.js';
 
 /** The configuration as loaded, API keys counted, never shown. */
 export function redactedConfig(config: GatewayConfig): unknown {
-  return { ...config, apiKeys: `${config.apiKeys.length} configured (not shown)` };
+  const members = config.tenants.members.map((m) => ({ ...m, apiKeys: `${m.apiKeys.length} configured (not shown)` }));
+  return {
+    ...config,
+    apiKeys: `${config.apiKeys.length} configured (not shown)`,
+    tenants: { ...config.tenants, members },
+  };
 }
 
 export interface GatewayStatus {

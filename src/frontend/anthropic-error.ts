@@ -8,7 +8,7 @@
  */
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { KvgateError } from '../errors/index.js';
-import { sendJson } from './http-io.js';
+import { RETRY_AFTER_STATUSES, sendJson } from './http-io.js';
 
 /** The messages route, whose errors take Anthropic's shape. */
 export const MESSAGES_ROUTE = '/v1/messages';
@@ -57,7 +57,7 @@ function anthropicErrorBody(err: KvgateError, requestId: string): Record<string,
   return bodyOf(err.statusCode, { message: err.message, param, code: err.code }, requestId);
 }
 
-/** Sends `err` in Anthropic's shape (with `Retry-After` on 429 and 503, as `sendError` does). */
+/** Sends `err` in Anthropic's shape (with `Retry-After` on 429, 503 and 529, as `sendError` does). */
 export function sendAnthropicError(
   res: ServerResponse,
   err: KvgateError,
@@ -66,7 +66,7 @@ export function sendAnthropicError(
   headers: Record<string, string>,
 ): void {
   const h = { ...headers };
-  if (err.statusCode === 429 || err.statusCode === 503) h['retry-after'] = String(retryAfterSeconds);
+  if (RETRY_AFTER_STATUSES.has(err.statusCode)) h['retry-after'] = String(retryAfterSeconds);
   sendJson(res, err.statusCode, anthropicErrorBody(err, requestId), h);
 }
 

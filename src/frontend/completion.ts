@@ -10,7 +10,8 @@ import type { WorkerRank } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { prepareRequest, type PrepareOptions } from './prepare.js';
 import { pipeRouted, sendQueryAnswer, workerHeaders, type RelayOptions, type RequestContext } from './respond.js';
-import type { EndpointKind } from './router-port.js';
+import type { EndpointKind, PreparedRequest } from './router-port.js';
+import type { TenantDirectory } from './tenants.js';
 
 /** What the pipeline reads of the server; `relay`, `draining` and `maxMessages` are read per request (a reload, a shutdown). */
 export interface CompletionOptions extends PrepareOptions {
@@ -18,6 +19,8 @@ export interface CompletionOptions extends PrepareOptions {
   readonly createdSec: number;
   relay(): RelayOptions;
   draining(): boolean;
+  /** The tenants in force: rate limits at admission, the shed count. */
+  readonly tenants: TenantDirectory;
 }
 
 /** The answer's worker headers and the disaggregation decision, with `Connection: close` while draining. */
@@ -36,6 +39,29 @@ function answerHeaders(
 function noteWorkers(ctx: RequestContext, worker: WorkerRank, prefill: WorkerRank | undefined): void {
   ctx.logFields.worker = worker.workerId;
   if (prefill !== undefined) ctx.logFields.prefillWorker = prefill.workerId;
+}
+
+/**
+ * Routes `prepared` as its tenant's: the tenant's rate limits first (its prompt's tokens), then the router with
+ * the tenant's class on the request (the router queue's share), a shed counted against the tenant.
+ * @throws KvgateError KVG_ERR_RATE_LIMITED (429), and the router's errors (KVG_ERR_QUEUE_SHED: 529).
+ */
+async function routeAsTenant<R>(
+  env: CompletionOptions,
+  ctx: RequestContext,
+  prepared: PreparedRequest,
+  route: (p: PreparedRequest) => Promise<R>,
+): Promise<R> {
+  const tenant = ctx.tenant;
+  if (tenant === undefined) return route(prepared);
+  ctx.logFields.tenant = tenant.hint.tenant;
+  env.tenants.admit(tenant, prepared.tokenIds.length);
+  try {
+    return await route({ ...prepared, hints: { ...prepared.hints, tenant: tenant.hint } });
+  } catch (err) {
+    env.tenants.noteFailure(tenant, err);
+    throw err;
+  }
 }
 
 /**
@@ -66,7 +92,7 @@ export async function serveCompletion(
     sendQueryAnswer(ctx, kind, prepared, q, model, answerHeaders(env, q.worker, q.prefillWorker), env.createdSec);
     return;
   }
-  const routed = await port.route(prepared);
+  const routed = await routeAsTenant(env, ctx, prepared, port.route.bind(port));
   noteWorkers(ctx, routed.worker, routed.prefillWorker);
   await pipeRouted(ctx, routed, answerHeaders(env, routed.worker, routed.prefillWorker, routed.disagg), env.relay());
 }

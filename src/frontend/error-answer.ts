@@ -17,7 +17,7 @@ type ErrorAnswerOptions = Pick<RelayOptions, 'logger' | 'publicErrors' | 'reject
 /**
  * Answers `ctx`'s request with the error `err` (the signal's reason instead when it fired: it explains the
  * failure better than whatever it interrupted). `draining`: the answer closes the connection, as do the
- * `CLOSING_CODES`; `retryAfter` goes on 429 and 503.
+ * `CLOSING_CODES`; `retryAfter` goes on 429, 503 and 529 (the error's own `detail.retryAfterSeconds` first).
  */
 export function answerError(
   ctx: RequestContext,
@@ -45,7 +45,9 @@ export function answerError(
   if (CLOSING_CODES.has(e.code) || draining) headers.connection = 'close';
   if (typeof e.detail?.workerId === 'number' && !res.hasHeader('x-kvgate-worker'))
     headers['x-kvgate-worker'] = String(e.detail.workerId);
+  // A limit that knows its own wait (a tenant's bucket) says it; the rest say the configured one.
+  const wait = typeof e.detail?.retryAfterSeconds === 'number' ? e.detail.retryAfterSeconds : retryAfter;
   // Anthropic's clients read Anthropic's error shape (the SDKs raise their own error classes from it).
-  if (isAnthropicRoute(ctx.route)) sendAnthropicError(res, e, ctx.requestId, retryAfter, headers);
-  else sendError(res, e, retryAfter, headers);
+  if (isAnthropicRoute(ctx.route)) sendAnthropicError(res, e, ctx.requestId, wait, headers);
+  else sendError(res, e, wait, headers);
 }

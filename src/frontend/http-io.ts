@@ -13,7 +13,7 @@ import type { SseEvent } from './router-port.js';
  * backpressure) live in common, shared with the mocker; they are re-exported
  * here so the frontend has one module for its HTTP primitives.
  */
-export { sendBytes, sendError, sendJson, whenWritable } from '../common/index.js';
+export { RETRY_AFTER_STATUSES, sendBytes, sendError, sendJson, whenWritable } from '../common/index.js';
 
 /** Any thrown value as a KvgateError (unexpected ones become KVG_ERR_INTERNAL, without their message). */
 export function asKvgateError(err: unknown, requestId: string): KvgateError {

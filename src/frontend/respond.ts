@@ -20,6 +20,7 @@ import { asKvgateError, sendBytes, sendJson, sseErrorFrame, sseFrame, whenWritab
 import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
 import type { PublicErrors } from './public-error.js';
 import type { EndpointKind, PreparedRequest, QueryResult, RoutedResponse, SseEvent } from './router-port.js';
+import type { Tenant } from './tenants.js';
 import { atTurnEnd } from './turn-end.js';
 
 /** One request as the server handles it. */
@@ -33,6 +34,8 @@ export interface RequestContext {
   signal: CancelSignal;
   /** Filled in as the request progresses, for the access log line. */
   logFields: Record<string, unknown>;
+  /** Who the request belongs to (the `tenants` config), once its API key was checked. */
+  tenant?: Tenant | undefined;
 }
 
 const SSE_HEADERS = {

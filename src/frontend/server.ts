@@ -54,6 +54,7 @@ import type { RelayOptions, RequestContext } from './respond.js';
 import type { ModelRouterPort } from './router-port.js';
 import { matchRoute, routeTable, type RouteTableOptions } from './routes.js';
 import { drain } from './shutdown.js';
+import { TenantDirectory } from './tenants.js';
 
 export interface GatewayServerOptions {
   config: GatewayConfig;
@@ -99,6 +100,7 @@ export class GatewayServer {
   readonly #served = new Map<string, Omit<ModelTarget, 'loraName'>>();
   readonly #preprocessor: Preprocessor;
   #keys = new ApiKeys([]);
+  readonly #tenants: TenantDirectory;
   readonly #public: Server;
   readonly #admin: Server | undefined;
   readonly #conns: ClientConnections;
@@ -123,6 +125,7 @@ export class GatewayServer {
     this.#requestMetrics = new RequestMetrics(this.metrics, this.#models);
     this.#preprocessor = opts.preprocessor;
     this.#opts = opts;
+    this.#tenants = new TenantDirectory(opts.config.tenants, this.metrics);
     this.#slots = new ConcurrencySlots(
       opts.config.limits.maxConcurrentRequests,
       opts.config.limits.requestTimeoutMs,
@@ -140,6 +143,7 @@ export class GatewayServer {
       createdSec: this.#createdSec,
       relay: () => this.#relay,
       draining: () => this.#draining,
+      tenants: this.#tenants,
       get maxMessages() {
         return limits().maxMessages;
       },
@@ -228,6 +232,7 @@ export class GatewayServer {
   reconfigure(config: GatewayConfig): void {
     this.config = config;
     this.#keys = new ApiKeys(config.apiKeys);
+    this.#tenants.reconfigure(config.tenants);
     this.#slots.max = config.limits.maxConcurrentRequests;
     this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
     this.#conns.addresses = this.#clientAddresses(config);
@@ -350,6 +355,7 @@ export class GatewayServer {
         res.setHeader('www-authenticate', 'Bearer');
         throw new KvgateError('KVG_ERR_UNAUTHORIZED', 'a valid API key is required: Authorization: Bearer <key>');
       }
+      if (spec.auth) ctx.tenant = this.#tenants.of(credentialOf(ctx.route, req.headers), req.headers);
       let body: Uint8Array = NO_BODY;
       if (spec.limited) {
         body = await readBodyBytes(req, this.config.limits, ctx.signal);

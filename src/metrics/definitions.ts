@@ -7,6 +7,7 @@
  */
 import type { Counter, Gauge, Histogram } from 'prom-client';
 import { EVENT_METRIC_DEFINITIONS } from './definitions-events.js';
+import { TENANT_METRIC_DEFINITIONS } from './definitions-tenants.js';
 import { MW, type MetricDefinition } from './definition-types.js';
 
 function expBuckets(start: number, factor: number, count: number): number[] {
@@ -391,6 +392,7 @@ export const METRIC_DEFINITIONS = {
     labelNames: ['model', 'source'],
   },
   ...EVENT_METRIC_DEFINITIONS,
+  ...TENANT_METRIC_DEFINITIONS,
   // ---- HTTP edge
   /** End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served). */
   requestDuration: {

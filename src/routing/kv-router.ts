@@ -228,6 +228,7 @@ export class KvRouter {
       priorityJump,
       strictPriority: hints?.strictPriority,
       expectedOutputTokens: hints?.expectedOutputTokens,
+      tenant: hints?.tenant,
       override,
     };
   }

@@ -13,7 +13,8 @@ import type { Clock } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { ActiveSequences } from '../active-sequences.js';
 import type { KvRouterConfig } from '../config.js';
-import { backpressureCap, queueKey, RequestQueue, type QueueEntry } from '../queue.js';
+import { FairQueue, SHARED_CLASS, type FairEntry } from '../fair-queue.js';
+import { backpressureCap, queueKey } from '../queue.js';
 import type { SlotFilter } from './filter.js';
 import type { OverlapMatcher } from './overlap.js';
 import type { SlotSelector } from './selector.js';
@@ -21,6 +22,7 @@ import type { SlotTable } from './slots.js';
 import {
   duplicateRequest,
   rejectionError,
+  shedError,
   type AdmissionResult,
   type QueueTicket,
   type ScheduleOutcome,
@@ -48,7 +50,7 @@ export interface AdmissionOptions {
 
 export class Admission {
   readonly #p: AdmissionOptions;
-  readonly #queue = new RequestQueue<Parked>();
+  readonly #queue = new FairQueue<Parked>();
   #draining = false;
 
   constructor(parts: AdmissionOptions) {
@@ -86,6 +88,26 @@ export class Admission {
         };
       }
     }
+    const cls = req.tenant ?? SHARED_CLASS;
+    const perWorker = req.tenant?.queueLimitPerWorker;
+    if (perWorker !== undefined) {
+      const capacity = perWorker * Math.max(1, this.#p.table.workers.size);
+      const shed = this.#queue.victim(cls, capacity);
+      if (shed === 'incoming') {
+        const queuedRequests = this.#queue.pendingRequests;
+        return {
+          status: 'rejected',
+          rejection: { kind: 'shed', reason: 'QueueFull', class: cls.class, queuedRequests, capacity },
+        };
+      }
+      if (shed !== undefined && this.#queue.cancel(shed)) {
+        const victim = shed.payload;
+        victim.payload.resolve({
+          status: 'failed',
+          error: shedError(victim.cls.name, this.#queue.pendingRequests + 1, capacity),
+        });
+      }
+    }
     const arrivedAt = clock.now();
     const key = queueKey(
       config.routerQueuePolicy,
@@ -98,7 +120,7 @@ export class Admission {
     const admitted = new Promise<AdmissionResult>((r) => {
       resolve = r;
     });
-    const entry = this.#queue.push({ req, arrivedAt, resolve }, '', req.strictPriority ?? 0, key, isl);
+    const entry = this.#queue.push({ req, arrivedAt, resolve }, cls, req.strictPriority ?? 0, key, isl);
     const queue = this.#queue;
     const ticket: QueueTicket = {
       requestId: req.requestId,
@@ -127,8 +149,8 @@ export class Admission {
     }
   }
 
-  #admit(e: QueueEntry<Parked>): void {
-    const { req, arrivedAt, resolve } = e.payload;
+  #admit(e: FairEntry<Parked>): void {
+    const { req, arrivedAt, resolve } = e.payload.payload;
     const { clock, filter, active } = this.#p;
     const t0 = clock.now();
     try {

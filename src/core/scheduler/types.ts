@@ -53,7 +53,7 @@ export interface WorkerLoad extends SlotLoad, WorkerRank {}
  */
 export interface SchedulingRequest extends Pick<
   RoutingHints,
-  'allowedWorkerIds' | 'routingConstraints' | 'priorityJump' | 'strictPriority' | 'expectedOutputTokens'
+  'allowedWorkerIds' | 'routingConstraints' | 'priorityJump' | 'strictPriority' | 'expectedOutputTokens' | 'tenant'
 > {
   /** Context id; unique among in-flight requests. */
   readonly requestId: string;
@@ -82,6 +82,15 @@ export type Rejection =
       readonly maxQueuedIslTokens: number;
       /** This request's cache-miss tokens (isl − best cached), which picked the tier. */
       readonly missingIslTokens: number;
+    }
+  | {
+      readonly kind: 'shed';
+      readonly reason: 'QueueFull';
+      /** The tenant class shed (the newcomer's own: the most over its share). */
+      readonly class: string;
+      /** Requests queued, and the queue's capacity (requests per worker times the workers). */
+      readonly queuedRequests: number;
+      readonly capacity: number;
     }
   | {
       readonly kind: 'overloaded';
@@ -181,9 +190,19 @@ export function rejectionError(r: Rejection): KvgateError {
       },
     );
   }
+  if (r.kind === 'shed') return shedError(r.class, r.queuedRequests, r.capacity);
   return new KvgateError('KVG_ERR_OVERLOADED', `all ${r.eligibleSlots} eligible worker ranks are overloaded`, {
     eligibleSlots: r.eligibleSlots,
   });
+}
+
+/** A request of tenant class `cls` shed by the full router queue (529). */
+export function shedError(cls: string, queued: number, capacity: number): KvgateError {
+  return new KvgateError(
+    'KVG_ERR_QUEUE_SHED',
+    `the router queue is full (${queued} of ${capacity} requests) and tenant class ${cls} is the most over its share`,
+    { class: cls, queuedRequests: queued, capacity },
+  );
 }
 
 export function invalidArg(message: string): KvgateError {

@@ -74,11 +74,14 @@ export class KvSelector implements LegSelector {
       throw rejectionError(outcome.rejection);
     }
     this.#observeQueue();
+    const tenant = req.routing.tenant?.tenant;
+    if (tenant !== undefined) this.#pm?.tenantQueued(tenant, 1);
     const ticket = outcome.ticket;
     const onAbort = (): void => void ticket.cancel();
     req.signal.addEventListener('abort', onAbort, { once: true });
     if (req.signal.aborted) ticket.cancel();
     const result = await ticket.admitted.finally(() => req.signal.removeEventListener('abort', onAbort));
+    if (tenant !== undefined) this.#pm?.tenantQueued(tenant, -1);
     this.#observeQueue();
     if (result.status === 'cancelled')
       throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away while the request was queued');

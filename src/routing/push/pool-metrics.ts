@@ -110,6 +110,11 @@ export class PoolMetrics {
   }
 
   /** The pool's queue depth, labelled by what its workers are; a relabelled pool zeroes its old series. */
+  /** A request of `tenant` joined (+1) or left (-1) the router queue. */
+  tenantQueued(tenant: string, delta: number): void {
+    this.#m.tenantQueued.labels({ tenant }).inc(delta);
+  }
+
   setQueue(pendingRequests: number, pendingIslTokens: number): void {
     this.#queueRequests = pendingRequests;
     this.#queueIslTokens = pendingIslTokens;

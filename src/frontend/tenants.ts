@@ -1,0 +1,158 @@
+/**
+ * Tenants at the edge: who a request belongs to, and whether its tenant's rate limits let it in.
+ *
+ * Who: the tenant whose `api_keys` hold the request's key; else, with `tenants.header`, the declared tenant that
+ * header names; else `other` (every undeclared tenant, one shared set of buckets and one metric label: the label
+ * set stays bounded by the config). The key wins over the header: a client cannot claim another tenant's class by
+ * a header while its key names its own.
+ *
+ * Rate limits (per tenant, from its class): a request bucket (one per request) and a prompt-token bucket (the
+ * prompt's tokens, counted at admission after tokenization; output tokens are not charged). A request is let in
+ * only when both buckets hold enough, and then spends both; else it is refused with 429 KVG_ERR_RATE_LIMITED and a
+ * Retry-After of the wait until it would fit. A prompt larger than the token bucket itself never fits: it is
+ * refused with the same code and no Retry-After worth waiting for (detail `tokenBurst`).
+ */
+import { createHash } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { TenantHint } from '../common/index.js';
+import { OTHER_TENANT, type TenantClassConfig, type TenantsConfig } from '../config/index.js';
+import { TokenBucket } from '../core/index.js';
+import { KvgateError, isKvgateError } from '../errors/index.js';
+import type { KvgateMetrics } from '../metrics/index.js';
+
+/** A request's tenant: its hint for the router queue, and the class whose limits apply. */
+export interface Tenant {
+  readonly hint: TenantHint;
+  readonly limits: TenantClassConfig;
+}
+
+const digest = (key: string): string => createHash('sha256').update(key).digest('hex');
+
+interface Buckets {
+  requests: TokenBucket | undefined;
+  tokens: TokenBucket | undefined;
+}
+
+export class TenantDirectory {
+  #config!: TenantsConfig;
+  /** SHA-256 (hex) of a key -> its tenant's name: the keys themselves are not kept. */
+  #byKey = new Map<string, string>();
+  #tenants = new Map<string, Tenant>();
+  /** Per tenant name; kept across reloads (a reload changes the limits, not what was spent). */
+  readonly #buckets = new Map<string, Buckets>();
+  readonly #now: () => number;
+  readonly #metrics: KvgateMetrics | undefined;
+
+  constructor(config: TenantsConfig, metrics?: KvgateMetrics, now: () => number = () => performance.now()) {
+    this.#now = now;
+    this.#metrics = metrics;
+    this.reconfigure(config);
+  }
+
+  /** Every tenant label `/metrics` may show: the declared tenants and `other`. */
+  get labels(): string[] {
+    return [...this.#tenants.keys()];
+  }
+
+  reconfigure(config: TenantsConfig): void {
+    this.#config = config;
+    const classes = new Map(config.classes.map((c) => [c.name, c]));
+    const tenant = (name: string, cls: string): Tenant => {
+      const limits = classes.get(cls)!;
+      const { priority, weight } = limits;
+      return {
+        hint: { tenant: name, class: cls, priority, weight, queueLimitPerWorker: config.queueLimitPerWorker },
+        limits,
+      };
+    };
+    this.#tenants = new Map(config.members.map((m) => [m.name, tenant(m.name, m.class)]));
+    this.#tenants.set(OTHER_TENANT, tenant(OTHER_TENANT, config.defaultClass));
+    // Every declared tenant's series exist at zero, so rate() sees a tenant before its first refusal.
+    const m = this.#metrics;
+    if (m !== undefined) {
+      for (const t of this.#tenants.keys()) {
+        for (const c of [m.tenantAdmitted, m.tenantRateLimited, m.tenantShed]) c.labels({ tenant: t }).inc(0);
+        m.tenantQueued.labels({ tenant: t }).inc(0);
+      }
+    }
+    this.#byKey = new Map();
+    for (const m of config.members) for (const k of m.apiKeys) this.#byKey.set(digest(k), m.name);
+    const now = this.#now();
+    for (const [name, b] of this.#buckets) {
+      const t = this.#tenants.get(name);
+      if (t === undefined) this.#buckets.delete(name);
+      else this.#buckets.set(name, this.#bucketsOf(t.limits, b, now));
+    }
+  }
+
+  /** The tenant of a request with `credential` (`Bearer <key>` or undefined) and `headers`. */
+  of(credential: string | undefined, headers: IncomingHttpHeaders): Tenant {
+    const m = credential !== undefined && this.#byKey.size > 0 ? /^Bearer\s+(\S+)\s*$/i.exec(credential) : null;
+    const byKey = m !== null ? this.#byKey.get(digest(m[1]!)) : undefined;
+    if (byKey !== undefined) return this.#tenants.get(byKey)!;
+    const h = this.#config.header;
+    const named = h !== undefined ? headers[h] : undefined;
+    const t = typeof named === 'string' && named !== OTHER_TENANT ? this.#tenants.get(named) : undefined;
+    return t ?? this.#tenants.get(OTHER_TENANT)!;
+  }
+
+  /**
+   * Lets a request of `promptTokens` in under its tenant's limits, spending from its buckets.
+   * @throws KvgateError KVG_ERR_RATE_LIMITED (429) with `retryAfterSeconds` when a bucket is short.
+   */
+  admit(t: Tenant, promptTokens: number): void {
+    try {
+      this.#spend(t, promptTokens);
+    } catch (err) {
+      this.#metrics?.tenantRateLimited.labels({ tenant: t.hint.tenant }).inc();
+      throw err;
+    }
+    this.#metrics?.tenantAdmitted.labels({ tenant: t.hint.tenant }).inc();
+  }
+
+  /** Counts `err` against `t` when it is the router queue shedding the request. */
+  noteFailure(t: Tenant, err: unknown): void {
+    if (isKvgateError(err) && err.code === 'KVG_ERR_QUEUE_SHED')
+      this.#metrics?.tenantShed.labels({ tenant: t.hint.tenant }).inc();
+  }
+
+  #spend(t: Tenant, promptTokens: number): void {
+    const { limits, hint } = t;
+    if (limits.requestRate === undefined && limits.tokenRate === undefined) return;
+    const now = this.#now();
+    let b = this.#buckets.get(hint.tenant);
+    if (b === undefined) this.#buckets.set(hint.tenant, (b = this.#bucketsOf(limits, undefined, now)));
+    const waitReq = b.requests?.wait(1, now) ?? 0;
+    const waitTok = b.tokens?.wait(promptTokens, now) ?? 0;
+    if (waitTok === Infinity) {
+      throw new KvgateError(
+        'KVG_ERR_RATE_LIMITED',
+        `the prompt's ${promptTokens} tokens are more than tenant ${hint.tenant}'s token bucket holds (${limits.tokenBurst})`,
+        { tenant: hint.tenant, tokenBurst: limits.tokenBurst },
+      );
+    }
+    const wait = Math.max(waitReq, waitTok);
+    if (wait > 0) {
+      const what = waitReq >= waitTok ? `${limits.requestRate} requests/s` : `${limits.tokenRate} prompt tokens/s`;
+      throw new KvgateError('KVG_ERR_RATE_LIMITED', `tenant ${hint.tenant} is over its rate limit (${what})`, {
+        tenant: hint.tenant,
+        retryAfterSeconds: Math.max(1, Math.ceil(wait / 1000)),
+      });
+    }
+    b.requests?.spend(1);
+    b.tokens?.spend(promptTokens);
+  }
+
+  #bucketsOf(c: TenantClassConfig, prev: Buckets | undefined, now: number): Buckets {
+    const bucket = (rate: number | undefined, burst: number, old: TokenBucket | undefined): TokenBucket | undefined => {
+      if (rate === undefined) return undefined;
+      if (old === undefined) return new TokenBucket(rate, burst, now);
+      old.reset(rate, burst, now);
+      return old;
+    };
+    return {
+      requests: bucket(c.requestRate, c.requestBurst, prev?.requests),
+      tokens: bucket(c.tokenRate, c.tokenBurst, prev?.tokens),
+    };
+  }
+}

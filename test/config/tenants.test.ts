@@ -1,0 +1,132 @@
+/** The `tenants` section: classes, declared tenants and their keys, the tenant header; reloadable. */
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { configChanges, loadGatewayConfig, reloadProblems } from '../../src/config/index.js';
+
+const model = { name: 'm', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://10.0.0.1:8000' }] };
+const KEY_A = 'key-of-acme-123';
+const KEY_B = 'key-of-beta-456';
+
+const load = (tenants: unknown, keys: string[] = [KEY_A, KEY_B]) =>
+  loadGatewayConfig({ base: { models: [model], auth: { api_keys: keys }, tenants }, env: {} });
+
+function problems(tenants: unknown): string {
+  try {
+    load(tenants);
+  } catch (err) {
+    return (err as Error).message;
+  }
+  throw new Error('expected a rejection');
+}
+
+describe('config: tenants', () => {
+  it('absent: one unlimited class, no declared tenant, no header', () => {
+    const c = loadGatewayConfig({ base: { models: [model] }, env: {} });
+    expect(c.tenants).toEqual({
+      header: undefined,
+      defaultClass: 'default',
+      queueLimitPerWorker: undefined,
+      classes: [
+        {
+          name: 'default',
+          priority: 0,
+          weight: 1,
+          requestRate: undefined,
+          requestBurst: 1,
+          tokenRate: undefined,
+          tokenBurst: 1,
+        },
+      ],
+      members: [],
+    });
+  });
+
+  it('reads classes (bursts default to one second of the rate), members with their keys, the header', () => {
+    const c = load({
+      header: 'X-Tenant',
+      default_class: 'standard',
+      queue_limit_per_worker: 16,
+      classes: [
+        { name: 'gold', priority: 1, weight: 4, request_rate: 2.5, token_rate: 1000, token_burst: 5000 },
+        { name: 'standard' },
+      ],
+      members: [
+        { name: 'acme', class: 'gold', api_keys: [KEY_A] },
+        { name: 'beta', class: 'standard' },
+      ],
+    });
+    expect(c.tenants.header).toBe('x-tenant');
+    expect(c.tenants.defaultClass).toBe('standard');
+    expect(c.tenants.queueLimitPerWorker).toBe(16);
+    expect(c.tenants.classes[0]).toEqual({
+      name: 'gold',
+      priority: 1,
+      weight: 4,
+      requestRate: 2.5,
+      requestBurst: 3,
+      tokenRate: 1000,
+      tokenBurst: 5000,
+    });
+    expect(c.tenants.members).toEqual([
+      { name: 'acme', class: 'gold', apiKeys: [KEY_A] },
+      { name: 'beta', class: 'standard', apiKeys: [] },
+    ]);
+  });
+
+  it('refuses unknown classes, keys auth does not accept (without echoing them), reserved and repeated names', () => {
+    const msg = problems({
+      classes: [{ name: 'gold', weight: 0 }, { name: 'gold' }],
+      default_class: 'silver',
+      members: [
+        { name: 'other', class: 'gold' },
+        { name: 'acme', class: 'bronze', api_keys: ['not-a-configured-key'] },
+        { name: 'acme', class: 'gold', api_keys: [KEY_A] },
+        { name: 'beta', class: 'gold', api_keys: [KEY_A] },
+      ],
+    });
+    expect(msg).toMatch(/tenants\.classes\[0\]\.weight: must be an integer in \[1, 1000\]/);
+    expect(msg).toMatch(/tenants\.classes\[1\]\.name: repeats the name "gold"/);
+    expect(msg).toMatch(/tenants\.default_class: must name one of tenants\.classes/);
+    expect(msg).toMatch(/tenants\.members\[0\]\.name: "other" is reserved/);
+    expect(msg).toMatch(/tenants\.members\[1\]\.class: must name one of tenants\.classes/);
+    expect(msg).toMatch(/tenants\.members\[1\]\.api_keys\[0\]: must be one of the keys auth accepts/);
+    expect(msg).not.toContain('not-a-configured-key');
+    expect(msg).toMatch(/tenants\.members\[2\]\.name: repeats the name "acme"/);
+    expect(msg).toMatch(/tenants\.members\[3\]\.api_keys: shares a key with tenant acme/);
+  });
+
+  it('a reload may change it; the change is logged without the keys', () => {
+    const prev = load({ classes: [{ name: 'gold' }], members: [{ name: 'acme', class: 'gold', api_keys: [KEY_A] }] });
+    const next = load({
+      classes: [{ name: 'gold', weight: 3 }],
+      members: [{ name: 'acme', class: 'gold', api_keys: [KEY_B] }],
+    });
+    expect(reloadProblems(prev, next)).toEqual([]);
+    const changes = configChanges(prev, next);
+    expect(changes).toContainEqual({
+      path: 'tenants',
+      from: 'classes gold(p0 w1); tenants acme:gold',
+      to: 'classes gold(p0 w3); tenants acme:gold',
+    });
+    expect(JSON.stringify(changes)).not.toContain(KEY_B);
+  });
+});
+
+describe("the README's Tenants example", () => {
+  it('loads with its key in the environment', () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const from = readme.indexOf('\n## Tenants\n');
+    expect(from).toBeGreaterThan(0);
+    const yaml = /```yaml\n([\s\S]*?)```/.exec(readme.slice(from))![1]!;
+    const c = loadGatewayConfig({
+      base: { ...(parse(yaml) as Record<string, unknown>), models: [model] },
+      env: { KVGATE_API_KEYS: 'acme-secret-key-1,another-key-2' },
+    });
+    expect(c.tenants.classes.map((k) => k.name)).toEqual(['team', 'partner', 'free']);
+    expect(c.tenants.members.map((m) => [m.name, m.class, m.apiKeys.length])).toEqual([
+      ['acme', 'partner', 1],
+      ['research', 'team', 0],
+    ]);
+  });
+});
