@@ -69,8 +69,8 @@ describe('prefill load estimate per prefill worker', () => {
     }
     // A long prompt queued for prefill on worker 11: 64 blocks of uncached tokens.
     kv.addRequest({ requestId: 'queued', workerId: 11, tokens: tokens(BS * 64, 90_000) });
-    expect(kv.load({ workerId: 11, dpRank: 0 }).activePrefillTokens).toBe(BS * 64);
-    expect(kv.load({ workerId: 12, dpRank: 0 }).activePrefillTokens).toBe(0);
+    expect(kv.load({ workerId: 11, dpRank: 0 })!.activePrefillTokens).toBe(BS * 64);
+    expect(kv.load({ workerId: 12, dpRank: 0 })!.activePrefillTokens).toBe(0);
 
     const q = await r.prefill.query(legOf(prompt));
     expect(q.prefill.worker.id).toBe(12);
@@ -82,7 +82,7 @@ describe('prefill load estimate per prefill worker', () => {
 
     // Its prefill done, worker 11's queue is empty again and the two cost the same.
     kv.markPrefillCompleted('queued');
-    expect(kv.load({ workerId: 11, dpRank: 0 }).activePrefillTokens).toBe(0);
+    expect(kv.load({ workerId: 11, dpRank: 0 })!.activePrefillTokens).toBe(0);
     const again = await r.prefill.query(legOf(prompt));
     const [c11, c12] = [11, 12].map((id) => again.prefill.decision!.candidates.find((x) => x.workerId === id)!.cost);
     expect(c11).toBe(c12);
