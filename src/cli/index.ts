@@ -36,7 +36,9 @@ export const SUBCOMMANDS: Record<string, Subcommand> = {
     summary: 'replay a request trace and compare routing policies',
     load: async () => {
       const { replayCommand } = await import('./replay.js');
-      return { run: (argv) => replayCommand(argv) };
+      const scenario = (argv: string[]): boolean => argv.some((a) => a === '--scenario' || a.startsWith('--scenario='));
+      const disagg = async (argv: string[]) => (await import('./replay-disagg.js')).replayDisaggCommand(argv);
+      return { run: (argv) => (scenario(argv) ? disagg(argv) : replayCommand(argv)) };
     },
   },
 };

@@ -38,7 +38,7 @@ import {
 } from '../replay/index.js';
 
 /** Mocker flags that replay sets itself (or names differently). */
-const NOT_FORWARDED = new Set([
+export const NOT_FORWARDED = new Set([
   'count',
   'host',
   'port',
@@ -135,11 +135,11 @@ Engine model: every \`kvgate mocker\` flag except --count, --host, ports, --mode
 --kv-bytes-per-token, --kv-transfer-bandwidth, --kv-lease-ms, --engine sglang.
 `;
 
-function usageError(message: string): KvgateError {
+export function usageError(message: string): KvgateError {
   return new KvgateError('KVG_ERR_INVALID_ARGUMENT', message);
 }
 
-function integer(flag: string, v: string | undefined, min: number): number | undefined {
+export function integer(flag: string, v: string | undefined, min: number): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
   if (v.trim() === '' || !Number.isSafeInteger(n) || n < min)
@@ -147,7 +147,7 @@ function integer(flag: string, v: string | undefined, min: number): number | und
   return n;
 }
 
-function positiveNumber(flag: string, v: string | undefined): number | undefined {
+export function positiveNumber(flag: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
   if (v.trim() === '' || !(n > 0) || !Number.isFinite(n)) throw usageError(`--${flag} ${v}: expected a number > 0`);
@@ -240,7 +240,7 @@ function topologyFlags(s: (k: string) => string | undefined): ReplayTopology {
  * The engine model: the mocker's own flag parser over the forwarded flags, with the addresses
  * a replay chooses itself left open.
  */
-function engineFlags(
+export function engineFlags(
   values: Record<string, string | string[] | boolean | undefined>,
   forwarded: Record<string, unknown>,
 ): MockerInput {

@@ -39,6 +39,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['verify_tokenizer', (m) => m.verifyTokenizer],
   ['enforce_disagg', (m) => m.enforceDisagg],
   ['disagg_policy', (m) => m.disaggPolicy],
+  ['eagle', (m) => m.eagle],
   ['engine_timeouts', (m) => m.engineTimeouts],
   ['engine', (m) => m.engine],
   ['workers_file', (m) => m.workersFile],

@@ -27,6 +27,7 @@ const MODEL_KEYS = [
   'engine',
   'enforce_disagg',
   'disagg_policy',
+  'eagle',
   'max_prompt_tokens',
   'router',
   'workers',
@@ -305,6 +306,7 @@ export function readModel(
   const engine = m.oneOf('engine', ENGINE_DIALECTS, GATEWAY_DEFAULTS.engine);
   const enforceDisagg = m.bool('enforce_disagg', false);
   const disaggPolicy = readDisaggPolicy(m.child('disagg_policy'), routerMode);
+  const eagle = m.bool('eagle', false);
   const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
   const localRouter = readRouterKnobs(m.child('router'));
   const router = resolveRouter(root, globalRouter, localRouter, [...m.path, 'router']);
@@ -338,6 +340,7 @@ export function readModel(
     verifyTokenizer,
     enforceDisagg,
     disaggPolicy,
+    eagle,
     maxPromptTokens: modelMax,
     router,
     workers,

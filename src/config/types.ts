@@ -51,6 +51,11 @@ export interface ModelConfig {
   readonly enforceDisagg: boolean;
   /** Per request, whether a disaggregated model runs the prefill on its prefill pool or serves aggregated. */
   readonly disaggPolicy: DisaggPolicy;
+  /**
+   * Eagle (speculative decoding) block hashing, Dynamo's `is_eagle`: each block is hashed over its tokens plus the
+   * next one, as an Eagle engine's KV cache keys it, so routing hashes match that engine's KV events.
+   */
+  readonly eagle: boolean;
   /** Prompt token limit for this model (the global limit unless overridden). */
   readonly maxPromptTokens: number;
   /** The router knobs for this model (global `router` section merged with the model's own). */

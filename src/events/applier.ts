@@ -81,6 +81,8 @@ export interface KvEventApplierOptions {
   kvCacheGroup?: number;
   /** Every other KV-cache group of the model (hybrid attention); its `primaryGroup` must be `kvCacheGroup`. */
   groups?: KvGroupIndexes;
+  /** The model hashes Eagle windows (its `eagle`): its engines' bigram events are read (see `decodeKvEventBatch`). */
+  eagle?: boolean | undefined;
 }
 
 export class KvEventApplier {
@@ -88,6 +90,7 @@ export class KvEventApplier {
   readonly blockSize: BlockSize;
   readonly kvCacheGroup: number;
   readonly groups: KvGroupIndexes | undefined;
+  readonly eagle: boolean;
 
   /** @throws KvgateError KVG_ERR_INVALID_BLOCK_SIZE unless `blockSize` is an integer in [1, 2^20]. */
   constructor(opts: KvEventApplierOptions) {
@@ -95,6 +98,7 @@ export class KvEventApplier {
     this.indexes = opts.indexes ?? new TieredPrefixIndex();
     this.kvCacheGroup = opts.kvCacheGroup ?? 0;
     this.groups = opts.groups;
+    this.eagle = opts.eagle === true;
   }
 
   /**
@@ -154,11 +158,7 @@ export class KvEventApplier {
     groups?.learnFrom(ev);
     const truncated = ev.droppedBlocks > 0;
     if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';
-    const local = blockHashes(ev.tokenIds, this.blockSize, {
-      loraName: ev.loraName,
-      cacheSalt: ev.cacheSalt,
-      mmHashes: ev.mmHashes,
-    });
+    const local = storedLocalHashes(ev, this.blockSize);
     if (groups !== undefined && (!primary || (ev.leadingNullBlocks ?? 0) > 0)) {
       if (ev.tier !== 'device') return 'other_group';
       const status = groups.storePairs(slot, ev, local);
@@ -186,4 +186,14 @@ export class KvEventApplier {
     if (ix === undefined) return ev.blockHashes.length === 0 ? 'ok' : 'not_found';
     return ix.applyRemoved(slot.workerId, slot.dpRank, ev.blockHashes).missing === 0 ? 'ok' : 'not_found';
   }
+}
+
+/** The tokens hashes of a stored event's blocks; an Eagle event's windows end with each block's next token. */
+function storedLocalHashes(ev: StoredBlocksEvent, blockSize: number): BigUint64Array {
+  const opts = { loraName: ev.loraName, cacheSalt: ev.cacheSalt, mmHashes: ev.mmHashes };
+  if (ev.eagleNextToken === undefined) return blockHashes(ev.tokenIds, blockSize, opts);
+  const tokens = new Uint32Array(ev.tokenIds.length + 1);
+  tokens.set(ev.tokenIds, 0);
+  tokens[ev.tokenIds.length] = ev.eagleNextToken;
+  return blockHashes(tokens, blockSize, { ...opts, eagle: true });
 }

@@ -150,16 +150,49 @@ function tierOf(value: unknown): StorageTier {
   return tier;
 }
 
-function tokenArray(value: unknown): Uint32Array {
+function u32Token(t: unknown): number | undefined {
+  if (typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= 0xffffffff) return t;
+  if (typeof t === 'bigint' && t >= 0n && t <= 0xffffffffn) return Number(t);
+  return undefined;
+}
+
+/**
+ * `token_ids` as the flat token sequence it stands for. Eagle (speculative) engines send bigrams, each position's
+ * token with the next one (`[[t0, t1], [t1, t2], ...]`): n bigrams are n + 1 tokens, the last one being the token
+ * after the final position, which an Eagle block's hash window ends with. `eagle` says which form came.
+ */
+function tokenArray(value: unknown, opts: DecodeOptions): { flat: Uint32Array; eagle: boolean } {
   if (!Array.isArray(value)) throw new EventError('bad_event', 'token_ids is not an array');
+  if (value.length > 0 && Array.isArray(value[0])) {
+    if (opts.eagle !== true)
+      throw new EventError(
+        'bad_event',
+        "token_ids holds bigrams (an Eagle engine's events) but the model's eagle is off",
+      );
+    return { flat: bigramTokens(value), eagle: true };
+  }
   const out = new Uint32Array(value.length);
   for (let i = 0; i < value.length; i++) {
-    const t = value[i];
-    if (typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= 0xffffffff) out[i] = t;
-    else if (typeof t === 'bigint' && t >= 0n && t <= 0xffffffffn) out[i] = Number(t);
-    else if (Array.isArray(t))
-      throw new EventError('bad_event', 'token_ids holds pairs (speculative bigram events are not supported)');
-    else throw new EventError('bad_event', `token_ids[${i}] is not a u32 token id`);
+    const t = u32Token(value[i]);
+    if (t === undefined) throw new EventError('bad_event', `token_ids[${i}] is not a u32 token id`);
+    out[i] = t;
+  }
+  return { flat: out, eagle: false };
+}
+
+/** Eagle bigrams to n + 1 tokens; each pair must start with the token the previous pair ended with. */
+function bigramTokens(value: unknown[]): Uint32Array {
+  const out = new Uint32Array(value.length + 1);
+  for (let i = 0; i < value.length; i++) {
+    const p = value[i];
+    const a = Array.isArray(p) && p.length === 2 ? u32Token(p[0]) : undefined;
+    const b = Array.isArray(p) && p.length === 2 ? u32Token(p[1]) : undefined;
+    if (a === undefined || b === undefined)
+      throw new EventError('bad_event', `token_ids[${i}] is not a bigram of u32 token ids (the first entry was one)`);
+    if (i > 0 && a !== out[i])
+      throw new EventError('bad_event', `token_ids[${i}] does not continue the bigram before it`);
+    out[i] = a;
+    out[i + 1] = b;
   }
   return out;
 }
@@ -188,7 +221,7 @@ function mmHashesOf(value: unknown, blocks: number): (bigint[] | undefined)[] | 
   return out;
 }
 
-function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredBlocksEvent {
+function decodeStored(f: Record<string, unknown>, sglangExtra: unknown, opts: DecodeOptions): StoredBlocksEvent {
   const hashes = hashList(f.block_hashes, 'block_hashes');
   const parentRaw = f.parent_block_hash;
   let parentHash: bigint | null = null;
@@ -204,7 +237,8 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredB
     // The vocabulary's rule, reported as a decode error of this event (never thrown out of the decoder).
     throw new EventError('bad_event', `block_size ${String(f.block_size)} is not an integer in [1, ${MAX_BLOCK_SIZE}]`);
   }
-  let tokens = tokenArray(f.token_ids);
+  const { flat, eagle } = tokenArray(f.token_ids, opts);
+  let tokens = eagle ? flat.subarray(0, flat.length - 1) : flat;
   const specKind = optionalString(f.kv_cache_spec_kind, 'kv_cache_spec_kind');
   const slidingWindow = optionalInt(f.kv_cache_spec_sliding_window, 'kv_cache_spec_sliding_window');
   const leadingNullBlocks = nullBlocksOf(specKind, tokens.length, hashes.length, blockSize);
@@ -235,6 +269,7 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown): StoredB
     ...(specKind !== undefined && specKind !== 'full_attention' ? { specKind } : {}),
     ...(slidingWindow !== undefined ? { slidingWindow } : {}),
     ...(leadingNullBlocks > 0 ? { leadingNullBlocks } : {}),
+    ...(eagle ? { eagleNextToken: flat[tokens.length]! } : {}),
   };
 }
 
@@ -264,7 +299,7 @@ function decodeRemoved(f: Record<string, unknown>): RemovedBlocksEvent {
 
 const CLEARED: KvCacheEvent = Object.freeze({ type: 'cleared' });
 
-function decodeEvent(ev: unknown): KvCacheEvent {
+function decodeEvent(ev: unknown, opts: DecodeOptions): KvCacheEvent {
   if (Array.isArray(ev)) {
     const tag = ev[0];
     if (typeof tag !== 'string') throw new EventError('bad_event', 'event array does not start with a tag string');
@@ -282,7 +317,7 @@ function decodeEvent(ev: unknown): KvCacheEvent {
           extra = f.lora_name;
           delete f.lora_name;
         }
-        return decodeStored(f, extra);
+        return decodeStored(f, extra, opts);
       }
       case 'BlockRemoved':
         if (ev.length < REMOVED_MIN_ARRAY_LENGTH)
@@ -305,7 +340,7 @@ function decodeEvent(ev: unknown): KvCacheEvent {
         if (!('block_hashes' in ev) || !('token_ids' in ev) || !('block_size' in ev)) {
           throw new EventError('bad_event', 'BlockStored map lacks block_hashes, token_ids or block_size');
         }
-        return decodeStored(ev, undefined);
+        return decodeStored(ev, undefined, opts);
       case 'BlockRemoved':
         if (!('block_hashes' in ev)) throw new EventError('bad_event', 'BlockRemoved map lacks block_hashes');
         return decodeRemoved(ev);
@@ -319,7 +354,13 @@ function decodeEvent(ev: unknown): KvCacheEvent {
 }
 
 /** Decodes one msgpack `KVEventBatch` payload. Never throws. */
-export function decodeKvEventBatch(payload: Uint8Array): DecodeResult {
+/** How a model's events are read. */
+export interface DecodeOptions {
+  /** The model hashes Eagle windows (its `eagle`): bigram `token_ids` are accepted, else they are a `bad_event`. */
+  readonly eagle?: boolean | undefined;
+}
+
+export function decodeKvEventBatch(payload: Uint8Array, opts: DecodeOptions = {}): DecodeResult {
   let raw: unknown;
   try {
     raw = decodeMsgpack(payload);
@@ -351,7 +392,7 @@ export function decodeKvEventBatch(payload: Uint8Array): DecodeResult {
   const errors: KvEventDecodeError[] = [];
   for (let i = 0; i < eventsRaw.length; i++) {
     try {
-      events.push(decodeEvent(eventsRaw[i]));
+      events.push(decodeEvent(eventsRaw[i], opts));
     } catch (err) {
       if (err instanceof EventError) errors.push(fail(err.kind, err.message, i));
       else errors.push(fail('bad_event', err instanceof Error ? err.message : String(err), i));

@@ -77,7 +77,7 @@ export class SlotWriter {
 
   /** Decodes a batch's payload; one that cannot be read is reported (a decode error of `seq`) and undefined. */
   read(seq: bigint, payload: Uint8Array): KvEventBatch | undefined {
-    const r = decodeKvEventBatch(payload);
+    const r = decodeKvEventBatch(payload, { eagle: this.#applier.eagle });
     if (r.ok) return r.batch;
     this.decodeError(r.error, seq);
     return undefined;

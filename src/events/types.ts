@@ -47,6 +47,11 @@ export interface StoredBlocksEvent {
    * whole range: `blockHashes[i]` is then block `leadingNullBlocks + i` of `tokenIds`. Absent: 0.
    */
   readonly leadingNullBlocks?: number;
+  /**
+   * Eagle (speculative decoding) events only: the token after the last block of `tokenIds`. Such an engine sent
+   * bigrams, and hashes each block over its tokens plus the next one (Dynamo's `is_eagle` windows).
+   */
+  readonly eagleNextToken?: number;
 }
 
 /** `BlockRemoved`: blocks evicted from one tier. Not cascading. */

@@ -73,6 +73,7 @@ function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
       servedModelName: model.servedModelName,
       mode: model.routerMode,
       blockSize: model.blockSize,
+      eagle: model.eagle,
       routerConfig: model.router,
       registry: p.registry,
       engine: p.engine,

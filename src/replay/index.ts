@@ -15,6 +15,13 @@ export { toCacheEvent } from './kv-event-bridge.js';
 export { runOffline, defaultBucketMs } from './offline.js';
 export type { Topology } from './offline.js';
 export { DISAGG_PROTOCOLS } from './offline-disagg.js';
+export {
+  MIXED_DEFAULTS,
+  disaggPolicies,
+  mixedWorkload,
+  renderDisaggTable,
+  runDisaggScenario,
+} from './disagg-policies.js';
 export type { DisaggProtocol } from './offline-disagg.js';
 export { runReplay, replayEngineOptions } from './runner.js';
 export type { ReplayConfig, ReplayHooks, ReplayMode, ReplayTopology, ReplicaSweep } from './runner.js';

@@ -27,6 +27,8 @@ import { ManualClock } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { CoreRequest, FilledMockerOptions } from '../mocker/index.js';
 import { ArrivalSchedule } from './arrivals.js';
+import type { DisaggPolicy } from '../core/index.js';
+import { ConditionalDisagg, PrefillLoadRouter } from './conditional-disagg.js';
 import { DisaggArrivals, type DisaggProtocol } from './offline-disagg.js';
 import { OfflineLegs, type Arrival } from './offline-legs.js';
 import { buildPools, generationSeed, type Engine, type PoolState } from './offline-pools.js';
@@ -51,6 +53,8 @@ export type Topology =
       readonly prefillWorkers: number;
       readonly decodeWorkers: number;
       readonly protocol: DisaggProtocol;
+      /** Per request, disaggregated or served whole on a decode engine (`conditional-disagg.ts`); default always. */
+      readonly disaggPolicy?: DisaggPolicy;
     };
 
 export interface OfflineReplayOptions {
@@ -98,6 +102,8 @@ class OfflineReplay {
   readonly #schedule: ArrivalSchedule;
   /** The P/D path; null for an aggregated topology. */
   readonly #disagg: DisaggArrivals | null;
+  /** The P/D topology's per-request policy; null: every request disaggregated. */
+  readonly #conditional: ConditionalDisagg | null = null;
   /** Wall-clock start (performance.now()), setup included. */
   readonly #wallStart = performance.now();
 
@@ -123,6 +129,12 @@ class OfflineReplay {
     this.#hits = new HitTimeline(this.#bucketMs);
     const built = buildPools(opts, this.#clock, this.#bucketMs);
     this.#pools = built.pools;
+    if (topology.kind === 'disaggregated' && topology.disaggPolicy !== undefined) {
+      const prefill = built.pools[0]!;
+      const load = new PrefillLoadRouter(prefill.router);
+      this.#pools = [{ ...prefill, router: load }, ...built.pools.slice(1)];
+      this.#conditional = new ConditionalDisagg(topology.disaggPolicy, load, prefill.workerIds);
+    }
     this.#engines = built.engines;
     this.#schedule = new ArrivalSchedule(workload.requests);
     this.#outcomes = workload.requests.map((r) => newOutcome(r.index, r.arrivalMs, r.inputLength, r.outputLength));
@@ -250,13 +262,15 @@ class OfflineReplay {
     const key = String(r.index);
     const tokens = this.#synth.tokens(r.hashIds, r.inputLength);
     const arrival: Arrival = { r, o, key, tokens, replica: this.#front.pick() };
-    if (this.#disagg === null) this.#arriveAggregated(arrival);
+    if (this.#disagg === null) this.#arriveAggregated(arrival, this.#pools[0]!);
+    else if (this.#conditional?.decide(tokens.length).disaggregate === false)
+      this.#arriveAggregated(arrival, this.#pools[1]!);
     else this.#disagg.arrive(arrival);
   }
 
-  #arriveAggregated({ r, o, key, tokens, replica }: Arrival): void {
+  /** A request served whole on one engine of `pool` (the aggregated pool, or a P/D fleet's decode pool). */
+  #arriveAggregated({ r, o, key, tokens, replica }: Arrival, pool: PoolState): void {
     const legs = this.#legs;
-    const pool = this.#pools[0]!;
     const route = { key, tokens, expectedOutputTokens: r.outputLength, replica };
     legs.routeThen(
       pool.router,

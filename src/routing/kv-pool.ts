@@ -24,6 +24,8 @@ import { KvRouter } from './kv-router.js';
 export interface KvPoolOptions {
   readonly model: string;
   readonly blockSize: number;
+  /** Eagle block hashing (the model's `eagle`): its engines' bigram KV events are read and hashed as such. */
+  readonly eagle?: boolean | undefined;
   readonly routerConfig?: KvRouterOptions | undefined;
   readonly kvEvents?: KvEventOptions | undefined;
   readonly kvEventsStaleAfterMs?: number | undefined;
@@ -61,7 +63,7 @@ export function kvPool(
       ctx.metrics?.kvCacheGroupChanges.labels({ group: String(groupIdx), kind: kvGroupLabel(spec) }).inc();
     groups = new KvGroupIndexes({ primary: kvRouter.index, logger: ctx.logger, onSpec });
     const indexes = new TieredPrefixIndex(kvRouter.index);
-    const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes, groups });
+    const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes, groups, eagle: opts.eagle });
     events = new KvEventManager({
       applier,
       clock: ctx.clock,

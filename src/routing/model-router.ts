@@ -24,7 +24,7 @@ import { prefillPoolConfig } from './disagg/handoff.js';
 import { agentDisaggRefusal, isAgentEndpoint } from './agent-endpoints.js';
 import { embeddingsDisaggRefusal } from './embeddings.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
-import { kvPool, reportIndexBytes, subscribeWorker } from './kv-pool.js';
+import { kvPool, reportIndexBytes, subscribeWorker, type KvPoolOptions } from './kv-pool.js';
 import { LegBuilder } from './leg-builder.js';
 import { KvRouter } from './kv-router.js';
 import type { DispatchOutcomeListener } from './push/leg-failures.js';
@@ -33,7 +33,7 @@ import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, Wor
 import { StickySessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
 import { WorkerWatch } from './worker-watch.js';
 
-export interface ModelRouterOptions {
+export interface ModelRouterOptions extends Pick<KvPoolOptions, 'eagle'> {
   readonly model: string;
   /** The name engines serve the model as: the `model` sent to them (default `model`). */
   readonly servedModelName?: string | undefined;

@@ -283,8 +283,10 @@ export class PrefixIndex {
     const outSlots = io + n * 8;
     const outDepths = outSlots + slotCap * 4;
     const count = this.#m.exports.idxFindMatches(ix, io, n, bySequence ? 0 : 1, outSlots, outDepths);
-    const slots = v.u32.slice(outSlots >>> 2, (outSlots >>> 2) + count);
-    const depths = v.u32.slice(outDepths >>> 2, (outDepths >>> 2) + count);
+    // The call may grow WASM memory (chaining scratch), detaching `v`: read the results through fresh views.
+    const out = this.#m.views().u32;
+    const slots = out.slice(outSlots >>> 2, (outSlots >>> 2) + count);
+    const depths = out.slice(outDepths >>> 2, (outDepths >>> 2) + count);
     return { count, slots, depths };
   }
 

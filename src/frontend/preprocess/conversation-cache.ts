@@ -199,7 +199,8 @@ export function continuedHashes(
   sharedIds: number,
 ): PromptHashes {
   const reused = cached === undefined ? 0 : Math.min(Math.floor(sharedIds / blockSize), cached.local.length);
-  if (reused === 0) return promptHashes(tokenIds, blockSize, opts);
+  // An Eagle block's window reaches into the next block: only a fresh chain is laid out as promptHashes lays it.
+  if (reused === 0 || opts.eagle === true) return promptHashes(tokenIds, blockSize, opts);
   const total = Math.floor(tokenIds.length / blockSize);
   const local = blockHashes(tokenIds.subarray(reused * blockSize), blockSize, opts);
   // seq[0] = local[0]: a chain started at the last reused block's sequence hash continues it.

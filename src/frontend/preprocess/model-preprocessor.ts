@@ -205,7 +205,7 @@ export class ModelPreprocessor {
       return { tokenIds, hashes: { local: none, seq: none }, approximate, stats };
     }
     const t2 = performance.now();
-    const opts = { loraName: task.loraName, cacheSalt: task.cacheSalt };
+    const opts = { loraName: task.loraName, cacheSalt: task.cacheSalt, eagle: this.spec.eagle };
     const hashKey = `${this.spec.blockSize}\u0000${task.loraName ?? ''}\u0000${task.cacheSalt ?? ''}`;
     const prior = turn?.reuse?.entry.hashKey === hashKey ? turn.reuse.entry.hashes : undefined;
     const hashes = continuedHashes(tokenIds, this.spec.blockSize, opts, prior, turn?.sharedIds ?? 0);

@@ -322,6 +322,7 @@ export function preprocessModelSpecs(config: GatewayConfig): PreprocessModelSpec
   return config.models.map((m) => ({
     name: m.name,
     blockSize: m.blockSize,
+    eagle: m.eagle,
     tokenizer: m.tokenizer,
     segmentCacheTokens: config.preprocess.segmentCacheTokens,
     segmentCacheBytes: config.preprocess.segmentCacheBytes,

@@ -16,6 +16,8 @@ import type { EndpointKind } from '../router-port.js';
 export interface PreprocessModelSpec {
   name: string;
   blockSize: number;
+  /** Eagle block hashing (the model's `eagle`): each block's window ends with the next token. */
+  eagle?: boolean | undefined;
   tokenizer: TokenizerSource;
   /** Token ids the thread's segment cache keeps for this model (0 = no cache). */
   segmentCacheTokens: number;
