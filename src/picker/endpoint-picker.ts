@@ -83,7 +83,13 @@ export class EndpointPicker {
     this.#fallbacks = Math.max(1, opts.fallbacks);
     const m = opts.model;
     const ctx = makeRouterContext({ clock: opts.clock, rng: opts.rng, logger: opts.logger, metrics: opts.metrics });
-    const pool = { model: m.name, blockSize: m.blockSize, routerConfig: m.router, kvEvents: opts.kvEvents };
+    const pool = {
+      model: m.name,
+      blockSize: m.blockSize,
+      routerConfig: m.router,
+      kvEvents: opts.kvEvents,
+      eagle: m.eagle,
+    };
     const { kvRouter, events } = kvPool('aggregated', pool, ctx, this.#eventWatch(m.blockSize));
     this.#router = kvRouter;
     this.#events = events;
