@@ -176,6 +176,40 @@ describe('SseParser', () => {
     }
   });
 
+  it('reads a large ASCII read (decoded once) like the reference, whole, split anywhere, and with a non-ASCII text', () => {
+    const rng = mulberry32(0xa5c11);
+    const pieces = [
+      'data: ',
+      'data:',
+      ': c',
+      'event: e',
+      'id: 1',
+      'x',
+      '{"k":"v"}',
+      '[DONE]',
+      '\n',
+      '\r\n',
+      '\n\n',
+    ];
+    for (let round = 0; round < 100; round++) {
+      const buf = Buffer.concat([randomStream(rng, pieces), randomStream(rng, pieces), randomStream(rng, pieces)]);
+      const ref = reference(buf);
+      expect(parseChunks([buf])).toEqual(ref);
+      expect(parseChunks(splitAt(buf, [Math.floor(rng() * buf.length)]))).toEqual(ref);
+    }
+    const chunk = (text: string): string => `data: {"choices":[{"delta":{"content":"${text}"}}]}\n\n`;
+    const ascii = Buffer.from(Array.from({ length: 64 }, (_, i) => chunk(`t${i}`)).join(''));
+    expect(ascii.length).toBeGreaterThan(256);
+    expect(parseChunks([ascii])).toEqual(reference(ascii));
+    const mixed = Buffer.from(
+      Array.from({ length: 64 }, (_, i) => chunk(i === 40 ? 'é✓日本' : `t${i}`)).join(''),
+      'utf8',
+    );
+    const got = parseChunks([mixed]);
+    expect(got).toEqual(reference(mixed));
+    expect(got.events[40]!.data).toContain('é✓日本');
+  });
+
   it('returns raw views of the input chunk when an event does not span chunks', () => {
     const chunk = Buffer.from('data: {"a":1}\n\ndata: {"b":2}\n\n');
     const raws: Buffer[] = [];
