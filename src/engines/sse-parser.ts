@@ -30,8 +30,13 @@
  * next CR each remembered until passed, so a stream without CR costs one CR
  * scan per chunk; each input byte is copied at most twice (line assembly and
  * raw assembly across chunks), so a stream is parsed in linear time however it
- * is chunked.
+ * is chunked. A chunk of ASCII bytes only (every engine's JSON chunks unless
+ * the text itself is not ASCII) is decoded to a string once, and its lines'
+ * values are slices of that string: one native decode per read instead of one
+ * per line (a 64-event read made 64), with the same strings as a result
+ * (ASCII decodes alike as Latin-1 and UTF-8).
  */
+import { isAscii } from 'node:buffer';
 import { KvgateError } from '../errors/index.js';
 
 /** Called once per dispatched event. `event` and `id` are undefined when the block had no such field. */
@@ -125,6 +130,9 @@ export class SseParser {
     let blockStart = 0;
     let pos = this.#afterCr ? this.#crContinued(buf) : 0;
     if (pos === 1 && this.#blockParts.length === 0) blockStart = 1;
+    // The chunk as one string when its lines' values can be sliced from it (see the file comment); a chunk of one
+    // line or less keeps the per-line decode (nothing to share).
+    const text = len > 256 && isAscii(buf) ? buf.toString('latin1', 0, len) : undefined;
     // The next LF and the next CR at or after `pos` (-1: none in this chunk; -2: not searched yet).
     let lf = -2;
     let cr = -2;
@@ -156,7 +164,7 @@ export class SseParser {
           this.#dispatch(buf, blockStart, next);
           blockStart = next;
         } else {
-          this.#line(buf, pos, eol);
+          this.#line(buf, pos, eol, text);
         }
       } else {
         const head = buf.subarray(pos, eol);
@@ -226,8 +234,11 @@ export class SseParser {
     return buf.subarray(3);
   }
 
-  /** One non-empty line `buf[start, end)` of the current block (terminator excluded). */
-  #line(buf: Buffer, start: number, end: number): void {
+  /**
+   * One non-empty line `buf[start, end)` of the current block (terminator excluded); `text`, when given, is all of
+   * `buf` decoded (ASCII), so a value is a slice of it rather than a decode of its bytes.
+   */
+  #line(buf: Buffer, start: number, end: number, text?: string): void {
     const first = buf[start];
     if (first === COLON) return;
     this.#fields = true;
@@ -247,7 +258,7 @@ export class SseParser {
       buf[start + 2] === 0x74 &&
       buf[start + 3] === 0x61
     ) {
-      const value = buf.toString('utf8', valueStart, end);
+      const value = text === undefined ? buf.toString('utf8', valueStart, end) : text.slice(valueStart, end);
       this.#data = this.#data === undefined ? value : `${this.#data}\n${value}`;
     } else if (nameLen === 5 && buf.toString('latin1', start, colon) === 'event') {
       this.#event = buf.toString('utf8', valueStart, end);

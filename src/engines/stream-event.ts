@@ -72,12 +72,21 @@ export class ChunkShape {
         end += c === BACKSLASH ? 2 : 1;
       }
       if (end === start || end >= data.length) return;
-      this.#prefix = data.slice(0, start);
-      this.#suffix = data.slice(end);
+      this.#prefix = ownString(data.slice(0, start));
+      this.#suffix = ownString(data.slice(end));
       this.#info = info;
       return;
     }
   }
+}
+
+/**
+ * A copy of `s` that holds no larger string. A slice of a string can be a view that keeps the whole string alive,
+ * and an event's data is a slice of its whole upstream read (sse-parser.ts): the shape, kept for the stream's
+ * life, must not keep a read of up to 64 KB per stream. Called once or twice per stream.
+ */
+function ownString(s: string): string {
+  return JSON.parse(JSON.stringify(s)) as string;
 }
 
 const UNREAD = Symbol('unread');

@@ -116,6 +116,23 @@ const ADVERSARIAL = Buffer.concat([
   ),
 ]);
 
+/** What the seeded random streams are made of: every field, line end and split the parser must get right. */
+const RANDOM_PIECES: readonly string[] = [
+  'data: ',
+  'data:',
+  ': c',
+  'event: e',
+  'id: 1',
+  'x',
+  '{"k":"✓"}',
+  '[DONE]',
+  '\n',
+  '\r\n',
+  '\n\n',
+  '\r\n\r\n',
+  'retry: 5',
+];
+
 describe('SseParser', () => {
   it('parses a whole stream like the reference (one chunk)', () => {
     const ref = reference(ADVERSARIAL);
@@ -154,26 +171,34 @@ describe('SseParser', () => {
 
   it('matches the reference under seeded random chunking of generated streams', () => {
     const rng = mulberry32(0x5eed);
-    const pieces = [
-      'data: ',
-      'data:',
-      ': c',
-      'event: e',
-      'id: 1',
-      'x',
-      '{"k":"✓"}',
-      '[DONE]',
-      '\n',
-      '\r\n',
-      '\n\n',
-      '\r\n\r\n',
-      'retry: 5',
-    ];
     for (let round = 0; round < 300; round++) {
-      const buf = randomStream(rng, pieces);
+      const buf = randomStream(rng, RANDOM_PIECES);
       const ref = reference(buf);
       expect(parseChunks(randomChunks(buf, rng, 1 + Math.floor(rng() * 16)))).toEqual(ref);
     }
+  });
+
+  it('reads a large ASCII read (decoded once) like the reference, whole, split anywhere, and with a non-ASCII text', () => {
+    const rng = mulberry32(0xa5c11);
+    // The same pieces with an ASCII text: every read of these streams takes the parser's decode-once path.
+    const pieces = RANDOM_PIECES.map((p) => p.replace('✓', 'v'));
+    for (let round = 0; round < 100; round++) {
+      const buf = Buffer.concat([randomStream(rng, pieces), randomStream(rng, pieces), randomStream(rng, pieces)]);
+      const ref = reference(buf);
+      expect(parseChunks([buf])).toEqual(ref);
+      expect(parseChunks(splitAt(buf, [Math.floor(rng() * buf.length)]))).toEqual(ref);
+    }
+    const chunk = (text: string): string => `data: {"choices":[{"delta":{"content":"${text}"}}]}\n\n`;
+    const ascii = Buffer.from(Array.from({ length: 64 }, (_, i) => chunk(`t${i}`)).join(''));
+    expect(ascii.length).toBeGreaterThan(256);
+    expect(parseChunks([ascii])).toEqual(reference(ascii));
+    const mixed = Buffer.from(
+      Array.from({ length: 64 }, (_, i) => chunk(i === 40 ? 'é✓日本' : `t${i}`)).join(''),
+      'utf8',
+    );
+    const got = parseChunks([mixed]);
+    expect(got).toEqual(reference(mixed));
+    expect(got.events[40]!.data).toContain('é✓日本');
   });
 
   it('returns raw views of the input chunk when an event does not span chunks', () => {
@@ -294,22 +319,8 @@ describe('SseParser: CRLF, LF and CR line ends (issue 23 item 4)', () => {
 
   it('matches the spec reference under seeded random chunking; every forwarded event reads the same with LF alone', () => {
     const rng = mulberry32(0xc12);
-    const pieces = [
-      'data: ',
-      'data:',
-      ': c',
-      'event: e',
-      'id: 1',
-      'x',
-      '{"k":"✓"}',
-      '[DONE]',
-      '\n',
-      '\r\n',
-      '\r',
-      '\r\r',
-      '\n\n',
-      'retry: 5',
-    ];
+    // The random pieces up to CRLF, then bare CRs.
+    const pieces = [...RANDOM_PIECES.slice(0, 10), '\r', '\r\r', '\n\n', 'retry: 5'];
     for (let round = 0; round < 400; round++) {
       const buf = randomStream(rng, pieces);
       const ref = specReference(buf);
