@@ -30,7 +30,7 @@
  */
 import { blockSize, type BlockSize, type WorkerRank } from '../common/index.js';
 import { blockHashes } from '../wasm/index.js';
-import { isKvgateError } from '../errors/index.js';
+import { isKvgateError, type IndexMemoryError } from '../errors/index.js';
 import type { KvGroupIndexes } from './group-indexes.js';
 import { TieredPrefixIndex } from './tiered-index.js';
 import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StoredBlocksEvent, RemovedBlocksEvent } from './types.js';
@@ -132,6 +132,15 @@ export class KvEventApplier {
         break;
     }
     return status;
+  }
+
+  /**
+   * `listener` hears of a discard of any index the applier writes (every tier, every KV-cache group): the
+   * module failed an allocation, the index starts empty and must be rebuilt (the manager replays every slot).
+   */
+  onIndexDiscarded(listener: (err: IndexMemoryError) => void): void {
+    this.indexes.onDiscard(listener);
+    this.groups?.onDiscard(listener);
   }
 
   /** Drops every block of the slot in every tier (publisher restart, unrecoverable gap). */
