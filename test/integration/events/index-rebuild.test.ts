@@ -8,12 +8,11 @@
  *
  * Runs the compiled CLI (bin/kvgate.js -> dist/), as `npm test` builds it first.
  */
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { metric } from '../../helpers/metric-sum.js';
-import { lineOf, start, stop, type Proc } from '../../helpers/process.js';
 import { until } from '../../helpers/until.js';
-import { json, startEngine, startGateway, suiteProcesses } from './procs.js';
+import { json, postOk as post, startEngine, startGateway, suiteProcesses } from './procs.js';
 
 const BLOCK = 16;
 const PROMPT_BLOCKS = 32;
@@ -22,40 +21,14 @@ const FAIL_AT_ENTRIES = 100;
 /** pino's numeric level of `error`. */
 const ERROR = 50;
 
-async function post(url: string, body: unknown): Promise<Record<string, unknown>> {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  expect(res.status).toBe(200);
-  return (await res.json()) as Record<string, unknown>;
-}
-
 const ENGINE_ARGS = ['--kv-events-replay-port', '0', '--num-gpu-blocks', '200000'];
 
 describe('the prefix index after an allocation failure in the WebAssembly module', () => {
   const procs = suiteProcesses('kvgate-index-rebuild-');
-  let second: Proc | undefined;
-  afterAll(() => stop(second));
 
   it("is discarded and rebuilt from the engines' replay buffers while every request is answered", async () => {
     const a = await startEngine(procs, ['--seed', '7', ...ENGINE_ARGS]);
-    second = start([
-      'mocker',
-      '--port',
-      '0',
-      '--kv-events-port',
-      '0',
-      '--bootstrap-port',
-      '0',
-      '--speedup',
-      '100',
-      '--seed',
-      '8',
-      ...ENGINE_ARGS,
-    ]);
-    const b = await lineOf(second, "the second mocker's ports", (o) => typeof o.url === 'string');
+    const b = await startEngine(procs, ['--seed', '8', ...ENGINE_ARGS]);
     const worker = (id: number, e: Record<string, unknown>): Record<string, unknown> => ({
       id,
       url: e.url,
