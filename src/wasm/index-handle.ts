@@ -9,7 +9,7 @@
  * trapped index frees only what it allocated; a block the trap left unlinked stays behind.
  */
 import { IndexMemoryError, KvgateError } from '../errors/index.js';
-import { isWasmTrap, type WasmModule } from './instance.js';
+import { failIndexAllocation, isWasmTrap, type WasmModule } from './instance.js';
 
 const registry = new FinalizationRegistry<{ m: WasmModule; ptr: number }>(({ m, ptr }) => m.exports.idxFree(ptr));
 
@@ -22,6 +22,8 @@ export class IndexHandle {
   /** 0 after a discard whose fresh index could not be made: made at the next use. */
   #ptr: number;
   #freed = false;
+  /** Test hook (`failNextAllocation`): the next allocation in a guarded call on this index fails. */
+  #failArmed = false;
 
   constructor(m: WasmModule, owner: object, slotCount: () => number) {
     this.#m = m;
@@ -49,13 +51,22 @@ export class IndexHandle {
     return () => this.#listeners.delete(listener);
   }
 
+  /** Test hook: the next allocation the module makes in a call on this index fails as an exhausted memory does. */
+  failNextAllocation(): void {
+    this.#failArmed = true;
+  }
+
   /** Runs a sequence of WASM calls on the index; a trap discards it and is thrown as an IndexMemoryError (`op`). */
   guard<T>(op: string, call: () => T): T {
+    if (this.#failArmed) failIndexAllocation(1);
     try {
       return call();
     } catch (err) {
       if (!isWasmTrap(err)) throw err;
+      this.#failArmed = false;
       throw this.#discard(op, err);
+    } finally {
+      if (this.#failArmed) failIndexAllocation(0); // the call allocated nothing: armed for the next
     }
   }
 

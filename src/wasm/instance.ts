@@ -137,9 +137,9 @@ export function failIndexAllocation(after: number): void {
 }
 
 /**
- * The environment's test hook, `KVGATE_TEST_INDEX_ALLOC_FAILURE=<entries>`: once a prefix index holds that
- * many (block, slot) entries, the module's next index allocation fails, once per process. Unset (always,
- * outside tests) it never fires.
+ * The environment's test hook, `KVGATE_TEST_INDEX_ALLOC_FAILURE=<entries>`: once the KV-event index of a
+ * model holds that many (block, slot) entries, its next allocation fails (src/events' applier asks, through
+ * `takeAllocationHook`), once per process. Unset (always, outside tests) it never fires.
  */
 let allocFailureAtEntries: number | undefined = ((): number | undefined => {
   const v = Number(process.env.KVGATE_TEST_INDEX_ALLOC_FAILURE ?? '');
@@ -151,9 +151,9 @@ export function allocationHookPending(): boolean {
   return allocFailureAtEntries !== undefined;
 }
 
-/** Fires the environment's hook once an index holds its entries. */
-export function checkAllocationHook(entries: number): void {
-  if (allocFailureAtEntries === undefined || entries < allocFailureAtEntries) return;
+/** True once, when an index of `entries` entries reaches the environment's hook: its next allocation is to fail. */
+export function takeAllocationHook(entries: number): boolean {
+  if (allocFailureAtEntries === undefined || entries < allocFailureAtEntries) return false;
   allocFailureAtEntries = undefined;
-  failIndexAllocation(1);
+  return true;
 }

@@ -12,7 +12,7 @@
 import { slotKey, type WorkerRank } from '../common/index.js';
 import { IndexMemoryError, KvgateError } from '../errors/index.js';
 import { IndexHandle } from './index-handle.js';
-import { allocationHookPending, checkAllocationHook, wasm, type WasmModule } from './instance.js';
+import { wasm, type WasmModule } from './instance.js';
 
 /** The overlap of one request with every slot that holds its first block. */
 export interface OverlapScores {
@@ -90,6 +90,11 @@ export class PrefixIndex {
   /** Releases the WASM memory now instead of at garbage collection. Idempotent. */
   dispose(): void {
     this.#h.dispose();
+  }
+
+  /** Test hook: the next allocation in a call on this index fails as an exhausted memory does (then discards it). */
+  failNextAllocation(): void {
+    this.#h.failNextAllocation();
   }
 
   #live(): number {
@@ -216,7 +221,6 @@ export class PrefixIndex {
       );
     }
     this.#enforceBudget();
-    if (allocationHookPending()) checkAllocationHook(this.size);
   }
 
   #stored(ix: number, slot: number, parentHash: bigint | null, eng: BigUint64Array, local: BigUint64Array): number {

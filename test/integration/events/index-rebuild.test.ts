@@ -1,8 +1,8 @@
 /**
  * The prefix index after the WebAssembly module fails an allocation, through `kvgate serve` as an operator
  * runs it: two mocker engines publish KV events over ZMQ with replay buffers; the gateway's module is made
- * to fail one index allocation (the test hook `KVGATE_TEST_INDEX_ALLOC_FAILURE`: once the index holds that
- * many entries, its next allocation fails exactly as an exhausted memory does). No request fails, the model's
+ * to fail one index allocation (the test hook `KVGATE_TEST_INDEX_ALLOC_FAILURE`: once the model's KV-event
+ * index holds that many entries, its next allocation fails exactly as an exhausted memory does). No request fails, the model's
  * index is discarded and rebuilt from both engines' replay buffers (every prompt stored before the failure is
  * matched in full again), one error line says so and `kvgate_index_rebuilds_total` counts it.
  *
