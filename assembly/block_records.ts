@@ -45,8 +45,25 @@ export class Records {
 // @ts-ignore: decorator
 @inline export function home(key: u64, log2: u32): usize { return <usize>((key * FIB) >> (64 - <u64>log2)); }
 
+// Test hook (src/wasm/README.md): while > 0, counts the index's allocations down; the one that
+// takes it to 0 fails exactly as an exhausted memory does (TLSF's failed memory.grow: `unreachable`).
+// 0, its value unless the host arms it, costs one compare per allocation.
+let failAllocIn: u32 = 0;
+
+/** Makes the index's `after`-th allocation from now fail as an exhausted memory does (0 disarms). */
+export function failAllocation(after: u32): void { failAllocIn = after; }
+
+/** Every allocation of the prefix index: the heap's, behind the test hook. */
+export function alloc(bytes: usize): usize {
+  if (failAllocIn != 0) {
+    failAllocIn--;
+    if (failAllocIn == 0) unreachable();
+  }
+  return heap.alloc(bytes);
+}
+
 export function zalloc(bytes: usize): usize {
-  const p = heap.alloc(bytes);
+  const p = alloc(bytes);
   memory.fill(p, 0, bytes);
   return p;
 }
@@ -136,7 +153,7 @@ function newId(r: Records): u32 {
       r.chunks = p;
       r.chunkCap <<= 1;
     }
-    store<usize>(r.chunks + (<usize>r.chunkCount << 2), heap.alloc(REC << CHUNK_LOG2));
+    store<usize>(r.chunks + (<usize>r.chunkCount << 2), alloc(REC << CHUNK_LOG2));
     r.chunkCount++;
   }
   return r.high++;
@@ -193,7 +210,7 @@ export function blockDelete(r: Records, id: u32): void {
 @inline function bitsBytes(words: u32): usize { return heapSize(8 + (<usize>words << 3)); }
 
 function listAlloc(r: Records, cap: u32): usize {
-  const l = heap.alloc(4 + (<usize>cap << 2));
+  const l = alloc(4 + (<usize>cap << 2));
   store<u32>(l, cap);
   r.setBytes += listBytes(cap);
   return l;

@@ -7,9 +7,10 @@ import {
   Index, indexNew, indexFree, ensureSlot, applyStored, applyRemoved, clearSlot,
   findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo,
 } from './prefix_index';
+import { failAllocation } from './block_records';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
-export const ABI_VERSION: u32 = 4;
+export const ABI_VERSION: u32 = 5;
 
 // One growable I/O region the host lays its per-call inputs and outputs into.
 let io: usize = 0;
@@ -18,9 +19,13 @@ let ioCap: usize = 0;
 /** Returns an I/O region of at least `bytes` bytes (its address may change between calls). */
 export function ioReserve(bytes: usize): usize {
   if (bytes > ioCap) {
+    // Forgotten before the allocation: one that fails must leave no freed region to hand out again.
     if (io != 0) heap.free(io);
-    ioCap = max<usize>(bytes, 65536);
-    io = heap.alloc(ioCap);
+    io = 0;
+    ioCap = 0;
+    const cap = max<usize>(bytes, 65536);
+    io = heap.alloc(cap);
+    ioCap = cap;
   }
   return io;
 }
@@ -88,3 +93,6 @@ export function idxSlotBlocks(ix: usize, slot: u32): u32 { return slotBlocks(cha
 
 /** Evicts the least recently matched blocks until the index holds at most `target` bytes; returns the entries evicted. */
 export function idxEvict(ix: usize, target: usize): u32 { return evictTo(changetype<Index>(ix), target); }
+
+/** Test hook: the prefix index's `after`-th allocation from now fails as an exhausted memory does; 0 disarms. */
+export function testFailAllocation(after: u32): void { failAllocation(after); }

@@ -25,6 +25,26 @@ import { Records, rec, blockFind, holds, holdersTo, MODE_BITS } from './block_re
   store<u32>(outDepths + (<usize>out << 2), depth);
 }
 
+/**
+ * Word `w` of the candidates (`dense`) keeps the slots block bitset `bits` (`words` wide) holds; those it
+ * drops are emitted with depth `d`. Returns the new count of (slot, depth) pairs written.
+ */
+// @ts-ignore: decorator
+@inline function dropWord(
+  dense: usize, bits: usize, words: u32, w: u32, d: u32, outSlots: usize, outDepths: usize, out: u32,
+): u32 {
+  const a = load<u64>(dense + (<usize>w << 3));
+  const m: u64 = w < words ? load<u64>(bits + (<usize>w << 3)) : 0;
+  let dropped = a & ~m;
+  if (dropped == 0) return out;
+  while (dropped != 0) {
+    emit(outSlots, outDepths, out++, (w << 6) + <u32>ctz<u64>(dropped), d);
+    dropped &= dropped - 1;
+  }
+  store<u64>(dense + (<usize>w << 3), a & m);
+  return out;
+}
+
 /** The slots of bitset `dense` (words [lo, hi)) written ascending to `list`; returns their count. */
 function denseToList(dense: usize, lo: u32, hi: u32, list: usize): u32 {
   let n: u32 = 0;
@@ -40,6 +60,22 @@ function denseToList(dense: usize, lo: u32, hi: u32, list: usize): u32 {
 }
 
 /**
+ * The id of block `key`, the block after block `prevId` in a request, or -1. Tried first: the record after
+ * `prevId`'s. A prefix stored in one event got consecutive ids, so a request walking it finds its records
+ * in a row, each a load next to the last, without touching the id table. A record is `key`'s when it holds
+ * that key and is live (keys are unique among live records; a freed one keeps its stale key, refs 0).
+ */
+// @ts-ignore: decorator
+@inline function nextBlock(r: Records, prevId: u32, key: u64): i32 {
+  const guess = prevId + 1;
+  if (guess < r.high) {
+    const q = rec(r, guess);
+    if (load<u64>(q) == key && load<u32>(q, 8) != 0) return <i32>guess;
+  }
+  return blockFind(r, key);
+}
+
+/**
  * Matches `n` request blocks (`hashes`: sequence hashes, or local hashes when
  * `fromLocal`, chained here as seq[i] = XXH3(seq[i-1] || local[i], 1337)).
  * Stamps every block walked with `clock` (its last match). `scratch` holds
@@ -51,9 +87,9 @@ export function matchBlocks(
 ): u32 {
   if (n == 0) return 0;
   let prev = load<u64>(hashes);
-  const id0 = blockFind(r, prev);
-  if (id0 < 0) return 0;
-  let p = rec(r, <u32>id0);
+  let id = blockFind(r, prev);
+  if (id < 0) return 0;
+  let p = rec(r, <u32>id);
   store<u32>(p, clock, 12);
   const dense = scratch;
   const list = scratch + (<usize>r.words << 3);
@@ -72,24 +108,23 @@ export function matchBlocks(
   for (let d: u32 = 1; d < n; d++) {
     const h = load<u64>(hashes + (<usize>d << 3));
     prev = fromLocal ? xxh3Pair(prev, h, BLOCK_SEED) : h;
-    const id = blockFind(r, prev);
+    id = nextBlock(r, <u32>id, prev);
     p = id >= 0 ? rec(r, <u32>id) : 0;
     if (p != 0) store<u32>(p, clock, 12);
     if (isDense) {
       const bits = p != 0 ? bitsAt(r, p) : 0;
       if (bits != 0) {
         const words = bitsWords(r, bits);
-        for (let w = lo; w < hi; w++) {
-          const a = load<u64>(dense + (<usize>w << 3));
-          if (a == 0) continue;
-          const m: u64 = w < words ? load<u64>(bits + (<usize>w << 3)) : 0;
-          let dropped = a & ~m;
-          while (dropped != 0) {
-            emit(outSlots, outDepths, out++, (w << 6) + <u32>ctz<u64>(dropped), d);
-            dropped &= dropped - 1;
-          }
-          store<u64>(dense + (<usize>w << 3), a & m);
+        // Two words a step while both sets have them: a step where no slot drops is one test, no store.
+        const both = min<u32>(hi, words);
+        let w = lo;
+        for (; w + 1 < both; w += 2) {
+          const at = <usize>w << 3;
+          if (!v128.any_true(v128.andnot(v128.load(dense + at), v128.load(bits + at)))) continue;
+          out = dropWord(dense, bits, words, w, d, outSlots, outDepths, out);
+          out = dropWord(dense, bits, words, w + 1, d, outSlots, outDepths, out);
         }
+        for (; w < hi; w++) out = dropWord(dense, bits, words, w, d, outSlots, outDepths, out);
         while (lo < hi && load<u64>(dense + (<usize>lo << 3)) == 0) lo++;
         while (hi > lo && load<u64>(dense + (<usize>(hi - 1) << 3)) == 0) hi--;
         if (lo == hi) return out;

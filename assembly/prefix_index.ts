@@ -11,7 +11,7 @@ import { xxh3Pair } from './xxh3';
 import { BLOCK_SEED } from './hashing';
 import {
   Records, recordsNew, recordsFree, recordsBytes, rec, blockUpsert, holderAdd, holderDrop, heapSize, home, zalloc,
-  widenRecords, stampCutoff, halveStamps,
+  widenRecords, stampCutoff, halveStamps, alloc,
 } from './block_records';
 import { matchBlocks } from './matching';
 
@@ -43,9 +43,13 @@ export class Index {
 
 function scratch(ix: Index, bytes: usize): usize {
   if (bytes > ix.scratchBytes) {
+    // Forgotten before the allocation: one that fails must leave no freed block behind to free again.
     if (ix.scratch != 0) heap.free(ix.scratch);
-    ix.scratchBytes = max<usize>(bytes, 4096);
-    ix.scratch = heap.alloc(ix.scratchBytes);
+    ix.scratch = 0;
+    ix.scratchBytes = 0;
+    const bytesNow = max<usize>(bytes, 4096);
+    ix.scratch = alloc(bytesNow);
+    ix.scratchBytes = bytesNow;
   }
   return ix.scratch;
 }

@@ -14,6 +14,7 @@
 import type { PrefixIndex, PromptHashes } from '../wasm/index.js';
 import { BinaryHeap } from './binary-heap.js';
 import type { Clock } from '../common/index.js';
+import { isKvgateError } from '../errors/index.js';
 
 export interface ApproximateIndexOptions {
   /** Lifetime of an entry after its last recording, in ms (Dynamo's router_ttl_secs, default 120 s). */
@@ -66,6 +67,13 @@ export class ApproximateIndex {
     this.ttlMs = ttl;
     this.#clock = opts.clock;
     this.#compactFactor = opts.compactFactor ?? 8;
+    // The module failed an allocation in the index: it was discarded empty, so are the deadlines of its entries.
+    index.onDiscard(() => {
+      this.#deadlines.clear();
+      this.#heap.reset([]);
+      this.#live = 0;
+      this.#items = 0;
+    });
   }
 
   /** Entries currently recorded (block, slot pairs). */
@@ -80,6 +88,16 @@ export class ApproximateIndex {
    *   pair goes straight to the WASM index: numbers spare a pair object per booking.
    */
   record(workerId: number, dpRank: number, hashes: PromptHashes): void {
+    try {
+      this.#record(workerId, dpRank, hashes);
+    } catch (err) {
+      // The index was discarded (and the deadlines forgotten): the decision stands, predictions start over.
+      if (!isKvgateError(err, 'KVG_ERR_INDEX_MEMORY')) throw err;
+    }
+  }
+
+  /** `record`'s work, which may meet a discarded index. @rank-numbers as `record`: the pair goes straight to the WASM index. */
+  #record(workerId: number, dpRank: number, hashes: PromptHashes): void {
     const { local, seq } = hashes;
     this.expire();
     const n = Math.min(local.length, seq.length);
@@ -130,7 +148,14 @@ export class ApproximateIndex {
     }
     for (const [slot, hashes] of batch) {
       const w = this.index.slotWorker(slot);
-      if (w !== undefined) this.index.applyRemoved(w.workerId, w.dpRank, hashes);
+      if (w === undefined) continue;
+      try {
+        this.index.applyRemoved(w.workerId, w.dpRank, hashes);
+      } catch (err) {
+        // The index was discarded: nothing is left to expire.
+        if (!isKvgateError(err, 'KVG_ERR_INDEX_MEMORY')) throw err;
+        break;
+      }
     }
     return removed;
   }

@@ -32,6 +32,7 @@ export const ERROR_CODES = {
   KVG_ERR_PARENT_BLOCK_NOT_FOUND: { status: 500, type: 'server_error', retryable: false, migratable: false },
   KVG_ERR_INVALID_BLOCK_SEQUENCE: { status: 500, type: 'server_error', retryable: false, migratable: false },
   KVG_ERR_WASM: { status: 500, type: 'server_error', retryable: false, migratable: false },
+  KVG_ERR_INDEX_MEMORY: { status: 500, type: 'server_error', retryable: false, migratable: false },
   KVG_ERR_DUPLICATE_REQUEST: { status: 409, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_OVERLOADED: { status: 503, type: 'service_unavailable', retryable: true, migratable: false },
   KVG_ERR_BACKPRESSURE: { status: 503, type: 'service_unavailable', retryable: true, migratable: false },
@@ -147,4 +148,21 @@ export class KvgateError extends Error {
 
 export function isKvgateError(value: unknown, code?: KvgateErrorCode): value is KvgateError {
   return value instanceof KvgateError && (code === undefined || value.code === code);
+}
+
+/**
+ * The WebAssembly module failed an allocation (or trapped) while changing or reading a prefix index: the
+ * index was discarded and starts empty (`detail.op`: what it was doing). Its owner rebuilds it (the
+ * gateway from the engines' replay buffers); routing is approximate for its model meanwhile.
+ */
+export class IndexMemoryError extends KvgateError {
+  constructor(op: string, options?: { cause?: unknown }) {
+    super(
+      'KVG_ERR_INDEX_MEMORY',
+      `the prefix index could not allocate memory during ${op}: it was discarded and is rebuilt`,
+      { op },
+      options,
+    );
+    this.name = 'IndexMemoryError';
+  }
 }

@@ -29,8 +29,8 @@
  * A group's blocks in a lower tier are not indexed (`other_group`).
  */
 import { blockSize, type BlockSize, type WorkerRank } from '../common/index.js';
-import { blockHashes } from '../wasm/index.js';
-import { isKvgateError } from '../errors/index.js';
+import { allocationHookPending, blockHashes, takeAllocationHook } from '../wasm/index.js';
+import { isKvgateError, type IndexMemoryError } from '../errors/index.js';
 import type { KvGroupIndexes } from './group-indexes.js';
 import { TieredPrefixIndex } from './tiered-index.js';
 import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StoredBlocksEvent, RemovedBlocksEvent } from './types.js';
@@ -138,6 +138,15 @@ export class KvEventApplier {
     return status;
   }
 
+  /**
+   * `listener` hears of a discard of any index the applier writes (every tier, every KV-cache group): the
+   * module failed an allocation, the index starts empty and must be rebuilt (the manager replays every slot).
+   */
+  onIndexDiscarded(listener: (err: IndexMemoryError) => void): void {
+    this.indexes.onDiscard(listener);
+    this.groups?.onDiscard(listener);
+  }
+
   /** Drops every block of the slot in every tier (publisher restart, unrecoverable gap). */
   clearSlot(slot: WorkerRank): number {
     return this.indexes.clearSlot(slot.workerId, slot.dpRank) + (this.groups?.clearSlot(slot) ?? 0);
@@ -166,7 +175,10 @@ export class KvEventApplier {
     }
     if ((ev.leadingNullBlocks ?? 0) > 0) return 'other_group';
     try {
-      this.indexes.get(ev.tier).applyStored(slot.workerId, slot.dpRank, ev.parentHash, ev.blockHashes, local);
+      const ix = this.indexes.get(ev.tier);
+      ix.applyStored(slot.workerId, slot.dpRank, ev.parentHash, ev.blockHashes, local);
+      // The test hook (src/wasm/README.md): off unless its environment variable is set.
+      if (allocationHookPending() && takeAllocationHook(ix.size)) ix.failNextAllocation();
       if (ev.tier === 'device') groups?.notePrimaryStored(slot, ev, local);
     } catch (err) {
       if (isKvgateError(err, 'KVG_ERR_PARENT_BLOCK_NOT_FOUND')) return 'parent_not_found';

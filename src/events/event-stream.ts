@@ -19,6 +19,7 @@
  * are slot-recovery.ts's; garbage and restarts are judged here: README.md.
  */
 import type { WorkerRank } from '../common/index.js';
+import { isKvgateError } from '../errors/index.js';
 import { parseEventFrames } from './decode.js';
 import type { EventLiveness } from './liveness.js';
 import { ThrottledLog } from './log.js';
@@ -181,7 +182,12 @@ export class KvEventStream implements Drainable {
         else break;
       }
     } catch (err) {
-      this.#internalFailure(err);
+      // The index was discarded under the batch: its owner rebuilds every slot (`rebuild`); until then
+      // the slot is scored approximately. Anything else is a bug on the apply path.
+      if (isKvgateError(err, 'KVG_ERR_INDEX_MEMORY')) {
+        this.#writer.abandon();
+        this.#liveness?.degrade(this.slot);
+      } else this.#internalFailure(err);
     }
     this.#afterDrain();
     return this.#hasWork();
@@ -209,6 +215,20 @@ export class KvEventStream implements Drainable {
     this.#startOver('inconsistent');
     this.#recovery.restore();
     if (!replay) this.#liveness?.degrade(this.slot);
+    this.#scheduler.wake(this);
+  }
+
+  /**
+   * The index this slot writes was discarded (the module failed an allocation): the slot starts over and
+   * restores from the engine's whole replay buffer, as after an unrecoverable gap; without a replay endpoint,
+   * from live events. Scored approximately (`stale`) until a batch is applied again.
+   */
+  rebuild(): void {
+    if (this.#closed) return;
+    this.#startOver(undefined);
+    this.#liveness?.degrade(this.slot);
+    if (this.#recovery.canReplay) this.#recovery.restore();
+    else this.#recovery.startFresh();
     this.#scheduler.wake(this);
   }
 
@@ -362,9 +382,13 @@ export class KvEventStream implements Drainable {
     this.#queue.unshift(held);
   }
 
-  /** Clears the slot and forgets every position, queued reply and parked batch (the live queue stays). */
-  #startOver(reason: ResetReason): void {
-    this.#reset(reason);
+  /**
+   * Clears the slot and forgets every position, queued reply and parked batch (the live queue stays). Without a
+   * reason the clearing is not a reset of the slot (its index was discarded whole).
+   */
+  #startOver(reason: ResetReason | undefined): void {
+    if (reason === undefined) this.#writer.clear();
+    else this.#reset(reason);
     this.#judge.reset();
     this.#forget();
     this.#queue.forgetDropped();

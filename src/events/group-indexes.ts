@@ -31,6 +31,7 @@ import {
   type KvGroupSpec,
   type KvGroupView,
 } from '../core/index.js';
+import type { IndexMemoryError } from '../errors/index.js';
 import { PrefixIndex, sequenceHashes } from '../wasm/index.js';
 import type { StoredBlocksEvent } from './types.js';
 
@@ -93,6 +94,7 @@ export class KvGroupIndexes implements KvCacheGroups {
   #others: readonly KvGroupView[] = [];
   readonly #books = new Map<string, Map<bigint, BookEntry>>();
   readonly #learned = new Set<number>();
+  readonly #onDiscard: ((err: IndexMemoryError) => void)[] = [];
 
   constructor(opts: KvGroupIndexesOptions) {
     this.#primary = opts.primary;
@@ -134,7 +136,7 @@ export class KvGroupIndexes implements KvCacheGroups {
     if (primary) this.#primarySpec = spec;
     else {
       const g = this.#groups.get(groupIdx);
-      if (g === undefined) this.#groups.set(groupIdx, { groupIdx, spec, index: new PrefixIndex() });
+      if (g === undefined) this.#groups.set(groupIdx, { groupIdx, spec, index: this.#newIndex() });
       else g.spec = spec;
       this.#others = [...this.#groups.values()].sort((a, b) => a.groupIdx - b.groupIdx);
     }
@@ -206,6 +208,18 @@ export class KvGroupIndexes implements KvCacheGroups {
   blockCount(slot: WorkerRank, groupIdx: number): number {
     if (groupIdx === this.primaryGroup) return this.#primary.blockCount(slot.workerId, slot.dpRank);
     return this.#groups.get(groupIdx)?.index.blockCount(slot.workerId, slot.dpRank) ?? 0;
+  }
+
+  /** `listener` hears of a discard of any group's index (not the primary's), those created later included. */
+  onDiscard(listener: (err: IndexMemoryError) => void): void {
+    this.#onDiscard.push(listener);
+    for (const g of this.#groups.values()) g.index.onDiscard(listener);
+  }
+
+  #newIndex(): PrefixIndex {
+    const index = new PrefixIndex();
+    for (const l of this.#onDiscard) index.onDiscard(l);
+    return index;
   }
 
   /** Releases the WASM memory of every group's index (not the primary's). */

@@ -13,6 +13,7 @@
  * every stream's consistency bound even when its publisher went quiet.
  */
 import { slotKey, type Context, type KvSlotSnapshot, type WorkerRank } from '../common/index.js';
+import type { IndexMemoryError } from '../errors/index.js';
 import type { KvEventApplier } from './applier.js';
 import { EventLiveness, type EventStatus } from './liveness.js';
 import {
@@ -47,6 +48,8 @@ export interface KvEventManagerOptions extends KvEventOptions, Partial<Pick<Cont
    * blocks and from its cursor, replaying only what the engine published since.
    */
   seeds?: readonly KvSlotSnapshot[] | undefined;
+  /** Told of every rebuild: an index the applier writes was discarded and every subscribed slot restores (metrics). */
+  onIndexRebuild?: ((err: IndexMemoryError, slots: number) => void) | undefined;
 }
 
 function sameSource(a: Readonly<KvEventTarget>, b: KvEventTarget): boolean {
@@ -67,6 +70,9 @@ export class KvEventManager {
   readonly #subs = new Map<string, KvEventSubscriber>();
   readonly #checkTimer: NodeJS.Timeout;
   readonly #seeds = new Map<string, KvSlotSnapshot>();
+  readonly #onIndexRebuild: KvEventManagerOptions['onIndexRebuild'];
+  /** A rebuild is due at the next turn (discards within one turn make one rebuild). */
+  #rebuildDue: IndexMemoryError | undefined;
   #closed = false;
 
   constructor(options: KvEventManagerOptions) {
@@ -86,6 +92,32 @@ export class KvEventManager {
     }, every);
     this.#checkTimer.unref();
     for (const seed of options.seeds ?? []) this.#seeds.set(slotKey(seed.workerId, seed.dpRank), seed);
+    this.#onIndexRebuild = options.onIndexRebuild;
+    options.applier.onIndexDiscarded((err) => this.#indexDiscarded(err));
+  }
+
+  /**
+   * An index the applier writes was discarded (the module failed an allocation) and holds nothing now.
+   * Routing goes on over the empty index (approximate for the model). At the next turn, outside the
+   * stream that was applying the batch, every slot starts over and restores from its engine's replay
+   * buffer: the index is rebuilt as after a gap. One error line and one count per rebuild.
+   */
+  #indexDiscarded(err: IndexMemoryError): void {
+    if (this.#closed || this.#rebuildDue !== undefined) return;
+    this.#rebuildDue = err;
+    setImmediate(() => {
+      this.#rebuildDue = undefined;
+      if (this.#closed) return;
+      const subs = [...this.#subs.values()];
+      const replay = subs.filter((s) => s.source.replayEndpoint !== undefined).length;
+      this.#ctx.logger.error(
+        { code: err.code, op: err.detail?.['op'], slots: subs.length, withReplay: replay },
+        "prefix index discarded: the WebAssembly module could not allocate memory. Rebuilding it from the engines' " +
+          'replay buffers (slots without one from live events); routing is approximate for this model meanwhile',
+      );
+      this.#onIndexRebuild?.(err, subs.length);
+      for (const sub of subs) sub.stream.rebuild();
+    });
   }
 
   get indexes(): TieredPrefixIndex {

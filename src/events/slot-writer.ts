@@ -110,6 +110,12 @@ export class SlotWriter {
     this.#current = undefined;
   }
 
+  /** Drops what the slot holds without a reset to report (the index was discarded whole: counted once, as its rebuild). */
+  clear(): void {
+    this.#seeded = false;
+    this.#applier.clearSlot(this.#slot);
+  }
+
   /** Drops every block of the slot, and says why (a freshly seeded slot keeps them for a lost catch-up; see `seeded`). */
   reset(reason: ResetReason): void {
     const seeded = this.#seeded;

@@ -5,6 +5,7 @@
  * weight a block by how far it is from the GPU. Non-device tiers are created
  * on first use.
  */
+import type { IndexMemoryError } from '../errors/index.js';
 import { PrefixIndex } from '../wasm/index.js';
 import { STORAGE_TIERS, type StorageTier } from './types.js';
 
@@ -14,10 +15,17 @@ import { STORAGE_TIERS, type StorageTier } from './types.js';
  */
 export class TieredPrefixIndex {
   readonly #tiers = new Map<StorageTier, PrefixIndex>();
+  readonly #onDiscard: ((err: IndexMemoryError) => void)[] = [];
 
   /** `device` lets the router share an index it already owns. */
   constructor(device?: PrefixIndex) {
     this.#tiers.set('device', device ?? new PrefixIndex());
+  }
+
+  /** `listener` hears of a discard of any tier's index, those created later included (see `PrefixIndex.onDiscard`). */
+  onDiscard(listener: (err: IndexMemoryError) => void): void {
+    this.#onDiscard.push(listener);
+    for (const ix of this.#tiers.values()) ix.onDiscard(listener);
   }
 
   get device(): PrefixIndex {
@@ -27,7 +35,10 @@ export class TieredPrefixIndex {
   /** The tier's index, created on first use. */
   get(tier: StorageTier): PrefixIndex {
     let ix = this.#tiers.get(tier);
-    if (ix === undefined) this.#tiers.set(tier, (ix = new PrefixIndex()));
+    if (ix === undefined) {
+      this.#tiers.set(tier, (ix = new PrefixIndex()));
+      for (const l of this.#onDiscard) ix.onDiscard(l);
+    }
     return ix;
   }
 

@@ -77,4 +77,10 @@ export const EVENT_METRIC_DEFINITIONS = {
     help: 'Times the prefix index reached its memory budget after having been under three quarters of it.',
     labelNames: MW,
   },
+  indexRebuilds: {
+    kind: 'counter',
+    name: 'kvgate_index_rebuilds_total',
+    help: "Times the prefix index was discarded after a WASM allocation failure and rebuilt from the engines' replay buffers.",
+    labelNames: MW,
+  },
 } as const satisfies Record<string, MetricDefinition>;

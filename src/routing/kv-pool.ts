@@ -72,6 +72,7 @@ export function kvPool(
       ...(opts.kvEventsStaleAfterMs !== undefined ? { staleAfterMs: opts.kvEventsStaleAfterMs } : {}),
       hooks: eventHooks(ctx.metrics, watch, opts.blockSize),
       seeds: opts.kvSeeds?.(role === 'prefill' ? 'prefill' : 'decode'),
+      onIndexRebuild: () => ctx.metrics?.indexRebuilds.labels({ model: opts.model, worker_type: role }).inc(),
     });
   }
   return { kvRouter, events };

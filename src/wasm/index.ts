@@ -2,4 +2,5 @@
 export { xxh3, blockHashes, promptHashes, sequenceHashes, requestSeed, BLOCK_HASH_SEED } from './hashing.js';
 export type { BlockHashOptions, PromptHashes } from './hashing.js';
 export { PrefixIndex } from './prefix-index.js';
+export { allocationHookPending, failIndexAllocation, takeAllocationHook } from './instance.js';
 export type { EvictionReport, OverlapScores, RemoveResult } from './prefix-index.js';

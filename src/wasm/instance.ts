@@ -9,10 +9,10 @@
 import { readFileSync, existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KvgateError } from '../errors/index.js';
+import { KvgateError, isKvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-const EXPECTED_ABI_VERSION = 4;
+const EXPECTED_ABI_VERSION = 5;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };
@@ -46,6 +46,7 @@ export interface KvgateWasmExports {
   idxBytes(ix: number): number;
   idxSlotBlocks(ix: number, slot: number): number;
   idxEvict(ix: number, target: number): number;
+  testFailAllocation(after: number): void;
 }
 
 export interface WasmViews {
@@ -74,6 +75,7 @@ function findWasmFile(): string {
 
 // Node's WebAssembly global, typed to the few members used here (lib.dom is not loaded).
 interface WebAssemblyApi {
+  RuntimeError: new () => Error;
   Module: new (bytes: Uint8Array) => object;
   Instance: new (
     module: object,
@@ -91,7 +93,7 @@ export function wasm(): WasmModule {
   const instance = new WA.Instance(module, {
     env: {
       abort(_msg: number, _file: number, line: number, column: number): never {
-        throw new KvgateError('KVG_ERR_WASM', `kvgate.wasm aborted at ${line}:${column}`);
+        throw new KvgateError('KVG_ERR_WASM', `kvgate.wasm aborted at ${line}:${column}`, { trap: true });
       },
     },
   });
@@ -115,4 +117,43 @@ export function wasm(): WasmModule {
   };
   loaded = { exports, views };
   return loaded;
+}
+
+/**
+ * True for a trap of the module: the `unreachable` a failed `memory.grow` ends in (the allocator's
+ * out-of-memory), an abort (an allocation too large), or any other trap. After one, the state the call
+ * was changing cannot be trusted.
+ */
+export function isWasmTrap(err: unknown): boolean {
+  return err instanceof WA.RuntimeError || (isKvgateError(err, 'KVG_ERR_WASM') && err.detail?.['trap'] === true);
+}
+
+/**
+ * Test hook: the prefix index's `after`-th allocation in this thread's module from now fails exactly as an
+ * exhausted memory does (0 disarms). Nothing calls it but tests and the environment hook below.
+ */
+export function failIndexAllocation(after: number): void {
+  wasm().exports.testFailAllocation(after);
+}
+
+/**
+ * The environment's test hook, `KVGATE_TEST_INDEX_ALLOC_FAILURE=<entries>`: once the KV-event index of a
+ * model holds that many (block, slot) entries, its next allocation fails (src/events' applier asks, through
+ * `takeAllocationHook`), once per process. Unset (always, outside tests) it never fires.
+ */
+let allocFailureAtEntries: number | undefined = ((): number | undefined => {
+  const v = Number(process.env.KVGATE_TEST_INDEX_ALLOC_FAILURE ?? '');
+  return Number.isSafeInteger(v) && v > 0 ? v : undefined;
+})();
+
+/** True while the environment's hook waits to fire. */
+export function allocationHookPending(): boolean {
+  return allocFailureAtEntries !== undefined;
+}
+
+/** True once, when an index of `entries` entries reaches the environment's hook: its next allocation is to fail. */
+export function takeAllocationHook(entries: number): boolean {
+  if (allocFailureAtEntries === undefined || entries < allocFailureAtEntries) return false;
+  allocFailureAtEntries = undefined;
+  return true;
 }

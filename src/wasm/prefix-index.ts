@@ -10,7 +10,8 @@
  * bookkeeping of in-flight requests lives in src/core and is authoritative.
  */
 import { slotKey, type WorkerRank } from '../common/index.js';
-import { KvgateError } from '../errors/index.js';
+import { IndexMemoryError, KvgateError } from '../errors/index.js';
+import { IndexHandle } from './index-handle.js';
 import { wasm, type WasmModule } from './instance.js';
 
 /** The overlap of one request with every slot that holds its first block. */
@@ -44,8 +45,6 @@ const STORE_INVALID_SEQUENCE = 2;
 /** (engine hash, sequence hash) pairs per WASM call of a slot's export or import. */
 const EXPORT_PAGE = 65_536;
 
-const registry = new FinalizationRegistry<{ m: WasmModule; ptr: number }>(({ m, ptr }) => m.exports.idxFree(ptr));
-
 function toU64Array(values: BigUint64Array | readonly bigint[]): BigUint64Array {
   if (values instanceof BigUint64Array) return values;
   const out = new BigUint64Array(values.length);
@@ -62,35 +61,48 @@ function toU64Array(values: BigUint64Array | readonly bigint[]): BigUint64Array 
  */
 export class PrefixIndex {
   readonly #m: WasmModule;
-  #ptr: number;
   readonly #slotByKey = new Map<string, number>();
   readonly #slotInfo: (WorkerRank | undefined)[] = [];
   readonly #slotsByWorker = new Map<number, Set<number>>();
   readonly #freeSlots: number[] = [];
-  #freed = false;
   #budget = 0;
   #onEvict: ((report: EvictionReport) => void) | undefined;
   #inEpisode = false;
   #evictedEntries = 0;
+  readonly #h: IndexHandle;
 
   constructor() {
     this.#m = wasm();
-    this.#ptr = this.#m.exports.idxNew();
-    registry.register(this, { m: this.#m, ptr: this.#ptr }, this);
+    this.#h = new IndexHandle(this.#m, this, () => this.#slotInfo.length);
+    this.#h.onDiscard(() => (this.#inEpisode = false));
+  }
+
+  /**
+   * `listener` hears of every discard: the module failed an allocation (or trapped) in a call on this
+   * index, so its WASM state was freed and it starts empty, its slots still registered. Mutators then
+   * throw the `IndexMemoryError` (the event was not applied); matches and clears answer as the empty
+   * index does. The owner rebuilds it (src/events: from the engines' replay buffers). Returns the unsubscribe.
+   */
+  onDiscard(listener: (err: IndexMemoryError) => void): () => void {
+    return this.#h.onDiscard(listener);
   }
 
   /** Releases the WASM memory now instead of at garbage collection. Idempotent. */
   dispose(): void {
-    if (this.#freed) return;
-    this.#freed = true;
-    registry.unregister(this);
-    this.#m.exports.idxFree(this.#ptr);
-    this.#ptr = 0;
+    this.#h.dispose();
+  }
+
+  /** Test hook: the next allocation in a call on this index fails as an exhausted memory does (then discards it). */
+  failNextAllocation(): void {
+    this.#h.failNextAllocation();
   }
 
   #live(): number {
-    if (this.#freed) throw new KvgateError('KVG_ERR_WASM', 'PrefixIndex used after dispose()');
-    return this.#ptr;
+    return this.#h.ptr();
+  }
+
+  #guard<T>(op: string, call: () => T): T {
+    return this.#h.guard(op, call);
   }
 
   /**
@@ -122,7 +134,7 @@ export class PrefixIndex {
       if (bytes < this.#budget * 0.75) this.#inEpisode = false;
       return;
     }
-    const entries = this.#m.exports.idxEvict(ix, Math.floor(this.#budget * 0.9));
+    const entries = this.#guard('eviction', () => this.#m.exports.idxEvict(ix, Math.floor(this.#budget * 0.9)));
     this.#evictedEntries += entries;
     const episodeStart = !this.#inEpisode;
     this.#inEpisode = true;
@@ -144,7 +156,8 @@ export class PrefixIndex {
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `invalid worker slot (${workerId}, ${dpRank})`);
       }
       slot = this.#freeSlots.pop() ?? this.#slotInfo.length;
-      this.#m.exports.idxEnsureSlot(this.#live(), slot);
+      const ix = this.#live();
+      this.#guard('slot registration', () => this.#m.exports.idxEnsureSlot(ix, slot!));
       this.#slotByKey.set(key, slot);
       this.#slotInfo[slot] = { workerId, dpRank };
       let set = this.#slotsByWorker.get(workerId);
@@ -190,20 +203,9 @@ export class PrefixIndex {
     }
     const slot = this.slotOf(workerId, dpRank);
     const ix = this.#live();
-    const eng = toU64Array(engineHashes);
-    const local = toU64Array(localHashes);
-    const n = eng.length;
-    const io = this.#m.exports.ioReserve(n * 16 + 8);
-    const v = this.#m.views();
-    const base = io >>> 3;
-    v.u64.set(eng, base);
-    v.u64.set(local, base + n);
-    let parentPtr = 0;
-    if (parentHash !== null) {
-      parentPtr = io + n * 16;
-      v.u64[base + 2 * n] = BigInt.asUintN(64, parentHash);
-    }
-    const status = this.#m.exports.idxStored(ix, slot, parentPtr, n, io, io + n * 8);
+    const status = this.#guard('stored event', () =>
+      this.#stored(ix, slot, parentHash, toU64Array(engineHashes), toU64Array(localHashes)),
+    );
     if (status === STORE_PARENT_NOT_FOUND) {
       throw new KvgateError(
         'KVG_ERR_PARENT_BLOCK_NOT_FOUND',
@@ -221,37 +223,65 @@ export class PrefixIndex {
     this.#enforceBudget();
   }
 
+  #stored(ix: number, slot: number, parentHash: bigint | null, eng: BigUint64Array, local: BigUint64Array): number {
+    const n = eng.length;
+    const io = this.#m.exports.ioReserve(n * 16 + 8);
+    const v = this.#m.views();
+    const base = io >>> 3;
+    v.u64.set(eng, base);
+    v.u64.set(local, base + n);
+    let parentPtr = 0;
+    if (parentHash !== null) {
+      parentPtr = io + n * 16;
+      v.u64[base + 2 * n] = BigInt.asUintN(64, parentHash);
+    }
+    return this.#m.exports.idxStored(ix, slot, parentPtr, n, io, io + n * 8);
+  }
+
   /** Applies a `removed` event. Unknown hashes are skipped and counted in `missing`. Does not cascade. */
   applyRemoved(workerId: number, dpRank: number, engineHashes: BigUint64Array | readonly bigint[]): RemoveResult {
     const slot = this.findSlot(workerId, dpRank);
     const n = engineHashes.length;
     if (slot === undefined) return { removed: 0, missing: n };
     const ix = this.#live();
-    const io = this.#m.exports.ioReserve(n * 8 + 8);
-    this.#m.views().u64.set(toU64Array(engineHashes), io >>> 3);
-    const missing = this.#m.exports.idxRemoved(ix, slot, n, io);
+    const missing = this.#guard('removed event', () => {
+      const io = this.#m.exports.ioReserve(n * 8 + 8);
+      this.#m.views().u64.set(toU64Array(engineHashes), io >>> 3);
+      return this.#m.exports.idxRemoved(ix, slot, n, io);
+    });
     return { removed: n - missing, missing };
   }
 
   /** Removes all blocks of one slot, keeping it registered. Returns blocks removed. */
   clearSlot(workerId: number, dpRank: number): number {
     const slot = this.findSlot(workerId, dpRank);
-    return slot === undefined ? 0 : this.#m.exports.idxClearSlot(this.#live(), slot);
+    return slot === undefined ? 0 : this.#clear(slot);
   }
 
   /** A `cleared` event: all blocks of every rank of `workerId`; ranks stay registered. */
   clearWorker(workerId: number): number {
     let removed = 0;
-    for (const slot of this.#slotsByWorker.get(workerId) ?? [])
-      removed += this.#m.exports.idxClearSlot(this.#live(), slot);
+    for (const slot of this.#slotsByWorker.get(workerId) ?? []) removed += this.#clear(slot);
     return removed;
+  }
+
+  /** Clears a slot; a trap on the way discards the index, which clears it too (listeners hear of it, nothing throws). */
+  #clear(slot: number): number {
+    const ix = this.#live();
+    const blocks = this.#m.exports.idxSlotBlocks(ix, slot);
+    try {
+      return this.#guard('slot clearing', () => this.#m.exports.idxClearSlot(ix, slot));
+    } catch (err) {
+      if (err instanceof IndexMemoryError) return blocks;
+      throw err;
+    }
   }
 
   /** Forgets one rank of a worker (its blocks and its slot). */
   removeWorkerDpRank(workerId: number, dpRank: number): void {
     const slot = this.findSlot(workerId, dpRank);
     if (slot === undefined) return;
-    this.#m.exports.idxClearSlot(this.#live(), slot);
+    this.#clear(slot);
     this.#slotByKey.delete(slotKey(workerId, dpRank));
     this.#slotInfo[slot] = undefined;
     const set = this.#slotsByWorker.get(workerId)!;
@@ -275,6 +305,16 @@ export class PrefixIndex {
    */
   findMatches(hashes: BigUint64Array, bySequence = false): OverlapScores {
     const ix = this.#live();
+    try {
+      return this.#guard('matching', () => this.#match(ix, hashes, bySequence));
+    } catch (err) {
+      // No trap reaches a request: the index was discarded, and an empty one matches nothing.
+      if (err instanceof IndexMemoryError) return { count: 0, slots: new Uint32Array(0), depths: new Uint32Array(0) };
+      throw err;
+    }
+  }
+
+  #match(ix: number, hashes: BigUint64Array, bySequence: boolean): OverlapScores {
     const n = hashes.length;
     const slotCap = this.#slotInfo.length;
     const io = this.#m.exports.ioReserve(n * 8 + slotCap * 8 + 16);
@@ -299,6 +339,10 @@ export class PrefixIndex {
     const slot = this.findSlot(workerId, dpRank);
     if (slot === undefined) return new BigUint64Array(0);
     const ix = this.#live();
+    return this.#guard('slot export', () => this.#export(ix, slot));
+  }
+
+  #export(ix: number, slot: number): BigUint64Array {
     const out = new BigUint64Array(this.slotBlockCount(slot) * 2);
     let from = 0;
     let filled = 0;
@@ -334,9 +378,11 @@ export class PrefixIndex {
     let added = 0;
     for (let at = 0; at < pairs.length; at += EXPORT_PAGE * 2) {
       const page = pairs.subarray(at, Math.min(pairs.length, at + EXPORT_PAGE * 2));
-      const io = this.#m.exports.ioReserve(page.length * 8);
-      this.#m.views().u64.set(page, io >>> 3);
-      added += this.#m.exports.idxImportSlot(ix, slot, page.length / 2, io);
+      added += this.#guard('slot import', () => {
+        const io = this.#m.exports.ioReserve(page.length * 8);
+        this.#m.views().u64.set(page, io >>> 3);
+        return this.#m.exports.idxImportSlot(ix, slot, page.length / 2, io);
+      });
     }
     this.#enforceBudget();
     return added;

@@ -11,23 +11,13 @@ import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
-import { json, startEngine, startGateway, suiteProcesses } from './procs.js';
+import { json, postOk as post, startEngine, startGateway, suiteProcesses } from './procs.js';
 
 const BLOCK = 16;
 const PROMPT_BLOCKS = 32;
 const BUDGET_MIB = 0.5;
 /** pino's numeric level of `warn`. */
 const WARN = 40;
-
-async function post(url: string, body: unknown): Promise<Record<string, unknown>> {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  expect(res.status).toBe(200);
-  return (await res.json()) as Record<string, unknown>;
-}
 
 describe('the prefix index under its memory budget', () => {
   const procs = suiteProcesses('kvgate-index-budget-');

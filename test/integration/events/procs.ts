@@ -2,7 +2,7 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import { ROOT, lineOf, start, stop, type Proc } from '../../helpers/process.js';
 
 export { json, type Proc } from '../../helpers/process.js';
@@ -10,28 +10,34 @@ export { json, type Proc } from '../../helpers/process.js';
 /** A suite's scratch folder and its mocker and gateway processes, stopped and removed after the suite. */
 export interface SuiteProcesses {
   dir: string;
+  /** The first mocker engine started. */
   mocker: Proc | undefined;
+  /** Every mocker engine started after the first. */
+  moreMockers: Proc[];
   gateway: Proc | undefined;
 }
 
 /** Registers the suite's setup (compiled CLI present, scratch folder) and teardown. */
 export function suiteProcesses(prefix: string): SuiteProcesses {
-  const s: SuiteProcesses = { dir: '', mocker: undefined, gateway: undefined };
+  const s: SuiteProcesses = { dir: '', mocker: undefined, moreMockers: [], gateway: undefined };
   beforeAll(() => {
     if (!existsSync(join(ROOT, 'dist/src/cli/index.js')))
       throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
     s.dir = mkdtempSync(join(tmpdir(), prefix));
   });
   afterAll(async () => {
-    await Promise.all([stop(s.gateway), stop(s.mocker)]);
+    await Promise.all([stop(s.gateway), stop(s.mocker), ...s.moreMockers.map(stop)]);
     rmSync(s.dir, { recursive: true, force: true });
   });
   return s;
 }
 
-/** Starts a mocker engine (OS-chosen ports, speedup 100) with `args` added; resolves to its printed ports line. */
+/**
+ * Starts a mocker engine (OS-chosen ports, speedup 100) with `args` added; resolves to its printed ports line.
+ * The suite's first engine is `s.mocker`, later ones go to `s.moreMockers`.
+ */
 export async function startEngine(s: SuiteProcesses, args: readonly string[]): Promise<Record<string, unknown>> {
-  s.mocker = start([
+  const mocker = start([
     'mocker',
     '--port',
     '0',
@@ -43,7 +49,20 @@ export async function startEngine(s: SuiteProcesses, args: readonly string[]): P
     '100',
     ...args,
   ]);
-  return lineOf(s.mocker, "the mocker's ports", (o) => typeof o.url === 'string');
+  if (s.mocker === undefined) s.mocker = mocker;
+  else s.moreMockers.push(mocker);
+  return lineOf(mocker, "the mocker's ports", (o) => typeof o.url === 'string');
+}
+
+/** POSTs a JSON body, expects a 200 and resolves to the JSON answer. */
+export async function postOk(url: string, body: unknown): Promise<Record<string, unknown>> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as Record<string, unknown>;
 }
 
 /**
