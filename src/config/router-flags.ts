@@ -45,6 +45,10 @@ const FLAGS: Readonly<Record<KvRouterKnob, RouterFlagSpec>> = {
     flag: '--router-decode-active-request-weight',
     help: 'cost per request already active on a worker',
   },
+  routerKvPressureWeight: {
+    flag: '--router-kv-pressure-weight',
+    help: "weight of the cached blocks a request would evict from a worker's full KV cache (kvgate's own)",
+  },
   hostCacheHitWeight: {
     flag: '--router-host-cache-hit-weight',
     help: 'credit per block found only in host (CPU) cache',

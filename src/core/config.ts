@@ -35,6 +35,12 @@ export interface KvRouterConfig {
   readonly prefillLoadScale: number;
   /** Cost per active request on a worker (`decode_active_request_weight`, >= 0). */
   readonly decodeActiveRequestWeight: number;
+  /**
+   * Weight of the cached blocks a request would evict from a worker whose KV cache is full, as prefill
+   * blocks (kvgate's own knob, `router_kv_pressure_weight`, >= 0; 0 = Dynamo's cost). Needs the
+   * worker's advertised KV capacity.
+   */
+  readonly routerKvPressureWeight: number;
   /** Credit per block found only in host (pinned CPU) cache (`host_cache_hit_weight`, >= 0). */
   readonly hostCacheHitWeight: number;
   /** Credit per block found only on disk (`disk_cache_hit_weight`, >= 0). */
@@ -95,12 +101,13 @@ export type KvRouterOptions = {
   overlapScoreWeight?: number;
 };
 
-/** Defaults of Dynamo v1.5. */
+/** Defaults of Dynamo v1.5, and kvgate's own knobs (`routerKvPressureWeight`: on). */
 export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   overlapScoreCredit: 1.0,
   overlapScoreCreditDecay: 0,
   prefillLoadScale: 1.0,
   decodeActiveRequestWeight: 0,
+  routerKvPressureWeight: 1,
   hostCacheHitWeight: 0.75,
   diskCacheHitWeight: 0.25,
   sharedCacheMultiplier: 0,
@@ -144,6 +151,7 @@ export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<KvRouterKnob, ConfigFieldS
   overlapScoreCreditDecay: { dynamo: 'overlap_score_credit_decay', kind: 'nonNegative' },
   prefillLoadScale: { dynamo: 'prefill_load_scale', kind: 'nonNegative' },
   decodeActiveRequestWeight: { dynamo: 'decode_active_request_weight', kind: 'nonNegative' },
+  routerKvPressureWeight: { dynamo: 'router_kv_pressure_weight', kind: 'nonNegative' },
   hostCacheHitWeight: { dynamo: 'host_cache_hit_weight', kind: 'nonNegative' },
   diskCacheHitWeight: { dynamo: 'disk_cache_hit_weight', kind: 'nonNegative' },
   sharedCacheMultiplier: { dynamo: 'shared_cache_multiplier', kind: 'nonNegative' },

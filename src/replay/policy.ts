@@ -36,11 +36,22 @@ export type PolicySpec =
 /**
  * Peers' routers as named KV presets (Dynamo's snake_case fields over kvgate's defaults):
  * `dynamo` is Dynamo v1.5's defaults, `dynamo-agentic` its `--agentic` preset
- * (overlap credit 2, prefill load x4, 64 blocks per active request).
+ * (overlap credit 2, prefill load x4, 64 blocks per active request). Both turn
+ * kvgate's own cache-pressure term off: Dynamo has none.
  */
 export const POLICY_PRESETS: Readonly<Record<string, Readonly<Record<string, unknown>>>> = {
-  dynamo: { overlap_score_credit: 1, prefill_load_scale: 1, decode_active_request_weight: 0 },
-  'dynamo-agentic': { overlap_score_credit: 2, prefill_load_scale: 4, decode_active_request_weight: 64 },
+  dynamo: {
+    overlap_score_credit: 1,
+    prefill_load_scale: 1,
+    decode_active_request_weight: 0,
+    router_kv_pressure_weight: 0,
+  },
+  'dynamo-agentic': {
+    overlap_score_credit: 2,
+    prefill_load_scale: 4,
+    decode_active_request_weight: 64,
+    router_kv_pressure_weight: 0,
+  },
 };
 
 /** `kv[field=value,...]` from Dynamo-named fields, in the order given. */

@@ -107,6 +107,9 @@ export class SlotSelector {
     x.diskOverlap = 0;
     x.sharedBeyond = 0;
     const preferred = req.routingConstraints?.preferredTaints;
+    // Cache pressure needs the index's held-block count per candidate: read only when the term is on.
+    const pressure = (knobs.kvPressureWeight ?? 0) > 0 && !knobs.decodeException;
+    const requestBlocks = x.requestBlocks;
     let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
       const s = elig[i]!;
@@ -121,6 +124,7 @@ export class SlotSelector {
       x.potentialDecodeBlocks = decodeBlocks;
       x.activeRequests = activeRequests;
       x.deviceOverlap = overlap;
+      x.evicted = pressure ? table.evictedBlocks(s, requestBlocks - overlap) : 0;
       if (tiered) {
         x.hostOverlap = host[s]!;
         x.diskOverlap = disk[s]!;
