@@ -41,6 +41,15 @@ export interface KvRouterConfig {
    * worker's advertised KV capacity.
    */
   readonly routerKvPressureWeight: number;
+  /**
+   * Weights of an llm-d-style weighted scorer (kvgate's own knobs, each >= 0; all 0 = the cost model):
+   * when any is above 0 a candidate's score is `prefix × cached share of the prompt + queue ×
+   * min-max-normalised free prefill queue + kv × (1 − active KV blocks / capacity)`, highest wins
+   * (`router_prefix_scorer_weight`, `router_queue_scorer_weight`, `router_kv_utilization_scorer_weight`).
+   */
+  readonly routerPrefixScorerWeight: number;
+  readonly routerQueueScorerWeight: number;
+  readonly routerKvUtilizationScorerWeight: number;
   /** Credit per block found only in host (pinned CPU) cache (`host_cache_hit_weight`, >= 0). */
   readonly hostCacheHitWeight: number;
   /** Credit per block found only on disk (`disk_cache_hit_weight`, >= 0). */
@@ -108,6 +117,9 @@ export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   prefillLoadScale: 1.0,
   decodeActiveRequestWeight: 0,
   routerKvPressureWeight: 1,
+  routerPrefixScorerWeight: 0,
+  routerQueueScorerWeight: 0,
+  routerKvUtilizationScorerWeight: 0,
   hostCacheHitWeight: 0.75,
   diskCacheHitWeight: 0.25,
   sharedCacheMultiplier: 0,
@@ -152,6 +164,9 @@ export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<KvRouterKnob, ConfigFieldS
   prefillLoadScale: { dynamo: 'prefill_load_scale', kind: 'nonNegative' },
   decodeActiveRequestWeight: { dynamo: 'decode_active_request_weight', kind: 'nonNegative' },
   routerKvPressureWeight: { dynamo: 'router_kv_pressure_weight', kind: 'nonNegative' },
+  routerPrefixScorerWeight: { dynamo: 'router_prefix_scorer_weight', kind: 'nonNegative' },
+  routerQueueScorerWeight: { dynamo: 'router_queue_scorer_weight', kind: 'nonNegative' },
+  routerKvUtilizationScorerWeight: { dynamo: 'router_kv_utilization_scorer_weight', kind: 'nonNegative' },
   hostCacheHitWeight: { dynamo: 'host_cache_hit_weight', kind: 'nonNegative' },
   diskCacheHitWeight: { dynamo: 'disk_cache_hit_weight', kind: 'nonNegative' },
   sharedCacheMultiplier: { dynamo: 'shared_cache_multiplier', kind: 'nonNegative' },

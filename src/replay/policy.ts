@@ -37,7 +37,9 @@ export type PolicySpec =
  * Peers' routers as named KV presets (Dynamo's snake_case fields over kvgate's defaults):
  * `dynamo` is Dynamo v1.5's defaults, `dynamo-agentic` its `--agentic` preset
  * (overlap credit 2, prefill load x4, 64 blocks per active request). Both turn
- * kvgate's own cache-pressure term off: Dynamo has none.
+ * kvgate's own cache-pressure term off: Dynamo has none. `llm-d` is llm-d's
+ * weighted scorer with its recommended weights, prefix : queue : KV utilisation
+ * = 2 : 2 : 1 (llm-d docs PR #1156).
  */
 export const POLICY_PRESETS: Readonly<Record<string, Readonly<Record<string, unknown>>>> = {
   dynamo: {
@@ -51,6 +53,11 @@ export const POLICY_PRESETS: Readonly<Record<string, Readonly<Record<string, unk
     prefill_load_scale: 4,
     decode_active_request_weight: 64,
     router_kv_pressure_weight: 0,
+  },
+  'llm-d': {
+    router_prefix_scorer_weight: 2,
+    router_queue_scorer_weight: 2,
+    router_kv_utilization_scorer_weight: 1,
   },
 };
 

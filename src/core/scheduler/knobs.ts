@@ -16,6 +16,15 @@ export interface EffectiveKnobs extends CostKnobs {
   readonly trackActiveBlocks: boolean;
   /** Book the prompt's blocks as shared with other requests: tracking active blocks, assuming reuse, and the prompt has hashes. */
   readonly shareable: boolean;
+  /** The weighted scorer's weights (prefix, queue, KV utilisation); all 0 = score with the cost model. */
+  readonly scorer: WeightedScorer | null;
+}
+
+/** An llm-d-style weighted scorer's weights. */
+export interface WeightedScorer {
+  readonly prefix: number;
+  readonly queue: number;
+  readonly kvUtilization: number;
 }
 
 /**
@@ -48,6 +57,14 @@ export function effectiveKnobs(
     assumeKvReuse,
     trackActiveBlocks: c.routerTrackActiveBlocks,
     shareable: c.routerTrackActiveBlocks && assumeKvReuse && hasHashes,
+    scorer:
+      c.routerPrefixScorerWeight + c.routerQueueScorerWeight + c.routerKvUtilizationScorerWeight > 0
+        ? {
+            prefix: c.routerPrefixScorerWeight,
+            queue: c.routerQueueScorerWeight,
+            kvUtilization: c.routerKvUtilizationScorerWeight,
+          }
+        : null,
   };
 }
 

@@ -13,7 +13,7 @@ import { costOf, newCostInput } from '../cost.js';
 import { RoutingDecision, takeBreakdown, writeBreakdown, writeProbability } from '../decision.js';
 import { pickLowest, sampleIndex, softmaxProbabilities } from '../selection.js';
 import type { Booker } from './booking.js';
-import { costKnobsOf, effectiveKnobs, type EffectiveKnobs } from './knobs.js';
+import { costKnobsOf, effectiveKnobs, type EffectiveKnobs, type WeightedScorer } from './knobs.js';
 import type { OverlapMatcher } from './overlap.js';
 import type { SlotTable } from './slots.js';
 import type { SchedulingRequest, SelectionMode } from './types.js';
@@ -48,7 +48,10 @@ export class SlotSelector {
     const t1 = clock.now();
     const knobs = effectiveKnobs(config, this.#p.role, req.override, req.hashes !== null, tiered);
     const breakdown = takeBreakdown(n);
-    const maxOverlap = this.#score(req, n, knobs, tiered, breakdown);
+    const maxOverlap =
+      knobs.scorer === null
+        ? this.#score(req, n, knobs, tiered, breakdown)
+        : this.#scoreWeighted(req, n, knobs.scorer, breakdown);
     const pick = this.#pick(n, knobs.temperature, breakdown);
     const scratch = table.scratch;
     const slot = scratch.eligible[pick]!;
@@ -143,6 +146,60 @@ export class SlotSelector {
         prefillTokens,
         decodeBlocks,
         activeRequests,
+        cost,
+      );
+    }
+    return maxOverlap;
+  }
+
+  /**
+   * The llm-d-style weighted scorer (its "optimized baseline": prefix, queue and KV-utilisation
+   * scorers, each in [0, 1], weighted and summed; the highest score wins). Prefix: the share of the
+   * prompt's blocks cached there. Queue: the prefill tokens booked there and not yet computed,
+   * min-max normalised so the least queued scores 1 (llm-d reads the engine's waiting requests; the
+   * router's own booking is its closest measure). KV utilisation: 1 − the active blocks over the
+   * advertised capacity (1 when unknown). The cost written is the negated score, so picking (argmin,
+   * uniform ties; or softmax) and the explanation stay those of the cost model. Returns the largest overlap.
+   */
+  #scoreWeighted(req: SchedulingRequest, n: number, w: WeightedScorer, breakdown: Float64Array): number {
+    const { table, active } = this.#p;
+    const promptBlocks = req.hashes !== null ? req.hashes.seq.length : Math.floor(req.isl / this.#p.blockSize);
+    const { eligible: elig, dev, costs } = table.scratch;
+    const prefill = active.activePrefillTokens;
+    const blocks = active.activeDecodeBlocks;
+    const requests = active.activeRequests;
+    let minQ = Infinity;
+    let maxQ = -Infinity;
+    for (let i = 0; i < n; i++) {
+      const q = prefill[elig[i]!]!;
+      if (q < minQ) minQ = q;
+      if (q > maxQ) maxQ = q;
+    }
+    let maxOverlap = 0;
+    for (let i = 0; i < n; i++) {
+      const s = elig[i]!;
+      const overlap = dev[s]!;
+      if (overlap > maxOverlap) maxOverlap = overlap;
+      const prefixScore = promptBlocks > 0 ? Math.min(1, overlap / promptBlocks) : 0;
+      const queueScore = maxQ > minQ ? (maxQ - prefill[s]!) / (maxQ - minQ) : 1;
+      const capacity = table.totalKv[s]!;
+      const kvScore = capacity > 0 ? Math.max(0, 1 - blocks[s]! / capacity) : 1;
+      let cost = -(w.prefix * prefixScore + w.queue * queueScore + w.kvUtilization * kvScore);
+      const preferred = req.routingConstraints?.preferredTaints;
+      // A preferred taint's factor below 1 favours the worker: it scales the score up instead.
+      if (preferred !== undefined) cost /= table.taintFactor(s, preferred);
+      costs[i] = cost;
+      const uncached = req.isl - overlap * this.#p.blockSize;
+      const prefillTokens = prefill[s]! + (uncached > 0 ? uncached : 0);
+      writeBreakdown(
+        breakdown,
+        i,
+        table.slotWorker[s]!,
+        table.slotRank[s]!,
+        overlap,
+        prefillTokens,
+        blocks[s]!,
+        requests[s]!,
         cost,
       );
     }
