@@ -61,6 +61,11 @@ const FLAGS: Readonly<Record<KvRouterKnob, RouterFlagSpec>> = {
     flag: '--router-kv-utilization-scorer-weight',
     help: "weighted scorer: weight of the worker's free KV share (1 - active blocks / capacity)",
   },
+  routerLmetric: {
+    flag: '--router-lmetric',
+    negativeFlag: '--no-router-lmetric',
+    help: "LMetric's rule instead of the cost: prefill tokens if routed there x (active requests + 1)",
+  },
   hostCacheHitWeight: {
     flag: '--router-host-cache-hit-weight',
     help: 'credit per block found only in host (CPU) cache',

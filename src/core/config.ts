@@ -50,6 +50,12 @@ export interface KvRouterConfig {
   readonly routerPrefixScorerWeight: number;
   readonly routerQueueScorerWeight: number;
   readonly routerKvUtilizationScorerWeight: number;
+  /**
+   * LMetric's rule (Zhang et al., OSDI'26) instead of the cost: a candidate scores its prefill tokens
+   * if routed there (queued plus the prompt's uncached tokens) times its batch with the request
+   * (active requests + 1); the lowest wins (kvgate's own knob, `router_lmetric`).
+   */
+  readonly routerLmetric: boolean;
   /** Credit per block found only in host (pinned CPU) cache (`host_cache_hit_weight`, >= 0). */
   readonly hostCacheHitWeight: number;
   /** Credit per block found only on disk (`disk_cache_hit_weight`, >= 0). */
@@ -120,6 +126,7 @@ export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   routerPrefixScorerWeight: 0,
   routerQueueScorerWeight: 0,
   routerKvUtilizationScorerWeight: 0,
+  routerLmetric: false,
   hostCacheHitWeight: 0.75,
   diskCacheHitWeight: 0.25,
   sharedCacheMultiplier: 0,
@@ -167,6 +174,7 @@ export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<KvRouterKnob, ConfigFieldS
   routerPrefixScorerWeight: { dynamo: 'router_prefix_scorer_weight', kind: 'nonNegative' },
   routerQueueScorerWeight: { dynamo: 'router_queue_scorer_weight', kind: 'nonNegative' },
   routerKvUtilizationScorerWeight: { dynamo: 'router_kv_utilization_scorer_weight', kind: 'nonNegative' },
+  routerLmetric: { dynamo: 'router_lmetric', kind: 'boolean' },
   hostCacheHitWeight: { dynamo: 'host_cache_hit_weight', kind: 'nonNegative' },
   diskCacheHitWeight: { dynamo: 'disk_cache_hit_weight', kind: 'nonNegative' },
   sharedCacheMultiplier: { dynamo: 'shared_cache_multiplier', kind: 'nonNegative' },

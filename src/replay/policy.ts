@@ -39,7 +39,7 @@ export type PolicySpec =
  * (overlap credit 2, prefill load x4, 64 blocks per active request). Both turn
  * kvgate's own cache-pressure term off: Dynamo has none. `llm-d` is llm-d's
  * weighted scorer with its recommended weights, prefix : queue : KV utilisation
- * = 2 : 2 : 1 (llm-d docs PR #1156).
+ * = 2 : 2 : 1 (llm-d's docs); `lmetric` LMetric's product rule.
  */
 export const POLICY_PRESETS: Readonly<Record<string, Readonly<Record<string, unknown>>>> = {
   dynamo: {
@@ -59,6 +59,7 @@ export const POLICY_PRESETS: Readonly<Record<string, Readonly<Record<string, unk
     router_queue_scorer_weight: 2,
     router_kv_utilization_scorer_weight: 1,
   },
+  lmetric: { router_lmetric: true },
 };
 
 /** `kv[field=value,...]` from Dynamo-named fields, in the order given. */

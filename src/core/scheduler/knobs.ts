@@ -18,6 +18,8 @@ export interface EffectiveKnobs extends CostKnobs {
   readonly shareable: boolean;
   /** The weighted scorer's weights (prefix, queue, KV utilisation); all 0 = score with the cost model. */
   readonly scorer: WeightedScorer | null;
+  /** Score with LMetric's product instead of the cost. */
+  readonly lmetric: boolean;
 }
 
 /** An llm-d-style weighted scorer's weights. */
@@ -65,6 +67,7 @@ export function effectiveKnobs(
             kvUtilization: c.routerKvUtilizationScorerWeight,
           }
         : null,
+    lmetric: c.routerLmetric,
   };
 }
 

@@ -49,9 +49,11 @@ export class SlotSelector {
     const knobs = effectiveKnobs(config, this.#p.role, req.override, req.hashes !== null, tiered);
     const breakdown = takeBreakdown(n);
     const maxOverlap =
-      knobs.scorer === null
-        ? this.#score(req, n, knobs, tiered, breakdown)
-        : this.#scoreWeighted(req, n, knobs.scorer, breakdown);
+      knobs.scorer !== null
+        ? this.#scoreWeighted(req, n, knobs.scorer, breakdown)
+        : knobs.lmetric
+          ? this.#scoreLmetric(req, n, breakdown)
+          : this.#score(req, n, knobs, tiered, breakdown);
     const pick = this.#pick(n, knobs.temperature, breakdown);
     const scratch = table.scratch;
     const slot = scratch.eligible[pick]!;
@@ -191,6 +193,45 @@ export class SlotSelector {
       costs[i] = cost;
       const uncached = req.isl - overlap * this.#p.blockSize;
       const prefillTokens = prefill[s]! + (uncached > 0 ? uncached : 0);
+      writeBreakdown(
+        breakdown,
+        i,
+        table.slotWorker[s]!,
+        table.slotRank[s]!,
+        overlap,
+        prefillTokens,
+        blocks[s]!,
+        requests[s]!,
+        cost,
+      );
+    }
+    return maxOverlap;
+  }
+
+  /**
+   * LMetric (Zhang et al., OSDI'26): the product of a cache indicator, the prefill tokens the worker
+   * would compute if routed there (its queued prefill plus the prompt's uncached tokens), and a load
+   * indicator, its batch size; the lowest wins, with no weight to tune (scales cancel in the product).
+   * The batch counts the request itself (active requests + 1), so an idle worker is not scored 0
+   * whatever its cache holds (the product's degenerate case the paper warns of). Returns the largest overlap.
+   */
+  #scoreLmetric(req: SchedulingRequest, n: number, breakdown: Float64Array): number {
+    const { table, active } = this.#p;
+    const { eligible: elig, dev, costs } = table.scratch;
+    const prefill = active.activePrefillTokens;
+    const blocks = active.activeDecodeBlocks;
+    const requests = active.activeRequests;
+    const preferred = req.routingConstraints?.preferredTaints;
+    let maxOverlap = 0;
+    for (let i = 0; i < n; i++) {
+      const s = elig[i]!;
+      const overlap = dev[s]!;
+      if (overlap > maxOverlap) maxOverlap = overlap;
+      const uncached = req.isl - overlap * this.#p.blockSize;
+      const prefillTokens = prefill[s]! + (uncached > 0 ? uncached : 0);
+      let cost = prefillTokens * (requests[s]! + 1);
+      if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
+      costs[i] = cost;
       writeBreakdown(
         breakdown,
         i,
