@@ -166,10 +166,9 @@ export class SlotSelector {
   #scoreWeighted(req: SchedulingRequest, n: number, w: WeightedScorer, breakdown: Float64Array): number {
     const { table, active } = this.#p;
     const promptBlocks = req.hashes !== null ? req.hashes.seq.length : Math.floor(req.isl / this.#p.blockSize);
-    const { eligible: elig, dev, costs } = table.scratch;
+    const { eligible: elig } = table.scratch;
     const prefill = active.activePrefillTokens;
     const blocks = active.activeDecodeBlocks;
-    const requests = active.activeRequests;
     let minQ = Infinity;
     let maxQ = -Infinity;
     for (let i = 0; i < n; i++) {
@@ -177,35 +176,13 @@ export class SlotSelector {
       if (q < minQ) minQ = q;
       if (q > maxQ) maxQ = q;
     }
-    let maxOverlap = 0;
-    for (let i = 0; i < n; i++) {
-      const s = elig[i]!;
-      const overlap = dev[s]!;
-      if (overlap > maxOverlap) maxOverlap = overlap;
+    return this.#scoreBy(req, n, breakdown, (s, overlap) => {
       const prefixScore = promptBlocks > 0 ? Math.min(1, overlap / promptBlocks) : 0;
       const queueScore = maxQ > minQ ? (maxQ - prefill[s]!) / (maxQ - minQ) : 1;
       const capacity = table.totalKv[s]!;
       const kvScore = capacity > 0 ? Math.max(0, 1 - blocks[s]! / capacity) : 1;
-      let cost = -(w.prefix * prefixScore + w.queue * queueScore + w.kvUtilization * kvScore);
-      const preferred = req.routingConstraints?.preferredTaints;
-      // A preferred taint's factor below 1 favours the worker: it scales the score up instead.
-      if (preferred !== undefined) cost /= table.taintFactor(s, preferred);
-      costs[i] = cost;
-      const uncached = req.isl - overlap * this.#p.blockSize;
-      const prefillTokens = prefill[s]! + (uncached > 0 ? uncached : 0);
-      writeBreakdown(
-        breakdown,
-        i,
-        table.slotWorker[s]!,
-        table.slotRank[s]!,
-        overlap,
-        prefillTokens,
-        blocks[s]!,
-        requests[s]!,
-        cost,
-      );
-    }
-    return maxOverlap;
+      return -(w.prefix * prefixScore + w.queue * queueScore + w.kvUtilization * kvScore);
+    });
   }
 
   /**
@@ -216,11 +193,24 @@ export class SlotSelector {
    * whatever its cache holds (the product's degenerate case the paper warns of). Returns the largest overlap.
    */
   #scoreLmetric(req: SchedulingRequest, n: number, breakdown: Float64Array): number {
+    const requests = this.#p.active.activeRequests;
+    return this.#scoreBy(req, n, breakdown, (s, _overlap, prefillTokens) => prefillTokens * (requests[s]! + 1));
+  }
+
+  /**
+   * The loop the alternative rules share: each candidate's cost from `rule` (slot, overlap, prefill
+   * tokens if routed there), a preferred taint's factor applied so that a factor below 1 favours the
+   * worker whatever the cost's sign, and its breakdown row. Returns the largest overlap.
+   */
+  #scoreBy(
+    req: SchedulingRequest,
+    n: number,
+    breakdown: Float64Array,
+    rule: (slot: number, overlap: number, prefillTokens: number) => number,
+  ): number {
     const { table, active } = this.#p;
     const { eligible: elig, dev, costs } = table.scratch;
     const prefill = active.activePrefillTokens;
-    const blocks = active.activeDecodeBlocks;
-    const requests = active.activeRequests;
     const preferred = req.routingConstraints?.preferredTaints;
     let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
@@ -229,18 +219,22 @@ export class SlotSelector {
       if (overlap > maxOverlap) maxOverlap = overlap;
       const uncached = req.isl - overlap * this.#p.blockSize;
       const prefillTokens = prefill[s]! + (uncached > 0 ? uncached : 0);
-      let cost = prefillTokens * (requests[s]! + 1);
-      if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
+      let cost = rule(s, overlap, prefillTokens);
+      if (preferred !== undefined) {
+        const f = table.taintFactor(s, preferred);
+        cost = cost >= 0 ? cost * f : cost / f;
+      }
       costs[i] = cost;
+      const [worker, rank] = [table.slotWorker[s]!, table.slotRank[s]!];
       writeBreakdown(
         breakdown,
         i,
-        table.slotWorker[s]!,
-        table.slotRank[s]!,
+        worker,
+        rank,
         overlap,
         prefillTokens,
-        blocks[s]!,
-        requests[s]!,
+        active.activeDecodeBlocks[s]!,
+        active.activeRequests[s]!,
         cost,
       );
     }
