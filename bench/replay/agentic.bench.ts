@@ -2,7 +2,7 @@
  * Routing agents: the generated agentic workload (`kvgate replay --workload
  * agentic`), offline, H100 step profile (`--perf-profile h100`), at 12 and 16
  * engines over 3 seeds, comparing kvgate's default (`kv`) with the peers'
- * presets (`dynamo`, `dynamo-agentic`) and the load-only policies.
+ * presets (`dynamo`, `dynamo-agentic`, `llm-d`, `lmetric`) and the load-only policies.
  *
  * Rows: per engine count and policy, the means over seeds of TTFT p50 and p99
  * (the table's columns) and, in the note, mean TTFT, the hit rate as a share
@@ -13,7 +13,7 @@
  * Sizes (environment): KVGATE_AGENTIC_SEEDS (1,2,3), KVGATE_AGENTIC_ENGINES
  * (12,16), KVGATE_AGENTIC_SESSIONS (96), KVGATE_AGENTIC_TURNS (median turns,
  * 12), KVGATE_AGENTIC_RATE (session starts per s, 2), KVGATE_AGENTIC_POLICIES
- * (kv,dynamo,dynamo-agentic,least-loaded,round-robin).
+ * (kv,dynamo,dynamo-agentic,llm-d,lmetric,least-loaded,round-robin).
  * Run: node --expose-gc dist/bench/run.js replay/agentic
  * Goal (12 engines): kv's mean and p99 TTFT at most half of the better of
  * dynamo and dynamo-agentic, hit rate at least 95 % of the pooled LRU's.
@@ -53,7 +53,7 @@ const mean = (a: Acc, k: keyof Omit<Acc, 'n'>): number => a[k] / a.n;
 export async function run(): Promise<BenchSection> {
   const seeds = list('KVGATE_AGENTIC_SEEDS', '1,2,3').map(Number);
   const engines = list('KVGATE_AGENTIC_ENGINES', '12,16').map(Number);
-  const policies = list('KVGATE_AGENTIC_POLICIES', 'kv,dynamo,dynamo-agentic,least-loaded,round-robin');
+  const policies = list('KVGATE_AGENTIC_POLICIES', 'kv,dynamo,dynamo-agentic,llm-d,lmetric,least-loaded,round-robin');
   const sessions = num('KVGATE_AGENTIC_SESSIONS', 96);
   const turns = num('KVGATE_AGENTIC_TURNS', 12);
   const rate = num('KVGATE_AGENTIC_RATE', 2);

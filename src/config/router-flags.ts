@@ -45,6 +45,27 @@ const FLAGS: Readonly<Record<KvRouterKnob, RouterFlagSpec>> = {
     flag: '--router-decode-active-request-weight',
     help: 'cost per request already active on a worker',
   },
+  routerKvPressureWeight: {
+    flag: '--router-kv-pressure-weight',
+    help: "weight of the cached blocks a request would evict from a worker's full KV cache (kvgate's own)",
+  },
+  routerPrefixScorerWeight: {
+    flag: '--router-prefix-scorer-weight',
+    help: 'weighted scorer (llm-d style; any weight > 0 replaces the cost): weight of the cached share of the prompt',
+  },
+  routerQueueScorerWeight: {
+    flag: '--router-queue-scorer-weight',
+    help: "weighted scorer: weight of the worker's free prefill queue, min-max normalised over the candidates",
+  },
+  routerKvUtilizationScorerWeight: {
+    flag: '--router-kv-utilization-scorer-weight',
+    help: "weighted scorer: weight of the worker's free KV share (1 - active blocks / capacity)",
+  },
+  routerLmetric: {
+    flag: '--router-lmetric',
+    negativeFlag: '--no-router-lmetric',
+    help: "LMetric's rule instead of the cost: prefill tokens if routed there x (active requests + 1)",
+  },
   hostCacheHitWeight: {
     flag: '--router-host-cache-hit-weight',
     help: 'credit per block found only in host (CPU) cache',

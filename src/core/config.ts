@@ -35,6 +35,27 @@ export interface KvRouterConfig {
   readonly prefillLoadScale: number;
   /** Cost per active request on a worker (`decode_active_request_weight`, >= 0). */
   readonly decodeActiveRequestWeight: number;
+  /**
+   * Weight of the cached blocks a request would evict from a worker whose KV cache is full, as prefill
+   * blocks (kvgate's own knob, `router_kv_pressure_weight`, >= 0; 0 = Dynamo's cost). Needs the
+   * worker's advertised KV capacity.
+   */
+  readonly routerKvPressureWeight: number;
+  /**
+   * Weights of an llm-d-style weighted scorer (kvgate's own knobs, each >= 0; all 0 = the cost model):
+   * when any is above 0 a candidate's score is `prefix × cached share of the prompt + queue ×
+   * min-max-normalised free prefill queue + kv × (1 − active KV blocks / capacity)`, highest wins
+   * (`router_prefix_scorer_weight`, `router_queue_scorer_weight`, `router_kv_utilization_scorer_weight`).
+   */
+  readonly routerPrefixScorerWeight: number;
+  readonly routerQueueScorerWeight: number;
+  readonly routerKvUtilizationScorerWeight: number;
+  /**
+   * LMetric's rule (Zhang et al., OSDI'26) instead of the cost: a candidate scores its prefill tokens
+   * if routed there (queued plus the prompt's uncached tokens) times its batch with the request
+   * (active requests + 1); the lowest wins (kvgate's own knob, `router_lmetric`).
+   */
+  readonly routerLmetric: boolean;
   /** Credit per block found only in host (pinned CPU) cache (`host_cache_hit_weight`, >= 0). */
   readonly hostCacheHitWeight: number;
   /** Credit per block found only on disk (`disk_cache_hit_weight`, >= 0). */
@@ -95,12 +116,17 @@ export type KvRouterOptions = {
   overlapScoreWeight?: number;
 };
 
-/** Defaults of Dynamo v1.5. */
+/** Defaults of Dynamo v1.5, and kvgate's own knobs (`routerKvPressureWeight`: on). */
 export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   overlapScoreCredit: 1.0,
   overlapScoreCreditDecay: 0,
   prefillLoadScale: 1.0,
   decodeActiveRequestWeight: 0,
+  routerKvPressureWeight: 1,
+  routerPrefixScorerWeight: 0,
+  routerQueueScorerWeight: 0,
+  routerKvUtilizationScorerWeight: 0,
+  routerLmetric: false,
   hostCacheHitWeight: 0.75,
   diskCacheHitWeight: 0.25,
   sharedCacheMultiplier: 0,
@@ -144,6 +170,11 @@ export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<KvRouterKnob, ConfigFieldS
   overlapScoreCreditDecay: { dynamo: 'overlap_score_credit_decay', kind: 'nonNegative' },
   prefillLoadScale: { dynamo: 'prefill_load_scale', kind: 'nonNegative' },
   decodeActiveRequestWeight: { dynamo: 'decode_active_request_weight', kind: 'nonNegative' },
+  routerKvPressureWeight: { dynamo: 'router_kv_pressure_weight', kind: 'nonNegative' },
+  routerPrefixScorerWeight: { dynamo: 'router_prefix_scorer_weight', kind: 'nonNegative' },
+  routerQueueScorerWeight: { dynamo: 'router_queue_scorer_weight', kind: 'nonNegative' },
+  routerKvUtilizationScorerWeight: { dynamo: 'router_kv_utilization_scorer_weight', kind: 'nonNegative' },
+  routerLmetric: { dynamo: 'router_lmetric', kind: 'boolean' },
   hostCacheHitWeight: { dynamo: 'host_cache_hit_weight', kind: 'nonNegative' },
   diskCacheHitWeight: { dynamo: 'disk_cache_hit_weight', kind: 'nonNegative' },
   sharedCacheMultiplier: { dynamo: 'shared_cache_multiplier', kind: 'nonNegative' },

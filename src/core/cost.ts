@@ -10,7 +10,7 @@
  *          + host_cache_hit_weight × host_overlap_blocks
  *          + disk_cache_hit_weight × disk_overlap_blocks
  *          + shared_cache_multiplier × shared_hits_beyond_device
- *   cost   = prefill_load_scale × max(0, raw_prefill_blocks − credit)
+ *   cost   = prefill_load_scale × (max(0, raw_prefill_blocks − credit) + kv_pressure_weight × evicted_blocks)
  *          + potential_decode_blocks + decode_active_request_weight × active_requests
  *   cost  *= Π preferred-taint factors the worker carries    (routing constraints; applied by the scheduler)
  *
@@ -24,6 +24,17 @@
  *
  * Tiered overlaps are counted beyond what a faster tier already holds: a block
  * both on device and in host cache earns only the device credit [inferred].
+ *
+ * Cache pressure (kvgate's own term; `kv_pressure_weight` 0 gives Dynamo's
+ * cost): `evicted_blocks = max(0, held + request_blocks − device_overlap −
+ * capacity)` are the cached blocks of other contexts a worker whose KV cache
+ * is full must drop to take this prompt (held: the blocks the router's index
+ * holds for it; capacity: its advertised KV blocks). Agent sessions come back
+ * for their context, so a dropped block is prefill work moved to a later
+ * request: it is charged like one, at the prefill scale. A paused session's
+ * blocks are held, not active: they cost nothing as load, and only what a
+ * newcomer would evict of them is charged. Without a full cache (or a known
+ * capacity) the term is 0.
  */
 import type { KvRouterConfig } from './config.js';
 
@@ -38,6 +49,8 @@ export type CostKnobs = Pick<
   | 'diskCacheHitWeight'
   | 'sharedCacheMultiplier'
 > & {
+  /** Weight of evicted blocks (`routerKvPressureWeight`); absent = 0, Dynamo's cost. */
+  readonly kvPressureWeight?: number;
   readonly trackPrefillTokens: boolean;
   /** Apply the decode exception (decode router, no prefill tracking, credit > 0). */
   readonly decodeException: boolean;
@@ -54,6 +67,8 @@ export interface CandidateLoad {
   readonly hostOverlapBlocks?: number;
   readonly diskOverlapBlocks?: number;
   readonly sharedBeyondDeviceBlocks?: number;
+  /** Cached blocks of other contexts the worker would evict to take the prompt (0 below a full cache). */
+  readonly evictedBlocks?: number;
 }
 
 /** The request-wide inputs of the cost model. */
@@ -89,6 +104,8 @@ export interface CostInput {
   diskOverlap: number;
   /** Shared-cache blocks beyond the device overlap. */
   sharedBeyond: number;
+  /** Cached blocks the worker would evict to take the prompt (see the cache-pressure term). */
+  evicted: number;
 }
 
 /** A zeroed `CostInput` (every field present, so the object keeps one shape as it is refilled). */
@@ -105,6 +122,7 @@ export function newCostInput(): CostInput {
     hostOverlap: 0,
     diskOverlap: 0,
     sharedBeyond: 0,
+    evicted: 0,
   };
 }
 
@@ -128,7 +146,8 @@ export function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
   }
   const raw = k.trackPrefillTokens ? (x.activePrefill + x.isl) / blockSize : 0;
   const p = raw - credit;
-  return k.prefillLoadScale * (p > 0 ? p : 0) + x.potentialDecodeBlocks + requestTerm;
+  const pressure = x.evicted > 0 ? (k.kvPressureWeight ?? 0) * x.evicted : 0;
+  return k.prefillLoadScale * ((p > 0 ? p : 0) + pressure) + x.potentialDecodeBlocks + requestTerm;
 }
 
 /** The [v1.5] cost of one candidate from request-wide and per-candidate records (off the hot path: tests, explanations). */
@@ -145,6 +164,7 @@ export function candidateCost(knobs: CostKnobs, req: CostRequest, c: CandidateLo
     hostOverlap: c.hostOverlapBlocks ?? 0,
     diskOverlap: c.diskOverlapBlocks ?? 0,
     sharedBeyond: c.sharedBeyondDeviceBlocks ?? 0,
+    evicted: c.evictedBlocks ?? 0,
   });
 }
 

@@ -36,11 +36,30 @@ export type PolicySpec =
 /**
  * Peers' routers as named KV presets (Dynamo's snake_case fields over kvgate's defaults):
  * `dynamo` is Dynamo v1.5's defaults, `dynamo-agentic` its `--agentic` preset
- * (overlap credit 2, prefill load x4, 64 blocks per active request).
+ * (overlap credit 2, prefill load x4, 64 blocks per active request). Both turn
+ * kvgate's own cache-pressure term off: Dynamo has none. `llm-d` is llm-d's
+ * weighted scorer with its recommended weights, prefix : queue : KV utilisation
+ * = 2 : 2 : 1 (llm-d's docs); `lmetric` LMetric's product rule.
  */
 export const POLICY_PRESETS: Readonly<Record<string, Readonly<Record<string, unknown>>>> = {
-  dynamo: { overlap_score_credit: 1, prefill_load_scale: 1, decode_active_request_weight: 0 },
-  'dynamo-agentic': { overlap_score_credit: 2, prefill_load_scale: 4, decode_active_request_weight: 64 },
+  dynamo: {
+    overlap_score_credit: 1,
+    prefill_load_scale: 1,
+    decode_active_request_weight: 0,
+    router_kv_pressure_weight: 0,
+  },
+  'dynamo-agentic': {
+    overlap_score_credit: 2,
+    prefill_load_scale: 4,
+    decode_active_request_weight: 64,
+    router_kv_pressure_weight: 0,
+  },
+  'llm-d': {
+    router_prefix_scorer_weight: 2,
+    router_queue_scorer_weight: 2,
+    router_kv_utilization_scorer_weight: 1,
+  },
+  lmetric: { router_lmetric: true },
 };
 
 /** `kv[field=value,...]` from Dynamo-named fields, in the order given. */

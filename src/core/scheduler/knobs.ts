@@ -16,6 +16,17 @@ export interface EffectiveKnobs extends CostKnobs {
   readonly trackActiveBlocks: boolean;
   /** Book the prompt's blocks as shared with other requests: tracking active blocks, assuming reuse, and the prompt has hashes. */
   readonly shareable: boolean;
+  /** The weighted scorer's weights (prefix, queue, KV utilisation); all 0 = score with the cost model. */
+  readonly scorer: WeightedScorer | null;
+  /** Score with LMetric's product instead of the cost. */
+  readonly lmetric: boolean;
+}
+
+/** An llm-d-style weighted scorer's weights. */
+export interface WeightedScorer {
+  readonly prefix: number;
+  readonly queue: number;
+  readonly kvUtilization: number;
 }
 
 /**
@@ -37,6 +48,7 @@ export function effectiveKnobs(
     overlapScoreCreditDecay: c.overlapScoreCreditDecay,
     prefillLoadScale: o?.prefillLoadScale ?? c.prefillLoadScale,
     decodeActiveRequestWeight: c.decodeActiveRequestWeight,
+    kvPressureWeight: c.routerKvPressureWeight,
     hostCacheHitWeight: tiered ? c.hostCacheHitWeight : 0,
     diskCacheHitWeight: tiered ? c.diskCacheHitWeight : 0,
     sharedCacheMultiplier: tiered ? (o?.sharedCacheMultiplier ?? c.sharedCacheMultiplier) : 0,
@@ -47,6 +59,15 @@ export function effectiveKnobs(
     assumeKvReuse,
     trackActiveBlocks: c.routerTrackActiveBlocks,
     shareable: c.routerTrackActiveBlocks && assumeKvReuse && hasHashes,
+    scorer:
+      c.routerPrefixScorerWeight + c.routerQueueScorerWeight + c.routerKvUtilizationScorerWeight > 0
+        ? {
+            prefix: c.routerPrefixScorerWeight,
+            queue: c.routerQueueScorerWeight,
+            kvUtilization: c.routerKvUtilizationScorerWeight,
+          }
+        : null,
+    lmetric: c.routerLmetric,
   };
 }
 
@@ -62,6 +83,7 @@ export function costKnobsOf(k: EffectiveKnobs): CostKnobs {
     overlapScoreCreditDecay: k.overlapScoreCreditDecay,
     prefillLoadScale: k.prefillLoadScale,
     decodeActiveRequestWeight: k.decodeActiveRequestWeight,
+    kvPressureWeight: k.kvPressureWeight ?? 0,
     hostCacheHitWeight: k.hostCacheHitWeight,
     diskCacheHitWeight: k.diskCacheHitWeight,
     sharedCacheMultiplier: k.sharedCacheMultiplier,

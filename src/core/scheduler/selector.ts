@@ -13,7 +13,7 @@ import { costOf, newCostInput } from '../cost.js';
 import { RoutingDecision, takeBreakdown, writeBreakdown, writeProbability } from '../decision.js';
 import { pickLowest, sampleIndex, softmaxProbabilities } from '../selection.js';
 import type { Booker } from './booking.js';
-import { costKnobsOf, effectiveKnobs, type EffectiveKnobs } from './knobs.js';
+import { costKnobsOf, effectiveKnobs, type EffectiveKnobs, type WeightedScorer } from './knobs.js';
 import type { OverlapMatcher } from './overlap.js';
 import type { SlotTable } from './slots.js';
 import type { SchedulingRequest, SelectionMode } from './types.js';
@@ -48,7 +48,12 @@ export class SlotSelector {
     const t1 = clock.now();
     const knobs = effectiveKnobs(config, this.#p.role, req.override, req.hashes !== null, tiered);
     const breakdown = takeBreakdown(n);
-    const maxOverlap = this.#score(req, n, knobs, tiered, breakdown);
+    const maxOverlap =
+      knobs.scorer !== null
+        ? this.#scoreWeighted(req, n, knobs.scorer, breakdown)
+        : knobs.lmetric
+          ? this.#scoreLmetric(req, n, breakdown)
+          : this.#score(req, n, knobs, tiered, breakdown);
     const pick = this.#pick(n, knobs.temperature, breakdown);
     const scratch = table.scratch;
     const slot = scratch.eligible[pick]!;
@@ -107,6 +112,9 @@ export class SlotSelector {
     x.diskOverlap = 0;
     x.sharedBeyond = 0;
     const preferred = req.routingConstraints?.preferredTaints;
+    // Cache pressure needs the index's held-block count per candidate: read only when the term is on.
+    const pressure = (knobs.kvPressureWeight ?? 0) > 0 && !knobs.decodeException;
+    const requestBlocks = x.requestBlocks;
     let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
       const s = elig[i]!;
@@ -121,6 +129,7 @@ export class SlotSelector {
       x.potentialDecodeBlocks = decodeBlocks;
       x.activeRequests = activeRequests;
       x.deviceOverlap = overlap;
+      x.evicted = pressure ? table.evictedBlocks(s, requestBlocks - overlap) : 0;
       if (tiered) {
         x.hostOverlap = host[s]!;
         x.diskOverlap = disk[s]!;
@@ -139,6 +148,93 @@ export class SlotSelector {
         prefillTokens,
         decodeBlocks,
         activeRequests,
+        cost,
+      );
+    }
+    return maxOverlap;
+  }
+
+  /**
+   * The llm-d-style weighted scorer (its "optimized baseline": prefix, queue and KV-utilisation
+   * scorers, each in [0, 1], weighted and summed; the highest score wins). Prefix: the share of the
+   * prompt's blocks cached there. Queue: the prefill tokens booked there and not yet computed,
+   * min-max normalised so the least queued scores 1 (llm-d reads the engine's waiting requests; the
+   * router's own booking is its closest measure). KV utilisation: 1 − the active blocks over the
+   * advertised capacity (1 when unknown). The cost written is the negated score, so picking (argmin,
+   * uniform ties; or softmax) and the explanation stay those of the cost model. Returns the largest overlap.
+   */
+  #scoreWeighted(req: SchedulingRequest, n: number, w: WeightedScorer, breakdown: Float64Array): number {
+    const { table, active } = this.#p;
+    const promptBlocks = req.hashes !== null ? req.hashes.seq.length : Math.floor(req.isl / this.#p.blockSize);
+    const { eligible: elig } = table.scratch;
+    const prefill = active.activePrefillTokens;
+    const blocks = active.activeDecodeBlocks;
+    let minQ = Infinity;
+    let maxQ = -Infinity;
+    for (let i = 0; i < n; i++) {
+      const q = prefill[elig[i]!]!;
+      if (q < minQ) minQ = q;
+      if (q > maxQ) maxQ = q;
+    }
+    return this.#scoreBy(req, n, breakdown, (s, overlap) => {
+      const prefixScore = promptBlocks > 0 ? Math.min(1, overlap / promptBlocks) : 0;
+      const queueScore = maxQ > minQ ? (maxQ - prefill[s]!) / (maxQ - minQ) : 1;
+      const capacity = table.totalKv[s]!;
+      const kvScore = capacity > 0 ? Math.max(0, 1 - blocks[s]! / capacity) : 1;
+      return -(w.prefix * prefixScore + w.queue * queueScore + w.kvUtilization * kvScore);
+    });
+  }
+
+  /**
+   * LMetric (Zhang et al., OSDI'26): the product of a cache indicator, the prefill tokens the worker
+   * would compute if routed there (its queued prefill plus the prompt's uncached tokens), and a load
+   * indicator, its batch size; the lowest wins, with no weight to tune (scales cancel in the product).
+   * The batch counts the request itself (active requests + 1), so an idle worker is not scored 0
+   * whatever its cache holds (the product's degenerate case the paper warns of). Returns the largest overlap.
+   */
+  #scoreLmetric(req: SchedulingRequest, n: number, breakdown: Float64Array): number {
+    const requests = this.#p.active.activeRequests;
+    return this.#scoreBy(req, n, breakdown, (s, _overlap, prefillTokens) => prefillTokens * (requests[s]! + 1));
+  }
+
+  /**
+   * The loop the alternative rules share: each candidate's cost from `rule` (slot, overlap, prefill
+   * tokens if routed there), a preferred taint's factor applied so that a factor below 1 favours the
+   * worker whatever the cost's sign, and its breakdown row. Returns the largest overlap.
+   */
+  #scoreBy(
+    req: SchedulingRequest,
+    n: number,
+    breakdown: Float64Array,
+    rule: (slot: number, overlap: number, prefillTokens: number) => number,
+  ): number {
+    const { table, active } = this.#p;
+    const { eligible: elig, dev, costs } = table.scratch;
+    const prefill = active.activePrefillTokens;
+    const preferred = req.routingConstraints?.preferredTaints;
+    let maxOverlap = 0;
+    for (let i = 0; i < n; i++) {
+      const s = elig[i]!;
+      const overlap = dev[s]!;
+      if (overlap > maxOverlap) maxOverlap = overlap;
+      const uncached = req.isl - overlap * this.#p.blockSize;
+      const prefillTokens = prefill[s]! + (uncached > 0 ? uncached : 0);
+      let cost = rule(s, overlap, prefillTokens);
+      if (preferred !== undefined) {
+        const f = table.taintFactor(s, preferred);
+        cost = cost >= 0 ? cost * f : cost / f;
+      }
+      costs[i] = cost;
+      const [worker, rank] = [table.slotWorker[s]!, table.slotRank[s]!];
+      writeBreakdown(
+        breakdown,
+        i,
+        worker,
+        rank,
+        overlap,
+        prefillTokens,
+        active.activeDecodeBlocks[s]!,
+        active.activeRequests[s]!,
         cost,
       );
     }

@@ -156,6 +156,17 @@ export class SlotTable {
     return w.slots[dpRank - start]!;
   }
 
+  /**
+   * Cached blocks slot `s` would evict to take `newBlocks` more: what its held blocks (the primary
+   * index's count) and the new ones exceed of its advertised KV capacity; 0 when the capacity is unknown.
+   */
+  evictedBlocks(s: number, newBlocks: number): number {
+    const capacity = this.totalKv[s]!;
+    if (capacity <= 0 || newBlocks <= 0) return 0;
+    const over = this.#index.slotBlockCount(s) + newBlocks - capacity;
+    return over > 0 ? (over < newBlocks ? over : newBlocks) : 0;
+  }
+
   /** Product of the preferred-taint factors of the taints slot `s`'s worker carries. */
   taintFactor(s: number, preferred: Readonly<Record<string, number>>): number {
     let f = 1;
