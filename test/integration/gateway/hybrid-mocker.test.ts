@@ -9,9 +9,10 @@
  *    then a 48-block unrelated prompt, which evicted the document's tail from A's block pool (tail first) and
  *    the document's head from A's window group (blocks that slid out of the window go first). A still holds the
  *    document's first 15 blocks in full attention, but not the window before any of them, so it can reuse
- *    nothing; engine B served the document's first 12 blocks and holds them whole. A request on the first 16
- *    blocks goes to A in full attention (15 > 12) and to B on the hybrid fleet, where the engine then reports
- *    exactly the 12 blocks the router predicted.
+ *    nothing; engine B served the document's first 8 blocks and holds them whole. A request on the first 16
+ *    blocks goes to A in full attention (15 blocks cached against 8, which outweighs the 4 blocks A's full cache
+ *    must evict to take it) and to B on the hybrid fleet, where the engine then reports exactly the 8 blocks the
+ *    router predicted.
  * 2. Prediction error: the same seeded agent-like workload (growing conversations under cache pressure, routed
  *    by kv, one request at a time) on both fleets; the exact-hit share of the router's predictions
  *    (`kvgate_router_prediction_total`, predicted vs engine-reported cached tokens) on the hybrid fleet is within
@@ -130,11 +131,11 @@ describe('hybrid attention with mocker engines (sliding window + full)', () => {
     ] as const) {
       await serve(f, doc, 1);
       await serve(f, other, 1);
-      await serve(f, doc.slice(0, 12 * BS), 2);
+      await serve(f, doc.slice(0, 8 * BS), 2);
       // A kept the document's first 15 blocks in its pool (49 blocks of the other prompt evicted 25, tail first).
       const onA = await route(f, request, 1);
       const onB = await route(f, request, 2);
-      expect(onB.overlap).toBe(12);
+      expect(onB.overlap).toBe(8);
       // Full attention reuses A's 15 blocks; the hybrid engine lost the window before each of them.
       expect(onA.overlap).toBe(name === 'hybrid' ? 0 : 15);
       const best = await route(f, request);
