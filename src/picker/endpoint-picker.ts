@@ -23,7 +23,7 @@ import type { PoolEndpoint } from '../fleet/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { rejectionError } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
-import { KvRouter, kvPool, makeRouterContext, type EventWatch } from '../routing/index.js';
+import { KvRouter, kvPool, makeRouterContext, reportIndexBytes, type EventWatch } from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
 
 /**
@@ -93,10 +93,9 @@ export class EndpointPicker {
     const { kvRouter, events } = kvPool('aggregated', pool, ctx, this.#eventWatch(m.blockSize));
     this.#router = kvRouter;
     this.#events = events;
-    const labels = { model: m.name, worker_type: 'aggregated' as const };
     this.#timer = setInterval(() => {
       this.#router.tick();
-      opts.metrics?.indexBytes.labels(labels).set(this.#router.index.bytes);
+      reportIndexBytes(ctx, m.name, 'aggregated', this.#router);
     }, TICK_MS);
     this.#timer.unref();
   }

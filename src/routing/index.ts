@@ -14,7 +14,7 @@
 export { makeRouterContext } from './context.js';
 export type { RouterContext } from './context.js';
 export { KvRouter } from './kv-router.js';
-export { kvPool } from './kv-pool.js';
+export { kvPool, reportIndexBytes } from './kv-pool.js';
 export type { EventWatch } from './event-hooks.js';
 export type { KvRouteRequest } from './kv-router.js';
 export { resolvePin } from './pins.js';
