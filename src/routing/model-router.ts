@@ -77,7 +77,7 @@ export interface ModelRouterOptions extends Pick<KvPoolOptions, 'eagle'> {
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
 }
 
-/** What replica sync shares of one pool. */
+/** What replica sync shares of one pool; `role`, the router side, names its channel (`<model>/decode`: routing/README). */
 interface ReplicaPool {
   readonly role: 'decode' | 'prefill';
   readonly kv: KvRouter;

@@ -212,11 +212,11 @@ export class PushRouter implements PoolMembers {
       return Promise.reject(
         new KvgateError('KVG_ERR_NO_WORKERS', `no ${this.role} worker is available for model ${this.model}`),
       );
-    // The routing decision's span: the chosen worker, its overlap and the cost breakdown as attributes.
+    // The decision's span (chosen worker, overlap, cost breakdown); `kvgate.pool` is the leg's phase, not the side.
     return inSpan(
       'kvgate.route',
       (span) => this.#decide(req, mode, exclude, span),
-      () => ({ 'kvgate.model': this.model, 'kvgate.pool': this.role, 'kvgate.router_mode': this.mode }),
+      () => ({ 'kvgate.model': this.model, 'kvgate.pool': req.phase, 'kvgate.router_mode': this.mode }),
     );
   }
 

@@ -168,6 +168,8 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
       expect(typeof route.attributes[key], key).toBe('number');
     }
     expect(leg.attributes).toMatchObject({ 'kvgate.worker_id': WORKER_ID, 'kvgate.phase': 'aggregated' });
+    // An aggregated model's pool is on the decode side of the router, yet the decision names what it served.
+    expect(route.attributes['kvgate.pool']).toBe('aggregated');
 
     // The engine received a traceparent of the same trace, whose parent is the engine-leg span.
     const state = (await (await fetch(`${String(engine.url)}/admin/state`)).json()) as { traceparents: string[] };

@@ -6,7 +6,7 @@
  * bookkeeping at zero, a metric, a leg's stream).
  */
 import { expect, vi, type MockInstance } from 'vitest';
-import { ManualClock, seededRng, type RouterMode } from '../../../src/common/index.js';
+import { ManualClock, seededRng, type RouterMode, type WorkerRole } from '../../../src/common/index.js';
 import type { WorkerInfo } from '../../../src/discovery/index.js';
 import { KvgateError } from '../../../src/errors/index.js';
 import { KvgateMetrics } from '../../../src/metrics/index.js';
@@ -47,7 +47,10 @@ export function closePools(): void {
   for (const p of open.splice(0)) p.close();
 }
 
-export function pool(opts: { mode?: RouterMode; maxRetries?: number; migration?: MigrationPolicy } = {}): Pool {
+/** `role` is the pool's router side: `decode` is how a ModelRouter builds the pool of an aggregated model. */
+export function pool(
+  opts: { mode?: RouterMode; maxRetries?: number; migration?: MigrationPolicy; role?: WorkerRole } = {},
+): Pool {
   const mode = opts.mode ?? 'kv';
   const clock = new ManualClock(1_000);
   const metrics = new KvgateMetrics({ processMetrics: false });
@@ -59,7 +62,7 @@ export function pool(opts: { mode?: RouterMode; maxRetries?: number; migration?:
   const push = new PushRouter(
     {
       model: MODEL,
-      role: 'aggregated',
+      role: opts.role ?? 'aggregated',
       mode,
       blockSize: BS,
       kvRouter: kv,
