@@ -31,7 +31,7 @@ export { summarizePolicy, round } from './results.js';
 export type { PolicyRun, PoolRun } from './results.js';
 export { renderMarkdown, writeReport } from './report.js';
 export { lineChart, cdfPoints, niceTicks, formatTick } from './svg-charts.js';
-export { LoadTimeline, HitTimeline } from './timeline.js';
+export { LoadTimeline, HitTimeline, windowedImbalance } from './timeline.js';
 export { ProgressBar } from './progress.js';
 export { distribution, quantile } from './stats.js';
 export { generateLoad } from './load-generator.js';

@@ -10,7 +10,7 @@ import { cpus, arch, release, totalmem, type } from 'node:os';
 import { join } from 'node:path';
 import { singleRouterName } from './router-replicas.js';
 import { cdfPoints, escapeXml, lineChart, PALETTE, type ChartBand, type ChartSeries } from './svg-charts.js';
-import { WINDOW_BUCKETS, type LoadBucket } from './timeline.js';
+import { WINDOW_BUCKETS, windowedImbalance, type LoadBucket } from './timeline.js';
 import type { PolicyRun, PolicySummary, Percentiles } from './results.js';
 
 export interface MachineInfo {
@@ -318,27 +318,14 @@ function renderCharts(report: ReplayReport, runs: readonly PolicyRun[]): Record<
   });
   const imbalance: ChartSeries[] = runs.map((r) => {
     const pool = r.pools.reduce((a, b) => (b.load.imbalance > a.load.imbalance ? b : a));
-    // Over a sliding window of WINDOW_BUCKETS buckets (single buckets are noisy), and only where the
-    // engines carry at least half a request each on average: the ratio means nothing on a nearly idle
-    // fleet (the drain at the end of a run, where one engine finishing the last request is "8x the mean").
-    const n = pool.workerIds.length;
-    const points: [number, number][] = [];
-    const acc = new Float64Array(n);
-    pool.buckets.forEach((b, i) => {
-      for (let e = 0; e < n; e++) acc[e]! += b.perEngine[e]!;
-      if (i >= WINDOW_BUCKETS) for (let e = 0; e < n; e++) acc[e]! -= pool.buckets[i - WINDOW_BUCKETS]!.perEngine[e]!;
-      const width = Math.min(i + 1, WINDOW_BUCKETS);
-      const mean = acc.reduce((s, v) => s + v, 0) / n / width;
-      if (mean >= 0.5) points.push([(b.startMs + pool.bucketMs) / 1000, Math.max(...acc) / width / mean]);
-      else points.push([(b.startMs + pool.bucketMs) / 1000, Number.NaN]);
-    });
+    const points = windowedImbalance(pool.buckets, pool.bucketMs);
     return { name: `${r.name}${r.pools.length > 1 ? ` (${pool.name})` : ''}`, points };
   });
   out['load-imbalance-over-time.svg'] = lineChart({
     title: `Load imbalance over time: busiest engine / mean (in-flight requests, sliding ${windowText})`,
     subtitle: sub,
     xLabel: 'time (s)',
-    yLabel: 'max / mean (where engines average >= 0.5 in flight)',
+    yLabel: 'max / mean (while engines carry at least half their mean load)',
     series: imbalance,
     yMin: 1,
   });

@@ -171,3 +171,35 @@ export class HitTimeline {
     return out;
   }
 }
+
+/**
+ * Load imbalance over a sliding window of `windowBuckets` buckets ending at each bucket: [bucket end ms, busiest
+ * engine's mean / mean over engines], NaN (a gap in the chart) where the fleet is not loaded. Loaded means the
+ * engines average at least half of their mean load over the run's busy span (and at least half a request): max/mean
+ * is bounded only by the engine count and reaches it whenever a few requests remain, so in the drain after the last
+ * arrival (the backlog finishing on whichever engines hold it) it jumps to the engine count and would set the y
+ * axis, while saying nothing of how the router balanced the load it was given. A threshold relative to the run's
+ * own load, rather than a fixed one, keeps light and overloaded runs alike to their loaded span.
+ */
+export function windowedImbalance(
+  buckets: readonly LoadBucket[],
+  bucketMs: number,
+  windowBuckets = WINDOW_BUCKETS,
+): [number, number][] {
+  const n = buckets[0]?.perEngine.length ?? 0;
+  if (n === 0) return [];
+  const totals = buckets.map((b) => b.perEngine.reduce((s, v) => s + v, 0));
+  const first = totals.findIndex((t) => t > 0);
+  const last = totals.findLastIndex((t) => t > 0);
+  const runMean = first < 0 ? 0 : totals.slice(first, last + 1).reduce((s, t) => s + t, 0) / (last - first + 1) / n;
+  const floor = Math.max(0.5, runMean / 2);
+  const acc = new Float64Array(n);
+  return buckets.map((b, i) => {
+    for (let e = 0; e < n; e++) acc[e]! += b.perEngine[e]!;
+    if (i >= windowBuckets) for (let e = 0; e < n; e++) acc[e]! -= buckets[i - windowBuckets]!.perEngine[e]!;
+    const width = Math.min(i + 1, windowBuckets);
+    const mean = acc.reduce((s, v) => s + v, 0) / n / width;
+    const end = (b.startMs + bucketMs) / 1000;
+    return [end, mean >= floor ? Math.max(...acc) / width / mean : Number.NaN];
+  });
+}

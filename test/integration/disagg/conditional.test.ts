@@ -64,4 +64,34 @@ describe('disagg_policy input_length through kvgate serve', () => {
     expect(await decisions('aggregated', 'short_input')).toBe(1);
     expect(await decisions('disaggregated', 'long_input')).toBe(1);
   });
+
+  it("/v1/route's prefill_worker is filled, in worker's shape, for every request that has a prefill leg", async () => {
+    const route = async (tokens: number): Promise<Record<string, unknown>> => {
+      const res = await fetch(`${url}/v1/route`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: MODEL,
+          prompt: Array.from({ length: tokens }, (_, i) => 10 + i),
+          return_token_ids: false,
+        }),
+      });
+      expect(res.status).toBe(200);
+      return (await res.json()) as Record<string, unknown>;
+    };
+    const long = await route(BOUND);
+    expect(long).toMatchObject({
+      worker: { worker_id: 2, dp_rank: 0 },
+      prefill_worker: { worker_id: 1, dp_rank: 0 },
+      worker_id: { prefill_worker_id: 1, prefill_dp_rank: 0, decode_worker_id: 2, decode_dp_rank: 0 },
+    });
+    expect(Object.keys(long.prefill_worker as object)).toEqual(Object.keys(long.worker as object));
+    // Served whole: no prefill leg, so no prefill_worker; Dynamo's worker_id names the one worker in both slots.
+    const short = await route(BOUND - 1);
+    expect(short).toMatchObject({
+      worker: { worker_id: 2, dp_rank: 0 },
+      prefill_worker: null,
+      worker_id: { prefill_worker_id: 2, prefill_dp_rank: 0, decode_worker_id: 2, decode_dp_rank: 0 },
+    });
+  });
 });
