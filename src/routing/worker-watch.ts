@@ -72,7 +72,7 @@ export class WorkerWatch {
     this.#ctx.metrics?.workerKvEventsLive.labels(this.#labels(w)).set(0);
     const health = this.#health?.(w.id);
     this.#ctx.logger.warn(
-      { workerId: w.id, url: w.url, role: w.role, state: health?.state, error: health?.lastError },
+      { workerId: w.id, url: w.url, role: w.role, health: health?.state, error: health?.lastError },
       `worker ${w.id} is down: not routed to, its KV events and cached blocks dropped`,
     );
   }

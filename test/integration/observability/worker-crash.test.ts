@@ -22,6 +22,14 @@ function series(text: string, name: string, workerId: number): number | undefine
   return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
+/** The `state` label of the worker's `kvgate_worker_state` series at 1: its health in the metric's vocabulary. */
+function healthGauge(text: string, workerId: number): string | undefined {
+  const line = text
+    .split('\n')
+    .find((l) => l.startsWith('kvgate_worker_state{') && l.includes(`worker_id="${workerId}"`) && l.endsWith(' 1'));
+  return line === undefined ? undefined : /state="([^"]*)"/.exec(line)?.[1];
+}
+
 describe('a crashed engine is loud', () => {
   let dir: string;
   const procs: ServedProc[] = [];
@@ -112,6 +120,11 @@ describe('a crashed engine is loud', () => {
     const down = await worker2();
     expect(down).toMatchObject({ state: 'down', health: 'down', kvEventsState: 'down' });
     expect(String(down.lastError)).toMatch(/GET \/health/);
+    // One health vocabulary: /admin/models' `health`, the state gauge's label and the down line's `health` agree.
+    await until(async () => healthGauge(await metrics(), 2) === down.health, 'kvgate_worker_state at down', 5_000);
+    const downLine = jsonLines(gateway).find((o) => o.workerId === 2 && /is down/.test(String(o.msg)));
+    expect(downLine).toMatchObject({ health: 'down' });
+    expect(downLine).not.toHaveProperty('state');
     const refused = await pinned();
     expect(refused.status).toBe(503);
     const err = ((await refused.json()) as { error: { code: string; message: string } }).error;
@@ -142,5 +155,6 @@ describe('a crashed engine is loud', () => {
     );
     await until(eventsLive, "worker 2's KV events live again", 20_000);
     expect(await worker2()).toMatchObject({ state: 'ready', health: 'up', kvEventsState: 'live' });
+    await until(async () => healthGauge(await metrics(), 2) === 'up', 'kvgate_worker_state back at up', 5_000);
   }, 90_000);
 });
