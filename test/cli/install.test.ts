@@ -34,7 +34,7 @@ describe('installing kvgate as the README says', () => {
     const { stdout } = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], {
       cwd: ROOT,
     });
-    const [{ filename }] = JSON.parse(stdout) as { filename: string }[];
+    const { filename } = (JSON.parse(stdout) as { filename: string }[])[0]!;
     const app = join(dir, 'app');
     const installed = join(app, 'node_modules', 'kvgate');
     mkdirSync(installed, { recursive: true });
