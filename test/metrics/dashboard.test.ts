@@ -151,4 +151,16 @@ describe('the Grafana dashboard', () => {
       unit: 'short',
     });
   });
+
+  it('the prediction panel plots the exact share it names, and the load-over-cache share apart from it', () => {
+    const prediction = dashboard.panels.find((p) => p.title?.startsWith('Prediction: exact share'))!;
+    const legend = (l: string): string | undefined => prediction.targets!.find((t) => t.legendFormat === l)?.expr;
+    // The share of predictions the engine confirmed exactly: exact outcomes over all outcomes of the same metric.
+    expect(legend('exact share')).toMatch(
+      /^sum\(rate\(kvgate_router_prediction_total\{[^}]*outcome="exact"\}\[[^\]]*\]\)\) \/ sum\(rate\(kvgate_router_prediction_total\{(?![^}]*outcome)[^}]*\}/,
+    );
+    const others = prediction.targets!.filter((t) => t.legendFormat !== 'exact share').map((t) => t.expr!);
+    expect(others.filter((e) => e.includes('outcome="exact"'))).toEqual([]);
+    expect(others.some((e) => e.includes('kvgate_router_non_max_overlap_selections_total'))).toBe(true);
+  });
 });
