@@ -20,6 +20,7 @@
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  answerEngineProbe,
   sendJson,
   sseEvent,
   sseHead,
@@ -62,12 +63,7 @@ const streamChunk = (delta: Record<string, unknown>, finish: string | null): Rec
 const resetOnce = new Set<string>();
 
 function answer(workerId: number, req: RecordedRequest, res: ServerResponse): void {
-  if (req.method === 'GET') {
-    if (req.url === '/v1/models') return sendJson(res, 200, { object: 'list', data: [{ id: MODEL, object: 'model' }] });
-    if (req.url === '/health') return void res.end('ok');
-    res.writeHead(404).end();
-    return;
-  }
+  if (answerEngineProbe(req, res, MODEL)) return;
   const id = String(req.headers['x-request-id']);
   if (id.startsWith('reset-') && !resetOnce.has(id)) {
     resetOnce.add(id);
