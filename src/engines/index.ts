@@ -15,6 +15,7 @@ export {
   oneTokenPrefillFields,
   streamingBodyFields,
   clientWantsUsage,
+  answersInOneToken,
 } from './leg-fields.js';
 export type { LegFields } from './leg-fields.js';
 export {

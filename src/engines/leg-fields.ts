@@ -69,12 +69,14 @@ export function oneTokenPrefillFields(body: Readonly<Record<string, unknown>>): 
 }
 
 /**
- * Fields that make a generating leg stream with a usage chunk. Every such leg
- * streams, whatever the client asked for: the router sees the first token when
- * it is generated (the prompt's load leaves the worker then, and TTFT is real),
- * and the usage chunk carries the engine's cached-token count. A client that
- * asked for `stream: false` gets the answer assembled from the chunks
- * (`ResponseAssembler`); the client's other `stream_options` are kept.
+ * Fields that make a generating leg stream with a usage chunk. A leg of more
+ * than one token streams, whatever the client asked for: the router sees the
+ * first token when it is generated (the prompt's load leaves the worker then,
+ * TTFT is real, and the stream-idle deadline bounds a stalled engine), and the
+ * usage chunk carries the engine's cached-token count. A client that asked for
+ * `stream: false` gets the answer assembled from the chunks
+ * (`ResponseAssembler`); the client's other `stream_options` are kept. A leg
+ * that `answersInOneToken` is sent as the client asked instead.
  */
 export function streamingBodyFields(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const so = body['stream_options'];
@@ -86,4 +88,20 @@ export function streamingBodyFields(body: Readonly<Record<string, unknown>>): Re
 export function clientWantsUsage(body: Readonly<Record<string, unknown>>): boolean {
   const so = body['stream_options'];
   return typeof so === 'object' && so !== null && (so as Record<string, unknown>)['include_usage'] === true;
+}
+
+function isCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isFinite(v);
+}
+
+/**
+ * Whether a completion or chat body asks for at most one generated token per choice: `max_completion_tokens` when
+ * it is a number (chat), else `max_tokens`, is at most 1 (engines refuse less than 1 themselves). Such an answer's
+ * first token is its last: the engine's JSON answer arrives when its first token would have, so a non-streaming
+ * leg tells the router as much as a stream would (the prompt done, TTFT), with no gap for an idle deadline to bound.
+ */
+export function answersInOneToken(body: Readonly<Record<string, unknown>>): boolean {
+  const mct = body['max_completion_tokens'];
+  const limit = isCount(mct) ? mct : body['max_tokens'];
+  return isCount(limit) && limit <= 1;
 }

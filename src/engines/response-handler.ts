@@ -233,7 +233,8 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
         return;
       }
       case 'json': {
-        const body = Buffer.concat(this.#chunks, this.#bytes);
+        // A small answer comes in one read: kept as it is (undici hands each read over, so it is not reused).
+        const body = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#bytes);
         this.#chunks = [];
         let json: unknown;
         try {

@@ -83,10 +83,13 @@ export class ChunkShape {
 /**
  * A copy of `s` that holds no larger string. A slice of a string can be a view that keeps the whole string alive,
  * and an event's data is a slice of its whole upstream read (sse-parser.ts): the shape, kept for the stream's
- * life, must not keep a read of up to 64 KB per stream. Called once or twice per stream.
+ * life, must not keep a read of up to 64 KB per stream. Called once or twice per stream. A concatenation read
+ * by `slice` is flattened into a new string first (V8 flattens before it slices), and the slice's parent is
+ * that new string, so the copy keeps one character more than `s` and nothing of the read; half the cost of a
+ * JSON round trip.
  */
 function ownString(s: string): string {
-  return JSON.parse(JSON.stringify(s)) as string;
+  return (' ' + s).slice(1);
 }
 
 const UNREAD = Symbol('unread');

@@ -39,6 +39,18 @@ function notFound(what: string, param: string): never {
   );
 }
 
+/** Each served entry's target for its base model, built once: a target is read, never written. */
+const baseTargets = new WeakMap<Served, Served & { loraName: undefined }>();
+
+function baseTarget<S extends Served>(s: S): S & { loraName: undefined } {
+  let t = baseTargets.get(s) as (S & { loraName: undefined }) | undefined;
+  if (t === undefined) {
+    t = { ...s, loraName: undefined };
+    baseTargets.set(s, t);
+  }
+  return t;
+}
+
 /**
  * @throws KvgateError KVG_ERR_MODEL_NOT_FOUND (no such model or adapter), KVG_ERR_INVALID_REQUEST
  *   (`model` names one adapter and `nvext.lora_name` another).
@@ -52,7 +64,7 @@ export function resolveModel<S extends Served>(
   if (base !== undefined) {
     if (loraHint !== undefined && !serves(base, loraHint))
       notFound(`LoRA adapter ${JSON.stringify(loraHint)} of model ${name}`, 'nvext.lora_name');
-    return { ...base, loraName: loraHint };
+    return loraHint === undefined ? baseTarget(base) : { ...base, loraName: loraHint };
   }
   for (const s of served.values()) {
     if (!serves(s, name)) continue;

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import {
+  answersInOneToken,
   DP_RANK_HEADER,
   EngineClient,
   VLLM_PREFILL_KV_TRANSFER_PARAMS,
@@ -213,6 +214,18 @@ describe('data-parallel rank', () => {
     );
     expect(merged.fields).toEqual({ routed_dp_rank: 3, bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: 2n });
     expect(merged.headers).toEqual({ 'x-data-parallel-rank': '1' });
+  });
+});
+
+describe('one-token answers (answersInOneToken)', () => {
+  it('max_completion_tokens when it is a number, else max_tokens, at most 1', () => {
+    expect(answersInOneToken({ max_tokens: 1 })).toBe(true);
+    expect(answersInOneToken({ max_tokens: 2 })).toBe(false);
+    expect(answersInOneToken({})).toBe(false);
+    expect(answersInOneToken({ max_tokens: 64, max_completion_tokens: 1 })).toBe(true);
+    expect(answersInOneToken({ max_tokens: 1, max_completion_tokens: 64 })).toBe(false);
+    expect(answersInOneToken({ max_tokens: 1, max_completion_tokens: null })).toBe(true);
+    expect(answersInOneToken({ max_tokens: '1' })).toBe(false);
   });
 });
 

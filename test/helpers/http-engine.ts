@@ -162,3 +162,15 @@ export function sendJson(
 export function completionChunk(text: string, finishReason: string | null = null): Record<string, unknown> {
   return { id: 'cmpl-test', object: 'text_completion', choices: [{ index: 0, text, finish_reason: finishReason }] };
 }
+
+/**
+ * Answers what kvgate asks an engine outside a request (GET `/v1/models` naming `model`, GET `/health`; any other
+ * GET a 404). Returns false for a request that is not a GET, which the route answers itself.
+ */
+export function answerEngineProbe(req: RecordedRequest, res: ServerResponse, model: string): boolean {
+  if (req.method !== 'GET') return false;
+  if (req.url === '/v1/models') sendJson(res, 200, { object: 'list', data: [{ id: model, object: 'model' }] });
+  else if (req.url === '/health') res.end('ok');
+  else res.writeHead(404).end();
+  return true;
+}

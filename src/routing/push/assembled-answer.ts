@@ -1,6 +1,6 @@
 /**
  * The answer for a client that asked for `stream: false`, read from the
- * streamed leg (every generating leg streams, see `streamingBodyFields`): the
+ * streamed leg (every generating leg of more than one token streams, see `legStreams`): the
  * guard watches each chunk as it arrives, and the chunks are assembled into
  * the engine's non-streaming response shape.
  */

@@ -1,12 +1,18 @@
 /**
  * The engine request of one leg on its chosen worker, built once per attempt:
- * the dp rank's and the handoff's fields laid over the body, every generating
- * leg streamed with usage (with the token ids a migration resumes from when
+ * the dp rank's and the handoff's fields laid over the body, a generating leg
+ * of more than one token streamed with usage (with the token ids a migration resumes from when
  * asked and the engine sends them), the trace context's headers and the
  * client's request id, and the leg's progress deadlines. Pure: the
  * PushRouter sends what this builds.
  */
-import { NO_LEG_FIELDS, dpRankLegFields, mergeLegFields, streamingBodyFields } from '../../engines/index.js';
+import {
+  NO_LEG_FIELDS,
+  answersInOneToken,
+  dpRankLegFields,
+  mergeLegFields,
+  streamingBodyFields,
+} from '../../engines/index.js';
 import type { DispatchOptions } from '../../engines/index.js';
 import { isPoolingPath } from '../embeddings.js';
 import type { LegRequest, Selection } from './types.js';
@@ -28,6 +34,11 @@ function streamingFields(
   return out;
 }
 
+/** A leg sent unstreamed that generates one token: a P/D prefill, or a client's one-token request (`legStreams`). */
+function oneTokenLeg(req: LegRequest): boolean {
+  return req.phase === 'prefill' || (req.phase === 'aggregated' && !req.stream && answersInOneToken(req.body));
+}
+
 /** A leg's headers, its trace context's, and the client's request id (which engines build the response's `id` from). */
 function legHeaders(
   leg: Readonly<Record<string, string>>,
@@ -40,9 +51,26 @@ function legHeaders(
 }
 
 /**
+ * Whether a leg goes to the engine streamed. Every generating leg streams with usage (the guard sees the first token
+ * when it is generated, the idle deadline bounds a stalled engine, a migration resumes from the tokens so far), with
+ * three exceptions sent as they are: a leg whose fields turn streaming off (a P/D prefill, an agent API's
+ * non-streaming request), a pooling leg (embeddings generate nothing), and an aggregated leg of a client that asked
+ * for no stream and at most one token (`answersInOneToken`). That last one's first token is its last, so the engine's
+ * JSON answer comes when its first chunk would have: the guard marks the prompt done and observes TTFT on it as a
+ * stream would, and kvgate relays the engine's own answer instead of parsing chunks and assembling one. A failure
+ * before that answer reached kvgate has reached no client, so it is retried elsewhere as any failed attempt is.
+ * Longer non-streaming requests stay streamed: their prompt's load must leave the worker at the first token, not the
+ * last, and their TTFT is not their end-to-end time. A decode leg keeps its stream (its handoff, its token ids).
+ */
+function legStreams(req: LegRequest, fields: Readonly<Record<string, unknown>>): boolean {
+  if (fields['stream'] === false || isPoolingPath(req.path)) return false;
+  return req.stream || req.phase !== 'aggregated' || !answersInOneToken(req.body);
+}
+
+/**
  * The dispatch options of `req` on `sel`'s worker. `tokenIds`: the leg asks for the token ids a migration resumes
- * from; `traceHeaders`: the engine leg's span context. The first-byte deadline covers streamed legs and one-token
- * prefills, the idle deadline streamed legs only.
+ * from; `traceHeaders`: the engine leg's span context. The first-byte deadline covers every generating leg (an
+ * unstreamed one answers in one token: its first byte is its answer), the idle deadline streamed legs only.
  */
 export function legDispatchOptions(
   req: LegRequest,
@@ -54,9 +82,7 @@ export function legDispatchOptions(
   const w = sel.worker;
   const rankFields = w.dpSize > 1 || w.dpStart > 0 ? dpRankLegFields(w.dialect, sel.slot.dpRank) : NO_LEG_FIELDS;
   const extra = mergeLegFields(rankFields, req.legFields ?? NO_LEG_FIELDS);
-  // Every generating leg streams with usage; a one-token leg that turns streaming off (a P/D prefill) stays
-  // unstreamed, and a pooling leg (embeddings) generates nothing: sent as the client sent it.
-  const streamed = extra.fields['stream'] !== false && !isPoolingPath(req.path);
+  const streamed = legStreams(req, extra.fields);
   // vLLM (>= 0.10.2) sends the token ids a migration resumes from (others when configured so); else retried before
   // the first byte only.
   const ids = tokenIds && (w.returnsTokenIds ?? w.dialect === 'vllm');
@@ -66,7 +92,7 @@ export function legDispatchOptions(
     stream: streamed,
     extraFields: streamed ? streamingFields(extra.fields, req.body, ids) : extra.fields,
     headers: legHeaders(extra.headers, traceHeaders, req.clientRequestId ?? req.requestId),
-    firstByteTimeoutMs: streamed || req.phase === 'prefill' ? timeouts?.firstByteMs : undefined,
+    firstByteTimeoutMs: streamed || oneTokenLeg(req) ? timeouts?.firstByteMs : undefined,
     streamIdleTimeoutMs: streamed ? timeouts?.streamIdleMs : undefined,
     onDispatched: req.onDispatched,
   };

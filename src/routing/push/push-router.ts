@@ -7,9 +7,9 @@
  * Lifecycle contract (the bookkeeping must return to zero on every path):
  *   select (pins by phase, else best match; may wait in the router queue)
  *   -> book (before dispatch, so a dispatch failure still frees the slot)
- *   -> dispatch over undici (every generating leg streams with usage; a
- *      client that asked for `stream: false` gets the answer assembled from
- *      the chunks, so the guard sees the first token when it happens)
+ *   -> dispatch over undici (a leg of more than one token streams with usage and
+ *      a `stream: false` client gets the answer assembled from the chunks, so the
+ *      guard sees the first token when it happens; leg-dispatch.ts's `legStreams`)
  *   -> guard (leg-guard.ts): first output marks prefill complete and records
  *      TTFT; output blocks are tracked when enabled; usage's cached tokens are
  *      compared with the prediction; the booking is freed exactly once on end,
@@ -89,7 +89,7 @@ export interface PushRouterOptions {
   readonly onDispatch?: ((slot: WorkerRank) => void) | undefined;
   /**
    * Progress deadlines per leg (ms; 0 or undefined: none). `firstByteMs` bounds dispatch to first output on
-   * streamed legs (every generating leg streams, whatever the client asked) and one-token prefills;
+   * streamed legs and unstreamed one-token legs (prefills, one-token requests);
    * `streamIdleMs` bounds the silence between two SSE events.
    */
   readonly legTimeouts?: LegTimeouts | undefined;
