@@ -324,10 +324,13 @@ export class PrefixIndex {
     const outDepths = outSlots + slotCap * 4;
     const count = this.#m.exports.idxFindMatches(ix, io, n, bySequence ? 0 : 1, outSlots, outDepths);
     // The call may grow WASM memory (chaining scratch), detaching `v`: read the results through fresh views.
+    // One copy out for both columns: the depths are moved up to just after the slots first (a memmove
+    // inside WASM memory), so a match allocates one buffer, not two.
     const out = this.#m.views().u32;
-    const slots = out.slice(outSlots >>> 2, (outSlots >>> 2) + count);
-    const depths = out.slice(outDepths >>> 2, (outDepths >>> 2) + count);
-    return { count, slots, depths };
+    const at = outSlots >>> 2;
+    out.copyWithin(at + count, outDepths >>> 2, (outDepths >>> 2) + count);
+    const both = out.slice(at, at + 2 * count);
+    return { count, slots: both.subarray(0, count), depths: both.subarray(count) };
   }
 
   /**
