@@ -121,9 +121,19 @@ describe('whole-prompt hashing against native XXH3 of each block', () => {
 
   // Windows of 17..128 bytes are hashed two blocks at a time in SIMD lanes with the chain in the same loop;
   // odd block counts end with one block alone, and 1, 2 and 3 blocks cover the loop's edges.
-  it('block sizes 1..40 (plain and eagle windows), odd and even block counts, LoRA seeds', () => {
+  // Windows of 241..1,024 bytes (block sizes 61..256, the mocker's 64 among them) go one block at a time in
+  // vectors; 1,028 bytes (256 with an eagle token) and longer take the scalar path again.
+  it('block sizes 1..40, 56..66, 128, 255, 256, 300 (plain and eagle windows), odd and even block counts, LoRA seeds', () => {
     const rng = mulberry32(2026);
-    for (let bs = 1; bs <= 40; bs++) {
+    const sizes = [
+      ...Array.from({ length: 40 }, (_, i) => i + 1),
+      ...Array.from({ length: 11 }, (_, i) => 56 + i),
+      128,
+      255,
+      256,
+      300,
+    ];
+    for (const bs of sizes) {
       for (const blocks of [1, 2, 3, 8, 33]) {
         for (const eagle of [false, true]) {
           const tokens = Uint32Array.from({ length: blocks * bs + (eagle ? 1 : 0) + (bs > 1 ? 1 : 0) }, () =>
