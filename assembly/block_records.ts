@@ -18,7 +18,7 @@
 
 export const REC: usize = 24;
 const CHUNK_LOG2: u32 = 12;
-const CHUNK_MASK: u32 = (1 << CHUNK_LOG2) - 1;
+export const CHUNK_MASK: u32 = (1 << CHUNK_LOG2) - 1;
 export const MODE_LIST: u32 = 0;
 export const MODE_BITS: u32 = 1;
 const FIB: u64 = 0x9E3779B97F4A7C15;

@@ -3,6 +3,7 @@
 // u32 halves so the hot path creates no BigInt. See docs/architecture.md.
 import { xxh3 } from './xxh3';
 import { hashBlocks, chainHashes } from './hashing';
+import { hashPromptSimd } from './hash_simd';
 import {
   Index, indexNew, indexFree, ensureSlot, applyStored, applyRemoved, clearSlot,
   findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo,
@@ -46,7 +47,12 @@ export function hashPrompt(
   tokens: usize, nTokens: u32, blockSize: u32, flags: u32, seedLo: u32, seedHi: u32,
   mmOffsets: usize, mmValues: usize, outLocal: usize, outSeq: usize,
 ): u32 {
-  const n = hashBlocks(tokens, nTokens, blockSize, (flags & 1) != 0, seed64(seedLo, seedHi), mmOffsets, mmValues, outLocal);
+  const eagle = (flags & 1) != 0;
+  if (mmOffsets == 0) {
+    const fast = hashPromptSimd(tokens, nTokens, blockSize, eagle, seed64(seedLo, seedHi), outLocal, outSeq);
+    if (fast >= 0) return <u32>fast;
+  }
+  const n = hashBlocks(tokens, nTokens, blockSize, eagle, seed64(seedLo, seedHi), mmOffsets, mmValues, outLocal);
   if (outSeq != 0) chainHashes(outLocal, n, outSeq);
   return n;
 }

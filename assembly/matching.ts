@@ -6,18 +6,18 @@
 // every slot.
 import { xxh3Pair } from './xxh3';
 import { BLOCK_SEED } from './hashing';
-import { Records, rec, blockFind, holds, holdersTo, MODE_BITS } from './block_records';
+import { Records, rec, blockFind, holds, holdersTo, MODE_BITS, REC, CHUNK_MASK } from './block_records';
 
 /** The address of record `p`'s holder bitset (its u64 words), or 0 when its holders are a pair or a list. */
 // @ts-ignore: decorator
-@inline function bitsAt(r: Records, p: usize): usize {
+@inline function bitsAt(words: u32, p: usize): usize {
   if (load<u32>(p, 8) <= 2) return 0;
-  if (r.words == 1) return p + 16;
+  if (words == 1) return p + 16;
   return load<u32>(p, 20) == MODE_BITS ? <usize>load<u32>(p, 16) + 8 : 0;
 }
 
 // @ts-ignore: decorator
-@inline function bitsWords(r: Records, bits: usize): u32 { return r.words == 1 ? 1 : load<u32>(bits - 8); }
+@inline function bitsWords(words: u32, bits: usize): u32 { return words == 1 ? 1 : load<u32>(bits - 8); }
 
 // @ts-ignore: decorator
 @inline function emit(outSlots: usize, outDepths: usize, out: u32, slot: u32, depth: u32): void {
@@ -60,19 +60,26 @@ function denseToList(dense: usize, lo: u32, hi: u32, list: usize): u32 {
 }
 
 /**
- * The id of block `key`, the block after block `prevId` in a request, or -1. Tried first: the record after
- * `prevId`'s. A prefix stored in one event got consecutive ids, so a request walking it finds its records
- * in a row, each a load next to the last, without touching the id table. A record is `key`'s when it holds
- * that key and is live (keys are unique among live records; a freed one keeps its stale key, refs 0).
+ * The record of block `key`, the block after block `prevId` (record `prevP`) in a request, or 0; its id
+ * goes to `nextId`. Tried first: the record after `prevId`'s. A prefix stored in one event got
+ * consecutive ids, so a request walking it finds its records in a row, each next to the last (in the same
+ * chunk, `prevP + REC`: no chunk-table load), without touching the id table. A record is `key`'s when it
+ * holds that key and is live (keys are unique among live records; a freed one keeps its stale key, refs 0).
+ * `high` is `r.high`, fixed while matching (a match adds no record).
  */
+let nextId: i32 = -1;
 // @ts-ignore: decorator
-@inline function nextBlock(r: Records, prevId: u32, key: u64): i32 {
+@inline function nextBlock(r: Records, high: u32, prevId: u32, prevP: usize, key: u64): usize {
   const guess = prevId + 1;
-  if (guess < r.high) {
-    const q = rec(r, guess);
-    if (load<u64>(q) == key && load<u32>(q, 8) != 0) return <i32>guess;
+  if (guess < high) {
+    const q = (guess & CHUNK_MASK) != 0 ? prevP + REC : rec(r, guess);
+    if (load<u64>(q) == key && load<u32>(q, 8) != 0) {
+      nextId = <i32>guess;
+      return q;
+    }
   }
-  return blockFind(r, key);
+  nextId = blockFind(r, key);
+  return nextId < 0 ? 0 : rec(r, <u32>nextId);
 }
 
 /**
@@ -91,15 +98,17 @@ export function matchBlocks(
   if (id < 0) return 0;
   let p = rec(r, <u32>id);
   store<u32>(p, clock, 12);
+  const words = r.words;
+  const high = r.high;
   const dense = scratch;
-  const list = scratch + (<usize>r.words << 3);
+  const list = scratch + (<usize>words << 3);
   let lo: u32 = 0;
   let hi: u32 = 0;
   let count: u32 = 0;
-  const bits0 = bitsAt(r, p);
-  let isDense = bits0 != 0 && load<u32>(p, 8) >= r.words;
+  const bits0 = bitsAt(words, p);
+  let isDense = bits0 != 0 && load<u32>(p, 8) >= words;
   if (isDense) {
-    hi = bitsWords(r, bits0);
+    hi = bitsWords(words, bits0);
     memory.copy(dense, bits0, <usize>hi << 3);
   } else {
     count = holdersTo(r, p, list);
@@ -108,23 +117,34 @@ export function matchBlocks(
   for (let d: u32 = 1; d < n; d++) {
     const h = load<u64>(hashes + (<usize>d << 3));
     prev = fromLocal ? xxh3Pair(prev, h, BLOCK_SEED) : h;
-    id = nextBlock(r, <u32>id, prev);
-    p = id >= 0 ? rec(r, <u32>id) : 0;
+    // The walk goes on only from a found block (a missing one ends it below), so `p` is a record here.
+    p = nextBlock(r, high, <u32>id, p, prev);
+    id = nextId;
     if (p != 0) store<u32>(p, clock, 12);
     if (isDense) {
-      const bits = p != 0 ? bitsAt(r, p) : 0;
+      const bits = p != 0 ? bitsAt(words, p) : 0;
       if (bits != 0) {
-        const words = bitsWords(r, bits);
-        // Two words a step while both sets have them: a step where no slot drops is one test, no store.
-        const both = min<u32>(hi, words);
+        const bitsN = bitsWords(words, bits);
+        // Four words a step while both sets have them: a step where no slot drops is one test, no store.
+        const both = min<u32>(hi, bitsN);
         let w = lo;
+        for (; w + 3 < both; w += 4) {
+          const at = <usize>w << 3;
+          const x = v128.andnot(v128.load(dense + at), v128.load(bits + at));
+          const y = v128.andnot(v128.load(dense + at, 16), v128.load(bits + at, 16));
+          if (!v128.any_true(v128.or(x, y))) continue;
+          out = dropWord(dense, bits, bitsN, w, d, outSlots, outDepths, out);
+          out = dropWord(dense, bits, bitsN, w + 1, d, outSlots, outDepths, out);
+          out = dropWord(dense, bits, bitsN, w + 2, d, outSlots, outDepths, out);
+          out = dropWord(dense, bits, bitsN, w + 3, d, outSlots, outDepths, out);
+        }
         for (; w + 1 < both; w += 2) {
           const at = <usize>w << 3;
           if (!v128.any_true(v128.andnot(v128.load(dense + at), v128.load(bits + at)))) continue;
-          out = dropWord(dense, bits, words, w, d, outSlots, outDepths, out);
-          out = dropWord(dense, bits, words, w + 1, d, outSlots, outDepths, out);
+          out = dropWord(dense, bits, bitsN, w, d, outSlots, outDepths, out);
+          out = dropWord(dense, bits, bitsN, w + 1, d, outSlots, outDepths, out);
         }
-        for (; w < hi; w++) out = dropWord(dense, bits, words, w, d, outSlots, outDepths, out);
+        for (; w < hi; w++) out = dropWord(dense, bits, bitsN, w, d, outSlots, outDepths, out);
         while (lo < hi && load<u64>(dense + (<usize>lo << 3)) == 0) lo++;
         while (hi > lo && load<u64>(dense + (<usize>(hi - 1) << 3)) == 0) hi--;
         if (lo == hi) return out;

@@ -304,9 +304,22 @@ export class PrefixIndex {
    * The returned arrays are fresh copies owned by the caller.
    */
   findMatches(hashes: BigUint64Array, bySequence = false): OverlapScores {
+    return this.#matchGuarded(hashes, bySequence, true);
+  }
+
+  /**
+   * As `findMatches`, but the arrays view the module's memory instead of being copied out: they hold the
+   * answer only until the next call into the module (on any index, or any hashing), so the caller reads
+   * them at once. A routing decision's hot path: one copy and one allocation fewer per match.
+   */
+  findMatchesTransient(hashes: BigUint64Array, bySequence = false): OverlapScores {
+    return this.#matchGuarded(hashes, bySequence, false);
+  }
+
+  #matchGuarded(hashes: BigUint64Array, bySequence: boolean, copy: boolean): OverlapScores {
     const ix = this.#live();
     try {
-      return this.#guard('matching', () => this.#match(ix, hashes, bySequence));
+      return this.#guard('matching', () => this.#match(ix, hashes, bySequence, copy));
     } catch (err) {
       // No trap reaches a request: the index was discarded, and an empty one matches nothing.
       if (err instanceof IndexMemoryError) return { count: 0, slots: new Uint32Array(0), depths: new Uint32Array(0) };
@@ -314,7 +327,7 @@ export class PrefixIndex {
     }
   }
 
-  #match(ix: number, hashes: BigUint64Array, bySequence: boolean): OverlapScores {
+  #match(ix: number, hashes: BigUint64Array, bySequence: boolean, copy: boolean): OverlapScores {
     const n = hashes.length;
     const slotCap = this.#slotInfo.length;
     const io = this.#m.exports.ioReserve(n * 8 + slotCap * 8 + 16);
@@ -325,9 +338,19 @@ export class PrefixIndex {
     const count = this.#m.exports.idxFindMatches(ix, io, n, bySequence ? 0 : 1, outSlots, outDepths);
     // The call may grow WASM memory (chaining scratch), detaching `v`: read the results through fresh views.
     const out = this.#m.views().u32;
-    const slots = out.slice(outSlots >>> 2, (outSlots >>> 2) + count);
-    const depths = out.slice(outDepths >>> 2, (outDepths >>> 2) + count);
-    return { count, slots, depths };
+    if (!copy) {
+      return {
+        count,
+        slots: out.subarray(outSlots >>> 2, (outSlots >>> 2) + count),
+        depths: out.subarray(outDepths >>> 2, (outDepths >>> 2) + count),
+      };
+    }
+    // One copy out for both columns: the depths are moved up to just after the slots first (a memmove
+    // inside WASM memory), so a match allocates one buffer, not two.
+    const at = outSlots >>> 2;
+    out.copyWithin(at + count, outDepths >>> 2, (outDepths >>> 2) + count);
+    const both = out.slice(at, at + 2 * count);
+    return { count, slots: both.subarray(0, count), depths: both.subarray(count) };
   }
 
   /**

@@ -93,6 +93,68 @@ describe('xxh3 against native XXH3 (@node-rs/xxhash)', () => {
   }
 });
 
+describe('whole-prompt hashing against native XXH3 of each block', () => {
+  /** Local and chained sequence hashes computed one block at a time with the native XXH3. */
+  function reference(
+    tokens: Uint32Array,
+    bs: number,
+    eagle: boolean,
+    seed: bigint,
+  ): { local: bigint[]; seq: bigint[] } {
+    const bytes = new Uint8Array(tokens.buffer, tokens.byteOffset, tokens.byteLength);
+    const n = eagle ? (tokens.length === 0 ? 0 : Math.floor((tokens.length - 1) / bs)) : Math.floor(tokens.length / bs);
+    const window = (bs + (eagle ? 1 : 0)) * 4;
+    const local: bigint[] = [];
+    const seq: bigint[] = [];
+    const pair = new BigUint64Array(2);
+    for (let i = 0; i < n; i++) {
+      local.push(native.xxh64(bytes.subarray(i * bs * 4, i * bs * 4 + window), seed));
+      if (i === 0) seq.push(local[0]!);
+      else {
+        pair[0] = seq[i - 1]!;
+        pair[1] = local[i]!;
+        seq.push(native.xxh64(new Uint8Array(pair.buffer), 1337n));
+      }
+    }
+    return { local, seq };
+  }
+
+  // Windows of 17..128 bytes are hashed two blocks at a time in SIMD lanes with the chain in the same loop;
+  // odd block counts end with one block alone, and 1, 2 and 3 blocks cover the loop's edges.
+  // Windows of 241..1,024 bytes (block sizes 61..256, the mocker's 64 among them) go one block at a time in
+  // vectors; 1,028 bytes (256 with an eagle token) and longer take the scalar path again.
+  it('block sizes 1..40, 56..66, 128, 255, 256, 300 (plain and eagle windows), odd and even block counts, LoRA seeds', () => {
+    const rng = mulberry32(2026);
+    const sizes = [
+      ...Array.from({ length: 40 }, (_, i) => i + 1),
+      ...Array.from({ length: 11 }, (_, i) => 56 + i),
+      128,
+      255,
+      256,
+      300,
+    ];
+    for (const bs of sizes) {
+      for (const blocks of [1, 2, 3, 8, 33]) {
+        for (const eagle of [false, true]) {
+          const tokens = Uint32Array.from({ length: blocks * bs + (eagle ? 1 : 0) + (bs > 1 ? 1 : 0) }, () =>
+            Math.floor(rng() * 2 ** 32),
+          );
+          const loraName = blocks === 3 ? `adapter-${bs}` : undefined;
+          const want = reference(tokens, bs, eagle, requestSeed(loraName));
+          const got = promptHashes(tokens, bs, { eagle, loraName });
+          expect({ bs, blocks, eagle, local: [...got.local], seq: [...got.seq] }).toEqual({
+            bs,
+            blocks,
+            eagle,
+            ...want,
+          });
+          expect([...blockHashes(tokens, bs, { eagle, loraName })]).toEqual(want.local);
+        }
+      }
+    }
+  });
+});
+
 describe('bad input', () => {
   it('zero, negative and fractional block sizes are rejected with a typed error', () => {
     for (const bs of [0, -1, 1.5, Number.NaN]) {

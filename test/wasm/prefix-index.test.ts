@@ -206,6 +206,28 @@ describe('PrefixIndex semantics', () => {
     expect(index.blockCount(2, 1)).toBe(4);
   });
 
+  it('findMatchesTransient answers as findMatches, over 64 slots, its views sized to the count', () => {
+    const index = new PrefixIndex();
+    const local = Array.from({ length: 40 }, (_, i) => BigInt(1000 + i));
+    for (let w = 0; w < 130; w++)
+      index.applyStored(
+        w,
+        0,
+        null,
+        [...local.keys()].slice(0, 1 + (w % 40)).map((i) => BigInt(w * 100 + i)),
+        local.slice(0, 1 + (w % 40)),
+      );
+    const seq = sequenceHashes(BigUint64Array.from(local));
+    const copied = index.findMatches(seq, true);
+    const transient = index.findMatchesTransient(seq, true);
+    expect(transient.count).toBe(130);
+    expect(transient.slots.length).toBe(transient.count);
+    expect(transient.depths.length).toBe(transient.count);
+    expect([...transient.slots]).toEqual([...copied.slots]);
+    expect([...transient.depths]).toEqual([...copied.depths]);
+    expect(new Set(copied.depths)).toEqual(new Set(Array.from({ length: 40 }, (_, i) => i + 1)));
+  });
+
   it('a store under a parent continues the chain', () => {
     const index = new PrefixIndex();
     index.applyStored(7, 0, null, [1n, 2n], [5n, 6n]);

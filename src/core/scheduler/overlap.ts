@@ -63,7 +63,8 @@ export class OverlapMatcher {
     const seq = req.hashes?.seq;
     if (seq === undefined || seq.length === 0) return false;
     const cap = this.#table.cap;
-    const m = this.#src.index.findMatches(seq, true);
+    // Transient: read before the next call into the module (the other indexes below).
+    const m = this.#src.index.findMatchesTransient(seq, true);
     for (let i = 0; i < m.count; i++) {
       const s = m.slots[i]!;
       if (s < cap) dev[s] = m.depths[i]!;
