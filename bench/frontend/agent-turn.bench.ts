@@ -19,6 +19,9 @@
  *
  * Sizes: `AGENT_SIZES` (thousands of tokens, default 8,32,128), `AGENT_TURNS`
  * follow-ups per size (default 8), `AGENT_COLD` cold prompts per size (3).
+ * `AGENT_CPU_PROF=<dir>` runs each gateway under `node --cpu-prof` (its main
+ * thread and its preprocessing threads), writing the profiles under
+ * `<dir>/<base|this>/` when the bench stops it.
  * Run: node --expose-gc dist/bench/run.js frontend/agent-turn
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -83,8 +86,10 @@ interface Proc {
   lines: string[];
 }
 
-function startCli(root: string, args: string[]): Proc {
-  const child = spawn(process.execPath, [join(root, 'bin/kvgate.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+function startCli(root: string, args: string[], nodeArgs: string[] = []): Proc {
+  const child = spawn(process.execPath, [...nodeArgs, join(root, 'bin/kvgate.js'), ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const p: Proc = { child, lines: [] };
   let buf = '';
   child.stdout!.setEncoding('utf8').on('data', (c: string) => {
@@ -137,7 +142,10 @@ async function startGateway(
       ],
     }),
   );
-  const proc = startCli(root, ['serve', '--config', file]);
+  const profDir = process.env.AGENT_CPU_PROF;
+  const nodeArgs =
+    profDir === undefined || profDir === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${join(resolve(profDir), name)}`];
+  const proc = startCli(root, ['serve', '--config', file], nodeArgs);
   const started = await lineOf(proc, (o) => o.msg === 'kvgate gateway started');
   return { name, proc, url: String(started.listen) };
 }
