@@ -6,9 +6,11 @@
  * message), as agents send them; plus the token-id path (a completion whose
  * prompt is the conversation's ids).
  *
- * Real processes: one `kvgate mocker` engine and one `kvgate serve` per build
- * (this tree, and the base build named by `KVG_BENCH_BASE`, a checkout built
- * with `npm run build`), each its own process, driven alternately request by
+ * Real processes: one `kvgate serve` per build (this tree, and the base build
+ * named by `KVG_BENCH_BASE`, a checkout built with `npm run build`), each with
+ * a `kvgate mocker` engine of its own (a shared engine's KV events would reach
+ * both gateways, so one gateway's chat turn would cost the other CPU inside
+ * the other's measured requests), each its own process, driven alternately request by
  * request so both see the same load. A request's CPU is the gateway
  * process's CPU time over it, summed over all its threads from
  * /proc/<pid>/task/<tid>/schedstat (nanoseconds; Linux only); requests are
@@ -19,6 +21,9 @@
  *
  * Sizes: `AGENT_SIZES` (thousands of tokens, default 8,32,128), `AGENT_TURNS`
  * follow-ups per size (default 8), `AGENT_COLD` cold prompts per size (3).
+ * `AGENT_CPU_PROF=<dir>` runs each gateway under `node --cpu-prof` (its main
+ * thread and its preprocessing threads), writing the profiles under
+ * `<dir>/<base|this>/` when the bench stops it.
  * Run: node --expose-gc dist/bench/run.js frontend/agent-turn
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -83,8 +88,10 @@ interface Proc {
   lines: string[];
 }
 
-function startCli(root: string, args: string[]): Proc {
-  const child = spawn(process.execPath, [join(root, 'bin/kvgate.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+function startCli(root: string, args: string[], nodeArgs: string[] = []): Proc {
+  const child = spawn(process.execPath, [...nodeArgs, join(root, 'bin/kvgate.js'), ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const p: Proc = { child, lines: [] };
   let buf = '';
   child.stdout!.setEncoding('utf8').on('data', (c: string) => {
@@ -137,7 +144,10 @@ async function startGateway(
       ],
     }),
   );
-  const proc = startCli(root, ['serve', '--config', file]);
+  const profDir = process.env.AGENT_CPU_PROF;
+  const nodeArgs =
+    profDir === undefined || profDir === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${join(resolve(profDir), name)}`];
+  const proc = startCli(root, ['serve', '--config', file], nodeArgs);
   const started = await lineOf(proc, (o) => o.msg === 'kvgate gateway started');
   return { name, proc, url: String(started.listen) };
 }
@@ -289,15 +299,25 @@ export async function run(): Promise<BenchSection> {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-agent-bench-'));
   const procs: Proc[] = [];
   try {
-    const mockerArgs = `mocker --model ${MODEL} --port 0 --kv-events-port 0 --bootstrap-port 0 --speedup 1000`;
-    const mocker = startCli(HERE_ROOT, [...mockerArgs.split(' '), '--max-model-len', '200000', '--tokenizer', 'demo']);
-    procs.push(mocker);
-    const engine = await lineOf(mocker, (o) => typeof o.url === 'string');
+    // One engine per gateway: an engine's KV events reach every gateway subscribed to it, so with a shared engine one
+    // gateway's chat turn would cost the other CPU (decoding the events) inside the other's measured requests.
+    const startEngine = async (): Promise<Record<string, unknown>> => {
+      const mockerArgs = `mocker --model ${MODEL} --port 0 --kv-events-port 0 --bootstrap-port 0 --speedup 1000`;
+      const mocker = startCli(HERE_ROOT, [
+        ...mockerArgs.split(' '),
+        '--max-model-len',
+        '200000',
+        '--tokenizer',
+        'demo',
+      ]);
+      procs.push(mocker);
+      return lineOf(mocker, (o) => typeof o.url === 'string');
+    };
     const gateways: Gateway[] = [];
     const baseRoot = process.env.KVG_BENCH_BASE;
     if (baseRoot !== undefined && baseRoot !== '')
-      gateways.push(await startGateway('base', resolve(baseRoot), engine, dir));
-    gateways.push(await startGateway('this', HERE_ROOT, engine, dir));
+      gateways.push(await startGateway('base', resolve(baseRoot), await startEngine(), dir));
+    gateways.push(await startGateway('this', HERE_ROOT, await startEngine(), dir));
     procs.push(...gateways.map((g) => g.proc));
     const series: Series = new Map();
     // Warm-up (JIT, first connections): small chats, not recorded.
