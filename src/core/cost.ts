@@ -126,14 +126,17 @@ export function newCostInput(): CostInput {
   };
 }
 
+/** The overlap credit's decay for a candidate queued beyond the least queued one (1 = none). */
+export function creditDecay(k: CostKnobs, x: Readonly<CostInput>): number {
+  if (!k.trackPrefillTokens || k.overlapScoreCreditDecay <= 0) return 1;
+  const excess = (x.activePrefill - x.minActivePrefill) / x.blockSize / (x.requestBlocks > 1 ? x.requestBlocks : 1);
+  return 1 / (1 + k.overlapScoreCreditDecay * excess);
+}
+
 /** The [v1.5] cost of one candidate. */
 export function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
   const blockSize = x.blockSize;
-  let decay = 1;
-  if (k.trackPrefillTokens && k.overlapScoreCreditDecay > 0) {
-    const excess = (x.activePrefill - x.minActivePrefill) / blockSize / (x.requestBlocks > 1 ? x.requestBlocks : 1);
-    decay = 1 / (1 + k.overlapScoreCreditDecay * excess);
-  }
+  const decay = creditDecay(k, x);
   const credit =
     k.overlapScoreCredit * decay * x.deviceOverlap +
     k.hostCacheHitWeight * x.hostOverlap +

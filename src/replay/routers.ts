@@ -10,13 +10,14 @@
  * no assumed reuse, no prefill tracking}, i.e. pure decode-load balancing.
  */
 import type { Clock, Rng, WorkerRank, WorkerRole } from '../common/index.js';
-import { FULL_ATTENTION_GROUP, outputBlockDecay, rejectionError } from '../core/index.js';
+import { FULL_ATTENTION_GROUP, outputBlockDecay, rejectionError, type StepCostModel } from '../core/index.js';
 import { KvEventApplier, KvGroupIndexes, TieredPrefixIndex, type KvCacheEvent } from '../events/index.js';
 import type { KvEvent } from '../mocker/index.js';
 import { decodeOverrideOf, KvRouter, prefillPoolConfig } from '../routing/index.js';
 import { toCacheEvent } from './kv-event-bridge.js';
 import { ReplicaSet, type ReplicaOptions } from './router-replicas.js';
 import {
+  POLICY_PRESETS,
   SimpleReplayRouter,
   type PolicySpec,
   type ReplayRouter,
@@ -35,6 +36,11 @@ export interface ReplayRouterContext {
   /** What the engines advertise (busy and overload thresholds use them). */
   readonly maxNumBatchedTokens: number;
   readonly totalKvBlocks: number;
+  /**
+   * The engines' measured step times (`--perf-profile`): kvgate's own KV policies score with the
+   * time-unit cost; the peers' presets keep their block-counting cost.
+   */
+  readonly stepCost?: StepCostModel | undefined;
 }
 
 /** Dynamo's decode-leg override in disaggregated serving (a replayed request carries no override of its own). */
@@ -63,6 +69,7 @@ class KvReplayRouter implements ReplayRouter {
       clock: ctx.clock,
       rng: ctx.rng,
       workerType: ctx.role,
+      stepCost: Object.hasOwn(POLICY_PRESETS, spec.name) ? undefined : ctx.stepCost,
       // A hybrid engine's KV-cache groups, as `kvgate serve` keeps them (read lazily: built just below).
       kvGroups: {
         primarySpec: () => groups?.primarySpec() ?? FULL_ATTENTION_GROUP,
