@@ -16,7 +16,8 @@
  * tokens` (uncached: after the overlap credits of the [v1.5] cost) and
  * `steps = ceil(T / max_num_batched_tokens)`:
  *
- *   prefill_ms   = prefill(queued tokens, no context) + prefill(uncached tokens over the cached context)
+ *   prefill_ms   = prefill(queued tokens over the running requests' mean context)
+ *                  + prefill(uncached tokens over the cached context)
  *                  (chunked by max_num_batched_tokens, each chunk over the context before it)
  *   interfere_ms = steps × (decode_ms(b, L) − decode_ms(1, 0)): the running requests' decode
  *                  (b requests, L mean context) carried by every prefill step
@@ -94,9 +95,12 @@ export function stepCostOf(k: CostKnobs, m: StepCostModel, x: Readonly<CostInput
   const cached = Math.min(x.isl, Math.max(0, creditBlocks * bs));
   const uncached = k.trackPrefillTokens ? x.isl - cached : 0;
   const chunk = l.maxBatched;
-  const prefill = chunkedPrefillMs(m, 0, x.activePrefill, chunk) + chunkedPrefillMs(m, cached, uncached, chunk);
-  const steps = Math.ceil((x.activePrefill + uncached) / chunk);
   const b = x.activeRequests;
+  // The queued tokens belong to requests in flight there: computed over their mean context.
+  const queuedContext = b > 0 ? Math.max(0, (l.activeBlocks * bs - x.activePrefill) / b) : 0;
+  const prefill =
+    chunkedPrefillMs(m, queuedContext, x.activePrefill, chunk) + chunkedPrefillMs(m, cached, uncached, chunk);
+  const steps = Math.ceil((x.activePrefill + uncached) / chunk);
   const interfere =
     b > 0 && steps > 0 ? steps * Math.max(0, m.decodeMs(b, (l.activeBlocks * bs) / b) - m.decodeMs(1, 0)) : 0;
   const evict = x.evicted > 0 ? (k.kvPressureWeight ?? 0) * chunkedPrefillMs(m, 0, x.evicted * bs, chunk) : 0;

@@ -17,7 +17,6 @@ import { decodeOverrideOf, KvRouter, prefillPoolConfig } from '../routing/index.
 import { toCacheEvent } from './kv-event-bridge.js';
 import { ReplicaSet, type ReplicaOptions } from './router-replicas.js';
 import {
-  POLICY_PRESETS,
   SimpleReplayRouter,
   type PolicySpec,
   type ReplayRouter,
@@ -36,10 +35,7 @@ export interface ReplayRouterContext {
   /** What the engines advertise (busy and overload thresholds use them). */
   readonly maxNumBatchedTokens: number;
   readonly totalKvBlocks: number;
-  /**
-   * The engines' measured step times (`--perf-profile`): kvgate's own KV policies score with the
-   * time-unit cost; the peers' presets keep their block-counting cost.
-   */
+  /** The engines' measured step times (`--perf-profile`), for the `kv-step` policy's time-unit cost. */
   readonly stepCost?: StepCostModel | undefined;
 }
 
@@ -69,7 +65,7 @@ class KvReplayRouter implements ReplayRouter {
       clock: ctx.clock,
       rng: ctx.rng,
       workerType: ctx.role,
-      stepCost: Object.hasOwn(POLICY_PRESETS, spec.name) ? undefined : ctx.stepCost,
+      stepCost: spec.stepCost === true ? ctx.stepCost : undefined,
       // A hybrid engine's KV-cache groups, as `kvgate serve` keeps them (read lazily: built just below).
       kvGroups: {
         primarySpec: () => groups?.primarySpec() ?? FULL_ATTENTION_GROUP,
