@@ -32,7 +32,7 @@
  *
  * With no step profile the router keeps the [v1.5] cost exactly.
  */
-import { creditDecay, type CostInput, type CostKnobs } from './cost.js';
+import { creditBlocks, type CostInput, type CostKnobs } from './cost.js';
 
 /** An engine's measured step times (the mocker's perf profiles: `profiles/*.json`). */
 export interface StepCostModel {
@@ -86,13 +86,7 @@ function kvWaitMs(m: StepCostModel, x: Readonly<CostInput>, l: Readonly<StepCost
 /** The time-unit cost (ms) of one candidate; `k.decodeException` is not handled here (the caller keeps [v1.5]). */
 export function stepCostOf(k: CostKnobs, m: StepCostModel, x: Readonly<CostInput>, l: Readonly<StepCostLoad>): number {
   const bs = x.blockSize;
-  const decay = creditDecay(k, x);
-  const creditBlocks =
-    k.overlapScoreCredit * decay * x.deviceOverlap +
-    k.hostCacheHitWeight * x.hostOverlap +
-    k.diskCacheHitWeight * x.diskOverlap +
-    k.sharedCacheMultiplier * x.sharedBeyond;
-  const cached = Math.min(x.isl, Math.max(0, creditBlocks * bs));
+  const cached = Math.min(x.isl, Math.max(0, creditBlocks(k, x) * bs));
   const uncached = k.trackPrefillTokens ? x.isl - cached : 0;
   const chunk = l.maxBatched;
   const b = x.activeRequests;
