@@ -97,8 +97,8 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
     else {
       throw new KvgateError(
         'KVG_ERR_INVALID_ARGUMENT',
-        `unknown policy '${name}': expected kv, kv-one-group, kv-step, ${[...Object.keys(POLICY_PRESETS), ...SIMPLE_POLICIES].join(', ')} ` +
-          '(KV variants come from --router-config)',
+        `unknown policy '${name}': expected kv, kv-one-group, kv-step, ` +
+          `${[...Object.keys(POLICY_PRESETS), ...SIMPLE_POLICIES].join(', ')} (KV variants come from --router-config)`,
       );
     }
   }
