@@ -13,8 +13,10 @@
  * Sizes (environment): KVGATE_AGENTIC_SEEDS (1,2,3), KVGATE_AGENTIC_ENGINES
  * (12,16), KVGATE_AGENTIC_SESSIONS (96), KVGATE_AGENTIC_TURNS (median turns,
  * 12), KVGATE_AGENTIC_RATE (session starts per s, 2), KVGATE_AGENTIC_POLICIES
- * (kv,dynamo,dynamo-agentic,llm-d,lmetric,least-loaded,round-robin).
+ * (kv,kv-step,dynamo,dynamo-agentic,llm-d,lmetric,least-loaded,round-robin).
  * Run: node --expose-gc dist/bench/run.js replay/agentic
+ * The heavy regime (long contexts fill the engines' KV caches; BENCHMARKS.md, "Routing agents"):
+ * KVGATE_AGENTIC_SESSIONS=24 KVGATE_AGENTIC_TURNS=43 KVGATE_AGENTIC_RATE=0.5 node --expose-gc dist/bench/run.js replay/agentic
  * Goal (12 engines): kv's mean and p99 TTFT at most half of the better of
  * dynamo and dynamo-agentic, hit rate at least 95 % of the pooled LRU's.
  */
@@ -53,7 +55,10 @@ const mean = (a: Acc, k: keyof Omit<Acc, 'n'>): number => a[k] / a.n;
 export async function run(): Promise<BenchSection> {
   const seeds = list('KVGATE_AGENTIC_SEEDS', '1,2,3').map(Number);
   const engines = list('KVGATE_AGENTIC_ENGINES', '12,16').map(Number);
-  const policies = list('KVGATE_AGENTIC_POLICIES', 'kv,dynamo,dynamo-agentic,llm-d,lmetric,least-loaded,round-robin');
+  const policies = list(
+    'KVGATE_AGENTIC_POLICIES',
+    'kv,kv-step,dynamo,dynamo-agentic,llm-d,lmetric,least-loaded,round-robin',
+  );
   const sessions = num('KVGATE_AGENTIC_SESSIONS', 96);
   const turns = num('KVGATE_AGENTIC_TURNS', 12);
   const rate = num('KVGATE_AGENTIC_RATE', 2);

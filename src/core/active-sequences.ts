@@ -117,6 +117,8 @@ export class ActiveSequences {
   /** Requests whose id starts with `PEER_ID_PREFIX`. */
   #peerRequests = 0;
   #lastExpiryCheck: number;
+  /** Mean ms a local request stayed in flight (EWMA over frees; 0 until one is freed). */
+  #meanServiceMs = 0;
 
   // Per scheduler slot (grown on demand).
   #cap = 0;
@@ -325,6 +327,7 @@ export class ActiveSequences {
     if (r === undefined || (ownerSlot !== undefined && r.slot !== ownerSlot)) return false;
     this.#requests.delete(requestId);
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests--;
+    else this.#recordService(this.#clock.now() - r.startedAt);
     const slot = r.slot;
     if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.remove(r.seq, slot);
     this.#private[slot]! -= r.privateBlocks + r.outputBlocks;
@@ -341,6 +344,19 @@ export class ActiveSequences {
     }
     this.#refresh(slot);
     return true;
+  }
+
+  /**
+   * Mean ms a request stays in flight (booking to free), an exponential moving average over the
+   * last ~64 frees of local requests (0 until one is freed): the time-unit cost's service time.
+   */
+  get meanServiceMs(): number {
+    return this.#meanServiceMs;
+  }
+
+  #recordService(ms: number): void {
+    if (!(ms >= 0)) return;
+    this.#meanServiceMs = this.#meanServiceMs === 0 ? ms : this.#meanServiceMs + (ms - this.#meanServiceMs) / 64;
   }
 
   /** Force-frees requests added at least `expiryMs` ago. Returns the ids freed. */

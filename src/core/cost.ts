@@ -126,19 +126,28 @@ export function newCostInput(): CostInput {
   };
 }
 
-/** The [v1.5] cost of one candidate. */
-export function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
-  const blockSize = x.blockSize;
+/**
+ * The credit in blocks: the device overlap (decayed for a candidate queued beyond the least queued
+ * one) and the tier hits, each at its weight.
+ */
+export function creditBlocks(k: CostKnobs, x: Readonly<CostInput>): number {
   let decay = 1;
   if (k.trackPrefillTokens && k.overlapScoreCreditDecay > 0) {
-    const excess = (x.activePrefill - x.minActivePrefill) / blockSize / (x.requestBlocks > 1 ? x.requestBlocks : 1);
+    const excess = (x.activePrefill - x.minActivePrefill) / x.blockSize / (x.requestBlocks > 1 ? x.requestBlocks : 1);
     decay = 1 / (1 + k.overlapScoreCreditDecay * excess);
   }
-  const credit =
+  return (
     k.overlapScoreCredit * decay * x.deviceOverlap +
     k.hostCacheHitWeight * x.hostOverlap +
     k.diskCacheHitWeight * x.diskOverlap +
-    k.sharedCacheMultiplier * x.sharedBeyond;
+    k.sharedCacheMultiplier * x.sharedBeyond
+  );
+}
+
+/** The [v1.5] cost of one candidate. */
+export function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
+  const blockSize = x.blockSize;
+  const credit = creditBlocks(k, x);
   const requestTerm = k.decodeActiveRequestWeight * x.activeRequests;
   if (k.decodeException) {
     const d = x.potentialDecodeBlocks - credit;

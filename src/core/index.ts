@@ -23,6 +23,7 @@ export type {
   ConfigFieldKind,
 } from './config.js';
 export { TokenBucket } from './token-bucket.js';
+export type { StepCostModel } from './step-cost.js';
 export { ActiveSequences, outputBlockDecay } from './active-sequences.js';
 export type { SlotLoad, ActiveRequestInfo, SyncedBooking } from './active-sequences.js';
 export type { PeerBookings, PeerApplyOutcome } from './peer-bookings.js';

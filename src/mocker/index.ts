@@ -35,6 +35,7 @@ export {
   loadPerfProfile,
   polynomialPrefillMs,
   polynomialDecodeMs,
+  stepCostModelOf,
 } from './timing.js';
 export { MOCKER_DEFAULTS, CLI_PORT_DEFAULTS, resolveMockerOptions, engineCoreOptions } from './options.js';
 export type { MockerInput, FilledMockerOptions } from './options.js';

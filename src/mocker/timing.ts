@@ -24,6 +24,7 @@
 import { readFileSync, existsSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { StepCostModel } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
 
 export interface PrefillWork {
@@ -278,6 +279,19 @@ export class ProfileTimingModel implements TimingModel {
     }
     return { ms: prefill + decode, extrapolated };
   }
+}
+
+/**
+ * The router's view of an engine's timing model (core's `StepCostModel`, for the time-unit cost):
+ * a measured profile's step times; undefined for the polynomial model, whose decode time follows
+ * KV usage rather than the batch, so the router keeps its block-counting cost there.
+ */
+export function stepCostModelOf(timing: TimingModel): StepCostModel | undefined {
+  if (!(timing instanceof ProfileTimingModel)) return undefined;
+  return {
+    prefillMs: (cached, tokens) => timing.prefillMs(cached, tokens).ms,
+    decodeMs: (batch, context) => timing.decodeMs(batch, context).ms,
+  };
 }
 
 /** The folder of bundled profiles (`profiles/` at the package root). */

@@ -7,6 +7,7 @@ import { seededRng, type Clock, type Rng, type WorkerRole } from '../common/inde
 import {
   EngineCore,
   engineCoreOptions,
+  stepCostModelOf,
   VirtualEngine,
   type FilledMockerOptions,
   type StepResult,
@@ -66,6 +67,7 @@ export function buildPools(
         clock,
         maxNumBatchedTokens: eng.maxNumBatchedTokens,
         totalKvBlocks: eng.numGpuBlocks,
+        stepCost: stepCostModelOf(eng.timing),
       },
       opts.replicas ?? SINGLE_ROUTER,
       rngOf,

@@ -28,6 +28,8 @@ export type PolicySpec =
       readonly name: string;
       /** `kv-one-group`: a hybrid model's other KV-cache groups ignored (kvgate before hybrid support), for comparison. */
       readonly oneGroup?: boolean;
+      /** `kv-step`: the time-unit cost from the engines' step profile (`--perf-profile`), not the block-counting one. */
+      readonly stepCost?: boolean;
       readonly options: KvRouterOptions;
       /** As given (Dynamo snake_case). */ readonly dynamo: Readonly<Record<string, unknown>>;
     }
@@ -87,6 +89,7 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
     const preset = Object.hasOwn(POLICY_PRESETS, name) ? POLICY_PRESETS[name]! : undefined;
     if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
     else if (name === 'kv-one-group') add({ kind: 'kv', name, options: {}, dynamo: {}, oneGroup: true });
+    else if (name === 'kv-step') add({ kind: 'kv', name, options: {}, dynamo: {}, stepCost: true });
     else if (preset !== undefined)
       add({ kind: 'kv', name, options: kvRouterOptionsFromDynamo(preset), dynamo: preset });
     else if ((SIMPLE_POLICIES as readonly string[]).includes(name))
@@ -94,8 +97,8 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
     else {
       throw new KvgateError(
         'KVG_ERR_INVALID_ARGUMENT',
-        `unknown policy '${name}': expected kv, kv-one-group, ${[...Object.keys(POLICY_PRESETS), ...SIMPLE_POLICIES].join(', ')} ` +
-          '(KV variants come from --router-config)',
+        `unknown policy '${name}': expected kv, kv-one-group, kv-step, ` +
+          `${[...Object.keys(POLICY_PRESETS), ...SIMPLE_POLICIES].join(', ')} (KV variants come from --router-config)`,
       );
     }
   }

@@ -10,7 +10,7 @@
  * no assumed reuse, no prefill tracking}, i.e. pure decode-load balancing.
  */
 import type { Clock, Rng, WorkerRank, WorkerRole } from '../common/index.js';
-import { FULL_ATTENTION_GROUP, outputBlockDecay, rejectionError } from '../core/index.js';
+import { FULL_ATTENTION_GROUP, outputBlockDecay, rejectionError, type StepCostModel } from '../core/index.js';
 import { KvEventApplier, KvGroupIndexes, TieredPrefixIndex, type KvCacheEvent } from '../events/index.js';
 import type { KvEvent } from '../mocker/index.js';
 import { decodeOverrideOf, KvRouter, prefillPoolConfig } from '../routing/index.js';
@@ -35,6 +35,8 @@ export interface ReplayRouterContext {
   /** What the engines advertise (busy and overload thresholds use them). */
   readonly maxNumBatchedTokens: number;
   readonly totalKvBlocks: number;
+  /** The engines' measured step times (`--perf-profile`), for the `kv-step` policy's time-unit cost. */
+  readonly stepCost?: StepCostModel | undefined;
 }
 
 /** Dynamo's decode-leg override in disaggregated serving (a replayed request carries no override of its own). */
@@ -63,6 +65,7 @@ class KvReplayRouter implements ReplayRouter {
       clock: ctx.clock,
       rng: ctx.rng,
       workerType: ctx.role,
+      stepCost: spec.stepCost === true ? ctx.stepCost : undefined,
       // A hybrid engine's KV-cache groups, as `kvgate serve` keeps them (read lazily: built just below).
       kvGroups: {
         primarySpec: () => groups?.primarySpec() ?? FULL_ATTENTION_GROUP,

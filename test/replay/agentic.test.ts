@@ -108,3 +108,22 @@ describe('closed loop in offline replay', () => {
     expect(closed).toBeGreaterThan(0);
   });
 });
+
+describe('kv-step: the time-unit cost from the engines step profile', () => {
+  const workload = agenticWorkload({ ...OPTS, sessions: 4, medianTurns: 6 });
+  async function placements(policy: string, perfProfile: string): Promise<(number | null)[]> {
+    const run = await runOffline({
+      workload,
+      policy: parsePolicies([policy])[0]!,
+      topology: { kind: 'aggregated', workers: 3 },
+      engine: resolveMockerOptions(replayEngineOptions({ perfProfile }, 1)),
+      seed: 1,
+    });
+    expect(run.outcomes.every((o) => o.error === null)).toBe(true);
+    return run.outcomes.map((o) => o.workerId);
+  }
+
+  it('places requests by its own cost under a measured profile (test/core/step-cost.test.ts pins the cost)', async () => {
+    expect(await placements('kv-step', 'h100')).not.toEqual(await placements('kv', 'h100'));
+  });
+});

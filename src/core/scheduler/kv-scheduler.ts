@@ -147,6 +147,7 @@ export class KvScheduler {
       booker,
       clock,
       rng,
+      stepCost: opts.stepCost,
     }));
     this.#admission = new Admission({
       get config() {

@@ -9,7 +9,8 @@
 import type { Clock, Rng, WorkerRole } from '../../common/index.js';
 import type { ActiveSequences } from '../active-sequences.js';
 import type { KvRouterConfig } from '../config.js';
-import { costOf, newCostInput } from '../cost.js';
+import { costOf, newCostInput, type CostInput, type CostKnobs } from '../cost.js';
+import { newStepCostLoad, stepCostOf, type StepCostLoad, type StepCostModel } from '../step-cost.js';
 import { RoutingDecision, takeBreakdown, writeBreakdown, writeProbability } from '../decision.js';
 import { pickLowest, sampleIndex, softmaxProbabilities } from '../selection.js';
 import type { Booker } from './booking.js';
@@ -29,6 +30,8 @@ export interface SlotSelectorOptions {
   readonly booker: Booker;
   readonly clock: Clock;
   readonly rng: Rng;
+  /** The engines' step profile: with one, the cost is the predicted ms of `step-cost.ts`. */
+  readonly stepCost?: StepCostModel | undefined;
 }
 
 export class SlotSelector {
@@ -94,11 +97,7 @@ export class SlotSelector {
     const requests = active.activeRequests;
     const { slotWorker, slotRank } = table;
     const { trackActiveBlocks: trackActive, shareable, trackPrefillTokens: trackPrefill } = knobs;
-    let minPrefill = Infinity;
-    for (let i = 0; i < n; i++) {
-      const p = prefill[elig[i]!]!;
-      if (p < minPrefill) minPrefill = p;
-    }
+    const minPrefill = minOver(prefill, elig, n);
     // Locals that never escape this loop, so the optimiser keeps them in registers: the cost
     // model's input (one per decision, refilled per candidate) and its own copy of the knobs.
     const k = costKnobsOf(knobs);
@@ -115,6 +114,10 @@ export class SlotSelector {
     // Cache pressure needs the index's held-block count per candidate: read only when the term is on.
     const pressure = (knobs.kvPressureWeight ?? 0) > 0 && !knobs.decodeException;
     const requestBlocks = x.requestBlocks;
+    // The time-unit cost when the engines' step profile is known (the decode exception keeps [v1.5]).
+    const model = knobs.decodeException ? undefined : this.#p.stepCost;
+    const load = newStepCostLoad();
+    load.meanServiceMs = active.meanServiceMs;
     let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
       const s = elig[i]!;
@@ -135,7 +138,7 @@ export class SlotSelector {
         x.diskOverlap = disk[s]!;
         x.sharedBeyond = sharedDepth > overlap ? sharedDepth - overlap : 0;
       }
-      let cost = costOf(k, x);
+      let cost = model === undefined ? costOf(k, x) : this.#stepCost(k, model, x, load, s);
       if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
       if (overlap > maxOverlap) maxOverlap = overlap;
       costs[i] = cost;
@@ -152,6 +155,15 @@ export class SlotSelector {
       );
     }
     return maxOverlap;
+  }
+
+  /** The time-unit cost of slot `s` (`x` already filled for it; `load` refilled here). */
+  #stepCost(k: CostKnobs, model: StepCostModel, x: CostInput, load: StepCostLoad, s: number): number {
+    const table = this.#p.table;
+    load.activeBlocks = this.#p.active.activeDecodeBlocks[s]!;
+    load.capacityBlocks = table.totalKv[s]!;
+    load.maxBatched = table.maxBatched[s]!;
+    return stepCostOf(k, model, x, load);
   }
 
   /**
@@ -255,4 +267,14 @@ export class SlotSelector {
     }
     return pickLowest(costs, n, this.#p.rng);
   }
+}
+
+/** The smallest of `values` over the slots `slots[0..n)`. */
+function minOver(values: Float64Array, slots: Int32Array, n: number): number {
+  let min = Infinity;
+  for (let i = 0; i < n; i++) {
+    const v = values[slots[i]!]!;
+    if (v < min) min = v;
+  }
+  return min;
 }

@@ -10,6 +10,7 @@ import type { PrefixIndex, PromptHashes } from '../../wasm/index.js';
 import type { SlotLoad, SyncedBooking } from '../active-sequences.js';
 import type { KvRouterConfig, KvRouterOptions } from '../config.js';
 import type { RoutingDecision } from '../decision.js';
+import type { StepCostModel } from '../step-cost.js';
 
 /** `max_num_batched_tokens` assumed when a worker does not advertise one (effectively never busy). */
 export const DEFAULT_MAX_NUM_BATCHED_TOKENS = 10_000_000;
@@ -126,6 +127,11 @@ export interface KvSchedulerOptions {
   readonly blockSize: number;
   /** Router knobs (validated here). */
   readonly config?: KvRouterOptions | KvRouterConfig;
+  /**
+   * The engines' measured step times: with one, the cost model scores in predicted milliseconds
+   * (`step-cost.ts`); without, the [v1.5] block-counting cost.
+   */
+  readonly stepCost?: StepCostModel | undefined;
   /**
    * The device-tier prefix index, fed by KV events. Created if omitted. In
    * approximate mode (`useKvEvents: false`) the scheduler records its own
