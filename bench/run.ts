@@ -10,6 +10,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'wasm/prefix-index': () => import('./wasm/prefix-index.bench.js'),
   'events/ingest': () => import('./events/ingest.bench.js'),
   'events/flood-lag': () => import('./events/flood-lag.bench.js'),
+  'events/e2e': () => import('./events/e2e.bench.js'),
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
   'routing/added-latency': () => import('./routing/added-latency.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),

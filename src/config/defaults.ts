@@ -89,6 +89,16 @@ export function defaultPreprocessThreads(processes = 1): number {
   return processes === 1 ? Math.max(1, share) : Math.max(0, share);
 }
 
+/**
+ * KV-event ingestion threads of one process by default (`kv_events.ingest_threads`): a thread per four
+ * cores, at most 4, shared by the `processes` gateway processes; none below 8 cores, where the threads
+ * would compete with the main thread for the same cores (measured on 2 cores: no gain, see BENCHMARKS.md).
+ */
+export function defaultIngestThreads(processes = 1): number {
+  const cores = availableParallelism();
+  return cores < 8 ? 0 : Math.max(0, Math.min(4, Math.floor(cores / 4 / processes)));
+}
+
 /** Node's own listen backlog, and what kvgate uses where the kernel's limit cannot be read. */
 const NODE_BACKLOG = 511;
 
