@@ -12,12 +12,8 @@
  * streams: what it had not yet posted is lost, which the streams see as a gap
  * and replay from the engines.
  */
-import { existsSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import type { Logger } from '../common/index.js';
-import { KvgateError } from '../errors/index.js';
+import { workerEntryFile, type Logger } from '../common/index.js';
 import { unpackBatches } from './batch-codec.js';
 import type { KvEventStream } from './event-stream.js';
 import type { IngestReport, IngestRequest } from './ingest-thread.js';
@@ -52,20 +48,6 @@ interface PoolThread {
   readonly ids: Set<number>;
 }
 
-/** The compiled thread entry: dist/workers/kv-ingest.js. */
-function ingestWorkerFile(): string {
-  const here = dirname(fileURLToPath(import.meta.url));
-  // Built layout: dist/src/events/ -> dist/workers/; source layout: src/events/ -> dist/workers/.
-  const built = resolve(here, '../../workers/kv-ingest.js');
-  if (import.meta.url.endsWith('.js') && existsSync(built)) return built;
-  const fromSource = resolve(here, '../../dist/workers/kv-ingest.js');
-  if (existsSync(fromSource)) return fromSource;
-  throw new KvgateError(
-    'KVG_ERR_INTERNAL',
-    `cannot find the compiled KV-event ingestion thread (${built} or ${fromSource}); run \`npm run build\` first`,
-  );
-}
-
 const shared = new Map<number, { pool: IngestPool; refs: number }>();
 
 export class IngestPool {
@@ -86,7 +68,7 @@ export class IngestPool {
 
   private constructor(threads: number, logger: Logger) {
     this.#logger = logger;
-    this.#file = ingestWorkerFile();
+    this.#file = workerEntryFile(import.meta.url, 'kv-ingest', 1);
     for (let i = 0; i < threads; i++) {
       const t: PoolThread = { worker: undefined as unknown as Worker, ids: new Set() };
       this.#start(t, i);

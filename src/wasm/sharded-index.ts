@@ -10,11 +10,8 @@
  * done word. A shard that does not answer within `matchTimeoutMs` is left out of that answer (its
  * slots score no overlap, as after a discarded index) and counted in `lateShards`.
  */
-import { existsSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { slotKey } from '../common/index.js';
+import { slotKey, workerEntryFile } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import {
   CTL_BLOCKS,
@@ -60,19 +57,6 @@ interface Shard {
   slots: number;
 }
 
-function shardWorkerFile(): string {
-  const here = dirname(fileURLToPath(import.meta.url));
-  // Built layout: dist/src/wasm/ -> dist/workers/; source layout: src/wasm/ -> dist/workers/.
-  const built = resolve(here, '../../workers/index-shard.js');
-  if (import.meta.url.endsWith('.js') && existsSync(built)) return built;
-  const fromSource = resolve(here, '../../dist/workers/index-shard.js');
-  if (existsSync(fromSource)) return fromSource;
-  throw new KvgateError(
-    'KVG_ERR_INTERNAL',
-    `cannot find the compiled index shard (${built}); run \`npm run build\` first`,
-  );
-}
-
 /**
  * @rank-numbers its stored-block API is `PrefixIndex`'s (`applyStored(workerId, dpRank, ...)`), and the
  *   numbers go straight into the packed operations a shard applies.
@@ -93,7 +77,7 @@ export class ShardedPrefixIndex {
     const query = new SharedArrayBuffer((opts.maxQueryBlocks ?? 65_536) * 8);
     this.#query = new BigUint64Array(query);
     this.#timeoutMs = opts.matchTimeoutMs ?? 50;
-    const file = shardWorkerFile();
+    const file = workerEntryFile(import.meta.url, 'index-shard', 1);
     for (let i = 0; i < opts.shards; i++) {
       const regions: ShardRegions = {
         ctl: new SharedArrayBuffer(CTL_WORDS * 4),

@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
-import { json, postOk as post, startEngine, startGateway, suiteProcesses } from './procs.js';
+import { json, promptTraffic, startEngine, startGateway, suiteProcesses } from './procs.js';
 
 const BLOCK = 16;
 const PROMPT_BLOCKS = 4;
@@ -39,15 +39,11 @@ describe('KV events on ingestion threads through kvgate serve', () => {
     const started = procs.gateway!.lines.map(json).find((o) => o?.msg === 'KV-event ingestion on 2 thread(s)');
     expect(started).toMatchObject({ threads: 2 });
 
-    const rng = seededRng(28);
-    const prompts: number[][] = [];
-    const complete = async (): Promise<void> => {
-      const prompt = Array.from({ length: PROMPT_BLOCKS * BLOCK + 1 }, () => 1000 + Math.floor(rng() * 50_000));
-      await post(`${url}/v1/completions`, { model, prompt, max_tokens: 1 });
-      prompts.push(prompt);
-    };
-    const overlap = async (prompt: number[]): Promise<number> =>
-      (await post(`${url}/v1/route`, { model, prompt })).overlap_blocks as number;
+    const { prompts, complete, overlap } = promptTraffic(url, model, {
+      blocks: PROMPT_BLOCKS,
+      blockSize: BLOCK,
+      rng: seededRng(28),
+    });
     const allMatched = async (): Promise<boolean> => {
       for (const p of prompts) if ((await overlap(p)) !== PROMPT_BLOCKS) return false;
       return true;
