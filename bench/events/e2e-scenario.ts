@@ -49,6 +49,9 @@ const publishers = Math.min(engines, env('KVGATE_BENCH_E2E_PUBLISHERS', 2));
 const rate = env('KVGATE_BENCH_E2E_RATE', 200_000);
 const seconds = env('KVGATE_BENCH_E2E_SECONDS', 5);
 const eventsPerBatch = env('KVGATE_BENCH_E2E_EVENTS_PER_BATCH', 8);
+/** The gateway's per-turn bounds (`kv_events.events_per_turn`, `turn_budget_ms`); their defaults unless set. */
+const perTurn = process.env.KVGATE_BENCH_E2E_EVENTS_PER_TURN;
+const turnMs = process.env.KVGATE_BENCH_E2E_TURN_MS;
 
 function startPublishers(): { workers: Worker[]; ready: Promise<{ pub: string; replay: string }[]> } {
   const workers: Worker[] = [];
@@ -110,7 +113,12 @@ async function main(): Promise<void> {
   const router = new KvRouter({ blockSize: BLOCK, config: {}, rng: seededRng(7) });
   for (let i = 0; i < engines; i++) router.addWorker(i + 1, { dataParallelSize: 1 });
   const applier = new KvEventApplier({ blockSize: BLOCK, indexes: new TieredPrefixIndex(router.index) });
-  const manager = new KvEventManager({ applier, ingestThreads: threads });
+  const manager = new KvEventManager({
+    applier,
+    ingestThreads: threads,
+    ...(perTurn !== undefined ? { maxEventsPerTurn: Number(perTurn) } : {}),
+    ...(turnMs !== undefined ? { maxTurnMs: Number(turnMs) } : {}),
+  });
   for (let i = 0; i < engines; i++)
     await manager.add({
       workerId: i + 1,

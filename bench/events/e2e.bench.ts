@@ -8,7 +8,9 @@
  *
  * Sizes (environment): KVGATE_BENCH_E2E_THREADS (modes, default "0,2"), KVGATE_BENCH_E2E_ENGINES (8),
  * KVGATE_BENCH_E2E_PUBLISHERS (publisher threads, 2), KVGATE_BENCH_E2E_RATE (offered events/s over all
- * engines, 200,000), KVGATE_BENCH_E2E_SECONDS (5), KVGATE_BENCH_E2E_EVENTS_PER_BATCH (8).
+ * engines, 200,000), KVGATE_BENCH_E2E_SECONDS (5), KVGATE_BENCH_E2E_EVENTS_PER_BATCH (8), and the gateway's
+ * per-turn bounds KVGATE_BENCH_E2E_EVENTS_PER_TURN / KVGATE_BENCH_E2E_TURN_MS (kv_events.events_per_turn,
+ * turn_budget_ms; their defaults, 2,000 and 4 ms, unless set).
  * Run: node --expose-gc dist/bench/run.js events/e2e
  */
 import { execFile } from 'node:child_process';

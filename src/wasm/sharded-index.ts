@@ -49,6 +49,9 @@ export interface ShardedIndexOptions {
   readonly matchTimeoutMs?: number;
 }
 
+/** How long a match polls a shard's done word before it sleeps on it, ms. */
+const SPIN_MS = 0.05;
+
 interface Shard {
   readonly worker: Worker;
   readonly ctl: Int32Array;
@@ -155,6 +158,9 @@ export class ShardedPrefixIndex {
     const answered: Shard[] = [];
     const deadline = performance.now() + this.#timeoutMs;
     for (const s of this.#shards) {
+      // A shard answers in microseconds: poll briefly before sleeping, which saves a futex wake per shard.
+      const spinUntil = performance.now() + SPIN_MS;
+      while (Atomics.load(s.ctl, CTL_DONE) !== gen && performance.now() < spinUntil);
       for (let done = Atomics.load(s.ctl, CTL_DONE); done !== gen; done = Atomics.load(s.ctl, CTL_DONE)) {
         const left = deadline - performance.now();
         if (left <= 0) break;
