@@ -109,6 +109,8 @@ const q = (sorted: Float64Array, p: number): number =>
 
 async function main(): Promise<void> {
   const { workers, ready } = startPublishers();
+  // Listened to from the start: a publisher may end while the manager closes.
+  const exited = workers.map((w) => new Promise((r) => w.once('exit', r)));
   const endpoints = await ready;
   const router = new KvRouter({ blockSize: BLOCK, config: {}, rng: seededRng(7) });
   for (let i = 0; i < engines; i++) router.addWorker(i + 1, { dataParallelSize: 1 });
@@ -164,7 +166,7 @@ async function main(): Promise<void> {
   };
   for (const w of workers) w.postMessage('stop');
   await manager.close();
-  await Promise.all(workers.map((w) => new Promise((r) => w.once('exit', r))));
+  await Promise.all(exited);
   process.stdout.write(`${JSON.stringify(out)}\n`);
 }
 

@@ -30,8 +30,12 @@ function runMode(threads: number): Promise<E2eOutcome> {
       [join(HERE, 'e2e-scenario.js'), String(threads)],
       { timeout: 600_000, maxBuffer: 1 << 20 },
       (err, stdout, stderr) => {
-        if (err !== null) reject(new Error(`e2e scenario with ${threads} thread(s) failed: ${err.message}\n${stderr}`));
-        else done(JSON.parse(stdout.trim().split('\n').at(-1)!) as E2eOutcome);
+        const last = stdout.trim().split('\n').at(-1) ?? '';
+        if (err !== null || !last.startsWith('{'))
+          reject(
+            new Error(`e2e scenario with ${threads} thread(s) failed: ${err?.message ?? 'no outcome'}\n${stderr}`),
+          );
+        else done(JSON.parse(last) as E2eOutcome);
       },
     );
   });

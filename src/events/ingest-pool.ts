@@ -46,6 +46,8 @@ interface Attached {
 interface PoolThread {
   worker: Worker;
   readonly ids: Set<number>;
+  /** Subscribe / unsubscribe requests awaiting the thread's answer: the thread keeps the process alive meanwhile. */
+  waiting: number;
 }
 
 const shared = new Map<number, { pool: IngestPool; refs: number }>();
@@ -70,7 +72,7 @@ export class IngestPool {
     this.#logger = logger;
     this.#file = workerEntryFile(import.meta.url, 'kv-ingest', 1);
     for (let i = 0; i < threads; i++) {
-      const t: PoolThread = { worker: undefined as unknown as Worker, ids: new Set() };
+      const t: PoolThread = { worker: undefined as unknown as Worker, ids: new Set(), waiting: 0 };
       this.#start(t, i);
       this.#threads.push(t);
     }
@@ -83,7 +85,13 @@ export class IngestPool {
       if (entry.pool !== this || --entry.refs > 0) continue;
       shared.delete(n);
       this.#closed = true;
-      await Promise.all(this.#threads.map((t) => t.worker.terminate()));
+      // Referenced again, so the process waits for them to end before it exits.
+      await Promise.all(
+        this.#threads.map((t) => {
+          t.worker.ref();
+          return t.worker.terminate();
+        }),
+      );
     }
   }
 
@@ -98,10 +106,13 @@ export class IngestPool {
     this.#attached.set(id, entry);
     thread.ids.add(id);
     try {
-      await new Promise<void>((resolve, reject) => {
-        entry.added = { resolve, reject };
-        this.#send(thread, { op: 'add', id, ...sub });
-      });
+      await this.#awaiting(
+        thread,
+        new Promise<void>((resolve, reject) => {
+          entry.added = { resolve, reject };
+          this.#send(thread, { op: 'add', id, ...sub });
+        }),
+      );
     } catch (err) {
       this.#forget(id);
       throw err;
@@ -116,11 +127,27 @@ export class IngestPool {
       this.#forget(id);
       return;
     }
-    await new Promise<void>((resolve) => {
-      entry.removed = resolve;
-      this.#send(entry.thread, { op: 'remove', id });
-    });
+    await this.#awaiting(
+      entry.thread,
+      new Promise<void>((resolve) => {
+        entry.removed = resolve;
+        this.#send(entry.thread, { op: 'remove', id });
+      }),
+    );
     this.#forget(id);
+  }
+
+  /**
+   * The threads do not keep the process alive (the gateway's server does), except while the main thread
+   * awaits one of them: a script that closes its manager last must not exit before the close resolves.
+   */
+  async #awaiting(thread: PoolThread, answer: Promise<void>): Promise<void> {
+    if (thread.waiting++ === 0) thread.worker.ref();
+    try {
+      await answer;
+    } finally {
+      if (--thread.waiting === 0) thread.worker.unref();
+    }
   }
 
   #forget(id: number): void {

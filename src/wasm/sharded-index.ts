@@ -58,6 +58,8 @@ interface Shard {
   readonly result: Uint32Array;
   readonly ops: ShardOps;
   slots: number;
+  /** Requests awaiting the shard's answer. */
+  waiting: number;
 }
 
 /**
@@ -95,7 +97,14 @@ export class ShardedPrefixIndex {
         done?.(r);
       });
       const ctl = new Int32Array(regions.ctl);
-      this.#shards.push({ worker, ctl, result: new Uint32Array(regions.result), ops: new ShardOps(), slots: 0 });
+      this.#shards.push({
+        worker,
+        ctl,
+        result: new Uint32Array(regions.result),
+        ops: new ShardOps(),
+        slots: 0,
+        waiting: 0,
+      });
     }
   }
 
@@ -191,7 +200,12 @@ export class ShardedPrefixIndex {
 
   /** Ends the shard threads (their indexes with them). */
   async close(): Promise<void> {
-    await Promise.all(this.#shards.map((s) => s.worker.terminate()));
+    await Promise.all(
+      this.#shards.map((s) => {
+        s.worker.ref(); // the process waits for them to end before it exits
+        return s.worker.terminate();
+      }),
+    );
   }
 
   #shardOf(workerId: number, dpRank: number): Shard {
@@ -205,10 +219,16 @@ export class ShardedPrefixIndex {
     return shard;
   }
 
-  #ask(shard: Shard, req: ShardRequest, transfer: ArrayBuffer[] = []): Promise<ShardReply> {
-    return new Promise((resolve) => {
-      this.#pending.set(req.id, resolve);
-      shard.worker.postMessage(req, transfer);
-    });
+  /** One request to a shard; the shard keeps the process alive until it answers (it does not otherwise). */
+  async #ask(shard: Shard, req: ShardRequest, transfer: ArrayBuffer[] = []): Promise<ShardReply> {
+    if (shard.waiting++ === 0) shard.worker.ref();
+    try {
+      return await new Promise((resolve) => {
+        this.#pending.set(req.id, resolve);
+        shard.worker.postMessage(req, transfer);
+      });
+    } finally {
+      if (--shard.waiting === 0) shard.worker.unref();
+    }
   }
 }
