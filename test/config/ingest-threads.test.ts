@@ -7,9 +7,9 @@ import { isKvgateError } from '../../src/errors/index.js';
 const models = [{ name: 'm', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://10.0.0.1:8000' }] }];
 
 describe('config: kv_events.ingest_threads', () => {
-  it('defaults to a thread per 4 cores (at least 1, at most 4), shared among the processes', () => {
+  it('defaults to a thread per 4 cores (at most 4; none below 8 cores), shared among the processes', () => {
     const cores = availableParallelism();
-    const expected = (processes: number): number => Math.min(4, Math.floor(Math.max(4, cores) / 4 / processes));
+    const expected = (processes: number): number => (cores < 8 ? 0 : Math.min(4, Math.floor(cores / 4 / processes)));
     expect(loadGatewayConfig({ base: { models }, env: {} }).kvIngestThreads).toBe(expected(1));
     expect(loadGatewayConfig({ base: { models, processes: 2 }, env: {} }).kvIngestThreads).toBe(expected(2));
   });
