@@ -8,8 +8,10 @@ import { renderSection, type BenchModule } from './util.js';
 const MODULES: Record<string, () => Promise<BenchModule>> = {
   'wasm/hashing': () => import('./wasm/hashing.bench.js'),
   'wasm/prefix-index': () => import('./wasm/prefix-index.bench.js'),
+  'wasm/shards': () => import('./wasm/shards.bench.js'),
   'events/ingest': () => import('./events/ingest.bench.js'),
   'events/flood-lag': () => import('./events/flood-lag.bench.js'),
+  'events/e2e': () => import('./events/e2e.bench.js'),
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
   'routing/added-latency': () => import('./routing/added-latency.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),

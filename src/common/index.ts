@@ -60,3 +60,4 @@ export {
 } from './tracing.js';
 export type { KvSlotSnapshot } from './kv-snapshot.js';
 export { type AgentApi, agentChat } from './agent-chat.js';
+export { workerEntryFile } from './worker-file.js';

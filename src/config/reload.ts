@@ -22,6 +22,7 @@ const RESTART_FIELDS: readonly [string, (c: GatewayConfig) => unknown][] = [
   ['preprocess', (c) => c.preprocess],
   ['log.level', (c) => c.logLevel],
   ['processes', (c) => c.processes],
+  ['kv_events.ingest_threads', (c) => c.kvIngestThreads],
   ['pid_file', (c) => c.pidFile],
   ['limits.header_timeout_ms', (c) => c.limits.headerTimeoutMs],
   ['limits.request_timeout_ms', (c) => c.limits.requestTimeoutMs],

@@ -8,7 +8,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { absolute, checkHost, type ResolveContext } from './checks.js';
-import { defaultPreprocessThreads, GATEWAY_DEFAULTS } from './defaults.js';
+import { defaultIngestThreads, defaultPreprocessThreads, GATEWAY_DEFAULTS } from './defaults.js';
 import { ConfigReader, isPlainObject, show, type ConfigProblem } from './reader.js';
 import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readLimits, readListen } from './resolve-edge.js';
@@ -208,11 +208,12 @@ function readProcess(
   return { drainTimeoutMs, preprocess, logLevel, processes };
 }
 
-/** The `kv_events` section: ingestion bounds. */
-function readKvEventBounds(root: ConfigReader): GatewayConfig['kvEvents'] {
+/** The `kv_events` section: ingestion bounds, and the threads that receive and decode. */
+function readKvEventBounds(root: ConfigReader, processes: number): Pick<GatewayConfig, 'kvEvents' | 'kvIngestThreads'> {
   const d = GATEWAY_DEFAULTS.kvEvents;
+  const threads = defaultIngestThreads(processes);
   const r = root.child('kv_events');
-  if (r === undefined) return { ...d };
+  if (r === undefined) return { kvEvents: { ...d }, kvIngestThreads: threads };
   r.allowOnly([
     'queue_batches',
     'events_per_turn',
@@ -222,8 +223,9 @@ function readKvEventBounds(root: ConfigReader): GatewayConfig['kvEvents'] {
     'restart_confirmations',
     'inconsistent_after_ms',
     'stale_after_ms',
+    'ingest_threads',
   ]);
-  return {
+  const kvEvents = {
     maxQueuedBatches: r.int('queue_batches', d.maxQueuedBatches, { min: 1, max: 10_000_000 }),
     maxEventsPerTurn: r.int('events_per_turn', d.maxEventsPerTurn, { min: 1, max: 10_000_000 }),
     maxTurnMs: r.num('turn_budget_ms', d.maxTurnMs, { min: 0, exclusiveMin: true, max: 1000 }),
@@ -233,6 +235,7 @@ function readKvEventBounds(root: ConfigReader): GatewayConfig['kvEvents'] {
     inconsistentAfterMs: r.int('inconsistent_after_ms', d.inconsistentAfterMs, { min: 1, max: 86_400_000 }),
     staleAfterMs: r.int('stale_after_ms', d.staleAfterMs, { min: 1, max: 86_400_000 }),
   };
+  return { kvEvents, kvIngestThreads: r.int('ingest_threads', threads, { min: 0, max: 64 }) };
 }
 
 function checkNatsUrl(s: string): string | undefined {
@@ -408,7 +411,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const tracing = readTracing(root);
   const { drainTimeoutMs, preprocess, logLevel, processes } = readProcess(root);
   const pidFile = root.optStr('pid_file');
-  const kvEvents = readKvEventBounds(root);
+  const { kvEvents, kvIngestThreads } = readKvEventBounds(root, processes);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const replicas = readReplicas(root);
   const config: GatewayConfig = {
@@ -427,6 +430,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
     processes,
     pidFile: pidFile === undefined ? undefined : absolute(ctx, pidFile),
     kvEvents,
+    kvIngestThreads,
     replicas,
     models,
     warnings,

@@ -350,6 +350,8 @@ export interface GatewayConfig {
   readonly pidFile: string | undefined;
   /** KV-event ingestion bounds (every model). */
   readonly kvEvents: KvEventsConfig;
+  /** `kv_events.ingest_threads`: threads that receive, decode and hash KV events (every model's); 0 = the main thread. */
+  readonly kvIngestThreads: number;
   readonly replicas: ReplicasConfig;
   /** Empty = the embedded demo (in-process simulated engines). */
   readonly models: readonly ModelConfig[];

@@ -167,7 +167,7 @@ export class KvEventApplier {
     groups?.learnFrom(ev);
     const truncated = ev.droppedBlocks > 0;
     if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';
-    const local = storedLocalHashes(ev, this.blockSize);
+    const local = ev.localHashes ?? storedLocalHashes(ev, this.blockSize);
     if (groups !== undefined && (!primary || (ev.leadingNullBlocks ?? 0) > 0)) {
       if (ev.tier !== 'device') return 'other_group';
       const status = groups.storePairs(slot, ev, local);
@@ -201,7 +201,7 @@ export class KvEventApplier {
 }
 
 /** The tokens hashes of a stored event's blocks; an Eagle event's windows end with each block's next token. */
-function storedLocalHashes(ev: StoredBlocksEvent, blockSize: number): BigUint64Array {
+export function storedLocalHashes(ev: StoredBlocksEvent, blockSize: number): BigUint64Array {
   const opts = { loraName: ev.loraName, cacheSalt: ev.cacheSalt, mmHashes: ev.mmHashes };
   if (ev.eagleNextToken === undefined) return blockHashes(ev.tokenIds, blockSize, opts);
   const tokens = new Uint32Array(ev.tokenIds.length + 1);

@@ -37,6 +37,10 @@ import { SlotRecovery } from './slot-recovery.js';
 import { SlotWriter } from './slot-writer.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
 import type { ApplyScheduler, Drainable, TurnBudget } from './turn-scheduler.js';
+import type { KvEventBatch } from './types.js';
+
+/** The payload of a batch that arrived decoded (never read: the batch is). */
+const NO_PAYLOAD = new Uint8Array(0);
 
 export class KvEventStream implements Drainable {
   /** The (worker, dp rank) whose publisher this stream follows. */
@@ -147,9 +151,18 @@ export class KvEventStream implements Drainable {
 
   /** A live batch: queued, or dropped when the queue is full (the hole is then replayed like any gap). */
   onMessage(seq: bigint, payload: Uint8Array): void {
+    this.#offer(seq, payload, undefined);
+  }
+
+  /** A live batch an ingestion thread already decoded (and hashed): handled as `onMessage`, without decoding. */
+  onDecoded(seq: bigint, batch: KvEventBatch): void {
+    this.#offer(seq, NO_PAYLOAD, batch);
+  }
+
+  #offer(seq: bigint, payload: Uint8Array, batch: KvEventBatch | undefined): void {
     if (this.#closed) return;
     this.#hooks.onBatch?.(this.slot, 'live');
-    if (!this.#queue.offer({ seq, payload, gen: this.#recovery.sent })) {
+    if (!this.#queue.offer({ seq, payload, gen: this.#recovery.sent, batch })) {
       this.#hooks.onDropped?.(this.slot, 'queue_full', seq);
       this.#log.warn(
         'queue_full',
@@ -256,7 +269,7 @@ export class KvEventStream implements Drainable {
    * unreadable batch in sequence still uses up its seq, as a genuine one in a newer format would).
    */
   #readIfDecisive(item: LiveItem): LiveItem | undefined {
-    if (!this.#judge.decisive(item.seq)) return item;
+    if (item.batch !== undefined || !this.#judge.decisive(item.seq)) return item;
     const batch = this.#writer.read(item.seq, item.payload);
     if (batch === undefined) this.#recovery.unplaced();
     return batch === undefined ? undefined : { ...item, batch };

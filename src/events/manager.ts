@@ -25,7 +25,9 @@ import {
   type KvEventOptions,
 } from './options.js';
 import { KvEventCounters, combineHooks, type KvEventHooks } from './stats.js';
-import { KvEventSubscriber, type KvEventTarget } from './subscriber.js';
+import { IngestPool } from './ingest-pool.js';
+import { KvEventSubscriber, type KvEventTarget, type SlotSubscription } from './subscriber.js';
+import { ThreadedSubscriber } from './threaded-subscriber.js';
 import type { TieredPrefixIndex } from './tiered-index.js';
 import { TurnScheduler } from './turn-scheduler.js';
 import { STORAGE_TIERS, type StorageTier } from './types.js';
@@ -67,7 +69,9 @@ export class KvEventManager {
   readonly #opts: FilledKvEventOptions;
   /** Built once here; every subscriber and stream shares it. */
   readonly #ctx: IngestContext;
-  readonly #subs = new Map<string, KvEventSubscriber>();
+  readonly #subs = new Map<string, SlotSubscription>();
+  /** The ingestion threads holding the sockets (`ingestThreads` > 0); without them, each subscriber's own socket. */
+  readonly #pool: IngestPool | undefined;
   readonly #checkTimer: NodeJS.Timeout;
   readonly #seeds = new Map<string, KvSlotSnapshot>();
   readonly #onIndexRebuild: KvEventManagerOptions['onIndexRebuild'];
@@ -94,6 +98,8 @@ export class KvEventManager {
     for (const seed of options.seeds ?? []) this.#seeds.set(slotKey(seed.workerId, seed.dpRank), seed);
     this.#onIndexRebuild = options.onIndexRebuild;
     options.applier.onIndexDiscarded((err) => this.#indexDiscarded(err));
+    const threads = this.#opts.ingestThreads;
+    this.#pool = threads > 0 ? IngestPool.acquire(threads, base.logger) : undefined;
   }
 
   /**
@@ -120,6 +126,11 @@ export class KvEventManager {
     });
   }
 
+  /** Threads holding this manager's sockets and decoding its events (`ingestThreads`); 0: the main thread. */
+  get ingestThreads(): number {
+    return this.#pool === undefined ? 0 : this.#opts.ingestThreads;
+  }
+
   get indexes(): TieredPrefixIndex {
     return this.applier.indexes;
   }
@@ -139,22 +150,26 @@ export class KvEventManager {
       await this.#stop(key, existing);
       this.applier.clearSlot(source);
     }
-    const sub = new KvEventSubscriber(source, this.#ctx, this.#opts);
+    const sub =
+      this.#pool === undefined
+        ? new KvEventSubscriber(source, this.#ctx, this.#opts)
+        : new ThreadedSubscriber(source, this.#ctx, this.#pool, this.#opts);
     this.liveness.register(source);
     const seed = this.#seeds.get(key);
     this.#seeds.delete(key);
     if (seed !== undefined) this.#seed(sub, seed);
+    this.#subs.set(key, sub);
     try {
-      sub.start();
+      await sub.start();
     } catch (err) {
+      if (this.#subs.get(key) === sub) this.#subs.delete(key);
       this.liveness.unregister(source);
       throw err;
     }
-    this.#subs.set(key, sub);
   }
 
   /** Fills a new subscription's slot from a peer's snapshot and starts its stream at the snapshot's cursor. */
-  #seed(sub: KvEventSubscriber, seed: KvSlotSnapshot): void {
+  #seed(sub: SlotSubscription, seed: KvSlotSnapshot): void {
     const { workerId, dpRank, endpoint } = sub.source;
     const at = { workerId, dpRank, endpoint, snapshotEndpoint: seed.endpoint };
     if (seed.endpoint !== endpoint) {
@@ -218,13 +233,13 @@ export class KvEventManager {
     for (const s of sources) await this.add(s);
   }
 
-  async #stop(key: string, sub: KvEventSubscriber): Promise<void> {
+  async #stop(key: string, sub: SlotSubscription): Promise<void> {
     this.#subs.delete(key);
     await sub.close();
   }
 
   /** The subscriber of a slot, if subscribed. */
-  subscriber(slot: WorkerRank): KvEventSubscriber | undefined {
+  subscriber(slot: WorkerRank): SlotSubscription | undefined {
     return this.#subs.get(slotKey(slot.workerId, slot.dpRank));
   }
 
@@ -253,5 +268,6 @@ export class KvEventManager {
     const all = [...this.#subs];
     this.#subs.clear();
     await Promise.all(all.map(([, s]) => s.close()));
+    await this.#pool?.release();
   }
 }

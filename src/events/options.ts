@@ -102,6 +102,11 @@ export interface KvEventOptions extends KvEventSubscriberOptions {
   maxEventsPerTurn?: number | undefined;
   /** Time spent applying events per event-loop turn at most, ms. */
   maxTurnMs?: number | undefined;
+  /**
+   * Threads that receive, decode and hash the events (shared by every manager of the process with the same
+   * count); 0 keeps the sockets and the decoding on the main thread. Judging and applying stay on the main thread.
+   */
+  ingestThreads?: number | undefined;
 }
 export type FilledKvEventOptions = Required<{ [K in keyof KvEventOptions]: NonNullable<KvEventOptions[K]> }>;
 export const kDefaultKvEventOptions: FilledKvEventOptions = Object.freeze({
@@ -109,6 +114,7 @@ export const kDefaultKvEventOptions: FilledKvEventOptions = Object.freeze({
   staleAfterMs: 30_000,
   maxEventsPerTurn: 2000,
   maxTurnMs: 4,
+  ingestThreads: 0,
 });
 
 /** `defaults` with every field of `given` that is set (an explicit `undefined` keeps the default). */

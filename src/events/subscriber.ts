@@ -42,7 +42,50 @@ export interface KvEventTarget extends WorkerRank {
  */
 const RECEIVE_PER_TURN = 256;
 
-export class KvEventSubscriber {
+/**
+ * One slot's subscription as the manager sees it: its stream, fed either by its own SUB socket on the
+ * main thread (`KvEventSubscriber`) or by an ingestion thread (`ThreadedSubscriber`).
+ */
+export interface SlotSubscription {
+  readonly source: Readonly<KvEventTarget>;
+  readonly stream: KvEventStream;
+  /** Connects, subscribes and starts receiving. @throws KvgateError KVG_ERR_INVALID_ARGUMENT when ZMQ refuses the endpoint. */
+  start(): void | Promise<void>;
+  /** Closes the sockets and waits until nothing more reaches the stream. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid worker id, rank or endpoint. */
+export function checkTarget(source: KvEventTarget): void {
+  const { workerId, dpRank, endpoint } = source;
+  if (!Number.isSafeInteger(workerId) || workerId < 0 || !Number.isInteger(dpRank) || dpRank < 0 || dpRank > 0xffff) {
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      `invalid KV event source (worker ${workerId}, dp rank ${dpRank})`,
+      { workerId, dpRank },
+    );
+  }
+  if (typeof endpoint !== 'string' || !/^(tcp|ipc|inproc):\/\/./.test(endpoint)) {
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      `KV event endpoint ${JSON.stringify(endpoint)} is not a tcp://, ipc:// or inproc:// address`,
+      { workerId, dpRank },
+    );
+  }
+}
+
+/** ZMQ's refusal of an endpoint as the error `start()` throws. */
+export function refusedEndpoint(source: KvEventTarget, err: unknown): KvgateError {
+  const { workerId, dpRank, endpoint } = source;
+  return new KvgateError(
+    'KVG_ERR_INVALID_ARGUMENT',
+    `cannot connect to KV event endpoint ${endpoint}: ${err instanceof Error ? err.message : String(err)}`,
+    { workerId, dpRank, endpoint },
+    { cause: err },
+  );
+}
+
+export class KvEventSubscriber implements SlotSubscription {
   readonly source: Readonly<KvEventTarget>;
   readonly stream: KvEventStream;
   readonly #sub: Subscriber;
@@ -53,21 +96,8 @@ export class KvEventSubscriber {
 
   /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid worker id, rank or endpoint. */
   constructor(source: KvEventTarget, ctx: IngestContext, options?: KvEventSubscriberOptions) {
-    const { workerId, dpRank, endpoint } = source;
-    if (!Number.isSafeInteger(workerId) || workerId < 0 || !Number.isInteger(dpRank) || dpRank < 0 || dpRank > 0xffff) {
-      throw new KvgateError(
-        'KVG_ERR_INVALID_ARGUMENT',
-        `invalid KV event source (worker ${workerId}, dp rank ${dpRank})`,
-        { workerId, dpRank },
-      );
-    }
-    if (typeof endpoint !== 'string' || !/^(tcp|ipc|inproc):\/\/./.test(endpoint)) {
-      throw new KvgateError(
-        'KVG_ERR_INVALID_ARGUMENT',
-        `KV event endpoint ${JSON.stringify(endpoint)} is not a tcp://, ipc:// or inproc:// address`,
-        { workerId, dpRank },
-      );
-    }
+    checkTarget(source);
+    const { workerId, dpRank } = source;
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
     this.#logger = ctx.logger;
@@ -88,13 +118,7 @@ export class KvEventSubscriber {
       this.#sub.connect(this.source.endpoint);
     } catch (err) {
       void this.close();
-      const { workerId, dpRank, endpoint } = this.source;
-      throw new KvgateError(
-        'KVG_ERR_INVALID_ARGUMENT',
-        `cannot connect to KV event endpoint ${endpoint}: ${err instanceof Error ? err.message : String(err)}`,
-        { workerId, dpRank, endpoint },
-        { cause: err },
-      );
+      throw refusedEndpoint(this.source, err);
     }
     this.#sub.subscribe(this.source.topic ?? '');
     this.#loop = this.#receive();

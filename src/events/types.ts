@@ -52,6 +52,11 @@ export interface StoredBlocksEvent {
    * bigrams, and hashes each block over its tokens plus the next one (Dynamo's `is_eagle` windows).
    */
   readonly eagleNextToken?: number;
+  /**
+   * Our own hashes of the blocks' tokens (the applier's `storedLocalHashes`), when an ingestion thread
+   * computed them before handing the batch over (batch-codec.ts); absent, the applier computes them.
+   */
+  readonly localHashes?: BigUint64Array;
 }
 
 /** `BlockRemoved`: blocks evicted from one tier. Not cascading. */

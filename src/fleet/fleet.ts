@@ -85,7 +85,7 @@ function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
       legTimeouts: { firstByteMs: model.engineTimeouts.firstByteMs, streamIdleMs: model.engineTimeouts.streamIdleMs },
       migration: model.migration,
       sessionLimits: { maxTtlMs: config.limits.maxSessionTimeoutS * 1000, maxSessions: config.limits.maxSessions },
-      kvEvents: config.kvEvents,
+      kvEvents: { ...config.kvEvents, ingestThreads: config.kvIngestThreads },
       attachReplica: sync === undefined ? undefined : (pool) => sync.attach(channelKey(model.name, pool.role), pool),
       kvSeeds: seeds === undefined ? undefined : (role) => seeds.get(channelKey(model.name, role)),
     },

@@ -4,3 +4,4 @@ export type { BlockHashOptions, PromptHashes } from './hashing.js';
 export { PrefixIndex } from './prefix-index.js';
 export { allocationHookPending, failIndexAllocation, takeAllocationHook } from './instance.js';
 export type { EvictionReport, OverlapScores, RemoveResult } from './prefix-index.js';
+export { ShardedPrefixIndex } from './sharded-index.js';

@@ -89,3 +89,29 @@ export async function startGateway(
   const started = await lineOf(s.gateway, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started');
   return String(started.listen);
 }
+
+/**
+ * Completions of fresh random prompts of `blocks` full blocks (and one token more) on a gateway, remembered
+ * in `prompts`, and the overlap `/v1/route` predicts for a prompt.
+ */
+export function promptTraffic(
+  url: string,
+  model: string,
+  opts: { blocks: number; blockSize: number; rng: () => number },
+): { prompts: number[][]; complete(): Promise<void>; overlap(prompt: number[]): Promise<number> } {
+  const prompts: number[][] = [];
+  return {
+    prompts,
+    async complete() {
+      const prompt = Array.from(
+        { length: opts.blocks * opts.blockSize + 1 },
+        () => 1000 + Math.floor(opts.rng() * 50_000),
+      );
+      await postOk(`${url}/v1/completions`, { model, prompt, max_tokens: 1 });
+      prompts.push(prompt);
+    },
+    async overlap(prompt) {
+      return (await postOk(`${url}/v1/route`, { model, prompt })).overlap_blocks as number;
+    },
+  };
+}

@@ -1,0 +1,173 @@
+/**
+ * One mode of the end-to-end ingestion bench, in a process of its own (e2e.bench.ts starts it):
+ * `node e2e-scenario.js <ingest threads>`. Publisher threads (rate-publisher.ts) simulate the engines;
+ * this process is the gateway side: a `KvRouter` whose prefix index a real `KvEventManager` keeps
+ * true from those engines over ZMQ (with `ingestThreads` threads, 0 = everything on the main thread),
+ * while the main thread makes one routing decision (hash an 8,192-token prompt at block size 16,
+ * match, score, book) every millisecond and `monitorEventLoopDelay` watches its lag. Prints one JSON
+ * line: `E2eOutcome`.
+ */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { Worker } from 'node:worker_threads';
+import { seededRng } from '../../src/common/index.js';
+import { KvEventApplier, KvEventManager, TieredPrefixIndex } from '../../src/events/index.js';
+import { KvRouter } from '../../src/routing/index.js';
+import type { RatePublisherConfig } from './rate-publisher.js';
+
+export interface E2eOutcome {
+  threads: number;
+  offeredEventsPerSec: number;
+  appliedEventsPerSec: number;
+  applied: number;
+  /** Events the engines sent. */
+  sent: number;
+  /** From 'go' until the last batch sent was applied, ms. */
+  elapsedMs: number;
+  lagP50Ms: number;
+  lagP99Ms: number;
+  lagMaxMs: number;
+  decisionP50Us: number;
+  decisionP99Us: number;
+  decisions: number;
+  gaps: number;
+  replayedBatches: number;
+  resets: number;
+  drops: number;
+}
+
+const env = (name: string, fallback: number): number => {
+  const v = Number(process.env[name] ?? fallback);
+  if (!Number.isFinite(v) || v <= 0) throw new Error(`${name} must be a positive number`);
+  return v;
+};
+
+const BLOCK = 16;
+const PROMPT_TOKENS = 8192;
+const threads = Number(process.argv[2] ?? 0);
+const engines = env('KVGATE_BENCH_E2E_ENGINES', 8);
+const publishers = Math.min(engines, env('KVGATE_BENCH_E2E_PUBLISHERS', 2));
+const rate = env('KVGATE_BENCH_E2E_RATE', 200_000);
+const seconds = env('KVGATE_BENCH_E2E_SECONDS', 5);
+const eventsPerBatch = env('KVGATE_BENCH_E2E_EVENTS_PER_BATCH', 8);
+/** The gateway's per-turn bounds (`kv_events.events_per_turn`, `turn_budget_ms`); their defaults unless set. */
+const perTurn = process.env.KVGATE_BENCH_E2E_EVENTS_PER_TURN;
+const turnMs = process.env.KVGATE_BENCH_E2E_TURN_MS;
+
+function startPublishers(): { workers: Worker[]; ready: Promise<{ pub: string; replay: string }[]> } {
+  const workers: Worker[] = [];
+  const parts: Promise<{ pub: string; replay: string }[]>[] = [];
+  for (let p = 0; p < publishers; p++) {
+    const mine = Math.floor(engines / publishers) + (p < engines % publishers ? 1 : 0);
+    const workerData: RatePublisherConfig = {
+      engines: mine,
+      eventsPerSec: (rate * mine) / engines,
+      seconds,
+      encoding: 'vllm-array',
+      eventsPerBatch,
+    };
+    const w = new Worker(new URL('./rate-publisher.js', import.meta.url), { workerData });
+    workers.push(w);
+    parts.push(
+      new Promise((resolve, reject) => {
+        w.once('message', (m: { endpoints: { pub: string; replay: string }[] }) => resolve(m.endpoints));
+        w.once('error', reject);
+      }),
+    );
+  }
+  return { workers, ready: Promise.all(parts).then((all) => all.flat()) };
+}
+
+/** One decision per millisecond on the main thread, timed; returns a stop function with the timings. */
+function decide(router: KvRouter): () => Float64Array {
+  const rng = seededRng(11);
+  const doc = Uint32Array.from({ length: PROMPT_TOKENS }, () => Math.floor(rng() * 150_000));
+  const times: number[] = [];
+  const inFlight: string[] = [];
+  let id = 0;
+  let stopped = false;
+  const tick = (): void => {
+    if (stopped) return;
+    const tokens = doc.slice();
+    for (let i = Math.floor(rng() * PROMPT_TOKENS); i < PROMPT_TOKENS; i++) tokens[i] = Math.floor(rng() * 150_000);
+    const requestId = `r${id++}`;
+    const t0 = performance.now();
+    router.findBestMatch({ requestId, tokens });
+    times.push((performance.now() - t0) * 1000);
+    inFlight.push(requestId);
+    if (inFlight.length > engines * 4) router.free(inFlight.shift()!);
+    setTimeout(tick, 1);
+  };
+  setTimeout(tick, 1);
+  return () => {
+    stopped = true;
+    return Float64Array.from(times).sort();
+  };
+}
+
+const q = (sorted: Float64Array, p: number): number =>
+  sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? 0;
+
+async function main(): Promise<void> {
+  const { workers, ready } = startPublishers();
+  // Listened to from the start: a publisher may end while the manager closes.
+  const exited = workers.map((w) => new Promise((r) => w.once('exit', r)));
+  const endpoints = await ready;
+  const router = new KvRouter({ blockSize: BLOCK, config: {}, rng: seededRng(7) });
+  for (let i = 0; i < engines; i++) router.addWorker(i + 1, { dataParallelSize: 1 });
+  const applier = new KvEventApplier({ blockSize: BLOCK, indexes: new TieredPrefixIndex(router.index) });
+  const manager = new KvEventManager({
+    applier,
+    ingestThreads: threads,
+    ...(perTurn !== undefined ? { maxEventsPerTurn: Number(perTurn) } : {}),
+    ...(turnMs !== undefined ? { maxTurnMs: Number(turnMs) } : {}),
+  });
+  for (let i = 0; i < engines; i++)
+    await manager.add({
+      workerId: i + 1,
+      dpRank: 0,
+      endpoint: endpoints[i]!.pub,
+      replayEndpoint: endpoints[i]!.replay,
+      topic: 'kv-events',
+    });
+  const lag = monitorEventLoopDelay({ resolution: 1 });
+  const done = workers.map((w) => new Promise<{ sent: number[]; events: number }>((r) => w.once('message', r)));
+  lag.enable();
+  const stopDeciding = decide(router);
+  const start = performance.now();
+  for (const w of workers) w.postMessage('go');
+  const reports = await Promise.all(done);
+  const sent = reports.flatMap((d) => d.sent);
+  const slots = Array.from({ length: engines }, (_, i) => manager.subscriber({ workerId: i + 1, dpRank: 0 })!.stream);
+  const caughtUp = (): boolean =>
+    slots.every((s, i) => s.cursor === BigInt(sent[i]! - 1) && !s.recovering && s.pendingCount === 0);
+  while (!caughtUp() && performance.now() - start < seconds * 1000 + 60_000) await new Promise((r) => setTimeout(r, 1));
+  const elapsedMs = performance.now() - start;
+  lag.disable();
+  const decisions = stopDeciding();
+  const s = manager.counters.snapshot();
+  const applied = Object.values(s.events).reduce((n, byStatus) => n + byStatus.ok + byStatus.not_found, 0);
+  const out: E2eOutcome = {
+    threads,
+    offeredEventsPerSec: rate,
+    appliedEventsPerSec: (applied / elapsedMs) * 1000,
+    applied,
+    sent: reports.reduce((n, d) => n + d.events, 0),
+    elapsedMs,
+    lagP50Ms: lag.percentile(50) / 1e6,
+    lagP99Ms: lag.percentile(99) / 1e6,
+    lagMaxMs: lag.max / 1e6,
+    decisionP50Us: q(decisions, 0.5),
+    decisionP99Us: q(decisions, 0.99),
+    decisions: decisions.length,
+    gaps: s.gaps,
+    replayedBatches: s.replayedBatches,
+    resets: Object.values(s.resets).reduce((a, b) => a + b, 0),
+    drops: Object.values(s.dropped).reduce((a, b) => a + b, 0),
+  };
+  for (const w of workers) w.postMessage('stop');
+  await manager.close();
+  await Promise.all(exited);
+  process.stdout.write(`${JSON.stringify(out)}\n`);
+}
+
+void main();

@@ -1,0 +1,282 @@
+/**
+ * Decoded KV-event batches as one compact binary buffer, the form in which an
+ * ingestion thread hands its batches to the main thread (ingest-pool.ts): the
+ * thread decodes the msgpack and hashes the stored blocks' tokens, then packs
+ * many batches, of any of its streams, into one `ArrayBuffer` that is
+ * transferred, not copied. The main thread rebuilds each `KvEventBatch` over
+ * views of that buffer (no copy of hashes or tokens), with the stored
+ * events' `localHashes` already computed.
+ *
+ * Layout, in 8-byte little-endian words (typed-array views need the alignment):
+ *   batch:   [stream id u32 | events u32] [seq u64] [ts f64] [dp rank + 1 u32 | errors index + 1 u32] events...
+ *   removed: [kind u8, tier u8 | -] [group f64] [hashes u32 | -] hashes...
+ *   stored:  [kind, tier, has parent u8 | -] [group f64] [hashes u32 | local u32] [tokens u32 | block size u32]
+ *            [dropped u32 | extras index + 1 u32] [parent u64] hashes... local... tokens (2 a word)...
+ *   cleared: [kind u8 | -]
+ * Rare fields (a LoRA, a cache salt, multimodal hashes, a hybrid group's spec, Eagle's next token) and a
+ * batch's per-event decode errors travel beside the buffer as structured-clone values, indexed from it.
+ */
+import { STORAGE_TIERS, type KvCacheEvent, type KvEventBatch, type KvEventDecodeError } from './types.js';
+import type { StoredBlocksEvent } from './types.js';
+
+const KIND_STORED = 0;
+const KIND_REMOVED = 1;
+const KIND_CLEARED = 2;
+const TIER_INDEX = new Map(STORAGE_TIERS.map((t, i) => [t, i]));
+
+/** A stored event's fields that most events leave at their default. */
+type StoredExtras = Pick<
+  StoredBlocksEvent,
+  | 'loraName'
+  | 'loraId'
+  | 'cacheSalt'
+  | 'mmHashes'
+  | 'specKind'
+  | 'slidingWindow'
+  | 'leadingNullBlocks'
+  | 'eagleNextToken'
+>;
+
+const EXTRA_FIELDS = [
+  'loraName',
+  'loraId',
+  'cacheSalt',
+  'mmHashes',
+  'specKind',
+  'slidingWindow',
+  'leadingNullBlocks',
+  'eagleNextToken',
+] as const satisfies readonly (keyof StoredExtras)[];
+
+/** Packed batches as posted by an ingestion thread (`buffer` is transferred). */
+export interface PackedBatches {
+  readonly buffer: ArrayBuffer;
+  /** 8-byte words of `buffer` in use. */
+  readonly words: number;
+  readonly extras: readonly StoredExtras[];
+  readonly errors: readonly (readonly KvEventDecodeError[])[];
+}
+
+/** Per event of a batch, the stored blocks' own hashes computed by the packing thread (or none). */
+export type LocalHashes = readonly (BigUint64Array | undefined)[];
+
+/** Words a batch takes packed: the bound a buffer must have room for. */
+function packedWords(batch: KvEventBatch, locals: LocalHashes): number {
+  let n = 4;
+  const events = batch.events;
+  for (let i = 0; i < events.length; i++) {
+    const ev = events[i]!;
+    if (ev.type === 'cleared') n += 1;
+    else if (ev.type === 'removed') n += 3 + ev.blockHashes.length;
+    else n += 6 + ev.blockHashes.length + (locals[i]?.length ?? 0) + Math.ceil(ev.tokenIds.length / 2);
+  }
+  return n;
+}
+
+/** Whether any rare field is set (spelled out: a loop over the names is a slow keyed access per event). */
+function hasExtras(ev: StoredBlocksEvent): boolean {
+  return (
+    ev.loraName !== undefined ||
+    ev.loraId !== undefined ||
+    ev.cacheSalt !== undefined ||
+    ev.mmHashes !== undefined ||
+    ev.specKind !== undefined ||
+    ev.slidingWindow !== undefined ||
+    ev.leadingNullBlocks !== undefined ||
+    ev.eagleNextToken !== undefined
+  );
+}
+
+/** Accumulates batches of an ingestion thread's streams until `take()` hands them over. */
+export class BatchPacker {
+  readonly #minBytes: number;
+  #buf!: ArrayBuffer;
+  #u32!: Uint32Array;
+  #u64!: BigUint64Array;
+  #f64!: Float64Array;
+  #at = 0;
+  #batches = 0;
+  #extras: StoredExtras[] = [];
+  #errors: KvEventDecodeError[][] = [];
+
+  /** @param minBytes the size of each fresh buffer (a larger batch gets a buffer of its own size). */
+  constructor(minBytes = 1 << 16) {
+    this.#minBytes = minBytes;
+    this.#fresh(0);
+  }
+
+  /** Batches packed since the last `take()`. */
+  get batches(): number {
+    return this.#batches;
+  }
+
+  /** Bytes packed since the last `take()`. */
+  get bytes(): number {
+    return this.#at * 8;
+  }
+
+  /**
+   * Packs one batch of stream `id` (with `locals`, the stored events' own hashes, parallel to its events),
+   * unless it does not fit in what is left of the current buffer: false then, and the caller takes the
+   * buffer and adds it again. A batch always fits an empty buffer.
+   */
+  add(id: number, seq: bigint, batch: KvEventBatch, locals: LocalHashes = []): boolean {
+    const need = packedWords(batch, locals);
+    if (this.#at + need > this.#u64.length) {
+      if (this.#batches > 0) return false;
+      this.#fresh(need);
+    }
+    const u32 = this.#u32;
+    let w = this.#at;
+    u32[2 * w] = id;
+    u32[2 * w + 1] = batch.events.length;
+    this.#u64[w + 1] = seq;
+    this.#f64[w + 2] = batch.ts;
+    u32[2 * (w + 3)] = batch.dpRank === null ? 0 : batch.dpRank + 1;
+    u32[2 * (w + 3) + 1] = batch.errors.length === 0 ? 0 : this.#errors.push([...batch.errors]);
+    w += 4;
+    const events = batch.events;
+    for (let i = 0; i < events.length; i++) w = this.#event(w, events[i]!, locals[i]);
+    this.#at = w;
+    this.#batches++;
+    return true;
+  }
+
+  #event(w: number, ev: KvCacheEvent, local: BigUint64Array | undefined): number {
+    const u32 = this.#u32;
+    if (ev.type === 'cleared') {
+      u32[2 * w] = KIND_CLEARED;
+      return w + 1;
+    }
+    const tier = TIER_INDEX.get(ev.tier)! << 8;
+    this.#f64[w + 1] = ev.groupIdx;
+    if (ev.type === 'removed') {
+      u32[2 * w] = KIND_REMOVED | tier;
+      u32[2 * (w + 2)] = ev.blockHashes.length;
+      this.#u64.set(ev.blockHashes, w + 3);
+      return w + 3 + ev.blockHashes.length;
+    }
+    u32[2 * w] = KIND_STORED | tier | (ev.parentHash === null ? 0 : 1 << 16);
+    u32[2 * (w + 2)] = ev.blockHashes.length;
+    u32[2 * (w + 2) + 1] = local === undefined ? 0xffffffff : local.length;
+    u32[2 * (w + 3)] = ev.tokenIds.length;
+    u32[2 * (w + 3) + 1] = ev.blockSize;
+    u32[2 * (w + 4)] = ev.droppedBlocks;
+    u32[2 * (w + 4) + 1] = hasExtras(ev) ? this.#extras.push(storedExtras(ev)) : 0;
+    this.#u64[w + 5] = ev.parentHash ?? 0n;
+    w += 6;
+    this.#u64.set(ev.blockHashes, w);
+    w += ev.blockHashes.length;
+    if (local !== undefined) {
+      this.#u64.set(local, w);
+      w += local.length;
+    }
+    u32.set(ev.tokenIds, 2 * w);
+    return w + Math.ceil(ev.tokenIds.length / 2);
+  }
+
+  /** Hands over what was packed (its buffer to be transferred) and starts a fresh buffer. */
+  take(): PackedBatches {
+    const out = { buffer: this.#buf, words: this.#at, extras: this.#extras, errors: this.#errors };
+    this.#fresh(0);
+    return out;
+  }
+
+  #fresh(words: number): void {
+    this.#buf = new ArrayBuffer(Math.max(this.#minBytes, words * 8));
+    this.#u32 = new Uint32Array(this.#buf);
+    this.#u64 = new BigUint64Array(this.#buf);
+    this.#f64 = new Float64Array(this.#buf);
+    this.#at = 0;
+    this.#batches = 0;
+    this.#extras = [];
+    this.#errors = [];
+  }
+}
+
+/** The event's rare fields that are set (an absent one stays absent, as the decoder leaves it). */
+function storedExtras(ev: StoredBlocksEvent): StoredExtras {
+  const out: Record<string, unknown> = {};
+  for (const k of EXTRA_FIELDS) if (ev[k] !== undefined) out[k] = ev[k];
+  return out as StoredExtras;
+}
+
+/** Rebuilds every batch of `packed`, in order, over views of its buffer, and hands each to `visit`. */
+export function unpackBatches(
+  packed: PackedBatches,
+  visit: (id: number, seq: bigint, batch: KvEventBatch) => void,
+): void {
+  const { buffer, words } = packed;
+  const u32 = new Uint32Array(buffer, 0, words * 2);
+  const u64 = new BigUint64Array(buffer, 0, words);
+  const f64 = new Float64Array(buffer, 0, words);
+  let w = 0;
+  while (w < words) {
+    const id = u32[2 * w]!;
+    const n = u32[2 * w + 1]!;
+    const seq = u64[w + 1]!;
+    const ts = f64[w + 2]!;
+    const rank = u32[2 * (w + 3)]!;
+    const errs = u32[2 * (w + 3) + 1]!;
+    w += 4;
+    const events: KvCacheEvent[] = new Array<KvCacheEvent>(n);
+    for (let i = 0; i < n; i++) {
+      const r = readEvent(packed, u32, u64, f64, w);
+      events[i] = r.event;
+      w = r.next;
+    }
+    const errors = errs === 0 ? [] : packed.errors[errs - 1]!;
+    visit(id, seq, { ts, dpRank: rank === 0 ? null : rank - 1, events, errors });
+  }
+}
+
+const CLEARED: KvCacheEvent = Object.freeze({ type: 'cleared' });
+
+function readEvent(
+  packed: PackedBatches,
+  u32: Uint32Array,
+  u64: BigUint64Array,
+  f64: Float64Array,
+  w: number,
+): { event: KvCacheEvent; next: number } {
+  const head = u32[2 * w]!;
+  const kind = head & 0xff;
+  if (kind === KIND_CLEARED) return { event: CLEARED, next: w + 1 };
+  const tier = STORAGE_TIERS[(head >> 8) & 0xff]!;
+  const groupIdx = f64[w + 1]!;
+  const buffer = packed.buffer;
+  const hashes = u32[2 * (w + 2)]!;
+  if (kind === KIND_REMOVED) {
+    const blockHashes = new BigUint64Array(buffer, (w + 3) * 8, hashes);
+    return { event: { type: 'removed', tier, blockHashes, groupIdx }, next: w + 3 + hashes };
+  }
+  const localCount = u32[2 * (w + 2) + 1]!;
+  const tokens = u32[2 * (w + 3)]!;
+  const extrasAt = u32[2 * (w + 4) + 1]!;
+  const extras = extrasAt === 0 ? undefined : packed.extras[extrasAt - 1];
+  let at = w + 6;
+  const blockHashes = new BigUint64Array(buffer, at * 8, hashes);
+  at += hashes;
+  let localHashes: BigUint64Array | undefined;
+  if (localCount !== 0xffffffff) {
+    localHashes = new BigUint64Array(buffer, at * 8, localCount);
+    at += localCount;
+  }
+  const event: StoredBlocksEvent = {
+    type: 'stored',
+    tier,
+    parentHash: (head >> 16) & 1 ? u64[w + 5]! : null,
+    blockHashes,
+    tokenIds: new Uint32Array(buffer, at * 8, tokens),
+    blockSize: u32[2 * (w + 3) + 1]!,
+    droppedBlocks: u32[2 * (w + 4)]!,
+    loraName: undefined,
+    loraId: undefined,
+    cacheSalt: undefined,
+    mmHashes: undefined,
+    groupIdx,
+    ...extras,
+    ...(localHashes === undefined ? {} : { localHashes }),
+  };
+  return { event, next: at + Math.ceil(tokens / 2) };
+}

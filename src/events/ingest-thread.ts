@@ -1,0 +1,173 @@
+/**
+ * The work of one KV-event ingestion thread (its entry is workers/kv-ingest.ts):
+ * a ZMQ SUB socket per stream it was given, each message's frames split, its
+ * msgpack decoded and its stored blocks' tokens hashed (this thread's own
+ * WebAssembly module), and the batches of all its streams packed into one
+ * buffer (batch-codec.ts) posted to the main thread once per event-loop turn.
+ *
+ * The thread judges nothing: sequence numbers, gaps, replay, restarts and
+ * application stay with each stream's `KvEventStream` on the main thread, fed
+ * in the order the socket received. A message that does not split or decode
+ * is posted raw, and the stream handles it exactly as it handles one from its
+ * own socket (the same decode error, the same seq bookkeeping).
+ */
+import { Subscriber } from 'zeromq';
+import { storedLocalHashes } from './applier.js';
+import { BatchPacker, type PackedBatches } from './batch-codec.js';
+import { decodeKvEventBatch, parseEventFrames } from './decode.js';
+import type { KvEventBatch } from './types.js';
+
+/** What the main thread asks of an ingestion thread. */
+export type IngestRequest =
+  | {
+      readonly op: 'add';
+      readonly id: number;
+      readonly endpoint: string;
+      readonly topic: string;
+      readonly receiveHighWaterMark: number;
+      /** The model reads Eagle bigram events (decode option). */
+      readonly eagle: boolean;
+    }
+  | { readonly op: 'remove'; readonly id: number };
+
+/** What an ingestion thread tells the main thread. */
+export type IngestReport =
+  | { readonly op: 'added'; readonly id: number; readonly error?: string | undefined }
+  | { readonly op: 'removed'; readonly id: number }
+  | { readonly op: 'ended'; readonly id: number; readonly error: string }
+  | {
+      readonly op: 'batches';
+      readonly packed: PackedBatches;
+      /** Messages that did not split into a decodable batch, for the stream to handle as its own socket's. */
+      readonly raw: readonly { readonly id: number; readonly frames: Uint8Array[] }[];
+    };
+
+/** Messages received from one socket before the thread yields a turn (and posts what it packed). */
+const RECEIVE_PER_TURN = 256;
+/** Packed bytes after which the thread posts without waiting for the end of the turn. */
+const POST_AFTER_BYTES = 1 << 20;
+
+interface ThreadStream {
+  readonly sub: Subscriber;
+  readonly eagle: boolean;
+  loop: Promise<void>;
+}
+
+export class IngestThread {
+  readonly #post: (report: IngestReport, transfer?: ArrayBuffer[]) => void;
+  readonly #streams = new Map<number, ThreadStream>();
+  readonly #packer = new BatchPacker();
+  #raw: { id: number; frames: Uint8Array[] }[] = [];
+  #postDue = false;
+
+  /** @param post how a report reaches the main thread (the port's `postMessage`). */
+  constructor(post: (report: IngestReport, transfer?: ArrayBuffer[]) => void) {
+    this.#post = post;
+  }
+
+  handle(req: IngestRequest): void {
+    if (req.op === 'add') this.#add(req);
+    else void this.#remove(req.id);
+  }
+
+  #add(req: Extract<IngestRequest, { op: 'add' }>): void {
+    const sub = new Subscriber({ linger: 0, receiveHighWaterMark: req.receiveHighWaterMark });
+    try {
+      sub.connect(req.endpoint);
+    } catch (err) {
+      sub.close();
+      this.#post({ op: 'added', id: req.id, error: err instanceof Error ? err.message : String(err) });
+      return;
+    }
+    sub.subscribe(req.topic);
+    const stream: ThreadStream = { sub, eagle: req.eagle, loop: Promise.resolve() };
+    this.#streams.set(req.id, stream);
+    stream.loop = this.#receive(req.id, stream);
+    this.#post({ op: 'added', id: req.id });
+  }
+
+  async #remove(id: number): Promise<void> {
+    const stream = this.#streams.get(id);
+    this.#streams.delete(id);
+    if (stream !== undefined) {
+      if (!stream.sub.closed) stream.sub.close();
+      await stream.loop;
+    }
+    // What it received before is posted first: the main thread forgets the stream at 'removed'.
+    this.#flush();
+    this.#post({ op: 'removed', id });
+  }
+
+  async #receive(id: number, stream: ThreadStream): Promise<void> {
+    let received = 0;
+    try {
+      for await (const frames of stream.sub) {
+        this.#take(id, stream, frames);
+        if (++received >= RECEIVE_PER_TURN) {
+          received = 0;
+          await new Promise((r) => setImmediate(r));
+        }
+      }
+    } catch (err) {
+      if (!stream.sub.closed) this.#post({ op: 'ended', id, error: err instanceof Error ? err.message : String(err) });
+    }
+  }
+
+  /** One message: packed when it decodes, posted raw when it does not. */
+  #take(id: number, stream: ThreadStream, frames: Uint8Array[]): void {
+    const split = parseEventFrames(frames);
+    const decoded = split.ok ? decodeKvEventBatch(split.value.payload, { eagle: stream.eagle }) : undefined;
+    if (!split.ok || decoded === undefined || !decoded.ok) {
+      // Posted behind everything packed before it, so every stream sees its messages in the order received.
+      if (this.#packer.batches > 0) this.#flush();
+      this.#raw.push({ id, frames });
+    } else {
+      if (this.#raw.length > 0) this.#flush();
+      const batch = decoded.batch;
+      const locals = localHashes(batch);
+      if (!this.#packer.add(id, split.value.seq, batch, locals)) {
+        this.#flush();
+        this.#packer.add(id, split.value.seq, batch, locals);
+      }
+    }
+    if (this.#packer.bytes >= POST_AFTER_BYTES) this.#flush();
+    else this.#schedule();
+  }
+
+  #schedule(): void {
+    if (this.#postDue) return;
+    this.#postDue = true;
+    setImmediate(() => {
+      this.#postDue = false;
+      this.#flush();
+    });
+  }
+
+  /**
+   * Posts what was packed and received raw, in one message (the main thread hands the packed batches
+   * on first; `#take` posts before it switches between the two, so the order received is kept).
+   */
+  #flush(): void {
+    if (this.#packer.batches === 0 && this.#raw.length === 0) return;
+    const packed = this.#packer.take();
+    const raw = this.#raw;
+    this.#raw = [];
+    this.#post({ op: 'batches', packed, raw }, [packed.buffer]);
+  }
+}
+
+/** Per event, the stored blocks' own hashes, computed here, off the main thread (none where the applier refuses). */
+function localHashes(batch: KvEventBatch): (BigUint64Array | undefined)[] {
+  const events = batch.events;
+  const out = new Array<BigUint64Array | undefined>(events.length);
+  for (let i = 0; i < events.length; i++) {
+    const ev = events[i]!;
+    if (ev.type !== 'stored' || ev.blockHashes.length === 0) continue;
+    try {
+      out[i] = storedLocalHashes(ev, ev.blockSize);
+    } catch {
+      // The applier meets the same refusal on the main thread and reports it as it always does.
+    }
+  }
+  return out;
+}

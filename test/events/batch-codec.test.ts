@@ -1,0 +1,135 @@
+/**
+ * The binary hand-off of an ingestion thread (batch-codec.ts): batches of several streams packed into
+ * one buffer come back equal to what the decoder made, hashes and tokens included, with the stored
+ * events' own hashes carried along; rare fields and per-event decode errors survive; a batch larger
+ * than a buffer gets one of its own; and the index fed from unpacked batches equals the one fed directly.
+ */
+import { describe, expect, it } from 'vitest';
+import { decodeKvEventBatch, KvEventApplier, type KvEventBatch } from '../../src/events/index.js';
+import { storedLocalHashes } from '../../src/events/applier.js';
+import { BatchPacker, unpackBatches, type LocalHashes } from '../../src/events/batch-codec.js';
+import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
+import { mulberry32 } from '../helpers/rng.js';
+
+const BS = 4;
+
+function decoded(events: TestEvent[], encoding: 'vllm-array' | 'vllm-map' | 'sglang-map' = 'vllm-array'): KvEventBatch {
+  const r = decodeKvEventBatch(encodeBatch(events, { encoding }));
+  if (!r.ok) throw new Error(r.error.message);
+  return r.batch;
+}
+
+function localsOf(batch: KvEventBatch): LocalHashes {
+  return batch.events.map((ev) =>
+    ev.type === 'stored' && ev.blockHashes.length > 0 ? storedLocalHashes(ev, ev.blockSize) : undefined,
+  );
+}
+
+/** What unpacking must give: the batch with each stored event's own hashes attached. */
+function withLocals(batch: KvEventBatch): KvEventBatch {
+  const locals = localsOf(batch);
+  return { ...batch, events: batch.events.map((ev, i) => (locals[i] ? { ...ev, localHashes: locals[i] } : ev)) };
+}
+
+function unpackAll(packer: BatchPacker): { id: number; seq: bigint; batch: KvEventBatch }[] {
+  const out: { id: number; seq: bigint; batch: KvEventBatch }[] = [];
+  // Through structured clone, as the batches cross from the thread (the buffer is transferred).
+  const packed = structuredClone(packer.take());
+  unpackBatches(packed, (id, seq, batch) => out.push({ id, seq, batch }));
+  return out;
+}
+
+const tokens = (n: number, from = 1): number[] => Array.from({ length: n }, (_, i) => from + i);
+
+describe('batch codec', () => {
+  it('round-trips batches of several streams with every field the applier reads', () => {
+    const a = decoded([
+      { type: 'stored', blockHashes: [0xffffffffffffffffn, 2n], parent: null, tokens: tokens(8), blockSize: BS },
+      { type: 'stored', blockHashes: [3n], parent: 2n, tokens: tokens(5, 9), blockSize: BS, loraName: 'ad', loraId: 3 },
+      { type: 'removed', blockHashes: [2n, 3n], medium: 'CPU' },
+      { type: 'cleared' },
+    ]);
+    const b = decoded(
+      [
+        {
+          type: 'stored',
+          blockHashes: [7n],
+          parent: null,
+          tokens: tokens(4),
+          blockSize: BS,
+          cacheSalt: 's',
+          groupIdx: 2,
+        },
+      ],
+      'sglang-map',
+    );
+    const withError = decoded([
+      { type: 'stored', blockHashes: [9n], parent: null, tokens: tokens(4), blockSize: BS },
+      { type: 'removed', blockHashes: [1n], medium: 'FLOPPY' },
+    ]);
+    expect(withError.errors).toHaveLength(1);
+    const packer = new BatchPacker();
+    packer.add(1, 10n, a, localsOf(a));
+    packer.add(2, 0xfffffffffffffffen, b, localsOf(b));
+    packer.add(1, 11n, withError, localsOf(withError));
+    expect(unpackAll(packer)).toEqual([
+      { id: 1, seq: 10n, batch: withLocals(a) },
+      { id: 2, seq: 0xfffffffffffffffen, batch: withLocals(b) },
+      { id: 1, seq: 11n, batch: withLocals(withError) },
+    ]);
+    expect(packer.batches).toBe(0);
+  });
+
+  it('refuses a batch that does not fit a partly used buffer, and gives a larger batch a buffer of its own', () => {
+    const small = decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: tokens(4), blockSize: BS }]);
+    const big = decoded([
+      { type: 'stored', blockHashes: tokens(300).map(BigInt), parent: null, tokens: tokens(1200), blockSize: BS },
+    ]);
+    const packer = new BatchPacker(256);
+    expect(packer.add(1, 0n, small, localsOf(small))).toBe(true);
+    expect(packer.add(1, 1n, big, localsOf(big))).toBe(false);
+    expect(unpackAll(packer)).toEqual([{ id: 1, seq: 0n, batch: withLocals(small) }]);
+    expect(packer.add(1, 1n, big, localsOf(big))).toBe(true);
+    expect(unpackAll(packer)).toEqual([{ id: 1, seq: 1n, batch: withLocals(big) }]);
+  });
+
+  it('an index fed from unpacked batches equals one fed from the decoder', () => {
+    const rng = mulberry32(5);
+    const direct = new KvEventApplier({ blockSize: BS });
+    const viaCodec = new KvEventApplier({ blockSize: BS });
+    const packer = new BatchPacker(1024);
+    const slot = { workerId: 1, dpRank: 0 };
+    const held: bigint[] = [];
+    let next = 1n;
+    for (let seq = 0n; seq < 200n; seq++) {
+      const events: TestEvent[] = [];
+      for (let e = 0; e < 4; e++) {
+        if (held.length > 0 && rng() < 0.4) {
+          events.push({ type: 'removed', blockHashes: held.splice(Math.floor(rng() * held.length), 1) });
+          continue;
+        }
+        const n = 1 + Math.floor(rng() * 3);
+        const hashes = Array.from({ length: n }, () => next++);
+        events.push({
+          type: 'stored',
+          blockHashes: hashes,
+          parent: null,
+          tokens: tokens(n * BS, Number(next) * 7),
+          blockSize: BS,
+        });
+        held.push(...hashes);
+      }
+      const batch = decoded(events);
+      direct.applyBatch(slot, batch);
+      if (!packer.add(1, seq, batch, localsOf(batch))) {
+        for (const u of unpackAll(packer)) viaCodec.applyBatch(slot, u.batch);
+        packer.add(1, seq, batch, localsOf(batch));
+      }
+    }
+    for (const u of unpackAll(packer)) viaCodec.applyBatch(slot, u.batch);
+    expect(viaCodec.indexes.device.size).toBe(direct.indexes.device.size);
+    expect(viaCodec.indexes.device.exportSlot(1, 0)).toEqual(direct.indexes.device.exportSlot(1, 0));
+    direct.indexes.dispose();
+    viaCodec.indexes.dispose();
+  });
+});
