@@ -9,44 +9,19 @@
  * context), a client that did not ask for ids sees none, and a client that
  * asked sees every prompt id, as the engine sent them.
  */
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT, lineOf, start, stop, type Proc } from '../../helpers/process.js';
+import { startServeCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
+import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 
+const MODEL = 'mock-model';
 const MAX_TOKENS = 24;
 /** The first leg's engine stalls after this many tokens (the mocker's fault, read when a request starts). */
 const STALL_AFTER = 8;
-/** About 120k prompt tokens with the mocker's tokenizer (checked below against the usage). */
-const PROMPT = Array.from({ length: 60_000 }, (_, i) => `w${i % 977} and`).join(' ');
-
-interface Engine {
-  readonly proc: Proc;
-  readonly url: string;
-  readonly model: string;
-}
-
-async function startEngine(): Promise<Engine> {
-  const proc = start([
-    'mocker',
-    '--port',
-    '0',
-    '--kv-events-port',
-    '0',
-    '--bootstrap-port',
-    '0',
-    '--max-model-len',
-    '200000',
-    '--speedup',
-    '50',
-  ]);
-  const line = await lineOf(proc, "the mocker's ports", (o) => typeof o.url === 'string');
-  return { proc, url: String(line.url), model: String(line.model) };
-}
+/** About 120k prompt tokens with the Qwen3 tokenizer (checked below against the usage). */
+const PROMPT = Array.from({ length: 25_000 }, (_, i) => `w${i % 977} and`).join(' ');
 
 /** Sets the stall fault of `e` (null: off). */
-async function stallAfter(e: Engine, tokens: number | null): Promise<void> {
+async function stallAfter(e: MockerLine, tokens: number | null): Promise<void> {
   const res = await fetch(`${e.url}/admin/faults`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -69,47 +44,34 @@ interface Streamed {
 }
 
 describe('migration of a chat past 100k prompt tokens', () => {
-  let dir: string;
-  const engines = new Map<number, Engine>();
-  let gateway: Proc | undefined;
+  let suite: MockerSuite;
+  let gateway: CliProcess;
   let url: string;
-  let model: string;
 
   beforeAll(async () => {
-    if (!existsSync(join(ROOT, 'dist/src/cli/index.js')))
-      throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
-    dir = mkdtempSync(join(tmpdir(), 'kvgate-long-migration-'));
-    const started = await Promise.all([startEngine(), startEngine(), startEngine()]);
-    started.forEach((e, i) => engines.set(i + 1, e));
-    model = started[0]!.model;
-    const config = join(dir, 'kvgate.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        listen: { host: '127.0.0.1', port: 0 },
-        preprocess: { threads: 0 },
-        models: [
-          {
-            name: model,
-            block_size: 16,
-            router_mode: 'round-robin',
-            max_prompt_tokens: 190_000,
-            migration_limit: 2,
-            engine_timeouts: { stream_idle_timeout_ms: 1000 },
-            workers: started.map((e, i) => ({ id: i + 1, url: e.url })),
-          },
-        ],
-      }),
+    // Three engines of one mocker process, fast (the stall fault, not slowness, cuts an answer), a long context.
+    const args = ['--speedup', '50', '--tokenizer', 'demo', '--max-model-len', '200000'];
+    suite = await startMockerSuite('long-migration', args, 3);
+    const workers = suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`);
+    const file = suite.write(
+      'serve.yaml',
+      serveConfig(MODEL, [
+        'router_mode: round-robin',
+        'max_prompt_tokens: 190000',
+        'migration_limit: 2',
+        'engine_timeouts: { stream_idle_timeout_ms: 1000 }',
+        'workers:',
+        ...workers,
+      ]),
     );
-    gateway = start(['serve', '--config', config]);
-    url = String(
-      (await lineOf(gateway, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started')).listen,
-    );
+    const served = await startServeCli(file);
+    suite.procs.push(served.proc);
+    gateway = served.proc;
+    url = served.url;
   }, 60_000);
 
   afterAll(async () => {
-    await Promise.all([stop(gateway), ...[...engines.values()].map((e) => stop(e.proc))]);
-    rmSync(dir, { recursive: true, force: true });
+    await suite?.stop();
   });
 
   /** A streamed chat of PROMPT; `onStall` runs once STALL_AFTER tokens reached the client. */
@@ -118,7 +80,7 @@ describe('migration of a chat past 100k prompt tokens', () => {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({
-        model,
+        model: MODEL,
         messages: [{ role: 'user', content: PROMPT }],
         max_tokens: MAX_TOKENS,
         stream: true,
@@ -157,7 +119,7 @@ describe('migration of a chat past 100k prompt tokens', () => {
 
   let reference: Streamed;
   const clearStalls = async (): Promise<void> => {
-    await Promise.all([...engines.values()].map((e) => stallAfter(e, null)));
+    await Promise.all(suite.engines.map((e) => stallAfter(e, null)));
   };
 
   it('reference: the client that asks for token ids gets every prompt id on the first chunk', async () => {
@@ -169,24 +131,20 @@ describe('migration of a chat past 100k prompt tokens', () => {
   }, 60_000);
 
   it('its engine stalls after 8 tokens: the answer goes on on another engine with the same text; the client sees no ids', async () => {
-    await Promise.all([...engines.values()].map((e) => stallAfter(e, STALL_AFTER)));
+    await Promise.all(suite.engines.map((e) => stallAfter(e, STALL_AFTER)));
     // The first leg's engine stalls after 8 tokens; the others take the continuation unfaulted.
     const out = await streamChat({}, clearStalls);
     expect(out.status).toBe(200);
     expect(out.text).toBe(reference.text);
     expect(out.raw).not.toContain('token_ids');
-    expect(out.raw.match(/^data: \[DONE\]$/gm), out.raw.slice(-600)).toHaveLength(1);
+    expect(out.raw.match(/^data: \[DONE\]$/gm)).toHaveLength(1);
     expect(usage(out).completion_tokens).toBe(MAX_TOKENS);
     expect(usage(out).prompt_tokens).toBe(usage(reference).prompt_tokens);
-    await lineOf(
-      gateway!,
-      'the migration log line',
-      (o) => o.msg === 'stream migrated to another worker and completed',
-    );
+    await gateway.waitFor(/stream migrated to another worker and completed/, 'the migration log line');
   }, 60_000);
 
   it('a client that asked for the ids, migrated: the same text, and the first chunk carries the same prompt ids', async () => {
-    await Promise.all([...engines.values()].map((e) => stallAfter(e, STALL_AFTER)));
+    await Promise.all(suite.engines.map((e) => stallAfter(e, STALL_AFTER)));
     const out = await streamChat({ return_token_ids: true }, clearStalls);
     expect(out.status).toBe(200);
     expect(out.text).toBe(reference.text);
