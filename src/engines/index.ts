@@ -27,6 +27,6 @@ export {
 export { bootstrapFields, sglangPrefillLegFields, sglangDecodeLegFields } from './dialect-sglang.js';
 export type { BootstrapInfo } from './dialect-sglang.js';
 export { readChunkInfo, isUsageOnlyChunk } from './openai-chunk.js';
-export { eventInfo, isPlainChunk } from './stream-event.js';
+export { eventInfo, isPlainChunk, leanChunk } from './stream-event.js';
 export { ResponseAssembler } from './assemble-response.js';
 export type { ChunkInfo } from './openai-chunk.js';

@@ -20,6 +20,7 @@
  */
 import type { EngineEvent } from './engine-stream.js';
 import { readChunkInfo, type ChunkInfo } from './openai-chunk.js';
+import { cutPromptIds, type PromptIdsCut } from './prompt-ids.js';
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -103,6 +104,8 @@ export class StreamEvent implements EngineEvent {
   readonly done: boolean;
   readonly #shape: ChunkShape;
   #json: unknown = UNREAD;
+  #lean: unknown = UNREAD;
+  #cut: PromptIdsCut | undefined;
   #info: ChunkInfo | undefined | typeof UNREAD = UNREAD;
   #plain = false;
 
@@ -124,6 +127,30 @@ export class StreamEvent implements EngineEvent {
       }
     }
     return this.#json;
+  }
+
+  /**
+   * The JSON of the data less its top-level `prompt_token_ids` (prompt-ids.ts), which the guard and a migration's
+   * record never need parsed: `json` itself when the data has no such member to cut.
+   */
+  get lean(): unknown {
+    if (this.#lean === UNREAD) {
+      this.#cut = this.done || this.#json !== UNREAD ? undefined : cutPromptIds(this.data);
+      if (this.#cut === undefined) this.#lean = this.json;
+      else {
+        try {
+          this.#lean = JSON.parse(this.#cut.rest);
+        } catch {
+          this.#lean = undefined;
+        }
+      }
+    }
+    return this.#lean;
+  }
+
+  /** The text of the top-level `prompt_token_ids` that `lean` left out; undefined when it left nothing out. */
+  get cutPromptIds(): string | undefined {
+    return this.lean === undefined ? undefined : this.#cut?.ids;
   }
 
   /** `readChunkInfo(json)`; undefined for `[DONE]` and for data that is not JSON. */
@@ -149,7 +176,7 @@ export class StreamEvent implements EngineEvent {
       this.#plain = true;
       return;
     }
-    const json = this.json;
+    const json = this.lean;
     const info = json === undefined ? undefined : readChunkInfo(json);
     this.#info = info;
     if (info !== undefined) this.#shape.learn(this.data, info);
@@ -168,4 +195,10 @@ export function eventInfo(ev: EngineEvent): ChunkInfo | undefined {
  */
 export function isPlainChunk(ev: EngineEvent): boolean {
   return ev instanceof StreamEvent && ev.plain;
+}
+
+/** What a stream's recorder reads of an event: its `lean` JSON and the `prompt_token_ids` text cut from it, if any. */
+export function leanChunk(ev: EngineEvent): { readonly json: unknown; readonly cutPromptIds: string | undefined } {
+  if (ev instanceof StreamEvent) return { json: ev.lean, cutPromptIds: ev.cutPromptIds };
+  return { json: ev.json, cutPromptIds: undefined };
 }

@@ -114,8 +114,8 @@ interface StreamShape {
  * engine's `token_ids`), whether the answer finished, and the chunks as the client sees them.
  */
 export class StreamProgress {
-  /** The prompt's token ids, from the first leg's first chunk. */
-  promptIds: number[] | undefined;
+  /** The client asked for the engine's token ids itself: its chunks keep them. */
+  readonly keepsIds: boolean;
   readonly generated: number[] = [];
   /** Every output chunk carried its `token_ids` (else a continuation would lose or repeat tokens). */
   tokenIdsComplete = true;
@@ -128,7 +128,9 @@ export class StreamProgress {
   /** Legs started after the first (migrations that were dispatched). */
   resumed = 0;
   readonly #chat: boolean;
-  readonly #keepIds: boolean;
+  /** The prompt's ids as the first leg's first chunk had them: parsed (`promptIds`) only when a migration reads them. */
+  #promptIds: unknown;
+  #promptIdsText: string | undefined;
   #shape: StreamShape | undefined;
   /** Generated tokens before the current leg. */
   #offset = 0;
@@ -136,7 +138,20 @@ export class StreamProgress {
 
   constructor(path: string, clientBody: Readonly<Record<string, unknown>>) {
     this.#chat = path !== COMPLETIONS;
-    this.#keepIds = clientBody['return_token_ids'] === true;
+    this.keepsIds = clientBody['return_token_ids'] === true;
+  }
+
+  /** The prompt's token ids, from the first leg's first chunk; undefined when it had none (or not an array). */
+  get promptIds(): number[] | undefined {
+    if (this.#promptIdsText !== undefined) {
+      try {
+        this.#promptIds = JSON.parse(this.#promptIdsText);
+      } catch {
+        this.#promptIds = undefined;
+      }
+      this.#promptIdsText = undefined;
+    }
+    return Array.isArray(this.#promptIds) ? (this.#promptIds as number[]) : undefined;
   }
 
   /** A new leg starts; a continuation's chunks are reshaped from here on. */
@@ -159,20 +174,27 @@ export class StreamProgress {
    * One parsed chunk of the current leg, as the client should see it: the same object when nothing changes,
    * a rewritten one, or undefined to drop it (an empty continuation chunk).
    */
-  clientChunk(json: Record<string, unknown>): Record<string, unknown> | undefined {
+  clientChunk(json: Record<string, unknown>, cutPromptIds?: string): Record<string, unknown> | undefined {
     this.#shape ??= { id: json['id'], object: json['object'], created: json['created'], model: json['model'] };
     const choices = Array.isArray(json['choices']) ? (json['choices'] as unknown[]) : [];
-    this.#record(json, choices);
+    this.#record(json, choices, cutPromptIds);
     if (this.#continuation) return this.#reshape(json, choices);
-    if (this.#keepIds) return json;
+    if (this.keepsIds) return json;
     return this.#stripped(json, choices);
   }
 
-  #record(json: Record<string, unknown>, choices: readonly unknown[]): void {
+  /**
+   * `cutPromptIds`: the text of the chunk's top-level `prompt_token_ids`, cut from `json` before its parse (engines'
+   * `leanChunk`), taken as the parsed member would have been: first, before a choice's.
+   */
+  #record(json: Record<string, unknown>, choices: readonly unknown[], cutPromptIds: string | undefined): void {
     const first = obj(choices[0]);
-    if (!this.#continuation && this.promptIds === undefined) {
-      const ids = json['prompt_token_ids'] ?? first?.['prompt_token_ids'];
-      if (Array.isArray(ids)) this.promptIds = ids as number[];
+    if (!this.#continuation && this.#promptIds === undefined && this.#promptIdsText === undefined) {
+      if (cutPromptIds !== undefined) this.#promptIdsText = cutPromptIds;
+      else {
+        const ids = json['prompt_token_ids'] ?? first?.['prompt_token_ids'];
+        if (Array.isArray(ids)) this.#promptIds = ids;
+      }
     }
     if (first === undefined) return;
     const ids = first['token_ids'];
@@ -220,7 +242,7 @@ export class StreamProgress {
   #choice(c: Record<string, unknown>): Record<string, unknown> {
     const text = typeof c['text'] === 'string' ? c['text'] : '';
     const finish = c['finish_reason'] ?? null;
-    const ids = this.#keepIds && Array.isArray(c['token_ids']) ? { token_ids: c['token_ids'] } : {};
+    const ids = this.keepsIds && Array.isArray(c['token_ids']) ? { token_ids: c['token_ids'] } : {};
     if (!this.#chat)
       return {
         index: c['index'] ?? 0,

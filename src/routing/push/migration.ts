@@ -20,7 +20,7 @@
  * error.
  */
 import { BatchedFlow, batchesOf, type Batched, type WorkerRole } from '../../common/index.js';
-import { isMigratable, isPlainChunk, type EngineEvent } from '../../engines/index.js';
+import { isMigratable, isPlainChunk, leanChunk, type EngineEvent } from '../../engines/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import { continuationRequest, midStreamBlocker, StreamProgress } from './continuation.js';
@@ -193,15 +193,17 @@ function clientEvents(batch: EngineEvent[], progress: StreamProgress): EngineEve
       out.push(ev);
       continue;
     }
-    const json = ev.json;
+    // The prompt's ids are recorded as text, parsed only if a migration needs them (engines' prompt-ids.ts).
+    const { json, cutPromptIds } = leanChunk(ev);
     if (typeof json !== 'object' || json === null || Array.isArray(json)) {
       out.push(ev);
       continue;
     }
-    const shown = progress.clientChunk(json as Record<string, unknown>);
+    const shown = progress.clientChunk(json as Record<string, unknown>, cutPromptIds);
     if (shown === undefined) continue;
     progress.forwarded = true;
-    out.push(shown === json ? ev : event(shown));
+    // An unchanged lean chunk is the event itself when nothing was cut, or when the client asked for the ids.
+    out.push(shown === json && (cutPromptIds === undefined || progress.keepsIds) ? ev : event(shown));
   }
   return out;
 }
