@@ -10,6 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import {
   configChanges,
   loadGatewayConfig,
+  parseServeFlags,
   reloadProblems,
   type ConfigProblem,
   type GatewayConfig,
@@ -161,5 +162,50 @@ describe('config: router_preset', () => {
       from: 'dynamo',
       to: 'dynamo-agentic',
     });
+  });
+});
+
+describe('kvgate serve --router-preset', () => {
+  it('sets the preset of every model, beating the file, under the knobs set explicitly', () => {
+    const path = file(
+      [
+        'models:',
+        '  - name: a',
+        '    router: { router_preset: lmetric, prefill_load_scale: 2 }',
+        WORKERS,
+        '  - name: b',
+        '    workers: [{ id: 2, url: "http://10.0.0.2:8000", kv_events: "tcp://10.0.0.2:5557" }]',
+      ].join('\n'),
+    );
+    const flags = parseServeFlags(['-c', path, '--router-preset', 'dynamo-agentic']);
+    const [a, b] = loadGatewayConfig({ file: path, overrides: flags.overrides }).models;
+    expect([a!.routerPreset, b!.routerPreset]).toEqual(['dynamo-agentic', 'dynamo-agentic']);
+    expect(a!.router).toEqual(resolveKvRouterConfig({ ...EXPECTED['dynamo-agentic'], prefillLoadScale: 2 }));
+    expect(b!.router).toEqual(resolveKvRouterConfig(EXPECTED['dynamo-agentic']));
+  });
+
+  it('refuses an unknown name, naming the flag', () => {
+    const flags = parseServeFlags([
+      '--model',
+      'm',
+      '--worker',
+      'url=http://a:1,kv_events=tcp://a:2',
+      '--router-preset',
+      'dynamoo',
+    ]);
+    try {
+      loadGatewayConfig({ overrides: flags.overrides, env: {} });
+      throw new Error('expected the config to be rejected');
+    } catch (err) {
+      expect(isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')).toBe(true);
+      const p = (err as { detail: { problems: ConfigProblem[] } }).detail.problems;
+      expect(p).toEqual([
+        expect.objectContaining({
+          source: '--router-preset',
+          path: 'models[0].router.router_preset',
+          reason: expect.stringMatching(/got "dynamoo" \(did you mean "dynamo"\?\)$/),
+        }),
+      ]);
+    }
   });
 });
