@@ -21,7 +21,7 @@ import {
   DISAGG_PROTOCOLS,
   FRONT_DOOR_MODES,
   parsePolicies,
-  POLICY_PRESETS,
+  PRESET_POLICY_NAMES,
   ProgressBar,
   renderMarkdown,
   runReplay,
@@ -103,7 +103,7 @@ prediction error.
     --median-turns N           median turns of a top-level session (${AGENTIC_DEFAULTS.medianTurns})
   --mode offline|online        offline: virtual time, simulated engines, deterministic (default);
                                online: mocker engines behind the kvgate gateway over HTTP
-  --compare LIST               policies: kv, kv-one-group, kv-step, ${Object.keys(POLICY_PRESETS).join(', ')}, round-robin,
+  --compare LIST               policies: kv, kv-one-group, kv-step, ${PRESET_POLICY_NAMES.join(', ')}, round-robin,
                                random, power-of-two, least-loaded (default kv)
   --router-config JSON         add a kv variant, e.g. '{"router_temperature":0.5}' -> kv[router_temperature=0.5] (repeatable)
   --workers N                  aggregated engines (8)

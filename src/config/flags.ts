@@ -59,6 +59,7 @@ const FLAG_OPTIONS: Record<string, OptionSpec> = {
   worker: { type: 'string', multiple: true },
   tokenizer: { type: 'string' },
   'router-mode': { type: 'string' },
+  'router-preset': { type: 'string' },
   'block-size': { type: 'string' },
   engine: { type: 'string' },
   'enforce-disagg': { type: 'boolean' },
@@ -89,6 +90,7 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   'router-id': ['replicas', 'router_id'],
   tokenizer: ['models', '*', 'tokenizer'],
   'router-mode': ['models', '*', 'router_mode'],
+  'router-preset': ['models', '*', 'router', 'router_preset'],
   'block-size': ['models', '*', 'block_size'],
   engine: ['models', '*', 'engine'],
   'migration-limit': ['models', '*', 'migration_limit'],
@@ -325,6 +327,7 @@ model configured, starts the embedded demo (simulated engines in-process).
       --worker SPEC            a worker: URL, or url=...,id=...,kv_events=tcp://h:p,dp_size=N,role=...
       --tokenizer SPEC         none | demo | path to tokenizer.json or its folder (every model)
       --router-mode MODE       kv | round-robin | random | power-of-two | least-loaded | direct
+      --router-preset NAME     kv | dynamo | dynamo-agentic | llm-d | lmetric: a peer's router knobs (every model)
       --block-size N           KV block size in tokens (every model)
       --engine DIALECT         vllm | sglang (every model)
       --enforce-disagg         fail rather than serve aggregated when no prefill worker can

@@ -232,7 +232,11 @@ export class ConfigReader {
     const v = this.node[key];
     if (v === undefined || v === null) return fallback;
     if (typeof v !== 'string' || !(allowed as readonly string[]).includes(v)) {
-      this.problem(key, `must be one of ${allowed.join(', ')}; got ${show(v)}`);
+      const hint = typeof v === 'string' ? closestKey(v, allowed) : undefined;
+      this.problem(
+        key,
+        `must be one of ${allowed.join(', ')}; got ${show(v)}${hint !== undefined ? ` (did you mean "${hint}"?)` : ''}`,
+      );
       return fallback;
     }
     return v as T;

@@ -4,7 +4,7 @@
  * first one; `reloadProblems` then refuses the fields that are read only at
  * start (listeners, tokenizers, block sizes, modes, pools), each named with its
  * file path, so a reload is applied whole or not at all. Reloadable: each
- * model's workers and router knobs (not the structural ones), `limits` (but
+ * model's workers, router preset and router knobs (not the structural ones), `limits` (but
  * the header, request and session bounds), `auth`, `tenants`, `shutdown`.
  */
 import { KV_ROUTER_CONFIG_FIELDS, STRUCTURAL_ROUTER_KNOBS, type KvRouterConfig } from '../core/index.js';
@@ -123,6 +123,7 @@ export function configChanges(prev: GatewayConfig, next: GatewayConfig): ConfigC
   next.models.forEach((m, i) => {
     const before = prev.models[i]!;
     note(`models[${i}].max_prompt_tokens`, before.maxPromptTokens, m.maxPromptTokens);
+    note(`models[${i}].router.router_preset`, before.routerPreset, m.routerPreset);
     for (const k of Object.keys(m.router) as (keyof KvRouterConfig)[]) {
       note(`models[${i}].router.${KV_ROUTER_CONFIG_FIELDS[k].dynamo}`, before.router[k], m.router[k]);
     }

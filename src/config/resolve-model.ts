@@ -12,7 +12,7 @@ import { absolute, checkHost, checkEngineUrl, checkHttpUrl, checkZmqEndpoint, ty
 import { GATEWAY_DEFAULTS } from './defaults.js';
 import { readInferencePoolSection, readKubernetesSection } from './kubernetes-section.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
-import { readRouterKnobs, resolveRouter, type RouterKnobs } from './resolve-router.js';
+import { readRouterKnobs, resolveRouter, routerPresetOf, type RouterKnobs } from './resolve-router.js';
 import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = [
@@ -342,6 +342,7 @@ export function readModel(
     disaggPolicy,
     eagle,
     maxPromptTokens: modelMax,
+    routerPreset: routerPresetOf(globalRouter, localRouter),
     router,
     workers,
     engineTimeouts,

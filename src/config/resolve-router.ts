@@ -3,12 +3,20 @@
  * names mapped to the core's fields, each value checked on its own so every
  * bad knob is reported, then the merged set resolved with the core's
  * cross-field rules. This module keeps no knob list of its own.
+ *
+ * `router_preset` names one of core's presets (`kv`, `dynamo`, ...): the
+ * model's own, else the global one, else `kv`. Its knobs lie under every knob
+ * the operator set (global or per model), so an explicit knob always wins over
+ * the preset's value for it.
  */
 import {
   KV_ROUTER_CONFIG_FIELDS,
+  ROUTER_PRESET_NAMES,
   resolveKvRouterConfig,
+  routerPresetOptions,
   type KvRouterConfig,
   type KvRouterOptions,
+  type RouterPreset,
 } from '../core/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { ConfigReader, closestKey, type FieldPath } from './reader.js';
@@ -21,10 +29,15 @@ const DYNAMO_NAME_BY_KNOB: ReadonlyMap<string, string> = new Map(
   Object.entries(KV_ROUTER_CONFIG_FIELDS).map(([field, spec]) => [field, spec.dynamo]),
 );
 
+/** The key naming a preset inside a `router` section (not a knob of core's table). */
+const PRESET_KEY = 'router_preset';
+
 /** The knobs of one `router` section, and where in the document each was set. */
 export interface RouterKnobs {
   options: KvRouterOptions;
   origin: Map<string, FieldPath>;
+  /** The section's `router_preset`, when it names one. */
+  preset?: RouterPreset;
 }
 
 /** Validates the `router` knobs of one section (Dynamo names) and returns them as options. */
@@ -32,8 +45,13 @@ export function readRouterKnobs(r: ConfigReader | undefined): RouterKnobs {
   const options: Record<string, unknown> = {};
   const origin = new Map<string, FieldPath>();
   if (r === undefined) return { options, origin };
-  const known = [...KNOB_BY_DYNAMO_NAME.keys()];
+  const known = [PRESET_KEY, ...KNOB_BY_DYNAMO_NAME.keys()];
+  const preset =
+    r.node[PRESET_KEY] === undefined || r.node[PRESET_KEY] === null
+      ? undefined
+      : r.oneOf<RouterPreset | ''>(PRESET_KEY, ROUTER_PRESET_NAMES, '');
   for (const [name, value] of Object.entries(r.node)) {
+    if (name === PRESET_KEY) continue;
     const field = KNOB_BY_DYNAMO_NAME.get(name);
     if (field === undefined) {
       const hint = closestKey(name, known);
@@ -55,17 +73,32 @@ export function readRouterKnobs(r: ConfigReader | undefined): RouterKnobs {
     options[field] = value;
     origin.set(field, [...r.path, name]);
   }
-  return { options: options as KvRouterOptions, origin };
+  return { options: options as KvRouterOptions, origin, ...(preset ? { preset } : {}) };
 }
 
-/** Resolves merged knobs (global then model) with the core's cross-field rules. */
+/** The preset a model's router is laid over: the model's own, else the global section's, else `kv`. */
+export function routerPresetOf(global: RouterKnobs, local: RouterKnobs): RouterPreset {
+  return local.preset ?? global.preset ?? 'kv';
+}
+
+/** Resolves the preset's knobs under the merged knobs (global then model) with the core's cross-field rules. */
 export function resolveRouter(
   root: ConfigReader,
   global: RouterKnobs,
   local: RouterKnobs,
   fallbackPath: FieldPath,
 ): KvRouterConfig {
-  const merged = { ...global.options, ...local.options } as KvRouterOptions;
+  const preset = routerPresetOptions(routerPresetOf(global, local));
+  const merged = { ...preset, ...global.options, ...local.options } as KvRouterOptions;
+  return resolveMerged(root, merged, [global, local], fallbackPath);
+}
+
+function resolveMerged(
+  root: ConfigReader,
+  merged: KvRouterOptions,
+  [global, local]: readonly [RouterKnobs, RouterKnobs],
+  fallbackPath: FieldPath,
+): KvRouterConfig {
   try {
     return resolveKvRouterConfig(merged);
   } catch (err) {

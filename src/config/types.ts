@@ -5,7 +5,7 @@
  * section "Configuration"; this is its camelCase, defaults-applied form.
  */
 import type { EngineDialect, RouterMode } from '../common/index.js';
-import type { DisaggPolicy, KvRouterConfig } from '../core/index.js';
+import type { DisaggPolicy, KvRouterConfig, RouterPreset } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import type { TokenizerFiles } from '../tokenizer/index.js';
 
@@ -58,7 +58,12 @@ export interface ModelConfig {
   readonly eagle: boolean;
   /** Prompt token limit for this model (the global limit unless overridden). */
   readonly maxPromptTokens: number;
-  /** The router knobs for this model (global `router` section merged with the model's own). */
+  /**
+   * The preset the router knobs were laid over (`router.router_preset`: the model's, else the global
+   * section's, else `kv`); knobs set explicitly in either section win over the preset's.
+   */
+  readonly routerPreset: RouterPreset;
+  /** The router knobs for this model (the preset's, under the global `router` section merged with the model's own). */
   readonly router: KvRouterConfig;
   /** In file order; `role` says which are prefill, decode or aggregated. */
   readonly workers: readonly WorkerConfig[];

@@ -22,6 +22,8 @@ export type {
   ConfigFieldSpec,
   ConfigFieldKind,
 } from './config.js';
+export { ROUTER_PRESET_NAMES, isRouterPreset, routerPresetKnobs, routerPresetOptions } from './router-presets.js';
+export type { RouterPreset } from './router-presets.js';
 export { TokenBucket } from './token-bucket.js';
 export type { StepCostModel } from './step-cost.js';
 export { ActiveSequences, outputBlockDecay } from './active-sequences.js';

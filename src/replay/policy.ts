@@ -6,7 +6,9 @@
  * from a `--router-config` JSON object (named after its fields, e.g.
  * `kv[router_temperature=0.5]`), or one of the load-based modes of
  * `src/routing/push/simple-routers.ts`: round-robin, random, power-of-two,
- * least-loaded.
+ * least-loaded, or a peer's router by its preset name (`dynamo`,
+ * `dynamo-agentic`, `llm-d`, `lmetric`: core's `router-presets.ts`, the table
+ * the gateway config's `router_preset` reads too).
  *
  * `ReplayRouter` is what a policy looks like to a replay: route a request
  * among candidate workers (booking it), hear when its prefill completed and
@@ -15,7 +17,15 @@
  * push router does.
  */
 import type { Rng, SimpleRouterMode, WorkerRank } from '../common/index.js';
-import { kvRouterOptionsFromDynamo, resolveKvRouterConfig, type KvRouterOptions } from '../core/index.js';
+import {
+  isRouterPreset,
+  kvRouterOptionsFromDynamo,
+  resolveKvRouterConfig,
+  ROUTER_PRESET_NAMES,
+  routerPresetKnobs,
+  routerPresetOptions,
+  type KvRouterOptions,
+} from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { KvEvent } from '../mocker/index.js';
 import { createSimpleRouter, type SimpleRouter } from '../routing/index.js';
@@ -35,34 +45,8 @@ export type PolicySpec =
     }
   | { readonly kind: 'simple'; readonly name: SimpleRouterMode; readonly mode: SimpleRouterMode };
 
-/**
- * Peers' routers as named KV presets (Dynamo's snake_case fields over kvgate's defaults):
- * `dynamo` is Dynamo v1.5's defaults, `dynamo-agentic` its `--agentic` preset
- * (overlap credit 2, prefill load x4, 64 blocks per active request). Both turn
- * kvgate's own cache-pressure term off: Dynamo has none. `llm-d` is llm-d's
- * weighted scorer with its recommended weights, prefix : queue : KV utilisation
- * = 2 : 2 : 1 (llm-d's docs); `lmetric` LMetric's product rule.
- */
-export const POLICY_PRESETS: Readonly<Record<string, Readonly<Record<string, unknown>>>> = {
-  dynamo: {
-    overlap_score_credit: 1,
-    prefill_load_scale: 1,
-    decode_active_request_weight: 0,
-    router_kv_pressure_weight: 0,
-  },
-  'dynamo-agentic': {
-    overlap_score_credit: 2,
-    prefill_load_scale: 4,
-    decode_active_request_weight: 64,
-    router_kv_pressure_weight: 0,
-  },
-  'llm-d': {
-    router_prefix_scorer_weight: 2,
-    router_queue_scorer_weight: 2,
-    router_kv_utilization_scorer_weight: 1,
-  },
-  lmetric: { router_lmetric: true },
-};
+/** The peers' routers as named KV policies: core's presets but `kv`, which the replay names itself. */
+export const PRESET_POLICY_NAMES: readonly string[] = ROUTER_PRESET_NAMES.filter((n) => n !== 'kv');
 
 /** `kv[field=value,...]` from Dynamo-named fields, in the order given. */
 function kvVariantName(dynamo: Readonly<Record<string, unknown>>): string {
@@ -86,19 +70,18 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
   for (const raw of compare) {
     const name = raw.trim();
     if (name === '') continue;
-    const preset = Object.hasOwn(POLICY_PRESETS, name) ? POLICY_PRESETS[name]! : undefined;
     if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
     else if (name === 'kv-one-group') add({ kind: 'kv', name, options: {}, dynamo: {}, oneGroup: true });
     else if (name === 'kv-step') add({ kind: 'kv', name, options: {}, dynamo: {}, stepCost: true });
-    else if (preset !== undefined)
-      add({ kind: 'kv', name, options: kvRouterOptionsFromDynamo(preset), dynamo: preset });
+    else if (isRouterPreset(name))
+      add({ kind: 'kv', name, options: routerPresetOptions(name), dynamo: routerPresetKnobs(name) });
     else if ((SIMPLE_POLICIES as readonly string[]).includes(name))
       add({ kind: 'simple', name: name as SimpleRouterMode, mode: name as SimpleRouterMode });
     else {
       throw new KvgateError(
         'KVG_ERR_INVALID_ARGUMENT',
         `unknown policy '${name}': expected kv, kv-one-group, kv-step, ` +
-          `${[...Object.keys(POLICY_PRESETS), ...SIMPLE_POLICIES].join(', ')} (KV variants come from --router-config)`,
+          `${[...PRESET_POLICY_NAMES, ...SIMPLE_POLICIES].join(', ')} (KV variants come from --router-config)`,
       );
     }
   }
