@@ -90,17 +90,14 @@ export function defaultPreprocessThreads(processes = 1): number {
 }
 
 /**
- * KV-event ingestion threads of one process by default (`kv_events.ingest_threads`): from 8 cores, a thread
- * per four cores, at most 4, shared by the `processes` gateway processes; below 8 cores none. Measured on 2
- * cores (events/e2e, 300k events/s offered), one thread already paid (125k/s applied without drops, lag p99
- * 23 ms, against 86k/s with drops and 108 ms), but a thread connects its sockets only once it has started,
- * after the gateway reports started, so an engine's first batches before that are lost unless it has a
- * replay endpoint: on small machines that stays opt-in.
+ * KV-event ingestion threads by default (`kv_events.ingest_threads`): none, ingestion on the main thread. Threads pay
+ * under load (16 cores, events/e2e at 1.2M events/s offered: 2 threads applied 589k/s without drops and a lag p99 of
+ * 6 ms, against 174k/s with drops and 109 ms on the main thread), but 4 threads received faster than the main thread
+ * applies and fell back to 213k/s through drops and replays, and a thread connects its sockets only after the gateway
+ * reports started, so an engine's first batches before that are lost unless it has a replay endpoint. Opt-in until
+ * the main thread applies a handed-over buffer in one call and startup waits for the subscriptions.
  */
-export function defaultIngestThreads(processes = 1): number {
-  const cores = availableParallelism();
-  return cores < 8 ? 0 : Math.min(4, Math.floor(cores / 4 / processes));
-}
+export const DEFAULT_INGEST_THREADS = 0;
 
 /** Node's own listen backlog, and what kvgate uses where the kernel's limit cannot be read. */
 const NODE_BACKLOG = 511;

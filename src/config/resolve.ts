@@ -8,7 +8,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { absolute, checkHost, type ResolveContext } from './checks.js';
-import { defaultIngestThreads, defaultPreprocessThreads, GATEWAY_DEFAULTS } from './defaults.js';
+import { DEFAULT_INGEST_THREADS, defaultPreprocessThreads, GATEWAY_DEFAULTS } from './defaults.js';
 import { ConfigReader, isPlainObject, show, type ConfigProblem } from './reader.js';
 import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readLimits, readListen } from './resolve-edge.js';
@@ -209,9 +209,9 @@ function readProcess(
 }
 
 /** The `kv_events` section: ingestion bounds, and the threads that receive and decode. */
-function readKvEventBounds(root: ConfigReader, processes: number): Pick<GatewayConfig, 'kvEvents' | 'kvIngestThreads'> {
+function readKvEventBounds(root: ConfigReader): Pick<GatewayConfig, 'kvEvents' | 'kvIngestThreads'> {
   const d = GATEWAY_DEFAULTS.kvEvents;
-  const threads = defaultIngestThreads(processes);
+  const threads = DEFAULT_INGEST_THREADS;
   const r = root.child('kv_events');
   if (r === undefined) return { kvEvents: { ...d }, kvIngestThreads: threads };
   r.allowOnly([
@@ -411,7 +411,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const tracing = readTracing(root);
   const { drainTimeoutMs, preprocess, logLevel, processes } = readProcess(root);
   const pidFile = root.optStr('pid_file');
-  const { kvEvents, kvIngestThreads } = readKvEventBounds(root, processes);
+  const { kvEvents, kvIngestThreads } = readKvEventBounds(root);
   const models = readModels(root, ctx, limits.maxPromptTokens, warnings);
   const replicas = readReplicas(root);
   const config: GatewayConfig = {

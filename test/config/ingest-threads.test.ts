@@ -1,5 +1,4 @@
-/** `kv_events.ingest_threads`: its default follows the cores, a value from the file, its bounds, read only at start. */
-import { availableParallelism } from 'node:os';
+/** `kv_events.ingest_threads`: its default (none), a value from the file, its bounds, read only at start. */
 import { describe, expect, it } from 'vitest';
 import { loadGatewayConfig, reloadProblems } from '../../src/config/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
@@ -7,11 +6,9 @@ import { isKvgateError } from '../../src/errors/index.js';
 const models = [{ name: 'm', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://10.0.0.1:8000' }] }];
 
 describe('config: kv_events.ingest_threads', () => {
-  it('defaults to a thread per 4 cores (at most 4; none below 8 cores), shared among the processes', () => {
-    const cores = availableParallelism();
-    const expected = (processes: number): number => (cores < 8 ? 0 : Math.min(4, Math.floor(cores / 4 / processes)));
-    expect(loadGatewayConfig({ base: { models }, env: {} }).kvIngestThreads).toBe(expected(1));
-    expect(loadGatewayConfig({ base: { models, processes: 2 }, env: {} }).kvIngestThreads).toBe(expected(2));
+  it('defaults to none (ingestion on the main thread), whatever the cores and processes', () => {
+    expect(loadGatewayConfig({ base: { models }, env: {} }).kvIngestThreads).toBe(0);
+    expect(loadGatewayConfig({ base: { models, processes: 2 }, env: {} }).kvIngestThreads).toBe(0);
   });
 
   it('takes a value from the file, 0 keeping ingestion on the main thread, and leaves the bounds as they were', () => {
