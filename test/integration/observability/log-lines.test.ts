@@ -79,8 +79,14 @@ describe('log lines', () => {
       return res.status;
     };
     for (let i = 0; i < 4; i++) expect(await chat(i)).toBe(200);
+    // Routed traffic may all land on one engine, and a batch published before the gateway's
+    // subscription connected is never seen: each check sends one request pinned to each engine.
+    let pinned = 100;
     await until(
-      async () => (await metric(gwA.url, 'kvgate_worker_kv_events_live')) === 2,
+      async () => {
+        for (const id of ['1', '2']) expect(await chat(pinned++, { 'x-worker-instance-id': id })).toBe(200);
+        return (await metric(gwA.url, 'kvgate_worker_kv_events_live')) === 2;
+      },
       'both event streams live',
       20_000,
     );
