@@ -14,9 +14,9 @@
  */
 import { Worker } from 'node:worker_threads';
 import { workerEntryFile, type Logger } from '../common/index.js';
-import { unpackBatches } from './batch-codec.js';
 import type { KvEventStream } from './event-stream.js';
 import type { IngestReport, IngestRequest } from './ingest-thread.js';
+import { eachPackedBatch } from './packed-batch.js';
 
 /** Where a stream's messages go, and who hears that its subscription ended. */
 export interface IngestSink {
@@ -186,7 +186,7 @@ export class IngestPool {
   #report(r: IngestReport): void {
     switch (r.op) {
       case 'batches':
-        unpackBatches(r.packed, (id, seq, batch) => {
+        eachPackedBatch(r.packed, (id, seq, batch) => {
           const sink = this.#attached.get(id)?.sink;
           if (sink === undefined) return;
           try {
