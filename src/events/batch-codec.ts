@@ -8,7 +8,8 @@
  * with the stored events' `localHashes` already computed.
  *
  * Layout, in 8-byte little-endian words (typed-array views need the alignment):
- *   batch:   [stream id u32 | events u32] [seq u64] [ts f64] [dp rank + 1 u32 | errors index + 1 u32] events...
+ *   batch:   [stream id u32 | events u32] [seq u64] [ts f64] [dp rank + 1 u32 | errors index + 1 u32]
+ *            [words u32 | -] events...   (words: the batch's, header included, so a reader steps over it at once)
  *   removed: [kind u8, tier u8 | -] [group f64] [hashes u32 | -] hashes...
  *   stored:  [kind, tier, has parent u8 | -] [group f64] [hashes u32 | local u32] [tokens u32 | block size u32]
  *            [dropped u32 | extras index + 1 u32] [parent u64] hashes... local... tokens (2 a word)...
@@ -48,7 +49,7 @@ export type LocalHashes = readonly (BigUint64Array | undefined)[];
 
 /** Words a batch takes packed: the bound a buffer must have room for. */
 function packedWords(batch: KvEventBatch, locals: LocalHashes): number {
-  let n = 4;
+  let n = 5;
   const events = batch.events;
   for (let i = 0; i < events.length; i++) {
     const ev = events[i]!;
@@ -113,16 +114,18 @@ export class BatchPacker {
       this.#fresh(need);
     }
     const u32 = this.#u32;
-    let w = this.#at;
+    const start = this.#at;
+    let w = start;
     u32[2 * w] = id;
     u32[2 * w + 1] = batch.events.length;
     this.#u64[w + 1] = seq;
     this.#f64[w + 2] = batch.ts;
     u32[2 * (w + 3)] = batch.dpRank === null ? 0 : batch.dpRank + 1;
     u32[2 * (w + 3) + 1] = batch.errors.length === 0 ? 0 : this.#errors.push([...batch.errors]);
-    w += 4;
+    w += 5;
     const events = batch.events;
     for (let i = 0; i < events.length; i++) w = this.#event(w, events[i]!, locals[i]);
+    u32[2 * (start + 4)] = w - start;
     this.#at = w;
     this.#batches++;
     return true;

@@ -151,6 +151,7 @@ export class PackedBatch implements KvEventBatch {
   /** The word of its first event. */
   readonly firstWord: number;
   readonly #views: PackedViews;
+  readonly #end: number;
   #events: readonly KvCacheEvent[] | undefined;
 
   constructor(views: PackedViews, w: number) {
@@ -162,7 +163,8 @@ export class PackedBatch implements KvEventBatch {
     this.dpRank = rank === 0 ? null : rank - 1;
     const errs = u32[2 * (w + 3) + 1]!;
     this.errors = errs === 0 ? [] : views.packed.errors[errs - 1]!;
-    this.firstWord = w + 4;
+    this.firstWord = w + 5;
+    this.#end = w + u32[2 * (w + 4)]!;
   }
 
   /** Reads the event at `w` into `into`; returns the word of the next one. */
@@ -185,9 +187,7 @@ export class PackedBatch implements KvEventBatch {
 
   /** The word after the batch's last event. */
   end(): number {
-    let w = this.firstWord;
-    for (let i = 0; i < this.count; i++) w = skipEvent(this.#views.u32, w);
-    return w;
+    return this.#end;
   }
 }
 
@@ -205,16 +205,6 @@ export function eachPackedBatch(
     w = batch.end();
     visit(id, seq, batch);
   }
-}
-
-/** The word after the event at `w`. */
-function skipEvent(u32: Uint32Array, w: number): number {
-  const kind = u32[2 * w]! & 0xff;
-  if (kind === KIND_CLEARED) return w + 1;
-  const hashes = u32[2 * (w + 2)]!;
-  if (kind === KIND_REMOVED) return w + 3 + hashes;
-  const locals = u32[2 * (w + 2) + 1]!;
-  return w + 6 + hashes + (locals === NO_LOCALS ? 0 : locals) + Math.ceil(u32[2 * (w + 3)]! / 2);
 }
 
 const CLEARED: KvCacheEvent = Object.freeze({ type: 'cleared' });
