@@ -32,9 +32,9 @@ export interface ApplyScheduler {
 }
 
 /**
- * Units taken between two reads of the clock. A unit is one event applied or one message handled (a few
- * µs at most), so a turn overruns `maxTurnMs` by at most this many units' time, and the clock is read
- * once every few batches rather than at every check.
+ * Units taken before a check reads the clock again. A unit is one event applied or one message handled (a
+ * few µs at most), so a turn overruns `maxTurnMs` by at most this many messages or one writer slice of
+ * events, and the clock is read once every few batches rather than at every check.
  */
 const UNITS_PER_CLOCK_READ = 16;
 
