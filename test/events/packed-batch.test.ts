@@ -7,8 +7,18 @@
  * hybrid model's groups (which read the events as objects). Its `events` equal what unpacking built.
  */
 import { describe, expect, it } from 'vitest';
-import { seededRng, type Rng } from '../../src/common/index.js';
-import { KvEventApplier, KvGroupIndexes, TieredPrefixIndex } from '../../src/events/index.js';
+import { ManualClock, seededRng, type Rng } from '../../src/common/index.js';
+import {
+  decodeKvEventBatch,
+  KvEventApplier,
+  KvEventCounters,
+  KvEventStream,
+  KvGroupIndexes,
+  TieredPrefixIndex,
+  ingestContext,
+} from '../../src/events/index.js';
+import { TurnScheduler } from '../../src/events/turn-scheduler.js';
+import { encodeBatch } from '../helpers/zmq-publisher.js';
 import { storedLocalHashes, type ApplyStatus } from '../../src/events/applier.js';
 import { BatchPacker, unpackBatches, type LocalHashes } from '../../src/events/batch-codec.js';
 import { eachPackedBatch, PackedEvent, type PackedBatch } from '../../src/events/packed-batch.js';
@@ -201,5 +211,68 @@ describe('packed batches applied in place', () => {
     expect(b.errors).toEqual(batch.errors);
     expect(b.events).toEqual(built[0]!.events);
     expect(b.events).toBe(b.events); // built once
+  });
+
+  it('a stream applies handed-over batches a slice per turn, resuming mid-batch, as it applies the same payloads', () => {
+    // The same 30 batches of 40 events (stored chains and removals), once as payloads, once handed over.
+    const rng = seededRng(12);
+    const payloads: Uint8Array[] = [];
+    let next = 1n;
+    const held: bigint[] = [];
+    for (let b = 0; b < 30; b++) {
+      const events = Array.from({ length: 40 }, () => {
+        if (held.length > 4 && rng() < 0.3) return { type: 'removed' as const, blockHashes: [held.shift()!] };
+        const hashes = [next++, next++];
+        held.push(...hashes);
+        const tokens = Array.from({ length: 2 * BS }, () => Math.floor(rng() * 50_000));
+        return { type: 'stored' as const, blockHashes: hashes, parent: null, tokens, blockSize: BS };
+      });
+      payloads.push(encodeBatch(events, { dpRank: SLOT.dpRank }));
+    }
+    const run = (handOver: boolean) => {
+      const clock = new ManualClock();
+      const turns: (() => void)[] = [];
+      const scheduler = new TurnScheduler({
+        clock,
+        maxEventsPerTurn: 25,
+        maxTurnMs: 1000,
+        defer: (f) => turns.push(f),
+      });
+      const counters = new KvEventCounters();
+      const applier = new KvEventApplier({ blockSize: BS });
+      const stream = new KvEventStream(SLOT, ingestContext({ applier, hooks: counters, clock, scheduler }));
+      if (handOver) {
+        const packer = new BatchPacker(1 << 20);
+        payloads.forEach((p, seq) => {
+          const r = decodeKvEventBatch(p);
+          if (!r.ok) throw new Error(r.error.message);
+          packer.add(
+            1,
+            BigInt(seq),
+            r.batch,
+            localsOf(r.batch, () => 1),
+          );
+        });
+        eachPackedBatch(structuredClone(packer.take()), (_id, seq, batch) => stream.onDecoded(seq, batch));
+      } else payloads.forEach((p, seq) => stream.onMessage(BigInt(seq), p));
+      let n = 0;
+      for (let f = turns.shift(); f !== undefined; f = turns.shift()) {
+        f();
+        n++;
+      }
+      return { applier, counters: counters.snapshot(), turns: n, cursor: stream.appliedCursor };
+    };
+    const viaPayloads = run(false);
+    const handedOver = run(true);
+    // 1,200 events at 25 a turn: batches of 40 are split across turns and resumed where they stopped.
+    expect(handedOver.turns).toBeGreaterThanOrEqual(48);
+    expect(handedOver.cursor).toBe(29n);
+    expect(handedOver.counters.events).toEqual(viaPayloads.counters.events);
+    expect(handedOver.counters.events.stored.ok + handedOver.counters.events.removed.ok).toBe(1200);
+    expect(handedOver.applier.indexes.device.exportSlot(SLOT.workerId, SLOT.dpRank)).toEqual(
+      viaPayloads.applier.indexes.device.exportSlot(SLOT.workerId, SLOT.dpRank),
+    );
+    handedOver.applier.indexes.dispose();
+    viaPayloads.applier.indexes.dispose();
   });
 });
