@@ -1,9 +1,9 @@
 /**
  * The ingestion threads of a process (`kv_events.ingest_threads`): worker
  * threads that hold the ZMQ SUB sockets, decode and hash (ingest-thread.ts),
- * and post packed batches back; here they are unpacked and handed to each
- * stream on the main thread, which judges and applies them as it does the
- * batches of its own socket. Streams are spread over the threads (the least
+ * and post packed batches back; here each batch is handed, still in the
+ * transferred buffer (packed-batch.ts), to its stream on the main thread,
+ * which judges and applies it as it does the batches of its own socket. Streams are spread over the threads (the least
  * loaded takes the next), several engines per thread.
  *
  * One pool per thread count is shared by every manager of the process (each
