@@ -12,6 +12,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'events/ingest': () => import('./events/ingest.bench.js'),
   'events/flood-lag': () => import('./events/flood-lag.bench.js'),
   'events/e2e': () => import('./events/e2e.bench.js'),
+  'events/handover': () => import('./events/handover.bench.js'),
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
   'routing/added-latency': () => import('./routing/added-latency.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),

@@ -29,6 +29,14 @@ export interface E2eOutcome {
   decisionP50Us: number;
   decisionP99Us: number;
   decisions: number;
+  /**
+   * The main thread's busy time (event-loop utilization) per event applied, µs: its whole work (receiving,
+   * judging and applying the events, the decisions, timers) divided by the events. Where the ingestion
+   * threads are the cap (fewer cores than threads need), this, not the rate, shows the main thread's cost.
+   */
+  mainUsPerEvent: number;
+  /** The main thread's event-loop utilization over the run, 0 to 1. */
+  mainUtilization: number;
   gaps: number;
   replayedBatches: number;
   resets: number;
@@ -133,6 +141,7 @@ async function main(): Promise<void> {
   const done = workers.map((w) => new Promise<{ sent: number[]; events: number }>((r) => w.once('message', r)));
   lag.enable();
   const stopDeciding = decide(router);
+  const elu0 = performance.eventLoopUtilization();
   const start = performance.now();
   for (const w of workers) w.postMessage('go');
   const reports = await Promise.all(done);
@@ -142,6 +151,7 @@ async function main(): Promise<void> {
     slots.every((s, i) => s.cursor === BigInt(sent[i]! - 1) && !s.recovering && s.pendingCount === 0);
   while (!caughtUp() && performance.now() - start < seconds * 1000 + 60_000) await new Promise((r) => setTimeout(r, 1));
   const elapsedMs = performance.now() - start;
+  const elu = performance.eventLoopUtilization(elu0);
   lag.disable();
   const decisions = stopDeciding();
   const s = manager.counters.snapshot();
@@ -159,6 +169,8 @@ async function main(): Promise<void> {
     decisionP50Us: q(decisions, 0.5),
     decisionP99Us: q(decisions, 0.99),
     decisions: decisions.length,
+    mainUsPerEvent: applied > 0 ? (elu.active * 1000) / applied : 0,
+    mainUtilization: elu.utilization,
     gaps: s.gaps,
     replayedBatches: s.replayedBatches,
     resets: Object.values(s.resets).reduce((a, b) => a + b, 0),

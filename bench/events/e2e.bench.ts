@@ -53,7 +53,8 @@ function rows(o: E2eOutcome): BenchRow[] {
       note:
         `${n(o.applied)} applied of ${n(o.sent)} sent, offered at ${n(o.offeredEventsPerSec)}/s, ` +
         `all applied ${(o.elapsedMs / 1000).toFixed(2)} s after the start; gaps ${o.gaps}, replayed batches ` +
-        `${o.replayedBatches}, resets ${o.resets}, drops ${o.drops}`,
+        `${o.replayedBatches}, resets ${o.resets}, drops ${o.drops}; main thread busy ` +
+        `${(o.mainUtilization * 100).toFixed(0)} %, ${o.mainUsPerEvent.toFixed(2)} µs per event applied`,
     },
     {
       name: `${mode}: event-loop lag`,

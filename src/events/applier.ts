@@ -32,8 +32,9 @@ import { blockSize, type BlockSize, type WorkerRank } from '../common/index.js';
 import { allocationHookPending, blockHashes, takeAllocationHook } from '../wasm/index.js';
 import { isKvgateError, type IndexMemoryError } from '../errors/index.js';
 import type { KvGroupIndexes } from './group-indexes.js';
+import type { PackedEvent } from './packed-batch.js';
 import { TieredPrefixIndex } from './tiered-index.js';
-import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StoredBlocksEvent, RemovedBlocksEvent } from './types.js';
+import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StorageTier, StoredBlocksEvent } from './types.js';
 
 /**
  * Outcome of one event:
@@ -68,7 +69,7 @@ export const APPLY_STATUSES: readonly ApplyStatus[] = [
 ];
 
 /** Statuses under which the event changed the index as the engine meant. */
-function isAppliedStatus(status: ApplyStatus): boolean {
+export function isAppliedStatus(status: ApplyStatus): boolean {
   return status === 'ok' || status === 'truncated' || status === 'not_found';
 }
 
@@ -119,6 +120,32 @@ export class KvEventApplier {
     return applied;
   }
 
+  /**
+   * Applies one event read in place from a handed-over buffer (packed-batch.ts), with the outcome
+   * `applyEvent` gives for the same event as an object. A plain stored event of the router's group,
+   * its own hashes computed by the thread, outside a hybrid model, is applied from the record; any
+   * other stored event is built as an object first (the rare fields, groups and Eagle read it).
+   */
+  applyPacked(slot: WorkerRank, ev: PackedEvent): ApplyStatus {
+    if (ev.type === 'removed') return this.#removed(slot, ev.tier, ev.groupIdx, ev.blockHashes);
+    if (ev.type === 'cleared') {
+      this.clearSlot(slot);
+      return 'ok';
+    }
+    const n = ev.blockHashes.length;
+    const plain =
+      ev.plain &&
+      ev.groupIdx === this.kvCacheGroup &&
+      this.groups?.hybrid !== true &&
+      (n === 0 || ev.localHashes !== undefined);
+    if (!plain) return this.applyEvent(slot, ev.event());
+    if (ev.blockSize !== this.blockSize) return 'block_size_mismatch';
+    const truncated = ev.droppedBlocks > 0;
+    if (n === 0) return truncated ? 'truncated' : 'ok';
+    const status = this.#storeInTier(slot, ev.tier, ev.parentHash, ev.blockHashes, ev.localHashes!);
+    return status === 'ok' && truncated ? 'truncated' : status;
+  }
+
   /** Applies one event. Never throws for event content; throws KvgateError only for an invalid slot. */
   applyEvent(slot: WorkerRank, ev: KvCacheEvent): ApplyStatus {
     let status: ApplyStatus;
@@ -127,7 +154,7 @@ export class KvEventApplier {
         status = this.#stored(slot, ev);
         break;
       case 'removed':
-        status = this.#removed(slot, ev);
+        status = this.#removed(slot, ev.tier, ev.groupIdx, ev.blockHashes);
         break;
       case 'cleared':
         // Worker-wide for this publisher: every tier of this (worker, rank).
@@ -174,29 +201,41 @@ export class KvEventApplier {
       return status === 'ok' && truncated ? 'truncated' : status;
     }
     if ((ev.leadingNullBlocks ?? 0) > 0) return 'other_group';
+    const status = this.#storeInTier(slot, ev.tier, ev.parentHash, ev.blockHashes, local);
+    if (status === 'ok' && ev.tier === 'device') groups?.notePrimaryStored(slot, ev, local);
+    return status === 'ok' && truncated ? 'truncated' : status;
+  }
+
+  /** Stores blocks in the tier's index: `ok`, or the refusal the index answered. */
+  #storeInTier(
+    slot: WorkerRank,
+    tier: StorageTier,
+    parentHash: bigint | null,
+    blockHashes: BigUint64Array,
+    local: BigUint64Array,
+  ): ApplyStatus {
     try {
-      const ix = this.indexes.get(ev.tier);
-      ix.applyStored(slot.workerId, slot.dpRank, ev.parentHash, ev.blockHashes, local);
+      const ix = this.indexes.get(tier);
+      ix.applyStored(slot.workerId, slot.dpRank, parentHash, blockHashes, local);
       // The test hook (src/wasm/README.md): off unless its environment variable is set.
       if (allocationHookPending() && takeAllocationHook(ix.size)) ix.failNextAllocation();
-      if (ev.tier === 'device') groups?.notePrimaryStored(slot, ev, local);
     } catch (err) {
       if (isKvgateError(err, 'KVG_ERR_PARENT_BLOCK_NOT_FOUND')) return 'parent_not_found';
       if (isKvgateError(err, 'KVG_ERR_INVALID_BLOCK_SEQUENCE')) return 'invalid_sequence';
       throw err;
     }
-    return truncated ? 'truncated' : 'ok';
+    return 'ok';
   }
 
-  #removed(slot: WorkerRank, ev: RemovedBlocksEvent): ApplyStatus {
+  #removed(slot: WorkerRank, tier: StorageTier, groupIdx: number, blockHashes: BigUint64Array): ApplyStatus {
     const groups = this.groups;
-    if (groups !== undefined && ev.tier === 'device') {
-      const missing = groups.removed(slot, ev.groupIdx, ev.blockHashes);
-      if (ev.groupIdx !== this.kvCacheGroup) return missing === 0 ? 'ok' : 'not_found';
-    } else if (ev.groupIdx !== this.kvCacheGroup) return 'other_group';
-    const ix = this.indexes.peek(ev.tier);
-    if (ix === undefined) return ev.blockHashes.length === 0 ? 'ok' : 'not_found';
-    return ix.applyRemoved(slot.workerId, slot.dpRank, ev.blockHashes).missing === 0 ? 'ok' : 'not_found';
+    if (groups !== undefined && tier === 'device') {
+      const missing = groups.removed(slot, groupIdx, blockHashes);
+      if (groupIdx !== this.kvCacheGroup) return missing === 0 ? 'ok' : 'not_found';
+    } else if (groupIdx !== this.kvCacheGroup) return 'other_group';
+    const ix = this.indexes.peek(tier);
+    if (ix === undefined) return blockHashes.length === 0 ? 'ok' : 'not_found';
+    return ix.applyRemoved(slot.workerId, slot.dpRank, blockHashes).missing === 0 ? 'ok' : 'not_found';
   }
 }
 

@@ -3,12 +3,13 @@
  * ingestion thread hands its batches to the main thread (ingest-pool.ts): the
  * thread decodes the msgpack and hashes the stored blocks' tokens, then packs
  * many batches, of any of its streams, into one `ArrayBuffer` that is
- * transferred, not copied. The main thread rebuilds each `KvEventBatch` over
- * views of that buffer (no copy of hashes or tokens), with the stored
- * events' `localHashes` already computed.
+ * transferred, not copied. The main thread reads it in place (packed-batch.ts:
+ * each batch a `PackedBatch`, its events applied straight from the buffer),
+ * with the stored events' `localHashes` already computed.
  *
  * Layout, in 8-byte little-endian words (typed-array views need the alignment):
- *   batch:   [stream id u32 | events u32] [seq u64] [ts f64] [dp rank + 1 u32 | errors index + 1 u32] events...
+ *   batch:   [stream id u32 | events u32] [seq u64] [ts f64] [dp rank + 1 u32 | errors index + 1 u32]
+ *            [words u32 | -] events...   (words: the batch's, header included, so a reader steps over it at once)
  *   removed: [kind u8, tier u8 | -] [group f64] [hashes u32 | -] hashes...
  *   stored:  [kind, tier, has parent u8 | -] [group f64] [hashes u32 | local u32] [tokens u32 | block size u32]
  *            [dropped u32 | extras index + 1 u32] [parent u64] hashes... local... tokens (2 a word)...
@@ -16,26 +17,21 @@
  * Rare fields (a LoRA, a cache salt, multimodal hashes, a hybrid group's spec, Eagle's next token) and a
  * batch's per-event decode errors travel beside the buffer as structured-clone values, indexed from it.
  */
+import {
+  eachPackedBatch,
+  KIND_CLEARED,
+  KIND_REMOVED,
+  KIND_STORED,
+  NO_LOCALS,
+  type PackedBatches,
+  type StoredExtras,
+} from './packed-batch.js';
 import { STORAGE_TIERS, type KvCacheEvent, type KvEventBatch, type KvEventDecodeError } from './types.js';
 import type { StoredBlocksEvent } from './types.js';
 
-const KIND_STORED = 0;
-const KIND_REMOVED = 1;
-const KIND_CLEARED = 2;
-const TIER_INDEX = new Map(STORAGE_TIERS.map((t, i) => [t, i]));
+export type { PackedBatches } from './packed-batch.js';
 
-/** A stored event's fields that most events leave at their default. */
-type StoredExtras = Pick<
-  StoredBlocksEvent,
-  | 'loraName'
-  | 'loraId'
-  | 'cacheSalt'
-  | 'mmHashes'
-  | 'specKind'
-  | 'slidingWindow'
-  | 'leadingNullBlocks'
-  | 'eagleNextToken'
->;
+const TIER_INDEX = new Map(STORAGE_TIERS.map((t, i) => [t, i]));
 
 const EXTRA_FIELDS = [
   'loraName',
@@ -48,21 +44,12 @@ const EXTRA_FIELDS = [
   'eagleNextToken',
 ] as const satisfies readonly (keyof StoredExtras)[];
 
-/** Packed batches as posted by an ingestion thread (`buffer` is transferred). */
-export interface PackedBatches {
-  readonly buffer: ArrayBuffer;
-  /** 8-byte words of `buffer` in use. */
-  readonly words: number;
-  readonly extras: readonly StoredExtras[];
-  readonly errors: readonly (readonly KvEventDecodeError[])[];
-}
-
 /** Per event of a batch, the stored blocks' own hashes computed by the packing thread (or none). */
 export type LocalHashes = readonly (BigUint64Array | undefined)[];
 
 /** Words a batch takes packed: the bound a buffer must have room for. */
 function packedWords(batch: KvEventBatch, locals: LocalHashes): number {
-  let n = 4;
+  let n = 5;
   const events = batch.events;
   for (let i = 0; i < events.length; i++) {
     const ev = events[i]!;
@@ -127,16 +114,18 @@ export class BatchPacker {
       this.#fresh(need);
     }
     const u32 = this.#u32;
-    let w = this.#at;
+    const start = this.#at;
+    let w = start;
     u32[2 * w] = id;
     u32[2 * w + 1] = batch.events.length;
     this.#u64[w + 1] = seq;
     this.#f64[w + 2] = batch.ts;
     u32[2 * (w + 3)] = batch.dpRank === null ? 0 : batch.dpRank + 1;
     u32[2 * (w + 3) + 1] = batch.errors.length === 0 ? 0 : this.#errors.push([...batch.errors]);
-    w += 4;
+    w += 5;
     const events = batch.events;
     for (let i = 0; i < events.length; i++) w = this.#event(w, events[i]!, locals[i]);
+    u32[2 * (start + 4)] = w - start;
     this.#at = w;
     this.#batches++;
     return true;
@@ -158,7 +147,7 @@ export class BatchPacker {
     }
     u32[2 * w] = KIND_STORED | tier | (ev.parentHash === null ? 0 : 1 << 16);
     u32[2 * (w + 2)] = ev.blockHashes.length;
-    u32[2 * (w + 2) + 1] = local === undefined ? 0xffffffff : local.length;
+    u32[2 * (w + 2) + 1] = local === undefined ? NO_LOCALS : local.length;
     u32[2 * (w + 3)] = ev.tokenIds.length;
     u32[2 * (w + 3) + 1] = ev.blockSize;
     u32[2 * (w + 4)] = ev.droppedBlocks;
@@ -201,82 +190,12 @@ function storedExtras(ev: StoredBlocksEvent): StoredExtras {
   return out as StoredExtras;
 }
 
-/** Rebuilds every batch of `packed`, in order, over views of its buffer, and hands each to `visit`. */
+/** Rebuilds every batch of `packed`, in order, as objects over views of its buffer, and hands each to `visit`. */
 export function unpackBatches(
   packed: PackedBatches,
   visit: (id: number, seq: bigint, batch: KvEventBatch) => void,
 ): void {
-  const { buffer, words } = packed;
-  const u32 = new Uint32Array(buffer, 0, words * 2);
-  const u64 = new BigUint64Array(buffer, 0, words);
-  const f64 = new Float64Array(buffer, 0, words);
-  let w = 0;
-  while (w < words) {
-    const id = u32[2 * w]!;
-    const n = u32[2 * w + 1]!;
-    const seq = u64[w + 1]!;
-    const ts = f64[w + 2]!;
-    const rank = u32[2 * (w + 3)]!;
-    const errs = u32[2 * (w + 3) + 1]!;
-    w += 4;
-    const events: KvCacheEvent[] = new Array<KvCacheEvent>(n);
-    for (let i = 0; i < n; i++) {
-      const r = readEvent(packed, u32, u64, f64, w);
-      events[i] = r.event;
-      w = r.next;
-    }
-    const errors = errs === 0 ? [] : packed.errors[errs - 1]!;
-    visit(id, seq, { ts, dpRank: rank === 0 ? null : rank - 1, events, errors });
-  }
-}
-
-const CLEARED: KvCacheEvent = Object.freeze({ type: 'cleared' });
-
-function readEvent(
-  packed: PackedBatches,
-  u32: Uint32Array,
-  u64: BigUint64Array,
-  f64: Float64Array,
-  w: number,
-): { event: KvCacheEvent; next: number } {
-  const head = u32[2 * w]!;
-  const kind = head & 0xff;
-  if (kind === KIND_CLEARED) return { event: CLEARED, next: w + 1 };
-  const tier = STORAGE_TIERS[(head >> 8) & 0xff]!;
-  const groupIdx = f64[w + 1]!;
-  const buffer = packed.buffer;
-  const hashes = u32[2 * (w + 2)]!;
-  if (kind === KIND_REMOVED) {
-    const blockHashes = new BigUint64Array(buffer, (w + 3) * 8, hashes);
-    return { event: { type: 'removed', tier, blockHashes, groupIdx }, next: w + 3 + hashes };
-  }
-  const localCount = u32[2 * (w + 2) + 1]!;
-  const tokens = u32[2 * (w + 3)]!;
-  const extrasAt = u32[2 * (w + 4) + 1]!;
-  const extras = extrasAt === 0 ? undefined : packed.extras[extrasAt - 1];
-  let at = w + 6;
-  const blockHashes = new BigUint64Array(buffer, at * 8, hashes);
-  at += hashes;
-  let localHashes: BigUint64Array | undefined;
-  if (localCount !== 0xffffffff) {
-    localHashes = new BigUint64Array(buffer, at * 8, localCount);
-    at += localCount;
-  }
-  const event: StoredBlocksEvent = {
-    type: 'stored',
-    tier,
-    parentHash: (head >> 16) & 1 ? u64[w + 5]! : null,
-    blockHashes,
-    tokenIds: new Uint32Array(buffer, at * 8, tokens),
-    blockSize: u32[2 * (w + 3) + 1]!,
-    droppedBlocks: u32[2 * (w + 4)]!,
-    loraName: undefined,
-    loraId: undefined,
-    cacheSalt: undefined,
-    mmHashes: undefined,
-    groupIdx,
-    ...extras,
-    ...(localHashes === undefined ? {} : { localHashes }),
-  };
-  return { event, next: at + Math.ceil(tokens / 2) };
+  eachPackedBatch(packed, (id, seq, batch) =>
+    visit(id, seq, { ts: batch.ts, dpRank: batch.dpRank, events: batch.events, errors: batch.errors }),
+  );
 }

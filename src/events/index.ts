@@ -15,7 +15,11 @@ export {
   REPLAY_END_SEQ,
 } from './decode.js';
 export { TieredPrefixIndex } from './tiered-index.js';
-export { KvEventApplier } from './applier.js';
+export { KvEventApplier, storedLocalHashes } from './applier.js';
+/** The ingestion threads' hand-over (benches measure the main thread's share with it). */
+export { BatchPacker } from './batch-codec.js';
+export { eachPackedBatch } from './packed-batch.js';
+export { TurnScheduler } from './turn-scheduler.js';
 export { KvGroupIndexes } from './group-indexes.js';
 export { KvEventStream } from './event-stream.js';
 export { SequenceCursor } from './sequence.js';

@@ -1,9 +1,9 @@
 /**
  * The ingestion threads of a process (`kv_events.ingest_threads`): worker
  * threads that hold the ZMQ SUB sockets, decode and hash (ingest-thread.ts),
- * and post packed batches back; here they are unpacked and handed to each
- * stream on the main thread, which judges and applies them as it does the
- * batches of its own socket. Streams are spread over the threads (the least
+ * and post packed batches back; here each batch is handed, still in the
+ * transferred buffer (packed-batch.ts), to its stream on the main thread,
+ * which judges and applies it as it does the batches of its own socket. Streams are spread over the threads (the least
  * loaded takes the next), several engines per thread.
  *
  * One pool per thread count is shared by every manager of the process (each
@@ -14,9 +14,9 @@
  */
 import { Worker } from 'node:worker_threads';
 import { workerEntryFile, type Logger } from '../common/index.js';
-import { unpackBatches } from './batch-codec.js';
 import type { KvEventStream } from './event-stream.js';
 import type { IngestReport, IngestRequest } from './ingest-thread.js';
+import { eachPackedBatch } from './packed-batch.js';
 
 /** Where a stream's messages go, and who hears that its subscription ended. */
 export interface IngestSink {
@@ -186,7 +186,7 @@ export class IngestPool {
   #report(r: IngestReport): void {
     switch (r.op) {
       case 'batches':
-        unpackBatches(r.packed, (id, seq, batch) => {
+        eachPackedBatch(r.packed, (id, seq, batch) => {
           const sink = this.#attached.get(id)?.sink;
           if (sink === undefined) return;
           try {

@@ -37,6 +37,8 @@ export interface LiveItem {
   readonly batch?: KvEventBatch | undefined;
 }
 
+const NO_EVIDENCE: readonly LiveItem[] = Object.freeze([]);
+
 /** Far-ahead batches remembered at least, as candidates for a re-based publisher (random frames never land close together). */
 const FAR_CANDIDATES = 16;
 
@@ -140,8 +142,10 @@ export class SequenceJudge {
   }
 
   /** A batch of the current publisher was applied in order: held evidence was not a restart. */
-  refuteEvidence(): LiveItem[] {
+  refuteEvidence(): readonly LiveItem[] {
     const held = this.#evidence;
+    // Nearly every batch refutes nothing: no new array for it.
+    if (held.length === 0) return NO_EVIDENCE;
     this.#evidence = [];
     return held;
   }

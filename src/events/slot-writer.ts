@@ -6,16 +6,28 @@
  */
 import type { WorkerRank } from '../common/index.js';
 import { decodeKvEventBatch } from './decode.js';
-import type { ApplyStatus, KvEventApplier } from './applier.js';
+import { isAppliedStatus, type ApplyStatus, type KvEventApplier } from './applier.js';
 import type { EventLiveness } from './liveness.js';
 import type { ThrottledLog } from './log.js';
 import type { IngestContext } from './options.js';
+import { PackedBatch, PackedEvent } from './packed-batch.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
 import type { TurnBudget } from './turn-scheduler.js';
 import type { KvCacheEventType, KvEventBatch, KvEventDecodeError } from './types.js';
 
 /** Events applied per call to the applier: the granularity at which the turn's time is checked. */
 const APPLY_SLICE = 64;
+
+/** The batch being applied: how far it got (`next` events; for a packed batch, `word` is where the next one starts). */
+interface Current {
+  readonly batch: KvEventBatch;
+  readonly origin: BatchOrigin;
+  /** Events in the batch. */
+  readonly count: number;
+  next: number;
+  word: number;
+  applied: number;
+}
 
 export class SlotWriter {
   readonly #slot: WorkerRank;
@@ -24,7 +36,9 @@ export class SlotWriter {
   readonly #liveness: EventLiveness | undefined;
   readonly #log: ThrottledLog;
   readonly #onStatus: ((type: KvCacheEventType, status: ApplyStatus) => void) | undefined;
-  #current: { batch: KvEventBatch; origin: BatchOrigin; next: number; applied: number } | undefined;
+  #current: Current | undefined;
+  /** The record each event of a handed-over batch is read into. */
+  readonly #read = new PackedEvent();
   /** The slot holds a replica snapshot's blocks and no batch was accepted since (see `seeded`). */
   #seeded = false;
 
@@ -72,7 +86,9 @@ export class SlotWriter {
       );
       return;
     }
-    this.#current = { batch, origin, next: 0, applied: 0 };
+    const packed = batch instanceof PackedBatch;
+    const count = packed ? batch.count : batch.events.length;
+    this.#current = { batch, origin, count, next: 0, word: packed ? batch.firstWord : 0, applied: 0 };
   }
 
   /** Decodes a batch's payload; one that cannot be read is reported (a decode error of `seq`) and undefined. */
@@ -87,22 +103,37 @@ export class SlotWriter {
   applySlice(budget: TurnBudget): void {
     const cur = this.#current;
     if (cur === undefined) return;
-    const events = cur.batch.events;
-    const n = Math.min(events.length - cur.next, Math.max(1, budget.left), APPLY_SLICE);
+    const n = Math.min(cur.count - cur.next, Math.max(1, budget.left), APPLY_SLICE);
     if (n > 0) {
-      const slice =
-        cur.next === 0 && n === events.length
-          ? cur.batch
-          : { ...cur.batch, events: events.slice(cur.next, cur.next + n) };
-      cur.next += n;
-      cur.applied += this.#applier.applyBatch(this.#slot, slice, this.#onStatus);
+      const to = cur.next + n;
+      const batch = cur.batch;
+      if (batch instanceof PackedBatch) cur.applied += this.#applyPacked(cur, batch, to);
+      else {
+        const slice =
+          cur.next === 0 && n === cur.count ? batch : { ...batch, events: batch.events.slice(cur.next, to) };
+        cur.applied += this.#applier.applyBatch(this.#slot, slice, this.#onStatus);
+      }
+      cur.next = to;
       budget.take(n);
     }
-    if (cur.next < events.length) return;
+    if (cur.next < cur.count) return;
     this.#current = undefined;
-    if (cur.applied > 0 || (events.length === 0 && cur.batch.errors.length === 0))
-      this.#liveness?.noteEvent(this.#slot);
+    if (cur.applied > 0 || (cur.count === 0 && cur.batch.errors.length === 0)) this.#liveness?.noteEvent(this.#slot);
     if (cur.origin === 'replay') this.#hooks.onBatch?.(this.#slot, 'replay');
+  }
+
+  /** Applies a handed-over batch's events up to `to` from its buffer; returns how many changed the index as meant. */
+  #applyPacked(cur: Current, batch: PackedBatch, to: number): number {
+    const onStatus = this.#onStatus;
+    const ev = this.#read;
+    let applied = 0;
+    for (let i = cur.next; i < to; i++) {
+      cur.word = batch.read(cur.word, ev);
+      const status = this.#applier.applyPacked(this.#slot, ev);
+      onStatus?.(ev.type, status);
+      if (isAppliedStatus(status)) applied++;
+    }
+    return applied;
   }
 
   /** Forgets the batch being applied (the slot is about to be cleared, or the stream closed). */

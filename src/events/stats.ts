@@ -157,6 +157,9 @@ const DROPS: readonly DropReason[] = ['queue_full', 'garbage'];
 export class KvEventCounters implements KvEventHooks {
   #s: KvEventCountersSnapshot = KvEventCounters.#empty();
   readonly #slots = new Map<string, SlotCounters>();
+  /** The slot object of the last call, and what it named then (a caller may reuse an object for another slot). */
+  #lastSlot: WorkerRank | undefined;
+  #last: { named: WorkerRank; counters: SlotCounters } | undefined;
 
   static #empty(): KvEventCountersSnapshot {
     return {
@@ -176,6 +179,10 @@ export class KvEventCounters implements KvEventHooks {
   }
 
   #slot(slot: WorkerRank): SlotCounters {
+    // Events come in runs of one slot, reported with the stream's own slot object: found without a key.
+    const last = this.#last;
+    if (slot === this.#lastSlot && slot.workerId === last!.named.workerId && slot.dpRank === last!.named.dpRank)
+      return last!.counters;
     const key = slotKey(slot.workerId, slot.dpRank);
     let s = this.#slots.get(key);
     if (s === undefined) {
@@ -192,6 +199,8 @@ export class KvEventCounters implements KvEventHooks {
       };
       this.#slots.set(key, s);
     }
+    this.#lastSlot = slot;
+    this.#last = { named: { workerId: slot.workerId, dpRank: slot.dpRank }, counters: s };
     return s;
   }
 

@@ -31,11 +31,21 @@ export interface ApplyScheduler {
   wake(d: Drainable): void;
 }
 
+/**
+ * Units taken before a check reads the clock again. A unit is one event applied or one message handled (a
+ * few µs at most), so a turn overruns `maxTurnMs` by at most this many messages or one writer slice of
+ * events, and the clock is read once every few batches rather than at every check.
+ */
+const UNITS_PER_CLOCK_READ = 16;
+
 class Budget implements TurnBudget {
   #left: number;
   readonly #deadline: number;
   readonly #clock: Clock;
   readonly #parent: Budget | undefined;
+  /** The turn's own budget: units taken since the clock was last read, and whether it showed the deadline passed. */
+  #unread = 0;
+  #late = false;
 
   constructor(left: number, deadline: number, clock: Clock, parent?: Budget) {
     this.#left = left;
@@ -50,11 +60,17 @@ class Budget implements TurnBudget {
 
   take(n: number): void {
     this.#left -= n;
-    this.#parent?.take(n);
+    if (this.#parent !== undefined) this.#parent.take(n);
+    else this.#unread += n;
   }
 
   spent(): boolean {
-    return this.#left <= 0 || (this.#parent?.spent() ?? this.#clock.now() >= this.#deadline);
+    if (this.#left <= 0) return true;
+    if (this.#parent !== undefined) return this.#parent.spent();
+    if (this.#late) return true;
+    if (this.#unread < UNITS_PER_CLOCK_READ) return false;
+    this.#unread = 0;
+    return (this.#late = this.#clock.now() >= this.#deadline);
   }
 
   /** A visit's share: at most `cap` units, counted against this budget too. */
@@ -89,7 +105,7 @@ export interface TurnSchedulerOptions {
   clock: Clock;
   /** Events applied per turn at most, over all streams (a message without events counts as one). */
   maxEventsPerTurn: number;
-  /** Time spent per turn at most, ms (checked between messages and every few events). */
+  /** Time spent per turn at most, ms (the clock is read every few messages or events: `UNITS_PER_CLOCK_READ`). */
   maxTurnMs: number;
   /** Runs the next turn after I/O (setImmediate); injectable for deterministic tests. */
   defer?: ((fn: () => void) => void) | undefined;

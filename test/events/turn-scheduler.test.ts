@@ -65,6 +65,28 @@ describe('TurnScheduler (issue 13 item 5)', () => {
     expect(t.counters.snapshot().events.stored.ok).toBe(640);
   });
 
+  it('reads the clock every few units: a turn of one-event batches overruns its time by at most 16 units', () => {
+    const clock = new ManualClock();
+    let reads = 0;
+    const queued: (() => void)[] = [];
+    const scheduler = new TurnScheduler({
+      clock: { now: () => (reads++, clock.now()) },
+      maxEventsPerTurn: 1_000_000,
+      maxTurnMs: 5,
+      defer: (fn) => queued.push(fn),
+    });
+    // Each applied event "takes" 1 ms; each batch is 2 units (the message and its one event).
+    const t = setup({ clock, scheduler, onApplied: () => clock.advance(1) });
+    for (let b = 0; b < 100; b++) t.deliver(t.engine.batch(wideBatch(b * 100, 1)));
+    reads = 0;
+    queued.shift()!();
+    expect(t.counters.eventsTotal).toBeGreaterThanOrEqual(5);
+    expect(t.counters.eventsTotal).toBeLessThanOrEqual(8 + 1);
+    expect(reads).toBeLessThanOrEqual(3);
+    for (let f = queued.shift(); f !== undefined; f = queued.shift()) f();
+    expect(t.counters.snapshot().events.stored.ok).toBe(100);
+  });
+
   it('shares a turn between flooded streams round robin', () => {
     const clock = new ManualClock();
     const turns = manualTurns(clock, 200);
