@@ -13,7 +13,8 @@
  * Run: node --expose-gc dist/bench/run.js tokenizer/render
  */
 import { Template } from '@huggingface/jinja';
-import { ChatTemplate } from '../../src/tokenizer/index.js';
+import { seededRng } from '../../src/common/index.js';
+import { ChatTemplate, loadTokenizer } from '../../src/tokenizer/index.js';
 import { compileTemplate } from '../../src/tokenizer/template-compile.js';
 import type { Node } from '../../src/tokenizer/template-expressions.js';
 import { ratio, timeAll, type BenchRow, type BenchSection } from '../util.js';
@@ -21,26 +22,18 @@ import { chatTemplates } from './templates.js';
 
 export const title = 'Chat template render: the interpreter against the template compiled to JavaScript';
 
-const WORDS = (
-  'the router sends each request to the worker holding the longest cached prefix of its prompt weighed against ' +
-  'load while the engines report their cache events over zmq and agents run tools on files with ünïcode 日本語 names'
-).split(' ');
+/** Words of an agent's session (code, prose, non-ASCII), about 1.35 tokens each with Qwen3's vocabulary. */
+const VOCABULARY = `cache prefix worker router engine naïve 東京 größe file.ts return await const the a of to
+  request token block event shard replica tool result error line column ✓ 😀 {"path": "src/x.ts"}`.split(/\s+/);
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => (s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32;
-}
-
-/** About `n` tokens of text (these words are 1.2 tokens each on average). */
+/** About `n` tokens of seeded text. */
 function para(rnd: () => number, n: number): string {
-  const out: string[] = [];
-  for (let i = 0; i < n / 1.2; i++) out.push(WORDS[Math.floor(rnd() * WORDS.length)]!);
-  return out.join(' ');
+  return Array.from({ length: Math.ceil(n / 1.35) }, () => VOCABULARY[Math.floor(rnd() * VOCABULARY.length)]).join(' ');
 }
 
 /** `count` messages of about `tokens` tokens in all: a system prompt, then user and assistant in turn. */
 function conversation(count: number, tokens: number): { role: string; content: string }[] {
-  const rnd = rng(count);
+  const rnd = seededRng(count);
   const per = tokens / count;
   const messages = [{ role: 'system', content: `You are a coding agent. ${para(rnd, per)}` }];
   for (let i = 1; i < count; i++) {
@@ -59,6 +52,7 @@ export async function run(): Promise<BenchSection> {
   ];
   const rows: BenchRow[] = [];
   const notes: string[] = [];
+  const qwen3 = loadTokenizer('demo');
   for (const [name, t] of Object.entries(chatTemplates())) {
     if (name === 'chatml') continue;
     const interpreter = new Template(t.source);
@@ -78,7 +72,10 @@ export async function run(): Promise<BenchSection> {
         },
         { time, warmupTime: Math.min(300, time) },
       );
-      rows.push(a!, { ...b!, note: `${ratio(b!.p50Us, a!.p50Us)} of the interpreter; ${text.length} chars` });
+      const tokens =
+        name === 'qwen3' ? `, ${(await qwen3.encode(text, { addSpecialTokens: false })).length} tokens` : '';
+      const note = `${ratio(b!.p50Us, a!.p50Us)} of the interpreter; ${text.length} chars${tokens}`;
+      rows.push(a!, { ...b!, note });
     }
   }
   notes.push('Each pair from one run on the same variables; the texts are checked equal before timing.');

@@ -281,6 +281,13 @@ export class ExpressionCompiler {
         return (s) => looseEquals(l(s), r(s));
       case '!=':
         return (s) => !looseEquals(l(s), r(s));
+      case '+':
+        // Two strings concatenate in the interpreter too; the common case skips the general dispatch.
+        return (s) => {
+          const a = l(s);
+          const b = r(s);
+          return typeof a === 'string' && typeof b === 'string' ? a + b : binary(op, a, b);
+        };
       default:
         return (s) => binary(op, l(s), r(s));
     }

@@ -130,24 +130,17 @@ export function printed(v: unknown): string {
   }
 }
 
-/** What `value.toString()` of a runtime value's raw JS value gives: the operands of `+` on strings and of `~`. */
+/**
+ * What `value.toString()` of a runtime value's raw JS value gives: the operands of `+` on strings and of `~`.
+ * A scalar prints as `{{ }}` prints it; a list is its items printed and joined with commas (JS array text);
+ * a mapping or namespace is the text of a JS Map.
+ */
 function rawText(v: unknown): string {
-  switch (kindOf(v)) {
-    case K.String:
-      return v as string;
-    case K.Integer:
-    case K.Float:
-    case K.Boolean:
-      return String(v);
-    case K.Array:
-    case K.Tuple:
-      return (v as unknown[]).map(printed).join(',');
-    case K.Object:
-    case K.Namespace:
-      return '[object Map]';
-    default:
-      throw new TemplateDeopt('text of a function or loop');
-  }
+  const k = kindOf(v);
+  if (isArray(k)) return (v as unknown[]).map(printed).join(',');
+  if (k === K.Object || k === K.Namespace) return '[object Map]';
+  if (k === K.Null || k === K.Undefined) throw new TemplateDeopt('text of null');
+  return printed(v);
 }
 
 export interface JsonOptions {
