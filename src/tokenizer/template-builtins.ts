@@ -112,7 +112,9 @@ const MAPPING_METHODS: ReadonlyMap<string, Method<Record<string, unknown>>> = ne
 >([
   [
     'get',
-    (o, [key, fallback]) => {
+    (o, [key, fallback], kwargs) => {
+      // The interpreter passes keyword arguments as one more positional (the default, here).
+      if (kwargs !== undefined) throw new TemplateDeopt('get with keyword arguments');
       if (typeof key !== 'string') throw new Error('Object key must be a string');
       return ownHas(o, key) ? o[key] : (fallback ?? null);
     },
@@ -290,7 +292,7 @@ export const FILTERS: ReadonlyMap<string, (v: unknown) => unknown> = new Map<str
   ['list', (v) => (isArray(kindOf(v)) ? v : badFilter('list'))],
   ['first', (v) => edgeItem(v, 0)],
   ['last', (v) => edgeItem(v, -1)],
-  ['reverse', (v) => (isArray(kindOf(v)) ? (v as unknown[]).slice().reverse() : badFilter('reverse'))],
+  ['reverse', (v) => (isArray(kindOf(v)) ? Array.from(v as unknown[]).reverse() : badFilter('reverse'))],
   ['string', (v) => (typeof v === 'string' || isArray(kindOf(v)) ? printed(v) : primitiveString(v))],
 ]);
 
@@ -363,7 +365,8 @@ export function selectAttr(v: unknown, select: boolean, attr: string, test: stri
   if (kinds.some((k) => k !== K.Object && k !== K.Namespace)) throw new Error('selectattr needs objects');
   const fn = test === undefined ? truthy : TESTS.get(test);
   if (fn === undefined) throw new Error(`Unknown test: ${test}`);
-  return items.filter((item, i) => {
+  // `Array.from` first: a tuple's own `filter` would give a tuple, the interpreter gives a list.
+  return Array.from(items).filter((item, i) => {
     const has = kinds[i] === K.Namespace ? (item as TemplateNamespace).map.has(attr) : ownHas(item as object, attr);
     if (!has) return !select;
     const a =

@@ -235,7 +235,8 @@ export function binary(op: string, a: unknown, b: unknown): unknown {
     const r = arithmetic(op, a as number, b as number, ka === K.Float || kb === K.Float);
     if (r !== undefined) return r;
   } else if (isArray(ka) && isArray(kb)) {
-    if (op === '+') return (a as unknown[]).concat(b);
+    // A plain list whatever the operands (a tuple's `concat` would give a tuple).
+    if (op === '+') return [...(a as unknown[]), ...(b as unknown[])];
   } else if (isArray(kb)) {
     if (op === 'in' || op === 'not in') {
       if (typeof a === 'object' || typeof a === 'function') throw new TemplateDeopt('container membership');

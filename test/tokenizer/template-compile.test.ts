@@ -311,6 +311,10 @@ const QUIRKS: [string, string][] = [
   ['errors: tojson of a tuple', '{{ (1, 2) | tojson }}'],
   ['errors: break outside a loop', '{% break %}'],
   ['floats that are not integral', '{{ 2.5 + 1 }}{{ f * 2 }}{{ f }}{{ f | tojson }}'],
+  [
+    'tuples turn into lists',
+    '{{ ((1, 2) + [3]) is iterable }}{{ ((1, 2) | reverse) is iterable }}{{ ((1, 2) + (3, 4)) is iterable }}{{ ((msgs[0], msgs[1]) | selectattr("role")) is iterable }}',
+  ],
   ['member access on scalars', '{{ none.x }}{{ undefined_name.y }}{{ 3.x }}{{ obj.nope }}{{ obj.items is defined }}'],
 ];
 
@@ -336,6 +340,7 @@ describe('the interpreter quirks a compiled template keeps', () => {
     ['integer-like keys in an object literal', "{{ {'b': 1, '1': 2} | tojson }}", '{"b": 1, "1": 2}'],
     ['a loop used as a value', '{% for x in [1] %}{{ loop | tojson }}{% endfor %}', '"index": 1'],
     ['an equality of containers', '{{ messages[0] == messages[0] }}', 'true'],
+    ['a mapping get with keyword arguments', "{{ messages[0].get('zz', default=1) is mapping }}", 'true'],
   ])('hands a render with %s to the interpreter, which gives the text', (_name, source, part) => {
     const ct = new ChatTemplate(source);
     expect(ct.interpretedBecause).toBeUndefined();
