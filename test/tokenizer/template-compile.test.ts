@@ -153,6 +153,14 @@ function corpusVars(name: string, t: (typeof TEMPLATES)[string]): Vars {
 
 const WORDS = ['route', 'the', 'naïve', '東京', '😀', 'e\u0301', '{"k": 1}', '\n', '  ', '</think>', '<think>', 'x'];
 
+/** Tool-call arguments as objects: numbers of every kind, integer-like and unicode keys, nesting, empties. */
+const ARGUMENTS: ((q: string, n: number) => unknown)[] = [
+  (q, n) => ({ q, n }),
+  (q, n) => ({ '1': q, b: n / 4, ключ: [n, -0, 1e21, 0.1 + 0.2, null, true, { x: [] }] }),
+  () => ({}),
+  (q) => [q, { '': q }],
+];
+
 function randomConversation(rnd: () => number): Vars {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
   const words = (n: number) => Array.from({ length: 1 + Math.floor(rnd() * n) }, () => pick(WORDS)).join(' ');
@@ -164,8 +172,8 @@ function randomConversation(rnd: () => number): Vars {
     const extra: Vars = {};
     if (rnd() < 0.3) extra.reasoning_content = rnd() < 0.2 ? null : words(8);
     if (rnd() < 0.3) {
-      const args = rnd() < 0.5 ? JSON.stringify({ q: words(3) }) : { q: words(3), n: Math.floor(rnd() * 9) };
-      extra.tool_calls = [call(pick(['read_file', 'noop']), args, `c${i}`)];
+      const args = rnd() < 0.5 ? JSON.stringify({ q: words(3) }) : pick(ARGUMENTS)(words(3), Math.floor(rnd() * 9));
+      extra.tool_calls = rnd() < 0.1 ? [] : [call(pick(['read_file', 'noop']), args, `c${i}`)];
     }
     if (rnd() < 0.9 || i < turns - 1) messages.push(assistant(rnd() < 0.2 ? '' : words(10), extra));
     if (extra.tool_calls !== undefined && rnd() < 0.7)
@@ -173,7 +181,7 @@ function randomConversation(rnd: () => number): Vars {
     if (rnd() < 0.05) messages.push({ role: pick(['system', 'developer', 'user']), content: words(4) });
   }
   const vars: Vars = { messages, add_generation_prompt: rnd() < 0.7 };
-  if (rnd() < 0.3) vars.tools = TOOLS;
+  if (rnd() < 0.3) vars.tools = rnd() < 0.2 ? [] : TOOLS;
   if (rnd() < 0.3) vars.enable_thinking = rnd() < 0.5;
   return vars;
 }
