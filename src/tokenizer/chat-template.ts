@@ -77,8 +77,7 @@ export class ChatTemplate {
   readonly #compiled: CompiledTemplate | undefined;
   /** The construct that keeps this template on the interpreter; undefined when it is compiled. */
   readonly interpretedBecause: string | undefined;
-  /** Renders the compiled form handed to the interpreter (an error, or a value it does not model). */
-  fallbacks = 0;
+  #fallbacks = 0;
 
   /** @throws KvgateError KVG_ERR_INVALID_CONFIG when the template does not parse. */
   constructor(source: string, context: ChatTemplateContext = {}) {
@@ -101,6 +100,11 @@ export class ChatTemplate {
     }
   }
 
+  /** Renders the compiled form handed to the interpreter (an error, or a value it does not model). */
+  get fallbacks(): number {
+    return this.#fallbacks;
+  }
+
   /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for malformed messages or a template error on them. */
   render(messages: readonly ChatMessage[], opts: RenderChatOptions = {}): string {
     const normalized = normalizeMessages(messages);
@@ -116,7 +120,7 @@ export class ChatTemplate {
       try {
         return this.#compiled(vars);
       } catch {
-        this.fallbacks++;
+        this.#fallbacks++;
         // Not an answer yet: the interpreter below gives the exact text or the error (and its message).
       }
     }
