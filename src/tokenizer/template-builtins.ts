@@ -332,6 +332,7 @@ export const CALL_FILTERS: ReadonlyMap<string, CallFilter> = new Map<string, Cal
     },
   ],
   ['replace', (v, a, kw) => (typeof v === 'string' ? replace(v, a, kw) : badFilter('replace'))],
+  ['map', mapAttribute],
 ]);
 
 function jsonOptions(kw: Kwargs | undefined): JsonOptions {
@@ -356,21 +357,52 @@ function jsonOptions(kw: Kwargs | undefined): JsonOptions {
 
 /**
  * `selectattr` / `rejectattr` with string-literal arguments: items whose
- * attribute is present and passes the test (truthiness when none is named).
+ * attribute is present and passes `test` (the compiler's choice: truthiness,
+ * a named test, or `equalto` its value).
  */
-export function selectAttr(v: unknown, select: boolean, attr: string, test: string | undefined): unknown[] {
+export function selectAttr(v: unknown, select: boolean, attr: string, test: (a: unknown) => boolean): unknown[] {
   if (!isArray(kindOf(v))) throw new Error('selectattr needs a list');
   const items = v as unknown[];
   const kinds = items.map(kindOf);
   if (kinds.some((k) => k !== K.Object && k !== K.Namespace)) throw new Error('selectattr needs objects');
-  const fn = test === undefined ? truthy : TESTS.get(test);
-  if (fn === undefined) throw new Error(`Unknown test: ${test}`);
   // `Array.from` first: a tuple's own `filter` would give a tuple, the interpreter gives a list.
   return Array.from(items).filter((item, i) => {
     const has = kinds[i] === K.Namespace ? (item as TemplateNamespace).map.has(attr) : ownHas(item as object, attr);
     if (!has) return !select;
     const a =
       kinds[i] === K.Namespace ? (item as TemplateNamespace).map.get(attr) : (item as Record<string, unknown>)[attr];
-    return fn(a) === select;
+    return test(a) === select;
+  });
+}
+
+/** An attribute path (`a.b.0`) into mappings, namespaces and lists; undefined where it leads nowhere. */
+function attributePath(item: unknown, path: string): unknown {
+  let v = item;
+  for (const part of path.split('.')) {
+    const k = kindOf(v);
+    if (k === K.Object) v = ownHas(v as object, part) ? (v as Record<string, unknown>)[part] : undefined;
+    else if (k === K.Namespace) v = (v as TemplateNamespace).map.get(part);
+    else if (isArray(k)) {
+      const index = parseInt(part, 10);
+      const a = v as unknown[];
+      if (isNaN(index) || index < 0 || index >= a.length) return undefined;
+      v = a[index];
+    } else return undefined;
+    if (v === undefined) return undefined;
+  }
+  return v;
+}
+
+/** `xs | map(attribute='a.b', default=d)`: each item's attribute (the default where it has none). */
+function mapAttribute(v: unknown, _args: unknown[], kwargs: Kwargs | undefined): unknown {
+  if (!isArray(kindOf(v))) return badFilter('map');
+  if (kwargs === undefined || !kwargs.has('attribute')) throw new Error('map without attribute is not supported');
+  const attr = kwargs.get('attribute');
+  if (typeof attr !== 'string') throw new Error('attribute must be a string');
+  return Array.from(v as unknown[], (item) => {
+    const k = kindOf(item);
+    if (k !== K.Object && k !== K.Namespace) throw new Error('items in map must be an object');
+    const value = attributePath(item, attr);
+    return value === undefined ? kwargs.get('default') : value;
   });
 }

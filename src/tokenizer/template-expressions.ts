@@ -314,13 +314,18 @@ export class ExpressionCompiler {
   }
 
   private selectAttr(operand: Expr, name: string, args: Node[]): Expr {
-    if (args.length < 1 || args.length > 2 || args.some((a) => a.type !== 'StringLiteral')) {
+    if (args.length < 1 || args.length > 3 || args.some((a) => a.type !== 'StringLiteral')) {
       throw new Unsupported(`${name} arguments`);
     }
-    const [attr, test] = args.map((a) => a.value as string);
-    if (test !== undefined && !TESTS.has(test)) throw new Unsupported(`${name} test ${test}`);
+    const [attr, test, value] = args.map((a) => a.value as string);
+    let fn: ((a: unknown) => boolean) | undefined;
+    if (test === undefined) fn = truthy;
+    // The interpreter compares raw values strictly (`a.value === b.value`); without a value it fails.
+    else if (test === 'equalto' || test === 'eq') fn = value === undefined ? undefined : (a) => a === value;
+    else fn = TESTS.get(test);
+    if (fn === undefined) throw new Unsupported(`${name} test ${test}`);
     const select = name === 'selectattr';
-    return (s) => selectAttr(operand(s), select, attr!, test);
+    return (s) => selectAttr(operand(s), select, attr!, fn);
   }
 
   private test(n: Node): Expr {

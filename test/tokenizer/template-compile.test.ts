@@ -308,6 +308,13 @@ const QUIRKS: [string, string][] = [
     "{{ msgs | selectattr('role') | list }}{{ msgs | selectattr('content', 'string') | length }}{{ msgs | rejectattr('x') | length }}",
   ],
   [
+    'selectattr equalto, map attribute',
+    "{{ msgs | selectattr('role', 'equalto', 'user') | list }}{{ msgs | rejectattr('role', 'eq', 'user') | length }}" +
+      "{{ msgs | map(attribute='content') | list }}{{ msgs | map(attribute='x', default='-') | join(',') }}" +
+      "{{ [obj] | map(attribute='b.2') | first }}{{ [obj] | map(attribute='c.d') | first }}",
+  ],
+  ['map of non-objects is an error', "{{ xs | map(attribute='a') | list }}"],
+  [
     'mapping methods',
     "{{ obj.get('a') }}{{ obj.get('zz', 'dflt') }}{{ obj.get('zz') }}{{ obj.keys() }}{{ obj.values() }}",
   ],
@@ -363,7 +370,7 @@ describe('the interpreter quirks a compiled template keeps', () => {
   it.each([
     ['a macro', '{% macro m(x) %}{{ x }}{% endmacro %}{{ m(1) }}', 'Macro'],
     ['a filter block', '{% filter upper %}x{% endfilter %}', 'FilterStatement'],
-    ['an unknown filter', '{{ xs | map(attribute="a") }}', 'filter map(...)'],
+    ['an unknown filter', '{{ xs | dictsort }}', 'filter dictsort'],
     ['an unknown test', '{{ x is escaped }}', 'test escaped'],
     ['an integral float literal', '{{ 1.0 }}', 'integral float literal'],
     ['strftime_now', "{{ strftime_now('%Y') }}", 'strftime_now'],
