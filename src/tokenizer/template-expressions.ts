@@ -86,6 +86,38 @@ function range(args: unknown[], kwargs: Kwargs | undefined): number[] {
   return out;
 }
 
+const pad2 = (n: number): string => (n < 10 ? `0${n}` : String(n));
+
+/**
+ * `strftime_now(format)`: the local time now, with the directives the interpreter knows (%Y %m %d %b %B %H
+ * %M %%; any other left as written) and the default locale's month names, as it formats them.
+ */
+function strftimeNow(args: unknown[], kwargs: Kwargs | undefined): string {
+  const format = args[0];
+  if (kwargs !== undefined || typeof format !== 'string') throw new TemplateDeopt('strftime_now arguments');
+  const now = new Date();
+  return format.replace(/%[YmdbBHM%]/g, (d) => {
+    switch (d) {
+      case '%Y':
+        return String(now.getFullYear());
+      case '%m':
+        return pad2(now.getMonth() + 1);
+      case '%d':
+        return pad2(now.getDate());
+      case '%b':
+        return new Intl.DateTimeFormat(undefined, { month: 'short' }).format(now);
+      case '%B':
+        return new Intl.DateTimeFormat(undefined, { month: 'long' }).format(now);
+      case '%H':
+        return pad2(now.getHours());
+      case '%M':
+        return pad2(now.getMinutes());
+      default:
+        return '%';
+    }
+  });
+}
+
 /** The interpreter's globals (besides the render's variables); `namespace` is in every scope. */
 export const GLOBAL_VALUES: ReadonlyMap<string, unknown> = new Map<string, unknown>([
   ['false', false],
@@ -95,6 +127,7 @@ export const GLOBAL_VALUES: ReadonlyMap<string, unknown> = new Map<string, unkno
   ['True', true],
   ['None', null],
   ['range', range as TemplateFunction],
+  ['strftime_now', strftimeNow as TemplateFunction],
   [
     'raise_exception',
     ((args) => {
@@ -104,7 +137,7 @@ export const GLOBAL_VALUES: ReadonlyMap<string, unknown> = new Map<string, unkno
 ]);
 
 /** Names the interpreter refuses as render variables ("Variable already declared"). */
-export const RESERVED_NAMES: ReadonlySet<string> = new Set([...GLOBAL_VALUES.keys(), 'namespace', 'strftime_now']);
+export const RESERVED_NAMES: ReadonlySet<string> = new Set([...GLOBAL_VALUES.keys(), 'namespace']);
 
 export class ExpressionCompiler {
   scope: Scope;
@@ -116,7 +149,6 @@ export class ExpressionCompiler {
   /** A read of `name`: the slots that may hold it, innermost first, ending at the global one. */
   identifier(name: string): Expr {
     if (name === 'namespace') return () => namespace;
-    if (name === 'strftime_now') throw new Unsupported('strftime_now');
     const chain: number[] = [];
     for (let sc: Scope | undefined = this.scope; sc !== undefined; sc = sc.parent) {
       const slot = sc.own(name);

@@ -9,7 +9,7 @@
  * interpreter, and the quirks of the interpreter the compiled form keeps.
  */
 import { Template } from '@huggingface/jinja';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { seededRng } from '../../src/common/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
 import { ChatTemplate, type ChatMessage } from '../../src/tokenizer/index.js';
@@ -345,6 +345,21 @@ const QUIRK_VARS: Vars = {
 };
 
 describe('the interpreter quirks a compiled template keeps', () => {
+  it('strftime_now formats the time now as the interpreter does', () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      for (const at of ['2026-01-05T03:04:05', '2026-11-27T23:59:00']) {
+        vi.setSystemTime(new Date(at));
+        const source = "{{ strftime_now('%Y-%m-%d %H:%M %b %B %% %x %y') }}{{ strftime_now is defined }}";
+        const want = interpreted(source, {});
+        expect(want).toHaveProperty('text');
+        expect(run(compiled(source), {})).toEqual(want);
+      }
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it.each(QUIRKS)('%s', (_name, source) => {
     expect(run(compiled(source), QUIRK_VARS)).toEqual(interpreted(source, QUIRK_VARS));
   });
@@ -373,7 +388,6 @@ describe('the interpreter quirks a compiled template keeps', () => {
     ['an unknown filter', '{{ xs | dictsort }}', 'filter dictsort'],
     ['an unknown test', '{{ x is escaped }}', 'test escaped'],
     ['an integral float literal', '{{ 1.0 }}', 'integral float literal'],
-    ['strftime_now', "{{ strftime_now('%Y') }}", 'strftime_now'],
     ['an assignment to namespace', '{% set namespace = 1 %}', 'assignment to namespace'],
   ])('keeps the interpreter for %s, naming it', (_name, source, construct) => {
     const logged: Record<string, unknown>[] = [];
