@@ -1,11 +1,20 @@
 /**
- * Chat templates (Jinja, as in `tokenizer_config.json`) rendered with
- * @huggingface/jinja, the same engine transformers.js uses. Message content given
- * as a list of parts is flattened to text first, as vLLM does for text-only
- * models (text parts joined with "\n"); any other part type is rejected.
+ * Chat templates (Jinja, as in `tokenizer_config.json`) parsed with
+ * @huggingface/jinja, the same engine transformers.js uses, and compiled once
+ * into JavaScript (`template-compile.ts`): the compiled render gives the
+ * interpreter's exact text at a small part of its cost. A template with a
+ * construct the compiler does not reproduce keeps the interpreter, and so does
+ * any single render the compiled form cannot finish (an error, or a value it
+ * does not model): the interpreter then gives the text or the error. Message
+ * content given as a list of parts is flattened to text first, as vLLM does
+ * for text-only models (text parts joined with "\n"); any other part type is
+ * rejected.
  */
 import { Template } from '@huggingface/jinja';
+import type { Logger } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
+import { compileTemplate, type CompiledTemplate } from './template-compile.js';
+import type { Node } from './template-expressions.js';
 import type { ChatMessage, RenderChatOptions } from './types.js';
 
 /**
@@ -20,6 +29,8 @@ export const CHATML_TEMPLATE =
 export interface ChatTemplateContext {
   bosToken?: string | undefined;
   eosToken?: string | undefined;
+  /** Told (debug) when the template keeps the interpreter, with the construct that kept it there. */
+  logger?: Logger | undefined;
 }
 
 function flattenContent(content: ChatMessage['content'], index: number): string {
@@ -63,6 +74,10 @@ function normalizeMessages(messages: readonly ChatMessage[]): Record<string, unk
 export class ChatTemplate {
   readonly #template: Template;
   readonly #context: ChatTemplateContext;
+  readonly #compiled: CompiledTemplate | undefined;
+  /** The construct that keeps this template on the interpreter; undefined when it is compiled. */
+  readonly interpretedBecause: string | undefined;
+  #fallbacks = 0;
 
   /** @throws KvgateError KVG_ERR_INVALID_CONFIG when the template does not parse. */
   constructor(source: string, context: ChatTemplateContext = {}) {
@@ -77,6 +92,17 @@ export class ChatTemplate {
       );
     }
     this.#context = context;
+    const compiled = compileTemplate(this.#template.parsed as unknown as Node);
+    this.#compiled = compiled.render;
+    this.interpretedBecause = compiled.render === undefined ? compiled.unsupported : undefined;
+    if (compiled.render === undefined) {
+      context.logger?.debug({ construct: compiled.unsupported }, 'chat template rendered by the interpreter');
+    }
+  }
+
+  /** Renders the compiled form handed to the interpreter (an error, or a value it does not model). */
+  get fallbacks(): number {
+    return this.#fallbacks;
   }
 
   /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for malformed messages or a template error on them. */
@@ -90,6 +116,14 @@ export class ChatTemplate {
       eos_token: this.#context.eosToken ?? '',
     };
     if (opts.tools !== undefined) vars.tools = opts.tools;
+    if (this.#compiled !== undefined) {
+      try {
+        return this.#compiled(vars);
+      } catch {
+        this.#fallbacks++;
+        // Not an answer yet: the interpreter below gives the exact text or the error (and its message).
+      }
+    }
     try {
       return this.#template.render(vars);
     } catch (err) {

@@ -8,6 +8,7 @@ import { dirname, join } from 'node:path';
 import { existsSync } from 'node:fs';
 import { Tokenizer } from 'tokenizers';
 import { KvgateError } from '../errors/index.js';
+import type { Logger } from '../common/index.js';
 import { ChatTemplate, CHATML_TEMPLATE } from './chat-template.js';
 import type {
   ChatMessage,
@@ -109,9 +110,10 @@ class HfTextTokenizer implements TextTokenizer {
  * `tokenizer_config.json` next to `tokenizer.json` is used if present. The template is the one named in
  * `files.chatTemplate`, else the config's `chat_template`, else ChatML (the gateway's config refuses a tokenizer
  * folder without `tokenizer_config.json` unless a template is named; the mocker takes ChatML).
+ * `logger` hears (debug) when the template keeps the interpreter rather than compiling.
  * @throws KvgateError KVG_ERR_INVALID_CONFIG when a file is missing or does not parse.
  */
-export function loadHfTokenizer(files: TokenizerFiles): TextTokenizer {
+export function loadHfTokenizer(files: TokenizerFiles, logger?: Logger): TextTokenizer {
   let tok: Tokenizer;
   try {
     tok = Tokenizer.fromFile(files.tokenizerJson);
@@ -146,6 +148,7 @@ export function loadHfTokenizer(files: TokenizerFiles): TextTokenizer {
     {
       bosToken: specialTokenText(config.bos_token),
       eosToken: specialTokenText(config.eos_token),
+      logger,
     },
   );
   return new HfTextTokenizer(files.tokenizerJson, tok, template);

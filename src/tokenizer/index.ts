@@ -1,13 +1,15 @@
 /**
  * Tokenization shared by the gateway and the mocker: Hugging Face
  * `tokenizer.json` files through the native `tokenizers` package, chat
- * templates from `tokenizer_config.json` rendered with @huggingface/jinja, and
+ * templates from `tokenizer_config.json` parsed with @huggingface/jinja and
+ * compiled once to JavaScript (the interpreter kept where they cannot be), and
  * a deterministic fallback tokenizer (see fallback-tokenizer.ts) when none is
  * configured. Token-id prompts never pass through here: callers use them as given.
  */
 import { createRequire } from 'node:module';
 import { statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import type { Logger } from '../common/index.js';
 import { fallbackTokenizer } from './fallback-tokenizer.js';
 import { loadHfTokenizer } from './hf-tokenizer.js';
 import type { TextTokenizer, TokenizerFiles } from './types.js';
@@ -55,15 +57,17 @@ const cache = new Map<string, TextTokenizer>();
 
 /**
  * Loads (once per process and file set) the tokenizer a spec names.
+ * `logger` (optional) hears, at debug, when the chat template keeps the interpreter
+ * rather than being compiled, and which construct kept it there (once, when loaded).
  * @throws KvgateError KVG_ERR_INVALID_CONFIG when files are missing or invalid.
  */
-export function loadTokenizer(spec: TokenizerSpec): TextTokenizer {
+export function loadTokenizer(spec: TokenizerSpec, logger?: Logger): TextTokenizer {
   const files = resolveTokenizerFiles(spec);
   if (files === undefined) return fallbackTokenizer();
   const key = `${files.tokenizerJson}\u0000${files.tokenizerConfig ?? ''}\u0000${files.chatTemplate ?? ''}`;
   let tok = cache.get(key);
   if (tok === undefined) {
-    tok = loadHfTokenizer(files);
+    tok = loadHfTokenizer(files, logger);
     cache.set(key, tok);
   }
   return tok;
