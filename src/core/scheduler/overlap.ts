@@ -82,6 +82,7 @@ export class OverlapMatcher {
   /** Slots whose cache view is not trusted (`kvOverlap: false`) are scored as holding nothing, in every tier. */
   #distrust(n: number): void {
     const t = this.#table;
+    if (t.overlapOffCount === 0) return;
     const { eligible, dev, host, disk } = t.scratch;
     for (let i = 0; i < n; i++) {
       const s = eligible[i]!;

@@ -59,6 +59,8 @@ export class SlotTable {
   totalKv = new Float64Array(0);
   /** 1 while the slot's worker is registered with `kvOverlap: false`: its overlap is scored 0. */
   overlapOff = new Uint8Array(0);
+  /** Slots whose `overlapOff` is 1 (0: no decision needs to look). */
+  overlapOffCount = 0;
   /** Engine-reported KV usage (`reportKvUsage`). */
   kvUsed = new Float64Array(0);
   /** Every registered slot, compact: `all[0..allCount)`. */
@@ -104,7 +106,7 @@ export class SlotTable {
       this.slotRank[slot] = rank;
       this.maxBatched[slot] = info.maxNumBatchedTokens ?? DEFAULT_MAX_NUM_BATCHED_TOKENS;
       this.totalKv[slot] = info.totalKvBlocks ?? 0;
-      this.overlapOff[slot] = info.kvOverlap === false ? 1 : 0;
+      this.#setOverlapOff(slot, info.kvOverlap === false ? 1 : 0);
       this.#active.ensureSlot(slot, workerId, rank);
       if (this.#predicted !== null) this.#mapPredicted(this.#predicted.index.slotOf(workerId, rank), slot);
     }
@@ -190,7 +192,12 @@ export class SlotTable {
     this.#active.removeSlot(slot);
     this.registered[slot] = 0;
     this.kvUsed[slot] = 0;
-    this.overlapOff[slot] = 0;
+    this.#setOverlapOff(slot, 0);
+  }
+
+  #setOverlapOff(slot: number, off: 0 | 1): void {
+    this.overlapOffCount += off - this.overlapOff[slot]!;
+    this.overlapOff[slot] = off;
   }
 
   #rebuildAll(): void {
