@@ -12,7 +12,7 @@ import type { KvRouterConfig } from '../config.js';
 import { costFromCredit, creditDecay, creditOf, newCostInput, type CostInput, type CostKnobs } from '../cost.js';
 import { newStepCostLoad, stepCostOf, type StepCostLoad, type StepCostModel } from '../step-cost.js';
 import { RoutingDecision, takeBreakdown, writeBreakdown, writeProbability } from '../decision.js';
-import { pickLowest, sampleIndex, softmaxProbabilities } from '../selection.js';
+import { LowestCost, pickLowest, sampleIndex, softmaxProbabilities } from '../selection.js';
 import type { Booker } from './booking.js';
 import { costKnobsOf, effectiveKnobs, type EffectiveKnobs, type WeightedScorer } from './knobs.js';
 import type { OverlapMatcher } from './overlap.js';
@@ -51,13 +51,15 @@ export class SlotSelector {
     const t1 = clock.now();
     const knobs = effectiveKnobs(config, this.#p.role, req.override, req.hashes !== null, tiered);
     const breakdown = takeBreakdown(n);
+    // The cost model's loop picks the lowest as it scores (argmin); softmax and the other rules pick after.
+    const lowest = knobs.scorer === null && !knobs.lmetric && !(knobs.temperature > 0) ? new LowestCost() : null;
     const maxOverlap =
       knobs.scorer !== null
         ? this.#scoreWeighted(req, n, knobs.scorer, breakdown)
         : knobs.lmetric
           ? this.#scoreLmetric(req, n, breakdown)
-          : this.#score(req, n, knobs, tiered, breakdown);
-    const pick = this.#pick(n, knobs.temperature, breakdown);
+          : this.#score(req, n, knobs, tiered, breakdown, lowest);
+    const pick = lowest !== null ? lowest.index : this.#pick(n, knobs.temperature, breakdown);
     const scratch = table.scratch;
     const slot = scratch.eligible[pick]!;
     const overlap = scratch.dev[slot]!;
@@ -86,13 +88,21 @@ export class SlotSelector {
   }
 
   /**
-   * Writes every candidate's cost to `scratch.costs` and its breakdown row. Returns the largest overlap.
+   * Writes every candidate's cost to `scratch.costs` and its breakdown row, offering each to `lowest` (the
+   * argmin pick, when there is one to make). Returns the largest overlap.
    * One pass over the slots' typed arrays with every request-wide input hoisted: the cost formula's
    * functions take scalars, so nothing is stored to an object per candidate (the time-unit cost, which
    * reads a `CostInput`, fills one only when the engines' step profile is known).
    */
-  #score(req: SchedulingRequest, n: number, knobs: EffectiveKnobs, tiered: boolean, breakdown: Float64Array): number {
-    const { table, active } = this.#p;
+  #score(
+    req: SchedulingRequest,
+    n: number,
+    knobs: EffectiveKnobs,
+    tiered: boolean,
+    breakdown: Float64Array,
+    lowest: LowestCost | null,
+  ): number {
+    const { table, active, rng } = this.#p;
     const bs = this.#p.blockSize;
     const isl = req.isl;
     const promptBlocks = req.hashes !== null ? req.hashes.seq.length : Math.floor(isl / bs);
@@ -149,6 +159,7 @@ export class SlotSelector {
       if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
       if (overlap > maxOverlap) maxOverlap = overlap;
       costs[i] = cost;
+      if (lowest !== null) lowest.offer(i, cost, rng);
       writeBreakdown(
         breakdown,
         i,
