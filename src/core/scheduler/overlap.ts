@@ -55,10 +55,16 @@ export class OverlapMatcher {
     const elig = scratch.eligible;
     const dev = scratch.dev;
     const depth = scratch.depth;
-    for (let i = 0; i < n; i++) {
-      const s = elig[i]!;
-      dev[s] = 0;
-      depth[s] = 0;
+    if (n * 4 >= this.#table.cap) {
+      // Most slots are candidates (no pin, no allowed-worker list): two memsets beat a scatter.
+      dev.fill(0);
+      depth.fill(0);
+    } else {
+      for (let i = 0; i < n; i++) {
+        const s = elig[i]!;
+        dev[s] = 0;
+        depth[s] = 0;
+      }
     }
     const seq = req.hashes?.seq;
     if (seq === undefined || seq.length === 0) return false;

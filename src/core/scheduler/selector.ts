@@ -76,7 +76,7 @@ export class SlotSelector {
       requiredBlocks: Math.ceil(req.isl / this.#p.blockSize),
       isl: req.isl,
       prefillTokens,
-      cost: scratch.costs[pick]!,
+      cost: lowest !== null ? lowest.cost : scratch.costs[pick]!,
       booked,
       pinned: req.pinWorkerId !== undefined,
       temperature: knobs.temperature,
@@ -88,8 +88,8 @@ export class SlotSelector {
   }
 
   /**
-   * Writes every candidate's cost to `scratch.costs` and its breakdown row, offering each to `lowest` (the
-   * argmin pick, when there is one to make). Returns the largest overlap.
+   * Writes every candidate's cost to its breakdown row and either offers it to `lowest` (the argmin pick,
+   * when there is one to make) or writes it to `scratch.costs` (for softmax). Returns the largest overlap.
    * One pass over the slots' typed arrays with every request-wide input hoisted: the cost formula's
    * functions take scalars, so nothing is stored to an object per candidate (the time-unit cost, which
    * reads a `CostInput`, fills one only when the engines' step profile is known).
@@ -121,7 +121,7 @@ export class SlotSelector {
     const requestBlocks = Math.ceil(isl / bs);
     const preferred = req.routingConstraints?.preferredTaints;
     // Cache pressure needs the index's held-block count per candidate: read only when the term is on.
-    const pressure = (knobs.kvPressureWeight ?? 0) > 0 && !knobs.decodeException;
+    const pressure = (knobs.kvPressureWeight ?? 0) > 0 && !knobs.decodeException && table.knownCapacityCount > 0;
     // The time-unit cost when the engines' step profile is known (the decode exception keeps [v1.5]).
     const model = knobs.decodeException ? undefined : this.#p.stepCost;
     const x = model === undefined ? undefined : this.#costInput(isl, requestBlocks, minPrefill);
@@ -158,8 +158,9 @@ export class SlotSelector {
       }
       if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
       if (overlap > maxOverlap) maxOverlap = overlap;
-      costs[i] = cost;
+      // The argmin picks here; only softmax reads the costs back.
       if (lowest !== null) lowest.offer(i, cost, rng);
+      else costs[i] = cost;
       writeBreakdown(
         breakdown,
         i,
