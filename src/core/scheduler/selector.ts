@@ -125,8 +125,7 @@ export class SlotSelector {
     // The time-unit cost when the engines' step profile is known (the decode exception keeps [v1.5]).
     const model = knobs.decodeException ? undefined : this.#p.stepCost;
     const x = model === undefined ? undefined : this.#costInput(isl, requestBlocks, minPrefill);
-    const load = newStepCostLoad();
-    load.meanServiceMs = active.meanServiceMs;
+    const load = this.#stepCostLoad();
     let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
       const s = elig[i]!;
@@ -158,7 +157,6 @@ export class SlotSelector {
       }
       if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
       if (overlap > maxOverlap) maxOverlap = overlap;
-      // The argmin picks here; only softmax reads the costs back.
       if (lowest !== null) lowest.offer(i, cost, rng);
       else costs[i] = cost;
       writeBreakdown(
@@ -184,6 +182,13 @@ export class SlotSelector {
     x.requestBlocks = requestBlocks;
     x.minActivePrefill = minActivePrefill;
     return x;
+  }
+
+  /** The time-unit cost's per-decision load record (its per-slot fields are refilled per slot). */
+  #stepCostLoad(): StepCostLoad {
+    const load = newStepCostLoad();
+    load.meanServiceMs = this.#p.active.meanServiceMs;
+    return load;
   }
 
   /** The time-unit cost of slot `s` (`x` already filled for it; `load` refilled here). */
