@@ -20,6 +20,8 @@
  * run interleaved in 10 rounds of 1,000 decisions (each round sees the same
  * background load across cases) and each case reports its round with the
  * lowest median, next to `promptHashes` alone timed in that same round.
+ * Each case prints a checksum of every decision's (worker, dp rank, overlap), warm-up included: two
+ * builds that route identically print the same checksums (the workload and the router's RNG are seeded).
  * Slot counts from KVGATE_BENCH_SLOTS (default "64,256"; e.g. "64,256,1024").
  * Run: npm run bench -- kv-router
  */
@@ -55,12 +57,21 @@ function median(values: Float64Array): number {
   return quantile(values.slice().sort(), 0.5);
 }
 
+const FNV_OFFSET = 0x811c9dc5;
+
+/** One FNV-1a step over the 32 low bits of `value`. */
+function fnv1a(hash: number, value: number): number {
+  let h = hash;
+  for (let shift = 0; shift < 32; shift += 8) h = Math.imul(h ^ ((value >>> shift) & 0xff), 0x01000193) >>> 0;
+  return h;
+}
+
 /** Builds a router and its workload; returns a function that times one round. */
 function prepareCase(
   slots: number,
   blockSize: number,
   config: KvRouterOptions,
-): { round(): RoundResult; inFlight(): number } {
+): { round(): RoundResult; inFlight(): number; checksum(): string } {
   const rng = seededRng(slots * 1000 + blockSize);
   const tok = (): number => Math.floor(rng() * 150_000);
   const docs = Array.from({ length: DOCS }, () => Uint32Array.from({ length: PROMPT_TOKENS }, tok));
@@ -92,6 +103,7 @@ function prepareCase(
   const inFlight: string[] = [];
   const target = slots * 4;
   let id = 0;
+  let checksum = FNV_OFFSET;
   const totals = new Float64Array(ITERATIONS);
   const hashing = new Float64Array(ITERATIONS);
   const matching = new Float64Array(ITERATIONS);
@@ -110,6 +122,7 @@ function prepareCase(
       matching[i] = d.timing.matchingMs;
       scheduling[i] = d.timing.schedulingMs;
     }
+    checksum = fnv1a(fnv1a(fnv1a(checksum, d.workerId), d.dpRank), d.overlapBlocks);
     inFlight.push(requestId);
     if (id % 2 === 0) router.markPrefillCompleted(requestId);
     if (inFlight.length > target) router.free(inFlight.shift()!);
@@ -118,6 +131,7 @@ function prepareCase(
   for (let i = 0; i < Math.max(target + 200, 600); i++) step(-1);
   return {
     inFlight: () => router.activeRequestCount,
+    checksum: () => `${id} decisions, checksum ${checksum.toString(16).padStart(8, '0')}`,
     round(): RoundResult {
       // CPU time of the timed loop (bookkeeping frees included): unlike wall time it excludes
       // preemption by other processes, which dominates the tail on a shared 2-core machine.
@@ -184,7 +198,8 @@ export async function run(): Promise<BenchSection> {
       note:
         `split (median µs): hashing ${ms(b.split[0])} / matching ${ms(b.split[1])} / scheduling ${ms(b.split[2])}; ` +
         `promptHashes alone ${ms(b.baseline)} µs; CPU ${b.cpuUs.toFixed(1)} µs per decision (mean, incl. frees); ` +
-        `round medians ${c.rounds.map((x) => ms(x.p50)).join(', ')} µs; ${c.bench.inFlight()} in flight`,
+        `round medians ${c.rounds.map((x) => ms(x.p50)).join(', ')} µs; ${c.bench.inFlight()} in flight; ` +
+        c.bench.checksum(),
     };
   });
   const headline = rows[0]!;

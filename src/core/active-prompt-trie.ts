@@ -19,13 +19,18 @@
  * per-slot depth query O(p × log blocks + slots on the path). Nothing is
  * O(blocks): booking an 8,192-token prompt costs the same as a short one.
  *
+ * Children are filed under 30 bits of their first block's hash (a small
+ * integer: a lookup neither allocates a BigInt nor hashes one, which was
+ * most of a walk's time), the full 64 bits compared on the way; siblings
+ * that share those bits are chained.
+ *
  * Prompts are kept by reference: callers must not mutate a prompt's hash
  * array while it is in the trie.
  */
 
 class Node {
   constructor(
-    /** First block of the edge (also the index of `key`). */
+    /** First block of the edge (the block its parent files it under). */
     public start: number,
     /** One past the last block of the edge: a request through this node holds blocks [0, end). */
     public end: number,
@@ -33,10 +38,11 @@ class Node {
     public rep: BigUint64Array,
     public rep32: Uint32Array,
     public parent: Node | null,
-    /** Hash of block `start`: this node's key in its parent's children. */
-    public key: bigint,
   ) {}
-  children: Map<bigint, Node> | null = null;
+  /** Children by `childKey` of their first block; children sharing one are chained through `next`. */
+  children: Map<number, Node> | null = null;
+  /** The next sibling with the same `childKey` (a chain of hash prefixes that collide; almost always none). */
+  next: Node | undefined = undefined;
   /**
    * Slots with requests in this subtree, and how many (parallel arrays). Plain
    * SMI arrays: `indexOf` is a fast builtin and a split copies them with
@@ -63,13 +69,71 @@ function firstDifference(a: Uint32Array, b: Uint32Array, from: number, to: numbe
   return lo;
 }
 
+/**
+ * A child's key in its parent's map: 30 bits of the hash of its first block (block `at` of `h32`). A small
+ * integer, so a lookup neither allocates a BigInt nor hashes one; the full 64 bits are compared in
+ * `childAt`.
+ */
+function childKey(h32: Uint32Array, at: number): number {
+  return h32[at << 1]! & 0x3fffffff;
+}
+
+/** The child of `node` whose first block is block `at` of the prompt `seq32`, if any. */
+function childAt(node: Node, seq32: Uint32Array, at: number): Node | undefined {
+  let c = node.children?.get(childKey(seq32, at));
+  const lo = seq32[at << 1];
+  const hi = seq32[(at << 1) + 1];
+  while (c !== undefined) {
+    const k = c.start << 1;
+    if (c.rep32[k] === lo && c.rep32[k + 1] === hi) return c;
+    c = c.next;
+  }
+  return undefined;
+}
+
+function addChild(parent: Node, child: Node): void {
+  const map = (parent.children ??= new Map());
+  const key = childKey(child.rep32, child.start);
+  child.next = map.get(key);
+  map.set(key, child);
+}
+
+/** Puts `by` where `old` is among `parent`'s children (both begin with the same block). */
+function replaceChild(parent: Node, old: Node, by: Node): void {
+  const map = parent.children!;
+  const key = childKey(old.rep32, old.start);
+  by.next = old.next;
+  old.next = undefined;
+  let c = map.get(key)!;
+  if (c === old) {
+    map.set(key, by);
+    return;
+  }
+  while (c.next !== old) c = c.next!;
+  c.next = by;
+}
+
+function dropChild(parent: Node, child: Node): void {
+  const map = parent.children!;
+  const key = childKey(child.rep32, child.start);
+  let c = map.get(key)!;
+  if (c === child) {
+    if (child.next === undefined) map.delete(key);
+    else map.set(key, child.next);
+  } else {
+    while (c.next !== child) c = c.next!;
+    c.next = child.next;
+  }
+  child.next = undefined;
+}
+
 /** u32-pair view of a hash array (no copy). */
 export function pairView(seq: BigUint64Array): Uint32Array {
   return new Uint32Array(seq.buffer, seq.byteOffset, seq.length * 2);
 }
 
 export class ActivePromptTrie {
-  readonly #root = new Node(0, 0, new BigUint64Array(0), new Uint32Array(0), null, 0n);
+  readonly #root = new Node(0, 0, new BigUint64Array(0), new Uint32Array(0), null);
 
   /**
    * Adds a request's prompt on `slot`. Returns how many of its leading blocks
@@ -95,15 +159,14 @@ export class ActivePromptTrie {
         node.ends++;
         return held;
       }
-      const key = seq[node.end]!;
-      let child = node.children?.get(key);
+      let child = childAt(node, seq32, node.end);
       if (child === undefined) {
-        const leaf = new Node(node.end, n, seq, seq32, node, key);
+        const leaf = new Node(node.end, n, seq, seq32, node);
         leaf.slots.push(slot);
         leaf.counts.push(1);
         leaf.total = 1;
         leaf.ends = 1;
-        (node.children ??= new Map()).set(key, leaf);
+        addChild(node, leaf);
         return held;
       }
       const limit = child.end < n ? child.end : n;
@@ -120,12 +183,13 @@ export class ActivePromptTrie {
    */
   remove(seq: BigUint64Array, slot: number): number {
     const n = seq.length;
+    const seq32 = pairView(seq);
     const path: Node[] = [];
     let node = this.#root;
     for (;;) {
       path.push(node);
       if (node.end === n) break;
-      node = node.children!.get(seq[node.end]!)!;
+      node = childAt(node, seq32, node.end)!;
     }
     let kept = 0;
     for (const p of path) {
@@ -149,7 +213,7 @@ export class ActivePromptTrie {
     let i = path.length - 1;
     while (i > 0 && path[i]!.total === 0) {
       const dead = path[i]!;
-      dead.parent!.children!.delete(dead.key);
+      dropChild(dead.parent!, dead);
       i--;
     }
     this.#mergeIfUnary(path[i]!);
@@ -159,10 +223,11 @@ export class ActivePromptTrie {
   /** Blocks of the prompt held on `slot` by requests other than one of its own copies. */
   heldByOthers(seq: BigUint64Array, slot: number): number {
     const n = seq.length;
+    const seq32 = pairView(seq);
     let node = this.#root;
     let held = 0;
     while (node.end !== n) {
-      node = node.children!.get(seq[node.end]!)!;
+      node = childAt(node, seq32, node.end)!;
       const i = node.slots.indexOf(slot);
       if (i >= 0 && node.counts[i]! > 1) held = node.end;
     }
@@ -179,7 +244,7 @@ export class ActivePromptTrie {
     const seq32 = pairView(seq);
     let node = this.#root;
     while (node.end < n && node.children !== null) {
-      const child = node.children.get(seq[node.end]!);
+      const child = childAt(node, seq32, node.end);
       if (child === undefined) return;
       const limit = child.end < n ? child.end : n;
       const k = firstDifference(seq32, child.rep32, child.start + 1, limit);
@@ -198,16 +263,14 @@ export class ActivePromptTrie {
   /** Splits `child` at block `k` (start < k < end): returns the new upper node. */
   #split(child: Node, k: number): Node {
     const parent = child.parent!;
-    const upper = new Node(child.start, k, child.rep, child.rep32, parent, child.key);
+    const upper = new Node(child.start, k, child.rep, child.rep32, parent);
     upper.slots = child.slots.slice();
     upper.counts = child.counts.slice();
     upper.total = child.total;
-    const lowerKey = child.rep[k]!;
-    upper.children = new Map([[lowerKey, child]]);
-    parent.children!.set(upper.key, upper);
+    replaceChild(parent, child, upper);
     child.parent = upper;
     child.start = k;
-    child.key = lowerKey;
+    addChild(upper, child);
     return upper;
   }
 
@@ -215,9 +278,9 @@ export class ActivePromptTrie {
   #mergeIfUnary(node: Node): void {
     if (node === this.#root || node.ends !== 0 || node.children === null || node.children.size !== 1) return;
     const child = node.children.values().next().value!;
+    if (child.next !== undefined) return;
+    replaceChild(node.parent!, node, child);
     child.start = node.start;
-    child.key = node.key;
     child.parent = node.parent;
-    node.parent!.children!.set(node.key, child);
   }
 }

@@ -127,36 +127,84 @@ export function newCostInput(): CostInput {
 }
 
 /**
+ * The credit's decay for a candidate queued beyond the least queued one: `1 / (1 + credit_decay × excess)`,
+ * 1 unless tracking prefill with a positive decay.
+ */
+export function creditDecay(
+  k: CostKnobs,
+  activePrefill: number,
+  minActivePrefill: number,
+  blockSize: number,
+  requestBlocks: number,
+): number {
+  if (!k.trackPrefillTokens || !(k.overlapScoreCreditDecay > 0)) return 1;
+  const excess = (activePrefill - minActivePrefill) / blockSize / (requestBlocks > 1 ? requestBlocks : 1);
+  return 1 / (1 + k.overlapScoreCreditDecay * excess);
+}
+
+/** The credit in blocks: the device overlap at its (decayed) credit and the tier hits, each at its weight. */
+export function creditOf(
+  k: CostKnobs,
+  decay: number,
+  deviceOverlap: number,
+  hostOverlap: number,
+  diskOverlap: number,
+  sharedBeyond: number,
+): number {
+  return (
+    k.overlapScoreCredit * decay * deviceOverlap +
+    k.hostCacheHitWeight * hostOverlap +
+    k.diskCacheHitWeight * diskOverlap +
+    k.sharedCacheMultiplier * sharedBeyond
+  );
+}
+
+/**
+ * The [v1.5] cost of one candidate from its credit in blocks. Scalars, so the scheduler's scoring loop
+ * (which inlines it) keeps every input in registers; `costOf` is the same formula over a `CostInput`.
+ */
+export function costFromCredit(
+  k: CostKnobs,
+  creditBlocks: number,
+  isl: number,
+  blockSize: number,
+  activePrefill: number,
+  potentialDecodeBlocks: number,
+  activeRequests: number,
+  evicted: number,
+): number {
+  const requestTerm = k.decodeActiveRequestWeight * activeRequests;
+  if (k.decodeException) {
+    const d = potentialDecodeBlocks - creditBlocks;
+    return (d > 0 ? d : 0) + requestTerm;
+  }
+  const raw = k.trackPrefillTokens ? (activePrefill + isl) / blockSize : 0;
+  const p = raw - creditBlocks;
+  const pressure = evicted > 0 ? (k.kvPressureWeight ?? 0) * evicted : 0;
+  return k.prefillLoadScale * ((p > 0 ? p : 0) + pressure) + potentialDecodeBlocks + requestTerm;
+}
+
+/**
  * The credit in blocks: the device overlap (decayed for a candidate queued beyond the least queued
  * one) and the tier hits, each at its weight.
  */
 export function creditBlocks(k: CostKnobs, x: Readonly<CostInput>): number {
-  let decay = 1;
-  if (k.trackPrefillTokens && k.overlapScoreCreditDecay > 0) {
-    const excess = (x.activePrefill - x.minActivePrefill) / x.blockSize / (x.requestBlocks > 1 ? x.requestBlocks : 1);
-    decay = 1 / (1 + k.overlapScoreCreditDecay * excess);
-  }
-  return (
-    k.overlapScoreCredit * decay * x.deviceOverlap +
-    k.hostCacheHitWeight * x.hostOverlap +
-    k.diskCacheHitWeight * x.diskOverlap +
-    k.sharedCacheMultiplier * x.sharedBeyond
-  );
+  const decay = creditDecay(k, x.activePrefill, x.minActivePrefill, x.blockSize, x.requestBlocks);
+  return creditOf(k, decay, x.deviceOverlap, x.hostOverlap, x.diskOverlap, x.sharedBeyond);
 }
 
 /** The [v1.5] cost of one candidate. */
-export function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
-  const blockSize = x.blockSize;
-  const credit = creditBlocks(k, x);
-  const requestTerm = k.decodeActiveRequestWeight * x.activeRequests;
-  if (k.decodeException) {
-    const d = x.potentialDecodeBlocks - credit;
-    return (d > 0 ? d : 0) + requestTerm;
-  }
-  const raw = k.trackPrefillTokens ? (x.activePrefill + x.isl) / blockSize : 0;
-  const p = raw - credit;
-  const pressure = x.evicted > 0 ? (k.kvPressureWeight ?? 0) * x.evicted : 0;
-  return k.prefillLoadScale * ((p > 0 ? p : 0) + pressure) + x.potentialDecodeBlocks + requestTerm;
+function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
+  return costFromCredit(
+    k,
+    creditBlocks(k, x),
+    x.isl,
+    x.blockSize,
+    x.activePrefill,
+    x.potentialDecodeBlocks,
+    x.activeRequests,
+    x.evicted,
+  );
 }
 
 /** The [v1.5] cost of one candidate from request-wide and per-candidate records (off the hot path: tests, explanations). */

@@ -94,7 +94,6 @@ export function writeBreakdown(
   out[o + F_DECODE] = decodeBlocks;
   out[o + F_REQUESTS] = activeRequests;
   out[o + F_COST] = cost;
-  out[o + F_PROB] = Number.NaN;
 }
 
 export function writeProbability(out: Float64Array, i: number, p: number): void {
@@ -159,7 +158,6 @@ export class RoutingDecision {
     const b = this.breakdown;
     for (let i = 0; i < this.candidateCount; i++) {
       const o = i * BREAKDOWN_STRIDE;
-      const p = b[o + F_PROB]!;
       out.push({
         workerId: b[o + F_WORKER]!,
         dpRank: b[o + F_RANK]!,
@@ -168,7 +166,8 @@ export class RoutingDecision {
         decodeBlocks: b[o + F_DECODE]!,
         activeRequests: b[o + F_REQUESTS]!,
         cost: b[o + F_COST]!,
-        probability: Number.isNaN(p) ? undefined : p,
+        // Written for every row under softmax (temperature > 0) only; the row's slot is 0 otherwise.
+        probability: this.temperature > 0 ? b[o + F_PROB]! : undefined,
       });
     }
     return out;

@@ -11,23 +11,33 @@
  */
 import type { Rng } from '../common/index.js';
 
-/** Index in [0, n) of the lowest cost, exact ties uniform at random. `n` must be > 0. */
-export function pickLowest(costs: Float64Array, n: number, rng: Rng): number {
-  let best = 0;
-  let bestCost = costs[0]!;
-  let ties = 1;
-  for (let i = 1; i < n; i++) {
-    const c = costs[i]!;
-    if (c < bestCost) {
-      bestCost = c;
-      best = i;
-      ties = 1;
-    } else if (c === bestCost) {
-      ties++;
-      if (rng() * ties < 1) best = i;
+/**
+ * The argmin rule one candidate at a time, so a scoring loop can pick as it scores: `offer` the costs in
+ * candidate order, from index 0; `index` is then the lowest, exact ties uniform at random (the k-th tie
+ * replaces it when `rng() * k < 1`, so the RNG is drawn once per tie, in candidate order).
+ */
+export class LowestCost {
+  index = 0;
+  cost = Number.NaN;
+  ties = 0;
+
+  offer(i: number, c: number, rng: Rng): void {
+    if (i === 0 || c < this.cost) {
+      this.index = i;
+      this.cost = c;
+      this.ties = 1;
+    } else if (c === this.cost) {
+      this.ties++;
+      if (rng() * this.ties < 1) this.index = i;
     }
   }
-  return best;
+}
+
+/** Index in [0, n) of the lowest cost, exact ties uniform at random. `n` must be > 0. */
+export function pickLowest(costs: Float64Array, n: number, rng: Rng): number {
+  const lowest = new LowestCost();
+  for (let i = 0; i < n; i++) lowest.offer(i, costs[i]!, rng);
+  return lowest.index;
 }
 
 /**

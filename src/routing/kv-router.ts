@@ -34,7 +34,7 @@ import {
   type SchedulingRequest,
 } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
-import { promptHashes, type BlockHashOptions, type PromptHashes } from '../wasm/index.js';
+import { promptHashViews, type BlockHashOptions, type PromptHashes } from '../wasm/index.js';
 import { resolvePin } from './pins.js';
 
 /** A request to route. Give `tokens` (hashed here) or precomputed `hashes` with `isl`. */
@@ -255,7 +255,8 @@ export class KvRouter {
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'a route request needs tokens or precomputed hashes');
     const opts: BlockHashOptions = { ...request.hashOptions, loraName: request.routing?.loraName };
     const t0 = this.#clock.now();
-    const hashes = promptHashes(request.tokens, blockSize, opts);
+    // Views into a shared buffer: the router keeps them by reference only (bookkeeping, indexes, replica sync copies).
+    const hashes = promptHashViews(request.tokens, blockSize, opts);
     return { isl: request.tokens.length, hashes, hashingMs: this.#clock.now() - t0 };
   }
 }

@@ -71,11 +71,41 @@ function writeTokens(u32: Uint32Array, ptr: number, tokens: Uint32Array | readon
   }
 }
 
+/**
+ * Where a result's hashes are copied out of WASM memory to: a fresh buffer the caller owns (may transfer
+ * or detach it), or a view carved from a buffer shared with other results (`promptHashViews`).
+ */
+type Destination = 'own' | 'shared';
+
+/**
+ * The shared buffer results are carved from. A fresh buffer per result costs an off-heap allocation (and
+ * its finalisation) that measured as long as copying 8 KiB into it. A carved view keeps its whole buffer
+ * alive, so only results of at most a quarter of it are carved: a result that outlives its neighbours
+ * holds at most `SHARED_BYTES` beyond its own size.
+ */
+const SHARED_BYTES = 64 << 10;
+let shared = new ArrayBuffer(SHARED_BYTES);
+let sharedOffset = 0;
+
+/** `count` u64s to copy a result into (see `Destination`). */
+function destination(count: number, dest: Destination): BigUint64Array {
+  const bytes = count * 8;
+  if (dest === 'own' || bytes > SHARED_BYTES / 4) return new BigUint64Array(count);
+  if (sharedOffset + bytes > SHARED_BYTES) {
+    shared = new ArrayBuffer(SHARED_BYTES);
+    sharedOffset = 0;
+  }
+  const out = new BigUint64Array(shared, sharedOffset, count);
+  sharedOffset += bytes;
+  return out;
+}
+
 function hashInto(
   tokens: Uint32Array | readonly number[],
   blockSize: number,
   opts: BlockHashOptions | undefined,
   withSeq: boolean,
+  dest: Destination,
 ): PromptHashes {
   checkBlockSize(blockSize);
   const m = wasm();
@@ -122,10 +152,16 @@ function hashInto(
     io + localOff,
     withSeq ? io + seqOff : 0,
   );
-  // One allocation for both results: local and seq are adjacent in WASM memory.
-  const out = v.u64.slice((io + localOff) >>> 3, ((io + localOff) >>> 3) + (withSeq ? 2 * blocks : blocks));
-  const local = withSeq ? out.subarray(0, blocks) : out;
-  return { local, seq: withSeq ? out.subarray(blocks) : local };
+  // One copy for both results: local and seq are adjacent in WASM memory.
+  const count = withSeq ? 2 * blocks : blocks;
+  const out = destination(count, dest);
+  out.set(v.u64.subarray((io + localOff) >>> 3, ((io + localOff) >>> 3) + count));
+  if (!withSeq) return { local: out, seq: out };
+  const { buffer, byteOffset } = out;
+  return {
+    local: new BigUint64Array(buffer, byteOffset, blocks),
+    seq: new BigUint64Array(buffer, byteOffset + blocks * 8, blocks),
+  };
 }
 
 /**
@@ -137,7 +173,7 @@ export function blockHashes(
   blockSize: number,
   opts?: BlockHashOptions,
 ): BigUint64Array {
-  return hashInto(tokens, blockSize, opts, false).local;
+  return hashInto(tokens, blockSize, opts, false, 'own').local;
 }
 
 /** Local and chained sequence hashes of a prompt in one WASM call. */
@@ -146,7 +182,20 @@ export function promptHashes(
   blockSize: number,
   opts?: BlockHashOptions,
 ): PromptHashes {
-  return hashInto(tokens, blockSize, opts, true);
+  return hashInto(tokens, blockSize, opts, true, 'own');
+}
+
+/**
+ * `promptHashes` for a caller that keeps the arrays by reference only and never transfers or detaches
+ * their buffer (the router's own hashing): they are views into a buffer shared with other results,
+ * which saves an allocation per prompt.
+ */
+export function promptHashViews(
+  tokens: Uint32Array | readonly number[],
+  blockSize: number,
+  opts?: BlockHashOptions,
+): PromptHashes {
+  return hashInto(tokens, blockSize, opts, true, 'shared');
 }
 
 /** Chained sequence hashes of local block hashes: seq[0] = local[0], seq[i] = XXH3(seq[i-1] ‖ local[i], 1337). */

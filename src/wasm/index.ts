@@ -1,5 +1,13 @@
 /** The WASM boundary: hashing and the prefix index. Nothing else touches WASM memory. */
-export { xxh3, blockHashes, promptHashes, sequenceHashes, requestSeed, BLOCK_HASH_SEED } from './hashing.js';
+export {
+  xxh3,
+  blockHashes,
+  promptHashes,
+  promptHashViews,
+  sequenceHashes,
+  requestSeed,
+  BLOCK_HASH_SEED,
+} from './hashing.js';
 export type { BlockHashOptions, PromptHashes } from './hashing.js';
 export { PrefixIndex } from './prefix-index.js';
 export { allocationHookPending, failIndexAllocation, takeAllocationHook } from './instance.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { xxh3 as native } from '@node-rs/xxhash';
-import { blockHashes, promptHashes, sequenceHashes, xxh3, requestSeed } from '../../src/wasm/index.js';
+import { blockHashes, promptHashes, promptHashViews, sequenceHashes, xxh3, requestSeed } from '../../src/wasm/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
 import { mulberry32 } from '../helpers/rng.js';
 
@@ -188,5 +188,40 @@ describe('bad input', () => {
   it('Uint32Array and number[] inputs agree, including u32 max', () => {
     const tokens = [0, 1, 0xffffffff, 7, 8, 9, 10, 11];
     expect([...blockHashes(new Uint32Array(tokens), 4)]).toEqual([...blockHashes(tokens, 4)]);
+  });
+});
+
+describe('promptHashViews: the router hashes into views of a shared buffer', () => {
+  const rng = mulberry32(28);
+  const prompt = (tokens: number): Uint32Array =>
+    Uint32Array.from({ length: tokens }, () => Math.floor(rng() * 150_000));
+
+  it('gives the hashes promptHashes gives, and each result stays intact through later calls', () => {
+    // Enough prompts to fill several shared buffers, of sizes on both sides of the carving limit.
+    const prompts = [100, 8192, 16, 4096, 40_000, 8192, 1000, 8192, 8192, 8192, 8192, 8192, 8192, 8192].map(prompt);
+    const views = prompts.map((p) => promptHashViews(p, 16, { loraName: 'adapter-a' }));
+    for (const [i, p] of prompts.entries()) {
+      const own = promptHashes(p, 16, { loraName: 'adapter-a' });
+      expect([...views[i]!.local]).toEqual([...own.local]);
+      expect([...views[i]!.seq]).toEqual([...own.seq]);
+    }
+    // Results never share bytes: each one's arrays cover a region no other result covers.
+    const regions = views
+      .flatMap((v) => [v.local, v.seq])
+      .filter((a) => a.length > 0)
+      .map((a) => ({ buffer: a.buffer, from: a.byteOffset, to: a.byteOffset + a.byteLength }))
+      .sort((a, b) => a.from - b.from);
+    for (const [i, a] of regions.entries()) {
+      for (const b of regions.slice(i + 1)) if (a.buffer === b.buffer) expect(b.from).toBeGreaterThanOrEqual(a.to);
+    }
+  });
+
+  it('promptHashes keeps its own buffer per result (a caller may transfer it)', () => {
+    const p = prompt(8192);
+    const a = promptHashes(p, 16);
+    const b = promptHashes(p, 16);
+    expect(a.seq.buffer).toBe(a.local.buffer);
+    expect(a.local.buffer).not.toBe(b.local.buffer);
+    expect(a.local.buffer.byteLength).toBe(2 * 512 * 8);
   });
 });

@@ -55,10 +55,16 @@ export class OverlapMatcher {
     const elig = scratch.eligible;
     const dev = scratch.dev;
     const depth = scratch.depth;
-    for (let i = 0; i < n; i++) {
-      const s = elig[i]!;
-      dev[s] = 0;
-      depth[s] = 0;
+    if (n * 4 >= this.#table.cap) {
+      // Most slots are candidates (no pin, no allowed-worker list): two memsets beat a scatter.
+      dev.fill(0);
+      depth.fill(0);
+    } else {
+      for (let i = 0; i < n; i++) {
+        const s = elig[i]!;
+        dev[s] = 0;
+        depth[s] = 0;
+      }
     }
     const seq = req.hashes?.seq;
     if (seq === undefined || seq.length === 0) return false;
@@ -82,6 +88,7 @@ export class OverlapMatcher {
   /** Slots whose cache view is not trusted (`kvOverlap: false`) are scored as holding nothing, in every tier. */
   #distrust(n: number): void {
     const t = this.#table;
+    if (t.overlapOffCount === 0) return;
     const { eligible, dev, host, disk } = t.scratch;
     for (let i = 0; i < n; i++) {
       const s = eligible[i]!;

@@ -9,10 +9,10 @@
 import type { Clock, Rng, WorkerRole } from '../../common/index.js';
 import type { ActiveSequences } from '../active-sequences.js';
 import type { KvRouterConfig } from '../config.js';
-import { costOf, newCostInput, type CostInput, type CostKnobs } from '../cost.js';
+import { costFromCredit, creditDecay, creditOf, newCostInput, type CostInput, type CostKnobs } from '../cost.js';
 import { newStepCostLoad, stepCostOf, type StepCostLoad, type StepCostModel } from '../step-cost.js';
 import { RoutingDecision, takeBreakdown, writeBreakdown, writeProbability } from '../decision.js';
-import { pickLowest, sampleIndex, softmaxProbabilities } from '../selection.js';
+import { LowestCost, pickLowest, sampleIndex, softmaxProbabilities } from '../selection.js';
 import type { Booker } from './booking.js';
 import { costKnobsOf, effectiveKnobs, type EffectiveKnobs, type WeightedScorer } from './knobs.js';
 import type { OverlapMatcher } from './overlap.js';
@@ -51,13 +51,15 @@ export class SlotSelector {
     const t1 = clock.now();
     const knobs = effectiveKnobs(config, this.#p.role, req.override, req.hashes !== null, tiered);
     const breakdown = takeBreakdown(n);
+    // The cost model's loop picks the lowest as it scores (argmin); softmax and the other rules pick after.
+    const lowest = knobs.scorer === null && !knobs.lmetric && !(knobs.temperature > 0) ? new LowestCost() : null;
     const maxOverlap =
       knobs.scorer !== null
         ? this.#scoreWeighted(req, n, knobs.scorer, breakdown)
         : knobs.lmetric
           ? this.#scoreLmetric(req, n, breakdown)
-          : this.#score(req, n, knobs, tiered, breakdown);
-    const pick = this.#pick(n, knobs.temperature, breakdown);
+          : this.#score(req, n, knobs, tiered, breakdown, lowest);
+    const pick = lowest !== null ? lowest.index : this.#pick(n, knobs.temperature, breakdown);
     const scratch = table.scratch;
     const slot = scratch.eligible[pick]!;
     const overlap = scratch.dev[slot]!;
@@ -74,7 +76,7 @@ export class SlotSelector {
       requiredBlocks: Math.ceil(req.isl / this.#p.blockSize),
       isl: req.isl,
       prefillTokens,
-      cost: scratch.costs[pick]!,
+      cost: lowest !== null ? lowest.cost : scratch.costs[pick]!,
       booked,
       pinned: req.pinWorkerId !== undefined,
       temperature: knobs.temperature,
@@ -85,9 +87,22 @@ export class SlotSelector {
     });
   }
 
-  /** Writes every candidate's cost to `scratch.costs` and its breakdown row. Returns the largest overlap. */
-  #score(req: SchedulingRequest, n: number, knobs: EffectiveKnobs, tiered: boolean, breakdown: Float64Array): number {
-    const { table, active } = this.#p;
+  /**
+   * Writes every candidate's cost to its breakdown row and either offers it to `lowest` (the argmin pick,
+   * when there is one to make) or writes it to `scratch.costs` (for softmax). Returns the largest overlap.
+   * One pass over the slots' typed arrays with every request-wide input hoisted: the cost formula's
+   * functions take scalars, so nothing is stored to an object per candidate (the time-unit cost, which
+   * reads a `CostInput`, fills one only when the engines' step profile is known).
+   */
+  #score(
+    req: SchedulingRequest,
+    n: number,
+    knobs: EffectiveKnobs,
+    tiered: boolean,
+    breakdown: Float64Array,
+    lowest: LowestCost | null,
+  ): number {
+    const { table, active, rng } = this.#p;
     const bs = this.#p.blockSize;
     const isl = req.isl;
     const promptBlocks = req.hashes !== null ? req.hashes.seq.length : Math.floor(isl / bs);
@@ -96,52 +111,54 @@ export class SlotSelector {
     const blocks = active.activeDecodeBlocks;
     const requests = active.activeRequests;
     const { slotWorker, slotRank } = table;
-    const { trackActiveBlocks: trackActive, shareable, trackPrefillTokens: trackPrefill } = knobs;
+    const { trackPrefillTokens: trackPrefill } = knobs;
+    // The blocks the prompt adds where none of it is active (shareable: less the depth active there).
+    const newBlocks = knobs.trackActiveBlocks ? promptBlocks : 0;
+    const shareable = knobs.trackActiveBlocks && knobs.shareable;
     const minPrefill = minOver(prefill, elig, n);
-    // Locals that never escape this loop, so the optimiser keeps them in registers: the cost
-    // model's input (one per decision, refilled per candidate) and its own copy of the knobs.
+    // A local copy of the knobs that never escapes, so the optimiser keeps its fields in registers.
     const k = costKnobsOf(knobs);
-    const x = newCostInput();
-    x.isl = isl;
-    x.blockSize = bs;
-    x.requestBlocks = Math.ceil(isl / bs);
-    x.minActivePrefill = minPrefill;
-    // Tier overlaps stay 0 unless tier indexes matched.
-    x.hostOverlap = 0;
-    x.diskOverlap = 0;
-    x.sharedBeyond = 0;
+    const requestBlocks = Math.ceil(isl / bs);
     const preferred = req.routingConstraints?.preferredTaints;
     // Cache pressure needs the index's held-block count per candidate: read only when the term is on.
-    const pressure = (knobs.kvPressureWeight ?? 0) > 0 && !knobs.decodeException;
-    const requestBlocks = x.requestBlocks;
+    const pressure = (knobs.kvPressureWeight ?? 0) > 0 && !knobs.decodeException && table.knownCapacityCount > 0;
     // The time-unit cost when the engines' step profile is known (the decode exception keeps [v1.5]).
     const model = knobs.decodeException ? undefined : this.#p.stepCost;
-    const load = newStepCostLoad();
-    load.meanServiceMs = active.meanServiceMs;
+    const x = model === undefined ? undefined : this.#costInput(isl, requestBlocks, minPrefill);
+    const load = this.#stepCostLoad();
     let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
       const s = elig[i]!;
       const overlap = dev[s]!;
-      const newBlocks = !trackActive ? 0 : shareable ? promptBlocks - depth[s]! : promptBlocks;
-      const decodeBlocks = blocks[s]! + newBlocks;
+      const decodeBlocks = blocks[s]! + (shareable ? newBlocks - depth[s]! : newBlocks);
       const p = prefill[s]!;
       const activeRequests = requests[s]!;
       const uncached = isl - overlap * bs;
       const prefillTokens = trackPrefill ? p + (uncached > 0 ? uncached : 0) : p;
-      x.activePrefill = p;
-      x.potentialDecodeBlocks = decodeBlocks;
-      x.activeRequests = activeRequests;
-      x.deviceOverlap = overlap;
-      x.evicted = pressure ? table.evictedBlocks(s, requestBlocks - overlap) : 0;
-      if (tiered) {
-        x.hostOverlap = host[s]!;
-        x.diskOverlap = disk[s]!;
-        x.sharedBeyond = sharedDepth > overlap ? sharedDepth - overlap : 0;
+      const evicted = pressure ? table.evictedBlocks(s, requestBlocks - overlap) : 0;
+      const hostOverlap = tiered ? host[s]! : 0;
+      const diskOverlap = tiered ? disk[s]! : 0;
+      const sharedBeyond = tiered && sharedDepth > overlap ? sharedDepth - overlap : 0;
+      const decay = creditDecay(k, p, minPrefill, bs, requestBlocks);
+      const creditBlocks = creditOf(k, decay, overlap, hostOverlap, diskOverlap, sharedBeyond);
+      let cost: number;
+      if (x === undefined) {
+        cost = costFromCredit(k, creditBlocks, isl, bs, p, decodeBlocks, activeRequests, evicted);
+      } else {
+        x.activePrefill = p;
+        x.potentialDecodeBlocks = decodeBlocks;
+        x.activeRequests = activeRequests;
+        x.deviceOverlap = overlap;
+        x.evicted = evicted;
+        x.hostOverlap = hostOverlap;
+        x.diskOverlap = diskOverlap;
+        x.sharedBeyond = sharedBeyond;
+        cost = this.#stepCost(k, model!, x, load, s);
       }
-      let cost = model === undefined ? costOf(k, x) : this.#stepCost(k, model, x, load, s);
       if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
       if (overlap > maxOverlap) maxOverlap = overlap;
-      costs[i] = cost;
+      if (lowest !== null) lowest.offer(i, cost, rng);
+      else costs[i] = cost;
       writeBreakdown(
         breakdown,
         i,
@@ -155,6 +172,23 @@ export class SlotSelector {
       );
     }
     return maxOverlap;
+  }
+
+  /** The request-wide part of a `CostInput` (the time-unit cost's; its per-candidate fields are refilled per slot). */
+  #costInput(isl: number, requestBlocks: number, minActivePrefill: number): CostInput {
+    const x = newCostInput();
+    x.isl = isl;
+    x.blockSize = this.#p.blockSize;
+    x.requestBlocks = requestBlocks;
+    x.minActivePrefill = minActivePrefill;
+    return x;
+  }
+
+  /** The time-unit cost's per-decision load record (its per-slot fields are refilled per slot). */
+  #stepCostLoad(): StepCostLoad {
+    const load = newStepCostLoad();
+    load.meanServiceMs = this.#p.active.meanServiceMs;
+    return load;
   }
 
   /** The time-unit cost of slot `s` (`x` already filled for it; `load` refilled here). */

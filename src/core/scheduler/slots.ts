@@ -57,8 +57,12 @@ export class SlotTable {
   slotRank = new Int32Array(0);
   maxBatched = new Float64Array(0);
   totalKv = new Float64Array(0);
+  /** Slots with an advertised KV capacity (`totalKv` > 0); 0: no slot has a cache-pressure term to read. */
+  knownCapacityCount = 0;
   /** 1 while the slot's worker is registered with `kvOverlap: false`: its overlap is scored 0. */
   overlapOff = new Uint8Array(0);
+  /** Slots whose `overlapOff` is 1 (0: no decision needs to look). */
+  overlapOffCount = 0;
   /** Engine-reported KV usage (`reportKvUsage`). */
   kvUsed = new Float64Array(0);
   /** Every registered slot, compact: `all[0..allCount)`. */
@@ -103,8 +107,8 @@ export class SlotTable {
       this.slotWorker[slot] = workerId;
       this.slotRank[slot] = rank;
       this.maxBatched[slot] = info.maxNumBatchedTokens ?? DEFAULT_MAX_NUM_BATCHED_TOKENS;
-      this.totalKv[slot] = info.totalKvBlocks ?? 0;
-      this.overlapOff[slot] = info.kvOverlap === false ? 1 : 0;
+      this.#setTotalKv(slot, info.totalKvBlocks ?? 0);
+      this.#setOverlapOff(slot, info.kvOverlap === false ? 1 : 0);
       this.#active.ensureSlot(slot, workerId, rank);
       if (this.#predicted !== null) this.#mapPredicted(this.#predicted.index.slotOf(workerId, rank), slot);
     }
@@ -190,7 +194,18 @@ export class SlotTable {
     this.#active.removeSlot(slot);
     this.registered[slot] = 0;
     this.kvUsed[slot] = 0;
-    this.overlapOff[slot] = 0;
+    this.#setOverlapOff(slot, 0);
+    this.#setTotalKv(slot, 0);
+  }
+
+  #setTotalKv(slot: number, blocks: number): void {
+    this.knownCapacityCount += (blocks > 0 ? 1 : 0) - (this.totalKv[slot]! > 0 ? 1 : 0);
+    this.totalKv[slot] = blocks;
+  }
+
+  #setOverlapOff(slot: number, off: 0 | 1): void {
+    this.overlapOffCount += off - this.overlapOff[slot]!;
+    this.overlapOff[slot] = off;
   }
 
   #rebuildAll(): void {

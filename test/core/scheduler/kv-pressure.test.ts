@@ -53,6 +53,26 @@ describe('cache pressure (routerKvPressureWeight)', () => {
     expect(Object.fromEntries(scaled.candidates.map((c) => [c.workerId, c.cost]))[1]).toBe(2 * (4 + 4) + 4);
   });
 
+  it('follows the capacities as workers come, change and go', () => {
+    const r = scene({}, 8);
+    const costOf1 = (id: string): number =>
+      r
+        .findBestMatch({ requestId: id, tokens: tokens(16) }, { mode: 'query' })
+        .candidates.find((c) => c.workerId === 1)!.cost;
+    expect(costOf1('a')).toBe(12);
+    // Another worker with a capacity leaves, then comes back without one: worker 1's stays charged.
+    r.addWorker(3, { totalKvBlocks: 8 });
+    r.removeWorker(3);
+    r.addWorker(3, {});
+    r.addWorker(2, {});
+    expect(costOf1('b')).toBe(12);
+    // Worker 1 no longer advertises one, nor does any other: nothing is charged.
+    r.addWorker(1, {});
+    expect(costOf1('c')).toBe(8);
+    r.addWorker(1, { totalKvBlocks: 8 });
+    expect(costOf1('d')).toBe(12);
+  });
+
   it("is Dynamo's cost with weight 0, with room in the cache, or with no advertised capacity", () => {
     for (const [config, capacity] of [
       [{ routerKvPressureWeight: 0 }, 8],

@@ -32,4 +32,34 @@ describe('untrusted KV overlap (kvOverlap: false)', () => {
     kv.addWorker(2, { kvOverlap: true });
     expect(pinned(2, 'q4')).toBe(8);
   });
+
+  it('keeps distrusting through other workers leaving and re-registering the same way', () => {
+    const kv = new KvRouter({ blockSize: 16, clock: new ManualClock(), rng: seededRng(1), eventFallback: () => true });
+    kv.addWorker(1, { kvOverlap: false });
+    kv.addWorker(2, { kvOverlap: false, dataParallelSize: 2 });
+    kv.addWorker(3);
+    for (const [id, w] of [
+      ['a', 2],
+      ['b', 3],
+    ] as const) {
+      kv.findBestMatch({ requestId: id, tokens, routing: { backendInstanceId: w, dpRank: 0 } });
+      kv.free(id);
+    }
+    let n = 0;
+    const overlapOf = (w: number): number =>
+      kv
+        .findBestMatch({ requestId: `q${n++}`, tokens }, { mode: 'query' })
+        .candidates.find((c) => c.workerId === w && c.dpRank === 0)!.overlapBlocks;
+    expect([overlapOf(2), overlapOf(3)]).toEqual([0, 8]);
+    kv.removeWorker(1);
+    kv.addWorker(2, { kvOverlap: false, dataParallelSize: 2 });
+    expect([overlapOf(2), overlapOf(3)]).toEqual([0, 8]);
+    // One rank fewer: the dropped rank's distrust goes with it, the kept rank's stays.
+    kv.addWorker(2, { kvOverlap: false, dataParallelSize: 1 });
+    expect([overlapOf(2), overlapOf(3)]).toEqual([0, 8]);
+    kv.addWorker(2, { kvOverlap: true });
+    expect(overlapOf(2)).toBe(8);
+    kv.addWorker(2, { kvOverlap: false });
+    expect(overlapOf(2)).toBe(0);
+  });
 });

@@ -1,0 +1,66 @@
+/**
+ * The in-flight prompt trie against a plain list of prompts per slot, under random bookings and frees:
+ * every answer (blocks already held at insert, kept at remove, held by others, each slot's depth) is the
+ * longest common prefix the list gives. Block hashes are drawn so that siblings very often agree on their
+ * low 32 bits and differ only above them: the children chained under one map key are found, split,
+ * merged and dropped like any other.
+ */
+import { describe, expect, it } from 'vitest';
+import { ActivePromptTrie, pairView } from '../../src/core/active-prompt-trie.js';
+import { mulberry32 } from '../helpers/rng.js';
+
+/** Chained hashes of a prompt given as choices: one id per distinct prefix, in the high 32 bits. */
+function hasher(): (choices: readonly number[]) => BigUint64Array {
+  const ids = new Map<string, number>();
+  // The low words of a block's three possible hashes: the first two are equal, the third differs only in
+  // the top two bits, so siblings always share the 30 bits a child is filed under and often the 32.
+  const LOW = [0x12345678n, 0x12345678n, 0xd2345678n];
+  return (choices) => {
+    const out = new BigUint64Array(choices.length);
+    for (let i = 0; i < choices.length; i++) {
+      const key = choices.slice(0, i + 1).join(',');
+      let id = ids.get(key);
+      if (id === undefined) ids.set(key, (id = ids.size + 1));
+      out[i] = (BigInt(id) << 32n) | LOW[choices[i]!]!;
+    }
+    return out;
+  };
+}
+
+function lcp(a: BigUint64Array, b: BigUint64Array): number {
+  let i = 0;
+  while (i < a.length && i < b.length && a[i] === b[i]) i++;
+  return i;
+}
+
+describe('ActivePromptTrie', () => {
+  it('answers as a list of prompts per slot does, through colliding keys, splits and merges', () => {
+    const rng = mulberry32(2028);
+    const hash = hasher();
+    const trie = new ActivePromptTrie();
+    const live: { seq: BigUint64Array; slot: number }[] = [];
+    const held = (seq: BigUint64Array, slot: number, except?: number): number =>
+      Math.max(0, ...live.filter((r, i) => r.slot === slot && i !== except).map((r) => lcp(seq, r.seq)));
+    for (let step = 0; step < 3000; step++) {
+      if (live.length > 0 && rng() < 0.45) {
+        const i = Math.floor(rng() * live.length);
+        const { seq, slot } = live[i]!;
+        const others = held(seq, slot, i);
+        expect(trie.heldByOthers(seq, slot)).toBe(others);
+        live.splice(i, 1);
+        expect(trie.remove(seq, slot)).toBe(others);
+      } else {
+        const choices = Array.from({ length: 1 + Math.floor(rng() * 6) }, () => Math.floor(rng() * 3));
+        const seq = hash(choices);
+        const slot = Math.floor(rng() * 4);
+        expect(trie.insert(seq, pairView(seq), slot)).toBe(held(seq, slot));
+        live.push({ seq, slot });
+      }
+      const probe = hash(Array.from({ length: 6 }, () => Math.floor(rng() * 3)));
+      const depths = new Float64Array(4);
+      trie.depthsInto(probe, depths);
+      expect([...depths]).toEqual([0, 1, 2, 3].map((s) => held(probe, s)));
+      expect(trie.size).toBe(live.length);
+    }
+  });
+});
