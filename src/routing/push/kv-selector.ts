@@ -118,8 +118,8 @@ export class KvSelector implements LegSelector {
     m.scheduling.observe(d.timing.schedulingMs / 1000);
     m.total.observe(d.timing.totalMs / 1000);
     if (d.requiredBlocks > 0) lm.kvHitRate.observe(d.overlapBlocks / d.requiredBlocks);
-    let maxOverlap = 0;
-    for (const c of d.candidates) maxOverlap = Math.max(maxOverlap, c.overlapBlocks);
+    // The scheduler's own maximum over the candidates: reading `d.candidates` would build one object per candidate.
+    const maxOverlap = d.maxOverlapBlocks;
     if (!d.pinned && d.overlapBlocks < maxOverlap) {
       lm.nonMaxOverlap.inc();
       lm.localityLostBlocks.inc(maxOverlap - d.overlapBlocks);
