@@ -82,11 +82,20 @@ function skipSpace(b: Uint8Array, i: number): number {
   return i;
 }
 
+/**
+ * The bytes being scanned, twice: a plain Uint8Array for element reads (monomorphic whatever the caller holds) and
+ * a Buffer over the same memory for `indexOf`, which searches natively (memchr) where TypedArray's is a loop.
+ */
+interface Scan {
+  readonly b: Uint8Array;
+  readonly find: Buffer;
+}
+
 /** The index after the closing quote of the string literal whose opening quote is at `i`. */
-function stringEnd(b: Uint8Array, i: number): number {
+function stringEnd({ b, find }: Scan, i: number): number {
   let from = i + 1;
   for (;;) {
-    const q = b.indexOf(0x22, from);
+    const q = find.indexOf(0x22, from);
     if (q < 0) throw new SyntaxError('unterminated string in JSON text');
     let backslashes = 0;
     while (b[q - 1 - backslashes] === 0x5c) backslashes++;
@@ -96,14 +105,15 @@ function stringEnd(b: Uint8Array, i: number): number {
 }
 
 /** The index after the JSON value that starts at `i`. */
-function valueEnd(b: Uint8Array, i: number): number {
+function valueEnd(scan: Scan, i: number): number {
+  const { b } = scan;
   const c = b[i];
-  if (c === 0x22) return stringEnd(b, i);
+  if (c === 0x22) return stringEnd(scan, i);
   if (c === 0x7b || c === 0x5b) {
     let depth = 0;
     for (let j = i; j < b.length; j++) {
       const d = b[j]!;
-      if (d === 0x22) j = stringEnd(b, j) - 1;
+      if (d === 0x22) j = stringEnd(scan, j) - 1;
       else if (d === 0x7b || d === 0x5b) depth++;
       else if ((d === 0x7d || d === 0x5d) && --depth === 0) return j + 1;
     }
@@ -132,6 +142,11 @@ function utf8(b: Uint8Array, start: number, end: number): string {
  * @throws SyntaxError for bytes that are not a JSON object (not every malformed text is noticed).
  */
 function scanMembers(bytes: Uint8Array, readArray?: ArrayReader): JsonMember[] {
+  const scan: Scan = {
+    b: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength),
+    find: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength),
+  };
+  bytes = scan.b;
   const out: JsonMember[] = [];
   const bom = bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf ? 3 : 0;
   let i = skipSpace(bytes, bom);
@@ -141,12 +156,12 @@ function scanMembers(bytes: Uint8Array, readArray?: ArrayReader): JsonMember[] {
   for (;;) {
     if (bytes[i] !== 0x22) throw new SyntaxError('not a JSON object text');
     const from = i;
-    const keyEnd = stringEnd(bytes, i);
+    const keyEnd = stringEnd(scan, i);
     const raw = utf8(bytes, i + 1, keyEnd - 1);
     const key = raw.includes('\\') ? (JSON.parse(`"${raw}"`) as string) : raw;
     // Past the colon to the value.
     const start = skipSpace(bytes, skipSpace(bytes, keyEnd) + 1);
-    const end = (bytes[start] === 0x5b ? readArray?.(key, start) : undefined) ?? valueEnd(bytes, start);
+    const end = (bytes[start] === 0x5b ? readArray?.(key, start) : undefined) ?? valueEnd(scan, start);
     out.push({ key, from, start, end });
     i = skipSpace(bytes, end);
     if (bytes[i] !== 0x2c) return out;
@@ -181,8 +196,7 @@ export type ArrayReader = (key: string, start: number) => number | undefined;
  * @throws SyntaxError for bytes that are not a JSON object.
  */
 export function jsonByteMembers(bytes: Uint8Array, readArray?: ArrayReader): JsonMember[] {
-  // A plain Uint8Array view: element reads stay monomorphic whatever subclass (Buffer) the caller holds.
-  return onceEachKey(scanMembers(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), readArray));
+  return onceEachKey(scanMembers(bytes, readArray));
 }
 
 /**
