@@ -5,7 +5,7 @@
  * byte for byte, as the wire carried it (a test of what a gateway sends,
  * with the real engine still answering).
  */
-import { connect, createServer, type Socket } from 'node:net';
+import { startTcpProxy } from './tcp-proxy.js';
 
 export interface RelayedRequest {
   readonly method: string;
@@ -47,35 +47,11 @@ function parseRequests(bytes: Buffer): RelayedRequest[] {
 }
 
 export async function startRecordingRelay(targetPort: number): Promise<RecordingRelay> {
-  const sockets = new Set<Socket>();
   const sent: Buffer[][] = [];
-  const track = (s: Socket): void => {
-    sockets.add(s);
-    s.on('close', () => sockets.delete(s));
-    s.on('error', () => s.destroy());
-  };
-  const server = createServer((client) => {
-    const upstream = connect(targetPort, '127.0.0.1');
-    const chunks: Buffer[] = [];
-    sent.push(chunks);
-    track(client);
-    track(upstream);
-    client.on('data', (c: Buffer) => chunks.push(c));
-    client.pipe(upstream).pipe(client);
-    client.on('close', () => upstream.destroy());
-    upstream.on('close', () => client.destroy());
-  });
-  const port = await new Promise<number>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port));
-  });
+  const proxy = await startTcpProxy(targetPort, (connection, chunk) => (sent[connection] ??= []).push(chunk));
   return {
-    port,
+    port: proxy.port,
     requests: () => sent.flatMap((chunks) => parseRequests(Buffer.concat(chunks))),
-    close: async () => {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const s of sockets) s.destroy();
-      await closed;
-    },
+    close: () => proxy.close(),
   };
 }

@@ -7,35 +7,31 @@
  * a completion of ~100k token ids (read from the bytes, not parsed as JSON) reaches the engine as the same ids.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServeCli } from '../../helpers/cli-process.js';
+import { mulberry32 } from '../../helpers/rng.js';
 import { startRecordingRelay, type RecordingRelay, type RelayedRequest } from '../../helpers/recording-relay.js';
-import { serveConfig, startMockerSuite, type MockerSuite } from '../../helpers/serve-suite.js';
+import { serveConfig, serveInSuite, startMockerSuite, type MockerSuite } from '../../helpers/serve-suite.js';
 
 const MODEL = 'mock-model';
 const SERVED = 'engine-name';
 
+const VOCAB = [
+  'the',
+  'ünïcode',
+  'café',
+  '日本語の',
+  'ファイル',
+  '😀',
+  '𝔘nit',
+  'say "hi"',
+  'C:\\path',
+  'a\nb',
+  '\u2028',
+];
+
 /** ~`words` words of ASCII, Latin-1, CJK and astral text, with quotes, backslashes and line breaks to escape. */
 function text(seed: number, words: number): string {
-  const vocab = [
-    'the',
-    'ünïcode',
-    'café',
-    '日本語の',
-    'ファイル',
-    '😀',
-    '𝔘nit',
-    'say "hi"',
-    'C:\\path',
-    'a\nb',
-    '\u2028',
-  ];
-  let s = seed >>> 0;
-  const out: string[] = [];
-  for (let i = 0; i < words; i++) {
-    s = (s * 1103515245 + 12345) >>> 0;
-    out.push(vocab[s % vocab.length]!);
-  }
-  return out.join(' ');
+  const rnd = mulberry32(seed);
+  return Array.from({ length: words }, () => VOCAB[Math.floor(rnd() * VOCAB.length)]!).join(' ');
 }
 
 describe("a large body reaches its engine as the client's bytes", () => {
@@ -79,14 +75,11 @@ describe("a large body reaches its engine as the client's bytes", () => {
         ['preprocess: { threads: 1 }'],
       ),
     );
-    const served = await startServeCli(file);
-    suite.procs.push(served.proc);
-    url = served.url;
+    url = await serveInSuite(suite, file);
   });
 
   afterAll(async () => {
-    await suite?.stop();
-    await relay?.close();
+    await Promise.all([suite?.stop(), relay?.close()]);
   });
 
   it("forwards a ~100k-token non-ASCII conversation's messages byte for byte, streamed and not", async () => {
