@@ -27,7 +27,7 @@ import {
   vllmPrefillLegFields,
 } from '../../src/engines/index.js';
 import { requestPayload, serializeBody } from '../../src/engines/request-body.js';
-import { midStreamBlocker } from '../../src/routing/push/continuation.js';
+import { continuationRequest, midStreamBlocker } from '../../src/routing/push/continuation.js';
 
 /** The members of `text` each key once, as a body parsed off the main thread has them. */
 function onceEach(text: string): { text: string; members: JsonMember[] } {
@@ -332,6 +332,11 @@ describe("an engine's body written from the client's bytes", () => {
         const wire = JSON.parse(sent.toString()) as unknown;
         expect(wire, leg.name).toEqual(JSON.parse(serializeBody(t!, leg.fields)));
         expect(wire, leg.name).toEqual(JSON.parse(serializeBody(p, leg.fields)));
+        // A migrated stream resumed elsewhere: a completion built from the body's members, not a splice.
+        const path = plain.messages !== undefined ? '/v1/chat/completions' : '/v1/completions';
+        expect(JSON.stringify(continuationRequest(path, b!, [1, 2], [3]))).toBe(
+          JSON.stringify(continuationRequest(path, p, [1, 2], [3])),
+        );
         // The client's bytes of a member kvgate did not write are sent as they came.
         const kept = jsonByteMembers(bytes).find((m) => m.key === 'messages' || m.key === 'tools');
         if (kept !== undefined)
