@@ -19,6 +19,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'frontend/preprocess': () => import('./frontend/preprocess.bench.js'),
   'frontend/agent-turn': () => import('./frontend/agent-turn.bench.js'),
   'tokenizer/render': () => import('./tokenizer/render.bench.js'),
+  'frontend/forward-body': () => import('./frontend/forward-body.bench.js'),
   'gateway/throughput': () => import('./gateway/throughput.bench.js'),
   'mocker/engine': () => import('./mocker/engine.bench.js'),
   'replay/offline': () => import('./replay/offline.bench.js'),

@@ -57,7 +57,7 @@ function para(rnd: () => number, n: number): string {
 type Message = { role: string; content: string };
 
 /** A conversation of about `tokens` tokens ending with a user message. */
-function conversation(seed: number, tokens: number): { messages: Message[]; rnd: () => number } {
+export function conversation(seed: number, tokens: number): { messages: Message[]; rnd: () => number } {
   const rnd = rng(seed);
   const messages: Message[] = [{ role: 'system', content: `You are a coding agent. ${para(rnd, 400)}` }];
   let n = 400;

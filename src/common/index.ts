@@ -2,14 +2,16 @@ export { Backoff } from './backoff.js';
 export { BatchedFlow, batchesOf, type Batched } from './batches.js';
 export { Cancellation, type CancelSignal } from './cancel.js';
 export {
+  jsonByteMembers,
   jsonMembers,
   jsonSplice,
   jsonTextOf,
-  jsonTextWith,
   rememberJsonText,
   withJsonMembers,
+  writeJsonWith,
   type JsonMember,
 } from './json-text.js';
+export { jsonIdArray } from './json-ids.js';
 export { lazyJsonObject, outlineJsonObject, type JsonOutline } from './json-lazy.js';
 export { ManualClock, fmix32, seededRng, systemClock, type Clock, type Rng } from './clock.js';
 export { makeContext, type Context } from './context.js';

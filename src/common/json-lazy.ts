@@ -4,22 +4,22 @@
  * Why: a request body of megabytes (100,000 messages, deep tool schemas, long
  * token arrays) costs tens to hundreds of milliseconds to parse, and as much
  * again to clone from a worker thread; either would hold the gateway's event
- * loop. A worker parses it and sends back its text, its members
- * (json-text.ts) and, per member, either the value (a light one: a scalar, a
- * short string, or a small array or object within a shared budget) or an
- * outline (a heavy one). The main thread's object holds the light values and,
- * for each heavy array or object, a stand-in that answers what routing reads
- * of it from the outline (an array's length, an object's scalar members) and
- * parses its slice of the text on any other access; a heavy string is a
- * getter that parses its slice when read (the text already crossed once). So
- * the object reads as the parse of its text, and writing it (json-text.ts)
- * joins slices.
+ * loop. A worker parses it and sends back its members (json-text.ts: where
+ * each lies in the client's bytes, which the main thread keeps) and, per
+ * member, either the value (a light one: a scalar, a short string, or a small
+ * array or object within a shared budget) or an outline (a heavy one). The
+ * main thread's object holds the light values and, for each heavy array or
+ * object, a stand-in that answers what routing reads of it from the outline
+ * (an array's length, an object's scalar members) and parses its slice of
+ * the bytes on any other access; a heavy string is a getter that parses its
+ * slice when read. So the object reads as the parse of its JSON, and writing
+ * it (json-text.ts) joins slices of the bytes.
  *
  * Contract: a stand-in is a Proxy; it is never posted to another thread
  * (structured clone refuses proxies), and nothing writes to it. A copy keeps
  * the getters unread when made with `withJsonMembers`.
  */
-import { rememberJsonText, type JsonMember } from './json-text.js';
+import { jsonValueText, rememberJsonBytes, rememberJsonText, type JsonMember } from './json-text.js';
 
 export type JsonScalar = string | number | boolean | null;
 
@@ -30,9 +30,9 @@ export type JsonOutline =
   | { readonly kind: 'object'; readonly scalars?: Readonly<Record<string, JsonScalar>> | undefined }
   | { readonly kind: 'string' };
 
-/** A member whose value's text is longer than this is heavy. */
+/** A member whose value's JSON is longer than this (characters of a text, bytes of UTF-8) is heavy. */
 const LIGHT_MEMBER_CHARS = 4096;
-/** The light arrays and objects of one body, together, in characters of text; members past it are heavy. */
+/** The light arrays and objects of one body, together, in characters (or bytes) of JSON; members past it are heavy. */
 const LIGHT_BUDGET_CHARS = 64 * 1024;
 /** An object with more members than this gets no `scalars` in its outline. */
 const OUTLINE_MAX_KEYS = 32;
@@ -57,6 +57,8 @@ function isScalar(v: unknown): v is JsonScalar {
 
 function outlineOf(value: object): JsonOutline {
   if (Array.isArray(value)) return { kind: 'array', length: value.length };
+  // A prompt's ids read from the body's bytes (json-ids.ts) stand for the JSON array of numbers they were.
+  if (ArrayBuffer.isView(value)) return { kind: 'array', length: (value as Uint32Array).length };
   const keys = Object.keys(value);
   if (keys.length > OUTLINE_MAX_KEYS) return { kind: 'object' };
   const scalars: Record<string, JsonScalar> = {};
@@ -68,7 +70,7 @@ function outlineOf(value: object): JsonOutline {
 }
 
 /**
- * The worker's half: `value` (the parse of the text whose `members` these are, each key once) split into the
+ * The worker's half: `value` (the parse of the JSON whose `members` these are, each key once) split into the
  * values sent whole and the outlines of its heavy members.
  */
 export function outlineJsonObject(
@@ -101,9 +103,13 @@ export function outlineJsonObject(
 }
 
 /** The stand-in of one heavy array or object: the outline's answers, else the parse of its slice (made once). */
-function standIn(text: string, m: JsonMember, outline: Exclude<JsonOutline, { kind: 'string' }>): object {
+function standIn(
+  source: string | Uint8Array,
+  m: JsonMember,
+  outline: Exclude<JsonOutline, { kind: 'string' }>,
+): object {
   let parsed: object | undefined;
-  const real = (): object => (parsed ??= JSON.parse(text.slice(m.start, m.end)) as object);
+  const real = (): object => (parsed ??= JSON.parse(jsonValueText(source, m)) as object);
   const scalars = outline.kind === 'object' ? outline.scalars : undefined;
   return new Proxy(outline.kind === 'array' ? [] : {}, {
     get(_target, key) {
@@ -123,11 +129,12 @@ function standIn(text: string, m: JsonMember, outline: Exclude<JsonOutline, { ki
 }
 
 /**
- * The main thread's half: the object whose text is `text` (members each key once), from the worker's
- * `outlineJsonObject`; its text and members remembered (json-text.ts).
+ * The main thread's half: the object whose JSON is `source` (its text, or the UTF-8 bytes the worker decoded; the
+ * members' offsets into it, each key once), from the worker's `outlineJsonObject`; its JSON and members remembered
+ * (json-text.ts). Bytes are decoded only for a heavy member something reads.
  */
 export function lazyJsonObject(
-  text: string,
+  source: string | Uint8Array,
   members: readonly JsonMember[],
   light: Readonly<Record<string, unknown>>,
   outlines: Readonly<Record<string, JsonOutline>>,
@@ -137,12 +144,13 @@ export function lazyJsonObject(
     const outline = Object.hasOwn(outlines, m.key) ? outlines[m.key] : undefined;
     if (outline?.kind === 'string') {
       let parsed: string | undefined;
-      const get = (): string => (parsed ??= JSON.parse(text.slice(m.start, m.end)) as string);
+      const get = (): string => (parsed ??= JSON.parse(jsonValueText(source, m)) as string);
       Object.defineProperty(out, m.key, { get, enumerable: true, configurable: true });
     } else {
-      setOwn(out, m.key, outline !== undefined ? standIn(text, m, outline) : light[m.key]);
+      setOwn(out, m.key, outline !== undefined ? standIn(source, m, outline) : light[m.key]);
     }
   }
-  rememberJsonText(out, text, members);
+  if (typeof source === 'string') rememberJsonText(out, source, members);
+  else rememberJsonBytes(out, source, members);
   return out;
 }

@@ -9,7 +9,8 @@
  * registered fails with KVG_ERR_ENGINE_NOT_REGISTERED instead of silently
  * opening a pool, so a removed worker can never come back through a race.
  *
- * `dispatch` serialises the client's body once (plus routing fields), sends
+ * `dispatch` serialises the client's body once (plus routing fields; a large
+ * body as views of the client's own bytes: request-body.ts), sends
  * it, and resolves at the response headers with either an
  * `EngineEventStream` (SSE, parsed incrementally) or, for non-streaming
  * requests, once the body is read, an `EngineJsonResponse`. Every failure is
@@ -24,7 +25,7 @@ import { KvgateError } from '../errors/index.js';
 import { clientAbortedError, type ErrorContext } from './engine-errors.js';
 import type { EngineJsonResponse, EngineResponse, EngineEventStream } from './engine-stream.js';
 import { ResponseHandler } from './response-handler.js';
-import { serializeBody, type JsonObject } from './request-body.js';
+import { requestPayload, type JsonObject } from './request-body.js';
 
 export interface EngineClientOptions {
   /** Most concurrent connections (hence in-flight requests) per worker; more wait in the pool's queue. Default 256. */
@@ -54,7 +55,7 @@ export interface DispatchOptions {
   signal?: CancelSignal;
   /** Whether an SSE response is expected. Default: `body.stream === true`. */
   stream?: boolean;
-  /** Routing fields laid over the body's top level (see `serializeBody`); `undefined` values remove keys. */
+  /** Routing fields laid over the body's top level (see `requestPayload`); `undefined` values remove keys. */
   extraFields?: JsonObject;
   /** Extra request headers (e.g. `x-request-id`, `x-data-parallel-rank`). */
   headers?: Readonly<Record<string, string>>;
@@ -315,12 +316,12 @@ export class EngineClient {
   ): Promise<EngineResponse> {
     const startedAt = performance.now();
     let entry: WorkerEntry | undefined;
-    let payload: string | undefined;
+    let payload: string | Buffer | undefined;
     try {
       entry = this.#registered(workerUrl);
       if (!path.startsWith('/'))
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `dispatch path must start with '/': ${path}`, { path });
-      payload = body === undefined ? undefined : serializeBody(body, options.extraFields);
+      payload = body === undefined ? undefined : requestPayload(body, options.extraFields);
     } catch (err) {
       return Promise.reject(err);
     }

@@ -6,24 +6,27 @@
  * `stream_options` from a prefill leg without copying the body twice.
  * A top-level `bigint` field is written as an exact JSON integer: SGLang's
  * `bootstrap_room` is a 63-bit number that a JS number cannot hold.
- * A body remembered with its text's members (common's json-text.ts) is never
+ * A body remembered with its members (common's json-text.ts) is never
  * serialised: its members' slices are joined with the fields, replaced ones
- * where they stood.
+ * where they stood; a large body's slices are the client's own bytes, so
+ * what is sent is bytes (`requestPayload`), not a string undici encodes again.
  */
-import { jsonTextOf, jsonTextWith } from '../common/index.js';
+import { jsonTextOf, writeJsonWith } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
 export type JsonObject = Readonly<Record<string, unknown>>;
 
 /**
+ * What an engine is sent for `body` plus `extraFields`: JSON text, or UTF-8 bytes when the body is remembered as the
+ * client's bytes (json-text.ts). Either way undici writes it with an exact Content-Length.
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT when the body cannot be serialised (a cycle, a nested bigint).
  */
-export function serializeBody(body: JsonObject, extraFields?: JsonObject): string {
+export function requestPayload(body: JsonObject, extraFields?: JsonObject): string | Buffer {
   try {
+    // A body whose members are known (a large one, parsed off the main thread): slices of its JSON.
+    const written = writeJsonWith(body, extraFields);
+    if (written !== undefined) return written;
     if (extraFields === undefined) return jsonTextOf(body) ?? JSON.stringify(body);
-    // A body whose text's members are known (a large one, parsed off the main thread): slices of its text.
-    const spliced = jsonTextWith(body, extraFields);
-    if (spliced !== undefined) return spliced;
     const appended = appendedFields(body, extraFields);
     if (appended !== undefined) return appended;
     const merged: Record<string, unknown> = { ...body };
@@ -50,6 +53,15 @@ export function serializeBody(body: JsonObject, extraFields?: JsonObject): strin
       },
     );
   }
+}
+
+/**
+ * `requestPayload` as text (bytes decoded), for inspection and tests.
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT as `requestPayload`.
+ */
+export function serializeBody(body: JsonObject, extraFields?: JsonObject): string {
+  const payload = requestPayload(body, extraFields);
+  return typeof payload === 'string' ? payload : payload.toString('utf8');
 }
 
 /**

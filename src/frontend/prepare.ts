@@ -111,7 +111,10 @@ async function prepareHere(
   });
 }
 
-/** A large body: everything up to routing on a pool thread; the engine's body comes back as text and outline. */
+/**
+ * A large body: everything up to routing on a pool thread, which sends back where its members lie and their outline;
+ * the engine's body is written from the client's bytes (common's json-text.ts), never decoded on this thread.
+ */
 async function prepareOffThread(
   env: PrepareOptions,
   ctx: RequestContext,
@@ -139,7 +142,9 @@ async function prepareOffThread(
   if (out.result === undefined)
     throw errorOf(out.promptError ?? { code: 'KVG_ERR_INTERNAL', message: 'preprocessing returned no result' });
   const f = out.forward;
-  const body = lazyJsonObject(f.text, f.members, f.light, f.outlines);
+  // The client's bytes: moved back by the thread when they were moved to it, else never given away.
+  const client = lazyJsonObject(f.bytes ?? bytes, f.members, f.light, f.outlines);
+  const body = f.fields === undefined ? client : withJsonMembers(client, f.fields);
   // The allowed workers crossed as an array (body-task.ts); routing reads them as the set hints.ts makes.
   const allowed = out.hints.allowedWorkerIds;
   const hints =

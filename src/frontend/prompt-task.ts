@@ -35,6 +35,26 @@ function unsupported(param: string, message: string): KvgateError {
 }
 
 /**
+ * A chat's content parts are all text.
+ * @throws KvgateError KVG_ERR_UNSUPPORTED_CONTENT naming the first part that is not.
+ */
+function checkTextOnly(messages: readonly { content?: unknown }[]): void {
+  for (let i = 0; i < messages.length; i++) {
+    const content = messages[i]!.content;
+    if (!Array.isArray(content)) continue;
+    for (let j = 0; j < content.length; j++) {
+      const part = content[j] as { type: string };
+      if (part.type !== 'text') {
+        throw unsupported(
+          `messages[${i}].content[${j}].type`,
+          `is ${JSON.stringify(part.type)}; kvgate routes text-only chats (content parts of type "text")`,
+        );
+      }
+    }
+  }
+}
+
+/**
  * The preprocessing task for a request (the body must have passed its schema).
  * @throws KvgateError KVG_ERR_UNSUPPORTED_CONTENT for batch prompts and non-text message parts.
  */
@@ -76,19 +96,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
   });
   if (inp.endpoint === 'chat') {
     const messages = body.messages as { content?: unknown }[];
-    for (let i = 0; i < messages.length; i++) {
-      const content = messages[i]!.content;
-      if (!Array.isArray(content)) continue;
-      for (let j = 0; j < content.length; j++) {
-        const part = content[j] as { type: string };
-        if (part.type !== 'text') {
-          throw unsupported(
-            `messages[${i}].content[${j}].type`,
-            `is ${JSON.stringify(part.type)}; kvgate routes text-only chats (content parts of type "text")`,
-          );
-        }
-      }
-    }
+    checkTextOnly(messages);
     return {
       kind: 'chat',
       model,
@@ -105,8 +113,10 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
     };
   }
   if (inp.tokenData !== undefined) return tokens(inp.tokenData);
-  const prompt = body.prompt as string | number[] | string[] | number[][];
+  const prompt = body.prompt as string | number[] | string[] | number[][] | Uint32Array;
   if (typeof prompt === 'string') return text(prompt);
+  // Ids a large body's parse read from its bytes (preprocess/body-task.ts): already the task's array.
+  if (prompt instanceof Uint32Array) return tokens(prompt);
   const first = prompt[0];
   if (typeof first === 'number') return tokens(Uint32Array.from(prompt as number[]));
   if (prompt.length > 1) {

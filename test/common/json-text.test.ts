@@ -7,6 +7,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
+  jsonByteMembers,
   jsonMembers,
   jsonSplice,
   jsonTextOf,
@@ -16,8 +17,17 @@ import {
   withJsonMembers,
   type JsonMember,
 } from '../../src/common/index.js';
-import { serializeBody } from '../../src/engines/request-body.js';
-import { midStreamBlocker } from '../../src/routing/push/continuation.js';
+import {
+  dpRankLegFields,
+  mergeLegFields,
+  sglangDecodeLegFields,
+  sglangPrefillLegFields,
+  streamingBodyFields,
+  vllmDecodeLegFields,
+  vllmPrefillLegFields,
+} from '../../src/engines/index.js';
+import { requestPayload, serializeBody } from '../../src/engines/request-body.js';
+import { continuationRequest, midStreamBlocker } from '../../src/routing/push/continuation.js';
 
 /** The members of `text` each key once, as a body parsed off the main thread has them. */
 function onceEach(text: string): { text: string; members: JsonMember[] } {
@@ -187,5 +197,175 @@ describe('lazyJsonObject: a large body on the main thread', () => {
     expect(Object.hasOwn(body, '__proto__')).toBe(true);
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
     expect(JSON.parse(JSON.stringify(body))).toEqual(JSON.parse(t));
+  });
+});
+
+/** A lazily held object of the client's UTF-8 `bytes`, as a preprocessing thread and the main thread build it now. */
+function lazyBytes(bytes: Buffer): Record<string, unknown> {
+  const members = jsonByteMembers(bytes);
+  const text = bytes.toString('utf8').replace(/^\uFEFF/, '');
+  const { light, outlines } = outlineJsonObject(JSON.parse(text) as Record<string, unknown>, members);
+  return lazyJsonObject(bytes, members, structuredClone(light), structuredClone(outlines));
+}
+
+describe('jsonByteMembers', () => {
+  it('finds members as byte offsets past a byte order mark, in non-ASCII and escaped text; each key once', () => {
+    const text = String.raw`{ "k\u00e9y":"日本語 \"}{ 😀" , "o":{"é":["]",{"q":"\\"}]},"n":-1.5,"k\u00e9y":["ü"] }`;
+    const bytes = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(text)]);
+    const members = jsonByteMembers(bytes);
+    const parsed = JSON.parse(text) as Record<string, unknown>;
+    // A repeated key once, with its last value, where it first stood (as JSON.parse keeps it).
+    expect(members.map((m) => m.key)).toEqual(['kéy', 'o', 'n']);
+    for (const m of members) {
+      expect(JSON.parse(bytes.subarray(m.start, m.end).toString('utf8'))).toEqual(parsed[m.key]);
+      expect(bytes.subarray(m.from, m.from + 1).toString()).toBe('"');
+    }
+    // Character offsets of the same text, for a text.
+    const chars = jsonMembers(text);
+    expect(chars.map((m) => JSON.parse(text.slice(m.start, m.end)) as unknown)).toEqual([
+      '日本語 "}{ 😀',
+      parsed.o,
+      -1.5,
+      ['ü'],
+    ]);
+  });
+
+  it("hands a member's array to the caller's reader, and takes the end it gives", () => {
+    const bytes = Buffer.from('{"a":[1,2],"prompt":[3, 4],"b":["[",5]}');
+    const seen: string[] = [];
+    const members = jsonByteMembers(bytes, (key, start) => {
+      seen.push(key);
+      return key === 'prompt' ? bytes.indexOf(']', start) + 1 : undefined;
+    });
+    expect(seen).toEqual(['a', 'prompt', 'b']);
+    expect(members.map((m) => bytes.subarray(m.start, m.end).toString())).toEqual(['[1,2]', '[3, 4]', '["[",5]']);
+  });
+});
+
+describe("an engine's body written from the client's bytes", () => {
+  const long = (seed: number): string =>
+    Array.from(
+      { length: 400 },
+      (_, i) => ['ünï', '日本語', '😀', 'say "hi"', 'C:\\x', 'a\nb', '\u2028'][(seed + i) % 7],
+    ).join(' ');
+  const ids = Array.from({ length: 3000 }, (_, i) => (i * 31) % 50_000);
+  const messages = Array.from({ length: 30 }, (_, i) => ({
+    role: i % 2 === 0 ? 'user' : 'assistant',
+    content: long(i),
+  }));
+  /** Client bodies as a client may write them: key order, spacing, a repeated key, `__proto__`, big numbers, nvext. */
+  const corpus: { name: string; text: string }[] = [
+    { name: 'a non-ASCII chat', text: JSON.stringify({ model: 'm', messages, stream: true, max_tokens: 5 }) },
+    {
+      name: 'a chat pretty-printed, with stream_options and nvext',
+      text: JSON.stringify(
+        { messages, model: 'm', stream_options: { include_usage: false }, nvext: { token_data: ids } },
+        null,
+        2,
+      ),
+    },
+    {
+      name: 'a repeated key and __proto__',
+      text: `{"model":"m","max_tokens":1,"messages":${JSON.stringify(messages)},"max_tokens":9,"__proto__":{"x":1}}`,
+    },
+    { name: 'a token-id completion', text: JSON.stringify({ model: 'm', prompt: ids, seed: 12345678901234 }) },
+    {
+      name: 'a text completion with tools and response_format',
+      text: JSON.stringify({
+        model: 'm',
+        prompt: long(3),
+        tools: [{ type: 'function' }],
+        response_format: { type: 'x' },
+      }),
+    },
+  ];
+  /** Every way the engine's body differs from the client's: routing's model name and the legs' fields. */
+  const legs = (
+    body: Record<string, unknown>,
+  ): { name: string; model?: string; fields?: Record<string, unknown> }[] => [
+    { name: 'as it came' },
+    { name: 'the served model name', model: 'served' },
+    { name: 'nvext removed', fields: { nvext: undefined } },
+    { name: 'a completion token_data as its prompt', fields: { nvext: undefined, prompt: ids } },
+    {
+      name: 'streamed with usage and the ids a migration resumes from',
+      model: 'served',
+      fields: { ...streamingBodyFields(body), return_token_ids: true },
+    },
+    { name: 'an agent API unstreamed', fields: { stream: false } },
+    {
+      name: 'max_tokens clamped, max_completion_tokens dropped',
+      fields: { max_tokens: 1, max_completion_tokens: undefined },
+    },
+    {
+      name: 'a vLLM prefill leg on a dp rank',
+      fields: mergeLegFields(dpRankLegFields('vllm', 1), vllmPrefillLegFields(body, { requestId: 'r' })).fields,
+    },
+    { name: 'a vLLM decode leg', fields: vllmDecodeLegFields({ requestId: 'r', kvTransferParams: { a: [1] } }).fields },
+    {
+      name: 'an SGLang prefill leg (63-bit room)',
+      fields: sglangPrefillLegFields(body, { bootstrap: { host: 'h', port: 1, room: 2n ** 62n + 1n } }).fields,
+    },
+    {
+      name: 'an SGLang decode leg on a dp rank',
+      fields: mergeLegFields(
+        dpRankLegFields('sglang', 2),
+        sglangDecodeLegFields({ bootstrap: { host: 'h', port: 1, room: 7n } }),
+      ).fields,
+    },
+  ];
+
+  for (const c of corpus) {
+    it(`${c.name}: the same JSON value as the body written from its text, through every leg`, () => {
+      const bytes = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(c.text)]);
+      const plain = JSON.parse(c.text) as Record<string, unknown>;
+      for (const leg of legs(plain)) {
+        // Today's large body: the lazily held object over the text; and the plain parse serialised, for reference.
+        const fromText = lazy(c.text);
+        const fromBytes = lazyBytes(bytes);
+        const [t, b] = [fromText, fromBytes].map((o) =>
+          leg.model === undefined ? o : withJsonMembers(o, { model: leg.model }),
+        );
+        const p = leg.model === undefined ? plain : { ...plain, model: leg.model };
+        const sent = requestPayload(b!, leg.fields);
+        expect(Buffer.isBuffer(sent), leg.name).toBe(true);
+        const wire = JSON.parse(sent.toString()) as unknown;
+        expect(wire, leg.name).toEqual(JSON.parse(serializeBody(t!, leg.fields)));
+        expect(wire, leg.name).toEqual(JSON.parse(serializeBody(p, leg.fields)));
+        // A migrated stream resumed elsewhere: a completion built from the body's members, not a splice.
+        const path = plain.messages !== undefined ? '/v1/chat/completions' : '/v1/completions';
+        expect(JSON.stringify(continuationRequest(path, b!, [1, 2], [3]))).toBe(
+          JSON.stringify(continuationRequest(path, p, [1, 2], [3])),
+        );
+        // The client's bytes of a member kvgate did not write are sent as they came.
+        const kept = jsonByteMembers(bytes).find((m) => m.key === 'messages' || m.key === 'tools');
+        if (kept !== undefined)
+          expect((sent as Buffer).indexOf(bytes.subarray(kept.from, kept.end))).toBeGreaterThan(0);
+      }
+    });
+  }
+
+  it('reads a heavy member from the bytes only when something reads it, and decodes nothing to write the body', () => {
+    const text = JSON.stringify({ model: 'm', messages, stream: true });
+    const body = lazyBytes(Buffer.from(text));
+    const parse = vi.spyOn(JSON, 'parse');
+    const toString = vi.spyOn(Buffer.prototype, 'toString');
+    const sent = requestPayload(withJsonMembers(body, { model: 'served' }), {
+      stream_options: { include_usage: true },
+    });
+    expect(parse).not.toHaveBeenCalled();
+    expect(toString).not.toHaveBeenCalled();
+    expect((body.messages as unknown[]).length).toBe(messages.length);
+    expect(parse).not.toHaveBeenCalled();
+    expect((body.messages as { content: string }[])[7]!.content).toBe(messages[7]!.content);
+    expect(parse).toHaveBeenCalledTimes(1);
+    parse.mockRestore();
+    toString.mockRestore();
+    expect(JSON.parse((sent as Buffer).toString())).toEqual({
+      model: 'served',
+      messages,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
   });
 });

@@ -104,6 +104,9 @@ function seen(req: PreparedRequest): Record<string, unknown> {
   };
 }
 
+/** A token-id prompt whose JSON is well past the 16 KiB from which a thread reads the ids from the body's bytes. */
+const longIds = Array.from({ length: 6000 }, (_, i) => (i * 7919) % 30000);
+
 const messages = (n: number, words = 3): { role: string; content: string }[] =>
   Array.from({ length: n }, (_, i) => ({
     role: i % 2 === 0 ? 'user' : 'assistant',
@@ -168,6 +171,31 @@ describe('a body parsed on a preprocessing thread reaches the router as the same
       },
     },
     { name: 'a query-only chat', path: '/v1/route', body: { model: 'demo', messages: messages(5) } },
+    {
+      name: 'a long token-id prompt, pretty-printed after a byte order mark (its ids read from the bytes)',
+      path: '/v1/completions',
+      body: `\uFEFF${JSON.stringify({ model: 'demo', prompt: longIds, max_tokens: 3, stream: true }, null, 2)}`,
+    },
+    {
+      name: 'a long token-id prompt on /v1/route',
+      path: '/v1/route',
+      body: { model: 'demo', prompt: longIds, return_token_ids: false },
+    },
+    {
+      name: 'a long token-id prompt with an id written 7.0 (parsed as JSON)',
+      path: '/v1/completions',
+      body: `{"model":"demo","prompt":[${longIds.join(',')},7.0]}`,
+    },
+    {
+      name: 'a long token-id prompt given twice (the last one counts)',
+      path: '/v1/completions',
+      body: `{"model":"demo","prompt":${JSON.stringify(longIds)},"prompt":[5,6,7]}`,
+    },
+    {
+      name: 'a long token-id prompt and nvext.token_data (the token data counts)',
+      path: '/v1/completions',
+      body: { model: 'demo', prompt: longIds, nvext: { token_data: longIds.slice(0, 100) } },
+    },
     {
       name: 'a key given twice and a __proto__ member',
       path: '/v1/chat/completions',
@@ -331,6 +359,36 @@ describe('bad bodies get the same answers on either thread', () => {
       code: 'KVG_ERR_UNSUPPORTED_CONTENT',
     },
     {
+      name: 'a long token-id prompt with an id past 2^32 - 1',
+      path: '/v1/completions',
+      body: { model: 'demo', prompt: [...longIds, 4294967296] },
+      status: 400,
+      code: 'KVG_ERR_INVALID_REQUEST',
+      param: 'prompt',
+    },
+    {
+      name: 'a long token-id prompt with a negative id',
+      path: '/v1/completions',
+      body: { model: 'demo', prompt: [-1, ...longIds] },
+      status: 400,
+      code: 'KVG_ERR_INVALID_REQUEST',
+      param: 'prompt',
+    },
+    {
+      name: 'invalid JSON after a long token-id prompt',
+      path: '/v1/completions',
+      body: `{"model":"demo","prompt":${JSON.stringify(longIds)},"max_tokens":}`,
+      status: 400,
+      code: 'KVG_ERR_INVALID_JSON',
+    },
+    {
+      name: 'a long token-id prompt in a body that is not UTF-8',
+      path: '/v1/completions',
+      body: Buffer.from(`{"model":"demo","prompt":${JSON.stringify(longIds)},"user":"\xff"}`, 'latin1'),
+      status: 400,
+      code: 'KVG_ERR_INVALID_JSON',
+    },
+    {
       name: 'a batch prompt',
       path: '/v1/completions',
       body: { model: 'demo', prompt: ['a', 'b'] },
@@ -343,7 +401,7 @@ describe('bad bodies get the same answers on either thread', () => {
     it(`${c.name}: ${c.status} ${c.code}`, async () => {
       for (const g of [here, pooled]) {
         const r = await (c.body instanceof Buffer
-          ? fetch(`${g.url}/v1/chat/completions`, {
+          ? fetch(`${g.url}${c.path ?? '/v1/chat/completions'}`, {
               method: 'POST',
               headers: { 'content-type': 'application/json' },
               body: c.body,
@@ -407,5 +465,46 @@ describe("the offloading gateway's main thread", () => {
       parse.mockRestore();
       stringify.mockRestore();
     }
+  });
+});
+
+describe('a long token-id prompt read from the bytes', () => {
+  it('is refused with the same error object on either thread, message included', async () => {
+    const ids = JSON.stringify(longIds);
+    const bodies = [
+      `{"model":"demo","prompt":${ids},"max_tokens":}`,
+      `{"model":"demo","prompt":${ids},"max_tokens":"many"}`,
+      `{"model":"demo","prompt":${ids.slice(0, -1)},4294967296]}`,
+      `{"model":"gpt-9","prompt":${ids}}`,
+      `{"model":"demo","prompt":${ids},"nvext":{"backend_instance_id":9}}`,
+    ];
+    for (const body of bodies) {
+      const [a, b] = await Promise.all([here, pooled].map((g) => post(`${g.url}/v1/completions`, body)));
+      expect(b!.status, body.slice(-60)).toBe(a!.status);
+      expect(b!.json, body.slice(-60)).toEqual(a!.json);
+    }
+  });
+});
+
+describe('what a preprocessing thread sends back for a large body', () => {
+  it("is bounded by what routing reads: the client's bytes come back moved, not its text", async () => {
+    const text = JSON.stringify({ model: 'demo', messages: messages(MAX_MESSAGES, 200), stream: true });
+    const bytes = Buffer.from(text);
+    // Its own buffer, as a body of many chunks is: moved to the thread, not copied.
+    const own = new Uint8Array(new ArrayBuffer(bytes.length));
+    own.set(bytes);
+    const out = await pooled.pre.runBody({
+      kind: 'body',
+      endpoint: 'chat',
+      bytes: own,
+      maxMessages: MAX_MESSAGES,
+      headers: {},
+      models: [{ name: 'demo', loraAdapters: [], adapters: [], maxPromptTokens: 20_000, workers: [{ id: 1 }] }],
+    });
+    expect(own.byteLength).toBe(0);
+    expect(Buffer.from(out.forward.bytes!).equals(bytes)).toBe(true);
+    const { bytes: _moved, ...rest } = out.forward;
+    expect(JSON.stringify(rest).length).toBeLessThan(text.length / 20);
+    expect(JSON.stringify(rest)).not.toContain('message 1 word');
   });
 });

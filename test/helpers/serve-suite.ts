@@ -83,6 +83,13 @@ export function postChat(
   });
 }
 
+/** Starts `kvgate serve -c FILE` as one of the suite's processes (stopped with it); resolves to its URL. */
+export async function serveInSuite(suite: MockerSuite, configFile: string): Promise<string> {
+  const gw = await startServeCli(configFile);
+  suite.procs.push(gw.proc);
+  return gw.url;
+}
+
 /**
  * A `kvgate serve` (kv routing, demo tokenizer) in front of `count` mocker engines with ids 1..count,
  * added to a new suite named `name`; `suite.stop()` stops both.
@@ -97,9 +104,7 @@ export async function startKvGatewaySuite(
     'serve.yaml',
     serveConfig(model, ['workers:', ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)]),
   );
-  const gw = await startServeCli(file);
-  suite.procs.push(gw.proc);
-  return { suite, url: gw.url };
+  return { suite, url: await serveInSuite(suite, file) };
 }
 
 /** A user message of `words` distinct words tagged `tag`: prompts with different tags differ from their first block. */

@@ -25,7 +25,12 @@ const listen = (server: Server, port: number): Promise<number> =>
     });
   });
 
-export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
+/** `onClientData`: each chunk a client sends, with its connection's index (in accept order), before it is relayed. */
+export async function startTcpProxy(
+  targetPort: number,
+  onClientData?: (connection: number, chunk: Buffer) => void,
+): Promise<TcpProxy> {
+  let connections = 0;
   const sockets = new Set<Socket>();
   const track = (s: Socket): void => {
     sockets.add(s);
@@ -36,6 +41,8 @@ export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
     const upstream = connect(targetPort, '127.0.0.1');
     track(client);
     track(upstream);
+    const index = connections++;
+    if (onClientData !== undefined) client.on('data', (chunk: Buffer) => onClientData(index, chunk));
     client.pipe(upstream).pipe(client);
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());

@@ -4,15 +4,19 @@
  * schema (request-parse.ts, as the main thread does for a small body), model
  * and hints against the snapshot of the served models sent along, the prompt
  * task, then rendering, tokenizing and hashing. What goes back is bounded by
- * what routing reads, not by the body: the engine's body as text with its
- * members' positions, the light members' values and the heavy ones' outlines
- * (common's json-lazy.ts), the hints, and the prompt's ids and hashes.
+ * what routing reads, not by the body: where the client body's members lie
+ * in its bytes, the fields the engine's body has instead, the light members'
+ * values and the heavy ones' outlines (common's json-lazy.ts), the hints, and
+ * the prompt's ids and hashes. The body's text stays here: the main thread
+ * writes the engine's body as slices of the client's bytes, which it keeps
+ * (moved back to it when they were moved here).
  */
-import { jsonMembers, jsonSplice, outlineJsonObject, withJsonMembers, type JsonMember } from '../../common/index.js';
+import { jsonByteMembers, jsonIdArray, outlineJsonObject, type JsonMember } from '../../common/index.js';
 import { bodyText } from '../body.js';
-import { parseRequestBody, routeRequestBody, type ServedModel } from '../request-parse.js';
+import { parseRequestBody, routeRequestBody, type ParsedBody, type ServedModel } from '../request-parse.js';
 import type { ModelPreprocessor } from './model-preprocessor.js';
 import {
+  ownBuffer,
   workerError,
   type BodyOutcome,
   type BodyTask,
@@ -21,14 +25,57 @@ import {
   type WorkerError,
 } from './protocol.js';
 
-/** The engine's body text and members: the client's text when nothing changes and no key repeats, else joined slices. */
-function forwardText(
-  text: string,
-  fields: Readonly<Record<string, unknown>> | undefined,
-): { text: string; members: JsonMember[] } {
-  const members = jsonMembers(text);
-  if (fields === undefined && new Set(members.map((m) => m.key)).size === members.length) return { text, members };
-  return jsonSplice(text, members, fields);
+/** A completion prompt of token ids whose JSON is this many bytes or more is read from the bytes (common's json-ids.ts). */
+const ID_PROMPT_BYTES = 16 * 1024;
+
+/** A body's members, and a completion prompt of token ids read from the bytes on the way (`ID_PROMPT_BYTES`). */
+interface Scanned {
+  /** Each key once, byte offsets; undefined when the bytes are not a JSON object (the parse says how). */
+  readonly members: JsonMember[] | undefined;
+  readonly prompt?: { readonly ids: Uint32Array; readonly start: number; readonly end: number } | undefined;
+}
+
+/** One pass over the body's bytes: its members, and a long `prompt` of ids read as the pass reaches it. */
+function scanBody(task: BodyTask): Scanned {
+  const completion = task.endpoint === 'completion' || task.endpoint === 'route';
+  let prompt: Scanned['prompt'];
+  let prompts = 0;
+  const readIds = (key: string, start: number): number | undefined => {
+    if (key !== 'prompt') return undefined;
+    prompts++;
+    const read = jsonIdArray(task.bytes, start);
+    if (read !== undefined && read.end - start >= ID_PROMPT_BYTES) prompt = { ids: read.ids, start, end: read.end };
+    return read?.end;
+  };
+  try {
+    const members = jsonByteMembers(task.bytes, completion ? readIds : undefined);
+    // A repeated `prompt` (JSON.parse keeps the last) or a chat's `/v1/route` body: parsed as JSON.
+    const chat = task.endpoint === 'route' && members.some((m) => m.key === 'messages');
+    return { members, prompt: prompts === 1 && !chat ? prompt : undefined };
+  } catch {
+    return { members: undefined };
+  }
+}
+
+const ONE_ID = Buffer.from('[0]');
+
+/**
+ * The body parsed with its prompt's ids already read: the rest parsed and checked as JSON with one id in their place,
+ * then the ids set as `prompt` (a Uint32Array: json-lazy.ts outlines it as the array it stands for, prompt-task.ts
+ * takes it as the ids). The placeholder is a valid prompt, and what it replaces was read as one, so the checks pass
+ * or fail as on the whole body; on any failure undefined, and the whole body is parsed for the error it gives.
+ */
+function parseWithIds(task: BodyTask, prompt: NonNullable<Scanned['prompt']>): ParsedBody | undefined {
+  const b = task.bytes;
+  try {
+    const rest = bodyText(Buffer.concat([b.subarray(0, prompt.start), ONE_ID, b.subarray(prompt.end)]));
+    const parsed = parseRequestBody(rest, task.endpoint, task);
+    if (parsed.endpoint !== 'completion') return undefined;
+    parsed.body.prompt = prompt.ids;
+    return parsed;
+  } catch {
+    return undefined;
+  }
 }
 
 function servedOf(views: readonly ModelView[]): Map<string, ServedModel> {
@@ -43,13 +90,14 @@ export async function runBodyTask(
   task: BodyTask,
   models: ReadonlyMap<string, ModelPreprocessor>,
 ): Promise<BodyOutcome> {
-  const text = bodyText(task.bytes);
-  const parsed = parseRequestBody(text, task.endpoint, task);
+  const scanned = scanBody(task);
+  const parsed =
+    (scanned.prompt !== undefined ? parseWithIds(task, scanned.prompt) : undefined) ??
+    parseRequestBody(bodyText(task.bytes), task.endpoint, task);
   const { body } = parsed;
   const routed = routeRequestBody(parsed, servedOf(task.models), task.headers);
-  const forward = forwardText(text, routed.forwardFields);
-  const forwardBody = routed.forwardFields === undefined ? body : withJsonMembers(body, routed.forwardFields);
-  const { light, outlines } = outlineJsonObject(forwardBody, forward.members);
+  const members = scanned.members ?? jsonByteMembers(task.bytes);
+  const { light, outlines } = outlineJsonObject(body, members);
   let result: PreprocessResult | undefined;
   let promptError: WorkerError | undefined;
   try {
@@ -70,7 +118,14 @@ export async function runBodyTask(
     // A Set costs far more to clone than the array it is built from (tens of milliseconds for 65,536 ids).
     hints: hints.allowedWorkerIds === undefined ? hints : { ...hints, allowedWorkerIds: [...hints.allowedWorkerIds] },
     queryOnly: routed.queryOnly,
-    forward: { text: forward.text, members: forward.members, light, outlines },
+    forward: {
+      // Moved here (they own their buffer), they go back the same way (workers/preprocess.ts's transfer list).
+      bytes: ownBuffer(task.bytes) !== undefined ? task.bytes : undefined,
+      members,
+      light,
+      outlines,
+      fields: routed.forwardFields,
+    },
     result,
     promptError,
   };

@@ -23,16 +23,17 @@ import { fileURLToPath } from 'node:url';
 import { Piscina } from 'piscina';
 import type { GatewayConfig } from '../../config/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
-import type {
-  BodyOutcome,
-  BodyTask,
-  DecodeTask,
-  PreprocessModelSpec,
-  PreprocessResult,
-  PreprocessTask,
-  PreprocessWorkerData,
-  TaskReply,
-  WorkerTask,
+import {
+  ownBuffer,
+  type BodyOutcome,
+  type BodyTask,
+  type DecodeTask,
+  type PreprocessModelSpec,
+  type PreprocessResult,
+  type PreprocessTask,
+  type PreprocessWorkerData,
+  type TaskReply,
+  type WorkerTask,
 } from './protocol.js';
 import { bodyAffinity, taskAffinity } from './affinity.js';
 import { ConversationTally } from './conversation-tally.js';
@@ -133,13 +134,6 @@ export function taskTextChars(task: PreprocessTask): number {
     if (n > INLINE_MAX_CHARS) return n;
   }
   return n;
-}
-
-/** The buffer under `a` when `a` spans all of it (it can then be moved to a thread), else undefined. */
-function ownBuffer(a: ArrayBufferView): ArrayBuffer[] | undefined {
-  return a.buffer instanceof ArrayBuffer && a.byteOffset === 0 && a.byteLength === a.buffer.byteLength
-    ? [a.buffer]
-    : undefined;
 }
 
 /** The task's result at once when it needs no tokenizing (token ids, a remembered chat prompt), else `run()`'s. */

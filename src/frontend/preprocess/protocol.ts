@@ -100,7 +100,10 @@ export interface ModelView {
 export interface BodyTask {
   kind: 'body';
   endpoint: EndpointKind | 'route';
-  /** The body as received (Content-Encoding decoded); moved to the thread, not copied, when it owns its buffer. */
+  /**
+   * The body as received (Content-Encoding decoded); moved to the thread, not copied, when it owns its buffer, and
+   * then moved back with the outcome (the main thread writes the engine's body from it).
+   */
   bytes: Uint8Array;
   maxMessages: number;
   /** The request's routing headers (hints.ts). */
@@ -108,7 +111,11 @@ export interface BodyTask {
   models: ModelView[];
 }
 
-/** A body parsed and preprocessed on a thread: what the main thread routes by, and the engine's body as text and outline. */
+/**
+ * A body parsed and preprocessed on a thread: what the main thread routes by, and the engine's body as the client's
+ * bytes with where their members lie, the fields laid over them, light members' values and heavy members' outlines.
+ * The body's text never comes back: the main thread writes the engine's body from the bytes (common's json-text.ts).
+ */
 export interface BodyOutcome {
   /** The client's `model`. */
   clientModel: string;
@@ -119,12 +126,15 @@ export interface BodyOutcome {
   stream: boolean;
   hints: RoutingHints;
   queryOnly: boolean;
-  /** The engine's body: its text, its members (each key once), light members' values, heavy members' outlines. */
   forward: {
-    text: string;
+    /** The task's bytes, moved back when they were moved to the thread; absent when the main thread kept its own. */
+    bytes?: Uint8Array | undefined;
+    /** The client body's top-level members as byte offsets into the bytes, each key once. */
     members: JsonMember[];
     light: Record<string, unknown>;
     outlines: Record<string, JsonOutline>;
+    /** The fields the engine's body has instead of the client's (request-parse.ts `forwardFields`). */
+    fields?: Record<string, unknown> | undefined;
   };
   /** The prompt's ids and hashes; absent when `promptError` says why not. */
   result?: PreprocessResult | undefined;
@@ -164,6 +174,13 @@ export interface WorkerError {
   code: KvgateErrorCode;
   message: string;
   detail?: Record<string, unknown> | undefined;
+}
+
+/** The buffer under `a` when `a` spans all of it (it can then be moved to another thread), else undefined. */
+export function ownBuffer(a: ArrayBufferView): ArrayBuffer[] | undefined {
+  return a.buffer instanceof ArrayBuffer && a.byteOffset === 0 && a.byteLength === a.buffer.byteLength
+    ? [a.buffer]
+    : undefined;
 }
 
 /** An error as data: a KvgateError keeps its code, message and detail; anything else is an internal preprocessing failure. */

@@ -83,11 +83,14 @@ export function unwrapDecodeReply(reply: TaskReply): string {
   return (reply as Extract<DecodeReply, { ok: true }>).text;
 }
 
-/** The buffers a reply can hand over instead of copying. */
+/** The buffers a reply can hand over instead of copying: a result's typed arrays, a body's bytes moved back. */
 export function replyTransferList(reply: TaskReply): ArrayBuffer[] {
-  const r = !reply.ok ? undefined : 'result' in reply ? reply.result : 'body' in reply ? reply.body.result : undefined;
-  if (r === undefined) return [];
+  if (!reply.ok) return [];
   const out = new Set<ArrayBuffer>();
-  for (const a of [r.tokenIds, r.hashes.local, r.hashes.seq]) if (a.buffer instanceof ArrayBuffer) out.add(a.buffer);
+  const r = 'result' in reply ? reply.result : 'body' in reply ? reply.body.result : undefined;
+  if (r !== undefined)
+    for (const a of [r.tokenIds, r.hashes.local, r.hashes.seq]) if (a.buffer instanceof ArrayBuffer) out.add(a.buffer);
+  const bytes = 'body' in reply ? reply.body.forward.bytes : undefined;
+  if (bytes !== undefined && bytes.buffer instanceof ArrayBuffer) out.add(bytes.buffer);
   return [...out];
 }
