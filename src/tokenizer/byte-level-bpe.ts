@@ -1,0 +1,265 @@
+/**
+ * `ByteLevelBpe`: Hugging Face's byte-level BPE encoding, reproduced in JavaScript for the `tokenizer.json`
+ * shapes `readBpeShape` accepts, so the gateway tokenizes without the native round trip. It follows
+ * `tokenizers` step by step: added tokens split first (leftmost, longest), each remaining segment normalized
+ * (NFC) and split by the pre-tokenizer regexes, each piece's UTF-8 bytes merged by merge priority (the lowest
+ * merge index first, the leftmost of equal ones, exactly as the Rust `Word::merge_all`), then the
+ * post-processor's special tokens. Merging by priority rather than by token rank (tiktoken's rule) makes
+ * the result independent of how the merges relate to the vocabulary's ids.
+ */
+import { readBpeShape, type BpeShape } from './bpe-shape.js';
+
+/** Pair keys and merge values pack two numbers below 2^21 (vocabularies and merge lists are far smaller). */
+const K = 2 ** 21;
+/** Heap entries pack a merge rank over a byte position below 2^32. */
+const P = 2 ** 32;
+/** Pieces up to this many characters are cached; longer ones are rare and would pin memory. */
+const CACHE_PIECE_CHARS = 256;
+const CACHE_ENTRIES = 1 << 16;
+
+/** GPT-2's byte-to-character table: printable bytes map to themselves, the rest to U+0100 onwards. */
+function byteChars(): string[] {
+  const out: string[] = new Array<string>(256);
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+    out[b] = String.fromCharCode(printable ? b : 256 + extra++);
+  }
+  return out;
+}
+
+/** Thrown inside an encode when a split regex matches the empty string (the caller keeps the native result). */
+class NotExact extends Error {}
+
+/** ES2024 string methods Node 20 has and this project's TypeScript lib does not declare. */
+type WellFormed = string & { isWellFormed(): boolean; toWellFormed(): string };
+
+const escapeRegex = (s: string): string => s.replace(/[\\^$.*+?()[\]{}|/-]/g, '\\$&');
+
+/** A byte-level BPE encoder equal to the native tokenizer on the shapes it accepts. */
+export class ByteLevelBpe {
+  readonly #byteIds: Int32Array;
+  /** (left id, right id) → merge rank * K + merged id. */
+  readonly #merges: Map<number, number>;
+  /** Whole pieces (as text) that are one vocabulary token, for `ignore_merges`. */
+  readonly #whole: Map<string, number> | undefined;
+  readonly #shape: BpeShape;
+  readonly #added: RegExp | undefined;
+  readonly #addedIds = new Map<string, number>();
+  readonly #cache = new Map<string, number | number[]>();
+  #bytes = new Uint8Array(1024);
+  readonly #utf8 = new TextEncoder();
+
+  private constructor(shape: BpeShape, byteIds: Int32Array, merges: Map<number, number>) {
+    this.#shape = shape;
+    this.#byteIds = byteIds;
+    this.#merges = merges;
+    if (shape.ignoreMerges) this.#whole = wholeTokens(shape.vocab);
+    for (const a of shape.added) this.#addedIds.set(a.content, a.id);
+    const contents = [...this.#addedIds.keys()].sort((a, b) => b.length - a.length);
+    // Longest first: at the leftmost position where any token matches, the alternation takes the longest.
+    if (contents.length > 0) this.#added = new RegExp(contents.map(escapeRegex).join('|'), 'gu');
+  }
+
+  /** The encoder for a parsed `tokenizer.json`, or the reason its shape is not one this encoder reproduces. */
+  static fromJson(json: unknown): ByteLevelBpe | { refused: string } {
+    const shape = readBpeShape(json);
+    if ('refused' in shape) return shape;
+    const chars = byteChars();
+    const byteIds = new Int32Array(256);
+    for (let b = 0; b < 256; b++) {
+      const id = shape.vocab[chars[b]!];
+      if (id === undefined) return { refused: `byte ${b} has no token` };
+      byteIds[b] = id;
+    }
+    const merges = new Map<number, number>();
+    for (let i = 0; i < shape.merges.length; i++) {
+      const [l, r] = shape.merges[i]!;
+      const a = shape.vocab[l];
+      const b = shape.vocab[r];
+      const c = shape.vocab[l + r];
+      if (a === undefined || b === undefined || c === undefined)
+        return { refused: `merge ${i} names a token not in the vocabulary` };
+      if (a >= K || b >= K || c >= K || i >= K) return { refused: 'vocabulary or merge list too large' };
+      // A later duplicate of a pair overrides the earlier one, as in the native map.
+      merges.set(a * K + b, i * K + c);
+    }
+    return new ByteLevelBpe(shape, byteIds, merges);
+  }
+
+  /**
+   * The ids of `text`, with the post-processor's special tokens when `addSpecialTokens`; undefined in the one
+   * case this encoder does not decide (a split regex matching the empty string), where the native one must.
+   */
+  encode(text: string, addSpecialTokens: boolean): number[] | undefined {
+    // Node hands the native tokenizer lone surrogates as U+FFFD; do the same.
+    const t = text as WellFormed;
+    const s = t.isWellFormed() ? text : t.toWellFormed();
+    const out: number[] = addSpecialTokens ? [...this.#shape.prefix] : [];
+    try {
+      const re = this.#added;
+      let last = 0;
+      if (re !== undefined) {
+        re.lastIndex = 0;
+        for (let m = re.exec(s); m !== null; m = re.exec(s)) {
+          if (m.index > last) this.#segment(s.slice(last, m.index), out);
+          out.push(this.#addedIds.get(m[0])!);
+          last = m.index + m[0].length;
+        }
+      }
+      if (last < s.length) this.#segment(last === 0 ? s : s.slice(last), out);
+    } catch (err) {
+      if (err instanceof NotExact) return undefined;
+      throw err;
+    }
+    if (addSpecialTokens) for (const id of this.#shape.suffix) out.push(id);
+    return out;
+  }
+
+  #segment(text: string, out: number[]): void {
+    this.#split(0, this.#shape.nfc ? text.normalize('NFC') : text, out);
+  }
+
+  /** Applies split `level` (isolating: matches and the gaps between them are pieces) and the ones after it. */
+  #split(level: number, text: string, out: number[]): void {
+    const splits = this.#shape.splits;
+    if (level === splits.length) {
+      this.#piece(text, out);
+      return;
+    }
+    const re = splits[level]!;
+    re.lastIndex = 0;
+    let last = 0;
+    for (let m = re.exec(text); m !== null; m = re.exec(text)) {
+      const t = m[0];
+      if (t.length === 0) throw new NotExact();
+      if (m.index > last) this.#split(level + 1, text.slice(last, m.index), out);
+      this.#split(level + 1, t, out);
+      last = re.lastIndex;
+    }
+    if (last < text.length) this.#split(level + 1, last === 0 ? text : text.slice(last), out);
+  }
+
+  #piece(piece: string, out: number[]): void {
+    const hit = this.#cache.get(piece);
+    if (hit !== undefined) {
+      if (typeof hit === 'number') out.push(hit);
+      else for (const id of hit) out.push(id);
+      return;
+    }
+    const whole = this.#whole?.get(piece);
+    const ids = whole !== undefined ? [whole] : this.#merge(piece);
+    if (piece.length <= CACHE_PIECE_CHARS) {
+      // Bounded by clearing: the cache only saves time, it never changes a result.
+      if (this.#cache.size >= CACHE_ENTRIES) this.#cache.clear();
+      this.#cache.set(piece, ids.length === 1 ? ids[0]! : ids);
+    }
+    for (const id of ids) out.push(id);
+  }
+
+  /** The native `Word::merge_all`: repeatedly merge the pair of the lowest merge rank, leftmost first. */
+  #merge(piece: string): number[] {
+    if (this.#bytes.length < piece.length * 3) this.#bytes = new Uint8Array(piece.length * 3);
+    const n = this.#utf8.encodeInto(piece, this.#bytes).written;
+    const bytes = this.#bytes;
+    const id = new Int32Array(n);
+    const next = new Int32Array(n);
+    const prev = new Int32Array(n);
+    for (let i = 0; i < n; i++) {
+      id[i] = this.#byteIds[bytes[i]!]!;
+      prev[i] = i - 1;
+      next[i] = i + 1 < n ? i + 1 : -1;
+    }
+    const heap = new MinHeap();
+    for (let i = 0; i + 1 < n; i++) this.#offer(heap, id[i]!, id[i + 1]!, i);
+    while (heap.size > 0) {
+      const top = heap.pop();
+      const rank = Math.floor(top / P);
+      const pos = top - rank * P;
+      const nx = next[pos]!;
+      if (id[pos] === -1 || nx === -1) continue;
+      const m = this.#merges.get(id[pos]! * K + id[nx]!);
+      if (m === undefined || Math.floor(m / K) !== rank) continue;
+      id[pos] = m % K;
+      id[nx] = -1;
+      const after = next[nx]!;
+      next[pos] = after;
+      if (after !== -1) prev[after] = pos;
+      const before = prev[pos]!;
+      if (before !== -1) this.#offer(heap, id[before]!, id[pos]!, before);
+      if (after !== -1) this.#offer(heap, id[pos]!, id[after]!, pos);
+    }
+    const ids: number[] = [];
+    for (let i = 0; i !== -1; i = next[i]!) ids.push(id[i]!);
+    return ids;
+  }
+
+  #offer(heap: MinHeap, left: number, right: number, pos: number): void {
+    const m = this.#merges.get(left * K + right);
+    if (m !== undefined) heap.push(Math.floor(m / K) * P + pos);
+  }
+}
+
+/** Vocabulary tokens whose bytes are valid UTF-8, by their text (a regex piece is always valid text). */
+function wholeTokens(vocab: Readonly<Record<string, number>>): Map<string, number> {
+  const chars = byteChars();
+  const byteOf = new Map<string, number>(chars.map((c, b) => [c, b]));
+  // ignoreBOM: a token starting with U+FEFF's bytes keeps it (the default would drop it and alias another token).
+  const td = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+  const out = new Map<string, number>();
+  for (const [tok, id] of Object.entries(vocab)) {
+    const bytes = new Uint8Array(tok.length);
+    let ok = true;
+    for (let i = 0; i < tok.length && ok; i++) {
+      const b = byteOf.get(tok[i]!);
+      if (b === undefined) ok = false;
+      else bytes[i] = b;
+    }
+    if (!ok) continue;
+    try {
+      out.set(td.decode(bytes), id);
+    } catch {
+      // not valid UTF-8: no regex piece can equal it
+    }
+  }
+  return out;
+}
+
+/** A binary min-heap of non-negative integers below 2^53. */
+class MinHeap {
+  #a: number[] = [];
+  get size(): number {
+    return this.#a.length;
+  }
+  push(v: number): void {
+    const a = this.#a;
+    let i = a.length;
+    a.push(v);
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (a[p]! <= v) break;
+      a[i] = a[p]!;
+      i = p;
+    }
+    a[i] = v;
+  }
+  pop(): number {
+    const a = this.#a;
+    const top = a[0]!;
+    const last = a.pop()!;
+    const n = a.length;
+    if (n > 0) {
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        if (l >= n) break;
+        const c = l + 1 < n && a[l + 1]! < a[l]! ? l + 1 : l;
+        if (a[c]! >= last) break;
+        a[i] = a[c]!;
+        i = c;
+      }
+      a[i] = last;
+    }
+    return top;
+  }
+}

