@@ -9,8 +9,6 @@
  */
 import { readBpeShape, type BpeShape } from './bpe-shape.js';
 
-/** Pair keys and merge values pack two numbers below 2^21 (vocabularies and merge lists are far smaller). */
-const K = 2 ** 21;
 /** Heap entries pack a merge rank over a byte position below 2^32. */
 const P = 2 ** 32;
 /** Pieces up to this many characters are cached; longer ones are rare and would pin memory. */
@@ -39,21 +37,30 @@ const escapeRegex = (s: string): string => s.replace(/[\\^$.*+?()[\]{}|/-]/g, '\
 /** A byte-level BPE encoder equal to the native tokenizer on the shapes it accepts. */
 export class ByteLevelBpe {
   readonly #byteIds: Int32Array;
-  /** (left id, right id) → merge rank * K + merged id. */
-  readonly #merges: Map<number, number>;
+  /** (left id, right id) → merge rank and merged id. */
+  readonly #merges: PairTable;
   /** Whole pieces (as text) that are one vocabulary token, for `ignore_merges`. */
   readonly #whole: Map<string, number> | undefined;
   readonly #shape: BpeShape;
+  /** The split regexes, sticky. */
+  readonly #sticky: RegExp[];
   readonly #added: RegExp | undefined;
   readonly #addedIds = new Map<string, number>();
   readonly #cache = new Map<string, number | number[]>();
   #bytes = new Uint8Array(1024);
   readonly #utf8 = new TextEncoder();
 
-  private constructor(shape: BpeShape, byteIds: Int32Array, merges: Map<number, number>) {
+  // Scratch of #merge, grown as needed: the symbols of the piece being merged as a linked list.
+  #id = new Int32Array(64);
+  #next = new Int32Array(64);
+  #prev = new Int32Array(64);
+  readonly #heap = new MinHeap();
+
+  private constructor(shape: BpeShape, byteIds: Int32Array, merges: PairTable) {
     this.#shape = shape;
     this.#byteIds = byteIds;
     this.#merges = merges;
+    this.#sticky = shape.splits.map((re) => new RegExp(re.source, 'uy'));
     if (shape.ignoreMerges) this.#whole = wholeTokens(shape.vocab);
     for (const a of shape.added) this.#addedIds.set(a.content, a.id);
     const contents = [...this.#addedIds.keys()].sort((a, b) => b.length - a.length);
@@ -72,7 +79,7 @@ export class ByteLevelBpe {
       if (id === undefined) return { refused: `byte ${b} has no token` };
       byteIds[b] = id;
     }
-    const merges = new Map<number, number>();
+    const merges = new PairTable(shape.merges.length);
     for (let i = 0; i < shape.merges.length; i++) {
       const [l, r] = shape.merges[i]!;
       const a = shape.vocab[l];
@@ -80,9 +87,8 @@ export class ByteLevelBpe {
       const c = shape.vocab[l + r];
       if (a === undefined || b === undefined || c === undefined)
         return { refused: `merge ${i} names a token not in the vocabulary` };
-      if (a >= K || b >= K || c >= K || i >= K) return { refused: 'vocabulary or merge list too large' };
       // A later duplicate of a pair overrides the earlier one, as in the native map.
-      merges.set(a * K + b, i * K + c);
+      merges.set(a, b, i, c);
     }
     return new ByteLevelBpe(shape, byteIds, merges);
   }
@@ -120,24 +126,35 @@ export class ByteLevelBpe {
     this.#split(0, this.#shape.nfc ? text.normalize('NFC') : text, out);
   }
 
-  /** Applies split `level` (isolating: matches and the gaps between them are pieces) and the ones after it. */
+  /**
+   * Applies split `level` (isolating: matches and the gaps between them are pieces) and the ones after it.
+   * A sticky test at the current position finds the next match without building a match array; only after
+   * a gap does the global regex search for the next one.
+   */
   #split(level: number, text: string, out: number[]): void {
-    const splits = this.#shape.splits;
-    if (level === splits.length) {
+    if (level === this.#sticky.length) {
       this.#piece(text, out);
       return;
     }
-    const re = splits[level]!;
-    re.lastIndex = 0;
-    let last = 0;
-    for (let m = re.exec(text); m !== null; m = re.exec(text)) {
-      const t = m[0];
-      if (t.length === 0) throw new NotExact();
-      if (m.index > last) this.#split(level + 1, text.slice(last, m.index), out);
-      this.#split(level + 1, t, out);
-      last = re.lastIndex;
+    const sticky = this.#sticky[level]!;
+    const n = text.length;
+    let pos = 0;
+    while (pos < n) {
+      sticky.lastIndex = pos;
+      if (sticky.test(text)) {
+        const end = sticky.lastIndex;
+        if (end === pos) throw new NotExact();
+        this.#split(level + 1, pos === 0 && end === n ? text : text.slice(pos, end), out);
+        pos = end;
+        continue;
+      }
+      const re = this.#shape.splits[level]!;
+      re.lastIndex = pos;
+      const m = re.exec(text);
+      const gapEnd = m === null ? n : m.index;
+      this.#split(level + 1, text.slice(pos, gapEnd), out);
+      pos = gapEnd;
     }
-    if (last < text.length) this.#split(level + 1, last === 0 ? text : text.slice(last), out);
   }
 
   #piece(piece: string, out: number[]): void {
@@ -161,42 +178,91 @@ export class ByteLevelBpe {
   #merge(piece: string): number[] {
     if (this.#bytes.length < piece.length * 3) this.#bytes = new Uint8Array(piece.length * 3);
     const n = this.#utf8.encodeInto(piece, this.#bytes).written;
-    const bytes = this.#bytes;
-    const id = new Int32Array(n);
-    const next = new Int32Array(n);
-    const prev = new Int32Array(n);
+    if (this.#id.length < n) {
+      this.#id = new Int32Array(n * 2);
+      this.#next = new Int32Array(n * 2);
+      this.#prev = new Int32Array(n * 2);
+    }
+    const [bytes, id, next, prev, heap, merges] = [
+      this.#bytes,
+      this.#id,
+      this.#next,
+      this.#prev,
+      this.#heap,
+      this.#merges,
+    ];
     for (let i = 0; i < n; i++) {
       id[i] = this.#byteIds[bytes[i]!]!;
       prev[i] = i - 1;
       next[i] = i + 1 < n ? i + 1 : -1;
     }
-    const heap = new MinHeap();
-    for (let i = 0; i + 1 < n; i++) this.#offer(heap, id[i]!, id[i + 1]!, i);
+    heap.clear();
+    for (let i = 0; i + 1 < n; i++) offer(merges, heap, id[i]!, id[i + 1]!, i);
     while (heap.size > 0) {
       const top = heap.pop();
       const rank = Math.floor(top / P);
       const pos = top - rank * P;
       const nx = next[pos]!;
       if (id[pos] === -1 || nx === -1) continue;
-      const m = this.#merges.get(id[pos]! * K + id[nx]!);
-      if (m === undefined || Math.floor(m / K) !== rank) continue;
-      id[pos] = m % K;
+      const slot = merges.find(id[pos]!, id[nx]!);
+      if (slot < 0 || merges.rank[slot] !== rank) continue;
+      id[pos] = merges.result[slot]!;
       id[nx] = -1;
       const after = next[nx]!;
       next[pos] = after;
       if (after !== -1) prev[after] = pos;
       const before = prev[pos]!;
-      if (before !== -1) this.#offer(heap, id[before]!, id[pos]!, before);
-      if (after !== -1) this.#offer(heap, id[pos]!, id[after]!, pos);
+      if (before !== -1) offer(merges, heap, id[before]!, id[pos]!, before);
+      if (after !== -1) offer(merges, heap, id[pos]!, id[after]!, pos);
     }
     const ids: number[] = [];
     for (let i = 0; i !== -1; i = next[i]!) ids.push(id[i]!);
     return ids;
   }
+}
 
-  #offer(heap: MinHeap, left: number, right: number, pos: number): void {
-    const m = this.#merges.get(left * K + right);
-    if (m !== undefined) heap.push(Math.floor(m / K) * P + pos);
+/** Queues the merge of the pair at `pos`, if the pair has one. */
+function offer(merges: PairTable, heap: MinHeap, left: number, right: number, pos: number): void {
+  const slot = merges.find(left, right);
+  if (slot >= 0) heap.push(merges.rank[slot]! * P + pos);
+}
+
+/** An open-addressing hash table from a pair of token ids to its merge (rank, merged id). */
+class PairTable {
+  readonly left: Int32Array;
+  readonly right: Int32Array;
+  readonly rank: Int32Array;
+  readonly result: Int32Array;
+  readonly #mask: number;
+
+  constructor(count: number) {
+    let size = 1024;
+    while (size < count * 2) size *= 2;
+    this.#mask = size - 1;
+    this.left = new Int32Array(size).fill(-1);
+    this.right = new Int32Array(size);
+    this.rank = new Int32Array(size);
+    this.result = new Int32Array(size);
+  }
+
+  /** The slot of the pair, or -1. */
+  find(a: number, b: number): number {
+    let i = (Math.imul(a, 0x9e3779b1) ^ Math.imul(b, 0x85ebca6b)) & this.#mask;
+    for (;;) {
+      const l = this.left[i]!;
+      if (l === -1) return -1;
+      if (l === a && this.right[i] === b) return i;
+      i = (i + 1) & this.#mask;
+    }
+  }
+
+  set(a: number, b: number, rank: number, result: number): void {
+    let i = (Math.imul(a, 0x9e3779b1) ^ Math.imul(b, 0x85ebca6b)) & this.#mask;
+    while (this.left[i] !== -1 && !(this.left[i] === a && this.right[i] === b)) i = (i + 1) & this.#mask;
+    this.left[i] = a;
+    this.right[i] = b;
+    this.rank[i] = rank;
+    this.result[i] = result;
   }
 }
 
@@ -230,6 +296,9 @@ class MinHeap {
   #a: number[] = [];
   get size(): number {
     return this.#a.length;
+  }
+  clear(): void {
+    this.#a.length = 0;
   }
   push(v: number): void {
     const a = this.#a;
