@@ -17,6 +17,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),
   'frontend/preprocess': () => import('./frontend/preprocess.bench.js'),
   'frontend/agent-turn': () => import('./frontend/agent-turn.bench.js'),
+  'tokenizer/encode': () => import('./tokenizer/encode.bench.js'),
   'gateway/throughput': () => import('./gateway/throughput.bench.js'),
   'mocker/engine': () => import('./mocker/engine.bench.js'),
   'replay/offline': () => import('./replay/offline.bench.js'),
