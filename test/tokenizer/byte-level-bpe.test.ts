@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Tokenizer } from 'tokenizers';
 import { describe, expect, it } from 'vitest';
+import { translateSplitRegex } from '../../src/tokenizer/bpe-regex.js';
 import { ByteLevelBpe } from '../../src/tokenizer/byte-level-bpe.js';
 import { loadTokenizer, type ChatMessage } from '../../src/tokenizer/index.js';
 
@@ -183,4 +184,51 @@ describe('ByteLevelBpe against the native tokenizer', () => {
     expect(texts.some((t) => original.encode(t, false)!.join() !== built.encode(t, false)!.join())).toBe(true);
     expect(await diff(native, built, texts, false)).toEqual([]);
   }, 120_000);
+});
+
+describe('shapes the JavaScript encoder leaves to the native one', () => {
+  it('refuses regex constructs whose meaning differs between Oniguruma and JavaScript', () => {
+    for (const [src, why] of [
+      ['a.b', /differs/],
+      ['\\d+', /escape \\d/],
+      ['\\w+', /escape \\w/],
+      ['a++', /possessive/],
+      ['^a', /differs/],
+      ['[[a]b]', /nested/],
+      ['(?i:ss)', /multi-character fold ss/],
+      ['(?i:a1)', /more than letters/],
+      ['(?<n>a)', /group/],
+    ] as const) {
+      expect(translateSplitRegex(src)).toEqual({ refused: expect.stringMatching(why) });
+    }
+  });
+
+  it("translates \\s to Oniguruma's white space and (?i:...) with the long s and Kelvin folds", () => {
+    const t = translateSplitRegex("(?i:'s|'k)|\\s+");
+    if (!('regex' in t)) throw new Error(t.refused);
+    const matches = (s: string): string[] => [...s.matchAll(t.regex)].map((m) => m[0]);
+    expect(matches("'S'\u017F'\u212A")).toEqual(["'S", "'\u017F", "'\u212A"]);
+    expect(matches('\u0085\uFEFF ')).toEqual(['\u0085', ' ']);
+  });
+
+  it('names why a tokenizer.json is refused, and leaves an empty-matching split to the native encoder', () => {
+    const base = JSON.parse(readFileSync(files('qwen3').tokenizerJson, 'utf8')) as Record<string, any>;
+    const refused = (patch: (j: Record<string, any>) => void): unknown => {
+      const j = structuredClone({ ...base, model: { ...base.model, vocab: {}, merges: [] } });
+      j.model.vocab = base.model.vocab;
+      j.model.merges = base.model.merges;
+      patch(j);
+      const b = ByteLevelBpe.fromJson(j);
+      return b instanceof ByteLevelBpe ? b : b.refused;
+    };
+    expect(refused((j) => (j.normalizer = { type: 'NFKC' }))).toMatch(/normalizer/);
+    expect(refused((j) => (j.model.byte_fallback = true))).toMatch(/byte_fallback/);
+    expect(refused((j) => (j.added_tokens[0].lstrip = true))).toMatch(/lstrip/);
+    expect(refused((j) => (j.post_processor = { type: 'BertProcessing' }))).toMatch(/BertProcessing/);
+    expect(refused((j) => (j.pre_tokenizer.pretokenizers[0].behavior = 'Removed'))).toMatch(/isolating Split/);
+    expect(refused((j) => (j.model.merges = [['\u0120', 'notatoken']]))).toMatch(/merge 0/);
+    const empty = refused((j) => (j.pre_tokenizer.pretokenizers[0].pattern.Regex = '\\p{N}*'));
+    expect(empty).toBeInstanceOf(ByteLevelBpe);
+    expect((empty as ByteLevelBpe).encode('abc', false)).toBeUndefined();
+  });
 });
