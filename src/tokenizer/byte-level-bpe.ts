@@ -14,6 +14,9 @@ const P = 2 ** 32;
 /** Pieces up to this many characters are cached; longer ones are rare and would pin memory. */
 const CACHE_PIECE_CHARS = 256;
 const CACHE_ENTRIES = 1 << 16;
+/** Pieces up to this many bytes merge by a scan (`#mergeSmall`), longer ones through a heap. */
+const SMALL_PIECE = 48;
+const NO_MERGE = 0x7fffffff;
 
 /** GPT-2's byte-to-character table: printable bytes map to themselves, the rest to U+0100 onwards. */
 function byteChars(): string[] {
@@ -183,14 +186,16 @@ export class ByteLevelBpe {
       this.#next = new Int32Array(n * 2);
       this.#prev = new Int32Array(n * 2);
     }
-    const [bytes, id, next, prev, heap, merges] = [
-      this.#bytes,
-      this.#id,
-      this.#next,
-      this.#prev,
-      this.#heap,
-      this.#merges,
-    ];
+    const bytes = this.#bytes;
+    const id = this.#id;
+    const next = this.#next;
+    const prev = this.#prev;
+    const heap = this.#heap;
+    const merges = this.#merges;
+    if (n <= SMALL_PIECE) {
+      for (let i = 0; i < n; i++) id[i] = this.#byteIds[bytes[i]!]!;
+      return this.#mergeSmall(n);
+    }
     for (let i = 0; i < n; i++) {
       id[i] = this.#byteIds[bytes[i]!]!;
       prev[i] = i - 1;
@@ -218,6 +223,45 @@ export class ByteLevelBpe {
     const ids: number[] = [];
     for (let i = 0; i !== -1; i = next[i]!) ids.push(id[i]!);
     return ids;
+  }
+  /**
+   * `#merge` for a short piece (ids already in `#id`): the same choice, the pair of the lowest rank and the
+   * leftmost of equals, found by a scan of the pairs' ranks kept in an array, which beats a heap at this size.
+   */
+  #mergeSmall(n: number): number[] {
+    const id = this.#id;
+    const slots = this.#next;
+    const ranks = this.#prev;
+    const merges = this.#merges;
+    const pair = (i: number): void => {
+      const slot = merges.find(id[i]!, id[i + 1]!);
+      slots[i] = slot;
+      ranks[i] = slot < 0 ? NO_MERGE : merges.rank[slot]!;
+    };
+    for (let i = 0; i + 1 < n; i++) pair(i);
+    let m = n;
+    for (;;) {
+      let best = -1;
+      let bestRank = NO_MERGE;
+      for (let i = 0; i + 1 < m; i++) {
+        if (ranks[i]! < bestRank) {
+          bestRank = ranks[i]!;
+          best = i;
+        }
+      }
+      if (best < 0) break;
+      id[best] = merges.result[slots[best]!]!;
+      // Drop symbol best + 1 and the pair that started at it.
+      for (let j = best + 1; j + 1 < m; j++) id[j] = id[j + 1]!;
+      for (let j = best + 1; j + 2 < m; j++) {
+        slots[j] = slots[j + 1]!;
+        ranks[j] = ranks[j + 1]!;
+      }
+      m--;
+      if (best + 1 < m) pair(best);
+      if (best > 0) pair(best - 1);
+    }
+    return Array.from(id.subarray(0, m));
   }
 }
 

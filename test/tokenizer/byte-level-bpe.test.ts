@@ -54,6 +54,9 @@ function corpus(): string[] {
     '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nhello<|im_end|>',
     '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|im_end|x <|im_end',
     '<|start|>user<|message|>hi<|end|><｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜>',
+    // Long pieces (merged through the heap rather than the short-piece scan).
+    `${'a'.repeat(300)} ${'=-'.repeat(200)} ${'🙂'.repeat(60)} ${'漢字'.repeat(80)} ${' '.repeat(500)}x`,
+    `${'Supercalifragilisticexpialidocious'.repeat(12)} ${'aGVsbG8gd29ybGQ'.repeat(30)} ${'\n'.repeat(90)}`,
   ];
 }
 
@@ -112,6 +115,9 @@ const ALPHABET = [
   '▁',
 ];
 
+const LETTERS = [...'aeiouAEIOUstrlnkKſßéüåøłñç漢字日本語カタ', 'e\u0301', '\u0308'];
+const SYMBOLS = [...'.,;:!?-_=+*/\\|#@$%^&~<>()[]{}½²', '🙂', '👍🏽', '\u20DD', '\uFFFD', '\uD800'];
+
 function randomStrings(count: number, seed: number): string[] {
   let s = seed >>> 0;
   const rnd = (): number => {
@@ -122,7 +128,9 @@ function randomStrings(count: number, seed: number): string[] {
   for (let k = 0; k < count; k++) {
     let t = '';
     const len = Math.floor(rnd() * (k % 10 === 0 ? 600 : 60));
-    for (let i = 0; i < len; i++) t += ALPHABET[Math.floor(rnd() * ALPHABET.length)]!;
+    // Every fifth string draws from letters only or symbols only: long pieces, over the short-piece scan.
+    const from = k % 5 === 1 ? LETTERS : k % 5 === 3 ? SYMBOLS : ALPHABET;
+    for (let i = 0; i < len; i++) t += from[Math.floor(rnd() * from.length)]!;
     out.push(t);
   }
   return out;
