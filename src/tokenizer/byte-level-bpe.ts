@@ -44,7 +44,8 @@ export class ByteLevelBpe {
   readonly #merges: PairTable;
   /** Whole pieces (as text) that are one vocabulary token, for `ignore_merges`. */
   readonly #whole: Map<string, number> | undefined;
-  readonly #shape: BpeShape;
+  /** What encoding needs of the shape; the vocabulary and merge list themselves are not kept. */
+  readonly #shape: Pick<BpeShape, 'nfc' | 'splits' | 'prefix' | 'suffix'>;
   /** The split regexes, sticky. */
   readonly #sticky: RegExp[];
   readonly #added: RegExp | undefined;
@@ -60,7 +61,7 @@ export class ByteLevelBpe {
   readonly #heap = new MinHeap();
 
   private constructor(shape: BpeShape, byteIds: Int32Array, merges: PairTable) {
-    this.#shape = shape;
+    this.#shape = { nfc: shape.nfc, splits: shape.splits, prefix: shape.prefix, suffix: shape.suffix };
     this.#byteIds = byteIds;
     this.#merges = merges;
     this.#sticky = shape.splits.map((re) => new RegExp(re.source, 'uy'));
