@@ -16,8 +16,8 @@ export interface BpeShape {
   readonly nfc: boolean;
   /** Applied in order, each to the pieces of the one before (`Split` with behaviour `Isolated`). */
   readonly splits: readonly RegExp[];
-  /** Added tokens, matched in the raw text before normalization. */
-  readonly added: readonly { readonly content: string; readonly id: number }[];
+  /** Added tokens: matched in the raw text, or (`normalized`) in the normalized text between those. */
+  readonly added: readonly { readonly content: string; readonly id: number; readonly normalized: boolean }[];
   /** Ids the post-processor puts around a single sequence when special tokens are added. */
   readonly prefix: readonly number[];
   readonly suffix: readonly number[];
@@ -123,18 +123,18 @@ function readPostProcessor(p: unknown): Read<{ prefix: number[]; suffix: number[
   return out;
 }
 
-function readAdded(list: unknown, normalizes: boolean): Read<{ content: string; id: number }[]> {
-  const out: { content: string; id: number }[] = [];
+function readAdded(list: unknown, normalizes: boolean): Read<BpeShape['added'][number][]> {
+  const out: BpeShape['added'][number][] = [];
   for (const a of Array.isArray(list) ? (list as unknown[]) : []) {
     if (!isObj(a) || typeof a.content !== 'string' || typeof a.id !== 'number')
       return { refused: 'malformed added token' };
     if (a.lstrip === true || a.rstrip === true || a.single_word === true) {
       return { refused: `added token ${a.content} uses lstrip, rstrip or single_word` };
     }
-    // A normalized added token is matched in the normalized text; with no normalizer that is the raw text.
+    // Matched in the normalized text, after the raw-matched ones: supported where normalizing is the identity.
     if (a.normalized === true && normalizes)
       return { refused: `added token ${a.content} is matched after normalization` };
-    if (a.content.length > 0) out.push({ content: a.content, id: a.id });
+    if (a.content.length > 0) out.push({ content: a.content, id: a.id, normalized: a.normalized === true });
   }
   return out;
 }
@@ -153,5 +153,8 @@ export function readBpeShape(json: unknown): BpeShape | { refused: string } {
   if ('refused' in post) return post;
   const added = readAdded(json.added_tokens, nfc);
   if ('refused' in added) return added;
+  // The native tokenizer gives an added token that is also a vocabulary token the vocabulary's id.
+  const clash = added.find((a) => model.vocab[a.content] !== undefined && model.vocab[a.content] !== a.id);
+  if (clash !== undefined) return { refused: `added token ${clash.content} has another id in the vocabulary` };
   return { ...model, nfc, splits, added, ...post };
 }

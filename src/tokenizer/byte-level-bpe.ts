@@ -37,6 +37,13 @@ type WellFormed = string & { isWellFormed(): boolean; toWellFormed(): string };
 
 const escapeRegex = (s: string): string => s.replace(/[\\^$.*+?()[\]{}|/-]/g, '\\$&');
 
+/** A regex matching any of `contents`, longest first: at the leftmost position that matches, the longest wins. */
+function alternation(contents: string[]): RegExp | undefined {
+  if (contents.length === 0) return undefined;
+  const sorted = [...contents].sort((a, b) => b.length - a.length);
+  return new RegExp(sorted.map(escapeRegex).join('|'), 'gu');
+}
+
 /** A byte-level BPE encoder equal to the native tokenizer on the shapes it accepts. */
 export class ByteLevelBpe {
   readonly #byteIds: Int32Array;
@@ -49,6 +56,7 @@ export class ByteLevelBpe {
   /** The split regexes, sticky. */
   readonly #sticky: RegExp[];
   readonly #added: RegExp | undefined;
+  readonly #addedNormalized: RegExp | undefined;
   readonly #addedIds = new Map<string, number>();
   readonly #cache = new Map<string, number | number[]>();
   #bytes = new Uint8Array(1024);
@@ -67,9 +75,10 @@ export class ByteLevelBpe {
     this.#sticky = shape.splits.map((re) => new RegExp(re.source, 'uy'));
     if (shape.ignoreMerges) this.#whole = wholeTokens(shape.vocab);
     for (const a of shape.added) this.#addedIds.set(a.content, a.id);
-    const contents = [...this.#addedIds.keys()].sort((a, b) => b.length - a.length);
-    // Longest first: at the leftmost position where any token matches, the alternation takes the longest.
-    if (contents.length > 0) this.#added = new RegExp(contents.map(escapeRegex).join('|'), 'gu');
+    // As the native tokenizer: tokens matched in the raw text first, then, in the normalized text between
+    // them, those marked `normalized`.
+    this.#added = alternation(shape.added.filter((a) => !a.normalized).map((a) => a.content));
+    this.#addedNormalized = alternation(shape.added.filter((a) => a.normalized).map((a) => a.content));
   }
 
   /** The encoder for a parsed `tokenizer.json`, or the reason its shape is not one this encoder reproduces. */
@@ -107,17 +116,7 @@ export class ByteLevelBpe {
     const s = t.isWellFormed() ? text : t.toWellFormed();
     const out: number[] = addSpecialTokens ? [...this.#shape.prefix] : [];
     try {
-      const re = this.#added;
-      let last = 0;
-      if (re !== undefined) {
-        re.lastIndex = 0;
-        for (let m = re.exec(s); m !== null; m = re.exec(s)) {
-          if (m.index > last) this.#segment(s.slice(last, m.index), out);
-          out.push(this.#addedIds.get(m[0])!);
-          last = m.index + m[0].length;
-        }
-      }
-      if (last < s.length) this.#segment(last === 0 ? s : s.slice(last), out);
+      this.#addedSplit(this.#added, s, out, (gap) => this.#segment(gap, out));
     } catch (err) {
       if (err instanceof NotExact) return undefined;
       throw err;
@@ -126,8 +125,24 @@ export class ByteLevelBpe {
     return out;
   }
 
+  /** A text between raw-matched added tokens: normalized, then split by the added tokens matched normalized. */
   #segment(text: string, out: number[]): void {
-    this.#split(0, this.#shape.nfc ? text.normalize('NFC') : text, out);
+    const norm = this.#shape.nfc ? text.normalize('NFC') : text;
+    this.#addedSplit(this.#addedNormalized, norm, out, (gap) => this.#split(0, gap, out));
+  }
+
+  /** The ids of the added tokens `re` finds in `text` (leftmost, longest), and `gap` for each text between them. */
+  #addedSplit(re: RegExp | undefined, text: string, out: number[], gap: (text: string) => void): void {
+    let last = 0;
+    if (re !== undefined) {
+      re.lastIndex = 0;
+      for (let m = re.exec(text); m !== null; m = re.exec(text)) {
+        if (m.index > last) gap(text.slice(last, m.index));
+        out.push(this.#addedIds.get(m[0])!);
+        last = m.index + m[0].length;
+      }
+    }
+    if (last < text.length) gap(last === 0 ? text : text.slice(last));
   }
 
   /**

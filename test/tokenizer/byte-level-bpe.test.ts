@@ -176,6 +176,24 @@ describe('ByteLevelBpe against the native tokenizer', () => {
     }, 120_000);
   }
 
+  it('matches added tokens in the raw text first, then the normalized ones between them, as the native one', async () => {
+    type Added = { id: number; content: string; normalized: boolean };
+    const json = JSON.parse(readFileSync(files('deepseek_v3').tokenizerJson, 'utf8')) as { added_tokens: Added[] };
+    const next = Math.max(...json.added_tokens.map((a) => a.id)) + 1;
+    const flags = { single_word: false, lstrip: false, rstrip: false, special: false };
+    // Overlapping: in "xXq@Zw!y", the raw-matched "@Zw!" wins over the leftmost "Xq@Z", which is matched later.
+    json.added_tokens.push({ id: next, content: 'Xq@Z', normalized: true, ...flags });
+    json.added_tokens.push({ id: next + 1, content: '@Zw!', normalized: false, ...flags });
+    const path = join(mkdtempSync(join(tmpdir(), 'kvg-bpe-')), 'tokenizer.json');
+    writeFileSync(path, JSON.stringify(json));
+    const built = ByteLevelBpe.fromJson(json);
+    if (!(built instanceof ByteLevelBpe)) throw new Error(`refused: ${built.refused}`);
+    const native = Tokenizer.fromFile(path);
+    const texts = ['xXq@Zw!y', 'Xq@Z Xq@Zw! @Zw! Xq@ZXq@Zw!', 'Xq@Z<｜User｜>@Zw!<｜Assistant｜>Xq@Zw!'];
+    expect(built.encode('xXq@Zw!y', false)).toContain(next + 1);
+    expect(await diff(native, built, texts, false)).toEqual([]);
+  }, 120_000);
+
   it('follows the merge list, not the vocabulary ids: merges out of rank order still give the native ids', async () => {
     const json = JSON.parse(readFileSync(files('qwen3').tokenizerJson, 'utf8')) as { model: { merges: unknown[] } };
     // Reversed: every merge's result now outranks the tokens it is built from, the opposite of tiktoken's order.
@@ -232,6 +250,9 @@ describe('shapes the JavaScript encoder leaves to the native one', () => {
     expect(refused((j) => (j.normalizer = { type: 'NFKC' }))).toMatch(/normalizer/);
     expect(refused((j) => (j.model.byte_fallback = true))).toMatch(/byte_fallback/);
     expect(refused((j) => (j.added_tokens[0].lstrip = true))).toMatch(/lstrip/);
+    expect(refused((j) => j.added_tokens.push({ ...j.added_tokens[0], content: 'hello', id: 7 }))).toMatch(
+      /another id/,
+    );
     expect(refused((j) => (j.post_processor = { type: 'BertProcessing' }))).toMatch(/BertProcessing/);
     expect(refused((j) => (j.pre_tokenizer.pretokenizers[0].behavior = 'Removed'))).toMatch(/isolating Split/);
     expect(refused((j) => (j.model.merges = [['\u0120', 'notatoken']]))).toMatch(/merge 0/);
