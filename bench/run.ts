@@ -20,6 +20,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'frontend/agent-turn': () => import('./frontend/agent-turn.bench.js'),
   'frontend/forward-body': () => import('./frontend/forward-body.bench.js'),
   'tokenizer/render': () => import('./tokenizer/render.bench.js'),
+  'tokenizer/encode': () => import('./tokenizer/encode.bench.js'),
   'gateway/throughput': () => import('./gateway/throughput.bench.js'),
   'mocker/engine': () => import('./mocker/engine.bench.js'),
   'replay/offline': () => import('./replay/offline.bench.js'),

@@ -1,7 +1,9 @@
 /**
  * A Hugging Face tokenizer: `tokenizer.json` through the native `tokenizers`
  * package (the same Rust code transformers and vLLM use), and the chat template
- * plus BOS/EOS strings from `tokenizer_config.json`.
+ * plus BOS/EOS strings from `tokenizer_config.json`. Encoding goes through
+ * `ByteLevelBpe` (the same ids, computed in JavaScript, about 5x faster) when the
+ * `tokenizer.json` has a shape it reproduces exactly; decoding is always native.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -9,6 +11,7 @@ import { existsSync } from 'node:fs';
 import { Tokenizer } from 'tokenizers';
 import { KvgateError } from '../errors/index.js';
 import type { Logger } from '../common/index.js';
+import { ByteLevelBpe } from './byte-level-bpe.js';
 import { ChatTemplate, CHATML_TEMPLATE } from './chat-template.js';
 import type {
   ChatMessage,
@@ -63,17 +66,23 @@ class HfTextTokenizer implements TextTokenizer {
   readonly vocabSize: number;
   readonly #tok: Tokenizer;
   readonly #template: ChatTemplate;
+  /** The JavaScript encoder, or undefined where the tokenizer's shape is not one it reproduces. */
+  readonly #bpe: ByteLevelBpe | undefined;
   #sample: SampleVocabulary | undefined;
 
-  constructor(source: string, tok: Tokenizer, template: ChatTemplate) {
+  constructor(source: string, tok: Tokenizer, template: ChatTemplate, bpe: ByteLevelBpe | undefined) {
     this.source = source;
     this.#tok = tok;
     this.#template = template;
+    this.#bpe = bpe;
     this.vocabSize = tok.getVocabSize(true);
   }
 
   async encode(text: string, opts: EncodeOptions = {}): Promise<number[]> {
-    const enc = await this.#tok.encode(text, null, { addSpecialTokens: opts.addSpecialTokens ?? true });
+    const addSpecialTokens = opts.addSpecialTokens ?? true;
+    const ids = this.#bpe?.encode(text, addSpecialTokens);
+    if (ids !== undefined) return ids;
+    const enc = await this.#tok.encode(text, null, { addSpecialTokens });
     return enc.getIds();
   }
 
@@ -151,5 +160,21 @@ export function loadHfTokenizer(files: TokenizerFiles, logger?: Logger): TextTok
       logger,
     },
   );
-  return new HfTextTokenizer(files.tokenizerJson, tok, template);
+  return new HfTextTokenizer(files.tokenizerJson, tok, template, jsEncoder(files.tokenizerJson));
+}
+
+/**
+ * The JavaScript encoder of a `tokenizer.json` the native tokenizer has already loaded, or undefined where
+ * its shape is one the encoder does not reproduce exactly (`ByteLevelBpe.fromJson` names why; the native
+ * encoder then serves, with the same ids, only slower).
+ */
+function jsEncoder(path: string): ByteLevelBpe | undefined {
+  let json: unknown;
+  try {
+    json = JSON.parse(readFileSync(path, 'utf8'));
+  } catch {
+    return undefined;
+  }
+  const bpe = ByteLevelBpe.fromJson(json);
+  return bpe instanceof ByteLevelBpe ? bpe : undefined;
 }

@@ -297,7 +297,7 @@ export class ModelPreprocessor {
    */
   #refuseCertainlyTooLong(text: string, before: number, maxPromptTokens: number): void {
     if (this.#floor === undefined || before + text.length <= maxPromptTokens) return;
-    const floor = before + this.#floor(text);
+    const floor = before + this.#floor(text, maxPromptTokens - before);
     if (floor > maxPromptTokens) throw this.#tooLong(`at least ${floor}`, floor, maxPromptTokens);
   }
 

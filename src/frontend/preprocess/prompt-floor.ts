@@ -29,8 +29,12 @@ interface TokenizerJson {
   added_tokens?: { content: string }[];
 }
 
-/** A lower bound on the token count of a text. */
-export type TokenFloor = (text: string) => number;
+/**
+ * A lower bound on the token count of a text. With `stopAbove`, the pass may stop as soon as the bound
+ * exceeds it (the bound so far, over a prefix, is still a bound for the whole): a prompt far over the limit
+ * is then refused after reading about as much of it as the limit allows, not all of it.
+ */
+export type TokenFloor = (text: string, stopAbove?: number) => number;
 
 const UNICODE_NORMAL_FORMS = new Set(['NFC', 'NFD', 'NFKC', 'NFKD']);
 
@@ -91,12 +95,18 @@ function asciiWeights(json: TokenizerJson): Float64Array | undefined {
 export function tokenFloorOf(tokenizerJsonPath: string): TokenFloor | undefined {
   const weights = asciiWeights(JSON.parse(readFileSync(tokenizerJsonPath, 'utf8')) as TokenizerJson);
   if (weights === undefined) return undefined;
-  return (text) => {
+  return (text, stopAbove = Infinity) => {
     let sum = 0;
     const n = text.length;
-    for (let i = 0; i < n; i++) {
-      const c = text.charCodeAt(i);
-      if (c < 128 && (i + 1 === n || text.charCodeAt(i + 1) < 128)) sum += weights[c]!;
+    // The stop is checked every 4,096 characters, rounded to keep the loop tight; the margin of 1 keeps the
+    // rounded-down result above `stopAbove` when the pass stops.
+    const stop = stopAbove + 1;
+    for (let from = 0; from < n && sum <= stop; from += 4096) {
+      const to = Math.min(n, from + 4096);
+      for (let i = from; i < to; i++) {
+        const c = text.charCodeAt(i);
+        if (c < 128 && (i + 1 === n || text.charCodeAt(i + 1) < 128)) sum += weights[c]!;
+      }
     }
     // Floating-point sums of many small weights drift; stay below the exact value.
     return Math.floor(sum * (1 - 1e-9));
