@@ -5,9 +5,8 @@
  * `ByteLevelBpe` (the same ids, computed in JavaScript, about 5x faster) when the
  * `tokenizer.json` has a shape it reproduces exactly; decoding is always native.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { existsSync } from 'node:fs';
 import { Tokenizer } from 'tokenizers';
 import { KvgateError } from '../errors/index.js';
 import type { Logger } from '../common/index.js';
