@@ -11,8 +11,8 @@ import { CHATML_TEMPLATE, demoTokenizerFiles } from '../../src/tokenizer/index.j
 
 const require = createRequire(import.meta.url);
 
-/** The harmony-format template of `test/frontend/conversation-cache.test.ts` (gpt-oss). */
-const HARMONY_TEMPLATE = [
+/** A harmony-format template standing for gpt-oss's (its package ships none); the conversation-cache test uses it too. */
+export const HARMONY_TEMPLATE = [
   "{{- '<|start|>system<|message|>You are a helpful assistant.<|end|>' -}}",
   '{%- if tools is defined and tools %}',
   "{{- '<|start|>developer<|message|># Tools\\n' + (tools | tojson) + '<|end|>' -}}",

@@ -23,32 +23,11 @@ import { ModelPreprocessor } from '../../src/frontend/preprocess/model-preproces
 import type { ChatTask, PreprocessModelSpec, TextTask } from '../../src/frontend/preprocess/protocol.js';
 import { isKvgateError } from '../../src/errors/index.js';
 import type { TokenizerSource } from '../../src/config/index.js';
+import { HARMONY_TEMPLATE } from '../../bench/tokenizer/templates.js';
 
 const require = createRequire(import.meta.url);
 const dir = mkdtempSync(join(tmpdir(), 'kvgate-conv-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-const HARMONY_TEMPLATE = [
-  "{{- '<|start|>system<|message|>You are a helpful assistant.<|end|>' -}}",
-  '{%- if tools is defined and tools %}',
-  "{{- '<|start|>developer<|message|># Tools\\n' + (tools | tojson) + '<|end|>' -}}",
-  '{%- endif %}',
-  '{%- set ns = namespace(last_user=-1) %}',
-  "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}",
-  '{%- for m in messages %}',
-  "{%- if m.role == 'system' %}{{- '<|start|>developer<|message|># Instructions\\n\\n' + m.content + '<|end|>' -}}",
-  "{%- elif m.role == 'user' %}{{- '<|start|>user<|message|>' + m.content + '<|end|>' -}}",
-  "{%- elif m.role == 'tool' %}{{- '<|start|>functions.' + (m.name or 'tool') + ' to=assistant<|channel|>commentary<|message|>' + m.content + '<|end|>' -}}",
-  "{%- elif m.role == 'assistant' %}",
-  "{%- if m.reasoning_content and loop.index0 > ns.last_user %}{{- '<|start|>assistant<|channel|>analysis<|message|>' + m.reasoning_content + '<|end|>' -}}{%- endif %}",
-  '{%- if m.tool_calls %}{%- for tc in m.tool_calls %}',
-  "{{- '<|start|>assistant to=functions.' + tc.function.name + '<|channel|>commentary json<|message|>' + tc.function.arguments + '<|call|>' -}}",
-  '{%- endfor %}{%- endif %}',
-  "{%- if m.content %}{{- '<|start|>assistant<|channel|>final<|message|>' + m.content + '<|end|>' -}}{%- endif %}",
-  '{%- endif %}',
-  '{%- endfor %}',
-  "{%- if add_generation_prompt %}{{- '<|start|>assistant' -}}{%- endif %}",
-].join('');
 
 /** A package's tokenizer files, given as the path of its tokenizer.json (the config is beside it). */
 function lenmlFiles(tokenizerJson: string, pkg: string, template?: string): TokenizerSource {
