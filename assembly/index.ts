@@ -6,12 +6,12 @@ import { hashBlocks, chainHashes } from './hashing';
 import { hashPromptSimd } from './hash_simd';
 import {
   Index, indexNew, indexFree, ensureSlot, applyStored, applyRemoved, clearSlot,
-  findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo,
+  findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo, STORE_OK,
 } from './prefix_index';
 import { failAllocation } from './block_records';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
-export const ABI_VERSION: u32 = 5;
+export const ABI_VERSION: u32 = 6;
 
 // One growable I/O region the host lays its per-call inputs and outputs into.
 let io: usize = 0;
@@ -99,6 +99,87 @@ export function idxSlotBlocks(ix: usize, slot: u32): u32 { return slotBlocks(cha
 
 /** Evicts the least recently matched blocks until the index holds at most `target` bytes; returns the entries evicted. */
 export function idxEvict(ix: usize, target: usize): u32 { return evictTo(changetype<Index>(ix), target); }
+
+// Outcome codes of idxApplyPacked, one byte per event (src/wasm/prefix-index.ts maps them to statuses).
+const PACKED_STORED: u8 = 0; // + the STORE_* status (0 ok, 1 parent not found, 2 invalid sequence)
+const PACKED_TRUNCATED: u8 = 3;
+const PACKED_BLOCK_SIZE_MISMATCH: u8 = 4;
+const PACKED_REMOVED: u8 = 8;
+const PACKED_NOT_FOUND: u8 = 9;
+// Why idxApplyPacked stopped (written to `state`, u32, with the byte offset of the next event at `state + 4`).
+const STOP_DONE: u32 = 0;
+const STOP_HOST: u32 = 1;
+const STOP_RANGE: u32 = 2;
+const STOP_BUDGET: u32 = 3;
+const NO_LOCALS: u32 = 0xffffffff;
+
+/**
+ * Applies up to `maxEvents` events of one slot, read in place from a batch an ingestion thread packed
+ * (src/events/batch-codec.ts's layout, copied into [words, wordsEnd)), one outcome byte per event to
+ * `outcomes`. The events it takes are the common ones: a device-tier `removed` of `group`, and a device-tier
+ * `stored` of `group` with no rare field and its tokens hashes packed (a block size other than
+ * `blockSize` is refused, as one event at a time). It stops before any other event (STOP_HOST: the host
+ * applies that one), before an event that does not end inside the range (STOP_RANGE), and after a stored
+ * event that leaves the index over `budget` bytes (0: none) or under `low` (STOP_BUDGET: the host evicts,
+ * or ends its eviction episode, as after each stored event applied alone). Returns the events applied;
+ * why it stopped goes to `state` and the byte offset of the next event from `words` to `state + 4`.
+ */
+export function idxApplyPacked(
+  ix: usize, slot: u32, words: usize, wordsEnd: usize, maxEvents: u32, group: f64, blockSize: u32,
+  budget: usize, low: usize, outcomes: usize, state: usize,
+): u32 {
+  const index = changetype<Index>(ix);
+  let at = words;
+  let stop = STOP_DONE;
+  let i: u32 = 0;
+  for (; i < maxEvents; i++) {
+    if (at + 8 > wordsEnd) { stop = STOP_RANGE; break; }
+    const head = load<u32>(at);
+    const kind = head & 0xff;
+    if (kind == 2) { stop = STOP_HOST; break; }
+    if (at + 24 > wordsEnd) { stop = STOP_RANGE; break; }
+    if (((head >> 8) & 0xff) != 0 || load<f64>(at, 8) != group) { stop = STOP_HOST; break; }
+    const n = load<u32>(at, 16);
+    if (kind == 1) {
+      const end = at + 24 + (<usize>n << 3);
+      if (end > wordsEnd) { stop = STOP_RANGE; break; }
+      const missing = applyRemoved(index, slot, n, at + 24);
+      store<u8>(outcomes + i, missing == 0 ? PACKED_REMOVED : PACKED_NOT_FOUND);
+      at = end;
+      continue;
+    }
+    if (at + 48 > wordsEnd) { stop = STOP_RANGE; break; }
+    const locals = load<u32>(at, 20);
+    if (load<u32>(at, 36) != 0 || (n != 0 && locals != n)) { stop = STOP_HOST; break; }
+    const tokens = load<u32>(at, 24);
+    const end = at + 48 + (<usize>(n + (locals == NO_LOCALS ? 0 : locals)) << 3) + (<usize>((tokens + 1) >> 1) << 3);
+    if (end > wordsEnd) { stop = STOP_RANGE; break; }
+    const truncated = load<u32>(at, 32) != 0;
+    let outcome: u8;
+    if (load<u32>(at, 28) != blockSize) outcome = PACKED_BLOCK_SIZE_MISMATCH;
+    else if (n == 0) outcome = truncated ? PACKED_TRUNCATED : PACKED_STORED;
+    else {
+      const eng = at + 48;
+      const status = applyStored(index, slot, ((head >> 16) & 1) != 0, load<u64>(at, 40), n, eng, eng + (<usize>n << 3));
+      outcome = status == STORE_OK && truncated ? PACKED_TRUNCATED : PACKED_STORED + <u8>status;
+      if (status == STORE_OK && budget != 0) {
+        const bytes = indexBytes(index);
+        if (bytes > budget || bytes < low) {
+          store<u8>(outcomes + i, outcome);
+          at = end;
+          i++;
+          stop = STOP_BUDGET;
+          break;
+        }
+      }
+    }
+    store<u8>(outcomes + i, outcome);
+    at = end;
+  }
+  store<u32>(state, stop);
+  store<u32>(state, <u32>(at - words), 4);
+  return i;
+}
 
 /** Test hook: the prefix index's `after`-th allocation from now fails as an exhausted memory does; 0 disarms. */
 export function testFailAllocation(after: u32): void { failAllocation(after); }

@@ -29,7 +29,14 @@
  * A group's blocks in a lower tier are not indexed (`other_group`).
  */
 import { blockSize, type BlockSize, type WorkerRank } from '../common/index.js';
-import { allocationHookPending, blockHashes, takeAllocationHook } from '../wasm/index.js';
+import {
+  allocationHookPending,
+  blockHashes,
+  PackedOutcome,
+  takeAllocationHook,
+  type PackedRun,
+  type PackedSource,
+} from '../wasm/index.js';
 import { isKvgateError, type IndexMemoryError } from '../errors/index.js';
 import type { KvGroupIndexes } from './group-indexes.js';
 import type { PackedEvent } from './packed-batch.js';
@@ -67,6 +74,32 @@ export const APPLY_STATUSES: readonly ApplyStatus[] = [
   'unnamed_lora',
   'other_group',
 ];
+
+/** The status and type of each `PackedOutcome` code (src/wasm/packed-run.ts). */
+const PACKED_STATUS: ApplyStatus[] = [];
+const PACKED_TYPE: KvCacheEventType[] = [];
+for (const [code, type, status] of [
+  [PackedOutcome.stored, 'stored', 'ok'],
+  [PackedOutcome.parentNotFound, 'stored', 'parent_not_found'],
+  [PackedOutcome.invalidSequence, 'stored', 'invalid_sequence'],
+  [PackedOutcome.truncated, 'stored', 'truncated'],
+  [PackedOutcome.blockSizeMismatch, 'stored', 'block_size_mismatch'],
+  [PackedOutcome.removed, 'removed', 'ok'],
+  [PackedOutcome.notFound, 'removed', 'not_found'],
+] as const) {
+  PACKED_STATUS[code] = status;
+  PACKED_TYPE[code] = type;
+}
+
+/** The status of a packed run's outcome code. */
+export function packedStatus(code: number): ApplyStatus {
+  return PACKED_STATUS[code]!;
+}
+
+/** The event type of a packed run's outcome code. */
+export function packedType(code: number): KvCacheEventType {
+  return PACKED_TYPE[code]!;
+}
 
 /** Statuses under which the event changed the index as the engine meant. */
 export function isAppliedStatus(status: ApplyStatus): boolean {
@@ -144,6 +177,23 @@ export class KvEventApplier {
     if (n === 0) return truncated ? 'truncated' : 'ok';
     const status = this.#storeInTier(slot, ev.tier, ev.parentHash, ev.blockHashes, ev.localHashes!);
     return status === 'ok' && truncated ? 'truncated' : status;
+  }
+
+  /**
+   * Applies what the module takes of a handed-over batch's next events in one call (src/wasm/packed-run.ts:
+   * device-tier removals and plain stores of the router's group) into `run`, the same changes and outcomes
+   * as `applyPacked` one event at a time (`packedStatus`, `packedType` read them). False when no run can be
+   * made here (a hybrid model, a slot the index has not seen, the allocation test hook waiting): the caller
+   * applies the next event with `applyPacked`.
+   */
+  applyPackedRun(slot: WorkerRank, src: PackedSource, run: PackedRun): boolean {
+    if (this.groups !== undefined && !this.groups.plain) return false;
+    if (allocationHookPending()) return false;
+    const device = this.indexes.device;
+    const id = device.findSlot(slot.workerId, slot.dpRank);
+    if (id === undefined) return false;
+    device.applyPacked(id, src, run);
+    return true;
   }
 
   /** Applies one event. Never throws for event content; throws KvgateError only for an invalid slot. */

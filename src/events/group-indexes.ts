@@ -116,6 +116,11 @@ export class KvGroupIndexes implements KvCacheGroups {
     return this.#others.length > 0 || this.#primarySpec.kind !== 'full';
   }
 
+  /** Not hybrid and no book kept: the primary group's events touch nothing here (a plain model). */
+  get plain(): boolean {
+    return !this.hybrid && this.#books.size === 0;
+  }
+
   /** Every group's spec by group index (the primary's included), for /admin and logs. */
   layout(): Map<number, KvGroupSpec> {
     const out = new Map<number, KvGroupSpec>([[this.primaryGroup, this.#primarySpec]]);

@@ -172,6 +172,11 @@ export class PackedBatch implements KvEventBatch {
     return into.read(this.#views, w);
   }
 
+  /** The hand-over buffer as 32-bit words, two per packed word (what a packed run copies into the module). */
+  get u32(): Uint32Array {
+    return this.#views.u32;
+  }
+
   /** The events as objects, built on first use. */
   get events(): readonly KvCacheEvent[] {
     if (this.#events !== undefined) return this.#events;

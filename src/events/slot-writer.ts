@@ -5,8 +5,9 @@
  * The stream decides what is accepted; this only writes it.
  */
 import type { WorkerRank } from '../common/index.js';
+import { PackedRun, PackedStop, type PackedSource } from '../wasm/index.js';
 import { decodeKvEventBatch } from './decode.js';
-import { isAppliedStatus, type ApplyStatus, type KvEventApplier } from './applier.js';
+import { isAppliedStatus, packedStatus, packedType, type ApplyStatus, type KvEventApplier } from './applier.js';
 import type { EventLiveness } from './liveness.js';
 import type { ThrottledLog } from './log.js';
 import type { IngestContext } from './options.js';
@@ -17,6 +18,18 @@ import type { KvCacheEventType, KvEventBatch, KvEventDecodeError } from './types
 
 /** Events applied per call to the applier: the granularity at which the turn's time is checked. */
 const APPLY_SLICE = 64;
+
+/** The words of a packed run (one record per writer, refilled for each run). */
+class RunSource implements PackedSource {
+  u32: Uint32Array = new Uint32Array(0);
+  from = 0;
+  end = 0;
+  maxEvents = 0;
+  constructor(
+    readonly group: number,
+    readonly blockSize: number,
+  ) {}
+}
 
 /** The batch being applied: how far it got (`next` events; for a packed batch, `word` is where the next one starts). */
 interface Current {
@@ -39,6 +52,9 @@ export class SlotWriter {
   #current: Current | undefined;
   /** The record each event of a handed-over batch is read into. */
   readonly #read = new PackedEvent();
+  /** A packed run's words and its outcomes (see `#applyPacked`). */
+  readonly #source: RunSource;
+  readonly #run = new PackedRun();
   /** The slot holds a replica snapshot's blocks and no batch was accepted since (see `seeded`). */
   #seeded = false;
 
@@ -48,6 +64,7 @@ export class SlotWriter {
     this.#hooks = ctx.hooks;
     this.#liveness = ctx.liveness;
     this.#log = log;
+    this.#source = new RunSource(ctx.applier.kvCacheGroup, ctx.applier.blockSize);
     const onApplied = this.#hooks.onApplied?.bind(this.#hooks);
     this.#onStatus = onApplied === undefined ? undefined : (type, status) => onApplied(slot, type, status);
   }
@@ -122,16 +139,40 @@ export class SlotWriter {
     if (cur.origin === 'replay') this.#hooks.onBatch?.(this.#slot, 'replay');
   }
 
-  /** Applies a handed-over batch's events up to `to` from its buffer; returns how many changed the index as meant. */
+  /**
+   * Applies a handed-over batch's events up to `to` from its buffer; returns how many changed the index as
+   * meant. Runs of the common events go to the module in one call each (the applier's `applyPackedRun`);
+   * an event it leaves, or every event where no run can be made, is read and applied here one at a time.
+   */
   #applyPacked(cur: Current, batch: PackedBatch, to: number): number {
     const onStatus = this.#onStatus;
-    const ev = this.#read;
+    const src = this.#source;
+    const run = this.#run;
     let applied = 0;
-    for (let i = cur.next; i < to; i++) {
+    while (cur.next < to) {
+      src.u32 = batch.u32;
+      src.from = cur.word;
+      src.end = batch.end();
+      src.maxEvents = to - cur.next;
+      if (this.#applier.applyPackedRun(this.#slot, src, run)) {
+        const codes = run.outcomes;
+        for (let i = 0; i < run.events; i++) {
+          const status = packedStatus(codes[i]!);
+          onStatus?.(packedType(codes[i]!), status);
+          if (isAppliedStatus(status)) applied++;
+        }
+        cur.next += run.events;
+        cur.word = run.next;
+        // Any stop but `host` goes on with another run, unless it made no progress (a malformed range: the
+        // event is read here, where its own checks apply).
+        if (run.stop !== PackedStop.host && run.events > 0) continue;
+      }
+      const ev = this.#read;
       cur.word = batch.read(cur.word, ev);
       const status = this.#applier.applyPacked(this.#slot, ev);
       onStatus?.(ev.type, status);
       if (isAppliedStatus(status)) applied++;
+      cur.next++;
     }
     return applied;
   }

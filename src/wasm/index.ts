@@ -10,6 +10,8 @@ export {
 } from './hashing.js';
 export type { BlockHashOptions, PromptHashes } from './hashing.js';
 export { PrefixIndex } from './prefix-index.js';
+export { PackedOutcome, PackedRun, PackedStop } from './packed-run.js';
+export type { PackedSource } from './packed-run.js';
 export { allocationHookPending, failIndexAllocation, takeAllocationHook } from './instance.js';
 export type { EvictionReport, OverlapScores, RemoveResult } from './prefix-index.js';
 export { ShardedPrefixIndex } from './sharded-index.js';

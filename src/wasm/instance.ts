@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-const EXPECTED_ABI_VERSION = 5;
+const EXPECTED_ABI_VERSION = 6;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };
@@ -46,6 +46,19 @@ export interface KvgateWasmExports {
   idxBytes(ix: number): number;
   idxSlotBlocks(ix: number, slot: number): number;
   idxEvict(ix: number, target: number): number;
+  idxApplyPacked(
+    ix: number,
+    slot: number,
+    words: number,
+    wordsEnd: number,
+    maxEvents: number,
+    group: number,
+    blockSize: number,
+    budget: number,
+    low: number,
+    outcomes: number,
+    state: number,
+  ): number;
   testFailAllocation(after: number): void;
 }
 

@@ -13,6 +13,8 @@ import { slotKey, type WorkerRank } from '../common/index.js';
 import { IndexMemoryError, KvgateError } from '../errors/index.js';
 import { IndexHandle } from './index-handle.js';
 import { wasm, type WasmModule } from './instance.js';
+import { EXPORT_PAGE, exportSlotPages } from './slot-pages.js';
+import { applyPackedRun, PackedStop, type PackedRun, type PackedSource } from './packed-run.js';
 
 /** The overlap of one request with every slot that holds its first block. */
 export interface OverlapScores {
@@ -42,8 +44,6 @@ export interface RemoveResult {
 
 const STORE_PARENT_NOT_FOUND = 1;
 const STORE_INVALID_SEQUENCE = 2;
-/** (engine hash, sequence hash) pairs per WASM call of a slot's export or import. */
-const EXPORT_PAGE = 65_536;
 
 function toU64Array(values: BigUint64Array | readonly bigint[]): BigUint64Array {
   if (values instanceof BigUint64Array) return values;
@@ -238,6 +238,20 @@ export class PrefixIndex {
     return this.#m.exports.idxStored(ix, slot, parentPtr, n, io, io + n * 8);
   }
 
+  /**
+   * Applies a run of slot `slot`'s events straight from a hand-over buffer (packed-run.ts): what the module
+   * takes of them, stopping before one it leaves to the caller; `run` says how many, their outcomes and
+   * where the next event starts. The same changes, statuses and budget as `applyStored` / `applyRemoved`
+   * one event at a time; a trap discards the index (`IndexMemoryError`, the run's outcomes unread).
+   */
+  applyPacked(slot: number, src: PackedSource, run: PackedRun): void {
+    const ix = this.#live();
+    const budget = Math.min(this.#budget, 0xffffffff);
+    const low = this.#inEpisode ? Math.ceil(this.#budget * 0.75) : 0;
+    this.#guard('packed events', () => applyPackedRun(this.#m, ix, slot, src, budget, low, run));
+    if (run.stop === PackedStop.budget) this.#enforceBudget();
+  }
+
   /** Applies a `removed` event. Unknown hashes are skipped and counted in `missing`. Does not cascade. */
   applyRemoved(workerId: number, dpRank: number, engineHashes: BigUint64Array | readonly bigint[]): RemoveResult {
     const slot = this.findSlot(workerId, dpRank);
@@ -362,30 +376,7 @@ export class PrefixIndex {
     const slot = this.findSlot(workerId, dpRank);
     if (slot === undefined) return new BigUint64Array(0);
     const ix = this.#live();
-    return this.#guard('slot export', () => this.#export(ix, slot));
-  }
-
-  #export(ix: number, slot: number): BigUint64Array {
-    const out = new BigUint64Array(this.slotBlockCount(slot) * 2);
-    let from = 0;
-    let filled = 0;
-    while (filled < out.length) {
-      const io = this.#m.exports.ioReserve(EXPORT_PAGE * 16 + 8);
-      const n = this.#m.exports.idxExportSlot(
-        ix,
-        slot,
-        from,
-        Math.min(EXPORT_PAGE, (out.length - filled) / 2),
-        io + 8,
-        io,
-      );
-      const v = this.#m.views();
-      out.set(v.u64.subarray((io + 8) >>> 3, ((io + 8) >>> 3) + n * 2), filled);
-      filled += n * 2;
-      from = v.u32[io >>> 2]!;
-      if (n === 0) break;
-    }
-    return filled === out.length ? out : out.slice(0, filled);
+    return this.#guard('slot export', () => exportSlotPages(this.#m, ix, slot, this.slotBlockCount(slot)));
   }
 
   /**

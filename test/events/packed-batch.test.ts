@@ -276,3 +276,111 @@ describe('packed batches applied in place', () => {
     viaPayloads.applier.indexes.dispose();
   });
 });
+
+/**
+ * The same batches through two streams with a small turn budget (runs split mid-batch): as objects, and
+ * handed over, where runs of device-tier removals and plain stores go to the module in one call each
+ * (src/wasm/packed-run.ts) and every other event is applied one at a time. `budget`: the device index's
+ * memory budget in both.
+ */
+function viaStreams(batches: KvEventBatch[], hybrid: boolean, seed: number, budget = 0) {
+  const rng = seededRng(seed);
+  const run = (handOver: boolean) => {
+    const clock = new ManualClock();
+    const turns: (() => void)[] = [];
+    const scheduler = new TurnScheduler({ clock, maxEventsPerTurn: 7, maxTurnMs: 1000, defer: (f) => turns.push(f) });
+    const counters = new KvEventCounters();
+    const a = applier(hybrid);
+    const evictions: number[] = [];
+    if (budget > 0) a.indexes.device.setMemoryBudget(budget, (r) => evictions.push(r.entries));
+    const stream = new KvEventStream(SLOT, ingestContext({ applier: a, hooks: counters, clock, scheduler }));
+    if (handOver) {
+      const packer = new BatchPacker(4096);
+      batches.forEach((batch, seq) => {
+        const locals = localsOf(batch, rng);
+        if (!packer.add(1, BigInt(seq), batch, locals)) {
+          eachPackedBatch(structuredClone(packer.take()), (_id, s, b) => stream.onDecoded(s, b));
+          packer.add(1, BigInt(seq), batch, locals);
+        }
+      });
+      eachPackedBatch(structuredClone(packer.take()), (_id, s, b) => stream.onDecoded(s, b));
+    } else batches.forEach((batch, seq) => stream.onDecoded(BigInt(seq), batch));
+    for (let f = turns.shift(); f !== undefined; f = turns.shift()) f();
+    expect(stream.appliedCursor).toBe(BigInt(batches.length - 1));
+    return { applier: a, events: counters.snapshot().events, evictions };
+  };
+  return { asObjects: run(false), handedOver: run(true) };
+}
+
+describe('runs of a handed-over batch applied in one module call', () => {
+  for (const seed of [5, 6, 7]) {
+    it(`change the indexes and count the statuses as the events applied as objects do (seed ${seed})`, () => {
+      const r = viaStreams(randomBatches(seededRng(seed), 400, false), false, seed);
+      expect(r.handedOver.events).toEqual(r.asObjects.events);
+      expect(r.asObjects.events.stored.ok).toBeGreaterThan(500);
+      expect(r.asObjects.events.removed.not_found).toBeGreaterThan(0);
+      expectSameIndexes(r.asObjects.applier, r.handedOver.applier, []);
+      r.asObjects.applier.indexes.dispose();
+      r.handedOver.applier.indexes.dispose();
+    });
+  }
+
+  it("leave a hybrid model's events to the applier one at a time, with the same outcome", () => {
+    const r = viaStreams(randomBatches(seededRng(8), 300, true), true, 8);
+    expect(r.handedOver.events).toEqual(r.asObjects.events);
+    expectSameIndexes(r.asObjects.applier, r.handedOver.applier, [0, 1]);
+    for (const x of [r.asObjects, r.handedOver]) {
+      x.applier.indexes.dispose();
+      x.applier.groups!.dispose();
+    }
+  });
+
+  it('evict under the memory budget as the events applied one at a time do', () => {
+    const batches = randomBatches(seededRng(10), 600, false);
+    const free = viaStreams(batches, false, 10);
+    const budget = Math.floor(free.asObjects.applier.indexes.device.bytes / 2);
+    const r = viaStreams(batches, false, 10, budget);
+    expect(r.asObjects.evictions.length).toBeGreaterThan(0);
+    expect(r.handedOver.evictions).toEqual(r.asObjects.evictions);
+    expect(r.handedOver.applier.indexes.device.bytes).toBe(r.asObjects.applier.indexes.device.bytes);
+    expect(r.handedOver.applier.indexes.device.bytes).toBeLessThan(free.handedOver.applier.indexes.device.bytes);
+    expect(r.handedOver.events).toEqual(r.asObjects.events);
+    expectSameIndexes(r.asObjects.applier, r.handedOver.applier, []);
+    for (const x of [free.asObjects, free.handedOver, r.asObjects, r.handedOver]) x.applier.indexes.dispose();
+  });
+
+  it('apply a stored event of 4,000 blocks (more words than a run copies at first) among short ones', () => {
+    const rng = seededRng(11);
+    const long = storedEvent(rng, [], () => 0n, 0, false);
+    let next = 1_000_000n;
+    const blocks = 4000;
+    const big: StoredBlocksEvent = {
+      ...long,
+      tier: 'device',
+      parentHash: null,
+      blockHashes: BigUint64Array.from({ length: blocks }, () => next++),
+      tokenIds: Uint32Array.from({ length: blocks * BS }, () => Math.floor(rng() * 50_000)),
+      blockSize: BS,
+      droppedBlocks: 0,
+      loraName: undefined,
+      loraId: undefined,
+      cacheSalt: undefined,
+      groupIdx: 0,
+    };
+    const batches = randomBatches(seededRng(12), 20, false);
+    // Last, after the random events' clears; then short events again.
+    batches.push(
+      { ts: 0, dpRank: SLOT.dpRank, events: [big], errors: [] },
+      ...randomBatches(seededRng(13), 3, false).map((b) => ({
+        ...b,
+        events: b.events.filter((e) => e.type !== 'cleared'),
+      })),
+    );
+    const r = viaStreams(batches, false, 12);
+    expect(r.handedOver.events).toEqual(r.asObjects.events);
+    expect(r.handedOver.applier.indexes.device.size).toBeGreaterThanOrEqual(blocks);
+    expectSameIndexes(r.asObjects.applier, r.handedOver.applier, []);
+    r.asObjects.applier.indexes.dispose();
+    r.handedOver.applier.indexes.dispose();
+  });
+});
