@@ -159,6 +159,10 @@ async function main(): Promise<void> {
     });
   // The same decisions with no event flowing first (prompts and in-flight load alike): what ingestion adds.
   const prompts = makePrompts();
+  // A second of decisions to warm the JIT first, not recorded.
+  const stopWarm = decide(router, prompts);
+  await new Promise((r) => setTimeout(r, 1000));
+  stopWarm();
   const stopQuiet = decide(router, prompts);
   await new Promise((r) => setTimeout(r, QUIET_MS));
   const quiet = stopQuiet();
