@@ -22,7 +22,7 @@ export const CHUNK_MASK: u32 = (1 << CHUNK_LOG2) - 1;
 export const MODE_LIST: u32 = 0;
 export const MODE_BITS: u32 = 1;
 const FIB: u64 = 0x9E3779B97F4A7C15;
-const MIN_TAB_LOG2: u32 = 10;
+const MIN_TAB: u32 = 1024;
 
 @unmanaged
 export class Records {
@@ -32,8 +32,8 @@ export class Records {
   high: u32 = 0;          // ids handed out so far (free ones included)
   freeHead: u32 = 0;      // first free id + 1; 0 = none
   live: u32 = 0;          // distinct blocks held
-  tab: usize = 0;         // u64 buckets: id + 1 (low u32) | key's high u32 (high u32)
-  tabLog2: u32 = 0;
+  tab: usize = 0;         // u64 buckets: id + 1 (low u32) | the key's mix, `mixOf` (high u32)
+  tabCap: u32 = 0;        // buckets (any count: see `bucketOf`)
   words: u32 = 1;         // bitset width of the widest slot id (64 slots a word)
   setBytes: usize = 0;    // bytes held by the lists and bitsets
   failed: bool = false;   // an allocation failed: the index must be rebuilt
@@ -44,6 +44,30 @@ export class Records {
 @inline export function heapSize(n: usize): usize { return (n + 4 + 15) & ~<usize>15; }
 // @ts-ignore: decorator
 @inline export function home(key: u64, log2: u32): usize { return <usize>((key * FIB) >> (64 - <u64>log2)); }
+
+/** A key's 32-bit mix: its home in any table (`mixHome`), and the id table's tag. */
+// @ts-ignore: decorator
+@inline function mixOf(key: u64): u32 { return <u32>((key * FIB) >> 32); }
+
+/**
+ * The home bucket of a key of mix `mix` in a table of `cap` buckets, any count (the mix scaled to [0, cap)):
+ * tables grow by a quarter, not by doubling, so a table is 64 to 80 % full, never 40 %. Homes keep the mixes'
+ * order, so a table rehashed in bucket order is written nearly in order.
+ */
+// @ts-ignore: decorator
+@inline function mixHome(mix: u32, cap: usize): usize { return <usize>((<u64>mix * <u64>cap) >> 32); }
+
+/** The home bucket of `key` in a table of `cap` buckets. */
+// @ts-ignore: decorator
+@inline export function bucketOf(key: u64, cap: usize): usize { return mixHome(mixOf(key), cap); }
+
+/** The capacity a table of `cap` buckets grows to: a quarter more, in whole 16-bucket steps. */
+// @ts-ignore: decorator
+@inline export function grownCap(cap: usize): usize { return (cap + (cap >> 2) + 15) & ~<usize>15; }
+
+/** True when a table of `cap` buckets holding `count` must grow before one more goes in (over 80 % full). */
+// @ts-ignore: decorator
+@inline export function overLoad(count: usize, cap: usize): bool { return (<u64>count + 1) * 5 > (<u64>cap << 2); }
 
 // Test hook (src/wasm/README.md): while > 0, counts the index's allocations down; the one that
 // takes it to 0 fails exactly as an exhausted memory does (TLSF's failed memory.grow: `unreachable`).
@@ -71,8 +95,8 @@ export function zalloc(bytes: usize): usize {
 export function recordsNew(): Records {
   const r = changetype<Records>(zalloc(offsetof<Records>()));
   r.words = 1;
-  r.tabLog2 = MIN_TAB_LOG2;
-  r.tab = zalloc((<usize>1 << MIN_TAB_LOG2) << 3);
+  r.tabCap = MIN_TAB;
+  r.tab = zalloc(<usize>MIN_TAB << 3);
   r.chunkCap = 16;
   r.chunks = zalloc(16 * sizeof<usize>());
   return r;
@@ -91,7 +115,7 @@ export function recordsFree(r: Records): void {
 
 export function recordsBytes(r: Records): usize {
   return <usize>r.chunkCount * heapSize(REC << CHUNK_LOG2)
-    + heapSize(<usize>r.chunkCap << 2) + heapSize((<usize>1 << r.tabLog2) << 3) + r.setBytes + heapSize(offsetof<Records>());
+    + heapSize(<usize>r.chunkCap << 2) + heapSize(<usize>r.tabCap << 3) + r.setBytes + heapSize(offsetof<Records>());
 }
 
 // @ts-ignore: decorator
@@ -103,9 +127,9 @@ export function recordsBytes(r: Records): usize {
 
 /** The id of the block `key`, or -1. */
 export function blockFind(r: Records, key: u64): i32 {
-  const m = (<usize>1 << r.tabLog2) - 1;
-  const tag = <u32>(key >> 32);
-  let i = home(key, r.tabLog2);
+  const cap = <usize>r.tabCap;
+  const tag = mixOf(key);
+  let i = mixHome(tag, cap);
   while (true) {
     const b = load<u64>(r.tab + (i << 3));
     if (b == 0) return -1;
@@ -113,28 +137,28 @@ export function blockFind(r: Records, key: u64): i32 {
       const id = <u32>b - 1;
       if (load<u64>(rec(r, id)) == key) return <i32>id;
     }
-    i = (i + 1) & m;
+    i = i + 1 == cap ? 0 : i + 1;
   }
   return -1;
 }
 
-function tabPlace(r: Records, key: u64, id: u32): void {
-  const m = (<usize>1 << r.tabLog2) - 1;
-  let i = home(key, r.tabLog2);
-  while (load<u64>(r.tab + (i << 3)) != 0) i = (i + 1) & m;
-  store<u64>(r.tab + (i << 3), ((key >> 32) << 32) | <u64>(id + 1));
+/** Places bucket `b` (id + 1 | mix << 32) in its home or the first free bucket after it. */
+function tabPlace(r: Records, b: u64): void {
+  const cap = <usize>r.tabCap;
+  let i = mixHome(<u32>(b >> 32), cap);
+  while (load<u64>(r.tab + (i << 3)) != 0) i = i + 1 == cap ? 0 : i + 1;
+  store<u64>(r.tab + (i << 3), b);
 }
 
 function tabGrow(r: Records): void {
   const old = r.tab;
-  const oldCap = <usize>1 << r.tabLog2;
-  r.tab = zalloc(oldCap << 4);
-  r.tabLog2++;
+  const oldCap = <usize>r.tabCap;
+  const cap = grownCap(oldCap);
+  r.tab = zalloc(cap << 3);
+  r.tabCap = <u32>cap;
   for (let j: usize = 0; j < oldCap; j++) {
     const b = load<u64>(old + (j << 3));
-    if (b == 0) continue;
-    const id = <u32>b - 1;
-    tabPlace(r, load<u64>(rec(r, id)), id);
+    if (b != 0) tabPlace(r, b);
   }
   heap.free(old);
 }
@@ -163,14 +187,14 @@ function newId(r: Records): u32 {
 export function blockUpsert(r: Records, key: u64, stamp: u32): u32 {
   const found = blockFind(r, key);
   if (found >= 0) return <u32>found;
-  if (((<u64>r.live + 1) * 5) > ((<u64>1 << r.tabLog2) << 2)) tabGrow(r);
+  if (overLoad(r.live, r.tabCap)) tabGrow(r);
   const id = newId(r);
   const p = rec(r, id);
   store<u64>(p, key);
   store<u32>(p, 0, 8);
   store<u32>(p, stamp, 12);
   store<u64>(p, 0, 16);
-  tabPlace(r, key, id);
+  tabPlace(r, (<u64>mixOf(key) << 32) | <u64>(id + 1));
   r.live++;
   return id;
 }
@@ -178,15 +202,15 @@ export function blockUpsert(r: Records, key: u64, stamp: u32): u32 {
 /** Deletes block `id` (no holders left) from the id table and frees its record. */
 export function blockDelete(r: Records, id: u32): void {
   const key = load<u64>(rec(r, id));
-  const m = (<usize>1 << r.tabLog2) - 1;
-  let hole = home(key, r.tabLog2);
-  while (<u32>load<u64>(r.tab + (hole << 3)) != id + 1) hole = (hole + 1) & m;
+  const cap = <usize>r.tabCap;
+  let hole = bucketOf(key, cap);
+  while (<u32>load<u64>(r.tab + (hole << 3)) != id + 1) hole = hole + 1 == cap ? 0 : hole + 1;
   let j = hole;
   while (true) {
-    j = (j + 1) & m;
+    j = j + 1 == cap ? 0 : j + 1;
     const b = load<u64>(r.tab + (j << 3));
     if (b == 0) break;
-    const k = home(load<u64>(rec(r, <u32>b - 1)), r.tabLog2);
+    const k = mixHome(<u32>(b >> 32), cap);
     // Move bucket j into the hole unless its home lies cyclically in (hole, j].
     const inRange = hole <= j ? (k > hole && k <= j) : (k > hole || k <= j);
     if (!inRange) {
