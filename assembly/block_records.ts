@@ -14,7 +14,10 @@
 //   is below 64 (`words` 1), a and b are the holders' bitset, one u64 in the
 //   record; past that, a = the set's allocation, b = MODE_LIST or MODE_BITS.
 //   A free record: refs 0, a = next free id + 1.
-// List allocation: cap u32 @0, slots u32[cap] @4. Bitset: words u32 @0, u64[words] @8.
+// List allocation: cap u32 @0, slots u32[cap] @4. Bitset: words u32 @0, same u32 @4, u64[words] @8, where
+// `same` is 1 when the record before (id - 1) is live with a bitset of the same width and slots: a match
+// that walks from that record into this one keeps every candidate, so it skips the intersection (the common
+// case along a shared document, whose holders change at few blocks). Kept true by `refreshSame`.
 
 export const REC: usize = 24;
 const CHUNK_LOG2: u32 = 12;
@@ -333,8 +336,9 @@ function addToBits(r: Records, p: usize, slot: u32): void {
   store<u64>(w, load<u64>(w) | (<u64>1 << (<u64>slot & 63)));
 }
 
-/** Adds `slot` to record `p`'s holders; false when it already held it. */
-export function holderAdd(r: Records, p: usize, slot: u32): bool {
+/** Adds `slot` to block `id`'s holders; false when it already held it. */
+export function holderAdd(r: Records, id: u32, slot: u32): bool {
+  const p = rec(r, id);
   if (holds(r, p, slot)) return false;
   const refs = load<u32>(p, 8);
   if (r.words == 1 && refs >= 2) {
@@ -359,7 +363,33 @@ export function holderAdd(r: Records, p: usize, slot: u32): bool {
     addToBits(r, p, slot);
   }
   store<u32>(p, refs + 1, 8);
+  refreshSame(r, id);
   return true;
+}
+
+/** Record `p`'s holder bitset allocation, or 0 when its holders are a pair, a list or the inline word. */
+// @ts-ignore: decorator
+@inline function bitsOf(r: Records, p: usize): usize {
+  return r.words > 1 && load<u32>(p, 8) > 2 && load<u32>(p, 20) == MODE_BITS ? <usize>load<u32>(p, 16) : 0;
+}
+
+/** Sets the `same` flag of record `id`'s bitset, if it has one (see the layout above). */
+function sameAsBefore(r: Records, id: u32): void {
+  if (id == 0 || id >= r.high) return;
+  const b = bitsOf(r, rec(r, id));
+  if (b == 0) return;
+  const a = bitsOf(r, rec(r, id - 1));
+  const words = load<u32>(b);
+  let same = a != 0 && load<u32>(a) == words;
+  for (let w: u32 = 0; same && w < words; w++) same = load<u64>(a + 8 + (<usize>w << 3)) == load<u64>(b + 8 + (<usize>w << 3));
+  store<u32>(b, same ? 1 : 0, 4);
+}
+
+/** Block `id`'s holders changed: refreshes the `same` flags that compare with them (its own and the next record's). */
+function refreshSame(r: Records, id: u32): void {
+  if (r.words == 1) return;
+  sameAsBefore(r, id);
+  sameAsBefore(r, id + 1);
 }
 
 /** Writes record `p`'s holders, ascending, to `out` (u32s); returns their count. */
@@ -418,6 +448,7 @@ export function widenRecords(r: Records, words: u32): void {
     }
   }
   r.words = words;
+  for (let id: u32 = 1; id < r.high; id++) sameAsBefore(r, id);
 }
 
 /** Narrows a set of more than two holders to a list or inline pair once it is small. */
@@ -454,6 +485,7 @@ export function holderDrop(r: Records, id: u32, slot: u32): bool {
     if (refs == 1 && load<u32>(p, 16) == slot) store<u32>(p, load<u32>(p, 20), 16);
     store<u32>(p, refs, 8);
     if (refs == 0) blockDelete(r, id);
+    refreshSame(r, id);
     return true;
   }
   if (r.words == 1) {
@@ -477,6 +509,7 @@ export function holderDrop(r: Records, id: u32, slot: u32): bool {
     memory.copy(at, at + 4, <usize>(refs - i) << 2);
   }
   narrow(r, p, refs);
+  refreshSame(r, id);
   return true;
 }
 

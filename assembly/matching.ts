@@ -118,12 +118,16 @@ export function matchBlocks(
     const h = load<u64>(hashes + (<usize>d << 3));
     prev = fromLocal ? xxh3Pair(prev, h, BLOCK_SEED) : h;
     // The walk goes on only from a found block (a missing one ends it below), so `p` is a record here.
-    p = nextBlock(r, high, <u32>id, p, prev);
+    const prevId = <u32>id;
+    p = nextBlock(r, high, prevId, p, prev);
     id = nextId;
     if (p != 0) store<u32>(p, clock, 12);
     if (isDense) {
       const bits = p != 0 ? bitsAt(words, p) : 0;
       if (bits != 0) {
+        // The record after the last one, with the same holders (its bitset's `same` flag): every candidate
+        // (a subset of the last record's holders) stays. Past one word only: one word's bitset is inline.
+        if (words > 1 && <u32>id == prevId + 1 && load<u32>(bits - 4) != 0) continue;
         const bitsN = bitsWords(words, bits);
         // Four words a step while both sets have them: a step where no slot drops is one test, no store.
         const both = min<u32>(hi, bitsN);

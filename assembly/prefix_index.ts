@@ -222,13 +222,13 @@ function mapBlock(ix: Index, slot: u32, eng: u64, seq: u64): u32 {
     if (load<u64>(rec(ix.recs, oldId)) == seq) return 0;
     // The engine reused an id for other content: move it.
     const id = blockUpsert(ix.recs, seq, ix.clock);
-    holderAdd(ix.recs, rec(ix.recs, id), slot);
+    holderAdd(ix.recs, id, slot);
     store<u32>(engFind(st, eng), id + 1, 8);
     holderDrop(ix.recs, oldId, slot);
     return 0;
   }
   const id = blockUpsert(ix.recs, seq, ix.clock);
-  holderAdd(ix.recs, rec(ix.recs, id), slot);
+  holderAdd(ix.recs, id, slot);
   engInsert(ix, st, eng, id);
   return 1;
 }
