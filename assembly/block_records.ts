@@ -12,18 +12,19 @@
 // Record: key u64 @0 | refs u32 @8 | stamp u32 @12 | a u32 @16 | b u32 @20.
 //   refs <= 2: a, b are the slots, ascending. refs > 2: while every slot id
 //   is below 64 (`words` 1), a and b are the holders' bitset, one u64 in the
-//   record; past that, a = the set's allocation, b = MODE_LIST or MODE_BITS.
+//   record; past that, a = the set's allocation, b = MODE_LIST, or MODE_BITS with the flag SAME when the
+//   record before (id - 1) is live with a bitset of the same width and slots: a match that walks from that
+//   record into this one keeps every candidate, so it skips the intersection without reading the bitset
+//   (the common case along a shared document, whose holders change at few blocks). Kept by `refreshSame`.
 //   A free record: refs 0, a = next free id + 1.
-// List allocation: cap u32 @0, slots u32[cap] @4. Bitset: words u32 @0, same u32 @4, u64[words] @8, where
-// `same` is 1 when the record before (id - 1) is live with a bitset of the same width and slots: a match
-// that walks from that record into this one keeps every candidate, so it skips the intersection (the common
-// case along a shared document, whose holders change at few blocks). Kept true by `refreshSame`.
+// List allocation: cap u32 @0, slots u32[cap] @4. Bitset: words u32 @0, u64[words] @8.
 
 export const REC: usize = 24;
 const CHUNK_LOG2: u32 = 12;
 export const CHUNK_MASK: u32 = (1 << CHUNK_LOG2) - 1;
 export const MODE_LIST: u32 = 0;
 export const MODE_BITS: u32 = 1;
+export const SAME: u32 = 2;
 const FIB: u64 = 0x9E3779B97F4A7C15;
 const MIN_TAB: u32 = 1024;
 
@@ -278,7 +279,7 @@ export function holds(r: Records, p: usize, slot: u32): bool {
   if (refs <= 2) return (refs > 0 && load<u32>(p, 16) == slot) || (refs == 2 && load<u32>(p, 20) == slot);
   if (r.words == 1) return slot < 64 && (load<u64>(p, 16) & (<u64>1 << <u64>slot)) != 0;
   const s = <usize>load<u32>(p, 16);
-  if (load<u32>(p, 20) == MODE_BITS) {
+  if (load<u32>(p, 20) != MODE_LIST) {
     if ((slot >> 6) >= load<u32>(s)) return false;
     return (load<u64>(s + 8 + (<usize>(slot >> 6) << 3)) & (<u64>1 << (<u64>slot & 63))) != 0;
   }
@@ -370,19 +371,20 @@ export function holderAdd(r: Records, id: u32, slot: u32): bool {
 /** Record `p`'s holder bitset allocation, or 0 when its holders are a pair, a list or the inline word. */
 // @ts-ignore: decorator
 @inline function bitsOf(r: Records, p: usize): usize {
-  return r.words > 1 && load<u32>(p, 8) > 2 && load<u32>(p, 20) == MODE_BITS ? <usize>load<u32>(p, 16) : 0;
+  return r.words > 1 && load<u32>(p, 8) > 2 && load<u32>(p, 20) != MODE_LIST ? <usize>load<u32>(p, 16) : 0;
 }
 
-/** Sets the `same` flag of record `id`'s bitset, if it has one (see the layout above). */
+/** Sets or clears the SAME flag of record `id`, if its holders are a bitset (see the layout above). */
 function sameAsBefore(r: Records, id: u32): void {
   if (id == 0 || id >= r.high) return;
-  const b = bitsOf(r, rec(r, id));
+  const p = rec(r, id);
+  const b = bitsOf(r, p);
   if (b == 0) return;
   const a = bitsOf(r, rec(r, id - 1));
   const words = load<u32>(b);
   let same = a != 0 && load<u32>(a) == words;
   for (let w: u32 = 0; same && w < words; w++) same = load<u64>(a + 8 + (<usize>w << 3)) == load<u64>(b + 8 + (<usize>w << 3));
-  store<u32>(b, same ? 1 : 0, 4);
+  store<u32>(p, same ? MODE_BITS | SAME : MODE_BITS, 20);
 }
 
 /** Block `id`'s holders changed: refreshes the `same` flags that compare with them (its own and the next record's). */
@@ -454,7 +456,7 @@ export function widenRecords(r: Records, words: u32): void {
 /** Narrows a set of more than two holders to a list or inline pair once it is small. */
 function narrow(r: Records, p: usize, refs: u32): void {
   const s = <usize>load<u32>(p, 16);
-  const isBits = load<u32>(p, 20) == MODE_BITS;
+  const isBits = load<u32>(p, 20) != MODE_LIST;
   if (refs == 2) {
     const tmp = memory.data(8);
     if (isBits) holdersTo(r, p, tmp);
@@ -500,7 +502,7 @@ export function holderDrop(r: Records, id: u32, slot: u32): bool {
     return true;
   }
   const s = <usize>load<u32>(p, 16);
-  if (load<u32>(p, 20) == MODE_BITS) {
+  if (load<u32>(p, 20) != MODE_LIST) {
     const w = s + 8 + (<usize>(slot >> 6) << 3);
     store<u64>(w, load<u64>(w) & ~(<u64>1 << (<u64>slot & 63)));
   } else {

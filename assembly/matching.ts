@@ -6,14 +6,14 @@
 // every slot.
 import { xxh3Pair } from './xxh3';
 import { BLOCK_SEED } from './hashing';
-import { Records, rec, blockFind, holds, holdersTo, MODE_BITS, REC, CHUNK_MASK } from './block_records';
+import { Records, rec, blockFind, holds, holdersTo, MODE_LIST, MODE_BITS, SAME, REC, CHUNK_MASK } from './block_records';
 
 /** The address of record `p`'s holder bitset (its u64 words), or 0 when its holders are a pair or a list. */
 // @ts-ignore: decorator
 @inline function bitsAt(words: u32, p: usize): usize {
   if (load<u32>(p, 8) <= 2) return 0;
   if (words == 1) return p + 16;
-  return load<u32>(p, 20) == MODE_BITS ? <usize>load<u32>(p, 16) + 8 : 0;
+  return load<u32>(p, 20) != MODE_LIST ? <usize>load<u32>(p, 16) + 8 : 0;
 }
 
 // @ts-ignore: decorator
@@ -123,11 +123,14 @@ export function matchBlocks(
     id = nextId;
     if (p != 0) store<u32>(p, clock, 12);
     if (isDense) {
+      // The record after the last one, with the same holders (flagged SAME, read from the record alone):
+      // every candidate (a subset of the last record's holders) stays. Past one word only (one word's
+      // bitset is inline), and with more than two holders (b is a slot id for two).
+      if (words > 1 && p != 0 && <u32>id == prevId + 1 && load<u32>(p, 20) == (MODE_BITS | SAME) && load<u32>(p, 8) > 2) {
+        continue;
+      }
       const bits = p != 0 ? bitsAt(words, p) : 0;
       if (bits != 0) {
-        // The record after the last one, with the same holders (its bitset's `same` flag): every candidate
-        // (a subset of the last record's holders) stays. Past one word only: one word's bitset is inline.
-        if (words > 1 && <u32>id == prevId + 1 && load<u32>(bits - 4) != 0) continue;
         const bitsN = bitsWords(words, bits);
         // Four words a step while both sets have them: a step where no slot drops is one test, no store.
         const both = min<u32>(hi, bitsN);
