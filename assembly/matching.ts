@@ -45,6 +45,39 @@ import { Records, rec, blockFind, holds, holdersTo, MODE_LIST, MODE_BITS, SAME, 
   return out;
 }
 
+/**
+ * The candidates (`dense`, words [lo, hi)) keep the slots block bitset `bits` (`bitsN` words) holds; those it
+ * drops are emitted with depth `d`. One pass over word pairs (WASM SIMD) marks each word that drops a slot in
+ * a mask, then only the marked words are visited: a block that drops one or two slots, the usual one once
+ * blocks with unchanged holders are skipped, costs no data-dependent branch per word. Returns the new count
+ * of (slot, depth) pairs written.
+ */
+// @ts-ignore: decorator
+@inline function intersect(
+  dense: usize, lo: u32, hi: u32, bits: usize, bitsN: u32, d: u32, outSlots: usize, outDepths: usize, out: u32,
+): u32 {
+  const both = min<u32>(hi, bitsN);
+  const zero = i64x2.splat(0);
+  let w = lo;
+  while (w + 1 < both) {
+    // Up to 32 words a mask (one bit each).
+    const from = w;
+    const end = min<u32>(both, w + 32);
+    let mask: u32 = 0;
+    for (; w + 1 < end; w += 2) {
+      const at = <usize>w << 3;
+      const x = v128.andnot(v128.load(dense + at), v128.load(bits + at));
+      mask |= <u32>i64x2.bitmask(i64x2.ne(x, zero)) << (w - from);
+    }
+    while (mask != 0) {
+      out = dropWord(dense, bits, bitsN, from + <u32>ctz<u32>(mask), d, outSlots, outDepths, out);
+      mask &= mask - 1;
+    }
+  }
+  for (; w < hi; w++) out = dropWord(dense, bits, bitsN, w, d, outSlots, outDepths, out);
+  return out;
+}
+
 /** The slots of bitset `dense` (words [lo, hi)) written ascending to `list`; returns their count. */
 function denseToList(dense: usize, lo: u32, hi: u32, list: usize): u32 {
   let n: u32 = 0;
@@ -118,40 +151,18 @@ export function matchBlocks(
     const h = load<u64>(hashes + (<usize>d << 3));
     prev = fromLocal ? xxh3Pair(prev, h, BLOCK_SEED) : h;
     // The walk goes on only from a found block (a missing one ends it below), so `p` is a record here.
-    const prevId = <u32>id;
-    p = nextBlock(r, high, prevId, p, prev);
+    const after = <u32>id + 1;
+    p = nextBlock(r, high, <u32>id, p, prev);
     id = nextId;
     if (p != 0) store<u32>(p, clock, 12);
     if (isDense) {
-      // The record after the last one, with the same holders (flagged SAME, read from the record alone):
-      // every candidate (a subset of the last record's holders) stays. Past one word only (one word's
-      // bitset is inline), and with more than two holders (b is a slot id for two).
-      if (words > 1 && p != 0 && <u32>id == prevId + 1 && load<u32>(p, 20) == (MODE_BITS | SAME) && load<u32>(p, 8) > 2) {
-        continue;
-      }
       const bits = p != 0 ? bitsAt(words, p) : 0;
       if (bits != 0) {
-        const bitsN = bitsWords(words, bits);
-        // Four words a step while both sets have them: a step where no slot drops is one test, no store.
-        const both = min<u32>(hi, bitsN);
-        let w = lo;
-        for (; w + 3 < both; w += 4) {
-          const at = <usize>w << 3;
-          const x = v128.andnot(v128.load(dense + at), v128.load(bits + at));
-          const y = v128.andnot(v128.load(dense + at, 16), v128.load(bits + at, 16));
-          if (!v128.any_true(v128.or(x, y))) continue;
-          out = dropWord(dense, bits, bitsN, w, d, outSlots, outDepths, out);
-          out = dropWord(dense, bits, bitsN, w + 1, d, outSlots, outDepths, out);
-          out = dropWord(dense, bits, bitsN, w + 2, d, outSlots, outDepths, out);
-          out = dropWord(dense, bits, bitsN, w + 3, d, outSlots, outDepths, out);
-        }
-        for (; w + 1 < both; w += 2) {
-          const at = <usize>w << 3;
-          if (!v128.any_true(v128.andnot(v128.load(dense + at), v128.load(bits + at)))) continue;
-          out = dropWord(dense, bits, bitsN, w, d, outSlots, outDepths, out);
-          out = dropWord(dense, bits, bitsN, w + 1, d, outSlots, outDepths, out);
-        }
-        for (; w < hi; w++) out = dropWord(dense, bits, bitsN, w, d, outSlots, outDepths, out);
+        // The record after the last one, with the same holders (flagged SAME in the record: its bitset is not
+        // read): every candidate (a subset of the last record's holders) stays. Past one word only (one
+        // word's bitset is inline in the record).
+        if (words > 1 && load<u32>(p, 20) == (MODE_BITS | SAME) && <u32>id == after) continue;
+        out = intersect(dense, lo, hi, bits, bitsWords(words, bits), d, outSlots, outDepths, out);
         while (lo < hi && load<u64>(dense + (<usize>lo << 3)) == 0) lo++;
         while (hi > lo && load<u64>(dense + (<usize>(hi - 1) << 3)) == 0) hi--;
         if (lo == hi) return out;
