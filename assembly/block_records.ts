@@ -380,9 +380,11 @@ function sameAsBefore(r: Records, id: u32): void {
   const p = rec(r, id);
   const b = bitsOf(r, p);
   if (b == 0) return;
-  const a = bitsOf(r, rec(r, id - 1));
+  const q = rec(r, id - 1);
+  const a = bitsOf(r, q);
   const words = load<u32>(b);
-  let same = a != 0 && load<u32>(a) == words;
+  // Equal sets have equal counts: a change usually makes them differ there, and skips the words.
+  let same = a != 0 && load<u32>(q, 8) == load<u32>(p, 8) && load<u32>(a) == words;
   for (let w: u32 = 0; same && w < words; w++) same = load<u64>(a + 8 + (<usize>w << 3)) == load<u64>(b + 8 + (<usize>w << 3));
   store<u32>(p, same ? MODE_BITS | SAME : MODE_BITS, 20);
 }
