@@ -93,26 +93,17 @@ function denseToList(dense: usize, lo: u32, hi: u32, list: usize): u32 {
 }
 
 /**
- * The record of block `key`, the block after block `prevId` (record `prevP`) in a request, or 0; its id
- * goes to `nextId`. Tried first: the record after `prevId`'s. A prefix stored in one event got
- * consecutive ids, so a request walking it finds its records in a row, each next to the last (in the same
- * chunk, `prevP + REC`: no chunk-table load), without touching the id table. A record is `key`'s when it
- * holds that key and is live (keys are unique among live records; a freed one keeps its stale key, refs 0).
- * `high` is `r.high`, fixed while matching (a match adds no record).
+ * The record `after` (the one after the last block's, record `prevP`) when it is block `key`'s, or 0. Tried
+ * before the id table: a prefix stored in one event got consecutive ids, so a request walking it finds its
+ * records in a row, each next to the last (in the same chunk, `prevP + REC`: no chunk-table load). A record
+ * is `key`'s when it holds that key and is live (keys are unique among live records; a freed one keeps its
+ * stale key, refs 0). `high` is `r.high`, fixed while matching (a match adds no record).
  */
-let nextId: i32 = -1;
 // @ts-ignore: decorator
-@inline function nextBlock(r: Records, high: u32, prevId: u32, prevP: usize, key: u64): usize {
-  const guess = prevId + 1;
-  if (guess < high) {
-    const q = (guess & CHUNK_MASK) != 0 ? prevP + REC : rec(r, guess);
-    if (load<u64>(q) == key && load<u32>(q, 8) != 0) {
-      nextId = <i32>guess;
-      return q;
-    }
-  }
-  nextId = blockFind(r, key);
-  return nextId < 0 ? 0 : rec(r, <u32>nextId);
+@inline function guessBlock(r: Records, high: u32, after: u32, prevP: usize, key: u64): usize {
+  if (after >= high) return 0;
+  const q = (after & CHUNK_MASK) != 0 ? prevP + REC : rec(r, after);
+  return load<u64>(q) == key && load<u32>(q, 8) != 0 ? q : 0;
 }
 
 /**
@@ -152,8 +143,13 @@ export function matchBlocks(
     prev = fromLocal ? xxh3Pair(prev, h, BLOCK_SEED) : h;
     // The walk goes on only from a found block (a missing one ends it below), so `p` is a record here.
     const after = <u32>id + 1;
-    p = nextBlock(r, high, <u32>id, p, prev);
-    id = nextId;
+    p = guessBlock(r, high, after, p, prev);
+    if (p != 0) {
+      id = <i32>after;
+    } else {
+      id = blockFind(r, prev);
+      p = id < 0 ? 0 : rec(r, <u32>id);
+    }
     if (p != 0) store<u32>(p, clock, 12);
     if (isDense) {
       const bits = p != 0 ? bitsAt(words, p) : 0;
