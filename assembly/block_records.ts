@@ -12,10 +12,11 @@
 // Record: key u64 @0 | refs u32 @8 | stamp u32 @12 | a u32 @16 | b u32 @20.
 //   refs <= 2: a, b are the slots, ascending. refs > 2: while every slot id
 //   is below 64 (`words` 1), a and b are the holders' bitset, one u64 in the
-//   record; past that, a = the set's allocation, b = MODE_LIST, or MODE_BITS with the flag SAME when the
-//   record before (id - 1) is live with a bitset of the same width and slots: a match that walks from that
-//   record into this one keeps every candidate, so it skips the intersection without reading the bitset
-//   (the common case along a shared document, whose holders change at few blocks). Kept by `refreshSame`.
+//   record; past that, a = the set's allocation, b = MODE_LIST, or MODE_BITS with, when the record before
+//   (id - 1) is live with a bitset of the same width, the flag SAME if it has the same slots, or DROP1 and
+//   that slot (b >> DROP_SHIFT) if it has one slot more: a match that walks from that record into this one
+//   keeps every candidate, or all but that slot, without reading the bitset (the common cases along a
+//   shared document, whose holders change at few blocks, one slot's prefix ending). Kept by `refreshSame`.
 //   A free record: refs 0, a = next free id + 1.
 // List allocation: cap u32 @0, slots u32[cap] @4. Bitset: words u32 @0, u64[words] @8.
 
@@ -25,6 +26,8 @@ export const CHUNK_MASK: u32 = (1 << CHUNK_LOG2) - 1;
 export const MODE_LIST: u32 = 0;
 export const MODE_BITS: u32 = 1;
 export const SAME: u32 = 2;
+export const DROP1: u32 = 4;
+export const DROP_SHIFT: u32 = 3;
 const FIB: u64 = 0x9E3779B97F4A7C15;
 const MIN_TAB: u32 = 1024;
 
@@ -374,7 +377,10 @@ export function holderAdd(r: Records, id: u32, slot: u32): bool {
   return r.words > 1 && load<u32>(p, 8) > 2 && load<u32>(p, 20) != MODE_LIST ? <usize>load<u32>(p, 16) : 0;
 }
 
-/** Sets or clears the SAME flag of record `id`, if its holders are a bitset (see the layout above). */
+/**
+ * How record `id`'s holders (a bitset) follow the previous record's (its mode word, see the layout above):
+ * SAME when equal, DROP1 with the slot when they are the previous record's less one slot, else neither.
+ */
 function sameAsBefore(r: Records, id: u32): void {
   if (id == 0 || id >= r.high) return;
   const p = rec(r, id);
@@ -383,10 +389,23 @@ function sameAsBefore(r: Records, id: u32): void {
   const q = rec(r, id - 1);
   const a = bitsOf(r, q);
   const words = load<u32>(b);
-  // Equal sets have equal counts: a change usually makes them differ there, and skips the words.
-  let same = a != 0 && load<u32>(q, 8) == load<u32>(p, 8) && load<u32>(a) == words;
-  for (let w: u32 = 0; same && w < words; w++) same = load<u64>(a + 8 + (<usize>w << 3)) == load<u64>(b + 8 + (<usize>w << 3));
-  store<u32>(p, same ? MODE_BITS | SAME : MODE_BITS, 20);
+  const refs = load<u32>(p, 8);
+  const before = load<u32>(q, 8);
+  let mode = MODE_BITS;
+  // The counts tell which relation is possible: most changes make neither, and skip the words.
+  if (a != 0 && load<u32>(a) == words && (before == refs || before == refs + 1)) {
+    let ok = true;
+    let dropped: u32 = 0;
+    for (let w: u32 = 0; ok && w < words; w++) {
+      const x = load<u64>(a + 8 + (<usize>w << 3));
+      const y = load<u64>(b + 8 + (<usize>w << 3));
+      ok = (y & ~x) == 0; // this record's holders are among the previous one's
+      if (x != y) dropped = (w << 6) + <u32>ctz<u64>(x ^ y);
+    }
+    // Equal counts and a subset: equal. One fewer and a subset: exactly `dropped` is missing.
+    if (ok) mode = before == refs ? MODE_BITS | SAME : MODE_BITS | DROP1 | (dropped << DROP_SHIFT);
+  }
+  store<u32>(p, mode, 20);
 }
 
 /** Block `id`'s holders changed: refreshes the `same` flags that compare with them (its own and the next record's). */

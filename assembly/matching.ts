@@ -6,7 +6,9 @@
 // every slot.
 import { xxh3Pair } from './xxh3';
 import { BLOCK_SEED } from './hashing';
-import { Records, rec, blockFind, holds, holdersTo, MODE_LIST, MODE_BITS, SAME, REC, CHUNK_MASK } from './block_records';
+import {
+  Records, rec, blockFind, holds, holdersTo, MODE_LIST, MODE_BITS, SAME, DROP1, DROP_SHIFT, REC, CHUNK_MASK,
+} from './block_records';
 
 /** The address of record `p`'s holder bitset (its u64 words), or 0 when its holders are a pair or a list. */
 // @ts-ignore: decorator
@@ -155,10 +157,23 @@ export function matchBlocks(
       const bits = p != 0 ? bitsAt(words, p) : 0;
       if (bits != 0) {
         // The record after the last one, with the same holders (flagged SAME in the record: its bitset is not
-        // read): every candidate (a subset of the last record's holders) stays. Past one word only (one
-        // word's bitset is inline in the record).
-        if (words > 1 && load<u32>(p, 20) == (MODE_BITS | SAME) && <u32>id == after) continue;
-        out = intersect(dense, lo, hi, bits, bitsWords(words, bits), d, outSlots, outDepths, out);
+        // read): every candidate (a subset of the last record's holders) stays. With them less one slot
+        // (DROP1): all but that slot stay. Past one word only (one word's bitset is inline in the record).
+        const mode = load<u32>(p, 20);
+        if (words > 1 && mode != MODE_BITS && <u32>id == after) {
+          if (mode == (MODE_BITS | SAME)) continue;
+          const slot = mode >> DROP_SHIFT;
+          // Candidates' words past `hi` are not kept (those before `lo` are zero): none there.
+          if ((slot >> 6) >= hi) continue;
+          const at = dense + (<usize>(slot >> 6) << 3);
+          const cand = load<u64>(at);
+          const bit = <u64>1 << (<u64>slot & 63);
+          if ((cand & bit) == 0) continue;
+          emit(outSlots, outDepths, out++, slot, d);
+          store<u64>(at, cand & ~bit);
+        } else {
+          out = intersect(dense, lo, hi, bits, bitsWords(words, bits), d, outSlots, outDepths, out);
+        }
         while (lo < hi && load<u64>(dense + (<usize>lo << 3)) == 0) lo++;
         while (hi > lo && load<u64>(dense + (<usize>(hi - 1) << 3)) == 0) hi--;
         if (lo == hi) return out;
