@@ -3,11 +3,13 @@
 // bitset while the blocks walked hold theirs as bitsets (blocks most slots
 // hold), and as a sorted list once a block holds few: each step costs the
 // smaller of the two, so a wide fleet pays for the slots that match, not for
-// every slot.
+// every slot. Along a run of consecutive records (a prefix stored in one
+// event) a record flagged SAME or DROP1 (block_records.ts) is passed without
+// reading its bitset.
 import { xxh3Pair } from './xxh3';
 import { BLOCK_SEED } from './hashing';
 import {
-  Records, rec, blockFind, holds, holdersTo, MODE_LIST, MODE_BITS, SAME, DROP1, DROP_SHIFT, REC, CHUNK_MASK,
+  Records, rec, blockFind, holds, holdersTo, MODE_LIST, MODE_BITS, SAME, DROP_SHIFT, REC, CHUNK_MASK,
 } from './block_records';
 
 /** The address of record `p`'s holder bitset (its u64 words), or 0 when its holders are a pair or a list. */
