@@ -12,7 +12,11 @@
 // Record: key u64 @0 | refs u32 @8 | stamp u32 @12 | a u32 @16 | b u32 @20.
 //   refs <= 2: a, b are the slots, ascending. refs > 2: while every slot id
 //   is below 64 (`words` 1), a and b are the holders' bitset, one u64 in the
-//   record; past that, a = the set's allocation, b = MODE_LIST or MODE_BITS.
+//   record; past that, a = the set's allocation, b = MODE_LIST, or MODE_BITS with, when the record before
+//   (id - 1) is live with a bitset of the same width, the flag SAME if it has the same slots, or DROP1 and
+//   that slot (b >> DROP_SHIFT) if it has one slot more: a match that walks from that record into this one
+//   keeps every candidate, or all but that slot, without reading the bitset (the common cases along a
+//   shared document, whose holders change at few blocks, one slot's prefix ending). Kept by `refreshSame`.
 //   A free record: refs 0, a = next free id + 1.
 // List allocation: cap u32 @0, slots u32[cap] @4. Bitset: words u32 @0, u64[words] @8.
 
@@ -21,8 +25,11 @@ const CHUNK_LOG2: u32 = 12;
 export const CHUNK_MASK: u32 = (1 << CHUNK_LOG2) - 1;
 export const MODE_LIST: u32 = 0;
 export const MODE_BITS: u32 = 1;
+export const SAME: u32 = 2;
+export const DROP1: u32 = 4;
+export const DROP_SHIFT: u32 = 3;
 const FIB: u64 = 0x9E3779B97F4A7C15;
-const MIN_TAB_LOG2: u32 = 10;
+const MIN_TAB: u32 = 1024;
 
 @unmanaged
 export class Records {
@@ -32,8 +39,8 @@ export class Records {
   high: u32 = 0;          // ids handed out so far (free ones included)
   freeHead: u32 = 0;      // first free id + 1; 0 = none
   live: u32 = 0;          // distinct blocks held
-  tab: usize = 0;         // u64 buckets: id + 1 (low u32) | key's high u32 (high u32)
-  tabLog2: u32 = 0;
+  tab: usize = 0;         // u64 buckets: id + 1 (low u32) | the key's mix, `mixOf` (high u32)
+  tabCap: u32 = 0;        // buckets (any count: see `bucketOf`)
   words: u32 = 1;         // bitset width of the widest slot id (64 slots a word)
   setBytes: usize = 0;    // bytes held by the lists and bitsets
   failed: bool = false;   // an allocation failed: the index must be rebuilt
@@ -44,6 +51,30 @@ export class Records {
 @inline export function heapSize(n: usize): usize { return (n + 4 + 15) & ~<usize>15; }
 // @ts-ignore: decorator
 @inline export function home(key: u64, log2: u32): usize { return <usize>((key * FIB) >> (64 - <u64>log2)); }
+
+/** A key's 32-bit mix: its home in any table (`mixHome`), and the id table's tag. */
+// @ts-ignore: decorator
+@inline function mixOf(key: u64): u32 { return <u32>((key * FIB) >> 32); }
+
+/**
+ * The home bucket of a key of mix `mix` in a table of `cap` buckets, any count (the mix scaled to [0, cap)):
+ * tables grow by a quarter, not by doubling, so a table is 64 to 80 % full, never 40 %. Homes keep the mixes'
+ * order, so a table rehashed in bucket order is written nearly in order.
+ */
+// @ts-ignore: decorator
+@inline function mixHome(mix: u32, cap: usize): usize { return <usize>((<u64>mix * <u64>cap) >> 32); }
+
+/** The home bucket of `key` in a table of `cap` buckets. */
+// @ts-ignore: decorator
+@inline export function bucketOf(key: u64, cap: usize): usize { return mixHome(mixOf(key), cap); }
+
+/** The capacity a table of `cap` buckets grows to: a quarter more, in whole 16-bucket steps. */
+// @ts-ignore: decorator
+@inline export function grownCap(cap: usize): usize { return (cap + (cap >> 2) + 15) & ~<usize>15; }
+
+/** True when a table of `cap` buckets holding `count` must grow before one more goes in (over 80 % full). */
+// @ts-ignore: decorator
+@inline export function overLoad(count: usize, cap: usize): bool { return (<u64>count + 1) * 5 > (<u64>cap << 2); }
 
 // Test hook (src/wasm/README.md): while > 0, counts the index's allocations down; the one that
 // takes it to 0 fails exactly as an exhausted memory does (TLSF's failed memory.grow: `unreachable`).
@@ -71,8 +102,8 @@ export function zalloc(bytes: usize): usize {
 export function recordsNew(): Records {
   const r = changetype<Records>(zalloc(offsetof<Records>()));
   r.words = 1;
-  r.tabLog2 = MIN_TAB_LOG2;
-  r.tab = zalloc((<usize>1 << MIN_TAB_LOG2) << 3);
+  r.tabCap = MIN_TAB;
+  r.tab = zalloc(<usize>MIN_TAB << 3);
   r.chunkCap = 16;
   r.chunks = zalloc(16 * sizeof<usize>());
   return r;
@@ -91,7 +122,7 @@ export function recordsFree(r: Records): void {
 
 export function recordsBytes(r: Records): usize {
   return <usize>r.chunkCount * heapSize(REC << CHUNK_LOG2)
-    + heapSize(<usize>r.chunkCap << 2) + heapSize((<usize>1 << r.tabLog2) << 3) + r.setBytes + heapSize(offsetof<Records>());
+    + heapSize(<usize>r.chunkCap << 2) + heapSize(<usize>r.tabCap << 3) + r.setBytes + heapSize(offsetof<Records>());
 }
 
 // @ts-ignore: decorator
@@ -103,9 +134,9 @@ export function recordsBytes(r: Records): usize {
 
 /** The id of the block `key`, or -1. */
 export function blockFind(r: Records, key: u64): i32 {
-  const m = (<usize>1 << r.tabLog2) - 1;
-  const tag = <u32>(key >> 32);
-  let i = home(key, r.tabLog2);
+  const cap = <usize>r.tabCap;
+  const tag = mixOf(key);
+  let i = mixHome(tag, cap);
   while (true) {
     const b = load<u64>(r.tab + (i << 3));
     if (b == 0) return -1;
@@ -113,28 +144,28 @@ export function blockFind(r: Records, key: u64): i32 {
       const id = <u32>b - 1;
       if (load<u64>(rec(r, id)) == key) return <i32>id;
     }
-    i = (i + 1) & m;
+    i = i + 1 == cap ? 0 : i + 1;
   }
   return -1;
 }
 
-function tabPlace(r: Records, key: u64, id: u32): void {
-  const m = (<usize>1 << r.tabLog2) - 1;
-  let i = home(key, r.tabLog2);
-  while (load<u64>(r.tab + (i << 3)) != 0) i = (i + 1) & m;
-  store<u64>(r.tab + (i << 3), ((key >> 32) << 32) | <u64>(id + 1));
+/** Places bucket `b` (id + 1 | mix << 32) in its home or the first free bucket after it. */
+function tabPlace(r: Records, b: u64): void {
+  const cap = <usize>r.tabCap;
+  let i = mixHome(<u32>(b >> 32), cap);
+  while (load<u64>(r.tab + (i << 3)) != 0) i = i + 1 == cap ? 0 : i + 1;
+  store<u64>(r.tab + (i << 3), b);
 }
 
 function tabGrow(r: Records): void {
   const old = r.tab;
-  const oldCap = <usize>1 << r.tabLog2;
-  r.tab = zalloc(oldCap << 4);
-  r.tabLog2++;
+  const oldCap = <usize>r.tabCap;
+  const cap = grownCap(oldCap);
+  r.tab = zalloc(cap << 3);
+  r.tabCap = <u32>cap;
   for (let j: usize = 0; j < oldCap; j++) {
     const b = load<u64>(old + (j << 3));
-    if (b == 0) continue;
-    const id = <u32>b - 1;
-    tabPlace(r, load<u64>(rec(r, id)), id);
+    if (b != 0) tabPlace(r, b);
   }
   heap.free(old);
 }
@@ -163,14 +194,14 @@ function newId(r: Records): u32 {
 export function blockUpsert(r: Records, key: u64, stamp: u32): u32 {
   const found = blockFind(r, key);
   if (found >= 0) return <u32>found;
-  if (((<u64>r.live + 1) * 5) > ((<u64>1 << r.tabLog2) << 2)) tabGrow(r);
+  if (overLoad(r.live, r.tabCap)) tabGrow(r);
   const id = newId(r);
   const p = rec(r, id);
   store<u64>(p, key);
   store<u32>(p, 0, 8);
   store<u32>(p, stamp, 12);
   store<u64>(p, 0, 16);
-  tabPlace(r, key, id);
+  tabPlace(r, (<u64>mixOf(key) << 32) | <u64>(id + 1));
   r.live++;
   return id;
 }
@@ -178,15 +209,15 @@ export function blockUpsert(r: Records, key: u64, stamp: u32): u32 {
 /** Deletes block `id` (no holders left) from the id table and frees its record. */
 export function blockDelete(r: Records, id: u32): void {
   const key = load<u64>(rec(r, id));
-  const m = (<usize>1 << r.tabLog2) - 1;
-  let hole = home(key, r.tabLog2);
-  while (<u32>load<u64>(r.tab + (hole << 3)) != id + 1) hole = (hole + 1) & m;
+  const cap = <usize>r.tabCap;
+  let hole = bucketOf(key, cap);
+  while (<u32>load<u64>(r.tab + (hole << 3)) != id + 1) hole = hole + 1 == cap ? 0 : hole + 1;
   let j = hole;
   while (true) {
-    j = (j + 1) & m;
+    j = j + 1 == cap ? 0 : j + 1;
     const b = load<u64>(r.tab + (j << 3));
     if (b == 0) break;
-    const k = home(load<u64>(rec(r, <u32>b - 1)), r.tabLog2);
+    const k = mixHome(<u32>(b >> 32), cap);
     // Move bucket j into the hole unless its home lies cyclically in (hole, j].
     const inRange = hole <= j ? (k > hole && k <= j) : (k > hole || k <= j);
     if (!inRange) {
@@ -251,7 +282,7 @@ export function holds(r: Records, p: usize, slot: u32): bool {
   if (refs <= 2) return (refs > 0 && load<u32>(p, 16) == slot) || (refs == 2 && load<u32>(p, 20) == slot);
   if (r.words == 1) return slot < 64 && (load<u64>(p, 16) & (<u64>1 << <u64>slot)) != 0;
   const s = <usize>load<u32>(p, 16);
-  if (load<u32>(p, 20) == MODE_BITS) {
+  if (load<u32>(p, 20) != MODE_LIST) {
     if ((slot >> 6) >= load<u32>(s)) return false;
     return (load<u64>(s + 8 + (<usize>(slot >> 6) << 3)) & (<u64>1 << (<u64>slot & 63))) != 0;
   }
@@ -309,8 +340,9 @@ function addToBits(r: Records, p: usize, slot: u32): void {
   store<u64>(w, load<u64>(w) | (<u64>1 << (<u64>slot & 63)));
 }
 
-/** Adds `slot` to record `p`'s holders; false when it already held it. */
-export function holderAdd(r: Records, p: usize, slot: u32): bool {
+/** Adds `slot` to block `id`'s holders; false when it already held it. */
+export function holderAdd(r: Records, id: u32, slot: u32): bool {
+  const p = rec(r, id);
   if (holds(r, p, slot)) return false;
   const refs = load<u32>(p, 8);
   if (r.words == 1 && refs >= 2) {
@@ -335,7 +367,52 @@ export function holderAdd(r: Records, p: usize, slot: u32): bool {
     addToBits(r, p, slot);
   }
   store<u32>(p, refs + 1, 8);
+  refreshSame(r, id);
   return true;
+}
+
+/** Record `p`'s holder bitset allocation, or 0 when its holders are a pair, a list or the inline word. */
+// @ts-ignore: decorator
+@inline function bitsOf(r: Records, p: usize): usize {
+  return r.words > 1 && load<u32>(p, 8) > 2 && load<u32>(p, 20) != MODE_LIST ? <usize>load<u32>(p, 16) : 0;
+}
+
+/**
+ * How record `id`'s holders (a bitset) follow the previous record's (its mode word, see the layout above):
+ * SAME when equal, DROP1 with the slot when they are the previous record's less one slot, else neither.
+ */
+function sameAsBefore(r: Records, id: u32): void {
+  if (id == 0 || id >= r.high) return;
+  const p = rec(r, id);
+  const b = bitsOf(r, p);
+  if (b == 0) return;
+  const q = rec(r, id - 1);
+  const a = bitsOf(r, q);
+  const words = load<u32>(b);
+  const refs = load<u32>(p, 8);
+  const before = load<u32>(q, 8);
+  let mode = MODE_BITS;
+  // The counts tell which relation is possible: most changes make neither, and skip the words.
+  if (a != 0 && load<u32>(a) == words && (before == refs || before == refs + 1)) {
+    let ok = true;
+    let dropped: u32 = 0;
+    for (let w: u32 = 0; ok && w < words; w++) {
+      const x = load<u64>(a + 8 + (<usize>w << 3));
+      const y = load<u64>(b + 8 + (<usize>w << 3));
+      ok = (y & ~x) == 0; // this record's holders are among the previous one's
+      if (x != y) dropped = (w << 6) + <u32>ctz<u64>(x ^ y);
+    }
+    // Equal counts and a subset: equal. One fewer and a subset: exactly `dropped` is missing.
+    if (ok) mode = before == refs ? MODE_BITS | SAME : MODE_BITS | DROP1 | (dropped << DROP_SHIFT);
+  }
+  store<u32>(p, mode, 20);
+}
+
+/** Block `id`'s holders changed: refreshes the `same` flags that compare with them (its own and the next record's). */
+function refreshSame(r: Records, id: u32): void {
+  if (r.words == 1) return;
+  sameAsBefore(r, id);
+  sameAsBefore(r, id + 1);
 }
 
 /** Writes record `p`'s holders, ascending, to `out` (u32s); returns their count. */
@@ -394,12 +471,13 @@ export function widenRecords(r: Records, words: u32): void {
     }
   }
   r.words = words;
+  for (let id: u32 = 1; id < r.high; id++) sameAsBefore(r, id);
 }
 
 /** Narrows a set of more than two holders to a list or inline pair once it is small. */
 function narrow(r: Records, p: usize, refs: u32): void {
   const s = <usize>load<u32>(p, 16);
-  const isBits = load<u32>(p, 20) == MODE_BITS;
+  const isBits = load<u32>(p, 20) != MODE_LIST;
   if (refs == 2) {
     const tmp = memory.data(8);
     if (isBits) holdersTo(r, p, tmp);
@@ -430,6 +508,7 @@ export function holderDrop(r: Records, id: u32, slot: u32): bool {
     if (refs == 1 && load<u32>(p, 16) == slot) store<u32>(p, load<u32>(p, 20), 16);
     store<u32>(p, refs, 8);
     if (refs == 0) blockDelete(r, id);
+    refreshSame(r, id);
     return true;
   }
   if (r.words == 1) {
@@ -444,7 +523,7 @@ export function holderDrop(r: Records, id: u32, slot: u32): bool {
     return true;
   }
   const s = <usize>load<u32>(p, 16);
-  if (load<u32>(p, 20) == MODE_BITS) {
+  if (load<u32>(p, 20) != MODE_LIST) {
     const w = s + 8 + (<usize>(slot >> 6) << 3);
     store<u64>(w, load<u64>(w) & ~(<u64>1 << (<u64>slot & 63)));
   } else {
@@ -453,6 +532,7 @@ export function holderDrop(r: Records, id: u32, slot: u32): bool {
     memory.copy(at, at + 4, <usize>(refs - i) << 2);
   }
   narrow(r, p, refs);
+  refreshSame(r, id);
   return true;
 }
 

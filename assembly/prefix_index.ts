@@ -6,19 +6,19 @@
 // slot's blocks are found without scanning the others'.
 //
 // Memory follows the (block, slot) entries: 12 bytes per entry in its slot's
-// table at most 80 % full, plus the record and holder set of each distinct block.
+// table 64 to 80 % full (it grows by a quarter), plus the record and holder set of each distinct block.
 import { xxh3Pair } from './xxh3';
 import { BLOCK_SEED } from './hashing';
 import {
   Records, recordsNew, recordsFree, recordsBytes, rec, blockUpsert, holderAdd, holderDrop, heapSize, home, zalloc,
-  widenRecords, stampCutoff, halveStamps, alloc,
+  widenRecords, stampCutoff, halveStamps, alloc, bucketOf, grownCap, overLoad,
 } from './block_records';
 import { matchBlocks } from './matching';
 
 const SLOT_MIX: u64 = 0xC2B2AE3D27D4EB4F;
 const ENG: usize = 12;           // engine table bucket: engine hash u64 | block id + 1 u32 (0 = empty)
-const SLOT: usize = 16;          // per slot: table u32 | log2 u32 | count u32 | pad u32
-const MIN_ENG_LOG2: u32 = 4;
+const SLOT: usize = 16;          // per slot: table u32 | cap u32 (buckets) | count u32 | pad u32
+const MIN_ENG: u32 = 16;
 
 export const STORE_OK: i32 = 0;
 export const STORE_PARENT_NOT_FOUND: i32 = 1;
@@ -37,7 +37,7 @@ export class Index {
 }
 
 // @ts-ignore: decorator
-@inline function engHome(eng: u64, log2: u32): usize { return home(eng ^ SLOT_MIX, log2); }
+@inline function engHome(eng: u64, cap: usize): usize { return bucketOf(eng ^ SLOT_MIX, cap); }
 // @ts-ignore: decorator
 @inline function slotAt(ix: Index, slot: u32): usize { return ix.slots + <usize>slot * SLOT; }
 
@@ -79,50 +79,47 @@ export function indexFree(ix: Index): void {
 function engFind(st: usize, eng: u64): usize {
   const t = <usize>load<u32>(st);
   if (t == 0) return 0;
-  const log2 = load<u32>(st, 4);
-  const m = (<usize>1 << log2) - 1;
-  let i = engHome(eng, log2);
+  const cap = <usize>load<u32>(st, 4);
+  let i = engHome(eng, cap);
   while (true) {
     const e = t + i * ENG;
     const id1 = load<u32>(e, 8);
     if (id1 == 0) return 0;
     if (load<u64>(e) == eng) return e;
-    i = (i + 1) & m;
+    i = i + 1 == cap ? 0 : i + 1;
   }
   return 0;
 }
 
-function engPlace(t: usize, log2: u32, eng: u64, id1: u32): void {
-  const m = (<usize>1 << log2) - 1;
-  let i = engHome(eng, log2);
-  while (load<u32>(t + i * ENG, 8) != 0) i = (i + 1) & m;
+function engPlace(t: usize, cap: usize, eng: u64, id1: u32): void {
+  let i = engHome(eng, cap);
+  while (load<u32>(t + i * ENG, 8) != 0) i = i + 1 == cap ? 0 : i + 1;
   store<u64>(t + i * ENG, eng);
   store<u32>(t + i * ENG, id1, 8);
 }
 
-function engResize(ix: Index, st: usize, log2: u32): void {
+function engResize(ix: Index, st: usize, cap: usize): void {
   const old = <usize>load<u32>(st);
-  const oldLog2 = load<u32>(st, 4);
-  const t = zalloc((<usize>1 << log2) * ENG);
+  const oldCap = <usize>load<u32>(st, 4);
+  const t = zalloc(cap * ENG);
   if (old != 0) {
-    const oldCap = <usize>1 << oldLog2;
     for (let j: usize = 0; j < oldCap; j++) {
       const e = old + j * ENG;
       const id1 = load<u32>(e, 8);
-      if (id1 != 0) engPlace(t, log2, load<u64>(e), id1);
+      if (id1 != 0) engPlace(t, cap, load<u64>(e), id1);
     }
     heap.free(old);
-    ix.engBytes -= heapSize((<usize>1 << oldLog2) * ENG);
+    ix.engBytes -= heapSize(oldCap * ENG);
   }
-  ix.engBytes += heapSize((<usize>1 << log2) * ENG);
+  ix.engBytes += heapSize(cap * ENG);
   store<u32>(st, <u32>t);
-  store<u32>(st, log2, 4);
+  store<u32>(st, <u32>cap, 4);
 }
 
 function engInsert(ix: Index, st: usize, eng: u64, id: u32): void {
   const count = load<u32>(st, 8);
-  if (load<u32>(st) == 0) engResize(ix, st, MIN_ENG_LOG2);
-  else if (((<u64>count + 1) * 5) > ((<u64>1 << load<u32>(st, 4)) << 2)) engResize(ix, st, load<u32>(st, 4) + 1);
+  if (load<u32>(st) == 0) engResize(ix, st, MIN_ENG);
+  else if (overLoad(count, load<u32>(st, 4))) engResize(ix, st, grownCap(load<u32>(st, 4)));
   engPlace(<usize>load<u32>(st), load<u32>(st, 4), eng, id + 1);
   store<u32>(st, count + 1, 8);
   ix.entries++;
@@ -130,15 +127,14 @@ function engInsert(ix: Index, st: usize, eng: u64, id: u32): void {
 
 function engDelete(ix: Index, st: usize, e: usize): void {
   const t = <usize>load<u32>(st);
-  const log2 = load<u32>(st, 4);
-  const m = (<usize>1 << log2) - 1;
+  const cap = <usize>load<u32>(st, 4);
   let hole = (e - t) / ENG;
   let j = hole;
   while (true) {
-    j = (j + 1) & m;
+    j = j + 1 == cap ? 0 : j + 1;
     const ej = t + j * ENG;
     if (load<u32>(ej, 8) == 0) break;
-    const k = engHome(load<u64>(ej), log2);
+    const k = engHome(load<u64>(ej), cap);
     const inRange = hole <= j ? (k > hole && k <= j) : (k > hole || k <= j);
     if (!inRange) {
       memory.copy(t + hole * ENG, ej, ENG);
@@ -226,13 +222,13 @@ function mapBlock(ix: Index, slot: u32, eng: u64, seq: u64): u32 {
     if (load<u64>(rec(ix.recs, oldId)) == seq) return 0;
     // The engine reused an id for other content: move it.
     const id = blockUpsert(ix.recs, seq, ix.clock);
-    holderAdd(ix.recs, rec(ix.recs, id), slot);
+    holderAdd(ix.recs, id, slot);
     store<u32>(engFind(st, eng), id + 1, 8);
     holderDrop(ix.recs, oldId, slot);
     return 0;
   }
   const id = blockUpsert(ix.recs, seq, ix.clock);
-  holderAdd(ix.recs, rec(ix.recs, id), slot);
+  holderAdd(ix.recs, id, slot);
   engInsert(ix, st, eng, id);
   return 1;
 }
@@ -259,7 +255,7 @@ export function clearSlot(ix: Index, slot: u32): u32 {
   const t = <usize>load<u32>(st);
   if (t == 0) return 0;
   const removed = load<u32>(st, 8);
-  const cap = <usize>1 << load<u32>(st, 4);
+  const cap = <usize>load<u32>(st, 4);
   for (let j: usize = 0; j < cap; j++) {
     const id1 = load<u32>(t + j * ENG, 8);
     if (id1 != 0) holderDrop(ix.recs, id1 - 1, slot);
@@ -281,7 +277,7 @@ export function clearSlot(ix: Index, slot: u32): u32 {
 export function exportSlot(ix: Index, slot: u32, from: u32, max: u32, out: usize, nextOut: usize): u32 {
   const st = slot < ix.slotCap ? slotAt(ix, slot) : 0;
   const t = st != 0 ? <usize>load<u32>(st) : 0;
-  const cap: u32 = t != 0 ? <u32>1 << load<u32>(st, 4) : 0;
+  const cap: u32 = t != 0 ? load<u32>(st, 4) : 0;
   let n: u32 = 0;
   let i = from;
   for (; i < cap && n < max; i++) {
@@ -339,7 +335,7 @@ function evictStamped(ix: Index, cutoff: u32): u32 {
     const st = slotAt(ix, s);
     const t = <usize>load<u32>(st);
     if (t == 0) continue;
-    const cap = <usize>1 << load<u32>(st, 4);
+    const cap = <usize>load<u32>(st, 4);
     let i: usize = 0;
     // Backward-shift deletion moves only later entries into the hole at i, so re-examining i visits all.
     while (i < cap) {
@@ -360,9 +356,8 @@ function evictStamped(ix: Index, cutoff: u32): u32 {
       ix.engBytes -= heapSize(cap * ENG);
       store<u64>(st, 0);
     } else {
-      let log2 = MIN_ENG_LOG2;
-      while ((<usize>1 << log2) < (<usize>count << 1)) log2++;
-      if (log2 < load<u32>(st, 4)) engResize(ix, st, log2);
+      const half = max<usize>(MIN_ENG, (<usize>count * 2 + 15) & ~<usize>15);
+      if (half < cap) engResize(ix, st, half);
     }
   }
   return removed;

@@ -7,10 +7,24 @@
  * 64 slots) entries per slot; bytes per (block, slot) entry and findMatches of
  * a 512-block request (hit, partial, miss), and stored-event application in
  * blocks per second. Run: node --expose-gc dist/bench/run.js wasm/prefix-index
+ *
+ * With KVG_BENCH_BASE=<a checkout of the base commit, built>, each width also
+ * fills the base's index (its dist/ modules and build/kvgate.wasm loaded in this
+ * thread: a module instance of its own) and times findMatches of both builds in
+ * alternating batches of 20 calls (KVGATE_BENCH_AB_ROUNDS batches each, default
+ * 400), after checking that both give the same answer: a noisy machine's drift
+ * falls on both alike.
  */
-import { PrefixIndex, sequenceHashes } from '../../src/wasm/index.js';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import * as thisBuild from '../../src/wasm/index.js';
 import { seededRng } from '../../src/common/index.js';
 import { envIntList, timeAll, type BenchRow, type BenchSection } from '../util.js';
+
+const { PrefixIndex } = thisBuild;
+type PrefixIndex = thisBuild.PrefixIndex;
+/** A build's prefix index: this one's, or the base's (KVG_BENCH_BASE). */
+type IndexBuild = Pick<typeof thisBuild, 'PrefixIndex' | 'sequenceHashes'>;
 
 export const title = 'Prefix index: bytes per entry and findMatches (512 blocks) by slot count, and event application';
 
@@ -21,9 +35,15 @@ function randomHashes(rng: () => number, n: number): BigUint64Array {
   return out;
 }
 
-/** Fills an index over `slots` slots to `target` entries; returns it and the shared documents. */
-function fill(rng: () => number, slots: number, target: number): { index: PrefixIndex; docs: BigUint64Array[] } {
-  const index = new PrefixIndex();
+/** Fills an index of `build` over `slots` slots to `target` entries; returns it and the shared documents. */
+function fill(
+  rng: () => number,
+  slots: number,
+  target: number,
+  build: IndexBuild = thisBuild,
+): { index: PrefixIndex; docs: BigUint64Array[] } {
+  const { sequenceHashes } = build;
+  const index = new build.PrefixIndex();
   const docs = Array.from({ length: 64 }, () => randomHashes(rng, 512));
   for (let s = 0; s < slots && index.size < target; s++) {
     for (let d = 0; d < 32; d++) {
@@ -41,25 +61,40 @@ function fill(rng: () => number, slots: number, target: number): { index: Prefix
   return { index, docs };
 }
 
-async function measureWidth(slots: number, perSlot: number): Promise<{ rows: BenchRow[]; note: string }> {
-  const rng = seededRng(42);
-  const { index, docs } = fill(rng, slots, slots * perSlot);
-  // The fill's garbage is collected now (run with --expose-gc), not inside the first timed case.
-  (globalThis as { gc?: () => void }).gc?.();
+/** The four requests of a width's rows, over `index` and its shared documents. */
+function cases(index: PrefixIndex, docs: BigUint64Array[], build: IndexBuild): Record<string, () => unknown> {
   const fullDoc = docs[0]!;
   const partial = fullDoc.slice();
   partial[300] = 12345n;
-  const miss = randomHashes(rng, 512);
-  const hit = index.findMatches(fullDoc);
+  const fullSeq = build.sequenceHashes(fullDoc);
+  const miss = new BigUint64Array(512).map((_, i) => BigInt(i) * 0x9e3779b97f4a7c15n + 7n);
+  return {
+    '512-block hit (local hashes)': () => index.findMatches(fullDoc),
+    '512-block hit (sequence hashes)': () => index.findMatches(fullSeq, true),
+    'diverges at block 300': () => index.findMatches(partial),
+    miss: () => index.findMatches(miss),
+  };
+}
+
+/** A match's answer as one string, to check that two builds agree. */
+function answer(index: PrefixIndex, run: () => unknown): string {
+  const r = run() as ReturnType<PrefixIndex['findMatches']>;
+  const pairs = Array.from({ length: r.count }, (_, i) => `${index.slotWorker(r.slots[i]!)!.workerId}:${r.depths[i]}`);
+  return pairs.sort().join(',');
+}
+
+async function measureWidth(slots: number, perSlot: number): Promise<{ rows: BenchRow[]; note: string }> {
+  const { index, docs } = fill(seededRng(42), slots, slots * perSlot);
+  // The fill's garbage is collected now (run with --expose-gc), not inside the first timed case.
+  (globalThis as { gc?: () => void }).gc?.();
+  const hit = index.findMatches(docs[0]!);
   if (hit.count === 0) throw new Error('workload has no hit for the shared document');
-  const fullSeq = sequenceHashes(fullDoc);
   const perEntry = index.bytes / index.size;
-  const rows = await timeAll({
-    [`${slots} slots: findMatches, 512-block hit (local hashes)`]: () => index.findMatches(fullDoc),
-    [`${slots} slots: findMatches, 512-block hit (sequence hashes)`]: () => index.findMatches(fullSeq, true),
-    [`${slots} slots: findMatches, diverges at block 300`]: () => index.findMatches(partial),
-    [`${slots} slots: findMatches, miss`]: () => index.findMatches(miss),
-  });
+  const rows = await timeAll(
+    Object.fromEntries(
+      Object.entries(cases(index, docs, thisBuild)).map(([k, f]) => [`${slots} slots: findMatches, ${k}`, f]),
+    ),
+  );
   rows[0]!.note = `${perEntry.toFixed(1)} B/entry, hit by ${hit.count} slots`;
   const note =
     `${slots} slots: ${index.size.toLocaleString('en-US')} entries, ${index.distinctBlocks.toLocaleString('en-US')} ` +
@@ -88,7 +123,61 @@ async function measureApply(rng: () => number): Promise<BenchRow> {
   return row!;
 }
 
+/** This build against the base's at `slots` slots: findMatches in alternating batches, p50 per call. */
+async function measureAgainstBase(slots: number, perSlot: number, base: IndexBuild): Promise<BenchRow[]> {
+  const rounds = envIntList('KVGATE_BENCH_AB_ROUNDS', [400])[0]!;
+  const builds = [
+    { name: 'this build', ...fill(seededRng(42), slots, slots * perSlot) },
+    { name: 'base', ...fill(seededRng(42), slots, slots * perSlot, base) },
+  ].map((b, i) => ({ ...b, cases: cases(b.index, b.docs, i === 0 ? thisBuild : base) }));
+  (globalThis as { gc?: () => void }).gc?.();
+  const rows: BenchRow[] = [];
+  for (const name of Object.keys(builds[0]!.cases)) {
+    const [a, b] = builds.map((x) => answer(x.index, x.cases[name]!));
+    if (a !== b) throw new Error(`${slots} slots, ${name}: this build and the base answer differently`);
+    const times = builds.map(() => new Float64Array(rounds));
+    for (const x of builds) for (let i = 0; i < 200; i++) x.cases[name]!();
+    for (let r = 0; r < rounds; r++) {
+      builds.forEach((x, k) => {
+        const run = x.cases[name]!;
+        const t0 = performance.now();
+        for (let i = 0; i < 20; i++) run();
+        times[k]![r] = ((performance.now() - t0) * 1000) / 20;
+      });
+    }
+    const p = times.map((t) => t.sort()).map((t) => ({ p50: t[rounds >> 1]!, p99: t[Math.floor(rounds * 0.99)]! }));
+    builds.forEach((x, k) => {
+      rows.push({
+        name: `${slots} slots, ${x.name}: findMatches, ${name}`,
+        p50Us: p[k]!.p50,
+        p99Us: p[k]!.p99,
+        opsPerSec: 1e6 / p[k]!.p50,
+        note:
+          k === 0
+            ? `${(x.index.bytes / x.index.size).toFixed(1)} B/entry; ${(p[0]!.p50 / p[1]!.p50).toFixed(2)}x the base`
+            : `${(x.index.bytes / x.index.size).toFixed(1)} B/entry`,
+      });
+    });
+  }
+  for (const x of builds) x.index.dispose();
+  return rows;
+}
+
 export async function run(): Promise<BenchSection> {
+  const baseRoot = process.env.KVG_BENCH_BASE;
+  if (baseRoot !== undefined && baseRoot !== '') {
+    const base = (await import(pathToFileURL(`${resolve(baseRoot)}/dist/src/wasm/index.js`).href)) as IndexBuild;
+    const widths = envIntList('KVGATE_BENCH_SLOTS', [64, 256]);
+    const [perSlot] = envIntList('KVGATE_BENCH_ENTRIES_PER_SLOT', [15_625]);
+    const rows: BenchRow[] = [];
+    for (const slots of widths) rows.push(...(await measureAgainstBase(slots, perSlot!, base)));
+    return {
+      title: `${title}: this build against the base (${baseRoot}), alternating batches`,
+      rows,
+      notes: ['p50 / p99 over batches of 20 calls (per call); both builds give the same answers (checked)'],
+    };
+  }
+
   const widths = envIntList('KVGATE_BENCH_SLOTS', [64, 256]);
   const [perSlot] = envIntList('KVGATE_BENCH_ENTRIES_PER_SLOT', [15_625]);
   const rows: BenchRow[] = [];
