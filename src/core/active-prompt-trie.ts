@@ -14,10 +14,16 @@
  *   root ─ h0 ─ [0, 4) {s1: 3, s2: 1}  ─ h4 ─ [4, 9)  {s1: 2}        (ends 2)
  *                                      └ h4' ─ [4, 6) {s1: 1, s2: 1}   (ends 2)
  *
- * Costs, with p = branch points on a prompt's path (small in practice):
- * `insert` and `remove` O(p × log blocks) plus an O(1) split or merge; the
- * per-slot depth query O(p × log blocks + slots on the path). Nothing is
- * O(blocks): booking an 8,192-token prompt costs the same as a short one.
+ * Costs, with p = branch points on a prompt's path (a hundred when many
+ * prompts leave one long document at different points): a walk is one child
+ * lookup and one comparison per node (a whole edge matches iff its last block
+ * does), plus a binary search in the edge the prompt leaves. `insert` and
+ * `remove` add one slot lookup per node and an O(1) split or merge; the
+ * per-slot depth query writes each slot once, deepest node first, reading a
+ * node's slots only where the set grows (slot sets only grow towards the
+ * root). An `insert` right after `depthsInto` of the same array (the router
+ * matches, then books) resumes that walk. Nothing is O(blocks): booking an
+ * 8,192-token prompt costs the same as a short one.
  *
  * Children are filed under 30 bits of their first block's hash (a small
  * integer: a lookup neither allocates a BigInt nor hashes one, which was
@@ -67,6 +73,20 @@ function firstDifference(a: Uint32Array, b: Uint32Array, from: number, to: numbe
     else hi = mid;
   }
   return lo;
+}
+
+/**
+ * The first block in [child.start + 1, min(child.end, n)) where the prompt `seq32` of `n` blocks leaves the
+ * edge of `child` (whose first block it matches), or that bound. Chained hashes that agree on the edge's last
+ * block agree on all of it: a whole-edge match, the usual case on a deep path, costs one comparison.
+ */
+function edgeMatch(seq32: Uint32Array, n: number, child: Node): number {
+  const end = child.end;
+  if (end <= n) {
+    const b = (end - 1) << 1;
+    if (seq32[b] === child.rep32[b] && seq32[b + 1] === child.rep32[b + 1]) return end;
+  }
+  return firstDifference(seq32, child.rep32, child.start + 1, end < n ? end : n);
 }
 
 /**
@@ -134,6 +154,17 @@ export function pairView(seq: BigUint64Array): Uint32Array {
 
 export class ActivePromptTrie {
   readonly #root = new Node(0, 0, new BigUint64Array(0), new Uint32Array(0), null);
+  /**
+   * The last walk (`depthsInto`, `insert`, `remove`): the nodes below the root whose whole edge the prompt
+   * `#walkSeq` matched, shallowest first, `#walkLen` of them; every change of the trie forgets it. The
+   * router matches a prompt, then books it: `insert` resumes from this walk instead of repeating it.
+   */
+  readonly #walk: Node[] = [];
+  #walkLen = 0;
+  #walkSeq: BigUint64Array | null = null;
+  /** Per slot, the epoch of the `depthsInto` call that last wrote it (each slot is written once a call). */
+  #stamp: Int32Array = new Int32Array(64);
+  #epoch = 0;
 
   /**
    * Adds a request's prompt on `slot`. Returns how many of its leading blocks
@@ -141,39 +172,45 @@ export class ActivePromptTrie {
    */
   insert(seq: BigUint64Array, seq32: Uint32Array, slot: number): number {
     const n = seq.length;
-    let node = this.#root;
-    let held = 0;
-    for (;;) {
-      if (node !== this.#root) {
-        const i = node.slots.indexOf(slot);
-        if (i >= 0) {
-          held = node.end;
-          node.counts[i]!++;
-        } else {
-          node.slots.push(slot);
-          node.counts.push(1);
-        }
-      }
-      node.total++;
-      if (node.end === n) {
-        node.ends++;
-        return held;
-      }
+    const walk = this.#walk;
+    let len = this.#cachedWalk(seq, seq32);
+    let node = len > 0 ? walk[len - 1]! : this.#root;
+    while (node.end !== n) {
       let child = childAt(node, seq32, node.end);
       if (child === undefined) {
-        const leaf = new Node(node.end, n, seq, seq32, node);
-        leaf.slots.push(slot);
-        leaf.counts.push(1);
-        leaf.total = 1;
-        leaf.ends = 1;
-        addChild(node, leaf);
-        return held;
+        child = new Node(node.end, n, seq, seq32, node);
+        addChild(node, child);
+      } else {
+        const k = edgeMatch(seq32, n, child);
+        if (k < child.end) child = this.#split(child, k);
       }
-      const limit = child.end < n ? child.end : n;
-      const k = firstDifference(seq32, child.rep32, child.start + 1, limit);
-      if (k < child.end) child = this.#split(child, k);
+      walk[len++] = child;
       node = child;
     }
+    this.#walkLen = 0;
+    this.#walkSeq = null;
+    this.#root.total++;
+    node.ends++;
+    // A slot's nodes on a path are a prefix of it (a request through a node passes through its parent):
+    // once the slot is missing from one, it is missing from every deeper one.
+    let held = 0;
+    let missing = false;
+    for (let i = 0; i < len; i++) {
+      const p = walk[i]!;
+      p.total++;
+      if (!missing) {
+        const j = p.slots.indexOf(slot);
+        if (j >= 0) {
+          held = p.end;
+          p.counts[j]!++;
+          continue;
+        }
+        missing = true;
+      }
+      p.slots.push(slot);
+      p.counts.push(1);
+    }
+    return held;
   }
 
   /**
@@ -184,39 +221,40 @@ export class ActivePromptTrie {
   remove(seq: BigUint64Array, slot: number): number {
     const n = seq.length;
     const seq32 = pairView(seq);
-    const path: Node[] = [];
+    const walk = this.#walk;
+    let len = 0;
     let node = this.#root;
-    for (;;) {
-      path.push(node);
-      if (node.end === n) break;
+    while (node.end !== n) {
       node = childAt(node, seq32, node.end)!;
+      walk[len++] = node;
     }
+    this.#walkLen = 0;
+    this.#walkSeq = null;
+    this.#root.total--;
+    node.ends--;
     let kept = 0;
-    for (const p of path) {
+    for (let i = 0; i < len; i++) {
+      const p = walk[i]!;
       p.total--;
-      if (p === this.#root) continue;
-      const i = p.slots.indexOf(slot);
-      const c = p.counts[i]! - 1;
+      const j = p.slots.indexOf(slot);
+      const c = p.counts[j]! - 1;
       if (c > 0) {
-        p.counts[i] = c;
+        p.counts[j] = c;
         kept = p.end;
       } else {
         const last = p.slots.length - 1;
-        p.slots[i] = p.slots[last]!;
-        p.counts[i] = p.counts[last]!;
+        p.slots[j] = p.slots[last]!;
+        p.counts[j] = p.counts[last]!;
         p.slots.pop();
         p.counts.pop();
       }
     }
-    node.ends--;
     // Drop the empty tail of the path, then re-compress the deepest survivor.
-    let i = path.length - 1;
-    while (i > 0 && path[i]!.total === 0) {
-      const dead = path[i]!;
+    while (len > 0 && walk[len - 1]!.total === 0) {
+      const dead = walk[--len]!;
       dropChild(dead.parent!, dead);
-      i--;
     }
-    this.#mergeIfUnary(path[i]!);
+    this.#mergeIfUnary(len > 0 ? walk[len - 1]! : this.#root);
     return kept;
   }
 
@@ -236,23 +274,89 @@ export class ActivePromptTrie {
 
   /**
    * For every slot holding a prefix of `seq`, writes the prefix length to
-   * `out[slot]` (other entries untouched).
+   * `out[slot]` (other entries untouched). The walk is kept for an `insert`
+   * of the same array that follows with the trie unchanged.
    */
   depthsInto(seq: BigUint64Array, out: Float64Array): void {
     const n = seq.length;
+    this.#walkLen = 0;
+    this.#walkSeq = null;
     if (n === 0 || this.#root.children === null) return;
     const seq32 = pairView(seq);
+    const walk = this.#walk;
+    let len = 0;
     let node = this.#root;
+    // The node the prompt leaves inside its edge (at block `k`), if any.
+    let partial: Node | null = null;
+    let k = 0;
     while (node.end < n && node.children !== null) {
       const child = childAt(node, seq32, node.end);
-      if (child === undefined) return;
-      const limit = child.end < n ? child.end : n;
-      const k = firstDifference(seq32, child.rep32, child.start + 1, limit);
-      const slots = child.slots;
-      for (let i = 0; i < slots.length; i++) out[slots[i]!] = k;
-      if (k < child.end) return;
+      if (child === undefined) break;
+      k = edgeMatch(seq32, n, child);
+      if (k < child.end) {
+        partial = child;
+        break;
+      }
+      walk[len++] = child;
       node = child;
     }
+    this.#walkLen = len;
+    this.#walkSeq = seq;
+    this.#writeDepths(out, partial, k, len);
+  }
+
+  /**
+   * Writes each slot's depth once, deepest node first: a slot's depth is the end of the deepest node on the
+   * walk holding it (`k` inside `partial`). Slot sets only grow towards the root, so a node with as many
+   * slots as the one below it holds the same ones and is skipped.
+   */
+  #writeDepths(out: Float64Array, partial: Node | null, k: number, len: number): void {
+    const epoch = this.#nextEpoch();
+    let stamp = this.#stamp;
+    let below = 0;
+    for (let i = len; i >= 0; i--) {
+      const p = i === len ? partial : this.#walk[i]!;
+      if (p === null) continue;
+      const slots = p.slots;
+      if (slots.length === below) continue;
+      below = slots.length;
+      const depth = i === len ? k : p.end;
+      for (let j = 0; j < slots.length; j++) {
+        const s = slots[j]!;
+        if (s >= stamp.length) stamp = this.#growStamp(s);
+        if (stamp[s] === epoch) continue;
+        stamp[s] = epoch;
+        out[s] = depth;
+      }
+    }
+  }
+
+  #nextEpoch(): number {
+    if (this.#epoch === 0x7fffffff) {
+      this.#stamp.fill(0);
+      this.#epoch = 0;
+    }
+    return ++this.#epoch;
+  }
+
+  #growStamp(slot: number): Int32Array {
+    const grown = new Int32Array(Math.max(slot + 1, this.#stamp.length * 2));
+    grown.set(this.#stamp);
+    return (this.#stamp = grown);
+  }
+
+  /**
+   * How many nodes of the last walk `insert` can start from: all of them when it was a walk of this very
+   * prompt with the trie unchanged since, else none. The hashes are checked at the walk's deepest block
+   * too: chained hashes agreeing there agree on every block before it.
+   */
+  #cachedWalk(seq: BigUint64Array, seq32: Uint32Array): number {
+    const len = this.#walkLen;
+    if (this.#walkSeq !== seq || len === 0) return 0;
+    const last = this.#walk[len - 1]!;
+    const b = (last.end - 1) << 1;
+    if (last.end > seq.length || seq32[b] !== last.rep32[b] || seq32[b + 1] !== last.rep32[b + 1]) return 0;
+    return len;
   }
 
   /** Requests in the trie. */

@@ -64,3 +64,45 @@ describe('ActivePromptTrie', () => {
     }
   });
 });
+
+describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
+  it('answers as the list does when each insert follows a depth query of the same prompt, changed or not', () => {
+    const rng = mulberry32(4099);
+    const hash = hasher();
+    const trie = new ActivePromptTrie();
+    const live: { seq: BigUint64Array; slot: number }[] = [];
+    const held = (seq: BigUint64Array, slot: number, except?: number): number =>
+      Math.max(0, ...live.filter((r, i) => r.slot === slot && i !== except).map((r) => lcp(seq, r.seq)));
+    const depthsOf = (seq: BigUint64Array): number[] => {
+      const depths = new Float64Array(6);
+      trie.depthsInto(seq, depths);
+      return [...depths];
+    };
+    for (let step = 0; step < 3000; step++) {
+      if (live.length > 0 && rng() < 0.4) {
+        const i = Math.floor(rng() * live.length);
+        const { seq, slot } = live.splice(i, 1)[0]!;
+        expect(trie.remove(seq, slot)).toBe(held(seq, slot));
+        continue;
+      }
+      const seq = hash(Array.from({ length: 1 + Math.floor(rng() * 8) }, () => Math.floor(rng() * 3)));
+      const slot = Math.floor(rng() * 6);
+      expect(depthsOf(seq)).toEqual([0, 1, 2, 3, 4, 5].map((s) => held(seq, s)));
+      const between = rng();
+      if (between < 0.15 && live.length > 0) {
+        // The trie changes between the match and the booking: the walk is stale.
+        const j = Math.floor(rng() * live.length);
+        const other = live.splice(j, 1)[0]!;
+        expect(trie.remove(other.seq, other.slot)).toBe(held(other.seq, other.slot));
+      } else if (between < 0.3) {
+        // The same array, its hashes rewritten to another prompt's (a caller reusing its buffer).
+        seq.set(hash(Array.from({ length: seq.length }, () => Math.floor(rng() * 3))));
+      }
+      const expected = held(seq, slot);
+      const viaCopy = rng() < 0.2 ? seq.slice() : seq;
+      expect(trie.insert(viaCopy, pairView(viaCopy), slot)).toBe(expected);
+      live.push({ seq: viaCopy, slot });
+      expect(trie.size).toBe(live.length);
+    }
+  });
+});
