@@ -44,14 +44,28 @@ class Node {
     public rep: BigUint64Array,
     public rep32: Uint32Array,
     public parent: Node | null,
-  ) {}
+  ) {
+    if (end > 0) {
+      const b = (end - 1) << 1;
+      this.lastA = rep32[b]! & SMI_BITS;
+      this.lastB = rep32[b + 1]! & SMI_BITS;
+      this.lastC = topBits(rep32[b]!, rep32[b + 1]!);
+    }
+  }
+  /**
+   * The hash of the edge's last block (`end - 1`, which never changes for a node) as three small integers
+   * (30 + 30 + 4 bits): a walk compares it without loading `rep32`, another object and another cache line.
+   */
+  lastA = 0;
+  lastB = 0;
+  lastC = 0;
   /** Children by `childKey` of their first block; children sharing one are chained through `next`. */
   children: Map<number, Node> | null = null;
   /** The next sibling with the same `childKey` (a chain of hash prefixes that collide; almost always none). */
   next: Node | undefined = undefined;
   /**
    * Slots with requests in this subtree, and how many (parallel arrays). Plain
-   * SMI arrays: `indexOf` is a fast builtin and a split copies them with
+   * SMI arrays: a lookup is a short loop and a split copies them with
    * `slice`, where a Map would cost a hash insert per slot.
    */
   slots: number[] = [];
@@ -60,6 +74,27 @@ class Node {
   total = 0;
   /** Requests whose prompt ends exactly at `end`. */
   ends = 0;
+}
+
+/** The low 30 bits of a u32: what a small integer (an unboxed field) holds. */
+const SMI_BITS = 0x3fffffff;
+
+/** The top two bits of each word of a u32 pair, as one small integer. */
+function topBits(lo: number, hi: number): number {
+  return (lo >>> 30) | ((hi >>> 30) << 2);
+}
+
+/** Whether block `at` of the prompt `seq32` is the last block of `node`'s edge. */
+function holdsLast(node: Node, seq32: Uint32Array, at: number): boolean {
+  const lo = seq32[at << 1]!;
+  const hi = seq32[(at << 1) + 1]!;
+  return (lo & SMI_BITS) === node.lastA && (hi & SMI_BITS) === node.lastB && topBits(lo, hi) === node.lastC;
+}
+
+/** Where in `slots` the slot is, or -1 (a loop: on a node's few slots it beats the builtin's call). */
+function slotIndex(slots: number[], slot: number): number {
+  for (let i = 0; i < slots.length; i++) if (slots[i] === slot) return i;
+  return -1;
 }
 
 /** First index in [from, to) where the chained hash sequences differ, or `to` (they agree on [0, from)). */
@@ -82,10 +117,7 @@ function firstDifference(a: Uint32Array, b: Uint32Array, from: number, to: numbe
  */
 function edgeMatch(seq32: Uint32Array, n: number, child: Node): number {
   const end = child.end;
-  if (end <= n) {
-    const b = (end - 1) << 1;
-    if (seq32[b] === child.rep32[b] && seq32[b + 1] === child.rep32[b + 1]) return end;
-  }
+  if (end <= n && holdsLast(child, seq32, end - 1)) return end;
   return firstDifference(seq32, child.rep32, child.start + 1, end < n ? end : n);
 }
 
@@ -95,18 +127,22 @@ function edgeMatch(seq32: Uint32Array, n: number, child: Node): number {
  * `childAt`.
  */
 function childKey(h32: Uint32Array, at: number): number {
-  return h32[at << 1]! & 0x3fffffff;
+  return h32[at << 1]! & SMI_BITS;
 }
 
-/** The child of `node` whose first block is block `at` of the prompt `seq32`, if any. */
+/**
+ * The child of `node` whose first block is block `at` of the prompt `seq32`, if any. A candidate whose last
+ * block the prompt also holds is that child (chained hashes), found without loading its `rep32`.
+ */
 function childAt(node: Node, seq32: Uint32Array, at: number): Node | undefined {
-  let c = node.children?.get(childKey(seq32, at));
+  const first = node.children?.get(childKey(seq32, at));
+  const n = seq32.length >> 1;
+  if (first !== undefined && first.end <= n && holdsLast(first, seq32, first.end - 1)) return first;
   const lo = seq32[at << 1];
   const hi = seq32[(at << 1) + 1];
-  while (c !== undefined) {
+  for (let c = first; c !== undefined; c = c.next) {
     const k = c.start << 1;
     if (c.rep32[k] === lo && c.rep32[k + 1] === hi) return c;
-    c = c.next;
   }
   return undefined;
 }
@@ -199,7 +235,7 @@ export class ActivePromptTrie {
       const p = walk[i]!;
       p.total++;
       if (!missing) {
-        const j = p.slots.indexOf(slot);
+        const j = slotIndex(p.slots, slot);
         if (j >= 0) {
           held = p.end;
           p.counts[j]!++;
@@ -236,7 +272,7 @@ export class ActivePromptTrie {
     for (let i = 0; i < len; i++) {
       const p = walk[i]!;
       p.total--;
-      const j = p.slots.indexOf(slot);
+      const j = slotIndex(p.slots, slot);
       const c = p.counts[j]! - 1;
       if (c > 0) {
         p.counts[j] = c;
@@ -266,7 +302,7 @@ export class ActivePromptTrie {
     let held = 0;
     while (node.end !== n) {
       node = childAt(node, seq32, node.end)!;
-      const i = node.slots.indexOf(slot);
+      const i = slotIndex(node.slots, slot);
       if (i >= 0 && node.counts[i]! > 1) held = node.end;
     }
     return held;
