@@ -198,12 +198,13 @@ export class ActivePromptTrie {
   readonly #walk: Node[] = [];
   #walkLen = 0;
   #walkSeq: BigUint64Array | null = null;
+  #walkSeq32: Uint32Array = new Uint32Array(0);
   /** Per slot, the epoch of the `depthsInto` call that last wrote it (each slot is written once a call). */
   #stamp: Int32Array = new Int32Array(64);
   #epoch = 0;
 
   /**
-   * Adds a request's prompt on `slot`. Returns how many of its leading blocks
+   * Adds a request's prompt on `slot` (`seq32`: its `pairView`). Returns how many of its leading blocks
    * the slot already held (so `seq.length - result` blocks are new there).
    */
   insert(seq: BigUint64Array, seq32: Uint32Array, slot: number): number {
@@ -252,11 +253,10 @@ export class ActivePromptTrie {
   /**
    * Removes a request's prompt from `slot` (it must have been inserted there).
    * Returns how many of its leading blocks the slot still holds through other
-   * requests (so `seq.length - result` blocks left the slot).
+   * requests (so `seq.length - result` blocks left the slot). `seq32`: its `pairView`, if the caller kept one.
    */
-  remove(seq: BigUint64Array, slot: number): number {
+  remove(seq: BigUint64Array, slot: number, seq32: Uint32Array = pairView(seq)): number {
     const n = seq.length;
-    const seq32 = pairView(seq);
     const walk = this.#walk;
     let len = 0;
     let node = this.#root;
@@ -292,6 +292,11 @@ export class ActivePromptTrie {
     }
     this.#mergeIfUnary(len > 0 ? walk[len - 1]! : this.#root);
     return kept;
+  }
+
+  /** `pairView(seq)`: the one the last `depthsInto` made when it was of this array. */
+  pairsOf(seq: BigUint64Array): Uint32Array {
+    return seq === this.#walkSeq ? this.#walkSeq32 : pairView(seq);
   }
 
   /** Blocks of the prompt held on `slot` by requests other than one of its own copies. */
@@ -338,6 +343,7 @@ export class ActivePromptTrie {
     }
     this.#walkLen = len;
     this.#walkSeq = seq;
+    this.#walkSeq32 = seq32;
     this.#writeDepths(out, partial, k, len);
   }
 

@@ -26,7 +26,7 @@
  */
 import { KvgateError } from '../errors/index.js';
 import type { PromptHashes } from '../wasm/index.js';
-import { ActivePromptTrie, pairView } from './active-prompt-trie.js';
+import { ActivePromptTrie } from './active-prompt-trie.js';
 import type { Clock, WorkerRank } from '../common/index.js';
 
 /** Expiry is checked on add at most this often (Dynamo: 30 s). */
@@ -96,6 +96,8 @@ class ActiveRequest {
     readonly slot: number,
     /** Prompt blocks shared through the trie (null: none). */
     readonly seq: BigUint64Array | null,
+    /** `seq` as u32 pairs (the trie's view of it; kept so a free makes none). */
+    readonly seq32: Uint32Array | null,
     readonly privateBlocks: number,
     public prefillTokens: number,
     readonly expectedOutputTokens: number | undefined,
@@ -268,8 +270,9 @@ export class ActiveSequences {
     const seq = input.hashes !== null && input.hashes.seq.length > 0 ? input.hashes.seq : null;
     const privateBlocks = input.privateBlocks ?? 0;
     const prefill = input.prefillTokens > 0 ? input.prefillTokens : 0;
-    const r = new ActiveRequest(requestId, slot, seq, privateBlocks, prefill, input.expectedOutputTokens, now);
-    if (seq !== null) this.#shared[slot]! += seq.length - this.#trie.insert(seq, pairView(seq), slot);
+    const seq32 = seq !== null ? this.#trie.pairsOf(seq) : null;
+    const r = new ActiveRequest(requestId, slot, seq, seq32, privateBlocks, prefill, input.expectedOutputTokens, now);
+    if (seq !== null) this.#shared[slot]! += seq.length - this.#trie.insert(seq, seq32!, slot);
     this.#requests.set(requestId, r);
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests++;
     this.#private[slot]! += privateBlocks;
@@ -329,7 +332,7 @@ export class ActiveSequences {
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests--;
     else this.#recordService(this.#clock.now() - r.startedAt);
     const slot = r.slot;
-    if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.remove(r.seq, slot);
+    if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.remove(r.seq, slot, r.seq32!);
     this.#private[slot]! -= r.privateBlocks + r.outputBlocks;
     this.#deficit[slot]! -= r.fracBlocks * (1 - r.frac);
     this.#prefill[slot]! -= r.prefillTokens;
