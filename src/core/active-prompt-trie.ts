@@ -45,6 +45,7 @@ class Node {
     public rep32: Uint32Array,
     public parent: Node | null,
   ) {
+    this.key = end > start ? childKey(rep32, start) : 0;
     if (end > 0) {
       const b = (end - 1) << 1;
       this.lastA = rep32[b]! & SMI_BITS;
@@ -59,10 +60,21 @@ class Node {
   lastA = 0;
   lastB = 0;
   lastC = 0;
-  /** Children by `childKey` of their first block; children sharing one are chained through `next`. */
+  /** `childKey` of the first block (block `start`): kept in step with `start` by `setStart`. */
+  key = 0;
+  /** How many children. */
+  kids = 0;
+  /** Up to `LIST_MAX` children: the first of them, the others chained through `next` (a walk reads no Map). */
+  kid: Node | undefined = undefined;
+  /** Beyond `LIST_MAX`: children by `key`, those sharing one chained through `next`; `kid` is then unused. */
   children: Map<number, Node> | null = null;
-  /** The next sibling with the same `childKey` (a chain of hash prefixes that collide; almost always none). */
+  /** The next sibling: in the parent's list, or with the same `key` in its map (almost always none). */
   next: Node | undefined = undefined;
+
+  setStart(start: number): void {
+    this.start = start;
+    this.key = childKey(this.rep32, start);
+  }
   /**
    * Slots with requests in this subtree, and how many (parallel arrays). Plain
    * SMI arrays: a lookup is a short loop and a split copies them with
@@ -130,17 +142,26 @@ function childKey(h32: Uint32Array, at: number): number {
   return h32[at << 1]! & SMI_BITS;
 }
 
+/** A node keeps its children in a list up to this many (the usual fan-out), in a map beyond. */
+const LIST_MAX = 8;
+
+/** The first of the children of `node` that may begin with block `key` (a list's head, or the map's chain). */
+function firstCandidate(node: Node, key: number): Node | undefined {
+  return node.children !== null ? node.children.get(key) : node.kid;
+}
+
 /**
  * The child of `node` whose first block is block `at` of the prompt `seq32`, if any. A candidate whose last
  * block the prompt also holds is that child (chained hashes), found without loading its `rep32`.
  */
 function childAt(node: Node, seq32: Uint32Array, at: number): Node | undefined {
-  const first = node.children?.get(childKey(seq32, at));
+  const key = childKey(seq32, at);
   const n = seq32.length >> 1;
-  if (first !== undefined && first.end <= n && holdsLast(first, seq32, first.end - 1)) return first;
   const lo = seq32[at << 1];
   const hi = seq32[(at << 1) + 1];
-  for (let c = first; c !== undefined; c = c.next) {
+  for (let c = firstCandidate(node, key); c !== undefined; c = c.next) {
+    if (c.key !== key) continue;
+    if (c.end <= n && holdsLast(c, seq32, c.end - 1)) return c;
     const k = c.start << 1;
     if (c.rep32[k] === lo && c.rep32[k + 1] === hi) return c;
   }
@@ -148,21 +169,43 @@ function childAt(node: Node, seq32: Uint32Array, at: number): Node | undefined {
 }
 
 function addChild(parent: Node, child: Node): void {
-  const map = (parent.children ??= new Map());
-  const key = childKey(child.rep32, child.start);
-  child.next = map.get(key);
-  map.set(key, child);
+  parent.kids++;
+  if (parent.children === null && parent.kids <= LIST_MAX) {
+    child.next = parent.kid;
+    parent.kid = child;
+    return;
+  }
+  if (parent.children === null) {
+    // The list outgrew itself: file its children in a map.
+    const map = (parent.children = new Map());
+    let c = parent.kid;
+    parent.kid = undefined;
+    while (c !== undefined) {
+      const after = c.next;
+      c.next = map.get(c.key);
+      map.set(c.key, c);
+      c = after;
+    }
+  }
+  const map = parent.children;
+  child.next = map.get(child.key);
+  map.set(child.key, child);
+}
+
+/** Makes `by` the head of the list or chain `old` heads (`by` begins with the same block). */
+function setHead(parent: Node, old: Node, by: Node | undefined): void {
+  if (parent.children === null) parent.kid = by;
+  else if (by === undefined) parent.children.delete(old.key);
+  else parent.children.set(old.key, by);
 }
 
 /** Puts `by` where `old` is among `parent`'s children (both begin with the same block). */
 function replaceChild(parent: Node, old: Node, by: Node): void {
-  const map = parent.children!;
-  const key = childKey(old.rep32, old.start);
   by.next = old.next;
   old.next = undefined;
-  let c = map.get(key)!;
+  let c = firstCandidate(parent, old.key)!;
   if (c === old) {
-    map.set(key, by);
+    setHead(parent, old, by);
     return;
   }
   while (c.next !== old) c = c.next!;
@@ -170,17 +213,16 @@ function replaceChild(parent: Node, old: Node, by: Node): void {
 }
 
 function dropChild(parent: Node, child: Node): void {
-  const map = parent.children!;
-  const key = childKey(child.rep32, child.start);
-  let c = map.get(key)!;
+  parent.kids--;
+  let c = firstCandidate(parent, child.key)!;
   if (c === child) {
-    if (child.next === undefined) map.delete(key);
-    else map.set(key, child.next);
+    setHead(parent, child, child.next);
   } else {
     while (c.next !== child) c = c.next!;
     c.next = child.next;
   }
   child.next = undefined;
+  if (parent.kids === 0) parent.children = null;
 }
 
 /** u32-pair view of a hash array (no copy). */
@@ -322,7 +364,7 @@ export class ActivePromptTrie {
     const n = seq.length;
     this.#walkLen = 0;
     this.#walkSeq = null;
-    if (n === 0 || this.#root.children === null) return;
+    if (n === 0 || this.#root.kids === 0) return;
     const seq32 = pairView(seq);
     const walk = this.#walk;
     let len = 0;
@@ -330,7 +372,7 @@ export class ActivePromptTrie {
     // The node the prompt leaves inside its edge (at block `k`), if any.
     let partial: Node | null = null;
     let k = 0;
-    while (node.end < n && node.children !== null) {
+    while (node.end < n && node.kids > 0) {
       const child = childAt(node, seq32, node.end);
       if (child === undefined) break;
       k = edgeMatch(seq32, n, child);
@@ -415,18 +457,17 @@ export class ActivePromptTrie {
     upper.total = child.total;
     replaceChild(parent, child, upper);
     child.parent = upper;
-    child.start = k;
+    child.setStart(k);
     addChild(upper, child);
     return upper;
   }
 
   /** A non-root node with no request ending on it and one child is folded into the child. */
   #mergeIfUnary(node: Node): void {
-    if (node === this.#root || node.ends !== 0 || node.children === null || node.children.size !== 1) return;
-    const child = node.children.values().next().value!;
-    if (child.next !== undefined) return;
+    if (node === this.#root || node.ends !== 0 || node.kids !== 1) return;
+    const child = node.children !== null ? node.children.values().next().value! : node.kid!;
     replaceChild(node.parent!, node, child);
-    child.start = node.start;
+    child.setStart(node.start);
     child.parent = node.parent;
   }
 }

@@ -106,3 +106,53 @@ describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
     }
   });
 });
+
+describe('ActivePromptTrie: wide nodes', () => {
+  it('answers as the list does when nodes have up to twelve children, filed in a map and emptied again', () => {
+    // Twelve possible blocks after each prefix, all sharing the 30 bits a child is filed under, three in
+    // four sharing the low 32: a node's children outgrow its list, then chain in one map entry.
+    const ids = new Map<string, number>();
+    const hash = (choices: readonly number[]): BigUint64Array => {
+      const out = new BigUint64Array(choices.length);
+      for (let i = 0; i < choices.length; i++) {
+        const key = choices.slice(0, i + 1).join(',');
+        let id = ids.get(key);
+        if (id === undefined) ids.set(key, (id = ids.size + 1));
+        out[i] = (BigInt(id) << 32n) | 0x12345678n | (BigInt(choices[i]! % 4 === 3 ? 3 : 0) << 30n);
+      }
+      return out;
+    };
+    const rng = mulberry32(77);
+    const trie = new ActivePromptTrie();
+    const live: { seq: BigUint64Array; slot: number }[] = [];
+    const held = (seq: BigUint64Array, slot: number, except?: number): number =>
+      Math.max(0, ...live.filter((r, i) => r.slot === slot && i !== except).map((r) => lcp(seq, r.seq)));
+    const draw = (): BigUint64Array =>
+      hash(Array.from({ length: 1 + Math.floor(rng() * 4) }, () => Math.floor(rng() * 12)));
+    for (let step = 0; step < 4000; step++) {
+      // Grow to about 150 prompts, then drain to none, twice: nodes go from lists to maps and back.
+      const draining = step % 2000 >= 1200;
+      if (live.length > 0 && (draining || rng() < 0.3)) {
+        const i = Math.floor(rng() * live.length);
+        const { seq, slot } = live[i]!;
+        const others = held(seq, slot, i);
+        expect(trie.heldByOthers(seq, slot)).toBe(others);
+        live.splice(i, 1);
+        expect(trie.remove(seq, slot)).toBe(others);
+      } else if (!draining) {
+        const seq = draw();
+        const slot = Math.floor(rng() * 5);
+        const depths = new Float64Array(5);
+        trie.depthsInto(seq, depths);
+        expect([...depths]).toEqual([0, 1, 2, 3, 4].map((s) => held(seq, s)));
+        expect(trie.insert(seq, pairView(seq), slot)).toBe(held(seq, slot));
+        live.push({ seq, slot });
+      }
+      const probe = draw();
+      const depths = new Float64Array(5);
+      trie.depthsInto(probe, depths);
+      expect([...depths]).toEqual([0, 1, 2, 3, 4].map((s) => held(probe, s)));
+      expect(trie.size).toBe(live.length);
+    }
+  });
+});
