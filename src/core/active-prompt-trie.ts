@@ -7,9 +7,9 @@
  * that agree on block i agree on every block before it. So an edge is a run
  * of blocks [start, end) that every prompt below it shares, stored as a
  * reference to one such prompt (`rep`), and comparing a prompt with an edge is
- * a binary search for the first differing block. A node's `slots`/`counts`
- * hold, per slot, the requests in its subtree: slot s holds blocks [0, end) of
- * a node iff s is among its `slots`.
+ * a binary search for the first differing block. A node's `members` hold, per
+ * slot, the requests in its subtree: slot s holds blocks [0, end) of a node iff
+ * s is among its `members`.
  *
  *   root ─ h0 ─ [0, 4) {s1: 3, s2: 1}  ─ h4 ─ [4, 9)  {s1: 2}        (ends 2)
  *                                      └ h4' ─ [4, 6) {s1: 1, s2: 1}   (ends 2)
@@ -76,12 +76,13 @@ class Node {
     this.key = childKey(this.rep32, start);
   }
   /**
-   * Slots with requests in this subtree, and how many (parallel arrays). Plain
-   * SMI arrays: a lookup is a short loop and a split copies them with
-   * `slice`, where a Map would cost a hash insert per slot.
+   * Slots with requests in this subtree and how many, as pairs (slot, count) in one plain SMI array: one
+   * object to load per node on a walk, a lookup a short loop, a split one `slice`, where a Map would cost
+   * a hash insert per slot.
    */
-  slots: number[] = [];
-  counts: number[] = [];
+  members: number[] = [];
+  /** How many slots `members` holds (its pairs), read without loading the array. */
+  width = 0;
   /** Requests in this subtree. */
   total = 0;
   /** Requests whose prompt ends exactly at `end`. */
@@ -103,9 +104,9 @@ function holdsLast(node: Node, seq32: Uint32Array, at: number): boolean {
   return (lo & SMI_BITS) === node.lastA && (hi & SMI_BITS) === node.lastB && topBits(lo, hi) === node.lastC;
 }
 
-/** Where in `slots` the slot is, or -1 (a loop: on a node's few slots it beats the builtin's call). */
-function slotIndex(slots: number[], slot: number): number {
-  for (let i = 0; i < slots.length; i++) if (slots[i] === slot) return i;
+/** Where in `members` the slot's pair starts, or -1 (a loop: on a node's few slots it beats a builtin's call). */
+function memberIndex(members: number[], slot: number): number {
+  for (let i = 0; i < members.length; i += 2) if (members[i] === slot) return i;
   return -1;
 }
 
@@ -171,8 +172,13 @@ function childAt(node: Node, seq32: Uint32Array, at: number): Node | undefined {
 function addChild(parent: Node, child: Node): void {
   parent.kids++;
   if (parent.children === null && parent.kids <= LIST_MAX) {
-    child.next = parent.kid;
-    parent.kid = child;
+    // After the first child, which a walk meets first: the eldest, the one a split kept (the longer path).
+    const head = parent.kid;
+    if (head === undefined) parent.kid = child;
+    else {
+      child.next = head.next;
+      head.next = child;
+    }
     return;
   }
   if (parent.children === null) {
@@ -278,16 +284,16 @@ export class ActivePromptTrie {
       const p = walk[i]!;
       p.total++;
       if (!missing) {
-        const j = slotIndex(p.slots, slot);
+        const j = memberIndex(p.members, slot);
         if (j >= 0) {
           held = p.end;
-          p.counts[j]!++;
+          p.members[j + 1]!++;
           continue;
         }
         missing = true;
       }
-      p.slots.push(slot);
-      p.counts.push(1);
+      p.members.push(slot, 1);
+      p.width++;
     }
     return held;
   }
@@ -314,17 +320,18 @@ export class ActivePromptTrie {
     for (let i = 0; i < len; i++) {
       const p = walk[i]!;
       p.total--;
-      const j = slotIndex(p.slots, slot);
-      const c = p.counts[j]! - 1;
+      const m = p.members;
+      const j = memberIndex(m, slot);
+      const c = m[j + 1]! - 1;
       if (c > 0) {
-        p.counts[j] = c;
+        m[j + 1] = c;
         kept = p.end;
       } else {
-        const last = p.slots.length - 1;
-        p.slots[j] = p.slots[last]!;
-        p.counts[j] = p.counts[last]!;
-        p.slots.pop();
-        p.counts.pop();
+        const last = m.length - 2;
+        m[j] = m[last]!;
+        m[j + 1] = m[last + 1]!;
+        m.length = last;
+        p.width--;
       }
     }
     // Drop the empty tail of the path, then re-compress the deepest survivor.
@@ -349,8 +356,8 @@ export class ActivePromptTrie {
     let held = 0;
     while (node.end !== n) {
       node = childAt(node, seq32, node.end)!;
-      const i = slotIndex(node.slots, slot);
-      if (i >= 0 && node.counts[i]! > 1) held = node.end;
+      const i = memberIndex(node.members, slot);
+      if (i >= 0 && node.members[i + 1]! > 1) held = node.end;
     }
     return held;
   }
@@ -401,12 +408,12 @@ export class ActivePromptTrie {
     for (let i = len; i >= 0; i--) {
       const p = i === len ? partial : this.#walk[i]!;
       if (p === null) continue;
-      const slots = p.slots;
-      if (slots.length === below) continue;
-      below = slots.length;
+      if (p.width === below) continue;
+      below = p.width;
+      const m = p.members;
       const depth = i === len ? k : p.end;
-      for (let j = 0; j < slots.length; j++) {
-        const s = slots[j]!;
+      for (let j = 0; j < m.length; j += 2) {
+        const s = m[j]!;
         if (s >= stamp.length) stamp = this.#growStamp(s);
         if (stamp[s] === epoch) continue;
         stamp[s] = epoch;
@@ -452,8 +459,8 @@ export class ActivePromptTrie {
   #split(child: Node, k: number): Node {
     const parent = child.parent!;
     const upper = new Node(child.start, k, child.rep, child.rep32, parent);
-    upper.slots = child.slots.slice();
-    upper.counts = child.counts.slice();
+    upper.members = child.members.slice();
+    upper.width = child.width;
     upper.total = child.total;
     replaceChild(parent, child, upper);
     child.parent = upper;

@@ -11,8 +11,9 @@
  * (a radix tree over chained block hashes with per-slot counts), so an
  * in-flight prefix shared by several requests on a slot counts once there,
  * a new request learns in one walk how many of its blocks each slot already
- * holds (`depthsInto`, for Dynamo's new_blocks), and booking or freeing costs
- * O(branch points × log blocks), not O(blocks).
+ * holds (`depthsInto`, for Dynamo's new_blocks), a booking right after that
+ * match resumes its walk, and booking or freeing costs one step per branch
+ * point on the prompt's path, not O(blocks).
  *
  * Requests admitted with `assume_kv_reuse = false` hold private blocks (counted,
  * never shared), as do output blocks. `addOutputBlock(id, decay)` marks every
