@@ -16,7 +16,7 @@ export function median(values: Float64Array): number {
 export const FNV_OFFSET = 0x811c9dc5;
 
 /** One FNV-1a step over the 32 low bits of `value`. */
-export function fnv1a(hash: number, value: number): number {
+function fnv1a(hash: number, value: number): number {
   let h = hash;
   for (let shift = 0; shift < 32; shift += 8) h = Math.imul(h ^ ((value >>> shift) & 0xff), 0x01000193) >>> 0;
   return h;

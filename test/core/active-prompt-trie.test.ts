@@ -33,14 +33,35 @@ function lcp(a: BigUint64Array, b: BigUint64Array): number {
   return i;
 }
 
+/**
+ * The answers a trie must give, from a plain list of the prompts in flight and their slots: the blocks of
+ * `seq` that `slot` holds through them (but the one at `except`), the longest common prefix.
+ */
+function listModel(): {
+  live: { seq: BigUint64Array; slot: number }[];
+  held: (seq: BigUint64Array, slot: number, except?: number) => number;
+} {
+  const live: { seq: BigUint64Array; slot: number }[] = [];
+  const held = (seq: BigUint64Array, slot: number, except?: number): number =>
+    Math.max(0, ...live.filter((r, i) => r.slot === slot && i !== except).map((r) => lcp(seq, r.seq)));
+  return { live, held };
+}
+
+/** Removes the prompt at `i` of the list from the trie, checking what it still holds as the list does. */
+function removeChecked(trie: ActivePromptTrie, model: ReturnType<typeof listModel>, i: number): void {
+  const { seq, slot } = model.live[i]!;
+  const others = model.held(seq, slot, i);
+  expect(trie.heldByOthers(seq, slot)).toBe(others);
+  model.live.splice(i, 1);
+  expect(trie.remove(seq, slot)).toBe(others);
+}
+
 describe('ActivePromptTrie', () => {
   it('answers as a list of prompts per slot does, through colliding keys, splits and merges', () => {
     const rng = mulberry32(2028);
     const hash = hasher();
     const trie = new ActivePromptTrie();
-    const live: { seq: BigUint64Array; slot: number }[] = [];
-    const held = (seq: BigUint64Array, slot: number, except?: number): number =>
-      Math.max(0, ...live.filter((r, i) => r.slot === slot && i !== except).map((r) => lcp(seq, r.seq)));
+    const { live, held } = listModel();
     for (let step = 0; step < 3000; step++) {
       if (live.length > 0 && rng() < 0.45) {
         const i = Math.floor(rng() * live.length);
@@ -70,9 +91,8 @@ describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
     const rng = mulberry32(4099);
     const hash = hasher();
     const trie = new ActivePromptTrie();
-    const live: { seq: BigUint64Array; slot: number }[] = [];
-    const held = (seq: BigUint64Array, slot: number, except?: number): number =>
-      Math.max(0, ...live.filter((r, i) => r.slot === slot && i !== except).map((r) => lcp(seq, r.seq)));
+    const model = listModel();
+    const { live, held } = model;
     const depthsOf = (seq: BigUint64Array): number[] => {
       const depths = new Float64Array(6);
       trie.depthsInto(seq, depths);
@@ -80,9 +100,7 @@ describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
     };
     for (let step = 0; step < 3000; step++) {
       if (live.length > 0 && rng() < 0.4) {
-        const i = Math.floor(rng() * live.length);
-        const { seq, slot } = live.splice(i, 1)[0]!;
-        expect(trie.remove(seq, slot)).toBe(held(seq, slot));
+        removeChecked(trie, model, Math.floor(rng() * live.length));
         continue;
       }
       const seq = hash(Array.from({ length: 1 + Math.floor(rng() * 8) }, () => Math.floor(rng() * 3)));
@@ -91,9 +109,7 @@ describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
       const between = rng();
       if (between < 0.15 && live.length > 0) {
         // The trie changes between the match and the booking: the walk is stale.
-        const j = Math.floor(rng() * live.length);
-        const other = live.splice(j, 1)[0]!;
-        expect(trie.remove(other.seq, other.slot)).toBe(held(other.seq, other.slot));
+        removeChecked(trie, model, Math.floor(rng() * live.length));
       } else if (between < 0.3) {
         // The same array, its hashes rewritten to another prompt's (a caller reusing its buffer).
         seq.set(hash(Array.from({ length: seq.length }, () => Math.floor(rng() * 3))));
@@ -124,21 +140,15 @@ describe('ActivePromptTrie: wide nodes', () => {
     };
     const rng = mulberry32(77);
     const trie = new ActivePromptTrie();
-    const live: { seq: BigUint64Array; slot: number }[] = [];
-    const held = (seq: BigUint64Array, slot: number, except?: number): number =>
-      Math.max(0, ...live.filter((r, i) => r.slot === slot && i !== except).map((r) => lcp(seq, r.seq)));
+    const model = listModel();
+    const { live, held } = model;
     const draw = (): BigUint64Array =>
       hash(Array.from({ length: 1 + Math.floor(rng() * 4) }, () => Math.floor(rng() * 12)));
     for (let step = 0; step < 4000; step++) {
       // Grow to about 150 prompts, then drain to none, twice: nodes go from lists to maps and back.
       const draining = step % 2000 >= 1200;
       if (live.length > 0 && (draining || rng() < 0.3)) {
-        const i = Math.floor(rng() * live.length);
-        const { seq, slot } = live[i]!;
-        const others = held(seq, slot, i);
-        expect(trie.heldByOthers(seq, slot)).toBe(others);
-        live.splice(i, 1);
-        expect(trie.remove(seq, slot)).toBe(others);
+        removeChecked(trie, model, Math.floor(rng() * live.length));
       } else if (!draining) {
         const seq = draw();
         const slot = Math.floor(rng() * 5);
