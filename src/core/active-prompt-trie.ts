@@ -44,6 +44,7 @@ export class ActivePromptTrie {
    * The last walk (`depthsInto`, `insert`, `remove`): the nodes below the root whose whole edge the prompt
    * `#walkSeq` matched, shallowest first, `#walkLen` of them; every change of the trie forgets it. The
    * router matches a prompt, then books it: `insert` resumes from this walk instead of repeating it.
+   * Entries past `#walkLen` are older walks' nodes, all in the trie: `remove` empties the array.
    */
   readonly #walk: TrieNode[] = [];
   #walkLen = 0;
@@ -142,6 +143,8 @@ export class ActivePromptTrie {
       dropChild(dead.parent!, dead);
     }
     this.#mergeIfUnary(len > 0 ? walk[len - 1]! : this.#root);
+    // Only a remove takes nodes out: forget every walk, so none keeps a dropped node (and its prompt) alive.
+    walk.length = 0;
     return kept;
   }
 
