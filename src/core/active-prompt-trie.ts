@@ -22,7 +22,8 @@
  * per-slot depth query writes each slot once, deepest node first, reading a
  * node's slots only where the set grows (slot sets only grow towards the
  * root). An `insert` right after `depthsInto` of the same array (the router
- * matches, then books) resumes that walk. Nothing is O(blocks): booking an
+ * matches, then books) resumes that walk, and a free climbs from the node its
+ * prompt ends on (`removeAt`). Nothing is O(blocks): booking an
  * 8,192-token prompt costs the same as a short one.
  *
  * Nodes and the walk's primitives (children in a list or a map, edge
@@ -50,6 +51,7 @@ export class ActivePromptTrie {
   #walkLen = 0;
   #walkSeq: BigUint64Array | null = null;
   #walkSeq32: Uint32Array = new Uint32Array(0);
+  #lastEnd: TrieNode = this.#root;
   /** Per slot, the epoch of the `depthsInto` call that last wrote it (each slot is written once a call). */
   #stamp: Int32Array = new Int32Array(64);
   #epoch = 0;
@@ -79,6 +81,7 @@ export class ActivePromptTrie {
     this.#walkSeq = null;
     this.#root.total++;
     node.ends++;
+    this.#lastEnd = node;
     // A slot's nodes on a path are a prefix of it (a request through a node passes through its parent):
     // once the slot is missing from one, it is missing from every deeper one.
     let held = 0;
@@ -104,21 +107,29 @@ export class ActivePromptTrie {
   /**
    * Removes a request's prompt from `slot` (it must have been inserted there).
    * Returns how many of its leading blocks the slot still holds through other
-   * requests (so `seq.length - result` blocks left the slot). `seq32`: its `pairView`, if the caller kept one.
+   * requests (so `seq.length - result` blocks left the slot).
    */
-  remove(seq: BigUint64Array, slot: number, seq32: Uint32Array = pairView(seq)): number {
+  remove(seq: BigUint64Array, slot: number): number {
     const n = seq.length;
+    const seq32 = pairView(seq);
+    let node = this.#root;
+    while (node.end !== n) node = childAt(node, seq32, node.end)!;
+    return this.removeAt(node, slot);
+  }
+
+  /**
+   * `remove` given the node the prompt ends on (`lastEnd` after its `insert`), without a walk from the
+   * root: a node some prompt ends on is never split away from its end or merged while that prompt is in.
+   */
+  removeAt(end: TrieNode, slot: number): number {
     const walk = this.#walk;
     let len = 0;
-    let node = this.#root;
-    while (node.end !== n) {
-      node = childAt(node, seq32, node.end)!;
-      walk[len++] = node;
-    }
+    for (let x = end; x !== this.#root; x = x.parent!) walk[len++] = x;
     this.#walkLen = 0;
     this.#walkSeq = null;
     this.#root.total--;
-    node.ends--;
+    end.ends--;
+    // Deepest first: the first node the slot stays on is the deepest, its end what the slot keeps.
     let kept = 0;
     for (let i = 0; i < len; i++) {
       const p = walk[i]!;
@@ -128,7 +139,7 @@ export class ActivePromptTrie {
       const c = m[j + 1]! - 1;
       if (c > 0) {
         m[j + 1] = c;
-        kept = p.end;
+        if (kept === 0) kept = p.end;
       } else {
         const last = m.length - 2;
         m[j] = m[last]!;
@@ -138,14 +149,20 @@ export class ActivePromptTrie {
       }
     }
     // Drop the empty tail of the path, then re-compress the deepest survivor.
-    while (len > 0 && walk[len - 1]!.total === 0) {
-      const dead = walk[--len]!;
-      dropChild(dead.parent!, dead);
+    let d = 0;
+    while (d < len && walk[d]!.total === 0) {
+      dropChild(walk[d]!.parent!, walk[d]!);
+      d++;
     }
-    this.#mergeIfUnary(len > 0 ? walk[len - 1]! : this.#root);
+    this.#mergeIfUnary(d < len ? walk[d]! : this.#root);
     // Only a remove takes nodes out: forget every walk, so none keeps a dropped node (and its prompt) alive.
     walk.length = 0;
     return kept;
+  }
+
+  /** The node the last `insert` ended its prompt on: the handle `removeAt` takes. */
+  get lastEnd(): TrieNode {
+    return this.#lastEnd;
   }
 
   /** `pairView(seq)`: the one the last `depthsInto` made when it was of this array. */

@@ -28,6 +28,7 @@
 import { KvgateError } from '../errors/index.js';
 import type { PromptHashes } from '../wasm/index.js';
 import { ActivePromptTrie } from './active-prompt-trie.js';
+import type { TrieNode } from './trie-node.js';
 import type { Clock, WorkerRank } from '../common/index.js';
 
 /** Expiry is checked on add at most this often (Dynamo: 30 s). */
@@ -97,8 +98,8 @@ class ActiveRequest {
     readonly slot: number,
     /** Prompt blocks shared through the trie (null: none). */
     readonly seq: BigUint64Array | null,
-    /** `seq` as u32 pairs (the trie's view of it; kept so a free makes none). */
-    readonly seq32: Uint32Array | null,
+    /** The trie node `seq` ends on (what its free starts from; null without `seq`). */
+    readonly end: TrieNode | null,
     readonly privateBlocks: number,
     public prefillTokens: number,
     readonly expectedOutputTokens: number | undefined,
@@ -271,9 +272,12 @@ export class ActiveSequences {
     const seq = input.hashes !== null && input.hashes.seq.length > 0 ? input.hashes.seq : null;
     const privateBlocks = input.privateBlocks ?? 0;
     const prefill = input.prefillTokens > 0 ? input.prefillTokens : 0;
-    const seq32 = seq !== null ? this.#trie.pairsOf(seq) : null;
-    const r = new ActiveRequest(requestId, slot, seq, seq32, privateBlocks, prefill, input.expectedOutputTokens, now);
-    if (seq !== null) this.#shared[slot]! += seq.length - this.#trie.insert(seq, seq32!, slot);
+    let end: TrieNode | null = null;
+    if (seq !== null) {
+      this.#shared[slot]! += seq.length - this.#trie.insert(seq, this.#trie.pairsOf(seq), slot);
+      end = this.#trie.lastEnd;
+    }
+    const r = new ActiveRequest(requestId, slot, seq, end, privateBlocks, prefill, input.expectedOutputTokens, now);
     this.#requests.set(requestId, r);
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests++;
     this.#private[slot]! += privateBlocks;
@@ -333,7 +337,7 @@ export class ActiveSequences {
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests--;
     else this.#recordService(this.#clock.now() - r.startedAt);
     const slot = r.slot;
-    if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.remove(r.seq, slot, r.seq32!);
+    if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.removeAt(r.end!, slot);
     this.#private[slot]! -= r.privateBlocks + r.outputBlocks;
     this.#deficit[slot]! -= r.fracBlocks * (1 - r.frac);
     this.#prefill[slot]! -= r.prefillTokens;

@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ActivePromptTrie, pairView } from '../../src/core/active-prompt-trie.js';
+import type { TrieNode } from '../../src/core/trie-node.js';
 import { mulberry32 } from '../helpers/rng.js';
 
 /** Chained hashes of a prompt given as choices: one id per distinct prefix, in the high 32 bits. */
@@ -47,13 +48,16 @@ function listModel(): {
   return { live, held };
 }
 
-/** Removes the prompt at `i` of the list from the trie, checking what it still holds as the list does. */
-function removeChecked(trie: ActivePromptTrie, model: ReturnType<typeof listModel>, i: number): void {
+/**
+ * Removes the prompt at `i` of the list from the trie, checking what it still holds as the list does: by its
+ * hashes, or (`end`) from the node its insert ended on.
+ */
+function removeChecked(trie: ActivePromptTrie, model: ReturnType<typeof listModel>, i: number, end?: TrieNode): void {
   const { seq, slot } = model.live[i]!;
   const others = model.held(seq, slot, i);
   expect(trie.heldByOthers(seq, slot)).toBe(others);
   model.live.splice(i, 1);
-  expect(trie.remove(seq, slot)).toBe(others);
+  expect(end !== undefined ? trie.removeAt(end, slot) : trie.remove(seq, slot)).toBe(others);
 }
 
 describe('ActivePromptTrie', () => {
@@ -87,12 +91,18 @@ describe('ActivePromptTrie', () => {
 });
 
 describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
-  it('answers as the list does when each insert follows a depth query of the same prompt, changed or not', () => {
+  it('answers as the list does when each insert follows a depth query of the same prompt, changed or not, and removes start from where inserts ended', () => {
     const rng = mulberry32(4099);
     const hash = hasher();
     const trie = new ActivePromptTrie();
     const model = listModel();
     const { live, held } = model;
+    // The node each insert ended on: half the removes start from it.
+    const ends = new Map<BigUint64Array, TrieNode>();
+    const removeOne = (): void => {
+      const i = Math.floor(rng() * live.length);
+      removeChecked(trie, model, i, rng() < 0.5 ? ends.get(live[i]!.seq) : undefined);
+    };
     const depthsOf = (seq: BigUint64Array): number[] => {
       const depths = new Float64Array(6);
       trie.depthsInto(seq, depths);
@@ -100,7 +110,7 @@ describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
     };
     for (let step = 0; step < 3000; step++) {
       if (live.length > 0 && rng() < 0.4) {
-        removeChecked(trie, model, Math.floor(rng() * live.length));
+        removeOne();
         continue;
       }
       const seq = hash(Array.from({ length: 1 + Math.floor(rng() * 8) }, () => Math.floor(rng() * 3)));
@@ -109,7 +119,7 @@ describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
       const between = rng();
       if (between < 0.15 && live.length > 0) {
         // The trie changes between the match and the booking: the walk is stale.
-        removeChecked(trie, model, Math.floor(rng() * live.length));
+        removeOne();
       } else if (between < 0.3) {
         // The same array, its hashes rewritten to another prompt's (a caller reusing its buffer).
         seq.set(hash(Array.from({ length: seq.length }, () => Math.floor(rng() * 3))));
@@ -117,6 +127,7 @@ describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
       const expected = held(seq, slot);
       const viaCopy = rng() < 0.2 ? seq.slice() : seq;
       expect(trie.insert(viaCopy, pairView(viaCopy), slot)).toBe(expected);
+      ends.set(viaCopy, trie.lastEnd);
       live.push({ seq: viaCopy, slot });
       expect(trie.size).toBe(live.length);
     }
