@@ -14,6 +14,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'events/e2e': () => import('./events/e2e.bench.js'),
   'events/handover': () => import('./events/handover.bench.js'),
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
+  'routing/in-flight': () => import('./routing/in-flight.bench.js'),
   'routing/added-latency': () => import('./routing/added-latency.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),
   'frontend/preprocess': () => import('./frontend/preprocess.bench.js'),

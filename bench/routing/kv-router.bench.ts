@@ -31,6 +31,7 @@ import { seededRng } from '../../src/common/index.js';
 import type { KvRouterOptions } from '../../src/core/index.js';
 import { promptHashes } from '../../src/wasm/index.js';
 import { envIntList, type BenchRow, type BenchSection } from '../util.js';
+import { FNV_OFFSET, foldDecision, median, quantile } from './decision-stats.js';
 
 export const title = 'KvRouter: one full routing decision (hash 8,192 tokens, match, score, book)';
 
@@ -47,23 +48,6 @@ interface RoundResult {
   split: [hashing: number, matching: number, scheduling: number];
   cpuUs: number;
   baseline: number;
-}
-
-function quantile(sorted: Float64Array, q: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-}
-
-function median(values: Float64Array): number {
-  return quantile(values.slice().sort(), 0.5);
-}
-
-const FNV_OFFSET = 0x811c9dc5;
-
-/** One FNV-1a step over the 32 low bits of `value`. */
-function fnv1a(hash: number, value: number): number {
-  let h = hash;
-  for (let shift = 0; shift < 32; shift += 8) h = Math.imul(h ^ ((value >>> shift) & 0xff), 0x01000193) >>> 0;
-  return h;
 }
 
 /** Builds a router and its workload; returns a function that times one round. */
@@ -122,7 +106,7 @@ function prepareCase(
       matching[i] = d.timing.matchingMs;
       scheduling[i] = d.timing.schedulingMs;
     }
-    checksum = fnv1a(fnv1a(fnv1a(checksum, d.workerId), d.dpRank), d.overlapBlocks);
+    checksum = foldDecision(checksum, d);
     inFlight.push(requestId);
     if (id % 2 === 0) router.markPrefillCompleted(requestId);
     if (inFlight.length > target) router.free(inFlight.shift()!);

@@ -11,8 +11,9 @@
  * (a radix tree over chained block hashes with per-slot counts), so an
  * in-flight prefix shared by several requests on a slot counts once there,
  * a new request learns in one walk how many of its blocks each slot already
- * holds (`depthsInto`, for Dynamo's new_blocks), and booking or freeing costs
- * O(branch points × log blocks), not O(blocks).
+ * holds (`depthsInto`, for Dynamo's new_blocks), a booking right after that
+ * match resumes its walk, and booking or freeing costs one step per branch
+ * point on the prompt's path, not O(blocks).
  *
  * Requests admitted with `assume_kv_reuse = false` hold private blocks (counted,
  * never shared), as do output blocks. `addOutputBlock(id, decay)` marks every
@@ -26,7 +27,8 @@
  */
 import { KvgateError } from '../errors/index.js';
 import type { PromptHashes } from '../wasm/index.js';
-import { ActivePromptTrie, pairView } from './active-prompt-trie.js';
+import { ActivePromptTrie } from './active-prompt-trie.js';
+import type { TrieNode } from './trie-node.js';
 import type { Clock, WorkerRank } from '../common/index.js';
 
 /** Expiry is checked on add at most this often (Dynamo: 30 s). */
@@ -96,6 +98,8 @@ class ActiveRequest {
     readonly slot: number,
     /** Prompt blocks shared through the trie (null: none). */
     readonly seq: BigUint64Array | null,
+    /** The trie node `seq` ends on (what its free starts from; null without `seq`). */
+    readonly end: TrieNode | null,
     readonly privateBlocks: number,
     public prefillTokens: number,
     readonly expectedOutputTokens: number | undefined,
@@ -268,8 +272,12 @@ export class ActiveSequences {
     const seq = input.hashes !== null && input.hashes.seq.length > 0 ? input.hashes.seq : null;
     const privateBlocks = input.privateBlocks ?? 0;
     const prefill = input.prefillTokens > 0 ? input.prefillTokens : 0;
-    const r = new ActiveRequest(requestId, slot, seq, privateBlocks, prefill, input.expectedOutputTokens, now);
-    if (seq !== null) this.#shared[slot]! += seq.length - this.#trie.insert(seq, pairView(seq), slot);
+    let end: TrieNode | null = null;
+    if (seq !== null) {
+      this.#shared[slot]! += seq.length - this.#trie.insert(seq, this.#trie.pairsOf(seq), slot);
+      end = this.#trie.lastEnd;
+    }
+    const r = new ActiveRequest(requestId, slot, seq, end, privateBlocks, prefill, input.expectedOutputTokens, now);
     this.#requests.set(requestId, r);
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests++;
     this.#private[slot]! += privateBlocks;
@@ -329,7 +337,7 @@ export class ActiveSequences {
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests--;
     else this.#recordService(this.#clock.now() - r.startedAt);
     const slot = r.slot;
-    if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.remove(r.seq, slot);
+    if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.removeAt(r.end!, slot);
     this.#private[slot]! -= r.privateBlocks + r.outputBlocks;
     this.#deficit[slot]! -= r.fracBlocks * (1 - r.frac);
     this.#prefill[slot]! -= r.prefillTokens;

@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ActivePromptTrie, pairView } from '../../src/core/active-prompt-trie.js';
+import type { TrieNode } from '../../src/core/trie-node.js';
 import { mulberry32 } from '../helpers/rng.js';
 
 /** Chained hashes of a prompt given as choices: one id per distinct prefix, in the high 32 bits. */
@@ -33,14 +34,38 @@ function lcp(a: BigUint64Array, b: BigUint64Array): number {
   return i;
 }
 
+/**
+ * The answers a trie must give, from a plain list of the prompts in flight and their slots: the blocks of
+ * `seq` that `slot` holds through them (but the one at `except`), the longest common prefix.
+ */
+function listModel(): {
+  live: { seq: BigUint64Array; slot: number }[];
+  held: (seq: BigUint64Array, slot: number, except?: number) => number;
+} {
+  const live: { seq: BigUint64Array; slot: number }[] = [];
+  const held = (seq: BigUint64Array, slot: number, except?: number): number =>
+    Math.max(0, ...live.filter((r, i) => r.slot === slot && i !== except).map((r) => lcp(seq, r.seq)));
+  return { live, held };
+}
+
+/**
+ * Removes the prompt at `i` of the list from the trie, checking what it still holds as the list does: by its
+ * hashes, or (`end`) from the node its insert ended on.
+ */
+function removeChecked(trie: ActivePromptTrie, model: ReturnType<typeof listModel>, i: number, end?: TrieNode): void {
+  const { seq, slot } = model.live[i]!;
+  const others = model.held(seq, slot, i);
+  expect(trie.heldByOthers(seq, slot)).toBe(others);
+  model.live.splice(i, 1);
+  expect(end !== undefined ? trie.removeAt(end, slot) : trie.remove(seq, slot)).toBe(others);
+}
+
 describe('ActivePromptTrie', () => {
   it('answers as a list of prompts per slot does, through colliding keys, splits and merges', () => {
     const rng = mulberry32(2028);
     const hash = hasher();
     const trie = new ActivePromptTrie();
-    const live: { seq: BigUint64Array; slot: number }[] = [];
-    const held = (seq: BigUint64Array, slot: number, except?: number): number =>
-      Math.max(0, ...live.filter((r, i) => r.slot === slot && i !== except).map((r) => lcp(seq, r.seq)));
+    const { live, held } = listModel();
     for (let step = 0; step < 3000; step++) {
       if (live.length > 0 && rng() < 0.45) {
         const i = Math.floor(rng() * live.length);
@@ -60,6 +85,94 @@ describe('ActivePromptTrie', () => {
       const depths = new Float64Array(4);
       trie.depthsInto(probe, depths);
       expect([...depths]).toEqual([0, 1, 2, 3].map((s) => held(probe, s)));
+      expect(trie.size).toBe(live.length);
+    }
+  });
+});
+
+describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
+  it('answers as the list does when each insert follows a depth query of the same prompt, changed or not, and removes start from where inserts ended', () => {
+    const rng = mulberry32(4099);
+    const hash = hasher();
+    const trie = new ActivePromptTrie();
+    const model = listModel();
+    const { live, held } = model;
+    // The node each insert ended on: half the removes start from it.
+    const ends = new Map<BigUint64Array, TrieNode>();
+    const removeOne = (): void => {
+      const i = Math.floor(rng() * live.length);
+      removeChecked(trie, model, i, rng() < 0.5 ? ends.get(live[i]!.seq) : undefined);
+    };
+    const depthsOf = (seq: BigUint64Array): number[] => {
+      const depths = new Float64Array(6);
+      trie.depthsInto(seq, depths);
+      return [...depths];
+    };
+    for (let step = 0; step < 3000; step++) {
+      if (live.length > 0 && rng() < 0.4) {
+        removeOne();
+        continue;
+      }
+      const seq = hash(Array.from({ length: 1 + Math.floor(rng() * 8) }, () => Math.floor(rng() * 3)));
+      const slot = Math.floor(rng() * 6);
+      expect(depthsOf(seq)).toEqual([0, 1, 2, 3, 4, 5].map((s) => held(seq, s)));
+      const between = rng();
+      if (between < 0.15 && live.length > 0) {
+        // The trie changes between the match and the booking: the walk is stale.
+        removeOne();
+      } else if (between < 0.3) {
+        // The same array, its hashes rewritten to another prompt's (a caller reusing its buffer).
+        seq.set(hash(Array.from({ length: seq.length }, () => Math.floor(rng() * 3))));
+      }
+      const expected = held(seq, slot);
+      const viaCopy = rng() < 0.2 ? seq.slice() : seq;
+      expect(trie.insert(viaCopy, pairView(viaCopy), slot)).toBe(expected);
+      ends.set(viaCopy, trie.lastEnd);
+      live.push({ seq: viaCopy, slot });
+      expect(trie.size).toBe(live.length);
+    }
+  });
+});
+
+describe('ActivePromptTrie: wide nodes', () => {
+  it('answers as the list does when nodes have up to twelve children, filed in a map and emptied again', () => {
+    // Twelve possible blocks after each prefix, all sharing the 30 bits a child is filed under, three in
+    // four sharing the low 32: a node's children outgrow its list, then chain in one map entry.
+    const ids = new Map<string, number>();
+    const hash = (choices: readonly number[]): BigUint64Array => {
+      const out = new BigUint64Array(choices.length);
+      for (let i = 0; i < choices.length; i++) {
+        const key = choices.slice(0, i + 1).join(',');
+        let id = ids.get(key);
+        if (id === undefined) ids.set(key, (id = ids.size + 1));
+        out[i] = (BigInt(id) << 32n) | 0x12345678n | (BigInt(choices[i]! % 4 === 3 ? 3 : 0) << 30n);
+      }
+      return out;
+    };
+    const rng = mulberry32(77);
+    const trie = new ActivePromptTrie();
+    const model = listModel();
+    const { live, held } = model;
+    const draw = (): BigUint64Array =>
+      hash(Array.from({ length: 1 + Math.floor(rng() * 4) }, () => Math.floor(rng() * 12)));
+    for (let step = 0; step < 4000; step++) {
+      // Grow to about 150 prompts, then drain to none, twice: nodes go from lists to maps and back.
+      const draining = step % 2000 >= 1200;
+      if (live.length > 0 && (draining || rng() < 0.3)) {
+        removeChecked(trie, model, Math.floor(rng() * live.length));
+      } else if (!draining) {
+        const seq = draw();
+        const slot = Math.floor(rng() * 5);
+        const depths = new Float64Array(5);
+        trie.depthsInto(seq, depths);
+        expect([...depths]).toEqual([0, 1, 2, 3, 4].map((s) => held(seq, s)));
+        expect(trie.insert(seq, pairView(seq), slot)).toBe(held(seq, slot));
+        live.push({ seq, slot });
+      }
+      const probe = draw();
+      const depths = new Float64Array(5);
+      trie.depthsInto(probe, depths);
+      expect([...depths]).toEqual([0, 1, 2, 3, 4].map((s) => held(probe, s)));
       expect(trie.size).toBe(live.length);
     }
   });
