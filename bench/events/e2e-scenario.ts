@@ -12,6 +12,7 @@ import { Worker } from 'node:worker_threads';
 import { seededRng } from '../../src/common/index.js';
 import { KvEventApplier, KvEventManager, TieredPrefixIndex } from '../../src/events/index.js';
 import { KvRouter } from '../../src/routing/index.js';
+import { promptHashes, type PromptHashes } from '../../src/wasm/index.js';
 import type { RatePublisherConfig } from './rate-publisher.js';
 
 export interface E2eOutcome {
@@ -31,6 +32,10 @@ export interface E2eOutcome {
   decisions: number;
   /** The same decisions before any event flowed, p50 (µs). */
   quietDecisionP50Us: number;
+  /** The router's part given the prompt's hashes (as `kvgate serve`'s main thread decides), p50 / p99 (µs). */
+  hashedDecisionP50Us: number;
+  hashedDecisionP99Us: number;
+  quietHashedDecisionP50Us: number;
   /**
    * The main thread's busy time (event-loop utilization) per event applied, µs: its whole work (receiving,
    * judging and applying the events, the decisions, timers) divided by the events. Where the ingestion
@@ -92,43 +97,61 @@ const PROMPTS = 1024;
 /** How long the decisions run before the engines start (the quiet figure). */
 const QUIET_MS = 3000;
 
+/** A decision's prompt: its tokens, and its block hashes as a preprocessing thread hands them to the router. */
+interface Prompt {
+  readonly tokens: Uint32Array;
+  readonly hashes: PromptHashes;
+}
+
 /** Each prompt is one document with a random tail from a random block on, made before any clock starts. */
-function makePrompts(): Uint32Array[] {
+function makePrompts(): Prompt[] {
   const rng = seededRng(11);
   const doc = Uint32Array.from({ length: PROMPT_TOKENS }, () => Math.floor(rng() * 150_000));
   return Array.from({ length: PROMPTS }, () => {
     const tokens = doc.slice();
     for (let i = Math.floor(rng() * PROMPT_TOKENS); i < PROMPT_TOKENS; i++) tokens[i] = Math.floor(rng() * 150_000);
-    return tokens;
+    return { tokens, hashes: promptHashes(tokens, BLOCK) };
   });
+}
+
+/** Decision timings, µs, sorted: the whole decision from tokens, and the router's part given the hashes. */
+interface Decisions {
+  readonly fromTokens: Float64Array;
+  readonly fromHashes: Float64Array;
 }
 
 /**
  * One decision per millisecond on the main thread, timed; returns a stop function with the timings (it
- * frees the requests still booked). The prompts are made up front, so the main thread's time goes to the
- * gateway's work, not to the harness's random numbers.
+ * frees the requests still booked). Decisions alternate between the whole decision from the prompt's tokens
+ * (hash 8,192 tokens, match, score, book) and the part `kvgate serve` makes on its main thread, given the
+ * hashes a preprocessing thread computed (match, score, book). The prompts are made up front, so the main
+ * thread's time goes to the gateway's work, not to the harness's random numbers.
  */
-function decide(router: KvRouter, prompts: readonly Uint32Array[]): () => Float64Array {
-  const times: number[] = [];
+function decide(router: KvRouter, prompts: readonly Prompt[]): () => Decisions {
+  const fromTokens: number[] = [];
+  const fromHashes: number[] = [];
   const inFlight: string[] = [];
   let id = 0;
   let stopped = false;
   const tick = (): void => {
     if (stopped) return;
-    const tokens = prompts[id % prompts.length]!;
+    const p = prompts[id % prompts.length]!;
+    const withHashes = id % 2 === 1;
     const requestId = `r${id++}`;
     const t0 = performance.now();
-    router.findBestMatch({ requestId, tokens });
-    times.push((performance.now() - t0) * 1000);
+    if (withHashes) router.findBestMatch({ requestId, hashes: p.hashes, isl: p.tokens.length });
+    else router.findBestMatch({ requestId, tokens: p.tokens });
+    (withHashes ? fromHashes : fromTokens).push((performance.now() - t0) * 1000);
     inFlight.push(requestId);
     if (inFlight.length > engines * 4) router.free(inFlight.shift()!);
     setTimeout(tick, 1);
   };
   setTimeout(tick, 1);
+  const sorted = (xs: number[]): Float64Array => Float64Array.from(xs).sort();
   return () => {
     stopped = true;
     for (const r of inFlight) router.free(r);
-    return Float64Array.from(times).sort();
+    return { fromTokens: sorted(fromTokens), fromHashes: sorted(fromHashes) };
   };
 }
 
@@ -195,10 +218,13 @@ async function main(): Promise<void> {
     lagP50Ms: lag.percentile(50) / 1e6,
     lagP99Ms: lag.percentile(99) / 1e6,
     lagMaxMs: lag.max / 1e6,
-    decisionP50Us: q(decisions, 0.5),
-    decisionP99Us: q(decisions, 0.99),
-    decisions: decisions.length,
-    quietDecisionP50Us: q(quiet, 0.5),
+    decisionP50Us: q(decisions.fromTokens, 0.5),
+    decisionP99Us: q(decisions.fromTokens, 0.99),
+    decisions: decisions.fromTokens.length,
+    quietDecisionP50Us: q(quiet.fromTokens, 0.5),
+    hashedDecisionP50Us: q(decisions.fromHashes, 0.5),
+    hashedDecisionP99Us: q(decisions.fromHashes, 0.99),
+    quietHashedDecisionP50Us: q(quiet.fromHashes, 0.5),
     mainUsPerEvent: applied > 0 ? (elu.active * 1000) / applied : 0,
     mainUtilization: elu.utilization,
     gaps: s.gaps,
