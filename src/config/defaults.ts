@@ -91,8 +91,8 @@ export function defaultPreprocessThreads(processes = 1): number {
 
 /**
  * KV-event ingestion threads by default (`kv_events.ingest_threads`): none, ingestion on the main thread. Threads pay
- * under load (16 cores, events/e2e at 1.2M events/s offered in batches of 8: 4 threads applied 1.0M/s without drops
- * and a lag p99 of 3 ms, the main thread alone 174k/s with drops), but a thread connects its sockets only after the
+ * under load (16 cores, events/e2e at 1.2M events/s offered in batches of 8: 6 threads applied 1.17M/s without drops
+ * and a lag p99 of 4 ms, the main thread alone 174k/s with drops), but a thread connects its sockets only after the
  * gateway reports started, so an engine's first batches before that are lost unless it has a replay endpoint.
  * Opt-in until startup waits for the subscriptions.
  */
