@@ -100,7 +100,11 @@ export function idxSlotBlocks(ix: usize, slot: u32): u32 { return slotBlocks(cha
 /** Evicts the least recently matched blocks until the index holds at most `target` bytes; returns the entries evicted. */
 export function idxEvict(ix: usize, target: usize): u32 { return evictTo(changetype<Index>(ix), target); }
 
-// Outcome codes of idxApplyPacked, one byte per event (src/wasm/prefix-index.ts maps them to statuses).
+// Event kinds in the packed layout (src/events/packed-batch.ts: KIND_STORED, KIND_REMOVED, KIND_CLEARED).
+const KIND_REMOVED: u32 = 1;
+const KIND_CLEARED: u32 = 2;
+// Outcome codes of idxApplyPacked, one byte per event (src/wasm/packed-run.ts's PackedOutcome; src/events maps them
+// to statuses).
 const PACKED_STORED: u8 = 0; // + the STORE_* status (0 ok, 1 parent not found, 2 invalid sequence)
 const PACKED_TRUNCATED: u8 = 3;
 const PACKED_BLOCK_SIZE_MISMATCH: u8 = 4;
@@ -136,11 +140,11 @@ export function idxApplyPacked(
     if (at + 8 > wordsEnd) { stop = STOP_RANGE; break; }
     const head = load<u32>(at);
     const kind = head & 0xff;
-    if (kind == 2) { stop = STOP_HOST; break; }
+    if (kind == KIND_CLEARED) { stop = STOP_HOST; break; }
     if (at + 24 > wordsEnd) { stop = STOP_RANGE; break; }
     if (((head >> 8) & 0xff) != 0 || load<f64>(at, 8) != group) { stop = STOP_HOST; break; }
     const n = load<u32>(at, 16);
-    if (kind == 1) {
+    if (kind == KIND_REMOVED) {
       const end = at + 24 + (<usize>n << 3);
       if (end > wordsEnd) { stop = STOP_RANGE; break; }
       const missing = applyRemoved(index, slot, n, at + 24);
@@ -156,6 +160,7 @@ export function idxApplyPacked(
     if (end > wordsEnd) { stop = STOP_RANGE; break; }
     const truncated = load<u32>(at, 32) != 0;
     let outcome: u8;
+    let budgetCrossed = false;
     if (load<u32>(at, 28) != blockSize) outcome = PACKED_BLOCK_SIZE_MISMATCH;
     else if (n == 0) outcome = truncated ? PACKED_TRUNCATED : PACKED_STORED;
     else {
@@ -164,17 +169,12 @@ export function idxApplyPacked(
       outcome = status == STORE_OK && truncated ? PACKED_TRUNCATED : PACKED_STORED + <u8>status;
       if (status == STORE_OK && budget != 0) {
         const bytes = indexBytes(index);
-        if (bytes > budget || bytes < low) {
-          store<u8>(outcomes + i, outcome);
-          at = end;
-          i++;
-          stop = STOP_BUDGET;
-          break;
-        }
+        budgetCrossed = bytes > budget || bytes < low;
       }
     }
     store<u8>(outcomes + i, outcome);
     at = end;
+    if (budgetCrossed) { i++; stop = STOP_BUDGET; break; }
   }
   store<u32>(state, stop);
   store<u32>(state, <u32>(at - words), 4);

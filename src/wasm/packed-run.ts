@@ -93,14 +93,15 @@ function call(
 ): void {
   const io = m.exports.ioReserve(words * 8 + src.maxEvents + 16);
   m.views().u32.set(src.u32.subarray(2 * src.from, 2 * (src.from + words)), io >>> 2);
-  const state = io + words * 8;
+  // The words at [io, wordsEnd), then the stop reason and next offset (8 bytes), then the outcome bytes.
+  const wordsEnd = io + words * 8;
+  const state = wordsEnd;
   const outcomes = state + 8;
-  const end = state;
   const events = m.exports.idxApplyPacked(
     ix,
     slot,
     io,
-    end,
+    wordsEnd,
     src.maxEvents,
     src.group,
     src.blockSize,
