@@ -2,6 +2,7 @@ export { Backoff } from './backoff.js';
 export { BatchedFlow, batchesOf, type Batched } from './batches.js';
 export { Cancellation, type CancelSignal } from './cancel.js';
 export {
+  jsonArrayEnds,
   jsonByteMembers,
   jsonMembers,
   jsonSplice,
@@ -9,6 +10,7 @@ export {
   rememberJsonText,
   withJsonMembers,
   writeJsonWith,
+  type ArrayReader,
   type JsonMember,
 } from './json-text.js';
 export { jsonIdArray } from './json-ids.js';

@@ -91,6 +91,13 @@ interface Scan {
   readonly find: Buffer;
 }
 
+function scanOf(bytes: Uint8Array): Scan {
+  return {
+    b: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength),
+    find: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength),
+  };
+}
+
 /** The index after the closing quote of the string literal whose opening quote is at `i`. */
 function stringEnd({ b, find }: Scan, i: number): number {
   let from = i + 1;
@@ -142,10 +149,7 @@ function utf8(b: Uint8Array, start: number, end: number): string {
  * @throws SyntaxError for bytes that are not a JSON object (not every malformed text is noticed).
  */
 function scanMembers(bytes: Uint8Array, readArray?: ArrayReader): JsonMember[] {
-  const scan: Scan = {
-    b: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength),
-    find: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength),
-  };
+  const scan = scanOf(bytes);
   bytes = scan.b;
   const out: JsonMember[] = [];
   const bom = bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf ? 3 : 0;
@@ -188,6 +192,29 @@ export function jsonMembers(text: string): JsonMember[] {
  * it: the index after its `]`, or undefined to have it scanned. How a prompt's ids are read in the same pass.
  */
 export type ArrayReader = (key: string, start: number) => number | undefined;
+
+/**
+ * Where the elements of the JSON array whose `[` is at `start` in `bytes` end (the index after each), and the index
+ * after its `]`: what a chat body's messages are split at to reuse a previous turn's (preprocess/body-reuse.ts).
+ * Contract as `jsonByteMembers`: `bytes` are valid JSON (a member scan's reader sees them before any parse).
+ * @throws SyntaxError for an array that is not terminated or not separated by commas.
+ */
+export function jsonArrayEnds(bytes: Uint8Array, start: number): { ends: number[]; end: number } {
+  const scan = scanOf(bytes);
+  const b = scan.b;
+  const ends: number[] = [];
+  let i = skipSpace(b, start + 1);
+  if (b[i] === 0x5d) return { ends, end: i + 1 };
+  for (;;) {
+    const e = valueEnd(scan, i);
+    if (e === i) throw new SyntaxError('not a JSON array text');
+    ends.push(e);
+    i = skipSpace(b, e);
+    if (b[i] === 0x5d) return { ends, end: i + 1 };
+    if (b[i] !== 0x2c) throw new SyntaxError('not a JSON array text');
+    i = skipSpace(b, i + 1);
+  }
+}
 
 /**
  * The top-level members of the UTF-8 JSON object in `bytes` (a leading byte order mark skipped), each key once, as

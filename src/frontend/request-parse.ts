@@ -43,7 +43,18 @@ export function parseRequestBody(
   kind: EndpointKind | 'route',
   limits: { readonly maxMessages: number },
 ): ParsedBody {
-  const body = parseBodyObject(text);
+  return checkRequestBody(parseBodyObject(text), kind, limits);
+}
+
+/**
+ * `parseRequestBody`'s checks of a body already parsed (`parseBodyObject`'s nesting bound included).
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST, KVG_ERR_TOO_MANY_MESSAGES.
+ */
+export function checkRequestBody(
+  body: Record<string, unknown>,
+  kind: EndpointKind | 'route',
+  limits: { readonly maxMessages: number },
+): ParsedBody {
   const endpoint: EndpointKind = kind === 'route' ? (body.messages !== undefined ? 'chat' : 'completion') : kind;
   // An agent API's body is checked as it is converted (agent-task.ts), after the model is known.
   if (endpoint === 'messages' || endpoint === 'responses') checkAgentBody(endpoint, body, limits);

@@ -13,7 +13,22 @@
  */
 import { jsonByteMembers, jsonIdArray, outlineJsonObject, type JsonMember } from '../../common/index.js';
 import { bodyText } from '../body.js';
-import { parseRequestBody, routeRequestBody, type ParsedBody, type ServedModel } from '../request-parse.js';
+import {
+  checkRequestBody,
+  parseRequestBody,
+  routeRequestBody,
+  type ParsedBody,
+  type ServedModel,
+} from '../request-parse.js';
+import {
+  bodyEntry,
+  bodyKey,
+  messagesReader,
+  parseReusing,
+  reusableMessages,
+  REUSE_MIN_BYTES,
+  type MessagesSpan,
+} from './body-reuse.js';
 import type { ModelPreprocessor } from './model-preprocessor.js';
 import {
   ownBuffer,
@@ -33,25 +48,33 @@ interface Scanned {
   /** Each key once, byte offsets; undefined when the bytes are not a JSON object (the parse says how). */
   readonly members: JsonMember[] | undefined;
   readonly prompt?: { readonly ids: Uint32Array; readonly start: number; readonly end: number } | undefined;
+  /** Where a large chat body's messages lie (body-reuse.ts), for a parse that reuses the last turn's. */
+  readonly messages?: MessagesSpan | undefined;
 }
 
-/** One pass over the body's bytes: its members, and a long `prompt` of ids read as the pass reaches it. */
+/**
+ * One pass over the body's bytes: its members, a long `prompt` of ids read as the pass reaches it, and where a large
+ * chat body's messages end.
+ */
 function scanBody(task: BodyTask): Scanned {
   const completion = task.endpoint === 'completion' || task.endpoint === 'route';
+  const chatLike = (task.endpoint === 'chat' || task.endpoint === 'route') && task.bytes.length >= REUSE_MIN_BYTES;
+  const messages = chatLike ? messagesReader(task.bytes) : undefined;
   let prompt: Scanned['prompt'];
   let prompts = 0;
   const readIds = (key: string, start: number): number | undefined => {
-    if (key !== 'prompt') return undefined;
+    if (key === 'messages') return messages?.read(key, start);
+    if (key !== 'prompt' || !completion) return undefined;
     prompts++;
     const read = jsonIdArray(task.bytes, start);
     if (read !== undefined && read.end - start >= ID_PROMPT_BYTES) prompt = { ids: read.ids, start, end: read.end };
     return read?.end;
   };
   try {
-    const members = jsonByteMembers(task.bytes, completion ? readIds : undefined);
+    const members = jsonByteMembers(task.bytes, completion || chatLike ? readIds : undefined);
     // A repeated `prompt` (JSON.parse keeps the last) or a chat's `/v1/route` body: parsed as JSON.
     const chat = task.endpoint === 'route' && members.some((m) => m.key === 'messages');
-    return { members, prompt: prompts === 1 && !chat ? prompt : undefined };
+    return { members, prompt: prompts === 1 && !chat ? prompt : undefined, messages: messages?.span() };
   } catch {
     return { members: undefined };
   }
@@ -78,6 +101,39 @@ function parseWithIds(task: BodyTask, prompt: NonNullable<Scanned['prompt']>): P
   }
 }
 
+/** A kept body's conversation key and the span it was found under (`keep` keeps this turn's body there). */
+interface Reuse {
+  readonly key: string;
+  readonly span: MessagesSpan;
+}
+
+/**
+ * A large chat body parsed from where it stops repeating its conversation's last one (body-reuse.ts), kept on one
+ * of this thread's models; undefined when there is none to reuse or the shortened parse fails (the caller parses
+ * the whole body). Throws what `checkRequestBody` throws, as for the whole body (the object is the same).
+ */
+function parseReused(
+  task: BodyTask,
+  models: ReadonlyMap<string, ModelPreprocessor>,
+  reuse: Reuse | undefined,
+): ParsedBody | undefined {
+  if (reuse === undefined) return undefined;
+  for (const model of models.values()) {
+    const kept = model.lastBody(reuse.key);
+    if (kept === undefined) continue;
+    const reused = reusableMessages(kept, task.bytes, reuse.span);
+    const body = reused === 0 ? undefined : parseReusing(task.bytes, reuse.span, kept, reused);
+    return body === undefined ? undefined : checkRequestBody(body, task.endpoint, task);
+  }
+  return undefined;
+}
+
+function reuseOf(task: BodyTask, scanned: Scanned): Reuse | undefined {
+  const span = scanned.messages;
+  const key = span === undefined ? undefined : bodyKey(task.bytes, span);
+  return key === undefined ? undefined : { key, span: span! };
+}
+
 function servedOf(views: readonly ModelView[]): Map<string, ServedModel> {
   return new Map(views.map((m) => [m.name, { model: m, port: { adapters: () => m.adapters } }]));
 }
@@ -91,11 +147,17 @@ export async function runBodyTask(
   models: ReadonlyMap<string, ModelPreprocessor>,
 ): Promise<BodyOutcome> {
   const scanned = scanBody(task);
+  const reuse = reuseOf(task, scanned);
   const parsed =
     (scanned.prompt !== undefined ? parseWithIds(task, scanned.prompt) : undefined) ??
+    parseReused(task, models, reuse) ??
     parseRequestBody(bodyText(task.bytes), task.endpoint, task);
   const { body } = parsed;
   const routed = routeRequestBody(parsed, servedOf(task.models), task.headers);
+  if (reuse !== undefined && Array.isArray(body.messages)) {
+    const entry = bodyEntry(task.bytes, reuse.span, body.messages);
+    if (entry !== undefined) models.get(routed.target.model.name)?.keepBody(reuse.key, entry);
+  }
   const members = scanned.members ?? jsonByteMembers(task.bytes);
   const { light, outlines } = outlineJsonObject(body, members);
   let result: PreprocessResult | undefined;

@@ -21,6 +21,11 @@
  * messages of a chat, or a text prompt's first
  * 4,096 characters); one entry a key, the latest. Bounded in bytes (the text,
  * the ids, the split points and the hashes), least recently used out.
+ *
+ * The same budget holds each chat conversation's last body as the thread
+ * parsed it (body-reuse.ts), under a key of its own: a turn's body is parsed
+ * from where it stops repeating the last one. Both kinds share one
+ * least-recently-used order; `entries` counts prompts only.
  */
 import {
   blockHashes,
@@ -29,6 +34,7 @@ import {
   type BlockHashOptions,
   type PromptHashes,
 } from '../../wasm/index.js';
+import type { BodyEntry } from './body-reuse.js';
 import type { SplitEncoding } from './segment-tokenizer.js';
 
 /** What a conversation's last prompt left behind. */
@@ -81,10 +87,19 @@ export function commonPrefixLength(a: string, b: string): number {
   return a.charCodeAt(lo) === b.charCodeAt(lo) ? lo + 1 : lo;
 }
 
+/** What the cache holds under one key: a conversation's last prompt, or its last chat body (never both). */
+type Held = ConversationEntry | (BodyEntry & { readonly bytes: number });
+
+const isPrompt = (h: Held): h is ConversationEntry => (h as Partial<ConversationEntry>).text !== undefined;
+
+/** Body keys begin with a character no prompt key begins with (chatKey and textKey begin with 0 or 1). */
+const BODY_KEY = '\u0002';
+
 export class ConversationCache {
   readonly #capacity: number;
-  readonly #entries = new Map<string, ConversationEntry>();
+  readonly #entries = new Map<string, Held>();
   #bytes = 0;
+  #prompts = 0;
 
   /** A cache of at most `capacityBytes` (0: off). */
   constructor(capacityBytes: number) {
@@ -96,7 +111,7 @@ export class ConversationCache {
   }
 
   stats(): ConversationCacheStats {
-    return { entries: this.#entries.size, bytes: this.#bytes };
+    return { entries: this.#prompts, bytes: this.#bytes };
   }
 
   /**
@@ -123,10 +138,8 @@ export class ConversationCache {
    * past a split point). `guard` is the longest split token's length (the module comment says why).
    */
   reuse(key: string, text: string, guard: number): Reuse | undefined {
-    const entry = this.#entries.get(key);
-    if (entry === undefined) return undefined;
-    this.#entries.delete(key);
-    this.#entries.set(key, entry);
+    const entry = this.#touch(key);
+    if (entry === undefined || !isPrompt(entry)) return undefined;
     const shared = commonPrefixLength(entry.text, text);
     // The last split point p with p + guard <= shared (and guard characters of text after it to compare).
     const b = entry.bounds;
@@ -142,13 +155,54 @@ export class ConversationCache {
     return { entry, chars: b[2 * k]!, ids: b[2 * k + 1]!, bounds: 2 * k };
   }
 
+  /** The chat body last kept under `key` (`keepBody`), now the most recently used. */
+  body(key: string): BodyEntry | undefined {
+    const held = this.#touch(BODY_KEY + key);
+    return held === undefined || isPrompt(held) ? undefined : held;
+  }
+
+  /**
+   * Keeps a conversation's latest chat body under `key` (body-reuse.ts `bodyKey`), replacing its previous one.
+   * Counted as its bytes and three bytes a byte of them for the parsed messages (a string holds at most two bytes
+   * a character, and a character takes at least one of the body's bytes; objects and keys take the rest).
+   */
+  keepBody(key: string, entry: BodyEntry): void {
+    const bytes = entry.body.byteLength * 4 + key.length * 2 + ENTRY_OVERHEAD_BYTES;
+    this.#hold(BODY_KEY + key, { ...entry, bytes });
+  }
+
+  #touch(key: string): Held | undefined {
+    const held = this.#entries.get(key);
+    if (held === undefined) return undefined;
+    this.#entries.delete(key);
+    this.#entries.set(key, held);
+    return held;
+  }
+
+  /** Holds `held` under `key`, replacing what was there, then evicts least recently used down to the capacity. */
+  #hold(key: string, held: Held): void {
+    this.#drop(key);
+    // One conversation larger than half the cache would evict the others for a single entry.
+    if (held.bytes > this.#capacity / 2) return;
+    this.#entries.set(key, held);
+    this.#bytes += held.bytes;
+    if (isPrompt(held)) this.#prompts++;
+    for (const k of this.#entries.keys()) {
+      if (this.#bytes <= this.#capacity) break;
+      this.#drop(k);
+    }
+  }
+
+  #drop(key: string): void {
+    const old = this.#entries.get(key);
+    if (old === undefined) return;
+    this.#entries.delete(key);
+    this.#bytes -= old.bytes;
+    if (isPrompt(old)) this.#prompts--;
+  }
+
   /** Remembers a conversation's latest prompt under `key`, replacing its previous one; evicts least recently used. */
   set(key: string, fields: Omit<ConversationEntry, 'key' | 'bytes'>): void {
-    const old = this.#entries.get(key);
-    if (old !== undefined) {
-      this.#entries.delete(key);
-      this.#bytes -= old.bytes;
-    }
     // Two bytes a character: an upper bound (a Latin-1 text takes one), without a scan of the text.
     const chars = fields.text.length * 2;
     const bytes =
@@ -159,15 +213,7 @@ export class ConversationCache {
       fields.hashes.local.byteLength +
       fields.hashes.seq.byteLength +
       ENTRY_OVERHEAD_BYTES;
-    // One conversation larger than half the cache would evict the others for a single entry.
-    if (bytes > this.#capacity / 2) return;
-    this.#entries.set(key, { key, bytes, ...fields });
-    this.#bytes += bytes;
-    for (const [k, e] of this.#entries) {
-      if (this.#bytes <= this.#capacity) break;
-      this.#entries.delete(k);
-      this.#bytes -= e.bytes;
-    }
+    this.#hold(key, { key, bytes, ...fields });
   }
 }
 

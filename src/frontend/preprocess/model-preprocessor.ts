@@ -21,6 +21,7 @@ import { ConversationCache, continuedHashes, joinSplit, ownHashes, type Reuse } 
 import type { PreprocessModelSpec, PreprocessResult, PreprocessStats, PreprocessTask } from './protocol.js';
 import { PromptMemo } from './prompt-memo.js';
 import { prefixOverLimit } from './prefix-probe.js';
+import type { BodyEntry } from './body-reuse.js';
 import { tokenFloorOf, type TokenFloor } from './prompt-floor.js';
 import { SegmentTokenizer, splitTokensOf } from './segment-tokenizer.js';
 
@@ -85,6 +86,16 @@ export class ModelPreprocessor {
   /** Whether the segment cache is in use (exactness probe passed and the cache is on). */
   get segmentCache(): boolean {
     return this.#segments?.exact === true;
+  }
+
+  /** The chat body kept under `key` (body-reuse.ts), when this model's conversation cache is on and holds it. */
+  lastBody(key: string): BodyEntry | undefined {
+    return this.#conversations.enabled ? this.#conversations.body(key) : undefined;
+  }
+
+  /** Keeps a chat body of this model for its conversation's next turn (when the conversation cache is on). */
+  keepBody(key: string, entry: BodyEntry): void {
+    if (this.#conversations.enabled) this.#conversations.keepBody(key, entry);
   }
 
   /** What the conversation cache holds. */

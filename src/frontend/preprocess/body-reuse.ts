@@ -1,0 +1,140 @@
+/**
+ * An agent's chat body, parsed from where it stops repeating the last one.
+ * Each turn resends the whole conversation: a 128k-token body is ~600 KB of
+ * JSON, and decoding and parsing it all costs milliseconds a turn, while all
+ * but the last few messages are byte for byte those of the previous turn.
+ *
+ * So a preprocessing thread keeps, per conversation (in its model's
+ * conversation cache), the last body's bytes, where its `messages` array
+ * starts and where each message ends, and the parsed messages. A new body is
+ * compared with the kept one (a native memory comparison); every message that
+ * ends before the first differing byte is taken as parsed, and only the rest
+ * is decoded and parsed: the bytes before the array, `[`, then the bytes after
+ * the last reused message and its comma.
+ *
+ * Exact by construction: both bodies share every byte up to the reused
+ * messages' end, so the new body is valid JSON exactly when the shortened one
+ * is (complete array elements followed by a comma can be dropped from an
+ * array), and parses to the same object once the reused messages, equal as
+ * values since their bytes are, are put back in front. A body with `messages`
+ * twice (JSON.parse keeps the last) is parsed whole. Any failure of the
+ * shortened parse falls back to parsing the whole body, which gives the error
+ * the client should see. Contract: parsed messages are read-only past the
+ * parse (request bodies are, json-text.ts), as a kept message is part of the
+ * next turn's body too.
+ */
+import { jsonArrayEnds, type ArrayReader } from '../../common/index.js';
+import { bodyText, parseBodyObject } from '../body.js';
+
+/** A conversation's last chat body, as kept between its turns. */
+export interface BodyEntry {
+  /** A copy of the body's bytes (the task's own go back to the main thread). */
+  readonly body: Buffer;
+  readonly messages: MessagesSpan;
+  /** The parsed messages, one per `messages.ends` entry. */
+  readonly parsed: readonly unknown[];
+}
+
+/** Where a body's `messages` array lies in its bytes: its `[`, and the index after each element. */
+export interface MessagesSpan {
+  readonly start: number;
+  readonly ends: readonly number[];
+}
+
+/** A body smaller than this is parsed whole and not kept: its parse costs less than keeping it. */
+export const REUSE_MIN_BYTES = 64 * 1024;
+
+/** Bytes of the first messages that key a body: enough to tell an agent's sessions apart by their first task. */
+const KEY_BYTES = 16 * 1024;
+
+/**
+ * A member scan's reader that notes where a `messages` array's elements end (json-text.ts `ArrayReader`).
+ * `span()` is undefined when the body has no `messages` array, or more than one `messages` member.
+ */
+export function messagesReader(bytes: Uint8Array): { read: ArrayReader; span: () => MessagesSpan | undefined } {
+  let span: MessagesSpan | undefined;
+  let seen = 0;
+  const read: ArrayReader = (key, start) => {
+    if (key !== 'messages') return undefined;
+    seen++;
+    try {
+      const { ends, end } = jsonArrayEnds(bytes, start);
+      span = { start, ends };
+      return end;
+    } catch {
+      // Not an array this reader can follow: the member scan goes over it (and the parse says what is wrong).
+      span = undefined;
+      return undefined;
+    }
+  };
+  return { read, span: () => (seen === 1 ? span : undefined) };
+}
+
+/** The key a body is kept under: its first two messages' bytes (at most KEY_BYTES). */
+export function bodyKey(bytes: Uint8Array, span: MessagesSpan): string | undefined {
+  const last = span.ends[Math.min(1, span.ends.length - 1)];
+  if (last === undefined) return undefined;
+  const end = Math.min(last, span.start + KEY_BYTES);
+  return Buffer.from(bytes.buffer, bytes.byteOffset + span.start, end - span.start).toString('latin1');
+}
+
+/** The length of the longest common prefix of `a` and `b`: whole equality first, then halves, natively compared. */
+function sharedPrefix(a: Buffer, b: Buffer): number {
+  const n = Math.min(a.length, b.length);
+  if (a.compare(b, 0, n, 0, n) === 0) return n;
+  // a[0, lo) equals b[0, lo), and they differ before hi.
+  let lo = 0;
+  let hi = n;
+  while (hi - lo > 64) {
+    const mid = (lo + hi) >>> 1;
+    if (a.compare(b, lo, mid, lo, mid) === 0) lo = mid;
+    else hi = mid;
+  }
+  while (lo < hi && a[lo] === b[lo]) lo++;
+  return lo;
+}
+
+/** How many of `span`'s first messages are byte for byte `kept`'s, at the same offsets. */
+export function reusableMessages(kept: BodyEntry, bytes: Uint8Array, span: MessagesSpan): number {
+  if (kept.messages.start !== span.start) return 0;
+  const shared = sharedPrefix(kept.body, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+  const a = kept.messages.ends;
+  const b = span.ends;
+  let k = 0;
+  while (k < a.length && k < b.length && a[k] === b[k] && b[k]! <= shared) k++;
+  return k;
+}
+
+const isSpace = (c: number | undefined): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+
+/**
+ * The body parsed with its first `reused` messages taken from `kept` (see the module comment); undefined when the
+ * shortened body does not parse as the whole one would (the caller parses the whole body for its error).
+ * The nesting bound is `parseBodyObject`'s: the kept messages were checked at the same depth.
+ */
+export function parseReusing(
+  bytes: Uint8Array,
+  span: MessagesSpan,
+  kept: BodyEntry,
+  reused: number,
+): Record<string, unknown> | undefined {
+  let i = span.ends[reused - 1]!;
+  while (isSpace(bytes[i])) i++;
+  if (bytes[i] === 0x2c) i++;
+  else if (bytes[i] !== 0x5d) return undefined;
+  try {
+    const rest = parseBodyObject(bodyText(Buffer.concat([bytes.subarray(0, span.start + 1), bytes.subarray(i)])));
+    const tail = rest.messages;
+    if (!Array.isArray(tail)) return undefined;
+    rest.messages = kept.parsed.slice(0, reused).concat(tail);
+    return rest;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What to keep of a parsed body for its conversation's next turn. */
+export function bodyEntry(bytes: Uint8Array, span: MessagesSpan, messages: readonly unknown[]): BodyEntry | undefined {
+  if (messages.length !== span.ends.length) return undefined;
+  return { body: Buffer.from(bytes), messages: span, parsed: messages };
+}
