@@ -68,23 +68,26 @@ export interface ConversationCacheStats {
 /** Bytes an entry costs beyond its arrays and text: the Map slot, the object, the typed arrays' headers. */
 const ENTRY_OVERHEAD_BYTES = 1024;
 const KEY_TEXT_CHARS = 4096;
-const CHUNK = 16384;
+/** Below this many characters the halving stops and characters are compared one by one. */
+const LINEAR_CHARS = 64;
 
-/** The length of the longest common prefix of `a` and `b`: equality of whole slices, then of chunks, then of halves. */
+/**
+ * The length of the longest common prefix of `a` and `b`, by halves: [lo, mid) compared as whole slices (a memory
+ * comparison; startsWith compares character by character, 100 times slower), so about min(|a|, |b|) characters are
+ * compared in all, whether the texts differ at their end (a follow-up turn) or not at all.
+ */
 export function commonPrefixLength(a: string, b: string): number {
   const n = Math.min(a.length, b.length);
-  // Equality of slices is a memory comparison; startsWith compares character by character (100 times slower).
-  if (a.slice(0, n) === b.slice(0, n)) return n;
+  // a[0, lo) equals b[0, lo); they differ before hi, unless hi is n.
   let lo = 0;
-  while (lo + CHUNK <= n && a.slice(lo, lo + CHUNK) === b.slice(lo, lo + CHUNK)) lo += CHUNK;
-  // a[0, lo) equals b[0, lo) and they differ before min(lo + CHUNK, n): narrow by halves.
-  let hi = Math.min(lo + CHUNK, n);
-  while (hi - lo > 1) {
+  let hi = n;
+  while (hi - lo > LINEAR_CHARS) {
     const mid = (lo + hi) >>> 1;
     if (a.slice(lo, mid) === b.slice(lo, mid)) lo = mid;
     else hi = mid;
   }
-  return a.charCodeAt(lo) === b.charCodeAt(lo) ? lo + 1 : lo;
+  while (lo < hi && a.charCodeAt(lo) === b.charCodeAt(lo)) lo++;
+  return lo;
 }
 
 /** What the cache holds under one key: a conversation's last prompt, or its last chat body (never both). */
