@@ -372,7 +372,9 @@ export const METRIC_DEFINITIONS = {
   conversationCacheBytes: {
     kind: 'gauge',
     name: 'kvgate_preprocess_conversation_cache_bytes',
-    help: "Bytes the preprocessing threads' conversation caches hold (prompts, ids, hashes), as last reported.",
+    help:
+      "Bytes the preprocessing threads' conversation caches hold (prompts, ids, hashes, each conversation's last " +
+      'chat body), as last reported.',
     labelNames: ['model'],
     scraped: true,
   },
