@@ -15,7 +15,9 @@
  * process's CPU time over it, summed over all its threads from
  * /proc/<pid>/task/<tid>/schedstat (nanoseconds; Linux only); requests are
  * sent one at a time, so each delta is that request's cost (plus the
- * process's background work, a few microseconds). `/v1/route` answers with
+ * process's background work, a few microseconds). A request's CPU runs until the process is quiet again, so what it
+ * left running (a chat turn's KV events from its engine, decoded after its answer) is counted in it, not in the next.
+ * `/v1/route` answers with
  * the decision without the prompt's ids (`return_token_ids: false`, as an agent that only routes asks; a base
  * build that predates the flag still writes them); `/v1/chat/completions` (max_tokens 1) goes to the engine.
  *
@@ -159,9 +161,26 @@ interface Sample {
   ids?: number[];
 }
 
+/**
+ * Waits (at most 2 s) until the gateway's process spends under 0.1 ms of CPU in 25 ms, so that what a request
+ * leaves running (a chat turn's KV events from its engine, decoded after its answer) counts in that request and
+ * not in the next one.
+ */
+async function quiet(pid: number): Promise<void> {
+  const deadline = performance.now() + 2000;
+  let last = processCpuNs(pid);
+  while (performance.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 25));
+    const now = processCpuNs(pid);
+    if (now - last < 100_000) return;
+    last = now;
+  }
+}
+
 async function post(gw: Gateway, path: string, body: unknown): Promise<Sample> {
   const text = JSON.stringify(body);
   const pid = gw.proc.child.pid!;
+  await quiet(pid);
   const c0 = processCpuNs(pid);
   const t0 = performance.now();
   const res = await fetch(`${gw.url}${path}`, {
@@ -171,6 +190,8 @@ async function post(gw: Gateway, path: string, body: unknown): Promise<Sample> {
   });
   const json = (await res.json()) as Record<string, unknown>;
   const wallMs = performance.now() - t0;
+  // What the request left running (a chat turn's KV events from its engine) is its cost too.
+  await quiet(pid);
   const cpuMs = (processCpuNs(pid) - c0) / 1e6;
   if (res.status !== 200) throw new Error(`${gw.name} ${path}: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
   const usage = json.usage as { prompt_tokens?: number } | undefined;
