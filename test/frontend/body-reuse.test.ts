@@ -85,7 +85,7 @@ interface Turn {
 
 function scan(json: string): Turn {
   const bytes = Buffer.from(json, 'utf8');
-  const reader = messagesReader(bytes);
+  const reader = messagesReader(bytes, 'messages');
   jsonByteMembers(bytes, reader.read);
   return { bytes, span: reader.span() };
 }
@@ -94,7 +94,7 @@ function scan(json: string): Turn {
 function reuseParse(kept: BodyEntry | undefined, t: Turn): { body?: Record<string, unknown>; reused: number } {
   if (kept === undefined || t.span === undefined) return { reused: 0 };
   const reused = reusableMessages(kept, t.bytes, t.span);
-  return { body: reused === 0 ? undefined : parseReusing(t.bytes, t.span, kept, reused), reused };
+  return { body: reused === 0 ? undefined : parseReusing(t.bytes, 'messages', t.span, kept, reused), reused };
 }
 
 const wholeParse = (json: string): unknown => JSON.parse(json.replace(/^\uFEFF/, ''));
@@ -169,6 +169,19 @@ describe('a body parsed by reuse of the last turn', () => {
     expect(tried).toBeGreaterThan(0);
     const twice = `${good.slice(0, -1)},"messages":[{"role":"user","content":"other"}]}`;
     expect(scan(twice).span).toBeUndefined();
+  });
+
+  it("keys an agent's sessions apart by their first task, whatever the length of the system prompt they share", () => {
+    const rng = seededRng(13);
+    const system = { role: 'system', content: text(rng, 20_000) };
+    const keys = new Set<string>();
+    for (let session = 0; session < 5; session++) {
+      const t = scan(
+        JSON.stringify({ model: 'demo', messages: [system, { role: 'user', content: `task ${session}` }] }),
+      );
+      keys.add(bodyKey(t.bytes, t.span!)!);
+    }
+    expect(keys.size).toBe(5);
   });
 
   it('is kept in the conversation cache under its budget, least recently used out, counted as bytes only', () => {
@@ -263,5 +276,31 @@ describe("a conversation's turns through a preprocessing thread that reuses the 
     expect(held[0]).toBeGreaterThan(4 * last);
     expect(held[1]).toBe(0);
     expect(gateways[0]!.router.routed.length).toBe(8);
+  });
+
+  it("reaches the router as the same requests through the agent APIs' conversation members", async () => {
+    const rng = seededRng(6);
+    const turns: Message[] = [];
+    const system = text(rng, 10_000);
+    for (let turn = 0; turn < 4; turn++) {
+      turns.push({ role: 'user', content: text(rng, 300) }, { role: 'assistant', content: text(rng, 200) });
+      const ask = [...turns, { role: 'user', content: text(rng, 50) }];
+      for (const [path, body] of [
+        ['/v1/messages', { model: 'demo', max_tokens: 1, system, messages: ask }],
+        ['/v1/responses', { model: 'demo', instructions: system, input: ask }],
+      ] as const) {
+        const answers = [];
+        for (const g of gateways) {
+          const before = g.router.routed.length;
+          const res = await post(`${g.url}${path}`, body);
+          answers.push({
+            status: res.status,
+            seen: g.router.routed.length > before ? seen(g.router.routed.at(-1)!) : 0,
+          });
+        }
+        expect(answers[0]!.status).toBe(200);
+        expect(answers[0]).toEqual(answers[1]);
+      }
+    }
   });
 });

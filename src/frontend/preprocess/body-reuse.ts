@@ -5,8 +5,9 @@
  * but the last few messages are byte for byte those of the previous turn.
  *
  * So a preprocessing thread keeps, per conversation (in its model's
- * conversation cache), the last body's bytes, where its `messages` array
- * starts and where each message ends, and the parsed messages. A new body is
+ * conversation cache), the last body's bytes, where its conversation array
+ * (`messages`; Responses' `input`) starts and where each message ends, and
+ * the parsed messages. A new body is
  * compared with the kept one (a native memory comparison); every message that
  * ends before the first differing byte is taken as parsed, and only the rest
  * is decoded and parsed: the bytes before the array, `[`, then the bytes after
@@ -16,8 +17,8 @@
  * messages' end, so the new body is valid JSON exactly when the shortened one
  * is (complete array elements followed by a comma can be dropped from an
  * array), and parses to the same object once the reused messages, equal as
- * values since their bytes are, are put back in front. A body with `messages`
- * twice (JSON.parse keeps the last) is parsed whole. Any failure of the
+ * values since their bytes are, are put back in front. A body with the array's
+ * member twice (JSON.parse keeps the last) is parsed whole. Any failure of the
  * shortened parse falls back to parsing the whole body, which gives the error
  * the client should see. Contract: parsed messages are read-only past the
  * parse (request bodies are, json-text.ts), as a kept message is part of the
@@ -44,18 +45,30 @@ export interface MessagesSpan {
 /** A body smaller than this is parsed whole and not kept: its parse costs less than keeping it. */
 export const REUSE_MIN_BYTES = 64 * 1024;
 
-/** Bytes of the first messages that key a body: enough to tell an agent's sessions apart by their first task. */
-const KEY_BYTES = 16 * 1024;
+/**
+ * The member that holds a conversation in each endpoint's body: chat completions' and Anthropic Messages'
+ * `messages`, OpenAI Responses' `input` (an array of items there; a string input is parsed whole).
+ */
+export function conversationMember(endpoint: string): string | undefined {
+  if (endpoint === 'chat' || endpoint === 'route' || endpoint === 'messages') return 'messages';
+  return endpoint === 'responses' ? 'input' : undefined;
+}
+
+/** Bytes at each end of a body's first two messages that key it (with their length). */
+const KEY_EDGE_BYTES = 4096;
 
 /**
- * A member scan's reader that notes where a `messages` array's elements end (json-text.ts `ArrayReader`).
- * `span()` is undefined when the body has no `messages` array, or more than one `messages` member.
+ * A member scan's reader that notes where the `member` array's elements end (json-text.ts `ArrayReader`).
+ * `span()` is undefined when the body has no such array, or the member more than once.
  */
-export function messagesReader(bytes: Uint8Array): { read: ArrayReader; span: () => MessagesSpan | undefined } {
+export function messagesReader(
+  bytes: Uint8Array,
+  member: string,
+): { read: ArrayReader; span: () => MessagesSpan | undefined } {
   let span: MessagesSpan | undefined;
   let seen = 0;
   const read: ArrayReader = (key, start) => {
-    if (key !== 'messages') return undefined;
+    if (key !== member) return undefined;
     seen++;
     try {
       const { ends, end } = jsonArrayEnds(bytes, start);
@@ -70,12 +83,18 @@ export function messagesReader(bytes: Uint8Array): { read: ArrayReader; span: ()
   return { read, span: () => (seen === 1 ? span : undefined) };
 }
 
-/** The key a body is kept under: its first two messages' bytes (at most KEY_BYTES). */
+/**
+ * The key a body is kept under: the length of its first two messages and the bytes at both ends of them. An agent
+ * app's sessions share a system prompt (often tens of KiB): the end of the second message, its first task, tells
+ * them apart. Sessions with equal keys only take turns in one entry: what is reused is decided by the bytes.
+ */
 export function bodyKey(bytes: Uint8Array, span: MessagesSpan): string | undefined {
   const last = span.ends[Math.min(1, span.ends.length - 1)];
   if (last === undefined) return undefined;
-  const end = Math.min(last, span.start + KEY_BYTES);
-  return Buffer.from(bytes.buffer, bytes.byteOffset + span.start, end - span.start).toString('latin1');
+  const text = (from: number, to: number): string =>
+    Buffer.from(bytes.buffer, bytes.byteOffset + from, to - from).toString('latin1');
+  const head = Math.min(last, span.start + KEY_EDGE_BYTES);
+  return `${last - span.start}:${text(span.start, head)}${text(Math.max(head, last - KEY_EDGE_BYTES), last)}`;
 }
 
 /** The length of the longest common prefix of `a` and `b`: whole equality first, then halves, natively compared. */
@@ -108,12 +127,13 @@ export function reusableMessages(kept: BodyEntry, bytes: Uint8Array, span: Messa
 const isSpace = (c: number | undefined): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 
 /**
- * The body parsed with its first `reused` messages taken from `kept` (see the module comment); undefined when the
- * shortened body does not parse as the whole one would (the caller parses the whole body for its error).
- * The nesting bound is `parseBodyObject`'s: the kept messages were checked at the same depth.
+ * The body parsed with the first `reused` elements of its `member` array taken from `kept` (see the module comment);
+ * undefined when the shortened body does not parse as the whole one would (the caller parses the whole body for its
+ * error). The nesting bound is `parseBodyObject`'s: the kept messages were checked at the same depth.
  */
 export function parseReusing(
   bytes: Uint8Array,
+  member: string,
   span: MessagesSpan,
   kept: BodyEntry,
   reused: number,
@@ -124,9 +144,9 @@ export function parseReusing(
   else if (bytes[i] !== 0x5d) return undefined;
   try {
     const rest = parseBodyObject(bodyText(Buffer.concat([bytes.subarray(0, span.start + 1), bytes.subarray(i)])));
-    const tail = rest.messages;
+    const tail = rest[member];
     if (!Array.isArray(tail)) return undefined;
-    rest.messages = kept.parsed.slice(0, reused).concat(tail);
+    rest[member] = kept.parsed.slice(0, reused).concat(tail);
     return rest;
   } catch {
     return undefined;

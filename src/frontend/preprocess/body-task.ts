@@ -23,6 +23,7 @@ import {
 import {
   bodyEntry,
   bodyKey,
+  conversationMember,
   messagesReader,
   parseReusing,
   reusableMessages,
@@ -48,22 +49,22 @@ interface Scanned {
   /** Each key once, byte offsets; undefined when the bytes are not a JSON object (the parse says how). */
   readonly members: JsonMember[] | undefined;
   readonly prompt?: { readonly ids: Uint32Array; readonly start: number; readonly end: number } | undefined;
-  /** Where a large chat body's messages lie (body-reuse.ts), for a parse that reuses the last turn's. */
-  readonly messages?: MessagesSpan | undefined;
+  /** Where a large body's conversation array lies (body-reuse.ts), for a parse that reuses the last turn's. */
+  readonly messages?: (MessagesSpan & { readonly member: string }) | undefined;
 }
 
 /**
  * One pass over the body's bytes: its members, a long `prompt` of ids read as the pass reaches it, and where a large
- * chat body's messages end.
+ * body's conversation array (its messages) ends each element.
  */
 function scanBody(task: BodyTask): Scanned {
   const completion = task.endpoint === 'completion' || task.endpoint === 'route';
-  const chatLike = (task.endpoint === 'chat' || task.endpoint === 'route') && task.bytes.length >= REUSE_MIN_BYTES;
-  const messages = chatLike ? messagesReader(task.bytes) : undefined;
+  const member = task.bytes.length >= REUSE_MIN_BYTES ? conversationMember(task.endpoint) : undefined;
+  const messages = member === undefined ? undefined : messagesReader(task.bytes, member);
   let prompt: Scanned['prompt'];
   let prompts = 0;
   const readIds = (key: string, start: number): number | undefined => {
-    if (key === 'messages') return messages?.read(key, start);
+    if (key === member) return messages!.read(key, start);
     if (key !== 'prompt' || !completion) return undefined;
     prompts++;
     const read = jsonIdArray(task.bytes, start);
@@ -71,10 +72,15 @@ function scanBody(task: BodyTask): Scanned {
     return read?.end;
   };
   try {
-    const members = jsonByteMembers(task.bytes, completion || chatLike ? readIds : undefined);
+    const members = jsonByteMembers(task.bytes, completion || member !== undefined ? readIds : undefined);
     // A repeated `prompt` (JSON.parse keeps the last) or a chat's `/v1/route` body: parsed as JSON.
     const chat = task.endpoint === 'route' && members.some((m) => m.key === 'messages');
-    return { members, prompt: prompts === 1 && !chat ? prompt : undefined, messages: messages?.span() };
+    const span = messages?.span();
+    return {
+      members,
+      prompt: prompts === 1 && !chat ? prompt : undefined,
+      messages: span && { member: member!, ...span },
+    };
   } catch {
     return { members: undefined };
   }
@@ -104,11 +110,12 @@ function parseWithIds(task: BodyTask, prompt: NonNullable<Scanned['prompt']>): P
 /** A kept body's conversation key and the span it was found under (`keep` keeps this turn's body there). */
 interface Reuse {
   readonly key: string;
+  readonly member: string;
   readonly span: MessagesSpan;
 }
 
 /**
- * A large chat body parsed from where it stops repeating its conversation's last one (body-reuse.ts), kept on one
+ * A large body parsed from where it stops repeating its conversation's last one (body-reuse.ts), kept on one
  * of this thread's models; undefined when there is none to reuse or the shortened parse fails (the caller parses
  * the whole body). Throws what `checkRequestBody` throws, as for the whole body (the object is the same).
  */
@@ -122,7 +129,7 @@ function parseReused(
     const kept = model.lastBody(reuse.key);
     if (kept === undefined) continue;
     const reused = reusableMessages(kept, task.bytes, reuse.span);
-    const body = reused === 0 ? undefined : parseReusing(task.bytes, reuse.span, kept, reused);
+    const body = reused === 0 ? undefined : parseReusing(task.bytes, reuse.member, reuse.span, kept, reused);
     return body === undefined ? undefined : checkRequestBody(body, task.endpoint, task);
   }
   return undefined;
@@ -131,7 +138,7 @@ function parseReused(
 function reuseOf(task: BodyTask, scanned: Scanned): Reuse | undefined {
   const span = scanned.messages;
   const key = span === undefined ? undefined : bodyKey(task.bytes, span);
-  return key === undefined ? undefined : { key, span: span! };
+  return key === undefined ? undefined : { key, member: span!.member, span: span! };
 }
 
 function servedOf(views: readonly ModelView[]): Map<string, ServedModel> {
@@ -154,8 +161,9 @@ export async function runBodyTask(
     parseRequestBody(bodyText(task.bytes), task.endpoint, task);
   const { body } = parsed;
   const routed = routeRequestBody(parsed, servedOf(task.models), task.headers);
-  if (reuse !== undefined && Array.isArray(body.messages)) {
-    const entry = bodyEntry(task.bytes, reuse.span, body.messages);
+  const conversation = reuse === undefined ? undefined : body[reuse.member];
+  if (reuse !== undefined && Array.isArray(conversation)) {
+    const entry = bodyEntry(task.bytes, reuse.span, conversation);
     if (entry !== undefined) models.get(routed.target.model.name)?.keepBody(reuse.key, entry);
   }
   const members = scanned.members ?? jsonByteMembers(task.bytes);
