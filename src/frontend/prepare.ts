@@ -142,8 +142,9 @@ async function prepareOffThread(
   if (out.result === undefined)
     throw errorOf(out.promptError ?? { code: 'KVG_ERR_INTERNAL', message: 'preprocessing returned no result' });
   const f = out.forward;
-  // The client's bytes: moved back by the thread when they were moved to it, else never given away.
-  const client = lazyJsonObject(f.bytes ?? bytes, f.members, f.light, f.outlines);
+  // The client's bytes: moved back by the thread when they were moved to it, else never given away; a query-only
+  // request's may stay on the thread (its body is never forwarded), and then its light members are its body.
+  const client = f.kept === true ? { ...f.light } : lazyJsonObject(f.bytes ?? bytes, f.members, f.light, f.outlines);
   const body = f.fields === undefined ? client : withJsonMembers(client, f.fields);
   // The allowed workers crossed as an array (body-task.ts); routing reads them as the set hints.ts makes.
   const allowed = out.hints.allowedWorkerIds;

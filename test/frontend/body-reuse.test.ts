@@ -124,7 +124,7 @@ describe('a body parsed by reuse of the last turn', () => {
         reusedTurns++;
       }
       const now = parsed ?? (wholeParse(json) as Record<string, unknown>);
-      kept = bodyEntry(t.bytes, t.span!, now.messages as unknown[]);
+      kept = bodyEntry(t.bytes, t.span!, now.messages as unknown[], false);
     }
     expect(reusedTurns).toBeGreaterThan(15);
   });
@@ -133,7 +133,7 @@ describe('a body parsed by reuse of the last turn', () => {
     const rng = seededRng(9);
     const messages: Message[] = Array.from({ length: 40 }, (_, i) => message(rng, i));
     const first = scan(JSON.stringify({ model: 'demo', messages }));
-    const kept = bodyEntry(first.bytes, first.span!, JSON.parse(first.bytes.toString()).messages);
+    const kept = bodyEntry(first.bytes, first.span!, JSON.parse(first.bytes.toString()).messages, false);
     messages.push(message(rng, 40), message(rng, 41));
     const json = JSON.stringify({ model: 'demo', messages, max_tokens: 1 });
     const next = scan(json);
@@ -145,7 +145,7 @@ describe('a body parsed by reuse of the last turn', () => {
     const rng = seededRng(11);
     const messages: Message[] = Array.from({ length: 10 }, (_, i) => message(rng, i));
     const first = scan(JSON.stringify({ model: 'demo', messages }));
-    const kept = bodyEntry(first.bytes, first.span!, messages);
+    const kept = bodyEntry(first.bytes, first.span!, messages, false);
     const good = JSON.stringify({ model: 'demo', messages: [...messages, message(rng, 10)] });
     const cut = good.lastIndexOf('{"role"');
     let tried = 0;
@@ -193,7 +193,7 @@ describe('a body parsed by reuse of the last turn', () => {
       const t = scan(JSON.stringify({ messages }));
       const key = bodyKey(t.bytes, t.span!)!;
       keys.push(key);
-      cache.keepBody(key, bodyEntry(t.bytes, t.span!, messages)!);
+      cache.keepBody(key, bodyEntry(t.bytes, t.span!, messages, false)!);
       const { bytes, entries } = cache.stats();
       expect(entries).toBe(0);
       expect(bytes).toBeGreaterThan(4 * t.bytes.length);
@@ -270,6 +270,22 @@ describe("a conversation's turns through a preprocessing thread that reuses the 
       const [a, b] = gateways.map((g) => g.router.routed.at(-1)!);
       expect(seen(a!)).toEqual(seen(b!));
       last = bodies[0]!.length;
+      // The same turn routed only (its bytes stay on the reusing thread, kept for the next turn).
+      const routes = [];
+      for (const g of gateways) {
+        const res = await post(`${g.url}/v1/route`, bodies[0]!);
+        // A query's body is never forwarded: what routing reads of it is its ids, hashes, hints and light members.
+        const q = g.router.queried.at(-1)!;
+        routes.push({
+          status: res.status,
+          ids: res.json.token_ids,
+          seq: [...q.hashes.seq],
+          hints: q.hints,
+          max: q.body.max_tokens,
+        });
+      }
+      expect(routes[0]!.status).toBe(200);
+      expect(routes[0]).toEqual(routes[1]);
     }
     // The reusing thread holds the last turn's body (four bytes a byte of it); the other holds nothing.
     const held = gateways.map((g) => g.pre.conversations.totals().get('demo')?.bytes ?? 0);

@@ -153,8 +153,17 @@ export function parseReusing(
   }
 }
 
-/** What to keep of a parsed body for its conversation's next turn. */
-export function bodyEntry(bytes: Uint8Array, span: MessagesSpan, messages: readonly unknown[]): BodyEntry | undefined {
+/**
+ * What to keep of a parsed body for its conversation's next turn: a copy of its bytes, or the bytes themselves when
+ * `own` (the thread holds their buffer and does not hand it back).
+ */
+export function bodyEntry(
+  bytes: Uint8Array,
+  span: MessagesSpan,
+  messages: readonly unknown[],
+  own: boolean,
+): BodyEntry | undefined {
   if (messages.length !== span.ends.length) return undefined;
-  return { body: Buffer.from(bytes), messages: span, parsed: messages };
+  const body = own ? Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) : Buffer.from(bytes);
+  return { body, messages: span, parsed: messages };
 }

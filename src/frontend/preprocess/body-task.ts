@@ -141,6 +141,28 @@ function reuseOf(task: BodyTask, scanned: Scanned): Reuse | undefined {
   return key === undefined ? undefined : { key, member: span!.member, span: span! };
 }
 
+/**
+ * Keeps the body for its conversation's next turn in its model's conversation cache (when on); true when the entry
+ * holds the task's own bytes, which then stay here: a query-only request (`/v1/route`, or one annotated so) never
+ * forwards its body, so its moved buffer need not go back, nor be copied to be kept.
+ */
+function keepBody(
+  task: BodyTask,
+  reuse: Reuse | undefined,
+  body: Record<string, unknown>,
+  routed: { readonly queryOnly: boolean; readonly target: { readonly model: { readonly name: string } } },
+  models: ReadonlyMap<string, ModelPreprocessor>,
+): boolean {
+  const conversation = reuse === undefined ? undefined : body[reuse.member];
+  const model = models.get(routed.target.model.name);
+  if (reuse === undefined || !Array.isArray(conversation) || model?.keepsBodies !== true) return false;
+  const own = (routed.queryOnly || task.endpoint === 'route') && ownBuffer(task.bytes) !== undefined;
+  const entry = bodyEntry(task.bytes, reuse.span, conversation, own);
+  if (entry === undefined) return false;
+  model.keepBody(reuse.key, entry);
+  return own;
+}
+
 function servedOf(views: readonly ModelView[]): Map<string, ServedModel> {
   return new Map(views.map((m) => [m.name, { model: m, port: { adapters: () => m.adapters } }]));
 }
@@ -161,11 +183,7 @@ export async function runBodyTask(
     parseRequestBody(bodyText(task.bytes), task.endpoint, task);
   const { body } = parsed;
   const routed = routeRequestBody(parsed, servedOf(task.models), task.headers);
-  const conversation = reuse === undefined ? undefined : body[reuse.member];
-  if (reuse !== undefined && Array.isArray(conversation)) {
-    const entry = bodyEntry(task.bytes, reuse.span, conversation);
-    if (entry !== undefined) models.get(routed.target.model.name)?.keepBody(reuse.key, entry);
-  }
+  const kept = keepBody(task, reuse, body, routed, models);
   const members = scanned.members ?? jsonByteMembers(task.bytes);
   const { light, outlines } = outlineJsonObject(body, members);
   let result: PreprocessResult | undefined;
@@ -189,8 +207,10 @@ export async function runBodyTask(
     hints: hints.allowedWorkerIds === undefined ? hints : { ...hints, allowedWorkerIds: [...hints.allowedWorkerIds] },
     queryOnly: routed.queryOnly,
     forward: {
-      // Moved here (they own their buffer), they go back the same way (workers/preprocess.ts's transfer list).
-      bytes: ownBuffer(task.bytes) !== undefined ? task.bytes : undefined,
+      // Moved here (they own their buffer), they go back the same way (workers/preprocess.ts's transfer list),
+      // unless kept here for the next turn.
+      bytes: ownBuffer(task.bytes) !== undefined && !kept ? task.bytes : undefined,
+      kept,
       members,
       light,
       outlines,

@@ -93,6 +93,11 @@ export class ModelPreprocessor {
     return this.#conversations.enabled ? this.#conversations.body(key) : undefined;
   }
 
+  /** Whether `keepBody` keeps anything: the conversation cache is on. */
+  get keepsBodies(): boolean {
+    return this.#conversations.enabled;
+  }
+
   /** Keeps a chat body of this model for its conversation's next turn (when the conversation cache is on). */
   keepBody(key: string, entry: BodyEntry): void {
     if (this.#conversations.enabled) this.#conversations.keepBody(key, entry);

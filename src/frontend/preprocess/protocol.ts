@@ -129,6 +129,11 @@ export interface BodyOutcome {
   forward: {
     /** The task's bytes, moved back when they were moved to the thread; absent when the main thread kept its own. */
     bytes?: Uint8Array | undefined;
+    /**
+     * True when the thread kept the bytes moved to it: a query-only request, whose body is never forwarded, kept for
+     * its conversation's next turn (body-reuse.ts). The main thread's body is then its light members alone.
+     */
+    kept?: boolean | undefined;
     /** The client body's top-level members as byte offsets into the bytes, each key once. */
     members: JsonMember[];
     light: Record<string, unknown>;
