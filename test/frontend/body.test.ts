@@ -211,8 +211,9 @@ describe('readBodyBytes: a body that declares its length', () => {
     const bytes = await read;
     expect(bytes.equals(Buffer.concat(chunks))).toBe(true);
     expect(bytes.byteOffset).toBe(0);
+    expect(bytes.buffer).toBeInstanceOf(ArrayBuffer);
     expect(bytes.buffer.byteLength).toBe(300_000);
-    const moved = structuredClone(bytes, { transfer: [bytes.buffer] });
+    const moved = structuredClone(bytes, { transfer: [bytes.buffer as ArrayBuffer] });
     expect(moved.byteLength).toBe(300_000);
     expect(bytes.byteLength).toBe(0);
   });
