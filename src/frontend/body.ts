@@ -15,6 +15,14 @@
  * before the body was read (an unsupported encoding, a refused client) first
  * discard it for a moment (`discardBody`) for the same reason.
  *
+ * A body that declares its length (Content-Length) of at least
+ * `PREALLOCATE_BYTES` is copied, chunk by chunk as it arrives, into one
+ * buffer of that length, allocated when its first chunk arrives (a client
+ * that sends only headers costs nothing): no list of chunks and no second copy
+ * at the end, and the buffer owns its memory, so it moves to a preprocessing
+ * thread rather than being copied (preprocessor.ts). The allocation is not
+ * zero-filled, so its pages are committed as the body fills them.
+ *
  * A UTF-8 byte order mark before the JSON is skipped: JSON (RFC 8259, section
  * 8.1) forbids sending one but lets a parser ignore it, and vLLM and SGLang
  * (FastAPI, Python's json.loads of the bytes) accept it, so a client that
@@ -40,6 +48,68 @@ export interface BodyLimits {
 /** How long, and how much, an oversized body is read and discarded before the 413 goes out. */
 const LINGER_MS = 5_000;
 const LINGER_BYTES = 64 * 1024 * 1024;
+
+/**
+ * From this declared length on, a body is read into one buffer of that length (module comment). Below it a body is
+ * mostly one chunk, handed on as it is.
+ */
+const PREALLOCATE_BYTES = 64 * 1024;
+
+/** The body's length as its Content-Length declares it; undefined when it declares none (chunked). */
+function declaredLength(req: IncomingMessage): number | undefined {
+  const raw = req.headers['content-length'];
+  // Node's parser has checked the header (digits only, one value) and frames the body by it.
+  return raw === undefined ? undefined : Number(raw);
+}
+
+/**
+ * The chunks of a body as they arrive: copied into one buffer of the declared length, else kept as a list and
+ * concatenated at the end. Contract: `bytes()` holds every byte added, in order, whatever the declared length says.
+ */
+class BodyChunks {
+  #chunks: Buffer[] = [];
+  #into: Buffer | undefined;
+  #size = 0;
+  /** The declared length, while a buffer of it may still be allocated. */
+  #declared: number | undefined;
+
+  constructor(declared: number | undefined) {
+    this.#declared = declared !== undefined && declared >= PREALLOCATE_BYTES ? declared : undefined;
+  }
+
+  add(chunk: Buffer): void {
+    const at = this.#size;
+    this.#size += chunk.length;
+    if (this.#declared !== undefined) {
+      this.#into = Buffer.allocUnsafeSlow(this.#declared);
+      this.#declared = undefined;
+    }
+    if (this.#into !== undefined && this.#size <= this.#into.length) {
+      this.#into.set(chunk, at);
+      return;
+    }
+    if (this.#into !== undefined) {
+      // More than declared (a parser framing the body by its Content-Length never gives that): keep it all anyway.
+      this.#chunks.push(this.#into.subarray(0, at));
+      this.#into = undefined;
+    }
+    this.#chunks.push(chunk);
+  }
+
+  /** Drops what was read (an oversized body, a failure). */
+  clear(): void {
+    this.#chunks = [];
+    this.#into = undefined;
+    this.#declared = undefined;
+  }
+
+  bytes(): Buffer {
+    const into = this.#into;
+    if (into !== undefined) return this.#size === into.length ? into : into.subarray(0, this.#size);
+    const chunks = this.#chunks;
+    return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, this.#size);
+  }
+}
 
 type Decoder = (buf: InputType, opts: ZlibOptions, cb: (err: Error | null, out: Buffer) => void) => void;
 const DECODERS: Record<string, Decoder> = { gzip: gunzip, 'x-gzip': gunzip, deflate: inflate, br: brotliDecompress };
@@ -88,7 +158,8 @@ function decoderOf(req: IncomingMessage): Decoder | undefined {
 function readRaw(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal): Promise<Buffer> {
   const limit = limits.maxBodyBytes;
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
+    const declared = declaredLength(req);
+    const chunks = new BodyChunks(declared);
     let size = 0;
     let overflow: KvgateError | undefined;
     let lingerUntil = 0;
@@ -103,7 +174,7 @@ function readRaw(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal)
     };
     const fail = (err: Error): void => {
       cleanup();
-      chunks.length = 0;
+      chunks.clear();
       // Whatever still arrives is discarded, not buffered (Node pulls it off the wire for keep-alive).
       req.resume();
       reject(err);
@@ -131,7 +202,7 @@ function readRaw(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal)
     };
     const startLinger = (err: KvgateError): void => {
       overflow = err;
-      chunks.length = 0;
+      chunks.clear();
       lingerUntil = performance.now() + LINGER_MS;
       armIdle();
     };
@@ -143,13 +214,13 @@ function readRaw(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal)
         return;
       }
       if (size > limit) startLinger(tooLarge(limit, `over ${limit} bytes`));
-      else chunks.push(chunk);
+      else chunks.add(chunk);
       if (overflow === undefined) armIdle();
     };
     const onEnd = (): void => {
       if (overflow !== undefined) return fail(overflow);
       cleanup();
-      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      resolve(chunks.bytes());
     };
     const onError = (err: Error): void => fail(err);
     const onAbort = (): void => fail(signal.reason as Error);
@@ -158,8 +229,7 @@ function readRaw(req: IncomingMessage, limits: BodyLimits, signal: CancelSignal)
     req.on('data', onData);
     req.on('end', onEnd);
     req.on('error', onError);
-    const declared = req.headers['content-length'];
-    if (declared !== undefined && Number(declared) > limit) startLinger(tooLarge(limit, `${declared} bytes`));
+    if (declared !== undefined && declared > limit) startLinger(tooLarge(limit, `${declared} bytes`));
     else armIdle();
   });
 }

@@ -8,14 +8,31 @@ import type { IncomingMessage } from 'node:http';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { isKvgateError } from '../../src/errors/index.js';
-import { bodyText, parseBodyObject, readBodyText } from '../../src/frontend/body.js';
+import { bodyText, parseBodyObject, readBodyBytes, readBodyText } from '../../src/frontend/body.js';
 
 afterEach(() => {
   vi.restoreAllMocks();
 });
 
-function fakeRequest(): PassThrough & IncomingMessage {
-  return Object.assign(new PassThrough(), { headers: {} }) as unknown as PassThrough & IncomingMessage;
+function fakeRequest(headers: Record<string, string> = {}): PassThrough & IncomingMessage {
+  return Object.assign(new PassThrough(), { headers }) as unknown as PassThrough & IncomingMessage;
+}
+
+const LIMITS = { maxBodyBytes: 1 << 22, bodyTimeoutMs: 10_000, bodyDeadlineMs: 60_000 };
+
+/** `n` bytes of a seeded pattern, cut into chunks of seeded sizes. */
+function chunksOf(n: number, seed: number): Buffer[] {
+  let s = seed;
+  const rnd = (): number => (s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32;
+  const all = Buffer.alloc(n);
+  for (let i = 0; i < n; i++) all[i] = Math.floor(rnd() * 256);
+  const out: Buffer[] = [];
+  for (let at = 0; at < n;) {
+    const len = Math.min(n - at, 1 + Math.floor(rnd() * 70_000));
+    out.push(Buffer.from(all.subarray(at, at + len)));
+    at += len;
+  }
+  return out;
 }
 
 describe('readBodyText', () => {
@@ -180,5 +197,50 @@ describe('bodyText of a large body', () => {
       const ascii = Buffer.concat([Buffer.from(big('plain ')), Buffer.from(seq)]);
       expect(errorOf(ascii)).toBe('KVG_ERR_INVALID_JSON');
     }
+  });
+});
+
+describe('readBodyBytes: a body that declares its length', () => {
+  it('is read whole into one buffer of that length that owns its memory, so it can move to a thread', async () => {
+    const chunks = chunksOf(300_000, 7);
+    expect(chunks.length).toBeGreaterThan(4);
+    const req = fakeRequest({ 'content-length': '300000' });
+    const read = readBodyBytes(req, LIMITS, new AbortController().signal);
+    for (const c of chunks) req.write(c);
+    req.end();
+    const bytes = await read;
+    expect(bytes.equals(Buffer.concat(chunks))).toBe(true);
+    expect(bytes.byteOffset).toBe(0);
+    expect(bytes.buffer).toBeInstanceOf(ArrayBuffer);
+    expect(bytes.buffer.byteLength).toBe(300_000);
+    const moved = structuredClone(bytes, { transfer: [bytes.buffer as ArrayBuffer] });
+    expect(moved.byteLength).toBe(300_000);
+    expect(bytes.byteLength).toBe(0);
+  });
+
+  it('keeps every byte that arrived, in order, when more or fewer arrive than declared', async () => {
+    const chunks = chunksOf(200_000, 11);
+    const whole = Buffer.concat(chunks);
+    for (const declared of ['100000', '250000', '200000']) {
+      const req = fakeRequest({ 'content-length': declared });
+      const read = readBodyBytes(req, LIMITS, new AbortController().signal);
+      for (const c of chunks) req.write(c);
+      req.end();
+      expect((await read).equals(whole)).toBe(true);
+    }
+  });
+
+  it('over the limit, is refused with KVG_ERR_BODY_TOO_LARGE before any buffer of that length is taken', async () => {
+    const req = fakeRequest({ 'content-length': String(LIMITS.maxBodyBytes + 1) });
+    const read = readBodyBytes(req, { ...LIMITS, bodyTimeoutMs: 50 }, new AbortController().signal);
+    const spy = vi.spyOn(Buffer, 'allocUnsafeSlow');
+    req.write(Buffer.alloc(70_000));
+    req.end();
+    const err = await read.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isKvgateError(err, 'KVG_ERR_BODY_TOO_LARGE')).toBe(true);
+    expect(spy).not.toHaveBeenCalled();
   });
 });
