@@ -76,13 +76,26 @@ function classOf(cp: number): number {
 
 const width = (cp: number): number => (cp > 0xffff ? 2 : 1);
 
-/** The end of the run from `i` of code points with some bit of `mask`. */
+/** The code point at `i` (a lone surrogate as itself); read by code unit unless it starts a pair. */
+function codePointAt(s: string, i: number): number {
+  const c = s.charCodeAt(i);
+  return (c & 0xfc00) === 0xd800 ? s.codePointAt(i)! : c;
+}
+
+/** The end of the run from `i` of code points with some bit of `mask` (the hot loop: BMP classes read inline). */
 function runOf(s: string, i: number, mask: number): number {
   const n = s.length;
   while (i < n) {
-    const cp = s.codePointAt(i)!;
-    if ((classOf(cp) & mask) === 0) break;
-    i += width(cp);
+    const c = s.charCodeAt(i);
+    if ((c & 0xfc00) === 0xd800) {
+      const cp = s.codePointAt(i)!;
+      if ((classOf(cp) & mask) === 0) break;
+      i += width(cp);
+    } else {
+      const k = BMP[c]!;
+      if (((k !== 0 ? k : (BMP[c] = testClass(c))) & mask) === 0) break;
+      i++;
+    }
   }
   return i;
 }
@@ -91,7 +104,7 @@ function runOf(s: string, i: number, mask: number): number {
 function runNotOf(s: string, i: number, mask: number): number {
   const n = s.length;
   while (i < n) {
-    const cp = s.codePointAt(i)!;
+    const cp = codePointAt(s, i);
     if ((classOf(cp) & mask) !== 0) break;
     i += width(cp);
   }
@@ -126,9 +139,9 @@ function contraction(s: string, i: number): number {
 
 /** The end of `\p{N}{1,max}` from `i`, whose code point is a number. */
 function numbers(s: string, i: number, max: number): number {
-  let end = i + width(s.codePointAt(i)!);
+  let end = i + width(codePointAt(s, i));
   for (let k = 1; k < max && end < s.length; k++) {
-    const cp = s.codePointAt(end)!;
+    const cp = codePointAt(s, end);
     if ((classOf(cp) & N) === 0) break;
     end += width(cp);
   }
@@ -162,7 +175,7 @@ function whiteSpace(s: string, p: number): number {
  */
 function cl100k(maxNumbers: number): PieceScanner {
   return (s, p) => {
-    const c = s.codePointAt(p)!;
+    const c = codePointAt(s, p);
     if (c === 0x27) {
       const e = contraction(s, p);
       if (e > 0) return e;
@@ -171,10 +184,10 @@ function cl100k(maxNumbers: number): PieceScanner {
     const q = p + width(c);
     if ((k & L) !== 0) return runOf(s, q, L);
     // The optional leading character: anything but CR, LF, a letter or a number, before a letter.
-    if ((k & (NL | N)) === 0 && q < s.length && (classOf(s.codePointAt(q)!) & L) !== 0) return runOf(s, q, L);
+    if ((k & (NL | N)) === 0 && q < s.length && (classOf(codePointAt(s, q)) & L) !== 0) return runOf(s, q, L);
     if ((k & N) !== 0) return numbers(s, p, maxNumbers);
     if ((k & S) === 0) return newlineTail(s, runNotOf(s, q, LNS), false);
-    if (c === 0x20 && q < s.length && (classOf(s.codePointAt(q)!) & LNS) === 0)
+    if (c === 0x20 && q < s.length && (classOf(codePointAt(s, q)) & LNS) === 0)
       return newlineTail(s, runNotOf(s, q, LNS), false);
     return whiteSpace(s, p);
   };
@@ -191,14 +204,14 @@ function upperThenLower(s: string, q: number): number {
   let i = q;
   let lastBoth = -1;
   while (i < n) {
-    const cp = s.codePointAt(i)!;
+    const cp = codePointAt(s, i);
     const k = classOf(cp);
     if ((k & UP) === 0) break;
     i += width(cp);
     if ((k & LO) !== 0) lastBoth = i;
   }
   let e: number;
-  if (i < n && (classOf(s.codePointAt(i)!) & LO) !== 0) e = runOf(s, i, LO);
+  if (i < n && (classOf(codePointAt(s, i)) & LO) !== 0) e = runOf(s, i, LO);
   else if (lastBoth >= 0) e = lastBoth;
   else return -1;
   const t = contraction(s, e);
@@ -226,7 +239,7 @@ function optionalLead(s: string, p: number, q: number, lead: boolean, word: (s: 
  * `\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
  */
 function o200k(s: string, p: number): number {
-  const c = s.codePointAt(p)!;
+  const c = codePointAt(s, p);
   const k = classOf(c);
   const q = p + width(c);
   const lead = (k & (NL | L | N)) === 0;
@@ -236,7 +249,7 @@ function o200k(s: string, p: number): number {
   if (second >= 0) return second;
   if ((k & N) !== 0) return numbers(s, p, 3);
   if ((k & S) === 0) return newlineTail(s, runNotOf(s, q, LNS), true);
-  if (c === 0x20 && q < s.length && (classOf(s.codePointAt(q)!) & LNS) === 0)
+  if (c === 0x20 && q < s.length && (classOf(codePointAt(s, q)) & LNS) === 0)
     return newlineTail(s, runNotOf(s, q, LNS), true);
   return whiteSpace(s, p);
 }

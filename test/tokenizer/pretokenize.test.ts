@@ -101,6 +101,8 @@ const ALPHABET = [
   '\u0000',
   '\u0007',
   '\uFFFD',
+  '\uD800', // lone surrogates: the encoder replaces them, the scanner still equals the regex on them
+  '\uDC00',
   '\r\n',
   '\r\n\r\n',
   '\n\n\n',
