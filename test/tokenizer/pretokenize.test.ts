@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { GPT2_SPLIT, translateSplitRegex } from '../../src/tokenizer/bpe-regex.js';
 import { scannerFor, type PieceScanner } from '../../src/tokenizer/pretokenize.js';
+import { mulberry32 } from '../helpers/rng.js';
 
 const require = createRequire(import.meta.url);
 
@@ -61,6 +62,9 @@ const CONTRACTIONS = ['s', 't', 're', 've', 'm', 'll', 'd', 'k', 'x', 'r', 'v', 
 const WHITE_SPACE = [...'\t\n\v\f\r \x85\xA0\u1680\u2028\u2029\u202F\u205F\u3000\uFEFF\u180E\u200B'];
 for (let c = 0x2000; c <= 0x200a; c++) WHITE_SPACE.push(String.fromCharCode(c));
 
+/** An emoji, one with a skin tone modifier, a flag, a ZWJ sequence, and the joiner and variation selector alone. */
+const EMOJI = ['🙂', '👍🏽', '🇫🇷', '👨‍💻', '\u200D', '\uFE0F'];
+
 const ALPHABET = [
   ...'aAbBsSkKtTeErRvVmMlLdDzZxyz',
   ...'0123456789',
@@ -91,12 +95,7 @@ const ALPHABET = [
   '\u{20000}', // CJK extension B (Lo)
   '\u{1D7CE}', // astral Nd
   '\u{1D165}', // astral Mc
-  '🙂',
-  '👍🏽',
-  '🇫🇷',
-  '👨‍💻',
-  '\u200D',
-  '\uFE0F',
+  ...EMOJI,
   '\u2019',
   '\u0000',
   '\u0007',
@@ -115,20 +114,13 @@ const ALPHABET = [
 const RUNS = [[...'aAzZ\u01C5\u02B0\u0301éЖ漢\u{1D400}\u{10428}'], WHITE_SPACE, [...' \r\n\t']];
 
 function randomStrings(count: number, seed: number): string[] {
-  let s = seed >>> 0;
-  const rnd = (): number => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
-  const out: string[] = [];
-  for (let k = 0; k < count; k++) {
+  const rnd = mulberry32(seed);
+  const pick = (xs: readonly string[]): string => xs[Math.floor(rnd() * xs.length)]!;
+  return Array.from({ length: count }, (_, k) => {
     const from = k % 7 < RUNS.length ? RUNS[k % 7]! : ALPHABET;
     const len = Math.floor(rnd() * (k % 10 === 0 ? 300 : 40));
-    let t = '';
-    for (let i = 0; i < len; i++) t += from[Math.floor(rnd() * from.length)]!;
-    out.push(t);
-  }
-  return out;
+    return Array.from({ length: len }, () => pick(from)).join('');
+  });
 }
 
 function corpus(): string[] {
