@@ -8,6 +8,7 @@
  * the result independent of how the merges relate to the vocabulary's ids.
  */
 import { readBpeShape, type BpeShape } from './bpe-shape.js';
+import { scannerFor, type PieceScanner } from './pretokenize.js';
 
 /** Heap entries pack a merge rank over a byte position below 2^32. */
 const P = 2 ** 32;
@@ -55,6 +56,8 @@ export class ByteLevelBpe {
   readonly #shape: Pick<BpeShape, 'nfc' | 'splits' | 'prefix' | 'suffix'>;
   /** The split regexes, sticky. */
   readonly #sticky: RegExp[];
+  /** Per split, the hand-written scanner equal to its regex, where `pretokenize.ts` has one. */
+  readonly #scanners: (PieceScanner | undefined)[];
   readonly #added: RegExp | undefined;
   readonly #addedNormalized: RegExp | undefined;
   readonly #addedIds = new Map<string, number>();
@@ -73,6 +76,7 @@ export class ByteLevelBpe {
     this.#byteIds = byteIds;
     this.#merges = merges;
     this.#sticky = shape.splits.map((re) => new RegExp(re.source, 'uy'));
+    this.#scanners = shape.splits.map(scannerFor);
     if (shape.ignoreMerges) this.#whole = wholeTokens(shape.vocab);
     for (const a of shape.added) this.#addedIds.set(a.content, a.id);
     // As the native tokenizer: tokens matched in the raw text first, then, in the normalized text between
@@ -147,12 +151,22 @@ export class ByteLevelBpe {
 
   /**
    * Applies split `level` (isolating: matches and the gaps between them are pieces) and the ones after it.
-   * A sticky test at the current position finds the next match without building a match array; only after
-   * a gap does the global regex search for the next one.
+   * A split with a scanner walks its consecutive matches (its pattern leaves no gaps). Otherwise a sticky
+   * test at the current position finds the next match without building a match array; only after a gap does
+   * the global regex search for the next one.
    */
   #split(level: number, text: string, out: number[]): void {
     if (level === this.#sticky.length) {
       this.#piece(text, out);
+      return;
+    }
+    const scan = this.#scanners[level];
+    if (scan !== undefined) {
+      for (let pos = 0, n = text.length; pos < n;) {
+        const end = scan(text, pos);
+        this.#split(level + 1, pos === 0 && end === n ? text : text.slice(pos, end), out);
+        pos = end;
+      }
       return;
     }
     const sticky = this.#sticky[level]!;
