@@ -184,6 +184,13 @@ describe('jsonIdArray', () => {
     expect([...first.ids]).toEqual(long);
     expect([...second.ids]).toEqual([5, 6, 7]);
     expect(third.ids[0]).toBe(1);
-    for (const r of [first, second, third]) expect(r.ids.byteLength).toBe(r.ids.buffer.byteLength);
+    // Past the ids a thread keeps room for (a buffer of its own, not kept), then a short one again.
+    const huge = Array.from({ length: 1_200_000 }, (_, i) => i % 10);
+    const fourth = jsonIdArray(Buffer.from(JSON.stringify(huge)), 0)!;
+    const fifth = jsonIdArray(Buffer.from('[8]'), 0)!;
+    expect(fourth.ids.length).toBe(huge.length);
+    expect(fourth.ids.every((id, i) => id === huge[i])).toBe(true);
+    expect([...fifth.ids]).toEqual([8]);
+    for (const r of [first, second, third, fourth]) expect(r.ids.byteLength).toBe(r.ids.buffer.byteLength);
   });
 });
