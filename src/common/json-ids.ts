@@ -70,7 +70,6 @@ export function jsonIdArray(bytes: Uint8Array, start: number): { ids: Uint32Arra
   let c = b[i]!;
   while (isSpace(c)) c = b[++i]!;
   for (;;) {
-    const first = i;
     let v = c - 0x30;
     if (!isDigit(c)) return undefined;
     // The id's other digits, straight-line (module comment): eight more stay below 2^31, a tenth is checked against
@@ -78,6 +77,8 @@ export function jsonIdArray(bytes: Uint8Array, start: number): { ids: Uint32Arra
     digits: {
       c = b[++i]!;
       if (!isDigit(c)) break digits;
+      // No leading zero.
+      if (v === 0) return undefined;
       v = v * 10 + (c - 0x30);
       c = b[++i]!;
       if (!isDigit(c)) break digits;
@@ -107,13 +108,16 @@ export function jsonIdArray(bytes: Uint8Array, start: number): { ids: Uint32Arra
       // An eleventh digit is neither `,` nor `]`: refused below.
       c = b[++i]!;
     }
-    if (i - first > 1 && b[first] === 0x30) return undefined;
     ids[n++] = v;
     if (c <= 0x20) while (isSpace(c)) c = b[++i]!;
     if (c !== 0x2c) return c === 0x5d ? { ids: ids.slice(0, n), end: i + 1 } : undefined;
     if (i === stop) return undefined;
     c = b[++i]!;
-    if (c <= 0x20) while (isSpace(c)) c = b[++i]!;
+    if (c <= 0x20) {
+      // `, ` (Python's json.dumps) read without a loop.
+      if (c === 0x20) c = b[++i]!;
+      if (c <= 0x20) while (isSpace(c)) c = b[++i]!;
+    }
   }
 }
 
