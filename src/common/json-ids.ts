@@ -12,7 +12,7 @@
  * parses the JSON as JSON, so what the reader accepts it reads exactly as
  * `JSON.parse` would, and it decides nothing else.
  *
- * Speed (~1.3 ns a byte once optimized on the 2-core machine, bench/common/json-ids.bench.ts) comes from the shape V8's
+ * Speed (~1.5 ns a byte once optimized on the 2-core machine, bench/common/json-ids.bench.ts) comes from the shape V8's
  * optimizing compiler is given: Node 20's keeps no check across a loop's back edge, so every loop re-checks the byte
  * view's type and reloads its length and data pointer on each turn. Hence loops only where a turn is a whole id
  * (the digits of one id are read by straight-line code) or rare (white space runs), no bounds test of ours per byte
@@ -126,7 +126,8 @@ export function jsonIdArray(bytes: Uint8Array, start: number): { ids: Uint32Arra
 // Each common path run as the module loads, twice over a few hundred ids so that V8 has allocated the reader's
 // feedback and its result's shape is settled: the optimizing compiler first compiles the reader in the middle of a
 // thread's first long prompt, and code compiled before that prompt's end (or its white space, or a ten-digit id) had
-// run would be thrown away when they do and compiled again (the first three calls of a fresh thread: ~27 ms of CPU
-// against ~30 without this, ~35 before this reader, on the 2-core machine).
+// run would be thrown away when they do and compiled again (the first three calls on 123k ids in a fresh process,
+// compiler threads included: a median of ~15 ms of CPU against ~20 without this, ~26 before this reader, on the
+// 2-core machine).
 const WARM_UP = Buffer.from(`[ 1,\n20 , 4294967295,${Array.from({ length: 256 }, (_, k) => k * 7).join(', ')}]`);
 for (let k = 0; k < 2; k++) jsonIdArray(WARM_UP, 0);
