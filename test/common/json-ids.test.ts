@@ -1,7 +1,9 @@
 /**
  * A JSON array of token ids read from its bytes into a Uint32Array: exactly what JSON.parse reads for the plain form
  * (random arrays, JSON white space anywhere between tokens, the range's ends), and nothing for any other form, which
- * the caller then parses as JSON.
+ * the caller then parses as JSON; checked against JSON.parse over random arrays, valid and broken (signs, fractions,
+ * exponents, leading zeros, ten digits either side of 2^32, nested arrays, look-alike white space, a byte deleted or
+ * inserted, cut short). Each result owns its buffer, whatever the reader reuses between calls.
  */
 import { describe, expect, it } from 'vitest';
 import { jsonIdArray } from '../../src/common/index.js';
