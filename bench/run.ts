@@ -17,6 +17,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'routing/in-flight': () => import('./routing/in-flight.bench.js'),
   'routing/added-latency': () => import('./routing/added-latency.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),
+  'common/json-ids': () => import('./common/json-ids.bench.js'),
   'frontend/preprocess': () => import('./frontend/preprocess.bench.js'),
   'frontend/agent-turn': () => import('./frontend/agent-turn.bench.js'),
   'frontend/forward-body': () => import('./frontend/forward-body.bench.js'),
