@@ -22,7 +22,8 @@
  * build that predates the flag still writes them); `/v1/chat/completions` (max_tokens 1) goes to the engine.
  *
  * Sizes: `AGENT_SIZES` (thousands of tokens, default 8,32,128), `AGENT_TURNS`
- * follow-ups per size (default 8), `AGENT_COLD` cold prompts per size (3).
+ * follow-ups per size (default 8), `AGENT_COLD` cold prompts per size (3), `AGENT_WARM` unmeasured follow-ups (route,
+ * chat and token ids) of a 24k-token conversation before them (16), so the figures are a warm gateway's.
  * `AGENT_CPU_PROF=<dir>` runs each gateway under `node --cpu-prof` (its main
  * thread and its preprocessing threads), writing the profiles under
  * `<dir>/<base|this>/` when the bench stops it.
@@ -241,6 +242,18 @@ async function drive(gateways: Gateway[], series: Series, notes: string[]): Prom
   const sizes = (process.env.AGENT_SIZES ?? '8,32,128').split(',').map((s) => Number(s) * 1000);
   const turns = envInt('AGENT_TURNS', 8);
   const colds = envInt('AGENT_COLD', 3);
+  // Unmeasured turns first, as a gateway in service has had them: a fresh process compiles its hot paths (V8's
+  // compiler threads, counted in the process's CPU) over its first few dozen requests.
+  const warm = conversation(3, 24_000);
+  for (let t = 0; t < envInt('AGENT_WARM', 16); t++) {
+    warm.messages.push({ role: 'assistant', content: para(warm.rnd, 1000) });
+    warm.messages.push({ role: 'user', content: para(warm.rnd, 1000) });
+    const path = t % 2 === 0 ? '/v1/route' : '/v1/chat/completions';
+    const body = { model: MODEL, messages: warm.messages, max_tokens: 1, ...(t % 2 === 0 ? LEAN : {}) };
+    for (const gw of gateways) await post(gw, path, body);
+    const ids = (await post(gateways[0]!, '/v1/route', { model: MODEL, messages: warm.messages })).ids!;
+    for (const gw of gateways) await post(gw, '/v1/route', { model: MODEL, prompt: ids, ...LEAN });
+  }
   for (const size of sizes) {
     // Follow-ups end at `size`: start 2k tokens a turn below it.
     for (let c = 0; c < colds; c++) {
