@@ -73,6 +73,11 @@ export function conversation(seed: number, tokens: number): { messages: Message[
   return { messages, rnd };
 }
 
+/** CPU nanoseconds of a process's main thread (its thread id is the process id). */
+function mainThreadCpuNs(pid: number): number {
+  return Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, 'utf8').split(' ')[0]);
+}
+
 /** CPU nanoseconds of every thread of a process. */
 function processCpuNs(pid: number): number {
   let ns = 0;
@@ -157,6 +162,8 @@ async function startGateway(
 
 interface Sample {
   cpuMs: number;
+  /** Of it, the main thread's. */
+  mainMs: number;
   wallMs: number;
   promptTokens: number;
   ids?: number[];
@@ -183,6 +190,7 @@ async function post(gw: Gateway, path: string, body: unknown): Promise<Sample> {
   const pid = gw.proc.child.pid!;
   await quiet(pid);
   const c0 = processCpuNs(pid);
+  const m0 = mainThreadCpuNs(pid);
   const t0 = performance.now();
   const res = await fetch(`${gw.url}${path}`, {
     method: 'POST',
@@ -194,10 +202,11 @@ async function post(gw: Gateway, path: string, body: unknown): Promise<Sample> {
   // What the request left running (a chat turn's KV events from its engine) is its cost too.
   await quiet(pid);
   const cpuMs = (processCpuNs(pid) - c0) / 1e6;
+  const mainMs = (mainThreadCpuNs(pid) - m0) / 1e6;
   if (res.status !== 200) throw new Error(`${gw.name} ${path}: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
   const usage = json.usage as { prompt_tokens?: number } | undefined;
   const promptTokens = Number(json.prompt_tokens ?? usage?.prompt_tokens ?? 0);
-  return { cpuMs, wallMs, promptTokens, ids: json.token_ids as number[] | undefined };
+  return { cpuMs, mainMs, wallMs, promptTokens, ids: json.token_ids as number[] | undefined };
 }
 
 function median(xs: number[]): number {
@@ -305,7 +314,9 @@ function rows(series: Series, gateways: Gateway[]): BenchRow[] {
       const s = series.get(`${gw.name}|${c}`) ?? [];
       const cpu = median(s.map((x) => x.cpuMs));
       const note =
-        `gateway CPU median ${cpu.toFixed(1)} ms (n=${s.length}), ~${Math.round(median(s.map((x) => x.promptTokens)))} tokens` +
+        `gateway CPU median ${cpu.toFixed(1)} ms (main thread ${median(s.map((x) => x.mainMs)).toFixed(1)}, ` +
+        `mean ${(s.reduce((a, x) => a + x.cpuMs, 0) / s.length).toFixed(1)}; n=${s.length}), ` +
+        `~${Math.round(median(s.map((x) => x.promptTokens)))} tokens` +
         (base !== undefined && gw.name !== 'base'
           ? `, base CPU ${median(base.map((x) => x.cpuMs)).toFixed(1)} ms`
           : '');
