@@ -23,7 +23,7 @@
  *
  * Sizes: `AGENT_SIZES` (thousands of tokens, default 8,32,128), `AGENT_TURNS`
  * follow-ups per size (default 8), `AGENT_COLD` cold prompts per size (3), `AGENT_WARM` unmeasured follow-ups (route,
- * chat and token ids) of a 24k-token conversation before them (16), so the figures are a warm gateway's.
+ * chat and token ids) of eight 24k-token conversations before them (16), so the figures are a warm gateway's.
  * `AGENT_CPU_PROF=<dir>` runs each gateway under `node --cpu-prof` (its main
  * thread and its preprocessing threads), writing the profiles under
  * `<dir>/<base|this>/` when the bench stops it.
@@ -251,10 +251,12 @@ async function drive(gateways: Gateway[], series: Series, notes: string[]): Prom
   const sizes = (process.env.AGENT_SIZES ?? '8,32,128').split(',').map((s) => Number(s) * 1000);
   const turns = envInt('AGENT_TURNS', 8);
   const colds = envInt('AGENT_COLD', 3);
-  // Unmeasured turns first, as a gateway in service has had them: a fresh process compiles its hot paths (V8's
-  // compiler threads, counted in the process's CPU) over its first few dozen requests.
-  const warm = conversation(3, 24_000);
+  // Unmeasured turns first, as a gateway in service has had them: a fresh process, and each of its preprocessing
+  // threads, compiles its hot paths (V8's compiler threads, counted in the process's CPU) over its first requests.
+  // The turns take eight conversations in turn, so that they reach every thread (a conversation keeps to one).
+  const warms = Array.from({ length: 8 }, (_, i) => conversation(3 + i, 24_000));
   for (let t = 0; t < envInt('AGENT_WARM', 16); t++) {
+    const warm = warms[t % warms.length]!;
     warm.messages.push({ role: 'assistant', content: para(warm.rnd, 1000) });
     warm.messages.push({ role: 'user', content: para(warm.rnd, 1000) });
     const path = t % 2 === 0 ? '/v1/route' : '/v1/chat/completions';
