@@ -63,7 +63,7 @@ function scanBody(task: BodyTask): Scanned {
   const messages = member === undefined ? undefined : messagesReader(task.bytes, member);
   let prompt: Scanned['prompt'];
   let prompts = 0;
-  const readIds = (key: string, start: number): number | undefined => {
+  const readArray = (key: string, start: number): number | undefined => {
     if (key === member) return messages!.read(key, start);
     if (key !== 'prompt' || !completion) return undefined;
     prompts++;
@@ -72,7 +72,7 @@ function scanBody(task: BodyTask): Scanned {
     return read?.end;
   };
   try {
-    const members = jsonByteMembers(task.bytes, completion || member !== undefined ? readIds : undefined);
+    const members = jsonByteMembers(task.bytes, completion || member !== undefined ? readArray : undefined);
     // A repeated `prompt` (JSON.parse keeps the last) or a chat's `/v1/route` body: parsed as JSON.
     const chat = task.endpoint === 'route' && members.some((m) => m.key === 'messages');
     const span = messages?.span();
@@ -107,7 +107,7 @@ function parseWithIds(task: BodyTask, prompt: NonNullable<Scanned['prompt']>): P
   }
 }
 
-/** A kept body's conversation key and the span it was found under (`keep` keeps this turn's body there). */
+/** A body's conversation key and where its conversation array lies (`keepBody` keeps this turn's body under it). */
 interface Reuse {
   readonly key: string;
   readonly member: string;
