@@ -8,6 +8,7 @@ export {
   jsonSplice,
   jsonTextOf,
   rememberJsonText,
+  skipJsonSpace,
   withJsonMembers,
   writeJsonWith,
   type ArrayReader,

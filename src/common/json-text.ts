@@ -77,7 +77,8 @@ export function jsonTextOf(value: object): string | undefined {
 
 const isSpace = (c: number | undefined): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 
-function skipSpace(b: Uint8Array, i: number): number {
+/** The index of the first byte at or after `i` that is not JSON white space (`b.length` at the end). */
+export function skipJsonSpace(b: Uint8Array, i: number): number {
   while (i < b.length && isSpace(b[i])) i++;
   return i;
 }
@@ -153,9 +154,9 @@ function scanMembers(bytes: Uint8Array, readArray?: ArrayReader): JsonMember[] {
   bytes = scan.b;
   const out: JsonMember[] = [];
   const bom = bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf ? 3 : 0;
-  let i = skipSpace(bytes, bom);
+  let i = skipJsonSpace(bytes, bom);
   if (bytes[i] !== 0x7b) throw new SyntaxError('not a JSON object text');
-  i = skipSpace(bytes, i + 1);
+  i = skipJsonSpace(bytes, i + 1);
   if (bytes[i] === 0x7d) return out;
   for (;;) {
     if (bytes[i] !== 0x22) throw new SyntaxError('not a JSON object text');
@@ -164,12 +165,12 @@ function scanMembers(bytes: Uint8Array, readArray?: ArrayReader): JsonMember[] {
     const raw = utf8(bytes, i + 1, keyEnd - 1);
     const key = raw.includes('\\') ? (JSON.parse(`"${raw}"`) as string) : raw;
     // Past the colon to the value.
-    const start = skipSpace(bytes, skipSpace(bytes, keyEnd) + 1);
+    const start = skipJsonSpace(bytes, skipJsonSpace(bytes, keyEnd) + 1);
     const end = (bytes[start] === 0x5b ? readArray?.(key, start) : undefined) ?? valueEnd(scan, start);
     out.push({ key, from, start, end });
-    i = skipSpace(bytes, end);
+    i = skipJsonSpace(bytes, end);
     if (bytes[i] !== 0x2c) return out;
-    i = skipSpace(bytes, i + 1);
+    i = skipJsonSpace(bytes, i + 1);
   }
 }
 
@@ -203,16 +204,16 @@ export function jsonArrayEnds(bytes: Uint8Array, start: number): { ends: number[
   const scan = scanOf(bytes);
   const b = scan.b;
   const ends: number[] = [];
-  let i = skipSpace(b, start + 1);
+  let i = skipJsonSpace(b, start + 1);
   if (b[i] === 0x5d) return { ends, end: i + 1 };
   for (;;) {
     const e = valueEnd(scan, i);
     if (e === i) throw new SyntaxError('not a JSON array text');
     ends.push(e);
-    i = skipSpace(b, e);
+    i = skipJsonSpace(b, e);
     if (b[i] === 0x5d) return { ends, end: i + 1 };
     if (b[i] !== 0x2c) throw new SyntaxError('not a JSON array text');
-    i = skipSpace(b, i + 1);
+    i = skipJsonSpace(b, i + 1);
   }
 }
 

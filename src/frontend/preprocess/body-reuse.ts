@@ -24,7 +24,8 @@
  * parse (request bodies are, json-text.ts), as a kept message is part of the
  * next turn's body too.
  */
-import { jsonArrayEnds, type ArrayReader } from '../../common/index.js';
+import { jsonArrayEnds, skipJsonSpace, type ArrayReader } from '../../common/index.js';
+import { commonPrefixBy } from './conversation-cache.js';
 import { bodyText, parseBodyObject } from '../body.js';
 
 /** A conversation's last chat body, as kept between its turns. */
@@ -97,34 +98,18 @@ export function bodyKey(bytes: Uint8Array, span: MessagesSpan): string | undefin
   return `${last - span.start}:${text(span.start, head)}${text(Math.max(head, last - KEY_EDGE_BYTES), last)}`;
 }
 
-/** The length of the longest common prefix of `a` and `b`: whole equality first, then halves, natively compared. */
-function sharedPrefix(a: Buffer, b: Buffer): number {
-  const n = Math.min(a.length, b.length);
-  if (a.compare(b, 0, n, 0, n) === 0) return n;
-  // a[0, lo) equals b[0, lo), and they differ before hi.
-  let lo = 0;
-  let hi = n;
-  while (hi - lo > 64) {
-    const mid = (lo + hi) >>> 1;
-    if (a.compare(b, lo, mid, lo, mid) === 0) lo = mid;
-    else hi = mid;
-  }
-  while (lo < hi && a[lo] === b[lo]) lo++;
-  return lo;
-}
-
 /** How many of `span`'s first messages are byte for byte `kept`'s, at the same offsets. */
 export function reusableMessages(kept: BodyEntry, bytes: Uint8Array, span: MessagesSpan): number {
   if (kept.messages.start !== span.start) return 0;
-  const shared = sharedPrefix(kept.body, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
-  const a = kept.messages.ends;
-  const b = span.ends;
+  const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const a = kept.body;
+  const shared = commonPrefixBy(Math.min(a.length, b.length), (lo, hi) => a.compare(b, lo, hi, lo, hi) === 0);
+  const was = kept.messages.ends;
+  const now = span.ends;
   let k = 0;
-  while (k < a.length && k < b.length && a[k] === b[k] && b[k]! <= shared) k++;
+  while (k < was.length && k < now.length && was[k] === now[k] && now[k]! <= shared) k++;
   return k;
 }
-
-const isSpace = (c: number | undefined): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 
 /**
  * The body parsed with the first `reused` elements of its `member` array taken from `kept` (see the module comment);
@@ -138,8 +123,7 @@ export function parseReusing(
   kept: BodyEntry,
   reused: number,
 ): Record<string, unknown> | undefined {
-  let i = span.ends[reused - 1]!;
-  while (isSpace(bytes[i])) i++;
+  let i = skipJsonSpace(bytes, span.ends[reused - 1]!);
   if (bytes[i] === 0x2c) i++;
   else if (bytes[i] !== 0x5d) return undefined;
   try {

@@ -68,26 +68,33 @@ export interface ConversationCacheStats {
 /** Bytes an entry costs beyond its arrays and text: the Map slot, the object, the typed arrays' headers. */
 const ENTRY_OVERHEAD_BYTES = 1024;
 const KEY_TEXT_CHARS = 4096;
-/** Below this many characters the halving stops and characters are compared one by one. */
-const LINEAR_CHARS = 64;
+/** Below this many units the halving stops and units are compared one by one. */
+const LINEAR_UNITS = 64;
 
 /**
- * The length of the longest common prefix of `a` and `b`, by halves: [lo, mid) compared as whole slices (a memory
- * comparison; startsWith compares character by character, 100 times slower), so about min(|a|, |b|) characters are
- * compared in all, whether the texts differ at their end (a follow-up turn) or not at all.
+ * The length of the longest common prefix of two sequences of `n` comparable units, by halves: `equal(lo, hi)`
+ * compares units [lo, hi) of both as a whole (a native memory comparison), so about `n` units are compared in all,
+ * whether the sequences differ at their end (a follow-up turn) or not at all.
  */
-export function commonPrefixLength(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  // a[0, lo) equals b[0, lo); they differ before hi, unless hi is n.
+export function commonPrefixBy(n: number, equal: (lo: number, hi: number) => boolean): number {
+  // Units [0, lo) are equal; they differ before hi, unless hi is n.
   let lo = 0;
   let hi = n;
-  while (hi - lo > LINEAR_CHARS) {
+  while (hi - lo > LINEAR_UNITS) {
     const mid = (lo + hi) >>> 1;
-    if (a.slice(lo, mid) === b.slice(lo, mid)) lo = mid;
+    if (equal(lo, mid)) lo = mid;
     else hi = mid;
   }
-  while (lo < hi && a.charCodeAt(lo) === b.charCodeAt(lo)) lo++;
+  while (lo < hi && equal(lo, lo + 1)) lo++;
   return lo;
+}
+
+/**
+ * The length of the longest common prefix of `a` and `b` (`commonPrefixBy` over slices: equality of slices is a
+ * memory comparison, where startsWith compares character by character, 100 times slower).
+ */
+export function commonPrefixLength(a: string, b: string): number {
+  return commonPrefixBy(Math.min(a.length, b.length), (lo, hi) => a.slice(lo, hi) === b.slice(lo, hi));
 }
 
 /** What the cache holds under one key: a conversation's last prompt, or its last chat body (never both). */
