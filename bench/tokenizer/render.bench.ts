@@ -64,11 +64,12 @@ export async function run(): Promise<BenchSection> {
     for (const size of sizes) {
       const vars = { messages: size.messages, add_generation_prompt: true, bos_token: t.bos, eos_token: t.eos };
       const text = interpreter.render(vars);
-      if (compiled(vars) !== text) throw new Error(`${name}: the compiled render differs from the interpreter's`);
+      if (compiled(vars).join('') !== text)
+        throw new Error(`${name}: the compiled render differs from the interpreter's`);
       const [a, b] = await timeAll(
         {
           [`${name}, ${size.label}: interpreter`]: () => interpreter.render(vars),
-          [`${name}, ${size.label}: compiled`]: () => compiled(vars),
+          [`${name}, ${size.label}: compiled`]: () => compiled(vars).join(''),
         },
         { time, warmupTime: Math.min(300, time) },
       );

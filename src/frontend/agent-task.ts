@@ -15,6 +15,8 @@ export interface AgentTaskInputs {
   readonly model: string;
   readonly maxPromptTokens: number;
   readonly loraName: string | undefined;
+  /** The task's `returnTokenIds` (default true). */
+  readonly returnTokenIds?: boolean | undefined;
 }
 
 /** The chat task an agent-API request is routed by (the conversion's errors are thrown: common's `agentChat`). */
@@ -33,6 +35,7 @@ export function agentChatTask(inp: AgentTaskInputs): ChatTask {
     addGenerationPrompt: chat.continueFinalMessage ? false : undefined,
     continueFinalMessage: chat.continueFinalMessage ? true : undefined,
     tokenData: undefined,
+    returnTokenIds: inp.returnTokenIds,
   };
 }
 

@@ -55,7 +55,7 @@ async function routeAsTenant<R>(
   const tenant = ctx.tenant;
   if (tenant === undefined) return route(prepared);
   ctx.logFields.tenant = tenant.hint.tenant;
-  env.tenants.admit(tenant, prepared.tokenIds.length);
+  env.tenants.admit(tenant, prepared.promptTokens);
   try {
     return await route({ ...prepared, hints: { ...prepared.hints, tenant: tenant.hint } });
   } catch (err) {

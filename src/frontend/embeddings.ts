@@ -17,6 +17,8 @@ export interface EmbeddingsTaskInputs {
   readonly loraName: string | undefined;
   /** `nvext.token_data`, which an embeddings request does not take. */
   readonly tokenData: Uint32Array | undefined;
+  /** The task's `returnTokenIds` (default true). */
+  readonly returnTokenIds?: boolean | undefined;
 }
 
 /**
@@ -39,6 +41,7 @@ export function embeddingsTask(inp: EmbeddingsTaskInputs): PreprocessTask {
     loraName: inp.loraName,
     cacheSalt: undefined,
     addSpecialTokens: typeof inp.body.add_special_tokens === 'boolean' ? inp.body.add_special_tokens : undefined,
+    returnTokenIds: inp.returnTokenIds,
   };
   if (typeof input === 'string') return { kind: 'text', ...base, prompt: input };
   if (typeof input[0] === 'string') return { kind: 'text', ...base, prompt: (input as string[]).join('\n') };

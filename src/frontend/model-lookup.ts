@@ -23,7 +23,8 @@ export interface ModelTarget {
  * now. The gateway's ports, or a snapshot of them sent with a body parsed on a preprocessing thread.
  */
 export interface Served {
-  readonly port: { adapters(): readonly string[] };
+  /** `readsTokenIds`: the router port's (router-port.ts); absent means true. */
+  readonly port: { adapters(): readonly string[]; readonly readsTokenIds?: boolean | undefined };
   readonly model: Pick<ModelConfig, 'name' | 'loraAdapters'>;
 }
 

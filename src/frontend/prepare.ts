@@ -41,6 +41,7 @@ function modelViews(served: PrepareOptions['served']): ModelView[] {
     loraAdapters: [...model.loraAdapters],
     adapters: [...port.adapters()],
     maxPromptTokens: model.maxPromptTokens,
+    readsTokenIds: port.readsTokenIds !== false,
     workers: model.workers.map((w) => (w.taints !== undefined ? { id: w.id, taints: [...w.taints] } : { id: w.id })),
   }));
 }
@@ -58,7 +59,7 @@ function prepared(
   pre: PreprocessResult,
   rest: Pick<PreparedRequest, 'body' | 'stream' | 'hints' | 'queryOnly'>,
 ): Prepared {
-  ctx.logFields.promptTokens = pre.tokenIds.length;
+  ctx.logFields.promptTokens = pre.promptTokens;
   if (pre.stats.cachedTokens > 0) ctx.logFields.segmentCachedTokens = pre.stats.cachedTokens;
   if ((pre.stats.reusedTokens ?? 0) > 0) ctx.logFields.conversationReusedTokens = pre.stats.reusedTokens;
   return {
@@ -70,6 +71,7 @@ function prepared(
       body: rest.body,
       stream: rest.stream,
       tokenIds: pre.tokenIds,
+      promptTokens: pre.promptTokens,
       hashes: pre.hashes,
       hashingMs: pre.stats.hashUs / 1000,
       approximate: pre.approximate,

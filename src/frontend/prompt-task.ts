@@ -28,6 +28,8 @@ export interface TaskInputs {
   /** `nvext.token_data`: a completion's prompt as token ids, or the ids a chat's messages must give (module comment). */
   tokenData: Uint32Array | undefined;
   loraName: string | undefined;
+  /** Whether the caller reads the prompt's ids, not only their count (the task's `returnTokenIds`; default true). */
+  returnTokenIds?: boolean | undefined;
 }
 
 function unsupported(param: string, message: string): KvgateError {
@@ -59,7 +61,7 @@ function checkTextOnly(messages: readonly { content?: unknown }[]): void {
  * @throws KvgateError KVG_ERR_UNSUPPORTED_CONTENT for batch prompts and non-text message parts.
  */
 export function promptTask(inp: TaskInputs): PreprocessTask {
-  const { body, model, maxPromptTokens, loraName } = inp;
+  const { body, model, maxPromptTokens, loraName, returnTokenIds } = inp;
   if (inp.endpoint === 'messages' || inp.endpoint === 'responses') {
     if (inp.tokenData !== undefined) throw unsupported('nvext.token_data', `is not taken on the ${inp.endpoint} API`);
     return agentChatTask({
@@ -68,10 +70,11 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       model,
       maxPromptTokens,
       loraName,
+      returnTokenIds,
     });
   }
   if (inp.endpoint === 'embeddings')
-    return embeddingsTask({ body, model, maxPromptTokens, loraName, tokenData: inp.tokenData });
+    return embeddingsTask({ body, model, maxPromptTokens, loraName, tokenData: inp.tokenData, returnTokenIds });
   // Each task is one object literal of a fixed shape (no spread of a shared base): built per request, so a
   // shape the engine's inline caches see again and again is cheaper than a copied one.
   const cacheSalt = typeof body.cache_salt === 'string' ? body.cache_salt : undefined;
@@ -83,6 +86,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
     loraName,
     cacheSalt,
     addSpecialTokens,
+    returnTokenIds,
     tokenIds,
   });
   const text = (prompt: string): PreprocessTask => ({
@@ -92,6 +96,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
     loraName,
     cacheSalt,
     addSpecialTokens,
+    returnTokenIds,
     prompt,
   });
   if (inp.endpoint === 'chat') {
@@ -110,6 +115,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       addGenerationPrompt: typeof body.add_generation_prompt === 'boolean' ? body.add_generation_prompt : undefined,
       continueFinalMessage: typeof body.continue_final_message === 'boolean' ? body.continue_final_message : undefined,
       tokenData: inp.tokenData,
+      returnTokenIds,
     };
   }
   if (inp.tokenData !== undefined) return tokens(inp.tokenData);

@@ -4,7 +4,19 @@
  * endpoints when a request carries the `query_instance_id:` annotation
  * (`nvext.worker_id` and `nvext.token_ids`, no choices).
  */
-import type { PreparedRequest, QueryResult } from './router-port.js';
+import type { EndpointKind, PreparedRequest, QueryResult } from './router-port.js';
+
+/**
+ * Whether a request's answer shows its prompt's token ids: `POST /v1/route`'s unless `return_token_ids: false`, and
+ * the query-only answer on the OpenAI endpoints (`nvext.token_ids`) always.
+ */
+export function answerShowsTokenIds(
+  kind: EndpointKind | 'route',
+  queryOnly: boolean,
+  body: Readonly<Record<string, unknown>>,
+): boolean {
+  return kind === 'route' ? body.return_token_ids !== false : queryOnly;
+}
 
 /** Dynamo's `WorkerIdInfo`: aggregated requests name the same worker in both slots, as Dynamo's tracker does. */
 function dynamoWorkerId(q: QueryResult): Record<string, number> {
@@ -32,11 +44,11 @@ export function routeResponseBody(req: PreparedRequest, q: QueryResult, blockSiz
     overlap_blocks: q.overlapBlocks,
     ...(q.prefillOverlapBlocks !== undefined ? { prefill_overlap_blocks: q.prefillOverlapBlocks } : {}),
     block_size: blockSize,
-    prompt_tokens: req.tokenIds.length,
+    prompt_tokens: req.promptTokens,
     prompt_blocks: req.hashes.local.length,
     approximate: req.approximate,
     worker_id: dynamoWorkerId(q),
-    ...(req.body.return_token_ids === false ? {} : { token_ids: Array.from(req.tokenIds) }),
+    ...(answerShowsTokenIds('route', true, req.body) ? { token_ids: Array.from(req.tokenIds) } : {}),
   };
 }
 

@@ -20,6 +20,7 @@ import { resolveModel, type Served } from './model-lookup.js';
 import type { PreprocessTask } from './preprocess/protocol.js';
 import { checkAgentBody } from './agent-task.js';
 import { promptTask } from './prompt-task.js';
+import { answerShowsTokenIds } from './query-response.js';
 import type { EndpointKind } from './router-port.js';
 import { validateBody } from './schemas.js';
 
@@ -30,6 +31,8 @@ export interface ServedModel extends Served {
 }
 
 export interface ParsedBody {
+  /** The endpoint the body came in on (`route`: `POST /v1/route`, a query whose body is a chat's or a completion's). */
+  readonly kind: EndpointKind | 'route';
   readonly endpoint: EndpointKind;
   readonly body: Record<string, unknown>;
 }
@@ -59,7 +62,7 @@ export function checkRequestBody(
   // An agent API's body is checked as it is converted (agent-task.ts), after the model is known.
   if (endpoint === 'messages' || endpoint === 'responses') checkAgentBody(endpoint, body, limits);
   else validateBody(endpoint, body, limits);
-  return { endpoint, body };
+  return { kind, endpoint, body };
 }
 
 export interface RoutedRequest<S extends ServedModel> {
@@ -95,9 +98,21 @@ export function routeRequestBody<S extends ServedModel>(
   let task: RoutedRequest<S>['task'];
   try {
     const { name: model, maxPromptTokens } = target.model;
+    // The ids cross back from a preprocessing thread only where they are read: by a port that reads them, or in a
+    // query's answer that shows them.
+    const returnTokenIds = target.port.readsTokenIds !== false || answerShowsTokenIds(parsed.kind, p.queryOnly, body);
+    const { tokenData } = p;
     task = {
       ok: true,
-      task: promptTask({ endpoint, body, model, maxPromptTokens, tokenData: p.tokenData, loraName: target.loraName }),
+      task: promptTask({
+        endpoint,
+        body,
+        model,
+        maxPromptTokens,
+        tokenData,
+        loraName: target.loraName,
+        returnTokenIds,
+      }),
     };
   } catch (error) {
     task = { ok: false, error };

@@ -63,7 +63,7 @@ export class LegBuilder {
       // when it says so, and a copy written from the client's text when that is known (a large body's members are never parsed here).
       body: req.body['model'] === model ? req.body : withJsonMembers(req.body, { model }),
       stream: req.stream,
-      isl: req.tokenIds.length,
+      isl: req.promptTokens,
       hashes: routedHashes(req.endpoint, req.hashes),
       hashingMs: req.hashingMs,
       routing:

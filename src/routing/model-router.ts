@@ -101,6 +101,7 @@ const NO_FALLBACK =
 export class ModelRouter implements ModelRouterPort {
   readonly model: string;
   readonly blockSize: number;
+  readonly readsTokenIds = false; // routing reads a prompt's length and hashes; engines tokenize their own body
   readonly mode: RouterMode;
   /** The decode (aggregated) pool. */
   readonly decode: PushRouter;
@@ -125,8 +126,7 @@ export class ModelRouter implements ModelRouterPort {
   readonly #watch: WorkerWatch;
 
   /**
-   * `ctx` is handed down to every router and KV-event manager this one builds (default: the
-   * process clock, a time-seeded rng, no logging, no metrics).
+   * `ctx` is handed to every router and KV-event manager built here (default: process clock, time-seeded rng, no logs or metrics).
    * @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid router knobs (the field is named).
    */
   constructor(opts: ModelRouterOptions, ctx: RouterContext = makeRouterContext({ rng: seededRng(Date.now() >>> 0) })) {
@@ -364,7 +364,7 @@ export class ModelRouter implements ModelRouterPort {
   async route(req: PreparedRequest): Promise<RoutedResponse> {
     if (this.#closed) throw new KvgateError('KVG_ERR_NO_WORKERS', `model ${this.model} is shutting down`);
     this.#legs.checkPins(req.hints);
-    const d = this.#disaggregated(true) ? this.prefill.decide(req.tokenIds.length) : undefined;
+    const d = this.#disaggregated(true) ? this.prefill.decide(req.promptTokens) : undefined;
     if (d?.disaggregate === true) {
       if (isAgentEndpoint(req.endpoint)) throw agentDisaggRefusal(this.model, req.endpoint);
       if (req.endpoint === 'embeddings') throw embeddingsDisaggRefusal(this.model);
@@ -408,7 +408,7 @@ export class ModelRouter implements ModelRouterPort {
 
   async query(req: PreparedRequest): Promise<QueryResult> {
     this.#legs.checkPins(req.hints);
-    if (this.#disaggregated(false) && this.prefill.decide(req.tokenIds.length).disaggregate) {
+    if (this.#disaggregated(false) && this.prefill.decide(req.promptTokens).disaggregate) {
       const q = await this.prefill.query(this.#legs.leg(req), req.hints.session);
       return {
         worker: q.decode.slot,

@@ -52,8 +52,13 @@ export interface PreparedRequest {
    */
   readonly body: Readonly<Record<string, unknown>>;
   readonly stream: boolean;
-  /** The prompt's token ids (chat template applied). */
+  /**
+   * The prompt's token ids (chat template applied). Empty when the port's `readsTokenIds` is false and the answer
+   * does not show them: a long prompt's ids then stay on the preprocessing thread that made them.
+   */
   readonly tokenIds: Uint32Array;
+  /** The prompt's length in tokens, whether or not `tokenIds` holds them. */
+  readonly promptTokens: number;
   /** The local block hashes and chained sequence hashes of the complete blocks (`blockSize` tokens each). */
   readonly hashes: PromptHashes;
   /** Milliseconds spent computing the hashes (reported as the routing overhead's block_hashing stage). */
@@ -133,6 +138,11 @@ export interface ModelRouterPort {
   readonly model: string;
   /** Must equal the model's configured block size (the frontend hashes with it). */
   readonly blockSize: number;
+  /**
+   * False when the port reads a request's `promptTokens` and hashes, never its `tokenIds`: the frontend then hands it
+   * the ids only when the answer shows them. Absent means true.
+   */
+  readonly readsTokenIds?: boolean | undefined;
   /** At least one worker is available to serve (cheap; called per request and by /v1/models and /ready). */
   canServe(): boolean;
   /** The 503 error to answer with while `canServe()` is false; undefined while it is true. */

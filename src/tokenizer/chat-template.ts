@@ -107,6 +107,16 @@ export class ChatTemplate {
 
   /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for malformed messages or a template error on them. */
   render(messages: readonly ChatMessage[], opts: RenderChatOptions = {}): string {
+    const parts = this.renderParts(messages, opts);
+    return parts.length === 1 ? parts[0]! : parts.join('');
+  }
+
+  /**
+   * The rendered text as pieces whose concatenation is `render`'s text: the compiled form's pieces in order (a
+   * message's content among them as the message holds it), or the interpreter's whole text as one piece.
+   * @throws KvgateError as `render`.
+   */
+  renderParts(messages: readonly ChatMessage[], opts: RenderChatOptions = {}): readonly string[] {
     const normalized = normalizeMessages(messages);
     const vars: Record<string, unknown> = {
       ...opts.extra,
@@ -125,7 +135,7 @@ export class ChatTemplate {
       }
     }
     try {
-      return this.#template.render(vars);
+      return [this.#template.render(vars)];
     } catch (err) {
       throw new KvgateError(
         'KVG_ERR_INVALID_ARGUMENT',

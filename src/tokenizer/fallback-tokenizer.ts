@@ -90,6 +90,9 @@ class FallbackTokenizer implements TextTokenizer {
   renderChat(messages: readonly ChatMessage[], opts?: RenderChatOptions): string {
     return this.#template.render(messages, opts);
   }
+  renderChatParts(messages: readonly ChatMessage[], opts?: RenderChatOptions): readonly string[] {
+    return this.#template.renderParts(messages, opts);
+  }
   sampleVocabulary(): SampleVocabulary {
     return fallbackSampleVocabulary();
   }

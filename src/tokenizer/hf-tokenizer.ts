@@ -93,6 +93,10 @@ class HfTextTokenizer implements TextTokenizer {
     return this.#template.render(messages, opts);
   }
 
+  renderChatParts(messages: readonly ChatMessage[], opts?: RenderChatOptions): readonly string[] {
+    return this.#template.renderParts(messages, opts);
+  }
+
   sampleVocabulary(): SampleVocabulary {
     if (this.#sample === undefined) {
       const entries: [number, string][] = [];

@@ -33,16 +33,17 @@ const enum Signal {
   Continue = 2,
 }
 /**
- * The text rendered so far. Appended with `+=` as the interpreter does (V8 keeps it a rope, so nothing is
- * copied until the caller reads it), and rewound by keeping an earlier value.
+ * The text rendered so far, as its pieces in order: appended by a push, rewound by cutting the list back. Kept as
+ * pieces, not one string, so that a caller comparing a render with the previous one compares pieces (a message's
+ * content is the same string object turn after turn) and never needs the whole text as one flat string.
  */
 interface Out {
-  text: string;
+  parts: string[];
 }
 type Stmt = (s: Slots, out: Out) => Signal;
 
-/** A compiled template: the render's variables (as `Template.render` takes them) to the text. */
-export type CompiledTemplate = (vars: Readonly<Record<string, unknown>>) => string;
+/** A compiled template: the render's variables (as `Template.render` takes them) to the text's pieces, in order. */
+export type CompiledTemplate = (vars: Readonly<Record<string, unknown>>) => string[];
 
 export type CompileResult = { render: CompiledTemplate } | { render: undefined; unsupported: string };
 
@@ -97,7 +98,7 @@ class StatementCompiler extends ExpressionCompiler {
     switch (n.type) {
       case 'StringLiteral': {
         const text = n.value as string;
-        return (_s, out) => ((out.text += text), Signal.Next);
+        return (_s, out) => (out.parts.push(text), Signal.Next);
       }
       case 'Comment':
         return () => Signal.Next;
@@ -122,7 +123,7 @@ class StatementCompiler extends ExpressionCompiler {
         const e = this.expr(n);
         return (s, out) => {
           const v = e(s);
-          if (v !== undefined && v !== null) out.text += printed(v);
+          if (v !== undefined && v !== null) out.parts.push(printed(v));
           return Signal.Next;
         };
       }
@@ -145,10 +146,10 @@ class StatementCompiler extends ExpressionCompiler {
     const store = this.assignee(n.assignee as Node);
     if (value !== undefined) return (s) => (store(s, value(s)), Signal.Next);
     return (s) => {
-      const captured: Out = { text: '' };
+      const captured: Out = { parts: [] };
       const sig = body!(s, captured);
       if (sig !== Signal.Next) return sig;
-      store(s, captured.text);
+      store(s, captured.parts.join(''));
       return Signal.Next;
     };
   }
@@ -213,10 +214,10 @@ class StatementCompiler extends ExpressionCompiler {
         s[loop] = new LoopState(i, items);
         bind(s, items[i]);
         // The interpreter drops what an iteration printed before its break or continue: so does this.
-        const mark = out.text;
+        const mark = out.parts.length;
         const sig = run(s, out);
         if (sig !== Signal.Next) {
-          out.text = mark;
+          out.parts.length = mark;
           if (sig === Signal.Break) break;
           continue;
         }
@@ -263,9 +264,9 @@ class StatementCompiler extends ExpressionCompiler {
       for (const [name, slot] of globals) {
         s[slot] = Object.prototype.hasOwnProperty.call(vars, name) ? vars[name] : GLOBAL_VALUES.get(name);
       }
-      const out: Out = { text: '' };
+      const out: Out = { parts: [] };
       if (run(s, out) !== Signal.Next) throw new Error('break or continue outside a loop');
-      return out.text;
+      return out.parts;
     };
   }
 }

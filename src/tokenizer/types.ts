@@ -52,6 +52,8 @@ export interface TextTokenizer {
   decode(ids: readonly number[], opts?: { skipSpecialTokens?: boolean }): Promise<string>;
   /** Renders messages with the chat template into the prompt text. Throws KVG_ERR_INVALID_ARGUMENT on bad messages. */
   renderChat(messages: readonly ChatMessage[], opts?: RenderChatOptions): string;
+  /** `renderChat`'s text as pieces in order (ChatTemplate.renderParts): a caller comparing renders compares pieces. */
+  renderChatParts(messages: readonly ChatMessage[], opts?: RenderChatOptions): readonly string[];
   /** Word tokens for simulated generation (see SampleVocabulary). */
   sampleVocabulary(): SampleVocabulary;
 }

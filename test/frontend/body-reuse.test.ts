@@ -11,10 +11,8 @@
  * Through a gateway, a conversation's turns reach the router as the same
  * requests whether its thread reuses the last body or parses each whole.
  */
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jsonByteMembers, seededRng, type Rng } from '../../src/common/index.js';
-import { loadGatewayConfig } from '../../src/config/index.js';
 import { serializeBody } from '../../src/engines/request-body.js';
 import {
   bodyEntry,
@@ -26,16 +24,9 @@ import {
   type MessagesSpan,
 } from '../../src/frontend/preprocess/body-reuse.js';
 import { ConversationCache } from '../../src/frontend/preprocess/conversation-cache.js';
-import {
-  GatewayServer,
-  createPreprocessor,
-  preprocessModelSpecs,
-  type PreparedRequest,
-  type Preprocessor,
-} from '../../src/frontend/index.js';
-import { KvgateMetrics } from '../../src/metrics/index.js';
+import { preprocessModelSpecs, type PreparedRequest } from '../../src/frontend/index.js';
 import { FakeRouter } from './fake-router.js';
-import { post } from './server-harness.js';
+import { largeBodyConfig, post, startPoolGateway, type PoolGateway } from './server-harness.js';
 
 const WORDS = [
   'tool',
@@ -204,41 +195,21 @@ describe('a body parsed by reuse of the last turn', () => {
   });
 });
 
-const config = loadGatewayConfig({
-  base: {
-    listen: { port: 0 },
-    router: { use_kv_events: false },
-    limits: { max_body_bytes: 4 * 1024 * 1024, max_prompt_tokens: 120_000 },
-    log: { level: 'silent' },
-    models: [{ name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] }],
-  },
-  env: {},
-});
+const config = largeBodyConfig();
 
 describe("a conversation's turns through a preprocessing thread that reuses the last body", () => {
-  const gateways: { url: string; server: GatewayServer; router: FakeRouter; pre: Preprocessor }[] = [];
+  const gateways: PoolGateway[] = [];
   beforeAll(async () => {
     // One thread keeps each conversation's last body; the other parses every body whole (its cache is off).
     for (const conversationCacheBytes of [128 << 20, 0]) {
       const specs = preprocessModelSpecs(config).map((s) => ({ ...s, conversationCacheBytes }));
-      const pre = await createPreprocessor(specs, { threads: 1, inlineMaxBodyBytes: -1, inlineMaxChars: -1 });
       const router = new FakeRouter({ model: 'demo', workerIds: [1] });
-      const server = new GatewayServer({
-        config,
-        routers: [router],
-        preprocessor: pre,
-        logger: pino({ level: 'silent' }),
-        metrics: new KvgateMetrics({ processMetrics: false }),
-      });
-      const addr = await server.listen();
-      gateways.push({ url: `http://127.0.0.1:${addr.public.port}`, server, router, pre });
+      const pre = { threads: 1, inlineMaxBodyBytes: -1, inlineMaxChars: -1 };
+      gateways.push(await startPoolGateway(config, router, pre, specs));
     }
   }, 60_000);
   afterAll(async () => {
-    for (const g of gateways) {
-      await g.server.close({ drainTimeoutMs: 100 });
-      await g.pre.close();
-    }
+    for (const g of gateways) await g.close();
   });
 
   const seen = (r: PreparedRequest): unknown => ({

@@ -18,7 +18,12 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { commonPrefixLength, ConversationCache } from '../../src/frontend/preprocess/conversation-cache.js';
+import {
+  commonPrefixLength,
+  commonPrefixOfParts,
+  ConversationCache,
+  textFrom,
+} from '../../src/frontend/preprocess/conversation-cache.js';
 import { ModelPreprocessor } from '../../src/frontend/preprocess/model-preprocessor.js';
 import type { ChatTask, PreprocessModelSpec, TextTask } from '../../src/frontend/preprocess/protocol.js';
 import { isKvgateError } from '../../src/errors/index.js';
@@ -260,6 +265,36 @@ describe('conversation cache', () => {
       const b = a.slice(0, k) + '\u0000';
       expect(commonPrefixLength(a, b)).toBe(Math.min(k, a.length));
     }
+  });
+
+  it('compares texts given as pieces, however each is cut, as their concatenations', () => {
+    const random = rng(17);
+    const cut = (text: string): string[] => {
+      const parts: string[] = [];
+      for (let at = 0; at < text.length;) {
+        const n = Math.min(text.length - at, Math.floor(random() * 40));
+        parts.push(text.slice(at, at + n));
+        at += n;
+      }
+      return parts;
+    };
+    for (let round = 0; round < 300; round++) {
+      const base = Array.from({ length: 1 + Math.floor(random() * 300) }, () =>
+        String.fromCharCode(97 + Math.floor(random() * 3)),
+      ).join('');
+      const k = Math.floor(random() * (base.length + 2));
+      const other = random() < 0.2 ? base : base.slice(0, k) + (random() < 0.5 ? 'z' : '') + base.slice(k + 1);
+      // Shared piece objects, as a reused message's content is; then the same texts cut anew.
+      const a = cut(base);
+      const b = random() < 0.5 ? [...a.slice(0, Math.floor(random() * a.length)), ...cut(other)] : cut(other);
+      const [ta, tb] = [a.join(''), b.join('')];
+      expect(commonPrefixOfParts(a, b)).toBe(commonPrefixLength(ta, tb));
+      expect(commonPrefixOfParts(b, a)).toBe(commonPrefixLength(ta, tb));
+      for (const from of [0, k, Math.floor(k / 2), ta.length, ta.length + 3])
+        expect(textFrom(a, from)).toBe(ta.slice(from));
+    }
+    expect(commonPrefixOfParts([], ['x'])).toBe(0);
+    expect(textFrom([], 0)).toBe('');
   });
 
   it('is bounded in bytes and evicts the least recently used conversation', async () => {

@@ -5,13 +5,14 @@
  */
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll } from 'vitest';
-import { loadGatewayConfig } from '../../src/config/index.js';
+import { loadGatewayConfig, type GatewayConfig } from '../../src/config/index.js';
 import {
   GatewayServer,
   createPreprocessor,
   preprocessModelSpecs,
   type Preprocessor,
 } from '../../src/frontend/index.js';
+import type { PreprocessModelSpec } from '../../src/frontend/preprocess/protocol.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { FakeRouter } from './fake-router.js';
 
@@ -96,6 +97,56 @@ export async function start(extra: Record<string, unknown> = {}): Promise<Runnin
     url: `http://127.0.0.1:${addr.public.port}`,
     adminUrl: addr.admin !== undefined ? `http://127.0.0.1:${addr.admin.port}` : undefined,
     routers,
+  };
+}
+
+/** One demo model (worker 1, never dialled), bodies up to 4 MiB and prompts up to 120k tokens: agent-sized turns. */
+export function largeBodyConfig(): GatewayConfig {
+  return loadGatewayConfig({
+    base: {
+      listen: { port: 0 },
+      router: { use_kv_events: false },
+      limits: { max_body_bytes: 4 * 1024 * 1024, max_prompt_tokens: 120_000 },
+      log: { level: 'silent' },
+      models: [{ name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] }],
+    },
+    env: {},
+  });
+}
+
+/** A gateway in front of one FakeRouter with a preprocessor of its own (`pre`: its pool options); closed by `close`. */
+export interface PoolGateway {
+  url: string;
+  server: GatewayServer;
+  router: FakeRouter;
+  pre: Preprocessor;
+  close(): Promise<void>;
+}
+
+export async function startPoolGateway(
+  config: GatewayConfig,
+  router: FakeRouter,
+  pre: Parameters<typeof createPreprocessor>[1],
+  specs: readonly PreprocessModelSpec[] = preprocessModelSpecs(config),
+): Promise<PoolGateway> {
+  const preprocessor = await createPreprocessor(specs, pre);
+  const server = new GatewayServer({
+    config,
+    routers: [router],
+    preprocessor,
+    logger: pino({ level: 'silent' }),
+    metrics: new KvgateMetrics({ processMetrics: false }),
+  });
+  const addr = await server.listen();
+  return {
+    url: `http://127.0.0.1:${addr.public.port}`,
+    server,
+    router,
+    pre: preprocessor,
+    close: async () => {
+      await server.close({ drainTimeoutMs: 100 });
+      await preprocessor.close();
+    },
   };
 }
 

@@ -120,6 +120,7 @@ export function prepare(
     },
     stream,
     tokenIds: ids,
+    promptTokens: ids.length,
     hashes,
     approximate: false,
     hints: { annotations: [] },

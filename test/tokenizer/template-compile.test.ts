@@ -38,7 +38,7 @@ function interpreted(source: string, vars: Vars): Outcome {
 
 function run(fn: CompiledTemplate, vars: Vars): Outcome {
   try {
-    return { text: fn(vars) };
+    return { text: fn(vars).join('') };
   } catch {
     return { error: true };
   }

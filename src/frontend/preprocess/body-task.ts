@@ -164,7 +164,9 @@ function keepBody(
 }
 
 function servedOf(views: readonly ModelView[]): Map<string, ServedModel> {
-  return new Map(views.map((m) => [m.name, { model: m, port: { adapters: () => m.adapters } }]));
+  return new Map(
+    views.map((m) => [m.name, { model: m, port: { adapters: () => m.adapters, readsTokenIds: m.readsTokenIds } }]),
+  );
 }
 
 /**

@@ -3,10 +3,15 @@
  * more than 96 % of it seen by the previous turn. For each conversation the
  * cache keeps the last rendered prompt, its ids with their split points
  * (segment-tokenizer.ts `SplitEncoding`) and its block hashes; a new prompt
- * is compared with it (a native string comparison, a few microseconds for a
- * 128k-token prompt), and only the text after the last split point they share
- * is tokenized and hashed: the ids before it are the cached ones, and the
- * sequence-hash chain continues from the last complete block before it.
+ * is compared with it, and only the text after the last split point they
+ * share is tokenized and hashed: the ids before it are the cached ones, and
+ * the sequence-hash chain continues from the last complete block before it.
+ *
+ * A rendered prompt is kept and compared as the chat template's pieces
+ * (template-compile.ts): a message's content is one piece, the same string
+ * object turn after turn when the body was reused (body-reuse.ts), so equal
+ * pieces cost a pointer comparison, and the prompt is never made one string:
+ * only the text after the reused split point is (`textFrom`).
  *
  * Exact by construction, whatever the chat template does to earlier messages
  * (Qwen3 drops the reasoning of earlier turns, so a follow-up's prompt is not
@@ -40,8 +45,9 @@ import type { SplitEncoding } from './segment-tokenizer.js';
 /** What a conversation's last prompt left behind. */
 export interface ConversationEntry {
   readonly key: string;
-  /** The rendered prompt. */
-  readonly text: string;
+  /** The rendered prompt as its pieces in order (a text prompt as one), and its length in characters. */
+  readonly parts: readonly string[];
+  readonly length: number;
   /** Its split encoding's ids (without add_special_tokens ids) and split points (SplitEncoding.bounds). */
   readonly inner: Uint32Array;
   readonly bounds: Int32Array;
@@ -97,10 +103,38 @@ export function commonPrefixLength(a: string, b: string): number {
   return commonPrefixBy(Math.min(a.length, b.length), (lo, hi) => a.slice(lo, hi) === b.slice(lo, hi));
 }
 
+/**
+ * The length of the longest common prefix of two texts given as pieces (their concatenations): the leading pieces
+ * equal one by one are skipped whole (a pointer comparison for the same string object), and from the first pair
+ * that differs the rest of both is compared as text (pieces may cut the same text differently).
+ */
+export function commonPrefixOfParts(a: readonly string[], b: readonly string[]): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  let chars = 0;
+  while (i < n && a[i] === b[i]) chars += a[i++]!.length;
+  if (i === a.length || i === b.length) return chars;
+  return chars + commonPrefixLength(joinFrom(a, i), joinFrom(b, i));
+}
+
+function joinFrom(parts: readonly string[], i: number): string {
+  return i + 1 === parts.length ? parts[i]! : parts.slice(i).join('');
+}
+
+/** The text of `parts` (their concatenation) from character `from` on. */
+export function textFrom(parts: readonly string[], from: number): string {
+  let i = 0;
+  let at = 0;
+  while (i < parts.length && at + parts[i]!.length <= from) at += parts[i++]!.length;
+  if (i === parts.length) return '';
+  const first = at === from ? parts[i]! : parts[i]!.slice(from - at);
+  return i + 1 === parts.length ? first : first + joinFrom(parts, i + 1);
+}
+
 /** What the cache holds under one key: a conversation's last prompt, or its last chat body (never both). */
 type Held = ConversationEntry | (BodyEntry & { readonly bytes: number });
 
-const isPrompt = (h: Held): h is ConversationEntry => (h as Partial<ConversationEntry>).text !== undefined;
+const isPrompt = (h: Held): h is ConversationEntry => (h as Partial<ConversationEntry>).parts !== undefined;
 
 /** Body keys begin with a character no prompt key begins with (chatKey and textKey begin with 0 or 1). */
 const BODY_KEY = '\u0002';
@@ -144,13 +178,13 @@ export class ConversationCache {
   }
 
   /**
-   * What `text` can reuse of the conversation under `key`: undefined when nothing (no entry, nothing shared
-   * past a split point). `guard` is the longest split token's length (the module comment says why).
+   * What a prompt (`parts`, its pieces) can reuse of the conversation under `key`: undefined when nothing (no entry,
+   * nothing shared past a split point). `guard` is the longest split token's length (the module comment says why).
    */
-  reuse(key: string, text: string, guard: number): Reuse | undefined {
+  reuse(key: string, parts: readonly string[], guard: number): Reuse | undefined {
     const entry = this.#touch(key);
     if (entry === undefined || !isPrompt(entry)) return undefined;
-    const shared = commonPrefixLength(entry.text, text);
+    const shared = commonPrefixOfParts(entry.parts, parts);
     // The last split point p with p + guard <= shared (and guard characters of text after it to compare).
     const b = entry.bounds;
     let lo = 0;
@@ -214,7 +248,7 @@ export class ConversationCache {
   /** Remembers a conversation's latest prompt under `key`, replacing its previous one; evicts least recently used. */
   set(key: string, fields: Omit<ConversationEntry, 'key' | 'bytes'>): void {
     // Two bytes a character: an upper bound (a Latin-1 text takes one), without a scan of the text.
-    const chars = fields.text.length * 2;
+    const chars = fields.length * 2;
     const bytes =
       chars +
       key.length * 2 +

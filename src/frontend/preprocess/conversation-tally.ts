@@ -33,8 +33,8 @@ export class ConversationTally {
     if (m === undefined) this.#models.set(model, (m = { threads: new Map(), reused: 0, fresh: 0 }));
     const reused = s.reusedTokens ?? 0;
     m.reused += reused;
-    m.fresh += result.tokenIds.length - reused;
-    this.onTokens?.(model, reused, result.tokenIds.length - reused);
+    m.fresh += result.promptTokens - reused;
+    this.onTokens?.(model, reused, result.promptTokens - reused);
     m.threads.set(s.conversations.thread, { bytes: s.conversations.bytes, entries: s.conversations.entries });
   }
 

@@ -17,7 +17,14 @@ import {
   type ChatMessage,
   type TextTokenizer,
 } from '../../tokenizer/index.js';
-import { ConversationCache, continuedHashes, joinSplit, ownHashes, type Reuse } from './conversation-cache.js';
+import {
+  ConversationCache,
+  continuedHashes,
+  joinSplit,
+  ownHashes,
+  textFrom,
+  type Reuse,
+} from './conversation-cache.js';
 import type { PreprocessModelSpec, PreprocessResult, PreprocessStats, PreprocessTask } from './protocol.js';
 import { PromptMemo } from './prompt-memo.js';
 import { prefixOverLimit } from './prefix-probe.js';
@@ -32,7 +39,9 @@ function us(from: number): number {
 /** A prompt tokenized through the conversation cache, to remember once its hashes are known. */
 interface Turn {
   key: string;
-  text: string;
+  /** The rendered prompt as the template's pieces (or a text prompt as one), and its length. */
+  parts: readonly string[];
+  length: number;
   inner: Uint32Array;
   bounds: Int32Array;
   reuse: Reuse | undefined;
@@ -214,11 +223,15 @@ export class ModelPreprocessor {
       });
     }
     if (task.kind === 'chat' && task.tokenData !== undefined) checkTokenData(task.tokenData, tokenIds);
+    const promptTokens = tokenIds.length;
+    // The ids handed to the caller: none when it reads the length alone, else a copy of those the conversation cache
+    // keeps (the worker moves result buffers to the main thread). Fresh arrays, never shared: a moved buffer is gone.
+    const ids =
+      task.returnTokenIds === false ? new Uint32Array(0) : tokenIds === turn?.inner ? tokenIds.slice() : tokenIds;
     // A prompt shorter than one block has no complete block, hence no hashes: the WASM call is skipped.
     if (tokenIds.length < this.spec.blockSize) {
-      // A fresh (empty) array, like promptHashes' results: the worker transfers result buffers.
       const none = new BigUint64Array(0);
-      return { tokenIds, hashes: { local: none, seq: none }, approximate, stats };
+      return { tokenIds: ids, promptTokens, hashes: { local: none, seq: none }, approximate, stats };
     }
     const t2 = performance.now();
     const opts = { loraName: task.loraName, cacheSalt: task.cacheSalt, eagle: this.spec.eagle };
@@ -227,12 +240,12 @@ export class ModelPreprocessor {
     const hashes = continuedHashes(tokenIds, this.spec.blockSize, opts, prior, turn?.sharedIds ?? 0);
     stats.hashUs = us(t2);
     if (turn !== undefined) {
-      const { key, text, inner, bounds } = turn;
-      this.#conversations.set(key, { text, inner, bounds, hashes: ownHashes(hashes), hashKey });
+      const { key, parts, length, inner, bounds } = turn;
+      this.#conversations.set(key, { parts, length, inner, bounds, hashes: ownHashes(hashes), hashKey });
       stats.reusedTokens = turn.reuse?.ids ?? 0;
       stats.conversations = { thread: threadId, ...this.#conversations.stats() };
     }
-    return { tokenIds, hashes, approximate, stats };
+    return { tokenIds: ids, promptTokens, hashes, approximate, stats };
   }
 
   /** Renders (chat) and tokenizes a text or chat prompt, refusing one over the token limit as early as it can. */
@@ -241,21 +254,22 @@ export class ModelPreprocessor {
     task: Exclude<PreprocessTask, { kind: 'tokens' }>,
     stats: PreprocessStats,
   ): Promise<{ tokenIds: Uint32Array; turn?: Turn }> {
-    let text: string;
+    let parts: readonly string[];
     let addSpecial: boolean;
     if (task.kind === 'chat') {
       const t0 = performance.now();
-      text = renderChat(tok, task);
+      parts = renderChat(tok, task);
       stats.renderUs = us(t0);
       addSpecial = task.addSpecialTokens ?? false;
     } else {
-      text = task.prompt;
+      parts = [task.prompt];
       addSpecial = task.addSpecialTokens ?? true;
     }
     const segments = this.#segments;
     if (this.#conversations.enabled && segments !== undefined && segments.splits(addSpecial)) {
-      return this.#tokenizeTurn(tok, segments, task, text, addSpecial, stats);
+      return this.#tokenizeTurn(tok, segments, task, parts, addSpecial, stats);
     }
+    const text = textFrom(parts, 0);
     this.#refuseCertainlyTooLong(text, 0, task.maxPromptTokens);
     const t1 = performance.now();
     const over = await prefixOverLimit(tok, text, task.maxPromptTokens, addSpecial);
@@ -280,7 +294,7 @@ export class ModelPreprocessor {
     tok: TextTokenizer,
     segments: SegmentTokenizer,
     task: Exclude<PreprocessTask, { kind: 'tokens' }>,
-    text: string,
+    parts: readonly string[],
     addSpecial: boolean,
     stats: PreprocessStats,
   ): Promise<{ tokenIds: Uint32Array; turn: Turn }> {
@@ -288,9 +302,10 @@ export class ModelPreprocessor {
     const key =
       task.kind === 'chat'
         ? ConversationCache.chatKey(task.messages, addSpecial)
-        : ConversationCache.textKey(text, addSpecial);
-    const reuse = this.#conversations.reuse(key, text, segments.maxSplitChars);
-    const tail = reuse === undefined ? text : text.slice(reuse.chars);
+        : ConversationCache.textKey(task.prompt, addSpecial);
+    const reuse = this.#conversations.reuse(key, parts, segments.maxSplitChars);
+    // Only the text after the reused split point is ever made one string: the rest stays the template's pieces.
+    const tail = textFrom(parts, reuse?.chars ?? 0);
     const before = (reuse?.ids ?? 0) + segments.aroundPrefix(addSpecial);
     this.#refuseCertainlyTooLong(tail, before, task.maxPromptTokens);
     // The tail alone: its ids are those of the whole prompt after the reused ones (it starts at a split point).
@@ -299,12 +314,12 @@ export class ModelPreprocessor {
     if (over !== undefined) throw this.#tooLong(`more than ${over + before}`, over + before, task.maxPromptTokens);
     const split = await segments.encodeSplit(tail);
     const { inner, bounds } = joinSplit(reuse, split);
-    const around = segments.withAround(inner, addSpecial);
-    // The cache keeps `inner`; the result's ids are moved to the caller.
-    const tokenIds = around === inner ? inner.slice() : around;
+    // The cache keeps `inner`: `#finish` copies it for the caller when the caller takes the ids.
+    const tokenIds = segments.withAround(inner, addSpecial);
     stats.cachedTokens = split.cachedTokens + (reuse?.ids ?? 0);
     stats.tokenizeUs = us(t1);
-    return { tokenIds, turn: { key, text, inner, bounds, reuse, sharedIds: before } };
+    const length = (reuse?.chars ?? 0) + tail.length;
+    return { tokenIds, turn: { key, parts, length, inner, bounds, reuse, sharedIds: before } };
   }
 
   /**
@@ -350,8 +365,8 @@ function checkTokenData(tokenData: Uint32Array, promptIds: Uint32Array): void {
   );
 }
 
-/** Renders a chat request, honouring continue_final_message as vLLM and transformers do. */
-function renderChat(tok: TextTokenizer, task: Extract<PreprocessTask, { kind: 'chat' }>): string {
+/** Renders a chat request (as the template's pieces), honouring continue_final_message as vLLM and transformers do. */
+function renderChat(tok: TextTokenizer, task: Extract<PreprocessTask, { kind: 'chat' }>): readonly string[] {
   const messages = task.messages as ChatMessage[];
   const continueFinal = task.continueFinalMessage === true;
   if (continueFinal && task.addGenerationPrompt === true) {
@@ -361,12 +376,13 @@ function renderChat(tok: TextTokenizer, task: Extract<PreprocessTask, { kind: 'c
       { param: 'continue_final_message' },
     );
   }
-  const text = tok.renderChat(messages, {
+  const parts = tok.renderChatParts(messages, {
     addGenerationPrompt: continueFinal ? false : (task.addGenerationPrompt ?? true),
     tools: task.tools,
     extra: task.chatTemplateKwargs,
   });
-  if (!continueFinal) return text;
+  if (!continueFinal) return parts;
+  const text = textFrom(parts, 0);
   // Cut after the final message's content, dropping the template's end-of-turn tokens.
   const last = messages[messages.length - 1];
   const content =
@@ -383,5 +399,5 @@ function renderChat(tok: TextTokenizer, task: Extract<PreprocessTask, { kind: 'c
       { param: 'continue_final_message' },
     );
   }
-  return text.slice(0, at + content.trim().length);
+  return [text.slice(0, at + content.trim().length)];
 }

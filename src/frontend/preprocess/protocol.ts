@@ -42,6 +42,11 @@ interface TaskBase {
   cacheSalt?: string | undefined;
   /** Let the tokenizer add BOS/EOS (vLLM's `add_special_tokens`; default false for chat, true for completions). */
   addSpecialTokens?: boolean | undefined;
+  /**
+   * False when the caller reads the prompt's length alone (`promptTokens`): the result's `tokenIds` is then empty, so
+   * a long prompt's ids (512 KB at 128k tokens) are neither copied for it nor handed across threads. Default true.
+   */
+  returnTokenIds?: boolean | undefined;
 }
 
 export interface ChatTask extends TaskBase {
@@ -85,6 +90,8 @@ export type PreprocessTask = ChatTask | TextTask | TokensTask;
 /** A served model as a thread parsing a body sees it: a snapshot of the gateway's, taken when the body arrived. */
 export interface ModelView {
   name: string;
+  /** Its router port's `readsTokenIds` (absent: true): when false, the ids come back only for an answer that shows them. */
+  readsTokenIds?: boolean | undefined;
   /** Adapters configured for it (the lookup's `loraAdapters`). */
   loraAdapters: string[];
   /** Adapters its port serves now (configured, or listed by its engines). */
@@ -163,7 +170,10 @@ export interface PreprocessStats {
 }
 
 export interface PreprocessResult {
+  /** The prompt's token ids; empty when the task's `returnTokenIds` was false. */
   tokenIds: Uint32Array;
+  /** The prompt's length in tokens (`tokenIds.length` when the ids are returned). */
+  promptTokens: number;
   /** The local block hashes and chained sequence hashes of the complete blocks. */
   hashes: PromptHashes;
   /**
