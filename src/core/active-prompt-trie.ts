@@ -1,30 +1,42 @@
 /**
  * The prompts of in-flight requests as a compressed trie (a radix tree over
- * chained block hashes), with per-slot request counts: Dynamo's per-worker
+ * chained block hashes), with the slots holding each node: Dynamo's per-worker
  * prompt-membership trie, shared by every slot.
  *
  * Chained sequence hashes make a prompt's blocks prefix-closed: two prompts
  * that agree on block i agree on every block before it. So an edge is a run
  * of blocks [start, end) that every prompt below it shares, stored as a
  * reference to one such prompt (`rep`), and comparing a prompt with an edge is
- * a binary search for the first differing block. A node's `members` hold, per
- * slot, the requests in its subtree: slot s holds blocks [0, end) of a node iff
- * s is among its `members`.
+ * a binary search for the first differing block. Slot s holds blocks [0, end)
+ * of a node iff a request of s passes through it; the node keeps the slots
+ * holding it as a bit set (`holds`). A slot's sources at a node are its
+ * requests ending there and the node's children it holds: a node held through
+ * one source has only the bit, through two or more also a `multi` bit and the
+ * count in a (node, slot) table (`pair-counts.ts`).
  *
- *   root ─ h0 ─ [0, 4) {s1: 3, s2: 1}  ─ h4 ─ [4, 9)  {s1: 2}        (ends 2)
- *                                      └ h4' ─ [4, 6) {s1: 1, s2: 1}   (ends 2)
+ *   root ─ h0 ─ [0, 4) {s1×2, s2} ─ h4 ─ [4, 9)  {s1×2}     (ends: s1, s1)
+ *                                 └ h4' ─ [4, 6) {s1, s2}   (ends: s1, s2)
+ *
+ * A booking adds a source at the node its prompt ends on and climbs only while
+ * nodes newly hold the slot, counting one source more at the first that held it
+ * (whose end is what the slot held before); a free climbs back while nodes lose
+ * their last source. So a booking writes the slot's bit where it is new and one
+ * count, never a per-slot count on every node of its path (with the CPU caches
+ * cold, each a cache line), and the blocks another request of the slot holds
+ * end at the deepest node of the path with a `multi` bit.
  *
  * Costs, with p = branch points on a prompt's path (a hundred when many
  * prompts leave one long document at different points): a walk is one child
  * lookup and one comparison per node (a whole edge matches iff its last block
  * does), plus a binary search in the edge the prompt leaves. `insert` and
- * `remove` add one slot lookup per node and an O(1) split or merge; the
- * per-slot depth query writes each slot once, deepest node first, reading a
- * node's slots only where the set grows (slot sets only grow towards the
- * root). An `insert` right after `depthsInto` of the same array (the router
- * matches, then books) resumes that walk, and a free climbs from the node its
- * prompt ends on (`removeAt`). Nothing is O(blocks): booking an
- * 8,192-token prompt costs the same as a short one.
+ * `remove` add a request count per node, the slot's bit where it comes or goes,
+ * one table count and an O(1) split or merge; the per-slot depth query writes
+ * each slot once, deepest node first, reading a node's bit set only where the
+ * set grows (slot sets only grow towards the root). An `insert` right after
+ * `depthsInto` of the same array (the router matches, then books) resumes that
+ * walk, and a free climbs from the node its prompt ends on (`removeAt`).
+ * Nothing is O(blocks): booking an 8,192-token prompt costs the same as a short
+ * one.
  *
  * Nodes and the walk's primitives (children in a list or a map, edge
  * matching) are in `trie-node.ts`: nodes are numbers, records packed in one
@@ -34,7 +46,8 @@
  * Prompts are kept by reference: callers must not mutate a prompt's hash
  * array while it is in the trie.
  */
-import { memberIndex, ROOT, TrieNodes, type TrieNode } from './trie-node.js';
+import { PairCounts } from './pair-counts.js';
+import { ROOT, TrieNodes, type TrieNode } from './trie-node.js';
 
 /** u32-pair view of a hash array (no copy). */
 export function pairView(seq: BigUint64Array): Uint32Array {
@@ -53,9 +66,10 @@ export class ActivePromptTrie {
   #walkSeq: BigUint64Array | null = null;
   #walkSeq32: Uint32Array = new Uint32Array(0);
   #lastEnd: TrieNode = ROOT;
-  /** Per slot, the epoch of the `depthsInto` call that last wrote it (each slot is written once a call). */
-  #stamp: Int32Array = new Int32Array(64);
-  #epoch = 0;
+  /** The slots `depthsInto` has written (a bit set of `words` u32): each slot is written once a call. */
+  #seen = new Uint32Array(1);
+  /** Per (node, slot) holding it through two or more sources, how many (one source is the `holds` bit alone). */
+  readonly #counts = new PairCounts();
 
   /**
    * Adds a request's prompt on `slot` (`seq32`: its `pairView`). Returns how many of its leading blocks
@@ -63,6 +77,7 @@ export class ActivePromptTrie {
    */
   insert(seq: BigUint64Array, seq32: Uint32Array, slot: number): number {
     const t = this.#nodes;
+    t.ensureSlots(slot + 1);
     const n = seq.length;
     const walk = this.#walk;
     let len = this.#cachedWalk(seq, seq32);
@@ -83,30 +98,51 @@ export class ActivePromptTrie {
     this.#walkLen = 0;
     this.#walkSeq = null;
     t.addTotal(ROOT, 1);
+    for (let i = 0; i < len; i++) t.addTotal(walk[i]!, 1);
     t.addEnds(node, 1);
     this.#lastEnd = node;
-    // A slot's nodes on a path are a prefix of it (a request through a node passes through its parent):
-    // once the slot is missing from one, it is missing from every deeper one.
-    const members = t.members;
-    let held = 0;
-    let missing = false;
-    for (let i = 0; i < len; i++) {
-      const p = walk[i]!;
-      t.addTotal(p, 1);
-      const m = members[p]!;
-      if (!missing) {
-        const j = memberIndex(m, slot);
-        if (j >= 0) {
-          held = t.end(p);
-          m[j + 1]!++;
-          continue;
-        }
-        missing = true;
-      }
-      m.push(slot, 1);
-      t.addWidth(p, 1);
+    return this.#addSource(node, slot);
+  }
+
+  /**
+   * One more source of `slot` at `node` (a request ending there, or a child that came to hold it): climbs
+   * while nodes newly hold the slot, and counts one more source at the first that held it already. Returns
+   * that node's end (0: none held it), the blocks the slot held before.
+   */
+  #addSource(node: TrieNode, slot: number): number {
+    const t = this.#nodes;
+    let x = node;
+    while (!t.holds(x, slot)) {
+      t.setHolds(x, slot, true);
+      t.addWidth(x, 1);
+      if (x === ROOT) return 0;
+      x = t.parent(x);
     }
-    return held;
+    if (t.multi(x, slot)) this.#counts.set(x, slot, this.#counts.get(x, slot) + 1);
+    else {
+      t.setMulti(x, slot, true);
+      this.#counts.set(x, slot, 2);
+    }
+    return t.end(x);
+  }
+
+  /**
+   * One source of `slot` less at `node`: climbs while nodes lose the slot. Returns the end of the first
+   * node that keeps it (0: none), the blocks the slot still holds.
+   */
+  #dropSource(node: TrieNode, slot: number): number {
+    const t = this.#nodes;
+    let x = node;
+    while (!t.multi(x, slot)) {
+      t.setHolds(x, slot, false);
+      t.addWidth(x, -1);
+      if (x === ROOT) return 0;
+      x = t.parent(x);
+    }
+    const c = this.#counts.get(x, slot) - 1;
+    if (c === 1) t.setMulti(x, slot, false);
+    this.#counts.set(x, slot, c === 1 ? 0 : c);
+    return t.end(x);
   }
 
   /**
@@ -135,27 +171,9 @@ export class ActivePromptTrie {
     this.#walkLen = 0;
     this.#walkSeq = null;
     t.addTotal(ROOT, -1);
+    for (let i = 0; i < len; i++) t.addTotal(walk[i]!, -1);
     t.addEnds(end, -1);
-    // Deepest first: the first node the slot stays on is the deepest, its end what the slot keeps.
-    const members = t.members;
-    let kept = 0;
-    for (let i = 0; i < len; i++) {
-      const p = walk[i]!;
-      t.addTotal(p, -1);
-      const m = members[p]!;
-      const j = memberIndex(m, slot);
-      const c = m[j + 1]! - 1;
-      if (c > 0) {
-        m[j + 1] = c;
-        if (kept === 0) kept = t.end(p);
-      } else {
-        const last = m.length - 2;
-        m[j] = m[last]!;
-        m[j + 1] = m[last + 1]!;
-        m.length = last;
-        t.addWidth(p, -1);
-      }
-    }
+    const kept = this.#dropSource(end, slot);
     // Drop the empty tail of the path (deepest first: each childless by then), then re-compress the deepest survivor.
     let d = 0;
     while (d < len && t.total(walk[d]!) === 0) {
@@ -181,15 +199,16 @@ export class ActivePromptTrie {
   /** Blocks of the prompt held on `slot` by requests other than one of its own copies. */
   heldByOthers(seq: BigUint64Array, slot: number): number {
     const t = this.#nodes;
+    // A slot beyond the bit sets has never booked a prompt here.
+    if (slot >= 32 * t.words) return 0;
     const n = seq.length;
     const seq32 = pairView(seq);
     let node = ROOT;
     let held = 0;
+    // The deepest node of its path that another request of the slot passes through: one with two sources.
     while (t.end(node) !== n) {
       node = t.childAt(node, seq32, t.end(node));
-      const m = t.members[node]!;
-      const i = memberIndex(m, slot);
-      if (i >= 0 && m[i + 1]! > 1) held = t.end(node);
+      if (t.multi(node, slot)) held = t.end(node);
     }
     return held;
   }
@@ -238,8 +257,9 @@ export class ActivePromptTrie {
    */
   #writeDepths(out: Float64Array, partial: TrieNode, k: number, len: number): void {
     const t = this.#nodes;
-    const epoch = this.#nextEpoch();
-    let stamp = this.#stamp;
+    let seen = this.#seen;
+    if (seen.length < t.words) seen = this.#seen = new Uint32Array(t.words);
+    else seen.fill(0);
     let below = 0;
     for (let i = len; i >= 0; i--) {
       const p = i === len ? partial : this.#walk[i]!;
@@ -247,30 +267,8 @@ export class ActivePromptTrie {
       const width = t.width(p);
       if (width === below) continue;
       below = width;
-      const m = t.members[p]!;
-      const depth = i === len ? k : t.end(p);
-      for (let j = 0; j < m.length; j += 2) {
-        const s = m[j]!;
-        if (s >= stamp.length) stamp = this.#growStamp(s);
-        if (stamp[s] === epoch) continue;
-        stamp[s] = epoch;
-        out[s] = depth;
-      }
+      t.writeNew(p, seen, i === len ? k : t.end(p), out);
     }
-  }
-
-  #nextEpoch(): number {
-    if (this.#epoch === 0x7fffffff) {
-      this.#stamp.fill(0);
-      this.#epoch = 0;
-    }
-    return ++this.#epoch;
-  }
-
-  #growStamp(slot: number): Int32Array {
-    const grown = new Int32Array(Math.max(slot + 1, this.#stamp.length * 2));
-    grown.set(this.#stamp);
-    return (this.#stamp = grown);
   }
 
   /**
@@ -296,7 +294,8 @@ export class ActivePromptTrie {
     const t = this.#nodes;
     const parent = t.parent(child);
     const upper = t.alloc(t.start(child), k, t.rep(child), parent);
-    t.members[upper] = t.members[child]!.slice();
+    // Its one source of every slot is `child`: it holds what the child holds, once.
+    t.copyHolds(child, upper);
     t.addWidth(upper, t.width(child));
     t.addTotal(upper, t.total(child));
     t.replaceChild(parent, child, upper);

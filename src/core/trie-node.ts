@@ -15,11 +15,14 @@
  * prompt's path; objects scattered over the heap cost one or more cache lines
  * and a TLB entry each, where records packed in one array cost one line each and
  * share a few pages: with the CPU caches cold (the main thread also applies KV
- * events), that is most of a walk's time. What only some walks read stays in
- * side arrays by node: the prompt an edge refers to (`rep`), the slot counts
- * (`members`) and a wide node's map.
+ * events), that is most of a walk's time. Each node's slots are two bit sets in
+ * a second typed array (`bits`, `2 * words` u32 a node): the slots holding it
+ * (`holds`) and those holding it through two or more sources (`multi`, see
+ * `active-prompt-trie.ts`). The prompt an edge refers to (`rep`) and a wide
+ * node's map stay in side arrays by node: few walks read them.
  *
- *   rec: | root | n1: start end last first kids kid next parent width total ends | n2: ... |
+ *   rec:  | root | n1: start end last first kids kid next parent width total ends | n2: ... |
+ *   bits: | root: holds[words] multi[words] | n1: ... |
  *
  * Freed nodes are reused (a free list through `next`); the array doubles when
  * full. Their side entries are cleared on release, so a dropped node keeps no
@@ -44,7 +47,7 @@ const KID = 7;
 /** The next sibling: in the parent's list, or with the same key in its map; a free node's next free one. */
 const NEXT = 8;
 const PARENT = 9;
-/** How many slots `members` holds (its pairs), read without loading the array. */
+/** How many slots hold the node (its `holds` set's size), read without loading the set. */
 const WIDTH = 10;
 /** Requests in this subtree. */
 const TOTAL = 11;
@@ -70,11 +73,10 @@ export class TrieNodes {
   rec = new Uint32Array(64 * STRIDE);
   /** Per node, a prompt whose blocks [0, end) are its path, as u32 pairs (`pairView`). */
   readonly #rep: Uint32Array[] = [NO_REP];
-  /**
-   * Per node, the slots with requests in its subtree and how many, as pairs (slot, count) in one plain SMI
-   * array: a lookup is a short loop, a split one `slice`, where a Map would cost a hash insert per slot.
-   */
-  readonly members: number[][] = [[]];
+  /** Per node, `words` u32 of the slots holding it, then `words` of those holding it more than once. */
+  #bits = new Uint32Array(64 * 2);
+  /** u32 words a node's bit set of slots takes (slots beyond `32 * words` grow it). */
+  #words = 1;
   /** Per node beyond `LIST_MAX` children: its children by `childKey`, those sharing one chained through `NEXT`. */
   readonly #maps: (Map<number, number> | undefined)[] = [undefined];
   /** Nodes ever handed out (the root included): records past it are unused. */
@@ -93,9 +95,11 @@ export class TrieNodes {
         const grown = new Uint32Array(this.rec.length * 2);
         grown.set(this.rec);
         this.rec = grown;
+        const bits = new Uint32Array(this.#bits.length * 2);
+        bits.set(this.#bits);
+        this.#bits = bits;
       }
       this.#rep.push(NO_REP);
-      this.members.push([]);
       this.#maps.push(undefined);
     }
     const r = this.rec;
@@ -113,10 +117,11 @@ export class TrieNodes {
     return node;
   }
 
-  /** Returns a node (dropped from its parent, childless) to the free list; it keeps no prompt alive. */
+  /** Returns a node (dropped from its parent, childless, held by no slot) to the free list; it keeps no prompt alive. */
   release(node: TrieNode): void {
+    const w = 2 * this.#words;
+    this.#bits.fill(0, node * w, node * w + w);
     this.#rep[node] = NO_REP;
-    this.members[node] = [];
     this.#maps[node] = undefined;
     this.rec[node * STRIDE + NEXT] = this.#free;
     this.#free = node;
@@ -164,6 +169,75 @@ export class TrieNodes {
   }
   rep(node: TrieNode): Uint32Array {
     return this.#rep[node]!;
+  }
+
+  /** Makes room in every node's bit sets for slots [0, count). */
+  ensureSlots(count: number): void {
+    if (count <= 32 * this.#words) return;
+    const words = Math.max(this.#words * 2, (count + 31) >>> 5);
+    const old = this.#bits;
+    const from = 2 * this.#words;
+    const to = 2 * words;
+    const bits = new Uint32Array((old.length / from) * to);
+    for (let n = 0, o = 0; o < old.length; n++, o += from) {
+      bits.set(old.subarray(o, o + this.#words), n * to);
+      bits.set(old.subarray(o + this.#words, o + from), n * to + words);
+    }
+    this.#bits = bits;
+    this.#words = words;
+  }
+
+  /** Whether `slot` holds `node` (a request of the slot passes through it). */
+  holds(node: TrieNode, slot: number): boolean {
+    return (this.#bits[node * 2 * this.#words + (slot >>> 5)]! & (1 << (slot & 31))) !== 0;
+  }
+  setHolds(node: TrieNode, slot: number, on: boolean): void {
+    this.#setBit(node * 2 * this.#words + (slot >>> 5), slot, on);
+  }
+  /** Whether `slot` holds `node` through two or more sources. */
+  multi(node: TrieNode, slot: number): boolean {
+    const w = this.#words;
+    return (this.#bits[node * 2 * w + w + (slot >>> 5)]! & (1 << (slot & 31))) !== 0;
+  }
+  setMulti(node: TrieNode, slot: number, on: boolean): void {
+    const w = this.#words;
+    this.#setBit(node * 2 * w + w + (slot >>> 5), slot, on);
+  }
+  /** Gives `to` the slots holding `from`, each once (a split's upper half). */
+  copyHolds(from: TrieNode, to: TrieNode): void {
+    const w = this.#words;
+    this.#bits.copyWithin(to * 2 * w, from * 2 * w, from * 2 * w + w);
+  }
+
+  /**
+   * For each slot holding `node` and not in `seen` (`words` u32), writes `depth` to `out[slot]` and adds it
+   * to `seen`.
+   */
+  writeNew(node: TrieNode, seen: Uint32Array, depth: number, out: Float64Array): void {
+    const bits = this.#bits;
+    const w = this.#words;
+    const o = node * 2 * w;
+    for (let i = 0; i < w; i++) {
+      let fresh = bits[o + i]! & ~seen[i]!;
+      if (fresh === 0) continue;
+      seen[i]! |= fresh;
+      while (fresh !== 0) {
+        const low = fresh & -fresh;
+        out[(i << 5) + 31 - Math.clz32(low)] = depth;
+        fresh ^= low;
+      }
+    }
+  }
+
+  /** u32 words a node's bit set of slots takes. */
+  get words(): number {
+    return this.#words;
+  }
+
+  #setBit(word: number, slot: number, on: boolean): void {
+    const bit = 1 << (slot & 31);
+    if (on) this.#bits[word]! |= bit;
+    else this.#bits[word]! &= ~bit;
   }
 
   /** Whether the prompt `seq32` holds the last block of `node`'s edge (so, chained hashes, all of its path). */
@@ -309,12 +383,6 @@ export class TrieNodes {
     else if (by === 0) map.delete(key);
     else map.set(key, by);
   }
-}
-
-/** Where in `members` the slot's pair starts, or -1 (a loop: on a node's few slots it beats a builtin's call). */
-export function memberIndex(members: number[], slot: number): number {
-  for (let i = 0; i < members.length; i += 2) if (members[i] === slot) return i;
-  return -1;
 }
 
 /** First index in [from, to) where the chained hash sequences differ, or `to` (they agree on [0, from)). */
