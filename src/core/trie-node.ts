@@ -21,7 +21,7 @@
  * `active-prompt-trie.ts`). The prompt an edge refers to (`rep`) and a wide
  * node's map stay in side arrays by node: few walks read them.
  *
- *   rec:  | root | n1: start end last first kids kid next parent width total ends | n2: ... |
+ *   rec:  | root | n1: start end last first kids kid next mapped width total ends parent | n2: ... |
  *   bits: | root: holds[words] multi[words] | n1: ... |
  *
  * Freed nodes are reused (a free list through `next`); the array doubles when
@@ -29,7 +29,7 @@
  * prompt alive.
  */
 
-/** u32 words per node record: 64 bytes, one cache line when aligned. */
+/** u32 words per node record: 64 bytes, one cache line when aligned; what a walk reads is in its first 44. */
 const STRIDE = 16;
 /** Word offsets in a record. */
 const START = 0;
@@ -46,13 +46,16 @@ const KIDS = 6;
 const KID = 7;
 /** The next sibling: in the parent's list, or with the same key in its map; a free node's next free one. */
 const NEXT = 8;
-const PARENT = 9;
+/** 1 when the children are in a map: a walk learns it from the record, without loading the side array. */
+const MAPPED = 9;
 /** How many slots hold the node (its `holds` set's size), read without loading the set. */
 const WIDTH = 10;
 /** Requests in this subtree. */
 const TOTAL = 11;
 /** Requests whose prompt ends exactly at `end`. */
 const ENDS = 12;
+/** Last: a walk down never reads it. */
+const PARENT = 13;
 
 /** The low 30 bits of a u32: what a small integer (a Map key that is not a heap number) holds. */
 const SMI_BITS = 0x3fffffff;
@@ -316,6 +319,7 @@ export class TrieNodes {
       // The list outgrew itself: file its children in a map.
       m = new Map();
       this.#maps[parent] = m;
+      r[po + MAPPED] = 1;
       let c = r[po + KID]!;
       r[po + KID] = 0;
       while (c !== 0) {
@@ -361,7 +365,10 @@ export class TrieNodes {
       r[c * STRIDE + NEXT] = r[co + NEXT]!;
     }
     r[co + NEXT] = 0;
-    if (kids === 0) this.#maps[parent] = undefined;
+    if (kids === 0) {
+      this.#maps[parent] = undefined;
+      r[parent * STRIDE + MAPPED] = 0;
+    }
   }
 
   /** The only child of a node with one. */
@@ -372,8 +379,8 @@ export class TrieNodes {
 
   /** The first of the children of `node` that may begin with a block of `key` (a list's head, or the map's chain). */
   #firstCandidate(node: TrieNode, key: number): TrieNode {
-    const map = this.#maps[node];
-    return map !== undefined ? (map.get(key) ?? 0) : this.rec[node * STRIDE + KID]!;
+    const o = node * STRIDE;
+    return this.rec[o + MAPPED] === 0 ? this.rec[o + KID]! : (this.#maps[node]!.get(key) ?? 0);
   }
 
   /** Makes `by` (0: none) the head of the list or chain filed under `key`. */
