@@ -1,38 +1,53 @@
 /**
  * The prompts of in-flight requests as a compressed trie (a radix tree over
- * chained block hashes), with per-slot request counts: Dynamo's per-worker
+ * chained block hashes), with the slots holding each node: Dynamo's per-worker
  * prompt-membership trie, shared by every slot.
  *
  * Chained sequence hashes make a prompt's blocks prefix-closed: two prompts
  * that agree on block i agree on every block before it. So an edge is a run
  * of blocks [start, end) that every prompt below it shares, stored as a
  * reference to one such prompt (`rep`), and comparing a prompt with an edge is
- * a binary search for the first differing block. A node's `members` hold, per
- * slot, the requests in its subtree: slot s holds blocks [0, end) of a node iff
- * s is among its `members`.
+ * a binary search for the first differing block. Slot s holds blocks [0, end)
+ * of a node iff a request of s passes through it; the node keeps the slots
+ * holding it as a bit set (`holds`). A slot's sources at a node are its
+ * requests ending there and the node's children it holds: a node held through
+ * one source has only the bit, through two or more also a `multi` bit and the
+ * count in a (node, slot) table (`pair-counts.ts`).
  *
- *   root ─ h0 ─ [0, 4) {s1: 3, s2: 1}  ─ h4 ─ [4, 9)  {s1: 2}        (ends 2)
- *                                      └ h4' ─ [4, 6) {s1: 1, s2: 1}   (ends 2)
+ *   root ─ h0 ─ [0, 4) {s1×2, s2} ─ h4 ─ [4, 9)  {s1×2}     (ends: s1, s1)
+ *                                 └ h4' ─ [4, 6) {s1, s2}   (ends: s1, s2)
+ *
+ * A booking adds a source at the node its prompt ends on and climbs only while
+ * nodes newly hold the slot, counting one source more at the first that held it
+ * (whose end is what the slot held before); a free climbs back while nodes lose
+ * their last source. So a booking writes the slot's bit where it is new and one
+ * count, never a per-slot count on every node of its path (with the CPU caches
+ * cold, each a cache line), and the blocks another request of the slot holds
+ * end at the deepest node of the path with a `multi` bit.
  *
  * Costs, with p = branch points on a prompt's path (a hundred when many
  * prompts leave one long document at different points): a walk is one child
  * lookup and one comparison per node (a whole edge matches iff its last block
  * does), plus a binary search in the edge the prompt leaves. `insert` and
- * `remove` add one slot lookup per node and an O(1) split or merge; the
- * per-slot depth query writes each slot once, deepest node first, reading a
- * node's slots only where the set grows (slot sets only grow towards the
- * root). An `insert` right after `depthsInto` of the same array (the router
- * matches, then books) resumes that walk, and a free climbs from the node its
- * prompt ends on (`removeAt`). Nothing is O(blocks): booking an
- * 8,192-token prompt costs the same as a short one.
+ * `remove` add a request count per node, the slot's bit where it comes or goes,
+ * one table count and an O(1) split or merge; the per-slot depth query writes
+ * each slot once, deepest node first, reading a node's bit set only where the
+ * set grows (slot sets only grow towards the root). An `insert` right after
+ * `depthsInto` of the same array (the router matches, then books) resumes that
+ * walk, and a free climbs from the node its prompt ends on (`removeAt`).
+ * Nothing is O(blocks): booking an 8,192-token prompt costs the same as a short
+ * one.
  *
  * Nodes and the walk's primitives (children in a list or a map, edge
- * matching) are in `trie-node.ts`.
+ * matching) are in `trie-node.ts`: nodes are numbers, records packed in one
+ * typed array, so a walk with the CPU caches cold loads one cache line per
+ * branch point rather than objects scattered over the heap.
  *
  * Prompts are kept by reference: callers must not mutate a prompt's hash
  * array while it is in the trie.
  */
-import { addChild, childAt, dropChild, edgeMatch, memberIndex, replaceChild, TrieNode } from './trie-node.js';
+import { PairCounts } from './pair-counts.js';
+import { ROOT, TrieNodes, type TrieNode } from './trie-node.js';
 
 /** u32-pair view of a hash array (no copy). */
 export function pairView(seq: BigUint64Array): Uint32Array {
@@ -40,68 +55,94 @@ export function pairView(seq: BigUint64Array): Uint32Array {
 }
 
 export class ActivePromptTrie {
-  readonly #root = new TrieNode(0, 0, new BigUint64Array(0), new Uint32Array(0), null);
+  readonly #nodes = new TrieNodes();
   /**
    * The last walk (`depthsInto`, `insert`, `remove`): the nodes below the root whose whole edge the prompt
    * `#walkSeq` matched, shallowest first, `#walkLen` of them; every change of the trie forgets it. The
    * router matches a prompt, then books it: `insert` resumes from this walk instead of repeating it.
-   * Entries past `#walkLen` are older walks' nodes, all in the trie: `remove` empties the array.
    */
   readonly #walk: TrieNode[] = [];
   #walkLen = 0;
   #walkSeq: BigUint64Array | null = null;
   #walkSeq32: Uint32Array = new Uint32Array(0);
-  #lastEnd: TrieNode = this.#root;
-  /** Per slot, the epoch of the `depthsInto` call that last wrote it (each slot is written once a call). */
-  #stamp: Int32Array = new Int32Array(64);
-  #epoch = 0;
+  #lastEnd: TrieNode = ROOT;
+  /** The slots `depthsInto` has written (a bit set of `words` u32): each slot is written once a call. */
+  #seen = new Uint32Array(1);
+  /** Per (node, slot) holding it through two or more sources, how many (one source is the `holds` bit alone). */
+  readonly #counts = new PairCounts();
 
   /**
    * Adds a request's prompt on `slot` (`seq32`: its `pairView`). Returns how many of its leading blocks
    * the slot already held (so `seq.length - result` blocks are new there).
    */
   insert(seq: BigUint64Array, seq32: Uint32Array, slot: number): number {
+    const t = this.#nodes;
+    t.ensureSlots(slot + 1);
     const n = seq.length;
     const walk = this.#walk;
     let len = this.#cachedWalk(seq, seq32);
-    let node = len > 0 ? walk[len - 1]! : this.#root;
-    while (node.end !== n) {
-      let child = childAt(node, seq32, node.end);
-      if (child === undefined) {
-        child = new TrieNode(node.end, n, seq, seq32, node);
-        addChild(node, child);
+    let node = len > 0 ? walk[len - 1]! : ROOT;
+    while (t.end(node) !== n) {
+      const at = t.end(node);
+      let child = t.childAt(node, seq32, at);
+      if (child === 0) {
+        child = t.alloc(at, n, seq32, node);
+        t.addChild(node, child);
       } else {
-        const k = edgeMatch(seq32, n, child);
-        if (k < child.end) child = this.#split(child, k);
+        const k = t.edgeMatch(seq32, n, child);
+        if (k < t.end(child)) child = this.#split(child, k);
       }
       walk[len++] = child;
       node = child;
     }
     this.#walkLen = 0;
     this.#walkSeq = null;
-    this.#root.total++;
-    node.ends++;
+    t.addTotal(ROOT, 1);
+    for (let i = 0; i < len; i++) t.addTotal(walk[i]!, 1);
+    t.addEnds(node, 1);
     this.#lastEnd = node;
-    // A slot's nodes on a path are a prefix of it (a request through a node passes through its parent):
-    // once the slot is missing from one, it is missing from every deeper one.
-    let held = 0;
-    let missing = false;
-    for (let i = 0; i < len; i++) {
-      const p = walk[i]!;
-      p.total++;
-      if (!missing) {
-        const j = memberIndex(p.members, slot);
-        if (j >= 0) {
-          held = p.end;
-          p.members[j + 1]!++;
-          continue;
-        }
-        missing = true;
-      }
-      p.members.push(slot, 1);
-      p.width++;
+    return this.#addSource(node, slot);
+  }
+
+  /**
+   * One more source of `slot` at `node` (a request ending there, or a child that came to hold it): climbs
+   * while nodes newly hold the slot, and counts one more source at the first that held it already. Returns
+   * that node's end (0: none held it), the blocks the slot held before.
+   */
+  #addSource(node: TrieNode, slot: number): number {
+    const t = this.#nodes;
+    let x = node;
+    while (!t.holds(x, slot)) {
+      t.setHolds(x, slot, true);
+      t.addWidth(x, 1);
+      if (x === ROOT) return 0;
+      x = t.parent(x);
     }
-    return held;
+    if (t.multi(x, slot)) this.#counts.set(x, slot, this.#counts.get(x, slot) + 1);
+    else {
+      t.setMulti(x, slot, true);
+      this.#counts.set(x, slot, 2);
+    }
+    return t.end(x);
+  }
+
+  /**
+   * One source of `slot` less at `node`: climbs while nodes lose the slot. Returns the end of the first
+   * node that keeps it (0: none), the blocks the slot still holds.
+   */
+  #dropSource(node: TrieNode, slot: number): number {
+    const t = this.#nodes;
+    let x = node;
+    while (!t.multi(x, slot)) {
+      t.setHolds(x, slot, false);
+      t.addWidth(x, -1);
+      if (x === ROOT) return 0;
+      x = t.parent(x);
+    }
+    const c = this.#counts.get(x, slot) - 1;
+    if (c === 1) t.setMulti(x, slot, false);
+    this.#counts.set(x, slot, c === 1 ? 0 : c);
+    return t.end(x);
   }
 
   /**
@@ -110,10 +151,11 @@ export class ActivePromptTrie {
    * requests (so `seq.length - result` blocks left the slot).
    */
   remove(seq: BigUint64Array, slot: number): number {
+    const t = this.#nodes;
     const n = seq.length;
     const seq32 = pairView(seq);
-    let node = this.#root;
-    while (node.end !== n) node = childAt(node, seq32, node.end)!;
+    let node = ROOT;
+    while (t.end(node) !== n) node = t.childAt(node, seq32, t.end(node));
     return this.removeAt(node, slot);
   }
 
@@ -122,41 +164,25 @@ export class ActivePromptTrie {
    * root: a node some prompt ends on is never split away from its end or merged while that prompt is in.
    */
   removeAt(end: TrieNode, slot: number): number {
+    const t = this.#nodes;
     const walk = this.#walk;
     let len = 0;
-    for (let x = end; x !== this.#root; x = x.parent!) walk[len++] = x;
+    for (let x = end; x !== ROOT; x = t.parent(x)) walk[len++] = x;
     this.#walkLen = 0;
     this.#walkSeq = null;
-    this.#root.total--;
-    end.ends--;
-    // Deepest first: the first node the slot stays on is the deepest, its end what the slot keeps.
-    let kept = 0;
-    for (let i = 0; i < len; i++) {
-      const p = walk[i]!;
-      p.total--;
-      const m = p.members;
-      const j = memberIndex(m, slot);
-      const c = m[j + 1]! - 1;
-      if (c > 0) {
-        m[j + 1] = c;
-        if (kept === 0) kept = p.end;
-      } else {
-        const last = m.length - 2;
-        m[j] = m[last]!;
-        m[j + 1] = m[last + 1]!;
-        m.length = last;
-        p.width--;
-      }
-    }
-    // Drop the empty tail of the path, then re-compress the deepest survivor.
+    t.addTotal(ROOT, -1);
+    for (let i = 0; i < len; i++) t.addTotal(walk[i]!, -1);
+    t.addEnds(end, -1);
+    const kept = this.#dropSource(end, slot);
+    // Drop the empty tail of the path (deepest first: each childless by then), then re-compress the deepest survivor.
     let d = 0;
-    while (d < len && walk[d]!.total === 0) {
-      dropChild(walk[d]!.parent!, walk[d]!);
+    while (d < len && t.total(walk[d]!) === 0) {
+      const p = walk[d]!;
+      t.dropChild(t.parent(p), p);
+      t.release(p);
       d++;
     }
-    this.#mergeIfUnary(d < len ? walk[d]! : this.#root);
-    // Only a remove takes nodes out: forget every walk, so none keeps a dropped node (and its prompt) alive.
-    walk.length = 0;
+    this.#mergeIfUnary(d < len ? walk[d]! : ROOT);
     return kept;
   }
 
@@ -172,14 +198,17 @@ export class ActivePromptTrie {
 
   /** Blocks of the prompt held on `slot` by requests other than one of its own copies. */
   heldByOthers(seq: BigUint64Array, slot: number): number {
+    const t = this.#nodes;
+    // A slot beyond the bit sets has never booked a prompt here.
+    if (slot >= 32 * t.words) return 0;
     const n = seq.length;
     const seq32 = pairView(seq);
-    let node = this.#root;
+    let node = ROOT;
     let held = 0;
-    while (node.end !== n) {
-      node = childAt(node, seq32, node.end)!;
-      const i = memberIndex(node.members, slot);
-      if (i >= 0 && node.members[i + 1]! > 1) held = node.end;
+    // The deepest node of its path that another request of the slot passes through: one with two sources.
+    while (t.end(node) !== n) {
+      node = t.childAt(node, seq32, t.end(node));
+      if (t.multi(node, slot)) held = t.end(node);
     }
     return held;
   }
@@ -190,27 +219,30 @@ export class ActivePromptTrie {
    * of the same array that follows with the trie unchanged.
    */
   depthsInto(seq: BigUint64Array, out: Float64Array): void {
+    const t = this.#nodes;
     const n = seq.length;
     this.#walkLen = 0;
     this.#walkSeq = null;
-    if (n === 0 || this.#root.kids === 0) return;
+    if (n === 0 || t.kids(ROOT) === 0) return;
     const seq32 = pairView(seq);
     const walk = this.#walk;
     let len = 0;
-    let node = this.#root;
-    // The node the prompt leaves inside its edge (at block `k`), if any.
-    let partial: TrieNode | null = null;
+    let node = ROOT;
+    // The node the prompt leaves inside its edge (at block `k`), if any (0: none).
+    let partial: TrieNode = 0;
     let k = 0;
-    while (node.end < n && node.kids > 0) {
-      const child = childAt(node, seq32, node.end);
-      if (child === undefined) break;
-      k = edgeMatch(seq32, n, child);
-      if (k < child.end) {
+    let at = 0;
+    while (at < n && t.kids(node) > 0) {
+      const child = t.childAt(node, seq32, at);
+      if (child === 0) break;
+      k = t.edgeMatch(seq32, n, child);
+      if (k < t.end(child)) {
         partial = child;
         break;
       }
       walk[len++] = child;
       node = child;
+      at = k;
     }
     this.#walkLen = len;
     this.#walkSeq = seq;
@@ -223,39 +255,20 @@ export class ActivePromptTrie {
    * walk holding it (`k` inside `partial`). Slot sets only grow towards the root, so a node with as many
    * slots as the one below it holds the same ones and is skipped.
    */
-  #writeDepths(out: Float64Array, partial: TrieNode | null, k: number, len: number): void {
-    const epoch = this.#nextEpoch();
-    let stamp = this.#stamp;
+  #writeDepths(out: Float64Array, partial: TrieNode, k: number, len: number): void {
+    const t = this.#nodes;
+    let seen = this.#seen;
+    if (seen.length < t.words) seen = this.#seen = new Uint32Array(t.words);
+    else seen.fill(0);
     let below = 0;
     for (let i = len; i >= 0; i--) {
       const p = i === len ? partial : this.#walk[i]!;
-      if (p === null) continue;
-      if (p.width === below) continue;
-      below = p.width;
-      const m = p.members;
-      const depth = i === len ? k : p.end;
-      for (let j = 0; j < m.length; j += 2) {
-        const s = m[j]!;
-        if (s >= stamp.length) stamp = this.#growStamp(s);
-        if (stamp[s] === epoch) continue;
-        stamp[s] = epoch;
-        out[s] = depth;
-      }
+      if (p === 0) continue;
+      const width = t.width(p);
+      if (width === below) continue;
+      below = width;
+      t.writeNew(p, seen, i === len ? k : t.end(p), out);
     }
-  }
-
-  #nextEpoch(): number {
-    if (this.#epoch === 0x7fffffff) {
-      this.#stamp.fill(0);
-      this.#epoch = 0;
-    }
-    return ++this.#epoch;
-  }
-
-  #growStamp(slot: number): Int32Array {
-    const grown = new Int32Array(Math.max(slot + 1, this.#stamp.length * 2));
-    grown.set(this.#stamp);
-    return (this.#stamp = grown);
   }
 
   /**
@@ -267,36 +280,45 @@ export class ActivePromptTrie {
     const len = this.#walkLen;
     if (this.#walkSeq !== seq || len === 0) return 0;
     const last = this.#walk[len - 1]!;
-    const b = (last.end - 1) << 1;
-    if (last.end > seq.length || seq32[b] !== last.rep32[b] || seq32[b + 1] !== last.rep32[b + 1]) return 0;
+    if (this.#nodes.end(last) > seq.length || !this.#nodes.holdsLast(last, seq32)) return 0;
     return len;
   }
 
   /** Requests in the trie. */
   get size(): number {
-    return this.#root.total;
+    return this.#nodes.total(ROOT);
   }
 
   /** Splits `child` at block `k` (start < k < end): returns the new upper node. */
   #split(child: TrieNode, k: number): TrieNode {
-    const parent = child.parent!;
-    const upper = new TrieNode(child.start, k, child.rep, child.rep32, parent);
-    upper.members = child.members.slice();
-    upper.width = child.width;
-    upper.total = child.total;
-    replaceChild(parent, child, upper);
-    child.parent = upper;
-    child.setStart(k);
-    addChild(upper, child);
+    const t = this.#nodes;
+    const parent = t.parent(child);
+    const upper = t.alloc(t.start(child), k, t.rep(child), parent);
+    // Its one source of every slot is `child`: it holds what the child holds, once.
+    t.copyHolds(child, upper);
+    t.addWidth(upper, t.width(child));
+    t.addTotal(upper, t.total(child));
+    t.replaceChild(parent, child, upper);
+    t.setParent(child, upper);
+    t.setStart(child, k);
+    t.addChild(upper, child);
     return upper;
   }
 
   /** A non-root node with no request ending on it and one child is folded into the child. */
   #mergeIfUnary(node: TrieNode): void {
-    if (node === this.#root || node.ends !== 0 || node.kids !== 1) return;
-    const child = node.children !== null ? node.children.values().next().value! : node.kid!;
-    replaceChild(node.parent!, node, child);
-    child.setStart(node.start);
-    child.parent = node.parent;
+    const t = this.#nodes;
+    if (node === ROOT || t.ends(node) !== 0 || t.kids(node) !== 1) return;
+    const child = t.onlyChild(node);
+    const parent = t.parent(node);
+    t.replaceChild(parent, node, child);
+    t.setStart(child, t.start(node));
+    t.setParent(child, parent);
+    t.release(node);
+  }
+
+  /** Nodes in use, the root included (what the trie's memory grows with). */
+  get nodeCount(): number {
+    return this.#nodes.live;
   }
 }

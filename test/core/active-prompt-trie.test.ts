@@ -177,3 +177,39 @@ describe('ActivePromptTrie: wide nodes', () => {
     }
   });
 });
+
+describe('ActivePromptTrie: many slots', () => {
+  it('answers as the list does with slots beyond 32 (bit sets of several words, grown while prompts are in), and frees every node when drained', () => {
+    const rng = mulberry32(9001);
+    const hash = hasher();
+    const trie = new ActivePromptTrie();
+    const model = listModel();
+    const { live, held } = model;
+    const SLOTS = 100;
+    const ends = new Map<BigUint64Array, TrieNode>();
+    const probeSlots = (seq: BigUint64Array): void => {
+      const depths = new Float64Array(SLOTS);
+      trie.depthsInto(seq, depths);
+      for (let s = 0; s < SLOTS; s++) expect(depths[s]).toBe(held(seq, s));
+    };
+    for (let step = 0; step < 2500; step++) {
+      const draining = step >= 2000;
+      if (live.length > 0 && (draining || rng() < 0.4)) {
+        const i = Math.floor(rng() * live.length);
+        removeChecked(trie, model, i, rng() < 0.5 ? ends.get(live[i]!.seq) : undefined);
+      } else if (!draining) {
+        const seq = hash(Array.from({ length: 1 + Math.floor(rng() * 7) }, () => Math.floor(rng() * 3)));
+        // Slots drawn from a range that widens: the bit sets grow with prompts already in.
+        const slot = Math.floor(rng() * Math.min(SLOTS, 8 + step / 10));
+        probeSlots(seq);
+        expect(trie.insert(seq, pairView(seq), slot)).toBe(held(seq, slot));
+        ends.set(seq, trie.lastEnd);
+        live.push({ seq, slot });
+      }
+      if (step % 7 === 0) probeSlots(hash(Array.from({ length: 7 }, () => Math.floor(rng() * 3))));
+      expect(trie.size).toBe(live.length);
+    }
+    expect(live.length).toBe(0);
+    expect(trie.nodeCount).toBe(1);
+  });
+});
