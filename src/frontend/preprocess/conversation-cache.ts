@@ -127,8 +127,11 @@ export function textFrom(parts: readonly string[], from: number): string {
   let at = 0;
   while (i < parts.length && at + parts[i]!.length <= from) at += parts[i++]!.length;
   if (i === parts.length) return '';
-  const first = at === from ? parts[i]! : parts[i]!.slice(from - at);
-  return i + 1 === parts.length ? first : first + joinFrom(parts, i + 1);
+  if (i + 1 === parts.length) return parts[i]!.slice(from - at);
+  // One copy into one flat string (the tokenizer reads it whole): the first piece cut, the rest as they are.
+  const rest = parts.slice(i);
+  rest[0] = rest[0]!.slice(from - at);
+  return rest.join('');
 }
 
 /** What the cache holds under one key: a conversation's last prompt, or its last chat body (never both). */
