@@ -152,6 +152,16 @@ function hashLongBlocks(tokens: usize, n: u32, stride: usize, window: usize, out
   }
 }
 
+/** Chains a pair of local hashes (blocks `i` and `i + 1`, lanes of `h`) after `prev` into `outSeq`; returns the last. */
+@inline function chainPair(h: v128, i: u32, prev: u64, outSeq: usize): u64 {
+  const h0 = <u64>i64x2.extract_lane(h, 0);
+  const s0 = i == 0 ? h0 : xxh3Pair(prev, h0, BLOCK_SEED);
+  const s1 = xxh3Pair(s0, <u64>i64x2.extract_lane(h, 1), BLOCK_SEED);
+  store<u64>(outSeq + (<usize>i << 3), s0);
+  store<u64>(outSeq + (<usize>i << 3), s1, 8);
+  return s1;
+}
+
 /**
  * Local hashes of the complete blocks of `tokens` to `outLocal` and, when `outSeq != 0`, their sequence
  * chain to `outSeq`. Returns the block count, or -1 (nothing written) for a window outside 17..128 and 241..1,024 bytes.
@@ -187,19 +197,11 @@ export function hashPromptSimd(
       const p = tokens + <usize>(i + 2) * stride;
       const next = mid2(p, p + stride, window);
       v128.store(outLocal + (<usize>(i + 2) << 3), next);
-      const h0 = <u64>i64x2.extract_lane(h, 0);
-      const s0 = i == 0 ? h0 : xxh3Pair(prev, h0, BLOCK_SEED);
-      prev = xxh3Pair(s0, <u64>i64x2.extract_lane(h, 1), BLOCK_SEED);
-      store<u64>(outSeq + (<usize>i << 3), s0);
-      store<u64>(outSeq + (<usize>i << 3), prev, 8);
+      prev = chainPair(h, i, prev, outSeq);
       h = next;
     }
     // The last pair hashed, chained.
-    const h0 = <u64>i64x2.extract_lane(h, 0);
-    const s0 = i == 0 ? h0 : xxh3Pair(prev, h0, BLOCK_SEED);
-    prev = xxh3Pair(s0, <u64>i64x2.extract_lane(h, 1), BLOCK_SEED);
-    store<u64>(outSeq + (<usize>i << 3), s0);
-    store<u64>(outSeq + (<usize>i << 3), prev, 8);
+    prev = chainPair(h, i, prev, outSeq);
     i += 2;
   }
   if (i < n) {

@@ -101,7 +101,6 @@ export function routeRequestBody<S extends ServedModel>(
     // The ids cross back from a preprocessing thread only where they are read: by a port that reads them, or in a
     // query's answer that shows them.
     const returnTokenIds = target.port.readsTokenIds !== false || answerShowsTokenIds(parsed.kind, p.queryOnly, body);
-    const { tokenData } = p;
     task = {
       ok: true,
       task: promptTask({
@@ -109,7 +108,7 @@ export function routeRequestBody<S extends ServedModel>(
         body,
         model,
         maxPromptTokens,
-        tokenData,
+        tokenData: p.tokenData,
         loraName: target.loraName,
         returnTokenIds,
       }),
