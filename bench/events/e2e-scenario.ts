@@ -37,6 +37,13 @@ export interface E2eOutcome {
   hashedDecisionP99Us: number;
   quietHashedDecisionP50Us: number;
   /**
+   * With KVGATE_BENCH_E2E_WARM=1, a third kind of decision: the whole decision made right after another whole
+   * decision (on another prompt, untimed, freed at once), p50 (µs), loaded and quiet. Its code
+   * and the router's state are then in the CPU's caches, as in a tight loop: the gap to `decisionP50Us` is
+   * what a decision pays for running cold, once per millisecond between other work. null without it.
+   */
+  warmDecision: { readonly p50Us: number; readonly quietP50Us: number } | null;
+  /**
    * The main thread's busy time (event-loop utilization) per event applied, µs: its whole work (receiving,
    * judging and applying the events, the decisions, timers) divided by the events. Where the ingestion
    * threads are the cap (fewer cores than threads need), this, not the rate, shows the main thread's cost.
@@ -64,6 +71,8 @@ const publishers = Math.min(engines, env('KVGATE_BENCH_E2E_PUBLISHERS', 2));
 const rate = env('KVGATE_BENCH_E2E_RATE', 200_000);
 const seconds = env('KVGATE_BENCH_E2E_SECONDS', 5);
 const eventsPerBatch = env('KVGATE_BENCH_E2E_EVENTS_PER_BATCH', 8);
+/** Adds the warm decision (`E2eOutcome.warmDecision`) to the alternation. */
+const warmKind = process.env.KVGATE_BENCH_E2E_WARM === '1';
 /** The gateway's per-turn bounds (`kv_events.events_per_turn`, `turn_budget_ms`); their defaults unless set. */
 const perTurn = process.env.KVGATE_BENCH_E2E_EVENTS_PER_TURN;
 const turnMs = process.env.KVGATE_BENCH_E2E_TURN_MS;
@@ -114,34 +123,45 @@ function makePrompts(): Prompt[] {
   });
 }
 
-/** Decision timings, µs, sorted: the whole decision from tokens, and the router's part given the hashes. */
+/**
+ * Decision timings, µs, sorted: the whole decision from tokens, the router's part given the hashes, and (only with
+ * `warmKind`) the whole decision right after another.
+ */
 interface Decisions {
   readonly fromTokens: Float64Array;
   readonly fromHashes: Float64Array;
+  readonly afterAnother: Float64Array;
 }
 
 /**
  * One decision per millisecond on the main thread, timed; returns a stop function with the timings (it
  * frees the requests still booked). Decisions alternate between the whole decision from the prompt's tokens
  * (hash 8,192 tokens, match, score, book) and the part `kvgate serve` makes on its main thread, given the
- * hashes a preprocessing thread computed (match, score, book). The prompts are made up front, so the main
- * thread's time goes to the gateway's work, not to the harness's random numbers.
+ * hashes a preprocessing thread computed (match, score, book), and with `warmKind` a third: the whole decision
+ * timed right after an untimed one. The prompts are made up front, so the main thread's time goes to the
+ * gateway's work, not to the harness's random numbers.
  */
 function decide(router: KvRouter, prompts: readonly Prompt[]): () => Decisions {
-  const fromTokens: number[] = [];
-  const fromHashes: number[] = [];
+  const timings: [number[], number[], number[]] = [[], [], []];
+  const kinds = warmKind ? 3 : 2;
   const inFlight: string[] = [];
   let id = 0;
   let stopped = false;
   const tick = (): void => {
     if (stopped) return;
     const p = prompts[id % prompts.length]!;
-    const withHashes = id % 2 === 1;
+    const kind = id % kinds;
     const requestId = `r${id++}`;
+    if (kind === 2) {
+      // The warm-up decision: another prompt, booked and freed, untimed.
+      const other = prompts[(id * 7) % prompts.length]!;
+      router.findBestMatch({ requestId: `${requestId}w`, tokens: other.tokens });
+      router.free(`${requestId}w`);
+    }
     const t0 = performance.now();
-    if (withHashes) router.findBestMatch({ requestId, hashes: p.hashes, isl: p.tokens.length });
+    if (kind === 1) router.findBestMatch({ requestId, hashes: p.hashes, isl: p.tokens.length });
     else router.findBestMatch({ requestId, tokens: p.tokens });
-    (withHashes ? fromHashes : fromTokens).push((performance.now() - t0) * 1000);
+    timings[kind]!.push((performance.now() - t0) * 1000);
     inFlight.push(requestId);
     if (inFlight.length > engines * 4) router.free(inFlight.shift()!);
     setTimeout(tick, 1);
@@ -151,7 +171,7 @@ function decide(router: KvRouter, prompts: readonly Prompt[]): () => Decisions {
   return () => {
     stopped = true;
     for (const r of inFlight) router.free(r);
-    return { fromTokens: sorted(fromTokens), fromHashes: sorted(fromHashes) };
+    return { fromTokens: sorted(timings[0]), fromHashes: sorted(timings[1]), afterAnother: sorted(timings[2]) };
   };
 }
 
@@ -225,6 +245,7 @@ async function main(): Promise<void> {
     hashedDecisionP50Us: q(decisions.fromHashes, 0.5),
     hashedDecisionP99Us: q(decisions.fromHashes, 0.99),
     quietHashedDecisionP50Us: q(quiet.fromHashes, 0.5),
+    warmDecision: warmKind ? { p50Us: q(decisions.afterAnother, 0.5), quietP50Us: q(quiet.afterAnother, 0.5) } : null,
     mainUsPerEvent: applied > 0 ? (elu.active * 1000) / applied : 0,
     mainUtilization: elu.utilization,
     gaps: s.gaps,

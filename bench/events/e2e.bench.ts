@@ -10,7 +10,8 @@
  * KVGATE_BENCH_E2E_PUBLISHERS (publisher threads, 2), KVGATE_BENCH_E2E_RATE (offered events/s over all
  * engines, 200,000), KVGATE_BENCH_E2E_SECONDS (5), KVGATE_BENCH_E2E_EVENTS_PER_BATCH (8), and the gateway's
  * per-turn bounds KVGATE_BENCH_E2E_EVENTS_PER_TURN / KVGATE_BENCH_E2E_TURN_MS (kv_events.events_per_turn,
- * turn_budget_ms; their defaults, 2,000 and 4 ms, unless set).
+ * turn_budget_ms; their defaults, 2,000 and 4 ms, unless set), and KVGATE_BENCH_E2E_WARM=1 for a third decision
+ * row: the whole decision right after another (its code and data in the CPU's caches).
  * Run: node --expose-gc dist/bench/run.js events/e2e
  */
 import { execFile } from 'node:child_process';
@@ -69,7 +70,8 @@ function rows(o: E2eOutcome): BenchRow[] {
       p99Us: o.decisionP99Us,
       opsPerSec: 0,
       note:
-        `${n(o.decisions)} decisions, one per 2 ms (hash 8,192 tokens at block size 16, match, score, book); ` +
+        `${n(o.decisions)} decisions, one per ${o.warmDecision === null ? 2 : 3} ms ` +
+        '(hash 8,192 tokens at block size 16, match, score, book); ' +
         `the same before any event flowed: p50 ${o.quietDecisionP50Us.toFixed(1)} µs`,
     },
     {
@@ -82,6 +84,19 @@ function rows(o: E2eOutcome): BenchRow[] {
         `thread does per request), alternating with the row above; before any event flowed: p50 ` +
         `${o.quietHashedDecisionP50Us.toFixed(1)} µs`,
     },
+    ...(o.warmDecision === null
+      ? []
+      : [
+          {
+            name: `${mode}: the routing decision right after another`,
+            p50Us: o.warmDecision.p50Us,
+            p99Us: 0,
+            opsPerSec: 0,
+            note:
+              'the whole decision, timed right after an untimed one on another prompt (its code and the ' +
+              `router's state in the CPU's caches); before any event flowed: p50 ${o.warmDecision.quietP50Us.toFixed(1)} µs`,
+          },
+        ]),
   ];
 }
 
