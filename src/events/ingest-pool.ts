@@ -21,7 +21,10 @@ import { eachPackedBatch } from './packed-batch.js';
 /** Where a stream's messages go, and who hears that its subscription ended. */
 export interface IngestSink {
   readonly stream: KvEventStream;
-  /** The receive loop failed (the socket is gone; the manager's next sync subscribes again). */
+  /**
+   * The receive loop failed (the socket is gone). Only logged: nothing subscribes again, so the slot hears no more
+   * events, goes `stale` once requests reach it, and routes approximately until its subscription is replaced.
+   */
   ended(error: string): void;
   /** A batch could not be handed to the stream (a bug on the apply path): logged by the sink's owner. */
   failed(err: unknown): void;
