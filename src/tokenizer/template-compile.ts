@@ -22,7 +22,17 @@ import {
   Unsupported,
 } from './template-expressions.js';
 import type { Node, Slots } from './template-expressions.js';
-import { isArray, K, kindOf, LoopState, printed, TemplateDeopt, TemplateNamespace, truthy } from './template-values.js';
+import {
+  binary,
+  isArray,
+  K,
+  kindOf,
+  LoopState,
+  printed,
+  TemplateDeopt,
+  TemplateNamespace,
+  truthy,
+} from './template-values.js';
 
 export { TemplateDeopt } from './template-values.js';
 
@@ -119,15 +129,55 @@ class StatementCompiler extends ExpressionCompiler {
       case 'CallStatement':
       case 'FilterStatement':
         throw new Unsupported(n.type);
-      default: {
-        const e = this.expr(n);
-        return (s, out) => {
-          const v = e(s);
-          if (v !== undefined && v !== null) out.parts.push(printed(v));
-          return Signal.Next;
-        };
-      }
+      default:
+        return n.type === 'BinaryExpression' && n.operator.value === '+' ? this.printSum(n) : this.print(n);
     }
+  }
+
+  /** `{{ expr }}`: its value printed; nothing for undefined and none. */
+  private print(n: Node): Stmt {
+    const e = this.expr(n);
+    return (s, out) => {
+      const v = e(s);
+      if (v !== undefined && v !== null) out.parts.push(printed(v));
+      return Signal.Next;
+    };
+  }
+
+  /**
+   * `{{ a + b + ... }}`: while the operands are strings, each is appended as a piece of its own, so a message's
+   * content stays the request's own string object and the next turn's comparison of the pieces is a pointer
+   * comparison (a concatenation is a new string every render, compared character by character). From the first
+   * operand that is not a string, the sum goes on as `+` computes it, left to right. The operands are evaluated
+   * once each, in the same order, and the pieces join to the text `print` would give.
+   */
+  private printSum(n: Node): Stmt {
+    const right: Node[] = [];
+    let left = n;
+    while (left.type === 'BinaryExpression' && left.operator.value === '+') {
+      right.push(left.right as Node);
+      left = left.left as Node;
+    }
+    const operands = [left, ...right.reverse()].map((o) => this.expr(o));
+    return (s, out) => {
+      const mark = out.parts.length;
+      let i = 0;
+      let v: unknown;
+      for (; i < operands.length; i++) {
+        v = operands[i]!(s);
+        if (typeof v !== 'string') break;
+        if (v !== '') out.parts.push(v);
+      }
+      if (i === operands.length) return Signal.Next;
+      // Operand i is the first that is not a string: the strings before it are one string again.
+      let sum = i === 0 ? v : binary('+', out.parts.splice(mark).join(''), v);
+      for (i++; i < operands.length; i++) {
+        const w = operands[i]!(s);
+        sum = typeof sum === 'string' && typeof w === 'string' ? sum + w : binary('+', sum, w);
+      }
+      if (sum !== undefined && sum !== null) out.parts.push(printed(sum));
+      return Signal.Next;
+    };
   }
 
   /** Stores a value under a name of the current scope. */

@@ -279,6 +279,12 @@ const QUIRKS: [string, string][] = [
     "{{ 'a' + 1 }}{{ 1 + 2 }}{{ 'n' ~ xs }}{{ xs + xs }}{{ 'x' + obj }}{{ 7 // 2 }}{{ -7 % 3 }}",
   ],
   [
+    '+ chains, printed as pieces',
+    "{{ 'a' + 'b' + 'c' }}|{{ 'a' + 1 + 'b' }}|{{ 1 + 2 + 'x' }}|{{ 'x' + xs + 'y' }}|{{ xs + xs + xs }}|{{ '' + '' + 'z' }}|{{ ('a' + 'b') + ('c' + 'd') }}|{{ 2.5 + 'f' + 1 }}",
+  ],
+  ['errors: + with an undefined operand mid-chain', "{{ 'a' + 'b' + undefined_name + 'c' }}"],
+  ['errors: + with none mid-chain', "{{ 'a' + none + 'c' }}"],
+  [
     'comparison and membership',
     "{{ 1 < 2 }}{{ 'a' in 'cat' }}{{ 'a' in obj }}{{ 2 in xs }}{{ 9 not in xs }}{{ 'q' in undefined_name }}{{ 1 == true }}{{ none == undefined_name }}",
   ],
@@ -343,6 +349,25 @@ const QUIRK_VARS: Vars = {
   ],
   f: 0.75,
 };
+
+describe('a sum printed as pieces', () => {
+  it("appends each string operand as a piece of its own, so a message's content is one piece", () => {
+    const fn = compiled(
+      "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>' + '\\n' }}{% endfor %}",
+    );
+    const content = 'the same words '.repeat(100);
+    expect(fn({ messages: [{ role: 'user', content }] })).toEqual([
+      '<|im_start|>',
+      'user',
+      '\n',
+      content,
+      '<|im_end|>',
+      '\n',
+    ]);
+    // From the first operand that is not a string, the sum is one value again, as `+` computes it.
+    expect(fn({ messages: [{ role: 'user', content: 7 }] })).toEqual(['<|im_start|>user\n7<|im_end|>\n']);
+  });
+});
 
 describe('the interpreter quirks a compiled template keeps', () => {
   it('strftime_now formats the time now as the interpreter does', () => {
