@@ -23,11 +23,11 @@ import {
 } from './template-expressions.js';
 import type { Node, Slots } from './template-expressions.js';
 import {
-  binary,
   isArray,
   K,
   kindOf,
   LoopState,
+  plus,
   printed,
   TemplateDeopt,
   TemplateNamespace,
@@ -170,11 +170,8 @@ class StatementCompiler extends ExpressionCompiler {
       }
       if (i === operands.length) return Signal.Next;
       // Operand i is the first that is not a string: the strings before it are one string again.
-      let sum = i === 0 ? v : binary('+', out.parts.splice(mark).join(''), v);
-      for (i++; i < operands.length; i++) {
-        const w = operands[i]!(s);
-        sum = typeof sum === 'string' && typeof w === 'string' ? sum + w : binary('+', sum, w);
-      }
+      let sum = i === 0 ? v : plus(out.parts.splice(mark).join(''), v);
+      for (i++; i < operands.length; i++) sum = plus(sum, operands[i]!(s));
       if (sum !== undefined && sum !== null) out.parts.push(printed(sum));
       return Signal.Next;
     };

@@ -17,6 +17,7 @@ import {
   kindOf,
   K,
   looseEquals,
+  plus,
   signed,
   TemplateDeopt,
   TemplateNamespace,
@@ -314,11 +315,9 @@ export class ExpressionCompiler {
       case '!=':
         return (s) => !looseEquals(l(s), r(s));
       case '+':
-        // Two strings concatenate in the interpreter too; the common case skips the general dispatch.
         return (s) => {
           const a = l(s);
-          const b = r(s);
-          return typeof a === 'string' && typeof b === 'string' ? a + b : binary(op, a, b);
+          return plus(a, r(s));
         };
       default:
         return (s) => binary(op, l(s), r(s));

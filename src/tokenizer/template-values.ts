@@ -219,6 +219,11 @@ export function looseEquals(a: unknown, b: unknown): boolean {
   return a == b;
 }
 
+/** `a + b`: two strings concatenate directly (the common case skips the general dispatch), anything else as `binary`. */
+export function plus(a: unknown, b: unknown): unknown {
+  return typeof a === 'string' && typeof b === 'string' ? a + b : binary('+', a, b);
+}
+
 /** Every binary operator but `and`, `or`, `==`, `!=` (compiled inline), in the interpreter's order of checks. */
 export function binary(op: string, a: unknown, b: unknown): unknown {
   const ka = kindOf(a);
