@@ -49,6 +49,10 @@ const FLAGS: Readonly<Record<KvRouterKnob, RouterFlagSpec>> = {
     flag: '--router-kv-pressure-weight',
     help: "weight of the cached blocks a request would evict from a worker's full KV cache (kvgate's own)",
   },
+  routerKvOverflowWeight: {
+    flag: '--router-kv-overflow-weight',
+    help: "where running requests' KV and the prompt's exceed a worker's capacity: its credit void, the overflow charged (kvgate's own)",
+  },
   routerPrefixScorerWeight: {
     flag: '--router-prefix-scorer-weight',
     help: 'weighted scorer (llm-d style; any weight > 0 replaces the cost): weight of the cached share of the prompt',

@@ -42,6 +42,13 @@ export interface KvRouterConfig {
    */
   readonly routerKvPressureWeight: number;
   /**
+   * Weight of a worker's KV overflow (kvgate's own knob, `router_kv_overflow_weight`, >= 0; 0 = Dynamo's
+   * cost): where the blocks of the requests running on a worker plus the prompt's new blocks exceed its
+   * advertised KV capacity, the prompt waits there until running requests finish, so the cache credit it
+   * would earn there is void and the overflow blocks are charged as prefill. Needs the advertised capacity.
+   */
+  readonly routerKvOverflowWeight: number;
+  /**
    * Weights of an llm-d-style weighted scorer (kvgate's own knobs, each >= 0; all 0 = the cost model):
    * when any is above 0 a candidate's score is `prefix × cached share of the prompt + queue ×
    * min-max-normalised free prefill queue + kv × (1 − active KV blocks / capacity)`, highest wins
@@ -116,13 +123,14 @@ export type KvRouterOptions = {
   overlapScoreWeight?: number;
 };
 
-/** Defaults of Dynamo v1.5, and kvgate's own knobs (`routerKvPressureWeight`: on). */
+/** Defaults of Dynamo v1.5, and kvgate's own knobs (`routerKvPressureWeight`, `routerKvOverflowWeight`: on). */
 export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   overlapScoreCredit: 1.0,
   overlapScoreCreditDecay: 0,
   prefillLoadScale: 1.0,
   decodeActiveRequestWeight: 0,
   routerKvPressureWeight: 1,
+  routerKvOverflowWeight: 1,
   routerPrefixScorerWeight: 0,
   routerQueueScorerWeight: 0,
   routerKvUtilizationScorerWeight: 0,
@@ -171,6 +179,7 @@ export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<KvRouterKnob, ConfigFieldS
   prefillLoadScale: { dynamo: 'prefill_load_scale', kind: 'nonNegative' },
   decodeActiveRequestWeight: { dynamo: 'decode_active_request_weight', kind: 'nonNegative' },
   routerKvPressureWeight: { dynamo: 'router_kv_pressure_weight', kind: 'nonNegative' },
+  routerKvOverflowWeight: { dynamo: 'router_kv_overflow_weight', kind: 'nonNegative' },
   routerPrefixScorerWeight: { dynamo: 'router_prefix_scorer_weight', kind: 'nonNegative' },
   routerQueueScorerWeight: { dynamo: 'router_queue_scorer_weight', kind: 'nonNegative' },
   routerKvUtilizationScorerWeight: { dynamo: 'router_kv_utilization_scorer_weight', kind: 'nonNegative' },

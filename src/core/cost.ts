@@ -10,7 +10,8 @@
  *          + host_cache_hit_weight × host_overlap_blocks
  *          + disk_cache_hit_weight × disk_overlap_blocks
  *          + shared_cache_multiplier × shared_hits_beyond_device
- *   cost   = prefill_load_scale × (max(0, raw_prefill_blocks − credit) + kv_pressure_weight × evicted_blocks)
+ *   cost   = prefill_load_scale × (max(0, raw_prefill_blocks − credit) + kv_pressure_weight × evicted_blocks
+ *                                   + kv_overflow_weight × (credit + overflow_blocks) when overflow_blocks > 0)
  *          + potential_decode_blocks + decode_active_request_weight × active_requests
  *   cost  *= Π preferred-taint factors the worker carries    (routing constraints; applied by the scheduler)
  *
@@ -35,6 +36,17 @@
  * blocks are held, not active: they cost nothing as load, and only what a
  * newcomer would evict of them is charged. Without a full cache (or a known
  * capacity) the term is 0.
+ *
+ * KV overflow (kvgate's own term; `kv_overflow_weight` 0 gives Dynamo's cost): `overflow_blocks =
+ * potential_decode_blocks − capacity`, the blocks of the requests running on a worker plus the prompt's
+ * blocks not active there, beyond its advertised KV capacity. An engine admits a prompt only when its KV
+ * fits, so there the prompt waits until running requests finish and free the overflow: seconds to
+ * minutes for agent requests that decode thousands of tokens, against a few seconds to prefill even a
+ * 150k-token prompt cold on another engine. So where it overflows, the prompt's cached blocks earn
+ * nothing (at weight 1 the credit is void: the worker is charged the whole prompt's prefill) and the
+ * overflow is charged as prefill on top. Without an overflow (or a known capacity) the term is 0, so
+ * every decision below a full cache is Dynamo's. On the agentic workload's heavy regime (BENCHMARKS.md,
+ * "Routing agents") it is what brings kvgate's p99 TTFT under the peers'.
  */
 import type { KvRouterConfig } from './config.js';
 
@@ -51,6 +63,8 @@ export type CostKnobs = Pick<
 > & {
   /** Weight of evicted blocks (`routerKvPressureWeight`); absent = 0, Dynamo's cost. */
   readonly kvPressureWeight?: number;
+  /** Weight of a worker's KV overflow (`routerKvOverflowWeight`); absent = 0, Dynamo's cost. */
+  readonly kvOverflowWeight?: number;
   readonly trackPrefillTokens: boolean;
   /** Apply the decode exception (decode router, no prefill tracking, credit > 0). */
   readonly decodeException: boolean;
@@ -69,6 +83,8 @@ export interface CandidateLoad {
   readonly sharedBeyondDeviceBlocks?: number;
   /** Cached blocks of other contexts the worker would evict to take the prompt (0 below a full cache). */
   readonly evictedBlocks?: number;
+  /** Running requests' blocks plus the prompt's new ones beyond the advertised capacity (0 below it). */
+  readonly overflowBlocks?: number;
 }
 
 /** The request-wide inputs of the cost model. */
@@ -106,6 +122,8 @@ export interface CostInput {
   sharedBeyond: number;
   /** Cached blocks the worker would evict to take the prompt (see the cache-pressure term). */
   evicted: number;
+  /** Active blocks plus the prompt's new blocks beyond the advertised capacity (see the KV-overflow term). */
+  overflow: number;
 }
 
 /** A zeroed `CostInput` (every field present, so the object keeps one shape as it is refilled). */
@@ -123,6 +141,7 @@ export function newCostInput(): CostInput {
     diskOverlap: 0,
     sharedBeyond: 0,
     evicted: 0,
+    overflow: 0,
   };
 }
 
@@ -172,6 +191,7 @@ export function costFromCredit(
   potentialDecodeBlocks: number,
   activeRequests: number,
   evicted: number,
+  overflow: number,
 ): number {
   const requestTerm = k.decodeActiveRequestWeight * activeRequests;
   if (k.decodeException) {
@@ -181,7 +201,8 @@ export function costFromCredit(
   const raw = k.trackPrefillTokens ? (activePrefill + isl) / blockSize : 0;
   const p = raw - creditBlocks;
   const pressure = evicted > 0 ? (k.kvPressureWeight ?? 0) * evicted : 0;
-  return k.prefillLoadScale * ((p > 0 ? p : 0) + pressure) + potentialDecodeBlocks + requestTerm;
+  const waiting = overflow > 0 ? (k.kvOverflowWeight ?? 0) * (creditBlocks + overflow) : 0;
+  return k.prefillLoadScale * ((p > 0 ? p : 0) + pressure + waiting) + potentialDecodeBlocks + requestTerm;
 }
 
 /**
@@ -204,6 +225,7 @@ function costOf(k: CostKnobs, x: Readonly<CostInput>): number {
     x.potentialDecodeBlocks,
     x.activeRequests,
     x.evicted,
+    x.overflow,
   );
 }
 
@@ -222,6 +244,7 @@ export function candidateCost(knobs: CostKnobs, req: CostRequest, c: CandidateLo
     diskOverlap: c.diskOverlapBlocks ?? 0,
     sharedBeyond: c.sharedBeyondDeviceBlocks ?? 0,
     evicted: c.evictedBlocks ?? 0,
+    overflow: c.overflowBlocks ?? 0,
   });
 }
 

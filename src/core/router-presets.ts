@@ -5,7 +5,7 @@
  *
  * `kv` is kvgate's default (no knob changed). `dynamo` is Dynamo v1.5's defaults, `dynamo-agentic` its
  * `--agentic` preset (overlap credit 2, prefill load x4, 64 blocks per active request); both turn
- * kvgate's own cache-pressure term off, since Dynamo has none. `llm-d` is llm-d's weighted scorer with
+ * kvgate's own cache-pressure and KV-overflow terms off, since Dynamo has none. `llm-d` is llm-d's weighted scorer with
  * its recommended weights, prefix : queue : KV utilisation = 2 : 2 : 1 (llm-d's docs); `lmetric`
  * LMetric's product rule (Zhang et al., OSDI'26).
  */
@@ -18,12 +18,14 @@ export const ROUTER_PRESETS = Object.freeze({
     prefill_load_scale: 1,
     decode_active_request_weight: 0,
     router_kv_pressure_weight: 0,
+    router_kv_overflow_weight: 0,
   }),
   'dynamo-agentic': Object.freeze({
     overlap_score_credit: 2,
     prefill_load_scale: 4,
     decode_active_request_weight: 64,
     router_kv_pressure_weight: 0,
+    router_kv_overflow_weight: 0,
   }),
   'llm-d': Object.freeze({
     router_prefix_scorer_weight: 2,

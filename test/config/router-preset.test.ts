@@ -57,12 +57,19 @@ function problemsOf(text: string): ConfigProblem[] {
 // Written out here, not read from the table under test: what each preset must mean to an operator.
 const EXPECTED: Record<string, Partial<KvRouterConfig>> = {
   kv: {},
-  dynamo: { overlapScoreCredit: 1, prefillLoadScale: 1, decodeActiveRequestWeight: 0, routerKvPressureWeight: 0 },
+  dynamo: {
+    overlapScoreCredit: 1,
+    prefillLoadScale: 1,
+    decodeActiveRequestWeight: 0,
+    routerKvPressureWeight: 0,
+    routerKvOverflowWeight: 0,
+  },
   'dynamo-agentic': {
     overlapScoreCredit: 2,
     prefillLoadScale: 4,
     decodeActiveRequestWeight: 64,
     routerKvPressureWeight: 0,
+    routerKvOverflowWeight: 0,
   },
   'llm-d': { routerPrefixScorerWeight: 2, routerQueueScorerWeight: 2, routerKvUtilizationScorerWeight: 1 },
   lmetric: { routerLmetric: true },

@@ -8,10 +8,11 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../src/common/index.js';
 import { KV_ROUTER_DEFAULTS, type StepCostModel } from '../../src/core/index.js';
-import { newCostInput, type CostKnobs } from '../../src/core/cost.js';
+import { newCostInput } from '../../src/core/cost.js';
 import { chunkedPrefillMs, newStepCostLoad, stepCostOf } from '../../src/core/step-cost.js';
 import { KvRouter } from '../../src/routing/index.js';
 import { promptHashes } from '../../src/wasm/index.js';
+import { dynamoCostKnobs } from '../helpers/cost-knobs.js';
 
 const LINEAR: StepCostModel = {
   prefillMs: (_cached, tokens) => tokens,
@@ -20,18 +21,7 @@ const LINEAR: StepCostModel = {
 const BS = 4;
 const tokens = (n: number, from = 1): number[] => Array.from({ length: n }, (_, i) => from + i);
 
-const KNOBS: CostKnobs = {
-  overlapScoreCredit: 1,
-  overlapScoreCreditDecay: 0,
-  prefillLoadScale: 1,
-  decodeActiveRequestWeight: 0,
-  hostCacheHitWeight: 0,
-  diskCacheHitWeight: 0,
-  sharedCacheMultiplier: 0,
-  kvPressureWeight: 1,
-  trackPrefillTokens: true,
-  decodeException: false,
-};
+const KNOBS = dynamoCostKnobs({ kvPressureWeight: 1 });
 
 describe('the time-unit cost (stepCostOf)', () => {
   it('is the predicted prefill ms, plus each prefill step carrying the running decodes', () => {

@@ -3,6 +3,7 @@ import { KvRouter, resolvePin } from '../../src/routing/index.js';
 import { ManualClock, seededRng } from '../../src/common/index.js';
 import { outputBlockDecay, type KvRouterOptions } from '../../src/core/index.js';
 import { candidateCost } from '../../src/core/cost.js';
+import { dynamoCostKnobs } from '../helpers/cost-knobs.js';
 import { isKvgateError } from '../../src/errors/index.js';
 import { PrefixIndex, promptHashes } from '../../src/wasm/index.js';
 
@@ -63,17 +64,7 @@ describe('KvRouter selection', () => {
     expect(byWorker[3]).toMatchObject({ overlapBlocks: 5, prefillTokens: 20, decodeBlocks: 10, cost: 5 + 10 });
     expect(byWorker[1]!.probability).toBeUndefined();
     // Each candidate's cost is the cost model applied to its own row.
-    const knobs = {
-      overlapScoreCredit: 1,
-      overlapScoreCreditDecay: 0,
-      prefillLoadScale: 1,
-      decodeActiveRequestWeight: 0,
-      hostCacheHitWeight: 0,
-      diskCacheHitWeight: 0,
-      sharedCacheMultiplier: 0,
-      trackPrefillTokens: true,
-      decodeException: false,
-    };
+    const knobs = dynamoCostKnobs();
     for (const c of d.candidates) {
       expect(
         candidateCost(

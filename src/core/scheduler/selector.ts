@@ -107,11 +107,8 @@ export class SlotSelector {
     const isl = req.isl;
     const promptBlocks = req.hashes !== null ? req.hashes.seq.length : Math.floor(isl / bs);
     const { eligible: elig, dev, depth, host, disk, costs, sharedDepth } = table.scratch;
-    const prefill = active.activePrefillTokens;
-    const blocks = active.activeDecodeBlocks;
-    const requests = active.activeRequests;
+    const { activePrefillTokens: prefill, activeDecodeBlocks: blocks, activeRequests: requests } = active;
     const { slotWorker, slotRank } = table;
-    const { trackPrefillTokens: trackPrefill } = knobs;
     // The blocks the prompt adds where none of it is active (shareable: less the depth active there).
     const newBlocks = knobs.trackActiveBlocks ? promptBlocks : 0;
     const shareable = knobs.trackActiveBlocks && knobs.shareable;
@@ -120,8 +117,10 @@ export class SlotSelector {
     const k = costKnobsOf(knobs);
     const requestBlocks = Math.ceil(isl / bs);
     const preferred = req.routingConstraints?.preferredTaints;
-    // Cache pressure needs the index's held-block count per candidate: read only when the term is on.
-    const pressure = (knobs.kvPressureWeight ?? 0) > 0 && !knobs.decodeException && table.knownCapacityCount > 0;
+    // Cache pressure (the index's held blocks) and KV overflow read each candidate's capacity: only when on.
+    const capacities = !knobs.decodeException && table.knownCapacityCount > 0;
+    const pressure = capacities && (knobs.kvPressureWeight ?? 0) > 0;
+    const overflowing = capacities && (knobs.kvOverflowWeight ?? 0) > 0;
     // The time-unit cost when the engines' step profile is known (the decode exception keeps [v1.5]).
     const model = knobs.decodeException ? undefined : this.#p.stepCost;
     const x = model === undefined ? undefined : this.#costInput(isl, requestBlocks, minPrefill);
@@ -134,8 +133,9 @@ export class SlotSelector {
       const p = prefill[s]!;
       const activeRequests = requests[s]!;
       const uncached = isl - overlap * bs;
-      const prefillTokens = trackPrefill ? p + (uncached > 0 ? uncached : 0) : p;
+      const prefillTokens = k.trackPrefillTokens ? p + (uncached > 0 ? uncached : 0) : p;
       const evicted = pressure ? table.evictedBlocks(s, requestBlocks - overlap) : 0;
+      const overflow = overflowing ? table.overflowBlocks(s, decodeBlocks) : 0;
       const hostOverlap = tiered ? host[s]! : 0;
       const diskOverlap = tiered ? disk[s]! : 0;
       const sharedBeyond = tiered && sharedDepth > overlap ? sharedDepth - overlap : 0;
@@ -143,7 +143,7 @@ export class SlotSelector {
       const creditBlocks = creditOf(k, decay, overlap, hostOverlap, diskOverlap, sharedBeyond);
       let cost: number;
       if (x === undefined) {
-        cost = costFromCredit(k, creditBlocks, isl, bs, p, decodeBlocks, activeRequests, evicted);
+        cost = costFromCredit(k, creditBlocks, isl, bs, p, decodeBlocks, activeRequests, evicted, overflow);
       } else {
         x.activePrefill = p;
         x.potentialDecodeBlocks = decodeBlocks;

@@ -171,6 +171,15 @@ export class SlotTable {
     return over > 0 ? (over < newBlocks ? over : newBlocks) : 0;
   }
 
+  /**
+   * The blocks beyond slot `s`'s advertised KV capacity if `activeBlocks` (its running requests' and a
+   * prompt's new ones) were active there (the KV-overflow term); 0 within it, or with no capacity known.
+   */
+  overflowBlocks(s: number, activeBlocks: number): number {
+    const capacity = this.totalKv[s]!;
+    return capacity > 0 && activeBlocks > capacity ? activeBlocks - capacity : 0;
+  }
+
   /** Product of the preferred-taint factors of the taints slot `s`'s worker carries. */
   taintFactor(s: number, preferred: Readonly<Record<string, number>>): number {
     let f = 1;

@@ -6,10 +6,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../../src/common/index.js';
-import { candidateCost, type CostKnobs } from '../../../src/core/cost.js';
-import { KV_ROUTER_DEFAULTS, type KvRouterOptions } from '../../../src/core/index.js';
+import { candidateCost } from '../../../src/core/cost.js';
+import type { KvRouterOptions } from '../../../src/core/index.js';
 import { KvRouter } from '../../../src/routing/index.js';
 import { promptHashes } from '../../../src/wasm/index.js';
+import { dynamoCostKnobs } from '../../helpers/cost-knobs.js';
 
 const BS = 4;
 const tokens = (n: number, from = 1): number[] => Array.from({ length: n }, (_, i) => from + i);
@@ -97,17 +98,7 @@ describe('cache pressure (routerKvPressureWeight)', () => {
   });
 
   it('the pure cost: evicted blocks weighted and scaled; absent weight or the decode exception ignore them', () => {
-    const knobs: CostKnobs = {
-      overlapScoreCredit: KV_ROUTER_DEFAULTS.overlapScoreCredit,
-      overlapScoreCreditDecay: 0,
-      prefillLoadScale: 3,
-      decodeActiveRequestWeight: 0,
-      hostCacheHitWeight: 0,
-      diskCacheHitWeight: 0,
-      sharedCacheMultiplier: 0,
-      trackPrefillTokens: true,
-      decodeException: false,
-    };
+    const knobs = dynamoCostKnobs({ prefillLoadScale: 3 });
     const req = { isl: 40, blockSize: 4, minActivePrefillTokens: 0 };
     const c = {
       activePrefillTokens: 0,

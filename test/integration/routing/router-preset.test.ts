@@ -114,7 +114,13 @@ describe('router_preset in a running gateway (kvgate serve + mocker engines)', (
   it('dynamo: the cached prefix wins over the busy worker', async () => {
     expect(await adminRouter()).toMatchObject({
       preset: 'dynamo',
-      router: { overlapScoreCredit: 1, prefillLoadScale: 1, decodeActiveRequestWeight: 0, routerKvPressureWeight: 0 },
+      router: {
+        overlapScoreCredit: 1,
+        prefillLoadScale: 1,
+        decodeActiveRequestWeight: 0,
+        routerKvPressureWeight: 0,
+        routerKvOverflowWeight: 0,
+      },
     });
     expect(await route(PROMPT)).toEqual({ worker: 1, overlap: 8 });
   });
@@ -127,7 +133,13 @@ describe('router_preset in a running gateway (kvgate serve + mocker engines)', (
     expect(line).toContain('decode_active_request_weight');
     expect(await adminRouter()).toMatchObject({
       preset: 'dynamo-agentic',
-      router: { overlapScoreCredit: 2, prefillLoadScale: 4, decodeActiveRequestWeight: 64, routerKvPressureWeight: 0 },
+      router: {
+        overlapScoreCredit: 2,
+        prefillLoadScale: 4,
+        decodeActiveRequestWeight: 64,
+        routerKvPressureWeight: 0,
+        routerKvOverflowWeight: 0,
+      },
     });
     // The stream is still booked on worker 1: only the knobs changed.
     expect(await metric(url, 'kvgate_worker_active_requests', { worker_id: '1' })).toBe(1);
