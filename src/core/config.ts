@@ -123,14 +123,18 @@ export type KvRouterOptions = {
   overlapScoreWeight?: number;
 };
 
-/** Defaults of Dynamo v1.5, and kvgate's own knobs (`routerKvPressureWeight`, `routerKvOverflowWeight`: on). */
+/**
+ * Dynamo v1.5's defaults but for the prefill scale (4, as Dynamo's `--agentic` preset; see `cost.ts`), and
+ * kvgate's own knobs (`routerKvPressureWeight` 1, `routerKvOverflowWeight` 2). The `dynamo` router preset
+ * gives Dynamo's defaults exactly.
+ */
 export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   overlapScoreCredit: 1.0,
   overlapScoreCreditDecay: 0,
-  prefillLoadScale: 1.0,
+  prefillLoadScale: 4.0,
   decodeActiveRequestWeight: 0,
   routerKvPressureWeight: 1,
-  routerKvOverflowWeight: 1,
+  routerKvOverflowWeight: 2,
   routerPrefixScorerWeight: 0,
   routerQueueScorerWeight: 0,
   routerKvUtilizationScorerWeight: 0,

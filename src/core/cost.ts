@@ -19,8 +19,8 @@
  * track prefill and gives credit scores `max(0, potential_decode_blocks − credit)
  * + decode_active_request_weight × active_requests`.
  *
- * With default knobs (credit 1, no decay, scale 1, no request weight, no tier
- * hits) this equals the [v1.1] formula `weight × potential_prefill_tokens /
+ * With Dynamo's default knobs (credit 1, no decay, scale 1, no request weight, no
+ * tier hits; kvgate's `dynamo` preset) this equals the [v1.1] formula `weight × potential_prefill_tokens /
  * block_size + potential_decode_blocks` (pinned by test/core/cost.test.ts).
  *
  * Tiered overlaps are counted beyond what a faster tier already holds: a block
@@ -44,9 +44,14 @@
  * minutes for agent requests that decode thousands of tokens, against a few seconds to prefill even a
  * 150k-token prompt cold on another engine. So where it overflows, the prompt's cached blocks earn
  * nothing (at weight 1 the credit is void: the worker is charged the whole prompt's prefill) and the
- * overflow is charged as prefill on top. Without an overflow (or a known capacity) the term is 0, so
- * every decision below a full cache is Dynamo's. On the agentic workload's heavy regime (BENCHMARKS.md,
+ * overflow is charged as prefill on top (kvgate's default weight, 2, charges the credit twice). Without
+ * an overflow (or a known capacity) the term is 0. On the agentic workload's heavy regime (BENCHMARKS.md,
  * "Routing agents") it is what brings kvgate's p99 TTFT under the peers'.
+ *
+ * kvgate's default prefill scale is 4, not Dynamo's 1 (as Dynamo's own `--agentic` preset sets it): a
+ * block of a running request is charged like a block of prefill, and on measured GPUs it costs a new
+ * prompt far less, so at 1 a session's cached engine loses its turns to any engine with fewer requests
+ * running (BENCHMARKS.md, "Routing agents").
  */
 import type { KvRouterConfig } from './config.js';
 

@@ -72,7 +72,8 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
     if (name === '') continue;
     if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
     else if (name === 'kv-one-group') add({ kind: 'kv', name, options: {}, dynamo: {}, oneGroup: true });
-    else if (name === 'kv-step') add({ kind: 'kv', name, options: {}, dynamo: {}, stepCost: true });
+    else if (name === 'kv-step')
+      add({ kind: 'kv', name, options: { prefillLoadScale: 1 }, dynamo: { prefill_load_scale: 1 }, stepCost: true });
     else if (isRouterPreset(name))
       add({ kind: 'kv', name, options: routerPresetOptions(name), dynamo: routerPresetKnobs(name) });
     else if ((SIMPLE_POLICIES as readonly string[]).includes(name))

@@ -9,15 +9,19 @@ import {
   type KvRouterOptions,
 } from '../../src/core/config.js';
 import { kvgateErrorOf } from '../helpers/kvgate-error.js';
+import { routerPresetOptions } from '../../src/core/router-presets.js';
 
 const configError = kvgateErrorOf;
 
 describe('KvRouterConfig', () => {
-  it('defaults are Dynamo v1.5 and the result is deep-frozen', () => {
+  it("defaults are Dynamo v1.5's but for the prefill scale and kvgate's own terms, and the result is deep-frozen", () => {
     const c = resolveKvRouterConfig();
     expect(c).toEqual(KV_ROUTER_DEFAULTS);
     expect(c.overlapScoreCredit).toBe(1);
-    expect(c.prefillLoadScale).toBe(1);
+    expect([c.prefillLoadScale, c.routerKvPressureWeight, c.routerKvOverflowWeight]).toEqual([4, 1, 2]);
+    // The dynamo preset is Dynamo v1.5's defaults.
+    const d = resolveKvRouterConfig(routerPresetOptions('dynamo'));
+    expect([d.prefillLoadScale, d.routerKvPressureWeight, d.routerKvOverflowWeight]).toEqual([1, 0, 0]);
     expect(c.hostCacheHitWeight).toBe(0.75);
     expect(c.diskCacheHitWeight).toBe(0.25);
     expect(c.routerTtlSecs).toBe(120);

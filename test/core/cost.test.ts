@@ -1,17 +1,20 @@
 import { describe, expect, it } from 'vitest';
 import { candidateCost, costV11, type CostKnobs } from '../../src/core/cost.js';
-import { KV_ROUTER_DEFAULTS } from '../../src/core/config.js';
+import { resolveKvRouterConfig } from '../../src/core/config.js';
+import { routerPresetOptions } from '../../src/core/router-presets.js';
 import { pickLowest, sampleIndex, softmaxProbabilities } from '../../src/core/selection.js';
 import { seededRng } from '../../src/common/index.js';
 
+/** Dynamo v1.5's defaults: kvgate's `dynamo` preset over its own defaults. */
+const DYNAMO = resolveKvRouterConfig(routerPresetOptions('dynamo'));
 const DEFAULT_KNOBS: CostKnobs = {
-  overlapScoreCredit: KV_ROUTER_DEFAULTS.overlapScoreCredit,
-  overlapScoreCreditDecay: KV_ROUTER_DEFAULTS.overlapScoreCreditDecay,
-  prefillLoadScale: KV_ROUTER_DEFAULTS.prefillLoadScale,
-  decodeActiveRequestWeight: KV_ROUTER_DEFAULTS.decodeActiveRequestWeight,
-  hostCacheHitWeight: KV_ROUTER_DEFAULTS.hostCacheHitWeight,
-  diskCacheHitWeight: KV_ROUTER_DEFAULTS.diskCacheHitWeight,
-  sharedCacheMultiplier: KV_ROUTER_DEFAULTS.sharedCacheMultiplier,
+  overlapScoreCredit: DYNAMO.overlapScoreCredit,
+  overlapScoreCreditDecay: DYNAMO.overlapScoreCreditDecay,
+  prefillLoadScale: DYNAMO.prefillLoadScale,
+  decodeActiveRequestWeight: DYNAMO.decodeActiveRequestWeight,
+  hostCacheHitWeight: DYNAMO.hostCacheHitWeight,
+  diskCacheHitWeight: DYNAMO.diskCacheHitWeight,
+  sharedCacheMultiplier: DYNAMO.sharedCacheMultiplier,
   trackPrefillTokens: true,
   decodeException: false,
 };

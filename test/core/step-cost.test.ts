@@ -72,7 +72,9 @@ describe('the time-unit cost (stepCostOf)', () => {
 
 describe('a KvRouter given the step profile', () => {
   function scene(stepCost: StepCostModel | undefined): KvRouter {
-    const r = new KvRouter({ blockSize: BS, config: {}, clock: new ManualClock(), rng: seededRng(1), stepCost });
+    // Dynamo's prefill scale (1): the block counting below is Dynamo's, and the time-unit cost takes no scale.
+    const config = { prefillLoadScale: 1 };
+    const r = new KvRouter({ blockSize: BS, config, clock: new ManualClock(), rng: seededRng(1), stepCost });
     for (const w of [1, 2]) r.addWorker(w, { totalKvBlocks: 1000, maxNumBatchedTokens: 64 });
     // Worker 1 holds the session's 32-block context, and a 40-block request decodes there.
     const ctx = promptHashes(tokens(128), BS);
@@ -96,7 +98,7 @@ describe('a KvRouter given the step profile', () => {
     });
   });
 
-  it('scores with the block-counting cost for the defaults knobs when no profile is given', () => {
+  it('scores with the block-counting cost when no profile is given', () => {
     const d = scene(undefined).findBestMatch(followUp, { mode: 'query' });
     expect(Object.fromEntries(d.candidates.map((c) => [c.workerId, c.cost]))).toEqual({ 1: 76, 2: 68 });
     expect(KV_ROUTER_DEFAULTS.routerKvPressureWeight).toBe(1);

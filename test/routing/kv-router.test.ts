@@ -8,6 +8,8 @@ import { isKvgateError } from '../../src/errors/index.js';
 import { PrefixIndex, promptHashes } from '../../src/wasm/index.js';
 
 const BS = 4;
+/** Dynamo's prefill scale: these tests check its arithmetic (kvgate's default is 4; test/core/config.test.ts). */
+const DYNAMO: KvRouterOptions = { prefillLoadScale: 1 };
 const tokens = (n: number, from = 1): number[] => Array.from({ length: n }, (_, i) => from + i);
 
 function router(
@@ -16,7 +18,8 @@ function router(
   clock = new ManualClock(),
   index?: PrefixIndex,
 ): KvRouter {
-  const r = new KvRouter({ blockSize: BS, config, clock, rng: seededRng(5), ...(index ? { index } : {}) });
+  const opts = { blockSize: BS, config: { ...DYNAMO, ...config }, clock, rng: seededRng(5) };
+  const r = new KvRouter({ ...opts, ...(index ? { index } : {}) });
   for (const w of workers) r.addWorker(w);
   return r;
 }
@@ -263,7 +266,12 @@ describe('KvRouter modes and lifecycle', () => {
   it('host and disk tier hits earn their weights beyond the device overlap', () => {
     const host = new PrefixIndex();
     const disk = new PrefixIndex();
-    const r = new KvRouter({ blockSize: BS, rng: seededRng(1), tierIndexes: { hostPinned: host, disk } });
+    const r = new KvRouter({
+      blockSize: BS,
+      config: DYNAMO,
+      rng: seededRng(1),
+      tierIndexes: { hostPinned: host, disk },
+    });
     r.addWorker(1);
     r.addWorker(2);
     const prompt = tokens(40);
@@ -342,7 +350,7 @@ describe('KvRouter modes and lifecycle', () => {
 
 describe('KvRouter routing constraints', () => {
   it('required taints filter unpinned candidates; preferred taints scale the cost', () => {
-    const r = new KvRouter({ blockSize: BS, rng: seededRng(2) });
+    const r = new KvRouter({ blockSize: BS, config: DYNAMO, rng: seededRng(2) });
     r.addWorker(1, { taints: ['gpu:a100'] });
     r.addWorker(2, { taints: ['gpu:h100', 'zone:b'] });
     r.addWorker(3, { taints: ['gpu:h100'] });

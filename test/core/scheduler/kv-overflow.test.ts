@@ -14,6 +14,8 @@ import { dynamoCostKnobs } from '../../helpers/cost-knobs.js';
 
 const BS = 4;
 const tokens = (n: number, from = 1): number[] => Array.from({ length: n }, (_, i) => from + i);
+/** Dynamo's prefill scale and the term at weight 1, which the costs below are worked in (kvgate's defaults: 4 and 2). */
+const UNIT: KvRouterOptions = { prefillLoadScale: 1, routerKvOverflowWeight: 1 };
 /** The new prompt: 10 blocks, the first 8 cached on worker 1. */
 const PROMPT = tokens(40);
 
@@ -23,7 +25,12 @@ const PROMPT = tokens(40);
  * and empty. Dynamo's cost prefers worker 1 (2 blocks to prefill and 14 active against 10 and 10).
  */
 function scene(config: KvRouterOptions, capacity: number | undefined): KvRouter {
-  const r = new KvRouter({ blockSize: BS, config, clock: new ManualClock(), rng: seededRng(5) });
+  const r = new KvRouter({
+    blockSize: BS,
+    config: { ...UNIT, ...config },
+    clock: new ManualClock(),
+    rng: seededRng(5),
+  });
   for (const w of [1, 2]) r.addWorker(w, capacity === undefined ? {} : { totalKvBlocks: capacity });
   const h = promptHashes(PROMPT.slice(0, 32), BS);
   r.index.applyStored(1, 0, null, h.seq, h.local);
@@ -43,6 +50,9 @@ describe('KV overflow (routerKvOverflowWeight)', () => {
     expect(costs(scene({}, 12))).toEqual({ costs: { 1: 2 + 10 + 14, 2: 20 }, workerId: 2 });
     // At the prefill scale, like the prefill it stands for.
     expect(costs(scene({ prefillLoadScale: 2 }, 12)).costs).toEqual({ 1: 2 * (2 + 10) + 14, 2: 2 * 10 + 10 });
+    // kvgate's defaults, prefill scale 4 and weight 2: the credit counts against worker 1 twice.
+    const defaults = { prefillLoadScale: KV_ROUTER_DEFAULTS.prefillLoadScale, routerKvOverflowWeight: 2 };
+    expect(costs(scene(defaults, 12))).toEqual({ costs: { 1: 4 * (2 + 2 * 10) + 14, 2: 4 * 10 + 10 }, workerId: 2 });
   });
 
   it('follows the bookings: once the running request ends, the prompt fits and its cache wins again', () => {
@@ -62,7 +72,7 @@ describe('KV overflow (routerKvOverflowWeight)', () => {
     }
     expect(routerPresetOptions('dynamo').routerKvOverflowWeight).toBe(0);
     expect(routerPresetOptions('dynamo-agentic').routerKvOverflowWeight).toBe(0);
-    expect(KV_ROUTER_DEFAULTS.routerKvOverflowWeight).toBe(1);
+    expect(KV_ROUTER_DEFAULTS.routerKvOverflowWeight).toBe(2);
   });
 
   it('the pure cost: the credit and the overflow weighted and scaled; absent weight or the decode exception ignore them', () => {

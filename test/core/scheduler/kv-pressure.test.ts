@@ -16,7 +16,13 @@ const BS = 4;
 const tokens = (n: number, from = 1): number[] => Array.from({ length: n }, (_, i) => from + i);
 
 function router(config: KvRouterOptions, totalKvBlocks: number | undefined): KvRouter {
-  const r = new KvRouter({ blockSize: BS, config, clock: new ManualClock(), rng: seededRng(3) });
+  // Dynamo's prefill scale, which the costs below are worked in (kvgate's default is 4).
+  const r = new KvRouter({
+    blockSize: BS,
+    config: { prefillLoadScale: 1, ...config },
+    clock: new ManualClock(),
+    rng: seededRng(3),
+  });
   for (const w of [1, 2]) r.addWorker(w, totalKvBlocks === undefined ? {} : { totalKvBlocks });
   return r;
 }

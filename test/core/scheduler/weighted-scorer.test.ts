@@ -6,13 +6,14 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../../src/common/index.js';
 import { KvRouter } from '../../../src/routing/index.js';
+import type { KvRouterOptions } from '../../../src/core/index.js';
 import { promptHashes } from '../../../src/wasm/index.js';
 
 const BS = 4;
 const tokens = (n: number, from = 1): number[] => Array.from({ length: n }, (_, i) => from + i);
 const LLM_D = { routerPrefixScorerWeight: 2, routerQueueScorerWeight: 2, routerKvUtilizationScorerWeight: 1 };
 
-function router(config = LLM_D): KvRouter {
+function router(config: KvRouterOptions = LLM_D): KvRouter {
   const r = new KvRouter({ blockSize: BS, config, clock: new ManualClock(), rng: seededRng(9) });
   for (const w of [1, 2, 3]) r.addWorker(w, { totalKvBlocks: 100 });
   return r;
@@ -45,9 +46,10 @@ describe('weighted scorer (llm-d style)', () => {
   });
 
   it('all weights 0 (the default) keep the cost model', () => {
-    const r = router({ routerPrefixScorerWeight: 0, routerQueueScorerWeight: 0, routerKvUtilizationScorerWeight: 0 });
+    const none = { routerPrefixScorerWeight: 0, routerQueueScorerWeight: 0, routerKvUtilizationScorerWeight: 0 };
+    const r = router({ ...none, prefillLoadScale: 1 });
     cache(r, 1, prompt);
-    // Prefill 10 - 10 credit + decode 10 on worker 1; 10 + 10 elsewhere.
+    // Prefill 10 - 10 credit + decode 10 on worker 1; 10 + 10 elsewhere (Dynamo's prefill scale, 1).
     expect(costs(r, 'q', prompt)).toEqual({ 1: 10, 2: 20, 3: 20 });
   });
 });
