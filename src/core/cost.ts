@@ -19,9 +19,10 @@
  * track prefill and gives credit scores `max(0, potential_decode_blocks − credit)
  * + decode_active_request_weight × active_requests`.
  *
- * With Dynamo's default knobs (credit 1, no decay, scale 1, no request weight, no
- * tier hits; kvgate's `dynamo` preset) this equals the [v1.1] formula `weight × potential_prefill_tokens /
- * block_size + potential_decode_blocks` (pinned by test/core/cost.test.ts).
+ * With Dynamo's default knobs (credit 1, no decay, scale 1, no request weight,
+ * no tier hits; kvgate's `dynamo` preset) this equals the [v1.1] formula
+ * `weight × potential_prefill_tokens / block_size + potential_decode_blocks`
+ * (pinned by test/core/cost.test.ts).
  *
  * Tiered overlaps are counted beyond what a faster tier already holds: a block
  * both on device and in host cache earns only the device credit [inferred].

@@ -3,11 +3,11 @@
  * `KV_ROUTER_DEFAULTS`). The one table both the gateway config (`router_preset`) and the replay
  * (`--compare dynamo,...`) read, so a preset means the same knobs wherever it is named.
  *
- * `kv` is kvgate's default (no knob changed). `dynamo` is Dynamo v1.5's defaults, `dynamo-agentic` its
- * `--agentic` preset (overlap credit 2, prefill load x4, 64 blocks per active request); both turn
- * kvgate's own cache-pressure and KV-overflow terms off, since Dynamo has none. `llm-d` is llm-d's weighted scorer with
- * its recommended weights, prefix : queue : KV utilisation = 2 : 2 : 1 (llm-d's docs); `lmetric`
- * LMetric's product rule (Zhang et al., OSDI'26).
+ * `kv` is kvgate's default (no knob changed: `KV_ROUTER_DEFAULTS`, prefill scale 4). `dynamo` is Dynamo
+ * v1.5's defaults (prefill scale 1), `dynamo-agentic` its `--agentic` preset (overlap credit 2, prefill
+ * load x4, 64 blocks per active request); both turn kvgate's own cache-pressure and KV-overflow terms off,
+ * since Dynamo has none. `llm-d` is llm-d's weighted scorer with its recommended weights, prefix : queue :
+ * KV utilisation = 2 : 2 : 1 (llm-d's docs); `lmetric` LMetric's product rule (Zhang et al., OSDI'26).
  */
 import { kvRouterOptionsFromDynamo, type KvRouterOptions } from './config.js';
 
