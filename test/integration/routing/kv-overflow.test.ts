@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServeCli, type CliProcess } from '../../helpers/cli-process.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { serveConfig, startMockerSuite, type MockerSuite } from '../../helpers/serve-suite.js';
-import { until } from '../../helpers/until.js';
+import { adminRouter, cacheOn, holdStreamOn, postModel, routeIds } from '../../helpers/routing-scene.js';
 
 const MODEL = 'mock-model';
 const BS = 16;
@@ -43,30 +43,10 @@ describe('the KV-overflow term in a running gateway (kvgate serve + mocker engin
       ),
     ]);
 
-  const post = async (path: string, body: Record<string, unknown>): Promise<Response> =>
-    fetch(`${url}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, ...body }),
-    });
-
-  /** The router's choice for `prompt` (optionally pinned), without dispatching: worker and overlap blocks. */
-  const route = async (prompt: readonly number[], pin?: number): Promise<{ worker: number; overlap: number }> => {
-    const res = await post('/v1/route', {
-      prompt,
-      max_tokens: 1,
-      return_token_ids: false,
-      ...(pin !== undefined ? { nvext: { backend_instance_id: pin } } : {}),
-    });
-    const json = (await res.json()) as { worker: { worker_id: number }; overlap_blocks: number };
-    expect(res.status).toBe(200);
-    return { worker: json.worker.worker_id, overlap: json.overlap_blocks };
-  };
-
-  const overflowWeight = async (): Promise<unknown> => {
-    const c = (await (await fetch(`${url}/admin/config`)).json()) as { models: { router: Record<string, unknown> }[] };
-    return c.models[0]!.router.routerKvOverflowWeight;
-  };
+  const overflowWeight = async (): Promise<unknown> =>
+    (await adminRouter({ url, model: MODEL })).router.routerKvOverflowWeight;
+  const route = (prompt: readonly number[]): Promise<{ worker: number; overlap: number }> =>
+    routeIds({ url, model: MODEL }, prompt);
 
   beforeAll(async () => {
     suite = await startMockerSuite(
@@ -80,32 +60,11 @@ describe('the KV-overflow term in a running gateway (kvgate serve + mocker engin
     suite.procs.push(gateway);
     url = gw.url;
 
+    const g = { url, model: MODEL };
     // Worker 1 caches the context, and the router indexes it.
-    const seed = await post('/v1/completions', { prompt: CONTEXT, max_tokens: 1, nvext: { backend_instance_id: 1 } });
-    expect(seed.status).toBe(200);
-    await seed.arrayBuffer();
-    await until(async () => (await route(CONTEXT, 1)).overlap === 40, 'the context indexed on worker 1', 10_000);
-
+    await cacheOn(g, 1, CONTEXT, 40);
     // A stream that stays in flight on worker 1: its engine now stalls every answer after 2 tokens.
-    const fault = await fetch(`${suite.engines[0]!.url}/admin/faults`, {
-      method: 'POST',
-      body: JSON.stringify({ stall_after_tokens: 2 }),
-    });
-    expect(fault.status).toBe(200);
-    await fault.arrayBuffer();
-    const stream = await post('/v1/completions', {
-      prompt: HELD,
-      max_tokens: 50,
-      stream: true,
-      nvext: { backend_instance_id: 1 },
-    });
-    expect(stream.headers.get('x-kvgate-worker')).toBe('1');
-    held = stream.body!.getReader();
-    await held.read();
-    await until(
-      async () => (await metric(url, 'kvgate_worker_active_requests', { worker_id: '1' })) === 1,
-      'the stream booked on worker 1',
-    );
+    held = await holdStreamOn(g, 1, suite.engines[0]!.url, HELD);
   }, 60_000);
 
   afterAll(async () => {
@@ -130,7 +89,7 @@ describe('the KV-overflow term in a running gateway (kvgate serve + mocker engin
     // and the overflow of 8, twice, at scale 4: 232 + 4 x 2 x 48 = 616, against 320.
     expect(await metric(url, 'kvgate_worker_active_requests', { worker_id: '1' })).toBe(1);
     expect(await route(TURN)).toEqual({ worker: 2, overlap: 0 });
-    const res = await post('/v1/completions', { prompt: TURN, max_tokens: 2 });
+    const res = await postModel({ url, model: MODEL }, '/v1/completions', { prompt: TURN, max_tokens: 2 });
     expect(res.status).toBe(200);
     expect(res.headers.get('x-kvgate-worker')).toBe('2');
     await res.arrayBuffer();

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServeCli, type CliProcess } from '../../helpers/cli-process.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
-import { until } from '../../helpers/until.js';
+import { adminRouter, cacheOn, holdStreamOn, routeIds } from '../../helpers/routing-scene.js';
 
 const MODEL = 'mock-model';
 const BS = 16;
@@ -38,33 +38,6 @@ describe('router_preset in a running gateway (kvgate serve + mocker engines)', (
       ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`),
     ]);
 
-  const post = async (path: string, body: Record<string, unknown>): Promise<Response> =>
-    fetch(`${url}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, ...body }),
-    });
-
-  /** The router's choice for `prompt` (optionally pinned), without dispatching: worker and overlap blocks. */
-  const route = async (prompt: readonly number[], pin?: number): Promise<{ worker: number; overlap: number }> => {
-    const res = await post('/v1/route', {
-      prompt,
-      max_tokens: 1,
-      return_token_ids: false,
-      ...(pin !== undefined ? { nvext: { backend_instance_id: pin } } : {}),
-    });
-    const json = (await res.json()) as { worker: { worker_id: number }; overlap_blocks: number };
-    expect(res.status).toBe(200);
-    return { worker: json.worker.worker_id, overlap: json.overlap_blocks };
-  };
-
-  const adminRouter = async (): Promise<{ preset: string; router: Record<string, unknown> }> => {
-    const c = (await (await fetch(`${url}/admin/config`)).json()) as {
-      models: { routerPreset: string; router: Record<string, unknown> }[];
-    };
-    return { preset: c.models[0]!.routerPreset, router: c.models[0]!.router };
-  };
-
   beforeAll(async () => {
     suite = await startMockerSuite(
       'preset',
@@ -77,33 +50,11 @@ describe('router_preset in a running gateway (kvgate serve + mocker engines)', (
     suite.procs.push(gateway);
     url = gw.url;
 
+    const g = { url, model: MODEL };
     // Worker 1 caches PROMPT, and the router indexes it.
-    const seed = await post('/v1/completions', { prompt: PROMPT, max_tokens: 1, nvext: { backend_instance_id: 1 } });
-    expect(seed.status).toBe(200);
-    expect(seed.headers.get('x-kvgate-worker')).toBe('1');
-    await seed.arrayBuffer();
-    await until(async () => (await route(PROMPT, 1)).overlap === 8, 'the prompt indexed on worker 1', 10_000);
-
+    await cacheOn(g, 1, PROMPT, 8);
     // A stream that stays in flight on worker 1: its engine now stalls every answer after 2 tokens.
-    const fault = await fetch(`${suite.engines[0]!.url}/admin/faults`, {
-      method: 'POST',
-      body: JSON.stringify({ stall_after_tokens: 2 }),
-    });
-    expect(fault.status).toBe(200);
-    await fault.arrayBuffer();
-    const stream = await post('/v1/completions', {
-      prompt: HELD,
-      max_tokens: 50,
-      stream: true,
-      nvext: { backend_instance_id: 1 },
-    });
-    expect(stream.headers.get('x-kvgate-worker')).toBe('1');
-    held = stream.body!.getReader();
-    await held.read();
-    await until(
-      async () => (await metric(url, 'kvgate_worker_active_requests', { worker_id: '1' })) === 1,
-      'the stream booked on worker 1',
-    );
+    held = await holdStreamOn(g, 1, suite.engines[0]!.url, HELD);
   }, 60_000);
 
   afterAll(async () => {
@@ -112,7 +63,7 @@ describe('router_preset in a running gateway (kvgate serve + mocker engines)', (
   });
 
   it('dynamo: the cached prefix wins over the busy worker', async () => {
-    expect(await adminRouter()).toMatchObject({
+    expect(await adminRouter({ url, model: MODEL })).toMatchObject({
       preset: 'dynamo',
       router: {
         overlapScoreCredit: 1,
@@ -122,7 +73,7 @@ describe('router_preset in a running gateway (kvgate serve + mocker engines)', (
         routerKvOverflowWeight: 0,
       },
     });
-    expect(await route(PROMPT)).toEqual({ worker: 1, overlap: 8 });
+    expect(await routeIds({ url, model: MODEL }, PROMPT)).toEqual({ worker: 1, overlap: 8 });
   });
 
   it('dynamo-agentic after a reload: the active request outweighs the prefix, and the idle worker wins', async () => {
@@ -131,7 +82,7 @@ describe('router_preset in a running gateway (kvgate serve + mocker engines)', (
     const line = (await gateway.waitFor(/configuration reloaded: ([^\n]*)/, 'the reload log line'))[1]!;
     expect(line).toContain('router_preset');
     expect(line).toContain('decode_active_request_weight');
-    expect(await adminRouter()).toMatchObject({
+    expect(await adminRouter({ url, model: MODEL })).toMatchObject({
       preset: 'dynamo-agentic',
       router: {
         overlapScoreCredit: 2,
@@ -143,6 +94,6 @@ describe('router_preset in a running gateway (kvgate serve + mocker engines)', (
     });
     // The stream is still booked on worker 1: only the knobs changed.
     expect(await metric(url, 'kvgate_worker_active_requests', { worker_id: '1' })).toBe(1);
-    expect((await route(PROMPT)).worker).toBe(2);
+    expect((await routeIds({ url, model: MODEL }, PROMPT)).worker).toBe(2);
   });
 });
