@@ -23,8 +23,9 @@
  *                  (b requests, L mean context) carried by every prefill step
  *   evict_ms     = kv_pressure_weight × prefill(evicted blocks): the cached contexts a full worker
  *                  drops to take the prompt, prefilled again when their sessions come back
- *   wait_ms      = when active blocks + the prompt's new blocks exceed the capacity: the time until
- *                  enough running requests finish to free the overflow, k of b, each leaving at the
+ *   wait_ms      = when active blocks + the prompt's new blocks exceed the capacity (`overflow`, as the
+ *                  KV-overflow term of cost.ts counts it): the time until enough running requests
+ *                  finish to free the overflow, k of b, each leaving at the
  *                  rate of the measured mean service time S (memoryless: S × Σ_{i<k} 1/(b − i));
  *                  before any request has finished, the overflow's prefill time
  *   cost_ms      = prefill_load_scale × (prefill_ms + evict_ms) + interfere_ms + wait_ms
@@ -46,8 +47,6 @@ export interface StepCostModel {
 export interface StepCostLoad {
   /** KV blocks held by the worker's running requests. */
   activeBlocks: number;
-  /** The worker's advertised KV capacity in blocks (0 = unknown: no wait predicted). */
-  capacityBlocks: number;
   /** The worker's max_num_batched_tokens (chunk size of a prefill). */
   maxBatched: number;
   /** Mean ms a request stays in flight, measured by the router (0 = none finished yet). */
@@ -56,7 +55,7 @@ export interface StepCostLoad {
 
 /** A fresh `StepCostLoad` (one per decision, refilled per candidate). */
 export function newStepCostLoad(): StepCostLoad {
-  return { activeBlocks: 0, capacityBlocks: 0, maxBatched: 1, meanServiceMs: 0 };
+  return { activeBlocks: 0, maxBatched: 1, meanServiceMs: 0 };
 }
 
 /** Prefill ms of `tokens` new tokens over `cached` of context, in chunks of `chunk`. */
@@ -71,8 +70,9 @@ export function chunkedPrefillMs(m: StepCostModel, cached: number, tokens: numbe
   return ms;
 }
 
-/** The predicted wait (ms) for running requests to free `overflow` blocks (see the header). */
-function kvWaitMs(m: StepCostModel, x: Readonly<CostInput>, l: Readonly<StepCostLoad>, overflow: number): number {
+/** The predicted wait (ms) for running requests to free the `x.overflow` blocks (see the header). */
+function kvWaitMs(m: StepCostModel, x: Readonly<CostInput>, l: Readonly<StepCostLoad>): number {
+  const overflow = x.overflow;
   const b = x.activeRequests;
   if (l.meanServiceMs <= 0 || b <= 0 || l.activeBlocks <= 0)
     return chunkedPrefillMs(m, 0, overflow * x.blockSize, l.maxBatched);
@@ -98,8 +98,7 @@ export function stepCostOf(k: CostKnobs, m: StepCostModel, x: Readonly<CostInput
   const interfere =
     b > 0 && steps > 0 ? steps * Math.max(0, m.decodeMs(b, (l.activeBlocks * bs) / b) - m.decodeMs(1, 0)) : 0;
   const evict = x.evicted > 0 ? (k.kvPressureWeight ?? 0) * chunkedPrefillMs(m, 0, x.evicted * bs, chunk) : 0;
-  const overflow = l.capacityBlocks > 0 ? x.potentialDecodeBlocks - l.capacityBlocks : 0;
-  const wait = overflow > 0 ? kvWaitMs(m, x, l, overflow) : 0;
+  const wait = x.overflow > 0 ? kvWaitMs(m, x, l) : 0;
   const perRequest = k.decodeActiveRequestWeight > 0 ? k.decodeActiveRequestWeight * b * m.prefillMs(0, bs) : 0;
   return k.prefillLoadScale * (prefill + evict) + interfere + wait + perRequest;
 }

@@ -47,6 +47,8 @@ export type PolicySpec =
 
 /** The peers' routers as named KV policies: core's presets but `kv`, which the replay names itself. */
 export const PRESET_POLICY_NAMES: readonly string[] = ROUTER_PRESET_NAMES.filter((n) => n !== 'kv');
+/** The time-unit cost's knobs: prefill scale 1, since its milliseconds already weigh prefill against decode. */
+const KV_STEP = Object.freeze({ prefill_load_scale: 1 });
 
 /** `kv[field=value,...]` from Dynamo-named fields, in the order given. */
 function kvVariantName(dynamo: Readonly<Record<string, unknown>>): string {
@@ -73,7 +75,7 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
     if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
     else if (name === 'kv-one-group') add({ kind: 'kv', name, options: {}, dynamo: {}, oneGroup: true });
     else if (name === 'kv-step')
-      add({ kind: 'kv', name, options: { prefillLoadScale: 1 }, dynamo: { prefill_load_scale: 1 }, stepCost: true });
+      add({ kind: 'kv', name, options: kvRouterOptionsFromDynamo(KV_STEP), dynamo: KV_STEP, stepCost: true });
     else if (isRouterPreset(name))
       add({ kind: 'kv', name, options: routerPresetOptions(name), dynamo: routerPresetKnobs(name) });
     else if ((SIMPLE_POLICIES as readonly string[]).includes(name))

@@ -39,9 +39,11 @@ describe('the time-unit cost (stepCostOf)', () => {
 
   it('waits for running requests to free the overflow when the KV cache cannot take the prompt', () => {
     const x = newCostInput();
+    // 110 blocks to hold in a cache of 100: 10 over.
     Object.assign(x, { isl: 40, blockSize: BS, requestBlocks: 10, activeRequests: 4, potentialDecodeBlocks: 110 });
+    x.overflow = 10;
     const l = newStepCostLoad();
-    Object.assign(l, { maxBatched: 64, activeBlocks: 100, capacityBlocks: 100 });
+    Object.assign(l, { maxBatched: 64, activeBlocks: 100 });
     const interfere = 10 + 0.001 * 4 * 100 - 10;
     // No request finished yet: the 10 overflow blocks' prefill (40 ms).
     expect(stepCostOf(KNOBS, LINEAR, x, l)).toBeCloseTo(40 + interfere + 40, 9);
@@ -49,7 +51,7 @@ describe('the time-unit cost (stepCostOf)', () => {
     l.meanServiceMs = 1000;
     expect(stepCostOf(KNOBS, LINEAR, x, l)).toBeCloseTo(40 + interfere + 250, 9);
     // 60 overflow blocks: 3 of 4 must finish: 1000 × (1/4 + 1/3 + 1/2).
-    x.potentialDecodeBlocks = 160;
+    Object.assign(x, { potentialDecodeBlocks: 160, overflow: 60 });
     expect(stepCostOf(KNOBS, LINEAR, x, l)).toBeCloseTo(40 + interfere + 1000 * (1 / 4 + 1 / 3 + 1 / 2), 9);
   });
 

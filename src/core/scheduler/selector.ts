@@ -117,10 +117,10 @@ export class SlotSelector {
     const k = costKnobsOf(knobs);
     const requestBlocks = Math.ceil(isl / bs);
     const preferred = req.routingConstraints?.preferredTaints;
-    // Cache pressure (the index's held blocks) and KV overflow read each candidate's capacity: only when on.
+    // Cache pressure (with the index's held blocks, when on) and the KV overflow (both cost models' wait for
+    // KV) read each candidate's advertised capacity: only where one is known.
     const capacities = !knobs.decodeException && table.knownCapacityCount > 0;
     const pressure = capacities && (knobs.kvPressureWeight ?? 0) > 0;
-    const overflowing = capacities && (knobs.kvOverflowWeight ?? 0) > 0;
     // The time-unit cost when the engines' step profile is known (the decode exception keeps [v1.5]).
     const model = knobs.decodeException ? undefined : this.#p.stepCost;
     const x = model === undefined ? undefined : this.#costInput(isl, requestBlocks, minPrefill);
@@ -135,7 +135,7 @@ export class SlotSelector {
       const uncached = isl - overlap * bs;
       const prefillTokens = k.trackPrefillTokens ? p + (uncached > 0 ? uncached : 0) : p;
       const evicted = pressure ? table.evictedBlocks(s, requestBlocks - overlap) : 0;
-      const overflow = overflowing ? table.overflowBlocks(s, decodeBlocks) : 0;
+      const overflow = capacities ? table.overflowBlocks(s, decodeBlocks) : 0;
       const hostOverlap = tiered ? host[s]! : 0;
       const diskOverlap = tiered ? disk[s]! : 0;
       const sharedBeyond = tiered && sharedDepth > overlap ? sharedDepth - overlap : 0;
@@ -150,6 +150,7 @@ export class SlotSelector {
         x.activeRequests = activeRequests;
         x.deviceOverlap = overlap;
         x.evicted = evicted;
+        x.overflow = overflow;
         x.hostOverlap = hostOverlap;
         x.diskOverlap = diskOverlap;
         x.sharedBeyond = sharedBeyond;
@@ -195,7 +196,6 @@ export class SlotSelector {
   #stepCost(k: CostKnobs, model: StepCostModel, x: CostInput, load: StepCostLoad, s: number): number {
     const table = this.#p.table;
     load.activeBlocks = this.#p.active.activeDecodeBlocks[s]!;
-    load.capacityBlocks = table.totalKv[s]!;
     load.maxBatched = table.maxBatched[s]!;
     return stepCostOf(k, model, x, load);
   }
