@@ -2,7 +2,8 @@
  * Endpoint arithmetic of engine KV-event publishers: with data parallelism
  * every rank runs its own publisher, on the base
  * tcp port + rank (replay port likewise), or with `_dp<rank>` appended for
- * inproc endpoints, as vLLM's `offset_endpoint_port` does.
+ * inproc endpoints, as vLLM's `offset_endpoint_port` does. An ipc:// path
+ * serves rank 0 only (a path has no port to offset).
  */
 import { KvgateError } from '../errors/index.js';
 
@@ -12,6 +13,8 @@ export function dpRankEndpoint(endpoint: string, dpRank: number): string {
     throw new KvgateError('KVG_ERR_INVALID_CONFIG', `dp rank ${dpRank} is not an integer in [0, 65535]`, { dpRank });
   }
   if (endpoint.startsWith('inproc://')) return dpRank === 0 ? endpoint : `${endpoint}_dp${dpRank}`;
+  // An ipc:// path has no port to offset: rank 0 (every engine without data parallelism) is the endpoint itself.
+  if (dpRank === 0 && endpoint.startsWith('ipc://')) return endpoint;
   const m = /^(tcp:\/\/.+):(\d+)$/.exec(endpoint);
   if (m === null) {
     throw new KvgateError(

@@ -13,6 +13,7 @@
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Dealer } from 'zeromq';
+import './zmq-sockets.js';
 import { KvgateError } from '../errors/index.js';
 import { REPLAY_END_SEQ, encodeSeq, parseEventFrames, type SequencedPayload } from './decode.js';
 import type { GapReplayReply, GapReplaySource } from './gap-replay.js';

@@ -12,6 +12,7 @@
  * own socket (the same decode error, the same seq bookkeeping).
  */
 import { Subscriber } from 'zeromq';
+import './zmq-sockets.js';
 import { storedLocalHashes } from './applier.js';
 import { BatchPacker, type PackedBatches } from './batch-codec.js';
 import { decodeKvEventBatch, parseEventFrames } from './decode.js';
@@ -71,11 +72,13 @@ export class IngestThread {
   }
 
   #add(req: Extract<IngestRequest, { op: 'add' }>): void {
-    const sub = new Subscriber({ linger: 0, receiveHighWaterMark: req.receiveHighWaterMark });
+    let sub: Subscriber | undefined;
     try {
+      // A socket refused (no room for it: the process's open-file limit) is an answer, not the thread's death.
+      sub = new Subscriber({ linger: 0, receiveHighWaterMark: req.receiveHighWaterMark });
       sub.connect(req.endpoint);
     } catch (err) {
-      sub.close();
+      sub?.close();
       this.#post({ op: 'added', id: req.id, error: err instanceof Error ? err.message : String(err) });
       return;
     }

@@ -9,6 +9,7 @@
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Subscriber } from 'zeromq';
+import './zmq-sockets.js';
 import type { Logger, WorkerRank } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvEventStream } from './event-stream.js';
@@ -94,18 +95,26 @@ export class KvEventSubscriber implements SlotSubscription {
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
-  /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid worker id, rank or endpoint. */
+  /**
+   * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an invalid worker id, rank or endpoint, or a socket the
+   * process has no room for.
+   */
   constructor(source: KvEventTarget, ctx: IngestContext, options?: KvEventSubscriberOptions) {
     checkTarget(source);
     const { workerId, dpRank } = source;
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
     this.#logger = ctx.logger;
+    try {
+      this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark });
+    } catch (err) {
+      // No room for the socket (the process's open-file limit): refused like an endpoint ZMQ will not take.
+      throw refusedEndpoint(source, err);
+    }
     this.#replay = source.replayEndpoint
       ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs })
       : undefined;
     this.stream = new KvEventStream({ workerId, dpRank }, ctx, this.#replay, opts);
-    this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark });
   }
 
   /**

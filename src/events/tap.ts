@@ -7,6 +7,7 @@
  * stored. Nothing here touches an index or a cursor.
  */
 import { Subscriber } from 'zeromq';
+import './zmq-sockets.js';
 import { decodeKvEventBatch, parseEventFrames } from './decode.js';
 import type { StoredBlocksEvent } from './types.js';
 

@@ -58,6 +58,14 @@ export const EVENT_METRIC_DEFINITIONS = {
     help: 'Publisher restarts detected (sequence went backwards); the slot was cleared.',
     labelNames: ['worker_id', 'dp_rank'],
   },
+  kvEventSubscriptionsRefused: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_subscriptions_refused_total',
+    help:
+      '(worker, dp rank) KV-event subscriptions that could not be made (an endpoint kvgate cannot offset or ZMQ refuses, ' +
+      'no room for a socket); the slot routes approximately.',
+    labelNames: ['worker_id', 'dp_rank'],
+  },
   // ---- prefix index
   indexBytes: {
     kind: 'gauge',

@@ -114,19 +114,34 @@ export function reportIndexBytes(ctx: RouterContext, model: string, role: Worker
 /**
  * Subscribes a pool's KV-event ingestion to a joining worker's publishers, one per dp rank (rank i's
  * endpoints are the worker's shifted by i × its port stride). A worker that publishes no KV events is not subscribed.
+ * A rank that cannot be subscribed (an endpoint with no port to shift, one ZMQ refuses, no room for a socket) is
+ * a warning naming it and a count, and its slot routes approximately: one worker's registration never fails the others'.
  */
-export function subscribeWorker(events: KvEventManager, w: WorkerInfo): void {
+export function subscribeWorker(events: KvEventManager, w: WorkerInfo, ctx: RouterContext): void {
   const src = w.kvEvents;
   if (src === undefined) return;
   for (let i = 0; i < w.dpSize; i++) {
     const rank = w.dpStart + i;
-    void events.add({
-      workerId: w.id,
-      dpRank: rank,
-      endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
-      replayEndpoint:
-        src.replayEndpoint === undefined ? undefined : dpRankEndpoint(src.replayEndpoint, i * (src.dpPortStride ?? 1)),
-      topic: src.topic,
-    });
+    const refused = (err: unknown): void => {
+      ctx.metrics?.kvEventSubscriptionsRefused.labels({ worker_id: String(w.id), dp_rank: String(rank) }).inc();
+      ctx.logger.warn(
+        { workerId: w.id, dpRank: rank, endpoint: src.endpoint, err: err instanceof Error ? err.message : String(err) },
+        `worker ${w.id} rank ${rank}: KV events not subscribed; its slot routes approximately`,
+      );
+    };
+    try {
+      const stride = i * (src.dpPortStride ?? 1);
+      events
+        .add({
+          workerId: w.id,
+          dpRank: rank,
+          endpoint: dpRankEndpoint(src.endpoint, stride),
+          replayEndpoint: src.replayEndpoint === undefined ? undefined : dpRankEndpoint(src.replayEndpoint, stride),
+          topic: src.topic,
+        })
+        .catch(refused);
+    } catch (err) {
+      refused(err);
+    }
   }
 }

@@ -261,7 +261,7 @@ export class ModelRouter implements ModelRouterPort {
       this.decode.addWorker(w);
       events = this.events;
     }
-    if (events !== undefined) subscribeWorker(events, w);
+    if (events !== undefined) subscribeWorker(events, w, this.#ctx);
   }
 
   #workerRemoved(w: WorkerInfo): void {

@@ -10,6 +10,10 @@ describe('dpRankEndpoint (vLLM offset_endpoint_port)', () => {
     expect(dpRankEndpoint('inproc://kv', 2)).toBe('inproc://kv_dp2');
   });
 
+  it('takes an ipc:// path as rank 0, which has nothing to offset', () => {
+    expect(dpRankEndpoint('ipc:///run/vllm/kv-events', 0)).toBe('ipc:///run/vllm/kv-events');
+  });
+
   it('rejects what it cannot offset with KVG_ERR_INVALID_CONFIG', () => {
     expect(() => dpRankEndpoint('ipc:///tmp/kv', 1)).toThrow(
       expect.objectContaining({ code: 'KVG_ERR_INVALID_CONFIG' }),
