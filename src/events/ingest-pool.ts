@@ -14,6 +14,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import { workerEntryFile, type Logger } from '../common/index.js';
+import type { ConnectionChange } from './connection-watch.js';
 import type { KvEventStream } from './event-stream.js';
 import type { IngestReport, IngestRequest } from './ingest-thread.js';
 import { eachPackedBatch } from './packed-batch.js';
@@ -28,6 +29,8 @@ export interface IngestSink {
   ended(error: string): void;
   /** A batch could not be handed to the stream (a bug on the apply path): logged by the sink's owner. */
   failed(err: unknown): void;
+  /** The socket connected to its publisher, or lost it (connection-watch.ts, on the thread). */
+  connection(change: ConnectionChange): void;
 }
 
 /** A stream to subscribe on a thread. */
@@ -35,6 +38,7 @@ export interface IngestSubscription {
   readonly endpoint: string;
   readonly topic: string;
   readonly receiveHighWaterMark: number;
+  readonly maxMessageBytes: number;
   readonly eagle: boolean;
 }
 
@@ -217,6 +221,9 @@ export class IngestPool {
       }
       case 'removed':
         this.#attached.get(r.id)?.removed?.();
+        return;
+      case 'connection':
+        this.#attached.get(r.id)?.sink.connection(r.change);
         return;
       case 'ended':
         this.#attached.get(r.id)?.sink.ended(r.error);

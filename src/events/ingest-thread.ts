@@ -15,6 +15,7 @@ import { Subscriber } from 'zeromq';
 import './zmq-sockets.js';
 import { storedLocalHashes } from './applier.js';
 import { BatchPacker, type PackedBatches } from './batch-codec.js';
+import { watchConnection, type ConnectionChange } from './connection-watch.js';
 import { decodeKvEventBatch, parseEventFrames } from './decode.js';
 import type { KvEventBatch } from './types.js';
 
@@ -26,6 +27,7 @@ export type IngestRequest =
       readonly endpoint: string;
       readonly topic: string;
       readonly receiveHighWaterMark: number;
+      readonly maxMessageBytes: number;
       /** The model reads Eagle bigram events (decode option). */
       readonly eagle: boolean;
     }
@@ -36,6 +38,7 @@ export type IngestReport =
   | { readonly op: 'added'; readonly id: number; readonly error?: string | undefined }
   | { readonly op: 'removed'; readonly id: number }
   | { readonly op: 'ended'; readonly id: number; readonly error: string }
+  | { readonly op: 'connection'; readonly id: number; readonly change: ConnectionChange }
   | {
       readonly op: 'batches';
       readonly packed: PackedBatches;
@@ -52,6 +55,8 @@ interface ThreadStream {
   readonly sub: Subscriber;
   readonly eagle: boolean;
   loop: Promise<void>;
+  /** The connection watch, ended once the socket closed (connection-watch.ts). */
+  readonly watched: Promise<void>;
 }
 
 export class IngestThread {
@@ -73,17 +78,25 @@ export class IngestThread {
 
   #add(req: Extract<IngestRequest, { op: 'add' }>): void {
     let sub: Subscriber | undefined;
+    let watched = Promise.resolve();
     try {
       // A socket refused (no room for it: the process's open-file limit) is an answer, not the thread's death.
-      sub = new Subscriber({ linger: 0, receiveHighWaterMark: req.receiveHighWaterMark });
+      sub = new Subscriber({
+        linger: 0,
+        receiveHighWaterMark: req.receiveHighWaterMark,
+        maxMessageSize: req.maxMessageBytes,
+      });
+      watched = watchConnection(sub, req.endpoint, (change) => this.#post({ op: 'connection', id: req.id, change }));
       sub.connect(req.endpoint);
     } catch (err) {
       sub?.close();
-      this.#post({ op: 'added', id: req.id, error: err instanceof Error ? err.message : String(err) });
+      void watched.then(() =>
+        this.#post({ op: 'added', id: req.id, error: err instanceof Error ? err.message : String(err) }),
+      );
       return;
     }
     sub.subscribe(req.topic);
-    const stream: ThreadStream = { sub, eagle: req.eagle, loop: Promise.resolve() };
+    const stream: ThreadStream = { sub, eagle: req.eagle, loop: Promise.resolve(), watched };
     this.#streams.set(req.id, stream);
     stream.loop = this.#receive(req.id, stream);
     this.#post({ op: 'added', id: req.id });
@@ -95,6 +108,7 @@ export class IngestThread {
     if (stream !== undefined) {
       if (!stream.sub.closed) stream.sub.close();
       await stream.loop;
+      await stream.watched;
     }
     // What it received before is posted first: the main thread forgets the stream at 'removed'.
     this.#flush();

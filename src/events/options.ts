@@ -81,6 +81,12 @@ export interface KvEventSubscriberOptions extends KvEventStreamOptions {
   replayTimeoutMs?: number | undefined;
   /** SUB receive high-water mark in messages (vLLM's PUB default). */
   receiveHighWaterMark?: number | undefined;
+  /**
+   * The largest message a SUB socket takes, bytes: a larger one ends the connection unread (connection-watch.ts
+   * connects again), so a publisher cannot make the gateway allocate without bound. A batch of a 128k-token
+   * prefill's stored blocks is well under 2 MiB.
+   */
+  maxMessageBytes?: number | undefined;
 }
 export type FilledKvEventSubscriberOptions = Required<{
   [K in keyof KvEventSubscriberOptions]: NonNullable<KvEventSubscriberOptions[K]>;
@@ -89,6 +95,7 @@ export const kDefaultSubscriberOptions: FilledKvEventSubscriberOptions = Object.
   ...kDefaultStreamOptions,
   replayTimeoutMs: 2000,
   receiveHighWaterMark: 100_000,
+  maxMessageBytes: 64 * 2 ** 20,
 });
 
 /**

@@ -8,6 +8,7 @@
  */
 import { slotKey, type WorkerRank } from '../common/index.js';
 import { APPLY_STATUSES, type ApplyStatus } from './applier.js';
+import { CONNECTION_CHANGES, type ConnectionChange } from './connection-watch.js';
 import { DECODE_ERROR_KINDS, type DecodeErrorKind, type KvCacheEventType, type KvEventDecodeError } from './types.js';
 
 /** Where a batch came from: the live SUB stream or a replay reply. */
@@ -64,6 +65,8 @@ export interface KvEventHooks {
   onDropped?(slot: WorkerRank, reason: DropReason, seq: bigint): void;
   /** A replay request was sent (at most one per slot is in flight). */
   onReplayRequested?(slot: WorkerRank, fromSeq: bigint): void;
+  /** The slot's SUB socket connected to its publisher, or lost it (connection-watch.ts). */
+  onConnection?(slot: WorkerRank, change: ConnectionChange): void;
 }
 
 /** Calls every hook set in order. */
@@ -101,6 +104,9 @@ export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks
     onReplayRequested: (slot, s) => {
       for (const h of hs) h.onReplayRequested?.(slot, s);
     },
+    onConnection: (slot, c) => {
+      for (const h of hs) h.onConnection?.(slot, c);
+    },
   };
 }
 
@@ -132,6 +138,8 @@ export interface KvEventCountersSnapshot {
   resets: Record<ResetReason, number>;
   pendingOverflow: number;
   dropped: Record<DropReason, number>;
+  /** SUB sockets' connections made and lost, over every slot. */
+  connections: Record<ConnectionChange, number>;
   /** Per `"workerId:dpRank"`. */
   slots: Record<string, SlotCounters>;
 }
@@ -174,6 +182,7 @@ export class KvEventCounters implements KvEventHooks {
       resets: zeros(RESETS),
       pendingOverflow: 0,
       dropped: zeros(DROPS),
+      connections: zeros(CONNECTION_CHANGES),
       slots: {},
     };
   }
@@ -253,6 +262,10 @@ export class KvEventCounters implements KvEventHooks {
   onReplayRequested(slot: WorkerRank): void {
     this.#s.replayRequests++;
     this.#slot(slot).replayRequests++;
+  }
+
+  onConnection(_slot: WorkerRank, change: ConnectionChange): void {
+    this.#s.connections[change]++;
   }
 
   /** Counters of one slot (zeros if it never reported anything). */

@@ -20,6 +20,7 @@ import {
   type KvEventSubscriberOptions,
 } from './options.js';
 import { ZmqGapReplayClient } from './gap-replay-client.js';
+import { watchConnection, type ConnectionChange } from './connection-watch.js';
 
 /**
  * One subscription target: where one (worker, dp rank) publishes. Discovery's
@@ -76,6 +77,33 @@ export function checkTarget(source: KvEventTarget): void {
 }
 
 /** ZMQ's refusal of an endpoint as the error `start()` throws. */
+/**
+ * What a slot's connection changes become, whichever thread watches its socket: a count (`onConnection`), and a
+ * line. The first connection is a debug line (a fleet's start would be one line per rank); a lost one is a
+ * warning, and its return an info line.
+ */
+export function connectionReporter(ctx: IngestContext, source: KvEventTarget): (change: ConnectionChange) => void {
+  const { workerId, dpRank, endpoint } = source;
+  const slot: WorkerRank = { workerId, dpRank };
+  let lost = 0;
+  return (change) => {
+    ctx.hooks.onConnection?.(slot, change);
+    const at = { workerId, dpRank, endpoint };
+    if (change === 'disconnected') {
+      lost++;
+      ctx.logger.warn(
+        at,
+        `worker ${workerId} rank ${dpRank}: KV event publisher disconnected (it went away, or sent a message over ` +
+          'the size limit); reconnecting, and what it publishes meanwhile is replayed',
+      );
+    } else if (lost > 0) {
+      ctx.logger.info({ ...at, lost }, `worker ${workerId} rank ${dpRank}: KV event publisher connected again`);
+    } else {
+      ctx.logger.debug(at, `worker ${workerId} rank ${dpRank}: KV event publisher connected`);
+    }
+  };
+}
+
 export function refusedEndpoint(source: KvEventTarget, err: unknown): KvgateError {
   const { workerId, dpRank, endpoint } = source;
   return new KvgateError(
@@ -92,6 +120,9 @@ export class KvEventSubscriber implements SlotSubscription {
   readonly #sub: Subscriber;
   readonly #replay: ZmqGapReplayClient | undefined;
   readonly #logger: Logger;
+  readonly #onConnection: (change: ConnectionChange) => void;
+  /** The connection watch, ended once the socket closed. */
+  #watched: Promise<void> | undefined;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -105,8 +136,13 @@ export class KvEventSubscriber implements SlotSubscription {
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
     this.#logger = ctx.logger;
+    this.#onConnection = connectionReporter(ctx, source);
     try {
-      this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: opts.receiveHighWaterMark });
+      this.#sub = new Subscriber({
+        linger: 0,
+        receiveHighWaterMark: opts.receiveHighWaterMark,
+        maxMessageSize: opts.maxMessageBytes,
+      });
     } catch (err) {
       // No room for the socket (the process's open-file limit): refused like an endpoint ZMQ will not take.
       throw refusedEndpoint(source, err);
@@ -123,6 +159,7 @@ export class KvEventSubscriber implements SlotSubscription {
    */
   start(): void {
     if (this.#loop !== undefined || this.#closing !== undefined) return;
+    this.#watched = watchConnection(this.#sub, this.source.endpoint, this.#onConnection);
     try {
       this.#sub.connect(this.source.endpoint);
     } catch (err) {
@@ -168,6 +205,7 @@ export class KvEventSubscriber implements SlotSubscription {
       this.#replay?.close();
       if (!this.#sub.closed) this.#sub.close();
       await this.#loop;
+      await this.#watched;
     })();
     return this.#closing;
   }

@@ -15,7 +15,14 @@ import {
   type IngestContext,
   type KvEventSubscriberOptions,
 } from './options.js';
-import { checkTarget, refusedEndpoint, type KvEventTarget, type SlotSubscription } from './subscriber.js';
+import type { ConnectionChange } from './connection-watch.js';
+import {
+  checkTarget,
+  connectionReporter,
+  refusedEndpoint,
+  type KvEventTarget,
+  type SlotSubscription,
+} from './subscriber.js';
 
 export class ThreadedSubscriber implements SlotSubscription {
   readonly source: Readonly<KvEventTarget>;
@@ -24,6 +31,8 @@ export class ThreadedSubscriber implements SlotSubscription {
   readonly #replay: ZmqGapReplayClient | undefined;
   readonly #logger: Logger;
   readonly #receiveHighWaterMark: number;
+  readonly #maxMessageBytes: number;
+  readonly #onConnection: (change: ConnectionChange) => void;
   readonly #eagle: boolean;
   #id: Promise<number | undefined> | undefined;
   #closing: Promise<void> | undefined;
@@ -36,6 +45,8 @@ export class ThreadedSubscriber implements SlotSubscription {
     this.#pool = pool;
     this.#logger = ctx.logger;
     this.#receiveHighWaterMark = opts.receiveHighWaterMark;
+    this.#maxMessageBytes = opts.maxMessageBytes;
+    this.#onConnection = connectionReporter(ctx, source);
     this.#eagle = ctx.applier.eagle;
     this.#replay = source.replayEndpoint
       ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs })
@@ -57,6 +68,7 @@ export class ThreadedSubscriber implements SlotSubscription {
       stream: this.stream,
       ended: (error: string) =>
         this.#logger.warn({ workerId, dpRank, endpoint, err: error }, 'KV event subscription ended'),
+      connection: this.#onConnection,
       failed: (err: unknown) =>
         this.#logger.warn(
           { workerId, dpRank, err: err instanceof Error ? err.message : String(err) },
@@ -67,6 +79,7 @@ export class ThreadedSubscriber implements SlotSubscription {
       endpoint,
       topic: this.source.topic ?? '',
       receiveHighWaterMark: this.#receiveHighWaterMark,
+      maxMessageBytes: this.#maxMessageBytes,
       eagle: this.#eagle,
     };
     let refused: unknown;

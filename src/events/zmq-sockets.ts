@@ -12,7 +12,7 @@
  */
 import { context } from 'zeromq';
 
-/** Sockets the process may hold: several per (worker, dp rank) slot at 4,096 ranks and more, well within libzmq's own cap. */
+/** Sockets the process may hold: three per (worker, dp rank) slot (the SUB and its monitor's pair), 21,000 slots and more. */
 const MAX_SOCKETS = 65_536;
 
 if (context.maxSockets < MAX_SOCKETS) context.maxSockets = MAX_SOCKETS;

@@ -58,6 +58,14 @@ export const EVENT_METRIC_DEFINITIONS = {
     help: 'Publisher restarts detected (sequence went backwards); the slot was cleared.',
     labelNames: ['worker_id', 'dp_rank'],
   },
+  kvEventConnectionChanges: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_connection_changes_total',
+    help:
+      "A (worker, dp rank) SUB socket's connection to its engine's publisher made (connected) or lost (disconnected: " +
+      'the engine went away, or sent a message over the size limit).',
+    labelNames: ['worker_id', 'dp_rank', 'change'],
+  },
   kvEventSubscriptionsRefused: {
     kind: 'counter',
     name: 'kvgate_kv_event_subscriptions_refused_total',

@@ -41,5 +41,6 @@ export function eventHooks(m: KvgateMetrics | undefined, watch: EventWatch, bloc
       m.kvEventResets.labels({ ...slotLabels(slot), reason }).inc();
       if (reason === 'restart') m.kvEventPublisherRestarts.labels(slotLabels(slot)).inc();
     },
+    onConnection: (slot, change) => m.kvEventConnectionChanges.labels({ ...slotLabels(slot), change }).inc(),
   };
 }
