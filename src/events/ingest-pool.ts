@@ -183,6 +183,8 @@ export class IngestPool {
       for (const id of thread.ids) {
         const entry = this.#attached.get(id);
         if (entry === undefined) continue;
+        // Its socket died with the thread: a lost connection for the slot, whose new socket connects again.
+        entry.sink.connection('disconnected');
         entry.thread = thread;
         this.#send(thread, { op: 'add', id, ...entry.sub });
       }

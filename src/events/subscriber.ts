@@ -76,7 +76,6 @@ export function checkTarget(source: KvEventTarget): void {
   }
 }
 
-/** ZMQ's refusal of an endpoint as the error `start()` throws. */
 /**
  * What a slot's connection changes become, whichever thread watches its socket: a count (`onConnection`), and a
  * line. The first connection is a debug line (a fleet's start would be one line per rank); a lost one is a
@@ -104,6 +103,7 @@ export function connectionReporter(ctx: IngestContext, source: KvEventTarget): (
   };
 }
 
+/** ZMQ's refusal of an endpoint (or of a socket for it) as the error `start()` and the constructor throw. */
 export function refusedEndpoint(source: KvEventTarget, err: unknown): KvgateError {
   const { workerId, dpRank, endpoint } = source;
   return new KvgateError(
