@@ -129,7 +129,9 @@ export interface KvSchedulerOptions {
   readonly config?: KvRouterOptions | KvRouterConfig;
   /**
    * The engines' measured step times: with one, the cost model scores in predicted milliseconds
-   * (`step-cost.ts`); without, the [v1.5] block-counting cost.
+   * (`step-cost.ts`); without, the [v1.5] block-counting cost. The prediction is multiplied by
+   * `prefillLoadScale` like the block count is, and kvgate's default scale (4) is calibrated for block
+   * counting: give `prefillLoadScale: 1` with a step model, as `kvgate replay`'s `kv-step` policy does.
    */
   readonly stepCost?: StepCostModel | undefined;
   /**
