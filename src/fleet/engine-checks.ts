@@ -217,7 +217,12 @@ export class EngineChecks {
       timeoutMs: PROBE_TIMEOUT_MS,
       nonce: `${w.id}-${randomUUID().slice(0, 8)}`,
       signal: this.#closing.signal,
-    }).then((r) => this.#probed(f, sink, r));
+    }).then(
+      (r) => this.#probed(f, sink, r),
+      // The probe answers its failures as `inconclusive`; anything it throws still must not escape the registry's event.
+      (err: unknown) =>
+        this.#probed(f, sink, { outcome: 'inconclusive', reason: `the probe failed: ${(err as Error).message}` }),
+    );
   }
 
   #probed(f: Findings, sink: ModelSink, r: TokenizerProbeResult): void {

@@ -161,12 +161,13 @@ export type TokenizerProbeResult =
 export async function probeTokenizer(o: TokenizerProbeOptions): Promise<TokenizerProbeResult> {
   const src = o.worker.kvEvents;
   if (src === undefined) return { outcome: 'inconclusive', reason: 'the worker has no KV-event endpoint' };
-  const targets = Array.from({ length: o.worker.dpSize }, (_, i) => ({
-    endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
-    topic: src.topic,
-  }));
   let tap: KvEventTap;
   try {
+    // A rank's endpoint that cannot be derived (an ipc:// path beyond rank 0) is a stream that did not connect.
+    const targets = Array.from({ length: o.worker.dpSize }, (_, i) => ({
+      endpoint: dpRankEndpoint(src.endpoint, i * (src.dpPortStride ?? 1)),
+      topic: src.topic,
+    }));
     tap = await KvEventTap.open(targets, o.timeoutMs, o.signal);
   } catch (err) {
     return { outcome: 'inconclusive', reason: `its KV-event stream did not connect: ${(err as Error).message}` };

@@ -78,4 +78,16 @@ describe('probeTokenizer against a mocker engine', () => {
     });
     expect(r).toEqual({ outcome: 'inconclusive', reason: 'no BlockStored event of the canary arrived within 300 ms' });
   });
+
+  it('a rank whose endpoint cannot be derived (an ipc:// path beyond rank 0) is inconclusive, not a throw', async () => {
+    const r = await probeTokenizer({
+      worker: { ...worker('ipc:///tmp/kvgate-probe-never'), dpSize: 2 },
+      servedModelName: 'm',
+      tokenize,
+      timeoutMs: 300,
+      nonce: 'n4',
+    });
+    expect(r.outcome).toBe('inconclusive');
+    expect((r as { reason: string }).reason).toMatch(/did not connect: .*ipc:\/\/\/tmp\/kvgate-probe-never/);
+  });
 });
