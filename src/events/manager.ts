@@ -243,6 +243,18 @@ export class KvEventManager {
     return this.#subs.get(slotKey(slot.workerId, slot.dpRank));
   }
 
+  /** Of a worker's subscribed ranks, how many are connected to their publishers now, and how many there are. */
+  connections(workerId: number): { readonly connected: number; readonly ranks: number } {
+    let connected = 0;
+    let ranks = 0;
+    for (const s of this.#subs.values()) {
+      if (s.source.workerId !== workerId) continue;
+      ranks++;
+      if (s.connected) connected++;
+    }
+    return { connected, ranks };
+  }
+
   /** Every subscribed source. */
   sources(): KvEventTarget[] {
     return [...this.#subs.values()].map((s) => ({ ...s.source }));

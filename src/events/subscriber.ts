@@ -51,6 +51,8 @@ const RECEIVE_PER_TURN = 256;
 export interface SlotSubscription {
   readonly source: Readonly<KvEventTarget>;
   readonly stream: KvEventStream;
+  /** Whether the socket is connected to its publisher now (connection-watch.ts). */
+  readonly connected: boolean;
   /** Connects, subscribes and starts receiving. @throws KvgateError KVG_ERR_INVALID_ARGUMENT when ZMQ refuses the endpoint. */
   start(): void | Promise<void>;
   /** Closes the sockets and waits until nothing more reaches the stream. Idempotent. */
@@ -81,11 +83,16 @@ export function checkTarget(source: KvEventTarget): void {
  * line. The first connection is a debug line (a fleet's start would be one line per rank); a lost one is a
  * warning, and its return an info line.
  */
-export function connectionReporter(ctx: IngestContext, source: KvEventTarget): (change: ConnectionChange) => void {
+export function connectionReporter(
+  ctx: IngestContext,
+  source: KvEventTarget,
+  track: (connected: boolean) => void,
+): (change: ConnectionChange) => void {
   const { workerId, dpRank, endpoint } = source;
   const slot: WorkerRank = { workerId, dpRank };
   let lost = 0;
   return (change) => {
+    track(change === 'connected');
     ctx.hooks.onConnection?.(slot, change);
     const at = { workerId, dpRank, endpoint };
     if (change === 'disconnected') {
@@ -123,6 +130,7 @@ export class KvEventSubscriber implements SlotSubscription {
   readonly #onConnection: (change: ConnectionChange) => void;
   /** The connection watch, ended once the socket closed. */
   #watched: Promise<void> | undefined;
+  #connected = false;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -136,7 +144,7 @@ export class KvEventSubscriber implements SlotSubscription {
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
     this.#logger = ctx.logger;
-    this.#onConnection = connectionReporter(ctx, source);
+    this.#onConnection = connectionReporter(ctx, source, (up) => (this.#connected = up));
     try {
       this.#sub = new Subscriber({
         linger: 0,
@@ -151,6 +159,10 @@ export class KvEventSubscriber implements SlotSubscription {
       ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs })
       : undefined;
     this.stream = new KvEventStream({ workerId, dpRank }, ctx, this.#replay, opts);
+  }
+
+  get connected(): boolean {
+    return this.#connected;
   }
 
   /**

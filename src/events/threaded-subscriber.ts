@@ -34,6 +34,7 @@ export class ThreadedSubscriber implements SlotSubscription {
   readonly #maxMessageBytes: number;
   readonly #onConnection: (change: ConnectionChange) => void;
   readonly #eagle: boolean;
+  #connected = false;
   #id: Promise<number | undefined> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -46,12 +47,16 @@ export class ThreadedSubscriber implements SlotSubscription {
     this.#logger = ctx.logger;
     this.#receiveHighWaterMark = opts.receiveHighWaterMark;
     this.#maxMessageBytes = opts.maxMessageBytes;
-    this.#onConnection = connectionReporter(ctx, source);
+    this.#onConnection = connectionReporter(ctx, source, (up) => (this.#connected = up));
     this.#eagle = ctx.applier.eagle;
     this.#replay = source.replayEndpoint
       ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs })
       : undefined;
     this.stream = new KvEventStream({ workerId: source.workerId, dpRank: source.dpRank }, ctx, this.#replay, opts);
+  }
+
+  get connected(): boolean {
+    return this.#connected;
   }
 
   /**

@@ -68,6 +68,7 @@ function workersOf(m: ModelConfig, port: ModelRouterPort, fleet: FleetStatus | u
             state: st.up ? 'ready' : 'down',
             health: st.health,
             kvEventsState: st.kvEvents,
+            ...(st.kvEventRanksConnected === undefined ? {} : { kvEventRanksConnected: st.kvEventRanksConnected }),
             lastEventAt: st.lastEventAt ?? null,
             lastProbeAt: st.lastProbeAt ?? null,
             lastError: st.lastError ?? null,

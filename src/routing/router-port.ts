@@ -127,6 +127,8 @@ export interface WorkerStatus {
   readonly health: string;
   /** KV events: live, stale, never (none yet), down (worker down), off (none configured). */
   readonly kvEvents: string;
+  /** Of the worker's dp ranks, those whose KV-event publisher kvgate is connected to now (undefined: no KV events). */
+  readonly kvEventRanksConnected: number | undefined;
   /** ISO time of the last usable KV-event batch. */
   readonly lastEventAt: string | undefined;
   readonly lastProbeAt: string | undefined;

@@ -157,6 +157,8 @@ export class WorkerWatch {
                 ? 'off'
                 : 'down'
               : ev.eventStatus(w.id),
+          kvEventRanksConnected:
+            ev === undefined || w.kvEvents === undefined ? undefined : ev.connections(w.id).connected,
           // The liveness clock is monotonic: an age on it, turned into wall time here.
           lastEventAt:
             last === undefined ? undefined : new Date(Date.now() - (this.#ctx.clock.now() - last)).toISOString(),

@@ -65,5 +65,15 @@ describe('a KV-event subscription refused for one rank', () => {
     const res = await postChat(url, { model: MODEL, messages, max_tokens: 2 });
     expect(res.status).toBe(200);
     await res.arrayBuffer();
+    // /admin/models: worker 1's one rank is connected to its publisher; worker 2's rank 0 has nobody at its path,
+    // and its rank 1 no subscription.
+    const admin = (await (await fetch(`${url}/admin/models`)).json()) as {
+      models: { workers: { id: number; kvEventRanksConnected?: number }[] }[];
+    };
+    const workers = admin.models[0]!.workers;
+    expect(workers.map((w) => [w.id, w.kvEventRanksConnected])).toEqual([
+      [1, 1],
+      [2, 0],
+    ]);
   });
 });
