@@ -155,6 +155,13 @@ describe('a crashed engine is loud', () => {
     );
     await until(eventsLive, "worker 2's KV events live again", 20_000);
     expect(await worker2()).toMatchObject({ state: 'ready', health: 'up', kvEventsState: 'live' });
+    // Its KV-event publisher went with the process: the lost connection was a warn line naming the rank. The
+    // worker came back as a new subscription, connected to the publisher on the same port.
+    const lost = jsonLines(gateway).find(
+      (o) => o.workerId === 2 && /KV event publisher disconnected/.test(String(o.msg)),
+    );
+    expect(lost).toMatchObject({ level: WARN, dpRank: 0, endpoint: (b.engine.kv_events as string[])[0] });
+    expect((await worker2()).kvEventRanksConnected).toBe(1);
     await until(async () => healthGauge(await metrics(), 2) === 'up', 'kvgate_worker_state back at up', 5_000);
   }, 90_000);
 });
