@@ -1,8 +1,8 @@
 /**
  * Room for every subscription a fleet needs. ZMQ's context holds 1,023 sockets by default, and zeromq's
  * context is one for the whole process (its threads share it): a gateway subscribed to more (worker, dp rank)
- * publishers than that was refused its 1,024th socket ("Too many open file descriptors") on the main thread,
- * and an ingestion thread died of it, taking the process along.
+ * publishers than that was refused its 1,024th socket ("Too many open file descriptors"), on the main thread
+ * and on the ingestion threads alike (where the refusal escaped the thread's handler).
  *
  * Raised when this module is first evaluated, before any socket exists: libzmq sizes the context's socket
  * table when its first socket is created, and a later setting does nothing. Every module that creates a
