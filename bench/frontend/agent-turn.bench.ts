@@ -14,26 +14,42 @@
  * request so both see the same load. A request's CPU is the gateway
  * process's CPU time over it, summed over all its threads from
  * /proc/<pid>/task/<tid>/schedstat (nanoseconds; Linux only); requests are
- * sent one at a time, so each delta is that request's cost (plus the
- * process's background work, a few microseconds). A request's CPU runs until the process is quiet again, so what it
- * left running (a chat turn's KV events from its engine, decoded after its answer) is counted in it, not in the next.
+ * sent one at a time, so each delta is that request's cost plus the process's
+ * background work over it. The background (timers: the event-loop delay monitor wakes the main thread every 10 ms)
+ * is measured on the idle gateway before the runs, as CPU per millisecond, and subtracted over each request's
+ * window; on a slow virtual machine it reaches 12 ms of CPU a second. A request's CPU runs until the process is
+ * quiet again (no more than its background over 25 ms, plus 0.1 ms), so what it left running (a chat turn's KV
+ * events from its engine, decoded after its answer) is counted in it, not in the next.
  * `/v1/route` answers with
  * the decision without the prompt's ids (`return_token_ids: false`, as an agent that only routes asks; a base
  * build that predates the flag still writes them); `/v1/chat/completions` (max_tokens 1) goes to the engine.
  *
  * Sizes: `AGENT_SIZES` (thousands of tokens, default 8,32,128), `AGENT_TURNS`
  * follow-ups per size (default 8), `AGENT_COLD` cold prompts per size (3), `AGENT_WARM` unmeasured follow-ups (route,
- * chat and token ids) of eight 24k-token conversations before them (16), so the figures are a warm gateway's.
+ * chat and token ids) of eight 24k-token conversations before them (16), and `AGENT_WARM_SIZE` unmeasured follow-ups
+ * (route and chat) at each size before its measured ones (4), so the figures are a warm gateway's. Then runs of
+ * turns (`runsOfTurns`): follow-ups of several conversations sent back to back, a turn's CPU the process's over the
+ * run divided by its turns (`AGENT_RUNS`, `AGENT_RUN_TURNS`, `AGENT_RUN_CONVERSATIONS`).
  * `AGENT_CPU_PROF=<dir>` runs each gateway under `node --cpu-prof` (its main
  * thread and its preprocessing threads), writing the profiles under
  * `<dir>/<base|this>/` when the bench stops it.
  * Run: node --expose-gc dist/bench/run.js frontend/agent-turn
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { BenchRow, BenchSection } from '../util.js';
+import {
+  type Gateway,
+  type Proc,
+  lineOf,
+  mainThreadCpuNs,
+  measureIdle,
+  processCpuNs,
+  quiet,
+  startCli,
+  stopProc,
+} from './gateway-process.js';
 
 export const title = 'Agent turns: gateway CPU per request, cold and follow-up, 8k to 128k tokens (Qwen3)';
 
@@ -73,68 +89,6 @@ export function conversation(seed: number, tokens: number): { messages: Message[
   return { messages, rnd };
 }
 
-/** CPU nanoseconds of a process's main thread (its thread id is the process id). */
-function mainThreadCpuNs(pid: number): number {
-  return Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, 'utf8').split(' ')[0]);
-}
-
-/** CPU nanoseconds of every thread of a process. */
-function processCpuNs(pid: number): number {
-  let ns = 0;
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
-    } catch {
-      // a thread that ended between the listing and the read
-    }
-  }
-  return ns;
-}
-
-interface Proc {
-  child: ChildProcess;
-  lines: string[];
-}
-
-function startCli(root: string, args: string[], nodeArgs: string[] = []): Proc {
-  const child = spawn(process.execPath, [...nodeArgs, join(root, 'bin/kvgate.js'), ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const p: Proc = { child, lines: [] };
-  let buf = '';
-  child.stdout!.setEncoding('utf8').on('data', (c: string) => {
-    buf += c;
-    const parts = buf.split('\n');
-    buf = parts.pop()!;
-    p.lines.push(...parts);
-  });
-  child.stderr!.resume();
-  return p;
-}
-
-async function lineOf(p: Proc, pick: (o: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    for (const l of p.lines) {
-      try {
-        const o = JSON.parse(l) as Record<string, unknown>;
-        if (pick(o)) return o;
-      } catch {
-        // not JSON
-      }
-    }
-    if (p.child.exitCode !== null || Date.now() > deadline)
-      throw new Error(`process exited or timed out: ${p.lines.join('\n')}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-interface Gateway {
-  name: string;
-  proc: Proc;
-  url: string;
-}
-
 async function startGateway(
   name: string,
   root: string,
@@ -157,7 +111,7 @@ async function startGateway(
     profDir === undefined || profDir === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${join(resolve(profDir), name)}`];
   const proc = startCli(root, ['serve', '--config', file], nodeArgs);
   const started = await lineOf(proc, (o) => o.msg === 'kvgate gateway started');
-  return { name, proc, url: String(started.listen) };
+  return { name, proc, url: String(started.listen), idleNsPerMs: 0, idleMainNsPerMs: 0 };
 }
 
 interface Sample {
@@ -169,26 +123,10 @@ interface Sample {
   ids?: number[];
 }
 
-/**
- * Waits (at most 2 s) until the gateway's process spends under 0.1 ms of CPU in 25 ms, so that what a request
- * leaves running (a chat turn's KV events from its engine, decoded after its answer) counts in that request and
- * not in the next one.
- */
-async function quiet(pid: number): Promise<void> {
-  const deadline = performance.now() + 2000;
-  let last = processCpuNs(pid);
-  while (performance.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 25));
-    const now = processCpuNs(pid);
-    if (now - last < 100_000) return;
-    last = now;
-  }
-}
-
 async function post(gw: Gateway, path: string, body: unknown): Promise<Sample> {
   const text = JSON.stringify(body);
   const pid = gw.proc.child.pid!;
-  await quiet(pid);
+  await quiet(gw);
   const c0 = processCpuNs(pid);
   const m0 = mainThreadCpuNs(pid);
   const t0 = performance.now();
@@ -200,9 +138,10 @@ async function post(gw: Gateway, path: string, body: unknown): Promise<Sample> {
   const json = (await res.json()) as Record<string, unknown>;
   const wallMs = performance.now() - t0;
   // What the request left running (a chat turn's KV events from its engine) is its cost too.
-  await quiet(pid);
-  const cpuMs = (processCpuNs(pid) - c0) / 1e6;
-  const mainMs = (mainThreadCpuNs(pid) - m0) / 1e6;
+  await quiet(gw);
+  const windowMs = performance.now() - t0;
+  const cpuMs = (processCpuNs(pid) - c0 - gw.idleNsPerMs * windowMs) / 1e6;
+  const mainMs = (mainThreadCpuNs(pid) - m0 - gw.idleMainNsPerMs * windowMs) / 1e6;
   if (res.status !== 200) throw new Error(`${gw.name} ${path}: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
   const usage = json.usage as { prompt_tokens?: number } | undefined;
   const promptTokens = Number(json.prompt_tokens ?? usage?.prompt_tokens ?? 0);
@@ -246,6 +185,64 @@ async function memoryNote(gw: Gateway, size: number): Promise<string> {
   return `${gw.name}, after the ${size / 1000}k runs: ${entries} conversations cached in ${(bytes / 2 ** 20).toFixed(1)} MiB (accounted)`;
 }
 
+/**
+ * Runs of turns, as agents send them: `AGENT_RUN_CONVERSATIONS` conversations (4) take turns sending follow-ups to
+ * `/v1/route`, `AGENT_RUN_TURNS` each (4), every one sent as soon as the previous answer is in (most agents' follow-ups
+ * come within a second of the previous answer). A turn's CPU is the process's over the whole run, its background
+ * subtracted, divided by the run's turns. `AGENT_RUNS` runs (4), the gateways taking each run in turn; the
+ * conversations grow through the runs to end at `size`.
+ */
+async function runsOfTurns(gateways: Gateway[], series: Series, size: number): Promise<void> {
+  const runs = envInt('AGENT_RUNS', 4);
+  const perConv = envInt('AGENT_RUN_TURNS', 4);
+  const convs = Array.from({ length: envInt('AGENT_RUN_CONVERSATIONS', 4) }, (_, i) =>
+    conversation(11 + size + i, size - runs * perConv * 2000),
+  );
+  for (const c of convs)
+    for (const gw of gateways) await post(gw, '/v1/route', { model: MODEL, messages: c.messages, ...LEAN });
+  for (let r = 0; r < runs; r++) {
+    const bodies: string[] = [];
+    for (let t = 0; t < perConv; t++)
+      for (const c of convs) {
+        c.messages.push({ role: 'assistant', content: para(c.rnd, 1000) });
+        c.messages.push({ role: 'user', content: para(c.rnd, 1000) });
+        bodies.push(JSON.stringify({ model: MODEL, messages: c.messages, ...LEAN }));
+      }
+    for (const gw of gateways) record(series, `${gw.name}|run of turns ${size / 1000}k|route`, await runOf(gw, bodies));
+  }
+}
+
+/** One run: the bodies sent one after another, the process's CPU over all of them per body. */
+async function runOf(gw: Gateway, bodies: string[]): Promise<Sample> {
+  const pid = gw.proc.child.pid!;
+  await quiet(gw);
+  const c0 = processCpuNs(pid);
+  const m0 = mainThreadCpuNs(pid);
+  const t0 = performance.now();
+  const tokens: number[] = [];
+  for (const body of bodies) {
+    const res = await fetch(`${gw.url}/v1/route`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
+    const json = (await res.json()) as Record<string, unknown>;
+    if (res.status !== 200)
+      throw new Error(`${gw.name} /v1/route: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
+    tokens.push(Number(json.prompt_tokens ?? 0));
+  }
+  const wallMs = performance.now() - t0;
+  await quiet(gw);
+  const windowMs = performance.now() - t0;
+  const n = bodies.length;
+  return {
+    cpuMs: (processCpuNs(pid) - c0 - gw.idleNsPerMs * windowMs) / 1e6 / n,
+    mainMs: (mainThreadCpuNs(pid) - m0 - gw.idleMainNsPerMs * windowMs) / 1e6 / n,
+    wallMs: wallMs / n,
+    promptTokens: median(tokens),
+  };
+}
+
 /** Runs every case on each gateway in turn, request by request. */
 async function drive(gateways: Gateway[], series: Series, notes: string[]): Promise<void> {
   const sizes = (process.env.AGENT_SIZES ?? '8,32,128').split(',').map((s) => Number(s) * 1000);
@@ -266,6 +263,17 @@ async function drive(gateways: Gateway[], series: Series, notes: string[]): Prom
     for (const gw of gateways) await post(gw, '/v1/route', { model: MODEL, prompt: ids, ...LEAN });
   }
   for (const size of sizes) {
+    // Unmeasured follow-ups at this size on a conversation of their own: what is compiled only once a prompt is this
+    // long (loops that grow hot with the context) is compiled here, as in a gateway that has served such turns.
+    const warm = conversation(5 + size, size - 8000);
+    for (const gw of gateways) await post(gw, '/v1/route', { model: MODEL, messages: warm.messages, ...LEAN });
+    for (let t = 0; t < envInt('AGENT_WARM_SIZE', 4); t++) {
+      warm.messages.push({ role: 'assistant', content: para(warm.rnd, 1000) });
+      warm.messages.push({ role: 'user', content: para(warm.rnd, 1000) });
+      const path = t % 2 === 0 ? '/v1/route' : '/v1/chat/completions';
+      const body = { model: MODEL, messages: warm.messages, max_tokens: 1, ...(t % 2 === 0 ? LEAN : {}) };
+      for (const gw of gateways) await post(gw, path, body);
+    }
     // Follow-ups end at `size`: start 2k tokens a turn below it.
     for (let c = 0; c < colds; c++) {
       const { messages } = conversation(1000 * size + c, size);
@@ -303,6 +311,7 @@ async function drive(gateways: Gateway[], series: Series, notes: string[]): Prom
           await post(gw, '/v1/route', { model: MODEL, prompt, ...LEAN }),
         );
     }
+    await runsOfTurns(gateways, series, size);
     for (const gw of gateways) if (gw.name !== 'base') notes.push(await memoryNote(gw, size));
   }
 }
@@ -335,13 +344,6 @@ function rows(series: Series, gateways: Gateway[]): BenchRow[] {
   return out;
 }
 
-async function stopProc(p: Proc): Promise<void> {
-  if (p.child.exitCode !== null) return;
-  const done = new Promise((r) => p.child.once('exit', r));
-  p.child.kill('SIGTERM');
-  await done;
-}
-
 export async function run(): Promise<BenchSection> {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-agent-bench-'));
   const procs: Proc[] = [];
@@ -371,11 +373,15 @@ export async function run(): Promise<BenchSection> {
     for (let i = 0; i < 20; i++)
       for (const gw of gateways)
         await post(gw, '/v1/route', { model: MODEL, messages: conversation(i, 1500).messages });
+    const idle: string[] = [];
+    for (const gw of gateways) idle.push(await measureIdle(gw));
     const memory: string[] = [];
     await drive(gateways, series, memory);
     const notes = [
+      ...idle,
       ...memory,
       'wall = client round trip (median, max in the p99 column); gateway CPU = the serve process over the request, all threads',
+      'run of turns: per turn, over a run of follow-ups sent back to back (wall and CPU of the run divided by its turns)',
       'follow-up: the conversation plus an assistant answer and a user message (~2k tokens); cold: a conversation never seen',
       `base: ${baseRoot ?? '(not run: set KVG_BENCH_BASE to a built checkout of the base commit)'}`,
     ];
