@@ -79,33 +79,48 @@ export function checkTarget(source: KvEventTarget): void {
 }
 
 /**
- * What a slot's connection changes become, whichever thread watches its socket: a count (`onConnection`), and a
- * line. The first connection is a debug line (a fleet's start would be one line per rank); a lost one is a
- * warning, and its return an info line.
+ * What a slot's connection changes become, whichever thread watches its socket: a count (`onConnection`), a
+ * line, and `connected`, the state now. The first connection is a debug line (a fleet's start would be one line
+ * per rank); a lost one is a warning, and its return an info line.
  */
-export function connectionReporter(
-  ctx: IngestContext,
-  source: KvEventTarget,
-  track: (connected: boolean) => void,
-): (change: ConnectionChange) => void {
-  const { workerId, dpRank, endpoint } = source;
-  const slot: WorkerRank = { workerId, dpRank };
-  let lost = 0;
-  return (change) => {
-    track(change === 'connected');
-    ctx.hooks.onConnection?.(slot, change);
+export class ConnectionReporter {
+  readonly #ctx: IngestContext;
+  readonly #source: KvEventTarget;
+  readonly #slot: WorkerRank;
+  #lost = 0;
+  #connected = false;
+
+  constructor(ctx: IngestContext, source: KvEventTarget) {
+    this.#ctx = ctx;
+    this.#source = source;
+    this.#slot = { workerId: source.workerId, dpRank: source.dpRank };
+  }
+
+  /** Whether the slot's socket is connected to its publisher now. */
+  get connected(): boolean {
+    return this.#connected;
+  }
+
+  /** The watch's callback (connection-watch.ts), bound. */
+  readonly report = (change: ConnectionChange): void => {
+    const { workerId, dpRank, endpoint } = this.#source;
+    this.#connected = change === 'connected';
+    this.#ctx.hooks.onConnection?.(this.#slot, change);
     const at = { workerId, dpRank, endpoint };
     if (change === 'disconnected') {
-      lost++;
-      ctx.logger.warn(
+      this.#lost++;
+      this.#ctx.logger.warn(
         at,
         `worker ${workerId} rank ${dpRank}: KV event publisher disconnected (it went away, or sent a message over ` +
           'the size limit); reconnecting, and what it publishes meanwhile is replayed',
       );
-    } else if (lost > 0) {
-      ctx.logger.info({ ...at, lost }, `worker ${workerId} rank ${dpRank}: KV event publisher connected again`);
+    } else if (this.#lost > 0) {
+      this.#ctx.logger.info(
+        { ...at, lost: this.#lost },
+        `worker ${workerId} rank ${dpRank}: KV event publisher connected again`,
+      );
     } else {
-      ctx.logger.debug(at, `worker ${workerId} rank ${dpRank}: KV event publisher connected`);
+      this.#ctx.logger.debug(at, `worker ${workerId} rank ${dpRank}: KV event publisher connected`);
     }
   };
 }
@@ -127,10 +142,9 @@ export class KvEventSubscriber implements SlotSubscription {
   readonly #sub: Subscriber;
   readonly #replay: ZmqGapReplayClient | undefined;
   readonly #logger: Logger;
-  readonly #onConnection: (change: ConnectionChange) => void;
+  readonly #connection: ConnectionReporter;
   /** The connection watch, ended once the socket closed. */
   #watched: Promise<void> | undefined;
-  #connected = false;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -144,7 +158,7 @@ export class KvEventSubscriber implements SlotSubscription {
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
     this.#logger = ctx.logger;
-    this.#onConnection = connectionReporter(ctx, source, (up) => (this.#connected = up));
+    this.#connection = new ConnectionReporter(ctx, source);
     try {
       this.#sub = new Subscriber({
         linger: 0,
@@ -162,7 +176,7 @@ export class KvEventSubscriber implements SlotSubscription {
   }
 
   get connected(): boolean {
-    return this.#connected;
+    return this.#connection.connected;
   }
 
   /**
@@ -171,7 +185,7 @@ export class KvEventSubscriber implements SlotSubscription {
    */
   start(): void {
     if (this.#loop !== undefined || this.#closing !== undefined) return;
-    this.#watched = watchConnection(this.#sub, this.source.endpoint, this.#onConnection);
+    this.#watched = watchConnection(this.#sub, this.source.endpoint, this.#connection.report);
     try {
       this.#sub.connect(this.source.endpoint);
     } catch (err) {

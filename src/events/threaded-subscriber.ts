@@ -15,10 +15,9 @@ import {
   type IngestContext,
   type KvEventSubscriberOptions,
 } from './options.js';
-import type { ConnectionChange } from './connection-watch.js';
 import {
   checkTarget,
-  connectionReporter,
+  ConnectionReporter,
   refusedEndpoint,
   type KvEventTarget,
   type SlotSubscription,
@@ -32,9 +31,8 @@ export class ThreadedSubscriber implements SlotSubscription {
   readonly #logger: Logger;
   readonly #receiveHighWaterMark: number;
   readonly #maxMessageBytes: number;
-  readonly #onConnection: (change: ConnectionChange) => void;
+  readonly #connection: ConnectionReporter;
   readonly #eagle: boolean;
-  #connected = false;
   #id: Promise<number | undefined> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -47,7 +45,7 @@ export class ThreadedSubscriber implements SlotSubscription {
     this.#logger = ctx.logger;
     this.#receiveHighWaterMark = opts.receiveHighWaterMark;
     this.#maxMessageBytes = opts.maxMessageBytes;
-    this.#onConnection = connectionReporter(ctx, source, (up) => (this.#connected = up));
+    this.#connection = new ConnectionReporter(ctx, source);
     this.#eagle = ctx.applier.eagle;
     this.#replay = source.replayEndpoint
       ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs })
@@ -56,7 +54,7 @@ export class ThreadedSubscriber implements SlotSubscription {
   }
 
   get connected(): boolean {
-    return this.#connected;
+    return this.#connection.connected;
   }
 
   /**
@@ -73,7 +71,7 @@ export class ThreadedSubscriber implements SlotSubscription {
       stream: this.stream,
       ended: (error: string) =>
         this.#logger.warn({ workerId, dpRank, endpoint, err: error }, 'KV event subscription ended'),
-      connection: this.#onConnection,
+      connection: this.#connection.report,
       failed: (err: unknown) =>
         this.#logger.warn(
           { workerId, dpRank, err: err instanceof Error ? err.message : String(err) },
