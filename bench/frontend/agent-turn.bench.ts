@@ -123,29 +123,46 @@ interface Sample {
   ids?: number[];
 }
 
-async function post(gw: Gateway, path: string, body: unknown): Promise<Sample> {
-  const text = JSON.stringify(body);
+/**
+ * Sends the bodies to `path` one after another, each as soon as the previous answer is in, and charges them the
+ * process's CPU from before the first until it is quiet after the last, its background subtracted: per body.
+ */
+async function measure(gw: Gateway, path: string, texts: string[]): Promise<Sample> {
   const pid = gw.proc.child.pid!;
   await quiet(gw);
   const c0 = processCpuNs(pid);
   const m0 = mainThreadCpuNs(pid);
   const t0 = performance.now();
-  const res = await fetch(`${gw.url}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: text,
-  });
-  const json = (await res.json()) as Record<string, unknown>;
+  const answers: Record<string, unknown>[] = [];
+  for (const text of texts) {
+    const res = await fetch(`${gw.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: text,
+    });
+    const json = (await res.json()) as Record<string, unknown>;
+    if (res.status !== 200) throw new Error(`${gw.name} ${path}: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
+    answers.push(json);
+  }
   const wallMs = performance.now() - t0;
-  // What the request left running (a chat turn's KV events from its engine) is its cost too.
+  // What the requests left running (a chat turn's KV events from its engine) is their cost too.
   await quiet(gw);
   const windowMs = performance.now() - t0;
-  const cpuMs = (processCpuNs(pid) - c0 - gw.idleNsPerMs * windowMs) / 1e6;
-  const mainMs = (mainThreadCpuNs(pid) - m0 - gw.idleMainNsPerMs * windowMs) / 1e6;
-  if (res.status !== 200) throw new Error(`${gw.name} ${path}: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
-  const usage = json.usage as { prompt_tokens?: number } | undefined;
-  const promptTokens = Number(json.prompt_tokens ?? usage?.prompt_tokens ?? 0);
-  return { cpuMs, mainMs, wallMs, promptTokens, ids: json.token_ids as number[] | undefined };
+  const n = texts.length;
+  const promptTokens = (json: Record<string, unknown>): number =>
+    Number(json.prompt_tokens ?? (json.usage as { prompt_tokens?: number } | undefined)?.prompt_tokens ?? 0);
+  return {
+    cpuMs: (processCpuNs(pid) - c0 - gw.idleNsPerMs * windowMs) / 1e6 / n,
+    mainMs: (mainThreadCpuNs(pid) - m0 - gw.idleMainNsPerMs * windowMs) / 1e6 / n,
+    wallMs: wallMs / n,
+    promptTokens: median(answers.map(promptTokens)),
+    ids: answers[n - 1]!.token_ids as number[] | undefined,
+  };
+}
+
+/** One request, measured alone. */
+function post(gw: Gateway, path: string, body: unknown): Promise<Sample> {
+  return measure(gw, path, [JSON.stringify(body)]);
 }
 
 function median(xs: number[]): number {
@@ -208,39 +225,9 @@ async function runsOfTurns(gateways: Gateway[], series: Series, size: number): P
         c.messages.push({ role: 'user', content: para(c.rnd, 1000) });
         bodies.push(JSON.stringify({ model: MODEL, messages: c.messages, ...LEAN }));
       }
-    for (const gw of gateways) record(series, `${gw.name}|run of turns ${size / 1000}k|route`, await runOf(gw, bodies));
+    for (const gw of gateways)
+      record(series, `${gw.name}|run of turns ${size / 1000}k|route`, await measure(gw, '/v1/route', bodies));
   }
-}
-
-/** One run: the bodies sent one after another, the process's CPU over all of them per body. */
-async function runOf(gw: Gateway, bodies: string[]): Promise<Sample> {
-  const pid = gw.proc.child.pid!;
-  await quiet(gw);
-  const c0 = processCpuNs(pid);
-  const m0 = mainThreadCpuNs(pid);
-  const t0 = performance.now();
-  const tokens: number[] = [];
-  for (const body of bodies) {
-    const res = await fetch(`${gw.url}/v1/route`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body,
-    });
-    const json = (await res.json()) as Record<string, unknown>;
-    if (res.status !== 200)
-      throw new Error(`${gw.name} /v1/route: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
-    tokens.push(Number(json.prompt_tokens ?? 0));
-  }
-  const wallMs = performance.now() - t0;
-  await quiet(gw);
-  const windowMs = performance.now() - t0;
-  const n = bodies.length;
-  return {
-    cpuMs: (processCpuNs(pid) - c0 - gw.idleNsPerMs * windowMs) / 1e6 / n,
-    mainMs: (mainThreadCpuNs(pid) - m0 - gw.idleMainNsPerMs * windowMs) / 1e6 / n,
-    wallMs: wallMs / n,
-    promptTokens: median(tokens),
-  };
 }
 
 /** Runs every case on each gateway in turn, request by request. */
