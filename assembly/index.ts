@@ -9,9 +9,10 @@ import {
   findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo, STORE_OK,
 } from './prefix_index';
 import { failAllocation } from './block_records';
+export { readIdArray, idArrayEnd } from './json_ids';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
-export const ABI_VERSION: u32 = 6;
+export const ABI_VERSION: u32 = 7;
 
 // One growable I/O region the host lays its per-call inputs and outputs into.
 let io: usize = 0;

@@ -14,7 +14,6 @@ export {
   type ArrayReader,
   type JsonMember,
 } from './json-text.js';
-export { jsonIdArray } from './json-ids.js';
 export { lazyJsonObject, outlineJsonObject, type JsonOutline } from './json-lazy.js';
 export { ManualClock, fmix32, seededRng, systemClock, type Clock, type Rng } from './clock.js';
 export { makeContext, type Context } from './context.js';

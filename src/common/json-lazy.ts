@@ -57,7 +57,7 @@ function isScalar(v: unknown): v is JsonScalar {
 
 function outlineOf(value: object): JsonOutline {
   if (Array.isArray(value)) return { kind: 'array', length: value.length };
-  // A prompt's ids read from the body's bytes (json-ids.ts) stand for the JSON array of numbers they were.
+  // A prompt's ids read from the body's bytes (wasm's jsonIdArray) stand for the JSON array of numbers they were.
   if (ArrayBuffer.isView(value)) return { kind: 'array', length: (value as Uint32Array).length };
   const keys = Object.keys(value);
   if (keys.length > OUTLINE_MAX_KEYS) return { kind: 'object' };

@@ -1,4 +1,4 @@
-/** The WASM boundary: hashing and the prefix index. Nothing else touches WASM memory. */
+/** The WASM boundary: hashing, the prefix index and token-id arrays read from JSON. Nothing else touches WASM memory. */
 export {
   xxh3,
   blockHashes,
@@ -9,6 +9,7 @@ export {
   BLOCK_HASH_SEED,
 } from './hashing.js';
 export type { BlockHashOptions, PromptHashes } from './hashing.js';
+export { jsonIdArray } from './id-array.js';
 export { PrefixIndex } from './prefix-index.js';
 export { PackedOutcome, PackedRun, PackedStop } from './packed-run.js';
 export type { PackedSource } from './packed-run.js';

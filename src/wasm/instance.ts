@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-const EXPECTED_ABI_VERSION = 6;
+const EXPECTED_ABI_VERSION = 7;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };
@@ -32,6 +32,8 @@ export interface KvgateWasmExports {
     outSeq: number,
   ): number;
   chainSequence(local: number, n: number, outSeq: number): void;
+  readIdArray(src: number, len: number, dst: number): number;
+  idArrayEnd(): number;
   idxNew(): number;
   idxFree(ix: number): void;
   idxEnsureSlot(ix: number, slot: number): void;

@@ -11,7 +11,8 @@
  * writes the engine's body as slices of the client's bytes, which it keeps
  * (moved back to it when they were moved here).
  */
-import { jsonByteMembers, jsonIdArray, outlineJsonObject, type JsonMember } from '../../common/index.js';
+import { jsonByteMembers, outlineJsonObject, type JsonMember } from '../../common/index.js';
+import { jsonIdArray } from '../../wasm/index.js';
 import { bodyText } from '../body.js';
 import {
   checkRequestBody,
@@ -41,7 +42,7 @@ import {
   type WorkerError,
 } from './protocol.js';
 
-/** A completion prompt of token ids whose JSON is this many bytes or more is read from the bytes (common's json-ids.ts). */
+/** A completion prompt of token ids whose JSON is this many bytes or more is read from the bytes (wasm's jsonIdArray). */
 const ID_PROMPT_BYTES = 16 * 1024;
 
 /** A body's members, and a completion prompt of token ids read from the bytes on the way (`ID_PROMPT_BYTES`). */

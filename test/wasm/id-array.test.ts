@@ -6,8 +6,8 @@
  * inserted, cut short). Each result owns its buffer, whatever the reader reuses between calls.
  */
 import { describe, expect, it } from 'vitest';
-import { jsonIdArray } from '../../src/common/index.js';
 import { seededRng, type Rng } from '../../src/common/index.js';
+import { jsonIdArray } from '../../src/wasm/index.js';
 
 const SPACES = [' ', '\n', '\r', '\t'];
 
@@ -186,7 +186,7 @@ describe('jsonIdArray', () => {
     expect([...first.ids]).toEqual(long);
     expect([...second.ids]).toEqual([5, 6, 7]);
     expect(third.ids[0]).toBe(1);
-    // Past the ids a thread keeps room for (a buffer of its own, not kept), then a short one again.
+    // Past what the module's I/O region held (it grows), then a short one again.
     const huge = Array.from({ length: 1_200_000 }, (_, i) => i % 10);
     const fourth = jsonIdArray(Buffer.from(JSON.stringify(huge)), 0)!;
     const fifth = jsonIdArray(Buffer.from('[8]'), 0)!;
