@@ -8,11 +8,19 @@
  * message in a chat body; whatever follows the first such bytes otherwise).
  * Distinct conversations spread over the threads by hash; a conversation
  * whose body grows past the size parsed on a thread moves once.
+ *
+ * A prompt of token ids keeps nothing on its thread (nothing is rendered or
+ * tokenized), and an agent's ids begin with its app's system prompt, the same
+ * for all its sessions: keyed by their first ids, every session of one app
+ * would queue on one thread. So ids are keyed by their last ones (a body's
+ * last bytes), which differ from request to request.
  */
 import type { PreprocessTask } from './protocol.js';
 
 const KEY_CHARS = 512;
 const USER = Buffer.from('"user"');
+const PROMPT = Buffer.from('"prompt"');
+const OPEN_BRACKET = 0x5b;
 
 /** FNV-1a over at most KEY_CHARS code units of `s` from `from`. */
 function hashChars(s: string, from: number): number {
@@ -27,7 +35,7 @@ export function taskAffinity(task: PreprocessTask): number {
   if (task.kind === 'tokens') {
     let h = 0x811c9dc5;
     const ids = task.tokenIds;
-    for (let i = 0; i < ids.length && i < KEY_CHARS; i++) h = Math.imul(h ^ ids[i]!, 0x01000193);
+    for (let i = Math.max(0, ids.length - KEY_CHARS); i < ids.length; i++) h = Math.imul(h ^ ids[i]!, 0x01000193);
     return h >>> 0;
   }
   if (task.kind === 'text') return hashChars(task.prompt, 0);
@@ -36,11 +44,35 @@ export function taskAffinity(task: PreprocessTask): number {
   return typeof content === 'string' ? hashChars(content, 0) : hashChars(JSON.stringify(content ?? null), 0);
 }
 
-/** A body's conversation hash, from the bytes after its first `"user"` (or its first bytes). */
+/**
+ * A body's conversation hash: from the bytes after its first `"user"`; with none, from its last bytes when its
+ * `"prompt"` is an array of numbers (token ids), else from the bytes after its `"prompt"` (or its first bytes).
+ */
 export function bodyAffinity(bytes: Uint8Array): number {
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const at = buf.indexOf(USER);
-  const from = at < 0 ? 0 : at + USER.length;
+  const user = buf.indexOf(USER);
+  if (user >= 0) return hashBytes(buf, user + USER.length);
+  const prompt = buf.indexOf(PROMPT);
+  if (prompt < 0) return hashBytes(buf, 0);
+  const value = skipSpace(buf, prompt + PROMPT.length, true);
+  // An array whose first element is a number: token ids (an array of strings is text, kept by its first bytes).
+  const ids = buf[value] === OPEN_BRACKET && isDigit(buf[skipSpace(buf, value + 1, false)]);
+  return hashBytes(buf, ids ? Math.max(value, buf.length - KEY_CHARS) : value);
+}
+
+const isDigit = (c: number | undefined): boolean => c !== undefined && c >= 0x30 && c <= 0x39;
+
+/** The index of the first byte from `at` that is not JSON white space (nor a colon, with `colon`). */
+function skipSpace(buf: Buffer, at: number, colon: boolean): number {
+  for (; at < buf.length; at++) {
+    const c = buf[at]!;
+    if (!(c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09 || (colon && c === 0x3a))) break;
+  }
+  return at;
+}
+
+/** FNV-1a over at most KEY_CHARS bytes of `buf` from `from`. */
+function hashBytes(buf: Buffer, from: number): number {
   let h = 0x811c9dc5;
   const end = Math.min(buf.length, from + KEY_CHARS);
   for (let i = from; i < end; i++) h = Math.imul(h ^ buf[i]!, 0x01000193);
