@@ -30,6 +30,7 @@
  * (route and chat) at each size before its measured ones (4), so the figures are a warm gateway's. Then runs of
  * turns (`runsOfTurns`): follow-ups of several conversations sent back to back, a turn's CPU the process's over the
  * run divided by its turns (`AGENT_RUNS`, `AGENT_RUN_TURNS`, `AGENT_RUN_CONVERSATIONS`).
+ * Then token-id prompts of several sessions of one app at once (`sessionsAtOnce`, `AGENT_SESSIONS`).
  * `AGENT_CPU_PROF=<dir>` runs each gateway under `node --cpu-prof` (its main
  * thread and its preprocessing threads), writing the profiles under
  * `<dir>/<base|this>/` when the bench stops it.
@@ -124,17 +125,17 @@ interface Sample {
 }
 
 /**
- * Sends the bodies to `path` one after another, each as soon as the previous answer is in, and charges them the
- * process's CPU from before the first until it is quiet after the last, its background subtracted: per body.
+ * Sends the bodies to `path` one after another, each as soon as the previous answer is in (or all at once, with
+ * `together`), and charges them the process's CPU from before the first until it is quiet after the last, its
+ * background subtracted: per body. Wall time is per body too (with `together`, the whole batch's over its bodies).
  */
-async function measure(gw: Gateway, path: string, texts: string[]): Promise<Sample> {
+async function measure(gw: Gateway, path: string, texts: string[], together = false): Promise<Sample> {
   const pid = gw.proc.child.pid!;
   await quiet(gw);
   const c0 = processCpuNs(pid);
   const m0 = mainThreadCpuNs(pid);
   const t0 = performance.now();
-  const answers: Record<string, unknown>[] = [];
-  for (const text of texts) {
+  const send = async (text: string): Promise<Record<string, unknown>> => {
     const res = await fetch(`${gw.url}${path}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -142,8 +143,11 @@ async function measure(gw: Gateway, path: string, texts: string[]): Promise<Samp
     });
     const json = (await res.json()) as Record<string, unknown>;
     if (res.status !== 200) throw new Error(`${gw.name} ${path}: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
-    answers.push(json);
-  }
+    return json;
+  };
+  const answers: Record<string, unknown>[] = [];
+  if (together) answers.push(...(await Promise.all(texts.map(send))));
+  else for (const text of texts) answers.push(await send(text));
   const wallMs = performance.now() - t0;
   // What the requests left running (a chat turn's KV events from its engine) is their cost too.
   await quiet(gw);
@@ -230,6 +234,28 @@ async function runsOfTurns(gateways: Gateway[], series: Series, size: number): P
   }
 }
 
+/**
+ * Token-id prompts of `AGENT_SESSIONS` (8) sessions of one app sent at once, as concurrent agents send them: each
+ * the conversation's ids with its last 3,000 replaced by the session's own, so all begin with the same ids (the
+ * app's system prompt and tools). Their wall time shows whether the preprocessing threads share them. Four batches.
+ */
+async function sessionsAtOnce(gateways: Gateway[], series: Series, size: number, ids: number[]): Promise<void> {
+  const rnd = rng(size + 17);
+  const sessions = envInt('AGENT_SESSIONS', 8);
+  for (let batch = 0; batch < 4; batch++) {
+    const bodies = Array.from({ length: sessions }, () => {
+      const prompt = [...ids.slice(0, -3000), ...Array.from({ length: 3000 }, () => Math.floor(rnd() * 150_000))];
+      return JSON.stringify({ model: MODEL, prompt, ...LEAN });
+    });
+    for (const gw of gateways)
+      record(
+        series,
+        `${gw.name}|token ids ${size / 1000}k, ${sessions} sessions at once|route`,
+        await measure(gw, '/v1/route', bodies, true),
+      );
+  }
+}
+
 /** Runs every case on each gateway in turn, request by request. */
 async function drive(gateways: Gateway[], series: Series, notes: string[]): Promise<void> {
   const sizes = (process.env.AGENT_SIZES ?? '8,32,128').split(',').map((s) => Number(s) * 1000);
@@ -298,6 +324,7 @@ async function drive(gateways: Gateway[], series: Series, notes: string[]): Prom
           await post(gw, '/v1/route', { model: MODEL, prompt, ...LEAN }),
         );
     }
+    if (ids !== undefined) await sessionsAtOnce(gateways, series, size, ids);
     await runsOfTurns(gateways, series, size);
     for (const gw of gateways) if (gw.name !== 'base') notes.push(await memoryNote(gw, size));
   }
@@ -369,6 +396,7 @@ export async function run(): Promise<BenchSection> {
       ...memory,
       'wall = client round trip (median, max in the p99 column); gateway CPU = the serve process over the request, all threads',
       'run of turns: per turn, over a run of follow-ups sent back to back (wall and CPU of the run divided by its turns)',
+      'sessions at once: per prompt, over a batch of token-id prompts sent together (wall and CPU of the batch divided by its prompts)',
       'follow-up: the conversation plus an assistant answer and a user message (~2k tokens); cold: a conversation never seen',
       `base: ${baseRoot ?? '(not run: set KVG_BENCH_BASE to a built checkout of the base commit)'}`,
     ];
