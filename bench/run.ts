@@ -14,6 +14,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'events/flood-lag': () => import('./events/flood-lag.bench.js'),
   'events/e2e': () => import('./events/e2e.bench.js'),
   'events/handover': () => import('./events/handover.bench.js'),
+  'routing/event-hooks': () => import('./routing/event-hooks.bench.js'),
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
   'routing/in-flight': () => import('./routing/in-flight.bench.js'),
   'routing/added-latency': () => import('./routing/added-latency.bench.js'),

@@ -11,6 +11,8 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { seededRng } from '../../src/common/index.js';
 import { KvEventApplier, KvEventManager, TieredPrefixIndex } from '../../src/events/index.js';
+import { KvgateMetrics } from '../../src/metrics/index.js';
+import { eventHooks } from '../../src/routing/event-hooks.js';
 import { KvRouter } from '../../src/routing/index.js';
 import { promptHashes, type PromptHashes } from '../../src/wasm/index.js';
 import type { RatePublisherConfig } from './rate-publisher.js';
@@ -73,6 +75,11 @@ const seconds = env('KVGATE_BENCH_E2E_SECONDS', 5);
 const eventsPerBatch = env('KVGATE_BENCH_E2E_EVENTS_PER_BATCH', 8);
 /** Adds the warm decision (`E2eOutcome.warmDecision`) to the alternation. */
 const warmKind = process.env.KVGATE_BENCH_E2E_WARM === '1';
+/**
+ * The gateway's KV-event metrics (`kvgate_kv_events_*`, counted per event on the main thread), as `kvgate serve`
+ * keeps them; `KVGATE_BENCH_E2E_METRICS=0` leaves them out, as the harness did before the twelfth round.
+ */
+const withMetrics = process.env.KVGATE_BENCH_E2E_METRICS !== '0';
 /** The gateway's per-turn bounds (`kv_events.events_per_turn`, `turn_budget_ms`); their defaults unless set. */
 const perTurn = process.env.KVGATE_BENCH_E2E_EVENTS_PER_TURN;
 const turnMs = process.env.KVGATE_BENCH_E2E_TURN_MS;
@@ -186,9 +193,11 @@ async function main(): Promise<void> {
   const router = new KvRouter({ blockSize: BLOCK, config: {}, rng: seededRng(7) });
   for (let i = 0; i < engines; i++) router.addWorker(i + 1, { dataParallelSize: 1 });
   const applier = new KvEventApplier({ blockSize: BLOCK, indexes: new TieredPrefixIndex(router.index) });
+  const watch = { blockSizeMismatch: (): void => undefined, replayed: (): void => undefined };
   const manager = new KvEventManager({
     applier,
     ingestThreads: threads,
+    ...(withMetrics ? { hooks: eventHooks(new KvgateMetrics({ processMetrics: false }), watch, BLOCK) } : {}),
     ...(perTurn !== undefined ? { maxEventsPerTurn: Number(perTurn) } : {}),
     ...(turnMs !== undefined ? { maxTurnMs: Number(turnMs) } : {}),
   });

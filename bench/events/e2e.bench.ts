@@ -11,7 +11,9 @@
  * engines, 200,000), KVGATE_BENCH_E2E_SECONDS (5), KVGATE_BENCH_E2E_EVENTS_PER_BATCH (8), and the gateway's
  * per-turn bounds KVGATE_BENCH_E2E_EVENTS_PER_TURN / KVGATE_BENCH_E2E_TURN_MS (kv_events.events_per_turn,
  * turn_budget_ms; their defaults, 2,000 and 4 ms, unless set), and KVGATE_BENCH_E2E_WARM=1 for a third decision
- * row: the whole decision right after another (its code and data in the CPU's caches).
+ * row: the whole decision right after another (its code and data in the CPU's caches). The gateway's KV-event
+ * metrics are kept, as in `kvgate serve`; KVGATE_BENCH_E2E_METRICS=0 leaves them out (the harness before the
+ * twelfth round).
  * Run: node --expose-gc dist/bench/run.js events/e2e
  */
 import { execFile } from 'node:child_process';

@@ -4,7 +4,7 @@
  */
 import type { WorkerRank } from '../common/index.js';
 import type { KvEventHooks } from '../events/index.js';
-import type { KvgateMetrics } from '../metrics/index.js';
+import { FastCounterChild, type KvgateMetrics } from '../metrics/index.js';
 import type { WorkerWatch } from './worker-watch.js';
 
 /** A slot's metric labels. */
@@ -24,14 +24,15 @@ export function eventHooks(m: KvgateMetrics | undefined, watch: EventWatch, bloc
   };
   if (m === undefined)
     return { onApplied: (s, _t, status) => status === 'block_size_mismatch' && onBlockSizeMismatch(s), onReplay };
-  // onApplied runs once per event (hundreds of thousands a second under load): each (type, status)
-  // child is resolved once, then found by two property reads (no label hashing, no key string per event).
-  const applied: Partial<Record<string, Partial<Record<string, { inc(): void }>>>> = {};
+  // onApplied runs once per event (hundreds of thousands a second under load): each (type, status) series is
+  // found once, by two property reads, and incremented in place (FastCounterChild), where prom-client's own child
+  // validates and hashes its labels on every increment (9 % of the main thread's event work in a profile).
+  const applied: Partial<Record<string, Partial<Record<string, FastCounterChild>>>> = {};
   return {
     onApplied: (slot, type, status) => {
       if (status === 'block_size_mismatch') onBlockSizeMismatch(slot);
       const byStatus = (applied[type] ??= {});
-      (byStatus[status] ??= m.kvEventsApplied.labels({ event_type: type, status })).inc();
+      (byStatus[status] ??= new FastCounterChild(m.kvEventsApplied, { event_type: type, status })).inc();
     },
     onDecodeError: (rep) => m.kvEventDecodeErrors.labels({ worker_id: String(rep.workerId), kind: rep.kind }).inc(),
     onGap: (slot) => m.kvEventGaps.labels(slotLabels(slot)).inc(),
