@@ -61,6 +61,13 @@ describe('preprocessing thread affinity', () => {
       text += `Step ${turn} done. `.repeat(300);
     }
     expect(chat.size).toBe(1);
+    // OpenAI's `user` field before the messages is not the first user message: sessions of one user still spread.
+    const sessions = new Set<number>();
+    for (let k = 0; k < 16; k++) {
+      const task = { role: 'user', content: `Session ${k}: fix the failing test in src/app.ts. `.repeat(20) };
+      sessions.add(bodyAffinity(body({ model: 'm', user: 'alice', messages: [messages[0], task] })) % THREADS);
+    }
+    expect(sessions.size).toBeGreaterThan(1);
     expect(texts.size).toBe(1);
     // A prompt of several texts is text too: kept by its first bytes, not spread by its last.
     const batch = (last: string): number =>

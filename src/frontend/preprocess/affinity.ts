@@ -21,6 +21,7 @@ const KEY_CHARS = 512;
 const USER = Buffer.from('"user"');
 const PROMPT = Buffer.from('"prompt"');
 const OPEN_BRACKET = 0x5b;
+const COLON = 0x3a;
 
 /** FNV-1a over at most KEY_CHARS code units of `s` from `from`. */
 function hashChars(s: string, from: number): number {
@@ -45,12 +46,12 @@ export function taskAffinity(task: PreprocessTask): number {
 }
 
 /**
- * A body's conversation hash: from the bytes after its first `"user"`; with none, from its last bytes when its
+ * A body's conversation hash: from the bytes after its first `"user"` role; with none, from its last bytes when its
  * `"prompt"` is an array of numbers (token ids), else from the bytes after its `"prompt"` (or its first bytes).
  */
 export function bodyAffinity(bytes: Uint8Array): number {
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const user = buf.indexOf(USER);
+  const user = userRole(buf);
   if (user >= 0) return hashBytes(buf, user + USER.length);
   const prompt = buf.indexOf(PROMPT);
   if (prompt < 0) return hashBytes(buf, 0);
@@ -58,6 +59,16 @@ export function bodyAffinity(bytes: Uint8Array): number {
   // An array whose first element is a number: token ids (an array of strings is text, kept by its first bytes).
   const ids = buf[value] === OPEN_BRACKET && isDigit(buf[skipSpace(buf, value + 1, false)]);
   return hashBytes(buf, ids ? Math.max(value, buf.length - KEY_CHARS) : value);
+}
+
+/**
+ * The first `"user"` that is a value (a message's role), not a key: OpenAI's `user` field (`"user": "alice"`), which
+ * may come before the messages, would key every session of one user alike. -1 when there is none.
+ */
+function userRole(buf: Buffer): number {
+  for (let at = buf.indexOf(USER); at >= 0; at = buf.indexOf(USER, at + USER.length))
+    if (buf[skipSpace(buf, at + USER.length, false)] !== COLON) return at;
+  return -1;
 }
 
 const isDigit = (c: number | undefined): boolean => c !== undefined && c >= 0x30 && c <= 0x39;
