@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMocker, type MockerHandle } from '../../src/mocker/index.js';
-import { createServer } from 'node:net';
+import { createServer, type AddressInfo, type Server } from 'node:net';
 import { postJson, readSse, until } from './helpers.js';
 
 let m: MockerHandle;
@@ -265,6 +265,39 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
   });
 });
 
+/** Listens on 127.0.0.1:`port` (0: one the OS picks); resolves with the server, or undefined when the port is taken. */
+function tryListen(port: number): Promise<Server | undefined> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(undefined));
+    s.listen(port, '127.0.0.1', () => resolve(s));
+  });
+}
+
+/**
+ * A mocker of `dpSize` ranks publishing on consecutive ports from a base the OS offered. Other test files bind
+ * ports the OS picks in parallel, so a port of the run can be taken between the probe and the mocker's bind: the
+ * probe holds the whole run while it looks, and a bind refused as in use (the mocker closes what it opened) is
+ * tried again from another base.
+ */
+async function mockerOnConsecutivePorts(dpSize: number): Promise<{ dp: MockerHandle; base: number }> {
+  for (let attempt = 1; ; attempt++) {
+    const first = (await tryListen(0))!;
+    const base = (first.address() as AddressInfo).port;
+    const rest = await Promise.all(Array.from({ length: dpSize - 1 }, (_, i) => tryListen(base + 1 + i)));
+    await Promise.all([first, ...rest].map((s) => s && new Promise((r) => s.close(r))));
+    if (rest.some((s) => s === undefined)) {
+      if (attempt >= 50) throw new Error(`no run of ${dpSize} free ports in ${attempt} tries`);
+      continue;
+    }
+    try {
+      return { dp: await startMocker({ dpSize, kvEventsPort: base, kvEventsReplayPort: 0 }), base };
+    } catch (err) {
+      if (attempt >= 10 || !/in use/i.test(String(err))) throw err;
+    }
+  }
+}
+
 describe('data-parallel ranks behind one port', () => {
   it('balances to the least-loaded rank, honours an explicit rank, rejects a missing one', async () => {
     const dp = await startMocker({ dpSize: 2, speedup: 50, kvEvents: false });
@@ -299,13 +332,7 @@ describe('data-parallel ranks behind one port', () => {
   });
 
   it('rank r publishes KV events on the base port + r', async () => {
-    const base = await new Promise<number>((resolve) => {
-      const probe = createServer().listen(0, '127.0.0.1', () => {
-        const { port } = probe.address() as { port: number };
-        probe.close(() => resolve(port));
-      });
-    });
-    const dp = await startMocker({ dpSize: 3, kvEventsPort: base, kvEventsReplayPort: 0 });
+    const { dp, base } = await mockerOnConsecutivePorts(3);
     try {
       expect(dp.kvEventsPorts).toEqual([base, base + 1, base + 2]);
       expect(dp.kvEventsEndpoints[2]).toBe(`tcp://127.0.0.1:${base + 2}`);
