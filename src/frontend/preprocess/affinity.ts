@@ -15,6 +15,7 @@
  * would queue on one thread. So ids are keyed by their last ones (a body's
  * last bytes), which differ from request to request.
  */
+import { skipJsonSpace } from '../../common/index.js';
 import type { PreprocessTask } from './protocol.js';
 
 const KEY_CHARS = 512;
@@ -55,9 +56,12 @@ export function bodyAffinity(bytes: Uint8Array): number {
   if (user >= 0) return hashBytes(buf, user + USER.length);
   const prompt = buf.indexOf(PROMPT);
   if (prompt < 0) return hashBytes(buf, 0);
-  const value = skipSpace(buf, prompt + PROMPT.length, true);
+  // The member's value: past the colon and the JSON white space around it.
+  let value = skipJsonSpace(buf, prompt + PROMPT.length);
+  if (buf[value] === COLON) value = skipJsonSpace(buf, value + 1);
   // An array whose first element is a number: token ids (an array of strings is text, kept by its first bytes).
-  const ids = buf[value] === OPEN_BRACKET && isDigit(buf[skipSpace(buf, value + 1, false)]);
+  const first = buf[skipJsonSpace(buf, value + 1)];
+  const ids = buf[value] === OPEN_BRACKET && first !== undefined && first >= 0x30 && first <= 0x39;
   return hashBytes(buf, ids ? Math.max(value, buf.length - KEY_CHARS) : value);
 }
 
@@ -67,19 +71,8 @@ export function bodyAffinity(bytes: Uint8Array): number {
  */
 function userRole(buf: Buffer): number {
   for (let at = buf.indexOf(USER); at >= 0; at = buf.indexOf(USER, at + USER.length))
-    if (buf[skipSpace(buf, at + USER.length, false)] !== COLON) return at;
+    if (buf[skipJsonSpace(buf, at + USER.length)] !== COLON) return at;
   return -1;
-}
-
-const isDigit = (c: number | undefined): boolean => c !== undefined && c >= 0x30 && c <= 0x39;
-
-/** The index of the first byte from `at` that is not JSON white space (nor a colon, with `colon`). */
-function skipSpace(buf: Buffer, at: number, colon: boolean): number {
-  for (; at < buf.length; at++) {
-    const c = buf[at]!;
-    if (!(c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09 || (colon && c === 0x3a))) break;
-  }
-  return at;
 }
 
 /** FNV-1a over at most KEY_CHARS bytes of `buf` from `from`. */
