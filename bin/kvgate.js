@@ -3,7 +3,12 @@
 // V8 is tuned first, before the CLI's modules load (src/cli/v8-tuning.ts says why).
 import { tuneV8 } from '../dist/src/cli/v8-tuning.js';
 
-tuneV8(process.env);
+try {
+  tuneV8(process.env);
+} catch (err) {
+  process.stderr.write(`kvgate: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+}
 const { main } = await import('../dist/src/cli/index.js');
 
 main(process.argv.slice(2)).then(

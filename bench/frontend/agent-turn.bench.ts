@@ -30,7 +30,9 @@
  * (route and chat) at each size before its measured ones (4), so the figures are a warm gateway's. Then runs of
  * turns (`runsOfTurns`): follow-ups of several conversations sent back to back, a turn's CPU the process's over the
  * run divided by its turns (`AGENT_RUNS`, `AGENT_RUN_TURNS`, `AGENT_RUN_CONVERSATIONS`).
- * Then token-id prompts of several sessions of one app at once (`sessionsAtOnce`, `AGENT_SESSIONS`).
+ * Then token-id prompts of several sessions of one app at once (`sessionsAtOnce`, `AGENT_SESSIONS`), and agents in
+ * the gateway's steady state (`steadyTurns`: conversations grown turn by turn to the size; `AGENT_STEADY=0` leaves
+ * them out).
  * `AGENT_CPU_PROF=<dir>` runs each gateway under `node --cpu-prof` (its main
  * thread and its preprocessing threads), writing the profiles under
  * `<dir>/<base|this>/` when the bench stops it.
@@ -135,16 +137,7 @@ async function measure(gw: Gateway, path: string, texts: string[], together = fa
   const c0 = processCpuNs(pid);
   const m0 = mainThreadCpuNs(pid);
   const t0 = performance.now();
-  const send = async (text: string): Promise<Record<string, unknown>> => {
-    const res = await fetch(`${gw.url}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: text,
-    });
-    const json = (await res.json()) as Record<string, unknown>;
-    if (res.status !== 200) throw new Error(`${gw.name} ${path}: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
-    return json;
-  };
+  const send = (text: string): Promise<Record<string, unknown>> => sendText(gw, path, text);
   const answers: Record<string, unknown>[] = [];
   if (together) answers.push(...(await Promise.all(texts.map(send))));
   else for (const text of texts) answers.push(await send(text));
@@ -162,6 +155,18 @@ async function measure(gw: Gateway, path: string, texts: string[], together = fa
     promptTokens: median(answers.map(promptTokens)),
     ids: answers[n - 1]!.token_ids as number[] | undefined,
   };
+}
+
+/** One request, not measured: its answer. */
+async function sendText(gw: Gateway, path: string, text: string): Promise<Record<string, unknown>> {
+  const res = await fetch(`${gw.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: text,
+  });
+  const json = (await res.json()) as Record<string, unknown>;
+  if (res.status !== 200) throw new Error(`${gw.name} ${path}: ${res.status} ${JSON.stringify(json).slice(0, 300)}`);
+  return json;
 }
 
 /** One request, measured alone. */
@@ -232,6 +237,63 @@ async function runsOfTurns(gateways: Gateway[], series: Series, size: number): P
     for (const gw of gateways)
       record(series, `${gw.name}|run of turns ${size / 1000}k|route`, await measure(gw, '/v1/route', bodies));
   }
+}
+
+/**
+ * Agents in a gateway's steady state: `AGENT_STEADY_CONVERSATIONS` conversations (8) grow from a quarter of `size`
+ * by follow-ups of ~2k tokens, sent back to back to `/v1/route` and not measured, as a session that reaches `size`
+ * has grown turn by turn through the gateway (and as a gateway in service has compiled its hot paths: V8 keeps
+ * optimizing functions of the follow-up path, on its compiler threads, for a few hundred such turns). Then
+ * `AGENT_STEADY_RUNS` runs (4), the gateways taking each in turn, of two follow-ups per conversation sent back to
+ * back, measured as runs of turns are; the last run ends at `size` (the first 16k tokens a run of 8 below it).
+ */
+async function steadyTurns(gateways: Gateway[], series: Series, size: number, notes: string[]): Promise<void> {
+  const runs = envInt('AGENT_STEADY_RUNS', 4);
+  const convs = Array.from({ length: envInt('AGENT_STEADY_CONVERSATIONS', 8) }, (_, i) =>
+    conversation(23 + size + i, Math.max(2000, size / 4)),
+  );
+  const follow = (c: (typeof convs)[number]): string => {
+    c.messages.push({ role: 'assistant', content: para(c.rnd, 1000) });
+    c.messages.push({ role: 'user', content: para(c.rnd, 1000) });
+    return JSON.stringify({ model: MODEL, messages: c.messages, ...LEAN });
+  };
+  const measuredTokens = runs * 2 * 2000;
+  for (let grown = Math.max(2000, size / 4); grown < size - measuredTokens; grown += 2000)
+    for (const c of convs) {
+      const text = follow(c);
+      for (const gw of gateways) await sendText(gw, '/v1/route', text);
+    }
+  const gc = new Map(gateways.map((gw) => [gw.name, { turns: 0, major: 0, ms: 0 }]));
+  for (let r = 0; r < runs; r++) {
+    const bodies: string[] = [];
+    for (let t = 0; t < 2; t++) for (const c of convs) bodies.push(follow(c));
+    for (const gw of gateways) {
+      const before = await mainThreadGc(gw);
+      record(series, `${gw.name}|steady state ${size / 1000}k|route`, await measure(gw, '/v1/route', bodies));
+      const after = await mainThreadGc(gw);
+      const tally = gc.get(gw.name)!;
+      tally.turns += bodies.length;
+      tally.major += after.major - before.major;
+      tally.ms += after.ms - before.ms;
+    }
+  }
+  for (const [name, t] of gc)
+    notes.push(
+      `${name}, steady state ${size / 1000}k: ${t.major} full (mark-compact) collections of the main thread's heap ` +
+        `over ${t.turns} turns, ${(t.ms / t.turns).toFixed(2)} ms of its GC pauses a turn (nodejs_gc_duration_seconds)`,
+    );
+}
+
+/** The main thread's garbage collections so far, from the gateway's /metrics: full collections, and all pauses. */
+async function mainThreadGc(gw: Gateway): Promise<{ major: number; ms: number }> {
+  const text = await (await fetch(`${gw.url}/metrics`)).text();
+  let major = 0;
+  let seconds = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('nodejs_gc_duration_seconds_count{kind="major"')) major += Number(line.split(' ').pop());
+    else if (line.startsWith('nodejs_gc_duration_seconds_sum{')) seconds += Number(line.split(' ').pop());
+  }
+  return { major, ms: seconds * 1000 };
 }
 
 /**
@@ -326,6 +388,7 @@ async function drive(gateways: Gateway[], series: Series, notes: string[]): Prom
     }
     if (ids !== undefined) await sessionsAtOnce(gateways, series, size, ids);
     await runsOfTurns(gateways, series, size);
+    if (process.env.AGENT_STEADY !== '0') await steadyTurns(gateways, series, size, notes);
     for (const gw of gateways) if (gw.name !== 'base') notes.push(await memoryNote(gw, size));
   }
 }
