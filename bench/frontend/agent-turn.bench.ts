@@ -245,7 +245,8 @@ async function runsOfTurns(gateways: Gateway[], series: Series, size: number): P
  * has grown turn by turn through the gateway (and as a gateway in service has compiled its hot paths: V8 keeps
  * optimizing functions of the follow-up path, on its compiler threads, for a few hundred such turns). Then
  * `AGENT_STEADY_RUNS` runs (4), the gateways taking each in turn, of two follow-ups per conversation sent back to
- * back, measured as runs of turns are; the last run ends at `size` (the first 16k tokens a run of 8 below it).
+ * back, measured as runs of turns are: each conversation's last 8 follow-ups (16k tokens with 4 runs), the last
+ * ending at `size`. The note counts the main thread's full collections over the measured turns.
  */
 async function steadyTurns(gateways: Gateway[], series: Series, size: number, notes: string[]): Promise<void> {
   const runs = envInt('AGENT_STEADY_RUNS', 4);

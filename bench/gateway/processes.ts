@@ -252,3 +252,37 @@ export async function startNginx(
 export function nginxName(workers: number): string {
   return `nginx (${workers} worker${workers === 1 ? '' : 's'}, keep-alive upstream)`;
 }
+
+/** A wrk Lua script that POSTs `body` to /v1/chat/completions, written under `dir`; its path. */
+export function wrkScript(dir: string, name: string, body: unknown): string {
+  const path = join(dir, `${name}.lua`);
+  const json = JSON.stringify(body).replace(/\\/g, '\\\\').replace(/"/g, '\\"');
+  writeFileSync(
+    path,
+    `wrk.method = "POST"\nwrk.path = "/v1/chat/completions"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = "${json}"\n`,
+  );
+  return path;
+}
+
+/**
+ * `kvgate serve`'s arguments as the gateway bench runs it against one worker (`url=...,kv_events=...` for KV
+ * events): the bundled demo tokenizer, warnings only in the log (no line per request), a concurrency cap above any
+ * wrk run's connections.
+ */
+export function kvgateServeArgs(model: string, worker: string): string[] {
+  return [
+    'serve',
+    '--port',
+    '0',
+    '--model',
+    model,
+    '--worker',
+    worker,
+    '--tokenizer',
+    'demo',
+    '--log-level',
+    'warn',
+    '--max-concurrent-requests',
+    '4096',
+  ];
+}

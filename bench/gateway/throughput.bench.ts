@@ -41,13 +41,14 @@
  * Run: npm run bench -- gateway (or node --expose-gc dist/bench/run.js gateway)
  */
 import { type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type BenchRow, type BenchSection } from '../util.js';
 import {
   cpuSeconds,
+  kvgateServeArgs,
   nginxName,
   onPath,
   pinNote,
@@ -56,6 +57,7 @@ import {
   startNginx,
   startProcess,
   stopAll,
+  wrkScript,
   type Front,
   type WrkResult,
 } from './processes.js';
@@ -77,16 +79,6 @@ const CONNECTIONS = Math.max(1, Number(process.env.KVGATE_BENCH_GATEWAY_CONNECTI
 const STREAM_CHUNKS = 64;
 /** The floor ratios the small-request work aims at: kvgate's req/s over the floor proxy's. */
 const FLOOR_TARGET = { tiny: 0.8, stream: 0.7 };
-
-function wrkScript(dir: string, name: string, body: unknown): string {
-  const path = join(dir, `${name}.lua`);
-  const json = JSON.stringify(body).replace(/\\/g, '\\\\').replace(/"/g, '\\"');
-  writeFileSync(
-    path,
-    `wrk.method = "POST"\nwrk.path = "/v1/chat/completions"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = "${json}"\n`,
-  );
-  return path;
-}
 
 type KvgateMode = 'kv mode, KV events' | 'kv mode, no KV events' | 'round-robin';
 const ALL_MODES: Record<string, KvgateMode> = {
@@ -133,24 +125,7 @@ async function startKvgate(
   const { m, pid } = await startProcess(
     'front',
     'node',
-    [
-      bin,
-      'serve',
-      '--port',
-      '0',
-      '--model',
-      MODEL,
-      '--worker',
-      worker,
-      '--tokenizer',
-      'demo',
-      ...modeArgs,
-      '--log-level',
-      'warn',
-      '--max-concurrent-requests',
-      '4096',
-      ...extraArgs,
-    ],
+    [bin, ...kvgateServeArgs(MODEL, worker), ...modeArgs, ...extraArgs],
     /at (http:\/\/127\.0\.0\.1:\d+)/,
     children,
   );

@@ -43,26 +43,28 @@ import { setFlagsFromString } from 'node:v8';
 const HEAP_GROWING_PERCENT = 300;
 const MAX_HEAP_GROWING_PERCENT = 1000;
 
-/**
- * The V8 flags applied (none when the environment keeps V8's defaults).
- * @throws Error when `KVGATE_V8_HEAP_GROWING_PERCENT` is not a whole number from 0 to 1,000 (before any flag is set).
- */
+/** The allocation-site flag applied (none when the environment keeps V8's default). */
 export function tuneV8(env: Readonly<Record<string, string | undefined>>): string[] {
-  const growing = heapGrowingPercent(env['KVGATE_V8_HEAP_GROWING_PERCENT']);
-  const flags: string[] = [];
-  if (env['KVGATE_V8_PRETENURING'] !== 'on') flags.push('--no-allocation-site-pretenuring');
-  if (growing > 0) flags.push(`--heap-growing-percent=${growing}`);
-  for (const flag of flags) setFlagsFromString(flag);
-  return flags;
+  return env['KVGATE_V8_PRETENURING'] === 'on' ? [] : applied(['--no-allocation-site-pretenuring']);
 }
 
-function heapGrowingPercent(raw: string | undefined): number {
-  if (raw === undefined || raw === '') return HEAP_GROWING_PERCENT;
-  const n = Number(raw);
-  if (!/^\d+$/.test(raw.trim()) || n > MAX_HEAP_GROWING_PERCENT)
+/**
+ * The heap growing flag applied (none when `KVGATE_V8_HEAP_GROWING_PERCENT=0` keeps V8's own factor).
+ * @throws Error when `KVGATE_V8_HEAP_GROWING_PERCENT` is not a whole number from 0 to 1,000 (and sets nothing).
+ */
+export function tuneHeapGrowth(env: Readonly<Record<string, string | undefined>>): string[] {
+  const raw = env['KVGATE_V8_HEAP_GROWING_PERCENT'];
+  if (raw === undefined || raw === '') return applied([`--heap-growing-percent=${HEAP_GROWING_PERCENT}`]);
+  const percent = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || percent > MAX_HEAP_GROWING_PERCENT)
     throw new Error(
       `KVGATE_V8_HEAP_GROWING_PERCENT must be a whole number from 0 to ${MAX_HEAP_GROWING_PERCENT} ` +
         `(0 keeps V8's own growing factor), got ${JSON.stringify(raw)}`,
     );
-  return n;
+  return percent === 0 ? [] : applied([`--heap-growing-percent=${percent}`]);
+}
+
+function applied(flags: string[]): string[] {
+  for (const flag of flags) setFlagsFromString(flag);
+  return flags;
 }
