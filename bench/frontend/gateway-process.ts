@@ -12,16 +12,23 @@ export function mainThreadCpuNs(pid: number): number {
   return Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, 'utf8').split(' ')[0]);
 }
 
-/** CPU nanoseconds of every thread of a process. */
-export function processCpuNs(pid: number): number {
-  let ns = 0;
+/** CPU nanoseconds of each thread of a process, by thread id. */
+export function threadCpuNs(pid: number): Map<string, number> {
+  const out = new Map<string, number>();
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
     try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+      out.set(tid, Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]));
     } catch {
       // a thread that ended between the listing and the read
     }
   }
+  return out;
+}
+
+/** CPU nanoseconds of every thread of a process. */
+export function processCpuNs(pid: number): number {
+  let ns = 0;
+  for (const threadNs of threadCpuNs(pid).values()) ns += threadNs;
   return ns;
 }
 

@@ -16,6 +16,7 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { threadCpuNs } from '../frontend/gateway-process.js';
 import { kvgateServeArgs, runWrk, startProcess, stopAll, wrkScript } from './processes.js';
 
 interface ProfileNode {
@@ -54,18 +55,6 @@ function categoryOfUrl(url: string): string {
   if (/task_queues|timers|promise|async_hooks/.test(url)) return 'promises, timers, task queues';
   if (/_http_|http|net|stream|events|buffer|url/.test(url)) return 'node:http, net, streams, events';
   return 'node, other';
-}
-
-function threadCpuNs(pid: number): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      out.set(tid, Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]));
-    } catch {
-      // The thread ended meanwhile.
-    }
-  }
-  return out;
 }
 
 async function main(): Promise<void> {
@@ -115,6 +104,7 @@ async function main(): Promise<void> {
     const measured = await runWrk(url, script, Number(seconds), 32);
     const t1 = Number(process.hrtime.bigint() / 1000n);
     const threads1 = threadCpuNs(started.pid);
+    // The front writes its profile as it exits.
     await stopAll(children);
     const file = readdirSync(profDir)
       .filter((f) => f.endsWith('.cpuprofile'))
