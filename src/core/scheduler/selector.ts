@@ -117,14 +117,14 @@ export class SlotSelector {
     const k = costKnobsOf(knobs);
     const requestBlocks = Math.ceil(isl / bs);
     const preferred = req.routingConstraints?.preferredTaints;
-    // Cache pressure (with the index's held blocks, when on) and the KV overflow (both cost models' wait for
-    // KV) read each candidate's advertised capacity: only where one is known.
+    // Cache pressure and the KV overflow (both cost models' wait for KV) read advertised capacities, where known.
     const capacities = !knobs.decodeException && table.knownCapacityCount > 0;
     const pressure = capacities && (knobs.kvPressureWeight ?? 0) > 0;
     // The time-unit cost when the engines' step profile is known (the decode exception keeps [v1.5]).
     const model = knobs.decodeException ? undefined : this.#p.stepCost;
     const x = model === undefined ? undefined : this.#costInput(isl, requestBlocks, minPrefill);
     const load = this.#stepCostLoad();
+    const minOverflow = capacities && x === undefined ? this.#minOverflow(n, newBlocks, shareable, knobs) : 0;
     let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
       const s = elig[i]!;
@@ -135,7 +135,7 @@ export class SlotSelector {
       const uncached = isl - overlap * bs;
       const prefillTokens = k.trackPrefillTokens ? p + (uncached > 0 ? uncached : 0) : p;
       const evicted = pressure ? table.evictedBlocks(s, requestBlocks - overlap) : 0;
-      const overflow = capacities ? table.overflowBlocks(s, decodeBlocks) : 0;
+      const overflow = capacities ? table.overflowBlocks(s, decodeBlocks) - minOverflow : 0;
       const hostOverlap = tiered ? host[s]! : 0;
       const diskOverlap = tiered ? disk[s]! : 0;
       const sharedBeyond = tiered && sharedDepth > overlap ? sharedDepth - overlap : 0;
@@ -173,6 +173,27 @@ export class SlotSelector {
       );
     }
     return maxOverlap;
+  }
+
+  /**
+   * The least KV overflow over the candidates `eligible[0..n)` (blocks beyond the advertised capacity, as
+   * `#score` counts them), which block counting subtracts from each (0 with the term off). Where every
+   * candidate overflows, the prompt waits for KV wherever it goes, so each is charged only its overflow
+   * beyond the least one: the candidates' cached blocks count against each other again instead of all
+   * being voided at once.
+   */
+  #minOverflow(n: number, newBlocks: number, shareable: boolean, knobs: EffectiveKnobs): number {
+    if (!((knobs.kvOverflowWeight ?? 0) > 0)) return 0;
+    const { table, active } = this.#p;
+    const { eligible: elig, depth } = table.scratch;
+    const blocks = active.activeDecodeBlocks;
+    let least = Infinity;
+    for (let i = 0; i < n && least > 0; i++) {
+      const s = elig[i]!;
+      const o = table.overflowBlocks(s, blocks[s]! + (shareable ? newBlocks - depth[s]! : newBlocks));
+      if (o < least) least = o;
+    }
+    return least === Infinity ? 0 : least;
   }
 
   /** The request-wide part of a `CostInput` (the time-unit cost's; its per-candidate fields are refilled per slot). */

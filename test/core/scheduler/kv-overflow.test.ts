@@ -1,8 +1,9 @@
 /**
  * KV overflow in the cost: where the blocks of a worker's running requests plus the prompt's new blocks
  * exceed its advertised KV capacity, the engine admits the prompt only once running requests finish, so
- * the cache credit it would earn there is void and the overflow is charged as prefill. Below a full
- * cache, with no known capacity, or with weight 0 (the Dynamo presets), the cost is Dynamo's.
+ * the cache credit it would earn there is void and the overflow is charged as prefill. Where every
+ * candidate overflows, each is charged only its overflow beyond the least one's. Below a full cache, with
+ * no known capacity, or with weight 0 (the Dynamo presets), the cost is Dynamo's.
  */
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../../src/common/index.js';
@@ -60,6 +61,23 @@ describe('KV overflow (routerKvOverflowWeight)', () => {
     expect(costs(r, 'a').workerId).toBe(2);
     r.free('running');
     expect(costs(r, 'b')).toEqual({ costs: { 1: 2 + 10, 2: 20 }, workerId: 1 });
+  });
+
+  it('where every worker overflows, charges each only its overflow beyond the least, so the cache counts again', () => {
+    // Worker 2 runs a request too: `blocks` of its own, so taking the prompt needs blocks + 10 there.
+    const both = (capacity: number, blocks: number): ReturnType<typeof costs> => {
+      const r = scene({}, capacity);
+      r.findBestMatch({ requestId: 'running-2', tokens: tokens(blocks * BS, 9000), routing: { backendInstanceId: 2 } });
+      r.markPrefillCompleted('running-2');
+      return costs(r);
+    };
+    // Both need 14 of 12 blocks: the prompt waits on either, so neither overflow is charged and worker 1's
+    // cache wins (voiding both credits instead would have tied them at 2 + 10 + 14 and 10 + 2 + 14).
+    expect(both(12, 4)).toEqual({ costs: { 1: 2 + 14, 2: 10 + 14 }, workerId: 1 });
+    // Worker 2 overflows by 3, worker 1 by 2: only worker 2 pays, for its 1 block beyond worker 1's 2.
+    expect(both(12, 5)).toEqual({ costs: { 1: 2 + 14, 2: 10 + (0 + 1) + 15 }, workerId: 1 });
+    // Worker 2 fits (its 2 blocks + 10): worker 1 pays its whole overflow, as before.
+    expect(both(12, 2)).toEqual({ costs: { 1: 2 + (8 + 2) + 14, 2: 10 + 12 }, workerId: 2 });
   });
 
   it("is Dynamo's cost with weight 0, with room in the cache, with no advertised capacity, and in the Dynamo presets", () => {
