@@ -12,6 +12,7 @@ import { KvgateError } from '../errors/index.js';
 import type { Logger } from '../common/index.js';
 import { ByteLevelBpe } from './byte-level-bpe.js';
 import { ChatTemplate, CHATML_TEMPLATE } from './chat-template.js';
+import { tokenizerJsonOf } from './tokenizer-json.js';
 import type {
   ChatMessage,
   EncodeOptions,
@@ -174,7 +175,7 @@ export function loadHfTokenizer(files: TokenizerFiles, logger?: Logger): TextTok
 function jsEncoder(path: string): ByteLevelBpe | undefined {
   let json: unknown;
   try {
-    json = JSON.parse(readFileSync(path, 'utf8'));
+    json = tokenizerJsonOf(path);
   } catch {
     return undefined;
   }

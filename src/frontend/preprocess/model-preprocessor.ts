@@ -83,13 +83,17 @@ export class ModelPreprocessor {
       return new ModelPreprocessor(spec, src.onMissing === 'approximate' ? fallbackTokenizer() : undefined, undefined);
     }
     const files = src.kind === 'demo' ? demoTokenizerFiles() : src.files;
+    // The tokenizer, the split tokens and the floor read one parse of tokenizer.json: within this synchronous
+    // stretch (tokenizerJsonOf's contract), before the await.
     const tok = loadTokenizer(files);
     const on = spec.segmentCacheTokens > 0 && spec.segmentCacheBytes > 0;
-    const segments = await SegmentTokenizer.create(tok, on ? splitTokensOf(files.tokenizerJson) : [], {
+    const split = on ? splitTokensOf(files.tokenizerJson) : [];
+    const floor = tokenFloorOf(files.tokenizerJson);
+    const segments = await SegmentTokenizer.create(tok, split, {
       tokens: spec.segmentCacheTokens,
       bytes: spec.segmentCacheBytes,
     });
-    return new ModelPreprocessor(spec, tok, segments, tokenFloorOf(files.tokenizerJson));
+    return new ModelPreprocessor(spec, tok, segments, floor);
   }
 
   /** Whether the segment cache is in use (exactness probe passed and the cache is on). */

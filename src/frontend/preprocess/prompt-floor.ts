@@ -19,7 +19,7 @@
  * any length, or other normalizers) get no bound: their prompts are
  * tokenized and then checked.
  */
-import { readFileSync } from 'node:fs';
+import { tokenizerJsonOf } from '../../tokenizer/index.js';
 
 interface TokenizerJson {
   normalizer?: { type?: string; normalizers?: { type?: string }[] } | null;
@@ -93,7 +93,7 @@ function asciiWeights(json: TokenizerJson): Float64Array | undefined {
 
 /** The token floor of a tokenizer.json's tokenizer, or undefined when it has none (see the module comment). */
 export function tokenFloorOf(tokenizerJsonPath: string): TokenFloor | undefined {
-  const weights = asciiWeights(JSON.parse(readFileSync(tokenizerJsonPath, 'utf8')) as TokenizerJson);
+  const weights = asciiWeights(tokenizerJsonOf(tokenizerJsonPath) as TokenizerJson);
   if (weights === undefined) return undefined;
   return (text, stopAbove = Infinity) => {
     let sum = 0;

@@ -21,8 +21,7 @@
  * every prompt that added an entry (a 24 KB system prompt per request) while
  * the limit saw only a few tokens.
  */
-import { readFileSync } from 'node:fs';
-import type { TextTokenizer } from '../../tokenizer/index.js';
+import { tokenizerJsonOf, type TextTokenizer } from '../../tokenizer/index.js';
 
 export interface SplitToken {
   content: string;
@@ -39,14 +38,14 @@ interface AddedTokenJson {
   normalized?: boolean;
 }
 
-// tokenizer.json files are large (11 MB for Qwen3): read each once per thread.
+// tokenizer.json files are large (11 MB for Qwen3): the split tokens of each are kept once per thread.
 const splitTokensByFile = new Map<string, SplitToken[]>();
 
 /** The special added tokens of a tokenizer.json that are safe to split at (see the module comment). */
 export function splitTokensOf(tokenizerJsonPath: string): SplitToken[] {
   let tokens = splitTokensByFile.get(tokenizerJsonPath);
   if (tokens === undefined) {
-    const json = JSON.parse(readFileSync(tokenizerJsonPath, 'utf8')) as { added_tokens?: AddedTokenJson[] };
+    const json = tokenizerJsonOf(tokenizerJsonPath) as { added_tokens?: AddedTokenJson[] };
     tokens = (json.added_tokens ?? [])
       .filter(
         (t) =>
