@@ -16,6 +16,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'events/handover': () => import('./events/handover.bench.js'),
   'routing/event-hooks': () => import('./routing/event-hooks.bench.js'),
   'routing/kv-router': () => import('./routing/kv-router.bench.js'),
+  'routing/decision-pause': () => import('./routing/decision-pause.bench.js'),
   'routing/in-flight': () => import('./routing/in-flight.bench.js'),
   'routing/added-latency': () => import('./routing/added-latency.bench.js'),
   'engines/sse-parser': () => import('./engines/sse-parser.bench.js'),

@@ -14,7 +14,7 @@ import { KvEventApplier, KvEventManager, TieredPrefixIndex } from '../../src/eve
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { eventHooks } from '../../src/routing/event-hooks.js';
 import { KvRouter } from '../../src/routing/index.js';
-import { promptHashes, type PromptHashes } from '../../src/wasm/index.js';
+import { oneDocumentPrompts, type DecisionPrompt } from '../routing/one-document-prompts.js';
 import type { RatePublisherConfig } from './rate-publisher.js';
 
 export interface E2eOutcome {
@@ -108,27 +108,10 @@ function startPublishers(): { workers: Worker[]; ready: Promise<{ pub: string; r
   return { workers, ready: Promise.all(parts).then((all) => all.flat()) };
 }
 
-/** Prompts the decisions cycle through, made before the clock starts (making one costs more than deciding it). */
+/** Prompts the decisions cycle through. */
 const PROMPTS = 1024;
 /** How long the decisions run before the engines start (the quiet figure). */
 const QUIET_MS = 3000;
-
-/** A decision's prompt: its tokens, and its block hashes as a preprocessing thread hands them to the router. */
-interface Prompt {
-  readonly tokens: Uint32Array;
-  readonly hashes: PromptHashes;
-}
-
-/** Each prompt is one document with a random tail from a random block on, made before any clock starts. */
-function makePrompts(): Prompt[] {
-  const rng = seededRng(11);
-  const doc = Uint32Array.from({ length: PROMPT_TOKENS }, () => Math.floor(rng() * 150_000));
-  return Array.from({ length: PROMPTS }, () => {
-    const tokens = doc.slice();
-    for (let i = Math.floor(rng() * PROMPT_TOKENS); i < PROMPT_TOKENS; i++) tokens[i] = Math.floor(rng() * 150_000);
-    return { tokens, hashes: promptHashes(tokens, BLOCK) };
-  });
-}
 
 /**
  * Decision timings, µs, sorted: the whole decision from tokens, the router's part given the hashes, and (only with
@@ -148,7 +131,7 @@ interface Decisions {
  * timed right after an untimed one. The prompts are made up front, so the main thread's time goes to the
  * gateway's work, not to the harness's random numbers.
  */
-function decide(router: KvRouter, prompts: readonly Prompt[]): () => Decisions {
+function decide(router: KvRouter, prompts: readonly DecisionPrompt[]): () => Decisions {
   const timings: [number[], number[], number[]] = [[], [], []];
   const kinds = warmKind ? 3 : 2;
   const inFlight: string[] = [];
@@ -210,7 +193,7 @@ async function main(): Promise<void> {
       topic: 'kv-events',
     });
   // The same decisions with no event flowing first (prompts and in-flight load alike): what ingestion adds.
-  const prompts = makePrompts();
+  const prompts = oneDocumentPrompts(PROMPTS, PROMPT_TOKENS, BLOCK);
   // A second of decisions to warm the JIT first, not recorded.
   const stopWarm = decide(router, prompts);
   await new Promise((r) => setTimeout(r, 1000));
