@@ -111,6 +111,7 @@ export function renderMarkdown(report: ReplayReport): string {
     ...headerLines(report),
     '',
     ...policyTable(report),
+    ...ttftBandsTable(report),
     ...legsTable(report),
     ...replicaTable(report),
   ];
@@ -203,6 +204,36 @@ function policyTable(report: ReplayReport): string[] {
     'Times in ms unless marked. TTFT, ITL and E2E are per-request distributions; "of bound" = hit rate / infinite-cache bound; ' +
       "load max/mean = busiest engine's time-averaged in-flight requests over the mean; " +
       'engines busy = share of the run the engines spent computing steps.',
+  );
+  return lines;
+}
+
+/** Where each policy's TTFT goes: one row per band of its requests ranked by TTFT (ttft-bands.ts). */
+function ttftBandsTable(report: ReplayReport): string[] {
+  const runs = Object.entries(report.policies).filter(([, s]) => s.ttft_bands.some((b) => b.requests > 0));
+  if (runs.length === 0) return [];
+  const num = (v: number | null, digits = 0): string => (v === null ? 'n/a' : v.toFixed(digits));
+  const share = (v: number | null): string => (v === null ? 'n/a' : pct(v));
+  const lines = [
+    '',
+    'Where TTFT goes (requests ranked by TTFT, slowest first):',
+    '',
+    '| policy | band | requests | share of TTFT | TTFT mean | engine wait mean | prompt tokens | uncached tokens | ' +
+      'moved | cache shortfall (tok) |',
+    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ];
+  for (const [name, s] of runs)
+    for (const b of s.ttft_bands)
+      lines.push(
+        `| ${name} | ${b.band} | ${b.requests} | ${share(b.ttft_share)} | ${ms(b.ttft_mean_ms)} | ` +
+          `${ms(b.engine_wait_mean_ms)} | ${num(b.prompt_tokens_mean)} | ${num(b.uncached_tokens_mean)} | ` +
+          `${share(b.moved_share)} | ${num(b.cache_shortfall_tokens_mean)} |`,
+      );
+  lines.push(
+    '',
+    'engine wait = admission by the engine - arrival; uncached = prompt - engine-reported cached tokens; ' +
+      'moved = of the requests that follow one earlier request (a next turn), the share served by another engine; ' +
+      "cache shortfall = the router's predicted cached tokens - the engine-reported ones (kv policies).",
   );
   return lines;
 }

@@ -15,9 +15,12 @@
  * - hit_rate_bound = the workload's infinite-cache bound at the engines' block size (workload.ts).
  * - load imbalance = max over engines of their time-averaged in-flight requests / mean over engines (timeline.ts).
  * - prediction error = router-predicted cached tokens (overlap x block size) - engine-reported cached tokens, kv policies only.
+ * - TTFT bands = the completed requests ranked by TTFT, cut into the slowest 1 %, the next 9 % and the rest, and what
+ *   each band's requests had in common (ttft-bands.ts).
  */
 import { distribution, type Distribution } from './stats.js';
 import type { LoadBucket, LoadSummary } from './timeline.js';
+import { ttftBands, type TtftBand } from './ttft-bands.js';
 
 /** One request's life in a replay. Times are ms from the start of the replay. */
 export interface RequestOutcome {
@@ -194,6 +197,8 @@ export interface PolicySummary {
     front: string | null;
     sync_deliveries: number;
   };
+  /** Where the TTFT goes: the slowest 1 %, the next 9 % and the other 90 % of the completed requests (ttft-bands.ts). */
+  ttft_bands: TtftBand[];
   legs?: LegSummary;
   /** First few failures (message with request index). */
   errors?: string[];
@@ -283,8 +288,15 @@ function legSummary(run: PolicyRun, ok: readonly RequestOutcome[], hitRate: numb
   };
 }
 
-/** Summarises one policy's run against the workload's hit-rate bound. */
-export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySummary {
+/**
+ * Summarises one policy's run against the workload's hit-rate bound. `follows(index)`: the request that request
+ * `index` was sent after, where it follows exactly one (closed-loop workloads; none by default).
+ */
+export function summarizePolicy(
+  run: PolicyRun,
+  hitRateBound: number,
+  follows: (index: number) => number | undefined = () => undefined,
+): PolicySummary {
   const ok = run.outcomes.filter((o) => o.error === null && o.finishMs !== null && o.firstTokenMs !== null);
   const failed = run.outcomes.filter((o) => o.error !== null);
   const ttft = ok.map((o) => o.firstTokenMs! - o.arrivalMs);
@@ -321,6 +333,7 @@ export function summarizePolicy(run: PolicyRun, hitRateBound: number): PolicySum
     engine_busy_fraction: run.engineBusyFraction === null ? null : round(run.engineBusyFraction),
     wall_s: round(run.wallMs / 1000),
     replicas: replicaSummary(run.replicas),
+    ttft_bands: ttftBands(run.outcomes, follows, round),
   };
   const legs = legSummary(run, ok, hitRate);
   if (legs !== undefined) summary.legs = legs;

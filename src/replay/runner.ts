@@ -348,7 +348,11 @@ export async function runReplay(cfg: ReplayConfig, hooks: ReplayHooks): Promise<
 
   const runs = await runPolicies(workload, cfg, hooks);
   const policies: Record<string, PolicySummary> = {};
-  for (const run of runs) policies[run.name] = summarizePolicy(run, bound.tokens);
+  const follows = (index: number): number | undefined => {
+    const after = workload.requests[index]?.after?.requests;
+    return after?.length === 1 ? after[0] : undefined;
+  };
+  for (const run of runs) policies[run.name] = summarizePolicy(run, bound.tokens, follows);
   const report: ReplayReport = {
     meta: {
       command: hooks.command,

@@ -287,6 +287,12 @@ describe('replay report', () => {
     expect(md).toMatch(/^\| kv \| /m);
     expect(md).toMatch(/^\| round-robin \| /m);
     expect(md).toContain('command: `kvgate replay --trace small.jsonl`');
+    // Where TTFT goes: three bands covering every completed request; no request of a trace follows another.
+    expect(kv.ttft_bands.map((b) => b.band)).toEqual(['slowest 1 %', 'next 9 %', 'other 90 %']);
+    expect(kv.ttft_bands.reduce((n, b) => n + b.requests, 0)).toBe(kv.requests.completed);
+    expect(kv.ttft_bands.every((b) => b.moved_share === null)).toBe(true);
+    expect(md).toMatch(/^\| kv \| slowest 1 % \| 0 \| /m);
+    expect(md).toMatch(/^\| round-robin \| other 90 % \| 72 \| /m);
 
     const dir = mkdtempSync(join(tmpdir(), 'kvgate-replay-'));
     dirs.push(dir);
@@ -363,5 +369,25 @@ describe('replay report', () => {
     expect(report.workload.invalid_line_messages[0]).toBe('line 2: missing output_length');
     expect(report.policies['round-robin']!.requests).toEqual({ total: 3, completed: 3, failed: 0 });
     await expect(runReplay(config({ trace: BAD, strict: true }), { command: 'x' })).rejects.toThrow(/strict mode/);
+  });
+});
+
+describe('where TTFT goes, on a closed-loop workload', () => {
+  it("counts each turn against the engine of the turn it follows (runReplay hands the workload's order over)", async () => {
+    const { report } = await runReplay(
+      config({
+        trace: 'agentic',
+        agentic: { seed: 2, sessions: 3, sessionRatePerS: 1, apps: 1, contextLimit: 40_000, medianTurns: 5 },
+        policies: parsePolicies(['round-robin']),
+        topology: { kind: 'aggregated', workers: 3 },
+      }),
+      { command: 'kvgate replay --workload agentic' },
+    );
+    const rr = report.policies['round-robin']!;
+    const other = rr.ttft_bands[2]!;
+    // Round-robin over 3 engines sends almost every next turn elsewhere.
+    expect(other.moved_share).toBeGreaterThan(0.5);
+    expect(other.engine_wait_mean_ms).not.toBeNull();
+    expect(other.uncached_tokens_mean).toBeGreaterThan(0);
   });
 });
