@@ -13,7 +13,7 @@
  * Before each, the thread does one of:
  * - nothing (back to back);
  * - 1 ms of a loop that touches almost nothing (it reads the clock);
- * - a sweep of 16 MiB (the data caches displaced, the thread awake);
+ * - a sweep of 16 MiB (the core's caches displaced, the thread awake);
  * - a sleep of 50 µs, 1 ms or 5 ms (`Atomics.wait`: the thread blocks in the kernel, as the event loop does
  *   between events, and the core idles or runs something else).
  * The cases run interleaved, in rounds, so each sees the same background load.
