@@ -212,7 +212,7 @@ function policyTable(report: ReplayReport): string[] {
 function ttftBandsTable(report: ReplayReport): string[] {
   const runs = Object.entries(report.policies).filter(([, s]) => s.ttft_bands.some((b) => b.requests > 0));
   if (runs.length === 0) return [];
-  const num = (v: number | null, digits = 0): string => (v === null ? 'n/a' : v.toFixed(digits));
+  const num = (v: number | null): string => (v === null ? 'n/a' : v.toFixed(0));
   const share = (v: number | null): string => (v === null ? 'n/a' : pct(v));
   const lines = [
     '',
