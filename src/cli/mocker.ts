@@ -32,6 +32,7 @@ line per engine, then runs until interrupted.
   --block-size N               tokens per block (${MOCKER_DEFAULTS.blockSize})
   --max-num-batched-tokens N   token budget per step (${MOCKER_DEFAULTS.maxNumBatchedTokens})
   --max-num-seqs N             running requests per step (${MOCKER_DEFAULTS.maxNumSeqs})
+  --scheduling-policy fcfs|priority   as vLLM's: priority admits by request priority, lowest first (${MOCKER_DEFAULTS.schedulingPolicy})
   --max-model-len N            context length (${MOCKER_DEFAULTS.maxModelLen})
   --speedup X                  divide step times by X (${MOCKER_DEFAULTS.speedup})
   --perf-profile FILE|NAME     time steps from a measured GPU profile (h100, h200, or a JSON path)
@@ -75,6 +76,7 @@ export const OPTIONS = {
   'block-size': { type: 'string' },
   'max-num-batched-tokens': { type: 'string' },
   'max-num-seqs': { type: 'string' },
+  'scheduling-policy': { type: 'string' },
   'max-model-len': { type: 'string' },
   speedup: { type: 'string' },
   'perf-profile': { type: 'string' },
@@ -196,6 +198,7 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
       blockSize: num('block-size', s('block-size')),
       maxNumBatchedTokens: num('max-num-batched-tokens', s('max-num-batched-tokens')),
       maxNumSeqs: num('max-num-seqs', s('max-num-seqs')),
+      schedulingPolicy: s('scheduling-policy') as MockerInput['schedulingPolicy'],
       maxModelLen: num('max-model-len', s('max-model-len')),
       speedup: num('speedup', s('speedup')),
       perfProfile: s('perf-profile'),

@@ -45,7 +45,16 @@ export interface EngineCoreOptions {
   kvBytesPerToken: number;
   /** KV transfer bandwidth in bytes per second. */
   kvTransferBandwidth: number;
+  /**
+   * vLLM's `--scheduling-policy` (default `fcfs`). `priority`: waiting requests are admitted by their
+   * `priority` (lowest first), then arrival; when the cache is short, the running request of the highest
+   * `priority` value, the latest to arrive among equals, is preempted instead of the last one admitted.
+   */
+  schedulingPolicy?: SchedulingPolicy | undefined;
 }
+
+export const SCHEDULING_POLICIES = ['fcfs', 'priority'] as const;
+export type SchedulingPolicy = (typeof SCHEDULING_POLICIES)[number];
 
 export interface CoreRequest {
   id: string;
@@ -60,6 +69,8 @@ export interface CoreRequest {
   remotePrefill?: boolean | undefined;
   /** Keep the blocks this long after finishing, for a remote decode to pull. */
   holdBlocksMs?: number | undefined;
+  /** vLLM's request `priority` (an integer; lower is served first); read only under the `priority` policy. Default 0. */
+  priority?: number | undefined;
 }
 
 export interface TokenOutput {

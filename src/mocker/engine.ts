@@ -7,11 +7,10 @@
  * One step = one scheduler iteration of vLLM V1:
  *   1. running requests first, in order: each gets the tokens it still needs
  *      (1 when decoding; a chunk of the prompt when prefilling), within the
- *      token budget `maxNumBatchedTokens`; when the cache cannot hold the new
- *      tokens, the most recently admitted running request is preempted
- *      (its blocks are released, it goes back to the head of the queue and is
- *      recomputed later; cached blocks it released may serve it again);
- *   2. if nothing was preempted, waiting requests are admitted in FIFO order
+ *      token budget `maxNumBatchedTokens`; when the cache cannot hold the new tokens, a running
+ *      request is preempted (the last admitted, or whom the `priority` policy picks: scheduling-policy.ts):
+ *      its blocks are released, it is queued again and recomputed later (its cached blocks may serve it);
+ *   2. if nothing was preempted, waiting requests are admitted in queue order
  *      while `maxNumSeqs`, the budget and the cache allow: the prefix cache is
  *      looked up (at most floor((tokens - 1) / blockSize) blocks, as vLLM keeps
  *      one token to compute), the rest is allocated, and prefill starts
@@ -44,19 +43,18 @@ import type {
   EngineCoreStats,
   KvEvent,
   PullResult,
+  SchedulingPolicy,
   StepResult,
 } from './engine-types.js';
 import { HeldLeases } from './held-leases.js';
 import { HybridKvGroups } from './hybrid-groups.js';
 import { KvBlockPool, type Block } from './kv-cache.js';
 import { RequestEntry } from './request-entry.js';
+import { enqueue, victimIndex } from './scheduling-policy.js';
 import type { PrefillWork } from './timing.js';
 
 /** A request scheduled in the current step and how many tokens it computes. */
-interface Scheduled {
-  readonly r: RequestEntry;
-  readonly n: number;
-}
+type Scheduled = { readonly r: RequestEntry; readonly n: number };
 
 function validatePositiveInt(name: string, v: number): void {
   if (!Number.isInteger(v) || v <= 0)
@@ -74,6 +72,7 @@ export class EngineCore {
   readonly #requests = new Map<string, RequestEntry>();
   readonly #waiting: RequestEntry[] = [];
   readonly #running: RequestEntry[] = [];
+  readonly #policy: SchedulingPolicy;
   /** Blocks finished requests keep for a remote decode to pull. */
   readonly #held = new HeldLeases((blocks) => this.#releaseBlocks(blocks));
   /** Events produced outside a step (lease expiry, reset), delivered with the next step. */
@@ -102,6 +101,7 @@ export class EngineCore {
     if (options.sampleTokenIds.length === 0)
       throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'sampleTokenIds is empty', { field: 'sampleTokenIds' });
     this.options = Object.freeze({ ...options });
+    this.#policy = options.schedulingPolicy ?? 'fcfs';
     this.#pool = new KvBlockPool(options.numGpuBlocks);
     const groups = options.kvGroups ?? [];
     this.#hybrid = groups.length > 1 ? new HybridKvGroups(groups, options.blockSize, options.numGpuBlocks) : undefined;
@@ -120,8 +120,8 @@ export class EngineCore {
 
   /**
    * Queues a request.
-   * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a duplicate id, an empty
-   *   prompt, maxTokens < 1, or a request that can never fit in the cache.
+   * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for a duplicate id, an empty prompt,
+   *   maxTokens < 1, a priority not an integer, or a request that can never fit in the cache.
    */
   add(req: CoreRequest, now: number): void {
     if (this.#requests.has(req.id) || this.#held.has(req.id)) {
@@ -149,7 +149,7 @@ export class EngineCore {
     }
     const entry = new RequestEntry(req, now, blockSize);
     this.#requests.set(req.id, entry);
-    this.#waiting.push(entry);
+    enqueue(this.#waiting, entry, false, this.#policy);
     this.#stats.promptTokens += entry.promptLen;
   }
 
@@ -283,11 +283,18 @@ export class EngineCore {
       const need = Math.ceil((r.numComputed + n) / blockSize) - r.blocks.length;
       let selfPreempted = false;
       while (need > this.#pool.available()) {
-        const victim = this.#running[this.#running.length - 1]!;
+        const v = victimIndex(this.#running, this.#policy);
+        const victim = this.#running[v]!;
         this.#preempt(victim, result);
         if (victim === r) {
           selfPreempted = true;
           break;
+        }
+        // A victim ahead of `r` (the priority policy's) was scheduled in this step: unscheduled, as vLLM does.
+        if (v < i) {
+          const k = scheduled.findLastIndex((x) => x.r === victim);
+          if (k >= 0) budget += scheduled.splice(k, 1)[0]!.n;
+          i--;
         }
       }
       if (selfPreempted) break;
@@ -299,7 +306,7 @@ export class EngineCore {
     return budget;
   }
 
-  /** Step 2: waiting requests in FIFO order while seats, budget and cache allow. Returns the budget left. */
+  /** Step 2: waiting requests in queue order while seats, budget and cache allow. Returns the budget left. */
   #admitWaiting(now: number, budget: number, scheduled: Scheduled[], result: StepResult): number {
     const { blockSize, maxNumSeqs } = this.options;
     while (this.#waiting.length > 0 && budget > 0 && this.#running.length < maxNumSeqs) {
@@ -414,7 +421,7 @@ export class EngineCore {
     r.numComputed = 0;
     r.committed = 0;
     r.state = 'waiting';
-    this.#waiting.unshift(r);
+    enqueue(this.#waiting, r, true, this.#policy);
     this.#stats.preemptions++;
     result.preempted.push(r.id);
   }

@@ -154,6 +154,12 @@ export class Generation {
       throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `The model \`${p.model}\` does not exist.`, { param: 'model' });
     }
     const loraName = p.model !== undefined && p.model !== o.model ? p.model : undefined;
+    // As vLLM: a priority other than 0 needs the priority policy.
+    if (p.priority !== undefined && p.priority !== 0 && o.schedulingPolicy !== 'priority') {
+      throw new KvgateError('KVG_ERR_INVALID_REQUEST', `priority ${p.priority} needs --scheduling-policy priority`, {
+        param: 'priority',
+      });
+    }
     const tokens = await this.#promptTokens(p);
     const param = p.kind === 'chat' ? 'messages' : 'prompt';
     if (tokens.length === 0)
@@ -234,6 +240,7 @@ export class Generation {
       cacheSalt: p.cacheSalt,
       remotePrefill: x.plan.remotePrefill,
       holdBlocksMs: x.plan.holdBlocksMs,
+      priority: p.priority,
     };
     const textOf = (id: number): string => this.#deps.tokenText.get(id) ?? '';
     const out: AnswerWriter =

@@ -55,6 +55,8 @@ export interface GenerateRequest {
    * once (`prompt_token_ids`: top level for chat, on the choice for completions).
    */
   returnTokenIds: boolean;
+  /** vLLM's request `priority` (any integer, lower first); undefined when absent. */
+  priority: number | undefined;
 }
 
 function invalid(message: string, param: string | null): KvgateError {
@@ -201,6 +203,7 @@ export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown,
     logprobs: parseLogprobs(kind, body),
     toolName: kind === 'chat' ? parseToolName(body.tools as unknown[] | undefined | null, body.tool_choice) : undefined,
     returnTokenIds: optionalBool(body, 'return_token_ids') ?? false,
+    priority: optionalInt(body, 'priority', Number.MIN_SAFE_INTEGER),
   };
 }
 

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { ENGINE_DIALECTS, WORKER_ROLES, type EngineDialect, type WorkerRole } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { TokenizerSpec } from '../tokenizer/index.js';
-import type { EngineCoreOptions } from './engine-types.js';
+import { SCHEDULING_POLICIES, type EngineCoreOptions, type SchedulingPolicy } from './engine-types.js';
 import { parseKvGroups } from './hybrid-groups.js';
 import type { KvEventsEncoding } from './kv-events.js';
 import { loadPerfProfile, PolynomialTimingModel, type TimingModel } from './timing.js';
@@ -65,6 +65,8 @@ export interface MockerOptions {
   blockSize: number;
   maxNumBatchedTokens: number;
   maxNumSeqs: number;
+  /** vLLM's `--scheduling-policy`: `fcfs`, or `priority` (requests' `priority` field, lowest first; see EngineCoreOptions). */
+  schedulingPolicy: SchedulingPolicy;
   /** Prompt + max_tokens above this is a 400, as in vLLM. */
   maxModelLen: number;
   /** Step times are divided by this. */
@@ -133,6 +135,7 @@ export const MOCKER_DEFAULTS: Readonly<MockerOptions> = Object.freeze({
   blockSize: 16,
   maxNumBatchedTokens: 8192,
   maxNumSeqs: 256,
+  schedulingPolicy: 'fcfs',
   maxModelLen: 32768,
   speedup: 1,
   perfProfile: undefined,
@@ -253,6 +256,8 @@ export function resolveMockerOptions(input: MockerInput = {}): FilledMockerOptio
   if (o.kvBytesPerToken !== undefined) positiveInt('kvBytesPerToken', o.kvBytesPerToken);
   if (!ENGINE_DIALECTS.includes(o.engine)) bad('engine', o.engine, 'must be vllm or sglang');
   if (!WORKER_ROLES.includes(o.mode)) bad('mode', o.mode, 'must be aggregated, prefill or decode');
+  if (!SCHEDULING_POLICIES.includes(o.schedulingPolicy))
+    bad('schedulingPolicy', o.schedulingPolicy, 'must be fcfs or priority');
   if (!['array', 'map'].includes(o.kvEventsEncoding))
     bad('kvEventsEncoding', o.kvEventsEncoding, 'must be array or map');
   if (typeof o.model !== 'string' || o.model === '') bad('model', o.model, 'must be a non-empty string');
@@ -282,6 +287,7 @@ export function engineCoreOptions(o: FilledMockerOptions, sampleTokenIds: Uint32
     blockSize: o.blockSize,
     maxNumBatchedTokens: o.maxNumBatchedTokens,
     maxNumSeqs: o.maxNumSeqs,
+    schedulingPolicy: o.schedulingPolicy,
     speedup: o.speedup,
     timing: o.timing,
     engineHashSeed: BigInt.asUintN(64, o.engineHashSeed + BigInt(rank)),

@@ -2,6 +2,7 @@
  * One request inside the engine core: its tokens (prompt, then generated),
  * its blocks and how far it is computed. Only EngineCore mutates it.
  */
+import { KvgateError } from '../errors/index.js';
 import { promptHashes } from '../wasm/index.js';
 import { ContextSampler } from './context-sampler.js';
 import type { Block } from './kv-cache.js';
@@ -18,6 +19,8 @@ export class RequestEntry {
   readonly cacheSalt: string | undefined;
   readonly remotePrefill: boolean;
   readonly holdBlocksMs: number | undefined;
+  /** Lower is admitted first, and preempted last, under the `priority` scheduling policy. */
+  readonly priority: number;
   /** Draws the next generated token from the context so far and the request's seed. */
   readonly sampler: ContextSampler;
   readonly addedAt: number;
@@ -42,6 +45,9 @@ export class RequestEntry {
     this.cacheSalt = r.cacheSalt || undefined;
     this.remotePrefill = r.remotePrefill === true;
     this.holdBlocksMs = r.holdBlocksMs;
+    this.priority = r.priority ?? 0;
+    if (!Number.isSafeInteger(this.priority))
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `priority must be an integer, got ${r.priority}`);
     this.sampler = new ContextSampler(r.seed, this.tokens);
     this.addedAt = now;
     const hashes = promptHashes(this.tokens, blockSize, { loraName: this.loraName, cacheSalt: this.cacheSalt });

@@ -182,6 +182,51 @@ describe('EngineCore scheduling', () => {
     expect(c.stats().activeBlocks).toBe(0);
   });
 
+  it("under vLLM's priority policy admits by priority, then arrival; under fcfs by arrival", () => {
+    const order = (schedulingPolicy: 'fcfs' | 'priority'): string[] => {
+      const c = core({ maxNumSeqs: 1, schedulingPolicy });
+      c.add(req('late-low', tokens(20, 1), 2, { priority: 5 }), 0);
+      c.add(req('high', tokens(20, 2), 2, { priority: -1 }), 1);
+      c.add(req('mid-first', tokens(20, 3), 2, { priority: 0 }), 2);
+      c.add(req('mid-second', tokens(20, 4), 2), 3);
+      return drain(c, 3).steps.flatMap((s) => s.admitted.map((a) => a.requestId));
+    };
+    expect(order('priority')).toEqual(['high', 'mid-first', 'mid-second', 'late-low']);
+    expect(order('fcfs')).toEqual(['late-low', 'high', 'mid-first', 'mid-second']);
+  });
+
+  it("under vLLM's priority policy preempts the highest priority value, not the last admitted", () => {
+    const run = (schedulingPolicy: 'fcfs' | 'priority'): StepResult[] => {
+      const c = core({ blockSize: 4, numGpuBlocks: 10, schedulingPolicy });
+      // `a` is admitted first but matters least; the two fill new blocks on different steps, so the cache
+      // runs out while `b` needs a block and `a`, already scheduled in that step, does not.
+      c.add(req('a', tokens(8, 9), 16, { priority: 3 }), 0);
+      const first = c.step(0);
+      c.add(req('b', tokens(11, 10), 16, { priority: 1 }), first.durationMs);
+      const { steps } = drain(c, first.durationMs);
+      expect(
+        steps
+          .flatMap((s) => s.finished)
+          .map((f) => f.requestId)
+          .sort(),
+      ).toEqual(['a', 'b']);
+      expect(c.stats().activeBlocks).toBe(0);
+      return steps;
+    };
+    const preempted = (steps: StepResult[]): string[] => [...new Set(steps.flatMap((s) => s.preempted))];
+    expect(preempted(run('fcfs'))).toEqual(['b']);
+    const steps = run('priority');
+    expect(preempted(steps)).toEqual(['a']);
+    // The victim had been scheduled in that step: it is unscheduled, so only `b` computes there.
+    const step = steps.find((s) => s.preempted.includes('a'))!;
+    expect([step.scheduledTokens, step.decodeSequences, step.prefillTokens]).toEqual([1, 1, 0]);
+  });
+
+  it('refuses a priority that is not an integer', () => {
+    const c = core({ schedulingPolicy: 'priority' });
+    expect(() => c.add(req('x', tokens(8, 1), 2, { priority: 1.5 }), 0)).toThrow(/priority must be an integer/);
+  });
+
   it('generated tokens are deterministic for a seed', () => {
     const run = (seed: number): number[] => {
       const c = core();

@@ -201,6 +201,8 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
     ],
     ['unknown model', '/v1/completions', { model: 'gpt-4', prompt: 'x' }, 404, 'model'],
     ['logprobs over 20', '/v1/completions', { prompt: 'x', logprobs: 21 }, 400, 'logprobs'],
+    ['a priority that is not an integer', '/v1/completions', { prompt: 'x', priority: 0.5 }, 400, 'priority'],
+    ['a priority other than 0 under fcfs (as vLLM)', '/v1/completions', { prompt: 'x', priority: 2 }, 400, 'priority'],
     [
       'top_logprobs without logprobs',
       '/v1/chat/completions',
@@ -244,6 +246,18 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
     expect(r.json.error.message).toBe(
       "This model's maximum context length is 256 tokens. However, you requested 300 tokens (200 in the messages, 100 in the completion). Please reduce the length of the messages or completion.",
     );
+  });
+
+  it("takes any integer priority under vLLM's priority policy", async () => {
+    const prio = await startMocker({ schedulingPolicy: 'priority', kvEvents: false });
+    try {
+      for (const priority of [-3, 0, 7]) {
+        const r = await postJson(`${prio.url}/v1/completions`, { prompt: 'x', max_tokens: 1, priority });
+        expect(r.status).toBe(200);
+      }
+    } finally {
+      await prio.close();
+    }
   });
 
   it('a request that can never fit in the KV cache is a 400', async () => {
