@@ -45,16 +45,15 @@ const BANDS: readonly { readonly band: string; readonly from: number; readonly t
 ];
 
 /**
- * The bands of `outcomes` (completed requests only). `follows(index)` is the request that request `index` was
- * sent after, where it follows exactly one (closed-loop workloads), else undefined. `round` shapes each figure.
+ * The bands of `outcomes` (completed requests only), which hold request `i`'s outcome at position `i`, as a
+ * replay records them. `follows(index)` is the request that request `index` was sent after, where it follows
+ * exactly one (closed-loop workloads), else undefined. `round` shapes each figure.
  */
 export function ttftBands(
   outcomes: readonly RequestOutcome[],
   follows: (index: number) => number | undefined,
   round: (v: number) => number,
 ): TtftBand[] {
-  const byIndex = new Map<number, RequestOutcome>();
-  for (const o of outcomes) byIndex.set(o.index, o);
   const ttftOf = (o: RequestOutcome): number => o.firstTokenMs! - o.arrivalMs;
   const done = outcomes.filter((o) => o.error === null && o.firstTokenMs !== null && o.finishMs !== null);
   const ranked = done.map((o) => ({ o, ttft: ttftOf(o) })).sort((a, b) => b.ttft - a.ttft);
@@ -69,7 +68,7 @@ export function ttftBands(
     let moved = 0;
     for (const { o } of rows) {
       const prev = follows(o.index);
-      const before = prev === undefined ? undefined : byIndex.get(prev);
+      const before = prev === undefined ? undefined : outcomes[prev];
       if (before === undefined || before.workerId === null || o.workerId === null) continue;
       followers++;
       if (before.workerId !== o.workerId) moved++;
