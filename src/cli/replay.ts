@@ -84,6 +84,7 @@ const REPLAY_OPTIONS = {
   'replica-sync': { type: 'string' },
   'replica-sync-delay-ms': { type: 'string' },
   'replica-front': { type: 'string' },
+  'session-priority': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -127,6 +128,8 @@ prediction error.
   --replica-sync on|off        replicas share their bookings (on); on,off runs both
   --replica-sync-delay-ms D    virtual ms before a booking change reaches the other replicas (${DEFAULT_SYNC_DELAY_MS})
   --replica-front rr|random    how the front door spreads requests over replicas (rr; random is seeded)
+  --session-priority           the router sends each request's root session start as its priority (the gateway's
+                               session_priority), offline; needs --scheduling-policy priority
   -h, --help                   this text
 
 Engine model: every \`kvgate mocker\` flag except --count, --host, ports, --mode and
@@ -265,6 +268,15 @@ export function engineFlags(
   };
 }
 
+/** `--session-priority`: offline, and only with engines that schedule by priority (others refuse a priority). */
+function sessionPriorityFlag(on: boolean, mode: ReplayMode, engine: MockerInput): { sessionPriority?: true } {
+  if (!on) return {};
+  if (mode !== 'offline') throw usageError('--session-priority: modelled offline only (--mode offline)');
+  if (engine.schedulingPolicy !== 'priority')
+    throw usageError('--session-priority needs engines that schedule by it: add --scheduling-policy priority');
+  return { sessionPriority: true };
+}
+
 /**
  * Turns argv into a replay config (values are validated further when the replay starts).
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for unknown flags and bad values; KVG_ERR_INVALID_CONFIG for bad router configs.
@@ -327,6 +339,7 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
     seed,
     jobs,
     replicas,
+    ...sessionPriorityFlag(values['session-priority'] === true, mode, engine),
   };
   const progress = values['no-progress'] === true ? false : values.progress === true ? true : undefined;
   return { help: false, json: values.json === true, out: s('out'), progress, config };

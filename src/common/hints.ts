@@ -34,6 +34,12 @@ export interface SessionHint {
 }
 
 /**
+ * Which end of the engine's `priority` it serves first (`session_priority`): vLLM's priority scheduling the lower
+ * values, SGLang's the higher (unless `--schedule-low-priority-values-first`).
+ */
+export type SessionPriorityOrder = 'lower_first' | 'higher_first';
+
+/**
  * The request's tenant as the router queue sees it (set by the gateway from its `tenants` config, never by the
  * client): the queue shares admission among tenant classes by deficit round robin and sheds by class share.
  */

@@ -17,7 +17,14 @@ export {
 export { lazyJsonObject, outlineJsonObject, type JsonOutline } from './json-lazy.js';
 export { ManualClock, fmix32, seededRng, systemClock, type Clock, type Rng } from './clock.js';
 export { makeContext, type Context } from './context.js';
-export type { RouterConfigOverride, RoutingConstraints, RoutingHints, SessionHint, TenantHint } from './hints.js';
+export type {
+  RouterConfigOverride,
+  RoutingConstraints,
+  RoutingHints,
+  SessionHint,
+  SessionPriorityOrder,
+  TenantHint,
+} from './hints.js';
 export { silentLogger, type Logger } from './logger.js';
 export {
   blockSize,

@@ -41,6 +41,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['enforce_disagg', (m) => m.enforceDisagg],
   ['disagg_policy', (m) => m.disaggPolicy],
   ['eagle', (m) => m.eagle],
+  ['session_priority', (m) => m.sessionPriority ?? 'off'],
   ['engine_timeouts', (m) => m.engineTimeouts],
   ['engine', (m) => m.engine],
   ['workers_file', (m) => m.workersFile],

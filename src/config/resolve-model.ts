@@ -28,6 +28,7 @@ const MODEL_KEYS = [
   'enforce_disagg',
   'disagg_policy',
   'eagle',
+  'session_priority',
   'max_prompt_tokens',
   'router',
   'workers',
@@ -307,6 +308,7 @@ export function readModel(
   const enforceDisagg = m.bool('enforce_disagg', false);
   const disaggPolicy = readDisaggPolicy(m.child('disagg_policy'), routerMode);
   const eagle = m.bool('eagle', false);
+  const priority = m.oneOf('session_priority', ['off', 'lower_first', 'higher_first'] as const, 'off');
   const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
   const localRouter = readRouterKnobs(m.child('router'));
   const router = resolveRouter(root, globalRouter, localRouter, [...m.path, 'router']);
@@ -326,10 +328,7 @@ export function readModel(
     limit: m.int('migration_limit', GATEWAY_DEFAULTS.migrationLimit, { min: 0, max: 100 }),
     maxSeqLen: m.optInt('migration_max_seq_len', { min: 1 }),
   };
-  const panicThresholdPercent = m.int('panic_threshold_percent', GATEWAY_DEFAULTS.panicThresholdPercent, {
-    min: 0,
-    max: 100,
-  });
+  const panic = m.int('panic_threshold_percent', GATEWAY_DEFAULTS.panicThresholdPercent, { min: 0, max: 100 });
   return {
     name,
     servedModelName,
@@ -341,12 +340,13 @@ export function readModel(
     enforceDisagg,
     disaggPolicy,
     eagle,
+    sessionPriority: priority === 'off' ? undefined : priority,
     maxPromptTokens: modelMax,
     routerPreset: routerPresetOf(globalRouter, localRouter),
     router,
     workers,
     engineTimeouts,
-    panicThresholdPercent,
+    panicThresholdPercent: panic,
     migration,
     engine,
     workersFile: workersFile === undefined ? undefined : absolute(ctx, workersFile),

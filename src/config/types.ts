@@ -4,7 +4,7 @@
  * re-validates it. The file format (snake_case) is documented in the README
  * section "Configuration"; this is its camelCase, defaults-applied form.
  */
-import type { EngineDialect, RouterMode } from '../common/index.js';
+import type { EngineDialect, RouterMode, SessionPriorityOrder } from '../common/index.js';
 import type { DisaggPolicy, KvRouterConfig, RouterPreset } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import type { TokenizerFiles } from '../tokenizer/index.js';
@@ -56,6 +56,11 @@ export interface ModelConfig {
    * next one, as an Eagle engine's KV cache keys it, so routing hashes match that engine's KV events.
    */
   readonly eagle: boolean;
+  /**
+   * `session_priority`: chat and completion requests carry their root session's start as the engine `priority`, for
+   * engines in priority scheduling that serve this end first (vLLM `lower_first`, SGLang `higher_first`); undefined: off.
+   */
+  readonly sessionPriority: SessionPriorityOrder | undefined;
   /** Prompt token limit for this model (the global limit unless overridden). */
   readonly maxPromptTokens: number;
   /**

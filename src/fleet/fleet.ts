@@ -74,6 +74,7 @@ function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
       mode: model.routerMode,
       blockSize: model.blockSize,
       eagle: model.eagle,
+      sessionPriority: model.sessionPriority,
       routerConfig: model.router,
       registry: p.registry,
       engine: p.engine,

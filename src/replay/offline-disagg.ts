@@ -107,7 +107,7 @@ export class DisaggArrivals {
       seed: generationSeed(seed, r.index),
       holdBlocksMs: kvLeaseMs,
     };
-    legs.submit(pe, req, t, {
+    legs.submit(pe, r, req, t, {
       onAdmitted: (cached, at) => legs.admitted(o, r, cached, at),
       onToken: (_id, index) => {
         if (index === 0) prefillPool.router.prefillCompleted(key);
@@ -169,7 +169,7 @@ export class DisaggArrivals {
       seed: generationSeed(seed, r.index),
       remotePrefill: true,
     };
-    legs.submit(decodeEngine, req, at, {
+    legs.submit(decodeEngine, r, req, at, {
       onAdmitted: (cached) => {
         o.transferEstimateMs = decodeEngine.ve.core.transferMs(r.inputLength - cached);
       },

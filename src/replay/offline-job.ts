@@ -20,6 +20,7 @@ export interface OfflineJob {
   readonly vocabSize?: number;
   readonly bucketMs?: number;
   readonly replicas?: ReplicaOptions;
+  readonly sessionPriority?: boolean;
 }
 
 /** Runs a job in this thread. @throws KvgateError for invalid engine options or topology. */
@@ -33,6 +34,7 @@ export function runOfflineJob(job: OfflineJob, onProgress?: (done: number, total
     ...(job.vocabSize !== undefined ? { vocabSize: job.vocabSize } : {}),
     ...(job.bucketMs !== undefined ? { bucketMs: job.bucketMs } : {}),
     ...(job.replicas !== undefined ? { replicas: job.replicas } : {}),
+    ...(job.sessionPriority === true ? { sessionPriority: true } : {}),
     ...(onProgress !== undefined ? { onProgress } : {}),
   });
 }

@@ -36,6 +36,8 @@ export interface OfflineLegsOptions {
   readonly onProgress?: (done: number, total: number) => void;
   /** Called when a request ended (finished or failed), at the virtual time it did: closed-loop turns wait on it. */
   readonly onEnded?: (index: number, at: number) => void;
+  /** By request index, each of its legs' engine `priority` (session-start priority); undefined: none sent. */
+  readonly priorities?: readonly number[] | undefined;
 }
 
 function message(err: unknown): string {
@@ -69,11 +71,12 @@ export class OfflineLegs {
     this.finish(o);
   }
 
-  /** Submits to an engine, counting the request on its load timeline until it ends. */
-  submit(e: Engine, req: CoreRequest, at: number, listener: VirtualRequestListener): void {
+  /** Submits a leg of `r` to an engine, counting it on its load timeline until it ends. */
+  submit(e: Engine, r: ReplayRequest, req: CoreRequest, at: number, listener: VirtualRequestListener): void {
     e.pool.timeline.add(e.row, at, 1);
     const release = (t: number): void => e.pool.timeline.add(e.row, t, -1);
-    e.ve.submit(req, at, {
+    const priority = this.#opts.priorities?.[r.index];
+    e.ve.submit(priority === undefined ? req : { ...req, priority: Math.round(priority) }, at, {
       ...listener,
       onFinish: (info, t) => {
         release(t);

@@ -44,7 +44,7 @@ import {
 } from './router-replicas.js';
 import { HitTimeline } from './timeline.js';
 import { DEFAULT_VOCAB_SIZE, TokenSynthesizer } from './token-synth.js';
-import type { ReplayRequest, Workload } from './workload.js';
+import { sessionStarts, type ReplayRequest, type Workload } from './workload.js';
 
 export type Topology =
   | { readonly kind: 'aggregated'; readonly workers: number }
@@ -71,6 +71,11 @@ export interface OfflineReplayOptions {
   readonly bucketMs?: number;
   /** Router replicas behind a front door, with or without booking sync (default: one router). */
   readonly replicas?: ReplicaOptions;
+  /**
+   * Session-start priority (the gateway's `session_priority`): each request's legs carry its root session's start as
+   * the engine `priority`, for engines in priority scheduling (`engine.schedulingPolicy`). Default off.
+   */
+  readonly sessionPriority?: boolean;
   /** Called as requests complete (or fail). */
   readonly onProgress?: (done: number, total: number) => void;
 }
@@ -145,6 +150,7 @@ class OfflineReplay {
       outcomes: this.#outcomes,
       onProgress: opts.onProgress,
       onEnded: (index, at) => this.#schedule.ended(index, at),
+      priorities: opts.sessionPriority === true ? sessionStarts(workload.requests) : undefined,
     });
     this.#disagg =
       topology.kind === 'aggregated'
@@ -285,7 +291,7 @@ class OfflineReplay {
           maxTokens: r.outputLength,
           seed: generationSeed(this.#opts.seed, r.index),
         };
-        legs.submit(this.#engines[choice.workerId]!, req, t, {
+        legs.submit(this.#engines[choice.workerId]!, r, req, t, {
           onAdmitted: (cached, at) => legs.admitted(o, r, cached, at),
           onToken: (_id, index, at) => {
             o.outputTokens = index + 1;

@@ -51,6 +51,8 @@ export interface ReplayConfig {
   readonly jobs: number;
   /** Router replicas (offline): each count, and each sync setting for counts > 1, is a run of every policy. Default: one router. */
   readonly replicas?: ReplicaSweep;
+  /** Session-start priority for every policy (offline; the engines in priority scheduling). Default off. */
+  readonly sessionPriority?: boolean;
 }
 
 /** The replica settings a replay runs. */
@@ -102,6 +104,7 @@ function engineSummary(input: MockerInput): Record<string, unknown> {
     block_size: o.blockSize,
     max_num_batched_tokens: o.maxNumBatchedTokens,
     max_num_seqs: o.maxNumSeqs,
+    scheduling_policy: o.schedulingPolicy,
     max_model_len: o.maxModelLen,
     speedup: o.speedup,
     timing_model: o.timing.label,
@@ -157,7 +160,16 @@ function offlineJobs(workload: Workload, cfg: ReplayConfig): OfflineJob[] {
   for (const policy of cfg.policies) {
     for (const replicas of replicaVariants(cfg.replicas, policy.kind === 'kv')) {
       for (const topology of topologies)
-        jobs.push({ workload, policy, topology, engine, seed: cfg.seed, bucketMs, replicas });
+        jobs.push({
+          workload,
+          policy,
+          topology,
+          engine,
+          seed: cfg.seed,
+          bucketMs,
+          replicas,
+          ...(cfg.sessionPriority === true ? { sessionPriority: true } : {}),
+        });
     }
   }
   return jobs;
@@ -260,6 +272,7 @@ function configSummary(cfg: ReplayConfig, workload: Workload, engine: MockerInpu
     },
     policies: cfg.policies.map((p) => (p.kind === 'kv' ? { name: p.name, router_config: p.dynamo } : { name: p.name })),
     engine: engineSummary(engine),
+    session_priority: cfg.sessionPriority === true,
     jobs: cfg.jobs,
     replicas:
       cfg.replicas === undefined

@@ -81,6 +81,18 @@ function positive(name: string, v: number | undefined, integer: boolean): void {
  * last run, the median gap between distinct timestamps, or 0 if there is
  * only one).
  */
+/**
+ * Each request's root session start (ms), by index: a request sent after others (a turn, a subagent, a parent
+ * resuming after its subagents) has the start of the first request it follows, which leads back to the session tree's
+ * first request; a request that follows none (every trace request) starts its own. This is the engine `priority` a
+ * router with session-start priority gives each request.
+ */
+export function sessionStarts(requests: readonly ReplayRequest[]): number[] {
+  const starts: number[] = [];
+  for (const r of requests) starts.push(r.after === undefined ? r.arrivalMs : starts[r.after.requests[0]!]!);
+  return starts;
+}
+
 export function arrivalOffsets(records: readonly TraceRecord[], mode: ArrivalMode): number[] {
   const t0 = records.length > 0 ? records[0]!.timestampMs : 0;
   if (mode === 'as-recorded') return records.map((r) => r.timestampMs - t0);

@@ -4,14 +4,23 @@
  * that is down is named in a 503, not reported unknown) and builds the
  * request's one leg: a unique leg id, the engine path, the body with the
  * model the engines know (the served name, or the LoRA adapter), and an
- * adapter's request restricted to the workers serving that adapter. The
- * prefill router derives its prefill and decode legs from this one.
+ * adapter's request restricted to the workers serving that adapter, and, with
+ * `session_priority`, the session start's engine `priority`. The prefill router
+ * derives its prefill and decode legs from this one.
  */
-import { withJsonMembers, type RoutingHints } from '../common/index.js';
+import {
+  systemClock,
+  withJsonMembers,
+  type Clock,
+  type RoutingHints,
+  type SessionPriorityOrder,
+} from '../common/index.js';
 import type { WorkerHealthView, WorkerRegistry } from '../discovery/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { LegRequest } from './push/types.js';
 import type { PreparedRequest } from './router-port.js';
+import { SessionPriority } from './session-priority.js';
+import type { SessionLimits } from './sticky-sessions.js';
 import { agentLegFields } from './agent-endpoints.js';
 import { EMBEDDINGS_PATH, routedHashes } from './embeddings.js';
 
@@ -22,6 +31,13 @@ export interface LegBuilderOptions {
   readonly registry: WorkerRegistry;
   /** The health prober's view of a worker (why a pinned worker is down). */
   readonly workerHealth?: ((workerId: number) => WorkerHealthView | undefined) | undefined;
+  /**
+   * `session_priority`: chat and completion requests carry their root session's start as the engine `priority`
+   * (unless the client set one), ordered for engines that serve this end first. Default: none.
+   */
+  readonly sessionPriority?: SessionPriorityOrder | undefined;
+  /** The sessions' bounds (the longest remembered unseen, the number held), shared with sticky sessions. */
+  readonly sessionLimits?: SessionLimits | undefined;
 }
 
 /** Why a pinned worker is not routed to, by its health view's state. */
@@ -39,10 +55,16 @@ const PATHS = {
 
 export class LegBuilder {
   readonly #opts: LegBuilderOptions;
+  readonly #sessionPriority: SessionPriority | undefined;
   #legSeq = 0;
 
-  constructor(opts: LegBuilderOptions) {
+  constructor(opts: LegBuilderOptions, clock: Clock) {
     this.#opts = opts;
+    const order = opts.sessionPriority;
+    // The system clock reads ms since the process's time origin; an injected clock (tests, replay) counts from its own zero.
+    const epochOffsetMs = clock === systemClock ? performance.timeOrigin : 0;
+    this.#sessionPriority =
+      order === undefined ? undefined : new SessionPriority(clock, { order, epochOffsetMs, ...opts.sessionLimits });
   }
 
   /**
@@ -51,8 +73,9 @@ export class LegBuilder {
    * because the bookkeeping refuses two in-flight requests with one id.
    * Engines see the client's id unchanged as their `x-request-id` (they build
    * the response's `id` from it), so the suffix never reaches the client.
+   * A `query` leg (a routing decision only, never sent) records no session sighting.
    */
-  leg(req: PreparedRequest): LegRequest {
+  leg(req: PreparedRequest, query = false): LegRequest {
     const lora = req.hints.loraName;
     const model = lora ?? this.#opts.servedModelName ?? this.#opts.model;
     return {
@@ -61,7 +84,7 @@ export class LegBuilder {
       path: PATHS[req.endpoint],
       // Engines know the model by its served name, an adapter by its own name (vLLM and SGLang take it as `model`); no copy
       // when it says so, and a copy written from the client's text when that is known (a large body's members are never parsed here).
-      body: req.body['model'] === model ? req.body : withJsonMembers(req.body, { model }),
+      body: this.#body(req, model, query),
       stream: req.stream,
       isl: req.promptTokens,
       hashes: routedHashes(req.endpoint, req.hashes),
@@ -75,6 +98,17 @@ export class LegBuilder {
       receivedAt: req.receivedAt,
       ...agentLegFields(req),
     };
+  }
+
+  #body(req: PreparedRequest, model: string, query: boolean): PreparedRequest['body'] {
+    const sp = this.#sessionPriority;
+    const prioritized =
+      sp !== undefined &&
+      !query &&
+      (req.endpoint === 'chat' || req.endpoint === 'completion') &&
+      !Object.hasOwn(req.body, 'priority');
+    if (prioritized) return withJsonMembers(req.body, { model, priority: sp.priorityOf(req.hints.session) });
+    return req.body['model'] === model ? req.body : withJsonMembers(req.body, { model });
   }
 
   /** The workers (any role) serving `adapter`, within the client's allowed list if it gave one. */

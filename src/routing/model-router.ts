@@ -25,7 +25,7 @@ import { agentDisaggRefusal, isAgentEndpoint } from './agent-endpoints.js';
 import { embeddingsDisaggRefusal } from './embeddings.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
 import { kvPool, reportIndexBytes, subscribeWorker, type KvPoolOptions } from './kv-pool.js';
-import { LegBuilder } from './leg-builder.js';
+import { LegBuilder, type LegBuilderOptions } from './leg-builder.js';
 import { KvRouter } from './kv-router.js';
 import type { DispatchOutcomeListener } from './push/leg-failures.js';
 import { PushRouter, type PushRouterOptions } from './push/push-router.js';
@@ -33,7 +33,7 @@ import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, Wor
 import { StickySessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
 import { WorkerWatch } from './worker-watch.js';
 
-export interface ModelRouterOptions extends Pick<KvPoolOptions, 'eagle'> {
+export interface ModelRouterOptions extends Pick<KvPoolOptions, 'eagle'>, Pick<LegBuilderOptions, 'sessionPriority'> {
   readonly model: string;
   /** The name engines serve the model as: the `model` sent to them (default `model`). */
   readonly servedModelName?: string | undefined;
@@ -136,7 +136,7 @@ export class ModelRouter implements ModelRouterPort {
     this.#registry = opts.registry;
     this.#ctx = ctx;
     this.#opts = opts;
-    this.#legs = new LegBuilder(opts);
+    this.#legs = new LegBuilder(opts, ctx.clock);
     // The model's own series exist from the start, at zero (the pools register theirs).
     ctx.metrics?.disaggFallbacks.inc({ model: opts.model }, 0);
     ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
@@ -409,7 +409,7 @@ export class ModelRouter implements ModelRouterPort {
   async query(req: PreparedRequest): Promise<QueryResult> {
     this.#legs.checkPins(req.hints);
     if (this.#disaggregated(false) && this.prefill.decide(req.promptTokens).disaggregate) {
-      const q = await this.prefill.query(this.#legs.leg(req), req.hints.session);
+      const q = await this.prefill.query(this.#legs.leg(req, true), req.hints.session);
       return {
         worker: q.decode.slot,
         overlapBlocks: q.decode.overlapBlocks,
@@ -417,7 +417,7 @@ export class ModelRouter implements ModelRouterPort {
         prefillOverlapBlocks: q.prefill.overlapBlocks,
       };
     }
-    const sel = await this.decode.select(this.#legs.leg(req), 'query', this.prefill.decodeOnlyWorkers());
+    const sel = await this.decode.select(this.#legs.leg(req, true), 'query', this.prefill.decodeOnlyWorkers());
     return { worker: sel.slot, overlapBlocks: sel.overlapBlocks };
   }
 

@@ -86,6 +86,10 @@ describe('kvgate replay command line', () => {
     expect(() => parseReplayArgs(['--trace', 't', '--compare', 'fastest'])).toThrow(/unknown policy 'fastest'/);
     expect(() => parseReplayArgs(['--trace', 't', '--prefill-workers', '2'])).toThrow(/go together/);
     expect(() => parseReplayArgs(['--trace', 't', '--speedup', '0'])).toThrow(/--speedup 0/);
+    expect(() => parseReplayArgs(['--trace', 't', '--session-priority'])).toThrow(/--scheduling-policy priority/);
+    const online = ['--trace', 't', '--session-priority', '--scheduling-policy', 'priority', '--mode', 'online'];
+    expect(() => parseReplayArgs(online)).toThrow(/offline only/);
+    expect(parseReplayArgs(online.slice(0, -2)).config.sessionPriority).toBe(true);
     expect(() => parseReplayArgs(['--trace', 't', '--router-config', '{"router_temprature":1}'])).toThrow(
       /router_temprature/,
     );

@@ -1,0 +1,110 @@
+/**
+ * Session-start priority end to end: `kvgate serve` with `session_priority: lower_first` in front of a `kvgate mocker`
+ * engine in vLLM's priority scheduling, one running request at a time (real processes, HTTP and ZMQ). While a long
+ * stream holds the engine, a new session's turn arrives, then an older session's, then a request whose client set its
+ * own `priority` 0; the stream is then cancelled: the engine serves the client's first, then the older session's, then the new one's. The same
+ * gateway with `session_priority` off forwards no priority, so the engine serves them as they came.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  serveConfig,
+  serveInSuite,
+  startMockerSuite,
+  workerEntry,
+  type MockerSuite,
+} from '../../helpers/serve-suite.js';
+import { until } from '../../helpers/until.js';
+
+const MODEL = 'mock-model';
+
+describe('session_priority', () => {
+  let suite: MockerSuite;
+  let engineUrl: string;
+  const gateways: Record<'on' | 'off', string> = { on: '', off: '' };
+
+  beforeAll(async () => {
+    suite = await startMockerSuite(
+      'session-priority',
+      ['--tokenizer', 'demo', '--scheduling-policy', 'priority', '--max-num-seqs', '1'],
+      1,
+    );
+    const engine = suite.engines[0]!;
+    engineUrl = engine.url;
+    for (const [mode, value] of [
+      ['on', 'lower_first'],
+      ['off', 'off'],
+    ] as const) {
+      const lines = [`session_priority: ${value}`, 'workers:', `  - ${workerEntry(1, engine)}`];
+      gateways[mode] = await serveInSuite(suite, suite.write(`${mode}.yaml`, serveConfig(MODEL, lines)));
+    }
+  }, 60_000);
+
+  afterAll(async () => {
+    await suite?.stop();
+  });
+
+  const waiting = async (): Promise<number> =>
+    ((await (await fetch(`${engineUrl}/admin/state`)).json()) as { ranks: { waiting: number }[] }).ranks[0]!.waiting;
+
+  /** Sends the four requests through `gateway`; resolves to the order in which the last three were answered. */
+  async function answerOrder(gateway: string, tag: string): Promise<string[]> {
+    const chat = (
+      label: string,
+      headers: Record<string, string>,
+      extra: Record<string, unknown> = {},
+      signal?: AbortSignal,
+    ) =>
+      fetch(`${gateway}/v1/chat/completions`, {
+        method: 'POST',
+        ...(signal !== undefined ? { signal } : {}),
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify({
+          model: MODEL,
+          messages: [{ role: 'user', content: `${label} ${tag} asks something` }],
+          max_tokens: 16,
+          ...extra,
+        }),
+      });
+    // The older session's first turn.
+    const first = await chat('old', { 'x-session-id': `old-${tag}` });
+    expect(first.status).toBe(200);
+    await first.text();
+    // A long stream takes the engine's one seat; the three requests queue behind it, in this order.
+    const holder = new AbortController();
+    const held = await chat('holder', {}, { max_tokens: 4000, stream: true }, holder.signal); // ~25 s of decode
+    expect(held.status).toBe(200);
+    const reader = held.body!.getReader();
+    await reader.read();
+    const order: string[] = [];
+    const sent: Promise<void>[] = [];
+    try {
+      const send = async (label: string, headers: Record<string, string>, extra?: Record<string, unknown>) => {
+        const queued = (await waiting()) + 1;
+        sent.push(
+          chat(label, headers, extra).then(async (r) => {
+            expect(r.status).toBe(200);
+            await r.text();
+            order.push(label);
+          }),
+        );
+        await until(async () => (await waiting()) === queued, `${label} waiting at the engine`);
+      };
+      await send('new', { 'x-session-id': `new-${tag}` });
+      await send('old', { 'x-session-id': `old-${tag}` });
+      await send('client', {}, { priority: 0 });
+    } finally {
+      holder.abort(); // the seat frees: the engine admits by priority
+      await reader.cancel().catch(() => undefined);
+    }
+    await Promise.all(sent);
+    return order;
+  }
+
+  it("the engine serves a client's own priority first, then the older session's turn, then the new session's", async () => {
+    expect(await answerOrder(gateways.on, 'on')).toEqual(['client', 'old', 'new']);
+  });
+
+  it('with session_priority off the engine serves them as they came', async () => {
+    expect(await answerOrder(gateways.off, 'off')).toEqual(['new', 'old', 'client']);
+  });
+});
