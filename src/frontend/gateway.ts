@@ -69,6 +69,7 @@ function startupSummary(
             : 'demo (bundled Qwen3)',
       kvEvents: m.routerMode === 'kv' ? m.router.useKvEvents : undefined,
       enforceDisagg: m.enforceDisagg || undefined,
+      sessionPriority: m.sessionPriority,
       workers: m.workers.map(
         (w) =>
           `${w.id} ${w.role} ${w.dialect} ${w.url}` +

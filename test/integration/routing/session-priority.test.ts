@@ -100,6 +100,12 @@ describe('session_priority', () => {
     return order;
   }
 
+  it('the startup line says which models send session priority', () => {
+    const [, on, off] = suite.procs;
+    expect(on!.output()).toMatch(/"sessionPriority":"lower_first"/);
+    expect(off!.output()).not.toMatch(/sessionPriority/);
+  });
+
   it("the engine serves a client's own priority first, then the older session's turn, then the new session's", async () => {
     expect(await answerOrder(gateways.on, 'on')).toEqual(['client', 'old', 'new']);
   });
