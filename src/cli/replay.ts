@@ -85,6 +85,7 @@ const REPLAY_OPTIONS = {
   'replica-sync-delay-ms': { type: 'string' },
   'replica-front': { type: 'string' },
   'session-priority': { type: 'boolean' },
+  'session-pins': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -130,6 +131,8 @@ prediction error.
   --replica-front rr|random    how the front door spreads requests over replicas (rr; random is seeded)
   --session-priority           the router sends each request's root session start as its priority (the gateway's
                                session_priority), offline; needs --scheduling-policy priority
+  --session-pins               the agentic workload's clients name their sessions (x-session-id, x-parent-session-id)
+                               and the gateway pins them (session_affinity: pin); offline, aggregated
   -h, --help                   this text
 
 Engine model: every \`kvgate mocker\` flag except --count, --host, ports, --mode and
@@ -277,6 +280,20 @@ function sessionPriorityFlag(on: boolean, mode: ReplayMode, engine: MockerInput)
   return { sessionPriority: true };
 }
 
+/** `--session-pins`: the generated agents' sessions pinned as `session_affinity: pin` does, offline, aggregated. */
+function sessionPinsFlag(
+  on: boolean,
+  mode: ReplayMode,
+  agentic: boolean,
+  topology: ReplayTopology,
+): { sessionPins?: true } {
+  if (!on) return {};
+  if (!agentic) throw usageError('--session-pins: only the agentic workload has sessions (--workload agentic)');
+  if (mode !== 'offline') throw usageError('--session-pins: modelled offline only (--mode offline)');
+  if (topology.kind !== 'aggregated') throw usageError('--session-pins: modelled on aggregated topologies (--workers)');
+  return { sessionPins: true };
+}
+
 /**
  * Turns argv into a replay config (values are validated further when the replay starts).
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for unknown flags and bad values; KVG_ERR_INVALID_CONFIG for bad router configs.
@@ -340,6 +357,7 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
     jobs,
     replicas,
     ...sessionPriorityFlag(values['session-priority'] === true, mode, engine),
+    ...sessionPinsFlag(values['session-pins'] === true, mode, agentic !== undefined, topology),
   };
   const progress = values['no-progress'] === true ? false : values.progress === true ? true : undefined;
   return { help: false, json: values.json === true, out: s('out'), progress, config };

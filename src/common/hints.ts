@@ -40,6 +40,13 @@ export interface SessionHint {
 export type SessionPriorityOrder = 'lower_first' | 'higher_first';
 
 /**
+ * What a session's binding does (`session_affinity`): `pin` sends its requests (and an unbound subagent's) to its
+ * worker whatever the load (Dynamo's `session_control`); `cost` leaves them to the KV cost model, which finds the
+ * session's cached context in the prefix index and moves it only when load outweighs it (KV mode only).
+ */
+export type SessionAffinity = 'pin' | 'cost';
+
+/**
  * The request's tenant as the router queue sees it (set by the gateway from its `tenants` config, never by the
  * client): the queue shares admission among tenant classes by deficit round robin and sheds by class share.
  */

@@ -21,6 +21,7 @@ export type {
   RouterConfigOverride,
   RoutingConstraints,
   RoutingHints,
+  SessionAffinity,
   SessionHint,
   SessionPriorityOrder,
   TenantHint,

@@ -42,6 +42,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['disagg_policy', (m) => m.disaggPolicy],
   ['eagle', (m) => m.eagle],
   ['session_priority', (m) => m.sessionPriority ?? 'off'],
+  ['session_affinity', (m) => m.sessionAffinity],
   ['engine_timeouts', (m) => m.engineTimeouts],
   ['engine', (m) => m.engine],
   ['workers_file', (m) => m.workersFile],

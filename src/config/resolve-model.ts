@@ -29,6 +29,7 @@ const MODEL_KEYS = [
   'disagg_policy',
   'eagle',
   'session_priority',
+  'session_affinity',
   'max_prompt_tokens',
   'router',
   'workers',
@@ -57,7 +58,6 @@ const WORKER_KEYS = [
   'return_token_ids',
   'taints',
 ] as const;
-const MAX_U53 = Number.MAX_SAFE_INTEGER;
 
 function readTokenizer(m: ConfigReader, ctx: ResolveContext): TokenizerSource {
   const onMissing = m.oneOf('on_missing_tokenizer', ['approximate', 'reject'] as const, 'approximate');
@@ -161,7 +161,7 @@ export interface ModelNames {
 
 function readWorker(w: ConfigReader, modelEngine: EngineDialect, names: ModelNames): WorkerConfig {
   w.allowOnly(WORKER_KEYS);
-  const id = w.reqInt('id', { min: 0, max: MAX_U53 });
+  const id = w.reqInt('id', { min: 0, max: Number.MAX_SAFE_INTEGER });
   const url = w.reqStr('url', checkEngineUrl).replace(/\/+$/, '');
   const role = w.oneOf('role', WORKER_ROLES, 'aggregated');
   const dialect = w.oneOf('engine', ENGINE_DIALECTS, modelEngine);
@@ -309,6 +309,8 @@ export function readModel(
   const disaggPolicy = readDisaggPolicy(m.child('disagg_policy'), routerMode);
   const eagle = m.bool('eagle', false);
   const priority = m.oneOf('session_priority', ['off', 'lower_first', 'higher_first'] as const, 'off');
+  const affinity = m.oneOf('session_affinity', ['pin', 'cost'] as const, routerMode === 'kv' ? 'cost' : 'pin');
+  if (affinity === 'cost' && routerMode !== 'kv') m.problem('session_affinity', 'cost needs router_mode kv');
   const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
   const localRouter = readRouterKnobs(m.child('router'));
   const router = resolveRouter(root, globalRouter, localRouter, [...m.path, 'router']);
@@ -324,10 +326,8 @@ export function readModel(
     workersFile === undefined && etcd === undefined && kubernetes === undefined && inferencePool === undefined,
   );
   const engineTimeouts = readEngineTimeouts(m.child('engine_timeouts'), timeouts);
-  const migration = {
-    limit: m.int('migration_limit', GATEWAY_DEFAULTS.migrationLimit, { min: 0, max: 100 }),
-    maxSeqLen: m.optInt('migration_max_seq_len', { min: 1 }),
-  };
+  const migrationLimit = m.int('migration_limit', GATEWAY_DEFAULTS.migrationLimit, { min: 0, max: 100 });
+  const migration = { limit: migrationLimit, maxSeqLen: m.optInt('migration_max_seq_len', { min: 1 }) };
   const panic = m.int('panic_threshold_percent', GATEWAY_DEFAULTS.panicThresholdPercent, { min: 0, max: 100 });
   return {
     name,
@@ -341,6 +341,7 @@ export function readModel(
     disaggPolicy,
     eagle,
     sessionPriority: priority === 'off' ? undefined : priority,
+    sessionAffinity: affinity,
     maxPromptTokens: modelMax,
     routerPreset: routerPresetOf(globalRouter, localRouter),
     router,

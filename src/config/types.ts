@@ -4,7 +4,7 @@
  * re-validates it. The file format (snake_case) is documented in the README
  * section "Configuration"; this is its camelCase, defaults-applied form.
  */
-import type { EngineDialect, RouterMode, SessionPriorityOrder } from '../common/index.js';
+import type { EngineDialect, RouterMode, SessionAffinity, SessionPriorityOrder } from '../common/index.js';
 import type { DisaggPolicy, KvRouterConfig, RouterPreset } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import type { TokenizerFiles } from '../tokenizer/index.js';
@@ -61,6 +61,8 @@ export interface ModelConfig {
    * engines in priority scheduling that serve this end first (vLLM `lower_first`, SGLang `higher_first`); undefined: off.
    */
   readonly sessionPriority: SessionPriorityOrder | undefined;
+  /** `session_affinity`: whether a session's binding pins its requests (default: `cost` in KV mode, else `pin`). */
+  readonly sessionAffinity: SessionAffinity;
   /** Prompt token limit for this model (the global limit unless overridden). */
   readonly maxPromptTokens: number;
   /**

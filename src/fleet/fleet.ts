@@ -75,6 +75,7 @@ function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
       blockSize: model.blockSize,
       eagle: model.eagle,
       sessionPriority: model.sessionPriority,
+      sessionAffinity: model.sessionAffinity,
       routerConfig: model.router,
       registry: p.registry,
       engine: p.engine,

@@ -25,7 +25,7 @@
  * the replay sends a closed-loop turn at its dependencies' real finish plus
  * `pauseMs`.
  */
-import { seededRng, type Rng } from '../common/index.js';
+import { seededRng, type Rng, type SessionHint } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { ReplayRequest, Workload } from './workload.js';
 
@@ -100,6 +100,7 @@ interface Draft {
   outputLength: number;
   hashIds: readonly number[];
   after: { readonly drafts: readonly number[]; readonly pauseMs: number } | undefined;
+  session: SessionHint;
 }
 
 class Generator {
@@ -107,6 +108,7 @@ class Generator {
   readonly #o: AgenticOptions;
   readonly #rng: Rng;
   #nextId = 1;
+  #sessions = 0;
   readonly #appPrefixes: number[][] = [];
 
   constructor(o: AgenticOptions) {
@@ -140,9 +142,9 @@ class Generator {
   }
 
   /** One turn's request; returns its draft index. */
-  #turn(ctx: Context, nominalMs: number, after: Draft['after']): number {
+  #turn(ctx: Context, nominalMs: number, after: Draft['after'], session: SessionHint): number {
     const outputLength = logNormal(this.#rng, MEDIAN_OUTPUT, 0.8, 16, 4096);
-    this.drafts.push({ nominalMs, inputLength: ctx.tokens, outputLength, hashIds: [...ctx.ids], after });
+    this.drafts.push({ nominalMs, inputLength: ctx.tokens, outputLength, hashIds: [...ctx.ids], after, session });
     return this.drafts.length - 1;
   }
 
@@ -159,12 +161,24 @@ class Generator {
     return this.#startContext(app, SUMMARY_TOKENS);
   }
 
-  /** A session (top-level or subagent) of `turns` turns; returns the draft index of its last turn. */
-  session(app: number, startMs: number, turns: number, first: Draft['after'], subagents: boolean): number {
+  /**
+   * A session (top-level, or a subagent of the session `parent`) of `turns` turns, spawning subagents when
+   * `subagents`; returns the draft index of its last turn.
+   */
+  session(
+    app: number,
+    startMs: number,
+    turns: number,
+    first: Draft['after'],
+    subagents: boolean,
+    parent?: SessionHint,
+  ): number {
     const rng = this.#rng;
+    const id = `session-${++this.#sessions}`;
+    const session: SessionHint = parent === undefined ? { id } : { id, parentId: parent.id };
     let ctx = this.#startContext(app, logNormal(rng, 2000, 0.7, 200, 16_000));
     let t = startMs;
-    let last = this.#turn(ctx, t, first);
+    let last = this.#turn(ctx, t, first, session);
     const spawnAt = new Set<number>();
     if (subagents) {
       const spawns = 1 + Math.floor(rng() * 3);
@@ -180,20 +194,20 @@ class Generator {
         for (let c = 0; c < n; c++) {
           const pause = toolPauseMs(rng);
           const childTurns = logNormal(rng, MEDIAN_SUBAGENT_TURNS, 0.6, 2, 40);
-          const end = this.session(app, t + pause, childTurns, { drafts: [last], pauseMs: pause }, false);
+          const end = this.session(app, t + pause, childTurns, { drafts: [last], pauseMs: pause }, false, session);
           children.push(end);
           childEnd = Math.max(childEnd, this.drafts[end]!.nominalMs + this.#serviceMs(this.drafts[end]!));
         }
         const pause = toolPauseMs(rng);
         t = childEnd + pause;
         ctx = this.#grow(ctx, app, prev.outputLength + n * logNormal(rng, 1500, 0.6, 200, 8000));
-        last = this.#turn(ctx, t, { drafts: children, pauseMs: pause });
+        last = this.#turn(ctx, t, { drafts: children, pauseMs: pause }, session);
         continue;
       }
       const pause = toolPauseMs(rng);
       t += pause;
       ctx = this.#grow(ctx, app, prev.outputLength + logNormal(rng, MEDIAN_TOOL_RESULT, 1.0, 20, 30_000));
-      last = this.#turn(ctx, t, { drafts: [last], pauseMs: pause });
+      last = this.#turn(ctx, t, { drafts: [last], pauseMs: pause }, session);
     }
     return last;
   }
@@ -243,6 +257,7 @@ export function agenticWorkload(o: AgenticOptions): Workload {
       inputLength: x.inputLength,
       outputLength: x.outputLength,
       hashIds: x.hashIds,
+      session: x.session,
     };
     if (x.after === undefined) return base;
     return { ...base, after: { requests: x.after.drafts.map((p) => indexOf[p]!), pauseMs: x.after.pauseMs } };

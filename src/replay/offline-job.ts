@@ -21,6 +21,7 @@ export interface OfflineJob {
   readonly bucketMs?: number;
   readonly replicas?: ReplicaOptions;
   readonly sessionPriority?: boolean;
+  readonly sessionPins?: boolean;
 }
 
 /** Runs a job in this thread. @throws KvgateError for invalid engine options or topology. */
@@ -35,6 +36,7 @@ export function runOfflineJob(job: OfflineJob, onProgress?: (done: number, total
     ...(job.bucketMs !== undefined ? { bucketMs: job.bucketMs } : {}),
     ...(job.replicas !== undefined ? { replicas: job.replicas } : {}),
     ...(job.sessionPriority === true ? { sessionPriority: true } : {}),
+    ...(job.sessionPins === true ? { sessionPins: true } : {}),
     ...(onProgress !== undefined ? { onProgress } : {}),
   });
 }

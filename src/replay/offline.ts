@@ -26,6 +26,7 @@
 import { ManualClock } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { CoreRequest, FilledMockerOptions } from '../mocker/index.js';
+import { StickySessions } from '../routing/index.js';
 import { ArrivalSchedule } from './arrivals.js';
 import type { DisaggPolicy } from '../core/index.js';
 import { ConditionalDisagg, PrefillLoadRouter } from './conditional-disagg.js';
@@ -76,6 +77,12 @@ export interface OfflineReplayOptions {
    * the engine `priority`, for engines in priority scheduling (`engine.schedulingPolicy`). Default off.
    */
   readonly sessionPriority?: boolean;
+  /**
+   * Clients name their sessions (`ReplayRequest.session`, as `x-session-id` and `x-parent-session-id`) and the gateway
+   * pins them (`session_affinity: pin`): a session's requests go to the worker that served it, an unbound subagent's
+   * to its parent's, whatever the load (aggregated only).
+   */
+  readonly sessionPins?: boolean;
   /** Called as requests complete (or fail). */
   readonly onProgress?: (done: number, total: number) => void;
 }
@@ -104,6 +111,8 @@ class OfflineReplay {
   readonly #replicas: ReplicaOptions;
   readonly #front: FrontDoor;
   readonly #legs: OfflineLegs;
+  /** With `sessionPins`: the gateway's sticky sessions, on the virtual clock. */
+  readonly #sessions: StickySessions | undefined;
   readonly #schedule: ArrivalSchedule;
   /** The P/D path; null for an aggregated topology. */
   readonly #disagg: DisaggArrivals | null;
@@ -121,6 +130,9 @@ class OfflineReplay {
       if (!Number.isSafeInteger(c) || c < 1)
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
     }
+    if (opts.sessionPins === true && topology.kind !== 'aggregated')
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'session ids are replayed on aggregated topologies only');
+    this.#sessions = opts.sessionPins === true ? new StickySessions(this.#clock) : undefined;
     this.#replicas = opts.replicas ?? SINGLE_ROUTER;
     validateReplicaOptions(this.#replicas);
     this.#front = new FrontDoor(this.#replicas, seed);
@@ -278,11 +290,14 @@ class OfflineReplay {
   #arriveAggregated({ r, o, key, tokens, replica }: Arrival, pool: PoolState): void {
     const legs = this.#legs;
     const route = { key, tokens, expectedOutputTokens: r.outputLength, replica };
+    // A session's bound worker is the request's only candidate: the pin the gateway would give it.
+    const sticky = this.#sessions?.stickySlot(r.session, (id) => pool.workerIds.includes(id));
     legs.routeThen(
       pool.router,
       route,
-      pool.workerIds,
+      sticky === undefined ? pool.workerIds : [sticky.workerId],
       (choice, t) => {
+        this.#sessions?.served(r.session, { workerId: choice.workerId, dpRank: 0 });
         o.workerId = choice.workerId;
         o.predictedCachedTokens = choice.predictedCachedTokens;
         const req: CoreRequest = {

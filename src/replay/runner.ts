@@ -53,6 +53,8 @@ export interface ReplayConfig {
   readonly replicas?: ReplicaSweep;
   /** Session-start priority for every policy (offline; the engines in priority scheduling). Default off. */
   readonly sessionPriority?: boolean;
+  /** Generated agent clients name their sessions and the gateway pins them, for every policy (offline, aggregated). */
+  readonly sessionPins?: boolean;
 }
 
 /** The replica settings a replay runs. */
@@ -169,6 +171,7 @@ function offlineJobs(workload: Workload, cfg: ReplayConfig): OfflineJob[] {
           bucketMs,
           replicas,
           ...(cfg.sessionPriority === true ? { sessionPriority: true } : {}),
+          ...(cfg.sessionPins === true ? { sessionPins: true } : {}),
         });
     }
   }
@@ -273,6 +276,7 @@ function configSummary(cfg: ReplayConfig, workload: Workload, engine: MockerInpu
     policies: cfg.policies.map((p) => (p.kind === 'kv' ? { name: p.name, router_config: p.dynamo } : { name: p.name })),
     engine: engineSummary(engine),
     session_priority: cfg.sessionPriority === true,
+    session_pins: cfg.sessionPins === true,
     jobs: cfg.jobs,
     replicas:
       cfg.replicas === undefined

@@ -8,6 +8,7 @@
  * structure of the trace survives; the bound is computed on the capped
  * workload, which is what the engines see.
  */
+import type { SessionHint } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { LoadedTrace, TraceRecord } from './trace.js';
 
@@ -34,6 +35,11 @@ export interface ReplayRequest {
    * all earlier) ended; `arrivalMs` is then only a nominal time that orders the bounds.
    */
   readonly after?: { readonly requests: readonly number[]; readonly pauseMs: number };
+  /**
+   * Generated agent workloads: the session the request belongs to as its client names it (`x-session-id`, and a
+   * subagent's `x-parent-session-id`); the replay pins it with `sessionPins` on.
+   */
+  readonly session?: SessionHint;
 }
 
 export interface WorkloadOptions {

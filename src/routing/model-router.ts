@@ -13,7 +13,7 @@
  * State ownership: the registry says who exists; the KvRouter's bookkeeping is
  * the authoritative load; the prefix index is advisory and fed by events.
  */
-import { seededRng, type KvSlotSnapshot, type RouterMode } from '../common/index.js';
+import { seededRng, type KvSlotSnapshot, type RouterMode, type SessionAffinity } from '../common/index.js';
 import type { DisaggPolicy, KvRouterOptions } from '../core/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 import type { EngineClient } from '../engines/index.js';
@@ -71,6 +71,8 @@ export interface ModelRouterOptions extends Pick<KvPoolOptions, 'eagle'>, Pick<L
   readonly migration?: PushRouterOptions['migration'];
   /** Bounds of each pool's sticky sessions: the longest TTL (requested timeouts are clamped) and the number kept (LRU). */
   readonly sessionLimits?: SessionLimits | undefined;
+  /** Whether an aggregated request's session pins it (default: `cost` in KV mode, else `pin`); see `SessionAffinity`. */
+  readonly sessionAffinity?: SessionAffinity | undefined;
   /** Replica sync: told of each KV pool (its KvRouter and its sticky sessions) once it is built. */
   readonly attachReplica?: ((pool: ReplicaPool) => void) | undefined;
   /** A peer replica's prefix index by pool (warm start): each pool's KV-event subscriptions start from it. */
@@ -111,6 +113,8 @@ export class ModelRouter implements ModelRouterPort {
   readonly prefill: PrefillRouter;
   /** Sticky sessions of aggregated requests: session id -> decode worker (x-session-id / nvext.session_control). */
   readonly sessions: StickySessions;
+  /** `session_affinity: pin`: a session's binding is its requests' pin (else the KV cost model places them). */
+  readonly #pinSessions: boolean;
   #opts: ModelRouterOptions;
   readonly #ctx: RouterContext;
   #prefillPool: Pool | undefined;
@@ -142,12 +146,9 @@ export class ModelRouter implements ModelRouterPort {
     ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
     this.#watch = new WorkerWatch(opts.model, opts.registry, ctx, opts.workerHealth);
     const decode = this.#buildPool('decode');
-    this.sessions = new StickySessions(
-      ctx.clock,
-      opts.sessionTtlMs,
-      opts.sessionLimits,
-      sessionLimitReporter(ctx, opts.model, decode.push.role),
-    );
+    const onLimit = sessionLimitReporter(ctx, opts.model, decode.push.role);
+    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, onLimit);
+    this.#pinSessions = (opts.sessionAffinity ?? (opts.mode === 'kv' ? 'cost' : 'pin')) === 'pin';
     this.decode = decode.push;
     this.events = decode.events;
     this.#attachReplica('decode', decode, this.sessions);
@@ -379,10 +380,9 @@ export class ModelRouter implements ModelRouterPort {
     }
     const session = req.hints.session;
     let leg = this.#legs.leg(req);
-    // Session affinity: the session's worker becomes the pin while it stays eligible for this request (in the
-    // pool, allowed, carrying the required taints; else the session is unbound); an explicit pin wins.
+    // Affinity `pin`: the session's (or parent's) worker is the pin while eligible, else unbound; an explicit pin wins.
     const sticky =
-      leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
+      this.#pinSessions && leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
         ? this.sessions.stickySlot(session, (id) => this.decode.eligible(id, leg.routing))
         : undefined;
     if (sticky !== undefined)
@@ -396,7 +396,7 @@ export class ModelRouter implements ModelRouterPort {
       throw err;
     }
     const worker = res.selection.slot;
-    this.sessions.served(session, worker);
+    if (this.#pinSessions) this.sessions.served(session, worker);
     return {
       worker,
       disagg: d?.header,

@@ -92,17 +92,18 @@ export async function serveInSuite(suite: MockerSuite, configFile: string): Prom
 
 /**
  * A `kvgate serve` (kv routing, demo tokenizer) in front of `count` mocker engines with ids 1..count,
- * added to a new suite named `name`; `suite.stop()` stops both.
+ * added to a new suite named `name`; `suite.stop()` stops both. `modelLines` are added to the model.
  */
 export async function startKvGatewaySuite(
   name: string,
   model: string,
   count: number,
+  modelLines: readonly string[] = [],
 ): Promise<{ suite: MockerSuite; url: string }> {
   const suite = await startMockerSuite(name, ['--tokenizer', 'demo', '--max-model-len', '65536'], count);
   const file = suite.write(
     'serve.yaml',
-    serveConfig(model, ['workers:', ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)]),
+    serveConfig(model, [...modelLines, 'workers:', ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)]),
   );
   return { suite, url: await serveInSuite(suite, file) };
 }

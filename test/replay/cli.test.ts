@@ -90,6 +90,11 @@ describe('kvgate replay command line', () => {
     const online = ['--trace', 't', '--session-priority', '--scheduling-policy', 'priority', '--mode', 'online'];
     expect(() => parseReplayArgs(online)).toThrow(/offline only/);
     expect(parseReplayArgs(online.slice(0, -2)).config.sessionPriority).toBe(true);
+    expect(() => parseReplayArgs(['--trace', 't', '--session-pins'])).toThrow(/--workload agentic/);
+    const pins = ['--workload', 'agentic', '--session-pins'];
+    expect(() => parseReplayArgs([...pins, '--mode', 'online'])).toThrow(/offline only/);
+    expect(() => parseReplayArgs([...pins, '--prefill-workers', '1', '--decode-workers', '1'])).toThrow(/aggregated/);
+    expect(parseReplayArgs(pins).config.sessionPins).toBe(true);
     expect(() => parseReplayArgs(['--trace', 't', '--router-config', '{"router_temprature":1}'])).toThrow(
       /router_temprature/,
     );

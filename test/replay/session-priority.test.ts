@@ -1,6 +1,7 @@
 /**
- * Session-start priority in offline replay (the gateway's `session_priority`): every leg carries its root session's
- * start as the engine `priority`, and engines in priority scheduling admit by it.
+ * The agentic workload's sessions in offline replay. Session-start priority (the gateway's `session_priority`): every
+ * leg carries its root session's start as the engine `priority`, and engines in priority scheduling admit by it.
+ * Session pins (`session_affinity: pin`): a session's requests stay on its first worker, a subagent's on its parent's.
  */
 import { describe, expect, it } from 'vitest';
 import { resolveMockerOptions } from '../../src/mocker/index.js';
@@ -24,6 +25,19 @@ const workload = agenticWorkload({
   medianTurns: 8,
 });
 
+describe("the workload's sessions", () => {
+  it("names each request's session as its client would, a subagent's with its parent", () => {
+    const byId = new Map<string, number>();
+    for (const r of workload.requests) {
+      expect(r.session).toBeDefined();
+      if (r.after === undefined) expect(r.session!.parentId).toBeUndefined(); // a top-level session's first turn
+      byId.set(r.session!.id, (byId.get(r.session!.id) ?? 0) + 1);
+      if (r.session!.parentId !== undefined) expect(byId.has(r.session!.parentId)).toBe(true);
+    }
+    expect(workload.requests.some((r) => r.session!.parentId !== undefined)).toBe(true);
+  });
+});
+
 describe('sessionStarts', () => {
   it("gives each request its session tree's first request's arrival", () => {
     const starts = sessionStarts(workload.requests);
@@ -43,7 +57,7 @@ describe('sessionStarts', () => {
 });
 
 describe('offline replay with session-start priority', () => {
-  const run = (sessionPriority: boolean): Promise<PolicyRun> =>
+  const run = (sessionPriority: boolean, sessionPins = false): Promise<PolicyRun> =>
     runOffline({
       workload,
       policy: parsePolicies(['kv'])[0]!,
@@ -53,6 +67,7 @@ describe('offline replay with session-start priority', () => {
       ),
       seed: 1,
       sessionPriority,
+      sessionPins,
     });
 
   /**
@@ -79,5 +94,43 @@ describe('offline replay with session-start priority', () => {
     expect(off.preemptions).toBeGreaterThan(0); // the engines run short of KV: the order matters
     expect(admittedOutOfSessionOrder(off, workload)).toBeGreaterThan(0);
     expect(admittedOutOfSessionOrder(on, workload)).toBe(0);
+  });
+});
+
+describe('offline replay with session pins', () => {
+  it("keeps every session on the worker of its first request, and a subagent on its parent's", async () => {
+    const run = await runOffline({
+      workload,
+      policy: parsePolicies(['kv'])[0]!,
+      topology: { kind: 'aggregated', workers: 4 },
+      engine: resolveMockerOptions(replayEngineOptions({ perfProfile: 'h100' }, 1)),
+      seed: 1,
+      sessionPins: true,
+    });
+    // A binding lives 300 s (virtual) past the session's last routed request: a parent waiting longer on its
+    // subagents, or a long pause, starts it afresh.
+    const home = new Map<string, { workerId: number; at: number }>();
+    const live = (id: string | undefined, at: number) => {
+      const b = id === undefined ? undefined : home.get(id);
+      return b !== undefined && at < b.at + 300_000 ? b.workerId : undefined;
+    };
+    let moved = 0;
+    let kept = 0;
+    for (const r of [...workload.requests].sort(
+      (a, b) => run.outcomes[a.index]!.arrivalMs - run.outcomes[b.index]!.arrivalMs,
+    )) {
+      const o = run.outcomes[r.index]!;
+      expect(o.error).toBeNull();
+      const s = r.session!;
+      const bound = live(s.id, o.arrivalMs) ?? live(s.parentId, o.arrivalMs);
+      if (bound !== undefined) {
+        if (bound === o.workerId) kept++;
+        else moved++;
+      }
+      home.set(s.id, { workerId: o.workerId!, at: o.arrivalMs });
+    }
+    expect(kept).toBeGreaterThan(workload.requests.length / 2);
+    expect(moved).toBe(0);
+    expect(new Set([...home.values()].map((b) => b.workerId)).size).toBeGreaterThan(1); // first turns are routed
   });
 });

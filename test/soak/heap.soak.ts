@@ -219,6 +219,7 @@ describe('memory soak', () => {
               name: MODEL,
               tokenizer: 'demo',
               block_size: 16,
+              session_affinity: 'pin', // bindings kept, so the session table fills to its bound
               workers: engines.map((e, i) => ({ id: i + 1, url: e.url, kv_events: (e.kv_events as string[])[0] })),
             },
           ],

@@ -42,6 +42,7 @@ function config(dir: string, id: string, nats: string, engines: readonly MockerL
       'models:',
       `  - name: ${MODEL}`,
       '    tokenizer: demo',
+      '    session_affinity: pin # the bindings replicas share are under test',
       '    workers:',
       ...engines.map((e, i) => `      - { id: ${i + 1}, url: "${e.url}", kv_events: "${e.kv_events[0]}" }`),
       '',

@@ -14,7 +14,8 @@ describe('pins to an overloaded worker', () => {
   beforeAll(async () => {
     f = await startFleet(2, {
       kvEvents: false,
-      router: { routerConfig: { useKvEvents: false, activePrefillTokensThreshold: 100 } },
+      // Sessions pin (`session_affinity: pin`), as a session's binding is one of the pins under test.
+      router: { routerConfig: { useKvEvents: false, activePrefillTokensThreshold: 100 }, sessionAffinity: 'pin' },
     });
     // Worker 1 holds 200 uncached prompt tokens: over the threshold of 100.
     f.router.decode.kvRouter!.addRequest({ requestId: 'hog', workerId: 1, tokens: randomTokens(rng, 200) });

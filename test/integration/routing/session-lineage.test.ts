@@ -1,12 +1,13 @@
 /**
  * Session lineage: a subagent names its parent session (`x-parent-session-id`,
- * Dynamo's `x-dynamo-parent-session-id`, or `nvext.session_control.parent_session_id`)
- * and is placed on the worker the parent's session is bound to, where the
- * app prefix and the parent's context are cached, even while the parent's
- * own stream keeps that worker busier than the other. And a session in a tool
- * pause (no request in flight) books no load on its worker while its context
- * stays indexed there as cached blocks. `kvgate serve` in front
- * of two `kvgate mocker` engines (real processes, HTTP and ZMQ KV events).
+ * Dynamo's `x-dynamo-parent-session-id`, or `nvext.session_control.parent_session_id`).
+ * With `session_affinity: pin` it is placed on the worker the parent's session is
+ * bound to, even while the parent's own stream keeps that worker busier than the
+ * other; with `cost` (KV mode's default) nothing pins it and the cost model sends
+ * it, sharing nothing with the parent, to the idle worker. Either way a session in a
+ * tool pause (no request in flight) books no load on its worker while its context
+ * stays indexed there as cached blocks, and its next turn goes back there.
+ * `kvgate serve` in front of two `kvgate mocker` engines (real processes, HTTP and ZMQ KV events).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metric } from '../../helpers/metric-sum.js';
@@ -15,7 +16,7 @@ import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
 
-describe('session lineage and tool pauses', () => {
+describe.each(['pin', 'cost'] as const)('session lineage and tool pauses, session_affinity: %s', (affinity) => {
   let suite: MockerSuite;
   let url: string;
   const streams: AbortController[] = [];
@@ -34,7 +35,7 @@ describe('session lineage and tool pauses', () => {
     });
 
   beforeAll(async () => {
-    ({ suite, url } = await startKvGatewaySuite('session-lineage', MODEL, 2));
+    ({ suite, url } = await startKvGatewaySuite('session-lineage', MODEL, 2, [`session_affinity: ${affinity}`]));
   }, 60_000);
 
   afterAll(async () => {
@@ -68,7 +69,7 @@ describe('session lineage and tool pauses', () => {
     expect(next.headers.get('x-kvgate-worker')).toBe(home);
   }, 60_000);
 
-  it('a subagent follows its parent session to its worker, by header or nvext, and then keeps its own binding', async () => {
+  it('a subagent follows its parent session to its worker, by header or nvext, only when sessions pin', async () => {
     // The parent's turn: a long stream, still running while its subagents start (it books load on its worker).
     const c = new AbortController();
     streams.push(c);
@@ -109,8 +110,9 @@ describe('session lineage and tool pauses', () => {
       );
       expect(res.status, name).toBe(200);
       await res.text();
-      expect(res.headers.get('x-kvgate-worker'), name).toBe(home);
+      expect(res.headers.get('x-kvgate-worker'), name).toBe(affinity === 'pin' ? home : other);
     }
+    if (affinity === 'cost') return;
     // The subagent is bound now: its next turn goes there by its own session.
     const again = await post(
       { messages: [{ role: 'user', content: distinctWords('sub-1', 220) }], max_tokens: 1 },
