@@ -70,6 +70,7 @@ function startupSummary(
       kvEvents: m.routerMode === 'kv' ? m.router.useKvEvents : undefined,
       enforceDisagg: m.enforceDisagg || undefined,
       sessionPriority: m.sessionPriority,
+      sessionAffinity: m.sessionAffinity,
       workers: m.workers.map(
         (w) =>
           `${w.id} ${w.role} ${w.dialect} ${w.url}` +

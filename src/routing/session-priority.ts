@@ -24,6 +24,7 @@
  * A client's own `priority` is forwarded unchanged.
  */
 import type { Clock, SessionHint, SessionPriorityOrder } from '../common/index.js';
+import { DEFAULT_MAX_SESSION_TTL_MS, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_MS } from './sticky-sessions.js';
 
 export interface SessionPriorityOptions {
   readonly order: SessionPriorityOrder;
@@ -34,8 +35,6 @@ export interface SessionPriorityOptions {
   /** Session starts held (default 100 000). */
   readonly maxSessions?: number | undefined;
 }
-
-const DEFAULT_TTL_MS = 300_000;
 
 interface Start {
   readonly at: number;
@@ -53,8 +52,8 @@ export class SessionPriority {
   constructor(clock: Clock, opts: SessionPriorityOptions) {
     this.#clock = clock;
     this.#opts = opts;
-    this.#maxTtlMs = opts.maxTtlMs ?? 3_600_000;
-    this.#maxSessions = opts.maxSessions ?? 100_000;
+    this.#maxTtlMs = opts.maxTtlMs ?? DEFAULT_MAX_SESSION_TTL_MS;
+    this.#maxSessions = opts.maxSessions ?? DEFAULT_MAX_SESSIONS;
   }
 
   get size(): number {
@@ -67,7 +66,7 @@ export class SessionPriority {
     let at = now;
     if (session !== undefined) {
       const ttlMs = Math.min(
-        session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : DEFAULT_TTL_MS,
+        session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : DEFAULT_SESSION_TTL_MS,
         this.#maxTtlMs,
       );
       const parent = session.parentId === undefined ? undefined : this.#see(session.parentId, now, now, ttlMs);

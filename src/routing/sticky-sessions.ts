@@ -25,10 +25,10 @@ import { isKvgateError } from '../errors/index.js';
 import type { RouterContext } from './context.js';
 
 /** Dynamo's default session timeout (`nvext.session_control.timeout`), in milliseconds. */
-const DEFAULT_SESSION_TTL_MS = 300_000;
+export const DEFAULT_SESSION_TTL_MS = 300_000;
 /** Default upper bounds (the gateway config sets its own: limits.max_session_timeout_s, limits.max_sessions). */
-const DEFAULT_MAX_SESSION_TTL_MS = 3_600_000;
-const DEFAULT_MAX_SESSIONS = 100_000;
+export const DEFAULT_MAX_SESSION_TTL_MS = 3_600_000;
+export const DEFAULT_MAX_SESSIONS = 100_000;
 
 export interface SessionLimits {
   /** The longest TTL a binding gets, whatever the request asks for (default 3600 s). */
