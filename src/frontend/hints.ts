@@ -8,7 +8,8 @@
  * -> backendInstanceId; `x-prefill-instance-id` (alias
  * `x-dynamo-prefill-instance-id`) -> prefillWorkerId; `x-session-id` ->
  * session.id. A header and the nvext field it mirrors must agree when both
- * are given, and so must a header and its alias.
+ * are given, and so must a header and its alias. A request naming no session
+ * so may name one in a coding agent's own headers (`agent-sessions.ts`).
  *
  * Pins are checked against the model's configured workers: every pinned id
  * must be one of them, `backend_instance_id` and `decode_worker_id` (both
@@ -24,6 +25,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { RouterConfigOverride, RoutingConstraints, RoutingHints } from '../common/index.js';
 import { parseRouterConfigOverride } from '../core/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
+import { AGENT_SESSION_HEADERS, agentSession } from './agent-sessions.js';
 
 /** Dynamo's query-only trigger: an annotation starting with exactly this. */
 const QUERY_INSTANCE_ANNOTATION = 'query_instance_id:';
@@ -228,6 +230,7 @@ const ROUTING_HEADERS = [
   'x-session-id',
   'x-parent-session-id',
   'x-dynamo-parent-session-id',
+  ...AGENT_SESSION_HEADERS,
 ];
 
 /** The routing headers a request carries (for a body parsed on a preprocessing thread). */
@@ -301,6 +304,8 @@ export function parseRoutingHints(
     };
   } else if (sessionHeader !== undefined) {
     session = { id: sessionHeader.value };
+  } else {
+    session = agentSession(headers);
   }
   session = withParent(session, nv.session_control?.parent_session_id, headers);
 

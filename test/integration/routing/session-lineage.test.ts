@@ -1,6 +1,6 @@
 /**
  * Session lineage: a subagent names its parent session (`x-parent-session-id`,
- * Dynamo's `x-dynamo-parent-session-id`, or `nvext.session_control.parent_session_id`).
+ * Dynamo's `x-dynamo-parent-session-id`, `nvext.session_control.parent_session_id`, or Claude Code's headers).
  * With `session_affinity: pin` it is placed on the worker the parent's session is
  * bound to, even while the parent's own stream keeps that worker busier than the
  * other; with `cost` (KV mode's default) nothing pins it and the cost model sends
@@ -102,6 +102,8 @@ describe.each(['pin', 'cost'] as const)('session lineage and tool pauses, sessio
       ['sub-1', { 'x-session-id': 'sub-1', 'x-parent-session-id': 'parent' }, {}],
       ['sub-2', { 'x-session-id': 'sub-2', 'x-dynamo-parent-session-id': 'parent' }, {}],
       ['sub-3', {}, { nvext: { session_control: { session_id: 'sub-3', parent_session_id: 'parent' } } }],
+      // Claude Code's own headers: the conversation, and the subagent's agent id.
+      ['sub-4', { 'x-claude-code-session-id': 'parent', 'x-claude-code-agent-id': 'sub-4' }, {}],
     ];
     for (const [name, headers, extra] of subagents) {
       const res = await post(
