@@ -357,7 +357,7 @@ export const METRIC_DEFINITIONS = {
   sessions: {
     kind: 'gauge',
     name: 'kvgate_router_sessions',
-    help: 'Sticky session bindings held (none on the aggregated or decode pool with session_affinity cost).',
+    help: 'Sticky session bindings held (none with session_affinity cost).',
     labelNames: MW,
   },
   sessionLimits: {

@@ -113,8 +113,9 @@ export class ModelRouter implements ModelRouterPort {
   readonly prefill: PrefillRouter;
   /** Sticky sessions of aggregated requests: session id -> decode worker (x-session-id / nvext.session_control). */
   readonly sessions: StickySessions;
-  /** `session_affinity: pin`: a session's binding is its requests' pin (else the KV cost model places them). */
+  /** `session_affinity`: `pin` hands both pools the session (their sticky workers pin it); `cost` hands them none. */
   readonly #pinSessions: boolean;
+  readonly #pinned = (req: PreparedRequest) => (this.#pinSessions ? req.hints.session : undefined);
   #opts: ModelRouterOptions;
   readonly #ctx: RouterContext;
   #prefillPool: Pool | undefined;
@@ -369,7 +370,7 @@ export class ModelRouter implements ModelRouterPort {
     if (d?.disaggregate === true) {
       if (isAgentEndpoint(req.endpoint)) throw agentDisaggRefusal(this.model, req.endpoint);
       if (req.endpoint === 'embeddings') throw embeddingsDisaggRefusal(this.model);
-      const out = await this.prefill.route(this.#legs.leg(req), req.hints.session);
+      const out = await this.prefill.route(this.#legs.leg(req), this.#pinned(req));
       return {
         worker: out.worker,
         prefillWorker: out.prefillWorker,
@@ -378,11 +379,10 @@ export class ModelRouter implements ModelRouterPort {
         disagg: d.header,
       };
     }
-    const session = req.hints.session;
+    const session = this.#pinned(req);
     let leg = this.#legs.leg(req);
-    // Affinity `pin`: the session's (or parent's) worker is the pin while eligible, else unbound; an explicit pin wins.
     const sticky =
-      this.#pinSessions && leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
+      leg.routing.backendInstanceId === undefined && leg.routing.decodeWorkerId === undefined
         ? this.sessions.stickySlot(session, (id) => this.decode.eligible(id, leg.routing))
         : undefined;
     if (sticky !== undefined)
@@ -396,7 +396,7 @@ export class ModelRouter implements ModelRouterPort {
       throw err;
     }
     const worker = res.selection.slot;
-    if (this.#pinSessions) this.sessions.served(session, worker);
+    this.sessions.served(session, worker);
     return {
       worker,
       disagg: d?.header,
@@ -409,7 +409,7 @@ export class ModelRouter implements ModelRouterPort {
   async query(req: PreparedRequest): Promise<QueryResult> {
     this.#legs.checkPins(req.hints);
     if (this.#disaggregated(false) && this.prefill.decide(req.promptTokens).disaggregate) {
-      const q = await this.prefill.query(this.#legs.leg(req, true), req.hints.session);
+      const q = await this.prefill.query(this.#legs.leg(req, true), this.#pinned(req));
       return {
         worker: q.decode.slot,
         overlapBlocks: q.decode.overlapBlocks,

@@ -223,8 +223,13 @@ for (const engine of ['vllm', 'sglang'] as const) {
   });
 }
 
-for (const engine of ['vllm', 'sglang'] as const) {
-  describe(`${engine}: KV-aware prefill selection and sticky sessions`, () => {
+const PREFILL_CASES = [
+  ['vllm', 'pin'],
+  ['sglang', 'pin'],
+  ['vllm', 'cost'], // KV mode's default: no session reaches the prefill pool
+] as const;
+for (const [engine, affinity] of PREFILL_CASES) {
+  describe(`${engine}: KV-aware prefill selection and sessions (session_affinity: ${affinity})`, () => {
     let f: DisaggFleet;
     const rng = seededRng(engine === 'vllm' ? 5 : 6);
 
@@ -237,7 +242,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
     };
 
     beforeAll(async () => {
-      f = await startDisaggFleet({ engine, prefill: 2, decode: 1 });
+      f = await startDisaggFleet({ engine, prefill: 2, decode: 1, router: { sessionAffinity: affinity } });
       // A ZMQ subscription misses what is published before it has joined (these engines keep no replay
       // buffer), so each prefill worker's events are seen to arrive before a test relies on them: a
       // throwaway prompt, sent again until its blocks reach the index.
@@ -299,7 +304,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
       expect(q.worker.workerId).toBe(f.decodeWorkers[0]!.id);
     });
 
-    it('a session sticks to its prefill worker, even against the prefix index, until that worker leaves', async () => {
+    it('a pinned session sticks to its prefill worker, even against the prefix index, until that worker leaves', async () => {
       const [a, b] = [f.prefillWorkers[0]!.id, f.prefillWorkers[1]!.id];
       const doc = randomTokens(rng, 16 * BLOCK);
       await drain(await f.router.route(prepare([...doc, 7], { hints: { annotations: [], prefillWorkerId: b } })));
@@ -310,7 +315,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
         prepare(randomTokens(rng, 40), { hints: { annotations: [], prefillWorkerId: a, session } }),
       );
       await drain(first);
-      expect(f.router.prefill.sessions.lookup(session.id)?.workerId).toBe(a);
+      expect(f.router.prefill.sessions.lookup(session.id)?.workerId).toBe(affinity === 'pin' ? a : undefined);
       // Without the session the index wins (asked before the session's turns cache the prefix on a too).
       const free = await f.router.route(prepare([...doc, 99]));
       expect(free.prefillWorker?.workerId).toBe(b);
@@ -320,8 +325,12 @@ for (const engine of ['vllm', 'sglang'] as const) {
         const res = await f.router.route(
           prepare([...doc, ...randomTokens(rng, 5)], { hints: { annotations: [], session } }),
         );
-        expect(res.prefillWorker?.workerId).toBe(a);
+        expect(res.prefillWorker?.workerId).toBe(affinity === 'pin' ? a : b); // unpinned, the index wins
         await drain(res);
+      }
+      if (affinity === 'cost') {
+        expect(f.router.prefill.sessions.size).toBe(0);
+        return;
       }
       // a leaves: the binding goes with it, and the session follows the index to b (and binds there).
       f.registry.markDown(a);
