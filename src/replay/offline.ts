@@ -131,7 +131,7 @@ class OfflineReplay {
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
     }
     if (opts.sessionPins === true && topology.kind !== 'aggregated')
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'session ids are replayed on aggregated topologies only');
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'session pins are replayed on aggregated topologies only');
     this.#sessions = opts.sessionPins === true ? new StickySessions(this.#clock) : undefined;
     this.#replicas = opts.replicas ?? SINGLE_ROUTER;
     validateReplicaOptions(this.#replicas);
