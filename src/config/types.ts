@@ -57,8 +57,9 @@ export interface ModelConfig {
    */
   readonly eagle: boolean;
   /**
-   * `session_priority`: chat and completion requests carry their root session's start as the engine `priority`, for
-   * engines in priority scheduling that serve this end first (vLLM `lower_first`, SGLang `higher_first`); undefined: off.
+   * `session_priority`: chat, completion and Responses requests carry their root session's start as the engine
+   * `priority`, for engines in priority scheduling that serve this end first (vLLM `lower_first`, SGLang
+   * `higher_first`); undefined: off.
    */
   readonly sessionPriority: SessionPriorityOrder | undefined;
   /** `session_affinity`: whether a session's binding pins its requests (default: `cost` in KV mode, else `pin`). */

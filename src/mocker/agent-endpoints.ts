@@ -53,6 +53,8 @@ export function agentChatBody(api: AgentApi, body: unknown): Record<string, unkn
   if (chat.tools !== undefined) out['tools'] = chat.tools;
   if (chat.chatTemplateKwargs !== undefined) out['chat_template_kwargs'] = chat.chatTemplateKwargs;
   for (const key of ['seed', 'cache_salt', 'temperature', 'top_p']) if (b[key] !== undefined) out[key] = b[key];
+  // As vLLM: its Responses request takes a scheduling `priority`; its Messages request has none (an unknown field).
+  if (api === 'responses' && b['priority'] !== undefined) out['priority'] = b['priority'];
   return out;
 }
 

@@ -32,8 +32,8 @@ export interface LegBuilderOptions {
   /** The health prober's view of a worker (why a pinned worker is down). */
   readonly workerHealth?: ((workerId: number) => WorkerHealthView | undefined) | undefined;
   /**
-   * `session_priority`: chat and completion requests carry their root session's start as the engine `priority`
-   * (unless the client set one), ordered for engines that serve this end first. Default: none.
+   * `session_priority`: chat, completion and Responses requests carry their root session's start as the engine
+   * `priority` (unless the client set one), ordered for engines that serve this end first. Default: none.
    */
   readonly sessionPriority?: SessionPriorityOrder | undefined;
   /** The sessions' bounds (the longest remembered unseen, the number held), shared with sticky sessions. */
@@ -105,7 +105,7 @@ export class LegBuilder {
     const prioritized =
       sp !== undefined &&
       !query &&
-      (req.endpoint === 'chat' || req.endpoint === 'completion') &&
+      (req.endpoint === 'chat' || req.endpoint === 'completion' || req.endpoint === 'responses') &&
       !Object.hasOwn(req.body, 'priority');
     if (prioritized) return withJsonMembers(req.body, { model, priority: sp.priorityOf(req.hints.session) });
     return req.body['model'] === model ? req.body : withJsonMembers(req.body, { model });

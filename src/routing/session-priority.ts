@@ -1,7 +1,7 @@
 /**
- * Session-start priority (`session_priority`): kvgate gives each chat or
- * completion request it forwards the engine `priority` of its root session's
- * start, so that engines in priority scheduling (vLLM's
+ * Session-start priority (`session_priority`): kvgate gives each chat,
+ * completion or Responses request it forwards the engine `priority` of its
+ * root session's start (vLLM's Messages request has no such field), so that engines in priority scheduling (vLLM's
  * `--scheduling-policy priority`, SGLang's `--enable-priority-scheduling`)
  * admit the older session's turn first and, when their KV cache runs short,
  * preempt the youngest session's request instead of the last one admitted.

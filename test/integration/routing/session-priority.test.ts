@@ -53,18 +53,20 @@ describe('session_priority', () => {
       headers: Record<string, string>,
       extra: Record<string, unknown> = {},
       signal?: AbortSignal,
-    ) =>
-      fetch(`${gateway}/v1/chat/completions`, {
+      api: 'chat' | 'responses' = 'chat',
+    ) => {
+      const text = `${label} ${tag} asks something`;
+      const body =
+        api === 'chat'
+          ? { messages: [{ role: 'user', content: text }], max_tokens: 16 }
+          : { input: text, max_output_tokens: 16 };
+      return fetch(`${gateway}/v1/${api === 'chat' ? 'chat/completions' : 'responses'}`, {
         method: 'POST',
         ...(signal !== undefined ? { signal } : {}),
         headers: { 'content-type': 'application/json', ...headers },
-        body: JSON.stringify({
-          model: MODEL,
-          messages: [{ role: 'user', content: `${label} ${tag} asks something` }],
-          max_tokens: 16,
-          ...extra,
-        }),
+        body: JSON.stringify({ model: MODEL, ...body, ...extra }),
       });
+    };
     // The older session's first turn.
     const first = await chat('old', { 'x-session-id': `old-${tag}` });
     expect(first.status).toBe(200);
@@ -78,10 +80,15 @@ describe('session_priority', () => {
     const order: string[] = [];
     const sent: Promise<void>[] = [];
     try {
-      const send = async (label: string, headers: Record<string, string>, extra?: Record<string, unknown>) => {
+      const send = async (
+        label: string,
+        headers: Record<string, string>,
+        extra?: Record<string, unknown>,
+        api?: 'responses',
+      ) => {
         const queued = (await waiting()) + 1;
         sent.push(
-          chat(label, headers, extra).then(async (r) => {
+          chat(label, headers, extra, undefined, api).then(async (r) => {
             expect(r.status).toBe(200);
             await r.text();
             order.push(label);
@@ -90,7 +97,8 @@ describe('session_priority', () => {
         await until(async () => (await waiting()) === queued, `${label} waiting at the engine`);
       };
       await send('new', { 'x-session-id': `new-${tag}` });
-      await send('old', { 'x-session-id': `old-${tag}` });
+      // The older session's next turn comes through the Responses API, which carries a priority too.
+      await send('old', { 'x-session-id': `old-${tag}` }, {}, 'responses');
       await send('client', {}, { priority: 0 });
     } finally {
       holder.abort(); // the seat frees: the engine admits by priority
