@@ -143,8 +143,11 @@ function headerLines(report: ReplayReport): string[] {
     `- kvgate ${m.kvgate_version}, seed ${m.seed}, ${m.machine.cpus}, ` +
       `${(m.machine.memory_bytes / 2 ** 30).toFixed(0)} GiB, Node ${m.machine.node}`,
   );
-  const cfg = m.config as { mode?: string; topology?: string; engine?: Record<string, unknown> };
-  if (cfg.mode !== undefined) lines.push(`- mode ${cfg.mode}, ${cfg.topology ?? ''}`);
+  const cfg = m.config as { mode?: string; topology?: string; session_priority?: boolean; session_pins?: boolean };
+  const sessions =
+    (cfg.session_priority === true ? ', session-start priority' : '') +
+    (cfg.session_pins === true ? ', sessions pinned' : '');
+  if (cfg.mode !== undefined) lines.push(`- mode ${cfg.mode}, ${cfg.topology ?? ''}${sessions}`);
   lines.push(
     `- workload: ${w.requests} requests over ${w.span_s.toFixed(1)} s ` +
       `(${w.request_rate_per_s.toFixed(2)} req/s; arrival ${w.arrival}, speedup ${w.speedup})` +

@@ -287,6 +287,11 @@ describe('replay report', () => {
     expect(md).toMatch(/^\| kv \| /m);
     expect(md).toMatch(/^\| round-robin \| /m);
     expect(md).toContain('command: `kvgate replay --trace small.jsonl`');
+    expect(md).not.toMatch(/session-start priority|sessions pinned/);
+    const sessions = { ...report.meta.config, session_priority: true, session_pins: true };
+    expect(renderMarkdown({ ...report, meta: { ...report.meta, config: sessions } })).toMatch(
+      /^- mode offline, .*, session-start priority, sessions pinned$/m,
+    );
     // Where TTFT goes: three bands covering every completed request; no request of a trace follows another.
     expect(kv.ttft_bands.map((b) => b.band)).toEqual(['slowest 1 %', 'next 9 %', 'other 90 %']);
     expect(kv.ttft_bands.reduce((n, b) => n + b.requests, 0)).toBe(kv.requests.completed);
