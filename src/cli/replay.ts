@@ -130,7 +130,8 @@ prediction error.
   --replica-sync-delay-ms D    virtual ms before a booking change reaches the other replicas (${DEFAULT_SYNC_DELAY_MS})
   --replica-front rr|random    how the front door spreads requests over replicas (rr; random is seeded)
   --session-priority           the router sends each request's root session start as its priority (the gateway's
-                               session_priority), offline; needs --scheduling-policy priority
+                               session_priority; load-only policies then pin the named sessions, as the gateway
+                               does), offline; needs --scheduling-policy priority
   --session-pins               the agentic workload's clients name their sessions (x-session-id, x-parent-session-id)
                                and the gateway pins them (session_affinity: pin); offline, aggregated
   -h, --help                   this text

@@ -74,7 +74,8 @@ export interface OfflineReplayOptions {
   readonly replicas?: ReplicaOptions;
   /**
    * Session-start priority (the gateway's `session_priority`): each request's legs carry its root session's start as
-   * the engine `priority`, for engines in priority scheduling (`engine.schedulingPolicy`). Default off.
+   * the engine `priority`, for engines in priority scheduling (`engine.schedulingPolicy`). Default off. The sessions'
+   * clients name them, so a policy without a cost model also pins them on an aggregated topology, as the gateway does.
    */
   readonly sessionPriority?: boolean;
   /**
@@ -132,7 +133,12 @@ class OfflineReplay {
     }
     if (opts.sessionPins === true && topology.kind !== 'aggregated')
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'session pins are replayed on aggregated topologies only');
-    this.#sessions = opts.sessionPins === true ? new StickySessions(this.#clock) : undefined;
+    // Clients that name their sessions (to be pinned, or for their priority) are pinned by the gateway in the modes
+    // without a cost model, whose only `session_affinity` is `pin` (modelled on aggregated topologies).
+    const pinned =
+      opts.sessionPins === true ||
+      (opts.sessionPriority === true && opts.policy.kind !== 'kv' && topology.kind === 'aggregated');
+    this.#sessions = pinned ? new StickySessions(this.#clock) : undefined;
     this.#replicas = opts.replicas ?? SINGLE_ROUTER;
     validateReplicaOptions(this.#replicas);
     this.#front = new FrontDoor(this.#replicas, seed);

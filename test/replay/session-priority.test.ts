@@ -97,40 +97,59 @@ describe('offline replay with session-start priority', () => {
   });
 });
 
-describe('offline replay with session pins', () => {
-  it("keeps every session on the worker of its first request, and a subagent on its parent's", async () => {
-    const run = await runOffline({
-      workload,
-      policy: parsePolicies(['kv'])[0]!,
-      topology: { kind: 'aggregated', workers: 4 },
-      engine: resolveMockerOptions(replayEngineOptions({ perfProfile: 'h100' }, 1)),
-      seed: 1,
-      sessionPins: true,
-    });
-    // A binding lives 300 s (virtual) past the session's last routed request: a parent waiting longer on its
-    // subagents, or a long pause, starts it afresh.
-    const home = new Map<string, { workerId: number; at: number }>();
-    const live = (id: string | undefined, at: number) => {
-      const b = id === undefined ? undefined : home.get(id);
-      return b !== undefined && at < b.at + 300_000 ? b.workerId : undefined;
-    };
-    let moved = 0;
-    let kept = 0;
-    for (const r of [...workload.requests].sort(
-      (a, b) => run.outcomes[a.index]!.arrivalMs - run.outcomes[b.index]!.arrivalMs,
-    )) {
-      const o = run.outcomes[r.index]!;
-      expect(o.error).toBeNull();
-      const s = r.session!;
-      const bound = live(s.id, o.arrivalMs) ?? live(s.parentId, o.arrivalMs);
-      if (bound !== undefined) {
-        if (bound === o.workerId) kept++;
-        else moved++;
-      }
-      home.set(s.id, { workerId: o.workerId!, at: o.arrivalMs });
+/**
+ * Requests sent to another worker than their session's live binding (or, unbound, their parent's), and those kept
+ * on it. A binding lives 300 s (virtual) past the session's last routed request: a parent waiting longer on its
+ * subagents, or a long pause, starts it afresh.
+ */
+function bindingMoves(run: PolicyRun): { moved: number; kept: number; workers: number } {
+  const home = new Map<string, { workerId: number; at: number }>();
+  const live = (id: string | undefined, at: number) => {
+    const b = id === undefined ? undefined : home.get(id);
+    return b !== undefined && at < b.at + 300_000 ? b.workerId : undefined;
+  };
+  let moved = 0;
+  let kept = 0;
+  const byArrival = [...workload.requests].sort(
+    (a, b) => run.outcomes[a.index]!.arrivalMs - run.outcomes[b.index]!.arrivalMs,
+  );
+  for (const r of byArrival) {
+    const o = run.outcomes[r.index]!;
+    expect(o.error).toBeNull();
+    const s = r.session!;
+    const bound = live(s.id, o.arrivalMs) ?? live(s.parentId, o.arrivalMs);
+    if (bound !== undefined) {
+      if (bound === o.workerId) kept++;
+      else moved++;
     }
-    expect(kept).toBeGreaterThan(workload.requests.length / 2);
-    expect(moved).toBe(0);
-    expect(new Set([...home.values()].map((b) => b.workerId)).size).toBeGreaterThan(1); // first turns are routed
+    home.set(s.id, { workerId: o.workerId!, at: o.arrivalMs });
+  }
+  return { moved, kept, workers: new Set([...home.values()].map((b) => b.workerId)).size };
+}
+
+describe('offline replay with session pins', () => {
+  const run = (policy: string, pins: { sessionPins?: boolean; sessionPriority?: boolean }) =>
+    runOffline({
+      workload,
+      policy: parsePolicies([policy])[0]!,
+      topology: { kind: 'aggregated', workers: 4 },
+      engine: resolveMockerOptions(
+        replayEngineOptions({ perfProfile: 'h100', schedulingPolicy: pins.sessionPriority ? 'priority' : 'fcfs' }, 1),
+      ),
+      seed: 1,
+      ...pins,
+    });
+
+  it("keeps every session on the worker of its first request, and a subagent on its parent's", async () => {
+    const m = bindingMoves(await run('kv', { sessionPins: true }));
+    expect(m.kept).toBeGreaterThan(workload.requests.length / 2);
+    expect(m.moved).toBe(0);
+    expect(m.workers).toBeGreaterThan(1); // first turns are routed
+    expect(bindingMoves(await run('kv', {})).moved).toBeGreaterThan(0); // the cost model moves some
+  });
+
+  it('pins the named sessions of a policy without a cost model, as the gateway does, when they carry priority', async () => {
+    expect(bindingMoves(await run('least-loaded', { sessionPriority: true })).moved).toBe(0);
+    expect(bindingMoves(await run('least-loaded', {})).moved).toBeGreaterThan(0);
   });
 });
