@@ -67,12 +67,19 @@ type OnlineTopology =
       readonly protocol: DisaggProtocol;
     };
 
+/** What a replay's clients do with their sessions: the gateway's `session_priority`, `session_affinity: pin`. */
+interface OnlineSessions {
+  readonly priority: boolean;
+  readonly pins: boolean;
+}
+
 /** The gateway config (Dynamo-named router knobs for kv variants) for a started fleet. */
 export function gatewayConfig(
   policy: PolicySpec,
   pools: readonly PoolEngines[],
   blockSize: number,
   flavour: EngineDialect,
+  sessions: OnlineSessions = { priority: false, pins: false },
 ): Record<string, unknown> {
   const workers = pools.flatMap((p) =>
     p.handles.map((h, i) => ({
@@ -103,6 +110,9 @@ export function gatewayConfig(
         tokenizer: 'none',
         engine: flavour,
         enforce_disagg: pools.length > 1,
+        // The mocker's priority scheduling is vLLM's: lower values first.
+        ...(sessions.priority ? { session_priority: 'lower_first' } : {}),
+        ...(sessions.pins ? { session_affinity: 'pin' } : {}),
         workers,
       },
     ],
@@ -164,6 +174,7 @@ export async function startFleet(
   engineInput: MockerInput,
   seed: number,
   bucketMs: number,
+  sessions?: OnlineSessions,
 ): Promise<OnlineFleet> {
   // The P/D protocol decides the engine flavour: SGLang pairs through bootstrap rooms, vLLM hands over kv_transfer_params.
   const flavour =
@@ -208,7 +219,7 @@ export async function startFleet(
       pools.push({ name: s.name, handles, workerIds, timeline: new LoadTimeline(s.count, bucketMs) });
     }
     const blockSize = resolveMockerOptions(replayEngineOptions(engineInput, seed)).blockSize;
-    const { gateway, url } = await startPolicyGateway(gatewayConfig(policy, pools, blockSize, flavour));
+    const { gateway, url } = await startPolicyGateway(gatewayConfig(policy, pools, blockSize, flavour, sessions));
     return {
       pools,
       gateway,
@@ -247,6 +258,27 @@ export function predictionFromMetrics(text: string): PolicyRun['predictionFromGa
   };
 }
 
+/** The engines' counters summed over every rank of every pool. */
+function engineTotals(fleet: OnlineFleet): {
+  preemptions: number;
+  busyMs: number;
+  extrapolated: number;
+  engines: number;
+} {
+  const t = { preemptions: 0, busyMs: 0, extrapolated: 0, engines: 0 };
+  for (const p of fleet.pools) {
+    for (const h of p.handles) {
+      for (const r of h.stats().ranks) {
+        t.preemptions += r.preemptions;
+        t.busyMs += r.busyMs;
+        t.extrapolated += r.extrapolatedSteps;
+        t.engines++;
+      }
+    }
+  }
+  return t;
+}
+
 /** One policy online: fresh fleet, load, samples, teardown. */
 export async function runOnlinePolicy(
   workload: Workload,
@@ -256,7 +288,8 @@ export async function runOnlinePolicy(
   onProgress: (done: number, total: number) => void,
 ): Promise<PolicyRun> {
   const bucketMs = defaultBucketMs(workload);
-  const fleet = await startFleet(policy, topology, cfg.engine, cfg.seed, bucketMs);
+  const sessions = { priority: cfg.sessionPriority === true, pins: cfg.sessionPins === true };
+  const fleet = await startFleet(policy, topology, cfg.engine, cfg.seed, bucketMs, sessions);
   const wallStart = performance.now();
   try {
     let t0 = 0;
@@ -280,26 +313,14 @@ export async function runOnlinePolicy(
         synth: new TokenSynthesizer({ traceBlockSize: workload.traceBlockSize, seed: cfg.seed }),
         requestSeed: (i) => (cfg.seed * 1_000_003 + i) >>> 0,
         bucketMs,
+        sessions: sessions.priority || sessions.pins,
         onDone: onProgress,
       });
     } finally {
       clearInterval(timer);
     }
     sample();
-    let preemptions = 0;
-    let busyMs = 0;
-    let extrapolated = 0;
-    let engines = 0;
-    for (const p of fleet.pools) {
-      for (const h of p.handles) {
-        for (const r of h.stats().ranks) {
-          preemptions += r.preemptions;
-          busyMs += r.busyMs;
-          extrapolated += r.extrapolatedSteps;
-          engines++;
-        }
-      }
-    }
+    const { preemptions, busyMs, extrapolated, engines } = engineTotals(fleet);
     const metrics = await request(new URL('/metrics', fleet.url));
     const prediction =
       metrics.statusCode === 200 ? predictionFromMetrics(await metrics.body.text()) : (await metrics.body.dump(), null);

@@ -131,9 +131,9 @@ prediction error.
   --replica-front rr|random    how the front door spreads requests over replicas (rr; random is seeded)
   --session-priority           the router sends each request's root session start as its priority (the gateway's
                                session_priority; load-only policies then pin the named sessions, as the gateway
-                               does), offline; needs --scheduling-policy priority
+                               does); needs --scheduling-policy priority
   --session-pins               the agentic workload's clients name their sessions (x-session-id, x-parent-session-id)
-                               and the gateway pins them (session_affinity: pin); offline, aggregated
+                               and the gateway pins them (session_affinity: pin); aggregated fleets
   -h, --help                   this text
 
 Engine model: every \`kvgate mocker\` flag except --count, --host, ports, --mode and
@@ -272,25 +272,18 @@ export function engineFlags(
   };
 }
 
-/** `--session-priority`: offline, and only with engines that schedule by priority (others refuse a priority). */
-function sessionPriorityFlag(on: boolean, mode: ReplayMode, engine: MockerInput): { sessionPriority?: true } {
+/** `--session-priority`: only with engines that schedule by priority (others refuse a priority). */
+function sessionPriorityFlag(on: boolean, engine: MockerInput): { sessionPriority?: true } {
   if (!on) return {};
-  if (mode !== 'offline') throw usageError('--session-priority: modelled offline only (--mode offline)');
   if (engine.schedulingPolicy !== 'priority')
     throw usageError('--session-priority needs engines that schedule by it: add --scheduling-policy priority');
   return { sessionPriority: true };
 }
 
-/** `--session-pins`: the generated agents' sessions pinned as `session_affinity: pin` does, offline, aggregated. */
-function sessionPinsFlag(
-  on: boolean,
-  mode: ReplayMode,
-  agentic: boolean,
-  topology: ReplayTopology,
-): { sessionPins?: true } {
+/** `--session-pins`: the generated agents' sessions pinned as `session_affinity: pin` does, on aggregated fleets. */
+function sessionPinsFlag(on: boolean, agentic: boolean, topology: ReplayTopology): { sessionPins?: true } {
   if (!on) return {};
   if (!agentic) throw usageError('--session-pins: only the agentic workload has sessions (--workload agentic)');
-  if (mode !== 'offline') throw usageError('--session-pins: modelled offline only (--mode offline)');
   if (topology.kind !== 'aggregated') throw usageError('--session-pins: modelled on aggregated topologies (--workers)');
   return { sessionPins: true };
 }
@@ -357,8 +350,8 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
     seed,
     jobs,
     replicas,
-    ...sessionPriorityFlag(values['session-priority'] === true, mode, engine),
-    ...sessionPinsFlag(values['session-pins'] === true, mode, agentic !== undefined, topology),
+    ...sessionPriorityFlag(values['session-priority'] === true, engine),
+    ...sessionPinsFlag(values['session-pins'] === true, agentic !== undefined, topology),
   };
   const progress = values['no-progress'] === true ? false : values.progress === true ? true : undefined;
   return { help: false, json: values.json === true, out: s('out'), progress, config };

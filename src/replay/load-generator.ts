@@ -28,6 +28,8 @@ export interface LoadGeneratorOptions {
   readonly bucketMs: number;
   /** Extra headers (auth). */
   readonly headers?: Readonly<Record<string, string>>;
+  /** Send each request's session as its client would name it (`x-session-id`, `x-parent-session-id`). */
+  readonly sessions?: boolean;
   readonly onDone?: (done: number, total: number) => void;
   /** Called at each request's start and end (engine load sampling hooks). */
   readonly now?: () => number;
@@ -45,6 +47,15 @@ interface SseState {
 }
 
 /** Splits complete SSE events off the buffer; returns the `data:` payloads. */
+/** A request's session headers, as an agent client names its session and a subagent's parent. */
+function sessionHeaders(r: ReplayRequest): Record<string, string> {
+  const s = r.session;
+  if (s === undefined) return {};
+  return s.parentId === undefined
+    ? { 'x-session-id': s.id }
+    : { 'x-session-id': s.id, 'x-parent-session-id': s.parentId };
+}
+
 export function takeSseData(state: SseState, chunk: string): string[] {
   state.buffer += chunk;
   const out: string[] = [];
@@ -197,9 +208,12 @@ export async function generateLoad(workload: Workload, opts: LoadGeneratorOption
           'content-type': 'application/json',
           accept: 'text/event-stream',
           'x-request-id': `replay-${r.index}`,
+          ...(opts.sessions === true ? sessionHeaders(r) : {}),
           ...opts.headers,
         },
       });
+      const worker = res.headers['x-kvgate-worker'];
+      if (typeof worker === 'string') o.workerId = Number(worker);
       if (res.statusCode !== 200) {
         const text = await res.body.text();
         o.error = `HTTP ${res.statusCode}: ${text.slice(0, 300)}`;

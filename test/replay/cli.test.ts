@@ -87,12 +87,12 @@ describe('kvgate replay command line', () => {
     expect(() => parseReplayArgs(['--trace', 't', '--prefill-workers', '2'])).toThrow(/go together/);
     expect(() => parseReplayArgs(['--trace', 't', '--speedup', '0'])).toThrow(/--speedup 0/);
     expect(() => parseReplayArgs(['--trace', 't', '--session-priority'])).toThrow(/--scheduling-policy priority/);
-    const online = ['--trace', 't', '--session-priority', '--scheduling-policy', 'priority', '--mode', 'online'];
-    expect(() => parseReplayArgs(online)).toThrow(/offline only/);
-    expect(parseReplayArgs(online.slice(0, -2)).config.sessionPriority).toBe(true);
+    const priority = ['--trace', 't', '--session-priority', '--scheduling-policy', 'priority'];
+    expect(parseReplayArgs(priority).config.sessionPriority).toBe(true);
+    expect(parseReplayArgs([...priority, '--mode', 'online']).config.sessionPriority).toBe(true);
     expect(() => parseReplayArgs(['--trace', 't', '--session-pins'])).toThrow(/--workload agentic/);
     const pins = ['--workload', 'agentic', '--session-pins'];
-    expect(() => parseReplayArgs([...pins, '--mode', 'online'])).toThrow(/offline only/);
+    expect(parseReplayArgs([...pins, '--mode', 'online']).config.sessionPins).toBe(true);
     expect(() => parseReplayArgs([...pins, '--prefill-workers', '1', '--decode-workers', '1'])).toThrow(/aggregated/);
     expect(parseReplayArgs(pins).config.sessionPins).toBe(true);
     expect(() => parseReplayArgs(['--trace', 't', '--router-config', '{"router_temprature":1}'])).toThrow(
