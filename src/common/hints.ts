@@ -2,6 +2,7 @@
  * What a client may ask of routing, validated at the edge (the frontend, or a
  * library caller through KvRouter) and carried unchanged to the scheduler.
  */
+import type { RouterMode } from './vocabulary.js';
 
 /** Per-request scoring overrides (Dynamo's `RouterConfigOverride`), already validated: see core's `parseRouterConfigOverride`. */
 export interface RouterConfigOverride {
@@ -45,6 +46,11 @@ export type SessionPriorityOrder = 'lower_first' | 'higher_first';
  * session's cached context in the prefix index and moves it only when load outweighs it (KV mode only).
  */
 export type SessionAffinity = 'pin' | 'cost';
+
+/** A model's `session_affinity` unless it names one: KV mode's cost model places sessions; the other modes can only pin. */
+export function defaultSessionAffinity(mode: RouterMode): SessionAffinity {
+  return mode === 'kv' ? 'cost' : 'pin';
+}
 
 /**
  * The request's tenant as the router queue sees it (set by the gateway from its `tenants` config, never by the

@@ -26,6 +26,7 @@ export type {
   SessionPriorityOrder,
   TenantHint,
 } from './hints.js';
+export { defaultSessionAffinity } from './hints.js';
 export { silentLogger, type Logger } from './logger.js';
 export {
   blockSize,

@@ -13,6 +13,7 @@ import { GATEWAY_DEFAULTS } from './defaults.js';
 import { readInferencePoolSection, readKubernetesSection } from './kubernetes-section.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, routerPresetOf, type RouterKnobs } from './resolve-router.js';
+import { readSessionKeys } from './resolve-sessions.js';
 import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = [
@@ -308,9 +309,7 @@ export function readModel(
   const enforceDisagg = m.bool('enforce_disagg', false);
   const disaggPolicy = readDisaggPolicy(m.child('disagg_policy'), routerMode);
   const eagle = m.bool('eagle', false);
-  const priority = m.oneOf('session_priority', ['off', 'lower_first', 'higher_first'] as const, 'off');
-  const affinity = m.oneOf('session_affinity', ['pin', 'cost'] as const, routerMode === 'kv' ? 'cost' : 'pin');
-  if (affinity === 'cost' && routerMode !== 'kv') m.problem('session_affinity', 'cost needs router_mode kv');
+  const sessions = readSessionKeys(m, routerMode);
   const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
   const localRouter = readRouterKnobs(m.child('router'));
   const router = resolveRouter(root, globalRouter, localRouter, [...m.path, 'router']);
@@ -340,8 +339,7 @@ export function readModel(
     enforceDisagg,
     disaggPolicy,
     eagle,
-    sessionPriority: priority === 'off' ? undefined : priority,
-    sessionAffinity: affinity,
+    ...sessions,
     maxPromptTokens: modelMax,
     routerPreset: routerPresetOf(globalRouter, localRouter),
     router,

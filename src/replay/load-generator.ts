@@ -46,7 +46,6 @@ interface SseState {
   buffer: string;
 }
 
-/** Splits complete SSE events off the buffer; returns the `data:` payloads. */
 /** A request's session headers, as an agent client names its session and a subagent's parent. */
 function sessionHeaders(r: ReplayRequest): Record<string, string> {
   const s = r.session;
@@ -56,6 +55,7 @@ function sessionHeaders(r: ReplayRequest): Record<string, string> {
     : { 'x-session-id': s.id, 'x-parent-session-id': s.parentId };
 }
 
+/** Splits complete SSE events off the buffer; returns the `data:` payloads. */
 export function takeSseData(state: SseState, chunk: string): string[] {
   state.buffer += chunk;
   const out: string[] = [];

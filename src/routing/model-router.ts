@@ -30,7 +30,7 @@ import { KvRouter } from './kv-router.js';
 import type { DispatchOutcomeListener } from './push/leg-failures.js';
 import { PushRouter, type PushRouterOptions } from './push/push-router.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerStatus } from './router-port.js';
-import { StickySessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
+import { StickySessions, pinsSessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
 import { WorkerWatch } from './worker-watch.js';
 
 export interface ModelRouterOptions extends Pick<KvPoolOptions, 'eagle'>, Pick<LegBuilderOptions, 'sessionPriority'> {
@@ -71,7 +71,7 @@ export interface ModelRouterOptions extends Pick<KvPoolOptions, 'eagle'>, Pick<L
   readonly migration?: PushRouterOptions['migration'];
   /** Bounds of each pool's sticky sessions: the longest TTL (requested timeouts are clamped) and the number kept (LRU). */
   readonly sessionLimits?: SessionLimits | undefined;
-  /** Whether an aggregated request's session pins it (default: `cost` in KV mode, else `pin`); see `SessionAffinity`. */
+  /** Whether a request's session pins it, in both pools (default: `cost` in KV mode, else `pin`); see `SessionAffinity`. */
   readonly sessionAffinity?: SessionAffinity | undefined;
   /** Replica sync: told of each KV pool (its KvRouter and its sticky sessions) once it is built. */
   readonly attachReplica?: ((pool: ReplicaPool) => void) | undefined;
@@ -149,7 +149,7 @@ export class ModelRouter implements ModelRouterPort {
     const decode = this.#buildPool('decode');
     const onLimit = sessionLimitReporter(ctx, opts.model, decode.push.role);
     this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, onLimit);
-    this.#pinSessions = (opts.sessionAffinity ?? (opts.mode === 'kv' ? 'cost' : 'pin')) === 'pin';
+    this.#pinSessions = pinsSessions(opts.sessionAffinity, opts.mode);
     this.decode = decode.push;
     this.events = decode.events;
     this.#attachReplica('decode', decode, this.sessions);

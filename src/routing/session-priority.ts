@@ -1,12 +1,13 @@
 /**
  * Session-start priority (`session_priority`): kvgate gives each chat,
  * completion or Responses request it forwards the engine `priority` of its
- * root session's start (vLLM's Messages request has no such field), so that engines in priority scheduling (vLLM's
- * `--scheduling-policy priority`, SGLang's `--enable-priority-scheduling`)
- * admit the older session's turn first and, when their KV cache runs short,
- * preempt the youngest session's request instead of the last one admitted.
- * On an agent fleet short of KV this keeps sessions that are far along from
- * being evicted and recomputed over and over (BENCHMARKS.md measures it).
+ * root session's start (vLLM's Messages request has no such field), so that
+ * engines in priority scheduling (vLLM's `--scheduling-policy priority`,
+ * SGLang's `--enable-priority-scheduling`) admit the older session's turn
+ * first and, when their KV cache runs short, preempt the youngest session's
+ * request instead of the last one admitted. On an agent fleet short of KV this
+ * keeps sessions that are far along from being evicted and recomputed over
+ * and over (BENCHMARKS.md measures it).
  *
  * Contract:
  * - a session's start is when this router first saw it; a subagent's (a

@@ -20,7 +20,15 @@
  *   first. Each clamp and eviction is reported through `onLimit`.
  * Bindings are advisory: losing one only costs a cache miss.
  */
-import type { Clock, SessionHint, WorkerRank, WorkerRole } from '../common/index.js';
+import {
+  defaultSessionAffinity,
+  type Clock,
+  type RouterMode,
+  type SessionAffinity,
+  type SessionHint,
+  type WorkerRank,
+  type WorkerRole,
+} from '../common/index.js';
 import { isKvgateError } from '../errors/index.js';
 import type { RouterContext } from './context.js';
 
@@ -29,6 +37,11 @@ export const DEFAULT_SESSION_TTL_MS = 300_000;
 /** Default upper bounds (the gateway config sets its own: limits.max_session_timeout_s, limits.max_sessions). */
 export const DEFAULT_MAX_SESSION_TTL_MS = 3_600_000;
 export const DEFAULT_MAX_SESSIONS = 100_000;
+
+/** Whether a model's sessions pin its requests: its `session_affinity`, else its mode's default. */
+export function pinsSessions(affinity: SessionAffinity | undefined, mode: RouterMode): boolean {
+  return (affinity ?? defaultSessionAffinity(mode)) === 'pin';
+}
 
 export interface SessionLimits {
   /** The longest TTL a binding gets, whatever the request asks for (default 3600 s). */
