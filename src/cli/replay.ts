@@ -133,7 +133,7 @@ prediction error.
                                session_priority; load-only policies then pin the named sessions, as the gateway
                                does); needs --scheduling-policy priority
   --session-pins               the agentic workload's clients name their sessions (x-session-id, x-parent-session-id)
-                               and the gateway pins them (session_affinity: pin); aggregated fleets
+                               and the gateway pins them (session_affinity: pin), in each pool of a P/D fleet
   -h, --help                   this text
 
 Engine model: every \`kvgate mocker\` flag except --count, --host, ports, --mode and
@@ -280,11 +280,10 @@ function sessionPriorityFlag(on: boolean, engine: MockerInput): { sessionPriorit
   return { sessionPriority: true };
 }
 
-/** `--session-pins`: the generated agents' sessions pinned as `session_affinity: pin` does, on aggregated fleets. */
-function sessionPinsFlag(on: boolean, agentic: boolean, topology: ReplayTopology): { sessionPins?: true } {
+/** `--session-pins`: the generated agents' sessions pinned as `session_affinity: pin` does. */
+function sessionPinsFlag(on: boolean, agentic: boolean): { sessionPins?: true } {
   if (!on) return {};
   if (!agentic) throw usageError('--session-pins: only the agentic workload has sessions (--workload agentic)');
-  if (topology.kind !== 'aggregated') throw usageError('--session-pins: modelled on aggregated topologies (--workers)');
   return { sessionPins: true };
 }
 
@@ -351,7 +350,7 @@ export function parseReplayArgs(argv: string[]): ReplayCliPlan {
     jobs,
     replicas,
     ...sessionPriorityFlag(values['session-priority'] === true, engine),
-    ...sessionPinsFlag(values['session-pins'] === true, agentic !== undefined, topology),
+    ...sessionPinsFlag(values['session-pins'] === true, agentic !== undefined),
   };
   const progress = values['no-progress'] === true ? false : values.progress === true ? true : undefined;
   return { help: false, json: values.json === true, out: s('out'), progress, config };

@@ -23,6 +23,7 @@ import type { CoreRequest } from '../mocker/index.js';
 import type { Arrival, OfflineLegs } from './offline-legs.js';
 import { generationSeed, type Engine, type PoolState } from './offline-pools.js';
 import type { RouteChoice, RouteRequest } from './policy.js';
+import type { PoolPins } from './session-pins.js';
 
 export type DisaggProtocol = 'bootstrap' | 'kv_transfer_params';
 export const DISAGG_PROTOCOLS: readonly DisaggProtocol[] = ['bootstrap', 'kv_transfer_params'];
@@ -48,6 +49,8 @@ export interface DisaggArrivalsOptions {
   readonly seed: number;
   /** How long a prefill engine holds a request's blocks for the decode engine. */
   readonly kvLeaseMs: number;
+  /** Session pins (`session_affinity: pin`), the prefill pool's then the decode pool's; absent: none. */
+  readonly pins?: readonly [PoolPins, PoolPins] | undefined;
 }
 
 /** The P/D path of one run: `arrive` starts a request's legs; `leaseExpired` is read after the run. */
@@ -75,11 +78,13 @@ export class DisaggArrivals {
       prefillEngine: null,
     };
     const prefillPool = pools[0];
+    const pins = this.#opts.pins?.[0];
     legs.routeThen(
       prefillPool.router,
       { key, tokens: flow.tokens, expectedOutputTokens: 1, replica: flow.replica },
-      prefillPool.workerIds,
+      pins?.candidates(flow.r.session) ?? prefillPool.workerIds,
       (p, t) => {
+        pins?.served(flow.r.session, p.workerId);
         o.prefillWorkerId = p.workerId;
         o.predictedCachedTokens = p.predictedCachedTokens;
         flow.prefillEngine = engines[p.workerId]!;
@@ -136,11 +141,13 @@ export class DisaggArrivals {
       expectedOutputTokens: flow.r.outputLength,
       replica: flow.replica,
     };
+    const pins = this.#opts.pins?.[1];
     legs.routeThen(
       decodePool.router,
       req,
-      decodePool.workerIds,
+      pins?.candidates(flow.r.session) ?? decodePool.workerIds,
       (d) => {
+        pins?.served(flow.r.session, d.workerId);
         flow.decodeChoice = d;
         flow.o.workerId = d.workerId;
         this.#startDecode(flow);

@@ -26,7 +26,6 @@
 import { ManualClock } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { CoreRequest, FilledMockerOptions } from '../mocker/index.js';
-import { StickySessions } from '../routing/index.js';
 import { ArrivalSchedule } from './arrivals.js';
 import type { DisaggPolicy } from '../core/index.js';
 import { ConditionalDisagg, PrefillLoadRouter } from './conditional-disagg.js';
@@ -34,6 +33,7 @@ import { DisaggArrivals, type DisaggProtocol } from './offline-disagg.js';
 import { OfflineLegs, type Arrival } from './offline-legs.js';
 import { buildPools, generationSeed, type Engine, type PoolState } from './offline-pools.js';
 import type { PolicySpec } from './policy.js';
+import { PoolPins } from './session-pins.js';
 import { newOutcome, type PolicyRun, type PoolRun, type RequestOutcome } from './results.js';
 import {
   FrontDoor,
@@ -80,8 +80,8 @@ export interface OfflineReplayOptions {
   readonly sessionPriority?: boolean;
   /**
    * Clients name their sessions (`ReplayRequest.session`, as `x-session-id` and `x-parent-session-id`) and the gateway
-   * pins them (`session_affinity: pin`): a session's requests go to the worker that served it, an unbound subagent's
-   * to its parent's, whatever the load (aggregated only).
+   * pins them (`session_affinity: pin`): in each pool, a session's requests go to the worker that served it there, an
+   * unbound subagent's to its parent's, whatever the load.
    */
   readonly sessionPins?: boolean;
   /** Called as requests complete (or fail). */
@@ -112,8 +112,8 @@ class OfflineReplay {
   readonly #replicas: ReplicaOptions;
   readonly #front: FrontDoor;
   readonly #legs: OfflineLegs;
-  /** With `sessionPins`: the gateway's sticky sessions, on the virtual clock. */
-  readonly #sessions: StickySessions | undefined;
+  /** With session pins: each pool's sticky sessions (by pool, as `#pools`), on the virtual clock. */
+  readonly #pins: readonly PoolPins[] | undefined;
   readonly #schedule: ArrivalSchedule;
   /** The P/D path; null for an aggregated topology. */
   readonly #disagg: DisaggArrivals | null;
@@ -131,14 +131,9 @@ class OfflineReplay {
       if (!Number.isSafeInteger(c) || c < 1)
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
     }
-    if (opts.sessionPins === true && topology.kind !== 'aggregated')
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'session pins are replayed on aggregated topologies only');
     // Clients that name their sessions (to be pinned, or for their priority) are pinned by the gateway in the modes
-    // without a cost model, whose only `session_affinity` is `pin` (modelled on aggregated topologies).
-    const pinned =
-      opts.sessionPins === true ||
-      (opts.sessionPriority === true && opts.policy.kind !== 'kv' && topology.kind === 'aggregated');
-    this.#sessions = pinned ? new StickySessions(this.#clock) : undefined;
+    // without a cost model, whose only `session_affinity` is `pin`.
+    const pinned = opts.sessionPins === true || (opts.sessionPriority === true && opts.policy.kind !== 'kv');
     this.#replicas = opts.replicas ?? SINGLE_ROUTER;
     validateReplicaOptions(this.#replicas);
     this.#front = new FrontDoor(this.#replicas, seed);
@@ -159,6 +154,7 @@ class OfflineReplay {
       this.#conditional = new ConditionalDisagg(topology.disaggPolicy, load, prefill.workerIds);
     }
     this.#engines = built.engines;
+    this.#pins = pinned ? this.#pools.map((p) => new PoolPins(this.#clock, p.workerIds)) : undefined;
     this.#schedule = new ArrivalSchedule(workload.requests);
     this.#outcomes = workload.requests.map((r) => newOutcome(r.index, r.arrivalMs, r.inputLength, r.outputLength));
     this.#legs = new OfflineLegs({
@@ -181,6 +177,7 @@ class OfflineReplay {
             protocol: topology.protocol,
             seed,
             kvLeaseMs: opts.engine.kvLeaseMs,
+            pins: this.#pins as readonly [PoolPins, PoolPins] | undefined,
           });
   }
 
@@ -286,24 +283,23 @@ class OfflineReplay {
     const key = String(r.index);
     const tokens = this.#synth.tokens(r.hashIds, r.inputLength);
     const arrival: Arrival = { r, o, key, tokens, replica: this.#front.pick() };
-    if (this.#disagg === null) this.#arriveAggregated(arrival, this.#pools[0]!);
-    else if (this.#conditional?.decide(tokens.length).disaggregate === false)
-      this.#arriveAggregated(arrival, this.#pools[1]!);
+    if (this.#disagg === null) this.#arriveAggregated(arrival, 0);
+    else if (this.#conditional?.decide(tokens.length).disaggregate === false) this.#arriveAggregated(arrival, 1);
     else this.#disagg.arrive(arrival);
   }
 
-  /** A request served whole on one engine of `pool` (the aggregated pool, or a P/D fleet's decode pool). */
-  #arriveAggregated({ r, o, key, tokens, replica }: Arrival, pool: PoolState): void {
+  /** A request served whole on one engine of pool `p` (0: the aggregated pool; 1: a P/D fleet's decode pool). */
+  #arriveAggregated({ r, o, key, tokens, replica }: Arrival, p: 0 | 1): void {
     const legs = this.#legs;
+    const pool = this.#pools[p]!;
+    const pins = this.#pins?.[p];
     const route = { key, tokens, expectedOutputTokens: r.outputLength, replica };
-    // A session's bound worker is the request's only candidate: the pin the gateway would give it.
-    const sticky = this.#sessions?.stickySlot(r.session, (id) => pool.workerIds.includes(id));
     legs.routeThen(
       pool.router,
       route,
-      sticky === undefined ? pool.workerIds : [sticky.workerId],
+      pins?.candidates(r.session) ?? pool.workerIds,
       (choice, t) => {
-        this.#sessions?.served(r.session, { workerId: choice.workerId, dpRank: 0 });
+        pins?.served(r.session, choice.workerId);
         o.workerId = choice.workerId;
         o.predictedCachedTokens = choice.predictedCachedTokens;
         const req: CoreRequest = {

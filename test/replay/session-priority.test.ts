@@ -12,8 +12,10 @@ import {
   replayEngineOptions,
   runOffline,
   type PolicyRun,
+  type Topology,
   type Workload,
 } from '../../src/replay/index.js';
+import type { RequestOutcome } from '../../src/replay/results.js';
 import { sessionStarts } from '../../src/replay/workload.js';
 
 const workload = agenticWorkload({
@@ -102,7 +104,10 @@ describe('offline replay with session-start priority', () => {
  * on it. A binding lives 300 s (virtual) past the session's last routed request: a parent waiting longer on its
  * subagents, or a long pause, starts it afresh.
  */
-function bindingMoves(run: PolicyRun): { moved: number; kept: number; workers: number } {
+function bindingMoves(
+  run: PolicyRun,
+  workerOf: (o: RequestOutcome) => number | null = (o) => o.workerId,
+): { moved: number; kept: number; workers: number } {
   const home = new Map<string, { workerId: number; at: number }>();
   const live = (id: string | undefined, at: number) => {
     const b = id === undefined ? undefined : home.get(id);
@@ -118,21 +123,26 @@ function bindingMoves(run: PolicyRun): { moved: number; kept: number; workers: n
     expect(o.error).toBeNull();
     const s = r.session!;
     const bound = live(s.id, o.arrivalMs) ?? live(s.parentId, o.arrivalMs);
+    const worker = workerOf(o)!;
     if (bound !== undefined) {
-      if (bound === o.workerId) kept++;
+      if (bound === worker) kept++;
       else moved++;
     }
-    home.set(s.id, { workerId: o.workerId!, at: o.arrivalMs });
+    home.set(s.id, { workerId: worker, at: o.arrivalMs });
   }
   return { moved, kept, workers: new Set([...home.values()].map((b) => b.workerId)).size };
 }
 
 describe('offline replay with session pins', () => {
-  const run = (policy: string, pins: { sessionPins?: boolean; sessionPriority?: boolean }) =>
+  const run = (
+    policy: string,
+    pins: { sessionPins?: boolean; sessionPriority?: boolean },
+    topology: Topology = { kind: 'aggregated', workers: 4 },
+  ) =>
     runOffline({
       workload,
       policy: parsePolicies([policy])[0]!,
-      topology: { kind: 'aggregated', workers: 4 },
+      topology,
       engine: resolveMockerOptions(
         replayEngineOptions({ perfProfile: 'h100', schedulingPolicy: pins.sessionPriority ? 'priority' : 'fcfs' }, 1),
       ),
@@ -146,6 +156,21 @@ describe('offline replay with session pins', () => {
     expect(m.moved).toBe(0);
     expect(m.workers).toBeGreaterThan(1); // first turns are routed
     expect(bindingMoves(await run('kv', {})).moved).toBeGreaterThan(0); // the cost model moves some
+  });
+
+  it('pins a session in each pool of a P/D fleet, to the worker that served it there', async () => {
+    const pd = { kind: 'disaggregated', prefillWorkers: 2, decodeWorkers: 2, protocol: 'kv_transfer_params' } as const;
+    const pinned = await run('kv', { sessionPins: true }, pd);
+    for (const pool of [(o: RequestOutcome) => o.prefillWorkerId, (o: RequestOutcome) => o.workerId]) {
+      const m = bindingMoves(pinned, pool);
+      expect(m.moved).toBe(0);
+      expect(m.kept).toBeGreaterThan(workload.requests.length / 2);
+      expect(m.workers).toBe(2); // first turns are routed over the pool
+    }
+    // The cost model alone moves some, in one pool or the other.
+    const free = await run('kv', {}, pd);
+    const moved = bindingMoves(free, (o) => o.prefillWorkerId).moved + bindingMoves(free, (o) => o.workerId).moved;
+    expect(moved).toBeGreaterThan(0);
   });
 
   it('pins the named sessions of a policy without a cost model, as the gateway does, when they carry priority', async () => {
