@@ -177,7 +177,7 @@ class OfflineReplay {
             protocol: topology.protocol,
             seed,
             kvLeaseMs: opts.engine.kvLeaseMs,
-            pins: this.#pins as readonly [PoolPins, PoolPins] | undefined,
+            pins: this.#pins === undefined ? undefined : [this.#pins[0]!, this.#pins[1]!],
           });
   }
 
