@@ -20,6 +20,9 @@ export function assertBuilt(): void {
     throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
 }
 
+/** `kvgate mocker` flags that put an engine's HTTP, KV-event and bootstrap ports where the OS chooses. */
+export const MOCKER_OS_PORTS: readonly string[] = ['--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0'];
+
 /** A child process whose stdout and stderr are collected line by line. */
 export interface Proc {
   readonly child: ChildProcessByStdio<null, Readable, Readable>;

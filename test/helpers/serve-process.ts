@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { assertBuilt, json, lineOf, start, stop, type Proc } from './process.js';
+import { assertBuilt, json, lineOf, MOCKER_OS_PORTS, start, stop, type Proc } from './process.js';
 
 /** A `kvgate serve` or `kvgate mocker` process of these suites (stdout kept line by line; see ./process.ts). */
 export type ServedProc = Proc;
@@ -32,18 +32,7 @@ export async function startServe(configFile: string): Promise<{ proc: ServedProc
 export async function startMockerEngine(
   extra: readonly string[] = [],
 ): Promise<{ proc: ServedProc; engine: Record<string, unknown> }> {
-  const proc = startCompiled([
-    'mocker',
-    '--port',
-    '0',
-    '--kv-events-port',
-    '0',
-    '--bootstrap-port',
-    '0',
-    '--speedup',
-    '100',
-    ...extra,
-  ]);
+  const proc = startCompiled(['mocker', ...MOCKER_OS_PORTS, '--speedup', '100', ...extra]);
   const engine = await lineOf(proc, "the mocker's ports", (o) => typeof o.url === 'string');
   return { proc, engine };
 }

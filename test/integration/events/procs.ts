@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect } from 'vitest';
-import { ROOT, lineOf, start, stop, type Proc } from '../../helpers/process.js';
+import { ROOT, lineOf, MOCKER_OS_PORTS, start, stop, type Proc } from '../../helpers/process.js';
 
 export { json, type Proc } from '../../helpers/process.js';
 
@@ -37,18 +37,7 @@ export function suiteProcesses(prefix: string): SuiteProcesses {
  * The suite's first engine is `s.mocker`, later ones go to `s.moreMockers`.
  */
 export async function startEngine(s: SuiteProcesses, args: readonly string[]): Promise<Record<string, unknown>> {
-  const mocker = start([
-    'mocker',
-    '--port',
-    '0',
-    '--kv-events-port',
-    '0',
-    '--bootstrap-port',
-    '0',
-    '--speedup',
-    '100',
-    ...args,
-  ]);
+  const mocker = start(['mocker', ...MOCKER_OS_PORTS, '--speedup', '100', ...args]);
   if (s.mocker === undefined) s.mocker = mocker;
   else s.moreMockers.push(mocker);
   return lineOf(mocker, "the mocker's ports", (o) => typeof o.url === 'string');

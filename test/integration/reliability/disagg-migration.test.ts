@@ -10,7 +10,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT, lineOf, start, stop, type Proc } from '../../helpers/process.js';
+import { ROOT, lineOf, MOCKER_OS_PORTS, start, stop, type Proc } from '../../helpers/process.js';
 import { until } from '../../helpers/until.js';
 
 const MAX_TOKENS = 64;
@@ -26,20 +26,7 @@ interface Engine {
 async function startEngine(engine: 'vllm' | 'sglang', mode: 'prefill' | 'decode'): Promise<Engine> {
   // Decode at ~50 ms per token: a 64-token answer takes about 3 s, time enough to cut it after 10.
   const slow = mode === 'decode' ? ['--fault-slow-factor', '7'] : [];
-  const proc = start([
-    'mocker',
-    '--port',
-    '0',
-    '--kv-events-port',
-    '0',
-    '--bootstrap-port',
-    '0',
-    '--engine',
-    engine,
-    '--mode',
-    mode,
-    ...slow,
-  ]);
+  const proc = start(['mocker', ...MOCKER_OS_PORTS, '--engine', engine, '--mode', mode, ...slow]);
   const line = await lineOf(proc, "the mocker's ports", (o) => typeof o.url === 'string');
   return {
     proc,

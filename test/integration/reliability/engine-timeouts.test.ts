@@ -11,7 +11,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT, lineOf, start, stop, type Proc } from '../../helpers/process.js';
+import { ROOT, lineOf, MOCKER_OS_PORTS, start, stop, type Proc } from '../../helpers/process.js';
 import { until } from '../../helpers/until.js';
 
 const FIRST_BYTE_MS = 1500;
@@ -28,19 +28,7 @@ describe('engine leg timeouts over real processes', () => {
     if (!existsSync(join(ROOT, 'dist/src/cli/index.js')))
       throw new Error('dist/ is missing: run `npm run build` first (npm test does)');
     dir = mkdtempSync(join(tmpdir(), 'kvgate-engine-timeouts-'));
-    mocker = start([
-      'mocker',
-      '--port',
-      '0',
-      '--kv-events-port',
-      '0',
-      '--bootstrap-port',
-      '0',
-      '--speedup',
-      '50',
-      '--fault-stall-after-tokens',
-      '2',
-    ]);
+    mocker = start(['mocker', ...MOCKER_OS_PORTS, '--speedup', '50', '--fault-stall-after-tokens', '2']);
     engine = await lineOf(mocker, "the mocker's ports", (o) => typeof o.url === 'string');
     const config = join(dir, 'kvgate.json');
     writeFileSync(

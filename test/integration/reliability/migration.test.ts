@@ -12,7 +12,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT, lineOf, start, stop, type Proc } from '../../helpers/process.js';
+import { ROOT, lineOf, MOCKER_OS_PORTS, start, stop, type Proc } from '../../helpers/process.js';
 import { until } from '../../helpers/until.js';
 
 const MAX_TOKENS = 64;
@@ -26,18 +26,7 @@ interface Engine {
 
 async function startEngine(extra: readonly string[] = []): Promise<Engine> {
   // ~50 ms per token: a 64-token answer takes about 3 s, time enough to cut it after 10.
-  const proc = start([
-    'mocker',
-    '--port',
-    '0',
-    '--kv-events-port',
-    '0',
-    '--bootstrap-port',
-    '0',
-    '--fault-slow-factor',
-    '7',
-    ...extra,
-  ]);
+  const proc = start(['mocker', ...MOCKER_OS_PORTS, '--fault-slow-factor', '7', ...extra]);
   const line = await lineOf(proc, "the mocker's ports", (o) => typeof o.url === 'string');
   return { proc, url: String(line.url), model: String(line.model) };
 }

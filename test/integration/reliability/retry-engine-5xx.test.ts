@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { lineOf, start, stop, type Proc } from '../../helpers/process.js';
+import { lineOf, MOCKER_OS_PORTS, start, stop, type Proc } from '../../helpers/process.js';
 
 describe('retry before the first byte on engine 500/502/503', () => {
   let dir: string;
@@ -19,22 +19,9 @@ describe('retry before the first byte on engine 500/502/503', () => {
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-retry-5xx-'));
-    const bad = start([
-      'mocker',
-      '--port',
-      '0',
-      '--kv-events-port',
-      '0',
-      '--bootstrap-port',
-      '0',
-      '--speedup',
-      '50',
-      '--fault-error-rate',
-      '1',
-      '--fault-error-status',
-      '503',
-    ]);
-    const good = start(['mocker', '--port', '0', '--kv-events-port', '0', '--bootstrap-port', '0', '--speedup', '50']);
+    const faults = ['--fault-error-rate', '1', '--fault-error-status', '503'];
+    const bad = start(['mocker', ...MOCKER_OS_PORTS, '--speedup', '50', ...faults]);
+    const good = start(['mocker', ...MOCKER_OS_PORTS, '--speedup', '50']);
     procs = [bad, good];
     const [b, g] = await Promise.all([
       lineOf(bad, 'ports', (o) => typeof o.url === 'string'),
