@@ -27,6 +27,7 @@ import {
   LoadTimeline,
   replayEngineOptions,
   round,
+  routerModeOf,
   TokenSynthesizer,
   type DisaggProtocol,
   type PolicyRun,
@@ -104,7 +105,7 @@ export function gatewayConfig(
     models: [
       {
         name: REPLAY_MODEL,
-        router_mode: policy.kind === 'kv' ? 'kv' : policy.mode,
+        router_mode: routerModeOf(policy),
         ...(policy.kind === 'kv' && Object.keys(policy.dynamo).length > 0 ? { router: policy.dynamo } : {}),
         block_size: blockSize,
         tokenizer: 'none',

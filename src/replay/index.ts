@@ -9,7 +9,7 @@ export { buildWorkload, arrivalOffsets, hitRateBound, pooledLruHitRate, ARRIVAL_
 export type { ArrivalMode, ReplayRequest, Workload } from './workload.js';
 export { agenticWorkload, AGENTIC_DEFAULTS } from './agentic.js';
 export type { AgenticOptions } from './agentic.js';
-export { parsePolicies, PRESET_POLICY_NAMES } from './policy.js';
+export { parsePolicies, PRESET_POLICY_NAMES, routerModeOf } from './policy.js';
 export type { PolicySpec } from './policy.js';
 export { toCacheEvent } from './kv-event-bridge.js';
 export { runOffline, defaultBucketMs } from './offline.js';

@@ -23,7 +23,7 @@
  * both made of the shared steps of `OfflineLegs`. Request state lives in
  * closures over one `RequestOutcome` (aggregated) or one `DisaggFlow` (P/D).
  */
-import { ManualClock } from '../common/index.js';
+import { defaultSessionAffinity, ManualClock } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { CoreRequest, FilledMockerOptions } from '../mocker/index.js';
 import { ArrivalSchedule } from './arrivals.js';
@@ -32,7 +32,7 @@ import { ConditionalDisagg, PrefillLoadRouter } from './conditional-disagg.js';
 import { DisaggArrivals, type DisaggProtocol } from './offline-disagg.js';
 import { OfflineLegs, type Arrival } from './offline-legs.js';
 import { buildPools, generationSeed, type Engine, type PoolState } from './offline-pools.js';
-import type { PolicySpec } from './policy.js';
+import { routerModeOf, type PolicySpec } from './policy.js';
 import { PoolPins } from './session-pins.js';
 import { newOutcome, type PolicyRun, type PoolRun, type RequestOutcome } from './results.js';
 import {
@@ -75,7 +75,7 @@ export interface OfflineReplayOptions {
   /**
    * Session-start priority (the gateway's `session_priority`): each request's legs carry its root session's start as
    * the engine `priority`, for engines in priority scheduling (`engine.schedulingPolicy`). Default off. The sessions'
-   * clients name them, so a policy without a cost model also pins them on an aggregated topology, as the gateway does.
+   * clients name them, so a policy without a cost model also pins them, as the gateway does.
    */
   readonly sessionPriority?: boolean;
   /**
@@ -131,9 +131,10 @@ class OfflineReplay {
       if (!Number.isSafeInteger(c) || c < 1)
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
     }
-    // Clients that name their sessions (to be pinned, or for their priority) are pinned by the gateway in the modes
-    // without a cost model, whose only `session_affinity` is `pin`.
-    const pinned = opts.sessionPins === true || (opts.sessionPriority === true && opts.policy.kind !== 'kv');
+    // Clients that name their sessions (to be pinned, or for their priority) are pinned as the gateway would: with
+    // `session_affinity: pin`, or by the policy's mode's default affinity.
+    const named = opts.sessionPins === true || opts.sessionPriority === true;
+    const pinned = named && (opts.sessionPins === true || defaultSessionAffinity(routerModeOf(opts.policy)) === 'pin');
     this.#replicas = opts.replicas ?? SINGLE_ROUTER;
     validateReplicaOptions(this.#replicas);
     this.#front = new FrontDoor(this.#replicas, seed);

@@ -16,7 +16,7 @@
  * in-flight requests per worker (their `LoadSource`), exactly as the live
  * push router does.
  */
-import type { Rng, SimpleRouterMode, WorkerRank } from '../common/index.js';
+import type { RouterMode, Rng, SimpleRouterMode, WorkerRank } from '../common/index.js';
 import {
   isRouterPreset,
   kvRouterOptionsFromDynamo,
@@ -44,6 +44,11 @@ export type PolicySpec =
       /** As given (Dynamo snake_case). */ readonly dynamo: Readonly<Record<string, unknown>>;
     }
   | { readonly kind: 'simple'; readonly name: SimpleRouterMode; readonly mode: SimpleRouterMode };
+
+/** The gateway's `router_mode` a policy runs as. */
+export function routerModeOf(policy: PolicySpec): RouterMode {
+  return policy.kind === 'kv' ? 'kv' : policy.mode;
+}
 
 /** The peers' routers as named KV policies: core's presets but `kv`, which the replay names itself. */
 export const PRESET_POLICY_NAMES: readonly string[] = ROUTER_PRESET_NAMES.filter((n) => n !== 'kv');
