@@ -51,9 +51,9 @@ export interface ReplayConfig {
   readonly jobs: number;
   /** Router replicas (offline): each count, and each sync setting for counts > 1, is a run of every policy. Default: one router. */
   readonly replicas?: ReplicaSweep;
-  /** Session-start priority for every policy (offline; the engines in priority scheduling). Default off. */
+  /** Session-start priority for every policy (the engines in priority scheduling). Default off. */
   readonly sessionPriority?: boolean;
-  /** Generated agent clients name their sessions and the gateway pins them, for every policy (offline, aggregated). */
+  /** Generated agent clients name their sessions and the gateway pins them, for every policy, in every pool. */
   readonly sessionPins?: boolean;
 }
 

@@ -81,13 +81,6 @@ function positive(name: string, v: number | undefined, integer: boolean): void {
 }
 
 /**
- * Arrival offsets (ms, before speedup) for records in trace order. In
- * `spread` mode a run of n records sharing one timestamp t is placed at
- * t + i x w / n, where w is the gap to the next distinct timestamp (for the
- * last run, the median gap between distinct timestamps, or 0 if there is
- * only one).
- */
-/**
  * Each request's root session start (ms), by index: a request sent after others (a turn, a subagent, a parent
  * resuming after its subagents) has the start of the first request it follows, which leads back to the session tree's
  * first request; a request that follows none (every trace request) starts its own. This is the engine `priority` a
@@ -99,6 +92,13 @@ export function sessionStarts(requests: readonly ReplayRequest[]): number[] {
   return starts;
 }
 
+/**
+ * Arrival offsets (ms, before speedup) for records in trace order. In
+ * `spread` mode a run of n records sharing one timestamp t is placed at
+ * t + i x w / n, where w is the gap to the next distinct timestamp (for the
+ * last run, the median gap between distinct timestamps, or 0 if there is
+ * only one).
+ */
 export function arrivalOffsets(records: readonly TraceRecord[], mode: ArrivalMode): number[] {
   const t0 = records.length > 0 ? records[0]!.timestampMs : 0;
   if (mode === 'as-recorded') return records.map((r) => r.timestampMs - t0);
