@@ -368,6 +368,14 @@ export const METRIC_DEFINITIONS = {
       'recently used binding dropped).',
     labelNames: ['model', 'worker_type', 'limit'],
   },
+  sessionPriorityLimits: {
+    kind: 'counter',
+    name: 'kvgate_router_session_priority_limits_total',
+    help:
+      'Session-start priority limits applied: limit=timeout (a requested timeout clamped to the maximum) or capacity ' +
+      '(the least recently seen session start dropped: that session counts as new, and younger, when it comes back).',
+    labelNames: ['model', 'limit'],
+  },
   // ---- preprocessing
   conversationCacheBytes: {
     kind: 'gauge',

@@ -8,19 +8,14 @@
  * `session_priority`, the session start's engine `priority`. The prefill router
  * derives its prefill and decode legs from this one.
  */
-import {
-  systemClock,
-  withJsonMembers,
-  type Clock,
-  type RoutingHints,
-  type SessionPriorityOrder,
-} from '../common/index.js';
+import { systemClock, withJsonMembers, type RoutingHints, type SessionPriorityOrder } from '../common/index.js';
 import type { WorkerHealthView, WorkerRegistry } from '../discovery/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { LegRequest } from './push/types.js';
 import type { PreparedRequest } from './router-port.js';
-import { SessionPriority } from './session-priority.js';
-import type { SessionLimits } from './sticky-sessions.js';
+import type { RouterContext } from './context.js';
+import { SessionPriority, sessionPriorityLimitReporter } from './session-priority.js';
+import { DEFAULT_MAX_SESSION_TTL_MS, DEFAULT_MAX_SESSIONS, type SessionLimits } from './sticky-sessions.js';
 import { agentLegFields } from './agent-endpoints.js';
 import { EMBEDDINGS_PATH, routedHashes } from './embeddings.js';
 
@@ -53,18 +48,26 @@ const PATHS = {
   embeddings: EMBEDDINGS_PATH,
 } as const;
 
+/** A model's session-start priority, its limits reported. */
+function sessionPriority(opts: LegBuilderOptions, order: SessionPriorityOrder, ctx: RouterContext): SessionPriority {
+  const { clock } = ctx;
+  // The system clock reads ms since the process's time origin; an injected clock (tests, replay) counts from its own zero.
+  const epochOffsetMs = clock === systemClock ? performance.timeOrigin : 0;
+  const maxTtlMs = opts.sessionLimits?.maxTtlMs ?? DEFAULT_MAX_SESSION_TTL_MS;
+  const maxSessions = opts.sessionLimits?.maxSessions ?? DEFAULT_MAX_SESSIONS;
+  const onLimit = sessionPriorityLimitReporter(ctx, opts.model, { maxTtlMs, maxSessions });
+  return new SessionPriority(clock, { order, epochOffsetMs, maxTtlMs, maxSessions, onLimit });
+}
+
 export class LegBuilder {
   readonly #opts: LegBuilderOptions;
   readonly #sessionPriority: SessionPriority | undefined;
   #legSeq = 0;
 
-  constructor(opts: LegBuilderOptions, clock: Clock) {
+  constructor(opts: LegBuilderOptions, ctx: RouterContext) {
     this.#opts = opts;
-    const order = opts.sessionPriority;
-    // The system clock reads ms since the process's time origin; an injected clock (tests, replay) counts from its own zero.
-    const epochOffsetMs = clock === systemClock ? performance.timeOrigin : 0;
     this.#sessionPriority =
-      order === undefined ? undefined : new SessionPriority(clock, { order, epochOffsetMs, ...opts.sessionLimits });
+      opts.sessionPriority === undefined ? undefined : sessionPriority(opts, opts.sessionPriority, ctx);
   }
 
   /**

@@ -141,7 +141,7 @@ export class ModelRouter implements ModelRouterPort {
     this.#registry = opts.registry;
     this.#ctx = ctx;
     this.#opts = opts;
-    this.#legs = new LegBuilder(opts, ctx.clock);
+    this.#legs = new LegBuilder(opts, ctx);
     // The model's own series exist from the start, at zero (the pools register theirs).
     ctx.metrics?.disaggFallbacks.inc({ model: opts.model }, 0);
     ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });

@@ -17,7 +17,8 @@
  *   session's timeout (default 300 s, at most `maxTtlMs`); a session unseen
  *   for longer starts again; `close` forgets it after the request;
  * - at most `maxSessions` starts are held, the least recently seen dropped
- *   first: losing one only makes that session younger;
+ *   first: losing one only makes that session younger; each drop, and each
+ *   timeout clamped to `maxTtlMs`, is told to `onLimit`;
  * - the value is the start in Unix milliseconds (`epochOffsetMs` maps the
  *   clock onto it), negated for engines that serve higher values first, so
  *   router replicas give one session about the same value; each replica
@@ -25,7 +26,14 @@
  * A client's own `priority` is forwarded unchanged.
  */
 import type { Clock, SessionHint, SessionPriorityOrder } from '../common/index.js';
-import { DEFAULT_MAX_SESSION_TTL_MS, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_MS } from './sticky-sessions.js';
+import type { RouterContext } from './context.js';
+import {
+  DEFAULT_MAX_SESSION_TTL_MS,
+  DEFAULT_MAX_SESSIONS,
+  DEFAULT_SESSION_TTL_MS,
+  logLimitOnce,
+  type SessionLimit,
+} from './sticky-sessions.js';
 
 export interface SessionPriorityOptions {
   readonly order: SessionPriorityOrder;
@@ -35,6 +43,8 @@ export interface SessionPriorityOptions {
   readonly maxTtlMs?: number | undefined;
   /** Session starts held (default 100 000). */
   readonly maxSessions?: number | undefined;
+  /** Told of each limit applied (`sessionPriorityLimitReporter` counts and logs them). */
+  readonly onLimit?: ((limit: SessionLimit) => void) | undefined;
 }
 
 interface Start {
@@ -66,10 +76,12 @@ export class SessionPriority {
     const now = this.#clock.now();
     let at = now;
     if (session !== undefined) {
-      const ttlMs = Math.min(
-        session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : DEFAULT_SESSION_TTL_MS,
-        this.#maxTtlMs,
-      );
+      // The default timeout is bounded quietly; a timeout the session asks for above the bound is told.
+      let ttlMs = Math.min(DEFAULT_SESSION_TTL_MS, this.#maxTtlMs);
+      if (session.timeoutSecs !== undefined) {
+        ttlMs = Math.min(session.timeoutSecs * 1000, this.#maxTtlMs);
+        if (session.timeoutSecs * 1000 > this.#maxTtlMs) this.#opts.onLimit?.('timeout');
+      }
       const parent = session.parentId === undefined ? undefined : this.#see(session.parentId, now, now, ttlMs);
       at = this.#see(session.id, parent?.at ?? now, now, ttlMs).at;
       if (session.action === 'close') this.#starts.delete(session.id);
@@ -88,7 +100,28 @@ export class SessionPriority {
     for (const oldest of this.#starts.keys()) {
       if (this.#starts.size <= this.#maxSessions) break;
       this.#starts.delete(oldest);
+      this.#opts.onLimit?.('capacity');
     }
     return s;
   }
+}
+
+/**
+ * Reports a model's session-start limits: each is counted (`kvgate_router_session_priority_limits_total`) and
+ * logged, the first of each kind as a warning.
+ */
+export function sessionPriorityLimitReporter(
+  ctx: RouterContext,
+  model: string,
+  limits: { readonly maxTtlMs: number; readonly maxSessions: number },
+): (limit: SessionLimit) => void {
+  const log = logLimitOnce(ctx, 'kvgate_router_session_priority_limits_total', {
+    timeout: 'a session asked for a timeout above the maximum: its start is held for the maximum',
+    capacity: 'session starts at capacity: the least recently seen was dropped (it counts as new when it comes back)',
+  });
+  const fields = { model, maxSessionTimeoutS: limits.maxTtlMs / 1000, maxSessions: limits.maxSessions };
+  return (limit) => {
+    ctx.metrics?.sessionPriorityLimits.labels({ model, limit }).inc();
+    log(limit, fields);
+  };
 }

@@ -50,8 +50,8 @@ export interface SessionLimits {
   readonly maxSessions?: number | undefined;
 }
 
-/** Which bound applied: a requested timeout was clamped, or a binding was evicted for room. */
-type SessionLimit = 'timeout' | 'capacity';
+/** Which bound applied: a requested timeout was clamped, or an entry was dropped for room. */
+export type SessionLimit = 'timeout' | 'capacity';
 type SessionLimitHandler = (limit: SessionLimit, sessions: StickySessions) => void;
 
 /** A binding as router replicas share it. */
@@ -238,23 +238,35 @@ export class StickySessions {
 
 /**
  * Reports a pool's session limits: every clamp and eviction is counted
- * (`kvgate_router_session_limits_total`), and the first of each kind is logged
- * as a warning (later ones at debug: a client holding many sessions would
- * otherwise flood the log).
+ * (`kvgate_router_session_limits_total`) and logged (`logLimitOnce`).
  */
 export function sessionLimitReporter(ctx: RouterContext, model: string, workerType: WorkerRole): SessionLimitHandler {
-  const warned = new Set<SessionLimit>();
+  const log = logLimitOnce(ctx, 'kvgate_router_session_limits_total', {
+    timeout: 'a session asked for a timeout above the maximum: clamped',
+    capacity: 'sticky sessions at capacity: the least recently used was dropped',
+  });
   return (limit, sessions) => {
     ctx.metrics?.sessionLimits.labels({ model, worker_type: workerType, limit }).inc();
-    const fields = { workerType, maxSessionTimeoutS: sessions.maxTtlMs / 1000, maxSessions: sessions.maxSessions };
-    const msg =
-      limit === 'timeout'
-        ? 'a session asked for a timeout above the maximum: clamped'
-        : 'sticky sessions at capacity: the least recently used was dropped';
+    log(limit, { workerType, maxSessionTimeoutS: sessions.maxTtlMs / 1000, maxSessions: sessions.maxSessions });
+  };
+}
+
+/**
+ * Logs a session limit: the first of each kind as a warning that names the counter, later ones at debug (a
+ * client holding many sessions would otherwise flood the log).
+ */
+export function logLimitOnce(
+  ctx: RouterContext,
+  counter: string,
+  messages: Readonly<Record<SessionLimit, string>>,
+): (limit: SessionLimit, fields: Record<string, unknown>) => void {
+  const warned = new Set<SessionLimit>();
+  return (limit, fields) => {
+    const msg = messages[limit];
     if (warned.has(limit)) ctx.logger.debug(fields, msg);
     else {
       warned.add(limit);
-      ctx.logger.warn(fields, `${msg} (further ones are counted in kvgate_router_session_limits_total)`);
+      ctx.logger.warn(fields, `${msg} (further ones are counted in ${counter})`);
     }
   };
 }

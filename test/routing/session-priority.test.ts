@@ -7,8 +7,10 @@ const EPOCH = 1_800_000_000_000;
 
 function setup(order: 'lower_first' | 'higher_first' = 'lower_first', maxSessions?: number) {
   const clock = new ManualClock(1000);
-  const sp = new SessionPriority(clock, { order, epochOffsetMs: EPOCH, maxTtlMs: 600_000, maxSessions });
-  return { clock, sp };
+  const limits: string[] = [];
+  const onLimit = (limit: string): number => limits.push(limit);
+  const sp = new SessionPriority(clock, { order, epochOffsetMs: EPOCH, maxTtlMs: 600_000, maxSessions, onLimit });
+  return { clock, sp, limits };
 }
 
 describe('SessionPriority', () => {
@@ -44,7 +46,7 @@ describe('SessionPriority', () => {
   });
 
   it("forgets a session unseen past its timeout (a child's turns keep the parent), and on close", () => {
-    const { clock, sp } = setup();
+    const { clock, sp, limits } = setup();
     sp.priorityOf({ id: 'a' });
     sp.priorityOf({ id: 'p' });
     for (let i = 0; i < 3; i++) {
@@ -53,8 +55,10 @@ describe('SessionPriority', () => {
     }
     expect(sp.priorityOf({ id: 'p' })).toBe(EPOCH + 1000);
     expect(sp.priorityOf({ id: 'a' })).toBe(EPOCH + clock.now()); // unseen for 600 s: starts again
-    // A timeout the session names counts, clamped to the 600 s maximum.
+    // A timeout the session names counts, clamped to the 600 s maximum (and told).
+    expect(limits).toEqual([]);
     sp.priorityOf({ id: 'long', timeoutSecs: 86_400 });
+    expect(limits).toEqual(['timeout']);
     clock.advance(599_999);
     expect(sp.priorityOf({ id: 'long' })).toBe(EPOCH + clock.now() - 599_999);
     clock.advance(600_000);
@@ -65,8 +69,8 @@ describe('SessionPriority', () => {
     expect(sp.priorityOf({ id: 'long' })).toBe(EPOCH + t + 5);
   });
 
-  it('holds at most maxSessions starts, dropping the least recently seen', () => {
-    const { clock, sp } = setup('lower_first', 2);
+  it('holds at most maxSessions starts, dropping the least recently seen, and tells of each drop', () => {
+    const { clock, sp, limits } = setup('lower_first', 2);
     sp.priorityOf({ id: 'a' });
     clock.advance(1);
     sp.priorityOf({ id: 'b' });
@@ -76,5 +80,6 @@ describe('SessionPriority', () => {
     expect(sp.size).toBe(2);
     expect(sp.priorityOf({ id: 'a' })).toBe(EPOCH + 1000);
     expect(sp.priorityOf({ id: 'b' })).toBe(EPOCH + 1002); // new again (and drops c)
+    expect(limits).toEqual(['capacity', 'capacity']);
   });
 });

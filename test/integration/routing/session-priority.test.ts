@@ -20,7 +20,7 @@ const MODEL = 'mock-model';
 describe('session_priority', () => {
   let suite: MockerSuite;
   let engineUrl: string;
-  const gateways: Record<'on' | 'off', string> = { on: '', off: '' };
+  const gateways: Record<'on' | 'off' | 'bounded', string> = { on: '', off: '', bounded: '' };
 
   beforeAll(async () => {
     suite = await startMockerSuite(
@@ -37,6 +37,17 @@ describe('session_priority', () => {
       const lines = [`session_priority: ${value}`, 'workers:', `  - ${workerEntry(1, engine)}`];
       gateways[mode] = await serveInSuite(suite, suite.write(`${mode}.yaml`, serveConfig(MODEL, lines)));
     }
+    // Session starts held at most 2, timeouts at most 60 s.
+    const bounded = serveConfig(
+      MODEL,
+      ['session_priority: lower_first', 'workers:', `  - ${workerEntry(1, engine)}`],
+      [
+        'admin: { enabled: true }',
+        'preprocess: { threads: 0 }',
+        'limits: { max_sessions: 2, max_session_timeout_s: 60 }',
+      ],
+    );
+    gateways.bounded = await serveInSuite(suite, suite.write('bounded.yaml', bounded));
   }, 60_000);
 
   afterAll(async () => {
@@ -120,5 +131,31 @@ describe('session_priority', () => {
 
   it('with session_priority off the engine serves them as they came', async () => {
     expect(await answerOrder(gateways.off, 'off')).toEqual(['new', 'old', 'client']);
+  });
+
+  it('counts and logs the session starts it drops at limits.max_sessions and the timeouts it clamps', async () => {
+    const turn = async (session: string, nvext?: Record<string, unknown>) => {
+      const r = await fetch(`${gateways.bounded}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-session-id': session },
+        body: JSON.stringify({
+          model: MODEL,
+          messages: [{ role: 'user', content: `${session} asks` }],
+          max_tokens: 2,
+          ...(nvext !== undefined ? { nvext } : {}),
+        }),
+      });
+      expect(r.status).toBe(200);
+      await r.text();
+    };
+    for (const s of ['a', 'b', 'c', 'd']) await turn(s); // c drops a, d drops b
+    await turn('c', { session_control: { session_id: 'c', timeout: 86_400 } });
+    const metrics = await (await fetch(`${gateways.bounded}/metrics`)).text();
+    expect(metrics).toContain(`kvgate_router_session_priority_limits_total{model="${MODEL}",limit="capacity"} 2`);
+    expect(metrics).toContain(`kvgate_router_session_priority_limits_total{model="${MODEL}",limit="timeout"} 1`);
+    const log = suite.procs[3]!.output();
+    expect(log).toMatch(/session starts at capacity: the least recently seen was dropped/);
+    expect(log).toMatch(/"maxSessions":2/);
+    expect(log).toMatch(/asked for a timeout above the maximum: its start is held for the maximum/);
   });
 });
