@@ -60,6 +60,7 @@ line per engine, then runs until interrupted.
   --fault-drop-event-rate R    drop this fraction of KV-event batches
   --fault-reorder-events       send KV-event batches in swapped pairs
   --fault-stall-after-tokens N write N tokens of each answer, then stall with the connection open
+  --fault-error-after-tokens N write N tokens of each stream, then an error event (code: the error status)
   -h, --help                   this text
 `;
 
@@ -104,6 +105,7 @@ export const OPTIONS = {
   'fault-drop-event-rate': { type: 'string' },
   'fault-reorder-events': { type: 'boolean' },
   'fault-stall-after-tokens': { type: 'string' },
+  'fault-error-after-tokens': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -157,6 +159,7 @@ function faultFlags(values: Record<string, string | string[] | boolean | undefin
     dropEventRate: num('fault-drop-event-rate', s('fault-drop-event-rate')),
     reorderEvents: values['fault-reorder-events'] === true ? true : undefined,
     stallAfterTokens: num('fault-stall-after-tokens', s('fault-stall-after-tokens')),
+    errorAfterTokens: num('fault-error-after-tokens', s('fault-error-after-tokens')),
   };
 }
 

@@ -4,7 +4,7 @@ export { EngineClient } from './engine-client.js';
 export type { EngineClientOptions, DispatchOptions } from './engine-client.js';
 export type { EngineEventStream, EngineEvent, EngineResponse } from './engine-stream.js';
 export { EngineHttpError, isMigratable, protocolViolationOf } from './engine-errors.js';
-export { refusalBody } from './refusal.js';
+export { EngineStreamError, refusalBody } from './refusal.js';
 export { serializeBody, applyFields } from './request-body.js';
 export type { JsonObject } from './request-body.js';
 export {

@@ -1,7 +1,6 @@
 /**
  * What a client is told when an engine refuses its request (a 4xx answer, or
- * an error event with a 4xx code in a stream assembled for a `stream: false`
- * client): kvgate's own OpenAI error object, with the engine's status and the
+ * an error event with a 4xx code in a stream it had begun): kvgate's own OpenAI error object, with the engine's status and the
  * engine's message, because that message is the client's business ("This
  * model's maximum context length is ..."). Nothing else of the engine's answer
  * goes out: not its headers, not the rest of its body, not an address.
@@ -19,6 +18,7 @@
  * Addresses are replaced before the cut, so a cut never leaves half an address.
  */
 import type { ErrorBody } from '../common/index.js';
+import { KvgateError } from '../errors/index.js';
 
 /** The most UTF-8 bytes of an engine's message a client is sent, marker included. */
 export const REFUSAL_MESSAGE_MAX_BYTES = 1024;
@@ -133,4 +133,43 @@ function paramOf(json: unknown): string | null {
   const obj = record(json);
   const param = record(obj?.['error'])?.['param'] ?? obj?.['param'];
   return typeof param === 'string' && PARAM.test(param) ? param : null;
+}
+
+/**
+ * An engine's error event in a stream it had begun (`data: {"error": {...}}`): vLLM and SGLang send one when
+ * generation fails after the headers went out, and SGLang also for requests it refuses after starting its stream.
+ * The leg fails there (the request guard throws it), and neither kind is migratable: the engine answered.
+ * - A 4xx `code` is a refusal: KVG_ERR_ENGINE_REJECTED with the engine's status, and `refusal`, the client's answer
+ *   (`refusalBody`: the engine's message bounded, without addresses), whose message and param the error carries,
+ *   marked `detail.redacted` so the gateway passes it on as it is.
+ * - Anything else is KVG_ERR_ENGINE_FAILED; the engine's text is in the message for the log only, and a client sees
+ *   kvgate's fixed sentence for the code (src/frontend/public-error.ts), never the engine's event.
+ */
+export class EngineStreamError extends KvgateError {
+  override readonly statusCode: number;
+  /** kvgate's error object for a refusal (a 4xx code); undefined for a failure. */
+  readonly refusal: ErrorBody | undefined;
+
+  constructor(error: unknown, worker: { readonly id: number; readonly url: string }) {
+    const e = typeof error === 'object' && error !== null ? (error as Record<string, unknown>) : {};
+    const code = e['code'];
+    const status = typeof code === 'number' && code >= 400 && code < 500 ? code : undefined;
+    const upstreamCode = typeof code === 'number' || typeof code === 'string' ? code : null;
+    if (status !== undefined) {
+      // A refusal: the message is the client's answer, so it is the one already bounded and redacted.
+      const refusal = refusalBody({ status, json: { error }, text: undefined, worker: worker.url }, worker.id);
+      const { message, param } = refusal.error;
+      super('KVG_ERR_ENGINE_REJECTED', message, { workerId: worker.id, upstreamCode, param, redacted: true });
+      this.refusal = refusal;
+    } else {
+      const said = typeof error === 'string' ? error : typeof e['message'] === 'string' ? e['message'] : 'no message';
+      super('KVG_ERR_ENGINE_FAILED', `the engine failed the request mid-stream: ${said}`, {
+        workerId: worker.id,
+        upstreamCode,
+      });
+      this.refusal = undefined;
+    }
+    this.name = 'EngineStreamError';
+    this.statusCode = status ?? 502;
+  }
 }

@@ -5,8 +5,10 @@
  * code, a fixed sentence per code and the worker id, nothing else. Failures of
  * the request itself (validation, limits, routing) are the client's business
  * and pass through unchanged; so is an engine's refusal of the request (a 4xx),
- * which is not thrown but answered, in kvgate's error object with the engine's
- * message bounded and without addresses (src/engines/refusal.ts).
+ * which is answered in kvgate's error object with the engine's message bounded
+ * and without addresses (src/engines/refusal.ts): before the stream as an
+ * answer, in a stream begun as its final error event (an error marked
+ * `detail.redacted`).
  */
 import type { ModelConfig } from '../config/index.js';
 import { KvgateError, type KvgateErrorCode } from '../errors/index.js';
@@ -84,6 +86,8 @@ export class PublicErrors {
    */
   of(err: KvgateError, worker?: number): KvgateError {
     if (!isUpstream(err.code)) return err;
+    // Already fit for the client: an engine's refusal in its stream, bounded and without addresses (refusal.ts).
+    if (err.detail?.['redacted'] === true) return err;
     return new PublicUpstreamError(err, this.workerOf(err) ?? worker);
   }
 }

@@ -167,6 +167,14 @@ export const METRIC_DEFINITIONS = {
       'too_large, event_too_large, no_final_status).',
     labelNames: ['model', 'worker_type', 'violation'],
   },
+  engineErrorEvents: {
+    kind: 'counter',
+    name: 'kvgate_router_engine_error_events_total',
+    help:
+      'Error events engines sent inside a stream they had begun, by kind: refused (a 4xx code: the client gets the ' +
+      "engine's message without addresses) or failed (the client gets kvgate's error, the log the engine's text).",
+    labelNames: ['model', 'worker_type', 'kind'],
+  },
   // ---- prediction against the engines' reports
   predictionErrorTokens: {
     kind: 'histogram',

@@ -33,6 +33,8 @@ const FAULT_FIELDS: Record<string, keyof FaultSettings> = {
   reorderEvents: 'reorderEvents',
   stall_after_tokens: 'stallAfterTokens',
   stallAfterTokens: 'stallAfterTokens',
+  error_after_tokens: 'errorAfterTokens',
+  errorAfterTokens: 'errorAfterTokens',
   garbage_event_flood: 'garbageEventFlood',
   garbageEventFlood: 'garbageEventFlood',
 };
@@ -47,6 +49,7 @@ function faultsToWire(f: Readonly<FaultSettings>): Record<string, unknown> {
     drop_next_event_batches: f.dropNextEventBatches,
     reorder_events: f.reorderEvents,
     stall_after_tokens: f.stallAfterTokens,
+    error_after_tokens: f.errorAfterTokens,
     garbage_event_flood: f.garbageEventFlood,
   };
 }

@@ -22,7 +22,7 @@ import { parseGenerateRequest, usage, type GenerateRequest, type ResponseMeta } 
 import type { FilledMockerOptions } from './options.js';
 import { pickRank, type EngineRank } from './ranks.js';
 import type { RequestListener } from './realtime-engine.js';
-import { ResponseWriter } from './response-writer.js';
+import { ResponseWriter, type StreamFailure } from './response-writer.js';
 
 /** The largest request body the engine reads (vLLM has no limit of its own; this only bounds memory). */
 export const MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -256,6 +256,7 @@ export class Generation {
             textOf,
             this.#deps.faults.settings.stallAfterTokens,
             x.tokens,
+            this.#streamFailure(),
           );
     return new Promise<void>((resolve, reject) => {
       let finished = false;
@@ -280,6 +281,12 @@ export class Generation {
       x.signal.addEventListener('abort', onAbort, { once: true });
       out.open();
     });
+  }
+
+  /** The `errorAfterTokens` fault as a new answer takes it (null: off). */
+  #streamFailure(): StreamFailure | null {
+    const { errorAfterTokens, errorStatus } = this.#deps.faults.settings;
+    return errorAfterTokens === null ? null : { tokens: errorAfterTokens, status: errorStatus };
   }
 
   /** The engine's callbacks for one request: latency metrics, the answer, the protocol's end. */

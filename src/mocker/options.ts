@@ -36,6 +36,12 @@ export interface FaultSettings {
    */
   stallAfterTokens: number | null;
   /**
+   * Streams admitted while set write this many tokens, then an error event as vLLM's OpenAI server sends one
+   * when generation fails mid-stream (`data: {"error": {...}}` with `code` `errorStatus`, then `[DONE]`), and
+   * end. Chat and completion streams only. null: off.
+   */
+  errorAfterTokens: number | null;
+  /**
    * Send this many garbage KV-event messages at once on every rank (random
    * sequence numbers from the seeded RNG, each an AllBlocksCleared batch that
    * would wipe the worker's index if a router applied it); consumed when sent.
@@ -119,6 +125,7 @@ const DEFAULT_FAULTS: Readonly<FaultSettings> = Object.freeze({
   dropNextEventBatches: 0,
   reorderEvents: false,
   stallAfterTokens: null,
+  errorAfterTokens: null,
   garbageEventFlood: 0,
 });
 
@@ -215,6 +222,9 @@ export function resolveFaults(
     bad('faults.dropNextEventBatches', f.dropNextEventBatches, 'must be an integer >= 0');
   if (f.stallAfterTokens !== null && (!Number.isInteger(f.stallAfterTokens) || f.stallAfterTokens < 0)) {
     bad('faults.stallAfterTokens', f.stallAfterTokens, 'must be an integer >= 0, or null (off)');
+  }
+  if (f.errorAfterTokens !== null && (!Number.isInteger(f.errorAfterTokens) || f.errorAfterTokens < 0)) {
+    bad('faults.errorAfterTokens', f.errorAfterTokens, 'must be an integer >= 0, or null (off)');
   }
   if (!Number.isInteger(f.garbageEventFlood) || f.garbageEventFlood < 0 || f.garbageEventFlood > 10_000_000) {
     bad('faults.garbageEventFlood', f.garbageEventFlood, 'must be an integer in [0, 10000000]');

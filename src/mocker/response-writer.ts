@@ -27,6 +27,12 @@ const SSE_HEADERS = {
   connection: 'keep-alive',
 };
 
+/** The `errorAfterTokens` fault of one stream: after how many tokens, and the error event's `code`. */
+export interface StreamFailure {
+  readonly tokens: number;
+  readonly status: number;
+}
+
 export class ResponseWriter {
   readonly #res: ServerResponse;
   readonly #p: GenerateRequest;
@@ -37,6 +43,9 @@ export class ResponseWriter {
   readonly #choice: ChoiceOutput;
   /** Fault: tokens from this index on are not written, nor the end (null: off). */
   readonly #stallAfter: number | null;
+  /** Fault: a stream's error event in place of this token and the end (null: off). */
+  readonly #failAfter: StreamFailure | null;
+  #failed = false;
   /** `return_token_ids`: the prompt's ids, sent once (then cleared), and every generated id. */
   #promptIds: readonly number[] | undefined;
   readonly #generatedIds: number[] = [];
@@ -52,10 +61,12 @@ export class ResponseWriter {
     textOf: (id: number) => string,
     stallAfter: number | null = null,
     promptIds?: readonly number[],
+    failAfter: StreamFailure | null = null,
   ) {
     this.#res = res;
     this.#promptIds = p.returnTokenIds ? (promptIds ?? []) : undefined;
     this.#stallAfter = stallAfter;
+    this.#failAfter = p.stream ? failAfter : null;
     this.#p = p;
     this.#meta = meta;
     this.#promptTokens = promptTokens;
@@ -103,6 +114,7 @@ export class ResponseWriter {
   /** Generated token `index` (0-based) `tokenId` with text `piece`, with the prompt tokens the cache served. */
   token(tokenId: number, piece: string, index: number, cached: number): void {
     if (this.#stallAfter !== null && index >= this.#stallAfter) return;
+    if (this.#failAfter !== null && index >= this.#failAfter.tokens) return this.#fail(this.#failAfter.status);
     const p = this.#p;
     const last = index === this.#maxTokens - 1;
     const out = this.#choice.token(tokenId, piece, last);
@@ -123,7 +135,7 @@ export class ResponseWriter {
   /** The end: a stream's usage chunk and `[DONE]`, or the whole JSON body with its `kv_transfer_params`. */
   finish(u: Usage, kvTransferParams: () => unknown): void {
     // A stalled answer never ends: the connection stays open until the client gives up.
-    if (this.#stallAfter !== null) return;
+    if (this.#stallAfter !== null || this.#failed) return;
     const p = this.#p;
     const res = this.#res;
     if (p.stream) {
@@ -141,6 +153,15 @@ export class ResponseWriter {
         this.#generatedIds,
       ),
     );
+  }
+
+  /** vLLM's ending of a stream whose generation failed: an error event, then `[DONE]`; once. */
+  #fail(status: number): void {
+    if (this.#failed) return;
+    this.#failed = true;
+    const message = 'generation failed mid-stream (an injected fault; rank 0 at 10.0.0.7:29500)';
+    this.#write({ error: { object: 'error', message, type: 'InternalServerError', param: null, code: status } });
+    if (!this.#res.destroyed) this.#res.end(SSE_DONE);
   }
 
   #write(obj: unknown): void {

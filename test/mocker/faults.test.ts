@@ -58,10 +58,40 @@ describe('fault injection', () => {
         drop_next_event_batches: 0,
         reorder_events: false,
         stall_after_tokens: null,
+        error_after_tokens: null,
         garbage_event_flood: 0,
       },
     });
     expect((await admin(m, { stall_after_tokens: -1 })).status).toBe(400);
+    expect((await admin(m, { error_after_tokens: 1.5 })).status).toBe(400);
+  });
+
+  it("error_after_tokens: a stream sends that many tokens, then vLLM's error event and [DONE]; null lifts it", async () => {
+    const m = await mocker({ kvEvents: false });
+    expect((await admin(m, { error_after_tokens: 3, error_status: 503 })).json.faults.error_after_tokens).toBe(3);
+    const res = await fetch(`${m.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: [1, 2, 3, 4, 5], max_tokens: 8, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const frames = (await res.text()).split('\n\n').filter((f) => f !== '');
+    expect(frames).toHaveLength(5);
+    expect(frames.slice(0, 3).every((f) => JSON.parse(f.slice(6)).choices !== undefined)).toBe(true);
+    expect(JSON.parse(frames[3]!.slice(6))).toMatchObject({ error: { object: 'error', code: 503 } });
+    expect(frames[4]).toBe('data: [DONE]');
+    // Unstreamed answers are not touched; null lifts the fault.
+    expect((await complete(m)).status).toBe(200);
+    await admin(m, { error_after_tokens: null });
+    const whole = await (
+      await fetch(`${m.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: [1, 2, 3, 4, 5], max_tokens: 8, stream: true }),
+      })
+    ).text();
+    expect(whole).not.toMatch(/"error"/);
+    expect(whole).toMatch(/data: \[DONE\]/);
   });
 
   it('stall_after_tokens: a stream sends that many tokens, then nothing, with its connection open; null lifts it', async () => {

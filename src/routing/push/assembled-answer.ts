@@ -5,8 +5,7 @@
  * the engine's non-streaming response shape.
  */
 import { batchesOf } from '../../common/index.js';
-import { ResponseAssembler, refusalBody, type EngineEvent } from '../../engines/index.js';
-import { KvgateError } from '../../errors/index.js';
+import { EngineStreamError, ResponseAssembler, type EngineEvent } from '../../engines/index.js';
 import type { LegBody } from './types.js';
 
 function obj(v: unknown): Record<string, unknown> | undefined {
@@ -15,10 +14,11 @@ function obj(v: unknown): Record<string, unknown> | undefined {
 
 /**
  * Reads the whole stream into one JSON answer with the stream's `status`.
- * An error event from the engine ends the answer: a 4xx code is the client's
- * answer (as the engine would have given it unstreamed, in kvgate's error
- * object as any engine refusal: `refusalBody`), anything else fails.
- * @throws KvgateError KVG_ERR_ENGINE_FAILED for an engine error mid-stream; the stream's own errors
+ * An error event from the engine ends the answer (`EngineStreamError`; the
+ * request guard raises it first): a 4xx code is the client's answer (as the
+ * engine would have given it unstreamed, in kvgate's error object as any
+ * engine refusal), anything else fails.
+ * @throws EngineStreamError KVG_ERR_ENGINE_FAILED for an engine error mid-stream; the stream's own errors
  *   (KVG_ERR_ENGINE_STREAM_BROKEN, KVG_ERR_CLIENT_ABORTED, ...).
  */
 export async function assembledAnswer(
@@ -27,26 +27,18 @@ export async function assembledAnswer(
   worker: { readonly id: number; readonly url: string },
 ): Promise<{ status: number; body: LegBody }> {
   const asm = new ResponseAssembler();
-  for await (const batch of batchesOf(events)) {
-    for (const ev of batch) {
-      if (ev.done || ev.json === undefined) continue;
-      const error = obj(obj(ev.json)?.['error']);
-      if (error !== undefined) {
-        const code = error['code'];
-        if (typeof code === 'number' && code >= 400 && code < 500) {
-          return jsonBody(
-            code,
-            refusalBody({ status: code, json: { error }, text: undefined, worker: worker.url }, worker.id),
-          );
-        }
-        throw new KvgateError(
-          'KVG_ERR_ENGINE_FAILED',
-          `the engine failed the request: ${String(error['message'] ?? 'no message')}`,
-          { upstreamCode: code ?? null },
-        );
+  try {
+    for await (const batch of batchesOf(events)) {
+      for (const ev of batch) {
+        if (ev.done || ev.json === undefined) continue;
+        const error = obj(ev.json)?.['error'];
+        if (error !== undefined && error !== null) throw new EngineStreamError(error, worker);
+        asm.push(ev.json);
       }
-      asm.push(ev.json);
     }
+  } catch (err) {
+    if (err instanceof EngineStreamError && err.refusal !== undefined) return jsonBody(err.statusCode, err.refusal);
+    throw err;
   }
   return jsonBody(status, asm.result());
 }

@@ -2,11 +2,11 @@
  * What a failed leg tells the rest of kvgate: which failures say the worker
  * itself could not be talked to (health probing is asked to look now), what
  * outlier detection is told of a dispatch that threw, the retries metric's
- * reason, and the counting and logging of an answer that broke the protocol
- * or of a leg cut for making no progress.
+ * reason, and the counting and logging of an answer that broke the protocol,
+ * of an engine's error event mid-stream, or of a leg cut for making no progress.
  */
 import type { WorkerRole } from '../../common/index.js';
-import { EngineHttpError, protocolViolationOf } from '../../engines/index.js';
+import { EngineHttpError, EngineStreamError, protocolViolationOf } from '../../engines/index.js';
 import { isKvgateError, type KvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
 import type { LegRequest, Selection } from './types.js';
@@ -62,8 +62,9 @@ export interface FailedLeg {
 }
 
 /**
- * A leg that failed on an answer breaking the protocol (before or after its first byte), or cut for making no
- * progress: counted and logged; the error itself says whether it is migratable. Other failures are not noted here.
+ * A leg that failed on an answer breaking the protocol (before or after its first byte), on an error event of the
+ * engine's in its stream, or cut for making no progress: counted and logged; the error itself says whether it is
+ * migratable. Other failures are not noted here.
  */
 export function noteLegFailure({ ctx, model, role, req, sel }: FailedLeg, err: unknown): void {
   const violation = protocolViolationOf(err);
@@ -72,6 +73,15 @@ export function noteLegFailure({ ctx, model, role, req, sel }: FailedLeg, err: u
     ctx.logger.warn(
       { requestId: req.requestId, ...sel.slot, code: (err as KvgateError).code, violation, err },
       'engine answer broke the protocol',
+    );
+    return;
+  }
+  if (err instanceof EngineStreamError) {
+    const kind = err.refusal === undefined ? 'failed' : 'refused';
+    ctx.metrics?.engineErrorEvents.labels({ model, worker_type: role, kind }).inc();
+    ctx.logger.warn(
+      { requestId: req.requestId, ...sel.slot, code: err.code, upstreamCode: err.detail?.['upstreamCode'], err },
+      `the engine sent an error event mid-stream (${kind})`,
     );
     return;
   }

@@ -11,6 +11,7 @@ import {
   isUsageOnlyChunk,
   type ChunkInfo,
   type EngineEvent,
+  EngineStreamError,
   type EngineEventStream,
 } from '../../engines/index.js';
 import type { KvRouter } from '../kv-router.js';
@@ -182,9 +183,12 @@ export class LegGuard {
   readonly #observe: RequestObservability;
   readonly #onError: ((err: unknown) => void) | undefined;
   #failed = false;
+  /** The worker the leg went to. */
+  readonly worker: { readonly id: number; readonly url: string };
 
   constructor(deps: LegGuardOptions, req: LegRequest, sel: Selection) {
     this.#onError = deps.onError;
+    this.worker = sel.worker;
     this.#cleanup = new RequestCleanup(deps.release);
     this.#blocks = deps.kvRouter === undefined ? undefined : new OutputBlockTracker(deps.kvRouter, req, deps.blockSize);
     this.#observe = new RequestObservability(
@@ -240,12 +244,17 @@ async function* guardedBatches(
   let completed = false;
   try {
     const it = stream.batches();
+    // One record for the stream's life, refilled per read (no allocation per read).
+    const seen: Watched = { batch: [], error: undefined };
     try {
       for (;;) {
         const next = await it.next();
         if (next.done === true) break;
-        const batch = watched(next.value, guard, dropUsageChunk);
-        if (batch.length > 0) yield batch;
+        seen.batch = next.value;
+        watched(seen, guard, dropUsageChunk);
+        if (seen.batch.length > 0) yield seen.batch;
+        // The events before an engine's error event go out first; the leg fails there.
+        if (seen.error !== undefined) throw seen.error;
       }
     } catch (err) {
       guard.failed(err);
@@ -258,13 +267,29 @@ async function* guardedBatches(
   }
 }
 
-/** Tells the guard about each event of a batch; the batch without a dropped usage chunk. */
-function watched(batch: EngineEvent[], guard: LegGuard, dropUsageChunk: boolean): EngineEvent[] {
+/** One upstream read as the guard passes it on, and the engine's error event that ended it, if one did. */
+interface Watched {
+  batch: EngineEvent[];
+  error: EngineStreamError | undefined;
+}
+
+/**
+ * Tells the guard about each event of `w.batch`, which becomes the events to pass on: without a dropped usage
+ * chunk, and cut before an engine's error event, which becomes `w.error` (the leg fails there, and the client
+ * gets kvgate's error in place of the engine's event).
+ */
+function watched(w: Watched, guard: LegGuard, dropUsageChunk: boolean): void {
+  const batch = w.batch;
   let out = batch;
   for (let i = 0; i < batch.length; i++) {
     const ev = batch[i]!;
     const info = eventInfo(ev);
     if (info !== undefined) {
+      if (info.error !== undefined && info.error !== null) {
+        w.error = new EngineStreamError(info.error, guard.worker);
+        if (out === batch) out = batch.slice(0, i);
+        break;
+      }
       guard.onOutput(info);
       // Only a chunk with usage can be the usage-only chunk: the others are not parsed for it.
       if (dropUsageChunk && info.usage !== undefined && isUsageOnlyChunk(ev.json)) {
@@ -275,5 +300,5 @@ function watched(batch: EngineEvent[], guard: LegGuard, dropUsageChunk: boolean)
     // Every other event after a dropped one is passed on, `[DONE]` (which carries no chunk) included.
     if (out !== batch) out.push(ev);
   }
-  return out;
+  w.batch = out;
 }

@@ -12,7 +12,13 @@
  *   address redacted, none of the engine's headers;
  * - a stream cut inside an event ends with a KVG_ERR_ENGINE_STREAM_BROKEN
  *   error event (a 502 for a `stream: false` client), counted;
- * - CR-only events reach the client as separate events with LF line ends.
+ * - CR-only events reach the client as separate events with LF line ends;
+ * - an engine's own error event mid-stream (`data: {"error": ...}`, from the
+ *   misbehaving engine and from the mocker's `error_after_tokens` fault) is
+ *   not passed on: a 4xx code reaches the client as its refusal (redacted),
+ *   any other as kvgate's KVG_ERR_ENGINE_FAILED event naming the worker;
+ *   counted and logged. Before: the engine's event verbatim, addresses and
+ *   all, with the request counted as a success.
  *
  * Before the fix: an empty 200 stream or `{"choices":[]}`, the engine's body
  * verbatim, a clean end without [DONE] (a 200 with part of the answer), and
@@ -43,6 +49,8 @@ const ENGINE_ADDRESS = '10.9.8.7';
 const LONG_MESSAGE =
   `This model's maximum context length is 64 tokens. However, you requested 900 tokens. ` +
   `(upstream http://${ENGINE_ADDRESS}:8000/v1/completions, peer ${ENGINE_ADDRESS}:29500) ${'Please reduce the length of the messages. '.repeat(60)}`;
+
+const ENGINE_FAILURE = `CUDA error: an illegal memory access was encountered (rank 0, peer ${ENGINE_ADDRESS}:29500)`;
 
 /** What the misbehaving engine does, by the request id kvgate forwards (x-request-id). */
 function misbehave(req: RecordedRequest, res: ServerResponse, model: string): void {
@@ -88,6 +96,21 @@ function misbehave(req: RecordedRequest, res: ServerResponse, model: string): vo
       res.end('data: {"id":"cmpl-test","object":"text_completion","choices":[],"usage":{"prompt_tok');
       return;
     }
+    case 'engineerror':
+      // vLLM's ending of a stream whose generation failed: an error event, then [DONE].
+      sseHead(res);
+      res.write(sseEvent(completionChunk('Hel')));
+      res.write(
+        sseEvent({ error: { object: 'error', message: ENGINE_FAILURE, type: 'InternalServerError', code: 500 } }),
+      );
+      res.end(sseEvent('[DONE]'));
+      return;
+    case 'refusemid':
+      // SGLang refuses some requests after its stream began.
+      sseHead(res);
+      res.write(sseEvent({ error: { message: LONG_MESSAGE, type: 'BadRequestError', param: 'prompt', code: 400 } }));
+      res.end(sseEvent('[DONE]'));
+      return;
     case 'cr':
       sseHead(res);
       res.write(`data: ${JSON.stringify(completionChunk('Hel'))}\r\r`);
@@ -297,6 +320,88 @@ describe('engine answers the gateway does not pass on as is (issue 23 section 2)
     const res = await post(gw.url, 'cr-json', body(), 1);
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ choices: [{ text: 'Hello', finish_reason: 'length' }] });
+  });
+});
+
+describe("an engine's error event mid-stream", () => {
+  let gw: { proc: ServedProc; url: string };
+  beforeAll(async () => {
+    gw = await gateway('error-events');
+  }, 60_000);
+  const parsed = (events: readonly string[]): unknown[] => events.map((e) => (e === '[DONE]' ? e : JSON.parse(e)));
+
+  it("a 4xx code reaches the client as its refusal, any other as kvgate's KVG_ERR_ENGINE_FAILED naming the worker; counted and logged", async () => {
+    const failed = await readPinned(gw.url, 'engineerror-stream');
+    expect(failed.status).toBe(200);
+    expect(parsed(failed.events)).toEqual([
+      expect.objectContaining({ choices: [expect.objectContaining({ text: 'Hel' })] }),
+      {
+        error: expect.objectContaining({ code: 'KVG_ERR_ENGINE_FAILED', message: expect.stringContaining('worker 1') }),
+      },
+    ]);
+    const refused = await readPinned(gw.url, 'refusemid-stream');
+    expect(parsed(refused.events)).toEqual([
+      {
+        error: expect.objectContaining({
+          code: 'KVG_ERR_ENGINE_REJECTED',
+          type: 'invalid_request_error',
+          param: 'prompt',
+          message: expect.stringMatching(
+            /^This model's maximum context length is 64 tokens\. .*\(upstream \[address\], peer \[address\]\)/,
+          ),
+        }),
+      },
+    ]);
+    for (const r of [failed, refused]) {
+      expect(r.events.join('\n')).not.toContain(ENGINE_ADDRESS);
+      expect(r.events.join('\n')).not.toContain('CUDA');
+    }
+    // A `stream: false` client: the refusal with the engine's status, the failure as a 502.
+    const whole = await post(gw.url, 'refusemid-json', body(), 1);
+    expect(whole.status).toBe(400);
+    expect(await whole.json()).toMatchObject({ error: { code: 'KVG_ERR_ENGINE_REJECTED', param: 'prompt' } });
+    const broke = await post(gw.url, 'engineerror-json', body(), 1);
+    expect(broke.status).toBe(502);
+    const brokeText = await broke.text();
+    expect(JSON.parse(brokeText)).toMatchObject({ error: { code: 'KVG_ERR_ENGINE_FAILED' } });
+    expect(brokeText).not.toContain(ENGINE_ADDRESS);
+    expect(await metric(gw.url, 'kvgate_router_engine_error_events_total', { kind: 'failed' })).toBe(2);
+    expect(await metric(gw.url, 'kvgate_router_engine_error_events_total', { kind: 'refused' })).toBe(2);
+    await until(
+      () => jsonLines(gw.proc).filter((o) => String(o.msg).startsWith('the engine sent an error event')).length === 4,
+      'four error-event lines',
+    );
+    const line = jsonLines(gw.proc).find((o) => o.msg === 'the engine sent an error event mid-stream (failed)');
+    expect(line).toMatchObject({ level: 40, workerId: 1, code: 'KVG_ERR_ENGINE_FAILED', upstreamCode: 500 });
+    expect(JSON.stringify(line)).toContain('CUDA error'); // the engine's text is for the log
+  });
+
+  it("the mocker's error_after_tokens fault: the tokens sent, then kvgate's error event, not the engine's", async () => {
+    const faults = (f: Record<string, unknown>) =>
+      fetch(`${mockerUrl}/admin/faults`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(f),
+      });
+    expect((await faults({ error_after_tokens: 2 })).status).toBe(200);
+    try {
+      const r = await readSse(
+        `${gw.url}/v1/completions`,
+        body({ stream: true, max_tokens: 6 }),
+        {},
+        { 'x-request-id': 'mocker-error', 'x-worker-instance-id': '2' },
+      );
+      expect(r.status).toBe(200);
+      const events = parsed(r.events) as { choices?: unknown[]; error?: { code: string; message: string } }[];
+      expect(events.filter((e) => e.choices !== undefined)).toHaveLength(2);
+      expect(events.at(-1)!.error).toMatchObject({
+        code: 'KVG_ERR_ENGINE_FAILED',
+        message: expect.stringContaining('worker 2'),
+      });
+      expect(r.events.join('\n')).not.toContain('10.0.0.7');
+    } finally {
+      await faults({ error_after_tokens: null });
+    }
   });
 });
 
