@@ -7,7 +7,11 @@
  * (the HTTP server), router knobs (each model's routers), workers (joins and
  * leaves through `FleetMembers`). Requests in flight keep the worker, knobs
  * and deadline they started with. Reloads run one at a time; each is logged
- * with what changed and counted in `kvgate_config_reloads_total`.
+ * with what changed and counted in `kvgate_config_reloads_total`. A worker the
+ * file adds that cannot join (its id held by a worker another discovery
+ * source registered) is left out and named: the rest of the reload stands,
+ * the outcome is `partial`, and the running configuration records the worker
+ * as not configured, so the next reload of the same file tries it again.
  */
 import type { Logger } from 'pino';
 import {
@@ -35,12 +39,27 @@ export interface ReloadTargets {
   /** The gateway's metrics (`kvgate_config_reloads_total`). */
   readonly metrics: {
     readonly configReloads: {
-      labels(l: { trigger: ReloadTrigger; outcome: 'applied' | 'unchanged' | 'rejected' }): { inc(): void };
+      labels(l: { trigger: ReloadTrigger; outcome: 'applied' | 'partial' | 'unchanged' | 'rejected' }): {
+        inc(): void;
+      };
     };
   };
 }
 
 export type ReloadTrigger = 'sighup' | 'admin';
+
+/** A worker the reloaded file adds that could not join. */
+export interface NotJoined {
+  readonly workerId: number;
+  readonly model: string;
+  readonly reason: string;
+}
+
+/** What a reload did: what changed (empty: nothing did), and the workers it adds that could not join. */
+export interface ReloadOutcome {
+  readonly changes: ConfigChange[];
+  readonly notJoined: readonly NotJoined[];
+}
 
 export class ConfigReloader {
   #current: GatewayConfig;
@@ -57,16 +76,16 @@ export class ConfigReloader {
   }
 
   /**
-   * Reloads; resolves to what changed (empty: nothing did). One reload at a time.
+   * Reloads; resolves to what changed (empty: nothing did) and the workers that could not join. One reload at a time.
    * @throws KvgateError KVG_ERR_RELOAD_REJECTED listing every problem (`detail.problems`); nothing changed.
    */
-  reload(trigger: ReloadTrigger): Promise<ConfigChange[]> {
+  reload(trigger: ReloadTrigger): Promise<ReloadOutcome> {
     const run = this.#queue.then(() => this.#reload(trigger));
     this.#queue = run.catch(() => undefined);
     return run;
   }
 
-  #reload(trigger: ReloadTrigger): ConfigChange[] {
+  #reload(trigger: ReloadTrigger): ReloadOutcome {
     const { logger, metrics } = this.#t;
     const prev = this.#current;
     let next: GatewayConfig;
@@ -85,23 +104,32 @@ export class ConfigReloader {
     if (changes.length === 0) {
       metrics.configReloads.labels({ trigger, outcome: 'unchanged' }).inc();
       logger.info({ trigger, file: next.file }, 'configuration reloaded: nothing changed');
-      return changes;
+      return { changes, notJoined: [] };
     }
-    this.#apply(prev, next);
-    this.#current = next;
-    metrics.configReloads.labels({ trigger, outcome: 'applied' }).inc();
-    logger.info(
-      { trigger, file: next.file, changes },
-      `configuration reloaded: ${changes.map((c) => c.path).join(', ')} changed`,
-    );
-    return changes;
+    const notJoined = this.#apply(prev, next);
+    this.#current = withoutWorkers(next, notJoined);
+    // The server's view (`/admin/config`, the served models) without them too.
+    if (notJoined.length > 0) this.#t.server.reconfigure(this.#current);
+    const changed = changes.map((c) => c.path).join(', ');
+    if (notJoined.length === 0) {
+      metrics.configReloads.labels({ trigger, outcome: 'applied' }).inc();
+      logger.info({ trigger, file: next.file, changes }, `configuration reloaded: ${changed} changed`);
+    } else {
+      metrics.configReloads.labels({ trigger, outcome: 'partial' }).inc();
+      const ids = notJoined.map((n) => n.workerId).join(', ');
+      logger.warn(
+        { trigger, file: next.file, changes, notJoined },
+        `configuration reloaded in part: ${changed} changed, but worker(s) ${ids} could not join (the next reload tries again)`,
+      );
+    }
+    return { changes, notJoined };
   }
 
   /**
    * Server settings first and router knobs (neither can fail on a validated config), then every leaving
-   * worker before any joining one (an id may move between models).
+   * worker before any joining one (an id may move between models). Returns the workers that could not join.
    */
-  #apply(prev: GatewayConfig, next: GatewayConfig): void {
+  #apply(prev: GatewayConfig, next: GatewayConfig): NotJoined[] {
     this.#t.server.reconfigure(next);
     const diffs = next.models.map((m, i) => {
       const before = prev.models[i]!;
@@ -109,18 +137,29 @@ export class ConfigReloader {
       return workerDiff(before.workers, m.workers);
     });
     for (const d of diffs) for (const w of d.removed) this.#t.members.leave(w.id);
+    const notJoined: NotJoined[] = [];
     for (const d of diffs) {
       for (const w of d.added) {
         try {
           this.#t.members.join(w, 'static');
         } catch (err) {
           // Taken by a worker another source registered: the rest of the reload stands.
-          this.#t.logger.error(
-            { workerId: w.id, url: w.url, err: (err as Error).message },
-            `worker ${w.id} could not join: ${(err as Error).message}`,
-          );
+          const reason = (err as Error).message;
+          notJoined.push({ workerId: w.id, model: w.model, reason });
+          this.#t.logger.error({ workerId: w.id, url: w.url, err: reason }, `worker ${w.id} could not join: ${reason}`);
         }
       }
     }
+    return notJoined;
   }
+}
+
+/** `config` without the workers that did not join (the same object when every one did). */
+function withoutWorkers(config: GatewayConfig, notJoined: readonly NotJoined[]): GatewayConfig {
+  if (notJoined.length === 0) return config;
+  const ids = new Set(notJoined.map((n) => n.workerId));
+  const models = config.models.map((m) =>
+    m.workers.some((w) => ids.has(w.id)) ? { ...m, workers: m.workers.filter((w) => !ids.has(w.id)) } : m,
+  );
+  return { ...config, models };
 }

@@ -14,7 +14,6 @@ import {
   loadGatewayConfig,
   parseServeFlags,
   serveUsage,
-  type ConfigChange,
   type GatewayConfig,
   type ServeFlags,
 } from '../config/index.js';
@@ -24,7 +23,7 @@ import { startGateway, type Gateway, type RouterPortFactory } from '../frontend/
 import { startMocker, type MockerHandle } from '../mocker/index.js';
 import { clusterMember, clusterMetricsText, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
 import { writePidFile } from './pid-file.js';
-import { ConfigReloader, type ReloadTrigger } from './reload.js';
+import { ConfigReloader, type ReloadOutcome, type ReloadTrigger } from './reload.js';
 import { startTracing } from './tracing.js';
 
 export const DEMO_MODEL = 'qwen3-demo';
@@ -74,7 +73,7 @@ export interface ServeHandle {
   /** The embedded demo's engines (empty when models are configured). */
   readonly mockers: readonly MockerHandle[];
   /** Re-reads the config file (SIGHUP, POST /admin/reload); undefined without one. See reload.ts. */
-  readonly reload: ((trigger: ReloadTrigger) => Promise<ConfigChange[]>) | undefined;
+  readonly reload: ((trigger: ReloadTrigger) => Promise<ReloadOutcome>) | undefined;
   /** Drains the gateway, then stops the demo engines. Idempotent. */
   stop(): Promise<void>;
 }

@@ -38,8 +38,21 @@ export interface RouteTableOptions {
   /** Requests holding a concurrency slot now. */
   inflight(): number;
   /** `POST /admin/reload`, served when given. */
-  readonly reload?: (() => Promise<unknown>) | undefined;
+  readonly reload?: (() => Promise<ReloadOutcomeView>) | undefined;
   readonly fleet?: FleetStatus | undefined;
+}
+
+/** What a reload did, as `POST /admin/reload` answers it (the CLI's `ReloadOutcome`). */
+export interface ReloadOutcomeView {
+  readonly changes: readonly unknown[];
+  readonly notJoined: readonly { readonly workerId: number; readonly model: string; readonly reason: string }[];
+}
+
+/** `POST /admin/reload`'s answer: `partial` when a worker the file adds could not join (each named). */
+function reloadAnswer(r: ReloadOutcomeView): Record<string, unknown> {
+  if (r.notJoined.length === 0) return { status: 'reloaded', changes: r.changes };
+  const notJoined = r.notJoined.map((n) => ({ worker_id: n.workerId, model: n.model, reason: n.reason }));
+  return { status: 'partial', changes: r.changes, not_joined: notJoined };
 }
 
 type Routes = Map<string, RouteSpec>;
@@ -101,7 +114,7 @@ function addAdminRoutes(o: RouteTableOptions, add: AddRoute): void {
   const reload = o.reload;
   if (reload !== undefined)
     add('/admin/reload', {
-      methods: { POST: async (c) => sendJson(c.res, 200, { status: 'reloaded', changes: await reload() }) },
+      methods: { POST: async (c) => sendJson(c.res, 200, reloadAnswer(await reload())) },
       auth: true,
       limited: false,
     });

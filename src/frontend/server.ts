@@ -52,7 +52,7 @@ import type { Preprocessor } from './preprocess/preprocessor.js';
 import type { Listener, RouteSpec } from './route-spec.js';
 import type { RelayOptions, RequestContext } from './respond.js';
 import type { ModelRouterPort } from './router-port.js';
-import { matchRoute, routeTable, type RouteTableOptions } from './routes.js';
+import { matchRoute, routeTable, type ReloadOutcomeView, type RouteTableOptions } from './routes.js';
 import { drain } from './shutdown.js';
 import { TenantDirectory } from './tenants.js';
 
@@ -65,8 +65,11 @@ export interface GatewayServerOptions {
   logger: Logger;
   /** Serves /metrics from its registry and counts HTTP outcomes. Default: a fresh KvgateMetrics. */
   metrics?: KvgateMetrics;
-  /** `POST /admin/reload` (admin enabled): re-reads the config; resolves to what changed, rejects with a KvgateError. */
-  reload?: (() => Promise<unknown>) | undefined;
+  /**
+   * `POST /admin/reload` (admin enabled): re-reads the config; resolves to what changed and the workers that could
+   * not join, rejects with a KvgateError.
+   */
+  reload?: (() => Promise<ReloadOutcomeView>) | undefined;
   /** Each worker's live status for `GET /admin/models` (source, state, capacity, last KV event). */
   fleet?: FleetStatus | undefined;
   /** This process's index in a `--processes N` cluster: every response carries it as `x-kvgate-process`. */

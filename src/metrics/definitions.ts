@@ -357,8 +357,8 @@ export const METRIC_DEFINITIONS = {
     kind: 'counter',
     name: 'kvgate_config_reloads_total',
     help:
-      'Configuration reloads (trigger=sighup or admin) by outcome: applied, unchanged, rejected (invalid or needing a ' +
-      'restart: nothing changed).',
+      'Configuration reloads (trigger=sighup or admin) by outcome: applied, partial (a worker it adds could not join), ' +
+      'unchanged, rejected (invalid or needing a restart: nothing changed).',
     labelNames: ['trigger', 'outcome'],
   },
   // ---- sticky sessions

@@ -12,8 +12,16 @@
 import { writeFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCli, type CliProcess, type MockerLine } from '../../helpers/cli-process.js';
-import { postChat, serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import {
+  postChat,
+  serveConfig,
+  serveInSuite,
+  startMockerSuite,
+  workerEntry,
+  type MockerSuite,
+} from '../../helpers/serve-suite.js';
 import { expectServedBy, openStream } from '../../helpers/drained-stream.js';
+import { until } from '../../helpers/until.js';
 
 const MODEL = 'reload-model';
 const MESSAGES = [
@@ -124,4 +132,71 @@ describe('kvgate serve reloads its config file (SIGHUP, POST /admin/reload)', ()
     );
     expect(count(gateway.output(), /configuration reload rejected/)).toBe(2);
   }, 30_000);
+});
+
+/**
+ * A worker the reloaded file adds whose id a workers file already holds cannot join. Before the fix the reload
+ * counted as applied, and the running configuration recorded the worker as configured, so reloading the same file
+ * once the id was free changed nothing and the worker never joined.
+ */
+describe('a reload that adds a worker whose id another source holds', () => {
+  let suite: MockerSuite;
+  let file: string;
+  let workersFile: string;
+  let url: string;
+  let gateway: CliProcess;
+  let engines: readonly MockerLine[];
+
+  const config = (statics: readonly number[]): string =>
+    serveConfig(MODEL, [
+      'workers_file: workers.yaml',
+      'workers:',
+      ...statics.map((id) => `  - ${workerEntry(id, engines[id - 1]!)}`),
+    ]);
+  const workersText = (ids: readonly number[]): string =>
+    ids.length === 0
+      ? 'workers: []\n'
+      : ['workers:', ...ids.map((id) => `  - ${workerEntry(id, engines[id - 1]!)}`), ''].join('\n');
+  const sources = async (): Promise<Record<number, string>> => {
+    const m = (await (await fetch(`${url}/admin/models`)).json()) as {
+      models: { workers: { id: number; source?: string }[] }[];
+    };
+    return Object.fromEntries(m.models[0]!.workers.map((w) => [w.id, w.source ?? '']));
+  };
+
+  beforeAll(async () => {
+    suite = await startMockerSuite('reload-clash', ['--model', MODEL, '--tokenizer', 'demo'], 2);
+    engines = suite.engines;
+    workersFile = suite.write('workers.yaml', workersText([2]));
+    file = suite.write('kvgate.yaml', config([1]));
+    url = await serveInSuite(suite, file);
+    gateway = suite.procs.at(-1) as CliProcess;
+  }, 60_000);
+
+  afterAll(async () => {
+    await suite?.stop();
+  });
+
+  it('is applied in part, named and counted, and joins on a later reload once the id is free', async () => {
+    expect(await sources()).toEqual({ 1: 'static', 2: 'file' });
+    writeFileSync(file, config([1, 2]));
+    const partial = await fetch(`${url}/admin/reload`, { method: 'POST' });
+    expect(partial.status).toBe(200);
+    expect(await partial.json()).toMatchObject({
+      status: 'partial',
+      not_joined: [{ worker_id: 2, model: MODEL, reason: expect.stringMatching(/2/) }],
+    });
+    await gateway.waitFor(/configuration reloaded in part: [^"]*worker\(s\) 2 could not join/, 'the partial line');
+    expect(await sources()).toEqual({ 1: 'static', 2: 'file' });
+
+    // The workers file lets go of id 2; the same config file reloaded now adds it.
+    writeFileSync(workersFile, workersText([]));
+    await until(async () => (await sources())[2] === undefined, 'worker 2 to leave with the workers file');
+    const applied = await fetch(`${url}/admin/reload`, { method: 'POST' });
+    expect(await applied.json()).toMatchObject({ status: 'reloaded', changes: [{ path: 'models[0].workers' }] });
+    expect(await sources()).toEqual({ 1: 'static', 2: 'static' });
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toContain('kvgate_config_reloads_total{trigger="admin",outcome="partial"} 1');
+    expect(metrics).toContain('kvgate_config_reloads_total{trigger="admin",outcome="applied"} 1');
+  }, 60_000);
 });
