@@ -334,7 +334,12 @@ export class KvEventStream implements Drainable {
   /** Parks a judged batch in seq order; beyond the bound it is dropped (a later replay recovers it). */
   #park(item: LiveItem): void {
     if (this.#parked.add(item, this.#opts.maxPendingBatches)) return;
-    this.#hooks.onPendingOverflow?.(this.slot, item.seq);
+    this.#hooks.onDropped?.(this.slot, 'pending_full', item.seq);
+    this.#log.warn(
+      'pending_full',
+      { seq: String(item.seq), parked: this.#opts.maxPendingBatches },
+      'KV event batches parked behind a replay past the bound: batch dropped, to be recovered by the next replay',
+    );
     this.#recovery.unplaced();
   }
 

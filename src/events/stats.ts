@@ -34,10 +34,12 @@ export type ResetReason = 'restart' | 'gap_without_replay' | 'replay_failed' | '
 /**
  * Why a live batch was dropped unapplied:
  * - `queue_full`: the slot's queue was full (the hole is replayed later).
+ * - `pending_full`: it arrived ahead of a gap while a replay was in flight, past
+ *   the batches the slot parks meanwhile (the next replay recovers it).
  * - `garbage`: its sequence number cannot be the publisher's (absurdly far
  *   ahead, beyond the publisher's newest, or restart evidence refuted).
  */
-export type DropReason = 'queue_full' | 'garbage';
+export type DropReason = 'queue_full' | 'pending_full' | 'garbage';
 
 /** A decode failure with the (worker, rank) it came from. */
 export interface DecodeErrorReport extends KvEventDecodeError, WorkerRank {
@@ -59,8 +61,6 @@ export interface KvEventHooks {
   onReplay?(slot: WorkerRank, outcome: ReplayOutcome, batches: number): void;
   /** The slot's index was dropped; `blocks` is how many blocks it held. */
   onReset?(slot: WorkerRank, reason: ResetReason, blocks: number): void;
-  /** A live batch was dropped because too many were queued behind a replay. */
-  onPendingOverflow?(slot: WorkerRank, seq: bigint): void;
   /** A live batch was dropped unapplied. */
   onDropped?(slot: WorkerRank, reason: DropReason, seq: bigint): void;
   /** A replay request was sent (at most one per slot is in flight). */
@@ -94,9 +94,6 @@ export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks
     },
     onReset: (slot, why, b) => {
       for (const h of hs) h.onReset?.(slot, why, b);
-    },
-    onPendingOverflow: (slot, s) => {
-      for (const h of hs) h.onPendingOverflow?.(slot, s);
     },
     onDropped: (slot, why, s) => {
       for (const h of hs) h.onDropped?.(slot, why, s);
@@ -136,7 +133,6 @@ export interface KvEventCountersSnapshot {
   replayRequests: number;
   replayedBatches: number;
   resets: Record<ResetReason, number>;
-  pendingOverflow: number;
   dropped: Record<DropReason, number>;
   /** SUB sockets' connections made and lost, over every slot. */
   connections: Record<ConnectionChange, number>;
@@ -159,7 +155,7 @@ const RESETS: readonly ResetReason[] = [
   'replay_incomplete',
   'inconsistent',
 ];
-const DROPS: readonly DropReason[] = ['queue_full', 'garbage'];
+const DROPS: readonly DropReason[] = ['queue_full', 'pending_full', 'garbage'];
 
 /** Counts everything the hooks report; `snapshot()` returns a deep copy. */
 export class KvEventCounters implements KvEventHooks {
@@ -180,7 +176,6 @@ export class KvEventCounters implements KvEventHooks {
       replayRequests: 0,
       replayedBatches: 0,
       resets: zeros(RESETS),
-      pendingOverflow: 0,
       dropped: zeros(DROPS),
       connections: zeros(CONNECTION_CHANGES),
       slots: {},
@@ -248,10 +243,6 @@ export class KvEventCounters implements KvEventHooks {
   onReset(slot: WorkerRank, reason: ResetReason): void {
     this.#s.resets[reason]++;
     this.#slot(slot).resets++;
-  }
-
-  onPendingOverflow(): void {
-    this.#s.pendingOverflow++;
   }
 
   onDropped(slot: WorkerRank, reason: DropReason): void {

@@ -35,7 +35,9 @@ export const EVENT_METRIC_DEFINITIONS = {
   kvEventDropped: {
     kind: 'counter',
     name: 'kvgate_kv_event_dropped_total',
-    help: 'KV event batches dropped unapplied: queue_full (replayed later) or garbage (sequence numbers the publisher never sent).',
+    help:
+      'KV event batches dropped unapplied: queue_full (replayed later), pending_full (parked behind a replay past the ' +
+      'bound; recovered by the next replay) or garbage (sequence numbers the publisher never sent).',
     labelNames: ['worker_id', 'dp_rank', 'reason'],
   },
   kvEventResets: {

@@ -162,8 +162,9 @@ describe('KvEventStream', () => {
     expect(t.engine.requests).toEqual([0n]);
   });
 
-  it('bounded parking: overflowing batches are dropped and recovered by the next replay', async () => {
-    const { engine, stream, deliver, depth, counters } = setup({ maxPending: 2 });
+  it('bounded parking: overflowing batches are dropped (counted, logged) and recovered by the next replay', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const { engine, stream, deliver, depth, counters } = setup({ maxPending: 2, logger: captureWarnings(lines) });
     engine.auto = false;
     const E = [17, 18, 19, 20];
     deliver(engine.batch([stored(1, null, A)]));
@@ -171,7 +172,8 @@ describe('KvEventStream', () => {
     deliver(engine.batch([stored(3, 200, C)])); // gap: replay asked for 1.., this batch parked
     deliver(engine.batch([stored(4, 300, D)])); // parked
     deliver(engine.batch([stored(5, 400, E)])); // dropped: the parking is full
-    expect(counters.snapshot().pendingOverflow).toBe(1);
+    expect(counters.snapshot().dropped.pending_full).toBe(1);
+    expect(lines).toEqual([{ workerId: 7, dpRank: 0, seq: '4', parked: 2 }]); // the batch of seq 4 (the fifth)
     engine.answer();
     await stream.whenSettled();
     expect(stream.cursor).toBe(3n);
