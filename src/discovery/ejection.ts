@@ -39,6 +39,12 @@ export interface EjectionMetrics {
   readonly workerEjections: {
     labels(labels: { model: string; worker_id: string; reason: EjectionReason }): { inc(): void };
   };
+  /** An ejection lifted (its reason's hold released; the worker may stay held for the other reason). */
+  readonly workerReadmissions?:
+    { labels(labels: { model: string; worker_id: string; reason: EjectionReason }): { inc(): void } } | undefined;
+  /** An ejection the model's `max_ejected_percent` did not allow: the failing worker stays routable. */
+  readonly workerEjectionsRefused?:
+    { labels(labels: { model: string; worker_id: string; reason: EjectionReason }): { inc(): void } } | undefined;
   readonly poolPanic?:
     | {
         labels(labels: { model: string; worker_type: WorkerRole }): { set(value: number): void };
@@ -151,10 +157,22 @@ export class Ejections {
     this.#settle(w.model, w.role);
   }
 
+  /** An ejection for `reason` that `mayEject` refused: counted (the caller logs it). */
+  refused(w: WorkerInfo, reason: EjectionReason): void {
+    this.#sinks
+      .get(w.model)
+      ?.metrics?.workerEjectionsRefused?.labels({ model: w.model, worker_id: String(w.id), reason })
+      .inc();
+  }
+
   /** Lifts `reason`; the worker is routable again once nothing else holds it. True if nothing holds it now. */
   release(w: WorkerInfo, reason: Hold): boolean {
     const h = this.#holds.get(w.id);
-    h?.reasons.delete(reason);
+    if (h?.reasons.delete(reason) === true && reason !== 'model_mismatch')
+      this.#sinks
+        .get(w.model)
+        ?.metrics?.workerReadmissions?.labels({ model: w.model, worker_id: String(w.id), reason })
+        .inc();
     const free = h === undefined || h.reasons.size === 0;
     if (free) {
       this.#holds.delete(w.id);

@@ -303,6 +303,7 @@ export class HealthProber {
       this.#transition(w, 'ejected', `worker failed ${n} health probes in a row: ejected${panic}`);
     } else if (was !== 'kept') {
       this.#standing.set(w.id, 'kept');
+      this.#ejections.refused(w, 'health_probe');
       this.#transition(
         w,
         'kept',

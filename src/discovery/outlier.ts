@@ -90,6 +90,7 @@ export class OutlierDetector {
     const line = { workerId: w.id, url: w.url, role: w.role, consecutiveErrors: r.consecutive, error };
     if (!this.#ejections.mayEject(w)) {
       if (!r.keptLogged) {
+        this.#ejections.refused(w, 'consecutive_errors');
         logger.warn(
           { ...line, maxEjectedPercent: this.#ejections.maxEjectedPercent },
           `worker failed ${r.consecutive} dispatches in a row but ${this.#ejections.maxEjectedPercent}% of the model's ` +

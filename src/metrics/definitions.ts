@@ -7,6 +7,7 @@
  */
 import type { Counter, Gauge, Histogram } from 'prom-client';
 import { EVENT_METRIC_DEFINITIONS } from './definitions-events.js';
+import { WORKER_METRIC_DEFINITIONS } from './definitions-workers.js';
 import { TENANT_METRIC_DEFINITIONS } from './definitions-tenants.js';
 import { MW, type MetricDefinition } from './definition-types.js';
 
@@ -260,68 +261,6 @@ export const METRIC_DEFINITIONS = {
       'routed to); 0 once it does.',
     labelNames: ['model', 'worker_id'],
   },
-  // ---- worker state (loud failures)
-  workerUp: {
-    kind: 'gauge',
-    name: 'kvgate_worker_up',
-    help: '1 while the worker is routable (configured and passing its health probe); 0 while it is down.',
-    labelNames: ['model', 'worker_id', 'worker_type'],
-  },
-  workerState: {
-    kind: 'gauge',
-    name: 'kvgate_worker_state',
-    help: "1 for the worker's current health state (up, down, ejected, panic, kept, model_mismatch, unknown), 0 for the others.",
-    labelNames: ['model', 'worker_id', 'state'],
-  },
-  workerBlockSizeMismatch: {
-    kind: 'gauge',
-    name: 'kvgate_worker_block_size_mismatch',
-    help:
-      "1 once the worker's engine says (its /metrics on join, or its KV events) it uses a block size other than the " +
-      "model's block_size (its blocks are ignored, its KV overlap scored 0).",
-    labelNames: ['model', 'worker_id'],
-  },
-  engineChecks: {
-    kind: 'counter',
-    name: 'kvgate_worker_engine_checks_total',
-    help:
-      "Checks of a joining worker's engine: check=block_size (its /metrics), kv_groups (the KV-cache layout its " +
-      '/metrics states) or tokenizer (the canary probe), by outcome: ok, mismatch (kept out of KV-aware routing), ' +
-      'unknown (a KV-cache group kvgate has no reuse rule for: kept out of KV-aware routing), unreadable (/metrics), ' +
-      'inconclusive (probe).',
-    labelNames: ['model', 'check', 'outcome'],
-  },
-  modelTokenizerMissing: {
-    kind: 'gauge',
-    name: 'kvgate_model_tokenizer_missing',
-    help: "1 for a KV-routed model without a tokenizer (prefix hashes come from the byte-packing fallback and match no engine's blocks).",
-    labelNames: ['model'],
-  },
-  // ---- health probing
-  healthTransitions: {
-    kind: 'counter',
-    name: 'kvgate_worker_health_transitions_total',
-    help:
-      "Health probing outcomes per worker: ejected (marked down), kept (failing, but the model's ejection limit is " +
-      'reached: still routed), readmitted.',
-    labelNames: ['model', 'worker_id', 'transition'],
-  },
-  workerEjections: {
-    kind: 'counter',
-    name: 'kvgate_worker_ejections_total',
-    help:
-      'Workers taken out of routing: health_probe (failed probes) or consecutive_errors (5xx answers, connection ' +
-      'failures or malformed answers on dispatch).',
-    labelNames: ['model', 'worker_id', 'reason'],
-  },
-  poolPanic: {
-    kind: 'gauge',
-    name: 'kvgate_pool_panic',
-    help:
-      "1 while the pool (a model's workers of one worker_type) has fewer healthy workers than its panic threshold: it " +
-      'routes to all of them, ejected ones included.',
-    labelNames: MW,
-  },
   // ---- fleet membership and hot reconfiguration
   workerMembership: {
     kind: 'counter',
@@ -409,6 +348,7 @@ export const METRIC_DEFINITIONS = {
       'hashed again) or new.',
     labelNames: ['model', 'source'],
   },
+  ...WORKER_METRIC_DEFINITIONS,
   ...EVENT_METRIC_DEFINITIONS,
   ...TENANT_METRIC_DEFINITIONS,
   // ---- HTTP edge

@@ -92,18 +92,24 @@ describe('outlier ejection on dispatch errors (issue 14, outlier ejection)', () 
     expect(lines.at(-1)).toMatchObject({ ejectionMs: 2500 });
     timers.advance(2500);
     expect(reg.isAvailable(1)).toBe(true);
-    expect(await metrics.text()).toContain(
-      'kvgate_worker_ejections_total{model="m",worker_id="1",reason="consecutive_errors"} 3',
-    );
+    const text = await metrics.text();
+    expect(text).toContain('kvgate_worker_ejections_total{model="m",worker_id="1",reason="consecutive_errors"} 3');
+    expect(text).toContain('kvgate_worker_readmissions_total{model="m",worker_id="1",reason="consecutive_errors"} 3');
   });
 
-  it('a fleet where every worker fails ejects no more than the share; the rest stay routable and it is logged once', () => {
-    const { reg, detector, lines } = setup(4, 50);
+  it('a fleet where every worker fails ejects no more than the share; the rest stay routable, logged and counted once', async () => {
+    const { reg, detector, lines, metrics } = setup(4, 50);
     for (let round = 0; round < 5; round++)
       for (let id = 1; id <= 4; id++) detector.record(id, 'the engine answered 503');
     expect(reg.available('m')).toHaveLength(2);
     const kept = lines.filter((l) => String(l['msg']).includes('kept routable'));
     expect(kept.map((l) => l['workerId']).sort()).toEqual([3, 4]);
+    const text = await metrics.text();
+    for (const id of [3, 4])
+      expect(text).toContain(
+        `kvgate_worker_ejections_refused_total{model="m",worker_id="${id}",reason="consecutive_errors"} 1`,
+      );
+    expect(text).not.toMatch(/kvgate_worker_ejections_refused_total\{model="m",worker_id="[12]"/);
   });
 
   it('the share is shared with the health prober, and a passing probe does not readmit a worker ejected for errors', async () => {
