@@ -18,6 +18,7 @@ import type { Logger } from 'pino';
 import { KV_EVENTS_PORT, type InferencePoolDiscovery } from '../config/index.js';
 import { KubeClient, KubeListWatch } from './kube-watch.js';
 import type { DiscoveryMetrics } from './source.js';
+import { WatchReport } from './watch-report.js';
 
 /** One ready pod of the pool as the picker dials it. */
 export interface PoolEndpoint {
@@ -71,28 +72,33 @@ export class InferencePoolSource {
   #port = 0;
   #last = '';
   #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
+  readonly #report: WatchReport;
 
   constructor(model: string, pool: InferencePoolDiscovery, onEndpoints: (endpoints: PoolEndpoint[]) => void) {
     this.#model = model;
     this.#pool = pool;
     this.#onEndpoints = onEndpoints;
     this.#client = new KubeClient(pool);
+    this.#report = new WatchReport(
+      model,
+      'inference_pool',
+      `kubernetes watch of InferencePool ${pool.namespace}/${pool.name}`,
+    );
     this.#watch = new KubeListWatch<Pod>({
       client: this.#client,
       path: () => `/api/v1/namespaces/${pool.namespace}/pods?labelSelector=${encodeURIComponent(this.#selector)}`,
       beforeList: () => this.#readPool(),
       onChange: (pods) => this.#apply(pods),
+      onLive: (failures) => this.#report.live(failures),
       onFailure: (err, retryInMs) =>
-        this.#sink?.logger.error(
-          { pool: this.#pool.name, retryInMs },
-          `InferencePool ${this.#pool.namespace}/${this.#pool.name}: ${err.message}; the current endpoints stay, retrying`,
-        ),
+        this.#report.failed(err, retryInMs, { pool: this.#pool.name }, 'the current endpoints stay'),
     });
   }
 
   start(logger: Logger, metrics: DiscoveryMetrics): void {
     if (this.#sink !== undefined) return;
     this.#sink = { logger, metrics };
+    this.#report.start(logger, metrics);
     logger.info(
       { apiServer: this.#pool.apiServer, namespace: this.#pool.namespace, pool: this.#pool.name },
       `watching the pods of InferencePool ${this.#pool.namespace}/${this.#pool.name} for model ${this.#model}`,

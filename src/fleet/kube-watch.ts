@@ -67,6 +67,9 @@ export class KubeListWatch<T extends KubeObject> {
   readonly #onChange: (objects: T[]) => void;
   readonly #onFailure: (err: Error, retryInMs: number) => void;
   readonly #onRelist: ((err: Error) => void) | undefined;
+  readonly #onLive: ((failures: number) => void) | undefined;
+  /** Failed attempts since the list or watch last went through; -1 before it first does. */
+  #failures = -1;
   /** Runs before each list (a caller re-reading what the path depends on); throws to fail the attempt. */
   readonly #beforeList: () => Promise<void>;
   readonly #path: () => string;
@@ -84,6 +87,8 @@ export class KubeListWatch<T extends KubeObject> {
     onFailure: (err: Error, retryInMs: number) => void;
     /** A watch fallen behind (410 Gone): listing again at once. */
     onRelist?: (err: Error) => void;
+    /** A list or watch went through: the first time, and after each run of `failures` failed attempts. */
+    onLive?: (failures: number) => void;
     beforeList?: () => Promise<void>;
   }) {
     this.#client = opts.client;
@@ -91,6 +96,7 @@ export class KubeListWatch<T extends KubeObject> {
     this.#onChange = opts.onChange;
     this.#onFailure = opts.onFailure;
     this.#onRelist = opts.onRelist;
+    this.#onLive = opts.onLive;
     this.#beforeList = opts.beforeList ?? (() => Promise.resolve());
   }
 
@@ -119,6 +125,7 @@ export class KubeListWatch<T extends KubeObject> {
         void this.#run(true);
         return;
       }
+      this.#failures = Math.max(0, this.#failures) + 1;
       this.#onFailure(err as Error, this.#retryMs);
       const relist = err instanceof Gone || this.#resourceVersion === undefined;
       this.#timer = setTimeout(() => void this.#run(relist), this.#retryMs);
@@ -133,13 +140,23 @@ export class KubeListWatch<T extends KubeObject> {
     const body = (await res.body.json()) as { metadata?: { resourceVersion?: string }; items?: T[] };
     this.#objects = new Map((body.items ?? []).map((o) => [o.metadata?.name ?? '', o]));
     this.#resourceVersion = body.metadata?.resourceVersion;
+    this.#live();
     this.#onChange([...this.#objects.values()]);
+  }
+
+  /** The list or watch went through: tell `onLive` the first time and after failures. */
+  #live(): void {
+    if (this.#failures === 0) return;
+    const failures = Math.max(0, this.#failures);
+    this.#failures = 0;
+    this.#onLive?.(failures);
   }
 
   async #watch(): Promise<void> {
     const rv =
       this.#resourceVersion === undefined ? '' : `&resourceVersion=${encodeURIComponent(this.#resourceVersion)}`;
     const res = await this.#client.get(`${this.#path()}&watch=1&allowWatchBookmarks=true${rv}`);
+    this.#live();
     const lines = createInterface({ input: res.body, crlfDelay: Infinity });
     try {
       for await (const line of lines) if (line.trim() !== '') this.#event(JSON.parse(line) as WatchEvent<T>);

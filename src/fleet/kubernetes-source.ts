@@ -31,6 +31,7 @@ import { applyWorkerSet } from './discovered-set.js';
 import { KubeClient, KubeListWatch } from './kube-watch.js';
 import type { FleetMembers } from './membership.js';
 import type { DiscoveryMetrics, WorkerSource } from './source.js';
+import { WatchReport } from './watch-report.js';
 
 /** The EndpointSlice fields kvgate reads (discovery.k8s.io/v1). */
 interface EndpointSlice {
@@ -58,6 +59,7 @@ export class KubernetesWorkersSource implements WorkerSource {
   readonly #ids = new Map<string, number>();
   #current = new Map<number, WorkerConfig>();
   #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
+  readonly #report: WatchReport;
   #closed = false;
 
   constructor(model: ModelConfig, registry: WorkerRegistry, members: FleetMembers) {
@@ -68,7 +70,11 @@ export class KubernetesWorkersSource implements WorkerSource {
     this.#client = new KubeClient(this.#k8s);
     const selector = encodeURIComponent(`kubernetes.io/service-name=${this.#k8s.service}`);
     const path = `/apis/discovery.k8s.io/v1/namespaces/${this.#k8s.namespace}/endpointslices?labelSelector=${selector}`;
-    const where = `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service}`;
+    this.#report = new WatchReport(
+      this.#model.name,
+      'kubernetes',
+      `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service}`,
+    );
     this.#watch = new KubeListWatch<EndpointSlice>({
       client: this.#client,
       path: () => path,
@@ -78,11 +84,9 @@ export class KubernetesWorkersSource implements WorkerSource {
       },
       onRelist: (err) =>
         this.#sink?.logger.warn({ service: this.#k8s.service }, `kubernetes watch: ${err.message}; listing again`),
+      onLive: (failures) => this.#report.live(failures),
       onFailure: (err, retryInMs) =>
-        this.#sink?.logger.error(
-          { service: this.#k8s.service, retryInMs },
-          `${where} failed: ${err.message}; the current workers stay, retrying`,
-        ),
+        this.#report.failed(err, retryInMs, { service: this.#k8s.service }, 'the current workers stay'),
     });
   }
 
@@ -90,6 +94,7 @@ export class KubernetesWorkersSource implements WorkerSource {
   start(logger: Logger, metrics: DiscoveryMetrics): void {
     if (this.#closed || this.#sink !== undefined) return;
     this.#sink = { logger, metrics };
+    this.#report.start(logger, metrics);
     logger.info(
       { apiServer: this.#k8s.apiServer, namespace: this.#k8s.namespace, service: this.#k8s.service },
       `watching the EndpointSlices of service ${this.#k8s.namespace}/${this.#k8s.service} for workers of model ${this.#model.name}`,

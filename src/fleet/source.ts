@@ -23,15 +23,18 @@ export interface DiscoveryMetrics {
       outcome: 'applied' | 'unchanged' | 'rejected';
     }): { inc(): void };
   };
-  /** The state of a source's watch on a remote store (etcd). */
+  /** The state of a source's watch on a remote store (etcd, a Kubernetes API server). */
   readonly discoveryWatch: {
     readonly transitions: {
-      labels(l: { model: string; source: 'etcd'; transition: 'lost' | 'resumed' }): { inc(): void };
+      labels(l: { model: string; source: WatchSourceKind; transition: 'lost' | 'resumed' }): { inc(): void };
     };
-    readonly retries: { labels(l: { model: string; source: 'etcd' }): { inc(): void } };
-    readonly up: { labels(l: { model: string; source: 'etcd' }): { set(v: number): void } };
+    readonly retries: { labels(l: { model: string; source: WatchSourceKind }): { inc(): void } };
+    readonly up: { labels(l: { model: string; source: WatchSourceKind }): { set(v: number): void } };
   };
 }
+
+/** The sources that watch a remote store: etcd, and a Kubernetes API server (a Service's EndpointSlices, an InferencePool's pods). */
+export type WatchSourceKind = 'etcd' | 'kubernetes' | 'inference_pool';
 
 /**
  * A discovery source of one model's workers.

@@ -1,6 +1,7 @@
 /**
  * The state of each model's discovery watch (`kvgate_discovery_watch_*`;
- * `source` is `etcd`): whether it is live, when it was lost and resumed, and
+ * `source` is `etcd`, `kubernetes` (a Service's EndpointSlices) or
+ * `inference_pool` (an InferencePool's pods, in `kvgate picker`)): whether it is live, when it was lost and resumed, and
  * the failed attempts to list and watch again. Registered with every
  * gateway's metrics, so /metrics lists them whether or not a model uses etcd.
  */
@@ -18,19 +19,25 @@ export function discoveryWatchMetrics(registers: Registry[]): DiscoveryWatchMetr
       name: 'kvgate_discovery_watch_up',
       labelNames: ['model', 'source'],
       registers,
-      help: "1 while a discovery source's watch (source=etcd) is live; 0 while kvgate is listing and watching again.",
+      help:
+        "1 while a discovery source's watch (source=etcd, kubernetes or inference_pool) is live; 0 while kvgate is " +
+        'listing and watching again.',
     }),
     transitions: new Counter({
       name: 'kvgate_discovery_watch_transitions_total',
       labelNames: ['model', 'source', 'transition'],
       registers,
-      help: "A discovery source's watch (source=etcd) lost (the current workers stay) or resumed (listed again, the difference applied).",
+      help:
+        "A discovery source's watch (source=etcd, kubernetes or inference_pool) lost (the current workers stay) or " +
+        'resumed (through again, the difference applied).',
     }),
     retries: new Counter({
       name: 'kvgate_discovery_watch_retries_total',
       labelNames: ['model', 'source'],
       registers,
-      help: 'Failed attempts to list and watch a discovery source (source=etcd), each followed by a wait that doubles with jitter.',
+      help:
+        'Failed attempts to list and watch a discovery source (source=etcd, kubernetes or inference_pool), each ' +
+        'followed by a wait that doubles.',
     }),
   };
 }

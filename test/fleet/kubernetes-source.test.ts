@@ -140,4 +140,37 @@ describe('Kubernetes discovery against an API-server protocol double', () => {
     expect(api.requests.filter((r) => r === 'list')).toHaveLength(1);
     expect(api.requests.filter((r) => r.startsWith('watch'))).toEqual([firstWatch, firstWatch]);
   });
+
+  it('a watch lost to a failing API server is counted and logged, and counted again when it resumes', async () => {
+    const { api, urls, metrics } = await start();
+    api.put(slice('engines-a', [['10.0.0.1', true]]));
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l)) });
+    source!.start(logger, metrics);
+    const watch = (name: string, labels = ''): Promise<number> =>
+      metrics
+        .text()
+        .then((t) => Number(new RegExp(`^${name}\\{model="m"${labels}[^}]*\\} (\\d+)`, 'm').exec(t)?.[1] ?? NaN));
+    await until(() => urls().length === 1 && api.requests.some((r) => r.startsWith('watch')), 'watching');
+    expect(await watch('kvgate_discovery_watch_up', ',source="kubernetes"')).toBe(1);
+    // The watch connection drops, and the first attempt to watch again is answered 503.
+    api.failRequests = 1;
+    api.dropWatches();
+    await until(async () => (await watch('kvgate_discovery_watch_retries_total')) === 2, 'two failed attempts');
+    await until(
+      async () =>
+        (await watch('kvgate_discovery_watch_transitions_total', ',source="kubernetes",transition="resumed"')) === 1,
+      'resumed',
+    );
+    expect(await watch('kvgate_discovery_watch_transitions_total', ',source="kubernetes",transition="lost"')).toBe(1);
+    expect(await watch('kvgate_discovery_watch_up', ',source="kubernetes"')).toBe(1);
+    expect(urls()).toHaveLength(1); // the workers stayed meanwhile
+    const msgs = lines.map((l) => String(l['msg']));
+    expect(
+      msgs.filter((m) => /kubernetes watch of service .* lost; the current workers stay until it is back/.test(m)),
+    ).toHaveLength(1);
+    expect(msgs.filter((m) => /failed: .*; the current workers stay, retrying/.test(m))).toHaveLength(2);
+    expect(msgs.some((m) => m.includes('answered 503'))).toBe(true);
+    expect(lines.find((l) => /resumed$/.test(String(l['msg'])))).toMatchObject({ level: 30, attempts: 2 });
+  });
 });

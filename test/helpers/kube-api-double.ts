@@ -57,6 +57,8 @@ export class KubeApiDouble {
   #oldest = 0;
   /** New watch requests wait (unanswered) while true. */
   holdWatches = false;
+  /** The next this many requests are answered 503, as an API server that is restarting or overloaded. */
+  failRequests = 0;
   /** The requests served: `list`, or `watch@<resourceVersion>`. */
   readonly requests: string[] = [];
 
@@ -147,6 +149,12 @@ export class KubeApiDouble {
 
   #serve(req: IncomingMessage, res: ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://x');
+    if (this.failRequests > 0) {
+      this.failRequests--;
+      this.requests.push('failed');
+      res.writeHead(503, { 'content-type': 'application/json' }).end('{"kind":"Status","code":503}');
+      return;
+    }
     const notFound = (): void =>
       void res.writeHead(404, { 'content-type': 'application/json' }).end('{"kind":"Status","code":404}');
     const pool = /^\/apis\/inference\.networking\.k8s\.io\/v1\/namespaces\/([^/]+)\/inferencepools\/([^/]+)$/.exec(
@@ -194,6 +202,8 @@ export class KubeApiDouble {
       for (const h of this.#history)
         if (h.rv > from && h.resource === resource && matches(h.event.object))
           res.write(`${JSON.stringify(h.event)}\n`);
+      // An API server answers a watch at once, before its first event.
+      res.flushHeaders();
       this.#watchers.set(res, resource);
       res.on('close', () => this.#watchers.delete(res));
     };
