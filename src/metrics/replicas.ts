@@ -7,6 +7,8 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
 export interface ReplicaMetrics {
   readonly peers: Gauge;
+  readonly busUp: Gauge;
+  readonly busTransitions: Counter<'transition'>;
   readonly messagesSent: Counter<'kind'>;
   readonly messagesReceived: Counter<'kind'>;
   readonly messagesDropped: Counter<'direction' | 'reason'>;
@@ -26,6 +28,17 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
     peers: new Gauge({
       name: 'kvgate_replica_peers',
       help: 'Other router replicas heard from within the peer timeout.',
+      registers,
+    }),
+    busUp: new Gauge({
+      name: 'kvgate_replica_sync_bus_up',
+      help: 'With replica sync on: 1 while this replica is connected to its sync bus (NATS), 0 while it is not.',
+      registers,
+    }),
+    busTransitions: new Counter({
+      name: 'kvgate_replica_sync_bus_transitions_total',
+      help: 'The sync bus (NATS) connection of this replica, by transition (connected, disconnected).',
+      labelNames: ['transition'],
       registers,
     }),
     messagesSent: new Counter({

@@ -162,6 +162,8 @@ export class ReplicaSync {
   bind(logger: Logger, metrics: KvgateMetrics): void {
     this.#logger ??= logger.child({ component: 'replica-sync', routerId: this.routerId });
     this.#metrics ??= metrics;
+    // The bus may have connected before the gateway started: the gauge starts at its state.
+    this.#metrics.replicas.busUp.set(this.#t.connected ? 1 : 0);
     this.#peers.bind(this.#logger, this.#metrics.replicas);
     this.#snapshots.bind(this.#logger, this.#metrics.replicas);
   }
@@ -405,6 +407,8 @@ export class ReplicaSync {
   }
 
   #onStatus(status: 'connected' | 'disconnected', detail: string): void {
+    this.#metrics?.replicas.busUp.set(status === 'connected' ? 1 : 0);
+    this.#metrics?.replicas.busTransitions.labels({ transition: status }).inc();
     if (status === 'disconnected') {
       this.#logger?.warn(
         { detail },

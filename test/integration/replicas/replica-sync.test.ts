@@ -209,15 +209,24 @@ describe('replica sync over NATS between two kvgate serve processes', () => {
       }
     })();
     await until(() => statuses.length >= 5, 'traffic before the outage', 10_000);
+    expect(await metric(urlA, 'kvgate_replica_sync_bus_up')).toBe(1);
+    const connects = await metric(urlA, 'kvgate_replica_sync_bus_transitions_total', { transition: 'connected' });
     await nats.stop();
     const before = statuses.length;
     await until(() => statuses.length >= before + 6, 'traffic during the outage', 10_000);
+    await until(async () => (await metric(urlA, 'kvgate_replica_sync_bus_up')) === 0, 'A sees the bus down', 10_000);
+    expect(await metric(urlA, 'kvgate_replica_sync_bus_transitions_total', { transition: 'disconnected' })).toBe(1);
     await nats.restart();
     await until(
       async () =>
         (await metric(urlA, 'kvgate_replica_peers')) === 1 && (await metric(urlB, 'kvgate_replica_peers')) === 1,
       'peers again after the restart',
       15_000,
+    );
+    // The client tells of its reconnection apart from the messages it carries: either may come first.
+    await until(async () => (await metric(urlA, 'kvgate_replica_sync_bus_up')) === 1, 'A sees the bus back', 10_000);
+    expect(await metric(urlA, 'kvgate_replica_sync_bus_transitions_total', { transition: 'connected' })).toBe(
+      connects + 1,
     );
     const after = statuses.length;
     await until(() => statuses.length >= after + 6, 'traffic after the outage', 10_000);
