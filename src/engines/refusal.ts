@@ -1,7 +1,8 @@
 /**
  * What a client is told when an engine refuses its request (a 4xx answer, or
- * an error event with a 4xx code in a stream it had begun): kvgate's own OpenAI error object, with the engine's status and the
- * engine's message, because that message is the client's business ("This
+ * an error event with a 4xx code in a stream it had begun): kvgate's own
+ * OpenAI error object, with the engine's status and the engine's message,
+ * because that message is the client's business ("This
  * model's maximum context length is ..."). Nothing else of the engine's answer
  * goes out: not its headers, not the rest of its body, not an address.
  *
