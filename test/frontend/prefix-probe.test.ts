@@ -105,15 +105,21 @@ describe('the prefix probe (issue 13 item 3)', () => {
     const pre = await ModelPreprocessor.create(spec);
     const text = prose(2_000_000, 11);
     const tok = loadTokenizer(demoTokenizerFiles());
-    const t0 = performance.now();
-    await tok.encode(text, { addSpecialTokens: true });
-    const whole = performance.now() - t0;
-    const t1 = performance.now();
-    const err = await pre
-      .run({ kind: 'text', model: 'demo', prompt: text, maxPromptTokens: 16_384 })
-      .catch((e: unknown) => e);
-    const refused = performance.now() - t1;
-    expect(isKvgateError(err, 'KVG_ERR_PROMPT_TOO_LONG')).toBe(true);
+    // The fastest of three runs of each, alternating: the test files run in parallel on a small machine, and
+    // one run of either can be slowed by the others (one CI run read 0.51 of the whole, typical runs 0.25 to 0.3).
+    let whole = Infinity;
+    let refused = Infinity;
+    for (let i = 0; i < 3; i++) {
+      const t0 = performance.now();
+      await tok.encode(text, { addSpecialTokens: true });
+      whole = Math.min(whole, performance.now() - t0);
+      const t1 = performance.now();
+      const err = await pre
+        .run({ kind: 'text', model: 'demo', prompt: text, maxPromptTokens: 16_384 })
+        .catch((e: unknown) => e);
+      refused = Math.min(refused, performance.now() - t1);
+      expect(isKvgateError(err, 'KVG_ERR_PROMPT_TOO_LONG')).toBe(true);
+    }
     expect(refused).toBeLessThan(whole / 2);
   });
 });
