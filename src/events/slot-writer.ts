@@ -193,6 +193,7 @@ export class SlotWriter {
     const seeded = this.#seeded;
     this.#seeded = false;
     if (seeded && (reason === 'gap_without_replay' || reason === 'replay_incomplete' || reason === 'replay_failed')) {
+      this.#hooks.onSeedKept?.(this.#slot, reason);
       this.#log.warn(
         'seed_kept',
         { reason },

@@ -65,6 +65,8 @@ export interface KvEventHooks {
   onDropped?(slot: WorkerRank, reason: DropReason, seq: bigint): void;
   /** A replay request was sent (at most one per slot is in flight). */
   onReplayRequested?(slot: WorkerRank, fromSeq: bigint): void;
+  /** A reset for `reason` kept the replica snapshot the slot was just seeded from (slot-writer.ts, `seeded`). */
+  onSeedKept?(slot: WorkerRank, reason: ResetReason): void;
   /** The slot's SUB socket connected to its publisher, or lost it (connection-watch.ts). */
   onConnection?(slot: WorkerRank, change: ConnectionChange): void;
 }
@@ -101,6 +103,9 @@ export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks
     onReplayRequested: (slot, s) => {
       for (const h of hs) h.onReplayRequested?.(slot, s);
     },
+    onSeedKept: (slot, why) => {
+      for (const h of hs) h.onSeedKept?.(slot, why);
+    },
     onConnection: (slot, c) => {
       for (const h of hs) h.onConnection?.(slot, c);
     },
@@ -133,6 +138,8 @@ export interface KvEventCountersSnapshot {
   replayRequests: number;
   replayedBatches: number;
   resets: Record<ResetReason, number>;
+  /** Resets that kept a replica snapshot's blocks instead, by the reset's reason. */
+  seedsKept: Record<ResetReason, number>;
   dropped: Record<DropReason, number>;
   /** SUB sockets' connections made and lost, over every slot. */
   connections: Record<ConnectionChange, number>;
@@ -176,6 +183,7 @@ export class KvEventCounters implements KvEventHooks {
       replayRequests: 0,
       replayedBatches: 0,
       resets: zeros(RESETS),
+      seedsKept: zeros(RESETS),
       dropped: zeros(DROPS),
       connections: zeros(CONNECTION_CHANGES),
       slots: {},
@@ -253,6 +261,10 @@ export class KvEventCounters implements KvEventHooks {
   onReplayRequested(slot: WorkerRank): void {
     this.#s.replayRequests++;
     this.#slot(slot).replayRequests++;
+  }
+
+  onSeedKept(_slot: WorkerRank, reason: ResetReason): void {
+    this.#s.seedsKept[reason]++;
   }
 
   onConnection(_slot: WorkerRank, change: ConnectionChange): void {

@@ -40,6 +40,14 @@ export const EVENT_METRIC_DEFINITIONS = {
       'bound; recovered by the next replay) or garbage (sequence numbers the publisher never sent).',
     labelNames: ['worker_id', 'dp_rank', 'reason'],
   },
+  kvEventSeedsKept: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_seeds_kept_total',
+    help:
+      'Resets that kept the replica snapshot a slot was just seeded from (the engine could not replay what came after ' +
+      'it), by the reset reason: the blocks stay, and live events continue from there.',
+    labelNames: ['worker_id', 'dp_rank', 'reason'],
+  },
   kvEventResets: {
     kind: 'counter',
     name: 'kvgate_kv_event_resets_total',

@@ -43,5 +43,6 @@ export function eventHooks(m: KvgateMetrics | undefined, watch: EventWatch, bloc
       if (reason === 'restart') m.kvEventPublisherRestarts.labels(slotLabels(slot)).inc();
     },
     onConnection: (slot, change) => m.kvEventConnectionChanges.labels({ ...slotLabels(slot), change }).inc(),
+    onSeedKept: (slot, reason) => m.kvEventSeedsKept.labels({ ...slotLabels(slot), reason }).inc(),
   };
 }

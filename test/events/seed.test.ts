@@ -94,6 +94,7 @@ describe('a KV-event stream seeded from a replica snapshot', () => {
     expect(warm.depth([...C, ...D])).toBe(2);
     expect(warm.depth(B)).toBe(1);
     expect(warm.counters.snapshot().resets.replay_incomplete).toBe(0);
+    expect(warm.counters.snapshot().seedsKept.replay_incomplete).toBe(1);
     expect(warm.warnings.some((w) => w.reason === 'replay_incomplete')).toBe(true);
 
     // The same join without the snapshot: restored from the buffer alone, the early prefixes are gone.
@@ -112,10 +113,12 @@ describe('a KV-event stream seeded from a replica snapshot', () => {
     expect(b.depth([...A, ...B])).toBe(2);
     expect(b.depth(B)).toBe(1);
     expect(b.counters.snapshot().resets.gap_without_replay).toBe(0);
+    expect(b.counters.snapshot().seedsKept.gap_without_replay).toBe(1);
     expect(b.warnings.some((w) => w.reason === 'gap_without_replay')).toBe(true);
     a.engine.batch([]);
     b.deliver(a.engine.batch([stored(8, null, C)]));
     expect(b.counters.snapshot().resets.gap_without_replay).toBe(1);
+    expect(b.counters.snapshot().seedsKept.gap_without_replay).toBe(1);
     expect(b.depth([...A, ...B])).toBe(0);
   });
 });
