@@ -34,17 +34,18 @@ import type { WorkerInfo, WorkerRegistry } from './registry.js';
 export type EjectionReason = 'health_probe' | 'consecutive_errors';
 type Hold = EjectionReason | 'model_mismatch';
 
+/** A per-worker counter by ejection reason. */
+interface EjectionCounter {
+  labels(labels: { model: string; worker_id: string; reason: EjectionReason }): { inc(): void };
+}
+
 /** Where ejections and panic are counted: kvgate's metrics registry fits this shape. */
 export interface EjectionMetrics {
-  readonly workerEjections: {
-    labels(labels: { model: string; worker_id: string; reason: EjectionReason }): { inc(): void };
-  };
+  readonly workerEjections: EjectionCounter;
   /** An ejection lifted (its reason's hold released; the worker may stay held for the other reason). */
-  readonly workerReadmissions?:
-    { labels(labels: { model: string; worker_id: string; reason: EjectionReason }): { inc(): void } } | undefined;
+  readonly workerReadmissions?: EjectionCounter | undefined;
   /** An ejection the model's `max_ejected_percent` did not allow: the failing worker stays routable. */
-  readonly workerEjectionsRefused?:
-    { labels(labels: { model: string; worker_id: string; reason: EjectionReason }): { inc(): void } } | undefined;
+  readonly workerEjectionsRefused?: EjectionCounter | undefined;
   readonly poolPanic?:
     | {
         labels(labels: { model: string; worker_type: WorkerRole }): { set(value: number): void };
@@ -149,30 +150,29 @@ export class Ejections {
     h.reasons.add(reason);
     this.#holds.set(w.id, h);
     if (reason === 'model_mismatch') this.#registry.markDown(w.id);
-    else
-      this.#sinks
-        .get(w.model)
-        ?.metrics?.workerEjections.labels({ model: w.model, worker_id: String(w.id), reason })
-        .inc();
+    else this.#count(w, reason, (m) => m.workerEjections);
     this.#settle(w.model, w.role);
   }
 
   /** An ejection for `reason` that `mayEject` refused: counted (the caller logs it). */
   refused(w: WorkerInfo, reason: EjectionReason): void {
-    this.#sinks
-      .get(w.model)
-      ?.metrics?.workerEjectionsRefused?.labels({ model: w.model, worker_id: String(w.id), reason })
-      .inc();
+    this.#count(w, reason, (m) => m.workerEjectionsRefused);
+  }
+
+  /** Counts `reason` for worker `w` in the series `pick` chooses from its model's metrics (when it has them). */
+  #count(w: WorkerInfo, reason: EjectionReason, pick: (m: EjectionMetrics) => EjectionCounter | undefined): void {
+    const m = this.#sinks.get(w.model)?.metrics;
+    if (m !== undefined)
+      pick(m)
+        ?.labels({ model: w.model, worker_id: String(w.id), reason })
+        .inc();
   }
 
   /** Lifts `reason`; the worker is routable again once nothing else holds it. True if nothing holds it now. */
   release(w: WorkerInfo, reason: Hold): boolean {
     const h = this.#holds.get(w.id);
     if (h?.reasons.delete(reason) === true && reason !== 'model_mismatch')
-      this.#sinks
-        .get(w.model)
-        ?.metrics?.workerReadmissions?.labels({ model: w.model, worker_id: String(w.id), reason })
-        .inc();
+      this.#count(w, reason, (m) => m.workerReadmissions);
     const free = h === undefined || h.reasons.size === 0;
     if (free) {
       this.#holds.delete(w.id);

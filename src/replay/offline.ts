@@ -23,9 +23,10 @@
  * both made of the shared steps of `OfflineLegs`. Request state lives in
  * closures over one `RequestOutcome` (aggregated) or one `DisaggFlow` (P/D).
  */
-import { defaultSessionAffinity, ManualClock } from '../common/index.js';
+import { ManualClock } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { CoreRequest, FilledMockerOptions } from '../mocker/index.js';
+import { pinsSessions } from '../routing/index.js';
 import { ArrivalSchedule } from './arrivals.js';
 import type { DisaggPolicy } from '../core/index.js';
 import { ConditionalDisagg, PrefillLoadRouter } from './conditional-disagg.js';
@@ -134,7 +135,7 @@ class OfflineReplay {
     // Clients that name their sessions (to be pinned, or for their priority) are pinned as the gateway would: with
     // `session_affinity: pin`, or by the policy's mode's default affinity.
     const named = opts.sessionPins === true || opts.sessionPriority === true;
-    const pinned = named && (opts.sessionPins === true || defaultSessionAffinity(routerModeOf(opts.policy)) === 'pin');
+    const pinned = named && pinsSessions(opts.sessionPins === true ? 'pin' : undefined, routerModeOf(opts.policy));
     this.#replicas = opts.replicas ?? SINGLE_ROUTER;
     validateReplicaOptions(this.#replicas);
     this.#front = new FrontDoor(this.#replicas, seed);

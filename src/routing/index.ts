@@ -27,7 +27,7 @@ export { PrefillRouter } from './disagg/prefill-router.js';
 export type { PrefillRouterOptions } from './disagg/prefill-router.js';
 export { decodeOverrideOf, prefillPoolConfig } from './disagg/handoff.js';
 export { ModelRouter } from './model-router.js';
-export { StickySessions } from './sticky-sessions.js';
+export { StickySessions, pinsSessions } from './sticky-sessions.js';
 export type { ModelRouterOptions } from './model-router.js';
 export type {
   ModelRouterPort,

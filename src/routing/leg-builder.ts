@@ -15,7 +15,7 @@ import type { LegRequest } from './push/types.js';
 import type { PreparedRequest } from './router-port.js';
 import type { RouterContext } from './context.js';
 import { SessionPriority, sessionPriorityLimitReporter } from './session-priority.js';
-import { DEFAULT_MAX_SESSION_TTL_MS, DEFAULT_MAX_SESSIONS, type SessionLimits } from './sticky-sessions.js';
+import type { SessionLimits } from './sticky-sessions.js';
 import { agentLegFields } from './agent-endpoints.js';
 import { EMBEDDINGS_PATH, routedHashes } from './embeddings.js';
 
@@ -53,10 +53,8 @@ function sessionPriority(opts: LegBuilderOptions, order: SessionPriorityOrder, c
   const { clock } = ctx;
   // The system clock reads ms since the process's time origin; an injected clock (tests, replay) counts from its own zero.
   const epochOffsetMs = clock === systemClock ? performance.timeOrigin : 0;
-  const maxTtlMs = opts.sessionLimits?.maxTtlMs ?? DEFAULT_MAX_SESSION_TTL_MS;
-  const maxSessions = opts.sessionLimits?.maxSessions ?? DEFAULT_MAX_SESSIONS;
-  const onLimit = sessionPriorityLimitReporter(ctx, opts.model, { maxTtlMs, maxSessions });
-  return new SessionPriority(clock, { order, epochOffsetMs, maxTtlMs, maxSessions, onLimit });
+  const onLimit = sessionPriorityLimitReporter(ctx, opts.model);
+  return new SessionPriority(clock, { order, epochOffsetMs, ...opts.sessionLimits, onLimit });
 }
 
 export class LegBuilder {

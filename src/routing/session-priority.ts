@@ -43,8 +43,8 @@ export interface SessionPriorityOptions {
   readonly maxTtlMs?: number | undefined;
   /** Session starts held (default 100 000). */
   readonly maxSessions?: number | undefined;
-  /** Told of each limit applied (`sessionPriorityLimitReporter` counts and logs them). */
-  readonly onLimit?: ((limit: SessionLimit) => void) | undefined;
+  /** Told of each limit applied, with the table it applied to (`sessionPriorityLimitReporter` counts and logs them). */
+  readonly onLimit?: ((limit: SessionLimit, starts: SessionPriority) => void) | undefined;
 }
 
 interface Start {
@@ -55,16 +55,16 @@ interface Start {
 export class SessionPriority {
   readonly #clock: Clock;
   readonly #opts: SessionPriorityOptions;
-  readonly #maxTtlMs: number;
-  readonly #maxSessions: number;
+  readonly maxTtlMs: number;
+  readonly maxSessions: number;
   /** In least-recently-seen order (a sighting re-inserts at the end). */
   readonly #starts = new Map<string, Start>();
 
   constructor(clock: Clock, opts: SessionPriorityOptions) {
     this.#clock = clock;
     this.#opts = opts;
-    this.#maxTtlMs = opts.maxTtlMs ?? DEFAULT_MAX_SESSION_TTL_MS;
-    this.#maxSessions = opts.maxSessions ?? DEFAULT_MAX_SESSIONS;
+    this.maxTtlMs = opts.maxTtlMs ?? DEFAULT_MAX_SESSION_TTL_MS;
+    this.maxSessions = opts.maxSessions ?? DEFAULT_MAX_SESSIONS;
   }
 
   get size(): number {
@@ -77,10 +77,10 @@ export class SessionPriority {
     let at = now;
     if (session !== undefined) {
       // The default timeout is bounded quietly; a timeout the session asks for above the bound is told.
-      let ttlMs = Math.min(DEFAULT_SESSION_TTL_MS, this.#maxTtlMs);
+      let ttlMs = Math.min(DEFAULT_SESSION_TTL_MS, this.maxTtlMs);
       if (session.timeoutSecs !== undefined) {
-        ttlMs = Math.min(session.timeoutSecs * 1000, this.#maxTtlMs);
-        if (session.timeoutSecs * 1000 > this.#maxTtlMs) this.#opts.onLimit?.('timeout');
+        ttlMs = Math.min(session.timeoutSecs * 1000, this.maxTtlMs);
+        if (session.timeoutSecs * 1000 > this.maxTtlMs) this.#opts.onLimit?.('timeout', this);
       }
       const parent = session.parentId === undefined ? undefined : this.#see(session.parentId, now, now, ttlMs);
       at = this.#see(session.id, parent?.at ?? now, now, ttlMs).at;
@@ -98,9 +98,9 @@ export class SessionPriority {
     s.expiresAt = now + ttlMs;
     this.#starts.set(id, s);
     for (const oldest of this.#starts.keys()) {
-      if (this.#starts.size <= this.#maxSessions) break;
+      if (this.#starts.size <= this.maxSessions) break;
       this.#starts.delete(oldest);
-      this.#opts.onLimit?.('capacity');
+      this.#opts.onLimit?.('capacity', this);
     }
     return s;
   }
@@ -113,15 +113,13 @@ export class SessionPriority {
 export function sessionPriorityLimitReporter(
   ctx: RouterContext,
   model: string,
-  limits: { readonly maxTtlMs: number; readonly maxSessions: number },
-): (limit: SessionLimit) => void {
+): (limit: SessionLimit, starts: SessionPriority) => void {
   const log = logLimitOnce(ctx, 'kvgate_router_session_priority_limits_total', {
     timeout: 'a session asked for a timeout above the maximum: its start is held for the maximum',
     capacity: 'session starts at capacity: the least recently seen was dropped (it counts as new when it comes back)',
   });
-  const fields = { model, maxSessionTimeoutS: limits.maxTtlMs / 1000, maxSessions: limits.maxSessions };
-  return (limit) => {
+  return (limit, starts) => {
     ctx.metrics?.sessionPriorityLimits.labels({ model, limit }).inc();
-    log(limit, fields);
+    log(limit, { model, maxSessionTimeoutS: starts.maxTtlMs / 1000, maxSessions: starts.maxSessions });
   };
 }

@@ -8,32 +8,24 @@ import { batchesOf } from '../../common/index.js';
 import { EngineStreamError, ResponseAssembler, type EngineEvent } from '../../engines/index.js';
 import type { LegBody } from './types.js';
 
-function obj(v: unknown): Record<string, unknown> | undefined {
-  return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
-}
-
 /**
  * Reads the whole stream into one JSON answer with the stream's `status`.
- * An error event from the engine ends the answer (`EngineStreamError`; the
- * request guard raises it first): a 4xx code is the client's answer (as the
- * engine would have given it unstreamed, in kvgate's error object as any
- * engine refusal), anything else fails.
+ * `events` are the leg guard's (`guardedEvents`), which end at an engine's
+ * error event with an `EngineStreamError`: a 4xx code is the client's answer
+ * (as the engine would have given it unstreamed, in kvgate's error object as
+ * any engine refusal), anything else fails.
  * @throws EngineStreamError KVG_ERR_ENGINE_FAILED for an engine error mid-stream; the stream's own errors
  *   (KVG_ERR_ENGINE_STREAM_BROKEN, KVG_ERR_CLIENT_ABORTED, ...).
  */
 export async function assembledAnswer(
   events: AsyncIterable<EngineEvent>,
   status: number,
-  worker: { readonly id: number; readonly url: string },
 ): Promise<{ status: number; body: LegBody }> {
   const asm = new ResponseAssembler();
   try {
     for await (const batch of batchesOf(events)) {
       for (const ev of batch) {
-        if (ev.done || ev.json === undefined) continue;
-        const error = obj(ev.json)?.['error'];
-        if (error !== undefined && error !== null) throw new EngineStreamError(error, worker);
-        asm.push(ev.json);
+        if (!ev.done && ev.json !== undefined) asm.push(ev.json);
       }
     }
   } catch (err) {
