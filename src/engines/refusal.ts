@@ -28,14 +28,18 @@ const REDACTED = '[address]';
 
 /**
  * URLs with a scheme (not their trailing punctuation: "see http://h:1/x." keeps its full stop); bracketed IPv6
- * and IPv4 literals, with a port or not; host names with a port.
+ * and IPv4 literals, with a port or not; host names with a port of two to five digits, dotted or a single label
+ * with a letter in it (`prefill-0:8000`, `vllm:8000`: Kubernetes Services and Compose services are named so).
+ * The single-label rule also takes prose written without a space (`tokens:4096`): a word lost from a message is
+ * the price of never passing on a peer's address, which an engine names when it fails to reach one (a P/D
+ * transfer's prefill peer). Times (`12:30`) and `max_tokens:4096` (an underscore is no host's) are kept.
  */
 const ADDRESS = new RegExp(
   [
     String.raw`\b[a-z][a-z0-9+.-]*://[^\s"'<>()[\]{}]*[^\s"'<>()[\]{}.,;:!?]`,
     String.raw`\[[0-9a-f:.]*:[0-9a-f:.]*\](?::\d{1,5})?`,
     String.raw`\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?\b`,
-    String.raw`\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{1,5}\b`,
+    String.raw`(?<![\w.-])(?:[a-z0-9-]+(?:\.[a-z0-9-]+)+:\d{1,5}|[a-z0-9-]*[a-z][a-z0-9-]*:\d{2,5})\b`,
   ].join('|'),
   'gi',
 );

@@ -71,6 +71,8 @@ describe('refusalBody', () => {
       'grpc://decode-1:7000',
       '(see http://h.example/x/y?z=1), then ws://10.0.0.1:9.',
       'kept: max_tokens must be <= 4096',
+      'nixl prefill-0:5600 and vllm:8000 refused',
+      'kept: max_tokens:4096 at 12:30, code:7',
     ].join(' | ');
     expect(redactAddresses(said, WORKER)).toBe(
       [
@@ -84,6 +86,8 @@ describe('refusalBody', () => {
         '[address]',
         '(see [address]), then [address].',
         'kept: max_tokens must be <= 4096',
+        'nixl [address] and [address] refused',
+        'kept: max_tokens:4096 at 12:30, code:7',
       ].join(' | '),
     );
     // A bare short host name is the worker's own only when it is its host.
