@@ -29,7 +29,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { ERROR_CODES, KvgateError, isKvgateError } from '../errors/index.js';
-import { messageOf, type EngineRefusal } from './refusal.js';
+import { EngineStreamError, messageOf, type EngineRefusal } from './refusal.js';
 
 /** How far a request got before it failed. */
 export type DispatchPhase = 'queued' | 'sent' | 'body';
@@ -266,14 +266,19 @@ const MIGRATABLE_STATUSES = new Set([500, 502, 503, 504]);
  * the connection was refused or reset, the response broke mid-way, the engine
  * made no progress in time (first-byte and stream-idle timeouts carry
  * `detail.migratable: true`), or it answered 500, 502, 503 (shutting down) or
- * 504. Never a client abort, an engine 4xx (the request itself is at fault),
- * any other 5xx (501 and 505 say the engine will never serve the request), or
- * kvgate's own backpressure.
+ * 504, as a status or as the code of an error event in a stream it had begun
+ * (vLLM sends code 500 there when its engine loop dies). Never a client abort,
+ * an engine 4xx (the request itself is at fault), any other 5xx (501 and 505
+ * say the engine will never serve the request), or kvgate's own backpressure.
  */
 export function isMigratable(err: unknown): err is KvgateError {
   if (!isKvgateError(err)) return false;
   if (err.detail?.['migratable'] === true) return true;
   if (err instanceof EngineHttpError) return MIGRATABLE_STATUSES.has(err.upstreamStatus);
+  if (err instanceof EngineStreamError) {
+    const code = err.detail?.['upstreamCode'];
+    return typeof code === 'number' && MIGRATABLE_STATUSES.has(code);
+  }
   // The codes that say the engine (or the way to it) failed, not the request: the error table's `migratable` column.
   return ERROR_CODES[err.code].migratable;
 }

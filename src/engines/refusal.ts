@@ -143,12 +143,14 @@ function paramOf(json: unknown): string | null {
 /**
  * An engine's error event in a stream it had begun (`data: {"error": {...}}`): vLLM and SGLang send one when
  * generation fails after the headers went out, and SGLang also for requests it refuses after starting its stream.
- * The leg fails there (the request guard throws it), and neither kind is migratable: the engine answered.
+ * The leg fails there (the request guard throws it).
  * - A 4xx `code` is a refusal: KVG_ERR_ENGINE_REJECTED with the engine's status, and `refusal`, the client's answer
  *   (`refusalBody`: the engine's message bounded, without addresses), whose message and param the error carries,
  *   marked `detail.redacted` so the gateway passes it on as it is.
  * - Anything else is KVG_ERR_ENGINE_FAILED; the engine's text is in the message for the log only, and a client sees
- *   kvgate's fixed sentence for the code (src/frontend/public-error.ts), never the engine's event.
+ *   kvgate's fixed sentence for the code (src/frontend/public-error.ts), never the engine's event. A code of 500,
+ *   502, 503 or 504 says the engine failed, not the request (a dead engine loop), so the leg may be resumed on
+ *   another worker (`isMigratable`); a refusal is the client's answer and never is.
  */
 export class EngineStreamError extends KvgateError {
   override readonly statusCode: number;

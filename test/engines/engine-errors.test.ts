@@ -3,7 +3,7 @@
  * column, so the set below is the one the router migrates on, pinned as it was when the router kept its own list.
  */
 import { describe, expect, it } from 'vitest';
-import { EngineHttpError, isMigratable } from '../../src/engines/index.js';
+import { EngineHttpError, EngineStreamError, isMigratable } from '../../src/engines/index.js';
 import { ERROR_CODES, KvgateError, type KvgateErrorCode } from '../../src/errors/index.js';
 
 const MIGRATABLE: readonly KvgateErrorCode[] = [
@@ -42,6 +42,13 @@ describe('isMigratable', () => {
   it('an engine HTTP error is migratable on 500, 502, 503 and 504 only', () => {
     const statuses = [400, 404, 429, 500, 501, 502, 503, 504, 505];
     expect(statuses.filter((s) => isMigratable(httpError(s)))).toEqual([500, 502, 503, 504]);
+  });
+
+  it("an engine's error event mid-stream is migratable when its code is 500, 502, 503 or 504: the engine failed", () => {
+    const worker = { id: 1, url: 'http://10.0.0.1:8000' };
+    const codes = [400, 413, 500, 501, 502, 503, 504, 505, 'internal', undefined];
+    const migratable = codes.filter((code) => isMigratable(new EngineStreamError({ message: 'x', code }, worker)));
+    expect(migratable).toEqual([500, 502, 503, 504]);
   });
 
   it('anything but a KvgateError is not', () => {

@@ -6,7 +6,8 @@
  * request completes on another engine and the client's text equals the same
  * request's text without the fault; usage covers the whole answer; the dead
  * engine's booking is freed. A guided-decoding request is not migrated and gets
- * a clean error event; `--migration-limit 0` turns migration off.
+ * a clean error event; `--migration-limit 0` turns migration off. An engine's
+ * error event with code 500 mid-stream is migrated like a death.
  */
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -76,10 +77,11 @@ async function streamChat(
   model: string,
   whileRunning?: (worker: number) => Promise<void>,
   extra: Record<string, unknown> = {},
+  headers: Record<string, string> = {},
 ): Promise<Streamed> {
   const res = await fetch(`${gateway}/v1/chat/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...headers },
     body: chatBody(model, true, extra),
   });
   const worker = Number(res.headers.get('x-kvgate-worker')?.split(':')[0]);
@@ -93,6 +95,35 @@ async function streamChat(
     .map((c) => c.choices?.[0]?.delta?.content ?? '')
     .join('');
   return { status: res.status, worker, text, payloads };
+}
+
+/** A round-robin gateway's config over `engines` (written into `dir`), with `extra` model settings. */
+function roundRobinConfig(dir: string, engines: readonly Engine[], extra: Record<string, unknown> = {}): string {
+  const config = join(dir, 'kvgate.json');
+  writeFileSync(
+    config,
+    JSON.stringify({
+      listen: { host: '127.0.0.1', port: 0 },
+      preprocess: { threads: 0 },
+      log: { level: 'info' },
+      models: [
+        {
+          name: engines[0]!.model,
+          block_size: 16,
+          router_mode: 'round-robin',
+          ...extra,
+          workers: engines.map((e, i) => ({ id: i + 1, url: e.url })),
+        },
+      ],
+    }),
+  );
+  return config;
+}
+
+async function serve(args: readonly string[]): Promise<{ proc: Proc; url: string }> {
+  const proc = start(['serve', ...args]);
+  const line = await lineOf(proc, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started');
+  return { proc, url: String(line.listen) };
 }
 
 function usageOf(payloads: readonly string[]): Record<string, number> | undefined {
@@ -117,27 +148,7 @@ describe('migration over real processes', () => {
     const started = await Promise.all([startEngine(), startEngine(), startEngine()]);
     started.forEach((e, i) => engines.set(i + 1, e));
     model = started[0]!.model;
-    const config = join(dir, 'kvgate.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        listen: { host: '127.0.0.1', port: 0 },
-        preprocess: { threads: 0 },
-        log: { level: 'info' },
-        models: [
-          {
-            name: model,
-            block_size: 16,
-            router_mode: 'round-robin',
-            workers: started.map((e, i) => ({ id: i + 1, url: e.url })),
-          },
-        ],
-      }),
-    );
-    gateway = start(['serve', '--config', config]);
-    url = String(
-      (await lineOf(gateway, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started')).listen,
-    );
+    ({ proc: gateway, url } = await serve(['--config', roundRobinConfig(dir, started)]));
   }, 60_000);
 
   afterAll(async () => {
@@ -254,32 +265,11 @@ describe('what is not migrated', () => {
       startEngine(['--fault-stall-after-tokens', '10']),
     ]);
     model = engines[0]!.model;
-    const config = join(dir, 'kvgate.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        listen: { host: '127.0.0.1', port: 0 },
-        preprocess: { threads: 0 },
-        log: { level: 'info' },
-        models: [
-          {
-            name: model,
-            block_size: 16,
-            router_mode: 'round-robin',
-            engine_timeouts: { stream_idle_timeout_ms: 800 },
-            workers: engines.map((e, i) => ({ id: i + 1, url: e.url })),
-          },
-        ],
-      }),
-    );
-    gateway = start(['serve', '--config', config]);
-    off = start(['serve', '--config', config, '--migration-limit', '0']);
-    url = String(
-      (await lineOf(gateway, "the gateway's startup line", (o) => o.msg === 'kvgate gateway started')).listen,
-    );
-    offUrl = String(
-      (await lineOf(off, "the second gateway's startup line", (o) => o.msg === 'kvgate gateway started')).listen,
-    );
+    const config = roundRobinConfig(dir, engines, { engine_timeouts: { stream_idle_timeout_ms: 800 } });
+    [{ proc: gateway, url }, { proc: off, url: offUrl }] = await Promise.all([
+      serve(['--config', config]),
+      serve(['--config', config, '--migration-limit', '0']),
+    ]);
   }, 60_000);
 
   afterAll(async () => {
@@ -310,4 +300,48 @@ describe('what is not migrated', () => {
     expect(await metric(url, /^kvgate_router_migrations_total\{[^}]*outcome="started"/)).toBe(1);
     expect(await metric(url, /^kvgate_router_migrations_total\{[^}]*outcome="failed"/)).toBe(1);
   }, 30_000);
+});
+
+describe("an engine's error event mid-stream", () => {
+  let dir: string;
+  let engines: Engine[] = [];
+  let gateway: Proc | undefined;
+  let url: string;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'kvgate-error-event-'));
+    // Worker 1 sends vLLM's error event (code 500, as when its engine loop dies) after 10 tokens of each stream.
+    engines = await Promise.all([startEngine(['--fault-error-after-tokens', String(CUT_AFTER)]), startEngine()]);
+    ({ proc: gateway, url } = await serve(['--config', roundRobinConfig(dir, engines)]));
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.all([stop(gateway), ...engines.map((e) => stop(e.proc))]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('with code 500 is migrated: the stream completes on the other engine with the same text, no error event', async () => {
+    const model = engines[0]!.model;
+    // The reference: the same request pinned to the clean worker. Round-robin starts the next one on worker 1 (a
+    // migration's continuation takes a turn too, so the cursor is read, not assumed).
+    const clean = await streamChat(url, model, undefined, {}, { 'x-worker-instance-id': '2' });
+    const outs: Streamed[] = [];
+    while (outs.length < 2 && !outs.some((o) => o.worker === 1)) outs.push(await streamChat(url, model));
+    expect(outs.at(-1)!.worker).toBe(1);
+    for (const out of [clean, ...outs]) {
+      expect(out.status).toBe(200);
+      expect(out.payloads.some((p) => p.includes('"error"'))).toBe(false);
+      expect(out.payloads.at(-1)).toBe('[DONE]');
+      expect(out.text).toBe(clean.text);
+      expect(usageOf(out.payloads)?.completion_tokens).toBe(MAX_TOKENS);
+    }
+    expect(await metric(url, /^kvgate_router_engine_error_events_total\{[^}]*kind="failed"/)).toBe(1);
+    expect(await metric(url, /^kvgate_router_migrations_total\{[^}]*outcome="succeeded"/)).toBe(1);
+    await lineOf(
+      gateway!,
+      'the migration log line',
+      (o) => o.msg === 'stream migrated to another worker and completed',
+    );
+    expect(await totalActive(url)).toBe(0);
+  }, 60_000);
 });
