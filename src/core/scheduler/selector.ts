@@ -129,7 +129,7 @@ export class SlotSelector {
     for (let i = 0; i < n; i++) {
       const s = elig[i]!;
       const overlap = dev[s]!;
-      const decodeBlocks = blocks[s]! + (shareable ? newBlocks - depth[s]! : newBlocks);
+      const decodeBlocks = decodeBlocksAt(blocks, depth, s, newBlocks, shareable);
       const p = prefill[s]!;
       const activeRequests = requests[s]!;
       const uncached = isl - overlap * bs;
@@ -190,7 +190,7 @@ export class SlotSelector {
     let least = Infinity;
     for (let i = 0; i < n && least > 0; i++) {
       const s = elig[i]!;
-      const o = table.overflowBlocks(s, blocks[s]! + (shareable ? newBlocks - depth[s]! : newBlocks));
+      const o = table.overflowBlocks(s, decodeBlocksAt(blocks, depth, s, newBlocks, shareable));
       if (o < least) least = o;
     }
     return least === Infinity ? 0 : least;
@@ -332,4 +332,19 @@ function minOver(values: Float64Array, slots: Int32Array, n: number): number {
     if (v < min) min = v;
   }
   return min;
+}
+
+/**
+ * The decode blocks slot `s` would hold with the request: its active blocks plus the prompt's new ones (less the
+ * depth of the prompt already active there, when active blocks are shared). One rule for the cost and the least
+ * overflow, which must count alike.
+ */
+function decodeBlocksAt(
+  blocks: Float64Array,
+  depth: Float64Array,
+  s: number,
+  newBlocks: number,
+  shareable: boolean,
+): number {
+  return blocks[s]! + (shareable ? newBlocks - depth[s]! : newBlocks);
 }
