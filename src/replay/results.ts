@@ -20,7 +20,7 @@
  */
 import { distribution, type Distribution } from './stats.js';
 import type { LoadBucket, LoadSummary } from './timeline.js';
-import { ttftBands, type TtftBand } from './ttft-bands.js';
+import { isCompleted, ttftBands, type TtftBand } from './ttft-bands.js';
 
 /** One request's life in a replay. Times are ms from the start of the replay. */
 export interface RequestOutcome {
@@ -297,7 +297,7 @@ export function summarizePolicy(
   hitRateBound: number,
   follows: (index: number) => number | undefined = () => undefined,
 ): PolicySummary {
-  const ok = run.outcomes.filter((o) => o.error === null && o.finishMs !== null && o.firstTokenMs !== null);
+  const ok = run.outcomes.filter(isCompleted);
   const failed = run.outcomes.filter((o) => o.error !== null);
   const ttft = ok.map((o) => o.firstTokenMs! - o.arrivalMs);
   const e2e = ok.map((o) => o.finishMs! - o.arrivalMs);

@@ -37,6 +37,11 @@ export interface TtftBand {
   readonly cache_shortfall_tokens_mean: number | null;
 }
 
+/** A completed request: no error, a first token and a finish (what `summarizePolicy` counts as completed too). */
+export function isCompleted(o: RequestOutcome): boolean {
+  return o.error === null && o.firstTokenMs !== null && o.finishMs !== null;
+}
+
 /** The bands' bounds, as shares of the requests ranked slowest first. */
 const BANDS: readonly { readonly band: string; readonly from: number; readonly to: number }[] = [
   { band: 'slowest 1 %', from: 0, to: 0.01 },
@@ -55,7 +60,7 @@ export function ttftBands(
   round: (v: number) => number,
 ): TtftBand[] {
   const ttftOf = (o: RequestOutcome): number => o.firstTokenMs! - o.arrivalMs;
-  const done = outcomes.filter((o) => o.error === null && o.firstTokenMs !== null && o.finishMs !== null);
+  const done = outcomes.filter(isCompleted);
   const ranked = done.map((o) => ({ o, ttft: ttftOf(o) })).sort((a, b) => b.ttft - a.ttft);
   const total = ranked.reduce((s, r) => s + r.ttft, 0);
   const n = ranked.length;
