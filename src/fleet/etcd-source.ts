@@ -17,10 +17,11 @@
  * key is still there stays, untouched) and watches from the new listing's
  * revision. It never resumes from the old revision: that revision may be
  * compacted away, or ahead of a cluster that lost its data, whose watch would
- * stay silent. Losing and resuming are an info or warn line each and counted in
- * `kvgate_discovery_watch_transitions_total`; each failed attempt is one line
- * and counted in `kvgate_discovery_watch_retries_total`;
- * `kvgate_discovery_watch_up` is 1 while the watch is live.
+ * stay silent. The watch reports through `WatchReport`, as the Kubernetes
+ * sources' do (`kvgate_discovery_watch_*`): losing it is a warn line, resuming
+ * it an info line with the workers the new listing holds, each failed attempt
+ * a warn line; whether it is live (the report's state) decides whether a
+ * failure loses it or is one more failed attempt.
  */
 import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
@@ -39,15 +40,13 @@ import { applyWorkerSet } from './discovered-set.js';
 import { ETCD_CALL_TIMEOUT_MS, etcdClient } from './etcd-client.js';
 import type { FleetMembers } from './membership.js';
 import type { DiscoveryMetrics, WorkerSource } from './source.js';
+import { WatchReport } from './watch-report.js';
 
 /** Wait before listing again after a failure: from the minimum, doubling (with jitter) up to the maximum. */
 const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 5_000;
 
 type Outcome = 'applied' | 'unchanged' | 'rejected';
-
-/** `starting`: never watched yet; `watching`: the watch is live; `lost`: it was, and is being re-established. */
-type WatchState = 'starting' | 'watching' | 'lost';
 
 export class EtcdWorkersSource implements WorkerSource {
   readonly kind = 'etcd' as const;
@@ -63,11 +62,10 @@ export class EtcdWorkersSource implements WorkerSource {
   /** The watch being opened or live; any other watcher's events are stale. */
   #watcher: Watcher | undefined;
   #timer: NodeJS.Timeout | undefined;
-  #state: WatchState = 'starting';
+  /** The watch's state (starting, live, lost), its gauge, transitions, retries and their lines. */
+  readonly #report: WatchReport;
   /** The attempt to list and watch in progress, counted from 1 since the watch was last live. */
   #attempt = 0;
-  /** When the live watch was lost (Date.now()), for the line that says it is back. */
-  #lostAt = 0;
   #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
   #closed = false;
 
@@ -80,13 +78,21 @@ export class EtcdWorkersSource implements WorkerSource {
     this.#members = members;
     this.#client = etcdClient(this.#etcd.endpoints);
     this.#backoff = new Backoff(RETRY_MIN_MS, RETRY_MAX_MS, rng);
+    this.#report = new WatchReport({
+      model: model.name,
+      source: 'etcd',
+      what: `etcd watch of ${this.#prefix}`,
+      fields: { prefix: this.#prefix },
+      stays: 'the current workers stay',
+      retryLevel: 'warn',
+    });
   }
 
   /** Lists and watches the model's prefix from now on; outcomes go to `logger` and `metrics`. */
   start(logger: Logger, metrics: DiscoveryMetrics): void {
     if (this.#closed || this.#sink !== undefined) return;
     this.#sink = { logger, metrics };
-    this.#up(false);
+    this.#report.start(logger, metrics);
     logger.info(
       { endpoints: this.#etcd.endpoints, prefix: this.#prefix },
       `watching etcd prefix ${this.#prefix} for workers of model ${this.#model.name}`,
@@ -115,7 +121,7 @@ export class EtcdWorkersSource implements WorkerSource {
       this.#applyListing(listing.kvs);
       revision = BigInt(listing.header.revision);
     } catch (err) {
-      this.#retry(`cannot list ${this.#prefix}: ${(err as Error).message}`);
+      this.#retry(err as Error, `cannot list ${this.#prefix}: ${(err as Error).message}`);
       return;
     }
     this.#watch(revision + 1n);
@@ -147,23 +153,17 @@ export class EtcdWorkersSource implements WorkerSource {
     watcher.on('error', (err: Error) => drop(err, true));
   }
 
-  /** The watch is live: a lost one is back. */
+  /** The watch is live: a lost one is back, with the workers the listing before it applied. */
   #watching(): void {
-    const sink = this.#sink!;
-    const previous = this.#state;
-    this.#state = 'watching';
-    this.#up(true);
-    if (previous === 'lost') {
-      sink.metrics.discoveryWatch.transitions
-        .labels({ model: this.#model.name, source: 'etcd', transition: 'resumed' })
-        .inc();
-      const awayMs = Date.now() - this.#lostAt;
-      sink.logger.info(
-        { prefix: this.#prefix, attempts: this.#attempt, awayMs, workers: [...this.#current.keys()] },
-        `etcd watch of ${this.#prefix} resumed: listed again, ${this.#current.size} workers`,
+    const was = this.#report.live(this.#attempt, {
+      fields: { workers: [...this.#current.keys()] },
+      detail: `listed again, ${this.#current.size} workers`,
+    });
+    if (was !== 'lost' && this.#attempt > 1) {
+      this.#sink!.logger.info(
+        { prefix: this.#prefix, attempts: this.#attempt },
+        `etcd watch of ${this.#prefix} established`,
       );
-    } else if (this.#attempt > 1) {
-      sink.logger.info({ prefix: this.#prefix, attempts: this.#attempt }, `etcd watch of ${this.#prefix} established`);
     }
     this.#attempt = 0;
     this.#backoff.reset();
@@ -174,43 +174,29 @@ export class EtcdWorkersSource implements WorkerSource {
     if (!cancelled) void watcher.cancel().catch(() => undefined);
     if (this.#watcher !== watcher || this.#closed) return;
     this.#watcher = undefined;
-    if (this.#state !== 'watching') {
-      this.#retry(`etcd watch of ${this.#prefix} failed: ${err.message}`);
+    // A live watch lost is not a failed attempt: the listing after the back-off is the first of its own.
+    if (this.#report.state !== 'live') {
+      this.#retry(err);
       return;
     }
-    this.#state = 'lost';
-    this.#lostAt = Date.now();
-    this.#up(false);
-    const sink = this.#sink!;
-    sink.metrics.discoveryWatch.transitions
-      .labels({ model: this.#model.name, source: 'etcd', transition: 'lost' })
-      .inc();
-    sink.logger.warn(
-      { prefix: this.#prefix, err: err.message },
-      `etcd watch of ${this.#prefix} lost; the current workers stay until it is back`,
-    );
+    this.#report.lost(err);
     this.#schedule(this.#backoff.next());
   }
 
-  /** A failed attempt to list and watch: one line, then the next attempt after the back-off. */
-  #retry(reason: string): void {
+  /**
+   * A failed attempt to list and watch: one line (`reason`, or the watch's `<what> failed: <err>`), then the next
+   * attempt after the back-off.
+   */
+  #retry(err: Error, reason?: string): void {
     if (this.#closed) return;
     const retryInMs = this.#backoff.next();
-    this.#sink?.metrics.discoveryWatch.retries.labels({ model: this.#model.name, source: 'etcd' }).inc();
-    this.#sink?.logger.warn(
-      { prefix: this.#prefix, attempt: this.#attempt, retryInMs },
-      `${reason}; the current workers stay, retrying`,
-    );
+    this.#report.failed(err, retryInMs, { fields: { attempt: this.#attempt }, reason });
     this.#schedule(retryInMs);
   }
 
   #schedule(ms: number): void {
     this.#timer = setTimeout(() => void this.#sync(), ms);
     this.#timer.unref();
-  }
-
-  #up(live: boolean): void {
-    this.#sink?.metrics.discoveryWatch.up.labels({ model: this.#model.name, source: 'etcd' }).set(live ? 1 : 0);
   }
 
   /** A listing of the whole prefix: every key in it is the truth; keys gone from it leave. */

@@ -79,19 +79,20 @@ export class InferencePoolSource {
     this.#pool = pool;
     this.#onEndpoints = onEndpoints;
     this.#client = new KubeClient(pool);
-    this.#report = new WatchReport(
+    this.#report = new WatchReport({
       model,
-      'inference_pool',
-      `kubernetes watch of InferencePool ${pool.namespace}/${pool.name}`,
-    );
+      source: 'inference_pool',
+      what: `kubernetes watch of InferencePool ${pool.namespace}/${pool.name}`,
+      fields: { pool: pool.name },
+      stays: 'the current endpoints stay',
+    });
     this.#watch = new KubeListWatch<Pod>({
       client: this.#client,
       path: () => `/api/v1/namespaces/${pool.namespace}/pods?labelSelector=${encodeURIComponent(this.#selector)}`,
       beforeList: () => this.#readPool(),
       onChange: (pods) => this.#apply(pods),
       onLive: (failures) => this.#report.live(failures),
-      onFailure: (err, retryInMs) =>
-        this.#report.failed(err, retryInMs, { pool: this.#pool.name }, 'the current endpoints stay'),
+      onFailure: (err, retryInMs) => this.#report.failed(err, retryInMs),
     });
   }
 

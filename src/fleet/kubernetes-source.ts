@@ -70,11 +70,13 @@ export class KubernetesWorkersSource implements WorkerSource {
     this.#client = new KubeClient(this.#k8s);
     const selector = encodeURIComponent(`kubernetes.io/service-name=${this.#k8s.service}`);
     const path = `/apis/discovery.k8s.io/v1/namespaces/${this.#k8s.namespace}/endpointslices?labelSelector=${selector}`;
-    this.#report = new WatchReport(
-      this.#model.name,
-      'kubernetes',
-      `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service}`,
-    );
+    this.#report = new WatchReport({
+      model: this.#model.name,
+      source: 'kubernetes',
+      what: `kubernetes watch of service ${this.#k8s.namespace}/${this.#k8s.service}`,
+      fields: { service: this.#k8s.service },
+      stays: 'the current workers stay',
+    });
     this.#watch = new KubeListWatch<EndpointSlice>({
       client: this.#client,
       path: () => path,
@@ -85,8 +87,7 @@ export class KubernetesWorkersSource implements WorkerSource {
       onRelist: (err) =>
         this.#sink?.logger.warn({ service: this.#k8s.service }, `kubernetes watch: ${err.message}; listing again`),
       onLive: (failures) => this.#report.live(failures),
-      onFailure: (err, retryInMs) =>
-        this.#report.failed(err, retryInMs, { service: this.#k8s.service }, 'the current workers stay'),
+      onFailure: (err, retryInMs) => this.#report.failed(err, retryInMs),
     });
   }
 

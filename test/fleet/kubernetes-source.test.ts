@@ -171,6 +171,15 @@ describe('Kubernetes discovery against an API-server protocol double', () => {
     ).toHaveLength(1);
     expect(msgs.filter((m) => /failed: .*; the current workers stay, retrying/.test(m))).toHaveLength(2);
     expect(msgs.some((m) => m.includes('answered 503'))).toBe(true);
-    expect(lines.find((l) => /resumed$/.test(String(l['msg'])))).toMatchObject({ level: 30, attempts: 2 });
+    expect(lines.find((l) => /resumed$/.test(String(l['msg'])))).toMatchObject({
+      level: 30,
+      attempts: 2,
+      service: SERVICE,
+    });
+    // Failed attempts are error lines (the etcd source's are warn lines), each naming the Service.
+    expect(lines.filter((l) => /, retrying$/.test(String(l['msg'])))).toEqual([
+      expect.objectContaining({ level: 50, service: SERVICE }),
+      expect.objectContaining({ level: 50, service: SERVICE }),
+    ]);
   });
 });
