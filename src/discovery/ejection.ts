@@ -28,6 +28,7 @@
  * is a log line and `kvgate_pool_panic`.
  */
 import type { Logger, WorkerRole } from '../common/index.js';
+import { ModelSinks } from './model-sinks.js';
 import type { WorkerInfo, WorkerRegistry } from './registry.js';
 
 /** Why a worker was ejected: failed health probes, or consecutive errors on dispatch. */
@@ -73,7 +74,8 @@ export class Ejections {
   readonly #registry: WorkerRegistry;
   /** Each held worker's holds, with the worker (to find its pool once it left the registry). */
   readonly #holds = new Map<number, { readonly worker: WorkerInfo; readonly reasons: Set<Hold> }>();
-  readonly #sinks = new Map<string, EjectionSink>();
+  /** Per model: where its ejections and panics are logged and counted; those before `watch`, held (./model-sinks.ts). */
+  readonly #sinks = new ModelSinks<EjectionSink>();
   readonly #forgetters: ((workerId: number) => void)[] = [];
   readonly #probeListeners: ((w: WorkerInfo) => void)[] = [];
   readonly #pools = new Map<string, PoolState>();
@@ -89,7 +91,10 @@ export class Ejections {
     this.panicThresholdPercent = panicThresholdPercent;
   }
 
-  /** Logs and counts `model`'s ejections and panics here; its pools' panic gauges start at their state. */
+  /**
+   * Logs and counts `model`'s ejections and panics here; those before it are logged and counted now, in order
+   * (their lines marked `early`), and its pools' panic gauges start at their state.
+   */
   watch(model: string, sink: EjectionSink): void {
     this.#sinks.set(model, sink);
     for (const w of this.#registry.all()) {
@@ -100,6 +105,14 @@ export class Ejections {
   /** The model's logger and metrics (undefined before `watch`). */
   sink(model: string): EjectionSink | undefined {
     return this.#sinks.get(model);
+  }
+
+  /**
+   * Runs `report` with the model's sink: now, or when the model is watched, in the order reported (the health
+   * prober's transitions go through here too, so that held reports keep one order).
+   */
+  report(model: string, report: (sink: EjectionSink) => void): void {
+    this.#sinks.report(model, report);
   }
 
   /** The model's panic threshold in percent of its pools' workers (0: never). */
@@ -161,11 +174,12 @@ export class Ejections {
 
   /** Counts `reason` for worker `w` in the series `pick` chooses from its model's metrics (when it has them). */
   #count(w: WorkerInfo, reason: EjectionReason, pick: (m: EjectionMetrics) => EjectionCounter | undefined): void {
-    const m = this.#sinks.get(w.model)?.metrics;
-    if (m !== undefined)
-      pick(m)
-        ?.labels({ model: w.model, worker_id: String(w.id), reason })
-        .inc();
+    this.#sinks.report(w.model, (sink) => {
+      if (sink.metrics !== undefined)
+        pick(sink.metrics)
+          ?.labels({ model: w.model, worker_id: String(w.id), reason })
+          .inc();
+    });
   }
 
   /** Lifts `reason`; the worker is routable again once nothing else holds it. True if nothing holds it now. */
@@ -236,10 +250,12 @@ export class Ejections {
     if (panic === state.panic) return;
     state.panic = panic;
     const line = { workerType: role, healthy, workers: members.length, panicThresholdPercent: threshold };
-    const logger = sink?.logger;
     const of = `${healthy} of its ${members.length} workers healthy`;
-    if (panic) logger?.warn(line, `pool entered panic: ${of}, below ${threshold}%; routing to all of them`);
-    else logger?.info(line, `pool left panic: ${of}; ejected workers are out of routing again`);
+    // The gauge is set above (or at `watch`, at the pool's state then); the line is held until the model is watched.
+    this.#sinks.report(model, ({ logger }) => {
+      if (panic) logger.warn(line, `pool entered panic: ${of}, below ${threshold}%; routing to all of them`);
+      else logger.info(line, `pool left panic: ${of}; ejected workers are out of routing again`);
+    });
   }
 
   #gauge(sink: EjectionSink, model: string, role: WorkerRole, panic: boolean): void {

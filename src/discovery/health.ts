@@ -34,7 +34,7 @@
  * change of outcome, so the caller logs and counts it.
  */
 import { request } from 'undici';
-import { silentLogger, systemClock, type Clock, type Logger } from '../common/index.js';
+import { systemClock, type Clock, type Logger } from '../common/index.js';
 import { checkEngineModels, type ModelCheck } from './engine-models.js';
 import { Ejections, type EjectionMetrics } from './ejection.js';
 import { loopTimeout, systemScheduler, type Scheduler } from './loop-timeout.js';
@@ -104,8 +104,8 @@ export class HealthProber {
   readonly #failures = new Map<number, number>();
   readonly #standing = new Map<number, Standing>();
   readonly #inFlight = new Set<number>();
-  /** Per model: where its transitions are logged and counted (see `watch`). */
-  readonly #sinks = new Map<string, { logger: Logger; metrics: HealthMetrics | undefined }>();
+  /** Per model: where its transitions are counted (see `watch`); they are logged through the ledger's sink. */
+  readonly #metrics = new Map<string, HealthMetrics | undefined>();
   readonly #opts: HealthProberOptions;
   /** Last model-check outcome and when it was taken, per worker. */
   readonly #checks = new Map<number, { check: ModelCheck; at: number }>();
@@ -126,9 +126,13 @@ export class HealthProber {
     this.#opts = opts;
   }
 
-  /** Logs and counts the transitions of `model`'s workers here (its routers' logger and metrics). */
+  /**
+   * Logs and counts the transitions of `model`'s workers here (its routers' logger and metrics), and the ledger's
+   * ejections and panics. Those before the model was watched (probing runs for every model from the first one
+   * built) are logged and counted now, in the order they happened, their lines marked `early` (./model-sinks.ts).
+   */
   watch(model: string, logger: Logger, metrics?: HealthMetrics & Partial<EjectionMetrics>): void {
-    this.#sinks.set(model, { logger, metrics });
+    this.#metrics.set(model, metrics);
     const counted =
       metrics?.workerEjections === undefined
         ? undefined
@@ -313,13 +317,19 @@ export class HealthProber {
     }
   }
 
+  /**
+   * Logs and counts a transition, through the ledger's sink so that one held until its model is watched keeps
+   * its place among the ledger's own reports (an ejection's count and panic line come before its transition).
+   */
   #transition(w: WorkerInfo, transition: HealthTransition, msg: string): void {
-    const sink = this.#sinks.get(w.model);
-    sink?.metrics?.healthTransitions.labels({ model: w.model, worker_id: String(w.id), transition }).inc();
     const error = transition === 'readmitted' ? undefined : this.#probes.get(w.id)?.lastError;
-    (sink?.logger ?? silentLogger).warn(
-      { workerId: w.id, url: w.url, role: w.role, transition, ...(error !== undefined ? { error } : {}) },
-      msg,
-    );
+    const line = { workerId: w.id, url: w.url, role: w.role, transition, ...(error !== undefined ? { error } : {}) };
+    this.#ejections.report(w.model, ({ logger }) => {
+      this.#metrics
+        .get(w.model)
+        ?.healthTransitions.labels({ model: w.model, worker_id: String(w.id), transition })
+        .inc();
+      logger.warn(line, msg);
+    });
   }
 }

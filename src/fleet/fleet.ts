@@ -11,8 +11,10 @@
  * registered at construction (a bad workers file stops the gateway before it
  * listens); the first probe round runs when the first router is built, after
  * the gateway's own start-up work (tokenizers), which would otherwise hold the
- * event loop past the probes' timeout; each model's discovery sources start
- * with its router, so their joins find it.
+ * event loop past the probes' timeout (it probes every model's workers: a
+ * later model's transitions until its router is built are held by the prober
+ * and reported to that model's logger and metrics when it is watched); each
+ * model's discovery sources start with its router, so their joins find it.
  */
 import { seededRng, type KvSlotSnapshot } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
