@@ -133,10 +133,16 @@ export class HealthProber {
    */
   watch(model: string, logger: Logger, metrics?: HealthMetrics & Partial<EjectionMetrics>): void {
     this.#metrics.set(model, metrics);
+    // Every series of the ledger's: one left out here is never counted in the gateway.
     const counted =
       metrics?.workerEjections === undefined
         ? undefined
-        : { workerEjections: metrics.workerEjections, poolPanic: metrics.poolPanic };
+        : {
+            workerEjections: metrics.workerEjections,
+            workerReadmissions: metrics.workerReadmissions,
+            workerEjectionsRefused: metrics.workerEjectionsRefused,
+            poolPanic: metrics.poolPanic,
+          };
     this.#ejections.watch(model, { logger, metrics: counted });
   }
 

@@ -1,12 +1,14 @@
 // issue 13 item 8: under CPU saturation the health checker ejected every engine at once. Probe time
 // now counts event-loop time that was free to run, at most a share of a model's workers is ejected on
 // health alone, and every transition is logged and counted.
+import type { Server } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/index.js';
 import { HealthProber, WorkerRegistry, type WorkerInfo } from '../../src/discovery/index.js';
 import { loopTimeout, type Scheduler } from '../../src/discovery/loop-timeout.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { captureWarnings } from '../helpers/capture-log.js';
+import { healthServer } from '../helpers/health-server.js';
 import { startMockerProcess, type KvgateProcess } from '../helpers/kvgate-process.js';
 import { until } from '../helpers/until.js';
 
@@ -156,6 +158,33 @@ describe('a real engine that crashes or stops is still ejected and readmitted (i
     expect(await metrics.text()).toContain(
       'kvgate_worker_health_transitions_total{model="m",worker_id="1",transition="readmitted"} 1',
     );
+    prober.close();
+  });
+});
+
+describe("the series a model's watch counts the ledger's outcomes in", () => {
+  const servers: Server[] = [];
+  afterEach(async () => {
+    await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))));
+  });
+
+  it('an ejection the limit refused and an ejection lifted are counted in the metrics handed to watch', async () => {
+    const codes = [{ code: 503 }, { code: 503 }];
+    const reg = new WorkerRegistry();
+    reg.add(worker(1, await healthServer(codes[0]!, servers)));
+    reg.add(worker(2, await healthServer(codes[1]!, servers)));
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const prober = new HealthProber(reg, { unhealthyAfter: 1, maxEjectedPercent: 50, checkModels: false });
+    prober.watch('m', captureWarnings([]), metrics);
+    // One of two may be out (50 %): worker 1 is ejected, worker 2 kept routable.
+    await prober.probe(1);
+    await prober.probe(2);
+    codes[0]!.code = 200;
+    await prober.probe(1);
+    const text = await metrics.text();
+    expect(text).toContain('kvgate_worker_ejections_total{model="m",worker_id="1",reason="health_probe"} 1');
+    expect(text).toContain('kvgate_worker_ejections_refused_total{model="m",worker_id="2",reason="health_probe"} 1');
+    expect(text).toContain('kvgate_worker_readmissions_total{model="m",worker_id="1",reason="health_probe"} 1');
     prober.close();
   });
 });
