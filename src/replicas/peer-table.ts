@@ -39,10 +39,18 @@ export class PeerTable {
     this.#o = opts;
   }
 
-  /** Where joins, restarts and timeouts are logged and counted (set once). */
+  /**
+   * Where joins, restarts and timeouts are logged and counted (set once). Peers are heard as soon as the bus
+   * connects, which is usually before the gateway binds: those known now are logged as joined (marked `early`)
+   * and the peers gauge starts at their number.
+   */
   bind(logger: Logger, metrics: ReplicaMetrics): void {
+    if (this.#logger === undefined)
+      for (const replica of this.#peers.keys())
+        logger.info({ peer: replica, restarted: false, early: true }, `replica ${replica} joined`);
     this.#logger ??= logger;
     this.#metrics ??= metrics;
+    this.#metrics.peers.set(this.#peers.size);
   }
 
   get size(): number {

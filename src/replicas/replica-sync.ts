@@ -27,6 +27,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { systemClock, type Clock, type KvSlotSnapshot } from '../common/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
+import { BusStatus } from './bus-status.js';
 import { SyncChannel, type ChannelHost, type SessionTarget, type SyncTarget } from './channel.js';
 import { PeerTable } from './peer-table.js';
 import {
@@ -94,6 +95,7 @@ export class ReplicaSync {
   readonly #sources = new Set<string>();
   readonly #snapshots: SnapshotExchange;
   readonly #connectWaiters: (() => void)[] = [];
+  readonly #bus = new BusStatus();
   #queued = 0;
   #flushScheduled = false;
   #timer: NodeJS.Timeout | undefined;
@@ -162,8 +164,8 @@ export class ReplicaSync {
   bind(logger: Logger, metrics: KvgateMetrics): void {
     this.#logger ??= logger.child({ component: 'replica-sync', routerId: this.routerId });
     this.#metrics ??= metrics;
-    // The bus may have connected before the gateway started: the gauge starts at its state.
-    this.#metrics.replicas.busUp.set(this.#t.connected ? 1 : 0);
+    // The bus may have connected (and peers joined) before the gateway started: told here, once.
+    this.#bus.bind(this.#logger, this.#metrics.replicas, this.#t.connected);
     this.#peers.bind(this.#logger, this.#metrics.replicas);
     this.#snapshots.bind(this.#logger, this.#metrics.replicas);
   }
@@ -407,16 +409,8 @@ export class ReplicaSync {
   }
 
   #onStatus(status: 'connected' | 'disconnected', detail: string): void {
-    this.#metrics?.replicas.busUp.set(status === 'connected' ? 1 : 0);
-    this.#metrics?.replicas.busTransitions.labels({ transition: status }).inc();
-    if (status === 'disconnected') {
-      this.#logger?.warn(
-        { detail },
-        "replica sync bus unavailable: routing on this replica's own knowledge until it is back",
-      );
-      return;
-    }
-    this.#logger?.info({ detail }, 'replica sync bus connected');
+    this.#bus.changed(status, detail);
+    if (status === 'disconnected') return;
     for (const w of this.#connectWaiters.splice(0)) w();
     // Peers changed while we were away: fetch their bookings afresh; they fetch ours when they see our gap.
     for (const replica of this.#peers.ids())

@@ -1,0 +1,78 @@
+/**
+ * Replica sync's bus connects while the fleet is built, before the gateway binds its logger and metrics, and
+ * peers are heard as soon as it does: over a real nats-server, what happened before `bind` is logged once
+ * (marked early) and counted when it binds, and what happens after as it happens.
+ */
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { KvgateMetrics } from '../../../src/metrics/index.js';
+import { NatsTransport, ReplicaSync } from '../../../src/replicas/index.js';
+import { startNatsServer, type NatsServer } from '../../helpers/nats-server.js';
+import { until } from '../../helpers/until.js';
+
+function replica(nats: NatsServer, id: string): { sync: ReplicaSync; transport: NatsTransport } {
+  const transport = new NatsTransport([nats.url], id);
+  const sync = new ReplicaSync({
+    transport,
+    routerId: id,
+    heartbeatMs: 50,
+    peerTimeoutMs: 60_000,
+    maxQueuedOps: 100,
+    subjectPrefix: 'kvgate.bus-status-test',
+    chunkBytes: 1 << 16,
+    maxSnapshotBytes: 1 << 20,
+  });
+  sync.start();
+  return { sync, transport };
+}
+
+async function value(metrics: KvgateMetrics, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const m = (await metrics.registry.getMetricsAsJSON()).find((x) => x.name === name);
+  return (m?.values ?? [])
+    .filter((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l))
+    .reduce((n, v) => n + v.value, 0);
+}
+
+describe('replica sync: the bus and the peers before the gateway binds', () => {
+  const cleanups: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  it('a connection and a peer from before bind are logged once and counted at bind; a later loss as it happens', async () => {
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.stop());
+    const a = replica(nats, 'a');
+    cleanups.push(() => a.sync.close());
+    const b = replica(nats, 'b');
+    cleanups.push(() => b.sync.close());
+    await a.transport.ready();
+    expect(a.transport.connected).toBe(true);
+    await until(() => a.sync.peers().includes('b'), "A hears B's heartbeat");
+
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l)) });
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    a.sync.bind(logger, metrics);
+    expect(lines.map((l) => [l['msg'], l['early']])).toEqual([
+      ['replica sync bus connected', true],
+      ['replica b joined', true],
+    ]);
+    expect(lines[0]).toMatchObject({ component: 'replica-sync', routerId: 'a', level: 30 });
+    expect(String(lines[0]!['detail'])).toMatch(/^connected to /);
+    expect(await value(metrics, 'kvgate_replica_sync_bus_up')).toBe(1);
+    expect(await value(metrics, 'kvgate_replica_sync_bus_transitions_total', { transition: 'connected' })).toBe(1);
+    expect(await value(metrics, 'kvgate_replica_peers')).toBe(1);
+
+    // Bound once: a second model's bind reports nothing again.
+    a.sync.bind(logger, metrics);
+    expect(lines).toHaveLength(2);
+
+    await nats.stop();
+    await until(() => !a.transport.connected, 'A loses the bus');
+    expect(lines.at(-1)).toMatchObject({ level: 40, msg: expect.stringMatching(/^replica sync bus unavailable/) });
+    expect(lines.at(-1)!['early']).toBeUndefined();
+    expect(await value(metrics, 'kvgate_replica_sync_bus_up')).toBe(0);
+    expect(await value(metrics, 'kvgate_replica_sync_bus_transitions_total', { transition: 'disconnected' })).toBe(1);
+  });
+});
