@@ -122,6 +122,22 @@ export const METRIC_DEFINITIONS = {
     help: "Requests of a model with a prefill pool, by the disaggregation policy's decision (disaggregated or aggregated) and its reason.",
     labelNames: ['model', 'decision', 'reason'],
   },
+  prefillPoolActive: {
+    kind: 'gauge',
+    name: 'kvgate_prefill_pool_active',
+    help:
+      "1 while the model's prefill pool has a prefill worker available (requests run disaggregated); 0 before the " +
+      'first one and once the last is gone (served aggregated, or refused under enforce_disagg).',
+    labelNames: ['model'],
+  },
+  prefillPoolTransitions: {
+    kind: 'counter',
+    name: 'kvgate_prefill_pool_transitions_total',
+    help:
+      "The model's prefill pool switching, by the state it went to: active (a prefill worker available after none) " +
+      'or inactive (its last prefill worker gone).',
+    labelNames: ['model', 'to'],
+  },
   nonMaxOverlapSelections: {
     kind: 'counter',
     name: 'kvgate_router_non_max_overlap_selections_total',

@@ -269,11 +269,9 @@ export class ModelRouter implements ModelRouterPort {
   #workerRemoved(w: WorkerInfo): void {
     if (w.role !== 'prefill') this.sessions.unbindWorker(w.id);
     if (w.role === 'prefill') {
+      // The pool going inactive is logged and counted there, with what becomes of the requests.
       this.prefill.removeWorker(w.id);
       void this.#prefillPool?.events?.remove(w.id);
-      if (this.prefill.state === 'inactive' && !this.prefill.enforceDisagg && !this.prefill.fallbackPossible()) {
-        this.#ctx.logger.warn({ workerId: w.id }, `${NO_FALLBACK}; model unavailable until a prefill worker returns`);
-      }
       return;
     }
     this.decode.removeWorker(w.id);

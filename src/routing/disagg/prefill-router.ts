@@ -17,6 +17,10 @@
  * inactive router keeps it. Only an active router takes requests; otherwise
  * the host serves them aggregated on the decode pool, or refuses them under
  * `enforceDisagg`. `canServeRequests()` gates whether the model is listed.
+ * Each switch between active and inactive is a log line (info when active,
+ * warn when inactive, saying what becomes of the requests) and a count in
+ * `kvgate_prefill_pool_transitions_total{to}`; `kvgate_prefill_pool_active`
+ * follows the state (both at zero from construction).
  *
  * Choosing the prefill worker (Dynamo's `resolve_prefill_worker`): the
  * session's sticky worker first (dropped if it left, is no longer eligible for
@@ -98,6 +102,10 @@ export class PrefillRouter {
       opts.sessionLimits,
       sessionLimitReporter(ctx, opts.model, 'prefill'),
     );
+    // The model's pool series exist from the start, at zero (pending: no prefill worker yet).
+    ctx.metrics?.prefillPoolActive.labels({ model: opts.model }).set(0);
+    for (const to of ['active', 'inactive'] as const)
+      ctx.metrics?.prefillPoolTransitions.labels({ model: opts.model, to }).inc(0);
   }
 
   get state(): PrefillState {
@@ -136,8 +144,8 @@ export class PrefillRouter {
     this.#pool ??= this.#createPool();
     this.#pool.addWorker(w);
     if (this.#state !== 'active') {
-      this.#state = 'active';
       this.#activations++;
+      this.#switch('active', w.id, w.url, 'requests run disaggregated');
     }
     return true;
   }
@@ -145,10 +153,30 @@ export class PrefillRouter {
   /** A prefill worker became unavailable: its sessions are unbound; the last one deactivates the router. */
   removeWorker(id: number): void {
     const pool = this.#pool;
-    if (pool === undefined || pool.worker(id) === undefined) return;
+    const w = pool?.worker(id);
+    if (pool === undefined || w === undefined) return;
     pool.removeWorker(id);
     this.sessions.unbindWorker(id);
-    if (pool.size === 0) this.#state = 'inactive';
+    if (pool.size > 0) return;
+    const then = this.enforceDisagg
+      ? 'requests are refused (enforce_disagg) until one returns'
+      : this.fallbackPossible()
+        ? 'requests are served aggregated on the decode pool until one returns'
+        : 'none of its decode workers serves alone: the model is unavailable until one returns';
+    this.#switch('inactive', id, w.url, then);
+  }
+
+  /** Moves to `to` (active or inactive), logged (the worker that moved it, the pool's size) and counted. */
+  #switch(to: 'active' | 'inactive', workerId: number, url: string, then: string): void {
+    const from = this.#state;
+    this.#state = to;
+    const m = this.#ctx.metrics;
+    m?.prefillPoolActive.labels({ model: this.model }).set(to === 'active' ? 1 : 0);
+    m?.prefillPoolTransitions.labels({ model: this.model, to }).inc();
+    const line = { from, to, workerId, url, prefillWorkers: this.#pool?.size ?? 0 };
+    if (to === 'active')
+      this.#ctx.logger.info(line, `prefill pool active: prefill worker ${workerId} available; ${then}`);
+    else this.#ctx.logger.warn(line, `prefill pool inactive: its last prefill worker ${workerId} is gone; ${then}`);
   }
 
   /** Some decode-pool worker can serve a request without a prefill (aggregated, or a decode worker that says so). */
