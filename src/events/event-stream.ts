@@ -423,8 +423,9 @@ export class KvEventStream implements Drainable {
   #internalFailure(err: unknown): void {
     // A bug on the apply path must not become an unhandled rejection, nor
     // leave the slot half-recovered: start over from the next live batch.
+    // Its own reset reason: no replay failed, and the engine lost nothing.
     this.#log.warn('internal', { err: err instanceof Error ? err.message : String(err) }, 'KV event handling failed');
-    this.#startOver('replay_failed');
+    this.#startOver('apply_failed');
     this.#recovery.startFresh();
   }
 

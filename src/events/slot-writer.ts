@@ -42,6 +42,22 @@ interface Current {
   applied: number;
 }
 
+/**
+ * The resets a freshly seeded slot answers by keeping the snapshot's blocks (see `seeded`): those after which the
+ * stream goes on from live events, the batches since the snapshot lost. `apply_failed` is one of them. While the
+ * slot is seeded no batch has been accepted (`accept` clears the flag before it touches the index), so such a
+ * throw came from judging or recovery, not from writing the slot: its blocks are still exactly the snapshot's,
+ * and the stream starts fresh from the next live batch as after a failed replay, so clearing them would only
+ * start the slot cold. (Counted as `replay_failed` before it had its own reason, it kept them then too.)
+ * Not `restart` (the engine's cache started over) nor `inconsistent` (the slot restores from the engine's buffer).
+ */
+const KEEPS_SEED: ReadonlySet<ResetReason> = new Set<ResetReason>([
+  'gap_without_replay',
+  'replay_incomplete',
+  'replay_failed',
+  'apply_failed',
+]);
+
 export class SlotWriter {
   readonly #slot: WorkerRank;
   readonly #applier: KvEventApplier;
@@ -77,8 +93,8 @@ export class SlotWriter {
   /**
    * The slot was just filled from a replica's snapshot. Until the next batch is accepted, a
    * reset for batches the engine can no longer give (no replay endpoint, its buffer no longer
-   * reaching back, a failed replay) keeps those blocks: they are what is known, and clearing
-   * them would start the slot cold. Logged and counted.
+   * reaching back, a failed replay), or for a throw on the apply path (`KEEPS_SEED`), keeps those
+   * blocks: they are what is known, and clearing them would start the slot cold. Logged and counted.
    */
   seeded(): void {
     this.#seeded = true;
@@ -192,7 +208,7 @@ export class SlotWriter {
   reset(reason: ResetReason): void {
     const seeded = this.#seeded;
     this.#seeded = false;
-    if (seeded && (reason === 'gap_without_replay' || reason === 'replay_incomplete' || reason === 'replay_failed')) {
+    if (seeded && KEEPS_SEED.has(reason)) {
       this.#hooks.onSeedKept?.(this.#slot, reason);
       this.#log.warn(
         'seed_kept',

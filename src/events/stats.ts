@@ -28,8 +28,11 @@ export type ReplayOutcome = 'recovered' | 'incomplete' | 'failed';
  * - `gap_without_replay`: batches were lost and no replay endpoint is configured.
  * - `replay_failed` / `replay_incomplete`: see ReplayOutcome.
  * - `inconsistent`: the stream stayed inconsistent longer than its bound.
+ * - `apply_failed`: handling a batch threw (a bug on the apply path, not the engine's doing); the stream
+ *   starts over from the next live batch.
  */
-export type ResetReason = 'restart' | 'gap_without_replay' | 'replay_failed' | 'replay_incomplete' | 'inconsistent';
+export type ResetReason =
+  'restart' | 'gap_without_replay' | 'replay_failed' | 'replay_incomplete' | 'inconsistent' | 'apply_failed';
 
 /**
  * Why a live batch was dropped unapplied:
@@ -161,6 +164,7 @@ const RESETS: readonly ResetReason[] = [
   'replay_failed',
   'replay_incomplete',
   'inconsistent',
+  'apply_failed',
 ];
 const DROPS: readonly DropReason[] = ['queue_full', 'pending_full', 'garbage'];
 

@@ -45,7 +45,8 @@ export const EVENT_METRIC_DEFINITIONS = {
     name: 'kvgate_kv_event_seeds_kept_total',
     help:
       'Resets that kept the replica snapshot a slot was just seeded from (the engine could not replay what came after ' +
-      'it), by the reset reason: the blocks stay, and live events continue from there.',
+      'it, or applying a batch failed before any was), by the reset reason: the blocks stay, and live events ' +
+      'continue from there.',
     labelNames: ['worker_id', 'dp_rank', 'reason'],
   },
   kvEventResets: {
@@ -53,7 +54,7 @@ export const EVENT_METRIC_DEFINITIONS = {
     name: 'kvgate_kv_event_resets_total',
     help:
       "Times a worker's index slot was cleared, by reason (restart, gap_without_replay, replay_failed, " +
-      'replay_incomplete, inconsistent).',
+      'replay_incomplete, inconsistent, apply_failed).',
     labelNames: ['worker_id', 'dp_rank', 'reason'],
   },
   kvEventReplays: {

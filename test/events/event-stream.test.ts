@@ -220,6 +220,35 @@ describe('KvEventStream', () => {
     expect(stream.cursor).toBe(3n);
   });
 
+  it('an exception while applying events resets the slot as apply_failed, not replay_failed, and goes on', () => {
+    // A hook that throws (they must not) is a bug on the apply path like any other: thrown from inside the
+    // applier's loop over the batch's events, with no replay anywhere.
+    let bug = true;
+    const lines: Record<string, unknown>[] = [];
+    const { engine, stream, deliver, depth, counters } = setup({
+      logger: captureWarnings(lines),
+      onApplied: () => {
+        if (bug) throw new Error('observer bug');
+      },
+    });
+    bug = false;
+    deliver(engine.batch([stored(1, null, A)]));
+    bug = true;
+    deliver(engine.batch([stored(2, 100, B)]));
+    bug = false;
+    const s = counters.snapshot();
+    expect(s.resets.apply_failed).toBe(1);
+    expect(s.resets.replay_failed).toBe(0);
+    expect(s.replays.failed).toBe(0);
+    expect(engine.requests).toEqual([]);
+    expect(depth(A)).toBe(0);
+    expect(lines.filter((l) => l.err === 'observer bug')).toHaveLength(1);
+    // The slot starts over from the next live batch.
+    deliver(engine.batch([stored(3, null, C)]));
+    expect(depth(C)).toBe(1);
+    expect(stream.cursor).toBe(2n);
+  });
+
   it('garbled frames and payloads are counted with the worker, never thrown, never touch other slots', () => {
     const lines: Record<string, unknown>[] = [];
     const log = captureWarnings(lines);

@@ -12,13 +12,20 @@ import {
   KvEventCounters,
   KvEventStream,
   ingestContext,
+  type KvEventHooks,
 } from '../../src/events/index.js';
+import { combineHooks } from '../../src/events/stats.js';
 import { blockHashes } from '../../src/wasm/index.js';
 import { captureWarnings } from '../helpers/capture-log.js';
 import { A, B, BS, C, D, setup, stored, type FakeEngine } from './stream-fixture.js';
 
 /** A second replica's stream on the same engine, its slot filled from `pairs` and seeded at `cursor`. */
-function seededReplica(engine: FakeEngine | undefined, pairs: BigUint64Array | undefined, cursor: bigint | undefined) {
+function seededReplica(
+  engine: FakeEngine | undefined,
+  pairs: BigUint64Array | undefined,
+  cursor: bigint | undefined,
+  hooks?: KvEventHooks,
+) {
   const clock = new ManualClock();
   const counters = new KvEventCounters();
   const applier = new KvEventApplier({ blockSize: BS });
@@ -28,7 +35,13 @@ function seededReplica(engine: FakeEngine | undefined, pairs: BigUint64Array | u
   if (pairs !== undefined) applier.indexes.device.importSlot(7, 0, pairs);
   const stream = new KvEventStream(
     { workerId: 7, dpRank: 0 },
-    ingestContext({ applier, hooks: counters, liveness, clock, logger: captureWarnings(warnings) }),
+    ingestContext({
+      applier,
+      hooks: combineHooks(counters, hooks),
+      liveness,
+      clock,
+      logger: captureWarnings(warnings),
+    }),
     engine,
   );
   if (cursor !== undefined) stream.seed(cursor);
@@ -120,5 +133,26 @@ describe('a KV-event stream seeded from a replica snapshot', () => {
     expect(b.counters.snapshot().resets.gap_without_replay).toBe(1);
     expect(b.counters.snapshot().seedsKept.gap_without_replay).toBe(1);
     expect(b.depth([...A, ...B])).toBe(0);
+  });
+  it("an exception on the apply path before the first batch keeps the snapshot's blocks, counted as apply_failed", () => {
+    const a = replicaA();
+    a.engine.auto = false;
+    // The replay from the snapshot's cursor is in flight; an old batch arrives live and is judged stale, and the
+    // hook it reaches throws (hooks must not: a bug on the apply path). No batch touched the slot since the seed.
+    let bug = true;
+    const b = seededReplica(a.engine, a.pairs, a.cursor, {
+      onStale: () => {
+        if (bug) throw new Error('observer bug');
+      },
+    });
+    b.deliver(a.engine.buffer[1]!);
+    bug = false;
+    const s = b.counters.snapshot();
+    expect(s.seedsKept.apply_failed).toBe(1);
+    expect(s.resets.apply_failed).toBe(0);
+    expect(s.seedsKept.replay_failed).toBe(0);
+    expect(b.depth([...A, ...B])).toBe(2);
+    expect(b.depth([...C, ...D])).toBe(2);
+    expect(b.warnings.some((w) => w.reason === 'apply_failed')).toBe(true);
   });
 });

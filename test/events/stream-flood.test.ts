@@ -33,6 +33,7 @@ describe('garbage never resets a slot nor starts its consistency timer', () => {
       replay_failed: 0,
       replay_incomplete: 0,
       inconsistent: 0,
+      apply_failed: 0,
     });
     expect(s.dropped.garbage).toBe(1);
     expect(t.engine.requests).toEqual([100n]); // the catch-up after the flood: nothing was missing
@@ -60,6 +61,7 @@ describe('garbage never resets a slot nor starts its consistency timer', () => {
       replay_failed: 0,
       replay_incomplete: 0,
       inconsistent: 0,
+      apply_failed: 0,
     });
     expect(s.dropped.garbage + s.decodeErrors.msgpack).toBe(200 * 40);
     expect(t.engine.requests.length).toBeGreaterThan(0);

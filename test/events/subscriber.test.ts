@@ -138,6 +138,7 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
       replay_failed: 0,
       replay_incomplete: 0,
       inconsistent: 0,
+      apply_failed: 0,
     });
   });
 
