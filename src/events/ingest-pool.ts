@@ -23,8 +23,9 @@ import { eachPackedBatch } from './packed-batch.js';
 export interface IngestSink {
   readonly stream: KvEventStream;
   /**
-   * The receive loop failed (the socket is gone). Only logged: nothing subscribes again, so the slot hears no more
-   * events, goes `stale` once requests reach it, and routes approximately until its subscription is replaced.
+   * The receive loop failed and the thread closed the socket. Final (counted and logged by the sink's owner):
+   * nothing subscribes again, not even a restarted thread, so the slot hears no more events, goes `stale` once
+   * requests reach it, and routes approximately until its subscription is replaced.
    */
   ended(error: string): void;
   /** A batch could not be handed to the stream (a bug on the apply path): logged by the sink's owner. */
@@ -46,6 +47,8 @@ interface Attached {
   readonly sub: IngestSubscription;
   readonly sink: IngestSink;
   thread: PoolThread;
+  /** Its subscription ended on the thread (`IngestSink.ended`): not subscribed again when the thread restarts. */
+  ended?: boolean | undefined;
   added?: { resolve: () => void; reject: (err: Error) => void } | undefined;
   removed?: (() => void) | undefined;
 }
@@ -182,7 +185,8 @@ export class IngestPool {
       this.#start(thread, index);
       for (const id of thread.ids) {
         const entry = this.#attached.get(id);
-        if (entry === undefined) continue;
+        // An ended subscription stays ended (`IngestSink.ended`); the new thread answers its detach all the same.
+        if (entry === undefined || entry.ended === true) continue;
         // Its socket died with the thread: a lost connection for the slot, whose new socket connects again.
         entry.sink.connection('disconnected');
         entry.thread = thread;
@@ -227,9 +231,13 @@ export class IngestPool {
       case 'connection':
         this.#attached.get(r.id)?.sink.connection(r.change);
         return;
-      case 'ended':
-        this.#attached.get(r.id)?.sink.ended(r.error);
+      case 'ended': {
+        const entry = this.#attached.get(r.id);
+        if (entry === undefined) return;
+        entry.ended = true;
+        entry.sink.ended(r.error);
         return;
+      }
     }
   }
 }

@@ -126,7 +126,11 @@ export class IngestThread {
         }
       }
     } catch (err) {
-      if (!stream.sub.closed) this.#post({ op: 'ended', id, error: err instanceof Error ? err.message : String(err) });
+      if (stream.sub.closed) return;
+      this.#post({ op: 'ended', id, error: err instanceof Error ? err.message : String(err) });
+      // Nothing reads the socket any more: closed, so ZMQ neither reconnects it nor queues what the engine sends
+      // (the stream stays until the main thread removes it, which then waits for its monitor's end).
+      stream.sub.close();
     }
   }
 

@@ -11,6 +11,15 @@ import { APPLY_STATUSES, type ApplyStatus } from './applier.js';
 import { CONNECTION_CHANGES, type ConnectionChange } from './connection-watch.js';
 import { DECODE_ERROR_KINDS, type DecodeErrorKind, type KvCacheEventType, type KvEventDecodeError } from './types.js';
 
+/**
+ * What `onConnection` reports of a slot's subscription: its socket's connection made or lost (`ConnectionChange`,
+ * connection-watch.ts), or `ended`: the subscription gave up for good (its socket's receive failed, an error ZMQ
+ * does not recover from). Its socket is closed and nothing subscribes again, so the slot hears no more events
+ * (it goes `stale` once requests reach it) until its subscription is replaced; it no longer counts as connected.
+ */
+export type SubscriptionChange = ConnectionChange | 'ended';
+const SUBSCRIPTION_CHANGES: readonly SubscriptionChange[] = [...CONNECTION_CHANGES, 'ended'];
+
 /** Where a batch came from: the live SUB stream or a replay reply. */
 export type BatchOrigin = 'live' | 'replay';
 
@@ -70,8 +79,8 @@ export interface KvEventHooks {
   onReplayRequested?(slot: WorkerRank, fromSeq: bigint): void;
   /** A reset for `reason` kept the replica snapshot the slot was just seeded from (slot-writer.ts, `seeded`). */
   onSeedKept?(slot: WorkerRank, reason: ResetReason): void;
-  /** The slot's SUB socket connected to its publisher, or lost it (connection-watch.ts). */
-  onConnection?(slot: WorkerRank, change: ConnectionChange): void;
+  /** The slot's SUB socket connected to its publisher, or lost it (connection-watch.ts), or its subscription ended. */
+  onConnection?(slot: WorkerRank, change: SubscriptionChange): void;
 }
 
 /** Calls every hook set in order. */
@@ -144,8 +153,8 @@ export interface KvEventCountersSnapshot {
   /** Resets that kept a replica snapshot's blocks instead, by the reset's reason. */
   seedsKept: Record<ResetReason, number>;
   dropped: Record<DropReason, number>;
-  /** SUB sockets' connections made and lost, over every slot. */
-  connections: Record<ConnectionChange, number>;
+  /** SUB sockets' connections made and lost, and subscriptions ended, over every slot. */
+  connections: Record<SubscriptionChange, number>;
   /** Per `"workerId:dpRank"`. */
   slots: Record<string, SlotCounters>;
 }
@@ -189,7 +198,7 @@ export class KvEventCounters implements KvEventHooks {
       resets: zeros(RESETS),
       seedsKept: zeros(RESETS),
       dropped: zeros(DROPS),
-      connections: zeros(CONNECTION_CHANGES),
+      connections: zeros(SUBSCRIPTION_CHANGES),
       slots: {},
     };
   }
@@ -271,7 +280,7 @@ export class KvEventCounters implements KvEventHooks {
     this.#s.seedsKept[reason]++;
   }
 
-  onConnection(_slot: WorkerRank, change: ConnectionChange): void {
+  onConnection(_slot: WorkerRank, change: SubscriptionChange): void {
     this.#s.connections[change]++;
   }
 

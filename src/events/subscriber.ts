@@ -5,7 +5,9 @@
  * The SUB connects (engines bind their PUB) and subscribes to the topic
  * prefix; ZMQ reconnects by itself when the engine restarts, and the stream
  * notices the restart from the sequence numbers. `close()` closes both
- * sockets and resolves once the receive loop has ended.
+ * sockets and resolves once the receive loop has ended. A receive that fails
+ * (an error ZMQ does not recover from) ends the subscription for good: the
+ * SUB is closed, and the end counted and logged (`ConnectionReporter.ended`).
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Subscriber } from 'zeromq';
@@ -51,7 +53,7 @@ const RECEIVE_PER_TURN = 256;
 export interface SlotSubscription {
   readonly source: Readonly<KvEventTarget>;
   readonly stream: KvEventStream;
-  /** Whether the socket is connected to its publisher now (connection-watch.ts). */
+  /** Whether the socket is connected to its publisher now (connection-watch.ts); never again once the subscription ended. */
   readonly connected: boolean;
   /** Connects, subscribes and starts receiving. @throws KvgateError KVG_ERR_INVALID_ARGUMENT when ZMQ refuses the endpoint. */
   start(): void | Promise<void>;
@@ -81,7 +83,8 @@ export function checkTarget(source: KvEventTarget): void {
 /**
  * What a slot's connection changes become, whichever thread watches its socket: a count (`onConnection`), a
  * line, and `connected`, the state now. The first connection is a debug line (a fleet's start would be one line
- * per rank); a lost one is a warning, and its return an info line.
+ * per rank); a lost one is a warning, and its return an info line. The subscription's end (`ended`) is final:
+ * counted and logged once, and the slot is not connected from then on, whatever its socket's watch still says.
  */
 export class ConnectionReporter {
   readonly #ctx: IngestContext;
@@ -89,6 +92,7 @@ export class ConnectionReporter {
   readonly #slot: WorkerRank;
   #lost = 0;
   #connected = false;
+  #ended = false;
 
   constructor(ctx: IngestContext, source: KvEventTarget) {
     this.#ctx = ctx;
@@ -101,8 +105,9 @@ export class ConnectionReporter {
     return this.#connected;
   }
 
-  /** The watch's callback (connection-watch.ts), bound. */
+  /** The watch's callback (connection-watch.ts), bound. Ignored once the subscription ended. */
   readonly report = (change: ConnectionChange): void => {
+    if (this.#ended) return;
     const { workerId, dpRank, endpoint } = this.#source;
     this.#connected = change === 'connected';
     this.#ctx.hooks.onConnection?.(this.#slot, change);
@@ -122,6 +127,24 @@ export class ConnectionReporter {
     } else {
       this.#ctx.logger.debug(at, `worker ${workerId} rank ${dpRank}: KV event publisher connected`);
     }
+  };
+
+  /**
+   * Bound: the subscription gave up for good. Its socket's receive failed with `error`, which ZMQ does not
+   * recover from, and nothing subscribes again. No longer connected, counted (`onConnection`: `ended`) and
+   * logged once; later calls and connection reports change nothing. The owner closes the socket.
+   */
+  readonly ended = (error: string): void => {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#connected = false;
+    this.#ctx.hooks.onConnection?.(this.#slot, 'ended');
+    const { workerId, dpRank, endpoint } = this.#source;
+    this.#ctx.logger.warn(
+      { workerId, dpRank, endpoint, err: error },
+      `worker ${workerId} rank ${dpRank}: KV event subscription ended (its socket failed): the slot hears no more ` +
+        'events and routes approximately until its subscription is replaced',
+    );
   };
 }
 
@@ -197,7 +220,7 @@ export class KvEventSubscriber implements SlotSubscription {
   }
 
   async #receive(): Promise<void> {
-    const { workerId, dpRank, endpoint } = this.source;
+    const { workerId, dpRank } = this.source;
     let received = 0;
     try {
       for await (const frames of this.#sub) {
@@ -216,11 +239,10 @@ export class KvEventSubscriber implements SlotSubscription {
         }
       }
     } catch (err) {
-      if (!this.#sub.closed)
-        this.#logger.warn(
-          { workerId, dpRank, endpoint, err: err instanceof Error ? err.message : String(err) },
-          'KV event subscription ended',
-        );
+      if (this.#sub.closed) return;
+      // Nothing reads the socket any more: closed, so ZMQ neither reconnects it nor queues what the engine sends.
+      this.#connection.ended(err instanceof Error ? err.message : String(err));
+      this.#sub.close();
     }
   }
 

@@ -69,8 +69,7 @@ export class ThreadedSubscriber implements SlotSubscription {
     const { workerId, dpRank, endpoint } = this.source;
     const sink = {
       stream: this.stream,
-      ended: (error: string) =>
-        this.#logger.warn({ workerId, dpRank, endpoint, err: error }, 'KV event subscription ended'),
+      ended: this.#connection.ended,
       connection: this.#connection.report,
       failed: (err: unknown) =>
         this.#logger.warn(

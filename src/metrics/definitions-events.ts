@@ -74,7 +74,8 @@ export const EVENT_METRIC_DEFINITIONS = {
     name: 'kvgate_kv_event_connection_changes_total',
     help:
       "A (worker, dp rank) SUB socket's connection to its engine's publisher made (connected) or lost (disconnected: " +
-      'the engine went away, or sent a message over the size limit).',
+      'the engine went away, or sent a message over the size limit), or its subscription given up for good (ended: ' +
+      'the socket failed; the slot routes approximately until the subscription is replaced).',
     labelNames: ['worker_id', 'dp_rank', 'change'],
   },
   kvEventSubscriptionsRefused: {

@@ -139,7 +139,7 @@ describe('a slot whose publisher sends a message over the limit', () => {
       }
       await until(() => depth(large) === 600, 'the large batch, by replay');
       const s = manager.counters.snapshot();
-      expect(s.connections).toEqual({ connected: 2, disconnected: 1 });
+      expect(s.connections).toEqual({ connected: 2, disconnected: 1, ended: 0 });
       expect(manager.connections(7)).toEqual({ connected: 1, ranks: 1 });
       expect(s.replays.recovered).toBeGreaterThanOrEqual(1);
       const warn = lines.find((l) => l.level === 'warn' && l.msg.includes('KV event publisher disconnected'));

@@ -1,11 +1,12 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { encode } from '@msgpack/msgpack';
 import { blockHashes } from '../../src/wasm/index.js';
-import { ManualClock, type Logger } from '../../src/common/index.js';
+import { ManualClock, silentLogger, type Logger } from '../../src/common/index.js';
 import { KvEventApplier, KvEventManager } from '../../src/events/index.js';
 import { captureWarnings } from '../helpers/capture-log.js';
 import { ENCODINGS, TestKvPublisher, type TestEvent } from '../helpers/zmq-publisher.js';
 import { until } from '../helpers/until.js';
+import { watchSubscribers } from '../helpers/zmq-receive.js';
 
 const BS = 4;
 /** Worker 1's rank 0, the slot most tests subscribe. */
@@ -256,6 +257,36 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     pub.replayMode = 'answer';
     await pub.publish([stored(4, 3, D)]);
     await until(() => depth(manager, [...C, ...D], 1) === 2, 'continuing');
+  });
+});
+
+describe('a subscription whose socket fails for good', () => {
+  it('stops counting as connected, closes its socket, and is counted and logged once', async () => {
+    const { sockets, restore } = watchSubscribers();
+    cleanups.push(() => Promise.resolve(restore()));
+    const warnings: { msg: string; fields: Record<string, unknown> }[] = [];
+    const log: Logger = { ...silentLogger, warn: (fields, msg) => warnings.push({ msg, fields }), child: () => log };
+    const { pub, manager } = await fixture({ logger: log });
+    await manager.add({ ...W1, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
+    await pub.waitForSubscribers();
+    await pub.publish([stored(1, null, A)]);
+    await until(() => depth(manager, A, 1) === 1 && manager.connections(1).connected === 1, 'the first batch');
+    expect(sockets).toHaveLength(1);
+    const sub = sockets[0]!;
+    // The receive after the next message times out: a receive error, which ZMQ does not recover from.
+    sub.receiveTimeout = 1;
+    await pub.publish([stored(2, 1, B)]);
+    const ended = () => warnings.filter((w) => w.msg.includes('KV event subscription ended'));
+    await until(() => ended().length > 0, 'the end of the subscription');
+    expect(manager.connections(1)).toEqual({ connected: 0, ranks: 1 });
+    expect(manager.counters.snapshot().connections).toEqual({ connected: 1, disconnected: 0, ended: 1 });
+    // Nothing reads the socket any more: closed, so ZMQ neither reconnects it nor queues what the engine sends.
+    expect(sub.closed).toBe(true);
+    await until(() => depth(manager, [...A, ...B], 1) === 2, 'the batch received before the end');
+    expect(manager.connections(1)).toEqual({ connected: 0, ranks: 1 });
+    expect(ended()).toHaveLength(1);
+    expect(ended()[0]!.fields).toMatchObject({ workerId: 1, dpRank: 0, endpoint: pub.endpoint });
+    expect(warnings.filter((w) => w.msg.includes('disconnected'))).toEqual([]);
   });
 });
 
