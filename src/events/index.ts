@@ -26,6 +26,7 @@ export { SequenceCursor } from './sequence.js';
 export type { GapReplaySource, GapReplayReply } from './gap-replay.js';
 export { ZmqGapReplayClient } from './gap-replay-client.js';
 export { KvEventManager } from './manager.js';
+export type { IngestThreadRestartReason } from './ingest-worker.js';
 export { ingestContext } from './options.js';
 export type { KvEventOptions } from './options.js';
 export { EventLiveness } from './liveness.js';

@@ -7,16 +7,24 @@
  * loaded takes the next), several engines per thread.
  *
  * One pool per thread count is shared by every manager of the process (each
- * model pool has its own manager) and ends with the last of them. A thread
- * that dies is logged, counted in the log line, and started again with its
- * streams: what it had not yet posted is lost, which the streams see as a gap
- * and replay from the engines.
+ * model pool has its own manager) and ends with the last of them.
+ *
+ * A thread that fails (an uncaught exception, an unhandled rejection) closes its sockets before it ends
+ * (ingest-thread-runtime.ts: zeromq aborts the whole process over a thread that ends with a socket open).
+ * Its failure is an error line with the thread's own error, and once it has ended it is started again
+ * with its streams (after a back-off when it keeps failing at once: ingest-worker.ts), counted by reason
+ * (`onRestart`; `kvgate_kv_event_ingest_thread_restarts_total` in serve): each stream subscribes again,
+ * and what the thread had not posted shows as a gap, replayed from the engine. A stream whose
+ * subscription had ended, or that was being removed, is not subscribed again (its removal resolves); one
+ * the new thread refuses is counted and logged as refused (`IngestSink.refused`). The pool's release asks
+ * each thread to close its sockets and end (ingest-worker.ts, `IngestWorker`: one thread's worker,
+ * terminated only if it has not ended in time, with an error line when its sockets may be open).
  */
-import { Worker } from 'node:worker_threads';
 import { workerEntryFile, type Logger } from '../common/index.js';
 import type { ConnectionChange } from './connection-watch.js';
 import type { KvEventStream } from './event-stream.js';
-import type { IngestReport, IngestRequest } from './ingest-thread.js';
+import type { IngestReport } from './ingest-thread.js';
+import { IngestWorker, type IngestThreadEnd, type IngestThreadRestartReason } from './ingest-worker.js';
 import { eachPackedBatch } from './packed-batch.js';
 
 /** Where a stream's messages go, and who hears that its subscription ended. */
@@ -28,6 +36,11 @@ export interface IngestSink {
    * requests reach it, and routes approximately until its subscription is replaced.
    */
   ended(error: string): void;
+  /**
+   * The thread that replaced a failed one refused to subscribe the stream again (ZMQ's `error`: no room for a
+   * socket). Final, as `ended` is (counted as a refused subscription and logged by the sink's owner).
+   */
+  refused(error: string): void;
   /** A batch could not be handed to the stream (a bug on the apply path): logged by the sink's owner. */
   failed(err: unknown): void;
   /** The socket connected to its publisher, or lost it (connection-watch.ts, on the thread). */
@@ -46,68 +59,77 @@ export interface IngestSubscription {
 interface Attached {
   readonly sub: IngestSubscription;
   readonly sink: IngestSink;
-  thread: PoolThread;
-  /** Its subscription ended on the thread (`IngestSink.ended`): not subscribed again when the thread restarts. */
+  thread: IngestWorker;
+  /** Its subscription ended on the thread (`IngestSink.ended`, `refused`): not subscribed again when the thread restarts. */
   ended?: boolean | undefined;
   added?: { resolve: () => void; reject: (err: Error) => void } | undefined;
   removed?: (() => void) | undefined;
 }
 
-interface PoolThread {
-  worker: Worker;
-  readonly ids: Set<number>;
-  /** Subscribe / unsubscribe requests awaiting the thread's answer: the thread keeps the process alive meanwhile. */
-  waiting: number;
-}
-
 const shared = new Map<number, { pool: IngestPool; refs: number }>();
 
 export class IngestPool {
-  readonly #threads: PoolThread[] = [];
+  readonly #threads: IngestWorker[] = [];
   readonly #attached = new Map<number, Attached>();
   readonly #logger: Logger;
-  readonly #file: string;
+  /** Told of every restart, each once however many managers share it (its count of managers that gave it). */
+  readonly #onRestart = new Map<(reason: IngestThreadRestartReason) => void, number>();
   #nextId = 1;
   #closed = false;
 
-  /** The process's pool of `threads` threads, started by the first manager that asks; `release` when done. */
-  static acquire(threads: number, logger: Logger): IngestPool {
+  /**
+   * The process's pool of `threads` threads, started by the first manager that asks; `release` when done
+   * (with the same `onRestart`). `onRestart` is told of each thread restarted: managers that count into the
+   * same registry give the same function, which is then told once.
+   */
+  static acquire(threads: number, logger: Logger, onRestart?: (reason: IngestThreadRestartReason) => void): IngestPool {
     let entry = shared.get(threads);
     if (entry === undefined) shared.set(threads, (entry = { pool: new IngestPool(threads, logger), refs: 0 }));
     entry.refs++;
+    if (onRestart !== undefined) entry.pool.#onRestart.set(onRestart, (entry.pool.#onRestart.get(onRestart) ?? 0) + 1);
     return entry.pool;
   }
 
   private constructor(threads: number, logger: Logger) {
     this.#logger = logger;
-    this.#file = workerEntryFile(import.meta.url, 'kv-ingest', 1);
-    for (let i = 0; i < threads; i++) {
-      const t: PoolThread = { worker: undefined as unknown as Worker, ids: new Set(), waiting: 0 };
-      this.#start(t, i);
-      this.#threads.push(t);
+    const file = workerEntryFile(import.meta.url, 'kv-ingest', 1);
+    for (let index = 0; index < threads; index++) {
+      const thread: IngestWorker = new IngestWorker(
+        index,
+        file,
+        logger,
+        (r) => this.#report(r),
+        (end) => this.#exited(thread, end),
+      );
+      thread.start();
+      this.#threads.push(thread);
     }
     logger.info({ threads }, `KV-event ingestion on ${threads} thread(s)`);
   }
 
-  /** One manager is done with the pool; the last one ends its threads. */
-  async release(): Promise<void> {
+  /**
+   * One manager is done with the pool; the last one ends its threads: each is asked to close its sockets
+   * and end (ingest-worker.ts: terminated only if it has not ended in time, and loudly).
+   */
+  async release(onRestart?: (reason: IngestThreadRestartReason) => void): Promise<void> {
+    if (onRestart !== undefined) {
+      const n = (this.#onRestart.get(onRestart) ?? 0) - 1;
+      if (n > 0) this.#onRestart.set(onRestart, n);
+      else this.#onRestart.delete(onRestart);
+    }
     for (const [n, entry] of shared) {
       if (entry.pool !== this || --entry.refs > 0) continue;
       shared.delete(n);
       this.#closed = true;
-      // Referenced again, so the process waits for them to end before it exits.
-      await Promise.all(
-        this.#threads.map((t) => {
-          t.worker.ref();
-          return t.worker.terminate();
-        }),
-      );
+      await Promise.all(this.#threads.map((t) => t.stop()));
+      // Threads that ended before (awaiting their restart) settle here.
+      for (const t of this.#threads) this.#settle(t);
     }
   }
 
   /**
    * Subscribes a stream on the least loaded thread; resolves once the socket is connected.
-   * @throws Error with ZMQ's message when it refuses the endpoint.
+   * @throws Error with ZMQ's message when it refuses the endpoint, or when the pool closed meanwhile.
    */
   async attach(sub: IngestSubscription, sink: IngestSink): Promise<number> {
     const id = this.#nextId++;
@@ -116,11 +138,10 @@ export class IngestPool {
     this.#attached.set(id, entry);
     thread.ids.add(id);
     try {
-      await this.#awaiting(
-        thread,
+      await thread.awaiting(
         new Promise<void>((resolve, reject) => {
           entry.added = { resolve, reject };
-          this.#send(thread, { op: 'add', id, ...sub });
+          thread.send({ op: 'add', id, ...sub });
         }),
       );
     } catch (err) {
@@ -130,34 +151,23 @@ export class IngestPool {
     return id;
   }
 
-  /** Unsubscribes a stream; resolves once its thread has closed the socket and posted what it had received. */
+  /**
+   * Unsubscribes a stream; resolves once its thread has closed the socket and posted what it had received,
+   * or has ended (failed, or the pool's release) with the socket: nothing more reaches the stream either way.
+   */
   async detach(id: number): Promise<void> {
     const entry = this.#attached.get(id);
     if (entry === undefined || this.#closed) {
       this.#forget(id);
       return;
     }
-    await this.#awaiting(
-      entry.thread,
+    await entry.thread.awaiting(
       new Promise<void>((resolve) => {
         entry.removed = resolve;
-        this.#send(entry.thread, { op: 'remove', id });
+        entry.thread.send({ op: 'remove', id });
       }),
     );
     this.#forget(id);
-  }
-
-  /**
-   * The threads do not keep the process alive (the gateway's server does), except while the main thread
-   * awaits one of them: a script that closes its manager last must not exit before the close resolves.
-   */
-  async #awaiting(thread: PoolThread, answer: Promise<void>): Promise<void> {
-    if (thread.waiting++ === 0) thread.worker.ref();
-    try {
-      await answer;
-    } finally {
-      if (--thread.waiting === 0) thread.worker.unref();
-    }
   }
 
   #forget(id: number): void {
@@ -166,34 +176,60 @@ export class IngestPool {
     this.#attached.delete(id);
   }
 
-  #send(thread: PoolThread, req: IngestRequest): void {
-    thread.worker.postMessage(req);
+  /**
+   * A thread's worker ended. Unless the pool is closed, a new worker takes its place (at once, or after a
+   * back-off when it keeps failing: `IngestWorker.restartDelay`).
+   */
+  #exited(thread: IngestWorker, end: IngestThreadEnd | undefined): void {
+    if (this.#closed) {
+      this.#settle(thread);
+      return;
+    }
+    const reason = end?.reason ?? 'exited';
+    const delayMs = thread.restartDelay();
+    if (delayMs === 0) this.#restart(thread, reason, 0);
+    else setTimeout(() => this.#restart(thread, reason, delayMs), delayMs).unref();
   }
 
-  #start(thread: PoolThread, index: number): void {
-    const worker = new Worker(this.#file, { name: `kvgate-kv-ingest-${index}` });
-    worker.unref();
-    worker.on('message', (r: IngestReport) => this.#report(r));
-    worker.on('error', (err) => {
-      this.#logger.error(
-        { thread: index, streams: thread.ids.size, err: err.message },
-        'KV-event ingestion thread failed: restarting it; its streams resubscribe and replay what was lost',
-      );
-    });
-    worker.on('exit', () => {
-      if (this.#closed || thread.worker !== worker) return;
-      this.#start(thread, index);
-      for (const id of thread.ids) {
-        const entry = this.#attached.get(id);
-        // An ended subscription stays ended (`IngestSink.ended`); the new thread answers its detach all the same.
-        if (entry === undefined || entry.ended === true) continue;
-        // Its socket died with the thread: a lost connection for the slot, whose new socket connects again.
-        entry.sink.connection('disconnected');
-        entry.thread = thread;
-        this.#send(thread, { op: 'add', id, ...entry.sub });
+  /**
+   * Starts a new worker for `thread`, counted by reason, and subscribes its streams again there, but for those
+   * whose subscription ended (final) and those being removed (their removal resolves: the socket died with the
+   * thread). A stream attached meanwhile is sent too (its first subscription, still unanswered).
+   */
+  #restart(thread: IngestWorker, reason: IngestThreadRestartReason, delayMs: number): void {
+    if (this.#closed) {
+      this.#settle(thread);
+      return;
+    }
+    thread.start();
+    for (const notify of this.#onRestart.keys()) notify(reason);
+    let resubscribed = 0;
+    for (const id of thread.ids) {
+      const entry = this.#attached.get(id);
+      if (entry === undefined || entry.ended === true) continue;
+      if (entry.removed !== undefined) {
+        entry.removed();
+        continue;
       }
-    });
-    thread.worker = worker;
+      // Its socket died with the thread: a lost connection for the slot, whose new socket connects again
+      // (a first subscription, never answered, had no connection to lose).
+      if (entry.added === undefined) entry.sink.connection('disconnected');
+      thread.send({ op: 'add', id, ...entry.sub });
+      resubscribed++;
+    }
+    this.#logger.info(
+      { thread: thread.index, reason, streams: resubscribed, delayMs },
+      `KV-event ingestion thread restarted; ${resubscribed} stream(s) subscribing again`,
+    );
+  }
+
+  /** The pool closed with `thread` ended: every answer still awaited from it is settled. */
+  #settle(thread: IngestWorker): void {
+    for (const id of thread.ids) {
+      const entry = this.#attached.get(id);
+      entry?.removed?.();
+      entry?.added?.reject(new Error('KV-event ingestion closed'));
+    }
   }
 
   #report(r: IngestReport): void {
@@ -217,14 +253,9 @@ export class IngestPool {
           }
         }
         return;
-      case 'added': {
-        const entry = this.#attached.get(r.id);
-        const added = entry?.added;
-        if (entry !== undefined) entry.added = undefined;
-        if (r.error === undefined) added?.resolve();
-        else added?.reject(new Error(r.error));
+      case 'added':
+        this.#added(r);
         return;
-      }
       case 'removed':
         this.#attached.get(r.id)?.removed?.();
         return;
@@ -238,6 +269,28 @@ export class IngestPool {
         entry.sink.ended(r.error);
         return;
       }
+      case 'failed':
+      case 'stopped':
+        // The thread's own life: its IngestWorker's.
+        return;
+    }
+  }
+
+  /**
+   * The thread's answer to a subscription. A first one settles `attach`; a refusal of one sent again after a
+   * restart (no `attach` waits for it) ends the stream's subscription, counted and logged by the sink's owner.
+   */
+  #added(r: Extract<IngestReport, { op: 'added' }>): void {
+    const entry = this.#attached.get(r.id);
+    if (entry === undefined) return;
+    const added = entry.added;
+    entry.added = undefined;
+    if (added !== undefined) {
+      if (r.error === undefined) added.resolve();
+      else added.reject(new Error(r.error));
+    } else if (r.error !== undefined) {
+      entry.ended = true;
+      entry.sink.refused(r.error);
     }
   }
 }

@@ -31,7 +31,9 @@ export type IngestRequest =
       /** The model reads Eagle bigram events (decode option). */
       readonly eagle: boolean;
     }
-  | { readonly op: 'remove'; readonly id: number };
+  | { readonly op: 'remove'; readonly id: number }
+  /** Close every socket and end (ingest-thread-runtime.ts): the pool's release, before any `terminate()`. */
+  | { readonly op: 'stop' };
 
 /** What an ingestion thread tells the main thread. */
 export type IngestReport =
@@ -39,6 +41,18 @@ export type IngestReport =
   | { readonly op: 'removed'; readonly id: number }
   | { readonly op: 'ended'; readonly id: number; readonly error: string }
   | { readonly op: 'connection'; readonly id: number; readonly change: ConnectionChange }
+  /**
+   * The thread failed (an uncaught exception or an unhandled rejection, caught by its runtime's handlers): it
+   * closes its sockets, says `stopped` and ends; it takes no request and posts nothing else from now on.
+   */
+  | {
+      readonly op: 'failed';
+      readonly reason: 'uncaught_exception' | 'unhandled_rejection';
+      readonly error: string;
+      readonly stack?: string | undefined;
+    }
+  /** Every socket of the thread is closed and every receive loop and connection watch has ended: it may end. */
+  | { readonly op: 'stopped' }
   | {
       readonly op: 'batches';
       readonly packed: PackedBatches;
@@ -60,20 +74,62 @@ interface ThreadStream {
 }
 
 export class IngestThread {
-  readonly #post: (report: IngestReport, transfer?: ArrayBuffer[]) => void;
+  readonly #send: (report: IngestReport, transfer?: ArrayBuffer[]) => void;
   readonly #streams = new Map<number, ThreadStream>();
+  /** Sockets closed whose receive loop or connection watch has not ended yet (`stop` waits for them). */
+  readonly #closing = new Set<Promise<void>>();
   readonly #packer = new BatchPacker();
   #raw: { id: number; frames: Uint8Array[] }[] = [];
   #postDue = false;
+  #stopping = false;
 
   /** @param post how a report reaches the main thread (the port's `postMessage`). */
   constructor(post: (report: IngestReport, transfer?: ArrayBuffer[]) => void) {
-    this.#post = post;
+    this.#send = post;
   }
 
+  /** Subscribes or unsubscribes a stream; nothing once `stop` was called (the thread opens no socket after it). */
   handle(req: IngestRequest): void {
+    if (this.#stopping) return;
     if (req.op === 'add') this.#add(req);
-    else void this.#remove(req.id);
+    else if (req.op === 'remove') void this.#remove(req.id);
+  }
+
+  /**
+   * Closes every socket and resolves once every receive loop and connection watch has ended, those of sockets
+   * closed earlier too: the thread may end then. zeromq aborts the whole process when a thread ends with a
+   * socket open and receiving (zeromq.js issue #411), which a thread that fails or is terminated would.
+   * From the call on, the thread posts nothing (what it received and had not posted is dropped: its streams
+   * see a gap and replay it) and takes no request. Never rejects; idempotent.
+   */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    for (const [id, stream] of this.#streams) {
+      this.#streams.delete(id);
+      this.#close(stream);
+    }
+    while (this.#closing.size > 0) await Promise.allSettled([...this.#closing]);
+  }
+
+  /** Closes the stream's socket; `#closing` holds its end (loop and watch) until it comes. */
+  #close(stream: ThreadStream): Promise<void> {
+    try {
+      if (!stream.sub.closed) stream.sub.close();
+    } catch {
+      // closed meanwhile: its loop and watch end all the same
+    }
+    return this.#ending(Promise.allSettled([stream.loop, stream.watched]).then(() => undefined));
+  }
+
+  #ending(end: Promise<void>): Promise<void> {
+    this.#closing.add(end);
+    void end.then(() => this.#closing.delete(end));
+    return end;
+  }
+
+  /** Every report goes through here: none once the thread stops. */
+  #post(report: IngestReport, transfer?: ArrayBuffer[]): void {
+    if (!this.#stopping) this.#send(report, transfer);
   }
 
   #add(req: Extract<IngestRequest, { op: 'add' }>): void {
@@ -90,7 +146,7 @@ export class IngestThread {
       sub.connect(req.endpoint);
     } catch (err) {
       sub?.close();
-      void watched.then(() =>
+      void this.#ending(watched).then(() =>
         this.#post({ op: 'added', id: req.id, error: err instanceof Error ? err.message : String(err) }),
       );
       return;
@@ -105,11 +161,7 @@ export class IngestThread {
   async #remove(id: number): Promise<void> {
     const stream = this.#streams.get(id);
     this.#streams.delete(id);
-    if (stream !== undefined) {
-      if (!stream.sub.closed) stream.sub.close();
-      await stream.loop;
-      await stream.watched;
-    }
+    if (stream !== undefined) await this.#close(stream);
     // What it received before is posted first: the main thread forgets the stream at 'removed'.
     this.#flush();
     this.#post({ op: 'removed', id });

@@ -26,6 +26,7 @@ import {
 } from './options.js';
 import { KvEventCounters, combineHooks, type KvEventHooks } from './stats.js';
 import { IngestPool } from './ingest-pool.js';
+import type { IngestThreadRestartReason } from './ingest-worker.js';
 import { KvEventSubscriber, type KvEventTarget, type SlotSubscription } from './subscriber.js';
 import { ThreadedSubscriber } from './threaded-subscriber.js';
 import type { TieredPrefixIndex } from './tiered-index.js';
@@ -52,6 +53,12 @@ export interface KvEventManagerOptions extends KvEventOptions, Partial<Pick<Cont
   seeds?: readonly KvSlotSnapshot[] | undefined;
   /** Told of every rebuild: an index the applier writes was discarded and every subscribed slot restores (metrics). */
   onIndexRebuild?: ((err: IndexMemoryError, slots: number) => void) | undefined;
+  /**
+   * Told of every ingestion thread restarted (`ingestThreads` > 0), by reason (metrics). The threads are the
+   * process's, shared by the managers of the same thread count: managers that give the same function are told
+   * once per restart (ingest-pool.ts).
+   */
+  onIngestThreadRestart?: ((reason: IngestThreadRestartReason) => void) | undefined;
 }
 
 function sameSource(a: Readonly<KvEventTarget>, b: KvEventTarget): boolean {
@@ -75,9 +82,11 @@ export class KvEventManager {
   readonly #checkTimer: NodeJS.Timeout;
   readonly #seeds = new Map<string, KvSlotSnapshot>();
   readonly #onIndexRebuild: KvEventManagerOptions['onIndexRebuild'];
+  readonly #onIngestThreadRestart: KvEventManagerOptions['onIngestThreadRestart'];
   /** A rebuild is due at the next turn (discards within one turn make one rebuild). */
   #rebuildDue: IndexMemoryError | undefined;
   #closed = false;
+  #closing: Promise<void> | undefined;
 
   constructor(options: KvEventManagerOptions) {
     this.#opts = fillOptions(kDefaultKvEventOptions, options);
@@ -99,7 +108,8 @@ export class KvEventManager {
     this.#onIndexRebuild = options.onIndexRebuild;
     options.applier.onIndexDiscarded((err) => this.#indexDiscarded(err));
     const threads = this.#opts.ingestThreads;
-    this.#pool = threads > 0 ? IngestPool.acquire(threads, base.logger) : undefined;
+    this.#onIngestThreadRestart = options.onIngestThreadRestart;
+    this.#pool = threads > 0 ? IngestPool.acquire(threads, base.logger, options.onIngestThreadRestart) : undefined;
   }
 
   /**
@@ -273,13 +283,19 @@ export class KvEventManager {
     this.liveness.noteDispatch(slot);
   }
 
-  /** Closes every subscriber. The indexes are left to their owner. Idempotent. */
-  async close(): Promise<void> {
-    this.#closed = true;
-    clearInterval(this.#checkTimer);
-    const all = [...this.#subs];
-    this.#subs.clear();
-    await Promise.all(all.map(([, s]) => s.close()));
-    await this.#pool?.release();
+  /**
+   * Closes every subscriber, then gives the ingestion threads back (the last manager's release closes their
+   * sockets and ends them). The indexes are left to their owner. Idempotent: the pool is released once.
+   */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#closed = true;
+      clearInterval(this.#checkTimer);
+      const all = [...this.#subs];
+      this.#subs.clear();
+      await Promise.all(all.map(([, s]) => s.close()));
+      await this.#pool?.release(this.#onIngestThreadRestart);
+    })();
+    return this.#closing;
   }
 }

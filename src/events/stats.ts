@@ -81,6 +81,12 @@ export interface KvEventHooks {
   onSeedKept?(slot: WorkerRank, reason: ResetReason): void;
   /** The slot's SUB socket connected to its publisher, or lost it (connection-watch.ts), or its subscription ended. */
   onConnection?(slot: WorkerRank, change: SubscriptionChange): void;
+  /**
+   * The ingestion thread that replaced a failed one refused to subscribe the slot again (`error`: ZMQ's, such as
+   * no room for a socket): its subscription is over, as after `ended`. A first subscription's refusal is instead
+   * the rejection of `KvEventManager.add`.
+   */
+  onResubscribeRefused?(slot: WorkerRank, error: string): void;
 }
 
 /** Calls every hook set in order. */
@@ -120,6 +126,9 @@ export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks
     },
     onConnection: (slot, c) => {
       for (const h of hs) h.onConnection?.(slot, c);
+    },
+    onResubscribeRefused: (slot, e) => {
+      for (const h of hs) h.onResubscribeRefused?.(slot, e);
     },
   };
 }

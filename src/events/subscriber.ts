@@ -146,6 +146,24 @@ export class ConnectionReporter {
         'events and routes approximately until its subscription is replaced',
     );
   };
+
+  /**
+   * Bound: the ingestion thread that replaced a failed one refused to subscribe the slot again (`error`, ZMQ's).
+   * Final as `ended` is: no longer connected, counted as a refused subscription (`onResubscribeRefused`) and
+   * logged once; later calls and connection reports change nothing.
+   */
+  readonly refused = (error: string): void => {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#connected = false;
+    this.#ctx.hooks.onResubscribeRefused?.(this.#slot, error);
+    const { workerId, dpRank, endpoint } = this.#source;
+    this.#ctx.logger.warn(
+      { workerId, dpRank, endpoint, err: error },
+      `worker ${workerId} rank ${dpRank}: KV events not subscribed again after its ingestion thread restarted: ` +
+        'the slot hears no more events and routes approximately until its subscription is replaced',
+    );
+  };
 }
 
 /** ZMQ's refusal of an endpoint (or of a socket for it) as the error `start()` and the constructor throw. */

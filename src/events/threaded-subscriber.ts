@@ -70,6 +70,7 @@ export class ThreadedSubscriber implements SlotSubscription {
     const sink = {
       stream: this.stream,
       ended: this.#connection.ended,
+      refused: this.#connection.refused,
       connection: this.#connection.report,
       failed: (err: unknown) =>
         this.#logger.warn(

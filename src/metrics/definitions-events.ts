@@ -83,8 +83,16 @@ export const EVENT_METRIC_DEFINITIONS = {
     name: 'kvgate_kv_event_subscriptions_refused_total',
     help:
       '(worker, dp rank) KV-event subscriptions that could not be made (an endpoint kvgate cannot offset or ZMQ refuses, ' +
-      'no room for a socket); the slot routes approximately.',
+      'no room for a socket), or made again on an ingestion thread restarted after a failure; the slot routes approximately.',
     labelNames: ['worker_id', 'dp_rank'],
+  },
+  kvEventIngestThreadRestarts: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_ingest_thread_restarts_total',
+    help:
+      'KV-event ingestion threads (kv_events.ingest_threads) restarted after they failed, by reason (uncaught_exception, ' +
+      'unhandled_rejection, died, exited); their streams subscribe again and replay what was lost.',
+    labelNames: ['reason'],
   },
   // ---- prefix index
   indexBytes: {

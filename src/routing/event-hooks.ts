@@ -3,7 +3,7 @@
  * worker watch told of replays and of a block size other than the model's.
  */
 import type { WorkerRank } from '../common/index.js';
-import type { KvEventHooks } from '../events/index.js';
+import type { IngestThreadRestartReason, KvEventHooks } from '../events/index.js';
 import { FastCounterChild, type KvgateMetrics } from '../metrics/index.js';
 import type { WorkerWatch } from './worker-watch.js';
 
@@ -44,5 +44,26 @@ export function eventHooks(m: KvgateMetrics | undefined, watch: EventWatch, bloc
     },
     onConnection: (slot, change) => m.kvEventConnectionChanges.labels({ ...slotLabels(slot), change }).inc(),
     onSeedKept: (slot, reason) => m.kvEventSeedsKept.labels({ ...slotLabels(slot), reason }).inc(),
+    // Counted with the refusals of first subscriptions (subscribeWorker): either way the slot has none.
+    onResubscribeRefused: (slot) => m.kvEventSubscriptionsRefused.labels(slotLabels(slot)).inc(),
   };
+}
+
+const restartCounters = new WeakMap<KvgateMetrics, (reason: IngestThreadRestartReason) => void>();
+
+/**
+ * The counter of ingestion-thread restarts of a registry: one function per registry, so that the process's
+ * threads, shared by every model's manager, count each restart once however many managers give it
+ * (`KvEventManagerOptions.onIngestThreadRestart`).
+ */
+export function ingestThreadRestartCounter(
+  m: KvgateMetrics | undefined,
+): ((reason: IngestThreadRestartReason) => void) | undefined {
+  if (m === undefined) return undefined;
+  let count = restartCounters.get(m);
+  if (count === undefined) {
+    count = (reason) => m.kvEventIngestThreadRestarts.labels({ reason }).inc();
+    restartCounters.set(m, count);
+  }
+  return count;
 }

@@ -17,7 +17,7 @@ import {
 } from '../events/index.js';
 import type { RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
-import { eventHooks, type EventWatch } from './event-hooks.js';
+import { eventHooks, ingestThreadRestartCounter, type EventWatch } from './event-hooks.js';
 import { KvRouter } from './kv-router.js';
 
 /** What of the model's options a KV pool reads. */
@@ -73,6 +73,7 @@ export function kvPool(
       hooks: eventHooks(ctx.metrics, watch, opts.blockSize),
       seeds: opts.kvSeeds?.(role === 'prefill' ? 'prefill' : 'decode'),
       onIndexRebuild: () => ctx.metrics?.indexRebuilds.labels({ model: opts.model, worker_type: role }).inc(),
+      onIngestThreadRestart: ingestThreadRestartCounter(ctx.metrics),
     });
   }
   return { kvRouter, events };

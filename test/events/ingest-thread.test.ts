@@ -1,6 +1,8 @@
 /**
  * An ingestion thread's work (ingest-thread.ts), run here in the test's own thread over real ZMQ sockets: what
- * it reports to the main thread when a socket's receive fails for good.
+ * it reports to the main thread when a socket's receive fails for good, and its stop (what a thread that
+ * fails or is asked to end does before it ends: zeromq aborts the process over a thread ending with a socket
+ * open).
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { IngestThread, type IngestReport } from '../../src/events/ingest-thread.js';
@@ -60,5 +62,42 @@ describe('IngestThread', () => {
     await until(() => of('removed').length === 1, 'the removal');
     cleanups.pop();
     expect(of('ended')).toHaveLength(1);
+  });
+
+  it('stop closes every socket and waits for their loops; then it posts nothing and opens no socket', async () => {
+    const { sockets, restore } = watchSubscribers();
+    cleanups.push(restore);
+    const pubs = [await TestKvPublisher.start(), await TestKvPublisher.start()];
+    cleanups.push(async () => {
+      for (const p of pubs) await p.close();
+    });
+    const reports: IngestReport[] = [];
+    const thread = new IngestThread((r) => reports.push(r));
+    const add = (id: number, endpoint: string) =>
+      thread.handle({
+        op: 'add',
+        id,
+        endpoint,
+        topic: '',
+        receiveHighWaterMark: 1000,
+        maxMessageBytes: 1 << 20,
+        eagle: false,
+      });
+    add(1, pubs[0]!.endpoint);
+    add(2, pubs[1]!.endpoint);
+    for (const p of pubs) await p.waitForSubscribers();
+    await pubs[0]!.publish([stored(1, 10n)]);
+    await pubs[1]!.publish([stored(5, 20n)]);
+    await until(() => sockets.length === 2, 'both sockets receiving');
+    const before = reports.length;
+    await thread.stop();
+    expect(sockets.map((s) => s.closed)).toEqual([true, true]);
+    // Nothing more: no report of the closing, no subscription taken after the stop.
+    add(3, pubs[0]!.endpoint);
+    thread.handle({ op: 'remove', id: 1 });
+    await pubs[0]!.publish([stored(9, 30n)]);
+    await new Promise((r) => setImmediate(r));
+    expect(reports.slice(before)).toEqual([]);
+    await thread.stop();
   });
 });
