@@ -11,6 +11,9 @@
  *   message (its text items joined with "\n"); an assistant's `tool_result` → the text "Tool result: …".
  *   One text part becomes plain `content`; a user message left with no content is not emitted.
  * - Tools become chat function tools (`input_schema` as `parameters`, `type: "object"` added if missing).
+ * - System messages inside `messages` (and the `ctx` and `msg` roles) are placed first, as inline-system.ts says:
+ *   those at the head extend the system prompt (joined with "\n\n"), the others stay system turns or fold into user
+ *   messages (`InlineSystemMode`).
  */
 import {
   type ChatConversion,
@@ -22,8 +25,7 @@ import {
   requireString,
   unsupportedBlock,
 } from './agent-convert.js';
-
-const BILLING_HEADER = 'x-anthropic-billing-header';
+import { BILLING_HEADER, placeInlineSystem, systemText, type InlineSystemMode } from './inline-system.js';
 
 /** The block types of Anthropic's Messages API that a request may carry (others are refused). */
 const BLOCK_TYPES = new Set([
@@ -36,9 +38,13 @@ const BLOCK_TYPES = new Set([
   'redacted_thinking',
 ]);
 
-function systemMessage(system: unknown): Json | undefined {
+/**
+ * The system prompt's text: a string as it is, a list's non-empty `text` blocks joined with no separator, less
+ * the billing header. Undefined where the request has none (absent, empty string or empty list).
+ */
+function systemPromptText(system: unknown): string | undefined {
   if (system === undefined || system === null) return undefined;
-  if (typeof system === 'string') return system === '' ? undefined : { role: 'system', content: system };
+  if (typeof system === 'string') return system === '' ? undefined : system;
   if (!Array.isArray(system)) throw invalidField('system', 'must be a string or a list of text blocks');
   if (system.length === 0) return undefined;
   let text = '';
@@ -47,7 +53,7 @@ function systemMessage(system: unknown): Json | undefined {
     const t = requireString(block.text, `system[${i}].text`);
     if (t !== '' && !t.startsWith(BILLING_HEADER)) text += t;
   });
-  return { role: 'system', content: text };
+  return text;
 }
 
 /** A tool result's content as vLLM's tool message holds it: a string, or its text items joined with "\n". */
@@ -102,11 +108,18 @@ function walkBlock(turn: Turn, role: string, block: unknown, param: string): voi
   // redacted_thinking and a top-level tool_reference add nothing to the prompt.
 }
 
-function convertTurn(message: unknown, i: number, out: Json[]): void {
+function convertTurn(message: Json, i: number, out: Json[]): void {
   const param = `messages[${i}]`;
-  if (!isObject(message)) throw invalidField(param, 'must be an object');
   const role = message.role;
-  if (role !== 'user' && role !== 'assistant') throw invalidField(`${param}.role`, 'must be "user" or "assistant"');
+  if (role === 'system') {
+    // An inline system message kept as a system turn (`preserve`).
+    const text = systemText(message.content, `${param}.content`);
+    if (text !== '') out.push({ role: 'system', content: text });
+    return;
+  }
+  if (role !== 'user' && role !== 'assistant') {
+    throw invalidField(`${param}.role`, 'must be "user", "assistant" or "system" ("ctx" and "msg" are user messages)');
+  }
   const content = message.content;
   if (typeof content === 'string') {
     out.push({ role, content });
@@ -149,7 +162,7 @@ function convertTools(tools: unknown): Json[] | undefined {
  *   `system`, a tool), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed block or one of an unknown type),
  *   KVG_ERR_UNSUPPORTED_CONTENT (images); `detail.param` names the field.
  */
-export function messagesToChat(body: Json): ChatConversion {
+export function messagesToChat(body: Json, inlineSystem: InlineSystemMode = 'preserve'): ChatConversion {
   if (typeof body.model !== 'string' || body.model === '') throw invalidField('model', 'is required');
   const maxTokens = body.max_tokens;
   if (maxTokens === undefined) throw invalidField('max_tokens', 'is required');
@@ -159,9 +172,13 @@ export function messagesToChat(body: Json): ChatConversion {
   if (body.stream !== undefined && typeof body.stream !== 'boolean') throw invalidField('stream', 'must be a boolean');
   if (!Array.isArray(body.messages)) throw invalidField('messages', 'is required (a list of messages)');
   const messages: Json[] = [];
-  const system = systemMessage(body.system);
-  if (system !== undefined) messages.push(system);
-  body.messages.forEach((m, i) => convertTurn(m, i, messages));
+  const prompt = systemPromptText(body.system);
+  const placed = placeInlineSystem(body.messages, prompt ?? '', inlineSystem);
+  // The system messages at the head of `messages` extend the system prompt (or are it, where there is none).
+  if (prompt !== undefined || placed.leading !== '') {
+    messages.push({ role: 'system', content: [prompt ?? '', placed.leading].filter((t) => t !== '').join('\n\n') });
+  }
+  for (const m of placed.messages) convertTurn(m.message, m.index, messages);
   const kwargs = body.chat_template_kwargs;
   if (kwargs !== undefined && kwargs !== null && !isObject(kwargs)) {
     throw invalidField('chat_template_kwargs', 'must be an object');

@@ -105,6 +105,29 @@ const CASES: Case[] = [
     },
   },
   {
+    name: "messages: Claude Code's system messages inside messages (a leading one joins the system prompt, later ones stay system turns), ctx as user",
+    api: 'messages',
+    body: {
+      model: 'demo',
+      max_tokens: 64,
+      system: 'You are a coding agent.',
+      messages: [
+        { role: 'system', content: 'Project rules.' },
+        { role: 'user', content: 'Fix the bug' },
+        { role: 'ctx', content: 'git status: clean' },
+        { role: 'system', content: [{ type: 'text', text: 'Available agent types: general.' }] },
+      ],
+    },
+    chat: {
+      messages: [
+        { role: 'system', content: 'You are a coding agent.\n\nProject rules.' },
+        { role: 'user', content: 'Fix the bug' },
+        { role: 'user', content: 'git status: clean' },
+        { role: 'system', content: 'Available agent types: general.' },
+      ],
+    },
+  },
+  {
     name: 'messages: multi-turn, two tool results in one turn, a user turn of tool results only, empty text dropped',
     api: 'messages',
     body: {
@@ -302,6 +325,20 @@ const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; par
     body: { model: 'demo', messages: [{ role: 'user', content: 'x' }] },
     code: 'KVG_ERR_INVALID_REQUEST',
     param: 'max_tokens',
+  },
+  {
+    name: 'a role of none of the Messages roles',
+    api: 'messages',
+    body: {
+      model: 'demo',
+      max_tokens: 5,
+      messages: [
+        { role: 'user', content: 'x' },
+        { role: 'tool', content: 'y' },
+      ],
+    },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'messages[1].role',
   },
   {
     name: 'an unknown block type',
