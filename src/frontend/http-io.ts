@@ -37,6 +37,22 @@ export function sseErrorFrame(err: KvgateError): Buffer {
   return Buffer.from(sseJsonFrame(errorBody(err)));
 }
 
+/** OpenAI's Responses route, whose streams end with the API's own `error` event. */
+export const RESPONSES_ROUTE = '/v1/responses';
+
+/**
+ * The event that ends a Responses stream with an error: the API's `error` event (`event: error`, data `type`,
+ * `code`, `message`, `param`, `sequence_number`), which its clients (Codex, the SDKs) dispatch on by `type`. A
+ * chat-style `{"error": ...}` line has no `type`: they saw the stream end without `response.completed`, and lost
+ * the code. `sequenceNumber` is the event's place in the stream: the events relayed before it (the engine numbers
+ * them from 0, one each).
+ */
+export function responsesErrorFrame(err: KvgateError, sequenceNumber: number): Buffer {
+  const { message, param, code } = errorBody(err).error;
+  const event = { type: 'error', code, message, param, sequence_number: sequenceNumber };
+  return Buffer.from(`event: error\ndata: ${JSON.stringify(event)}\n\n`);
+}
+
 /** Constant-time API key check against SHA-256 digests of the accepted keys. */
 export class ApiKeys {
   readonly #digests: Buffer[];

@@ -16,7 +16,16 @@ import type { Counter } from 'prom-client';
 import { batchesOf, type CancelSignal, type WorkerRank } from '../common/index.js';
 import type { ModelConfig } from '../config/index.js';
 import { MESSAGES_ROUTE, anthropicErrorFrame, anthropicRefusal } from './anthropic-error.js';
-import { asKvgateError, sendBytes, sendJson, sseErrorFrame, sseFrame, whenWritable } from './http-io.js';
+import {
+  RESPONSES_ROUTE,
+  asKvgateError,
+  responsesErrorFrame,
+  sendBytes,
+  sendJson,
+  sseErrorFrame,
+  sseFrame,
+  whenWritable,
+} from './http-io.js';
 import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
 import type { PublicErrors } from './public-error.js';
 import type { EndpointKind, PreparedRequest, QueryResult, RoutedResponse, SseEvent } from './router-port.js';
@@ -347,7 +356,14 @@ export async function pipeRouted(
         { reqId: ctx.requestId, code: e.code, workerId: routed.worker.workerId, err: internal },
         'engine error mid-stream',
       );
-    batch.end(ctx.route === MESSAGES_ROUTE ? anthropicErrorFrame(e, ctx.requestId) : sseErrorFrame(e));
+    // Each API ends its stream with its own error event: Anthropic's, the Responses API's, or chat's data line.
+    batch.end(
+      ctx.route === MESSAGES_ROUTE
+        ? anthropicErrorFrame(e, ctx.requestId)
+        : ctx.route === RESPONSES_ROUTE
+          ? responsesErrorFrame(e, events)
+          : sseErrorFrame(e),
+    );
   } finally {
     // Left early (client gone or stalled), or failed: tell the port so it stops the upstream and frees its booking.
     // A failure is not always the upstream's own (which closed it): the client leaving while the relay waits for
