@@ -43,8 +43,11 @@ export interface IngestSink {
   refused(error: string): void;
   /** A batch could not be handed to the stream (a bug on the apply path): logged by the sink's owner. */
   failed(err: unknown): void;
-  /** The socket connected to its publisher, or lost it (connection-watch.ts, on the thread). */
-  connection(change: ConnectionChange): void;
+  /**
+   * The socket connected to its publisher, or lost it (connection-watch.ts, on the thread); `cause` says why a
+   * connection was lost where the pool knows (its thread restarted), for the log.
+   */
+  connection(change: ConnectionChange, cause?: string): void;
 }
 
 /** A stream to subscribe on a thread. */
@@ -213,7 +216,7 @@ export class IngestPool {
       }
       // Its socket died with the thread: a lost connection for the slot, whose new socket connects again
       // (a first subscription, never answered, had no connection to lose).
-      if (entry.added === undefined) entry.sink.connection('disconnected');
+      if (entry.added === undefined) entry.sink.connection('disconnected', 'its ingestion thread restarted');
       thread.send({ op: 'add', id, ...entry.sub });
       resubscribed++;
     }

@@ -105,8 +105,11 @@ export class ConnectionReporter {
     return this.#connected;
   }
 
-  /** The watch's callback (connection-watch.ts), bound. Ignored once the subscription ended. */
-  readonly report = (change: ConnectionChange): void => {
+  /**
+   * The watch's callback (connection-watch.ts), bound; `cause`, where the caller knows why a connection was lost,
+   * replaces the usual guess in the log line. Ignored once the subscription ended.
+   */
+  readonly report = (change: ConnectionChange, cause?: string): void => {
     if (this.#ended) return;
     const { workerId, dpRank, endpoint } = this.#source;
     this.#connected = change === 'connected';
@@ -116,8 +119,9 @@ export class ConnectionReporter {
       this.#lost++;
       this.#ctx.logger.warn(
         at,
-        `worker ${workerId} rank ${dpRank}: KV event publisher disconnected (it went away, or sent a message over ` +
-          'the size limit); reconnecting, and what it publishes meanwhile is replayed',
+        `worker ${workerId} rank ${dpRank}: KV event publisher disconnected ` +
+          `(${cause ?? 'it went away, or sent a message over the size limit'}); reconnecting, and what it ` +
+          'publishes meanwhile is replayed',
       );
     } else if (this.#lost > 0) {
       this.#ctx.logger.info(

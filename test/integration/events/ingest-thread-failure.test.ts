@@ -117,6 +117,13 @@ describe('a KV-event ingestion thread that fails while its sockets receive', () 
       .map(json)
       .find((o) => o?.msg === 'KV-event ingestion thread restarted; 2 stream(s) subscribing again');
     expect(restarted).toMatchObject({ thread: 0, reason: 'uncaught_exception', streams: 2 });
+    // Each stream's lost connection is logged with its cause, not the usual guess.
+    const lost = gateway.lines
+      .map(json)
+      .filter((o) => String(o?.msg).includes('KV event publisher disconnected'))
+      .map((o) => String(o!.msg));
+    expect(lost).toHaveLength(2);
+    for (const msg of lost) expect(msg).toContain('(its ingestion thread restarted)');
 
     // Events flow again: new prompts on each engine reach the index in full, and what the dead thread had
     // not handed over comes back by replay (every prompt matched).
