@@ -33,6 +33,8 @@ line per engine, then runs until interrupted.
   --max-num-batched-tokens N   token budget per step (${MOCKER_DEFAULTS.maxNumBatchedTokens})
   --max-num-seqs N             running requests per step (${MOCKER_DEFAULTS.maxNumSeqs})
   --scheduling-policy fcfs|priority   as vLLM's: priority admits by request priority, lowest first (${MOCKER_DEFAULTS.schedulingPolicy})
+  --anthropic-inline-system preserve|fold  as vLLM's: a Messages request's system messages inside messages stay
+                               system turns or fold into user messages (${MOCKER_DEFAULTS.anthropicInlineSystem})
   --max-model-len N            context length (${MOCKER_DEFAULTS.maxModelLen})
   --speedup X                  divide step times by X (${MOCKER_DEFAULTS.speedup})
   --perf-profile FILE|NAME     time steps from a measured GPU profile (h100, h200, or a JSON path)
@@ -78,6 +80,7 @@ export const OPTIONS = {
   'max-num-batched-tokens': { type: 'string' },
   'max-num-seqs': { type: 'string' },
   'scheduling-policy': { type: 'string' },
+  'anthropic-inline-system': { type: 'string' },
   'max-model-len': { type: 'string' },
   speedup: { type: 'string' },
   'perf-profile': { type: 'string' },
@@ -202,6 +205,7 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
       maxNumBatchedTokens: num('max-num-batched-tokens', s('max-num-batched-tokens')),
       maxNumSeqs: num('max-num-seqs', s('max-num-seqs')),
       schedulingPolicy: s('scheduling-policy') as MockerInput['schedulingPolicy'],
+      anthropicInlineSystem: s('anthropic-inline-system') as MockerInput['anthropicInlineSystem'],
       maxModelLen: num('max-model-len', s('max-model-len')),
       speedup: num('speedup', s('speedup')),
       perfProfile: s('perf-profile'),

@@ -4,6 +4,7 @@
  * simulated engine generates from it. The rules are in messages-convert.ts and responses-convert.ts.
  */
 import type { ChatConversion, Json } from './agent-convert.js';
+import type { InlineSystemMode } from './inline-system.js';
 import { messagesToChat } from './messages-convert.js';
 import { responsesToChat } from './responses-convert.js';
 
@@ -11,10 +12,11 @@ import { responsesToChat } from './responses-convert.js';
 export type AgentApi = 'messages' | 'responses';
 
 /**
- * The body as the chat request it runs as.
+ * The body as the chat request it runs as; `inlineSystem` places a Messages body's system messages inside
+ * `messages` (inline-system.ts), as the engine's `anthropic_inline_system` does.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST, KVG_ERR_INVALID_CONTENT_BLOCK, KVG_ERR_UNSUPPORTED_CONTENT,
  *   KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED (see `messagesToChat`, `responsesToChat`); `detail.param` names the field.
  */
-export function agentChat(api: AgentApi, body: Json): ChatConversion {
-  return api === 'messages' ? messagesToChat(body) : responsesToChat(body);
+export function agentChat(api: AgentApi, body: Json, inlineSystem: InlineSystemMode = 'preserve'): ChatConversion {
+  return api === 'messages' ? messagesToChat(body, inlineSystem) : responsesToChat(body);
 }

@@ -73,4 +73,5 @@ export {
 } from './tracing.js';
 export type { KvSlotSnapshot } from './kv-snapshot.js';
 export { type AgentApi, agentChat } from './agent-chat.js';
+export { INLINE_SYSTEM_MODES, type InlineSystemMode } from './inline-system.js';
 export { workerEntryFile } from './worker-file.js';

@@ -19,8 +19,9 @@
  */
 import { type Json, invalidField, isObject } from './agent-convert.js';
 
-/** How inline system messages are placed: kept as system turns, or folded into user messages. */
-export type InlineSystemMode = 'preserve' | 'fold';
+/** How inline system messages are placed: kept as system turns, or folded into user messages (vLLM's names). */
+export const INLINE_SYSTEM_MODES = ['preserve', 'fold'] as const;
+export type InlineSystemMode = (typeof INLINE_SYSTEM_MODES)[number];
 
 /** A message of the request, normalized, with the index it had in `messages` (for error params). */
 export interface PlacedMessage {

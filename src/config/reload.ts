@@ -41,6 +41,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['enforce_disagg', (m) => m.enforceDisagg],
   ['disagg_policy', (m) => m.disaggPolicy],
   ['eagle', (m) => m.eagle],
+  ['anthropic_inline_system', (m) => m.anthropicInlineSystem],
   ['session_priority', (m) => m.sessionPriority ?? 'off'],
   ['session_affinity', (m) => m.sessionAffinity],
   ['engine_timeouts', (m) => m.engineTimeouts],

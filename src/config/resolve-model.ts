@@ -5,16 +5,22 @@
  */
 import { existsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { ENGINE_DIALECTS, ROUTER_MODES, WORKER_ROLES, type EngineDialect } from '../common/index.js';
+import {
+  ENGINE_DIALECTS,
+  INLINE_SYSTEM_MODES,
+  ROUTER_MODES,
+  WORKER_ROLES,
+  type EngineDialect,
+} from '../common/index.js';
 import { ALWAYS_DISAGGREGATE, DISAGG_POLICY_MODES, kvEventsEnabled, type DisaggPolicy } from '../core/index.js';
 import type { KvEventEndpoints } from '../discovery/index.js';
-import { absolute, checkHost, checkEngineUrl, checkHttpUrl, checkZmqEndpoint, type ResolveContext } from './checks.js';
+import { absolute, checkHost, checkEngineUrl, checkZmqEndpoint, type ResolveContext } from './checks.js';
 import { GATEWAY_DEFAULTS } from './defaults.js';
-import { readInferencePoolSection, readKubernetesSection } from './kubernetes-section.js';
+import { readEtcdSection, readInferencePoolSection, readKubernetesSection } from './discovery-sections.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, routerPresetOf, type RouterKnobs } from './resolve-router.js';
 import { readSessionKeys } from './resolve-sessions.js';
-import type { EngineTimeouts, EtcdDiscovery, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
+import type { EngineTimeouts, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = [
   'name',
@@ -29,6 +35,7 @@ const MODEL_KEYS = [
   'enforce_disagg',
   'disagg_policy',
   'eagle',
+  'anthropic_inline_system',
   'session_priority',
   'session_affinity',
   'max_prompt_tokens',
@@ -264,29 +271,6 @@ export function readEngineTimeouts(t: ConfigReader | undefined, base: EngineTime
   };
 }
 
-/** Reads a model's `etcd` section: `endpoints` (http(s) URLs, at least one) and `prefix`. */
-function readEtcdSection(m: ConfigReader): EtcdDiscovery | undefined {
-  const e = m.child('etcd');
-  if (e === undefined) return undefined;
-  e.allowOnly(['endpoints', 'prefix']);
-  const list = e.list('endpoints') ?? [];
-  if (list.length === 0) e.problem('endpoints', 'must list at least one etcd endpoint (http://host:2379)');
-  const endpoints: string[] = [];
-  list.forEach((v, i) => {
-    const reason = typeof v === 'string' ? checkHttpUrl(v) : `must be a string, got ${show(v)}`;
-    if (reason !== undefined) e.problemAt([...e.path, 'endpoints', i], reason);
-    else endpoints.push((v as string).replace(/\/+$/, ''));
-  });
-  const prefix = e.str('prefix', GATEWAY_DEFAULTS.etcdPrefix, checkPrefix).replace(/\/+$/, '');
-  return { endpoints, prefix };
-}
-
-function checkPrefix(s: string): string | undefined {
-  return s.startsWith('/') && s.replace(/\/+$/, '') !== ''
-    ? undefined
-    : 'must be a key path starting with / (for example /kvgate/workers)';
-}
-
 /** Reads one model entry; `globalRouter` and `timeouts` are the top-level sections it is merged over. */
 export function readModel(
   m: ConfigReader,
@@ -309,6 +293,7 @@ export function readModel(
   const enforceDisagg = m.bool('enforce_disagg', false);
   const disaggPolicy = readDisaggPolicy(m.child('disagg_policy'), routerMode);
   const eagle = m.bool('eagle', false);
+  const anthropicInlineSystem = m.oneOf('anthropic_inline_system', INLINE_SYSTEM_MODES, 'preserve');
   const sessions = readSessionKeys(m, routerMode);
   const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
   const localRouter = readRouterKnobs(m.child('router'));
@@ -339,6 +324,7 @@ export function readModel(
     enforceDisagg,
     disaggPolicy,
     eagle,
+    anthropicInlineSystem,
     ...sessions,
     maxPromptTokens: modelMax,
     routerPreset: routerPresetOf(globalRouter, localRouter),

@@ -4,7 +4,13 @@
  * re-validates it. The file format (snake_case) is documented in the README
  * section "Configuration"; this is its camelCase, defaults-applied form.
  */
-import type { EngineDialect, RouterMode, SessionAffinity, SessionPriorityOrder } from '../common/index.js';
+import type {
+  EngineDialect,
+  InlineSystemMode,
+  RouterMode,
+  SessionAffinity,
+  SessionPriorityOrder,
+} from '../common/index.js';
 import type { DisaggPolicy, KvRouterConfig, RouterPreset } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import type { TokenizerFiles } from '../tokenizer/index.js';
@@ -56,6 +62,12 @@ export interface ModelConfig {
    * next one, as an Eagle engine's KV cache keys it, so routing hashes match that engine's KV events.
    */
   readonly eagle: boolean;
+  /**
+   * `anthropic_inline_system`: how a Messages request's system messages inside `messages` are placed (kept as
+   * system turns, or folded into user messages), as the model's engines place them: vLLM picks one per model
+   * (its own `anthropic_inline_system`, `auto` by default, logged at its first Messages request).
+   */
+  readonly anthropicInlineSystem: InlineSystemMode;
   /**
    * `session_priority`: chat, completion and Responses requests carry their root session's start as the engine
    * `priority`, for engines in priority scheduling that serve this end first (vLLM `lower_first`, SGLang

@@ -3,7 +3,7 @@
  * to the chat request the engine's own front end runs it as (common's `agentChat`), then the same chat task a
  * chat completion gets, so it is rendered and tokenized as the engine does.
  */
-import { agentChat, type AgentApi } from '../common/index.js';
+import { agentChat, type AgentApi, type InlineSystemMode } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { ChatTask } from './preprocess/protocol.js';
 
@@ -17,11 +17,13 @@ export interface AgentTaskInputs {
   readonly loraName: string | undefined;
   /** The task's `returnTokenIds` (default true). */
   readonly returnTokenIds?: boolean | undefined;
+  /** Where a Messages body's inline system messages go (the model's `anthropic_inline_system`; default `preserve`). */
+  readonly inlineSystem?: InlineSystemMode | undefined;
 }
 
 /** The chat task an agent-API request is routed by (the conversion's errors are thrown: common's `agentChat`). */
 export function agentChatTask(inp: AgentTaskInputs): ChatTask {
-  const chat = agentChat(inp.api, inp.body);
+  const chat = agentChat(inp.api, inp.body, inp.inlineSystem);
   return {
     kind: 'chat',
     model: inp.model,

@@ -41,6 +41,7 @@ function modelViews(served: PrepareOptions['served']): ModelView[] {
     loraAdapters: [...model.loraAdapters],
     adapters: [...port.adapters()],
     maxPromptTokens: model.maxPromptTokens,
+    anthropicInlineSystem: model.anthropicInlineSystem,
     readsTokenIds: port.readsTokenIds !== false,
     workers: model.workers.map((w) => (w.taints !== undefined ? { id: w.id, taints: [...w.taints] } : { id: w.id })),
   }));

@@ -14,6 +14,7 @@
  * and tokenized as usual and must give exactly those ids
  * (KVG_ERR_TOKEN_DATA_MISMATCH otherwise).
  */
+import type { InlineSystemMode } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { agentChatTask } from './agent-task.js';
 import { embeddingsTask } from './embeddings.js';
@@ -30,6 +31,8 @@ export interface TaskInputs {
   loraName: string | undefined;
   /** Whether the caller reads the prompt's ids, not only their count (the task's `returnTokenIds`; default true). */
   returnTokenIds?: boolean | undefined;
+  /** The model's `anthropic_inline_system` (a Messages body's; default `preserve`). */
+  inlineSystem?: InlineSystemMode | undefined;
 }
 
 function unsupported(param: string, message: string): KvgateError {
@@ -71,6 +74,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       maxPromptTokens,
       loraName,
       returnTokenIds,
+      inlineSystem: inp.inlineSystem,
     });
   }
   if (inp.endpoint === 'embeddings')

@@ -27,7 +27,9 @@ import { validateBody } from './schemas.js';
 /** What parsing a request reads of a served model: the lookup's fields, the prompt limit and the worker ids (for pins). */
 export interface ServedModel extends Served {
   readonly model: Served['model'] &
-    Pick<ModelConfig, 'maxPromptTokens'> & { readonly workers: readonly { readonly id: number }[] };
+    Pick<ModelConfig, 'maxPromptTokens' | 'anthropicInlineSystem'> & {
+      readonly workers: readonly { readonly id: number }[];
+    };
 }
 
 export interface ParsedBody {
@@ -111,6 +113,7 @@ export function routeRequestBody<S extends ServedModel>(
         tokenData: p.tokenData,
         loraName: target.loraName,
         returnTokenIds,
+        inlineSystem: target.model.anthropicInlineSystem,
       }),
     };
   } catch (error) {

@@ -149,6 +149,7 @@ export async function serveCountTokens(env: PrepareOptions, ctx: RequestContext,
     model: target.model.name,
     maxPromptTokens: UNBOUNDED,
     loraName: target.loraName,
+    inlineSystem: target.model.anthropicInlineSystem,
   });
   const ids = await run(env, task);
   ctx.logFields.promptTokens = ids.length;

@@ -4,7 +4,7 @@
  * completion, and answered in the API's shape (messages-writer.ts, responses-writer.ts).
  */
 import type { ServerResponse } from 'node:http';
-import { agentChat, type AgentApi } from '../common/index.js';
+import { agentChat, type AgentApi, type InlineSystemMode } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { AgentWriter } from './agent-writer.js';
 import { MessagesWriter } from './messages-writer.js';
@@ -38,11 +38,11 @@ function responsesToolChoice(choice: unknown): unknown {
  * The chat body an agent request runs as: the converted messages and tools, and the fields generation reads.
  * @throws KvgateError the conversion's (common's `agentChat`), answered as the engine's 400.
  */
-export function agentChatBody(api: AgentApi, body: unknown): Record<string, unknown> {
+export function agentChatBody(api: AgentApi, body: unknown, inlineSystem: InlineSystemMode): Record<string, unknown> {
   const b = obj(body);
   if (b === undefined)
     throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the body must be a JSON object', { param: null });
-  const chat = agentChat(api, b);
+  const chat = agentChat(api, b, inlineSystem);
   const out: Record<string, unknown> = {
     model: b['model'],
     messages: chat.messages,

@@ -88,7 +88,7 @@ export class Generation {
     }
     const agent = isAgentKind(kind) ? kind : undefined;
     // An agent API's body runs as the chat request vLLM's front end converts it to.
-    const chat = agent === undefined ? undefined : agentChatBody(agent, body);
+    const chat = agent === undefined ? undefined : agentChatBody(agent, body, d.options.anthropicInlineSystem);
     const p =
       chat === undefined
         ? parseGenerateRequest(kind as 'completion' | 'chat', body, raw)

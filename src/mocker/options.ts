@@ -5,7 +5,14 @@
  * re-validates.
  */
 import { randomBytes } from 'node:crypto';
-import { ENGINE_DIALECTS, WORKER_ROLES, type EngineDialect, type WorkerRole } from '../common/index.js';
+import {
+  ENGINE_DIALECTS,
+  INLINE_SYSTEM_MODES,
+  WORKER_ROLES,
+  type EngineDialect,
+  type InlineSystemMode,
+  type WorkerRole,
+} from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { TokenizerSpec } from '../tokenizer/index.js';
 import { SCHEDULING_POLICIES, type EngineCoreOptions, type SchedulingPolicy } from './engine-types.js';
@@ -73,6 +80,11 @@ export interface MockerOptions {
   maxNumSeqs: number;
   /** vLLM's `--scheduling-policy`: `fcfs`, or `priority` (requests' `priority` field, lowest first; see EngineCoreOptions). */
   schedulingPolicy: SchedulingPolicy;
+  /**
+   * vLLM's `anthropic_inline_system` (a mode it settles, `auto` by default): whether a Messages request's system
+   * messages inside `messages` stay system turns or fold into user messages (common's inline-system.ts).
+   */
+  anthropicInlineSystem: InlineSystemMode;
   /** Prompt + max_tokens above this is a 400, as in vLLM. */
   maxModelLen: number;
   /** Step times are divided by this. */
@@ -143,6 +155,7 @@ export const MOCKER_DEFAULTS: Readonly<MockerOptions> = Object.freeze({
   maxNumBatchedTokens: 8192,
   maxNumSeqs: 256,
   schedulingPolicy: 'fcfs',
+  anthropicInlineSystem: 'preserve',
   maxModelLen: 32768,
   speedup: 1,
   perfProfile: undefined,
@@ -268,6 +281,8 @@ export function resolveMockerOptions(input: MockerInput = {}): FilledMockerOptio
   if (!WORKER_ROLES.includes(o.mode)) bad('mode', o.mode, 'must be aggregated, prefill or decode');
   if (!SCHEDULING_POLICIES.includes(o.schedulingPolicy))
     bad('schedulingPolicy', o.schedulingPolicy, 'must be fcfs or priority');
+  if (!INLINE_SYSTEM_MODES.includes(o.anthropicInlineSystem))
+    bad('anthropicInlineSystem', o.anthropicInlineSystem, 'must be preserve or fold');
   if (!['array', 'map'].includes(o.kvEventsEncoding))
     bad('kvEventsEncoding', o.kvEventsEncoding, 'must be array or map');
   if (typeof o.model !== 'string' || o.model === '') bad('model', o.model, 'must be a non-empty string');

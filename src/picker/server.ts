@@ -71,6 +71,7 @@ export class PickerServer {
         loraAdapters: [...model.loraAdapters],
         adapters: [...model.loraAdapters],
         maxPromptTokens: model.maxPromptTokens,
+        anthropicInlineSystem: model.anthropicInlineSystem,
         workers: [],
       },
       maxBodyBytes: opts.maxBodyBytes,

@@ -5,6 +5,7 @@
  * and must give the same token ids. Bad input is refused with a stable code naming the field.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { InlineSystemMode } from '../../src/common/index.js';
 import { agentChatTask, type AgentApi } from '../../src/frontend/agent-task.js';
 import { createPreprocessor, type Preprocessor } from '../../src/frontend/preprocess/preprocessor.js';
 import type { ChatTask, PreprocessModelSpec } from '../../src/frontend/preprocess/protocol.js';
@@ -26,6 +27,8 @@ interface Case {
   api: AgentApi;
   body: Json;
   chat: { messages: Json[]; tools?: Json[]; continueFinalMessage?: boolean };
+  /** The model's `anthropic_inline_system` (default `preserve`). */
+  inlineSystem?: InlineSystemMode;
 }
 
 const lsSchema = { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] };
@@ -124,6 +127,33 @@ const CASES: Case[] = [
         { role: 'user', content: 'Fix the bug' },
         { role: 'user', content: 'git status: clean' },
         { role: 'system', content: 'Available agent types: general.' },
+      ],
+    },
+  },
+  {
+    name: 'messages: anthropic_inline_system fold, a system message after a tool result folds into it',
+    api: 'messages',
+    inlineSystem: 'fold',
+    body: {
+      model: 'demo',
+      max_tokens: 64,
+      system: 'You are a coding agent.',
+      messages: [
+        { role: 'user', content: 'List files' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'ls', input: { path: '.' } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'a.py' }] },
+        { role: 'system', content: 'Reminder: be terse.' },
+      ],
+    },
+    chat: {
+      messages: [
+        { role: 'system', content: 'You are a coding agent.' },
+        { role: 'user', content: 'List files' },
+        {
+          role: 'assistant',
+          tool_calls: [{ id: 'toolu_1', type: 'function', function: { name: 'ls', arguments: '{"path": "."}' } }],
+        },
+        { role: 'tool', tool_call_id: 'toolu_1', content: 'a.py\n\nReminder: be terse.' },
       ],
     },
   },
@@ -290,7 +320,14 @@ describe('agent APIs: conversion to the chat request the engine runs', () => {
 
   it.each(CASES)('$name: the same token ids as the equivalent chat request', async (c) => {
     const agent = await pre.run(
-      agentChatTask({ api: c.api, body: c.body, model: 'demo', maxPromptTokens: 100_000, loraName: undefined }),
+      agentChatTask({
+        api: c.api,
+        body: c.body,
+        model: 'demo',
+        maxPromptTokens: 100_000,
+        loraName: undefined,
+        inlineSystem: c.inlineSystem,
+      }),
     );
     const chat = await pre.run(chatTask(c.chat));
     expect(Array.from(agent.tokenIds)).toEqual(Array.from(chat.tokenIds));

@@ -499,7 +499,16 @@ describe('what a preprocessing thread sends back for a large body', () => {
       bytes: own,
       maxMessages: MAX_MESSAGES,
       headers: {},
-      models: [{ name: 'demo', loraAdapters: [], adapters: [], maxPromptTokens: 20_000, workers: [{ id: 1 }] }],
+      models: [
+        {
+          name: 'demo',
+          loraAdapters: [],
+          adapters: [],
+          maxPromptTokens: 20_000,
+          anthropicInlineSystem: 'preserve',
+          workers: [{ id: 1 }],
+        },
+      ],
     });
     expect(own.byteLength).toBe(0);
     expect(Buffer.from(out.forward.bytes!).equals(bytes)).toBe(true);

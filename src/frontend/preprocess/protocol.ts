@@ -6,7 +6,7 @@
  * KvgateError would lose its code crossing the thread boundary).
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import type { JsonMember, JsonOutline, RoutingHints } from '../../common/index.js';
+import type { InlineSystemMode, JsonMember, JsonOutline, RoutingHints } from '../../common/index.js';
 import { isKvgateError, type KvgateErrorCode } from '../../errors/index.js';
 import type { TokenizerSource } from '../../config/index.js';
 import type { PromptHashes } from '../../wasm/index.js';
@@ -97,6 +97,8 @@ export interface ModelView {
   /** Adapters its port serves now (configured, or listed by its engines). */
   adapters: string[];
   maxPromptTokens: number;
+  /** Its `anthropic_inline_system`. */
+  anthropicInlineSystem: InlineSystemMode;
   workers: { id: number; taints?: string[] }[];
 }
 

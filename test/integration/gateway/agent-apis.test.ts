@@ -102,6 +102,41 @@ describe('agent APIs through kvgate serve (issue 27)', () => {
     expect(await metric(url, 'kvgate_http_requests_total', { route: '/v1/messages', status: '200' })).toBe(2);
   });
 
+  it("Messages: Claude Code's system messages inside messages are taken, and the next turn reads the first from cache", async () => {
+    // Claude Code 2.1.154 and later: a system message after the user's turn, a ctx message, every turn.
+    const agents = `Available agent types for the Agent tool: ${'general-purpose, explore, plan; '.repeat(12)}`;
+    const turn1 = [
+      { role: 'user', content: 'Which files are in the current directory? (conversation C)' },
+      { role: 'ctx', content: 'git status: clean' },
+      { role: 'system', content: agents },
+    ];
+    const post = async (messages: unknown[]) => {
+      const res = await fetch(`${url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-api-key': KEY },
+        body: JSON.stringify({ model: MODEL, max_tokens: 4, system: SYSTEM, messages }),
+      });
+      const body = (await res.json()) as {
+        content: { type: string; text?: string }[];
+        usage: { input_tokens: number; cache_read_input_tokens?: number };
+      };
+      return { status: res.status, worker: res.headers.get('x-kvgate-worker'), body };
+    };
+    const first = await post(turn1);
+    expect(first.status).toBe(200);
+    const answer = first.body.content.map((b) => b.text ?? '').join('');
+    const second = await post([
+      ...turn1,
+      { role: 'assistant', content: answer },
+      { role: 'user', content: 'Open the first one.' },
+      { role: 'system', content: 'Reminder: be terse.' },
+    ]);
+    expect(second.status).toBe(200);
+    expect(second.worker).toBe(first.worker);
+    // Placed alike by gateway and engine, the whole first prompt (but its last partial block) was cached.
+    expect(second.body.usage.cache_read_input_tokens).toBeGreaterThanOrEqual(first.body.usage.input_tokens - 16);
+  });
+
   it('Messages: text answers streaming and not', async () => {
     const body = {
       model: MODEL,

@@ -1,7 +1,11 @@
-/** A model's `kubernetes` and `inference_pool` sections (see kubernetes.ts for what kvgate reads from the cluster). */
+/**
+ * A model's discovery sections: `etcd` (see etcd.ts for the registrations under its prefix), `kubernetes` and
+ * `inference_pool` (see kubernetes.ts for what kvgate reads from the cluster).
+ */
+import { checkHttpUrl } from './checks.js';
 import { GATEWAY_DEFAULTS } from './defaults.js';
-import type { ConfigReader } from './reader.js';
-import type { InferencePoolDiscovery, KubernetesDiscovery } from './types.js';
+import { show, type ConfigReader } from './reader.js';
+import type { EtcdDiscovery, InferencePoolDiscovery, KubernetesDiscovery } from './types.js';
 
 /** The fields both sections share: how to reach the API server, and the namespace. */
 const API_KEYS = ['api_server', 'namespace', 'token_file', 'ca_file'] as const;
@@ -49,4 +53,27 @@ export function readInferencePoolSection(m: ConfigReader): InferencePoolDiscover
     name: k.reqStr('name', k8sName),
     fallbacks: k.int('fallbacks', GATEWAY_DEFAULTS.pickerFallbacks, { min: 1, max: 16 }),
   };
+}
+
+/** Reads a model's `etcd` section: `endpoints` (http(s) URLs, at least one) and `prefix`. */
+export function readEtcdSection(m: ConfigReader): EtcdDiscovery | undefined {
+  const e = m.child('etcd');
+  if (e === undefined) return undefined;
+  e.allowOnly(['endpoints', 'prefix']);
+  const list = e.list('endpoints') ?? [];
+  if (list.length === 0) e.problem('endpoints', 'must list at least one etcd endpoint (http://host:2379)');
+  const endpoints: string[] = [];
+  list.forEach((v, i) => {
+    const reason = typeof v === 'string' ? checkHttpUrl(v) : `must be a string, got ${show(v)}`;
+    if (reason !== undefined) e.problemAt([...e.path, 'endpoints', i], reason);
+    else endpoints.push((v as string).replace(/\/+$/, ''));
+  });
+  const prefix = e.str('prefix', GATEWAY_DEFAULTS.etcdPrefix, checkPrefix).replace(/\/+$/, '');
+  return { endpoints, prefix };
+}
+
+function checkPrefix(s: string): string | undefined {
+  return s.startsWith('/') && s.replace(/\/+$/, '') !== ''
+    ? undefined
+    : 'must be a key path starting with / (for example /kvgate/workers)';
 }
