@@ -6,6 +6,7 @@
 import { agentChat, type AgentApi, type InlineSystemMode } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { ChatTask } from './preprocess/protocol.js';
+import { validateBody } from './schemas.js';
 
 export type { AgentApi };
 
@@ -46,9 +47,11 @@ function invalid(param: string, message: string): KvgateError {
 }
 
 /**
- * The checks an agent-API body gets before its model is looked up: `model` is a string, and the conversation is
- * within `limits.max_messages` (Messages' `messages`, Responses' `input` items). The rest is checked as the body
- * is converted.
+ * The checks an agent-API body gets before its model is looked up: the conversation is within
+ * `limits.max_messages` (Messages' `messages`, Responses' `input` items), then what it shares with a chat's body
+ * (`validateBody`'s `agent` schema: `model`, `stream`, `cache_salt`, `nvext`, at most 1,024 top-level members),
+ * which routing reads before any conversion: an `nvext` of the wrong shape is a 400 naming its field, never work
+ * sized by what it claims. The rest is checked as the body is converted.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST, KVG_ERR_TOO_MANY_MESSAGES.
  */
 export function checkAgentBody(
@@ -66,5 +69,5 @@ export function checkAgentBody(
       { param: field, messages: list.length, maxMessages: limits.maxMessages },
     );
   }
-  if (body.stream !== undefined && typeof body.stream !== 'boolean') throw invalid('stream', 'must be a boolean');
+  validateBody('agent', body, limits);
 }

@@ -176,6 +176,24 @@ const EMBEDDINGS_SCHEMA = {
   },
 } as const;
 
+/**
+ * What an agent API's body (Anthropic Messages, OpenAI Responses) shares with the others, checked before anything
+ * reads it: the model, `stream`, the cache salt, kvgate's `nvext` (routing hints read it as they read a chat's), and
+ * the bound on top-level members. The rest is the API's own, checked as the body is converted (common's
+ * messages-convert.ts and responses-convert.ts).
+ */
+const AGENT_SCHEMA = {
+  type: 'object',
+  maxProperties: MAX_BODY_MEMBERS,
+  required: ['model'],
+  properties: {
+    model: common.model,
+    stream: common.stream,
+    cache_salt: common.cache_salt,
+    nvext,
+  },
+} as const;
+
 /** Readable messages for `anyOf` failures, where ajv's own ("must match a schema in anyOf") says nothing. */
 const ANY_OF_MESSAGES: Record<string, string> = {
   prompt: 'must be a string, a list of token ids, or a list holding one string or one list of token ids',
@@ -185,10 +203,11 @@ const ANY_OF_MESSAGES: Record<string, string> = {
 };
 
 const ajv = new Ajv({ allErrors: false, allowUnionTypes: true, strict: true, coerceTypes: false });
-const validators: Record<'chat' | 'completion' | 'embeddings', ValidateFunction> = {
+const validators: Record<'chat' | 'completion' | 'embeddings' | 'agent', ValidateFunction> = {
   chat: ajv.compile(CHAT_SCHEMA),
   completion: ajv.compile(COMPLETION_SCHEMA),
   embeddings: ajv.compile(EMBEDDINGS_SCHEMA),
+  agent: ajv.compile(AGENT_SCHEMA),
 };
 
 /** `/messages/0/role` -> `messages[0].role`. */
@@ -222,12 +241,13 @@ function describe(err: ErrorObject): { param: string; message: string } {
 
 /**
  * Checks a parsed body against the endpoint's schema and the limits on its shape. The message count is checked
- * first: a chat's every message costs the schema check and the template's rendering whatever its length.
+ * first: a chat's every message costs the schema check and the template's rendering whatever its length. `agent`:
+ * the shared part of an agent API's body (`AGENT_SCHEMA`), whose own count is the caller's (agent-task.ts).
  * @throws KvgateError KVG_ERR_TOO_MANY_MESSAGES over `limits.maxMessages`; KVG_ERR_INVALID_REQUEST with
  *   `detail.param` naming the field.
  */
 export function validateBody(
-  kind: 'chat' | 'completion' | 'embeddings',
+  kind: 'chat' | 'completion' | 'embeddings' | 'agent',
   body: unknown,
   limits: { readonly maxMessages: number },
 ): asserts body is Record<string, unknown> {

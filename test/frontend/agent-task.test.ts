@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { InlineSystemMode } from '../../src/common/index.js';
-import { agentChatTask, type AgentApi } from '../../src/frontend/agent-task.js';
+import { agentChatTask, checkAgentBody, type AgentApi } from '../../src/frontend/agent-task.js';
 import { createPreprocessor, type Preprocessor } from '../../src/frontend/preprocess/preprocessor.js';
 import type { ChatTask, PreprocessModelSpec } from '../../src/frontend/preprocess/protocol.js';
 import { isKvgateError, type KvgateErrorCode } from '../../src/errors/index.js';
@@ -486,4 +486,58 @@ describe('agent APIs: bad input', () => {
     expect((error as { detail: Json }).detail.param).toBe(param);
     expect((error as Error).message.startsWith(param)).toBe(true);
   });
+});
+
+/**
+ * What an agent body shares with a chat's is checked before routing reads it (the audit's crash: an `nvext` of the
+ * wrong shape reached the hints parser unchecked, and `token_data: {length: 1e9}` allocated a billion-entry array).
+ */
+describe('agent APIs: the checks before the model is looked up (checkAgentBody)', () => {
+  const base = { model: 'demo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], input: 'hi' };
+  const cases: [string, Json, string][] = [
+    ['token_data that is not a list', { nvext: { token_data: { length: 1_000_000_000 } } }, 'nvext.token_data'],
+    ['annotations that are not a list', { nvext: { annotations: 'x' } }, 'nvext.annotations'],
+    ['allowed_worker_ids that are not a list', { nvext: { allowed_worker_ids: 5 } }, 'nvext.allowed_worker_ids'],
+    [
+      'required_taints that are not a list',
+      { nvext: { routing_constraints: { required_taints: 5 } } },
+      'nvext.routing_constraints.required_taints',
+    ],
+    [
+      'a session id over 256 characters',
+      { nvext: { session_control: { session_id: 's'.repeat(257) } } },
+      'nvext.session_control.session_id',
+    ],
+    [
+      'a session timeout that is not a number',
+      { nvext: { session_control: { session_id: 's', timeout: 'x' } } },
+      'nvext.session_control.timeout',
+    ],
+    ['a model name over 256 characters', { model: 'm'.repeat(257) }, 'model'],
+    ['an empty cache salt', { cache_salt: '' }, 'cache_salt'],
+    ['a stream flag that is not a boolean', { stream: 'yes' }, 'stream'],
+  ];
+  for (const api of ['messages', 'responses'] as const) {
+    it.each(cases)(`${api}: %s is a 400 naming the field`, (_name, extra, param) => {
+      const error = (() => {
+        try {
+          checkAgentBody(api, { ...base, ...extra }, { maxMessages: 100 });
+        } catch (e) {
+          return e;
+        }
+        return undefined;
+      })();
+      expect(isKvgateError(error, 'KVG_ERR_INVALID_REQUEST')).toBe(true);
+      expect((error as { detail: Json }).detail.param).toBe(param);
+    });
+
+    it(`${api}: a body of more than 1,024 top-level members is refused`, () => {
+      const wide: Json = { ...base };
+      for (let i = 0; i < 2000; i++) wide[`x${i}`] = i;
+      expect(() => checkAgentBody(api, wide, { maxMessages: 100 })).toThrow(
+        /request body must NOT have more than 1024 properties/,
+      );
+      expect(() => checkAgentBody(api, { ...base }, { maxMessages: 100 })).not.toThrow();
+    });
+  }
 });
