@@ -30,7 +30,9 @@ export function agentChatTask(inp: AgentTaskInputs): ChatTask {
     model: inp.model,
     maxPromptTokens: inp.maxPromptTokens,
     loraName: inp.loraName,
-    cacheSalt: typeof inp.body.cache_salt === 'string' ? inp.body.cache_salt : undefined,
+    // vLLM's Responses request takes a cache salt; its Messages request has none and its engine hashes the blocks
+    // unsalted, so a salt on Messages would make every turn look cold to routing.
+    cacheSalt: inp.api === 'responses' && typeof inp.body.cache_salt === 'string' ? inp.body.cache_salt : undefined,
     addSpecialTokens: undefined,
     messages: chat.messages,
     tools: chat.tools,
@@ -40,6 +42,21 @@ export function agentChatTask(inp: AgentTaskInputs): ChatTask {
     tokenData: undefined,
     returnTokenIds: inp.returnTokenIds,
   };
+}
+
+/**
+ * The chat messages a Messages body's `messages` become, at most: one per message, and one per `tool_result`
+ * block of it (each is a tool message of its own), so that one message of many results is bounded as many
+ * messages are. Counted on the raw list, before the conversion walks it.
+ */
+function chatMessagesOf(messages: readonly unknown[]): number {
+  let n = messages.length;
+  for (const m of messages) {
+    const content = (m as { content?: unknown } | null)?.content;
+    if (!Array.isArray(content)) continue;
+    for (const block of content) if ((block as { type?: unknown } | null)?.type === 'tool_result') n++;
+  }
+  return n;
 }
 
 function invalid(param: string, message: string): KvgateError {
@@ -62,11 +79,12 @@ export function checkAgentBody(
   if (typeof body.model !== 'string' || body.model === '') throw invalid('model', 'is required (a string)');
   const field = api === 'messages' ? 'messages' : 'input';
   const list = body[field];
-  if (Array.isArray(list) && list.length > limits.maxMessages) {
+  const entries = Array.isArray(list) ? (api === 'messages' ? chatMessagesOf(list) : list.length) : 0;
+  if (entries > limits.maxMessages) {
     throw new KvgateError(
       'KVG_ERR_TOO_MANY_MESSAGES',
-      `${field} holds ${list.length} entries; kvgate accepts at most ${limits.maxMessages} per request`,
-      { param: field, messages: list.length, maxMessages: limits.maxMessages },
+      `${field} holds ${entries} entries as chat messages; kvgate accepts at most ${limits.maxMessages} per request`,
+      { param: field, messages: entries, maxMessages: limits.maxMessages },
     );
   }
   validateBody('agent', body, limits);

@@ -29,6 +29,7 @@ const TYPES: Readonly<Record<number, string>> = {
   429: 'rate_limit_error',
   500: 'api_error',
   503: 'overloaded_error',
+  504: 'timeout_error',
   529: 'overloaded_error',
 };
 

@@ -52,7 +52,9 @@ export function agentChatBody(api: AgentApi, body: unknown, inlineSystem: Inline
   };
   if (chat.tools !== undefined) out['tools'] = chat.tools;
   if (chat.chatTemplateKwargs !== undefined) out['chat_template_kwargs'] = chat.chatTemplateKwargs;
-  for (const key of ['seed', 'cache_salt', 'temperature', 'top_p']) if (b[key] !== undefined) out[key] = b[key];
+  for (const key of ['seed', 'temperature', 'top_p']) if (b[key] !== undefined) out[key] = b[key];
+  // As vLLM: its Responses request takes a cache salt (its blocks hashed under it); its Messages request has none.
+  if (api === 'responses' && b['cache_salt'] !== undefined) out['cache_salt'] = b['cache_salt'];
   // As vLLM: its Responses request takes a scheduling `priority`; its Messages request has none (an unknown field).
   if (api === 'responses' && b['priority'] !== undefined) out['priority'] = b['priority'];
   return out;

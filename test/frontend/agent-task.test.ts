@@ -531,6 +531,27 @@ describe('agent APIs: the checks before the model is looked up (checkAgentBody)'
       expect((error as { detail: Json }).detail.param).toBe(param);
     });
 
+    if (api === 'messages')
+      it('messages: tool results count as the chat messages they become, against max_messages', () => {
+        const results = (n: number) => ({
+          role: 'user',
+          content: Array.from({ length: n }, (_, i) => ({ type: 'tool_result', tool_use_id: `t${i}`, content: 'ok' })),
+        });
+        const error = (() => {
+          try {
+            checkAgentBody('messages', { ...base, messages: [results(100)] }, { maxMessages: 100 });
+          } catch (e) {
+            return e;
+          }
+          return undefined;
+        })();
+        expect(isKvgateError(error, 'KVG_ERR_TOO_MANY_MESSAGES')).toBe(true);
+        expect((error as { detail: Json }).detail).toMatchObject({ param: 'messages', messages: 101 });
+        expect(() =>
+          checkAgentBody('messages', { ...base, messages: [results(99)] }, { maxMessages: 100 }),
+        ).not.toThrow();
+      });
+
     it(`${api}: a body of more than 1,024 top-level members is refused`, () => {
       const wide: Json = { ...base };
       for (let i = 0; i < 2000; i++) wide[`x${i}`] = i;
@@ -540,4 +561,14 @@ describe('agent APIs: the checks before the model is looked up (checkAgentBody)'
       expect(() => checkAgentBody(api, { ...base }, { maxMessages: 100 })).not.toThrow();
     });
   }
+});
+
+describe("agent APIs: a cache salt, as vLLM's front ends take it", () => {
+  it('salts a Responses request (vLLM passes its cache_salt on), never a Messages one (vLLM has no such field)', () => {
+    const task = (api: AgentApi, body: Json) =>
+      agentChatTask({ api, body, model: 'demo', maxPromptTokens: 1000, loraName: undefined });
+    const messages = { model: 'demo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], cache_salt: 't' };
+    expect(task('messages', messages).cacheSalt).toBeUndefined();
+    expect(task('responses', { model: 'demo', input: 'hi', cache_salt: 't' }).cacheSalt).toBe('t');
+  });
 });

@@ -1,0 +1,32 @@
+/** The chat the simulated engine generates an agent request from, as vLLM's front ends convert it. */
+import { describe, expect, it } from 'vitest';
+import { agentChatBody } from '../../src/mocker/agent-endpoints.js';
+
+describe('agentChatBody', () => {
+  it('keeps a cache salt for Responses (vLLM passes it on) and drops it for Messages (vLLM has no such field)', () => {
+    const messages = { model: 'm', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], cache_salt: 't' };
+    expect(agentChatBody('messages', messages, 'preserve').cache_salt).toBeUndefined();
+    expect(agentChatBody('responses', { model: 'm', input: 'hi', cache_salt: 't' }, 'preserve').cache_salt).toBe('t');
+  });
+
+  it('places inline system messages as its anthropic_inline_system says', () => {
+    const body = {
+      model: 'm',
+      max_tokens: 8,
+      system: 'P',
+      messages: [
+        { role: 'user', content: 'q' },
+        { role: 'system', content: 'r' },
+      ],
+    };
+    expect(agentChatBody('messages', body, 'preserve').messages).toEqual([
+      { role: 'system', content: 'P' },
+      { role: 'user', content: 'q' },
+      { role: 'system', content: 'r' },
+    ]);
+    expect(agentChatBody('messages', body, 'fold').messages).toEqual([
+      { role: 'system', content: 'P' },
+      { role: 'user', content: 'q\n\nr' },
+    ]);
+  });
+});
