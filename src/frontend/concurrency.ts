@@ -1,7 +1,9 @@
 /**
  * The gateway's concurrency slots: at most `max` requests in flight (a request
- * holds one from the moment its body has arrived until its response closes),
- * each with its request deadline, and waiting for them to drain at shutdown.
+ * holds one from the moment its body has arrived until its response has closed
+ * and its handler has returned, whichever is later: a client that leaves does
+ * not free the slot while the work it started still runs), each with its
+ * request deadline, and waiting for them to drain at shutdown.
  *
  * Every request has the same timeout, so deadlines come in the order slots
  * are taken: one timer, armed for the oldest deadline, serves them all (a

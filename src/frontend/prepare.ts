@@ -100,7 +100,8 @@ async function prepareHere(
   if (unavailable !== undefined) throw unavailable;
   if (!routed.task.ok) throw routed.task.error;
   const task = routed.task.task;
-  const pre = await preprocessSpan(task.model, () => env.preprocessor.run(task));
+  // The request's signal: its task is dropped while it waits for a thread once the client has left.
+  const pre = await preprocessSpan(task.model, () => env.preprocessor.run(task, ctx.signal));
   ctx.signal.throwIfAborted();
   let forward = body;
   // Unchanged, it reaches its engine as the client's own text.
@@ -125,14 +126,17 @@ async function prepareOffThread(
   kind: EndpointKind | 'route',
 ): Promise<Prepared> {
   const out: BodyOutcome = await preprocessSpan(undefined, () =>
-    env.preprocessor.runBody({
-      kind: 'body',
-      endpoint: kind,
-      bytes,
-      maxMessages: env.maxMessages,
-      headers: routingHeadersOf(ctx.req.headers),
-      models: modelViews(env.served),
-    }),
+    env.preprocessor.runBody(
+      {
+        kind: 'body',
+        endpoint: kind,
+        bytes,
+        maxMessages: env.maxMessages,
+        headers: routingHeadersOf(ctx.req.headers),
+        models: modelViews(env.served),
+      },
+      ctx.signal,
+    ),
   );
   ctx.signal.throwIfAborted();
   ctx.logFields.model = out.clientModel;

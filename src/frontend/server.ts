@@ -12,7 +12,8 @@
  * starts is an OpenAI-style error object with a stable kvgate code; a failure
  * mid-stream ends the stream with an error event. Each request has an
  * AbortSignal that fires on client disconnect, on the request timeout and on
- * forced shutdown.
+ * forced shutdown; its slot is held until its handler has returned too (a
+ * preprocessing task that has started runs to its end, and counts until then).
  *
  * Shutdown (`close`): answer every new request with 503 + `Connection: close`,
  * then drain (shutdown.ts): the listeners close once no connection is queued,
@@ -139,6 +140,8 @@ export class GatewayServer {
       this.#clientAddresses(opts.config),
     );
     this.#unscrape = this.metrics.onScrape(() => this.metrics.httpPendingConnections.set(this.#conns.pending));
+    // Preprocessing tasks its requests' signals dropped from a thread's queue (the client left, a deadline).
+    opts.preprocessor.onCancelled = (task) => this.metrics.preprocessTasksCancelled.inc({ task });
     const limits = (): GatewayConfig['limits'] => this.config.limits;
     this.#completionEnv = {
       served: this.#served,
@@ -237,6 +240,8 @@ export class GatewayServer {
     this.#keys = new ApiKeys(config.apiKeys);
     this.#tenants.reconfigure(config.tenants);
     this.#slots.max = config.limits.maxConcurrentRequests;
+    // Each request waits on one preprocessing task at most: a queue this long is never full of requests alone.
+    this.#preprocessor.maxQueued = config.limits.maxConcurrentRequests;
     this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
     this.#conns.addresses = this.#clientAddresses(config);
     this.#relay = {
@@ -334,14 +339,25 @@ export class GatewayServer {
     const retryAfter = this.config.limits.retryAfterSeconds;
     const socket = req.socket;
     const admitted = this.#conns.requestStarted(req);
+    // The slot is held until the response has closed and the handler has returned, whichever comes last: a client
+    // that leaves aborts the request, but the work it started (a task on a preprocessing thread) runs on until it
+    // ends, and counts against the limit until then.
     let slot = false;
+    let closed = false;
+    let handled = false;
+    const release = (): void => {
+      if (!slot || !closed || !handled) return;
+      slot = false;
+      this.#slots.release(controller);
+    };
     res.on('close', () => {
       if (!res.writableFinished) {
         controller.abort(new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client closed the connection'));
         ctx.logFields.clientAborted = true;
       }
       this.#conns.requestDone(socket);
-      if (slot) this.#slots.release(controller);
+      closed = true;
+      release();
       this.#logDone(ctx, listener);
     });
     try {
@@ -372,6 +388,9 @@ export class GatewayServer {
       await handler(ctx, body);
     } catch (err) {
       answerError(ctx, err, this.#relay, this.#draining, retryAfter);
+    } finally {
+      handled = true;
+      release();
     }
   }
 

@@ -93,10 +93,10 @@ function tokenizeTask(body: Record<string, unknown>, target: ModelTarget, maxMes
   return promptTask({ endpoint, body: shaped, model, maxPromptTokens: UNBOUNDED, tokenData: undefined, loraName });
 }
 
-function run(env: PrepareOptions, task: PreprocessTask): Promise<Uint32Array> {
+function run(env: PrepareOptions, ctx: RequestContext, task: PreprocessTask): Promise<Uint32Array> {
   return inSpan(
     'kvgate.preprocess',
-    async () => (await env.preprocessor.run(task)).tokenIds,
+    async () => (await env.preprocessor.run(task, ctx.signal)).tokenIds,
     () => ({
       'kvgate.model': task.model,
     }),
@@ -107,7 +107,7 @@ function run(env: PrepareOptions, task: PreprocessTask): Promise<Uint32Array> {
 export async function serveTokenize(env: PrepareOptions, ctx: RequestContext, bytes: Uint8Array): Promise<void> {
   const body = parseBodyObject(bodyText(bytes));
   const target = tokenizerTarget(env, ctx, body.model);
-  const ids = await run(env, tokenizeTask(body, target, env.maxMessages));
+  const ids = await run(env, ctx, tokenizeTask(body, target, env.maxMessages));
   ctx.logFields.promptTokens = ids.length;
   sendJson(ctx.res, 200, {
     count: ids.length,
@@ -127,7 +127,8 @@ export async function serveDetokenize(env: PrepareOptions, ctx: RequestContext, 
   if (bad >= 0) throw invalid(`tokens[${bad}]`, 'must be a token id (an integer of at least 0)');
   const prompt = await inSpan(
     'kvgate.preprocess',
-    () => env.preprocessor.decode({ kind: 'decode', model: target.model.name, tokenIds: tokens as number[] }),
+    () =>
+      env.preprocessor.decode({ kind: 'decode', model: target.model.name, tokenIds: tokens as number[] }, ctx.signal),
     () => ({ 'kvgate.model': target.model.name }),
   );
   sendJson(ctx.res, 200, { prompt });
@@ -151,7 +152,7 @@ export async function serveCountTokens(env: PrepareOptions, ctx: RequestContext,
     loraName: target.loraName,
     inlineSystem: target.model.anthropicInlineSystem,
   });
-  const ids = await run(env, task);
+  const ids = await run(env, ctx, task);
   ctx.logFields.promptTokens = ids.length;
   sendJson(ctx.res, 200, { input_tokens: ids.length });
 }

@@ -364,6 +364,14 @@ export const METRIC_DEFINITIONS = {
       'hashed again) or new.',
     labelNames: ['model', 'source'],
   },
+  preprocessTasksCancelled: {
+    kind: 'counter',
+    name: 'kvgate_preprocess_tasks_cancelled_total',
+    help:
+      "Preprocessing tasks dropped from a thread's queue before they started, their request having ended (the client " +
+      'left, its deadline, a forced shutdown), by task: body, chat, text, tokens, decode.',
+    labelNames: ['task'],
+  },
   ...WORKER_METRIC_DEFINITIONS,
   ...EVENT_METRIC_DEFINITIONS,
   ...TENANT_METRIC_DEFINITIONS,

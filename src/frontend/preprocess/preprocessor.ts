@@ -21,6 +21,7 @@ import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Piscina } from 'piscina';
+import type { CancelSignal } from '../../common/index.js';
 import type { GatewayConfig } from '../../config/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import {
@@ -37,6 +38,7 @@ import {
 } from './protocol.js';
 import { bodyAffinity, taskAffinity } from './affinity.js';
 import { ConversationTally } from './conversation-tally.js';
+import { ThreadQueue } from './thread-queue.js';
 import {
   createTaskHandler,
   unwrapBodyReply,
@@ -45,12 +47,25 @@ import {
   type TaskHandler,
 } from './task-handler.js';
 
+/**
+ * Every method that may run on a pool thread takes the request's signal: a task still waiting for its thread when
+ * the signal fires (the client left, its deadline, a forced shutdown) is dropped, and the call rejects with the
+ * signal's reason; one already running finishes (thread-queue.ts says why), and the caller drops its result. A
+ * thread's queue that already holds `maxQueued` tasks refuses more: KVG_ERR_TOO_MANY_REQUESTS.
+ */
 export interface Preprocessor {
   readonly mode: 'pool' | 'main-thread';
   /** Worker threads (0 on the main thread). */
   readonly threads: number;
+  /**
+   * Tasks each thread's queue holds at most (default `DEFAULT_MAX_QUEUED`): the gateway sets it to
+   * `limits.max_concurrent_requests`, which its requests, each waiting on one task at most, then never reach.
+   */
+  maxQueued: number;
+  /** Called for each task dropped from a queue because its signal fired (the gateway counts them). */
+  onCancelled: ((task: WorkerTask['kind']) => void) | undefined;
   /** Tokenize and hash one prompt. Rejects with a KvgateError (prompt too long, template error, ...). */
-  run(task: PreprocessTask): Promise<PreprocessResult>;
+  run(task: PreprocessTask, signal?: CancelSignal): Promise<PreprocessResult>;
   /** Whether a request body of this many bytes is parsed off the main thread (`runBody`): with a pool, one over `INLINE_MAX_BODY_BYTES`. */
   offloads(bodyBytes: number): boolean;
   /**
@@ -58,9 +73,9 @@ export interface Preprocessor {
    * pool. Rejects with the KvgateError of a body refused before its model's availability (the prompt's own failure
    * comes back as `promptError`).
    */
-  runBody(task: BodyTask): Promise<BodyOutcome>;
+  runBody(task: BodyTask, signal?: CancelSignal): Promise<BodyOutcome>;
   /** Token ids back to text with the model's tokenizer (`POST /detokenize`), where prompts are tokenized. */
-  decode(task: DecodeTask): Promise<string>;
+  decode(task: DecodeTask, signal?: CancelSignal): Promise<string>;
   /** What the threads' conversation caches hold and reused, from the results seen. */
   readonly conversations: ConversationTally;
   close(): Promise<void>;
@@ -153,12 +168,24 @@ function knownOr(
   }
 }
 
+/** `Preprocessor.maxQueued` until the gateway sets it: the default `limits.max_concurrent_requests`. */
+const DEFAULT_MAX_QUEUED = 1024;
+/**
+ * Tasks a thread runs at once: tokenization is async (the native tokenizer works on libuv threads), so a thread can
+ * render one chat template while another prompt is being encoded.
+ */
+const TASKS_PER_THREAD = 4;
+
 class PoolPreprocessor implements Preprocessor {
   readonly mode = 'pool' as const;
   readonly threads: number;
   readonly conversations = new ConversationTally();
+  maxQueued = DEFAULT_MAX_QUEUED;
+  onCancelled: Preprocessor['onCancelled'];
   /** One single-thread pool a thread: a conversation's turns go to one thread, where its conversation cache is (affinity.ts). */
   readonly #pools: Piscina<WorkerTask, TaskReply>[];
+  /** Each pool's queue (thread-queue.ts): tasks wait there, cancellable, rather than in piscina. */
+  readonly #queues: ThreadQueue[];
   /** The same handler on the main thread, for prompts cheaper than a worker round trip. */
   readonly #inline: TaskHandler;
   readonly #inlineMaxChars: number;
@@ -185,16 +212,24 @@ class PoolPreprocessor implements Preprocessor {
           minThreads: 1,
           maxThreads: 1,
           idleTimeout: 2 ** 31 - 1,
-          // Tokenization is async (the native tokenizer works on libuv threads), so a
-          // thread can render one chat template while another prompt is being encoded.
-          concurrentTasksPerWorker: 4,
+          concurrentTasksPerWorker: TASKS_PER_THREAD,
           atomics: 'disabled',
+        }),
+    );
+    this.#queues = this.#pools.map(
+      (pool) =>
+        new ThreadQueue({
+          run: (task, transferList) => pool.run(task, transferList !== undefined ? { transferList } : {}),
+          slots: TASKS_PER_THREAD,
+          bound: () => this.maxQueued,
+          onCancelled: (task) => this.onCancelled?.(task.kind),
         }),
     );
   }
 
-  #pool(affinity: number): Piscina<WorkerTask, TaskReply> {
-    return this.#pools[affinity % this.#pools.length]!;
+  /** The queue of the thread `affinity` picks. */
+  #queue(affinity: number): ThreadQueue {
+    return this.#queues[affinity % this.#queues.length]!;
   }
 
   /** Resolves when threads have loaded their models; rejects with the load error (bad tokenizer file...). */
@@ -202,39 +237,38 @@ class PoolPreprocessor implements Preprocessor {
     await Promise.all(this.#pools.map((p) => p.run({ kind: 'ping' })));
   }
 
-  run(task: PreprocessTask): Promise<PreprocessResult> {
+  run(task: PreprocessTask, signal?: CancelSignal): Promise<PreprocessResult> {
     const run =
       taskTextChars(task) > this.#inlineMaxChars
-        ? this.#pooled(task)
+        ? this.#pooled(task, signal)
         : knownOr(this.#inline, task, async () => unwrapReply(await this.#inline(task)));
     return noted(this.conversations, task.model, run);
   }
 
-  async #pooled(task: PreprocessTask): Promise<PreprocessResult> {
+  async #pooled(task: PreprocessTask, signal: CancelSignal | undefined): Promise<PreprocessResult> {
     // The prompt's token ids (token-array prompts) move to the worker instead of being copied.
     const transferList = task.kind === 'tokens' ? ownBuffer(task.tokenIds) : undefined;
-    const pool = this.#pool(taskAffinity(task));
-    return unwrapReply(await pool.run(task, transferList !== undefined ? { transferList } : {}));
+    return unwrapReply(await this.#queue(taskAffinity(task)).submit(task, transferList, signal));
   }
 
   offloads(bodyBytes: number): boolean {
     return bodyBytes > this.#inlineMaxBodyBytes;
   }
 
-  async runBody(task: BodyTask): Promise<BodyOutcome> {
+  async runBody(task: BodyTask, signal?: CancelSignal): Promise<BodyOutcome> {
     // The body's bytes move to the worker when they own their buffer (a body of many chunks, or a decoded one, does).
-    const transferList = ownBuffer(task.bytes);
-    const pool = this.#pool(bodyAffinity(task.bytes));
-    const run = pool.run(task, transferList !== undefined ? { transferList } : {});
+    const run = this.#queue(bodyAffinity(task.bytes)).submit(task, ownBuffer(task.bytes), signal);
     return notedBody(this.conversations, run.then(unwrapBodyReply));
   }
 
-  async decode(task: DecodeTask): Promise<string> {
+  async decode(task: DecodeTask, signal?: CancelSignal): Promise<string> {
     // Decoding keeps no per-conversation state: any thread serves it; spread by the ids' length.
-    return unwrapDecodeReply(await this.#pool(task.tokenIds.length).run(task));
+    return unwrapDecodeReply(await this.#queue(task.tokenIds.length).submit(task, undefined, signal));
   }
 
   async close(): Promise<void> {
+    const closing = new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the preprocessing pool is closing');
+    for (const q of this.#queues) q.rejectWaiting(closing);
     await Promise.all(this.#pools.map((p) => p.close()));
   }
 }
@@ -243,6 +277,9 @@ class MainThreadPreprocessor implements Preprocessor {
   readonly mode = 'main-thread' as const;
   readonly threads = 0;
   readonly conversations = new ConversationTally();
+  /** Nothing waits on the main thread: every task runs as it comes (its signal is not read). */
+  maxQueued = DEFAULT_MAX_QUEUED;
+  onCancelled: Preprocessor['onCancelled'];
   readonly #handle: TaskHandler;
 
   constructor(handle: TaskHandler) {
