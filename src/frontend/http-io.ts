@@ -15,9 +15,13 @@ import type { SseEvent } from './router-port.js';
  */
 export { RETRY_AFTER_STATUSES, sendBytes, sendError, sendJson, whenWritable } from '../common/index.js';
 
-/** Any thrown value as a KvgateError (unexpected ones become KVG_ERR_INTERNAL, without their message). */
+/**
+ * Any thrown value as the KvgateError a client is answered with: unexpected ones become KVG_ERR_INTERNAL with a fixed
+ * sentence, their message and stack left to the log (the returned error's cause); so does a KvgateError that is
+ * itself KVG_ERR_INTERNAL, whose message is for the log too (a preprocessing thread's carries its failure as cause).
+ */
 export function asKvgateError(err: unknown, requestId: string): KvgateError {
-  if (isKvgateError(err)) return err;
+  if (isKvgateError(err) && err.code !== 'KVG_ERR_INTERNAL') return err;
   return new KvgateError(
     'KVG_ERR_INTERNAL',
     `internal error; the gateway log has the details under request id ${requestId}`,

@@ -3,7 +3,7 @@
  * kv-style, direct, and one without tokenizer), with one main-thread
  * preprocessor per test file; servers started by a test are closed after it.
  */
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import { afterAll, afterEach, beforeAll } from 'vitest';
 import { loadGatewayConfig, type GatewayConfig } from '../../src/config/index.js';
 import {
@@ -114,7 +114,10 @@ export function largeBodyConfig(): GatewayConfig {
   });
 }
 
-/** A gateway in front of one FakeRouter with a preprocessor of its own (`pre`: its pool options); closed by `close`. */
+/**
+ * A gateway in front of one FakeRouter with a preprocessor of its own (`pre`: its pool options), writing to `logger`
+ * (default: silent); closed by `close`.
+ */
 export interface PoolGateway {
   url: string;
   server: GatewayServer;
@@ -128,13 +131,14 @@ export async function startPoolGateway(
   router: FakeRouter,
   pre: Parameters<typeof createPreprocessor>[1],
   specs: readonly PreprocessModelSpec[] = preprocessModelSpecs(config),
+  logger: Logger = pino({ level: 'silent' }),
 ): Promise<PoolGateway> {
   const preprocessor = await createPreprocessor(specs, pre);
   const server = new GatewayServer({
     config,
     routers: [router],
     preprocessor,
-    logger: pino({ level: 'silent' }),
+    logger,
     metrics: new KvgateMetrics({ processMetrics: false }),
   });
   const addr = await server.listen();

@@ -26,6 +26,7 @@ import type { GatewayConfig } from '../../config/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import {
   ownBuffer,
+  UNEXPECTED_FAILURE,
   type BodyOutcome,
   type BodyTask,
   type DecodeTask,
@@ -161,9 +162,10 @@ function knownOr(
     const known = handler.known(task);
     return known !== undefined ? Promise.resolve(known) : run();
   } catch (err) {
-    // As the handler replies it: a KvgateError as it is, anything else as an internal preprocessing failure.
+    // As the handler replies it: a KvgateError as it is, anything else as an internal preprocessing failure whose
+    // cause, for the log, is the error itself (its text is not the message: a client would see that).
     return Promise.reject(
-      isKvgateError(err) ? err : new KvgateError('KVG_ERR_INTERNAL', `preprocessing failed: ${(err as Error).message}`),
+      isKvgateError(err) ? err : new KvgateError('KVG_ERR_INTERNAL', UNEXPECTED_FAILURE, {}, { cause: err }),
     );
   }
 }

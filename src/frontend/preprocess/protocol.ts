@@ -191,7 +191,16 @@ export interface WorkerError {
   code: KvgateErrorCode;
   message: string;
   detail?: Record<string, unknown> | undefined;
+  /**
+   * An unexpected error as it was thrown on the thread (its name, message and stack), for the log only: `errorOf`
+   * (task-handler.ts) makes it the cause of the KvgateError it rebuilds, which the HTTP edge answers with a fixed
+   * sentence (http-io.ts `asKvgateError`), so its text never reaches a client.
+   */
+  thrown?: { name: string; message: string; stack?: string | undefined } | undefined;
 }
+
+/** What `WorkerError.message` says of an unexpected failure (the error itself is `thrown`). */
+export const UNEXPECTED_FAILURE = 'preprocessing failed unexpectedly';
 
 /** The buffer under `a` when `a` spans all of it (it can then be moved to another thread), else undefined. */
 export function ownBuffer(a: ArrayBufferView): ArrayBuffer[] | undefined {
@@ -200,11 +209,18 @@ export function ownBuffer(a: ArrayBufferView): ArrayBuffer[] | undefined {
     : undefined;
 }
 
-/** An error as data: a KvgateError keeps its code, message and detail; anything else is an internal preprocessing failure. */
+/**
+ * An error as data: a KvgateError keeps its code, message and detail; anything else is an internal preprocessing
+ * failure whose own message and stack travel apart, as `thrown` (never in `message`, which a caller may show).
+ */
 export function workerError(err: unknown): WorkerError {
   if (isKvgateError(err))
     return { code: err.code, message: err.message, detail: err.detail as Record<string, unknown> | undefined };
-  return { code: 'KVG_ERR_INTERNAL', message: `preprocessing failed: ${(err as Error).message}` };
+  const thrown =
+    err instanceof Error
+      ? { name: err.name, message: err.message, stack: err.stack }
+      : { name: 'Error', message: String(err) };
+  return { code: 'KVG_ERR_INTERNAL', message: UNEXPECTED_FAILURE, thrown };
 }
 
 export type WorkerReply =

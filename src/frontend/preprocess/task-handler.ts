@@ -28,13 +28,25 @@ export type TaskHandler = ((task: WorkerTask) => Promise<TaskReply>) & {
   readonly known: (task: PreprocessTask) => PreprocessResult | undefined;
 };
 
+/**
+ * The environment's test hook, `KVGATE_TEST_PREPROCESS_FAILURE=<text>`, read as a handler is created (a pool thread's
+ * when it starts): every task but the readiness ping then throws a TypeError of that text, as a bug in preprocessing
+ * would (the tests' way to an unexpected failure on a thread). Unset (always, outside tests) it never fires.
+ */
+function failureHook(): string | undefined {
+  const text = process.env.KVGATE_TEST_PREPROCESS_FAILURE;
+  return text === undefined || text === '' ? undefined : text;
+}
+
 /** Loads every model's tokenizer, then handles tasks. */
 export async function createTaskHandler(specs: readonly PreprocessModelSpec[]): Promise<TaskHandler> {
   const models = new Map<string, ModelPreprocessor>();
   for (const spec of specs) models.set(spec.name, await ModelPreprocessor.create(spec));
+  const failure = failureHook();
   const handle = async (task: WorkerTask): Promise<TaskReply> => {
     if (task.kind === 'ping') return { ok: true, pong: true };
     try {
+      if (failure !== undefined) throw new TypeError(failure);
       if (task.kind === 'body') return { ok: true, body: await runBodyTask(task, models) };
       const model = models.get(task.model);
       if (model === undefined) {
@@ -57,9 +69,14 @@ export async function createTaskHandler(specs: readonly PreprocessModelSpec[]): 
   return Object.assign(handle, { models, known });
 }
 
-/** A KvgateError from its data. */
+/** A KvgateError from its data; an unexpected error's own name, message and stack (`thrown`) become its cause. */
 export function errorOf(e: WorkerError): KvgateError {
-  return new KvgateError(e.code, e.message, e.detail);
+  if (e.thrown === undefined) return new KvgateError(e.code, e.message, e.detail);
+  const cause = new Error(e.thrown.message);
+  cause.name = e.thrown.name;
+  // The thread's stack, where the error was thrown: the log prints it after the KvgateError's own.
+  if (e.thrown.stack !== undefined) cause.stack = e.thrown.stack;
+  return new KvgateError(e.code, e.message, e.detail, { cause });
 }
 
 /** The result of a reply, or its error rethrown as a KvgateError. */
