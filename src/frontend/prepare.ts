@@ -34,8 +34,8 @@ export interface Prepared {
   readonly target: ModelTarget;
 }
 
-/** The snapshot of the served models a pool thread parses a body against. */
-function modelViews(served: PrepareOptions['served']): ModelView[] {
+/** The snapshot of the served models a pool thread parses a body against (tokenize.ts sends it too). */
+export function modelViews(served: PrepareOptions['served']): ModelView[] {
   return [...served.values()].map(({ model, port }) => ({
     name: model.name,
     loraAdapters: [...model.loraAdapters],
@@ -44,6 +44,7 @@ function modelViews(served: PrepareOptions['served']): ModelView[] {
     anthropicInlineSystem: model.anthropicInlineSystem,
     readsTokenIds: port.readsTokenIds !== false,
     workers: model.workers.map((w) => (w.taints !== undefined ? { id: w.id, taints: [...w.taints] } : { id: w.id })),
+    ownTokenizer: model.tokenizer.kind !== 'none',
   }));
 }
 

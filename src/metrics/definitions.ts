@@ -369,7 +369,7 @@ export const METRIC_DEFINITIONS = {
     name: 'kvgate_preprocess_tasks_cancelled_total',
     help:
       "Preprocessing tasks dropped from a thread's queue before they started, their request having ended (the client " +
-      'left, its deadline, a forced shutdown), by task: body, chat, text, tokens, decode.',
+      'left, its deadline, a forced shutdown), by task: body, tokenizer-body, chat, text, tokens, decode.',
     labelNames: ['task'],
   },
   ...WORKER_METRIC_DEFINITIONS,

@@ -164,7 +164,8 @@ function keepBody(
   return own;
 }
 
-function servedOf(views: readonly ModelView[]): Map<string, ServedModel> {
+/** The served models as the lookup reads them, from the snapshot a task brought (tokenizer-task.ts reads it too). */
+export function servedOf(views: readonly ModelView[]): Map<string, ServedModel> {
   return new Map(
     views.map((m) => [m.name, { model: m, port: { adapters: () => m.adapters, readsTokenIds: m.readsTokenIds } }]),
   );

@@ -7,9 +7,10 @@
  * `INLINE_MAX_CHARS`, `INLINE_MAX_MESSAGES`) still run on the main thread.
  *
  * With a pool, a body over `INLINE_MAX_BODY_BYTES` is not even parsed on the
- * main thread (`runBody`): its JSON parse, schema check and the clone of a
- * task would cost the event loop milliseconds to hundreds of them; the pool
- * does all of it and sends back what routing reads (body-task.ts). On the
+ * main thread (`runBody`; a tokenizer endpoint's, `runTokenizerBody`): its
+ * JSON parse, schema check and the clone of a task would cost the event loop
+ * milliseconds to hundreds of them; the pool does all of it and sends back
+ * what routing reads (body-task.ts), or the ids (tokenizer-task.ts). On the
  * main thread (`threads: 0`) every request holds the event loop for its parse,
  * template and tokenization (README, "Preprocessing").
  *
@@ -35,6 +36,8 @@ import {
   type PreprocessTask,
   type PreprocessWorkerData,
   type TaskReply,
+  type TokenizerBodyTask,
+  type TokenizerOutcome,
   type WorkerTask,
 } from './protocol.js';
 import { bodyAffinity, taskAffinity } from './affinity.js';
@@ -45,6 +48,7 @@ import {
   unwrapBodyReply,
   unwrapDecodeReply,
   unwrapReply,
+  unwrapTokenizerReply,
   type TaskHandler,
 } from './task-handler.js';
 
@@ -75,6 +79,11 @@ export interface Preprocessor {
    * comes back as `promptError`).
    */
   runBody(task: BodyTask, signal?: CancelSignal): Promise<BodyOutcome>;
+  /**
+   * A tokenizer endpoint's body parsed, checked and tokenized or decoded (tokenizer-task.ts), where `runBody` would
+   * run a completion's body of its size. Rejects with the KvgateError the main thread's path would throw.
+   */
+  runTokenizerBody(task: TokenizerBodyTask, signal?: CancelSignal): Promise<TokenizerOutcome>;
   /** Token ids back to text with the model's tokenizer (`POST /detokenize`), where prompts are tokenized. */
   decode(task: DecodeTask, signal?: CancelSignal): Promise<string>;
   /** What the threads' conversation caches hold and reused, from the results seen. */
@@ -263,6 +272,12 @@ class PoolPreprocessor implements Preprocessor {
     return notedBody(this.conversations, run.then(unwrapBodyReply));
   }
 
+  async runTokenizerBody(task: TokenizerBodyTask, signal?: CancelSignal): Promise<TokenizerOutcome> {
+    // Keyed as a chat body is: a chat counted goes to the thread that holds its conversation.
+    const run = this.#queue(bodyAffinity(task.bytes)).submit(task, ownBuffer(task.bytes), signal);
+    return unwrapTokenizerReply(await run);
+  }
+
   async decode(task: DecodeTask, signal?: CancelSignal): Promise<string> {
     // Decoding keeps no per-conversation state: any thread serves it; spread by the ids' length.
     return unwrapDecodeReply(await this.#queue(task.tokenIds.length).submit(task, undefined, signal));
@@ -302,6 +317,10 @@ class MainThreadPreprocessor implements Preprocessor {
 
   runBody(task: BodyTask): Promise<BodyOutcome> {
     return notedBody(this.conversations, this.#handle(task).then(unwrapBodyReply));
+  }
+
+  async runTokenizerBody(task: TokenizerBodyTask): Promise<TokenizerOutcome> {
+    return unwrapTokenizerReply(await this.#handle(task));
   }
 
   async decode(task: DecodeTask): Promise<string> {

@@ -11,6 +11,7 @@ import { isKvgateError, type KvgateErrorCode } from '../../errors/index.js';
 import type { TokenizerSource } from '../../config/index.js';
 import type { PromptHashes } from '../../wasm/index.js';
 import type { EndpointKind } from '../router-port.js';
+import type { TokenizerEndpoint } from '../tokenize-request.js';
 
 /** What a thread needs to preprocess for one model (built from ModelConfig). */
 export interface PreprocessModelSpec {
@@ -100,6 +101,11 @@ export interface ModelView {
   /** Its `anthropic_inline_system`. */
   anthropicInlineSystem: InlineSystemMode;
   workers: { id: number; taints?: string[] }[];
+  /**
+   * True when the model has its own tokenizer; absent or false (`tokenizer: none`), the tokenizer endpoints refuse it
+   * (a view made for other bodies, the picker's, need not say).
+   */
+  ownTokenizer?: boolean | undefined;
 }
 
 /**
@@ -156,7 +162,32 @@ export interface BodyOutcome {
   promptError?: WorkerError | undefined;
 }
 
-export type WorkerTask = PreprocessTask | BodyTask | DecodeTask | PingTask;
+/**
+ * A tokenizer endpoint's body too large to parse on the main thread (the rule of `BodyTask`): parsed, checked, and
+ * tokenized or decoded on a thread (tokenizer-task.ts, with tokenize-request.ts as the main thread uses it).
+ */
+export interface TokenizerBodyTask {
+  kind: 'tokenizer-body';
+  endpoint: TokenizerEndpoint;
+  /** The body as received; moved to the thread when it owns its buffer, and not sent back (nothing forwards it). */
+  bytes: Uint8Array;
+  maxMessages: number;
+  models: ModelView[];
+}
+
+/** What a tokenizer endpoint's body came to on a thread. */
+export interface TokenizerOutcome {
+  /** The model the body names (as named), for the access log. */
+  clientModel: string;
+  /** The configured model whose tokenizer answered. */
+  model: string;
+  /** The prompt's ids (`tokenize`, `count_tokens`). */
+  tokenIds?: Uint32Array | undefined;
+  /** The ids' text (`detokenize`). */
+  text?: string | undefined;
+}
+
+export type WorkerTask = PreprocessTask | BodyTask | TokenizerBodyTask | DecodeTask | PingTask;
 
 export interface PreprocessStats {
   /** Chat template rendering, microseconds. */
@@ -228,6 +259,8 @@ export type WorkerReply =
 /** The reply to a `DecodeTask`. */
 export type DecodeReply = { ok: true; text: string } | { ok: false; error: WorkerError };
 /** Any task's reply. */
-export type TaskReply = WorkerReply | BodyReply | DecodeReply;
+export type TaskReply = WorkerReply | BodyReply | DecodeReply | TokenizerReply;
+/** The reply to a `TokenizerBodyTask`. */
+export type TokenizerReply = { ok: true; tokenized: TokenizerOutcome } | { ok: false; error: WorkerError };
 /** The reply to a `BodyTask`. */
 export type BodyReply = { ok: true; body: BodyOutcome } | { ok: false; error: WorkerError };

@@ -6,6 +6,7 @@
 import { KvgateError } from '../../errors/index.js';
 import { runBodyTask } from './body-task.js';
 import { ModelPreprocessor } from './model-preprocessor.js';
+import { runTokenizerTask } from './tokenizer-task.js';
 import {
   workerError,
   type BodyOutcome,
@@ -14,6 +15,7 @@ import {
   type PreprocessResult,
   type PreprocessTask,
   type TaskReply,
+  type TokenizerOutcome,
   type WorkerError,
   type WorkerTask,
 } from './protocol.js';
@@ -48,6 +50,7 @@ export async function createTaskHandler(specs: readonly PreprocessModelSpec[]): 
     try {
       if (failure !== undefined) throw new TypeError(failure);
       if (task.kind === 'body') return { ok: true, body: await runBodyTask(task, models) };
+      if (task.kind === 'tokenizer-body') return { ok: true, tokenized: await runTokenizerTask(task, models) };
       const model = models.get(task.model);
       if (model === undefined) {
         return {
@@ -100,7 +103,14 @@ export function unwrapDecodeReply(reply: TaskReply): string {
   return (reply as Extract<DecodeReply, { ok: true }>).text;
 }
 
-/** The buffers a reply can hand over instead of copying: a result's typed arrays, a body's bytes moved back. */
+/** The outcome of a tokenizer body task's reply, or its error rethrown as a KvgateError. */
+export function unwrapTokenizerReply(reply: TaskReply): TokenizerOutcome {
+  if (!reply.ok) throw errorOf(reply.error);
+  if (!('tokenized' in reply)) throw new KvgateError('KVG_ERR_INTERNAL', 'preprocessing returned no tokens');
+  return reply.tokenized;
+}
+
+/** The buffers a reply can hand over instead of copying: a result's typed arrays, a body's bytes moved back, ids. */
 export function replyTransferList(reply: TaskReply): ArrayBuffer[] {
   if (!reply.ok) return [];
   const out = new Set<ArrayBuffer>();
@@ -109,5 +119,7 @@ export function replyTransferList(reply: TaskReply): ArrayBuffer[] {
     for (const a of [r.tokenIds, r.hashes.local, r.hashes.seq]) if (a.buffer instanceof ArrayBuffer) out.add(a.buffer);
   const bytes = 'body' in reply ? reply.body.forward.bytes : undefined;
   if (bytes !== undefined && bytes.buffer instanceof ArrayBuffer) out.add(bytes.buffer);
+  const ids = 'tokenized' in reply ? reply.tokenized.tokenIds : undefined;
+  if (ids !== undefined && ids.buffer instanceof ArrayBuffer) out.add(ids.buffer);
   return [...out];
 }
