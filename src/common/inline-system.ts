@@ -37,7 +37,7 @@ function join(...texts: string[]): string {
   return texts.filter((t) => t !== '').join(SEPARATOR);
 }
 
-/** The text of a system message's (or the system prompt's) text blocks, without the billing header. */
+/** A system message's text: a string as it is, or its text blocks joined with no separator; the billing header dropped. */
 export function systemText(content: unknown, param: string): string {
   if (typeof content === 'string') return content.startsWith(BILLING_HEADER) ? '' : content;
   if (!Array.isArray(content)) throw invalidField(param, 'must be a string or a list of content blocks');
