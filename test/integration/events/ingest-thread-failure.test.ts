@@ -8,6 +8,7 @@
  * Now the thread closes its sockets, says what failed (one error line with its error) and ends; it is
  * restarted (counted in `kvgate_kv_event_ingest_thread_restarts_total{reason}`), both streams subscribe
  * again (each connects again), what was lost is replayed, and new blocks of both engines reach the index.
+ * A second shutdown signal during the drain, with a thread's socket open, exits with 130 (not zeromq's abort).
  *
  * Runs the compiled CLI (bin/kvgate.js -> dist/), as `npm test` builds it first.
  */
@@ -157,4 +158,41 @@ describe('a KV-event ingestion thread that fails while its sockets receive', () 
     alive();
     expect(gateway.stderr.join('')).not.toMatch(/terminate called|Napi::Error/);
   }, 120_000);
+
+  it('a second shutdown signal during the drain exits with 130: the threads close their sockets first', async () => {
+    const engine = await startEngine(procs, ENGINE_ARGS);
+    const model = String(engine.model);
+    const url = await startGateway(
+      procs,
+      {
+        name: model,
+        block_size: BLOCK,
+        workers: [{ id: 1, url: engine.url, kv_events: { endpoint: (engine.kv_events as string[])[0] } }],
+      },
+      { kv_events: { ingest_threads: 1 } },
+    );
+    const gateway = procs.gateway!;
+    // A long answer in flight keeps the first signal's drain waiting.
+    const body = JSON.stringify({ model, prompt: 'a long story', max_tokens: 5000, stream: true });
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
+    const reader = res.body!.getReader();
+    await reader.read();
+    gateway.child.kill('SIGINT');
+    await until(
+      () => gateway.lines.some((l) => json(l)?.msg === 'shutting down: draining in-flight requests'),
+      'the drain to start',
+    );
+    gateway.child.kill('SIGINT');
+    const code = await new Promise<number | null>((resolve) => {
+      if (gateway.child.exitCode !== null || gateway.child.signalCode !== null) resolve(gateway.child.exitCode);
+      else gateway.child.once('exit', (c) => resolve(c));
+    });
+    await reader.cancel().catch(() => undefined);
+    // Before: process.exit with the thread's socket open aborted it (SIGABRT, 134; zeromq.js #411).
+    expect({ code, signal: gateway.child.signalCode }).toEqual({ code: 130, signal: null });
+  }, 60_000);
 });
