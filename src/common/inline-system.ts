@@ -30,7 +30,7 @@ export interface PlacedMessage {
 }
 
 /** Claude Code's per-request attribution line, dropped from system text: it would defeat prefix caching. */
-export const BILLING_HEADER = 'x-anthropic-billing-header';
+const BILLING_HEADER = 'x-anthropic-billing-header';
 const SEPARATOR = '\n\n';
 
 function join(...texts: string[]): string {

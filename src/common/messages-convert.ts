@@ -25,7 +25,7 @@ import {
   requireString,
   unsupportedBlock,
 } from './agent-convert.js';
-import { BILLING_HEADER, placeInlineSystem, systemText, type InlineSystemMode } from './inline-system.js';
+import { placeInlineSystem, systemText, type InlineSystemMode } from './inline-system.js';
 
 /** The block types of Anthropic's Messages API that a request may carry (others are refused). */
 const BLOCK_TYPES = new Set([
@@ -47,13 +47,12 @@ function systemPromptText(system: unknown): string | undefined {
   if (typeof system === 'string') return system === '' ? undefined : system;
   if (!Array.isArray(system)) throw invalidField('system', 'must be a string or a list of text blocks');
   if (system.length === 0) return undefined;
-  let text = '';
   system.forEach((block, i) => {
     if (!isObject(block) || block.type !== 'text') throw invalidBlock(`system[${i}]`, 'must be a text block');
-    const t = requireString(block.text, `system[${i}].text`);
-    if (t !== '' && !t.startsWith(BILLING_HEADER)) text += t;
+    requireString(block.text, `system[${i}].text`);
   });
-  return text;
+  // Checked to be text blocks: their text is joined as a system message's is.
+  return systemText(system, 'system');
 }
 
 /** A tool result's content as vLLM's tool message holds it: a string, or its text items joined with "\n". */

@@ -1,5 +1,6 @@
 /** The gateway configuration: file + flags, validated once into a frozen `GatewayConfig`. */
 export { loadGatewayConfig } from './load.js';
+export { GATEWAY_DEFAULTS } from './defaults.js';
 export { closestFlag, parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
 export type { ServeFlags } from './flags.js';
 export type { ConfigProblem } from './reader.js';

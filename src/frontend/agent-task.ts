@@ -59,10 +59,6 @@ function chatMessagesOf(messages: readonly unknown[]): number {
   return n;
 }
 
-function invalid(param: string, message: string): KvgateError {
-  return new KvgateError('KVG_ERR_INVALID_REQUEST', `${param} ${message}`, { param });
-}
-
 /**
  * The checks an agent-API body gets before its model is looked up: the conversation is within
  * `limits.max_messages` (Messages' `messages`, Responses' `input` items), then what it shares with a chat's body
@@ -76,7 +72,6 @@ export function checkAgentBody(
   body: Record<string, unknown>,
   limits: { readonly maxMessages: number },
 ): void {
-  if (typeof body.model !== 'string' || body.model === '') throw invalid('model', 'is required (a string)');
   const field = api === 'messages' ? 'messages' : 'input';
   const list = body[field];
   const entries = Array.isArray(list) ? (api === 'messages' ? chatMessagesOf(list) : list.length) : 0;

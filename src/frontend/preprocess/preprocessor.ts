@@ -23,7 +23,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Piscina } from 'piscina';
 import type { CancelSignal } from '../../common/index.js';
-import type { GatewayConfig } from '../../config/index.js';
+import { GATEWAY_DEFAULTS, type GatewayConfig } from '../../config/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import {
   ownBuffer,
@@ -180,7 +180,7 @@ function knownOr(
 }
 
 /** `Preprocessor.maxQueued` until the gateway sets it: the default `limits.max_concurrent_requests`. */
-const DEFAULT_MAX_QUEUED = 1024;
+const DEFAULT_MAX_QUEUED = GATEWAY_DEFAULTS.maxConcurrentRequests;
 /**
  * Tasks a thread runs at once: tokenization is async (the native tokenizer works on libuv threads), so a thread can
  * render one chat template while another prompt is being encoded.
