@@ -12,6 +12,7 @@ import type { ChatTask, PreprocessModelSpec } from '../../src/frontend/preproces
 import { isKvgateError, type KvgateErrorCode } from '../../src/errors/index.js';
 import { Tokenizer } from 'tokenizers';
 import { demoTokenizerFiles } from '../../src/tokenizer/index.js';
+import { kvgateErrorOf } from '../helpers/kvgate-error.js';
 
 const spec: PreprocessModelSpec = {
   name: 'demo',
@@ -519,16 +520,9 @@ describe('agent APIs: the checks before the model is looked up (checkAgentBody)'
   ];
   for (const api of ['messages', 'responses'] as const) {
     it.each(cases)(`${api}: %s is a 400 naming the field`, (_name, extra, param) => {
-      const error = (() => {
-        try {
-          checkAgentBody(api, { ...base, ...extra }, { maxMessages: 100 });
-        } catch (e) {
-          return e;
-        }
-        return undefined;
-      })();
-      expect(isKvgateError(error, 'KVG_ERR_INVALID_REQUEST')).toBe(true);
-      expect((error as { detail: Json }).detail.param).toBe(param);
+      const error = kvgateErrorOf(() => checkAgentBody(api, { ...base, ...extra }, { maxMessages: 100 }));
+      expect(error.code).toBe('KVG_ERR_INVALID_REQUEST');
+      expect(error.detail?.param).toBe(param);
     });
 
     if (api === 'messages')
@@ -537,16 +531,11 @@ describe('agent APIs: the checks before the model is looked up (checkAgentBody)'
           role: 'user',
           content: Array.from({ length: n }, (_, i) => ({ type: 'tool_result', tool_use_id: `t${i}`, content: 'ok' })),
         });
-        const error = (() => {
-          try {
-            checkAgentBody('messages', { ...base, messages: [results(100)] }, { maxMessages: 100 });
-          } catch (e) {
-            return e;
-          }
-          return undefined;
-        })();
-        expect(isKvgateError(error, 'KVG_ERR_TOO_MANY_MESSAGES')).toBe(true);
-        expect((error as { detail: Json }).detail).toMatchObject({ param: 'messages', messages: 101 });
+        const error = kvgateErrorOf(() =>
+          checkAgentBody('messages', { ...base, messages: [results(100)] }, { maxMessages: 100 }),
+        );
+        expect(error.code).toBe('KVG_ERR_TOO_MANY_MESSAGES');
+        expect(error.detail).toMatchObject({ param: 'messages', messages: 101 });
         expect(() =>
           checkAgentBody('messages', { ...base, messages: [results(99)] }, { maxMessages: 100 }),
         ).not.toThrow();

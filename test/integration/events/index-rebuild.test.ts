@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
-import { json, postOk as post, startEngine, startGateway, suiteProcesses } from './procs.js';
+import { json, postOk as post, startEngine, startGateway, suiteProcesses, workerOf } from './procs.js';
 
 const BLOCK = 16;
 const PROMPT_BLOCKS = 32;
@@ -29,15 +29,10 @@ describe('the prefix index after an allocation failure in the WebAssembly module
   it("is discarded and rebuilt from the engines' replay buffers while every request is answered", async () => {
     const a = await startEngine(procs, ['--seed', '7', ...ENGINE_ARGS]);
     const b = await startEngine(procs, ['--seed', '8', ...ENGINE_ARGS]);
-    const worker = (id: number, e: Record<string, unknown>): Record<string, unknown> => ({
-      id,
-      url: e.url,
-      kv_events: { endpoint: (e.kv_events as string[])[0], replay: (e.kv_events_replay as string[])[0] },
-    });
     process.env.KVGATE_TEST_INDEX_ALLOC_FAILURE = String(FAIL_AT_ENTRIES);
     let url: string;
     try {
-      url = await startGateway(procs, { name: a.model, block_size: BLOCK, workers: [worker(1, a), worker(2, b)] });
+      url = await startGateway(procs, { name: a.model, block_size: BLOCK, workers: [workerOf(1, a), workerOf(2, b)] });
     } finally {
       delete process.env.KVGATE_TEST_INDEX_ALLOC_FAILURE;
     }

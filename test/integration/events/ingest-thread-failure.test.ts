@@ -16,7 +16,7 @@ import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
-import { json, postOk, promptTraffic, startEngine, startGateway, suiteProcesses } from './procs.js';
+import { json, postOk, promptTraffic, startEngine, startGateway, suiteProcesses, workerOf } from './procs.js';
 
 const BLOCK = 16;
 const PROMPT_BLOCKS = 4;
@@ -34,18 +34,13 @@ describe('a KV-event ingestion thread that fails while its sockets receive', () 
       await startEngine(procs, ['--seed', '7', ...ENGINE_ARGS]),
       await startEngine(procs, ['--seed', '8', ...ENGINE_ARGS]),
     ];
-    const worker = (id: number, e: Record<string, unknown>): Record<string, unknown> => ({
-      id,
-      url: e.url,
-      kv_events: { endpoint: (e.kv_events as string[])[0], replay: (e.kv_events_replay as string[])[0] },
-    });
     const model = String(engines[0]!.model);
     process.env.KVGATE_TEST_INGEST_THREAD_FAILURE = String(FAIL_AFTER_POSTS);
     let url: string;
     try {
       url = await startGateway(
         procs,
-        { name: model, block_size: BLOCK, workers: engines.map((e, i) => worker(i + 1, e)) },
+        { name: model, block_size: BLOCK, workers: engines.map((e, i) => workerOf(i + 1, e)) },
         { kv_events: { ingest_threads: 1 } },
       );
     } finally {
@@ -160,14 +155,15 @@ describe('a KV-event ingestion thread that fails while its sockets receive', () 
   }, 120_000);
 
   it('a second shutdown signal during the drain exits with 130: the threads close their sockets first', async () => {
-    const engine = await startEngine(procs, ENGINE_ARGS);
+    // At real speed (not the suite's 100x), a long answer lasts well past the second signal.
+    const engine = await startEngine(procs, [...ENGINE_ARGS, '--speedup', '1']);
     const model = String(engine.model);
     const url = await startGateway(
       procs,
       {
         name: model,
         block_size: BLOCK,
-        workers: [{ id: 1, url: engine.url, kv_events: { endpoint: (engine.kv_events as string[])[0] } }],
+        workers: [workerOf(1, engine)],
       },
       { kv_events: { ingest_threads: 1 } },
     );

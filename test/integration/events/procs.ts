@@ -43,6 +43,15 @@ export async function startEngine(s: SuiteProcesses, args: readonly string[]): P
   return lineOf(mocker, "the mocker's ports", (o) => typeof o.url === 'string');
 }
 
+/** The config entry of worker `id` served by the mocker `engine` (its startup line): its URL, KV events and replay. */
+export function workerOf(id: number, engine: Record<string, unknown>): Record<string, unknown> {
+  return {
+    id,
+    url: engine.url,
+    kv_events: { endpoint: (engine.kv_events as string[])[0], replay: (engine.kv_events_replay as string[])[0] },
+  };
+}
+
 /** POSTs a JSON body, expects a 200 and resolves to the JSON answer. */
 export async function postOk(url: string, body: unknown): Promise<Record<string, unknown>> {
   const res = await fetch(url, {

@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
-import { json, promptTraffic, startEngine, startGateway, suiteProcesses } from './procs.js';
+import { json, promptTraffic, startEngine, startGateway, suiteProcesses, workerOf } from './procs.js';
 
 const BLOCK = 16;
 const PROMPT_BLOCKS = 4;
@@ -25,15 +25,10 @@ describe('KV events on ingestion threads through kvgate serve', () => {
       await startEngine(procs, ['--seed', '7', ...ENGINE_ARGS]),
       await startEngine(procs, ['--seed', '8', ...ENGINE_ARGS]),
     ];
-    const worker = (id: number, e: Record<string, unknown>): Record<string, unknown> => ({
-      id,
-      url: e.url,
-      kv_events: { endpoint: (e.kv_events as string[])[0], replay: (e.kv_events_replay as string[])[0] },
-    });
     const model = String(engines[0]!.model);
     const url = await startGateway(
       procs,
-      { name: model, block_size: BLOCK, workers: engines.map((e, i) => worker(i + 1, e)) },
+      { name: model, block_size: BLOCK, workers: engines.map((e, i) => workerOf(i + 1, e)) },
       { kv_events: { ingest_threads: 2 } },
     );
     const started = procs.gateway!.lines.map(json).find((o) => o?.msg === 'KV-event ingestion on 2 thread(s)');
