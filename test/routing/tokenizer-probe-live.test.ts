@@ -34,6 +34,11 @@ describe('probeTokenizer against a mocker engine', () => {
     dpSize: 1,
     kvEvents: { endpoint: kvEvents },
   });
+  /**
+   * The bound on the engine's events where they do come: a probe answers as soon as they arrive, so a wide bound
+   * costs nothing, while 5 s ran out once on a loaded 2-core CI machine (an `inconclusive` where `mismatch` was due).
+   */
+  const ANSWERED_WITHIN_MS = 20_000;
   // kvgate's side, as the gateway does it for a model without a tokenizer file: the fallback tokenizer and its ChatML template.
   const tok = fallbackTokenizer();
   const tokenize = async (messages: readonly { role: string; content: string }[]): Promise<Uint32Array> =>
@@ -46,7 +51,7 @@ describe('probeTokenizer against a mocker engine', () => {
       worker: worker(engine.kvEventsEndpoints[0]!),
       servedModelName: 'm',
       tokenize,
-      timeoutMs: 5000,
+      timeoutMs: ANSWERED_WITHIN_MS,
       nonce: 'n1',
     });
     expect(r).toMatchObject({ outcome: 'ok', blockSize: 16 });
@@ -62,7 +67,7 @@ describe('probeTokenizer against a mocker engine', () => {
       worker: worker(engine.kvEventsEndpoints[0]!),
       servedModelName: 'm',
       tokenize: shifted,
-      timeoutMs: 5000,
+      timeoutMs: ANSWERED_WITHIN_MS,
       nonce: 'n2',
     });
     expect(r).toMatchObject({ outcome: 'mismatch', block: 2, offset: 8 });
