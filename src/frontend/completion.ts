@@ -42,7 +42,7 @@ function noteWorkers(ctx: RequestContext, worker: WorkerRank, prefill: WorkerRan
 }
 
 /**
- * Routes `prepared` as its tenant's: the tenant's rate limits first (its prompt's tokens), then the router with
+ * Routes `prepared` as its tenant's: the tenant's token rate first (its prompt's tokens), then the router with
  * the tenant's class on the request (the router queue's share), a shed counted against the tenant.
  * @throws KvgateError KVG_ERR_RATE_LIMITED (429), and the router's errors (KVG_ERR_QUEUE_SHED: 529).
  */
@@ -54,7 +54,6 @@ async function routeAsTenant<R>(
 ): Promise<R> {
   const tenant = ctx.tenant;
   if (tenant === undefined) return route(prepared);
-  ctx.logFields.tenant = tenant.hint.tenant;
   env.tenants.admit(tenant, prepared.promptTokens);
   try {
     return await route({ ...prepared, hints: { ...prepared.hints, tenant: tenant.hint } });
@@ -74,6 +73,13 @@ export async function serveCompletion(
   bytes: Uint8Array,
   kind: EndpointKind | 'route',
 ): Promise<void> {
+  const tenant = ctx.tenant;
+  if (tenant !== undefined) {
+    ctx.logFields.tenant = tenant.hint.tenant;
+    // The request rate is spent before the body is parsed or tokenized: a tenant over it costs no preprocessing.
+    // Query-only routing on /v1/route is not charged.
+    if (kind !== 'route') env.tenants.arrive(tenant);
+  }
   const { prepared, target } = await prepareRequest(env, ctx, bytes, kind);
   const { port, model } = target;
   if (prepared.queryOnly) {

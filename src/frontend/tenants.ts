@@ -6,11 +6,14 @@
  * set stays bounded by the config). The key wins over the header: a client cannot claim another tenant's class by
  * a header while its key names its own.
  *
- * Rate limits (per tenant, from its class): a request bucket (one per request) and a prompt-token bucket (the
- * prompt's tokens, counted at admission after tokenization; output tokens are not charged). A request is let in
- * only when both buckets hold enough, and then spends both; else it is refused with 429 KVG_ERR_RATE_LIMITED and a
- * Retry-After of the wait until it would fit. A prompt larger than the token bucket itself never fits: it is
- * refused with the same code and no Retry-After worth waiting for (detail `tokenBurst`).
+ * Rate limits (per tenant, from its class), each refusal a 429 KVG_ERR_RATE_LIMITED with a Retry-After of the wait
+ * until the request would fit:
+ * - a request bucket, spent by one as a request arrives (`arrive`), before its body is parsed or its prompt
+ *   tokenized: a tenant over its request rate costs the gateway no preprocessing, whatever its bodies hold. A request
+ *   that fails later (a bad body, the token bucket) has spent it: the rate counts the requests a tenant sends;
+ * - a prompt-token bucket, spent by the prompt's tokens at admission (`admit`), once they are known; output tokens
+ *   are not charged. A prompt larger than the bucket itself never fits: it is refused with no Retry-After worth
+ *   waiting for (detail `tokenBurst`).
  */
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
@@ -27,6 +30,9 @@ export interface Tenant {
 }
 
 const digest = (key: string): string => createHash('sha256').update(key).digest('hex');
+
+/** A 429's Retry-After for a bucket's wait (ms): whole seconds, at least 1. */
+const retryAfterSeconds = (waitMs: number): number => Math.max(1, Math.ceil(waitMs / 1000));
 
 interface Buckets {
   requests: TokenBucket | undefined;
@@ -97,12 +103,31 @@ export class TenantDirectory {
   }
 
   /**
-   * Lets a request of `promptTokens` in under its tenant's limits, spending from its buckets.
-   * @throws KvgateError KVG_ERR_RATE_LIMITED (429) with `retryAfterSeconds` when a bucket is short.
+   * A request of `t` has arrived: spends one from its request bucket, before anything is done with its body.
+   * @throws KvgateError KVG_ERR_RATE_LIMITED (429) with `retryAfterSeconds` when the bucket is short.
+   */
+  arrive(t: Tenant): void {
+    const requests = this.#bucketsFor(t)?.requests;
+    if (requests === undefined) return;
+    const wait = requests.wait(1, this.#now());
+    if (wait > 0) {
+      this.#metrics?.tenantRateLimited.labels({ tenant: t.hint.tenant }).inc();
+      throw new KvgateError(
+        'KVG_ERR_RATE_LIMITED',
+        `tenant ${t.hint.tenant} is over its rate limit (${t.limits.requestRate} requests/s)`,
+        { tenant: t.hint.tenant, retryAfterSeconds: retryAfterSeconds(wait) },
+      );
+    }
+    requests.spend(1);
+  }
+
+  /**
+   * Lets an arrived request's prompt of `promptTokens` in under its tenant's token rate, spending from its bucket.
+   * @throws KvgateError KVG_ERR_RATE_LIMITED (429) with `retryAfterSeconds` (or `tokenBurst`) when the bucket is short.
    */
   admit(t: Tenant, promptTokens: number): void {
     try {
-      this.#spend(t, promptTokens);
+      this.#spendTokens(t, promptTokens);
     } catch (err) {
       this.#metrics?.tenantRateLimited.labels({ tenant: t.hint.tenant }).inc();
       throw err;
@@ -116,31 +141,35 @@ export class TenantDirectory {
       this.#metrics?.tenantShed.labels({ tenant: t.hint.tenant }).inc();
   }
 
-  #spend(t: Tenant, promptTokens: number): void {
+  #spendTokens(t: Tenant, promptTokens: number): void {
+    const tokens = this.#bucketsFor(t)?.tokens;
+    if (tokens === undefined) return;
     const { limits, hint } = t;
-    if (limits.requestRate === undefined && limits.tokenRate === undefined) return;
-    const now = this.#now();
-    let b = this.#buckets.get(hint.tenant);
-    if (b === undefined) this.#buckets.set(hint.tenant, (b = this.#bucketsOf(limits, undefined, now)));
-    const waitReq = b.requests?.wait(1, now) ?? 0;
-    const waitTok = b.tokens?.wait(promptTokens, now) ?? 0;
-    if (waitTok === Infinity) {
+    const wait = tokens.wait(promptTokens, this.#now());
+    if (wait === Infinity) {
       throw new KvgateError(
         'KVG_ERR_RATE_LIMITED',
         `the prompt's ${promptTokens} tokens are more than tenant ${hint.tenant}'s token bucket holds (${limits.tokenBurst})`,
         { tenant: hint.tenant, tokenBurst: limits.tokenBurst },
       );
     }
-    const wait = Math.max(waitReq, waitTok);
     if (wait > 0) {
-      const what = waitReq >= waitTok ? `${limits.requestRate} requests/s` : `${limits.tokenRate} prompt tokens/s`;
-      throw new KvgateError('KVG_ERR_RATE_LIMITED', `tenant ${hint.tenant} is over its rate limit (${what})`, {
-        tenant: hint.tenant,
-        retryAfterSeconds: Math.max(1, Math.ceil(wait / 1000)),
-      });
+      throw new KvgateError(
+        'KVG_ERR_RATE_LIMITED',
+        `tenant ${hint.tenant} is over its rate limit (${limits.tokenRate} prompt tokens/s)`,
+        { tenant: hint.tenant, retryAfterSeconds: retryAfterSeconds(wait) },
+      );
     }
-    b.requests?.spend(1);
-    b.tokens?.spend(promptTokens);
+    tokens.spend(promptTokens);
+  }
+
+  /** The buckets of `t`'s tenant (made on first use), or undefined when its class has no rate limits. */
+  #bucketsFor(t: Tenant): Buckets | undefined {
+    const { limits, hint } = t;
+    if (limits.requestRate === undefined && limits.tokenRate === undefined) return undefined;
+    let b = this.#buckets.get(hint.tenant);
+    if (b === undefined) this.#buckets.set(hint.tenant, (b = this.#bucketsOf(limits, undefined, this.#now())));
+    return b;
   }
 
   #bucketsOf(c: TenantClassConfig, prev: Buckets | undefined, now: number): Buckets {

@@ -48,20 +48,24 @@ describe('TenantDirectory', () => {
     expect(d.labels.sort()).toEqual(['acme', 'beta', 'other']);
   });
 
-  it('refuses over the request rate with the wait as retryAfterSeconds, and refills with the clock', async () => {
+  it('spends the request rate as requests arrive, refuses beyond it with the wait as retryAfterSeconds, and refills with the clock', async () => {
     let now = 0;
     const metrics = new KvgateMetrics({ processMetrics: false });
     const d = new TenantDirectory(tenants(SECTION), metrics, () => now);
     const acme = d.of(`Bearer ${KEY_A}`, {});
+    d.arrive(acme);
     d.admit(acme, 10);
-    d.admit(acme, 10);
-    const e = refusal(() => d.admit(acme, 10));
+    d.arrive(acme); // arrived, never admitted (a bad body, say): the request is spent all the same
+    const e = refusal(() => d.arrive(acme));
     expect(e.code).toBe('KVG_ERR_RATE_LIMITED');
     expect(e.statusCode).toBe(429);
     expect(e.detail).toMatchObject({ tenant: 'acme', retryAfterSeconds: 1 });
+    expect(e.message).toContain('2 requests/s');
     now += 500; // 2 requests/s: one more after half a second
+    d.arrive(acme);
     d.admit(acme, 10);
-    expect(() => d.admit(acme, 10)).toThrow(KvgateError);
+    expect(() => d.arrive(acme)).toThrow(KvgateError);
+    d.admit(acme, 10); // the class has no token rate: admission spends nothing
     const text = await metrics.text();
     expect(sampleSum(text, 'kvgate_tenant_requests_admitted_total', { tenant: 'acme' })).toBe(3);
     expect(sampleSum(text, 'kvgate_tenant_requests_rate_limited_total', { tenant: 'acme' })).toBe(2);
@@ -73,9 +77,11 @@ describe('TenantDirectory', () => {
     const d = new TenantDirectory(tenants(SECTION), undefined, () => now);
     const beta = d.of(undefined, { 'x-tenant': 'beta' });
     const other = d.of(undefined, {});
+    for (let i = 0; i < 10; i++) d.arrive(beta); // no request rate in its class: arrivals spend nothing
     d.admit(beta, 250);
     const short = refusal(() => d.admit(beta, 100));
     expect(short.detail).toMatchObject({ retryAfterSeconds: 1 });
+    expect(short.message).toContain('100 prompt tokens/s');
     d.admit(other, 250); // undeclared tenants share one bucket, not beta's
     expect(refusal(() => d.admit(beta, 301)).detail).toMatchObject({ tokenBurst: 300 });
     now += 1000;
@@ -86,9 +92,9 @@ describe('TenantDirectory', () => {
     let now = 0;
     const d = new TenantDirectory(tenants(SECTION), undefined, () => now);
     const acme = d.of(`Bearer ${KEY_A}`, {});
-    d.admit(acme, 1);
-    d.admit(acme, 1);
+    d.arrive(acme);
+    d.arrive(acme);
     d.reconfigure(tenants({ ...SECTION, classes: [{ ...SECTION.classes[0], request_burst: 5 }, SECTION.classes[1]] }));
-    expect(() => d.admit(d.of(`Bearer ${KEY_A}`, {}), 1)).toThrow(KvgateError);
+    expect(() => d.arrive(d.of(`Bearer ${KEY_A}`, {}))).toThrow(KvgateError);
   });
 });

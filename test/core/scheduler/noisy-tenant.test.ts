@@ -119,6 +119,7 @@ async function run(opts: { noisy: boolean; tenants: boolean }): Promise<Outcome>
     const at = clock.now();
     if (!quiet) out.noisy.sent++;
     try {
+      dir.arrive(tenant);
       dir.admit(tenant, ISL);
     } catch (err) {
       if (!isKvgateError(err, 'KVG_ERR_RATE_LIMITED')) throw err;

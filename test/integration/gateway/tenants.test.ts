@@ -125,4 +125,30 @@ describe('tenants over real sockets', () => {
     const labels = new Set([...text.matchAll(/tenant="([^"]*)"/g)].map((m) => m[1]));
     expect([...labels].sort()).toEqual(['acme', 'beta', 'other']);
   }, 60_000);
+
+  it('refuses a tenant over its request rate before its body is parsed or tokenized', async () => {
+    // acme spent its one request above; its class refills one per 100 s. Its bodies are not read as JSON now: a
+    // malformed one and a 200 KB prompt get the same 429 (before the rate was checked after preprocessing, the
+    // first was a 400 and the second was parsed and tokenized to be refused).
+    const post = (key: string, body: string): Promise<Response> =>
+      fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        body,
+      });
+    const long = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'weather '.repeat(25_000) }] });
+    for (const body of ['{"model": ', long]) {
+      const res = await post(KEY_ACME, body);
+      expect(res.status).toBe(429);
+      expect(await errorCode(res)).toBe('KVG_ERR_RATE_LIMITED');
+      const after = Number(res.headers.get('retry-after'));
+      expect(after).toBeGreaterThanOrEqual(1);
+      expect(after).toBeLessThanOrEqual(100);
+    }
+    expect(await metric(url, 'kvgate_tenant_requests_rate_limited_total', { tenant: 'acme' })).toBe(3);
+    // A tenant within its limits still gets its malformed body's own answer.
+    const bad = await post(KEY_BETA, '{"model": ');
+    expect(bad.status).toBe(400);
+    expect(await errorCode(bad)).toBe('KVG_ERR_INVALID_JSON');
+  }, 30_000);
 });
