@@ -33,6 +33,8 @@ line per engine, then runs until interrupted.
   --max-num-batched-tokens N   token budget per step (${MOCKER_DEFAULTS.maxNumBatchedTokens})
   --max-num-seqs N             running requests per step (${MOCKER_DEFAULTS.maxNumSeqs})
   --scheduling-policy fcfs|priority   as vLLM's: priority admits by request priority, lowest first (${MOCKER_DEFAULTS.schedulingPolicy})
+  --eviction-policy lru|priority   which cached block a full cache evicts: lru (vLLM's), or priority (SGLang's radix
+                               priority eviction: the blocks of the lowest-priority requests first) (${MOCKER_DEFAULTS.evictionPolicy})
   --anthropic-inline-system preserve|fold  as vLLM's: a Messages request's system messages inside messages stay
                                system turns or fold into user messages (${MOCKER_DEFAULTS.anthropicInlineSystem})
   --max-model-len N            context length (${MOCKER_DEFAULTS.maxModelLen})
@@ -80,6 +82,7 @@ export const OPTIONS = {
   'max-num-batched-tokens': { type: 'string' },
   'max-num-seqs': { type: 'string' },
   'scheduling-policy': { type: 'string' },
+  'eviction-policy': { type: 'string' },
   'anthropic-inline-system': { type: 'string' },
   'max-model-len': { type: 'string' },
   speedup: { type: 'string' },
@@ -205,6 +208,7 @@ export function parseMockerArgs(argv: string[]): MockerCliPlan {
       maxNumBatchedTokens: num('max-num-batched-tokens', s('max-num-batched-tokens')),
       maxNumSeqs: num('max-num-seqs', s('max-num-seqs')),
       schedulingPolicy: s('scheduling-policy') as MockerInput['schedulingPolicy'],
+      evictionPolicy: s('eviction-policy') as MockerInput['evictionPolicy'],
       anthropicInlineSystem: s('anthropic-inline-system') as MockerInput['anthropicInlineSystem'],
       maxModelLen: num('max-model-len', s('max-model-len')),
       speedup: num('speedup', s('speedup')),

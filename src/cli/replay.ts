@@ -131,7 +131,7 @@ prediction error.
   --replica-front rr|random    how the front door spreads requests over replicas (rr; random is seeded)
   --session-priority           the router sends each request's root session start as its priority (the gateway's
                                session_priority; load-only policies then pin the named sessions, as the gateway
-                               does); needs --scheduling-policy priority
+                               does); needs --scheduling-policy priority or --eviction-policy priority
   --session-pins               the agentic workload's clients name their sessions (x-session-id, x-parent-session-id)
                                and the gateway pins them (session_affinity: pin), in each pool of a P/D fleet
   -h, --help                   this text
@@ -272,11 +272,14 @@ export function engineFlags(
   };
 }
 
-/** `--session-priority`: only with engines that schedule by priority (others refuse a priority). */
+/** `--session-priority`: only with engines that schedule or evict by priority (others refuse a priority). */
 function sessionPriorityFlag(on: boolean, engine: MockerInput): { sessionPriority?: true } {
   if (!on) return {};
-  if (engine.schedulingPolicy !== 'priority')
-    throw usageError('--session-priority needs engines that schedule by it: add --scheduling-policy priority');
+  if (engine.schedulingPolicy !== 'priority' && engine.evictionPolicy !== 'priority') {
+    throw usageError(
+      '--session-priority needs engines that schedule or evict by it: add --scheduling-policy priority or --eviction-policy priority',
+    );
+  }
   return { sessionPriority: true };
 }
 

@@ -25,6 +25,7 @@ export type {
 export { ROUTER_PRESET_NAMES, isRouterPreset, routerPresetKnobs, routerPresetOptions } from './router-presets.js';
 export type { RouterPreset } from './router-presets.js';
 export { TokenBucket } from './token-bucket.js';
+export { BinaryHeap } from './binary-heap.js';
 export type { StepCostModel } from './step-cost.js';
 export { ActiveSequences, outputBlockDecay } from './active-sequences.js';
 export type { SlotLoad, ActiveRequestInfo, SyncedBooking } from './active-sequences.js';

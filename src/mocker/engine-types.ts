@@ -51,10 +51,18 @@ export interface EngineCoreOptions {
    * `priority` value, the latest to arrive among equals, is preempted instead of the last one admitted.
    */
   schedulingPolicy?: SchedulingPolicy | undefined;
+  /**
+   * Which cached block a full cache evicts (default `lru`, vLLM's: the least recently released). `priority`
+   * (SGLang's `--radix-eviction-policy priority`): the least important, the least recently released among equals,
+   * where a block's importance is the lowest `priority` of the requests that used it since it was cached.
+   */
+  evictionPolicy?: EvictionPolicy | undefined;
 }
 
 export const SCHEDULING_POLICIES = ['fcfs', 'priority'] as const;
 export type SchedulingPolicy = (typeof SCHEDULING_POLICIES)[number];
+export const EVICTION_POLICIES = ['lru', 'priority'] as const;
+export type EvictionPolicy = (typeof EVICTION_POLICIES)[number];
 
 export interface CoreRequest {
   id: string;

@@ -102,7 +102,7 @@ export class EngineCore {
       throw new KvgateError('KVG_ERR_INVALID_CONFIG', 'sampleTokenIds is empty', { field: 'sampleTokenIds' });
     this.options = Object.freeze({ ...options });
     this.#policy = options.schedulingPolicy ?? 'fcfs';
-    this.#pool = new KvBlockPool(options.numGpuBlocks);
+    this.#pool = new KvBlockPool(options.numGpuBlocks, options.evictionPolicy);
     const groups = options.kvGroups ?? [];
     this.#hybrid = groups.length > 1 ? new HybridKvGroups(groups, options.blockSize, options.numGpuBlocks) : undefined;
   }
@@ -298,7 +298,7 @@ export class EngineCore {
         }
       }
       if (selfPreempted) break;
-      for (let k = 0; k < need; k++) r.blocks.push(this.#pool.allocate()!);
+      for (let k = 0; k < need; k++) r.blocks.push(this.#pool.allocate(r.priority)!);
       scheduled.push({ r, n });
       budget -= n;
       i++;
@@ -324,8 +324,8 @@ export class EngineCore {
       const newBlocks = blocksNeeded - hitBlocks;
       if (newBlocks > this.#pool.available() - this.#pool.inactiveAmong(r.seqHashes, hitBlocks)) break;
       this.#waiting.shift();
-      for (let k = 0; k < hitBlocks; k++) r.blocks.push(this.#pool.acquireCached(r.seqHashes[k]!));
-      for (let k = 0; k < newBlocks; k++) r.blocks.push(this.#pool.allocate()!);
+      for (let k = 0; k < hitBlocks; k++) r.blocks.push(this.#pool.acquireCached(r.seqHashes[k]!, r.priority));
+      for (let k = 0; k < newBlocks; k++) r.blocks.push(this.#pool.allocate(r.priority)!);
       r.numComputed = hitTokens;
       r.committed = hitBlocks;
       this.#stats.prefixQueriedTokens += total;

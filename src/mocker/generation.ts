@@ -154,11 +154,18 @@ export class Generation {
       throw new KvgateError('KVG_ERR_MODEL_NOT_FOUND', `The model \`${p.model}\` does not exist.`, { param: 'model' });
     }
     const loraName = p.model !== undefined && p.model !== o.model ? p.model : undefined;
-    // As vLLM: a priority other than 0 needs the priority policy.
-    if (p.priority !== undefined && p.priority !== 0 && o.schedulingPolicy !== 'priority') {
-      throw new KvgateError('KVG_ERR_INVALID_REQUEST', `priority ${p.priority} needs --scheduling-policy priority`, {
-        param: 'priority',
-      });
+    // As vLLM: a priority other than 0 needs a policy that reads it.
+    if (
+      p.priority !== undefined &&
+      p.priority !== 0 &&
+      o.schedulingPolicy !== 'priority' &&
+      o.evictionPolicy !== 'priority'
+    ) {
+      throw new KvgateError(
+        'KVG_ERR_INVALID_REQUEST',
+        `priority ${p.priority} needs --scheduling-policy priority or --eviction-policy priority`,
+        { param: 'priority' },
+      );
     }
     const tokens = await this.#promptTokens(p);
     const param = p.kind === 'chat' ? 'messages' : 'prompt';

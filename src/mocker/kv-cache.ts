@@ -10,11 +10,19 @@
  * A full block becomes cached when a request finishes computing it; a hash
  * already cached by another block is not cached twice (the second copy stays
  * private to its request, and no event is emitted). Allocation prefers free
- * blocks and only then evicts the least recently released cached block.
- * Releasing a request's blocks tail-first makes its tail the first to go.
+ * blocks and only then evicts a cached block: under the `lru` policy (vLLM's)
+ * the least recently released one; under `priority` (SGLang's
+ * `--radix-eviction-policy priority`) the least important one, the least
+ * recently released among equals, where a block's importance is the most
+ * important `priority` of the requests that have used it since it was cached
+ * (lower values first, the engine's scheduling order; SGLang keeps the highest
+ * value, in its own order). Releasing a request's blocks tail-first makes its
+ * tail the first to go.
  *
  * Pure and synchronous; the engine core owns one per data-parallel rank.
  */
+import { BinaryHeap } from '../core/index.js';
+import { EVICTION_POLICIES, type EvictionPolicy } from './engine-types.js';
 
 export class Block {
   readonly id: number;
@@ -23,6 +31,8 @@ export class Block {
   seqHash: bigint | null = null;
   /** The opaque hash published in KV events for `seqHash`. */
   engineHash = 0n;
+  /** The most important (lowest) `priority` of the requests holding or having held it while cached. */
+  priority = Infinity;
   constructor(id: number) {
     this.id = id;
   }
@@ -40,9 +50,13 @@ export class KvBlockPool {
   #lru: IterableIterator<Block> | undefined;
   /** Engine hashes of blocks evicted since the last drain, in eviction order. */
   #evicted: bigint[] = [];
+  /** The `priority` policy's eviction order (null under `lru`). */
+  readonly #byPriority: PriorityBuckets | null;
 
-  constructor(numBlocks: number) {
+  constructor(numBlocks: number, evictionPolicy: EvictionPolicy = 'lru') {
+    if (!EVICTION_POLICIES.includes(evictionPolicy)) throw new Error(`unknown eviction policy ${evictionPolicy}`);
     this.numBlocks = numBlocks;
+    this.#byPriority = evictionPolicy === 'priority' ? new PriorityBuckets() : null;
     this.#blocks = Array.from({ length: numBlocks }, (_, i) => new Block(i));
     // Pop from the end: hand out block 0 first.
     for (let i = numBlocks - 1; i >= 0; i--) this.#free.push(i);
@@ -88,30 +102,28 @@ export class KvBlockPool {
     return this.#cached.has(seqHash);
   }
 
-  /** Takes a reference on a cached block (precondition: `isCached`). */
-  acquireCached(seqHash: bigint): Block {
+  /** Takes a reference on a cached block (precondition: `isCached`) for a request of `priority` (default 0). */
+  acquireCached(seqHash: bigint, priority = 0): Block {
     const b = this.#cached.get(seqHash)!;
     if (b.refCount === 0) {
       this.#inactive.delete(seqHash);
+      this.#byPriority?.delete(b);
       this.#active++;
     }
     b.refCount++;
+    if (priority < b.priority) b.priority = priority;
     return b;
   }
 
-  /** A new private block with ref 1, evicting the LRU cached block if no free one is left; undefined when full. */
-  allocate(): Block | undefined {
+  /**
+   * A new private block with ref 1 for a request of `priority` (default 0), evicting a cached block (the policy's
+   * choice) if no free one is left; undefined when full.
+   */
+  allocate(priority = 0): Block | undefined {
     let id = this.#free.pop();
     if (id === undefined) {
-      // One live iterator, not a fresh one per eviction: a fresh Map iterator
-      // walks over every entry deleted since the table was last rebuilt, which
-      // made each eviction O(evictions so far). A live iterator stays on the
-      // oldest entry (everything before it was evicted; re-released blocks are
-      // appended behind it); once exhausted it is recreated.
-      let oldest = (this.#lru ??= this.#inactive.values()).next();
-      if (oldest.done === true) oldest = (this.#lru = this.#inactive.values()).next();
-      if (oldest.done === true) return undefined;
-      const victim = oldest.value;
+      const victim = this.#byPriority !== null ? this.#byPriority.shift() : this.#leastRecent();
+      if (victim === undefined) return undefined;
       this.#inactive.delete(victim.seqHash!);
       this.#cached.delete(victim.seqHash!);
       this.#evicted.push(victim.engineHash);
@@ -121,8 +133,21 @@ export class KvBlockPool {
     }
     const b = this.#blocks[id]!;
     b.refCount = 1;
+    b.priority = priority;
     this.#active++;
     return b;
+  }
+
+  /** The least recently released inactive block (the `lru` policy's victim), or undefined when there is none. */
+  #leastRecent(): Block | undefined {
+    // One live iterator, not a fresh one per eviction: a fresh Map iterator
+    // walks over every entry deleted since the table was last rebuilt, which
+    // made each eviction O(evictions so far). A live iterator stays on the
+    // oldest entry (everything before it was evicted; re-released blocks are
+    // appended behind it); once exhausted it is recreated.
+    let oldest = (this.#lru ??= this.#inactive.values()).next();
+    if (oldest.done === true) oldest = (this.#lru = this.#inactive.values()).next();
+    return oldest.done === true ? undefined : oldest.value;
   }
 
   /** Puts a computed full block into the prefix cache; false (block stays private) when the hash is already cached. */
@@ -140,8 +165,13 @@ export class KvBlockPool {
     block.refCount--;
     if (block.refCount > 0) return;
     this.#active--;
-    if (block.seqHash !== null) this.#inactive.set(block.seqHash, block);
-    else this.#free.push(block.id);
+    if (block.seqHash !== null) {
+      this.#inactive.set(block.seqHash, block);
+      this.#byPriority?.add(block);
+    } else {
+      block.priority = Infinity;
+      this.#free.push(block.id);
+    }
   }
 
   /** Engine hashes evicted since the last call (one BlockRemoved each, as vLLM emits them). */
@@ -160,12 +190,59 @@ export class KvBlockPool {
     for (const b of this.#inactive.values()) {
       b.seqHash = null;
       b.engineHash = 0n;
+      b.priority = Infinity;
       this.#free.push(b.id);
     }
     this.#inactive.clear();
+    this.#byPriority?.clear();
     this.#lru = undefined;
     this.#cached.clear();
     this.#evicted = [];
     return true;
+  }
+}
+
+/**
+ * The `priority` policy's inactive blocks: one bucket per importance in release order, and a max-heap of the
+ * importances that have a bucket, so the victim (the least important, then the least recently released) is found
+ * in O(log buckets). A bucket emptied by acquisitions stays in the heap until it reaches the top.
+ */
+class PriorityBuckets {
+  readonly #buckets = new Map<number, Map<bigint, Block>>();
+  /** Importances with a bucket, least important (highest value) on top; each at most once. */
+  readonly #heap = new BinaryHeap<number>((a, b) => a > b);
+
+  add(b: Block): void {
+    let bucket = this.#buckets.get(b.priority);
+    if (bucket === undefined) {
+      bucket = new Map();
+      this.#buckets.set(b.priority, bucket);
+      this.#heap.push(b.priority);
+    }
+    bucket.set(b.seqHash!, b);
+  }
+
+  delete(b: Block): void {
+    this.#buckets.get(b.priority)?.delete(b.seqHash!);
+  }
+
+  /** Takes the victim out (the caller evicts it), or undefined when no block is inactive. */
+  shift(): Block | undefined {
+    for (let top = this.#heap.top(); top !== undefined; top = this.#heap.top()) {
+      const bucket = this.#buckets.get(top)!;
+      const oldest = bucket.values().next();
+      if (oldest.done !== true) {
+        bucket.delete(oldest.value.seqHash!);
+        return oldest.value;
+      }
+      this.#buckets.delete(top);
+      this.#heap.pop();
+    }
+    return undefined;
+  }
+
+  clear(): void {
+    this.#buckets.clear();
+    this.#heap.reset([]);
   }
 }

@@ -15,7 +15,13 @@ import {
 } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { TokenizerSpec } from '../tokenizer/index.js';
-import { SCHEDULING_POLICIES, type EngineCoreOptions, type SchedulingPolicy } from './engine-types.js';
+import {
+  EVICTION_POLICIES,
+  SCHEDULING_POLICIES,
+  type EngineCoreOptions,
+  type EvictionPolicy,
+  type SchedulingPolicy,
+} from './engine-types.js';
 import { parseKvGroups } from './hybrid-groups.js';
 import type { KvEventsEncoding } from './kv-events.js';
 import { loadPerfProfile, PolynomialTimingModel, type TimingModel } from './timing.js';
@@ -80,6 +86,11 @@ export interface MockerOptions {
   maxNumSeqs: number;
   /** vLLM's `--scheduling-policy`: `fcfs`, or `priority` (requests' `priority` field, lowest first; see EngineCoreOptions). */
   schedulingPolicy: SchedulingPolicy;
+  /**
+   * Which cached block a full cache evicts: `lru` (vLLM's), or `priority` (SGLang's `--radix-eviction-policy
+   * priority`: the least important by the requests' `priority`, lowest kept longest; see EngineCoreOptions).
+   */
+  evictionPolicy: EvictionPolicy;
   /**
    * vLLM's `anthropic_inline_system` (a mode it settles, `auto` by default): whether a Messages request's system
    * messages inside `messages` stay system turns or fold into user messages (common's inline-system.ts).
@@ -155,6 +166,7 @@ export const MOCKER_DEFAULTS: Readonly<MockerOptions> = Object.freeze({
   maxNumBatchedTokens: 8192,
   maxNumSeqs: 256,
   schedulingPolicy: 'fcfs',
+  evictionPolicy: 'lru',
   anthropicInlineSystem: 'preserve',
   maxModelLen: 32768,
   speedup: 1,
@@ -281,6 +293,7 @@ export function resolveMockerOptions(input: MockerInput = {}): FilledMockerOptio
   if (!WORKER_ROLES.includes(o.mode)) bad('mode', o.mode, 'must be aggregated, prefill or decode');
   if (!SCHEDULING_POLICIES.includes(o.schedulingPolicy))
     bad('schedulingPolicy', o.schedulingPolicy, 'must be fcfs or priority');
+  if (!EVICTION_POLICIES.includes(o.evictionPolicy)) bad('evictionPolicy', o.evictionPolicy, 'must be lru or priority');
   if (!INLINE_SYSTEM_MODES.includes(o.anthropicInlineSystem))
     bad('anthropicInlineSystem', o.anthropicInlineSystem, 'must be preserve or fold');
   if (!['array', 'map'].includes(o.kvEventsEncoding))
@@ -313,6 +326,7 @@ export function engineCoreOptions(o: FilledMockerOptions, sampleTokenIds: Uint32
     maxNumBatchedTokens: o.maxNumBatchedTokens,
     maxNumSeqs: o.maxNumSeqs,
     schedulingPolicy: o.schedulingPolicy,
+    evictionPolicy: o.evictionPolicy,
     speedup: o.speedup,
     timing: o.timing,
     engineHashSeed: BigInt.asUintN(64, o.engineHashSeed + BigInt(rank)),

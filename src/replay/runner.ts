@@ -107,6 +107,7 @@ function engineSummary(input: MockerInput): Record<string, unknown> {
     max_num_batched_tokens: o.maxNumBatchedTokens,
     max_num_seqs: o.maxNumSeqs,
     scheduling_policy: o.schedulingPolicy,
+    eviction_policy: o.evictionPolicy,
     max_model_len: o.maxModelLen,
     speedup: o.speedup,
     timing_model: o.timing.label,

@@ -222,6 +222,36 @@ describe('EngineCore scheduling', () => {
     expect([step.scheduledTokens, step.decodeSequences, step.prefillTokens]).toEqual([1, 1, 0]);
   });
 
+  it("under SGLang's priority eviction a full cache drops the least important requests' blocks first", () => {
+    // Block size 4, 8 blocks. `old` (priority 1) then `young` (priority 5) each leave 2 cached blocks; `fill`
+    // needs 5 blocks: the 4 free ones and one evicted. LRU drops the tail of the least recently released prompt
+    // (old's); priority eviction the tail of the least important one (young's). Unless a later, more important
+    // request (priority 0) has read young's blocks since: it extends young's prompt by a block (so it reads both,
+    // the last token being computed), which leaves one block less free, so old's two blocks go, tail first.
+    const oldPrompt = tokens(8, 21);
+    const youngPrompt = tokens(8, 22);
+    const evicted = (evictionPolicy: 'lru' | 'priority', rereadYoung: boolean): bigint[] => {
+      const c = core({ blockSize: 4, numGpuBlocks: 8, schedulingPolicy: 'priority', evictionPolicy });
+      let now = 0;
+      const run = (r: CoreRequest): StepResult[] => {
+        c.add(r, now);
+        const d = drain(c, now);
+        now = d.end;
+        return d.steps;
+      };
+      run(req('old', oldPrompt, 1, { priority: 1 }));
+      run(req('young', youngPrompt, 1, { priority: 5 }));
+      if (rereadYoung) run(req('young-again', [...youngPrompt, ...tokens(4, 24)], 1, { priority: 0 }));
+      const steps = run(req('fill', tokens(17, 23), 1, { priority: 3 }));
+      return events(steps).flatMap((e) => (e.type === 'removed' ? e.blockHashes : []));
+    };
+    const block = (prompt: number[], k: number): bigint =>
+      engineHash(promptHashes(Uint32Array.from(prompt), 4).seq[k]!);
+    expect(evicted('lru', false)).toEqual([block(oldPrompt, 1)]);
+    expect(evicted('priority', false)).toEqual([block(youngPrompt, 1)]);
+    expect(evicted('priority', true)).toEqual([block(oldPrompt, 1), block(oldPrompt, 0)]);
+  });
+
   it('refuses a priority that is not an integer', () => {
     const c = core({ schedulingPolicy: 'priority' });
     expect(() => c.add(req('x', tokens(8, 1), 2, { priority: 1.5 }), 0)).toThrow(/priority must be an integer/);

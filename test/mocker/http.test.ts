@@ -260,6 +260,16 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
     }
   });
 
+  it('takes a priority under priority eviction alone (SGLang reads it for eviction whatever its scheduling)', async () => {
+    const evicting = await startMocker({ evictionPolicy: 'priority', kvEvents: false });
+    try {
+      const r = await postJson(`${evicting.url}/v1/completions`, { prompt: 'x', max_tokens: 1, priority: 4 });
+      expect(r.status).toBe(200);
+    } finally {
+      await evicting.close();
+    }
+  });
+
   it('a request that can never fit in the KV cache is a 400', async () => {
     const small = await startMocker({ numGpuBlocks: 4, kvEvents: false });
     try {

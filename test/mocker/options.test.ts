@@ -44,6 +44,7 @@ describe('mocker options', () => {
       [{ port: 70000 }, /port=70000: must be a port number/],
       [{ speedup: 0 }, /speedup=0/],
       [{ engine: 'trt' }, /engine=trt: must be vllm or sglang/],
+      [{ evictionPolicy: 'mru' }, /evictionPolicy=mru: must be lru or priority/],
       [{ kvEventsEncoding: 'json' }, /kvEventsEncoding=json/],
       [{ kvEventsPort: 65535, dpSize: 2 }, /rank ports run past 65535/],
       [{ loraNames: ['mock-model'] }, /loraNames/],

@@ -90,6 +90,8 @@ describe('kvgate replay command line', () => {
     const priority = ['--trace', 't', '--session-priority', '--scheduling-policy', 'priority'];
     expect(parseReplayArgs(priority).config.sessionPriority).toBe(true);
     expect(parseReplayArgs([...priority, '--mode', 'online']).config.sessionPriority).toBe(true);
+    const evicting = ['--trace', 't', '--session-priority', '--eviction-policy', 'priority'];
+    expect(parseReplayArgs(evicting).config.sessionPriority).toBe(true);
     expect(() => parseReplayArgs(['--trace', 't', '--session-pins'])).toThrow(/--workload agentic/);
     const pins = ['--workload', 'agentic', '--session-pins'];
     expect(parseReplayArgs([...pins, '--mode', 'online']).config.sessionPins).toBe(true);
