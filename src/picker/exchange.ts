@@ -5,8 +5,17 @@
  *
  *   request_headers (end_of_stream false)      -> nothing yet: the headers' answer waits for the pick
  *   request_body ... request_body (eos)        -> request_headers answer (the pick), then the body streamed back
+ *     or request_body ... request_trailers     -> the same, the body not ending the stream, then the trailers' answer
  *   response_headers (+ the served endpoint)   -> response_headers answer (the conformance echo)
  *   response_body ... response_body (eos)      -> each chunk streamed back; the first marks prefill done
+ *     or response_body ... response_trailers   -> the same, then the trailers' answer, which ends the response
+ *
+ * Envoy refuses a FULL_DUPLEX_STREAMED body mode unless the trailer mode on
+ * that side is SEND, so trailers are part of the protocol: a message that has
+ * them ends its body with them (no chunk has end_of_stream), and each
+ * `*_trailers` is answered, unchanged, after the last body chunk. Only the
+ * data plane's `end_of_stream` may end a streamed body in an answer: a body
+ * followed by trailers is passed on with end_of_stream false.
  *
  * The booking is freed exactly once: at the response's end, or when the
  * stream ends first (the client or Envoy reset it), or on an error. A
@@ -27,6 +36,7 @@ import {
   pickedHeaders,
   responseHeaders,
   streamedBody,
+  trailersAnswer,
   type ProcessingRequest,
   type ProcessingResponse,
 } from './protocol.js';
@@ -102,11 +112,9 @@ export class Exchange {
       case 'response_body':
         return this.#responseBody(m);
       case 'request_trailers':
+        return this.#requestTrailers();
       case 'response_trailers':
-        throw new ProtocolError(
-          GrpcStatus.INVALID_ARGUMENT,
-          `${m.request} are not processed: set the trailer modes to SKIP`,
-        );
+        return this.#responseTrailers();
       default:
         throw new ProtocolError(GrpcStatus.INVALID_ARGUMENT, 'a ProcessingRequest with no request member');
     }
@@ -147,12 +155,22 @@ export class Exchange {
         `the request body is over the limit of ${this.#env.maxBodyBytes} bytes`,
       );
     this.#chunks.push(chunk);
-    if (m.request_body?.end_of_stream !== true) return;
-    this.#phase = 'picking';
-    void this.#pick(Buffer.concat(this.#chunks)).catch((err: unknown) => this.#fail(err));
+    if (m.request_body?.end_of_stream === true) this.#bodyDone(false);
   }
 
-  async #pick(body: Buffer): Promise<void> {
+  /** The request's trailers: its body is complete (none of its chunks ended the stream). */
+  #requestTrailers(): void {
+    this.#expect('request_body', 'request_trailers');
+    this.#bodyDone(true);
+  }
+
+  /** The whole body is here: picked on it, then answered (the trailers' answer last when they ended it). */
+  #bodyDone(trailers: boolean): void {
+    this.#phase = 'picking';
+    void this.#pick(Buffer.concat(this.#chunks), trailers).catch((err: unknown) => this.#fail(err));
+  }
+
+  async #pick(body: Buffer, trailers: boolean): Promise<void> {
     const path = String(this.#headers[':path'] ?? '').split('?')[0]!;
     const kind = PATHS[path];
     if (kind === undefined) {
@@ -193,7 +211,8 @@ export class Exchange {
     this.#env.count('picked');
     this.#env.logger.debug({ requestId, endpoints }, 'picked');
     this.#send(pickedHeaders(endpoints));
-    for (const r of streamedBody('request_body', body, true)) this.#send(r);
+    for (const r of streamedBody('request_body', body, !trailers)) this.#send(r);
+    if (trailers) this.#send(trailersAnswer('request_trailers'));
   }
 
   /** A request the picker turns away: the data plane answers the client with the error's status and body. */
@@ -225,6 +244,13 @@ export class Exchange {
     if (chunk.length > 0) this.#env.picker.firstToken(this.#requestId!);
     for (const r of streamedBody('response_body', chunk, eos)) this.#send(r);
     if (eos) this.#endRequest();
+  }
+
+  /** The response's trailers end it (after response headers that did not): answered unchanged, the booking freed. */
+  #responseTrailers(): void {
+    this.#expect('response_body', 'response_trailers');
+    this.#send(trailersAnswer('response_trailers'));
+    this.#endRequest();
   }
 
   #endRequest(): void {

@@ -164,6 +164,11 @@ export function streamedBody(side: 'request_body' | 'response_body', body: Buffe
   return out;
 }
 
+/** The answer to a message's trailers (`TrailersResponse`): passed on unchanged. */
+export function trailersAnswer(side: 'request_trailers' | 'response_trailers'): ProcessingResponse {
+  return { [side]: {} };
+}
+
 /** The answer to the response headers: unchanged, but for the conformance echo of the served endpoint. */
 export function responseHeaders(echo: Readonly<Record<string, string>>): ProcessingResponse {
   return {

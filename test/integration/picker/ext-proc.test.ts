@@ -8,8 +8,8 @@
  * double (list + watch over HTTP). Every scenario asserts the exact answers:
  * the pick (header and `envoy.lb` metadata, the fallback list), stickiness,
  * the subset hint, the conformance hooks, shedding (429), none ready (503),
- * the served-endpoint readback after a fallback, a stream reset mid-request
- * (booking freed), and malformed or out-of-order messages (a gRPC error,
+ * the served-endpoint readback after a fallback, bodies ended by trailers, a
+ * stream reset mid-request (booking freed), and malformed or out-of-order messages (a gRPC error,
  * nothing left booked).
  */
 import { status as GrpcStatus } from '@grpc/grpc-js';
@@ -61,11 +61,11 @@ function picked(list: string): Record<string, unknown> {
   };
 }
 
-/** The request body passed on unchanged, in one streamed chunk that ends it. */
-const bodyBack = (body: Buffer, side = 'request_body'): Record<string, unknown> => ({
+/** The request body passed on unchanged, in one streamed chunk that ends it (unless trailers follow). */
+const bodyBack = (body: Buffer, side = 'request_body', eos = true): Record<string, unknown> => ({
   response: side,
   [side]: {
-    response: { body_mutation: { mutation: 'streamed_response', streamed_response: { body, end_of_stream: true } } },
+    response: { body_mutation: { mutation: 'streamed_response', streamed_response: { body, end_of_stream: eos } } },
   },
 });
 
@@ -102,8 +102,16 @@ const listOf = (answer: Record<string, unknown>): string =>
     answer.request_headers as { response: { header_mutation: { set_headers: { header: { raw_value: Buffer } }[] } } }
   ).response.header_mutation.set_headers[0]!.header.raw_value.toString();
 
-/** Envoy's part after the pick: the request sent to `endpoint`, its answer streamed back through the picker. */
-async function serveOn(s: ExtProcStream, endpoint: string, body: Buffer): Promise<Record<string, unknown>[]> {
+/**
+ * Envoy's part after the pick: the request sent to `endpoint`, its answer streamed back through the picker; with
+ * `trailers`, the response ends with its trailers (no chunk ends the stream), their answer last.
+ */
+async function serveOn(
+  s: ExtProcStream,
+  endpoint: string,
+  body: Buffer,
+  trailers = false,
+): Promise<Record<string, unknown>[]> {
   const res = await fetch(`http://${endpoint}${CHAT}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -122,9 +130,11 @@ async function serveOn(s: ExtProcStream, endpoint: string, body: Buffer): Promis
   const answers = await s.next(1);
   const chunks: Buffer[] = [];
   for await (const chunk of res.body!) chunks.push(Buffer.from(chunk as Uint8Array));
-  chunks.forEach((c, i) => s.send({ response_body: { body: c, end_of_stream: i === chunks.length - 1 } }));
-  answers.push(...(await s.next(chunks.length)));
-  return answers.map((a, i) => (i === 0 ? a : { ...a, chunk: chunks[i - 1] }));
+  chunks.forEach((c, i) => s.send({ response_body: { body: c, end_of_stream: !trailers && i === chunks.length - 1 } }));
+  if (trailers)
+    s.send({ response_trailers: { trailers: { headers: [{ key: 'x-done', raw_value: Buffer.from('1') }] } } });
+  answers.push(...(await s.next(chunks.length + (trailers ? 1 : 0))));
+  return answers.map((a, i) => (i === 0 || i > chunks.length ? a : { ...a, chunk: chunks[i - 1] }));
 }
 
 describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test plays Envoy; no cluster, no Envoy)', () => {
@@ -307,6 +317,32 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
     s.end();
   });
 
+  it('takes trailers as the end of a body (Envoy sends them: FULL_DUPLEX_STREAMED needs trailer mode SEND)', async () => {
+    const s = main.client.open();
+    const body = chatBody('a request and a response that both end with trailers');
+    s.send(requestHeaders(CHAT));
+    s.send({ request_body: { body: body.subarray(0, 10), end_of_stream: false } });
+    s.send({ request_body: { body: body.subarray(10), end_of_stream: false } });
+    s.send({ request_trailers: { trailers: { headers: [{ key: 'x-sum', raw_value: Buffer.from('1') }] } } });
+    // The pick, the body passed on without ending the stream (the trailers do), then the trailers' answer.
+    const [pick, back, trailers] = await s.next(3);
+    const list = listOf(pick!).split(',');
+    expect(pick).toEqual(picked(list.join(',')));
+    expect(back).toEqual(bodyBack(body, 'request_body', false));
+    expect(trailers).toEqual({ response: 'request_trailers', request_trailers: {} });
+    expect(main.picker.bookings()).toEqual({ [list[0]!]: 1 });
+    const answers = await serveOn(s, list[0]!, body, true);
+    expect(answers.at(-1)).toEqual({ response: 'response_trailers', response_trailers: {} });
+    for (const a of answers.slice(1, -1))
+      expect(a).toMatchObject({
+        response_body: { response: { body_mutation: { streamed_response: { end_of_stream: false } } } },
+      });
+    // The response's trailers ended it: the booking is freed before the stream ends.
+    expect(main.picker.bookings()).toEqual({});
+    s.end();
+    expect(await s.status()).toEqual({ code: GrpcStatus.OK, details: 'OK' });
+  });
+
   it('frees the booking of a stream reset mid-request (the client went away before the response)', async () => {
     const s = main.client.open();
     const [pick] = await sendRequest(s, chatBody('reset me'));
@@ -335,8 +371,8 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
       ],
       [
         [{ request_trailers: {} }],
-        GrpcStatus.INVALID_ARGUMENT,
-        'request_trailers are not processed: set the trailer modes to SKIP',
+        GrpcStatus.FAILED_PRECONDITION,
+        'request_trailers out of order (the stream is at start)',
       ],
     ];
     for (const [messages, code, details] of cases) {
