@@ -20,7 +20,13 @@
  * The booking is freed exactly once: at the response's end, or when the
  * stream ends first (the client or Envoy reset it), or on an error. A
  * message out of this order, or one with no known member, ends the stream
- * with INVALID_ARGUMENT / FAILED_PRECONDITION and books nothing.
+ * with INVALID_ARGUMENT / FAILED_PRECONDITION and books nothing. A request
+ * the picker turns away (no body, a body over `max_body_bytes`, a path, body
+ * or model it does not route, no endpoint, shed) is the client's answer, an
+ * `ImmediateResponse` with kvgate's error body and code, never a gRPC error
+ * (which Envoy answers with a bare 500, or routes past the picker when its
+ * failure mode allows); the request's messages Envoy sent before reading
+ * that answer (body chunks, trailers) are dropped.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
@@ -83,6 +89,8 @@ export class Exchange {
   #bytes = 0;
   #requestId: string | undefined;
   #ended = false;
+  /** The request was answered with an ImmediateResponse: its messages still in flight are dropped. */
+  #refused = false;
 
   constructor(env: ExchangeOptions, call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) {
     this.#env = env;
@@ -102,6 +110,7 @@ export class Exchange {
   }
 
   #handle(m: ProcessingRequest): void {
+    if (this.#refused && (m.request === 'request_body' || m.request === 'request_trailers')) return;
     switch (m.request) {
       case 'request_headers':
         return this.#requestHeaders(m);
@@ -138,22 +147,25 @@ export class Exchange {
     const test = this.#headers[EPP.conformanceSelection];
     if (typeof test === 'string' && test.trim() !== '') this.#subset = metadataStrings({ stringValue: test });
     this.#phase = 'request_body';
-    if (m.request_headers?.end_of_stream === true)
-      throw new ProtocolError(
-        GrpcStatus.INVALID_ARGUMENT,
-        'a request with no body: the picker routes completion requests',
-      );
+    if (m.request_headers?.end_of_stream !== true) return;
+    const kind = this.#kind();
+    this.#answer(
+      typeof kind === 'string'
+        ? new KvgateError('KVG_ERR_INVALID_REQUEST', 'the request has no body; kvgate routes requests with a JSON body')
+        : kind,
+    );
   }
 
   #requestBody(m: ProcessingRequest): void {
     this.#expect('request_body', 'request_body');
     const chunk = m.request_body?.body ?? Buffer.alloc(0);
     this.#bytes += chunk.length;
-    if (this.#bytes > this.#env.maxBodyBytes)
-      throw new ProtocolError(
-        GrpcStatus.RESOURCE_EXHAUSTED,
-        `the request body is over the limit of ${this.#env.maxBodyBytes} bytes`,
-      );
+    if (this.#bytes > this.#env.maxBodyBytes) {
+      const limit = this.#env.maxBodyBytes;
+      this.#chunks = [];
+      const message = `the request body is larger than the limit of ${limit} bytes`;
+      return this.#answer(new KvgateError('KVG_ERR_BODY_TOO_LARGE', message, { limit }));
+    }
     this.#chunks.push(chunk);
     if (m.request_body?.end_of_stream === true) this.#bodyDone(false);
   }
@@ -170,14 +182,18 @@ export class Exchange {
     void this.#pick(Buffer.concat(this.#chunks), trailers).catch((err: unknown) => this.#fail(err));
   }
 
-  async #pick(body: Buffer, trailers: boolean): Promise<void> {
+  /** The endpoint the request's path names, or the refusal of a path the picker does not route. */
+  #kind(): EndpointKind | KvgateError {
     const path = String(this.#headers[':path'] ?? '').split('?')[0]!;
-    const kind = PATHS[path];
-    if (kind === undefined) {
-      return this.#answer(
-        new KvgateError('KVG_ERR_INVALID_REQUEST', `the picker routes ${Object.keys(PATHS).join(', ')}; got ${path}`),
-      );
-    }
+    return (
+      PATHS[path] ??
+      new KvgateError('KVG_ERR_INVALID_REQUEST', `the picker routes ${Object.keys(PATHS).join(', ')}; got ${path}`)
+    );
+  }
+
+  async #pick(body: Buffer, trailers: boolean): Promise<void> {
+    const kind = this.#kind();
+    if (typeof kind !== 'string') return this.#answer(kind);
     let outcome: BodyOutcome;
     try {
       outcome = await this.#env.preprocessor.runBody({
@@ -222,6 +238,7 @@ export class Exchange {
     this.#env.count(status === 429 ? 'shed' : err.code === 'KVG_ERR_NO_WORKERS' ? 'no_endpoint' : 'bad_request');
     const body = JSON.stringify({ error: { message: err.message, type: err.type, code: err.code } });
     this.#phase = 'done';
+    this.#refused = true;
     this.#send(immediate(status, body, err.code));
   }
 

@@ -21,6 +21,7 @@ import type { CliProcess, MockerLine } from '../../helpers/cli-process.js';
 import { ExtProcClient, requestHeaders, structs, type ExtProcStream } from '../../helpers/ext-proc-client.js';
 import { KubeApiDouble, type Pod } from '../../helpers/kube-api-double.js';
 import { until } from '../../helpers/until.js';
+import { bodyBack, immediate, picked } from './answers.js';
 import { startPod } from './pod.js';
 
 const MODEL = 'mock-model';
@@ -36,50 +37,6 @@ function chatBody(content: string, extra: Record<string, unknown> = {}): Buffer 
   return Buffer.from(
     JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 4, stream: true, ...extra }),
   );
-}
-
-/** The answer to the request headers once picked: the header and the `envoy.lb` metadata carry the same list. */
-function picked(list: string): Record<string, unknown> {
-  return {
-    response: 'request_headers',
-    request_headers: {
-      response: {
-        clear_route_cache: true,
-        header_mutation: {
-          set_headers: [{ header: { key: 'x-gateway-destination-endpoint', raw_value: Buffer.from(list) } }],
-        },
-      },
-    },
-    dynamic_metadata: {
-      fields: {
-        'envoy.lb': {
-          kind: 'structValue',
-          structValue: { fields: { 'x-gateway-destination-endpoint': { kind: 'stringValue', stringValue: list } } },
-        },
-      },
-    },
-  };
-}
-
-/** The request body passed on unchanged, in one streamed chunk that ends it (unless trailers follow). */
-const bodyBack = (body: Buffer, side = 'request_body', eos = true): Record<string, unknown> => ({
-  response: side,
-  [side]: {
-    response: { body_mutation: { mutation: 'streamed_response', streamed_response: { body, end_of_stream: eos } } },
-  },
-});
-
-function immediate(status: number, code: string, message: string): Record<string, unknown> {
-  const type = status === 429 ? 'rate_limit_error' : status === 503 ? 'service_unavailable' : 'invalid_request_error';
-  return {
-    response: 'immediate_response',
-    immediate_response: {
-      status: { code: status === 429 ? 'TooManyRequests' : status === 503 ? 'ServiceUnavailable' : 'BadRequest' },
-      headers: { set_headers: [{ header: { key: 'content-type', raw_value: Buffer.from('application/json') } }] },
-      body: Buffer.from(JSON.stringify({ error: { message, type, code } })),
-      details: code,
-    },
-  };
 }
 
 /** Sends a request's headers and body as Envoy does; returns the two answers (the pick and the body). */
@@ -387,6 +344,36 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
       immediate(400, 'KVG_ERR_INVALID_REQUEST', 'messages must be array'),
     ]);
     s.end();
+    expect(main.picker.bookings()).toEqual({});
+  });
+
+  it('answers a request with no body, or one over max_body_bytes, with an ImmediateResponse (400, 413)', async () => {
+    for (const path of [CHAT, '/v1/models']) {
+      const s = main.client.open();
+      const headers = requestHeaders(path).request_headers as Record<string, unknown>;
+      s.send({ request_headers: { ...headers, end_of_stream: true } });
+      const message =
+        path === CHAT
+          ? 'the request has no body; kvgate routes requests with a JSON body'
+          : `the picker routes ${CHAT}, /v1/completions, /v1/messages, /v1/responses; got /v1/models`;
+      expect(await s.next(1)).toEqual([immediate(400, 'KVG_ERR_INVALID_REQUEST', message)]);
+      s.end();
+      expect(await s.status()).toEqual({ code: GrpcStatus.OK, details: 'OK' });
+    }
+    // 4 MiB (the default limit) in 64 KiB chunks, then one more: refused at once, the chunks and trailers Envoy sent
+    // before it read the answer dropped (no gRPC error), nothing booked.
+    const s = main.client.open();
+    s.send(requestHeaders(CHAT));
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    for (let i = 0; i <= 64; i++) s.send({ request_body: { body: chunk, end_of_stream: false } });
+    expect(await s.next(1)).toEqual([
+      immediate(413, 'KVG_ERR_BODY_TOO_LARGE', 'the request body is larger than the limit of 4194304 bytes'),
+    ]);
+    s.send({ request_body: { body: chunk, end_of_stream: false } });
+    s.send({ request_trailers: {} });
+    s.end();
+    expect(await s.status()).toEqual({ code: GrpcStatus.OK, details: 'OK' });
+    expect(s.pending).toBe(0);
     expect(main.picker.bookings()).toEqual({});
   });
 
