@@ -127,7 +127,12 @@ export class EndpointPicker {
     };
   }
 
-  /** The endpoints of the pool's ready pods now: the new join, the gone leave (their bookings dropped). */
+  /**
+   * The endpoints of the pool's ready pods now: the new join, the gone leave (the router forgets their load). A
+   * request booked on an endpoint stays booked here until its stream ends, wherever its pod went: an endpoint that
+   * joins (again: a pod back from NotReady, which served on meanwhile) is booked with the requests still in flight on
+   * it, so its load is what it runs, not zero.
+   */
   setEndpoints(pods: readonly PoolEndpoint[]): { joined: string[]; left: string[] } {
     const next = new Map(pods.map((p) => [p.name, p]));
     const joined: string[] = [];
@@ -163,6 +168,18 @@ export class EndpointPicker {
           );
       }
       joined.push(pod.endpoint);
+      // The router dropped these when the endpoint left (removeWorker frees its requests), so none is booked twice.
+      let rebooked = 0;
+      for (const [requestId, b] of this.#bookings) {
+        if (b.endpoint !== pod.endpoint) continue;
+        this.#book(requestId, b, id);
+        rebooked++;
+      }
+      if (rebooked > 0)
+        this.#logger.info(
+          { endpoint: pod.endpoint, requests: rebooked },
+          `endpoint ${pod.endpoint} joined with ${rebooked} request(s) still in flight on it: booked there again`,
+        );
     }
     if (joined.length + left.length > 0)
       this.#logger.info({ joined, left, endpoints: this.#endpoints.size }, 'picker endpoints changed');
@@ -228,12 +245,17 @@ export class EndpointPicker {
     }
     this.#logger.info({ requestId, endpoint, picked: b.endpoint }, 'served by a fallback endpoint; booking moved');
     b.endpoint = endpoint;
+    this.#book(requestId, b, id);
+  }
+
+  /** Books a request on a worker: its prompt, and its prefill done when it is. */
+  #book(requestId: string, b: Booking, workerId: number): void {
     this.#router.addRequest({
       requestId,
       tokens: b.input.tokenIds,
       hashes: b.input.hashes,
       isl: b.input.tokenIds.length,
-      workerId: id,
+      workerId,
     });
     if (b.prefillDone) this.#router.markPrefillCompleted(requestId);
   }

@@ -101,10 +101,21 @@ export class PickerServer {
     );
   }
 
-  /** The pool's ready endpoints now (the InferencePool source calls it on every change). */
+  /**
+   * The pool's ready endpoints now (the InferencePool source calls it on every change). Each join and leave is
+   * counted, so a pod that turns NotReady and back between two scrapes shows though the gauge reads the same.
+   */
   setEndpoints(pods: readonly PoolEndpoint[]): void {
     const change = this.#picker.setEndpoints(pods);
-    this.#opts.metrics.pickerEndpoints.labels({ model: this.#opts.model.name }).set(this.#picker.endpoints.length);
+    const model = this.#opts.model.name;
+    this.#opts.metrics.pickerEndpoints.labels({ model }).set(this.#picker.endpoints.length);
+    const membership = this.#opts.metrics.workerMembership;
+    for (const [kind, endpoints] of [
+      ['joined', change.joined],
+      ['left', change.left],
+    ] as const)
+      if (endpoints.length > 0)
+        membership.labels({ model, source: 'inference_pool', change: kind }).inc(endpoints.length);
     if (!this.#synced) this.#opts.logger.info({ endpoints: change.joined }, 'picker ready: the pool is listed');
     this.#synced = true;
   }

@@ -85,6 +85,10 @@ describe('kvgate picker (the CLI) against the Kubernetes API double', () => {
     expect(sampleSum(text, 'kvgate_picker_requests_total', { model: 'mock-model', outcome: 'picked' })).toBe(1);
     expect(sampleSum(text, 'kvgate_picker_requests_total', { model: 'mock-model', outcome: 'no_endpoint' })).toBe(1);
     expect(sampleSum(text, 'kvgate_picker_endpoints', { model: 'mock-model' })).toBe(0);
+    // The pod's join (the first listing) and its leave, each counted: a flap between scrapes shows.
+    const membership = { model: 'mock-model', source: 'inference_pool' };
+    expect(sampleSum(text, 'kvgate_worker_membership_changes_total', { ...membership, change: 'joined' })).toBe(1);
+    expect(sampleSum(text, 'kvgate_worker_membership_changes_total', { ...membership, change: 'left' })).toBe(1);
     expect(kube.requests).toContain('get inferencepool llm-pool');
   });
 

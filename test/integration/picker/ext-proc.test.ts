@@ -397,9 +397,26 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
     );
     expect(pick).toEqual(picked(endpoints[0]!));
     const shed = busy.client.open();
-    expect(await sendRequest(shed, chatBody('one more'), only)).toEqual([
-      immediate(429, 'KVG_ERR_TOO_MANY_REQUESTS', 'the request was shed: all 1 eligible worker ranks are overloaded'),
-    ]);
+    const shedAnswer = immediate(
+      429,
+      'KVG_ERR_TOO_MANY_REQUESTS',
+      'the request was shed: all 1 eligible worker ranks are overloaded',
+    );
+    expect(await sendRequest(shed, chatBody('one more'), only)).toEqual([shedAnswer]);
+    // The pod turns NotReady and Ready again while the held request runs on: it comes back with that load.
+    const another = async (): Promise<Record<string, unknown>> => {
+      const s = busy.client.open();
+      const [first] = await sendRequest(s, chatBody('one more'), only);
+      s.cancel();
+      return first!;
+    };
+    const gone = (a: Record<string, unknown>): boolean => JSON.stringify(a).includes('KVG_ERR_NO_WORKERS');
+    kube.putPod(pod('vllm-0', IPS[0]!, false));
+    await until(async () => gone(await another()), 'the pod gone from the picker');
+    kube.putPod(pod('vllm-0', IPS[0]!));
+    let back: Record<string, unknown> = {};
+    await until(async () => !gone((back = await another())), 'the pod back in the picker');
+    expect(back).toEqual(shedAnswer);
     held.cancel();
     await until(() => Object.keys(busy.picker.bookings()).length === 0, 'the held booking freed');
     busy.client.close();
