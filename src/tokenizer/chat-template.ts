@@ -5,10 +5,18 @@
  * interpreter's exact text at a small part of its cost. A template with a
  * construct the compiler does not reproduce keeps the interpreter, and so does
  * any single render the compiled form cannot finish (an error, or a value it
- * does not model): the interpreter then gives the text or the error. Message
- * content given as a list of parts is flattened to text first, as vLLM does
- * for text-only models (text parts joined with "\n"); any other part type is
- * rejected.
+ * does not model): the interpreter then gives the text or the error.
+ *
+ * The template sees each message as vLLM's chat parser hands it over, not as
+ * the client sent it (`conversationMessage`): content given as a list of parts
+ * flattened to text (text parts joined with "\n"; any other part type is
+ * rejected); an assistant's `tool_calls` with each call's JSON `arguments`
+ * string parsed into its object (none or empty: `{}`), and an empty list
+ * dropped; an assistant's `reasoning` under that name and `reasoning_content`;
+ * a tool's `tool_call_id`, a string `name`, a developer's `tools`; no other
+ * field (a client's own `reasoning_content` included). Limit: a number in
+ * the arguments is a JavaScript number, so an integral float (`1.0`) prints
+ * as `1` where Python prints `1.0`.
  */
 import { Template } from '@huggingface/jinja';
 import type { Logger } from '../common/index.js';
@@ -55,7 +63,7 @@ function flattenContent(content: ChatMessage['content'], index: number): string 
   return texts.join('\n');
 }
 
-/** Checks and normalizes messages for a template: role a string, content a string. */
+/** Checks and normalizes messages for a template: role a string, content a string, the fields vLLM passes on. */
 function normalizeMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
   if (!Array.isArray(messages) || messages.length === 0) {
     throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'messages must be a non-empty list', {});
@@ -66,8 +74,48 @@ function normalizeMessages(messages: readonly ChatMessage[]): Record<string, unk
         index: i,
       });
     }
-    return { ...m, content: flattenContent(m.content, i) };
+    return conversationMessage(m as unknown as Record<string, unknown>, flattenContent(m.content, i), i);
   });
+}
+
+/** A message as vLLM's chat parser gives it to the template (module comment): only the fields it carries. */
+function conversationMessage(m: Record<string, unknown>, content: string, index: number): Record<string, unknown> {
+  const out: Record<string, unknown> = { role: m.role, content };
+  if (m.role === 'assistant') {
+    const calls = m.tool_calls;
+    if (Array.isArray(calls)) {
+      if (calls.length > 0) out.tool_calls = calls.map((c, j) => withParsedArguments(c, index, j));
+    } else if (calls !== undefined && calls !== null) out.tool_calls = calls;
+    if (m.reasoning !== undefined && m.reasoning !== null) {
+      out.reasoning = m.reasoning;
+      out.reasoning_content = m.reasoning;
+    }
+  } else if (m.role === 'tool' && 'tool_call_id' in m) out.tool_call_id = m.tool_call_id;
+  if (typeof m.name === 'string') out.name = m.name;
+  if (m.role === 'developer') out.tools = m.tools ?? null;
+  return out;
+}
+
+/** A tool call with its `arguments` as the object its JSON text holds (none or empty: `{}`), as vLLM hands it over. */
+function withParsedArguments(call: unknown, index: number, j: number): unknown {
+  if (typeof call !== 'object' || call === null) return call;
+  const fn = (call as { function?: unknown }).function;
+  if (typeof fn !== 'object' || fn === null) return call;
+  const raw = (fn as { arguments?: unknown }).arguments;
+  let args: unknown = raw;
+  if (raw === undefined || raw === null || raw === '' || raw === 0 || raw === false) args = {};
+  else if (typeof raw === 'string') {
+    try {
+      args = JSON.parse(raw);
+    } catch {
+      const param = `messages[${index}].tool_calls[${j}].function.arguments`;
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${param} must be JSON text`, { index, param });
+    }
+  } else if (typeof raw !== 'object') {
+    const param = `messages[${index}].tool_calls[${j}].function.arguments`;
+    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${param} must be JSON text`, { index, param });
+  }
+  return { ...call, function: { ...fn, arguments: args } };
 }
 
 /** A compiled chat template. Compile once per tokenizer; rendering is synchronous. */
