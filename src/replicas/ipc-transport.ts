@@ -46,6 +46,9 @@ export class IpcTransport implements SyncTransport {
     return this.#proc.connected;
   }
 
+  /** The IPC channel has no message bound. */
+  readonly maxPayload = undefined;
+
   #send(m: SyncMessage): void {
     if (!this.#proc.connected) throw new Error("the cluster primary's IPC channel is closed");
     this.#proc.send!(m);

@@ -46,7 +46,7 @@ import {
 } from './protocol.js';
 import { SnapshotExchange } from './snapshot-exchange.js';
 import { transferOutcome } from './transfer.js';
-import type { SyncTransport } from './transport.js';
+import type { SyncHandler, SyncTransport } from './transport.js';
 import { warmStart } from './warm-start.js';
 
 export interface ReplicaSyncOptions {
@@ -154,9 +154,9 @@ export class ReplicaSync {
       },
       index: (channel) => this.#indexes.get(channel)?.() ?? [],
     });
-    this.#t.subscribe(heartbeatSubject(prefix), (data) => this.#onHeartbeat(data));
-    this.#t.subscribe(snapshotSubject(prefix, this.routerId), (data, reply) => this.#serveSnapshot(data, reply));
-    this.#t.subscribe(chunkSubject(prefix, this.routerId), (data, reply) => this.#serveChunk(data, reply));
+    this.#subscribe(heartbeatSubject(prefix), (data) => this.#onHeartbeat(data));
+    this.#subscribe(snapshotSubject(prefix, this.routerId), (data, reply) => this.#serveSnapshot(data, reply));
+    this.#subscribe(chunkSubject(prefix, this.routerId), (data, reply) => this.#serveChunk(data, reply));
     this.#t.onStatus = (status, detail) => this.#onStatus(status, detail);
   }
 
@@ -187,9 +187,9 @@ export class ReplicaSync {
     this.#workerTypes.set(key, pool.workerTypeOf);
     if (pool.index !== undefined) this.#indexes.set(key, pool.index);
     this.#channels.set(key, ch);
-    this.#t.subscribe(opsSubject(this.#o.subjectPrefix, key), (data) => this.#onBatch(ch, data));
+    this.#subscribe(opsSubject(this.#o.subjectPrefix, key), (data) => this.#onBatch(ch, data));
     if (this.#sources.has(key))
-      this.#t.subscribe(
+      this.#subscribe(
         warmStartSubject(this.#o.subjectPrefix, key),
         (data, reply) => this.#serveSnapshot(data, reply),
         WARM_START_QUEUE,
@@ -387,6 +387,18 @@ export class ReplicaSync {
         resolve(true);
       });
     });
+  }
+
+  /** Subscribes `handler` so that a throw out of it (answering too, see `SyncTransport.subscribe`) is counted and logged here. */
+  #subscribe(subject: string, handler: SyncHandler, queue?: string): void {
+    const guarded: SyncHandler = (data, reply) => {
+      try {
+        handler(data, reply);
+      } catch (err) {
+        this.#malformed(err);
+      }
+    };
+    this.#t.subscribe(subject, guarded, queue);
   }
 
   /** `decode(data)`, or undefined when it throws (dropped and counted as `#malformed` says). */

@@ -45,6 +45,8 @@ export class SnapshotExchange {
   readonly #transfers: TransferServer;
   #logger: Logger | undefined;
   #metrics: ReplicaMetrics | undefined;
+  /** The bus bound the chunk size was last cut to, logged once per bound. */
+  #cappedAt: number | undefined;
 
   constructor(opts: SnapshotExchangeOptions) {
     this.#o = opts;
@@ -72,10 +74,26 @@ export class SnapshotExchange {
       );
       return this.#transfers.refuse(`snapshot of ${bytes.byteLength} bytes exceeds the server's bound`);
     }
-    const first = this.#transfers.open(bytes);
+    const chunkBytes = this.#chunkBytes();
+    const first = this.#transfers.open(bytes, chunkBytes);
     m?.snapshots.labels({ direction: 'served', outcome: 'ok' }).inc();
-    m?.snapshotBytes.labels({ direction: 'served' }).inc(Math.min(bytes.byteLength, this.#o.chunkBytes));
+    m?.snapshotBytes.labels({ direction: 'served' }).inc(Math.min(bytes.byteLength, chunkBytes));
     return first;
+  }
+
+  /** The configured chunk size, or less where the bus takes smaller messages (logged once per bound). */
+  #chunkBytes(): number {
+    const maxPayload = this.#o.transport.maxPayload;
+    const chunkBytes = this.#transfers.chunkBytesUnder(maxPayload);
+    if (chunkBytes < this.#o.chunkBytes && maxPayload !== this.#cappedAt && this.#logger !== undefined) {
+      this.#cappedAt = maxPayload;
+      this.#logger.warn(
+        { configuredChunkBytes: this.#o.chunkBytes, maxPayload, chunkBytes },
+        `replicas.snapshot_chunk_bytes (${this.#o.chunkBytes}) does not fit the sync bus's max_payload (${maxPayload}): ` +
+          `snapshots are served in chunks of ${chunkBytes} bytes`,
+      );
+    }
+    return chunkBytes;
   }
 
   /** The answer to a chunk request of an open transfer (or the error answer for an unknown one), counted. */

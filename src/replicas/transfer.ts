@@ -92,25 +92,48 @@ function encodeRefusal(why: string): Uint8Array {
 
 /** A server's open transfers: a snapshot's bytes, cut into chunks on request. */
 export class TransferServer {
-  readonly #open = new Map<string, { bytes: Uint8Array; until: number }>();
+  readonly #open = new Map<string, { bytes: Uint8Array; chunkBytes: number; until: number }>();
   readonly #routerId: string;
   readonly #chunkBytes: number;
   readonly #clock: Clock;
+  /** What a chunk's envelope adds to its data at most: the map, this server's id, a transfer id, the largest integers. */
+  readonly #envelope: number;
 
   constructor(routerId: string, chunkBytes: number, clock: Clock) {
     this.#routerId = routerId;
     this.#chunkBytes = chunkBytes;
     this.#clock = clock;
+    const max = Number.MAX_SAFE_INTEGER;
+    const empty = {
+      routerId,
+      transfer: 'f'.repeat(16),
+      index: max,
+      count: max,
+      totalBytes: max,
+      data: new Uint8Array(),
+    };
+    // + 3: a bin32 header (5 bytes) in place of the empty data's bin8 one (2).
+    this.#envelope = encodeChunk(empty).byteLength + 3;
   }
 
-  /** Holds `bytes` as a new transfer and returns its first chunk. */
-  open(bytes: Uint8Array): Uint8Array {
+  /**
+   * The chunk size for a bus taking messages of `maxPayload` bytes at most (undefined: no bound): the
+   * configured one, or less so that a chunk with its envelope fits (a larger reply is refused by the bus).
+   */
+  chunkBytesUnder(maxPayload: number | undefined): number {
+    return maxPayload === undefined
+      ? this.#chunkBytes
+      : Math.max(1, Math.min(this.#chunkBytes, maxPayload - this.#envelope));
+  }
+
+  /** Holds `bytes` as a new transfer of `chunkBytes` a chunk (the configured size unless given) and returns its first chunk. */
+  open(bytes: Uint8Array, chunkBytes = this.#chunkBytes): Uint8Array {
     this.#prune();
     if (this.#open.size >= MAX_OPEN_TRANSFERS) this.#open.delete(this.#open.keys().next().value!);
     const transfer = randomBytes(8).toString('hex');
-    const count = Math.max(1, Math.ceil(bytes.byteLength / this.#chunkBytes));
-    if (count > 1) this.#open.set(transfer, { bytes, until: this.#clock.now() + TRANSFER_TTL_MS });
-    return this.#chunk(transfer, bytes, 0);
+    const count = Math.max(1, Math.ceil(bytes.byteLength / chunkBytes));
+    if (count > 1) this.#open.set(transfer, { bytes, chunkBytes, until: this.#clock.now() + TRANSFER_TTL_MS });
+    return this.#chunk(transfer, bytes, chunkBytes, 0);
   }
 
   /** An error answer in place of a first chunk. */
@@ -130,16 +153,16 @@ export class TransferServer {
     }
     const held = typeof t === 'string' ? this.#open.get(t) : undefined;
     if (held === undefined) return encodeRefusal('unknown or expired transfer');
-    const count = Math.ceil(held.bytes.byteLength / this.#chunkBytes);
+    const count = Math.ceil(held.bytes.byteLength / held.chunkBytes);
     if (typeof k !== 'number' || !Number.isInteger(k) || k < 1 || k >= count)
       return encodeRefusal(`no chunk ${String(k)}`);
     held.until = this.#clock.now() + TRANSFER_TTL_MS;
-    return this.#chunk(t as string, held.bytes, k);
+    return this.#chunk(t as string, held.bytes, held.chunkBytes, k);
   }
 
-  #chunk(transfer: string, bytes: Uint8Array, index: number): Uint8Array {
-    const count = Math.max(1, Math.ceil(bytes.byteLength / this.#chunkBytes));
-    const data = bytes.subarray(index * this.#chunkBytes, Math.min(bytes.byteLength, (index + 1) * this.#chunkBytes));
+  #chunk(transfer: string, bytes: Uint8Array, chunkBytes: number, index: number): Uint8Array {
+    const count = Math.max(1, Math.ceil(bytes.byteLength / chunkBytes));
+    const data = bytes.subarray(index * chunkBytes, Math.min(bytes.byteLength, (index + 1) * chunkBytes));
     return encodeChunk({ routerId: this.#routerId, transfer, index, count, totalBytes: bytes.byteLength, data });
   }
 

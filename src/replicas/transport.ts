@@ -7,31 +7,30 @@ import { NoRespondersError, RequestError, connect, type NatsConnection } from '@
 
 export type TransportStatus = 'connected' | 'disconnected';
 
+/** A subscriber: a message and, for a request, how to answer it. */
+export type SyncHandler = (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void;
+
 export interface SyncTransport {
   /** Sends now, or throws when it cannot (not connected): the caller counts the loss. */
   publish(subject: string, data: Uint8Array): void;
   /**
    * Delivers every message on `subject`; `reply` answers a request. With `queue`, subscribers of the
    * same queue share the messages (one of them gets each), where the bus supports it (NATS).
+   * Contract: `onMessage` and `reply` must not throw out of the handler: the NATS client runs it inside
+   * its reader, which stops on a throw (the connection reads nothing more until its pings go stale).
    */
-  subscribe(
-    subject: string,
-    onMessage: (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void,
-    queue?: string,
-  ): void;
+  subscribe(subject: string, onMessage: SyncHandler, queue?: string): void;
   /** One request, one answer; rejects on timeout, or with `NoResponders` when the bus knows nobody listens. */
   request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
   readonly connected: boolean;
+  /** The largest message the bus takes now, in bytes (NATS: the server's `max_payload`); undefined when unbounded or not known yet. */
+  readonly maxPayload: number | undefined;
   /** Told of each connection change (after the first connect too). */
   onStatus: ((status: TransportStatus, detail: string) => void) | undefined;
   close(): Promise<void>;
 }
 
-type Subscriber = [
-  string,
-  (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void,
-  string | undefined,
-];
+type Subscriber = [string, SyncHandler, string | undefined];
 
 /** Nobody subscribes to the subject asked (NATS says so at once, rather than letting the request time out). */
 export class NoResponders extends Error {}
@@ -69,6 +68,10 @@ export class NatsTransport implements SyncTransport {
 
   get connected(): boolean {
     return this.#connected;
+  }
+
+  get maxPayload(): number | undefined {
+    return this.#nc?.info?.max_payload;
   }
 
   /** Resolves once the first connection is up. */

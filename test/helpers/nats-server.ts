@@ -1,9 +1,13 @@
 /**
  * A real `nats-server` (the Debian package; `.ci/run` installs it) on
  * loopback: an OS-chosen port at first start (`-p -1`, the port read from its
- * log), the same port again on restart.
+ * log), the same port again on restart; optionally with a smaller
+ * `max_payload` than its 1 MiB default (a config file: it has no flag).
  */
 import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { spawnServer, stopChild } from './child.js';
 
 export interface NatsServer {
@@ -15,8 +19,13 @@ export interface NatsServer {
   restart(): Promise<void>;
 }
 
-function spawnNats(port: number): Promise<{ child: ChildProcess; port: number }> {
-  return spawnServer('nats-server', ['-a', '127.0.0.1', '-p', String(port)], {
+export interface NatsServerOptions {
+  /** The largest message the server takes (bytes). */
+  readonly maxPayload?: number;
+}
+
+function spawnNats(port: number, conf: string[]): Promise<{ child: ChildProcess; port: number }> {
+  return spawnServer('nats-server', [...conf, '-a', '127.0.0.1', '-p', String(port)], {
     apt: 'nats-server',
     timeoutMs: 10_000,
     port: (log) => {
@@ -26,17 +35,27 @@ function spawnNats(port: number): Promise<{ child: ChildProcess; port: number }>
   });
 }
 
-export async function startNatsServer(): Promise<NatsServer> {
-  let { child, port } = await spawnNats(-1);
-  const stop = (): Promise<void> => stopChild(child);
+export async function startNatsServer(opts: NatsServerOptions = {}): Promise<NatsServer> {
+  const conf: string[] = [];
+  let dir: string | undefined;
+  if (opts.maxPayload !== undefined) {
+    dir = mkdtempSync(join(tmpdir(), 'kvgate-nats-'));
+    writeFileSync(join(dir, 'nats.conf'), `max_payload: ${opts.maxPayload}\n`);
+    conf.push('-c', join(dir, 'nats.conf'));
+  }
+  let { child, port } = await spawnNats(-1, conf);
+  const stop = async (): Promise<void> => {
+    await stopChild(child);
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  };
   return {
     url: `nats://127.0.0.1:${port}`,
     port,
     stop,
     async restart() {
-      await stop();
+      await stopChild(child);
       // The port was ours a moment ago; another process taking it in between fails the test loudly.
-      ({ child } = await spawnNats(port));
+      ({ child } = await spawnNats(port, conf));
     },
   };
 }

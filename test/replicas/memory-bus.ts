@@ -2,7 +2,8 @@
  * An in-process message bus with NATS's request semantics for replica sync
  * unit tests: exact subjects, queue groups (one member answers), `NoResponders`
  * when nobody listens, a timeout when a subscriber does not answer, a
- * filter that loses chosen requests (a chunk that never comes), and published
+ * filter that loses chosen requests (a chunk that never comes), a bound on
+ * answers (NATS's max_payload, a larger answer thrown out of `reply`), and published
  * messages held in flight until the test releases them (a delivery delay on
  * the test's clock).
  */
@@ -17,6 +18,12 @@ export class MemoryBus {
   lose: (subject: string, data: Uint8Array) => boolean = () => false;
   /** Every request sent: subject and size. */
   readonly requests: { subject: string; bytes: number }[] = [];
+  /**
+   * The largest answer the bus takes (bytes): a larger one throws out of `reply`, as NATS's `respond`
+   * does; its transports report it as their `maxPayload` while `announced`.
+   */
+  maxPayload: number | undefined;
+  announced = true;
   /** Published messages for which this returns true stay in flight until `release()`. */
   hold: (subject: string) => boolean = () => false;
   readonly #inFlight: (() => void)[] = [];
@@ -65,6 +72,10 @@ export class MemoryTransport implements SyncTransport {
     return !this.closed;
   }
 
+  get maxPayload(): number | undefined {
+    return this.#bus.announced ? this.#bus.maxPayload : undefined;
+  }
+
   publish(subject: string, data: Uint8Array): void {
     const targets = this.#bus.targets(subject, this);
     this.#bus.send(subject, () => {
@@ -87,6 +98,8 @@ export class MemoryTransport implements SyncTransport {
       // Delivered on a later turn, as over a socket.
       setImmediate(() =>
         targets[0]!(data, (out) => {
+          const max = this.#bus.maxPayload;
+          if (max !== undefined && out.byteLength > max) throw new Error('max_payload size exceeded');
           if (answered) return;
           answered = true;
           clearTimeout(timer);

@@ -89,6 +89,14 @@ function replica(bus: MemoryBus, id: string, opts: { chunkBytes?: number; maxSna
   return { sync, metrics };
 }
 
+/** The first replica of a fleet (nobody to ask: it answers warm starts), its pool's index `blocks` blocks on worker 1. */
+async function source(bus: MemoryBus, id: string, blocks: number, opts: Parameters<typeof replica>[2] = {}) {
+  const r = replica(bus, id, opts);
+  await r.sync.warmStart([KEY], 5000);
+  r.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, blocks)] });
+  return r;
+}
+
 async function counter(m: KvgateMetrics, name: string, labels: Record<string, string> = {}): Promise<number> {
   const metric = (await m.registry.getMetricsAsJSON()).find((x) => x.name === name);
   return (metric?.values ?? [])
@@ -182,9 +190,7 @@ describe('warm start between two replicas', () => {
 
   it('a lost chunk fails the warm start: counted, and the replica starts cold', async () => {
     const bus = new MemoryBus();
-    const a = replica(bus, 'a', { chunkBytes: 1024 });
-    await a.sync.warmStart([KEY], 5000);
-    a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 400)] });
+    const a = await source(bus, 'a', 400, { chunkBytes: 1024 });
     const b = replica(bus, 'b');
     bus.lose = (subject, data) => subject.includes('.chunk.') && decodeChunkIndex(data) === 3;
     const got = await b.sync.warmStart([KEY], 5000);
@@ -211,9 +217,7 @@ describe('warm start between two replicas', () => {
       }),
     ).toBe(1);
 
-    const a = replica(bus, 'a', { maxSnapshotBytes: 1 << 16 });
-    await a.sync.warmStart([KEY], 5000);
-    a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [slot(1, 5000)] });
+    const a = await source(bus, 'a', 5000, { maxSnapshotBytes: 1 << 16 });
     expect((await b.sync.warmStart([KEY], 5000)).size).toBe(0);
     expect(
       await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', {
@@ -227,6 +231,32 @@ describe('warm start between two replicas', () => {
         outcome: 'failed',
       }),
     ).toBe(1);
+    await Promise.all([a.sync.close(), b.sync.close()]);
+  });
+
+  it("chunks shrink to fit the bus's max_payload when snapshot_chunk_bytes is larger", async () => {
+    const bus = new MemoryBus();
+    bus.maxPayload = 1500;
+    const a = await source(bus, 'a', 800, { chunkBytes: 1 << 20 });
+    const b = replica(bus, 'b');
+    const got = await b.sync.warmStart([KEY], 5000);
+    expect(got.get(KEY)![0]!.tiers[0]!.pairs.length).toBe(1600);
+    // The first chunk answers the request; the index alone (16 bytes a block) needs 9 of at most 1500 bytes.
+    const chunks = 1 + bus.requests.filter((r) => r.subject.includes('.chunk.')).length;
+    expect(chunks).toBeGreaterThanOrEqual(Math.ceil((800 * 16) / 1500));
+    expect(await counter(a.metrics, 'kvgate_replica_sync_messages_dropped_total')).toBe(0);
+    await Promise.all([a.sync.close(), b.sync.close()]);
+  });
+
+  it('an answer the bus refuses is counted and logged, never thrown into the bus client', async () => {
+    const bus = new MemoryBus();
+    bus.maxPayload = 1500;
+    bus.announced = false; // the bound is enforced but not known: the first chunk is cut at 1 MiB
+    const a = await source(bus, 'a', 800, { chunkBytes: 1 << 20 });
+    const b = replica(bus, 'b');
+    expect((await b.sync.warmStart([KEY], 300)).size).toBe(0);
+    const failed = { direction: 'in', reason: 'apply_failed' };
+    expect(await counter(a.metrics, 'kvgate_replica_sync_messages_dropped_total', failed)).toBe(1);
     await Promise.all([a.sync.close(), b.sync.close()]);
   });
 

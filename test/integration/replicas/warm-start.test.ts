@@ -7,12 +7,18 @@
  * B's very first `/v1/route` for the cached prompt reports the worker and
  * overlap A reports; C, which only has the engines' short replay buffers,
  * does not (so this test fails without the warm start).
+ *
+ * Through a second nats-server whose `max_payload` (2 KiB) is below the
+ * default `snapshot_chunk_bytes` (256 KiB), the chunks must still fit: a
+ * reply over the bound made the NATS client throw inside the serving
+ * replica's subscription, which stopped its connection reading anything
+ * until its pings went stale, and the newcomer started cold.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCli, startMockerCli, type CliProcess } from '../../helpers/cli-process.js';
+import { jsonLogLines, startCli, startMockerCli, type CliProcess } from '../../helpers/cli-process.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { startNatsServer, type NatsServer } from '../../helpers/nats-server.js';
 import { until } from '../../helpers/until.js';
@@ -34,16 +40,31 @@ interface Engine {
   readonly kv_events_replay: readonly string[];
 }
 
-function config(dir: string, id: string, nats: string, engines: readonly Engine[], warm: boolean): string {
+/** The bound of the second nats-server. */
+const MAX_PAYLOAD = 2048;
+/** A prompt of a few thousand tokens: its prefix index (16 bytes a block) is several times MAX_PAYLOAD. */
+const LONG = [
+  { role: 'user', content: Array.from({ length: 1200 }, (_, i) => `item${i} of the inventory`).join(', ') },
+];
+
+/** `chunk`: the snapshot_chunk_bytes line (none: the default). */
+function config(
+  dir: string,
+  id: string,
+  nats: string,
+  engines: readonly Engine[],
+  warm: boolean,
+  chunk: string,
+): string {
   const file = join(dir, `${id}.yaml`);
   writeFileSync(
     file,
     [
       'listen: { port: 0 }',
       'preprocess: { threads: 0 }',
-      // Small chunks: the index crosses in many of them. A generous timeout: on a loaded machine the
-      // peer's answer must not be mistaken for no answer (which starts the replica cold).
-      `replicas: { router_id: ${id}, nats: { servers: ["${nats}"] }, heartbeat_ms: 200, peer_timeout_ms: 2000, warm_start: ${warm}, warm_start_timeout_ms: 30000, snapshot_chunk_bytes: 2048 }`,
+      // A generous timeout: on a loaded machine the peer's answer must not be mistaken for no answer
+      // (which starts the replica cold).
+      `replicas: { router_id: ${id}, nats: { servers: ["${nats}"] }, heartbeat_ms: 200, peer_timeout_ms: 2000, warm_start: ${warm}, warm_start_timeout_ms: 30000${chunk} }`,
       'models:',
       `  - name: ${MODEL}`,
       '    tokenizer: demo',
@@ -58,11 +79,11 @@ function config(dir: string, id: string, nats: string, engines: readonly Engine[
   return file;
 }
 
-async function route(url: string): Promise<{ worker: number; overlap: number; blocks: number }> {
+async function route(url: string, messages = PROBE): Promise<{ worker: number; overlap: number; blocks: number }> {
   const res = await fetch(`${url}/v1/route`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, messages: PROBE }),
+    body: JSON.stringify({ model: MODEL, messages }),
   });
   expect(res.status).toBe(200);
   const j = (await res.json()) as { worker: { worker_id: number }; overlap_blocks: number; prompt_blocks: number };
@@ -81,6 +102,7 @@ async function chat(url: string, messages: unknown, worker: number): Promise<voi
 
 describe('a replica started mid-traffic (warm start over NATS)', () => {
   let nats: NatsServer;
+  let small: NatsServer;
   let mocker: CliProcess;
   const procs: CliProcess[] = [];
   let engines: Engine[];
@@ -91,6 +113,7 @@ describe('a replica started mid-traffic (warm start over NATS)', () => {
 
   beforeAll(async () => {
     nats = await startNatsServer();
+    small = await startNatsServer({ maxPayload: MAX_PAYLOAD });
     // Replay buffers of 3 batches: the engines alone cannot tell a late subscriber what they cached a while ago.
     const m = await startMockerCli(
       [
@@ -116,15 +139,20 @@ describe('a replica started mid-traffic (warm start over NATS)', () => {
     stop = true;
     await traffic?.catch(() => {});
     await Promise.allSettled([...procs.map((p) => p.stop()), mocker?.stop()]);
-    await nats?.stop();
+    await Promise.allSettled([nats?.stop(), small?.stop()]);
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   });
 
-  const serve = async (id: string, warm: boolean): Promise<string> => {
-    const p = startCli(['serve', '-c', config(dir, id, nats.url, engines, warm)]);
+  // Small chunks by default: the index crosses in many of them.
+  const serveOn = async (bus: NatsServer, id: string, warm: boolean, chunk: string): Promise<CliProcess> => {
+    const p = startCli(['serve', '-c', config(dir, id, bus.url, engines, warm, chunk)]);
     procs.push(p);
-    return (await p.waitFor(/"listen":"(http:\/\/[^"]+)"/, `${id} listening`, 30_000))[1]!;
+    return p;
   };
+  const urlOf = async (p: CliProcess): Promise<string> =>
+    (await p.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'listening', 30_000))[1]!;
+  const serve = async (id: string, warm: boolean): Promise<string> =>
+    urlOf(await serveOn(nats, id, warm, ', snapshot_chunk_bytes: 2048'));
 
   // issue 15 item 1 (warm start): the new replica's first /v1/route has the old one's overlap
   it("B's first /v1/route reports the overlap and worker A reports; C without warm start does not", async () => {
@@ -172,5 +200,25 @@ describe('a replica started mid-traffic (warm start over NATS)', () => {
     expect(await metric(urlC, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start' })).toBe(0);
     stop = true;
     await traffic;
+  }, 90_000);
+
+  it("through a nats-server with a smaller max_payload than snapshot_chunk_bytes: B's warm start takes A's index", async () => {
+    const a = await serveOn(small, 'a2', true, '');
+    const urlA = await urlOf(a);
+    await chat(urlA, LONG, 1);
+    await until(async () => (await route(urlA, LONG)).overlap > 200, 'A sees the long prompt cached', 20_000);
+    const onA = await route(urlA, LONG);
+
+    const urlB = await urlOf(await serveOn(small, 'b2', true, ''));
+    expect(
+      await metric(urlB, 'kvgate_replica_snapshot_transfers_total', { direction: 'warm_start', outcome: 'ok' }),
+    ).toBe(1);
+    expect(await metric(urlB, 'kvgate_replica_snapshot_bytes_total', { direction: 'received' })).toBeGreaterThan(
+      3 * MAX_PAYLOAD,
+    );
+    expect(await route(urlB, LONG)).toEqual(onA);
+    // A told the operator its chunks are smaller than configured, and still hears B (its connection reads on).
+    expect(jsonLogLines(a).filter((l) => l.maxPayload === MAX_PAYLOAD).length).toBe(1);
+    await until(async () => (await metric(urlA, 'kvgate_replica_peers')) === 1, 'A hears B', 10_000);
   }, 90_000);
 });
