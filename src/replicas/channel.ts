@@ -9,11 +9,17 @@
  * ignored; a jump means batches were lost (a full queue, a NATS outage), and
  * the channel asks that replica for a snapshot, which replaces everything it
  * holds for it. Every op is idempotent, so a batch that overlaps a snapshot
- * changes nothing.
+ * changes nothing. Batches keep coming while a snapshot crosses (its chunks
+ * are round trips): those applied meanwhile are kept and replayed onto it,
+ * else a snapshot under steady traffic would always be older than the last
+ * batch applied, and the gap it was asked for would never close.
  */
 import type { WorkerRank } from '../common/index.js';
 import type { BookkeepingObserver, PeerApplyOutcome, PeerBookings, SyncedBooking } from '../core/index.js';
 import type { Batch, SharedSession, Snapshot, SyncOp } from './protocol.js';
+
+/** Batches kept per replica while its snapshot crosses; past this many the snapshot may be stale (asked again). */
+const MAX_KEPT_BATCHES = 4096;
 
 /** What a channel syncs: a KvRouter's bookkeeping (structurally) and optionally a pool's sticky sessions. */
 export interface SyncTarget {
@@ -65,6 +71,8 @@ export class SyncChannel implements BookkeepingObserver {
   /** An op was dropped since the last batch: the next batch skips a sequence number so peers see the gap. */
   #lost = false;
   readonly #cursors = new Map<string, PeerCursor>();
+  /** Per replica whose snapshot is being fetched, the batches applied since it was asked for (null: too many). */
+  readonly #kept = new Map<string, Batch[] | null>();
 
   constructor(key: string, target: SyncTarget, host: ChannelHost) {
     this.key = key;
@@ -153,7 +161,22 @@ export class SyncChannel implements BookkeepingObserver {
       cur.lastSeq = b.seq;
     }
     for (const op of b.ops) this.#apply(b.routerId, op);
+    const kept = this.#kept.get(b.routerId);
+    if (kept !== undefined && kept !== null) {
+      if (kept.length < MAX_KEPT_BATCHES) kept.push(b);
+      else this.#kept.set(b.routerId, null);
+    }
     return true;
+  }
+
+  /** A snapshot of `replica` was asked for: the batches applied until `fetched` are kept for `applySnapshot`. */
+  fetching(replica: string): void {
+    this.#kept.set(replica, []);
+  }
+
+  /** The snapshot of `replica` arrived or failed: its batches are no longer kept. */
+  fetched(replica: string): void {
+    this.#kept.delete(replica);
   }
 
   /**
@@ -167,16 +190,24 @@ export class SyncChannel implements BookkeepingObserver {
   }
 
   /**
-   * Replaces everything held for the replica with its snapshot. False when a later batch was
-   * already applied (a gap it was asked for stays open: the next heartbeat asks again).
+   * Replaces everything held for the replica with its snapshot, then replays the batches after it that
+   * were applied while it crossed (kept since `fetching`). False when a later batch was applied that
+   * was not kept, or a gap lies among them (the gap stays open: the next heartbeat asks again).
    */
   applySnapshot(s: Snapshot): boolean {
     const cur = this.#cursors.get(s.routerId);
-    if (cur !== undefined && cur.incarnation === s.incarnation && cur.lastSeq > s.seq) return false;
+    let replay: Batch[] = [];
+    if (cur !== undefined && cur.incarnation === s.incarnation && cur.lastSeq > s.seq) {
+      replay = (this.#kept.get(s.routerId) ?? []).filter((b) => b.incarnation === s.incarnation && b.seq > s.seq);
+      const unbroken = replay.every((b, i) => b.seq === s.seq + 1 + i);
+      if (!unbroken || replay.at(-1)?.seq !== cur.lastSeq) return false;
+    }
     this.target.peers.dropReplica(s.routerId);
-    this.#cursors.set(s.routerId, { incarnation: s.incarnation, lastSeq: s.seq, behind: false });
+    const lastSeq = replay.at(-1)?.seq ?? s.seq;
+    this.#cursors.set(s.routerId, { incarnation: s.incarnation, lastSeq, behind: false });
     for (const booking of s.bookings) this.#apply(s.routerId, { kind: 'added', booking });
     for (const binding of s.sessions) this.#apply(s.routerId, { kind: 'session', binding });
+    for (const b of replay) for (const op of b.ops) this.#apply(s.routerId, op);
     return true;
   }
 

@@ -319,6 +319,7 @@ export class ReplicaSync {
     const ch = this.#channels.get(key);
     if (ch === undefined || this.#snapshotting.has(id) || !this.#t.connected || this.#closed) return;
     this.#snapshotting.add(id);
+    ch.fetching(replica);
     const m = this.#metrics?.replicas;
     try {
       const { snapshot: s, seconds } = await this.fetchSnapshot(
@@ -338,6 +339,7 @@ export class ReplicaSync {
       );
     } finally {
       this.#snapshotting.delete(id);
+      ch.fetched(replica);
     }
   }
 

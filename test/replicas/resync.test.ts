@@ -2,7 +2,8 @@
  * A replica converges after a NATS outage (replica sync, faults): the
  * snapshot a peer answers with decodes even while a sticky session is live,
  * and a gap in a peer's batches is asked for again on every heartbeat until a
- * snapshot fills it, however many fetches fail.
+ * snapshot fills it, however many fetches fail; batches that arrive while the
+ * snapshot crosses are replayed onto it rather than making it stale.
  */
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../src/common/index.js';
@@ -10,6 +11,9 @@ import { KvScheduler, type SyncedBooking } from '../../src/core/index.js';
 import { SyncChannel, type ChannelHost } from '../../src/replicas/channel.js';
 import { decodeBatch, decodeSnapshot, encodeBatch, encodeSnapshot, type SyncOp } from '../../src/replicas/protocol.js';
 import { StickySessions } from '../../src/routing/sticky-sessions.js';
+import { until } from '../helpers/until.js';
+import { MemoryBus } from './memory-bus.js';
+import { replica } from './test-replica.js';
 
 const KEY = 'mock-model/aggregated';
 
@@ -103,5 +107,55 @@ describe('replica resync after an outage', () => {
     expect(ch.applySnapshot({ routerId: 'b', incarnation: 'i1', seq: 7, bookings: [], sessions: [] })).toBe(false);
     ch.checkBehind('b', 'i1', 8);
     expect(asked).toEqual(['b', 'b', 'b']);
+  });
+
+  it('batches applied while a multi-chunk snapshot crosses are replayed onto it: the gap closes under traffic', async () => {
+    const bus = new MemoryBus();
+    const attached = (id: string) => {
+      const kv = scheduler();
+      const r = replica(bus, id);
+      r.sync.attach(KEY, { kv, workerTypeOf: () => 'aggregated' });
+      return { ...r, kv };
+    };
+    const a = attached('a');
+    const b = attached('b');
+    const onB = () => b.kv.peers.replicaCounts().get('a') ?? 0;
+    // Six bookings of 40 blocks each: A's snapshot crosses in several chunks of 1 KiB.
+    for (let i = 1; i <= 6; i++) {
+      const h = BigUint64Array.from({ length: 40 }, (_, j) => BigInt(i * 1000 + j + 1));
+      a.kv.addRequest({ requestId: `r${i}`, workerId: 1, isl: 640, hashes: { local: h, seq: h } });
+    }
+    a.sync.flush();
+    expect(onB()).toBe(6);
+    // Batch 2 (r2 freed) is lost on the bus; batch 3 (r7 booked) shows the gap and B asks for a snapshot.
+    bus.hold = (subject) => subject.includes('.ops.');
+    a.kv.free('r2');
+    a.sync.flush();
+    bus.hold = () => false;
+    // Traffic goes on while the snapshot crosses: once its first chunk is in, A frees r1 (batch 4).
+    let during = false;
+    bus.lose = (subject) => {
+      if (subject.includes('.chunk.') && !during) {
+        during = true;
+        a.kv.free('r1');
+        a.sync.flush();
+      }
+      return false;
+    };
+    a.kv.addRequest({ requestId: 'r7', workerId: 1, isl: 64, hashes: null });
+    a.sync.flush();
+    const fetched = async () =>
+      (await b.metrics.registry.getSingleMetric('kvgate_replica_snapshot_transfers_total')!.get()).values.filter(
+        (v) => v.labels.direction === 'fetched',
+      );
+    await until(async () => (await fetched()).length > 0, "B's snapshot of A");
+    expect(during).toBe(true);
+    expect((await fetched()).map((v) => [v.labels.outcome, v.value])).toEqual([['ok', 1]]);
+    // r3..r7: r2's free, lost on the bus, came with the snapshot; r1's, applied before it, was replayed onto it.
+    expect(onB()).toBe(5);
+    // B counts on worker 1 exactly the requests A has in flight there.
+    const load = (kv: KvScheduler) => kv.load({ workerId: 1, dpRank: 0 })!.activeRequests;
+    expect(load(b.kv)).toBe(load(a.kv));
+    await Promise.all([a.sync.close(), b.sync.close()]);
   });
 });

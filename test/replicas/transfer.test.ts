@@ -5,12 +5,10 @@
  * a warm start nobody answers starts cold at once (counted).
  */
 import { decode as msgpackDecode } from '@msgpack/msgpack';
-import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng, type KvSlotSnapshot } from '../../src/common/index.js';
 import { KvScheduler, type SyncedBooking } from '../../src/core/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
-import { ReplicaSync } from '../../src/replicas/index.js';
 import { decodeSnapshot, encodeSnapshot } from '../../src/replicas/protocol.js';
 import {
   ChunkAssembler,
@@ -21,9 +19,9 @@ import {
   fetchTransfer,
 } from '../../src/replicas/transfer.js';
 import { MemoryBus } from './memory-bus.js';
+import { replica } from './test-replica.js';
 
 const KEY = 'mock-model/decode';
-const silent = pino({ level: 'silent' });
 
 function payload(n: number): Uint8Array {
   return Uint8Array.from({ length: n }, (_, i) => (i * 31 + 7) & 0xff);
@@ -71,22 +69,6 @@ function slot(workerId: number, blocks: number): KvSlotSnapshot {
     cursor: 41n,
     tiers: [{ tier: 'device', pairs }],
   };
-}
-
-function replica(bus: MemoryBus, id: string, opts: { chunkBytes?: number; maxSnapshotBytes?: number } = {}) {
-  const metrics = new KvgateMetrics({ processMetrics: false });
-  const sync = new ReplicaSync({
-    transport: bus.transport(),
-    routerId: id,
-    heartbeatMs: 1000,
-    peerTimeoutMs: 5000,
-    maxQueuedOps: 1000,
-    subjectPrefix: 'kvgate.test',
-    chunkBytes: opts.chunkBytes ?? 1024,
-    maxSnapshotBytes: opts.maxSnapshotBytes ?? 1 << 24,
-  });
-  sync.bind(silent, metrics);
-  return { sync, metrics };
 }
 
 /** The first replica of a fleet (nobody to ask: it answers warm starts), its pool's index `blocks` blocks on worker 1. */
