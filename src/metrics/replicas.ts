@@ -19,6 +19,7 @@ export interface ReplicaMetrics {
   readonly snapshotBlocks: Counter;
   readonly snapshotSeconds: Histogram<'direction'>;
   readonly peerTimeouts: Counter;
+  readonly routerIdConflicts: Counter;
   readonly peerLoadShare: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
 }
 
@@ -82,6 +83,13 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
     peerTimeouts: new Counter({
       name: 'kvgate_replica_peer_timeouts_total',
       help: 'Peers dropped (with all their bookings) after not being heard from within the peer timeout.',
+      registers,
+    }),
+    routerIdConflicts: new Counter({
+      name: 'kvgate_replica_router_id_conflicts_total',
+      help:
+        'Router ids found shared by two live replicas (this one and another, or two peers), each reported once: ' +
+        "their bookings overwrite each other's.",
       registers,
     }),
     peerLoadShare: new Gauge({

@@ -4,6 +4,14 @@
  * incarnation (a restarted process) replaces its former self, whose bookings
  * are forgotten; a peer silent for the timeout is dropped with all its
  * bookings. Each of these is logged and counted.
+ *
+ * Two live processes with one router id (a `replicas.router_id` copied from
+ * one replica's config to another's) look like a restart at every message:
+ * each ignores the other's as its own, and every other replica replaces one's
+ * bookings with the other's, back and forth. Heartbeats tell it apart (only a
+ * live process sends them): one with our id and another incarnation, or a
+ * peer's former incarnation heard again after it was replaced. Reported once
+ * per id as an error, and counted.
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../common/index.js';
@@ -16,6 +24,8 @@ interface Peer {
   lastHeard: number;
   /** Its clock's offset from ours (heartbeat echoes), for the age of its batches. */
   readonly clock: PeerClock;
+  /** The incarnation this one replaced, if any: its heartbeat heard again means two live replicas share the id. */
+  readonly former: string | undefined;
 }
 
 export interface PeerTableOptions {
@@ -32,6 +42,8 @@ export interface PeerTableOptions {
 export class PeerTable {
   readonly #o: PeerTableOptions;
   readonly #peers = new Map<string, Peer>();
+  /** Router ids reported as shared by two live replicas. */
+  readonly #shared = new Set<string>();
   #logger: Logger | undefined;
   #metrics: ReplicaMetrics | undefined;
 
@@ -74,7 +86,7 @@ export class PeerTable {
       return true;
     }
     if (p !== undefined) this.#o.forget(replica);
-    this.#peers.set(replica, { incarnation, lastHeard: now, clock: new PeerClock() });
+    this.#peers.set(replica, { incarnation, lastHeard: now, clock: new PeerClock(), former: p?.incarnation });
     this.#logger?.info(
       { peer: replica, restarted: p !== undefined },
       `replica ${replica} ${p === undefined ? 'joined' : 'restarted'}`,
@@ -85,6 +97,10 @@ export class PeerTable {
 
   /** Notes a peer's heartbeat and its echo of ours (a round trip, for its clock's offset); false for our own. */
   heartbeat(hb: Heartbeat): boolean {
+    const p = this.#peers.get(hb.routerId);
+    if (hb.routerId === this.#o.selfId && hb.incarnation !== this.#o.incarnation)
+      this.#sharedId(hb.routerId, this.#o.incarnation, hb.incarnation);
+    else if (p !== undefined && p.former === hb.incarnation) this.#sharedId(hb.routerId, p.incarnation, hb.incarnation);
     if (!this.heard(hb.routerId, hb.incarnation)) return false;
     const clock = this.#peers.get(hb.routerId)!.clock;
     const now = this.#o.clock.now();
@@ -93,6 +109,19 @@ export class PeerTable {
     if (echo !== undefined && echo.incarnation === this.#o.incarnation) clock.sample(echo, hb.sentAt, now);
     clock.heard(hb.sentAt, now);
     return true;
+  }
+
+  /** Two live replicas run with router id `replica`: reported once bound (the heartbeats go on, so none is missed). */
+  #sharedId(replica: string, incarnation: string, other: string): void {
+    if (this.#logger === undefined || this.#shared.has(replica)) return;
+    this.#shared.add(replica);
+    this.#metrics?.routerIdConflicts.inc();
+    const self = replica === this.#o.selfId;
+    this.#logger.error(
+      { peer: replica, self, incarnations: [incarnation, other] },
+      `two live replicas run with router id ${replica}${self ? ' (this one and another)' : ''}: ` +
+        "their bookings overwrite each other's on every replica; give each its own replicas.router_id",
+    );
   }
 
   /** The age on our clock, in ms, of a message `replica` sent at `sentAt` on its own; undefined before a round trip. */

@@ -3,6 +3,8 @@
  * messages are no peer's; a replica first seen joins; a new incarnation
  * replaces its former self, whose bookings are forgotten; a peer silent for
  * the timeout is dropped with its bookings. Each change logged and counted.
+ * Two live replicas with one router id are told from a restart by their
+ * heartbeats, and reported once.
  */
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
@@ -73,5 +75,30 @@ describe('PeerTable', () => {
     expect(warn).toMatchObject({ peer: 'b', droppedBookings: 2, silentMs: TIMEOUT_MS });
     expect(warn?.msg).toBe(`replica b not heard from for ${TIMEOUT_MS} ms: dropped its 2 booking(s)`);
     expect((await metrics.replicas.peerTimeouts.get()).values[0]?.value).toBe(1);
+  });
+
+  it('reports a router id two live replicas share, once, where a restart is not reported', async () => {
+    const { peers, metrics, lines } = table();
+    const hb = (routerId: string, incarnation: string) =>
+      peers.heartbeat({ routerId, incarnation, sentAt: 0, seqs: {}, echoes: new Map() });
+    const conflicts = async () => (await metrics.replicas.routerIdConflicts.get()).values[0]?.value ?? 0;
+    // B restarts: its former incarnation is never heard again.
+    hb('b', 'b1');
+    hb('b', 'b2');
+    hb('b', 'b2');
+    expect(await conflicts()).toBe(0);
+    // C's former incarnation speaks again: two processes run as C.
+    hb('c', 'c1');
+    hb('c', 'c2');
+    hb('c', 'c1');
+    hb('c', 'c2');
+    // Another process runs with our own id.
+    expect(hb('a', 'a9')).toBe(false);
+    hb('a', 'a9');
+    expect(await conflicts()).toBe(2);
+    expect(lines.filter((l) => l.level === 50).map((l) => [l.peer, l.self, l.incarnations])).toEqual([
+      ['c', false, ['c2', 'c1']],
+      ['a', true, ['a1', 'a9']],
+    ]);
   });
 });

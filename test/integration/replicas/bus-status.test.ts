@@ -1,7 +1,8 @@
 /**
  * Replica sync's bus connects while the fleet is built, before the gateway binds its logger and metrics, and
  * peers are heard as soon as it does: over a real nats-server, what happened before `bind` is logged once
- * (marked early) and counted when it binds, and what happens after as it happens.
+ * (marked early) and counted when it binds, and what happens after as it happens. Two live replicas given one
+ * router id are reported by each of them and by their peers.
  */
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -74,5 +75,27 @@ describe('replica sync: the bus and the peers before the gateway binds', () => {
     expect(lines.at(-1)!['early']).toBeUndefined();
     expect(await value(metrics, 'kvgate_replica_sync_bus_up')).toBe(0);
     expect(await value(metrics, 'kvgate_replica_sync_bus_transitions_total', { transition: 'disconnected' })).toBe(1);
+  });
+
+  it('two live replicas with one router id: both and their peer report it once, as an error, and count it', async () => {
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.stop());
+    const bound = ['twin', 'twin', 'c'].map((id) => {
+      const r = replica(nats, id);
+      cleanups.push(() => r.sync.close());
+      const lines: Record<string, unknown>[] = [];
+      const metrics = new KvgateMetrics({ processMetrics: false });
+      r.sync.bind(pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l)) }), metrics);
+      return { metrics, lines };
+    });
+    const conflicts = (m: KvgateMetrics) => value(m, 'kvgate_replica_router_id_conflicts_total');
+    for (const [i, b] of bound.entries())
+      await until(async () => (await conflicts(b.metrics)) === 1, `replica ${i} reports the shared id`);
+    // Heartbeats go on every 50 ms: once each, whatever more of them come.
+    await until(() => bound[2]!.lines.filter((l) => l['msg'] === 'replica twin restarted').length >= 4, 'flips');
+    for (const b of bound) {
+      expect(await conflicts(b.metrics)).toBe(1);
+      expect(b.lines.filter((l) => l['level'] === 50).map((l) => l['peer'])).toEqual(['twin']);
+    }
   });
 });
