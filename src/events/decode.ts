@@ -49,6 +49,19 @@ function fail(kind: DecodeErrorKind, message: string, eventIndex?: number): KvEv
   return eventIndex === undefined ? { kind, message } : { kind, message, eventIndex };
 }
 
+/**
+ * A wire value as a decode error's message names it: a string cut to 64 characters, a container by its
+ * size, never rendered whole. The engine chose the value: `String()` of a deeply nested array overflows
+ * the stack (a throw out of a decoder that must never throw), and of a large one builds a message (and a
+ * log line) as large as the payload.
+ */
+function shown(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 64 ? `${value.slice(0, 64)}...` : value);
+  if (Array.isArray(value)) return `an array of ${value.length}`;
+  if (value instanceof Uint8Array) return `${value.byteLength} bytes`;
+  return typeof value === 'object' && value !== null ? 'a map' : String(value);
+}
+
 /** Reads an 8-byte big-endian u64 sequence frame. */
 export function readSeq(frame: Uint8Array): bigint | undefined {
   if (frame.byteLength !== 8) return undefined;
@@ -142,11 +155,7 @@ function optionalString(value: unknown, field: string): string | undefined {
 
 function tierOf(value: unknown): StorageTier {
   const tier = mediumToTier(value);
-  if (tier === undefined)
-    throw new EventError(
-      'unknown_medium',
-      `medium ${JSON.stringify(typeof value === 'bigint' ? String(value) : value)} has no storage tier`,
-    );
+  if (tier === undefined) throw new EventError('unknown_medium', `medium ${shown(value)} has no storage tier`);
   return tier;
 }
 
@@ -235,7 +244,7 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown, opts: De
     blockSize = checkBlockSize(f.block_size);
   } catch {
     // The vocabulary's rule, reported as a decode error of this event (never thrown out of the decoder).
-    throw new EventError('bad_event', `block_size ${String(f.block_size)} is not an integer in [1, ${MAX_BLOCK_SIZE}]`);
+    throw new EventError('bad_event', `block_size ${shown(f.block_size)} is not an integer in [1, ${MAX_BLOCK_SIZE}]`);
   }
   const { flat, eagle } = tokenArray(f.token_ids, opts);
   let tokens = eagle ? flat.subarray(0, flat.length - 1) : flat;
@@ -329,7 +338,7 @@ function decodeEvent(ev: unknown, opts: DecodeOptions): KvCacheEvent {
       case 'AllBlocksCleared':
         return CLEARED;
       default:
-        throw new EventError('unknown_tag', `unknown event tag ${JSON.stringify(tag.slice(0, 64))}`);
+        throw new EventError('unknown_tag', `unknown event tag ${shown(tag)}`);
     }
   }
   if (isWireMapEvent(ev)) {
@@ -347,7 +356,7 @@ function decodeEvent(ev: unknown, opts: DecodeOptions): KvCacheEvent {
       case 'AllBlocksCleared':
         return CLEARED;
       default:
-        throw new EventError('unknown_tag', `unknown event tag ${JSON.stringify(tag.slice(0, 64))}`);
+        throw new EventError('unknown_tag', `unknown event tag ${shown(tag)}`);
     }
   }
   throw new EventError('bad_event', 'event is neither a tagged array nor a tagged map');
@@ -383,7 +392,7 @@ export function decodeKvEventBatch(payload: Uint8Array, opts: DecodeOptions = {}
     if (typeof rankRaw !== 'number' || !Number.isInteger(rankRaw) || rankRaw < 0 || rankRaw > 0xffff) {
       return {
         ok: false,
-        error: fail('batch_shape', `batch dp rank ${String(rankRaw)} is not an integer in [0, 65535]`),
+        error: fail('batch_shape', `batch dp rank ${shown(rankRaw)} is not an integer in [0, 65535]`),
       };
     }
     dpRank = rankRaw;

@@ -186,25 +186,40 @@ export class IngestThread {
     }
   }
 
-  /** One message: packed when it decodes, posted raw when it does not. */
+  /**
+   * One message: packed when it decodes, posted raw when it does not, or when decoding or packing it threw
+   * (the stream then reads it itself, and reports what it meets). Whatever one message holds, it never ends
+   * the receive loop: that would end the slot's subscription for good over one frame.
+   */
   #take(id: number, stream: ThreadStream, frames: Uint8Array[]): void {
-    const split = parseEventFrames(frames);
-    const decoded = split.ok ? decodeKvEventBatch(split.value.payload, { eagle: stream.eagle }) : undefined;
-    if (!split.ok || decoded === undefined || !decoded.ok) {
+    let packed: boolean;
+    try {
+      packed = this.#pack(id, stream, frames);
+    } catch {
+      packed = false;
+    }
+    if (!packed) {
       // Posted behind everything packed before it, so every stream sees its messages in the order received.
       if (this.#packer.batches > 0) this.#flush();
       this.#raw.push({ id, frames });
-    } else {
-      if (this.#raw.length > 0) this.#flush();
-      const batch = decoded.batch;
-      const locals = localHashes(batch);
-      if (!this.#packer.add(id, split.value.seq, batch, locals)) {
-        this.#flush();
-        this.#packer.add(id, split.value.seq, batch, locals);
-      }
     }
     if (this.#packer.bytes >= POST_AFTER_BYTES) this.#flush();
     else this.#schedule();
+  }
+
+  /** Decodes, hashes and packs a message; false (nothing packed) when it does not split or decode. */
+  #pack(id: number, stream: ThreadStream, frames: Uint8Array[]): boolean {
+    const split = parseEventFrames(frames);
+    const decoded = split.ok ? decodeKvEventBatch(split.value.payload, { eagle: stream.eagle }) : undefined;
+    if (!split.ok || decoded === undefined || !decoded.ok) return false;
+    const batch = decoded.batch;
+    const locals = localHashes(batch);
+    if (this.#raw.length > 0) this.#flush();
+    if (!this.#packer.add(id, split.value.seq, batch, locals)) {
+      this.#flush();
+      this.#packer.add(id, split.value.seq, batch, locals);
+    }
+    return true;
   }
 
   #schedule(): void {

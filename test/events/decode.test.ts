@@ -335,6 +335,36 @@ describe('bad input is a typed value, never a throw', () => {
     }
   });
 
+  it('a field of any shape or size is named in a short message, never rendered: no throw, no payload-sized log line', () => {
+    /** `depth` nested one-element arrays around 0: a few bytes each, and String() of it overflows the stack. */
+    const deep = (depth: number): Uint8Array => Uint8Array.from([...new Array<number>(depth).fill(0x91), 0x00]);
+    const batch = (rank: Uint8Array, event?: Uint8Array): Uint8Array =>
+      Uint8Array.from([0x93, ...bytes('cb 3ff8000000000000'), ...(event ? [0x91, ...event] : [0x90]), ...rank]);
+    const hugeBin = Uint8Array.from([0xc6, 0x00, 0x04, 0x00, 0x00, ...new Array<number>(1 << 18).fill(7)]);
+    const rankCases = [deep(200_000), hugeBin, encode('r'.repeat(1 << 18)), encode(new Array(1 << 16).fill(1))];
+    for (const rank of rankCases) {
+      const r = decodeKvEventBatch(batch(rank));
+      expect(r).toMatchObject({ ok: false, error: { kind: 'batch_shape' } });
+      if (!r.ok) expect(r.error.message.length).toBeLessThan(200);
+    }
+    // Inside an event: the block size, the medium and the tag (head: a stored event's first fields, unframed).
+    const head = encode(['BlockStored', [1], null, [1, 2]]).subarray(1);
+    const eventCases: [Uint8Array, string][] = [
+      [Uint8Array.from([0x95, ...head, ...deep(200_000)]), 'bad_event'],
+      [Uint8Array.from([0x95, ...head, ...hugeBin]), 'bad_event'],
+      [Uint8Array.from([0x97, ...head, 0x02, 0xc0, ...deep(200_000)]), 'unknown_medium'],
+      [Uint8Array.from([0x97, ...head, 0x02, 0xc0, ...encode('M'.repeat(1 << 18))]), 'unknown_medium'],
+      [encode(['T'.repeat(1 << 18), [1]]), 'unknown_tag'],
+    ];
+    for (const [event, kind] of eventCases) {
+      const r = decodeKvEventBatch(batch(Uint8Array.of(0x00), event));
+      expect(r.ok).toBe(true);
+      if (!r.ok) continue;
+      expect(r.batch.errors).toEqual([expect.objectContaining({ kind, eventIndex: 0 })]);
+      expect(r.batch.errors[0]!.message.length).toBeLessThan(200);
+    }
+  });
+
   it('fewer tokens than blocks keeps the leading full blocks', () => {
     const ev = ok(encode([1.5, [['BlockStored', [1, 2, 3], null, [1, 2, 3, 4, 5], 2]]])).events[0] as StoredBlocksEvent;
     expect([...ev.blockHashes]).toEqual([1n, 2n]);

@@ -4,7 +4,7 @@ import { ManualClock } from '../../src/common/index.js';
 import { captureWarnings } from '../helpers/capture-log.js';
 import { KvEventApplier, KvEventStream, SequenceCursor, encodeSeq, ingestContext } from '../../src/events/index.js';
 import { encodeBatch } from '../helpers/zmq-publisher.js';
-import { A, B, BS, C, D, FakeEngine, setup, stored } from './stream-fixture.js';
+import { A, B, BS, C, D, FakeEngine, deepRankBatch, setup, stored } from './stream-fixture.js';
 
 describe('SequenceCursor', () => {
   it('classifies initial, contiguous, stale and gap', () => {
@@ -299,6 +299,20 @@ describe('KvEventStream', () => {
     expect(lines.every((l) => l.workerId === 7 && l.dpRank === 0)).toBe(true);
     // The stream keeps going.
     deliver({ seq: 4n, payload: encodeBatch([stored(5, 100, B)]) });
+    expect(depth([...A, ...B])).toBe(2);
+  });
+
+  it('a payload whose fields cannot be rendered is a decode error of its seq: the slot is not reset', () => {
+    const { engine, stream, deliver, depth, counters } = setup();
+    deliver(engine.batch([stored(1, null, A)]));
+    // Rendering its dp rank in an error message overflowed the stack.
+    const poison = deepRankBatch();
+    stream.onFrames([Buffer.from('t'), encodeSeq(1n), poison]);
+    const s = counters.snapshot();
+    expect(s.decodeErrors).toMatchObject({ batch_shape: 1 });
+    expect(s.slots['7:0']!.resets).toBe(0);
+    expect(depth(A)).toBe(1);
+    deliver({ seq: 2n, payload: encodeBatch([stored(5, 100, B)]) });
     expect(depth([...A, ...B])).toBe(2);
   });
 

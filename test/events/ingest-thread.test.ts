@@ -5,12 +5,22 @@
  * open).
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import { encodeSeq } from '../../src/events/index.js';
 import { IngestThread, type IngestReport } from '../../src/events/ingest-thread.js';
+import { eachPackedBatch } from '../../src/events/packed-batch.js';
 import { TestKvPublisher } from '../helpers/zmq-publisher.js';
 import { until } from '../helpers/until.js';
 import { watchSubscribers } from '../helpers/zmq-receive.js';
+import { deepRankBatch } from './stream-fixture.js';
 
 const BS = 4;
+
+/** Batches packed in every post so far. */
+function packedCount(reports: readonly IngestReport[]): number {
+  let n = 0;
+  for (const r of reports) if (r.op === 'batches') eachPackedBatch(r.packed, () => n++);
+  return n;
+}
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -62,6 +72,28 @@ describe('IngestThread', () => {
     await until(() => of('removed').length === 1, 'the removal');
     cleanups.pop();
     expect(of('ended')).toHaveLength(1);
+  });
+
+  it('a message whose decoding throws is posted raw and the stream goes on; it never ends the subscription', async () => {
+    const pub = await TestKvPublisher.start();
+    cleanups.push(() => pub.close());
+    const reports: IngestReport[] = [];
+    const thread = new IngestThread((r) => reports.push(r));
+    const of = (op: IngestReport['op']) => reports.filter((r) => r.op === op);
+    const add = { op: 'add', id: 3, endpoint: pub.endpoint, topic: '', receiveHighWaterMark: 1000 } as const;
+    thread.handle({ ...add, maxMessageBytes: 1 << 20, eagle: false });
+    cleanups.push(() => thread.stop());
+    await pub.waitForSubscribers();
+    // Rendering its dp rank in an error message overflowed the stack.
+    const poison = deepRankBatch();
+    await pub.sendFrames(['', encodeSeq(0n), poison]);
+    await pub.publish([stored(1, 10n)]);
+    await until(() => of('batches').length > 0 && packedCount(reports) === 1, 'the batch after the poisoned frame');
+    expect(of('ended')).toEqual([]);
+    const raw = reports.flatMap((r) => (r.op === 'batches' ? r.raw : []));
+    expect(raw).toHaveLength(1);
+    expect(raw[0]!.id).toBe(3);
+    expect(Buffer.from(raw[0]!.frames[2]!).equals(Buffer.from(poison))).toBe(true);
   });
 
   it('stop closes every socket and waits for their loops; then it posts nothing and opens no socket', async () => {

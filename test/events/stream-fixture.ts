@@ -141,3 +141,9 @@ export function chain(opts: StreamSetup = {}) {
 export function randomSeq(rng: () => number): bigint {
   return (BigInt(Math.floor(rng() * 2 ** 32)) << 32n) | BigInt(Math.floor(rng() * 2 ** 32));
 }
+
+/** `[1.5, [], rank]` whose rank is `depth` nested arrays: a few bytes each, and `String()` of it overflows the stack. */
+export function deepRankBatch(depth = 100_000): Uint8Array {
+  const ts = [0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0];
+  return Uint8Array.from([0x93, ...ts, 0x90, ...new Array<number>(depth).fill(0x91), 0]);
+}
