@@ -52,6 +52,10 @@ export interface ReplyInProgress {
   next: number;
   applied: number;
   complete: boolean;
+  /** Its batches dropped by the far-ahead rule (`AnswerSlot.farBound`). */
+  garbage: number;
+  /** The newest seq among its other batches, applied or stale: the publisher's newest as far as it shows. */
+  newest: bigint | undefined;
 }
 
 /** What applying an answer's batches needs from its stream. */
@@ -64,6 +68,10 @@ export interface AnswerSlot {
   /** The engine's buffer no longer reaches back to the cursor: the slot is cleared. */
   lost(): void;
   decodeError(error: KvEventDecodeError): void;
+  /** The highest seq a replayed batch may have now (the far-ahead rule); undefined while the slot knows no seq. */
+  farBound(): bigint | undefined;
+  /** A replayed batch beyond `farBound` was dropped: counted and logged, it moves nothing. */
+  garbage(batch: SequencedPayload): void;
 }
 
 /**
@@ -75,6 +83,17 @@ export function stepAnswer(rp: ReplyInProgress, slot: AnswerSlot): 'more' | 'end
   if (rp.next === 0) for (const e of rp.reply!.errors) slot.decodeError(e);
   const b = rp.reply!.batches[rp.next++];
   if (b === undefined) return 'end';
+  // The far-ahead rule holds for an answer as for live frames: a publisher's buffer is its latest batches,
+  // numbered one by one, so a seq beyond every seq the slot knows by more than the jump allowed is none of
+  // them (a corrupt reply, another engine's buffer). Accepted, it would leave the cursor above every batch
+  // the engine will ever send: each judged stale, the slot deaf until the engine restarted.
+  const bound = slot.farBound();
+  if (bound !== undefined && b.seq > bound) {
+    rp.garbage++;
+    slot.garbage(b);
+    return 'more';
+  }
+  if (rp.newest === undefined || b.seq > rp.newest) rp.newest = b.seq;
   const last = slot.cursor();
   if (last !== null && b.seq <= last) {
     slot.stale(b.seq);
@@ -162,7 +181,8 @@ export class ReplayRequests {
    * known to be missing, so it is asked again later). Any other failure clears the slot.
    */
   failed(rp: ReplyInProgress): boolean {
-    const fields = { from: String(rp.req.from), err: rp.err instanceof Error ? rp.err.message : String(rp.err) };
+    const err = rp.reply !== undefined ? `${rp.garbage} replayed batch(es) numbered past the far-ahead bound` : rp.err;
+    const fields = { from: String(rp.req.from), err: err instanceof Error ? err.message : String(err) };
     this.#hooks.onReplay?.(this.#slot, 'failed', 0);
     if (rp.req.purpose === 'catch_up') {
       this.#log.warn('catch_up_failed', fields, 'KV event catch-up replay failed: slot kept, asking again later');
@@ -210,7 +230,8 @@ export class ReplayRequests {
 
   #settled(req: KvReplayRequest, reply: GapReplayReply | undefined, err: unknown): void {
     if (this.#inflight === req) this.#inflight = undefined;
-    if (req.epoch === this.#epoch) this.#reply = { req, reply, err, next: 0, applied: 0, complete: true };
+    if (req.epoch === this.#epoch)
+      this.#reply = { req, reply, err, next: 0, applied: 0, complete: true, garbage: 0, newest: undefined };
     this.#onSettled();
   }
 }

@@ -79,6 +79,13 @@ export class SlotRecovery {
       lost: () => stream.reset('replay_incomplete'),
       stale: (seq) => this.#hooks.onStale?.(slot, seq),
       decodeError: (e) => stream.writer.decodeError(e, undefined),
+      farBound: () => {
+        const cursor = this.#cursor;
+        const high = stream.judge.liveHigh;
+        const known = high !== null && (cursor === null || high > cursor) ? high : cursor;
+        return known === null ? undefined : known + BigInt(o.opts.maxSeqJump);
+      },
+      garbage: (b) => stream.garbage({ ...b, gen: 0 }, 'replayed sequence number implausibly far ahead'),
     };
   }
 
@@ -147,9 +154,21 @@ export class SlotRecovery {
     const failed = rp.reply === undefined;
     if (!failed && stepAnswer(rp, this.#answerSlot) === 'more') return true;
     this.#replays!.finish();
-    if (failed) this.#failed(rp);
+    if (failed || (rp.garbage > 0 && this.#gapOpen())) this.#failed(rp);
     else this.#done(rp);
     return true;
+  }
+
+  /**
+   * Whether the batches in front of the parked ones are still missing. An answer that dropped garbage and
+   * left them missing proves nothing about them: it is a failed replay (taken as an honest answer, it would
+   * prove the parked batches never sent, and while the endpoint kept lying the slot would drop every genuine
+   * batch behind each gap, its cursor frozen).
+   */
+  #gapOpen(): boolean {
+    const head = this.#stream.parked.head;
+    const last = this.#cursor;
+    return head !== undefined && (last === null || head.seq > last + 1n);
   }
 
   /** The slot is waiting on restart evidence or an unfilled gap: the bound runs from the first such moment. */
@@ -215,8 +234,7 @@ export class SlotRecovery {
   /** What the answer proves about parked batches, dropped ones and the newest seq seen; then counted and logged. */
   #done(rp: ReplyInProgress): void {
     const { judge, queue, parked } = this.#stream;
-    const batches = rp.reply!.batches;
-    const newest = batches.length > 0 ? batches[batches.length - 1]!.seq : undefined;
+    const newest = rp.newest;
     const known = newest ?? this.#cursor;
     const never = parked.removeNeverSent(
       rp.req.gen,

@@ -44,12 +44,13 @@ export type ResetReason =
   'restart' | 'gap_without_replay' | 'replay_failed' | 'replay_incomplete' | 'inconsistent' | 'apply_failed';
 
 /**
- * Why a live batch was dropped unapplied:
+ * Why a batch was dropped unapplied (a live one; `garbage` also a replayed one):
  * - `queue_full`: the slot's queue was full (the hole is replayed later).
  * - `pending_full`: it arrived ahead of a gap while a replay was in flight, past
  *   the batches the slot parks meanwhile (the next replay recovers it).
  * - `garbage`: its sequence number cannot be the publisher's (absurdly far
- *   ahead, beyond the publisher's newest, or restart evidence refuted).
+ *   ahead, live or in a replay's answer, beyond the publisher's newest, or
+ *   restart evidence refuted).
  */
 export type DropReason = 'queue_full' | 'pending_full' | 'garbage';
 
@@ -73,7 +74,7 @@ export interface KvEventHooks {
   onReplay?(slot: WorkerRank, outcome: ReplayOutcome, batches: number): void;
   /** The slot's index was dropped; `blocks` is how many blocks it held. */
   onReset?(slot: WorkerRank, reason: ResetReason, blocks: number): void;
-  /** A live batch was dropped unapplied. */
+  /** A batch was dropped unapplied (see DropReason). */
   onDropped?(slot: WorkerRank, reason: DropReason, seq: bigint): void;
   /** A replay request was sent (at most one per slot is in flight). */
   onReplayRequested?(slot: WorkerRank, fromSeq: bigint): void;

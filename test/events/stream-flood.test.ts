@@ -180,3 +180,45 @@ describe('batches a flood pushed out are caught up', () => {
     expect(t.depth(t.tokens)).toBe(11);
   });
 });
+
+describe('a replay answer holding seqs the publisher cannot have sent', () => {
+  it('a far-ahead batch in a gap answer is dropped as garbage: the gap is filled, and live batches still apply', async () => {
+    const t = chain();
+    for (let i = 0; i < 10; i++) t.deliver(t.next());
+    t.next(); // seq 10: lost
+    const b11 = t.next();
+    // A corrupt reply message after the genuine ones: a cleared batch numbered 2^60.
+    t.engine.buffer.push({ seq: 1n << 60n, payload: WIPE });
+    t.deliver(b11);
+    await t.stream.whenSettled();
+    expect(t.engine.requests).toEqual([10n]);
+    expect(t.stream.cursor).toBe(11n);
+    expect(t.depth(t.tokens)).toBe(12);
+    for (let i = 0; i < 5; i++) t.deliver(t.next());
+    expect(t.stream.cursor).toBe(16n);
+    expect(t.depth(t.tokens)).toBe(17);
+    const s = t.counters.snapshot();
+    expect(s.dropped.garbage).toBe(1);
+    expect(s.replays).toMatchObject({ recovered: 1, incomplete: 0, failed: 0 });
+    expect(s.slots['7:0']!.resets).toBe(0);
+  });
+
+  it('an endpoint that answers only garbage fails the replay: the slot is cleared and follows live batches again', async () => {
+    const t = chain();
+    for (let i = 0; i < 10; i++) t.deliver(t.next());
+    t.next(); // seq 10: lost
+    const b11 = t.next();
+    t.engine.buffer.length = 0;
+    t.engine.buffer.push({ seq: 1n << 60n, payload: WIPE });
+    t.deliver(b11);
+    await t.stream.whenSettled();
+    expect(t.counters.snapshot().resets.replay_failed).toBe(1);
+    expect(t.stream.cursor).toBe(11n); // the parked batch starts the slot over
+    expect(t.counters.snapshot().replays).toMatchObject({ recovered: 0, failed: 1 });
+    // Not deaf: what the engine stores from now on is indexed.
+    const fresh = [7001, 7002, 7003, 7004];
+    t.deliver(t.engine.batch([stored(70, null, fresh)]));
+    expect(t.stream.cursor).toBe(12n);
+    expect(t.depth(fresh)).toBe(1);
+  });
+});
