@@ -92,7 +92,7 @@ export class KvEventStream implements Drainable {
         parked: this.#parked,
         writer: this.#writer,
         accept: (item, origin) => this.#accept(item, origin),
-        reset: (reason) => this.#reset(reason),
+        reset: (reason) => this.#writer.reset(reason),
         garbage: (item, why) => this.#garbage(item, why),
       },
     });
@@ -172,6 +172,11 @@ export class KvEventStream implements Drainable {
       return;
     }
     this.#scheduler.wake(this);
+  }
+
+  /** Connected to its publisher again after a loss: a catch-up asks for what was published meanwhile (SlotRecovery). */
+  reconnected(): void {
+    if (!this.#closed) this.#recovery.reconnected();
   }
 
   /** Stops processing; a replay in flight is aborted and ignored. */
@@ -326,7 +331,7 @@ export class KvEventStream implements Drainable {
       { expected: String(expected), got: String(item.seq) },
       'KV event gap and no replay endpoint: clearing the slot',
     );
-    this.#reset('gap_without_replay');
+    this.#writer.reset('gap_without_replay');
     this.#liveness?.degrade(this.slot);
     this.#accept(item, 'live');
   }
@@ -371,7 +376,7 @@ export class KvEventStream implements Drainable {
         { cursor: String(this.cursor) },
         'KV event queue overflowed and no replay endpoint: clearing the slot',
       );
-      this.#reset('gap_without_replay');
+      this.#writer.reset('gap_without_replay');
       this.#liveness?.degrade(this.slot);
       this.#recovery.startFresh();
     }
@@ -406,7 +411,7 @@ export class KvEventStream implements Drainable {
    */
   #startOver(reason: ResetReason | undefined): void {
     if (reason === undefined) this.#writer.clear();
-    else this.#reset(reason);
+    else this.#writer.reset(reason);
     this.#judge.reset();
     this.#forget();
     this.#queue.forgetDropped();
@@ -434,10 +439,6 @@ export class KvEventStream implements Drainable {
     this.#hooks.onDropped?.(this.slot, 'garbage', item.seq);
     this.#log.warn('garbage', { seq: String(item.seq), cursor: String(this.cursor) }, `KV event batch dropped: ${why}`);
     this.#recovery.unplaced();
-  }
-
-  #reset(reason: ResetReason): void {
-    this.#writer.reset(reason);
   }
 
   #wakeIdle(): void {

@@ -194,6 +194,16 @@ export class SlotRecovery {
     this.#catchUp.note(this.#clock.now());
   }
 
+  /**
+   * The slot's socket connected to its publisher again after losing it: what the engine published meanwhile
+   * never arrived (a PUB drops what it has no peer for), and only a later batch would show the hole. An engine
+   * that goes idle sends none, and the slot would lack those stores and removals until it did: a catch-up
+   * replay asks for everything after the cursor once the stream is idle (`maybeCatchUp`).
+   */
+  reconnected(): void {
+    this.unplaced();
+  }
+
   /** Once a drain is over: the replay that a parked gap reordering did not fill, or a full queue's drops, need. */
   askAfterDrain(idleNow: boolean): void {
     const { writer, parked, queue } = this.#stream;

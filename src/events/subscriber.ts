@@ -90,14 +90,17 @@ export class ConnectionReporter {
   readonly #ctx: IngestContext;
   readonly #source: KvEventTarget;
   readonly #slot: WorkerRank;
+  readonly #reconnected: () => void;
   #lost = 0;
   #connected = false;
   #ended = false;
 
-  constructor(ctx: IngestContext, source: KvEventTarget) {
+  /** @param reconnected called when the socket connects again after a loss (the stream's `reconnected`). */
+  constructor(ctx: IngestContext, source: KvEventTarget, reconnected: () => void) {
     this.#ctx = ctx;
     this.#source = source;
     this.#slot = { workerId: source.workerId, dpRank: source.dpRank };
+    this.#reconnected = reconnected;
   }
 
   /** Whether the slot's socket is connected to its publisher now. */
@@ -128,6 +131,7 @@ export class ConnectionReporter {
         { ...at, lost: this.#lost },
         `worker ${workerId} rank ${dpRank}: KV event publisher connected again`,
       );
+      this.#reconnected();
     } else {
       this.#ctx.logger.debug(at, `worker ${workerId} rank ${dpRank}: KV event publisher connected`);
     }
@@ -203,7 +207,7 @@ export class KvEventSubscriber implements SlotSubscription {
     const opts = fillOptions(kDefaultSubscriberOptions, options);
     this.source = Object.freeze({ ...source });
     this.#logger = ctx.logger;
-    this.#connection = new ConnectionReporter(ctx, source);
+    this.#connection = new ConnectionReporter(ctx, source, () => this.stream.reconnected());
     try {
       this.#sub = new Subscriber({
         linger: 0,

@@ -45,7 +45,7 @@ export class ThreadedSubscriber implements SlotSubscription {
     this.#logger = ctx.logger;
     this.#receiveHighWaterMark = opts.receiveHighWaterMark;
     this.#maxMessageBytes = opts.maxMessageBytes;
-    this.#connection = new ConnectionReporter(ctx, source);
+    this.#connection = new ConnectionReporter(ctx, source, () => this.stream.reconnected());
     this.#eagle = ctx.applier.eagle;
     this.#replay = source.replayEndpoint
       ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs })
