@@ -60,6 +60,22 @@ function checkTextOnly(messages: readonly { content?: unknown }[]): void {
 }
 
 /**
+ * A chat completion's template variables as vLLM gives them to the template: the request's `chat_template_kwargs`,
+ * then its `reasoning_effort` (when set) as `reasoning_effort` and, unless the request's kwargs set it,
+ * `enable_thinking` (false for `none`: templates such as Gemma 4's think only when asked).
+ */
+function chatTemplateKwargsOf(body: Readonly<Record<string, unknown>>): Record<string, unknown> | undefined {
+  const own = (body.chat_template_kwargs ?? undefined) as Record<string, unknown> | undefined;
+  const effort = body.reasoning_effort;
+  if (effort === undefined || effort === null) return own;
+  return {
+    ...own,
+    reasoning_effort: effort,
+    ...(own !== undefined && 'enable_thinking' in own ? {} : { enable_thinking: effort !== 'none' }),
+  };
+}
+
+/**
  * The preprocessing task for a request (the body must have passed its schema).
  * @throws KvgateError KVG_ERR_UNSUPPORTED_CONTENT for batch prompts and non-text message parts.
  */
@@ -115,7 +131,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       addSpecialTokens,
       messages,
       tools: Array.isArray(body.tools) ? body.tools : undefined,
-      chatTemplateKwargs: (body.chat_template_kwargs ?? undefined) as Record<string, unknown> | undefined,
+      chatTemplateKwargs: chatTemplateKwargsOf(body),
       addGenerationPrompt: typeof body.add_generation_prompt === 'boolean' ? body.add_generation_prompt : undefined,
       continueFinalMessage: typeof body.continue_final_message === 'boolean' ? body.continue_final_message : undefined,
       tokenData: inp.tokenData,

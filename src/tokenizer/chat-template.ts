@@ -12,9 +12,9 @@
  * flattened to text (text parts joined with "\n"; any other part type is
  * rejected); an assistant's `tool_calls` with each call's JSON `arguments`
  * string parsed into its object (none or empty: `{}`), and an empty list
- * dropped; an assistant's `reasoning` under that name and `reasoning_content`;
- * a tool's `tool_call_id`, a string `name`, a developer's `tools`; no other
- * field (a client's own `reasoning_content` included). Limit: a number in
+ * dropped; an assistant's `reasoning` (else its deprecated
+ * `reasoning_content`) under both names; a tool's `tool_call_id`, a string
+ * `name`, a developer's `tools`; no other field. Limit: a number in
  * the arguments is a JavaScript number, so an integral float (`1.0`) prints
  * as `1` where Python prints `1.0`.
  */
@@ -86,9 +86,11 @@ function conversationMessage(m: Record<string, unknown>, content: string, index:
     if (Array.isArray(calls)) {
       if (calls.length > 0) out.tool_calls = calls.map((c, j) => withParsedArguments(c, index, j));
     } else if (calls !== undefined && calls !== null) out.tool_calls = calls;
-    if (m.reasoning !== undefined && m.reasoning !== null) {
-      out.reasoning = m.reasoning;
-      out.reasoning_content = m.reasoning;
+    // vLLM renames the deprecated `reasoning_content` to `reasoning` where `reasoning` is not set.
+    const reasoning = m.reasoning ?? m.reasoning_content;
+    if (reasoning !== undefined && reasoning !== null) {
+      out.reasoning = reasoning;
+      out.reasoning_content = reasoning;
     }
   } else if (m.role === 'tool' && 'tool_call_id' in m) out.tool_call_id = m.tool_call_id;
   if (typeof m.name === 'string') out.name = m.name;

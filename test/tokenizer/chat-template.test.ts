@@ -44,12 +44,23 @@ describe('the messages a chat template sees', () => {
     expect((err as Error).message).toBe('messages[1].tool_calls[0].function.arguments must be JSON text');
   });
 
-  it("passes an assistant's reasoning under both names, and drops a client's own reasoning_content", () => {
-    const withReasoning = demo.renderChat(turn({ reasoning: 'weighing it', tool_calls: [call('{}')] }));
-    expect(withReasoning).toContain('<think>\nweighing it\n</think>');
-    const withOwnField = demo.renderChat(turn({ reasoning_content: 'weighing it', tool_calls: [call('{}')] }));
-    expect(withOwnField).not.toContain('weighing it');
-    expect(withOwnField).toBe(demo.renderChat(turn({ tool_calls: [call('{}')] })));
+  it("passes an assistant's reasoning under both names, the deprecated reasoning_content where reasoning is unset", () => {
+    const template = new ChatTemplate(
+      '{% for m in messages %}[{{ m.role }}|{{ m.reasoning }}|{{ m.reasoning_content }}]{% endfor %}',
+    );
+    const render = (assistant: Record<string, unknown>): string =>
+      template.render([
+        { role: 'user', content: 'q' },
+        { role: 'assistant', content: 'a', ...assistant },
+      ] as never);
+    expect(render({ reasoning: 'weighing it' })).toBe('[user||][assistant|weighing it|weighing it]');
+    expect(render({ reasoning_content: 'weighing it' })).toBe('[user||][assistant|weighing it|weighing it]');
+    expect(render({ reasoning: 'mine', reasoning_content: 'old' })).toBe('[user||][assistant|mine|mine]');
+    expect(render({ reasoning: null })).toBe('[user||][assistant||]');
+    // Qwen3 keeps the reasoning of the turns since the last user query inside <think>.
+    expect(demo.renderChat(turn({ reasoning: 'weighing it', tool_calls: [call('{}')] }))).toContain(
+      '<think>\nweighing it\n</think>',
+    );
   });
 
   it('drops an empty tool_calls list and every field the engine does not pass on', () => {
