@@ -74,4 +74,5 @@ export {
 export type { KvSlotSnapshot } from './kv-snapshot.js';
 export { type AgentApi, agentChat } from './agent-chat.js';
 export { INLINE_SYSTEM_MODES, type InlineSystemMode } from './inline-system.js';
+export { chatTemplateKwargsOf } from './template-kwargs.js';
 export { workerEntryFile } from './worker-file.js';

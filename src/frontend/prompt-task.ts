@@ -14,7 +14,7 @@
  * and tokenized as usual and must give exactly those ids
  * (KVG_ERR_TOKEN_DATA_MISMATCH otherwise).
  */
-import type { InlineSystemMode } from '../common/index.js';
+import { chatTemplateKwargsOf, type InlineSystemMode } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { agentChatTask } from './agent-task.js';
 import { embeddingsTask } from './embeddings.js';
@@ -57,22 +57,6 @@ function checkTextOnly(messages: readonly { content?: unknown }[]): void {
       }
     }
   }
-}
-
-/**
- * A chat completion's template variables as vLLM gives them to the template: the request's `chat_template_kwargs`,
- * then its `reasoning_effort` (when set) as `reasoning_effort` and, unless the request's kwargs set it,
- * `enable_thinking` (false for `none`: templates such as Gemma 4's think only when asked).
- */
-function chatTemplateKwargsOf(body: Readonly<Record<string, unknown>>): Record<string, unknown> | undefined {
-  const own = (body.chat_template_kwargs ?? undefined) as Record<string, unknown> | undefined;
-  const effort = body.reasoning_effort;
-  if (effort === undefined || effort === null) return own;
-  return {
-    ...own,
-    reasoning_effort: effort,
-    ...(own !== undefined && 'enable_thinking' in own ? {} : { enable_thinking: effort !== 'none' }),
-  };
 }
 
 /**

@@ -9,6 +9,7 @@
  * "length" ("tool_calls" when it calls a tool, see choice-output.ts).
  * Rejected with a clear 400: n > 1, echo, batched prompts.
  */
+import { chatTemplateKwargsOf } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { ChatMessage } from '../tokenizer/index.js';
 
@@ -150,7 +151,7 @@ export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown,
       kind: 'chat',
       messages: messages as ChatMessage[],
       tools: (tools ?? undefined) as unknown[] | undefined,
-      templateKwargs: (kwargs ?? undefined) as Record<string, unknown> | undefined,
+      templateKwargs: chatTemplateKwargsOf(body),
     };
   }
 
