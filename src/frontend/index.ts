@@ -14,3 +14,7 @@ export type {
 export { createPreprocessor, preprocessModelSpecs, preprocessWorkerFile } from './preprocess/preprocessor.js';
 export type { Preprocessor } from './preprocess/preprocessor.js';
 export type { BodyOutcome } from './preprocess/protocol.js';
+// What a client may see of a failure, for the picker's answers (kvgate serve's public view).
+export { asKvgateError } from './http-io.js';
+export { PublicErrors } from './public-error.js';
+export { errorOf } from './preprocess/task-handler.js';

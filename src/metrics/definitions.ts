@@ -299,7 +299,8 @@ export const METRIC_DEFINITIONS = {
     name: 'kvgate_picker_requests_total',
     help:
       'Requests the endpoint picker (kvgate picker) saw, by outcome: picked, no_endpoint (503), shed (429), ' +
-      'bad_request, protocol_error (the stream ended with a gRPC error), reset (the stream ended before the response).',
+      'bad_request (4xx), internal_error (5xx: the picker failed; logged with its cause), protocol_error (the stream ' +
+      'ended with a gRPC error), reset (the stream ended before the response).',
     labelNames: ['model', 'outcome'],
   },
   pickerEndpoints: {

@@ -26,13 +26,22 @@
  * `ImmediateResponse` with kvgate's error body and code, never a gRPC error
  * (which Envoy answers with a bare 500, or routes past the picker when its
  * failure mode allows); the request's messages Envoy sent before reading
- * that answer (body chunks, trailers) are dropped.
+ * that answer (body chunks, trailers) are dropped. So is a request the picker
+ * fails on before its pick (an internal error, a 500): answered with kvgate
+ * serve's fixed sentence and the request id, its cause logged under that id.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { KvgateError, isKvgateError } from '../errors/index.js';
-import type { BodyOutcome, EndpointKind, Preprocessor } from '../frontend/index.js';
+import { KvgateError } from '../errors/index.js';
+import {
+  asKvgateError,
+  errorOf,
+  type BodyOutcome,
+  type EndpointKind,
+  type Preprocessor,
+  type PublicErrors,
+} from '../frontend/index.js';
 import type { EndpointPicker } from './endpoint-picker.js';
 import {
   EPP,
@@ -55,11 +64,14 @@ export interface ExchangeOptions {
   readonly maxBodyBytes: number;
   readonly maxMessages: number;
   readonly logger: Logger;
+  /** What a client may see of a failure: kvgate serve's view (its fixed sentence for an internal error). */
+  readonly publicErrors: PublicErrors;
   readonly nextRequestId: () => string;
   readonly count: (outcome: PickOutcome) => void;
 }
 
-export type PickOutcome = 'picked' | 'no_endpoint' | 'shed' | 'bad_request' | 'protocol_error' | 'reset';
+export type PickOutcome =
+  'picked' | 'no_endpoint' | 'shed' | 'bad_request' | 'internal_error' | 'protocol_error' | 'reset';
 
 type Phase = 'start' | 'request_body' | 'picking' | 'response' | 'response_body' | 'done';
 
@@ -87,7 +99,10 @@ export class Exchange {
   #subset: string[] | undefined;
   #chunks: Buffer[] = [];
   #bytes = 0;
-  #requestId: string | undefined;
+  /** Named at the request's headers: an internal error's answer gives it, the log line that explains it carries it. */
+  #requestId = '';
+  /** The request is picked and booked under `#requestId`: freed at the end of the response, or of the stream. */
+  #booked = false;
   #ended = false;
   /** The request was answered with an ImmediateResponse: its messages still in flight are dropped. */
   #refused = false;
@@ -136,6 +151,7 @@ export class Exchange {
 
   #requestHeaders(m: ProcessingRequest): void {
     this.#expect('start', 'request_headers');
+    this.#requestId = this.#env.nextRequestId();
     for (const h of m.request_headers?.headers?.headers ?? []) {
       const key = h.key.toLowerCase();
       const value = headerText(h);
@@ -204,12 +220,14 @@ export class Exchange {
         headers: this.#headers,
         models: [this.#env.modelView],
       });
-      if (outcome.result === undefined) throw new KvgateError(outcome.promptError!.code, outcome.promptError!.message);
+      // Rebuilt with its detail and, for an unexpected failure, the error as the thread threw it (the log's cause).
+      if (outcome.result === undefined)
+        throw errorOf(outcome.promptError ?? { code: 'KVG_ERR_INTERNAL', message: 'preprocessing returned no result' });
     } catch (err) {
       return this.#answer(err);
     }
     if (this.#ended) return;
-    const requestId = this.#env.nextRequestId();
+    const requestId = this.#requestId;
     let endpoints: string[];
     try {
       endpoints = this.#env.picker.pick({
@@ -222,7 +240,7 @@ export class Exchange {
     } catch (err) {
       return this.#answer(err);
     }
-    this.#requestId = requestId;
+    this.#booked = true;
     this.#phase = 'response';
     this.#env.count('picked');
     this.#env.logger.debug({ requestId, endpoints }, 'picked');
@@ -231,20 +249,37 @@ export class Exchange {
     if (trailers) this.#send(trailersAnswer('request_trailers'));
   }
 
-  /** A request the picker turns away: the data plane answers the client with the error's status and body. */
+  /**
+   * A request the picker turns away, or fails: the data plane answers the client with the error's status and body.
+   * The client sees what kvgate serve shows it (error-answer.ts): an internal error (anything not a KvgateError, and
+   * KVG_ERR_INTERNAL, whose text is for the log) as a fixed sentence with the request id, its cause logged under that
+   * id; the picker's own failures are never counted as the client's.
+   */
   #answer(err: unknown): void {
-    if (!isKvgateError(err)) throw err;
-    const status = err.code === 'KVG_ERR_TOO_MANY_REQUESTS' ? 429 : err.statusCode;
-    this.#env.count(status === 429 ? 'shed' : err.code === 'KVG_ERR_NO_WORKERS' ? 'no_endpoint' : 'bad_request');
-    const body = JSON.stringify({ error: { message: err.message, type: err.type, code: err.code } });
+    const requestId = this.#requestId;
+    const internal = asKvgateError(err, requestId);
+    const e = this.#env.publicErrors.of(internal);
+    const status = e.code === 'KVG_ERR_TOO_MANY_REQUESTS' ? 429 : e.statusCode;
+    const outcome: PickOutcome =
+      status === 429
+        ? 'shed'
+        : e.code === 'KVG_ERR_NO_WORKERS'
+          ? 'no_endpoint'
+          : status >= 500
+            ? 'internal_error'
+            : 'bad_request';
+    if (outcome === 'internal_error') this.#env.logger.error({ requestId, code: e.code, err }, 'internal error');
+    else this.#env.logger.debug({ requestId, code: e.code, status }, 'request refused');
+    this.#env.count(outcome);
+    const body = JSON.stringify({ error: { message: e.message, type: e.type, code: e.code } });
     this.#phase = 'done';
     this.#refused = true;
-    this.#send(immediate(status, body, err.code));
+    this.#send(immediate(status, body, e.code));
   }
 
   #responseHeaders(m: ProcessingRequest): void {
     this.#expect('response', 'response_headers');
-    const requestId = this.#requestId!;
+    const requestId = this.#requestId;
     const lb = m.metadata_context?.filter_metadata?.[EPP.lbNamespace]?.fields?.[EPP.servedKey];
     const served = metadataStrings(lb)?.[0];
     if (served !== undefined) this.#env.picker.served(requestId, served);
@@ -258,7 +293,7 @@ export class Exchange {
     this.#expect('response_body', 'response_body');
     const chunk = m.response_body?.body ?? Buffer.alloc(0);
     const eos = m.response_body?.end_of_stream === true;
-    if (chunk.length > 0) this.#env.picker.firstToken(this.#requestId!);
+    if (chunk.length > 0) this.#env.picker.firstToken(this.#requestId);
     for (const r of streamedBody('response_body', chunk, eos)) this.#send(r);
     if (eos) this.#endRequest();
   }
@@ -272,7 +307,7 @@ export class Exchange {
 
   #endRequest(): void {
     this.#phase = 'done';
-    if (this.#requestId !== undefined) this.#env.picker.end(this.#requestId);
+    if (this.#booked) this.#env.picker.end(this.#requestId);
   }
 
   #send(r: ProcessingResponse): void {
@@ -300,6 +335,6 @@ export class Exchange {
 
   #release(): void {
     this.#ended = true;
-    if (this.#requestId !== undefined) this.#env.picker.end(this.#requestId);
+    if (this.#booked) this.#env.picker.end(this.#requestId);
   }
 }

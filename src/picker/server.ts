@@ -18,7 +18,7 @@ import {
 import type { Logger } from 'pino';
 import type { Clock, Rng } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
-import type { Preprocessor } from '../frontend/index.js';
+import { PublicErrors, type Preprocessor } from '../frontend/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import type { PoolEndpoint } from '../fleet/index.js';
 import { EndpointPicker } from './endpoint-picker.js';
@@ -77,6 +77,7 @@ export class PickerServer {
       maxBodyBytes: opts.maxBodyBytes,
       maxMessages: opts.maxMessages,
       logger: opts.logger,
+      publicErrors: new PublicErrors([model]),
       nextRequestId: () => randomUUID(),
       count: (outcome) => requests.labels({ model: model.name, outcome }).inc(),
     };

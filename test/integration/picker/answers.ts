@@ -38,11 +38,18 @@ const STATUS_NAMES: Record<number, string> = {
   400: 'BadRequest',
   413: 'PayloadTooLarge',
   429: 'TooManyRequests',
+  500: 'InternalServerError',
   503: 'ServiceUnavailable',
 };
 
+const TYPES: Record<number, string> = {
+  429: 'rate_limit_error',
+  500: 'server_error',
+  503: 'service_unavailable',
+};
+
 export function immediate(status: number, code: string, message: string): Record<string, unknown> {
-  const type = status === 429 ? 'rate_limit_error' : status === 503 ? 'service_unavailable' : 'invalid_request_error';
+  const type = TYPES[status] ?? 'invalid_request_error';
   return {
     response: 'immediate_response',
     immediate_response: {
