@@ -116,6 +116,11 @@ export class Exchange {
     call.on('cancelled', () => this.#finish('reset'));
   }
 
+  /** Bytes of the request's body this stream holds (`kvgate picker`'s `bufferedBytes`: what open streams cost). */
+  get bufferedBytes(): number {
+    return this.#chunks.reduce((n, c) => n + c.length, 0);
+  }
+
   #onMessage(m: ProcessingRequest): void {
     try {
       this.#handle(m);
@@ -192,10 +197,16 @@ export class Exchange {
     this.#bodyDone(true);
   }
 
-  /** The whole body is here: picked on it, then answered (the trailers' answer last when they ended it). */
+  /**
+   * The whole body is here: picked on it, then answered (the trailers' answer last when they ended it). The chunks
+   * are let go at once: the stream lives on for the whole response, and only the pick needs the body (one buffer,
+   * dropped once passed on).
+   */
   #bodyDone(trailers: boolean): void {
     this.#phase = 'picking';
-    void this.#pick(Buffer.concat(this.#chunks), trailers).catch((err: unknown) => this.#fail(err));
+    const body = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#bytes);
+    this.#chunks = [];
+    void this.#pick(body, trailers).catch((err: unknown) => this.#fail(err));
   }
 
   /** The endpoint the request's path names, or the refusal of a path the picker does not route. */
@@ -215,7 +226,9 @@ export class Exchange {
       outcome = await this.#env.preprocessor.runBody({
         kind: 'body',
         endpoint: kind,
-        bytes: new Uint8Array(body),
+        // A pool thread may take (move) the bytes it is given: it gets a copy, the body stays ours to pass on. The
+        // main thread only reads them.
+        bytes: this.#env.preprocessor.mode === 'pool' ? new Uint8Array(body) : body,
         maxMessages: this.#env.maxMessages,
         headers: this.#headers,
         models: [this.#env.modelView],
@@ -335,6 +348,7 @@ export class Exchange {
 
   #release(): void {
     this.#ended = true;
+    this.#chunks = [];
     if (this.#booked) this.#env.picker.end(this.#requestId);
   }
 }

@@ -54,7 +54,8 @@ export class PickerServer {
   readonly #picker: EndpointPicker;
   readonly #env: ExchangeOptions;
   readonly #opts: PickerServerOptions;
-  readonly #streams = new Set<ServerDuplexStream<ProcessingRequest, ProcessingResponse>>();
+  /** The open streams, each with its exchange. */
+  readonly #streams = new Map<ServerDuplexStream<ProcessingRequest, ProcessingResponse>, Exchange>();
   #synced = false;
   #closing = false;
 
@@ -128,19 +129,25 @@ export class PickerServer {
   /** Not ready from now on; open streams are cancelled (their bookings freed) and the server stops. */
   async close(): Promise<void> {
     this.#closing = true;
-    for (const call of this.#streams)
+    for (const call of this.#streams.keys())
       call.emit('error', { code: GrpcStatus.UNAVAILABLE, details: 'the picker is stopping' });
     await new Promise<void>((resolve) => this.#server.tryShutdown(() => resolve()));
     await this.#picker.close();
   }
 
   #process(call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void {
-    this.#streams.add(call);
+    this.#streams.set(call, new Exchange(this.#env, call));
     const forget = (): void => void this.#streams.delete(call);
     call.on('end', forget);
     call.on('error', forget);
     call.on('cancelled', forget);
-    new Exchange(this.#env, call);
+  }
+
+  /** Bytes of request bodies the open streams hold (each stream's until its body is complete). */
+  bufferedBytes(): number {
+    let n = 0;
+    for (const exchange of this.#streams.values()) n += exchange.bufferedBytes;
+    return n;
   }
 
   #check(service: string, done: sendUnaryData<unknown>): void {

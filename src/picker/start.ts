@@ -24,6 +24,8 @@ export interface RunningPicker {
   readonly metricsUrl: string | undefined;
   /** Requests booked and not yet ended, by endpoint. */
   bookings(): Record<string, number>;
+  /** Bytes of request bodies the open streams hold (a body is held only until it is complete). */
+  bufferedBytes(): number;
   stop(): Promise<void>;
 }
 
@@ -89,6 +91,7 @@ export async function startPicker(config: GatewayConfig, logger: Logger): Promis
           ? undefined
           : `http://${m.address.includes(':') ? `[${m.address}]` : m.address}:${m.port}/metrics`,
       bookings: () => server.picker.bookings(),
+      bufferedBytes: () => server.bufferedBytes(),
       async stop() {
         await source.close();
         await server.close();

@@ -174,6 +174,8 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
     expect(pick).toEqual(picked(list.join(',')));
     expect(back).toEqual(bodyBack(body));
     expect(main.picker.bookings()).toEqual({ [list[0]!]: 1 });
+    // The body is passed on: the stream holds none of it while its response runs.
+    expect(main.picker.bufferedBytes()).toBe(0);
     const answers = await serveOn(s, list[0]!, body);
     expect(answers[0]).toEqual({
       response: 'response_headers',
@@ -300,12 +302,19 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
     expect(await s.status()).toEqual({ code: GrpcStatus.OK, details: 'OK' });
   });
 
-  it('frees the booking of a stream reset mid-request (the client went away before the response)', async () => {
+  it('frees the booking of a stream reset mid-request, and the body of one reset mid-body', async () => {
     const s = main.client.open();
     const [pick] = await sendRequest(s, chatBody('reset me'));
     expect(main.picker.bookings()).toEqual({ [listOf(pick!).split(',')[0]!]: 1 });
     s.cancel();
     await until(() => Object.keys(main.picker.bookings()).length === 0, 'the booking freed');
+    // A stream reset mid-body: what it buffered goes with it.
+    const partial = main.client.open();
+    partial.send(requestHeaders(CHAT));
+    partial.send({ request_body: { body: Buffer.from('{"model":'), end_of_stream: false } });
+    await until(() => main.picker.bufferedBytes() === 9, 'the first chunk buffered');
+    partial.cancel();
+    await until(() => main.picker.bufferedBytes() === 0, 'the reset stream forgotten');
   });
 
   it('refuses malformed and out-of-order messages with a gRPC error, leaving nothing booked', async () => {
