@@ -16,6 +16,7 @@
  * events are not live (none named, not yet connected, silent) is scored in
  * approximate mode: the router's own recorded choices, kept `router_ttl_secs`.
  */
+import { isIPv6 } from 'node:net';
 import type { Logger } from 'pino';
 import type { Clock, RoutingHints, Rng, WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
@@ -38,8 +39,37 @@ export interface PickInput {
   readonly tokenIds: Uint32Array;
   readonly hashes: PromptHashes;
   readonly hints: RoutingHints;
-  /** Endpoints (`ip:port`, or a bare IP for any port) the pick must come from; undefined = the whole pool. */
+  /**
+   * Endpoints the pick must come from (`ip:port`, `[ipv6]:port`, or a bare address, an IPv6 one unbracketed too, for
+   * any port); undefined = the whole pool.
+   */
   readonly subset?: readonly string[] | undefined;
+}
+
+/** An address as one spelling: an IPv6 one in its canonical text (RFC 5952: lowercase, zeros compressed). */
+function canonicalHost(host: string): string {
+  if (!isIPv6(host)) return host;
+  try {
+    return new URL(`http://[${host}]/`).hostname.slice(1, -1);
+  } catch {
+    // A zone (fe80::1%eth0) is no URL host: compared as written, but lowercase.
+    return host.toLowerCase();
+  }
+}
+
+/**
+ * An endpoint as the protocol writes it, `ip:port` with an IPv6 address bracketed (`[fd00::1]:8000`, as Envoy and
+ * GIE's EPP, with Go's net.JoinHostPort, write it), or a bare address for any port. An unbracketed address with
+ * several colons is an IPv6 address, never `address:port` (`fd00::1:8000` is one address): GIE's lightweight EPP
+ * reads a subset entry so (net.SplitHostPort fails on it, and the entry allows every port of that address).
+ */
+function endpointAddress(entry: string): { host: string; port: string | undefined } {
+  const bracketed = /^\[([^\]]+)\](?::(\d+))?$/.exec(entry);
+  if (bracketed !== null) return { host: canonicalHost(bracketed[1]!), port: bracketed[2] };
+  const colon = entry.indexOf(':');
+  if (colon >= 0 && colon === entry.lastIndexOf(':'))
+    return { host: entry.slice(0, colon), port: entry.slice(colon + 1) };
+  return { host: canonicalHost(entry), port: undefined };
 }
 
 interface Booking {
@@ -278,10 +308,11 @@ export class EndpointPicker {
     const own = input.hints.allowedWorkerIds;
     let ids: Set<number> | undefined = own === undefined ? undefined : new Set(own);
     if (input.subset !== undefined) {
+      const entries = input.subset.map(endpointAddress);
       const inSubset = new Set<number>();
       for (const [endpoint, id] of this.#ids) {
-        const ip = endpoint.slice(0, endpoint.lastIndexOf(':'));
-        if (input.subset.includes(endpoint) || input.subset.includes(ip)) inSubset.add(id);
+        const own = endpointAddress(endpoint);
+        if (entries.some((e) => e.host === own.host && (e.port === undefined || e.port === own.port))) inSubset.add(id);
       }
       ids = ids === undefined ? inSubset : new Set([...ids].filter((id) => inSubset.has(id)));
     }

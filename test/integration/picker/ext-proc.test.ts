@@ -15,16 +15,15 @@
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadGatewayConfig } from '../../../src/config/index.js';
 import { startPicker, type RunningPicker } from '../../../src/picker/index.js';
 import type { CliProcess, MockerLine } from '../../helpers/cli-process.js';
 import { ExtProcClient, requestHeaders, structs, type ExtProcStream } from '../../helpers/ext-proc-client.js';
 import { KubeApiDouble, type Pod } from '../../helpers/kube-api-double.js';
 import { until } from '../../helpers/until.js';
 import { bodyBack, immediate, picked } from './answers.js';
+import { MODEL, pickerConfig } from './pool-config.js';
 import { startPod } from './pod.js';
 
-const MODEL = 'mock-model';
 const IPS = ['127.0.0.11', '127.0.0.12', '127.0.0.13'];
 const CHAT = '/v1/chat/completions';
 
@@ -106,21 +105,7 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
     pool: string,
     router: Record<string, unknown> = {},
   ): Promise<{ picker: RunningPicker; client: ExtProcClient }> {
-    const config = loadGatewayConfig({
-      env: {},
-      base: {
-        listen: { host: '127.0.0.1', port: 0 },
-        preprocess: { threads: 0 },
-        models: [
-          {
-            name: MODEL,
-            tokenizer: 'demo',
-            router: { use_kv_events: false, ...router },
-            inference_pool: { api_server: kube.url, name: pool, token_file: '/nonexistent', ca_file: '/nonexistent' },
-          },
-        ],
-      },
-    });
+    const config = pickerConfig(kube.url, pool, router);
     const p = await startPicker(config, logger);
     pickers.push(p);
     return { picker: p, client: new ExtProcClient(p.address) };
