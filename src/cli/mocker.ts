@@ -35,8 +35,9 @@ line per engine, then runs until interrupted.
   --scheduling-policy fcfs|priority   as vLLM's: priority admits by request priority, lowest first (${MOCKER_DEFAULTS.schedulingPolicy})
   --eviction-policy lru|priority   which cached block a full cache evicts: lru (vLLM's), or priority (SGLang's radix
                                priority eviction: the blocks of the lowest-priority requests first) (${MOCKER_DEFAULTS.evictionPolicy})
-  --anthropic-inline-system preserve|fold  as vLLM's: a Messages request's system messages inside messages stay
-                               system turns or fold into user messages (${MOCKER_DEFAULTS.anthropicInlineSystem})
+  --anthropic-inline-system auto|preserve|fold  as vLLM's: a Messages request's system messages inside messages
+                               stay system turns or fold into user messages; auto probes the chat template
+                               (${MOCKER_DEFAULTS.anthropicInlineSystem})
   --max-model-len N            context length (${MOCKER_DEFAULTS.maxModelLen})
   --speedup X                  divide step times by X (${MOCKER_DEFAULTS.speedup})
   --perf-profile FILE|NAME     time steps from a measured GPU profile (h100, h200, or a JSON path)

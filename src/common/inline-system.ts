@@ -22,6 +22,9 @@ import { type Json, invalidField, isObject } from './agent-convert.js';
 /** How inline system messages are placed: kept as system turns, or folded into user messages (vLLM's names). */
 export const INLINE_SYSTEM_MODES = ['preserve', 'fold'] as const;
 export type InlineSystemMode = (typeof INLINE_SYSTEM_MODES)[number];
+/** What a model's `anthropic_inline_system` may say: a mode, or `auto` (settled by inline-system-probe.ts). */
+export const INLINE_SYSTEM_OPTIONS = ['auto', ...INLINE_SYSTEM_MODES] as const;
+export type InlineSystemOption = (typeof INLINE_SYSTEM_OPTIONS)[number];
 
 /** A message of the request, normalized, with the index it had in `messages` (for error params). */
 export interface PlacedMessage {

@@ -7,7 +7,7 @@ import { existsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import {
   ENGINE_DIALECTS,
-  INLINE_SYSTEM_MODES,
+  INLINE_SYSTEM_OPTIONS,
   ROUTER_MODES,
   WORKER_ROLES,
   type EngineDialect,
@@ -293,7 +293,7 @@ export function readModel(
   const enforceDisagg = m.bool('enforce_disagg', false);
   const disaggPolicy = readDisaggPolicy(m.child('disagg_policy'), routerMode);
   const eagle = m.bool('eagle', false);
-  const anthropicInlineSystem = m.oneOf('anthropic_inline_system', INLINE_SYSTEM_MODES, 'preserve');
+  const anthropicInlineSystem = m.oneOf('anthropic_inline_system', INLINE_SYSTEM_OPTIONS, 'auto');
   const sessions = readSessionKeys(m, routerMode);
   const modelMax = m.int('max_prompt_tokens', maxPromptTokens, { min: 1 });
   const localRouter = readRouterKnobs(m.child('router'));

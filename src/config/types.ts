@@ -6,7 +6,7 @@
  */
 import type {
   EngineDialect,
-  InlineSystemMode,
+  InlineSystemOption,
   RouterMode,
   SessionAffinity,
   SessionPriorityOrder,
@@ -64,10 +64,11 @@ export interface ModelConfig {
   readonly eagle: boolean;
   /**
    * `anthropic_inline_system`: how a Messages request's system messages inside `messages` are placed (kept as
-   * system turns, or folded into user messages), as the model's engines place them: vLLM picks one per model
-   * (its own `anthropic_inline_system`, `auto` by default, logged at its first Messages request).
+   * system turns, or folded into user messages), as the model's engines place them. `auto` (the default, as
+   * vLLM's own `anthropic_inline_system`) settles it at start by probing the model's chat template as vLLM does
+   * (common's inline-system-probe.ts).
    */
-  readonly anthropicInlineSystem: InlineSystemMode;
+  readonly anthropicInlineSystem: InlineSystemOption;
   /**
    * `session_priority`: chat, completion and Responses requests carry their root session's start as the engine
    * `priority`, for engines in priority scheduling that serve this end first (vLLM `lower_first`, SGLang

@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { GatewayConfig } from '../config/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
+import { settleInlineSystem } from './inline-system-modes.js';
 import { createPreprocessor, preprocessModelSpecs, type Preprocessor } from './preprocess/preprocessor.js';
 import type { ModelServices } from '../fleet/index.js';
 import type { ModelRouterPort, RouterPortFactory } from './router-port.js';
@@ -146,6 +147,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       reload: opts.reload,
       fleet: opts.fleet,
       process: opts.process,
+      inlineSystem: await settleInlineSystem(config.models, preprocessor, logger),
     });
     const addresses = await server.listen();
     logger.info(startupSummary(config, addresses, preprocessor), 'kvgate gateway started');

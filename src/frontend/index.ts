@@ -12,6 +12,7 @@ export type {
   EndpointKind,
 } from './router-port.js';
 export { createPreprocessor, preprocessModelSpecs, preprocessWorkerFile } from './preprocess/preprocessor.js';
+export { settleInlineSystem, servedModelConfig, type ServedModelConfig } from './inline-system-modes.js';
 export type { Preprocessor } from './preprocess/preprocessor.js';
 export type { BodyOutcome } from './preprocess/protocol.js';
 // What a client may see of a failure, for the picker's answers (kvgate serve's public view).

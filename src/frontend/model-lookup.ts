@@ -9,11 +9,12 @@
  */
 import type { ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
+import type { ServedModelConfig } from './inline-system-modes.js';
 import type { ModelRouterPort } from './router-port.js';
 
 export interface ModelTarget {
   readonly port: ModelRouterPort;
-  readonly model: ModelConfig;
+  readonly model: ServedModelConfig;
   /** The adapter the prompt is hashed under and the engine is asked for; undefined for the base model. */
   readonly loraName: string | undefined;
 }

@@ -13,7 +13,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { RoutingHints } from '../common/index.js';
-import type { ModelConfig } from '../config/index.js';
+import type { ServedModelConfig } from './inline-system-modes.js';
 import { parseBodyObject } from './body.js';
 import { parseRoutingHints } from './hints.js';
 import { resolveModel, type Served } from './model-lookup.js';
@@ -27,7 +27,7 @@ import { validateBody } from './schemas.js';
 /** What parsing a request reads of a served model: the lookup's fields, the prompt limit and the worker ids (for pins). */
 export interface ServedModel extends Served {
   readonly model: Served['model'] &
-    Pick<ModelConfig, 'maxPromptTokens' | 'anthropicInlineSystem'> & {
+    Pick<ServedModelConfig, 'maxPromptTokens' | 'anthropicInlineSystem'> & {
       readonly workers: readonly { readonly id: number }[];
     };
 }

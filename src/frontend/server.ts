@@ -32,7 +32,7 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { Cancellation, inRequestSpan, traceLogFields } from '../common/index.js';
+import { Cancellation, inRequestSpan, traceLogFields, type InlineSystemMode } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
@@ -46,6 +46,7 @@ import { checkEdgeHeaders, clientErrorResponse } from './edge.js';
 import { answerError } from './error-answer.js';
 import type { ModelTarget } from './model-lookup.js';
 import { ApiKeys, asKvgateError, pickRequestId, sendError } from './http-io.js';
+import { servedModelConfig } from './inline-system-modes.js';
 import { PublicErrors } from './public-error.js';
 import { ConcurrencySlots } from './concurrency.js';
 import { RequestMetrics } from './request-metrics.js';
@@ -66,15 +67,14 @@ export interface GatewayServerOptions {
   logger: Logger;
   /** Serves /metrics from its registry and counts HTTP outcomes. Default: a fresh KvgateMetrics. */
   metrics?: KvgateMetrics;
-  /**
-   * `POST /admin/reload` (admin enabled): re-reads the config; resolves to what changed and the workers that could
-   * not join, rejects with a KvgateError.
-   */
+  /** `POST /admin/reload` (admin enabled): re-reads the config; what changed and the workers that could not join. */
   reload?: (() => Promise<ReloadOutcomeView>) | undefined;
   /** Each worker's live status for `GET /admin/models` (source, state, capacity, last KV event). */
   fleet?: FleetStatus | undefined;
   /** This process's index in a `--processes N` cluster: every response carries it as `x-kvgate-process`. */
   process?: number | undefined;
+  /** Each model's settled `anthropic_inline_system` (inline-system-modes.ts); a model missing here keeps `preserve`. */
+  inlineSystem?: ReadonlyMap<string, InlineSystemMode> | undefined;
 }
 
 /** The body of a route that reads none. */
@@ -117,7 +117,7 @@ export class GatewayServer {
   readonly #slots: ConcurrencySlots;
   readonly #requestMetrics: RequestMetrics;
   /** The optional hooks: reload, the fleet's status, the process index. */
-  readonly #opts: Pick<GatewayServerOptions, 'reload' | 'fleet' | 'process'>;
+  readonly #opts: Pick<GatewayServerOptions, 'reload' | 'fleet' | 'process' | 'inlineSystem'>;
   #draining = false;
   #closing: Promise<void> | undefined;
 
@@ -255,7 +255,7 @@ export class GatewayServer {
       if (port === undefined)
         throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${m.name}`);
       this.#models.set(m.name, m);
-      this.#served.set(m.name, { port, model: m });
+      this.#served.set(m.name, { port, model: servedModelConfig(m, this.#opts.inlineSystem) });
     }
   }
 

@@ -9,7 +9,7 @@
  * (KVG_ERR_TOKENIZER_UNAVAILABLE: the fallback's ids are not the model's). No prompt limit applies (vLLM's
  * `/tokenize` has none: a client measures a prompt before sending it); the body's size limit does.
  */
-import type { ModelConfig } from '../config/index.js';
+import type { ServedModelConfig } from './inline-system-modes.js';
 import { KvgateError } from '../errors/index.js';
 import { agentChatTask, checkAgentBody } from './agent-task.js';
 import { resolveModel, type Served } from './model-lookup.js';
@@ -121,7 +121,7 @@ function tokenizeTask(
 export function tokenizerJob(
   endpoint: TokenizerEndpoint,
   body: Record<string, unknown>,
-  served: ReadonlyMap<string, Served & { readonly model: Pick<ModelConfig, 'anthropicInlineSystem'> }>,
+  served: ReadonlyMap<string, Served & { readonly model: Pick<ServedModelConfig, 'anthropicInlineSystem'> }>,
   o: TokenizerJobOptions,
 ): TokenizerJob {
   if (endpoint === 'tokenize') {

@@ -9,11 +9,18 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { parseJson, readBody, sendJson, type AgentApi } from '../common/index.js';
+import {
+  parseJson,
+  probeInlineSystem,
+  readBody,
+  sendJson,
+  type AgentApi,
+  type InlineSystemMode,
+} from '../common/index.js';
 import { agentAnswerWriter, agentChatBody, isAgentKind } from './agent-endpoints.js';
 import type { AnswerWriter } from './agent-writer.js';
 import { KvgateError } from '../errors/index.js';
-import type { TextTokenizer } from '../tokenizer/index.js';
+import { inlineSystemRendererOf, type TextTokenizer } from '../tokenizer/index.js';
 import type { CoreRequest, FinishedRequest } from './engine-types.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { FaultController } from './faults.js';
@@ -68,10 +75,20 @@ export class Generation {
   readonly #deps: GenerationOptions;
   /** The sampled vocabulary in a fixed order (logprob alternatives are drawn from it). */
   readonly #vocab: readonly number[];
+  /** `anthropic_inline_system: auto` as the chat template settles it, probed at the first Messages request. */
+  #inlineSystem: Promise<InlineSystemMode> | undefined;
 
   constructor(deps: GenerationOptions) {
     this.#deps = deps;
     this.#vocab = [...deps.tokenText.keys()];
+  }
+
+  /** Where a Messages body's inline system messages go: the option, `auto` settled as vLLM settles it (once). */
+  #inlineSystemMode(agent: AgentApi): InlineSystemMode | Promise<InlineSystemMode> {
+    const option = this.#deps.options.anthropicInlineSystem;
+    if (option !== 'auto' || agent !== 'messages') return option === 'auto' ? 'preserve' : option;
+    this.#inlineSystem ??= probeInlineSystem(inlineSystemRendererOf(this.#deps.tokenizer)).then((v) => v.mode);
+    return this.#inlineSystem;
   }
 
   /** POST /v1/completions and /v1/chat/completions. @throws KvgateError (answered by the caller as an OpenAI error) */
@@ -88,7 +105,7 @@ export class Generation {
     }
     const agent = isAgentKind(kind) ? kind : undefined;
     // An agent API's body runs as the chat request vLLM's front end converts it to.
-    const chat = agent === undefined ? undefined : agentChatBody(agent, body, d.options.anthropicInlineSystem);
+    const chat = agent === undefined ? undefined : agentChatBody(agent, body, await this.#inlineSystemMode(agent));
     const p =
       chat === undefined
         ? parseGenerateRequest(kind as 'completion' | 'chat', body, raw)

@@ -7,10 +7,10 @@
 import { randomBytes } from 'node:crypto';
 import {
   ENGINE_DIALECTS,
-  INLINE_SYSTEM_MODES,
+  INLINE_SYSTEM_OPTIONS,
   WORKER_ROLES,
   type EngineDialect,
-  type InlineSystemMode,
+  type InlineSystemOption,
   type WorkerRole,
 } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
@@ -92,10 +92,11 @@ export interface MockerOptions {
    */
   evictionPolicy: EvictionPolicy;
   /**
-   * vLLM's `anthropic_inline_system` (a mode it settles, `auto` by default): whether a Messages request's system
-   * messages inside `messages` stay system turns or fold into user messages (common's inline-system.ts).
+   * vLLM's `anthropic_inline_system` (`auto` by default, settled by probing the chat template as vLLM does:
+   * common's inline-system-probe.ts): whether a Messages request's system messages inside `messages` stay system
+   * turns or fold into user messages (common's inline-system.ts).
    */
-  anthropicInlineSystem: InlineSystemMode;
+  anthropicInlineSystem: InlineSystemOption;
   /** Prompt + max_tokens above this is a 400, as in vLLM. */
   maxModelLen: number;
   /** Step times are divided by this. */
@@ -167,7 +168,7 @@ export const MOCKER_DEFAULTS: Readonly<MockerOptions> = Object.freeze({
   maxNumSeqs: 256,
   schedulingPolicy: 'fcfs',
   evictionPolicy: 'lru',
-  anthropicInlineSystem: 'preserve',
+  anthropicInlineSystem: 'auto',
   maxModelLen: 32768,
   speedup: 1,
   perfProfile: undefined,
@@ -294,8 +295,8 @@ export function resolveMockerOptions(input: MockerInput = {}): FilledMockerOptio
   if (!SCHEDULING_POLICIES.includes(o.schedulingPolicy))
     bad('schedulingPolicy', o.schedulingPolicy, 'must be fcfs or priority');
   if (!EVICTION_POLICIES.includes(o.evictionPolicy)) bad('evictionPolicy', o.evictionPolicy, 'must be lru or priority');
-  if (!INLINE_SYSTEM_MODES.includes(o.anthropicInlineSystem))
-    bad('anthropicInlineSystem', o.anthropicInlineSystem, 'must be preserve or fold');
+  if (!INLINE_SYSTEM_OPTIONS.includes(o.anthropicInlineSystem))
+    bad('anthropicInlineSystem', o.anthropicInlineSystem, 'must be auto, preserve or fold');
   if (!['array', 'map'].includes(o.kvEventsEncoding))
     bad('kvEventsEncoding', o.kvEventsEncoding, 'must be array or map');
   if (typeof o.model !== 'string' || o.model === '') bad('model', o.model, 'must be a non-empty string');

@@ -17,8 +17,8 @@ import {
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Clock, Rng } from '../common/index.js';
-import type { GatewayConfig, ModelConfig } from '../config/index.js';
-import { PublicErrors, type Preprocessor } from '../frontend/index.js';
+import type { GatewayConfig } from '../config/index.js';
+import { PublicErrors, type Preprocessor, type ServedModelConfig } from '../frontend/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import type { PoolEndpoint } from '../fleet/index.js';
 import { EndpointPicker } from './endpoint-picker.js';
@@ -32,7 +32,7 @@ import {
 } from './protocol.js';
 
 export interface PickerServerOptions {
-  readonly model: ModelConfig;
+  readonly model: ServedModelConfig;
   readonly preprocessor: Preprocessor;
   readonly metrics: KvgateMetrics;
   readonly logger: Logger;

@@ -13,7 +13,7 @@ import { seededRng, systemClock } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { InferencePoolSource } from '../fleet/index.js';
-import { createPreprocessor, preprocessModelSpecs } from '../frontend/index.js';
+import { createPreprocessor, preprocessModelSpecs, servedModelConfig, settleInlineSystem } from '../frontend/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import { PickerServer } from './server.js';
 
@@ -63,7 +63,7 @@ export async function startPicker(config: GatewayConfig, logger: Logger): Promis
   const metrics = new KvgateMetrics();
   const preprocessor = await createPreprocessor(preprocessModelSpecs(config), { threads: config.preprocess.threads });
   const server = new PickerServer({
-    model,
+    model: servedModelConfig(model, await settleInlineSystem([model], preprocessor, logger)),
     preprocessor,
     metrics,
     logger,

@@ -96,7 +96,13 @@ class FallbackTokenizer implements TextTokenizer {
   sampleVocabulary(): SampleVocabulary {
     return fallbackSampleVocabulary();
   }
+  specialIds(): ReadonlySet<number> {
+    return NO_SPECIAL_IDS;
+  }
 }
+
+/** The fallback has no special tokens: its ChatML markers are plain text. */
+const NO_SPECIAL_IDS: ReadonlySet<number> = new Set();
 
 let shared: FallbackTokenizer | undefined;
 

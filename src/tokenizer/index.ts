@@ -18,6 +18,7 @@ export type { ChatMessage, TextTokenizer, TokenizerFiles } from './types.js';
 export { ChatTemplate, CHATML_TEMPLATE } from './chat-template.js';
 export { fallbackTokenizer, fallbackEncode, fallbackDecode, FALLBACK_VOCAB_SIZE } from './fallback-tokenizer.js';
 export { tokenizerJsonOf } from './tokenizer-json.js';
+export { inlineSystemRendererOf } from './probe-renderer.js';
 
 /**
  * What to tokenize with: `undefined` or `'fallback'` for the fallback tokenizer,

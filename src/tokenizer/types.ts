@@ -56,6 +56,8 @@ export interface TextTokenizer {
   renderChatParts(messages: readonly ChatMessage[], opts?: RenderChatOptions): readonly string[];
   /** Word tokens for simulated generation (see SampleVocabulary). */
   sampleVocabulary(): SampleVocabulary;
+  /** The ids of the special and added tokens (a chat template's role markers among them); none for the fallback. */
+  specialIds(): ReadonlySet<number>;
 }
 
 /** Paths of a Hugging Face tokenizer: `tokenizer.json` and (optional) `tokenizer_config.json` with the chat template. */

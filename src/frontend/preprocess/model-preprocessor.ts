@@ -9,10 +9,12 @@
  * `reject` refuses text prompts; token-id prompts are hashed either way.
  */
 import { threadId } from 'node:worker_threads';
+import { probeInlineSystem, type InlineSystemVerdict } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
 import {
   demoTokenizerFiles,
   fallbackTokenizer,
+  inlineSystemRendererOf,
   loadTokenizer,
   type ChatMessage,
   type TextTokenizer,
@@ -94,6 +96,17 @@ export class ModelPreprocessor {
       bytes: spec.segmentCacheBytes,
     });
     return new ModelPreprocessor(spec, tok, segments, floor);
+  }
+
+  #inlineSystem: Promise<InlineSystemVerdict> | undefined;
+
+  /**
+   * How the model's engine places a Messages request's inline system messages, settled once by probing its chat
+   * template (common's inline-system-probe.ts); undefined for a model without a tokenizer of its own.
+   */
+  inlineSystem(): Promise<InlineSystemVerdict> | undefined {
+    if (this.#tok === undefined || this.spec.tokenizer.kind === 'none') return undefined;
+    return (this.#inlineSystem ??= probeInlineSystem(inlineSystemRendererOf(this.#tok)));
   }
 
   /** Whether the segment cache is in use (exactness probe passed and the cache is on). */

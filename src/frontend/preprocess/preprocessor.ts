@@ -22,7 +22,7 @@ import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Piscina } from 'piscina';
-import type { CancelSignal } from '../../common/index.js';
+import type { CancelSignal, InlineSystemVerdict } from '../../common/index.js';
 import { GATEWAY_DEFAULTS, type GatewayConfig } from '../../config/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
 import {
@@ -86,6 +86,8 @@ export interface Preprocessor {
   runTokenizerBody(task: TokenizerBodyTask, signal?: CancelSignal): Promise<TokenizerOutcome>;
   /** Token ids back to text with the model's tokenizer (`POST /detokenize`), where prompts are tokenized. */
   decode(task: DecodeTask, signal?: CancelSignal): Promise<string>;
+  /** `model`'s inline-system placement as its chat template settles it (ModelPreprocessor.inlineSystem). */
+  inlineSystem(model: string): Promise<InlineSystemVerdict> | undefined;
   /** What the threads' conversation caches hold and reused, from the results seen. */
   readonly conversations: ConversationTally;
   close(): Promise<void>;
@@ -278,6 +280,10 @@ class PoolPreprocessor implements Preprocessor {
     return unwrapTokenizerReply(await run);
   }
 
+  inlineSystem(model: string): Promise<InlineSystemVerdict> | undefined {
+    return this.#inline.models.get(model)?.inlineSystem();
+  }
+
   async decode(task: DecodeTask, signal?: CancelSignal): Promise<string> {
     // Decoding keeps no per-conversation state: any thread serves it; spread by the ids' length.
     return unwrapDecodeReply(await this.#queue(task.tokenIds.length).submit(task, undefined, signal));
@@ -325,6 +331,10 @@ class MainThreadPreprocessor implements Preprocessor {
 
   async decode(task: DecodeTask): Promise<string> {
     return unwrapDecodeReply(await this.#handle(task));
+  }
+
+  inlineSystem(model: string): Promise<InlineSystemVerdict> | undefined {
+    return this.#handle.models.get(model)?.inlineSystem();
   }
 
   async close(): Promise<void> {

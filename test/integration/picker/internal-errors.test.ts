@@ -12,7 +12,12 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadGatewayConfig } from '../../../src/config/index.js';
-import { createPreprocessor, preprocessModelSpecs, type Preprocessor } from '../../../src/frontend/index.js';
+import {
+  createPreprocessor,
+  preprocessModelSpecs,
+  servedModelConfig,
+  type Preprocessor,
+} from '../../../src/frontend/index.js';
 import { KvgateMetrics } from '../../../src/metrics/index.js';
 import { systemClock, seededRng } from '../../../src/common/index.js';
 import { PickerServer } from '../../../src/picker/server.js';
@@ -55,7 +60,7 @@ describe('kvgate picker: an internal error is answered as kvgate serve answers i
     const specs = preprocessModelSpecs(config).map((s) => ({ ...s, name: 'another-model' }));
     preprocessor = await createPreprocessor(specs, { threads: 1 });
     server = new PickerServer({
-      model,
+      model: servedModelConfig(model),
       preprocessor,
       metrics,
       logger: pino({ level: 'debug' }, sink),
