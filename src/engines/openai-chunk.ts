@@ -10,8 +10,10 @@
  * The same facts of the agent APIs' events and answers (Anthropic Messages,
  * OpenAI Responses: any object naming its `type`, or `object: "response"`):
  * a text or tool-argument delta is output, the finish is Anthropic's
- * `stop_reason` or a finished response's `status`, and the usage carries the
- * prompt tokens the cache served.
+ * `stop_reason` or a finished response's `status`, the usage carries the
+ * prompt tokens the cache served, and the error of an error event is
+ * Anthropic's `error` member, a Responses `error` event itself (its code and
+ * message are top-level) or a `response.failed` event's `response.error`.
  */
 
 export interface ChunkUsage {
@@ -148,6 +150,14 @@ function readAgentEvent(type: string, root: Record<string, unknown>, info: Chunk
     const reason = obj(root['delta'])?.['stop_reason'];
     if (typeof reason === 'string') info.finishReason = reason;
     info.usage = anthropicUsage(obj(root['usage']));
+  } else if (type === 'error') {
+    // The Responses API's error event carries its code and message at the top level (Anthropic's nests them in
+    // `error`, read already): the event itself is the error, so the guard fails the leg instead of passing it on.
+    info.error ??= root;
+  } else if (type === 'response.failed') {
+    // A failed response ends the stream as an error event does; its error object, or the event when it has none.
+    const r = obj(root['response']);
+    info.error ??= obj(r?.['error']) ?? root;
   } else if (type === 'response' || type === 'response.completed' || type === 'response.incomplete') {
     const r = type === 'response' ? root : obj(root['response']);
     const status = r?.['status'];

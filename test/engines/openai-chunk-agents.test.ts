@@ -44,4 +44,16 @@ describe('readChunkInfo on Anthropic Messages and OpenAI Responses events', () =
     const whole = readChunkInfo({ object: 'response', status: 'incomplete', output: [{}], usage });
     expect(whole).toMatchObject({ outputChoices: 1, finishReason: 'incomplete', usage: { cachedTokens: 32 } });
   });
+
+  it("reads a Responses stream's error event (code and message at the top level) and a response.failed's error", () => {
+    const error = { type: 'error', code: 'server_error', message: 'x', param: null, sequence_number: 7 };
+    expect(readChunkInfo(error).error).toBe(error);
+    const failure = { code: 'server_error', message: 'y' };
+    const failed = { type: 'response.failed', sequence_number: 8, response: { status: 'failed', error: failure } };
+    expect(readChunkInfo(failed).error).toEqual(failure);
+    const bare = { type: 'response.failed', sequence_number: 8, response: { status: 'failed' } };
+    expect(readChunkInfo(bare).error).toBe(bare);
+    // A finished or cut-short response is no error.
+    expect(readChunkInfo({ type: 'response.incomplete', response: { status: 'incomplete' } }).error).toBeUndefined();
+  });
 });

@@ -21,8 +21,10 @@ export interface Pace {
 export interface SseRead {
   readonly status: number;
   readonly headers: Record<string, string | string[] | undefined>;
-  /** Each event's data, in order (`[DONE]` included). */
+  /** Each event's data, in order (`[DONE]` included); an event named by an `event:` line is left out (see `text`). */
   readonly events: string[];
+  /** The body as read, every event included (the agent APIs name theirs: `event: message_stop`, ...). */
+  readonly text: string;
   /** 'end': the body ended cleanly; 'cut': the connection closed before the body's end. */
   readonly ending: 'end' | 'cut';
   /** Milliseconds from the request to its ending. */
@@ -58,6 +60,7 @@ export function readSse(
             status: res.statusCode ?? 0,
             headers: res.headers,
             events,
+            text,
             ending,
             ms: performance.now() - started,
           });
@@ -115,4 +118,26 @@ export function streamUsage(events: readonly string[]): { completion_tokens: num
     if (u != null && (JSON.parse(e) as { choices: unknown[] }).choices.length === 0) return u;
   }
   return undefined;
+}
+
+/** One event of a stream as the agent APIs write them: its `event:` name (undefined without one) and its data. */
+export interface NamedEvent {
+  readonly event: string | undefined;
+  readonly data: string;
+}
+
+/** Every event of `r`'s body, named or not, in order (LF or CRLF line ends). */
+export function namedEvents(r: SseRead): NamedEvent[] {
+  return r.text
+    .split(/\r?\n\r?\n/)
+    .filter((block) => block.length > 0)
+    .map((block) => {
+      let event: string | undefined;
+      const data: string[] = [];
+      for (const line of block.split(/\r?\n/)) {
+        if (line.startsWith('event: ')) event = line.slice('event: '.length);
+        else if (line.startsWith('data: ')) data.push(line.slice('data: '.length));
+      }
+      return { event, data: data.join('\n') };
+    });
 }
