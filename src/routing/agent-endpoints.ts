@@ -7,7 +7,8 @@
  *   (kvgate assembles only OpenAI chat and completion streams).
  * - A stream is never migrated after its first event: a continuation is a token-id completion whose chunks are
  *   rewritten into the original OpenAI stream's shape, which these event sequences are not. Before the first
- *   event a failed attempt is retried on another worker as any request is.
+ *   event a failed attempt is retried on another worker as any request is (a leg that failed after its headers
+ *   is sent again as it is: push/migration.ts).
  * - Disaggregated serving is refused: the prefill leg's one-token request and the decode leg's handoff fields
  *   are written for the OpenAI endpoints.
  */

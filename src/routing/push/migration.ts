@@ -18,12 +18,17 @@
  * token ids, a context past `maxSeqLen`, and any request once `limit`
  * migrations were made. Those end as before: the events received, then the
  * error.
+ *
+ * An agent API's stream (Anthropic Messages, OpenAI Responses) is migrated only before its first event: a leg
+ * that fails before any event (the engine died or produced nothing in time after its headers) goes to another
+ * worker as it is, since the client has seen none of it; from its first event on, the leg's failure is the
+ * client's (a continuation's chunks are an OpenAI stream's, not these APIs' event sequences).
  */
 import { BatchedFlow, batchesOf, type Batched, type WorkerRole } from '../../common/index.js';
 import { isMigratable, isPlainChunk, leanChunk, type EngineEvent } from '../../engines/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { RouterContext } from '../context.js';
-import { continuationRequest, midStreamBlocker, StreamProgress } from './continuation.js';
+import { continuationRequest, isAgentPath, midStreamBlocker, StreamProgress } from './continuation.js';
 import type { LegRequest } from './types.js';
 
 /** A model's migration knobs. */
@@ -138,7 +143,44 @@ export function migratingEvents(
   // Hooks given as a function are made only when a leg fails (most streams never need them).
   let made: MigrationHooks | undefined;
   const lazy = typeof hooks === 'function' ? (): MigrationHooks => (made ??= hooks()) : (): MigrationHooks => hooks;
+  if (isAgentPath(req.path)) return new BatchedFlow(() => agentBatches(req, first, workerId, lazy));
   return new BatchedFlow(() => migratingBatches(req, first, workerId, lazy));
+}
+
+/** An agent API's stream: its legs until one yields an event, then that leg's events as they are (module comment). */
+async function* agentBatches(
+  req: LegRequest,
+  first: AsyncIterable<EngineEvent>,
+  workerId: number,
+  hooks: () => MigrationHooks,
+): AsyncGenerator<EngineEvent[]> {
+  // Nothing is ever forwarded when a leg fails here: `nextLeg` sends the request itself again, no continuation.
+  const progress = new StreamProgress(req.path, req.body);
+  let events = first;
+  let worker = workerId;
+  let migrations = 0;
+  for (;;) {
+    const it = batchesOf(events)[Symbol.asyncIterator]();
+    let next: IteratorResult<EngineEvent[]>;
+    try {
+      next = await it.next();
+    } catch (failure) {
+      ({ events, workerId: worker } = await nextLeg(req, progress, failure, worker, migrations, hooks()));
+      migrations++;
+      continue;
+    }
+    try {
+      for (; next.done !== true; next = await it.next()) yield next.value;
+    } catch (err) {
+      if (migrations > 0) hooks().outcome('failed', migrations);
+      throw err;
+    } finally {
+      // Left early (the client went): the leg's own cleanup runs, which stops its engine and frees its booking.
+      if (next.done !== true) await it.return?.();
+    }
+    if (migrations > 0) hooks().outcome('succeeded', migrations);
+    return;
+  }
 }
 
 async function* migratingBatches(

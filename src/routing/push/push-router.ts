@@ -250,15 +250,12 @@ export class PushRouter implements PoolMembers {
   async dispatch(req: LegRequest, preselected?: Selection, excluded?: ReadonlySet<number>): Promise<LegResponse> {
     const policy = this.#opts.migration ?? NO_MIGRATION;
     // Decode legs of a disaggregated request carry a handoff a continuation could not reuse: the PrefillRouter
-    // migrates them through a new prefill and decode (prefill-router.ts).
-    const migrates = policy.limit > 0 && req.phase === 'aggregated' && !isAgentPath(req.path);
+    // migrates them through a new prefill and decode (prefill-router.ts). An agent API's stream migrates only
+    // before its first event, as it is (migration.ts): it asks no token ids.
+    const migrates = policy.limit > 0 && req.phase === 'aggregated';
+    const resumable = migrates && !isAgentPath(req.path) && midStreamBlocker(req.body) === undefined;
     const exclude = new Set<number>(excluded);
-    const first = await this.#attempts(
-      req,
-      preselected,
-      exclude,
-      req.returnTokenIds === true || (migrates && midStreamBlocker(req.body) === undefined),
-    );
+    const first = await this.#attempts(req, preselected, exclude, req.returnTokenIds === true || resumable);
     if (first.body.kind !== 'sse') return first;
     const sel = first.selection;
     const events = migrates
@@ -322,7 +319,7 @@ export class PushRouter implements PoolMembers {
       pinned: sel.pinned,
       exclude,
       redispatch: async (leg) => {
-        const res = await this.#attempts(leg, undefined, exclude, true);
+        const res = await this.#attempts(leg, undefined, exclude, !isAgentPath(leg.path));
         if (res.body.kind === 'sse') return { events: res.body.events, workerId: res.selection.worker.id };
         throw new KvgateError('KVG_ERR_ENGINE_FAILED', `the engine refused the continuation (${res.status})`, {
           upstreamStatus: res.status,

@@ -9,6 +9,11 @@
  * Before the fix, a Responses engine's own `error` event (the API's form: code and message at the top level) and
  * a `response.failed` event went to the client verbatim, the engine's address and text included, and the request
  * was counted as a success.
+ *
+ * And a leg that fails before its first event (the engine sent its headers, then died, or sent nothing within
+ * `engine_timeouts.first_byte_timeout_ms`) is sent again to another worker (a `kvgate mocker`), as a chat's is:
+ * the client, which has seen no event, gets the whole answer of thousands of events to its last one. Before the
+ * fix an agent API's stream was never migrated, and such a client got only an error event.
  */
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,7 +25,14 @@ import {
   type RecordedRequest,
 } from '../../helpers/http-engine.js';
 import { metric } from '../../helpers/metric-sum.js';
-import { jsonLines, serveConfigObject, type ServedGateway } from '../../helpers/serve-process.js';
+import {
+  jsonLines,
+  serveConfigObject,
+  startMockerEngine,
+  stopServed,
+  type ServedGateway,
+  type ServedProc,
+} from '../../helpers/serve-process.js';
 import { namedEvents, readSse, type NamedEvent } from '../../helpers/sse-reader.js';
 import { until } from '../../helpers/until.js';
 
@@ -77,6 +89,13 @@ function engineRoute(req: RecordedRequest, res: ServerResponse): void {
       // Anthropic's error event: its error nested in `error`.
       res.write(messagesStart());
       res.end(frame('error', { error: { type: 'api_error', message: ENGINE_FAILURE } }));
+      return;
+    case 'die':
+      // The headers, then the connection closed before any event.
+      setImmediate(() => res.socket?.destroy());
+      return;
+    case 'hang':
+      // The headers, then nothing: the first-byte deadline ends the leg.
       return;
     default:
       res.writeHead(404).end();
@@ -165,5 +184,80 @@ describe('agent API streams whose engine fails mid-stream', () => {
     });
     expect(r.text).not.toContain(ENGINE_ADDRESS);
     expect(await metric(gw.url, 'kvgate_worker_active_requests')).toBe(0);
+  });
+});
+
+describe('agent API streams whose engine fails before its first event', () => {
+  let engine: HttpEngine;
+  let mocker: ServedProc;
+  let gw: ServedGateway;
+  /** Tokens of each answer: thousands of events. */
+  const TOKENS = 3000;
+
+  beforeAll(async () => {
+    engine = await startHttpEngine(engineRoute);
+    const m = await startMockerEngine([
+      '--no-kv-events',
+      '--model',
+      MODEL,
+      '--speedup',
+      '1000',
+      '--max-model-len',
+      '65536',
+    ]);
+    mocker = m.proc;
+    gw = await serveConfigObject({
+      listen: { host: '127.0.0.1', port: 0 },
+      preprocess: { threads: 0 },
+      admin: { enabled: true },
+      models: [
+        {
+          name: MODEL,
+          tokenizer: 'demo',
+          // Round robin from worker 1: each request's first leg goes to the failing engine, its second to the mocker.
+          router_mode: 'round-robin',
+          engine_timeouts: { first_byte_timeout_ms: 500 },
+          workers: [
+            { id: 1, url: engine.url },
+            { id: 2, url: String(m.engine.url) },
+          ],
+        },
+      ],
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await gw?.stop();
+    if (mocker !== undefined) await stopServed(mocker);
+    await engine?.close();
+  });
+
+  it('Messages and Responses: sent again to the other worker; the client gets every event to the last', async () => {
+    const bodies = {
+      '/v1/messages': { ...messagesBody, max_tokens: TOKENS, ignore_eos: true },
+      '/v1/responses': { ...responsesBody, max_output_tokens: TOKENS, ignore_eos: true },
+    };
+    for (const [path, body] of Object.entries(bodies))
+      for (const fault of ['die', 'hang']) {
+        const id = `${fault}-${path.slice(4)}`;
+        const r = await readSse(`${gw.url}${path}`, body, {}, { 'x-request-id': id });
+        // The failing engine had the first leg.
+        expect(engine.requests.filter((q) => q.headers['x-request-id'] === id)).toHaveLength(1);
+        expect(r.status).toBe(200);
+        expect(r.ending).toBe('end');
+        const events = namedEvents(r);
+        expect(events.filter((e) => e.event === 'error')).toEqual([]);
+        if (path === '/v1/messages') {
+          expect(events.filter((e) => e.event === 'content_block_delta')).toHaveLength(TOKENS);
+          expect(events.at(-1)!.event).toBe('message_stop');
+        } else {
+          expect(events.filter((e) => e.event === 'response.output_text.delta')).toHaveLength(TOKENS);
+          expect(events.at(-1)!.event).toBe('response.completed');
+        }
+      }
+    expect(await metric(gw.url, 'kvgate_router_migrations_total', { outcome: 'started' })).toBe(4);
+    expect(await metric(gw.url, 'kvgate_router_migrations_total', { outcome: 'succeeded' })).toBe(4);
+    await until(async () => (await metric(gw.url, 'kvgate_worker_active_requests')) === 0, 'every booking freed');
+    expect(await metric(gw.url, 'kvgate_http_inflight_requests')).toBe(0);
   });
 });
