@@ -123,10 +123,18 @@ export function clientAbortedError(ctx: ErrorContext, reason: unknown): KvgateEr
 
 /**
  * How an engine broke the protocol (`detail.violation` of KVG_ERR_ENGINE_BAD_RESPONSE, and of the
- * KVG_ERR_ENGINE_STREAM_BROKEN of a stream cut inside an event); routing counts them by this name.
+ * KVG_ERR_ENGINE_STREAM_BROKEN of a stream cut inside an event or, for the agent APIs, before its final event);
+ * routing counts them by this name.
  */
 export type ProtocolViolation =
-  'content_type' | 'redirect' | 'not_json' | 'too_large' | 'event_too_large' | 'no_final_status' | 'truncated_event';
+  | 'content_type'
+  | 'redirect'
+  | 'not_json'
+  | 'too_large'
+  | 'event_too_large'
+  | 'no_final_status'
+  | 'truncated_event'
+  | 'unfinished';
 
 export function badResponseError(
   ctx: ErrorContext,
@@ -180,6 +188,7 @@ const VIOLATIONS: ReadonlySet<string> = new Set<ProtocolViolation>([
   'event_too_large',
   'no_final_status',
   'truncated_event',
+  'unfinished',
 ]);
 
 /** How the engine broke the protocol, when `err` says it did (its `detail.violation`); undefined for any other failure. */
@@ -196,6 +205,19 @@ export function cutEventError(ctx: ErrorContext, discardedBytes: number): Kvgate
     'KVG_ERR_ENGINE_STREAM_BROKEN',
     `the engine's stream ended inside an event, before [DONE] (${discardedBytes} bytes of it dropped)`,
     { worker: ctx.worker, path: ctx.path, phase: 'body', violation: 'truncated_event', discardedBytes },
+  );
+}
+
+/**
+ * An agent API's stream (Anthropic Messages, OpenAI Responses) whose body ended cleanly before the event that ends
+ * its answer (`message_stop`, `response.completed`): the end of the answer was lost, as a chat stream's without
+ * `[DONE]` is, so the client must be told rather than see a complete-looking answer. `last` is the last event's type.
+ */
+export function unfinishedStreamError(worker: string, path: string, last: string | undefined): KvgateError {
+  return new KvgateError(
+    'KVG_ERR_ENGINE_STREAM_BROKEN',
+    `the engine's stream ended before its final event (the last was ${last ?? 'none'})`,
+    { worker, path, phase: 'body', violation: 'unfinished', lastEvent: last ?? null },
   );
 }
 

@@ -181,7 +181,7 @@ export const METRIC_DEFINITIONS = {
     name: 'kvgate_router_engine_protocol_errors_total',
     help:
       'Engine answers that broke the protocol, by violation (content_type, truncated_event, redirect, not_json, ' +
-      'too_large, event_too_large, no_final_status).',
+      'too_large, event_too_large, no_final_status, unfinished).',
     labelNames: ['model', 'worker_type', 'violation'],
   },
   engineErrorEvents: {

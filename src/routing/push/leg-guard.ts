@@ -13,8 +13,10 @@ import {
   type EngineEvent,
   EngineStreamError,
   type EngineEventStream,
+  unfinishedStreamError,
 } from '../../engines/index.js';
 import type { KvRouter } from '../kv-router.js';
+import { isAgentPath } from './continuation.js';
 import type { PoolMetrics } from './pool-metrics.js';
 import type { LegRequest, Selection } from './types.js';
 
@@ -185,10 +187,13 @@ export class LegGuard {
   #failed = false;
   /** The worker the leg went to. */
   readonly worker: { readonly id: number; readonly url: string };
+  /** An agent API's leg (Messages, Responses): its stream must end with its answer's final event. */
+  readonly agentPath: string | undefined;
 
   constructor(deps: LegGuardOptions, req: LegRequest, sel: Selection) {
     this.#onError = deps.onError;
     this.worker = sel.worker;
+    this.agentPath = isAgentPath(req.path) ? req.path : undefined;
     this.#cleanup = new RequestCleanup(deps.release);
     this.#blocks = deps.kvRouter === undefined ? undefined : new OutputBlockTracker(deps.kvRouter, req, deps.blockSize);
     this.#observe = new RequestObservability(
@@ -246,16 +251,22 @@ async function* guardedBatches(
     const it = stream.batches();
     // One record for the stream's life, refilled per read (no allocation per read).
     const seen: Watched = { batch: [], error: undefined };
+    const agent = guard.agentPath !== undefined;
+    let last: string | undefined;
     try {
       for (;;) {
         const next = await it.next();
         if (next.done === true) break;
         seen.batch = next.value;
         watched(seen, guard, dropUsageChunk);
+        // Read before the batch is handed on (its reader owns it): one look per upstream read.
+        if (agent) last = lastAgentEvent(seen.batch) ?? last;
         if (seen.batch.length > 0) yield seen.batch;
         // The events before an engine's error event go out first; the leg fails there.
         if (seen.error !== undefined) throw seen.error;
       }
+      if (agent && (last === undefined || !AGENT_FINAL_EVENTS.has(last)))
+        throw unfinishedStreamError(guard.worker.url, guard.agentPath!, last);
     } catch (err) {
       guard.failed(err);
       throw err;
@@ -265,6 +276,23 @@ async function* guardedBatches(
     guard.finish(true);
     if (!completed) stream.cancel();
   }
+}
+
+/**
+ * The events that end an agent API's answer: Anthropic's `message_stop`, a Responses answer's `response.completed`
+ * or `response.incomplete` (cut by its token limit, which is an answer). An error event fails the leg before.
+ */
+const AGENT_FINAL_EVENTS: ReadonlySet<string> = new Set(['message_stop', 'response.completed', 'response.incomplete']);
+
+/** The type of a batch's last event other than `[DONE]` (vLLM ends some agent streams with one): its SSE name, or its JSON's `type`. */
+function lastAgentEvent(batch: readonly EngineEvent[]): string | undefined {
+  for (let i = batch.length - 1; i >= 0; i--) {
+    const ev = batch[i]!;
+    if (ev.done) continue;
+    const type = (ev.json as { type?: unknown } | undefined)?.type;
+    return ev.event ?? (typeof type === 'string' ? type : '');
+  }
+  return undefined;
 }
 
 /** One upstream read as the guard passes it on, and the engine's error event that ended it, if one did. */

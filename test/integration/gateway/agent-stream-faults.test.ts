@@ -10,6 +10,10 @@
  * a `response.failed` event went to the client verbatim, the engine's address and text included, and the request
  * was counted as a success.
  *
+ * A stream whose body ended cleanly before its answer's final event (`message_stop`, `response.completed`) lost its
+ * end: the client gets the API's error event with KVG_ERR_ENGINE_STREAM_BROKEN after every event received, as a
+ * chat stream ended without `[DONE]` does; before the fix it looked complete.
+ *
  * And a leg that fails before its first event (the engine sent its headers, then died, or sent nothing within
  * `engine_timeouts.first_byte_timeout_ms`) is sent again to another worker (a `kvgate mocker`), as a chat's is:
  * the client, which has seen no event, gets the whole answer of thousands of events to its last one. Before the
@@ -89,6 +93,14 @@ function engineRoute(req: RecordedRequest, res: ServerResponse): void {
       // Anthropic's error event: its error nested in `error`.
       res.write(messagesStart());
       res.end(frame('error', { error: { type: 'api_error', message: ENGINE_FAILURE } }));
+      return;
+    case 'unfinished':
+      // Every delta, then a clean end of the body without the answer's final event.
+      res.end(req.url === '/v1/messages' ? messagesStart() : responsesStart());
+      return;
+    case 'donelast':
+      // A whole Messages answer, then `data: [DONE]` after its message_stop (as vLLM ends some streams).
+      res.end(`${messagesStart()}${frame('message_stop', {})}data: [DONE]\n\n`);
       return;
     case 'die':
       // The headers, then the connection closed before any event.
@@ -183,6 +195,28 @@ describe('agent API streams whose engine fails mid-stream', () => {
       request_id: 'messageserror-1',
     });
     expect(r.text).not.toContain(ENGINE_ADDRESS);
+    expect(await metric(gw.url, 'kvgate_worker_active_requests')).toBe(0);
+  });
+
+  it("a stream ended before its answer's final event: every delta, then the API's error event with KVG_ERR_ENGINE_STREAM_BROKEN; counted", async () => {
+    const messages = await readSse(`${gw.url}/v1/messages`, messagesBody, {}, { 'x-request-id': 'unfinished-m' });
+    const m = namedEvents(messages);
+    expect(m.filter((e) => e.event === 'content_block_delta')).toHaveLength(DELTAS);
+    expect(m.at(-1)!.event).toBe('error');
+    expect(parsed(m).at(-1)).toMatchObject({ type: 'error', error: { code: 'KVG_ERR_ENGINE_STREAM_BROKEN' } });
+    const responses = await readSse(`${gw.url}/v1/responses`, responsesBody, {}, { 'x-request-id': 'unfinished-r' });
+    const r = namedEvents(responses);
+    expect(r.filter((e) => e.event === 'response.output_text.delta')).toHaveLength(DELTAS);
+    expect(parsed(r).at(-1)).toMatchObject({
+      type: 'error',
+      code: 'KVG_ERR_ENGINE_STREAM_BROKEN',
+      sequence_number: DELTAS + 1,
+    });
+    expect(await metric(gw.url, 'kvgate_router_engine_protocol_errors_total', { violation: 'unfinished' })).toBe(2);
+    // A whole answer followed by `[DONE]` is whole.
+    const whole = await readSse(`${gw.url}/v1/messages`, messagesBody, {}, { 'x-request-id': 'donelast-m' });
+    expect(namedEvents(whole).filter((e) => e.event === 'error')).toEqual([]);
+    expect(namedEvents(whole).at(-2)!.event).toBe('message_stop');
     expect(await metric(gw.url, 'kvgate_worker_active_requests')).toBe(0);
   });
 });
