@@ -74,7 +74,6 @@ export {
 export type { KvSlotSnapshot } from './kv-snapshot.js';
 export { type AgentApi, agentChat } from './agent-chat.js';
 export {
-  INLINE_SYSTEM_MODES,
   INLINE_SYSTEM_OPTIONS,
   type InlineSystemMode,
   type InlineSystemOption,
