@@ -50,6 +50,8 @@ interface Case {
   readonly messages: readonly Record<string, unknown>[];
   /** Where the system message goes. */
   readonly at: number;
+  /** Whether the same text sent as a user message must render differently (between turns, where both can go). */
+  readonly againstUser?: true;
 }
 
 const HEAD = [
@@ -61,6 +63,7 @@ const CASES: readonly Case[] = [
     name: 'between turns',
     messages: [...HEAD, { role: 'assistant', content: ANSWER }, { role: 'user', content: SECOND }],
     at: 3,
+    againstUser: true,
   },
   {
     name: 'after a tool result',
@@ -161,7 +164,7 @@ async function unsafe(
   if (c.at === c.messages.length && at >= base.length) return 'it lands after the generation prompt';
   if ((await r.decode(run)).split(INLINE).length !== 2) return 'it is not rendered as a run of its own';
   if (!run.some((id) => r.specialIds.has(id))) return 'it has no role marker';
-  if (c.at === 3) {
+  if (c.againstUser === true) {
     const asUser = await ids(inserted({ role: 'user', content: INLINE }));
     const userRun = asUser === undefined ? undefined : insertion(base, asUser)?.[1];
     if (userRun !== undefined && userRun.length === run.length && userRun.every((id, i) => id === run[i]))
