@@ -10,6 +10,13 @@
  * mistaken for the next one, so a request that times out or is aborted (a
  * newer one superseded it) also closes the socket, and the next request
  * opens a fresh one.
+ *
+ * An answer is held whole before the stream applies it, and the endpoint is
+ * the engine's (or whatever answers there): each message is bounded as the
+ * live SUB's are (`maxMessageBytes`: ZMQ drops a larger one with the
+ * connection, so the request times out), and the answer's total by
+ * `maxReplyBytes` and `maxBatches`. Past either the request fails and the
+ * socket is closed (which frees what ZMQ had queued behind it).
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Dealer } from 'zeromq';
@@ -24,6 +31,10 @@ export interface ZmqGapReplayClientOptions {
   timeoutMs?: number;
   /** Replies beyond this many batches fail the request (a publisher that never ends). Default 1,000,000. */
   maxBatches?: number;
+  /** The largest reply message taken, bytes (the SUB's `maxMessageBytes`); ZMQ drops a larger one unread. Default 64 MiB. */
+  maxMessageBytes?: number;
+  /** Payload bytes of one answer at most; past them the request fails. Default 512 MiB (see `kDefaultSubscriberOptions`). */
+  maxReplyBytes?: number;
 }
 
 const EMPTY = Buffer.alloc(0);
@@ -37,6 +48,8 @@ export class ZmqGapReplayClient implements GapReplaySource {
   readonly endpoint: string;
   readonly #timeoutMs: number;
   readonly #maxBatches: number;
+  readonly #maxMessageBytes: number;
+  readonly #maxReplyBytes: number;
   #dealer: Dealer | undefined;
   #queue: Promise<unknown> = Promise.resolve();
   #closed = false;
@@ -45,6 +58,8 @@ export class ZmqGapReplayClient implements GapReplaySource {
     this.endpoint = endpoint;
     this.#timeoutMs = opts.timeoutMs ?? 2000;
     this.#maxBatches = opts.maxBatches ?? 1_000_000;
+    this.#maxMessageBytes = opts.maxMessageBytes ?? 64 * 2 ** 20;
+    this.#maxReplyBytes = opts.maxReplyBytes ?? 512 * 2 ** 20;
   }
 
   /**
@@ -67,6 +82,7 @@ export class ZmqGapReplayClient implements GapReplaySource {
     signal?.addEventListener('abort', onAbort, { once: true });
     const batches: SequencedPayload[] = [];
     const errors: KvEventDecodeError[] = [];
+    let bytes = 0;
     try {
       await dealer.send([EMPTY, encodeSeq(fromSeq)]);
       for (;;) {
@@ -77,6 +93,9 @@ export class ZmqGapReplayClient implements GapReplaySource {
           continue;
         }
         if (r.value.seq === REPLAY_END_SEQ) return { batches, errors };
+        bytes += r.value.payload.byteLength;
+        // Checked before the batch is kept: what was held is dropped with the failed request.
+        if (bytes > this.#maxReplyBytes) throw new Error(`answer over ${this.#maxReplyBytes} bytes`);
         batches.push(r.value);
         // A long reply must not hold the event loop (zeromq resolves at once while messages are buffered).
         if (batches.length % YIELD_EVERY === 0) await nextTurn();
@@ -90,7 +109,12 @@ export class ZmqGapReplayClient implements GapReplaySource {
       const code = (err as { code?: unknown }).code;
       throw this.#error(
         fromSeq,
-        code === 'EAGAIN' ? `no reply within ${this.#timeoutMs} ms` : err instanceof Error ? err.message : String(err),
+        code === 'EAGAIN'
+          ? // ZMQ drops a message over the limit with the connection: to the client it is a reply that never came.
+            `no reply within ${this.#timeoutMs} ms (or a reply message over ${this.#maxMessageBytes} bytes)`
+          : err instanceof Error
+            ? err.message
+            : String(err),
         err,
       );
     } finally {
@@ -98,10 +122,14 @@ export class ZmqGapReplayClient implements GapReplaySource {
     }
   }
 
-  /** No receive limit: a reply is bounded by `maxBatches`, and a full pipe would make the engine's ROUTER drop replies. */
+  /**
+   * No receive high-water mark: a full pipe would make the engine's ROUTER drop replies. The answer is bounded
+   * instead by `maxBatches` and `maxReplyBytes` as it is read, and each message by `maxMessageSize`.
+   */
   #open(): Dealer {
     const d = new Dealer({
       linger: 0,
+      maxMessageSize: this.#maxMessageBytes,
       receiveTimeout: this.#timeoutMs,
       sendTimeout: this.#timeoutMs,
       receiveHighWaterMark: 0,

@@ -87,6 +87,12 @@ export interface KvEventSubscriberOptions extends KvEventStreamOptions {
    * prefill's stored blocks is well under 2 MiB.
    */
   maxMessageBytes?: number | undefined;
+  /**
+   * Payload bytes of one replay answer at most (it is held whole before it is applied): past them the replay
+   * fails, counted and logged as any failed replay. A full vLLM buffer (10,000 batches) at 50 KiB a batch.
+   * Each reply message is bounded by `maxMessageBytes` too.
+   */
+  maxReplyBytes?: number | undefined;
 }
 export type FilledKvEventSubscriberOptions = Required<{
   [K in keyof KvEventSubscriberOptions]: NonNullable<KvEventSubscriberOptions[K]>;
@@ -96,6 +102,7 @@ export const kDefaultSubscriberOptions: FilledKvEventSubscriberOptions = Object.
   replayTimeoutMs: 2000,
   receiveHighWaterMark: 100_000,
   maxMessageBytes: 64 * 2 ** 20,
+  maxReplyBytes: 512 * 2 ** 20,
 });
 
 /**

@@ -219,7 +219,11 @@ export class KvEventSubscriber implements SlotSubscription {
       throw refusedEndpoint(source, err);
     }
     this.#replay = source.replayEndpoint
-      ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs })
+      ? new ZmqGapReplayClient(source.replayEndpoint, {
+          timeoutMs: opts.replayTimeoutMs,
+          maxMessageBytes: opts.maxMessageBytes,
+          maxReplyBytes: opts.maxReplyBytes,
+        })
       : undefined;
     this.stream = new KvEventStream({ workerId, dpRank }, ctx, this.#replay, opts);
   }

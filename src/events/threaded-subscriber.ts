@@ -48,7 +48,11 @@ export class ThreadedSubscriber implements SlotSubscription {
     this.#connection = new ConnectionReporter(ctx, source, () => this.stream.reconnected());
     this.#eagle = ctx.applier.eagle;
     this.#replay = source.replayEndpoint
-      ? new ZmqGapReplayClient(source.replayEndpoint, { timeoutMs: opts.replayTimeoutMs })
+      ? new ZmqGapReplayClient(source.replayEndpoint, {
+          timeoutMs: opts.replayTimeoutMs,
+          maxMessageBytes: opts.maxMessageBytes,
+          maxReplyBytes: opts.maxReplyBytes,
+        })
       : undefined;
     this.stream = new KvEventStream({ workerId: source.workerId, dpRank: source.dpRank }, ctx, this.#replay, opts);
   }

@@ -79,4 +79,37 @@ describe('ZmqGapReplayClient', () => {
     await expect(pending).rejects.toMatchObject({ code: 'KVG_ERR_KV_EVENT_REPLAY' });
     await expect(client.replay(0n)).rejects.toMatchObject({ code: 'KVG_ERR_KV_EVENT_REPLAY' });
   });
+
+  it('refuses a reply message over maxMessageBytes (the request fails, the next one works)', async () => {
+    let big = true;
+    const { endpoint } = await scriptedRouter((from) => [
+      [EMPTY, encodeSeq(from), Buffer.alloc(big ? 128 * 1024 : 1, 0x90)],
+      [EMPTY, encodeSeq(REPLAY_END_SEQ), EMPTY],
+    ]);
+    const client = new ZmqGapReplayClient(endpoint, { timeoutMs: 300, maxMessageBytes: 64 * 1024 });
+    cleanups.push(() => client.close());
+    await expect(client.replay(7n)).rejects.toMatchObject({
+      code: 'KVG_ERR_KV_EVENT_REPLAY',
+      message: expect.stringMatching(/reply message over 65536 bytes/),
+    });
+    big = false;
+    expect((await client.replay(8n)).batches.map((x) => x.seq)).toEqual([8n]);
+  });
+
+  it('fails an answer whose payloads pass maxReplyBytes in all, before holding the rest', async () => {
+    const { endpoint } = await scriptedRouter((from) => [
+      ...Array.from({ length: 50 }, (_, i) => [EMPTY, encodeSeq(from + BigInt(i)), Buffer.alloc(1024, 0x90)]),
+      [EMPTY, encodeSeq(REPLAY_END_SEQ), EMPTY],
+    ]);
+    const client = new ZmqGapReplayClient(endpoint, { timeoutMs: 2000, maxReplyBytes: 10 * 1024 });
+    cleanups.push(() => client.close());
+    await expect(client.replay(0n)).rejects.toMatchObject({
+      code: 'KVG_ERR_KV_EVENT_REPLAY',
+      message: expect.stringMatching(/answer over 10240 bytes/),
+    });
+    // Exactly at the bound is taken.
+    const exact = new ZmqGapReplayClient(endpoint, { timeoutMs: 2000, maxReplyBytes: 50 * 1024 });
+    cleanups.push(() => exact.close());
+    expect((await exact.replay(0n)).batches).toHaveLength(50);
+  });
 });

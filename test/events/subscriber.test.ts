@@ -45,6 +45,8 @@ async function fixture(
     replay?: boolean;
     replayTimeoutMs?: number;
     logger?: Logger;
+    maxMessageBytes?: number;
+    maxReplyBytes?: number;
   } = {},
 ) {
   const pub = await TestKvPublisher.start({
@@ -60,6 +62,8 @@ async function fixture(
     staleAfterMs: 1000,
     replayTimeoutMs: opts.replayTimeoutMs ?? 2000,
     logger: opts.logger,
+    maxMessageBytes: opts.maxMessageBytes,
+    maxReplyBytes: opts.maxReplyBytes,
   });
   cleanups.push(async () => {
     await manager.close();
@@ -343,5 +347,42 @@ describe('KvEventManager', () => {
       code: 'KVG_ERR_INVALID_ARGUMENT',
     });
     expect(manager.sources()).toEqual([]);
+  });
+
+  describe('a replay answer is bounded as live messages are', () => {
+    /** A gap whose replay answer holds `payloads` (raw bytes: the bounds apply before anything is decoded). */
+    async function gapAnswered(opts: Parameters<typeof fixture>[0], payloads: Uint8Array[]) {
+      const lines: Record<string, unknown>[] = [];
+      const { pub, manager } = await fixture({ ...opts, logger: captureWarnings(lines) });
+      await manager.add({ ...W1, endpoint: pub.endpoint, replayEndpoint: pub.replayEndpoint, topic: 'kv-events' });
+      await pub.waitForSubscribers();
+      await pub.publish([stored(1, null, A)]);
+      for (const p of payloads) await pub.publishPayload(p, { drop: true });
+      await pub.publish([stored(3, null, C)]);
+      await until(
+        () => manager.counters.snapshot().replays.failed === 1 && !manager.subscriber(W1)!.stream.recovering,
+        'replay failure',
+      );
+      expect(pub.replayRequests).toEqual([1n]);
+      // Failed as any replay: the slot is cleared and follows live batches.
+      expect(manager.counters.snapshot().resets.replay_failed).toBe(1);
+      expect(depth(manager, A, 1)).toBe(0);
+      return lines.filter((l) => l.workerId === 1 && typeof l.from === 'string');
+    }
+
+    it('a reply message over maxMessageBytes is never taken: the replay fails, counted and logged', async () => {
+      const lines = await gapAnswered({ maxMessageBytes: 64 * 1024, replayTimeoutMs: 300 }, [
+        new Uint8Array(256 * 1024),
+      ]);
+      expect(lines).toHaveLength(1);
+      expect(String(lines[0]!.err)).toMatch(/reply message over 65536 bytes/);
+    });
+
+    it('an answer over maxReplyBytes in all fails the replay, counted and logged', async () => {
+      const chunk = () => new Uint8Array(40 * 1024);
+      const lines = await gapAnswered({ maxReplyBytes: 100 * 1024 }, [chunk(), chunk(), chunk()]);
+      expect(lines).toHaveLength(1);
+      expect(String(lines[0]!.err)).toMatch(/answer over 102400 bytes/);
+    });
   });
 });
