@@ -269,13 +269,14 @@ export class KvEventStream implements Drainable {
   }
 
   /**
-   * A batch whose verdict could start the slot or be restart evidence is decoded first: one that
-   * cannot be read is reported, dropped and moves nothing. Others are decoded when applied (an
-   * unreadable batch in sequence still uses up its seq, as a genuine one in a newer format would).
+   * A batch whose verdict could start the slot or be restart evidence is read first: one that cannot be read, or
+   * that names another dp rank (a mis-wired endpoint: not this slot's publisher), is reported, dropped and moves
+   * nothing. Others are decoded when applied (an unreadable batch in sequence still uses up its seq, as a genuine
+   * one in a newer format would; one for another rank too, and is dropped then).
    */
   #readIfDecisive(item: LiveItem): LiveItem | undefined {
-    if (item.batch !== undefined || !this.#judge.decisive(item.seq)) return item;
-    const batch = this.#writer.read(item.seq, item.payload);
+    if (!this.#judge.decisive(item.seq)) return item;
+    const batch = this.#writer.readOwn(item.seq, item.payload, item.batch);
     if (batch === undefined) this.#recovery.unplaced();
     return batch === undefined ? undefined : { ...item, batch };
   }

@@ -109,19 +109,29 @@ export class SlotWriter {
     const batch = decoded ?? this.read(seq, payload);
     if (batch === undefined) return;
     for (const e of batch.errors) this.decodeError(e, seq);
-    if (batch.dpRank !== null && batch.dpRank !== this.#slot.dpRank) {
-      this.decodeError(
-        {
-          kind: 'dp_rank_mismatch',
-          message: `batch is for dp rank ${batch.dpRank}, subscription is for rank ${this.#slot.dpRank}`,
-        },
-        seq,
-      );
-      return;
-    }
+    if (!this.ownRank(batch, seq)) return;
     const packed = batch instanceof PackedBatch;
     const count = packed ? batch.count : batch.events.length;
     this.#current = { batch, origin, count, next: 0, word: packed ? batch.firstWord : 0, applied: 0 };
+  }
+
+  /** Whether a batch is for this slot's dp rank (or names none); one for another rank is reported (a decode error of `seq`). */
+  ownRank(batch: KvEventBatch, seq: bigint): boolean {
+    if (batch.dpRank === null || batch.dpRank === this.#slot.dpRank) return true;
+    this.decodeError(
+      {
+        kind: 'dp_rank_mismatch',
+        message: `batch is for dp rank ${batch.dpRank}, subscription is for rank ${this.#slot.dpRank}`,
+      },
+      seq,
+    );
+    return false;
+  }
+
+  /** A batch (`decoded`, or its payload read) if it can be read and is for this slot's dp rank; else reported, undefined. */
+  readOwn(seq: bigint, payload: Uint8Array, decoded: KvEventBatch | undefined): KvEventBatch | undefined {
+    const batch = decoded ?? this.read(seq, payload);
+    return batch !== undefined && this.ownRank(batch, seq) ? batch : undefined;
   }
 
   /** Decodes a batch's payload; one that cannot be read is reported (a decode error of `seq`) and undefined. */

@@ -2,6 +2,7 @@
 // garbage sequence numbers are dropped without moving the cursor, and a stream inconsistent for too long is reset.
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/index.js';
+import { decodeKvEventBatch, type KvEventStream } from '../../src/events/index.js';
 import { TurnScheduler } from '../../src/events/turn-scheduler.js';
 import { mulberry32 } from '../helpers/rng.js';
 import { encodeBatch } from '../helpers/zmq-publisher.js';
@@ -211,4 +212,50 @@ describe('garbage sequence numbers (issue 13 item 7)', () => {
     t.deliver({ seq: 4n, payload: encodeBatch([stored(51, null, [5001, 5002, 5003, 5004])]) });
     expect(t.depth([5001, 5002, 5003, 5004])).toBe(1);
   });
+});
+
+describe('a batch for another dp rank (a mis-wired endpoint)', () => {
+  const otherRank = (id: number): Uint8Array =>
+    encodeBatch([{ type: 'cleared' }, stored(id, null, [id, id, id, id])], { dpRank: 1 });
+  /** Delivered raw (main-thread ingestion) or already decoded (an ingestion thread's). */
+  const paths: [string, (stream: KvEventStream, seq: bigint, payload: Uint8Array) => void][] = [
+    ['raw', (stream, seq, payload) => stream.onMessage(seq, payload)],
+    [
+      'decoded',
+      (stream, seq, payload) => {
+        const r = decodeKvEventBatch(payload);
+        if (!r.ok) throw new Error(r.error.message);
+        stream.onDecoded(seq, r.batch);
+      },
+    ],
+  ];
+
+  for (const [path, offer] of paths) {
+    it(`${path}: its seq 0 does not restart the slot; the slot keeps its blocks and its cursor`, () => {
+      const t = chain();
+      for (let i = 0; i < 5; i++) t.deliver(t.next());
+      offer(t.stream, 0n, otherRank(900));
+      const s = t.counters.snapshot();
+      expect(s.resets.restart).toBe(0);
+      expect(s.decodeErrors.dp_rank_mismatch).toBe(1);
+      expect(t.stream.cursor).toBe(4n);
+      expect(t.depth(t.tokens)).toBe(5);
+      t.deliver(t.next());
+      expect(t.depth(t.tokens)).toBe(6);
+      expect(t.counters.snapshot().gaps).toBe(0);
+    });
+
+    it(`${path}: it does not start a slot that has no cursor yet`, () => {
+      const t = chain({ replay: false });
+      offer(t.stream, 7n, otherRank(900));
+      expect(t.stream.cursor).toBeNull();
+      expect(t.counters.snapshot().decodeErrors.dp_rank_mismatch).toBe(1);
+      // The engine's own first batch starts it, with no restart to clear.
+      t.deliver(t.next());
+      t.deliver(t.next());
+      expect(t.stream.cursor).toBe(1n);
+      expect(t.depth(t.tokens)).toBe(2);
+      expect(t.counters.snapshot().resets.restart).toBe(0);
+    });
+  }
 });
