@@ -22,6 +22,7 @@ import {
   arrayEventFields,
   decodeMsgpack,
   isWireMapEvent,
+  TooManyElements,
 } from './wire.js';
 import type {
   DecodeResult,
@@ -362,18 +363,37 @@ function decodeEvent(ev: unknown, opts: DecodeOptions): KvCacheEvent {
   throw new EventError('bad_event', 'event is neither a tagged array nor a tagged map');
 }
 
-/** Decodes one msgpack `KVEventBatch` payload. Never throws. */
+/**
+ * Msgpack elements (array items, map keys and values: a batch's hashes and tokens, nearly all) a batch may hold
+ * by default. A payload is decoded whole, on the thread that reads it (the main thread without ingestion threads),
+ * and its events then hold every hash, so its cost cannot be spread over event-loop turns as applying its events
+ * is: about 100 ns a block hash and 35 ns a token, so one valid 64 MiB batch (a removal of 30M one-byte hashes)
+ * held the event loop for 1.3 s. This bound holds a batch to about 100 ms at worst, and is far above what an
+ * engine sends: one batch per scheduler step, whose stored tokens are at most the step's
+ * (`max_num_batched_tokens`) and whose removals are one event per evicted block. A batch past it is refused
+ * before it is decoded (`too_large`: counted and logged as any decode error).
+ */
+export const MAX_BATCH_ELEMENTS = 2 ** 20;
+
 /** How a model's events are read. */
 export interface DecodeOptions {
   /** The model hashes Eagle windows (its `eagle`): bigram `token_ids` are accepted, else they are a `bad_event`. */
   readonly eagle?: boolean | undefined;
+  /** Msgpack elements a batch may hold in all (`MAX_BATCH_ELEMENTS` by default); past them it is `too_large`. */
+  readonly maxElements?: number | undefined;
 }
 
+/** Decodes one msgpack `KVEventBatch` payload. Never throws. */
 export function decodeKvEventBatch(payload: Uint8Array, opts: DecodeOptions = {}): DecodeResult {
   let raw: unknown;
   try {
-    raw = decodeMsgpack(payload);
+    raw = decodeMsgpack(payload, opts.maxElements ?? MAX_BATCH_ELEMENTS);
   } catch (err) {
+    if (err instanceof TooManyElements)
+      return {
+        ok: false,
+        error: fail('too_large', `batch refused unread: ${err.message} (${payload.byteLength} bytes)`),
+      };
     return {
       ok: false,
       error: fail('msgpack', `payload is not msgpack: ${err instanceof Error ? err.message : String(err)}`),

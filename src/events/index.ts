@@ -13,6 +13,7 @@ export {
   normaliseHash,
   mediumToTier,
   REPLAY_END_SEQ,
+  MAX_BATCH_ELEMENTS,
 } from './decode.js';
 export { TieredPrefixIndex } from './tiered-index.js';
 export { KvEventApplier, storedLocalHashes } from './applier.js';

@@ -86,6 +86,8 @@ export type KvCacheEventType = KvCacheEvent['type'];
  * - `bad_hash`: a block hash that is neither an integer nor non-empty bytes.
  * - `unknown_medium`: a `medium` we cannot map to a storage tier.
  * - `dp_rank_mismatch`: the batch names a dp rank other than the subscription's.
+ * - `too_large`: a payload holding more msgpack elements (hashes, tokens) than a batch may (`MAX_BATCH_ELEMENTS`),
+ *   refused before it is decoded: decoding it would hold the event loop.
  */
 export type DecodeErrorKind =
   | 'frame_count'
@@ -96,7 +98,8 @@ export type DecodeErrorKind =
   | 'bad_event'
   | 'bad_hash'
   | 'unknown_medium'
-  | 'dp_rank_mismatch';
+  | 'dp_rank_mismatch'
+  | 'too_large';
 
 export const DECODE_ERROR_KINDS: readonly DecodeErrorKind[] = [
   'frame_count',
@@ -108,6 +111,7 @@ export const DECODE_ERROR_KINDS: readonly DecodeErrorKind[] = [
   'bad_hash',
   'unknown_medium',
   'dp_rank_mismatch',
+  'too_large',
 ];
 
 /**

@@ -47,12 +47,22 @@ export const REMOVED_MIN_ARRAY_LENGTH = 2;
  */
 const decoder = new Decoder({ useBigInt64: true });
 
+/** A payload whose containers hold more elements in all than the bound allows: refused before it is decoded. */
+export class TooManyElements extends Error {
+  constructor(readonly max: number) {
+    super(`the payload holds more than ${max} msgpack elements`);
+  }
+}
+
 /**
  * Decodes one msgpack value. Throws (RangeError/DecodeError) on malformed or trailing bytes, and
- * before decoding when a container claims more elements than the bytes left could hold (`claimsFit`).
+ * before decoding when a container claims more elements than the bytes left could hold (`claimsFit`);
+ * `TooManyElements`, before decoding too, when its containers claim more than `maxElements` in all.
  */
-export function decodeMsgpack(bytes: Uint8Array): unknown {
-  if (!claimsFit(bytes)) throw new RangeError('a msgpack container claims more elements than the payload holds');
+export function decodeMsgpack(bytes: Uint8Array, maxElements = Number.POSITIVE_INFINITY): unknown {
+  const fits = claimsFit(bytes, maxElements);
+  if (fits === TOO_MANY) throw new TooManyElements(maxElements);
+  if (!fits) throw new RangeError('a msgpack container claims more elements than the payload holds');
   return decoder.decode(bytes);
 }
 
@@ -112,10 +122,14 @@ function variableBody(b: number, bytes: Uint8Array, at: number): { body: number;
  * bytes left. One pass, no allocation on the common path. The decoder trusts a header's count and
  * allocates it first, so without this a frame of nested 4 GiB headers would cost an allocation per claim.
  */
-function claimsFit(bytes: Uint8Array): boolean {
+function claimsFit(bytes: Uint8Array, maxElements: number): boolean | typeof TOO_MANY {
   const end = bytes.byteLength;
   let owed = 1;
   let at = 0;
+  // Elements claimed by the containers so far: summed at each container's header, so a payload over the bound is
+  // refused at the header that passes it, before its elements are read. A claim the bytes cannot hold is checked
+  // first: that payload is malformed (`msgpack`), not too large.
+  let claimed = 0;
   while (owed > 0) {
     if (at >= end) return false;
     const b = bytes[at++]!;
@@ -126,14 +140,20 @@ function claimsFit(bytes: Uint8Array): boolean {
       const v = variableBody(b, bytes, at);
       body = v.body;
       owed += v.elements;
+      claimed += v.elements;
     } else if (b >= 0x80 && b <= 0x9f) {
-      owed += b <= 0x8f ? 2 * (b & 0x0f) : b & 0x0f;
+      const n = b <= 0x8f ? 2 * (b & 0x0f) : b & 0x0f;
+      owed += n;
+      claimed += n;
     }
     at += body;
     if (at > end || owed > end - at) return false;
+    if (claimed > maxElements) return TOO_MANY;
   }
   return true;
 }
+
+const TOO_MANY = 'too_many';
 
 export function isWireMapEvent(value: unknown): value is WireMapEvent {
   return typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof Uint8Array);

@@ -274,3 +274,21 @@ export class TestKvPublisher {
     await Promise.all(this.#loops);
   }
 }
+
+/**
+ * `[1.5, [['BlockRemoved', [hash × n], nil]], 0]` written out byte by byte (encoding millions of hashes with the
+ * msgpack encoder takes seconds): n + 7 msgpack elements, n + 27 bytes with a one-byte `hash` (< 128).
+ */
+export function hugeRemoval(n: number, hash: number): Uint8Array {
+  const head = [0x93, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x91, 0x93, 0xac, ...Buffer.from('BlockRemoved')];
+  const out = new Uint8Array(head.length + 5 + n + 2);
+  out.set(head, 0);
+  let at = head.length;
+  out[at++] = 0xdd;
+  new DataView(out.buffer).setUint32(at, n);
+  at += 4;
+  out.fill(hash, at, at + n);
+  out[at + n] = 0xc0; // medium: nil
+  out[at + n + 1] = 0x00; // dp rank 0
+  return out;
+}
