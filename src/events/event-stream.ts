@@ -187,10 +187,7 @@ export class KvEventStream implements Drainable {
     this.#wakeIdle();
   }
 
-  /**
-   * Applies queued work within `budget`; true while more can be done now
-   * (work waiting on a replay does not count).
-   */
+  /** Applies queued work within `budget`; true while more can be done now (work waiting on a replay does not count). */
   drain(budget: TurnBudget): boolean {
     if (this.#closed) return false;
     try {
