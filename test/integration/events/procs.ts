@@ -72,6 +72,8 @@ export async function startGateway(
   model: Record<string, unknown>,
   extra: Record<string, unknown> = {},
 ): Promise<string> {
+  // One gateway per suite at a time: a test that starts another stops the one before (it was left running).
+  if (s.gateway !== undefined) await stop(s.gateway);
   const config = join(s.dir, 'kvgate.json');
   writeFileSync(
     config,
