@@ -2,13 +2,16 @@
  * Hot reconfiguration: what may change in a running gateway, and what a
  * reload changed. A reloaded file goes through `loadGatewayConfig` like the
  * first one; `reloadProblems` then refuses the fields that are read only at
- * start (listeners, tokenizers, block sizes, modes, pools), each named with its
- * file path, so a reload is applied whole or not at all. Reloadable: each
+ * start (listeners, tokenizers, block sizes, modes, pools, tracing, KV-event
+ * bounds, replica sync), each named with its file path, so a reload is applied
+ * whole or not at all: every field is either here or in `configChanges`, since
+ * one in neither would be dropped by a reload that said nothing of it. Reloadable: each
  * model's workers, router preset and router knobs (not the structural ones), `limits` (but
  * the header, request and session bounds), `auth`, `tenants`, `shutdown`.
  */
 import { KV_ROUTER_CONFIG_FIELDS, STRUCTURAL_ROUTER_KNOBS, type KvRouterConfig } from '../core/index.js';
 import type { ConfigProblem } from './reader.js';
+import { withoutCredentials } from './redact.js';
 import type { GatewayConfig, LimitsConfig, ModelConfig, WorkerConfig } from './types.js';
 
 const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
@@ -23,6 +26,27 @@ const RESTART_FIELDS: readonly [string, (c: GatewayConfig) => unknown][] = [
   ['log.level', (c) => c.logLevel],
   ['processes', (c) => c.processes],
   ['kv_events.ingest_threads', (c) => c.kvIngestThreads],
+  // The KV-event pools, the replica sync and the tracer are built once at start with these.
+  ['kv_events.queue_batches', (c) => c.kvEvents.maxQueuedBatches],
+  ['kv_events.events_per_turn', (c) => c.kvEvents.maxEventsPerTurn],
+  ['kv_events.turn_budget_ms', (c) => c.kvEvents.maxTurnMs],
+  ['kv_events.reorder_window', (c) => c.kvEvents.reorderWindow],
+  ['kv_events.max_seq_jump', (c) => c.kvEvents.maxSeqJump],
+  ['kv_events.restart_confirmations', (c) => c.kvEvents.restartConfirmations],
+  ['kv_events.inconsistent_after_ms', (c) => c.kvEvents.inconsistentAfterMs],
+  ['kv_events.stale_after_ms', (c) => c.kvEvents.staleAfterMs],
+  ['replicas.nats.servers', (c) => c.replicas.natsServers],
+  ['replicas.router_id', (c) => c.replicas.routerId],
+  ['replicas.subject_prefix', (c) => c.replicas.subjectPrefix],
+  ['replicas.heartbeat_ms', (c) => c.replicas.heartbeatMs],
+  ['replicas.peer_timeout_ms', (c) => c.replicas.peerTimeoutMs],
+  ['replicas.max_queued_ops', (c) => c.replicas.maxQueuedOps],
+  ['replicas.warm_start', (c) => c.replicas.warmStart],
+  ['replicas.warm_start_timeout_ms', (c) => c.replicas.warmStartTimeoutMs],
+  ['replicas.snapshot_chunk_bytes', (c) => c.replicas.snapshotChunkBytes],
+  ['replicas.max_snapshot_bytes', (c) => c.replicas.maxSnapshotBytes],
+  ['tracing.otlp_endpoint', (c) => c.tracing.otlpEndpoint],
+  ['tracing.sample_ratio', (c) => c.tracing.sampleRatio],
   ['pid_file', (c) => c.pidFile],
   ['limits.header_timeout_ms', (c) => c.limits.headerTimeoutMs],
   ['limits.request_timeout_ms', (c) => c.limits.requestTimeoutMs],
@@ -34,6 +58,8 @@ const RESTART_FIELDS: readonly [string, (c: GatewayConfig) => unknown][] = [
 /** A model's fields read only when its router is built. */
 const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['served_model_name', (m) => m.servedModelName],
+  // Copied into each worker by the discovery sources at start: a reload would re-add only the static ones.
+  ['lora_adapters', (m) => m.loraAdapters],
   ['router_mode', (m) => m.routerMode],
   ['block_size', (m) => m.blockSize],
   ['tokenizer', (m) => m.tokenizer],
@@ -49,6 +75,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['workers_file', (m) => m.workersFile],
   ['etcd', (m) => m.etcd],
   ['kubernetes', (m) => m.kubernetes],
+  ['inference_pool', (m) => m.inferencePool],
   ['migration_limit', (m) => m.migration.limit],
   ['migration_max_seq_len', (m) => m.migration.maxSeqLen],
   ['panic_threshold_percent', (m) => m.panicThresholdPercent],
@@ -65,7 +92,10 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
 export function reloadProblems(prev: GatewayConfig, next: GatewayConfig): ConfigProblem[] {
   const source = next.file ?? 'flags';
   const out: ConfigProblem[] = [];
-  const refuse = (path: string, from: unknown, to: unknown): void => {
+  const refuse = (path: string, before: unknown, after: unknown): void => {
+    // NATS and OTLP URLs may carry credentials: compared whole, shown without them.
+    const from = shownWithoutCredentials(before);
+    const to = shownWithoutCredentials(after);
     out.push({
       source,
       path,
@@ -82,6 +112,12 @@ export function reloadProblems(prev: GatewayConfig, next: GatewayConfig): Config
       if (!same(get(before), get(m))) refuse(`models[${i}].${field}`, get(before), get(m));
   });
   return out;
+}
+
+/** A field's value as a problem shows it: each URL-like string without its credentials. */
+function shownWithoutCredentials(v: unknown): unknown {
+  if (typeof v === 'string') return v.includes('@') ? withoutCredentials(v) : v;
+  return Array.isArray(v) ? v.map(shownWithoutCredentials) : v;
 }
 
 /** One applied change, for the reload's log line. */
