@@ -7,6 +7,11 @@
  * last version seen; a 410 Gone lists again; any other failure keeps the
  * objects it has and retries on a doubling delay. `onChange` gets every
  * object after each list and each event; `onFailure` each failure.
+ *
+ * A watch asks the server to end it after `timeoutSeconds` (as client-go
+ * does), and one silent for longer than that plus a grace is failed here: a
+ * connection a load balancer or NAT dropped without a reset delivers nothing
+ * and never errors, and would otherwise leave the workers frozen for good.
  */
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -14,6 +19,12 @@ import { Agent, request } from 'undici';
 
 const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 10_000;
+/** The server ends each watch after this (client-go picks 5 to 10 minutes); the watch is then resumed. */
+const WATCH_TIMEOUT_S = 300;
+/** How long past `timeoutSeconds` a silent watch is given before it counts as a stalled connection. */
+const WATCH_GRACE_MS = 30_000;
+/** A list's body silent for this long is a stalled connection (the Agent has no body timeout, for watches). */
+const LIST_BODY_TIMEOUT_MS = 60_000;
 
 export interface KubeObject {
   metadata?: { name?: string; resourceVersion?: string };
@@ -42,12 +53,16 @@ export class KubeClient {
     this.#dispatcher = new Agent({ connect: ca === undefined ? {} : { ca }, bodyTimeout: 0 });
   }
 
-  /** GET `path`: the 200 answer, or an error naming the status (410 as `Gone`). */
-  async get(path: string): Promise<Awaited<ReturnType<typeof request>>> {
+  /**
+   * GET `path`: the 200 answer, or an error naming the status (410 as `Gone`). Its body fails when no byte of it
+   * arrives for `bodyTimeoutMs` (default: a list's).
+   */
+  async get(path: string, bodyTimeoutMs = LIST_BODY_TIMEOUT_MS): Promise<Awaited<ReturnType<typeof request>>> {
     const token = readOptional(this.#api.tokenFile)?.trim();
     const res = await request(`${this.#api.apiServer}${path}`, {
       dispatcher: this.#dispatcher,
       signal: this.#abort.signal,
+      bodyTimeout: bodyTimeoutMs,
       headers: { accept: 'application/json', ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
     });
     if (res.statusCode === 200) return res;
@@ -79,6 +94,8 @@ export class KubeListWatch<T extends KubeObject> {
   #retryMs = RETRY_MIN_MS;
   #closed = false;
   #gones = 0;
+  readonly #watchTimeoutS: number;
+  readonly #watchGraceMs: number;
 
   constructor(opts: {
     client: KubeClient;
@@ -90,6 +107,9 @@ export class KubeListWatch<T extends KubeObject> {
     /** A list or watch went through: the first time, and after each run of `failures` failed attempts. */
     onLive?: (failures: number) => void;
     beforeList?: () => Promise<void>;
+    /** The server-side watch timeout (`timeoutSeconds`) and the grace past it; tests shorten them. */
+    watchTimeoutS?: number;
+    watchGraceMs?: number;
   }) {
     this.#client = opts.client;
     this.#path = opts.path;
@@ -98,6 +118,8 @@ export class KubeListWatch<T extends KubeObject> {
     this.#onRelist = opts.onRelist;
     this.#onLive = opts.onLive;
     this.#beforeList = opts.beforeList ?? (() => Promise.resolve());
+    this.#watchTimeoutS = opts.watchTimeoutS ?? WATCH_TIMEOUT_S;
+    this.#watchGraceMs = opts.watchGraceMs ?? WATCH_GRACE_MS;
   }
 
   start(): void {
@@ -155,7 +177,10 @@ export class KubeListWatch<T extends KubeObject> {
   async #watch(): Promise<void> {
     const rv =
       this.#resourceVersion === undefined ? '' : `&resourceVersion=${encodeURIComponent(this.#resourceVersion)}`;
-    const res = await this.#client.get(`${this.#path()}&watch=1&allowWatchBookmarks=true${rv}`);
+    const res = await this.#client.get(
+      `${this.#path()}&watch=1&allowWatchBookmarks=true&timeoutSeconds=${this.#watchTimeoutS}${rv}`,
+      this.#watchTimeoutS * 1000 + this.#watchGraceMs,
+    );
     this.#live();
     const lines = createInterface({ input: res.body, crlfDelay: Infinity });
     try {

@@ -5,7 +5,8 @@
  * matching `labelSelector` (`k=v[,k=v]`) with the current resourceVersion; with
  * `watch=1` it streams JSON-line events (ADDED, MODIFIED, DELETED) after the
  * given resourceVersion, replaying those it still keeps, or one ERROR event
- * with code 410 (Gone) for a version compacted away, as the real server does.
+ * with code 410 (Gone) for a version compacted away, as the real server does,
+ * and ends the watch cleanly after its `timeoutSeconds`.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -52,6 +53,8 @@ export class KubeApiDouble {
   readonly #history: { rv: number; resource: Resource; event: Event }[] = [];
   readonly #watchers = new Map<ServerResponse, Resource>();
   readonly #held: (() => void)[] = [];
+  /** Watches `stallWatches` cut off: not ended at their `timeoutSeconds` either. */
+  readonly #stalled = new Set<ServerResponse>();
   #rv = 100;
   /** Versions before this are compacted: a watch from them gets 410 (the current one is always watchable). */
   #oldest = 0;
@@ -120,6 +123,15 @@ export class KubeApiDouble {
   /** Cuts every open watch connection (no clean end). */
   dropWatches(): void {
     for (const w of this.#watchers.keys()) w.socket?.destroy();
+    this.#watchers.clear();
+  }
+
+  /**
+   * Open watches get nothing more and are never ended, their connections left open: what a client sees when a
+   * load balancer or NAT between it and the API server drops the flow without a reset.
+   */
+  stallWatches(): void {
+    for (const w of this.#watchers.keys()) this.#stalled.add(w);
     this.#watchers.clear();
   }
 
@@ -205,7 +217,21 @@ export class KubeApiDouble {
       // An API server answers a watch at once, before its first event.
       res.flushHeaders();
       this.#watchers.set(res, resource);
-      res.on('close', () => this.#watchers.delete(res));
+      // The server ends a watch cleanly after its `timeoutSeconds`, as a real one does.
+      const timeoutS = Number(url.searchParams.get('timeoutSeconds') ?? 0);
+      const timer =
+        timeoutS > 0
+          ? setTimeout(() => {
+              if (this.#stalled.has(res)) return;
+              this.#watchers.delete(res);
+              res.end();
+            }, timeoutS * 1000)
+          : undefined;
+      res.on('close', () => {
+        clearTimeout(timer);
+        this.#watchers.delete(res);
+        this.#stalled.delete(res);
+      });
     };
     if (this.holdWatches) this.#held.push(answer);
     else answer();
