@@ -14,6 +14,7 @@ import {
   loadGatewayConfig,
   parseServeFlags,
   serveUsage,
+  withoutCredentials,
   type GatewayConfig,
   type ServeFlags,
 } from '../config/index.js';
@@ -251,7 +252,8 @@ function startLogging(
     });
   if (tracing !== undefined)
     logger.info(
-      { endpoint: tracing.endpoint, sampleRatio: tracing.sampleRatio },
+      // The endpoint (from the config or OTEL_EXPORTER_OTLP_ENDPOINT) may carry a user and password.
+      { endpoint: withoutCredentials(tracing.endpoint), sampleRatio: tracing.sampleRatio },
       'tracing: spans are exported over OTLP/HTTP',
     );
   return { tracing, logger };

@@ -21,6 +21,7 @@ export type {
 export { OTHER_TENANT } from './resolve-tenants.js';
 export { configProblemsError } from './load.js';
 export { configChanges, reloadProblems, workerDiff } from './reload.js';
+export { withoutCredentials } from './redact.js';
 export type { ConfigChange } from './reload.js';
 export { loadWorkersFile } from './workers-file.js';
 export { etcdModelPrefix, readEtcdWorker, readEtcdWorkerValue } from './etcd.js';

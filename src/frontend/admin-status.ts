@@ -2,17 +2,24 @@
  * The admin API's views of the gateway: the configuration with secrets
  * redacted, and each model's routing setup and servability.
  */
-import type { GatewayConfig, ModelConfig, WorkerConfig } from '../config/index.js';
+import { withoutCredentials, type GatewayConfig, type ModelConfig, type WorkerConfig } from '../config/index.js';
 import type { FleetStatus } from '../fleet/index.js';
 import type { ModelRouterPort } from './router-port.js';
 
-/** The configuration as loaded, API keys counted, never shown. */
+/** The configuration as loaded, API keys counted, never shown; NATS and OTLP URLs without their credentials. */
 export function redactedConfig(config: GatewayConfig): unknown {
   const members = config.tenants.members.map((m) => ({ ...m, apiKeys: `${m.apiKeys.length} configured (not shown)` }));
+  const { otlpEndpoint } = config.tracing;
   return {
     ...config,
     apiKeys: `${config.apiKeys.length} configured (not shown)`,
     tenants: { ...config.tenants, members },
+    // `nats://user:pass@host` and `nats://token@host` are how NATS takes credentials.
+    replicas: { ...config.replicas, natsServers: config.replicas.natsServers.map(withoutCredentials) },
+    tracing: {
+      ...config.tracing,
+      otlpEndpoint: otlpEndpoint === undefined ? undefined : withoutCredentials(otlpEndpoint),
+    },
   };
 }
 
