@@ -91,6 +91,7 @@ export class InferencePoolSource {
       path: () => `/api/v1/namespaces/${pool.namespace}/pods?labelSelector=${encodeURIComponent(this.#selector)}`,
       beforeList: () => this.#readPool(),
       onChange: (pods) => this.#apply(pods),
+      onRelist: (err) => this.#report.relisted(err),
       onLive: (failures) => this.#report.live(failures),
       onFailure: (err, retryInMs) => this.#report.failed(err, retryInMs),
     });

@@ -84,8 +84,7 @@ export class KubernetesWorkersSource implements WorkerSource {
         this.#slices = slices;
         this.#applySlices();
       },
-      onRelist: (err) =>
-        this.#sink?.logger.warn({ service: this.#k8s.service }, `kubernetes watch: ${err.message}; listing again`),
+      onRelist: (err) => this.#report.relisted(err),
       onLive: (failures) => this.#report.live(failures),
       onFailure: (err, retryInMs) => this.#report.failed(err, retryInMs),
     });

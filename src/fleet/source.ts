@@ -26,7 +26,9 @@ export interface DiscoveryMetrics {
   /** The state of a source's watch on a remote store (etcd, a Kubernetes API server). */
   readonly discoveryWatch: {
     readonly transitions: {
-      labels(l: { model: string; source: WatchSourceKind; transition: 'lost' | 'resumed' }): { inc(): void };
+      labels(l: { model: string; source: WatchSourceKind; transition: 'lost' | 'resumed' | 'relisted' }): {
+        inc(): void;
+      };
     };
     readonly retries: { labels(l: { model: string; source: WatchSourceKind }): { inc(): void } };
     readonly up: { labels(l: { model: string; source: WatchSourceKind }): { set(v: number): void } };

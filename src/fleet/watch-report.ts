@@ -4,7 +4,8 @@
  * mean the same whatever the source. `kvgate_discovery_watch_up` is 1 while the watch is live; a live watch that
  * fails is a `lost` transition (a warning); live again after that, a `resumed` one (an info line with the attempts
  * and the time away); each failed attempt to list and watch is a retry and a line. Before the watch is first live,
- * failures are retries only.
+ * failures are retries only. A Kubernetes watch answered 410 Gone and listed again at once is a `relisted` one (a
+ * warn line; it stays live).
  *
  * Its `state` is the source's: a source whose logic depends on whether its watch is live (etcd) reads it here
  * rather than keeping a second copy that could disagree with the gauge.
@@ -108,7 +109,18 @@ export class WatchReport {
     );
   }
 
-  #transition(sink: { readonly metrics: DiscoveryMetrics }, transition: 'lost' | 'resumed'): void {
+  /**
+   * The watch fell behind what the server keeps (a Kubernetes 410 Gone) and the source lists again at once: a
+   * `relisted` transition and a warn line. The watch stays live: nothing is lost, the listing applies what it missed.
+   */
+  relisted(err: Error): void {
+    const sink = this.#sink;
+    if (sink === undefined) return;
+    this.#transition(sink, 'relisted');
+    sink.logger.warn({ ...this.#opts.fields, err: err.message }, `${this.#opts.what}: ${err.message}; listing again`);
+  }
+
+  #transition(sink: { readonly metrics: DiscoveryMetrics }, transition: 'lost' | 'resumed' | 'relisted'): void {
     sink.metrics.discoveryWatch.transitions
       .labels({ model: this.#opts.model, source: this.#opts.source, transition })
       .inc();

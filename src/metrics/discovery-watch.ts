@@ -29,7 +29,8 @@ export function discoveryWatchMetrics(registers: Registry[]): DiscoveryWatchMetr
       registers,
       help:
         "A discovery source's watch (source=etcd, kubernetes or inference_pool) lost (the current workers stay) or " +
-        'resumed (through again, the difference applied).',
+        'resumed (through again, the difference applied), or relisted (a Kubernetes watch answered 410 Gone: listed ' +
+        'again at once).',
     }),
     retries: new Counter({
       name: 'kvgate_discovery_watch_retries_total',

@@ -115,14 +115,28 @@ describe('Kubernetes discovery against an API-server protocol double', () => {
   });
 
   it('410 Gone is followed by a relist that applies a change the watch never saw', async () => {
-    const { api, urls } = await start();
+    const { api, urls, metrics } = await start();
     api.put(slice('engines-a', [['10.0.0.1', true]]));
-    source!.start(pino({ level: 'silent' }), new KvgateMetrics({ processMetrics: false }));
+    const lines: Record<string, unknown>[] = [];
+    source!.start(pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l)) }), metrics);
     await until(() => urls().length === 1 && api.requests.some((r) => r.startsWith('watch')), 'watching');
     api.put(slice('engines-a', [['10.0.0.5', true]]), true);
     api.compact();
     await until(() => urls().join() === 'aggregated http://10.0.0.5:8000', 'relisted');
     expect(api.requests.filter((r) => r === 'list')).toHaveLength(2);
+    // The relist is a warn line naming the Service and a transition; the watch was never down.
+    expect(lines.filter((l) => / listing again$/.test(String(l['msg'])))).toEqual([
+      expect.objectContaining({
+        level: 40,
+        service: SERVICE,
+        msg: `kubernetes watch of service ns/${SERVICE}: too old resource version; listing again`,
+      }),
+    ]);
+    const text = await metrics.text();
+    expect(text).toContain(
+      'kvgate_discovery_watch_transitions_total{model="m",source="kubernetes",transition="relisted"} 1',
+    );
+    expect(text).not.toContain('transition="lost"');
   });
 
   it('a dropped watch connection resumes from the last resourceVersion and replays what it missed', async () => {

@@ -90,6 +90,18 @@ describe('kvgate picker (the CLI) against the Kubernetes API double', () => {
     expect(sampleSum(text, 'kvgate_worker_membership_changes_total', { ...membership, change: 'joined' })).toBe(1);
     expect(sampleSum(text, 'kvgate_worker_membership_changes_total', { ...membership, change: 'left' })).toBe(1);
     expect(kube.requests).toContain('get inferencepool llm-pool');
+    // The pods' watch falls behind what the server keeps (410 Gone): listed again at once, logged and counted.
+    kube.compact();
+    await proc.waitFor(/InferencePool default\/llm-pool: too old resource version; listing again/, 'the relist');
+    await until(
+      async () =>
+        sampleSum(await (await fetch(line[2]!)).text(), 'kvgate_discovery_watch_transitions_total', {
+          model: 'mock-model',
+          source: 'inference_pool',
+          transition: 'relisted',
+        }) === 1,
+      'the relist counted',
+    );
   });
 
   it('kvgate serve refuses a model with an inference_pool, naming kvgate picker', () => {
