@@ -3,7 +3,16 @@
  * replicas on several hosts: the official NATS client, reconnecting forever
  * (a replica keeps routing on its own knowledge while NATS is away).
  */
-import { NoRespondersError, RequestError, connect, type NatsConnection } from '@nats-io/transport-node';
+import {
+  ConnectionError,
+  NoRespondersError,
+  RequestError,
+  connect,
+  type NatsConnection,
+} from '@nats-io/transport-node';
+
+/** How often a first connection that was refused is tried again. */
+const FIRST_CONNECT_RETRY_MS = 250;
 
 export type TransportStatus = 'connected' | 'disconnected';
 
@@ -43,27 +52,45 @@ export class NatsTransport implements SyncTransport {
   readonly #subs: Subscriber[] = [];
   readonly #ready: Promise<void>;
 
-  /** Starts connecting (in the background: the first server may come up later). */
+  /**
+   * Starts connecting (in the background: the first server may come up later). Until the first connection, kvgate
+   * retries itself (every `FIRST_CONNECT_RETRY_MS`, on a timer that keeps no process alive) rather than the
+   * client's `waitOnFirstConnect`: that loop cannot be stopped, so a gateway whose NATS never came up did not exit
+   * after its shutdown. `close` stops the retries.
+   */
   constructor(servers: readonly string[], name: string) {
-    this.#ready = connect({
+    this.#ready = this.#firstConnect(servers, name);
+    // A failure here (a bad URL) is reported through onStatus; routing goes on alone.
+    this.#ready.catch((err: unknown) => this.onStatus?.('disconnected', `cannot connect: ${(err as Error).message}`));
+  }
+
+  async #firstConnect(servers: readonly string[], name: string): Promise<void> {
+    const options = {
       servers: [...servers],
       name,
-      waitOnFirstConnect: true,
       maxReconnectAttempts: -1,
       reconnectTimeWait: 250,
       pingInterval: 5000,
-    }).then((nc) => {
-      if (this.#closed) {
-        void nc.close();
-        return;
+    };
+    let nc: NatsConnection | undefined;
+    while (nc === undefined) {
+      if (this.#closed) return;
+      try {
+        nc = await connect(options);
+      } catch (err) {
+        // A server not up yet is waited for; anything else (a bad URL) will not mend by waiting.
+        if (!(err instanceof ConnectionError)) throw err;
+        await new Promise((resolve) => setTimeout(resolve, FIRST_CONNECT_RETRY_MS).unref());
       }
-      this.#nc = nc;
-      for (const s of this.#subs) this.#sub(nc, s);
-      this.#set(true, `connected to ${nc.getServer()}`);
-      void this.#watch(nc);
-    });
-    // A failure here (a bad URL) is reported through onStatus; routing goes on alone.
-    this.#ready.catch((err: unknown) => this.onStatus?.('disconnected', `cannot connect: ${(err as Error).message}`));
+    }
+    if (this.#closed) {
+      void nc.close();
+      return;
+    }
+    this.#nc = nc;
+    for (const s of this.#subs) this.#sub(nc, s);
+    this.#set(true, `connected to ${nc.getServer()}`);
+    void this.#watch(nc);
   }
 
   get connected(): boolean {

@@ -57,8 +57,6 @@ describe('kvgate serve never shows the credentials in its NATS and OTLP URLs', (
   }, 60_000);
 
   afterAll(async () => {
-    // SIGKILL: with no NATS server to reach, the client's reconnect loop keeps a stopped gateway's process alive.
-    gateway?.child.kill('SIGKILL');
     await suite?.stop();
     collector?.close();
   });
@@ -77,4 +75,12 @@ describe('kvgate serve never shows the credentials in its NATS and OTLP URLs', (
     expect(gateway.output()).toMatch(/tracing: spans are exported/);
     expect(gateway.output()).not.toMatch(SECRETS);
   });
+
+  it('exits on SIGTERM though its NATS server never came up', async () => {
+    // Before: the NATS client's first-connect loop kept the stopped gateway's process alive (killed by SIGKILL).
+    const exited = new Promise<number | null>((resolve) => gateway.child.once('exit', (code) => resolve(code)));
+    gateway.child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(gateway.output()).not.toMatch(SECRETS);
+  }, 20_000);
 });
