@@ -103,21 +103,25 @@ function withParsedArguments(call: unknown, index: number, j: number): unknown {
   if (typeof call !== 'object' || call === null) return call;
   const fn = (call as { function?: unknown }).function;
   if (typeof fn !== 'object' || fn === null) return call;
-  const raw = (fn as { arguments?: unknown }).arguments;
-  let args: unknown = raw;
-  if (raw === undefined || raw === null || raw === '' || raw === 0 || raw === false) args = {};
-  else if (typeof raw === 'string') {
+  return {
+    ...call,
+    function: { ...fn, arguments: parsedArguments((fn as { arguments?: unknown }).arguments, index, j) },
+  };
+}
+
+/** Arguments as vLLM's parser gives them: none or empty `{}`, an object as it is, JSON text parsed; else a 400. */
+function parsedArguments(raw: unknown, index: number, j: number): unknown {
+  if (raw === undefined || raw === null || raw === '' || raw === 0 || raw === false) return {};
+  if (typeof raw === 'object') return raw;
+  if (typeof raw === 'string') {
     try {
-      args = JSON.parse(raw);
+      return JSON.parse(raw);
     } catch {
-      const param = `messages[${index}].tool_calls[${j}].function.arguments`;
-      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${param} must be JSON text`, { index, param });
+      // Refused below, as any other value that is not JSON text.
     }
-  } else if (typeof raw !== 'object') {
-    const param = `messages[${index}].tool_calls[${j}].function.arguments`;
-    throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${param} must be JSON text`, { index, param });
   }
-  return { ...call, function: { ...fn, arguments: args } };
+  const param = `messages[${index}].tool_calls[${j}].function.arguments`;
+  throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `${param} must be JSON text`, { index, param });
 }
 
 /** A compiled chat template. Compile once per tokenizer; rendering is synchronous. */

@@ -17,18 +17,16 @@ import {
 
 const demo = loadTokenizer(demoTokenizerFiles());
 
-/** The demo tokenizer under another chat template. */
+/** The demo tokenizer (its encoding and special tokens, as the gateway reads them) under another chat template. */
 function withTemplate(source: string): InlineSystemRenderer {
   const template = new ChatTemplate(source);
   return {
+    ...inlineSystemRendererOf(demo),
     render: (messages, tools, effort) =>
       template.render(messages as unknown as ChatMessage[], {
         tools,
         extra: chatTemplateKwargsOf({ reasoning_effort: effort }),
       }),
-    encode: (text) => demo.encode(text, { addSpecialTokens: false }),
-    decode: (ids) => demo.decode(ids),
-    specialIds: demo.specialIds(),
   };
 }
 
