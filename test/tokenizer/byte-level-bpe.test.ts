@@ -3,7 +3,7 @@
  * tokenizer the project is tested with: the ids must be equal on a corpus of the text kvgate sees and on
  * seeded random strings from an alphabet of the characters where engines and normal forms disagree.
  */
-import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +12,18 @@ import { describe, expect, it } from 'vitest';
 import { translateSplitRegex } from '../../src/tokenizer/bpe-regex.js';
 import { ByteLevelBpe } from '../../src/tokenizer/byte-level-bpe.js';
 import { loadTokenizer, type ChatMessage } from '../../src/tokenizer/index.js';
+
+/** The native tokenizer of an edited tokenizer.json: it loads from a file only, so one in a temporary folder, removed once read. */
+function nativeTokenizerOf(json: unknown): Tokenizer {
+  const dir = mkdtempSync(join(tmpdir(), 'kvg-bpe-'));
+  try {
+    const path = join(dir, 'tokenizer.json');
+    writeFileSync(path, JSON.stringify(json));
+    return Tokenizer.fromFile(path);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 const require = createRequire(import.meta.url);
 const files = (pkg: string): { tokenizerJson: string; tokenizerConfig: string } => ({
@@ -184,11 +196,9 @@ describe('ByteLevelBpe against the native tokenizer', () => {
     // Overlapping: in "xXq@Zw!y", the raw-matched "@Zw!" wins over the leftmost "Xq@Z", which is matched later.
     json.added_tokens.push({ id: next, content: 'Xq@Z', normalized: true, ...flags });
     json.added_tokens.push({ id: next + 1, content: '@Zw!', normalized: false, ...flags });
-    const path = join(mkdtempSync(join(tmpdir(), 'kvg-bpe-')), 'tokenizer.json');
-    writeFileSync(path, JSON.stringify(json));
     const built = ByteLevelBpe.fromJson(json);
     if (!(built instanceof ByteLevelBpe)) throw new Error(`refused: ${built.refused}`);
-    const native = Tokenizer.fromFile(path);
+    const native = nativeTokenizerOf(json);
     const texts = ['xXq@Zw!y', 'Xq@Z Xq@Zw! @Zw! Xq@ZXq@Zw!', 'Xq@Z<｜User｜>@Zw!<｜Assistant｜>Xq@Zw!'];
     expect(built.encode('xXq@Zw!y', false)).toContain(next + 1);
     expect(await diff(native, built, texts, false)).toEqual([]);
@@ -198,11 +208,9 @@ describe('ByteLevelBpe against the native tokenizer', () => {
     const json = JSON.parse(readFileSync(files('qwen3').tokenizerJson, 'utf8')) as { model: { merges: unknown[] } };
     // Reversed: every merge's result now outranks the tokens it is built from, the opposite of tiktoken's order.
     json.model.merges.reverse();
-    const path = join(mkdtempSync(join(tmpdir(), 'kvg-bpe-')), 'tokenizer.json');
-    writeFileSync(path, JSON.stringify(json));
     const built = ByteLevelBpe.fromJson(json);
     if (!(built instanceof ByteLevelBpe)) throw new Error(`refused: ${built.refused}`);
-    const native = Tokenizer.fromFile(path);
+    const native = nativeTokenizerOf(json);
     const texts = [...corpus(), ...randomStrings(500, 99)];
     const original = ByteLevelBpe.fromJson(JSON.parse(readFileSync(files('qwen3').tokenizerJson, 'utf8')));
     if (!(original instanceof ByteLevelBpe)) throw new Error('qwen3 refused');
