@@ -10,6 +10,7 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { KvgateError } from '../errors/index.js';
 import type { CancelSignal } from './cancel.js';
+import { kernelSendQueue } from './send-queue.js';
 
 /** The OpenAI error object, with kvgate's stable code. */
 export interface ErrorBody {
@@ -152,7 +153,7 @@ export function sseJsonFrame(value: unknown): string {
 /** The event that ends an OpenAI stream. */
 export const SSE_DONE = 'data: [DONE]\n\n';
 
-/** Why `whenWritable` returned: the response can take more data, or it never will. */
+/** Why `whenWritable` or `whenFinished` returned: the response can take more data (or has sent it all), or it never will. */
 export type WritableState = 'ready' | 'closed' | 'aborted' | 'stalled';
 
 /**
@@ -160,32 +161,94 @@ export type WritableState = 'ready' | 'closed' | 'aborted' | 'stalled';
  * caller saw at an earlier write: a 'drain' that already came is never waited for, so the wait cannot hang.
  * Resolves 'ready' at once when nothing is waiting to drain; 'closed' when the response closes first; 'aborted'
  * when `signal` fires first; 'stalled' when the client took nothing of what is buffered for `stallMs`
- * (0: no bound). A wait that ends other than 'ready' leaves the response as it is (the caller ends it).
+ * (0: no bound; see `watchStall` for what counts as taking). A wait that ends other than 'ready' leaves the
+ * response as it is (the caller ends it).
  */
 export function whenWritable(res: ServerResponse, signal?: CancelSignal, stallMs = 0): Promise<WritableState> {
+  if (!res.writableNeedDrain && !res.destroyed && signal?.aborted !== true) return Promise.resolve('ready');
+  return settleOn(res, 'drain', signal, stallMs);
+}
+
+/**
+ * Waits until an ended `res` has handed all its data to the kernel ('ready', `writableFinished`), with the
+ * states and the stall bound of `whenWritable`.
+ */
+export function whenFinished(res: ServerResponse, signal?: CancelSignal, stallMs = 0): Promise<WritableState> {
+  if (res.writableFinished && !res.destroyed && signal?.aborted !== true) return Promise.resolve('ready');
+  return settleOn(res, 'finish', signal, stallMs);
+}
+
+function settleOn(
+  res: ServerResponse,
+  ready: 'drain' | 'finish',
+  signal: CancelSignal | undefined,
+  stallMs: number,
+): Promise<WritableState> {
   if (res.destroyed) return Promise.resolve('closed');
   if (signal?.aborted === true) return Promise.resolve('aborted');
-  if (!res.writableNeedDrain) return Promise.resolve('ready');
   return new Promise((resolve) => {
-    let timer: NodeJS.Timeout | undefined;
+    let unwatch: (() => void) | undefined;
     const done = (state: WritableState): void => {
-      res.off('drain', onDrain);
+      res.off(ready, onReady);
       res.off('close', onClose);
       signal?.removeEventListener('abort', onAbort);
-      if (timer !== undefined) clearTimeout(timer);
+      unwatch?.();
       resolve(state);
     };
-    const onDrain = (): void => done('ready');
+    const onReady = (): void => done('ready');
     const onClose = (): void => done('closed');
     const onAbort = (): void => done('aborted');
-    res.on('drain', onDrain);
+    res.on(ready, onReady);
     res.on('close', onClose);
     signal?.addEventListener('abort', onAbort);
-    if (stallMs > 0) {
-      timer = setTimeout(() => done('stalled'), stallMs);
-      timer.unref();
-    }
+    if (stallMs > 0) unwatch = watchStall(res, stallMs, () => done('stalled'));
   });
+}
+
+/**
+ * Calls `onStall` once the client of `res` has taken nothing for `stallMs`, and returns a function that stops
+ * the watch. Taking is a 'drain', or the socket's kernel send queue shrinking between two samples, taken every
+ * half bound (`kernelSendQueue`): Node reports a drain only after MBs are taken, which a slow but steady
+ * reader may need longer than the bound for. So a client that takes something more often than every half
+ * bound is never cut, and one that stops is cut at most one and a half bounds after it last took anything;
+ * where the queue cannot be read, one bound after the watch began or the last drain, as before the queue
+ * was read. Timer-driven, unref'd: it never keeps the process alive.
+ */
+export function watchStall(res: ServerResponse, stallMs: number, onStall: () => void): () => void {
+  let lastTaken = performance.now();
+  let lastQueue: number | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  const onDrain = (): void => {
+    lastTaken = performance.now();
+    lastQueue = undefined;
+  };
+  const stop = (): void => {
+    stopped = true;
+    res.off('drain', onDrain);
+    if (timer !== undefined) clearTimeout(timer);
+  };
+  const schedule = (ms: number): void => {
+    timer = setTimeout(() => void tick(), ms);
+    timer.unref();
+  };
+  const tick = async (): Promise<void> => {
+    const socket = res.socket;
+    // Samples a quarter bound apart at least: two ticks never read one snapshot of the table.
+    const queue = socket === null ? undefined : await kernelSendQueue(socket, stallMs / 4);
+    if (stopped) return;
+    const now = performance.now();
+    if (queue !== undefined && lastQueue !== undefined && queue < lastQueue) lastTaken = now;
+    if (queue !== undefined) lastQueue = queue;
+    const idle = now - lastTaken;
+    if (idle >= stallMs) {
+      stop();
+      onStall();
+    } else schedule(Math.min(stallMs / 2, stallMs - idle));
+  };
+  res.on('drain', onDrain);
+  schedule(stallMs / 2);
+  return stop;
 }
 
 /** Binds `server`; rejects with the bind error (EADDRINUSE, ...) as Node reports it. */

@@ -58,6 +58,7 @@ export {
   SSE_DONE,
   sseDataFrame,
   sseJsonFrame,
+  whenFinished,
   whenWritable,
 } from './http.js';
 export { encodeSeq, REPLAY_END_SEQ } from './kv-frames.js';

@@ -13,7 +13,7 @@ import type { SseEvent } from './router-port.js';
  * backpressure) live in common, shared with the mocker; they are re-exported
  * here so the frontend has one module for its HTTP primitives.
  */
-export { RETRY_AFTER_STATUSES, sendBytes, sendError, sendJson, whenWritable } from '../common/index.js';
+export { RETRY_AFTER_STATUSES, sendBytes, sendError, sendJson, whenFinished, whenWritable } from '../common/index.js';
 
 /**
  * Any thrown value as the KvgateError a client is answered with: unexpected ones become KVG_ERR_INTERNAL with a fixed

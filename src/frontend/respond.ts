@@ -24,6 +24,7 @@ import {
   sendJson,
   sseErrorFrame,
   sseFrame,
+  whenFinished,
   whenWritable,
 } from './http-io.js';
 import { queryCompletionBody, queryCompletionChunk, routeResponseBody } from './query-response.js';
@@ -239,34 +240,23 @@ const ABORTED_LINGER_MS = 1000;
 /**
  * Bounds how long an ended response may wait for its client to read what is buffered: it is destroyed when the
  * request's signal fires (its deadline, shutdown: the access log gets that code), after ABORTED_LINGER_MS when it
- * already has (the stream ended with that error event), and otherwise after the stall bound (counted and logged).
+ * already has (the stream ended with that error event), and otherwise once its client has taken nothing for the
+ * stall bound (`whenFinished`; counted and logged).
  */
 function cutUnlessFinished(ctx: RequestContext, env: RelayOptions): void {
   const { res, signal } = ctx;
-  const aborted = signal.aborted;
-  const pending = (): boolean => !res.writableFinished && !res.destroyed;
-  const stop = (): void => {
-    clearTimeout(timer);
-    signal.removeEventListener('abort', onAbort);
-  };
-  const onAbort = (): void => {
-    stop();
-    if (!pending()) return;
-    ctx.logFields.code ??= asKvgateError(signal.reason, ctx.requestId).code;
+  if (signal.aborted) {
+    const timer = setTimeout(() => res.destroy(), Math.min(env.clientStallMs, ABORTED_LINGER_MS));
+    timer.unref();
+    res.once('close', () => clearTimeout(timer));
+    return;
+  }
+  void whenFinished(res, signal, env.clientStallMs).then((state) => {
+    if (state === 'ready' || state === 'closed' || res.writableFinished || res.destroyed) return;
+    if (state === 'aborted') ctx.logFields.code ??= asKvgateError(signal.reason, ctx.requestId).code;
     res.destroy();
-  };
-  const timer = setTimeout(
-    () => {
-      stop();
-      if (!pending()) return;
-      res.destroy();
-      if (!aborted) stalled(ctx, env);
-    },
-    aborted ? Math.min(env.clientStallMs, ABORTED_LINGER_MS) : env.clientStallMs,
-  );
-  timer.unref();
-  if (!aborted) signal.addEventListener('abort', onAbort);
-  res.once('close', stop);
+    if (state === 'stalled') stalled(ctx, env);
+  });
 }
 
 /** What relaying a routed answer needs of the server besides the request (rebuilt when the config is reloaded). */

@@ -2,15 +2,21 @@
  * Issue 23: `whenWritable` reads the response's own state. The relay used to
  * wait for 'drain' on a flag kept from an earlier write; when the socket had
  * drained in between, no 'drain' ever came and the stream hung.
+ *
+ * And the stall bound of `whenWritable` and `whenFinished` counts a client
+ * that reads slowly as reading: Linux reports the socket writable ('drain')
+ * only once MBs are taken, which a reader at about 1 MB/s needs seconds for,
+ * while its kernel send queue shrinks all along. Over real sockets.
  */
 import { once } from 'node:events';
 import { createServer, request, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Cancellation, whenWritable } from '../../src/common/index.js';
+import { Cancellation, whenFinished, whenWritable } from '../../src/common/index.js';
+import { kernelSendQueue } from '../../src/common/send-queue.js';
 
 /** A server whose one response is handed to `use`, and a client that reads it only when told. */
-async function pair(): Promise<{ res: ServerResponse; resume(): void; close(): void }> {
+async function pair(): Promise<{ res: ServerResponse; resume(): void; readSlowly(): void; close(): void }> {
   const server = createServer();
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
@@ -24,10 +30,24 @@ async function pair(): Promise<{ res: ServerResponse; resume(): void; close(): v
   // The client stops reading as soon as the head arrives: the server's buffers fill until it resumes.
   const [r] = (await once(req, 'response')) as [{ pause(): void; resume(): void }];
   r.pause();
+  let slow: NodeJS.Timeout | undefined;
   return {
     res,
     resume: () => r.resume(),
+    // 64 KB every 50 ms, about 1.3 MB/s: a steady reader whose socket Linux reports writable seconds apart.
+    readSlowly: () => {
+      let budget = 0;
+      (r as unknown as NodeJS.ReadableStream).on('data', (chunk: Buffer) => {
+        budget -= chunk.length;
+        if (budget <= 0) r.pause();
+      });
+      slow = setInterval(() => {
+        budget = 64 * 1024;
+        r.resume();
+      }, 50);
+    },
     close: () => {
+      clearInterval(slow);
       req.destroy();
       server.close();
       server.closeAllConnections();
@@ -44,6 +64,18 @@ async function fill(res: ServerResponse): Promise<void> {
     if (res.writableNeedDrain) return;
   }
   throw new Error('the buffers never filled');
+}
+
+/** Waits until the kernel holds all it will of `res`'s data (its send queue stops growing) and the response still waits to drain. */
+async function settled(res: ServerResponse): Promise<void> {
+  let last = -1;
+  for (let i = 0; i < 100; i++) {
+    await new Promise((r) => setTimeout(r, 20));
+    const q = (await kernelSendQueue(res.socket!, 0)) ?? 0;
+    if (q > 0 && q === last && (res.writableNeedDrain || res.writableEnded)) return;
+    last = q;
+  }
+  throw new Error('the kernel send queue never settled');
 }
 
 describe('whenWritable (issue 23)', () => {
@@ -94,5 +126,52 @@ describe('whenWritable (issue 23)', () => {
     const started = performance.now();
     expect(await whenWritable(b.res, undefined, 50)).toBe('stalled');
     expect(performance.now() - started).toBeGreaterThanOrEqual(49);
+  });
+
+  it.skipIf(process.platform !== 'linux')(
+    'waits past the stall bound for a client that reads slowly, mid-stream and after the end',
+    async () => {
+      const a = await pair();
+      close = a.close;
+      await fill(a.res);
+      await settled(a.res);
+      a.readSlowly();
+      const started = performance.now();
+      // Before the kernel send queue was read: 'stalled' at the bound.
+      expect(await whenWritable(a.res, undefined, 300)).toBe('ready');
+      expect(performance.now() - started).toBeGreaterThan(300);
+      a.close();
+
+      const b = await pair();
+      close = b.close;
+      await fill(b.res);
+      b.res.end();
+      await settled(b.res);
+      b.readSlowly();
+      const ended = performance.now();
+      expect(await whenFinished(b.res, undefined, 300)).toBe('ready');
+      expect(performance.now() - ended).toBeGreaterThan(300);
+    },
+    20_000,
+  );
+
+  it('whenFinished: ready once an ended response is handed over, stalled for a client that reads nothing', async () => {
+    const a = await pair();
+    close = a.close;
+    a.res.end('short');
+    expect(await whenFinished(a.res, undefined, 1000)).toBe('ready');
+    a.close();
+
+    const b = await pair();
+    close = b.close;
+    await fill(b.res);
+    b.res.end();
+    const started = performance.now();
+    expect(await whenFinished(b.res, undefined, 200)).toBe('stalled');
+    expect(performance.now() - started).toBeGreaterThanOrEqual(199);
+    const c = new Cancellation();
+    const aborted = whenFinished(b.res, c.signal, 60_000);
+    c.abort(new Error('deadline'));
+    expect(await aborted).toBe('aborted');
   });
 });

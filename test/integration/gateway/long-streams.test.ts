@@ -162,6 +162,20 @@ describe('long streams through kvgate serve, aggregated (issue 23)', () => {
     expectComplete(await readSse(`${stallUrl}/v1/completions`, completion(10_000), PAUSED), 10_000);
   });
 
+  it('a client reading slower than the kernel reports its socket writable is not cut while it reads', async () => {
+    // Linux reports the gateway's socket writable again ('drain') only once MBs of its send buffer are free: at
+    // about 1 MB/s, seconds apart, longer than this bound. The gateway sees the reader take bytes from its kernel
+    // send queue instead, mid-stream and after the answer's end alike. It cut this reader before.
+    const slowUrl = await gateway(suite, 'slow-reader', workers, ['limits: { client_stall_timeout_ms: 500 }']);
+    const r = await readSse(`${slowUrl}/v1/completions`, completion(40_000), {
+      pauseEveryBytes: 64 * 1024,
+      pauseMs: 60,
+    });
+    expect(r.text.length).toBeGreaterThan(6_000_000);
+    expectComplete(r, 40_000);
+    expect(await metric(slowUrl, 'kvgate_http_rejections_total', { code: 'KVG_ERR_CLIENT_STALLED' })).toBe(0);
+  });
+
   it('limits.request_timeout_ms bounds a stream whose upstream is paused by a client that stopped reading; its slot is freed', async () => {
     const timeoutUrl = await gateway(suite, 'deadline', workers, [
       'limits: { request_timeout_ms: 1500, max_concurrent_requests: 1 }',
