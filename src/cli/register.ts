@@ -13,7 +13,13 @@
  * `EtcdRegistration`'s (`registration.ts`).
  */
 import { pino } from 'pino';
-import { etcdModelPrefix, parseCommandArgs, readEtcdWorkerValue } from '../config/index.js';
+import {
+  etcdModelPrefix,
+  etcdWorkerIdProblem,
+  parseCommandArgs,
+  parseEtcdWorkerId,
+  readEtcdWorkerValue,
+} from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { etcdClient } from '../fleet/index.js';
 import { EtcdRegistration, type RegistrationLog, type RegistrationPlan } from './registration.js';
@@ -110,8 +116,9 @@ export function parseRegisterArgs(argv: string[]): RegisterPlan {
   if (!prefix.startsWith('/')) throw invalid('prefix', 'must be a key path starting with /');
   const model = s('model')!;
   if (model === '' || /\s/.test(model)) throw invalid('model', 'must be a model name without whitespace');
-  const id = intFlag('id', s('id')!);
-  if (id < 0 || !Number.isSafeInteger(id)) throw invalid('id', 'must be a non-negative integer');
+  // The gateway's parse of a key's id: what is written here is read back as the same worker.
+  const id = parseEtcdWorkerId(s('id')!);
+  if (id === undefined) throw invalid('id', etcdWorkerIdProblem(s('id')!));
   const ttlS = s('ttl') === undefined ? 10 : intFlag('ttl', s('ttl')!);
   if (ttlS < 2 || ttlS > 3600) throw invalid('ttl', `${ttlS}: must be 2 to 3600 seconds`);
   const value: Record<string, unknown> = {};

@@ -3,8 +3,10 @@
  * the registration value one engine puts under its key.
  *
  * Key layout: `<prefix>/<model>/<worker id>` (the model as the config names
- * it, slashes and all); the value is a JSON object with the fields of a
- * `models[].workers[]` entry except `id`, which is the key's last segment.
+ * it, slashes and all; the id in canonical decimal, `parseEtcdWorkerId`: `7`,
+ * never `07`, `+7` or `7.0`, which would alias worker 7); the value is a JSON
+ * object with the fields of a `models[].workers[]` entry except `id`, which is
+ * the key's last segment.
  * A value is validated as a config worker is (unknown fields refused, every
  * problem with its field), plus the model's rule that a KV-aware model with
  * KV events on needs `kv_events`: a value with any problem is refused whole.
@@ -19,6 +21,24 @@ import type { ModelConfig, WorkerConfig } from './types.js';
 /** The key prefix a model's workers register under (with the trailing slash). */
 export function etcdModelPrefix(prefix: string, model: string): string {
   return `${prefix}/${model}/`;
+}
+
+/**
+ * The worker id a key's last segment (or `kvgate register --id`) names: a non-negative safe integer written as
+ * JavaScript prints it, or undefined. Anything else (`07`, `+7`, `7.0`, ` 7`, `0x7`, `7e0`) is refused rather than
+ * read as 7: two keys must never name one worker. The one parse of an etcd worker id, for the gateway and
+ * `kvgate register` alike.
+ */
+export function parseEtcdWorkerId(segment: string): number | undefined {
+  if (!/^[0-9]+$/.test(segment)) return undefined;
+  const id = Number(segment);
+  return Number.isSafeInteger(id) && String(id) === segment ? id : undefined;
+}
+
+/** Why `parseEtcdWorkerId` refused `segment`, for the lines and errors that name it. */
+export function etcdWorkerIdProblem(segment: string): string {
+  const rule = 'a non-negative integer in canonical decimal: no leading zero, sign, space or fraction';
+  return `must be a worker id (${rule}), got ${JSON.stringify(segment)}`;
 }
 
 /** A registration value's problems (paths relative to the value), and the worker when there are none. */
@@ -70,9 +90,9 @@ export function readEtcdWorker(
   const idText = key.slice(etcdModelPrefix(etcd.prefix, model.name).length);
   const problem = (path: string, reason: string): KvgateError =>
     configProblemsError([{ source, path, reason }], consequence);
-  if (!/^\d{1,15}$/.test(idText))
-    throw problem('(key)', `must end in /<worker id> (a non-negative integer), got ${JSON.stringify(idText)}`);
-  const id = Number(idText);
+  const id = parseEtcdWorkerId(idText);
+  if (id === undefined)
+    throw problem('(key)', `must end in /<worker id>: its last segment ${etcdWorkerIdProblem(idText)}`);
   const holder = taken.get(id);
   if (holder !== undefined)
     throw problem('(key)', `worker id ${id} is already the id of ${holder}; worker ids are unique across the gateway`);

@@ -24,5 +24,11 @@ export { configChanges, reloadProblems, workerDiff } from './reload.js';
 export { withoutCredentials } from './redact.js';
 export type { ConfigChange } from './reload.js';
 export { loadWorkersFile } from './workers-file.js';
-export { etcdModelPrefix, readEtcdWorker, readEtcdWorkerValue } from './etcd.js';
+export {
+  etcdModelPrefix,
+  etcdWorkerIdProblem,
+  parseEtcdWorkerId,
+  readEtcdWorker,
+  readEtcdWorkerValue,
+} from './etcd.js';
 export { KV_EVENTS_PORT, kubernetesWorker, type KubernetesEndpoint } from './kubernetes.js';

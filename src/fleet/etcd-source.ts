@@ -8,7 +8,10 @@
  * when a registration's lease expires, makes it leave. A value that is
  * invalid (or names an id in use) is refused whole and logged with every
  * problem; the key's previous worker, if any, stays. Every outcome is counted
- * in `kvgate_discovery_updates_total{source="etcd"}`.
+ * in `kvgate_discovery_updates_total{source="etcd"}`. A key whose last segment
+ * is not a worker id in canonical decimal (`07`, `+7`, `7.0`: `parseEtcdWorkerId`)
+ * is refused once (one error line with the key, one `rejected`) until it is
+ * deleted, and otherwise ignored: its puts and deletes never touch worker 7.
  *
  * When the watch is lost (etcd stopped or unreachable, the watch cancelled or
  * its revision compacted), the current workers stay and stay routable. kvgate
@@ -28,6 +31,7 @@ import type { Logger } from 'pino';
 import { Backoff, type Rng } from '../common/index.js';
 import {
   etcdModelPrefix,
+  parseEtcdWorkerId,
   readEtcdWorker,
   type ConfigProblem,
   type EtcdDiscovery,
@@ -59,6 +63,8 @@ export class EtcdWorkersSource implements WorkerSource {
   readonly #backoff: Backoff;
   /** The workers this source brought, by id. */
   #current = new Map<number, WorkerConfig>();
+  /** Keys of this prefix refused for their id segment (not canonical), each logged and counted once until deleted. */
+  readonly #badKeys = new Set<string>();
   /** The watch being opened or live; any other watcher's events are stale. */
   #watcher: Watcher | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -202,15 +208,18 @@ export class EtcdWorkersSource implements WorkerSource {
   /** A listing of the whole prefix: every key in it is the truth; keys gone from it leave. */
   #applyListing(kvs: readonly IKeyValue[]): void {
     const next = new Map<number, WorkerConfig>();
+    const listed = new Set<string>();
     for (const kv of kvs) {
       const key = kv.key.toString();
       if (!this.#ours(key)) continue;
+      listed.add(key);
+      const id = this.#idOf(key);
       const w = this.#read(key, kv.value.toString());
-      // A refused value keeps the key's previous worker.
-      const id = w?.id ?? Number(key.slice(this.#prefix.length));
-      const kept = w ?? this.#current.get(id);
+      // A refused value keeps the key's previous worker; a key refused for its id names none.
+      const kept = w ?? (id === undefined ? undefined : this.#current.get(id));
       if (kept !== undefined) next.set(kept.id, kept);
     }
+    for (const key of this.#badKeys) if (!listed.has(key)) this.#badKeys.delete(key);
     this.#apply(next);
   }
 
@@ -226,8 +235,14 @@ export class EtcdWorkersSource implements WorkerSource {
 
   #delete(key: string): void {
     if (!this.#ours(key)) return;
+    const id = this.#idOf(key);
+    // A refused key's delete leaves the worker whose id it resembles alone.
+    if (id === undefined) {
+      this.#badKeys.delete(key);
+      return;
+    }
     const next = new Map(this.#current);
-    next.delete(Number(key.slice(this.#prefix.length)));
+    next.delete(id);
     this.#apply(next);
   }
 
@@ -236,8 +251,20 @@ export class EtcdWorkersSource implements WorkerSource {
     return key.startsWith(this.#prefix) && !key.slice(this.#prefix.length).includes('/');
   }
 
-  /** The key's worker, or undefined (logged and counted) when its registration is refused. */
+  /** The worker id a key of this model names; undefined when its segment is not one (in canonical form). */
+  #idOf(key: string): number | undefined {
+    return parseEtcdWorkerId(key.slice(this.#prefix.length));
+  }
+
+  /**
+   * The key's worker, or undefined (logged and counted) when its registration is refused. A key refused for its
+   * id is logged and counted once, until it is deleted: its every put and each listing would say the same.
+   */
   #read(key: string, text: string): WorkerConfig | undefined {
+    if (this.#idOf(key) === undefined) {
+      if (this.#badKeys.has(key)) return undefined;
+      this.#badKeys.add(key);
+    }
     try {
       return readEtcdWorker(this.#model, key, text, this.#taken());
     } catch (err) {

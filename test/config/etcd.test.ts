@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadGatewayConfig, readEtcdWorker } from '../../src/config/index.js';
+import { loadGatewayConfig, parseEtcdWorkerId, readEtcdWorker } from '../../src/config/index.js';
 import { parseRegisterArgs } from '../../src/cli/register.js';
 import { KvgateError } from '../../src/errors/index.js';
 
@@ -128,11 +128,24 @@ describe('etcd registration values', () => {
     expect(problemsOf(() => readEtcdWorker(model, key('x7'), '{}', new Map()))).toEqual([
       expect.stringMatching(/^\(key\): must end in \/<worker id>/),
     ]);
+    // Only the canonical decimal names a worker: 07 would alias worker 7.
+    for (const bad of ['07', '+7', '7.0', ' 7', '0x7', '7e0', '-1', '', '9007199254740992'])
+      expect(problemsOf(() => readEtcdWorker(model, key(bad), '{}', new Map()))).toEqual([
+        expect.stringMatching(/^\(key\): must end in \/<worker id>: its last segment must be a worker id .*canonical/),
+      ]);
     expect(
       problemsOf(() => readEtcdWorker(model, key('1'), '{}', new Map([[1, 'worker 1 of model n (static)']]))),
     ).toEqual([
       '(key): worker id 1 is already the id of worker 1 of model n (static); worker ids are unique across the gateway',
     ]);
+  });
+});
+
+describe("parseEtcdWorkerId: the one parse of a key's worker id (the gateway and kvgate register)", () => {
+  it('reads only a non-negative safe integer as it prints', () => {
+    expect(['0', '7', '10', '9007199254740991'].map(parseEtcdWorkerId)).toEqual([0, 7, 10, 9007199254740991]);
+    for (const bad of ['07', '00', '+7', '7.0', ' 7', '7 ', '0x7', '7e0', '-1', '', '9007199254740992', '٧'])
+      expect(parseEtcdWorkerId(bad), bad).toBeUndefined();
   });
 });
 
@@ -182,6 +195,9 @@ describe('kvgate register flags', () => {
     [[...base, '--kv-events-replay', 'tcp://h:1'], /^--kv-events-replay: needs --kv-events/],
     [[...base, '--bootstrap-port', '9'], /^--bootstrap-port: only SGLang prefill workers/],
     [[...base, '--colour', 'red'], /Unknown option '--colour'/],
+    // The gateway refuses a key 07: register does not write one, nor read 07 as 7.
+    [[...base.slice(0, 4), '--id', '07', '--url', 'http://h:1'], /^--id: must be a worker id .*got "07"/],
+    [[...base.slice(0, 4), '--id', '+7', '--url', 'http://h:1'], /^--id: must be a worker id/],
   ])('refuses %j naming the flag', (argv, message) => {
     expect(() => parseRegisterArgs(argv)).toThrow(message);
   });
