@@ -7,3 +7,5 @@ export { Ejections } from './ejection.js';
 export { OutlierDetector } from './outlier.js';
 export type { ModelCheck } from './engine-models.js';
 export { readEngineCacheConfig } from './engine-config.js';
+export { systemScheduler } from './loop-timeout.js';
+export type { Scheduler } from './loop-timeout.js';

@@ -5,8 +5,15 @@
  * resourceVersion; a watch from it streams ADDED / MODIFIED / DELETED /
  * BOOKMARK events as JSON lines. A watch the server ends is resumed from the
  * last version seen; a 410 Gone lists again; any other failure keeps the
- * objects it has and retries on a doubling delay. `onChange` gets every
- * object after each list and each event; `onFailure` each failure.
+ * objects it has and retries on a `Backoff` (doubling, with jitter).
+ * `onChange` gets every object after each list and each event; `onFailure`
+ * each failure.
+ *
+ * A watch the server ends without an event before `watchMinOpenMs` (1 s, as
+ * client-go's "very short watch") is such a failure: an API server (or a proxy
+ * in front of it) that ends every watch at once would otherwise have it
+ * reopened in a tight loop. The back-off starts again from its minimum once a
+ * watch delivers an event or stays open that long.
  *
  * A watch asks the server to end it after `timeoutSeconds` (as client-go
  * does), and one silent for longer than that plus a grace is failed here: a
@@ -16,6 +23,8 @@
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { Agent, request } from 'undici';
+import { Backoff, systemClock, type Clock, type Rng } from '../common/index.js';
+import { systemScheduler, type Scheduler } from '../discovery/index.js';
 
 const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 10_000;
@@ -23,6 +32,8 @@ const RETRY_MAX_MS = 10_000;
 const WATCH_TIMEOUT_S = 300;
 /** How long past `timeoutSeconds` a silent watch is given before it counts as a stalled connection. */
 const WATCH_GRACE_MS = 30_000;
+/** A watch ended by the server sooner than this without an event is a failed attempt (client-go's "very short watch"). */
+const WATCH_MIN_OPEN_MS = 1_000;
 /** A list's body silent for this long is a stalled connection (the Agent has no body timeout, for watches). */
 const LIST_BODY_TIMEOUT_MS = 60_000;
 
@@ -34,6 +45,8 @@ interface WatchEvent<T> {
   object: T & { code?: number; message?: string };
 }
 class Gone extends Error {}
+/** The server ended a watch before `watchMinOpenMs` without an event. */
+class ShortWatch extends Error {}
 
 export interface KubeApi {
   readonly apiServer: string;
@@ -90,12 +103,15 @@ export class KubeListWatch<T extends KubeObject> {
   readonly #path: () => string;
   #objects = new Map<string, T>();
   #resourceVersion: string | undefined;
-  #timer: NodeJS.Timeout | undefined;
-  #retryMs = RETRY_MIN_MS;
+  #timer: unknown;
+  readonly #backoff: Backoff;
+  readonly #clock: Clock;
+  readonly #scheduler: Scheduler;
   #closed = false;
   #gones = 0;
   readonly #watchTimeoutS: number;
   readonly #watchGraceMs: number;
+  readonly #watchMinOpenMs: number;
 
   constructor(opts: {
     client: KubeClient;
@@ -110,6 +126,12 @@ export class KubeListWatch<T extends KubeObject> {
     /** The server-side watch timeout (`timeoutSeconds`) and the grace past it; tests shorten them. */
     watchTimeoutS?: number;
     watchGraceMs?: number;
+    /** How long a watch ended with no event must have been open not to be a failed attempt (1 s). */
+    watchMinOpenMs?: number;
+    /** The retries' jitter (`Math.random`), the clock a watch's time open is read on, and the retry timers. */
+    rng?: Rng;
+    clock?: Clock;
+    scheduler?: Scheduler;
   }) {
     this.#client = opts.client;
     this.#path = opts.path;
@@ -120,6 +142,10 @@ export class KubeListWatch<T extends KubeObject> {
     this.#beforeList = opts.beforeList ?? (() => Promise.resolve());
     this.#watchTimeoutS = opts.watchTimeoutS ?? WATCH_TIMEOUT_S;
     this.#watchGraceMs = opts.watchGraceMs ?? WATCH_GRACE_MS;
+    this.#watchMinOpenMs = opts.watchMinOpenMs ?? WATCH_MIN_OPEN_MS;
+    this.#backoff = new Backoff(RETRY_MIN_MS, RETRY_MAX_MS, opts.rng ?? Math.random);
+    this.#clock = opts.clock ?? systemClock;
+    this.#scheduler = opts.scheduler ?? systemScheduler;
   }
 
   start(): void {
@@ -128,7 +154,7 @@ export class KubeListWatch<T extends KubeObject> {
 
   close(): void {
     this.#closed = true;
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    if (this.#timer !== undefined) this.#scheduler.clearTimeout(this.#timer);
   }
 
   async #run(list: boolean): Promise<void> {
@@ -136,7 +162,6 @@ export class KubeListWatch<T extends KubeObject> {
     try {
       if (list || this.#resourceVersion === undefined) await this.#list();
       await this.#watch();
-      this.#retryMs = RETRY_MIN_MS;
       void this.#run(false);
     } catch (err) {
       if (this.#closed) return;
@@ -148,11 +173,13 @@ export class KubeListWatch<T extends KubeObject> {
         return;
       }
       this.#failures = Math.max(0, this.#failures) + 1;
-      this.#onFailure(err as Error, this.#retryMs);
+      const retryInMs = this.#backoff.next();
+      this.#onFailure(err as Error, retryInMs);
       const relist = err instanceof Gone || this.#resourceVersion === undefined;
-      this.#timer = setTimeout(() => void this.#run(relist), this.#retryMs);
-      this.#timer.unref();
-      this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
+      this.#timer = this.#scheduler.setTimeout(() => {
+        this.#timer = undefined;
+        void this.#run(relist);
+      }, retryInMs);
     }
   }
 
@@ -182,12 +209,23 @@ export class KubeListWatch<T extends KubeObject> {
       this.#watchTimeoutS * 1000 + this.#watchGraceMs,
     );
     this.#live();
+    const openedAt = this.#clock.now();
+    let events = 0;
     const lines = createInterface({ input: res.body, crlfDelay: Infinity });
     try {
-      for await (const line of lines) if (line.trim() !== '') this.#event(JSON.parse(line) as WatchEvent<T>);
+      for await (const line of lines) {
+        if (line.trim() === '') continue;
+        this.#event(JSON.parse(line) as WatchEvent<T>);
+        events++;
+      }
     } finally {
       res.body.destroy();
     }
+    const openMs = this.#clock.now() - openedAt;
+    if (events === 0 && openMs < this.#watchMinOpenMs)
+      throw new ShortWatch(`the API server ended the watch after ${Math.round(openMs)} ms with no event`);
+    // A watch that stayed open its while (the server's timeoutSeconds, for one) is healthy: resumed at once.
+    this.#backoff.reset();
   }
 
   #event(e: WatchEvent<T>): void {
@@ -198,6 +236,8 @@ export class KubeListWatch<T extends KubeObject> {
     const rv = e.object.metadata?.resourceVersion;
     if (rv !== undefined) this.#resourceVersion = rv;
     this.#gones = 0;
+    // The watch delivers: the next failure waits the minimum again.
+    this.#backoff.reset();
     if (e.type === 'BOOKMARK') return;
     const name = e.object.metadata?.name ?? '';
     if (e.type === 'DELETED') this.#objects.delete(name);

@@ -1,9 +1,12 @@
 /**
  * `KubeListWatch` against the API server's PROTOCOL DOUBLE (test/helpers/kube-api-double.ts; no Kubernetes API
  * server runs here): a watch whose connection goes silent (dropped by something in between, no reset) is failed
- * after its timeout and grace, reported, and resumed from the last version, so the changes it missed arrive.
+ * after its timeout and grace, reported, and resumed from the last version, so the changes it missed arrive; a
+ * server that ends every watch at once is retried on the back-off, in virtual time, not in a tight loop.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import { ManualClock } from '../../src/common/index.js';
+import type { Scheduler } from '../../src/discovery/index.js';
 import { KubeClient, KubeListWatch } from '../../src/fleet/kube-watch.js';
 import { KubeApiDouble, type Slice } from '../helpers/kube-api-double.js';
 import { until } from '../helpers/until.js';
@@ -14,6 +17,27 @@ function slice(name: string, address: string): Slice {
     ports: [{ name: 'http', port: 8000 }],
     endpoints: [{ addresses: [address], conditions: { ready: true } }],
   };
+}
+
+/** Timers that fire only when the test says: each one's delay is kept, none runs by itself. */
+class StepScheduler implements Scheduler {
+  readonly pending: { fn: () => void; ms: number }[] = [];
+  setTimeout(fn: () => void, ms: number): unknown {
+    const t = { fn, ms };
+    this.pending.push(t);
+    return t;
+  }
+  clearTimeout(handle: unknown): void {
+    const i = this.pending.indexOf(handle as { fn: () => void; ms: number });
+    if (i >= 0) this.pending.splice(i, 1);
+  }
+  /** Runs the one pending timer; returns its delay. */
+  fire(): number {
+    expect(this.pending).toHaveLength(1);
+    const t = this.pending.shift()!;
+    t.fn();
+    return t.ms;
+  }
 }
 
 describe('KubeListWatch', () => {
@@ -49,5 +73,46 @@ describe('KubeListWatch', () => {
     // One failed attempt (the stalled watch), and no relist: the new watch resumed from the version it had.
     expect(failures).toEqual([expect.stringMatching(/timeout/i)]);
     expect(api.requests.filter((r) => r === 'list')).toHaveLength(1);
+  });
+
+  it('a server that ends each watch at once with no event is retried on the back-off, reset by an event', async () => {
+    api = await KubeApiDouble.start();
+    api.put(slice('a', '10.0.0.1'));
+    api.endWatchesAtOnce = true;
+    client = new KubeClient({ apiServer: api.url, tokenFile: '/nonexistent', caFile: '/nonexistent' });
+    const scheduler = new StepScheduler();
+    const failures: [string, number][] = [];
+    let names: string[] = [];
+    watch = new KubeListWatch<Slice>({
+      client,
+      path: () =>
+        `/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices?labelSelector=${encodeURIComponent('kubernetes.io/service-name=engines')}`,
+      onChange: (slices) => (names = slices.map((s) => s.metadata.name).sort()),
+      onFailure: (err, retryInMs) => failures.push([err.message, retryInMs]),
+      // The clock never moves: every watch has been open 0 ms. rng 1: each delay is the back-off's full step.
+      clock: new ManualClock(),
+      scheduler,
+      rng: () => 1,
+    });
+    const watches = (): number => api!.requests.filter((r) => r.startsWith('watch')).length;
+    watch.start();
+    // Each ended watch is one failure and one timer; nothing reopens it until the timer fires.
+    const delays: number[] = [];
+    for (let n = 1; n <= 6; n++) {
+      await until(() => failures.length === n && scheduler.pending.length === 1, `short watch ${n} reported`);
+      expect(watches()).toBe(n);
+      delays.push(n < 6 ? scheduler.fire() : scheduler.pending[0]!.ms);
+    }
+    expect(delays).toEqual([500, 1000, 2000, 4000, 8000, 10000]);
+    expect(failures.map(([, ms]) => ms)).toEqual(delays);
+    expect(failures[0]![0]).toMatch(/ended the watch after 0 ms with no event/);
+    expect(api.requests.filter((r) => r === 'list')).toHaveLength(1);
+    expect(names).toEqual(['a']);
+    // A watch that delivers an event (then ends at once) resets the back-off: the next empty one waits the minimum.
+    api.put(slice('b', '10.0.0.2'));
+    scheduler.fire();
+    await until(() => failures.length === 7 && scheduler.pending.length === 1, 'the watch after the event reported');
+    expect(names).toEqual(['a', 'b']);
+    expect(scheduler.pending[0]!.ms).toBe(500);
   });
 });

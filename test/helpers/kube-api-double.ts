@@ -6,7 +6,8 @@
  * `watch=1` it streams JSON-line events (ADDED, MODIFIED, DELETED) after the
  * given resourceVersion, replaying those it still keeps, or one ERROR event
  * with code 410 (Gone) for a version compacted away, as the real server does,
- * and ends the watch cleanly after its `timeoutSeconds`.
+ * and ends the watch cleanly after its `timeoutSeconds` (or at once, after
+ * the events it replays, while `endWatchesAtOnce`).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -60,6 +61,8 @@ export class KubeApiDouble {
   #oldest = 0;
   /** New watch requests wait (unanswered) while true. */
   holdWatches = false;
+  /** While true, each watch is answered, sent the events it replays, and ended at once (a misbehaving server or proxy). */
+  endWatchesAtOnce = false;
   /** The next this many requests are answered 503, as an API server that is restarting or overloaded. */
   failRequests = 0;
   /** The requests served: `list`, or `watch@<resourceVersion>`. */
@@ -214,6 +217,10 @@ export class KubeApiDouble {
       for (const h of this.#history)
         if (h.rv > from && h.resource === resource && matches(h.event.object))
           res.write(`${JSON.stringify(h.event)}\n`);
+      if (this.endWatchesAtOnce) {
+        res.end();
+        return;
+      }
       // An API server answers a watch at once, before its first event.
       res.flushHeaders();
       this.#watchers.set(res, resource);
