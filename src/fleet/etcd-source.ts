@@ -24,11 +24,14 @@
  * sources' do (`kvgate_discovery_watch_*`): losing it is a warn line, resuming
  * it an info line with the workers the new listing holds, each failed attempt
  * a warn line; whether it is live (the report's state) decides whether a
- * failure loses it or is one more failed attempt.
+ * failure loses it or is one more failed attempt. The back-off starts again
+ * from its minimum only once a watch delivers an event or has stayed open
+ * `WATCH_MIN_OPEN_MS`, not when etcd confirms it: a server that ends every
+ * watch at once is listed and watched again on a growing delay, not in a loop.
  */
 import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from 'pino';
-import { Backoff, type Rng } from '../common/index.js';
+import { Backoff, systemClock, type Clock, type Rng } from '../common/index.js';
 import {
   etcdModelPrefix,
   parseEtcdWorkerId,
@@ -38,7 +41,7 @@ import {
   type ModelConfig,
   type WorkerConfig,
 } from '../config/index.js';
-import type { WorkerRegistry } from '../discovery/index.js';
+import { systemScheduler, type Scheduler, type WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { applyWorkerSet } from './discovered-set.js';
 import { ETCD_CALL_TIMEOUT_MS, etcdClient } from './etcd-client.js';
@@ -49,6 +52,8 @@ import { WatchReport } from './watch-report.js';
 /** Wait before listing again after a failure: from the minimum, doubling (with jitter) up to the maximum. */
 const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 5_000;
+/** A watch lost sooner than this after etcd confirmed it, with no event, does not reset the back-off. */
+const WATCH_MIN_OPEN_MS = 1_000;
 
 type Outcome = 'applied' | 'unchanged' | 'rejected';
 
@@ -67,7 +72,11 @@ export class EtcdWorkersSource implements WorkerSource {
   readonly #badKeys = new Set<string>();
   /** The watch being opened or live; any other watcher's events are stale. */
   #watcher: Watcher | undefined;
-  #timer: NodeJS.Timeout | undefined;
+  #timer: unknown;
+  readonly #clock: Clock;
+  readonly #scheduler: Scheduler;
+  /** When etcd confirmed the watch being live (`#clock`). */
+  #openedAt = 0;
   /** The watch's state (starting, live, lost), its gauge, transitions, retries and their lines. */
   readonly #report: WatchReport;
   /** The attempt to list and watch in progress, counted from 1 since the watch was last live. */
@@ -75,8 +84,16 @@ export class EtcdWorkersSource implements WorkerSource {
   #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
   #closed = false;
 
-  /** `rng` draws the retries' jitter. */
-  constructor(model: ModelConfig, registry: WorkerRegistry, members: FleetMembers, rng: Rng) {
+  /** `rng` draws the retries' jitter; `opts` are the clock and timers (tests drive them). */
+  constructor(
+    model: ModelConfig,
+    registry: WorkerRegistry,
+    members: FleetMembers,
+    rng: Rng,
+    opts: { clock?: Clock; scheduler?: Scheduler } = {},
+  ) {
+    this.#clock = opts.clock ?? systemClock;
+    this.#scheduler = opts.scheduler ?? systemScheduler;
     this.#model = model;
     this.#etcd = model.etcd!;
     this.#prefix = etcdModelPrefix(this.#etcd.prefix, model.name);
@@ -108,7 +125,7 @@ export class EtcdWorkersSource implements WorkerSource {
 
   async close(): Promise<void> {
     this.#closed = true;
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    if (this.#timer !== undefined) this.#scheduler.clearTimeout(this.#timer);
     const watcher = this.#watcher;
     this.#watcher = undefined;
     await watcher?.cancel().catch(() => undefined);
@@ -141,22 +158,28 @@ export class EtcdWorkersSource implements WorkerSource {
     const watcher = this.#client.watch().prefix(this.#prefix).startRevision(String(revision)).watcher();
     this.#watcher = watcher;
     const unconfirmed = new Error(`etcd did not confirm the watch within ${ETCD_CALL_TIMEOUT_MS} ms`);
-    const opening = setTimeout(() => this.#dropped(watcher, unconfirmed), ETCD_CALL_TIMEOUT_MS);
-    opening.unref();
+    const opening = this.#scheduler.setTimeout(() => this.#dropped(watcher, unconfirmed), ETCD_CALL_TIMEOUT_MS);
     watcher.on('connected', () => {
-      clearTimeout(opening);
+      this.#scheduler.clearTimeout(opening);
       if (this.#watcher === watcher) this.#watching();
     });
-    watcher.on('put', (kv) => this.#watcher === watcher && this.#put(kv));
-    watcher.on('delete', (kv) => this.#watcher === watcher && this.#delete(kv.key.toString()));
+    watcher.on('put', (kv) => this.#event(watcher) && this.#put(kv));
+    watcher.on('delete', (kv) => this.#event(watcher) && this.#delete(kv.key.toString()));
     // 'disconnected': the stream failed (etcd3 would resume it from the old revision: dropped instead);
     // 'error': etcd cancelled the watch (a compacted revision, for one), and etcd3 has let it go already.
     const drop = (err: Error, cancelled: boolean): void => {
-      clearTimeout(opening);
+      this.#scheduler.clearTimeout(opening);
       this.#dropped(watcher, err, cancelled);
     };
     watcher.on('disconnected', (err: Error) => drop(err, false));
     watcher.on('error', (err: Error) => drop(err, true));
+  }
+
+  /** An event of `watcher`: whether it is the current watch's; if so the watch works, and the next loss waits the minimum. */
+  #event(watcher: Watcher): boolean {
+    if (this.#watcher !== watcher) return false;
+    this.#backoff.reset();
+    return true;
   }
 
   /** The watch is live: a lost one is back, with the workers the listing before it applied. */
@@ -172,7 +195,8 @@ export class EtcdWorkersSource implements WorkerSource {
       );
     }
     this.#attempt = 0;
-    this.#backoff.reset();
+    // Not `#backoff.reset()`: a watch etcd confirms and ends at once would be opened again every RETRY_MIN_MS.
+    this.#openedAt = this.#clock.now();
   }
 
   /** A watch failed, opening or live: dropped (unless etcd `cancelled` it), and the prefix listed again after the back-off. */
@@ -186,6 +210,7 @@ export class EtcdWorkersSource implements WorkerSource {
       return;
     }
     this.#report.lost(err);
+    if (this.#clock.now() - this.#openedAt >= WATCH_MIN_OPEN_MS) this.#backoff.reset();
     this.#schedule(this.#backoff.next());
   }
 
@@ -201,8 +226,7 @@ export class EtcdWorkersSource implements WorkerSource {
   }
 
   #schedule(ms: number): void {
-    this.#timer = setTimeout(() => void this.#sync(), ms);
-    this.#timer.unref();
+    this.#timer = this.#scheduler.setTimeout(() => void this.#sync(), ms);
   }
 
   /** A listing of the whole prefix: every key in it is the truth; keys gone from it leave. */
