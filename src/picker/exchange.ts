@@ -33,6 +33,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
+import { errorBody } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import {
   asKvgateError,
@@ -284,7 +285,8 @@ export class Exchange {
     if (outcome === 'internal_error') this.#env.logger.error({ requestId, code: e.code, err }, 'internal error');
     else this.#env.logger.debug({ requestId, code: e.code, status }, 'request refused');
     this.#env.count(outcome);
-    const body = JSON.stringify({ error: { message: e.message, type: e.type, code: e.code } });
+    // The gateway's error body, `param` included: one shape whichever front end refused the request.
+    const body = JSON.stringify(errorBody(e));
     this.#phase = 'done';
     this.#refused = true;
     this.#send(immediate(status, body, e.code));

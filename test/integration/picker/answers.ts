@@ -48,14 +48,19 @@ const TYPES: Record<number, string> = {
   503: 'service_unavailable',
 };
 
-export function immediate(status: number, code: string, message: string): Record<string, unknown> {
+export function immediate(
+  status: number,
+  code: string,
+  message: string,
+  param: string | null = null,
+): Record<string, unknown> {
   const type = TYPES[status] ?? 'invalid_request_error';
   return {
     response: 'immediate_response',
     immediate_response: {
       status: { code: STATUS_NAMES[status] },
       headers: { set_headers: [{ header: { key: 'content-type', raw_value: Buffer.from('application/json') } }] },
-      body: Buffer.from(JSON.stringify({ error: { message, type, code } })),
+      body: Buffer.from(JSON.stringify({ error: { message, type, param, code } })),
       details: code,
     },
   };

@@ -335,7 +335,7 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
     // A body that is not a chat request: the client gets the gateway's 400, nothing is picked.
     const s = main.client.open();
     expect(await sendRequest(s, Buffer.from('{"model": "mock-model", "messages": 3}'))).toEqual([
-      immediate(400, 'KVG_ERR_INVALID_REQUEST', 'messages must be array'),
+      immediate(400, 'KVG_ERR_INVALID_REQUEST', 'messages must be array', 'messages'),
     ]);
     s.end();
     expect(main.picker.bookings()).toEqual({});
