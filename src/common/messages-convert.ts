@@ -14,6 +14,8 @@
  * - System messages inside `messages` (and the `ctx` and `msg` roles) are placed first, as inline-system.ts says:
  *   those at the head extend the system prompt (joined with "\n\n"), the others stay system turns or fold into user
  *   messages (`InlineSystemMode`).
+ * - `output_config.effort` is the chat request's `reasoning_effort` (vLLM's `_handle_output_config`), so it reaches
+ *   the template as a chat completion's does (template-kwargs.ts). `thinking` is not mapped (vLLM does not).
  */
 import {
   type ChatConversion,
@@ -26,6 +28,7 @@ import {
   unsupportedBlock,
 } from './agent-convert.js';
 import { placeInlineSystem, systemText, type InlineSystemMode } from './inline-system.js';
+import { chatTemplateKwargsOf } from './template-kwargs.js';
 
 /** The block types of Anthropic's Messages API that a request may carry (others are refused). */
 const BLOCK_TYPES = new Set([
@@ -53,6 +56,21 @@ function systemPromptText(system: unknown): string | undefined {
   });
   // Checked to be text blocks: their text is joined as a system message's is.
   return systemText(system, 'system');
+}
+
+/** The efforts vLLM's Messages request takes in `output_config.effort` (its `AnthropicOutputConfig`). */
+const EFFORTS = new Set(['low', 'medium', 'high', 'xhigh', 'max']);
+
+/** `output_config.effort`, checked as vLLM's request model checks it; undefined where there is none. */
+function outputEffort(config: unknown): string | undefined {
+  if (config === undefined || config === null) return undefined;
+  if (!isObject(config)) throw invalidField('output_config', 'must be an object');
+  const effort = config.effort;
+  if (effort === undefined || effort === null) return undefined;
+  if (typeof effort !== 'string' || !EFFORTS.has(effort)) {
+    throw invalidField('output_config.effort', 'must be one of "low", "medium", "high", "xhigh" or "max"');
+  }
+  return effort;
 }
 
 /** A tool result's content as vLLM's tool message holds it: a string, or its text items joined with "\n". */
@@ -158,7 +176,7 @@ function convertTools(tools: unknown): Json[] | undefined {
 /**
  * The chat request a Messages body runs as.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST (a missing or mistyped field: `max_tokens`, `messages`, a role,
- *   `system`, a tool), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed block or one of an unknown type),
+ *   `system`, a tool, `output_config.effort`), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed block or one of an unknown type),
  *   KVG_ERR_UNSUPPORTED_CONTENT (images); `detail.param` names the field.
  */
 export function messagesToChat(body: Json, inlineSystem: InlineSystemMode = 'preserve'): ChatConversion {
@@ -182,10 +200,11 @@ export function messagesToChat(body: Json, inlineSystem: InlineSystemMode = 'pre
   if (kwargs !== undefined && kwargs !== null && !isObject(kwargs)) {
     throw invalidField('chat_template_kwargs', 'must be an object');
   }
+  const effort = outputEffort(body.output_config);
   return {
     messages,
     tools: convertTools(body.tools),
-    chatTemplateKwargs: (kwargs ?? undefined) as Json | undefined,
+    chatTemplateKwargs: chatTemplateKwargsOf({ chat_template_kwargs: kwargs, reasoning_effort: effort }),
     continueFinalMessage: false,
   };
 }

@@ -13,6 +13,9 @@
  * - A last item that is an unfinished assistant message or reasoning (`status` in_progress / incomplete) is
  *   continued: rendered open-ended, without a generation prompt.
  *
+ * `reasoning.effort` reaches the template as a chat completion's `reasoning_effort` does, with the request's
+ * `chat_template_kwargs` (vLLM's `ResponsesRequest.build_chat_params`, the rule in template-kwargs.ts).
+ *
  * `previous_response_id` is refused: kvgate keeps no responses, and an engine's store is per process.
  */
 import { KvgateError } from '../errors/index.js';
@@ -25,6 +28,7 @@ import {
   requireString,
   unsupportedBlock,
 } from './agent-convert.js';
+import { chatTemplateKwargsOf } from './template-kwargs.js';
 
 const MESSAGE_ROLES = new Set(['user', 'system', 'developer', 'assistant']);
 
@@ -134,6 +138,16 @@ function isUnfinished(item: unknown): boolean {
   return item.type === 'reasoning' || ((item.type ?? 'message') === 'message' && item.role === 'assistant');
 }
 
+/** `reasoning.effort`, where the request sets one. */
+function reasoningEffort(reasoning: unknown): string | undefined {
+  if (reasoning === undefined || reasoning === null) return undefined;
+  if (!isObject(reasoning)) throw invalidField('reasoning', 'must be an object');
+  const effort = reasoning.effort;
+  if (effort === undefined || effort === null) return undefined;
+  if (typeof effort !== 'string') throw invalidField('reasoning.effort', 'must be a string');
+  return effort;
+}
+
 /**
  * The chat request a Responses body runs as.
  * @throws KvgateError KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED for `previous_response_id`; KVG_ERR_INVALID_REQUEST
@@ -171,10 +185,11 @@ export function responsesToChat(body: Json): ChatConversion {
   if (kwargs !== undefined && kwargs !== null && !isObject(kwargs)) {
     throw invalidField('chat_template_kwargs', 'must be an object');
   }
+  const effort = reasoningEffort(body.reasoning);
   return {
     messages,
     tools: convertTools(body.tools, body.tool_choice),
-    chatTemplateKwargs: (kwargs ?? undefined) as Json | undefined,
+    chatTemplateKwargs: chatTemplateKwargsOf({ chat_template_kwargs: kwargs, reasoning_effort: effort }),
     continueFinalMessage: Array.isArray(input) && isUnfinished(input.at(-1)),
   };
 }

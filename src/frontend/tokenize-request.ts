@@ -140,8 +140,9 @@ export function tokenizerJob(
   // count_tokens: the prompt of the Messages request the body would be, rendered as `/v1/messages` renders it.
   checkAgentBody('messages', body, o);
   const target = tokenizerTarget(served, o, body.model);
-  // A count takes no `max_tokens` (Anthropic's count_tokens has none), which the conversion requires of a request.
-  const counted = { ...body, max_tokens: 1, stream: undefined };
+  // A count takes no `max_tokens` (Anthropic's count_tokens has none), which the conversion requires of a request,
+  // and no `output_config`: vLLM's count request has none, so its effort neither reaches the template nor is checked.
+  const counted = { ...body, max_tokens: 1, stream: undefined, output_config: undefined };
   const task = agentChatTask({
     api: 'messages',
     body: counted,

@@ -7,11 +7,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { InlineSystemMode } from '../../src/common/index.js';
 import { agentChatTask, checkAgentBody, type AgentApi } from '../../src/frontend/agent-task.js';
+import { tokenizerJob } from '../../src/frontend/tokenize-request.js';
 import { createPreprocessor, type Preprocessor } from '../../src/frontend/preprocess/preprocessor.js';
 import type { ChatTask, PreprocessModelSpec } from '../../src/frontend/preprocess/protocol.js';
 import { isKvgateError, type KvgateErrorCode } from '../../src/errors/index.js';
 import { Tokenizer } from 'tokenizers';
-import { demoTokenizerFiles } from '../../src/tokenizer/index.js';
+import { ChatTemplate, demoTokenizerFiles, type ChatMessage } from '../../src/tokenizer/index.js';
 import { kvgateErrorOf } from '../helpers/kvgate-error.js';
 
 const spec: PreprocessModelSpec = {
@@ -27,7 +28,7 @@ interface Case {
   name: string;
   api: AgentApi;
   body: Json;
-  chat: { messages: Json[]; tools?: Json[]; continueFinalMessage?: boolean };
+  chat: { messages: Json[]; tools?: Json[]; continueFinalMessage?: boolean; chatTemplateKwargs?: Json };
   /** The model's `anthropic_inline_system` (default `preserve`). */
   inlineSystem?: InlineSystemMode;
 }
@@ -296,6 +297,16 @@ const CASES: Case[] = [
       continueFinalMessage: true,
     },
   },
+  {
+    // Qwen3's template reads enable_thinking: false opens the answer with a closed, empty think block.
+    name: "responses: reasoning effort none (the template's enable_thinking false), as a chat's reasoning_effort",
+    api: 'responses',
+    body: { model: 'demo', input: 'Say hi', reasoning: { effort: 'none' } },
+    chat: {
+      messages: [{ role: 'user', content: 'Say hi' }],
+      chatTemplateKwargs: { reasoning_effort: 'none', enable_thinking: false },
+    },
+  },
 ];
 
 function chatTask(chat: Case['chat']): ChatTask {
@@ -307,6 +318,7 @@ function chatTask(chat: Case['chat']): ChatTask {
     tools: chat.tools,
     addGenerationPrompt: chat.continueFinalMessage ? false : undefined,
     continueFinalMessage: chat.continueFinalMessage,
+    chatTemplateKwargs: chat.chatTemplateKwargs,
   };
 }
 
@@ -467,6 +479,39 @@ const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; par
     param: 'previous_response_id',
   },
   {
+    name: 'an output_config that is not an object',
+    api: 'messages',
+    body: { model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: 'x' }], output_config: 'high' },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'output_config',
+  },
+  {
+    name: "an effort outside vLLM's Messages set ('none' is chat's, not Messages')",
+    api: 'messages',
+    body: {
+      model: 'demo',
+      max_tokens: 5,
+      messages: [{ role: 'user', content: 'x' }],
+      output_config: { effort: 'none' },
+    },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'output_config.effort',
+  },
+  {
+    name: 'a reasoning that is not an object',
+    api: 'responses',
+    body: { model: 'demo', input: 'x', reasoning: 'high' },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'reasoning',
+  },
+  {
+    name: 'a reasoning effort that is not a string',
+    api: 'responses',
+    body: { model: 'demo', input: 'x', reasoning: { effort: 3 } },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'reasoning.effort',
+  },
+  {
     name: 'a tool that is not a tool object',
     api: 'responses',
     body: { model: 'demo', input: 'x', tools: ['shell'] },
@@ -559,5 +604,84 @@ describe("agent APIs: a cache salt, as vLLM's front ends take it", () => {
     const messages = { model: 'demo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], cache_salt: 't' };
     expect(task('messages', messages).cacheSalt).toBeUndefined();
     expect(task('responses', { model: 'demo', input: 'hi', cache_salt: 't' }).cacheSalt).toBe('t');
+  });
+});
+
+/**
+ * The effort an agent request asks for reaches the template as a chat completion's `reasoning_effort` does
+ * (template-kwargs.ts): vLLM sets the chat request's `reasoning_effort` from a Messages request's
+ * `output_config.effort` (not for count_tokens), and its Responses request passes `reasoning.effort` with its own
+ * `chat_template_kwargs` by the same rule.
+ */
+describe("agent APIs: the reasoning effort, as vLLM's front ends pass it to the template", () => {
+  const kwargsOf = (api: AgentApi, extra: Json): Json | undefined => {
+    const body =
+      api === 'messages'
+        ? { model: 'demo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], ...extra }
+        : { model: 'demo', input: 'hi', ...extra };
+    return agentChatTask({ api, body, model: 'demo', maxPromptTokens: 1000, loraName: undefined }).chatTemplateKwargs;
+  };
+
+  it("messages: output_config.effort as reasoning_effort and enable_thinking, the request's kwargs winning", () => {
+    expect(kwargsOf('messages', {})).toBeUndefined();
+    expect(kwargsOf('messages', { output_config: { effort: 'low' } })).toEqual({
+      reasoning_effort: 'low',
+      enable_thinking: true,
+    });
+    expect(
+      kwargsOf('messages', {
+        output_config: { effort: 'max' },
+        chat_template_kwargs: { enable_thinking: false, x: 1 },
+      }),
+    ).toEqual({ enable_thinking: false, x: 1, reasoning_effort: 'max' });
+    // No effort: the request's kwargs alone. `thinking` is Anthropic's, which vLLM does not map.
+    expect(kwargsOf('messages', { output_config: { effort: null }, chat_template_kwargs: { x: 1 } })).toEqual({ x: 1 });
+    expect(kwargsOf('messages', { output_config: { format: { type: 'json_schema' } } })).toBeUndefined();
+    expect(kwargsOf('messages', { thinking: { type: 'enabled', budget_tokens: 1024 } })).toBeUndefined();
+  });
+
+  it("responses: reasoning.effort by the same rule, with the request's chat_template_kwargs", () => {
+    expect(kwargsOf('responses', { reasoning: { effort: 'none' } })).toEqual({
+      reasoning_effort: 'none',
+      enable_thinking: false,
+    });
+    expect(
+      kwargsOf('responses', { reasoning: { effort: 'high' }, chat_template_kwargs: { enable_thinking: false } }),
+    ).toEqual({ enable_thinking: false, reasoning_effort: 'high' });
+    expect(kwargsOf('responses', { reasoning: { summary: 'auto' }, chat_template_kwargs: { x: 1 } })).toEqual({ x: 1 });
+    expect(kwargsOf('responses', { reasoning: null })).toBeUndefined();
+  });
+
+  it('so a template that reads them renders as the engine does', () => {
+    const template = new ChatTemplate(
+      '{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>' +
+        '{% if enable_thinking %}<think {{ reasoning_effort }}>{% endif %}',
+    );
+    const messages = [{ role: 'user', content: 'hi' }] as ChatMessage[];
+    const render = (api: AgentApi, extra: Json): string => template.render(messages, { extra: kwargsOf(api, extra) });
+    expect(render('messages', { output_config: { effort: 'low' } })).toBe('<user>hi<assistant><think low>');
+    expect(render('responses', { reasoning: { effort: 'medium' } })).toBe('<user>hi<assistant><think medium>');
+    expect(render('responses', { reasoning: { effort: 'none' } })).toBe('<user>hi<assistant>');
+  });
+
+  it('count_tokens counts without the effort, as vLLM does (its count request has no output_config)', () => {
+    const served = new Map([
+      [
+        'demo',
+        {
+          port: { adapters: () => [] },
+          model: { name: 'demo', loraAdapters: [], anthropicInlineSystem: 'preserve' as const },
+        },
+      ],
+    ]);
+    const options = { maxMessages: 100, hasTokenizer: () => true, noteModel: () => {} };
+    const count = (extra: Json) => {
+      const body = { model: 'demo', messages: [{ role: 'user', content: 'hi' }], ...extra };
+      const job = tokenizerJob('count_tokens', body, served, options);
+      return job.kind === 'ids' && job.task.kind === 'chat' ? job.task.chatTemplateKwargs : 'not a chat task';
+    };
+    expect(count({ output_config: { effort: 'low' } })).toBeUndefined();
+    // Not checked either: vLLM's count request ignores the field.
+    expect(count({ output_config: { effort: 'none' }, chat_template_kwargs: { x: 1 } })).toEqual({ x: 1 });
   });
 });

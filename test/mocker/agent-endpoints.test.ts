@@ -29,4 +29,17 @@ describe('agentChatBody', () => {
       { role: 'user', content: 'q\n\nr' },
     ]);
   });
+
+  it("renders with the effort as vLLM's front ends pass it: Messages' output_config.effort, Responses' reasoning", () => {
+    const messages = { model: 'm', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] };
+    expect(
+      agentChatBody('messages', { ...messages, output_config: { effort: 'low' } }, 'preserve').chat_template_kwargs,
+    ).toEqual({ reasoning_effort: 'low', enable_thinking: true });
+    const responses = { model: 'm', input: 'hi', reasoning: { effort: 'none' }, chat_template_kwargs: { x: 1 } };
+    expect(agentChatBody('responses', responses, 'preserve').chat_template_kwargs).toEqual({
+      x: 1,
+      reasoning_effort: 'none',
+      enable_thinking: false,
+    });
+  });
 });
