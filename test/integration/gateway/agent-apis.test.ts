@@ -185,6 +185,16 @@ describe('agent APIs through kvgate serve (issue 27)', () => {
     expect(types.at(-1)).toBe('response.completed');
     expect(text).toBe(whole.output_text);
     expect(completed?.usage?.output_tokens).toBe(5);
+    // reasoning.effort reaches the template as vLLM passes it: "none" is enable_thinking false, which the demo
+    // (Qwen3) template renders as a closed, empty think block.
+    const none = await openai.responses.create({
+      model: MODEL,
+      instructions,
+      input: 'Say hello.',
+      max_output_tokens: 5,
+      reasoning: { effort: 'none' },
+    });
+    expect(none.usage!.input_tokens).toBeGreaterThan(whole.usage!.input_tokens);
 
     const shell = {
       type: 'function' as const,
