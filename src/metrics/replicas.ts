@@ -57,7 +57,7 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
     messagesDropped: new Counter({
       name: 'kvgate_replica_sync_messages_dropped_total',
       help:
-        'Replica sync messages or ops dropped: direction=out (queue_full, disconnected, publish_failed) or in ' +
+        "Replica sync messages or ops dropped: direction=out (queue_full, disconnected, publish_failed, too_large: an op larger than the bus's max_payload) or in " +
         '(malformed, stale, apply_failed).',
       labelNames: ['direction', 'reason'],
       registers,

@@ -128,6 +128,11 @@ export class SyncChannel implements BookkeepingObserver {
     return { seq: ++this.#seq, ops };
   }
 
+  /** One more sequence number after `take`'s: a batch cut into several messages takes one per message. */
+  nextSeq(): number {
+    return ++this.#seq;
+  }
+
   /** Pending ops count (for the bounded queue). */
   get pending(): number {
     return this.#ops.length;

@@ -36,13 +36,14 @@ import {
   decodeBatch,
   decodeHeartbeat,
   decodeSnapshotRequest,
-  encodeBatch,
+  encodeBatches,
   encodeHeartbeat,
   heartbeatSubject,
   opsSubject,
   snapshotSubject,
   warmStartSubject,
   type Snapshot,
+  type SyncOp,
 } from './protocol.js';
 import { SnapshotExchange } from './snapshot-exchange.js';
 import { transferOutcome } from './transfer.js';
@@ -215,15 +216,30 @@ export class ReplicaSync {
       if (b === undefined) continue;
       this.#queued -= b.ops.length;
       if (b.ops.length === 0) continue;
-      const bytes = encodeBatch({
-        routerId: this.routerId,
-        incarnation: this.incarnation,
-        seq: b.seq,
-        sentAt: this.#clock.now(),
-        ops: b.ops,
-      });
-      this.#send(opsSubject(this.#o.subjectPrefix, ch.key), bytes, 'ops');
+      // A batch larger than the bus's max_payload would be refused whole: cut into messages that fit.
+      let first = true;
+      const nextSeq = (): number => (first ? ((first = false), b.seq) : ch.nextSeq());
+      const base = { routerId: this.routerId, incarnation: this.incarnation, sentAt: this.#clock.now(), ops: b.ops };
+      for (const part of encodeBatches(base, nextSeq, this.#t.maxPayload)) {
+        if ('bytes' in part) this.#send(opsSubject(this.#o.subjectPrefix, ch.key), part.bytes, 'ops');
+        else this.#oversized(ch.key, part.oversized, part.opBytes);
+      }
     }
+  }
+
+  /** An op larger than any message the bus takes: not sent (its sequence number skipped: peers fetch a snapshot). */
+  #oversized(channel: string, op: SyncOp, opBytes: number): void {
+    this.#metrics?.replicas.messagesDropped.labels({ direction: 'out', reason: 'too_large' }).inc();
+    this.#logger?.warn(
+      {
+        channel,
+        op: op.kind,
+        requestId: 'requestId' in op ? op.requestId : op.kind === 'added' ? op.booking.requestId : undefined,
+        opBytes,
+        maxPayload: this.#t.maxPayload,
+      },
+      "replica sync op larger than the bus's max_payload not sent: peers will take it from a snapshot",
+    );
   }
 
   #send(subject: string, bytes: Uint8Array, kind: 'ops' | 'heartbeat'): boolean {
