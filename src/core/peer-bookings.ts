@@ -131,10 +131,9 @@ export class PeerBookings {
 
   #advance(e: PeerEntry, outputBlocks: number, decay: number | undefined): boolean {
     if (!this.#trackOutputBlocks || outputBlocks <= e.outputBlocks) return false;
-    while (e.outputBlocks < outputBlocks) {
-      this.#active.addOutputBlock(e.key, decay);
-      e.outputBlocks++;
-    }
+    // One step, not one per block: a peer's count may be up to 2^20 (protocol.ts bounds it).
+    this.#active.addOutputBlocks(e.key, outputBlocks - e.outputBlocks, decay);
+    e.outputBlocks = outputBlocks;
     return true;
   }
 }

@@ -3,15 +3,15 @@
  * their load adds to each slot's, a prefix in flight through two replicas
  * counts once, every op is idempotent, and a replica's bookings drop at once.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ManualClock, seededRng } from '../../src/common/index.js';
-import { KvScheduler, type BookkeepingObserver, type SyncedBooking } from '../../src/core/index.js';
+import { ActiveSequences, KvScheduler, type BookkeepingObserver, type SyncedBooking } from '../../src/core/index.js';
 import { promptHashes } from '../../src/wasm/index.js';
 
 const BS = 16;
 
-function setup(): KvScheduler {
-  const s = new KvScheduler({ blockSize: BS, clock: new ManualClock(0), rng: seededRng(1) });
+function setup(config: { routerTrackOutputBlocks?: boolean } = {}): KvScheduler {
+  const s = new KvScheduler({ blockSize: BS, clock: new ManualClock(0), rng: seededRng(1), config });
   s.addWorker(1);
   s.addWorker(2);
   return s;
@@ -93,6 +93,46 @@ describe('PeerBookings', () => {
     expect(s.peers.free('b', 'r1')).toBe('applied');
     expect(s.peers.free('b', 'r1')).toBe('unknown_request');
     expect(s.peers.add('b', booking('r2', 9, tokens(16)))).toBe('unknown_worker');
+  });
+
+  it("a peer's output count applies in one step: the state block-by-block progress leaves, 2^20 blocks at once", () => {
+    // The same request on two schedulers, beside a peer request sharing half its prompt (so the decayed,
+    // exclusive set is not the whole request): one told its output blocks one at a time, one all at once.
+    const steps = setup({ routerTrackOutputBlocks: true });
+    const once = setup({ routerTrackOutputBlocks: true });
+    const expected = { expectedOutputTokens: 4000 };
+    for (const s of [steps, once]) {
+      s.peers.add('b', booking('r1', 1, tokens(640), expected));
+      s.peers.add('c', booking('r2', 1, tokens(320), expected));
+    }
+    for (let k = 1; k <= 300; k++) steps.peers.outputBlocks('b', 'r1', k, 0.37);
+    expect(once.peers.outputBlocks('b', 'r1', 300, 0.37)).toBe('applied');
+    const slot = { workerId: 1, dpRank: 0 };
+    expect(once.load(slot)).toEqual(steps.load(slot));
+    expect(once.load(slot)!.activeDecodeBlocks).toBe(Math.round(20 + (40 - 20 + 300) * 0.37));
+    // The later count with another decay: only the last decayed block's weight stays.
+    steps.peers.outputBlocks('b', 'r1', 301, 0.5);
+    once.peers.outputBlocks('b', 'r1', 301, 0.5);
+    expect(once.load(slot)).toEqual(steps.load(slot));
+    // A repeat changes nothing.
+    expect(once.peers.outputBlocks('b', 'r1', 301, 0.5)).toBe('duplicate');
+
+    // The most a peer's op may claim (protocol.ts): one step, not a million on the event loop.
+    const big = setup({ routerTrackOutputBlocks: true });
+    big.peers.add('b', booking('r1', 1, tokens(640), expected));
+    // Counted, not timed: the bookkeeping is entered once (per block, this took 100+ ms).
+    const perBlock = vi.spyOn(ActiveSequences.prototype, 'addOutputBlock');
+    const perCount = vi.spyOn(ActiveSequences.prototype, 'addOutputBlocks');
+    try {
+      expect(big.peers.outputBlocks('b', 'r1', 1 << 20, 0.25)).toBe('applied');
+      expect(perBlock.mock.calls.length + perCount.mock.calls.length).toBe(1);
+    } finally {
+      perBlock.mockRestore();
+      perCount.mockRestore();
+    }
+    expect(big.load(slot)!.activeDecodeBlocks).toBe(Math.round((40 + (1 << 20)) * 0.25));
+    expect(big.peers.free('b', 'r1')).toBe('applied');
+    expect(big.load(slot)).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
   });
 
   it("drops every booking of a replica at once, and keeps the others'", () => {
