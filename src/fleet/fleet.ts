@@ -266,7 +266,7 @@ export class Fleet {
     if (sync === undefined || !this.#config.replicas.warmStart || model.routerMode !== 'kv')
       return Promise.resolve(undefined);
     const roles = model.workers.some((w) => w.role === 'prefill') ? ['decode', 'prefill'] : ['decode'];
-    return warmStartModel(sync, model.name, roles, this.#config.replicas.warmStartTimeoutMs);
+    return warmStartModel(sync, model.name, roles, this.#config.replicas.warmStartTimeoutMs, model.blockSize);
   }
 
   /** The router knobs of one model, for the requests routed from now on (a reload). */

@@ -20,6 +20,7 @@ export interface ReplicaMetrics {
   readonly snapshotSeconds: Histogram<'direction'>;
   readonly peerTimeouts: Counter;
   readonly routerIdConflicts: Counter;
+  readonly peerRefusals: Counter<'reason'>;
   readonly peerLoadShare: Gauge<'model' | 'worker_id' | 'dp_rank' | 'worker_type'>;
 }
 
@@ -58,7 +59,7 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
       name: 'kvgate_replica_sync_messages_dropped_total',
       help:
         "Replica sync messages or ops dropped: direction=out (queue_full, disconnected, publish_failed, too_large: an op larger than the bus's max_payload) or in " +
-        '(malformed, stale, apply_failed).',
+        '(malformed, stale, apply_failed, block_size: from a peer refused for another block size).',
       labelNames: ['direction', 'reason'],
       registers,
     }),
@@ -92,6 +93,14 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
         "their bookings overwrite each other's.",
       registers,
     }),
+    peerRefusals: new Counter({
+      name: 'kvgate_replica_peer_refusals_total',
+      help:
+        "Peers (per incarnation and channel) whose bookings this replica ignores, by reason (block_size: the model's " +
+        'KV block size differs, so their prompt hashes mean nothing here). Each is logged once as an error.',
+      labelNames: ['reason'],
+      registers,
+    }),
     peerLoadShare: new Gauge({
       name: 'kvgate_worker_peer_load_share',
       help: 'Share of the requests in flight on the worker rank that peer replicas booked (0 when idle).',
@@ -110,7 +119,7 @@ function snapshotMetrics(
       name: 'kvgate_replica_snapshot_transfers_total',
       help:
         "Snapshot transfers: direction=served (to a peer), fetched (a peer's live bookings) or warm_start (a peer's " +
-        'bookings and prefix index at start-up), by outcome (ok, stale, failed, too_large, no_peer).',
+        'bookings and prefix index at start-up), by outcome (ok, stale, failed, too_large, no_peer, refused: another block size).',
       labelNames: ['direction', 'outcome'],
       registers,
     }),

@@ -26,6 +26,8 @@ export interface SyncTarget {
   observe(observer: BookkeepingObserver): void;
   localBookings(): Iterable<SyncedBooking>;
   readonly peers: PeerBookings;
+  /** The KV block size its hashes are of: a peer with another one is refused (its hashes mean nothing here). */
+  readonly blockSize: number;
   loads(): readonly (WorkerRank & { readonly activeRequests: number })[];
 }
 
@@ -47,6 +49,8 @@ export interface ChannelHost {
   schedule(): void;
   requestSnapshot(replica: string, channel: string): void;
   applied(op: SyncOp['kind'], outcome: PeerApplyOutcome | 'adopted' | 'kept'): void;
+  /** A message of a peer whose block size differs was ignored; `first` for the first one of its incarnation. */
+  refused(replica: string, channel: string, theirs: number, ours: number, first: boolean): void;
 }
 
 interface PeerCursor {
@@ -71,6 +75,8 @@ export class SyncChannel implements BookkeepingObserver {
   /** An op was dropped since the last batch: the next batch skips a sequence number so peers see the gap. */
   #lost = false;
   readonly #cursors = new Map<string, PeerCursor>();
+  /** Peers refused for another block size: the incarnation refused, per replica (a restart may mend it). */
+  readonly #refused = new Map<string, { incarnation: string; blockSize: number }>();
   /** Per replica whose snapshot is being fetched, the batches applied since it was asked for (null: too many). */
   readonly #kept = new Map<string, Batch[] | null>();
 
@@ -139,8 +145,9 @@ export class SyncChannel implements BookkeepingObserver {
   }
 
   /** Everything this replica holds for the channel now (call after `take` flushed pending ops). */
-  snapshot(): { readonly seq: number; readonly bookings: SyncedBooking[]; readonly sessions: SharedSession[] } {
+  snapshot(): Pick<Snapshot, 'seq' | 'bookings' | 'sessions' | 'blockSize'> {
     return {
+      blockSize: this.target.blockSize,
       seq: this.#seq,
       bookings: [...this.target.localBookings()],
       sessions: this.#sessions?.liveBindings() ?? [],
@@ -149,8 +156,12 @@ export class SyncChannel implements BookkeepingObserver {
 
   // ---------------------------------------------------------------- inbound
 
-  /** Applies a peer's batch (ignoring duplicates; a gap asks for a snapshot). Returns false for a stale batch. */
+  /**
+   * Applies a peer's batch (ignoring duplicates; a gap asks for a snapshot). Returns false for a stale batch.
+   * A peer with another block size is refused: its batches ignored (reported to the host), its bookings dropped.
+   */
   applyBatch(b: Batch): boolean {
+    if (!this.#accepts(b.routerId, b.incarnation, b.blockSize)) return true;
     const cur = this.#cursors.get(b.routerId);
     if (cur === undefined || cur.incarnation !== b.incarnation) {
       // First batch of this replica (or of its new incarnation) on this channel: its earlier history is unknown.
@@ -190,6 +201,7 @@ export class SyncChannel implements BookkeepingObserver {
    */
   checkBehind(replica: string, incarnation: string, seq: number): void {
     const cur = this.#cursors.get(replica);
+    if (this.refuses(replica, incarnation)) return;
     const known = cur !== undefined && cur.incarnation === incarnation;
     if (known ? cur.behind || cur.lastSeq < seq : seq > 0) this.#host.requestSnapshot(replica, this.key);
   }
@@ -200,6 +212,7 @@ export class SyncChannel implements BookkeepingObserver {
    * was not kept, or a gap lies among them (the gap stays open: the next heartbeat asks again).
    */
   applySnapshot(s: Snapshot): boolean {
+    if (!this.#accepts(s.routerId, s.incarnation, s.blockSize)) return false;
     const cur = this.#cursors.get(s.routerId);
     let replay: Batch[] = [];
     if (cur !== undefined && cur.incarnation === s.incarnation && cur.lastSeq > s.seq) {
@@ -216,8 +229,41 @@ export class SyncChannel implements BookkeepingObserver {
     return true;
   }
 
+  /** Whether `replica`'s incarnation is refused here for another block size. */
+  refuses(replica: string, incarnation: string): boolean {
+    return this.#refused.get(replica)?.incarnation === incarnation;
+  }
+
+  /**
+   * False when the peer's block size differs from ours (said by this message, or by an earlier one of its
+   * incarnation): the first time, its bookings and cursor here are dropped. A message without a block size
+   * (a replica that predates it) is taken unless its incarnation was refused.
+   */
+  #accepts(replica: string, incarnation: string, blockSize: number | undefined): boolean {
+    const ours = this.target.blockSize;
+    const refused = this.#refused.get(replica);
+    if (blockSize === undefined || blockSize === ours) {
+      if (refused === undefined) return true;
+      if (refused.incarnation === incarnation) {
+        this.#host.refused(replica, this.key, refused.blockSize, ours, false);
+        return false;
+      }
+      this.#refused.delete(replica);
+      return true;
+    }
+    const first = refused?.incarnation !== incarnation;
+    if (first) {
+      this.#refused.set(replica, { incarnation, blockSize });
+      this.#cursors.delete(replica);
+      this.target.peers.dropReplica(replica);
+    }
+    this.#host.refused(replica, this.key, blockSize, ours, first);
+    return false;
+  }
+
   /** Drops a replica (silent past the timeout): its bookings and its cursor. Returns the bookings dropped. */
   forget(replica: string): number {
+    this.#refused.delete(replica);
     this.#cursors.delete(replica);
     return this.target.peers.dropReplica(replica);
   }

@@ -4,13 +4,14 @@
  *
  *   <prefix>.ops.<channel>   a batch of one replica's bookkeeping changes for one
  *                            channel (a model's pool), one per event-loop turn:
- *                            { r: router id, i: incarnation, s: batch sequence, t: sent at (ms), o: ops }
+ *                            { r: router id, i: incarnation, s: batch sequence, t: sent at (ms), o: ops,
+ *                              z: the channel's KV block size (absent from a replica that predates it: not checked) }
  *   <prefix>.hb              a heartbeat: { r, i, t, s: { channel: last batch sequence },
  *                            e: { router: [its incarnation, its last heartbeat's t, held (ms)] } }
  *                            (e, the echoes that measure lag without comparing clocks: peer-clock.ts;
  *                            absent from a replica that predates them)
  *   <prefix>.snap.<router>   request/reply: { c: channel, x: with the prefix index } -> a snapshot
- *                            { r, i, s, b: bookings, x: sessions, k: index slots } (chunked: transfer.ts)
+ *                            { r, i, s, b: bookings, x: sessions, k: index slots, z: block size } (chunked: transfer.ts)
  *   <prefix>.warm.<channel>  the same request, answered by one replica of the queue group (warm start)
  *   <prefix>.chunk.<router>  request/reply: a snapshot's next chunk (transfer.ts)
  *
@@ -55,6 +56,8 @@ export interface Batch {
   readonly seq: number;
   readonly sentAt: number;
   readonly ops: readonly SyncOp[];
+  /** The channel's KV block size at the sender: its hashes mean nothing under another (undefined: not said). */
+  readonly blockSize?: number | undefined;
 }
 
 export interface Heartbeat {
@@ -76,6 +79,8 @@ export interface Snapshot {
   readonly sessions: readonly SharedSession[];
   /** The prefix index with its KV-event cursors, when asked for (a warm start). */
   readonly slots?: readonly KvSlotSnapshot[] | undefined;
+  /** The channel's KV block size at the sender (undefined: a replica that predates it). */
+  readonly blockSize?: number | undefined;
 }
 
 /** NATS subject tokens cannot hold `.`, `*`, `>` or whitespace: other characters are escaped as `~hex~`. */
@@ -138,7 +143,9 @@ function opArray(op: SyncOp): unknown[] {
 }
 
 export function encodeBatch(b: Batch): Uint8Array {
-  return encode({ r: b.routerId, i: b.incarnation, s: b.seq, t: b.sentAt, o: b.ops.map(opArray) });
+  const m: Record<string, unknown> = { r: b.routerId, i: b.incarnation, s: b.seq, t: b.sentAt, o: b.ops.map(opArray) };
+  if (b.blockSize !== undefined) m.z = b.blockSize;
+  return encode(m);
 }
 
 /** One message of a turn's batch cut to the bus's `max_payload`, or an op too large for any message. */
@@ -218,6 +225,7 @@ export function encodeSnapshot(s: Snapshot): Uint8Array {
     b: s.bookings.map(bookingArray),
     x: s.sessions.map((x) => opArray({ kind: 'session', binding: x }).slice(1)),
     k: (s.slots ?? []).map(slotArray),
+    ...(s.blockSize === undefined ? {} : { z: s.blockSize }),
   });
 }
 
@@ -351,6 +359,13 @@ function op(v: unknown): SyncOp {
   }
 }
 
+/** A message's block size, undefined when absent (a replica that predates it). */
+function blockSizeOf(v: unknown): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  const n = count(v, 'z', 1 << 20);
+  return n === 0 ? fail('z must be a block size >= 1') : n;
+}
+
 /** @throws MalformedSync */
 export function decodeBatch(bytes: Uint8Array): Batch {
   const m = obj(bytes);
@@ -361,6 +376,7 @@ export function decodeBatch(bytes: Uint8Array): Batch {
     seq: count(m.s, 's'),
     sentAt: num(m.t, 't'),
     ops: m.o.map(op),
+    blockSize: blockSizeOf(m.z),
   };
 }
 
@@ -400,6 +416,7 @@ export function decodeSnapshot(bytes: Uint8Array): Snapshot {
     bookings: m.b.map((a) => (Array.isArray(a) ? booking(a, 0) : fail('a booking must be an array'))),
     sessions: m.x.map((a) => (Array.isArray(a) ? session(a, 0) : fail('a session must be an array'))),
     slots: m.k.map(slot),
+    blockSize: blockSizeOf(m.z),
   };
 }
 

@@ -126,6 +126,16 @@ export class ReplicaSync {
       },
       requestSnapshot: (replica, channel) => void this.#fetchSnapshot(replica, channel),
       applied: (op, outcome) => this.#metrics?.replicas.opsApplied.labels({ op, outcome }).inc(),
+      refused: (replica, channel, theirs, ours, first) => {
+        this.#metrics?.replicas.messagesDropped.labels({ direction: 'in', reason: 'block_size' }).inc();
+        if (!first) return;
+        this.#metrics?.replicas.peerRefusals.labels({ reason: 'block_size' }).inc();
+        this.#logger?.error(
+          { peer: replica, channel, peerBlockSize: theirs, blockSize: ours },
+          `replica ${replica} runs ${channel} with block size ${theirs}, this replica with ${ours}: ` +
+            'its bookings are ignored until it restarts with the same block size',
+        );
+      },
     };
     const prefix = opts.subjectPrefix;
     this.#peers = new PeerTable({
@@ -151,7 +161,7 @@ export class ReplicaSync {
         const ch = this.#channels.get(channel);
         // Pending ops leave first, so the snapshot's sequence covers everything it holds.
         this.flush();
-        return ch?.snapshot() ?? { seq: 0, bookings: [], sessions: [] };
+        return ch?.snapshot() ?? { seq: 0, bookings: [], sessions: [], blockSize: undefined };
       },
       index: (channel) => this.#indexes.get(channel)?.() ?? [],
     });
@@ -219,7 +229,13 @@ export class ReplicaSync {
       // A batch larger than the bus's max_payload would be refused whole: cut into messages that fit.
       let first = true;
       const nextSeq = (): number => (first ? ((first = false), b.seq) : ch.nextSeq());
-      const base = { routerId: this.routerId, incarnation: this.incarnation, sentAt: this.#clock.now(), ops: b.ops };
+      const base = {
+        routerId: this.routerId,
+        incarnation: this.incarnation,
+        sentAt: this.#clock.now(),
+        ops: b.ops,
+        blockSize: ch.target.blockSize,
+      };
       for (const part of encodeBatches(base, nextSeq, this.#t.maxPayload)) {
         if ('bytes' in part) this.#send(opsSubject(this.#o.subjectPrefix, ch.key), part.bytes, 'ops');
         else this.#oversized(ch.key, part.oversized, part.opBytes);
@@ -361,8 +377,12 @@ export class ReplicaSync {
 
   #applySnapshot(ch: SyncChannel, s: Snapshot, direction: 'fetched' | 'warm_start'): void {
     const applied = ch.applySnapshot(s);
+    const refused = !applied && ch.refuses(s.routerId, s.incarnation);
     if (direction === 'fetched')
-      this.#metrics?.replicas.snapshots.labels({ direction, outcome: applied ? 'ok' : 'stale' }).inc();
+      this.#metrics?.replicas.snapshots
+        .labels({ direction, outcome: applied ? 'ok' : refused ? 'refused' : 'stale' })
+        .inc();
+    if (refused) return;
     this.#logger?.info(
       { peer: s.routerId, channel: ch.key, bookings: s.bookings.length, sessions: s.sessions.length, applied },
       `snapshot of replica ${s.routerId} ${applied ? 'applied' : 'superseded'}`,
@@ -373,12 +393,18 @@ export class ReplicaSync {
    * Warm start of the channels `keys` (one model's pools): asks one live peer for each one's
    * bookings and prefix index, within `timeoutMs` in all (waiting for the bus first). Bookings are
    * applied when the channel is attached; the index slots are returned for the KV-event managers
-   * to start from. A channel no peer answers for starts cold (logged and counted).
+   * to start from. A channel no peer answers for, or one whose peer runs another `blockSize`, starts cold
+   * (logged and counted).
    */
-  async warmStart(keys: readonly string[], timeoutMs: number): Promise<Map<string, KvSlotSnapshot[]>> {
+  async warmStart(
+    keys: readonly string[],
+    timeoutMs: number,
+    blockSize?: number,
+  ): Promise<Map<string, KvSlotSnapshot[]>> {
     const { snapshots: results, complete } = await warmStart({
       keys,
       timeoutMs,
+      blockSize,
       clock: this.#clock,
       logger: this.#logger,
       metrics: this.#metrics?.replicas,

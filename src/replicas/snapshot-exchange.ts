@@ -35,7 +35,7 @@ export interface SnapshotExchangeOptions {
    * A channel's state now (an unknown channel's is empty). Contract: its pending ops have left first, so the
    * snapshot's sequence covers everything it holds.
    */
-  readonly state: (channel: string) => Pick<Snapshot, 'seq' | 'bookings' | 'sessions'>;
+  readonly state: (channel: string) => Pick<Snapshot, 'seq' | 'bookings' | 'sessions' | 'blockSize'>;
   /** A channel's prefix index with its KV-event cursors (empty without one). */
   readonly index: (channel: string) => readonly KvSlotSnapshot[];
 }

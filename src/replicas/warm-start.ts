@@ -41,6 +41,8 @@ export interface WarmStartOptions {
   /** Resolves true once the bus is connected, false after `ms` without. */
   connected(ms: number): Promise<boolean>;
   fetch(key: string): Promise<{ snapshot: Snapshot; bytes: number; seconds: number }>;
+  /** The model's KV block size: a peer's snapshot with another one is refused (its index means nothing here). */
+  readonly blockSize?: number | undefined;
 }
 
 class WarmStartTimeout extends Error {}
@@ -57,7 +59,7 @@ export async function warmStart(d: WarmStartOptions): Promise<WarmStartOutcome> 
   const started = d.clock.now();
   const out = new Map<string, WarmStartResult>();
   const complete = new Set<string>();
-  const cold = (key: string, outcome: 'no_peer' | 'failed' | 'too_large', why: string): void => {
+  const cold = (key: string, outcome: 'no_peer' | 'failed' | 'too_large' | 'refused', why: string): void => {
     d.metrics?.snapshots.labels({ direction: 'warm_start', outcome }).inc();
     d.logger?.warn(
       { channel: key, outcome, err: why },
@@ -73,6 +75,10 @@ export async function warmStart(d: WarmStartOptions): Promise<WarmStartOutcome> 
     try {
       if (left <= 0) throw new WarmStartTimeout(`no time left of ${d.timeoutMs} ms`);
       const { snapshot: s, bytes, seconds } = await within(d.fetch(key), left);
+      if (d.blockSize !== undefined && s.blockSize !== undefined && s.blockSize !== d.blockSize) {
+        cold(key, 'refused', `replica ${s.routerId} runs block size ${s.blockSize}, this replica ${d.blockSize}`);
+        continue;
+      }
       const slots = s.slots ?? [];
       const blocks = slots.reduce((n, slot) => n + slot.tiers.reduce((m, t) => m + t.pairs.length / 2, 0), 0);
       d.metrics?.snapshots.labels({ direction: 'warm_start', outcome: 'ok' }).inc();
@@ -116,9 +122,11 @@ export function warmStartModel(
   model: string,
   roles: readonly string[],
   timeoutMs: number,
+  blockSize?: number,
 ): Promise<Map<string, KvSlotSnapshot[]>> {
   return sync.warmStart(
     roles.map((r) => channelKey(model, r)),
     timeoutMs,
+    blockSize,
   );
 }

@@ -46,6 +46,7 @@ function channel(): { ch: SyncChannel; kv: KvScheduler; asked: string[] } {
     schedule: () => {},
     requestSnapshot: (replica) => asked.push(replica),
     applied: () => {},
+    refused: () => {},
   };
   const kv = scheduler();
   return { ch: new SyncChannel(KEY, kv, host), kv, asked };
