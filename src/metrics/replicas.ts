@@ -39,7 +39,7 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
     }),
     busTransitions: new Counter({
       name: 'kvgate_replica_sync_bus_transitions_total',
-      help: 'The sync bus (NATS) connection of this replica, by transition (connected, disconnected).',
+      help: 'The sync bus (NATS) connection of this replica, by transition (connected, disconnected, closed: the client closed the connection for good and a new one is being opened).',
       labelNames: ['transition'],
       registers,
     }),

@@ -1,6 +1,6 @@
 /**
- * The sync bus's connection as an operator sees it: each change a log line (connected at info, lost at warn)
- * and a count (`kvgate_replica_sync_bus_transitions_total`), and `kvgate_replica_sync_bus_up` following it.
+ * The sync bus's connection as an operator sees it: each change a log line (connected at info, lost at warn,
+ * closed for good by the client at error: the transport opens a new one) and a count (`kvgate_replica_sync_bus_transitions_total`), and `kvgate_replica_sync_bus_up` following it.
  *
  * The transport starts connecting while the fleet is built, before the gateway's logger and metrics are known
  * (`bind`, when the first model's router is built), and usually connects before then. The changes before
@@ -47,6 +47,12 @@ export class BusStatus {
 
   #log(status: TransportStatus, detail: string, extra: { early?: true }): void {
     if (status === 'connected') this.#logger?.info({ detail, ...extra }, 'replica sync bus connected');
+    else if (status === 'closed')
+      this.#logger?.error(
+        { detail, ...extra },
+        'replica sync bus connection closed for good: opening a new one with back-off; ' +
+          "routing on this replica's own knowledge until it is back",
+      );
     else
       this.#logger?.warn(
         { detail, ...extra },

@@ -47,7 +47,7 @@ import {
 } from './protocol.js';
 import { SnapshotExchange } from './snapshot-exchange.js';
 import { transferOutcome } from './transfer.js';
-import type { SyncHandler, SyncTransport } from './transport.js';
+import type { SyncHandler, SyncTransport, TransportStatus } from './transport.js';
 import { warmStart } from './warm-start.js';
 
 export interface ReplicaSyncOptions {
@@ -464,9 +464,9 @@ export class ReplicaSync {
     else this.#logger?.error({ err }, 'replica sync message could not be applied');
   }
 
-  #onStatus(status: 'connected' | 'disconnected', detail: string): void {
+  #onStatus(status: TransportStatus, detail: string): void {
     this.#bus.changed(status, detail);
-    if (status === 'disconnected') return;
+    if (status !== 'connected') return;
     for (const w of this.#connectWaiters.splice(0)) w();
     // Peers changed while we were away: fetch their bookings afresh; they fetch ours when they see our gap.
     for (const replica of this.#peers.ids())

@@ -1,8 +1,11 @@
 /**
  * The message bus replica sync runs on. `NatsTransport` is the one for
  * replicas on several hosts: the official NATS client, reconnecting forever
- * (a replica keeps routing on its own knowledge while NATS is away).
+ * (a replica keeps routing on its own knowledge while NATS is away); should the
+ * client close the connection for good all the same (it gave up reconnecting, or
+ * the server refused it), kvgate opens a new one, with back-off.
  */
+import { Backoff } from '../common/backoff.js';
 import {
   ConnectionError,
   NoRespondersError,
@@ -14,7 +17,21 @@ import {
 /** How often a first connection that was refused is tried again. */
 const FIRST_CONNECT_RETRY_MS = 250;
 
-export type TransportStatus = 'connected' | 'disconnected';
+/**
+ * The state of the bus: `closed` is a connection the client closed for good (it gave up reconnecting, or the
+ * server refused it): nothing more comes from it, and the transport opens a new one (as `connected` says).
+ */
+export type TransportStatus = 'connected' | 'disconnected' | 'closed';
+
+export interface NatsTransportOptions {
+  /** Reconnect attempts of the client after a connection is lost before it closes it for good (default -1: forever). */
+  readonly maxReconnectAttempts?: number;
+  /** Wait between the client's reconnect attempts to one server (default 250 ms). */
+  readonly reconnectTimeWaitMs?: number;
+  /** Back-off between kvgate's attempts at a new connection once the client closed one for good (default 250 ms to 30 s). */
+  readonly reopenMinMs?: number;
+  readonly reopenMaxMs?: number;
+}
 
 /** A subscriber: a message and, for a request, how to answer it. */
 export type SyncHandler = (data: Uint8Array, reply: ((data: Uint8Array) => void) | undefined) => void;
@@ -51,6 +68,9 @@ export class NatsTransport implements SyncTransport {
   #closed = false;
   readonly #subs: Subscriber[] = [];
   readonly #ready: Promise<void>;
+  readonly #servers: readonly string[];
+  readonly #name: string;
+  readonly #opts: NatsTransportOptions;
 
   /**
    * Starts connecting (in the background: the first server may come up later). Until the first connection, kvgate
@@ -58,20 +78,27 @@ export class NatsTransport implements SyncTransport {
    * client's `waitOnFirstConnect`: that loop cannot be stopped, so a gateway whose NATS never came up did not exit
    * after its shutdown. `close` stops the retries.
    */
-  constructor(servers: readonly string[], name: string) {
-    this.#ready = this.#firstConnect(servers, name);
+  constructor(servers: readonly string[], name: string, opts: NatsTransportOptions = {}) {
+    this.#servers = servers;
+    this.#name = name;
+    this.#opts = opts;
+    this.#ready = this.#firstConnect();
     // A failure here (a bad URL) is reported through onStatus; routing goes on alone.
     this.#ready.catch((err: unknown) => this.onStatus?.('disconnected', `cannot connect: ${(err as Error).message}`));
   }
 
-  async #firstConnect(servers: readonly string[], name: string): Promise<void> {
-    const options = {
-      servers: [...servers],
-      name,
-      maxReconnectAttempts: -1,
-      reconnectTimeWait: 250,
+  #options(): Parameters<typeof connect>[0] {
+    return {
+      servers: [...this.#servers],
+      name: this.#name,
+      maxReconnectAttempts: this.#opts.maxReconnectAttempts ?? -1,
+      reconnectTimeWait: this.#opts.reconnectTimeWaitMs ?? 250,
       pingInterval: 5000,
     };
+  }
+
+  async #firstConnect(): Promise<void> {
+    const options = this.#options();
     let nc: NatsConnection | undefined;
     while (nc === undefined) {
       if (this.#closed) return;
@@ -83,14 +110,52 @@ export class NatsTransport implements SyncTransport {
         await new Promise((resolve) => setTimeout(resolve, FIRST_CONNECT_RETRY_MS).unref());
       }
     }
+    this.#use(nc, `connected to ${nc.getServer()}`);
+  }
+
+  /** Takes `nc` as the connection: the subscriptions made on it, its changes and its closing watched. */
+  #use(nc: NatsConnection, detail: string): void {
     if (this.#closed) {
       void nc.close();
       return;
     }
     this.#nc = nc;
     for (const s of this.#subs) this.#sub(nc, s);
-    this.#set(true, `connected to ${nc.getServer()}`);
+    this.#set(true, detail);
     void this.#watch(nc);
+    void nc.closed().then((err) => this.#closedForGood(nc, err));
+  }
+
+  /**
+   * The client closed `nc` for good (not by `close`): it gave up reconnecting (`maxReconnectAttempts`), or the
+   * server refused it (an authorization error). Reported (`closed`: the bus status logs it as an error), then
+   * a new connection is opened with back-off, for as long as the transport is open. Not a crash: replica
+   * sync is an accelerator, and a gateway that exited because NATS stayed away would turn a NATS outage into
+   * a routing outage; the operator sees the bus down (`kvgate_replica_sync_bus_up` 0, the transition
+   * `closed` counted, the error line) while the replica routes on its own knowledge, and the replica comes
+   * back by itself once NATS does, as after any outage (its peers' snapshots fetched afresh).
+   */
+  #closedForGood(nc: NatsConnection, err: void | Error): void {
+    if (this.#closed || this.#nc !== nc) return;
+    this.#nc = undefined;
+    this.#connected = false;
+    this.onStatus?.('closed', `connection closed by the NATS client${err ? `: ${err.message}` : ''}`);
+    void this.#reopen();
+  }
+
+  async #reopen(): Promise<void> {
+    const backoff = new Backoff(this.#opts.reopenMinMs ?? 250, this.#opts.reopenMaxMs ?? 30_000, Math.random);
+    while (!this.#closed) {
+      await new Promise((resolve) => setTimeout(resolve, backoff.next()).unref());
+      if (this.#closed) return;
+      try {
+        const nc = await connect(this.#options());
+        this.#use(nc, `reconnected to ${nc.getServer()} after the connection was closed`);
+        return;
+      } catch {
+        // Not up yet, or refused again: the next attempt waits longer (the closing was logged once).
+      }
+    }
   }
 
   get connected(): boolean {
@@ -108,6 +173,7 @@ export class NatsTransport implements SyncTransport {
 
   async #watch(nc: NatsConnection): Promise<void> {
     for await (const s of nc.status()) {
+      if (this.#nc !== nc) return;
       if (s.type === 'disconnect') this.#set(false, `disconnected from ${s.server}`);
       else if (s.type === 'reconnect') this.#set(true, `reconnected to ${s.server}`);
     }

@@ -8,11 +8,16 @@ import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { KvgateMetrics } from '../../../src/metrics/index.js';
 import { NatsTransport, ReplicaSync } from '../../../src/replicas/index.js';
+import type { NatsTransportOptions } from '../../../src/replicas/transport.js';
 import { startNatsServer, type NatsServer } from '../../helpers/nats-server.js';
 import { until } from '../../helpers/until.js';
 
-function replica(nats: NatsServer, id: string): { sync: ReplicaSync; transport: NatsTransport } {
-  const transport = new NatsTransport([nats.url], id);
+function replica(
+  nats: NatsServer,
+  id: string,
+  opts: NatsTransportOptions = {},
+): { sync: ReplicaSync; transport: NatsTransport } {
+  const transport = new NatsTransport([nats.url], id, opts);
   const sync = new ReplicaSync({
     transport,
     routerId: id,
@@ -75,6 +80,48 @@ describe('replica sync: the bus and the peers before the gateway binds', () => {
     expect(lines.at(-1)!['early']).toBeUndefined();
     expect(await value(metrics, 'kvgate_replica_sync_bus_up')).toBe(0);
     expect(await value(metrics, 'kvgate_replica_sync_bus_transitions_total', { transition: 'disconnected' })).toBe(1);
+  });
+
+  it('a connection the client closed for good (it gave up reconnecting) is an error, counted; a new one is opened', async () => {
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.stop());
+    // The client gives up after two attempts 50 ms apart: its connection closes for good soon after NATS stops.
+    const a = replica(nats, 'a', {
+      maxReconnectAttempts: 2,
+      reconnectTimeWaitMs: 50,
+      reopenMinMs: 50,
+      reopenMaxMs: 200,
+    });
+    cleanups.push(() => a.sync.close());
+    const b = replica(nats, 'b');
+    cleanups.push(() => b.sync.close());
+    const lines: Record<string, unknown>[] = [];
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    a.sync.bind(pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l)) }), metrics);
+    await a.transport.ready();
+    await until(() => a.sync.peers().includes('b'), "A hears B's heartbeat");
+
+    await nats.stop();
+    const closed = () => lines.find((l) => String(l['msg']).startsWith('replica sync bus connection closed for good'));
+    await until(() => closed() !== undefined, 'A reports its connection closed for good');
+    expect(closed()).toMatchObject({
+      level: 50,
+      detail: expect.stringMatching(/^connection closed by the NATS client/),
+    });
+    expect(a.transport.connected).toBe(false);
+    expect(await value(metrics, 'kvgate_replica_sync_bus_up')).toBe(0);
+    expect(await value(metrics, 'kvgate_replica_sync_bus_transitions_total', { transition: 'closed' })).toBe(1);
+
+    // NATS is back: A opens a new connection by itself, its subscriptions on it (B's heartbeats heard again).
+    await nats.restart();
+    await until(() => a.transport.connected, 'A reconnects');
+    expect(lines.at(-1)).toMatchObject({ level: 30, msg: 'replica sync bus connected' });
+    expect(await value(metrics, 'kvgate_replica_sync_bus_up')).toBe(1);
+    const heard = await value(metrics, 'kvgate_replica_sync_messages_received_total', { kind: 'heartbeat' });
+    await until(
+      async () => (await value(metrics, 'kvgate_replica_sync_messages_received_total', { kind: 'heartbeat' })) > heard,
+      "A hears B's heartbeats on the new connection",
+    );
   });
 
   it('two live replicas with one router id: both and their peer report it once, as an error, and count it', async () => {
