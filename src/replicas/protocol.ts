@@ -158,14 +158,18 @@ const ARRAY_HEADER_BYTES = 5;
 
 /**
  * A turn's ops as batches of at most `maxBytes` encoded (undefined: unbounded), in op order, each with its
- * own sequence number from `nextSeq` (called once per part, in order): peers see consecutive batches, as
+ * own sequence number: `seq` for the first part, then `nextSeq()` for each further one, in order: peers see consecutive batches, as
  * from several turns, and a lost part is a gap that fetches a snapshot. The whole batch is one part when it
  * fits. An op that cannot fit even alone (a prompt of enormous hash lists) is a part of its own that is not
  * sent: its sequence number is skipped, so peers see the gap and take the booking from a snapshot
  * (chunked, so it crosses).
  */
-export function encodeBatches(b: Omit<Batch, 'seq'>, nextSeq: () => number, maxBytes: number | undefined): BatchPart[] {
-  const seq = nextSeq();
+export function encodeBatches(
+  b: Omit<Batch, 'seq'>,
+  seq: number,
+  nextSeq: () => number,
+  maxBytes: number | undefined,
+): BatchPart[] {
   const whole = encodeBatch({ ...b, seq });
   if (maxBytes === undefined || whole.byteLength <= maxBytes) return [{ seq, bytes: whole, ops: b.ops.length }];
   // The envelope at its largest: the largest sequence number, the largest array header.

@@ -227,8 +227,6 @@ export class ReplicaSync {
       this.#queued -= b.ops.length;
       if (b.ops.length === 0) continue;
       // A batch larger than the bus's max_payload would be refused whole: cut into messages that fit.
-      let first = true;
-      const nextSeq = (): number => (first ? ((first = false), b.seq) : ch.nextSeq());
       const base = {
         routerId: this.routerId,
         incarnation: this.incarnation,
@@ -236,7 +234,7 @@ export class ReplicaSync {
         ops: b.ops,
         blockSize: ch.target.blockSize,
       };
-      for (const part of encodeBatches(base, nextSeq, this.#t.maxPayload)) {
+      for (const part of encodeBatches(base, b.seq, () => ch.nextSeq(), this.#t.maxPayload)) {
         if ('bytes' in part) this.#send(opsSubject(this.#o.subjectPrefix, ch.key), part.bytes, 'ops');
         else this.#oversized(ch.key, part.oversized, part.opBytes);
       }

@@ -23,13 +23,12 @@ describe('encodeBatches', () => {
   const base = { routerId: 'a', incarnation: 'i1', sentAt: 12.5 };
 
   it('one message when the batch fits; else consecutive messages that fit, in op order', () => {
-    let seq = 126; // across 127 -> 128 the sequence number's encoding grows a byte
+    let seq = 127; // across 127 -> 128 the sequence number's encoding grows a byte
     const nextSeq = () => ++seq;
     const ops = [...Array.from({ length: 60 }, (_, i) => added(`r${i}`, 10 + (i % 7))), added('huge', 400)];
     ops.splice(30, 0, { kind: 'freed', requestId: 'r3' });
-    expect(encodeBatches({ ...base, ops: ops.slice(0, 2) }, nextSeq, 1024)).toHaveLength(1);
-    seq = 126;
-    const parts = encodeBatches({ ...base, ops }, nextSeq, 1024);
+    expect(encodeBatches({ ...base, ops: ops.slice(0, 2) }, 127, nextSeq, 1024)).toHaveLength(1);
+    const parts = encodeBatches({ ...base, ops }, 127, nextSeq, 1024);
     expect(parts.length).toBeGreaterThan(5);
     expect(parts.map((p) => p.seq)).toEqual(parts.map((_, i) => 127 + i));
     const sent: SyncOp[] = [];
