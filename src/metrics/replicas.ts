@@ -39,7 +39,9 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
     }),
     busTransitions: new Counter({
       name: 'kvgate_replica_sync_bus_transitions_total',
-      help: 'The sync bus (NATS) connection of this replica, by transition (connected, disconnected, closed: the client closed the connection for good and a new one is being opened).',
+      help:
+        'The sync bus (NATS) connection of this replica, by transition (connected, disconnected, closed: the client ' +
+        'closed the connection for good and a new one is being opened).',
       labelNames: ['transition'],
       registers,
     }),
@@ -58,8 +60,9 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
     messagesDropped: new Counter({
       name: 'kvgate_replica_sync_messages_dropped_total',
       help:
-        "Replica sync messages or ops dropped: direction=out (queue_full, disconnected, publish_failed, too_large: an op larger than the bus's max_payload) or in " +
-        '(malformed, stale, apply_failed, block_size: from a peer refused for another block size).',
+        'Replica sync messages or ops dropped: direction=out (queue_full, disconnected, publish_failed, too_large: ' +
+        "an op larger than the bus's max_payload) or in (malformed, stale, apply_failed, block_size: from a peer " +
+        'refused for another block size).',
       labelNames: ['direction', 'reason'],
       registers,
     }),
@@ -81,6 +84,15 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
       registers,
     }),
     ...snapshotMetrics(registers),
+    ...peerMetrics(registers),
+  };
+}
+
+/** The peers' series: timeouts, router id conflicts, refusals, and their share of each worker's load. */
+function peerMetrics(
+  registers: Registry[],
+): Pick<ReplicaMetrics, 'peerTimeouts' | 'routerIdConflicts' | 'peerRefusals' | 'peerLoadShare'> {
+  return {
     peerTimeouts: new Counter({
       name: 'kvgate_replica_peer_timeouts_total',
       help: 'Peers dropped (with all their bookings) after not being heard from within the peer timeout.',

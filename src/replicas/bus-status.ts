@@ -1,6 +1,7 @@
 /**
  * The sync bus's connection as an operator sees it: each change a log line (connected at info, lost at warn,
- * closed for good by the client at error: the transport opens a new one) and a count (`kvgate_replica_sync_bus_transitions_total`), and `kvgate_replica_sync_bus_up` following it.
+ * closed for good by the client at error: the transport opens a new one) and a count
+ * (`kvgate_replica_sync_bus_transitions_total`), and `kvgate_replica_sync_bus_up` following it.
  *
  * The transport starts connecting while the fleet is built, before the gateway's logger and metrics are known
  * (`bind`, when the first model's router is built), and usually connects before then. The changes before

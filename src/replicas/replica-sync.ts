@@ -43,11 +43,11 @@ import {
   snapshotSubject,
   warmStartSubject,
   type Snapshot,
-  type SyncOp,
 } from './protocol.js';
 import { SnapshotExchange } from './snapshot-exchange.js';
 import { transferOutcome } from './transfer.js';
 import type { SyncHandler, SyncTransport, TransportStatus } from './transport.js';
+import { publishPeerGauges, reportOversizedOp, reportRefusedPeer } from './sync-reports.js';
 import { warmStart } from './warm-start.js';
 
 export interface ReplicaSyncOptions {
@@ -126,16 +126,8 @@ export class ReplicaSync {
       },
       requestSnapshot: (replica, channel) => void this.#fetchSnapshot(replica, channel),
       applied: (op, outcome) => this.#metrics?.replicas.opsApplied.labels({ op, outcome }).inc(),
-      refused: (replica, channel, theirs, ours, first) => {
-        this.#metrics?.replicas.messagesDropped.labels({ direction: 'in', reason: 'block_size' }).inc();
-        if (!first) return;
-        this.#metrics?.replicas.peerRefusals.labels({ reason: 'block_size' }).inc();
-        this.#logger?.error(
-          { peer: replica, channel, peerBlockSize: theirs, blockSize: ours },
-          `replica ${replica} runs ${channel} with block size ${theirs}, this replica with ${ours}: ` +
-            'its bookings are ignored until it restarts with the same block size',
-        );
-      },
+      refused: (replica, channel, theirs, ours, first) =>
+        reportRefusedPeer(this.#logger, this.#metrics, { replica, channel, theirs, ours, first }),
     };
     const prefix = opts.subjectPrefix;
     this.#peers = new PeerTable({
@@ -236,24 +228,9 @@ export class ReplicaSync {
       };
       for (const part of encodeBatches(base, b.seq, () => ch.nextSeq(), this.#t.maxPayload)) {
         if ('bytes' in part) this.#send(opsSubject(this.#o.subjectPrefix, ch.key), part.bytes, 'ops');
-        else this.#oversized(ch.key, part.oversized, part.opBytes);
+        else reportOversizedOp(this.#logger, this.#metrics, ch.key, part, this.#t.maxPayload);
       }
     }
-  }
-
-  /** An op larger than any message the bus takes: not sent (its sequence number skipped: peers fetch a snapshot). */
-  #oversized(channel: string, op: SyncOp, opBytes: number): void {
-    this.#metrics?.replicas.messagesDropped.labels({ direction: 'out', reason: 'too_large' }).inc();
-    this.#logger?.warn(
-      {
-        channel,
-        op: op.kind,
-        requestId: 'requestId' in op ? op.requestId : op.kind === 'added' ? op.booking.requestId : undefined,
-        opBytes,
-        maxPayload: this.#t.maxPayload,
-      },
-      "replica sync op larger than the bus's max_payload not sent: peers will take it from a snapshot",
-    );
   }
 
   #send(subject: string, bytes: Uint8Array, kind: 'ops' | 'heartbeat'): boolean {
@@ -281,23 +258,8 @@ export class ReplicaSync {
       this.#send(heartbeatSubject(this.#o.subjectPrefix), hb, 'heartbeat');
     }
     this.#peers.expire(now);
-    this.#publishGauges();
-  }
-
-  #publishGauges(): void {
-    const m = this.#metrics;
-    if (m === undefined) return;
-    m.replicas.peers.set(this.#peers.size);
-    for (const ch of this.#channels.values()) {
-      const model = ch.key.slice(0, ch.key.lastIndexOf('/'));
-      const typeOf = this.#workerTypes.get(ch.key)!;
-      for (const l of ch.target.loads()) {
-        const fromPeers = ch.target.peers.requestsOn(l);
-        m.replicas.peerLoadShare
-          .labels({ model, worker_id: String(l.workerId), dp_rank: String(l.dpRank), worker_type: typeOf(l.workerId) })
-          .set(l.activeRequests > 0 ? fromPeers / l.activeRequests : 0);
-      }
-    }
+    if (this.#metrics !== undefined)
+      publishPeerGauges(this.#metrics, this.#peers.size, this.#channels, this.#workerTypes);
   }
 
   #onHeartbeat(data: Uint8Array): void {

@@ -5,7 +5,7 @@
  * client close the connection for good all the same (it gave up reconnecting, or
  * the server refused it), kvgate opens a new one, with back-off.
  */
-import { Backoff } from '../common/backoff.js';
+import { Backoff } from '../common/index.js';
 import {
   ConnectionError,
   NoRespondersError,

@@ -1,0 +1,67 @@
+/**
+ * What replica sync tells the operator beyond the bus's own state (bus-status.ts): an op too large to send, a
+ * peer refused for another block size, and the peers' gauges. Each takes the logger and metrics the gateway
+ * bound (undefined before it starts: nothing is reported then).
+ */
+import type { Logger } from 'pino';
+import type { KvgateMetrics } from '../metrics/index.js';
+import type { SyncChannel } from './channel.js';
+import type { SyncOp } from './protocol.js';
+
+/** An op larger than any message the bus takes: not sent (its sequence number skipped: peers fetch a snapshot). */
+export function reportOversizedOp(
+  logger: Logger | undefined,
+  metrics: KvgateMetrics | undefined,
+  channel: string,
+  part: { readonly oversized: SyncOp; readonly opBytes: number },
+  maxPayload: number | undefined,
+): void {
+  const op = part.oversized;
+  metrics?.replicas.messagesDropped.labels({ direction: 'out', reason: 'too_large' }).inc();
+  logger?.warn(
+    {
+      channel,
+      op: op.kind,
+      requestId: 'requestId' in op ? op.requestId : op.kind === 'added' ? op.booking.requestId : undefined,
+      opBytes: part.opBytes,
+      maxPayload,
+    },
+    "replica sync op larger than the bus's max_payload not sent: peers will take it from a snapshot",
+  );
+}
+
+/** A message of a peer running the channel with another block size was ignored; the first of its incarnation is logged. */
+export function reportRefusedPeer(
+  logger: Logger | undefined,
+  metrics: KvgateMetrics | undefined,
+  r: { readonly replica: string; readonly channel: string; theirs: number; ours: number; first: boolean },
+): void {
+  metrics?.replicas.messagesDropped.labels({ direction: 'in', reason: 'block_size' }).inc();
+  if (!r.first) return;
+  metrics?.replicas.peerRefusals.labels({ reason: 'block_size' }).inc();
+  logger?.error(
+    { peer: r.replica, channel: r.channel, peerBlockSize: r.theirs, blockSize: r.ours },
+    `replica ${r.replica} runs ${r.channel} with block size ${r.theirs}, this replica with ${r.ours}: ` +
+      'its bookings are ignored until it restarts with the same block size',
+  );
+}
+
+/** The peers heard from, and per worker rank of each channel the share of its requests in flight that peers booked. */
+export function publishPeerGauges(
+  metrics: KvgateMetrics,
+  peers: number,
+  channels: ReadonlyMap<string, SyncChannel>,
+  workerTypes: ReadonlyMap<string, (workerId: number) => string>,
+): void {
+  metrics.replicas.peers.set(peers);
+  for (const ch of channels.values()) {
+    const model = ch.key.slice(0, ch.key.lastIndexOf('/'));
+    const typeOf = workerTypes.get(ch.key)!;
+    for (const l of ch.target.loads()) {
+      const fromPeers = ch.target.peers.requestsOn(l);
+      metrics.replicas.peerLoadShare
+        .labels({ model, worker_id: String(l.workerId), dp_rank: String(l.dpRank), worker_type: typeOf(l.workerId) })
+        .set(l.activeRequests > 0 ? fromPeers / l.activeRequests : 0);
+    }
+  }
+}
