@@ -17,10 +17,13 @@
  * - a sleep of 50 µs, 1 ms or 5 ms (`Atomics.wait`: the thread blocks in the kernel, as the event loop does
  *   between events, and the core idles or runs something else).
  * The cases run interleaved, in rounds, so each sees the same background load.
+ * Each kind's share of the gap: the trie (the part against the part without it), the booking (against the
+ * query), the fixed path (the first block alone).
  * Run: npm run bench -- decision-pause
  */
 import { seededRng } from '../../src/common/index.js';
-import { KvRouter } from '../../src/routing/index.js';
+import type { KvRouterOptions } from '../../src/core/index.js';
+import { KvRouter, type KvRouteRequest } from '../../src/routing/index.js';
 import type { BenchRow, BenchSection } from '../util.js';
 import { quantile } from './decision-stats.js';
 import { oneDocumentPrompts } from './one-document-prompts.js';
@@ -32,7 +35,7 @@ const PROMPT_TOKENS = 8192;
 const ENGINES = 32;
 const ROUNDS = 5;
 /** Timed operations per case and round, a quarter of each kind. */
-const PER_ROUND = 400;
+const PER_ROUND = 700;
 /** The control loop's iterations (about 7 µs on a 3 GHz core). */
 const ALU_STEPS = 5000;
 const WARMUP = 3000;
@@ -54,8 +57,16 @@ function alu(): number {
   return x;
 }
 
-type Kind = 'whole' | 'part' | 'first block' | 'control';
-const KINDS: readonly Kind[] = ['whole', 'part', 'first block', 'control'];
+const KINDS = [
+  'whole',
+  'part',
+  'part, no trie',
+  'part, query',
+  'first block',
+  'first block, no trie',
+  'control',
+] as const;
+type Kind = (typeof KINDS)[number];
 
 const PAUSES: readonly Pause[] = [
   { label: 'back to back', before: () => undefined },
@@ -80,39 +91,51 @@ const PAUSES: readonly Pause[] = [
 export async function run(): Promise<BenchSection> {
   const prompts = oneDocumentPrompts(1024, PROMPT_TOKENS, BLOCK);
   const firstBlocks = prompts.map((p) => ({ local: p.hashes.local.subarray(0, 1), seq: p.hashes.seq.subarray(0, 1) }));
-  const router = new KvRouter({ blockSize: BLOCK, config: {}, rng: seededRng(7) });
-  for (let i = 0; i < ENGINES; i++) router.addWorker(i + 1, { dataParallelSize: 1 });
-  const inFlight: string[] = [];
+  /** A router of 32 workers with its requests in flight (about 4 a worker, the oldest freed). */
+  const routerOf = (config: KvRouterOptions): { book(req: KvRouteRequest): void; router: KvRouter } => {
+    const router = new KvRouter({ blockSize: BLOCK, config, rng: seededRng(7) });
+    for (let i = 0; i < ENGINES; i++) router.addWorker(i + 1, { dataParallelSize: 1 });
+    const inFlight: string[] = [];
+    return {
+      router,
+      book(req) {
+        router.findBestMatch(req);
+        inFlight.push(req.requestId);
+        if (inFlight.length > ENGINES * 4) router.free(inFlight.shift()!);
+      },
+    };
+  };
+  const main = routerOf({});
+  const noTrie = routerOf({ routerTrackActiveBlocks: false });
   let id = 0;
   /** One timed operation of `kind`, µs. */
   const time = (kind: Kind): number => {
     const k = id % prompts.length;
     const p = prompts[k]!;
     const requestId = `r${id++}`;
+    const isl = p.tokens.length;
     const t0 = performance.now();
-    if (kind === 'whole') router.findBestMatch({ requestId, tokens: p.tokens });
-    else if (kind === 'part') router.findBestMatch({ requestId, hashes: p.hashes, isl: p.tokens.length });
-    else if (kind === 'first block') router.findBestMatch({ requestId, hashes: firstBlocks[k]!, isl: BLOCK });
+    if (kind === 'whole') main.book({ requestId, tokens: p.tokens });
+    else if (kind === 'part') main.book({ requestId, hashes: p.hashes, isl });
+    else if (kind === 'part, no trie') noTrie.book({ requestId, hashes: p.hashes, isl });
+    else if (kind === 'part, query') main.router.findBestMatch({ requestId, hashes: p.hashes, isl }, { mode: 'query' });
+    else if (kind === 'first block') main.book({ requestId, hashes: firstBlocks[k]!, isl: BLOCK });
+    else if (kind === 'first block, no trie') noTrie.book({ requestId, hashes: firstBlocks[k]!, isl: BLOCK });
     else sink += alu();
-    const t = (performance.now() - t0) * 1000;
-    if (kind !== 'control') {
-      inFlight.push(requestId);
-      if (inFlight.length > ENGINES * 4) router.free(inFlight.shift()!);
-    }
-    return t;
+    return (performance.now() - t0) * 1000;
   };
   for (let i = 0; i < WARMUP; i++) time(KINDS[i % KINDS.length]!);
   const samples = PAUSES.map(() => KINDS.map(() => [] as number[]));
+  const order = seededRng(3);
   for (let r = 0; r < ROUNDS; r++) {
     PAUSES.forEach((pause, c) => {
       for (let i = 0; i < PER_ROUND; i++) {
         pause.before();
-        const kind = i % KINDS.length;
+        const kind = Math.floor(order() * KINDS.length);
         samples[c]![kind]!.push(time(KINDS[kind]!));
       }
     });
   }
-  for (const r of inFlight) router.free(r);
   const stats = samples.map((byKind) => byKind.map((xs) => Float64Array.from(xs).sort()));
   const p50 = (c: number, kind: number): number => quantile(stats[c]![kind]!, 0.5);
   const rows: BenchRow[] = PAUSES.map((pause, c) => {
@@ -123,9 +146,10 @@ export async function run(): Promise<BenchSection> {
       p99Us: quantile(stats[c]![0]!, 0.99),
       opsPerSec: 1e6 / p50(c, 0),
       note:
-        `whole decision ${ratio(0)} back to back; the router's part given the hashes ${p50(c, 1).toFixed(1)} µs ` +
-        `(${ratio(1)}); the first block alone ${p50(c, 2).toFixed(1)} µs (${ratio(2)}); ` +
-        `the control loop ${p50(c, 3).toFixed(1)} µs (${ratio(3)})`,
+        `whole decision ${ratio(0)} back to back; ` +
+        KINDS.slice(1)
+          .map((kind, j) => `${kind} ${p50(c, j + 1).toFixed(1)} µs (${ratio(j + 1)})`)
+          .join('; '),
     };
   });
   return {
@@ -133,7 +157,8 @@ export async function run(): Promise<BenchSection> {
     rows,
     notes: [
       `p50 and p99 are the whole decision (hash 8,192 tokens, match, score, book); the note's figures are p50s, ` +
-        `each ratio against the same kind back to back; ${(ROUNDS * PER_ROUND) / KINDS.length} of each kind per case, ` +
+        `each ratio against the same kind back to back; about ${Math.round((ROUNDS * PER_ROUND) / KINDS.length)} of each ` +
+        `kind per case, in a seeded random order, ` +
         `${ENGINES} workers, block size ${BLOCK}`,
       'the work is the same in every case: what differs is the state the core is in when it starts',
       `(checksum: ${sink !== 0 ? 'nonzero' : 'zero'})`,
