@@ -34,9 +34,13 @@ function streamingFields(
   return out;
 }
 
-/** A leg sent unstreamed that generates one token: a P/D prefill, or a client's one-token request (`legStreams`). */
-function oneTokenLeg(req: LegRequest): boolean {
-  return req.phase === 'prefill' || (req.phase === 'aggregated' && !req.stream && answersInOneToken(req.body));
+/**
+ * A leg sent unstreamed that generates one token: a P/D prefill, a leg its fields cut to one unstreamed token (the
+ * decode leg of a P/D client that already left), or a client's one-token request (`legStreams`).
+ */
+function oneTokenLeg(req: LegRequest, fields: Readonly<Record<string, unknown>>): boolean {
+  if (req.phase === 'prefill' || (fields['stream'] === false && fields['max_tokens'] === 1)) return true;
+  return req.phase === 'aggregated' && !req.stream && answersInOneToken(req.body);
 }
 
 /** A leg's headers, its trace context's, and the client's request id (which engines build the response's `id` from). */
@@ -92,7 +96,7 @@ export function legDispatchOptions(
     stream: streamed,
     extraFields: streamed ? streamingFields(extra.fields, req.body, ids) : extra.fields,
     headers: legHeaders(extra.headers, traceHeaders, req.clientRequestId ?? req.requestId),
-    firstByteTimeoutMs: streamed || oneTokenLeg(req) ? timeouts?.firstByteMs : undefined,
+    firstByteTimeoutMs: streamed || oneTokenLeg(req, extra.fields) ? timeouts?.firstByteMs : undefined,
     streamIdleTimeoutMs: streamed ? timeouts?.streamIdleMs : undefined,
     onDispatched: req.onDispatched,
   };
