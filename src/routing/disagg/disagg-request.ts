@@ -3,11 +3,12 @@
  * decode pool (Dynamo's PrefillRouter flow), with its failure and cancellation rules and
  * 5.6. Built and run by the PrefillRouter; one instance per request.
  *
- *   setPhase(prefill) -> choose + book the prefill worker (sticky, pinned or best)
+ *   setPhase(prefill) -> book the decode slot (refused: the client's 503, nothing sent)
+ *     -> choose + book the prefill worker (sticky, pinned or best)
  *     -> dispatch the prefill with the handoff's fields, then the handoff
  *        strategy decides when decode starts (bootstrap.ts for SGLang,
  *        kv-transfer.ts for vLLM; see strategy.ts)
- *   setPhase(decode) -> decode routed with the no-overlap override
+ *   setPhase(decode) -> decode dispatched on the booked slot with the no-overlap override
  *
  * Cancellation contract:
  * - the client going away before the prefill reached an engine cancels it
@@ -38,7 +39,14 @@ import type { PushRouter } from '../push/push-router.js';
 import type { StickySessions } from '../sticky-sessions.js';
 import { bootstrapHandoff } from './bootstrap.js';
 import { abandonDecode, decodeEvents, type DecodeProgress } from './decode-stream.js';
-import { decodeLegOf, handoffPath, prefillWorkerInfo, withPromptTokensDetails, type HandoffPath } from './handoff.js';
+import {
+  decodeLegOf,
+  decodeOverrideOf,
+  handoffPath,
+  prefillWorkerInfo,
+  withPromptTokensDetails,
+  type HandoffPath,
+} from './handoff.js';
 import { kvTransferHandoff } from './kv-transfer.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
 import { failedAtRendezvous, prefillFailure, type DisaggOutcome } from './types.js';
@@ -92,6 +100,8 @@ export class DisaggRequest {
   #target: Selection | undefined;
   #path: HandoffPath | undefined;
   #prefillDispatched = false;
+  /** The decode slot, booked before the prefill is sent; handed to the decode leg's dispatch, else released. */
+  #decodeBooking: { readonly leg: LegRequest; readonly sel: Selection } | undefined;
   #prefillError: KvgateError | undefined;
   /** The prefill's answer (for attribution from its payload). */
   #prefillPayload: unknown;
@@ -193,6 +203,39 @@ export class DisaggRequest {
       permit.release();
       throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before the prefill was routed');
     }
+    // The decode side must take the request before anything is sent: a prefill whose decode is refused afterwards
+    // (every decode worker overloaded, its queue full) burns prefill compute and leaves its KV on the prefill engine,
+    // and a burst wider than the decode side would fail in a wave after all its prefills ran. The decode slot is
+    // booked now (a refusal is the client's 503, nothing sent) and handed to the decode leg's dispatch.
+    const decodeLeg: LegRequest = {
+      ...base,
+      phase: 'decode',
+      routing: { ...base.routing, routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride) },
+      signal: this.#prefillCtl.signal,
+      tracker,
+      onDispatched: undefined,
+    };
+    try {
+      const sel = await this.#deps.decode.select(decodeLeg, 'book', this.#deps.decodeExclude);
+      this.#decodeBooking = { leg: decodeLeg, sel };
+    } catch (err) {
+      permit.release();
+      throw err;
+    }
+    try {
+      return await this.#prefillAndHandOver(permit);
+    } finally {
+      // Not handed to a decode dispatch (the prefill failed or was refused, the client left first): release it.
+      const booking = this.#decodeBooking;
+      this.#decodeBooking = undefined;
+      if (booking !== undefined) this.#deps.decode.unbook(booking.leg, booking.sel);
+    }
+  }
+
+  /** Books and dispatches the prefill with the handoff's fields, then lets the handoff take it to decode. */
+  async #prefillAndHandOver(permit: { release(): void }): Promise<DisaggOutcome> {
+    const base = this.#leg;
+    const tracker = this.tracker;
     const prefillBase: LegRequest = {
       ...base,
       phase: 'prefill',
@@ -316,9 +359,12 @@ export class DisaggRequest {
       clientGone: this.#clientGone,
       tokenIds: this.#deps.tokenIds === true,
     });
+    // The slot booked before the prefill was sent: the dispatch owns it from here (its guard releases it).
+    const booking = this.#decodeBooking;
+    this.#decodeBooking = undefined;
     let res: LegResponse;
     try {
-      res = await this.#deps.decode.dispatch(leg, undefined, this.#deps.decodeExclude);
+      res = await this.#deps.decode.dispatch(leg, booking?.sel, this.#deps.decodeExclude);
     } catch (err) {
       if (this.#refusal !== undefined) return this.#refused(this.#refusal);
       if (this.#prefillError === undefined) {

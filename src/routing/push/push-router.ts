@@ -434,6 +434,14 @@ export class PushRouter implements PoolMembers {
     throw err;
   }
 
+  /**
+   * Undoes a booking made by `select(req, 'book')` whose leg is never dispatched (a P/D request's decode slot,
+   * booked before its prefill was sent, when the request fails first). A dispatched leg's guard releases its own.
+   */
+  unbook(req: LegRequest, sel: Selection): void {
+    this.#release(req, sel);
+  }
+
   /** Undoes a booking (exactly once per leg, through its guard). */
   #release(req: LegRequest, sel: Selection): void {
     this.#selector.release(req, sel);

@@ -166,6 +166,7 @@ export interface DisaggFleetOptions {
   prefillMocker?: MockerInput | ((i: number) => MockerInput);
   decodeMocker?: MockerInput | ((i: number) => MockerInput);
   prefillWorker?: Partial<WorkerInfo>;
+  decodeWorker?: Partial<WorkerInfo>;
   router?: Partial<Omit<ModelRouterOptions, 'registry' | 'engine' | 'model' | 'blockSize'>>;
 }
 
@@ -216,7 +217,7 @@ export async function startDisaggFleet(opts: DisaggFleetOptions): Promise<Disagg
     ...(role === 'prefill' && m.bootstrapPort !== undefined
       ? { bootstrap: { host: m.host, port: m.bootstrapPort } }
       : {}),
-    ...(role === 'prefill' ? opts.prefillWorker : {}),
+    ...(role === 'prefill' ? opts.prefillWorker : opts.decodeWorker),
     // A kv_both decode engine says it can serve alone (the fallback while no prefill worker is up).
     ...(role === 'decode' && opts.decodeMode === 'aggregated' ? { servesAggregated: true } : {}),
   });
