@@ -79,9 +79,13 @@ function asObject(value: unknown): Record<string, unknown> | undefined {
 /**
  * Reads the handoff from a non-streaming prefill response (completion or chat).
  * @throws KvgateError KVG_ERR_NO_DISAGGREGATED_PARAMS when `kv_transfer_params` is missing, null or not an object
- *   (the detail carries the choice's `finish_reason`, which tells a request that ended for another reason).
+ *   (the detail carries the choice's `finish_reason`, which tells a request that ended for another reason, and
+ *   `context.workerId` when given).
  */
-export function readVllmPrefillResult(json: unknown, context: { worker?: string } = {}): VllmPrefillResult {
+export function readVllmPrefillResult(
+  json: unknown,
+  context: { worker?: string; workerId?: number } = {},
+): VllmPrefillResult {
   const body = asObject(json);
   const params = asObject(body?.['kv_transfer_params']);
   if (params === undefined) {
@@ -92,6 +96,8 @@ export function readVllmPrefillResult(json: unknown, context: { worker?: string 
       `prefill response${context.worker === undefined ? '' : ` from ${context.worker}`} has no kv_transfer_params`,
       {
         worker: context.worker,
+        // The id names the worker in the client's answer (which never carries the engine's URL).
+        ...(context.workerId !== undefined ? { workerId: context.workerId } : {}),
         finishReason: first?.['finish_reason'],
         present: body !== undefined && 'kv_transfer_params' in body,
       },

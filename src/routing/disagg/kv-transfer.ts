@@ -35,6 +35,7 @@ export function kvTransferHandoff(base: LegRequest, target: Selection): Handoff 
       try {
         ticket = readVllmPrefillResult(res.body.kind === 'json' ? res.body.json : undefined, {
           worker: `${target.worker.id} (${target.worker.url})`,
+          workerId: target.worker.id,
         });
       } catch (err) {
         throw p.fail(err);
