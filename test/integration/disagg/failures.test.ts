@@ -262,4 +262,30 @@ describe('prefill backpressure', () => {
     for (const r of [first, second]) expect((await drain(await r)).usage?.completion_tokens).toBe(4);
     await bothPoolsAtZero(f);
   });
+
+  it('a tenant shed by the full prefill queue gets 529 KVG_ERR_QUEUE_SHED (not a prefill failure); nothing sent', async () => {
+    const f = await fleet({
+      engine: 'vllm',
+      prefillWorker: { maxNumBatchedTokens: 64 },
+      router: { routerConfig: { routerQueueThreshold: 1 } },
+    });
+    const hints = {
+      annotations: [],
+      tenant: { tenant: 'noisy', class: 'free', priority: 0, weight: 1, queueLimitPerWorker: 1 },
+    };
+    f.prefill[0]!.setFaults({ hang: true });
+    const first = f.router.route(prepare(randomTokens(rng, 200), { requestId: 'shed-1', hints }));
+    await until(() => legsOf(f.rec, 'shed-1').prefill[0]?.acceptedAt !== undefined, 'the first prefill on its engine');
+    const second = f.router.route(prepare(randomTokens(rng, 200), { requestId: 'shed-2', hints }));
+    await until(() => f.pool().kvRouter!.pendingRequests === 1, 'the second prefill parked');
+    const e = await errorOf(f.router.route(prepare(randomTokens(rng, 200), { requestId: 'shed-3', hints })));
+    // Before: wrapped as a prefill engine failure (502 KVG_ERR_PREFILL_FAILED), which no prefill ever had.
+    expect(e.code).toBe('KVG_ERR_QUEUE_SHED');
+    expect(e.statusCode).toBe(529);
+    expect(legsOf(f.rec, 'shed-3').prefill).toHaveLength(0);
+    expect(legsOf(f.rec, 'shed-3').decode).toHaveLength(0);
+    f.prefill[0]!.setFaults({ hang: false });
+    for (const r of [first, second]) expect((await drain(await r)).usage?.completion_tokens).toBe(4);
+    await bothPoolsAtZero(f);
+  });
 });
