@@ -134,14 +134,17 @@ export class Admission {
     return { status: 'queued', ticket };
   }
 
-  /** Admits parked requests while load allows. Returns how many were admitted. */
+  /**
+   * Admits parked requests while load allows. Returns how many were admitted. With no worker left, every parked
+   * request leaves at once, failed (`KVG_ERR_NO_WORKERS` from `#admit`): no load could ever free for it.
+   */
   drain(): number {
     if (this.#draining || this.#queue.pendingRequests === 0) return 0;
     this.#draining = true;
     const { filter, table } = this.#p;
     try {
       return this.#queue.drain(
-        () => filter.anyRoom(table.all, table.allCount),
+        () => table.workers.size === 0 || filter.anyRoom(table.all, table.allCount),
         (e) => this.#admit(e),
       );
     } finally {

@@ -228,6 +228,21 @@ describe('KvScheduler queue (spec 4.4)', () => {
     expect((await p).status).toBe('routed');
   });
 
+  it('the last worker leaving fails every parked request (KVG_ERR_NO_WORKERS) instead of leaving it parked', async () => {
+    const s = scheduler(QUEUE, [1]);
+    routed(s.schedule(req('busy', 200, 1)));
+    const a = queued(s.schedule(req('a', 200, 5000)));
+    const b = queued(s.schedule(req('b', 200, 9000)));
+    expect(s.pendingRequests).toBe(2);
+    s.removeWorker(1);
+    // Before: nothing could ever admit them (no slot has room when there is no slot); they waited for their client.
+    for (const r of await Promise.all([a, b])) {
+      expect(r.status).toBe('failed');
+      if (r.status === 'failed') expect(r.error.code).toBe('KVG_ERR_NO_WORKERS');
+    }
+    expect(s.pendingRequests).toBe(0);
+  });
+
   it('busy thresholds: overloaded ranks are filtered; when all are overloaded the request is rejected', () => {
     const s = new KvScheduler({
       blockSize: BS,
