@@ -5,10 +5,8 @@
  * engine's own error text. Through the real HTTP frontend.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { DisaggFleetOptions } from './fleet.js';
-import { startDisaggFleet, type DisaggFleet } from './fleet.js';
+import { MODEL, startDisaggFleet, type DisaggFleet, type DisaggFleetOptions } from './fleet.js';
 import { startGateway, type TestGateway } from './gateway.js';
-import { MODEL } from './fleet.js';
 
 const open: { f: DisaggFleet; gw: TestGateway }[] = [];
 afterEach(async () => {
