@@ -12,6 +12,7 @@
 import { KV_ROUTER_CONFIG_FIELDS, STRUCTURAL_ROUTER_KNOBS, type KvRouterConfig } from '../core/index.js';
 import type { ConfigProblem } from './reader.js';
 import { withoutCredentials } from './redact.js';
+import { keysChange, tenantChanges } from './tenant-changes.js';
 import type { GatewayConfig, LimitsConfig, ModelConfig, WorkerConfig } from './types.js';
 
 const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
@@ -141,11 +142,6 @@ const LIMIT_FIELDS: readonly [string, keyof LimitsConfig][] = [
   ['retry_after_seconds', 'retryAfterSeconds'],
 ];
 
-/** The tenants section in one line, without its keys. */
-const tenantLine = (c: GatewayConfig): string =>
-  `classes ${c.tenants.classes.map((k) => `${k.name}(p${k.priority} w${k.weight})`).join(' ')}; ` +
-  `tenants ${c.tenants.members.map((m) => `${m.name}:${m.class}`).join(' ') || 'none'}`;
-
 const workerLine = (w: WorkerConfig): string => `${w.id} ${w.role} ${w.url}`;
 
 /** What a (valid, reloadable) `next` changes from `prev`: every field, API keys counted, never shown. */
@@ -154,10 +150,10 @@ export function configChanges(prev: GatewayConfig, next: GatewayConfig): ConfigC
   const note = (path: string, from: unknown, to: unknown): void => {
     if (!same(from, to)) out.push({ path, from, to });
   };
-  if (!same(prev.apiKeys, next.apiKeys))
-    out.push({ path: 'auth.api_keys', from: `${prev.apiKeys.length} key(s)`, to: `${next.apiKeys.length} key(s)` });
+  const keys = keysChange('auth.api_keys', prev.apiKeys, next.apiKeys);
+  if (keys !== undefined) out.push(keys);
   for (const [name, key] of LIMIT_FIELDS) note(`limits.${name}`, prev.limits[key], next.limits[key]);
-  if (!same(prev.tenants, next.tenants)) out.push({ path: 'tenants', from: tenantLine(prev), to: tenantLine(next) });
+  out.push(...tenantChanges(prev.tenants, next.tenants));
   note('shutdown.drain_timeout_ms', prev.drainTimeoutMs, next.drainTimeoutMs);
   next.models.forEach((m, i) => {
     const before = prev.models[i]!;

@@ -104,12 +104,49 @@ describe('config: tenants', () => {
     });
     expect(reloadProblems(prev, next)).toEqual([]);
     const changes = configChanges(prev, next);
+    expect(changes).toContainEqual({ path: 'tenants.classes[gold].weight', from: 1, to: 3 });
     expect(changes).toContainEqual({
-      path: 'tenants',
-      from: 'classes gold(p0 w1); tenants acme:gold',
-      to: 'classes gold(p0 w3); tenants acme:gold',
+      path: 'tenants.members[acme].api_keys',
+      from: '1 key(s)',
+      to: '1 key(s) (1 added, 1 removed)',
     });
+    expect(JSON.stringify(changes)).not.toContain(KEY_A);
     expect(JSON.stringify(changes)).not.toContain(KEY_B);
+  });
+
+  it('a tenants-only change says which tenant or class and which field, never with identical from and to', () => {
+    const gold = { name: 'gold', request_rate: 5 };
+    const prev = load({ classes: [gold], members: [{ name: 'acme', class: 'gold', api_keys: [KEY_A] }] });
+    const next = load({
+      header: 'X-Tenant',
+      queue_limit_per_worker: 8,
+      classes: [{ ...gold, request_rate: 10 }, { name: 'free' }],
+      members: [
+        { name: 'acme', class: 'free', api_keys: [KEY_B] },
+        { name: 'beta', class: 'gold' },
+      ],
+    });
+    const changes = configChanges(prev, next);
+    expect(changes).toEqual([
+      { path: 'tenants.header', from: 'unset', to: 'x-tenant' },
+      { path: 'tenants.queue_limit_per_worker', from: 'unset', to: 8 },
+      {
+        path: 'tenants.classes[free]',
+        to: 'priority 0, weight 1, request_rate unset, request_burst 1, token_rate unset, token_burst 1',
+      },
+      { path: 'tenants.classes[gold].request_rate', from: 5, to: 10 },
+      { path: 'tenants.classes[gold].request_burst', from: 5, to: 10 },
+      { path: 'tenants.members[beta]', to: 'class gold, 0 key(s)' },
+      { path: 'tenants.members[acme].class', from: 'gold', to: 'free' },
+      { path: 'tenants.members[acme].api_keys', from: '1 key(s)', to: '1 key(s) (1 added, 1 removed)' },
+    ]);
+    for (const c of changes) expect(JSON.stringify(c.from)).not.toBe(JSON.stringify(c.to));
+    // A tenant removed, and a key replaced in auth alone: both said, neither key shown.
+    const fewer = load({ classes: [gold], members: [] }, [KEY_B]);
+    const gone = configChanges(prev, fewer);
+    expect(gone).toContainEqual({ path: 'tenants.members[acme]', from: 'class gold, 1 key(s)' });
+    expect(gone).toContainEqual({ path: 'auth.api_keys', from: '2 key(s)', to: '1 key(s) (0 added, 1 removed)' });
+    expect(JSON.stringify(gone)).not.toMatch(/key-of/);
   });
 });
 
