@@ -42,6 +42,22 @@ export const WORKER_METRIC_DEFINITIONS = {
     help: "1 for a KV-routed model without a tokenizer (prefix hashes come from the byte-packing fallback and match no engine's blocks).",
     labelNames: ['model'],
   },
+  modelServable: {
+    kind: 'gauge',
+    name: 'kvgate_model_servable',
+    help:
+      '1 while the model can be served (listed by /ready and /v1/models); 0 while it cannot (no worker available, or ' +
+      'no prefill worker where the model may not be served aggregated).',
+    labelNames: ['model'],
+  },
+  modelServableTransitions: {
+    kind: 'counter',
+    name: 'kvgate_model_servable_transitions_total',
+    help:
+      'The model becoming servable (to=servable: back in /ready and /v1/models) or unavailable (to=unavailable: ' +
+      'gone from them, its requests refused).',
+    labelNames: ['model', 'to'],
+  },
   // ---- health probing
   healthTransitions: {
     kind: 'counter',

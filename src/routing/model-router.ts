@@ -145,7 +145,7 @@ export class ModelRouter implements ModelRouterPort {
     // The model's own series exist from the start, at zero (the pools register theirs).
     ctx.metrics?.disaggFallbacks.inc({ model: opts.model }, 0);
     ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
-    this.#watch = new WorkerWatch(opts.model, opts.registry, ctx, opts.workerHealth);
+    this.#watch = new WorkerWatch(opts.model, opts.registry, ctx, opts.workerHealth, () => this.unavailable());
     const decode = this.#buildPool('decode');
     const onLimit = sessionLimitReporter(ctx, opts.model, decode.push.role);
     this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, onLimit);
@@ -194,6 +194,7 @@ export class ModelRouter implements ModelRouterPort {
     opts.registry.on('removed', this.#onRemoved);
     opts.registry.on('updated', this.#onUpdated);
     for (const w of opts.registry.available(this.model)) this.#workerAdded(w);
+    this.#watch.servable(); // where the model starts: its gauge set, no line
     const interval = opts.tickIntervalMs ?? 1000;
     if (interval > 0) {
       this.#timer = setInterval(() => this.tick(), interval);

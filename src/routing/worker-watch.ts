@@ -13,6 +13,7 @@
  */
 import type { WorkerRank, WorkerRole } from '../common/index.js';
 import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
+import type { KvgateError } from '../errors/index.js';
 import type { KvEventManager } from '../events/index.js';
 import type { RouterContext } from './context.js';
 import type { WorkerStatus } from './router-port.js';
@@ -37,17 +38,23 @@ export class WorkerWatch {
   /** Last KV-event status logged per worker (only workers that are up). */
   readonly #events = new Map<number, EventState>();
   readonly #blockSizeWarned = new Set<number>();
+  /** Why the model cannot be served now (undefined: it can); the ModelRouter's `unavailable`. */
+  readonly #unavailable: (() => KvgateError | undefined) | undefined;
+  /** Whether the model could be served at the last check; undefined before the first (`servable`). */
+  #servable: boolean | undefined;
 
   constructor(
     model: string,
     registry: WorkerRegistry,
     ctx: RouterContext,
     health: ((workerId: number) => WorkerHealthView | undefined) | undefined,
+    unavailable?: () => KvgateError | undefined,
   ) {
     this.#model = model;
     this.#registry = registry;
     this.#ctx = ctx;
     this.#health = health;
+    this.#unavailable = unavailable;
     for (const w of registry.all()) if (w.model === model) this.#setUp(w, registry.isAvailable(w.id));
   }
 
@@ -63,6 +70,34 @@ export class WorkerWatch {
   up(w: WorkerInfo): void {
     this.#setUp(w, true);
     this.#ctx.logger.info({ workerId: w.id, url: w.url, role: w.role }, `worker ${w.id} is up: routed to`);
+    this.servable();
+  }
+
+  /**
+   * Checks whether the model can be served (is listed by /ready and /v1/models) and reports a change: a warn line
+   * with the reason and error code when it can no longer be, an info line when it can again, both counted
+   * (`kvgate_model_servable_transitions_total`); `kvgate_model_servable` follows. The first check (the ModelRouter,
+   * once built) sets the gauge and reports nothing. Run after each worker change and at each tick.
+   */
+  servable(): void {
+    if (this.#unavailable === undefined) return;
+    const why = this.#unavailable();
+    const now = why === undefined;
+    const was = this.#servable;
+    this.#servable = now;
+    const m = this.#ctx.metrics;
+    m?.modelServable.labels({ model: this.#model }).set(now ? 1 : 0);
+    if (was === undefined || was === now) return;
+    const to = now ? 'servable' : 'unavailable';
+    m?.modelServableTransitions.labels({ model: this.#model, to }).inc();
+    if (why === undefined)
+      this.#ctx.logger.info({ to }, `model ${this.#model} can be served again: listed by /ready and /v1/models`);
+    else
+      this.#ctx.logger.warn(
+        { to, code: why.code, reason: why.message },
+        `model ${this.#model} can no longer be served (${why.message}): gone from /ready and /v1/models, ` +
+          `its requests refused with ${why.code}`,
+      );
   }
 
   /** The registry took the worker out (health, model check, removal): not routed to, its KV events not trusted. */
@@ -75,6 +110,7 @@ export class WorkerWatch {
       { workerId: w.id, url: w.url, role: w.role, health: health?.state, error: health?.lastError },
       `worker ${w.id} is down: not routed to, its KV events and cached blocks dropped`,
     );
+    this.servable();
   }
 
   /** A dispatch could not reach the worker (the prober is asked to probe it now). */
@@ -105,8 +141,9 @@ export class WorkerWatch {
     );
   }
 
-  /** Periodic: every configured worker's health state gauge. */
+  /** Periodic: every configured worker's health state gauge, and whether the model can be served. */
   tickHealth(): void {
+    this.servable();
     const m = this.#ctx.metrics;
     if (m === undefined || this.#health === undefined) return;
     for (const w of this.#registry.all()) {

@@ -86,4 +86,45 @@ describe('worker state changes are loud', () => {
       await engine.close();
     }
   });
+
+  it('the model leaving /ready and /v1/models (its last worker down) and coming back is logged and counted', async () => {
+    const registry = new WorkerRegistry();
+    const worker = { model: 'm', role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1 } as const;
+    registry.add({ ...worker, id: 1, url: 'http://127.0.0.1:1' });
+    registry.add({ ...worker, id: 2, url: 'http://127.0.0.1:2' });
+    const engine = new EngineClient();
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const lines: Line[] = [];
+    const router = new ModelRouter(
+      { model: 'm', mode: 'round-robin', blockSize: 16, registry, engine, tickIntervalMs: 0 },
+      makeRouterContext({ clock: new ManualClock(), rng: seededRng(1), metrics, logger: captureLines(lines) }),
+    );
+    const model = async (name: string, to?: string): Promise<number | undefined> => {
+      const m = await metrics.registry.getSingleMetric(name)!.get();
+      return m.values.find((v) => v.labels.model === 'm' && (to === undefined || v.labels.to === to))?.value;
+    };
+    const modelLines = () => lines.filter((l) => /^model m /.test(l.msg));
+    try {
+      expect(await model('kvgate_model_servable')).toBe(1);
+      expect(modelLines()).toEqual([]); // where it starts is no change
+      registry.markDown(1);
+      expect(modelLines()).toEqual([]); // worker 2 still serves it
+      registry.markDown(2);
+      expect(router.canServe()).toBe(false);
+      expect(modelLines()).toMatchObject([
+        { level: 'warn', to: 'unavailable', code: 'KVG_ERR_MODEL_UNAVAILABLE', msg: /can no longer be served/ },
+      ]);
+      expect(await model('kvgate_model_servable')).toBe(0);
+      expect(await model('kvgate_model_servable_transitions_total', 'unavailable')).toBe(1);
+      router.tick(); // no change: nothing more
+      expect(modelLines()).toHaveLength(1);
+      registry.markUp(2);
+      expect(modelLines()[1]).toMatchObject({ level: 'info', to: 'servable', msg: /can be served again/ });
+      expect(await model('kvgate_model_servable')).toBe(1);
+      expect(await model('kvgate_model_servable_transitions_total', 'servable')).toBe(1);
+    } finally {
+      await router.close();
+      await engine.close();
+    }
+  });
 });

@@ -46,9 +46,10 @@ function setup(opts: Partial<ModelRouterOptions> = {}) {
     makeRouterContext({ rng: seededRng(1), clock: new ManualClock(), metrics, logger: capture(lines) }),
   );
   const pool = (l: Record<string, unknown>): boolean => /^prefill pool/.test(String(l['msg']));
+  const model = (l: Record<string, unknown>): boolean => /^model /.test(String(l['msg']));
   const series = async (): Promise<string[]> =>
     (await metrics.text()).split('\n').filter((l) => /^kvgate_prefill_pool_(active|transitions_total)\{/.test(l));
-  return { registry, router, lines: () => lines.filter(pool), series };
+  return { registry, router, metrics, lines: () => lines.filter(pool), modelLines: () => lines.filter(model), series };
 }
 
 describe('prefill pool transitions', () => {
@@ -108,5 +109,20 @@ describe('prefill pool transitions', () => {
     };
     expect(consequence({ enforceDisagg: true }, { servesAggregated: true })).toMatch(/refused \(enforce_disagg\)/);
     expect(consequence({}, {})).toMatch(/none of its decode workers serves alone: the model is unavailable/);
+  });
+
+  it('under enforce_disagg the last prefill worker leaving takes the model out of /ready, logged and counted', async () => {
+    const { registry, router, metrics, modelLines } = setup({ enforceDisagg: true });
+    registry.add(worker(1, 'decode', { servesAggregated: true }));
+    registry.add(worker(11, 'prefill'));
+    expect(router.canServe()).toBe(true);
+    expect(modelLines()).toEqual([expect.objectContaining({ level: 'info', to: 'servable' })]);
+    registry.markDown(11);
+    expect(router.canServe()).toBe(false);
+    expect(modelLines()[1]).toMatchObject({ level: 'warn', to: 'unavailable', code: 'KVG_ERR_PREFILL_NOT_ACTIVATED' });
+    expect(String(modelLines()[1]!['reason'])).toMatch(/enforce_disagg/);
+    const text = await metrics.text();
+    expect(text).toContain(`kvgate_model_servable{model="${MODEL}"} 0`);
+    expect(text).toContain(`kvgate_model_servable_transitions_total{model="${MODEL}",to="unavailable"} 1`);
   });
 });
