@@ -94,6 +94,7 @@ export interface EndpointPickerOptions {
 export class EndpointPicker {
   readonly #router: KvRouter;
   readonly #logger: Logger;
+  readonly #metrics: KvgateMetrics | undefined;
   readonly #fallbacks: number;
   /** endpoint -> worker id, and back. */
   readonly #ids = new Map<string, number>();
@@ -110,6 +111,7 @@ export class EndpointPicker {
 
   constructor(opts: EndpointPickerOptions) {
     this.#logger = opts.logger;
+    this.#metrics = opts.metrics;
     this.#fallbacks = Math.max(1, opts.fallbacks);
     const m = opts.model;
     const ctx = makeRouterContext({ clock: opts.clock, rng: opts.rng, logger: opts.logger, metrics: opts.metrics });
@@ -190,12 +192,7 @@ export class EndpointPicker {
         this.#publishers.set(id, pod.kvEvents);
         this.#events
           .add({ workerId: id, dpRank: 0, endpoint: pod.kvEvents })
-          .catch((err: Error) =>
-            this.#logger.error(
-              { endpoint: pod.endpoint, kvEvents: pod.kvEvents },
-              `endpoint ${pod.endpoint}: its KV events cannot be subscribed (${err.message}); scored approximately`,
-            ),
-          );
+          .catch((err: Error) => this.#subscriptionRefused(id, pod, err));
       }
       joined.push(pod.endpoint);
       // The router dropped these when the endpoint left (removeWorker frees its requests), so none is booked twice.
@@ -214,6 +211,15 @@ export class EndpointPicker {
     if (joined.length + left.length > 0)
       this.#logger.info({ joined, left, endpoints: this.#endpoints.size }, 'picker endpoints changed');
     return { joined, left };
+  }
+
+  /** A pod's KV events could not be subscribed: logged and counted as the gateway counts a worker's. */
+  #subscriptionRefused(id: number, pod: PoolEndpoint, err: Error): void {
+    this.#metrics?.kvEventSubscriptionsRefused.labels({ worker_id: String(id), dp_rank: '0' }).inc();
+    this.#logger.error(
+      { endpoint: pod.endpoint, kvEvents: pod.kvEvents, workerId: id, err: err.message },
+      `endpoint ${pod.endpoint}: its KV events cannot be subscribed (${err.message}); scored approximately`,
+    );
   }
 
   get endpoints(): string[] {

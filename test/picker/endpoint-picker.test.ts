@@ -90,3 +90,44 @@ describe('EndpointPicker: approximate entries expire', () => {
     picker.end(busyLater.requestId);
   });
 });
+
+describe('EndpointPicker: a pod whose KV events cannot be subscribed', () => {
+  it('is an error line naming the pod and a count of refused subscriptions; the pod is picked all the same', async () => {
+    const config = loadGatewayConfig({
+      env: {},
+      base: {
+        models: [
+          {
+            name: 'm',
+            tokenizer: 'demo',
+            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
+          },
+        ],
+      },
+    });
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const picker = new EndpointPicker({
+      metrics,
+      model: config.models[0]!,
+      logger,
+      clock: new ManualClock(0),
+      rng: seededRng(1),
+      fallbacks: 1,
+    });
+    try {
+      picker.setEndpoints([{ name: 'a', endpoint: A, kvEvents: 'not-an-endpoint' }]);
+      await vi.waitFor(() => expect(lines.some((l) => /cannot be subscribed/.test(String(l['msg'])))).toBe(true));
+      expect(lines.find((l) => /cannot be subscribed/.test(String(l['msg'])))).toMatchObject({
+        level: 50,
+        endpoint: A,
+        kvEvents: 'not-an-endpoint',
+      });
+      expect(sampleSum(await metrics.text(), 'kvgate_kv_event_subscriptions_refused_total', { dp_rank: '0' })).toBe(1);
+      expect(picker.pick(input(16))).toEqual([A]);
+    } finally {
+      await picker.close();
+    }
+  });
+});
