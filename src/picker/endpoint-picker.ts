@@ -208,8 +208,11 @@ export class EndpointPicker {
           `endpoint ${pod.endpoint} joined with ${rebooked} request(s) still in flight on it: booked there again`,
         );
     }
-    if (joined.length + left.length > 0)
-      this.#logger.info({ joined, left, endpoints: this.#endpoints.size }, 'picker endpoints changed');
+    const line = { joined, left, endpoints: this.#endpoints.size };
+    // The last ready pod gone: every request is refused (KVG_ERR_NO_WORKERS) until one is back.
+    if (left.length > 0 && this.#endpoints.size === 0)
+      this.#logger.warn(line, 'picker endpoints changed: no endpoint of the pool is ready, requests are refused');
+    else if (joined.length + left.length > 0) this.#logger.info(line, 'picker endpoints changed');
     return { joined, left };
   }
 

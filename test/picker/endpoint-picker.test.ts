@@ -131,3 +131,45 @@ describe('EndpointPicker: a pod whose KV events cannot be subscribed', () => {
     }
   });
 });
+
+describe('EndpointPicker: the pool left without a ready endpoint', () => {
+  it('is a warn line (a change that leaves endpoints is an info line)', () => {
+    const config = loadGatewayConfig({
+      env: {},
+      base: {
+        models: [
+          {
+            name: 'm',
+            tokenizer: 'demo',
+            router: { use_kv_events: false },
+            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
+          },
+        ],
+      },
+    });
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const picker = new EndpointPicker({
+      model: config.models[0]!,
+      logger,
+      clock: new ManualClock(0),
+      rng: seededRng(1),
+      fallbacks: 1,
+    });
+    const changes = () => lines.filter((l) => /^picker endpoints changed/.test(String(l['msg'])));
+    picker.setEndpoints([
+      { name: 'a', endpoint: A },
+      { name: 'b', endpoint: B },
+    ]);
+    picker.setEndpoints([{ name: 'b', endpoint: B }]);
+    picker.setEndpoints([]);
+    expect(changes().map((l) => [l['level'], l['endpoints']])).toEqual([
+      [30, 2],
+      [30, 1],
+      [40, 0],
+    ]);
+    expect(changes()[2]).toMatchObject({ left: [B], msg: /no endpoint of the pool is ready/ });
+    expect(() => picker.pick(input(16))).toThrow(/no endpoint of the pool is ready/);
+    void picker.close();
+  });
+});
