@@ -39,7 +39,7 @@ export interface ReloadTargets {
   /** The gateway's metrics (`kvgate_config_reloads_total`). */
   readonly metrics: {
     readonly configReloads: {
-      labels(l: { trigger: ReloadTrigger; outcome: 'applied' | 'partial' | 'unchanged' | 'rejected' }): {
+      labels(l: { trigger: ReloadTrigger; outcome: 'applied' | 'partial' | 'unchanged' | 'rejected' | 'failed' }): {
         inc(): void;
       };
     };
@@ -80,9 +80,30 @@ export class ConfigReloader {
    * @throws KvgateError KVG_ERR_RELOAD_REJECTED listing every problem (`detail.problems`); nothing changed.
    */
   reload(trigger: ReloadTrigger): Promise<ReloadOutcome> {
-    const run = this.#queue.then(() => this.#reload(trigger));
+    const run = this.#queue.then(() => this.#counted(trigger));
     this.#queue = run.catch(() => undefined);
     return run;
+  }
+
+  /**
+   * A reload that fails otherwise than rejected (the file could not be taken for another reason, or applying it
+   * threw) is logged and counted too (`failed`). What was applied before the failure stays; the running
+   * configuration is still the previous one, so the next reload of the file applies it all again.
+   */
+  #counted(trigger: ReloadTrigger): ReloadOutcome {
+    try {
+      return this.#reload(trigger);
+    } catch (err) {
+      if (!isKvgateError(err, 'KVG_ERR_RELOAD_REJECTED')) {
+        this.#t.metrics.configReloads.labels({ trigger, outcome: 'failed' }).inc();
+        const why = err instanceof Error ? err.message : String(err);
+        this.#t.logger.error(
+          { trigger, err },
+          `configuration reload failed: ${why}; what was applied before the failure stays, the next reload tries again`,
+        );
+      }
+      throw err;
+    }
   }
 
   #reload(trigger: ReloadTrigger): ReloadOutcome {

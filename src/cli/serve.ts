@@ -391,10 +391,8 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
         'SIGHUP: kvgate serve was started without a config file (-c FILE); there is nothing to reload',
       );
     else {
-      h.reload('sighup').catch((err: unknown) => {
-        if (!isKvgateError(err, 'KVG_ERR_RELOAD_REJECTED'))
-          h.gateway.logger.error({ err }, 'configuration reload failed');
-      });
+      // Rejected or failed, the reloader has logged and counted it.
+      h.reload('sighup').catch(() => undefined);
     }
   };
   process.on('SIGHUP', onHangup);
