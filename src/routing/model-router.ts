@@ -172,10 +172,8 @@ export class ModelRouter implements ModelRouterPort {
       ctx,
     );
     this.#onAdded = (w) => {
-      if (w.model === this.model) {
-        this.#workerAdded(w);
-        this.#watch.up(w);
-      }
+      // A prefill worker the pool refused (its bootstrap endpoint: logged there) is not routed to: not up.
+      if (w.model === this.model) this.#watch[this.#workerAdded(w) ? 'up' : 'notRouted'](w);
     };
     this.#onRemoved = (w) => {
       if (w.model === this.model) {
@@ -255,16 +253,18 @@ export class ModelRouter implements ModelRouterPort {
     return this.#prefillPool?.events;
   }
 
-  #workerAdded(w: WorkerInfo): void {
+  /** Adds the worker to its pool; false when the pool refused it. */
+  #workerAdded(w: WorkerInfo): boolean {
     let events: KvEventManager | undefined;
     if (w.role === 'prefill') {
-      if (!this.prefill.addWorker(w)) return;
+      if (!this.prefill.addWorker(w)) return false;
       events = this.#prefillPool?.events;
     } else {
       this.decode.addWorker(w);
       events = this.events;
     }
     if (events !== undefined) subscribeWorker(events, w, this.#ctx);
+    return true;
   }
 
   #workerRemoved(w: WorkerInfo): void {

@@ -66,6 +66,12 @@ export class WorkerWatch {
     this.#ctx.metrics?.workerUp.labels(this.#labels(w)).set(up ? 1 : 0);
   }
 
+  /** The registry made the worker routable but its pool refused it (the pool logged why): not routed to. */
+  notRouted(w: WorkerInfo): void {
+    this.#setUp(w, false);
+    this.servable();
+  }
+
   /** The registry made the worker routable. */
   up(w: WorkerInfo): void {
     this.#setUp(w, true);

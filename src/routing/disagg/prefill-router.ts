@@ -138,7 +138,10 @@ export class PrefillRouter {
   addWorker(w: WorkerInfo): boolean {
     const problem = bootstrapProblem(w);
     if (problem !== undefined) {
-      this.#ctx.logger.warn({ workerId: w.id }, `prefill worker not used: ${problem}`);
+      this.#ctx.logger.warn(
+        { workerId: w.id, url: w.url, role: w.role },
+        `prefill worker ${w.id} not used: ${problem}`,
+      );
       return false;
     }
     this.#pool ??= this.#createPool();

@@ -125,4 +125,21 @@ describe('prefill pool transitions', () => {
     expect(text).toContain(`kvgate_model_servable{model="${MODEL}"} 0`);
     expect(text).toContain(`kvgate_model_servable_transitions_total{model="${MODEL}",to="unavailable"} 1`);
   });
+
+  it('a prefill worker its pool refuses (an empty bootstrap host) is a warn line and not up, never "up: routed to"', async () => {
+    const registry = new WorkerRegistry();
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const all: Record<string, unknown>[] = [];
+    new ModelRouter(
+      { model: MODEL, mode: 'round-robin', blockSize: 16, registry, engine: new EngineClient(), tickIntervalMs: 0 },
+      makeRouterContext({ rng: seededRng(1), clock: new ManualClock(), metrics, logger: capture(all) }),
+    );
+    registry.add(worker(1, 'decode', { servesAggregated: true }));
+    registry.add(worker(11, 'prefill', { dialect: 'sglang', bootstrap: { host: '', port: 8998 } }));
+    const of11 = all.filter((l) => l['workerId'] === 11);
+    expect(of11).toEqual([
+      expect.objectContaining({ level: 'warn', url: 'http://127.0.0.1:11', msg: expect.stringMatching(/not used/) }),
+    ]);
+    expect(await metrics.text()).toContain(`kvgate_worker_up{model="${MODEL}",worker_id="11",worker_type="prefill"} 0`);
+  });
 });
