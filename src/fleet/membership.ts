@@ -29,9 +29,12 @@ import type { WorkerSourceKind } from './source.js';
 export type WorkerState = 'joining' | 'ready' | 'draining' | 'mismatched' | 'down';
 
 /** Where joins and leaves are counted: the gateway's metrics fit this shape. */
+/** joined, left (no new request), drained (a left worker's in-flight requests done, its engine pool closed). */
+type MembershipChange = 'joined' | 'left' | 'drained';
+
 interface MembershipMetrics {
   readonly workerMembership: {
-    labels(l: { model: string; source: WorkerSourceKind; change: 'joined' | 'left' }): { inc(): void };
+    labels(l: { model: string; source: WorkerSourceKind; change: MembershipChange }): { inc(): void };
   };
 }
 
@@ -180,7 +183,15 @@ export class FleetMembers {
       const entry = { worker: w, source };
       this.#draining.set(id, entry);
       void this.#engine.removeWorker(w.url).finally(() => {
-        if (this.#draining.get(id) === entry) this.#draining.delete(id);
+        if (this.#draining.get(id) === entry) {
+          this.#draining.delete(id);
+          this.#note(
+            w,
+            source,
+            'drained',
+            `worker ${w.id} drained: its in-flight requests are done, its connections closed`,
+          );
+        }
         this.#changed();
       });
     }
@@ -191,7 +202,7 @@ export class FleetMembers {
     for (const l of this.#listeners) l();
   }
 
-  #note(w: WorkerInfo, source: WorkerSourceKind, change: 'joined' | 'left', msg: string): void {
+  #note(w: WorkerInfo, source: WorkerSourceKind, change: MembershipChange, msg: string): void {
     const sink = this.#sinks.get(w.model);
     sink?.metrics.workerMembership.labels({ model: w.model, source, change }).inc();
     sink?.logger.info({ workerId: w.id, url: w.url, role: w.role, source, change }, msg);

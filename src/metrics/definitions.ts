@@ -282,7 +282,8 @@ export const METRIC_DEFINITIONS = {
     kind: 'counter',
     name: 'kvgate_worker_membership_changes_total',
     help:
-      'Workers joining (change=joined) and leaving (change=left) a model at runtime, by the source that reported them ' +
+      'Workers joining (change=joined) and leaving (change=left) a model at runtime, then done draining (change=drained), ' +
+      'by the source that reported them ' +
       '(static: the config file, on reload; inference_pool: the pods of kvgate picker).',
     labelNames: ['model', 'source', 'change'],
   },

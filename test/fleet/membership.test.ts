@@ -106,6 +106,12 @@ describe('FleetMembers: join and leave', () => {
     const { router, registry, engine } = fleet;
     prober = new HealthProber(registry, { checkModels: false });
     const members = new FleetMembers(registry, engine, prober);
+    const lines: Record<string, unknown>[] = [];
+    members.watch(
+      router.model,
+      pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) }),
+      fleet.metrics,
+    );
     members.started(fleet.workers[0]!);
     expect([members.sourceOf(1), members.state(1)]).toEqual(['static', 'ready']);
     const w2 = fleet.workers[1]!;
@@ -127,5 +133,17 @@ describe('FleetMembers: join and leave', () => {
     await drain(inflight);
     await until(() => members.state(2) === undefined, 'worker 2 drained');
     expect(members.draining(router.model)).toEqual([]);
+    // Each change a line (with the worker's id, URL and source) and a count; the drain's end too.
+    expect(lines.filter((l) => l['workerId'] === 2).map((l) => l['change'])).toEqual([
+      'left',
+      'joined',
+      'left',
+      'drained',
+    ]);
+    expect(lines.at(-1)).toMatchObject({ level: 30, url: w2.url, source: 'etcd', msg: /worker 2 drained/ });
+    const text = await fleet.metrics.text();
+    expect(text).toContain(
+      `kvgate_worker_membership_changes_total{model="${router.model}",source="etcd",change="drained"} 1`,
+    );
   }, 60_000);
 });
