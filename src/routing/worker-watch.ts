@@ -42,6 +42,8 @@ export class WorkerWatch {
   readonly #unavailable: (() => KvgateError | undefined) | undefined;
   /** Whether the model could be served at the last check; undefined before the first (`servable`). */
   #servable: boolean | undefined;
+  /** Whether the model could be served at some check before this one (its first servable line says "again" after). */
+  #wasServable = false;
 
   constructor(
     model: string,
@@ -91,13 +93,17 @@ export class WorkerWatch {
     const now = why === undefined;
     const was = this.#servable;
     this.#servable = now;
+    this.#wasServable ||= was === true;
     const m = this.#ctx.metrics;
     m?.modelServable.labels({ model: this.#model }).set(now ? 1 : 0);
     if (was === undefined || was === now) return;
     const to = now ? 'servable' : 'unavailable';
     m?.modelServableTransitions.labels({ model: this.#model, to }).inc();
     if (why === undefined)
-      this.#ctx.logger.info({ to }, `model ${this.#model} can be served again: listed by /ready and /v1/models`);
+      this.#ctx.logger.info(
+        { to },
+        `model ${this.#model} can be served${this.#wasServable ? ' again' : ''}: listed by /ready and /v1/models`,
+      );
     else
       this.#ctx.logger.warn(
         { to, code: why.code, reason: why.message },

@@ -116,7 +116,14 @@ describe('prefill pool transitions', () => {
     registry.add(worker(1, 'decode', { servesAggregated: true }));
     registry.add(worker(11, 'prefill'));
     expect(router.canServe()).toBe(true);
-    expect(modelLines()).toEqual([expect.objectContaining({ level: 'info', to: 'servable' })]);
+    // Never servable before (no prefill worker from the start): the first servable line is no "again".
+    expect(modelLines()).toEqual([
+      expect.objectContaining({
+        level: 'info',
+        to: 'servable',
+        msg: `model ${MODEL} can be served: listed by /ready and /v1/models`,
+      }),
+    ]);
     registry.markDown(11);
     expect(router.canServe()).toBe(false);
     expect(modelLines()[1]).toMatchObject({ level: 'warn', to: 'unavailable', code: 'KVG_ERR_PREFILL_NOT_ACTIVATED' });
