@@ -110,6 +110,19 @@ export class EventLiveness {
     return ranks.size === 0 ? 'never' : worst;
   }
 
+  /**
+   * Whether a rank of the worker that never had a usable batch (`never`) has had a request waiting for one for
+   * `staleAfterMs`: serving, yet silent since it was registered (a wrong endpoint, an engine that publishes
+   * nothing). Its status stays `never`; this tells that silence from an engine that was never sent a request.
+   */
+  silentWhileServing(workerId: number): boolean {
+    const now = this.#clock.now();
+    for (const s of this.#slots.get(workerId)?.values() ?? [])
+      if (s.lastEventAt === undefined && s.awaitingSince !== undefined && now - s.awaitingSince >= this.#staleAfterMs)
+        return true;
+    return false;
+  }
+
   /** When the worker's (any rank's) last usable batch arrived, on the clock; undefined if none has. */
   lastEventAt(workerId: number): number | undefined {
     let last: number | undefined;

@@ -249,6 +249,14 @@ export const METRIC_DEFINITIONS = {
     help: "1 while the worker's KV events are live; 0 when routing uses approximate mode for it.",
     labelNames: ['model', 'worker_id', 'worker_type'],
   },
+  workerKvEventsTransitions: {
+    kind: 'counter',
+    name: 'kvgate_worker_kv_events_transitions_total',
+    help:
+      "The worker's KV events changing, by the state they went to: live, stale (silent while serving after events " +
+      'came) or silent (no event since the worker joined, though requests were sent).',
+    labelNames: ['model', 'worker_id', 'to'],
+  },
   // ---- queue and backpressure
   queuePendingRequests: {
     kind: 'gauge',

@@ -18,7 +18,8 @@ import type { KvEventManager } from '../events/index.js';
 import type { RouterContext } from './context.js';
 import type { WorkerStatus } from './router-port.js';
 
-type EventState = 'live' | 'stale' | 'never';
+/** A worker's KV events as logged: `silent` is `never` while requests wait for a first event (see `tickEvents`). */
+type EventState = 'live' | 'stale' | 'never' | 'silent';
 
 const HEALTH_STATES: readonly WorkerHealthView['state'][] = [
   'up',
@@ -166,24 +167,36 @@ export class WorkerWatch {
     }
   }
 
-  /** Periodic: KV-event liveness of a pool's workers (gauge, and each transition logged). */
+  /**
+   * Periodic: KV-event liveness of a pool's workers: the gauge, and each transition logged and counted
+   * (`kvgate_worker_kv_events_transitions_total`): live, stale (silent while serving after events came), silent
+   * (no event since the worker joined, though requests were sent: a wrong endpoint, an engine that publishes none).
+   */
   tickEvents(workers: readonly WorkerInfo[], events: KvEventManager | undefined): void {
     const m = this.#ctx.metrics;
     if (events === undefined) return;
     for (const w of workers) {
-      const now = events.eventStatus(w.id);
-      m?.workerKvEventsLive.labels(this.#labels(w)).set(now === 'live' ? 1 : 0);
+      const status = events.eventStatus(w.id);
+      m?.workerKvEventsLive.labels(this.#labels(w)).set(status === 'live' ? 1 : 0);
+      const now: EventState =
+        status === 'never' && w.kvEvents !== undefined && events.liveness.silentWhileServing(w.id) ? 'silent' : status;
       const was = this.#events.get(w.id) ?? 'never';
       this.#events.set(w.id, now);
-      if (now === was) continue;
+      if (now === was || now === 'never') continue;
+      m?.workerKvEventsTransitions.labels({ model: this.#model, worker_id: String(w.id), to: now }).inc();
       const at = { workerId: w.id, url: w.url, role: w.role, kvEvents: now };
       if (now === 'stale')
         this.#ctx.logger.warn(
           at,
           `worker ${w.id}: KV events stale (requests were sent, no event arrived): scored in approximate mode`,
         );
-      else if (now === 'live')
-        this.#ctx.logger.info(at, `worker ${w.id}: KV events ${was === 'stale' ? 'resumed' : 'live'}`);
+      else if (now === 'silent')
+        this.#ctx.logger.warn(
+          { ...at, endpoint: w.kvEvents?.endpoint },
+          `worker ${w.id}: no KV event since it joined though requests were sent: scored in approximate mode ` +
+            '(check its kv_events endpoint, and that its engine publishes KV events)',
+        );
+      else this.#ctx.logger.info(at, `worker ${w.id}: KV events ${was === 'stale' ? 'resumed' : 'live'}`);
     }
   }
 

@@ -87,6 +87,57 @@ describe('worker state changes are loud', () => {
     }
   });
 
+  it('KV events that never arrive while the worker serves are a warn line naming the endpoint; each change counted', async () => {
+    const clock = new ManualClock();
+    const registry = new WorkerRegistry();
+    const endpoint = 'tcp://127.0.0.1:9';
+    const worker = { model: 'm', role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1 } as const;
+    registry.add({ ...worker, id: 5, url: 'http://127.0.0.1:5', kvEvents: { endpoint } });
+    const engine = new EngineClient();
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const lines: Line[] = [];
+    const router = new ModelRouter(
+      { model: 'm', mode: 'kv', blockSize: 16, registry, engine, tickIntervalMs: 0, kvEventsStaleAfterMs: 1000 },
+      makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureLines(lines) }),
+    );
+    const count = async (to: string): Promise<number | undefined> => {
+      const m = await metrics.registry.getSingleMetric('kvgate_worker_kv_events_transitions_total')!.get();
+      return m.values.find((v) => v.labels.worker_id === '5' && v.labels.to === to)?.value;
+    };
+    const of5 = () => lines.filter((l) => l.workerId === 5 && /KV event/.test(l.msg));
+    try {
+      const liveness = router.events!.liveness;
+      clock.advance(5000);
+      router.tick();
+      expect(of5()).toEqual([]); // idle and silent: nothing is wrong yet
+      liveness.noteDispatch({ workerId: 5, dpRank: 0 });
+      clock.advance(999);
+      router.tick();
+      expect(of5()).toEqual([]);
+      clock.advance(1);
+      router.tick();
+      expect(of5()).toMatchObject([
+        { level: 'warn', kvEvents: 'silent', endpoint, msg: /no KV event since it joined/ },
+      ]);
+      expect(router.events!.eventStatus(5)).toBe('never');
+      expect(await count('silent')).toBe(1);
+      router.tick();
+      expect(of5()).toHaveLength(1);
+      liveness.noteEvent({ workerId: 5, dpRank: 0 });
+      router.tick();
+      expect(of5()[1]).toMatchObject({ level: 'info', kvEvents: 'live', msg: /KV events live/ });
+      expect(await count('live')).toBe(1);
+      liveness.noteDispatch({ workerId: 5, dpRank: 0 });
+      clock.advance(1000);
+      router.tick();
+      expect(of5()[2]).toMatchObject({ level: 'warn', kvEvents: 'stale' });
+      expect(await count('stale')).toBe(1);
+    } finally {
+      await router.close();
+      await engine.close();
+    }
+  });
+
   it('the model leaving /ready and /v1/models (its last worker down) and coming back is logged and counted', async () => {
     const registry = new WorkerRegistry();
     const worker = { model: 'm', role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1 } as const;
