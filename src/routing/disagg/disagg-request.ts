@@ -1,12 +1,10 @@
 /**
- * One disaggregated request: prefill on the prefill pool, then decode on the
- * decode pool (Dynamo's PrefillRouter flow), with its failure and cancellation rules and
- * 5.6. Built and run by the PrefillRouter; one instance per request.
+ * One disaggregated request: prefill on the prefill pool, then decode on the decode pool (Dynamo's
+ * PrefillRouter flow), with its failure and cancellation rules. Built and run by the PrefillRouter.
  *
- *   setPhase(prefill) -> book the decode slot (refused: the client's 503, nothing sent)
- *     -> choose + book the prefill worker (sticky, pinned or best)
- *     -> dispatch the prefill with the handoff's fields, then the handoff
- *        strategy decides when decode starts (bootstrap.ts for SGLang,
+ *   setPhase(prefill) -> book the decode slot (decode-slot.ts; refused: the client's 503, nothing sent)
+ *     -> choose + book the prefill worker (sticky, pinned or best) -> dispatch the prefill with the
+ *        handoff's fields; the handoff strategy decides when decode starts (bootstrap.ts for SGLang,
  *        kv-transfer.ts for vLLM; see strategy.ts)
  *   setPhase(decode) -> decode dispatched on the booked slot with the no-overlap override
  *
@@ -39,14 +37,8 @@ import type { PushRouter } from '../push/push-router.js';
 import type { StickySessions } from '../sticky-sessions.js';
 import { bootstrapHandoff } from './bootstrap.js';
 import { abandonDecode, decodeEvents, type DecodeProgress } from './decode-stream.js';
-import {
-  decodeLegOf,
-  decodeOverrideOf,
-  handoffPath,
-  prefillWorkerInfo,
-  withPromptTokensDetails,
-  type HandoffPath,
-} from './handoff.js';
+import { DecodeSlot } from './decode-slot.js';
+import { decodeLegOf, handoffPath, prefillWorkerInfo, withPromptTokensDetails, type HandoffPath } from './handoff.js';
 import { kvTransferHandoff } from './kv-transfer.js';
 import type { Handoff, PrefillInFlight } from './strategy.js';
 import { failedAtRendezvous, prefillFailure, type DisaggOutcome } from './types.js';
@@ -101,7 +93,7 @@ export class DisaggRequest {
   #path: HandoffPath | undefined;
   #prefillDispatched = false;
   /** The decode slot, booked before the prefill is sent; handed to the decode leg's dispatch, else released. */
-  #decodeBooking: { readonly leg: LegRequest; readonly sel: Selection } | undefined;
+  #decodeSlot: DecodeSlot | undefined;
   #prefillError: KvgateError | undefined;
   /** The prefill's answer (for attribution from its payload). */
   #prefillPayload: unknown;
@@ -136,11 +128,7 @@ export class DisaggRequest {
     };
   }
 
-  /**
-   * The prefill worker that could not be reached when the request failed that
-   * way: nothing was sent to any engine, so the whole request may run again
-   * elsewhere.
-   */
+  /** The prefill worker that could not be reached when the request failed so (nothing sent: it may run elsewhere). */
   get unreachableWorker(): number | undefined {
     return this.#unreachable;
   }
@@ -203,21 +191,15 @@ export class DisaggRequest {
       permit.release();
       throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before the prefill was routed');
     }
-    // The decode side must take the request before anything is sent: a prefill whose decode is refused afterwards
-    // (every decode worker overloaded, its queue full) burns prefill compute and leaves its KV on the prefill engine,
-    // and a burst wider than the decode side would fail in a wave after all its prefills ran. The decode slot is
-    // booked now (a refusal is the client's 503, nothing sent) and handed to the decode leg's dispatch.
-    const decodeLeg: LegRequest = {
-      ...base,
-      phase: 'decode',
-      routing: { ...base.routing, routerConfigOverride: decodeOverrideOf(base.routing.routerConfigOverride) },
-      signal: this.#prefillCtl.signal,
-      tracker,
-      onDispatched: undefined,
-    };
+    // Booked before anything is sent (decode-slot.ts): a refusal is the client's 503.
     try {
-      const sel = await this.#deps.decode.select(decodeLeg, 'book', this.#deps.decodeExclude);
-      this.#decodeBooking = { leg: decodeLeg, sel };
+      this.#decodeSlot = await DecodeSlot.book(
+        this.#deps.decode,
+        base,
+        this.#prefillCtl.signal,
+        tracker,
+        this.#deps.decodeExclude,
+      );
     } catch (err) {
       permit.release();
       throw err;
@@ -225,10 +207,7 @@ export class DisaggRequest {
     try {
       return await this.#prefillAndHandOver(permit);
     } finally {
-      // Not handed to a decode dispatch (the prefill failed or was refused, the client left first): release it.
-      const booking = this.#decodeBooking;
-      this.#decodeBooking = undefined;
-      if (booking !== undefined) this.#deps.decode.unbook(booking.leg, booking.sel);
+      this.#decodeSlot.release();
     }
   }
 
@@ -359,12 +338,10 @@ export class DisaggRequest {
       clientGone: this.#clientGone,
       tokenIds: this.#deps.tokenIds === true,
     });
-    // The slot booked before the prefill was sent: the dispatch owns it from here (its guard releases it).
-    const booking = this.#decodeBooking;
-    this.#decodeBooking = undefined;
     let res: LegResponse;
     try {
-      res = await this.#deps.decode.dispatch(leg, booking?.sel, this.#deps.decodeExclude);
+      // The slot booked before the prefill was sent: the dispatch owns it from here (its guard releases it).
+      res = await this.#deps.decode.dispatch(leg, this.#decodeSlot?.take(), this.#deps.decodeExclude);
     } catch (err) {
       if (this.#refusal !== undefined) return this.#refused(this.#refusal);
       if (this.#prefillError === undefined) {

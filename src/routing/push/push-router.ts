@@ -15,9 +15,8 @@
  *      compared with the prediction; the booking is freed exactly once on end,
  *      upstream error, client disconnect (iterator `return()` or signal) or
  *      dispatch failure.
- * A connection failure before any byte was sent is retried on the next-best
- * worker (retry.ts: bounded by `maxRetries`, never for a pinned request);
- * nothing is retried once the engine has the request.
+ * A connection failure before any byte was sent is retried on the next-best worker (retry.ts: bounded by
+ * `maxRetries`, never for a pinned request); nothing is retried once the engine has the request.
  */
 import {
   clientSpan,
@@ -291,7 +290,7 @@ export class PushRouter implements PoolMembers {
     return retryBeforeFirstByte(policy, async (scope) => {
       const first = scope.attempt === 0 ? preselected : undefined;
       if (req.signal.aborted) {
-        if (first !== undefined) this.#release(req, first);
+        if (first !== undefined) this.#selector.release(req, first);
         throw new KvgateError('KVG_ERR_CLIENT_ABORTED', 'the client went away before dispatch');
       }
       if (scope.attempt === 0)
@@ -379,7 +378,7 @@ export class PushRouter implements PoolMembers {
         blockSize: this.blockSize,
         release: () => {
           this.#inflight--;
-          this.#release(req, sel);
+          this.#selector.release(req, sel);
           span.end();
         },
         onError: (err) => {
@@ -434,16 +433,8 @@ export class PushRouter implements PoolMembers {
     throw err;
   }
 
-  /**
-   * Undoes a booking made by `select(req, 'book')` whose leg is never dispatched (a P/D request's decode slot,
-   * booked before its prefill was sent, when the request fails first). A dispatched leg's guard releases its own.
-   */
+  /** Undoes a `select(req, 'book')` whose leg is never dispatched (P/D's decode slot); a dispatched leg's guard does. */
   unbook(req: LegRequest, sel: Selection): void {
-    this.#release(req, sel);
-  }
-
-  /** Undoes a booking (exactly once per leg, through its guard). */
-  #release(req: LegRequest, sel: Selection): void {
     this.#selector.release(req, sel);
   }
 
