@@ -214,7 +214,7 @@ function settleOn(
  * where the queue cannot be read, one bound after the watch began or the last drain, as before the queue
  * was read. Timer-driven, unref'd: it never keeps the process alive.
  */
-export function watchStall(res: ServerResponse, stallMs: number, onStall: () => void): () => void {
+function watchStall(res: ServerResponse, stallMs: number, onStall: () => void): () => void {
   let lastTaken = performance.now();
   let lastQueue: number | undefined;
   let timer: NodeJS.Timeout | undefined;
