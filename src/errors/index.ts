@@ -104,6 +104,8 @@ export const ERROR_CODES = {
   KVG_ERR_SHUTTING_DOWN: { status: 503, type: 'service_unavailable', retryable: true, migratable: false },
   KVG_ERR_REQUEST_TIMEOUT: { status: 504, type: 'timeout_error', retryable: true, migratable: false },
   KVG_ERR_CLIENT_STALLED: { status: 408, type: 'timeout_error', retryable: false, migratable: false },
+  KVG_ERR_PREPROCESS_TIMEOUT: { status: 500, type: 'server_error', retryable: false, migratable: false },
+  KVG_ERR_PREPROCESS_THREAD_LOST: { status: 503, type: 'service_unavailable', retryable: true, migratable: false },
   KVG_ERR_INTERNAL: { status: 500, type: 'server_error', retryable: false, migratable: false },
   // Simulated engine (src/mocker).
   KVG_ERR_KV_TRANSFER_FAILED: { status: 502, type: 'server_error', retryable: true, migratable: false },

@@ -51,6 +51,7 @@ import { PublicErrors } from './public-error.js';
 import { ConcurrencySlots } from './concurrency.js';
 import { RequestMetrics } from './request-metrics.js';
 import type { Preprocessor } from './preprocess/preprocessor.js';
+import { watchPreprocessor } from './preprocess-watch.js';
 import type { Listener, RouteSpec } from './route-spec.js';
 import type { RelayOptions, RequestContext } from './respond.js';
 import type { ModelRouterPort } from './router-port.js';
@@ -140,8 +141,7 @@ export class GatewayServer {
       this.#clientAddresses(opts.config),
     );
     this.#unscrape = this.metrics.onScrape(() => this.metrics.httpPendingConnections.set(this.#conns.pending));
-    // Preprocessing tasks its requests' signals dropped from a thread's queue (the client left, a deadline).
-    opts.preprocessor.onCancelled = (task) => this.metrics.preprocessTasksCancelled.inc({ task });
+    watchPreprocessor(opts.preprocessor, this.metrics, this.logger);
     const limits = (): GatewayConfig['limits'] => this.config.limits;
     this.#completionEnv = {
       served: this.#served,

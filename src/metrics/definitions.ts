@@ -382,6 +382,14 @@ export const METRIC_DEFINITIONS = {
       'left, its deadline, a forced shutdown), by task: body, tokenizer-body, chat, text, tokens, decode.',
     labelNames: ['task'],
   },
+  preprocessThreadsLost: {
+    kind: 'counter',
+    name: 'kvgate_preprocess_threads_lost_total',
+    help:
+      'Preprocessing threads replaced, by reason: timeout (a task ran past the bound and its thread was stopped), ' +
+      'exit (the thread died).',
+    labelNames: ['reason'],
+  },
   ...WORKER_METRIC_DEFINITIONS,
   ...EVENT_METRIC_DEFINITIONS,
   ...TENANT_METRIC_DEFINITIONS,

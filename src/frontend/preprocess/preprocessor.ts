@@ -21,7 +21,6 @@
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Piscina } from 'piscina';
 import type { CancelSignal, InlineSystemVerdict } from '../../common/index.js';
 import { GATEWAY_DEFAULTS, type GatewayConfig } from '../../config/index.js';
 import { KvgateError, isKvgateError } from '../../errors/index.js';
@@ -35,13 +34,13 @@ import {
   type PreprocessResult,
   type PreprocessTask,
   type PreprocessWorkerData,
-  type TaskReply,
   type TokenizerBodyTask,
   type TokenizerOutcome,
   type WorkerTask,
 } from './protocol.js';
 import { bodyAffinity, taskAffinity } from './affinity.js';
 import { ConversationTally } from './conversation-tally.js';
+import { PoolThread, type PoolThreadOptions, type ThreadLoss } from './pool-thread.js';
 import { ThreadQueue } from './thread-queue.js';
 import {
   createTaskHandler,
@@ -69,6 +68,8 @@ export interface Preprocessor {
   maxQueued: number;
   /** Called for each task dropped from a queue because its signal fired (the gateway counts them). */
   onCancelled: ((task: WorkerTask['kind']) => void) | undefined;
+  /** Called once for each thread lost (a task past the time bound, or the thread died) and replaced (pool-thread.ts). */
+  onThreadLost: ((loss: ThreadLoss, detail: { task?: WorkerTask['kind']; err?: unknown }) => void) | undefined;
   /** Tokenize and hash one prompt. Rejects with a KvgateError (prompt too long, template error, ...). */
   run(task: PreprocessTask, signal?: CancelSignal): Promise<PreprocessResult>;
   /** Whether a request body of this many bytes is parsed off the main thread (`runBody`): with a pool, one over `INLINE_MAX_BODY_BYTES`. */
@@ -188,6 +189,8 @@ const DEFAULT_MAX_QUEUED = GATEWAY_DEFAULTS.maxConcurrentRequests;
  * render one chat template while another prompt is being encoded.
  */
 const TASKS_PER_THREAD = 4;
+/** How long a task may run on its thread before the thread is replaced (pool-thread.ts). */
+export const TASK_TIMEOUT_MS = 30_000;
 
 class PoolPreprocessor implements Preprocessor {
   readonly mode = 'pool' as const;
@@ -195,8 +198,9 @@ class PoolPreprocessor implements Preprocessor {
   readonly conversations = new ConversationTally();
   maxQueued = DEFAULT_MAX_QUEUED;
   onCancelled: Preprocessor['onCancelled'];
+  onThreadLost: Preprocessor['onThreadLost'];
   /** One single-thread pool a thread: a conversation's turns go to one thread, where its conversation cache is (affinity.ts). */
-  readonly #pools: Piscina<WorkerTask, TaskReply>[];
+  readonly #pools: PoolThread[];
   /** Each pool's queue (thread-queue.ts): tasks wait there, cancellable, rather than in piscina. */
   readonly #queues: ThreadQueue[];
   /** The same handler on the main thread, for prompts cheaper than a worker round trip. */
@@ -208,7 +212,7 @@ class PoolPreprocessor implements Preprocessor {
     models: readonly PreprocessModelSpec[],
     threads: number,
     inline: TaskHandler,
-    bounds: { chars: number; bodyBytes: number },
+    bounds: { chars: number; bodyBytes: number; taskTimeoutMs: number },
   ) {
     this.threads = threads;
     this.#inline = inline;
@@ -216,23 +220,16 @@ class PoolPreprocessor implements Preprocessor {
     this.#inlineMaxBodyBytes = bounds.bodyBytes;
     const workerData: PreprocessWorkerData = { models: [...models] };
     const filename = preprocessWorkerFile();
+    const { taskTimeoutMs } = bounds;
+    const onLost: PoolThreadOptions['onLost'] = (loss, detail) => this.onThreadLost?.(loss, detail);
     this.#pools = Array.from(
       { length: threads },
-      () =>
-        new Piscina({
-          filename,
-          workerData,
-          minThreads: 1,
-          maxThreads: 1,
-          idleTimeout: 2 ** 31 - 1,
-          concurrentTasksPerWorker: TASKS_PER_THREAD,
-          atomics: 'disabled',
-        }),
+      () => new PoolThread({ filename, workerData, slots: TASKS_PER_THREAD, taskTimeoutMs, onLost }),
     );
     this.#queues = this.#pools.map(
       (pool) =>
         new ThreadQueue({
-          run: (task, transferList) => pool.run(task, transferList !== undefined ? { transferList } : {}),
+          run: (task, transferList) => pool.run(task, transferList),
           slots: TASKS_PER_THREAD,
           bound: () => this.maxQueued,
           onCancelled: (task) => this.onCancelled?.(task.kind),
@@ -247,7 +244,7 @@ class PoolPreprocessor implements Preprocessor {
 
   /** Resolves when threads have loaded their models; rejects with the load error (bad tokenizer file...). */
   async ready(): Promise<void> {
-    await Promise.all(this.#pools.map((p) => p.run({ kind: 'ping' })));
+    await Promise.all(this.#pools.map((p) => p.ready()));
   }
 
   run(task: PreprocessTask, signal?: CancelSignal): Promise<PreprocessResult> {
@@ -303,6 +300,8 @@ class MainThreadPreprocessor implements Preprocessor {
   /** Nothing waits on the main thread: every task runs as it comes (its signal is not read). */
   maxQueued = DEFAULT_MAX_QUEUED;
   onCancelled: Preprocessor['onCancelled'];
+  /** The main thread is never replaced: a task that never ends holds the gateway (README, "Preprocessing"). */
+  onThreadLost: Preprocessor['onThreadLost'];
   readonly #handle: TaskHandler;
 
   constructor(handle: TaskHandler) {
@@ -355,6 +354,8 @@ export async function createPreprocessor(
     inlineMaxChars?: number;
     /** Default INLINE_MAX_BODY_BYTES; -1 parses every body in the pool. */
     inlineMaxBodyBytes?: number;
+    /** Default TASK_TIMEOUT_MS: how long a task may run on a pool thread before the thread is replaced. */
+    taskTimeoutMs?: number;
   },
 ): Promise<Preprocessor> {
   const inline = await createTaskHandler(models);
@@ -362,6 +363,7 @@ export async function createPreprocessor(
   const pool = new PoolPreprocessor(models, opts.threads, inline, {
     chars: opts.inlineMaxChars ?? INLINE_MAX_CHARS,
     bodyBytes: opts.inlineMaxBodyBytes ?? INLINE_MAX_BODY_BYTES,
+    taskTimeoutMs: opts.taskTimeoutMs ?? TASK_TIMEOUT_MS,
   });
   try {
     await pool.ready();
