@@ -46,5 +46,5 @@ export function embeddingsTask(inp: EmbeddingsTaskInputs): PreprocessTask {
   if (typeof input === 'string') return { kind: 'text', ...base, prompt: input };
   if (typeof input[0] === 'string') return { kind: 'text', ...base, prompt: (input as string[]).join('\n') };
   const ids = typeof input[0] === 'number' ? (input as number[]) : (input as number[][]).flat();
-  return { kind: 'tokens', ...base, tokenIds: Uint32Array.from(ids) };
+  return { kind: 'tokens', ...base, tokenIds: Uint32Array.from(ids), idsParam: 'input' };
 }

@@ -83,7 +83,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
   // shape the engine's inline caches see again and again is cheaper than a copied one.
   const cacheSalt = typeof body.cache_salt === 'string' ? body.cache_salt : undefined;
   const addSpecialTokens = typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined;
-  const tokens = (tokenIds: Uint32Array): PreprocessTask => ({
+  const tokens = (tokenIds: Uint32Array, idsParam: 'prompt' | 'nvext.token_data' = 'prompt'): PreprocessTask => ({
     kind: 'tokens',
     model,
     maxPromptTokens,
@@ -92,6 +92,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
     addSpecialTokens,
     returnTokenIds,
     tokenIds,
+    idsParam,
   });
   const text = (prompt: string): PreprocessTask => ({
     kind: 'text',
@@ -122,7 +123,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       returnTokenIds,
     };
   }
-  if (inp.tokenData !== undefined) return tokens(inp.tokenData);
+  if (inp.tokenData !== undefined) return tokens(inp.tokenData, 'nvext.token_data');
   const prompt = body.prompt as string | number[] | string[] | number[][] | Uint32Array;
   if (typeof prompt === 'string') return text(prompt);
   // Ids a large body's parse read from its bytes (preprocess/body-task.ts): already the task's array.

@@ -165,7 +165,10 @@ export class ModelPreprocessor {
 
   /** The result when nothing needs tokenizing; else the memo key to remember the ids under (undefined: not remembered). */
   #known(task: PreprocessTask, stats: PreprocessStats): PreprocessResult | string | undefined {
-    if (task.kind === 'tokens') return this.#finish(task, task.tokenIds, false, stats);
+    if (task.kind === 'tokens') {
+      this.#checkVocabulary(task);
+      return this.#finish(task, task.tokenIds, false, stats);
+    }
     if (task.kind === 'chat' && task.tokenData !== undefined && this.#tok?.kind !== 'huggingface')
       throw this.#uncheckable();
     const tok = this.#textTokenizer();
@@ -201,6 +204,27 @@ export class ModelPreprocessor {
       );
     }
     return tok.decode(tokenIds, { skipSpecialTokens: false });
+  }
+
+  /**
+   * A prompt of ids against the model's vocabulary, as vLLM checks it (an id past the tokenizer's last is refused);
+   * not checked without the model's own tokenizer.
+   * @throws KvgateError KVG_ERR_INVALID_TOKEN naming the first id outside it.
+   */
+  #checkVocabulary(task: Extract<PreprocessTask, { kind: 'tokens' }>): void {
+    const tok = this.#tok;
+    if (tok?.kind !== 'huggingface') return;
+    const ids = task.tokenIds;
+    const vocab = tok.vocabSize;
+    for (let i = 0; i < ids.length; i++) {
+      if (ids[i]! < vocab) continue;
+      const param = task.idsParam ?? 'prompt';
+      throw new KvgateError(
+        'KVG_ERR_INVALID_TOKEN',
+        `${param} token ${i} is ${ids[i]}, outside the vocabulary of model ${this.spec.name} (${vocab} ids)`,
+        { param, index: i },
+      );
+    }
   }
 
   /** @throws KvgateError KVG_ERR_TOKENIZER_UNAVAILABLE for a model configured to reject text prompts. */

@@ -72,6 +72,8 @@ export interface TextTask extends TaskBase {
 export interface TokensTask extends TaskBase {
   kind: 'tokens';
   tokenIds: Uint32Array;
+  /** The request's field the ids came from, named by an id outside the vocabulary (default `prompt`). */
+  idsParam?: 'prompt' | 'input' | 'nvext.token_data' | undefined;
 }
 
 /** Token ids back to text with the model's own tokenizer (`POST /detokenize`); special tokens are kept, as vLLM's. */
