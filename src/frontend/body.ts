@@ -35,6 +35,7 @@ import { finished } from 'node:stream';
 import { brotliDecompress, gunzip, inflate, type InputType, type ZlibOptions } from 'node:zlib';
 import { parseJsonObject, type CancelSignal } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
+import { refuseLoneSurrogates } from './lone-surrogates.js';
 
 export interface BodyLimits {
   /** Bytes on the wire and bytes after decoding, each. */
@@ -401,7 +402,8 @@ function tooDeep(): KvgateError {
  * The body text as a JSON object. The nesting bound is checked on the parsed value (JSON.parse itself does not
  * recurse), which costs one step per value rather than one per character of a large body; a body that does not
  * parse is scanned as text, so a deep one is refused for its depth first, whether or not it is valid JSON.
- * @throws KvgateError KVG_ERR_INVALID_REQUEST for nesting deeper than MAX_JSON_DEPTH, KVG_ERR_INVALID_JSON.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST for nesting deeper than MAX_JSON_DEPTH or a lone surrogate escape
+ *   (lone-surrogates.ts), KVG_ERR_INVALID_JSON.
  */
 export function parseBodyObject(text: string): Record<string, unknown> {
   let body: Record<string, unknown>;
@@ -412,5 +414,6 @@ export function parseBodyObject(text: string): Record<string, unknown> {
     throw err;
   }
   if (valueNestsDeeperThan(body, MAX_JSON_DEPTH)) throw tooDeep();
+  refuseLoneSurrogates(text, body);
   return body;
 }
