@@ -12,6 +12,7 @@
  * prompt's (content, template, length, `nvext.token_data`).
  */
 import { inSpan, lazyJsonObject, rememberJsonText, withJsonMembers } from '../common/index.js';
+import { OTHER_TENANT } from '../config/index.js';
 import { bodyText } from './body.js';
 import { routingHeadersOf } from './hints.js';
 import type { ModelTarget } from './model-lookup.js';
@@ -85,6 +86,17 @@ function prepared(
   };
 }
 
+/**
+ * Whose turn a request's preprocessing task takes in its thread's queue (thread-queue.ts): its declared tenant's, else
+ * its client's (the connection's address: behind a proxy, the proxy's), so the clients of `other` take turns too.
+ */
+export function taskOwner(ctx: RequestContext): string {
+  const tenant = ctx.tenant?.hint.tenant;
+  return tenant !== undefined && tenant !== OTHER_TENANT
+    ? `tenant:${tenant}`
+    : `client:${ctx.req.socket.remoteAddress}`;
+}
+
 /** A small body: parsed on the main thread; its prompt preprocessed where the preprocessor puts it. */
 async function prepareHere(
   env: PrepareOptions,
@@ -102,7 +114,7 @@ async function prepareHere(
   if (!routed.task.ok) throw routed.task.error;
   const task = routed.task.task;
   // The request's signal: its task is dropped while it waits for a thread once the client has left.
-  const pre = await preprocessSpan(task.model, () => env.preprocessor.run(task, ctx.signal));
+  const pre = await preprocessSpan(task.model, () => env.preprocessor.run(task, ctx.signal, taskOwner(ctx)));
   ctx.signal.throwIfAborted();
   let forward = body;
   // Unchanged, it reaches its engine as the client's own text.
@@ -137,6 +149,7 @@ async function prepareOffThread(
         models: modelViews(env.served),
       },
       ctx.signal,
+      taskOwner(ctx),
     ),
   );
   ctx.signal.throwIfAborted();

@@ -14,7 +14,7 @@
 import { inSpan } from '../common/index.js';
 import { bodyText, parseBodyObject } from './body.js';
 import { sendJson } from './http-io.js';
-import { modelViews, type PrepareOptions } from './prepare.js';
+import { modelViews, taskOwner, type PrepareOptions } from './prepare.js';
 import type { TokenizerBodyTask, TokenizerOutcome } from './preprocess/protocol.js';
 import type { RequestContext } from './respond.js';
 import { tokenizerJob, type TokenizerEndpoint } from './tokenize-request.js';
@@ -36,8 +36,10 @@ async function tokenizeHere(
     },
   });
   const model = job.model;
-  if (job.kind === 'text') return { clientModel, model, text: await env.preprocessor.decode(job.task, ctx.signal) };
-  return { clientModel, model, tokenIds: (await env.preprocessor.run(job.task, ctx.signal)).tokenIds };
+  const owner = taskOwner(ctx);
+  if (job.kind === 'text')
+    return { clientModel, model, text: await env.preprocessor.decode(job.task, ctx.signal, owner) };
+  return { clientModel, model, tokenIds: (await env.preprocessor.run(job.task, ctx.signal, owner)).tokenIds };
 }
 
 /** What the body asks, answered on the main thread or a pool thread by the completions' rule (module comment). */
@@ -53,7 +55,7 @@ function tokenized(
     else {
       const models = modelViews(env.served);
       const task: TokenizerBodyTask = { kind: 'tokenizer-body', endpoint, bytes, maxMessages: env.maxMessages, models };
-      out = await env.preprocessor.runTokenizerBody(task, ctx.signal);
+      out = await env.preprocessor.runTokenizerBody(task, ctx.signal, taskOwner(ctx));
       ctx.logFields.model = out.clientModel;
     }
     span.setAttribute('kvgate.model', out.model);

@@ -83,6 +83,44 @@ describe('a thread queue', () => {
       await held[i];
     }
   });
+
+  it("gives freed slots to the owners in turn: one owner's flood delays another's task by one of its tasks", async () => {
+    const { queue, started } = heldQueue(1, 100);
+    const order: string[] = [];
+    const submit = (owner: string, i: number): Promise<unknown> =>
+      queue.submit(PING, undefined, undefined, owner).then(() => order.push(`${owner}${i}`));
+    const all = Array.from({ length: 10 }, (_, i) => submit('a', i));
+    all.push(submit('b', 0), submit('b', 1), submit('c', 0));
+    for (let i = 0; i < all.length; i++) {
+      started[i]!();
+      await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(all);
+    expect(order.slice(0, 6)).toEqual(['a0', 'a1', 'b0', 'c0', 'a2', 'b1']);
+    expect(order.slice(6)).toEqual(['a3', 'a4', 'a5', 'a6', 'a7', 'a8', 'a9']);
+  });
+
+  it("a cancelled task leaves its owner's turn to the next of its tasks, and an owner with none left its turn", async () => {
+    const { queue, started, cancelled } = heldQueue(1, 100);
+    const order: string[] = [];
+    const left = new Cancellation();
+    const submit = (owner: string, i: number, signal?: Cancellation['signal']): Promise<unknown> =>
+      queue.submit(PING, undefined, signal, owner).then(
+        () => order.push(`${owner}${i}`),
+        () => order.push(`${owner}${i} dropped`),
+      );
+    const all = [submit('a', 0), submit('b', 0, left.signal), submit('a', 1), submit('c', 0)];
+    left.abort(new Error('b left'));
+    await new Promise((r) => setImmediate(r));
+    for (let i = 0; i < 3; i++) {
+      started[i]!();
+      await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(all);
+    expect(order).toEqual(['b0 dropped', 'a0', 'a1', 'c0']);
+    expect(cancelled).toEqual(['ping']);
+    expect(queue.waiting).toBe(0);
+  });
 });
 
 function config(maxConcurrent: number): GatewayConfig {

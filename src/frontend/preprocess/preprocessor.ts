@@ -55,7 +55,8 @@ import {
  * Every method that may run on a pool thread takes the request's signal: a task still waiting for its thread when
  * the signal fires (the client left, its deadline, a forced shutdown) is dropped, and the call rejects with the
  * signal's reason; one already running finishes (thread-queue.ts says why), and the caller drops its result. A
- * thread's queue that already holds `maxQueued` tasks refuses more: KVG_ERR_TOO_MANY_REQUESTS.
+ * thread's queue that already holds `maxQueued` tasks refuses more: KVG_ERR_TOO_MANY_REQUESTS. Their `owner` (the
+ * request's tenant, else its client's address) is whose turn a waiting task takes (thread-queue.ts).
  */
 export interface Preprocessor {
   readonly mode: 'pool' | 'main-thread';
@@ -71,7 +72,7 @@ export interface Preprocessor {
   /** Called once for each thread lost (a task past the time bound, or the thread died) and replaced (pool-thread.ts). */
   onThreadLost: ((loss: ThreadLoss, detail: { task?: WorkerTask['kind']; err?: unknown }) => void) | undefined;
   /** Tokenize and hash one prompt. Rejects with a KvgateError (prompt too long, template error, ...). */
-  run(task: PreprocessTask, signal?: CancelSignal): Promise<PreprocessResult>;
+  run(task: PreprocessTask, signal?: CancelSignal, owner?: string): Promise<PreprocessResult>;
   /** Whether a request body of this many bytes is parsed off the main thread (`runBody`): with a pool, one over `INLINE_MAX_BODY_BYTES`. */
   offloads(bodyBytes: number): boolean;
   /**
@@ -79,14 +80,14 @@ export interface Preprocessor {
    * pool. Rejects with the KvgateError of a body refused before its model's availability (the prompt's own failure
    * comes back as `promptError`).
    */
-  runBody(task: BodyTask, signal?: CancelSignal): Promise<BodyOutcome>;
+  runBody(task: BodyTask, signal?: CancelSignal, owner?: string): Promise<BodyOutcome>;
   /**
    * A tokenizer endpoint's body parsed, checked and tokenized or decoded (tokenizer-task.ts), where `runBody` would
    * run a completion's body of its size. Rejects with the KvgateError the main thread's path would throw.
    */
-  runTokenizerBody(task: TokenizerBodyTask, signal?: CancelSignal): Promise<TokenizerOutcome>;
+  runTokenizerBody(task: TokenizerBodyTask, signal?: CancelSignal, owner?: string): Promise<TokenizerOutcome>;
   /** Token ids back to text with the model's tokenizer (`POST /detokenize`), where prompts are tokenized. */
-  decode(task: DecodeTask, signal?: CancelSignal): Promise<string>;
+  decode(task: DecodeTask, signal?: CancelSignal, owner?: string): Promise<string>;
   /** `model`'s inline-system placement as its chat template settles it (ModelPreprocessor.inlineSystem). */
   inlineSystem(model: string): Promise<InlineSystemVerdict> | undefined;
   /** What the threads' conversation caches hold and reused, from the results seen. */
@@ -247,33 +248,33 @@ class PoolPreprocessor implements Preprocessor {
     await Promise.all(this.#pools.map((p) => p.ready()));
   }
 
-  run(task: PreprocessTask, signal?: CancelSignal): Promise<PreprocessResult> {
+  run(task: PreprocessTask, signal?: CancelSignal, owner?: string): Promise<PreprocessResult> {
     const run =
       taskTextChars(task) > this.#inlineMaxChars
-        ? this.#pooled(task, signal)
+        ? this.#pooled(task, signal, owner)
         : knownOr(this.#inline, task, async () => unwrapReply(await this.#inline(task)));
     return noted(this.conversations, task.model, run);
   }
 
-  async #pooled(task: PreprocessTask, signal: CancelSignal | undefined): Promise<PreprocessResult> {
+  async #pooled(task: PreprocessTask, signal: CancelSignal | undefined, owner?: string): Promise<PreprocessResult> {
     // The prompt's token ids (token-array prompts) move to the worker instead of being copied.
     const transferList = task.kind === 'tokens' ? ownBuffer(task.tokenIds) : undefined;
-    return unwrapReply(await this.#queue(taskAffinity(task)).submit(task, transferList, signal));
+    return unwrapReply(await this.#queue(taskAffinity(task)).submit(task, transferList, signal, owner));
   }
 
   offloads(bodyBytes: number): boolean {
     return bodyBytes > this.#inlineMaxBodyBytes;
   }
 
-  async runBody(task: BodyTask, signal?: CancelSignal): Promise<BodyOutcome> {
+  async runBody(task: BodyTask, signal?: CancelSignal, owner?: string): Promise<BodyOutcome> {
     // The body's bytes move to the worker when they own their buffer (a body of many chunks, or a decoded one, does).
-    const run = this.#queue(bodyAffinity(task.bytes)).submit(task, ownBuffer(task.bytes), signal);
+    const run = this.#queue(bodyAffinity(task.bytes)).submit(task, ownBuffer(task.bytes), signal, owner);
     return notedBody(this.conversations, run.then(unwrapBodyReply));
   }
 
-  async runTokenizerBody(task: TokenizerBodyTask, signal?: CancelSignal): Promise<TokenizerOutcome> {
+  async runTokenizerBody(task: TokenizerBodyTask, signal?: CancelSignal, owner?: string): Promise<TokenizerOutcome> {
     // Keyed as a chat body is: a chat counted goes to the thread that holds its conversation.
-    const run = this.#queue(bodyAffinity(task.bytes)).submit(task, ownBuffer(task.bytes), signal);
+    const run = this.#queue(bodyAffinity(task.bytes)).submit(task, ownBuffer(task.bytes), signal, owner);
     return unwrapTokenizerReply(await run);
   }
 
@@ -281,9 +282,9 @@ class PoolPreprocessor implements Preprocessor {
     return this.#inline.models.get(model)?.inlineSystem();
   }
 
-  async decode(task: DecodeTask, signal?: CancelSignal): Promise<string> {
+  async decode(task: DecodeTask, signal?: CancelSignal, owner?: string): Promise<string> {
     // Decoding keeps no per-conversation state: any thread serves it; spread by the ids' length.
-    return unwrapDecodeReply(await this.#queue(task.tokenIds.length).submit(task, undefined, signal));
+    return unwrapDecodeReply(await this.#queue(task.tokenIds.length).submit(task, undefined, signal, owner));
   }
 
   async close(): Promise<void> {

@@ -12,6 +12,11 @@
  * the body it holds, which never reaches the thread. A task that has started
  * runs to its end; the caller drops its result.
  *
+ * Fairness: a task waits in its owner's line (the request's tenant, else its
+ * client's address); a freed slot goes to the owners in turn, each its oldest
+ * task, so one client that sends many slow prompts at once delays another's
+ * by one of its tasks a turn, not by all of them.
+ *
  * Contracts: a task is handed to piscina only while the thread has a free
  * slot, so piscina itself queues nothing (except while it restarts a thread
  * that died); `submit` rejects with the signal's reason once the signal has
@@ -27,6 +32,7 @@ interface Waiting {
   readonly task: WorkerTask;
   readonly transferList: ArrayBuffer[] | undefined;
   readonly signal: CancelSignal | undefined;
+  readonly owner: string;
   readonly resolve: (reply: TaskReply) => void;
   readonly reject: (err: unknown) => void;
   /** Drops it from the queue when its signal fires; removed from the signal once it starts. */
@@ -48,6 +54,8 @@ export class ThreadQueue {
   readonly #o: ThreadQueueOptions;
   /** Insertion-ordered: the first is the oldest; a cancelled one is deleted wherever it is. */
   readonly #waiting = new Set<Waiting>();
+  /** Each owner's waiting tasks, oldest first; the owners in turn order (the next to start a task first). */
+  readonly #lines = new Map<string, Set<Waiting>>();
   #running = 0;
 
   constructor(o: ThreadQueueOptions) {
@@ -60,11 +68,17 @@ export class ThreadQueue {
   }
 
   /**
-   * Runs `task` when the thread has a free slot, unless `signal` fires first.
+   * Runs `task` when the thread has a free slot, unless `signal` fires first; `owner` (a tenant, a client address)
+   * waits its turn among the owners with tasks waiting.
    * @throws KvgateError KVG_ERR_TOO_MANY_REQUESTS when the queue is full; the signal's reason once it fired
    *   before the task started.
    */
-  submit(task: WorkerTask, transferList: ArrayBuffer[] | undefined, signal?: CancelSignal): Promise<TaskReply> {
+  submit(
+    task: WorkerTask,
+    transferList: ArrayBuffer[] | undefined,
+    signal?: CancelSignal,
+    owner = '',
+  ): Promise<TaskReply> {
     if (signal?.aborted === true) {
       this.#o.onCancelled(task);
       return Promise.reject(signal.reason as Error);
@@ -84,15 +98,19 @@ export class ThreadQueue {
         task,
         transferList,
         signal,
+        owner,
         resolve,
         reject,
         onAbort: () => {
-          if (!this.#waiting.delete(w)) return;
+          if (!this.#remove(w)) return;
           this.#o.onCancelled(task);
           reject(signal!.reason);
         },
       };
       this.#waiting.add(w);
+      const line = this.#lines.get(owner);
+      if (line !== undefined) line.add(w);
+      else this.#lines.set(owner, new Set([w]));
       signal?.addEventListener('abort', w.onAbort);
     });
   }
@@ -111,12 +129,27 @@ export class ThreadQueue {
     });
   }
 
-  /** Starts the oldest waiting task, if any, in the slot just freed. */
+  /** Drops a waiting task from the queue and its owner's line; false when it was not waiting. */
+  #remove(w: Waiting): boolean {
+    if (!this.#waiting.delete(w)) return false;
+    const line = this.#lines.get(w.owner)!;
+    line.delete(w);
+    if (line.size === 0) this.#lines.delete(w.owner);
+    return true;
+  }
+
+  /** Starts the oldest task of the owner whose turn it is, if any, in the slot just freed; that owner goes last. */
   #next(): void {
-    const first = this.#waiting.values().next();
-    if (first.done === true) return;
-    const w = first.value;
-    this.#waiting.delete(w);
+    const turn = this.#lines.entries().next();
+    if (turn.done === true) return;
+    const [owner, line] = turn.value;
+    const w = line.values().next().value!;
+    this.#remove(w);
+    const rest = this.#lines.get(owner);
+    if (rest !== undefined) {
+      this.#lines.delete(owner);
+      this.#lines.set(owner, rest);
+    }
     w.signal?.removeEventListener('abort', w.onAbort);
     this.#start(w.task, w.transferList).then(w.resolve, w.reject);
   }
@@ -128,5 +161,6 @@ export class ThreadQueue {
       w.reject(reason);
     }
     this.#waiting.clear();
+    this.#lines.clear();
   }
 }
