@@ -191,7 +191,7 @@ const DEFAULT_MAX_QUEUED = GATEWAY_DEFAULTS.maxConcurrentRequests;
  */
 const TASKS_PER_THREAD = 4;
 /** How long a task may run on its thread before the thread is replaced (pool-thread.ts). */
-export const TASK_TIMEOUT_MS = 30_000;
+const TASK_TIMEOUT_MS = 30_000;
 
 class PoolPreprocessor implements Preprocessor {
   readonly mode = 'pool' as const;
