@@ -98,6 +98,7 @@ export const ERROR_CODES = {
   KVG_ERR_QUEUE_SHED: { status: 529, type: 'overloaded_error', retryable: true, migratable: false },
   KVG_ERR_TOO_MANY_CONNECTIONS: { status: 429, type: 'rate_limit_error', retryable: true, migratable: false },
   KVG_ERR_CLIENT_TIMEOUT: { status: 408, type: 'invalid_request_error', retryable: true, migratable: false },
+  KVG_ERR_HEADERS_TOO_LARGE: { status: 431, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_UNSUPPORTED_ENCODING: { status: 415, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_EXPECTATION_FAILED: { status: 417, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_MODEL_UNAVAILABLE: { status: 503, type: 'service_unavailable', retryable: true, migratable: false },

@@ -4,7 +4,7 @@
  * path, and the raw answer to a request Node could not parse or that came too
  * slowly.
  */
-import type { IncomingMessage } from 'node:http';
+import { maxHeaderSize, type IncomingMessage } from 'node:http';
 import { errorBody } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
@@ -57,21 +57,48 @@ export function decodedModelId(raw: string): string {
   }
 }
 
-/** The raw HTTP answer to a request Node gave up on: 408 with an error object when it came too slowly, else 400. */
-export function clientErrorResponse(err: NodeJS.ErrnoException, headerTimeoutMs: number): string {
-  const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
-  if (!timeout) return 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n';
-  const body = JSON.stringify(
-    errorBody(
-      new KvgateError(
-        'KVG_ERR_CLIENT_TIMEOUT',
-        `the request did not arrive in time (its headers are due within ${headerTimeoutMs} ms)`,
-        { param: null },
-      ),
-    ),
+/** The reason phrases of the statuses `clientErrorResponse` answers with. */
+const REASONS: Record<number, string> = {
+  400: 'Bad Request',
+  408: 'Request Timeout',
+  431: 'Request Header Fields Too Large',
+};
+
+/** The error a request Node gave up on is answered with: it came too slowly, its head is too large, or it is not HTTP/1.1. */
+export function clientError(err: NodeJS.ErrnoException, headerTimeoutMs: number): KvgateError {
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    return new KvgateError(
+      'KVG_ERR_CLIENT_TIMEOUT',
+      `the request did not arrive in time (its headers are due within ${headerTimeoutMs} ms)`,
+      { param: null },
+    );
+  }
+  if (err.code === 'HPE_HEADER_OVERFLOW') {
+    return new KvgateError(
+      'KVG_ERR_HEADERS_TOO_LARGE',
+      `the request line and headers are larger than the limit of ${maxHeaderSize} bytes`,
+      { param: null, limit: maxHeaderSize },
+    );
+  }
+  // llhttp's reason ("Invalid header value char", "Content-Length can't be present with Transfer-Encoding", ...).
+  const raw = (err as { reason?: unknown }).reason;
+  const reason = typeof raw === 'string' ? raw : '';
+  return new KvgateError(
+    'KVG_ERR_INVALID_REQUEST',
+    `the request is not valid HTTP/1.1${reason !== '' ? `: ${reason.slice(0, 120)}` : ''} (${String(err.code ?? 'unknown')})`,
+    { param: null },
   );
+}
+
+/**
+ * The raw HTTP answer to a request Node gave up on (`clientError`'s error as an error object); it closes the
+ * connection: after a framing error the rest of the bytes cannot be trusted to start a request.
+ */
+export function clientErrorResponse(err: KvgateError): string {
+  const body = JSON.stringify(errorBody(err));
+  const status = err.statusCode;
   return (
-    'HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: application/json\r\n' +
+    `HTTP/1.1 ${status} ${REASONS[status] ?? 'Bad Request'}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
     `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
   );
 }

@@ -42,7 +42,7 @@ import { ClientAddresses, type FallbackReason } from './client-address.js';
 import { credentialOf } from './anthropic-error.js';
 import type { CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
-import { checkEdgeHeaders, clientErrorResponse } from './edge.js';
+import { checkEdgeHeaders, clientError, clientErrorResponse } from './edge.js';
 import { answerError } from './error-answer.js';
 import type { ModelTarget } from './model-lookup.js';
 import { ApiKeys, asKvgateError, pickRequestId, sendError } from './http-io.js';
@@ -223,10 +223,15 @@ export class GatewayServer {
       );
     });
     server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-      if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') this.metrics.httpRejections.inc({ code: 'KVG_ERR_CLIENT_TIMEOUT' });
-      if (socket.writable) socket.end(clientErrorResponse(err, headerTimeoutMs));
-      else socket.destroy();
       this.logger.debug({ err: err.message, code: err.code }, 'malformed or too slow HTTP request');
+      // A reset or a closed socket has no one to answer; anything else is answered with an error object.
+      if (!socket.writable || err.code === 'ECONNRESET') {
+        socket.destroy();
+        return;
+      }
+      const answer = clientError(err, headerTimeoutMs);
+      this.metrics.httpRejections.inc({ code: answer.code });
+      socket.end(clientErrorResponse(answer));
     });
     return server;
   }

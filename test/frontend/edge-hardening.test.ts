@@ -277,3 +277,86 @@ describe('smaller edge cases (issue 13 item 17)', () => {
     expect(errorOf(raw).code).toBe('KVG_ERR_EXPECTATION_FAILED');
   });
 });
+
+describe('requests Node cannot parse (audit g)', () => {
+  const body = JSON.stringify(chat('smuggled'));
+  const h = (port: number): string => `Host: 127.0.0.1:${port}\r\nContent-Type: application/json\r\n`;
+  const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+  const cases: { name: string; head: (port: number) => string; status: number; code: string; reason?: RegExp }[] = [
+    {
+      name: 'Content-Length and Transfer-Encoding',
+      head: (p) =>
+        `POST /v1/chat/completions HTTP/1.1\r\n${h(p)}Content-Length: ${body.length}\r\nTransfer-Encoding: chunked\r\n\r\n${chunked}`,
+      status: 400,
+      code: 'KVG_ERR_INVALID_REQUEST',
+      reason: /Transfer-Encoding/,
+    },
+    {
+      name: 'two Content-Lengths',
+      head: (p) =>
+        `POST /v1/chat/completions HTTP/1.1\r\n${h(p)}Content-Length: ${body.length}\r\nContent-Length: 5\r\n\r\n${body}`,
+      status: 400,
+      code: 'KVG_ERR_INVALID_REQUEST',
+    },
+    {
+      name: 'an invalid chunk size',
+      head: (p) =>
+        `POST /v1/chat/completions HTTP/1.1\r\n${h(p)}Transfer-Encoding: chunked\r\n\r\nzz\r\n${body}\r\n0\r\n\r\n`,
+      status: 400,
+      code: 'KVG_ERR_INVALID_REQUEST',
+    },
+    {
+      name: 'obsolete line folding',
+      head: (p) =>
+        `POST /v1/chat/completions HTTP/1.1\r\n${h(p)}Transfer-Encoding:\r\n chunked\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      status: 400,
+      code: 'KVG_ERR_INVALID_REQUEST',
+    },
+    {
+      name: 'a 20 KB header',
+      head: (p) => `POST /v1/chat/completions HTTP/1.1\r\n${h(p)}X-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+      status: 431,
+      code: 'KVG_ERR_HEADERS_TOO_LARGE',
+      reason: /larger than the limit of \d+ bytes/,
+    },
+    {
+      name: '3,000 headers',
+      head: (p) =>
+        `POST /v1/chat/completions HTTP/1.1\r\n${h(p)}${Array.from({ length: 3000 }, (_, i) => `X-H${i}: v\r\n`).join('')}\r\n`,
+      status: 431,
+      code: 'KVG_ERR_HEADERS_TOO_LARGE',
+    },
+  ];
+
+  it('each is answered with its status and an error object, the connection is closed, and nothing is routed', async () => {
+    const g = await start();
+    const port = Number(new URL(g.url).port);
+    for (const c of cases) {
+      const raw = await rawRequest(port, c.head(port)).answer;
+      expect(statusOf(raw), c.name).toBe(c.status);
+      expect(raw.toLowerCase(), c.name).toContain('connection: close');
+      const err = errorOf(raw);
+      expect(err.code, c.name).toBe(c.code);
+      if (c.reason !== undefined) expect(err.message, c.name).toMatch(c.reason);
+    }
+    expect(g.routers.demo.routed.length).toBe(0);
+    const scrape = await (await fetch(`${g.url}/metrics`)).text();
+    expect(scrape).toMatch(/kvgate_http_rejections_total\{code="KVG_ERR_HEADERS_TOO_LARGE"\} 2/);
+  });
+
+  it('pipelined requests on one connection, a stream among them, are answered in order', async () => {
+    const g = await start();
+    const port = Number(new URL(g.url).port);
+    const one = (id: string, extra: Record<string, unknown> = {}, close = ''): string => {
+      const b = JSON.stringify(chat(id, extra));
+      return `${postHead(port, Buffer.byteLength(b), `X-Request-Id: ${id}\r\n${close}`)}${b}`;
+    };
+    const raw = await rawRequest(
+      port,
+      one('first') + one('second', { stream: true }) + one('third', {}, 'Connection: close\r\n'),
+    ).answer;
+    expect([...raw.matchAll(/x-request-id: (\S+)/g)].map((m) => m[1])).toEqual(['first', 'second', 'third']);
+    expect([...raw.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => m[1])).toEqual(['200', '200', '200']);
+    expect(g.routers.demo.routed.length).toBe(3);
+  });
+});
