@@ -24,6 +24,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   bodyDeadlineMs: 60_000,
   clientStallTimeoutMs: 60_000,
   maxPendingConnectionsPerClient: 256,
+  maxConnectionsPerClient: 2048,
   retryAfterSeconds: 1,
   maxSessionTimeoutS: 3600,
   maxSessions: 100_000,

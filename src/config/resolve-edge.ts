@@ -99,6 +99,7 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
     'body_deadline_ms',
     'client_stall_timeout_ms',
     'max_pending_connections_per_client',
+    'max_connections_per_client',
     'client_address',
     'trusted_proxies',
     'max_session_timeout_s',
@@ -124,6 +125,9 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
     maxPendingConnectionsPerClient:
       lim?.int('max_pending_connections_per_client', D.maxPendingConnectionsPerClient, { min: 1, max: 1 << 20 }) ??
       D.maxPendingConnectionsPerClient,
+    maxConnectionsPerClient:
+      lim?.int('max_connections_per_client', D.maxConnectionsPerClient, { min: 0, max: 1 << 20 }) ??
+      D.maxConnectionsPerClient,
     clientAddress,
     trustedProxies: lim !== undefined ? readTrustedProxies(lim, clientAddress) : [],
     maxSessionTimeoutS:

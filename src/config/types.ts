@@ -205,6 +205,11 @@ export interface LimitsConfig {
   readonly clientStallTimeoutMs: number;
   /** Connections one client address may hold open without a complete request; more are answered 429 and closed. */
   readonly maxPendingConnectionsPerClient: number;
+  /**
+   * Connections one client address (by TCP peer: `clientAddress: socket`) may hold open in all, idle keep-alive ones
+   * included; one more is closed at once. 0: no bound.
+   */
+  readonly maxConnectionsPerClient: number;
   /** What a "client address" of that bound is. */
   readonly clientAddress: ClientAddressSource;
   /** The proxies whose forwarding header `clientAddress: header` believes. */

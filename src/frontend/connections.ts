@@ -11,6 +11,10 @@
  *   Behind a proxy (`header`), a request is pending from its headers to its
  *   body's end and is counted as the client its proxy names; one over the
  *   bound is refused alone. With the bound `off`, nothing is counted.
+ * - bounding, per client by TCP peer, the connections open in all (idle
+ *   keep-alive ones and refused ones included): a connection over
+ *   `maxOpenPerClient` is closed at accept, so one address cannot hold the
+ *   process's file descriptors (which its engine connections need too).
  * - shutdown: when a connection was last accepted (the listener closes once
  *   none has come for a while), which connections are idle between keep-alive
  *   requests (safe to close) and which were accepted but have not sent a
@@ -34,11 +38,14 @@ interface ConnState {
 export class ClientConnections {
   /** Incomplete requests one client may have; a reload may change it. */
   maxPendingPerClient: number;
+  /** Connections one client (by TCP peer) may hold open; 0: no bound. A reload may change it. */
+  maxOpenPerClient = 0;
   /** Who a client is; a reload may replace it (each connection keeps the client it is counted as until it stops pending). */
   addresses: ClientAddresses;
   /** `performance.now()` of the last accepted connection (0: none yet). */
   lastAcceptedAt = 0;
   readonly #pendingByClient = new Map<string, number>();
+  readonly #openByPeer = new Map<string, number>();
   #pending = 0;
   readonly #conns = new Map<Socket, ConnState>();
 
@@ -47,10 +54,11 @@ export class ClientConnections {
     this.addresses = addresses;
   }
 
-  /** A new connection (the server's 'connection' event). */
-  accepted(socket: Socket): void {
+  /** A new connection (the server's 'connection' event). False when its client holds `maxOpenPerClient` already: it is destroyed. */
+  accepted(socket: Socket): boolean {
     this.lastAcceptedAt = performance.now();
     const client = this.addresses.ofConnection(socket);
+    if (client !== undefined && !this.#open(client, socket)) return false;
     const state: ConnState = { client, pending: false, refused: false, active: 0, served: 0 };
     this.#conns.set(socket, state);
     if (client !== undefined && this.#over(client)) state.refused = true;
@@ -59,6 +67,23 @@ export class ClientConnections {
       this.#setPending(state, false);
       this.#conns.delete(socket);
     });
+    return true;
+  }
+
+  /** Counts `socket` as `client`'s, or destroys it when the client is at its bound of open connections. */
+  #open(client: string, socket: Socket): boolean {
+    const open = this.#openByPeer.get(client) ?? 0;
+    if (this.maxOpenPerClient > 0 && open >= this.maxOpenPerClient) {
+      socket.destroy();
+      return false;
+    }
+    this.#openByPeer.set(client, open + 1);
+    socket.once('close', () => {
+      const n = (this.#openByPeer.get(client) ?? 1) - 1;
+      if (n <= 0) this.#openByPeer.delete(client);
+      else this.#openByPeer.set(client, n);
+    });
+    return true;
   }
 
   /** A request's headers arrived. False when it is refused: its connection was refused at accept, or its client is at the bound. */

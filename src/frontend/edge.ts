@@ -5,6 +5,8 @@
  * slowly.
  */
 import { maxHeaderSize, type IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Counter } from 'prom-client';
 import { errorBody } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 
@@ -65,7 +67,7 @@ const REASONS: Record<number, string> = {
 };
 
 /** The error a request Node gave up on is answered with: it came too slowly, its head is too large, or it is not HTTP/1.1. */
-export function clientError(err: NodeJS.ErrnoException, headerTimeoutMs: number): KvgateError {
+function clientError(err: NodeJS.ErrnoException, headerTimeoutMs: number): KvgateError {
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
     return new KvgateError(
       'KVG_ERR_CLIENT_TIMEOUT',
@@ -94,11 +96,30 @@ export function clientError(err: NodeJS.ErrnoException, headerTimeoutMs: number)
  * The raw HTTP answer to a request Node gave up on (`clientError`'s error as an error object); it closes the
  * connection: after a framing error the rest of the bytes cannot be trusted to start a request.
  */
-export function clientErrorResponse(err: KvgateError): string {
+function clientErrorResponse(err: KvgateError): string {
   const body = JSON.stringify(errorBody(err));
   const status = err.statusCode;
   return (
     `HTTP/1.1 ${status} ${REASONS[status] ?? 'Bad Request'}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
     `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
   );
+}
+
+/**
+ * Answers a request Node gave up on (the server's 'clientError'), counted by its code in `rejections`; a reset or a
+ * closed socket has no one to answer and is destroyed.
+ */
+export function answerClientError(
+  err: NodeJS.ErrnoException,
+  socket: Socket,
+  headerTimeoutMs: number,
+  rejections: Pick<Counter<'code'>, 'inc'>,
+): void {
+  if (!socket.writable || err.code === 'ECONNRESET') {
+    socket.destroy();
+    return;
+  }
+  const answer = clientError(err, headerTimeoutMs);
+  rejections.inc({ code: answer.code });
+  socket.end(clientErrorResponse(answer));
 }

@@ -42,7 +42,7 @@ import { ClientAddresses, type FallbackReason } from './client-address.js';
 import { credentialOf } from './anthropic-error.js';
 import type { CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
-import { checkEdgeHeaders, clientError, clientErrorResponse } from './edge.js';
+import { answerClientError, checkEdgeHeaders } from './edge.js';
 import { answerError } from './error-answer.js';
 import type { ModelTarget } from './model-lookup.js';
 import { ApiKeys, asKvgateError, pickRequestId, sendError } from './http-io.js';
@@ -207,7 +207,9 @@ export class GatewayServer {
         });
       },
     );
-    server.on('connection', (socket: Socket) => this.#conns.accepted(socket));
+    server.on('connection', (socket: Socket) => {
+      if (!this.#conns.accepted(socket)) this.metrics.httpRejections.inc({ code: 'KVG_ERR_TOO_MANY_CONNECTIONS' });
+    });
     // An Expect other than 100-continue: Node would answer a bare 417; kvgate answers with its error object.
     server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
       this.metrics.httpRejections.inc({ code: 'KVG_ERR_EXPECTATION_FAILED' });
@@ -224,14 +226,7 @@ export class GatewayServer {
     });
     server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
       this.logger.debug({ err: err.message, code: err.code }, 'malformed or too slow HTTP request');
-      // A reset or a closed socket has no one to answer; anything else is answered with an error object.
-      if (!socket.writable || err.code === 'ECONNRESET') {
-        socket.destroy();
-        return;
-      }
-      const answer = clientError(err, headerTimeoutMs);
-      this.metrics.httpRejections.inc({ code: answer.code });
-      socket.end(clientErrorResponse(answer));
+      answerClientError(err, socket, headerTimeoutMs, this.metrics.httpRejections);
     });
     return server;
   }
@@ -248,6 +243,7 @@ export class GatewayServer {
     // Each request waits on one preprocessing task at most: a queue this long is never full of requests alone.
     this.#preprocessor.maxQueued = config.limits.maxConcurrentRequests;
     this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
+    this.#conns.maxOpenPerClient = config.limits.maxConnectionsPerClient;
     this.#conns.addresses = this.#clientAddresses(config);
     this.#relay = {
       logger: this.logger,

@@ -713,6 +713,7 @@ describe('config: client timeouts and the per-client connection bound', () => {
       headerTimeoutMs: 30_000,
       bodyTimeoutMs: 30_000,
       maxPendingConnectionsPerClient: 256,
+      maxConnectionsPerClient: 2048,
     });
     const c = loadGatewayConfig({
       file: file(

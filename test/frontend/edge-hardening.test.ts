@@ -360,3 +360,29 @@ describe('requests Node cannot parse (audit g)', () => {
     expect(g.routers.demo.routed.length).toBe(3);
   });
 });
+
+describe('connections one client holds open (audit g)', () => {
+  it('past max_connections_per_client, idle keep-alive ones included, a new connection is closed; others are served', async () => {
+    const g = await start({ limits: { max_connections_per_client: 3, max_pending_connections_per_client: 8 } });
+    const port = Number(new URL(g.url).port);
+    const health = `GET /health HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`;
+    // Three connections from 127.0.0.2 that each served a request and stay open (keep-alive), idle.
+    const idle = Array.from({ length: 3 }, () => rawRequest(port, health, { localAddress: '127.0.0.2' }));
+    const got: string[] = ['', '', ''];
+    idle.forEach((c, i) => c.socket.on('data', (d: Buffer) => (got[i] += d.toString('latin1'))));
+    await until(() => got.every((t) => t.includes('{"status":"ok"}')), 'the idle connections served');
+    const extra = rawRequest(port, `GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, {
+      localAddress: '127.0.0.2',
+    });
+    expect(await extra.answer).toBe('');
+    expect((await fetch(`${g.url}/health`)).status).toBe(200); // another client
+    const scrape = await (await fetch(`${g.url}/metrics`)).text();
+    expect(scrape).toMatch(/kvgate_http_rejections_total\{code="KVG_ERR_TOO_MANY_CONNECTIONS"\} 1/);
+    idle[0]!.socket.destroy();
+    const again = (): Promise<string> =>
+      rawRequest(port, `GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, { localAddress: '127.0.0.2' })
+        .answer;
+    await until(async () => statusOf(await again()) === 200, 'room again');
+    for (const c of idle) c.socket.destroy();
+  });
+});
