@@ -107,12 +107,15 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   ]);
   const D = GATEWAY_DEFAULTS;
   const clientAddress = lim !== undefined ? readClientAddress(lim) : { kind: 'socket' as const };
+  const maxConcurrentRequests =
+    lim?.int('max_concurrent_requests', D.maxConcurrentRequests, { min: 1, max: 1 << 20 }) ?? D.maxConcurrentRequests;
+  // A proxy in front holds one connection per request it streams: the default leaves it twice the concurrency bound.
+  const maxConnections = Math.max(D.maxConnectionsPerClient, 2 * maxConcurrentRequests);
   return {
     maxBodyBytes: lim?.int('max_body_bytes', D.maxBodyBytes, { min: 1024, max: 1 << 30 }) ?? D.maxBodyBytes,
     maxPromptTokens: lim?.int('max_prompt_tokens', D.maxPromptTokens, { min: 1, max: 1 << 26 }) ?? D.maxPromptTokens,
     maxMessages: lim?.int('max_messages', D.maxMessages, { min: 1, max: 1 << 24 }) ?? D.maxMessages,
-    maxConcurrentRequests:
-      lim?.int('max_concurrent_requests', D.maxConcurrentRequests, { min: 1, max: 1 << 20 }) ?? D.maxConcurrentRequests,
+    maxConcurrentRequests,
     requestTimeoutMs:
       lim?.int('request_timeout_ms', D.requestTimeoutMs, { min: 1, max: 86_400_000 }) ?? D.requestTimeoutMs,
     retryAfterSeconds:
@@ -126,8 +129,7 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
       lim?.int('max_pending_connections_per_client', D.maxPendingConnectionsPerClient, { min: 1, max: 1 << 20 }) ??
       D.maxPendingConnectionsPerClient,
     maxConnectionsPerClient:
-      lim?.int('max_connections_per_client', D.maxConnectionsPerClient, { min: 0, max: 1 << 20 }) ??
-      D.maxConnectionsPerClient,
+      lim?.int('max_connections_per_client', maxConnections, { min: 0, max: 1 << 20 }) ?? maxConnections,
     clientAddress,
     trustedProxies: lim !== undefined ? readTrustedProxies(lim, clientAddress) : [],
     maxSessionTimeoutS:

@@ -722,6 +722,19 @@ describe('config: client timeouts and the per-client connection bound', () => {
       env: {},
     });
     expect(c.limits).toMatchObject({ headerTimeoutMs: 500, bodyTimeoutMs: 250, maxPendingConnectionsPerClient: 8 });
+    // Unset, the open-connection bound follows the concurrency bound: a proxy in front holds one per stream.
+    const wide = loadGatewayConfig({
+      file: file(`limits: { max_concurrent_requests: 4096 }\nmodels:\n  - name: m\n${WORKERS}\n`),
+      env: {},
+    });
+    expect(wide.limits.maxConnectionsPerClient).toBe(8192);
+    const set = loadGatewayConfig({
+      file: file(
+        `limits: { max_concurrent_requests: 4096, max_connections_per_client: 100 }\nmodels:\n  - name: m\n${WORKERS}\n`,
+      ),
+      env: {},
+    });
+    expect(set.limits.maxConnectionsPerClient).toBe(100);
     const p = problemsOf({
       file: file(
         `limits: { header_timeout_ms: 0, body_timeout_ms: "soon", max_pending_connections_per_client: -1 }\nmodels:\n  - name: m\n${WORKERS}\n`,
