@@ -6,49 +6,23 @@
  * under way is cancelled once it has output. Every booking of both pools (the
  * decode slot booked before the prefill included) is released each time.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { KvgateError, isKvgateError } from '../../../src/errors/index.js';
 import {
-  PREFILL_ID,
   booked,
   drain,
   legsOf,
+  poolsAtZero,
+  PREFILL_ID,
   prepare,
   randomTokens,
-  startDisaggFleet,
+  fleetsPerTest,
   until,
   type DisaggFleet,
-  type DisaggFleetOptions,
 } from './fleet.js';
 
-const open: DisaggFleet[] = [];
-async function fleet(opts: DisaggFleetOptions): Promise<DisaggFleet> {
-  const f = await startDisaggFleet({ prefill: 1, decode: 1, ...opts });
-  open.push(f);
-  return f;
-}
-afterEach(async () => {
-  for (const f of open.splice(0)) {
-    for (const m of [...f.prefill, ...f.decode]) m.setFaults({ hang: false });
-    await f.close();
-  }
-});
-
-async function allZero(f: DisaggFleet): Promise<void> {
-  await until(
-    () =>
-      [f.pool(), f.router.decode].every((p) => {
-        const b = booked(p);
-        return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.queued === 0 && b.prefillTokens === 0;
-      }),
-    'both pools back to zero',
-  ).catch((err: unknown) => {
-    throw new Error(
-      `${String(err)}: prefill ${JSON.stringify(booked(f.pool()))}, decode ${JSON.stringify(booked(f.router.decode))}`,
-    );
-  });
-}
+const fleet = fleetsPerTest();
 
 /** The engine has no request left (running or waiting). */
 const idle = (f: DisaggFleet, role: 'prefill' | 'decode'): boolean =>
@@ -81,7 +55,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
       expect(isKvgateError(p.error, 'KVG_ERR_CLIENT_ABORTED')).toBe(true);
       expect(p.acceptedAt).toBeUndefined();
       expect(legsOf(f.rec, `pre-${engine}`).decode).toHaveLength(0);
-      await allZero(f);
+      await poolsAtZero(f);
     });
 
     it('while queued in the prefill router: the wait is cancelled, nothing sent, nothing stays booked', async () => {
@@ -105,7 +79,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
       expect(legsOf(f.rec, `queued-${engine}`).decode).toHaveLength(0);
       f.prefill[0]!.setFaults({ hang: false });
       expect((await drain(await first)).usage?.completion_tokens).toBe(4);
-      await allZero(f);
+      await poolsAtZero(f);
     });
 
     it('mid-decode stream: the decode engine request is cancelled, both legs released', async () => {
@@ -126,7 +100,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
       expect(legsOf(f.rec, `mid-${engine}`).prefill[0]!.error).toBeUndefined();
       if (engine === 'vllm') expect(f.prefill[0]!.stats().ranks[0]!.heldRequests).toBe(0);
       else expect(f.prefill[0]!.stats().bootstrapPending).toBe(0);
-      await allZero(f);
+      await poolsAtZero(f);
     });
   });
 }
@@ -153,7 +127,7 @@ describe('the prefill pool loses its last worker while a request is parked in it
     expect(legsOf(f.rec, 'lost-2').decode).toHaveLength(0);
     f.prefill[0]!.setFaults({ hang: false });
     await first.then(drain, () => undefined); // the in-flight one ends however it ends
-    await allZero(f);
+    await poolsAtZero(f);
   });
 });
 
@@ -176,6 +150,6 @@ describe('vllm: the client leaves between the prefill answer and the decode star
     await until(() => idle(f, 'decode'), 'the decode engine to drop the request');
     // Cut at its first output (whether the engine's counter shows that token depends on when the cancel lands).
     expect(f.decode[0]!.stats().ranks[0]!.generationTokens).toBeLessThan(400);
-    await allZero(f);
+    await poolsAtZero(f);
   });
 });

@@ -5,62 +5,19 @@
  * than the decode side takes what it can and refuses the rest at once, rather
  * than running every prefill and failing the excess in a wave afterwards.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
-import { KvgateError, isKvgateError } from '../../../src/errors/index.js';
-import {
-  booked,
-  drain,
-  legsOf,
-  prepare,
-  randomTokens,
-  startDisaggFleet,
-  until,
-  type DisaggFleet,
-  type DisaggFleetOptions,
-} from './fleet.js';
+import { isKvgateError } from '../../../src/errors/index.js';
+import { booked, drain, errorOf, legsOf, poolsAtZero, prepare, randomTokens, fleetsPerTest, until } from './fleet.js';
 
-const open: DisaggFleet[] = [];
 /** One decode engine of 8 KV blocks, overloaded beyond half of them: one 80-token request (5 blocks) fills it. */
-async function fleet(opts: DisaggFleetOptions): Promise<DisaggFleet> {
-  const f = await startDisaggFleet({
-    prefill: 1,
-    decode: 1,
-    decodeWorker: { totalKvBlocks: 8 },
-    router: { routerConfig: { activeDecodeBlocksThreshold: 0.5 } },
-    ...opts,
-  });
-  open.push(f);
-  return f;
-}
-afterEach(async () => {
-  for (const f of open.splice(0)) {
-    for (const m of [...f.prefill, ...f.decode]) m.setFaults({ hang: false });
-    await f.close();
-  }
-});
-
-async function allZero(f: DisaggFleet): Promise<void> {
-  await until(
-    () =>
-      [f.pool(), f.router.decode].every((p) => {
-        const b = booked(p);
-        return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.queued === 0 && b.prefillTokens === 0;
-      }),
-    'both pools back to zero',
-  );
-}
+const fleet = fleetsPerTest((opts) => ({
+  decodeWorker: { totalKvBlocks: 8 },
+  router: { routerConfig: { activeDecodeBlocksThreshold: 0.5 } },
+  ...opts,
+}));
 
 const rng = seededRng(4242);
-const errorOf = async (p: Promise<unknown>): Promise<KvgateError> => {
-  try {
-    await p;
-  } catch (err) {
-    if (isKvgateError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected the request to fail');
-};
 
 for (const engine of ['vllm', 'sglang'] as const) {
   describe(`${engine}: the decode side is overloaded`, () => {
@@ -81,7 +38,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
       expect([booked(f.pool()).requests, booked(f.router.decode).requests]).toEqual(before);
       d.setFaults({ hang: false });
       expect((await drain(await first)).usage?.completion_tokens).toBe(8);
-      await allZero(f);
+      await poolsAtZero(f);
       if (engine === 'vllm')
         await until(() => f.prefill[0]!.stats().ranks[0]!.heldRequests === 0, 'no KV held on the prefill engine');
       else await until(() => f.prefill[0]!.stats().bootstrapPending === 0, 'no room left on the bootstrap server');
@@ -105,7 +62,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
       expect(served.length + refused.length).toBe(6);
       // Before: every prefill ran (6 prefill legs), and the excess failed after it.
       for (const o of refused) expect(legsOf(f.rec, o.id).prefill).toHaveLength(0);
-      await allZero(f);
+      await poolsAtZero(f);
       if (engine === 'vllm')
         await until(() => f.prefill[0]!.stats().ranks[0]!.heldRequests === 0, 'no KV held on the prefill engine');
       else await until(() => f.prefill[0]!.stats().bootstrapPending === 0, 'no room left on the bootstrap server');

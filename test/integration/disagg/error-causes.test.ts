@@ -12,8 +12,8 @@ import { seededRng } from '../../../src/common/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
 import type { RoutedResponse } from '../../../src/frontend/router-port.js';
 import {
-  booked,
   legsOf,
+  poolsAtZero,
   prepare,
   randomTokens,
   startDisaggFleet,
@@ -72,17 +72,6 @@ function expectDocumented(cause: string, got: { status: number; code: string | u
   else expect(got.status).toBeGreaterThanOrEqual(400); // the engine's own 4xx
 }
 
-async function bothPoolsAtZero(f: DisaggFleet): Promise<void> {
-  await until(
-    () =>
-      [f.pool(), f.router.decode].every((p) => {
-        const b = booked(p);
-        return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.prefillTokens === 0;
-      }),
-    'both pools back to zero',
-  );
-}
-
 describe('docs/errors.md: disaggregated causes', () => {
   it('lists the causes this suite pins, each with one status and code', () => {
     expect([...CAUSES.keys()].sort()).toEqual(
@@ -110,13 +99,13 @@ for (const engine of ['vllm', 'sglang'] as const) {
       // The SGLang decode half was cancelled, not left waiting for its rendezvous timeout.
       expect(performance.now() - t0).toBeLessThan(10_000);
       await until(() => f.prefill[0]!.stats().bootstrapPending === 0, 'the rendezvous table to empty');
-      await bothPoolsAtZero(f);
+      await poolsAtZero(f);
     });
 
     it('prefill-engine-error: the prefill engine answers 5xx', async () => {
       const f = await fleet({ engine, prefillMocker: { faults: { errorRate: 1 } } });
       expectDocumented('prefill-engine-error', await outcome(f.router.route(prepare(randomTokens(rng, 80)))));
-      await bothPoolsAtZero(f);
+      await poolsAtZero(f);
     });
 
     it('prefill-killed: the prefill engine dies with the request on it (four times: no race picks another code)', async () => {
@@ -132,7 +121,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
         await p.crash();
         expectDocumented('prefill-killed', await routed);
         await p.restart();
-        await bothPoolsAtZero(f);
+        await poolsAtZero(f);
       }
     });
 
@@ -150,7 +139,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
         if (isKvgateError(err)) got = { status: err.statusCode, code: err.code };
       }
       expectDocumented('decode-broke', got!);
-      await bothPoolsAtZero(f);
+      await poolsAtZero(f);
     });
   });
 }
@@ -161,7 +150,7 @@ describe('sglang: rendezvous-failed, whichever side notices', () => {
       const f = await fleet({ engine: 'sglang', prefillMocker: { bootstrapTimeoutMs: 300 } });
       f[hung][0]!.setFaults({ hang: true });
       expectDocumented('rendezvous-failed', await outcome(f.router.route(prepare(randomTokens(rng, 80)))));
-      await bothPoolsAtZero(f);
+      await poolsAtZero(f);
     });
   }
 
@@ -178,7 +167,7 @@ describe('sglang: rendezvous-failed, whichever side notices', () => {
     await until(() => p.answeredAt !== undefined, 'the prefill leg to end');
     expect(isKvgateError(p.error, 'KVG_ERR_CLIENT_ABORTED')).toBe(true);
     expect(performance.now() - t0).toBeLessThan(10_000);
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 });
 
@@ -195,6 +184,6 @@ describe('vllm: prefill-no-ticket', () => {
   it('a prefill answer without kv_transfer_params', async () => {
     const f = await fleet({ engine: 'vllm', prefillMocker: { engine: 'sglang', mode: 'aggregated' } });
     expectDocumented('prefill-no-ticket', await outcome(f.router.route(prepare(randomTokens(rng, 80)))));
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 });

@@ -5,54 +5,14 @@
  * (the other leg cancelled), client disconnect during prefill (the prefill is
  * not cancelled), prefill backpressure (503 with the queued/max ISL figures).
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { KvgateError, isKvgateError } from '../../../src/errors/index.js';
-import {
-  booked,
-  drain,
-  legsOf,
-  prepare,
-  randomTokens,
-  startDisaggFleet,
-  until,
-  type DisaggFleet,
-  type DisaggFleetOptions,
-} from './fleet.js';
+import { drain, errorOf, legsOf, poolsAtZero, prepare, randomTokens, fleetsPerTest, until } from './fleet.js';
 
-const open: DisaggFleet[] = [];
-async function fleet(opts: DisaggFleetOptions): Promise<DisaggFleet> {
-  const f = await startDisaggFleet({ prefill: 1, decode: 1, ...opts });
-  open.push(f);
-  return f;
-}
-afterEach(async () => {
-  for (const f of open.splice(0)) {
-    for (const m of [...f.prefill, ...f.decode]) m.setFaults({ hang: false });
-    await f.close();
-  }
-});
-
-/** Both pools' bookkeeping drained (legs end asynchronously after the request's own outcome). */
-async function bothPoolsAtZero(f: DisaggFleet): Promise<void> {
-  const zero = (): boolean =>
-    [f.pool(), f.router.decode].every((p) => {
-      const b = booked(p);
-      return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.queued === 0 && b.prefillTokens === 0;
-    });
-  await until(zero, 'both pools back to zero');
-}
+const fleet = fleetsPerTest();
 
 const rng = seededRng(77);
-const errorOf = async (p: Promise<unknown>): Promise<KvgateError> => {
-  try {
-    await p;
-  } catch (err) {
-    if (isKvgateError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected the request to fail');
-};
 
 describe('prefill engine error', () => {
   it('vLLM: the request fails with KVG_ERR_PREFILL_FAILED and is not retried aggregated', async () => {
@@ -66,7 +26,7 @@ describe('prefill engine error', () => {
     expect(await f.metrics.text()).toMatch(
       /kvgate_router_disagg_requests_total\{model="mock-model",prefill_worker_id="101",handoff="sync",outcome="prefill_failed"\} 1/,
     );
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 
   it('SGLang: the request fails and its decode half is cancelled, not left at the rendezvous', async () => {
@@ -78,7 +38,7 @@ describe('prefill engine error', () => {
     for (const d of decode) await until(() => d.answeredAt !== undefined, 'the decode leg to end');
     for (const d of decode) expect(isKvgateError(d.error, 'KVG_ERR_CLIENT_ABORTED')).toBe(true);
     await until(() => f.prefill[0]!.stats().bootstrapPending === 0, 'the rendezvous table to empty');
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 });
 
@@ -117,7 +77,7 @@ describe('unreachable prefill worker', () => {
       );
       expect(e.code).toBe('KVG_ERR_PREFILL_FAILED');
       expect(e.detail).toMatchObject({ workerId: dead!.id, cause: 'KVG_ERR_ENGINE_UNREACHABLE' });
-      await bothPoolsAtZero(f);
+      await poolsAtZero(f);
     });
   }
 });
@@ -133,7 +93,7 @@ describe('missing disaggregated params', () => {
     const legs = legsOf(f.rec, 'noparams');
     expect(legs.prefill).toHaveLength(1);
     expect(legs.decode).toHaveLength(0);
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 });
 
@@ -150,7 +110,7 @@ describe('SGLang rendezvous timeout', () => {
     const d = legsOf(f.rec, 'rdv-p').decode[0]!;
     expect(d.acceptedAt).toBeDefined();
     expect(isKvgateError(d.error, 'KVG_ERR_CLIENT_ABORTED')).toBe(true);
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 
   it('the decode side times out (prefill never arrived): the prefill leg is cancelled', async () => {
@@ -164,7 +124,7 @@ describe('SGLang rendezvous timeout', () => {
     const p = legsOf(f.rec, 'rdv-d').prefill[0]!;
     await until(() => p.answeredAt !== undefined, 'the prefill leg to end');
     expect(isKvgateError(p.error, 'KVG_ERR_CLIENT_ABORTED')).toBe(true);
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
     expect(await f.metrics.text()).toMatch(/handoff="bootstrap",outcome="prefill_failed"\} 1/);
   });
 });
@@ -204,7 +164,7 @@ describe('client disconnect during prefill', () => {
     );
     expect(d.stats().ranks[0]!.generationTokens).toBeGreaterThan(0);
     expect(d.stats().ranks[0]!.generationTokens).toBeLessThan(400);
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 
   it('SGLang: the prefill is not cancelled, the pair completes its rendezvous, then decode is cancelled', async () => {
@@ -232,7 +192,7 @@ describe('client disconnect during prefill', () => {
     expect(d.stats().ranks[0]!.generationTokens).toBeGreaterThan(0);
     expect(d.stats().ranks[0]!.generationTokens).toBeLessThan(400);
     expect(p.stats().bootstrapPending).toBe(0);
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 });
 
@@ -260,7 +220,7 @@ describe('prefill backpressure', () => {
     );
     f.prefill[0]!.setFaults({ hang: false });
     for (const r of [first, second]) expect((await drain(await r)).usage?.completion_tokens).toBe(4);
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 
   it('a tenant shed by the full prefill queue gets 529 KVG_ERR_QUEUE_SHED (not a prefill failure); nothing sent', async () => {
@@ -286,6 +246,6 @@ describe('prefill backpressure', () => {
     expect(legsOf(f.rec, 'shed-3').decode).toHaveLength(0);
     f.prefill[0]!.setFaults({ hang: false });
     for (const r of [first, second]) expect((await drain(await r)).usage?.completion_tokens).toBe(4);
-    await bothPoolsAtZero(f);
+    await poolsAtZero(f);
   });
 });

@@ -21,8 +21,10 @@ import {
   type ModelRouterOptions,
   type PushRouter,
 } from '../../../src/routing/index.js';
+import { afterEach } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
-import { BLOCK, MODEL, drain as drainRouted } from '../../helpers/fleet.js';
+import { isKvgateError, type KvgateError } from '../../../src/errors/index.js';
+import { BLOCK, MODEL, drain as drainRouted, until } from '../../helpers/fleet.js';
 import type { RoutedResponse } from '../../../src/frontend/router-port.js';
 
 export { BLOCK, MODEL, prepare, randomTokens, until } from '../../helpers/fleet.js';
@@ -291,5 +293,65 @@ export function booked(pool: PushRouter): {
     inflight: pool.inflight,
     tracked: pool.kvRouter?.activeRequestCount ?? 0,
     queued: pool.kvRouter?.pendingRequests ?? 0,
+  };
+}
+
+/** The typed error `p` rejects with (a test of a request that must fail). */
+export async function errorOf(p: Promise<unknown>): Promise<KvgateError> {
+  try {
+    await p;
+  } catch (err) {
+    if (isKvgateError(err)) return err;
+    throw err;
+  }
+  throw new Error('expected the request to fail');
+}
+
+/** Every `kvgate_worker_active_*` series of the fleet's registry with a non-zero value. */
+export async function nonZeroLoadGauges(f: DisaggFleet): Promise<string[]> {
+  const text = await f.metrics.text();
+  return text.split('\n').filter((l) => /^kvgate_worker_active_\w+\{/.test(l) && !/ 0$/.test(l));
+}
+
+/**
+ * Waits until both pools' bookkeeping is drained (legs end asynchronously after the request's own outcome) and,
+ * with `gauges`, their load gauges read zero; on a timeout, says what is still booked.
+ */
+export async function poolsAtZero(f: DisaggFleet, opts: { gauges?: boolean; timeoutMs?: number } = {}): Promise<void> {
+  const zero = (b: ReturnType<typeof booked>): boolean =>
+    b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.queued === 0 && b.prefillTokens === 0;
+  await until(
+    async () =>
+      zero(booked(f.pool())) &&
+      zero(booked(f.router.decode)) &&
+      (opts.gauges !== true || (await nonZeroLoadGauges(f)).length === 0),
+    opts.gauges === true ? 'both pools and their load gauges back to zero' : 'both pools back to zero',
+    opts.timeoutMs,
+  ).catch((err: unknown) => {
+    throw new Error(
+      `${String(err)}: prefill ${JSON.stringify(booked(f.pool()))}, decode ${JSON.stringify(booked(f.router.decode))}`,
+    );
+  });
+}
+
+/**
+ * A test file's fleets, each closed after its test (hangs lifted first): the returned function starts one with one
+ * prefill and one decode engine unless `shape` (the file's own defaults, given the test's options) says otherwise.
+ * Call it at the file's top level, where it registers the `afterEach`.
+ */
+export function fleetsPerTest(
+  shape: (opts: DisaggFleetOptions) => DisaggFleetOptions = (opts) => opts,
+): (opts: DisaggFleetOptions) => Promise<DisaggFleet> {
+  const open: DisaggFleet[] = [];
+  afterEach(async () => {
+    for (const f of open.splice(0)) {
+      for (const m of [...f.prefill, ...f.decode]) m.setFaults({ hang: false });
+      await f.close();
+    }
+  });
+  return async (opts) => {
+    const f = await startDisaggFleet({ prefill: 1, decode: 1, ...shape(opts) });
+    open.push(f);
+    return f;
   };
 }

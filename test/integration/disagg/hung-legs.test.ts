@@ -7,68 +7,19 @@
  * engine reaches the rendezvous and the engines' own bootstrap timeouts are
  * far away.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { KvgateError, isKvgateError } from '../../../src/errors/index.js';
-import {
-  booked,
-  legsOf,
-  prepare,
-  randomTokens,
-  startDisaggFleet,
-  until,
-  type DisaggFleet,
-  type DisaggFleetOptions,
-} from './fleet.js';
+import { errorOf, legsOf, poolsAtZero, prepare, randomTokens, fleetsPerTest, until } from './fleet.js';
 
 const FIRST_BYTE_MS = 1500;
 
-const open: DisaggFleet[] = [];
-async function fleet(opts: DisaggFleetOptions): Promise<DisaggFleet> {
-  const f = await startDisaggFleet({
-    prefill: 1,
-    decode: 1,
-    ...opts,
-    router: { legTimeouts: { firstByteMs: FIRST_BYTE_MS }, ...opts.router },
-  });
-  open.push(f);
-  return f;
-}
-afterEach(async () => {
-  for (const f of open.splice(0)) {
-    for (const m of [...f.prefill, ...f.decode]) m.setFaults({ hang: false });
-    await f.close();
-  }
-});
-
-/** Every `kvgate_worker_active_*` series with a non-zero value. */
-async function nonZeroLoadGauges(f: DisaggFleet): Promise<string[]> {
-  const text = await f.metrics.text();
-  return text.split('\n').filter((l) => /^kvgate_worker_active_\w+\{/.test(l) && !/ 0$/.test(l));
-}
-
-async function allZero(f: DisaggFleet, timeoutMs = 5000): Promise<void> {
-  await until(
-    async () =>
-      [f.pool(), f.router.decode].every((p) => {
-        const b = booked(p);
-        return b.requests === 0 && b.inflight === 0 && b.tracked === 0 && b.queued === 0 && b.prefillTokens === 0;
-      }) && (await nonZeroLoadGauges(f)).length === 0,
-    'both pools and their load gauges back to zero',
-    timeoutMs,
-  );
-}
+const fleet = fleetsPerTest((opts) => ({
+  ...opts,
+  router: { legTimeouts: { firstByteMs: FIRST_BYTE_MS }, ...opts.router },
+}));
 
 const rng = seededRng(2024);
-const errorOf = async (p: Promise<unknown>): Promise<KvgateError> => {
-  try {
-    await p;
-  } catch (err) {
-    if (isKvgateError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected the request to fail');
-};
 
 describe('vLLM: a prefill answers 200 and its decode never starts', () => {
   it('with the client there: 504 first-byte timeout within the bound, both legs released', async () => {
@@ -80,7 +31,7 @@ describe('vLLM: a prefill answers 200 and its decode never starts', () => {
     expect(e.statusCode).toBe(504);
     expect(performance.now() - t0).toBeLessThan(FIRST_BYTE_MS + 3000);
     expect(legsOf(f.rec, 'hang-d-v').prefill[0]!.error).toBeUndefined();
-    await allZero(f);
+    await poolsAtZero(f, { gauges: true, timeoutMs: 5000 });
   });
 
   it('after the client left during the prefill: the one-token decode leg is cut by the first-byte deadline too', async () => {
@@ -104,7 +55,7 @@ describe('vLLM: a prefill answers 200 and its decode never starts', () => {
     await until(() => leg().decode[0]!.answeredAt !== undefined, 'the hung decode leg to be cut', FIRST_BYTE_MS + 3000);
     expect(isKvgateError(leg().decode[0]!.error, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
     expect(leg().decode[0]!.answeredAt! - sentAt).toBeGreaterThanOrEqual(FIRST_BYTE_MS - 50);
-    await allZero(f);
+    await poolsAtZero(f, { gauges: true, timeoutMs: 5000 });
   });
 });
 
@@ -124,7 +75,7 @@ describe('SGLang: neither engine reaches the rendezvous (their own bootstrap tim
       for (const l of [...legs.prefill, ...legs.decode])
         await until(() => l.answeredAt !== undefined, `the ${l.role} leg to end`);
       expect(legs.decode.every((d) => d.error !== undefined)).toBe(true);
-      await allZero(f);
+      await poolsAtZero(f, { gauges: true, timeoutMs: 5000 });
     });
   }
 });

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
 import { isKvgateError } from '../../../src/errors/index.js';
 import { until } from '../../helpers/until.js';
-import { booked, prepare, randomTokens, startDisaggFleet, type DisaggFleet } from './fleet.js';
+import { booked, prepare, randomTokens, startDisaggFleet, type DisaggFleet, nonZeroLoadGauges } from './fleet.js';
 
 const open: DisaggFleet[] = [];
 afterEach(async () => {
@@ -17,12 +17,6 @@ afterEach(async () => {
     await f.close();
   }
 });
-
-/** Every `kvgate_worker_active_*` series of the registry with a non-zero value. */
-async function nonZeroLoadGauges(f: DisaggFleet): Promise<string[]> {
-  const text = await f.metrics.text();
-  return text.split('\n').filter((l) => /^kvgate_worker_active_\w+\{/.test(l) && !/ 0$/.test(l));
-}
 
 async function allZero(f: DisaggFleet): Promise<void> {
   const pools = [f.pool(), f.router.decode];
