@@ -13,13 +13,14 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/index.js';
 import { loadGatewayConfig, type ModelConfig } from '../../src/config/index.js';
-import { HealthProber, WorkerRegistry, type Scheduler } from '../../src/discovery/index.js';
+import { HealthProber, WorkerRegistry } from '../../src/discovery/index.js';
 import { EngineClient } from '../../src/engines/index.js';
 import { EtcdWorkersSource } from '../../src/fleet/etcd-source.js';
 import { FleetMembers } from '../../src/fleet/membership.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { startEtcdServer, type EtcdServer } from '../helpers/etcd-server.js';
 import { EtcdWatchDouble } from '../helpers/etcd-watch-double.js';
+import { StepTimers } from '../helpers/step-timers.js';
 import { until } from '../helpers/until.js';
 
 const PREFIX = '/kvgate/workers/m/';
@@ -93,20 +94,6 @@ describe('EtcdWorkersSource against a real etcd', () => {
   }, 30_000);
 });
 
-/** Timers that fire only when the test says; each one's delay is kept. */
-class StepScheduler implements Scheduler {
-  readonly pending: { fn: () => void; ms: number }[] = [];
-  setTimeout(fn: () => void, ms: number): unknown {
-    const t = { fn, ms };
-    this.pending.push(t);
-    return t;
-  }
-  clearTimeout(handle: unknown): void {
-    const i = this.pending.indexOf(handle as { fn: () => void; ms: number });
-    if (i >= 0) this.pending.splice(i, 1);
-  }
-}
-
 describe('EtcdWorkersSource against an etcd double that ends each watch at once', () => {
   it('lists and watches again on a growing back-off, logged and counted as a lost watch', async () => {
     const double = await EtcdWatchDouble.start();
@@ -121,7 +108,7 @@ describe('EtcdWorkersSource against an etcd double that ends each watch at once'
     const engine = new EngineClient({ connectTimeoutMs: 200 });
     const prober = new HealthProber(registry, { checkModels: false });
     const metrics = new KvgateMetrics({ processMetrics: false });
-    const scheduler = new StepScheduler();
+    const scheduler = new StepTimers();
     // The clock never moves (no watch stays open a while); rng 1: each delay is the back-off's full step.
     const source = new EtcdWorkersSource(model, registry, new FleetMembers(registry, engine, prober), () => 1, {
       clock: new ManualClock(),

@@ -6,9 +6,9 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/index.js';
-import type { Scheduler } from '../../src/discovery/index.js';
 import { KubeClient, KubeListWatch } from '../../src/fleet/kube-watch.js';
 import { KubeApiDouble, type Slice } from '../helpers/kube-api-double.js';
+import { StepTimers } from '../helpers/step-timers.js';
 import { until } from '../helpers/until.js';
 
 function slice(name: string, address: string): Slice {
@@ -17,27 +17,6 @@ function slice(name: string, address: string): Slice {
     ports: [{ name: 'http', port: 8000 }],
     endpoints: [{ addresses: [address], conditions: { ready: true } }],
   };
-}
-
-/** Timers that fire only when the test says: each one's delay is kept, none runs by itself. */
-class StepScheduler implements Scheduler {
-  readonly pending: { fn: () => void; ms: number }[] = [];
-  setTimeout(fn: () => void, ms: number): unknown {
-    const t = { fn, ms };
-    this.pending.push(t);
-    return t;
-  }
-  clearTimeout(handle: unknown): void {
-    const i = this.pending.indexOf(handle as { fn: () => void; ms: number });
-    if (i >= 0) this.pending.splice(i, 1);
-  }
-  /** Runs the one pending timer; returns its delay. */
-  fire(): number {
-    expect(this.pending).toHaveLength(1);
-    const t = this.pending.shift()!;
-    t.fn();
-    return t.ms;
-  }
 }
 
 describe('KubeListWatch', () => {
@@ -80,7 +59,7 @@ describe('KubeListWatch', () => {
     api.put(slice('a', '10.0.0.1'));
     api.endWatchesAtOnce = true;
     client = new KubeClient({ apiServer: api.url, tokenFile: '/nonexistent', caFile: '/nonexistent' });
-    const scheduler = new StepScheduler();
+    const scheduler = new StepTimers();
     const failures: [string, number][] = [];
     let names: string[] = [];
     watch = new KubeListWatch<Slice>({
