@@ -30,12 +30,21 @@ export interface MockerEndpointInfo {
   timing_model: string;
 }
 
+/** One inference request's W3C trace context as the engine received it. */
+export interface MockerTraced {
+  path: string;
+  traceparent: string;
+  tracestate?: string;
+}
+
 export interface MockerStats {
   crashed: boolean;
   ranks: (EngineCoreStats & { nextEventSeq: number | null; eventBatchesSent: number; eventBatchesDropped: number })[];
   bootstrapPending: number;
-  /** The `traceparent` headers of the last 16 completion requests, newest last. */
+  /** The `traceparent` headers of the last 16 inference requests (generation, embeddings), newest last. */
   traceparents: string[];
+  /** The same requests' paths and W3C trace-context headers (`tracestate` when sent), newest last. */
+  traced: MockerTraced[];
 }
 
 /** An in-process mocker. Every method is safe to call after close (it does nothing or throws a clear error). */

@@ -39,8 +39,8 @@ export interface RoutesOptions {
   readonly generation: Generation;
   /** False once crashed: requests that got past a hang are dropped. */
   isUp(): boolean;
-  /** A completion request carried a W3C `traceparent` (recorded for /admin/state). */
-  noteTraceparent(traceparent: string): void;
+  /** An inference request (generation or embeddings) carried a W3C `traceparent` (recorded for /admin/state). */
+  noteTraceparent(path: string, traceparent: string, tracestate: string | undefined): void;
   /** P's answer to D's KV pull (vLLM P/D). */
   kvPull(body: unknown): { status: number; body: unknown };
 }
@@ -58,6 +58,15 @@ function sendEngineError(res: ServerResponse, err: unknown): void {
   });
 }
 
+/** The inference routes whose W3C trace context is recorded, as vLLM continues it on each of them. */
+const TRACED_PATHS: ReadonlySet<string> = new Set([
+  '/v1/completions',
+  '/v1/chat/completions',
+  '/v1/messages',
+  '/v1/responses',
+  '/v1/embeddings',
+]);
+
 /** Serves one request; never rejects (errors become responses, or a destroyed socket once streaming started). */
 export async function serveRequest(d: RoutesOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
@@ -66,8 +75,9 @@ export async function serveRequest(d: RoutesOptions, req: IncomingMessage, res: 
     if (path.startsWith('/admin/')) return await serveAdmin(d.worker, method, path, req, res);
     await d.faults.whenNotHung();
     if (!d.isUp()) return void res.destroy();
-    const traceparent = req.headers.traceparent;
-    if (typeof traceparent === 'string' && path.endsWith('completions')) d.noteTraceparent(traceparent);
+    const { traceparent, tracestate } = req.headers;
+    if (typeof traceparent === 'string' && method === 'POST' && TRACED_PATHS.has(path))
+      d.noteTraceparent(path, traceparent, typeof tracestate === 'string' ? tracestate : undefined);
     if (await serveEngine(d, `${method} ${path}`, req, res)) return;
     if (KNOWN_PATHS.includes(path))
       throw new KvgateError('KVG_ERR_METHOD_NOT_ALLOWED', `${method} is not allowed on ${path}`, {});

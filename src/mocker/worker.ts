@@ -27,7 +27,7 @@ import { EngineMetrics } from './engine-metrics.js';
 import { FaultController } from './faults.js';
 import { Generation } from './generation.js';
 import { noHandoff, type HandoffProtocol } from './handoff.js';
-import type { MockerEndpointInfo, MockerHandle, MockerStats } from './handle.js';
+import type { MockerEndpointInfo, MockerHandle, MockerStats, MockerTraced } from './handle.js';
 import { resolveMockerOptions, type FaultSettings, type MockerInput, type FilledMockerOptions } from './options.js';
 import { answerKvPull, VllmHandoff } from './pd-vllm.js';
 import { BootstrapRegistry, BootstrapServer, SglangHandoff } from './pd-sglang.js';
@@ -52,8 +52,8 @@ class MockerWorker implements MockerHandle {
   readonly #metrics: EngineMetrics;
   readonly #sampleIds: Uint32Array;
   readonly #routes: RoutesOptions;
-  /** The W3C `traceparent` headers of the last generation requests (newest last), as vLLM would continue them. */
-  readonly #traceparents: string[] = [];
+  /** The W3C trace context of the last inference requests (newest last), as vLLM would continue them. */
+  readonly #traced: MockerTraced[] = [];
   #ranks: EngineRank[] = [];
   #server: Server | undefined;
   #bootstrap: { registry: BootstrapRegistry; server: BootstrapServer } | undefined;
@@ -96,8 +96,9 @@ class MockerWorker implements MockerHandle {
       metrics: this.#metrics,
       generation,
       isUp: () => !this.#crashed,
-      noteTraceparent: (tp) => {
-        if (this.#traceparents.push(tp) > TRACEPARENTS_KEPT) this.#traceparents.shift();
+      noteTraceparent: (path, traceparent, tracestate) => {
+        const seen = tracestate === undefined ? { path, traceparent } : { path, traceparent, tracestate };
+        if (this.#traced.push(seen) > TRACEPARENTS_KEPT) this.#traced.shift();
       },
       kvPull: (body) => answerKvPull(body, this.#engineId, pullTargets(), systemClock.now()),
     };
@@ -181,7 +182,8 @@ class MockerWorker implements MockerHandle {
         eventBatchesDropped: r.publisher?.counts.dropped ?? 0,
       })),
       bootstrapPending: this.#bootstrap?.registry.pending ?? 0,
-      traceparents: [...this.#traceparents],
+      traceparents: this.#traced.map((t) => t.traceparent),
+      traced: this.#traced.map((t) => ({ ...t })),
     };
   }
 

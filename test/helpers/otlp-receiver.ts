@@ -1,0 +1,95 @@
+/**
+ * A collector double that speaks OTLP/HTTP with the JSON encoding (what `kvgate serve`'s exporter sends): an HTTP
+ * server on loopback that takes `POST /v1/traces` ExportTraceServiceRequest bodies, answers 200 `{}` and keeps
+ * every span, with its ids in hex, its attributes as plain values and its status.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId: string;
+  name: string;
+  attributes: Record<string, unknown>;
+  /** 0 unset, 1 ok, 2 error. */
+  statusCode: number;
+  statusMessage: string;
+  traceState: string;
+}
+
+export interface OtlpReceiver {
+  readonly url: string;
+  readonly spans: OtlpSpan[];
+  /** The raw bodies posted, as text. */
+  readonly bodies: string[];
+  close(): Promise<void>;
+}
+
+/** OTLP/JSON ids are hex; an exporter set to base64 ids is read too. */
+function hexId(id: unknown): string {
+  const s = typeof id === 'string' ? id : '';
+  return /^[0-9a-f]*$/.test(s) ? s : Buffer.from(s, 'base64').toString('hex');
+}
+
+function attributeValue(v: Record<string, unknown>): unknown {
+  if ('intValue' in v) return Number(v.intValue);
+  if ('doubleValue' in v) return Number(v.doubleValue);
+  return v.stringValue ?? v.boolValue;
+}
+
+function spanOf(s: Record<string, unknown>): OtlpSpan {
+  const attributes: Record<string, unknown> = {};
+  for (const a of (s.attributes as { key: string; value: Record<string, unknown> }[] | undefined) ?? [])
+    attributes[a.key] = attributeValue(a.value);
+  const status = (s.status ?? {}) as { code?: unknown; message?: unknown };
+  return {
+    traceId: hexId(s.traceId),
+    spanId: hexId(s.spanId),
+    parentSpanId: hexId(s.parentSpanId ?? ''),
+    name: String(s.name),
+    attributes,
+    statusCode: Number(status.code ?? 0),
+    statusMessage: typeof status.message === 'string' ? status.message : '',
+    traceState: typeof s.traceState === 'string' ? s.traceState : '',
+  };
+}
+
+/** Every span of an OTLP ExportTraceServiceRequest (JSON encoding). */
+function otlpSpans(body: unknown): OtlpSpan[] {
+  const out: OtlpSpan[] = [];
+  for (const rs of (body as { resourceSpans?: unknown[] }).resourceSpans ?? [])
+    for (const ss of (rs as { scopeSpans?: unknown[] }).scopeSpans ?? [])
+      for (const s of (ss as { spans?: Record<string, unknown>[] }).spans ?? []) out.push(spanOf(s));
+  return out;
+}
+
+/** Starts the receiver on an OS-chosen loopback port. */
+export async function startOtlpReceiver(): Promise<OtlpReceiver> {
+  const spans: OtlpSpan[] = [];
+  const bodies: string[] = [];
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req
+      .on('data', (c: Buffer) => chunks.push(c))
+      .on('end', () => {
+        if (req.url === '/v1/traces' && String(req.headers['content-type']).includes('json')) {
+          const text = Buffer.concat(chunks).toString('utf8');
+          bodies.push(text);
+          spans.push(...otlpSpans(JSON.parse(text)));
+        }
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    spans,
+    bodies,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
