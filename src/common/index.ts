@@ -66,6 +66,7 @@ export {
   clientSpan,
   inRequestSpan,
   inSpan,
+  requestFailed,
   setActiveSpanAttribute,
   spanFailed,
   traceLinkOf,

@@ -14,6 +14,7 @@ import {
   SpanKind,
   SpanStatusCode,
   context,
+  createContextKey,
   propagation,
   trace,
   type Attributes,
@@ -114,9 +115,18 @@ export function clientSpan(
   return { span, headers };
 }
 
+/** The request's server span in its context, with whether it was marked failed (`requestFailed`). */
+interface RequestSpan {
+  readonly span: Span;
+  failed: boolean;
+}
+const REQUEST_SPAN = createContextKey('kvgate.request_span');
+
 /**
  * Runs `fn` (an HTTP request's handling) inside a server span that continues the
- * client's `traceparent`; the span ends when the response closes.
+ * client's `traceparent` (and `tracestate`); the span ends when the response closes, a
+ * client that left before the answer ended marked `kvgate.client_aborted`. A 5xx answer
+ * not marked by `requestFailed` is ERROR too.
  */
 export function inRequestSpan<T>(req: IncomingMessage, res: ServerResponse, fn: () => T): T {
   if (!spansOn()) return fn();
@@ -130,12 +140,29 @@ export function inRequestSpan<T>(req: IncomingMessage, res: ServerResponse, fn: 
     parent,
   );
   if (!span.isRecording()) return fn();
+  const state: RequestSpan = { span, failed: false };
   res.once('close', () => {
     span.setAttribute('http.response.status_code', res.statusCode);
-    if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+    if (!res.writableFinished) span.setAttribute('kvgate.client_aborted', true);
+    if (res.statusCode >= 500 && !state.failed) span.setStatus({ code: SpanStatusCode.ERROR });
     span.end();
   });
-  return context.with(trace.setSpan(parent, span), fn);
+  return context.with(trace.setSpan(parent, span).setValue(REQUEST_SPAN, state), fn);
+}
+
+/**
+ * The request being served failed with `code` (what its client was answered, before or in its stream): its
+ * server span names the code (`kvgate.error.code`) and, for a server-side failure (`statusCode` >= 500, a stream
+ * answered 200 whose engine failed included), is ERROR with the code as message. Free when off.
+ */
+export function requestFailed(code: string, statusCode: number): void {
+  if (!spansOn()) return;
+  const state = context.active().getValue(REQUEST_SPAN) as RequestSpan | undefined;
+  if (state === undefined) return;
+  state.span.setAttribute('kvgate.error.code', code);
+  if (statusCode < 500) return;
+  state.failed = true;
+  state.span.setStatus({ code: SpanStatusCode.ERROR, message: code });
 }
 
 /** Sets an attribute on the active span (a request's routing facts found outside its route span); free when off. */

@@ -6,6 +6,7 @@
  * Once the response has started it just ends; a stream's failures after its
  * head are the relay's (respond.ts: an error event).
  */
+import { requestFailed } from '../common/index.js';
 import { isAnthropicRoute, sendAnthropicError } from './anthropic-error.js';
 import { CLOSING_CODES } from './route-spec.js';
 import { asKvgateError, sendError } from './http-io.js';
@@ -31,6 +32,7 @@ export function answerError(
   const internal = asKvgateError(reason, ctx.requestId);
   const e = o.publicErrors.of(internal);
   ctx.logFields.code = e.code;
+  requestFailed(e.code, e.statusCode);
   if (e.code === 'KVG_ERR_INTERNAL') o.logger.error({ reqId: ctx.requestId, err: reason }, 'internal error');
   // What the client is not told (engine URL, socket error, the engine's own text) goes to the log.
   else if (e !== internal)

@@ -13,7 +13,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Counter } from 'prom-client';
-import { batchesOf, type CancelSignal, type WorkerRank } from '../common/index.js';
+import { batchesOf, requestFailed, type CancelSignal, type WorkerRank } from '../common/index.js';
 import type { ModelConfig } from '../config/index.js';
 import { MESSAGES_ROUTE, anthropicErrorFrame, anthropicRefusal } from './anthropic-error.js';
 import {
@@ -272,6 +272,7 @@ export interface RelayOptions {
 /** Counts and logs a stream cut because its client read nothing for the stall bound (the response is destroyed). */
 function stalled(ctx: RequestContext, env: RelayOptions): void {
   ctx.logFields.code = 'KVG_ERR_CLIENT_STALLED';
+  requestFailed('KVG_ERR_CLIENT_STALLED', 408);
   env.rejections.inc({ code: 'KVG_ERR_CLIENT_STALLED' });
   env.logger.warn(
     { reqId: ctx.requestId, model: ctx.logFields.model, worker: ctx.logFields.worker, stallMs: env.clientStallMs },
@@ -339,6 +340,7 @@ export async function pipeRouted(
     // The client gets the code and the worker id; the engine's URL and its own text go to the log.
     const e = env.publicErrors.of(internal, routed.worker.workerId);
     ctx.logFields.code = e.code;
+    requestFailed(e.code, e.statusCode);
     ctx.logFields.events = events;
     if (e.code === 'KVG_ERR_INTERNAL') env.logger.error({ reqId: ctx.requestId, err }, 'stream failed');
     else if (e !== internal)
