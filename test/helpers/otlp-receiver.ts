@@ -16,6 +16,8 @@ export interface OtlpSpan {
   statusCode: number;
   statusMessage: string;
   traceState: string;
+  /** The span ids of the spans it links to. */
+  links: string[];
 }
 
 export interface OtlpReceiver {
@@ -52,6 +54,7 @@ function spanOf(s: Record<string, unknown>): OtlpSpan {
     statusCode: Number(status.code ?? 0),
     statusMessage: typeof status.message === 'string' ? status.message : '',
     traceState: typeof s.traceState === 'string' ? s.traceState : '',
+    links: ((s.links as { spanId?: unknown }[] | undefined) ?? []).map((l) => hexId(l.spanId)),
   };
 }
 

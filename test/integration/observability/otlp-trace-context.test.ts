@@ -17,6 +17,9 @@ const PD = 'pd-model';
 const FAST = ['--speedup', '1000', '--tokenizer', 'demo'];
 const CLIENT_SPAN = '00f067aa0ba902b7';
 const TRACESTATE = 'vendor=opaque-1,other=x';
+const API_KEY = 'sk-trace-secret-4f1c';
+/** In every prompt: no span may carry it (prompt text is not an attribute). */
+const PROMPT_MARKER = 'zebra-marker-prompt-text';
 
 interface Traced {
   path: string;
@@ -47,6 +50,7 @@ describe('trace context through kvgate serve on every inference API', () => {
     const config = [
       'listen: { port: 0 }',
       'preprocess: { threads: 0 }',
+      `auth: { api_keys: [${API_KEY}] }`,
       `tracing: { otlp_endpoint: "${otlp.url}", sample_ratio: 1 }`,
       'models:',
       `  - name: ${AGG}`,
@@ -73,6 +77,8 @@ describe('trace context through kvgate serve on every inference API', () => {
     const res = await fetch(`${url}${path}`, {
       method: 'POST',
       headers: {
+        authorization: `Bearer ${API_KEY}`,
+        'x-api-key': API_KEY,
         'content-type': 'application/json',
         traceparent: `00-${traceId}-${CLIENT_SPAN}-01`,
         tracestate: TRACESTATE,
@@ -90,7 +96,7 @@ describe('trace context through kvgate serve on every inference API', () => {
     return inTrace();
   };
 
-  const prompt = 'a prompt long enough to fill a block or two of tokens for the engine to read';
+  const prompt = `a prompt long enough to fill a block or two of tokens for the engine to read ${PROMPT_MARKER}`;
   const apis: [string, string, Record<string, unknown>][] = [
     ['chat', '/v1/chat/completions', { messages: [{ role: 'user', content: prompt }], max_tokens: 4 }],
     ['chat streamed', '/v1/chat/completions', { messages: [{ role: 'user', content: prompt }], stream: true }],
@@ -130,11 +136,32 @@ describe('trace context through kvgate serve on every inference API', () => {
     const d = spans.find((s) => s.name === 'kvgate.engine.decode')!;
     expect(root.parentSpanId).toBe(CLIENT_SPAN);
     for (const leg of [p, d]) expect(leg.parentSpanId).toBe(root.spanId);
+    expect(d.links).toEqual([p.spanId]);
     expect(p.attributes).toMatchObject({ 'kvgate.worker_id': 2, 'kvgate.phase': 'prefill' });
     expect(d.attributes).toMatchObject({ 'kvgate.worker_id': 3, 'kvgate.phase': 'decode' });
     const onPrefill = (await tracedOf(prefill)).filter((t) => t.traceparent.includes(traceId));
     const onDecode = (await tracedOf(decode)).filter((t) => t.traceparent.includes(traceId));
     expect(onPrefill.map((t) => [t.traceparent, t.tracestate])).toEqual([[`00-${traceId}-${p.spanId}-01`, TRACESTATE]]);
     expect(onDecode.map((t) => [t.traceparent, t.tracestate])).toEqual([[`00-${traceId}-${d.spanId}-01`, TRACESTATE]]);
+  }, 30_000);
+
+  it('no span carries the API key, the Authorization header, the query string or the prompt text', async () => {
+    const traceId = traceIdOf(200);
+    await post(
+      `/v1/chat/completions?api_key=${API_KEY}`,
+      { model: AGG, messages: [{ role: 'user', content: prompt }] },
+      traceId,
+    );
+    const root = (await spansOf(traceId, ['kvgate.request', 'kvgate.engine.aggregated'])).find(
+      (s) => s.name === 'kvgate.request',
+    )!;
+    expect(root.attributes['url.path']).toBe('/v1/chat/completions');
+    // Every request of this suite sent the key and the marker; the collector got none of them.
+    expect(otlp.bodies.length).toBeGreaterThan(0);
+    for (const body of otlp.bodies) {
+      expect(body).not.toContain(API_KEY);
+      expect(body).not.toContain(PROMPT_MARKER);
+      expect(body.toLowerCase()).not.toContain('bearer');
+    }
   }, 30_000);
 });
