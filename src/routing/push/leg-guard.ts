@@ -176,6 +176,8 @@ export interface LegGuardOptions {
   readonly release: () => void;
   /** The leg failed (a dispatch failure, or mid-stream); the error is rethrown to the consumer. */
   readonly onError?: ((err: unknown) => void) | undefined;
+  /** The engine reported how many of the prompt's tokens it found cached (its usage): the leg's span names it. */
+  readonly onCachedTokens?: ((tokens: number) => void) | undefined;
 }
 
 /** Watches one dispatched leg: progress into the bookkeeping, reports into metrics, exactly one release. */
@@ -184,6 +186,7 @@ export class LegGuard {
   readonly #blocks: OutputBlockTracker | undefined;
   readonly #observe: RequestObservability;
   readonly #onError: ((err: unknown) => void) | undefined;
+  readonly #onCached: ((tokens: number) => void) | undefined;
   #failed = false;
   /** The worker the leg went to. */
   readonly worker: { readonly id: number; readonly url: string };
@@ -192,6 +195,7 @@ export class LegGuard {
 
   constructor(deps: LegGuardOptions, req: LegRequest, sel: Selection) {
     this.#onError = deps.onError;
+    this.#onCached = deps.onCachedTokens;
     this.worker = sel.worker;
     this.agentPath = isAgentPath(req.path) ? req.path : undefined;
     this.#cleanup = new RequestCleanup(deps.release);
@@ -211,6 +215,8 @@ export class LegGuard {
     const produced = info.tokenIds ?? info.outputChoices;
     if (produced > 0) this.#blocks?.onOutput(produced);
     this.#observe.onOutput(produced, info);
+    const cached = info.usage?.cachedTokens;
+    if (cached !== undefined) this.#onCached?.(cached);
   }
 
   /** The leg failed (reported once, before the leg ends: an assembled answer's stream fails inside the dispatch). */

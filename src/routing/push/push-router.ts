@@ -385,6 +385,7 @@ export class PushRouter implements PoolMembers {
           spanFailed(span, err);
           noteLegFailure({ ctx: this.#ctx, model: this.model, role: this.role, req, sel }, err);
         },
+        onCachedTokens: (tokens) => span.setAttribute('kvgate.cached_tokens', tokens),
       },
       req,
       sel,

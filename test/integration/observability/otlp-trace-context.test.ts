@@ -145,6 +145,25 @@ describe('trace context through kvgate serve on every inference API', () => {
     expect(onDecode.map((t) => [t.traceparent, t.tracestate])).toEqual([[`00-${traceId}-${d.spanId}-01`, TRACESTATE]]);
   }, 30_000);
 
+  it("the same prompt again: the route span names the overlap and the leg span the engine's cached tokens", async () => {
+    const body = {
+      model: AGG,
+      messages: [{ role: 'user', content: `${prompt} ${'again '.repeat(40)}` }],
+      max_tokens: 2,
+    };
+    const legs: OtlpSpan[] = [];
+    const routes: OtlpSpan[] = [];
+    for (const n of [300, 301]) {
+      await post('/v1/chat/completions', body, traceIdOf(n));
+      const spans = await spansOf(traceIdOf(n), ['kvgate.route', 'kvgate.engine.aggregated']);
+      routes.push(spans.find((s) => s.name === 'kvgate.route')!);
+      legs.push(spans.find((s) => s.name === 'kvgate.engine.aggregated')!);
+    }
+    expect(legs[0]!.attributes['kvgate.cached_tokens']).toBe(0);
+    expect(routes[1]!.attributes['kvgate.overlap_blocks']).toBeGreaterThan(0);
+    expect(legs[1]!.attributes['kvgate.cached_tokens']).toBeGreaterThan(0);
+  }, 30_000);
+
   it('no span carries the API key, the Authorization header, the query string or the prompt text', async () => {
     const traceId = traceIdOf(200);
     await post(
