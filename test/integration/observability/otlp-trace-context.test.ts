@@ -148,7 +148,7 @@ describe('trace context through kvgate serve on every inference API', () => {
   it("the same prompt again: the route span names the overlap and the leg span the engine's cached tokens", async () => {
     const body = {
       model: AGG,
-      messages: [{ role: 'user', content: `${prompt} ${'again '.repeat(40)}` }],
+      messages: [{ role: 'user', content: `an opening no other case sends, then ${prompt} ${'again '.repeat(40)}` }],
       max_tokens: 2,
     };
     const legs: OtlpSpan[] = [];
@@ -159,9 +159,10 @@ describe('trace context through kvgate serve on every inference API', () => {
       routes.push(spans.find((s) => s.name === 'kvgate.route')!);
       legs.push(spans.find((s) => s.name === 'kvgate.engine.aggregated')!);
     }
-    expect(legs[0]!.attributes['kvgate.cached_tokens']).toBe(0);
+    const cached = legs.map((l) => l.attributes['kvgate.cached_tokens'] as number);
+    expect(cached[0]).toBe(0);
     expect(routes[1]!.attributes['kvgate.overlap_blocks']).toBeGreaterThan(0);
-    expect(legs[1]!.attributes['kvgate.cached_tokens']).toBeGreaterThan(0);
+    expect(cached[1]).toBeGreaterThan(0);
   }, 30_000);
 
   it('no span carries the API key, the Authorization header, the query string or the prompt text', async () => {
