@@ -3,7 +3,8 @@
  * `kvgate mocker` engines whose faults this test sets at run time (POST /admin/faults), read at an OTLP/HTTP (JSON)
  * receiver run by this test (test/helpers/otlp-receiver.ts, a double that speaks the protocol):
  * - a retry on another worker is a `kvgate.retry` span around a new engine-leg span (its own span id, sent to the
- *   second engine), and the failed first leg's span is ERROR with its error code;
+ *   second engine), and the failed first leg's span is ERROR with its error code; a stream migrated mid-way gets a
+ *   new engine-leg span too;
  * - a failed request's server span names the error code it was answered with: ERROR for a 5xx, unset for a 4xx;
  * - a stream whose engine fails after some tokens: the server span (answered 200) is ERROR with the code;
  * - a client that leaves mid-stream (the engine stalled, never ending the stream) ends the leg's and the request's
@@ -106,6 +107,32 @@ describe("a request's spans end and fail as an operator reads them", () => {
     // The request succeeded: its span is not failed.
     expect(root.statusCode).not.toBe(STATUS_ERROR);
     expect(root.attributes['kvgate.error.code']).toBeUndefined();
+  }, 60_000);
+
+  it('a stream migrated mid-way to another worker: the new leg is a new span, sent to the second engine', async () => {
+    await faults(engines[0]!, { ...healthy, error_after_tokens: 3, error_status: 503 });
+    await faults(engines[1]!, healthy);
+    // Round-robin: of two requests, one starts on the failing worker and resumes on the other.
+    const ids = [nextTrace(), nextTrace()];
+    for (const id of ids) {
+      const res = await chat(id, { stream: true, max_tokens: 12 });
+      expect(res.status).toBe(200);
+      expect(await res.text()).toContain('[DONE]');
+    }
+    const legsOf = (id: string): OtlpSpan[] =>
+      otlp.spans.filter((s) => s.traceId === id && s.name === 'kvgate.engine.aggregated');
+    await until(() => ids.some((id) => legsOf(id).length === 2), 'a migrated request', 20_000);
+    const migrated = ids.find((id) => legsOf(id).length === 2)!;
+    const [root] = (await spansOf(migrated, ['kvgate.request'])).filter((s) => s.name === 'kvgate.request');
+    const first = legsOf(migrated).find((s) => s.attributes['kvgate.worker_id'] === 1)!;
+    const second = legsOf(migrated).find((s) => s.attributes['kvgate.worker_id'] === 2)!;
+    expect(first.statusCode).toBe(STATUS_ERROR);
+    expect(second.spanId).not.toBe(first.spanId);
+    expect(second.parentSpanId).toBe(root!.spanId);
+    expect(second.statusCode).not.toBe(STATUS_ERROR);
+    const state = (await (await fetch(`${engines[1]!.url}/admin/state`)).json()) as { traceparents: string[] };
+    expect(state.traceparents).toContain(`00-${migrated}-${second.spanId}-01`);
+    expect(root!.statusCode).not.toBe(STATUS_ERROR);
   }, 60_000);
 
   it("a failed request's span names the code it was answered with: ERROR for a 5xx, unset for a 4xx", async () => {
