@@ -7,56 +7,13 @@
  * `traceparent` of the same trace, naming the engine-leg span as parent.
  * The request's log lines carry the trace id.
  */
-import { createServer, type Server } from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jsonLines, startMockerEngine, startServe, stopServed, type ServedProc } from '../../helpers/serve-process.js';
+import { startOtlpReceiver, type OtlpReceiver, type OtlpSpan } from '../../helpers/otlp-receiver.js';
 import { until } from '../../helpers/until.js';
-
-interface OtlpSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId: string;
-  name: string;
-  attributes: Record<string, unknown>;
-}
-
-/** OTLP/JSON ids are hex; an exporter set to base64 ids is read too. */
-function hexId(id: unknown): string {
-  const s = typeof id === 'string' ? id : '';
-  return /^[0-9a-f]*$/.test(s) ? s : Buffer.from(s, 'base64').toString('hex');
-}
-
-function attributeValue(v: Record<string, unknown>): unknown {
-  if ('intValue' in v) return Number(v.intValue);
-  if ('doubleValue' in v) return Number(v.doubleValue);
-  return v.stringValue ?? v.boolValue;
-}
-
-/** Every span of an OTLP ExportTraceServiceRequest (JSON encoding). */
-function spansOf(body: unknown): OtlpSpan[] {
-  const out: OtlpSpan[] = [];
-  for (const rs of (body as { resourceSpans?: unknown[] }).resourceSpans ?? []) {
-    for (const ss of (rs as { scopeSpans?: unknown[] }).scopeSpans ?? []) {
-      for (const s of (ss as { spans?: Record<string, unknown>[] }).spans ?? []) {
-        const attributes: Record<string, unknown> = {};
-        for (const a of (s.attributes as { key: string; value: Record<string, unknown> }[] | undefined) ?? [])
-          attributes[a.key] = attributeValue(a.value);
-        out.push({
-          traceId: hexId(s.traceId),
-          spanId: hexId(s.spanId),
-          parentSpanId: hexId(s.parentSpanId ?? ''),
-          name: String(s.name),
-          attributes,
-        });
-      }
-    }
-  }
-  return out;
-}
 
 const WORKER_ID = 7;
 const CLIENT_TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
@@ -64,30 +21,21 @@ const CLIENT_SPAN = '00f067aa0ba902b7';
 
 describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
   let dir: string;
-  let receiver: Server;
-  const received: OtlpSpan[] = [];
+  let receiver: OtlpReceiver;
+  let received: OtlpSpan[];
   let mocker: ServedProc | undefined;
   let gateway: ServedProc | undefined;
   let url = '';
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kvgate-otlp-'));
-    receiver = createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req
-        .on('data', (c: Buffer) => chunks.push(c))
-        .on('end', () => {
-          if (req.url === '/v1/traces' && String(req.headers['content-type']).includes('json'))
-            received.push(...spansOf(JSON.parse(Buffer.concat(chunks).toString('utf8'))));
-          res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-        });
-    });
-    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    receiver = await startOtlpReceiver();
+    received = receiver.spans;
   });
 
   afterAll(async () => {
     await Promise.all([stopServed(gateway), stopServed(mocker)]);
-    await new Promise((resolve) => receiver.close(resolve));
+    await receiver.close();
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -103,7 +51,7 @@ describe('kvgate serve exports OpenTelemetry traces over OTLP/HTTP', () => {
         listen: { host: '127.0.0.1', port: 0 },
         preprocess: { threads: 0 },
         log: { level: 'info' },
-        tracing: { otlp_endpoint: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`, sample_ratio: 1 },
+        tracing: { otlp_endpoint: receiver.url, sample_ratio: 1 },
         models: [
           {
             name: engine.model,
