@@ -42,6 +42,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   segmentCacheTokens: 2_000_000,
   segmentCacheBytes: 32 * 1024 * 1024,
   conversationCacheBytes: 128 * 1024 * 1024,
+  preprocessTaskTimeoutMs: 30_000,
   logLevel: 'info' as LogLevel,
   routerMode: 'kv' as RouterMode,
   blockSize: 16,

@@ -186,7 +186,13 @@ function readProcess(
 
   const processes = root.int('processes', 1, { min: 1, max: 64 });
   const pre = root.child('preprocess');
-  pre?.allowOnly(['threads', 'segment_cache_tokens', 'segment_cache_bytes', 'conversation_cache_bytes']);
+  pre?.allowOnly([
+    'threads',
+    'segment_cache_tokens',
+    'segment_cache_bytes',
+    'conversation_cache_bytes',
+    'task_timeout_ms',
+  ]);
   const preprocess = {
     threads:
       pre?.int('threads', defaultPreprocessThreads(processes), { min: 0, max: 64 }) ??
@@ -200,6 +206,9 @@ function readProcess(
     conversationCacheBytes:
       pre?.int('conversation_cache_bytes', GATEWAY_DEFAULTS.conversationCacheBytes, { min: 0, max: 2 ** 40 }) ??
       GATEWAY_DEFAULTS.conversationCacheBytes,
+    taskTimeoutMs:
+      pre?.int('task_timeout_ms', GATEWAY_DEFAULTS.preprocessTaskTimeoutMs, { min: 100, max: 3_600_000 }) ??
+      GATEWAY_DEFAULTS.preprocessTaskTimeoutMs,
   };
 
   const log = root.child('log');

@@ -367,6 +367,8 @@ export interface GatewayConfig {
     readonly segmentCacheBytes: number;
     /** Bytes each thread's conversation cache may retain per model (prompts, ids, hashes); 0 disables it. */
     readonly conversationCacheBytes: number;
+    /** How long a task may run on a preprocessing thread before the thread is replaced (`preprocess.task_timeout_ms`). */
+    readonly taskTimeoutMs: number;
   };
   readonly logLevel: LogLevel;
   /**

@@ -119,7 +119,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         `model ${m.name} is KV-routed without a tokenizer: its cache-hit predictions are guesses (kvgate_model_tokenizer_missing)`,
       );
   }
-  const preprocessor = await createPreprocessor(preprocessModelSpecs(config), { threads: config.preprocess.threads });
+  const preprocessor = await createPreprocessor(preprocessModelSpecs(config), {
+    threads: config.preprocess.threads,
+    taskTimeoutMs: config.preprocess.taskTimeoutMs,
+  });
   const unscrape = scrapeConversations(metrics, preprocessor);
   const routers: ModelRouterPort[] = [];
   let server: GatewayServer | undefined;

@@ -61,7 +61,10 @@ async function metricsServer(config: GatewayConfig, metrics: KvgateMetrics): Pro
 export async function startPicker(config: GatewayConfig, logger: Logger): Promise<RunningPicker> {
   const model = pickerModel(config);
   const metrics = new KvgateMetrics();
-  const preprocessor = await createPreprocessor(preprocessModelSpecs(config), { threads: config.preprocess.threads });
+  const preprocessor = await createPreprocessor(preprocessModelSpecs(config), {
+    threads: config.preprocess.threads,
+    taskTimeoutMs: config.preprocess.taskTimeoutMs,
+  });
   const server = new PickerServer({
     model: servedModelConfig(model, await settleInlineSystem([model], preprocessor, logger)),
     preprocessor,

@@ -141,7 +141,7 @@ ${WORKERS}
     });
     const c = loadGatewayConfig({
       file: file(`
-preprocess: { segment_cache_bytes: 1048576 }
+preprocess: { segment_cache_bytes: 1048576, task_timeout_ms: 120000 }
 limits: { max_session_timeout_s: 600, max_sessions: 5000 }
 health: { interval_ms: 500, timeout_ms: 250, unhealthy_after: 3, max_ejected_percent: 25 }
 models:
@@ -152,6 +152,7 @@ ${WORKERS}
       env: {},
     });
     expect(c.preprocess.segmentCacheBytes).toBe(2_097_152);
+    expect(c.preprocess.taskTimeoutMs).toBe(120_000);
     expect([c.limits.maxSessionTimeoutS, c.limits.maxSessions]).toEqual([600, 5000]);
     expect(c.health).toEqual({
       intervalMs: 500,
