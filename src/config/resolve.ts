@@ -8,10 +8,11 @@
  */
 import { readFileSync } from 'node:fs';
 import { absolute, checkHost, type ResolveContext } from './checks.js';
-import { DEFAULT_INGEST_THREADS, defaultPreprocessThreads, GATEWAY_DEFAULTS } from './defaults.js';
+import { DEFAULT_INGEST_THREADS, GATEWAY_DEFAULTS } from './defaults.js';
 import { ConfigReader, isPlainObject, show, type ConfigProblem } from './reader.js';
 import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readLimits, readListen } from './resolve-edge.js';
+import { readPreprocess } from './resolve-preprocess.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { readTenants } from './resolve-tenants.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
@@ -185,31 +186,7 @@ function readProcess(
     GATEWAY_DEFAULTS.drainTimeoutMs;
 
   const processes = root.int('processes', 1, { min: 1, max: 64 });
-  const pre = root.child('preprocess');
-  pre?.allowOnly([
-    'threads',
-    'segment_cache_tokens',
-    'segment_cache_bytes',
-    'conversation_cache_bytes',
-    'task_timeout_ms',
-  ]);
-  const preprocess = {
-    threads:
-      pre?.int('threads', defaultPreprocessThreads(processes), { min: 0, max: 64 }) ??
-      defaultPreprocessThreads(processes),
-    segmentCacheTokens:
-      pre?.int('segment_cache_tokens', GATEWAY_DEFAULTS.segmentCacheTokens, { min: 0, max: 1 << 28 }) ??
-      GATEWAY_DEFAULTS.segmentCacheTokens,
-    segmentCacheBytes:
-      pre?.int('segment_cache_bytes', GATEWAY_DEFAULTS.segmentCacheBytes, { min: 0, max: 2 ** 40 }) ??
-      GATEWAY_DEFAULTS.segmentCacheBytes,
-    conversationCacheBytes:
-      pre?.int('conversation_cache_bytes', GATEWAY_DEFAULTS.conversationCacheBytes, { min: 0, max: 2 ** 40 }) ??
-      GATEWAY_DEFAULTS.conversationCacheBytes,
-    taskTimeoutMs:
-      pre?.int('task_timeout_ms', GATEWAY_DEFAULTS.preprocessTaskTimeoutMs, { min: 100, max: 3_600_000 }) ??
-      GATEWAY_DEFAULTS.preprocessTaskTimeoutMs,
-  };
+  const preprocess = readPreprocess(root, processes);
 
   const log = root.child('log');
   log?.allowOnly(['level']);

@@ -102,8 +102,7 @@ function scrapeConversations(metrics: KvgateMetrics, preprocessor: Preprocessor)
 }
 
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
-  const { config } = opts;
-  const { logger } = opts;
+  const { config, logger } = opts;
   const metrics = opts.metrics ?? new KvgateMetrics();
   // In a cluster every series carries the process's index, and a scrape of any process shows every process's series.
   if (opts.process !== undefined) metrics.registry.setDefaultLabels({ process: String(opts.process) });
