@@ -36,6 +36,8 @@ interface MembershipMetrics {
   readonly workerMembership: {
     labels(l: { model: string; source: WorkerSourceKind; change: MembershipChange }): { inc(): void };
   };
+  /** Removes every series labelled with the worker's id (it is gone: ids come and go with the fleet). */
+  forgetWorker(workerId: number): unknown;
 }
 
 /** Where a model's membership changes are logged and counted. */
@@ -191,11 +193,20 @@ export class FleetMembers {
             'drained',
             `worker ${w.id} drained: its in-flight requests are done, its connections closed`,
           );
+          this.#gone(w);
         }
         this.#changed();
       });
-    }
+    } else this.#gone(w);
     this.#changed();
+  }
+
+  /**
+   * The worker is gone for good (drained, or left an engine another worker still serves): its series go, so a
+   * fleet whose ids come and go (pods, registrations) does not pile up series of workers long gone.
+   */
+  #gone(w: WorkerInfo): void {
+    this.#sinks.get(w.model)?.metrics.forgetWorker(w.id);
   }
 
   #changed(): void {

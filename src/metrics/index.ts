@@ -15,6 +15,7 @@ import { discoveryWatchMetrics, type DiscoveryWatchMetrics } from './discovery-w
 import { httpEdgeMetrics } from './http.js';
 import { replicaMetrics, type ReplicaMetrics } from './replicas.js';
 import { METRIC_DEFINITIONS, type DefinedMetrics, type MetricDefinition } from './definitions.js';
+import { removeWorkerSeries } from './worker-series.js';
 
 export type { ReplicaMetrics } from './replicas.js';
 export { FastCounterChild, FastHistogramChild } from './fast-children.js';
@@ -85,6 +86,14 @@ export class KvgateMetrics {
   onScrape(hook: () => void): () => void {
     this.#scrapeHooks.add(hook);
     return () => this.#scrapeHooks.delete(hook);
+  }
+
+  /**
+   * The worker is gone from the fleet (left and drained, or a picker endpoint that left): every series labelled
+   * with its id goes, so ids that come and go (pods, registrations) do not pile up series. Returns how many went.
+   */
+  forgetWorker(workerId: number): number {
+    return removeWorkerSeries(this.registry, workerId);
   }
 
   /**

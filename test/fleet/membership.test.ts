@@ -74,6 +74,30 @@ describe('FleetMembers: join and leave', () => {
     );
   }, 60_000);
 
+  // Series cardinality: worker ids come and go with the fleet (pods, registrations); a worker that left and
+  // drained takes every series labelled with its id along, so churn does not pile up series of gone workers.
+  it('a worker that left and drained leaves no series labelled with its id', async () => {
+    fleet = await startFleet(2, { mocker: { speedup: 5 } });
+    const { router, registry, engine, metrics } = fleet;
+    prober = new HealthProber(registry, { checkModels: false });
+    const members = new FleetMembers(registry, engine, prober);
+    members.watch(router.model, pino({ level: 'silent' }), metrics);
+    await until(() => router.events!.subscriber(W2) !== undefined, 'worker 2 subscribed');
+    const tokens = Array.from({ length: 64 }, (_, i) => 9000 + i);
+    await drain(await router.route(prepare(tokens, { hints: { annotations: [], backendInstanceId: 2 } })));
+    router.tick();
+    const before = await metrics.text();
+    expect(before).toMatch(/kvgate_router_time_to_first_token_seconds_count\{[^}]*worker_id="2"[^}]*\} 1/);
+    expect(before).toMatch(/kvgate_worker_up\{[^}]*worker_id="2"/);
+    members.leave(2);
+    await until(() => members.state(2) === undefined, 'worker 2 drained');
+    router.tick();
+    const after = await metrics.text();
+    expect(after.split('\n').filter((l) => /worker_id="2"/.test(l))).toEqual([]);
+    // Worker 1's own series stay.
+    expect(after).toMatch(/kvgate_worker_up\{[^}]*worker_id="1"[^}]*\} 1/);
+  }, 60_000);
+
   it('a leaving worker finishes its stream in flight and takes no new request', async () => {
     fleet = await startFleet(2, { mocker: { speedup: 5 } });
     const { router, registry, engine } = fleet;
