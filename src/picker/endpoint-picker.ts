@@ -175,7 +175,11 @@ export class EndpointPicker {
       // A pod whose address or publisher changed is another engine: it leaves and joins anew.
       if (now?.endpoint === endpoint && now.kvEvents === this.#publishers.get(id)) continue;
       this.#router.removeWorker(id);
-      if (this.#publishers.delete(id)) void this.#events?.remove(id);
+      // Ids are never reused here (each pod that joins gets the next): the gone pod's series go with it, once its
+      // subscription is stopped, or pod churn would pile up a series set per pod that ever served.
+      const forget = (): void => void this.#metrics?.forgetWorker(id);
+      if (this.#publishers.delete(id) && this.#events !== undefined) void this.#events.remove(id).finally(forget);
+      else forget();
       this.#byName.delete(name);
       this.#endpoints.delete(id);
       this.#ids.delete(endpoint);
@@ -218,7 +222,9 @@ export class EndpointPicker {
 
   /** A pod's KV events could not be subscribed: logged and counted as the gateway counts a worker's. */
   #subscriptionRefused(id: number, pod: PoolEndpoint, err: Error): void {
-    this.#metrics?.kvEventSubscriptionsRefused.labels({ worker_id: String(id), dp_rank: '0' }).inc();
+    // Not counted for a pod already gone: its series went with it.
+    if (this.#endpoints.has(id))
+      this.#metrics?.kvEventSubscriptionsRefused.labels({ worker_id: String(id), dp_rank: '0' }).inc();
     this.#logger.error(
       { endpoint: pod.endpoint, kvEvents: pod.kvEvents, workerId: id, err: err.message },
       `endpoint ${pod.endpoint}: its KV events cannot be subscribed (${err.message}); scored approximately`,

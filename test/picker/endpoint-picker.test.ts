@@ -173,3 +173,47 @@ describe('EndpointPicker: the pool left without a ready endpoint', () => {
     void picker.close();
   });
 });
+
+// Series cardinality: each pod that joins gets a new worker id; a pod that left takes its series along, so pod
+// churn does not pile up a series set per pod that ever served.
+describe('EndpointPicker: pods that come and go', () => {
+  it("leave no series labelled with a gone pod's worker id", async () => {
+    const config = loadGatewayConfig({
+      env: {},
+      base: {
+        models: [
+          {
+            name: 'm',
+            tokenizer: 'demo',
+            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
+          },
+        ],
+      },
+    });
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'error' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const picker = new EndpointPicker({
+      metrics,
+      model: config.models[0]!,
+      logger,
+      clock: new ManualClock(0),
+      rng: seededRng(1),
+      fallbacks: 1,
+    });
+    const workerIds = async (): Promise<Set<string>> =>
+      new Set([...(await metrics.text()).matchAll(/worker_id="(\d+)"/g)].map((m) => m[1]!));
+    try {
+      for (let i = 0; i < 20; i++) {
+        picker.setEndpoints([{ name: `pod-${i}`, endpoint: `10.0.1.${i}:8000`, kvEvents: 'not-an-endpoint' }]);
+        await vi.waitFor(() =>
+          expect(lines.filter((l) => /cannot be subscribed/.test(String(l['msg'])))).toHaveLength(i + 1),
+        );
+      }
+      // Only the pod there now (id 20) has series.
+      await vi.waitFor(async () => expect([...(await workerIds())]).toEqual(['20']));
+    } finally {
+      await picker.close();
+    }
+  });
+});
