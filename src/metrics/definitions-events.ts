@@ -17,7 +17,7 @@ export const EVENT_METRIC_DEFINITIONS = {
     name: 'kvgate_kv_cache_group_changes_total',
     help:
       "KV-cache groups of a hybrid model learned from its engines' KV events, or changed, by group index and kind " +
-      '(full, sliding:<tokens>, mamba, unknown(<kind>)).',
+      '(full, sliding:<tokens>, mamba, unknown; group 0..30, other past them).',
     labelNames: ['group', 'kind'],
   },
   kvEventDecodeErrors: {

@@ -33,6 +33,20 @@ export interface KvPoolOptions {
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
 }
 
+/** Group indexes kept as label values (the groups a block's bitmask holds); an engine's others are `other`. */
+const MAX_GROUP_LABEL = 31;
+
+/**
+ * The labels of a group's count. The group index and an unknown kind's name are the engine's: bounded here (an
+ * index past the bitmask's groups is `other`, any kind kvgate does not know `unknown`; the log line names it), so an
+ * engine's events cannot grow the series set.
+ */
+export function kvGroupMetricLabels(groupIdx: number, spec: KvGroupSpec): { group: string; kind: string } {
+  const group =
+    Number.isSafeInteger(groupIdx) && groupIdx >= 0 && groupIdx < MAX_GROUP_LABEL ? String(groupIdx) : 'other';
+  return { group, kind: spec.kind === 'unknown' ? 'unknown' : kvGroupLabel(spec) };
+}
+
 export function kvPool(
   role: WorkerRole,
   opts: KvPoolOptions,
@@ -60,7 +74,7 @@ export function kvPool(
   if (budgetMib !== null) boundIndex(kvRouter, budgetMib, { model: opts.model, worker_type: role }, ctx);
   if (kvRouter.config.useKvEvents) {
     const onSpec = (groupIdx: number, spec: KvGroupSpec): void =>
-      ctx.metrics?.kvCacheGroupChanges.labels({ group: String(groupIdx), kind: kvGroupLabel(spec) }).inc();
+      ctx.metrics?.kvCacheGroupChanges.labels(kvGroupMetricLabels(groupIdx, spec)).inc();
     groups = new KvGroupIndexes({ primary: kvRouter.index, logger: ctx.logger, onSpec });
     const indexes = new TieredPrefixIndex(kvRouter.index);
     const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes, groups, eagle: opts.eagle });
