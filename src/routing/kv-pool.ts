@@ -41,7 +41,7 @@ const MAX_GROUP_LABEL = 31;
  * index past the bitmask's groups is `other`, any kind kvgate does not know `unknown`; the log line names it), so an
  * engine's events cannot grow the series set.
  */
-export function kvGroupMetricLabels(groupIdx: number, spec: KvGroupSpec): { group: string; kind: string } {
+function kvGroupMetricLabels(groupIdx: number, spec: KvGroupSpec): { group: string; kind: string } {
   const group =
     Number.isSafeInteger(groupIdx) && groupIdx >= 0 && groupIdx < MAX_GROUP_LABEL ? String(groupIdx) : 'other';
   return { group, kind: spec.kind === 'unknown' ? 'unknown' : kvGroupLabel(spec) };
