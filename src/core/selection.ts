@@ -57,11 +57,11 @@ export function softmaxProbabilities(costs: Float64Array, n: number, temperature
     for (let i = 0; i < n; i++) out[i] = 1 / n;
     return;
   }
-  // logit_i = −(c_i / range) / T; the largest logit belongs to the smallest cost.
-  const top = -(min / range) / temperature;
+  // logit_i = −(c_i / range) / T, shifted by the largest (the smallest cost's): exp(−((c_i − min) / range) / T).
+  // Shifting before dividing keeps a tiny T finite: the lowest cost's term is exp(0) = 1, never exp(−∞ + ∞) = NaN.
   let sum = 0;
   for (let i = 0; i < n; i++) {
-    const e = Math.exp(-(costs[i]! / range) / temperature - top);
+    const e = Math.exp(-((costs[i]! - min) / range) / temperature);
     out[i] = e;
     sum += e;
   }

@@ -124,6 +124,14 @@ describe('selection (spec 4.3)', () => {
     expect([...probs]).toEqual([0.25, 0.25, 0.25, 0.25]);
   });
 
+  it('a temperature near 0 (a client override of 5e-324) gives the lowest cost all the mass, never NaN', () => {
+    const probs = new Float64Array(3);
+    // Before: logits of -Infinity minus a top of -Infinity were NaN, and the sampler then took candidate 0.
+    softmaxProbabilities(Float64Array.from([30, 10, 20]), 3, 5e-324, probs);
+    expect([...probs]).toEqual([0, 1, 0]);
+    expect(sampleIndex(probs, 3, seededRng(3))).toBe(1);
+  });
+
   it('ties at temperature 0 are uniform', () => {
     const costs = Float64Array.from([5, 2, 9, 2, 2, 3]);
     const rng = seededRng(11);
