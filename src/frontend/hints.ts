@@ -103,12 +103,24 @@ function merge(
 
 /**
  * `nvext.router_config_override`, parsed once here with the core's parser into
- * the typed override the scheduler reads unchanged.
+ * the typed override the scheduler reads unchanged, less the two values that
+ * would book the request's load below what it is: `track_prefill_tokens: false`
+ * (its prefill tokens booked as none) and `assume_kv_reuse: true` (its prompt
+ * blocks booked as shared). Honoured, they hid a client's load from the
+ * overload thresholds and the queue that protect everyone else's requests;
+ * dropped, the router config's value applies (the same, or the load in full).
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the offending field.
  */
 function parseOverride(raw: Record<string, unknown>): RouterConfigOverride {
   try {
-    return parseRouterConfigOverride(raw);
+    const o = parseRouterConfigOverride(raw);
+    if (o.trackPrefillTokens !== false && o.assumeKvReuse !== true) return o;
+    const { trackPrefillTokens, assumeKvReuse, ...rest } = o;
+    return Object.freeze({
+      ...rest,
+      ...(trackPrefillTokens === true ? { trackPrefillTokens } : {}),
+      ...(assumeKvReuse === false ? { assumeKvReuse } : {}),
+    });
   } catch (err) {
     if (!isKvgateError(err)) throw err;
     const field = String(err.detail?.field ?? '');

@@ -34,4 +34,19 @@ describe('parseRoutingHints', () => {
     }
     expect(isKvgateError(err, 'KVG_ERR_UNKNOWN_WORKER')).toBe(true);
   });
+
+  it('router_config_override: the values that would book a request below its load are dropped, the rest kept', () => {
+    // track_prefill_tokens: false booked the prompt's prefill as 0 tokens, assume_kv_reuse: true its blocks as shared:
+    // a client's load hidden from the overload thresholds and the queue (before: both kept as sent).
+    const o = (raw: Record<string, unknown>) =>
+      parseRoutingHints({ router_config_override: raw }, {}, workers).hints.routerConfigOverride;
+    expect(o({ track_prefill_tokens: false, assume_kv_reuse: true, router_temperature: 0.5 })).toEqual({
+      routerTemperature: 0.5,
+    });
+    expect(o({ track_prefill_tokens: true, assume_kv_reuse: false })).toEqual({
+      trackPrefillTokens: true,
+      assumeKvReuse: false,
+    });
+    expect(Object.isFrozen(o({ trackPrefillTokens: false }))).toBe(true);
+  });
 });
