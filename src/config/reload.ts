@@ -71,6 +71,7 @@ const MODEL_RESTART_FIELDS: readonly [string, (m: ModelConfig) => unknown][] = [
   ['anthropic_inline_system', (m) => m.anthropicInlineSystem],
   ['session_priority', (m) => m.sessionPriority ?? 'off'],
   ['session_affinity', (m) => m.sessionAffinity],
+  ['client_pins', (m) => m.clientPins],
   ['engine_timeouts', (m) => m.engineTimeouts],
   ['engine', (m) => m.engine],
   ['workers_file', (m) => m.workersFile],

@@ -19,7 +19,7 @@ import { GATEWAY_DEFAULTS } from './defaults.js';
 import { readEtcdSection, readInferencePoolSection, readKubernetesSection } from './discovery-sections.js';
 import { ConfigReader, isPlainObject, show, type FieldPath } from './reader.js';
 import { readRouterKnobs, resolveRouter, routerPresetOf, type RouterKnobs } from './resolve-router.js';
-import { readSessionKeys } from './resolve-sessions.js';
+import { readClientPins, readSessionKeys } from './resolve-sessions.js';
 import type { EngineTimeouts, ModelConfig, TokenizerSource, WorkerConfig } from './types.js';
 
 const MODEL_KEYS = [
@@ -38,6 +38,7 @@ const MODEL_KEYS = [
   'anthropic_inline_system',
   'session_priority',
   'session_affinity',
+  'client_pins',
   'max_prompt_tokens',
   'router',
   'workers',
@@ -326,6 +327,7 @@ export function readModel(
     eagle,
     anthropicInlineSystem,
     ...sessions,
+    clientPins: readClientPins(m, routerMode),
     maxPromptTokens: modelMax,
     routerPreset: routerPresetOf(globalRouter, localRouter),
     router,

@@ -77,6 +77,12 @@ export interface ModelConfig {
   readonly sessionPriority: SessionPriorityOrder | undefined;
   /** `session_affinity`: whether a session's binding pins its requests (default: `cost` in KV mode, else `pin`). */
   readonly sessionAffinity: SessionAffinity;
+  /**
+   * `client_pins`: whether a client may name its workers (`nvext` pins and `allowed_worker_ids`, the worker-id
+   * headers), which skip the router queue and, pinned, the overload thresholds. `deny`: such a request is a 400
+   * (direct mode needs `allow`, the default).
+   */
+  readonly clientPins: 'allow' | 'deny';
   /** Prompt token limit for this model (the global limit unless overridden). */
   readonly maxPromptTokens: number;
   /**

@@ -274,7 +274,19 @@ const NO_HINTS: ParsedHints = Object.freeze({
 });
 
 /**
- * Routing hints of a request for a model with `workers`.
+ * With the model's `client_pins: deny`, a request that names its workers (a pin or `allowed_worker_ids`, which skip
+ * the router queue, and pinned the overload thresholds, that share the workers among every client) is refused.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the first such field or header.
+ */
+function refusePins(pins: readonly Pin[], allowed: readonly number[] | undefined): void {
+  const named =
+    pins.find((p) => p.id !== undefined)?.param ?? (allowed !== undefined ? 'nvext.allowed_worker_ids' : '');
+  if (named !== '')
+    throw invalid(named, "names a worker, which this model's clients may not (client_pins: deny); omit it");
+}
+
+/**
+ * Routing hints of a request for a model with `workers`; `clientPins` is the model's `client_pins`.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST naming the header or nvext field; KVG_ERR_UNKNOWN_WORKER for a pin that
  *   is not one of `workers`.
  */
@@ -282,6 +294,7 @@ export function parseRoutingHints(
   nvextRaw: unknown,
   headers: IncomingHttpHeaders,
   workers: readonly WorkerId[],
+  clientPins: 'allow' | 'deny' = 'allow',
 ): ParsedHints {
   // Most requests carry no hint at all: one shared answer, the same as the full path's for them.
   if (nvextRaw === undefined && !ROUTING_HEADERS.some((h) => headers[h] !== undefined)) return NO_HINTS;
@@ -290,15 +303,13 @@ export function parseRoutingHints(
   const backendInstanceId = merge(nv.backend_instance_id, 'nvext.backend_instance_id', backendHeader);
   const prefillHeader = idHeader(headers, ['x-prefill-instance-id', 'x-dynamo-prefill-instance-id']);
   const prefillWorkerId = merge(nv.prefill_worker_id, 'nvext.prefill_worker_id', prefillHeader);
-  checkPins(
-    [
-      { id: backendInstanceId, param: backendHeader?.name ?? 'nvext.backend_instance_id' },
-      { id: nv.decode_worker_id, param: 'nvext.decode_worker_id' },
-      { id: prefillWorkerId, param: prefillHeader?.name ?? 'nvext.prefill_worker_id' },
-    ],
-    nv.allowed_worker_ids,
-    workers,
-  );
+  const pins: Pin[] = [
+    { id: backendInstanceId, param: backendHeader?.name ?? 'nvext.backend_instance_id' },
+    { id: nv.decode_worker_id, param: 'nvext.decode_worker_id' },
+    { id: prefillWorkerId, param: prefillHeader?.name ?? 'nvext.prefill_worker_id' },
+  ];
+  if (clientPins === 'deny') refusePins(pins, nv.allowed_worker_ids);
+  checkPins(pins, nv.allowed_worker_ids, workers);
 
   let session: RoutingHints['session'];
   const sessionHeader = headerValue(headers, 'x-session-id');

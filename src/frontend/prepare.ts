@@ -43,6 +43,7 @@ export function modelViews(served: PrepareOptions['served']): ModelView[] {
     adapters: [...port.adapters()],
     maxPromptTokens: model.maxPromptTokens,
     anthropicInlineSystem: model.anthropicInlineSystem,
+    clientPins: model.clientPins,
     readsTokenIds: port.readsTokenIds !== false,
     workers: model.workers.map((w) => (w.taints !== undefined ? { id: w.id, taints: [...w.taints] } : { id: w.id })),
     ownTokenizer: model.tokenizer.kind !== 'none',

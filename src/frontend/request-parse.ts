@@ -29,6 +29,8 @@ export interface ServedModel extends Served {
   readonly model: Served['model'] &
     Pick<ServedModelConfig, 'maxPromptTokens' | 'anthropicInlineSystem'> & {
       readonly workers: readonly { readonly id: number }[];
+      /** Its `client_pins` (absent: `allow`). */
+      readonly clientPins?: 'allow' | 'deny' | undefined;
     };
 }
 
@@ -95,7 +97,7 @@ export function routeRequestBody<S extends ServedModel>(
   const loraHint = (body.nvext as { lora_name?: string } | undefined)?.lora_name;
   const target = resolveModel(served, body.model as string, loraHint);
   // Pins are checked against the configured workers of the model the request resolved to.
-  const p = parseRoutingHints(body.nvext, headers, target.model.workers);
+  const p = parseRoutingHints(body.nvext, headers, target.model.workers, target.model.clientPins);
   const hints = target.loraName === p.hints.loraName ? p.hints : { ...p.hints, loraName: target.loraName };
   let task: RoutedRequest<S>['task'];
   try {

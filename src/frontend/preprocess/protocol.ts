@@ -102,6 +102,8 @@ export interface ModelView {
   maxPromptTokens: number;
   /** Its `anthropic_inline_system`. */
   anthropicInlineSystem: InlineSystemMode;
+  /** Its `client_pins` (absent: `allow`, for a view made for other bodies, the picker's). */
+  clientPins?: 'allow' | 'deny' | undefined;
   workers: { id: number; taints?: string[] }[];
   /**
    * True when the model has its own tokenizer; absent or false (`tokenizer: none`), the tokenizer endpoints refuse it
