@@ -21,6 +21,40 @@ function input(tokens: number, subset?: string[], base = 1000): PickInput {
   return { requestId: `r${++n}`, tokenIds: ids, hashes: promptHashes(ids, 16), hints: { annotations: [] }, subset };
 }
 
+/**
+ * A picker over model `m` (the demo tokenizer, one InferencePool) with `router` knobs, its log lines kept from
+ * `level` on, and `metrics` when given.
+ */
+function pickerOf(opts: { router?: Record<string, unknown>; level?: string; metrics?: KvgateMetrics } = {}): {
+  picker: EndpointPicker;
+  lines: Record<string, unknown>[];
+} {
+  const config = loadGatewayConfig({
+    env: {},
+    base: {
+      models: [
+        {
+          name: 'm',
+          tokenizer: 'demo',
+          ...(opts.router !== undefined ? { router: opts.router } : {}),
+          inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
+        },
+      ],
+    },
+  });
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level: opts.level ?? 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+  const picker = new EndpointPicker({
+    ...(opts.metrics !== undefined ? { metrics: opts.metrics } : {}),
+    model: config.models[0]!,
+    logger,
+    clock: new ManualClock(0),
+    rng: seededRng(1),
+    fallbacks: 1,
+  });
+  return { picker, lines };
+}
+
 describe('EndpointPicker: approximate entries expire', () => {
   let picker: EndpointPicker;
   let metrics: KvgateMetrics;
@@ -93,29 +127,8 @@ describe('EndpointPicker: approximate entries expire', () => {
 
 describe('EndpointPicker: a pod whose KV events cannot be subscribed', () => {
   it('is an error line naming the pod and a count of refused subscriptions; the pod is picked all the same', async () => {
-    const config = loadGatewayConfig({
-      env: {},
-      base: {
-        models: [
-          {
-            name: 'm',
-            tokenizer: 'demo',
-            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
-          },
-        ],
-      },
-    });
     const metrics = new KvgateMetrics({ processMetrics: false });
-    const lines: Record<string, unknown>[] = [];
-    const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-    const picker = new EndpointPicker({
-      metrics,
-      model: config.models[0]!,
-      logger,
-      clock: new ManualClock(0),
-      rng: seededRng(1),
-      fallbacks: 1,
-    });
+    const { picker, lines } = pickerOf({ metrics });
     try {
       picker.setEndpoints([{ name: 'a', endpoint: A, kvEvents: 'not-an-endpoint' }]);
       await vi.waitFor(() => expect(lines.some((l) => /cannot be subscribed/.test(String(l['msg'])))).toBe(true));
@@ -134,28 +147,7 @@ describe('EndpointPicker: a pod whose KV events cannot be subscribed', () => {
 
 describe('EndpointPicker: the pool left without a ready endpoint', () => {
   it('is a warn line (a change that leaves endpoints is an info line)', () => {
-    const config = loadGatewayConfig({
-      env: {},
-      base: {
-        models: [
-          {
-            name: 'm',
-            tokenizer: 'demo',
-            router: { use_kv_events: false },
-            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
-          },
-        ],
-      },
-    });
-    const lines: Record<string, unknown>[] = [];
-    const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-    const picker = new EndpointPicker({
-      model: config.models[0]!,
-      logger,
-      clock: new ManualClock(0),
-      rng: seededRng(1),
-      fallbacks: 1,
-    });
+    const { picker, lines } = pickerOf({ router: { use_kv_events: false } });
     const changes = () => lines.filter((l) => /^picker endpoints changed/.test(String(l['msg'])));
     picker.setEndpoints([
       { name: 'a', endpoint: A },
@@ -178,29 +170,8 @@ describe('EndpointPicker: the pool left without a ready endpoint', () => {
 // churn does not pile up a series set per pod that ever served.
 describe('EndpointPicker: pods that come and go', () => {
   it("leave no series labelled with a gone pod's worker id", async () => {
-    const config = loadGatewayConfig({
-      env: {},
-      base: {
-        models: [
-          {
-            name: 'm',
-            tokenizer: 'demo',
-            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
-          },
-        ],
-      },
-    });
     const metrics = new KvgateMetrics({ processMetrics: false });
-    const lines: Record<string, unknown>[] = [];
-    const logger = pino({ level: 'error' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-    const picker = new EndpointPicker({
-      metrics,
-      model: config.models[0]!,
-      logger,
-      clock: new ManualClock(0),
-      rng: seededRng(1),
-      fallbacks: 1,
-    });
+    const { picker, lines } = pickerOf({ metrics, level: 'error' });
     const workerIds = async (): Promise<Set<string>> =>
       new Set([...(await metrics.text()).matchAll(/worker_id="(\d+)"/g)].map((m) => m[1]!));
     try {
