@@ -4,15 +4,14 @@
  * and its warm-start index; a peer that predates the block size on the wire is taken as before, and one that
  * restarts with the same block size is taken again.
  */
-import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../src/common/index.js';
 import { KvScheduler, type SyncedBooking } from '../../src/core/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
-import { ReplicaSync } from '../../src/replicas/index.js';
 import { SyncChannel, type ChannelHost } from '../../src/replicas/channel.js';
 import { encodeBatch, opsSubject } from '../../src/replicas/protocol.js';
 import { MemoryBus } from './memory-bus.js';
+import { replica } from './test-replica.js';
 
 const KEY = 'mock-model/aggregated';
 
@@ -29,20 +28,9 @@ async function counter(metrics: KvgateMetrics, name: string, labels: Record<stri
     .reduce((n, v) => n + v.value, 0);
 }
 
-function replica(bus: MemoryBus, id: string, blockSize: number) {
-  const metrics = new KvgateMetrics({ processMetrics: false });
+function replicaOf(bus: MemoryBus, id: string, blockSize: number) {
   const lines: Record<string, unknown>[] = [];
-  const sync = new ReplicaSync({
-    transport: bus.transport(),
-    routerId: id,
-    heartbeatMs: 1000,
-    peerTimeoutMs: 5000,
-    maxQueuedOps: 1000,
-    subjectPrefix: 'kvgate.test',
-    chunkBytes: 1024,
-    maxSnapshotBytes: 1 << 24,
-  });
-  sync.bind(pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l)) }), metrics);
+  const { sync, metrics } = replica(bus, id, { lines });
   const kv = scheduler(blockSize);
   return { sync, metrics, lines, kv, attach: () => sync.attach(KEY, { kv, workerTypeOf: () => 'aggregated' }) };
 }
@@ -65,9 +53,9 @@ function booking(requestId: string): SyncedBooking {
 describe('replica sync: peers with another block size', () => {
   it("a peer's batches under another block size are refused: logged once, counted, its bookings ignored", async () => {
     const bus = new MemoryBus();
-    const a = replica(bus, 'a', 32);
-    const b = replica(bus, 'b', 16);
-    const c = replica(bus, 'c', 32);
+    const a = replicaOf(bus, 'a', 32);
+    const b = replicaOf(bus, 'b', 16);
+    const c = replicaOf(bus, 'c', 32);
     for (const r of [a, b, c]) r.attach();
     for (let i = 0; i < 3; i++) {
       const h = BigUint64Array.from({ length: 4 }, (_, j) => BigInt(i * 100 + j + 1));
@@ -127,7 +115,7 @@ describe('replica sync: peers with another block size', () => {
 
   it('a batch without a block size (an older replica) is applied', () => {
     const bus = new MemoryBus();
-    const b = replica(bus, 'b', 16);
+    const b = replicaOf(bus, 'b', 16);
     b.attach();
     const bytes = encodeBatch({
       routerId: 'old',
@@ -142,10 +130,10 @@ describe('replica sync: peers with another block size', () => {
 
   it('a warm start from a peer with another block size starts cold: refused, counted', async () => {
     const bus = new MemoryBus();
-    const a = replica(bus, 'a', 32);
+    const a = replicaOf(bus, 'a', 32);
     await a.sync.warmStart([KEY], 5000, 32); // the first replica: its own index is complete, it answers
     a.attach();
-    const b = replica(bus, 'b', 16);
+    const b = replicaOf(bus, 'b', 16);
     const got = await b.sync.warmStart([KEY], 5000, 16);
     expect(got.size).toBe(0);
     expect(
