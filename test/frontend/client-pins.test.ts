@@ -5,30 +5,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { loadGatewayConfig } from '../../src/config/index.js';
-import { chat, post, start } from './server-harness.js';
+import { chat, harnessModels, post, start } from './server-harness.js';
 
-const demo = (clientPins?: string): Record<string, unknown> => ({
-  name: 'demo',
-  tokenizer: 'demo',
-  ...(clientPins !== undefined ? { client_pins: clientPins } : {}),
-  workers: [
-    { id: 1, url: 'http://127.0.0.1:1' },
-    { id: 2, url: 'http://127.0.0.1:2' },
-  ],
-});
-
-/** The harness's three models, demo's with `client_pins` as given. */
-const models = (clientPins?: string): Record<string, unknown>[] => [
-  demo(clientPins),
-  {
-    name: 'direct',
-    router_mode: 'direct',
-    tokenizer: 'demo',
-    max_prompt_tokens: 50,
-    workers: [{ id: 11, url: 'http://127.0.0.1:11' }],
-  },
-  { name: 'approx', tokenizer: 'none', workers: [{ id: 21, url: 'http://127.0.0.1:21' }] },
-];
+/** The harness's models, demo's with `client_pins` as given. */
+const models = (clientPins?: string): Record<string, unknown>[] =>
+  harnessModels(clientPins !== undefined ? { client_pins: clientPins } : {});
+const demo = (clientPins?: string): Record<string, unknown> => models(clientPins)[0]!;
 
 describe('client_pins', () => {
   it('deny: a pin, in nvext or a header, and allowed_worker_ids are a 400 naming the field; the rest is served', async () => {

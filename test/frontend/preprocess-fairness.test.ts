@@ -4,29 +4,21 @@
  * (preprocess/thread-queue.ts), so the other tenant's request waits for about one of the flood's tasks.
  */
 import { describe, expect, it } from 'vitest';
-import { loadGatewayConfig } from '../../src/config/index.js';
 import { FakeRouter } from './fake-router.js';
-import { post, startPoolGateway } from './server-harness.js';
+import { largeBodyConfig, post, startPoolGateway } from './server-harness.js';
 
+/** The harness's agent-sized gateway, with two tenants of one class. */
 function config() {
-  return loadGatewayConfig({
-    base: {
-      listen: { port: 0 },
-      router: { use_kv_events: false },
-      limits: { max_body_bytes: 4 * 1024 * 1024, max_prompt_tokens: 120_000 },
-      log: { level: 'silent' },
-      tenants: {
-        header: 'x-tenant',
-        default_class: 'std',
-        classes: [{ name: 'std' }],
-        members: [
-          { name: 'flood', class: 'std' },
-          { name: 'calm', class: 'std' },
-        ],
-      },
-      models: [{ name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] }],
+  return largeBodyConfig({
+    tenants: {
+      header: 'x-tenant',
+      default_class: 'std',
+      classes: [{ name: 'std' }],
+      members: [
+        { name: 'flood', class: 'std' },
+        { name: 'calm', class: 'std' },
+      ],
     },
-    env: {},
   });
 }
 

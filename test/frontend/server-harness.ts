@@ -18,6 +18,30 @@ import { FakeRouter } from './fake-router.js';
 
 export const KEY = 'test-key-0123456789';
 
+/** The harness's three models: `demo` (workers 1-3, `demo` fields merged over it), `direct` and `approx`. */
+export function harnessModels(demo: Record<string, unknown> = {}): Record<string, unknown>[] {
+  return [
+    {
+      name: 'demo',
+      tokenizer: 'demo',
+      workers: [
+        { id: 1, url: 'http://127.0.0.1:1' },
+        { id: 2, url: 'http://127.0.0.1:2' },
+        { id: 3, url: 'http://127.0.0.1:3' },
+      ],
+      ...demo,
+    },
+    {
+      name: 'direct',
+      router_mode: 'direct',
+      tokenizer: 'demo',
+      max_prompt_tokens: 50,
+      workers: [{ id: 11, url: 'http://127.0.0.1:11' }],
+    },
+    { name: 'approx', tokenizer: 'none', workers: [{ id: 21, url: 'http://127.0.0.1:21' }] },
+  ];
+}
+
 function configDoc(extra: Record<string, unknown> = {}): Record<string, unknown> {
   return {
     listen: { port: 0 },
@@ -31,25 +55,7 @@ function configDoc(extra: Record<string, unknown> = {}): Record<string, unknown>
     shutdown: { drain_timeout_ms: 5000 },
     preprocess: { threads: 0 },
     log: { level: 'silent' },
-    models: [
-      {
-        name: 'demo',
-        tokenizer: 'demo',
-        workers: [
-          { id: 1, url: 'http://127.0.0.1:1' },
-          { id: 2, url: 'http://127.0.0.1:2' },
-          { id: 3, url: 'http://127.0.0.1:3' },
-        ],
-      },
-      {
-        name: 'direct',
-        router_mode: 'direct',
-        tokenizer: 'demo',
-        max_prompt_tokens: 50,
-        workers: [{ id: 11, url: 'http://127.0.0.1:11' }],
-      },
-      { name: 'approx', tokenizer: 'none', workers: [{ id: 21, url: 'http://127.0.0.1:21' }] },
-    ],
+    models: harnessModels(),
     ...extra,
   };
 }
@@ -100,8 +106,11 @@ export async function start(extra: Record<string, unknown> = {}): Promise<Runnin
   };
 }
 
-/** One demo model (worker 1, never dialled), bodies up to 4 MiB and prompts up to 120k tokens: agent-sized turns. */
-export function largeBodyConfig(): GatewayConfig {
+/**
+ * One demo model (worker 1, never dialled), bodies up to 4 MiB and prompts up to 120k tokens: agent-sized turns;
+ * `extra` adds top-level sections (tenants, ...).
+ */
+export function largeBodyConfig(extra: Record<string, unknown> = {}): GatewayConfig {
   return loadGatewayConfig({
     base: {
       listen: { port: 0 },
@@ -109,6 +118,7 @@ export function largeBodyConfig(): GatewayConfig {
       limits: { max_body_bytes: 4 * 1024 * 1024, max_prompt_tokens: 120_000 },
       log: { level: 'silent' },
       models: [{ name: 'demo', tokenizer: 'demo', workers: [{ id: 1, url: 'http://127.0.0.1:1' }] }],
+      ...extra,
     },
     env: {},
   });

@@ -23,9 +23,11 @@ function input(tokens: number, subset?: string[], base = 1000): PickInput {
 
 /**
  * A picker over model `m` (the demo tokenizer, one InferencePool) with `router` knobs, its log lines kept from
- * `level` on, and `metrics` when given.
+ * `level` on, and `metrics` and `clock` when given.
  */
-function pickerOf(opts: { router?: Record<string, unknown>; level?: string; metrics?: KvgateMetrics } = {}): {
+function pickerOf(
+  opts: { router?: Record<string, unknown>; level?: string; metrics?: KvgateMetrics; clock?: ManualClock } = {},
+): {
   picker: EndpointPicker;
   lines: Record<string, unknown>[];
 } {
@@ -48,7 +50,7 @@ function pickerOf(opts: { router?: Record<string, unknown>; level?: string; metr
     ...(opts.metrics !== undefined ? { metrics: opts.metrics } : {}),
     model: config.models[0]!,
     logger,
-    clock: new ManualClock(0),
+    clock: opts.clock ?? new ManualClock(0),
     rng: seededRng(1),
     fallbacks: 1,
   });
@@ -64,28 +66,8 @@ describe('EndpointPicker: approximate entries expire', () => {
 
   beforeEach(() => {
     vi.useFakeTimers();
-    const config = loadGatewayConfig({
-      env: {},
-      base: {
-        models: [
-          {
-            name: 'm',
-            tokenizer: 'demo',
-            router: { use_kv_events: false, router_ttl_secs: 10 },
-            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
-          },
-        ],
-      },
-    });
     metrics = new KvgateMetrics();
-    picker = new EndpointPicker({
-      metrics,
-      model: config.models[0]!,
-      logger: pino({ level: 'silent' }),
-      clock,
-      rng: seededRng(1),
-      fallbacks: 1,
-    });
+    ({ picker } = pickerOf({ router: { use_kv_events: false, router_ttl_secs: 10 }, level: 'silent', metrics, clock }));
     picker.setEndpoints([
       { name: 'a', endpoint: A },
       { name: 'b', endpoint: B },

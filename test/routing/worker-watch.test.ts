@@ -28,6 +28,23 @@ async function gauge(metrics: KvgateMetrics, name: string, workerId: number): Pr
   return m.values.find((v) => v.labels.worker_id === String(workerId))?.value;
 }
 
+/** A ModelRouter of model `m` over `registry` (`mode`, ticking only when told), its lines captured into `lines`. */
+function routerOf(
+  registry: WorkerRegistry,
+  clock: ManualClock,
+  mode: 'kv' | 'round-robin' = 'kv',
+): { router: ModelRouter; engine: EngineClient; metrics: KvgateMetrics; lines: Line[] } {
+  const engine = new EngineClient();
+  const metrics = new KvgateMetrics({ processMetrics: false });
+  const lines: Line[] = [];
+  const kv = mode === 'kv' ? { kvEventsStaleAfterMs: 1000 } : {};
+  const router = new ModelRouter(
+    { model: 'm', mode, blockSize: 16, registry, engine, tickIntervalMs: 0, ...kv },
+    makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureLines(lines) }),
+  );
+  return { router, engine, metrics, lines };
+}
+
 describe('worker state changes are loud', () => {
   // issue 17, failures must be loud: events stale / resumed, down / up, with worker id and URL, gauges
   it("logs KV events live, stale and resumed, and down and up, with the worker's id and URL; gauges follow", async () => {
@@ -44,13 +61,7 @@ describe('worker state changes are loud', () => {
       dpSize: 1,
       kvEvents: { endpoint: 'tcp://127.0.0.1:9' },
     });
-    const engine = new EngineClient();
-    const metrics = new KvgateMetrics({ processMetrics: false });
-    const lines: Line[] = [];
-    const router = new ModelRouter(
-      { model: 'm', mode: 'kv', blockSize: 16, registry, engine, tickIntervalMs: 0, kvEventsStaleAfterMs: 1000 },
-      makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureLines(lines) }),
-    );
+    const { router, engine, metrics, lines } = routerOf(registry, clock);
     try {
       const liveness = router.events!.liveness;
       const at = (msg: RegExp): Line | undefined =>
@@ -93,13 +104,7 @@ describe('worker state changes are loud', () => {
     const endpoint = 'tcp://127.0.0.1:9';
     const worker = { model: 'm', role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1 } as const;
     registry.add({ ...worker, id: 5, url: 'http://127.0.0.1:5', kvEvents: { endpoint } });
-    const engine = new EngineClient();
-    const metrics = new KvgateMetrics({ processMetrics: false });
-    const lines: Line[] = [];
-    const router = new ModelRouter(
-      { model: 'm', mode: 'kv', blockSize: 16, registry, engine, tickIntervalMs: 0, kvEventsStaleAfterMs: 1000 },
-      makeRouterContext({ clock, rng: seededRng(1), metrics, logger: captureLines(lines) }),
-    );
+    const { router, engine, metrics, lines } = routerOf(registry, clock);
     const count = async (to: string): Promise<number | undefined> => {
       const m = await metrics.registry.getSingleMetric('kvgate_worker_kv_events_transitions_total')!.get();
       return m.values.find((v) => v.labels.worker_id === '5' && v.labels.to === to)?.value;
@@ -143,13 +148,7 @@ describe('worker state changes are loud', () => {
     const worker = { model: 'm', role: 'aggregated', dialect: 'vllm', dpStart: 0, dpSize: 1 } as const;
     registry.add({ ...worker, id: 1, url: 'http://127.0.0.1:1' });
     registry.add({ ...worker, id: 2, url: 'http://127.0.0.1:2' });
-    const engine = new EngineClient();
-    const metrics = new KvgateMetrics({ processMetrics: false });
-    const lines: Line[] = [];
-    const router = new ModelRouter(
-      { model: 'm', mode: 'round-robin', blockSize: 16, registry, engine, tickIntervalMs: 0 },
-      makeRouterContext({ clock: new ManualClock(), rng: seededRng(1), metrics, logger: captureLines(lines) }),
-    );
+    const { router, engine, metrics, lines } = routerOf(registry, new ManualClock(), 'round-robin');
     const model = async (name: string, to?: string): Promise<number | undefined> => {
       const m = await metrics.registry.getSingleMetric(name)!.get();
       return m.values.find((v) => v.labels.model === 'm' && (to === undefined || v.labels.to === to))?.value;

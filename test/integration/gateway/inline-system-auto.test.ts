@@ -9,8 +9,7 @@ import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServeCli } from '../../helpers/cli-process.js';
-import { startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import { serveInSuite, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 import { demoTokenizerFiles } from '../../../src/tokenizer/index.js';
 
 const MODEL = 'mock-model';
@@ -45,9 +44,7 @@ beforeAll(async () => {
     ...suite.engines.map((e, i) => `      - ${workerEntry(i + 1, e)}`),
     '',
   ].join('\n');
-  const served = await startServeCli(suite.write('serve.yaml', config));
-  suite.procs.push(served.proc);
-  url = served.url;
+  url = await serveInSuite(suite, suite.write('serve.yaml', config));
 }, 60_000);
 
 afterAll(async () => {

@@ -11,9 +11,15 @@
  *   spans, the request's marked `kvgate.client_aborted`.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServeCli, type MockerLine } from '../../helpers/cli-process.js';
+import type { MockerLine } from '../../helpers/cli-process.js';
 import { startOtlpReceiver, type OtlpReceiver, type OtlpSpan } from '../../helpers/otlp-receiver.js';
-import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import {
+  serveConfig,
+  serveInSuite,
+  startMockerSuite,
+  workerEntry,
+  type MockerSuite,
+} from '../../helpers/serve-suite.js';
 import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
@@ -40,9 +46,7 @@ describe("a request's spans end and fail as an operator reads them", () => {
       'health: { outlier_detection: { consecutive_errors: 0 } }',
     ];
     const model = ['router_mode: round-robin', 'workers:', ...engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`)];
-    const gw = await startServeCli(suite.write('kvgate.yaml', serveConfig(MODEL, model, top)));
-    suite.procs.push(gw.proc);
-    url = gw.url;
+    url = await serveInSuite(suite, suite.write('kvgate.yaml', serveConfig(MODEL, model, top)));
   }, 120_000);
   afterAll(async () => {
     await suite?.stop();

@@ -7,9 +7,9 @@
  * double that speaks the protocol); the mockers record the trace headers each inference request carried.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockerCli, startServeCli, type MockerLine } from '../../helpers/cli-process.js';
+import { startMockerCli, type MockerLine } from '../../helpers/cli-process.js';
 import { startOtlpReceiver, type OtlpReceiver, type OtlpSpan } from '../../helpers/otlp-receiver.js';
-import { startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import { serveInSuite, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 import { until } from '../../helpers/until.js';
 
 const AGG = 'agg-model';
@@ -64,9 +64,7 @@ describe('trace context through kvgate serve on every inference API', () => {
       `      - { id: 3, role: decode, url: "${decode.url}", kv_events: "${decode.kv_events[0]}" }`,
       '',
     ].join('\n');
-    const gw = await startServeCli(suite.write('kvgate.yaml', config));
-    suite.procs.push(gw.proc);
-    url = gw.url;
+    url = await serveInSuite(suite, suite.write('kvgate.yaml', config));
   }, 120_000);
   afterAll(async () => {
     await suite?.stop();
