@@ -164,12 +164,13 @@ describe('long streams through kvgate serve, aggregated (issue 23)', () => {
 
   it('a client reading slower than the kernel reports its socket writable is not cut while it reads', async () => {
     // Linux reports the gateway's socket writable again ('drain') only once MBs of its send buffer are free: at
-    // about 1 MB/s, seconds apart, longer than this bound. The gateway sees the reader take bytes from its kernel
-    // send queue instead, mid-stream and after the answer's end alike. It cut this reader before.
-    const slowUrl = await gateway(suite, 'slow-reader', workers, ['limits: { client_stall_timeout_ms: 500 }']);
+    // about 600 KB/s, seconds apart, longer than this bound. The gateway sees the reader take bytes from its kernel
+    // send queue instead, mid-stream and after the answer's end alike. It cut this reader before. (The bound leaves
+    // this process half a second between two reads: on a loaded machine a 500 ms bound left too little.)
+    const slowUrl = await gateway(suite, 'slow-reader', workers, ['limits: { client_stall_timeout_ms: 1000 }']);
     const r = await readSse(`${slowUrl}/v1/completions`, completion(40_000), {
       pauseEveryBytes: 64 * 1024,
-      pauseMs: 60,
+      pauseMs: 100,
     });
     expect(r.text.length).toBeGreaterThan(6_000_000);
     expectComplete(r, 40_000);
