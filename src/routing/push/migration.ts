@@ -294,6 +294,7 @@ async function nextLeg(
     if (cont === undefined) fail();
     leg = { ...req, path: cont!.path, body: cont!.body, isl: seqLen, onDispatched: undefined };
   }
+  leg = { ...leg, migration: migrations + 1 };
   hooks.exclude(workerId, err);
   try {
     const next = await hooks.redispatch(leg);

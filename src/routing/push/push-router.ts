@@ -345,6 +345,8 @@ export class PushRouter implements PoolMembers {
         'kvgate.worker_id': sel.slot.workerId,
         'kvgate.dp_rank': sel.slot.dpRank,
         'kvgate.attempt': scope.attempt,
+        // A migrated stream's continuation: its retries count from 0 again, so the migration tells its legs apart.
+        'kvgate.migration': req.migration ?? 0,
       }),
       req.phase === 'decode' ? req.tracker?.prefillLink : undefined,
     );

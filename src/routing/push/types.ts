@@ -42,6 +42,8 @@ export interface LegRequest {
   readonly returnTokenIds?: boolean | undefined;
   /** Called once the request is on a socket to the engine (the bootstrap path waits for it). */
   readonly onDispatched?: (() => void) | undefined;
+  /** Which continuation of a migrated stream this leg is (1 for the first migration); absent on the original leg. */
+  readonly migration?: number | undefined;
 }
 
 /** Where a leg goes: the (worker, dp rank) slot, and the worker it names. */

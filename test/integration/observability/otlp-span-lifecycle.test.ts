@@ -134,6 +134,9 @@ describe("a request's spans end and fail as an operator reads them", () => {
     expect(second.spanId).not.toBe(first.spanId);
     expect(second.parentSpanId).toBe(root!.spanId);
     expect(second.statusCode).not.toBe(STATUS_ERROR);
+    // The continuation's retries count from 0 again: the migration number tells the two legs apart.
+    expect([first.attributes['kvgate.migration'], second.attributes['kvgate.migration']]).toEqual([0, 1]);
+    expect(second.attributes['kvgate.attempt']).toBe(0);
     const state = (await (await fetch(`${engines[1]!.url}/admin/state`)).json()) as { traceparents: string[] };
     expect(state.traceparents).toContain(`00-${migrated}-${second.spanId}-01`);
     expect(root!.statusCode).not.toBe(STATUS_ERROR);
