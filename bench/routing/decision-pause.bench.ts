@@ -5,12 +5,15 @@
  * figure; this bench separates the causes in one process, with no events.
  *
  * The router and prompts are the end-to-end bench's: 32 workers of one dp rank, 1,024 prompts of one
- * 8,192-token document with random tails, block size 16, about 4 requests a worker in flight. Four kinds of
- * timed work alternate: the whole decision from the prompt's tokens (hash, match, score, book); the router's
+ * 8,192-token document with random tails, block size 16, about 4 requests a worker in flight. The kinds of
+ * timed work alternate: the whole decision from the prompt's tokens (hash, match, score, book), also right after
+ * an untimed one on another router (below); the router's
  * part given the hashes (as `kvgate serve`'s main thread decides; its hashes come from a preprocessing
- * thread); the router's part for the prompt's first block alone (the path every decision runs, whatever its
- * length); and a fixed integer loop that touches no memory (the control: how fast the core itself runs).
- * Before each, the thread does one of:
+ * thread), also on a router without the in-flight trie and as a query; the router's part for the prompt's
+ * first block alone (the path every decision runs, whatever its length), with and without the trie; the
+ * router's part right after an untimed one on another router (the same code, its own bookings and copies of
+ * the hashes: the code warm, the data cold); and a fixed integer loop that touches no memory (the control:
+ * how fast the core itself runs). Before each, the thread does one of:
  * - nothing (back to back);
  * - 1 ms of a loop that touches almost nothing (it reads the clock);
  * - a sweep of 16 MiB (the core's caches displaced, the thread awake);
@@ -18,7 +21,8 @@
  *   between events, and the core idles or runs something else).
  * The cases run interleaved, in rounds, so each sees the same background load.
  * Each kind's share of the gap: the trie (the part against the part without it), the booking (against the
- * query), the fixed path (the first block alone).
+ * query), the fixed path (the first block alone), cold code against cold data (the part against the part
+ * with its code warm).
  * Run: npm run bench -- decision-pause
  */
 import { seededRng } from '../../src/common/index.js';
@@ -59,11 +63,13 @@ function alu(): number {
 
 const KINDS = [
   'whole',
+  'whole, code warm',
   'part',
   'part, no trie',
   'part, query',
   'first block',
   'first block, no trie',
+  'part, code warm',
   'control',
 ] as const;
 type Kind = (typeof KINDS)[number];
@@ -107,6 +113,10 @@ export async function run(): Promise<BenchSection> {
   };
   const main = routerOf({});
   const noTrie = routerOf({ routerTrackActiveBlocks: false });
+  // The same router's code on other data: its own bookings and its own copies of the prompts' hashes.
+  const other = routerOf({});
+  const otherHashes = prompts.map((p) => ({ local: p.hashes.local.slice(), seq: p.hashes.seq.slice() }));
+  const otherTokens = prompts.map((p) => p.tokens.slice());
   let id = 0;
   /** One timed operation of `kind`, µs. */
   const time = (kind: Kind): number => {
@@ -114,10 +124,13 @@ export async function run(): Promise<BenchSection> {
     const p = prompts[k]!;
     const requestId = `r${id++}`;
     const isl = p.tokens.length;
+    const o = (k * 7 + 1) % prompts.length;
+    if (kind === 'part, code warm') other.book({ requestId, hashes: otherHashes[o]!, isl });
+    else if (kind === 'whole, code warm') other.book({ requestId, tokens: otherTokens[o]! });
     const t0 = performance.now();
-    if (kind === 'whole') main.book({ requestId, tokens: p.tokens });
-    else if (kind === 'part') main.book({ requestId, hashes: p.hashes, isl });
+    if (kind === 'whole' || kind === 'whole, code warm') main.book({ requestId, tokens: p.tokens });
     else if (kind === 'part, no trie') noTrie.book({ requestId, hashes: p.hashes, isl });
+    else if (kind === 'part' || kind === 'part, code warm') main.book({ requestId, hashes: p.hashes, isl });
     else if (kind === 'part, query') main.router.findBestMatch({ requestId, hashes: p.hashes, isl }, { mode: 'query' });
     else if (kind === 'first block') main.book({ requestId, hashes: firstBlocks[k]!, isl: BLOCK });
     else if (kind === 'first block, no trie') noTrie.book({ requestId, hashes: firstBlocks[k]!, isl: BLOCK });
