@@ -283,7 +283,14 @@ function configReloader(p: {
     reconfigureRouter: (m) => fleet.live!.reconfigureRouter(m),
     logger: p.logger,
     metrics: server.metrics,
-    server: { reconfigure: (c) => server.reconfigure(p.served(p.rebase(c))) },
+    // The base the served config follows moves only once the server took `c`: a refused `c` must not come back
+    // with the next membership change.
+    server: {
+      reconfigure: (c) => {
+        server.reconfigure(p.served(c));
+        p.rebase(c);
+      },
+    },
   });
 }
 

@@ -27,6 +27,7 @@ export const ERROR_CODES = {
   KVG_ERR_INVALID_ARGUMENT: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_INVALID_CONFIG: { status: 500, type: 'server_error', retryable: false, migratable: false },
   KVG_ERR_RELOAD_REJECTED: { status: 422, type: 'invalid_request_error', retryable: false, migratable: false },
+  KVG_ERR_RELOAD_FAILED: { status: 500, type: 'server_error', retryable: false, migratable: false },
   KVG_ERR_INVALID_TOKEN: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_INVALID_BLOCK_SIZE: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_PARENT_BLOCK_NOT_FOUND: { status: 500, type: 'server_error', retryable: false, migratable: false },

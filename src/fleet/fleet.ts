@@ -66,8 +66,11 @@ export interface FleetOptions {
   readonly cluster?: ClusterPlace | undefined;
 }
 
-/** One model's router, wired to the fleet's registry, engine client, prober, detector and replica sync. */
-function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
+/**
+ * One model's router, wired to the fleet's registry, engine client, prober, detector and replica sync: the default
+ * `RouterFactory` (an embedder's factory may build its routers with it).
+ */
+export function modelRouter(model: ModelConfig, p: RouterFactoryOptions): ModelRouter {
   const { prober, outliers, sync, seeds, config } = p;
   return new ModelRouter(
     {

@@ -5,7 +5,7 @@
  * model's router. `kvgate serve` builds one `Fleet`; `kvgate register` uses
  * its etcd client; `kvgate picker` builds an `InferencePoolSource`.
  */
-export { Fleet } from './fleet.js';
+export { Fleet, modelRouter } from './fleet.js';
 export type { FleetMembers } from './membership.js';
 export type { ModelServices } from './services.js';
 export type { FleetStatus } from './status.js';

@@ -15,7 +15,9 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { BlockList, isIP, type Socket } from 'node:net';
-import type { AddressBlock, ClientAddressSource } from '../config/index.js';
+import type { Logger } from 'pino';
+import type { AddressBlock, ClientAddressSource, GatewayConfig } from '../config/index.js';
+import type { KvgateMetrics } from '../metrics/index.js';
 
 /** Why a trusted proxy's request was counted as the proxy's own. */
 export type FallbackReason = 'missing' | 'invalid';
@@ -83,4 +85,29 @@ export class ClientAddresses {
     const version = isIP(address);
     return version !== 0 && this.#trusted.check(address, version === 6 ? 'ipv6' : 'ipv4');
   }
+}
+
+/**
+ * Who a client is for the per-client bound, by a config's limits: a trusted proxy's request without a usable header
+ * is counted, and logged once per reason (`logged`: the reasons already logged, kept across reloads). `owner`'s
+ * metrics and logger are read when a fallback happens.
+ */
+export function clientAddressesOf(
+  logged: Set<FallbackReason>,
+  owner: { readonly metrics: KvgateMetrics; readonly logger: Logger },
+): (config: GatewayConfig) => ClientAddresses {
+  return (config) => {
+    const { clientAddress } = config.limits;
+    return new ClientAddresses(clientAddress, config.limits.trustedProxies, (reason) => {
+      owner.metrics.httpClientAddressFallbacks.inc({ reason });
+      if (logged.has(reason)) return;
+      logged.add(reason);
+      const header = clientAddress.kind === 'header' ? clientAddress.header : '';
+      owner.logger.warn(
+        { reason, header },
+        `a trusted proxy sent a request whose ${header} header names no client address; ` +
+          "it counts as the proxy's own (logged once; kvgate_http_client_address_fallbacks_total counts each)",
+      );
+    });
+  };
 }

@@ -38,7 +38,7 @@ import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
 import type { FleetStatus } from '../fleet/index.js';
 import { discardBody, DISCARD_MS, readBodyBytes } from './body.js';
-import { ClientAddresses, type FallbackReason } from './client-address.js';
+import { clientAddressesOf, type FallbackReason } from './client-address.js';
 import { credentialOf } from './anthropic-error.js';
 import type { CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
@@ -112,8 +112,8 @@ export class GatewayServer {
   #relay!: RelayOptions; // set by reconfigure
   readonly #createdSec = Math.floor(Date.now() / 1000);
   readonly #completionEnv: CompletionOptions;
-  /** The client-address fallbacks already logged (each reason is logged once, counted always). */
-  readonly #fallbacksLogged = new Set<FallbackReason>();
+  /** Who a client is for the per-client bound, by the config (its fallbacks logged once per reason across reloads). */
+  readonly #clientAddresses = clientAddressesOf(new Set<FallbackReason>(), this);
   readonly #unscrape: () => void;
   readonly #slots: ConcurrencySlots;
   readonly #requestMetrics: RequestMetrics;
@@ -232,48 +232,38 @@ export class GatewayServer {
   }
 
   /**
-   * Takes a reloaded configuration for the requests that arrive from now on: API keys, limits, each
-   * model's config (the caller checked that only reloadable fields changed; the models are the same).
+   * Takes a reloaded configuration for the requests that arrive from now on: API keys, limits, each model's config
+   * (the caller checked that only reloadable fields changed; the models are the same). Whole or not at all: all that
+   * can throw (KVG_ERR_INVALID_CONFIG: a model without a router) is built before the first setting changes.
    */
   reconfigure(config: GatewayConfig): void {
-    this.config = config;
-    this.#keys = new ApiKeys(config.apiKeys);
-    this.#tenants.reconfigure(config.tenants);
-    this.#slots.max = config.limits.maxConcurrentRequests;
-    // Each request waits on one preprocessing task at most: a queue this long is never full of requests alone.
-    this.#preprocessor.maxQueued = config.limits.maxConcurrentRequests;
-    this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
-    this.#conns.maxOpenPerClient = config.limits.maxConnectionsPerClient;
-    this.#conns.addresses = this.#clientAddresses(config);
-    this.#relay = {
+    const unrouted = config.models.find((m) => !this.#ports.has(m.name));
+    if (unrouted) throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${unrouted.name}`);
+    const keys = new ApiKeys(config.apiKeys);
+    const addresses = this.#clientAddresses(config);
+    const relay: RelayOptions = {
       logger: this.logger,
       publicErrors: new PublicErrors(config.models),
       clientStallMs: config.limits.clientStallTimeoutMs,
       rejections: this.metrics.httpRejections,
     };
+    this.#tenants.reconfigure(config.tenants);
+    this.config = config;
+    this.#keys = keys;
+    this.#slots.max = config.limits.maxConcurrentRequests;
+    // Each request waits on one preprocessing task at most: a queue this long is never full of requests alone.
+    this.#preprocessor.maxQueued = config.limits.maxConcurrentRequests;
+    this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
+    this.#conns.maxOpenPerClient = config.limits.maxConnectionsPerClient;
+    this.#conns.addresses = addresses;
+    this.#relay = relay;
     for (const m of config.models) {
-      const port = this.#ports.get(m.name);
-      if (port === undefined)
-        throw new KvgateError('KVG_ERR_INVALID_CONFIG', `no router was given for model ${m.name}`);
       this.#models.set(m.name, m);
-      this.#served.set(m.name, { port, model: servedModelConfig(m, this.#opts.inlineSystem) });
+      this.#served.set(m.name, {
+        port: this.#ports.get(m.name)!,
+        model: servedModelConfig(m, this.#opts.inlineSystem),
+      });
     }
-  }
-
-  /** Who a client is for the per-client bound; a trusted proxy's request without a usable header is counted, logged once per reason. */
-  #clientAddresses(config: GatewayConfig): ClientAddresses {
-    const { clientAddress } = config.limits;
-    return new ClientAddresses(clientAddress, config.limits.trustedProxies, (reason) => {
-      this.metrics.httpClientAddressFallbacks.inc({ reason });
-      if (this.#fallbacksLogged.has(reason)) return;
-      this.#fallbacksLogged.add(reason);
-      const header = clientAddress.kind === 'header' ? clientAddress.header : '';
-      this.logger.warn(
-        { reason, header },
-        `a trusted proxy sent a request whose ${header} header names no client address; ` +
-          "it counts as the proxy's own (logged once; kvgate_http_client_address_fallbacks_total counts each)",
-      );
-    });
   }
 
   /** Starts listening; resolves with the bound addresses (port 0 becomes the OS-chosen port). */

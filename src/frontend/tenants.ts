@@ -60,8 +60,8 @@ export class TenantDirectory {
     return [...this.#tenants.keys()];
   }
 
+  /** New classes and members; whole or not at all (the maps are built before any is replaced). */
   reconfigure(config: TenantsConfig): void {
-    this.#config = config;
     const classes = new Map(config.classes.map((c) => [c.name, c]));
     const tenant = (name: string, cls: string): Tenant => {
       const limits = classes.get(cls)!;
@@ -71,8 +71,10 @@ export class TenantDirectory {
         limits,
       };
     };
-    this.#tenants = new Map(config.members.map((m) => [m.name, tenant(m.name, m.class)]));
-    this.#tenants.set(OTHER_TENANT, tenant(OTHER_TENANT, config.defaultClass));
+    const tenants = new Map(config.members.map((m) => [m.name, tenant(m.name, m.class)]));
+    tenants.set(OTHER_TENANT, tenant(OTHER_TENANT, config.defaultClass));
+    this.#config = config;
+    this.#tenants = tenants;
     // Every declared tenant's series exist at zero, so rate() sees a tenant before its first refusal.
     const m = this.#metrics;
     if (m !== undefined) {

@@ -323,7 +323,7 @@ export const METRIC_DEFINITIONS = {
     name: 'kvgate_config_reloads_total',
     help:
       'Configuration reloads (trigger=sighup or admin) by outcome: applied, partial (a worker it adds could not join), ' +
-      'unchanged, rejected (invalid or needing a restart: nothing changed), failed (applying it threw).',
+      'unchanged, rejected (invalid or needing a restart: nothing changed), failed (applying it threw: rolled back).',
     labelNames: ['trigger', 'outcome'],
   },
   // ---- sticky sessions
