@@ -34,8 +34,12 @@ export class PeerClock {
   /** The peer's last heartbeat: its send time (its clock) and when it was heard (ours). */
   #last: { sentAt: number; heardAt: number } | undefined;
 
-  /** Notes a heartbeat of the peer heard at `now`, to echo it in ours. */
+  /**
+   * Notes a heartbeat of the peer heard at `now`, to echo it in ours. A heartbeat cut into several messages
+   * (fit.ts) is held from its first: the later ones' arrival would shorten the hold and lengthen the round trip.
+   */
   heard(sentAt: number, now: number): void {
+    if (this.#last?.sentAt === sentAt) return;
     this.#last = { sentAt, heardAt: now };
   }
 

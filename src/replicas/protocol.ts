@@ -125,7 +125,7 @@ function bookingArray(b: SyncedBooking): unknown[] {
   ];
 }
 
-function opArray(op: SyncOp): unknown[] {
+export function opArray(op: SyncOp): unknown[] {
   switch (op.kind) {
     case 'added':
       return [0, ...bookingArray(op.booking)];
@@ -146,63 +146,6 @@ export function encodeBatch(b: Batch): Uint8Array {
   const m: Record<string, unknown> = { r: b.routerId, i: b.incarnation, s: b.seq, t: b.sentAt, o: b.ops.map(opArray) };
   if (b.blockSize !== undefined) m.z = b.blockSize;
   return encode(m);
-}
-
-/** One message of a turn's batch cut to the bus's `max_payload`, or an op too large for any message. */
-export type BatchPart =
-  | { readonly seq: number; readonly bytes: Uint8Array; readonly ops: number }
-  | { readonly seq: number; readonly oversized: SyncOp; readonly opBytes: number };
-
-/** Worst case of a msgpack array header (array32), so that a part's size is known before it is encoded. */
-const ARRAY_HEADER_BYTES = 5;
-
-/**
- * A turn's ops as batches of at most `maxBytes` encoded (undefined: unbounded), in op order, each with its
- * own sequence number: `seq` for the first part, then `nextSeq()` for each further one, in order: peers see consecutive batches, as
- * from several turns, and a lost part is a gap that fetches a snapshot. The whole batch is one part when it
- * fits. An op that cannot fit even alone (a prompt of enormous hash lists) is a part of its own that is not
- * sent: its sequence number is skipped, so peers see the gap and take the booking from a snapshot
- * (chunked, so it crosses).
- */
-export function encodeBatches(
-  b: Omit<Batch, 'seq'>,
-  seq: number,
-  nextSeq: () => number,
-  maxBytes: number | undefined,
-): BatchPart[] {
-  const whole = encodeBatch({ ...b, seq });
-  if (maxBytes === undefined || whole.byteLength <= maxBytes) return [{ seq, bytes: whole, ops: b.ops.length }];
-  // The envelope at its largest: the largest sequence number, the largest array header.
-  const envelope = encodeBatch({ ...b, seq: Number.MAX_SAFE_INTEGER, ops: [] }).byteLength - 1 + ARRAY_HEADER_BYTES;
-  const parts: BatchPart[] = [];
-  let pending: SyncOp[] = [];
-  let size = envelope;
-  let seqOf: number | undefined = seq;
-  const take = (): number => {
-    const s = seqOf ?? nextSeq();
-    seqOf = undefined;
-    return s;
-  };
-  const cut = (): void => {
-    if (pending.length === 0) return;
-    const s = take();
-    parts.push({ seq: s, bytes: encodeBatch({ ...b, seq: s, ops: pending }), ops: pending.length });
-    pending = [];
-    size = envelope;
-  };
-  for (const op of b.ops) {
-    const opBytes = encode(opArray(op)).byteLength;
-    if (envelope + opBytes > maxBytes) {
-      cut();
-      parts.push({ seq: take(), oversized: op, opBytes });
-      continue;
-    }
-    if (size + opBytes > maxBytes) cut();
-    pending.push(op);
-    size += opBytes;
-  }
-  cut();
-  return parts;
 }
 
 export function encodeHeartbeat(h: Heartbeat): Uint8Array {

@@ -29,6 +29,7 @@ import { systemClock, type Clock, type KvSlotSnapshot } from '../common/index.js
 import type { KvgateMetrics } from '../metrics/index.js';
 import { BusStatus } from './bus-status.js';
 import { SyncChannel, type ChannelHost, type SessionTarget, type SyncTarget } from './channel.js';
+import { encodeBatches, encodeHeartbeats } from './fit.js';
 import { PeerTable } from './peer-table.js';
 import {
   MalformedSync,
@@ -36,8 +37,6 @@ import {
   decodeBatch,
   decodeHeartbeat,
   decodeSnapshotRequest,
-  encodeBatches,
-  encodeHeartbeat,
   heartbeatSubject,
   opsSubject,
   snapshotSubject,
@@ -47,7 +46,7 @@ import {
 import { SnapshotExchange } from './snapshot-exchange.js';
 import { transferOutcome } from './transfer.js';
 import type { SyncHandler, SyncTransport, TransportStatus } from './transport.js';
-import { publishPeerGauges, reportOversizedOp, reportRefusedPeer } from './sync-reports.js';
+import { UnsentHeartbeats, publishPeerGauges, reportOversizedOp, reportRefusedPeer } from './sync-reports.js';
 import { warmStart } from './warm-start.js';
 
 export interface ReplicaSyncOptions {
@@ -97,6 +96,7 @@ export class ReplicaSync {
   readonly #snapshots: SnapshotExchange;
   readonly #connectWaiters: (() => void)[] = [];
   readonly #bus = new BusStatus();
+  readonly #unsentHeartbeats = new UnsentHeartbeats();
   #queued = 0;
   #flushScheduled = false;
   #timer: NodeJS.Timeout | undefined;
@@ -254,8 +254,11 @@ export class ReplicaSync {
     for (const ch of this.#channels.values()) seqs[ch.key] = ch.lastSeq;
     const echoes = this.#peers.echoes(now);
     if (this.#t.connected) {
-      const hb = encodeHeartbeat({ routerId: this.routerId, incarnation: this.incarnation, sentAt: now, seqs, echoes });
-      this.#send(heartbeatSubject(this.#o.subjectPrefix), hb, 'heartbeat');
+      // Cut, like batches, to the bus's max_payload: a heartbeat refused whole would time this replica out.
+      const hb = { routerId: this.routerId, incarnation: this.incarnation, sentAt: now, seqs, echoes };
+      const { messages, unsent } = encodeHeartbeats(hb, this.#t.maxPayload);
+      for (const m of messages) this.#send(heartbeatSubject(this.#o.subjectPrefix), m, 'heartbeat');
+      this.#unsentHeartbeats.report(this.#logger, this.#metrics, unsent, this.#t.maxPayload);
     }
     this.#peers.expire(now);
     if (this.#metrics !== undefined)

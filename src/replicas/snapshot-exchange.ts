@@ -75,24 +75,38 @@ export class SnapshotExchange {
       return this.#transfers.refuse(`snapshot of ${bytes.byteLength} bytes exceeds the server's bound`);
     }
     const chunkBytes = this.#chunkBytes();
+    if (chunkBytes === undefined) {
+      // Nothing to cut: the refusal is short, so that it fits where a chunk's envelope does not.
+      m?.snapshots.labels({ direction: 'served', outcome: 'too_large' }).inc();
+      return this.#transfers.refuse('max_payload');
+    }
     const first = this.#transfers.open(bytes, chunkBytes);
     m?.snapshots.labels({ direction: 'served', outcome: 'ok' }).inc();
     m?.snapshotBytes.labels({ direction: 'served' }).inc(Math.min(bytes.byteLength, chunkBytes));
     return first;
   }
 
-  /** The configured chunk size, or less where the bus takes smaller messages (logged once per bound). */
-  #chunkBytes(): number {
+  /**
+   * The configured chunk size, or less where the bus takes smaller messages (logged once per bound);
+   * undefined where no chunk fits (an error, logged once per bound).
+   */
+  #chunkBytes(): number | undefined {
     const maxPayload = this.#o.transport.maxPayload;
     const chunkBytes = this.#transfers.chunkBytesUnder(maxPayload);
-    if (chunkBytes < this.#o.chunkBytes && maxPayload !== this.#cappedAt && this.#logger !== undefined) {
-      this.#cappedAt = maxPayload;
+    if (chunkBytes === this.#o.chunkBytes || maxPayload === this.#cappedAt || this.#logger === undefined)
+      return chunkBytes;
+    this.#cappedAt = maxPayload;
+    if (chunkBytes === undefined)
+      this.#logger.error(
+        { maxPayload },
+        `the sync bus's max_payload (${maxPayload}) is below a snapshot chunk's envelope: snapshots are not served`,
+      );
+    else
       this.#logger.warn(
         { configuredChunkBytes: this.#o.chunkBytes, maxPayload, chunkBytes },
         `replicas.snapshot_chunk_bytes (${this.#o.chunkBytes}) does not fit the sync bus's max_payload (${maxPayload}): ` +
           `snapshots are served in chunks of ${chunkBytes} bytes`,
       );
-    }
     return chunkBytes;
   }
 

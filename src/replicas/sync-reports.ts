@@ -1,11 +1,12 @@
 /**
- * What replica sync tells the operator beyond the bus's own state (bus-status.ts): an op too large to send, a
- * peer refused for another block size, and the peers' gauges. Each takes the logger and metrics the gateway
+ * What replica sync tells the operator beyond the bus's own state (bus-status.ts): an op or a heartbeat's entry
+ * too large to send, a peer refused for another block size, and the peers' gauges. Each takes the logger and metrics the gateway
  * bound (undefined before it starts: nothing is reported then).
  */
 import type { Logger } from 'pino';
 import type { KvgateMetrics } from '../metrics/index.js';
 import type { SyncChannel } from './channel.js';
+import type { UnsentHeartbeatEntry } from './fit.js';
 import type { SyncOp } from './protocol.js';
 
 /** An op larger than any message the bus takes: not sent (its sequence number skipped: peers fetch a snapshot). */
@@ -28,6 +29,35 @@ export function reportOversizedOp(
     },
     "replica sync op larger than the bus's max_payload not sent: peers will take it from a snapshot",
   );
+}
+
+/**
+ * Heartbeat entries larger than any message the bus takes (a channel key or router id of enormous length, or
+ * a `max_payload` below a heartbeat's envelope): not sent, each counted at every heartbeat, logged once per
+ * bus bound (a heartbeat leaves every `heartbeat_ms`). Without its channel's sequence a peer learns of a lost
+ * batch only from the next batch; without the envelope no heartbeat leaves, and peers time this replica out.
+ */
+export class UnsentHeartbeats {
+  #loggedAt: number | undefined;
+
+  report(
+    logger: Logger | undefined,
+    metrics: KvgateMetrics | undefined,
+    unsent: readonly UnsentHeartbeatEntry[],
+    maxPayload: number | undefined,
+  ): void {
+    if (unsent.length === 0) return;
+    metrics?.replicas.messagesDropped.labels({ direction: 'out', reason: 'too_large' }).inc(unsent.length);
+    if (logger === undefined || this.#loggedAt === maxPayload) return;
+    this.#loggedAt = maxPayload;
+    const none = unsent.some((u) => u.entry === 'envelope');
+    logger.error(
+      { unsent: unsent.map((u) => ({ entry: u.entry, key: u.key, bytes: u.bytes })), maxPayload },
+      none
+        ? `replica sync heartbeat does not fit the sync bus's max_payload (${maxPayload}): none is sent, peers will time this replica out`
+        : `replica sync heartbeat entries larger than the sync bus's max_payload (${maxPayload}) not sent`,
+    );
+  }
 }
 
 /** A message of a peer running the channel with another block size was ignored; the first of its incarnation is logged. */

@@ -118,12 +118,13 @@ export class TransferServer {
 
   /**
    * The chunk size for a bus taking messages of `maxPayload` bytes at most (undefined: no bound): the
-   * configured one, or less so that a chunk with its envelope fits (a larger reply is refused by the bus).
+   * configured one, or less so that a chunk with its envelope fits (a larger reply is refused by the bus);
+   * undefined when not even one byte of data fits beside the envelope.
    */
-  chunkBytesUnder(maxPayload: number | undefined): number {
-    return maxPayload === undefined
-      ? this.#chunkBytes
-      : Math.max(1, Math.min(this.#chunkBytes, maxPayload - this.#envelope));
+  chunkBytesUnder(maxPayload: number | undefined): number | undefined {
+    if (maxPayload === undefined) return this.#chunkBytes;
+    const fits = Math.min(this.#chunkBytes, maxPayload - this.#envelope);
+    return fits >= 1 ? fits : undefined;
   }
 
   /** Holds `bytes` as a new transfer of `chunkBytes` a chunk (the configured size unless given) and returns its first chunk. */

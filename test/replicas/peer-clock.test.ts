@@ -173,6 +173,15 @@ describe('PeerClock', () => {
     expect(c.ageOf(7100, 2030)).toBe(0);
   });
 
+  it('a heartbeat cut into several messages is held from the first of them', () => {
+    const c = new PeerClock();
+    c.heard(500, 1000);
+    c.heard(500, 1040); // the same heartbeat's later message
+    expect(c.echo('i', 1100)).toEqual({ incarnation: 'i', sentAt: 500, heldMs: 100 });
+    c.heard(600, 1200);
+    expect(c.echo('i', 1250)).toEqual({ incarnation: 'i', sentAt: 600, heldMs: 50 });
+  });
+
   it('heartbeat echoes survive the wire format; a heartbeat without them (an older replica) decodes with none', () => {
     const echoes = new Map([['b', { incarnation: 'ib', sentAt: 1234.5, heldMs: 17.25 }]]);
     const hb = decodeHeartbeat(

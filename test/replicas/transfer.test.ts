@@ -230,6 +230,24 @@ describe('warm start between two replicas', () => {
     await Promise.all([a.sync.close(), b.sync.close()]);
   });
 
+  it("a max_payload below a chunk's envelope refuses the snapshot at once: counted, logged once, short refusal", async () => {
+    const bus = new MemoryBus();
+    bus.maxPayload = 64; // a chunk's envelope alone (ids, transfer, counts) is about 80 bytes
+    const lines: Record<string, unknown>[] = [];
+    const a = await source(bus, 'a', 10, { lines });
+    const b = replica(bus, 'b');
+    for (let i = 0; i < 2; i++) expect((await b.sync.warmStart([KEY], 5000)).size).toBe(0);
+    const refused = { direction: 'served', outcome: 'too_large' };
+    expect(await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', refused)).toBe(2);
+    expect(await counter(a.metrics, 'kvgate_replica_sync_messages_dropped_total')).toBe(0);
+    const failed = { direction: 'warm_start', outcome: 'failed' };
+    expect(await counter(b.metrics, 'kvgate_replica_snapshot_transfers_total', failed)).toBe(2);
+    expect(lines.filter((l) => String(l['msg']).includes('snapshots are not served'))).toEqual([
+      expect.objectContaining({ level: 50, maxPayload: 64 }),
+    ]);
+    await Promise.all([a.sync.close(), b.sync.close()]);
+  });
+
   it('an answer the bus refuses is counted and logged, never thrown into the bus client', async () => {
     const bus = new MemoryBus();
     bus.maxPayload = 1500;

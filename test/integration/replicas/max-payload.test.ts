@@ -2,7 +2,9 @@
  * A turn's batch larger than the NATS server's `max_payload` (a burst of bookings with long prompts) crosses
  * cut into messages that fit, consecutive sequence numbers each, so peers apply every op without a snapshot;
  * one op that cannot fit at all is counted and logged, its sequence number skipped, and peers take it from a
- * (chunked) snapshot. Over a real nats-server with a small `max_payload`.
+ * (chunked) snapshot. Heartbeats (a sequence per channel, an echo per peer) are cut the same way, so peers
+ * hear each other, resync and measure lag under a tiny `max_payload`; an entry that fits no message is counted
+ * and logged once. Over a real nats-server with a small `max_payload`.
  */
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -23,14 +25,14 @@ async function value(metrics: KvgateMetrics, name: string, labels: Record<string
     .reduce((n, v) => n + v.value, 0);
 }
 
-function replica(nats: NatsServer, id: string) {
+function replica(nats: NatsServer, id: string, keys: readonly string[] = [KEY], peerTimeoutMs = 600_000) {
   const transport = new NatsTransport([nats.url], id);
   const sync = new ReplicaSync({
     transport,
     routerId: id,
     // A lost batch would be asked for by the next heartbeat: a snapshot fetched, which the test counts.
     heartbeatMs: 100,
-    peerTimeoutMs: 600_000,
+    peerTimeoutMs,
     maxQueuedOps: 10_000,
     subjectPrefix: 'kvgate.max-payload-test',
     chunkBytes: 1 << 16,
@@ -39,11 +41,15 @@ function replica(nats: NatsServer, id: string) {
   const lines: Record<string, unknown>[] = [];
   const metrics = new KvgateMetrics({ processMetrics: false });
   sync.bind(pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l)) }), metrics);
-  const kv = new KvScheduler({ blockSize: 16, clock: new ManualClock(0), rng: seededRng(1) });
-  kv.addWorker(1);
-  sync.attach(KEY, { kv, workerTypeOf: () => 'aggregated' });
+  // One scheduler per pool; the first pool's is the one under test.
+  const kvs = keys.map((key) => {
+    const kv = new KvScheduler({ blockSize: 16, clock: new ManualClock(0), rng: seededRng(1) });
+    kv.addWorker(1);
+    sync.attach(key, { kv, workerTypeOf: () => 'aggregated' });
+    return kv;
+  });
   sync.start();
-  return { sync, transport, metrics, lines, kv };
+  return { sync, transport, metrics, lines, kv: kvs[0]! };
 }
 
 function book(kv: KvScheduler, id: string, blocks: number, salt: number): void {
@@ -94,5 +100,61 @@ describe('replica sync: batches larger than the bus max_payload', () => {
     expect(
       await value(b.metrics, 'kvgate_replica_snapshot_transfers_total', { direction: 'fetched', outcome: 'ok' }),
     ).toBe(1);
+  });
+
+  it('heartbeats over max_payload cross in messages that fit: peers hear each other, resync from chunked snapshots', async () => {
+    const small = 512;
+    const nats = await startNatsServer({ maxPayload: small });
+    cleanups.push(() => nats.stop());
+    // 16 pools of long model names: a heartbeat's sequences alone are about 800 bytes, over max_payload.
+    const keys = [KEY, ...Array.from({ length: 16 }, (_, i) => `a-model-with-a-rather-long-name-${i}/aggregated`)];
+    const a = replica(nats, 'a', [...keys, `${'x'.repeat(600)}/aggregated`], 2000);
+    cleanups.push(() => a.sync.close());
+    await a.transport.ready();
+    // Bookings on A before B starts: B learns of them from A's heartbeat (its sequence) and a snapshot.
+    for (let i = 0; i < 30; i++) book(a.kv, `r${i}`, 12, i + 1);
+    a.sync.flush();
+    const b = replica(nats, 'b', keys, 2000);
+    cleanups.push(() => b.sync.close());
+    const c = replica(nats, 'c', keys, 2000);
+    cleanups.push(() => c.sync.close());
+    await Promise.all([b.transport.ready(), c.transport.ready()]);
+    const all = [a, b, c];
+    const ids = ['a', 'b', 'c'];
+    await until(
+      () => all.every((r, i) => ids.every((id, j) => i === j || r.sync.peers().includes(id))),
+      'every replica hears the other two',
+    );
+    await until(() => (b.kv.peers.replicaCounts().get('a') ?? 0) === 30, "B holds A's 30 bookings from a snapshot");
+    const fetched = { direction: 'fetched', outcome: 'ok' };
+    expect(await value(b.metrics, 'kvgate_replica_snapshot_transfers_total', fetched)).toBeGreaterThanOrEqual(1);
+    // The snapshot (about 4 KB) crossed in chunks that fit.
+    expect(await value(b.metrics, 'kvgate_replica_snapshot_bytes_total', { direction: 'received' })).toBeGreaterThan(
+      small * 4,
+    );
+    // Echoes crossed too: a batch's age is measured once a round trip gave A's clock offset.
+    await until(async () => {
+      book(a.kv, `lag${performance.now()}`, 2, 5000);
+      a.sync.flush();
+      return (await value(b.metrics, 'kvgate_replica_sync_lag_seconds')) > 0;
+    }, "B measures the lag of A's batches");
+    // Heartbeats keep every peer alive past the peer timeout, each beat several messages.
+    const sent = await value(b.metrics, 'kvgate_replica_sync_messages_sent_total', { kind: 'heartbeat' });
+    await until(
+      async () =>
+        (await value(b.metrics, 'kvgate_replica_sync_messages_sent_total', { kind: 'heartbeat' })) > sent + 40,
+      'B sends 40 more heartbeat messages',
+    );
+    for (const r of all) expect(await value(r.metrics, 'kvgate_replica_peer_timeouts_total')).toBe(0);
+    expect(await value(b.metrics, 'kvgate_replica_sync_messages_dropped_total', { direction: 'out' })).toBe(0);
+    // A's 600-byte channel key fits no heartbeat: counted at each beat, logged once.
+    expect(
+      await value(a.metrics, 'kvgate_replica_sync_messages_dropped_total', { direction: 'out', reason: 'too_large' }),
+    ).toBeGreaterThan(1);
+    const unsent = a.lines.filter((l) => String(l['msg']).includes('heartbeat entries'));
+    expect(unsent).toEqual([expect.objectContaining({ level: 50, maxPayload: small })]);
+    expect(unsent[0]!['unsent']).toEqual([
+      { entry: 'seq', key: `${'x'.repeat(600)}/aggregated`, bytes: expect.any(Number) },
+    ]);
   });
 });
