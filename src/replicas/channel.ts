@@ -49,8 +49,19 @@ export interface ChannelHost {
   schedule(): void;
   requestSnapshot(replica: string, channel: string): void;
   applied(op: SyncOp['kind'], outcome: PeerApplyOutcome | 'adopted' | 'kept'): void;
-  /** A message of a peer whose block size differs was ignored; `first` for the first one of its incarnation. */
-  refused(replica: string, channel: string, theirs: number, ours: number, first: boolean): void;
+  /** A message of a peer whose block size differs was ignored; `first` for the first one of its incarnation here. */
+  refused(r: PeerRefusal): void;
+}
+
+/** A peer's message refused on a channel for its block size (`theirs`; `ours` is the channel's). */
+export interface PeerRefusal {
+  readonly replica: string;
+  readonly incarnation: string;
+  readonly channel: string;
+  readonly theirs: number;
+  readonly ours: number;
+  /** The first refusal of this incarnation on this channel. */
+  readonly first: boolean;
 }
 
 interface PeerCursor {
@@ -245,7 +256,7 @@ export class SyncChannel implements BookkeepingObserver {
     if (blockSize === undefined || blockSize === ours) {
       if (refused === undefined) return true;
       if (refused.incarnation === incarnation) {
-        this.#host.refused(replica, this.key, refused.blockSize, ours, false);
+        this.#host.refused({ replica, incarnation, channel: this.key, theirs: refused.blockSize, ours, first: false });
         return false;
       }
       this.#refused.delete(replica);
@@ -257,7 +268,7 @@ export class SyncChannel implements BookkeepingObserver {
       this.#cursors.delete(replica);
       this.target.peers.dropReplica(replica);
     }
-    this.#host.refused(replica, this.key, blockSize, ours, first);
+    this.#host.refused({ replica, incarnation, channel: this.key, theirs: blockSize, ours, first });
     return false;
   }
 

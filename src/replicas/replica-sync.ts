@@ -46,7 +46,7 @@ import {
 import { SnapshotExchange } from './snapshot-exchange.js';
 import { transferOutcome } from './transfer.js';
 import type { SyncHandler, SyncTransport, TransportStatus } from './transport.js';
-import { UnsentHeartbeats, publishPeerGauges, reportOversizedOp, reportRefusedPeer } from './sync-reports.js';
+import { RefusedPeers, UnsentHeartbeats, publishPeerGauges, reportOversizedOp } from './sync-reports.js';
 import { warmStart } from './warm-start.js';
 
 export interface ReplicaSyncOptions {
@@ -97,6 +97,7 @@ export class ReplicaSync {
   readonly #connectWaiters: (() => void)[] = [];
   readonly #bus = new BusStatus();
   readonly #unsentHeartbeats = new UnsentHeartbeats();
+  readonly #refusals = new RefusedPeers();
   #queued = 0;
   #flushScheduled = false;
   #timer: NodeJS.Timeout | undefined;
@@ -126,8 +127,7 @@ export class ReplicaSync {
       },
       requestSnapshot: (replica, channel) => void this.#fetchSnapshot(replica, channel),
       applied: (op, outcome) => this.#metrics?.replicas.opsApplied.labels({ op, outcome }).inc(),
-      refused: (replica, channel, theirs, ours, first) =>
-        reportRefusedPeer(this.#logger, this.#metrics, { replica, channel, theirs, ours, first }),
+      refused: (r) => this.#refusals.report(this.#logger, this.#metrics, r),
     };
     const prefix = opts.subjectPrefix;
     this.#peers = new PeerTable({
@@ -136,6 +136,7 @@ export class ReplicaSync {
       clock: this.#clock,
       timeoutMs: opts.peerTimeoutMs,
       forget: (replica) => {
+        this.#refusals.forget(replica);
         let dropped = 0;
         for (const ch of this.#channels.values()) dropped += ch.forget(replica);
         return dropped;

@@ -5,7 +5,7 @@
  */
 import type { Logger } from 'pino';
 import type { KvgateMetrics } from '../metrics/index.js';
-import type { SyncChannel } from './channel.js';
+import type { PeerRefusal, SyncChannel } from './channel.js';
 import type { UnsentHeartbeatEntry } from './fit.js';
 import type { SyncOp } from './protocol.js';
 
@@ -60,20 +60,36 @@ export class UnsentHeartbeats {
   }
 }
 
-/** A message of a peer running the channel with another block size was ignored; the first of its incarnation is logged. */
-export function reportRefusedPeer(
-  logger: Logger | undefined,
-  metrics: KvgateMetrics | undefined,
-  r: { readonly replica: string; readonly channel: string; theirs: number; ours: number; first: boolean },
-): void {
-  metrics?.replicas.messagesDropped.labels({ direction: 'in', reason: 'block_size' }).inc();
-  if (!r.first) return;
-  metrics?.replicas.peerRefusals.labels({ reason: 'block_size' }).inc();
-  logger?.error(
-    { peer: r.replica, channel: r.channel, peerBlockSize: r.theirs, blockSize: r.ours },
-    `replica ${r.replica} runs ${r.channel} with block size ${r.theirs}, this replica with ${r.ours}: ` +
-      'its bookings are ignored until it restarts with the same block size',
-  );
+/**
+ * Peers refused for another block size. Every refused message is counted (`messagesDropped`, `block_size`), every
+ * channel that refuses a peer's incarnation once (`peerRefusals`); the error line is once per episode of a peer
+ * and a model (its incarnation refused on any of the model's pools): a model of two pools (prefill and decode)
+ * refuses a peer on both, one misconfiguration, told once. A new incarnation, or the peer forgotten (timed out),
+ * opens a new episode.
+ */
+export class RefusedPeers {
+  /** Per peer and model (`replica\0model`), the incarnation whose refusal was logged. */
+  readonly #logged = new Map<string, string>();
+
+  report(logger: Logger | undefined, metrics: KvgateMetrics | undefined, r: PeerRefusal): void {
+    metrics?.replicas.messagesDropped.labels({ direction: 'in', reason: 'block_size' }).inc();
+    if (!r.first) return;
+    metrics?.replicas.peerRefusals.labels({ reason: 'block_size' }).inc();
+    const model = r.channel.slice(0, r.channel.lastIndexOf('/'));
+    const episode = `${r.replica}\u0000${model}`;
+    if (logger === undefined || this.#logged.get(episode) === r.incarnation) return;
+    this.#logged.set(episode, r.incarnation);
+    logger.error(
+      { peer: r.replica, model, channel: r.channel, peerBlockSize: r.theirs, blockSize: r.ours },
+      `replica ${r.replica} runs ${model} with block size ${r.theirs}, this replica with ${r.ours}: ` +
+        'its bookings are ignored until it restarts with the same block size',
+    );
+  }
+
+  /** The peer was forgotten: its next refusal is a new episode. */
+  forget(replica: string): void {
+    for (const key of this.#logged.keys()) if (key.startsWith(`${replica}\u0000`)) this.#logged.delete(key);
+  }
 }
 
 /** The peers heard from, and per worker rank of each channel the share of its requests in flight that peers booked. */

@@ -78,6 +78,50 @@ describe('replica sync: peers with another block size', () => {
     await Promise.all([a, b, c].map((r) => r.sync.close()));
   });
 
+  it('a model of two pools (prefill, decode) refuses a peer on both: one error line per peer and model, each refusal counted', async () => {
+    const bus = new MemoryBus();
+    // Two models of two pools each; a pool's scheduler runs its replica's block size.
+    const pools = (r: ReturnType<typeof replicaOf>) =>
+      ['pd-model', 'other-model'].flatMap((model) =>
+        ['prefill', 'decode'].map((role) => {
+          const kv = scheduler(r.kv.blockSize);
+          r.sync.attach(`${model}/${role}`, { kv, workerTypeOf: () => role });
+          return kv;
+        }),
+      );
+    /** One booking on each of `r`'s pools, in one turn. */
+    const bookAll = (r: ReturnType<typeof replicaOf>, kvs: KvScheduler[], prefix: string) => {
+      kvs.forEach((kv, i) => {
+        const h = BigUint64Array.from([BigInt(i + 1)]);
+        kv.addRequest({ requestId: `${prefix}${i}`, workerId: 1, isl: 32, hashes: { local: h, seq: h } });
+      });
+      r.sync.flush();
+    };
+    const a = replicaOf(bus, 'a', 32);
+    const b = replicaOf(bus, 'b', 16);
+    const onA = pools(a);
+    pools(b);
+    bookAll(a, onA, 'r');
+    bookAll(a, onA, 's');
+    const errors = () => b.lines.filter((l) => l['level'] === 50);
+    // Two models, each refused on its two pools: one line per model, a refusal counted per pool, every message dropped.
+    expect(errors().map((l) => [l['peer'], l['model']])).toEqual([
+      ['a', 'pd-model'],
+      ['a', 'other-model'],
+    ]);
+    expect(await counter(b.metrics, 'kvgate_replica_peer_refusals_total', { reason: 'block_size' })).toBe(4);
+    expect(
+      await counter(b.metrics, 'kvgate_replica_sync_messages_dropped_total', { direction: 'in', reason: 'block_size' }),
+    ).toBe(8);
+    // A restarts (a new incarnation), still with block size 32: a new episode, told again once per model.
+    await a.sync.close();
+    const a2 = replicaOf(bus, 'a', 32);
+    bookAll(a2, pools(a2), 't');
+    expect(errors()).toHaveLength(4);
+    expect(await counter(b.metrics, 'kvgate_replica_peer_refusals_total', { reason: 'block_size' })).toBe(8);
+    await Promise.all([a2.sync.close(), b.sync.close()]);
+  });
+
   it("a peer's snapshot under another block size is refused; one that predates the field is taken; a restart mends", () => {
     const host: ChannelHost & { refusals: boolean[] } = {
       refusals: [],
@@ -85,7 +129,7 @@ describe('replica sync: peers with another block size', () => {
       schedule: () => {},
       requestSnapshot: () => {},
       applied: () => {},
-      refused(_r, _c, _theirs, _ours, first) {
+      refused({ first }) {
         this.refusals.push(first);
       },
     };
