@@ -71,6 +71,17 @@ export const GATEWAY_DEFAULTS = Object.freeze({
     staleAfterMs: 30_000,
   }),
   replicaSubjectPrefix: 'kvgate.replicas',
+  /**
+   * The NATS client's defaults, but the reconnect wait (its 2 s) and the ping interval (its 2 min: a server that
+   * stops answering without closing the connection would go unnoticed that long).
+   */
+  replicaNats: Object.freeze({
+    reconnectTimeWaitMs: 250,
+    maxReconnectAttempts: -1,
+    pingIntervalMs: 5000,
+    maxPingsOut: 2,
+    connectTimeoutMs: 20_000,
+  }),
   replicaHeartbeatMs: 1000,
   replicaPeerTimeoutMs: 5000,
   replicaMaxQueuedOps: 65_536,

@@ -13,6 +13,7 @@ import { ConfigReader, isPlainObject, show, type ConfigProblem } from './reader.
 import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readLimits, readListen } from './resolve-edge.js';
 import { readPreprocess } from './resolve-preprocess.js';
+import { readReplicas } from './resolve-replicas.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
 import { readTenants } from './resolve-tenants.js';
 import { LOG_LEVELS, type GatewayConfig, type ListenAddress, type ModelConfig } from './types.js';
@@ -222,86 +223,6 @@ function readKvEventBounds(root: ConfigReader): Pick<GatewayConfig, 'kvEvents' |
     staleAfterMs: r.int('stale_after_ms', d.staleAfterMs, { min: 1, max: 86_400_000 }),
   };
   return { kvEvents, kvIngestThreads: r.int('ingest_threads', threads, { min: 0, max: 64 }) };
-}
-
-function checkNatsUrl(s: string): string | undefined {
-  let u: URL;
-  try {
-    u = new URL(s);
-  } catch {
-    return 'must be a NATS URL such as nats://10.0.0.5:4222';
-  }
-  return u.protocol === 'nats:' || u.protocol === 'tls:' ? undefined : 'must be a nats:// (or tls://) URL';
-}
-
-function readReplicas(root: ConfigReader): GatewayConfig['replicas'] {
-  const D = GATEWAY_DEFAULTS;
-  const r = root.child('replicas');
-  r?.allowOnly([
-    'nats',
-    'router_id',
-    'subject_prefix',
-    'heartbeat_ms',
-    'peer_timeout_ms',
-    'max_queued_ops',
-    'warm_start',
-    'warm_start_timeout_ms',
-    'snapshot_chunk_bytes',
-    'max_snapshot_bytes',
-  ]);
-  const nats = r?.child('nats');
-  nats?.allowOnly(['servers']);
-  const servers: string[] = [];
-  nats?.list('servers')?.forEach((u, i) => {
-    const why = typeof u === 'string' ? checkNatsUrl(u) : 'must be a string';
-    if (why !== undefined) nats.problemAt([...nats.path, 'servers', i], why);
-    else servers.push(u as string);
-  });
-  const heartbeatMs = r?.int('heartbeat_ms', D.replicaHeartbeatMs, { min: 10, max: 600_000 }) ?? D.replicaHeartbeatMs;
-  const peerTimeoutMs =
-    r?.int('peer_timeout_ms', D.replicaPeerTimeoutMs, { min: 20, max: 3_600_000 }) ?? D.replicaPeerTimeoutMs;
-  if (r !== undefined && peerTimeoutMs <= heartbeatMs)
-    r.problem('peer_timeout_ms', `must be longer than heartbeat_ms (${heartbeatMs})`);
-  const token = (s: string): string | undefined =>
-    /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(s)
-      ? undefined
-      : 'must be NATS subject tokens (letters, digits, _ and -, separated by dots)';
-  return {
-    natsServers: servers,
-    routerId: r?.optStr('router_id', (s) =>
-      /^[A-Za-z0-9_.-]{1,128}$/.test(s) ? undefined : 'must be 1 to 128 letters, digits, _, . or -',
-    ),
-    subjectPrefix: r?.str('subject_prefix', D.replicaSubjectPrefix, token) ?? D.replicaSubjectPrefix,
-    heartbeatMs,
-    peerTimeoutMs,
-    maxQueuedOps: r?.int('max_queued_ops', D.replicaMaxQueuedOps, { min: 1, max: 1 << 24 }) ?? D.replicaMaxQueuedOps,
-    ...readSnapshots(r, servers.length > 0),
-  };
-}
-
-/** Snapshot transfers and the warm start (on by default when NATS is configured: it needs peers on NATS). */
-function readSnapshots(
-  r: ConfigReader | undefined,
-  nats: boolean,
-): Pick<GatewayConfig['replicas'], 'warmStart' | 'warmStartTimeoutMs' | 'snapshotChunkBytes' | 'maxSnapshotBytes'> {
-  const D = GATEWAY_DEFAULTS;
-  const warmStart = r?.bool('warm_start', nats) ?? nats;
-  if (r !== undefined && warmStart && !nats)
-    r.problem('warm_start', 'needs replicas.nats.servers (or --replica-sync-nats): a warm start asks a peer on NATS');
-  const snapshotChunkBytes =
-    r?.int('snapshot_chunk_bytes', D.replicaSnapshotChunkBytes, { min: 1024, max: 8 << 20 }) ??
-    D.replicaSnapshotChunkBytes;
-  const maxSnapshotBytes =
-    r?.int('max_snapshot_bytes', D.replicaMaxSnapshotBytes, { min: 1 << 16, max: 1 << 30 }) ??
-    D.replicaMaxSnapshotBytes;
-  return {
-    warmStart,
-    snapshotChunkBytes,
-    maxSnapshotBytes,
-    warmStartTimeoutMs:
-      r?.int('warm_start_timeout_ms', D.replicaWarmStartTimeoutMs, { min: 100, max: 600_000 }) ??
-      D.replicaWarmStartTimeoutMs,
-  };
 }
 
 /** Every model, then the rules across them (unique names, worker ids unique gateway-wide) and within each. */

@@ -272,10 +272,26 @@ export interface KvEventsConfig {
   readonly staleAfterMs: number;
 }
 
+/** Replica sync's NATS connection: the names are the transport's options (src/replicas), which take it as is. */
+export interface NatsConnectionConfig {
+  /** Wait between the client's reconnect attempts to one server, ms. */
+  readonly reconnectTimeWaitMs: number;
+  /** Reconnect attempts per server before the client gives up (kvgate then opens a new connection); -1: forever. */
+  readonly maxReconnectAttempts: number;
+  /** Client pings, this many ms apart: how a server that stops answering (without closing) is noticed. */
+  readonly pingIntervalMs: number;
+  /** Pings unanswered after which the connection is taken as lost and reconnected. */
+  readonly maxPingsOut: number;
+  /** How long a connection attempt waits for the server's handshake, ms. */
+  readonly connectTimeoutMs: number;
+}
+
 /** Active-active router replicas sharing their in-flight bookings and sticky sessions. */
 export interface ReplicasConfig {
   /** NATS servers replica sync connects to; empty = sync off (a lone router). */
   readonly natsServers: readonly string[];
+  /** How the NATS connection notices a lost server and reconnects (`replicas.nats`). */
+  readonly natsConnection: NatsConnectionConfig;
   /** This replica's id among its peers (default: random at each start). */
   readonly routerId: string | undefined;
   /** NATS subject prefix; replicas of one deployment share it, another deployment on the same NATS uses its own. */

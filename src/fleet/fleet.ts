@@ -111,7 +111,9 @@ function replicaSync(config: GatewayConfig, cluster: ClusterPlace | undefined): 
   const routerId =
     cluster === undefined ? r.routerId : `${r.routerId ?? `kvgate-${cluster.clusterId}`}-p${cluster.index}`;
   const transport =
-    r.natsServers.length > 0 ? new NatsTransport(r.natsServers, routerId ?? 'kvgate') : new IpcTransport();
+    r.natsServers.length > 0
+      ? new NatsTransport(r.natsServers, routerId ?? 'kvgate', r.natsConnection)
+      : new IpcTransport();
   const sync = new ReplicaSync({
     transport,
     routerId,

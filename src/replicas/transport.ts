@@ -28,6 +28,12 @@ export interface NatsTransportOptions {
   readonly maxReconnectAttempts?: number;
   /** Wait between the client's reconnect attempts to one server (default 250 ms). */
   readonly reconnectTimeWaitMs?: number;
+  /** Client pings this far apart (default 5 s): a server that stops answering without closing is noticed by them. */
+  readonly pingIntervalMs?: number;
+  /** Unanswered pings after which the connection is taken as lost and reconnected (default 2). */
+  readonly maxPingsOut?: number;
+  /** How long a connection attempt waits for the server's handshake (default 20 s). */
+  readonly connectTimeoutMs?: number;
   /** Back-off between kvgate's attempts at a new connection once the client closed one for good (default 250 ms to 30 s). */
   readonly reopenMinMs?: number;
   readonly reopenMaxMs?: number;
@@ -93,7 +99,9 @@ export class NatsTransport implements SyncTransport {
       name: this.#name,
       maxReconnectAttempts: this.#opts.maxReconnectAttempts ?? -1,
       reconnectTimeWait: this.#opts.reconnectTimeWaitMs ?? 250,
-      pingInterval: 5000,
+      pingInterval: this.#opts.pingIntervalMs ?? 5000,
+      maxPingOut: this.#opts.maxPingsOut ?? 2,
+      timeout: this.#opts.connectTimeoutMs ?? 20_000,
     };
   }
 

@@ -802,6 +802,13 @@ describe('config: replicas', () => {
     const c = loadGatewayConfig({ file: file(base), overrides: flags.overrides, env: {} });
     expect(c.replicas).toEqual({
       natsServers: ['nats://10.0.0.9:4222', 'nats://10.0.0.10:4222'],
+      natsConnection: {
+        reconnectTimeWaitMs: 250,
+        maxReconnectAttempts: -1,
+        pingIntervalMs: 5000,
+        maxPingsOut: 2,
+        connectTimeoutMs: 20000,
+      },
       routerId: '7',
       subjectPrefix: 'kvgate.replicas',
       heartbeatMs: 1000,
@@ -853,6 +860,41 @@ describe('config: replicas', () => {
       'replicas.peer_timeout_ms',
       'replicas.subject_prefix',
     ]);
+  });
+  it("reads the NATS connection's reconnect and ping keys; refuses bad values by field", () => {
+    const nats = 'servers: ["nats://n:4222"]';
+    const c = loadGatewayConfig({
+      file: file(
+        `${base}replicas: { nats: { ${nats}, reconnect_wait_ms: 1000, max_reconnect_attempts: 0, ping_interval_ms: 200, ` +
+          'max_pings_out: 1, connect_timeout_ms: 3000 } }\n',
+      ),
+      overrides: [],
+      env: {},
+    });
+    expect(c.replicas.natsConnection).toEqual({
+      reconnectTimeWaitMs: 1000,
+      maxReconnectAttempts: 0,
+      pingIntervalMs: 200,
+      maxPingsOut: 1,
+      connectTimeoutMs: 3000,
+    });
+    const problems = problemsOf({
+      file: file(
+        `${base}replicas: { nats: { ${nats}, reconnect_wait_ms: 0, max_reconnect_attempts: -2, ping_interval_ms: "5s", ` +
+          'max_pings_out: 0, connect_timeout_ms: 1.5, ping_timeout_ms: 10 } }\n',
+      ),
+      overrides: [],
+      env: {},
+    });
+    expect(problems.map((p) => p.path).sort()).toEqual([
+      'replicas.nats.connect_timeout_ms',
+      'replicas.nats.max_pings_out',
+      'replicas.nats.max_reconnect_attempts',
+      'replicas.nats.ping_interval_ms',
+      'replicas.nats.ping_timeout_ms',
+      'replicas.nats.reconnect_wait_ms',
+    ]);
+    expect(problems.find((p) => p.path === 'replicas.nats.max_reconnect_attempts')!.reason).toMatch(/\[-1, /);
   });
 });
 

@@ -31,6 +31,8 @@ describe('config reload: sections read only at start', () => {
     const nats = { nats: { servers: ['nats://10.0.0.5:4222'] } };
     expect(paths({ replicas: nats }, { replicas: { ...nats, heartbeat_ms: 2000 } })).toEqual(['replicas.heartbeat_ms']);
     expect(paths({}, { replicas: { ...nats, warm_start: false } })).toEqual(['replicas.nats.servers']);
+    const pings = { nats: { ...nats.nats, ping_interval_ms: 500 } };
+    expect(paths({ replicas: nats }, { replicas: pings })).toEqual(['replicas.nats.ping_interval_ms']);
   });
 
   it("refuses a change to a model's lora_adapters or inference_pool", () => {

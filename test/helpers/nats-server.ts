@@ -2,7 +2,9 @@
  * A real `nats-server` (the Debian package; `.ci/run` installs it) on
  * loopback: an OS-chosen port at first start (`-p -1`, the port read from its
  * log), the same port again on restart; optionally with a smaller
- * `max_payload` than its 1 MiB default (a config file: it has no flag).
+ * `max_payload` than its 1 MiB default (a config file: it has no flag). It can
+ * also be paused (SIGSTOP): its connections stay open and go silent, as a hung
+ * server or a partition leaves them, which only the clients' pings notice.
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -17,6 +19,10 @@ export interface NatsServer {
   stop(): Promise<void>;
   /** Starts it again on the same port. */
   restart(): Promise<void>;
+  /** Stops the process where it is (SIGSTOP): its sockets stay open, nothing is answered. */
+  pause(): void;
+  /** Lets a paused server go on (SIGCONT). */
+  resume(): void;
 }
 
 export interface NatsServerOptions {
@@ -45,6 +51,7 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   }
   let { child, port } = await spawnNats(-1, conf);
   const stop = async (): Promise<void> => {
+    child.kill('SIGCONT'); // a paused server would not handle the SIGTERM
     await stopChild(child);
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   };
@@ -52,6 +59,8 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
     url: `nats://127.0.0.1:${port}`,
     port,
     stop,
+    pause: () => void child.kill('SIGSTOP'),
+    resume: () => void child.kill('SIGCONT'),
     async restart() {
       await stopChild(child);
       // The port was ours a moment ago; another process taking it in between fails the test loudly.

@@ -1,0 +1,63 @@
+/**
+ * The NATS connection's keys take effect (`replicas.nats`): a `kvgate serve` with a short ping interval notices a
+ * NATS server that stops answering without closing its connections (a paused process, as a hung server or a
+ * partition leaves them) within a few hundred milliseconds, where the defaults take 10 s (two unanswered pings,
+ * 5 s apart), and reconnects once it answers again. Over a real nats-server, paused with SIGSTOP.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { jsonLogLines, startMockerCli, startServeCli } from '../../helpers/cli-process.js';
+import { metric } from '../../helpers/metric-sum.js';
+import { startNatsServer } from '../../helpers/nats-server.js';
+import { until } from '../../helpers/until.js';
+
+const MODEL = 'mock-model';
+
+describe('replica sync: the NATS connection keys', () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  it('a short ping interval notices a silent NATS server within a second; the bus comes back when it answers', async () => {
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.stop());
+    const m = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 1);
+    cleanups.push(() => m.proc.stop());
+    const dir = mkdtempSync(join(tmpdir(), 'kvgate-nats-connection-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'kvgate.yaml');
+    writeFileSync(
+      file,
+      [
+        'listen: { port: 0 }',
+        'preprocess: { threads: 0 }',
+        'replicas:',
+        `  nats: { servers: ["${nats.url}"], ping_interval_ms: 100, max_pings_out: 1, reconnect_wait_ms: 50 }`,
+        '  warm_start: false',
+        'models:',
+        `  - name: ${MODEL}`,
+        '    tokenizer: demo',
+        `    workers: [{ id: 1, url: "${m.engines[0]!.url}", kv_events: "${m.engines[0]!.kv_events[0]}" }]`,
+        '',
+      ].join('\n'),
+    );
+    const { proc, url } = await startServeCli(file);
+    cleanups.push(() => proc.stop());
+    await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up');
+
+    nats.pause();
+    const paused = performance.now();
+    // The defaults (two pings 5 s apart) would take 10 s: the configured ones, about 200 ms.
+    await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 0, 'the bus down', 3000);
+    expect(performance.now() - paused).toBeLessThan(3000);
+    expect(jsonLogLines(proc).find((l) => String(l['msg']).startsWith('replica sync bus unavailable'))).toMatchObject({
+      level: 40,
+    });
+
+    nats.resume();
+    await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up again', 10_000);
+  });
+});
