@@ -15,6 +15,9 @@
  * router's prefix index, as the gateway does for its workers. A pod whose
  * events are not live (none named, not yet connected, silent) is scored in
  * approximate mode: the router's own recorded choices, kept `router_ttl_secs`.
+ * Each pick is noted as the pod's dispatch, so events that stop while it serves
+ * make it stale; the transitions are told as the gateway tells a worker's
+ * (routing's `KvEventsWatch`: a line naming the endpoint, counted).
  */
 import { isIPv6 } from 'node:net';
 import type { Logger } from 'pino';
@@ -24,7 +27,16 @@ import type { PoolEndpoint } from '../fleet/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { rejectionError } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
-import { KvRouter, kvPool, makeRouterContext, reportIndexBytes, type EventWatch } from '../routing/index.js';
+import {
+  KvEventsWatch,
+  KvRouter,
+  kvPool,
+  makeRouterContext,
+  reportIndexBytes,
+  type EventWatch,
+  type RouterContext,
+  type WatchedWorker,
+} from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
 
 /**
@@ -106,6 +118,10 @@ export class EndpointPicker {
   readonly #events: ReturnType<typeof kvPool>['events'];
   /** worker id -> the KV-event publisher it is subscribed to. */
   readonly #publishers = new Map<number, string>();
+  /** The pods' KV-event liveness, told as the gateway tells its workers' (`kvgate_worker_kv_events_transitions_total`). */
+  readonly #kvWatch: KvEventsWatch;
+  readonly #ctx: RouterContext;
+  readonly #model: string;
   readonly #timer: NodeJS.Timeout;
   #nextId = 1;
 
@@ -115,6 +131,9 @@ export class EndpointPicker {
     this.#fallbacks = Math.max(1, opts.fallbacks);
     const m = opts.model;
     const ctx = makeRouterContext({ clock: opts.clock, rng: opts.rng, logger: opts.logger, metrics: opts.metrics });
+    this.#ctx = ctx;
+    this.#model = m.name;
+    this.#kvWatch = new KvEventsWatch(m.name, ctx);
     const pool = {
       model: m.name,
       blockSize: m.blockSize,
@@ -125,11 +144,37 @@ export class EndpointPicker {
     const { kvRouter, events } = kvPool('aggregated', pool, ctx, this.#eventWatch(m.blockSize));
     this.#router = kvRouter;
     this.#events = events;
-    this.#timer = setInterval(() => {
-      this.#router.tick();
-      reportIndexBytes(ctx, m.name, 'aggregated', this.#router);
-    }, TICK_MS);
+    this.#timer = setInterval(() => this.#tick(), TICK_MS);
     this.#timer.unref();
+  }
+
+  /**
+   * Periodic (every second): the router's bookkeeping expiry, its index's bytes gauged, and each pod's KV-event
+   * liveness (a pod whose events stopped while it serves, or never came, is a warn line and counted, and scored in
+   * approximate mode by the router), as a gateway model router ticks.
+   */
+  #tick(): void {
+    this.#router.tick();
+    reportIndexBytes(this.#ctx, this.#model, 'aggregated', this.#router);
+    this.#kvWatch.tick(this.#watched(), this.#events);
+  }
+
+  /** The pods as the KV-event watch names them: by endpoint, with pod name and worker id. */
+  #watched(): WatchedWorker[] {
+    return [...this.#byName].map(([pod, id]) => {
+      const endpoint = this.#endpoints.get(id)!;
+      const publisher = this.#publishers.get(id);
+      return {
+        id,
+        role: 'aggregated',
+        name: `endpoint ${endpoint}`,
+        fields: { endpoint, pod, workerId: id },
+        publisher:
+          publisher === undefined
+            ? undefined
+            : { fields: { publisher }, check: "the pod's kvgate.io/kv-events-port annotation or kv-events port" },
+      };
+    });
   }
 
   /** Stops the bookkeeping timer and every KV-event subscription. */
@@ -183,6 +228,7 @@ export class EndpointPicker {
       this.#byName.delete(name);
       this.#endpoints.delete(id);
       this.#ids.delete(endpoint);
+      this.#kvWatch.forget(id);
       left.push(endpoint);
     }
     for (const [name, pod] of next) {
@@ -273,6 +319,8 @@ export class EndpointPicker {
     for (const c of [...d.candidates].sort((a, b) => a.cost - b.cost))
       if (order.length < this.#fallbacks && !order.includes(c.workerId)) order.push(c.workerId);
     const endpoints = order.map((id) => this.#endpoints.get(id)!);
+    // The data plane dispatches to the pick: its KV events are awaited from now (stale if none comes while it serves).
+    this.#events?.noteDispatch({ workerId: d.workerId, dpRank: 0 });
     this.#bookings.set(input.requestId, { input: { ...input, hints }, endpoint: endpoints[0]!, prefillDone: false });
     return endpoints;
   }
@@ -291,6 +339,7 @@ export class EndpointPicker {
     this.#logger.info({ requestId, endpoint, picked: b.endpoint }, 'served by a fallback endpoint; booking moved');
     b.endpoint = endpoint;
     this.#book(requestId, b, id);
+    this.#events?.noteDispatch({ workerId: id, dpRank: 0 });
   }
 
   /** Books a request on a worker: its prompt, and its prefill done when it is. */

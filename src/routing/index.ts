@@ -10,12 +10,15 @@
  * - `ModelRouter`: everything that routes one model, behind `ModelRouterPort`.
  * - `RouterContext`: clock, rng, logger and metrics, built once and handed down.
  * - `kvPool`: a `KvRouter` with its KV-event ingestion (a model's pool, or the endpoint picker's).
+ * - `KvEventsWatch`: a pool's KV-event liveness as an operator sees it (a model's workers, or the picker's pods).
  */
 export { makeRouterContext } from './context.js';
 export type { RouterContext } from './context.js';
 export { KvRouter } from './kv-router.js';
 export { kvPool, reportIndexBytes } from './kv-pool.js';
 export type { EventWatch } from './event-hooks.js';
+export { KvEventsWatch } from './kv-events-watch.js';
+export type { WatchedWorker } from './kv-events-watch.js';
 export type { KvRouteRequest } from './kv-router.js';
 export { resolvePin } from './pins.js';
 export { createSimpleRouter } from './push/simple-routers.js';

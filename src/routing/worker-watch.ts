@@ -16,10 +16,8 @@ import type { WorkerHealthView, WorkerInfo, WorkerRegistry } from '../discovery/
 import type { KvgateError } from '../errors/index.js';
 import type { KvEventManager } from '../events/index.js';
 import type { RouterContext } from './context.js';
+import { KvEventsWatch } from './kv-events-watch.js';
 import type { WorkerStatus } from './router-port.js';
-
-/** A worker's KV events as logged: `silent` is `never` while requests wait for a first event (see `tickEvents`). */
-type EventState = 'live' | 'stale' | 'never' | 'silent';
 
 const HEALTH_STATES: readonly WorkerHealthView['state'][] = [
   'up',
@@ -36,8 +34,8 @@ export class WorkerWatch {
   readonly #registry: WorkerRegistry;
   readonly #ctx: RouterContext;
   readonly #health: ((workerId: number) => WorkerHealthView | undefined) | undefined;
-  /** Last KV-event status logged per worker (only workers that are up). */
-  readonly #events = new Map<number, EventState>();
+  /** KV-event liveness of the workers that are up. */
+  readonly #kvEvents: KvEventsWatch;
   readonly #blockSizeWarned = new Set<number>();
   /** Why the model cannot be served now (undefined: it can); the ModelRouter's `unavailable`. */
   readonly #unavailable: (() => KvgateError | undefined) | undefined;
@@ -58,6 +56,7 @@ export class WorkerWatch {
     this.#ctx = ctx;
     this.#health = health;
     this.#unavailable = unavailable;
+    this.#kvEvents = new KvEventsWatch(model, ctx);
     for (const w of registry.all()) if (w.model === model) this.#setUp(w, registry.isAvailable(w.id));
   }
 
@@ -116,7 +115,7 @@ export class WorkerWatch {
   /** The registry took the worker out (health, model check, removal): not routed to, its KV events not trusted. */
   down(w: WorkerInfo): void {
     this.#setUp(w, false);
-    this.#events.delete(w.id);
+    this.#kvEvents.forget(w.id);
     this.#ctx.metrics?.workerKvEventsLive.labels(this.#labels(w)).set(0);
     const health = this.#health?.(w.id);
     this.#ctx.logger.warn(
@@ -167,37 +166,21 @@ export class WorkerWatch {
     }
   }
 
-  /**
-   * Periodic: KV-event liveness of a pool's workers: the gauge, and each transition logged and counted
-   * (`kvgate_worker_kv_events_transitions_total`): live, stale (silent while serving after events came), silent
-   * (no event since the worker joined, though requests were sent: a wrong endpoint, an engine that publishes none).
-   */
+  /** Periodic: KV-event liveness of a pool's workers (`KvEventsWatch`: the gauge, each transition logged and counted). */
   tickEvents(workers: readonly WorkerInfo[], events: KvEventManager | undefined): void {
-    const m = this.#ctx.metrics;
-    if (events === undefined) return;
-    for (const w of workers) {
-      const status = events.eventStatus(w.id);
-      m?.workerKvEventsLive.labels(this.#labels(w)).set(status === 'live' ? 1 : 0);
-      const now: EventState =
-        status === 'never' && w.kvEvents !== undefined && events.liveness.silentWhileServing(w.id) ? 'silent' : status;
-      const was = this.#events.get(w.id) ?? 'never';
-      this.#events.set(w.id, now);
-      if (now === was || now === 'never') continue;
-      m?.workerKvEventsTransitions.labels({ model: this.#model, worker_id: String(w.id), to: now }).inc();
-      const at = { workerId: w.id, url: w.url, role: w.role, kvEvents: now };
-      if (now === 'stale')
-        this.#ctx.logger.warn(
-          at,
-          `worker ${w.id}: KV events stale (requests were sent, no event arrived): scored in approximate mode`,
-        );
-      else if (now === 'silent')
-        this.#ctx.logger.warn(
-          { ...at, endpoint: w.kvEvents?.endpoint },
-          `worker ${w.id}: no KV event since it joined though requests were sent: scored in approximate mode ` +
-            '(check its kv_events endpoint, and that its engine publishes KV events)',
-        );
-      else this.#ctx.logger.info(at, `worker ${w.id}: KV events ${was === 'stale' ? 'resumed' : 'live'}`);
-    }
+    this.#kvEvents.tick(
+      workers.map((w) => ({
+        id: w.id,
+        role: w.role,
+        name: `worker ${w.id}`,
+        fields: { workerId: w.id, url: w.url, role: w.role },
+        publisher:
+          w.kvEvents === undefined
+            ? undefined
+            : { fields: { endpoint: w.kvEvents.endpoint }, check: 'its kv_events endpoint' },
+      })),
+      events,
+    );
   }
 
   /** Every configured worker of the model, for /admin/models. */

@@ -3,11 +3,20 @@ import { loadGatewayConfig, type GatewayConfig } from '../../../src/config/index
 
 export const MODEL = 'mock-model';
 
-/** The model `mock-model` over InferencePool `pool` at `apiServer`: KV events off (approximate), no pool threads. */
-export function pickerConfig(apiServer: string, pool: string, router: Record<string, unknown> = {}): GatewayConfig {
+/**
+ * The model `mock-model` over InferencePool `pool` at `apiServer`: KV events off (approximate) unless `router` turns
+ * them on, no pool threads; `sections` adds top-level config sections (`admin`, `kv_events`).
+ */
+export function pickerConfig(
+  apiServer: string,
+  pool: string,
+  router: Record<string, unknown> = {},
+  sections: Record<string, unknown> = {},
+): GatewayConfig {
   return loadGatewayConfig({
     env: {},
     base: {
+      ...sections,
       listen: { host: '127.0.0.1', port: 0 },
       preprocess: { threads: 0 },
       models: [
