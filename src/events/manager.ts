@@ -231,6 +231,8 @@ export class KvEventManager {
         await this.#stop(key, sub);
         this.applier.removeSlot(sub.source);
         this.liveness.unregister(sub.source);
+        // Worker ids are not reused (the picker gives each pod that joins a new one): nothing is kept per gone slot.
+        this.counters.forgetSlot(sub.source);
       }),
     );
   }

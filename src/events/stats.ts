@@ -294,6 +294,19 @@ export class KvEventCounters implements KvEventHooks {
     this.#s.connections[change]++;
   }
 
+  /** Forgets one slot's counters (its subscription is gone: a worker that left takes them along). */
+  forgetSlot(slot: WorkerRank): void {
+    this.#slots.delete(slotKey(slot.workerId, slot.dpRank));
+    if (
+      this.#last !== undefined &&
+      this.#last.named.workerId === slot.workerId &&
+      this.#last.named.dpRank === slot.dpRank
+    ) {
+      this.#last = undefined;
+      this.#lastSlot = undefined;
+    }
+  }
+
   /** Counters of one slot (zeros if it never reported anything). */
   slot(slot: WorkerRank): SlotCounters {
     return { ...this.#slot(slot) };

@@ -120,6 +120,8 @@ export class EndpointPicker {
   readonly #publishers = new Map<number, string>();
   /** The pods' KV-event liveness, told as the gateway tells its workers' (`kvgate_worker_kv_events_transitions_total`). */
   readonly #kvWatch: KvEventsWatch;
+  /** Worker ids already warned of a block size other than the model's (once per pod). */
+  readonly #blockSizeWarned = new Set<number>();
   readonly #ctx: RouterContext;
   readonly #model: string;
   readonly #timer: NodeJS.Timeout;
@@ -185,11 +187,10 @@ export class EndpointPicker {
 
   /** What the gateway's worker watch does for a pod's KV events: logged by pod endpoint. */
   #eventWatch(blockSize: number): EventWatch {
-    const warned = new Set<number>();
     return {
       blockSizeMismatch: (workerId) => {
-        if (warned.has(workerId)) return;
-        warned.add(workerId);
+        if (this.#blockSizeWarned.has(workerId) || !this.#endpoints.has(workerId)) return;
+        this.#blockSizeWarned.add(workerId);
         this.#logger.warn(
           { endpoint: this.#endpoints.get(workerId), blockSize },
           `endpoint ${this.#endpoints.get(workerId)} publishes KV events with a block size other than the model's ` +
@@ -229,6 +230,7 @@ export class EndpointPicker {
       this.#endpoints.delete(id);
       this.#ids.delete(endpoint);
       this.#kvWatch.forget(id);
+      this.#blockSizeWarned.delete(id);
       left.push(endpoint);
     }
     for (const [name, pod] of next) {
@@ -275,6 +277,30 @@ export class EndpointPicker {
       { endpoint: pod.endpoint, kvEvents: pod.kvEvents, workerId: id, err: err.message },
       `endpoint ${pod.endpoint}: its KV events cannot be subscribed (${err.message}); scored approximately`,
     );
+  }
+
+  /**
+   * What the picker keeps per pod, structure by structure (diagnostics: each is bounded by the pods listed now,
+   * however many came and went, since each pod that leaves takes its worker id's state along).
+   */
+  footprint(): Record<string, number> {
+    const ev = this.#events;
+    const tierSlots = ev?.indexes.tiers().reduce((n, t) => n + ev.indexes.get(t).slots().length, 0) ?? 0;
+    return {
+      endpoints: this.#endpoints.size,
+      ids: this.#ids.size,
+      names: this.#byName.size,
+      publishers: this.#publishers.size,
+      blockSizeWarned: this.#blockSizeWarned.size,
+      kvEventStates: this.#kvWatch.size,
+      routerWorkers: this.#router.workers().length,
+      indexSlots: this.#router.index.slots().length,
+      tierSlots,
+      subscriptions: ev?.sources().length ?? 0,
+      livenessSlots: ev?.liveness.statuses().length ?? 0,
+      eventCounterSlots: Object.keys(ev?.counters.snapshot().slots ?? {}).length,
+      bookings: this.#bookings.size,
+    };
   }
 
   get endpoints(): string[] {

@@ -26,6 +26,8 @@ export interface RunningPicker {
   bookings(): Record<string, number>;
   /** Bytes of request bodies the open streams hold (a body is held only until it is complete). */
   bufferedBytes(): number;
+  /** What the picker keeps per pod, by structure (`EndpointPicker.footprint`). */
+  footprint(): Record<string, number>;
   stop(): Promise<void>;
 }
 
@@ -95,6 +97,7 @@ export async function startPicker(config: GatewayConfig, logger: Logger): Promis
           : `http://${m.address.includes(':') ? `[${m.address}]` : m.address}:${m.port}/metrics`,
       bookings: () => server.picker.bookings(),
       bufferedBytes: () => server.bufferedBytes(),
+      footprint: () => server.picker.footprint(),
       async stop() {
         await source.close();
         await server.close();

@@ -144,6 +144,11 @@ export interface TestKvPublisherOptions {
   /** First sequence number (vLLM/SGLang: 0; TensorRT-LLM: a timestamp). */
   firstSeq?: bigint;
   sendHighWaterMark?: number;
+  /**
+   * Loopback addresses the PUB binds, all on one OS-chosen port (pods of different IPs naming the same
+   * publisher port); `endpoint` is the first's. Default `['127.0.0.1']`.
+   */
+  hosts?: readonly string[];
 }
 
 const EMPTY = Buffer.alloc(0);
@@ -183,8 +188,11 @@ export class TestKvPublisher {
 
   static async start(opts: TestKvPublisherOptions = {}): Promise<TestKvPublisher> {
     const p = new TestKvPublisher(opts);
-    await p.#pub.bind('tcp://127.0.0.1:*');
+    const [first = '127.0.0.1', ...more] = opts.hosts ?? [];
+    await p.#pub.bind(`tcp://${first}:*`);
     p.endpoint = p.#pub.lastEndpoint!;
+    const port = p.endpoint.slice(p.endpoint.lastIndexOf(':') + 1);
+    for (const host of more) await p.#pub.bind(`tcp://${host}:${port}`);
     p.#loops.push(p.#subscriptionLoop());
     if (p.#router !== undefined) {
       await p.#router.bind('tcp://127.0.0.1:*');
