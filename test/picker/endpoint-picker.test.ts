@@ -11,6 +11,7 @@ import { KvgateMetrics } from '../../src/metrics/index.js';
 import { sampleSum } from '../helpers/metric-sum.js';
 import { EndpointPicker, type PickInput } from '../../src/picker/endpoint-picker.js';
 import { promptHashes } from '../../src/wasm/index.js';
+import { TestKvPublisher } from '../helpers/zmq-publisher.js';
 
 const A = '10.0.0.1:8000';
 const B = '10.0.0.2:8000';
@@ -167,6 +168,54 @@ describe('EndpointPicker: pods that come and go', () => {
       await vi.waitFor(async () => expect([...(await workerIds())]).toEqual(['20']));
     } finally {
       await picker.close();
+    }
+  });
+});
+
+// A pod whose KV events stopped while it serves is scored as the gateway scores such a worker: approximate mode, its
+// index entries still counted and the picker's own choices for it remembered (router_ttl_secs), since its events no
+// longer tell what it holds. Pods A and B name one test ZMQ publisher; the picker's clock is a manual one.
+describe('EndpointPicker: a pod whose KV events stop while it serves', () => {
+  it("goes stale and is scored on the picker's own choices: a prompt it was given follows it", async () => {
+    const clock = new ManualClock(0);
+    const { picker, lines } = pickerOf({ clock, metrics: new KvgateMetrics({ processMetrics: false }) });
+    const publisher = await TestKvPublisher.start({ replay: false });
+    try {
+      picker.setEndpoints([
+        { name: 'a', endpoint: A, kvEvents: publisher.endpoint },
+        { name: 'b', endpoint: B, kvEvents: publisher.endpoint },
+      ]);
+      await publisher.waitForSubscribers(2);
+      await publisher.publish([]); // a heartbeat: both pods' events are live
+      const live = (endpoint: string): boolean =>
+        lines.some((l) => l['endpoint'] === endpoint && /KV events live/.test(String(l['msg'])));
+      await vi.waitFor(() => expect(live(A) && live(B)).toBe(true), { timeout: 5000 });
+
+      // A is picked, then no event comes for the stale bound (kv_events.stale_after_ms: 30 s by default).
+      const first = input(16, [A], 50_000);
+      picker.pick(first);
+      picker.end(first.requestId);
+      clock.advance(30_000);
+      await vi.waitFor(
+        () => expect(lines.some((l) => l['endpoint'] === A && /KV events stale/.test(String(l['msg'])))).toBe(true),
+        { timeout: 5000 },
+      );
+
+      // A long prompt is picked onto A; its events never tell of it. A short request keeps A the busier pod.
+      const doc = (): PickInput => input(4096);
+      const given = doc();
+      expect(picker.pick({ ...given, subset: [A] })).toEqual([A]);
+      picker.end(given.requestId);
+      const busy = input(16, [A], 90_000);
+      picker.pick(busy);
+      // Remembered: the prompt's blocks are credited to A (the picker's own choice), which outweighs its load.
+      const again = doc();
+      expect(picker.pick(again)).toEqual([A]);
+      picker.end(again.requestId);
+      picker.end(busy.requestId);
+    } finally {
+      await picker.close();
+      await publisher.close();
     }
   });
 });
