@@ -1,14 +1,34 @@
 /**
  * Checks at the HTTP edge that need nothing but the request line and headers:
- * headers that must not repeat (`Host`, `Authorization`), the model id in a
- * path, and the raw answer to a request Node could not parse or that came too
- * slowly.
+ * an HTTP/1.0 request's framing, headers that must not repeat (`Host`,
+ * `Authorization`), the model id in a path, and the raw answer to a request
+ * Node could not parse or that came too slowly.
  */
 import { maxHeaderSize, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Counter } from 'prom-client';
 import { errorBody } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
+import { discardBody, DISCARD_MS } from './body.js';
+
+/**
+ * Refuses an HTTP/1.0 request that carries Transfer-Encoding. RFC 9112, section 6.1: such a message's framing is
+ * faulty (HTTP/1.0 has no transfer codings, so whoever sent it and any proxy on the way may disagree on where it
+ * ends), and the connection must close after the answer. Node parses it as chunked all the same; kvgate reads
+ * nothing of it but discards what arrives for a moment (as every closing answer does: unread bytes at close would
+ * reset the connection before the client read the 400), then refuses it.
+ * @throws KvgateError KVG_ERR_INVALID_REQUEST with `detail.closeConnection` (error-answer.ts closes the connection).
+ */
+export async function refuseFaultyFraming(req: IncomingMessage, maxBodyBytes: number): Promise<void> {
+  if (req.httpVersionMajor !== 1 || req.httpVersionMinor !== 0 || req.headers['transfer-encoding'] === undefined)
+    return;
+  await discardBody(req, DISCARD_MS, maxBodyBytes);
+  throw new KvgateError(
+    'KVG_ERR_INVALID_REQUEST',
+    'an HTTP/1.0 request may not carry Transfer-Encoding: its framing is faulty (RFC 9112, section 6.1)',
+    { param: 'transfer-encoding', closeConnection: true },
+  );
+}
 
 /**
  * Headers a request may carry once only:

@@ -18,7 +18,8 @@ type ErrorAnswerOptions = Pick<RelayOptions, 'logger' | 'publicErrors' | 'reject
 /**
  * Answers `ctx`'s request with the error `err` (the signal's reason instead when it fired: it explains the
  * failure better than whatever it interrupted). `draining`: the answer closes the connection, as do the
- * `CLOSING_CODES`; `retryAfter` goes on 429, 503 and 529 (the error's own `detail.retryAfterSeconds` first).
+ * `CLOSING_CODES` and an error whose `detail.closeConnection` is true (a request whose framing is faulty);
+ * `retryAfter` goes on 429, 503 and 529 (the error's own `detail.retryAfterSeconds` first).
  */
 export function answerError(
   ctx: RequestContext,
@@ -44,7 +45,7 @@ export function answerError(
     return;
   }
   const headers: Record<string, string> = {};
-  if (CLOSING_CODES.has(e.code) || draining) headers.connection = 'close';
+  if (CLOSING_CODES.has(e.code) || draining || e.detail?.['closeConnection'] === true) headers.connection = 'close';
   if (typeof e.detail?.workerId === 'number' && !res.hasHeader('x-kvgate-worker'))
     headers['x-kvgate-worker'] = String(e.detail.workerId);
   // A limit that knows its own wait (a tenant's bucket) says it; the rest say the configured one.

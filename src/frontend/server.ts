@@ -42,7 +42,7 @@ import { clientAddressesOf, type FallbackReason } from './client-address.js';
 import { credentialOf } from './anthropic-error.js';
 import type { CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
-import { answerClientError, checkEdgeHeaders } from './edge.js';
+import { answerClientError, checkEdgeHeaders, refuseFaultyFraming } from './edge.js';
 import { answerError } from './error-answer.js';
 import type { ModelTarget } from './model-lookup.js';
 import { ApiKeys, asKvgateError, pickRequestId, sendError } from './http-io.js';
@@ -353,6 +353,7 @@ export class GatewayServer {
     });
     try {
       if (!admitted) await this.#refuse(req);
+      await refuseFaultyFraming(req, this.config.limits.maxBodyBytes);
       checkEdgeHeaders(req, spec?.auth === true);
       if (spec === undefined)
         throw new KvgateError('KVG_ERR_NOT_FOUND', this.#notFound(listener, path), { param: null });

@@ -344,6 +344,31 @@ describe('requests Node cannot parse (audit g)', () => {
     expect(scrape).toMatch(/kvgate_http_rejections_total\{code="KVG_ERR_HEADERS_TOO_LARGE"\} 2/);
   });
 
+  it('an HTTP/1.0 request with Transfer-Encoding is a 400 and the connection closes, keep-alive asked or not (RFC 9112, 6.1)', async () => {
+    const g = await start();
+    const port = Number(new URL(g.url).port);
+    const head = (extra: string): string =>
+      `POST /v1/chat/completions HTTP/1.0\r\n${h(port)}Transfer-Encoding: chunked\r\n${extra}\r\n${chunked}`;
+    // The second: keep-alive asked, and a request pipelined behind the body, which must not be answered.
+    const heads = [head(''), `${head('Connection: keep-alive\r\n')}GET /health HTTP/1.1\r\nHost: x\r\n\r\n`];
+    for (const text of heads) {
+      const raw = await rawRequest(port, text).answer;
+      expect(statusOf(raw), raw).toBe(400);
+      expect([...raw.matchAll(/HTTP\/1\.1 \d{3} /g)].length).toBe(1);
+      expect(raw.toLowerCase()).toContain('connection: close');
+      const err = errorOf(raw) as { code: string; message: string; param?: string };
+      expect(err).toMatchObject({ code: 'KVG_ERR_INVALID_REQUEST', param: 'transfer-encoding' });
+      expect(err.message).toMatch(/HTTP\/1\.0 request may not carry Transfer-Encoding.*RFC 9112, section 6\.1/);
+    }
+    expect(g.routers.demo.routed.length).toBe(0);
+    const scrape = await (await fetch(`${g.url}/metrics`)).text();
+    expect(scrape).toMatch(/kvgate_http_rejections_total\{code="KVG_ERR_INVALID_REQUEST"\} 2/);
+    // HTTP/1.0 without Transfer-Encoding is served.
+    const b = JSON.stringify(chat('one-oh'));
+    const plain = `POST /v1/chat/completions HTTP/1.0\r\n${h(port)}Content-Length: ${b.length}\r\n\r\n${b}`;
+    expect(statusOf(await rawRequest(port, plain).answer)).toBe(200);
+  });
+
   it('pipelined requests on one connection, a stream among them, are answered in order', async () => {
     const g = await start();
     const port = Number(new URL(g.url).port);
