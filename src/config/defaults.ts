@@ -25,6 +25,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   clientStallTimeoutMs: 60_000,
   maxPendingConnectionsPerClient: 256,
   maxConnectionsPerClient: 2048,
+  /** `limits.max_connections` by default: room for this many clients at their own bound (`max_connections_per_client`). */
+  clientsAtConnectionBound: 4,
   retryAfterSeconds: 1,
   maxSessionTimeoutS: 3600,
   maxSessions: 100_000,

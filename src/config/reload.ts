@@ -144,6 +144,7 @@ const LIMIT_FIELDS: readonly [string, keyof LimitsConfig][] = [
   ['client_stall_timeout_ms', 'clientStallTimeoutMs'],
   ['max_pending_connections_per_client', 'maxPendingConnectionsPerClient'],
   ['max_connections_per_client', 'maxConnectionsPerClient'],
+  ['max_connections', 'maxConnections'],
   ['client_address', 'clientAddress'],
   ['trusted_proxies', 'trustedProxies'],
   ['retry_after_seconds', 'retryAfterSeconds'],

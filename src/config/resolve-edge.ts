@@ -85,6 +85,31 @@ function readTrustedProxies(lim: ConfigReader, source: ClientAddressSource): Add
   return blocks;
 }
 
+/**
+ * `limits.max_connections`: by default room for `clientsAtConnectionBound` clients each at its own bound (the one in
+ * force, or its default where it is off), so no existing setup of the per-client bound is refused by the new one.
+ * Set by hand, it must exceed the per-client bound where that bound applies (by socket, not 0): one client could
+ * hold every connection otherwise.
+ */
+function readMaxConnections(
+  lim: ConfigReader | undefined,
+  perClient: number,
+  perClientDefault: number,
+  source: ClientAddressSource,
+): number {
+  const fallback = GATEWAY_DEFAULTS.clientsAtConnectionBound * Math.max(perClient, perClientDefault);
+  const n = lim?.int('max_connections', fallback, { min: 0, max: 1 << 22 }) ?? fallback;
+  // By socket the per-client bound applies at accept; behind proxies (or off) it counts no connections.
+  if (lim?.has('max_connections') === true && source.kind === 'socket' && n > 0 && perClient > 0 && n <= perClient) {
+    lim.problem(
+      'max_connections',
+      `(${n}) must be larger than max_connections_per_client (${perClient}): one client could hold every ` +
+        'connection; lower max_connections_per_client or raise max_connections',
+    );
+  }
+  return n;
+}
+
 export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   const lim = root.child('limits');
   lim?.allowOnly([
@@ -100,6 +125,7 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
     'client_stall_timeout_ms',
     'max_pending_connections_per_client',
     'max_connections_per_client',
+    'max_connections',
     'client_address',
     'trusted_proxies',
     'max_session_timeout_s',
@@ -110,7 +136,9 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   const maxConcurrentRequests =
     lim?.int('max_concurrent_requests', D.maxConcurrentRequests, { min: 1, max: 1 << 20 }) ?? D.maxConcurrentRequests;
   // A proxy in front holds one connection per request it streams: the default leaves it twice the concurrency bound.
-  const maxConnections = Math.max(D.maxConnectionsPerClient, 2 * maxConcurrentRequests);
+  const perClientDefault = Math.max(D.maxConnectionsPerClient, 2 * maxConcurrentRequests);
+  const maxConnectionsPerClient =
+    lim?.int('max_connections_per_client', perClientDefault, { min: 0, max: 1 << 20 }) ?? perClientDefault;
   return {
     maxBodyBytes: lim?.int('max_body_bytes', D.maxBodyBytes, { min: 1024, max: 1 << 30 }) ?? D.maxBodyBytes,
     maxPromptTokens: lim?.int('max_prompt_tokens', D.maxPromptTokens, { min: 1, max: 1 << 26 }) ?? D.maxPromptTokens,
@@ -128,8 +156,8 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
     maxPendingConnectionsPerClient:
       lim?.int('max_pending_connections_per_client', D.maxPendingConnectionsPerClient, { min: 1, max: 1 << 20 }) ??
       D.maxPendingConnectionsPerClient,
-    maxConnectionsPerClient:
-      lim?.int('max_connections_per_client', maxConnections, { min: 0, max: 1 << 20 }) ?? maxConnections,
+    maxConnectionsPerClient,
+    maxConnections: readMaxConnections(lim, maxConnectionsPerClient, perClientDefault, clientAddress),
     clientAddress,
     trustedProxies: lim !== undefined ? readTrustedProxies(lim, clientAddress) : [],
     maxSessionTimeoutS:

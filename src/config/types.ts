@@ -216,6 +216,12 @@ export interface LimitsConfig {
    * included; one more is closed at once. 0: no bound.
    */
   readonly maxConnectionsPerClient: number;
+  /**
+   * Client connections the public listener holds open in all (per process), idle keep-alive ones included; one more
+   * is closed at accept, before any byte of it is read. 0: no bound. Larger than `maxConnectionsPerClient`, so one
+   * client at its own bound leaves room for others.
+   */
+  readonly maxConnections: number;
   /** What a "client address" of that bound is. */
   readonly clientAddress: ClientAddressSource;
   /** The proxies whose forwarding header `clientAddress: header` believes. */

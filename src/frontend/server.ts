@@ -42,6 +42,7 @@ import { clientAddressesOf, type FallbackReason } from './client-address.js';
 import { credentialOf } from './anthropic-error.js';
 import type { CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
+import { ConnectionCap } from './connection-cap.js';
 import { answerClientError, checkEdgeHeaders, refuseFaultyFraming } from './edge.js';
 import { answerError } from './error-answer.js';
 import type { ModelTarget } from './model-lookup.js';
@@ -109,6 +110,8 @@ export class GatewayServer {
   readonly #public: Server;
   readonly #admin: Server | undefined;
   readonly #conns: ClientConnections;
+  /** `limits.max_connections`, on the public listener. */
+  readonly #cap: ConnectionCap;
   #relay!: RelayOptions; // set by reconfigure
   readonly #createdSec = Math.floor(Date.now() / 1000);
   readonly #completionEnv: CompletionOptions;
@@ -140,6 +143,7 @@ export class GatewayServer {
       opts.config.limits.maxPendingConnectionsPerClient,
       this.#clientAddresses(opts.config),
     );
+    this.#cap = new ConnectionCap(opts.config.limits.maxConnections, this.logger, this.metrics);
     this.#unscrape = this.metrics.onScrape(() => this.metrics.httpPendingConnections.set(this.#conns.pending));
     watchPreprocessor(opts.preprocessor, this.metrics, this.logger);
     const limits = (): GatewayConfig['limits'] => this.config.limits;
@@ -208,7 +212,10 @@ export class GatewayServer {
       },
     );
     server.on('connection', (socket: Socket) => {
-      if (!this.#conns.accepted(socket)) this.metrics.httpRejections.inc({ code: 'KVG_ERR_TOO_MANY_CONNECTIONS' });
+      if (listener === 'public' && !this.#cap.accepted(socket)) return;
+      if (this.#conns.accepted(socket)) return;
+      this.metrics.httpRejections.inc({ code: 'KVG_ERR_TOO_MANY_CONNECTIONS' });
+      this.metrics.httpConnectionsRefused.inc({ limit: 'max_connections_per_client' });
     });
     // An Expect other than 100-continue: Node would answer a bare 417; kvgate answers with its error object.
     server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
@@ -255,6 +262,7 @@ export class GatewayServer {
     this.#preprocessor.maxQueued = config.limits.maxConcurrentRequests;
     this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
     this.#conns.maxOpenPerClient = config.limits.maxConnectionsPerClient;
+    this.#cap.max = config.limits.maxConnections;
     this.#conns.addresses = addresses;
     this.#relay = relay;
     for (const m of config.models) {

@@ -8,6 +8,7 @@ export interface HttpEdgeMetrics {
   readonly requests: Counter<'route' | 'status'>;
   readonly rejections: Counter<'code'>;
   readonly clientAddressFallbacks: Counter<'reason'>;
+  readonly connectionsRefused: Counter<'limit'>;
   readonly pendingConnections: Gauge;
   readonly inflight: Gauge;
 }
@@ -34,6 +35,14 @@ export function httpEdgeMetrics(registers: Registry[], collect: () => void): Htt
       help:
         "Requests from a trusted proxy that the per-client bound counted as the proxy's own: its forwarding header was missing " +
         'or named no address (reason missing|invalid).',
+    }),
+    connectionsRefused: new Counter({
+      name: 'kvgate_http_connections_refused_total',
+      labelNames: ['limit'],
+      registers,
+      help:
+        'Client connections closed at accept, unanswered, by the bound they were over ' +
+        '(limit max_connections|max_connections_per_client).',
     }),
     pendingConnections: new Gauge({
       name: 'kvgate_http_pending_connections',

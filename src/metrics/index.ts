@@ -52,6 +52,7 @@ export class KvgateMetrics {
   readonly httpRequests: Counter<'route' | 'status'>;
   readonly httpRejections: Counter<'code'>;
   readonly httpClientAddressFallbacks: Counter<'reason'>;
+  readonly httpConnectionsRefused: Counter<'limit'>;
   readonly httpPendingConnections: Gauge;
   readonly inflight: Gauge;
   readonly replicas: ReplicaMetrics;
@@ -73,6 +74,7 @@ export class KvgateMetrics {
       requests: this.httpRequests,
       rejections: this.httpRejections,
       clientAddressFallbacks: this.httpClientAddressFallbacks,
+      connectionsRefused: this.httpConnectionsRefused,
       pendingConnections: this.httpPendingConnections,
       inflight: this.inflight,
     } = httpEdgeMetrics(registers, collect));

@@ -110,4 +110,26 @@ describe('edge settings', () => {
       'listen.backlog',
     ]);
   });
+
+  it('limits.max_connections: by default room for four clients at their own bound; set, above the per-client bound', () => {
+    expect(load({}).limits).toMatchObject({ maxConnectionsPerClient: 2048, maxConnections: 8192 });
+    // The per-client default follows the concurrency bound, and the gateway's follows it; a larger per-client bound too.
+    expect(load({ limits: { max_concurrent_requests: 4096 } }).limits.maxConnections).toBe(32_768);
+    expect(load({ limits: { max_connections_per_client: 100_000 } }).limits.maxConnections).toBe(400_000);
+    // The per-client bound off: the gateway's still follows its default.
+    expect(load({ limits: { max_connections_per_client: 0 } }).limits.maxConnections).toBe(8192);
+    expect(load({ limits: { max_connections: 0 } }).limits.maxConnections).toBe(0);
+    expect(load({ limits: { max_connections: 500, max_connections_per_client: 50 } }).limits.maxConnections).toBe(500);
+    expect(problems({ limits: { max_connections: 2048 } })['limits.max_connections']).toMatch(
+      /\(2048\) must be larger than max_connections_per_client \(2048\): one client could hold every connection/,
+    );
+    expect(problems({ limits: { max_connections: -1 } })['limits.max_connections']).toMatch(/integer in \[0, /);
+    // Behind proxies the per-client bound counts no connections: nothing to be larger than.
+    const proxied = { client_address: 'header:X-Forwarded-For', trusted_proxies: ['10.0.0.0/8'], max_connections: 64 };
+    expect(load({ limits: proxied }).limits.maxConnections).toBe(64);
+    const before = load({});
+    const after = load({ limits: { max_connections: 10_000 } });
+    expect(reloadProblems(before, after)).toEqual([]);
+    expect(configChanges(before, after).map((c) => c.path)).toEqual(['limits.max_connections']);
+  });
 });

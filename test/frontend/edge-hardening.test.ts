@@ -5,7 +5,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import { gzipSync } from 'node:zlib';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { until } from '../helpers/until.js';
 import { KEY, chat, post, start } from './server-harness.js';
 
@@ -403,11 +403,57 @@ describe('connections one client holds open (audit g)', () => {
     expect((await fetch(`${g.url}/health`)).status).toBe(200); // another client
     const scrape = await (await fetch(`${g.url}/metrics`)).text();
     expect(scrape).toMatch(/kvgate_http_rejections_total\{code="KVG_ERR_TOO_MANY_CONNECTIONS"\} 1/);
+    expect(scrape).toMatch(/kvgate_http_connections_refused_total\{limit="max_connections_per_client"\} 1/);
     idle[0]!.socket.destroy();
     const again = (): Promise<string> =>
       rawRequest(port, `GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, { localAddress: '127.0.0.2' })
         .answer;
     await until(async () => statusOf(await again()) === 200, 'room again');
+    for (const c of idle) c.socket.destroy();
+  });
+});
+
+describe('connections the gateway holds open in all (audit h)', () => {
+  it('past limits.max_connections a new connection is closed at accept, counted, logged once an episode; the admin listener is not bounded', async () => {
+    const g = await start({
+      limits: { max_connections: 4, max_connections_per_client: 2 },
+      admin: { enabled: true, port: 0 },
+    });
+    const warn = vi.spyOn(g.server.logger, 'warn');
+    const info = vi.spyOn(g.server.logger, 'info');
+    const port = Number(new URL(g.url).port);
+    const health = `GET /health HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`;
+    // Two clients at their own bound of two idle keep-alive connections each: the gateway's four.
+    const idle = ['127.0.0.2', '127.0.0.2', '127.0.0.3', '127.0.0.3'].map((a) =>
+      rawRequest(port, health, { localAddress: a }),
+    );
+    const got = idle.map(() => '');
+    idle.forEach((c, i) => c.socket.on('data', (d: Buffer) => (got[i] += d.toString('latin1'))));
+    await until(() => got.every((t) => t.includes('{"status":"ok"}')), 'the idle connections served');
+    const close = `GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`;
+    // A third client, twice: closed unanswered.
+    for (let i = 0; i < 2; i++) expect(await rawRequest(port, close, { localAddress: '127.0.0.4' }).answer).toBe('');
+    const refused = async (): Promise<string> =>
+      (await g.server.metrics.registry.getSingleMetricAsString('kvgate_http_connections_refused_total'))
+        .split('\n')
+        .at(-1)!;
+    expect(await refused()).toBe('kvgate_http_connections_refused_total{limit="max_connections"} 2');
+    const capLines = (spy: typeof warn): unknown[][] =>
+      spy.mock.calls.filter((c) => String(c[1]).includes('limits.max_connections'));
+    expect(capLines(warn)).toHaveLength(1);
+    // The admin listener still answers probes and scrapes.
+    expect((await fetch(`${g.adminUrl!}/health`)).status).toBe(200);
+    expect((await fetch(`${g.adminUrl!}/metrics`)).status).toBe(200);
+    idle[0]!.socket.destroy();
+    await until(
+      async () => statusOf(await rawRequest(port, close, { localAddress: '127.0.0.4' }).answer) === 200,
+      'room again',
+    );
+    expect(capLines(info)).toHaveLength(1);
+    // Tries before the gateway saw the close were refused too: the episode's count is the counter's.
+    const total = Number((await refused()).split(' ')[1]);
+    expect(capLines(info)[0]![0]).toMatchObject({ refused: total });
+    expect(capLines(warn)).toHaveLength(1);
     for (const c of idle) c.socket.destroy();
   });
 });
