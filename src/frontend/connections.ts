@@ -104,6 +104,14 @@ export class ClientConnections {
     return true;
   }
 
+  /**
+   * Who the request in progress on `socket` is counted as (`limits.client_address`: its peer, or behind a trusted
+   * proxy the client the proxy names); undefined with the bound off. Read once its request started.
+   */
+  clientOf(socket: Socket): string | undefined {
+    return this.#conns.get(socket)?.client;
+  }
+
   /** The request on `socket` has fully arrived (or was answered without reading it). */
   requestArrived(socket: Socket): void {
     const state = this.#conns.get(socket);

@@ -89,13 +89,15 @@ function prepared(
 
 /**
  * Whose turn a request's preprocessing task takes in its thread's queue (thread-queue.ts): its declared tenant's, else
- * its client's (the connection's address: behind a proxy, the proxy's), so the clients of `other` take turns too.
+ * its client's, so the clients of `other` take turns too. The client is the per-client bound's
+ * (`limits.client_address`): behind trusted proxies the one their header names, not the proxy, whose requests would
+ * otherwise all wait in one line; with that bound off, the connection's address.
  */
 export function taskOwner(ctx: RequestContext): string {
   const tenant = ctx.tenant?.hint.tenant;
   return tenant !== undefined && tenant !== OTHER_TENANT
     ? `tenant:${tenant}`
-    : `client:${ctx.req.socket.remoteAddress}`;
+    : `client:${ctx.client ?? ctx.req.socket.remoteAddress}`;
 }
 
 /** A small body: parsed on the main thread; its prompt preprocessed where the preprocessor puts it. */

@@ -335,9 +335,9 @@ export class GatewayServer {
       signal: controller.signal,
       logFields: traceLogFields(),
     };
-    const retryAfter = this.config.limits.retryAfterSeconds;
     const socket = req.socket;
     const admitted = this.#conns.requestStarted(req);
+    ctx.client = this.#conns.clientOf(socket);
     // The slot is held until the response has closed and the handler has returned, whichever comes last: a client
     // that leaves aborts the request, but the work it started (a task on a preprocessing thread) runs on until it
     // ends, and counts against the limit until then.
@@ -387,7 +387,7 @@ export class GatewayServer {
       }
       await handler(ctx, body);
     } catch (err) {
-      answerError(ctx, err, this.#relay, this.#draining, retryAfter);
+      answerError(ctx, err, this.#relay, this.#draining, this.config.limits.retryAfterSeconds);
     } finally {
       handled = true;
       release();

@@ -3,7 +3,7 @@
  * thread's freed slots go to the waiting owners (declared tenants, else client addresses) in turn
  * (preprocess/thread-queue.ts), so the other tenant's request waits for about one of the flood's tasks.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { FakeRouter } from './fake-router.js';
 import { largeBodyConfig, post, startPoolGateway } from './server-harness.js';
 
@@ -53,4 +53,33 @@ describe('preprocessing under one tenant flood', () => {
       await g.close();
     }
   }, 120_000);
+});
+
+describe('the preprocessing queue behind a proxy', () => {
+  it("each client a trusted proxy names is an owner of its own, as for the per-client bound; the proxy's own is not", async () => {
+    // The per-client bound reads X-Forwarded-For from 127.0.0.1, the proxy the test's requests come through.
+    const config = largeBodyConfig({
+      limits: {
+        max_body_bytes: 4 * 1024 * 1024,
+        client_address: 'header:X-Forwarded-For',
+        trusted_proxies: ['127.0.0.1'],
+      },
+    });
+    const g = await startPoolGateway(config, new FakeRouter({ model: 'demo', workerIds: [1] }), { threads: 0 });
+    try {
+      const run = vi.spyOn(g.pre, 'run');
+      const chatOf = (content: string) => ({ model: 'demo', messages: [{ role: 'user', content }] });
+      const url = `${g.url}/v1/chat/completions`;
+      expect((await post(url, chatOf('one'), { 'x-forwarded-for': '203.0.113.7' })).status).toBe(200);
+      expect((await post(url, chatOf('two'), { 'x-forwarded-for': '198.51.100.9, 127.0.0.1' })).status).toBe(200);
+      expect((await post(url, chatOf('three'))).status).toBe(200); // no header: the proxy's own, counted as a fallback
+      expect(run.mock.calls.map((c) => c[2])).toEqual([
+        'client:203.0.113.7',
+        'client:198.51.100.9',
+        'client:127.0.0.1',
+      ]);
+    } finally {
+      await g.close();
+    }
+  });
 });
