@@ -103,6 +103,15 @@ export class SlotWriter {
   /**
    * Decodes an accepted batch (unless the stream already did: `decoded`); its events are applied by
    * `applySlice`. A batch that cannot be used is reported and skipped.
+   *
+   * A batch is applied whole or not at all: one holding an event that did not decode is refused before any of
+   * its events touches the index (`#refuse`). The engine applied the batch as one step; applying only the events
+   * around the bad one would index a state the engine never had (a store whose removal was the bad event, blocks
+   * chained under one that was dropped). It is judged here, at no cost per event: the decoder (or the ingestion
+   * thread) has already collected every event's error before a batch reaches the writer. The refusals the
+   * applier answers per event (another block size, another group, an unnamed LoRA, an unknown parent) are not
+   * malformed events but ones kvgate does not index, which an engine mixes with good ones by design (a hybrid
+   * model's groups), so they stay per event, as in Dynamo.
    */
   accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin, decoded?: KvEventBatch): void {
     this.#seeded = false;
@@ -110,9 +119,24 @@ export class SlotWriter {
     if (batch === undefined) return;
     for (const e of batch.errors) this.decodeError(e, seq);
     if (!this.ownRank(batch, seq)) return;
+    if (batch.errors.length > 0) {
+      this.#refuse(seq, batch);
+      return;
+    }
     const packed = batch instanceof PackedBatch;
     const count = packed ? batch.count : batch.events.length;
     this.#current = { batch, origin, count, next: 0, word: packed ? batch.firstWord : 0, applied: 0 };
+  }
+
+  /** A batch holding an event that did not decode (each already reported): none of it is applied, counted and logged. */
+  #refuse(seq: bigint, batch: KvEventBatch): void {
+    const events = batch instanceof PackedBatch ? batch.count : batch.events.length;
+    this.#hooks.onDropped?.(this.#slot, 'refused', seq);
+    this.#log.warn(
+      'refused',
+      { seq: String(seq), badEvents: batch.errors.length, goodEvents: events },
+      'KV event batch refused whole: an event in it did not decode, so none of its events were applied',
+    );
   }
 
   /** Whether a batch is for this slot's dp rank (or names none); one for another rank is reported (a decode error of `seq`). */

@@ -44,15 +44,17 @@ export type ResetReason =
   'restart' | 'gap_without_replay' | 'replay_failed' | 'replay_incomplete' | 'inconsistent' | 'apply_failed';
 
 /**
- * Why a batch was dropped unapplied (a live one; `garbage` also a replayed one):
+ * Why a batch was dropped unapplied (a live one; `garbage` and `refused` also a replayed one):
  * - `queue_full`: the slot's queue was full (the hole is replayed later).
  * - `pending_full`: it arrived ahead of a gap while a replay was in flight, past
  *   the batches the slot parks meanwhile (the next replay recovers it).
  * - `garbage`: its sequence number cannot be the publisher's (absurdly far
  *   ahead, live or in a replay's answer, beyond the publisher's newest, or
  *   restart evidence refuted).
+ * - `refused`: in sequence (live or replayed), but an event in it did not decode: the batch is refused whole
+ *   (slot-writer.ts), none of its events applied; its seq is used up, as a batch that does not decode at all.
  */
-export type DropReason = 'queue_full' | 'pending_full' | 'garbage';
+export type DropReason = 'queue_full' | 'pending_full' | 'garbage' | 'refused';
 
 /** A decode failure with the (worker, rank) it came from. */
 export interface DecodeErrorReport extends KvEventDecodeError, WorkerRank {
@@ -185,7 +187,7 @@ const RESETS: readonly ResetReason[] = [
   'inconsistent',
   'apply_failed',
 ];
-const DROPS: readonly DropReason[] = ['queue_full', 'pending_full', 'garbage'];
+const DROPS: readonly DropReason[] = ['queue_full', 'pending_full', 'garbage', 'refused'];
 
 /** Counts everything the hooks report; `snapshot()` returns a deep copy. */
 export class KvEventCounters implements KvEventHooks {

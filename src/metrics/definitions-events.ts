@@ -37,7 +37,8 @@ export const EVENT_METRIC_DEFINITIONS = {
     name: 'kvgate_kv_event_dropped_total',
     help:
       'KV event batches dropped unapplied: queue_full (replayed later), pending_full (parked behind a replay past the ' +
-      'bound; recovered by the next replay) or garbage (sequence numbers the publisher never sent).',
+      'bound; recovered by the next replay), garbage (sequence numbers the publisher never sent) or refused (an ' +
+      'event in it did not decode: none of its events applied).',
     labelNames: ['worker_id', 'dp_rank', 'reason'],
   },
   kvEventSeedsKept: {

@@ -295,7 +295,9 @@ describe('KvEventStream', () => {
     expect(s.gaps).toBe(0);
     expect(depth(A)).toBe(1); // the cleared event for rank 3 was not applied
     expect(applier.indexes.device.blockCount(8, 0)).toBe(1);
-    expect(lines.length).toBe(5);
+    // And the unknown tag's batch refused whole: one more line, and a drop.
+    expect(s.dropped.refused).toBe(1);
+    expect(lines.length).toBe(6);
     expect(lines.every((l) => l.workerId === 7 && l.dpRank === 0)).toBe(true);
     // The stream keeps going.
     deliver({ seq: 4n, payload: encodeBatch([stored(5, 100, B)]) });

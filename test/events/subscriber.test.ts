@@ -233,7 +233,9 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     expect(depth(manager, B, 1)).toBe(1);
     expect(depth(manager, A, 2)).toBe(1);
     expect(manager.indexes.device.blockCount(2, 0)).toBe(1);
-    expect(lines.filter((l) => l.workerId === 1).length).toBe(4);
+    // The unknown tag's batch is also refused whole: a fifth line.
+    expect(s.slots['1:0']!.dropped).toBe(1);
+    expect(lines.filter((l) => l.workerId === 1).length).toBe(5);
     expect(s.gaps).toBe(0);
   });
 
