@@ -64,6 +64,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   /** KV-event ingestion bounds (the `kv_events` section); src/events uses the same values by default. */
   kvEvents: Object.freeze({
     maxQueuedBatches: 10_000,
+    maxPendingBatches: 100_000,
     maxEventsPerTurn: 2000,
     maxTurnMs: 4,
     reorderWindow: 64,
@@ -71,6 +72,11 @@ export const GATEWAY_DEFAULTS = Object.freeze({
     restartConfirmations: 2,
     inconsistentAfterMs: 5000,
     staleAfterMs: 30_000,
+    replayTimeoutMs: 2000,
+    receiveHighWaterMark: 100_000,
+    maxMessageBytes: 64 * 2 ** 20,
+    maxReplyBytes: 512 * 2 ** 20,
+    maxBatchElements: 2 ** 20,
   }),
   replicaSubjectPrefix: 'kvgate.replicas',
   /**

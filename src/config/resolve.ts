@@ -8,10 +8,11 @@
  */
 import { readFileSync } from 'node:fs';
 import { absolute, checkHost, type ResolveContext } from './checks.js';
-import { DEFAULT_INGEST_THREADS, GATEWAY_DEFAULTS } from './defaults.js';
+import { GATEWAY_DEFAULTS } from './defaults.js';
 import { ConfigReader, isPlainObject, show, type ConfigProblem } from './reader.js';
 import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
 import { readLimits, readListen } from './resolve-edge.js';
+import { readKvEventBounds } from './resolve-kv-events.js';
 import { readPreprocess } from './resolve-preprocess.js';
 import { readReplicas } from './resolve-replicas.js';
 import { readRouterKnobs, resolveRouter } from './resolve-router.js';
@@ -193,36 +194,6 @@ function readProcess(
   log?.allowOnly(['level']);
   const logLevel = log?.oneOf('level', LOG_LEVELS, GATEWAY_DEFAULTS.logLevel) ?? GATEWAY_DEFAULTS.logLevel;
   return { drainTimeoutMs, preprocess, logLevel, processes };
-}
-
-/** The `kv_events` section: ingestion bounds, and the threads that receive and decode. */
-function readKvEventBounds(root: ConfigReader): Pick<GatewayConfig, 'kvEvents' | 'kvIngestThreads'> {
-  const d = GATEWAY_DEFAULTS.kvEvents;
-  const threads = DEFAULT_INGEST_THREADS;
-  const r = root.child('kv_events');
-  if (r === undefined) return { kvEvents: { ...d }, kvIngestThreads: threads };
-  r.allowOnly([
-    'queue_batches',
-    'events_per_turn',
-    'turn_budget_ms',
-    'reorder_window',
-    'max_seq_jump',
-    'restart_confirmations',
-    'inconsistent_after_ms',
-    'stale_after_ms',
-    'ingest_threads',
-  ]);
-  const kvEvents = {
-    maxQueuedBatches: r.int('queue_batches', d.maxQueuedBatches, { min: 1, max: 10_000_000 }),
-    maxEventsPerTurn: r.int('events_per_turn', d.maxEventsPerTurn, { min: 1, max: 10_000_000 }),
-    maxTurnMs: r.num('turn_budget_ms', d.maxTurnMs, { min: 0, exclusiveMin: true, max: 1000 }),
-    reorderWindow: r.int('reorder_window', d.reorderWindow, { min: 1, max: 1_000_000 }),
-    maxSeqJump: r.int('max_seq_jump', d.maxSeqJump, { min: 1, max: Number.MAX_SAFE_INTEGER }),
-    restartConfirmations: r.int('restart_confirmations', d.restartConfirmations, { min: 1, max: 1000 }),
-    inconsistentAfterMs: r.int('inconsistent_after_ms', d.inconsistentAfterMs, { min: 1, max: 86_400_000 }),
-    staleAfterMs: r.int('stale_after_ms', d.staleAfterMs, { min: 1, max: 86_400_000 }),
-  };
-  return { kvEvents, kvIngestThreads: r.int('ingest_threads', threads, { min: 0, max: 64 }) };
 }
 
 /** Every model, then the rules across them (unique names, worker ids unique gateway-wide) and within each. */

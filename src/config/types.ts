@@ -262,6 +262,8 @@ interface OutlierDetectionConfig {
 export interface KvEventsConfig {
   /** Live batches received and not yet applied; beyond it new ones are dropped and replayed later. */
   readonly maxQueuedBatches: number;
+  /** Live batches parked behind a gap while its replay is in flight; beyond it dropped, recovered by the next replay. */
+  readonly maxPendingBatches: number;
   /** Events applied per event-loop turn at most (per model pool). */
   readonly maxEventsPerTurn: number;
   /** Time spent applying events per event-loop turn at most, ms. */
@@ -276,6 +278,16 @@ export interface KvEventsConfig {
   readonly inconsistentAfterMs: number;
   /** Silence while serving after which a worker's events count as stale, ms. */
   readonly staleAfterMs: number;
+  /** Per replay reply message, ms: past it the replay fails (the slot is cleared and follows live batches). */
+  readonly replayTimeoutMs: number;
+  /** Messages a SUB socket holds unread (ZMQ's receive high-water mark); beyond it ZMQ drops, seen as a gap. */
+  readonly receiveHighWaterMark: number;
+  /** The largest KV-event message taken, bytes; a larger one is dropped unread with its connection (then replayed). */
+  readonly maxMessageBytes: number;
+  /** Payload bytes of one replay answer at most (held whole before it is applied); past it the replay fails. */
+  readonly maxReplyBytes: number;
+  /** Msgpack elements (hashes, tokens) one batch may hold; a larger one is refused unread (`too_large`). */
+  readonly maxBatchElements: number;
 }
 
 /** Replica sync's NATS connection: the names are the transport's options (src/replicas), which take it as is. */

@@ -78,7 +78,7 @@ export class KvEventStream implements Drainable {
     });
     this.#judge = new SequenceJudge(this.#opts);
     this.#queue = new LiveQueue(this.#opts.maxQueuedBatches);
-    this.#writer = new SlotWriter(slot, ctx, this.#log);
+    this.#writer = new SlotWriter(slot, ctx, this.#log, this.#opts.maxBatchElements);
     this.#recovery = new SlotRecovery({
       slot,
       ctx,

@@ -57,6 +57,7 @@ export interface IngestSubscription {
   readonly receiveHighWaterMark: number;
   readonly maxMessageBytes: number;
   readonly eagle: boolean;
+  readonly maxBatchElements: number;
 }
 
 interface Attached {

@@ -16,7 +16,7 @@ import './zmq-sockets.js';
 import { storedLocalHashes } from './applier.js';
 import { BatchPacker, type PackedBatches } from './batch-codec.js';
 import { watchConnection, type ConnectionChange } from './connection-watch.js';
-import { decodeKvEventBatch, parseEventFrames } from './decode.js';
+import { decodeKvEventBatch, parseEventFrames, type DecodeOptions } from './decode.js';
 import type { KvEventBatch } from './types.js';
 
 /** What the main thread asks of an ingestion thread. */
@@ -30,6 +30,8 @@ export type IngestRequest =
       readonly maxMessageBytes: number;
       /** The model reads Eagle bigram events (decode option). */
       readonly eagle: boolean;
+      /** Msgpack elements a batch may hold (decode option; `kv_events.max_batch_elements`). */
+      readonly maxBatchElements: number;
     }
   | { readonly op: 'remove'; readonly id: number }
   /** Close every socket and end (ingest-thread-runtime.ts): the pool's release, before any `terminate()`. */
@@ -67,7 +69,7 @@ const POST_AFTER_BYTES = 1 << 20;
 
 interface ThreadStream {
   readonly sub: Subscriber;
-  readonly eagle: boolean;
+  readonly decode: DecodeOptions;
   loop: Promise<void>;
   /** The connection watch, ended once the socket closed (connection-watch.ts). */
   readonly watched: Promise<void>;
@@ -152,7 +154,8 @@ export class IngestThread {
       return;
     }
     sub.subscribe(req.topic);
-    const stream: ThreadStream = { sub, eagle: req.eagle, loop: Promise.resolve(), watched };
+    const decode = { eagle: req.eagle, maxElements: req.maxBatchElements };
+    const stream: ThreadStream = { sub, decode, loop: Promise.resolve(), watched };
     this.#streams.set(req.id, stream);
     stream.loop = this.#receive(req.id, stream);
     this.#post({ op: 'added', id: req.id });
@@ -210,7 +213,7 @@ export class IngestThread {
   /** Decodes, hashes and packs a message; false (nothing packed) when it does not split or decode. */
   #pack(id: number, stream: ThreadStream, frames: Uint8Array[]): boolean {
     const split = parseEventFrames(frames);
-    const decoded = split.ok ? decodeKvEventBatch(split.value.payload, { eagle: stream.eagle }) : undefined;
+    const decoded = split.ok ? decodeKvEventBatch(split.value.payload, stream.decode) : undefined;
     if (!split.ok || decoded === undefined || !decoded.ok) return false;
     const batch = decoded.batch;
     const locals = localHashes(batch);

@@ -9,6 +9,7 @@
  */
 import { silentLogger, systemClock, type Clock, type Logger } from '../common/index.js';
 import type { KvEventApplier } from './applier.js';
+import { MAX_BATCH_ELEMENTS } from './decode.js';
 import type { EventLiveness } from './liveness.js';
 import type { KvEventHooks } from './stats.js';
 import { InlineScheduler, type ApplyScheduler } from './turn-scheduler.js';
@@ -61,6 +62,11 @@ export interface KvEventStreamOptions {
   inconsistentAfterMs?: number | undefined;
   /** At most one log line per kind of problem per interval, ms. */
   logIntervalMs?: number | undefined;
+  /**
+   * Msgpack elements (hashes, tokens) one batch may hold in all; a larger one is refused unread (`too_large`).
+   * On an ingestion thread too: the thread decodes with the same bound (decode.ts, `MAX_BATCH_ELEMENTS`).
+   */
+  maxBatchElements?: number | undefined;
 }
 export type FilledKvEventStreamOptions = Required<{
   [K in keyof KvEventStreamOptions]: NonNullable<KvEventStreamOptions[K]>;
@@ -73,6 +79,7 @@ export const kDefaultStreamOptions: FilledKvEventStreamOptions = Object.freeze({
   restartConfirmations: 2,
   inconsistentAfterMs: 5000,
   logIntervalMs: 10_000,
+  maxBatchElements: MAX_BATCH_ELEMENTS,
 });
 
 /** Tuning of one slot's sockets, and of its stream. */

@@ -6,7 +6,7 @@
  */
 import type { WorkerRank } from '../common/index.js';
 import { PackedRun, PackedStop, type PackedSource } from '../wasm/index.js';
-import { decodeKvEventBatch } from './decode.js';
+import { decodeKvEventBatch, type DecodeOptions } from './decode.js';
 import { isAppliedStatus, packedStatus, packedType, type ApplyStatus, type KvEventApplier } from './applier.js';
 import type { EventLiveness } from './liveness.js';
 import type { ThrottledLog } from './log.js';
@@ -73,9 +73,12 @@ export class SlotWriter {
   readonly #run = new PackedRun();
   /** The slot holds a replica snapshot's blocks and no batch was accepted since (see `seeded`). */
   #seeded = false;
+  /** How the slot's payloads are decoded (the model's Eagle hashing, the batch's element bound). */
+  readonly #decode: DecodeOptions;
 
-  constructor(slot: WorkerRank, ctx: IngestContext, log: ThrottledLog) {
+  constructor(slot: WorkerRank, ctx: IngestContext, log: ThrottledLog, maxBatchElements?: number) {
     this.#slot = slot;
+    this.#decode = { eagle: ctx.applier.eagle, maxElements: maxBatchElements };
     this.#applier = ctx.applier;
     this.#hooks = ctx.hooks;
     this.#liveness = ctx.liveness;
@@ -160,7 +163,7 @@ export class SlotWriter {
 
   /** Decodes a batch's payload; one that cannot be read is reported (a decode error of `seq`) and undefined. */
   read(seq: bigint, payload: Uint8Array): KvEventBatch | undefined {
-    const r = decodeKvEventBatch(payload, { eagle: this.#applier.eagle });
+    const r = decodeKvEventBatch(payload, this.#decode);
     if (r.ok) return r.batch;
     this.decodeError(r.error, seq);
     return undefined;

@@ -33,6 +33,7 @@ export class ThreadedSubscriber implements SlotSubscription {
   readonly #maxMessageBytes: number;
   readonly #connection: ConnectionReporter;
   readonly #eagle: boolean;
+  readonly #maxBatchElements: number;
   #id: Promise<number | undefined> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -47,6 +48,7 @@ export class ThreadedSubscriber implements SlotSubscription {
     this.#maxMessageBytes = opts.maxMessageBytes;
     this.#connection = new ConnectionReporter(ctx, source, () => this.stream.reconnected());
     this.#eagle = ctx.applier.eagle;
+    this.#maxBatchElements = opts.maxBatchElements;
     this.#replay = source.replayEndpoint
       ? new ZmqGapReplayClient(source.replayEndpoint, {
           timeoutMs: opts.replayTimeoutMs,
@@ -88,6 +90,7 @@ export class ThreadedSubscriber implements SlotSubscription {
       receiveHighWaterMark: this.#receiveHighWaterMark,
       maxMessageBytes: this.#maxMessageBytes,
       eagle: this.#eagle,
+      maxBatchElements: this.#maxBatchElements,
     };
     let refused: unknown;
     this.#id = this.#pool.attach(subscription, sink).catch((err: unknown) => {

@@ -754,6 +754,7 @@ describe('config: kv_events bounds', () => {
   it('defaults, values from the file, and a problem per bad field', () => {
     expect(loadGatewayConfig({ env: {} }).kvEvents).toEqual({
       maxQueuedBatches: 10_000,
+      maxPendingBatches: 100_000,
       maxEventsPerTurn: 2000,
       maxTurnMs: 4,
       reorderWindow: 64,
@@ -761,6 +762,11 @@ describe('config: kv_events bounds', () => {
       restartConfirmations: 2,
       inconsistentAfterMs: 5000,
       staleAfterMs: 30_000,
+      replayTimeoutMs: 2000,
+      receiveHighWaterMark: 100_000,
+      maxMessageBytes: 64 * 2 ** 20,
+      maxReplyBytes: 512 * 2 ** 20,
+      maxBatchElements: 2 ** 20,
     });
     const c = loadGatewayConfig({
       file: file(

@@ -5,7 +5,7 @@
  * open).
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { encodeSeq } from '../../src/events/index.js';
+import { encodeSeq, MAX_BATCH_ELEMENTS } from '../../src/events/index.js';
 import { IngestThread, type IngestReport } from '../../src/events/ingest-thread.js';
 import { eachPackedBatch } from '../../src/events/packed-batch.js';
 import { TestKvPublisher } from '../helpers/zmq-publisher.js';
@@ -49,6 +49,7 @@ describe('IngestThread', () => {
       receiveHighWaterMark: 1000,
       maxMessageBytes: 1 << 20,
       eagle: false,
+      maxBatchElements: MAX_BATCH_ELEMENTS,
     });
     cleanups.push(async () => {
       thread.handle({ op: 'remove', id: 5 });
@@ -81,7 +82,7 @@ describe('IngestThread', () => {
     const thread = new IngestThread((r) => reports.push(r));
     const of = (op: IngestReport['op']) => reports.filter((r) => r.op === op);
     const add = { op: 'add', id: 3, endpoint: pub.endpoint, topic: '', receiveHighWaterMark: 1000 } as const;
-    thread.handle({ ...add, maxMessageBytes: 1 << 20, eagle: false });
+    thread.handle({ ...add, maxMessageBytes: 1 << 20, eagle: false, maxBatchElements: MAX_BATCH_ELEMENTS });
     cleanups.push(() => thread.stop());
     await pub.waitForSubscribers();
     // Rendering its dp rank in an error message overflowed the stack.
@@ -114,6 +115,7 @@ describe('IngestThread', () => {
         receiveHighWaterMark: 1000,
         maxMessageBytes: 1 << 20,
         eagle: false,
+        maxBatchElements: MAX_BATCH_ELEMENTS,
       });
     add(1, pubs[0]!.endpoint);
     add(2, pubs[1]!.endpoint);

@@ -3,7 +3,9 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect } from 'vitest';
+import { answerEngineProbe, startHttpEngine, type HttpEngine } from '../../helpers/http-engine.js';
 import { ROOT, lineOf, MOCKER_OS_PORTS, start, stop, type Proc } from '../../helpers/process.js';
+import { TestKvPublisher } from '../../helpers/zmq-publisher.js';
 
 export { json, type Proc } from '../../helpers/process.js';
 
@@ -113,5 +115,47 @@ export function promptTraffic(
     async overlap(prompt) {
       return (await postOk(`${url}/v1/route`, { model, prompt })).overlap_blocks as number;
     },
+  };
+}
+
+/** A gateway whose one worker's KV events the test publishes by hand (`pub`), and the overlap it predicts. */
+export interface PublishedGateway {
+  readonly url: string;
+  readonly pub: TestKvPublisher;
+  overlap(prompt: number[]): Promise<number>;
+}
+
+/**
+ * Starts `kvgate serve` (the suite's gateway) for `model` (demo tokenizer, `blockSize`) over one scripted engine
+ * (HTTP probes answered, nothing served) whose KV events come from a `TestKvPublisher` of the test's, with the
+ * `kv_events` section given; resolves once the gateway's subscription reached the publisher. The engine and the
+ * publisher are closed after the suite.
+ */
+export function publishedGateways(
+  s: SuiteProcesses,
+  model: string,
+  blockSize: number,
+): (kvEvents: Record<string, unknown>) => Promise<PublishedGateway> {
+  const held: { engine: HttpEngine; pub: TestKvPublisher }[] = [];
+  afterAll(async () => {
+    await stop(s.gateway);
+    await Promise.allSettled(held.flatMap(({ engine, pub }) => [engine.close(), pub.close()]));
+  });
+  return async (kvEvents) => {
+    const engine = await startHttpEngine((req, res) => {
+      if (!answerEngineProbe(req, res, model)) res.writeHead(200).end();
+    });
+    const pub = await TestKvPublisher.start();
+    held.push({ engine, pub });
+    const worker = { id: 1, url: engine.url, kv_events: pub.endpoint };
+    const url = await startGateway(
+      s,
+      { name: model, tokenizer: 'demo', block_size: blockSize, workers: [worker] },
+      { kv_events: kvEvents },
+    );
+    await pub.waitForSubscribers(1);
+    const overlap = async (prompt: number[]): Promise<number> =>
+      (await postOk(`${url}/v1/route`, { model, prompt, max_tokens: 1 })).overlap_blocks as number;
+    return { url, pub, overlap };
   };
 }
