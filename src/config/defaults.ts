@@ -77,6 +77,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
     maxMessageBytes: 64 * 2 ** 20,
     maxReplyBytes: 512 * 2 ** 20,
     maxBatchElements: 2 ** 20,
+    maxKvGroups: 16,
   }),
   replicaSubjectPrefix: 'kvgate.replicas',
   /**

@@ -42,6 +42,7 @@ const RESTART_FIELDS: readonly [string, (c: GatewayConfig) => unknown][] = [
   ['kv_events.max_message_bytes', (c) => c.kvEvents.maxMessageBytes],
   ['kv_events.max_replay_bytes', (c) => c.kvEvents.maxReplyBytes],
   ['kv_events.max_batch_elements', (c) => c.kvEvents.maxBatchElements],
+  ['kv_events.max_kv_groups', (c) => c.kvEvents.maxKvGroups],
   ['replicas.nats.servers', (c) => c.replicas.natsServers],
   ['replicas.nats.reconnect_wait_ms', (c) => c.replicas.natsConnection.reconnectTimeWaitMs],
   ['replicas.nats.max_reconnect_attempts', (c) => c.replicas.natsConnection.maxReconnectAttempts],

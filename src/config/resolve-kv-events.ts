@@ -22,6 +22,7 @@ const KEYS = [
   'max_message_bytes',
   'max_replay_bytes',
   'max_batch_elements',
+  'max_kv_groups',
   'ingest_threads',
 ];
 
@@ -49,6 +50,7 @@ export function readKvEventBounds(root: ConfigReader): Pick<GatewayConfig, 'kvEv
     maxMessageBytes: r.int('max_message_bytes', d.maxMessageBytes, { min: 1024, max: 2048 * MIB }),
     maxReplyBytes: r.int('max_replay_bytes', d.maxReplyBytes, { min: 1024, max: 65_536 * MIB }),
     maxBatchElements: r.int('max_batch_elements', d.maxBatchElements, { min: 1024, max: 64 * MIB }),
+    maxKvGroups: r.int('max_kv_groups', d.maxKvGroups, { min: 1, max: 64 }),
   };
   if (kvEvents.maxReplyBytes < kvEvents.maxMessageBytes)
     r.problem(

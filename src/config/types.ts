@@ -288,6 +288,8 @@ export interface KvEventsConfig {
   readonly maxReplyBytes: number;
   /** Msgpack elements (hashes, tokens) one batch may hold; a larger one is refused unread (`too_large`). */
   readonly maxBatchElements: number;
+  /** KV-cache groups of one model at most, its primary included; a group past them gets no index (refused). */
+  readonly maxKvGroups: number;
 }
 
 /** Replica sync's NATS connection: the names are the transport's options (src/replicas), which take it as is. */

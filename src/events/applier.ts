@@ -52,7 +52,8 @@ import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StorageTier, StoredB
  * - `invalid_sequence`: stored with a repeated block hash; skipped whole.
  * - `block_size_mismatch`: stored with a block size other than the router's; skipped.
  * - `unnamed_lora`: stored for a LoRA id without a lora_name; skipped.
- * - `other_group`: for a KV-cache group the router does not index; skipped.
+ * - `other_group`: for a KV-cache group the router does not index (without `groups`, any but its own; with them,
+ *   a group past the model's bound, `KvGroupIndexes.admits`); skipped.
  */
 export type ApplyStatus =
   | 'ok'
@@ -241,6 +242,8 @@ export class KvEventApplier {
     if (!primary && groups === undefined) return 'other_group';
     if (ev.blockSize !== this.blockSize) return 'block_size_mismatch';
     if (ev.loraId !== undefined && ev.loraId > 0 && ev.loraName === undefined) return 'unnamed_lora';
+    // A group past the model's bound gets no index (group-indexes.ts): counted and logged there.
+    if (groups !== undefined && !groups.admits(ev.groupIdx)) return 'other_group';
     groups?.learnFrom(ev);
     const truncated = ev.droppedBlocks > 0;
     if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';

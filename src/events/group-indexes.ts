@@ -20,9 +20,16 @@
  * changes its spec is logged (the latest spec wins). Single-group models
  * never create an index or a book here.
  *
+ * Bounded: each group index an engine names gets an index of its own, so a publisher naming ever new ones (a bug,
+ * or a hostile one) would grow memory without bound. A model has at most `maxGroups` groups, its primary
+ * included (`kv_events.max_kv_groups`, default 16: vLLM's hybrid manager splits layers of each kind into groups
+ * of equal size, so a model with a few full-attention layers among many sliding-window or Mamba ones has one
+ * group per share, such as 7 for Gemma 3's 5:1, 8 for Jamba's 1:7; 16 leaves room for 1:15). A group past the
+ * bound gets no index: its events are refused (`admits`), counted (`onRefused`) and logged (throttled).
+ *
  * @rank-numbers it forwards to `PrefixIndex`, which takes the worker id and rank as numbers (the WASM boundary).
  */
-import { silentLogger, slotKey, type Logger, type WorkerRank } from '../common/index.js';
+import { silentLogger, slotKey, systemClock, type Clock, type Logger, type WorkerRank } from '../common/index.js';
 import {
   FULL_ATTENTION_GROUP,
   kvGroupLabel,
@@ -33,6 +40,7 @@ import {
 } from '../core/index.js';
 import type { IndexMemoryError } from '../errors/index.js';
 import { PrefixIndex, sequenceHashes } from '../wasm/index.js';
+import { ThrottledLog } from './log.js';
 import type { StoredBlocksEvent } from './types.js';
 
 interface BookEntry {
@@ -41,8 +49,14 @@ interface BookEntry {
   groups: number;
 }
 
-/** What storing into a group came to (the applier's statuses). */
-export type GroupStoreStatus = 'ok' | 'parent_not_found';
+/** What storing into a group came to (the applier's statuses; `other_group`: a group past the bound). */
+export type GroupStoreStatus = 'ok' | 'parent_not_found' | 'other_group';
+
+/** KV-cache groups of one model at most by default, its primary included (see the header). */
+export const DEFAULT_MAX_KV_GROUPS = 16;
+
+/** At most one log line about refused groups per interval, ms (each refusal is counted). */
+const REFUSAL_LOG_INTERVAL_MS = 10_000;
 
 export interface KvGroupIndexesOptions {
   /** The router's own (device) index: the primary group's. */
@@ -52,6 +66,12 @@ export interface KvGroupIndexesOptions {
   readonly logger?: Logger;
   /** Told of every group whose spec is learned or changes (metrics, /admin). */
   readonly onSpec?: ((groupIdx: number, spec: KvGroupSpec) => void) | undefined;
+  /** Groups the model may have, its primary included (default `DEFAULT_MAX_KV_GROUPS`); past them a group gets no index. */
+  readonly maxGroups?: number | undefined;
+  /** Told of every event refused for a group past `maxGroups` (metrics). */
+  readonly onRefused?: ((groupIdx: number) => void) | undefined;
+  /** The clock of the refusals' log throttle (default the system's). */
+  readonly clock?: Clock | undefined;
 }
 
 const bit = (groupIdx: number): number => (groupIdx < 31 ? 1 << groupIdx : 0);
@@ -89,6 +109,9 @@ export class KvGroupIndexes implements KvCacheGroups {
   readonly #primary: PrefixIndex;
   readonly #logger: Logger;
   readonly #onSpec: KvGroupIndexesOptions['onSpec'];
+  readonly #onRefused: KvGroupIndexesOptions['onRefused'];
+  readonly #maxGroups: number;
+  readonly #refusals: ThrottledLog;
   #primarySpec: KvGroupSpec = FULL_ATTENTION_GROUP;
   readonly #groups = new Map<number, { groupIdx: number; spec: KvGroupSpec; index: PrefixIndex }>();
   #others: readonly KvGroupView[] = [];
@@ -101,6 +124,9 @@ export class KvGroupIndexes implements KvCacheGroups {
     this.primaryGroup = opts.primaryGroup ?? 0;
     this.#logger = opts.logger ?? silentLogger;
     this.#onSpec = opts.onSpec;
+    this.#onRefused = opts.onRefused;
+    this.#maxGroups = opts.maxGroups ?? DEFAULT_MAX_KV_GROUPS;
+    this.#refusals = new ThrottledLog(this.#logger, opts.clock ?? systemClock, REFUSAL_LOG_INTERVAL_MS);
   }
 
   primarySpec(): KvGroupSpec {
@@ -128,8 +154,33 @@ export class KvGroupIndexes implements KvCacheGroups {
     return new Map([...out].sort((a, b) => a[0] - b[0]));
   }
 
-  /** Records a group's spec (from an event, or declared); creates the group's index on first sight. */
+  /**
+   * Whether a group's events are indexed: the primary, a group already known, or a new one while the model has
+   * fewer than `maxGroups`. A new one past them is refused, counted and logged (each event of it: the groups
+   * refused are not remembered, which would grow as they do).
+   */
+  admits(groupIdx: number): boolean {
+    if (this.#hasRoom(groupIdx)) return true;
+    this.#onRefused?.(groupIdx);
+    this.#refusals.warn(
+      'group_limit',
+      { groupIdx, maxGroups: this.#maxGroups },
+      `KV-cache group refused: the model already has ${this.#maxGroups} groups (kv_events.max_kv_groups); ` +
+        'its events are not indexed',
+    );
+    return false;
+  }
+
+  #hasRoom(groupIdx: number): boolean {
+    return groupIdx === this.primaryGroup || this.#groups.has(groupIdx) || this.#groups.size + 1 < this.#maxGroups;
+  }
+
+  /**
+   * Records a group's spec (from an event, or declared); creates the group's index on first sight, unless the
+   * model has `maxGroups` already (then nothing is recorded: `admits` says so, and counts it).
+   */
   learn(groupIdx: number, spec: KvGroupSpec): void {
+    if (!this.#hasRoom(groupIdx)) return;
     const primary = groupIdx === this.primaryGroup;
     const before = primary ? this.#primarySpec : this.#groups.get(groupIdx)?.spec;
     const known = this.#learned.has(groupIdx);
@@ -161,10 +212,12 @@ export class KvGroupIndexes implements KvCacheGroups {
    * null blocks included), chained under the parent's sequence hash from the book.
    */
   storePairs(slot: WorkerRank, ev: StoredBlocksEvent, local: BigUint64Array): GroupStoreStatus {
+    const index = this.#indexOf(ev.groupIdx);
+    if (index === undefined) return 'other_group';
     const book = this.#book(slot);
     const pairs = pairsOf(book, ev, local);
     if (pairs === undefined) return 'parent_not_found';
-    this.#indexOf(ev.groupIdx).importSlot(slot.workerId, slot.dpRank, pairs);
+    index.importSlot(slot.workerId, slot.dpRank, pairs);
     this.#note(book, pairs, bit(ev.groupIdx));
     return 'ok';
   }
@@ -235,14 +288,11 @@ export class KvGroupIndexes implements KvCacheGroups {
     this.#books.clear();
   }
 
-  #indexOf(groupIdx: number): PrefixIndex {
+  /** The group's index (created as full attention on first sight), or undefined for a group past `maxGroups`. */
+  #indexOf(groupIdx: number): PrefixIndex | undefined {
     if (groupIdx === this.primaryGroup) return this.#primary;
-    let g = this.#groups.get(groupIdx);
-    if (g === undefined) {
-      this.learn(groupIdx, FULL_ATTENTION_GROUP);
-      g = this.#groups.get(groupIdx)!;
-    }
-    return g.index;
+    if (!this.#groups.has(groupIdx)) this.learn(groupIdx, FULL_ATTENTION_GROUP);
+    return this.#groups.get(groupIdx)?.index;
   }
 
   #note(book: Map<bigint, BookEntry>, pairs: BigUint64Array, b: number): void {

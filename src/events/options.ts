@@ -10,6 +10,7 @@
 import { silentLogger, systemClock, type Clock, type Logger } from '../common/index.js';
 import type { KvEventApplier } from './applier.js';
 import { MAX_BATCH_ELEMENTS } from './decode.js';
+import { DEFAULT_MAX_KV_GROUPS } from './group-indexes.js';
 import type { EventLiveness } from './liveness.js';
 import type { KvEventHooks } from './stats.js';
 import { InlineScheduler, type ApplyScheduler } from './turn-scheduler.js';
@@ -128,6 +129,11 @@ export interface KvEventOptions extends KvEventSubscriberOptions {
    * count); 0 keeps the sockets and the decoding on the main thread. Judging and applying stay on the main thread.
    */
   ingestThreads?: number | undefined;
+  /**
+   * KV-cache groups of one model at most, its primary included: read by whoever builds the model's
+   * `KvGroupIndexes` (its `maxGroups`; routing's kvPool), not by the manager.
+   */
+  maxKvGroups?: number | undefined;
 }
 export type FilledKvEventOptions = Required<{ [K in keyof KvEventOptions]: NonNullable<KvEventOptions[K]> }>;
 export const kDefaultKvEventOptions: FilledKvEventOptions = Object.freeze({
@@ -136,6 +142,7 @@ export const kDefaultKvEventOptions: FilledKvEventOptions = Object.freeze({
   maxEventsPerTurn: 2000,
   maxTurnMs: 4,
   ingestThreads: 0,
+  maxKvGroups: DEFAULT_MAX_KV_GROUPS,
 });
 
 /** `defaults` with every field of `given` that is set (an explicit `undefined` keeps the default). */

@@ -12,6 +12,14 @@ export const EVENT_METRIC_DEFINITIONS = {
     help: 'KV events applied to the prefix index, by type and status.',
     labelNames: ['event_type', 'status'],
   },
+  kvCacheGroupsRefused: {
+    kind: 'counter',
+    name: 'kvgate_kv_cache_group_refusals_total',
+    help:
+      "KV events refused because they name a KV-cache group past the model's kv_events.max_kv_groups (each such " +
+      'event; the group gets no index, its blocks are not indexed).',
+    labelNames: ['model', 'worker_type'],
+  },
   kvCacheGroupChanges: {
     kind: 'counter',
     name: 'kvgate_kv_cache_group_changes_total',

@@ -75,7 +75,15 @@ export function kvPool(
   if (kvRouter.config.useKvEvents) {
     const onSpec = (groupIdx: number, spec: KvGroupSpec): void =>
       ctx.metrics?.kvCacheGroupChanges.labels(kvGroupMetricLabels(groupIdx, spec)).inc();
-    groups = new KvGroupIndexes({ primary: kvRouter.index, logger: ctx.logger, onSpec });
+    const refused = { model: opts.model, worker_type: role };
+    groups = new KvGroupIndexes({
+      primary: kvRouter.index,
+      logger: ctx.logger,
+      clock: ctx.clock,
+      onSpec,
+      maxGroups: opts.kvEvents?.maxKvGroups,
+      onRefused: () => ctx.metrics?.kvCacheGroupsRefused.labels(refused).inc(),
+    });
     const indexes = new TieredPrefixIndex(kvRouter.index);
     const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes, groups, eagle: opts.eagle });
     events = new KvEventManager({

@@ -767,6 +767,7 @@ describe('config: kv_events bounds', () => {
       maxMessageBytes: 64 * 2 ** 20,
       maxReplyBytes: 512 * 2 ** 20,
       maxBatchElements: 2 ** 20,
+      maxKvGroups: 16,
     });
     const c = loadGatewayConfig({
       file: file(

@@ -1,7 +1,7 @@
 /**
  * The operator's KV-event bounds beyond the stream's cursor rules: `kv_events.pending_batches`,
- * `replay_timeout_ms`, `receive_high_water_mark`, `max_message_bytes`, `max_replay_bytes` and
- * `max_batch_elements`. Defaults equal src/events' own (the fleet hands the section to each model's ingestion
+ * `replay_timeout_ms`, `receive_high_water_mark`, `max_message_bytes`, `max_replay_bytes`,
+ * `max_batch_elements` and `max_kv_groups`. Defaults equal src/events' own (the fleet hands the section to each model's ingestion
  * field for field, so every field must be one ingestion reads), values from the file, a problem naming each bad
  * key, and a reload cannot change them. That a value reaches ingestion: test/integration/events/kv-events-bounds.test.ts.
  */
@@ -41,6 +41,7 @@ describe('config: kv_events ingestion bounds', () => {
       max_message_bytes: 8 * 2 ** 20,
       max_replay_bytes: 64 * 2 ** 20,
       max_batch_elements: 4096,
+      max_kv_groups: 4,
     }).kvEvents;
     expect(c).toMatchObject({
       maxPendingBatches: 500,
@@ -49,6 +50,7 @@ describe('config: kv_events ingestion bounds', () => {
       maxMessageBytes: 8 * 2 ** 20,
       maxReplyBytes: 64 * 2 ** 20,
       maxBatchElements: 4096,
+      maxKvGroups: 4,
       maxQueuedBatches: 10_000,
     });
   });
@@ -61,6 +63,7 @@ describe('config: kv_events ingestion bounds', () => {
       max_message_bytes: 10,
       max_replay_bytes: 1.5,
       max_batch_elements: 2 ** 40,
+      max_kv_groups: 0,
     });
     expect(by).toEqual({
       'kv_events.pending_batches': 'must be an integer in [1, 10000000], got 0',
@@ -69,6 +72,7 @@ describe('config: kv_events ingestion bounds', () => {
       'kv_events.max_message_bytes': 'must be an integer in [1024, 2147483648], got 10',
       'kv_events.max_replay_bytes': 'must be an integer in [1024, 68719476736], got 1.5',
       'kv_events.max_batch_elements': 'must be an integer in [1024, 67108864], got 1099511627776',
+      'kv_events.max_kv_groups': 'must be an integer in [1, 64], got 0',
     });
   });
 
@@ -89,6 +93,7 @@ describe('config: kv_events ingestion bounds', () => {
       receive_high_water_mark: 7,
       max_message_bytes: 7 * 2 ** 20,
       max_batch_elements: 7 * 1024,
+      max_kv_groups: 7,
     }))
       expect(reloadProblems(load({}), load({ [key]: value })).map((p) => p.path)).toEqual([`kv_events.${key}`]);
     expect(

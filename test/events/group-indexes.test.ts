@@ -13,6 +13,7 @@ import { ManualClock, seededRng, type Rng } from '../../src/common/index.js';
 import { decodeKvEventBatch, KvEventApplier, KvGroupIndexes, TieredPrefixIndex } from '../../src/events/index.js';
 import { KvRouter } from '../../src/routing/index.js';
 import { PrefixIndex } from '../../src/wasm/index.js';
+import { captureWarnings } from '../helpers/capture-log.js';
 
 const BS = 4;
 const WORKERS = [1, 2, 3];
@@ -234,5 +235,65 @@ describe('one-group models', () => {
     expect(groups.hybrid).toBe(false);
     expect(groups.others()).toEqual([]);
     expect(kv.index.blockCount(1, 0)).toBe(2);
+  });
+});
+
+describe('the number of groups of a model', () => {
+  /** A sliding-window group's BlockStored of one block, as vLLM encodes it. */
+  function groupEvent(group: number): unknown[] {
+    const tokens = [group + 1, group + 2, group + 3, group + 4];
+    return [
+      'BlockStored',
+      [1000n + BigInt(group)],
+      null,
+      tokens,
+      BS,
+      null,
+      'GPU',
+      null,
+      null,
+      group,
+      'sliding_window',
+      8,
+    ];
+  }
+
+  it('is bounded: a group past maxGroups gets no index, its events refused, counted and logged (throttled)', () => {
+    const clock = new ManualClock();
+    const lines: Record<string, unknown>[] = [];
+    let refused = 0;
+    const primary = new PrefixIndex();
+    const groups = new KvGroupIndexes({
+      primary,
+      maxGroups: 3,
+      clock,
+      logger: captureWarnings(lines),
+      onRefused: () => refused++,
+    });
+    const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(primary), groups });
+    const slot = { workerId: 1, dpRank: 0 };
+    const statuses: string[] = [];
+    // An engine (or a publisher) announcing ever new group indexes.
+    const apply = (from: number, to: number): void => {
+      const evs = Array.from({ length: to - from }, (_, i) => groupEvent(from + i));
+      const decoded = decodeKvEventBatch(encode([1.5, evs, 0], { useBigInt64: true }));
+      if (!decoded.ok) throw new Error(decoded.error.message);
+      applier.applyBatch(slot, decoded.batch, (_type, status) => statuses.push(status));
+    };
+    apply(1, 200);
+    // The primary and two more: groups 1 and 2 indexed, none after them.
+    expect(groups.others().map((g) => g.groupIdx)).toEqual([1, 2]);
+    expect([...groups.layout().keys()]).toEqual([0, 1, 2]);
+    expect(statuses.slice(0, 2)).toEqual(['ok', 'ok']);
+    expect(new Set(statuses.slice(2))).toEqual(new Set(['other_group']));
+    expect(refused).toBe(197);
+    expect(lines).toEqual([expect.objectContaining({ groupIdx: 3, maxGroups: 3 })]);
+    // A known group goes on being indexed; a refusal later is logged again, with what was suppressed.
+    apply(2, 3);
+    expect(groups.blockCount(slot, 2)).toBe(1);
+    clock.advance(10_000);
+    apply(500, 501);
+    expect(lines[1]).toMatchObject({ groupIdx: 500, suppressed: 196 });
+    expect(refused).toBe(198);
   });
 });

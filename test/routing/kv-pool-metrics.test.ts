@@ -13,7 +13,10 @@ describe('kvgate_kv_cache_group_changes_total', () => {
     const metrics = new KvgateMetrics({ processMetrics: false });
     const ctx = makeRouterContext({ metrics, logger: pino({ level: 'silent' }) });
     const watch = { blockSizeMismatch: () => undefined, replayed: () => undefined };
-    const { events } = kvPool('aggregated', { model: 'm', blockSize: 16 }, ctx, watch);
+    // Room for every group named here: the labels are bounded whatever the groups (their number's own bound,
+    // kv_events.max_kv_groups, is group-indexes.test.ts').
+    const kvEvents = { maxKvGroups: 2000 };
+    const { events } = kvPool('aggregated', { model: 'm', blockSize: 16, kvEvents }, ctx, watch);
     const groups = events!.applier.groups!;
     groups.learn(1, { kind: 'sliding_window', slidingWindow: 128, wireKind: 'sliding_window' });
     for (let i = 0; i < 1000; i++) groups.learn(100 + i, { kind: 'unknown', wireKind: `kind_${i}` });

@@ -1,8 +1,10 @@
 /**
- * `kv_events.max_batch_elements` reaches ingestion, on the main thread and on an ingestion thread (which decodes
- * with the same bound): a batch of more msgpack elements than it allows is refused unread (`too_large`, none of
- * its blocks indexed), one within it is applied. The default bound (1,048,576) takes both.
+ * `kv_events` bounds reach ingestion. `max_batch_elements`, on the main thread and on an ingestion thread (which
+ * decodes with the same bound): a batch of more msgpack elements than it allows is refused unread (`too_large`,
+ * none of its blocks indexed), one within it is applied. The default bound (1,048,576) takes both.
+ * `max_kv_groups`: an engine naming more KV-cache groups than it allows has those groups refused, counted.
  */
+import { encode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
 import { metric } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
@@ -22,7 +24,7 @@ function stored(tokens: number[], hashBase: number): TestEvent {
   return { type: 'stored', blockHashes, parent: null, tokens: tokens.slice(0, blocks * BS), blockSize: BS };
 }
 
-describe('kv_events.max_batch_elements', () => {
+describe('kv_events bounds in a gateway', () => {
   const gateway = publishedGateways(suiteProcesses('kvgate-kv-bounds-'), MODEL, BS);
 
   for (const threads of [0, 1]) {
@@ -35,4 +37,19 @@ describe('kv_events.max_batch_elements', () => {
       expect(await metric(url, 'kvgate_kv_event_decode_errors_total', { kind: 'too_large' })).toBe(1);
     }, 60_000);
   }
+
+  it('max_kv_groups: groups past it are refused, counted, and get no index', async () => {
+    const { url, pub } = await gateway({ max_kv_groups: 2 });
+    // A sliding-window group's BlockStored of one block (vLLM's positional form, through kv_cache_spec_*).
+    const groupEvent = (g: number): unknown[] => {
+      const tokens = Array.from({ length: BS }, (_, i) => 100 * g + i);
+      return ['BlockStored', [7000 + g], null, tokens, BS, null, 'GPU', null, null, g, 'sliding_window', 64];
+    };
+    await pub.publishPayload(encode([1.5, [1, 2, 3].map(groupEvent), 0]));
+    const refusals = (): Promise<number> => metric(url, 'kvgate_kv_cache_group_refusals_total', { model: MODEL });
+    await until(async () => (await refusals()) === 2, 'the events of groups 2 and 3 refused');
+    expect(await metric(url, 'kvgate_kv_cache_group_changes_total', { group: '1' })).toBe(1);
+    expect(await metric(url, 'kvgate_kv_cache_group_changes_total', { group: '2' })).toBe(0);
+    expect(await metric(url, 'kvgate_kv_cache_group_changes_total', { group: '3' })).toBe(0);
+  }, 60_000);
 });
