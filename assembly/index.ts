@@ -9,10 +9,12 @@ import {
   findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo, STORE_OK,
 } from './prefix_index';
 import { failAllocation } from './block_records';
+import { Trie, trieNew as newTrie, trieFree as freeTrie, trieQuery as queryRegion, ROOT, TOTAL } from './prompt_trie';
+import { trieDepths as depths, trieInsert as insert, trieRemoveAt as removeAt, trieRemove as remove, trieHeldByOthers as heldByOthers } from './trie_ops';
 export { readIdArray, idArrayEnd } from './json_ids';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
-export const ABI_VERSION: u32 = 7;
+export const ABI_VERSION: u32 = 8;
 
 // One growable I/O region the host lays its per-call inputs and outputs into.
 let io: usize = 0;
@@ -181,6 +183,25 @@ export function idxApplyPacked(
   store<u32>(state, <u32>(at - words), 4);
   return i;
 }
+
+// ---- the in-flight prompt trie (prompt_trie.ts, trie_ops.ts) ------------------------------------------------
+// A call taking a prompt reads its `n` hashes from the trie's query region (`trieQuery`).
+
+export function trieNew(): usize { return changetype<usize>(newTrie()); }
+export function trieFree(t: usize): void { freeTrie(changetype<Trie>(t)); }
+/** The trie's query region with room for `n` hashes (u64): its address, also at offset 0 of the trie. */
+export function trieQuery(t: usize, n: u32): usize { return queryRegion(changetype<Trie>(t), n); }
+/** Writes (slot, depth) u32 pairs to the region whose address is at offset 8 of the trie; returns their count. */
+export function trieDepths(t: usize, n: u32): u32 { return depths(changetype<Trie>(t), n); }
+/** Returns the blocks `slot` held before; the prompt's end node goes to offset 12 of the trie. */
+export function trieInsert(t: usize, n: u32, slot: u32): u32 { return insert(changetype<Trie>(t), n, slot); }
+export function trieRemoveAt(t: usize, end: u32, slot: u32): u32 { return removeAt(changetype<Trie>(t), end, slot); }
+export function trieRemove(t: usize, n: u32, slot: u32): u32 { return remove(changetype<Trie>(t), n, slot); }
+export function trieHeldByOthers(t: usize, n: u32, slot: u32): u32 { return heldByOthers(changetype<Trie>(t), n, slot); }
+/** Requests in the trie. */
+export function trieSize(t: usize): u32 { return load<u32>(changetype<Trie>(t).recs + ROOT + TOTAL); }
+/** Nodes in use, the root included. */
+export function trieNodeCount(t: usize): u32 { return changetype<Trie>(t).live; }
 
 /** Test hook: the prefix index's `after`-th allocation from now fails as an exhausted memory does; 0 disarms. */
 export function testFailAllocation(after: u32): void { failAllocation(after); }

@@ -8,7 +8,7 @@
  * `ensureSlot` and every per-slot figure is readable at any time, in O(1).
  *
  * Blocks. The prompts of in-flight requests live in one `ActivePromptTrie`
- * (a radix tree over chained block hashes with per-slot counts), so an
+ * (a radix tree over chained block hashes with per-slot counts, in the WASM module), so an
  * in-flight prefix shared by several requests on a slot counts once there,
  * a new request learns in one walk how many of its blocks each slot already
  * holds (`depthsInto`, for Dynamo's new_blocks), a booking right after that
@@ -26,9 +26,7 @@
  * (checked at most every 30 s on add, and on every `expire()`).
  */
 import { KvgateError } from '../errors/index.js';
-import type { PromptHashes } from '../wasm/index.js';
-import { ActivePromptTrie } from './active-prompt-trie.js';
-import type { TrieNode } from './trie-node.js';
+import { ActivePromptTrie, type PromptHashes, type TrieNode } from '../wasm/index.js';
 import type { Clock, WorkerRank } from '../common/index.js';
 
 /** Expiry is checked on add at most this often (Dynamo: 30 s). */
@@ -274,7 +272,7 @@ export class ActiveSequences {
     const prefill = input.prefillTokens > 0 ? input.prefillTokens : 0;
     let end: TrieNode | null = null;
     if (seq !== null) {
-      this.#shared[slot]! += seq.length - this.#trie.insert(seq, this.#trie.pairsOf(seq), slot);
+      this.#shared[slot]! += seq.length - this.#trie.insert(seq, slot);
       end = this.#trie.lastEnd;
     }
     const r = new ActiveRequest(requestId, slot, seq, end, privateBlocks, prefill, input.expectedOutputTokens, now);

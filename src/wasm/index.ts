@@ -1,4 +1,7 @@
-/** The WASM boundary: hashing, the prefix index and token-id arrays read from JSON. Nothing else touches WASM memory. */
+/**
+ * The WASM boundary: hashing, the prefix index, the in-flight prompt trie and token-id arrays read from JSON.
+ * Nothing else touches WASM memory.
+ */
 export {
   xxh3,
   blockHashes,
@@ -11,6 +14,8 @@ export {
 export type { BlockHashOptions, PromptHashes } from './hashing.js';
 export { jsonIdArray } from './id-array.js';
 export { PrefixIndex } from './prefix-index.js';
+export { ActivePromptTrie } from './active-prompt-trie.js';
+export type { TrieNode } from './active-prompt-trie.js';
 export { PackedOutcome, PackedRun, PackedStop } from './packed-run.js';
 export type { PackedSource } from './packed-run.js';
 export { allocationHookPending, failIndexAllocation, takeAllocationHook } from './instance.js';

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-const EXPECTED_ABI_VERSION = 7;
+const EXPECTED_ABI_VERSION = 8;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };
@@ -61,6 +61,16 @@ export interface KvgateWasmExports {
     outcomes: number,
     state: number,
   ): number;
+  trieNew(): number;
+  trieFree(t: number): void;
+  trieQuery(t: number, n: number): number;
+  trieDepths(t: number, n: number): number;
+  trieInsert(t: number, n: number, slot: number): number;
+  trieRemoveAt(t: number, end: number, slot: number): number;
+  trieRemove(t: number, n: number, slot: number): number;
+  trieHeldByOthers(t: number, n: number, slot: number): number;
+  trieSize(t: number): number;
+  trieNodeCount(t: number): number;
   testFailAllocation(after: number): void;
 }
 

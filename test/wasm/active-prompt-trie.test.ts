@@ -2,12 +2,12 @@
  * The in-flight prompt trie against a plain list of prompts per slot, under random bookings and frees:
  * every answer (blocks already held at insert, kept at remove, held by others, each slot's depth) is the
  * longest common prefix the list gives. Block hashes are drawn so that siblings very often agree on their
- * low 32 bits and differ only above them: the children chained under one map key are found, split,
- * merged and dropped like any other.
+ * low 32 bits and differ only above them: children told apart by their high words alone are found, split,
+ * merged and dropped like any other, in a node's list and in the module's children table.
  */
 import { describe, expect, it } from 'vitest';
-import { ActivePromptTrie, pairView } from '../../src/core/active-prompt-trie.js';
-import type { TrieNode } from '../../src/core/trie-node.js';
+import { isKvgateError } from '../../src/errors/index.js';
+import { ActivePromptTrie, failIndexAllocation, type TrieNode } from '../../src/wasm/index.js';
 import { mulberry32 } from '../helpers/rng.js';
 
 /** Chained hashes of a prompt given as choices: one id per distinct prefix, in the high 32 bits. */
@@ -78,7 +78,7 @@ describe('ActivePromptTrie', () => {
         const choices = Array.from({ length: 1 + Math.floor(rng() * 6) }, () => Math.floor(rng() * 3));
         const seq = hash(choices);
         const slot = Math.floor(rng() * 4);
-        expect(trie.insert(seq, pairView(seq), slot)).toBe(held(seq, slot));
+        expect(trie.insert(seq, slot)).toBe(held(seq, slot));
         live.push({ seq, slot });
       }
       const probe = hash(Array.from({ length: 6 }, () => Math.floor(rng() * 3)));
@@ -126,7 +126,7 @@ describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
       }
       const expected = held(seq, slot);
       const viaCopy = rng() < 0.2 ? seq.slice() : seq;
-      expect(trie.insert(viaCopy, pairView(viaCopy), slot)).toBe(expected);
+      expect(trie.insert(viaCopy, slot)).toBe(expected);
       ends.set(viaCopy, trie.lastEnd);
       live.push({ seq: viaCopy, slot });
       expect(trie.size).toBe(live.length);
@@ -135,9 +135,9 @@ describe('ActivePromptTrie: a booking resumes the walk of its match', () => {
 });
 
 describe('ActivePromptTrie: wide nodes', () => {
-  it('answers as the list does when nodes have up to twelve children, filed in a map and emptied again', () => {
-    // Twelve possible blocks after each prefix, all sharing the 30 bits a child is filed under, three in
-    // four sharing the low 32: a node's children outgrow its list, then chain in one map entry.
+  it('answers as the list does when nodes have up to twelve children, filed in the children table and emptied again', () => {
+    // Twelve possible blocks after each prefix, three in four sharing the low 32 bits: a node's children
+    // outgrow its list (eight), are filed in the module's children table too, and leave it again at four.
     const ids = new Map<string, number>();
     const hash = (choices: readonly number[]): BigUint64Array => {
       const out = new BigUint64Array(choices.length);
@@ -166,7 +166,7 @@ describe('ActivePromptTrie: wide nodes', () => {
         const depths = new Float64Array(5);
         trie.depthsInto(seq, depths);
         expect([...depths]).toEqual([0, 1, 2, 3, 4].map((s) => held(seq, s)));
-        expect(trie.insert(seq, pairView(seq), slot)).toBe(held(seq, slot));
+        expect(trie.insert(seq, slot)).toBe(held(seq, slot));
         live.push({ seq, slot });
       }
       const probe = draw();
@@ -202,7 +202,7 @@ describe('ActivePromptTrie: many slots', () => {
         // Slots drawn from a range that widens: the bit sets grow with prompts already in.
         const slot = Math.floor(rng() * Math.min(SLOTS, 8 + step / 10));
         probeSlots(seq);
-        expect(trie.insert(seq, pairView(seq), slot)).toBe(held(seq, slot));
+        expect(trie.insert(seq, slot)).toBe(held(seq, slot));
         ends.set(seq, trie.lastEnd);
         live.push({ seq, slot });
       }
@@ -210,6 +210,94 @@ describe('ActivePromptTrie: many slots', () => {
       expect(trie.size).toBe(live.length);
     }
     expect(live.length).toBe(0);
+    expect(trie.nodeCount).toBe(1);
+  });
+});
+
+describe('ActivePromptTrie: an allocation that fails', () => {
+  it('an insert that cannot allocate throws KVG_ERR_WASM and changes nothing: the trie answers as the list does, and takes the insert again', () => {
+    const rng = mulberry32(515);
+    const hash = hasher();
+    const trie = new ActivePromptTrie();
+    const model = listModel();
+    const { live, held } = model;
+    const SLOTS = 70;
+    const depthsOf = (seq: BigUint64Array): number[] => {
+      const depths = new Float64Array(SLOTS);
+      trie.depthsInto(seq, depths);
+      return [...depths];
+    };
+    const expected = (seq: BigUint64Array): number[] => Array.from({ length: SLOTS }, (_, s) => held(seq, s));
+    let failures = 0;
+    for (let step = 0; step < 1500; step++) {
+      if (live.length > 0 && rng() < 0.35) {
+        removeChecked(trie, model, Math.floor(rng() * live.length));
+        continue;
+      }
+      const seq = hash(Array.from({ length: 1 + Math.floor(rng() * 8) }, () => Math.floor(rng() * 3)));
+      // Slots from a widening range: the bit sets grow (the pool is laid out again) as well as the node records.
+      const slot = Math.floor(rng() * Math.min(SLOTS, 4 + step / 20));
+      if (rng() < 0.5) expect(depthsOf(seq)).toEqual(expected(seq));
+      const nodes = trie.nodeCount;
+      // The first, second or third allocation of the insert fails (if it makes that many).
+      failIndexAllocation(1 + Math.floor(rng() * 3));
+      let thrown: unknown;
+      try {
+        expect(trie.insert(seq, slot)).toBe(held(seq, slot));
+        live.push({ seq, slot });
+      } catch (err) {
+        thrown = err;
+      } finally {
+        failIndexAllocation(0);
+      }
+      if (thrown === undefined) continue;
+      failures++;
+      expect(isKvgateError(thrown, 'KVG_ERR_WASM')).toBe(true);
+      expect((thrown as { detail?: unknown }).detail).toEqual({ op: 'insert' });
+      expect(trie.size).toBe(live.length);
+      expect(trie.nodeCount).toBe(nodes);
+      expect(depthsOf(seq)).toEqual(expected(seq));
+      expect(trie.insert(seq, slot)).toBe(held(seq, slot));
+      live.push({ seq, slot });
+    }
+    expect(failures).toBeGreaterThan(100);
+    while (live.length > 0) removeChecked(trie, model, Math.floor(rng() * live.length));
+    expect(trie.nodeCount).toBe(1);
+  });
+
+  it('an insert whose one allocation is the bit sets growing (a slot beyond 32) fails whole, then succeeds', () => {
+    const hash = hasher();
+    const trie = new ActivePromptTrie();
+    const a = hash([0, 1, 2]);
+    const b = hash([0, 1, 0, 0]);
+    trie.insert(a, 0);
+    trie.insert(b, 31);
+    // `a` is in the trie already: no new node, no prompt copy; only the bit sets must grow for slot 40.
+    failIndexAllocation(1);
+    try {
+      expect(() => trie.insert(a, 40)).toThrow(/could not allocate memory for the in-flight prompt trie's insert/);
+    } finally {
+      failIndexAllocation(0);
+    }
+    const depths = new Float64Array(41);
+    trie.depthsInto(a, depths);
+    expect([depths[0], depths[31], depths[40]]).toEqual([3, 2, 0]);
+    expect(trie.size).toBe(2);
+    expect(trie.insert(a, 40)).toBe(0);
+    trie.depthsInto(b, depths);
+    expect([depths[0], depths[31], depths[40]]).toEqual([2, 4, 2]);
+  });
+
+  it('a prompt removed by its hashes that is not in the trie is refused, and the trie is unchanged', () => {
+    const hash = hasher();
+    const trie = new ActivePromptTrie();
+    const seq = hash([0, 1, 2, 0]);
+    trie.insert(seq, 3);
+    expect(() => trie.remove(hash([0, 1]), 3)).toThrow(/not in the trie/);
+    expect(() => trie.remove(hash([0, 2, 2, 0]), 3)).toThrow(/not in the trie/);
+    expect(trie.size).toBe(1);
+    expect(trie.heldByOthers(seq, 3)).toBe(0);
+    expect(trie.remove(seq, 3)).toBe(0);
     expect(trie.nodeCount).toBe(1);
   });
 });
