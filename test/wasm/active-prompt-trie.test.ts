@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { isKvgateError } from '../../src/errors/index.js';
 import { ActivePromptTrie, failIndexAllocation, type TrieNode } from '../../src/wasm/index.js';
+import { wasm } from '../../src/wasm/instance.js';
 import { mulberry32 } from '../helpers/rng.js';
 
 /** Chained hashes of a prompt given as choices: one id per distinct prefix, in the high 32 bits. */
@@ -299,5 +300,32 @@ describe('ActivePromptTrie: an allocation that fails', () => {
     expect(trie.heldByOthers(seq, 3)).toBe(0);
     expect(trie.remove(seq, 3)).toBe(0);
     expect(trie.nodeCount).toBe(1);
+  });
+});
+
+describe('ActivePromptTrie: memory', () => {
+  it('gives back the prompt copies and nodes of what is removed: fill and drain cycles do not grow the module', () => {
+    const rng = mulberry32(31337);
+    const trie = new ActivePromptTrie();
+    const memory = (): number => wasm().exports.memory.buffer.byteLength;
+    const cycle = (): void => {
+      const ends: { end: TrieNode; slot: number }[] = [];
+      for (let i = 0; i < 2000; i++) {
+        // 64 blocks: a shared 16-block head, then the prompt's own (a copy of 520 bytes each).
+        const seq = new BigUint64Array(64);
+        for (let b = 0; b < 64; b++) seq[b] = b < 16 ? BigInt(b + 1) : (BigInt(i + 1) << 32n) | BigInt(b);
+        const slot = Math.floor(rng() * 8);
+        trie.insert(seq, slot);
+        ends.push({ end: trie.lastEnd, slot });
+      }
+      for (const { end, slot } of ends) trie.removeAt(end, slot);
+      expect(trie.size).toBe(0);
+      expect(trie.nodeCount).toBe(1);
+    };
+    cycle();
+    const after = memory();
+    for (let c = 0; c < 4; c++) cycle();
+    // A leak of the copies would be 4 x 2,000 x 520 bytes, about 4 MiB.
+    expect(memory()).toBe(after);
   });
 });
