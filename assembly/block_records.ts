@@ -76,7 +76,7 @@ export class Records {
 // @ts-ignore: decorator
 @inline export function overLoad(count: usize, cap: usize): bool { return (<u64>count + 1) * 5 > (<u64>cap << 2); }
 
-// Test hook (src/wasm/README.md): while > 0, counts the index's allocations down; the one that
+// Test hook (src/wasm/README.md): while > 0, counts the index's (and the prompt trie's) allocations down; the one that
 // takes it to 0 fails exactly as an exhausted memory does (TLSF's failed memory.grow: `unreachable`).
 // 0, its value unless the host arms it, costs one compare per allocation.
 let failAllocIn: u32 = 0;
@@ -84,7 +84,7 @@ let failAllocIn: u32 = 0;
 /** Makes the index's `after`-th allocation from now fail as an exhausted memory does (0 disarms). */
 export function failAllocation(after: u32): void { failAllocIn = after; }
 
-/** Every allocation of the prefix index: the heap's, behind the test hook. */
+/** Every allocation of the prefix index and the prompt trie: the heap's, behind the test hook. */
 export function alloc(bytes: usize): usize {
   if (failAllocIn != 0) {
     failAllocIn--;

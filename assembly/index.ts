@@ -10,7 +10,10 @@ import {
 } from './prefix_index';
 import { failAllocation } from './block_records';
 import { Trie, trieNew as newTrie, trieFree as freeTrie, trieQuery as queryRegion, ROOT, TOTAL } from './prompt_trie';
-import { trieDepths as depths, trieInsert as insert, trieRemoveAt as removeAt, trieRemove as remove, trieHeldByOthers as heldByOthers } from './trie_ops';
+import {
+  trieDepths as depths, trieInsert as insert, trieRemoveAt as removeAt, trieRemove as remove,
+  trieHeldByOthers as heldByOthers,
+} from './trie_ops';
 export { readIdArray, idArrayEnd } from './json_ids';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
@@ -203,5 +206,5 @@ export function trieSize(t: usize): u32 { return load<u32>(changetype<Trie>(t).r
 /** Nodes in use, the root included. */
 export function trieNodeCount(t: usize): u32 { return changetype<Trie>(t).live; }
 
-/** Test hook: the prefix index's `after`-th allocation from now fails as an exhausted memory does; 0 disarms. */
+/** Test hook: the prefix index's (or prompt trie's) `after`-th allocation from now fails as an exhausted memory does; 0 disarms. */
 export function testFailAllocation(after: u32): void { failAllocation(after); }

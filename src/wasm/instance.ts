@@ -154,8 +154,8 @@ export function isWasmTrap(err: unknown): boolean {
 }
 
 /**
- * Test hook: the prefix index's `after`-th allocation in this thread's module from now fails exactly as an
- * exhausted memory does (0 disarms). Nothing calls it but tests and the environment hook below.
+ * Test hook: the `after`-th allocation of a prefix index or prompt trie in this thread's module from now fails
+ * exactly as an exhausted memory does (0 disarms). Nothing calls it but tests and the environment hook below.
  */
 export function failIndexAllocation(after: number): void {
   wasm().exports.testFailAllocation(after);
