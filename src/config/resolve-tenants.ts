@@ -5,7 +5,7 @@
  */
 import { show, type ConfigReader } from './reader.js';
 import { TOKEN } from './resolve-edge.js';
-import type { TenantClassConfig, TenantConfig, TenantsConfig } from './types.js';
+import type { EnginePriorityRange, TenantClassConfig, TenantConfig, TenantsConfig } from './types.js';
 
 /** The tenant every request without a declared tenant belongs to (and its metric label). */
 export const OTHER_TENANT = 'other';
@@ -19,6 +19,7 @@ const DEFAULT_CLASS: TenantClassConfig = {
   requestBurst: 1,
   tokenRate: undefined,
   tokenBurst: 1,
+  enginePriority: undefined,
 };
 
 const NO_TENANTS: TenantsConfig = {
@@ -34,7 +35,16 @@ const nameRule = (s: string): string | undefined =>
   NAME.test(s) ? undefined : 'must be 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit';
 
 function readClass(r: ConfigReader): TenantClassConfig {
-  r.allowOnly(['name', 'priority', 'weight', 'request_rate', 'request_burst', 'token_rate', 'token_burst']);
+  r.allowOnly([
+    'name',
+    'priority',
+    'weight',
+    'request_rate',
+    'request_burst',
+    'token_rate',
+    'token_burst',
+    'engine_priority',
+  ]);
   const requestRate = r.has('request_rate') ? r.num('request_rate', 1, { min: 0, exclusiveMin: true }) : undefined;
   const tokenRate = r.has('token_rate') ? r.num('token_rate', 1, { min: 0, exclusiveMin: true }) : undefined;
   // A bucket holds at least one second of its rate (and one request): a smaller one would refuse at the rate itself.
@@ -50,7 +60,23 @@ function readClass(r: ConfigReader): TenantClassConfig {
     requestBurst,
     tokenRate,
     tokenBurst,
+    enginePriority: readEnginePriority(r),
   };
+}
+
+/**
+ * A class's `engine_priority: {min, max}` (integers, either left out for no bound on that side; `{}` forwards any
+ * value); absent, the class's clients may not set the engine `priority`.
+ */
+function readEnginePriority(r: ConfigReader): EnginePriorityRange | undefined {
+  const e = r.child('engine_priority');
+  if (e === undefined) return undefined;
+  e.allowOnly(['min', 'max']);
+  const bound = { min: -Number.MAX_SAFE_INTEGER, max: Number.MAX_SAFE_INTEGER };
+  const min = e.int('min', bound.min, bound);
+  const max = e.int('max', bound.max, bound);
+  if (min > max) e.problem('max', `must be at least min (${min}), got ${max}`);
+  return { min, max };
 }
 
 function readMember(r: ConfigReader, classes: ReadonlySet<string>, apiKeys: ReadonlySet<string>): TenantConfig {

@@ -21,9 +21,12 @@ const CLASS_FIELDS: readonly [string, keyof TenantClassConfig][] = [
   ['request_burst', 'requestBurst'],
   ['token_rate', 'tokenRate'],
   ['token_burst', 'tokenBurst'],
+  ['engine_priority', 'enginePriority'],
 ];
 
-const shown = (v: unknown): unknown => v ?? 'unset';
+/** A field's value for the log line: `unset` for none, a range as `{"min":0,"max":10}`. */
+const shown = (v: unknown): unknown =>
+  v === undefined ? 'unset' : typeof v === 'object' && v !== null ? JSON.stringify(v) : v;
 
 /** A class in one line. */
 const classLine = (c: TenantClassConfig): string =>

@@ -354,6 +354,17 @@ export interface TenantClassConfig {
   readonly tokenRate: number | undefined;
   /** The token bucket's size in prompt tokens (a larger prompt is refused whatever the rate). */
   readonly tokenBurst: number;
+  /**
+   * `engine_priority`: the range a client's own top-level `priority` (the engines' priority scheduling) is clamped
+   * into before an engine sees it; undefined (the default): a client's `priority` is not forwarded at all.
+   */
+  readonly enginePriority: EnginePriorityRange | undefined;
+}
+
+/** A tenant class's `engine_priority`: the engine `priority` values its clients may send, both bounds included. */
+export interface EnginePriorityRange {
+  readonly min: number;
+  readonly max: number;
 }
 
 /** A declared tenant: its own metric label, its own rate buckets, its class. */

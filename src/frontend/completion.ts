@@ -43,8 +43,10 @@ function noteWorkers(ctx: RequestContext, worker: WorkerRank, prefill: WorkerRan
 
 /**
  * Routes `prepared` as its tenant's: the tenant's token rate first (its prompt's tokens), then the router with
- * the tenant's class on the request (the router queue's share), a shed counted against the tenant.
- * @throws KvgateError KVG_ERR_RATE_LIMITED (429), and the router's errors (KVG_ERR_QUEUE_SHED: 529).
+ * the tenant's class on the request (the router queue's share) and the client's priorities bounded by that class
+ * (client-priority.ts), a shed counted against the tenant.
+ * @throws KvgateError KVG_ERR_RATE_LIMITED (429), KVG_ERR_INVALID_REQUEST (a `priority` the class forwards that is
+ *   not an integer), and the router's errors (KVG_ERR_QUEUE_SHED: 529).
  */
 async function routeAsTenant<R>(
   env: CompletionOptions,
@@ -56,7 +58,7 @@ async function routeAsTenant<R>(
   if (tenant === undefined) return route(prepared);
   env.tenants.admit(tenant, prepared.promptTokens);
   try {
-    return await route({ ...prepared, hints: { ...prepared.hints, tenant: tenant.hint } });
+    return await route(env.tenants.bound(tenant, prepared));
   } catch (err) {
     env.tenants.noteFailure(tenant, err);
     throw err;

@@ -22,6 +22,8 @@ import { OTHER_TENANT, type TenantClassConfig, type TenantsConfig } from '../con
 import { TokenBucket } from '../core/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
+import { boundEnginePriority, type PriorityLimitAction } from './client-priority.js';
+import type { PreparedRequest } from './router-port.js';
 
 /** A request's tenant: its hint for the router queue, and the class whose limits apply. */
 export interface Tenant {
@@ -135,6 +137,18 @@ export class TenantDirectory {
       throw err;
     }
     this.#metrics?.tenantAdmitted.labels({ tenant: t.hint.tenant }).inc();
+  }
+
+  /**
+   * `prepared` with the priorities its client asked for bounded by `t`'s class (client-priority.ts), and `t` as
+   * its tenant; each bound applied is counted against `t`.
+   * @throws KvgateError KVG_ERR_INVALID_REQUEST for a `priority` that is not an integer where the class forwards one.
+   */
+  bound(t: Tenant, prepared: PreparedRequest): PreparedRequest {
+    const count = (hint: string) => (action: PriorityLimitAction) =>
+      this.#metrics?.tenantPriorityLimited.labels({ tenant: t.hint.tenant, hint, action }).inc();
+    const body = boundEnginePriority(prepared.body, t.limits, count('engine_priority'));
+    return { ...prepared, body, hints: { ...prepared.hints, tenant: t.hint } };
   }
 
   /** Counts `err` against `t` when it is the router queue shedding the request. */

@@ -24,6 +24,14 @@ export const TENANT_METRIC_DEFINITIONS = {
     help: 'Requests shed with 529 by the full router queue (refused, or taken out of the queue), by tenant.',
     labelNames: ['tenant'],
   },
+  tenantPriorityLimited: {
+    kind: 'counter',
+    name: 'kvgate_tenant_priority_limits_total',
+    help:
+      "Client priorities bounded by their tenant's class: hint=engine_priority (the body's priority: " +
+      'action=stripped where the class sets no engine_priority, clamped into its range).',
+    labelNames: ['tenant', 'hint', 'action'],
+  },
   tenantQueued: {
     kind: 'gauge',
     name: 'kvgate_tenant_queued_requests',

@@ -23,7 +23,8 @@
  *   clock onto it), negated for engines that serve higher values first, so
  *   router replicas give one session about the same value; each replica
  *   counts from its own first sighting.
- * A client's own `priority` is forwarded unchanged.
+ * A client's own `priority` is kept: the frontend has already dropped it, or clamped it into its tenant class's
+ * `engine_priority` range (frontend's client-priority.ts).
  */
 import type { Clock, SessionHint, SessionPriorityOrder } from '../common/index.js';
 import type { RouterContext } from './context.js';

@@ -36,6 +36,7 @@ describe('config: tenants', () => {
           requestBurst: 1,
           tokenRate: undefined,
           tokenBurst: 1,
+          enginePriority: undefined,
         },
       ],
       members: [],
@@ -67,6 +68,7 @@ describe('config: tenants', () => {
       requestBurst: 3,
       tokenRate: 1000,
       tokenBurst: 5000,
+      enginePriority: undefined,
     });
     expect(c.tenants.members).toEqual([
       { name: 'acme', class: 'gold', apiKeys: [KEY_A] },
@@ -96,15 +98,49 @@ describe('config: tenants', () => {
     expect(msg).toMatch(/tenants\.members\[3\]\.api_keys: shares a key with tenant acme/);
   });
 
+  it('engine_priority: absent (not forwarded), a range with either bound left out, refused when inverted or not integers', () => {
+    const c = load({
+      classes: [
+        { name: 'a' },
+        { name: 'b', engine_priority: { min: -10, max: 10 } },
+        { name: 'c', engine_priority: { min: 0 } },
+        { name: 'd', engine_priority: {} },
+      ],
+    });
+    const max = Number.MAX_SAFE_INTEGER;
+    expect(c.tenants.classes.map((k) => k.enginePriority)).toEqual([
+      undefined,
+      { min: -10, max: 10 },
+      { min: 0, max },
+      { min: -max, max },
+    ]);
+    const msg = problems({
+      classes: [
+        { name: 'a', engine_priority: { min: 5, max: 1 } },
+        { name: 'b', engine_priority: { min: 0.5, lowest: 1 } },
+        { name: 'c', engine_priority: 'forward' },
+      ],
+    });
+    expect(msg).toMatch(/tenants\.classes\[0\]\.engine_priority\.max: must be at least min \(5\), got 1/);
+    expect(msg).toMatch(/tenants\.classes\[1\]\.engine_priority\.min: must be an integer/);
+    expect(msg).toMatch(/tenants\.classes\[1\]\.engine_priority\.lowest: unknown field/);
+    expect(msg).toMatch(/tenants\.classes\[2\]\.engine_priority: must be an object/);
+  });
+
   it('a reload may change it; the change is logged without the keys', () => {
     const prev = load({ classes: [{ name: 'gold' }], members: [{ name: 'acme', class: 'gold', api_keys: [KEY_A] }] });
     const next = load({
-      classes: [{ name: 'gold', weight: 3 }],
+      classes: [{ name: 'gold', weight: 3, engine_priority: { min: 0, max: 10 } }],
       members: [{ name: 'acme', class: 'gold', api_keys: [KEY_B] }],
     });
     expect(reloadProblems(prev, next)).toEqual([]);
     const changes = configChanges(prev, next);
     expect(changes).toContainEqual({ path: 'tenants.classes[gold].weight', from: 1, to: 3 });
+    expect(changes).toContainEqual({
+      path: 'tenants.classes[gold].engine_priority',
+      from: 'unset',
+      to: '{"min":0,"max":10}',
+    });
     expect(changes).toContainEqual({
       path: 'tenants.members[acme].api_keys',
       from: '1 key(s)',
@@ -132,7 +168,7 @@ describe('config: tenants', () => {
       { path: 'tenants.queue_limit_per_worker', from: 'unset', to: 8 },
       {
         path: 'tenants.classes[free]',
-        to: 'priority 0, weight 1, request_rate unset, request_burst 1, token_rate unset, token_burst 1',
+        to: 'priority 0, weight 1, request_rate unset, request_burst 1, token_rate unset, token_burst 1, engine_priority unset',
       },
       { path: 'tenants.classes[gold].request_rate', from: 5, to: 10 },
       { path: 'tenants.classes[gold].request_burst', from: 5, to: 10 },

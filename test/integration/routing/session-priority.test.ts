@@ -2,8 +2,9 @@
  * Session-start priority end to end: `kvgate serve` with `session_priority: lower_first` in front of a `kvgate mocker`
  * engine in vLLM's priority scheduling, one running request at a time (real processes, HTTP and ZMQ). While a long
  * stream holds the engine, a new session's turn arrives, then an older session's, then a request whose client set its
- * own `priority` 0; the stream is then cancelled: the engine serves the client's first, then the older session's, then the new one's. The same
- * gateway with `session_priority` off forwards no priority, so the engine serves them as they came.
+ * own `priority` 0 (its tenant class's `engine_priority` allows it); the stream is then cancelled: the engine serves
+ * the client's first, then the older session's, then the new one's. The same gateway with `session_priority` off
+ * forwards no priority but the client's 0 (vLLM's default), so the engine serves them as they came.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -35,7 +36,13 @@ describe('session_priority', () => {
       ['off', 'off'],
     ] as const) {
       const lines = [`session_priority: ${value}`, 'workers:', `  - ${workerEntry(1, engine)}`];
-      gateways[mode] = await serveInSuite(suite, suite.write(`${mode}.yaml`, serveConfig(MODEL, lines)));
+      // The clients' own priorities are forwarded (from 0 up: none ahead of 0) where their class allows it.
+      const top = [
+        'admin: { enabled: true }',
+        'preprocess: { threads: 0 }',
+        'tenants: { classes: [{ name: default, engine_priority: { min: 0 } }] }',
+      ];
+      gateways[mode] = await serveInSuite(suite, suite.write(`${mode}.yaml`, serveConfig(MODEL, lines, top)));
     }
     // Session starts held at most 2, timeouts at most 60 s.
     const bounded = serveConfig(
