@@ -85,7 +85,10 @@ export interface RoutingHints {
   readonly prefillDpRank?: number | undefined;
   /** Restricts candidates (an endpoint picker's list): `nvext.allowed_worker_ids`. */
   readonly allowedWorkerIds?: ReadonlySet<number> | readonly number[] | undefined;
-  /** Seconds of queue priority: `max(0, nvext.agent_hints.priority)` (fallback: `latency_sensitivity`). */
+  /**
+   * Seconds of queue priority: `max(0, nvext.agent_hints.priority)` (fallback: `latency_sensitivity`), at most the
+   * tenant class's `max_priority_jump` (the gateway clamps it: frontend's client-priority.ts).
+   */
   readonly priorityJump?: number | undefined;
   /** Absolute queue tier; higher always first. */
   readonly strictPriority?: number | undefined;

@@ -22,6 +22,7 @@ const CLASS_FIELDS: readonly [string, keyof TenantClassConfig][] = [
   ['token_rate', 'tokenRate'],
   ['token_burst', 'tokenBurst'],
   ['engine_priority', 'enginePriority'],
+  ['max_priority_jump', 'maxPriorityJump'],
 ];
 
 /** A field's value for the log line: `unset` for none, a range as `{"min":0,"max":10}`. */

@@ -359,6 +359,8 @@ export interface TenantClassConfig {
    * into before an engine sees it; undefined (the default): a client's `priority` is not forwarded at all.
    */
   readonly enginePriority: EnginePriorityRange | undefined;
+  /** `max_priority_jump`: the most seconds of router queue a client's `nvext.agent_hints.priority` may jump (10). */
+  readonly maxPriorityJump: number;
 }
 
 /** A tenant class's `engine_priority`: the engine `priority` values its clients may send, both bounds included. */

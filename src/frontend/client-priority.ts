@@ -10,9 +10,16 @@
  * - a class without `engine_priority` (the default): the client's `priority` is taken out of the body; kvgate's own
  *   `session_priority`, when the model has it, then applies as to any request without one;
  * - a class with `engine_priority: {min, max}`: the value is clamped into the range (an integer is required).
+ *
+ * Router-queue priority (`nvext.agent_hints.priority`, Dynamo's; `RoutingHints.priorityJump`, in seconds): it moves
+ * a request ahead in the router queue, among the requests of its own tenant (one queue per tenant: every undeclared
+ * client shares `other`, and without `tenants` every client does). Unbounded, one request went ahead of everything
+ * queued; the class's `max_priority_jump` clamps it, so under `fcfs` a queued request is overtaken only by requests
+ * that arrive within that many seconds after it.
+ *
  * Each change is told to `onLimit` (the tenant's count).
  */
-import { withJsonMembers } from '../common/index.js';
+import { withJsonMembers, type RoutingHints } from '../common/index.js';
 import type { TenantClassConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 
@@ -42,4 +49,16 @@ export function boundEnginePriority(
   if (clamped === v) return body;
   onLimit('clamped');
   return withJsonMembers(body, { priority: clamped });
+}
+
+/** `hints` with `priorityJump` at most `cls`'s `maxPriorityJump`: the same object when nothing changes. */
+export function boundPriorityJump(
+  hints: RoutingHints,
+  cls: Pick<TenantClassConfig, 'maxPriorityJump'>,
+  onLimit: (action: PriorityLimitAction) => void,
+): RoutingHints {
+  const jump = hints.priorityJump;
+  if (jump === undefined || jump <= cls.maxPriorityJump) return hints;
+  onLimit('clamped');
+  return { ...hints, priorityJump: cls.maxPriorityJump };
 }

@@ -22,7 +22,7 @@ import { OTHER_TENANT, type TenantClassConfig, type TenantsConfig } from '../con
 import { TokenBucket } from '../core/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
-import { boundEnginePriority, type PriorityLimitAction } from './client-priority.js';
+import { boundEnginePriority, boundPriorityJump, type PriorityLimitAction } from './client-priority.js';
 import type { PreparedRequest } from './router-port.js';
 
 /** A request's tenant: its hint for the router queue, and the class whose limits apply. */
@@ -148,7 +148,8 @@ export class TenantDirectory {
     const count = (hint: string) => (action: PriorityLimitAction) =>
       this.#metrics?.tenantPriorityLimited.labels({ tenant: t.hint.tenant, hint, action }).inc();
     const body = boundEnginePriority(prepared.body, t.limits, count('engine_priority'));
-    return { ...prepared, body, hints: { ...prepared.hints, tenant: t.hint } };
+    const hints = boundPriorityJump(prepared.hints, t.limits, count('priority_jump'));
+    return { ...prepared, body, hints: { ...hints, tenant: t.hint } };
   }
 
   /** Counts `err` against `t` when it is the router queue shedding the request. */

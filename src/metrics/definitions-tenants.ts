@@ -29,7 +29,8 @@ export const TENANT_METRIC_DEFINITIONS = {
     name: 'kvgate_tenant_priority_limits_total',
     help:
       "Client priorities bounded by their tenant's class: hint=engine_priority (the body's priority: " +
-      'action=stripped where the class sets no engine_priority, clamped into its range).',
+      'action=stripped where the class sets no engine_priority, clamped into its range) or priority_jump ' +
+      '(nvext.agent_hints.priority: action=clamped to the class max_priority_jump).',
     labelNames: ['tenant', 'hint', 'action'],
   },
   tenantQueued: {

@@ -37,6 +37,7 @@ describe('config: tenants', () => {
           tokenRate: undefined,
           tokenBurst: 1,
           enginePriority: undefined,
+          maxPriorityJump: 10,
         },
       ],
       members: [],
@@ -49,7 +50,15 @@ describe('config: tenants', () => {
       default_class: 'standard',
       queue_limit_per_worker: 16,
       classes: [
-        { name: 'gold', priority: 1, weight: 4, request_rate: 2.5, token_rate: 1000, token_burst: 5000 },
+        {
+          name: 'gold',
+          priority: 1,
+          weight: 4,
+          request_rate: 2.5,
+          token_rate: 1000,
+          token_burst: 5000,
+          max_priority_jump: 2.5,
+        },
         { name: 'standard' },
       ],
       members: [
@@ -69,7 +78,9 @@ describe('config: tenants', () => {
       tokenRate: 1000,
       tokenBurst: 5000,
       enginePriority: undefined,
+      maxPriorityJump: 2.5,
     });
+    expect(c.tenants.classes[1]!.maxPriorityJump).toBe(10);
     expect(c.tenants.members).toEqual([
       { name: 'acme', class: 'gold', apiKeys: [KEY_A] },
       { name: 'beta', class: 'standard', apiKeys: [] },
@@ -78,7 +89,10 @@ describe('config: tenants', () => {
 
   it('refuses unknown classes, keys auth does not accept (without echoing them), reserved and repeated names', () => {
     const msg = problems({
-      classes: [{ name: 'gold', weight: 0 }, { name: 'gold' }],
+      classes: [
+        { name: 'gold', weight: 0, max_priority_jump: -1 },
+        { name: 'gold', max_priority_jump: 3601 },
+      ],
       default_class: 'silver',
       members: [
         { name: 'other', class: 'gold' },
@@ -89,6 +103,8 @@ describe('config: tenants', () => {
     });
     expect(msg).toMatch(/tenants\.classes\[0\]\.weight: must be an integer in \[1, 1000\]/);
     expect(msg).toMatch(/tenants\.classes\[1\]\.name: repeats the name "gold"/);
+    expect(msg).toMatch(/tenants\.classes\[0\]\.max_priority_jump: must be a number in \[0, 3600\]/);
+    expect(msg).toMatch(/tenants\.classes\[1\]\.max_priority_jump: must be a number in \[0, 3600\]/);
     expect(msg).toMatch(/tenants\.default_class: must name one of tenants\.classes/);
     expect(msg).toMatch(/tenants\.members\[0\]\.name: "other" is reserved/);
     expect(msg).toMatch(/tenants\.members\[1\]\.class: must name one of tenants\.classes/);
@@ -168,7 +184,7 @@ describe('config: tenants', () => {
       { path: 'tenants.queue_limit_per_worker', from: 'unset', to: 8 },
       {
         path: 'tenants.classes[free]',
-        to: 'priority 0, weight 1, request_rate unset, request_burst 1, token_rate unset, token_burst 1, engine_priority unset',
+        to: 'priority 0, weight 1, request_rate unset, request_burst 1, token_rate unset, token_burst 1, engine_priority unset, max_priority_jump 10',
       },
       { path: 'tenants.classes[gold].request_rate', from: 5, to: 10 },
       { path: 'tenants.classes[gold].request_burst', from: 5, to: 10 },

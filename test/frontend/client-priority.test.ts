@@ -2,7 +2,11 @@
 import { describe, expect, it } from 'vitest';
 import { jsonMembers, rememberJsonText, writeJsonWith } from '../../src/common/index.js';
 import { loadGatewayConfig, type TenantsConfig } from '../../src/config/index.js';
-import { boundEnginePriority, type PriorityLimitAction } from '../../src/frontend/client-priority.js';
+import {
+  boundEnginePriority,
+  boundPriorityJump,
+  type PriorityLimitAction,
+} from '../../src/frontend/client-priority.js';
 import { TenantDirectory } from '../../src/frontend/tenants.js';
 import type { PreparedRequest } from '../../src/frontend/router-port.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
@@ -56,17 +60,38 @@ describe('boundEnginePriority', () => {
   });
 });
 
+describe('boundPriorityJump', () => {
+  const bound = (priorityJump: number | undefined, maxPriorityJump: number) => {
+    const told: PriorityLimitAction[] = [];
+    const hints = { priorityJump, session: { id: 's' } };
+    const out = boundPriorityJump(hints, { maxPriorityJump }, (a) => told.push(a));
+    return { out, told, same: out === hints };
+  };
+
+  it('clamps a jump above the class maximum to it, told as clamped, the other hints kept', () => {
+    expect(bound(1e9, 10)).toEqual({ out: { priorityJump: 10, session: { id: 's' } }, told: ['clamped'], same: false });
+    expect(bound(0.5, 0)).toMatchObject({ out: { priorityJump: 0 }, told: ['clamped'] });
+  });
+
+  it('leaves a jump at or below the maximum, and none, as they are', () => {
+    expect(bound(10, 10)).toMatchObject({ told: [], same: true });
+    expect(bound(2, 10)).toMatchObject({ told: [], same: true });
+    expect(bound(undefined, 0)).toMatchObject({ told: [], same: true });
+  });
+});
+
 describe('TenantDirectory.bound', () => {
   function tenants(): TenantsConfig {
     const model = { name: 'm', router_mode: 'round-robin', workers: [{ id: 1, url: 'http://10.0.0.1:8000' }] };
     const section = {
       header: 'x-tenant',
-      classes: [{ name: 'guests' }, { name: 'ops', engine_priority: { min: -5, max: 5 } }],
+      classes: [{ name: 'guests' }, { name: 'ops', engine_priority: { min: -5, max: 5 }, max_priority_jump: 30 }],
       members: [{ name: 'acme', class: 'ops' }],
     };
     return loadGatewayConfig({ base: { models: [model], tenants: section }, env: {} }).tenants;
   }
-  const prepared = (body: Record<string, unknown>) => ({ body, hints: {} }) as unknown as PreparedRequest;
+  const prepared = (body: Record<string, unknown>, priorityJump?: number) =>
+    ({ body, hints: { priorityJump } }) as unknown as PreparedRequest;
 
   it("bounds by the tenant's class, sets the tenant on the hints, and counts each bound per tenant", async () => {
     const metrics = new KvgateMetrics({ processMetrics: false });
@@ -79,11 +104,19 @@ describe('TenantDirectory.bound', () => {
     expect(d.bound(other, prepared({ priority: -9 })).body).toEqual({});
     d.bound(other, prepared({ priority: 0 }));
     d.bound(acme, prepared({ priority: 2 }));
+    // The router queue's jump: the default class's 10 s, ops's 30 s.
+    expect(d.bound(other, prepared({}, 1e6)).hints.priorityJump).toBe(10);
+    expect(d.bound(acme, prepared({}, 1e6)).hints.priorityJump).toBe(30);
+    expect(d.bound(acme, prepared({}, 20)).hints.priorityJump).toBe(20);
     const text = await metrics.text();
     const limits = (tenant: string, action: string): number =>
       sampleSum(text, 'kvgate_tenant_priority_limits_total', { tenant, hint: 'engine_priority', action });
     expect(limits('acme', 'clamped')).toBe(1);
     expect(limits('acme', 'stripped')).toBe(0);
     expect(limits('other', 'stripped')).toBe(2);
+    const jumps = (tenant: string): number =>
+      sampleSum(text, 'kvgate_tenant_priority_limits_total', { tenant, hint: 'priority_jump', action: 'clamped' });
+    expect(jumps('other')).toBe(1);
+    expect(jumps('acme')).toBe(1);
   });
 });
