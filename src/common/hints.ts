@@ -86,6 +86,12 @@ export interface RoutingHints {
   /** Restricts candidates (an endpoint picker's list): `nvext.allowed_worker_ids`. */
   readonly allowedWorkerIds?: ReadonlySet<number> | readonly number[] | undefined;
   /**
+   * Set by kvgate, never the client: `allowedWorkerIds` is only the workers serving the request's LoRA adapter, a
+   * restriction of kvgate's own and not a picker's decision, so the request waits in the router queue like any
+   * other (a client's or picker's list skips it).
+   */
+  readonly adapterRestricted?: boolean | undefined;
+  /**
    * Seconds of queue priority: `max(0, nvext.agent_hints.priority)` (fallback: `latency_sensitivity`), at most the
    * tenant class's `max_priority_jump` (the gateway clamps it: frontend's client-priority.ts).
    */

@@ -224,6 +224,7 @@ export class KvRouter {
       pinWorkerId: pin?.workerId,
       pinDpRank: pin?.dpRank,
       allowedWorkerIds: hints?.allowedWorkerIds,
+      adapterRestricted: hints?.adapterRestricted,
       routingConstraints: hints?.routingConstraints,
       priorityJump,
       strictPriority: hints?.strictPriority,

@@ -90,10 +90,7 @@ export class LegBuilder {
       isl: req.promptTokens,
       hashes: routedHashes(req.endpoint, req.hashes),
       hashingMs: req.hashingMs,
-      routing:
-        lora === undefined
-          ? req.hints
-          : { ...req.hints, allowedWorkerIds: this.#adapterWorkers(lora, req.hints.allowedWorkerIds) },
+      routing: lora === undefined ? req.hints : this.#adapterRouting(lora, req.hints),
       phase: 'aggregated',
       signal: req.signal,
       receivedAt: req.receivedAt,
@@ -110,6 +107,17 @@ export class LegBuilder {
       !Object.hasOwn(req.body, 'priority');
     if (prioritized) return withJsonMembers(req.body, { model, priority: sp.priorityOf(req.hints.session) });
     return req.body['model'] === model ? req.body : withJsonMembers(req.body, { model });
+  }
+
+  /**
+   * An adapter's request restricted to the workers serving it. Unless the client gave its own list (a picker's
+   * decision, which skips the router queue), the restriction is marked kvgate's (`adapterRestricted`): the request
+   * queues like any other.
+   */
+  #adapterRouting(adapter: string, hints: RoutingHints): RoutingHints {
+    const allowedWorkerIds = this.#adapterWorkers(adapter, hints.allowedWorkerIds);
+    if (hints.allowedWorkerIds !== undefined) return { ...hints, allowedWorkerIds };
+    return { ...hints, allowedWorkerIds, adapterRestricted: true };
   }
 
   /** The workers (any role) serving `adapter`, within the client's allowed list if it gave one. */

@@ -417,8 +417,9 @@ export class KvScheduler {
         status: 'rejected',
         rejection: { kind: 'overloaded', reason: 'AllWorkersOverloaded', eligibleSlots: n },
       };
-    // A pin (the picker upstream has decided) and an allowed-worker list (an endpoint picker's) skip the queue.
-    const bypass = exactPin || req.allowedWorkerIds !== undefined;
+    // A pin (the picker upstream has decided) and an allowed-worker list (an endpoint picker's) skip the queue; a LoRA
+    // adapter's workers (kvgate's own restriction) do not: that request queues like any other.
+    const bypass = exactPin || (req.allowedWorkerIds !== undefined && req.adapterRestricted !== true);
     if (
       this.config.routerQueueThreshold === null ||
       bypass ||

@@ -54,7 +54,13 @@ export interface WorkerLoad extends SlotLoad, WorkerRank {}
  */
 export interface SchedulingRequest extends Pick<
   RoutingHints,
-  'allowedWorkerIds' | 'routingConstraints' | 'priorityJump' | 'strictPriority' | 'expectedOutputTokens' | 'tenant'
+  | 'allowedWorkerIds'
+  | 'adapterRestricted'
+  | 'routingConstraints'
+  | 'priorityJump'
+  | 'strictPriority'
+  | 'expectedOutputTokens'
+  | 'tenant'
 > {
   /** Context id; unique among in-flight requests. */
   readonly requestId: string;

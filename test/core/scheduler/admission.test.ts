@@ -216,6 +216,21 @@ describe('KvScheduler queue (spec 4.4)', () => {
     expect(s.activeRequest('c')).toBeUndefined();
   });
 
+  it("a LoRA adapter's workers (adapterRestricted) are no picker's list: the request queues in its turn", async () => {
+    const s = scheduler(QUEUE, [1, 2]);
+    routed(s.schedule(req('a', 200, 10_000)));
+    routed(s.schedule(req('b', 200, 20_000)));
+    const order: string[] = [];
+    const c = track(order, 'c', queued(s.schedule(req('c', 200, 30_000))));
+    const lora = { allowedWorkerIds: new Set([1, 2]), adapterRestricted: true };
+    const l = track(order, 'lora', queued(s.schedule(req('lora', 200, 40_000, lora))));
+    expect(s.pendingRequests).toBe(2);
+    s.markPrefillCompleted('a');
+    s.markPrefillCompleted('b');
+    await Promise.all([c, l]);
+    expect(order).toEqual(['c', 'lora']);
+  });
+
   it('tick drains the queue after expiry frees load', async () => {
     const clock = new ManualClock();
     const s = scheduler(QUEUE, [1], clock);
