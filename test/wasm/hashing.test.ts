@@ -155,6 +155,74 @@ describe('whole-prompt hashing against native XXH3 of each block', () => {
   });
 });
 
+// The default XXH3 secret's first 64 bytes: with the seed, the keys of 17..128-byte inputs and of the 16-byte chain step.
+const SECRET_HEX =
+  'b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f' +
+  'cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c' +
+  '3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8' +
+  'a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364';
+const SECRET = Uint8Array.from(SECRET_HEX.match(/../g)!, (h) => parseInt(h, 16));
+const secretWord = (offset: number): bigint => new DataView(SECRET.buffer).getBigUint64(offset, true);
+const u64 = (v: bigint): bigint => BigInt.asUintN(64, v);
+/** Multiplier words at the edges of the 32x32->64 partial products' carries. */
+const EXTREMES = [
+  0n,
+  1n,
+  0xffffffffn,
+  1n << 32n,
+  0xffffffff00000000n,
+  u64(-1n),
+  0x8000000080000000n,
+  0xfffffffeffffffffn,
+];
+
+describe("128-bit products at their carries' edges", () => {
+  it('17..128-byte windows whose mixed words are all-ones, half-ones and the like, against native XXH3', () => {
+    const rng = mulberry32(77);
+    for (const bs of [8, 16, 24, 32]) {
+      const len = bs * 4;
+      // Each 16-byte chunk's key: offsets 0, len - 16, 16, len - 32, ... take keys 0, 16, 32, 48, ... in turn.
+      const keyOf = new Map<number, number>();
+      for (let r = 0; r < len / 32; r++) {
+        keyOf.set(16 * r, 32 * r);
+        keyOf.set(len - 16 - 16 * r, 32 * r + 16);
+      }
+      for (const loraName of [undefined, 'adapter-x']) {
+        const seed = requestSeed(loraName);
+        const blocks = 9;
+        const words = new BigUint64Array((blocks * len) / 8);
+        for (let b = 0; b < blocks; b++) {
+          for (const [off, key] of keyOf) {
+            const pick = (): bigint => EXTREMES[Math.floor(rng() * EXTREMES.length)]!;
+            words[(b * len + off) / 8] = pick() ^ u64(secretWord(key) + seed);
+            words[(b * len + off) / 8 + 1] = pick() ^ u64(secretWord(key + 8) - seed);
+          }
+        }
+        const tokens = new Uint32Array(words.buffer);
+        const bytes = new Uint8Array(words.buffer);
+        const got = promptHashes(tokens, bs, { loraName });
+        for (let b = 0; b < blocks; b++) {
+          expect(got.local[b]).toBe(native.xxh64(bytes.subarray(b * len, (b + 1) * len), seed));
+        }
+        expect([...sequenceHashes(got.local)]).toEqual([...got.seq]);
+      }
+    }
+  });
+
+  it('the 16-byte chain step and 9..16-byte inputs with extreme words, against native XXH3', () => {
+    const keyLo = u64((secretWord(24) ^ secretWord(32)) + 1337n);
+    const keyHi = u64((secretWord(40) ^ secretWord(48)) - 1337n);
+    for (const lo of EXTREMES) {
+      for (const hi of EXTREMES) {
+        const pair = BigUint64Array.of(lo ^ keyLo, hi ^ keyHi);
+        const want = native.xxh64(new Uint8Array(pair.buffer), 1337n);
+        expect(sequenceHashes(pair)[1]).toBe(want);
+        expect(xxh3(new Uint8Array(pair.buffer), 1337n)).toBe(want);
+      }
+    }
+  });
+});
+
 describe('bad input', () => {
   it('zero, negative and fractional block sizes are rejected with a typed error', () => {
     for (const bs of [0, -1, 1.5, Number.NaN]) {
