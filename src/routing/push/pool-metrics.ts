@@ -95,7 +95,7 @@ export class PoolMetrics {
     return lm;
   }
 
-  /** TTFT and ITL of one kind of leg on one worker (created at zero; workers are configured, so the label set stays bounded). */
+  /** TTFT and ITL of one kind of leg on one worker (created at zero; dropped when the worker leaves). */
   latency(phase: WorkerRole, workerId: number): LatencyMetrics {
     const key = `${phase}:${workerId}`;
     let lat = this.#latency.get(key);
@@ -137,9 +137,13 @@ export class PoolMetrics {
 
   /**
    * The worker left the pool: its bookings left with it (the scheduler dropped them), and its load
-   * gauges go too, so a scrape neither reports a worker that is gone nor its last booked load.
+   * gauges go too, so a scrape neither reports a worker that is gone nor its last booked load. Its
+   * resolved TTFT/ITL children are dropped (its legs still in flight keep their own): ids come and go
+   * with the fleet, and a worker back under the same id, its series removed meanwhile once it drained
+   * (metrics' `forgetWorker`), gets them at zero again.
    */
   forgetWorker(workerId: number): void {
+    for (const key of [...this.#latency.keys()]) if (key.endsWith(`:${workerId}`)) this.#latency.delete(key);
     const m = this.#m;
     for (const [key, g] of [...this.#workers]) {
       if (g.slot.workerId !== workerId) continue;
