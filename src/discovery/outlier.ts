@@ -1,7 +1,8 @@
 /**
  * Outlier detection on dispatch, with Envoy's semantics for consecutive errors:
  * a worker whose last `consecutiveErrors` dispatches each ended in a 5xx answer,
- * a connection failure or a malformed answer (the push router says which) is ejected from new requests for
+ * a connection failure, a malformed answer or a missed engine deadline (the push
+ * router says which; Envoy counts its timeouts too) is ejected from new requests for
  * `baseEjectionMs` × (the number of times it has been ejected), at most
  * `maxEjectionMs`, then readmitted. A worker whose failures finish fast looks
  * idle to a load-aware router and would otherwise attract traffic.
@@ -29,7 +30,7 @@ import { systemScheduler, type Scheduler } from './loop-timeout.js';
 import type { WorkerInfo, WorkerRegistry } from './registry.js';
 
 export interface OutlierOptions {
-  /** Consecutive 5xx answers, connection failures or malformed answers that eject a worker; 0 turns detection off. */
+  /** Consecutive 5xx answers, connection failures, malformed answers or timeouts that eject a worker; 0 turns detection off. */
   readonly consecutiveErrors: number;
   /** First ejection's length; the n-th lasts n times this. */
   readonly baseEjectionMs: number;

@@ -36,9 +36,19 @@ export function retryReason(err: KvgateError): string {
   return err instanceof EngineHttpError ? `engine_${err.upstreamStatus}` : err.code;
 }
 
+/** Deadlines an engine missed while holding the request: it took it and produced nothing in time. */
+const ENGINE_TIMEOUTS = new Set([
+  'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT',
+  'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT',
+  'KVG_ERR_ENGINE_HEADERS_TIMEOUT',
+  'KVG_ERR_ENGINE_BODY_TIMEOUT',
+]);
+
 /**
- * Tells outlier detection how a dispatch that threw ended: a 5xx, a connection failure or an answer that broke
- * the protocol (a proxy's HTML page for a stream) counts against the worker.
+ * Tells outlier detection how a dispatch that threw, or a stream that failed, ended: a 5xx (as a status or an error
+ * event), a connection failure, an answer that broke the protocol (a proxy's HTML page for a stream) or a missed
+ * deadline (Envoy counts its timeouts as gateway failures too: an engine whose loop hangs still answers its probe)
+ * counts against the worker; an engine's refusal (4xx) is an answer. A client that left tells nothing.
  */
 export function reportDispatchFailure(
   report: DispatchOutcomeListener | undefined,
@@ -48,8 +58,10 @@ export function reportDispatchFailure(
   if (report === undefined) return;
   if (err instanceof EngineHttpError)
     report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
+  else if (err instanceof EngineStreamError) report(workerId, err.refusal === undefined ? err.code : undefined);
   else if (isConnectionFailure(err)) report(workerId, err.code, true);
   else if (isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
+  else if (isKvgateError(err) && ENGINE_TIMEOUTS.has(err.code)) report(workerId, err.code);
 }
 
 /** Where a leg failed: the pool and the leg. */

@@ -178,6 +178,11 @@ export interface LegGuardOptions {
   readonly onError?: ((err: unknown) => void) | undefined;
   /** The engine reported how many of the prompt's tokens it found cached (its usage): the leg's span names it. */
   readonly onCachedTokens?: ((tokens: number) => void) | undefined;
+  /**
+   * A streamed leg's outcome, told once when its stream ends: undefined for a clean end, else its failure. A
+   * consumer that stops reading tells nothing (the engine did nothing wrong, nor was it seen to succeed).
+   */
+  readonly onStreamOutcome?: ((err: unknown) => void) | undefined;
 }
 
 /** Watches one dispatched leg: progress into the bookkeeping, reports into metrics, exactly one release. */
@@ -187,6 +192,7 @@ export class LegGuard {
   readonly #observe: RequestObservability;
   readonly #onError: ((err: unknown) => void) | undefined;
   readonly #onCached: ((tokens: number) => void) | undefined;
+  readonly #onOutcome: ((err: unknown) => void) | undefined;
   #failed = false;
   /** The worker the leg went to. */
   readonly worker: { readonly id: number; readonly url: string };
@@ -196,6 +202,7 @@ export class LegGuard {
   constructor(deps: LegGuardOptions, req: LegRequest, sel: Selection) {
     this.#onError = deps.onError;
     this.#onCached = deps.onCachedTokens;
+    this.#onOutcome = deps.onStreamOutcome;
     this.worker = sel.worker;
     this.agentPath = isAgentPath(req.path) ? req.path : undefined;
     this.#cleanup = new RequestCleanup(deps.release);
@@ -224,6 +231,11 @@ export class LegGuard {
     if (this.#failed) return;
     this.#failed = true;
     this.#onError?.(err);
+  }
+
+  /** A streamed leg ended cleanly (`err` undefined) or failed: its outcome, told once by `guardedEvents`. */
+  streamOutcome(err: unknown): void {
+    this.#onOutcome?.(err);
   }
 
   /** Ends the leg once (later calls do nothing). */
@@ -275,9 +287,11 @@ async function* guardedBatches(
         throw unfinishedStreamError(guard.worker.url, guard.agentPath!, last);
     } catch (err) {
       guard.failed(err);
+      guard.streamOutcome(err);
       throw err;
     }
     completed = true;
+    guard.streamOutcome(undefined);
   } finally {
     guard.finish(true);
     if (!completed) stream.cancel();

@@ -388,15 +388,23 @@ export class PushRouter implements PoolMembers {
           noteLegFailure({ ctx: this.#ctx, model: this.model, role: this.role, req, sel }, err);
         },
         onCachedTokens: (tokens) => span.setAttribute('kvgate.cached_tokens', tokens),
+        // A stream's head says little (an engine whose loop hangs sends it and then nothing): its end is its outcome.
+        onStreamOutcome: (err) =>
+          err === undefined
+            ? this.#opts.onDispatchOutcome?.(sel.worker.id, undefined)
+            : reportDispatchFailure(this.#opts.onDispatchOutcome, sel.worker.id, err),
       },
       req,
       sel,
     );
   }
 
-  /** The engine took the leg: counted, and its answer handed back (a JSON one read through the guard at once). */
+  /**
+   * The engine took the leg: counted, and its answer handed back (a JSON one read through the guard at once). A JSON
+   * answer is the dispatch's outcome; a stream's is told when it ends (the guard's `onStreamOutcome`).
+   */
   #answered(req: LegRequest, sel: Selection, guard: LegGuard, res: EngineResponse): LegResponse {
-    this.#opts.onDispatchOutcome?.(sel.worker.id, undefined);
+    if (res.kind === 'json') this.#opts.onDispatchOutcome?.(sel.worker.id, undefined);
     const lm = this.#pm?.leg(req.phase);
     lm?.requests.inc();
     lm?.isl.observe(req.isl);

@@ -149,7 +149,10 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** A gateway over worker 1 (the misbehaving engine) and worker 2 (the mocker), round robin. */
+/**
+ * A gateway over worker 1 (the misbehaving engine) and worker 2 (the mocker), round robin. Its answers count toward
+ * its ejection (the last describe), so the suites that pin requests to it turn outlier detection off.
+ */
 async function gateway(name: string, extra: Record<string, unknown> = {}): Promise<{ proc: ServedProc; url: string }> {
   const config = join(dir, `${name}.json`);
   writeFileSync(
@@ -175,6 +178,8 @@ async function gateway(name: string, extra: Record<string, unknown> = {}): Promi
   procs.push(served.proc);
   return served;
 }
+
+const NO_OUTLIERS = { health: { outlier_detection: { consecutive_errors: 0 } } };
 
 const body = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({
   model,
@@ -202,7 +207,7 @@ function readPinned(url: string, id: string): ReturnType<typeof readSse> {
 describe('engine answers the gateway does not pass on as is (issue 23 section 2)', () => {
   let gw: { proc: ServedProc; url: string };
   beforeAll(async () => {
-    gw = await gateway('answers');
+    gw = await gateway('answers', NO_OUTLIERS);
   }, 60_000);
 
   it('a 200 with an HTML page is a 502 KVG_ERR_ENGINE_BAD_RESPONSE before any byte, streaming or not; counted and logged', async () => {
@@ -326,7 +331,7 @@ describe('engine answers the gateway does not pass on as is (issue 23 section 2)
 describe("an engine's error event mid-stream", () => {
   let gw: { proc: ServedProc; url: string };
   beforeAll(async () => {
-    gw = await gateway('error-events');
+    gw = await gateway('error-events', NO_OUTLIERS);
   }, 60_000);
   const parsed = (events: readonly string[]): unknown[] => events.map((e) => (e === '[DONE]' ? e : JSON.parse(e)));
 
