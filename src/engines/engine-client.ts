@@ -184,6 +184,8 @@ function requestHeaders(
 ): string[] {
   const headers: string[] = [];
   if (extra?.['accept'] === undefined) headers.push('accept', stream ? 'text/event-stream' : 'application/json');
+  // No accept-encoding would accept any coding (RFC 9110); kvgate reads bytes as they come (response-handler.ts).
+  if (extra?.['accept-encoding'] === undefined) headers.push('accept-encoding', 'identity');
   if (hasBody && extra?.['content-type'] === undefined) headers.push('content-type', 'application/json');
   if (extra !== undefined) {
     for (const name of Object.keys(extra)) {

@@ -128,6 +128,7 @@ export function clientAbortedError(ctx: ErrorContext, reason: unknown): KvgateEr
  */
 export type ProtocolViolation =
   | 'content_type'
+  | 'content_encoding'
   | 'redirect'
   | 'not_json'
   | 'too_large'
@@ -180,8 +181,27 @@ export function contentTypeError(
   });
 }
 
+/**
+ * A 2xx whose body is compressed (a content coding other than identity), or undefined when it is not. kvgate asks
+ * for identity (`accept-encoding`), but an engine or a proxy in front of it that compresses anyway sends bytes that
+ * are neither SSE nor JSON: refused at the headers as `contentTypeError` refuses a wrong type (nothing read, no byte
+ * to the client, migratable, counted against the worker) instead of failing later as a cut stream or not-JSON.
+ */
+export function contentEncodingError(
+  ctx: ErrorContext,
+  header: string | string[] | undefined,
+): KvgateError | undefined {
+  const value = (Array.isArray(header) ? header.join(',') : (header ?? '')).trim().toLowerCase();
+  if (value.split(',').every((c) => c.trim() === '' || c.trim() === 'identity')) return undefined;
+  return badResponseError(ctx, 'content_encoding', `the engine answered with a compressed body (${value})`, {
+    contentEncoding: value,
+    migratable: true,
+  });
+}
+
 const VIOLATIONS: ReadonlySet<string> = new Set<ProtocolViolation>([
   'content_type',
+  'content_encoding',
   'redirect',
   'not_json',
   'too_large',

@@ -15,6 +15,7 @@ import {
   EngineHttpError,
   badResponseError,
   clientAbortedError,
+  contentEncodingError,
   contentTypeError,
   cutEventError,
   transportError,
@@ -137,7 +138,9 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
       return;
     }
     // Checked before any body byte is read or any event reaches the client (an HTML page is not an empty stream).
-    const wrongType = contentTypeError(ctx, this.#init.stream, headers['content-type']);
+    const wrongType =
+      contentTypeError(ctx, this.#init.stream, headers['content-type']) ??
+      contentEncodingError(ctx, headers['content-encoding']);
     if (wrongType !== undefined) {
       this.#fail(wrongType, true);
       return;

@@ -180,8 +180,8 @@ export const METRIC_DEFINITIONS = {
     kind: 'counter',
     name: 'kvgate_router_engine_protocol_errors_total',
     help:
-      'Engine answers that broke the protocol, by violation (content_type, truncated_event, redirect, not_json, ' +
-      'too_large, event_too_large, no_final_status, unfinished).',
+      'Engine answers that broke the protocol, by violation (content_type, content_encoding, truncated_event, redirect, ' +
+      'not_json, too_large, event_too_large, no_final_status, unfinished).',
     labelNames: ['model', 'worker_type', 'violation'],
   },
   engineErrorEvents: {

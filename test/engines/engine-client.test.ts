@@ -1,4 +1,5 @@
 import { createServer } from 'node:net';
+import { gzipSync } from 'node:zlib';
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -427,6 +428,34 @@ describe('EngineClient failures', () => {
     expectCode(await rejection(c.dispatch(e.url, '/not-json', {})), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
     expectCode(await rejection(c.dispatch(e.url, '/big', {})), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
     expectCode(await rejection(c.dispatch(e.url, '/redirect', {})), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
+  });
+
+  // An engine (or a proxy in front of it) may compress an answer to a request naming no accepted coding (RFC 9110
+  // 12.5.3): kvgate names identity, and a compressed answer is refused at its headers, nothing of it read. Before:
+  // the gzip bytes parsed as SSE (a stream "ended inside an event") or as JSON (not_json, not migratable).
+  it('asks for identity coding, and a compressed 2xx is a migratable KVG_ERR_ENGINE_BAD_RESPONSE at its headers', async () => {
+    const e = await engine((req, res) => {
+      const stream = req.url === '/stream';
+      const body = stream ? sseEvent(completionChunk('hi', 'stop')) + sseEvent('[DONE]') : '{"choices":[]}';
+      res.writeHead(200, {
+        'content-type': stream ? 'text/event-stream' : 'application/json',
+        'content-encoding': 'gzip',
+      });
+      res.end(gzipSync(body));
+    });
+    const c = client();
+    c.addWorker(e.url);
+    for (const [path, stream] of [
+      ['/stream', true],
+      ['/json', false],
+    ] as const) {
+      const err = await rejection(c.dispatch(e.url, path, { stream }, { stream }));
+      expectCode(err, 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
+      expect(protocolViolationOf(err), path).toBe('content_encoding');
+      expect(isMigratable(err), path).toBe(true);
+      expect(err.detail).toMatchObject({ contentEncoding: 'gzip' });
+    }
+    for (const r of e.requests) expect(r.headers['accept-encoding']).toBe('identity');
   });
 });
 
