@@ -128,10 +128,13 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
       return;
     }
     if (statusCode >= 300) {
+      // What the way to this worker answered (an ingress sending http to https): nothing read, nothing reached the
+      // client, another worker may answer (migratable, as a wrong content type).
       this.#fail(
         badResponseError(ctx, 'redirect', `unexpected redirect ${statusCode}`, {
           upstreamStatus: statusCode,
           location: headers['location'],
+          migratable: true,
         }),
         true,
       );

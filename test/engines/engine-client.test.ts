@@ -427,7 +427,12 @@ describe('EngineClient failures', () => {
     );
     expectCode(await rejection(c.dispatch(e.url, '/not-json', {})), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
     expectCode(await rejection(c.dispatch(e.url, '/big', {})), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
-    expectCode(await rejection(c.dispatch(e.url, '/redirect', {})), 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
+    const redirect = await rejection(c.dispatch(e.url, '/redirect', {}));
+    expectCode(redirect, 'KVG_ERR_ENGINE_BAD_RESPONSE', false);
+    // A redirect is what the way to that worker answered (an ingress sending http to https): nothing reached the
+    // client, and another worker may answer.
+    expect(protocolViolationOf(redirect)).toBe('redirect');
+    expect(isMigratable(redirect)).toBe(true);
   });
 
   // An engine (or a proxy in front of it) may compress an answer to a request naming no accepted coding (RFC 9110
