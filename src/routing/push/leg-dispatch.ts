@@ -43,6 +43,15 @@ function oneTokenLeg(req: LegRequest, fields: Readonly<Record<string, unknown>>)
   return req.phase === 'aggregated' && !req.stream && answersInOneToken(req.body);
 }
 
+/**
+ * Whether the first-byte deadline bounds the leg: a streamed one (its first event), one that answers in one token,
+ * and a pooling leg (embeddings), whose answer comes when its prompt's forward pass is done, as a first token would.
+ * An agent API's unstreamed answer comes when its generation is done: only the request timeout bounds it.
+ */
+function firstByteBound(req: LegRequest, fields: Readonly<Record<string, unknown>>, streamed: boolean): boolean {
+  return streamed || oneTokenLeg(req, fields) || isPoolingPath(req.path);
+}
+
 /** A leg's headers, its trace context's, and the client's request id (which engines build the response's `id` from). */
 function legHeaders(
   leg: Readonly<Record<string, string>>,
@@ -73,8 +82,8 @@ function legStreams(req: LegRequest, fields: Readonly<Record<string, unknown>>):
 
 /**
  * The dispatch options of `req` on `sel`'s worker. `tokenIds`: the leg asks for the token ids a migration resumes
- * from; `traceHeaders`: the engine leg's span context. The first-byte deadline covers every generating leg (an
- * unstreamed one answers in one token: its first byte is its answer), the idle deadline streamed legs only.
+ * from; `traceHeaders`: the engine leg's span context. The first-byte deadline covers every leg that streams or
+ * answers once its prompt is done (`firstByteBound`), the idle deadline streamed legs only.
  */
 export function legDispatchOptions(
   req: LegRequest,
@@ -96,7 +105,7 @@ export function legDispatchOptions(
     stream: streamed,
     extraFields: streamed ? streamingFields(extra.fields, req.body, ids) : extra.fields,
     headers: legHeaders(extra.headers, traceHeaders, req.clientRequestId ?? req.requestId),
-    firstByteTimeoutMs: streamed || oneTokenLeg(req, extra.fields) ? timeouts?.firstByteMs : undefined,
+    firstByteTimeoutMs: firstByteBound(req, extra.fields, streamed) ? timeouts?.firstByteMs : undefined,
     streamIdleTimeoutMs: streamed ? timeouts?.streamIdleMs : undefined,
     onDispatched: req.onDispatched,
   };
