@@ -344,6 +344,7 @@ export class EngineClient {
         maxErrorBodyBytes: opts.maxErrorBodyBytes,
         maxEventBytes: opts.maxEventBytes,
         highWaterMark: opts.streamHighWaterMark,
+        connections: opts.connections,
         firstByteTimeoutMs: options.firstByteTimeoutMs,
         streamIdleTimeoutMs: options.streamIdleTimeoutMs,
         resolve,

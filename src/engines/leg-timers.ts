@@ -13,7 +13,7 @@
  * deadline off.
  */
 import { KvgateError } from '../errors/index.js';
-import type { ErrorContext } from './engine-errors.js';
+import type { DispatchPhase, ErrorContext } from './engine-errors.js';
 
 export class LegTimers {
   readonly #ctx: ErrorContext;
@@ -132,4 +132,20 @@ function legTimeoutError(ctx: ErrorContext, kind: 'first byte' | 'stream idle', 
         `the engine's stream was idle for ${ms} ms (${ctx.path})`,
         detail,
       );
+}
+
+/**
+ * A leg's expired deadline as its dispatch reached it (`phase` in its detail). One still `queued` never left the
+ * worker's pool of `connections` connections, every one busy: the engine never saw it (it is told so, and routing
+ * does not blame the engine for it), kvgate's own bound on connections to the worker held it.
+ */
+export function expiredIn(err: KvgateError, phase: DispatchPhase, connections: number): KvgateError {
+  if (phase !== 'queued') return new KvgateError(err.code, err.message, { ...err.detail, phase });
+  const ctx = { worker: String(err.detail?.['worker']), path: String(err.detail?.['path']) };
+  const ms = err.detail?.['timeoutMs'];
+  return new KvgateError(
+    err.code,
+    `no connection to the engine was free within ${String(ms)} ms: all ${connections} were busy (${ctx.path})`,
+    { ...err.detail, phase, connections },
+  );
 }

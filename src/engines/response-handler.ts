@@ -31,7 +31,7 @@ import {
   type DispatchTimings,
   type EngineResponse,
 } from './engine-stream.js';
-import { LegTimers } from './leg-timers.js';
+import { LegTimers, expiredIn } from './leg-timers.js';
 
 /** What one dispatch hands its handler. */
 export interface ResponseHandlerOptions {
@@ -44,6 +44,8 @@ export interface ResponseHandlerOptions {
   maxErrorBodyBytes: number;
   maxEventBytes: number;
   highWaterMark: number;
+  /** The worker pool's bound on connections (what a request that waited for one is told). */
+  connections: number;
   /** Dispatch to first output (first SSE event, or first JSON body byte); undefined or 0: none. */
   firstByteTimeoutMs: number | undefined;
   /** Streams: longest silence between two SSE events while kvgate reads; undefined or 0: none. */
@@ -85,7 +87,7 @@ export class ResponseHandler implements Dispatcher.DispatchHandler {
       init.ctx,
       init.firstByteTimeoutMs,
       init.stream ? init.streamIdleTimeoutMs : undefined,
-      (err) => this.#fail(err, true),
+      (err) => this.#fail(expiredIn(err, this.#phase, init.connections), true),
     );
     this.#timings = {
       startedAt: init.startedAt,

@@ -173,7 +173,9 @@ export const METRIC_DEFINITIONS = {
   engineTimeouts: {
     kind: 'counter',
     name: 'kvgate_router_engine_timeouts_total',
-    help: 'Engine legs cut for making no progress (kind first_byte|stream_idle); each is a migratable failure.',
+    help:
+      'Engine legs cut for making no progress (kind first_byte|stream_idle|connection_wait: the first-byte deadline ' +
+      "expired while the leg waited for one of kvgate's connections to the worker); each is a migratable failure.",
     labelNames: ['model', 'worker_type', 'kind'],
   },
   engineProtocolErrors: {

@@ -605,6 +605,35 @@ describe('first-byte timeout (issue 13 item 9)', () => {
   });
 });
 
+describe('first-byte timeout while waiting for a connection', () => {
+  // The pool's connections to a worker are bounded (`connections`): a request beyond them waits in the pool's queue,
+  // where the engine never saw it. Its deadline says so (phase queued), so it is not blamed on the engine.
+  it("says the request never left kvgate's queue when every connection to the worker was busy", async () => {
+    const e = await engine(() => {
+      /* takes every request and never answers */
+    });
+    const c = client({ connections: 1 });
+    c.addWorker(e.url);
+    const first = rejection(
+      c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 1_000 }),
+    );
+    await until(() => e.requests.length === 1);
+    const queued = await rejection(
+      c.dispatch(e.url, '/v1/completions', { stream: true }, { stream: true, firstByteTimeoutMs: 100 }),
+    );
+    expect(isKvgateError(queued, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
+    expect(isMigratable(queued)).toBe(true);
+    expect(queued.detail).toMatchObject({ phase: 'queued', timeoutMs: 100, connections: 1 });
+    expect(queued.message).toMatch(/no connection to the engine was free/);
+    const sent = await first;
+    expect(isKvgateError(sent, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
+    expect(sent.detail).toMatchObject({ phase: 'sent' });
+    // The queued request was never written: the engine saw one request.
+    await e.requests[0]!.closed;
+    expect(e.requests).toHaveLength(1);
+  });
+});
+
 describe('stream idle timeout (issue 13 item 9)', () => {
   it('a stream that stops mid-way keeps its connection open: the events received, then KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT', async () => {
     const { e, c } = await setup((_req, res) => {

@@ -48,7 +48,8 @@ const ENGINE_TIMEOUTS = new Set([
  * Tells outlier detection how a dispatch that threw, or a stream that failed, ended: a 5xx (as a status or an error
  * event), a connection failure, an answer that broke the protocol (a proxy's HTML page for a stream) or a missed
  * deadline (Envoy counts its timeouts as gateway failures too: an engine whose loop hangs still answers its probe)
- * counts against the worker; an engine's refusal (4xx) is an answer. A client that left tells nothing.
+ * counts against the worker; an engine's refusal (4xx) is an answer. A client that left tells nothing, nor does a
+ * deadline that expired while the leg waited for one of kvgate's connections to the worker (the engine never saw it).
  */
 export function reportDispatchFailure(
   report: DispatchOutcomeListener | undefined,
@@ -61,7 +62,12 @@ export function reportDispatchFailure(
   else if (err instanceof EngineStreamError) report(workerId, err.refusal === undefined ? err.code : undefined);
   else if (isConnectionFailure(err)) report(workerId, err.code, true);
   else if (isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
-  else if (isKvgateError(err) && ENGINE_TIMEOUTS.has(err.code)) report(workerId, err.code);
+  else if (isKvgateError(err) && ENGINE_TIMEOUTS.has(err.code) && !waitedForConnection(err)) report(workerId, err.code);
+}
+
+/** A deadline that expired while the leg waited for a connection to the worker (kvgate's bound): the engine never saw it. */
+function waitedForConnection(err: KvgateError): boolean {
+  return err.detail?.['phase'] === 'queued';
 }
 
 /** Where a leg failed: the pool and the leg. */
@@ -102,11 +108,18 @@ export function noteLegFailure({ ctx, model, role, req, sel }: FailedLeg, err: u
     !isKvgateError(err, 'KVG_ERR_ENGINE_STREAM_IDLE_TIMEOUT')
   )
     return;
-  const kind = err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT' ? 'first_byte' : 'stream_idle';
+  const queued = waitedForConnection(err);
+  const kind = queued
+    ? 'connection_wait'
+    : err.code === 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT'
+      ? 'first_byte'
+      : 'stream_idle';
   ctx.metrics?.engineTimeouts.labels({ model, worker_type: role, kind }).inc();
-  const timeoutMs = err.detail?.['timeoutMs'];
+  const { timeoutMs, connections } = err.detail ?? {};
   ctx.logger.warn(
-    { requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs },
-    'engine leg made no progress in time; cut (migratable)',
+    { requestId: req.requestId, ...sel.slot, code: err.code, timeoutMs, ...(queued ? { connections } : {}) },
+    queued
+      ? "engine leg waited for one of kvgate's connections to the worker past its first-byte deadline; cut (migratable)"
+      : 'engine leg made no progress in time; cut (migratable)',
   );
 }
