@@ -80,15 +80,16 @@ export interface PushRouterOptions {
   /** The dispatch path saw a worker unreachable (health probing can act at once). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
   /**
-   * A dispatch to the worker ended before its answer's body: `error` says why it failed (a 5xx answer or a
-   * connection failure), undefined for an answer below 500. Timeouts and client cancels are not told (outlier detection).
+   * A dispatch to the worker ended (outlier detection): `error` says why it failed (a 5xx answer or error event, a
+   * connection failure, a malformed answer, a missed deadline), undefined for an answer below 500, a stream's told at
+   * its clean end. Client cancels and deadlines that expired waiting for a connection are not told.
    */
   readonly onDispatchOutcome?: DispatchOutcomeListener | undefined;
   /** A leg was sent to (worker, rank): KV-event liveness starts watching. */
   readonly onDispatch?: ((slot: WorkerRank) => void) | undefined;
   /**
    * Progress deadlines per leg (ms; 0 or undefined: none). `firstByteMs` bounds dispatch to first output on
-   * streamed legs and unstreamed one-token legs (prefills, one-token requests);
+   * streamed legs, unstreamed one-token legs (prefills, one-token requests) and embeddings;
    * `streamIdleMs` bounds the silence between two SSE events.
    */
   readonly legTimeouts?: LegTimeouts | undefined;
