@@ -51,7 +51,7 @@ const ENGINE_TIMEOUTS = new Set([
  * counts against the worker; an engine's refusal (4xx) is an answer. A client that left tells nothing, nor does a
  * deadline that expired while the leg waited for one of kvgate's connections to the worker (the engine never saw it).
  */
-export function reportDispatchFailure(
+function reportDispatchFailure(
   report: DispatchOutcomeListener | undefined,
   workerId: number,
   err: unknown,
@@ -63,6 +63,12 @@ export function reportDispatchFailure(
   else if (isConnectionFailure(err)) report(workerId, err.code, true);
   else if (isKvgateError(err, 'KVG_ERR_ENGINE_BAD_RESPONSE')) report(workerId, err.code);
   else if (isKvgateError(err) && ENGINE_TIMEOUTS.has(err.code) && !waitedForConnection(err)) report(workerId, err.code);
+}
+
+/** How a dispatch or a stream ended: `err` undefined for an answer (`reportDispatchFailure` says what a failure tells). */
+export function reportOutcome(report: DispatchOutcomeListener | undefined, workerId: number, err: unknown): void {
+  if (err === undefined) report?.(workerId, undefined);
+  else reportDispatchFailure(report, workerId, err);
 }
 
 /** A deadline that expired while the leg waited for a connection to the worker (kvgate's bound): the engine never saw it. */

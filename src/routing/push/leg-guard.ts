@@ -179,8 +179,8 @@ export interface LegGuardOptions {
   /** The engine reported how many of the prompt's tokens it found cached (its usage): the leg's span names it. */
   readonly onCachedTokens?: ((tokens: number) => void) | undefined;
   /**
-   * A streamed leg's outcome, told once when its stream ends: undefined for a clean end, else its failure. A
-   * consumer that stops reading tells nothing (the engine did nothing wrong, nor was it seen to succeed).
+   * A streamed leg's outcome, told once when its stream ends: undefined for a clean end, else its failure. Its head
+   * says little (an engine whose loop hangs sends it, then nothing). A consumer that stops reading tells nothing.
    */
   readonly onStreamOutcome?: ((err: unknown) => void) | undefined;
 }

@@ -48,7 +48,7 @@ import { legDispatchOptions, type LegTimeouts } from './leg-dispatch.js';
 import {
   isConnectionFailure,
   noteLegFailure,
-  reportDispatchFailure,
+  reportOutcome,
   retryReason,
   type DispatchOutcomeListener,
 } from './leg-failures.js';
@@ -80,9 +80,8 @@ export interface PushRouterOptions {
   /** The dispatch path saw a worker unreachable (health probing can act at once). */
   readonly onWorkerUnreachable?: ((workerId: number) => void) | undefined;
   /**
-   * A dispatch to the worker ended (outlier detection): `error` says why it failed (a 5xx answer or error event, a
-   * connection failure, a malformed answer, a missed deadline), undefined for an answer below 500, a stream's told at
-   * its clean end. Client cancels and deadlines that expired waiting for a connection are not told.
+   * A dispatch ended (outlier detection): `error` says why it failed (a 5xx status or event, a connection failure, a malformed
+   * answer, a missed deadline), undefined for an answer below 500 (a stream's at its clean end); client cancels are not told.
    */
   readonly onDispatchOutcome?: DispatchOutcomeListener | undefined;
   /** A leg was sent to (worker, rank): KV-event liveness starts watching. */
@@ -389,21 +388,14 @@ export class PushRouter implements PoolMembers {
           noteLegFailure({ ctx: this.#ctx, model: this.model, role: this.role, req, sel }, err);
         },
         onCachedTokens: (tokens) => span.setAttribute('kvgate.cached_tokens', tokens),
-        // A stream's head says little (an engine whose loop hangs sends it and then nothing): its end is its outcome.
-        onStreamOutcome: (err) =>
-          err === undefined
-            ? this.#opts.onDispatchOutcome?.(sel.worker.id, undefined)
-            : reportDispatchFailure(this.#opts.onDispatchOutcome, sel.worker.id, err),
+        onStreamOutcome: (err) => reportOutcome(this.#opts.onDispatchOutcome, sel.worker.id, err),
       },
       req,
       sel,
     );
   }
 
-  /**
-   * The engine took the leg: counted, and its answer handed back (a JSON one read through the guard at once). A JSON
-   * answer is the dispatch's outcome; a stream's is told when it ends (the guard's `onStreamOutcome`).
-   */
+  /** The engine took the leg: counted, its answer handed back (JSON read through the guard at once; a stream's outcome told at its end). */
   #answered(req: LegRequest, sel: Selection, guard: LegGuard, res: EngineResponse): LegResponse {
     if (res.kind === 'json') this.#opts.onDispatchOutcome?.(sel.worker.id, undefined);
     const lm = this.#pm?.leg(req.phase);
@@ -427,7 +419,7 @@ export class PushRouter implements PoolMembers {
    */
   #sendFailed(sel: Selection, scope: RetryScope, err: unknown): LegResponse {
     const w = sel.worker;
-    reportDispatchFailure(this.#opts.onDispatchOutcome, w.id, err);
+    reportOutcome(this.#opts.onDispatchOutcome, w.id, err);
     if (err instanceof EngineHttpError && err.upstreamStatus < 500) {
       // The client gets the engine's status and message in kvgate's error object, never the engine's body or headers.
       const body = refusalBody(err.refusal, w.id);

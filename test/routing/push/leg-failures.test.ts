@@ -8,7 +8,7 @@ import { pino } from 'pino';
 import { KvgateError } from '../../../src/errors/index.js';
 import { KvgateMetrics } from '../../../src/metrics/index.js';
 import { makeRouterContext } from '../../../src/routing/index.js';
-import { noteLegFailure, reportDispatchFailure, type FailedLeg } from '../../../src/routing/push/leg-failures.js';
+import { noteLegFailure, reportOutcome, type FailedLeg } from '../../../src/routing/push/leg-failures.js';
 import { sampleSum } from '../../helpers/metric-sum.js';
 
 const timeout = (phase: string): KvgateError =>
@@ -24,8 +24,8 @@ describe('a leg cut by its first-byte deadline', () => {
   it('counts against the worker when the engine had it, not when it waited for a connection', () => {
     const reports: [number, string | undefined][] = [];
     const report = (id: number, error: string | undefined): void => void reports.push([id, error]);
-    reportDispatchFailure(report, 1, timeout('sent'));
-    reportDispatchFailure(report, 2, timeout('queued'));
+    reportOutcome(report, 1, timeout('sent'));
+    reportOutcome(report, 2, timeout('queued'));
     expect(reports).toEqual([[1, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT']]);
   });
 
