@@ -2,8 +2,8 @@
  * A black-hole engine (it takes every request and never answers, while its /health passes), with real processes:
  * `kvgate serve` with a short first-byte deadline and a long request timeout in front of it. Every kind of
  * request ends within the first-byte deadline with 504 KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT, its booking freed and
- * its connection to the engine closed, whether it streams or not: chat, completions, the one-token answer, and
- * embeddings.
+ * its connection to the engine closed, whether it streams or not: chat, completions, the one-token answer,
+ * embeddings, and the Messages and Responses streams.
  *
  * Before the fix: an embeddings request (a pooling leg, sent unstreamed) had no first-byte deadline and waited for
  * limits.request_timeout_ms (10 minutes by default) on the engine.
@@ -64,6 +64,12 @@ describe('a black-hole engine', () => {
     ['chat', '/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 }],
     ['completion, one token', '/v1/completions', { prompt: 'hi', max_tokens: 1 }],
     ['embeddings', '/v1/embeddings', { input: 'hi there' }],
+    [
+      'messages, streaming',
+      '/v1/messages',
+      { messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, stream: true },
+    ],
+    ['responses, streaming', '/v1/responses', { input: 'hi', max_output_tokens: 8, stream: true }],
   ];
 
   it.each(cases)(
