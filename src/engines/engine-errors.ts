@@ -242,6 +242,26 @@ export function unfinishedStreamError(worker: string, path: string, last: string
 }
 
 /**
+ * An event of the engine's stream whose data is neither JSON nor `[DONE]` (a broken engine, or a proxy's page inside
+ * the stream): not passed on, since a client cannot read it and it may name the engine's internals. Migratable: the
+ * leg goes on elsewhere from the events before it. `data`'s start is kept for the log.
+ */
+export function malformedEventError(worker: string, path: string, data: string): KvgateError {
+  return new KvgateError(
+    'KVG_ERR_ENGINE_BAD_RESPONSE',
+    `the engine's stream sent an event that is not JSON (${path})`,
+    {
+      worker,
+      path,
+      phase: 'body',
+      violation: 'not_json',
+      dataPrefix: data.slice(0, 200),
+      migratable: true,
+    },
+  );
+}
+
+/**
  * The engine answered with an HTTP error. `statusCode` is the engine's own
  * status for a 4xx and 502 for a 5xx. `upstreamJson` is the parsed body when
  * it was JSON. A client never sees this error's message nor the engine's body

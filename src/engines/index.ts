@@ -3,7 +3,13 @@ export { SseParser } from './sse-parser.js';
 export { EngineClient } from './engine-client.js';
 export type { EngineClientOptions, DispatchOptions } from './engine-client.js';
 export type { EngineEventStream, EngineEvent, EngineResponse } from './engine-stream.js';
-export { EngineHttpError, isMigratable, protocolViolationOf, unfinishedStreamError } from './engine-errors.js';
+export {
+  EngineHttpError,
+  isMigratable,
+  malformedEventError,
+  protocolViolationOf,
+  unfinishedStreamError,
+} from './engine-errors.js';
 export { EngineStreamError, refusalBody } from './refusal.js';
 export { serializeBody, applyFields } from './request-body.js';
 export type { JsonObject } from './request-body.js';

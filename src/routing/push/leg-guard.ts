@@ -13,8 +13,10 @@ import {
   type EngineEvent,
   EngineStreamError,
   type EngineEventStream,
+  malformedEventError,
   unfinishedStreamError,
 } from '../../engines/index.js';
+import type { KvgateError } from '../../errors/index.js';
 import type { KvRouter } from '../kv-router.js';
 import { isAgentPath } from './continuation.js';
 import type { PoolMetrics } from './pool-metrics.js';
@@ -198,6 +200,8 @@ export class LegGuard {
   readonly worker: { readonly id: number; readonly url: string };
   /** An agent API's leg (Messages, Responses): its stream must end with its answer's final event. */
   readonly agentPath: string | undefined;
+  /** The engine path the leg was sent to (what a broken answer's error names). */
+  readonly path: string;
 
   constructor(deps: LegGuardOptions, req: LegRequest, sel: Selection) {
     this.#onError = deps.onError;
@@ -205,6 +209,7 @@ export class LegGuard {
     this.#onOutcome = deps.onStreamOutcome;
     this.worker = sel.worker;
     this.agentPath = isAgentPath(req.path) ? req.path : undefined;
+    this.path = req.path;
     this.#cleanup = new RequestCleanup(deps.release);
     this.#blocks = deps.kvRouter === undefined ? undefined : new OutputBlockTracker(deps.kvRouter, req, deps.blockSize);
     this.#observe = new RequestObservability(
@@ -315,16 +320,16 @@ function lastAgentEvent(batch: readonly EngineEvent[]): string | undefined {
   return undefined;
 }
 
-/** One upstream read as the guard passes it on, and the engine's error event that ended it, if one did. */
+/** One upstream read as the guard passes it on, and the engine's error event (or broken event) that ended it, if one did. */
 interface Watched {
   batch: EngineEvent[];
-  error: EngineStreamError | undefined;
+  error: KvgateError | undefined;
 }
 
 /**
  * Tells the guard about each event of `w.batch`, which becomes the events to pass on: without a dropped usage
- * chunk, and cut before an engine's error event, which becomes `w.error` (the leg fails there, and the client
- * gets kvgate's error in place of the engine's event).
+ * chunk, and cut before an engine's error event or an event that is not JSON, which becomes `w.error` (the leg fails
+ * there, and the client gets kvgate's error in place of the engine's event).
  */
 function watched(w: Watched, guard: LegGuard, dropUsageChunk: boolean): void {
   const batch = w.batch;
@@ -344,6 +349,11 @@ function watched(w: Watched, guard: LegGuard, dropUsageChunk: boolean): void {
         if (out === batch) out = batch.slice(0, i);
         continue;
       }
+    } else if (!ev.done) {
+      // Data that is not JSON: no client can read it, so the leg fails there (after the events before it).
+      w.error = malformedEventError(guard.worker.url, guard.path, ev.data);
+      if (out === batch) out = batch.slice(0, i);
+      break;
     }
     // Every other event after a dropped one is passed on, `[DONE]` (which carries no chunk) included.
     if (out !== batch) out.push(ev);

@@ -111,6 +111,13 @@ function misbehave(req: RecordedRequest, res: ServerResponse, model: string): vo
       res.write(sseEvent({ error: { message: LONG_MESSAGE, type: 'BadRequestError', param: 'prompt', code: 400 } }));
       res.end(sseEvent('[DONE]'));
       return;
+    case 'garbage':
+      // An event whose data is neither JSON nor [DONE] (a broken engine or proxy), between two good ones.
+      sseHead(res);
+      res.write(sseEvent(completionChunk('Hel')));
+      res.write(`data: <html>${ENGINE_ADDRESS} oops</html>\n\n`);
+      res.end(sseEvent(completionChunk('lo', 'length')) + sseEvent('[DONE]'));
+      return;
     case 'cr':
       sseHead(res);
       res.write(`data: ${JSON.stringify(completionChunk('Hel'))}\r\r`);
@@ -314,6 +321,23 @@ describe('engine answers the gateway does not pass on as is (issue 23 section 2)
       expect.objectContaining({ choices: [expect.objectContaining({ text: 'lo', finish_reason: 'length' })] }),
       { error: expect.objectContaining({ code: 'KVG_ERR_ENGINE_STREAM_BROKEN' }) },
     ]);
+  });
+
+  it('an event whose data is not JSON is not passed on: the stream ends there with KVG_ERR_ENGINE_BAD_RESPONSE; counted', async () => {
+    const before = await metric(gw.url, 'kvgate_router_engine_protocol_errors_total', { violation: 'not_json' });
+    const r = await readPinned(gw.url, 'garbage-stream');
+    expect(r.status).toBe(200);
+    expect(r.events.join('\n')).not.toContain(ENGINE_ADDRESS);
+    expect(r.events.map((e) => JSON.parse(e) as unknown)).toEqual([
+      expect.objectContaining({ choices: [expect.objectContaining({ text: 'Hel' })] }),
+      { error: expect.objectContaining({ code: 'KVG_ERR_ENGINE_BAD_RESPONSE' }) },
+    ]);
+    const res = await post(gw.url, 'garbage-json', body(), 1);
+    expect(res.status).toBe(502);
+    expect(await res.json()).toMatchObject({ error: { code: 'KVG_ERR_ENGINE_BAD_RESPONSE' } });
+    expect(await metric(gw.url, 'kvgate_router_engine_protocol_errors_total', { violation: 'not_json' })).toBe(
+      before + 2,
+    );
   });
 
   it('CR-only events reach a client that splits on LF as separate events; the unstreamed answer has every token', async () => {
