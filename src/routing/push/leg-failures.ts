@@ -51,11 +51,7 @@ const ENGINE_TIMEOUTS = new Set([
  * counts against the worker; an engine's refusal (4xx) is an answer. A client that left tells nothing, nor does a
  * deadline that expired while the leg waited for one of kvgate's connections to the worker (the engine never saw it).
  */
-function reportDispatchFailure(
-  report: DispatchOutcomeListener | undefined,
-  workerId: number,
-  err: unknown,
-): void {
+function reportDispatchFailure(report: DispatchOutcomeListener | undefined, workerId: number, err: unknown): void {
   if (report === undefined) return;
   if (err instanceof EngineHttpError)
     report(workerId, err.upstreamStatus >= 500 ? `the engine answered ${err.upstreamStatus}` : undefined);
