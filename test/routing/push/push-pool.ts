@@ -35,6 +35,8 @@ export interface Pool {
   readonly clock: ManualClock;
   readonly warnings: Record<string, unknown>[];
   readonly unreachable: number[];
+  /** What outlier detection was told, in order: (worker, why it failed; undefined for an answer). */
+  readonly outcomes: [number, string | undefined][];
   /** The scheduler's `free` and `markPrefillCompleted` (KV mode), called through. */
   readonly free: MockInstance;
   readonly prefillDone: MockInstance;
@@ -58,6 +60,7 @@ export function pool(
   const kv = mode === 'kv' ? new KvRouter({ blockSize: BS, clock, rng: seededRng(5) }) : undefined;
   const engine = new FakeEngine();
   const unreachable: number[] = [];
+  const outcomes: [number, string | undefined][] = [];
   const ctx = makeRouterContext({ clock, rng: seededRng(7), metrics, logger: captureWarnings(warnings) });
   const push = new PushRouter(
     {
@@ -70,6 +73,7 @@ export function pool(
       maxRetries: opts.maxRetries,
       migration: opts.migration,
       onWorkerUnreachable: (id) => unreachable.push(id),
+      onDispatchOutcome: (id, error) => void outcomes.push([id, error]),
     },
     ctx,
   );
@@ -85,6 +89,7 @@ export function pool(
     clock,
     warnings,
     unreachable,
+    outcomes,
     free: vi.spyOn(target, 'free'),
     prefillDone: vi.spyOn(target, 'markPrefillCompleted'),
   };

@@ -62,6 +62,29 @@ describe('PushRouter: a streamed leg', () => {
     expectIdle(p);
   });
 
+  // An engine whose loop hangs sends a stream's head and then nothing: the head is no success (outlier detection).
+  it("tells outlier detection a stream's outcome at its end, not at its head: an answer, or why it failed", async () => {
+    const p = pool();
+    const ok = p.push.dispatch(leg(p));
+    const d = await p.engine.call(0);
+    const s = d.answerStream();
+    const res = await ok;
+    expect(p.outcomes).toEqual([]);
+    s.send(completionChunk('a', { finish: 'stop' }), '[DONE]');
+    s.end();
+    await drain(res);
+    expect(p.outcomes).toEqual([[idOf(d), undefined]]);
+
+    const broken = p.push.dispatch(leg(p));
+    const d2 = await p.engine.call(1);
+    const s2 = d2.answerStream();
+    const res2 = await broken;
+    s2.fail(new KvgateError('KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT', 'no output', { migratable: true, phase: 'body' }));
+    expect(isKvgateError((await drain(res2)).error, 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT')).toBe(true);
+    expect(p.outcomes.at(-1)).toEqual([idOf(d2), 'KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT']);
+    expectIdle(p);
+  });
+
   it('in a simple mode the pool counts each leg on its slot and returns each exactly once', async () => {
     const p = pool({ mode: 'least-loaded' });
     const a = leg(p, { routing: { backendInstanceId: 2 } });
