@@ -1,18 +1,28 @@
 /**
  * The disaggregated path of an offline run (P prefill + D decode engines):
- * each arrival becomes a `DisaggFlow` that goes through two legs, under
- * either protocol:
- * - `bootstrap` (SGLang): at arrival the prefill and the decode worker are
- *   both chosen and booked; prefill runs with max_tokens 1; when it
- *   completes, the decode engine receives the request with its prompt KV
- *   remote and waits the transfer (uncached tokens x kv bytes per token /
- *   bandwidth) before decoding. Simplification: the decode engine reserves
- *   the request's KV blocks when prefill completes, not at arrival.
- * - `kv_transfer_params` (vLLM NIXL, sequential): prefill runs first; only
- *   when its response is back is the decode worker chosen, and it pulls the
- *   KV (same transfer delay).
- * In both, the prefill engine holds the request's blocks (lease `kvLeaseMs`)
- * until the decode engine's first token, which follows the transfer.
+ * each arrival becomes a `DisaggFlow` that goes through two legs.
+ *
+ * When its decode worker is chosen and booked (`DisaggOrder`):
+ * - `kvgate` (the default: what the gateway does, src/routing/disagg/decode-slot.ts):
+ *   the decode slot is booked first, at arrival, and only then is the prefill
+ *   routed. A decode side that refuses the request (every decode worker
+ *   overloaded) fails it before any prefill work is spent; one that queues it
+ *   holds its prefill back too. The decode leg then goes to the booked worker.
+ * - `dynamo` (NVIDIA Dynamo's PrefillRouter, for comparison: a policy named
+ *   `<policy>+dynamo-order`): the prefill is routed first; the decode worker
+ *   right after it under `bootstrap` (SGLang), after the prefill's response
+ *   under `kv_transfer_params` (vLLM NIXL). A decode refusal comes after the
+ *   prefill was booked (bootstrap) or ran (vLLM).
+ *
+ * Under either protocol the prefill runs with max_tokens 1 and, when it
+ * completes, the decode engine receives the request with its prompt KV remote
+ * and waits the transfer (uncached tokens x kv bytes per token / bandwidth)
+ * before decoding. Simplification: the decode engine reserves the request's
+ * KV blocks when the prefill completes, not when an SGLang decode is sent
+ * (once the prefill engine has the request), so under the `kvgate` order the
+ * two protocols run alike. The prefill engine holds the request's blocks
+ * (lease `kvLeaseMs`) until the decode engine's first token, which follows
+ * the transfer.
  * The prefill router is a KV router with active-block tracking off (Dynamo
  * activates it so); the decode router runs with overlap credit 0, no
  * assumed reuse and no prefill tracking (Dynamo's decode override). Simple
@@ -22,7 +32,7 @@ import type { ManualClock } from '../common/index.js';
 import type { CoreRequest } from '../mocker/index.js';
 import type { Arrival, OfflineLegs } from './offline-legs.js';
 import { generationSeed, type Engine, type PoolState } from './offline-pools.js';
-import type { RouteChoice, RouteRequest } from './policy.js';
+import type { DisaggOrder, RouteChoice, RouteRequest } from './policy.js';
 import type { PoolPins } from './session-pins.js';
 
 export type DisaggProtocol = 'bootstrap' | 'kv_transfer_params';
@@ -45,6 +55,8 @@ export interface DisaggArrivalsOptions {
   /** By worker id. */
   readonly engines: readonly Engine[];
   readonly protocol: DisaggProtocol;
+  /** When the decode worker is booked: before the prefill (the gateway's order, the default) or Dynamo's. */
+  readonly order?: DisaggOrder | undefined;
   /** The run's seed (each request's generated tokens derive from it). */
   readonly seed: number;
   /** How long a prefill engine holds a request's blocks for the decode engine. */
@@ -68,16 +80,24 @@ export class DisaggArrivals {
   }
 
   arrive(a: Arrival): void {
-    const { legs, pools, engines, protocol } = this.#opts;
-    const { o, key } = a;
     const flow: DisaggFlow = {
       ...a,
-      prefillId: `${key}:prefill`,
+      prefillId: `${a.key}:prefill`,
       decodeChoice: null,
       prefillDoneAt: null,
       prefillEngine: null,
     };
-    const prefillPool = pools[0];
+    // The gateway books the decode slot before anything is sent (decode-slot.ts); Dynamo routes the prefill first.
+    if (this.#opts.order === 'dynamo') this.#routePrefill(flow);
+    else this.#routeDecode(flow, () => this.#routePrefill(flow));
+  }
+
+  /** Routes and books the prefill worker, then starts the prefill (a refusal releases a decode slot already booked). */
+  #routePrefill(flow: DisaggFlow): void {
+    const { legs, pools, engines, protocol } = this.#opts;
+    const { o, key } = flow;
+    const [prefillPool, decodePool] = pools;
+    const dynamo = this.#opts.order === 'dynamo';
     const pins = this.#opts.pins?.[0];
     legs.routeThen(
       prefillPool.router,
@@ -88,15 +108,18 @@ export class DisaggArrivals {
         o.prefillWorkerId = p.workerId;
         o.predictedCachedTokens = p.predictedCachedTokens;
         flow.prefillEngine = engines[p.workerId]!;
-        // SGLang's bootstrap path picks both workers up front; vLLM's picks decode after the prefill response.
-        if (protocol === 'bootstrap') this.#routeDecode(flow);
+        // Dynamo's order: SGLang's bootstrap path routes decode as soon as the prefill is routed; vLLM's after its response.
+        if (dynamo && protocol === 'bootstrap') this.#routeDecode(flow, () => this.#startDecode(flow));
         if (o.error !== null) {
           prefillPool.router.finished(key);
           return;
         }
         this.#startPrefill(flow, flow.prefillEngine, t);
       },
-      (err) => legs.fail(o, err),
+      (err) => {
+        if (flow.decodeChoice !== null) decodePool.router.finished(key);
+        legs.fail(o, err);
+      },
     );
   }
 
@@ -121,7 +144,9 @@ export class DisaggArrivals {
         prefillPool.router.finished(key);
         o.prefillDoneMs = at;
         flow.prefillDoneAt = at;
-        if (protocol === 'kv_transfer_params') this.#routeDecode(flow);
+        // Only Dynamo's vLLM order has no decode worker yet (it is routed now, after the prefill's response).
+        if (this.#opts.order === 'dynamo' && protocol === 'kv_transfer_params')
+          this.#routeDecode(flow, () => this.#startDecode(flow));
         else this.#startDecode(flow);
       },
       onError: (err) => {
@@ -132,7 +157,8 @@ export class DisaggArrivals {
     });
   }
 
-  #routeDecode(flow: DisaggFlow): void {
+  /** Routes and books the decode worker, then `then` (the prefill under the gateway's order, else the decode leg). */
+  #routeDecode(flow: DisaggFlow, then: () => void): void {
     const { legs } = this.#opts;
     const decodePool = this.#opts.pools[1];
     const req: RouteRequest = {
@@ -150,7 +176,7 @@ export class DisaggArrivals {
         pins?.served(flow.r.session, d.workerId);
         flow.decodeChoice = d;
         flow.o.workerId = d.workerId;
-        this.#startDecode(flow);
+        then();
       },
       (err) => {
         if (flow.prefillEngine !== null) flow.prefillEngine.ve.core.abort(flow.prefillId);

@@ -132,6 +132,12 @@ class OfflineReplay {
       if (!Number.isSafeInteger(c) || c < 1)
         throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `every engine pool needs at least 1 worker, got ${c}`);
     }
+    if (topology.kind === 'aggregated' && opts.policy.disaggOrder !== undefined) {
+      throw new KvgateError(
+        'KVG_ERR_INVALID_ARGUMENT',
+        `policy ${opts.policy.name}: a P/D order needs a disaggregated topology (--prefill-workers, --decode-workers)`,
+      );
+    }
     // Clients that name their sessions (to be pinned, or for their priority) are pinned as the gateway would: with
     // `session_affinity: pin`, or by the policy's mode's default affinity.
     const named = opts.sessionPins === true || opts.sessionPriority === true;
@@ -177,6 +183,7 @@ class OfflineReplay {
             pools: this.#pools as [PoolState, PoolState],
             engines: this.#engines,
             protocol: topology.protocol,
+            order: opts.policy.disaggOrder,
             seed,
             kvLeaseMs: opts.engine.kvLeaseMs,
             pins: this.#pins === undefined ? undefined : [this.#pins[0]!, this.#pins[1]!],

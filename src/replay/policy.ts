@@ -10,6 +10,10 @@
  * `dynamo-agentic`, `llm-d`, `lmetric`: core's `router-presets.ts`, the table
  * the gateway config's `router_preset` reads too).
  *
+ * Any of these names followed by `+dynamo-order` (`kv+dynamo-order`, `dynamo+dynamo-order`) runs a P/D
+ * topology in Dynamo's order (the decode worker routed once the prefill is on its way) instead of the
+ * gateway's (the decode slot booked before the prefill): `offline-disagg.ts` says how they differ.
+ *
  * `ReplayRouter` is what a policy looks like to a replay: route a request
  * among candidate workers (booking it), hear when its prefill completed and
  * when it finished, and receive the engines' KV events. Simple policies book
@@ -32,7 +36,16 @@ import { createSimpleRouter, type SimpleRouter } from '../routing/index.js';
 
 const SIMPLE_POLICIES: readonly SimpleRouterMode[] = ['round-robin', 'random', 'power-of-two', 'least-loaded'];
 
-export type PolicySpec =
+/**
+ * When a P/D request's decode worker is booked: `kvgate`, before its prefill is routed (the gateway's
+ * decode slot); `dynamo`, once the prefill is on its way (Dynamo's PrefillRouter).
+ */
+export type DisaggOrder = 'kvgate' | 'dynamo';
+
+/** The `--compare` suffix that gives a policy Dynamo's P/D order. */
+const DYNAMO_ORDER_SUFFIX = '+dynamo-order';
+
+export type PolicySpec = (
   | {
       readonly kind: 'kv';
       readonly name: string;
@@ -43,7 +56,11 @@ export type PolicySpec =
       readonly options: KvRouterOptions;
       /** As given (Dynamo snake_case). */ readonly dynamo: Readonly<Record<string, unknown>>;
     }
-  | { readonly kind: 'simple'; readonly name: SimpleRouterMode; readonly mode: SimpleRouterMode };
+  | { readonly kind: 'simple'; readonly name: string; readonly mode: SimpleRouterMode }
+) & {
+  /** Absent: the gateway's order (`kvgate`). */
+  readonly disaggOrder?: DisaggOrder;
+};
 
 /** The gateway's `router_mode` a policy runs as. */
 export function routerModeOf(policy: PolicySpec): RouterMode {
@@ -62,6 +79,27 @@ function kvVariantName(dynamo: Readonly<Record<string, unknown>>): string {
 }
 
 /**
+ * A `--compare` name without the order suffix.
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for an unknown name.
+ */
+function namedPolicy(name: string): PolicySpec {
+  if (name === 'kv') return { kind: 'kv', name: 'kv', options: {}, dynamo: {} };
+  if (name === 'kv-one-group') return { kind: 'kv', name, options: {}, dynamo: {}, oneGroup: true };
+  if (name === 'kv-step')
+    return { kind: 'kv', name, options: kvRouterOptionsFromDynamo(KV_STEP), dynamo: KV_STEP, stepCost: true };
+  if (isRouterPreset(name))
+    return { kind: 'kv', name, options: routerPresetOptions(name), dynamo: routerPresetKnobs(name) };
+  if ((SIMPLE_POLICIES as readonly string[]).includes(name))
+    return { kind: 'simple', name, mode: name as SimpleRouterMode };
+  throw new KvgateError(
+    'KVG_ERR_INVALID_ARGUMENT',
+    `unknown policy '${name}': expected kv, kv-one-group, kv-step, ` +
+      `${[...PRESET_POLICY_NAMES, ...SIMPLE_POLICIES].join(', ')}, each optionally followed by ${DYNAMO_ORDER_SUFFIX} ` +
+      '(KV variants come from --router-config)',
+  );
+}
+
+/**
  * Parses `--compare` names and `--router-config` JSON objects (each adds a KV
  * variant; Dynamo's snake_case field names, or kvgate's camelCase).
  * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for unknown policy names, bad JSON, or duplicates;
@@ -77,21 +115,9 @@ export function parsePolicies(compare: readonly string[], routerConfigs: readonl
   for (const raw of compare) {
     const name = raw.trim();
     if (name === '') continue;
-    if (name === 'kv') add({ kind: 'kv', name: 'kv', options: {}, dynamo: {} });
-    else if (name === 'kv-one-group') add({ kind: 'kv', name, options: {}, dynamo: {}, oneGroup: true });
-    else if (name === 'kv-step')
-      add({ kind: 'kv', name, options: kvRouterOptionsFromDynamo(KV_STEP), dynamo: KV_STEP, stepCost: true });
-    else if (isRouterPreset(name))
-      add({ kind: 'kv', name, options: routerPresetOptions(name), dynamo: routerPresetKnobs(name) });
-    else if ((SIMPLE_POLICIES as readonly string[]).includes(name))
-      add({ kind: 'simple', name: name as SimpleRouterMode, mode: name as SimpleRouterMode });
-    else {
-      throw new KvgateError(
-        'KVG_ERR_INVALID_ARGUMENT',
-        `unknown policy '${name}': expected kv, kv-one-group, kv-step, ` +
-          `${[...PRESET_POLICY_NAMES, ...SIMPLE_POLICIES].join(', ')} (KV variants come from --router-config)`,
-      );
-    }
+    const base = name.endsWith(DYNAMO_ORDER_SUFFIX) ? name.slice(0, -DYNAMO_ORDER_SUFFIX.length) : name;
+    const p = namedPolicy(base);
+    add(base === name ? p : { ...p, name, disaggOrder: 'dynamo' });
   }
   for (const json of routerConfigs) {
     let parsed: unknown;

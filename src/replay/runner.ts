@@ -329,7 +329,7 @@ function loadWorkload(cfg: ReplayConfig): { bytes: Buffer; trace: LoadedTrace; w
 /**
  * Every policy's run over the workload: offline as jobs (in worker threads when `jobs` > 1), online
  * through the hooks' runner, reporting progress through the hooks.
- * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for router replicas online, or online without a runner.
+ * @throws KvgateError KVG_ERR_INVALID_ARGUMENT for router replicas or Dynamo's P/D order online, or online without a runner.
  */
 async function runPolicies(workload: Workload, cfg: ReplayConfig, hooks: ReplayHooks): Promise<PolicyRun[]> {
   if (cfg.mode === 'online' && cfg.replicas?.counts.some((n) => n !== 1) === true) {
@@ -337,6 +337,13 @@ async function runPolicies(workload: Workload, cfg: ReplayConfig, hooks: ReplayH
       'KVG_ERR_INVALID_ARGUMENT',
       'replicas.counts: router replicas are modelled offline only (--mode offline)',
       { field: 'replicas.counts' },
+    );
+  }
+  const ordered = cfg.policies.find((p) => p.disaggOrder !== undefined);
+  if (cfg.mode === 'online' && ordered !== undefined) {
+    throw new KvgateError(
+      'KVG_ERR_INVALID_ARGUMENT',
+      `policy ${ordered.name}: the gateway books the decode slot first; Dynamo's P/D order is modelled offline only (--mode offline)`,
     );
   }
   const label = `${cfg.mode} replay`;

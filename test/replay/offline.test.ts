@@ -124,22 +124,27 @@ describe('offline replay', () => {
     });
   }
 
-  it('the two P/D protocols differ where they should: bootstrap books the decode worker at arrival', async () => {
-    const boot = await run(spec('round-robin'), 9, {
+  it("the P/D protocols differ only in Dynamo's order: the gateway's books every decode worker at arrival", async () => {
+    const topo = (protocol: 'bootstrap' | 'kv_transfer_params'): Topology => ({
       kind: 'disaggregated',
       prefillWorkers: 2,
       decodeWorkers: 4,
-      protocol: 'bootstrap',
+      protocol,
     });
-    const vllm = await run(spec('round-robin'), 9, {
-      kind: 'disaggregated',
-      prefillWorkers: 2,
-      decodeWorkers: 4,
-      protocol: 'kv_transfer_params',
-    });
-    // Round-robin assigns decode workers in arrival order under bootstrap, in prefill-completion order otherwise.
+    // Round-robin assigns decode workers in arrival order when they are booked at arrival, else in prefill-completion order.
     const order = (r: PolicyRun): number[] => r.outcomes.map((o) => o.workerId!);
-    expect(order(boot)).toEqual(workload.requests.map((_, i) => 2 + (i % 4)));
-    expect(order(vllm)).not.toEqual(order(boot));
+    const arrivalOrder = workload.requests.map((_, i) => 2 + (i % 4));
+    const boot = await run(spec('round-robin'), 9, topo('bootstrap'));
+    const vllm = await run(spec('round-robin'), 9, topo('kv_transfer_params'));
+    expect(order(boot)).toEqual(arrivalOrder);
+    expect(order(vllm)).toEqual(arrivalOrder);
+    // The decode engine reserves the KV when the prefill completes under both (offline-disagg.ts): the same run.
+    expect(vllm.outcomes).toEqual(boot.outcomes);
+    // Dynamo routes an SGLang decode right after its prefill, a vLLM one after the prefill's response.
+    const dynBoot = await run(spec('round-robin+dynamo-order'), 9, topo('bootstrap'));
+    const dynVllm = await run(spec('round-robin+dynamo-order'), 9, topo('kv_transfer_params'));
+    expect(dynBoot.name).toBe('round-robin+dynamo-order@bootstrap');
+    expect(order(dynBoot)).toEqual(arrivalOrder);
+    expect(order(dynVllm)).not.toEqual(arrivalOrder);
   });
 });
