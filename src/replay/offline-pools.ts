@@ -13,7 +13,7 @@ import {
   type StepResult,
 } from '../mocker/index.js';
 import type { OfflineReplayOptions } from './offline.js';
-import { policySeed, type ReplayRouter } from './policy.js';
+import { policySeed, seedName, type ReplayRouter } from './policy.js';
 import type { PoolRun } from './results.js';
 import { SINGLE_ROUTER } from './router-replicas.js';
 import { createPoolRouter } from './routers.js';
@@ -57,7 +57,7 @@ export function buildPools(
     const workerIds = Array.from({ length: size }, () => nextWorkerId++);
     // Replica 0 draws what a single router draws, so one replica reproduces a run without replicas.
     const rngOf = (i: number): Rng =>
-      seededRng(policySeed(seed, i === 0 ? policy.name : `${policy.name}#replica${i}`) + pools.length);
+      seededRng(policySeed(seed, i === 0 ? seedName(policy) : `${seedName(policy)}#replica${i}`) + pools.length);
     const router = createPoolRouter(
       policy,
       {

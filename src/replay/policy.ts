@@ -248,6 +248,16 @@ export class SimpleReplayRouter implements ReplayRouter {
   }
 }
 
+/**
+ * The name a policy's routers are seeded by: without the order suffix, so `kv` and `kv+dynamo-order` draw the same
+ * random numbers and differ only by the order.
+ */
+export function seedName(policy: PolicySpec): string {
+  return policy.disaggOrder !== undefined && policy.name.endsWith(DYNAMO_ORDER_SUFFIX)
+    ? policy.name.slice(0, -DYNAMO_ORDER_SUFFIX.length)
+    : policy.name;
+}
+
 /** A deterministic per-policy seed: the same policy name and run seed always give the same RNG stream. */
 export function policySeed(seed: number, name: string): number {
   let h = (seed ^ 0x811c9dc5) >>> 0;

@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { resolveMockerOptions } from '../../src/mocker/index.js';
 import {
   buildWorkload,
+  loadTrace,
   parsePolicies,
   parseTrace,
   replayEngineOptions,
@@ -82,6 +83,18 @@ describe('offline replay: the P/D order', () => {
         { command: 'test', runOnline: () => Promise.reject(new Error('not reached')) },
       ),
     ).rejects.toThrow(/Dynamo's P\/D order is modelled offline only/);
+  });
+
+  it('the order is all the suffix changes: an SGLang decode routed at the same instant routes alike', async () => {
+    // Bootstrap in Dynamo's order routes the decode right after the prefill, at arrival; without a queue nothing
+    // happens in between, so the run is the gateway order's (the suffix does not reseed the routers).
+    const workload = buildWorkload(loadTrace(SMALL), { speedup: 4 });
+    const [kv, kvDynamo] = parsePolicies(['kv', 'kv+dynamo-order']);
+    const topology = { kind: 'disaggregated', prefillWorkers: 2, decodeWorkers: 4, protocol: 'bootstrap' } as const;
+    const engine = resolveMockerOptions(replayEngineOptions({}, 3));
+    const a = await runOffline({ workload, policy: kv!, topology, engine, seed: 3 });
+    const b = await runOffline({ workload, policy: kvDynamo!, topology, engine, seed: 3 });
+    expect(b.outcomes).toEqual(a.outcomes);
   });
 
   for (const protocol of ['kv_transfer_params', 'bootstrap'] as const) {
