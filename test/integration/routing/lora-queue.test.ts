@@ -7,35 +7,22 @@
  * queued. Each step waits on `/metrics`, never a sleep; one-token answers come in the order requests left the queue.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { metric } from '../../helpers/metric-sum.js';
 import {
-  postChat,
-  serveConfig,
-  serveInSuite,
-  startMockerSuite,
-  workerEntry,
-  type MockerSuite,
-} from '../../helpers/serve-suite.js';
-import { until } from '../../helpers/until.js';
+  answerOrder,
+  dispatched,
+  queued,
+  QUEUE_MODEL as MODEL,
+  startQueueSuite,
+} from '../../helpers/router-queue-order.js';
+import { postChat, type MockerSuite } from '../../helpers/serve-suite.js';
 
-const MODEL = 'mock-model';
 const ADAPTER = 'sql-adapter';
 
 let suite: MockerSuite;
 let url: string;
 
 beforeAll(async () => {
-  // Step times x250: a prompt's prefill takes about 4 s, the window each step below runs in.
-  suite = await startMockerSuite('lora-queue', ['--speedup', '0.004', '--tokenizer', 'demo', '--lora', ADAPTER], 1);
-  const e = suite.engines[0]!;
-  const lines = [
-    'router_mode: kv',
-    'router: { router_queue_threshold: 1.0 }',
-    `lora_adapters: [${ADAPTER}]`,
-    'workers:',
-    `  - ${workerEntry(1, e).replace(/ }$/, ', max_num_batched_tokens: 10 }')}`,
-  ];
-  url = await serveInSuite(suite, suite.write('serve.yaml', serveConfig(MODEL, lines)));
+  ({ suite, url } = await startQueueSuite('lora-queue', ['--lora', ADAPTER], [`lora_adapters: [${ADAPTER}]`]));
 }, 60_000);
 
 afterAll(async () => {
@@ -49,23 +36,16 @@ const chat = (tag: string, model = MODEL): Promise<Response> =>
     max_tokens: 1,
   });
 
-const pending = (): Promise<number> => metric(url, 'kvgate_router_queue_pending_requests');
-
 describe("a LoRA adapter's request", () => {
   it('waits in the router queue behind the requests queued before it', async () => {
-    const order: string[] = [];
-    const answered = (label: string) => async (r: Response) => {
-      expect(r.status).toBe(200);
-      await r.text();
-      order.push(label);
-    };
+    const { order, answered } = answerOrder();
     // The first request prefills; the worker is busy (its prompt is over the 10-token budget).
     const first = chat('holder').then(answered('holder'));
-    await until(async () => (await metric(url, 'kvgate_router_requests_started_total')) >= 1, 'the holder dispatched');
+    await dispatched(url, 1);
     const base = chat('base').then(answered('base'));
-    await until(async () => (await pending()) === 1, "the base model's request queued", 10_000);
+    await queued(url, 1, "the base model's request queued");
     const lora = chat('lora', ADAPTER).then(answered('lora'));
-    await until(async () => (await pending()) === 2, "the adapter's request queued", 10_000);
+    await queued(url, 2, "the adapter's request queued");
     await Promise.all([first, base, lora]);
     expect(order).toEqual(['holder', 'base', 'lora']);
   }, 60_000);
