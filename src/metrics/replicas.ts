@@ -61,7 +61,7 @@ export function replicaMetrics(registers: Registry[]): ReplicaMetrics {
       name: 'kvgate_replica_sync_messages_dropped_total',
       help:
         'Replica sync messages or ops dropped: direction=out (queue_full, disconnected, publish_failed, too_large: ' +
-        "an op larger than the bus's max_payload) or in (malformed, stale, apply_failed, block_size: from a peer " +
+        "an op or a heartbeat entry larger than the bus's max_payload) or in (malformed, stale, apply_failed, block_size: from a peer " +
         'refused for another block size).',
       labelNames: ['direction', 'reason'],
       registers,
@@ -109,7 +109,7 @@ function peerMetrics(
       name: 'kvgate_replica_peer_refusals_total',
       help:
         "Peers (per incarnation and channel) whose bookings this replica ignores, by reason (block_size: the model's " +
-        'KV block size differs, so their prompt hashes mean nothing here). Each is logged once as an error.',
+        'KV block size differs, so their prompt hashes mean nothing here). Logged as an error once per peer and model.',
       labelNames: ['reason'],
       registers,
     }),
