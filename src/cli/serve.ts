@@ -359,6 +359,9 @@ const noteEarlyHangup = (): void => {
   earlyHangup = true;
 };
 
+/** How long a stopped gateway's process waits for handles it no longer uses before it exits anyway. */
+const EXIT_AFTER_STOP_MS = 2000;
+
 /** Runs until SIGTERM/SIGINT (a second signal exits at once). Resolves to the exit code. */
 export async function serveCommand(argv: string[], opts: ServeOptions = {}): Promise<number> {
   let handle: ServeHandle | undefined;
@@ -426,5 +429,8 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
   });
   removePidFile();
   leaveCluster();
+  // What the shutdown gave up on (a connection a silent NATS server never took the end of) must not keep the
+  // process alive: it exits once the shutdown's own last writes had time to leave.
+  setTimeout(() => process.exit(), EXIT_AFTER_STOP_MS).unref();
   return 0;
 }

@@ -104,11 +104,11 @@ export class IpcTransport implements SyncTransport {
     });
   }
 
-  close(): Promise<void> {
+  close(): Promise<boolean> {
     this.#proc.off('message', this.#onMessage);
     for (const p of this.#pending.values()) clearTimeout(p.timer);
     this.#pending.clear();
-    return Promise.resolve();
+    return Promise.resolve(true);
   }
 }
 

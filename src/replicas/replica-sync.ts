@@ -443,6 +443,6 @@ export class ReplicaSync {
     this.flush();
     this.#closed = true;
     if (this.#timer !== undefined) clearInterval(this.#timer);
-    await this.#t.close();
+    if (!(await this.#t.close())) this.#logger?.warn('replica sync bus: the close was not acknowledged; abandoned');
   }
 }

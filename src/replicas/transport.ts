@@ -16,6 +16,8 @@ import {
 
 /** How often a first connection that was refused is tried again. */
 const FIRST_CONNECT_RETRY_MS = 250;
+/** How long `close` waits for the server to take the connection's end. */
+const CLOSE_ACK_MS = 2000;
 
 /**
  * The state of the bus: `closed` is a connection the client closed for good (it gave up reconnecting, or the
@@ -59,7 +61,11 @@ export interface SyncTransport {
   readonly maxPayload: number | undefined;
   /** Told of each connection change (after the first connect too). */
   onStatus: ((status: TransportStatus, detail: string) => void) | undefined;
-  close(): Promise<void>;
+  /**
+   * Closes the bus; resolves to false when the bus did not acknowledge in time and the connection was abandoned (a
+   * NATS server that stopped answering never does, and a shutdown must end regardless).
+   */
+  close(): Promise<boolean>;
 }
 
 type Subscriber = [string, SyncHandler, string | undefined];
@@ -225,11 +231,17 @@ export class NatsTransport implements SyncTransport {
     }
   }
 
-  async close(): Promise<void> {
+  async close(): Promise<boolean> {
     this.#closed = true;
     const nc = this.#nc;
     this.#nc = undefined;
     this.#connected = false;
-    if (nc !== undefined) await nc.close();
+    if (nc === undefined) return true;
+    // A server that is hung or cut off never acknowledges: the client would wait until it answers again.
+    let timer: NodeJS.Timeout | undefined;
+    const abandoned = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), CLOSE_ACK_MS)));
+    const acknowledged = await Promise.race([nc.close().then(() => true), abandoned]);
+    clearTimeout(timer);
+    return acknowledged;
   }
 }

@@ -110,8 +110,8 @@ export class MemoryTransport implements SyncTransport {
     });
   }
 
-  close(): Promise<void> {
+  close(): Promise<boolean> {
     this.closed = true;
-    return Promise.resolve();
+    return Promise.resolve(true);
   }
 }

@@ -7,13 +7,41 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { jsonLogLines, startMockerCli, startServeCli } from '../../helpers/cli-process.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { startNatsServer } from '../../helpers/nats-server.js';
 import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
+
+/** A gateway config over one engine, its replicas on `natsUrl` with pings every 100 ms (one may go unanswered). */
+function gatewayFile(natsUrl: string, engine: { readonly url: string; readonly kv_events: readonly string[] }): string {
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-nats-connection-'));
+  dirs.push(dir);
+  const file = join(dir, 'kvgate.yaml');
+  writeFileSync(
+    file,
+    [
+      'listen: { port: 0 }',
+      'preprocess: { threads: 0 }',
+      'replicas:',
+      `  nats: { servers: ["${natsUrl}"], ping_interval_ms: 100, max_pings_out: 1, reconnect_wait_ms: 50 }`,
+      '  warm_start: false',
+      'models:',
+      `  - name: ${MODEL}`,
+      '    tokenizer: demo',
+      `    workers: [{ id: 1, url: "${engine.url}", kv_events: "${engine.kv_events[0]}" }]`,
+      '',
+    ].join('\n'),
+  );
+  return file;
+}
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
 
 describe('replica sync: the NATS connection keys', () => {
   const cleanups: (() => Promise<void> | void)[] = [];
@@ -26,29 +54,13 @@ describe('replica sync: the NATS connection keys', () => {
     cleanups.push(() => nats.stop());
     const m = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 1);
     cleanups.push(() => m.proc.stop());
-    const dir = mkdtempSync(join(tmpdir(), 'kvgate-nats-connection-'));
-    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-    const file = join(dir, 'kvgate.yaml');
-    writeFileSync(
-      file,
-      [
-        'listen: { port: 0 }',
-        'preprocess: { threads: 0 }',
-        'replicas:',
-        `  nats: { servers: ["${nats.url}"], ping_interval_ms: 100, max_pings_out: 1, reconnect_wait_ms: 50 }`,
-        '  warm_start: false',
-        'models:',
-        `  - name: ${MODEL}`,
-        '    tokenizer: demo',
-        `    workers: [{ id: 1, url: "${m.engines[0]!.url}", kv_events: "${m.engines[0]!.kv_events[0]}" }]`,
-        '',
-      ].join('\n'),
-    );
-    const { proc, url } = await startServeCli(file);
+    const { proc, url } = await startServeCli(gatewayFile(nats.url, m.engines[0]!));
     cleanups.push(() => proc.stop());
     await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up');
 
     nats.pause();
+    // Runs first if the test fails while the server is paused: a gateway stopping against a silent server would wait.
+    cleanups.push(() => nats.resume());
     const paused = performance.now();
     // The defaults (two pings 5 s apart) would take 10 s: the configured ones, about 200 ms.
     await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 0, 'the bus down', 3000);
@@ -59,5 +71,23 @@ describe('replica sync: the NATS connection keys', () => {
 
     nats.resume();
     await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up again', 10_000);
-  });
+  }, 60_000);
+
+  it('a gateway whose NATS server went silent still stops on SIGTERM', async () => {
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.stop());
+    const m = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 1);
+    cleanups.push(() => m.proc.stop());
+    const { proc, url } = await startServeCli(gatewayFile(nats.url, m.engines[0]!));
+    cleanups.push(() => proc.stop());
+    await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up');
+    nats.pause();
+    cleanups.push(() => nats.resume());
+    await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 0, 'the bus down', 3000);
+    // It stayed up until the server answered again: its connection to the silent server kept the process alive.
+    const exited = new Promise<number | null>((resolve) => proc.child.once('exit', (code) => resolve(code)));
+    proc.child.kill('SIGTERM');
+    const code = await Promise.race([exited, new Promise<'alive'>((r) => setTimeout(() => r('alive'), 15_000))]);
+    expect(code).toBe(0);
+  }, 60_000);
 });
