@@ -8,9 +8,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { jsonLogLines, startMockerCli, startServeCli } from '../../helpers/cli-process.js';
+import { jsonLogLines, startMockerCli, startServeCli, type CliProcess } from '../../helpers/cli-process.js';
 import { metric } from '../../helpers/metric-sum.js';
-import { startNatsServer } from '../../helpers/nats-server.js';
+import { startNatsServer, type NatsServer } from '../../helpers/nats-server.js';
 import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
@@ -49,7 +49,8 @@ describe('replica sync: the NATS connection keys', () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
-  it('a short ping interval notices a silent NATS server within a second; the bus comes back when it answers', async () => {
+  /** A nats-server, an engine and a gateway on them, its bus up; each stopped after the test. */
+  async function gatewayOnNats(): Promise<{ nats: NatsServer; proc: CliProcess; url: string }> {
     const nats = await startNatsServer();
     cleanups.push(() => nats.stop());
     const m = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 1);
@@ -57,6 +58,11 @@ describe('replica sync: the NATS connection keys', () => {
     const { proc, url } = await startServeCli(gatewayFile(nats.url, m.engines[0]!));
     cleanups.push(() => proc.stop());
     await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up');
+    return { nats, proc, url };
+  }
+
+  it('a short ping interval notices a silent NATS server within a second; the bus comes back when it answers', async () => {
+    const { nats, proc, url } = await gatewayOnNats();
 
     nats.pause();
     // Runs first if the test fails while the server is paused: a gateway stopping against a silent server would wait.
@@ -74,15 +80,9 @@ describe('replica sync: the NATS connection keys', () => {
   }, 60_000);
 
   it('a gateway whose NATS server went silent still stops on SIGTERM', async () => {
-    const nats = await startNatsServer();
-    cleanups.push(() => nats.stop());
-    const m = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 1);
-    cleanups.push(() => m.proc.stop());
-    const { proc, url } = await startServeCli(gatewayFile(nats.url, m.engines[0]!));
-    cleanups.push(() => proc.stop());
-    await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up');
+    const { nats, proc, url } = await gatewayOnNats();
     nats.pause();
-    cleanups.push(() => nats.resume());
+    cleanups.push(() => nats.resume()); // first, should the test fail while the server is paused
     await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 0, 'the bus down', 3000);
     // It stayed up until the server answered again: its connection to the silent server kept the process alive.
     const exited = new Promise<number | null>((resolve) => proc.child.once('exit', (code) => resolve(code)));
