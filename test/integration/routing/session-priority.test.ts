@@ -7,6 +7,7 @@
  * forwards no priority but the client's 0 (vLLM's default), so the engine serves them as they came.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { engineAnswerOrder } from '../../helpers/engine-order.js';
 import {
   serveConfig,
   serveInSuite,
@@ -14,7 +15,6 @@ import {
   workerEntry,
   type MockerSuite,
 } from '../../helpers/serve-suite.js';
-import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
 
@@ -61,69 +61,35 @@ describe('session_priority', () => {
     await suite?.stop();
   });
 
-  const waiting = async (): Promise<number> =>
-    ((await (await fetch(`${engineUrl}/admin/state`)).json()) as { ranks: { waiting: number }[] }).ranks[0]!.waiting;
-
   /** Sends the four requests through `gateway`; resolves to the order in which the last three were answered. */
   async function answerOrder(gateway: string, tag: string): Promise<string[]> {
-    const chat = (
-      label: string,
-      headers: Record<string, string>,
-      extra: Record<string, unknown> = {},
-      signal?: AbortSignal,
-      api: 'chat' | 'responses' = 'chat',
-    ) => {
-      const text = `${label} ${tag} asks something`;
-      const body =
-        api === 'chat'
-          ? { messages: [{ role: 'user', content: text }], max_tokens: 16 }
-          : { input: text, max_output_tokens: 16 };
-      return fetch(`${gateway}/v1/${api === 'chat' ? 'chat/completions' : 'responses'}`, {
-        method: 'POST',
-        ...(signal !== undefined ? { signal } : {}),
-        headers: { 'content-type': 'application/json', ...headers },
-        body: JSON.stringify({ model: MODEL, ...body, ...extra }),
-      });
-    };
+    const text = (label: string): string => `${label} ${tag} asks something`;
+    const chat = (label: string, extra: Record<string, unknown> = {}): Record<string, unknown> => ({
+      model: MODEL,
+      messages: [{ role: 'user', content: text(label) }],
+      max_tokens: 16,
+      ...extra,
+    });
     // The older session's first turn.
-    const first = await chat('old', { 'x-session-id': `old-${tag}` });
+    const first = await fetch(`${gateway}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-session-id': `old-${tag}` },
+      body: JSON.stringify(chat('old')),
+    });
     expect(first.status).toBe(200);
     await first.text();
-    // A long stream takes the engine's one seat; the three requests queue behind it, in this order.
-    const holder = new AbortController();
-    const held = await chat('holder', {}, { max_tokens: 4000, stream: true }, holder.signal); // ~25 s of decode
-    expect(held.status).toBe(200);
-    const reader = held.body!.getReader();
-    await reader.read();
-    const order: string[] = [];
-    const sent: Promise<void>[] = [];
-    try {
-      const send = async (
-        label: string,
-        headers: Record<string, string>,
-        extra?: Record<string, unknown>,
-        api?: 'responses',
-      ) => {
-        const queued = (await waiting()) + 1;
-        sent.push(
-          chat(label, headers, extra, undefined, api).then(async (r) => {
-            expect(r.status).toBe(200);
-            await r.text();
-            order.push(label);
-          }),
-        );
-        await until(async () => (await waiting()) === queued, `${label} waiting at the engine`);
-      };
-      await send('new', { 'x-session-id': `new-${tag}` });
+    // A long stream takes the engine's one seat (~25 s of decode); the three requests queue behind it, in this order.
+    return engineAnswerOrder(engineUrl, gateway, { body: chat('holder') }, [
+      { label: 'new', headers: { 'x-session-id': `new-${tag}` }, body: chat('new') },
       // The older session's next turn comes through the Responses API, which carries a priority too.
-      await send('old', { 'x-session-id': `old-${tag}` }, {}, 'responses');
-      await send('client', {}, { priority: 0 });
-    } finally {
-      holder.abort(); // the seat frees: the engine admits by priority
-      await reader.cancel().catch(() => undefined);
-    }
-    await Promise.all(sent);
-    return order;
+      {
+        label: 'old',
+        path: '/v1/responses',
+        headers: { 'x-session-id': `old-${tag}` },
+        body: { model: MODEL, input: text('old'), max_output_tokens: 16 },
+      },
+      { label: 'client', body: chat('client', { priority: 0 }) },
+    ]);
   }
 
   it('the startup line says which models send session priority', () => {
