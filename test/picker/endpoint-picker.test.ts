@@ -23,6 +23,22 @@ function input(tokens: number, subset?: string[], base = 1000): PickInput {
 }
 
 /**
+ * Picks `doc()` onto A (a subset of A alone), keeps A the busier pod with a short request, and expects the same
+ * prompt to follow A again: the picker's recorded choice outweighs A's load.
+ */
+function expectFollowed(picker: EndpointPicker, doc: () => PickInput): void {
+  const first = doc();
+  expect(picker.pick({ ...first, subset: [A] })).toEqual([A]);
+  picker.end(first.requestId);
+  const busy = input(16, [A], 90_000);
+  picker.pick(busy);
+  const again = doc();
+  expect(picker.pick(again)).toEqual([A]);
+  picker.end(again.requestId);
+  picker.end(busy.requestId);
+}
+
+/**
  * A picker over model `m` (the demo tokenizer, one InferencePool) with `router` knobs, its log lines kept from
  * `level` on, and `metrics` and `clock` when given.
  */
@@ -81,17 +97,8 @@ describe('EndpointPicker: approximate entries expire', () => {
 
   it("follows a prompt's recorded choice within the TTL, and forgets it after", async () => {
     const doc = (): PickInput => input(4096);
-    const first = doc();
-    const [on] = picker.pick({ ...first, subset: [A] });
-    expect(on).toBe(A);
-    picker.end(first.requestId);
     // A short request keeps A busy: within the TTL the recorded 256 blocks still outweigh it.
-    const busy = input(16, [A], 90_000);
-    picker.pick(busy);
-    const again = doc();
-    expect(picker.pick(again)).toEqual([A]);
-    picker.end(again.requestId);
-    picker.end(busy.requestId);
+    expectFollowed(picker, doc);
 
     expect(await indexBytes()).toBe(0);
     await vi.advanceTimersByTimeAsync(1_000);
@@ -202,17 +209,8 @@ describe('EndpointPicker: a pod whose KV events stop while it serves', () => {
       );
 
       // A long prompt is picked onto A; its events never tell of it. A short request keeps A the busier pod.
-      const doc = (): PickInput => input(4096);
-      const given = doc();
-      expect(picker.pick({ ...given, subset: [A] })).toEqual([A]);
-      picker.end(given.requestId);
-      const busy = input(16, [A], 90_000);
-      picker.pick(busy);
       // Remembered: the prompt's blocks are credited to A (the picker's own choice), which outweighs its load.
-      const again = doc();
-      expect(picker.pick(again)).toEqual([A]);
-      picker.end(again.requestId);
-      picker.end(busy.requestId);
+      expectFollowed(picker, () => input(4096));
     } finally {
       await picker.close();
       await publisher.close();
