@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { jsonLogLines, startMockerCli, startServeCli, type CliProcess } from '../../helpers/cli-process.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { startNatsServer, type NatsServer } from '../../helpers/nats-server.js';
@@ -16,9 +16,11 @@ import { until } from '../../helpers/until.js';
 const MODEL = 'mock-model';
 
 /** A gateway config over one engine, its replicas on `natsUrl` with pings every 100 ms (one may go unanswered). */
-function gatewayFile(natsUrl: string, engine: { readonly url: string; readonly kv_events: readonly string[] }): string {
-  const dir = mkdtempSync(join(tmpdir(), 'kvgate-nats-connection-'));
-  dirs.push(dir);
+function gatewayFile(
+  dir: string,
+  natsUrl: string,
+  engine: { readonly url: string; readonly kv_events: readonly string[] },
+): string {
   const file = join(dir, 'kvgate.yaml');
   writeFileSync(
     file,
@@ -38,11 +40,6 @@ function gatewayFile(natsUrl: string, engine: { readonly url: string; readonly k
   return file;
 }
 
-const dirs: string[] = [];
-afterAll(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
-
 describe('replica sync: the NATS connection keys', () => {
   const cleanups: (() => Promise<void> | void)[] = [];
   afterEach(async () => {
@@ -55,7 +52,9 @@ describe('replica sync: the NATS connection keys', () => {
     cleanups.push(() => nats.stop());
     const m = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 1);
     cleanups.push(() => m.proc.stop());
-    const { proc, url } = await startServeCli(gatewayFile(nats.url, m.engines[0]!));
+    const dir = mkdtempSync(join(tmpdir(), 'kvgate-nats-connection-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const { proc, url } = await startServeCli(gatewayFile(dir, nats.url, m.engines[0]!));
     cleanups.push(() => proc.stop());
     await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up');
     return { nats, proc, url };
