@@ -17,7 +17,7 @@ import {
 export { readIdArray, idArrayEnd } from './json_ids';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
-export const ABI_VERSION: u32 = 8;
+export const ABI_VERSION: u32 = 9;
 
 // One growable I/O region the host lays its per-call inputs and outputs into.
 let io: usize = 0;
@@ -196,6 +196,18 @@ export function trieFree(t: usize): void { freeTrie(changetype<Trie>(t)); }
 export function trieQuery(t: usize, n: u32): usize { return queryRegion(changetype<Trie>(t), n); }
 /** Writes (slot, depth) u32 pairs to the region whose address is at offset 8 of the trie; returns their count. */
 export function trieDepths(t: usize, n: u32): u32 { return depths(changetype<Trie>(t), n); }
+/**
+ * A routing decision's match stage in one call, over the prompt the trie's query region holds (`n` sequence
+ * hashes): the prefix index's match (`ix` 0: none) as `idxFindMatches` writes it, then the trie's depth query
+ * as `trieDepths` writes it, its pair count to `outTrieCount` (u32). The hashes cross once for both, and the
+ * walk is kept for an insert of the same prompt. Returns the index's pair count.
+ */
+export function matchStage(ix: usize, t: usize, n: u32, outSlots: usize, outDepths: usize, outTrieCount: usize): u32 {
+  const trie = changetype<Trie>(t);
+  const count = ix != 0 ? findMatches(changetype<Index>(ix), trie.q, n, false, outSlots, outDepths) : 0;
+  store<u32>(outTrieCount, depths(trie, n));
+  return count;
+}
 /** Returns the blocks `slot` held before; the prompt's end node goes to offset 12 of the trie. */
 export function trieInsert(t: usize, n: u32, slot: u32): u32 { return insert(changetype<Trie>(t), n, slot); }
 export function trieRemoveAt(t: usize, end: u32, slot: u32): u32 { return removeAt(changetype<Trie>(t), end, slot); }

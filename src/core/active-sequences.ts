@@ -26,7 +26,7 @@
  * (checked at most every 30 s on add, and on every `expire()`).
  */
 import { KvgateError } from '../errors/index.js';
-import { ActivePromptTrie, type PromptHashes, type TrieNode } from '../wasm/index.js';
+import { ActivePromptTrie, type PrefixIndex, type PromptHashes, type TrieNode } from '../wasm/index.js';
 import type { Clock, WorkerRank } from '../common/index.js';
 
 /** Expiry is checked on add at most this often (Dynamo: 30 s). */
@@ -251,6 +251,14 @@ export class ActiveSequences {
    */
   depthsInto(seq: BigUint64Array, out: Float64Array): void {
     this.#trie.depthsInto(seq, out);
+  }
+
+  /**
+   * A decision's match stage in one module call: `index`'s depths of `seq` into `dev` and this bookkeeping's
+   * (as `depthsInto`) into `depth`, each only for the slots holding a prefix (`PrefixIndex.matchStage`).
+   */
+  matchInto(index: PrefixIndex, seq: BigUint64Array, dev: Float64Array, depth: Float64Array): void {
+    index.matchStage(this.#trie, seq, dev, depth);
   }
 
   /**

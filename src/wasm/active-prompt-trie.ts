@@ -152,6 +152,25 @@ export class ActivePromptTrie {
     } catch (err) {
       throw this.#failure('depth query', err);
     }
+    this.scatterDepths(count, out);
+  }
+
+  /**
+   * Puts `seq`'s hashes in the trie's query region (unless it holds them already) for a module call that
+   * reads them there (`PrefixIndex.matchStage`); returns their count. The address is `address`'s query field.
+   * @throws KvgateError KVG_ERR_WASM when the module's memory is exhausted.
+   */
+  hold(seq: BigUint64Array): number {
+    return this.#load(seq);
+  }
+
+  /** The trie's address in module memory (what the module's trie calls take). */
+  get address(): number {
+    return this.#t;
+  }
+
+  /** Writes the `count` (slot, depth) pairs the module's last depth query left to `out[slot]` (as `depthsInto`). */
+  scatterDepths(count: number, out: Float64Array): void {
     if (count === 0) return;
     const u32 = this.#m.views().u32;
     for (let o = u32[this.#f + OUT]! >>> 2, end = o + 2 * count; o < end; o += 2) out[u32[o]!] = u32[o + 1]!;

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-const EXPECTED_ABI_VERSION = 8;
+const EXPECTED_ABI_VERSION = 9;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };
@@ -61,6 +61,7 @@ export interface KvgateWasmExports {
     outcomes: number,
     state: number,
   ): number;
+  matchStage(ix: number, t: number, n: number, outSlots: number, outDepths: number, outTrieCount: number): number;
   trieNew(): number;
   trieFree(t: number): void;
   trieQuery(t: number, n: number): number;

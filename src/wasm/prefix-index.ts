@@ -11,20 +11,12 @@
  */
 import { slotKey, type WorkerRank } from '../common/index.js';
 import { IndexMemoryError, KvgateError } from '../errors/index.js';
+import type { ActivePromptTrie } from './active-prompt-trie.js';
 import { IndexHandle } from './index-handle.js';
+import { matchHashes, matchStage, type OverlapScores } from './index-match.js';
 import { wasm, type WasmModule } from './instance.js';
 import { EXPORT_PAGE, exportSlotPages } from './slot-pages.js';
 import { applyPackedRun, PackedStop, type PackedRun, type PackedSource } from './packed-run.js';
-
-/** The overlap of one request with every slot that holds its first block. */
-export interface OverlapScores {
-  /** Number of slots with a non-zero depth. */
-  readonly count: number;
-  /** Slot ids (see `PrefixIndex.slotOf`), `count` valid entries. */
-  readonly slots: Uint32Array;
-  /** Leading blocks held, parallel to `slots`. */
-  readonly depths: Uint32Array;
-}
 
 /** One eviction under the memory budget (see `PrefixIndex.setMemoryBudget`). */
 export interface EvictionReport {
@@ -333,7 +325,7 @@ export class PrefixIndex {
   #matchGuarded(hashes: BigUint64Array, bySequence: boolean, copy: boolean): OverlapScores {
     const ix = this.#live();
     try {
-      return this.#guard('matching', () => this.#match(ix, hashes, bySequence, copy));
+      return this.#guard('matching', () => matchHashes(this.#m, ix, this.#slotInfo.length, hashes, bySequence, copy));
     } catch (err) {
       // No trap reaches a request: the index was discarded, and an empty one matches nothing.
       if (err instanceof IndexMemoryError) return { count: 0, slots: new Uint32Array(0), depths: new Uint32Array(0) };
@@ -341,30 +333,24 @@ export class PrefixIndex {
     }
   }
 
-  #match(ix: number, hashes: BigUint64Array, bySequence: boolean, copy: boolean): OverlapScores {
-    const n = hashes.length;
-    const slotCap = this.#slotInfo.length;
-    const io = this.#m.exports.ioReserve(n * 8 + slotCap * 8 + 16);
-    const v = this.#m.views();
-    v.u64.set(hashes, io >>> 3);
-    const outSlots = io + n * 8;
-    const outDepths = outSlots + slotCap * 4;
-    const count = this.#m.exports.idxFindMatches(ix, io, n, bySequence ? 0 : 1, outSlots, outDepths);
-    // The call may grow WASM memory (chaining scratch), detaching `v`: read the results through fresh views.
-    const out = this.#m.views().u32;
-    if (!copy) {
-      return {
-        count,
-        slots: out.subarray(outSlots >>> 2, (outSlots >>> 2) + count),
-        depths: out.subarray(outDepths >>> 2, (outDepths >>> 2) + count),
-      };
+  /**
+   * A routing decision's match stage in one module call (index-match.ts): the prompt's sequence hashes `seq`
+   * matched here, into `dev[slot]`, and against the in-flight requests of `trie`, into `depth[slot]`, as
+   * `findMatches(seq, true)` and `trie.depthsInto(seq, depth)` would write them. Only slots holding a prefix
+   * are written: zero the candidates' entries first. A trap discards the index as any match does, and the
+   * trie's depths are still written.
+   * @throws KvgateError KVG_ERR_WASM when the trie's query region cannot grow (nothing written).
+   */
+  matchStage(trie: ActivePromptTrie, seq: BigUint64Array, dev: Float64Array, depth: Float64Array): void {
+    const n = trie.hold(seq);
+    const ix = this.#live();
+    try {
+      this.#guard('matching', () => matchStage(this.#m, ix, this.#slotInfo.length, trie, n, dev, depth));
+    } catch (err) {
+      if (!(err instanceof IndexMemoryError)) throw err;
+      // The index was discarded and matches nothing now; the trie's answer is still owed.
+      trie.depthsInto(seq, depth);
     }
-    // One copy out for both columns: the depths are moved up to just after the slots first (a memmove
-    // inside WASM memory), so a match allocates one buffer, not two.
-    const at = outSlots >>> 2;
-    out.copyWithin(at + count, outDepths >>> 2, (outDepths >>> 2) + count);
-    const both = out.slice(at, at + 2 * count);
-    return { count, slots: both.subarray(0, count), depths: both.subarray(count) };
   }
 
   /**

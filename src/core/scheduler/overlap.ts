@@ -68,18 +68,12 @@ export class OverlapMatcher {
     }
     const seq = req.hashes?.seq;
     if (seq === undefined || seq.length === 0) return false;
-    const cap = this.#table.cap;
-    // Transient: read before the next call into the module (the other indexes below).
-    const m = this.#src.index.findMatchesTransient(seq, true);
-    for (let i = 0; i < m.count; i++) {
-      const s = m.slots[i]!;
-      if (s < cap) dev[s] = m.depths[i]!;
-    }
+    // The events index and the in-flight prompts in one module call; the other indexes raise `dev` after.
+    this.#active.matchInto(this.#src.index, seq, dev, depth);
     if (isHybrid(this.#src.groups))
       clampToGroups(this.#src.groups, this.#src.index, this.#table, seq, n, this.#blockSize);
     this.#raiseToPredicted(seq, dev);
     this.#raiseToFallback(seq, dev);
-    this.#active.depthsInto(seq, depth);
     if (this.#tiered) this.#matchTiers(seq, n);
     this.#distrust(n);
     return this.#tiered;
