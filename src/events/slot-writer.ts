@@ -40,6 +40,8 @@ interface Current {
   next: number;
   word: number;
   applied: number;
+  /** The removals of a refused batch (`#refuse`): counted as salvaged, and no sign that the slot's events flow. */
+  readonly salvage: boolean;
 }
 
 /**
@@ -107,14 +109,14 @@ export class SlotWriter {
    * Decodes an accepted batch (unless the stream already did: `decoded`); its events are applied by
    * `applySlice`. A batch that cannot be used is reported and skipped.
    *
-   * A batch is applied whole or not at all: one holding an event that did not decode is refused before any of
-   * its events touches the index (`#refuse`). The engine applied the batch as one step; applying only the events
-   * around the bad one would index a state the engine never had (a store whose removal was the bad event, blocks
-   * chained under one that was dropped). It is judged here, at no cost per event: the decoder (or the ingestion
-   * thread) has already collected every event's error before a batch reaches the writer. The refusals the
-   * applier answers per event (another block size, another group, an unnamed LoRA, an unknown parent) are not
-   * malformed events but ones kvgate does not index, which an engine mixes with good ones by design (a hybrid
-   * model's groups), so they stay per event, as in Dynamo.
+   * A batch holding an event that did not decode is refused (`#refuse`): none of its stores touches the index,
+   * its decoded removals do. The engine applied the batch as one step; its stores without the bad event could
+   * index a state the engine never had (a store whose removal was the bad event, blocks chained under one that
+   * was dropped), while its removals can only leave the index holding less than the engine does. It is judged
+   * here, at no cost per event: the decoder (or the ingestion thread) has already collected every event's error
+   * before a batch reaches the writer. The refusals the applier answers per event (another block size, another
+   * group, an unnamed LoRA, an unknown parent) are not malformed events but ones kvgate does not index, which an
+   * engine mixes with good ones by design (a hybrid model's groups), so they stay per event, as in Dynamo.
    */
   accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin, decoded?: KvEventBatch): void {
     this.#seeded = false;
@@ -123,23 +125,38 @@ export class SlotWriter {
     for (const e of batch.errors) this.decodeError(e, seq);
     if (!this.ownRank(batch, seq)) return;
     if (batch.errors.length > 0) {
-      this.#refuse(seq, batch);
+      this.#refuse(seq, batch, origin);
       return;
     }
     const packed = batch instanceof PackedBatch;
     const count = packed ? batch.count : batch.events.length;
-    this.#current = { batch, origin, count, next: 0, word: packed ? batch.firstWord : 0, applied: 0 };
+    const word = packed ? batch.firstWord : 0;
+    this.#current = { batch, origin, count, next: 0, word, applied: 0, salvage: false };
   }
 
-  /** A batch holding an event that did not decode (each already reported): none of it is applied, counted and logged. */
-  #refuse(seq: bigint, batch: KvEventBatch): void {
-    const events = batch instanceof PackedBatch ? batch.count : batch.events.length;
+  /**
+   * A batch holding an event that did not decode (each already reported): counted as refused and logged; its
+   * stores are dropped and its decoded removals (`BlockRemoved`, `AllBlocksCleared`) applied, in their order,
+   * sliced as any batch (counted by `onSalvaged`). Dropping them too would leave blocks the engine evicted in
+   * the index, predicted as hits until the engine stored or removed them again; applied without the batch's
+   * stores they can only make the index hold less than the engine does (a store the engine made after a removal
+   * of the same block stays out). A bad event that was itself a removal is lost: nothing says which blocks it
+   * named. Not replayed instead: the engine's buffer holds the same bytes, refused again.
+   */
+  #refuse(seq: bigint, batch: KvEventBatch, origin: BatchOrigin): void {
+    // A handed-over batch builds its events as objects here (views of its buffer): refusals are rare.
+    const events = batch.events;
+    const removals = events.filter((ev) => ev.type !== 'stored');
     this.#hooks.onDropped?.(this.#slot, 'refused', seq);
     this.#log.warn(
       'refused',
-      { seq: String(seq), badEvents: batch.errors.length, goodEvents: events },
-      'KV event batch refused whole: an event in it did not decode, so none of its events were applied',
+      { seq: String(seq), badEvents: batch.errors.length, goodEvents: events.length, removalsApplied: removals.length },
+      'KV event batch refused: an event in it did not decode, so none of its stores were applied' +
+        (removals.length > 0 ? ' (its removals were)' : ''),
     );
+    if (removals.length === 0) return;
+    const salvaged: KvEventBatch = { ts: batch.ts, dpRank: batch.dpRank, events: removals, errors: [] };
+    this.#current = { batch: salvaged, origin, count: removals.length, next: 0, word: 0, applied: 0, salvage: true };
   }
 
   /** Whether a batch is for this slot's dp rank (or names none); one for another rank is reported (a decode error of `seq`). */
@@ -185,9 +202,12 @@ export class SlotWriter {
       }
       cur.next = to;
       budget.take(n);
+      if (cur.salvage) this.#hooks.onSalvaged?.(this.#slot, n);
     }
     if (cur.next < cur.count) return;
     this.#current = undefined;
+    // A refused batch's removals alone do not show the slot's events flowing, nor count as a replayed batch.
+    if (cur.salvage) return;
     if (cur.applied > 0 || (cur.count === 0 && cur.batch.errors.length === 0)) this.#liveness?.noteEvent(this.#slot);
     if (cur.origin === 'replay') this.#hooks.onBatch?.(this.#slot, 'replay');
   }

@@ -51,8 +51,8 @@ export type ResetReason =
  * - `garbage`: its sequence number cannot be the publisher's (absurdly far
  *   ahead, live or in a replay's answer, beyond the publisher's newest, or
  *   restart evidence refuted).
- * - `refused`: in sequence (live or replayed), but an event in it did not decode: the batch is refused whole
- *   (slot-writer.ts), none of its events applied; its seq is used up, as a batch that does not decode at all.
+ * - `refused`: in sequence (live or replayed), but an event in it did not decode: none of its stores is applied
+ *   (slot-writer.ts), only its removals (`onSalvaged`); its seq is used up, as a batch that does not decode at all.
  */
 export type DropReason = 'queue_full' | 'pending_full' | 'garbage' | 'refused';
 
@@ -78,6 +78,8 @@ export interface KvEventHooks {
   onReset?(slot: WorkerRank, reason: ResetReason, blocks: number): void;
   /** A batch was dropped unapplied (see DropReason). */
   onDropped?(slot: WorkerRank, reason: DropReason, seq: bigint): void;
+  /** `events` removals (`BlockRemoved`, `AllBlocksCleared`) of a `refused` batch were applied (slot-writer.ts). */
+  onSalvaged?(slot: WorkerRank, events: number): void;
   /** A replay request was sent (at most one per slot is in flight). */
   onReplayRequested?(slot: WorkerRank, fromSeq: bigint): void;
   /** A reset for `reason` kept the replica snapshot the slot was just seeded from (slot-writer.ts, `seeded`). */
@@ -120,6 +122,9 @@ export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks
     },
     onDropped: (slot, why, s) => {
       for (const h of hs) h.onDropped?.(slot, why, s);
+    },
+    onSalvaged: (slot, n) => {
+      for (const h of hs) h.onSalvaged?.(slot, n);
     },
     onReplayRequested: (slot, s) => {
       for (const h of hs) h.onReplayRequested?.(slot, s);
@@ -165,6 +170,8 @@ export interface KvEventCountersSnapshot {
   /** Resets that kept a replica snapshot's blocks instead, by the reset's reason. */
   seedsKept: Record<ResetReason, number>;
   dropped: Record<DropReason, number>;
+  /** Removals of `refused` batches applied (`onSalvaged`), over every slot. */
+  salvagedRemovals: number;
   /** SUB sockets' connections made and lost, and subscriptions ended, over every slot. */
   connections: Record<SubscriptionChange, number>;
   /** Per `"workerId:dpRank"`. */
@@ -210,6 +217,7 @@ export class KvEventCounters implements KvEventHooks {
       resets: zeros(RESETS),
       seedsKept: zeros(RESETS),
       dropped: zeros(DROPS),
+      salvagedRemovals: 0,
       connections: zeros(SUBSCRIPTION_CHANGES),
       slots: {},
     };
@@ -281,6 +289,10 @@ export class KvEventCounters implements KvEventHooks {
   onDropped(slot: WorkerRank, reason: DropReason): void {
     this.#s.dropped[reason]++;
     this.#slot(slot).dropped++;
+  }
+
+  onSalvaged(_slot: WorkerRank, events: number): void {
+    this.#s.salvagedRemovals += events;
   }
 
   onReplayRequested(slot: WorkerRank): void {

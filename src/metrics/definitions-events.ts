@@ -46,8 +46,16 @@ export const EVENT_METRIC_DEFINITIONS = {
     help:
       'KV event batches dropped unapplied: queue_full (replayed later), pending_full (parked behind a replay past the ' +
       'bound; recovered by the next replay), garbage (sequence numbers the publisher never sent) or refused (an ' +
-      'event in it did not decode: none of its events applied).',
+      'event in it did not decode: none of its stores applied, its removals are).',
     labelNames: ['worker_id', 'dp_rank', 'reason'],
+  },
+  kvEventRefusedRemovals: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_refused_removals_applied_total',
+    help:
+      'Removal events (BlockRemoved, AllBlocksCleared) of refused KV event batches applied to the prefix index: ' +
+      'the blocks the engine evicted leave the index though the batch stores nothing.',
+    labelNames: ['worker_id', 'dp_rank'],
   },
   kvEventSeedsKept: {
     kind: 'counter',

@@ -38,6 +38,7 @@ export function eventHooks(m: KvgateMetrics | undefined, watch: EventWatch, bloc
     onGap: (slot) => m.kvEventGaps.labels(slotLabels(slot)).inc(),
     onReplay,
     onDropped: (slot, reason) => m.kvEventDropped.labels({ ...slotLabels(slot), reason }).inc(),
+    onSalvaged: (slot, events) => m.kvEventRefusedRemovals.labels(slotLabels(slot)).inc(events),
     onReset: (slot, reason) => {
       m.kvEventResets.labels({ ...slotLabels(slot), reason }).inc();
       if (reason === 'restart') m.kvEventPublisherRestarts.labels(slotLabels(slot)).inc();

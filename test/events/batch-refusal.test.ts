@@ -1,8 +1,9 @@
 /**
- * A batch is applied whole or not at all (slot-writer.ts, `accept`): one holding an event that does not
- * decode is refused before any of its events reaches the index, whether the main thread decoded it or an
- * ingestion thread handed it over packed. Counted (`dropped.refused`, and each bad event as a decode error)
- * and logged; its seq is used up, and the next batch is applied as usual.
+ * A batch holding an event that does not decode is refused (slot-writer.ts, `accept`): none of its stores
+ * reaches the index, whether the main thread decoded it or an ingestion thread handed it over packed. Counted
+ * (`dropped.refused`, and each bad event as a decode error) and logged; its seq is used up, and the next batch
+ * is applied as usual. Its decoded removals are applied (counted in `salvagedRemovals`): the engine evicted
+ * those blocks whatever the bad event was.
  */
 import { decode, encode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
@@ -11,7 +12,7 @@ import { BatchPacker } from '../../src/events/batch-codec.js';
 import { eachPackedBatch } from '../../src/events/packed-batch.js';
 import { captureWarnings } from '../helpers/capture-log.js';
 import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
-import { A, B, C, setup, stored } from './stream-fixture.js';
+import { A, B, C, D, setup, stored } from './stream-fixture.js';
 
 /** `events` as the engine encodes them, then one it does not (an unknown tag) as the batch's last. */
 function withBadLast(events: TestEvent[]): Uint8Array {
@@ -19,20 +20,28 @@ function withBadLast(events: TestEvent[]): Uint8Array {
   return encode([ts, [...evs, ['BlockMoved', [1], null, A, 4]], rank], { useBigInt64: true });
 }
 
+/** A stream (`setup`) and how a batch reaches it: decoded by the stream, or decoded and packed as a thread does. */
+function refusalSetup(handOver: boolean) {
+  const lines: Record<string, unknown>[] = [];
+  const t = setup({ logger: captureWarnings(lines) });
+  const offer = (seq: bigint, payload: Uint8Array): void => {
+    if (!handOver) return t.deliver({ seq, payload });
+    const r = decodeKvEventBatch(payload);
+    if (!r.ok) throw new Error(r.error.message);
+    const locals = r.batch.events.map((ev) => (ev.type === 'stored' ? storedLocalHashes(ev, 4) : undefined));
+    const packer = new BatchPacker();
+    packer.add(1, seq, r.batch, locals);
+    eachPackedBatch(structuredClone(packer.take()), (_id, s, b) => t.stream.onDecoded(s, b));
+  };
+  return { ...t, lines, offer };
+}
+
 describe('a KV-event batch holding a bad event', () => {
   for (const handOver of [false, true]) {
-    it(`is refused whole: none of its blocks is indexed (${handOver ? 'handed over packed' : 'decoded here'})`, () => {
-      const lines: Record<string, unknown>[] = [];
-      const { stream, deliver, depth, counters } = setup({ logger: captureWarnings(lines) });
-      const offer = (seq: bigint, payload: Uint8Array): void => {
-        if (!handOver) return deliver({ seq, payload });
-        const r = decodeKvEventBatch(payload);
-        if (!r.ok) throw new Error(r.error.message);
-        const locals = r.batch.events.map((ev) => (ev.type === 'stored' ? storedLocalHashes(ev, 4) : undefined));
-        const packer = new BatchPacker();
-        packer.add(1, seq, r.batch, locals);
-        eachPackedBatch(structuredClone(packer.take()), (_id, s, b) => stream.onDecoded(s, b));
-      };
+    const how = handOver ? 'handed over packed' : 'decoded here';
+
+    it(`is refused: none of its blocks is indexed (${how})`, () => {
+      const { offer, depth, counters, lines, stream } = refusalSetup(handOver);
       offer(0n, encodeBatch([stored(1, null, A)]));
       // Two good stores (one chained under the block of batch 0), then the bad event.
       offer(1n, withBadLast([stored(2, 100, B), stored(3, null, C)]));
@@ -41,12 +50,49 @@ describe('a KV-event batch holding a bad event', () => {
       const s = counters.snapshot();
       expect(s.dropped.refused).toBe(1);
       expect(s.decodeErrors.unknown_tag).toBe(1);
-      expect(lines).toContainEqual(expect.objectContaining({ workerId: 7, seq: '1', badEvents: 1, goodEvents: 2 }));
+      expect(s.salvagedRemovals).toBe(0);
+      expect(lines).toContainEqual(
+        expect.objectContaining({ workerId: 7, seq: '1', badEvents: 1, goodEvents: 2, removalsApplied: 0 }),
+      );
       // Its seq is used up: the next batch is in sequence and applied.
       expect(stream.cursor).toBe(1n);
       offer(2n, encodeBatch([stored(2, 100, B)]));
       expect(depth([...A, ...B])).toBe(2);
       expect(counters.snapshot().gaps).toBe(0);
+    });
+
+    it(`still has its removals applied, its stores refused (${how})`, () => {
+      const { offer, depth, counters, lines, liveness, clock } = refusalSetup(handOver);
+      offer(0n, encodeBatch([stored(1, null, A), stored(2, 100, B), stored(3, null, C)]));
+      expect(depth([...A, ...B])).toBe(2);
+      liveness.noteDispatch({ workerId: 7, dpRank: 0 });
+      clock.advance(5000);
+      // B evicted (its engine hash is 200), D stored under the root, then the bad event.
+      offer(1n, withBadLast([{ type: 'removed', blockHashes: [200n] }, stored(4, null, D)]));
+      expect(depth([...A, ...B])).toBe(1);
+      expect(depth(C)).toBe(1);
+      expect(depth(D)).toBe(0);
+      const s = counters.snapshot();
+      expect(s.dropped.refused).toBe(1);
+      expect(s.salvagedRemovals).toBe(1);
+      expect(s.events.removed.ok).toBe(1);
+      expect(lines).toContainEqual(
+        expect.objectContaining({ seq: '1', badEvents: 1, goodEvents: 2, removalsApplied: 1 }),
+      );
+      // The removals alone do not show the slot's events flowing: it went stale meanwhile and stays so.
+      expect(liveness.status(7, 0)).toBe('stale');
+    });
+
+    it(`has its AllBlocksCleared applied, in order with its stores refused (${how})`, () => {
+      const { offer, depth, counters } = refusalSetup(handOver);
+      offer(0n, encodeBatch([stored(1, null, A), stored(3, null, C)]));
+      offer(1n, withBadLast([stored(4, null, D), { type: 'cleared' }, stored(2, 100, B)]));
+      expect(depth(A)).toBe(0);
+      expect(depth(C)).toBe(0);
+      expect(depth(D)).toBe(0);
+      expect(counters.snapshot().salvagedRemovals).toBe(1);
+      offer(2n, encodeBatch([stored(1, null, A)]));
+      expect(depth(A)).toBe(1);
     });
   }
 });

@@ -1,9 +1,11 @@
 /**
- * A batch is applied whole or not at all, over real sockets: `kvgate serve` subscribed to an engine's KV events
- * on ZMQ receives a batch whose good stored events are followed by one that does not decode. None of its blocks
- * is indexed (the router's query endpoint predicts no overlap for their prompt), the refusal is counted
- * (`kvgate_kv_event_dropped_total{reason="refused"}`), and the engine's next batch is applied as usual. On the
- * main thread and on an ingestion thread (the batch handed over packed).
+ * A batch holding an event that does not decode, over real sockets: `kvgate serve` subscribed to an engine's KV
+ * events on ZMQ receives a batch whose good events are followed by one that does not decode. None of its stored
+ * blocks is indexed (the router's query endpoint predicts no overlap for their prompt), the refusal is counted
+ * (`kvgate_kv_event_dropped_total{reason="refused"}`), and the engine's next batch is applied as usual. Its
+ * removals are applied: the blocks the engine evicted are no longer predicted
+ * (`kvgate_kv_event_refused_removals_applied_total`). On the main thread and on an ingestion thread (the batch
+ * handed over packed).
  */
 import { decode, encode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
@@ -35,9 +37,9 @@ function storedEvents(tokens: number[], hashBase: number): TestEvent[] {
   ];
 }
 
-/** The two good events of REFUSED's blocks, then one with a tag no engine sends. */
-function refusedBatch(): Uint8Array {
-  const [ts, evs, rank] = decode(encodeBatch(storedEvents(REFUSED, 100)), { useBigInt64: true }) as unknown[];
+/** `events` (by default the two of REFUSED's blocks), then one with a tag no engine sends. */
+function refusedBatch(events: TestEvent[] = storedEvents(REFUSED, 100)): Uint8Array {
+  const [ts, evs, rank] = decode(encodeBatch(events), { useBigInt64: true }) as unknown[];
   return encode([ts, [...(evs as unknown[]), ['BlockMoved', [7], null, [1, 2], BS]], rank], { useBigInt64: true });
 }
 
@@ -54,6 +56,24 @@ describe('a KV-event batch with a bad last event', () => {
       expect(await overlap(REFUSED)).toBe(0);
       expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
       expect(await metric(url, 'kvgate_kv_event_decode_errors_total', { kind: 'unknown_tag' })).toBe(1);
+      expect(await metric(url, 'kvgate_kv_event_refused_removals_applied_total')).toBe(0);
+    }, 60_000);
+
+    it(`still removes the blocks it evicts, its stores refused (ingest_threads ${threads})`, async () => {
+      const { url, pub, overlap } = await gateway({ ingest_threads: threads });
+      const kept = prompt(9000);
+      await pub.publish(storedEvents(kept, 300));
+      await until(async () => (await overlap(kept)) === BLOCKS, "the first batch's blocks indexed");
+      // The engine evicts kept's last two blocks (its hashes 302, 303) and stores REFUSED's in the same step.
+      await pub.publishPayload(
+        refusedBatch([{ type: 'removed', blockHashes: [302n, 303n] }, ...storedEvents(REFUSED, 100)]),
+      );
+      await pub.publish(storedEvents(NEXT, 900));
+      await until(async () => (await overlap(NEXT)) === BLOCKS, "the next batch's blocks indexed");
+      expect(await overlap(kept)).toBe(BLOCKS / 2);
+      expect(await overlap(REFUSED)).toBe(0);
+      expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
+      expect(await metric(url, 'kvgate_kv_event_refused_removals_applied_total')).toBe(1);
     }, 60_000);
   }
 });
