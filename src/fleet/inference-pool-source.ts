@@ -5,8 +5,10 @@
  * `spec.targetPorts[].number`; the pods matching the selector in the pool's
  * namespace are listed and watched (`KubeListWatch`), and every change hands
  * the picker the endpoints `<podIP>:<targetPort>` of the pods that are ready
- * (condition Ready True, an IP, not being deleted). The pool is read again
- * before each list of its pods (at start, after a 410, after a failure), so a
+ * (condition Ready True, an IP, not being deleted), with each pod's name and
+ * creation time (two listed pods may share an IP: the picker routes the
+ * newer). The pool is read again before each list of its pods (at start,
+ * after a 410, after a failure), so a
  * changed selector or port is followed from the next list. A pod's KV-event
  * publisher is `tcp://<podIP>:<port>`, the port being its `kvgate.io/kv-events-port`
  * annotation (or label), else its container port named `kv-events`; a pod with
@@ -28,6 +30,11 @@ export interface PoolEndpoint {
   readonly endpoint: string;
   /** The pod's KV-event publisher, `tcp://ip:port`; undefined when the pod names none. */
   readonly kvEvents?: string | undefined;
+  /**
+   * The pod's `metadata.creationTimestamp` (RFC 3339); of two listed pods with one endpoint
+   * (an IP reused while the old pod is still listed) the picker routes the newer.
+   */
+  readonly created?: string | undefined;
 }
 
 /** The container port named so is a pod's KV-event publisher (when no annotation names one). */
@@ -38,6 +45,7 @@ interface Pod {
   metadata?: {
     name?: string;
     resourceVersion?: string;
+    creationTimestamp?: string;
     deletionTimestamp?: string;
     labels?: Record<string, string>;
     annotations?: Record<string, string>;
@@ -146,7 +154,13 @@ export class InferencePoolSource {
           `pod ${name}: ${KV_EVENTS_PORT} is not a port number; its KV events are not subscribed`,
         );
       const kvEvents = kv !== undefined && 'port' in kv ? `tcp://${host}:${kv.port}` : undefined;
-      endpoints.push({ name, endpoint: `${host}:${this.#port}`, ...(kvEvents === undefined ? {} : { kvEvents }) });
+      const created = p.metadata?.creationTimestamp;
+      endpoints.push({
+        name,
+        endpoint: `${host}:${this.#port}`,
+        ...(kvEvents === undefined ? {} : { kvEvents }),
+        ...(created === undefined ? {} : { created }),
+      });
     }
     endpoints.sort((a, b) => a.name.localeCompare(b.name));
     const key = JSON.stringify(endpoints);

@@ -3,8 +3,9 @@
  * the gateway's own router underneath (routing's `KvRouter`: the same cost
  * model, bookkeeping and shedding as `kvgate serve`), for a data plane that
  * dispatches itself. It owns the pool's endpoints (`ip:port` to a stable
- * worker id, kept while the pod is listed) and the booking of every request
- * in flight, and follows each request's life as the data plane reports it:
+ * worker id, kept while the pod is listed; one per endpoint, the newer pod's
+ * when two listed pods share one) and the booking of every request in flight,
+ * and follows each request's life as the data plane reports it:
  *
  *   pick (booked on the first endpoint) -> served (moved to the endpoint that really served)
  *        -> firstToken (prefill done) -> end (freed; exactly once, however the stream ends)
@@ -38,6 +39,7 @@ import {
   type WatchedWorker,
 } from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
+import { EndpointOwners } from './endpoint-owners.js';
 
 /**
  * How often the router's bookkeeping expires what outlived its TTL (bookings, approximate entries) and the
@@ -84,6 +86,14 @@ function endpointAddress(entry: string): { host: string; port: string | undefine
   return { host: canonicalHost(entry), port: undefined };
 }
 
+/** What a pod list changed: endpoints joined and left, endpoints handed over, pods shadowed (listed, not routed). */
+export interface PoolChange {
+  readonly joined: string[];
+  readonly left: string[];
+  readonly handedOver: string[];
+  readonly shadowed: string[];
+}
+
 interface Booking {
   readonly input: PickInput;
   endpoint: string;
@@ -108,11 +118,13 @@ export class EndpointPicker {
   readonly #logger: Logger;
   readonly #metrics: KvgateMetrics | undefined;
   readonly #fallbacks: number;
-  /** endpoint -> worker id, and back. */
+  /** endpoint -> worker id, and back: one worker per endpoint, its owner's (`EndpointOwners`). */
   readonly #ids = new Map<string, number>();
   readonly #endpoints = new Map<number, string>();
-  /** pod name -> worker id: a pod keeps its id while it is listed. */
+  /** routed pod name -> worker id: a pod keeps its id while it is listed and owns its endpoint. */
   readonly #byName = new Map<string, number>();
+  /** Which listed pod owns each endpoint (two may list one: an IP reused while the old pod is still listed). */
+  readonly #owners: EndpointOwners;
   readonly #bookings = new Map<string, Booking>();
   /** The pods' KV-event subscriptions (undefined: `use_kv_events` off, every pod approximate). */
   readonly #events: ReturnType<typeof kvPool>['events'];
@@ -129,6 +141,7 @@ export class EndpointPicker {
 
   constructor(opts: EndpointPickerOptions) {
     this.#logger = opts.logger;
+    this.#owners = new EndpointOwners(opts.logger);
     this.#metrics = opts.metrics;
     this.#fallbacks = Math.max(1, opts.fallbacks);
     const m = opts.model;
@@ -209,10 +222,12 @@ export class EndpointPicker {
    * The endpoints of the pool's ready pods now: the new join, the gone leave (the router forgets their load). A
    * request booked on an endpoint stays booked here until its stream ends, wherever its pod went: an endpoint that
    * joins (again: a pod back from NotReady, which served on meanwhile) is booked with the requests still in flight on
-   * it, so its load is what it runs, not zero.
+   * it, so its load is what it runs, not zero. Of two listed pods with one endpoint (an IP reused while the old pod
+   * is still listed) only the newer is routed (`EndpointOwners`): an endpoint handed over is its old owner leaving
+   * and its new owner joining, told and returned as a handover too.
    */
-  setEndpoints(pods: readonly PoolEndpoint[]): { joined: string[]; left: string[] } {
-    const next = new Map(pods.map((p) => [p.name, p]));
+  setEndpoints(pods: readonly PoolEndpoint[]): PoolChange {
+    const { owners: next, handedOver, shadowed } = this.#owners.apply(pods);
     const joined: string[] = [];
     const left: string[] = [];
     for (const [name, id] of [...this.#byName]) {
@@ -220,52 +235,68 @@ export class EndpointPicker {
       const now = next.get(name);
       // A pod whose address or publisher changed is another engine: it leaves and joins anew.
       if (now?.endpoint === endpoint && now.kvEvents === this.#publishers.get(id)) continue;
-      this.#router.removeWorker(id);
-      // Ids are never reused here (each pod that joins gets the next): the gone pod's series go with it, once its
-      // subscription is stopped, or pod churn would pile up a series set per pod that ever served.
-      const forget = (): void => void this.#metrics?.forgetWorker(id);
-      if (this.#publishers.delete(id) && this.#events !== undefined) void this.#events.remove(id).finally(forget);
-      else forget();
-      this.#byName.delete(name);
-      this.#endpoints.delete(id);
-      this.#ids.delete(endpoint);
-      this.#kvWatch.forget(id);
-      this.#blockSizeWarned.delete(id);
+      this.#leave(name, id, endpoint);
       left.push(endpoint);
     }
     for (const [name, pod] of next) {
       if (this.#byName.has(name)) continue;
-      const id = this.#nextId++;
-      this.#byName.set(name, id);
-      this.#endpoints.set(id, pod.endpoint);
-      this.#ids.set(pod.endpoint, id);
-      this.#router.addWorker(id, {});
-      if (this.#events !== undefined && pod.kvEvents !== undefined) {
-        this.#publishers.set(id, pod.kvEvents);
-        this.#events
-          .add({ workerId: id, dpRank: 0, endpoint: pod.kvEvents })
-          .catch((err: Error) => this.#subscriptionRefused(id, pod, err));
-      }
+      this.#join(name, pod);
       joined.push(pod.endpoint);
-      // The router dropped these when the endpoint left (removeWorker frees its requests), so none is booked twice.
-      let rebooked = 0;
-      for (const [requestId, b] of this.#bookings) {
-        if (b.endpoint !== pod.endpoint) continue;
-        this.#book(requestId, b, id);
-        rebooked++;
-      }
-      if (rebooked > 0)
-        this.#logger.info(
-          { endpoint: pod.endpoint, requests: rebooked },
-          `endpoint ${pod.endpoint} joined with ${rebooked} request(s) still in flight on it: booked there again`,
-        );
     }
-    const line = { joined, left, endpoints: this.#endpoints.size };
+    const line = {
+      joined,
+      left,
+      endpoints: this.#endpoints.size,
+      ...(handedOver.length > 0 ? { handedOver: handedOver.map((h) => h.endpoint) } : {}),
+    };
     // The last ready pod gone: every request is refused (KVG_ERR_NO_WORKERS) until one is back.
     if (left.length > 0 && this.#endpoints.size === 0)
       this.#logger.warn(line, 'picker endpoints changed: no endpoint of the pool is ready, requests are refused');
     else if (joined.length + left.length > 0) this.#logger.info(line, 'picker endpoints changed');
-    return { joined, left };
+    return { joined, left, handedOver: handedOver.map((h) => h.endpoint), shadowed };
+  }
+
+  /** A routed pod leaves: everything kept under its worker id goes (ids are never reused). */
+  #leave(name: string, id: number, endpoint: string): void {
+    this.#router.removeWorker(id);
+    // Ids are never reused here (each pod that joins gets the next): the gone pod's series go with it, once its
+    // subscription is stopped, or pod churn would pile up a series set per pod that ever served.
+    const forget = (): void => void this.#metrics?.forgetWorker(id);
+    if (this.#publishers.delete(id) && this.#events !== undefined) void this.#events.remove(id).finally(forget);
+    else forget();
+    this.#byName.delete(name);
+    this.#endpoints.delete(id);
+    // Only the entry this pod owns: the endpoint may be another pod's already.
+    if (this.#ids.get(endpoint) === id) this.#ids.delete(endpoint);
+    this.#kvWatch.forget(id);
+    this.#blockSizeWarned.delete(id);
+  }
+
+  /** A pod joins with the next worker id: its KV events subscribed, the requests in flight on its endpoint booked. */
+  #join(name: string, pod: PoolEndpoint): void {
+    const id = this.#nextId++;
+    this.#byName.set(name, id);
+    this.#endpoints.set(id, pod.endpoint);
+    this.#ids.set(pod.endpoint, id);
+    this.#router.addWorker(id, {});
+    if (this.#events !== undefined && pod.kvEvents !== undefined) {
+      this.#publishers.set(id, pod.kvEvents);
+      this.#events
+        .add({ workerId: id, dpRank: 0, endpoint: pod.kvEvents })
+        .catch((err: Error) => this.#subscriptionRefused(id, pod, err));
+    }
+    // The router dropped these when the endpoint left (removeWorker frees its requests), so none is booked twice.
+    let rebooked = 0;
+    for (const [requestId, b] of this.#bookings) {
+      if (b.endpoint !== pod.endpoint) continue;
+      this.#book(requestId, b, id);
+      rebooked++;
+    }
+    if (rebooked > 0)
+      this.#logger.info(
+        { endpoint: pod.endpoint, requests: rebooked },
+        `endpoint ${pod.endpoint} joined with ${rebooked} request(s) still in flight on it: booked there again`,
+      );
   }
 
   /** A pod's KV events could not be subscribed: logged and counted as the gateway counts a worker's. */
@@ -290,6 +321,8 @@ export class EndpointPicker {
       endpoints: this.#endpoints.size,
       ids: this.#ids.size,
       names: this.#byName.size,
+      listed: this.#owners.sizes.listed,
+      shadowed: this.#owners.sizes.shadowed,
       publishers: this.#publishers.size,
       blockSizeWarned: this.#blockSizeWarned.size,
       kvEventStates: this.#kvWatch.size,

@@ -105,19 +105,21 @@ export class PickerServer {
 
   /**
    * The pool's ready endpoints now (the InferencePool source calls it on every change). Each join and leave is
-   * counted, so a pod that turns NotReady and back between two scrapes shows though the gauge reads the same.
+   * counted, so a pod that turns NotReady and back between two scrapes shows though the gauge reads the same; so is
+   * each endpoint handed over to another pod and each pod shadowed (two listed with one endpoint: `EndpointOwners`).
    */
   setEndpoints(pods: readonly PoolEndpoint[]): void {
     const change = this.#picker.setEndpoints(pods);
     const model = this.#opts.model.name;
     this.#opts.metrics.pickerEndpoints.labels({ model }).set(this.#picker.endpoints.length);
     const membership = this.#opts.metrics.workerMembership;
-    for (const [kind, endpoints] of [
+    for (const [kind, changed] of [
       ['joined', change.joined],
       ['left', change.left],
+      ['handed_over', change.handedOver],
+      ['shadowed', change.shadowed],
     ] as const)
-      if (endpoints.length > 0)
-        membership.labels({ model, source: 'inference_pool', change: kind }).inc(endpoints.length);
+      if (changed.length > 0) membership.labels({ model, source: 'inference_pool', change: kind }).inc(changed.length);
     if (!this.#synced) this.#opts.logger.info({ endpoints: change.joined }, 'picker ready: the pool is listed');
     this.#synced = true;
   }

@@ -29,6 +29,7 @@ export interface Pod {
     labels: Record<string, string>;
     annotations?: Record<string, string>;
     resourceVersion?: string;
+    creationTimestamp?: string;
     deletionTimestamp?: string;
   };
   spec?: { containers: { name: string; ports?: { name?: string; containerPort: number }[] }[] };

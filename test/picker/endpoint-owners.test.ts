@@ -1,0 +1,125 @@
+/**
+ * `EndpointOwners`: of two listed pods with one endpoint (an IP reused while the old pod is still listed) the newer
+ * owns it, whatever the list's order; the owner leaving hands the endpoint back to the pod still listed; each change
+ * is one line. And through `EndpointPicker`: the endpoint handed back stays routable, its booking on it kept.
+ */
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { ManualClock, seededRng } from '../../src/common/index.js';
+import { loadGatewayConfig } from '../../src/config/index.js';
+import type { PoolEndpoint } from '../../src/fleet/index.js';
+import { EndpointOwners } from '../../src/picker/endpoint-owners.js';
+import { EndpointPicker } from '../../src/picker/endpoint-picker.js';
+import { promptHashes } from '../../src/wasm/index.js';
+
+const X = '10.0.0.1:8000';
+const Y = '10.0.0.2:8000';
+const OLD: PoolEndpoint = { name: 'b-old', endpoint: X, created: '2026-01-01T00:00:00Z' };
+const NEW: PoolEndpoint = { name: 'a-new', endpoint: X, created: '2026-01-01T00:10:00Z' };
+const OTHER: PoolEndpoint = { name: 'c', endpoint: Y, created: '2026-01-01T00:00:00Z' };
+
+function owners(): { owners: EndpointOwners; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+  return { owners: new EndpointOwners(logger), lines };
+}
+
+describe('EndpointOwners', () => {
+  it('gives the endpoint to the pod created later, in either list order; the other is shadowed (a warn line)', () => {
+    for (const list of [
+      [NEW, OLD, OTHER],
+      [OLD, NEW, OTHER],
+    ]) {
+      const { owners: o, lines } = owners();
+      const got = o.apply(list);
+      expect([...got.owners.keys()].sort()).toEqual(['a-new', 'c']);
+      expect(got).toMatchObject({ handedOver: [], shadowed: ['b-old'] });
+      expect(lines).toMatchObject([{ level: 40, pod: 'b-old', owner: 'a-new', endpoint: X }]);
+      expect(o.sizes).toEqual({ listed: 3, shadowed: 1 });
+    }
+  });
+
+  it('hands the endpoint to the newer pod, back to the old one when the newer leaves, and tells each change', () => {
+    const { owners: o, lines } = owners();
+    o.apply([OLD, OTHER]);
+    expect(o.apply([OLD, NEW, OTHER])).toMatchObject({ handedOver: [{ endpoint: X, from: 'b-old', to: 'a-new' }] });
+    expect(o.apply([OLD, NEW, OTHER])).toMatchObject({ handedOver: [], shadowed: [] });
+    expect(o.apply([OLD, OTHER])).toMatchObject({ handedOver: [{ endpoint: X, from: 'a-new', to: 'b-old' }] });
+    o.apply([OLD, NEW, OTHER]);
+    o.apply([NEW, OTHER]);
+    expect(o.sizes).toEqual({ listed: 2, shadowed: 0 });
+    expect(lines.map((l) => [l['level'], l['msg']])).toEqual([
+      [40, expect.stringMatching(/^endpoint 10.0.0.1:8000 handed over from pod b-old to pod a-new: both are listed/)],
+      [30, 'endpoint 10.0.0.1:8000 handed over from pod a-new to pod b-old (a-new is not listed)'],
+      [40, expect.stringMatching(/^endpoint 10.0.0.1:8000 handed over from pod b-old to pod a-new: both are listed/)],
+      [30, 'pod b-old (not routed: a newer pod owns its endpoint 10.0.0.1:8000) is no longer listed'],
+    ]);
+  });
+
+  it('without creation times, the pod listed later owns the endpoint', () => {
+    const { owners: o } = owners();
+    o.apply([{ name: 'z', endpoint: X }]);
+    expect([
+      ...o
+        .apply([
+          { name: 'a', endpoint: X },
+          { name: 'z', endpoint: X },
+        ])
+        .owners.keys(),
+    ]).toEqual(['a']);
+  });
+});
+
+describe('EndpointPicker: an endpoint handed over between two listed pods', () => {
+  it('stays routable, with its request in flight booked on its new owner once', async () => {
+    const config = loadGatewayConfig({
+      env: {},
+      base: {
+        models: [
+          {
+            name: 'm',
+            tokenizer: 'demo',
+            router: { use_kv_events: false },
+            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
+          },
+        ],
+      },
+    });
+    const picker = new EndpointPicker({
+      model: config.models[0]!,
+      logger: pino({ level: 'silent' }),
+      clock: new ManualClock(0),
+      rng: seededRng(1),
+      fallbacks: 3,
+    });
+    const ids = Uint32Array.from({ length: 32 }, (_, i) => i + 1);
+    const request = (requestId: string, subset?: string[]) => ({
+      requestId,
+      tokenIds: ids,
+      hashes: promptHashes(ids, 16),
+      hints: { annotations: [] },
+      subset,
+    });
+    try {
+      expect(picker.setEndpoints([OLD, OTHER])).toMatchObject({ joined: [X, Y], handedOver: [] });
+      expect(picker.pick(request('r1', [X]))).toEqual([X]);
+      expect(picker.setEndpoints([OLD, NEW, OTHER])).toEqual({
+        joined: [X],
+        left: [X],
+        handedOver: [X],
+        shadowed: ['b-old'],
+      });
+      // One worker per endpoint: X is named once.
+      expect(picker.pick(request('r2')).sort()).toEqual([X, Y]);
+      picker.end('r2');
+      expect(picker.setEndpoints([NEW, OTHER])).toEqual({ joined: [], left: [], handedOver: [], shadowed: [] });
+      expect(picker.pick(request('r3', [X]))).toEqual([X]);
+      expect(picker.bookings()).toEqual({ [X]: 2 });
+      picker.end('r1');
+      picker.end('r3');
+      expect(picker.footprint()).toMatchObject({ endpoints: 2, ids: 2, names: 2, routerWorkers: 2, bookings: 0 });
+    } finally {
+      await picker.close();
+    }
+  });
+});
