@@ -3,7 +3,8 @@
  * still listed (Ready, not yet marked for deletion), over real gRPC sockets (the test plays Envoy; the pods come from
  * the Kubernetes API double and are never dialled). The newer pod (created later) owns the endpoint: it is one
  * endpoint in the answer, one KV-event subscription, and the handover is a warn line and a count; the old pod leaving
- * the list later takes nothing of the new pod's (a subset hint and the served-endpoint readback still find it).
+ * the list later takes nothing of the new pod's (a subset hint and the served-endpoint readback still find it), and
+ * listed again it does not take the endpoint back.
  */
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -146,5 +147,18 @@ describe('kvgate picker: an endpoint listed for two pods (an IP reused while the
       level: 30,
       endpoint: X,
     });
+  });
+
+  it('leaves the endpoint with the newer pod when the older one is listed again (its creationTimestamp decides)', async () => {
+    kube.putPod(pod('vllm-old', REUSED, '2026-01-01T00:00:00Z'));
+    await until(() => listings() === 4, 'the old pod listed again');
+    expect(await membership('handed_over')).toBe(1);
+    expect(await membership('shadowed')).toBe(2);
+    expect(logs.find((l) => /^pod vllm-old is listed with endpoint/.test(String(l['msg'])))).toMatchObject({
+      level: 40,
+      endpoint: X,
+      owner: 'vllm-new',
+    });
+    expect(picker.footprint()).toMatchObject({ endpoints: 2, ids: 2, names: 2, listed: 3, shadowed: 1 });
   });
 });
