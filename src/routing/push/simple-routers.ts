@@ -7,6 +7,12 @@
  *
  * WorkerRanks are (worker, dp rank) slots; load comes from the router's own
  * bookkeeping through `LoadSource`, never from the engines.
+ *
+ * A leg that avoids workers its request failed on (a retry, a migration's
+ * continuation) is a `retry` turn. The rotating routers keep a rotation per
+ * turn, so retries rotate among themselves and never move the rotation of
+ * first attempts: otherwise each failing request would advance it twice, and
+ * with two workers every first attempt would land on the failing one.
  */
 import type { Rng, SimpleRouterMode, WorkerRank } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
@@ -16,10 +22,28 @@ export interface LoadSource {
   activeRequests(slot: WorkerRank): number;
 }
 
+/** `first`: a request's first attempt; `retry`: a leg that avoids workers its request failed on. */
+export type Turn = 'first' | 'retry';
+
 export interface SimpleRouter {
   readonly name: SimpleRouterMode;
-  peek(candidates: readonly WorkerRank[]): WorkerRank;
-  select(candidates: readonly WorkerRank[]): WorkerRank;
+  /** What `select` with the same turn would choose now, changing nothing. */
+  peek(candidates: readonly WorkerRank[], turn?: Turn): WorkerRank;
+  /** Chooses and advances (only the rotation of `turn`, where the router rotates). */
+  select(candidates: readonly WorkerRank[], turn?: Turn): WorkerRank;
+}
+
+/** A rotating router's positions, one per turn. */
+class Rotations {
+  readonly #at: Record<Turn, number> = { first: 0, retry: 0 };
+
+  at(turn: Turn): number {
+    return this.#at[turn];
+  }
+
+  advance(turn: Turn): void {
+    this.#at[turn] = (this.#at[turn] + 1) % 0x40000000;
+  }
 }
 
 function nonEmpty(candidates: readonly WorkerRank[]): void {
@@ -28,16 +52,16 @@ function nonEmpty(candidates: readonly WorkerRank[]): void {
 
 class RoundRobinRouter implements SimpleRouter {
   readonly name = 'round-robin';
-  #next = 0;
+  readonly #next = new Rotations();
 
-  peek(candidates: readonly WorkerRank[]): WorkerRank {
+  peek(candidates: readonly WorkerRank[], turn: Turn = 'first'): WorkerRank {
     nonEmpty(candidates);
-    return candidates[this.#next % candidates.length]!;
+    return candidates[this.#next.at(turn) % candidates.length]!;
   }
 
-  select(candidates: readonly WorkerRank[]): WorkerRank {
-    const c = this.peek(candidates);
-    this.#next = (this.#next + 1) % 0x40000000;
+  select(candidates: readonly WorkerRank[], turn: Turn = 'first'): WorkerRank {
+    const c = this.peek(candidates, turn);
+    this.#next.advance(turn);
     return c;
   }
 }
@@ -104,19 +128,20 @@ class PowerOfTwoRouter implements SimpleRouter {
 class LeastLoadedRouter implements SimpleRouter {
   readonly name = 'least-loaded';
   readonly #load: LoadSource;
-  #rotation = 0;
+  readonly #rotation = new Rotations();
 
   constructor(load: LoadSource) {
     this.#load = load;
   }
 
-  peek(candidates: readonly WorkerRank[]): WorkerRank {
+  peek(candidates: readonly WorkerRank[], turn: Turn = 'first'): WorkerRank {
     nonEmpty(candidates);
     const n = candidates.length;
-    let best = candidates[this.#rotation % n]!;
+    const at = this.#rotation.at(turn);
+    let best = candidates[at % n]!;
     let bestLoad = this.#load.activeRequests(best);
     for (let k = 1; k < n; k++) {
-      const c = candidates[(this.#rotation + k) % n]!;
+      const c = candidates[(at + k) % n]!;
       const l = this.#load.activeRequests(c);
       if (l < bestLoad) {
         best = c;
@@ -126,9 +151,9 @@ class LeastLoadedRouter implements SimpleRouter {
     return best;
   }
 
-  select(candidates: readonly WorkerRank[]): WorkerRank {
-    const c = this.peek(candidates);
-    this.#rotation = (this.#rotation + 1) % 0x40000000;
+  select(candidates: readonly WorkerRank[], turn: Turn = 'first'): WorkerRank {
+    const c = this.peek(candidates, turn);
+    this.#rotation.advance(turn);
     return c;
   }
 }

@@ -1,7 +1,8 @@
 /**
  * The simple modes (round-robin, random, power-of-two, least-loaded): a pin
  * is honoured when the request has one (`resolvePin`), otherwise the mode's
- * rule picks among the eligible slots by this pool's own load.
+ * rule picks among the eligible slots by this pool's own load. A leg that
+ * excludes workers (its request failed there) takes the rule's `retry` turn.
  */
 import type { Rng, SimpleRouterMode, WorkerRank } from '../../common/index.js';
 import { resolvePin } from '../pins.js';
@@ -25,6 +26,9 @@ export class SimpleSelector extends LocalSelector {
     const pin = resolvePin(req.phase, req.routing);
     if (pin !== undefined) return { slot: pinnedSlot(this.pool, pin), pinned: true };
     const candidates = eligibleSlots(this.pool, req.routing, exclude);
-    return { slot: mode === 'query' ? this.#rule.peek(candidates) : this.#rule.select(candidates), pinned: false };
+    // A leg avoiding workers its request failed on is a retry: it must not move the rotation of first attempts.
+    const turn = exclude !== undefined && exclude.size > 0 ? 'retry' : 'first';
+    const slot = mode === 'query' ? this.#rule.peek(candidates, turn) : this.#rule.select(candidates, turn);
+    return { slot, pinned: false };
   }
 }

@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { metric } from '../../helpers/metric-sum.js';
 import { lineOf, MOCKER_OS_PORTS, start, stop, type Proc } from '../../helpers/process.js';
 
 describe('retry before the first byte on engine 500/502/503', () => {
@@ -79,6 +80,19 @@ describe('retry before the first byte on engine 500/502/503', () => {
       .split('\n')
       .find((l) => l.startsWith('kvgate_router_retries_total{') && l.includes('reason="engine_503"'));
     expect(Number(line?.split(' ').pop())).toBeGreaterThan(0);
+  }, 30_000);
+
+  // A retry used to advance the rotation of first attempts as well: with two workers, every request's first attempt then
+  // landed on the failing one (each request moved the rotation twice). Of 8 requests in a row, round robin sends the
+  // failing worker exactly 4 first attempts, whatever the rotation's phase (its injected errors), each retried once.
+  it("a retry leaves round robin's first attempts alternating: the failing worker gets every other request", async () => {
+    const injected = (): Promise<number> => metric(failing, 'kvgate_mocker_injected_errors_total');
+    const [errors, retries] = [await injected(), await metric(url, 'kvgate_router_retries_total')];
+    const statuses = [];
+    for (let i = 0; i < 8; i++) statuses.push(await complete(false));
+    expect(statuses).toEqual(Array.from({ length: 8 }, () => 200));
+    expect((await injected()) - errors).toBe(4);
+    expect((await metric(url, 'kvgate_router_retries_total')) - retries).toBe(4);
   }, 30_000);
 
   async function retried(reason: string): Promise<number> {

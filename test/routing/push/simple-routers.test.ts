@@ -36,6 +36,26 @@ describe('simple routers', () => {
     expect(picks).toEqual([0, 1, 2, 3, 0, 1, 2, 3]);
   });
 
+  // Worker 0 fails every attempt and each request retries once without it. A retry used to advance the same rotation,
+  // so every first attempt landed on worker 0; least-loaded's tie rotation (all idle) skewed the same way.
+  it('a retry turn never moves the rotation of first attempts (round-robin, least-loaded on ties)', () => {
+    const two = cands.slice(0, 2);
+    for (const mode of ['round-robin', 'least-loaded'] as const) {
+      const r = createSimpleRouter(mode, { rng: seededRng(1), load: loadOf({}) });
+      const firsts: number[] = [];
+      for (let i = 0; i < 6; i++) {
+        const first = r.select(two).workerId;
+        firsts.push(first);
+        if (first === 0) expect(r.select(two.slice(1), 'retry').workerId).toBe(1);
+      }
+      expect(firsts, mode).toEqual([0, 1, 0, 1, 0, 1]);
+      // Retries rotate among themselves, and a peek of either turn agrees with its select.
+      expect(r.peek(cands.slice(1), 'retry')).toEqual(r.select(cands.slice(1), 'retry'));
+      expect([1, 2].map(() => r.select(cands.slice(1), 'retry').workerId)).toEqual([2, 3]);
+      expect(r.peek(two)).toEqual(r.select(two));
+    }
+  });
+
   it('random is uniform over candidates (seeded, 40,000 draws within 3 %)', () => {
     const r = createSimpleRouter('random', { rng: seededRng(7), load: loadOf({}) });
     const counts = new Map<string, number>();
