@@ -19,6 +19,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   requestTimeoutMs: 600_000,
   engineFirstByteTimeoutMs: 60_000,
   engineStreamIdleTimeoutMs: 30_000,
+  /** `engine_connections.max_per_worker` (undici's per-origin pool size). */
+  engineMaxConnectionsPerWorker: 256,
   headerTimeoutMs: 30_000,
   bodyTimeoutMs: 30_000,
   bodyDeadlineMs: 60_000,

@@ -23,6 +23,8 @@ const RESTART_FIELDS: readonly [string, (c: GatewayConfig) => unknown][] = [
   ['listen.backlog', (c) => c.listenBacklog],
   ['admin', (c) => c.admin],
   ['health', (c) => c.health],
+  // Each worker's engine pool is sized when it opens: a new size would hold for workers joining after the reload only.
+  ['engine_connections.max_per_worker', (c) => c.engineConnections.maxPerWorker],
   ['preprocess', (c) => c.preprocess],
   ['log.level', (c) => c.logLevel],
   ['processes', (c) => c.processes],

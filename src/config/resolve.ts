@@ -31,6 +31,7 @@ const TOP_KEYS = [
   'log',
   'router',
   'engine_timeouts',
+  'engine_connections',
   'kv_events',
   'models',
   'replicas',
@@ -177,6 +178,14 @@ function readTracing(root: ConfigReader): GatewayConfig['tracing'] {
   };
 }
 
+/** `engine_connections`: the connections to each worker's engine (read once, as each worker's engine pool opens). */
+function readEngineConnections(root: ConfigReader): GatewayConfig['engineConnections'] {
+  const e = root.child('engine_connections');
+  e?.allowOnly(['max_per_worker']);
+  const D = GATEWAY_DEFAULTS.engineMaxConnectionsPerWorker;
+  return { maxPerWorker: e?.int('max_per_worker', D, { min: 1, max: 65_536 }) ?? D };
+}
+
 /** The process sections: shutdown, preprocessing threads, log level. */
 function readProcess(
   root: ConfigReader,
@@ -287,6 +296,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const tenants = readTenants(root, apiKeys);
   const health = readHealth(root);
   const tracing = readTracing(root);
+  const engineConnections = readEngineConnections(root);
   const { drainTimeoutMs, preprocess, logLevel, processes } = readProcess(root);
   const pidFile = root.optStr('pid_file');
   const { kvEvents, kvIngestThreads } = readKvEventBounds(root);
@@ -301,6 +311,7 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
     limits,
     tenants,
     health,
+    engineConnections,
     tracing,
     drainTimeoutMs,
     preprocess,

@@ -398,10 +398,7 @@ export interface GatewayConfig {
   readonly listen: ListenAddress;
   /** `listen.backlog`: the kernel's queue of connections not yet accepted by the listeners (listen(2)'s backlog). */
   readonly listenBacklog: number;
-  /**
-   * Admin endpoints (`/admin/*`): off unless `enabled`. With `listen` they are served
-   * only on that separate listener; without it, on the public listener (behind API keys).
-   */
+  /** Admin endpoints (`/admin/*`), off unless `enabled`: only on `listen` when set, else on the public listener behind API keys. */
   readonly admin: { readonly enabled: boolean; readonly listen: ListenAddress | undefined };
   /** Accepted `Authorization: Bearer` keys; empty = no authentication. Never logged. */
   readonly apiKeys: readonly string[];
@@ -410,6 +407,8 @@ export interface GatewayConfig {
   readonly tenants: TenantsConfig;
   /** Active health probing of every worker (GET /health). */
   readonly health: HealthConfig;
+  /** `engine_connections.max_per_worker`: connections to one worker's engine at most (a request each); more wait for one. */
+  readonly engineConnections: { readonly maxPerWorker: number };
   readonly tracing: TracingConfig;
   /** SIGTERM: stop accepting, let in-flight requests finish up to this long, then cut them. */
   readonly drainTimeoutMs: number;

@@ -89,7 +89,7 @@ export interface WorkerPoolStats {
   connected: number;
   /** Open sockets with no request. */
   free: number;
-  /** Requests waiting for a socket. */
+  /** Requests not yet on a socket: waiting for one (every connection busy), or for a new one to connect. */
   queued: number;
   /** Requests in flight. */
   running: number;
@@ -147,6 +147,12 @@ interface WorkerEntry {
   /** Path prefix of the worker URL ('' for none). */
   basePath: string;
   pool: Pool;
+}
+
+/** A pool's counts read from undici's `PoolStats` snapshot (`pending`: in its queue, or on a socket still connecting). */
+function poolStats({ url, pool }: WorkerEntry): WorkerPoolStats {
+  const s = pool.stats;
+  return { worker: url, connected: s.connected, free: s.free, queued: s.pending, running: s.running };
 }
 
 /**
@@ -262,10 +268,13 @@ export class EngineClient {
 
   /** Snapshot of each worker pool's socket and request counts. */
   stats(): WorkerPoolStats[] {
-    return [...this.#workers.values()].map(({ url, pool }) => {
-      const s = pool.stats;
-      return { worker: url, connected: s.connected, free: s.free, queued: s.pending, running: s.running };
-    });
+    return [...this.#workers.values()].map(poolStats);
+  }
+
+  /** Snapshot of one registered worker's pool (undici's own counts); undefined for a worker not registered. */
+  workerStats(url: string): WorkerPoolStats | undefined {
+    const entry = this.#byUrl.get(url) ?? this.#workers.get(normalizeWorkerUrl(url));
+    return entry === undefined ? undefined : poolStats(entry);
   }
 
   /**

@@ -29,6 +29,7 @@ import { EngineClient } from '../engines/index.js';
 import { IpcTransport, NatsTransport, ReplicaSync, channelKey, warmStartModel } from '../replicas/index.js';
 import { ModelRouter, makeRouterContext } from '../routing/index.js';
 import { EngineChecks } from './engine-checks.js';
+import { watchEngineConnections } from './engine-gauges.js';
 import { EtcdWorkersSource } from './etcd-source.js';
 import { fleetHealth } from './health.js';
 import { KubernetesWorkersSource } from './kubernetes-source.js';
@@ -169,6 +170,8 @@ export class Fleet {
   /** Each model's discovery sources (its workers file first), started with its router. */
   readonly #sources = new Map<string, WorkerSource[]>();
   readonly #routers = new Map<string, ModelRouter>();
+  /** Each model's engine-connection gauges (engine-gauges.ts), written at every scrape until stopped. */
+  readonly #engineGauges = new Map<string, () => void>();
   /** Each model's services, once its router is built: model-check outcomes go there. */
   readonly #services = new Map<string, ModelServices>();
   /** Model-check outcomes that came before their model's router (the first round's), by worker id. */
@@ -184,6 +187,7 @@ export class Fleet {
     this.#factory = opts.factory ?? modelRouter;
     this.#sync = replicaSync(config, opts.cluster);
     this.engine = new EngineClient({
+      connections: config.engineConnections.maxPerWorker,
       headersTimeoutMs: config.limits.requestTimeoutMs,
       bodyTimeoutMs: config.limits.requestTimeoutMs,
     });
@@ -239,6 +243,11 @@ export class Fleet {
     const inspected = this.#checks.watch(model, services);
     for (const source of this.#sources.get(model.name) ?? []) source.start(services.logger, services.metrics);
     this.#services.set(model.name, services);
+    this.#engineGauges.get(model.name)?.();
+    this.#engineGauges.set(
+      model.name,
+      watchEngineConnections(model.name, this.registry, this.engine, services.metrics),
+    );
     if (this.#firstRound === undefined) {
       this.#firstRound = this.#prober.probeAll();
       this.#prober.start();
@@ -288,6 +297,7 @@ export class Fleet {
   async close(): Promise<void> {
     await Promise.all([...this.#sources.values()].flat().map((s) => s.close()));
     for (const c of [this.#prober, this.#outliers, this.#checks]) c.close();
+    for (const stop of this.#engineGauges.values()) stop();
     await this.#sync?.close();
     await this.engine.close();
   }

@@ -58,6 +58,25 @@ export const WORKER_METRIC_DEFINITIONS = {
       'gone from them, its requests refused).',
     labelNames: ['model', 'to'],
   },
+  // ---- engine connections: each worker's pool of connections to its engine, read at every scrape
+  workerEngineConnections: {
+    kind: 'gauge',
+    name: 'kvgate_worker_engine_connections',
+    help:
+      "Connections open to the worker's engine: state=busy (carrying a request) or idle (kept alive for the next); " +
+      'busy reaches engine_connections.max_per_worker when every connection is in use.',
+    labelNames: ['model', 'worker_id', 'state'],
+    scraped: true,
+  },
+  workerEngineRequestsWaiting: {
+    kind: 'gauge',
+    name: 'kvgate_worker_engine_requests_waiting',
+    help:
+      "Requests to the worker's engine waiting for a connection: every one of engine_connections.max_per_worker " +
+      'busy, or a new one still connecting. The engine has not seen them.',
+    labelNames: ['model', 'worker_id'],
+    scraped: true,
+  },
   // ---- health probing
   healthTransitions: {
     kind: 'counter',

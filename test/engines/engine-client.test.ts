@@ -489,6 +489,9 @@ describe('EngineClient pools', () => {
     const held = Array.from({ length: 5 }, () => c.dispatch(e.url, '/hold', {}));
     await until(() => e.requests.length === 4, 5_000, 'two held requests');
     expect(c.stats()).toEqual([{ worker: e.url, connected: 2, free: 0, queued: 3, running: 2 }]);
+    // One worker's counts, however its URL is spelled; none for a worker not registered.
+    expect(c.workerStats(`${e.url}/`)).toEqual(c.stats()[0]);
+    expect(c.workerStats('http://127.0.0.1:1')).toBeUndefined();
     expect(e.openSockets()).toBe(2);
     release.resolve();
     await Promise.all(held);
