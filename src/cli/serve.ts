@@ -429,8 +429,14 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
   });
   removePidFile();
   leaveCluster();
-  // What the shutdown gave up on (a connection a silent NATS server never took the end of) must not keep the
-  // process alive: it exits once the shutdown's own last writes had time to leave.
-  setTimeout(() => process.exit(), EXIT_AFTER_STOP_MS).unref();
+  // The last resort: a handle the shutdown did not close (every one it knows of, it closes) must not keep the
+  // process alive. Firing is a defect to fix where the handle comes from: the warn line names what was left.
+  setTimeout(() => {
+    h.gateway.logger.warn(
+      { resources: process.getActiveResourcesInfo(), waitedMs: EXIT_AFTER_STOP_MS },
+      'shutdown: handles still open after the gateway stopped kept the process alive; exiting anyway',
+    );
+    process.exit();
+  }, EXIT_AFTER_STOP_MS).unref();
   return 0;
 }

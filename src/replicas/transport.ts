@@ -8,6 +8,7 @@
 import { Backoff } from '../common/index.js';
 import {
   ConnectionError,
+  NatsConnectionImpl,
   NoRespondersError,
   RequestError,
   connect,
@@ -242,6 +243,22 @@ export class NatsTransport implements SyncTransport {
     const abandoned = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), CLOSE_ACK_MS)));
     const acknowledged = await Promise.race([nc.close().then(() => true), abandoned]);
     clearTimeout(timer);
+    dropReconnectAttempt(nc);
     return acknowledged;
   }
+}
+
+/**
+ * Closes the socket of the reconnect attempt that `nc.close()` leaves open. The client's close ends a transport
+ * only once it finished its handshake (before, the transport's close returns at once), and it cancels the
+ * attempt's connect timeout without settling it: an attempt on a silent server (a paused process's kernel still
+ * accepts the TCP connection) waits for the server's INFO for as long as the server says nothing, its socket keeping
+ * the process alive after shutdown. `discard` is the transport's own release (the client calls it on the previous
+ * transport before each attempt); on a transport that closed it is not called. Pinned to the client's version: a
+ * client whose connection is not this class leaves the attempt to the process's exit guard (src/cli/serve.ts).
+ */
+function dropReconnectAttempt(nc: NatsConnection): void {
+  if (!(nc instanceof NatsConnectionImpl)) return;
+  const transport = nc.protocol.transport;
+  if (!transport.isClosed) transport.discard();
 }
