@@ -5,9 +5,12 @@
  * client close the connection for good all the same (it gave up reconnecting, or
  * the server refused it), kvgate opens a new one, with back-off.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import diagnosticsChannel from 'node:diagnostics_channel';
+import type { Socket } from 'node:net';
 import { Backoff } from '../common/index.js';
 import {
-  ConnectionError,
+  InvalidArgumentError,
   NatsConnectionImpl,
   NoRespondersError,
   RequestError,
@@ -15,7 +18,7 @@ import {
   type NatsConnection,
 } from '@nats-io/transport-node';
 
-/** How often a first connection that was refused is tried again. */
+/** How long after a failed first connection attempt the next one starts. */
 const FIRST_CONNECT_RETRY_MS = 250;
 /** How long `close` waits for the server to take the connection's end. */
 const CLOSE_ACK_MS = 2000;
@@ -79,6 +82,8 @@ export class NatsTransport implements SyncTransport {
   #nc: NatsConnection | undefined;
   #connected = false;
   #closed = false;
+  /** The sockets of kvgate's connection attempt in progress, first or reopening (see `connectReleasingSockets`). */
+  #attempt: Set<Socket> | undefined;
   readonly #subs: Subscriber[] = [];
   readonly #ready: Promise<void>;
   readonly #servers: readonly string[];
@@ -89,14 +94,14 @@ export class NatsTransport implements SyncTransport {
    * Starts connecting (in the background: the first server may come up later). Until the first connection, kvgate
    * retries itself (every `FIRST_CONNECT_RETRY_MS`, on a timer that keeps no process alive) rather than the
    * client's `waitOnFirstConnect`: that loop cannot be stopped, so a gateway whose NATS never came up did not exit
-   * after its shutdown. `close` stops the retries.
+   * after its shutdown. `close` stops the retries. Only a configuration error (a bad URL or option) ends them,
+   * reported through `onStatus`; routing goes on alone.
    */
   constructor(servers: readonly string[], name: string, opts: NatsTransportOptions = {}) {
     this.#servers = servers;
     this.#name = name;
     this.#opts = opts;
     this.#ready = this.#firstConnect();
-    // A failure here (a bad URL) is reported through onStatus; routing goes on alone.
     this.#ready.catch((err: unknown) => this.onStatus?.('disconnected', `cannot connect: ${(err as Error).message}`));
   }
 
@@ -112,20 +117,40 @@ export class NatsTransport implements SyncTransport {
     };
   }
 
+  /**
+   * Connects, trying again after any failure but a configuration error: a server not up yet (refused), one that
+   * accepts the connection but does not greet it in `connectTimeoutMs` (hung, paused, cut off), a name not
+   * resolved yet, a refusal the server's operator may mend. The first failure is reported (`disconnected`, its
+   * reason in the detail: the bus status logs it at warn and counts it) and the others are not (one every
+   * `FIRST_CONNECT_RETRY_MS` for as long as NATS is away); the connection, when it comes, is reported `connected`.
+   */
   async #firstConnect(): Promise<void> {
-    const options = this.#options();
     let nc: NatsConnection | undefined;
+    let reported = false;
     while (nc === undefined) {
       if (this.#closed) return;
       try {
-        nc = await connect(options);
+        nc = await this.#attemptConnect();
       } catch (err) {
-        // A server not up yet is waited for; anything else (a bad URL) will not mend by waiting.
-        if (!(err instanceof ConnectionError)) throw err;
+        if (isConfigurationError(err)) throw err;
+        if (!reported && !this.#closed)
+          this.onStatus?.('disconnected', `cannot connect yet, retrying: ${(err as Error).message}`);
+        reported = true;
         await new Promise((resolve) => setTimeout(resolve, FIRST_CONNECT_RETRY_MS).unref());
       }
     }
     this.#use(nc, `connected to ${nc.getServer()}`);
+  }
+
+  /** One connection attempt: its sockets closed should it fail, or `close` be called while it waits. */
+  async #attemptConnect(): Promise<NatsConnection> {
+    const attempt = new Set<Socket>();
+    this.#attempt = attempt;
+    try {
+      return await connectReleasingSockets(this.#options(), attempt);
+    } finally {
+      if (this.#attempt === attempt) this.#attempt = undefined;
+    }
   }
 
   /** Takes `nc` as the connection: the subscriptions made on it, its changes and its closing watched. */
@@ -164,7 +189,7 @@ export class NatsTransport implements SyncTransport {
       await new Promise((resolve) => setTimeout(resolve, backoff.next()).unref());
       if (this.#closed) return;
       try {
-        const nc = await connect(this.#options());
+        const nc = await this.#attemptConnect();
         this.#use(nc, `reconnected to ${nc.getServer()} after the connection was closed`);
         return;
       } catch {
@@ -234,6 +259,9 @@ export class NatsTransport implements SyncTransport {
 
   async close(): Promise<boolean> {
     this.#closed = true;
+    // An attempt waiting on a silent server would hold its socket (and the process) until its timeout: it fails
+    // at once instead.
+    for (const socket of this.#attempt ?? []) socket.destroy();
     const nc = this.#nc;
     this.#nc = undefined;
     this.#connected = false;
@@ -261,4 +289,47 @@ function dropReconnectAttempt(nc: NatsConnection): void {
   if (!(nc instanceof NatsConnectionImpl)) return;
   const transport = nc.protocol.transport;
   if (!transport.isClosed) transport.discard();
+}
+
+/**
+ * A client error that trying again will not mend: its options or a server URL refused before any connection. Any
+ * other failure of a first connection (refused, timed out, a name not resolved, the server's refusal) is retried.
+ */
+function isConfigurationError(err: unknown): boolean {
+  return err instanceof InvalidArgumentError || (err as { code?: unknown } | undefined)?.code === 'ERR_INVALID_URL';
+}
+
+/** Which sockets `connectReleasingSockets` records: those created in its async context. */
+const attemptSockets = new AsyncLocalStorage<Set<Socket>>();
+
+/**
+ * The client's `connect`, closing the sockets of an attempt that failed. An attempt that timed out waiting for the
+ * server's greeting (a hung server: its kernel accepted the connection) leaves its socket open, for as long as the
+ * server stays silent and after (the client's transport close does nothing before the handshake), so each retry
+ * on a hung server added one. The transport's own `discard` (as `dropReconnectAttempt` uses) is out of reach
+ * here: a failed `connect` keeps its connection object and transport to itself, and building them outside it
+ * would copy the client's connect (a private constructor, a transport factory its package does not export).
+ * Node names each socket a client creates on the `net.client.socket` diagnostics channel, synchronously, in the
+ * async context that created it: those of this call (and only those: other connections run in theirs) go into
+ * `sockets`, destroyed when the attempt fails (destroying a socket already closed does nothing). Destroying one
+ * while the attempt waits (`close`) fails the attempt at once. On success they belong to the connection; none of
+ * the connection's later sockets (its reconnects, created in this context too) is recorded, the channel
+ * unsubscribed by then.
+ */
+async function connectReleasingSockets(
+  options: Parameters<typeof connect>[0],
+  sockets: Set<Socket>,
+): Promise<NatsConnection> {
+  const record = (message: unknown): void => {
+    if (attemptSockets.getStore() === sockets) sockets.add((message as { socket: Socket }).socket);
+  };
+  diagnosticsChannel.subscribe('net.client.socket', record);
+  try {
+    return await attemptSockets.run(sockets, () => connect(options));
+  } catch (err) {
+    for (const socket of sockets) socket.destroy();
+    throw err;
+  } finally {
+    diagnosticsChannel.unsubscribe('net.client.socket', record);
+  }
 }

@@ -2,7 +2,8 @@
  * The NATS connection's keys take effect (`replicas.nats`): a `kvgate serve` with a short ping interval notices a
  * NATS server that stops answering without closing its connections (a paused process, as a hung server or a
  * partition leaves them) within a few hundred milliseconds, where the defaults take 10 s (two unanswered pings,
- * 5 s apart), and reconnects once it answers again. Over a real nats-server, paused with SIGSTOP.
+ * 5 s apart), and reconnects once it answers again; a short connect timeout lets one whose server is silent from
+ * its start try again soon. Over a real nats-server, paused with SIGSTOP.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,11 +16,15 @@ import { until } from '../../helpers/until.js';
 
 const MODEL = 'mock-model';
 
-/** A gateway config over one engine, its replicas on `natsUrl` with pings every 100 ms (one may go unanswered). */
+/**
+ * A gateway config over one engine, its replicas on `natsUrl` with pings every 100 ms (one may go unanswered) and
+ * the connection keys in `nats` besides.
+ */
 function gatewayFile(
   dir: string,
   natsUrl: string,
   engine: { readonly url: string; readonly kv_events: readonly string[] },
+  nats = '',
 ): string {
   const file = join(dir, 'kvgate.yaml');
   writeFileSync(
@@ -28,7 +33,7 @@ function gatewayFile(
       'listen: { port: 0 }',
       'preprocess: { threads: 0 }',
       'replicas:',
-      `  nats: { servers: ["${natsUrl}"], ping_interval_ms: 100, max_pings_out: 1, reconnect_wait_ms: 50 }`,
+      `  nats: { servers: ["${natsUrl}"], ping_interval_ms: 100, max_pings_out: 1, reconnect_wait_ms: 50${nats} }`,
       '  warm_start: false',
       'models:',
       `  - name: ${MODEL}`,
@@ -46,19 +51,29 @@ describe('replica sync: the NATS connection keys', () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
-  /** A nats-server, an engine and a gateway on them, its bus up; each stopped after the test. */
-  async function gatewayOnNats(): Promise<{ nats: NatsServer; proc: CliProcess; url: string }> {
-    const nats = await startNatsServer();
-    cleanups.push(() => nats.stop());
+  /** An engine and a gateway on `nats` (`natsKeys` added to its connection's), each stopped after the test. */
+  async function gatewayOn(nats: NatsServer, natsKeys = ''): Promise<{ proc: CliProcess; url: string }> {
     const m = await startMockerCli(['--model', MODEL, '--tokenizer', 'demo', '--speedup', '1'], 1);
     cleanups.push(() => m.proc.stop());
     const dir = mkdtempSync(join(tmpdir(), 'kvgate-nats-connection-'));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-    const { proc, url } = await startServeCli(gatewayFile(dir, nats.url, m.engines[0]!));
+    const { proc, url } = await startServeCli(gatewayFile(dir, nats.url, m.engines[0]!, natsKeys));
     cleanups.push(() => proc.stop());
+    return { proc, url };
+  }
+
+  /** A nats-server, an engine and a gateway on them, its bus up; each stopped after the test. */
+  async function gatewayOnNats(): Promise<{ nats: NatsServer; proc: CliProcess; url: string }> {
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.stop());
+    const { proc, url } = await gatewayOn(nats);
     await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up');
     return { nats, proc, url };
   }
+
+  /** The bus's warn line (the first), once the process printed it. */
+  const unavailable = (proc: CliProcess): Record<string, unknown> | undefined =>
+    jsonLogLines(proc).find((l) => String(l['msg']).startsWith('replica sync bus unavailable'));
 
   it('a short ping interval notices a silent NATS server within a second; the bus comes back when it answers', async () => {
     const { nats, proc, url } = await gatewayOnNats();
@@ -72,10 +87,8 @@ describe('replica sync: the NATS connection keys', () => {
     expect(performance.now() - paused).toBeLessThan(3000);
     // Logged in the turn the gauge fell, but its line comes through the process's stdout pipe and may arrive after
     // the scrape's answer (a loaded machine): waited for, not read once.
-    const unavailable = (): Record<string, unknown> | undefined =>
-      jsonLogLines(proc).find((l) => String(l['msg']).startsWith('replica sync bus unavailable'));
-    await until(() => unavailable() !== undefined, "the bus's warn line", 3000);
-    expect(unavailable()).toMatchObject({ level: 40 });
+    await until(() => unavailable(proc) !== undefined, "the bus's warn line", 3000);
+    expect(unavailable(proc)).toMatchObject({ level: 40 });
 
     nats.resume();
     await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up again', 10_000);
@@ -100,5 +113,31 @@ describe('replica sync: the NATS connection keys', () => {
     // guard ended the process (about 2.4 s after SIGTERM; 0.4 s with the attempt closed).
     expect(lines.filter((l) => String(l['msg']).startsWith('shutdown: handles still open'))).toEqual([]);
     expect(performance.now() - signalled).toBeLessThan(2000);
+  }, 60_000);
+
+  it('a NATS server silent from the start: the first connect times out, is tried again, and the bus comes up once it answers', async () => {
+    const nats = await startNatsServer();
+    cleanups.push(() => nats.stop());
+    nats.pause();
+    cleanups.push(() => nats.resume()); // first, should the test fail while the server is paused
+    const { proc, url } = await gatewayOn(nats, ', connect_timeout_ms: 200');
+
+    // The first attempt timed out: logged and counted once, however many attempts follow (one each 450 ms).
+    await until(() => unavailable(proc) !== undefined, "the bus's warn line", 5000);
+    expect(unavailable(proc)).toMatchObject({ level: 40, detail: expect.stringMatching(/timeout$/) });
+    expect(await metric(url, 'kvgate_replica_sync_bus_up')).toBe(0);
+
+    nats.resume();
+    // Before, the first timeout ended the attempts: the bus stayed down for the life of the process.
+    await until(async () => (await metric(url, 'kvgate_replica_sync_bus_up')) === 1, 'the bus up', 10_000);
+    const transitions = (transition: string) =>
+      metric(url, 'kvgate_replica_sync_bus_transitions_total', { transition });
+    expect(await transitions('disconnected')).toBe(1);
+    expect(await transitions('connected')).toBe(1);
+    await until(
+      () => jsonLogLines(proc).some((l) => l['msg'] === 'replica sync bus connected'),
+      "the bus's info line",
+      3000,
+    );
   }, 60_000);
 });
