@@ -254,7 +254,10 @@ export class KvRouter {
     }
     if (request.tokens === undefined)
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'a route request needs tokens or precomputed hashes');
-    const opts: BlockHashOptions = { ...request.hashOptions, loraName: request.routing?.loraName };
+    const loraName = request.routing?.loraName;
+    // No options object for a plain prompt (the usual one): the decision runs cold, and every allocation shows.
+    const opts: BlockHashOptions | undefined =
+      request.hashOptions === undefined && loraName === undefined ? undefined : { ...request.hashOptions, loraName };
     const t0 = this.#clock.now();
     // Views into a shared buffer: the router keeps them by reference only (bookkeeping, indexes, replica sync copies).
     const hashes = promptHashViews(request.tokens, blockSize, opts);

@@ -32,7 +32,7 @@ export interface PromptHashes {
 /** XXH3-64 of `bytes` with `seed` (default 0). */
 export function xxh3(bytes: Uint8Array, seed: bigint = 0n): bigint {
   const m = wasm();
-  const ptr = m.exports.ioReserve(Math.max(bytes.length, 1));
+  const ptr = m.reserve(Math.max(bytes.length, 1));
   m.views().u8.set(bytes, ptr);
   const s = BigInt.asUintN(64, seed);
   return BigInt.asUintN(64, m.exports.xxh3_64(ptr, bytes.length, Number(s & 0xffffffffn), Number(s >> 32n)));
@@ -144,7 +144,7 @@ function hashInto(
   const total = mmValOff + mmCount * 8 + 8;
   // The seed first: computing a new one hashes the LoRA name through the same io region.
   const seed = seedFor(opts?.loraName, opts?.cacheSalt);
-  const io = m.exports.ioReserve(total);
+  const io = m.reserve(total);
   const v = m.views();
   writeTokens(v.u32, io, tokens);
   let mmOffsets = 0;
@@ -222,7 +222,7 @@ export function promptHashViews(
 export function sequenceHashes(local: BigUint64Array): BigUint64Array {
   const m = wasm();
   const n = local.length;
-  const io = m.exports.ioReserve(n * 16 + 8);
+  const io = m.reserve(n * 16 + 8);
   const v = m.views();
   v.u64.set(local, io >>> 3);
   m.exports.chainSequence(io, n, io + n * 8);

@@ -33,7 +33,7 @@ export function jsonIdArray(bytes: Uint8Array, start: number): { ids: Uint32Arra
   const len = bytes.length - start;
   // The bytes, eight zero bytes, then room for an id a digit and its separator, 4-byte aligned.
   const idsAt = (len + PADDING + 3) & ~3;
-  const io = m.exports.ioReserve(idsAt + (((len + 1) >> 1) << 2));
+  const io = m.reserve(idsAt + (((len + 1) >> 1) << 2));
   const { u8, u32 } = m.views();
   u8.set(bytes.subarray(start), io);
   u8.fill(0, io + len, io + len + PADDING);

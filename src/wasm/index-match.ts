@@ -36,7 +36,7 @@ export function matchHashes(
   copy: boolean,
 ): OverlapScores {
   const n = hashes.length;
-  const io = m.exports.ioReserve(n * 8 + slotCap * 8 + 16);
+  const io = m.reserve(n * 8 + slotCap * 8 + 16);
   const v = m.views();
   v.u64.set(hashes, io >>> 3);
   const outSlots = io + n * 8;
@@ -74,7 +74,7 @@ export function matchStage(
   dev: Float64Array,
   depth: Float64Array,
 ): void {
-  const io = m.exports.ioReserve(slotCap * 8 + 8);
+  const io = m.reserve(slotCap * 8 + 8);
   const outSlots = io + 8;
   const outDepths = outSlots + slotCap * 4;
   const count = m.exports.matchStage(ix, trie.address, n, outSlots, outDepths, io);

@@ -91,7 +91,7 @@ function call(
   low: number,
   run: PackedRun,
 ): void {
-  const io = m.exports.ioReserve(words * 8 + src.maxEvents + 16);
+  const io = m.reserve(words * 8 + src.maxEvents + 16);
   m.views().u32.set(src.u32.subarray(2 * src.from, 2 * (src.from + words)), io >>> 2);
   // The words at [io, wordsEnd), then the stop reason and next offset (8 bytes), then the outcome bytes.
   const wordsEnd = io + words * 8;

@@ -217,7 +217,7 @@ export class PrefixIndex {
 
   #stored(ix: number, slot: number, parentHash: bigint | null, eng: BigUint64Array, local: BigUint64Array): number {
     const n = eng.length;
-    const io = this.#m.exports.ioReserve(n * 16 + 8);
+    const io = this.#m.reserve(n * 16 + 8);
     const v = this.#m.views();
     const base = io >>> 3;
     v.u64.set(eng, base);
@@ -251,7 +251,7 @@ export class PrefixIndex {
     if (slot === undefined) return { removed: 0, missing: n };
     const ix = this.#live();
     const missing = this.#guard('removed event', () => {
-      const io = this.#m.exports.ioReserve(n * 8 + 8);
+      const io = this.#m.reserve(n * 8 + 8);
       this.#m.views().u64.set(toU64Array(engineHashes), io >>> 3);
       return this.#m.exports.idxRemoved(ix, slot, n, io);
     });
@@ -379,7 +379,7 @@ export class PrefixIndex {
     for (let at = 0; at < pairs.length; at += EXPORT_PAGE * 2) {
       const page = pairs.subarray(at, Math.min(pairs.length, at + EXPORT_PAGE * 2));
       added += this.#guard('slot import', () => {
-        const io = this.#m.exports.ioReserve(page.length * 8);
+        const io = this.#m.reserve(page.length * 8);
         this.#m.views().u64.set(page, io >>> 3);
         return this.#m.exports.idxImportSlot(ix, slot, page.length / 2, io);
       });

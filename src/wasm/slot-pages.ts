@@ -10,7 +10,7 @@ export function exportSlotPages(m: WasmModule, ix: number, slot: number, blocks:
   let from = 0;
   let filled = 0;
   while (filled < out.length) {
-    const io = m.exports.ioReserve(EXPORT_PAGE * 16 + 8);
+    const io = m.reserve(EXPORT_PAGE * 16 + 8);
     const n = m.exports.idxExportSlot(ix, slot, from, Math.min(EXPORT_PAGE, (out.length - filled) / 2), io + 8, io);
     const v = m.views();
     out.set(v.u64.subarray((io + 8) >>> 3, ((io + 8) >>> 3) + n * 2), filled);

@@ -51,8 +51,8 @@ export class SlotFilter {
     let n = 0;
     const allowed = req.allowedWorkerIds;
     if (allowed === undefined) {
-      elig.set(table.all.subarray(0, table.allCount));
-      n = table.allCount;
+      elig.set(table.all);
+      n = table.all.length;
     } else {
       const set = allowed instanceof Set ? (allowed as ReadonlySet<number>) : new Set(allowed as readonly number[]);
       for (let i = 0; i < table.allCount; i++) {

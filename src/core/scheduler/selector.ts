@@ -123,7 +123,7 @@ export class SlotSelector {
     // The time-unit cost when the engines' step profile is known (the decode exception keeps [v1.5]).
     const model = knobs.decodeException ? undefined : this.#p.stepCost;
     const x = model === undefined ? undefined : this.#costInput(isl, requestBlocks, minPrefill);
-    const load = this.#stepCostLoad();
+    const load = x === undefined ? undefined : this.#stepCostLoad();
     const minOverflow = capacities && x === undefined ? this.#minOverflow(n, newBlocks, shareable, knobs) : 0;
     let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
@@ -154,7 +154,7 @@ export class SlotSelector {
         x.hostOverlap = hostOverlap;
         x.diskOverlap = diskOverlap;
         x.sharedBeyond = sharedBeyond;
-        cost = this.#stepCost(k, model!, x, load, s);
+        cost = this.#stepCost(k, model!, x, load!, s);
       }
       if (preferred !== undefined) cost *= table.taintFactor(s, preferred);
       if (overlap > maxOverlap) maxOverlap = overlap;
