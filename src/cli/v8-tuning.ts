@@ -64,26 +64,6 @@ export function tuneHeapGrowth(env: Readonly<Record<string, string | undefined>>
   return percent === 0 ? [] : applied([`--heap-growing-percent=${percent}`]);
 }
 
-/** V8's budget of bytecode inlined into one optimized function, raised from its default of 920. */
-const INLINING_BUDGET = 4600;
-const MAX_INLINING_BUDGET = 100_000;
-
-/**
- * The inlining budget flag applied (none when `KVGATE_V8_INLINING_BUDGET=0` keeps V8's own).
- * @throws Error when `KVGATE_V8_INLINING_BUDGET` is not a whole number from 0 to 100,000 (and sets nothing).
- */
-export function tuneInlining(env: Readonly<Record<string, string | undefined>>): string[] {
-  const raw = env['KVGATE_V8_INLINING_BUDGET'];
-  if (raw === undefined || raw === '') return applied([`--max-inlined-bytecode-size-cumulative=${INLINING_BUDGET}`]);
-  const budget = Number(raw);
-  if (!/^\d+$/.test(raw.trim()) || budget > MAX_INLINING_BUDGET)
-    throw new Error(
-      `KVGATE_V8_INLINING_BUDGET must be a whole number from 0 to ${MAX_INLINING_BUDGET} ` +
-        `(0 keeps V8's own budget), got ${JSON.stringify(raw)}`,
-    );
-  return budget === 0 ? [] : applied([`--max-inlined-bytecode-size-cumulative=${budget}`]);
-}
-
 function applied(flags: string[]): string[] {
   for (const flag of flags) setFlagsFromString(flag);
   return flags;

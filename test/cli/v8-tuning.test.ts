@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { getHeapStatistics } from 'node:v8';
 import { describe, expect, it } from 'vitest';
-import { tuneHeapGrowth, tuneInlining, tuneV8 } from '../../src/cli/v8-tuning.js';
+import { tuneHeapGrowth, tuneV8 } from '../../src/cli/v8-tuning.js';
 import { BIN, ROOT, assertBuilt } from '../helpers/process.js';
 
 describe("tuneV8 (the kvgate launcher's V8 settings)", () => {
@@ -13,27 +13,6 @@ describe("tuneV8 (the kvgate launcher's V8 settings)", () => {
 
   it("keeps V8's defaults when KVGATE_V8_PRETENURING=on", () => {
     expect(tuneV8({ KVGATE_V8_PRETENURING: 'on' })).toEqual([]);
-  });
-});
-
-describe("tuneInlining (the kvgate launcher's inlining budget)", () => {
-  it('raises the budget to 4,600 by default, and V8 takes the flag at run time', () => {
-    expect(tuneInlining({})).toEqual(['--max-inlined-bytecode-size-cumulative=4600']);
-    expect(getHeapStatistics().total_heap_size).toBeGreaterThan(0);
-  });
-
-  it("sets another budget, or keeps V8's own with 0", () => {
-    expect(tuneInlining({ KVGATE_V8_INLINING_BUDGET: '2000' })).toEqual([
-      '--max-inlined-bytecode-size-cumulative=2000',
-    ]);
-    expect(tuneInlining({ KVGATE_V8_INLINING_BUDGET: '0' })).toEqual([]);
-  });
-
-  it('refuses a budget that is not a whole number from 0 to 100,000, naming the variable', () => {
-    for (const bad of ['-1', '1.5', 'x', '100001'])
-      expect(() => tuneInlining({ KVGATE_V8_INLINING_BUDGET: bad })).toThrow(
-        /KVGATE_V8_INLINING_BUDGET must be a whole/,
-      );
   });
 });
 
