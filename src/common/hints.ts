@@ -93,7 +93,9 @@ export interface RoutingHints {
   readonly adapterRestricted?: boolean | undefined;
   /**
    * Seconds of queue priority: `max(0, nvext.agent_hints.priority)` (fallback: `latency_sensitivity`), at most the
-   * tenant class's `max_priority_jump` (the gateway clamps it: frontend's client-priority.ts).
+   * tenant class's `max_priority_jump` (the gateway clamps it: frontend's client-priority.ts). The router's queue
+   * clamps it again to its own `maxPriorityJump` (default 10 s; the gateway's routers 3600), the bound of a library
+   * caller's.
    */
   readonly priorityJump?: number | undefined;
   /** Absolute queue tier; higher always first. */

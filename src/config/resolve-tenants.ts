@@ -3,20 +3,13 @@
  * tenants (their class and the API keys that name them) and the header that may name a tenant instead. Absent,
  * every request belongs to the tenant `other` of one unlimited class `default`: kvgate behaves as without tenants.
  */
+import { DEFAULT_MAX_PRIORITY_JUMP, MAX_PRIORITY_JUMP_LIMIT } from '../core/index.js';
 import { show, type ConfigReader } from './reader.js';
 import { TOKEN } from './resolve-edge.js';
 import type { EnginePriorityRange, TenantClassConfig, TenantConfig, TenantsConfig } from './types.js';
 
 /** The tenant every request without a declared tenant belongs to (and its metric label). */
 export const OTHER_TENANT = 'other';
-
-/**
- * A class's `max_priority_jump` unless it sets one, in seconds: under `fcfs` a request may go ahead of those that
- * arrived up to this long before it (so a request waits behind no jumper that arrived more than this after it), under
- * `wspt` it weighs at most 11 times another. Dynamo's documented hint is 10; router-queue waits past 10 s are ones
- * clients give up on, so it covers what the hint is for (an interactive turn ahead of queued background work).
- */
-const DEFAULT_MAX_PRIORITY_JUMP = 10;
 
 /** The class of the section's absence. */
 const DEFAULT_CLASS: TenantClassConfig = {
@@ -28,6 +21,7 @@ const DEFAULT_CLASS: TenantClassConfig = {
   tokenRate: undefined,
   tokenBurst: 1,
   enginePriority: undefined,
+  // The router's own default bound too (core's queue.ts says why 10 s).
   maxPriorityJump: DEFAULT_MAX_PRIORITY_JUMP,
 };
 
@@ -71,7 +65,7 @@ function readClass(r: ConfigReader): TenantClassConfig {
     tokenRate,
     tokenBurst,
     enginePriority: readEnginePriority(r),
-    maxPriorityJump: r.num('max_priority_jump', DEFAULT_MAX_PRIORITY_JUMP, { min: 0, max: 3600 }),
+    maxPriorityJump: r.num('max_priority_jump', DEFAULT_MAX_PRIORITY_JUMP, { min: 0, max: MAX_PRIORITY_JUMP_LIMIT }),
   };
 }
 

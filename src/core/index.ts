@@ -24,6 +24,7 @@ export type {
 } from './config.js';
 export { ROUTER_PRESET_NAMES, isRouterPreset, routerPresetKnobs, routerPresetOptions } from './router-presets.js';
 export type { RouterPreset } from './router-presets.js';
+export { DEFAULT_MAX_PRIORITY_JUMP, MAX_PRIORITY_JUMP_LIMIT } from './queue.js';
 export { TokenBucket } from './token-bucket.js';
 export { BinaryHeap } from './binary-heap.js';
 export type { StepCostModel } from './step-cost.js';

@@ -19,8 +19,38 @@
  *
  * Cancellation is lazy: a cancelled entry stays in its heap and is skipped.
  */
+import { KvgateError } from '../errors/index.js';
 import { BinaryHeap } from './binary-heap.js';
 import type { QueueDepthTier, QueuePolicy } from './config.js';
+
+/**
+ * The most seconds a request's `priorityJump` may move it in the queue unless its router says otherwise (a
+ * scheduler's `maxPriorityJump`), and a tenant class's `max_priority_jump` unless it sets one: under `fcfs` a request
+ * may go ahead of those that arrived up to this long before it (so a request waits behind no jumper that arrived more
+ * than this after it), under `wspt` it weighs at most 11 times another. Dynamo's documented hint is 10; router-queue
+ * waits past 10 s are ones clients give up on, so it covers what the hint is for (an interactive turn ahead of queued
+ * background work).
+ */
+export const DEFAULT_MAX_PRIORITY_JUMP = 10;
+
+/** The largest bound on a priority jump either of them may set, in seconds (an hour). */
+export const MAX_PRIORITY_JUMP_LIMIT = 3600;
+
+/**
+ * A scheduler's `maxPriorityJump`: the default when absent, else a number of seconds in [0, 3600].
+ * @throws KvgateError KVG_ERR_INVALID_CONFIG naming `maxPriorityJump`.
+ */
+export function checkMaxPriorityJump(value: unknown): number {
+  if (value === undefined) return DEFAULT_MAX_PRIORITY_JUMP;
+  if (typeof value === 'number' && value >= 0 && value <= MAX_PRIORITY_JUMP_LIMIT) return value;
+  const reason = `must be a number of seconds in [0, ${MAX_PRIORITY_JUMP_LIMIT}]`;
+  const shown = typeof value === 'number' ? String(value) : (JSON.stringify(value) ?? String(value));
+  throw new KvgateError('KVG_ERR_INVALID_CONFIG', `maxPriorityJump = ${shown}: ${reason}`, {
+    field: 'maxPriorityJump',
+    value: shown,
+    reason,
+  });
+}
 
 /** The ordering key of a queued request under a policy. */
 export function queueKey(

@@ -5,7 +5,13 @@
  * in Dynamo's prefill router, it scores on overlap and prompt load only).
  */
 import type { KvSlotSnapshot, WorkerRole } from '../common/index.js';
-import { FULL_ATTENTION_GROUP, kvGroupLabel, type KvGroupSpec, type KvRouterOptions } from '../core/index.js';
+import {
+  FULL_ATTENTION_GROUP,
+  MAX_PRIORITY_JUMP_LIMIT,
+  kvGroupLabel,
+  type KvGroupSpec,
+  type KvRouterOptions,
+} from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
 import {
   KvEventApplier,
@@ -62,6 +68,9 @@ export function kvPool(
     rng: ctx.rng,
     workerType: role,
     config,
+    // The frontend has bounded each request's jump by its tenant class's `max_priority_jump` (at most this limit):
+    // the router's own bound (10 s by default) must not cut a class allowed more.
+    maxPriorityJump: MAX_PRIORITY_JUMP_LIMIT,
     // A worker whose KV events never started or went silent is scored in approximate mode alone.
     eventFallback: (workerId) => events !== undefined && events.eventStatus(workerId) !== 'live',
     // Hybrid attention: the other KV-cache groups the events announce (read lazily: built just below).

@@ -116,6 +116,10 @@ export class KvRouter {
   get blockSize(): number {
     return this.#scheduler.blockSize;
   }
+  /** Seconds a request's `routing.priorityJump` moves it in the queue at most; a larger one is clamped to it. */
+  get maxPriorityJump(): number {
+    return this.#scheduler.maxPriorityJump;
+  }
   get index(): KvScheduler['index'] {
     return this.#scheduler.index;
   }
@@ -136,8 +140,10 @@ export class KvRouter {
   }
 
   /**
-   * Takes the scheduler's options: the router is the scheduler behind a hashing and pinning face.
-   * @throws KvgateError KVG_ERR_INVALID_CONFIG (invalid knobs, naming the field) or KVG_ERR_INVALID_BLOCK_SIZE.
+   * Takes the scheduler's options: the router is the scheduler behind a hashing and pinning face. `maxPriorityJump`
+   * (seconds, default 10, as a tenant class's `max_priority_jump`) bounds every request's `routing.priorityJump`.
+   * @throws KvgateError KVG_ERR_INVALID_CONFIG (invalid knobs or `maxPriorityJump`, naming the field) or
+   *   KVG_ERR_INVALID_BLOCK_SIZE.
    */
   constructor(options: KvSchedulerOptions) {
     this.#clock = options.clock ?? systemClock;
@@ -209,6 +215,8 @@ export class KvRouter {
       request.routerConfigOverride !== undefined
         ? parseRouterConfigOverride(request.routerConfigOverride)
         : hints?.routerConfigOverride;
+    // Malformed is refused; a jump past `maxPriorityJump` is well formed and is clamped in the queue (the scheduler's
+    // bound, so a host driving `KvScheduler` itself is bounded too), as the gateway clamps a client's to its class's.
     const priorityJump = hints?.priorityJump;
     if (priorityJump !== undefined && !(priorityJump >= 0 && Number.isFinite(priorityJump))) {
       throw new KvgateError(

@@ -46,6 +46,8 @@ export interface AdmissionOptions {
   readonly clock: Clock;
   /** Origin of arrival offsets in queue keys. */
   readonly startedAt: number;
+  /** A request's `priorityJump` is clamped to this many seconds (the scheduler's `maxPriorityJump`). */
+  readonly maxPriorityJump: number;
 }
 
 export class Admission {
@@ -111,7 +113,7 @@ export class Admission {
     const arrivedAt = clock.now();
     const key = queueKey(
       config.routerQueuePolicy,
-      req.priorityJump ?? 0,
+      Math.min(req.priorityJump ?? 0, this.#p.maxPriorityJump),
       (arrivedAt - this.#p.startedAt) / 1000,
       isl,
       cached,

@@ -44,6 +44,7 @@ import { ApproximateIndex } from '../approximate.js';
 import { KvgateError } from '../../errors/index.js';
 import { resolveKvRouterConfig, type KvRouterConfig, type KvRouterOptions } from '../config.js';
 import type { RoutingDecision } from '../decision.js';
+import { checkMaxPriorityJump } from '../queue.js';
 import { Admission } from './admission.js';
 import { Booker } from './booking.js';
 import { SlotFilter } from './filter.js';
@@ -77,6 +78,8 @@ export const STRUCTURAL_ROUTER_KNOBS = [
 export class KvScheduler {
   #config: KvRouterConfig;
   readonly blockSize: number;
+  /** The most seconds a request's `priorityJump` moves it in the queue (`KvSchedulerOptions.maxPriorityJump`). */
+  readonly maxPriorityJump: number;
   readonly workerType: WorkerRole;
   /** The device-tier index (events index, or approximate index's backing index). */
   readonly index: PrefixIndex;
@@ -98,9 +101,13 @@ export class KvScheduler {
   readonly #admission: Admission;
   #observer: BookkeepingObserver | undefined;
 
-  /** @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid config; KVG_ERR_INVALID_BLOCK_SIZE for a bad block size. */
+  /**
+   * @throws KvgateError KVG_ERR_INVALID_CONFIG for invalid config or `maxPriorityJump`; KVG_ERR_INVALID_BLOCK_SIZE for a
+   *   bad block size.
+   */
   constructor(opts: KvSchedulerOptions) {
     this.blockSize = checkBlockSize(opts.blockSize);
+    this.maxPriorityJump = checkMaxPriorityJump(opts.maxPriorityJump);
     const config = (this.#config = resolveKvRouterConfig(opts.config ?? {}));
     this.workerType = opts.workerType ?? 'aggregated';
     const clock = (this.#clock = opts.clock ?? systemClock);
@@ -160,6 +167,7 @@ export class KvScheduler {
       selector,
       clock,
       startedAt,
+      maxPriorityJump: this.maxPriorityJump,
     });
     this.peers = new PeerBookings({
       active,

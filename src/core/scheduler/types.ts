@@ -134,6 +134,12 @@ export interface KvSchedulerOptions {
   /** Router knobs (validated here). */
   readonly config?: KvRouterOptions | KvRouterConfig;
   /**
+   * The most seconds a request's `priorityJump` moves it in the queue (default 10, at most 3600; 0 turns jumps off):
+   * a larger jump is clamped to it, so no caller can park everyone else's requests behind its own. The gateway
+   * bounds each request by its tenant class's `max_priority_jump` before it gets here, and sets this to 3600.
+   */
+  readonly maxPriorityJump?: number | undefined;
+  /**
    * The engines' measured step times: with one, the cost model scores in predicted milliseconds
    * (`step-cost.ts`); without, the [v1.5] block-counting cost. The prediction is multiplied by
    * `prefillLoadScale` like the block count is, and kvgate's default scale (4) is calibrated for block
