@@ -106,7 +106,9 @@ prediction error.
   --mode offline|online        offline: virtual time, simulated engines, deterministic (default);
                                online: mocker engines behind the kvgate gateway over HTTP
   --compare LIST               policies: kv, kv-one-group, kv-step, ${PRESET_POLICY_NAMES.join(', ')}, round-robin,
-                               random, power-of-two, least-loaded (default kv)
+                               random, power-of-two, least-loaded (default kv); in a P/D run (offline), any of them
+                               followed by +dynamo-order (e.g. kv+dynamo-order) routes each decode in Dynamo's order,
+                               after its prefill, instead of the gateway's (the decode slot booked first)
   --router-config JSON         add a kv variant, e.g. '{"router_temperature":0.5}' -> kv[router_temperature=0.5] (repeatable)
   --workers N                  aggregated engines (8)
   --prefill-workers P          with --decode-workers D: a disaggregated topology

@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { REPLAY_HELP as HELP, parseReplayArgs } from '../../src/cli/replay.js';
+import { parsePolicies } from '../../src/replay/policy.js';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
@@ -109,6 +110,22 @@ describe('README: kvgate replay', () => {
       } else {
         expect(HELP, f).toContain(f);
       }
+    }
+  });
+
+  it('lists the same --compare policies as the help, and the +dynamo-order suffix in both', () => {
+    const row = section.split('\n').find((l) => l.startsWith('| `--compare LIST` |'))!;
+    const help = HELP.slice(HELP.indexOf('  --compare LIST'), HELP.indexOf('  --router-config'));
+    const helpNames = help
+      .slice(help.indexOf('policies:') + 'policies:'.length, help.indexOf('(default kv)'))
+      .split(/[\s,]+/)
+      .filter((n) => n !== '');
+    const readmeNames = [...row.matchAll(/`([a-z][a-z0-9-]*)`/g)].map((m) => m[1]!);
+    expect(readmeNames.sort(), 'the README row against the help').toEqual([...helpNames].sort());
+    expect(row).toMatch(/followed by `\+dynamo-order` \(e\.g\. `kv\+dynamo-order`\)/);
+    expect(help).toMatch(/followed by\s+\+dynamo-order \(e\.g\. kv\+dynamo-order\)/);
+    for (const name of helpNames) {
+      expect(() => parsePolicies([name, `${name}+dynamo-order`]), name).not.toThrow();
     }
   });
 
