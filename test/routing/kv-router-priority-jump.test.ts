@@ -7,7 +7,13 @@
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../src/common/index.js';
-import type { AdmissionResult, KvRouterOptions, KvSchedulerOptions, ScheduleOutcome } from '../../src/core/index.js';
+import {
+  KvScheduler,
+  type AdmissionResult,
+  type KvRouterOptions,
+  type KvSchedulerOptions,
+  type ScheduleOutcome,
+} from '../../src/core/index.js';
 import { makeRouterContext, KvRouter } from '../../src/routing/index.js';
 import { kvPool } from '../../src/routing/kv-pool.js';
 import { kvgateErrorOf } from '../helpers/kvgate-error.js';
@@ -118,5 +124,37 @@ describe("KvRouter's bound on priorityJump", () => {
     s.park('class-30', 20, 30); // a class with max_priority_jump: 30 lets this through
     expect(await s.drain()).toEqual(['class-30', 'early']);
     expect(s.router.maxPriorityJump).toBe(3600);
+  });
+});
+
+describe("KvScheduler's queue and a jump it was not given checked", () => {
+  it('keys a NaN or negative jump as no jump: requests leave in arrival order', async () => {
+    const clock = new ManualClock();
+    const scheduler = new KvScheduler({ blockSize: BS, config: QUEUE, clock, rng: seededRng(7) });
+    scheduler.addWorker(1, { maxNumBatchedTokens: 100 });
+    expect(scheduler.schedule({ requestId: 'busy', isl: 200, hashes: null }).status).toBe('routed');
+    const order: string[] = [];
+    const parked: Promise<unknown>[] = [];
+    const jumps: [string, number | undefined][] = [
+      ['first', undefined],
+      ['nan', Number.NaN],
+      ['negative', -5],
+      ['last', undefined],
+    ];
+    for (const [id, priorityJump] of jumps) {
+      clock.advance(1000);
+      const outcome = scheduler.schedule({ requestId: id, isl: 200, hashes: null, priorityJump });
+      if (outcome.status !== 'queued') throw new Error(`${id}: expected queued, got ${outcome.status}`);
+      parked.push(outcome.ticket.admitted.then(() => order.push(id)));
+    }
+    let current = 'busy';
+    for (let i = 0; i < jumps.length; i++) {
+      scheduler.free(current);
+      await Promise.resolve();
+      await Promise.resolve();
+      current = order[order.length - 1]!;
+    }
+    await Promise.all(parked);
+    expect(order).toEqual(['first', 'nan', 'negative', 'last']);
   });
 });

@@ -113,7 +113,7 @@ export class Admission {
     const arrivedAt = clock.now();
     const key = queueKey(
       config.routerQueuePolicy,
-      Math.min(req.priorityJump ?? 0, this.#p.maxPriorityJump),
+      jumpOf(req.priorityJump, this.#p.maxPriorityJump),
       (arrivedAt - this.#p.startedAt) / 1000,
       isl,
       cached,
@@ -172,4 +172,12 @@ export class Admission {
       resolve({ status: 'failed', error });
     }
   }
+}
+
+/**
+ * A request's priority jump as the queue keys it: clamped to `max`, and 0 for none, a negative one or NaN (a
+ * `KvScheduler` caller's jump is not validated the way `KvRouter`'s is, and a NaN key would scramble the heap).
+ */
+function jumpOf(jump: number | undefined, max: number): number {
+  return jump !== undefined && jump > 0 ? Math.min(jump, max) : 0;
 }
