@@ -3,6 +3,7 @@
  * XXH3-64 over little-endian u32 tokens, seed 1337 (+ LoRA and cache-salt
  * mixing), chained sequence hashes. One WASM call per prompt.
  */
+import { Buffer } from 'node:buffer';
 import { blockSize as checkBlockSize } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { wasm } from './instance.js';
@@ -104,15 +105,24 @@ type Destination = 'own' | 'shared';
  * holds at most `SHARED_BYTES` beyond its own size.
  */
 const SHARED_BYTES = 64 << 10;
-let shared = new ArrayBuffer(SHARED_BYTES);
+let shared = slab();
 let sharedOffset = 0;
+
+/**
+ * A new shared buffer, left unzeroed: every view carved from it is written whole before it is returned. A zeroed
+ * one (`new ArrayBuffer`) cost about three times as long (14 against 4.7 µs on average, after a 1 ms sleep), once
+ * every eight 8,192-token prompts.
+ */
+function slab(): ArrayBuffer {
+  return Buffer.allocUnsafeSlow(SHARED_BYTES).buffer as ArrayBuffer;
+}
 
 /** `count` u64s to copy a result into (see `Destination`). */
 function destination(count: number, dest: Destination): BigUint64Array {
   const bytes = count * 8;
   if (dest === 'own' || bytes > SHARED_BYTES / 4) return new BigUint64Array(count);
   if (sharedOffset + bytes > SHARED_BYTES) {
-    shared = new ArrayBuffer(SHARED_BYTES);
+    shared = slab();
     sharedOffset = 0;
   }
   const out = new BigUint64Array(shared, sharedOffset, count);
