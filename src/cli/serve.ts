@@ -168,7 +168,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
     });
   } catch (err) {
     await fleet.close().catch(() => undefined);
-    await tracing?.shutdown().catch(() => undefined);
+    await tracing?.shutdown(logger);
     await Promise.allSettled(mockers.map((m) => m.close()));
     throw err;
   }
@@ -191,9 +191,8 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
         await gateway.close();
         await fleet.close();
         await Promise.allSettled(mockers.map((m) => m.close()));
-        await tracing
-          ?.shutdown()
-          .catch((err: unknown) => logger.warn({ err }, 'tracing: the last spans could not be exported'));
+        // Within the export timeout: a collector that is down or never answers costs that much of the stop.
+        await tracing?.shutdown(logger);
       })();
       return stopping;
     },
@@ -253,7 +252,11 @@ function startLogging(
   if (tracing !== undefined)
     logger.info(
       // The endpoint (from the config or OTEL_EXPORTER_OTLP_ENDPOINT) may carry a user and password.
-      { endpoint: withoutCredentials(tracing.endpoint), sampleRatio: tracing.sampleRatio },
+      {
+        endpoint: withoutCredentials(tracing.endpoint),
+        sampleRatio: tracing.sampleRatio,
+        exportTimeoutMs: tracing.exportTimeoutMs,
+      },
       'tracing: spans are exported over OTLP/HTTP',
     );
   return { tracing, logger };

@@ -12,6 +12,13 @@
  * (default kvgate). Spans go over OTLP/HTTP (JSON) through a batch processor;
  * W3C trace context is the propagator, so the client's `traceparent` is
  * continued and the engines receive one of the same trace.
+ *
+ * Each export waits at most `tracing.export_timeout_ms` (2 s by default; when
+ * the config names no endpoint, `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` or
+ * `OTEL_EXPORTER_OTLP_TIMEOUT` if set), retries included: it is the exporter's
+ * `timeoutMillis` and the batch processor's `exportTimeoutMillis`. Shutdown's
+ * last flush is an export like the others, so a collector that is down or
+ * never answers holds a stopping kvgate that long at most, not OTLP's 10 s.
  */
 import { trace } from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -22,6 +29,7 @@ import {
   ParentBasedSampler,
   TraceIdRatioBasedSampler,
 } from '@opentelemetry/sdk-trace-node';
+import type { Logger } from '../common/index.js';
 import type { TracingConfig } from '../config/index.js';
 import { kvgateVersion } from '../version.js';
 
@@ -31,8 +39,13 @@ export interface Tracing {
   /** Where spans are sent. */
   readonly endpoint: string;
   readonly sampleRatio: number;
-  /** Exports what is buffered and stops. Idempotent. */
-  shutdown(): Promise<void>;
+  /** The bound on each export, and so on shutdown's last flush. */
+  readonly exportTimeoutMs: number;
+  /**
+   * Exports what is buffered and stops, within `exportTimeoutMs` when the collector is down or does not answer:
+   * the spans it could not export are given up with a warn line on `logger`. Never rejects; idempotent.
+   */
+  shutdown(logger: Logger): Promise<void>;
 }
 
 /** The OTLP/HTTP traces URL from the config or the environment; undefined when tracing stays off. */
@@ -56,19 +69,30 @@ function sampleRatio(config: TracingConfig, env: Env): number {
   return env.OTEL_TRACES_SAMPLER_ARG !== undefined && arg >= 0 && arg <= 1 ? arg : config.sampleRatio;
 }
 
+/** The config's bound when it names the endpoint, else OTLP's timeout variables when set (as the exporter reads them). */
+function exportTimeoutMs(config: TracingConfig, env: Env): number {
+  if (config.otlpEndpoint !== undefined) return config.exportTimeoutMs;
+  const v = env.OTEL_EXPORTER_OTLP_TRACES_TIMEOUT || env.OTEL_EXPORTER_OTLP_TIMEOUT;
+  const ms = Number(v);
+  return v !== undefined && Number.isFinite(ms) && ms > 0 ? ms : config.exportTimeoutMs;
+}
+
 /** Starts tracing when configured (see the header); undefined when it stays off. */
 export function startTracing(config: TracingConfig, env: Env): Tracing | undefined {
   const endpoint = tracesUrl(config, env);
   if (endpoint === undefined) return undefined;
   const ratio = sampleRatio(config, env);
-  const exporter = new OTLPTraceExporter({ url: endpoint });
+  const timeoutMs = exportTimeoutMs(config, env);
+  // The exporter's timeout bounds each request and its retries (a black-holed collector's socket is destroyed at
+  // it); the processor's bounds its wait for an export, whatever the exporter does.
+  const exporter = new OTLPTraceExporter({ url: endpoint, timeoutMillis: timeoutMs });
   const provider = new NodeTracerProvider({
     resource: resourceFromAttributes({
       'service.name': env.OTEL_SERVICE_NAME || 'kvgate',
       'service.version': kvgateVersion(),
     }),
     sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(ratio) }),
-    spanProcessors: [new BatchSpanProcessor(exporter, { scheduledDelayMillis: 1000 })],
+    spanProcessors: [new BatchSpanProcessor(exporter, { scheduledDelayMillis: 1000, exportTimeoutMillis: timeoutMs })],
   });
   // Registers the AsyncLocalStorage context manager and the W3C trace-context propagator globally.
   provider.register();
@@ -76,6 +100,13 @@ export function startTracing(config: TracingConfig, env: Env): Tracing | undefin
   return {
     endpoint,
     sampleRatio: ratio,
-    shutdown: () => (done ??= provider.shutdown().finally(() => trace.disable())),
+    exportTimeoutMs: timeoutMs,
+    shutdown: (logger) =>
+      (done ??= provider
+        .shutdown()
+        .catch((err: unknown) =>
+          logger.warn({ err, exportTimeoutMs: timeoutMs }, 'tracing: the last spans could not be exported; given up'),
+        )
+        .finally(() => trace.disable())),
   };
 }

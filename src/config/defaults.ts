@@ -43,6 +43,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   outlierBaseEjectionMs: 30_000,
   outlierMaxEjectionMs: 300_000,
   tracingSampleRatio: 1,
+  // Not OTLP's 10 s: the last export at shutdown waits this long for a collector that does not answer.
+  tracingExportTimeoutMs: 2000,
   segmentCacheTokens: 2_000_000,
   segmentCacheBytes: 32 * 1024 * 1024,
   conversationCacheBytes: 128 * 1024 * 1024,

@@ -62,6 +62,7 @@ const RESTART_FIELDS: readonly [string, (c: GatewayConfig) => unknown][] = [
   ['replicas.max_snapshot_bytes', (c) => c.replicas.maxSnapshotBytes],
   ['tracing.otlp_endpoint', (c) => c.tracing.otlpEndpoint],
   ['tracing.sample_ratio', (c) => c.tracing.sampleRatio],
+  ['tracing.export_timeout_ms', (c) => c.tracing.exportTimeoutMs],
   ['pid_file', (c) => c.pidFile],
   ['limits.header_timeout_ms', (c) => c.limits.headerTimeoutMs],
   ['limits.request_timeout_ms', (c) => c.limits.requestTimeoutMs],

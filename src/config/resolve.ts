@@ -162,7 +162,7 @@ function readHealth(root: ConfigReader): GatewayConfig['health'] {
 
 function readTracing(root: ConfigReader): GatewayConfig['tracing'] {
   const t = root.child('tracing');
-  t?.allowOnly(['otlp_endpoint', 'sample_ratio']);
+  t?.allowOnly(['otlp_endpoint', 'sample_ratio', 'export_timeout_ms']);
   const otlpEndpoint = t?.optStr('otlp_endpoint', (s) => {
     try {
       return /^https?:$/.test(new URL(s).protocol) ? undefined : 'must be an http(s) URL';
@@ -175,6 +175,9 @@ function readTracing(root: ConfigReader): GatewayConfig['tracing'] {
     sampleRatio:
       t?.num('sample_ratio', GATEWAY_DEFAULTS.tracingSampleRatio, { min: 0, max: 1 }) ??
       GATEWAY_DEFAULTS.tracingSampleRatio,
+    exportTimeoutMs:
+      t?.int('export_timeout_ms', GATEWAY_DEFAULTS.tracingExportTimeoutMs, { min: 100, max: 600_000 }) ??
+      GATEWAY_DEFAULTS.tracingExportTimeoutMs,
   };
 }
 

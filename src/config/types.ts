@@ -337,6 +337,8 @@ export interface TracingConfig {
   readonly otlpEndpoint: string | undefined;
   /** Fraction of new traces sampled, in [0, 1]; a client's sampled `traceparent` is always followed. */
   readonly sampleRatio: number;
+  /** Most one export waits for the collector, retries included; bounds the last flush at shutdown too. */
+  readonly exportTimeoutMs: number;
 }
 
 /** One tenant class: its place in the router queue and the rate limits each of its tenants gets. */

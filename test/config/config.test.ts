@@ -199,28 +199,33 @@ health: { outlier_detection: { consecutive_errors: -1, base_ejection_ms: 10000, 
   });
 
   // issue 17 (traces): tracing is off by default, configured by tracing.otlp_endpoint and sample_ratio
-  it('tracing: off by default; otlp_endpoint (an http URL) and sample_ratio in [0, 1]', () => {
-    expect(loadGatewayConfig({ env: {} }).tracing).toEqual({ otlpEndpoint: undefined, sampleRatio: 1 });
+  it('tracing: off by default; otlp_endpoint (an http URL), sample_ratio in [0, 1], export_timeout_ms', () => {
+    expect(loadGatewayConfig({ env: {} }).tracing).toEqual({
+      otlpEndpoint: undefined,
+      sampleRatio: 1,
+      exportTimeoutMs: 2000,
+    });
     const c = loadGatewayConfig({
       file: file(`
-tracing: { otlp_endpoint: "http://collector:4318", sample_ratio: 0.25 }
+tracing: { otlp_endpoint: "http://collector:4318", sample_ratio: 0.25, export_timeout_ms: 5000 }
 models:
   - name: m
 ${WORKERS}
 `),
       env: {},
     });
-    expect(c.tracing).toEqual({ otlpEndpoint: 'http://collector:4318', sampleRatio: 0.25 });
+    expect(c.tracing).toEqual({ otlpEndpoint: 'http://collector:4318', sampleRatio: 0.25, exportTimeoutMs: 5000 });
     const by = Object.fromEntries(
       problemsOf({
         file: file(`
-tracing: { otlp_endpoint: "collector:4318x", sample_ratio: 2, exporter: grpc }
+tracing: { otlp_endpoint: "collector:4318x", sample_ratio: 2, exporter: grpc, export_timeout_ms: 0 }
 `),
       }).map((x) => [x.path, x.reason]),
     );
     expect(by['tracing.otlp_endpoint']).toMatch(/http\(s\) URL/);
     expect(by['tracing.sample_ratio']).toBeDefined();
     expect(by['tracing.exporter']).toBeDefined();
+    expect(by['tracing.export_timeout_ms']).toMatch(/must be an integer in \[100, 600000\]/);
   });
 
   it('flags override the file, including per-model router sections', () => {

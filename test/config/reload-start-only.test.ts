@@ -20,6 +20,7 @@ describe('config reload: sections read only at start', () => {
   it('refuses a change to tracing, naming the field', () => {
     expect(paths({}, { tracing: { sample_ratio: 0.5 } })).toEqual(['tracing.sample_ratio']);
     expect(paths({}, { tracing: { otlp_endpoint: 'http://otel:4318' } })).toEqual(['tracing.otlp_endpoint']);
+    expect(paths({}, { tracing: { export_timeout_ms: 5000 } })).toEqual(['tracing.export_timeout_ms']);
   });
 
   it('refuses a change to kv_events bounds, naming the field', () => {
