@@ -35,4 +35,6 @@ export type { BootstrapInfo } from './dialect-sglang.js';
 export { readChunkInfo, isUsageOnlyChunk } from './openai-chunk.js';
 export { eventInfo, isPlainChunk, leanChunk } from './stream-event.js';
 export { ResponseAssembler } from './assemble-response.js';
+export { MessagesAssembler, ResponsesAssembler } from './assemble-agent.js';
+export type { StreamAssembler } from './assemble-agent.js';
 export type { ChunkInfo } from './openai-chunk.js';

@@ -3,8 +3,10 @@
  * requests are routed on the tokens of the chat request the engine runs them as (the frontend computes them) and
  * forwarded to the engine's own endpoint, booked and guarded as a chat completion is. Differences:
  *
- * - A non-streaming request is sent unstreamed: the engine's answer is the client's, as the engine wrote it
- *   (kvgate assembles only OpenAI chat and completion streams).
+ * - A non-streaming request streams from the engine as a chat completion's does, and its answer is assembled from
+ *   the events (push/assembled-answer.ts). An unstreamed answer's first byte comes only when its generation is
+ *   done, so no progress deadline could bound it; streamed, an engine that hangs on it is cut by `engine_timeouts`
+ *   with the chat's error, retried elsewhere and counted against the worker as a chat's leg is.
  * - A stream is never migrated after its first event: a continuation is a token-id completion whose chunks are
  *   rewritten into the original OpenAI stream's shape, which these event sequences are not. Before the first
  *   event a failed attempt is retried on another worker as any request is (a leg that failed after its headers
@@ -13,21 +15,10 @@
  *   are written for the OpenAI endpoints.
  */
 import { KvgateError } from '../errors/index.js';
-import type { LegRequest } from './push/types.js';
-import type { EndpointKind, PreparedRequest } from './router-port.js';
+import type { EndpointKind } from './router-port.js';
 
 export function isAgentEndpoint(endpoint: EndpointKind): endpoint is 'messages' | 'responses' {
   return endpoint === 'messages' || endpoint === 'responses';
-}
-
-const UNSTREAMED: Pick<LegRequest, 'legFields'> = Object.freeze({
-  legFields: Object.freeze({ fields: Object.freeze({ stream: false }), headers: Object.freeze({}) }),
-});
-const NONE: Pick<LegRequest, 'legFields'> = Object.freeze({});
-
-/** The leg fields of an agent-API request: a non-streaming one is sent unstreamed (module comment). */
-export function agentLegFields(req: PreparedRequest): Pick<LegRequest, 'legFields'> {
-  return isAgentEndpoint(req.endpoint) && !req.stream ? UNSTREAMED : NONE;
 }
 
 /** KVG_ERR_AGENT_API_NOT_DISAGGREGATED: the model runs disaggregated, which these endpoints are not served by. */

@@ -16,7 +16,6 @@ import type { PreparedRequest } from './router-port.js';
 import type { RouterContext } from './context.js';
 import { SessionPriority, sessionPriorityLimitReporter } from './session-priority.js';
 import type { SessionLimits } from './sticky-sessions.js';
-import { agentLegFields } from './agent-endpoints.js';
 import { EMBEDDINGS_PATH, routedHashes } from './embeddings.js';
 
 export interface LegBuilderOptions {
@@ -94,7 +93,6 @@ export class LegBuilder {
       phase: 'aggregated',
       signal: req.signal,
       receivedAt: req.receivedAt,
-      ...agentLegFields(req),
     };
   }
 

@@ -2,14 +2,27 @@
  * The answer for a client that asked for `stream: false`, read from the
  * streamed leg (every generating leg of more than one token streams, see `legStreams`): the
  * guard watches each chunk as it arrives, and the chunks are assembled into
- * the engine's non-streaming response shape.
+ * the engine's non-streaming response shape (an agent API's events into its own: engines' assemble-agent.ts).
  */
 import { batchesOf } from '../../common/index.js';
-import { EngineStreamError, ResponseAssembler, type EngineEvent } from '../../engines/index.js';
+import {
+  EngineStreamError,
+  MessagesAssembler,
+  ResponseAssembler,
+  ResponsesAssembler,
+  type EngineEvent,
+  type StreamAssembler,
+} from '../../engines/index.js';
 import type { LegBody } from './types.js';
 
+/** The assembler of a leg's answer on the engine `path`. */
+function assemblerFor(path: string): StreamAssembler {
+  if (path === '/v1/messages') return new MessagesAssembler();
+  return path === '/v1/responses' ? new ResponsesAssembler() : new ResponseAssembler();
+}
+
 /**
- * Reads the whole stream into one JSON answer with the stream's `status`.
+ * Reads the whole stream of a leg on the engine `path` into one JSON answer with the stream's `status`.
  * `events` are the leg guard's (`guardedEvents`), which end at an engine's
  * error event with an `EngineStreamError`: a 4xx code is the client's answer
  * (as the engine would have given it unstreamed, in kvgate's error object as
@@ -20,8 +33,9 @@ import type { LegBody } from './types.js';
 export async function assembledAnswer(
   events: AsyncIterable<EngineEvent>,
   status: number,
+  path: string,
 ): Promise<{ status: number; body: LegBody }> {
-  const asm = new ResponseAssembler();
+  const asm = assemblerFor(path);
   try {
     for await (const batch of batchesOf(events)) {
       for (const ev of batch) {

@@ -46,7 +46,6 @@ function oneTokenLeg(req: LegRequest, fields: Readonly<Record<string, unknown>>)
 /**
  * Whether the first-byte deadline bounds the leg: a streamed one (its first event), one that answers in one token,
  * and a pooling leg (embeddings), whose answer comes when its prompt's forward pass is done, as a first token would.
- * An agent API's unstreamed answer comes when its generation is done: only the request timeout bounds it.
  */
 function firstByteBound(req: LegRequest, fields: Readonly<Record<string, unknown>>, streamed: boolean): boolean {
   return streamed || oneTokenLeg(req, fields) || isPoolingPath(req.path);
@@ -66,14 +65,15 @@ function legHeaders(
 /**
  * Whether a leg goes to the engine streamed. Every generating leg streams with usage (the guard sees the first token
  * when it is generated, the idle deadline bounds a stalled engine, a migration resumes from the tokens so far), with
- * three exceptions sent as they are: a leg whose fields turn streaming off (a P/D prefill, an agent API's
- * non-streaming request), a pooling leg (embeddings generate nothing), and an aggregated leg of a client that asked
- * for no stream and at most one token (`answersInOneToken`). That last one's first token is its last, so the engine's
+ * three exceptions sent as they are: a leg whose fields turn streaming off (a P/D prefill), a pooling leg (embeddings
+ * generate nothing), and an aggregated leg of a client that asked for no stream and at most one token
+ * (`answersInOneToken`). That last one's first token is its last, so the engine's
  * JSON answer comes when its first chunk would have: the guard marks the prompt done and observes TTFT on it as a
  * stream would, and kvgate relays the engine's own answer instead of parsing chunks and assembling one. A failure
  * before that answer reached kvgate has reached no client, so it is retried elsewhere as any failed attempt is.
- * Longer non-streaming requests stay streamed: their prompt's load must leave the worker at the first token, not the
- * last, and their TTFT is not their end-to-end time. A decode leg keeps its stream (its handoff, its token ids).
+ * Longer non-streaming requests stay streamed, an agent API's too: their prompt's load must leave the worker at the
+ * first token, not the last, their TTFT is not their end-to-end time, and an answer whose first byte comes at its
+ * end could be bounded by no progress deadline. A decode leg keeps its stream (its handoff, its token ids).
  */
 function legStreams(req: LegRequest, fields: Readonly<Record<string, unknown>>): boolean {
   if (fields['stream'] === false || isPoolingPath(req.path)) return false;

@@ -3,7 +3,8 @@
  * `kvgate serve` with a short first-byte deadline and a long request timeout in front of it. Every kind of
  * request ends within the first-byte deadline with 504 KVG_ERR_ENGINE_FIRST_BYTE_TIMEOUT, its booking freed and
  * its connection to the engine closed, whether it streams or not: chat, completions, the one-token answer,
- * embeddings, and the Messages and Responses streams.
+ * embeddings, and Messages and Responses streaming or not (a non-streaming one streams from the engine: see
+ * agent-hung-engine.test.ts).
  *
  * Before the fix: an embeddings request (a pooling leg, sent unstreamed) had no first-byte deadline and waited for
  * limits.request_timeout_ms (10 minutes by default) on the engine.
@@ -70,6 +71,8 @@ describe('a black-hole engine', () => {
       { messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, stream: true },
     ],
     ['responses, streaming', '/v1/responses', { input: 'hi', max_output_tokens: 8, stream: true }],
+    ['messages', '/v1/messages', { messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 }],
+    ['responses', '/v1/responses', { input: 'hi', max_output_tokens: 8 }],
   ];
 
   it.each(cases)(
