@@ -248,7 +248,9 @@ describe('agent API streams whose engine fails before its first event', () => {
         {
           name: MODEL,
           tokenizer: 'demo',
-          // Round robin from worker 1: each request's first leg goes to the failing engine, its second to the mocker.
+          // Round robin from worker 1, first attempts alternating (retries rotate on their own): each faulted
+          // request's first leg goes to the failing engine, its second to the mocker, and a filler after it
+          // takes worker 2's turn.
           router_mode: 'round-robin',
           engine_timeouts: { first_byte_timeout_ms: 500 },
           workers: [
@@ -288,6 +290,10 @@ describe('agent API streams whose engine fails before its first event', () => {
           expect(events.filter((e) => e.event === 'response.output_text.delta')).toHaveLength(TOKENS);
           expect(events.at(-1)!.event).toBe('response.completed');
         }
+        // The filler: the next first attempt, on the mocker, so the next faulted request's is on worker 1 again.
+        const filler = await readSse(`${gw.url}${path}`, body, {}, { 'x-request-id': `filler-${id}` });
+        expect(filler.status).toBe(200);
+        expect(engine.requests.filter((q) => q.headers['x-request-id'] === `filler-${id}`)).toHaveLength(0);
       }
     expect(await metric(gw.url, 'kvgate_router_migrations_total', { outcome: 'started' })).toBe(4);
     expect(await metric(gw.url, 'kvgate_router_migrations_total', { outcome: 'succeeded' })).toBe(4);
