@@ -3,6 +3,7 @@
  * the fleet hands them to every model's ingestion unchanged) and the threads that receive and decode. Each is
  * read only at start (reload.ts refuses a change).
  */
+import { MAX_KV_GROUPS } from '../core/index.js';
 import { DEFAULT_INGEST_THREADS, GATEWAY_DEFAULTS } from './defaults.js';
 import type { ConfigReader } from './reader.js';
 import type { GatewayConfig, KvEventsConfig } from './types.js';
@@ -50,7 +51,8 @@ export function readKvEventBounds(root: ConfigReader): Pick<GatewayConfig, 'kvEv
     maxMessageBytes: r.int('max_message_bytes', d.maxMessageBytes, { min: 1024, max: 2048 * MIB }),
     maxReplyBytes: r.int('max_replay_bytes', d.maxReplyBytes, { min: 1024, max: 65_536 * MIB }),
     maxBatchElements: r.int('max_batch_elements', d.maxBatchElements, { min: 1024, max: 64 * MIB }),
-    maxKvGroups: r.int('max_kv_groups', d.maxKvGroups, { min: 1, max: 64 }),
+    // At most 32: ingestion keeps a bit per group for each block (src/events' group-indexes.ts).
+    maxKvGroups: r.int('max_kv_groups', d.maxKvGroups, { min: 1, max: MAX_KV_GROUPS }),
   };
   if (kvEvents.maxReplyBytes < kvEvents.maxMessageBytes)
     r.problem(

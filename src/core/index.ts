@@ -50,7 +50,14 @@ export type {
   KvSchedulerOptions,
   BookkeepingObserver,
 } from './scheduler/types.js';
-export { FULL_ATTENTION_GROUP, kvGroupSpecOf, kvGroupLabel, parseKvGroupLabel, hybridHitBlocks } from './kv-groups.js';
+export {
+  FULL_ATTENTION_GROUP,
+  MAX_KV_GROUPS,
+  kvGroupSpecOf,
+  kvGroupLabel,
+  parseKvGroupLabel,
+  hybridHitBlocks,
+} from './kv-groups.js';
 export type { KvCacheGroups, KvGroupSpec, KvGroupView } from './kv-groups.js';
 export {
   ALWAYS_DISAGGREGATE,

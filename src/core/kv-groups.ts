@@ -31,6 +31,13 @@ export interface KvGroupSpec {
   readonly wireKind: string;
 }
 
+/**
+ * The most KV-cache groups kvgate keeps for one model, its primary included (`kv_events.max_kv_groups` at most):
+ * src/events keeps, per block, a 32-bit mask of the groups that hold it, a bit per group in the order the model's
+ * groups were first seen. Real hybrid layouts have far fewer (7 for Gemma 3, 8 for Jamba: see src/events).
+ */
+export const MAX_KV_GROUPS = 32;
+
 export const FULL_ATTENTION_GROUP: KvGroupSpec = Object.freeze({ kind: 'full', wireKind: 'full_attention' });
 
 const FULL_KINDS = new Set(['full_attention', 'mla_attention', 'sink_full_attention']);

@@ -27,25 +27,33 @@
  * group per share, such as 7 for Gemma 3's 5:1, 8 for Jamba's 1:7; 16 leaves room for 1:15). A group past the
  * bound gets no index: its events are refused (`admits`), counted (`onRefused`) and logged (throttled).
  *
+ * The book keeps, per block, a bit per group that holds it, so that a group's removal drops the entry only once no
+ * group holds the block. The bit is the group's ordinal in this model (the primary 0, the others 1, 2, ... in the
+ * order they were first seen), not its index: the index is the engine's (vLLM's are 0..n-1, but nothing bounds
+ * them), and a group without a bit would lose its blocks' entries to another group's removal, so that its next
+ * blocks, stored under them, would be refused (`parent_not_found`). Ordinals stay below `maxGroups`, at most core's
+ * `MAX_KV_GROUPS` (32, the mask's bits; ordinal 31's is the sign bit, which `&`, `|` and `=== 0` treat as any other).
+ *
  * @rank-numbers it forwards to `PrefixIndex`, which takes the worker id and rank as numbers (the WASM boundary).
  */
 import { silentLogger, slotKey, systemClock, type Clock, type Logger, type WorkerRank } from '../common/index.js';
 import {
   FULL_ATTENTION_GROUP,
+  MAX_KV_GROUPS,
   kvGroupLabel,
   kvGroupSpecOf,
   type KvCacheGroups,
   type KvGroupSpec,
   type KvGroupView,
 } from '../core/index.js';
-import type { IndexMemoryError } from '../errors/index.js';
+import { KvgateError, type IndexMemoryError } from '../errors/index.js';
 import { PrefixIndex, sequenceHashes } from '../wasm/index.js';
 import { ThrottledLog } from './log.js';
 import type { StoredBlocksEvent } from './types.js';
 
 interface BookEntry {
   seq: bigint;
-  /** Bit g set while group g holds the block (groups 0..30). */
+  /** Bit k set while the group of ordinal k holds the block (see the header). */
   groups: number;
 }
 
@@ -66,7 +74,10 @@ export interface KvGroupIndexesOptions {
   readonly logger?: Logger;
   /** Told of every group whose spec is learned or changes (metrics, /admin). */
   readonly onSpec?: ((groupIdx: number, spec: KvGroupSpec) => void) | undefined;
-  /** Groups the model may have, its primary included (default `DEFAULT_MAX_KV_GROUPS`); past them a group gets no index. */
+  /**
+   * Groups the model may have, its primary included (default `DEFAULT_MAX_KV_GROUPS`, at most `MAX_KV_GROUPS`);
+   * past them a group gets no index.
+   */
   readonly maxGroups?: number | undefined;
   /** Told of every event refused for a group past `maxGroups` (metrics). */
   readonly onRefused?: ((groupIdx: number) => void) | undefined;
@@ -74,7 +85,8 @@ export interface KvGroupIndexesOptions {
   readonly clock?: Clock | undefined;
 }
 
-const bit = (groupIdx: number): number => (groupIdx < 31 ? 1 << groupIdx : 0);
+/** The book's bit of the primary group (ordinal 0). */
+const PRIMARY_BIT = 1;
 
 /**
  * (engine hash, sequence hash) pairs of an event's hashed blocks: the tokens hashes of the whole range chained
@@ -113,19 +125,26 @@ export class KvGroupIndexes implements KvCacheGroups {
   readonly #maxGroups: number;
   readonly #refusals: ThrottledLog;
   #primarySpec: KvGroupSpec = FULL_ATTENTION_GROUP;
-  readonly #groups = new Map<number, { groupIdx: number; spec: KvGroupSpec; index: PrefixIndex }>();
+  /** The groups but the primary; `bit` is the group's in the book (its ordinal's). */
+  readonly #groups = new Map<number, { groupIdx: number; spec: KvGroupSpec; index: PrefixIndex; bit: number }>();
   #others: readonly KvGroupView[] = [];
   readonly #books = new Map<string, Map<bigint, BookEntry>>();
   readonly #learned = new Set<number>();
   readonly #onDiscard: ((err: IndexMemoryError) => void)[] = [];
 
+  /** @throws KvgateError KVG_ERR_INVALID_ARGUMENT unless `maxGroups` is an integer in [1, MAX_KV_GROUPS]. */
   constructor(opts: KvGroupIndexesOptions) {
+    const maxGroups = opts.maxGroups ?? DEFAULT_MAX_KV_GROUPS;
+    if (!Number.isInteger(maxGroups) || maxGroups < 1 || maxGroups > MAX_KV_GROUPS)
+      throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `maxGroups must be an integer in [1, ${MAX_KV_GROUPS}]`, {
+        maxGroups,
+      });
     this.#primary = opts.primary;
     this.primaryGroup = opts.primaryGroup ?? 0;
     this.#logger = opts.logger ?? silentLogger;
     this.#onSpec = opts.onSpec;
     this.#onRefused = opts.onRefused;
-    this.#maxGroups = opts.maxGroups ?? DEFAULT_MAX_KV_GROUPS;
+    this.#maxGroups = maxGroups;
     this.#refusals = new ThrottledLog(this.#logger, opts.clock ?? systemClock, REFUSAL_LOG_INTERVAL_MS);
   }
 
@@ -192,7 +211,9 @@ export class KvGroupIndexes implements KvCacheGroups {
     if (primary) this.#primarySpec = spec;
     else {
       const g = this.#groups.get(groupIdx);
-      if (g === undefined) this.#groups.set(groupIdx, { groupIdx, spec, index: this.#newIndex() });
+      // The next ordinal: below maxGroups (hasRoom), so within the mask's 32 bits.
+      if (g === undefined)
+        this.#groups.set(groupIdx, { groupIdx, spec, index: this.#newIndex(), bit: 1 << (this.#groups.size + 1) });
       else g.spec = spec;
       this.#others = [...this.#groups.values()].sort((a, b) => a.groupIdx - b.groupIdx);
     }
@@ -212,13 +233,13 @@ export class KvGroupIndexes implements KvCacheGroups {
    * null blocks included), chained under the parent's sequence hash from the book.
    */
   storePairs(slot: WorkerRank, ev: StoredBlocksEvent, local: BigUint64Array): GroupStoreStatus {
-    const index = this.#indexOf(ev.groupIdx);
-    if (index === undefined) return 'other_group';
+    const group = this.#groupOf(ev.groupIdx);
+    if (group === undefined) return 'other_group';
     const book = this.#book(slot);
     const pairs = pairsOf(book, ev, local);
     if (pairs === undefined) return 'parent_not_found';
-    index.importSlot(slot.workerId, slot.dpRank, pairs);
-    this.#note(book, pairs, bit(ev.groupIdx));
+    group.index.importSlot(slot.workerId, slot.dpRank, pairs);
+    this.#note(book, pairs, group.bit);
     return 'ok';
   }
 
@@ -227,14 +248,16 @@ export class KvGroupIndexes implements KvCacheGroups {
     if (!this.hybrid) return;
     const book = this.#book(slot);
     const pairs = pairsOf(book, ev, local);
-    if (pairs !== undefined) this.#note(book, pairs, bit(this.primaryGroup));
+    if (pairs !== undefined) this.#note(book, pairs, PRIMARY_BIT);
   }
 
   /** A group's removal (the primary's removal only updates the book). Returns the hashes the group did not hold. */
   removed(slot: WorkerRank, groupIdx: number, hashes: BigUint64Array): number {
     const book = this.#books.get(slotKey(slot.workerId, slot.dpRank));
-    if (book !== undefined) {
-      const b = bit(groupIdx);
+    const g = this.#groups.get(groupIdx);
+    // A group with no bit (never seen, or refused) holds nothing in the book.
+    const b = groupIdx === this.primaryGroup ? PRIMARY_BIT : g?.bit;
+    if (book !== undefined && b !== undefined) {
       for (const h of hashes) {
         const e = book.get(h);
         if (e === undefined) continue;
@@ -243,7 +266,6 @@ export class KvGroupIndexes implements KvCacheGroups {
       }
     }
     if (groupIdx === this.primaryGroup) return 0;
-    const g = this.#groups.get(groupIdx);
     if (g === undefined) return hashes.length;
     return g.index.applyRemoved(slot.workerId, slot.dpRank, hashes).missing;
   }
@@ -288,11 +310,11 @@ export class KvGroupIndexes implements KvCacheGroups {
     this.#books.clear();
   }
 
-  /** The group's index (created as full attention on first sight), or undefined for a group past `maxGroups`. */
-  #indexOf(groupIdx: number): PrefixIndex | undefined {
-    if (groupIdx === this.primaryGroup) return this.#primary;
+  /** The group's index and bit (created as full attention on first sight), or undefined past `maxGroups`. */
+  #groupOf(groupIdx: number): { index: PrefixIndex; bit: number } | undefined {
+    if (groupIdx === this.primaryGroup) return { index: this.#primary, bit: PRIMARY_BIT };
     if (!this.#groups.has(groupIdx)) this.learn(groupIdx, FULL_ATTENTION_GROUP);
-    return this.#groups.get(groupIdx)?.index;
+    return this.#groups.get(groupIdx);
   }
 
   #note(book: Map<bigint, BookEntry>, pairs: BigUint64Array, b: number): void {
@@ -309,7 +331,7 @@ export class KvGroupIndexes implements KvCacheGroups {
     let book = this.#books.get(key);
     if (book === undefined) {
       this.#books.set(key, (book = new Map()));
-      this.#note(book, this.#primary.exportSlot(slot.workerId, slot.dpRank), bit(this.primaryGroup));
+      this.#note(book, this.#primary.exportSlot(slot.workerId, slot.dpRank), PRIMARY_BIT);
     }
     return book;
   }

@@ -39,12 +39,12 @@ export interface KvPoolOptions {
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
 }
 
-/** Group indexes kept as label values (the groups a block's bitmask holds); an engine's others are `other`. */
+/** Group indexes kept as label values; an engine's others (its index is its own, any integer) are `other`. */
 const MAX_GROUP_LABEL = 31;
 
 /**
  * The labels of a group's count. The group index and an unknown kind's name are the engine's: bounded here (an
- * index past the bitmask's groups is `other`, any kind kvgate does not know `unknown`; the log line names it), so an
+ * index past them is `other`, any kind kvgate does not know `unknown`; the log line names it), so an
  * engine's events cannot grow the series set.
  */
 function kvGroupMetricLabels(groupIdx: number, spec: KvGroupSpec): { group: string; kind: string } {

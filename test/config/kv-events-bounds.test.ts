@@ -72,7 +72,14 @@ describe('config: kv_events ingestion bounds', () => {
       'kv_events.max_message_bytes': 'must be an integer in [1024, 2147483648], got 10',
       'kv_events.max_replay_bytes': 'must be an integer in [1024, 68719476736], got 1.5',
       'kv_events.max_batch_elements': 'must be an integer in [1024, 67108864], got 1099511627776',
-      'kv_events.max_kv_groups': 'must be an integer in [1, 64], got 0',
+      'kv_events.max_kv_groups': 'must be an integer in [1, 32], got 0',
+    });
+  });
+
+  it('refuses more KV-cache groups than ingestion keeps a bit for (32)', () => {
+    expect(load({ max_kv_groups: 32 }).kvEvents.maxKvGroups).toBe(32);
+    expect(problems({ max_kv_groups: 33 })).toEqual({
+      'kv_events.max_kv_groups': 'must be an integer in [1, 32], got 33',
     });
   });
 

@@ -297,3 +297,61 @@ describe('the number of groups of a model', () => {
     expect(refused).toBe(198);
   });
 });
+
+describe('group indexes as the engine gives them', () => {
+  const FULL_STORE = [BS, null, 'GPU', null, null];
+  /** BlockStored of blocks `from..to` (block i's tokens are 10 * i + 1..4, its hash 100 + i) in group `g`. */
+  function stored(g: number, from: number, to: number): unknown[] {
+    const hashes = Array.from({ length: to - from }, (_, i) => BigInt(100 + from + i));
+    const tokens = Array.from({ length: (to - from) * BS }, (_, i) => 10 * (from + Math.floor(i / BS)) + (i % BS) + 1);
+    const kind = g === 0 ? ['full_attention', null] : ['sliding_window', 2 * BS + 1];
+    return ['BlockStored', hashes, from === 0 ? null : BigInt(99 + from), tokens, ...FULL_STORE, g, ...kind];
+  }
+
+  // vLLM numbers a model's groups 0..n-1, but the index is the engine's: a model of 32 groups (max_kv_groups 32)
+  // has a group 31, and a publisher may number its groups sparsely. Each group's blocks are kept apart.
+  it.each([
+    { case: 'group 1 beside group 0', second: 1, maxGroups: undefined, between: 0 },
+    { case: 'group 31 beside group 0', second: 31, maxGroups: undefined, between: 0 },
+    { case: 'group 1000 beside group 0', second: 1000, maxGroups: undefined, between: 0 },
+    // Dense, the model's 32nd group: groups 1..30 hold and evict block 1 as well.
+    { case: 'groups 0..31, max_kv_groups 32', second: 31, maxGroups: 32, between: 30 },
+  ])('$case', ({ second, maxGroups, between }) => {
+    const index = new PrefixIndex();
+    const groups = new KvGroupIndexes({ primary: index, maxGroups });
+    const kv = new KvRouter({ blockSize: BS, clock: new ManualClock(), rng: seededRng(1), index, kvGroups: groups });
+    const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(kv.index), groups });
+    kv.addWorker(1);
+    const statuses: string[] = [];
+    const apply = (...evs: unknown[][]): void => {
+      const decoded = decodeKvEventBatch(encode([1.5, evs, 0], { useBigInt64: true }));
+      if (!decoded.ok) throw new Error(decoded.error.message);
+      applier.applyBatch({ workerId: 1, dpRank: 0 }, decoded.batch, (_t, s) => statuses.push(s));
+    };
+    // Every group holds blocks 0 and 1; all but `second` evict block 1, which `second` still holds.
+    const more = Array.from({ length: between }, (_, i) => i + 1);
+    apply(stored(0, 0, 2), ...more.map((g) => stored(g, 0, 2)), stored(second, 0, 2));
+    apply(['BlockRemoved', [101n], 'GPU', 0], ...more.map((g) => ['BlockRemoved', [101n], 'GPU', g]));
+    statuses.length = 0;
+    // The sliding group stores block 2 under block 1: the book must still know block 1 (the group holds it).
+    apply(stored(second, 2, 3));
+    apply(stored(0, 1, 3), ...more.map((g) => stored(g, 1, 3)));
+    expect(statuses).toEqual(Array(2 + between).fill('ok'));
+    expect(groups.others()).toHaveLength(between + 1);
+    expect(groups.blockCount({ workerId: 1, dpRank: 0 }, second)).toBe(3);
+    const tokens = Array.from({ length: 3 * BS }, (_, i) => 10 * Math.floor(i / BS) + (i % BS) + 1);
+    const d = kv.findBestMatch({ requestId: 'r', tokens }, { mode: 'query' });
+    expect(d.candidates.find((c) => c.workerId === 1)?.overlapBlocks).toBe(3);
+  });
+
+  it('a model keeps at most 32 groups, the bits of the book', () => {
+    const primary = new PrefixIndex();
+    expect(() => new KvGroupIndexes({ primary, maxGroups: 33 })).toThrow(
+      expect.objectContaining({ code: 'KVG_ERR_INVALID_ARGUMENT' }),
+    );
+    expect(() => new KvGroupIndexes({ primary, maxGroups: 0 })).toThrow(
+      expect.objectContaining({ code: 'KVG_ERR_INVALID_ARGUMENT' }),
+    );
+    expect(new KvGroupIndexes({ primary, maxGroups: 32 }).others()).toEqual([]);
+  });
+});

@@ -13,21 +13,22 @@ describe('kvgate_kv_cache_group_changes_total', () => {
     const metrics = new KvgateMetrics({ processMetrics: false });
     const ctx = makeRouterContext({ metrics, logger: pino({ level: 'silent' }) });
     const watch = { blockSizeMismatch: () => undefined, replayed: () => undefined };
-    // Room for every group named here: the labels are bounded whatever the groups (their number's own bound,
-    // kv_events.max_kv_groups, is group-indexes.test.ts').
-    const kvEvents = { maxKvGroups: 2000 };
+    // The most groups a model may have (kv_events.max_kv_groups, whose bound is group-indexes.test.ts'): the
+    // labels are bounded whatever the groups' indexes and kinds.
+    const kvEvents = { maxKvGroups: 32 };
     const { events } = kvPool('aggregated', { model: 'm', blockSize: 16, kvEvents }, ctx, watch);
     const groups = events!.applier.groups!;
     groups.learn(1, { kind: 'sliding_window', slidingWindow: 128, wireKind: 'sliding_window' });
-    for (let i = 0; i < 1000; i++) groups.learn(100 + i, { kind: 'unknown', wireKind: `kind_${i}` });
     for (let i = 0; i < 1000; i++) groups.learn(2, { kind: 'unknown', wireKind: `other_${i}` });
+    // Groups 100..128 fill the model's 32 (the primary, 1 and 2 included); the rest are refused, unlabelled.
+    for (let i = 0; i < 1000; i++) groups.learn(100 + i, { kind: 'unknown', wireKind: `kind_${i}` });
     const lines = (await metrics.text())
       .split('\n')
       .filter((l) => l.startsWith('kvgate_kv_cache_group_changes_total{'));
     expect(lines.sort()).toEqual([
       'kvgate_kv_cache_group_changes_total{group="1",kind="sliding:128"} 1',
       'kvgate_kv_cache_group_changes_total{group="2",kind="unknown"} 1000',
-      'kvgate_kv_cache_group_changes_total{group="other",kind="unknown"} 1000',
+      'kvgate_kv_cache_group_changes_total{group="other",kind="unknown"} 29',
     ]);
     await events!.close();
   });
