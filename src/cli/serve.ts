@@ -172,6 +172,8 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
     await Promise.allSettled(mockers.map((m) => m.close()));
     throw err;
   }
+  // Spans lost from here on are counted in the gateway's registry and logged once per episode.
+  tracing?.reportLosses(logger, gateway.server.metrics.tracingSpansDropped);
   // The served config (pins, /admin views) follows the discovered workers as they come and go.
   const server = gateway.server;
   let base = config;

@@ -19,6 +19,9 @@
  * `timeoutMillis` and the batch processor's `exportTimeoutMillis`. Shutdown's
  * last flush is an export like the others, so a collector that is down or
  * never answers holds a stopping kvgate that long at most, not OTLP's 10 s.
+ *
+ * Spans lost while it runs (an export the collector did not take, a span ended while the batch queue was full)
+ * are counted and logged once per episode once `reportLosses` names the logger and the counter (tracing-loss.ts).
  */
 import { trace } from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -29,8 +32,10 @@ import {
   ParentBasedSampler,
   TraceIdRatioBasedSampler,
 } from '@opentelemetry/sdk-trace-node';
+import type { Counter } from 'prom-client';
 import type { Logger } from '../common/index.js';
 import type { TracingConfig } from '../config/index.js';
+import { SpanLossWatch } from './tracing-loss.js';
 import { kvgateVersion } from '../version.js';
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -41,6 +46,11 @@ export interface Tracing {
   readonly sampleRatio: number;
   /** The bound on each export, and so on shutdown's last flush. */
   readonly exportTimeoutMs: number;
+  /**
+   * Spans lost from now on are counted in `counter` (by reason) and each episode of loss is a warn line on `logger`,
+   * its end an info line; those lost before are added to the counter.
+   */
+  reportLosses(logger: Logger, counter: Counter<'reason'>): void;
   /**
    * Exports what is buffered and stops, within `exportTimeoutMs` when the collector is down or does not answer:
    * the spans it could not export are given up with a warn line on `logger`. Never rejects; idempotent.
@@ -85,7 +95,9 @@ export function startTracing(config: TracingConfig, env: Env): Tracing | undefin
   const timeoutMs = exportTimeoutMs(config, env);
   // The exporter's timeout bounds each request and its retries (a black-holed collector's socket is destroyed at
   // it); the processor's bounds its wait for an export, whatever the exporter does.
-  const exporter = new OTLPTraceExporter({ url: endpoint, timeoutMillis: timeoutMs });
+  const losses = new SpanLossWatch();
+  losses.install();
+  const exporter = losses.exporter(new OTLPTraceExporter({ url: endpoint, timeoutMillis: timeoutMs }));
   const provider = new NodeTracerProvider({
     resource: resourceFromAttributes({
       'service.name': env.OTEL_SERVICE_NAME || 'kvgate',
@@ -101,12 +113,18 @@ export function startTracing(config: TracingConfig, env: Env): Tracing | undefin
     endpoint,
     sampleRatio: ratio,
     exportTimeoutMs: timeoutMs,
-    shutdown: (logger) =>
-      (done ??= provider
+    reportLosses: (logger, counter) => losses.attach(logger, counter),
+    shutdown: (logger) => {
+      losses.stopping();
+      return (done ??= provider
         .shutdown()
         .catch((err: unknown) =>
           logger.warn({ err, exportTimeoutMs: timeoutMs }, 'tracing: the last spans could not be exported; given up'),
         )
-        .finally(() => trace.disable())),
+        .finally(() => {
+          trace.disable();
+          losses.uninstall();
+        }));
+    },
   };
 }

@@ -41,6 +41,13 @@ export const METRIC_DEFINITIONS = {
     help: 'Always 1; labels name the kvgate version and the Node.js version running it.',
     labelNames: ['version', 'node_version'],
   },
+  // ---- tracing (src/cli/tracing-loss.ts; the series appear, at zero, when tracing is on)
+  tracingSpansDropped: {
+    kind: 'counter',
+    name: 'kvgate_tracing_spans_dropped_total',
+    help: 'Spans lost before reaching the OTLP collector: export_failed (an export it did not take), queue_full.',
+    labelNames: ['reason'],
+  },
   // ---- router requests
   requests: {
     kind: 'counter',

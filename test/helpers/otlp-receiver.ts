@@ -1,7 +1,8 @@
 /**
  * A collector double that speaks OTLP/HTTP with the JSON encoding (what `kvgate serve`'s exporter sends): an HTTP
  * server on loopback that takes `POST /v1/traces` ExportTraceServiceRequest bodies, answers 200 `{}` and keeps
- * every span, with its ids in hex, its attributes as plain values and its status.
+ * every span, with its ids in hex, its attributes as plain values and its status; or, while told to refuse, answers
+ * every export with an error status and keeps nothing (a collector that refuses, then takes exports again).
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -25,6 +26,10 @@ export interface OtlpReceiver {
   readonly spans: OtlpSpan[];
   /** The raw bodies posted, as text. */
   readonly bodies: string[];
+  /** Exports posted so far, refused ones included. */
+  posts(): number;
+  /** Answers each export with `status` from now on (500: a failure the exporter does not retry); undefined: 200 again. */
+  refuse(status: number | undefined): void;
   close(): Promise<void>;
 }
 
@@ -71,11 +76,18 @@ function otlpSpans(body: unknown): OtlpSpan[] {
 export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   const spans: OtlpSpan[] = [];
   const bodies: string[] = [];
+  let posts = 0;
+  let refusal: number | undefined;
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req
       .on('data', (c: Buffer) => chunks.push(c))
       .on('end', () => {
+        posts++;
+        if (refusal !== undefined) {
+          res.writeHead(refusal, { 'content-type': 'application/json' }).end('{}');
+          return;
+        }
         if (req.url === '/v1/traces' && String(req.headers['content-type']).includes('json')) {
           const text = Buffer.concat(chunks).toString('utf8');
           bodies.push(text);
@@ -89,6 +101,8 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     spans,
     bodies,
+    posts: () => posts,
+    refuse: (status) => (refusal = status),
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
