@@ -7,11 +7,9 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { startBlackHole } from '../../helpers/black-hole.js';
-import { jsonLines, serveConfigObject, startMockerEngine, stopServed } from '../../helpers/serve-process.js';
+import { jsonLines } from '../../helpers/serve-process.js';
+import { tracedGateway } from '../../helpers/traced-gateway.js';
 import { until } from '../../helpers/until.js';
-
-/** A sampled W3C traceparent: a probe that carries one is traced. */
-const traceparent = (n: number): string => `00-${n.toString(16).padStart(32, '0')}-00f067aa0ba902b7-01`;
 
 describe('kvgate serve: tracing shutdown with the collector black-holed', () => {
   const cleanups: (() => Promise<void>)[] = [];
@@ -22,27 +20,7 @@ describe('kvgate serve: tracing shutdown with the collector black-holed', () => 
   it('exits within the export timeout of SIGTERM, the queued spans given up with a warn line', async () => {
     const hole = await startBlackHole();
     cleanups.push(() => hole.close());
-    const m = await startMockerEngine();
-    cleanups.push(() => stopServed(m.proc));
-    const engine = m.engine;
-    const gw = await serveConfigObject({
-      listen: { host: '127.0.0.1', port: 0 },
-      preprocess: { threads: 0 },
-      log: { level: 'info' },
-      tracing: { otlp_endpoint: hole.url, sample_ratio: 1 },
-      models: [
-        {
-          name: engine.model,
-          block_size: 16,
-          workers: [{ id: 1, url: engine.url, kv_events: (engine.kv_events as string[])[0] }],
-        },
-      ],
-    });
-    cleanups.push(() => gw.stop());
-    const probe = async (n: number): Promise<void> => {
-      const res = await fetch(`${gw.url}/health`, { headers: { traceparent: traceparent(n) } });
-      await res.arrayBuffer();
-    };
+    const { gw, probe } = await tracedGateway(hole.url, cleanups);
 
     // The first span's export (sent after the 1 s batch delay) hangs at the black hole...
     await probe(1);

@@ -6,12 +6,9 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { startOtlpReceiver } from '../../helpers/otlp-receiver.js';
-import { jsonLines, serveConfigObject, startMockerEngine, stopServed } from '../../helpers/serve-process.js';
+import { jsonLines } from '../../helpers/serve-process.js';
+import { traceId, tracedGateway } from '../../helpers/traced-gateway.js';
 import { until } from '../../helpers/until.js';
-
-/** A sampled W3C traceparent: a probe that carries one is traced (one span, ended as the probe is answered). */
-const traceId = (n: number): string => n.toString(16).padStart(32, '0');
-const traceparent = (n: number): string => `00-${traceId(n)}-00f067aa0ba902b7-01`;
 
 describe('kvgate serve: spans lost to a collector that refuses exports', () => {
   const cleanups: (() => Promise<void>)[] = [];
@@ -23,26 +20,7 @@ describe('kvgate serve: spans lost to a collector that refuses exports', () => {
     const otlp = await startOtlpReceiver();
     cleanups.push(() => otlp.close());
     otlp.refuse(500);
-    const m = await startMockerEngine();
-    cleanups.push(() => stopServed(m.proc));
-    const engine = m.engine;
-    const gw = await serveConfigObject({
-      listen: { host: '127.0.0.1', port: 0 },
-      preprocess: { threads: 0 },
-      log: { level: 'info' },
-      tracing: { otlp_endpoint: otlp.url, sample_ratio: 1 },
-      models: [
-        {
-          name: engine.model,
-          block_size: 16,
-          workers: [{ id: 1, url: engine.url, kv_events: (engine.kv_events as string[])[0] }],
-        },
-      ],
-    });
-    cleanups.push(() => gw.stop());
-    const probe = async (n: number): Promise<void> => {
-      await (await fetch(`${gw.url}/health`, { headers: { traceparent: traceparent(n) } })).arrayBuffer();
-    };
+    const { gw, probe } = await tracedGateway(otlp.url, cleanups);
     // Scrapes are not traced: reading the counter adds no span.
     const dropped = async (reason: string): Promise<number> => {
       const text = await (await fetch(`${gw.url}/metrics`)).text();
