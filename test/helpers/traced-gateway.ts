@@ -10,7 +10,7 @@ import { serveConfigObject, startMockerEngine, stopServed, type ServedGateway } 
 export const traceId = (n: number): string => n.toString(16).padStart(32, '0');
 
 /** A sampled W3C traceparent for trace `n`: a request that carries one is traced. */
-export const traceparent = (n: number): string => `00-${traceId(n)}-00f067aa0ba902b7-01`;
+const traceparent = (n: number): string => `00-${traceId(n)}-00f067aa0ba902b7-01`;
 
 export interface TracedGateway {
   readonly gw: ServedGateway;
