@@ -146,7 +146,7 @@ export class Admission {
     const { filter, table } = this.#p;
     try {
       return this.#queue.drain(
-        () => table.workers.size === 0 || filter.anyRoom(table.all, table.allCount),
+        () => table.workers.size === 0 || filter.anyRoom(table.all, table.all.length),
         (e) => this.#admit(e),
       );
     } finally {

@@ -55,7 +55,7 @@ export class SlotFilter {
       n = table.all.length;
     } else {
       const set = allowed instanceof Set ? (allowed as ReadonlySet<number>) : new Set(allowed as readonly number[]);
-      for (let i = 0; i < table.allCount; i++) {
+      for (let i = 0; i < table.all.length; i++) {
         const s = table.all[i]!;
         if (set.has(table.slotWorker[s]!)) elig[n++] = s;
       }

@@ -273,7 +273,7 @@ export class KvScheduler {
   loads(): WorkerLoad[] {
     const t = this.#table;
     const out: WorkerLoad[] = [];
-    for (let i = 0; i < t.allCount; i++) {
+    for (let i = 0; i < t.all.length; i++) {
       const s = t.all[i]!;
       out.push({ workerId: t.slotWorker[s]!, dpRank: t.slotRank[s]!, ...this.#active.load(s) });
     }

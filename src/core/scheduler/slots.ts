@@ -65,9 +65,8 @@ export class SlotTable {
   overlapOffCount = 0;
   /** Engine-reported KV usage (`reportKvUsage`). */
   kvUsed = new Float64Array(0);
-  /** Every registered slot, compact: `all[0..allCount)`, and `all.length` is `allCount`. */
+  /** Every registered slot, compact: exactly as many as are registered. */
   all = new Int32Array(0);
-  allCount = 0;
   /** Predict-on-route index slot -> primary slot (-1 = none). */
   predToSlot = new Int32Array(0);
 
@@ -223,9 +222,8 @@ export class SlotTable {
     const all = new Int32Array(n);
     let k = 0;
     for (const w of this.workers.values()) for (const s of w.slots) if (this.registered[s] === 1) all[k++] = s;
-    // Exactly the registered slots, so a decision copies `all` whole (no view of its first `allCount` made).
+    // Exactly the registered slots, so a decision copies `all` whole (no view of its first ones made).
     this.all = k === n ? all : all.slice(0, k);
-    this.allCount = k;
     const scratch = this.scratch;
     if (scratch.eligible.length < this.cap) {
       scratch.eligible = new Int32Array(this.cap);
