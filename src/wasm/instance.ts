@@ -86,8 +86,8 @@ export interface WasmModule {
   /** Current views over linear memory (re-derived after growth). */
   views(): WasmViews;
   /**
-   * The I/O region, with room for at least `bytes` bytes: `exports.ioReserve`, called only when the region
-   * must grow (the module keeps one region and moves it only then), so most crossings skip a call.
+   * The I/O region, with room for at least `bytes` bytes: `exports.ioReserve`, called only for more bytes than
+   * any call before asked (the module keeps one region and moves it only to grow it), so most crossings skip a call.
    */
   reserve(bytes: number): number;
 }
@@ -116,9 +116,6 @@ interface WebAssemblyApi {
 const WA = (globalThis as unknown as { WebAssembly: WebAssemblyApi }).WebAssembly;
 
 let loaded: WasmModule | undefined;
-
-/** The least the module's `ioReserve` allocates (assembly/index.ts): a smaller request gets this much. */
-const IO_MIN_BYTES = 65536;
 
 /** The module for this thread, instantiated on first use. */
 export function wasm(): WasmModule {
@@ -149,15 +146,15 @@ export function wasm(): WasmModule {
     }
     return current;
   };
-  // The region the module holds (address, capacity); capacity 0 while unknown, so a call that traps while
-  // growing it (the module then holds none) is never answered from here.
+  // The region the module holds and the most asked of it so far (the module's may be larger); 0 while unknown, so a
+  // call that traps while growing it (the module then holds none) is never answered from here.
   let io = 0;
   let ioCap = 0;
   const reserve = (bytes: number): number => {
     if (bytes <= ioCap) return io;
     ioCap = 0;
     io = exports.ioReserve(bytes);
-    ioCap = Math.max(bytes, IO_MIN_BYTES);
+    ioCap = bytes;
     return io;
   };
   loaded = { exports, views, reserve };
