@@ -1,8 +1,7 @@
 /**
  * A prefix index's matches: the module calls and the reading of their answers, for `PrefixIndex`
  * (which guards them: a trap discards the index). Two forms:
- * - `matchHashes`: the request's hashes copied in, (slot, depth) pairs out, as a copy or as views of
- *   module memory (`findMatches`, `findMatchesTransient`);
+ * - `matchHashes`: the request's hashes copied in, (slot, depth) pairs copied out (`findMatches`);
  * - `matchStage`: a routing decision's whole match stage in one call. The prompt's sequence hashes are
  *   put once in the in-flight trie's query region, the module matches the index and queries the trie's
  *   depths from there, and both answers are scattered straight into the scheduler's per-slot arrays.
@@ -24,8 +23,7 @@ export interface OverlapScores {
 
 /**
  * Matches `hashes` (sequence hashes with `bySequence`, else local ones) on index `ix` of a module whose
- * slot ids are below `slotCap`. With `copy` the arrays are the caller's; without, they view module memory
- * until the next call into it.
+ * slot ids are below `slotCap`. The arrays are the caller's.
  */
 export function matchHashes(
   m: WasmModule,
@@ -33,7 +31,6 @@ export function matchHashes(
   slotCap: number,
   hashes: BigUint64Array,
   bySequence: boolean,
-  copy: boolean,
 ): OverlapScores {
   const n = hashes.length;
   const io = m.reserve(n * 8 + slotCap * 8 + 16);
@@ -44,13 +41,6 @@ export function matchHashes(
   const count = m.exports.idxFindMatches(ix, io, n, bySequence ? 0 : 1, outSlots, outDepths);
   // The call may grow WASM memory (chaining scratch), detaching `v`: read the results through fresh views.
   const out = m.views().u32;
-  if (!copy) {
-    return {
-      count,
-      slots: out.subarray(outSlots >>> 2, (outSlots >>> 2) + count),
-      depths: out.subarray(outDepths >>> 2, (outDepths >>> 2) + count),
-    };
-  }
   // One copy out for both columns: the depths are moved up to just after the slots first (a memmove
   // inside WASM memory), so a match allocates one buffer, not two.
   const at = outSlots >>> 2;

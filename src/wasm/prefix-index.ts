@@ -310,22 +310,9 @@ export class PrefixIndex {
    * The returned arrays are fresh copies owned by the caller.
    */
   findMatches(hashes: BigUint64Array, bySequence = false): OverlapScores {
-    return this.#matchGuarded(hashes, bySequence, true);
-  }
-
-  /**
-   * As `findMatches`, but the arrays view the module's memory instead of being copied out: they hold the
-   * answer only until the next call into the module (on any index, or any hashing), so the caller reads
-   * them at once. A routing decision's hot path: one copy and one allocation fewer per match.
-   */
-  findMatchesTransient(hashes: BigUint64Array, bySequence = false): OverlapScores {
-    return this.#matchGuarded(hashes, bySequence, false);
-  }
-
-  #matchGuarded(hashes: BigUint64Array, bySequence: boolean, copy: boolean): OverlapScores {
     const ix = this.#live();
     try {
-      return this.#guard('matching', () => matchHashes(this.#m, ix, this.#slotInfo.length, hashes, bySequence, copy));
+      return this.#guard('matching', () => matchHashes(this.#m, ix, this.#slotInfo.length, hashes, bySequence));
     } catch (err) {
       // No trap reaches a request: the index was discarded, and an empty one matches nothing.
       if (err instanceof IndexMemoryError) return { count: 0, slots: new Uint32Array(0), depths: new Uint32Array(0) };
