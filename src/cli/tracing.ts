@@ -93,10 +93,10 @@ export function startTracing(config: TracingConfig, env: Env): Tracing | undefin
   if (endpoint === undefined) return undefined;
   const ratio = sampleRatio(config, env);
   const timeoutMs = exportTimeoutMs(config, env);
-  // The exporter's timeout bounds each request and its retries (a black-holed collector's socket is destroyed at
-  // it); the processor's bounds its wait for an export, whatever the exporter does.
   const losses = new SpanLossWatch();
   losses.install();
+  // The exporter's timeout bounds each request and its retries (a black-holed collector's socket is destroyed at
+  // it); the processor's (below) bounds its wait for an export, whatever the exporter does.
   const exporter = losses.exporter(new OTLPTraceExporter({ url: endpoint, timeoutMillis: timeoutMs }));
   const provider = new NodeTracerProvider({
     resource: resourceFromAttributes({
