@@ -8,9 +8,12 @@
  * query-only responses, tests). The arrays are views carved from shared
  * 1 MiB chunks (`takeBreakdown`): a fresh multi-KiB typed array per decision
  * costs an off-heap allocation and its finalisation, which measured as the
- * largest single cost of scoring 64 candidates.
+ * largest single cost of scoring 64 candidates. The chunks are not zeroed
+ * (zeroing 1 MiB fell on the one decision in 512 that needed a new chunk):
+ * every scoring loop writes each row's fields whole, and the probability
+ * field is read only under softmax, which writes it for every row.
  */
-import type { WorkerRank } from '../common/index.js';
+import { unzeroedArrayBuffer, type WorkerRank } from '../common/index.js';
 
 /** Where the time of one decision went, in milliseconds (Dynamo's `dynamo_router_overhead_*_ms`). */
 export interface DecisionTiming {
@@ -42,19 +45,20 @@ export interface CandidateBreakdown extends WorkerRank {
 const BREAKDOWN_STRIDE = 8;
 const CHUNK_BYTES = 1 << 20;
 
-let chunk = new ArrayBuffer(CHUNK_BYTES);
+let chunk = unzeroedArrayBuffer(CHUNK_BYTES);
 let chunkOffset = 0;
 
 /**
- * A zeroed breakdown array for `candidates` rows, carved from the current
- * chunk (a new chunk when it is full; old chunks live as long as a decision
- * still views them).
+ * A breakdown array for `candidates` rows, carved from the current chunk (a
+ * new chunk when it is full; old chunks live as long as a decision still
+ * views them). Its contents are unspecified: the caller writes every row
+ * (`writeBreakdown`) and, under softmax, every row's probability.
  */
 export function takeBreakdown(candidates: number): Float64Array {
   const bytes = candidates * BREAKDOWN_STRIDE * 8;
   if (bytes > CHUNK_BYTES / 4) return new Float64Array(candidates * BREAKDOWN_STRIDE);
   if (chunkOffset + bytes > CHUNK_BYTES) {
-    chunk = new ArrayBuffer(CHUNK_BYTES);
+    chunk = unzeroedArrayBuffer(CHUNK_BYTES);
     chunkOffset = 0;
   }
   const view = new Float64Array(chunk, chunkOffset, candidates * BREAKDOWN_STRIDE);
@@ -166,7 +170,7 @@ export class RoutingDecision {
         decodeBlocks: b[o + F_DECODE]!,
         activeRequests: b[o + F_REQUESTS]!,
         cost: b[o + F_COST]!,
-        // Written for every row under softmax (temperature > 0) only; the row's slot is 0 otherwise.
+        // Written for every row under softmax (temperature > 0) only; unspecified otherwise, so not read.
         probability: this.temperature > 0 ? b[o + F_PROB]! : undefined,
       });
     }

@@ -3,8 +3,7 @@
  * XXH3-64 over little-endian u32 tokens, seed 1337 (+ LoRA and cache-salt
  * mixing), chained sequence hashes. One WASM call per prompt.
  */
-import { Buffer } from 'node:buffer';
-import { blockSize as checkBlockSize } from '../common/index.js';
+import { blockSize as checkBlockSize, unzeroedArrayBuffer } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { wasm } from './instance.js';
 
@@ -114,7 +113,7 @@ let sharedOffset = 0;
  * every eight 8,192-token prompts.
  */
 function slab(): ArrayBuffer {
-  return Buffer.allocUnsafeSlow(SHARED_BYTES).buffer as ArrayBuffer;
+  return unzeroedArrayBuffer(SHARED_BYTES);
 }
 
 /** `count` u64s to copy a result into (see `Destination`). */
