@@ -20,7 +20,6 @@
  * make it stale; the transitions are told as the gateway tells a worker's
  * (routing's `KvEventsWatch`: a line naming the endpoint, counted).
  */
-import { isIPv6 } from 'node:net';
 import type { Logger } from 'pino';
 import type { Clock, RoutingHints, Rng, WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
@@ -39,6 +38,7 @@ import {
   type WatchedWorker,
 } from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
+import { endpointAddress } from './endpoint-address.js';
 import { EndpointOwners } from './endpoint-owners.js';
 
 /**
@@ -58,32 +58,6 @@ export interface PickInput {
    * any port); undefined = the whole pool.
    */
   readonly subset?: readonly string[] | undefined;
-}
-
-/** An address as one spelling: an IPv6 one in its canonical text (RFC 5952: lowercase, zeros compressed). */
-function canonicalHost(host: string): string {
-  if (!isIPv6(host)) return host;
-  try {
-    return new URL(`http://[${host}]/`).hostname.slice(1, -1);
-  } catch {
-    // A zone (fe80::1%eth0) is no URL host: compared as written, but lowercase.
-    return host.toLowerCase();
-  }
-}
-
-/**
- * An endpoint as the protocol writes it, `ip:port` with an IPv6 address bracketed (`[fd00::1]:8000`, as Envoy and
- * GIE's EPP, with Go's net.JoinHostPort, write it), or a bare address for any port. An unbracketed address with
- * several colons is an IPv6 address, never `address:port` (`fd00::1:8000` is one address): GIE's lightweight EPP
- * reads a subset entry so (net.SplitHostPort fails on it, and the entry allows every port of that address).
- */
-function endpointAddress(entry: string): { host: string; port: string | undefined } {
-  const bracketed = /^\[([^\]]+)\](?::(\d+))?$/.exec(entry);
-  if (bracketed !== null) return { host: canonicalHost(bracketed[1]!), port: bracketed[2] };
-  const colon = entry.indexOf(':');
-  if (colon >= 0 && colon === entry.lastIndexOf(':'))
-    return { host: entry.slice(0, colon), port: entry.slice(colon + 1) };
-  return { host: canonicalHost(entry), port: undefined };
 }
 
 /** What a pod list changed: endpoints joined and left, endpoints handed over, pods shadowed (listed, not routed). */
