@@ -25,7 +25,7 @@ import type { Clock, RoutingHints, Rng, WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import type { PoolEndpoint } from '../fleet/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
-import { rejectionError } from '../core/index.js';
+import { rejectionError, type SlotLoad } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
 import {
   KvEventsWatch,
@@ -72,6 +72,12 @@ interface Booking {
   readonly input: PickInput;
   endpoint: string;
   prefillDone: boolean;
+  /**
+   * The cached prompt blocks the request was booked with on its endpoint (the decision's overlap), kept for booking it
+   * there again (a rejoin, a handover): the engine serving it is the same, so is its load. Undefined once it moved to
+   * another endpoint (`served`): the router reads that endpoint's own overlap.
+   */
+  overlapBlocks: number | undefined;
 }
 
 export interface EndpointPickerOptions {
@@ -259,7 +265,8 @@ export class EndpointPicker {
         .add({ workerId: id, dpRank: 0, endpoint: pod.kvEvents })
         .catch((err: Error) => this.#subscriptionRefused(id, pod, err));
     }
-    // The router dropped these when the endpoint left (removeWorker frees its requests), so none is booked twice.
+    // The router dropped these when the endpoint left (removeWorker frees its requests), so none is booked twice;
+    // each is booked as it was (its overlap and hints), so its load is the same, not its whole prompt again.
     let rebooked = 0;
     for (const [requestId, b] of this.#bookings) {
       if (b.endpoint !== pod.endpoint) continue;
@@ -322,6 +329,17 @@ export class EndpointPicker {
   }
 
   /**
+   * The router's load on each routed endpoint (what it scores on): requests in flight, uncached prompt tokens not yet
+   * prefilled, KV blocks held. Beside `bookings` (the picker's own record), it shows each request counted once.
+   */
+  loads(): Record<string, SlotLoad> {
+    const out: Record<string, SlotLoad> = {};
+    for (const { workerId, activeRequests, activePrefillTokens, activeDecodeBlocks } of this.#router.loads())
+      out[this.#endpoints.get(workerId)!] = { activeRequests, activePrefillTokens, activeDecodeBlocks };
+    return out;
+  }
+
+  /**
    * Picks and books: the endpoints in order, the best first.
    * @throws KvgateError KVG_ERR_NO_WORKERS (none ready, or none of the subset), KVG_ERR_TOO_MANY_REQUESTS (shed:
    *   every eligible endpoint busy or the queue full), the router's own for bad hints.
@@ -354,7 +372,12 @@ export class EndpointPicker {
     const endpoints = order.map((id) => this.#endpoints.get(id)!);
     // The data plane dispatches to the pick: its KV events are awaited from now (stale if none comes while it serves).
     this.#events?.noteDispatch({ workerId: d.workerId, dpRank: 0 });
-    this.#bookings.set(input.requestId, { input: { ...input, hints }, endpoint: endpoints[0]!, prefillDone: false });
+    this.#bookings.set(input.requestId, {
+      input: { ...input, hints },
+      endpoint: endpoints[0]!,
+      prefillDone: false,
+      overlapBlocks: d.overlapBlocks,
+    });
     return endpoints;
   }
 
@@ -371,18 +394,24 @@ export class EndpointPicker {
     }
     this.#logger.info({ requestId, endpoint, picked: b.endpoint }, 'served by a fallback endpoint; booking moved');
     b.endpoint = endpoint;
+    b.overlapBlocks = undefined;
     this.#book(requestId, b, id);
     this.#events?.noteDispatch({ workerId: id, dpRank: 0 });
   }
 
-  /** Books a request on a worker: its prompt, and its prefill done when it is. */
+  /**
+   * Books a request on a worker as it was picked: its prompt, its hints (a router config override, an expected output
+   * length: what its load is booked with), its overlap where known, and its prefill done when it is.
+   */
   #book(requestId: string, b: Booking, workerId: number): void {
     this.#router.addRequest({
       requestId,
       tokens: b.input.tokenIds,
       hashes: b.input.hashes,
       isl: b.input.tokenIds.length,
+      routing: b.input.hints,
       workerId,
+      ...(b.overlapBlocks !== undefined ? { overlapBlocks: b.overlapBlocks } : {}),
     });
     if (b.prefillDone) this.#router.markPrefillCompleted(requestId);
   }

@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { seededRng, systemClock } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
+import type { SlotLoad } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
 import { InferencePoolSource } from '../fleet/index.js';
 import { createPreprocessor, preprocessModelSpecs, servedModelConfig, settleInlineSystem } from '../frontend/index.js';
@@ -24,6 +25,8 @@ export interface RunningPicker {
   readonly metricsUrl: string | undefined;
   /** Requests booked and not yet ended, by endpoint. */
   bookings(): Record<string, number>;
+  /** The router's load on each routed endpoint (`EndpointPicker.loads`): what it scores on, each request once. */
+  loads(): Record<string, SlotLoad>;
   /** Bytes of request bodies the open streams hold (a body is held only until it is complete). */
   bufferedBytes(): number;
   /** What the picker keeps per pod, by structure (`EndpointPicker.footprint`). */
@@ -96,6 +99,7 @@ export async function startPicker(config: GatewayConfig, logger: Logger): Promis
           ? undefined
           : `http://${m.address.includes(':') ? `[${m.address}]` : m.address}:${m.port}/metrics`,
       bookings: () => server.picker.bookings(),
+      loads: () => server.picker.loads(),
       bufferedBytes: () => server.bufferedBytes(),
       footprint: () => server.picker.footprint(),
       async stop() {

@@ -70,28 +70,33 @@ describe('EndpointOwners', () => {
   });
 });
 
+/** A picker over model `m` (approximate mode: KV events off), three endpoints in its answers. */
+function pickerOver(): EndpointPicker {
+  const config = loadGatewayConfig({
+    env: {},
+    base: {
+      models: [
+        {
+          name: 'm',
+          tokenizer: 'demo',
+          router: { use_kv_events: false },
+          inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
+        },
+      ],
+    },
+  });
+  return new EndpointPicker({
+    model: config.models[0]!,
+    logger: pino({ level: 'silent' }),
+    clock: new ManualClock(0),
+    rng: seededRng(1),
+    fallbacks: 3,
+  });
+}
+
 describe('EndpointPicker: an endpoint handed over between two listed pods', () => {
   it('stays routable, with its request in flight booked on its new owner once', async () => {
-    const config = loadGatewayConfig({
-      env: {},
-      base: {
-        models: [
-          {
-            name: 'm',
-            tokenizer: 'demo',
-            router: { use_kv_events: false },
-            inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
-          },
-        ],
-      },
-    });
-    const picker = new EndpointPicker({
-      model: config.models[0]!,
-      logger: pino({ level: 'silent' }),
-      clock: new ManualClock(0),
-      rng: seededRng(1),
-      fallbacks: 3,
-    });
+    const picker = pickerOver();
     const ids = Uint32Array.from({ length: 32 }, (_, i) => i + 1);
     const request = (requestId: string, subset?: string[]) => ({
       requestId,
@@ -118,6 +123,27 @@ describe('EndpointPicker: an endpoint handed over between two listed pods', () =
       picker.end('r1');
       picker.end('r3');
       expect(picker.footprint()).toMatchObject({ endpoints: 2, ids: 2, names: 2, routerWorkers: 2, bookings: 0 });
+    } finally {
+      await picker.close();
+    }
+  });
+
+  it("keeps its request's hints across the handover and a fallback: an override not to count prompt load holds", async () => {
+    const picker = pickerOver();
+    const ids = Uint32Array.from({ length: 64 }, (_, i) => i + 1);
+    const hints = { annotations: [], routerConfigOverride: { trackPrefillTokens: false }, expectedOutputTokens: 300 };
+    const idle = { activeRequests: 0, activePrefillTokens: 0, activeDecodeBlocks: 0 };
+    try {
+      picker.setEndpoints([OLD, OTHER]);
+      picker.pick({ requestId: 'r1', tokenIds: ids, hashes: promptHashes(ids, 16), hints, subset: [X] });
+      const booked = { activeRequests: 1, activePrefillTokens: 0, activeDecodeBlocks: 4 };
+      expect(picker.loads()).toEqual({ [X]: booked, [Y]: idle });
+      picker.setEndpoints([OLD, NEW, OTHER]);
+      expect(picker.loads()).toEqual({ [X]: booked, [Y]: idle });
+      picker.served('r1', Y);
+      expect(picker.loads()).toEqual({ [X]: idle, [Y]: booked });
+      picker.end('r1');
+      expect(picker.loads()).toEqual({ [X]: idle, [Y]: idle });
     } finally {
       await picker.close();
     }
