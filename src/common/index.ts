@@ -28,7 +28,7 @@ export type {
 } from './hints.js';
 export { defaultSessionAffinity } from './hints.js';
 export { silentLogger, type Logger } from './logger.js';
-export { unzeroedArrayBuffer } from './unzeroed.js';
+export { CarvedSlabs } from './slabs.js';
 export {
   blockSize,
   ENGINE_DIALECTS,

@@ -8,12 +8,12 @@
  * query-only responses, tests). The arrays are views carved from shared
  * 1 MiB chunks (`takeBreakdown`): a fresh multi-KiB typed array per decision
  * costs an off-heap allocation and its finalisation, which measured as the
- * largest single cost of scoring 64 candidates. The chunks are not zeroed
- * (zeroing 1 MiB fell on the one decision in 512 that needed a new chunk):
- * every scoring loop writes each row's fields whole, and the probability
- * field is read only under softmax, which writes it for every row.
+ * largest single cost of scoring 64 candidates. The chunks are `CarvedSlabs`:
+ * each made ahead, off the decision, and not zeroed, since every scoring loop
+ * writes each row's fields whole and the probability is read only under
+ * softmax, which writes it for every row.
  */
-import { unzeroedArrayBuffer, type WorkerRank } from '../common/index.js';
+import { CarvedSlabs, type WorkerRank } from '../common/index.js';
 
 /** Where the time of one decision went, in milliseconds (Dynamo's `dynamo_router_overhead_*_ms`). */
 export interface DecisionTiming {
@@ -45,25 +45,19 @@ export interface CandidateBreakdown extends WorkerRank {
 const BREAKDOWN_STRIDE = 8;
 const CHUNK_BYTES = 1 << 20;
 
-let chunk = unzeroedArrayBuffer(CHUNK_BYTES);
-let chunkOffset = 0;
+const chunks = new CarvedSlabs(CHUNK_BYTES);
 
 /**
- * A breakdown array for `candidates` rows, carved from the current chunk (a
- * new chunk when it is full; old chunks live as long as a decision still
- * views them). Its contents are unspecified: the caller writes every row
- * (`writeBreakdown`) and, under softmax, every row's probability.
+ * A breakdown array for `candidates` rows, carved from the current chunk (old
+ * chunks live as long as a decision still views them). Its contents are
+ * unspecified: the caller writes every row (`writeBreakdown`) and, under
+ * softmax, every row's probability.
  */
 export function takeBreakdown(candidates: number): Float64Array {
   const bytes = candidates * BREAKDOWN_STRIDE * 8;
   if (bytes > CHUNK_BYTES / 4) return new Float64Array(candidates * BREAKDOWN_STRIDE);
-  if (chunkOffset + bytes > CHUNK_BYTES) {
-    chunk = unzeroedArrayBuffer(CHUNK_BYTES);
-    chunkOffset = 0;
-  }
-  const view = new Float64Array(chunk, chunkOffset, candidates * BREAKDOWN_STRIDE);
-  chunkOffset += bytes;
-  return view;
+  const at = chunks.carve(bytes);
+  return new Float64Array(chunks.buffer, at, candidates * BREAKDOWN_STRIDE);
 }
 const F_WORKER = 0;
 const F_RANK = 1;

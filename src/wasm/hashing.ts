@@ -3,7 +3,7 @@
  * XXH3-64 over little-endian u32 tokens, seed 1337 (+ LoRA and cache-salt
  * mixing), chained sequence hashes. One WASM call per prompt.
  */
-import { blockSize as checkBlockSize, unzeroedArrayBuffer } from '../common/index.js';
+import { blockSize as checkBlockSize, CarvedSlabs } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { wasm } from './instance.js';
 
@@ -98,35 +98,19 @@ function writeTokens(u32: Uint32Array, ptr: number, tokens: Uint32Array | readon
 type Destination = 'own' | 'shared';
 
 /**
- * The shared buffer results are carved from. A fresh buffer per result costs an off-heap allocation (and
- * its finalisation) that measured as long as copying 8 KiB into it. A carved view keeps its whole buffer
- * alive, so only results of at most a quarter of it are carved: a result that outlives its neighbours
- * holds at most `SHARED_BYTES` beyond its own size.
+ * The shared slabs results are carved from (`CarvedSlabs`). A fresh buffer per result costs an off-heap allocation
+ * (and its finalisation) that measured as long as copying 8 KiB into it. Only results of at most a quarter of a
+ * slab are carved, so a result that outlives its neighbours holds at most `SHARED_BYTES` beyond its own size.
  */
 const SHARED_BYTES = 64 << 10;
-let shared = slab();
-let sharedOffset = 0;
-
-/**
- * A new shared buffer, left unzeroed: every view carved from it is written whole before it is returned. A zeroed
- * one (`new ArrayBuffer`) cost about three times as long (14 against 4.7 µs on average, after a 1 ms sleep), once
- * every eight 8,192-token prompts.
- */
-function slab(): ArrayBuffer {
-  return unzeroedArrayBuffer(SHARED_BYTES);
-}
+const shared = new CarvedSlabs(SHARED_BYTES);
 
 /** `count` u64s to copy a result into (see `Destination`). */
 function destination(count: number, dest: Destination): BigUint64Array {
   const bytes = count * 8;
   if (dest === 'own' || bytes > SHARED_BYTES / 4) return new BigUint64Array(count);
-  if (sharedOffset + bytes > SHARED_BYTES) {
-    shared = slab();
-    sharedOffset = 0;
-  }
-  const out = new BigUint64Array(shared, sharedOffset, count);
-  sharedOffset += bytes;
-  return out;
+  const at = shared.carve(bytes);
+  return new BigUint64Array(shared.buffer, at, count);
 }
 
 function hashInto(
