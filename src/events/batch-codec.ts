@@ -164,10 +164,20 @@ export class BatchPacker {
     return w + Math.ceil(ev.tokenIds.length / 2);
   }
 
-  /** Hands over what was packed (its buffer to be transferred) and starts a fresh buffer. */
+  /**
+   * Hands over what was packed, in a buffer to be transferred. A buffer at most half used is handed over as a
+   * copy of its used words, and kept for the next batches; a fuller one is handed over itself, and a fresh one
+   * started. Why: the receiving thread counts every transferred byte as its young generation's off-heap memory,
+   * and V8 collects that generation inside the next fresh allocation once it passes 32 MiB (BENCHMARKS.md,
+   * "Twenty-fifth round"). A thread posting once a turn used to hand over 64 KiB however little it had packed.
+   */
   take(): PackedBatches {
-    const out = { buffer: this.#buf, words: this.#at, extras: this.#extras, errors: this.#errors };
-    this.#fresh(0);
+    const bytes = this.#at * 8;
+    const keep = bytes * 2 <= this.#buf.byteLength;
+    const buffer = keep ? this.#buf.slice(0, bytes) : this.#buf;
+    const out = { buffer, words: this.#at, extras: this.#extras, errors: this.#errors };
+    if (keep) this.#reset();
+    else this.#fresh(0);
     return out;
   }
 
@@ -176,6 +186,11 @@ export class BatchPacker {
     this.#u32 = new Uint32Array(this.#buf);
     this.#u64 = new BigUint64Array(this.#buf);
     this.#f64 = new Float64Array(this.#buf);
+    this.#reset();
+  }
+
+  /** Empties the current buffer for the next batches (its words are overwritten before they are read). */
+  #reset(): void {
     this.#at = 0;
     this.#batches = 0;
     this.#extras = [];

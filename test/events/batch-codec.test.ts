@@ -93,6 +93,35 @@ describe('batch codec', () => {
     expect(unpackAll(packer)).toEqual([{ id: 1, seq: 1n, batch: withLocals(big) }]);
   });
 
+  it('hands over a buffer at most half used as a copy of its used words, and packs on into the same buffer', () => {
+    const one = decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: tokens(4), blockSize: BS }]);
+    const packer = new BatchPacker(4096);
+    packer.add(3, 0n, one, localsOf(one));
+    const words = packer.bytes / 8;
+    const first = packer.take();
+    // What the receiving thread counts as its young generation's off-heap bytes: the words packed, not 4 KiB.
+    expect(first.buffer.byteLength).toBe(words * 8);
+    expect(first.words).toBe(words);
+    packer.add(3, 1n, one, localsOf(one));
+    const second = packer.take();
+    // The kept buffer was refilled from its start; the first copy is untouched by it.
+    const out: { seq: bigint; batch: KvEventBatch }[] = [];
+    for (const p of [first, second]) unpackBatches(structuredClone(p), (_id, seq, batch) => out.push({ seq, batch }));
+    expect(out).toEqual([
+      { seq: 0n, batch: withLocals(one) },
+      { seq: 1n, batch: withLocals(one) },
+    ]);
+  });
+
+  it('hands over a buffer more than half used as it is, and starts a fresh one', () => {
+    const one = decoded([{ type: 'stored', blockHashes: [1n], parent: null, tokens: tokens(4), blockSize: BS }]);
+    const packer = new BatchPacker(256);
+    while (packer.add(1, 0n, one, localsOf(one)) && packer.bytes * 2 <= 256);
+    const full = packer.take();
+    expect(full.buffer.byteLength).toBe(256);
+    expect(packer.bytes).toBe(0);
+  });
+
   it('an index fed from unpacked batches equals one fed from the decoder', () => {
     const rng = mulberry32(5);
     const direct = new KvEventApplier({ blockSize: BS });
