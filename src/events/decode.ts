@@ -149,6 +149,17 @@ function optionalInt(value: unknown, field: string): number | undefined {
   throw new EventError('bad_event', `${field} is not an integer`);
 }
 
+/**
+ * An index or id the engines only ever send as a non-negative integer (vLLM's KV-cache group id and LoRA adapter id,
+ * a window in tokens), or nil. A negative one is no engine's: the event is refused, not read as a group, a LoRA or a
+ * window no engine has (the applier would treat a negative LoRA id as no LoRA, and index the blocks as the base model's).
+ */
+function optionalIndex(value: unknown, field: string): number | undefined {
+  const n = optionalInt(value, field);
+  if (n !== undefined && n < 0) throw new EventError('bad_event', `${field} ${n} is negative`);
+  return n;
+}
+
 function optionalString(value: unknown, field: string): string | undefined {
   if (value === null || value === undefined) return undefined;
   if (typeof value === 'string') return value;
@@ -251,7 +262,7 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown, opts: De
   const { flat, eagle } = tokenArray(f.token_ids, opts);
   let tokens = eagle ? flat.subarray(0, flat.length - 1) : flat;
   const specKind = optionalString(f.kv_cache_spec_kind, 'kv_cache_spec_kind');
-  const slidingWindow = optionalInt(f.kv_cache_spec_sliding_window, 'kv_cache_spec_sliding_window');
+  const slidingWindow = optionalIndex(f.kv_cache_spec_sliding_window, 'kv_cache_spec_sliding_window');
   const leadingNullBlocks = nullBlocksOf(specKind, tokens.length, hashes.length, blockSize);
   // Fewer tokens than blocks: keep the leading full blocks (Dynamo's publisher
   // stops at the first partial block); the rest cannot be hashed.
@@ -272,10 +283,10 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown, opts: De
     blockSize,
     droppedBlocks: hashes.length - blocks,
     loraName: optionalString(f.lora_name, 'lora_name') || undefined,
-    loraId: optionalInt(f.lora_id, 'lora_id'),
+    loraId: optionalIndex(f.lora_id, 'lora_id'),
     cacheSalt: cacheSalt || undefined,
     mmHashes: mmHashesOf(f.extra_keys, blocks),
-    groupIdx: optionalInt(f.group_idx, 'group_idx') ?? 0,
+    groupIdx: optionalIndex(f.group_idx, 'group_idx') ?? 0,
     // Full attention is what an absent kind means: only the other kinds are carried.
     ...(specKind !== undefined && specKind !== 'full_attention' ? { specKind } : {}),
     ...(slidingWindow !== undefined ? { slidingWindow } : {}),
@@ -304,7 +315,7 @@ function decodeRemoved(f: Record<string, unknown>): RemovedBlocksEvent {
     type: 'removed',
     tier: tierOf(f.medium),
     blockHashes: hashList(f.block_hashes, 'block_hashes'),
-    groupIdx: optionalInt(f.group_idx, 'group_idx') ?? 0,
+    groupIdx: optionalIndex(f.group_idx, 'group_idx') ?? 0,
   };
 }
 

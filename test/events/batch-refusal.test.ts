@@ -36,6 +36,9 @@ function refusalSetup(handOver: boolean) {
   return { ...t, lines, offer };
 }
 
+/** `ev` as its engine would send it in KV-cache group `groupIdx`. */
+const inGroup = (ev: TestEvent, groupIdx: number): TestEvent => (ev.type === 'cleared' ? ev : { ...ev, groupIdx });
+
 describe('a KV-event batch holding a bad event', () => {
   for (const handOver of [false, true]) {
     const how = handOver ? 'handed over packed' : 'decoded here';
@@ -81,6 +84,27 @@ describe('a KV-event batch holding a bad event', () => {
       );
       // The removals alone do not show the slot's events flowing: it went stale meanwhile and stays so.
       expect(liveness.status(7, 0)).toBe('stale');
+    });
+
+    it(`is refused when an event names a negative KV-cache group, its removals applied (${how})`, () => {
+      const { offer, depth, counters, lines } = refusalSetup(handOver);
+      offer(0n, encodeBatch([stored(1, null, A), stored(2, 100, B)]));
+      expect(depth([...A, ...B])).toBe(2);
+      // B evicted, D stored under the root, and C stored in group -1: no engine's group (vLLM's are indexes from 0).
+      offer(
+        1n,
+        encodeBatch([{ type: 'removed', blockHashes: [200n] }, stored(4, null, D), inGroup(stored(3, null, C), -1)]),
+      );
+      expect(depth([...A, ...B])).toBe(1);
+      expect(depth(C)).toBe(0);
+      expect(depth(D)).toBe(0);
+      const s = counters.snapshot();
+      expect(s.dropped.refused).toBe(1);
+      expect(s.decodeErrors.bad_event).toBe(1);
+      expect(s.salvagedRemovals).toBe(1);
+      expect(lines).toContainEqual(
+        expect.objectContaining({ seq: '1', badEvents: 1, goodEvents: 2, removalsApplied: 1 }),
+      );
     });
 
     it(`has its AllBlocksCleared applied, in order with its stores refused (${how})`, () => {

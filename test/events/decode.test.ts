@@ -325,6 +325,26 @@ describe('bad input is a typed value, never a throw', () => {
       [['BlockRemoved'], 'bad_event'],
       [{ type: 'BlockStored', block_hashes: [1] }, 'bad_event'],
       [{ type: 'BlockStored', block_hashes: [1], token_ids: [1], block_size: 1, lora_name: 5 }, 'bad_event'],
+      // Indexes and ids the engines send only as non-negative integers: a KV-cache group, a LoRA id, a window.
+      [['BlockStored', [1], null, [1, 2], 2, null, 'GPU', null, null, -1], 'bad_event'],
+      [{ type: 'BlockStored', block_hashes: [1], token_ids: [1], block_size: 1, group_idx: -1 }, 'bad_event'],
+      [['BlockRemoved', [1], 'GPU', -1], 'bad_event'],
+      [{ type: 'BlockRemoved', block_hashes: [1], group_idx: -3 }, 'bad_event'],
+      [{ type: 'BlockRemoved', block_hashes: [1], group_idx: 0.5 }, 'bad_event'],
+      [['BlockStored', [1], null, [1, 2], 2, -1], 'bad_event'],
+      [{ type: 'BlockStored', block_hashes: [1], token_ids: [1], block_size: 1, lora_id: -7 }, 'bad_event'],
+      [{ type: 'BlockStored', block_hashes: [1], token_ids: [1], block_size: 1, lora_id: 1.5 }, 'bad_event'],
+      [
+        {
+          type: 'BlockStored',
+          block_hashes: [1],
+          token_ids: [1],
+          block_size: 1,
+          kv_cache_spec_kind: 'sliding_window',
+          kv_cache_spec_sliding_window: -128,
+        },
+        'bad_event',
+      ],
     ];
     for (const [bad, kind] of cases) {
       const r = decodeKvEventBatch(encode([1.5, [good, bad, good], 0]));

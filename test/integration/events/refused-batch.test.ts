@@ -5,7 +5,8 @@
  * (`kvgate_kv_event_dropped_total{reason="refused"}`), and the engine's next batch is applied as usual. Its
  * removals are applied: the blocks the engine evicted are no longer predicted
  * (`kvgate_kv_event_refused_removals_applied_total`). On the main thread and on an ingestion thread (the batch
- * handed over packed).
+ * handed over packed). An event naming a negative KV-cache group (`group_idx`, an index from 0 in every engine) is
+ * such an event.
  */
 import { decode, encode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
@@ -43,6 +44,9 @@ function refusedBatch(events: TestEvent[] = storedEvents(REFUSED, 100)): Uint8Ar
   return encode([ts, [...(evs as unknown[]), ['BlockMoved', [7], null, [1, 2], BS]], rank], { useBigInt64: true });
 }
 
+/** `ev` as its engine would send it in KV-cache group `groupIdx`. */
+const inGroup = (ev: TestEvent, groupIdx: number): TestEvent => (ev.type === 'cleared' ? ev : { ...ev, groupIdx });
+
 describe('a KV-event batch with a bad last event', () => {
   const gateway = publishedGateways(suiteProcesses('kvgate-refused-'), MODEL, BS);
 
@@ -74,6 +78,18 @@ describe('a KV-event batch with a bad last event', () => {
       expect(await overlap(REFUSED)).toBe(0);
       expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
       expect(await metric(url, 'kvgate_kv_event_refused_removals_applied_total')).toBe(1);
+    }, 60_000);
+
+    it(`is refused when an event names a negative KV-cache group (ingest_threads ${threads})`, async () => {
+      const { url, pub, overlap } = await gateway({ ingest_threads: threads });
+      const [first, second] = storedEvents(REFUSED, 100);
+      // vLLM's group_idx is an index from 0: -1 is no engine's group, and the batch is refused as a bad event.
+      await pub.publish([first!, inGroup(second!, -1)]);
+      await pub.publish(storedEvents(NEXT, 900));
+      await until(async () => (await overlap(NEXT)) === BLOCKS, "the next batch's blocks indexed");
+      expect(await overlap(REFUSED)).toBe(0);
+      expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
+      expect(await metric(url, 'kvgate_kv_event_decode_errors_total', { kind: 'bad_event' })).toBe(1);
     }, 60_000);
   }
 });
