@@ -237,6 +237,8 @@ export class KvEventApplier {
   }
 
   #stored(slot: WorkerRank, ev: StoredBlocksEvent): ApplyStatus {
+    // vLLM's offloading placeholder (decode.ts): nothing to index, and no block size or group spec to judge.
+    if (ev.blockSize === 0) return 'truncated';
     const groups = this.groups;
     const primary = ev.groupIdx === this.kvCacheGroup;
     if (!primary && groups === undefined) return 'other_group';

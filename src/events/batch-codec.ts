@@ -151,7 +151,8 @@ export class BatchPacker {
     u32[2 * (w + 3)] = ev.tokenIds.length;
     u32[2 * (w + 3) + 1] = ev.blockSize;
     u32[2 * (w + 4)] = ev.droppedBlocks;
-    u32[2 * (w + 4) + 1] = hasExtras(ev) ? this.#extras.push(storedExtras(ev)) : 0;
+    // An offloading placeholder (block size 0) goes as a rare one: a plain store's block size is judged (applyPacked, the module).
+    u32[2 * (w + 4) + 1] = hasExtras(ev) || ev.blockSize === 0 ? this.#extras.push(storedExtras(ev)) : 0;
     this.#u64[w + 5] = ev.parentHash ?? 0n;
     w += 6;
     this.#u64.set(ev.blockHashes, w);

@@ -141,22 +141,17 @@ function hashList(value: unknown, field: string): BigUint64Array {
   return out;
 }
 
-function optionalInt(value: unknown, field: string): number | undefined {
-  if (value === null || value === undefined) return undefined;
-  if (typeof value === 'number' && Number.isSafeInteger(value)) return value;
-  if (typeof value === 'bigint' && value >= BigInt(Number.MIN_SAFE_INTEGER) && value <= BigInt(Number.MAX_SAFE_INTEGER))
-    return Number(value);
-  throw new EventError('bad_event', `${field} is not an integer`);
-}
-
 /**
  * An index or id the engines only ever send as a non-negative integer (vLLM's KV-cache group id and LoRA adapter id,
  * a window in tokens), or nil. A negative one is no engine's: the event is refused, not read as a group, a LoRA or a
  * window no engine has (the applier would treat a negative LoRA id as no LoRA, and index the blocks as the base model's).
  */
 function optionalIndex(value: unknown, field: string): number | undefined {
-  const n = optionalInt(value, field);
-  if (n !== undefined && n < 0) throw new EventError('bad_event', `${field} ${n} is negative`);
+  if (value === null || value === undefined) return undefined;
+  const n = typeof value === 'bigint' ? Number(value) : value;
+  if (typeof n !== 'number' || !Number.isSafeInteger(n))
+    throw new EventError('bad_event', `${field} is not an integer`);
+  if (n < 0) throw new EventError('bad_event', `${field} ${n} is negative`);
   return n;
 }
 
@@ -252,13 +247,21 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown, opts: De
     if (p === undefined) throw new EventError('bad_hash', 'parent_block_hash is not a block hash');
     parentHash = p;
   }
-  let blockSize: number;
-  try {
-    blockSize = checkBlockSize(f.block_size);
-  } catch {
-    // The vocabulary's rule, reported as a decode error of this event (never thrown out of the decoder).
-    throw new EventError('bad_event', `block_size ${shown(f.block_size)} is not an integer in [1, ${MAX_BLOCK_SIZE}]`);
-  }
+  // vLLM's offloading connector stands for a chunk it cannot describe (another group's, or its self-describing
+  // events off, the default) by a store of its hashes with no tokens and a block size of 0, in the same batch as the
+  // step's GPU stores: a store of no block kvgate can hash (all dropped), not a malformed event that refuses them.
+  const placeholder = f.block_size === 0 && Array.isArray(f.token_ids) && f.token_ids.length === 0;
+  let blockSize = 0;
+  if (!placeholder)
+    try {
+      blockSize = checkBlockSize(f.block_size);
+    } catch {
+      // The vocabulary's rule, reported as a decode error of this event (never thrown out of the decoder).
+      throw new EventError(
+        'bad_event',
+        `block_size ${shown(f.block_size)} is not an integer in [1, ${MAX_BLOCK_SIZE}]`,
+      );
+    }
   const { flat, eagle } = tokenArray(f.token_ids, opts);
   let tokens = eagle ? flat.subarray(0, flat.length - 1) : flat;
   const specKind = optionalString(f.kv_cache_spec_kind, 'kv_cache_spec_kind');
@@ -266,7 +269,7 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown, opts: De
   const leadingNullBlocks = nullBlocksOf(specKind, tokens.length, hashes.length, blockSize);
   // Fewer tokens than blocks: keep the leading full blocks (Dynamo's publisher
   // stops at the first partial block); the rest cannot be hashed.
-  const blocks = Math.floor(tokens.length / blockSize) - leadingNullBlocks;
+  const blocks = placeholder ? 0 : Math.floor(tokens.length / blockSize) - leadingNullBlocks;
   let blockHashes = hashes;
   if (blocks < hashes.length) {
     blockHashes = hashes.slice(0, blocks);

@@ -24,7 +24,10 @@ export interface StoredBlocksEvent {
    * block i is `tokenIds.subarray((leadingNullBlocks + i) * blockSize, (leadingNullBlocks + i + 1) * blockSize)`.
    */
   readonly tokenIds: Uint32Array;
-  /** Tokens per block as the event states it (may differ from the router's). */
+  /**
+   * Tokens per block as the event states it (may differ from the router's). 0 only for vLLM's offloading placeholder:
+   * no tokens and no block kvgate can hash (`blockHashes` empty, every hash in `droppedBlocks`).
+   */
   readonly blockSize: number;
   /** Block hashes the engine sent beyond the blocks its `token_ids` cover; those blocks are dropped. */
   readonly droppedBlocks: number;

@@ -107,6 +107,25 @@ describe('a KV-event batch holding a bad event', () => {
       );
     });
 
+    it(`is not refused for vLLM's offloading placeholder: its GPU stores are applied (${how})`, () => {
+      const { offer, depth, counters } = refusalSetup(handOver);
+      const [ts, evs, rank] = decode(encodeBatch([stored(1, null, A)]), { useBigInt64: true }) as unknown[];
+      // The step's GPU store, then the offloading connector's placeholder for a CPU chunk: no tokens, block size 0.
+      const placeholder = ['BlockStored', [900], null, [], 0, null, 'CPU', null, null, 0];
+      offer(0n, encode([ts, [...(evs as unknown[]), placeholder], rank], { useBigInt64: true }));
+      expect(depth(A)).toBe(1);
+      const s = counters.snapshot();
+      expect(s.dropped.refused).toBe(0);
+      expect(s.decodeErrors.bad_event).toBe(0);
+      expect(s.events.stored.truncated).toBe(1);
+      // Another medium alike (the device tier's run in the module stops at it: no block size to judge).
+      const [ts1, evs1, rank1] = decode(encodeBatch([stored(2, 100, B)]), { useBigInt64: true }) as unknown[];
+      const onGpu = placeholder.map((v) => (v === 'CPU' ? 'GPU' : v));
+      offer(1n, encode([ts1, [...(evs1 as unknown[]), onGpu], rank1], { useBigInt64: true }));
+      expect(depth([...A, ...B])).toBe(2);
+      expect(counters.snapshot().events.stored).toMatchObject({ truncated: 2, block_size_mismatch: 0 });
+    });
+
     it(`has its AllBlocksCleared applied, in order with its stores refused (${how})`, () => {
       const { offer, depth, counters } = refusalSetup(handOver);
       offer(0n, encodeBatch([stored(1, null, A), stored(3, null, C)]));

@@ -385,6 +385,34 @@ describe('bad input is a typed value, never a throw', () => {
     }
   });
 
+  it("vLLM's offloading placeholder (no tokens, block size 0) is a store of no block, not a bad event", () => {
+    // The offloading connector's event for a chunk it cannot describe, in the step's batch beside its GPU stores.
+    const placeholder = { type: 'BlockStored', block_hashes: [9], parent_block_hash: null, token_ids: [] };
+    const batch = ok(
+      encode([
+        1.5,
+        [{ ...placeholder, block_size: 0, lora_id: null, medium: 'CPU', lora_name: null, group_idx: 1 }],
+        0,
+      ]),
+    );
+    expect(batch.errors).toEqual([]);
+    const ev = batch.events[0] as StoredBlocksEvent;
+    expect(ev).toMatchObject({ type: 'stored', tier: 'host_pinned', blockSize: 0, droppedBlocks: 1, groupIdx: 1 });
+    expect(ev.blockHashes.length).toBe(0);
+    expect(ev.tokenIds.length).toBe(0);
+    // A block size of 0 with tokens, or a negative one, is still no engine's.
+    for (const [tokens, size] of [
+      [[1, 2], 0],
+      [[], -1],
+      [[], 0.5],
+    ] as const) {
+      const r = ok(encode([1.5, [{ ...placeholder, token_ids: tokens, block_size: size }], 0]));
+      expect(r.errors, `${tokens.length} tokens, block size ${size}`).toEqual([
+        expect.objectContaining({ kind: 'bad_event', eventIndex: 0 }),
+      ]);
+    }
+  });
+
   it('fewer tokens than blocks keeps the leading full blocks', () => {
     const ev = ok(encode([1.5, [['BlockStored', [1, 2, 3], null, [1, 2, 3, 4, 5], 2]]])).events[0] as StoredBlocksEvent;
     expect([...ev.blockHashes]).toEqual([1n, 2n]);
