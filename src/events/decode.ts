@@ -224,7 +224,9 @@ const HEX64 = /^[0-9a-fA-F]{64}$/;
  * not reproducible from the event and are ignored.
  */
 function mmHashesOf(value: unknown, blocks: number): (bigint[] | undefined)[] | undefined {
-  if (!Array.isArray(value)) return undefined;
+  if (value === null || value === undefined) return undefined;
+  // Not ignored: its multimodal hashes would be lost, and the blocks indexed as the text alone's.
+  if (!Array.isArray(value)) throw new EventError('bad_event', `extra_keys ${shown(value)} is not an array`);
   let out: (bigint[] | undefined)[] | undefined;
   const visit = (v: unknown, block: number, depth: number): void => {
     if (typeof v === 'string' && HEX64.test(v)) {

@@ -130,7 +130,7 @@ export interface KvEventDecodeError {
 
 /** One decoded `KVEventBatch`. Events that failed to decode are in `errors`; the rest are usable. */
 export interface KvEventBatch {
-  /** Engine wall-clock seconds when the batch was emitted. */
+  /** Engine wall-clock seconds when the batch was emitted: carried, never read (any number, NaN included, is taken). */
   readonly ts: number;
   /** `data_parallel_rank` (vLLM) / `attn_dp_rank` (SGLang); null when the engine did not send it. */
   readonly dpRank: number | null;

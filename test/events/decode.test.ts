@@ -331,6 +331,9 @@ describe('bad input is a typed value, never a throw', () => {
       [['BlockRemoved', [1], 'GPU', -1], 'bad_event'],
       [{ type: 'BlockRemoved', block_hashes: [1], group_idx: -3 }, 'bad_event'],
       [{ type: 'BlockRemoved', block_hashes: [1], group_idx: 0.5 }, 'bad_event'],
+      // extra_keys is a list (one entry per block) or nil: another shape would lose its multimodal hashes.
+      [['BlockStored', [1], null, [1, 2], 2, null, 'GPU', null, 'a'.repeat(64)], 'bad_event'],
+      [{ type: 'BlockStored', block_hashes: [1], token_ids: [1], block_size: 1, extra_keys: { k: 1 } }, 'bad_event'],
       [['BlockStored', [1], null, [1, 2], 2, -1], 'bad_event'],
       [{ type: 'BlockStored', block_hashes: [1], token_ids: [1], block_size: 1, lora_id: -7 }, 'bad_event'],
       [{ type: 'BlockStored', block_hashes: [1], token_ids: [1], block_size: 1, lora_id: 1.5 }, 'bad_event'],
@@ -410,6 +413,14 @@ describe('bad input is a typed value, never a throw', () => {
       expect(r.errors, `${tokens.length} tokens, block size ${size}`).toEqual([
         expect.objectContaining({ kind: 'bad_event', eventIndex: 0 }),
       ]);
+    }
+  });
+
+  it('a timestamp that is not finite is carried, not refused: kvgate never reads it', () => {
+    for (const ts of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]) {
+      const batch = ok(encode([ts, [['BlockRemoved', [7], 'GPU']], 0]));
+      expect(batch.errors).toEqual([]);
+      expect(batch.events).toHaveLength(1);
     }
   });
 
