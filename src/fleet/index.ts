@@ -12,3 +12,4 @@ export type { FleetStatus } from './status.js';
 export { etcdClient } from './etcd-client.js';
 export { InferencePoolSource } from './inference-pool-source.js';
 export type { PoolEndpoint } from './inference-pool-source.js';
+export { EndpointOwners } from './endpoint-owners.js';

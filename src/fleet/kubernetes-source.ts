@@ -13,6 +13,16 @@
  * API says). Until the API server answers again the current workers stay.
  * Every outcome is counted in `kvgate_discovery_updates_total{source="kubernetes"}`.
  *
+ * One worker per address (`ip:port`): two ready endpoints of different pods with one address (an IP reused by a new
+ * pod while the old one is still listed) are one worker, the newer pod's (`EndpointOwners`: not terminating, else
+ * the one this process listed later, else the later name). The other pod is shadowed: it has no worker and no worker
+ * id, so its leaving the list takes nothing away. An owner changing is its worker leaving and the new owner's
+ * joining at the same URL (another engine answers there now: its load, KV events and cache start afresh), a line
+ * and a count (`kvgate_worker_membership_changes_total{source="kubernetes",change="handed_over"|"shadowed"}`).
+ * When the owner leaves first, the shadowed pod still listed takes the address back: the Service still lists it
+ * as ready there, as kube-proxy would route it, and it joins as any worker does, routed only once its engine
+ * answers the health probe.
+ *
  * `@kubernetes/client-node` is not used: its current release needs undici 8,
  * which needs Node 22, and kvgate runs on Node 20.
  */
@@ -28,6 +38,7 @@ import {
 import type { WorkerRegistry } from '../discovery/index.js';
 import { isKvgateError } from '../errors/index.js';
 import { applyWorkerSet } from './discovered-set.js';
+import { EndpointOwners, type OwnedEndpoint } from './endpoint-owners.js';
 import { KubeClient, KubeListWatch } from './kube-watch.js';
 import type { FleetMembers } from './membership.js';
 import type { DiscoveryMetrics, WorkerSource } from './source.js';
@@ -42,7 +53,19 @@ interface EndpointSlice {
     annotations?: Record<string, string>;
   };
   ports?: { name?: string; port?: number }[] | null;
-  endpoints?: { addresses?: string[]; conditions?: { ready?: boolean | null }; targetRef?: { name?: string } }[] | null;
+  endpoints?:
+    | {
+        addresses?: string[];
+        conditions?: { ready?: boolean | null; terminating?: boolean | null };
+        targetRef?: { name?: string };
+      }[]
+    | null;
+}
+
+/** A ready endpoint of the Service: its pod (or address, for none) and what its worker is read from. */
+interface Listed extends OwnedEndpoint {
+  readonly read: KubernetesEndpoint;
+  readonly slice: string;
 }
 
 export class KubernetesWorkersSource implements WorkerSource {
@@ -55,8 +78,10 @@ export class KubernetesWorkersSource implements WorkerSource {
   readonly #watch: KubeListWatch<EndpointSlice>;
   /** The slices of the Service. */
   #slices: EndpointSlice[] = [];
-  /** Worker ids given to endpoints (by pod name, or address), kept while the endpoint is listed. */
+  /** Worker ids given to the owners of addresses (by pod name, or address), kept while the pod owns its address. */
   readonly #ids = new Map<string, number>();
+  /** Which listed pod owns each address; made at `start` (it logs). */
+  #owners: EndpointOwners<Listed> | undefined;
   #current = new Map<number, WorkerConfig>();
   #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
   readonly #report: WatchReport;
@@ -94,6 +119,7 @@ export class KubernetesWorkersSource implements WorkerSource {
   start(logger: Logger, metrics: DiscoveryMetrics): void {
     if (this.#closed || this.#sink !== undefined) return;
     this.#sink = { logger, metrics };
+    this.#owners = new EndpointOwners<Listed>(logger.child({ service: this.#k8s.service }));
     this.#report.start(logger, metrics);
     logger.info(
       { apiServer: this.#k8s.apiServer, namespace: this.#k8s.namespace, service: this.#k8s.service },
@@ -108,10 +134,23 @@ export class KubernetesWorkersSource implements WorkerSource {
     await this.#client.close();
   }
 
-  /** The workers of every ready endpoint of every slice (an invalid one is logged, counted and left out). */
+  /** The workers of the ready endpoints of every slice, one per address (an invalid one is logged, counted and left out). */
   #applySlices(): void {
+    const { owners, handedOver, shadowed } = this.#owners!.apply(this.#listed());
+    this.#countOwnership('handed_over', handedOver.length);
+    this.#countOwnership('shadowed', shadowed.length);
+    for (const key of [...this.#ids.keys()]) if (!owners.has(key)) this.#ids.delete(key);
     const next = new Map<number, WorkerConfig>();
-    const seen = new Set<string>();
+    for (const [key, listed] of owners) {
+      const w = this.#read(key, listed.read, listed.slice);
+      if (w !== undefined) next.set(w.id, w);
+    }
+    this.#apply(next);
+  }
+
+  /** Every ready endpoint of every slice, by its pod (or its address, where it names none). */
+  #listed(): Listed[] {
+    const listed: Listed[] = [];
     for (const slice of this.#slices) {
       const ports = slice.ports ?? [];
       const port = (this.#k8s.portName === undefined ? ports[0] : ports.find((p) => p.name === this.#k8s.portName))
@@ -119,20 +158,22 @@ export class KubernetesWorkersSource implements WorkerSource {
       for (const ep of slice.endpoints ?? []) {
         const address = ep.addresses?.[0];
         if (address === undefined || port === undefined || ep.conditions?.ready === false) continue;
-        const key = ep.targetRef?.name ?? address;
-        seen.add(key);
-        const endpoint: KubernetesEndpoint = {
+        const read: KubernetesEndpoint = {
           address,
           port,
           labels: slice.metadata?.labels ?? {},
           annotations: slice.metadata?.annotations ?? {},
         };
-        const w = this.#read(key, endpoint, slice.metadata?.name ?? '');
-        if (w !== undefined) next.set(w.id, w);
+        listed.push({
+          name: ep.targetRef?.name ?? address,
+          endpoint: `${address.includes(':') ? `[${address}]` : address}:${port}`,
+          terminating: ep.conditions?.terminating === true,
+          read,
+          slice: slice.metadata?.name ?? '',
+        });
       }
     }
-    for (const key of [...this.#ids.keys()]) if (!seen.has(key)) this.#ids.delete(key);
-    this.#apply(next);
+    return listed;
   }
 
   #read(key: string, endpoint: KubernetesEndpoint, slice: string): WorkerConfig | undefined {
@@ -176,6 +217,11 @@ export class KubernetesWorkersSource implements WorkerSource {
       { service: this.#k8s.service, joined: change.joined.map((w) => w.id), left: change.left.map((w) => w.id) },
       `kubernetes workers applied: ${change.joined.length} joined, ${change.left.length} left`,
     );
+  }
+
+  #countOwnership(change: 'handed_over' | 'shadowed', n: number): void {
+    if (n > 0)
+      this.#sink?.metrics.workerMembership.labels({ model: this.#model.name, source: 'kubernetes', change }).inc(n);
   }
 
   #count(outcome: 'applied' | 'unchanged' | 'rejected'): void {

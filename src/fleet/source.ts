@@ -23,6 +23,15 @@ export interface DiscoveryMetrics {
       outcome: 'applied' | 'unchanged' | 'rejected';
     }): { inc(): void };
   };
+  /**
+   * Endpoints a Kubernetes source handed from one listed pod to another, and pods it does not route because a newer
+   * pod is listed with their endpoint (`EndpointOwners`; joins and leaves are `FleetMembers`' to count).
+   */
+  readonly workerMembership: {
+    labels(l: { model: string; source: 'kubernetes' | 'inference_pool'; change: 'handed_over' | 'shadowed' }): {
+      inc(n: number): void;
+    };
+  };
   /** The state of a source's watch on a remote store (etcd, a Kubernetes API server). */
   readonly discoveryWatch: {
     readonly transitions: {

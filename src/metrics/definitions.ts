@@ -300,7 +300,8 @@ export const METRIC_DEFINITIONS = {
     name: 'kvgate_worker_membership_changes_total',
     help:
       'Workers joining (change=joined) and leaving (change=left) a model at runtime, then done draining (change=drained), ' +
-      'and in kvgate picker endpoints handed over between two listed pods (change=handed_over) and pods not routed ' +
+      'and, in kvgate picker and the kubernetes source, endpoints handed over between two listed pods (change=handed_over) ' +
+      'and pods not routed ' +
       'because a newer pod lists their endpoint (change=shadowed), by the source that reported them ' +
       '(static: the config file, on reload; inference_pool: the pods of kvgate picker).',
     labelNames: ['model', 'source', 'change'],

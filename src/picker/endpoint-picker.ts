@@ -23,7 +23,7 @@
 import type { Logger } from 'pino';
 import type { Clock, RoutingHints, Rng, WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
-import type { PoolEndpoint } from '../fleet/index.js';
+import { EndpointOwners, type PoolEndpoint } from '../fleet/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { rejectionError, type SlotLoad } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
@@ -39,7 +39,6 @@ import {
 } from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
 import { endpointAddress } from './endpoint-address.js';
-import { EndpointOwners } from './endpoint-owners.js';
 
 /**
  * How often the router's bookkeeping expires what outlived its TTL (bookings, approximate entries) and the
@@ -104,7 +103,7 @@ export class EndpointPicker {
   /** routed pod name -> worker id: a pod keeps its id while it is listed and owns its endpoint. */
   readonly #byName = new Map<string, number>();
   /** Which listed pod owns each endpoint (two may list one: an IP reused while the old pod is still listed). */
-  readonly #owners: EndpointOwners;
+  readonly #owners: EndpointOwners<PoolEndpoint>;
   readonly #bookings = new Map<string, Booking>();
   /** The pods' KV-event subscriptions (undefined: `use_kv_events` off, every pod approximate). */
   readonly #events: ReturnType<typeof kvPool>['events'];
@@ -121,7 +120,7 @@ export class EndpointPicker {
 
   constructor(opts: EndpointPickerOptions) {
     this.#logger = opts.logger;
-    this.#owners = new EndpointOwners(opts.logger);
+    this.#owners = new EndpointOwners<PoolEndpoint>(opts.logger);
     this.#metrics = opts.metrics;
     this.#fallbacks = Math.max(1, opts.fallbacks);
     const m = opts.model;

@@ -17,9 +17,14 @@ import { HealthProber, WorkerRegistry } from '../../src/discovery/index.js';
 import { EngineClient } from '../../src/engines/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { KubeApiDouble, type Slice } from '../helpers/kube-api-double.js';
+import { sampleSum } from '../helpers/metric-sum.js';
 import { until } from '../helpers/until.js';
 
 const SERVICE = 'engines';
+
+/** The worker sets the source applied or found unchanged: one per list or watch event read. */
+const updates = async (metrics: KvgateMetrics): Promise<number> =>
+  sampleSum(await metrics.text(), 'kvgate_discovery_updates_total', { source: 'kubernetes' });
 
 function slice(name: string, endpoints: [string, boolean][], labels: Record<string, string> = {}): Slice {
   return {
@@ -195,5 +200,40 @@ describe('Kubernetes discovery against an API-server protocol double', () => {
       expect.objectContaining({ level: 50, service: SERVICE }),
       expect.objectContaining({ level: 50, service: SERVICE }),
     ]);
+  });
+
+  it('one worker per address: the newer pod owns it, the older takes it back when the newer leaves first', async () => {
+    const { api, registry, metrics } = await start();
+    const pods = (name: string, list: [string, boolean?][]): Slice => ({
+      ...slice(name, []),
+      endpoints: list.map(([pod, terminating]) => ({
+        addresses: ['10.0.0.7'],
+        conditions: { ready: true, ...(terminating === undefined ? {} : { terminating }) },
+        targetRef: { name: pod },
+      })),
+    });
+    api.put(pods('engines-a', [['old']]));
+    source!.start(pino({ level: 'silent' }), metrics);
+    const ids = (): [number, string][] => registry.all().map((w) => [w.id, w.url]);
+    await until(() => ids().length === 1, 'listed');
+    const [[oldId]] = ids() as [[number, string]];
+    api.put(pods('engines-b', [['new']]));
+    await until(() => ids().length === 1 && ids()[0]![0] !== oldId, 'handed over');
+    const [[newId]] = ids() as [[number, string]];
+    // The old pod marked terminating (a Service publishing not-ready addresses) changes nothing.
+    const read = await updates(metrics);
+    api.put(pods('engines-a', [['old', true]]));
+    await until(async () => (await updates(metrics)) > read, 'read');
+    expect(ids()).toEqual([[newId, 'http://10.0.0.7:8000']]);
+    // The newer pod leaves first while the older is still listed Ready: the address passes back to it.
+    api.put(pods('engines-a', [['old']]));
+    api.delete('engines-b');
+    await until(() => ids().length === 1 && ids()[0]![0] !== newId, 'handed back');
+    expect(ids()).toEqual([[expect.any(Number), 'http://10.0.0.7:8000']]);
+    const text = await metrics.text();
+    expect(text).toContain(
+      'kvgate_worker_membership_changes_total{model="m",source="kubernetes",change="handed_over"} 2',
+    );
+    expect(text).toContain('kvgate_worker_membership_changes_total{model="m",source="kubernetes",change="shadowed"} 1');
   });
 });
