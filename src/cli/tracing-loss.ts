@@ -10,15 +10,20 @@
  *   counts its spans;
  * - `queue_full`: the batch processor drops the spans that end while its queue is full (`maxQueueSize`) and says
  *   how many on the diagnostic logger ("Dropped N spans because maxQueueSize reached") as the next span finds room;
- *   the diagnostic logger is routed here at warn, and its other warnings and errors become warn lines.
+ * - `rejected`: a collector that answers an export with an OTLP partial success (`partialSuccess.rejectedSpans`
+ *   above 0) dropped that many of its spans; the exporter calls the export a success and says so on the diagnostic
+ *   logger ("Received Partial Success response:", the object as JSON) just before it reports the result.
+ * The diagnostic logger is routed here at warn, and its other warnings and errors become warn lines, throttled:
+ * the first of a text is a line, its repeats within the minute after are counted, then one line says how many
+ * (at shutdown too), so that a diagnostic fired per span or per export cannot flood the log.
  *
  * An episode of loss begins with the first spans lost (a warn line with the reason and the error) and ends with
- * the first export that succeeds while the queue dropped nothing since the export before (an info line with the
- * spans lost meanwhile); failed batches in between are counted, not logged. The export failures the batch
+ * the first export that succeeds whole while the queue dropped nothing since the export before (an info line with
+ * the spans lost meanwhile); failed batches in between are counted, not logged. The export failures the batch
  * processor reports to the SDK's global error handler, one per batch, are debug lines.
  *
- * Once shutdown begins, losses are still counted but not logged here: shutdown's own warn line reports the spans
- * it gives up.
+ * Once shutdown begins, losses are still counted but not logged here: they are tallied, and `givenUp` adds the
+ * exports still in flight when shutdown ends (counted as `export_failed`), for shutdown's own warn line.
  */
 import { format } from 'node:util';
 import { diag, DiagLogLevel, type DiagLogger } from '@opentelemetry/api';
@@ -27,26 +32,57 @@ import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-node';
 import type { Counter } from 'prom-client';
 import type { Logger } from '../common/index.js';
 
-export type SpanLossReason = 'export_failed' | 'queue_full';
-const REASONS: readonly SpanLossReason[] = ['export_failed', 'queue_full'];
+export type SpanLossReason = 'export_failed' | 'queue_full' | 'rejected';
+const REASONS: readonly SpanLossReason[] = ['export_failed', 'queue_full', 'rejected'];
+const noLosses = (): Record<SpanLossReason, number> => ({ export_failed: 0, queue_full: 0, rejected: 0 });
+const WHY: Record<SpanLossReason, string> = {
+  export_failed: 'the collector did not take an export',
+  queue_full: 'the export queue was full',
+  rejected: 'the collector rejected spans of an export',
+};
 
 /** The batch processor's report of the spans it dropped at a full queue (sdk-trace-base's BatchSpanProcessorBase). */
 const QUEUE_DROPS = /^Dropped (\d+) spans because maxQueueSize reached/;
+/** The OTLP exporter's report of a partial success (otlp-exporter-base's logging response handler); the JSON follows. */
+const PARTIAL_SUCCESS = 'Received Partial Success response:';
 /** The SDK's warnings kept until `attach`, at most. */
 const EARLY_WARNINGS = 16;
+/** Repeats of an SDK warning this long after its line are counted, then summed up in one line. */
+const DIAGNOSTIC_WINDOW_MS = 60_000;
+/** Distinct SDK warnings given a line of their own per window; the others are counted together. */
+const DIAGNOSTIC_KINDS = 32;
+const OTHER_DIAGNOSTICS = '(other warnings)';
+
+/** The spans a partial success rejected (OTLP/JSON writes the int64 as a string) and the collector's message. */
+function partialSuccess(json: unknown): { rejected: number; message: string } | undefined {
+  try {
+    const p = JSON.parse(String(json)) as { rejectedSpans?: unknown; errorMessage?: unknown } | null;
+    const rejected = Number(p?.rejectedSpans ?? 0);
+    const message = typeof p?.errorMessage === 'string' ? p.errorMessage : '';
+    return Number.isSafeInteger(rejected) && rejected > 0 ? { rejected, message } : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 export class SpanLossWatch {
   #logger: Logger | undefined;
   #counter: Counter<'reason'> | undefined;
   /** Spans lost before `attach`, added to the counter when it comes. */
-  readonly #pending: Record<SpanLossReason, number> = { export_failed: 0, queue_full: 0 };
-  /** The open episode: spans lost since it began, and whether its warn line is written yet. */
-  #episode: { lost: number; logged: boolean; reason: SpanLossReason; err: unknown } | undefined;
-  /** The queue dropped spans since the last export ended: a success then does not end the episode. */
-  #queueDropped = false;
-  #stopping = false;
+  readonly #pending = noLosses();
+  /** The open episode: spans lost since it began, whether its warn line is written yet, and its cause's fields. */
+  #episode: { lost: number; logged: boolean; reason: SpanLossReason; cause: Record<string, unknown> } | undefined;
+  /** Spans were lost since the last export ended (the queue's drops, a partial success): a success then does not end the episode. */
+  #lostSinceExport = false;
+  /** Shutdown began: what it has lost since, by reason. */
+  #stopping: Record<SpanLossReason, number> | undefined;
+  /** The exports handed to the exporter and not answered yet: their span counts. */
+  readonly #inFlight = new Set<{ spans: number; givenUp: boolean }>();
   /** The SDK's warnings before `attach` (its configuration's, as the exporter is built), written then; bounded. */
   readonly #early: string[] = [];
+  /** The SDK's warnings given a line in this window, with their repeats since; the window's end sums them up. */
+  readonly #repeats = new Map<string, number>();
+  #window: NodeJS.Timeout | undefined;
 
   /** Where losses go from now on: the counter gets those already lost, and an open episode its warn line. */
   attach(logger: Logger, counter: Counter<'reason'>): void {
@@ -60,15 +96,22 @@ export class SpanLossWatch {
     this.#logEpisodeStart();
   }
 
-  /** `exporter`, its failed exports counted and a success ending an episode. */
+  /** `exporter`, its failed exports counted and a success ending an episode; the exports in flight known. */
   exporter(exporter: SpanExporter): SpanExporter {
     return {
-      export: (spans: ReadableSpan[], done: (result: ExportResult) => void) =>
+      export: (spans: ReadableSpan[], done: (result: ExportResult) => void) => {
+        const flight = { spans: spans.length, givenUp: false };
+        this.#inFlight.add(flight);
         exporter.export(spans, (result) => {
-          if (result.code === ExportResultCode.FAILED) this.#lost('export_failed', spans.length, result.error);
-          else this.#exported();
+          this.#inFlight.delete(flight);
+          // Given up by shutdown: already counted.
+          if (!flight.givenUp)
+            if (result.code === ExportResultCode.FAILED)
+              this.#lost('export_failed', spans.length, { err: result.error });
+            else this.#exported();
           done(result);
-        }),
+        });
+      },
       shutdown: () => exporter.shutdown(),
       forceFlush: () => exporter.forceFlush?.() ?? Promise.resolve(),
     };
@@ -76,64 +119,114 @@ export class SpanLossWatch {
 
   /** Routes the SDK's diagnostic logger (at warn) and its global error handler here; `uninstall` undoes both. */
   install(): void {
-    const warn = (message: string, ...args: unknown[]): void => this.#diagnostic(format(message, ...args));
+    const warn = (message: string, ...args: unknown[]): void => this.#diagnostic(message, args);
     const quiet = (): void => undefined;
     const logger: DiagLogger = { error: warn, warn, info: quiet, debug: quiet, verbose: quiet };
     diag.setLogger(logger, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
     setGlobalErrorHandler((err) => this.#logger?.debug({ err }, 'tracing: a span export failed'));
   }
 
+  /** Undoes `install`; the repeats of SDK warnings not summed up yet are, now. */
   uninstall(): void {
     diag.disable();
     setGlobalErrorHandler(loggingErrorHandler());
+    this.#endWindow();
   }
 
-  /** Shutdown began: its own warn line reports what it gives up. */
+  /** Shutdown began: its losses are tallied for its own warn line (`givenUp`), not logged here. */
   stopping(): void {
-    this.#stopping = true;
+    this.#stopping ??= noLosses();
   }
 
-  #diagnostic(text: string): void {
+  /**
+   * Shutdown is over: the exports still in flight are given up (counted as `export_failed`, their answer ignored if
+   * it comes), and the spans lost since `stopping`, by reason, are returned.
+   */
+  givenUp(): Record<SpanLossReason, number> {
+    this.stopping();
+    for (const flight of this.#inFlight) {
+      flight.givenUp = true;
+      this.#lost('export_failed', flight.spans, {});
+    }
+    this.#inFlight.clear();
+    return { ...this.#stopping! };
+  }
+
+  #diagnostic(message: string, args: unknown[]): void {
+    const rejected = message === PARTIAL_SUCCESS ? partialSuccess(args[0]) : undefined;
+    if (rejected !== undefined) {
+      // Reported just before the export's result, which the exporter calls a success: it does not end the episode.
+      this.#lostSinceExport = true;
+      this.#lost('rejected', rejected.rejected, { collectorMessage: rejected.message });
+      return;
+    }
+    const text = format(message, ...args);
     const drops = QUEUE_DROPS.exec(text);
     if (drops !== null) {
-      this.#queueDropped = true;
-      this.#lost('queue_full', Number(drops[1]), undefined);
+      this.#lostSinceExport = true;
+      this.#lost('queue_full', Number(drops[1]), {});
     } else if (this.#logger !== undefined) this.#warnSdk(text);
     else if (this.#early.length < EARLY_WARNINGS) this.#early.push(text);
   }
 
+  /** A line for the first of a text in the window; its repeats are counted for the window's end. */
   #warnSdk(text: string): void {
-    this.#logger?.warn({ sdk: text }, `tracing: the OpenTelemetry SDK warns: ${text}`);
+    const key = this.#repeats.has(text) || this.#repeats.size < DIAGNOSTIC_KINDS ? text : OTHER_DIAGNOSTICS;
+    const repeats = this.#repeats.get(key);
+    if (repeats !== undefined) {
+      this.#repeats.set(key, repeats + 1);
+      return;
+    }
+    this.#repeats.set(key, key === OTHER_DIAGNOSTICS ? 1 : 0);
+    if (key !== OTHER_DIAGNOSTICS) this.#logger?.warn({ sdk: text }, `tracing: the OpenTelemetry SDK warns: ${text}`);
+    if (this.#window === undefined) {
+      this.#window = setTimeout(() => this.#endWindow(), DIAGNOSTIC_WINDOW_MS);
+      this.#window.unref();
+    }
   }
 
-  #lost(reason: SpanLossReason, spans: number, err: unknown): void {
+  /** One line per SDK warning repeated in the window, with how many times; the next of any is a line again. */
+  #endWindow(): void {
+    clearTimeout(this.#window);
+    this.#window = undefined;
+    for (const [text, repeats] of this.#repeats)
+      if (repeats > 0)
+        this.#logger?.warn(
+          { sdk: text, repeats },
+          `tracing: the OpenTelemetry SDK warned ${repeats} more time${repeats === 1 ? '' : 's'}: ${text}`,
+        );
+    this.#repeats.clear();
+  }
+
+  #lost(reason: SpanLossReason, spans: number, cause: Record<string, unknown>): void {
     if (this.#counter !== undefined) this.#counter.inc({ reason }, spans);
     else this.#pending[reason] += spans;
+    if (this.#stopping !== undefined) this.#stopping[reason] += spans;
     if (this.#episode !== undefined) this.#episode.lost += spans;
     else {
-      this.#episode = { lost: spans, logged: false, reason, err };
+      this.#episode = { lost: spans, logged: false, reason, cause };
       this.#logEpisodeStart();
     }
   }
 
   #exported(): void {
-    const queueDropped = this.#queueDropped;
-    this.#queueDropped = false;
+    const lostSinceExport = this.#lostSinceExport;
+    this.#lostSinceExport = false;
     const episode = this.#episode;
-    if (episode === undefined || queueDropped) return;
+    if (episode === undefined || lostSinceExport) return;
     this.#episode = undefined;
-    if (episode.logged && !this.#stopping)
+    if (episode.logged && this.#stopping === undefined)
       this.#logger?.info({ lostSpans: episode.lost }, `tracing: spans are exported again (${episode.lost} lost)`);
   }
 
   #logEpisodeStart(): void {
     const e = this.#episode;
-    if (e === undefined || e.logged || this.#logger === undefined || this.#stopping) return;
+    if (e === undefined || e.logged || this.#logger === undefined || this.#stopping !== undefined) return;
     e.logged = true;
-    const why = e.reason === 'export_failed' ? 'the collector did not take an export' : 'the export queue was full';
+    const cause = Object.fromEntries(Object.entries(e.cause).filter(([, v]) => v !== undefined));
     this.#logger.warn(
-      { reason: e.reason, lostSpans: e.lost, ...(e.err !== undefined ? { err: e.err } : {}) },
-      `tracing: spans are being lost (${why}); counted in kvgate_tracing_spans_dropped_total until exports succeed`,
+      { reason: e.reason, lostSpans: e.lost, ...cause },
+      `tracing: spans are being lost (${WHY[e.reason]}); counted in kvgate_tracing_spans_dropped_total until exports succeed`,
     );
   }
 }

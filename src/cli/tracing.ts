@@ -53,7 +53,9 @@ export interface Tracing {
   reportLosses(logger: Logger, counter: Counter<'reason'>): void;
   /**
    * Exports what is buffered and stops, within `exportTimeoutMs` when the collector is down or does not answer:
-   * the spans it could not export are given up with a warn line on `logger`. Never rejects; idempotent.
+   * the spans it could not export (its last flush's, and those of an export in flight as it began that failed, was
+   * partly rejected or is still unanswered at the end) are counted and given up with one warn line on `logger`
+   * naming how many. Never rejects; idempotent.
    */
   shutdown(logger: Logger): Promise<void>;
 }
@@ -118,9 +120,20 @@ export function startTracing(config: TracingConfig, env: Env): Tracing | undefin
       losses.stopping();
       return (done ??= provider
         .shutdown()
-        .catch((err: unknown) =>
-          logger.warn({ err, exportTimeoutMs: timeoutMs }, 'tracing: the last spans could not be exported; given up'),
+        .then(
+          () => ({ failed: false, err: undefined }),
+          (err: unknown) => ({ failed: true, err }),
         )
+        .then(({ failed, err }) => {
+          // The exports still unanswered are given up here: counted, and named in the line, before the process exits.
+          const byReason = Object.fromEntries(Object.entries(losses.givenUp()).filter(([, n]) => n > 0));
+          const lostSpans = Object.values(byReason).reduce((a, n) => a + n, 0);
+          if (!failed && lostSpans === 0) return;
+          logger.warn(
+            { lostSpans, byReason, exportTimeoutMs: timeoutMs, ...(failed ? { err } : {}) },
+            `tracing: the last spans could not be exported; given up (${lostSpans} lost at shutdown)`,
+          );
+        })
         .finally(() => {
           trace.disable();
           losses.uninstall();

@@ -45,7 +45,9 @@ export const METRIC_DEFINITIONS = {
   tracingSpansDropped: {
     kind: 'counter',
     name: 'kvgate_tracing_spans_dropped_total',
-    help: 'Spans lost before reaching the OTLP collector: export_failed (an export it did not take), queue_full.',
+    help:
+      'Spans lost before reaching the OTLP collector: export_failed (an export it did not take), queue_full, ' +
+      'rejected (by its partial success).',
     labelNames: ['reason'],
   },
   // ---- router requests

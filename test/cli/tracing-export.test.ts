@@ -6,7 +6,7 @@
  *   without limit, and ending a span never waits on the network);
  * - shutdown exports what is buffered (a span ended just before it reaches the collector), and with the collector
  *   hung or down it still ends, within the export bound (`tracing.export_timeout_ms`, 2 s by default; it waited
- *   for OTLP's default exporter timeout, 10 s, before).
+ *   for OTLP's default exporter timeout, 10 s, before), its warn line naming the spans given up.
  */
 import { context, propagation, trace } from '@opentelemetry/api';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -74,8 +74,15 @@ describe('span export over OTLP/HTTP', () => {
     await tracing.shutdown(captureWarnings(warned));
     expect(performance.now() - shutdownAt).toBeLessThan(WITHIN_BOUND_MS);
     expect(warned).toEqual([
-      { err: expect.objectContaining({ message: expect.stringMatching(/time/i) }), exportTimeoutMs: 2000 },
+      {
+        err: expect.objectContaining({ message: expect.stringMatching(/time/i) }),
+        exportTimeoutMs: 2000,
+        lostSpans: expect.any(Number),
+        byReason: { export_failed: expect.any(Number) },
+      },
     ]);
+    // The queue was full (2,048) as shutdown began; with the export in flight then, if it had not failed yet.
+    expect(warned[0]!.lostSpans).toBeGreaterThanOrEqual(2_048);
   }, 40_000);
 
   it('a collector that is down (connection refused): shutdown ends within the export bound', async () => {

@@ -2,7 +2,9 @@
  * A collector double that speaks OTLP/HTTP with the JSON encoding (what `kvgate serve`'s exporter sends): an HTTP
  * server on loopback that takes `POST /v1/traces` ExportTraceServiceRequest bodies, answers 200 `{}` and keeps
  * every span, with its ids in hex, its attributes as plain values and its status; or, while told to refuse, answers
- * every export with an error status and keeps nothing (a collector that refuses, then takes exports again).
+ * every export with an error status and keeps nothing (a collector that refuses, then takes exports again). It can
+ * answer a partial success (OTLP's `partialSuccess`, some spans rejected), and hold exports unanswered until told
+ * how to answer them (a collector that fails an export in flight).
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -30,6 +32,14 @@ export interface OtlpReceiver {
   posts(): number;
   /** Answers each export with `status` from now on (500: a failure the exporter does not retry); undefined: 200 again. */
   refuse(status: number | undefined): void;
+  /** Answers each export taken with `partialSuccess` from now on (OTLP/JSON: `rejectedSpans` as a string); undefined: `{}`. */
+  partialSuccess(rejectedSpans: number | undefined, errorMessage?: string): void;
+  /** Holds each export from now on, unanswered, until `release`. */
+  hold(): void;
+  /** Exports held now. */
+  held(): number;
+  /** Answers the exports held with `status` (and stops holding): 200 takes them, another status refuses them. */
+  release(status: number): void;
   close(): Promise<void>;
 }
 
@@ -78,22 +88,28 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   const bodies: string[] = [];
   let posts = 0;
   let refusal: number | undefined;
+  let answer = '{}';
+  let holding: (() => void)[] | undefined;
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
+    const handle = (): void => {
+      if (refusal !== undefined) {
+        res.writeHead(refusal, { 'content-type': 'application/json' }).end('{}');
+        return;
+      }
+      if (req.url === '/v1/traces' && String(req.headers['content-type']).includes('json')) {
+        const text = Buffer.concat(chunks).toString('utf8');
+        bodies.push(text);
+        spans.push(...otlpSpans(JSON.parse(text)));
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end(answer);
+    };
     req
       .on('data', (c: Buffer) => chunks.push(c))
       .on('end', () => {
         posts++;
-        if (refusal !== undefined) {
-          res.writeHead(refusal, { 'content-type': 'application/json' }).end('{}');
-          return;
-        }
-        if (req.url === '/v1/traces' && String(req.headers['content-type']).includes('json')) {
-          const text = Buffer.concat(chunks).toString('utf8');
-          bodies.push(text);
-          spans.push(...otlpSpans(JSON.parse(text)));
-        }
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+        if (holding !== undefined) holding.push(handle);
+        else handle();
       });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -103,6 +119,21 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     bodies,
     posts: () => posts,
     refuse: (status) => (refusal = status),
+    partialSuccess: (rejectedSpans, errorMessage = '') =>
+      (answer =
+        rejectedSpans === undefined
+          ? '{}'
+          : JSON.stringify({ partialSuccess: { rejectedSpans: String(rejectedSpans), errorMessage } })),
+    hold: () => (holding ??= []),
+    held: () => holding?.length ?? 0,
+    release: (status) => {
+      const held = holding ?? [];
+      holding = undefined;
+      const before = refusal;
+      refusal = status === 200 ? undefined : status;
+      for (const handle of held) handle();
+      refusal = before;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
