@@ -16,6 +16,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   /** OpenAI's own bound on a chat's messages. */
   maxMessages: 2048,
   maxConcurrentRequests: 1024,
+  /** Off: with `client_address: socket` every client behind a proxy or NAT is one client, which a bound would throttle. */
+  maxConcurrentRequestsPerClient: 0,
   requestTimeoutMs: 600_000,
   engineFirstByteTimeoutMs: 60_000,
   engineStreamIdleTimeoutMs: 30_000,

@@ -149,6 +149,7 @@ const LIMIT_FIELDS: readonly [string, keyof LimitsConfig][] = [
   ['max_prompt_tokens', 'maxPromptTokens'],
   ['max_messages', 'maxMessages'],
   ['max_concurrent_requests', 'maxConcurrentRequests'],
+  ['max_concurrent_requests_per_client', 'maxConcurrentRequestsPerClient'],
   ['body_timeout_ms', 'bodyTimeoutMs'],
   ['body_deadline_ms', 'bodyDeadlineMs'],
   ['client_stall_timeout_ms', 'clientStallTimeoutMs'],

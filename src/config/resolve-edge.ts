@@ -110,6 +110,32 @@ function readMaxConnections(
   return n;
 }
 
+/**
+ * `limits.max_concurrent_requests_per_client` (0, the default: off). Set, it must leave room for another client
+ * below `max_concurrent_requests` (at or above it, one client could still hold every slot), and it needs a client
+ * identity to count by (`client_address: off` names none).
+ */
+function readPerClientRequests(lim: ConfigReader | undefined, total: number, source: ClientAddressSource): number {
+  const D = GATEWAY_DEFAULTS.maxConcurrentRequestsPerClient;
+  const n = lim?.int('max_concurrent_requests_per_client', D, { min: 0, max: 1 << 20 }) ?? D;
+  if (n === 0 || lim === undefined) return n;
+  if (n >= total) {
+    lim.problem(
+      'max_concurrent_requests_per_client',
+      `(${n}) must be smaller than max_concurrent_requests (${total}): one client could hold every request slot; ` +
+        'lower it, raise max_concurrent_requests, or set 0 for no per-client bound',
+    );
+  }
+  if (source.kind === 'off') {
+    lim.problem(
+      'max_concurrent_requests_per_client',
+      'counts requests per client, and client_address: off names no client; set client_address (socket or ' +
+        'header:<name>) or max_concurrent_requests_per_client: 0',
+    );
+  }
+  return n;
+}
+
 export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   const lim = root.child('limits');
   lim?.allowOnly([
@@ -117,6 +143,7 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
     'max_prompt_tokens',
     'max_messages',
     'max_concurrent_requests',
+    'max_concurrent_requests_per_client',
     'request_timeout_ms',
     'retry_after_seconds',
     'header_timeout_ms',
@@ -144,6 +171,7 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
     maxPromptTokens: lim?.int('max_prompt_tokens', D.maxPromptTokens, { min: 1, max: 1 << 26 }) ?? D.maxPromptTokens,
     maxMessages: lim?.int('max_messages', D.maxMessages, { min: 1, max: 1 << 24 }) ?? D.maxMessages,
     maxConcurrentRequests,
+    maxConcurrentRequestsPerClient: readPerClientRequests(lim, maxConcurrentRequests, clientAddress),
     requestTimeoutMs:
       lim?.int('request_timeout_ms', D.requestTimeoutMs, { min: 1, max: 86_400_000 }) ?? D.requestTimeoutMs,
     retryAfterSeconds:

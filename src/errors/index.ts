@@ -95,6 +95,7 @@ export const ERROR_CODES = {
   KVG_ERR_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_TOO_MANY_REQUESTS: { status: 429, type: 'rate_limit_error', retryable: true, migratable: false },
+  KVG_ERR_TOO_MANY_CLIENT_REQUESTS: { status: 429, type: 'rate_limit_error', retryable: true, migratable: false },
   KVG_ERR_RATE_LIMITED: { status: 429, type: 'rate_limit_error', retryable: true, migratable: false },
   KVG_ERR_QUEUE_SHED: { status: 529, type: 'overloaded_error', retryable: true, migratable: false },
   KVG_ERR_TOO_MANY_CONNECTIONS: { status: 429, type: 'rate_limit_error', retryable: true, migratable: false },

@@ -3,13 +3,16 @@
  * holds one from the moment its body has arrived until its response has closed
  * and its handler has returned, whichever is later: a client that leaves does
  * not free the slot while the work it started still runs), each with its
- * request deadline, and waiting for them to drain at shutdown.
+ * request deadline, and waiting for them to drain at shutdown. Of them, one
+ * client holds at most `perClient.max` (client-requests.ts).
  *
  * Every request has the same timeout, so deadlines come in the order slots
  * are taken: one timer, armed for the oldest deadline, serves them all (a
  * slot costs a map entry, not a timer of its own).
  */
+import type { Logger } from 'pino';
 import { KvgateError } from '../errors/index.js';
+import { ClientRequests } from './client-requests.js';
 
 /** What a slot holds of its request: the way to cut it (a Cancellation, or an AbortController). */
 export interface Abortable {
@@ -26,14 +29,26 @@ export class ConcurrencySlots {
    * (`performance.now()` times; 0 once fired, while the aborted request finishes).
    */
   readonly #active = new Map<Abortable, number>();
+  /** The client each counted request is (requests without one are not counted per client). */
+  readonly #clientOf = new Map<Abortable, string>();
+  /** The per-client bound (`limits.max_concurrent_requests_per_client`: `setLimits`). */
+  readonly perClient: ClientRequests;
   #timer: NodeJS.Timeout | undefined;
   readonly #onTimer = (): void => this.#expire();
   #idleWaiters: (() => void)[] = [];
 
-  constructor(max: number, timeoutMs: number, onChange: (inflight: number) => void) {
+  /** `logger`: where the per-client bound's episodes are logged (none: not logged). */
+  constructor(max: number, timeoutMs: number, onChange: (inflight: number) => void, logger?: Logger) {
     this.max = max;
+    this.perClient = new ClientRequests(logger);
     this.#timeoutMs = timeoutMs;
     this.#onChange = onChange;
+  }
+
+  /** The gateway-wide bound and one client's (0: none), as a reload sets them; requests above lowered ones finish. */
+  setLimits(max: number, perClient: number): void {
+    this.max = max;
+    this.perClient.max = perClient;
   }
 
   get size(): number {
@@ -41,20 +56,32 @@ export class ConcurrencySlots {
   }
 
   /**
-   * A slot for the request `controller` aborts; its deadline (KVG_ERR_REQUEST_TIMEOUT) runs from now.
-   * @throws KvgateError KVG_ERR_TOO_MANY_REQUESTS at the limit.
+   * A slot for the request `controller` aborts, counted as `client`'s (undefined: nobody's); its deadline
+   * (KVG_ERR_REQUEST_TIMEOUT) runs from now. The client's bound is asked first: a client over its own is told so.
+   * @throws KvgateError KVG_ERR_TOO_MANY_CLIENT_REQUESTS at the client's limit, KVG_ERR_TOO_MANY_REQUESTS at the limit.
    */
-  take(controller: Abortable): void {
+  take(controller: Abortable, client?: string): void {
+    if (client !== undefined) this.perClient.refuseOver(client);
     if (this.#active.size >= this.max) {
       throw new KvgateError('KVG_ERR_TOO_MANY_REQUESTS', `${this.max} requests are in flight, the limit; retry later`);
     }
     this.#active.set(controller, performance.now() + this.#timeoutMs);
+    if (client !== undefined) {
+      this.#clientOf.set(controller, client);
+      this.perClient.add(client);
+    }
     if (this.#timer === undefined) this.#arm(this.#timeoutMs);
     this.#onChange(this.#active.size);
   }
 
+  /** The request `controller` aborts gives its slot back (and its client's); called once per slot taken. */
   release(controller: Abortable): void {
     this.#active.delete(controller);
+    const client = this.#clientOf.get(controller);
+    if (client !== undefined) {
+      this.#clientOf.delete(controller);
+      this.perClient.release(client);
+    }
     if (this.#active.size === 0 && this.#timer !== undefined) {
       clearTimeout(this.#timer);
       this.#timer = undefined;

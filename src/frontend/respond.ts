@@ -46,7 +46,7 @@ export interface RequestContext {
   logFields: Record<string, unknown>;
   /** Who the request belongs to (the `tenants` config), once its API key was checked. */
   tenant?: Tenant | undefined;
-  /** Its client by `limits.client_address` (the per-client bound's and the preprocessing queue's key); undefined: off. */
+  /** Its client by `limits.client_address` (the per-client bounds' and the preprocessing queue's key); undefined: off. */
   client?: string | undefined;
 }
 

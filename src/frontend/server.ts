@@ -138,6 +138,7 @@ export class GatewayServer {
       opts.config.limits.maxConcurrentRequests,
       opts.config.limits.requestTimeoutMs,
       (n) => this.metrics.inflight.set(n),
+      this.logger,
     );
     this.#conns = new ClientConnections(
       opts.config.limits.maxPendingConnectionsPerClient,
@@ -257,7 +258,7 @@ export class GatewayServer {
     this.#tenants.reconfigure(config.tenants);
     this.config = config;
     this.#keys = keys;
-    this.#slots.max = config.limits.maxConcurrentRequests;
+    this.#slots.setLimits(config.limits.maxConcurrentRequests, config.limits.maxConcurrentRequestsPerClient);
     // Each request waits on one preprocessing task at most: a queue this long is never full of requests alone.
     this.#preprocessor.maxQueued = config.limits.maxConcurrentRequests;
     this.#conns.maxPendingPerClient = config.limits.maxPendingConnectionsPerClient;
@@ -380,7 +381,7 @@ export class GatewayServer {
         body = await readBodyBytes(req, this.config.limits, ctx.signal);
         this.#conns.requestArrived(socket);
         if (this.#draining) throw new KvgateError('KVG_ERR_SHUTTING_DOWN', 'the gateway is shutting down');
-        this.#slots.take(controller);
+        this.#slots.take(controller, ctx.client);
         slot = true;
       } else {
         this.#conns.requestArrived(socket);

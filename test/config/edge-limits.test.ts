@@ -1,7 +1,8 @@
 /**
  * The edge's settings (issue 23, section 2): `listen.backlog`,
  * `limits.body_deadline_ms`, `limits.client_address` and
- * `limits.trusted_proxies`, validated with a reason an operator can act on;
+ * `limits.trusted_proxies`, `limits.max_concurrent_requests_per_client`,
+ * validated with a reason an operator can act on;
  * which of them a reload may change.
  */
 import { describe, expect, it } from 'vitest';
@@ -131,5 +132,34 @@ describe('edge settings', () => {
     const after = load({ limits: { max_connections: 10_000 } });
     expect(reloadProblems(before, after)).toEqual([]);
     expect(configChanges(before, after).map((c) => c.path)).toEqual(['limits.max_connections']);
+  });
+
+  it('limits.max_concurrent_requests_per_client: off by default; set, below the gateway-wide bound and with a client to count', () => {
+    expect(load({}).limits.maxConcurrentRequestsPerClient).toBe(0);
+    expect(load({ limits: { max_concurrent_requests_per_client: 64 } }).limits.maxConcurrentRequestsPerClient).toBe(64);
+    const proxied = { client_address: 'header:X-Forwarded-For', trusted_proxies: ['10.0.0.0/8'] };
+    expect(
+      load({ limits: { ...proxied, max_concurrent_requests: 100, max_concurrent_requests_per_client: 99 } }).limits,
+    ).toMatchObject({ maxConcurrentRequests: 100, maxConcurrentRequestsPerClient: 99 });
+    const key = 'limits.max_concurrent_requests_per_client';
+    expect(problems({ limits: { max_concurrent_requests_per_client: 1024 } })[key]).toMatch(
+      /\(1024\) must be smaller than max_concurrent_requests \(1024\): one client could hold every request slot/,
+    );
+    expect(problems({ limits: { max_concurrent_requests: 8, max_concurrent_requests_per_client: 16 } })[key]).toMatch(
+      /must be smaller than max_concurrent_requests \(8\)/,
+    );
+    expect(problems({ limits: { max_concurrent_requests_per_client: -1 } })[key]).toMatch(/integer in \[0, /);
+    expect(problems({ limits: { max_concurrent_requests_per_client: 1.5 } })[key]).toMatch(/integer/);
+    // With client_address off there is no client to count by; 0 is accepted there.
+    expect(problems({ limits: { client_address: 'off', max_concurrent_requests_per_client: 8 } })[key]).toMatch(
+      /client_address: off names no client/,
+    );
+    expect(load({ limits: { client_address: 'off', max_concurrent_requests_per_client: 0 } }).limits).toMatchObject({
+      maxConcurrentRequestsPerClient: 0,
+    });
+    const before = load({});
+    const after = load({ limits: { max_concurrent_requests_per_client: 32 } });
+    expect(reloadProblems(before, after)).toEqual([]);
+    expect(configChanges(before, after).map((c) => c.path)).toEqual([key]);
   });
 });
