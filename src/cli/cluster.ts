@@ -4,7 +4,8 @@
  * same command line, so the same config and flags); the primary itself serves
  * nothing. It relays replica sync between the workers when no NATS server is
  * configured (the cluster's IPC channel is then the bus), forwards SIGTERM,
- * SIGINT and SIGHUP to every worker, and logs a worker's exit loudly with the
+ * SIGINT and SIGHUP to every worker, has every worker reload when one is sent
+ * `POST /admin/reload` (cluster-reload.ts), and logs a worker's exit loudly with the
  * count of exits so far. It never restarts a worker on its own: a crash loop
  * would hide behind a healthy-looking port; the operator's supervisor decides.
  * It also gathers every worker's metrics (prom-client's AggregatorRegistry)
@@ -15,6 +16,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { AggregatorRegistry, type Registry } from 'prom-client';
 import { relaySyncMessages } from '../replicas/index.js';
+import { primaryReloads } from './cluster-reload.js';
 
 /** The environment variables the primary hands each worker. */
 const INDEX_ENV = 'KVGATE_PROCESS_INDEX';
@@ -81,7 +83,10 @@ export function runClusterPrimary(processes: number, logger: Logger): Promise<nu
   );
   // Every worker's registry, gathered over IPC when any of them is scraped (series told apart by `process`).
   const aggregator = new AggregatorRegistry();
+  // POST /admin/reload, whichever process accepts it, reloads every process (cluster-reload.ts).
+  const reloads = primaryReloads(logger, live, indexOf);
   cluster.on('message', (worker, message) => {
+    if (reloads(worker, message)) return;
     if (!isMetricsMessage(message, 'request')) return relaySyncMessages(worker, message, live);
     const answer = (r: Omit<MetricsReply, 'kvgateMetrics' | 'id'>): void => {
       if (worker.isConnected()) worker.send({ kvgateMetrics: 'reply', id: message.id, ...r });

@@ -22,6 +22,7 @@ import { KvgateError, isKvgateError } from '../errors/index.js';
 import { Fleet, type FleetStatus } from '../fleet/index.js';
 import { startGateway, type Gateway, type RouterPortFactory } from '../frontend/index.js';
 import { startMocker, type MockerHandle } from '../mocker/index.js';
+import { adminReload } from './cluster-reload.js';
 import { clusterMember, clusterMetricsText, leaveCluster, runClusterPrimary, type ClusterMember } from './cluster.js';
 import { writePidFile } from './pid-file.js';
 import { ConfigReloader, type ReloadOutcome, type ReloadTrigger } from './reload.js';
@@ -164,7 +165,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
       fleet: fleet.status,
       process: member?.index,
       clusterMetrics: member === undefined ? undefined : (registry) => clusterMetricsText(registry, logger),
-      reload: reloadable ? () => reloader!.reload('admin') : undefined,
+      reload: reloadable ? adminReload(member, () => reloader, logger) : undefined,
     });
   } catch (err) {
     await fleet.close().catch(() => undefined);

@@ -42,17 +42,32 @@ export interface RouteTableOptions {
   readonly fleet?: FleetStatus | undefined;
 }
 
-/** What a reload did, as `POST /admin/reload` answers it (the CLI's `ReloadOutcome`). */
+/**
+ * What a reload did, as `POST /admin/reload` answers it (the CLI's `ReloadOutcome`). Under `--processes N` the
+ * reload is every process's: `processes` says how each came out, and each worker that did not join names its process.
+ */
 export interface ReloadOutcomeView {
   readonly changes: readonly unknown[];
-  readonly notJoined: readonly { readonly workerId: number; readonly model: string; readonly reason: string }[];
+  readonly notJoined: readonly {
+    readonly workerId: number;
+    readonly model: string;
+    readonly reason: string;
+    readonly process?: number;
+  }[];
+  readonly processes?: readonly { readonly process: number; readonly status: 'reloaded' | 'partial' }[];
 }
 
 /** `POST /admin/reload`'s answer: `partial` when a worker the file adds could not join (each named). */
 function reloadAnswer(r: ReloadOutcomeView): Record<string, unknown> {
-  if (r.notJoined.length === 0) return { status: 'reloaded', changes: r.changes };
-  const notJoined = r.notJoined.map((n) => ({ worker_id: n.workerId, model: n.model, reason: n.reason }));
-  return { status: 'partial', changes: r.changes, not_joined: notJoined };
+  const processes = r.processes === undefined ? {} : { processes: r.processes };
+  if (r.notJoined.length === 0) return { status: 'reloaded', changes: r.changes, ...processes };
+  const notJoined = r.notJoined.map((n) => ({
+    worker_id: n.workerId,
+    model: n.model,
+    reason: n.reason,
+    ...(n.process === undefined ? {} : { process: n.process }),
+  }));
+  return { status: 'partial', changes: r.changes, not_joined: notJoined, ...processes };
 }
 
 type Routes = Map<string, RouteSpec>;

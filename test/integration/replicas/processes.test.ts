@@ -11,6 +11,7 @@
 import { request, type ClientRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCli, type CliProcess } from '../../helpers/cli-process.js';
+import { fresh } from '../../helpers/fresh-request.js';
 import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 import { until } from '../../helpers/until.js';
 
@@ -24,37 +25,6 @@ const PROMPT = [
       ),
   },
 ];
-
-interface Answer {
-  status: number;
-  process: string;
-  body: string;
-}
-
-/** One request on its own connection (no keep-alive): the cluster may hand it to either process. */
-function fresh(url: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      `${url}${path}`,
-      {
-        agent: false,
-        method: body === undefined ? 'GET' : 'POST',
-        headers: { connection: 'close', 'content-type': 'application/json', ...headers },
-      },
-      (res) => {
-        let text = '';
-        res
-          .setEncoding('utf8')
-          .on('data', (c: string) => (text += c))
-          .on('end', () =>
-            resolve({ status: res.statusCode!, process: String(res.headers['x-kvgate-process']), body: text }),
-          );
-      },
-    );
-    req.on('error', reject);
-    req.end(body === undefined ? undefined : JSON.stringify(body));
-  });
-}
 
 /** A long streamed request pinned to `worker`, held open until destroyed; resolves once it is dispatched (first chunk). */
 function hold(url: string, worker: number, i: number): Promise<{ process: string; req: ClientRequest }> {
