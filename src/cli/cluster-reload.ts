@@ -170,7 +170,7 @@ export function combinedReload(results: readonly ProcessReload[]): ClusterReload
  * and returns what `POST /admin/reload` calls: a reload of every process, resolved to the combined outcome.
  * @throws KvgateError as `combinedReload`; KVG_ERR_RELOAD_FAILED too when the primary does not answer in time.
  */
-export function clusterReload(
+function clusterReload(
   local: () => Promise<ReloadOutcome>,
   logger: Logger,
 ): () => Promise<ClusterReloadOutcome> {
