@@ -175,10 +175,12 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   }
   // Spans lost from here on are counted in the gateway's registry and logged once per episode.
   tracing?.reportLosses(logger, gateway.server.metrics.tracingSpansDropped);
-  // The served config (pins, /admin views) follows the discovered workers as they come and go.
+  // The served config (pins, /admin views) follows the discovered workers as they come and go; those the sources
+  // (started with the routers, after startGateway's config was computed) brought before the hook are taken now.
   const server = gateway.server;
   let base = config;
   fleet.live?.members.onChange(() => server.reconfigure(served(base)));
+  if (fleet.live !== undefined) server.reconfigure(served(base));
   if (reloadable) {
     reloader = configReloader({ config, flags, env, logger, fleet, server, served, rebase: (c) => (base = c) });
   }
