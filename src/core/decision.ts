@@ -10,8 +10,8 @@
  * costs an off-heap allocation and its finalisation, which measured as the
  * largest single cost of scoring 64 candidates. The chunks are `CarvedSlabs`:
  * each made ahead, off the decision, and not zeroed, since every scoring loop
- * writes each row's fields whole and the probability is read only under
- * softmax, which writes it for every row.
+ * writes each row whole (`writeBreakdown`, the probability 0 until softmax
+ * writes it): `breakdown` is public, and holds nothing a decision did not write.
  */
 import { CarvedSlabs, type WorkerRank } from '../common/index.js';
 
@@ -50,8 +50,7 @@ const chunks = new CarvedSlabs(CHUNK_BYTES);
 /**
  * A breakdown array for `candidates` rows, carved from the current chunk (old
  * chunks live as long as a decision still views them). Its contents are
- * unspecified: the caller writes every row (`writeBreakdown`) and, under
- * softmax, every row's probability.
+ * unspecified until the caller writes every row (`writeBreakdown`).
  */
 export function takeBreakdown(candidates: number): Float64Array {
   const bytes = candidates * BREAKDOWN_STRIDE * 8;
@@ -92,6 +91,8 @@ export function writeBreakdown(
   out[o + F_DECODE] = decodeBlocks;
   out[o + F_REQUESTS] = activeRequests;
   out[o + F_COST] = cost;
+  // Softmax overwrites it: the row is written whole, so no byte of the unzeroed chunk is ever read unwritten.
+  out[o + F_PROB] = 0;
 }
 
 export function writeProbability(out: Float64Array, i: number, p: number): void {
@@ -164,7 +165,7 @@ export class RoutingDecision {
         decodeBlocks: b[o + F_DECODE]!,
         activeRequests: b[o + F_REQUESTS]!,
         cost: b[o + F_COST]!,
-        // Written for every row under softmax (temperature > 0) only; unspecified otherwise, so not read.
+        // Meaningful under softmax (temperature > 0) only, which writes it for every row.
         probability: this.temperature > 0 ? b[o + F_PROB]! : undefined,
       });
     }
