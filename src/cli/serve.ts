@@ -404,14 +404,9 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
   const h = handle;
   // SIGHUP reloads the config file; the outcome (applied, or rejected with every problem) is in the log.
   const onHangup = (): void => {
-    if (h.reload === undefined)
-      h.gateway.logger.warn(
-        'SIGHUP: kvgate serve was started without a config file (-c FILE); there is nothing to reload',
-      );
-    else {
-      // Rejected or failed, the reloader has logged and counted it.
-      h.reload('sighup').catch(() => undefined);
-    }
+    // Rejected or failed, the reloader has logged and counted it.
+    if (h.reload !== undefined) h.reload('sighup').catch(() => undefined);
+    else h.gateway.logger.warn('SIGHUP: kvgate serve was started without a config file (-c FILE): nothing to reload');
   };
   process.on('SIGHUP', onHangup);
   process.off('SIGHUP', noteEarlyHangup);
