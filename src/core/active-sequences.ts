@@ -197,9 +197,9 @@ export class ActiveSequences {
   /** Forgets a slot and every request on it (their later `free` is a no-op). Returns the ids dropped. */
   removeSlot(slot: number): string[] {
     if (slot >= this.#cap || this.#registered[slot] !== 1) return [];
-    const dropped: string[] = [];
-    for (const r of this.#requests.values()) if (r.slot === slot) dropped.push(r.id);
-    for (const id of dropped) this.free(id);
+    const dropped: ActiveRequest[] = [];
+    for (const r of this.#requests.values()) if (r.slot === slot) dropped.push(r);
+    for (const r of dropped) this.#drop(r, false);
     this.#registered[slot] = 0;
     this.#prefill[slot] = 0;
     this.#shared[slot] = 0;
@@ -207,7 +207,7 @@ export class ActiveSequences {
     this.#deficit[slot] = 0;
     this.#blocks[slot] = 0;
     this.#count[slot] = 0;
-    return dropped;
+    return dropped.map((r) => r.id);
   }
 
   /** Load of one slot. */
@@ -353,9 +353,16 @@ export class ActiveSequences {
   free(requestId: string, ownerSlot?: number): boolean {
     const r = this.#requests.get(requestId);
     if (r === undefined || (ownerSlot !== undefined && r.slot !== ownerSlot)) return false;
+    this.#drop(r, true);
+    return true;
+  }
+
+  /** Takes `r` out. `served`: it ended (its time in flight a service sample); not a slot's removal or an expiry. */
+  #drop(r: ActiveRequest, served: boolean): void {
+    const requestId = r.id;
     this.#requests.delete(requestId);
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests--;
-    else this.#recordService(this.#clock.now() - r.startedAt);
+    else if (served) this.#recordService(this.#clock.now() - r.startedAt);
     const slot = r.slot;
     if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.removeAt(r.end!, slot);
     this.#private[slot]! -= r.privateBlocks + r.outputBlocks;
@@ -371,7 +378,6 @@ export class ActiveSequences {
       this.#prefill[slot] = 0;
     }
     this.#refresh(slot);
-    return true;
   }
 
   /**
@@ -392,14 +398,14 @@ export class ActiveSequences {
     const now = this.#clock.now();
     this.#lastExpiryCheck = now;
     const cutoff = now - this.#expiryMs;
-    const expired: string[] = [];
+    const expired: ActiveRequest[] = [];
     // The map iterates in insertion order, which is start-time order (the clock is monotonic).
     for (const r of this.#requests.values()) {
       if (r.startedAt > cutoff) break;
-      expired.push(r.id);
+      expired.push(r);
     }
-    for (const id of expired) this.free(id);
-    return expired;
+    for (const r of expired) this.#drop(r, false);
+    return expired.map((r) => r.id);
   }
 
   /** Blocks only `r` holds: prompt blocks past its longest prefix shared with others, private and output blocks. */

@@ -211,4 +211,25 @@ describe('ActiveSequences (spec 4.5)', () => {
       expect(a.load(s)).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
     for (let s = 0; s < 3; s++) expect(a.sharedBlocks(s)).toBe(0);
   });
+
+  it('takes a service-time sample from requests that end, not from those a slot removal or an expiry drops', () => {
+    const clock = new ManualClock(0);
+    const a = new ActiveSequences({ clock, expiryMs: 300_000 });
+    a.ensureSlot(0, 10, 0);
+    a.ensureSlot(1, 11, 0);
+    a.add({ requestId: 'served', slot: 0, hashes: null, prefillTokens: 1 });
+    clock.advance(2_000);
+    a.free('served');
+    expect(a.meanServiceMs).toBe(2_000);
+    // A worker leaving 10 ms into its requests: no sample cut short.
+    a.add({ requestId: 'left', slot: 1, hashes: null, prefillTokens: 1 });
+    clock.advance(10);
+    expect(a.removeSlot(1)).toEqual(['left']);
+    expect(a.meanServiceMs).toBe(2_000);
+    // A request never freed, expired: no sample of the expiry's length.
+    a.add({ requestId: 'leaked', slot: 0, hashes: null, prefillTokens: 1 });
+    clock.advance(300_000);
+    expect(a.expire()).toEqual(['leaked']);
+    expect(a.meanServiceMs).toBe(2_000);
+  });
 });
