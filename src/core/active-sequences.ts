@@ -345,9 +345,8 @@ export class ActiveSequences {
   }
 
   /**
-   * Frees a request: its prefill load, and every block no other request holds.
-   * With `ownerSlot`, frees only if the request is booked on that slot (a
-   * retried request may have been re-booked elsewhere under the same id).
+   * Frees a request: its prefill load, and every block no other request holds. With `ownerSlot`, frees only if the
+   * request is booked on that slot (a retried request may have been re-booked elsewhere under the same id).
    * Returns false if not in flight (or owned by another slot).
    */
   free(requestId: string, ownerSlot?: number): boolean {
