@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import type { GatewayOptions } from '../frontend/index.js';
 import type { ClusterMember } from './cluster.js';
-import type { ConfigReloader, NotJoined, ReloadOutcome } from './reload.js';
+import type { ConfigReloader, NotJoined, NotLeft, ReloadOutcome } from './reload.js';
 
 /** What one process's reload came to: what it did, or why it did not apply the file (its error's code and message). */
 type LocalResult =
@@ -21,10 +21,11 @@ type LocalResult =
 /** One process's reload, by its index (1..N). */
 export type ProcessReload = LocalResult & { readonly process: number };
 
-/** The combined outcome of a cluster reload: every process applied the file (`partial`: some worker did not join). */
+/** The combined outcome of a cluster reload: every process applied the file (`partial`: some worker did not join or leave). */
 export interface ClusterReloadOutcome {
   readonly changes: ReloadOutcome['changes'];
   readonly notJoined: readonly (NotJoined & { readonly process: number })[];
+  readonly notLeft: readonly (NotLeft & { readonly process: number })[];
   readonly processes: readonly { readonly process: number; readonly status: 'reloaded' | 'partial' }[];
 }
 
@@ -148,9 +149,10 @@ export function combinedReload(results: readonly ProcessReload[]): ClusterReload
     return {
       changes: outcomes[0]?.changes ?? [],
       notJoined: outcomes.flatMap((o) => o.notJoined.map((n) => ({ ...n, process: o.process }))),
+      notLeft: outcomes.flatMap((o) => o.notLeft.map((n) => ({ ...n, process: o.process }))),
       processes: outcomes.map((o) => ({
         process: o.process,
-        status: o.notJoined.length === 0 ? 'reloaded' : 'partial',
+        status: o.notJoined.length + o.notLeft.length === 0 ? 'reloaded' : 'partial',
       })),
     };
   }
@@ -170,10 +172,7 @@ export function combinedReload(results: readonly ProcessReload[]): ClusterReload
  * and returns what `POST /admin/reload` calls: a reload of every process, resolved to the combined outcome.
  * @throws KvgateError as `combinedReload`; KVG_ERR_RELOAD_FAILED too when the primary does not answer in time.
  */
-function clusterReload(
-  local: () => Promise<ReloadOutcome>,
-  logger: Logger,
-): () => Promise<ClusterReloadOutcome> {
+function clusterReload(local: () => Promise<ReloadOutcome>, logger: Logger): () => Promise<ClusterReloadOutcome> {
   const pending = new Map<number, (results: readonly ProcessReload[] | Error) => void>();
   process.on('message', (m: unknown) => {
     if (isReloadMessage(m, 'answer')) pending.get(m.id)?.(m.results);

@@ -7,16 +7,23 @@
  * and limits (the HTTP server), router knobs (each model's routers), workers
  * (every leave, then every join, through `FleetMembers`). Requests in flight
  * keep the worker, knobs and deadline they started with. A reload is whole or
- * nothing: a stage that throws (the file was validated, so only the running
- * gateway can refuse it, e.g. a router whose knobs differ from the file's)
- * rolls back the stages before it, newest first, to the running
- * configuration, and the reload fails (KVG_ERR_RELOAD_FAILED naming the
- * stage). Reloads run one at a time; each is logged with what changed and
- * counted in `kvgate_config_reloads_total`. A worker the
- * file adds that cannot join (its id held by a worker another discovery
- * source registered) is left out and named: the rest of the reload stands,
- * the outcome is `partial`, and the running configuration records the worker
- * as not configured, so the next reload of the same file tries it again.
+ * nothing up to the leaves: a stage that throws (the file was validated, so
+ * only the running gateway can refuse it, e.g. a router whose knobs differ
+ * from the file's) rolls back the stages before it, newest first, to the
+ * running configuration, and the reload fails (KVG_ERR_RELOAD_FAILED naming
+ * the stage). The leaves come once every such stage has been applied and are
+ * where the reload commits: a leave cannot be undone (a worker put back joins
+ * afresh: its prefix index, KV-event subscription, in-flight bookings, health
+ * and session pins are gone), so a leave that throws rolls nothing back. A
+ * worker whose leave threw and that is still registered is named, the rest
+ * of the reload stands, the outcome is `partial`, and the running
+ * configuration keeps the worker, so the next reload of the same file tries
+ * to remove it again. Reloads run one at a time; each is logged with what
+ * changed and counted in `kvgate_config_reloads_total`. A worker the file
+ * adds that cannot join (its id held by a worker another discovery source
+ * registered) is left out and named the same way (`partial`), and the
+ * running configuration records the worker as not configured, so the next
+ * reload of the same file tries it again.
  */
 import type { Logger } from 'pino';
 import {
@@ -61,10 +68,18 @@ export interface NotJoined {
   readonly reason: string;
 }
 
-/** What a reload did: what changed (empty: nothing did), and the workers it adds that could not join. */
+/** A worker the reloaded file removes whose leave threw while it is still registered (it stays, configured). */
+export interface NotLeft {
+  readonly workerId: number;
+  readonly model: string;
+  readonly reason: string;
+}
+
+/** What a reload did: what changed (empty: nothing did), and the workers that could not join or leave. */
 export interface ReloadOutcome {
   readonly changes: ConfigChange[];
   readonly notJoined: readonly NotJoined[];
+  readonly notLeft: readonly NotLeft[];
 }
 
 export class ConfigReloader {
@@ -82,7 +97,7 @@ export class ConfigReloader {
   }
 
   /**
-   * Reloads; resolves to what changed (empty: nothing did) and the workers that could not join. One reload at a time.
+   * Reloads; resolves to what changed (empty: nothing did) and the workers that could not join or leave. One at a time.
    * @throws KvgateError KVG_ERR_RELOAD_REJECTED listing every problem (`detail.problems`); nothing changed.
    * @throws KvgateError KVG_ERR_RELOAD_FAILED naming the stage that threw (`detail.stage`); what was applied before
    *   it is rolled back (`detail.rolledBack`), so the running configuration is the previous one.
@@ -129,35 +144,40 @@ export class ConfigReloader {
     if (changes.length === 0) {
       metrics.configReloads.labels({ trigger, outcome: 'unchanged' }).inc();
       logger.info({ trigger, file: next.file }, 'configuration reloaded: nothing changed');
-      return { changes, notJoined: [] };
+      return { changes, notJoined: [], notLeft: [] };
     }
-    const notJoined = this.#apply(prev, next);
-    this.#current = withoutWorkers(next, notJoined);
-    // The server's view (`/admin/config`, the served models) without them too.
-    if (notJoined.length > 0) this.#t.server.reconfigure(this.#current);
+    const { notJoined, notLeft } = this.#apply(prev, next);
+    this.#current = withWorkers(withoutWorkers(next, notJoined), notLeft, prev);
+    // The server's view (`/admin/config`, the served models) as the workers are, too.
+    if (notJoined.length + notLeft.length > 0) this.#t.server.reconfigure(this.#current);
     const changed = changes.map((c) => c.path).join(', ');
-    if (notJoined.length === 0) {
+    if (notJoined.length + notLeft.length === 0) {
       metrics.configReloads.labels({ trigger, outcome: 'applied' }).inc();
       logger.info({ trigger, file: next.file, changes }, `configuration reloaded: ${changed} changed`);
     } else {
       metrics.configReloads.labels({ trigger, outcome: 'partial' }).inc();
-      const ids = notJoined.map((n) => n.workerId).join(', ');
+      const ids = (l: readonly { workerId: number }[], what: string): string[] =>
+        l.length === 0 ? [] : [`worker(s) ${l.map((n) => n.workerId).join(', ')} could not ${what}`];
       logger.warn(
-        { trigger, file: next.file, changes, notJoined },
-        `configuration reloaded in part: ${changed} changed, but worker(s) ${ids} could not join (the next reload tries again)`,
+        { trigger, file: next.file, changes, notJoined, notLeft },
+        `configuration reloaded in part: ${changed} changed, but ${[
+          ...ids(notJoined, 'join'),
+          ...ids(notLeft, 'leave'),
+        ].join(' and ')} (the next reload tries again)`,
       );
     }
-    return { changes, notJoined };
+    return { changes, notJoined, notLeft };
   }
 
   /**
-   * The stages, each with its undo: the server settings, each changed model's router knobs, then every leaving
-   * worker before any joining one (an id may move between models). A join refused (its id held by another source)
-   * leaves that worker out (returned); any other throw rolls back what was applied, newest first.
+   * The stages that can be undone, each with its undo: the server settings, each changed model's router knobs; a
+   * throw rolls back what was applied, newest first. Then the commit: every leaving worker before any joining one
+   * (an id may move between models). A leave that throws (a worker still registered is returned) and a join
+   * refused (its id held by another source: that worker is left out, returned) leave the rest standing.
    * @throws KvgateError KVG_ERR_RELOAD_FAILED naming the stage (`detail.rolledBack`: whether the rollback held).
    */
-  #apply(prev: GatewayConfig, next: GatewayConfig): NotJoined[] {
-    const { server, members } = this.#t;
+  #apply(prev: GatewayConfig, next: GatewayConfig): { notJoined: NotJoined[]; notLeft: NotLeft[] } {
+    const { server } = this.#t;
     const moves = diffs(prev, next);
     const applied = new Stages();
     try {
@@ -176,19 +196,37 @@ export class ConfigReloader {
           () => reconfigure(before),
         );
       });
-      moves.forEach((d, i) => {
-        for (const w of d.removed)
-          applied.run(
-            `models[${i}].workers`,
-            () => members.leave(w.id),
-            () => rejoin(members, w),
-            false,
-          );
-      });
     } catch (err) {
       throw reloadFailed(applied.failedAt ?? 'apply', err, this.#rollBack(applied));
     }
-    return this.#join(moves);
+    const notLeft = this.#leave(moves);
+    return { notLeft, notJoined: this.#join(moves) };
+  }
+
+  /**
+   * Every leaving worker. Not rolled back when one throws (a listener of the registry or of the membership): a
+   * worker put back would join afresh, without what its router knew of it, so a rollback would cost the gateway
+   * what the file never asked for. One still registered after its throw is returned (it stays configured).
+   */
+  #leave(diffs: readonly { removed: WorkerConfig[] }[]): NotLeft[] {
+    const { members, logger } = this.#t;
+    const notLeft: NotLeft[] = [];
+    for (const w of diffs.flatMap((d) => d.removed)) {
+      try {
+        members.leave(w.id);
+      } catch (err) {
+        const reason = messageOf(err);
+        const state = members.state(w.id);
+        const stays = state !== undefined && state !== 'draining';
+        if (stays) notLeft.push({ workerId: w.id, model: w.model, reason });
+        logger.error(
+          { workerId: w.id, url: w.url, state: state ?? 'gone', err: reason },
+          `worker ${w.id} leaving threw: ${reason}` +
+            (stays ? ' (it stays; the next reload tries again)' : ' (it left)'),
+        );
+      }
+    }
+    return notLeft;
   }
 
   /** Undoes the applied stages, newest first; false when one of them could not be undone (each is an error line). */
@@ -229,15 +267,11 @@ class Stages {
   readonly done: { stage: string; undo: () => void }[] = [];
   failedAt: string | undefined;
 
-  /**
-   * Applies one stage. An atomic one (the server's settings, a router's knobs: each changes nothing when it throws)
-   * is undone only once applied; another (a leave) is undone even when it throws, its undo checking what changed.
-   */
-  run(stage: string, apply: () => void, undo: () => void, atomic = true): void {
+  /** Applies one stage, atomic (it changes nothing when it throws): undone only once applied. */
+  run(stage: string, apply: () => void, undo: () => void): void {
     this.failedAt = stage;
-    if (!atomic) this.done.push({ stage, undo });
     apply();
-    if (atomic) this.done.push({ stage, undo });
+    this.done.push({ stage, undo });
     this.failedAt = undefined;
   }
 }
@@ -245,12 +279,6 @@ class Stages {
 /** Each model's workers that leave and join. */
 function diffs(prev: GatewayConfig, next: GatewayConfig): { removed: WorkerConfig[]; added: WorkerConfig[] }[] {
   return next.models.map((m, i) => workerDiff(prev.models[i]!.workers, m.workers));
-}
-
-/** Undoes a leave: the worker joins again unless it is still registered (its leave threw before removing it). */
-function rejoin(members: FleetMembers, w: WorkerConfig): void {
-  const state = members.state(w.id);
-  if (state === undefined || state === 'draining') members.join(w, 'static');
 }
 
 const messageOf = (err: unknown): string => (err instanceof Error ? err.message : String(err));
@@ -269,6 +297,17 @@ function reloadFailed(stage: string, err: unknown, rolledBack: boolean): KvgateE
     { stage, rolledBack },
     { cause: err },
   );
+}
+
+/** `config` with the workers of `prev` that did not leave (the same object when every one did), each in its model. */
+function withWorkers(config: GatewayConfig, notLeft: readonly NotLeft[], prev: GatewayConfig): GatewayConfig {
+  if (notLeft.length === 0) return config;
+  const ids = new Set(notLeft.map((n) => n.workerId));
+  const models = config.models.map((m, i) => {
+    const stayed = prev.models[i]!.workers.filter((w) => ids.has(w.id));
+    return stayed.length === 0 ? m : { ...m, workers: [...m.workers.filter((w) => !ids.has(w.id)), ...stayed] };
+  });
+  return { ...config, models };
 }
 
 /** `config` without the workers that did not join (the same object when every one did). */

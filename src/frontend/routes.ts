@@ -44,30 +44,46 @@ export interface RouteTableOptions {
 
 /**
  * What a reload did, as `POST /admin/reload` answers it (the CLI's `ReloadOutcome`). Under `--processes N` the
- * reload is every process's: `processes` says how each came out, and each worker that did not join names its process.
+ * reload is every process's: `processes` says how each came out, and each worker that did not join (or leave) names
+ * its process.
  */
 export interface ReloadOutcomeView {
   readonly changes: readonly unknown[];
-  readonly notJoined: readonly {
-    readonly workerId: number;
-    readonly model: string;
-    readonly reason: string;
-    readonly process?: number;
-  }[];
+  readonly notJoined: readonly ReloadWorkerView[];
+  /** Workers the file removes whose leave threw and that are still registered (they stay configured). */
+  readonly notLeft?: readonly ReloadWorkerView[];
   readonly processes?: readonly { readonly process: number; readonly status: 'reloaded' | 'partial' }[];
 }
 
-/** `POST /admin/reload`'s answer: `partial` when a worker the file adds could not join (each named). */
+interface ReloadWorkerView {
+  readonly workerId: number;
+  readonly model: string;
+  readonly reason: string;
+  readonly process?: number;
+}
+
+/**
+ * `POST /admin/reload`'s answer: `partial` when a worker the file adds could not join (`not_joined`) or one it removes
+ * could not leave (`not_left`), each named.
+ */
 function reloadAnswer(r: ReloadOutcomeView): Record<string, unknown> {
   const processes = r.processes === undefined ? {} : { processes: r.processes };
-  if (r.notJoined.length === 0) return { status: 'reloaded', changes: r.changes, ...processes };
-  const notJoined = r.notJoined.map((n) => ({
-    worker_id: n.workerId,
-    model: n.model,
-    reason: n.reason,
-    ...(n.process === undefined ? {} : { process: n.process }),
-  }));
-  return { status: 'partial', changes: r.changes, not_joined: notJoined, ...processes };
+  const notLeft = r.notLeft ?? [];
+  if (r.notJoined.length + notLeft.length === 0) return { status: 'reloaded', changes: r.changes, ...processes };
+  const named = (l: readonly ReloadWorkerView[]): unknown[] =>
+    l.map((n) => ({
+      worker_id: n.workerId,
+      model: n.model,
+      reason: n.reason,
+      ...(n.process === undefined ? {} : { process: n.process }),
+    }));
+  return {
+    status: 'partial',
+    changes: r.changes,
+    ...(r.notJoined.length === 0 ? {} : { not_joined: named(r.notJoined) }),
+    ...(notLeft.length === 0 ? {} : { not_left: named(notLeft) }),
+    ...processes,
+  };
 }
 
 type Routes = Map<string, RouteSpec>;

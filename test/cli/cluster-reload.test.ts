@@ -14,7 +14,10 @@ import {
 import { isKvgateError } from '../../src/errors/index.js';
 
 const CHANGES = [{ path: 'models[0].router.router_temperature', from: 0, to: 0.5 }];
-const applied = (process: number): ProcessReload => ({ process, outcome: { changes: CHANGES, notJoined: [] } });
+const applied = (process: number): ProcessReload => ({
+  process,
+  outcome: { changes: CHANGES, notJoined: [], notLeft: [] },
+});
 const refused = (
   process: number,
   message = 'models[0].router.router_temperature: must be a number >= 0',
@@ -38,6 +41,7 @@ describe('combinedReload', () => {
     expect(combinedReload([applied(1), applied(2)])).toEqual({
       changes: CHANGES,
       notJoined: [],
+      notLeft: [],
       processes: [
         { process: 1, status: 'reloaded' },
         { process: 2, status: 'reloaded' },
@@ -48,7 +52,7 @@ describe('combinedReload', () => {
   it('is partial when a worker did not join in some process, naming the process', () => {
     const partial: ProcessReload = {
       process: 2,
-      outcome: { changes: [], notJoined: [{ workerId: 7, model: 'm', reason: 'held by etcd' }] },
+      outcome: { changes: [], notJoined: [{ workerId: 7, model: 'm', reason: 'held by etcd' }], notLeft: [] },
     };
     const r = combinedReload([applied(1), partial]);
     expect(r.processes).toEqual([
@@ -56,6 +60,19 @@ describe('combinedReload', () => {
       { process: 2, status: 'partial' },
     ]);
     expect(r.notJoined).toEqual([{ workerId: 7, model: 'm', reason: 'held by etcd', process: 2 }]);
+  });
+
+  it('is partial when a worker did not leave in some process, naming the process', () => {
+    const partial: ProcessReload = {
+      process: 1,
+      outcome: { changes: [], notJoined: [], notLeft: [{ workerId: 4, model: 'm', reason: 'a listener refused' }] },
+    };
+    const r = combinedReload([partial, applied(2)]);
+    expect(r.processes).toEqual([
+      { process: 1, status: 'partial' },
+      { process: 2, status: 'reloaded' },
+    ]);
+    expect(r.notLeft).toEqual([{ workerId: 4, model: 'm', reason: 'a listener refused', process: 1 }]);
   });
 
   it('is KVG_ERR_RELOAD_REJECTED when every process refused the file', () => {

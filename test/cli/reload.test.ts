@@ -31,11 +31,13 @@ function setup(
   next: () => GatewayConfig,
   reconfigureRouter: (m: ModelConfig) => void,
   leave: (id: number) => void = () => undefined,
+  o: { initial?: readonly number[]; server?: (c: GatewayConfig) => void } = {},
 ) {
   const counts: Record<string, number> = {};
   const lines: Record<string, unknown>[] = [];
   const calls: Calls = [];
-  const registered = new Set([1]);
+  const initial = o.initial ?? [1];
+  const registered = new Set(initial);
   const names: Record<number, string> = { 30: 'info', 40: 'warn', 50: 'error' };
   const logger = pino(
     { level: 'info' },
@@ -50,17 +52,22 @@ function setup(
     state: (id: number) => (registered.has(id) ? 'ready' : undefined),
     leave: (id: number) => {
       calls.push(`leave ${id}`);
-      registered.delete(id);
       leave(id);
+      registered.delete(id);
     },
     join: (w: { id: number }) => {
       calls.push(`join ${w.id}`);
       registered.add(w.id);
     },
   };
-  const reloader = new ConfigReloader(config(0), {
+  const reloader = new ConfigReloader(config(0, initial), {
     load: next,
-    server: { reconfigure: (c) => void calls.push(`server ${c.limits.maxMessages}`) },
+    server: {
+      reconfigure: (c) => {
+        calls.push(`server ${c.limits.maxMessages}`);
+        o.server?.(c);
+      },
+    },
     members: members as unknown as FleetMembers,
     reconfigureRouter: (m) => {
       calls.push(`router ${m.router.routerTemperature}`);
@@ -120,43 +127,68 @@ describe('ConfigReloader: each reload is logged and counted', () => {
     expect(counts).toEqual({ 'sighup/failed': 1, 'admin/applied': 1 });
   });
 
-  it('a leave that throws rolls back the workers that left, the router and the server, newest first', async () => {
-    const { reloader, calls, registered } = setup(
-      () => config(0.5, [2]),
+  it('a leave that throws rolls nothing back: the other workers leave, the worker still there is named and kept', async () => {
+    // Worker 1's leave throws before it is removed; worker 2's throws after (it left); worker 3 joins.
+    let refuse = true;
+    const { reloader, calls, counts, lines, registered } = setup(
+      () => config(0.5, [3]),
       () => undefined,
-      () => {
-        throw new Error('a listener refused');
+      (id) => {
+        if (!refuse) return;
+        if (id === 2) registered.delete(2);
+        throw new Error(`a listener refused worker ${id}`);
       },
+      { initial: [1, 2] },
     );
-    await expect(reloader.reload('admin')).rejects.toMatchObject({
-      code: 'KVG_ERR_RELOAD_FAILED',
-      detail: { stage: 'models[0].workers', rolledBack: true },
-    });
-    expect(calls).toEqual(['server 105', 'router 0.5', 'leave 1', 'join 1', 'router 0', 'server 100']);
-    expect([...registered]).toEqual([1]);
+    const outcome = await reloader.reload('admin');
+    expect(outcome.notLeft).toEqual([{ workerId: 1, model: 'm', reason: 'a listener refused worker 1' }]);
+    expect(outcome.notJoined).toEqual([]);
+    // Nothing undone, nothing put back: the reload commits at its first leave. The server takes the config as it runs.
+    expect(calls).toEqual(['server 105', 'router 0.5', 'leave 1', 'leave 2', 'join 3', 'server 105']);
+    expect([...registered].sort()).toEqual([1, 3]);
+    expect(reloader.current.models[0]!.workers.map((w) => w.id)).toEqual([3, 1]);
+    expect(counts).toEqual({ 'admin/partial': 1 });
+    expect(lines).toMatchObject([
+      { level: 'error', workerId: 1, msg: /worker 1 leaving threw: a listener refused worker 1 \(it stays/ },
+      { level: 'error', workerId: 2, msg: /worker 2 leaving threw: a listener refused worker 2 \(it left\)/ },
+      {
+        level: 'warn',
+        notLeft: [{ workerId: 1 }],
+        msg: /worker\(s\) 1 could not leave \(the next reload tries again\)/,
+      },
+    ]);
+    // The same file again: worker 1 leaves now, nothing else changes.
+    refuse = false;
+    calls.length = 0;
+    const again = await reloader.reload('admin');
+    expect(calls).toEqual(['server 105', 'leave 1']);
+    expect(again).toMatchObject({ notLeft: [], notJoined: [] });
+    expect(reloader.current.models[0]!.workers.map((w) => w.id)).toEqual([3]);
   });
 
   it('a rollback that fails too is said so: an error line per stage, and the error says the gateway may run a mix', async () => {
     const { reloader, counts, lines, calls } = setup(
-      () => config(0.5, [2]),
+      () => config(0.5),
       (m) => {
-        if (m.router.routerTemperature === 0) throw new Error('router refused the old knobs');
+        if (m.router.routerTemperature === 0.5) throw new Error('router refused the knobs');
       },
-      () => {
-        throw new Error('a listener refused');
+      () => undefined,
+      {
+        server: (c) => {
+          if (c.limits.maxMessages === 100) throw new Error('server refused the old settings');
+        },
       },
     );
     await expect(reloader.reload('admin')).rejects.toMatchObject({
       code: 'KVG_ERR_RELOAD_FAILED',
-      detail: { stage: 'models[0].workers', rolledBack: false },
+      detail: { stage: 'models[0].router', rolledBack: false },
       message: expect.stringMatching(/rolling it back failed too: the gateway may run a mix/),
     });
-    // Every stage is still undone after one undo failed.
-    expect(calls).toEqual(['server 105', 'router 0.5', 'leave 1', 'join 1', 'router 0', 'server 100']);
+    expect(calls).toEqual(['server 105', 'router 0.5', 'server 100']);
     expect(counts).toEqual({ 'admin/failed': 1 });
     expect(lines).toMatchObject([
-      { level: 'error', stage: 'models[0].router', msg: /rolling back models\[0\]\.router failed: router refused/ },
-      { level: 'error', msg: /configuration reload failed while applying models\[0\]\.workers: a listener refused/ },
+      { level: 'error', stage: 'server', msg: /rolling back server failed: server refused the old settings/ },
+      { level: 'error', msg: /configuration reload failed while applying models\[0\]\.router: router refused/ },
     ]);
   });
 
