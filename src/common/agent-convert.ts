@@ -46,21 +46,3 @@ export function requireString(value: unknown, param: string): string {
   if (typeof value !== 'string') throw invalidBlock(param, 'must be a string');
   return value;
 }
-
-/**
- * A value as Python's `json.dumps(value, ensure_ascii=False)` writes it (`", "` and `": "` separators).
- * Why: vLLM turns a Messages `tool_use` block's `input` into its arguments with `json.dumps`, and its chat
- * layer renders them through the template's `tojson`, which writes the same separators; this text is what
- * the engine's prompt holds, whatever the template does with a string or a dict.
- */
-export function pythonJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(pythonJson).join(', ')}]`;
-  if (isObject(value)) {
-    const members = Object.keys(value)
-      .filter((k) => value[k] !== undefined)
-      .map((k) => `${JSON.stringify(k)}: ${pythonJson(value[k])}`);
-    return `{${members.join(', ')}}`;
-  }
-  if (typeof value === 'number' && Number.isInteger(value) && !Number.isSafeInteger(value)) return value.toFixed(0);
-  return JSON.stringify(value) ?? 'null';
-}

@@ -136,6 +136,14 @@ function valueEnd(scan: Scan, i: number): number {
   return j;
 }
 
+/**
+ * The index after the JSON value whose first byte is at `i` in `bytes` (a string skipped by searching for its
+ * closing quote). Contract: `bytes` are valid JSON.
+ */
+export function jsonValueEnd(bytes: Uint8Array, i: number): number {
+  return valueEnd(scanOf(bytes), i);
+}
+
 /** UTF-8 bytes as text (they were checked when the body was read). */
 function utf8(b: Uint8Array, start: number, end: number): string {
   return Buffer.from(b.buffer, b.byteOffset + start, end - start).toString('utf8');

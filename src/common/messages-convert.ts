@@ -23,10 +23,10 @@ import {
   invalidBlock,
   invalidField,
   isObject,
-  pythonJson,
   requireString,
   unsupportedBlock,
 } from './agent-convert.js';
+import { holdsIntegralNumber, InputSources, pythonJson } from './python-json.js';
 import { placeInlineSystem, systemText, type InlineSystemMode } from './inline-system.js';
 import { chatTemplateKwargsOf } from './template-kwargs.js';
 
@@ -96,6 +96,18 @@ interface Turn {
   reasoning: string | undefined;
   /** Tool messages a user turn's tool_result blocks give, emitted ahead of the turn. */
   before: Json[];
+  /** The body's text, where a tool_use input's literals are read (undefined: its parse is written). */
+  sources: InputSources | undefined;
+}
+
+/**
+ * A tool_use block's arguments: `json.dumps` of its input, each number as Python writes its literal. Only an input
+ * holding an integral number needs the body's text (a non-integral one came from a float literal, so its parse says
+ * how Python writes it); without that text it is written as an integer.
+ */
+function toolArguments(input: Json, sources: InputSources | undefined): string {
+  const literal = sources !== undefined && holdsIntegralNumber(input) ? sources.take(input) : undefined;
+  return pythonJson(literal ?? input);
 }
 
 function walkBlock(turn: Turn, role: string, block: unknown, param: string): void {
@@ -115,7 +127,11 @@ function walkBlock(turn: Turn, role: string, block: unknown, param: string): voi
     if (block.input !== undefined && !isObject(block.input)) throw invalidBlock(`${param}.input`, 'must be an object');
     const name = block.name === undefined ? '' : requireString(block.name, `${param}.name`);
     const id = requireString(block.id, `${param}.id`);
-    turn.toolCalls.push({ id, type: 'function', function: { name, arguments: pythonJson(block.input ?? {}) } });
+    turn.toolCalls.push({
+      id,
+      type: 'function',
+      function: { name, arguments: toolArguments(block.input ?? {}, turn.sources) },
+    });
   } else if (type === 'tool_result') {
     const id = block.tool_use_id === undefined ? '' : requireString(block.tool_use_id, `${param}.tool_use_id`);
     const text = toolResultText(block.content, `${param}.content`);
@@ -125,7 +141,7 @@ function walkBlock(turn: Turn, role: string, block: unknown, param: string): voi
   // redacted_thinking and a top-level tool_reference add nothing to the prompt.
 }
 
-function convertTurn(message: Json, i: number, out: Json[]): void {
+function convertTurn(message: Json, i: number, out: Json[], sources: InputSources | undefined): void {
   const param = `messages[${i}]`;
   const role = message.role;
   if (role === 'system') {
@@ -143,7 +159,7 @@ function convertTurn(message: Json, i: number, out: Json[]): void {
     return;
   }
   if (!Array.isArray(content)) throw invalidField(`${param}.content`, 'must be a string or a list of content blocks');
-  const turn: Turn = { parts: [], toolCalls: [], reasoning: undefined, before: [] };
+  const turn: Turn = { parts: [], toolCalls: [], reasoning: undefined, before: [], sources };
   content.forEach((block, j) => walkBlock(turn, role, block, `${param}.content[${j}]`));
   out.push(...turn.before);
   const msg: Json = { role };
@@ -174,12 +190,18 @@ function convertTools(tools: unknown): Json[] | undefined {
 }
 
 /**
- * The chat request a Messages body runs as.
+ * The chat request a Messages body runs as. `source`: the body's JSON (UTF-8 bytes), where a tool_use input's number literals
+ * are read (`1.0` stays `1.0` in its arguments, as vLLM's `json.dumps` writes it); without it they are written from
+ * the parse.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST (a missing or mistyped field: `max_tokens`, `messages`, a role,
  *   `system`, a tool, `output_config.effort`), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed block or one of an unknown type),
  *   KVG_ERR_UNSUPPORTED_CONTENT (images); `detail.param` names the field.
  */
-export function messagesToChat(body: Json, inlineSystem: InlineSystemMode = 'preserve'): ChatConversion {
+export function messagesToChat(
+  body: Json,
+  inlineSystem: InlineSystemMode = 'preserve',
+  source?: Uint8Array,
+): ChatConversion {
   if (typeof body.model !== 'string' || body.model === '') throw invalidField('model', 'is required');
   const maxTokens = body.max_tokens;
   if (maxTokens === undefined) throw invalidField('max_tokens', 'is required');
@@ -195,7 +217,8 @@ export function messagesToChat(body: Json, inlineSystem: InlineSystemMode = 'pre
   if (prompt !== undefined || placed.leading !== '') {
     messages.push({ role: 'system', content: [prompt ?? '', placed.leading].filter((t) => t !== '').join('\n\n') });
   }
-  for (const m of placed.messages) convertTurn(m.message, m.index, messages);
+  const sources = source === undefined ? undefined : new InputSources(source);
+  for (const m of placed.messages) convertTurn(m.message, m.index, messages, sources);
   const kwargs = body.chat_template_kwargs;
   if (kwargs !== undefined && kwargs !== null && !isObject(kwargs)) {
     throw invalidField('chat_template_kwargs', 'must be an object');

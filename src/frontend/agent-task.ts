@@ -20,11 +20,13 @@ export interface AgentTaskInputs {
   readonly returnTokenIds?: boolean | undefined;
   /** Where a Messages body's inline system messages go (the model's `anthropic_inline_system`; default `preserve`). */
   readonly inlineSystem?: InlineSystemMode | undefined;
+  /** The body's UTF-8 JSON, where a Messages tool_use input's number literals are read (common's `agentChat`). */
+  readonly source?: Uint8Array | undefined;
 }
 
 /** The chat task an agent-API request is routed by (the conversion's errors are thrown: common's `agentChat`). */
 export function agentChatTask(inp: AgentTaskInputs): ChatTask {
-  const chat = agentChat(inp.api, inp.body, inp.inlineSystem);
+  const chat = agentChat(inp.api, inp.body, inp.inlineSystem, inp.source);
   return {
     kind: 'chat',
     model: inp.model,

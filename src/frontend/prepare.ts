@@ -111,7 +111,7 @@ async function prepareHere(
   const parsed = parseRequestBody(text, kind, env);
   const { body } = parsed;
   ctx.logFields.model = body.model as string;
-  const routed = routeRequestBody(parsed, env.served, ctx.req.headers);
+  const routed = routeRequestBody(parsed, env.served, ctx.req.headers, bytes);
   const unavailable = routed.target.port.unavailable();
   if (unavailable !== undefined) throw unavailable;
   if (!routed.task.ok) throw routed.task.error;

@@ -33,6 +33,8 @@ export interface TaskInputs {
   returnTokenIds?: boolean | undefined;
   /** The model's `anthropic_inline_system` (a Messages body's; default `preserve`). */
   inlineSystem?: InlineSystemMode | undefined;
+  /** The body's UTF-8 JSON, where there is one (an agent body's tool_use literals: agent-task.ts). */
+  source?: Uint8Array | undefined;
 }
 
 function unsupported(param: string, message: string): KvgateError {
@@ -75,6 +77,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       loraName,
       returnTokenIds,
       inlineSystem: inp.inlineSystem,
+      source: inp.source,
     });
   }
   if (inp.endpoint === 'embeddings')

@@ -83,13 +83,15 @@ export interface RoutedRequest<S extends ServedModel> {
 }
 
 /**
- * The model, hints and prompt task of a parsed body.
+ * The model, hints and prompt task of a parsed body; `source`, the client's bytes of it, where an agent body's tool_use
+ * inputs keep their number literals (`1.0` as vLLM writes it; without it they are written from the parse).
  * @throws KvgateError KVG_ERR_MODEL_NOT_FOUND, KVG_ERR_INVALID_REQUEST, KVG_ERR_UNKNOWN_WORKER (from the lookup and the hints).
  */
 export function routeRequestBody<S extends ServedModel>(
   parsed: ParsedBody,
   served: ReadonlyMap<string, S>,
   headers: IncomingHttpHeaders,
+  source?: Uint8Array,
 ): RoutedRequest<S> {
   const { endpoint, body } = parsed;
   // `model` may name a LoRA adapter: the request then runs on its base model under that adapter
@@ -116,6 +118,7 @@ export function routeRequestBody<S extends ServedModel>(
         loraName: target.loraName,
         returnTokenIds,
         inlineSystem: target.model.anthropicInlineSystem,
+        source,
       }),
     };
   } catch (error) {

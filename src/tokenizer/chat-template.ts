@@ -14,15 +14,18 @@
  * string parsed into its object (none or empty: `{}`), and an empty list
  * dropped; an assistant's `reasoning` (else its deprecated
  * `reasoning_content`) under both names; a tool's `tool_call_id`, a string
- * `name`, a developer's `tools`; no other field. Limit: a number in
- * the arguments is a JavaScript number, so an integral float (`1.0`) prints
- * as `1` where Python prints `1.0`.
+ * `name`, a developer's `tools`; no other field. The compiled form sees the
+ * arguments' numbers as Python's `json.loads` gives them (tool-arguments.ts:
+ * `1.0` printed and written by `tojson` as `1.0`, an integer beyond 2^53
+ * exactly); the interpreter sees JavaScript numbers (`1`), so a template that
+ * does more with such a number than print it or `tojson` renders as before.
  */
 import { Template } from '@huggingface/jinja';
 import type { Logger } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { compileTemplate, type CompiledTemplate } from './template-compile.js';
 import type { Node } from './template-expressions.js';
+import { parseToolArguments } from './tool-arguments.js';
 import type { ChatMessage, RenderChatOptions } from './types.js';
 
 /**
@@ -63,8 +66,11 @@ function flattenContent(content: ChatMessage['content'], index: number): string 
   return texts.join('\n');
 }
 
-/** Checks and normalizes messages for a template: role a string, content a string, the fields vLLM passes on. */
-function normalizeMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
+/**
+ * Checks and normalizes messages for a template: role a string, content a string, the fields vLLM passes on.
+ * `python`: tool-call arguments with Python's numbers (the compiled form's); else JavaScript's (the interpreter's).
+ */
+function normalizeMessages(messages: readonly ChatMessage[], python: boolean): Record<string, unknown>[] {
   if (!Array.isArray(messages) || messages.length === 0) {
     throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'messages must be a non-empty list', {});
   }
@@ -74,17 +80,22 @@ function normalizeMessages(messages: readonly ChatMessage[]): Record<string, unk
         index: i,
       });
     }
-    return conversationMessage(m as unknown as Record<string, unknown>, flattenContent(m.content, i), i);
+    return conversationMessage(m as unknown as Record<string, unknown>, flattenContent(m.content, i), i, python);
   });
 }
 
 /** A message as vLLM's chat parser gives it to the template (module comment): only the fields it carries. */
-function conversationMessage(m: Record<string, unknown>, content: string, index: number): Record<string, unknown> {
+function conversationMessage(
+  m: Record<string, unknown>,
+  content: string,
+  index: number,
+  python: boolean,
+): Record<string, unknown> {
   const out: Record<string, unknown> = { role: m.role, content };
   if (m.role === 'assistant') {
     const calls = m.tool_calls;
     if (Array.isArray(calls)) {
-      if (calls.length > 0) out.tool_calls = calls.map((c, j) => withParsedArguments(c, index, j));
+      if (calls.length > 0) out.tool_calls = calls.map((c, j) => withParsedArguments(c, index, j, python));
     } else if (calls !== undefined && calls !== null) out.tool_calls = calls;
     // vLLM renames the deprecated `reasoning_content` to `reasoning` where `reasoning` is not set.
     const reasoning = m.reasoning ?? m.reasoning_content;
@@ -99,23 +110,23 @@ function conversationMessage(m: Record<string, unknown>, content: string, index:
 }
 
 /** A tool call with its `arguments` as the object its JSON text holds (none or empty: `{}`), as vLLM hands it over. */
-function withParsedArguments(call: unknown, index: number, j: number): unknown {
+function withParsedArguments(call: unknown, index: number, j: number, python: boolean): unknown {
   if (typeof call !== 'object' || call === null) return call;
   const fn = (call as { function?: unknown }).function;
   if (typeof fn !== 'object' || fn === null) return call;
   return {
     ...call,
-    function: { ...fn, arguments: parsedArguments((fn as { arguments?: unknown }).arguments, index, j) },
+    function: { ...fn, arguments: parsedArguments((fn as { arguments?: unknown }).arguments, index, j, python) },
   };
 }
 
 /** Arguments as vLLM's parser gives them: none or empty `{}`, an object as it is, JSON text parsed; else a 400. */
-function parsedArguments(raw: unknown, index: number, j: number): unknown {
+function parsedArguments(raw: unknown, index: number, j: number, python: boolean): unknown {
   if (raw === undefined || raw === null || raw === '' || raw === 0 || raw === false) return {};
   if (typeof raw === 'object') return raw;
   if (typeof raw === 'string') {
     try {
-      return JSON.parse(raw);
+      return python ? parseToolArguments(raw) : JSON.parse(raw);
     } catch {
       // Refused below, as any other value that is not JSON text.
     }
@@ -171,10 +182,9 @@ export class ChatTemplate {
    * @throws KvgateError as `render`.
    */
   renderParts(messages: readonly ChatMessage[], opts: RenderChatOptions = {}): readonly string[] {
-    const normalized = normalizeMessages(messages);
     const vars: Record<string, unknown> = {
       ...opts.extra,
-      messages: normalized,
+      messages: normalizeMessages(messages, this.#compiled !== undefined),
       add_generation_prompt: opts.addGenerationPrompt ?? true,
       bos_token: this.#context.bosToken ?? '',
       eos_token: this.#context.eosToken ?? '',
@@ -186,6 +196,7 @@ export class ChatTemplate {
       } catch {
         this.#fallbacks++;
         // Not an answer yet: the interpreter below gives the exact text or the error (and its message).
+        vars.messages = normalizeMessages(messages, false);
       }
     }
     try {

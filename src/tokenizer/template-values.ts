@@ -31,6 +31,19 @@ export class TemplateNamespace {
   constructor(readonly map: Map<string, unknown>) {}
 }
 
+/**
+ * A number of a tool call's arguments whose Python text the plain values cannot give (an integral float such as `1.0`,
+ * an integer beyond 2^53, a float Python writes in another form such as `1e-07`): `text` is what Python prints and
+ * `tojson` writes for it (vLLM's template sees the float or int its JSON literal gave). Printing, `tojson`, truthiness
+ * and the `number` test read it; any other use throws `TemplateDeopt`, and the interpreter renders with `value`.
+ */
+export class PythonNumber {
+  constructor(
+    readonly value: number,
+    readonly text: string,
+  ) {}
+}
+
 /** One iteration's `loop`; its attributes are computed when read. */
 export class LoopState {
   constructor(
@@ -76,6 +89,7 @@ export function kindOf(v: unknown): K {
       if (Array.isArray(v)) return v instanceof TemplateTuple ? K.Tuple : K.Array;
       if (v instanceof TemplateNamespace) return K.Namespace;
       if (v instanceof LoopState) return K.Loop;
+      if (v instanceof PythonNumber) throw new TemplateDeopt('python number');
       return K.Object;
     default:
       throw new TemplateDeopt('unsupported value type');
@@ -95,6 +109,7 @@ export function ownHas(o: object, key: string): boolean {
 /** Python truthiness as the interpreter has it: empty arrays and mappings are false, a namespace is true. */
 export function truthy(v: unknown): boolean {
   if (typeof v !== 'object' || v === null) return v !== undefined && v !== null && !!v;
+  if (v instanceof PythonNumber) return v.value !== 0;
   if (Array.isArray(v)) return v.length > 0;
   if (v instanceof TemplateNamespace) return true;
   if (v instanceof LoopState) throw new TemplateDeopt('loop used as a value');
@@ -110,6 +125,7 @@ export function floatResult(n: number): number {
 
 /** What a runtime value's `toString()` gives: the text `{{ v }}` prints. */
 export function printed(v: unknown): string {
+  if (v instanceof PythonNumber) return v.text;
   switch (kindOf(v)) {
     case K.String:
       return v as string;
@@ -159,6 +175,7 @@ function asciiSafe(s: string): string {
 
 /** The interpreter's `toJSON`: Python-like separators, insertion order, `undefined` as null when asked. */
 export function toJson(v: unknown, o: JsonOptions, depth: number, undefinedAsNull: boolean): string {
+  if (v instanceof PythonNumber) return v.text;
   const k = kindOf(v);
   switch (k) {
     case K.Null:

@@ -186,7 +186,7 @@ export async function runBodyTask(
     parseReused(task, models, reuse) ??
     parseRequestBody(bodyText(task.bytes), task.endpoint, task);
   const { body } = parsed;
-  const routed = routeRequestBody(parsed, servedOf(task.models), task.headers);
+  const routed = routeRequestBody(parsed, servedOf(task.models), task.headers, task.bytes);
   const kept = keepBody(task, reuse, body, routed, models);
   const members = scanned.members ?? jsonByteMembers(task.bytes);
   const { light, outlines } = outlineJsonObject(body, members);

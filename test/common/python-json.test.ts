@@ -1,0 +1,81 @@
+/**
+ * Numbers as vLLM's front end writes them: a Messages `tool_use` input becomes its tool call's arguments through
+ * Python's `json.dumps`, and the chat template's `tojson` writes the parsed arguments the same way. Every expected
+ * text below is what CPython printed for `json.dumps(json.loads(literal))`.
+ */
+import { describe, expect, it } from 'vitest';
+import { InputSources, pythonFloatText, pythonJson, pythonNumberText } from '../../src/common/python-json.js';
+
+const PYTHON: readonly (readonly [string, string])[] = [
+  ['1.0', '1.0'],
+  ['1e5', '100000.0'],
+  ['2.5E+3', '2500.0'],
+  ['1e16', '1e+16'],
+  ['9999999999999998.0', '9999999999999998.0'],
+  ['1e-7', '1e-07'],
+  ['0.0001', '0.0001'],
+  ['0.00001', '1e-05'],
+  ['0.1', '0.1'],
+  ['123.456', '123.456'],
+  ['123456789012345678901234', '123456789012345678901234'],
+  ['12345678901234567890', '12345678901234567890'],
+  ['-0.0', '-0.0'],
+  ['-0', '0'],
+  ['1.5e300', '1.5e+300'],
+  ['1.7976931348623157e308', '1.7976931348623157e+308'],
+  ['5e-324', '5e-324'],
+  ['1e400', 'Infinity'],
+  ['-1e400', '-Infinity'],
+];
+
+describe('pythonNumberText', () => {
+  it.each(PYTHON)('writes %s as Python does (%s)', (literal, python) => {
+    expect(pythonNumberText(literal)).toBe(python);
+  });
+});
+
+describe('pythonFloatText', () => {
+  it('writes a float value as repr(float) does', () => {
+    expect(pythonFloatText(1)).toBe('1.0');
+    expect(pythonFloatText(-2.5e-10)).toBe('-2.5e-10');
+    expect(pythonFloatText(1234567890123456.7)).toBe('1234567890123456.8');
+    expect(pythonFloatText(0)).toBe('0.0');
+  });
+});
+
+describe('pythonJson', () => {
+  it('writes a non-integral number as Python writes the float it came from', () => {
+    // Only a float literal parses to a non-integral number, so its Python text is known without the source.
+    expect(pythonJson({ a: 1e-7, b: [1.5e300, 0.1, -2.5e-5], c: 3 })).toBe(
+      '{"a": 1e-07, "b": [1.5e+300, 0.1, -2.5e-05], "c": 3}',
+    );
+  });
+});
+
+describe('InputSources', () => {
+  const read = (text: string, parsed: unknown): string | undefined => {
+    const v = new InputSources(Buffer.from(text)).take(parsed);
+    return v === undefined ? undefined : pythonJson(v);
+  };
+
+  it('reads an input object with its literals', () => {
+    expect(read('{"messages": [{"type": "tool_use", "input" : {"x": 1.0, "y": [1e5]}}]}', { x: 1, y: [1e5] })).toBe(
+      '{"x": 1.0, "y": [100000.0]}',
+    );
+  });
+
+  it('passes over an "input" inside a string, a value "input", and one whose parse differs', () => {
+    const text =
+      '{"a": "say \\"input\\": {\\"x\\": 2.0}", "b": "input", "input": {"x": 3.0}, "c": {"input": {"x": 1.0}}}';
+    expect(read(text, { x: 1 })).toBe('{"x": 1.0}');
+    expect(read(text, { x: 2 })).toBeUndefined();
+  });
+
+  it('takes inputs in order, an input nested in one taken is not another', () => {
+    const text = '[{"input": {"input": {"k": 1.0}}}, {"input": {"k": 2.0}}]';
+    const sources = new InputSources(Buffer.from(text));
+    expect(pythonJson(sources.take({ input: { k: 1 } }))).toBe('{"input": {"k": 1.0}}');
+    expect(pythonJson(sources.take({ k: 2 }))).toBe('{"k": 2.0}');
+    expect(sources.take({ k: 1 })).toBeUndefined();
+  });
+});

@@ -1,0 +1,55 @@
+/**
+ * A Messages tool_use input's numbers reach the prompt as vLLM renders them: its front end writes the input with
+ * Python's `json.dumps` and its template writes the `json.loads` of that with `tojson`, so `1.0` stays `1.0`, `1e-7`
+ * is `1e-07` and a 20-digit integer stays exact. The expected prompt is what Python rendered (jinja2 with the
+ * transformers `tojson`, the demo model's Qwen3 template) for this body.
+ */
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { parseRequestBody, routeRequestBody, type ServedModel } from '../../src/frontend/request-parse.js';
+import { ChatTemplate, demoTokenizerFiles, type ChatMessage } from '../../src/tokenizer/index.js';
+
+const BODY = `{"model": "demo", "max_tokens": 64, "messages": [
+ {"role": "user", "content": "Scale it"},
+ {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "scale",
+   "input": {"factor": 1.0, "big": 1e5, "huge": 1e16, "tiny": 1e-7, "tenth": 0.1, "id": 12345678901234567890,
+     "zero": -0.0, "far": [1.5e300, 3]}}]},
+ {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "done"}]}
+]}`;
+
+const PYTHON_PROMPT =
+  '<|im_start|>user\nScale it<|im_end|>\n<|im_start|>assistant\n<tool_call>\n' +
+  '{"name": "scale", "arguments": {"factor": 1.0, "big": 100000.0, "huge": 1e+16, "tiny": 1e-07, "tenth": 0.1, ' +
+  '"id": 12345678901234567890, "zero": -0.0, "far": [1.5e+300, 3]}}\n</tool_call><|im_end|>\n' +
+  '<|im_start|>user\n<tool_response>\ndone\n</tool_response><|im_end|>\n<|im_start|>assistant\n';
+
+const served = new Map<string, ServedModel>([
+  [
+    'demo',
+    {
+      port: { adapters: () => [] },
+      model: {
+        name: 'demo',
+        loraAdapters: [],
+        maxPromptTokens: 100_000,
+        anthropicInlineSystem: 'preserve',
+        workers: [{ id: 1 }],
+      },
+    },
+  ],
+]);
+
+function qwen3Template(): ChatTemplate {
+  const config = JSON.parse(readFileSync(demoTokenizerFiles().tokenizerConfig, 'utf8')) as { chat_template: string };
+  return new ChatTemplate(config.chat_template);
+}
+
+describe('a Messages tool_use input with floats', () => {
+  it('renders the prompt vLLM renders', () => {
+    const parsed = parseRequestBody(BODY, 'messages', { maxMessages: 100 });
+    const routed = routeRequestBody(parsed, served, {}, Buffer.from(BODY));
+    if (!routed.task.ok || routed.task.task.kind !== 'chat') throw new Error('expected a chat task');
+    const task = routed.task.task;
+    expect(qwen3Template().render(task.messages as ChatMessage[], { tools: task.tools })).toBe(PYTHON_PROMPT);
+  });
+});
