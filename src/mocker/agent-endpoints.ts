@@ -35,14 +35,20 @@ function responsesToolChoice(choice: unknown): unknown {
 }
 
 /**
- * The chat body an agent request runs as: the converted messages and tools, and the fields generation reads.
+ * The chat body an agent request runs as: the converted messages and tools, and the fields generation reads;
+ * `source`, the body's UTF-8 JSON, gives a tool_use input's number literals as vLLM writes them (common's `agentChat`).
  * @throws KvgateError the conversion's (common's `agentChat`), answered as the engine's 400.
  */
-export function agentChatBody(api: AgentApi, body: unknown, inlineSystem: InlineSystemMode): Record<string, unknown> {
+export function agentChatBody(
+  api: AgentApi,
+  body: unknown,
+  inlineSystem: InlineSystemMode,
+  source?: Uint8Array,
+): Record<string, unknown> {
   const b = obj(body);
   if (b === undefined)
     throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the body must be a JSON object', { param: null });
-  const chat = agentChat(api, b, inlineSystem);
+  const chat = agentChat(api, b, inlineSystem, source);
   const out: Record<string, unknown> = {
     model: b['model'],
     messages: chat.messages,

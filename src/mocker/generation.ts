@@ -105,7 +105,10 @@ export class Generation {
     }
     const agent = isAgentKind(kind) ? kind : undefined;
     // An agent API's body runs as the chat request vLLM's front end converts it to.
-    const chat = agent === undefined ? undefined : agentChatBody(agent, body, await this.#inlineSystemMode(agent));
+    const chat =
+      agent === undefined
+        ? undefined
+        : agentChatBody(agent, body, await this.#inlineSystemMode(agent), Buffer.from(raw));
     const p =
       chat === undefined
         ? parseGenerateRequest(kind as 'completion' | 'chat', body, raw)

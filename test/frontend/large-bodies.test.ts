@@ -19,6 +19,7 @@ import {
   type Preprocessor,
 } from '../../src/frontend/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
+import { loadTokenizer } from '../../src/tokenizer/index.js';
 import { FakeRouter } from './fake-router.js';
 import { post } from './server-harness.js';
 
@@ -482,6 +483,27 @@ describe('a long token-id prompt read from the bytes', () => {
       const [a, b] = await Promise.all([here, pooled].map((g) => post(`${g.url}/v1/completions`, body)));
       expect(b!.status, body.slice(-60)).toBe(a!.status);
       expect(b!.json, body.slice(-60)).toEqual(a!.json);
+    }
+  });
+});
+
+describe("a Messages tool_use input's numbers, on either thread", () => {
+  it('route on the prompt vLLM renders (1.0 stays 1.0, 1e-7 is 1e-07, a 20-digit integer stays exact)', async () => {
+    const body =
+      '{"model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": "Scale it"}, {"role": "assistant", ' +
+      '"content": [{"type": "tool_use", "id": "t1", "name": "scale", "input": {"factor": 1.0, ' +
+      '"id": 12345678901234567890, "tiny": 1e-7}}]}, {"role": "user", "content": [{"type": "tool_result", ' +
+      '"tool_use_id": "t1", "content": "done"}]}]}';
+    // What Python rendered for this body (jinja2, the transformers tojson, the demo model's Qwen3 template).
+    const python =
+      '<|im_start|>user\nScale it<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "scale", "arguments": ' +
+      '{"factor": 1.0, "id": 12345678901234567890, "tiny": 1e-07}}\n</tool_call><|im_end|>\n<|im_start|>user\n' +
+      '<tool_response>\ndone\n</tool_response><|im_end|>\n<|im_start|>assistant\n';
+    const ids = await loadTokenizer('demo').encode(python, { addSpecialTokens: false });
+    for (const g of [here, pooled]) {
+      const r = await post(`${g.url}/v1/messages`, body);
+      expect(r.status).toBe(200);
+      expect([...g.routers.demo.routed.at(-1)!.tokenIds]).toEqual(ids);
     }
   });
 });
