@@ -31,6 +31,8 @@ export interface TokenizerJobOptions {
   hasTokenizer(model: string): boolean;
   /** Told the model the body names as soon as it is read (the access log's `model`, also for a refused request). */
   noteModel(name: string): void;
+  /** The body's UTF-8 JSON: a count_tokens body's tool_use inputs keep their number literals (agent-task.ts). */
+  readonly source?: Uint8Array | undefined;
 }
 
 /** The prompt limit of a task that only counts: none (module comment). */
@@ -150,6 +152,7 @@ export function tokenizerJob(
     maxPromptTokens: UNBOUNDED,
     loraName: target.loraName,
     inlineSystem: target.model.anthropicInlineSystem,
+    source: o.source,
   });
   return { kind: 'ids', model: target.model.name, task };
 }

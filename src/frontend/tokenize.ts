@@ -30,6 +30,7 @@ async function tokenizeHere(
   let clientModel = '';
   const job = tokenizerJob(endpoint, body, env.served, {
     maxMessages: env.maxMessages,
+    source: bytes,
     hasTokenizer: (name) => env.served.get(name)?.model.tokenizer.kind !== 'none',
     noteModel: (name) => {
       clientModel = ctx.logFields.model = name;

@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseRequestBody, routeRequestBody, type ServedModel } from '../../src/frontend/request-parse.js';
+import { tokenizerJob } from '../../src/frontend/tokenize-request.js';
 import { ChatTemplate, demoTokenizerFiles, type ChatMessage } from '../../src/tokenizer/index.js';
 
 const BODY = `{"model": "demo", "max_tokens": 64, "messages": [
@@ -51,5 +52,12 @@ describe('a Messages tool_use input with floats', () => {
     if (!routed.task.ok || routed.task.task.kind !== 'chat') throw new Error('expected a chat task');
     const task = routed.task.task;
     expect(qwen3Template().render(task.messages as ChatMessage[], { tools: task.tools })).toBe(PYTHON_PROMPT);
+  });
+
+  it('is counted as that prompt by count_tokens', () => {
+    const options = { maxMessages: 100, hasTokenizer: () => true, noteModel: () => {}, source: Buffer.from(BODY) };
+    const job = tokenizerJob('count_tokens', JSON.parse(BODY) as Record<string, unknown>, served, options);
+    if (job.kind !== 'ids' || job.task.kind !== 'chat') throw new Error('expected a chat task');
+    expect(qwen3Template().render(job.task.messages as ChatMessage[])).toBe(PYTHON_PROMPT);
   });
 });

@@ -22,6 +22,7 @@ export async function runTokenizerTask(
   let clientModel = '';
   const job = tokenizerJob(task.endpoint, body, servedOf(task.models), {
     maxMessages: task.maxMessages,
+    source: task.bytes,
     hasTokenizer: (name) => views.get(name)?.ownTokenizer === true,
     noteModel: (name) => (clientModel = name),
   });
