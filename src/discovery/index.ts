@@ -1,6 +1,6 @@
 /** Worker discovery: the registry of engines per model and role, and health probing. */
 export { WorkerRegistry } from './registry.js';
-export type { WorkerInfo, KvEventEndpoints } from './registry.js';
+export type { WorkerInfo, KvEventEndpoints, WorkerDeparture } from './registry.js';
 export { HealthProber } from './health.js';
 export type { WorkerHealthView } from './health.js';
 export { Ejections } from './ejection.js';

@@ -75,10 +75,18 @@ export interface WorkerInfo {
 /** What kvgate learned from a worker's engine after it was registered (its /metrics, a tokenizer probe). */
 export type EngineFacts = Pick<WorkerInfo, 'totalKvBlocks' | 'kvMismatch'>;
 
+/**
+ * Why a worker stopped being routable: `unavailable` (marked down: failed probes, ejected; it stays registered
+ * and may come back, so routing keeps what it knows of its engine's KV cache) or `unregistered` (it left the
+ * fleet: everything kept for it goes).
+ */
+export type WorkerDeparture = 'unavailable' | 'unregistered';
+
 export interface WorkerRegistryEvents {
   /** The worker became routable; the info carries its engine facts. */
   added: [WorkerInfo];
-  removed: [WorkerInfo];
+  /** The worker stopped being routable; `unregistered` also for one already down, so its kept state goes too. */
+  removed: [WorkerInfo, WorkerDeparture];
   /** A routable worker's engine facts changed (capacity, KV trust): the info as routing should now see it. */
   updated: [WorkerInfo];
 }
@@ -110,9 +118,13 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
     if (available) this.markUp(w.id);
   }
 
-  /** Forgets a worker entirely. */
+  /** Forgets a worker entirely ('removed' as `unregistered`, whether it was available or not). */
   remove(id: number): void {
-    this.markDown(id);
+    const w = this.#all.get(id);
+    if (w === undefined) return;
+    this.#available.delete(id);
+    // Announced first: a listener that throws leaves the worker registered (unavailable), as a reload reports it.
+    this.emit('removed', w, 'unregistered');
     this.#all.delete(id);
     this.#discoveredAdapters.delete(id);
     this.#effective.delete(id);
@@ -171,12 +183,12 @@ export class WorkerRegistry extends EventEmitter<WorkerRegistryEvents> {
     this.emit('added', this.effective(id)!);
   }
 
-  /** The worker is no longer eligible (idempotent). */
+  /** The worker is no longer eligible (idempotent); it stays registered ('removed' as `unavailable`). */
   markDown(id: number): void {
     const w = this.#all.get(id);
     if (w === undefined || !this.#available.has(id)) return;
     this.#available.delete(id);
-    this.emit('removed', w);
+    this.emit('removed', w, 'unavailable');
   }
 
   get(id: number): WorkerInfo | undefined {

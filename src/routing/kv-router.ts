@@ -75,8 +75,8 @@ export class KvRouter {
   addWorker(...a: Parameters<KvScheduler['addWorker']>): void {
     return this.#scheduler.addWorker(...a);
   }
-  removeWorker(workerId: number): boolean {
-    return this.#scheduler.removeWorker(workerId);
+  removeWorker(workerId: number, keepIndex = false): boolean {
+    return this.#scheduler.removeWorker(workerId, keepIndex);
   }
   workers(): ReturnType<KvScheduler['workers']> {
     return this.#scheduler.workers();

@@ -29,6 +29,7 @@ import { LegBuilder, type LegBuilderOptions } from './leg-builder.js';
 import { KvRouter } from './kv-router.js';
 import type { DispatchOutcomeListener } from './push/leg-failures.js';
 import { PushRouter, type PushRouterOptions } from './push/push-router.js';
+import { followRegistry } from './registry-follower.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerStatus } from './router-port.js';
 import { StickySessions, pinsSessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
 import { WorkerWatch } from './worker-watch.js';
@@ -120,9 +121,7 @@ export class ModelRouter implements ModelRouterPort {
   readonly #ctx: RouterContext;
   #prefillPool: Pool | undefined;
   readonly #registry: WorkerRegistry;
-  readonly #onAdded: (w: WorkerInfo) => void;
-  readonly #onRemoved: (w: WorkerInfo) => void;
-  readonly #onUpdated: (w: WorkerInfo) => void;
+  readonly #unfollow: () => void;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
   /** The request as its leg, its pins checked first. */
@@ -171,26 +170,24 @@ export class ModelRouter implements ModelRouterPort {
       },
       ctx,
     );
-    this.#onAdded = (w) => {
+    this.#unfollow = followRegistry(opts.registry, opts.model, {
       // A prefill worker the pool refused (its bootstrap endpoint: logged there) is not routed to: not up.
-      if (w.model === this.model) this.#watch[this.#workerAdded(w) ? 'up' : 'notRouted'](w);
-    };
-    this.#onRemoved = (w) => {
-      if (w.model === this.model) {
-        this.#workerRemoved(w);
-        this.#watch.down(w);
-      }
-    };
-    // New engine facts of a routable worker (capacity, KV trust): its pool re-registers it in place
-    // (bookings, index entries and subscriptions stay).
-    this.#onUpdated = (w) => {
-      if (w.model !== this.model) return;
-      const pool = w.role === 'prefill' ? this.prefill.pool : this.decode;
-      if (pool?.worker(w.id) !== undefined) pool.addWorker(w);
-    };
-    opts.registry.on('added', this.#onAdded);
-    opts.registry.on('removed', this.#onRemoved);
-    opts.registry.on('updated', this.#onUpdated);
+      added: (w) => this.#watch[this.#workerAdded(w) ? 'up' : 'notRouted'](w),
+      removed: (w, keepKv) => {
+        this.#workerRemoved(w, keepKv);
+        this.#watch.down(w, keepKv);
+      },
+      forgotten: (w) => this.#workerRemoved(w, false),
+      // New engine facts of a routable worker (capacity, KV trust): its pool re-registers it in place
+      // (bookings, index entries and subscriptions stay).
+      updated: (w) => {
+        const pool = w.role === 'prefill' ? this.prefill.pool : this.decode;
+        if (pool?.worker(w.id) !== undefined) pool.addWorker(w);
+      },
+      // Its subscription keeps the index slot current (gaps replay; an engine restart clears it, as for any worker).
+      keepsKv: (w) =>
+        w.kvEvents !== undefined && (w.role === 'prefill' ? this.prefillEvents : this.events) !== undefined,
+    });
     for (const w of opts.registry.available(this.model)) this.#workerAdded(w);
     this.#watch.servable(); // where the model starts: its gauge set, no line
     const interval = opts.tickIntervalMs ?? 1000;
@@ -267,16 +264,21 @@ export class ModelRouter implements ModelRouterPort {
     return true;
   }
 
-  #workerRemoved(w: WorkerInfo): void {
+  /**
+   * Takes the worker out of routing: its session pins are unbound and its bookings go with its scheduler slots
+   * (its requests that still finish free nothing). `keepIndex`: its prefix-index slot and KV-event subscriptions
+   * stay for its return; otherwise they go.
+   */
+  #workerRemoved(w: WorkerInfo, keepIndex: boolean): void {
     if (w.role !== 'prefill') this.sessions.unbindWorker(w.id);
     if (w.role === 'prefill') {
       // The pool going inactive is logged and counted there, with what becomes of the requests.
-      this.prefill.removeWorker(w.id);
-      void this.#prefillPool?.events?.remove(w.id);
+      this.prefill.removeWorker(w.id, keepIndex);
+      if (!keepIndex) void this.#prefillPool?.events?.remove(w.id);
       return;
     }
-    this.decode.removeWorker(w.id);
-    void this.events?.remove(w.id);
+    this.decode.removeWorker(w.id, keepIndex);
+    if (!keepIndex) void this.events?.remove(w.id);
   }
 
   /**
@@ -424,9 +426,7 @@ export class ModelRouter implements ModelRouterPort {
     if (this.#closed) return;
     this.#closed = true;
     if (this.#timer !== undefined) clearInterval(this.#timer);
-    this.#registry.off('added', this.#onAdded);
-    this.#registry.off('removed', this.#onRemoved);
-    this.#registry.off('updated', this.#onUpdated);
+    this.#unfollow();
     this.decode.close();
     this.#prefillPool?.push.close();
     await Promise.all([this.events?.close(), this.#prefillPool?.events?.close()]);

@@ -112,15 +112,18 @@ export class WorkerWatch {
       );
   }
 
-  /** The registry took the worker out (health, model check, removal): not routed to, its KV events not trusted. */
-  down(w: WorkerInfo): void {
+  /**
+   * The registry took the worker out (health, model check, removal): not routed to. `kvKept`: marked down with its
+   * KV-event subscriptions and cached blocks kept for its return; otherwise they were dropped.
+   */
+  down(w: WorkerInfo, kvKept = false): void {
     this.#setUp(w, false);
     this.#kvEvents.forget(w.id);
     this.#ctx.metrics?.workerKvEventsLive.labels(this.#labels(w)).set(0);
     const health = this.#health?.(w.id);
     this.#ctx.logger.warn(
-      { workerId: w.id, url: w.url, role: w.role, health: health?.state, error: health?.lastError },
-      `worker ${w.id} is down: not routed to, its KV events and cached blocks dropped`,
+      { workerId: w.id, url: w.url, role: w.role, health: health?.state, error: health?.lastError, kvKept },
+      `worker ${w.id} is down: not routed to, its KV events and cached blocks ${kvKept ? 'kept for its return' : 'dropped'}`,
     );
     this.servable();
   }

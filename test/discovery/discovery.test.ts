@@ -40,6 +40,20 @@ describe('WorkerRegistry', () => {
     expect(reg.models().sort()).toEqual(['m', 'other']);
   });
 
+  it("says why a worker left routing: marked down ('unavailable') or removed ('unregistered', even when down)", () => {
+    const reg = new WorkerRegistry();
+    const events: string[] = [];
+    reg.on('removed', (w, why) => events.push(`-${w.id} ${why}`));
+    reg.add(worker(1, 'http://a:1'));
+    reg.add(worker(2, 'http://b:1'));
+    reg.markDown(1);
+    reg.remove(1);
+    reg.remove(2);
+    reg.remove(3);
+    expect(events).toEqual(['-1 unavailable', '-1 unregistered', '-2 unregistered']);
+    expect(reg.get(1)).toBeUndefined();
+  });
+
   it('rejects invalid and duplicate workers with the field named', () => {
     const reg = new WorkerRegistry();
     reg.add(worker(1, 'http://a:1'));

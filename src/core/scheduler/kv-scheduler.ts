@@ -228,11 +228,13 @@ export class KvScheduler {
 
   /**
    * Forgets a worker: its slots, its bookkeeping (in-flight requests on it are
-   * dropped; their later `free` is a no-op) and its index entries. A queued
-   * request whose allowed workers are all gone fails at admission. Returns
-   * false if it was not registered.
+   * dropped; their later `free` is a no-op) and its index entries, unless
+   * `keepIndex` (a worker out for a while: the index keeps its slot and blocks,
+   * which a later `addWorker` finds again; its KV events keep feeding them).
+   * A queued request whose allowed workers are all gone fails at admission.
+   * Returns false if it was not registered.
    */
-  removeWorker(workerId: number): boolean {
+  removeWorker(workerId: number, keepIndex = false): boolean {
     const dropped =
       this.#observer === undefined ? [] : [...this.#active.localBookings()].filter((b) => b.workerId === workerId);
     if (!this.#table.unregister(workerId)) return false;
@@ -241,7 +243,7 @@ export class KvScheduler {
     this.approximate?.removeWorker(workerId);
     this.predicted?.removeWorker(workerId);
     this.fallback?.removeWorker(workerId);
-    this.index.removeWorker(workerId);
+    if (!keepIndex) this.index.removeWorker(workerId);
     this.#admission.drain();
     return true;
   }

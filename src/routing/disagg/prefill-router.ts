@@ -153,12 +153,15 @@ export class PrefillRouter {
     return true;
   }
 
-  /** A prefill worker became unavailable: its sessions are unbound; the last one deactivates the router. */
-  removeWorker(id: number): void {
+  /**
+   * A prefill worker became unavailable: its sessions are unbound; the last one deactivates the router.
+   * `keepIndex` as in `PushRouter.removeWorker`.
+   */
+  removeWorker(id: number, keepIndex = false): void {
     const pool = this.#pool;
     const w = pool?.worker(id);
     if (pool === undefined || w === undefined) return;
-    pool.removeWorker(id);
+    pool.removeWorker(id, keepIndex);
     this.sessions.unbindWorker(id);
     if (pool.size > 0) return;
     const then = this.enforceDisagg

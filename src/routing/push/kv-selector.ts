@@ -35,8 +35,8 @@ export class KvSelector implements LegSelector {
     });
   }
 
-  removeWorker(id: number): void {
-    this.#kv.removeWorker(id);
+  removeWorker(id: number, keepIndex = false): void {
+    this.#kv.removeWorker(id, keepIndex);
   }
 
   async select(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined): Promise<Selection> {

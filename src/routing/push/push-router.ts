@@ -142,9 +142,9 @@ export class PushRouter implements PoolMembers {
     this.#pm?.addWorker(w.id, w.dpStart, w.dpSize);
   }
 
-  removeWorker(id: number): void {
+  removeWorker(id: number, keepIndex = false): void {
     if (!this.#members.delete(id)) return;
-    this.#selector.removeWorker(id);
+    this.#selector.removeWorker(id, keepIndex);
     this.#pm?.forgetWorker(id);
   }
 

@@ -25,8 +25,8 @@ export interface PoolMembers {
 export interface LegSelector {
   /** A worker joined (or changed); the KV selector registers its ranks with the scheduler. */
   addWorker(w: WorkerInfo): void;
-  /** A worker left: its bookkeeping goes with it. */
-  removeWorker(id: number): void;
+  /** A worker left: its bookkeeping goes with it; its index entries too unless `keepIndex` (marked down: kept for its return). */
+  removeWorker(id: number, keepIndex?: boolean): void;
   /**
    * Chooses the slot for a leg, never one of `exclude`; `book` books it, `query` changes nothing.
    * @throws KvgateError for pins (UNKNOWN_WORKER, INVALID_DP_RANK, MISSING_WORKER_ID), NO_WORKERS,
