@@ -265,9 +265,9 @@ export class ModelRouter implements ModelRouterPort {
   }
 
   /**
-   * Takes the worker out of routing: its session pins are unbound and its bookings go with its scheduler slots
-   * (its requests that still finish free nothing). `keepIndex`: its prefix-index slot and KV-event subscriptions
-   * stay for its return; otherwise they go.
+   * Takes the worker out of routing: its session pins are unbound. `keepIndex`: its prefix-index slot, KV-event
+   * subscriptions and bookings stay for its return (its requests still running free as usual, and count in its
+   * load when it is back); otherwise they go (its requests that still finish free nothing).
    */
   #workerRemoved(w: WorkerInfo, keepIndex: boolean): void {
     if (w.role !== 'prefill') this.sessions.unbindWorker(w.id);

@@ -9,7 +9,7 @@ import type { WorkerDeparture, WorkerInfo, WorkerRegistry } from '../discovery/i
 export interface RegistryHandlers {
   /** The worker became routable (first time, or back after being marked down). */
   added(w: WorkerInfo): void;
-  /** It stopped being routable; `keepKv`: marked down, its prefix-index slot and KV-event subscriptions kept. */
+  /** It stopped being routable; `keepKv`: marked down, its prefix-index slot, KV-event subscriptions and bookings kept. */
   removed(w: WorkerInfo, keepKv: boolean): void;
   /** A worker marked down earlier left the registry: what was kept for it goes, nothing more is logged. */
   forgotten(w: WorkerInfo): void;

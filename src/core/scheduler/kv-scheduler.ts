@@ -227,24 +227,29 @@ export class KvScheduler {
   }
 
   /**
-   * Forgets a worker: its slots, its bookkeeping (in-flight requests on it are
-   * dropped; their later `free` is a no-op) and its index entries, unless
-   * `keepIndex` (a worker out for a while: the index keeps its slot and blocks,
-   * which a later `addWorker` finds again; its KV events keep feeding them).
-   * A queued request whose allowed workers are all gone fails at admission.
-   * Returns false if it was not registered.
+   * Forgets a worker: its slots, its bookkeeping (in-flight requests on it are dropped; their later `free` is a
+   * no-op) and its index entries. With `keepIndex` (out for a while) it is held instead: out of routing (not
+   * eligible, a pin to it refused), its index slot and blocks kept (KV events keep feeding them) and its requests
+   * still booked (their `free` works; replica peers are told nothing), so a later `addWorker` brings it back
+   * with them; removing it then drops them. A queued request whose allowed workers are all gone fails at
+   * admission. Returns false if it was not registered (a held worker is, only for a removal without `keepIndex`).
    */
   removeWorker(workerId: number, keepIndex = false): boolean {
-    const dropped =
-      this.#observer === undefined ? [] : [...this.#active.localBookings()].filter((b) => b.workerId === workerId);
-    if (!this.#table.unregister(workerId)) return false;
-    for (const b of dropped) this.#observer?.freed(b.requestId);
-    this.peers.dropWorker(workerId);
-    this.approximate?.removeWorker(workerId);
+    if (keepIndex ? !this.#table.hold(workerId) : !this.#forget(workerId)) return false;
     this.predicted?.removeWorker(workerId);
     this.fallback?.removeWorker(workerId);
-    if (!keepIndex) this.index.removeWorker(workerId);
     this.#admission.drain();
+    return true;
+  }
+
+  /** Drops a registered or held worker's slots, bookings (its own told to the observer) and index entries. */
+  #forget(workerId: number): boolean {
+    const mine = this.#observer === undefined ? [] : [...this.#active.localBookings()];
+    if (!this.#table.unregister(workerId)) return false;
+    for (const b of mine) if (b.workerId === workerId) this.#observer?.freed(b.requestId);
+    this.peers.dropWorker(workerId);
+    this.approximate?.removeWorker(workerId);
+    this.index.removeWorker(workerId);
     return true;
   }
 
@@ -366,7 +371,7 @@ export class KvScheduler {
   free(requestId: string, owner?: WorkerRank): boolean {
     let ownerSlot: number | undefined;
     if (owner !== undefined) {
-      ownerSlot = this.#table.slotOf(owner);
+      ownerSlot = this.#table.bookedSlotOf(owner);
       if (ownerSlot === undefined) return false;
     }
     const freed = this.#active.free(requestId, ownerSlot);

@@ -49,6 +49,11 @@ class Scratch {
 export class SlotTable {
   readonly scratch = new Scratch();
   readonly workers = new Map<number, WorkerEntry>();
+  /**
+   * Workers held (`hold`): out of `workers` and `all` (never eligible), their slots unregistered here, but their
+   * slots stay registered in the bookkeeping, so their in-flight requests keep their load and free as usual.
+   */
+  readonly #held = new Map<number, WorkerEntry>();
   /** Length of every per-slot array. */
   cap = 0;
   /** 1 while the slot belongs to a registered worker. */
@@ -89,7 +94,8 @@ export class SlotTable {
     const start = info.dataParallelStartRank ?? 0;
     const size = info.dataParallelSize ?? 1;
     validateCapacity(workerId, start, size, info);
-    const previous = this.workers.get(workerId);
+    const previous = this.workers.get(workerId) ?? this.#held.get(workerId);
+    this.#held.delete(workerId);
     if (previous !== undefined) {
       for (const slot of previous.slots) {
         const rank = this.slotRank[slot]!;
@@ -127,12 +133,33 @@ export class SlotTable {
     this.#rebuildAll();
   }
 
-  /** Drops a worker's slots and their bookkeeping. Returns false if it was not registered. Index entries are the caller's. */
+  /**
+   * Drops a worker's slots and their bookkeeping, also a held worker's. Returns false if it was neither registered
+   * nor held. Index entries are the caller's.
+   */
   unregister(workerId: number): boolean {
-    const w = this.workers.get(workerId);
+    const w = this.workers.get(workerId) ?? this.#held.get(workerId);
     if (w === undefined) return false;
     for (const slot of w.slots) this.#dropSlot(slot);
     this.workers.delete(workerId);
+    this.#held.delete(workerId);
+    this.#rebuildAll();
+    return true;
+  }
+
+  /**
+   * Takes a registered worker out of routing but keeps its bookkeeping: its slots leave `workers` and `all` (not
+   * eligible, not pinnable, `slotOf` undefined) while its requests stay booked on them and `bookedSlotOf` still
+   * finds them; a later `register` brings it back with that load, `unregister` drops it. The caller keeps its
+   * index slots (their ids are the bookkeeping's: one freed could be reused under these requests).
+   * Returns false if it was not registered.
+   */
+  hold(workerId: number): boolean {
+    const w = this.workers.get(workerId);
+    if (w === undefined) return false;
+    for (const slot of w.slots) this.#dropSlot(slot, true);
+    this.workers.delete(workerId);
+    this.#held.set(workerId, w);
     this.#rebuildAll();
     return true;
   }
@@ -141,6 +168,13 @@ export class SlotTable {
   slotOf(rank: WorkerRank): number | undefined {
     const s = this.#index.findSlot(rank.workerId, rank.dpRank);
     return s !== undefined && s < this.cap && this.registered[s] === 1 ? s : undefined;
+  }
+
+  /** The slot of (worker, rank) of a registered or held worker (where its requests are booked), or undefined. */
+  bookedSlotOf(rank: WorkerRank): number | undefined {
+    const s = this.#index.findSlot(rank.workerId, rank.dpRank);
+    if (s === undefined || s >= this.cap) return undefined;
+    return this.registered[s] === 1 || this.#held.get(rank.workerId)?.slots.includes(s) === true ? s : undefined;
   }
 
   /**
@@ -198,8 +232,9 @@ export class SlotTable {
     this.predToSlot[p] = slot;
   }
 
-  #dropSlot(slot: number): void {
-    this.#active.removeSlot(slot);
+  /** Unregisters a slot here; its bookings go too unless `keepBookings` (a held worker's). */
+  #dropSlot(slot: number, keepBookings = false): void {
+    if (!keepBookings) this.#active.removeSlot(slot);
     this.registered[slot] = 0;
     this.kvUsed[slot] = 0;
     this.#setOverlapOff(slot, 0);

@@ -25,7 +25,7 @@ export interface PoolMembers {
 export interface LegSelector {
   /** A worker joined (or changed); the KV selector registers its ranks with the scheduler. */
   addWorker(w: WorkerInfo): void;
-  /** A worker left: its bookkeeping goes with it; its index entries too unless `keepIndex` (marked down: kept for its return). */
+  /** A worker left: its bookkeeping and index entries go with it, unless `keepIndex` (marked down: both kept for its return). */
   removeWorker(id: number, keepIndex?: boolean): void;
   /**
    * Chooses the slot for a leg, never one of `exclude`; `book` books it, `query` changes nothing.
