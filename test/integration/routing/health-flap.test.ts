@@ -1,52 +1,72 @@
 /**
- * A worker whose health probe fails for a while and passes again keeps what kvgate knows of its KV cache, with
- * real processes: `kvgate serve` over two scripted vLLM engines (their /health answer switchable) and a ZMQ
- * publisher per engine. Worker 1 publishes the prompt's blocks once; its /health then answers 503 until it is
- * marked down (not routed to), then 200 until it is up again. No KV event is sent after the first: the router's
- * query endpoint must find worker 1's cached prefix at once, as an engine does not re-send the blocks it holds.
+ * A worker whose health probe fails for a while and passes again, with real processes: `kvgate serve` over two
+ * scripted vLLM engines (their /health answer switchable) and a ZMQ publisher per engine.
+ * - It keeps what kvgate knows of its KV cache. Worker 1 publishes the prompt's blocks once; its /health then
+ *   answers 503 until it is marked down (not routed to), then 200 until it is up again. No KV event is sent after
+ *   the first: the router's query endpoint must find worker 1's cached prefix at once, as an engine does not
+ *   re-send the blocks it holds.
+ * - A request still streaming from it counts in its load when it is up again, and is freed once when it ends
+ *   (the engines' completion stream is held open until the test releases it). Before, marking the worker down
+ *   dropped its bookings: back up, it showed no load while its stream still ran, and the router over-sent to it.
  */
+import type { ServerResponse } from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startServeCli, type CliProcess } from '../../helpers/cli-process.js';
-import { answerEngineProbe, startHttpEngine, type HttpEngine } from '../../helpers/http-engine.js';
+import {
+  answerEngineProbe,
+  completionChunk,
+  deferred,
+  sseEvent,
+  sseHead,
+  startHttpEngine,
+  type HttpEngine,
+} from '../../helpers/http-engine.js';
 import { metric } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
 import { encodeBatch, TestKvPublisher } from '../../helpers/zmq-publisher.js';
 
-const MODEL = 'flap-model';
 const BS = 16;
 const BLOCKS = 6;
 const PROMPT = Array.from({ length: BLOCKS * BS + 5 }, (_, i) => 5000 + ((i * 53) % 877));
 
-/** A vLLM engine double answering the probes, its /health with `health.code`. */
-function engine(health: { code: number }): Promise<HttpEngine> {
-  return startHttpEngine((req, res) => {
-    if (req.method === 'GET' && req.url === '/health') res.writeHead(health.code).end();
-    else if (!answerEngineProbe(req, res, MODEL)) res.writeHead(500).end();
-  });
-}
-
 describe('a worker whose health probe flaps', () => {
   const engines: HttpEngine[] = [];
   const pubs: TestKvPublisher[] = [];
-  let proc: CliProcess | undefined;
+  const procs: CliProcess[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-health-flap-'));
 
   afterAll(async () => {
-    await proc?.stop();
+    await Promise.allSettled(procs.map((p) => p.stop()));
     await Promise.allSettled([...engines.map((e) => e.close()), ...pubs.map((p) => p.close())]);
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('is routed with its cached prefix as soon as it is healthy again, without a new KV event', async () => {
-    const health = [{ code: 200 }, { code: 200 }];
-    for (const h of health) {
-      engines.push(await engine(h));
-      pubs.push(await TestKvPublisher.start());
+  /**
+   * `kvgate serve` for `model` over two engine doubles, engine i answering /health with `health[i].code`, the
+   * probes as vLLM, and anything else with `serve(i, res)`; a ZMQ publisher each. Returns the gateway's URL and
+   * the publishers.
+   */
+  async function flapGateway(
+    model: string,
+    health: readonly { code: number }[],
+    serve: (i: number, res: ServerResponse) => void | Promise<void>,
+  ): Promise<{ url: string; pubs: TestKvPublisher[] }> {
+    const mine: TestKvPublisher[] = [];
+    for (const [i, h] of health.entries()) {
+      engines.push(
+        await startHttpEngine(async (req, res) => {
+          if (req.method === 'GET' && req.url === '/health') return void res.writeHead(h.code).end();
+          if (!answerEngineProbe(req, res, model)) await serve(i, res);
+        }),
+      );
+      mine.push(await TestKvPublisher.start());
     }
-    const config = join(dir, 'kvgate.yaml');
+    pubs.push(...mine);
+    const own = engines.slice(-health.length);
+    const config = join(dir, `${model}.yaml`);
     writeFileSync(
       config,
       [
@@ -54,23 +74,29 @@ describe('a worker whose health probe flaps', () => {
         'preprocess: { threads: 0 }',
         'health: { interval_ms: 100, timeout_ms: 1000, unhealthy_after: 2 }',
         'models:',
-        `  - name: ${MODEL}`,
+        `  - name: ${model}`,
         '    tokenizer: demo',
         `    block_size: ${BS}`,
         '    panic_threshold_percent: 0',
         '    workers:',
-        ...[0, 1].map((i) => `      - { id: ${i + 1}, url: "${engines[i]!.url}", kv_events: "${pubs[i]!.endpoint}" }`),
+        ...own.map((e, i) => `      - { id: ${i + 1}, url: "${e.url}", kv_events: "${mine[i]!.endpoint}" }`),
         '',
       ].join('\n'),
     );
     const started = await startServeCli(config);
-    proc = started.proc;
-    const url = started.url;
+    procs.push(started.proc);
+    return { url: started.url, pubs: mine };
+  }
+
+  it('is routed with its cached prefix as soon as it is healthy again, without a new KV event', async () => {
+    const model = 'flap-model';
+    const health = [{ code: 200 }, { code: 200 }];
+    const { url, pubs } = await flapGateway(model, health, (_i, res) => void res.writeHead(500).end());
     const route = async (): Promise<{ worker: { worker_id: number }; overlap_blocks: number }> => {
       const res = await fetch(`${url}/v1/route`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: MODEL, prompt: PROMPT, max_tokens: 1 }),
+        body: JSON.stringify({ model, prompt: PROMPT, max_tokens: 1 }),
       });
       expect(res.status).toBe(200);
       return (await res.json()) as { worker: { worker_id: number }; overlap_blocks: number };
@@ -97,5 +123,57 @@ describe('a worker whose health probe flaps', () => {
     await until(async () => (await metric(url, 'kvgate_worker_up')) === 2, 'worker 1 up again', 10_000);
     const back = await route();
     expect(back).toMatchObject({ worker: { worker_id: 1 }, overlap_blocks: BLOCKS });
+  }, 60_000);
+
+  it('counts a request in flight in its load when it is up again, and frees it once when it ends', async () => {
+    const model = 'flap-load-model';
+    const health = [{ code: 200 }, { code: 200 }];
+    const release = deferred();
+    /** The worker id (1-based) of each engine that got a completion. */
+    const servedBy: number[] = [];
+    const { url } = await flapGateway(model, health, async (i, res) => {
+      servedBy.push(i + 1);
+      sseHead(res);
+      res.write(sseEvent(completionChunk('a')));
+      await release.promise;
+      res.end(sseEvent(completionChunk('b', 'length')) + sseEvent('[DONE]'));
+    });
+    const active = (id: number): Promise<number> =>
+      metric(url, 'kvgate_worker_active_requests', { model, worker_id: String(id) });
+    const blocks = (id: number): Promise<number> =>
+      metric(url, 'kvgate_worker_active_decode_blocks', { model, worker_id: String(id) });
+
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model, prompt: 'the quick brown fox '.repeat(20), max_tokens: 8, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const first = await reader.read();
+    expect(first.done).toBe(false);
+    expect(servedBy).toHaveLength(1);
+    const id = servedBy[0]!;
+    expect(await active(id)).toBe(1);
+    const held = await blocks(id);
+    expect(held).toBeGreaterThan(0);
+
+    // Marked down with its stream running: not routed to, its load series gone while down.
+    health[id - 1]!.code = 503;
+    await until(async () => (await metric(url, 'kvgate_worker_up')) === 1, `worker ${id} marked down`, 10_000);
+    // Up again: its load is what its still-running request holds.
+    health[id - 1]!.code = 200;
+    await until(async () => (await metric(url, 'kvgate_worker_up')) === 2, `worker ${id} up again`, 10_000);
+    expect(await active(id)).toBe(1);
+    expect(await blocks(id)).toBe(held);
+
+    // The stream ends: freed once, nothing left on either worker.
+    release.resolve();
+    for (let r = await reader.read(); r.done !== true; r = await reader.read()) {
+      /* drain */
+    }
+    await until(async () => (await active(id)) === 0, `worker ${id}'s request freed`);
+    expect(await metric(url, 'kvgate_worker_active_requests', { model })).toBe(0);
+    expect(await metric(url, 'kvgate_worker_active_decode_blocks', { model })).toBe(0);
   }, 60_000);
 });
