@@ -3,13 +3,11 @@
  * `EndpointOwners`, src/fleet): the endpoint handed back stays routable, its booking on it kept, booked again
  * with its hints.
  */
-import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { ManualClock, seededRng } from '../../src/common/index.js';
-import { loadGatewayConfig } from '../../src/config/index.js';
 import type { PoolEndpoint } from '../../src/fleet/index.js';
 import { EndpointPicker } from '../../src/picker/endpoint-picker.js';
 import { promptHashes } from '../../src/wasm/index.js';
+import { pickerOf } from '../helpers/endpoint-picker.js';
 
 const X = '10.0.0.1:8000';
 const Y = '10.0.0.2:8000';
@@ -18,28 +16,8 @@ const NEW: PoolEndpoint = { name: 'a-new', endpoint: X, created: '2026-01-01T00:
 const OTHER: PoolEndpoint = { name: 'c', endpoint: Y, created: '2026-01-01T00:00:00Z' };
 
 /** A picker over model `m` (approximate mode: KV events off), three endpoints in its answers. */
-function pickerOver(): EndpointPicker {
-  const config = loadGatewayConfig({
-    env: {},
-    base: {
-      models: [
-        {
-          name: 'm',
-          tokenizer: 'demo',
-          router: { use_kv_events: false },
-          inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
-        },
-      ],
-    },
-  });
-  return new EndpointPicker({
-    model: config.models[0]!,
-    logger: pino({ level: 'silent' }),
-    clock: new ManualClock(0),
-    rng: seededRng(1),
-    fallbacks: 3,
-  });
-}
+const pickerOver = (): EndpointPicker =>
+  pickerOf({ router: { use_kv_events: false }, level: 'silent', fallbacks: 3 }).picker;
 
 describe('EndpointPicker: an endpoint handed over between two listed pods', () => {
   it('stays routable, with its request in flight booked on its new owner once', async () => {

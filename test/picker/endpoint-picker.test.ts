@@ -3,11 +3,10 @@
  * followed within `router_ttl_secs` and forgotten after; the picker ticks its router every second, as the
  * gateway's model router does, and gauges its prefix index's memory (`kvgate_index_memory_bytes`) each tick.
  */
-import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ManualClock, seededRng } from '../../src/common/index.js';
-import { loadGatewayConfig } from '../../src/config/index.js';
+import { ManualClock } from '../../src/common/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
+import { pickerOf } from '../helpers/endpoint-picker.js';
 import { sampleSum } from '../helpers/metric-sum.js';
 import { EndpointPicker, type PickInput } from '../../src/picker/endpoint-picker.js';
 import { promptHashes } from '../../src/wasm/index.js';
@@ -36,42 +35,6 @@ function expectFollowed(picker: EndpointPicker, doc: () => PickInput): void {
   expect(picker.pick(again)).toEqual([A]);
   picker.end(again.requestId);
   picker.end(busy.requestId);
-}
-
-/**
- * A picker over model `m` (the demo tokenizer, one InferencePool) with `router` knobs, its log lines kept from
- * `level` on, and `metrics` and `clock` when given.
- */
-function pickerOf(
-  opts: { router?: Record<string, unknown>; level?: string; metrics?: KvgateMetrics; clock?: ManualClock } = {},
-): {
-  picker: EndpointPicker;
-  lines: Record<string, unknown>[];
-} {
-  const config = loadGatewayConfig({
-    env: {},
-    base: {
-      models: [
-        {
-          name: 'm',
-          tokenizer: 'demo',
-          ...(opts.router !== undefined ? { router: opts.router } : {}),
-          inference_pool: { api_server: 'http://127.0.0.1:1', name: 'pool', token_file: '/x', ca_file: '/x' },
-        },
-      ],
-    },
-  });
-  const lines: Record<string, unknown>[] = [];
-  const logger = pino({ level: opts.level ?? 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-  const picker = new EndpointPicker({
-    ...(opts.metrics !== undefined ? { metrics: opts.metrics } : {}),
-    model: config.models[0]!,
-    logger,
-    clock: opts.clock ?? new ManualClock(0),
-    rng: seededRng(1),
-    fallbacks: 1,
-  });
-  return { picker, lines };
 }
 
 describe('EndpointPicker: approximate entries expire', () => {
