@@ -11,8 +11,8 @@
  *
  * Nothing here throws on bad input: failures are `KvEventDecodeError` values.
  * A failure of the whole payload rejects the batch; a failure of one event
- * is reported beside the others (`errors`, by event index), and the slot
- * writer then refuses the batch: its stores, keeping its removals (slot-writer.ts, `accept`).
+ * is reported beside the others (`errors`, by event index), and the slot writer then refuses the batch: its
+ * stores, keeping its removals; an unknown tag only skips its event (slot-writer.ts, `accept`).
  */
 import { blockSize as checkBlockSize, MAX_BLOCK_SIZE } from '../common/index.js';
 import {

@@ -14,7 +14,7 @@ import type { IngestContext } from './options.js';
 import { PackedBatch, PackedEvent } from './packed-batch.js';
 import type { BatchOrigin, KvEventHooks, ResetReason } from './stats.js';
 import type { TurnBudget } from './turn-scheduler.js';
-import type { KvCacheEventType, KvEventBatch, KvEventDecodeError } from './types.js';
+import { isUnknownKind, type KvCacheEventType, type KvEventBatch, type KvEventDecodeError } from './types.js';
 
 /** Events applied per call to the applier: the granularity at which the turn's time is checked. */
 const APPLY_SLICE = 64;
@@ -75,6 +75,8 @@ export class SlotWriter {
   readonly #run = new PackedRun();
   /** The slot holds a replica snapshot's blocks and no batch was accepted since (see `seeded`). */
   #seeded = false;
+  /** An event of an unknown kind was skipped and logged since the engine last restarted (`#skipUnknown`). */
+  #unknownEpisode = false;
   /** How the slot's payloads are decoded (the model's Eagle hashing, the batch's element bound). */
   readonly #decode: DecodeOptions;
 
@@ -117,15 +119,34 @@ export class SlotWriter {
    * before a batch reaches the writer. The refusals the applier answers per event (another block size, another
    * group, an unnamed LoRA, an unknown parent) are not malformed events but ones kvgate does not index, which an
    * engine mixes with good ones by design (a hybrid model's groups), so they stay per event, as in Dynamo.
+   *
+   * An event of a kind kvgate does not know (a tag beside BlockStored, BlockRemoved and AllBlocksCleared) is no
+   * malformed event: it is skipped, counted and logged once (`#skipUnknown`), and the rest of the batch applied in
+   * order. Upstream does not skip it: vLLM's own decoder (msgspec, `KVEventBatch.events` a tagged union of the
+   * three) and Dynamo's (`RawKvEvent`, serde's `unknown_variant`) fail the whole batch. kvgate does, because the
+   * refusal's reason does not hold for it. A bad field of a known kind hides a store or removal kvgate should have
+   * applied; a new kind is one kvgate could not apply however it decoded, and every other event of the batch is
+   * one the engine did report. And it is not one rare batch: an engine newer than kvgate sends the kind for as
+   * long as it runs, so refusing would drop its stores from every such batch (that worker's index empties and
+   * routing misses it) for a version skew, not corruption. What skipping risks is bounded as the index always
+   * is: should the new kind evict blocks, they stay predicted (a miss costs a prefill) until the engine removes
+   * them again or restarts. vLLM evolves its events by added fields and `event_version`, which kvgate already
+   * reads tolerantly (wire.ts); a new kind is the same skew one level up.
    */
   accept(seq: bigint, payload: Uint8Array, origin: BatchOrigin, decoded?: KvEventBatch): void {
     this.#seeded = false;
     const batch = decoded ?? this.read(seq, payload);
     if (batch === undefined) return;
-    for (const e of batch.errors) this.decodeError(e, seq);
+    let bad = 0;
+    for (const e of batch.errors)
+      if (!isUnknownKind(e)) {
+        bad++;
+        this.decodeError(e, seq);
+      }
     if (!this.ownRank(batch, seq)) return;
-    if (batch.errors.length > 0) {
-      this.#refuse(seq, batch, origin);
+    if (bad < batch.errors.length) this.#skipUnknown(seq, batch.errors);
+    if (bad > 0) {
+      this.#refuse(seq, batch, bad, origin);
       return;
     }
     const packed = batch instanceof PackedBatch;
@@ -143,20 +164,38 @@ export class SlotWriter {
    * of the same block stays out). A bad event that was itself a removal is lost: nothing says which blocks it
    * named. Not replayed instead: the engine's buffer holds the same bytes, refused again.
    */
-  #refuse(seq: bigint, batch: KvEventBatch, origin: BatchOrigin): void {
+  #refuse(seq: bigint, batch: KvEventBatch, bad: number, origin: BatchOrigin): void {
     // A handed-over batch builds its events as objects here (views of its buffer): refusals are rare.
     const events = batch.events;
     const removals = events.filter((ev) => ev.type !== 'stored');
     this.#hooks.onDropped?.(this.#slot, 'refused', seq);
     this.#log.warn(
       'refused',
-      { seq: String(seq), badEvents: batch.errors.length, goodEvents: events.length, removalsApplied: removals.length },
+      { seq: String(seq), badEvents: bad, goodEvents: events.length, removalsApplied: removals.length },
       'KV event batch refused: an event in it did not decode, so none of its stores were applied' +
         (removals.length > 0 ? ' (its removals were)' : ''),
     );
     if (removals.length === 0) return;
     const salvaged: KvEventBatch = { ts: batch.ts, dpRank: batch.dpRank, events: removals, errors: [] };
     this.#current = { batch: salvaged, origin, count: removals.length, next: 0, word: 0, applied: 0, salvage: true };
+  }
+
+  /**
+   * The batch's events of a kind kvgate does not know (`isUnknownKind`): left out of its events by the decoder, so
+   * the rest is applied in order, and counted (`onUnknownSkipped`). One warn line per episode: from the first such
+   * event until the engine restarts (a restarted engine may be another version), not one per event or batch.
+   */
+  #skipUnknown(seq: bigint, errors: readonly KvEventDecodeError[]): void {
+    const unknown = errors.filter(isUnknownKind);
+    this.#hooks.onUnknownSkipped?.(this.#slot, unknown.length);
+    if (this.#unknownEpisode) return;
+    this.#unknownEpisode = true;
+    this.#log.warn(
+      'unknown_event',
+      { seq: String(seq), skippedEvents: unknown.length, first: unknown[0]!.message },
+      'KV events of a kind kvgate does not know were skipped and the rest of their batch applied (is the engine ' +
+        'newer than kvgate?); logged once until the engine restarts, each such event counted',
+    );
   }
 
   /** Whether a batch is for this slot's dp rank (or names none); one for another rank is reported (a decode error of `seq`). */
@@ -208,7 +247,8 @@ export class SlotWriter {
     this.#current = undefined;
     // A refused batch's removals alone do not show the slot's events flowing, nor count as a replayed batch.
     if (cur.salvage) return;
-    if (cur.applied > 0 || (cur.count === 0 && cur.batch.errors.length === 0)) this.#liveness?.noteEvent(this.#slot);
+    // An accepted batch's errors, if any, are events of an unknown kind, skipped: an empty one shows the flow too.
+    if (cur.applied > 0 || cur.count === 0) this.#liveness?.noteEvent(this.#slot);
     if (cur.origin === 'replay') this.#hooks.onBatch?.(this.#slot, 'replay');
   }
 
@@ -263,6 +303,7 @@ export class SlotWriter {
 
   /** Drops every block of the slot, and says why (a freshly seeded slot keeps them for a lost catch-up; see `seeded`). */
   reset(reason: ResetReason): void {
+    if (reason === 'restart') this.#unknownEpisode = false;
     const seeded = this.#seeded;
     this.#seeded = false;
     if (seeded && KEEPS_SEED.has(reason)) {

@@ -51,7 +51,8 @@ export type ResetReason =
  * - `garbage`: its sequence number cannot be the publisher's (absurdly far
  *   ahead, live or in a replay's answer, beyond the publisher's newest, or
  *   restart evidence refuted).
- * - `refused`: in sequence (live or replayed), but an event in it did not decode: none of its stores is applied
+ * - `refused`: in sequence (live or replayed), but an event in it did not decode (an event of an unknown kind is
+ *   skipped instead, `onUnknownSkipped`, and refuses nothing): none of its stores is applied
  *   (slot-writer.ts), only its removals (`onSalvaged`); its seq is used up, as a batch that does not decode at all.
  */
 export type DropReason = 'queue_full' | 'pending_full' | 'garbage' | 'refused';
@@ -80,6 +81,12 @@ export interface KvEventHooks {
   onDropped?(slot: WorkerRank, reason: DropReason, seq: bigint): void;
   /** `events` removals (`BlockRemoved`, `AllBlocksCleared`) of a `refused` batch were applied (slot-writer.ts). */
   onSalvaged?(slot: WorkerRank, events: number): void;
+  /**
+   * `events` events of a batch had a kind kvgate does not know (a tag beside BlockStored, BlockRemoved and
+   * AllBlocksCleared: an engine newer than kvgate) and were skipped; the rest of the batch was applied
+   * (slot-writer.ts, `accept`). Not decode errors.
+   */
+  onUnknownSkipped?(slot: WorkerRank, events: number): void;
   /** A replay request was sent (at most one per slot is in flight). */
   onReplayRequested?(slot: WorkerRank, fromSeq: bigint): void;
   /** A reset for `reason` kept the replica snapshot the slot was just seeded from (slot-writer.ts, `seeded`). */
@@ -125,6 +132,9 @@ export function combineHooks(...all: (KvEventHooks | undefined)[]): KvEventHooks
     },
     onSalvaged: (slot, n) => {
       for (const h of hs) h.onSalvaged?.(slot, n);
+    },
+    onUnknownSkipped: (slot, n) => {
+      for (const h of hs) h.onUnknownSkipped?.(slot, n);
     },
     onReplayRequested: (slot, s) => {
       for (const h of hs) h.onReplayRequested?.(slot, s);
@@ -172,6 +182,8 @@ export interface KvEventCountersSnapshot {
   dropped: Record<DropReason, number>;
   /** Removals of `refused` batches applied (`onSalvaged`), over every slot. */
   salvagedRemovals: number;
+  /** Events of a kind kvgate does not know, skipped (`onUnknownSkipped`), over every slot. */
+  unknownSkipped: number;
   /** SUB sockets' connections made and lost, and subscriptions ended, over every slot. */
   connections: Record<SubscriptionChange, number>;
   /** Per `"workerId:dpRank"`. */
@@ -218,6 +230,7 @@ export class KvEventCounters implements KvEventHooks {
       seedsKept: zeros(RESETS),
       dropped: zeros(DROPS),
       salvagedRemovals: 0,
+      unknownSkipped: 0,
       connections: zeros(SUBSCRIPTION_CHANGES),
       slots: {},
     };
@@ -293,6 +306,10 @@ export class KvEventCounters implements KvEventHooks {
 
   onSalvaged(_slot: WorkerRank, events: number): void {
     this.#s.salvagedRemovals += events;
+  }
+
+  onUnknownSkipped(_slot: WorkerRank, events: number): void {
+    this.#s.unknownSkipped += events;
   }
 
   onReplayRequested(slot: WorkerRank): void {

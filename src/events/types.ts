@@ -84,7 +84,9 @@ export type KvCacheEventType = KvCacheEvent['type'];
  * - `bad_sequence`: the sequence frame is not 8 bytes.
  * - `msgpack`: the payload is not one msgpack value.
  * - `batch_shape`: the payload is not `[ts, events, dp_rank?]`.
- * - `unknown_tag`: an event whose tag is not BlockStored/BlockRemoved/AllBlocksCleared.
+ * - `unknown_tag`: an event whose tag is not BlockStored/BlockRemoved/AllBlocksCleared: a kind kvgate does not
+ *   know, not a malformed event. Reported beside the batch's events as the others are, but the slot writer skips it
+ *   (counted by `onUnknownSkipped`, never as a decode error) and applies the rest of the batch (`isUnknownKind`).
  * - `bad_event`: an event with a missing or mistyped field.
  * - `bad_hash`: a block hash that is neither an integer nor non-empty bytes.
  * - `unknown_medium`: a `medium` we cannot map to a storage tier.
@@ -116,6 +118,11 @@ export const DECODE_ERROR_KINDS: readonly DecodeErrorKind[] = [
   'dp_rank_mismatch',
   'too_large',
 ];
+
+/** An event of a kind kvgate does not know: skipped, the rest of its batch applied (slot-writer.ts, `accept`). */
+export function isUnknownKind(error: KvEventDecodeError): boolean {
+  return error.kind === 'unknown_tag';
+}
 
 /**
  * A decode failure, returned as a value (never thrown): a garbled payload is

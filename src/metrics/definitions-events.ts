@@ -9,7 +9,9 @@ export const EVENT_METRIC_DEFINITIONS = {
   kvEventsApplied: {
     kind: 'counter',
     name: 'kvgate_kv_events_applied_total',
-    help: 'KV events applied to the prefix index, by type and status.',
+    help:
+      'KV events applied to the prefix index, by type and status; event_type="unknown", status="skipped": events of ' +
+      'a kind kvgate does not know (an engine newer than kvgate), skipped, the rest of their batch applied.',
     labelNames: ['event_type', 'status'],
   },
   kvCacheGroupsRefused: {

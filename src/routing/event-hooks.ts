@@ -39,6 +39,10 @@ export function eventHooks(m: KvgateMetrics | undefined, watch: EventWatch, bloc
     onReplay,
     onDropped: (slot, reason) => m.kvEventDropped.labels({ ...slotLabels(slot), reason }).inc(),
     onSalvaged: (slot, events) => m.kvEventRefusedRemovals.labels(slotLabels(slot)).inc(events),
+    // Beside the applied events' statuses, under a type and status of their own (stable labels, never the
+    // engine's tag: that string is the engine's to choose).
+    onUnknownSkipped: (_slot, events) =>
+      m.kvEventsApplied.labels({ event_type: 'unknown', status: 'skipped' }).inc(events),
     onReset: (slot, reason) => {
       m.kvEventResets.labels({ ...slotLabels(slot), reason }).inc();
       if (reason === 'restart') m.kvEventPublisherRestarts.labels(slotLabels(slot)).inc();

@@ -14,11 +14,18 @@ import { captureWarnings } from '../helpers/capture-log.js';
 import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
 import { A, B, C, D, setup, stored } from './stream-fixture.js';
 
-/** `events` as the engine encodes them, then one it does not (an unknown tag) as the batch's last. */
-function withBadLast(events: TestEvent[]): Uint8Array {
+/** `events` as the engine encodes them, with `extra` (raw wire events) inserted before event `at` (default: last). */
+function withRaw(events: TestEvent[], extra: unknown[], at = events.length): Uint8Array {
   const [ts, evs, rank] = decode(encodeBatch(events), { useBigInt64: true }) as [number, unknown[], number];
-  return encode([ts, [...evs, ['BlockMoved', [1], null, A, 4]], rank], { useBigInt64: true });
+  return encode([ts, [...evs.slice(0, at), ...extra, ...evs.slice(at)], rank], { useBigInt64: true });
 }
+
+/** `events`, then a malformed BlockStored (its block_hashes not an array) as the batch's last. */
+const withBadLast = (events: TestEvent[]): Uint8Array => withRaw(events, [['BlockStored', 7, null, A, 4]]);
+
+/** A kind of event kvgate does not know, as a newer engine would send it (a tagged array, and a tagged map). */
+const UNKNOWN_ARRAY = ['BlockMoved', [1], null, A, 4];
+const UNKNOWN_MAP = { type: 'BlockPinned', block_hashes: [1], medium: 'GPU' };
 
 /** A stream (`setup`) and how a batch reaches it: decoded by the stream, or decoded and packed as a thread does. */
 function refusalSetup(handOver: boolean) {
@@ -52,7 +59,7 @@ describe('a KV-event batch holding a bad event', () => {
       expect(depth(C)).toBe(0);
       const s = counters.snapshot();
       expect(s.dropped.refused).toBe(1);
-      expect(s.decodeErrors.unknown_tag).toBe(1);
+      expect(s.decodeErrors.bad_event).toBe(1);
       expect(s.salvagedRemovals).toBe(0);
       expect(lines).toContainEqual(
         expect.objectContaining({ workerId: 7, seq: '1', badEvents: 1, goodEvents: 2, removalsApplied: 0 }),
@@ -136,6 +143,69 @@ describe('a KV-event batch holding a bad event', () => {
       expect(counters.snapshot().salvagedRemovals).toBe(1);
       offer(2n, encodeBatch([stored(1, null, A)]));
       expect(depth(A)).toBe(1);
+    });
+  }
+});
+
+describe('a KV-event batch holding an event of a kind kvgate does not know', () => {
+  for (const handOver of [false, true]) {
+    const how = handOver ? 'handed over packed' : 'decoded here';
+
+    it(`has it skipped and counted, the rest applied in order (${how})`, () => {
+      const { offer, depth, counters, lines, liveness } = refusalSetup(handOver);
+      // [stored, <unknown>, stored]: the second store chained under the first.
+      offer(0n, withRaw([stored(1, null, A), stored(2, 100, B)], [UNKNOWN_ARRAY], 1));
+      expect(depth([...A, ...B])).toBe(2);
+      const s = counters.snapshot();
+      expect(s.unknownSkipped).toBe(1);
+      expect(s.events.stored.ok).toBe(2);
+      expect(s.dropped.refused).toBe(0);
+      expect(s.decodeErrors.unknown_tag).toBe(0);
+      expect(liveness.status(7, 0)).toBe('live');
+      expect(lines).toEqual([
+        expect.objectContaining({
+          workerId: 7,
+          dpRank: 0,
+          seq: '0',
+          skippedEvents: 1,
+          first: expect.stringContaining('BlockMoved'),
+        }),
+      ]);
+      // A removal after an unknown map event, in the same batch: applied in its place.
+      offer(1n, withRaw([stored(3, null, C), { type: 'removed', blockHashes: [300n] }], [UNKNOWN_MAP], 1));
+      expect(depth(C)).toBe(0);
+      expect(counters.snapshot().unknownSkipped).toBe(2);
+      expect(counters.snapshot().events.removed.ok).toBe(1);
+    });
+
+    it(`is logged once per episode: again only after the engine restarted (${how})`, () => {
+      const { offer, depth, counters, lines, clock } = refusalSetup(handOver);
+      offer(0n, withRaw([stored(1, null, A)], [UNKNOWN_ARRAY, UNKNOWN_MAP]));
+      clock.advance(60_000);
+      offer(1n, withRaw([stored(2, 100, B)], [UNKNOWN_ARRAY]));
+      offer(2n, encodeBatch([stored(3, null, C)]));
+      clock.advance(60_000);
+      offer(3n, withRaw([], [UNKNOWN_MAP]));
+      expect(counters.snapshot().unknownSkipped).toBe(4);
+      expect(lines.map((l) => l.skippedEvents)).toEqual([2]);
+      // The engine restarts (its seq starts over): perhaps another version, so a new episode.
+      clock.advance(60_000);
+      offer(0n, withRaw([stored(4, null, D)], [UNKNOWN_ARRAY]));
+      expect(counters.snapshot().resets.restart).toBe(1);
+      expect(depth(D)).toBe(1);
+      expect(lines.filter((l) => l.skippedEvents !== undefined).map((l) => l.seq)).toEqual(['0', '0']);
+    });
+
+    it(`leaves a malformed known event in the same batch refusing it (${how})`, () => {
+      const { offer, depth, counters } = refusalSetup(handOver);
+      offer(0n, withRaw([stored(1, null, A), stored(3, null, C)], [UNKNOWN_ARRAY, ['BlockStored', 7, null, A, 4]], 1));
+      expect(depth(A)).toBe(0);
+      expect(depth(C)).toBe(0);
+      const s = counters.snapshot();
+      expect(s.dropped.refused).toBe(1);
+      expect(s.decodeErrors.bad_event).toBe(1);
+      expect(s.decodeErrors.unknown_tag).toBe(0);
+      expect(s.unknownSkipped).toBe(1);
     });
   }
 });

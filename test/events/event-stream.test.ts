@@ -281,7 +281,7 @@ describe('KvEventStream', () => {
     stream.onFrames([Buffer.from('t'), Buffer.from('x'), Buffer.from('y')]); // 1-byte seq
     stream.onFrames([Buffer.from('t'), encodeSeq(1n), Uint8Array.of(0xc1)]); // garbage payload, seq 1 consumed
     stream.onFrames([Buffer.from('t'), encodeSeq(2n), encodeBatch([{ type: 'cleared' }], { dpRank: 3 })]); // another rank
-    stream.onFrames([Buffer.from('t'), encodeSeq(3n), encode([1.5, [['BlockMoved', [1], null, A, BS]], 0])]); // unknown tag
+    stream.onFrames([Buffer.from('t'), encodeSeq(3n), encode([1.5, [['BlockStored', 7, null, A, BS]], 0])]); // a bad field
     expect(stream.cursor).toBe(3n);
     const s = counters.snapshot();
     expect(s.decodeErrors).toMatchObject({
@@ -289,13 +289,13 @@ describe('KvEventStream', () => {
       bad_sequence: 1,
       msgpack: 1,
       dp_rank_mismatch: 1,
-      unknown_tag: 1,
+      bad_event: 1,
     });
     expect(s.slots['7:0']!.decodeErrors).toBe(5);
     expect(s.gaps).toBe(0);
     expect(depth(A)).toBe(1); // the cleared event for rank 3 was not applied
     expect(applier.indexes.device.blockCount(8, 0)).toBe(1);
-    // And the unknown tag's batch refused whole: one more line, and a drop.
+    // And the bad event's batch refused whole: one more line, and a drop.
     expect(s.dropped.refused).toBe(1);
     expect(lines.length).toBe(6);
     expect(lines.every((l) => l.workerId === 7 && l.dpRank === 0)).toBe(true);

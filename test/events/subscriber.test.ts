@@ -203,7 +203,7 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     expect(pub.replayRequests).toEqual([]);
   });
 
-  it('garbled payloads, unknown tags and wrong frame counts are counted and logged with the worker; nothing else changes', async () => {
+  it('garbled payloads and wrong frame counts are counted and logged with the worker, an unknown tag skipped; nothing else changes', async () => {
     const lines: Record<string, unknown>[] = [];
     const { pub, manager } = await fixture({ logger: captureWarnings(lines) });
     const other = await TestKvPublisher.start({ topic: 'kv-events' });
@@ -227,15 +227,16 @@ describe('KvEventSubscriber over real ZMQ sockets', () => {
     await pub.publish([stored(2, null, C)]);
     await until(() => depth(manager, C, 1) === 1, 'the valid batch after the garbage');
     const s = manager.counters.snapshot();
-    expect(s.decodeErrors).toMatchObject({ frame_count: 1, bad_sequence: 1, msgpack: 1, unknown_tag: 1 });
-    expect(s.slots['1:0']!.decodeErrors).toBe(4);
+    expect(s.decodeErrors).toMatchObject({ frame_count: 1, bad_sequence: 1, msgpack: 1, unknown_tag: 0 });
+    expect(s.slots['1:0']!.decodeErrors).toBe(3);
+    expect(s.unknownSkipped).toBe(1);
     expect(s.slots['2:0']?.decodeErrors ?? 0).toBe(0);
     expect(depth(manager, B, 1)).toBe(1);
     expect(depth(manager, A, 2)).toBe(1);
     expect(manager.indexes.device.blockCount(2, 0)).toBe(1);
-    // The unknown tag's batch is also refused whole: a fifth line.
-    expect(s.slots['1:0']!.dropped).toBe(1);
-    expect(lines.filter((l) => l.workerId === 1).length).toBe(5);
+    // The unknown tag's event is skipped, its (empty) batch not refused: one line for the episode, no drop.
+    expect(s.slots['1:0']!.dropped).toBe(0);
+    expect(lines.filter((l) => l.workerId === 1).length).toBe(4);
     expect(s.gaps).toBe(0);
   });
 

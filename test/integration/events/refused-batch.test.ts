@@ -6,7 +6,8 @@
  * removals are applied: the blocks the engine evicted are no longer predicted
  * (`kvgate_kv_event_refused_removals_applied_total`). On the main thread and on an ingestion thread (the batch
  * handed over packed). An event naming a negative KV-cache group (`group_idx`, an index from 0 in every engine) is
- * such an event.
+ * such an event. An event of a kind kvgate does not know (a newer engine's) is not: it is skipped and counted
+ * (`kvgate_kv_events_applied_total{event_type="unknown",status="skipped"}`), the rest of its batch applied.
  */
 import { decode, encode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
@@ -38,10 +39,13 @@ function storedEvents(tokens: number[], hashBase: number): TestEvent[] {
   ];
 }
 
-/** `events` (by default the two of REFUSED's blocks), then one with a tag no engine sends. */
-function refusedBatch(events: TestEvent[] = storedEvents(REFUSED, 100)): Uint8Array {
+/** `events` (by default the two of REFUSED's blocks), then `last`: by default a BlockStored whose hashes are no list. */
+function refusedBatch(
+  events: TestEvent[] = storedEvents(REFUSED, 100),
+  last: unknown = ['BlockStored', 7, null, [1, 2], BS],
+): Uint8Array {
   const [ts, evs, rank] = decode(encodeBatch(events), { useBigInt64: true }) as unknown[];
-  return encode([ts, [...(evs as unknown[]), ['BlockMoved', [7], null, [1, 2], BS]], rank], { useBigInt64: true });
+  return encode([ts, [...(evs as unknown[]), last], rank], { useBigInt64: true });
 }
 
 /** `ev` as its engine would send it in KV-cache group `groupIdx`. */
@@ -59,8 +63,19 @@ describe('a KV-event batch with a bad last event', () => {
       await until(async () => (await overlap(NEXT)) === BLOCKS, "the next batch's blocks indexed");
       expect(await overlap(REFUSED)).toBe(0);
       expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
-      expect(await metric(url, 'kvgate_kv_event_decode_errors_total', { kind: 'unknown_tag' })).toBe(1);
+      expect(await metric(url, 'kvgate_kv_event_decode_errors_total', { kind: 'bad_event' })).toBe(1);
       expect(await metric(url, 'kvgate_kv_event_refused_removals_applied_total')).toBe(0);
+    }, 60_000);
+
+    it(`has an event of a kind kvgate does not know skipped, its stores applied (ingest_threads ${threads})`, async () => {
+      const { url, pub, overlap } = await gateway({ ingest_threads: threads });
+      await pub.publishPayload(refusedBatch(storedEvents(REFUSED, 100), { type: 'BlockMoved', block_hashes: [7] }));
+      await pub.publish(storedEvents(NEXT, 900));
+      await until(async () => (await overlap(NEXT)) === BLOCKS, "the next batch's blocks indexed");
+      expect(await overlap(REFUSED)).toBe(BLOCKS);
+      expect(await metric(url, 'kvgate_kv_events_applied_total', { event_type: 'unknown', status: 'skipped' })).toBe(1);
+      expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(0);
+      expect(await metric(url, 'kvgate_kv_event_decode_errors_total')).toBe(0);
     }, 60_000);
 
     it(`still removes the blocks it evicts, its stores refused (ingest_threads ${threads})`, async () => {
