@@ -21,3 +21,20 @@ describe('WasmModule.reserve', () => {
     expect(m.views().u8[m.reserve((1 << 20) - 1)]).toBe(0xab);
   });
 });
+
+describe('WasmModule.views', () => {
+  it('follows the memory once growth has detached the views it gave', () => {
+    const m = wasm();
+    const before = m.views();
+    expect(m.views()).toBe(before);
+    const pages = m.exports.memory.buffer.byteLength >>> 16;
+    // A region past the memory's end makes the module grow it, which detaches every view of the old buffer.
+    const at = m.reserve((pages + 4) << 16);
+    expect(before.u8.length).toBe(0);
+    const after = m.views();
+    expect(after === before).toBe(false);
+    expect(after.u8.length).toBe(m.exports.memory.buffer.byteLength);
+    after.u32[at >>> 2] = 0xfeedbeef;
+    expect(m.views().u32[at >>> 2]).toBe(0xfeedbeef);
+  });
+});
