@@ -14,7 +14,7 @@ export type AgentApi = 'messages' | 'responses';
 /**
  * The body as the chat request it runs as; `inlineSystem` places a Messages body's system messages inside
  * `messages` (inline-system.ts), as the engine's `anthropic_inline_system` does; `source`, the body's JSON (UTF-8
- * bytes) where there is one, gives a Messages tool_use input's number literals (`messagesToChat`).
+ * bytes) where there is one, gives a Messages tool_use input's number literals (`messagesToChat`) and the tools'.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST, KVG_ERR_INVALID_CONTENT_BLOCK, KVG_ERR_UNSUPPORTED_CONTENT,
  *   KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED (see `messagesToChat`, `responsesToChat`); `detail.param` names the field.
  */
@@ -24,5 +24,5 @@ export function agentChat(
   inlineSystem: InlineSystemMode = 'preserve',
   source?: Uint8Array,
 ): ChatConversion {
-  return api === 'messages' ? messagesToChat(body, inlineSystem, source) : responsesToChat(body);
+  return api === 'messages' ? messagesToChat(body, inlineSystem, source) : responsesToChat(body, source);
 }

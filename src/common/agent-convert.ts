@@ -12,6 +12,8 @@ import { KvgateError } from '../errors/index.js';
 export interface ChatConversion {
   readonly messages: Record<string, unknown>[];
   readonly tools: Record<string, unknown>[] | undefined;
+  /** `tools` as vLLM's template sees them, where their numbers print otherwise in JavaScript (common's `pythonToolsJson`). */
+  readonly toolsJson?: string | undefined;
   readonly chatTemplateKwargs: Record<string, unknown> | undefined;
   /** Responses only: the last input item is an unfinished assistant turn, rendered open-ended. */
   readonly continueFinalMessage: boolean;

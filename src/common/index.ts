@@ -76,7 +76,7 @@ export {
 } from './tracing.js';
 export type { KvSlotSnapshot } from './kv-snapshot.js';
 export { type AgentApi, agentChat } from './agent-chat.js';
-export { mayDifferInPython, pythonNumberText, readJson } from './python-json.js';
+export { mayDifferInPython, pythonNumberText, pythonToolsJson, readJson } from './python-json.js';
 export { INLINE_SYSTEM_OPTIONS, type InlineSystemMode, type InlineSystemOption } from './inline-system.js';
 export { chatTemplateKwargsOf } from './template-kwargs.js';
 export { probeInlineSystem, type InlineSystemRenderer, type InlineSystemVerdict } from './inline-system-probe.js';

@@ -26,7 +26,7 @@ import {
   requireString,
   unsupportedBlock,
 } from './agent-convert.js';
-import { holdsIntegralNumber, InputSources, pythonJson } from './python-json.js';
+import { holdsIntegralNumber, InputSources, pythonJson, pythonToolsJson } from './python-json.js';
 import { placeInlineSystem, systemText, type InlineSystemMode } from './inline-system.js';
 import { chatTemplateKwargsOf } from './template-kwargs.js';
 
@@ -191,8 +191,8 @@ function convertTools(tools: unknown): Json[] | undefined {
 
 /**
  * The chat request a Messages body runs as. `source`: the body's JSON (UTF-8 bytes), where a tool_use input's number literals
- * are read (`1.0` stays `1.0` in its arguments, as vLLM's `json.dumps` writes it); without it they are written from
- * the parse.
+ * are read (`1.0` stays `1.0` in its arguments, as vLLM's `json.dumps` writes it), and the tools' (`toolsJson`);
+ * without it they are written from the parse.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST (a missing or mistyped field: `max_tokens`, `messages`, a role,
  *   `system`, a tool, `output_config.effort`), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed block or one of an unknown type),
  *   KVG_ERR_UNSUPPORTED_CONTENT (images); `detail.param` names the field.
@@ -227,6 +227,7 @@ export function messagesToChat(
   return {
     messages,
     tools: convertTools(body.tools),
+    toolsJson: pythonToolsJson(body.tools, source, convertTools),
     chatTemplateKwargs: chatTemplateKwargsOf({ chat_template_kwargs: kwargs, reasoning_effort: effort }),
     continueFinalMessage: false,
   };

@@ -5,7 +5,7 @@
  * written `1.0`; `12345678901234567890` an exact int), which JSON.parse loses. So where a number's Python text
  * matters, the request's own literal is read (`readJson`) and written as Python writes it (`pythonNumberText`).
  */
-import { jsonValueEnd, skipJsonSpace } from './json-text.js';
+import { jsonByteMembers, jsonValueEnd, skipJsonSpace } from './json-text.js';
 
 /** A number as its JSON literal, read where the literal decides what Python writes (`pythonJson` writes it so). */
 class JsonNumberLiteral {
@@ -52,20 +52,33 @@ export function pythonNumberText(literal: string): string {
  * have been `1.0`, is what `readJson` keeps).
  */
 export function pythonJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(pythonJson).join(', ')}]`;
-  if (value instanceof JsonNumberLiteral) return pythonNumberText(value.literal);
+  return writePython(value, '');
+}
+
+/** `s` followed by `pythonJson(value)`: one string built by appending (a large schema costs no arrays of parts). */
+function writePython(value: unknown, s: string): string {
+  if (Array.isArray(value)) {
+    s += '[';
+    for (let i = 0; i < value.length; i++) s = writePython(value[i], i === 0 ? s : s + ', ');
+    return s + ']';
+  }
+  if (value instanceof JsonNumberLiteral) return s + pythonNumberText(value.literal);
   if (typeof value === 'object' && value !== null) {
     const o = value as Record<string, unknown>;
-    const members = Object.keys(o)
-      .filter((k) => o[k] !== undefined)
-      .map((k) => `${JSON.stringify(k)}: ${pythonJson(o[k])}`);
-    return `{${members.join(', ')}}`;
+    s += '{';
+    let first = true;
+    for (const k of Object.keys(o)) {
+      if (o[k] === undefined) continue;
+      s = writePython(o[k], `${first ? s : s + ', '}${JSON.stringify(k)}: `);
+      first = false;
+    }
+    return s + '}';
   }
   if (typeof value === 'number') {
-    if (!Number.isInteger(value)) return pythonFloatText(value);
-    if (!Number.isSafeInteger(value)) return value.toFixed(0);
+    if (!Number.isInteger(value)) return s + pythonFloatText(value);
+    if (!Number.isSafeInteger(value)) return s + value.toFixed(0);
   }
-  return JSON.stringify(value) ?? 'null';
+  return s + (JSON.stringify(value) ?? 'null');
 }
 
 const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
@@ -122,7 +135,9 @@ class Reader {
 
   string(): string {
     const end = stringEnd(this.text, this.i);
-    const s = JSON.parse(this.text.slice(this.i, end)) as string;
+    const inner = this.text.slice(this.i + 1, end - 1);
+    // Without an escape a string literal is its text (JSON.parse accepted it: no control character is in it).
+    const s = inner.includes('\\') ? (JSON.parse(this.text.slice(this.i, end)) as string) : inner;
     this.i = end;
     return s;
   }
@@ -137,7 +152,11 @@ class Reader {
       const key = this.string();
       this.space();
       this.i++; // the colon
-      Object.defineProperty(out, key, { value: this.value(), writable: true, enumerable: true, configurable: true });
+      const value = this.value();
+      // An own `__proto__` as JSON.parse makes it (an assignment would set the prototype); any other key assigned.
+      if (key === '__proto__')
+        Object.defineProperty(out, key, { value, writable: true, enumerable: true, configurable: true });
+      else out[key] = value;
       this.space();
       if (this.text.charCodeAt(this.i++) === 0x7d) return out;
     }
@@ -228,4 +247,61 @@ export class InputSources {
       return mayDifferInPython(text) ? readJson(text, 0, literalOf).value : undefined;
     }
   }
+}
+
+/** What a request's tools need to be written as Python writes them (`pythonToolsJson`). */
+const enum Need {
+  /** Their parse prints as Python prints it: nothing to write. */
+  None,
+  /** A float Python writes in another form (`1e-07`): the parse gives its text. */
+  Parse,
+  /** An integral number (`1` or `1.0`, or an int past 2^53): only its literal gives its text. */
+  Literals,
+}
+
+function needOf(v: unknown): Need {
+  if (typeof v === 'number') {
+    if (Number.isInteger(v)) return Need.Literals;
+    return Number.isFinite(v) && pythonFloatText(v) !== String(v) ? Need.Parse : Need.None;
+  }
+  if (typeof v !== 'object' || v === null) return Need.None;
+  let need = Need.None;
+  for (const x of Array.isArray(v) ? v : Object.values(v)) {
+    const n = needOf(x);
+    if (n === Need.Literals) return n;
+    if (n === Need.Parse) need = n;
+  }
+  return need;
+}
+
+/**
+ * A request's tools as JSON text whose parse by Python's rules (a float literal a float, an integer literal an exact
+ * int; the template's: tokenizer's `parseToolArguments`) is vLLM's parse of them, where their JavaScript parse would
+ * print otherwise in the template; undefined where it prints the same. `tools`: the body's top-level `tools` as parsed.
+ * `convert`, what the chat request makes of them (an agent API's conversion, which already accepted `tools` and is run
+ * again on the same values with their number literals in place of numbers, so it must not read numbers); without it
+ * the chat request holds them as they are. `source`: the body's UTF-8 JSON, whose top-level `tools` member gives an
+ * integral number's literal (`1.0` or `1`); without it such a number is written from the parse, as an integer.
+ * Why cheap: tools without an integral number or a float Python writes in another form (`1e-07`) cost one walk; with
+ * integral numbers but no float literal or long integer in their text (`"minimum": 0`), a scan of the body's
+ * members and a regular expression; only a float literal among integral numbers costs a reading of the literals
+ * (none without `convert`: the client's text is the answer).
+ */
+export function pythonToolsJson(
+  tools: unknown,
+  source: Uint8Array | undefined,
+  convert?: (tools: unknown) => unknown,
+): string | undefined {
+  if (!Array.isArray(tools) || tools.length === 0) return undefined;
+  const need = needOf(tools);
+  if (need === Need.None) return undefined;
+  // JSON.parse keeps a repeated key's last value; so does the member scan.
+  const member =
+    need === Need.Literals && source !== undefined ? jsonByteMembers(source).find((m) => m.key === 'tools') : undefined;
+  if (source === undefined || member === undefined) return pythonJson(convert === undefined ? tools : convert(tools));
+  const b = Buffer.from(source.buffer, source.byteOffset, source.byteLength);
+  const text = b.toString('utf8', member.start, member.end);
+  // Without a float literal or a long integer, every number is an integer JavaScript prints as Python does.
+  if (!mayDifferInPython(text)) return undefined;
+  return convert === undefined ? text : pythonJson(convert(readJson(text, 0, literalOf).value));
 }

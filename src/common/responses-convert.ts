@@ -28,6 +28,7 @@ import {
   requireString,
   unsupportedBlock,
 } from './agent-convert.js';
+import { pythonToolsJson } from './python-json.js';
 import { chatTemplateKwargsOf } from './template-kwargs.js';
 
 const MESSAGE_ROLES = new Set(['user', 'system', 'developer', 'assistant']);
@@ -149,12 +150,13 @@ function reasoningEffort(reasoning: unknown): string | undefined {
 }
 
 /**
- * The chat request a Responses body runs as.
+ * The chat request a Responses body runs as; `source`, the body's JSON (UTF-8 bytes), gives the tools' number literals
+ * (`toolsJson`).
  * @throws KvgateError KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED for `previous_response_id`; KVG_ERR_INVALID_REQUEST
  *   (a missing or mistyped field), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed item or part, an unknown type),
  *   KVG_ERR_UNSUPPORTED_CONTENT (images, files, audio); `detail.param` names the field.
  */
-export function responsesToChat(body: Json): ChatConversion {
+export function responsesToChat(body: Json, source?: Uint8Array): ChatConversion {
   if (typeof body.model !== 'string' || body.model === '') throw invalidField('model', 'is required');
   if (body.previous_response_id !== undefined && body.previous_response_id !== null) {
     throw new KvgateError(
@@ -189,6 +191,7 @@ export function responsesToChat(body: Json): ChatConversion {
   return {
     messages,
     tools: convertTools(body.tools, body.tool_choice),
+    toolsJson: pythonToolsJson(body.tools, source, (tools) => convertTools(tools, body.tool_choice)),
     chatTemplateKwargs: chatTemplateKwargsOf({ chat_template_kwargs: kwargs, reasoning_effort: effort }),
     continueFinalMessage: Array.isArray(input) && isUnfinished(input.at(-1)),
   };

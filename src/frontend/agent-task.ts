@@ -38,6 +38,7 @@ export function agentChatTask(inp: AgentTaskInputs): ChatTask {
     addSpecialTokens: undefined,
     messages: chat.messages,
     tools: chat.tools,
+    toolsJson: chat.toolsJson,
     chatTemplateKwargs: chat.chatTemplateKwargs,
     addGenerationPrompt: chat.continueFinalMessage ? false : undefined,
     continueFinalMessage: chat.continueFinalMessage ? true : undefined,

@@ -14,7 +14,7 @@
  * and tokenized as usual and must give exactly those ids
  * (KVG_ERR_TOKEN_DATA_MISMATCH otherwise).
  */
-import { chatTemplateKwargsOf, type InlineSystemMode } from '../common/index.js';
+import { chatTemplateKwargsOf, pythonToolsJson, type InlineSystemMode } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { agentChatTask } from './agent-task.js';
 import { embeddingsTask } from './embeddings.js';
@@ -33,7 +33,7 @@ export interface TaskInputs {
   returnTokenIds?: boolean | undefined;
   /** The model's `anthropic_inline_system` (a Messages body's; default `preserve`). */
   inlineSystem?: InlineSystemMode | undefined;
-  /** The body's UTF-8 JSON, where there is one (an agent body's tool_use literals: agent-task.ts). */
+  /** The body's UTF-8 JSON, where there is one (its tools' number literals; an agent body's tool_use literals: agent-task.ts). */
   source?: Uint8Array | undefined;
 }
 
@@ -119,6 +119,7 @@ export function promptTask(inp: TaskInputs): PreprocessTask {
       addSpecialTokens,
       messages,
       tools: Array.isArray(body.tools) ? body.tools : undefined,
+      toolsJson: pythonToolsJson(body.tools, inp.source),
       chatTemplateKwargs: chatTemplateKwargsOf(body),
       addGenerationPrompt: typeof body.add_generation_prompt === 'boolean' ? body.add_generation_prompt : undefined,
       continueFinalMessage: typeof body.continue_final_message === 'boolean' ? body.continue_final_message : undefined,

@@ -79,13 +79,15 @@ function present(fields: Record<string, unknown>): Record<string, unknown> {
 
 /**
  * The task of a `/tokenize` body: vLLM's chat form (`messages`, the template options) or completion form
- * (`prompt`, a string), checked as the chat or completion it stands for.
+ * (`prompt`, a string), checked as the chat or completion it stands for; `source`, the body's JSON, gives its tools'
+ * number literals (common's `pythonToolsJson`).
  * @throws KvgateError KVG_ERR_INVALID_REQUEST, KVG_ERR_TOO_MANY_MESSAGES, KVG_ERR_UNSUPPORTED_CONTENT.
  */
 function tokenizeTask(
   body: Record<string, unknown>,
   target: { readonly model: { readonly name: string }; readonly loraName: string | undefined },
   maxMessages: number,
+  source: Uint8Array | undefined,
 ): PreprocessTask {
   if (body.return_token_strs === true) throw invalid('return_token_strs', 'is not served by kvgate (token ids only)');
   if (body.chat_template !== undefined && body.chat_template !== null) {
@@ -112,7 +114,15 @@ function tokenizeTask(
   }
   validateBody(endpoint, shaped, { maxMessages });
   const loraName = target.loraName;
-  return promptTask({ endpoint, body: shaped, model, maxPromptTokens: UNBOUNDED, tokenData: undefined, loraName });
+  return promptTask({
+    endpoint,
+    body: shaped,
+    model,
+    maxPromptTokens: UNBOUNDED,
+    tokenData: undefined,
+    loraName,
+    source,
+  });
 }
 
 /**
@@ -128,7 +138,7 @@ export function tokenizerJob(
 ): TokenizerJob {
   if (endpoint === 'tokenize') {
     const target = tokenizerTarget(served, o, body.model);
-    return { kind: 'ids', model: target.model.name, task: tokenizeTask(body, target, o.maxMessages) };
+    return { kind: 'ids', model: target.model.name, task: tokenizeTask(body, target, o.maxMessages, o.source) };
   }
   if (endpoint === 'detokenize') {
     const target = tokenizerTarget(served, o, body.model);

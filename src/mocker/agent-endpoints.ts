@@ -36,7 +36,8 @@ function responsesToolChoice(choice: unknown): unknown {
 
 /**
  * The chat body an agent request runs as: the converted messages and tools, and the fields generation reads;
- * `source`, the body's UTF-8 JSON, gives a tool_use input's number literals as vLLM writes them (common's `agentChat`).
+ * `source`, the body's UTF-8 JSON, gives a tool_use input's number literals as vLLM writes them (common's `agentChat`),
+ * and the tools' (`toolsJson`: the conversion's, which the chat body's JSON no longer holds).
  * @throws KvgateError the conversion's (common's `agentChat`), answered as the engine's 400.
  */
 export function agentChatBody(
@@ -44,7 +45,7 @@ export function agentChatBody(
   body: unknown,
   inlineSystem: InlineSystemMode,
   source?: Uint8Array,
-): Record<string, unknown> {
+): { body: Record<string, unknown>; toolsJson: string | undefined } {
   const b = obj(body);
   if (b === undefined)
     throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the body must be a JSON object', { param: null });
@@ -63,7 +64,7 @@ export function agentChatBody(
   if (api === 'responses' && b['cache_salt'] !== undefined) out['cache_salt'] = b['cache_salt'];
   // As vLLM: its Responses request takes a scheduling `priority`; its Messages request has none (an unknown field).
   if (api === 'responses' && b['priority'] !== undefined) out['priority'] = b['priority'];
-  return out;
+  return { body: out, toolsJson: chat.toolsJson };
 }
 
 /** The writer of an agent API's answer. */

@@ -112,7 +112,7 @@ export class Generation {
     const p =
       chat === undefined
         ? parseGenerateRequest(kind as 'completion' | 'chat', body, raw)
-        : parseGenerateRequest('chat', chat, JSON.stringify(chat));
+        : parseGenerateRequest('chat', chat.body, JSON.stringify(chat.body), chat.toolsJson);
     const { tokens, maxTokens, loraName } = await this.#validate(p);
 
     // Client gone (or engine crash): cancel outgoing P/D calls and the engine request.
@@ -234,6 +234,7 @@ export class Generation {
       text = tokenizer.renderChat(p.prompt.messages, {
         addGenerationPrompt: true,
         tools: p.prompt.tools,
+        toolsJson: p.prompt.toolsJson,
         extra: p.prompt.templateKwargs,
       });
     } catch (err) {

@@ -9,7 +9,7 @@
  * "length" ("tool_calls" when it calls a tool, see choice-output.ts).
  * Rejected with a clear 400: n > 1, echo, batched prompts.
  */
-import { chatTemplateKwargsOf } from '../common/index.js';
+import { chatTemplateKwargsOf, pythonToolsJson } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import type { ChatMessage } from '../tokenizer/index.js';
 
@@ -20,6 +20,8 @@ export type PromptInput =
       kind: 'chat';
       messages: ChatMessage[];
       tools: unknown[] | undefined;
+      /** `tools` as vLLM's template sees them, where their numbers print otherwise in JavaScript (common's `pythonToolsJson`). */
+      toolsJson: string | undefined;
       templateKwargs: Record<string, unknown> | undefined;
     };
 
@@ -122,12 +124,38 @@ function parseBootstrap(body: Record<string, unknown>, rawBody: string): Bootstr
   return { host, port, room: exact };
 }
 
+/** A chat body's prompt (`parseGenerateRequest`'s arguments). @throws KvgateError KVG_ERR_INVALID_REQUEST */
+function parseChatPrompt(body: Record<string, unknown>, rawBody: string, toolsJson: string | undefined): PromptInput {
+  const messages = body.messages;
+  if (messages === undefined || messages === null) throw invalid('messages is required', 'messages');
+  if (!Array.isArray(messages) || messages.length === 0) throw invalid('messages must be a non-empty list', 'messages');
+  const tools = body.tools;
+  if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw invalid('tools must be a list', 'tools');
+  const kwargs = body.chat_template_kwargs;
+  if (kwargs !== undefined && kwargs !== null && !isObject(kwargs))
+    throw invalid('chat_template_kwargs must be an object', 'chat_template_kwargs');
+  return {
+    kind: 'chat',
+    messages: messages as ChatMessage[],
+    tools: (tools ?? undefined) as unknown[] | undefined,
+    // As the gateway reads them (frontend's prompt-task.ts), so the two render the same prompt.
+    toolsJson: toolsJson ?? pythonToolsJson(tools, Array.isArray(tools) ? Buffer.from(rawBody) : undefined),
+    templateKwargs: chatTemplateKwargsOf(body),
+  };
+}
+
 /**
  * Parses and validates a completions or chat-completions body.
- * @param rawBody the body text, for exact big integers
+ * @param rawBody the body text, for exact big integers and the tools' number literals
+ * @param toolsJson an agent API's tools as its conversion wrote them (common's `pythonToolsJson`), for its chat body
  * @throws KvgateError KVG_ERR_INVALID_REQUEST with `detail.param`
  */
-export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown, rawBody: string): GenerateRequest {
+export function parseGenerateRequest(
+  kind: 'completion' | 'chat',
+  body: unknown,
+  rawBody: string,
+  toolsJson?: string,
+): GenerateRequest {
   if (!isObject(body)) throw invalid('the request body must be a JSON object', null);
   const model = body.model;
   if (model !== undefined && model !== null && typeof model !== 'string')
@@ -137,23 +165,7 @@ export function parseGenerateRequest(kind: 'completion' | 'chat', body: unknown,
   if (kind === 'completion') {
     if (body.prompt === undefined || body.prompt === null) throw invalid('prompt is required', 'prompt');
     prompt = parsePrompt(body.prompt);
-  } else {
-    const messages = body.messages;
-    if (messages === undefined || messages === null) throw invalid('messages is required', 'messages');
-    if (!Array.isArray(messages) || messages.length === 0)
-      throw invalid('messages must be a non-empty list', 'messages');
-    const tools = body.tools;
-    if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw invalid('tools must be a list', 'tools');
-    const kwargs = body.chat_template_kwargs;
-    if (kwargs !== undefined && kwargs !== null && !isObject(kwargs))
-      throw invalid('chat_template_kwargs must be an object', 'chat_template_kwargs');
-    prompt = {
-      kind: 'chat',
-      messages: messages as ChatMessage[],
-      tools: (tools ?? undefined) as unknown[] | undefined,
-      templateKwargs: chatTemplateKwargsOf(body),
-    };
-  }
+  } else prompt = parseChatPrompt(body, rawBody, toolsJson);
 
   const maxTokensKey =
     kind === 'chat' && body.max_completion_tokens !== undefined && body.max_completion_tokens !== null

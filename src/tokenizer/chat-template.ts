@@ -17,8 +17,10 @@
  * `name`, a developer's `tools`; no other field. The compiled form sees the
  * arguments' numbers as Python's `json.loads` gives them (tool-arguments.ts:
  * `1.0` printed and written by `tojson` as `1.0`, an integer beyond 2^53
- * exactly); the interpreter sees JavaScript numbers (`1`), so a template that
- * does more with such a number than print it or `tojson` renders as before.
+ * exactly), and so does the request's `tools` where the caller gives their
+ * text (`toolsJson`, read by the same rules); the interpreter sees JavaScript
+ * numbers (`1`), so a template that does more with such a number than print
+ * it or `tojson` renders as before.
  */
 import { Template } from '@huggingface/jinja';
 import type { Logger } from '../common/index.js';
@@ -192,11 +194,13 @@ export class ChatTemplate {
     if (opts.tools !== undefined) vars.tools = opts.tools;
     if (this.#compiled !== undefined) {
       try {
+        if (opts.tools !== undefined && opts.toolsJson !== undefined) vars.tools = parseToolArguments(opts.toolsJson);
         return this.#compiled(vars);
       } catch {
         this.#fallbacks++;
         // Not an answer yet: the interpreter below gives the exact text or the error (and its message).
         vars.messages = normalizeMessages(messages, false);
+        if (opts.tools !== undefined) vars.tools = opts.tools;
       }
     }
     try {

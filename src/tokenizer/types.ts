@@ -22,6 +22,12 @@ export interface RenderChatOptions {
   addGenerationPrompt?: boolean;
   /** Tool definitions, passed to the template as `tools`. */
   tools?: readonly unknown[] | undefined;
+  /**
+   * `tools` as Python's `json.dumps` writes vLLM's parse of them (common's `pythonToolsJson`), where their numbers print
+   * otherwise in JavaScript: the compiled template renders with its parse (`1.0` printed and written by `tojson` as
+   * `1.0`), the interpreter with `tools`.
+   */
+  toolsJson?: string | undefined;
   /** Extra template variables (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`). */
   extra?: Readonly<Record<string, unknown>> | undefined;
 }

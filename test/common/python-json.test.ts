@@ -4,7 +4,14 @@
  * text below is what CPython printed for `json.dumps(json.loads(literal))`.
  */
 import { describe, expect, it } from 'vitest';
-import { InputSources, pythonFloatText, pythonJson, pythonNumberText } from '../../src/common/python-json.js';
+import {
+  InputSources,
+  pythonFloatText,
+  pythonJson,
+  pythonNumberText,
+  pythonToolsJson,
+  readJson,
+} from '../../src/common/python-json.js';
 
 const PYTHON: readonly (readonly [string, string])[] = [
   ['1.0', '1.0'],
@@ -77,5 +84,45 @@ describe('InputSources', () => {
     expect(pythonJson(sources.take({ input: { k: 1 } }))).toBe('{"input": {"k": 1.0}}');
     expect(pythonJson(sources.take({ k: 2 }))).toBe('{"k": 2.0}');
     expect(sources.take({ k: 1 })).toBeUndefined();
+  });
+});
+
+describe('readJson', () => {
+  it('reads objects as JSON.parse does: an own __proto__, a repeated key first in place with its last value, escapes', () => {
+    const text = '{"__proto__": {"a": 1}, "k": 1, "s": "q\\"\\u00e9\\\\", "k": [2, "x"], "constructor": 3}';
+    const { value, end } = readJson(text, 0, Number);
+    expect(value).toEqual(JSON.parse(text));
+    expect(Object.keys(value as object)).toEqual(Object.keys(JSON.parse(text) as object));
+    expect(Object.getPrototypeOf(value)).toBe(Object.prototype);
+    expect(end).toBe(text.length);
+  });
+});
+
+describe('pythonToolsJson', () => {
+  const bytes = (tools: string): Buffer => Buffer.from(`{"model": "m", "tools": ${tools}, "messages": []}`);
+  const tools = (text: string): unknown => JSON.parse(text) as unknown;
+
+  it("is the client's tools text where an integral number's literal is a float's", () => {
+    const text = '[{"type": "function", "function": {"name": "f", "parameters": {"minimum": 0.0, "n": 3}}}]';
+    expect(pythonToolsJson(tools(text), bytes(text))).toBe(text);
+  });
+
+  it('is nothing where every number prints as Python does, integers written as integers among them', () => {
+    const text = '[{"name": "f", "parameters": {"minimum": 0, "maximum": 100, "enum": ["1.0"]}}]';
+    expect(pythonToolsJson(tools(text), bytes(text))).toBeUndefined();
+    expect(pythonToolsJson([{ maximum: 0.5 }], bytes('[{"maximum": 0.5}]'))).toBeUndefined();
+    expect(pythonToolsJson([], bytes('[]'))).toBeUndefined();
+  });
+
+  it("writes a conversion's tools from the literals: the last of a repeated `tools` member, as JSON.parse keeps", () => {
+    const body = Buffer.from('{"tools": [{"x": 2.0}], "tools": [{"x": 1.0, "y": 1e-7}]}');
+    const wrap = (t: unknown): unknown => (t as unknown[]).map((f) => ({ type: 'function', function: f }));
+    expect(pythonToolsJson([{ x: 1, y: 1e-7 }], body, wrap)).toBe(
+      '[{"type": "function", "function": {"x": 1.0, "y": 1e-07}}]',
+    );
+  });
+
+  it('writes from the parse a float Python writes in another form, with no literal to read', () => {
+    expect(pythonToolsJson([{ y: 1e-7, z: 0.25 }], undefined)).toBe('[{"y": 1e-07, "z": 0.25}]');
   });
 });

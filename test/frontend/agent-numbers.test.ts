@@ -2,12 +2,15 @@
  * A Messages tool_use input's numbers reach the prompt as vLLM renders them: its front end writes the input with
  * Python's `json.dumps` and its template writes the `json.loads` of that with `tojson`, so `1.0` stays `1.0`, `1e-7`
  * is `1e-07` and a 20-digit integer stays exact. The expected prompt is what Python rendered (jinja2 with the
- * transformers `tojson`, the demo model's Qwen3 template) for this body.
+ * transformers `tojson`, the demo model's Qwen3 template) for this body. So do a request's tool schemas' numbers, which
+ * vLLM's template writes with `tojson` from its parse of the body (Messages, Chat Completions).
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseRequestBody, routeRequestBody, type ServedModel } from '../../src/frontend/request-parse.js';
 import { tokenizerJob } from '../../src/frontend/tokenize-request.js';
+import { pythonToolsJson } from '../../src/common/index.js';
+import { PYTHON_TOOLS_PROMPT, TOOL_BODIES } from './python-prompts.js';
 import { ChatTemplate, demoTokenizerFiles, type ChatMessage } from '../../src/tokenizer/index.js';
 
 const BODY = `{"model": "demo", "max_tokens": 64, "messages": [
@@ -59,5 +62,26 @@ describe('a Messages tool_use input with floats', () => {
     const job = tokenizerJob('count_tokens', JSON.parse(BODY) as Record<string, unknown>, served, options);
     if (job.kind !== 'ids' || job.task.kind !== 'chat') throw new Error('expected a chat task');
     expect(qwen3Template().render(job.task.messages as ChatMessage[])).toBe(PYTHON_PROMPT);
+  });
+});
+
+describe("a tool schema's numbers", () => {
+  for (const endpoint of ['messages', 'chat'] as const) {
+    it(`render as vLLM renders them (${endpoint})`, () => {
+      const body = TOOL_BODIES[endpoint];
+      const parsed = parseRequestBody(body, endpoint, { maxMessages: 100 });
+      const routed = routeRequestBody(parsed, served, {}, Buffer.from(body));
+      if (!routed.task.ok || routed.task.task.kind !== 'chat') throw new Error('expected a chat task');
+      const { messages, tools, toolsJson } = routed.task.task;
+      expect(qwen3Template().render(messages as ChatMessage[], { tools, toolsJson })).toBe(PYTHON_TOOLS_PROMPT);
+    });
+  }
+
+  it('need no literal where none is integral, and nothing where they print as Python does', () => {
+    const tools = [{ type: 'function', function: { name: 'f', parameters: { minimum: 1e-7, maximum: 0.5 } } }];
+    expect(pythonToolsJson(tools, undefined)).toBe(
+      '[{"type": "function", "function": {"name": "f", "parameters": {"minimum": 1e-07, "maximum": 0.5}}}]',
+    );
+    expect(pythonToolsJson([{ name: 'f', parameters: { maximum: 0.5, enum: ['1.0'] } }], undefined)).toBeUndefined();
   });
 });

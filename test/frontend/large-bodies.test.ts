@@ -21,6 +21,7 @@ import {
 import { KvgateMetrics } from '../../src/metrics/index.js';
 import { loadTokenizer } from '../../src/tokenizer/index.js';
 import { FakeRouter } from './fake-router.js';
+import { PYTHON_TOOLS_PROMPT, TOOL_BODIES } from './python-prompts.js';
 import { post } from './server-harness.js';
 
 const MAX_MESSAGES = 64;
@@ -504,6 +505,22 @@ describe("a Messages tool_use input's numbers, on either thread", () => {
       const r = await post(`${g.url}/v1/messages`, body);
       expect(r.status).toBe(200);
       expect([...g.routers.demo.routed.at(-1)!.tokenIds]).toEqual(ids);
+    }
+  });
+});
+
+describe("a tool schema's numbers, on either thread", () => {
+  it('route on the prompt vLLM renders (0.0 and 1.0 stay so, 1e-7 is 1e-07), Messages and Chat Completions', async () => {
+    const ids = await loadTokenizer('demo').encode(PYTHON_TOOLS_PROMPT, { addSpecialTokens: false });
+    for (const [endpoint, path] of [
+      ['messages', '/v1/messages'],
+      ['chat', '/v1/chat/completions'],
+    ] as const) {
+      for (const g of [here, pooled]) {
+        const r = await post(`${g.url}${path}`, TOOL_BODIES[endpoint]);
+        expect(r.status).toBe(200);
+        expect([...g.routers.demo.routed.at(-1)!.tokenIds]).toEqual(ids);
+      }
     }
   });
 });

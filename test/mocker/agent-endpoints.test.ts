@@ -5,8 +5,10 @@ import { agentChatBody } from '../../src/mocker/agent-endpoints.js';
 describe('agentChatBody', () => {
   it('keeps a cache salt for Responses (vLLM passes it on) and drops it for Messages (vLLM has no such field)', () => {
     const messages = { model: 'm', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], cache_salt: 't' };
-    expect(agentChatBody('messages', messages, 'preserve').cache_salt).toBeUndefined();
-    expect(agentChatBody('responses', { model: 'm', input: 'hi', cache_salt: 't' }, 'preserve').cache_salt).toBe('t');
+    expect(agentChatBody('messages', messages, 'preserve').body.cache_salt).toBeUndefined();
+    expect(agentChatBody('responses', { model: 'm', input: 'hi', cache_salt: 't' }, 'preserve').body.cache_salt).toBe(
+      't',
+    );
   });
 
   it('places inline system messages as its anthropic_inline_system says', () => {
@@ -19,12 +21,12 @@ describe('agentChatBody', () => {
         { role: 'system', content: 'r' },
       ],
     };
-    expect(agentChatBody('messages', body, 'preserve').messages).toEqual([
+    expect(agentChatBody('messages', body, 'preserve').body.messages).toEqual([
       { role: 'system', content: 'P' },
       { role: 'user', content: 'q' },
       { role: 'system', content: 'r' },
     ]);
-    expect(agentChatBody('messages', body, 'fold').messages).toEqual([
+    expect(agentChatBody('messages', body, 'fold').body.messages).toEqual([
       { role: 'system', content: 'P' },
       { role: 'user', content: 'q\n\nr' },
     ]);
@@ -33,10 +35,11 @@ describe('agentChatBody', () => {
   it("renders with the effort as vLLM's front ends pass it: Messages' output_config.effort, Responses' reasoning", () => {
     const messages = { model: 'm', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] };
     expect(
-      agentChatBody('messages', { ...messages, output_config: { effort: 'low' } }, 'preserve').chat_template_kwargs,
+      agentChatBody('messages', { ...messages, output_config: { effort: 'low' } }, 'preserve').body
+        .chat_template_kwargs,
     ).toEqual({ reasoning_effort: 'low', enable_thinking: true });
     const responses = { model: 'm', input: 'hi', reasoning: { effort: 'none' }, chat_template_kwargs: { x: 1 } };
-    expect(agentChatBody('responses', responses, 'preserve').chat_template_kwargs).toEqual({
+    expect(agentChatBody('responses', responses, 'preserve').body.chat_template_kwargs).toEqual({
       x: 1,
       reasoning_effort: 'none',
       enable_thinking: false,

@@ -420,6 +420,7 @@ function renderChat(tok: TextTokenizer, task: Extract<PreprocessTask, { kind: 'c
   const parts = tok.renderChatParts(messages, {
     addGenerationPrompt: continueFinal ? false : (task.addGenerationPrompt ?? true),
     tools: task.tools,
+    toolsJson: task.toolsJson,
     extra: task.chatTemplateKwargs,
   });
   if (!continueFinal) return parts;

@@ -51,6 +51,7 @@ export class PromptMemo {
     const key = JSON.stringify([
       task.messages,
       task.tools ?? null,
+      task.toolsJson ?? null,
       task.chatTemplateKwargs ?? null,
       task.addGenerationPrompt ?? null,
       task.continueFinalMessage ?? null,

@@ -54,6 +54,8 @@ export interface ChatTask extends TaskBase {
   kind: 'chat';
   messages: unknown[];
   tools?: unknown[] | undefined;
+  /** `tools` as vLLM's template sees them, where their numbers print otherwise in JavaScript (common's `pythonToolsJson`). */
+  toolsJson?: string | undefined;
   chatTemplateKwargs?: Record<string, unknown> | undefined;
   /** Default true. */
   addGenerationPrompt?: boolean | undefined;
