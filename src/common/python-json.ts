@@ -266,7 +266,22 @@ function needOf(v: unknown): Need {
   }
   if (typeof v !== 'object' || v === null) return Need.None;
   let need = Need.None;
-  for (const x of Array.isArray(v) ? v : Object.values(v)) {
+  // Loops that allocate nothing: a large tools list without numbers costs this walk alone.
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) {
+      const x: unknown = v[i];
+      if (typeof x === 'string' || typeof x === 'boolean') continue;
+      const n = needOf(x);
+      if (n === Need.Literals) return n;
+      if (n === Need.Parse) need = n;
+    }
+    return need;
+  }
+  const o = v as Record<string, unknown>;
+  for (const k in o) {
+    if (!Object.prototype.hasOwnProperty.call(o, k)) continue;
+    const x = o[k];
+    if (typeof x === 'string' || typeof x === 'boolean') continue;
     const n = needOf(x);
     if (n === Need.Literals) return n;
     if (n === Need.Parse) need = n;
