@@ -225,14 +225,24 @@ export function jsonArrayEnds(bytes: Uint8Array, start: number): { ends: number[
   }
 }
 
+/** Each bytes object's members as its last scan found them: a body's bytes are scanned once, whoever asks again. */
+const scanned = new WeakMap<Uint8Array, readonly JsonMember[]>();
+
 /**
  * The top-level members of the UTF-8 JSON object in `bytes` (a leading byte order mark skipped), each key once, as
- * byte offsets: what `rememberJsonBytes` takes. `readArray` reads a member's array instead of the scan.
- * Contract: `bytes` are valid JSON; on other bytes the members are meaningless (or a SyntaxError is thrown).
+ * byte offsets: what `rememberJsonBytes` takes. `readArray` reads a member's array instead of the scan. Without it,
+ * bytes already scanned (the same object) are not scanned again: a preprocessing thread's body scan serves its tools'
+ * reading (python-json.ts).
+ * Contract: `bytes` are valid JSON, and not written to afterwards; on other bytes the members are meaningless (or a
+ * SyntaxError is thrown).
  * @throws SyntaxError for bytes that are not a JSON object.
  */
 export function jsonByteMembers(bytes: Uint8Array, readArray?: ArrayReader): JsonMember[] {
-  return onceEachKey(scanMembers(bytes, readArray));
+  const known = readArray === undefined ? scanned.get(bytes) : undefined;
+  if (known !== undefined) return [...known];
+  const members = onceEachKey(scanMembers(bytes, readArray));
+  scanned.set(bytes, members);
+  return [...members];
 }
 
 /**

@@ -5,6 +5,7 @@
  * written `1.0`; `12345678901234567890` an exact int), which JSON.parse loses. So where a number's Python text
  * matters, the request's own literal is read (`readJson`) and written as Python writes it (`pythonNumberText`).
  */
+import { BytesMemo } from './bytes-memo.js';
 import { jsonByteMembers, jsonValueEnd, skipJsonSpace } from './json-text.js';
 
 /** A number as its JSON literal, read where the literal decides what Python writes (`pythonJson` writes it so). */
@@ -298,9 +299,11 @@ function needOf(v: unknown): Need {
  * the chat request holds them as they are. `source`: the body's UTF-8 JSON, whose top-level `tools` member gives an
  * integral number's literal (`1.0` or `1`); without it such a number is written from the parse, as an integer.
  * Why cheap: tools without an integral number or a float Python writes in another form (`1e-07`) cost one walk; with
- * integral numbers but no float literal or long integer in their text (`"minimum": 0`), a scan of the body's
- * members and a regular expression; only a float literal among integral numbers costs a reading of the literals
- * (none without `convert`: the client's text is the answer).
+ * integral numbers, their text (the body's `tools` member: its members are scanned once per bytes, json-text.ts) is
+ * read once per tools list and thread (`TOOLS_TEXTS`): a list seen before costs a lookup and a comparison of its
+ * bytes, whether every number prints alike (`"minimum": 0`: a regular expression over the text) or a float literal
+ * among them had its literals read (none without `convert`: the client's text is the answer).
+ * Contract: `convert` is a pure function of the tools it is given (its answer is remembered with their text).
  */
 export function pythonToolsJson(
   tools: unknown,
@@ -313,10 +316,38 @@ export function pythonToolsJson(
   // JSON.parse keeps a repeated key's last value; so does the member scan.
   const member =
     need === Need.Literals && source !== undefined ? jsonByteMembers(source).find((m) => m.key === 'tools') : undefined;
-  if (source === undefined || member === undefined) return pythonJson(convert === undefined ? tools : convert(tools));
-  const b = Buffer.from(source.buffer, source.byteOffset, source.byteLength);
-  const text = b.toString('utf8', member.start, member.end);
+  if (source === undefined || member === undefined) return written(convert === undefined ? tools : convert(tools));
+  const bytes = source.subarray(member.start, member.end);
+  const memo = bytes.length >= MEMO_MIN_BYTES ? TOOLS_TEXTS.get(bytes) : undefined;
+  if (memo !== undefined && (!memo.differs || memo.convert === convert)) return memo.json;
+  const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
   // Without a float literal or a long integer, every number is an integer JavaScript prints as Python does.
-  if (!mayDifferInPython(text)) return undefined;
-  return convert === undefined ? text : pythonJson(convert(readJson(text, 0, literalOf).value));
+  const differs = mayDifferInPython(text);
+  const json = !differs
+    ? undefined
+    : convert === undefined
+      ? text
+      : written(convert(readJson(text, 0, literalOf).value));
+  if (bytes.length >= MEMO_MIN_BYTES) TOOLS_TEXTS.set(bytes, { differs, convert, json }, json?.length ?? 0);
+  return json;
 }
+
+/** Tools as Python writes them; none where a conversion keeps none (a Responses `tool_choice: none`). */
+const written = (tools: unknown): string | undefined => (tools === undefined ? undefined : pythonJson(tools));
+
+/** A request's tools text read (`pythonToolsJson`): what it gives, and for which `convert` (any where it `differs` not). */
+interface ToolsText {
+  /** Whether a number in it prints otherwise in JavaScript (`mayDifferInPython`): if not, nothing, whatever converts it. */
+  readonly differs: boolean;
+  readonly convert: ((tools: unknown) => unknown) | undefined;
+  readonly json: string | undefined;
+}
+
+/** Below this many bytes a tools text is read each time: reading it costs about what remembering it does. */
+const MEMO_MIN_BYTES = 4096;
+
+/**
+ * The tools texts read on this thread, by their bytes: an agent's tools list (often hundreds of KB) on each of its
+ * turns after the first. Bounded: at most 64 lists, and 16 MiB of their bytes and answers, per thread.
+ */
+const TOOLS_TEXTS = new BytesMemo<ToolsText>(64, 16 * 1024 * 1024);

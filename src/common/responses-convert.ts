@@ -134,6 +134,10 @@ function convertTools(tools: unknown, toolChoice: unknown): Json[] | undefined {
   return toolChoice === 'none' ? undefined : out;
 }
 
+/** `convertTools` for each `tool_choice` it tells apart: one function each, as `pythonToolsJson` remembers its answer by it. */
+const wrapTools = (tools: unknown): Json[] | undefined => convertTools(tools, undefined);
+const noTools = (tools: unknown): Json[] | undefined => convertTools(tools, 'none');
+
 function isUnfinished(item: unknown): boolean {
   if (!isObject(item) || (item.status !== 'in_progress' && item.status !== 'incomplete')) return false;
   return item.type === 'reasoning' || ((item.type ?? 'message') === 'message' && item.role === 'assistant');
@@ -191,7 +195,7 @@ export function responsesToChat(body: Json, source?: Uint8Array): ChatConversion
   return {
     messages,
     tools: convertTools(body.tools, body.tool_choice),
-    toolsJson: pythonToolsJson(body.tools, source, (tools) => convertTools(tools, body.tool_choice)),
+    toolsJson: pythonToolsJson(body.tools, source, body.tool_choice === 'none' ? noTools : wrapTools),
     chatTemplateKwargs: chatTemplateKwargsOf({ chat_template_kwargs: kwargs, reasoning_effort: effort }),
     continueFinalMessage: Array.isArray(input) && isUnfinished(input.at(-1)),
   };

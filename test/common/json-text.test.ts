@@ -240,6 +240,19 @@ describe('jsonByteMembers', () => {
     expect(seen).toEqual(['a', 'prompt', 'b']);
     expect(members.map((m) => bytes.subarray(m.start, m.end).toString())).toEqual(['[1,2]', '[3, 4]', '["[",5]']);
   });
+
+  it('scans the same bytes once: a later call answers the members found, as a new array', () => {
+    const bytes = Buffer.from('{"a":[1,2],"tools":[{"x":1.0}]}');
+    const first = jsonByteMembers(bytes, () => undefined);
+    first.pop();
+    const again = jsonByteMembers(bytes);
+    expect(again.map((m) => m.key)).toEqual(['a', 'tools']);
+    // Written to against the contract: the members found before are answered, so the bytes were not scanned again.
+    bytes.subarray(again[1]!.start, again[1]!.end).fill(0x20);
+    expect(jsonByteMembers(bytes)).toEqual(again);
+    // Another view of the same memory is other bytes to the memo: scanned anew.
+    expect(jsonByteMembers(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength))).not.toEqual(again);
+  });
 });
 
 describe("an engine's body written from the client's bytes", () => {

@@ -122,6 +122,35 @@ describe('pythonToolsJson', () => {
     );
   });
 
+  it('answers a large tools list seen before as its first reading did, per conversion', () => {
+    // Over the memo's floor (4 KB): 100 tools, integral numbers, and in `floatText` one bound written 1.0.
+    const list = Array.from(
+      { length: 100 },
+      (_, i) => `{"name": "tool_${i}", "parameters": {"minimum": 0, "maxItems": ${i}}}`,
+    );
+    const wholeText = `[${list.join(', ')}]`;
+    const floatText = wholeText.replace('"maxItems": 99', '"maxItems": 99.0');
+    const wrap = (t: unknown): unknown => (t as unknown[]).map((f) => ({ type: 'function', function: f }));
+    const named = (t: unknown): unknown => (t as { name: string }[]).map((f) => f.name);
+    const wrapped = `[${list.map((f) => `{"type": "function", "function": ${f}}`).join(', ')}]`.replace(
+      '"maxItems": 99}',
+      '"maxItems": 99.0}',
+    );
+    const names = `[${list.map((_, i) => `"tool_${i}"`).join(', ')}]`;
+    const cases = [
+      [wholeText, undefined, undefined],
+      [wholeText, wrap, undefined],
+      [floatText, undefined, floatText],
+      [floatText, wrap, wrapped],
+      [floatText, named, names],
+      [floatText, wrap, wrapped],
+    ] as const;
+    // Each read twice, from fresh bytes as each request brings its own: the second a memo hit.
+    for (const [text, convert, want] of cases) {
+      for (let turn = 0; turn < 2; turn++) expect(pythonToolsJson(tools(text), bytes(text), convert)).toBe(want);
+    }
+  });
+
   it('writes from the parse a float Python writes in another form, with no literal to read', () => {
     expect(pythonToolsJson([{ y: 1e-7, z: 0.25 }], undefined)).toBe('[{"y": 1e-07, "z": 0.25}]');
   });

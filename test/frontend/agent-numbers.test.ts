@@ -77,6 +77,34 @@ describe("a tool schema's numbers", () => {
     });
   }
 
+  it("answer a Responses tools list seen before as they did, by its tool_choice's conversion", () => {
+    // Over the memo's floor (4 KB), one bound written 1.0: read from the literals, then remembered with its text.
+    const tool = (i: number): string =>
+      `{"type": "function", "name": "t${i}", "parameters": {"minimum": 0, "maximum": ${i === 0 ? '1.0' : i}}}`;
+    const list = Array.from({ length: 80 }, (_, i) => tool(i));
+    const toolsJsonOf = (choice: string): string | undefined => {
+      const body = `{"model": "demo", "input": "hi", "tool_choice": "${choice}", "tools": [${list.join(', ')}]}`;
+      const routed = routeRequestBody(
+        parseRequestBody(body, 'responses', { maxMessages: 100 }),
+        served,
+        {},
+        Buffer.from(body),
+      );
+      if (!routed.task.ok || routed.task.task.kind !== 'chat') throw new Error('expected a chat task');
+      return routed.task.task.toolsJson;
+    };
+    const wrapped = `[${list.map((t) => `{"type": "function", "function": ${t}}`).join(', ')}]`;
+    // vLLM passes no tools when the client forbids their use: the conversion keeps none.
+    for (const [choice, want] of [
+      ['auto', wrapped],
+      ['none', undefined],
+      ['auto', wrapped],
+      ['none', undefined],
+    ]) {
+      expect(toolsJsonOf(choice as string)).toBe(want);
+    }
+  });
+
   it('need no literal where none is integral, and nothing where they print as Python does', () => {
     const tools = [{ type: 'function', function: { name: 'f', parameters: { minimum: 1e-7, maximum: 0.5 } } }];
     expect(pythonToolsJson(tools, undefined)).toBe(
