@@ -25,6 +25,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   'frontend/forward-body': () => import('./frontend/forward-body.bench.js'),
   'tokenizer/render': () => import('./tokenizer/render.bench.js'),
   'frontend/body-parse': () => import('./frontend/body-parse.bench.js'),
+  'frontend/tool-numbers': () => import('./frontend/tool-numbers.bench.js'),
   'tokenizer/tool-calls': () => import('./tokenizer/tool-calls.bench.js'),
   'tokenizer/encode': () => import('./tokenizer/encode.bench.js'),
   'gateway/throughput': () => import('./gateway/throughput.bench.js'),
