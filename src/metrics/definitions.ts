@@ -354,6 +354,15 @@ export const METRIC_DEFINITIONS = {
       'recently used binding dropped).',
     labelNames: ['model', 'worker_type', 'limit'],
   },
+  sessionPins: {
+    kind: 'counter',
+    name: 'kvgate_router_session_pins_total',
+    help:
+      'Sticky session bindings of a worker that went down or left: event=held (marked down: kept, not routed to), ' +
+      'returned (up again: routed to again), moved (its session served elsewhere while it was down: bound there), ' +
+      'dropped (it left the registry).',
+    labelNames: ['model', 'worker_type', 'event'],
+  },
   sessionPriorityLimits: {
     kind: 'counter',
     name: 'kvgate_router_session_priority_limits_total',

@@ -31,7 +31,7 @@ import type { DispatchOutcomeListener } from './push/leg-failures.js';
 import { PushRouter, type PushRouterOptions } from './push/push-router.js';
 import { followRegistry } from './registry-follower.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerStatus } from './router-port.js';
-import { StickySessions, pinsSessions, sessionLimitReporter, type SessionLimits } from './sticky-sessions.js';
+import { StickySessions, pinsSessions, poolSessions, type SessionLimits } from './sticky-sessions.js';
 import { WorkerWatch } from './worker-watch.js';
 
 export interface ModelRouterOptions extends Pick<KvPoolOptions, 'eagle'>, Pick<LegBuilderOptions, 'sessionPriority'> {
@@ -146,8 +146,7 @@ export class ModelRouter implements ModelRouterPort {
     ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
     this.#watch = new WorkerWatch(opts.model, opts.registry, ctx, opts.workerHealth, () => this.unavailable());
     const decode = this.#buildPool('decode');
-    const onLimit = sessionLimitReporter(ctx, opts.model, decode.push.role);
-    this.sessions = new StickySessions(ctx.clock, opts.sessionTtlMs, opts.sessionLimits, onLimit);
+    this.sessions = poolSessions(ctx, opts.model, decode.push.role, opts.sessionTtlMs, opts.sessionLimits);
     this.#pinSessions = pinsSessions(opts.sessionAffinity, opts.mode);
     this.decode = decode.push;
     this.events = decode.events;
@@ -173,11 +172,11 @@ export class ModelRouter implements ModelRouterPort {
     this.#unfollow = followRegistry(opts.registry, opts.model, {
       // A prefill worker the pool refused (its bootstrap endpoint: logged there) is not routed to: not up.
       added: (w) => this.#watch[this.#workerAdded(w) ? 'up' : 'notRouted'](w),
-      removed: (w, keepKv) => {
-        this.#workerRemoved(w, keepKv);
+      removed: (w, keepKv, why) => {
+        this.#workerRemoved(w, keepKv, why === 'unavailable');
         this.#watch.down(w, keepKv);
       },
-      forgotten: (w) => this.#workerRemoved(w, false),
+      forgotten: (w) => this.#workerRemoved(w, false, false),
       // New engine facts of a routable worker (capacity, KV trust): its pool re-registers it in place
       // (bookings, index entries and subscriptions stay).
       updated: (w) => {
@@ -258,6 +257,7 @@ export class ModelRouter implements ModelRouterPort {
       events = this.#prefillPool?.events;
     } else {
       this.decode.addWorker(w);
+      this.sessions.releaseWorker(w.id);
       events = this.events;
     }
     if (events !== undefined) subscribeWorker(events, w, this.#ctx);
@@ -265,18 +265,19 @@ export class ModelRouter implements ModelRouterPort {
   }
 
   /**
-   * Takes the worker out of routing: its session pins are unbound. `keepIndex`: its prefix-index slot, KV-event
-   * subscriptions and bookings stay for its return (its requests still running free as usual, and count in its
-   * load when it is back); otherwise they go (its requests that still finish free nothing).
+   * Takes the worker out of routing. `keepIndex`: its prefix-index slot, KV-event subscriptions and bookings stay
+   * for its return (its requests running free as usual, and count in its load when it is back), else they go.
+   * `holdSessions` (marked down, KV events or not: its engine keeps its cache): its session pins wait for it.
    */
-  #workerRemoved(w: WorkerInfo, keepIndex: boolean): void {
-    if (w.role !== 'prefill') this.sessions.unbindWorker(w.id);
+  #workerRemoved(w: WorkerInfo, keepIndex: boolean, holdSessions: boolean): void {
     if (w.role === 'prefill') {
       // The pool going inactive is logged and counted there, with what becomes of the requests.
-      this.prefill.removeWorker(w.id, keepIndex);
+      this.prefill.removeWorker(w.id, keepIndex, holdSessions);
       if (!keepIndex) void this.#prefillPool?.events?.remove(w.id);
       return;
     }
+    if (holdSessions) this.sessions.holdWorker(w.id);
+    else this.sessions.unbindWorker(w.id);
     this.decode.removeWorker(w.id, keepIndex);
     if (!keepIndex) void this.events?.remove(w.id);
   }

@@ -10,9 +10,22 @@
  *   binding to the same slot only slides its expiry to `now + ttl`, unless
  *   the request names a timeout, which then replaces the binding's TTL;
  * - an expired binding is gone at the next lookup (and at `sweep`);
- * - a worker that leaves the pool unbinds its sessions (`unbindWorker`), and a
- *   sticky worker that refuses a request for any reason but a client abort
- *   loses the session (`refused`);
+ * - a worker that leaves for good (removed from the configuration or
+ *   discovery) unbinds its sessions at once (`unbindWorker`), and a sticky
+ *   worker that refuses a request for any reason but a client abort loses the
+ *   session (`refused`);
+ * - a worker only marked down (a failed health check, an ejection: still
+ *   registered) keeps its sessions' bindings (`holdWorker`) until it is up
+ *   again (`releaseWorker`) or leaves: its engine keeps their KV cache through
+ *   a flap, so a session that sent nothing meanwhile goes back to it, where
+ *   its context is, instead of being prefilled again elsewhere. A held
+ *   binding is never routed to (a request must not wait for, nor fail on, a
+ *   worker that is down): the session's request meanwhile goes where an
+ *   unbound one would (its parent's worker, else the router's choice) and,
+ *   served there, moves the binding there as any accepted dispatch does, the
+ *   worker that now holds its whole context (going back would prefill the
+ *   turns it missed and strand that copy). A held binding still expires on
+ *   its TTL, which nothing slides while its worker is down;
  * - `close` (session_control action) unbinds after the request that carries it;
  * - the client chooses the timeout, so it is bounded: a TTL above `maxTtlMs` is
  *   clamped to it (not refused: the request itself is fine), and at most
@@ -54,6 +67,14 @@ export interface SessionLimits {
 export type SessionLimit = 'timeout' | 'capacity';
 type SessionLimitHandler = (limit: SessionLimit, sessions: StickySessions) => void;
 
+/**
+ * What became of a worker's bindings: `held` (it was marked down: kept), `returned` (up again: routed to again),
+ * `moved` (a held binding's session was served elsewhere meanwhile: bound there), `dropped` (it left for good).
+ */
+export type SessionPinEvent = 'held' | 'returned' | 'moved' | 'dropped';
+/** Told of each such change with the worker and the number of bindings (the two per-worker events only when > 0). */
+export type SessionPinHandler = (event: SessionPinEvent, workerId: number, bindings: number) => void;
+
 /** A binding as router replicas share it. */
 export interface SharedSessionBinding extends WorkerRank {
   readonly session: string;
@@ -74,6 +95,10 @@ export class StickySessions {
   readonly #onLimit: SessionLimitHandler | undefined;
   /** In least-recently-used order (a bind or touch re-inserts at the end). */
   readonly #bindings = new Map<string, SessionBinding>();
+  /** Workers marked down and still registered: their bindings are kept but not routed to. */
+  readonly #held = new Set<number>();
+  /** Told of what becomes of a worker's bindings when it goes down, comes back or leaves (see `SessionPinEvent`). */
+  onPin: SessionPinHandler | undefined;
   /** Told of every binding made here (replica sync shares them); not of adopted ones. */
   onBind: ((binding: SharedSessionBinding) => void) | undefined;
 
@@ -96,8 +121,8 @@ export class StickySessions {
 
   /**
    * The session's bound slot while its worker is still `eligible` (in the pool, not
-   * excluded), else its parent session's; a binding to an ineligible worker is dropped.
-   * Does not slide the TTL.
+   * excluded), else its parent session's; a binding to an ineligible worker is dropped,
+   * one to a worker held down is kept and passed over. Does not slide the TTL.
    */
   stickySlot(session: SessionHint | undefined, eligible: (workerId: number) => boolean): WorkerRank | undefined {
     if (session === undefined) return undefined;
@@ -110,6 +135,8 @@ export class StickySessions {
   #eligibleBinding(id: string, eligible: (workerId: number) => boolean): WorkerRank | undefined {
     const b = this.lookup(id);
     if (b === undefined) return undefined;
+    // Held (its worker is down for now): not routed to, not dropped.
+    if (this.#held.has(b.workerId)) return undefined;
     if (eligible(b.workerId)) return b;
     this.unbind(id);
     return undefined;
@@ -131,7 +158,10 @@ export class StickySessions {
       b.dpRank === slot.dpRank
     )
       this.touch(session.id);
-    else this.bind(session.id, slot, session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : undefined);
+    else {
+      if (b !== undefined && this.#held.has(b.workerId)) this.onPin?.('moved', b.workerId, 1);
+      this.bind(session.id, slot, session.timeoutSecs !== undefined ? session.timeoutSecs * 1000 : undefined);
+    }
   }
 
   /** The sticky worker failed the request with `err`: it no longer holds the session, unless the client went away. */
@@ -210,8 +240,9 @@ export class StickySessions {
     return this.#bindings.delete(sessionId);
   }
 
-  /** Drops every session bound to a worker (it left the pool); returns how many. */
+  /** Drops every session bound to a worker (it left for good, held or not); returns how many. */
   unbindWorker(workerId: number): number {
+    this.#held.delete(workerId);
     let n = 0;
     for (const [id, b] of this.#bindings) {
       if (b.workerId === workerId) {
@@ -219,6 +250,35 @@ export class StickySessions {
         n++;
       }
     }
+    if (n > 0) this.onPin?.('dropped', workerId, n);
+    return n;
+  }
+
+  /** The worker was marked down (still registered): its bindings are kept, not routed to; returns how many. */
+  holdWorker(workerId: number): number {
+    this.#held.add(workerId);
+    const n = this.#liveOn(workerId);
+    if (n > 0) this.onPin?.('held', workerId, n);
+    return n;
+  }
+
+  /** The worker is routable again: its bindings still live (not expired, not moved) route to it; returns how many. */
+  releaseWorker(workerId: number): number {
+    if (!this.#held.delete(workerId)) return 0;
+    const n = this.#liveOn(workerId);
+    if (n > 0) this.onPin?.('returned', workerId, n);
+    return n;
+  }
+
+  /** Whether the worker's bindings are held (it is marked down). */
+  holds(workerId: number): boolean {
+    return this.#held.has(workerId);
+  }
+
+  #liveOn(workerId: number): number {
+    const now = this.#clock.now();
+    let n = 0;
+    for (const b of this.#bindings.values()) if (b.workerId === workerId && b.expiresAt > now) n++;
     return n;
   }
 
@@ -240,7 +300,7 @@ export class StickySessions {
  * Reports a pool's session limits: every clamp and eviction is counted
  * (`kvgate_router_session_limits_total`) and logged (`logLimitOnce`).
  */
-export function sessionLimitReporter(ctx: RouterContext, model: string, workerType: WorkerRole): SessionLimitHandler {
+function sessionLimitReporter(ctx: RouterContext, model: string, workerType: WorkerRole): SessionLimitHandler {
   const log = logLimitOnce(ctx, 'kvgate_router_session_limits_total', {
     timeout: 'a session asked for a timeout above the maximum: clamped',
     capacity: 'sticky sessions at capacity: the least recently used was dropped',
@@ -248,6 +308,39 @@ export function sessionLimitReporter(ctx: RouterContext, model: string, workerTy
   return (limit, sessions) => {
     ctx.metrics?.sessionLimits.labels({ model, worker_type: workerType, limit }).inc();
     log(limit, { workerType, maxSessionTimeoutS: sessions.maxTtlMs / 1000, maxSessions: sessions.maxSessions });
+  };
+}
+
+/** A pool's sticky sessions, their limits and what becomes of a worker's bindings counted and logged. */
+export function poolSessions(
+  ctx: RouterContext,
+  model: string,
+  workerType: WorkerRole,
+  ttlMs: number | undefined,
+  limits: SessionLimits | undefined,
+): StickySessions {
+  const s = new StickySessions(ctx.clock, ttlMs, limits, sessionLimitReporter(ctx, model, workerType));
+  s.onPin = sessionPinReporter(ctx, model, workerType);
+  return s;
+}
+
+/**
+ * Reports what becomes of a pool's bindings when a worker goes down, comes back or leaves: each counted by binding
+ * (`kvgate_router_session_pins_total`) and logged, a move while down at debug (one per request).
+ */
+function sessionPinReporter(ctx: RouterContext, model: string, workerType: WorkerRole): SessionPinHandler {
+  const said: Record<SessionPinEvent, string> = {
+    held: 'kept while it is down (routed elsewhere meanwhile; back to it when it returns, unless served elsewhere first)',
+    returned: 'routed to it again: it is back',
+    moved: 'moved: its session was served elsewhere while it was down',
+    dropped: 'dropped: it left',
+  };
+  return (event, workerId, bindings) => {
+    ctx.metrics?.sessionPins.labels({ model, worker_type: workerType, event }).inc(bindings);
+    const line = { workerId, workerType, sessionPins: bindings, event };
+    const msg = `worker ${workerId}: ${bindings} session pin${bindings === 1 ? '' : 's'} ${said[event]}`;
+    if (event === 'moved') ctx.logger.debug(line, msg);
+    else ctx.logger.info(line, msg);
   };
 }
 

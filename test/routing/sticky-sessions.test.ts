@@ -94,3 +94,112 @@ describe('sticky session limits (issue 13 item 4)', () => {
     }
   });
 });
+
+// A worker marked down (a failed health check, an ejection) keeps its sessions' pins for its return; one that
+// leaves drops them. Before, marking it down dropped them, so after a flap its sessions were placed anew.
+describe("a worker marked down holds its sessions' pins", () => {
+  const A = { workerId: 1, dpRank: 0 };
+  const B = { workerId: 2, dpRank: 0 };
+  const up = (id: number): boolean => id !== 1;
+
+  it('passes a held pin over without dropping it; a session served elsewhere meanwhile moves; TTL still runs', () => {
+    const clock = new ManualClock();
+    const s = new StickySessions(clock, 1000);
+    const events: [string, number, number][] = [];
+    s.onPin = (event, workerId, n) => void events.push([event, workerId, n]);
+    s.served({ id: 'idle' }, A);
+    s.served({ id: 'busy' }, A);
+    s.served({ id: 'short' }, A);
+    s.bind('long', A, 5000);
+    clock.advance(500);
+    s.touch('idle');
+    s.touch('long');
+
+    expect(s.holdWorker(1)).toBe(4);
+    expect(s.holds(1)).toBe(true);
+    // Not routed to (the worker is down), not dropped.
+    expect(s.stickySlot({ id: 'idle' }, up)).toBeUndefined();
+    expect(s.lookup('idle')).toMatchObject(A);
+    // A subagent of a held session goes where the router sends it, not to the held worker.
+    expect(s.stickySlot({ id: 'child', parentId: 'idle' }, up)).toBeUndefined();
+    // Served elsewhere while held: bound there (that worker now holds its whole context).
+    s.served({ id: 'busy' }, B);
+    expect(s.lookup('busy')).toMatchObject(B);
+    // Nothing slides a held pin: 'short' (last used at 0) lapses at 1000 while its worker is down.
+    clock.advance(600);
+    expect(s.lookup('short')).toBeUndefined();
+    expect(s.lookup('idle')).toMatchObject(A);
+
+    expect(s.releaseWorker(1)).toBe(2); // 'idle' and 'long'
+    expect(s.holds(1)).toBe(false);
+    expect(s.stickySlot({ id: 'idle' }, () => true)).toMatchObject(A);
+    expect(s.stickySlot({ id: 'busy' }, () => true)).toMatchObject(B);
+    expect(s.releaseWorker(1)).toBe(0); // not held: nothing to report
+    expect(events).toEqual([
+      ['held', 1, 4],
+      ['moved', 1, 1],
+      ['returned', 1, 2],
+    ]);
+  });
+
+  it('a worker that leaves drops its pins at once, held or not', () => {
+    const s = new StickySessions(new ManualClock(), 1000);
+    const events: [string, number, number][] = [];
+    s.onPin = (event, workerId, n) => void events.push([event, workerId, n]);
+    s.bind('a', A);
+    s.bind('b', B);
+    expect(s.holdWorker(1)).toBe(1);
+    expect(s.unbindWorker(1)).toBe(1);
+    expect(s.holds(1)).toBe(false);
+    expect(s.unbindWorker(2)).toBe(1);
+    expect(s.size).toBe(0);
+    expect(s.holdWorker(3)).toBe(0); // none to hold: nothing reported
+    expect(events).toEqual([
+      ['held', 1, 1],
+      ['dropped', 1, 1],
+      ['dropped', 2, 1],
+    ]);
+  });
+
+  it("a ModelRouter holds them on the registry's markDown (KV events or not), drops them on remove, and counts both", async () => {
+    const metrics = new KvgateMetrics({ processMetrics: false });
+    const registry = new WorkerRegistry();
+    for (const id of [1, 2])
+      registry.add({
+        id,
+        model: 'm',
+        url: `http://127.0.0.1:9/${id}`,
+        role: 'aggregated',
+        dialect: 'vllm',
+        dpStart: 0,
+        dpSize: 1,
+      });
+    const engine = new EngineClient();
+    const router = new ModelRouter(
+      { model: 'm', mode: 'round-robin', blockSize: 16, registry, engine, tickIntervalMs: 0 },
+      makeRouterContext({ clock: new ManualClock(), rng: seededRng(1), metrics }),
+    );
+    const count = async (event: string): Promise<string | undefined> =>
+      (await metrics.text())
+        .split('\n')
+        .find((l) => l.startsWith(`kvgate_router_session_pins_total{model="m",worker_type="decode",event="${event}"}`));
+    try {
+      router.sessions.served({ id: 's' }, A);
+      registry.markDown(1);
+      expect(router.sessions.holds(1)).toBe(true);
+      expect(router.sessions.lookup('s')).toMatchObject(A);
+      registry.markUp(1);
+      expect(router.sessions.holds(1)).toBe(false);
+      expect(router.sessions.lookup('s')).toMatchObject(A);
+      registry.markDown(1);
+      registry.remove(1);
+      expect(router.sessions.lookup('s')).toBeUndefined();
+      expect(await count('held')).toMatch(/ 2$/);
+      expect(await count('returned')).toMatch(/ 1$/);
+      expect(await count('dropped')).toMatch(/ 1$/);
+    } finally {
+      await router.close();
+      await engine.close();
+    }
+  });
+});

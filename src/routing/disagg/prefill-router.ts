@@ -41,7 +41,7 @@ import { midStreamBlocker } from '../push/continuation.js';
 import { migratingEvents, migrationHooks } from '../push/migration.js';
 import type { EngineEvent } from '../../engines/index.js';
 import type { LegRequest, Selection } from '../push/types.js';
-import { StickySessions, sessionLimitReporter, type SessionLimits } from '../sticky-sessions.js';
+import { poolSessions, type SessionLimits, type StickySessions } from '../sticky-sessions.js';
 import { DisaggRequest } from './disagg-request.js';
 import { bootstrapProblem, decodeOverrideOf } from './handoff.js';
 import type { DisaggOutcome, DisaggSseEvent } from './types.js';
@@ -96,12 +96,7 @@ export class PrefillRouter {
     this.#ctx = ctx;
     this.#maxRetries = opts.maxRetries ?? 2;
     this.#policy = opts.policy ?? ALWAYS_DISAGGREGATE;
-    this.sessions = new StickySessions(
-      ctx.clock,
-      opts.sessionTtlMs,
-      opts.sessionLimits,
-      sessionLimitReporter(ctx, opts.model, 'prefill'),
-    );
+    this.sessions = poolSessions(ctx, opts.model, 'prefill', opts.sessionTtlMs, opts.sessionLimits);
     // The model's pool series exist from the start, at zero (pending: no prefill worker yet).
     ctx.metrics?.prefillPoolActive.labels({ model: opts.model }).set(0);
     for (const to of ['active', 'inactive'] as const)
@@ -146,6 +141,7 @@ export class PrefillRouter {
     }
     this.#pool ??= this.#createPool();
     this.#pool.addWorker(w);
+    this.sessions.releaseWorker(w.id);
     if (this.#state !== 'active') {
       this.#activations++;
       this.#switch('active', w.id, w.url, 'requests run disaggregated');
@@ -154,15 +150,17 @@ export class PrefillRouter {
   }
 
   /**
-   * A prefill worker became unavailable: its sessions are unbound; the last one deactivates the router.
-   * `keepIndex` as in `PushRouter.removeWorker`.
+   * A prefill worker became unavailable: its sessions are held (`holdSessions`: marked down, see
+   * `StickySessions.holdWorker`) or unbound (it left, also when already down); the last one deactivates the
+   * router. `keepIndex` as in `PushRouter.removeWorker`.
    */
-  removeWorker(id: number, keepIndex = false): void {
+  removeWorker(id: number, keepIndex = false, holdSessions = false): void {
+    if (holdSessions) this.sessions.holdWorker(id);
+    else this.sessions.unbindWorker(id);
     const pool = this.#pool;
     const w = pool?.worker(id);
     if (pool === undefined || w === undefined) return;
     pool.removeWorker(id, keepIndex);
-    this.sessions.unbindWorker(id);
     if (pool.size > 0) return;
     const then = this.enforceDisagg
       ? 'requests are refused (enforce_disagg) until one returns'

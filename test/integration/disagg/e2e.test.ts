@@ -304,7 +304,7 @@ for (const [engine, affinity] of PREFILL_CASES) {
       expect(q.worker.workerId).toBe(f.decodeWorkers[0]!.id);
     });
 
-    it('a pinned session sticks to its prefill worker, even against the prefix index, until that worker leaves', async () => {
+    it('a pinned session sticks to its prefill worker, even against the prefix index, until served elsewhere while it is down', async () => {
       const [a, b] = [f.prefillWorkers[0]!.id, f.prefillWorkers[1]!.id];
       const doc = randomTokens(rng, 16 * BLOCK);
       await drain(await f.router.route(prepare([...doc, 7], { hints: { annotations: [], prefillWorkerId: b } })));
@@ -332,14 +332,16 @@ for (const [engine, affinity] of PREFILL_CASES) {
         expect(f.router.prefill.sessions.size).toBe(0);
         return;
       }
-      // a leaves: the binding goes with it, and the session follows the index to b (and binds there).
+      // a is marked down: its binding is held (not routed to), the session's turn follows the index to b and
+      // binds there (b now holds its whole context), so a's return leaves it on b.
       f.registry.markDown(a);
-      expect(f.router.prefill.sessions.lookup(session.id)).toBeUndefined();
+      expect(f.router.prefill.sessions.lookup(session.id)?.workerId).toBe(a);
       const moved = await f.router.route(prepare([...doc, 100], { hints: { annotations: [], session } }));
       expect(moved.prefillWorker?.workerId).toBe(b);
       await drain(moved);
       expect(f.router.prefill.sessions.lookup(session.id)?.workerId).toBe(b);
       f.registry.markUp(a);
+      expect(f.router.prefill.sessions.lookup(session.id)?.workerId).toBe(b);
       // A closing request unbinds.
       await drain(
         await f.router.route(

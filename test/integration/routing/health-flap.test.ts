@@ -8,6 +8,9 @@
  * - A request still streaming from it counts in its load when it is up again, and is freed once when it ends
  *   (the engines' completion stream is held open until the test releases it). Before, marking the worker down
  *   dropped its bookings: back up, it showed no load while its stream still ran, and the router over-sent to it.
+ * - With `session_affinity: pin`, a session pinned to it goes back to it when it is up again, though the other
+ *   worker holds the session's next prompt: the pin is held while it is down. Before, marking it down dropped its
+ *   session pins, so after a flap its sessions were placed anew and their contexts prefilled again elsewhere.
  */
 import type { ServerResponse } from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -46,13 +49,14 @@ describe('a worker whose health probe flaps', () => {
 
   /**
    * `kvgate serve` for `model` over two engine doubles, engine i answering /health with `health[i].code`, the
-   * probes as vLLM, and anything else with `serve(i, res)`; a ZMQ publisher each. Returns the gateway's URL and
-   * the publishers.
+   * probes as vLLM, and anything else with `serve(i, res)`; a ZMQ publisher each; `modelLines`, more of the
+   * model's config keys. Returns the gateway's URL and the publishers.
    */
   async function flapGateway(
     model: string,
     health: readonly { code: number }[],
     serve: (i: number, res: ServerResponse) => void | Promise<void>,
+    modelLines: readonly string[] = [],
   ): Promise<{ url: string; pubs: TestKvPublisher[] }> {
     const mine: TestKvPublisher[] = [];
     for (const [i, h] of health.entries()) {
@@ -78,6 +82,7 @@ describe('a worker whose health probe flaps', () => {
         '    tokenizer: demo',
         `    block_size: ${BS}`,
         '    panic_threshold_percent: 0',
+        ...modelLines.map((l) => `    ${l}`),
         '    workers:',
         ...own.map((e, i) => `      - { id: ${i + 1}, url: "${e.url}", kv_events: "${mine[i]!.endpoint}" }`),
         '',
@@ -92,35 +97,18 @@ describe('a worker whose health probe flaps', () => {
     const model = 'flap-model';
     const health = [{ code: 200 }, { code: 200 }];
     const { url, pubs } = await flapGateway(model, health, (_i, res) => void res.writeHead(500).end());
-    const route = async (): Promise<{ worker: { worker_id: number }; overlap_blocks: number }> => {
-      const res = await fetch(`${url}/v1/route`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model, prompt: PROMPT, max_tokens: 1 }),
-      });
-      expect(res.status).toBe(200);
-      return (await res.json()) as { worker: { worker_id: number }; overlap_blocks: number };
-    };
+    const route = (): Promise<Routed> => routeQuery(url, model);
 
-    await pubs[0]!.waitForSubscribers(1);
-    const tokens = PROMPT.slice(0, BLOCKS * BS);
-    const hashes = Array.from({ length: BLOCKS }, (_, i) => BigInt(0xf1a900 + i));
-    await pubs[0]!.publishPayload(
-      encodeBatch([{ type: 'stored', blockHashes: hashes, parent: null, tokens, blockSize: BS }]),
-    );
-    await until(async () => (await route()).overlap_blocks === BLOCKS, "worker 1's blocks indexed and matched");
-    expect((await route()).worker.worker_id).toBe(1);
+    await cachePrompt(pubs[0]!, url, model, 1);
 
     // Unhealthy: marked down, so not routed to (its cached prefix does not draw the request).
-    health[0]!.code = 503;
-    await until(async () => (await metric(url, 'kvgate_worker_up')) === 1, 'worker 1 marked down', 10_000);
+    await flap(url, health[0]!, 1, 'down');
     const whileDown = await route();
     expect(whileDown.worker.worker_id).toBe(2);
     expect(whileDown.overlap_blocks).toBe(0);
 
     // Healthy again: routed at once with what it cached, no KV event sent since.
-    health[0]!.code = 200;
-    await until(async () => (await metric(url, 'kvgate_worker_up')) === 2, 'worker 1 up again', 10_000);
+    await flap(url, health[0]!, 1, 'up');
     const back = await route();
     expect(back).toMatchObject({ worker: { worker_id: 1 }, overlap_blocks: BLOCKS });
   }, 60_000);
@@ -159,11 +147,9 @@ describe('a worker whose health probe flaps', () => {
     expect(held).toBeGreaterThan(0);
 
     // Marked down with its stream running: not routed to, its load series gone while down.
-    health[id - 1]!.code = 503;
-    await until(async () => (await metric(url, 'kvgate_worker_up')) === 1, `worker ${id} marked down`, 10_000);
+    await flap(url, health[id - 1]!, id, 'down');
     // Up again: its load is what its still-running request holds.
-    health[id - 1]!.code = 200;
-    await until(async () => (await metric(url, 'kvgate_worker_up')) === 2, `worker ${id} up again`, 10_000);
+    await flap(url, health[id - 1]!, id, 'up');
     expect(await active(id)).toBe(1);
     expect(await blocks(id)).toBe(held);
 
@@ -176,4 +162,80 @@ describe('a worker whose health probe flaps', () => {
     expect(await metric(url, 'kvgate_worker_active_requests', { model })).toBe(0);
     expect(await metric(url, 'kvgate_worker_active_decode_blocks', { model })).toBe(0);
   }, 60_000);
+
+  it("sends a pinned session back to it when it is up again, against the other worker's cached prefix", async () => {
+    const model = 'flap-session-model';
+    const health = [{ code: 200 }, { code: 200 }];
+    /** The worker id (1-based) of each engine that got a completion. */
+    const servedBy: number[] = [];
+    const { url, pubs } = await flapGateway(
+      model,
+      health,
+      (i, res) => {
+        servedBy.push(i + 1);
+        sseHead(res);
+        res.end(sseEvent(completionChunk('a', 'length')) + sseEvent('[DONE]'));
+      },
+      ['session_affinity: pin'],
+    );
+    const turn = async (prompt: readonly number[]): Promise<number> => {
+      const res = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-session-id': 'agent-1' },
+        body: JSON.stringify({ model, prompt, max_tokens: 1, stream: true }),
+      });
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+      return servedBy.at(-1)!;
+    };
+
+    // The session's first turn binds it to A; the other worker, B, then caches the prompt of its next turn
+    // (the first turn's prompt shares nothing with it, so nothing draws that turn to A but the pin).
+    const a = await turn(PROMPT.map((t) => t + 1000));
+    const b = 3 - a;
+    await cachePrompt(pubs[b - 1]!, url, model, b);
+
+    await flap(url, health[a - 1]!, a, 'down');
+    await flap(url, health[a - 1]!, a, 'up');
+    expect(await turn(PROMPT)).toBe(a);
+    const pins = (event: string): Promise<number> => metric(url, 'kvgate_router_session_pins_total', { model, event });
+    expect(await pins('held')).toBe(1);
+    expect(await pins('returned')).toBe(1);
+    expect(await pins('dropped')).toBe(0);
+  }, 60_000);
 });
+
+interface Routed {
+  readonly worker: { readonly worker_id: number };
+  readonly overlap_blocks: number;
+}
+
+/** Where the gateway at `url` would route PROMPT (query-only: books nothing). */
+async function routeQuery(url: string, model: string): Promise<Routed> {
+  const res = await fetch(`${url}/v1/route`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt: PROMPT, max_tokens: 1 }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as Routed;
+}
+
+/** Worker `id` publishes PROMPT's full blocks once; resolves when the router matches them all on it. */
+async function cachePrompt(pub: TestKvPublisher, url: string, model: string, id: number): Promise<void> {
+  await pub.waitForSubscribers(1);
+  const tokens = PROMPT.slice(0, BLOCKS * BS);
+  const hashes = Array.from({ length: BLOCKS }, (_, i) => BigInt(0xf1a900 + i));
+  await pub.publishPayload(encodeBatch([{ type: 'stored', blockHashes: hashes, parent: null, tokens, blockSize: BS }]));
+  await until(async () => {
+    const r = await routeQuery(url, model);
+    return r.overlap_blocks === BLOCKS && r.worker.worker_id === id;
+  }, `worker ${id}'s blocks indexed and matched`);
+}
+
+/** Worker `id`'s /health answers 503 (`down`) or 200 (`up`); resolves when the gateway has marked it so. */
+async function flap(url: string, health: { code: number }, id: number, to: 'down' | 'up'): Promise<void> {
+  health.code = to === 'down' ? 503 : 200;
+  const up = to === 'down' ? 1 : 2;
+  await until(async () => (await metric(url, 'kvgate_worker_up')) === up, `worker ${id} ${to}`, 10_000);
+}

@@ -41,11 +41,20 @@ describe('sticky sessions (aggregated)', () => {
     // close unbinds after the request that carries it.
     expect(await send(hints('s1', { action: 'close' }))).toBe(first);
     expect(f.router.sessions.lookup('s1')).toBeUndefined();
-    // A worker that leaves the pool releases its sessions.
+    // A worker marked down keeps its sessions for its return (not routed to meanwhile); one that leaves drops them.
     const w = await send(hints('s3'));
     f.registry.markDown(w);
+    expect(f.router.sessions.lookup('s3')?.workerId).toBe(w);
+    f.registry.markUp(w);
+    expect(await send(hints('s3'))).toBe(w);
+    // Served elsewhere while its worker is down, the session is bound there and stays after the return.
+    f.registry.markDown(w);
+    const elsewhere = await send(hints('s3'));
+    expect(elsewhere).not.toBe(w);
+    f.registry.markUp(w);
+    expect(await send(hints('s3'))).toBe(elsewhere);
+    f.registry.remove(elsewhere);
     expect(f.router.sessions.lookup('s3')).toBeUndefined();
-    expect(await send(hints('s3'))).not.toBe(w);
   });
 
   // issue 12 item 4: a session never overrides the request's allowed_worker_ids (or required taints).
