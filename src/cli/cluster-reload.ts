@@ -5,7 +5,9 @@
  * its SIGHUPs) and collects what each did, and the asking process answers with the combined outcome: success only
  * when every process applied the file. A process that does not answer within `PROCESS_RELOAD_TIMEOUT_MS` counts as
  * failed (it may still apply it later: the answer says so). The primary logs each cluster reload once, at error
- * level naming every process that failed. SIGHUP needs none of this: the primary forwards the signal to each process.
+ * level naming every process that failed and how (`outcome`); the asking process counts each such process once in
+ * `kvgate_config_reload_process_failures_total` (the primary has no registry of its own: every series comes from a
+ * process). SIGHUP needs none of this: the primary forwards the signal to each process.
  */
 import type { Worker } from 'node:cluster';
 import type { Logger } from 'pino';
@@ -14,9 +16,25 @@ import type { GatewayOptions } from '../frontend/index.js';
 import type { ClusterMember } from './cluster.js';
 import type { ConfigReloader, NotJoined, NotLeft, ReloadOutcome } from './reload.js';
 
-/** What one process's reload came to: what it did, or why it did not apply the file (its error's code and message). */
+/**
+ * Why a process did not apply the file, as counted: it refused the file (`rejected`), its reload failed or it was still
+ * starting (`failed`), it did not answer in time (`no_answer`), or it could not be asked (`not_asked`).
+ */
+export type ProcessFailure = 'rejected' | 'failed' | 'no_answer' | 'not_asked';
+
+/**
+ * What one process's reload came to: what it did, or why it did not apply the file (its error's code and message;
+ * `reason` when the primary, not the process, saw the failure).
+ */
 type LocalResult =
-  { readonly outcome: ReloadOutcome } | { readonly error: { readonly code: string; readonly message: string } };
+  | { readonly outcome: ReloadOutcome }
+  | {
+      readonly error: {
+        readonly code: string;
+        readonly message: string;
+        readonly reason?: Extract<ProcessFailure, 'no_answer' | 'not_asked'>;
+      };
+    };
 
 /** One process's reload, by its index (1..N). */
 export type ProcessReload = LocalResult & { readonly process: number };
@@ -56,7 +74,20 @@ const ANSWER_TIMEOUT_MS = PROCESS_RELOAD_TIMEOUT_MS + 2_000;
 
 const messageOf = (err: unknown): string => (err instanceof Error ? err.message : String(err));
 const errorOf = (r: ProcessReload): string => ('error' in r ? r.error.message : '');
-const failed = (message: string): LocalResult => ({ error: { code: 'KVG_ERR_RELOAD_FAILED', message } });
+const failed = (message: string, reason: 'no_answer' | 'not_asked'): LocalResult => ({
+  error: { code: 'KVG_ERR_RELOAD_FAILED', message, reason },
+});
+
+/** How a process that did not apply the file failed; undefined for one that applied it. */
+function processFailure(r: ProcessReload): ProcessFailure | undefined {
+  if (!('error' in r)) return undefined;
+  return r.error.reason ?? (r.error.code === 'KVG_ERR_RELOAD_REJECTED' ? 'rejected' : 'failed');
+}
+
+/** `kvgate_config_reload_process_failures_total`, as the asking process counts it. */
+export interface ProcessFailureCounter {
+  labels(l: { trigger: 'admin'; outcome: ProcessFailure; failed_process: string }): { inc(): void };
+}
 
 /**
  * In the primary: serves the processes' reload requests. Returns the handler of the cluster's `message` event;
@@ -84,7 +115,7 @@ export function primaryReloads(
       for (const w of waiting.values())
         results.push({
           process: indexOf.get(w.id) ?? 0,
-          ...failed(`no answer within ${PROCESS_RELOAD_TIMEOUT_MS} ms (it may still apply the file)`),
+          ...failed(`no answer within ${PROCESS_RELOAD_TIMEOUT_MS} ms (it may still apply the file)`, 'no_answer'),
         });
       waiting.clear();
       results.sort((a, b) => a.process - b.process);
@@ -100,7 +131,7 @@ export function primaryReloads(
     const timer = setTimeout(finish, PROCESS_RELOAD_TIMEOUT_MS);
     for (const w of [...waiting.values()]) {
       w.send({ kvgateReload: 'run', id } satisfies ReloadMessage, undefined, (err: Error | null) => {
-        if (err !== null) settle(w, failed(`could not be asked to reload: ${err.message}`));
+        if (err !== null) settle(w, failed(`could not be asked to reload: ${err.message}`, 'not_asked'));
       });
     }
     return true;
@@ -110,7 +141,9 @@ export function primaryReloads(
 /** The primary's line for a cluster reload: info when every process applied the file, else error naming each failure. */
 function logClusterReload(logger: Logger, asker: number | undefined, results: readonly ProcessReload[]): void {
   const failures = results.filter((r) => 'error' in r);
-  const processes = results.map((r) => ({ process: r.process, ...('error' in r ? r.error : { code: 'ok' }) }));
+  const processes = results.map((r) =>
+    'error' in r ? { process: r.process, ...r.error, outcome: processFailure(r) } : { process: r.process, code: 'ok' },
+  );
   if (failures.length === 0) {
     logger.info(
       { trigger: 'admin', asker, processes },
@@ -168,12 +201,39 @@ export function combinedReload(results: readonly ProcessReload[]): ClusterReload
 }
 
 /**
+ * The asking process's answer from every process's result: each process that did not apply the file is counted once
+ * in `failures` (`failed_process`: its index; the primary logged it, naming it), then the results are combined.
+ * @throws KvgateError as `combinedReload`.
+ */
+export function answeredReload(
+  results: readonly ProcessReload[],
+  failures: ProcessFailureCounter | undefined,
+): ClusterReloadOutcome {
+  for (const r of results) {
+    const outcome = processFailure(r);
+    if (outcome !== undefined) failures?.labels({ trigger: 'admin', outcome, failed_process: String(r.process) }).inc();
+  }
+  return combinedReload(results);
+}
+
+/** The primary did not answer the asking process: why, and how it is counted (`failed_process="primary"`). */
+interface NoAnswer {
+  readonly message: string;
+  readonly reason: 'no_answer' | 'not_asked';
+}
+
+/**
  * In a cluster process: runs this process's part of every cluster reload (`local`: its own reload, trigger `admin`),
  * and returns what `POST /admin/reload` calls: a reload of every process, resolved to the combined outcome.
+ * `failures` is the gateway's counter once it serves.
  * @throws KvgateError as `combinedReload`; KVG_ERR_RELOAD_FAILED too when the primary does not answer in time.
  */
-function clusterReload(local: () => Promise<ReloadOutcome>, logger: Logger): () => Promise<ClusterReloadOutcome> {
-  const pending = new Map<number, (results: readonly ProcessReload[] | Error) => void>();
+function clusterReload(
+  logger: Logger,
+  failures: () => ProcessFailureCounter | undefined,
+  local: () => Promise<ReloadOutcome>,
+): () => Promise<ClusterReloadOutcome> {
+  const pending = new Map<number, (results: readonly ProcessReload[] | NoAnswer) => void>();
   process.on('message', (m: unknown) => {
     if (isReloadMessage(m, 'answer')) pending.get(m.id)?.(m.results);
     if (!isReloadMessage(m, 'run')) return;
@@ -193,52 +253,70 @@ function clusterReload(local: () => Promise<ReloadOutcome>, logger: Logger): () 
   return () =>
     new Promise<ClusterReloadOutcome>((resolve, reject) => {
       const id = next++;
-      const settle = (r: readonly ProcessReload[] | Error): void => {
+      const settle = (r: readonly ProcessReload[] | NoAnswer): void => {
         clearTimeout(timer);
         pending.delete(id);
-        if (!(r instanceof Error)) {
+        if (!('reason' in r)) {
           try {
-            resolve(combinedReload(r));
+            resolve(answeredReload(r, failures()));
           } catch (err) {
             reject(err);
           }
           return;
         }
-        logger.error({ trigger: 'admin', err: r.message }, `configuration reload (POST /admin/reload): ${r.message}`);
+        failures()?.labels({ trigger: 'admin', outcome: r.reason, failed_process: 'primary' }).inc();
+        logger.error(
+          { trigger: 'admin', outcome: r.reason, err: r.message },
+          `configuration reload (POST /admin/reload): ${r.message}`,
+        );
         reject(new KvgateError('KVG_ERR_RELOAD_FAILED', `configuration reload: ${r.message}`));
       };
       const timer = setTimeout(
         () =>
-          settle(new Error(`the other processes' outcomes did not come within ${ANSWER_TIMEOUT_MS} ms; reload again`)),
+          settle({
+            message: `the other processes' outcomes did not come within ${ANSWER_TIMEOUT_MS} ms; reload again`,
+            reason: 'no_answer',
+          }),
         ANSWER_TIMEOUT_MS,
       );
       pending.set(id, settle);
       process.send?.({ kvgateReload: 'ask', id } satisfies ReloadMessage, undefined, undefined, (err: Error | null) => {
         if (err !== null)
-          settle(new Error(`the other processes could not be asked (${err.message}); nothing was reloaded`));
+          settle({
+            message: `the other processes could not be asked (${err.message}); nothing was reloaded`,
+            reason: 'not_asked',
+          });
       });
     });
 }
 
 /**
  * What `POST /admin/reload` runs: this process's reload, or in a cluster every process's (as above), since
- * the processes must not route with different configurations. `reloader` is undefined until the gateway serves: a
- * cluster reload asked of this process before then fails here, and the combined answer names this process.
+ * the processes must not route with different configurations. `running()`'s reloader and metrics are undefined until
+ * the gateway serves: a cluster reload asked of this process before then fails here, and the combined answer names
+ * this process.
  */
 export function adminReload(
   member: ClusterMember | undefined,
-  reloader: () => ConfigReloader | undefined,
+  running: () => {
+    readonly reloader: ConfigReloader | undefined;
+    readonly metrics: { readonly configReloadProcessFailures: ProcessFailureCounter } | undefined;
+  },
   logger: Logger,
 ): NonNullable<GatewayOptions['reload']> {
-  if (member === undefined) return () => reloader()!.reload('admin');
-  return clusterReload(() => {
-    const r = reloader();
-    if (r !== undefined) return r.reload('admin');
-    return Promise.reject(
-      new KvgateError(
-        'KVG_ERR_RELOAD_FAILED',
-        'this process is still starting; its running configuration is unchanged',
-      ),
-    );
-  }, logger);
+  if (member === undefined) return () => running().reloader!.reload('admin');
+  return clusterReload(
+    logger,
+    () => running().metrics?.configReloadProcessFailures,
+    () => {
+      const r = running().reloader;
+      if (r !== undefined) return r.reload('admin');
+      return Promise.reject(
+        new KvgateError(
+          'KVG_ERR_RELOAD_FAILED',
+          'this process is still starting; its running configuration is unchanged',
+        ),
+      );
+    },
+  );
 }

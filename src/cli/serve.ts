@@ -165,7 +165,9 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
       fleet: fleet.status,
       process: member?.index,
       clusterMetrics: member === undefined ? undefined : (registry) => clusterMetricsText(registry, logger),
-      reload: reloadable ? adminReload(member, () => reloader, logger) : undefined,
+      reload: reloadable
+        ? adminReload(member, () => ({ reloader, metrics: gateway?.server.metrics }), logger)
+        : undefined,
     });
   } catch (err) {
     await fleet.close().catch(() => undefined);

@@ -339,6 +339,14 @@ export const METRIC_DEFINITIONS = {
       'unchanged, rejected (invalid or needing a restart: nothing changed), failed (applying it threw: rolled back).',
     labelNames: ['trigger', 'outcome'],
   },
+  configReloadProcessFailures: {
+    kind: 'counter',
+    name: 'kvgate_config_reload_process_failures_total',
+    help:
+      'Under --processes N, processes that did not apply a POST /admin/reload, counted by the process asked: outcome ' +
+      'rejected, failed, no_answer (not within 10 s), not_asked; failed_process its index (or primary: no answer).',
+    labelNames: ['trigger', 'outcome', 'failed_process'],
+  },
   // ---- sticky sessions
   sessions: {
     kind: 'gauge',

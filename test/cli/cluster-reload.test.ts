@@ -6,9 +6,11 @@ import type { Worker } from 'node:cluster';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
+  answeredReload,
   combinedReload,
   PROCESS_RELOAD_TIMEOUT_MS,
   primaryReloads,
+  type ProcessFailureCounter,
   type ProcessReload,
 } from '../../src/cli/cluster-reload.js';
 import { isKvgateError } from '../../src/errors/index.js';
@@ -149,6 +151,7 @@ describe('primaryReloads', () => {
           error: {
             code: 'KVG_ERR_RELOAD_FAILED',
             message: `no answer within ${PROCESS_RELOAD_TIMEOUT_MS} ms (it may still apply the file)`,
+            reason: 'no_answer',
           },
         },
       ],
@@ -156,5 +159,71 @@ describe('primaryReloads', () => {
     // A late answer changes nothing.
     handle(w2, { kvgateReload: 'done', id: 0, result: applied(2) });
     expect(w1.sent).toHaveLength(2);
+  });
+});
+
+/** The counts a `ProcessFailureCounter` took, as `outcome/failed_process` keys. */
+function countingFailures(): ProcessFailureCounter & { counts: Map<string, number> } {
+  const counts = new Map<string, number>();
+  return {
+    counts,
+    labels: (l) => ({
+      inc: () => {
+        const key = `${l.trigger}/${l.outcome}/${l.failed_process}`;
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+      },
+    }),
+  };
+}
+
+describe('a cluster reload that some process did not apply is counted once per process, by how it failed', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('a process that does not answer in time is counted no_answer, with the process named (and logged so)', () => {
+    vi.useFakeTimers();
+    const [w1, w2, w3] = [fakeWorker(11), fakeWorker(12), fakeWorker(13)];
+    const lines: { msg: string; processes?: { process: number; outcome?: string }[] }[] = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l) as never) });
+    const handle = primaryReloads(
+      logger,
+      () => [w1, w2, w3],
+      new Map([
+        [11, 1],
+        [12, 2],
+        [13, 3],
+      ]),
+    );
+    handle(w1, { kvgateReload: 'ask', id: 0 });
+    handle(w1, { kvgateReload: 'done', id: 0, result: applied(1) });
+    handle(w3, { kvgateReload: 'done', id: 0, result: refused(3, 'changed on disk') });
+    vi.advanceTimersByTime(PROCESS_RELOAD_TIMEOUT_MS);
+    const answer = w1.sent[1] as { results: ProcessReload[] };
+    const failures = countingFailures();
+    expect(() => answeredReload(answer.results, failures)).toThrow(/failed in 2 of 3 processes/);
+    expect(Object.fromEntries(failures.counts)).toEqual({ 'admin/no_answer/2': 1, 'admin/rejected/3': 1 });
+    // The primary's one line for the reload names each process that failed and how.
+    expect(lines).toHaveLength(1);
+    expect(lines[0]!.processes?.map((p) => [p.process, p.outcome])).toEqual([
+      [1, undefined],
+      [2, 'no_answer'],
+      [3, 'rejected'],
+    ]);
+  });
+
+  it('a process that could not be asked is counted not_asked; one whose reload failed, failed; none when all applied', () => {
+    const failures = countingFailures();
+    const unreachable: ProcessReload = {
+      process: 1,
+      error: { code: 'KVG_ERR_RELOAD_FAILED', message: 'could not be asked to reload: EPIPE', reason: 'not_asked' },
+    };
+    const starting: ProcessReload = {
+      process: 2,
+      error: { code: 'KVG_ERR_RELOAD_FAILED', message: 'this process is still starting' },
+    };
+    expect(() => answeredReload([unreachable, starting, applied(3)], failures)).toThrow(/failed in 2 of 3/);
+    expect(answeredReload([applied(1), applied(2)], failures).processes).toHaveLength(2);
+    expect(Object.fromEntries(failures.counts)).toEqual({ 'admin/not_asked/1': 1, 'admin/failed/2': 1 });
   });
 });

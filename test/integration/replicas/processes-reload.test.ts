@@ -86,5 +86,15 @@ describe('kvgate serve --processes 2: POST /admin/reload reloads every process',
     expect(body.error.message).toContain('models[0].router.router_temperature');
     expect(body.error.message).not.toMatch(/https?:\/\//);
     expect(Object.fromEntries(await temperatures(url))).toEqual({ '1': 0.5, '2': 0.5 });
+    // The process asked counts each process that did not apply the file, named, once.
+    const metrics = await fresh(url, '/metrics');
+    for (const p of ['1', '2'])
+      expect(metrics.body).toMatch(
+        new RegExp(
+          `^kvgate_config_reload_process_failures_total\\{(?=[^}]*process="${a.process}")(?=[^}]*outcome="rejected")` +
+            `(?=[^}]*failed_process="${p}")[^}]*\\} 1$`,
+          'm',
+        ),
+      );
   }, 30_000);
 });
