@@ -43,6 +43,7 @@ const FLAG_OPTIONS: Record<string, OptionSpec> = {
   'max-body-bytes': { type: 'string' },
   'max-prompt-tokens': { type: 'string' },
   'max-concurrent-requests': { type: 'string' },
+  'max-concurrent-requests-per-client': { type: 'string' },
   'request-timeout-ms': { type: 'string' },
   'engine-first-byte-timeout-ms': { type: 'string' },
   'engine-stream-idle-timeout-ms': { type: 'string' },
@@ -76,6 +77,7 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   'max-body-bytes': ['limits', 'max_body_bytes'],
   'max-prompt-tokens': ['limits', 'max_prompt_tokens'],
   'max-concurrent-requests': ['limits', 'max_concurrent_requests'],
+  'max-concurrent-requests-per-client': ['limits', 'max_concurrent_requests_per_client'],
   'request-timeout-ms': ['limits', 'request_timeout_ms'],
   'engine-first-byte-timeout-ms': ['engine_timeouts', 'first_byte_timeout_ms'],
   'engine-stream-idle-timeout-ms': ['engine_timeouts', 'stream_idle_timeout_ms'],
@@ -335,6 +337,7 @@ model configured, starts the embedded demo (simulated engines in-process).
       --admin                  serve /admin/* on the public listener
       --admin-port PORT        serve /admin/* on a separate listener instead
       --max-body-bytes N  --max-prompt-tokens N  --max-concurrent-requests N
+      --max-concurrent-requests-per-client N  of those, one client's (as limits.client_address names it; 0 = off)
       --request-timeout-ms N  --drain-timeout-ms N
       --engine-first-byte-timeout-ms N   per engine leg: dispatch to first output (0 = off)
       --engine-stream-idle-timeout-ms N  per engine leg: longest silence between two SSE events (0 = off)

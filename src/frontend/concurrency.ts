@@ -10,9 +10,8 @@
  * are taken: one timer, armed for the oldest deadline, serves them all (a
  * slot costs a map entry, not a timer of its own).
  */
-import type { Logger } from 'pino';
 import { KvgateError } from '../errors/index.js';
-import { ClientRequests } from './client-requests.js';
+import { ClientRequests, type ClientRequestsWatch } from './client-requests.js';
 
 /** What a slot holds of its request: the way to cut it (a Cancellation, or an AbortController). */
 export interface Abortable {
@@ -37,10 +36,10 @@ export class ConcurrencySlots {
   readonly #onTimer = (): void => this.#expire();
   #idleWaiters: (() => void)[] = [];
 
-  /** `logger`: where the per-client bound's episodes are logged (none: not logged). */
-  constructor(max: number, timeoutMs: number, onChange: (inflight: number) => void, logger?: Logger) {
+  /** `perClient`: where the per-client bound's episodes are logged and its clients at the bound reported. */
+  constructor(max: number, timeoutMs: number, onChange: (inflight: number) => void, perClient?: ClientRequestsWatch) {
     this.max = max;
-    this.perClient = new ClientRequests(logger);
+    this.perClient = new ClientRequests(perClient);
     this.#timeoutMs = timeoutMs;
     this.#onChange = onChange;
   }

@@ -138,7 +138,7 @@ export class GatewayServer {
       opts.config.limits.maxConcurrentRequests,
       opts.config.limits.requestTimeoutMs,
       (n) => this.metrics.inflight.set(n),
-      this.logger,
+      { logger: this.logger, atBound: (n) => this.metrics.httpClientsAtRequestBound.set(n) },
     );
     this.#conns = new ClientConnections(
       opts.config.limits.maxPendingConnectionsPerClient,

@@ -10,6 +10,7 @@ export interface HttpEdgeMetrics {
   readonly clientAddressFallbacks: Counter<'reason'>;
   readonly connectionsRefused: Counter<'limit'>;
   readonly pendingConnections: Gauge;
+  readonly clientsAtRequestBound: Gauge;
   readonly inflight: Gauge;
 }
 
@@ -51,6 +52,13 @@ export function httpEdgeMetrics(registers: Registry[], collect: () => void): Htt
       help:
         'Connections whose request has not fully arrived (headers or body still coming), which ' +
         'limits.max_pending_connections_per_client bounds per client.',
+    }),
+    clientsAtRequestBound: new Gauge({
+      name: 'kvgate_http_clients_at_request_bound',
+      registers,
+      help:
+        'Clients holding limits.max_concurrent_requests_per_client requests in flight (their next ones get 429); ' +
+        '0 while there is no such bound.',
     }),
     inflight: new Gauge({ name: 'kvgate_http_inflight_requests', help: 'Requests being served.', registers }),
   };

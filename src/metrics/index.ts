@@ -54,6 +54,7 @@ export class KvgateMetrics {
   readonly httpClientAddressFallbacks: Counter<'reason'>;
   readonly httpConnectionsRefused: Counter<'limit'>;
   readonly httpPendingConnections: Gauge;
+  readonly httpClientsAtRequestBound: Gauge;
   readonly inflight: Gauge;
   readonly replicas: ReplicaMetrics;
 
@@ -76,6 +77,7 @@ export class KvgateMetrics {
       clientAddressFallbacks: this.httpClientAddressFallbacks,
       connectionsRefused: this.httpConnectionsRefused,
       pendingConnections: this.httpPendingConnections,
+      clientsAtRequestBound: this.httpClientsAtRequestBound,
       inflight: this.inflight,
     } = httpEdgeMetrics(registers, collect));
     this.replicas = replicaMetrics(registers);

@@ -3,13 +3,15 @@
  * `limits.body_deadline_ms`, `limits.client_address` and
  * `limits.trusted_proxies`, `limits.max_concurrent_requests_per_client`,
  * validated with a reason an operator can act on;
- * which of them a reload may change.
+ * which of them a reload may change; `--max-concurrent-requests-per-client`.
  */
 import { describe, expect, it } from 'vitest';
 import {
   configChanges,
   loadGatewayConfig,
+  parseServeFlags,
   reloadProblems,
+  serveUsage,
   type ConfigProblem,
   type GatewayConfig,
 } from '../../src/config/index.js';
@@ -161,5 +163,47 @@ describe('edge settings', () => {
     const after = load({ limits: { max_concurrent_requests_per_client: 32 } });
     expect(reloadProblems(before, after)).toEqual([]);
     expect(configChanges(before, after).map((c) => c.path)).toEqual([key]);
+  });
+});
+
+describe('--max-concurrent-requests-per-client', () => {
+  const FLAG = '--max-concurrent-requests-per-client';
+  const withFlags = (argv: string[]): GatewayConfig =>
+    loadGatewayConfig({ base: { models: MODELS }, overrides: parseServeFlags(argv).overrides, env: {} });
+  /** The problems `argv` is refused with, as [source, path, reason]. */
+  function refused(argv: string[]): [string | undefined, string, string][] {
+    try {
+      withFlags(argv);
+    } catch (err) {
+      expect(isKvgateError(err, 'KVG_ERR_INVALID_CONFIG')).toBe(true);
+      const problems = (err as { detail: { problems: ConfigProblem[] } }).detail.problems;
+      return problems.map((p) => [p.source, p.path, p.reason]);
+    }
+    throw new Error('expected the flags to be refused');
+  }
+
+  it('sets limits.max_concurrent_requests_per_client, over the file, beside --max-concurrent-requests', () => {
+    expect(withFlags([FLAG, '8']).limits.maxConcurrentRequestsPerClient).toBe(8);
+    expect(withFlags([FLAG, '0']).limits.maxConcurrentRequestsPerClient).toBe(0);
+    const both = withFlags(['--max-concurrent-requests', '100', FLAG, '99']).limits;
+    expect(both).toMatchObject({ maxConcurrentRequests: 100, maxConcurrentRequestsPerClient: 99 });
+    const file = loadGatewayConfig({
+      base: { models: MODELS, limits: { max_concurrent_requests_per_client: 4 } },
+      overrides: parseServeFlags([FLAG, '16']).overrides,
+      env: {},
+    });
+    expect(file.limits.maxConcurrentRequestsPerClient).toBe(16);
+    expect(serveUsage()).toContain(`${FLAG} N`);
+  });
+
+  it('a bad value is refused naming the flag and the field, with the reason', () => {
+    const path = 'limits.max_concurrent_requests_per_client';
+    expect(refused([FLAG, 'many'])).toEqual([[FLAG, path, expect.stringMatching(/integer/)]]);
+    // A value starting with a dash is taken after `=`, as for every flag.
+    expect(refused([`${FLAG}=-1`])).toEqual([[FLAG, path, expect.stringMatching(/integer in \[0, /)]]);
+    expect(refused([FLAG, '2.5'])).toEqual([[FLAG, path, expect.stringMatching(/integer/)]]);
+    expect(refused(['--max-concurrent-requests', '8', FLAG, '8'])).toEqual([
+      [FLAG, path, expect.stringMatching(/must be smaller than max_concurrent_requests \(8\)/)],
+    ]);
   });
 });

@@ -64,7 +64,7 @@ describe('ConcurrencySlots per client', () => {
 
   it('a client at its bound is refused with its own code while another is admitted; one release admits it again', () => {
     const { logger, got } = lines();
-    const slots = new ConcurrencySlots(10, 60_000, () => undefined, logger);
+    const slots = new ConcurrencySlots(10, 60_000, () => undefined, { logger });
     slots.perClient.max = 2;
     const held = [new AbortController(), new AbortController()];
     for (const c of held) slots.take(c, '203.0.113.7');
@@ -93,6 +93,40 @@ describe('ConcurrencySlots per client', () => {
     slots.release(held[1]!);
     expect(slots.perClient.heldBy('203.0.113.7')).toBe(1);
     expect(got).toHaveLength(2);
+  });
+
+  it('counts the clients at their bound as they reach and leave it, and recounts when a reload changes the bound', () => {
+    const reported: number[] = [];
+    const slots = new ConcurrencySlots(10, 60_000, () => undefined, { atBound: (n) => reported.push(n) });
+    const take = (client: string): AbortController => {
+      const c = new AbortController();
+      slots.take(c, client);
+      return c;
+    };
+    // No bound: nobody is at it.
+    const a1 = take('a');
+    expect(slots.perClient.atBound).toBe(0);
+    slots.perClient.max = 2;
+    const a2 = take('a');
+    const b1 = take('b');
+    expect(slots.perClient.atBound).toBe(1);
+    const b2 = take('b');
+    expect(slots.perClient.atBound).toBe(2);
+    slots.release(a2);
+    expect(slots.perClient.atBound).toBe(1);
+    // Lowered to 1: every client holding one or more is at it; raised: none is; off: none.
+    slots.perClient.max = 1;
+    expect(slots.perClient.atBound).toBe(2);
+    slots.release(b2);
+    slots.release(b1);
+    expect(slots.perClient.atBound).toBe(1);
+    slots.perClient.max = 5;
+    expect(slots.perClient.atBound).toBe(0);
+    slots.perClient.max = 1;
+    slots.perClient.max = 0;
+    slots.release(a1);
+    // Each change reported once, none repeated.
+    expect(reported).toEqual([1, 2, 1, 2, 1, 0, 1, 0]);
   });
 
   it('the gateway-wide bound still applies to a client below its own, and a refusal there counts nothing for it', () => {

@@ -69,7 +69,10 @@ describe('limits.max_concurrent_requests_per_client', () => {
   const refusals = (): Promise<number> =>
     metric(url, 'kvgate_http_rejections_total', { code: 'KVG_ERR_TOO_MANY_CLIENT_REQUESTS' });
 
+  const atBound = (): Promise<number> => metric(url, 'kvgate_http_clients_at_request_bound');
+
   it('a client holding its bound of streams gets 429 on the next while another is served; it is admitted again once they end', async () => {
+    expect(await atBound()).toBe(0);
     await setStall(1);
     const cut = new AbortController();
     const held = await Promise.all(Array.from({ length: BOUND }, () => stream(HOG, cut.signal)));
@@ -77,6 +80,8 @@ describe('limits.max_concurrent_requests_per_client', () => {
       expect(r.status).toBe(200);
       await openStream(r);
     }
+    // The operator sees the client at its bound before anyone is refused.
+    expect(await atBound()).toBe(1);
     // Over its bound: its own code, Retry-After, no engine address; twice, and logged once.
     for (let i = 0; i < 2; i++) {
       const refused = await stream(HOG);
@@ -101,6 +106,7 @@ describe('limits.max_concurrent_requests_per_client', () => {
     // The client cuts its streams: its slots come back (the other client's stream still holds one).
     cut.abort();
     await until(async () => (await metric(url, 'kvgate_http_inflight_requests')) === 1, "the hog's streams released");
+    expect(await atBound()).toBe(0);
     expect(lines(/below limits.max_concurrent_requests_per_client again/)).toEqual([
       expect.objectContaining({ client: HOG, refused: 2 }),
     ]);
