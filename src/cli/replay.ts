@@ -137,6 +137,7 @@ prediction error.
   --session-pins               the agentic workload's clients name their sessions (x-session-id, x-parent-session-id)
                                and the gateway pins them (session_affinity: pin), in each pool of a P/D fleet
   -h, --help                   this text
+  (kvgate replay --scenario conditional-disagg --help: the disagg_policy comparison on a P/D fleet)
 
 Engine model: every \`kvgate mocker\` flag except --count, --host, ports, --mode and
 --speedup, e.g. --num-gpu-blocks, --block-size, --max-num-batched-tokens,

@@ -36,6 +36,13 @@ describe('kvgate replay --scenario conditional-disagg', () => {
     expect(rows[1]!.disaggregatedShare).toBe(0);
   }, 120_000);
 
+  it("is named in the replay's own help, which points to its help", async () => {
+    const { stdout } = await run(process.execPath, [BIN, 'replay', '--help']);
+    expect(stdout).toContain('kvgate replay --scenario conditional-disagg --help');
+    const own = await run(process.execPath, [BIN, 'replay', '--scenario', 'conditional-disagg', '--help']);
+    expect(own.stdout).toMatch(/^usage: kvgate replay --scenario conditional-disagg/);
+  });
+
   it('refuses an unknown scenario and a bad bound with exit code 2', async () => {
     for (const args of [
       ['--scenario', 'nope'],
