@@ -28,10 +28,16 @@ export class PeerBookings {
   readonly #active: ActiveSequences;
   readonly #table: SlotTable;
   readonly #drain: () => void;
-  readonly #trackOutputBlocks: boolean;
+  /** `routerTrackOutputBlocks` in force: read at each update, since a reload may change the knob. */
+  readonly #trackOutputBlocks: () => boolean;
   readonly #byReplica = new Map<string, Map<string, PeerEntry>>();
 
-  constructor(opts: { active: ActiveSequences; table: SlotTable; drain: () => void; trackOutputBlocks: boolean }) {
+  constructor(opts: {
+    active: ActiveSequences;
+    table: SlotTable;
+    drain: () => void;
+    trackOutputBlocks: () => boolean;
+  }) {
     this.#active = opts.active;
     this.#table = opts.table;
     this.#drain = opts.drain;
@@ -130,7 +136,7 @@ export class PeerBookings {
   }
 
   #advance(e: PeerEntry, outputBlocks: number, decay: number | undefined): boolean {
-    if (!this.#trackOutputBlocks || outputBlocks <= e.outputBlocks) return false;
+    if (!this.#trackOutputBlocks() || outputBlocks <= e.outputBlocks) return false;
     // One step, not one per block: a peer's count may be up to 2^20 (protocol.ts bounds it).
     this.#active.addOutputBlocks(e.key, outputBlocks - e.outputBlocks, decay);
     e.outputBlocks = outputBlocks;

@@ -173,7 +173,7 @@ export class KvScheduler {
       active,
       table,
       drain: () => this.#admission.drain(),
-      trackOutputBlocks: config.routerTrackOutputBlocks,
+      trackOutputBlocks: () => knobs().routerTrackOutputBlocks,
     });
   }
 

@@ -1,7 +1,8 @@
 /**
  * issue 16 (hot reconfiguration): the scheduler takes new knobs at runtime for
  * what it schedules next (here the queue threshold, read by the filter and
- * admission), keeps its bookkeeping, and refuses a structural knob.
+ * admission; router_track_output_blocks, read by other replicas' bookings too), keeps its bookkeeping, and
+ * refuses a structural knob.
  */
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../../src/common/index.js';
@@ -42,5 +43,31 @@ describe('KvScheduler.reconfigure', () => {
     );
     expect(() => s.reconfigure({ routerTemperature: -1 })).toThrow(/router_temperature|routerTemperature/);
     expect(s.config.routerTemperature).toBe(0.1);
+  });
+
+  it("applies router_track_output_blocks to other replicas' bookings too, both ways", () => {
+    const s = new KvScheduler({ blockSize: BS, config: { routerTrackOutputBlocks: false } });
+    s.addWorker(1);
+    const booking = (requestId: string) => ({
+      requestId,
+      workerId: 1,
+      dpRank: 0,
+      seq: null,
+      privateBlocks: 1,
+      prefillTokens: 4,
+      expectedOutputTokens: undefined,
+      prefillCompleted: true,
+      outputBlocks: 0,
+      decay: undefined,
+    });
+    const blocks = (): number => s.load({ workerId: 1, dpRank: 0 })!.activeDecodeBlocks;
+    s.peers.add('b', booking('r1'));
+    const before = blocks();
+    s.reconfigure({ routerTrackOutputBlocks: true });
+    expect(s.peers.outputBlocks('b', 'r1', 3, undefined)).toBe('applied');
+    expect(blocks()).toBe(before + 3);
+    s.reconfigure({ routerTrackOutputBlocks: false });
+    expect(s.peers.outputBlocks('b', 'r1', 5, undefined)).toBe('duplicate');
+    expect(blocks()).toBe(before + 3);
   });
 });
