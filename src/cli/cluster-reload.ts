@@ -45,6 +45,8 @@ export interface ClusterReloadOutcome {
   readonly notJoined: readonly (NotJoined & { readonly process: number })[];
   readonly notLeft: readonly (NotLeft & { readonly process: number })[];
   readonly processes: readonly { readonly process: number; readonly status: 'reloaded' | 'partial' }[];
+  /** The fields the file changed that a flag sets (every process reads the same file with the same flags). */
+  readonly hiddenByFlags?: ReloadOutcome['hiddenByFlags'];
 }
 
 /**
@@ -187,6 +189,7 @@ export function combinedReload(results: readonly ProcessReload[]): ClusterReload
         process: o.process,
         status: o.notJoined.length + o.notLeft.length === 0 ? 'reloaded' : 'partial',
       })),
+      ...(outcomes[0]?.hiddenByFlags === undefined ? {} : { hiddenByFlags: outcomes[0].hiddenByFlags }),
     };
   }
   if (errors.length === results.length && errors.every((e) => e.code === 'KVG_ERR_RELOAD_REJECTED')) {

@@ -29,11 +29,14 @@ import type { Logger } from 'pino';
 import {
   configChanges,
   configProblemsError,
+  hiddenByFlags,
   reloadProblems,
   workerDiff,
   type ConfigChange,
   type ConfigProblem,
+  type FlaggedField,
   type GatewayConfig,
+  type HiddenByFlag,
   type ModelConfig,
   type WorkerConfig,
 } from '../config/index.js';
@@ -42,8 +45,13 @@ import type { FleetMembers } from '../fleet/index.js';
 
 /** What a reload changes. */
 export interface ReloadTargets {
-  /** Reads and validates the file (with the command's flags) as at start; its errors end "the running configuration is unchanged". */
-  readonly load: () => GatewayConfig;
+  /**
+   * Reads and validates the file (with the command's flags) as at start; its errors end "the running configuration is
+   * unchanged". Tells `onFlagged` the fields the flags set, with the file's values there (see `flaggedAtStart`).
+   */
+  readonly load: (onFlagged?: (fields: readonly FlaggedField[]) => void) => GatewayConfig;
+  /** The fields the flags set at start, with the file's values then: a reload names those the file changes since. */
+  readonly flaggedAtStart?: readonly FlaggedField[];
   readonly server: { reconfigure(config: GatewayConfig): void };
   readonly members: FleetMembers;
   /** The router knobs of one model, for the requests routed from now on. */
@@ -75,20 +83,27 @@ export interface NotLeft {
   readonly reason: string;
 }
 
-/** What a reload did: what changed (empty: nothing did), and the workers that could not join or leave. */
+/**
+ * What a reload did: what changed (empty: nothing did), the workers that could not join or leave, and the fields the
+ * file changed that a command-line flag sets (absent: none), which keep the flag's value.
+ */
 export interface ReloadOutcome {
   readonly changes: ConfigChange[];
   readonly notJoined: readonly NotJoined[];
   readonly notLeft: readonly NotLeft[];
+  readonly hiddenByFlags?: readonly HiddenByFlag[];
 }
 
 export class ConfigReloader {
   #current: GatewayConfig;
+  /** The fields the flags set at the last reload applied (or at start), with the file's values then. */
+  #flagged: readonly FlaggedField[];
   readonly #t: ReloadTargets;
   #queue: Promise<unknown> = Promise.resolve();
 
   constructor(current: GatewayConfig, targets: ReloadTargets) {
     this.#current = current;
+    this.#flagged = targets.flaggedAtStart ?? [];
     this.#t = targets;
   }
 
@@ -129,8 +144,9 @@ export class ConfigReloader {
     const { logger, metrics } = this.#t;
     const prev = this.#current;
     let next: GatewayConfig;
+    let flagged = this.#flagged;
     try {
-      next = this.#t.load();
+      next = this.#t.load((f) => (flagged = f));
       const problems = reloadProblems(prev, next);
       if (problems.length > 0) throw configProblemsError(problems, 'the running configuration is unchanged');
     } catch (err) {
@@ -141,10 +157,12 @@ export class ConfigReloader {
       throw new KvgateError('KVG_ERR_RELOAD_REJECTED', err.message, { problems });
     }
     const changes = configChanges(prev, next);
+    const hidden = this.#hiddenByFlags(trigger, flagged);
     if (changes.length === 0) {
       metrics.configReloads.labels({ trigger, outcome: 'unchanged' }).inc();
       logger.info({ trigger, file: next.file }, 'configuration reloaded: nothing changed');
-      return { changes, notJoined: [], notLeft: [] };
+      this.#flagged = flagged;
+      return { changes, notJoined: [], notLeft: [], ...hidden };
     }
     const { notJoined, notLeft } = this.#apply(prev, next);
     this.#current = withWorkers(withoutWorkers(next, notJoined), notLeft, prev);
@@ -166,7 +184,24 @@ export class ConfigReloader {
         ].join(' and ')} (the next reload tries again)`,
       );
     }
-    return { changes, notJoined, notLeft };
+    this.#flagged = flagged;
+    return { changes, notJoined, notLeft, ...hidden };
+  }
+
+  /**
+   * The fields the file changed since the last applied reload that a flag sets: the flags go on top of the file at
+   * every read, so such an edit cannot take effect; each is named on a warn line (and in the outcome), never passed
+   * over as "nothing changed". A reload that then fails names them again the next time.
+   */
+  #hiddenByFlags(trigger: ReloadTrigger, flagged: readonly FlaggedField[]): { hiddenByFlags?: HiddenByFlag[] } {
+    const hidden = hiddenByFlags(this.#flagged, flagged);
+    if (hidden.length === 0) return {};
+    this.#t.logger.warn(
+      { trigger, hiddenByFlags: hidden },
+      `configuration reload: the file changes ${hidden.map((h) => `${h.path} (set by ${h.flag})`).join(', ')}; ` +
+        `a flag on the command line keeps its value, so the file's is not applied (restart without the flag to take it)`,
+    );
+    return { hiddenByFlags: hidden };
   }
 
   /**

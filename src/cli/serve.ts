@@ -15,8 +15,8 @@ import {
   parseServeFlags,
   serveUsage,
   withoutCredentials,
+  type FlaggedField,
   type GatewayConfig,
-  type ServeFlags,
 } from '../config/index.js';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 import { Fleet, type FleetStatus } from '../fleet/index.js';
@@ -145,8 +145,10 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
     (opts.out ?? process.stdout).write(serveUsage());
     return undefined;
   }
+  const read: FileRead = { file: flags.configFile, overrides: flags.overrides, env };
+  let flagged: readonly FlaggedField[] = [];
   const load = (base?: Record<string, unknown>): GatewayConfig =>
-    loadGatewayConfig({ file: flags.configFile, overrides: flags.overrides, env, base });
+    loadGatewayConfig({ ...read, base, onFlagged: (f) => (flagged = f) });
   const member = clusterMember(env);
   const { config, mockers, demo } = await resolveServeConfig(load);
   refusePickerModels(config);
@@ -184,7 +186,7 @@ export async function serve(argv: readonly string[], opts: ServeOptions = {}): P
   fleet.live?.members.onChange(() => server.reconfigure(served(base)));
   if (fleet.live !== undefined) server.reconfigure(served(base));
   if (reloadable) {
-    reloader = configReloader({ config, flags, env, logger, fleet, server, served, rebase: (c) => (base = c) });
+    reloader = configReloader({ config, flagged, read, logger, fleet, server, served, rebase: (c) => (base = c) });
   }
   (opts.out ?? process.stderr).write(banner(served(config), gateway, demo));
   let stopping: Promise<void> | undefined;
@@ -269,26 +271,25 @@ function startLogging(
   return { tracing, logger };
 }
 
-/** Hot reconfiguration: re-reads the config file with the same flags; `rebase` keeps the served base current. */
+/** How `serve` reads its config: the file, the command's flags on top, the environment. */
+type FileRead = Pick<NonNullable<Parameters<typeof loadGatewayConfig>[0]>, 'file' | 'overrides' | 'env'>;
+
+/** Hot reconfiguration: the file re-read with the same flags (`flagged`: theirs at start); `rebase`: the served base. */
 function configReloader(p: {
   config: GatewayConfig;
-  flags: ServeFlags;
-  env: Readonly<Record<string, string | undefined>>;
+  flagged: readonly FlaggedField[];
+  read: FileRead;
   logger: Logger;
   fleet: RouterFleet;
   server: Gateway['server'];
   served: (c: GatewayConfig) => GatewayConfig;
   rebase: (c: GatewayConfig) => GatewayConfig;
 }): ConfigReloader {
-  const { flags, env, fleet, server } = p;
+  const { fleet, server } = p;
   return new ConfigReloader(p.config, {
-    load: () =>
-      loadGatewayConfig({
-        file: flags.configFile,
-        overrides: flags.overrides,
-        env,
-        consequence: 'the running configuration is unchanged',
-      }),
+    load: (onFlagged) =>
+      loadGatewayConfig({ ...p.read, consequence: 'the running configuration is unchanged', onFlagged }),
+    flaggedAtStart: p.flagged,
     members: fleet.live!.members,
     reconfigureRouter: (m) => fleet.live!.reconfigureRouter(m),
     logger: p.logger,

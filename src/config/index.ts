@@ -2,7 +2,6 @@
 export { loadGatewayConfig } from './load.js';
 export { GATEWAY_DEFAULTS } from './defaults.js';
 export { closestFlag, parseCommandArgs, parseServeFlags, parseFieldPath, serveUsage } from './flags.js';
-export type { ServeFlags } from './flags.js';
 export type { ConfigProblem } from './reader.js';
 export type {
   AddressBlock,
@@ -20,9 +19,10 @@ export type {
 } from './types.js';
 export { OTHER_TENANT } from './resolve-tenants.js';
 export { configProblemsError } from './load.js';
-export { configChanges, reloadProblems, workerDiff } from './reload.js';
+export { configChanges, hiddenByFlags, reloadProblems, workerDiff } from './reload.js';
 export { withoutCredentials } from './redact.js';
-export type { ConfigChange } from './reload.js';
+export type { ConfigChange, HiddenByFlag } from './reload.js';
+export type { FlaggedField } from './load.js';
 export { loadWorkersFile } from './workers-file.js';
 export {
   etcdModelPrefix,

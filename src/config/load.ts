@@ -10,7 +10,7 @@ import { resolve as resolvePath } from 'node:path';
 import { LineCounter, isMap, isScalar, parseDocument, type Document } from 'yaml';
 import { KvgateError } from '../errors/index.js';
 import type { ConfigOverride } from './flags.js';
-import { isPlainObject, type ConfigProblem, type FieldPath } from './reader.js';
+import { formatPath, isPlainObject, type ConfigProblem, type FieldPath } from './reader.js';
 import { resolveGatewayConfig } from './resolve.js';
 import type { GatewayConfig } from './types.js';
 
@@ -23,6 +23,16 @@ export interface LoadOptions {
   env?: Readonly<Record<string, string | undefined>>;
   /** What follows from a problem, ending the error's first line (default: kvgate will not start). */
   consequence?: string | undefined;
+  /** Told, once the config is valid, each field a flag set and the file's own value there (which the flag hides). */
+  onFlagged?: ((fields: readonly FlaggedField[]) => void) | undefined;
+}
+
+/** A field a flag set, and the file's value at it (undefined: the file does not set it). */
+export interface FlaggedField {
+  /** As a problem names it, e.g. `models[0].router.router_temperature`. */
+  readonly path: string;
+  readonly flag: string;
+  readonly fileValue: unknown;
 }
 
 export interface ParsedFile {
@@ -237,5 +247,15 @@ export function loadGatewayConfig(opts: LoadOptions = {}): GatewayConfig {
     seen.add(key);
   }
   if (problems.length > 0) throw configProblemsError(problems, opts.consequence);
+  opts.onFlagged?.(
+    flagged.map((f) => ({
+      path: formatPath(f.path),
+      flag: f.flag,
+      fileValue: f.path.reduce<unknown>(
+        (n, k) => (n as Record<string | number, unknown> | undefined)?.[k],
+        parsed?.data,
+      ),
+    })),
+  );
   return result.config;
 }

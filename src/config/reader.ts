@@ -19,7 +19,7 @@ export interface ConfigProblem {
   position?: string | undefined;
 }
 
-function formatPath(path: FieldPath): string {
+export function formatPath(path: FieldPath): string {
   let out = '';
   for (const p of path) {
     if (typeof p === 'number') out += `[${p}]`;

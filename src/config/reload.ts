@@ -10,6 +10,7 @@
  * the header, request and session bounds), `auth`, `tenants`, `shutdown`.
  */
 import { KV_ROUTER_CONFIG_FIELDS, STRUCTURAL_ROUTER_KNOBS, type KvRouterConfig } from '../core/index.js';
+import type { FlaggedField } from './load.js';
 import type { ConfigProblem } from './reader.js';
 import { withoutCredentials } from './redact.js';
 import { keysChange, tenantChanges } from './tenant-changes.js';
@@ -201,4 +202,19 @@ export function workerDiff(
   const removed = prev.filter((w) => !same(w, after.get(w.id)));
   const added = next.filter((w) => !same(w, before.get(w.id)));
   return { removed, added };
+}
+
+/** A field whose value in the file changed while a command-line flag sets it: the flag's value stays in force. */
+export interface HiddenByFlag {
+  readonly path: string;
+  readonly flag: string;
+}
+
+/**
+ * The fields the flags set (`next`, at this read of the file) whose value in the file changed since `prev` (the
+ * previous read): edits a reload cannot apply, since the flags are applied on top of the file at every read.
+ */
+export function hiddenByFlags(prev: readonly FlaggedField[], next: readonly FlaggedField[]): HiddenByFlag[] {
+  const before = new Map(prev.map((f) => [f.path, f.fileValue]));
+  return next.filter((f) => !same(before.get(f.path), f.fileValue)).map(({ path, flag }) => ({ path, flag }));
 }

@@ -53,6 +53,8 @@ export interface ReloadOutcomeView {
   /** Workers the file removes whose leave threw and that are still registered (they stay configured). */
   readonly notLeft?: readonly ReloadWorkerView[];
   readonly processes?: readonly { readonly process: number; readonly status: 'reloaded' | 'partial' }[];
+  /** Fields the file changed that a command-line flag sets: the flag's value stays (absent: none). */
+  readonly hiddenByFlags?: readonly { readonly path: string; readonly flag: string }[];
 }
 
 interface ReloadWorkerView {
@@ -64,12 +66,15 @@ interface ReloadWorkerView {
 
 /**
  * `POST /admin/reload`'s answer: `partial` when a worker the file adds could not join (`not_joined`) or one it removes
- * could not leave (`not_left`), each named.
+ * could not leave (`not_left`), each named; `hidden_by_flags` names what the file changed that a flag keeps.
  */
 function reloadAnswer(r: ReloadOutcomeView): Record<string, unknown> {
-  const processes = r.processes === undefined ? {} : { processes: r.processes };
+  const more = {
+    ...(r.hiddenByFlags === undefined ? {} : { hidden_by_flags: r.hiddenByFlags }),
+    ...(r.processes === undefined ? {} : { processes: r.processes }),
+  };
   const notLeft = r.notLeft ?? [];
-  if (r.notJoined.length + notLeft.length === 0) return { status: 'reloaded', changes: r.changes, ...processes };
+  if (r.notJoined.length + notLeft.length === 0) return { status: 'reloaded', changes: r.changes, ...more };
   const named = (l: readonly ReloadWorkerView[]): unknown[] =>
     l.map((n) => ({
       worker_id: n.workerId,
@@ -82,7 +87,7 @@ function reloadAnswer(r: ReloadOutcomeView): Record<string, unknown> {
     changes: r.changes,
     ...(r.notJoined.length === 0 ? {} : { not_joined: named(r.notJoined) }),
     ...(notLeft.length === 0 ? {} : { not_left: named(notLeft) }),
-    ...processes,
+    ...more,
   };
 }
 

@@ -200,3 +200,44 @@ describe('a reload that adds a worker whose id another source holds', () => {
     expect(metrics).toContain('kvgate_config_reloads_total{trigger="admin",outcome="applied"} 1');
   }, 60_000);
 });
+
+/**
+ * The flags go on top of the file at every reload: a file edit to a field a flag sets cannot take effect. Before the
+ * fix `POST /admin/reload` answered `{"status":"reloaded","changes":[]}` and the edit was passed over in silence.
+ */
+describe('a reload of a file edit that a command-line flag hides', () => {
+  let suite: MockerSuite;
+  let file: string;
+  let url: string;
+  let gateway: CliProcess;
+  let engines: readonly MockerLine[];
+
+  beforeAll(async () => {
+    suite = await startMockerSuite('reload-flags', ['--model', MODEL, '--tokenizer', 'demo'], 1);
+    engines = suite.engines;
+    file = suite.write('kvgate.yaml', configText(engines, { temperature: 0 }));
+    gateway = startCli(['serve', '-c', file, '--router-temperature', '0.5']);
+    suite.procs.push(gateway);
+    url = (await gateway.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening'))[1]!;
+  }, 60_000);
+
+  afterAll(async () => {
+    await suite?.stop();
+  });
+
+  it('names the field and its flag in the answer and on a warn line, and keeps the flag value', async () => {
+    writeFileSync(file, configText(engines, { temperature: 0.9 }));
+    const res = await fetch(`${url}/admin/reload`, { method: 'POST' });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({
+      status: 'reloaded',
+      changes: [],
+      hidden_by_flags: [{ path: 'models[0].router.router_temperature', flag: '--router-temperature' }],
+    });
+    await gateway.waitFor(/"level":40[^\n]*set by --router-temperature/, 'the warn line naming the flag');
+    const c = (await (await fetch(`${url}/admin/config`)).json()) as {
+      models: { router: { routerTemperature: number } }[];
+    };
+    expect(c.models[0]!.router.routerTemperature).toBe(0.5);
+  }, 30_000);
+});
