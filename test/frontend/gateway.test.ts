@@ -1,6 +1,7 @@
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { DEMO_ENGINES, DEMO_MODEL, serve } from '../../src/cli/serve.js';
+import { DEMO_ENGINES, DEMO_MODEL } from '../../src/cli/demo.js';
+import { serve } from '../../src/cli/serve.js';
 import { loadGatewayConfig } from '../../src/config/index.js';
 import { KvgateError, isKvgateError } from '../../src/errors/index.js';
 import { startGateway } from '../../src/frontend/gateway.js';

@@ -5,7 +5,8 @@
  */
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { serve, DEMO_MODEL, type ServeHandle } from '../../src/cli/serve.js';
+import { DEMO_MODEL } from '../../src/cli/demo.js';
+import { serve, type ServeHandle } from '../../src/cli/serve.js';
 import { until } from '../helpers/until.js';
 import { STANDARD_PREFIXES, documentedMetrics } from './catalog.js';
 

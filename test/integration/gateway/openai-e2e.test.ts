@@ -6,7 +6,8 @@
 import OpenAI from 'openai';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEMO_MODEL, serve, type ServeHandle } from '../../../src/cli/serve.js';
+import { DEMO_MODEL } from '../../../src/cli/demo.js';
+import { serve, type ServeHandle } from '../../../src/cli/serve.js';
 import { loadTokenizer } from '../../../src/tokenizer/index.js';
 import { until } from '../../helpers/until.js';
 
