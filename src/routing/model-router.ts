@@ -173,10 +173,10 @@ export class ModelRouter implements ModelRouterPort {
       // A prefill worker the pool refused (its bootstrap endpoint: logged there) is not routed to: not up.
       added: (w) => this.#watch[this.#workerAdded(w) ? 'up' : 'notRouted'](w),
       removed: (w, keepKv, why) => {
-        this.#workerRemoved(w, keepKv, why === 'unavailable');
-        this.#watch.down(w, keepKv);
+        this.#workerRemoved(w, why === 'unavailable');
+        this.#watch.down(w, why === 'unavailable', keepKv);
       },
-      forgotten: (w) => this.#workerRemoved(w, false, false),
+      forgotten: (w) => this.#workerRemoved(w, false),
       // New engine facts of a routable worker (capacity, KV trust): its pool re-registers it in place
       // (bookings, index entries and subscriptions stay).
       updated: (w) => {
@@ -265,21 +265,21 @@ export class ModelRouter implements ModelRouterPort {
   }
 
   /**
-   * Takes the worker out of routing. `keepIndex`: its prefix-index slot, KV-event subscriptions and bookings stay
-   * for its return (its requests running free as usual, and count in its load when it is back), else they go.
-   * `holdSessions` (marked down, KV events or not: its engine keeps its cache): its session pins wait for it.
+   * Takes the worker out of routing. `hold` (marked down, every mode, KV events or not) keeps for its return its bookings
+   * (load, not KV state), session pins and, in KV mode, index slot: fed by its KV events, or the router's approximate
+   * entries (KvScheduler.removeWorker says why). Without `hold` (it left) all go; a held one's subscription stays open.
    */
-  #workerRemoved(w: WorkerInfo, keepIndex: boolean, holdSessions: boolean): void {
+  #workerRemoved(w: WorkerInfo, hold: boolean): void {
     if (w.role === 'prefill') {
       // The pool going inactive is logged and counted there, with what becomes of the requests.
-      this.prefill.removeWorker(w.id, keepIndex, holdSessions);
-      if (!keepIndex) void this.#prefillPool?.events?.remove(w.id);
+      this.prefill.removeWorker(w.id, hold);
+      if (!hold) void this.#prefillPool?.events?.remove(w.id);
       return;
     }
-    if (holdSessions) this.sessions.holdWorker(w.id);
+    if (hold) this.sessions.holdWorker(w.id);
     else this.sessions.unbindWorker(w.id);
-    this.decode.removeWorker(w.id, keepIndex);
-    if (!keepIndex) void this.events?.remove(w.id);
+    this.decode.removeWorker(w.id, hold);
+    if (!hold) void this.events?.remove(w.id);
   }
 
   /**

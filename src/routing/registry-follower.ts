@@ -1,8 +1,9 @@
 /**
  * How a ModelRouter follows the registry for its model: each worker that becomes routable, stops being routable,
- * or has new engine facts is handed to the router's pool operations. A worker marked down (`unavailable`) keeps
- * what kvgate knows of its engine's KV cache when `keepsKv` says there is any, and its session pins; one marked down that then leaves
- * the registry is `forgotten` (its kept state goes; it was logged down already, and FleetMembers logs the leave).
+ * or has new engine facts is handed to the router's pool operations. A worker marked down (`unavailable`) keeps its
+ * bookings, its session pins and its index slot whatever its KV events; `keepsKv` says only whether it also keeps
+ * a KV-event subscription. One marked down that then leaves the registry is `forgotten` (its kept state goes; it
+ * was logged down already, and FleetMembers logs the leave).
  */
 import type { WorkerDeparture, WorkerInfo, WorkerRegistry } from '../discovery/index.js';
 
@@ -10,15 +11,15 @@ export interface RegistryHandlers {
   /** The worker became routable (first time, or back after being marked down). */
   added(w: WorkerInfo): void;
   /**
-   * It stopped being routable, `why`; `keepKv`: marked down, its prefix-index slot, KV-event subscriptions and
-   * bookings kept. A worker marked down keeps its session pins whatever `keepKv` says (its engine keeps its cache).
+   * It stopped being routable, `why`. Marked down (`unavailable`), it keeps its bookings, session pins and index slot
+   * whatever `keepKv` says; `keepKv`: it also keeps KV-event subscriptions that keep that slot current.
    */
   removed(w: WorkerInfo, keepKv: boolean, why: WorkerDeparture): void;
   /** A worker marked down earlier left the registry: what was kept for it goes, nothing more is logged. */
   forgotten(w: WorkerInfo): void;
   /** A routable worker's engine facts changed. */
   updated(w: WorkerInfo): void;
-  /** Whether the worker has KV knowledge worth keeping while it is down (KV events, in a pool that reads them). */
+  /** Whether the worker has a KV-event subscription kept while it is down (KV events, in a pool that reads them). */
   keepsKv(w: WorkerInfo): boolean;
 }
 

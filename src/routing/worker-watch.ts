@@ -113,17 +113,19 @@ export class WorkerWatch {
   }
 
   /**
-   * The registry took the worker out (health, model check, removal): not routed to. `kvKept`: marked down with its
-   * KV-event subscriptions and cached blocks kept for its return; otherwise they were dropped.
+   * The registry took the worker out (health, model check, removal): not routed to. `held`: marked down, its
+   * bookings, session pins and cached blocks kept for its return (otherwise dropped); `kvKept`: its KV-event
+   * subscriptions kept too.
    */
-  down(w: WorkerInfo, kvKept = false): void {
+  down(w: WorkerInfo, held = false, kvKept = false): void {
     this.#setUp(w, false);
     this.#kvEvents.forget(w.id);
     this.#ctx.metrics?.workerKvEventsLive.labels(this.#labels(w)).set(0);
     const health = this.#health?.(w.id);
     this.#ctx.logger.warn(
-      { workerId: w.id, url: w.url, role: w.role, health: health?.state, error: health?.lastError, kvKept },
-      `worker ${w.id} is down: not routed to, its KV events and cached blocks ${kvKept ? 'kept for its return' : 'dropped'}`,
+      { workerId: w.id, url: w.url, role: w.role, health: health?.state, error: health?.lastError, held, kvKept },
+      `worker ${w.id} is down: not routed to, its bookings, session pins and cached blocks ${held ? 'kept for its return' : 'dropped'}` +
+        (kvKept ? ', its KV events followed' : ''),
     );
     this.servable();
   }

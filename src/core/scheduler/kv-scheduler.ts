@@ -227,17 +227,16 @@ export class KvScheduler {
   }
 
   /**
-   * Forgets a worker: its slots, its bookkeeping (in-flight requests on it are dropped; their later `free` is a
-   * no-op) and its index entries. With `keepIndex` (out for a while) it is held instead: out of routing (not
-   * eligible, a pin to it refused), its index slot and blocks kept (KV events keep feeding them) and its requests
-   * still booked (their `free` works; replica peers are told nothing), so a later `addWorker` brings it back
-   * with them; removing it then drops them. A queued request whose allowed workers are all gone fails at
-   * admission. Returns false if it was not registered (a held worker is, only for a removal without `keepIndex`).
+   * Forgets a worker: its slots, its bookkeeping (in-flight requests on it are dropped; their later `free` is a no-op) and its index
+   * entries. With `keepIndex` (out for a while) it is held instead: out of routing (not eligible, a pin to it refused), its index slot and
+   * blocks kept (KV events keep feeding them) and its requests still booked (their `free` works; replica peers are told nothing), so a
+   * later `addWorker` brings it back with them; removing it then drops them. Its approximate entries (approximate mode's, predicted, event
+   * fallback: the router's record of what it sent there) stay as its KV events' do: its engine keeps its cache through a flap, and they
+   * still lapse on their TTL. A queued request whose allowed workers are all gone fails at admission. Returns false if it was not
+   * registered (a held worker is, only for a removal without `keepIndex`).
    */
   removeWorker(workerId: number, keepIndex = false): boolean {
     if (keepIndex ? !this.#table.hold(workerId) : !this.#forget(workerId)) return false;
-    this.predicted?.removeWorker(workerId);
-    this.fallback?.removeWorker(workerId);
     this.#admission.drain();
     return true;
   }
@@ -249,6 +248,8 @@ export class KvScheduler {
     for (const b of mine) if (b.workerId === workerId) this.#observer?.freed(b.requestId);
     this.peers.dropWorker(workerId);
     this.approximate?.removeWorker(workerId);
+    this.predicted?.removeWorker(workerId);
+    this.fallback?.removeWorker(workerId);
     this.index.removeWorker(workerId);
     return true;
   }

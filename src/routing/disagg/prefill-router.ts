@@ -150,17 +150,19 @@ export class PrefillRouter {
   }
 
   /**
-   * A prefill worker became unavailable: its sessions are held (`holdSessions`: marked down, see
-   * `StickySessions.holdWorker`) or unbound (it left, also when already down); the last one deactivates the
-   * router. `keepIndex` as in `PushRouter.removeWorker`.
+   * A prefill worker became unavailable: `hold` (marked down) holds its sessions (see `StickySessions.holdWorker`)
+   * and its bookings (`PushRouter.removeWorker`), else (it left, also when already down) they go; the last one
+   * deactivates the router.
    */
-  removeWorker(id: number, keepIndex = false, holdSessions = false): void {
-    if (holdSessions) this.sessions.holdWorker(id);
+  removeWorker(id: number, hold = false): void {
+    if (hold) this.sessions.holdWorker(id);
     else this.sessions.unbindWorker(id);
     const pool = this.#pool;
-    const w = pool?.worker(id);
-    if (pool === undefined || w === undefined) return;
-    pool.removeWorker(id, keepIndex);
+    if (pool === undefined) return;
+    const w = pool.worker(id);
+    // One held earlier is no longer in the pool: what was kept for it goes.
+    if (w === undefined) return pool.removeWorker(id, hold);
+    pool.removeWorker(id, hold);
     if (pool.size > 0) return;
     const then = this.enforceDisagg
       ? 'requests are refused (enforce_disagg) until one returns'

@@ -35,8 +35,8 @@ export class KvSelector implements LegSelector {
     });
   }
 
-  removeWorker(id: number, keepIndex = false): void {
-    this.#kv.removeWorker(id, keepIndex);
+  removeWorker(id: number, hold = false): void {
+    this.#kv.removeWorker(id, hold);
   }
 
   async select(req: LegRequest, mode: 'book' | 'query', exclude: ReadonlySet<number> | undefined): Promise<Selection> {

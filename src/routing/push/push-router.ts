@@ -142,10 +142,11 @@ export class PushRouter implements PoolMembers {
     this.#pm?.addWorker(w.id, w.dpStart, w.dpSize);
   }
 
-  removeWorker(id: number, keepIndex = false): void {
-    if (!this.#members.delete(id)) return;
-    this.#selector.removeWorker(id, keepIndex);
-    this.#pm?.forgetWorker(id);
+  /** `hold` (marked down): its bookings stay with its selector for its return; else they go, a held worker's too. */
+  removeWorker(id: number, hold = false): void {
+    if (this.#members.delete(id)) this.#pm?.forgetWorker(id);
+    else if (hold) return;
+    this.#selector.removeWorker(id, hold);
   }
 
   /** The pool's workers by id (what the selectors choose from). */
@@ -176,9 +177,8 @@ export class PushRouter implements PoolMembers {
   }
 
   /**
-   * Whether a request that does not name `workerId` may still go there: the
-   * worker is in the pool, among the request's `allowedWorkerIds`, and carries
-   * every required taint. A sticky session's worker must pass this to keep the
+   * Whether a request that does not name `workerId` may still go there: the worker is in the pool, among the request's
+   * `allowedWorkerIds`, and carries every required taint. A sticky session's worker must pass this to keep the
    * session (a session never overrides the request's own restrictions).
    */
   eligible(workerId: number, routing: RoutingHints): boolean {

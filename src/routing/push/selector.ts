@@ -25,8 +25,11 @@ export interface PoolMembers {
 export interface LegSelector {
   /** A worker joined (or changed); the KV selector registers its ranks with the scheduler. */
   addWorker(w: WorkerInfo): void;
-  /** A worker left: its bookkeeping and index entries go with it, unless `keepIndex` (marked down: both kept for its return). */
-  removeWorker(id: number, keepIndex?: boolean): void;
+  /**
+   * A worker left: its bookkeeping (and, in KV mode, its index entries) go with it, unless `hold` (marked down: kept
+   * for its return, in every mode; a later `removeWorker` without `hold` drops them).
+   */
+  removeWorker(id: number, hold?: boolean): void;
   /**
    * Chooses the slot for a leg, never one of `exclude`; `book` books it, `query` changes nothing.
    * @throws KvgateError for pins (UNKNOWN_WORKER, INVALID_DP_RANK, MISSING_WORKER_ID), NO_WORKERS,
@@ -107,7 +110,9 @@ export abstract class LocalSelector implements LegSelector {
 
   addWorker(): void {}
 
-  removeWorker(id: number): void {
+  /** `hold`: its in-flight legs stay counted (released as usual), so it is back with their load (load is not KV state). */
+  removeWorker(id: number, hold = false): void {
+    if (hold) return;
     for (const key of [...this.#active.keys()]) if (key.startsWith(`${id}:`)) this.#active.delete(key);
   }
 

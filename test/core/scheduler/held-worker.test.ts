@@ -2,6 +2,7 @@
  * A worker held (`removeWorker(id, true)`: marked down for a while) is out of routing but keeps its bookings:
  * never eligible nor pinnable, its requests' frees work while it is held, its load is back on its return, and
  * removing it for good drops them (the observer told once). The default removal drops them at once, as before.
+ * Its entries in the approximate indexes are kept as its KV events' are, and dropped with it.
  */
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../../src/common/index.js';
@@ -96,6 +97,29 @@ describe('a held worker', () => {
     expect(s.removeWorker(2)).toBe(true);
     expect(s.free('c')).toBe(false);
     expect(freed).toContain('c');
+  });
+
+  // Approximate mode's index, and a KV-events router's event fallback and predicted index: the router's own record
+  // of what it routed there, kept as its KV events' entries are (its engine keeps its cache through a flap).
+  it.each([
+    { what: 'approximate mode', opts: { config: { useKvEvents: false } } },
+    { what: 'the event fallback', opts: { eventFallback: () => true } },
+    { what: 'the predicted index', opts: { config: { routerPredictedTtlSecs: 60 } } },
+  ])('keeps its entries in $what for its return, and loses them when removed for good', ({ opts }) => {
+    const s = new KvScheduler({ blockSize: BS, clock: new ManualClock(0), rng: seededRng(5), ...opts });
+    s.addWorker(1);
+    s.addWorker(2);
+    s.select(req('a', 100, { pinWorkerId: 1 }));
+    s.free('a');
+    const routed = (): { workerId: number; overlapBlocks: number } => s.select(req('q', 100), 'query');
+    expect(routed()).toMatchObject({ workerId: 1, overlapBlocks: 8 });
+    s.removeWorker(1, true);
+    s.addWorker(1);
+    expect(routed()).toMatchObject({ workerId: 1, overlapBlocks: 8 });
+    s.removeWorker(1, true);
+    s.removeWorker(1);
+    s.addWorker(1);
+    expect(routed().overlapBlocks).toBe(0);
   });
 
   it('drops the ranks it no longer advertises on its return, with their requests', () => {

@@ -6,8 +6,10 @@
  *   the first: the router's query endpoint must find worker 1's cached prefix at once, as an engine does not
  *   re-send the blocks it holds.
  * - A request still streaming from it counts in its load when it is up again, and is freed once when it ends
- *   (the engines' completion stream is held open until the test releases it). Before, marking the worker down
- *   dropped its bookings: back up, it showed no load while its stream still ran, and the router over-sent to it.
+ *   (the engines' completion stream is held open until the test releases it), in KV mode with KV events, in
+ *   approximate KV mode (`use_kv_events: false`) and in a load-only mode (`least-loaded`). Before, marking the
+ *   worker down dropped its bookings (in the last two, whatever KV events the worker had): back up, it showed no
+ *   load while its stream still ran, and the router over-sent to it.
  * - With `session_affinity: pin`, a session pinned to it goes back to it when it is up again, though the other
  *   worker holds the session's next prompt: the pin is held while it is down. Before, marking it down dropped its
  *   session pins, so after a flap its sessions were placed anew and their contexts prefilled again elsewhere.
@@ -113,55 +115,65 @@ describe('a worker whose health probe flaps', () => {
     expect(back).toMatchObject({ worker: { worker_id: 1 }, overlap_blocks: BLOCKS });
   }, 60_000);
 
-  it('counts a request in flight in its load when it is up again, and frees it once when it ends', async () => {
-    const model = 'flap-load-model';
-    const health = [{ code: 200 }, { code: 200 }];
-    const release = deferred();
-    /** The worker id (1-based) of each engine that got a completion. */
-    const servedBy: number[] = [];
-    const { url } = await flapGateway(model, health, async (i, res) => {
-      servedBy.push(i + 1);
-      sseHead(res);
-      res.write(sseEvent(completionChunk('a')));
-      await release.promise;
-      res.end(sseEvent(completionChunk('b', 'length')) + sseEvent('[DONE]'));
-    });
-    const active = (id: number): Promise<number> =>
-      metric(url, 'kvgate_worker_active_requests', { model, worker_id: String(id) });
-    const blocks = (id: number): Promise<number> =>
-      metric(url, 'kvgate_worker_active_decode_blocks', { model, worker_id: String(id) });
+  // `blocks`: the mode books KV blocks (the load-only modes count requests alone).
+  it.each([
+    { mode: 'kv with KV events', lines: [], blocks: true },
+    { mode: 'approximate kv', lines: ['router: { use_kv_events: false }'], blocks: true },
+    { mode: 'least-loaded', lines: ['router_mode: least-loaded'], blocks: false },
+  ])(
+    'counts a request in flight in its load when it is up again, and frees it once when it ends ($mode)',
+    async (c) => {
+      const model = `flap-load-${c.mode.replaceAll(' ', '-')}`;
+      const health = [{ code: 200 }, { code: 200 }];
+      const release = deferred();
+      /** The worker id (1-based) of each engine that got a completion. */
+      const servedBy: number[] = [];
+      const serve = async (i: number, res: ServerResponse): Promise<void> => {
+        servedBy.push(i + 1);
+        sseHead(res);
+        res.write(sseEvent(completionChunk('a')));
+        await release.promise;
+        res.end(sseEvent(completionChunk('b', 'length')) + sseEvent('[DONE]'));
+      };
+      const { url } = await flapGateway(model, health, serve, c.lines);
+      const active = (id: number): Promise<number> =>
+        metric(url, 'kvgate_worker_active_requests', { model, worker_id: String(id) });
+      const blocks = (id: number): Promise<number> =>
+        metric(url, 'kvgate_worker_active_decode_blocks', { model, worker_id: String(id) });
 
-    const res = await fetch(`${url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model, prompt: 'the quick brown fox '.repeat(20), max_tokens: 8, stream: true }),
-    });
-    expect(res.status).toBe(200);
-    const reader = res.body!.getReader();
-    const first = await reader.read();
-    expect(first.done).toBe(false);
-    expect(servedBy).toHaveLength(1);
-    const id = servedBy[0]!;
-    expect(await active(id)).toBe(1);
-    const held = await blocks(id);
-    expect(held).toBeGreaterThan(0);
+      const res = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, prompt: 'the quick brown fox '.repeat(20), max_tokens: 8, stream: true }),
+      });
+      expect(res.status).toBe(200);
+      const reader = res.body!.getReader();
+      const first = await reader.read();
+      expect(first.done).toBe(false);
+      expect(servedBy).toHaveLength(1);
+      const id = servedBy[0]!;
+      expect(await active(id)).toBe(1);
+      const held = c.blocks ? await blocks(id) : 0;
+      if (c.blocks) expect(held).toBeGreaterThan(0);
 
-    // Marked down with its stream running: not routed to, its load series gone while down.
-    await flap(url, health[id - 1]!, id, 'down');
-    // Up again: its load is what its still-running request holds.
-    await flap(url, health[id - 1]!, id, 'up');
-    expect(await active(id)).toBe(1);
-    expect(await blocks(id)).toBe(held);
+      // Marked down with its stream running: not routed to, its load series gone while down.
+      await flap(url, health[id - 1]!, id, 'down');
+      // Up again: its load is what its still-running request holds.
+      await flap(url, health[id - 1]!, id, 'up');
+      expect(await active(id)).toBe(1);
+      if (c.blocks) expect(await blocks(id)).toBe(held);
 
-    // The stream ends: freed once, nothing left on either worker.
-    release.resolve();
-    for (let r = await reader.read(); r.done !== true; r = await reader.read()) {
-      /* drain */
-    }
-    await until(async () => (await active(id)) === 0, `worker ${id}'s request freed`);
-    expect(await metric(url, 'kvgate_worker_active_requests', { model })).toBe(0);
-    expect(await metric(url, 'kvgate_worker_active_decode_blocks', { model })).toBe(0);
-  }, 60_000);
+      // The stream ends: freed once, nothing left on either worker.
+      release.resolve();
+      for (let r = await reader.read(); r.done !== true; r = await reader.read()) {
+        /* drain */
+      }
+      await until(async () => (await active(id)) === 0, `worker ${id}'s request freed`);
+      expect(await metric(url, 'kvgate_worker_active_requests', { model })).toBe(0);
+      if (c.blocks) expect(await metric(url, 'kvgate_worker_active_decode_blocks', { model })).toBe(0);
+    },
+    60_000,
+  );
 
   it("sends a pinned session back to it when it is up again, against the other worker's cached prefix", async () => {
     const model = 'flap-session-model';

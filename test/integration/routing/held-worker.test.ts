@@ -1,7 +1,9 @@
 /**
  * A worker marked down keeps its prefix-index slot and KV-event subscription in its router (real mocker engines
  * publishing KV events, an in-process ModelRouter); one that then leaves the registry loses both, as one removed
- * while routable does. The return of a worker marked down, over real processes: ./health-flap.test.ts.
+ * while routable does, and the bookings it kept while down, in KV and in a load-only mode (before, those stayed
+ * held for good: its pool no longer listed it, so the leave never reached its bookkeeping). The return of a worker
+ * marked down, over real processes: ./health-flap.test.ts.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { seededRng } from '../../../src/common/index.js';
@@ -35,4 +37,27 @@ describe('a worker marked down, then removed', () => {
     await until(() => !subscribed(id) && events.indexes.device.findSlot(id, 0) === undefined, 'its slot gone');
     expect(subscribed(3 - id)).toBe(true);
   });
+
+  it.each(['kv', 'least-loaded'] as const)(
+    'drops the bookings it kept while down when it leaves (%s)',
+    async (mode) => {
+      // A slow engine: the stream is still running when its worker leaves.
+      fleet = await startFleet(2, { mocker: { speedup: 1 }, router: { mode } });
+      const f = fleet;
+      const client = new AbortController();
+      const tokens = randomTokens(seededRng(4), 64);
+      const res = await f.router.route(prepare(tokens, { maxTokens: 500, signal: client.signal }));
+      const slot = res.worker;
+      expect(f.router.decode.activeRequests(slot)).toBe(1);
+
+      f.registry.markDown(slot.workerId);
+      f.registry.remove(slot.workerId);
+      // Back under the same id (as a new worker): nothing of the requests it ran before it left.
+      f.registry.add(f.workers[slot.workerId - 1]!);
+      expect(f.router.decode.activeRequests(slot)).toBe(0);
+      expect(f.router.decode.kvRouter?.activeRequestCount ?? 0).toBe(0);
+      client.abort();
+      await drain(res).catch(() => undefined);
+    },
+  );
 });
