@@ -1,29 +1,24 @@
 /**
- * The router's own account of every slot's load: which
- * requests are in flight on each (worker, dp_rank) slot, their uncached prompt
- * tokens until prefill completes, and the KV blocks they occupy.
+ * The router's own account of every slot's load: which requests are in flight on each (worker, dp_rank) slot, their
+ * uncached prompt tokens until prefill completes, and the KV blocks they occupy.
  *
- * Ownership: this table is authoritative for load (the prefix index is only
- * advisory). Slots are the scheduler's dense ids; callers register them with
- * `ensureSlot` and every per-slot figure is readable at any time, in O(1).
+ * Ownership: this table is authoritative for load (the prefix index is only advisory). Slots are the scheduler's dense
+ * ids; callers register them with `ensureSlot` and every per-slot figure is readable at any time, in O(1).
  *
- * Blocks. The prompts of in-flight requests live in one `ActivePromptTrie`
- * (a radix tree over chained block hashes with per-slot counts, in the WASM module), so an
- * in-flight prefix shared by several requests on a slot counts once there,
- * a new request learns in one walk how many of its blocks each slot already
- * holds (`depthsInto`, for Dynamo's new_blocks), a booking right after that
- * match resumes its walk, and booking or freeing costs one step per branch
+ * Blocks. The prompts of in-flight requests live in one `ActivePromptTrie` (a radix tree over chained block hashes with
+ * per-slot counts, in the WASM module), so an in-flight prefix shared by several requests on a slot counts once there,
+ * a new request learns in one walk how many of its blocks each slot already holds (`depthsInto`, for Dynamo's
+ * new_blocks), a booking right after that match resumes its walk, and booking or freeing costs one step per branch
  * point on the prompt's path, not O(blocks).
  *
- * Requests admitted with `assume_kv_reuse = false` hold private blocks (counted,
- * never shared), as do output blocks. `addOutputBlock(id, decay)` marks every
- * block only this request holds as fractional with weight `decay`; a slot's
- * active decode blocks are `round(unique blocks - Σ over fractional (1 - weight))`.
- * A request's fractional set is re-counted at each decayed output block (a
- * block another request starts sharing stays fractional until then, as in Dynamo).
+ * Requests admitted with `assume_kv_reuse = false` hold private blocks (counted, never shared), as do output blocks.
+ * `addOutputBlock(id, decay)` marks every block only this request holds as fractional with weight `decay`; a slot's
+ * active decode blocks are `round(unique blocks - Σ over fractional (1 - weight))`. A request's fractional set is
+ * re-counted at each decayed output block (a block another request starts sharing stays fractional until then, as in
+ * Dynamo).
  *
- * Expiry: a request never freed is force-freed `expiryMs` after it was added
- * (checked at most every 30 s on add, and on every `expire()`).
+ * Expiry: a request never freed is force-freed `expiryMs` after it started: when it was added, or the `startedAt` it
+ * was booked again with (checked at most every 30 s on add, and on every `expire()`).
  */
 import { KvgateError } from '../errors/index.js';
 import { ActivePromptTrie, type PrefixIndex, type PromptHashes, type TrieNode } from '../wasm/index.js';
@@ -55,12 +50,13 @@ export interface BookingInput {
   readonly prefillTokens: number;
   /** The client's expected output length, if it gave one. */
   readonly expectedOutputTokens?: number | undefined;
+  /** Its start (clock ms, not after now: the caller checks) if booked again: expiry counts from then. Default: now. */
+  readonly startedAt?: number | undefined;
 }
 
 /**
- * Ids starting with this character are bookings of other router replicas
- * (`PeerBookings`); a local request id never starts with it (HTTP header
- * values and kvgate's leg ids cannot hold a NUL).
+ * Ids starting with this character are bookings of other router replicas (`PeerBookings`); a local request id never
+ * starts with it (HTTP header values and kvgate's leg ids cannot hold a NUL).
  */
 export const PEER_ID_PREFIX = '\u0000';
 
@@ -116,6 +112,8 @@ export class ActiveSequences {
   readonly #expiryMs: number;
   readonly #trie = new ActivePromptTrie();
   readonly #requests = new Map<string, ActiveRequest>();
+  /** Requests booked with a `startedAt` before now: out of start order in `#requests` (expiry then reads them all). */
+  readonly #early = new Set<ActiveRequest>();
   /** Requests whose id starts with `PEER_ID_PREFIX`. */
   #peerRequests = 0;
   #lastExpiryCheck: number;
@@ -245,9 +243,8 @@ export class ActiveSequences {
   }
 
   /**
-   * For every slot holding a prefix of `seq` among its active blocks, writes
-   * that depth to `out[slot]` (other entries are left untouched: zero them
-   * first). One trie walk.
+   * For every slot holding a prefix of `seq` among its active blocks, writes that depth to `out[slot]` (other entries
+   * are left untouched: zero them first). One trie walk.
    */
   depthsInto(seq: BigUint64Array, out: Float64Array): void {
     this.#trie.depthsInto(seq, out);
@@ -283,8 +280,10 @@ export class ActiveSequences {
       this.#shared[slot]! += seq.length - this.#trie.insert(seq, slot);
       end = this.#trie.lastEnd;
     }
-    const r = new ActiveRequest(requestId, slot, seq, end, privateBlocks, prefill, input.expectedOutputTokens, now);
+    const start = input.startedAt ?? now;
+    const r = new ActiveRequest(requestId, slot, seq, end, privateBlocks, prefill, input.expectedOutputTokens, start);
     this.#requests.set(requestId, r);
+    if (start < now) this.#early.add(r);
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests++;
     this.#private[slot]! += privateBlocks;
     this.#prefill[slot]! += prefill;
@@ -360,6 +359,7 @@ export class ActiveSequences {
   #drop(r: ActiveRequest, served: boolean): void {
     const requestId = r.id;
     this.#requests.delete(requestId);
+    if (this.#early.size > 0) this.#early.delete(r);
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests--;
     else if (served) this.#recordService(this.#clock.now() - r.startedAt);
     const slot = r.slot;
@@ -398,10 +398,10 @@ export class ActiveSequences {
     this.#lastExpiryCheck = now;
     const cutoff = now - this.#expiryMs;
     const expired: ActiveRequest[] = [];
-    // The map iterates in insertion order, which is start-time order (the clock is monotonic).
+    // Insertion order is start order (a monotonic clock), unless one was booked with an earlier start: all are read.
     for (const r of this.#requests.values()) {
-      if (r.startedAt > cutoff) break;
-      expired.push(r);
+      if (r.startedAt <= cutoff) expired.push(r);
+      else if (this.#early.size === 0) break;
     }
     for (const r of expired) this.#drop(r, false);
     return expired.map((r) => r.id);

@@ -77,6 +77,8 @@ interface Booking {
    * another endpoint (`served`): the router reads that endpoint's own overlap.
    */
   overlapBlocks: number | undefined;
+  /** Its first booking's start (the router's clock), kept when booked again: its expiry does not restart. */
+  readonly startedAt: number;
 }
 
 export interface EndpointPickerOptions {
@@ -198,12 +200,11 @@ export class EndpointPicker {
   }
 
   /**
-   * The endpoints of the pool's ready pods now: the new join, the gone leave (the router forgets their load). A
-   * request booked on an endpoint stays booked here until its stream ends, wherever its pod went: an endpoint that
-   * joins (again: a pod back from NotReady, which served on meanwhile) is booked with the requests still in flight on
-   * it, so its load is what it runs, not zero. Of two listed pods with one endpoint (an IP reused while the old pod
-   * is still listed) only the newer is routed (`EndpointOwners`): an endpoint handed over is its old owner leaving
-   * and its new owner joining, told and returned as a handover too.
+   * The endpoints of the pool's ready pods now: the new join, the gone leave (the router forgets their load). A request booked on an
+   * endpoint stays booked here until its stream ends, wherever its pod went: an endpoint that joins (again: a pod back from NotReady,
+   * which served on meanwhile) is booked with the requests still in flight on it, with their first start, so its load is what it runs,
+   * not zero. Of two listed pods with one endpoint (an IP reused while the old pod is still listed) only the newer is routed
+   * (`EndpointOwners`): an endpoint handed over is its old owner leaving and its new owner joining, told and returned as a handover too.
    */
   setEndpoints(pods: readonly PoolEndpoint[]): PoolChange {
     const { owners: next, handedOver, shadowed } = this.#owners.apply(pods);
@@ -376,6 +377,7 @@ export class EndpointPicker {
       endpoint: endpoints[0]!,
       prefillDone: false,
       overlapBlocks: d.overlapBlocks,
+      startedAt: this.#router.activeRequest(input.requestId)?.startedAt ?? this.#ctx.clock.now(),
     });
     return endpoints;
   }
@@ -400,7 +402,7 @@ export class EndpointPicker {
 
   /**
    * Books a request on a worker as it was picked: its prompt, its hints (a router config override, an expected output
-   * length: what its load is booked with), its overlap where known, and its prefill done when it is.
+   * length: what its load is booked with), its overlap where known, its prefill done when it is, and its first start.
    */
   #book(requestId: string, b: Booking, workerId: number): void {
     this.#router.addRequest({
@@ -410,6 +412,7 @@ export class EndpointPicker {
       isl: b.input.tokenIds.length,
       routing: b.input.hints,
       workerId,
+      startedAt: b.startedAt,
       ...(b.overlapBlocks !== undefined ? { overlapBlocks: b.overlapBlocks } : {}),
     });
     if (b.prefillDone) this.#router.markPrefillCompleted(requestId);

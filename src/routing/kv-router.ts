@@ -182,11 +182,18 @@ export class KvRouter {
   }
 
   /**
-   * Books a request whose worker was chosen elsewhere (direct routing, replica sync).
-   * @throws KvgateError KVG_ERR_UNKNOWN_WORKER, KVG_ERR_INVALID_DP_RANK, KVG_ERR_DUPLICATE_REQUEST.
+   * Books a request whose worker was chosen elsewhere (direct routing, replica sync, the endpoint picker's bookings).
+   * @throws KvgateError KVG_ERR_UNKNOWN_WORKER, KVG_ERR_INVALID_DP_RANK, KVG_ERR_DUPLICATE_REQUEST; KVG_ERR_INVALID_ARGUMENT
+   *   for a `startedAt` that is not a finite time up to now.
    */
   addRequest(
-    request: KvRouteRequest & { readonly workerId: number; readonly dpRank?: number; readonly overlapBlocks?: number },
+    request: KvRouteRequest & {
+      readonly workerId: number;
+      readonly dpRank?: number;
+      readonly overlapBlocks?: number;
+      /** When it started (clock ms, not after now), for one booked again: its expiry (lost ends) counts from then. */
+      readonly startedAt?: number;
+    },
   ): void {
     const prepared = this.#prepare(request);
     this.#scheduler.addRequest({
@@ -196,6 +203,7 @@ export class KvRouter {
       hashes: prepared.hashes,
       ...(request.dpRank !== undefined ? { dpRank: request.dpRank } : {}),
       ...(request.overlapBlocks !== undefined ? { overlapBlocks: request.overlapBlocks } : {}),
+      ...(request.startedAt !== undefined ? { startedAt: request.startedAt } : {}),
       ...(prepared.expectedOutputTokens !== undefined ? { expectedOutputTokens: prepared.expectedOutputTokens } : {}),
       ...(prepared.override !== undefined ? { override: prepared.override } : {}),
     });

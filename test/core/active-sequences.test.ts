@@ -109,6 +109,23 @@ describe('ActiveSequences (spec 4.5)', () => {
     expect(a.has('trigger')).toBe(true);
   });
 
+  it('a request booked again with its first start expires from that start, out of insertion order', () => {
+    const clock = new ManualClock(1000);
+    const a = fresh(clock);
+    clock.advance(200_000);
+    a.add({ requestId: 'fresh', slot: 0, hashes: null, prefillTokens: 0 });
+    a.add({ requestId: 'again', slot: 1, hashes: prompt([], 8, 1), prefillTokens: 0, startedAt: 1000 });
+    expect(a.request('again')?.startedAt).toBe(1000);
+    clock.advance(99_999);
+    expect(a.expire()).toEqual([]);
+    clock.advance(1);
+    // Booked after 'fresh', it is past its expiry first: read apart from the start-ordered requests.
+    expect(a.expire()).toEqual(['again']);
+    expect(a.load(1)).toEqual({ activePrefillTokens: 0, activeDecodeBlocks: 0, activeRequests: 0 });
+    clock.advance(200_000);
+    expect(a.expire()).toEqual(['fresh']);
+  });
+
   it('duplicate ids are refused; owner-conditional free', () => {
     const a = fresh();
     a.add({ requestId: 'd', slot: 0, hashes: null, prefillTokens: 1 });

@@ -142,6 +142,64 @@ describe('EndpointPicker: pods that come and go', () => {
   });
 });
 
+// A request booked again (its pod rejoined, or a fallback endpoint served it) keeps its first start: the router's
+// expiry of a booking whose end was lost (active_request_expiry_secs) counts from its pick, not from each rebooking.
+describe('EndpointPicker: a request booked again keeps its start', () => {
+  let picker: EndpointPicker;
+  const clock = new ManualClock(0);
+  const inFlight = (endpoint: string): number => picker.loads()[endpoint]?.activeRequests ?? 0;
+  /** The request whose end never comes, picked onto A. */
+  const lost = input(64, [A], 70_000);
+
+  beforeEach(() => {
+    vi.useFakeTimers();
+    ({ picker } = pickerOf({
+      router: { use_kv_events: false, active_request_expiry_secs: 60 },
+      level: 'silent',
+      clock,
+    }));
+    picker.setEndpoints([
+      { name: 'a', endpoint: A },
+      { name: 'b', endpoint: B },
+    ]);
+  });
+  afterEach(async () => {
+    await picker.close();
+    vi.useRealTimers();
+  });
+
+  it.each([
+    {
+      how: 'on its pod back from NotReady',
+      again: (): string => {
+        picker.setEndpoints([{ name: 'b', endpoint: B }]);
+        picker.setEndpoints([
+          { name: 'a', endpoint: A },
+          { name: 'b', endpoint: B },
+        ]);
+        return A;
+      },
+    },
+    {
+      how: 'on the fallback endpoint that served it',
+      again: (): string => {
+        picker.served(lost.requestId, B);
+        return B;
+      },
+    },
+  ])('expires $how from its first start', async ({ again }) => {
+    expect(picker.pick(lost)).toEqual([A]);
+    clock.advance(40_000);
+    const on = again();
+    expect(inFlight(on)).toBe(1);
+    // 50 s after its rebooking, 90 s after its pick: its end never came, so it is freed.
+    clock.advance(50_000);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(inFlight(on)).toBe(0);
+    picker.end(lost.requestId);
+  });
+});
+
 // A pod whose KV events stopped while it serves is scored as the gateway scores such a worker: approximate mode, its
 // index entries still counted and the picker's own choices for it remembered (router_ttl_secs), since its events no
 // longer tell what it holds. Pods A and B name one test ZMQ publisher; the picker's clock is a manual one.

@@ -236,6 +236,20 @@ describe('KvRouter modes and lifecycle', () => {
     expect(r.index.size).toBe(0);
   });
 
+  it('a request booked again with its start expires from it; a start after now or not finite is refused', () => {
+    const clock = new ManualClock(5_000);
+    const r = router({ activeRequestExpirySecs: 60 }, [1, 2], clock);
+    clock.advance(40_000);
+    r.addRequest({ requestId: 'again', tokens: tokens(16), workerId: 1, startedAt: 5_000 });
+    for (const startedAt of [clock.now() + 1, Number.NaN, Number.NEGATIVE_INFINITY])
+      expect(errorCode(() => r.addRequest({ requestId: 'bad', tokens: tokens(16), workerId: 1, startedAt }))).toBe(
+        'KVG_ERR_INVALID_ARGUMENT',
+      );
+    expect(r.activeRequest('bad')).toBeUndefined();
+    clock.advance(20_000);
+    expect(r.tick().expiredRequests).toEqual(['again']);
+  });
+
   it('predict-on-route: burst siblings see the side index before any KV event; overlap is the max of both', () => {
     const clock = new ManualClock();
     const r = router({ routerPredictedTtlSecs: 5 }, [1, 2, 3], clock);

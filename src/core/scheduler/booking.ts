@@ -7,6 +7,7 @@ import type { PromptHashes } from '../../wasm/index.js';
 import type { ActiveSequences } from '../active-sequences.js';
 import type { ApproximateIndex } from '../approximate.js';
 import type { EffectiveKnobs } from './knobs.js';
+import type { RouterConfigOverride } from '../../common/index.js';
 import type { SlotTable } from './slots.js';
 import type { BookkeepingObserver } from './types.js';
 
@@ -16,6 +17,16 @@ export interface BookedRequest {
   readonly isl: number;
   readonly hashes: PromptHashes | null;
   readonly expectedOutputTokens?: number | undefined;
+}
+
+/** A booking decided elsewhere (`KvScheduler.addRequest`): its worker, and its overlap there when known. */
+export interface AddedRequest extends BookedRequest {
+  /** When it started (clock ms, not after now), for one booked again (a rejoin, a handover): its expiry counts from then. */
+  readonly startedAt?: number | undefined;
+  readonly workerId: number;
+  readonly dpRank?: number;
+  readonly overlapBlocks?: number;
+  readonly override?: RouterConfigOverride;
 }
 
 /** The indexes a booking is recorded in (each null when off). */
@@ -41,8 +52,8 @@ export class Booker {
     this.#blockSize = blockSize;
   }
 
-  /** Books `req` on `slot` with `overlap` cached blocks there. Returns the prefill tokens booked. */
-  book(req: BookedRequest, slot: number, overlap: number, knobs: EffectiveKnobs): number {
+  /** Books `req` on `slot` with `overlap` cached blocks there, started now or at `startedAt`. Returns the prefill tokens booked. */
+  book(req: BookedRequest, slot: number, overlap: number, knobs: EffectiveKnobs, startedAt?: number): number {
     const bs = this.#blockSize;
     const { isl, hashes } = req;
     const uncached = isl - overlap * bs;
@@ -58,6 +69,7 @@ export class Booker {
       expectedOutputTokens: req.expectedOutputTokens,
       hashes: shared,
       privateBlocks,
+      startedAt,
     });
     this.observer?.added({
       requestId: req.requestId,

@@ -27,11 +27,10 @@ import {
   blockSize as checkBlockSize,
   systemClock,
   type Clock,
-  type RouterConfigOverride,
   type WorkerRank,
   type WorkerRole,
 } from '../../common/index.js';
-import { PrefixIndex, type PromptHashes } from '../../wasm/index.js';
+import { PrefixIndex } from '../../wasm/index.js';
 import {
   ActiveSequences,
   PEER_ID_PREFIX,
@@ -46,7 +45,7 @@ import { resolveKvRouterConfig, type KvRouterConfig, type KvRouterOptions } from
 import type { RoutingDecision } from '../decision.js';
 import { checkMaxPriorityJump } from '../queue.js';
 import { Admission } from './admission.js';
-import { Booker } from './booking.js';
+import { Booker, type AddedRequest } from './booking.js';
 import { SlotFilter } from './filter.js';
 import { effectiveKnobs } from './knobs.js';
 import { OverlapMatcher } from './overlap.js';
@@ -54,6 +53,7 @@ import { SlotSelector } from './selector.js';
 import { SlotTable } from './slots.js';
 import {
   duplicateRequest,
+  invalidArg,
   rejectionError,
   workerNotFound,
   type BookkeepingObserver,
@@ -314,23 +314,18 @@ export class KvScheduler {
   // ---------------------------------------------------------------- lifecycle
 
   /**
-   * Books a request decided elsewhere (a direct pin, replica sync). The
-   * overlap defaults to the slot's current match in the index.
-   * @throws KvgateError KVG_ERR_UNKNOWN_WORKER, KVG_ERR_INVALID_DP_RANK, KVG_ERR_DUPLICATE_REQUEST.
+   * Books a request decided elsewhere (a direct pin, replica sync, one booked again). The overlap defaults to the
+   * slot's current match in the index; `startedAt`, to now (`BookingInput.startedAt`).
+   * @throws KvgateError KVG_ERR_UNKNOWN_WORKER, KVG_ERR_INVALID_DP_RANK, KVG_ERR_DUPLICATE_REQUEST, KVG_ERR_INVALID_ARGUMENT.
    */
-  addRequest(input: {
-    readonly requestId: string;
-    readonly workerId: number;
-    readonly dpRank?: number;
-    readonly isl: number;
-    readonly hashes: PromptHashes | null;
-    readonly overlapBlocks?: number;
-    readonly expectedOutputTokens?: number;
-    readonly override?: RouterConfigOverride;
-  }): void {
+  addRequest(input: AddedRequest): void {
     const w = this.#table.workers.get(input.workerId);
     if (w === undefined) throw workerNotFound(input.workerId);
     const slot = this.#table.checkedSlot(w, input.dpRank ?? w.summary.dataParallelStartRank);
+    const start = input.startedAt;
+    // A start in the future would keep a lost request booked past its expiry.
+    if (start !== undefined && !(Number.isFinite(start) && start <= this.#clock.now()))
+      throw invalidArg(`request ${input.requestId}: startedAt ${start} is not a time up to now (${this.#clock.now()})`);
     let overlap = input.overlapBlocks;
     if (overlap === undefined) {
       overlap = 0;
@@ -340,7 +335,7 @@ export class KvScheduler {
       }
     }
     const knobs = effectiveKnobs(this.config, this.workerType, input.override, input.hashes !== null, false);
-    this.#booker.book(input, slot, overlap, knobs);
+    this.#booker.book(input, slot, overlap, knobs, start);
   }
 
   /** Removes the request's prompt-token load; drains the queue. False if unknown or already marked. */
