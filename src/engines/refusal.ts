@@ -9,14 +9,16 @@
  * Contract of `refusalBody`: `error.code` is KVG_ERR_ENGINE_REJECTED and
  * `error.type` `invalid_request_error`; `error.message` is the engine's
  * message (OpenAI `{error: {message}}`, `{error: "..."}`, `{message}`, FastAPI
- * `{detail}` as a string or a list of `{loc, msg}`, or a `text/plain` body) with
- * every address in it replaced by `[address]` (URLs, IPv4, bracketed IPv6,
- * `host:port`, and the worker's own host however written), then cut to
+ * `{detail}` as a string or a list of `{loc, msg}`, or a `text/plain` body)
+ * without the lines of a stack trace (Python's, or JavaScript's and Java's `at`
+ * frames: marked once at the end), with every address in it replaced by
+ * `[address]` (URLs, IPv4, bracketed IPv6, `host:port`, and the worker's own
+ * host however written) and every absolute file path by `[path]`, then cut to
  * REFUSAL_MESSAGE_MAX_BYTES of UTF-8 with a marker; an answer with no such
  * message (an HTML page from a proxy, a body cut at the engine client's
  * `maxErrorBodyBytes`) gets a fixed sentence naming the worker and the status.
  * `error.param` is the engine's when it reads as a field name, else null.
- * Addresses are replaced before the cut, so a cut never leaves half an address.
+ * Addresses and paths are replaced before the cut, so a cut never leaves half of one.
  */
 import type { ErrorBody } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
@@ -25,6 +27,8 @@ import { KvgateError } from '../errors/index.js';
 export const REFUSAL_MESSAGE_MAX_BYTES = 1024;
 const TRUNCATED = ' [truncated by kvgate]';
 const REDACTED = '[address]';
+const PATH_REDACTED = '[path]';
+const STACK_REMOVED = ' [stack trace removed by kvgate]';
 
 /**
  * URLs with a scheme (not their trailing punctuation: "see http://h:1/x." keeps its full stop); bracketed IPv6
@@ -43,6 +47,18 @@ const ADDRESS = new RegExp(
   ].join('|'),
   'gi',
 );
+
+/**
+ * Absolute file paths: POSIX ones of two segments or more (`/opt/vllm/serving_chat.py`, `/models/llama-3`), not an
+ * HTTP API path (`/v1/completions`: the client's own vocabulary), and Windows drive paths. One segment (`/generate`)
+ * and a slash inside a word (`and/or`, `tokens/s`) are kept.
+ */
+const FILE_PATH = /(?<![\w.:/~-])(?:\/(?!v\d+\/)[\w.@+-]+(?:\/[\w.@+-]+)+\/?|[a-z]:\\[^\s"'<>|]+)/gi;
+
+/** The lines of a stack trace: Python's header and frames (`File "...", line N`), `at` frames of JavaScript and Java. */
+const TRACEBACK = /^\s*Traceback \(most recent call last\):?\s*$/;
+const PY_FRAME = /^\s*File "[^"]*", line \d+/;
+const AT_FRAME = /^\s+at \S.*(?:\(.*:\d+(?::\d+)?\)|:\d+(?::\d+)?)\s*$/;
 
 /** A field name as OpenAI's `param` gives it (`messages[0].content`); anything else is not passed on. */
 const PARAM = /^[\w.[\]-]{1,64}$/;
@@ -65,7 +81,7 @@ export function refusalBody(refusal: EngineRefusal, workerId: number): ErrorBody
   const message =
     said === undefined
       ? `the engine of worker ${workerId} refused the request (HTTP ${refusal.status})`
-      : bounded(redactAddresses(said, refusal.worker), REFUSAL_MESSAGE_MAX_BYTES);
+      : bounded(redactPaths(redactAddresses(withoutStack(said), refusal.worker)), REFUSAL_MESSAGE_MAX_BYTES);
   const param = paramOf(refusal.json);
   return { error: { message, type: 'invalid_request_error', param, code: 'KVG_ERR_ENGINE_REJECTED' } };
 }
@@ -79,6 +95,31 @@ export function redactAddresses(text: string, workerUrl: string): string {
     out = out.replace(new RegExp(`(?<![\\w.-])${escaped}(?![\\w-])(?::\\d{1,5})?`, 'gi'), REDACTED);
   }
   return out;
+}
+
+/** `text` with every absolute file path replaced by `[path]` (after `redactAddresses`: a URL's path is gone with it). */
+export function redactPaths(text: string): string {
+  return text.replace(FILE_PATH, PATH_REDACTED);
+}
+
+/**
+ * `text` without the lines of a stack trace (a Python frame's source line, indented under it, goes with it), marked
+ * once at the end; the exception's own line (Python's last: `ValueError: ...`) is kept. Unchanged when it has none.
+ */
+function withoutStack(text: string): string {
+  const kept: string[] = [];
+  let removed = false;
+  let frame = false;
+  for (const line of text.split(/\r?\n/)) {
+    const source = frame && /^\s{4,}\S/.test(line);
+    frame = PY_FRAME.test(line);
+    if (source || frame || TRACEBACK.test(line) || AT_FRAME.test(line)) {
+      removed = true;
+      continue;
+    }
+    kept.push(line);
+  }
+  return removed ? `${kept.join('\n').trim()}${STACK_REMOVED}` : text;
 }
 
 function hostOf(url: string): string | undefined {

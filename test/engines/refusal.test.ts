@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { EngineClient, EngineHttpError, refusalBody } from '../../src/engines/index.js';
-import { REFUSAL_MESSAGE_MAX_BYTES, redactAddresses } from '../../src/engines/refusal.js';
+import { REFUSAL_MESSAGE_MAX_BYTES, redactAddresses, redactPaths } from '../../src/engines/refusal.js';
 import { sendJson, startHttpEngine } from '../helpers/http-engine.js';
 
 const WORKER = 'http://vllm-3.gpu.internal:8000';
@@ -95,6 +95,28 @@ describe('refusalBody', () => {
       'reach [address] at [address]',
     );
     expect(redactAddresses('reach decode-1', WORKER)).toBe('reach decode-1');
+  });
+
+  it('takes out a stack trace (keeping the exception line) and replaces absolute file paths by [path]', () => {
+    const python = [
+      'prompt is too long',
+      'Traceback (most recent call last):',
+      '  File "/opt/vllm/entrypoints/openai/serving_chat.py", line 512, in create_chat_completion',
+      '    raise ValueError(msg)',
+      'ValueError: 900 tokens > 64',
+    ].join('\n');
+    expect(body({ error: { message: python } }).error.message).toBe(
+      'prompt is too long\nValueError: 900 tokens > 64 [stack trace removed by kvgate]',
+    );
+    const js = 'bad request\n    at Object.parse (/srv/engine/dist/server.js:12:7)\n    at node:internal/main:3:1';
+    expect(body({ error: { message: js } }).error.message).toBe('bad request [stack trace removed by kvgate]');
+    expect(body({ detail: 'model /models/llama-3 has no tokenizer at C:\\engines\\tok.json' }).error.message).toBe(
+      'model [path] has no tokenizer at [path]',
+    );
+    // The client's own vocabulary is kept: API paths, one segment, a slash inside a word.
+    const kept = 'use /v1/completions or /generate; and/or 12 tokens/s; auto/none';
+    expect(redactPaths(kept)).toBe(kept);
+    expect(body({ error: { message: kept } }).error.message).toBe(kept);
   });
 
   it('bounds the message to 1 KB of UTF-8 with a marker, on a character boundary, after redaction', () => {
