@@ -31,6 +31,26 @@ export function readListen(
   return { listen, listenBacklog };
 }
 
+/**
+ * The warning for admin endpoints any client can reach: on the public listener (no `admin.port`), bound beyond
+ * loopback, with no API keys. They show the resolved config and every worker's URL and reload the config file, so
+ * kvgate serves them (an operator may mean it, on a private network) but says so at start.
+ */
+export function adminExposure(
+  admin: GatewayConfig['admin'],
+  listen: ListenAddress,
+  apiKeys: readonly string[],
+): string | undefined {
+  if (!admin.enabled || admin.listen !== undefined || apiKeys.length > 0) return undefined;
+  const host = listen.host.replace(/^\[|\]$/g, '');
+  if (host === 'localhost' || host === '::1' || (isIP(host) === 4 && host.startsWith('127.'))) return undefined;
+  return (
+    `admin.enabled without admin.port or API keys: the admin endpoints (/admin/config, /admin/models with every ` +
+    `worker's URL, POST /admin/reload) are served to any client that reaches ${listen.host}:${listen.port}; set ` +
+    'admin.port (a separate listener on a private address) or auth.api_keys'
+  );
+}
+
 /** RFC 9110's token: what a header name may be made of. */
 export const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 

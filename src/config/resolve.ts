@@ -11,7 +11,7 @@ import { absolute, checkHost, type ResolveContext } from './checks.js';
 import { GATEWAY_DEFAULTS } from './defaults.js';
 import { ConfigReader, isPlainObject, show, type ConfigProblem } from './reader.js';
 import { checkModel, readEngineTimeouts, readModel } from './resolve-model.js';
-import { readLimits, readListen } from './resolve-edge.js';
+import { adminExposure, readLimits, readListen } from './resolve-edge.js';
 import { readKvEventBounds } from './resolve-kv-events.js';
 import { readPreprocess } from './resolve-preprocess.js';
 import { readReplicas } from './resolve-replicas.js';
@@ -295,6 +295,8 @@ export function resolveGatewayConfig(doc: unknown, ctx: ResolveContext): Resolve
   const { listen, listenBacklog } = readListen(root.child('listen'), warnings);
   const admin = readAdmin(root, listen);
   const apiKeys = readApiKeys(root, ctx);
+  const exposed = adminExposure(admin, listen, apiKeys);
+  if (exposed !== undefined) warnings.push(exposed);
   const limits = readLimits(root);
   const tenants = readTenants(root, apiKeys);
   const health = readHealth(root);

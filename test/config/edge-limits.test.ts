@@ -207,3 +207,25 @@ describe('--max-concurrent-requests-per-client', () => {
     ]);
   });
 });
+
+describe('admin endpoints any client can reach', () => {
+  const exposed = (c: GatewayConfig): string | undefined => c.warnings.find((w) => w.startsWith('admin.enabled'));
+
+  it('are a warning on the public listener beyond loopback without API keys', () => {
+    const w = exposed(load({ listen: { host: '0.0.0.0', port: 8080 }, admin: { enabled: true } }));
+    expect(w).toContain('any client that reaches 0.0.0.0:8080');
+    expect(w).toContain('admin.port');
+  });
+
+  it('are no warning behind API keys, on their own listener, on loopback, or off', () => {
+    const open = { listen: { host: '0.0.0.0', port: 8080 } };
+    for (const doc of [
+      { ...open, admin: { enabled: true }, auth: { api_keys: ['sk-kvgate-test'] } },
+      { ...open, admin: { enabled: true, host: '127.0.0.1', port: 9090 } },
+      { listen: { host: '127.0.0.1', port: 8080 }, admin: { enabled: true } },
+      { listen: { host: '::1', port: 8080 }, admin: { enabled: true } },
+      { ...open, admin: { enabled: false } },
+    ])
+      expect(exposed(load(doc)), JSON.stringify(doc)).toBeUndefined();
+  });
+});
