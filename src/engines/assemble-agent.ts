@@ -20,10 +20,15 @@ function obj(v: unknown): Json | undefined {
   return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Json) : undefined;
 }
 
-/** Folds a stream's events (parsed data, `[DONE]` left out) into the non-streaming answer. */
+/**
+ * Folds a stream's events (parsed data, `[DONE]` left out) into the non-streaming answer. `heldBytes` is about
+ * what the answer so far holds (the pieces it concatenates, and the raw size, `rawBytes` as `push` was given it,
+ * of what it keeps whole): what a caller bounds, the stream's own per-event framing left out.
+ */
 export interface StreamAssembler {
-  push(event: unknown): void;
+  push(event: unknown, rawBytes?: number): void;
   result(): Json;
+  readonly heldBytes: number;
 }
 
 /** A content block being built, and a tool call's input JSON so far (parsed at the end). */
@@ -35,11 +40,18 @@ interface BlockAcc {
 export class MessagesAssembler implements StreamAssembler {
   #message: Json = {};
   readonly #blocks = new Map<number, BlockAcc>();
+  #held = 0;
 
-  push(event: unknown): void {
+  get heldBytes(): number {
+    return this.#held;
+  }
+
+  push(event: unknown, rawBytes = 0): void {
     const e = obj(event);
     if (e === undefined) return;
     const index = typeof e['index'] === 'number' ? e['index'] : 0;
+    // A text, thinking or tool-input delta adds its piece (#delta); any other event counts whole (few per answer).
+    if (e['type'] !== 'content_block_delta') this.#held += rawBytes;
     switch (e['type']) {
       case 'message_start':
         this.#message = { ...obj(e['message']) };
@@ -72,22 +84,31 @@ export class MessagesAssembler implements StreamAssembler {
     const b = acc.block;
     switch (d?.['type']) {
       case 'text_delta':
-        if (typeof d['text'] === 'string') b['text'] = String(b['text'] ?? '') + d['text'];
+        if (typeof d['text'] === 'string') b['text'] = String(b['text'] ?? '') + this.#piece(d['text']);
         return;
       case 'thinking_delta':
-        if (typeof d['thinking'] === 'string') b['thinking'] = String(b['thinking'] ?? '') + d['thinking'];
+        if (typeof d['thinking'] === 'string') b['thinking'] = String(b['thinking'] ?? '') + this.#piece(d['thinking']);
         return;
       case 'signature_delta':
         b['signature'] = d['signature'];
+        this.#held += typeof d['signature'] === 'string' ? d['signature'].length : 0;
         return;
       case 'citations_delta':
         b['citations'] = [...(Array.isArray(b['citations']) ? b['citations'] : []), d['citation']];
+        this.#held += JSON.stringify(d['citation'] ?? null).length;
         return;
       case 'input_json_delta':
-        if (typeof d['partial_json'] === 'string') acc.inputJson = (acc.inputJson ?? '') + d['partial_json'];
+        if (typeof d['partial_json'] === 'string')
+          acc.inputJson = (acc.inputJson ?? '') + this.#piece(d['partial_json']);
         return;
       default:
     }
+  }
+
+  /** A concatenated piece, counted. */
+  #piece(text: string): string {
+    this.#held += text.length;
+    return text;
   }
 
   #messageDelta(delta: Json | undefined, usage: Json | undefined): void {
@@ -114,10 +135,18 @@ function blockOf(acc: BlockAcc): Json {
 
 export class ResponsesAssembler implements StreamAssembler {
   #response: Json = {};
+  #held = 0;
 
-  push(event: unknown): void {
+  /** The raw size of the event whose response is kept (one event: the SSE parser's `maxEventBytes` bounds it). */
+  get heldBytes(): number {
+    return this.#held;
+  }
+
+  push(event: unknown, rawBytes = 0): void {
     const r = obj(obj(event)?.['response']);
-    if (r !== undefined) this.#response = r;
+    if (r === undefined) return;
+    this.#response = r;
+    this.#held = rawBytes;
   }
 
   /** The response of the last event that carried one. */

@@ -63,9 +63,22 @@ export class ResponseAssembler {
   readonly #choices = new Map<number, ChoiceAcc>();
   #usage: unknown = undefined;
   #chat = false;
+  #held = 0;
 
-  /** Adds one parsed chunk of the stream (not `[DONE]`). Tolerant: fields of the wrong type are skipped. */
-  push(chunk: unknown): void {
+  /**
+   * About what the answer so far holds: the strings it concatenated, 8 bytes per element of an array field it
+   * concatenated (`token_ids`), and the raw size of each chunk with logprobs (they are most of such a chunk).
+   * The top level and the other choice fields are replaced, not accumulated.
+   */
+  get heldBytes(): number {
+    return this.#held;
+  }
+
+  /**
+   * Adds one parsed chunk of the stream (not `[DONE]`), `rawBytes` its size on the wire (for `heldBytes`).
+   * Tolerant: fields of the wrong type are skipped.
+   */
+  push(chunk: unknown, rawBytes = 0): void {
     const c = obj(chunk);
     if (c === undefined) return;
     for (const k in c) {
@@ -82,7 +95,7 @@ export class ResponseAssembler {
     if (!Array.isArray(c['choices'])) return;
     for (const raw of c['choices']) {
       const ch = obj(raw);
-      if (ch !== undefined) this.#pushChoice(ch);
+      if (ch !== undefined) this.#held += this.#pushChoice(ch, rawBytes);
     }
   }
 
@@ -101,7 +114,8 @@ export class ResponseAssembler {
     return out;
   }
 
-  #pushChoice(ch: Json): void {
+  /** Merges one choice of a chunk of `rawBytes`; returns what it added to the answer (`heldBytes`). */
+  #pushChoice(ch: Json, rawBytes: number): number {
     const index = typeof ch['index'] === 'number' ? ch['index'] : 0;
     let a = this.#choices.get(index);
     if (a === undefined) {
@@ -118,37 +132,48 @@ export class ResponseAssembler {
       };
       this.#choices.set(index, a);
     }
+    let held = 0;
     if (typeof ch['text'] === 'string') {
       a.text += ch['text'];
       a.sawContent = true;
+      held += ch['text'].length;
     }
     const delta = obj(ch['delta']);
-    if (delta !== undefined) pushDelta(a, delta);
+    if (delta !== undefined) held += pushDelta(a, delta);
     const lp = obj(ch['logprobs']);
-    if (lp !== undefined) pushLogprobs(a, lp);
+    if (lp !== undefined) {
+      pushLogprobs(a, lp);
+      held += rawBytes;
+    }
     if (ch['finish_reason'] !== null && ch['finish_reason'] !== undefined) a.finishReason = ch['finish_reason'];
     for (const k in ch) {
       const v = ch[k];
       if (CHOICE_KEYS.has(k) || v === null || v === undefined) continue;
       const prev = a.extra[k];
       a.extra[k] = Array.isArray(v) && Array.isArray(prev) ? [...prev, ...v] : v;
+      if (Array.isArray(v)) held += v.length * 8;
     }
+    return held;
   }
 }
 
-function pushDelta(a: ChoiceAcc, d: Json): void {
+/** Merges a chat delta; returns the length of the strings it concatenated. */
+function pushDelta(a: ChoiceAcc, d: Json): number {
+  let held = 0;
   if (d['role'] !== undefined && d['role'] !== null) a.role = d['role'];
   if (typeof d['content'] === 'string') {
     a.text += d['content'];
     a.sawContent = true;
+    held += d['content'].length;
   }
   for (const k of DELTA_STRINGS) {
     if (typeof d[k] === 'string') {
       a.strings ??= new Map();
       a.strings.set(k, (a.strings.get(k) ?? '') + (d[k] as string));
+      held += (d[k] as string).length;
     }
   }
-  if (!Array.isArray(d['tool_calls'])) return;
+  if (!Array.isArray(d['tool_calls'])) return held;
   a.tools ??= new Map();
   for (const raw of d['tool_calls']) {
     const t = obj(raw);
@@ -160,11 +185,18 @@ function pushDelta(a: ChoiceAcc, d: Json): void {
     if (t['id'] !== undefined && t['id'] !== null) acc.id = t['id'];
     if (t['type'] !== undefined && t['type'] !== null) acc.type = t['type'];
     const fn = obj(t['function']);
-    if (typeof fn?.['name'] === 'string') acc.name = (acc.name ?? '') + fn['name'];
-    if (typeof fn?.['arguments'] === 'string') acc.args += fn['arguments'];
+    if (typeof fn?.['name'] === 'string') {
+      acc.name = (acc.name ?? '') + fn['name'];
+      held += fn['name'].length;
+    }
+    if (typeof fn?.['arguments'] === 'string') {
+      acc.args += fn['arguments'];
+      held += fn['arguments'].length;
+    }
     for (const [k, v] of Object.entries(t))
       if (k !== 'index' && k !== 'id' && k !== 'type' && k !== 'function' && v !== null) acc.extra[k] = v;
   }
+  return held;
 }
 
 function pushLogprobs(a: ChoiceAcc, lp: Json): void {

@@ -109,13 +109,19 @@ interface FilledEngineClientOptions {
   lookup: LookupFunction | undefined;
 }
 
+/**
+ * The default bound on an engine's unstreamed answer (`maxResponseBytes`), and on an answer kvgate assembles from a
+ * stream for a `stream: false` client (routing's assembled-answer.ts): either is held whole before it is sent.
+ */
+export const DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+
 const kDefaultEngineClientOptions: Omit<FilledEngineClientOptions, 'lookup'> = {
   connections: 256,
   connectTimeoutMs: 5_000,
   headersTimeoutMs: 300_000,
   bodyTimeoutMs: 300_000,
   keepAliveTimeoutMs: 4_000,
-  maxResponseBytes: 64 * 1024 * 1024,
+  maxResponseBytes: DEFAULT_MAX_RESPONSE_BYTES,
   maxErrorBodyBytes: 64 * 1024,
   maxEventBytes: 16 * 1024 * 1024,
   streamHighWaterMark: 64,

@@ -1,6 +1,6 @@
 /** Transport to inference engines: per-worker undici pools, SSE parsing, cancellation, error mapping, P/D dialects. */
 export { SseParser } from './sse-parser.js';
-export { EngineClient } from './engine-client.js';
+export { DEFAULT_MAX_RESPONSE_BYTES, EngineClient } from './engine-client.js';
 export type { EngineClientOptions, DispatchOptions } from './engine-client.js';
 export type { EngineEventStream, EngineEvent, EngineResponse } from './engine-stream.js';
 export {

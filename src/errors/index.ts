@@ -57,6 +57,8 @@ export const ERROR_CODES = {
   KVG_ERR_ENGINE_FAILED: { status: 502, type: 'server_error', retryable: false, migratable: false },
   KVG_ERR_ENGINE_STREAM_BROKEN: { status: 502, type: 'server_error', retryable: false, migratable: true },
   KVG_ERR_ENGINE_BAD_RESPONSE: { status: 502, type: 'server_error', retryable: false, migratable: false },
+  // A stream: false answer assembled from the engine's stream grew past the bound of an unstreamed one (src/routing).
+  KVG_ERR_ANSWER_TOO_LARGE: { status: 502, type: 'server_error', retryable: false, migratable: false },
   KVG_ERR_CLIENT_ABORTED: { status: 499, type: 'request_aborted', retryable: false, migratable: false },
   KVG_ERR_NO_DISAGGREGATED_PARAMS: { status: 502, type: 'server_error', retryable: false, migratable: false },
   // Disaggregated serving (src/routing).

@@ -106,6 +106,27 @@ describe('MessagesAssembler', () => {
   });
 });
 
+describe('heldBytes: what an answer holds, the bound of a stream: false answer (the per-event framing left out)', () => {
+  it('Messages: the pieces it concatenates, and the other events whole', () => {
+    const asm = new MessagesAssembler();
+    asm.push(start, 300);
+    asm.push({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }, 80);
+    for (let i = 0; i < 1000; i++)
+      asm.push({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'abcd' } }, 90);
+    asm.push({ type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: '{}' } }, 90);
+    expect(asm.heldBytes).toBe(300 + 80 + 4000 + 2);
+  });
+
+  it('Responses: the event whose response it keeps, replaced by the next one', () => {
+    const asm = new ResponsesAssembler();
+    asm.push({ type: 'response.created', response: { id: 'r' } }, 100);
+    asm.push({ type: 'response.output_text.delta', delta: 'abcd' }, 90);
+    expect(asm.heldBytes).toBe(100);
+    asm.push({ type: 'response.completed', response: { id: 'r', output: [] } }, 700);
+    expect(asm.heldBytes).toBe(700);
+  });
+});
+
 describe('ResponsesAssembler', () => {
   it('the response of the final event, whole', () => {
     const done = {

@@ -183,6 +183,22 @@ describe('ResponseAssembler', () => {
     });
   });
 
+  it('heldBytes: the strings it concatenates, 8 bytes per token id, and each chunk with logprobs whole', () => {
+    const a = new ResponseAssembler();
+    const choice = (extra: Record<string, unknown>): unknown => ({ ...head, choices: [{ index: 0, ...extra }] });
+    a.push(choice({ delta: { role: 'assistant', content: '' } }), 200);
+    for (let i = 0; i < 100; i++) a.push(choice({ delta: { content: 'abc' }, token_ids: [i] }), 200);
+    a.push(
+      choice({
+        delta: { reasoning_content: 'hm', tool_calls: [{ index: 0, function: { name: 'f', arguments: '{}' } }] },
+      }),
+      200,
+    );
+    expect(a.heldBytes).toBe(300 + 800 + 2 + 1 + 2);
+    a.push(choice({ delta: { content: 'x' }, logprobs: { content: [{ token: 'x', logprob: -1 }] } }), 500);
+    expect(a.heldBytes).toBe(300 + 800 + 5 + 1 + 500);
+  });
+
   it('tolerates chunks that are not objects and choices of the wrong shape', () => {
     const out = assemble([null, 'x', { choices: [null, { index: 0, text: 'a' }] }, { choices: 'bad' }]);
     expect(out).toEqual({
