@@ -94,7 +94,8 @@ export class MessagesAssembler implements StreamAssembler {
         this.#held += typeof d['signature'] === 'string' ? d['signature'].length : 0;
         return;
       case 'citations_delta':
-        b['citations'] = [...(Array.isArray(b['citations']) ? b['citations'] : []), d['citation']];
+        // In place (a copy per delta would be quadratic in the citations); the block is the assembler's own.
+        (Array.isArray(b['citations']) ? (b['citations'] as unknown[]) : (b['citations'] = [])).push(d['citation']);
         this.#held += JSON.stringify(d['citation'] ?? null).length;
         return;
       case 'input_json_delta':

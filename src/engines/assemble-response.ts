@@ -150,7 +150,10 @@ export class ResponseAssembler {
       const v = ch[k];
       if (CHOICE_KEYS.has(k) || v === null || v === undefined) continue;
       const prev = a.extra[k];
-      a.extra[k] = Array.isArray(v) && Array.isArray(prev) ? [...prev, ...v] : v;
+      // An array field (vLLM's `token_ids` with `return_token_ids`) grows in place: a copy per chunk was quadratic
+      // (40,000 one-token chunks took 12 s of the event loop). The first is copied, so the list is the choice's own.
+      if (Array.isArray(v) && Array.isArray(prev)) prev.push(...(v as unknown[]));
+      else a.extra[k] = Array.isArray(v) ? [...(v as unknown[])] : v;
       if (Array.isArray(v)) held += v.length * 8;
     }
     return held;
