@@ -43,6 +43,25 @@ function configText(
   ]);
 }
 
+/** A reloadable gateway over `count` mocker engines, its config file written with temperature 0, `flags` after `-c`. */
+interface Reloadable {
+  suite: MockerSuite;
+  file: string;
+  url: string;
+  gateway: CliProcess;
+  engines: readonly MockerLine[];
+}
+
+async function startReloadable(name: string, count: number, flags: readonly string[] = []): Promise<Reloadable> {
+  const suite = await startMockerSuite(name, ['--model', MODEL, '--tokenizer', 'demo'], count);
+  const engines = suite.engines;
+  const file = suite.write('kvgate.yaml', configText(engines, { temperature: 0 }));
+  const gateway = startCli(['serve', '-c', file, ...flags]);
+  suite.procs.push(gateway);
+  const url = (await gateway.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening'))[1]!;
+  return { suite, file, url, gateway, engines };
+}
+
 describe('kvgate serve reloads its config file (SIGHUP, POST /admin/reload)', () => {
   let suite: MockerSuite;
   let file: string;
@@ -51,12 +70,7 @@ describe('kvgate serve reloads its config file (SIGHUP, POST /admin/reload)', ()
   let engines: readonly MockerLine[];
 
   beforeAll(async () => {
-    suite = await startMockerSuite('reload', ['--model', MODEL, '--tokenizer', 'demo'], 2);
-    engines = suite.engines;
-    file = suite.write('kvgate.yaml', configText(engines, { temperature: 0 }));
-    gateway = startCli(['serve', '-c', file]);
-    suite.procs.push(gateway);
-    url = (await gateway.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening'))[1]!;
+    ({ suite, file, url, gateway, engines } = await startReloadable('reload', 2));
   }, 60_000);
 
   afterAll(async () => {
@@ -213,12 +227,10 @@ describe('a reload of a file edit that a command-line flag hides', () => {
   let engines: readonly MockerLine[];
 
   beforeAll(async () => {
-    suite = await startMockerSuite('reload-flags', ['--model', MODEL, '--tokenizer', 'demo'], 1);
-    engines = suite.engines;
-    file = suite.write('kvgate.yaml', configText(engines, { temperature: 0 }));
-    gateway = startCli(['serve', '-c', file, '--router-temperature', '0.5']);
-    suite.procs.push(gateway);
-    url = (await gateway.waitFor(/"listen":"(http:\/\/[^"]+)"/, 'the gateway listening'))[1]!;
+    ({ suite, file, url, gateway, engines } = await startReloadable('reload-flags', 1, [
+      '--router-temperature',
+      '0.5',
+    ]));
   }, 60_000);
 
   afterAll(async () => {
