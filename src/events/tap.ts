@@ -4,7 +4,10 @@
  * while it is open. The tokenizer agreement probe opens one, sends its canary
  * request once every SUB socket has completed its handshake (a SUB misses
  * what is published before it is connected), and reads the blocks the canary
- * stored. Nothing here touches an index or a cursor.
+ * stored. The handshake does not say the engine's PUB has taken the
+ * subscription (it drops what it publishes before, and nothing tells the SUB
+ * when that is): the probe allows for that (it sends its canary again).
+ * Nothing here touches an index or a cursor.
  */
 import { Subscriber } from 'zeromq';
 import './zmq-sockets.js';

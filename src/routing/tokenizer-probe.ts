@@ -11,6 +11,15 @@
  * events it publishes with kvgate's own tokenization of the same chat, block
  * by block. The canary opens with a nonce, so its first block is new to the
  * engine's cache and every full block of it is stored (and reported).
+ *
+ * ZMQ's PUB drops what it publishes before it has taken the SUB's subscription,
+ * and nothing tells the SUB when that is (the handshake comes first). A canary
+ * answered quickly can have its events go out before, so when none of its
+ * blocks has arrived after a quarter of the wait the probe sends the canary once
+ * more, behind another nonce, and takes the blocks of either: by then the
+ * subscription has had the first canary's round trip and that quarter to reach
+ * the engine. An engine that publishes nothing still ends inconclusive at the
+ * same bound.
  */
 import { request } from 'undici';
 import type { WorkerInfo } from '../discovery/index.js';
@@ -130,13 +139,33 @@ function compareChain(expected: Uint32Array, chain: Uint32Array, bs: number): Bl
  */
 export function compareStoredBlocks(expected: Uint32Array, stored: readonly StoredBlocksEvent[]): BlockComparison {
   let best: BlockComparison | undefined;
-  const rank = (c: BlockComparison): number =>
-    c.outcome === 'ok' ? Infinity : c.outcome === 'incomplete' ? c.agreeing + 0.5 : c.block;
   for (const { tokens, blockSize } of rootChains(stored)) {
     const c = compareChain(expected, tokens, blockSize);
     if (best === undefined || rank(c) > rank(best)) best = c;
   }
   return best ?? { outcome: 'incomplete', agreeing: 0, expected: -1 };
+}
+
+/**
+ * How far a comparison agrees: a mismatch by its first differing token (block, then offset, below `incomplete`
+ * with as many agreeing blocks, which may still become ok), ok above all.
+ */
+function rank(c: BlockComparison): number {
+  if (c.outcome === 'ok') return Infinity;
+  return c.outcome === 'incomplete' ? c.agreeing + 0.5 : c.block + c.offset / (2 * c.blockSize);
+}
+
+/**
+ * The stored blocks against each canary sent (kvgate's ids of each): the comparison that agrees furthest. A
+ * canary's chain against another canary's ids differs at the nonce, no later than it differs from its own.
+ */
+function compareCanaries(expected: readonly Uint32Array[], stored: readonly StoredBlocksEvent[]): BlockComparison {
+  let best: BlockComparison | undefined;
+  for (const e of expected) {
+    const c = compareStoredBlocks(e, stored);
+    if (best === undefined || rank(c) > rank(best)) best = c;
+  }
+  return best!;
 }
 
 export interface TokenizerProbeOptions {
@@ -149,6 +178,11 @@ export interface TokenizerProbeOptions {
   readonly timeoutMs: number;
   /** Makes the canary's first block new to the engine's cache. */
   readonly nonce: string;
+  /**
+   * When none of the canary's blocks has arrived this long after its answer, it is sent once more behind another
+   * nonce (its events may have gone out before the engine took the subscription). Default: a quarter of `timeoutMs`.
+   */
+  readonly resendAfterMs?: number | undefined;
   /** Ends the probe early (inconclusive): the gateway is stopping. */
   readonly signal?: AbortSignal | undefined;
 }
@@ -173,54 +207,90 @@ export async function probeTokenizer(o: TokenizerProbeOptions): Promise<Tokenize
     return { outcome: 'inconclusive', reason: `its KV-event stream did not connect: ${(err as Error).message}` };
   }
   try {
-    const messages = canaryMessages(o.nonce);
-    let expected: Uint32Array;
+    const first = canaryMessages(o.nonce);
+    const again = canaryMessages(againNonce(o.nonce));
+    let expected: Uint32Array[];
     try {
-      expected = await o.tokenize(messages);
+      expected = await Promise.all([o.tokenize(first), o.tokenize(again)]);
     } catch (err) {
       return { outcome: 'inconclusive', reason: `kvgate could not tokenize the canary: ${(err as Error).message}` };
     }
-    const sent = await sendCanary(o, messages);
+    const sent = await sendCanary(o, o.nonce, first, o.timeoutMs);
     if (sent !== undefined) return { outcome: 'inconclusive', reason: sent };
-    const deadline = performance.now() + o.timeoutMs;
-    for (;;) {
-      const c = compareStoredBlocks(expected, tap.stored);
-      if (c.outcome !== 'incomplete') return c;
-      const left = deadline - performance.now();
-      if (o.signal?.aborted === true) return { outcome: 'inconclusive', reason: 'kvgate is stopping' };
-      if (left <= 0) {
-        return {
-          outcome: 'inconclusive',
-          reason:
-            c.expected < 0
-              ? `no BlockStored event of the canary arrived within ${o.timeoutMs} ms`
-              : `only ${c.agreeing} of ${c.expected} canary blocks arrived within ${o.timeoutMs} ms (those agree)`,
-        };
-      }
-      await tap.next(left, o.signal);
-    }
+    return await awaitCanaryBlocks(o, tap, expected[0]!, { messages: again, expected: expected[1]! });
   } finally {
     await tap.close();
   }
 }
 
+/**
+ * The second canary's nonce: the first's behind a prefix, so the two chats part at the nonce's first token (the
+ * second's first block is new to the engine's cache too, not the first canary's block again).
+ */
+function againNonce(nonce: string): string {
+  return `again-${nonce}`;
+}
+
+/**
+ * Waits up to `o.timeoutMs` for the engine's blocks of the canary, sending `again` once (within the same bound)
+ * when none has arrived after `resendAfterMs`. A chain of either canary answers; anything else waits for more.
+ */
+async function awaitCanaryBlocks(
+  o: TokenizerProbeOptions,
+  tap: KvEventTap,
+  first: Uint32Array,
+  again: { readonly messages: readonly CanaryMessage[]; readonly expected: Uint32Array },
+): Promise<TokenizerProbeResult> {
+  const start = performance.now();
+  const deadline = start + o.timeoutMs;
+  const resendAt = start + (o.resendAfterMs ?? o.timeoutMs / 4);
+  const expected = [first];
+  for (;;) {
+    const c = compareCanaries(expected, tap.stored);
+    if (c.outcome !== 'incomplete') return c;
+    const now = performance.now();
+    if (o.signal?.aborted === true) return { outcome: 'inconclusive', reason: 'kvgate is stopping' };
+    if (now >= deadline) {
+      return {
+        outcome: 'inconclusive',
+        reason:
+          c.expected < 0
+            ? `no BlockStored event of the canary arrived within ${o.timeoutMs} ms`
+            : `only ${c.agreeing} of ${c.expected} canary blocks arrived within ${o.timeoutMs} ms (those agree)`,
+      };
+    }
+    const resending = expected.length === 1 && c.expected < 0;
+    if (resending && now >= resendAt) {
+      // Its blocks count whatever the answer: the engine stored them if it took the request. A failed send
+      // leaves the wait as it was (the first canary's events may still come), bounded by the same deadline.
+      expected.push(again.expected);
+      await sendCanary(o, againNonce(o.nonce), again.messages, deadline - now);
+      continue;
+    }
+    await tap.next((resending ? Math.min(resendAt, deadline) : deadline) - now, o.signal);
+  }
+}
+
 /** POSTs the canary chat to the engine; undefined once it answered 2xx, else why not. */
-async function sendCanary(o: TokenizerProbeOptions, messages: readonly CanaryMessage[]): Promise<string | undefined> {
+async function sendCanary(
+  o: TokenizerProbeOptions,
+  nonce: string,
+  messages: readonly CanaryMessage[],
+  withinMs: number,
+): Promise<string | undefined> {
+  const ms = Math.max(1, Math.ceil(withinMs));
   try {
     const res = await request(new URL('/v1/chat/completions', o.worker.url), {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
-        'x-request-id': `kvgate-canary-${o.nonce}`,
+        'x-request-id': `kvgate-canary-${nonce}`,
         'x-kvgate-canary': 'tokenizer',
       },
       body: JSON.stringify({ model: o.servedModelName, messages, max_tokens: 1, stream: false }),
-      headersTimeout: o.timeoutMs,
-      bodyTimeout: o.timeoutMs,
-      signal:
-        o.signal === undefined
-          ? AbortSignal.timeout(o.timeoutMs)
-          : AbortSignal.any([AbortSignal.timeout(o.timeoutMs), o.signal]),
+      headersTimeout: ms,
+      bodyTimeout: ms,
+      signal: o.signal === undefined ? AbortSignal.timeout(ms) : AbortSignal.any([AbortSignal.timeout(ms), o.signal]),
     });
     await res.body.dump();
     return res.statusCode >= 200 && res.statusCode < 300

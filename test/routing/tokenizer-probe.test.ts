@@ -93,6 +93,23 @@ describe('compareStoredBlocks', () => {
     expect(compareStoredBlocks(Uint32Array.from(mine), [...other, ...stored(mine)]).outcome).toBe('ok');
   });
 
+  it('of chains that differ in the same block, the one that agrees further is reported', () => {
+    const mine = ids(16);
+    const early = [...mine];
+    early[8] = 1;
+    const late = [...mine];
+    late[10] = 2;
+    for (const order of [
+      [...stored(early), ...stored(late)],
+      [...stored(late), ...stored(early)],
+    ])
+      expect(compareStoredBlocks(Uint32Array.from(mine), order)).toMatchObject({
+        outcome: 'mismatch',
+        block: 2,
+        offset: 2,
+      });
+  });
+
   it("compares in the engine's block size", () => {
     const mine = ids(16);
     expect(compareStoredBlocks(Uint32Array.from(mine), stored(mine, 1, 8))).toEqual({
