@@ -27,6 +27,7 @@ import type { FaultController } from './faults.js';
 import type { HandoffPlan, HandoffProtocol } from './handoff.js';
 import { parseGenerateRequest, usage, type GenerateRequest, type ResponseMeta } from './openai-protocol.js';
 import type { FilledMockerOptions } from './options.js';
+import { PacedWriter } from './paced-writer.js';
 import { pickRank, type EngineRank } from './ranks.js';
 import type { RequestListener } from './realtime-engine.js';
 import { ResponseWriter, type StreamFailure } from './response-writer.js';
@@ -271,7 +272,7 @@ export class Generation {
       priority: p.priority,
     };
     const textOf = (id: number): string => this.#deps.tokenText.get(id) ?? '';
-    const out: AnswerWriter =
+    const answer: AnswerWriter =
       x.agent !== undefined
         ? agentAnswerWriter(x.agent, res, p, meta, x.tokens.length, x.maxTokens)
         : new ResponseWriter(
@@ -286,6 +287,8 @@ export class Generation {
             x.tokens,
             this.#streamFailure(),
           );
+    // A stream is written at its client's pace; the request runs on meanwhile (paced-writer.ts).
+    const out = p.stream ? new PacedWriter(res, answer) : answer;
     return new Promise<void>((resolve, reject) => {
       let finished = false;
       const onAbort = (): void => {

@@ -6,8 +6,8 @@
  * that fill and drain the socket buffers, and slower than the engine, end with every event in order; a client
  * that stops reading is cut by `limits.client_stall_timeout_ms`, counted, logged and its booking freed.
  *
- * With a scripted engine that writes only as fast as kvgate reads it (the mocker writes regardless, so it cannot
- * show what kvgate reads): while the client is paused the gateway stops reading the engine, so the engine gets
+ * With a scripted engine that writes only as fast as kvgate reads it and counts what it wrote (the mocker paces
+ * its streams too, but does not report how much of one it wrote, so it cannot show what kvgate reads): while the client is paused the gateway stops reading the engine, so the engine gets
  * only a few buffers' worth of a stream of 128 MB out; then the client reads every event in order.
  *
  * And a `stream: false` request whose answer, assembled from the engine's stream, grows past 64 MiB (the bound of
