@@ -29,7 +29,7 @@ export { TokenBucket } from './token-bucket.js';
 export { BinaryHeap } from './binary-heap.js';
 export type { StepCostModel } from './step-cost.js';
 export { ActiveSequences, outputBlockDecay } from './active-sequences.js';
-export type { SlotLoad, ActiveRequestInfo, SyncedBooking } from './active-sequences.js';
+export type { SlotLoad, ActiveRequestInfo, SyncedBooking } from './active-request.js';
 export type { PeerBookings, PeerApplyOutcome } from './peer-bookings.js';
 export { ApproximateIndex } from './approximate.js';
 export type { ApproximateIndexOptions } from './approximate.js';

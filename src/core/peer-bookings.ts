@@ -13,7 +13,8 @@
  */
 import type { WorkerRank } from '../common/index.js';
 import type { PromptHashes } from '../wasm/index.js';
-import { PEER_ID_PREFIX, type ActiveSequences, type SyncedBooking } from './active-sequences.js';
+import { PEER_ID_PREFIX, type SyncedBooking } from './active-request.js';
+import type { ActiveSequences } from './active-sequences.js';
 import type { SlotTable } from './scheduler/slots.js';
 
 /** What applying one peer operation did. */

@@ -31,13 +31,8 @@ import {
   type WorkerRole,
 } from '../../common/index.js';
 import { PrefixIndex } from '../../wasm/index.js';
-import {
-  ActiveSequences,
-  PEER_ID_PREFIX,
-  type ActiveRequestInfo,
-  type SlotLoad,
-  type SyncedBooking,
-} from '../active-sequences.js';
+import { ActiveSequences } from '../active-sequences.js';
+import { PEER_ID_PREFIX, type ActiveRequestInfo, type SlotLoad, type SyncedBooking } from '../active-request.js';
 import { PeerBookings } from '../peer-bookings.js';
 import { ApproximateIndex } from '../approximate.js';
 import { KvgateError } from '../../errors/index.js';

@@ -7,7 +7,7 @@ import type { KvCacheGroups } from '../kv-groups.js';
 import type { Clock, RouterConfigOverride, RoutingHints, Rng, WorkerRank, WorkerRole } from '../../common/index.js';
 import { KvgateError } from '../../errors/index.js';
 import type { PrefixIndex, PromptHashes } from '../../wasm/index.js';
-import type { SlotLoad, SyncedBooking } from '../active-sequences.js';
+import type { SlotLoad, SyncedBooking } from '../active-request.js';
 import type { KvRouterConfig, KvRouterOptions } from '../config.js';
 import type { RoutingDecision } from '../decision.js';
 import type { StepCostModel } from '../step-cost.js';
