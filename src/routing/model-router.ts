@@ -24,11 +24,11 @@ import { prefillPoolConfig } from './disagg/handoff.js';
 import { agentDisaggRefusal, isAgentEndpoint } from './agent-endpoints.js';
 import { embeddingsDisaggRefusal } from './embeddings.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
-import { kvPool, reportIndexBytes, subscribeWorker, type KvPoolOptions } from './kv-pool.js';
+import { reportIndexBytes, subscribeWorker, type KvPoolOptions } from './kv-pool.js';
 import { LegBuilder, type LegBuilderOptions } from './leg-builder.js';
-import { KvRouter } from './kv-router.js';
+import { attachReplica, buildPool, type Pool, type ReplicaPool } from './model-pools.js';
 import type { DispatchOutcomeListener } from './push/leg-failures.js';
-import { PushRouter, type PushRouterOptions } from './push/push-router.js';
+import type { PushRouter, PushRouterOptions } from './push/push-router.js';
 import { followRegistry } from './registry-follower.js';
 import type { ModelRouterPort, PreparedRequest, QueryResult, RoutedResponse, WorkerStatus } from './router-port.js';
 import { StickySessions, pinsSessions, poolSessions, type SessionLimits } from './sticky-sessions.js';
@@ -80,23 +80,6 @@ export interface ModelRouterOptions extends Pick<KvPoolOptions, 'eagle'>, Pick<L
   readonly kvSeeds?: ((role: 'decode' | 'prefill') => readonly KvSlotSnapshot[] | undefined) | undefined;
 }
 
-/** What replica sync shares of one pool; `role`, the router side, names its channel (`<model>/decode`: routing/README). */
-interface ReplicaPool {
-  readonly role: 'decode' | 'prefill';
-  readonly kv: KvRouter;
-  readonly sessions: StickySessions;
-  /** A worker's configured role (the `worker_type` label of per-worker series). */
-  readonly workerTypeOf: (workerId: number) => string;
-  /** The pool's prefix index and KV-event cursors, for a peer's warm start (KV events on). */
-  readonly index: (() => KvSlotSnapshot[]) | undefined;
-}
-
-/** One pool of workers: its push router and, in KV mode with events, the subscriptions feeding its index. */
-interface Pool {
-  readonly push: PushRouter;
-  readonly events: KvEventManager | undefined;
-}
-
 /** Why a model without enforce_disagg still cannot be served aggregated. */
 const NO_FALLBACK =
   'no prefill worker is available and its decode workers are decode-only (none has serves_aggregated)';
@@ -145,12 +128,12 @@ export class ModelRouter implements ModelRouterPort {
     ctx.metrics?.disaggFallbacks.inc({ model: opts.model }, 0);
     ctx.metrics?.kvTransferEstimated.zero({ model: opts.model });
     this.#watch = new WorkerWatch(opts.model, opts.registry, ctx, opts.workerHealth, () => this.unavailable());
-    const decode = this.#buildPool('decode');
+    const decode = buildPool('decode', this.#opts, ctx, this.#watch);
     this.sessions = poolSessions(ctx, opts.model, decode.push.role, opts.sessionTtlMs, opts.sessionLimits);
     this.#pinSessions = pinsSessions(opts.sessionAffinity, opts.mode);
     this.decode = decode.push;
     this.events = decode.events;
-    this.#attachReplica('decode', decode, this.sessions);
+    attachReplica('decode', decode, this.sessions, this.#opts.attachReplica);
     this.prefill = new PrefillRouter(
       {
         model: opts.model,
@@ -159,8 +142,8 @@ export class ModelRouter implements ModelRouterPort {
         policy: opts.disaggPolicy,
         decode: this.decode,
         createPool: () => {
-          const pool = (this.#prefillPool = this.#buildPool('prefill'));
-          this.#attachReplica('prefill', pool, this.prefill.sessions);
+          const pool = (this.#prefillPool = buildPool('prefill', this.#opts, this.#ctx, this.#watch));
+          attachReplica('prefill', pool, this.prefill.sessions, this.#opts.attachReplica);
           return pool.push;
         },
         sessionTtlMs: opts.prefillSessionTtlMs,
@@ -194,54 +177,6 @@ export class ModelRouter implements ModelRouterPort {
       this.#timer = setInterval(() => this.tick(), interval);
       this.#timer.unref();
     }
-  }
-
-  /** Replica sync is told of each KV pool once it is built: its router, sessions, worker roles and prefix index. */
-  #attachReplica(role: 'decode' | 'prefill', pool: Pool, sessions: StickySessions): void {
-    const kv = pool.push.kvRouter;
-    if (kv === undefined) return;
-    const index = pool.events === undefined ? undefined : (): KvSlotSnapshot[] => pool.events!.snapshot();
-    this.#opts.attachReplica?.({
-      role,
-      kv,
-      sessions,
-      index,
-      workerTypeOf: (id) => pool.push.worker(id)?.role ?? pool.push.role,
-    });
-  }
-
-  /**
-   * Builds one pool: the decode pool at construction, the prefill pool when the
-   * first prefill worker appears. The prefill KvRouter does not track active
-   * blocks (as in Dynamo's prefill router, it scores on overlap and prompt load only).
-   */
-  #buildPool(role: 'decode' | 'prefill'): Pool {
-    const opts = this.#opts;
-    const ctx = this.#ctx;
-    const { kvRouter, events } =
-      opts.mode === 'kv' ? kvPool(role, opts, ctx, this.#watch) : { kvRouter: undefined, events: undefined };
-    const ev = events;
-    const push = new PushRouter(
-      {
-        model: opts.model,
-        role,
-        mode: opts.mode,
-        blockSize: opts.blockSize,
-        kvRouter,
-        engine: opts.engine,
-        maxRetries: opts.maxRetries,
-        legTimeouts: opts.legTimeouts,
-        onWorkerUnreachable: (id) => {
-          this.#watch.unreachable(this.#registry.get(id), id);
-          opts.onWorkerUnreachable?.(id);
-        },
-        onDispatchOutcome: opts.onDispatchOutcome,
-        ...(role === 'prefill' ? {} : { migration: opts.migration }),
-        onDispatch: ev === undefined ? undefined : (slot) => ev.noteDispatch(slot),
-      },
-      ctx,
-    );
-    return { push, events };
   }
 
   /** The prefill pool's KV-event ingestion (after activation, KV mode with events). */
