@@ -29,10 +29,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { Cancellation, inRequestSpan, traceLogFields, type InlineSystemMode } from '../common/index.js';
+import { Cancellation, traceLogFields, type InlineSystemMode } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvgateMetrics } from '../metrics/index.js';
@@ -43,11 +43,12 @@ import { credentialOf } from './anthropic-error.js';
 import type { CompletionOptions } from './completion.js';
 import { ClientConnections } from './connections.js';
 import { ConnectionCap } from './connection-cap.js';
-import { answerClientError, checkEdgeHeaders, refuseFaultyFraming } from './edge.js';
+import { checkEdgeHeaders, refuseFaultyFraming } from './edge.js';
 import { answerError } from './error-answer.js';
 import type { ModelTarget } from './model-lookup.js';
-import { ApiKeys, asKvgateError, pickRequestId, sendError } from './http-io.js';
+import { ApiKeys, pickRequestId } from './http-io.js';
 import { servedModelConfig } from './inline-system-modes.js';
+import { createListener, notFound, pathOf } from './listener.js';
 import { PublicErrors } from './public-error.js';
 import { ConcurrencySlots } from './concurrency.js';
 import { RequestMetrics } from './request-metrics.js';
@@ -81,14 +82,6 @@ export interface GatewayServerOptions {
 
 /** The body of a route that reads none. */
 const NO_BODY = new Uint8Array(0);
-
-/** Probes and scrapes: no server span unless the caller sends a `traceparent` (a sampler would trace thousands an hour). */
-const UNTRACED_PATHS: ReadonlySet<string> = new Set(['/health', '/ready', '/metrics']);
-
-/** A request target's path, without its query. */
-function pathOf(url: string | undefined): string {
-  return (url ?? '/').split('?', 1)[0]!;
-}
 
 export interface GatewayAddresses {
   public: { host: string; port: number };
@@ -190,53 +183,14 @@ export class GatewayServer {
   }
 
   #createServer(listener: Listener, routes: Map<string, RouteSpec>): Server {
-    const { headerTimeoutMs } = this.config.limits;
-    const server = createServer(
-      {
-        keepAliveTimeout: 65_000,
-        headersTimeout: headerTimeoutMs,
-        // Node's cap on receiving a whole request stays (at least its default); the body's own bound is the pause between chunks.
-        requestTimeout: Math.max(300_000, headerTimeoutMs),
-        // Node checks both timeouts on this period: often enough for the header timeout to be honoured within a quarter of it.
-        connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(headerTimeoutMs / 4))),
-      },
-      (req, res) => {
-        // The request's server span (continuing the client's traceparent) is the active span of everything it runs.
-        // Probes and scrapes come many times a minute from every prober: traced only when the caller sends a trace.
-        const dispatch = (): Promise<void> => this.#dispatch(listener, routes, req, res);
-        const traced = req.headers.traceparent !== undefined || !UNTRACED_PATHS.has(pathOf(req.url));
-        (traced ? inRequestSpan(req, res, dispatch) : dispatch()).catch((err: unknown) => {
-          this.logger.error({ err }, 'unhandled error in request dispatch');
-          if (!res.headersSent) sendError(res, asKvgateError(err, 'unknown'), this.config.limits.retryAfterSeconds);
-          else res.destroy();
-        });
-      },
-    );
-    server.on('connection', (socket: Socket) => {
-      if (listener === 'public' && !this.#cap.accepted(socket)) return;
-      if (this.#conns.accepted(socket)) return;
-      this.metrics.httpRejections.inc({ code: 'KVG_ERR_TOO_MANY_CONNECTIONS' });
-      this.metrics.httpConnectionsRefused.inc({ limit: 'max_connections_per_client' });
+    return createListener(listener, {
+      limits: () => this.config.limits,
+      logger: this.logger,
+      metrics: this.metrics,
+      cap: this.#cap,
+      conns: this.#conns,
+      dispatch: (req, res) => this.#dispatch(listener, routes, req, res),
     });
-    // An Expect other than 100-continue: Node would answer a bare 417; kvgate answers with its error object.
-    server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
-      this.metrics.httpRejections.inc({ code: 'KVG_ERR_EXPECTATION_FAILED' });
-      sendError(
-        res,
-        new KvgateError(
-          'KVG_ERR_EXPECTATION_FAILED',
-          `Expect: ${String(req.headers.expect).slice(0, 40)} is not supported (only 100-continue)`,
-          { param: 'expect' },
-        ),
-        undefined,
-        { connection: 'close' },
-      );
-    });
-    server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-      this.logger.debug({ err: err.message, code: err.code }, 'malformed or too slow HTTP request');
-      answerClientError(err, socket, headerTimeoutMs, this.metrics.httpRejections);
-    });
-    return server;
   }
 
   /**
@@ -306,14 +260,6 @@ export class GatewayServer {
     return this.#draining;
   }
 
-  /** What a 404 says: an admin path names why it is not served here (off, or on the admin listener). */
-  #notFound(listener: Listener, path: string): string {
-    if (listener === 'admin' || !(path === '/admin' || path.startsWith('/admin/'))) return `no endpoint ${path}`;
-    return this.config.admin.enabled
-      ? `no endpoint ${path} on this listener: the admin endpoints are served on the admin listener (admin.listen)`
-      : `no endpoint ${path}: the admin endpoints are off (admin.enabled: true, or --admin, turns them on)`;
-  }
-
   async #dispatch(
     listener: Listener,
     routes: Map<string, RouteSpec>,
@@ -365,7 +311,7 @@ export class GatewayServer {
       await refuseFaultyFraming(req, this.config.limits.maxBodyBytes);
       checkEdgeHeaders(req, spec?.auth === true);
       if (spec === undefined)
-        throw new KvgateError('KVG_ERR_NOT_FOUND', this.#notFound(listener, path), { param: null });
+        throw new KvgateError('KVG_ERR_NOT_FOUND', notFound(listener, path, this.config), { param: null });
       const handler = spec.methods[req.method ?? ''];
       if (handler === undefined) {
         res.setHeader('allow', Object.keys(spec.methods).join(', '));
