@@ -14,8 +14,9 @@
  *   stored:  [kind, tier, has parent u8 | -] [group f64] [hashes u32 | local u32] [tokens u32 | block size u32]
  *            [dropped u32 | extras index + 1 u32] [parent u64] hashes... local... tokens (2 a word)...
  *   cleared: [kind u8 | -]
- * Rare fields (a LoRA, a cache salt, multimodal hashes, a hybrid group's spec, Eagle's next token) and a
- * batch's per-event decode errors travel beside the buffer as structured-clone values, indexed from it.
+ * Rare fields (a LoRA, a cache salt, multimodal hashes, vLLM's extra key strings, a hybrid group's spec, Eagle's
+ * next token) and a batch's per-event decode errors travel beside the buffer as structured-clone values, indexed
+ * from it.
  */
 import {
   eachPackedBatch,
@@ -38,6 +39,7 @@ const EXTRA_FIELDS = [
   'loraId',
   'cacheSalt',
   'mmHashes',
+  'extraKeyStrings',
   'specKind',
   'slidingWindow',
   'leadingNullBlocks',
@@ -67,6 +69,7 @@ function hasExtras(ev: StoredBlocksEvent): boolean {
     ev.loraId !== undefined ||
     ev.cacheSalt !== undefined ||
     ev.mmHashes !== undefined ||
+    ev.extraKeyStrings !== undefined ||
     ev.specKind !== undefined ||
     ev.slidingWindow !== undefined ||
     ev.leadingNullBlocks !== undefined ||

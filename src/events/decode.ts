@@ -36,6 +36,7 @@ import {
   isWireMapEvent,
   TooManyElements,
 } from './wire.js';
+import { extraKeyStringsOf } from './extra-keys.js';
 import type {
   DecodeResult,
   KvCacheEvent,
@@ -135,6 +136,7 @@ function decodeStored(f: Record<string, unknown>, sglangExtra: unknown, opts: De
     loraId: optionalIndex(f.lora_id, 'lora_id'),
     cacheSalt: cacheSalt || undefined,
     mmHashes: mmHashesOf(f.extra_keys, blocks),
+    ...extraKeyStringsOf(f.extra_keys),
     groupIdx: optionalIndex(f.group_idx, 'group_idx') ?? 0,
     // Full attention is what an absent kind means: only the other kinds are carried.
     ...(specKind !== undefined && specKind !== 'full_attention' ? { specKind } : {}),

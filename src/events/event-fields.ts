@@ -6,6 +6,7 @@
  */
 import type { DecodeOptions } from './decode.js';
 import type { DecodeErrorKind, StorageTier } from './types.js';
+import { HEX64 } from './extra-keys.js';
 
 /**
  * A wire value as a decode error's message names it: a string cut to 64 characters, a container by its
@@ -148,8 +149,6 @@ function bigramTokens(value: unknown[]): Uint32Array {
   }
   return out;
 }
-
-const HEX64 = /^[0-9a-fA-F]{64}$/;
 
 /**
  * vLLM `extra_keys`: one entry per block (a tuple or nil). Entries that are

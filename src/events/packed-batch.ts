@@ -33,6 +33,7 @@ export type StoredExtras = Pick<
   | 'loraId'
   | 'cacheSalt'
   | 'mmHashes'
+  | 'extraKeyStrings'
   | 'specKind'
   | 'slidingWindow'
   | 'leadingNullBlocks'

@@ -38,6 +38,11 @@ export interface StoredBlocksEvent {
   readonly cacheSalt: string | undefined;
   /** Per block, multimodal content hashes found in vLLM's `extra_keys` (64-hex digests, first 16 hex digits). */
   readonly mmHashes: readonly (readonly bigint[] | undefined)[] | undefined;
+  /**
+   * vLLM's `extra_keys`, first entry: its strings other than multimodal digests (the request's LoRA name and
+   * `cache_salt`, unlabelled, on a request's first block). Reported, never hashed. Absent: none (older vLLM, SGLang).
+   */
+  readonly extraKeyStrings?: readonly string[];
   /** KV-cache group (hybrid models); 0 when absent. */
   readonly groupIdx: number;
   /** vLLM's `kv_cache_spec_kind` of the group (`sliding_window`, `mamba`, ...); absent for full attention. */

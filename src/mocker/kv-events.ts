@@ -14,7 +14,8 @@
  *                fields: [tag, block_hashes, parent_block_hash, token_ids,
  *                block_size, lora_id, medium, lora_name, extra_keys, group_idx,
  *                kv_cache_spec_kind, kv_cache_spec_sliding_window] (trailing nils
- *                kept, as msgspec keeps them); BlockRemoved [tag, block_hashes,
+ *                kept, as msgspec keeps them; extra_keys set for a salted request,
+ *                its cache_salt in block 0's entry); BlockRemoved [tag, block_hashes,
  *                medium, group_idx]; AllBlocksCleared [tag].
  *   vllm  map    tagged maps (after vLLM #42892): "type" first, defaults omitted,
  *                required nils kept, group_idx 0 and kv_cache_spec_kind
@@ -53,6 +54,19 @@ function wireHash(h: bigint, flavour: EngineDialect): number | bigint {
   return wireInt(flavour === 'sglang' ? BigInt.asIntN(64, h) : BigInt.asUintN(64, h));
 }
 
+/**
+ * vLLM's `extra_keys` of a salted request's blocks: one entry a block, the request's first block (an event from the
+ * root) with what went into its hash beyond the tokens (the LoRA name, then the `cache_salt`), the others nil. Nil
+ * when unsalted (the mocker models no other extra key; the byte-pinned unsalted layout stays as it was).
+ */
+function vllmExtraKeys(ev: Extract<KvEvent, { type: 'stored' }>): (string[] | null)[] | null {
+  if (ev.cacheSalt === null) return null;
+  const out: (string[] | null)[] = ev.blockHashes.map(() => null);
+  if (ev.parentBlockHash === null && out.length > 0)
+    out[0] = ev.loraName !== null ? [ev.loraName, ev.cacheSalt] : [ev.cacheSalt];
+  return out;
+}
+
 /** The msgpack value of one event (before encoding). */
 function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
   const { encoding, flavour } = opts;
@@ -72,7 +86,7 @@ function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
             null,
             medium,
             ev.loraName,
-            null,
+            vllmExtraKeys(ev),
             ev.groupIdx ?? null,
             ev.specKind ?? null,
             ev.slidingWindow ?? null,
@@ -87,6 +101,7 @@ function wireEvent(ev: KvEvent, opts: EventEncodingOptions): unknown {
           lora_id: null,
           medium,
           lora_name: ev.loraName,
+          ...(ev.cacheSalt !== null ? { extra_keys: vllmExtraKeys(ev) } : {}),
           group_idx: ev.groupIdx ?? 0,
           kv_cache_spec_kind: ev.specKind ?? 'full_attention',
           ...(ev.slidingWindow != null ? { kv_cache_spec_sliding_window: ev.slidingWindow } : {}),

@@ -5,7 +5,12 @@
  * than a buffer gets one of its own; and the index fed from unpacked batches equals the one fed directly.
  */
 import { describe, expect, it } from 'vitest';
-import { decodeKvEventBatch, KvEventApplier, type KvEventBatch } from '../../src/events/index.js';
+import {
+  decodeKvEventBatch,
+  KvEventApplier,
+  type KvEventBatch,
+  type StoredBlocksEvent,
+} from '../../src/events/index.js';
 import { storedLocalHashes } from '../../src/events/applier.js';
 import { BatchPacker, unpackBatches, type LocalHashes } from '../../src/events/batch-codec.js';
 import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
@@ -44,7 +49,14 @@ const tokens = (n: number, from = 1): number[] => Array.from({ length: n }, (_, 
 describe('batch codec', () => {
   it('round-trips batches of several streams with every field the applier reads', () => {
     const a = decoded([
-      { type: 'stored', blockHashes: [0xffffffffffffffffn, 2n], parent: null, tokens: tokens(8), blockSize: BS },
+      {
+        type: 'stored',
+        blockHashes: [0xffffffffffffffffn, 2n],
+        parent: null,
+        tokens: tokens(8),
+        blockSize: BS,
+        extraKeys: [['salt-1'], null],
+      },
       { type: 'stored', blockHashes: [3n], parent: 2n, tokens: tokens(5, 9), blockSize: BS, loraName: 'ad', loraId: 3 },
       { type: 'removed', blockHashes: [2n, 3n], medium: 'CPU' },
       { type: 'cleared' },
@@ -68,6 +80,7 @@ describe('batch codec', () => {
       { type: 'removed', blockHashes: [1n], medium: 'FLOPPY' },
     ]);
     expect(withError.errors).toHaveLength(1);
+    expect((a.events[0] as StoredBlocksEvent).extraKeyStrings).toEqual(['salt-1']);
     const packer = new BatchPacker();
     packer.add(1, 10n, a, localsOf(a));
     packer.add(2, 0xfffffffffffffffen, b, localsOf(b));

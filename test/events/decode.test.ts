@@ -188,6 +188,25 @@ describe('vLLM golden bytes (engine-wire-formats.md 1.5)', () => {
       ]),
     ).events[0] as StoredBlocksEvent;
     expect(ev.mmHashes).toEqual([undefined, [0xababababababababn]]);
+    expect(ev.extraKeyStrings).toBeUndefined();
+  });
+
+  it("the strings of block 0's extra_keys entry (LoRA name, cache salt) are reported, not its digests", () => {
+    const d = 'cd'.repeat(32);
+    const stored = (extraKeys: unknown): StoredBlocksEvent =>
+      ok(
+        encode([
+          1.5,
+          [['BlockStored', [1, 2], null, [1, 2, 3, 4], 2, null, 'GPU', 'lora-x', extraKeys, 0, null, null]],
+          0,
+        ]),
+      ).events[0] as StoredBlocksEvent;
+    const ev = stored([['lora-x', d, 'salt-1'], null]);
+    expect(ev.extraKeyStrings).toEqual(['lora-x', 'salt-1']);
+    expect(ev.mmHashes).toEqual([[0xcdcdcdcdcdcdcdcdn], undefined]);
+    expect(ev.cacheSalt).toBeUndefined(); // vLLM's salt is reported, never hashed
+    expect(stored([null, null]).extraKeyStrings).toBeUndefined();
+    expect(stored(null).extraKeyStrings).toBeUndefined();
   });
 });
 

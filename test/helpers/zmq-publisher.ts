@@ -29,6 +29,8 @@ export type TestEvent =
       loraId?: number;
       medium?: string;
       cacheSalt?: string;
+      /** vLLM's `extra_keys` (one entry a block; a salted request's `cache_salt` in block 0's); vLLM encodings only. */
+      extraKeys?: readonly (readonly string[] | null)[];
       groupIdx?: number;
     }
   | { type: 'removed'; blockHashes: readonly bigint[]; medium?: string; groupIdx?: number }
@@ -69,7 +71,7 @@ function wireEvent(ev: TestEvent, encoding: EventEncoding): unknown {
         ev.loraId ?? null,
         medium,
         ev.loraName ?? null,
-        null,
+        ev.extraKeys ?? null,
         ev.groupIdx ?? null,
         null,
         null,
@@ -84,6 +86,7 @@ function wireEvent(ev: TestEvent, encoding: EventEncoding): unknown {
         lora_id: ev.loraId ?? null,
         medium,
         lora_name: ev.loraName ?? null,
+        ...(ev.extraKeys !== undefined ? { extra_keys: ev.extraKeys } : {}),
         group_idx: ev.groupIdx ?? 0,
         kv_cache_spec_kind: 'full_attention',
       };

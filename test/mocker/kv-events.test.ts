@@ -180,3 +180,31 @@ describe('SGLang flavour (section 2)', () => {
     expect(toHex(bytes.subarray(0, 10))).toBe('93cb4000000000000000');
   });
 });
+
+describe("a salted request's blocks", () => {
+  const salted = (parentBlockHash: bigint | null): KvEvent => ({
+    type: 'stored',
+    blockHashes: [1n, 2n],
+    parentBlockHash,
+    tokenIds: [1, 2, 3, 4, 5, 6, 7, 8],
+    blockSize: 4,
+    loraName: null,
+    cacheSalt: 'salt-1',
+  });
+
+  it("vLLM: the cache_salt in block 0's extra_keys entry, as vLLM reports it (array and map)", () => {
+    for (const encoding of ['array', 'map'] as const) {
+      for (const [parent, keys] of [
+        [null, [['salt-1'], null]],
+        [5n, [null, null]],
+      ] as const) {
+        const bytes = encodeEventBatch(1.5, [salted(parent)], 0, { encoding, flavour: 'vllm' });
+        const ev = (decode(bytes, { useBigInt64: true }) as unknown[][])[1]![0];
+        expect(encoding === 'array' ? (ev as unknown[])[8] : (ev as Record<string, unknown>).extra_keys).toEqual(keys);
+      }
+    }
+    // Unsalted: nil, the byte-pinned layout above.
+    const plain = encodeEventBatch(1.5, [stored], 0, { encoding: 'array', flavour: 'vllm' });
+    expect(((decode(plain, { useBigInt64: true }) as unknown[][])[1]![0] as unknown[])[8]).toBeNull();
+  });
+});
