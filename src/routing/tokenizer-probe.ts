@@ -20,6 +20,14 @@
  * subscription has had the first canary's round trip and that quarter to reach
  * the engine. An engine that publishes nothing still ends inconclusive at the
  * same bound.
+ *
+ * The worker is routable while it is probed, so client requests store blocks
+ * too. Each canary carries its own `cache_salt`, which the engine reports with
+ * the blocks (vLLM in block 0's `extra_keys`, SGLang as `cache_salt`): a chain
+ * that starts with it is the canary's; one that carries another salt (or LoRA
+ * name) is another request's and never compared. A chain with none (an engine
+ * that reports no salt) is compared as before, but a difference in its first
+ * block cannot be told from another request's prefix, so it is never a mismatch.
  */
 import { request } from 'undici';
 import type { WorkerInfo } from '../discovery/index.js';
@@ -65,14 +73,34 @@ export type BlockComparison =
       readonly gateway: readonly number[];
       readonly engine: readonly number[];
     }
-  /** The engine's blocks seen so far agree, but fewer than kvgate expects (more may still arrive). */
-  | { readonly outcome: 'incomplete'; readonly agreeing: number; readonly expected: number };
+  /**
+   * The engine's blocks seen so far agree, but fewer than kvgate expects (more may still arrive). `unattributed`:
+   * chains without a salt that differ from the first block (another request's, or a tokenizer that differs there).
+   */
+  | {
+      readonly outcome: 'incomplete';
+      readonly agreeing: number;
+      readonly expected: number;
+      readonly unattributed?: number;
+    };
+
+/** A chain of stored blocks from the root, with the salts (and LoRA names) its first event reports. */
+interface RootChain {
+  readonly tokens: Uint32Array;
+  readonly blockSize: number;
+  readonly salts: readonly string[];
+}
+
+/** What the engine reports of the request that stored `e`: SGLang's salt, or vLLM's first `extra_keys` strings. */
+function saltsOf(e: StoredBlocksEvent): readonly string[] {
+  return e.cacheSalt !== undefined ? [e.cacheSalt] : (e.extraKeyStrings ?? []);
+}
 
 /** The token ids of each chain of stored blocks that starts at the root, in arrival order of their first event. */
-function rootChains(stored: readonly StoredBlocksEvent[]): { tokens: Uint32Array; blockSize: number }[] {
+function rootChains(stored: readonly StoredBlocksEvent[]): RootChain[] {
   const byParent = new Map<bigint, StoredBlocksEvent>();
   for (const e of stored) if (e.parentHash !== null && !byParent.has(e.parentHash)) byParent.set(e.parentHash, e);
-  const chains: { tokens: Uint32Array; blockSize: number }[] = [];
+  const chains: RootChain[] = [];
   for (const root of stored) {
     if (root.parentHash !== null || root.blockHashes.length === 0) continue;
     const parts: Uint32Array[] = [];
@@ -91,7 +119,7 @@ function rootChains(stored: readonly StoredBlocksEvent[]): { tokens: Uint32Array
       tokens.set(p, at);
       at += p.length;
     }
-    chains.push({ tokens, blockSize: root.blockSize });
+    chains.push({ tokens, blockSize: root.blockSize, salts: saltsOf(root) });
   }
   return chains;
 }
@@ -134,16 +162,28 @@ function compareChain(expected: Uint32Array, chain: Uint32Array, bs: number): Bl
 }
 
 /**
- * Compares kvgate's token ids of the canary with the blocks the engine stored: the root chain that agrees
- * longest is the canary's (other requests may store blocks meanwhile). Pure.
+ * Compares kvgate's token ids of the canary with the blocks the engine stored (other requests store blocks
+ * meanwhile). The chains that start with the canary's `salt` are the canary's, when there are any; else of the
+ * chains with no salt, the one that agrees longest, but one that differs from the first block is not the canary's
+ * for all kvgate can tell (counted as `unattributed`, never a mismatch). Chains with another salt are ignored. Pure.
  */
-export function compareStoredBlocks(expected: Uint32Array, stored: readonly StoredBlocksEvent[]): BlockComparison {
+export function compareStoredBlocks(
+  expected: Uint32Array,
+  stored: readonly StoredBlocksEvent[],
+  salt?: string,
+): BlockComparison {
+  const chains = rootChains(stored);
+  const salted = salt === undefined ? [] : chains.filter((c) => c.salts.includes(salt));
+  const attributed = salted.length > 0;
   let best: BlockComparison | undefined;
-  for (const { tokens, blockSize } of rootChains(stored)) {
+  let unattributed = 0;
+  for (const { tokens, blockSize, salts } of attributed ? salted : chains) {
+    if (!attributed && salts.length > 0) continue;
     const c = compareChain(expected, tokens, blockSize);
-    if (best === undefined || rank(c) > rank(best)) best = c;
+    if (!attributed && c.outcome === 'mismatch' && c.block === 0) unattributed++;
+    else if (best === undefined || rank(c) > rank(best)) best = c;
   }
-  return best ?? { outcome: 'incomplete', agreeing: 0, expected: -1 };
+  return best ?? { outcome: 'incomplete', agreeing: 0, expected: -1, ...(unattributed > 0 ? { unattributed } : {}) };
 }
 
 /**
@@ -155,17 +195,28 @@ function rank(c: BlockComparison): number {
   return c.outcome === 'incomplete' ? c.agreeing + 0.5 : c.block + c.offset / (2 * c.blockSize);
 }
 
+/** One canary sent: kvgate's ids of it and the salt it carries. */
+interface Canary {
+  readonly ids: Uint32Array;
+  readonly salt: string;
+}
+
 /**
- * The stored blocks against each canary sent (kvgate's ids of each): the comparison that agrees furthest. A
- * canary's chain against another canary's ids differs at the nonce, no later than it differs from its own.
+ * The stored blocks against each canary sent: the comparison that agrees furthest. A canary's chain against
+ * another canary's ids differs at the nonce, no later than it differs from its own (and carries the other salt).
  */
-function compareCanaries(expected: readonly Uint32Array[], stored: readonly StoredBlocksEvent[]): BlockComparison {
+function compareCanaries(canaries: readonly Canary[], stored: readonly StoredBlocksEvent[]): BlockComparison {
   let best: BlockComparison | undefined;
-  for (const e of expected) {
-    const c = compareStoredBlocks(e, stored);
+  for (const k of canaries) {
+    const c = compareStoredBlocks(k.ids, stored, k.salt);
     if (best === undefined || rank(c) > rank(best)) best = c;
   }
   return best!;
+}
+
+/** The canary's `cache_salt`: its own, so the engine reports its blocks under it and no other request's. */
+function canarySalt(nonce: string): string {
+  return `kvgate-canary-${nonce}`;
 }
 
 export interface TokenizerProbeOptions {
@@ -215,9 +266,14 @@ export async function probeTokenizer(o: TokenizerProbeOptions): Promise<Tokenize
     } catch (err) {
       return { outcome: 'inconclusive', reason: `kvgate could not tokenize the canary: ${(err as Error).message}` };
     }
-    const sent = await sendCanary(o, o.nonce, first, o.timeoutMs);
+    const firstCanary = { messages: first, ids: expected[0]!, salt: canarySalt(o.nonce) };
+    const sent = await sendCanary(o, o.nonce, firstCanary, o.timeoutMs);
     if (sent !== undefined) return { outcome: 'inconclusive', reason: sent };
-    return await awaitCanaryBlocks(o, tap, expected[0]!, { messages: again, expected: expected[1]! });
+    return await awaitCanaryBlocks(o, tap, firstCanary, {
+      messages: again,
+      ids: expected[1]!,
+      salt: canarySalt(againNonce(o.nonce)),
+    });
   } finally {
     await tap.close();
   }
@@ -238,44 +294,50 @@ function againNonce(nonce: string): string {
 async function awaitCanaryBlocks(
   o: TokenizerProbeOptions,
   tap: KvEventTap,
-  first: Uint32Array,
-  again: { readonly messages: readonly CanaryMessage[]; readonly expected: Uint32Array },
+  first: Canary,
+  again: Canary & { readonly messages: readonly CanaryMessage[] },
 ): Promise<TokenizerProbeResult> {
   const start = performance.now();
   const deadline = start + o.timeoutMs;
   const resendAt = start + (o.resendAfterMs ?? o.timeoutMs / 4);
-  const expected = [first];
+  const canaries: Canary[] = [first];
   for (;;) {
-    const c = compareCanaries(expected, tap.stored);
+    const c = compareCanaries(canaries, tap.stored);
     if (c.outcome !== 'incomplete') return c;
     const now = performance.now();
     if (o.signal?.aborted === true) return { outcome: 'inconclusive', reason: 'kvgate is stopping' };
     if (now >= deadline) {
-      return {
-        outcome: 'inconclusive',
-        reason:
-          c.expected < 0
-            ? `no BlockStored event of the canary arrived within ${o.timeoutMs} ms`
-            : `only ${c.agreeing} of ${c.expected} canary blocks arrived within ${o.timeoutMs} ms (those agree)`,
-      };
+      return { outcome: 'inconclusive', reason: lateReason(c, o.timeoutMs) };
     }
-    const resending = expected.length === 1 && c.expected < 0;
+    const resending = canaries.length === 1 && c.expected < 0;
     if (resending && now >= resendAt) {
       // Its blocks count whatever the answer: the engine stored them if it took the request. A failed send
       // leaves the wait as it was (the first canary's events may still come), bounded by the same deadline.
-      expected.push(again.expected);
-      await sendCanary(o, againNonce(o.nonce), again.messages, deadline - now);
+      canaries.push(again);
+      await sendCanary(o, againNonce(o.nonce), again, deadline - now);
       continue;
     }
     await tap.next((resending ? Math.min(resendAt, deadline) : deadline) - now, o.signal);
   }
 }
 
-/** POSTs the canary chat to the engine; undefined once it answered 2xx, else why not. */
+/** Why the wait for the canary's blocks ended without an answer (`c` is still incomplete at the deadline). */
+function lateReason(c: Extract<BlockComparison, { outcome: 'incomplete' }>, timeoutMs: number): string {
+  if (c.expected >= 0)
+    return `only ${c.agreeing} of ${c.expected} canary blocks arrived within ${timeoutMs} ms (those agree)`;
+  const none = `no BlockStored event of the canary arrived within ${timeoutMs} ms`;
+  if (c.unattributed === undefined) return none;
+  return (
+    `${none}: ${c.unattributed} chain(s) of blocks differ from its first block and carry no cache salt to tell ` +
+    "whose they are (another request's, or the engine's tokenizer differs from the first token)"
+  );
+}
+
+/** POSTs a canary chat to the engine under its salt; undefined once it answered 2xx, else why not. */
 async function sendCanary(
   o: TokenizerProbeOptions,
   nonce: string,
-  messages: readonly CanaryMessage[],
+  canary: { readonly messages: readonly CanaryMessage[]; readonly salt: string },
   withinMs: number,
 ): Promise<string | undefined> {
   const ms = Math.max(1, Math.ceil(withinMs));
@@ -287,7 +349,14 @@ async function sendCanary(
         'x-request-id': `kvgate-canary-${nonce}`,
         'x-kvgate-canary': 'tokenizer',
       },
-      body: JSON.stringify({ model: o.servedModelName, messages, max_tokens: 1, stream: false }),
+      body: JSON.stringify({
+        model: o.servedModelName,
+        messages: canary.messages,
+        max_tokens: 1,
+        stream: false,
+        // vLLM's and SGLang's chat request field: the engine hashes the canary's blocks under it and reports it.
+        cache_salt: canary.salt,
+      }),
       headersTimeout: ms,
       bodyTimeout: ms,
       signal: o.signal === undefined ? AbortSignal.timeout(ms) : AbortSignal.any([AbortSignal.timeout(ms), o.signal]),

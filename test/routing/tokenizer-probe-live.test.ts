@@ -75,6 +75,17 @@ describe('probeTokenizer against a mocker engine', () => {
     expect(r).toMatchObject({ outcome: 'mismatch', block: 2, offset: 8 });
   });
 
+  it("a tokenization that differs from the first token is a mismatch at block 0: the engine reports the canary's salt", async () => {
+    // Without the salt (vLLM's extra_keys), such a chain could be another request's: the probe would not call it a mismatch.
+    const first = async (messages: readonly { role: string; content: string }[]): Promise<Uint32Array> => {
+      const ids = await tokenize(messages);
+      ids[0] = ids[0]! + 1;
+      return ids;
+    };
+    const r = await probeAnswered('n2b', first);
+    expect(r).toMatchObject({ outcome: 'mismatch', block: 0, offset: 0 });
+  });
+
   it('no BlockStored event within the bound: inconclusive', async () => {
     const r = await probeTokenizer({
       worker: worker(silent.endpoint),

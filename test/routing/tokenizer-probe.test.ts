@@ -10,7 +10,12 @@ const BS = 4;
 let nextHash = 1n;
 
 /** Stored events for `tokens` (whole blocks), split into events of `perEvent` blocks, chained from the root. */
-function stored(tokens: number[], perEvent = 2, blockSize = BS): StoredBlocksEvent[] {
+function stored(
+  tokens: number[],
+  perEvent = 2,
+  blockSize = BS,
+  salt?: { vllm?: string; sglang?: string },
+): StoredBlocksEvent[] {
   const out: StoredBlocksEvent[] = [];
   let parent: bigint | null = null;
   const blocks = Math.floor(tokens.length / blockSize);
@@ -27,8 +32,9 @@ function stored(tokens: number[], perEvent = 2, blockSize = BS): StoredBlocksEve
       droppedBlocks: 0,
       loraName: undefined,
       loraId: undefined,
-      cacheSalt: undefined,
+      cacheSalt: salt?.sglang,
       mmHashes: undefined,
+      ...(salt?.vllm !== undefined && parent === null ? { extraKeyStrings: [salt.vllm] } : {}),
       groupIdx: 0,
     });
     parent = hashes[n - 1]!;
@@ -116,6 +122,58 @@ describe('compareStoredBlocks', () => {
       outcome: 'ok',
       blocks: 2,
       blockSize: 8,
+    });
+  });
+
+  describe("with the canary's salt (other requests store blocks meanwhile)", () => {
+    const mine = ids(16);
+    const client = ids(16, 5000);
+
+    it('a chain with no salt that differs from the first block is not a mismatch: incomplete, counted', () => {
+      expect(compareStoredBlocks(Uint32Array.from(mine), stored(client), 'k')).toEqual({
+        outcome: 'incomplete',
+        agreeing: 0,
+        expected: -1,
+        unattributed: 1,
+      });
+      // Nor without a salt to look for: nothing attributes it to the canary.
+      expect(compareStoredBlocks(Uint32Array.from(mine), stored(client))).toMatchObject({ unattributed: 1 });
+    });
+
+    it("the chain carrying the canary's salt answers, ok or a mismatch from block 0 on", () => {
+      for (const salt of [{ vllm: 'k' }, { sglang: 'k' }]) {
+        const others = [...stored(client), ...stored(client, 2, BS, { vllm: 'tenant' })];
+        expect(compareStoredBlocks(Uint32Array.from(mine), [...others, ...stored(mine, 2, BS, salt)], 'k')).toEqual({
+          outcome: 'ok',
+          blocks: 4,
+          blockSize: BS,
+        });
+        const theirs = [...mine];
+        theirs[1] = 7;
+        expect(
+          compareStoredBlocks(Uint32Array.from(mine), [...others, ...stored(theirs, 2, BS, salt)], 'k'),
+        ).toMatchObject({
+          outcome: 'mismatch',
+          block: 0,
+          offset: 1,
+        });
+      }
+    });
+
+    it('a chain under another salt is never compared; once the salted chain is seen, unsalted chains are not either', () => {
+      const theirs = [...mine];
+      theirs[9] = 7;
+      expect(compareStoredBlocks(Uint32Array.from(mine), stored(theirs, 2, BS, { sglang: 'other' }), 'k')).toEqual({
+        outcome: 'incomplete',
+        agreeing: 0,
+        expected: -1,
+      });
+      const salted = stored(mine.slice(0, 8), 2, BS, { vllm: 'k' });
+      expect(compareStoredBlocks(Uint32Array.from(mine), [...stored(theirs), ...salted], 'k')).toEqual({
+        outcome: 'incomplete',
+        agreeing: 2,
+        expected: 4,
+      });
     });
   });
 });
