@@ -9,6 +9,10 @@
  * parent. The engine's block hashes are only opaque per-slot ids that the
  * index maps to our hashes, so `removed` events and later parents resolve.
  *
+ * Cache salt: SGLang reports it on every event (`cacheSalt`, hashed as is); vLLM only in block 0's `extra_keys`
+ * of a root event (`extraKeyStrings`), so a later event of a salted chain inherits its parent block's salt
+ * (`salts`, salt-memory.ts). Such events are hashed here, never by an ingestion thread's packed run.
+ *
  * Block size: an event whose `block_size` differs from the router's is
  * rejected (`block_size_mismatch`), never re-chunked. Splitting a larger
  * engine block into router blocks would index its leading sub-blocks on
@@ -40,6 +44,7 @@ import {
 import { isKvgateError, type IndexMemoryError } from '../errors/index.js';
 import type { KvGroupIndexes } from './group-indexes.js';
 import type { PackedEvent } from './packed-batch.js';
+import { rootSaltOf, SaltMemory, type SaltEvictionReport } from './salt-memory.js';
 import { TieredPrefixIndex } from './tiered-index.js';
 import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StorageTier, StoredBlocksEvent } from './types.js';
 
@@ -118,6 +123,12 @@ export interface KvEventApplierOptions {
   groups?: KvGroupIndexes;
   /** The model hashes Eagle windows (its `eagle`): its engines' bigram events are read (see `decodeKvEventBatch`). */
   eagle?: boolean | undefined;
+  /** Salted blocks remembered in all for the events that inherit their salt (salt-memory.ts). */
+  saltMemoryCap?: number | undefined;
+  /** Hears of each salted block evicted under `saltMemoryCap` (counted and logged by the caller). */
+  onSaltEvicted?: ((report: SaltEvictionReport) => void) | undefined;
+  /** Hears of each root event whose `extraKeyStrings` leave more than one salt candidate (hashed unsalted). */
+  onSaltAmbiguous?: (() => void) | undefined;
 }
 
 export class KvEventApplier {
@@ -126,6 +137,9 @@ export class KvEventApplier {
   readonly kvCacheGroup: number;
   readonly groups: KvGroupIndexes | undefined;
   readonly eagle: boolean;
+  /** The salt of the salted blocks of each slot, for vLLM's events that do not carry it (salt-memory.ts). */
+  readonly salts: SaltMemory;
+  readonly #onSaltAmbiguous: (() => void) | undefined;
 
   /** @throws KvgateError KVG_ERR_INVALID_BLOCK_SIZE unless `blockSize` is an integer in [1, 2^20]. */
   constructor(opts: KvEventApplierOptions) {
@@ -134,6 +148,8 @@ export class KvEventApplier {
     this.kvCacheGroup = opts.kvCacheGroup ?? 0;
     this.groups = opts.groups;
     this.eagle = opts.eagle === true;
+    this.salts = new SaltMemory(opts.saltMemoryCap, opts.onSaltEvicted);
+    this.#onSaltAmbiguous = opts.onSaltAmbiguous;
   }
 
   /**
@@ -167,11 +183,13 @@ export class KvEventApplier {
       return 'ok';
     }
     const n = ev.blockHashes.length;
+    // A plain event under a salted parent inherits its salt: the thread hashed it unsalted (#stored rehashes).
     const plain =
       ev.plain &&
       ev.groupIdx === this.kvCacheGroup &&
       this.groups?.hybrid !== true &&
-      (n === 0 || ev.localHashes !== undefined);
+      (n === 0 || ev.localHashes !== undefined) &&
+      (ev.parentHash === null || this.salts.saltOf(slot, ev.parentHash) === undefined);
     if (!plain) return this.applyEvent(slot, ev.event());
     if (ev.blockSize !== this.blockSize) return 'block_size_mismatch';
     const truncated = ev.droppedBlocks > 0;
@@ -190,6 +208,9 @@ export class KvEventApplier {
   applyPackedRun(slot: WorkerRank, src: PackedSource, run: PackedRun): boolean {
     if (this.groups !== undefined && !this.groups.plain) return false;
     if (allocationHookPending()) return false;
+    // The module cannot tell an event that inherits a salt, nor forget a removed salted block: a slot holding
+    // salted blocks applies one event at a time (unsalted slots keep their runs).
+    if (this.salts.holds(slot)) return false;
     const device = this.indexes.device;
     const id = device.findSlot(slot.workerId, slot.dpRank);
     if (id === undefined) return false;
@@ -227,11 +248,13 @@ export class KvEventApplier {
 
   /** Drops every block of the slot in every tier (publisher restart, unrecoverable gap). */
   clearSlot(slot: WorkerRank): number {
+    this.salts.clearSlot(slot);
     return this.indexes.clearSlot(slot.workerId, slot.dpRank) + (this.groups?.clearSlot(slot) ?? 0);
   }
 
   /** Forgets the slot in every tier (worker gone). */
   removeSlot(slot: WorkerRank): void {
+    this.salts.clearSlot(slot);
     this.indexes.removeWorkerDpRank(slot.workerId, slot.dpRank);
     this.groups?.removeSlot(slot);
   }
@@ -249,16 +272,38 @@ export class KvEventApplier {
     groups?.learnFrom(ev);
     const truncated = ev.droppedBlocks > 0;
     if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';
-    const local = ev.localHashes ?? storedLocalHashes(ev, this.blockSize);
+    const salt = this.#inferredSalt(slot, ev);
+    // An inferred salt is hashed here: a thread's hashes of the event are unsalted.
+    const local =
+      salt === undefined
+        ? (ev.localHashes ?? storedLocalHashes(ev, this.blockSize))
+        : storedLocalHashes(ev, this.blockSize, salt);
+    let status: ApplyStatus;
     if (groups !== undefined && (!primary || (ev.leadingNullBlocks ?? 0) > 0)) {
       if (ev.tier !== 'device') return 'other_group';
-      const status = groups.storePairs(slot, ev, local);
-      return status === 'ok' && truncated ? 'truncated' : status;
+      status = groups.storePairs(slot, ev, local);
+    } else {
+      if ((ev.leadingNullBlocks ?? 0) > 0) return 'other_group';
+      status = this.#storeInTier(slot, ev.tier, ev.parentHash, ev.blockHashes, local);
+      if (status === 'ok' && ev.tier === 'device') groups?.notePrimaryStored(slot, ev, local);
     }
-    if ((ev.leadingNullBlocks ?? 0) > 0) return 'other_group';
-    const status = this.#storeInTier(slot, ev.tier, ev.parentHash, ev.blockHashes, local);
-    if (status === 'ok' && ev.tier === 'device') groups?.notePrimaryStored(slot, ev, local);
+    if (status === 'ok' && salt !== undefined) this.salts.remember(slot, ev.blockHashes, salt);
     return status === 'ok' && truncated ? 'truncated' : status;
+  }
+
+  /**
+   * The salt of an event that does not carry `cacheSalt` (vLLM's): a root event's from its `extraKeyStrings`
+   * (rootSaltOf; an ambiguous one is counted and hashed unsalted), a later event's from its parent block.
+   * `undefined` for an event with `cacheSalt` (SGLang's, hashed with it as ever) and for unsalted traffic.
+   */
+  #inferredSalt(slot: WorkerRank, ev: StoredBlocksEvent): string | undefined {
+    if (ev.cacheSalt !== undefined) return undefined;
+    if (ev.parentHash !== null) return this.salts.saltOf(slot, ev.parentHash);
+    if (ev.extraKeyStrings === undefined) return undefined;
+    const salt = rootSaltOf(ev);
+    if (salt !== 'ambiguous') return salt;
+    this.#onSaltAmbiguous?.();
+    return undefined;
   }
 
   /** Stores blocks in the tier's index: `ok`, or the refusal the index answered. */
@@ -283,6 +328,7 @@ export class KvEventApplier {
   }
 
   #removed(slot: WorkerRank, tier: StorageTier, groupIdx: number, blockHashes: BigUint64Array): ApplyStatus {
+    this.salts.forget(slot, blockHashes); // nothing to do unless salted blocks are held
     const groups = this.groups;
     if (groups !== undefined && tier === 'device') {
       const missing = groups.removed(slot, groupIdx, blockHashes);
@@ -294,9 +340,12 @@ export class KvEventApplier {
   }
 }
 
-/** The tokens hashes of a stored event's blocks; an Eagle event's windows end with each block's next token. */
-export function storedLocalHashes(ev: StoredBlocksEvent, blockSize: number): BigUint64Array {
-  const opts = { loraName: ev.loraName, cacheSalt: ev.cacheSalt, mmHashes: ev.mmHashes };
+/**
+ * The tokens hashes of a stored event's blocks; an Eagle event's windows end with each block's next token.
+ * `salt`: the salt the applier inferred for an event without `cacheSalt` (vLLM's; salt-memory.ts).
+ */
+export function storedLocalHashes(ev: StoredBlocksEvent, blockSize: number, salt?: string): BigUint64Array {
+  const opts = { loraName: ev.loraName, cacheSalt: salt ?? ev.cacheSalt, mmHashes: ev.mmHashes };
   if (ev.eagleNextToken === undefined) return blockHashes(ev.tokenIds, blockSize, opts);
   const tokens = new Uint32Array(ev.tokenIds.length + 1);
   tokens.set(ev.tokenIds, 0);

@@ -2,8 +2,9 @@
  * What vLLM's `extra_keys` says about the request that stored the blocks, beside the multimodal digests that
  * decode.ts reads from it. vLLM writes block 0's entry (a request's first block) as the tuple of what went into
  * that block's hash beyond its tokens: the LoRA name, multimodal keys, the request's `cache_salt`, prompt-embeds
- * digests; the strings among them come unlabelled. Reported, never hashed (the index ignores vLLM's salt, as
- * Dynamo does): the tokenizer probe tells its salted canary's blocks from other requests' by them.
+ * digests; the strings among them come unlabelled. Never hashed as such: the applier takes a root event's salt
+ * from them (salt-memory.ts: the strings other than the LoRA name), and the tokenizer probe tells its salted
+ * canary's blocks from other requests' by them.
  */
 
 /** A multimodal content digest in `extra_keys` (decode.ts reads them as multimodal hashes). */

@@ -16,7 +16,9 @@ export {
   MAX_BATCH_ELEMENTS,
 } from './decode.js';
 export { TieredPrefixIndex } from './tiered-index.js';
+export type { SaltEvictionReport } from './salt-memory.js';
 export { KvEventApplier, storedLocalHashes } from './applier.js';
+export type { KvEventApplierOptions } from './applier.js';
 /** The ingestion threads' hand-over (benches measure the main thread's share with it). */
 export { BatchPacker } from './batch-codec.js';
 export { eachPackedBatch } from './packed-batch.js';

@@ -132,6 +132,20 @@ export const EVENT_METRIC_DEFINITIONS = {
     help: 'Times the prefix index reached its memory budget after having been under three quarters of it.',
     labelNames: MW,
   },
+  saltMemoryEvictions: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_salt_memory_evictions_total',
+    help:
+      "Salted blocks whose cache salt was forgotten under the salt memory's cap (vLLM reports a request's salt on " +
+      'its first event only; a later event extending an evicted block is hashed unsalted).',
+    labelNames: MW,
+  },
+  ambiguousSalts: {
+    kind: 'counter',
+    name: 'kvgate_kv_event_ambiguous_salts_total',
+    help: 'vLLM stored events whose block 0 extra_keys held more than one string besides the LoRA name: hashed unsalted.',
+    labelNames: MW,
+  },
   indexRebuilds: {
     kind: 'counter',
     name: 'kvgate_index_rebuilds_total',

@@ -19,7 +19,9 @@ import {
   KvGroupIndexes,
   TieredPrefixIndex,
   dpRankEndpoint,
+  type KvEventApplierOptions,
   type KvEventOptions,
+  type SaltEvictionReport,
 } from '../events/index.js';
 import type { RouterContext } from './context.js';
 import { prefillPoolConfig } from './disagg/handoff.js';
@@ -94,7 +96,13 @@ export function kvPool(
       onRefused: () => ctx.metrics?.kvCacheGroupsRefused.labels(refused).inc(),
     });
     const indexes = new TieredPrefixIndex(kvRouter.index);
-    const applier = new KvEventApplier({ blockSize: opts.blockSize, indexes, groups, eagle: opts.eagle });
+    const applier = new KvEventApplier({
+      blockSize: opts.blockSize,
+      indexes,
+      groups,
+      eagle: opts.eagle,
+      ...saltHooks(ctx, { model: opts.model, worker_type: role }),
+    });
     events = new KvEventManager({
       applier,
       clock: ctx.clock,
@@ -136,6 +144,34 @@ function boundIndex(
       'prefix index reached its memory budget: evicting the least recently matched blocks (logged once per episode)',
     );
   });
+}
+
+/**
+ * Counts the salt memory's evictions (the first of an episode a warn line, the rest debug lines, as the index's
+ * budget) and the root events whose salt was ambiguous (a debug line each: an engine's doing, not kvgate's state).
+ */
+function saltHooks(
+  ctx: RouterContext,
+  labels: { model: string; worker_type: WorkerRole },
+): Pick<KvEventApplierOptions, 'onSaltEvicted' | 'onSaltAmbiguous'> {
+  return {
+    onSaltEvicted: (report: SaltEvictionReport) => {
+      ctx.metrics?.saltMemoryEvictions.labels(labels).inc(report.evicted);
+      const fields = { ...labels, ...report };
+      if (!report.episodeStart) ctx.logger.debug(fields, 'KV-event salt memory evicted a salted block');
+      else {
+        ctx.logger.warn(
+          fields,
+          'KV-event salt memory reached its cap: forgetting the oldest salted blocks; later events extending them ' +
+            'are hashed unsalted (logged once per episode)',
+        );
+      }
+    },
+    onSaltAmbiguous: () => {
+      ctx.metrics?.ambiguousSalts.labels(labels).inc();
+      ctx.logger.debug(labels, 'KV event with more than one cache-salt candidate in extra_keys: hashed unsalted');
+    },
+  };
 }
 
 /** Sets the gauge of the bytes a pool's prefix index holds (each tick). */

@@ -1,0 +1,167 @@
+/**
+ * vLLM's salted requests (salt-memory.ts): the salt comes only in block 0's `extra_keys` of a root event, and a
+ * later event of the chain inherits its parent block's. A request salted the same matches the whole chain, an
+ * unsalted one or one with another salt none; the same applied as objects and handed over by an ingestion thread
+ * (packed runs included); a removed block's salt is forgotten; the memory's cap evicts and counts.
+ */
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../src/common/index.js';
+import { blockHashes } from '../../src/wasm/index.js';
+import {
+  decodeKvEventBatch,
+  ingestContext,
+  KvEventApplier,
+  KvEventCounters,
+  KvEventStream,
+  storedLocalHashes,
+  type KvEventBatch,
+} from '../../src/events/index.js';
+import { TurnScheduler } from '../../src/events/turn-scheduler.js';
+import { BatchPacker } from '../../src/events/batch-codec.js';
+import { eachPackedBatch } from '../../src/events/packed-batch.js';
+import type { SaltEvictionReport } from '../../src/events/salt-memory.js';
+import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
+
+const BS = 4;
+const SLOT = { workerId: 1, dpRank: 0 };
+const tokens = (n: number, from = 100): number[] => Array.from({ length: n }, (_, i) => from + i);
+/** A first turn of 3 blocks, and a follow-up extending from its block 2 (engine hash 12) by 2 blocks. */
+const FIRST = tokens(12);
+const FOLLOW = [...FIRST.slice(0, 8), ...tokens(8, 500)];
+
+function decoded(events: TestEvent[], encoding: 'vllm-array' | 'sglang-array' = 'vllm-array'): KvEventBatch {
+  const r = decodeKvEventBatch(encodeBatch(events, { encoding }));
+  if (!r.ok) throw new Error(r.error.message);
+  return r.batch;
+}
+
+function saltedChain(extraKeys: readonly string[], loraName?: string): KvEventBatch[] {
+  const lora = loraName === undefined ? {} : { loraName, loraId: 1 };
+  return [
+    decoded([
+      {
+        type: 'stored',
+        blockHashes: [11n, 12n, 13n],
+        parent: null,
+        tokens: FIRST,
+        blockSize: BS,
+        extraKeys: [extraKeys, null, null],
+        ...lora,
+      },
+    ]),
+    // The follow-up forks from block 2 (hash 12): no extra_keys, no salt.
+    decoded([
+      { type: 'stored', blockHashes: [21n, 22n], parent: 12n, tokens: FOLLOW.slice(8), blockSize: BS, ...lora },
+    ]),
+    // Unsalted traffic beside it on the same slot.
+    decoded([{ type: 'stored', blockHashes: [31n], parent: null, tokens: tokens(4, 900), blockSize: BS }]),
+  ];
+}
+
+/** Applies the batches as objects, or handed over as an ingestion thread packs them (hashes computed there). */
+function applyAll(a: KvEventApplier, batches: KvEventBatch[], handOver: boolean): void {
+  const clock = new ManualClock();
+  const turns: (() => void)[] = [];
+  const scheduler = new TurnScheduler({ clock, maxEventsPerTurn: 64, maxTurnMs: 1000, defer: (f) => turns.push(f) });
+  const stream = new KvEventStream(SLOT, ingestContext({ applier: a, hooks: new KvEventCounters(), clock, scheduler }));
+  if (handOver) {
+    const packer = new BatchPacker(1 << 16);
+    batches.forEach((b, seq) => {
+      const locals = b.events.map((ev) => (ev.type === 'stored' ? storedLocalHashes(ev, ev.blockSize) : undefined));
+      packer.add(1, BigInt(seq), b, locals);
+    });
+    eachPackedBatch(structuredClone(packer.take()), (_id, s, b) => stream.onDecoded(s, b));
+  } else batches.forEach((b, seq) => stream.onDecoded(BigInt(seq), b));
+  for (let f = turns.shift(); f !== undefined; f = turns.shift()) f();
+  expect(stream.appliedCursor).toBe(BigInt(batches.length - 1));
+}
+
+function depth(a: KvEventApplier, t: number[], opts: { cacheSalt?: string; loraName?: string } = {}): number {
+  const m = a.indexes.device.findMatches(blockHashes(t, BS, opts));
+  return m.count === 0 ? 0 : m.depths[0]!;
+}
+
+describe("vLLM's cache salt, inherited along the chain", () => {
+  for (const handOver of [false, true]) {
+    const how = handOver ? 'handed over by an ingestion thread' : 'applied as objects';
+    it(`a salted chain matches its own salt only, follow-up included (${how})`, () => {
+      const a = new KvEventApplier({ blockSize: BS });
+      applyAll(a, saltedChain(['tenant-a']), handOver);
+      expect(depth(a, FIRST, { cacheSalt: 'tenant-a' })).toBe(3);
+      expect(depth(a, FOLLOW, { cacheSalt: 'tenant-a' })).toBe(4);
+      expect(depth(a, FOLLOW)).toBe(0);
+      expect(depth(a, FOLLOW, { cacheSalt: 'tenant-b' })).toBe(0);
+      expect(depth(a, tokens(4, 900))).toBe(1); // unsalted traffic stays unsalted
+      expect(a.salts.size).toBe(5);
+      a.indexes.dispose();
+    });
+
+    it(`a LoRA name and a salt both in extra_keys: the salt is the other string (${how})`, () => {
+      const a = new KvEventApplier({ blockSize: BS });
+      applyAll(a, saltedChain(['adapter-x', 'tenant-a'], 'adapter-x'), handOver);
+      expect(depth(a, FOLLOW, { loraName: 'adapter-x', cacheSalt: 'tenant-a' })).toBe(4);
+      expect(depth(a, FOLLOW, { loraName: 'adapter-x' })).toBe(0);
+      a.indexes.dispose();
+    });
+  }
+
+  it('more than one salt candidate is counted and hashed unsalted', () => {
+    let ambiguous = 0;
+    const a = new KvEventApplier({ blockSize: BS, onSaltAmbiguous: () => ambiguous++ });
+    applyAll(a, saltedChain(['s1', 's2']), false);
+    expect(ambiguous).toBe(1);
+    expect(depth(a, FOLLOW)).toBe(4);
+    expect(a.salts.size).toBe(0);
+    a.indexes.dispose();
+  });
+
+  it("SGLang's cache_salt is hashed as ever and needs no memory", () => {
+    const a = new KvEventApplier({ blockSize: BS });
+    a.applyBatch(
+      SLOT,
+      decoded(
+        [
+          {
+            type: 'stored',
+            blockHashes: [11n, 12n, 13n],
+            parent: null,
+            tokens: FIRST,
+            blockSize: BS,
+            cacheSalt: 'tenant-a',
+          },
+        ],
+        'sglang-array',
+      ),
+    );
+    expect(depth(a, FIRST, { cacheSalt: 'tenant-a' })).toBe(3);
+    expect(a.salts.size).toBe(0);
+    a.indexes.dispose();
+  });
+
+  it('a removed block, a cleared slot and a removed slot forget their salts', () => {
+    const a = new KvEventApplier({ blockSize: BS });
+    applyAll(a, saltedChain(['tenant-a']), false);
+    a.applyBatch(SLOT, decoded([{ type: 'removed', blockHashes: [13n] }]));
+    expect(a.salts.saltOf(SLOT, 13n)).toBeUndefined();
+    expect(a.salts.saltOf(SLOT, 12n)).toBe('tenant-a');
+    expect(a.salts.size).toBe(4);
+    a.applyBatch(SLOT, decoded([{ type: 'cleared' }]));
+    expect(a.salts.size).toBe(0);
+    applyAll(a, saltedChain(['tenant-a']), false);
+    a.removeSlot(SLOT);
+    expect(a.salts.size).toBe(0);
+    a.indexes.dispose();
+  });
+
+  it('the cap evicts the oldest entries, counted, the first of an episode said so', () => {
+    const reports: SaltEvictionReport[] = [];
+    const a = new KvEventApplier({ blockSize: BS, saltMemoryCap: 4, onSaltEvicted: (r) => reports.push(r) });
+    applyAll(a, saltedChain(['tenant-a']), false);
+    expect(a.salts.size).toBe(4);
+    expect(a.salts.evictions).toBe(1);
+    expect(reports).toEqual([{ evicted: 1, episodeStart: true }]);
+    expect(a.salts.saltOf(SLOT, 11n)).toBeUndefined(); // the oldest
+    expect(a.salts.saltOf(SLOT, 22n)).toBe('tenant-a');
+    a.indexes.dispose();
+  });
+});
