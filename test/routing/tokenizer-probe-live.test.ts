@@ -4,10 +4,14 @@
  * compared; a probe whose events never come is inconclusive, never a mismatch.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { WorkerInfo } from '../../src/discovery/index.js';
 import { startMocker, type MockerHandle } from '../../src/mocker/index.js';
 import { probeTokenizer } from '../../src/routing/index.js';
-import { fallbackTokenizer } from '../../src/tokenizer/index.js';
+import {
+  canaryTokenize as tokenize,
+  probeWorker,
+  shiftedTokenize,
+  type ChatMessages,
+} from '../helpers/probe-engine.js';
 import { TestKvPublisher } from '../helpers/zmq-publisher.js';
 
 describe('probeTokenizer against a mocker engine', () => {
@@ -24,27 +28,13 @@ describe('probeTokenizer against a mocker engine', () => {
     await silent.close();
   });
 
-  const worker = (kvEvents: string): WorkerInfo => ({
-    id: 1,
-    model: 'm',
-    url: engine.url,
-    role: 'aggregated',
-    dialect: 'vllm',
-    dpStart: 0,
-    dpSize: 1,
-    kvEvents: { endpoint: kvEvents },
-  });
+  const worker = (kvEvents: string): ReturnType<typeof probeWorker> => probeWorker(engine.url, kvEvents);
+
   /**
    * The bound on the engine's events where they do come: a probe answers as soon as they arrive, so a wide bound
    * costs nothing, while 5 s ran out once on a loaded 2-core CI machine (an `inconclusive` where `mismatch` was due).
    */
   const ANSWERED_WITHIN_MS = 20_000;
-  // kvgate's side, as the gateway does it for a model without a tokenizer file: the fallback tokenizer and its ChatML template.
-  const tok = fallbackTokenizer();
-  const tokenize = async (messages: readonly { role: string; content: string }[]): Promise<Uint32Array> =>
-    Uint32Array.from(
-      await tok.encode(tok.renderChat(messages, { addGenerationPrompt: true }), { addSpecialTokens: false }),
-    );
 
   /**
    * A probe of the engine. ZMQ's PUB drops what it publishes before it has taken the SUB's subscription, which the
@@ -66,18 +56,13 @@ describe('probeTokenizer against a mocker engine', () => {
   });
 
   it('a different tokenization is a mismatch at the first differing block', async () => {
-    const shifted = async (messages: readonly { role: string; content: string }[]): Promise<Uint32Array> => {
-      const ids = await tokenize(messages);
-      ids[40] = ids[40]! + 1;
-      return ids;
-    };
-    const r = await probeAnswered('n2', shifted);
+    const r = await probeAnswered('n2', shiftedTokenize);
     expect(r).toMatchObject({ outcome: 'mismatch', block: 2, offset: 8 });
   });
 
   it("a tokenization that differs from the first token is a mismatch at block 0: the engine reports the canary's salt", async () => {
     // Without the salt (vLLM's extra_keys), such a chain could be another request's: the probe would not call it a mismatch.
-    const first = async (messages: readonly { role: string; content: string }[]): Promise<Uint32Array> => {
+    const first = async (messages: ChatMessages): Promise<Uint32Array> => {
       const ids = await tokenize(messages);
       ids[0] = ids[0]! + 1;
       return ids;

@@ -6,34 +6,18 @@
  * does, and publishes later ones once the subscription has arrived (what the first canary's round trip buys).
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { WorkerInfo } from '../../src/discovery/index.js';
 import { probeTokenizer } from '../../src/routing/index.js';
-import { fallbackTokenizer } from '../../src/tokenizer/index.js';
-import { sendJson, startHttpEngine, type HttpEngine } from '../helpers/http-engine.js';
-import { TestKvPublisher, type TestEvent } from '../helpers/zmq-publisher.js';
-
-type Messages = readonly { role: string; content: string }[];
-
-const BLOCK = 16;
-const tok = fallbackTokenizer();
-// kvgate's side, as the gateway does it for a model without a tokenizer file: the fallback tokenizer and its ChatML template.
-const tokenize = async (messages: Messages): Promise<Uint32Array> =>
-  Uint32Array.from(
-    await tok.encode(tok.renderChat(messages, { addGenerationPrompt: true }), { addSpecialTokens: false }),
-  );
-
-/** One BlockStored event per full block of `ids`, chained from the root (hashes unique to this engine). */
-let nextHash = 1n;
-function storedEvents(ids: Uint32Array): TestEvent[] {
-  const out: TestEvent[] = [];
-  let parent: bigint | null = null;
-  for (let b = 0; b + BLOCK <= ids.length; b += BLOCK) {
-    const h = nextHash++;
-    out.push({ type: 'stored', blockHashes: [h], parent, tokens: [...ids.subarray(b, b + BLOCK)], blockSize: BLOCK });
-    parent = h;
-  }
-  return out;
-}
+import { startHttpEngine, type HttpEngine } from '../helpers/http-engine.js';
+import {
+  answerCanary,
+  canaryTokenize as tokenize,
+  PROBE_BLOCK as BLOCK,
+  probeWorker,
+  shiftedTokenize,
+  storedChain,
+  type ChatMessages as Messages,
+} from '../helpers/probe-engine.js';
+import { TestKvPublisher } from '../helpers/zmq-publisher.js';
 
 interface RacyEngine {
   http: HttpEngine;
@@ -54,30 +38,26 @@ async function racyEngine(engineTokenize: (m: Messages) => Promise<Uint32Array>,
     if (!silent) {
       const first = canaryIds.length === 1;
       if (!first) await pub.waitForSubscribers(1);
-      await pub.publish(storedEvents(ids), { drop: first });
+      await pub.publish(storedChain(ids), { drop: first });
     }
-    sendJson(res, 200, {
-      id: 'c',
-      object: 'chat.completion',
-      choices: [{ index: 0, message: { role: 'assistant', content: 'ok' } }],
-    });
+    answerCanary(res);
   });
   return { http, pub, canaryIds };
 }
 
-const worker = (e: RacyEngine): WorkerInfo => ({
-  id: 1,
-  model: 'm',
-  url: e.http.url,
-  role: 'aggregated',
-  dialect: 'vllm',
-  dpStart: 0,
-  dpSize: 1,
-  kvEvents: { endpoint: e.pub.endpoint },
-});
-
 /** A wide bound where the events do come (the probe answers as they arrive); the resend is early so the test is short. */
 const ANSWERED_WITHIN_MS = 10_000;
+
+/** The probe of `e`; with a `timeoutMs` of its own, its resend at the default (a quarter of it), else early. */
+const probe = (e: RacyEngine, nonce: string, timeoutMs?: number): ReturnType<typeof probeTokenizer> =>
+  probeTokenizer({
+    worker: probeWorker(e.http.url, e.pub.endpoint),
+    servedModelName: 'm',
+    tokenize,
+    timeoutMs: timeoutMs ?? ANSWERED_WITHIN_MS,
+    resendAfterMs: timeoutMs === undefined ? 100 : undefined,
+    nonce,
+  });
 
 describe('probeTokenizer when the first canary is published before the subscription is taken', () => {
   let engine: RacyEngine | undefined;
@@ -89,33 +69,14 @@ describe('probeTokenizer when the first canary is published before the subscript
 
   it('answers ok from the second canary, sent behind another nonce', async () => {
     engine = await racyEngine(tokenize);
-    const r = await probeTokenizer({
-      worker: worker(engine),
-      servedModelName: 'm',
-      tokenize,
-      timeoutMs: ANSWERED_WITHIN_MS,
-      resendAfterMs: 100,
-      nonce: 'w1-abc',
-    });
+    const r = await probe(engine, 'w1-abc');
     expect(r).toMatchObject({ outcome: 'ok', blockSize: BLOCK });
     expect(engine.canaryIds).toEqual(['kvgate-canary-w1-abc', 'kvgate-canary-again-w1-abc']);
   }, 30_000);
 
   it("answers a mismatch from the second canary's events, at the first differing block", async () => {
-    const engineTokenize = async (m: Messages): Promise<Uint32Array> => {
-      const ids = await tokenize(m);
-      ids[40] = ids[40]! + 1;
-      return ids;
-    };
-    engine = await racyEngine(engineTokenize);
-    const r = await probeTokenizer({
-      worker: worker(engine),
-      servedModelName: 'm',
-      tokenize,
-      timeoutMs: ANSWERED_WITHIN_MS,
-      resendAfterMs: 100,
-      nonce: 'w1-def',
-    });
+    engine = await racyEngine(shiftedTokenize);
+    const r = await probe(engine, 'w1-def');
     expect(r).toMatchObject({ outcome: 'mismatch', block: 2, offset: 8, blockSize: BLOCK });
     expect(engine.canaryIds).toHaveLength(2);
   }, 30_000);
@@ -123,13 +84,7 @@ describe('probeTokenizer when the first canary is published before the subscript
   it('an engine that publishes nothing: inconclusive within the bound, after the canary was sent twice', async () => {
     engine = await racyEngine(tokenize, true);
     const started = performance.now();
-    const r = await probeTokenizer({
-      worker: worker(engine),
-      servedModelName: 'm',
-      tokenize,
-      timeoutMs: 400,
-      nonce: 'w1-ghi',
-    });
+    const r = await probe(engine, 'w1-ghi', 400);
     // The handshake and the first canary are bounded apart; the wait for events (the resend inside it) by 400 ms.
     expect(r).toEqual({ outcome: 'inconclusive', reason: 'no BlockStored event of the canary arrived within 400 ms' });
     expect(engine.canaryIds).toEqual(['kvgate-canary-w1-ghi', 'kvgate-canary-again-w1-ghi']);

@@ -10,40 +10,19 @@
  * whole of the resend wait, with no timing in between.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { WorkerInfo } from '../../src/discovery/index.js';
 import { probeTokenizer } from '../../src/routing/index.js';
-import { fallbackTokenizer } from '../../src/tokenizer/index.js';
-import { sendJson, startHttpEngine, type HttpEngine } from '../helpers/http-engine.js';
-import { TestKvPublisher, type EventEncoding, type TestEvent } from '../helpers/zmq-publisher.js';
-
-type Messages = readonly { role: string; content: string }[];
-
-const BLOCK = 16;
-const tok = fallbackTokenizer();
-const tokenize = async (messages: Messages): Promise<Uint32Array> =>
-  Uint32Array.from(
-    await tok.encode(tok.renderChat(messages, { addGenerationPrompt: true }), { addSpecialTokens: false }),
-  );
-
-/** How the engine reports a request's salt with its blocks: as vLLM, as SGLang, or not at all (an older vLLM). */
-type SaltReport = 'vllm' | 'sglang' | 'none';
-
-let nextHash = 1n;
-/** One BlockStored event per full block of `ids`, chained from the root, the salt reported on the first as `report`. */
-function storedEvents(ids: ArrayLike<number>, salt: string | undefined, report: SaltReport): TestEvent[] {
-  const out: TestEvent[] = [];
-  let parent: bigint | null = null;
-  for (let b = 0; b + BLOCK <= ids.length; b += BLOCK) {
-    const h = nextHash++;
-    const tokens = Array.from(ids).slice(b, b + BLOCK);
-    const ev: TestEvent = { type: 'stored', blockHashes: [h], parent, tokens, blockSize: BLOCK };
-    if (salt !== undefined && report === 'vllm') ev.extraKeys = [parent === null ? [salt] : null];
-    if (salt !== undefined && report === 'sglang') ev.cacheSalt = salt;
-    out.push(ev);
-    parent = h;
-  }
-  return out;
-}
+import { startHttpEngine, type HttpEngine } from '../helpers/http-engine.js';
+import {
+  answerCanary,
+  canaryTokenize as tokenize,
+  PROBE_BLOCK as BLOCK,
+  probeWorker,
+  shiftedTokenize,
+  storedChain,
+  type ChatMessages as Messages,
+  type SaltReport,
+} from '../helpers/probe-engine.js';
+import { TestKvPublisher, type EventEncoding } from '../helpers/zmq-publisher.js';
 
 /** A client request's prompt: a prefix of its own, new to the cache, that differs from the canary's first token. */
 const clientIds = Array.from({ length: 4 * BLOCK }, (_, i) => 9_000 + i);
@@ -72,31 +51,23 @@ async function busyEngine(
     await pub.waitForSubscribers(1);
     const events =
       salts.length === 1
-        ? storedEvents(clientIds, clientSalt, report)
-        : storedEvents(await engineTokenize(body.messages), body.cache_salt, report);
+        ? storedChain(clientIds, clientSalt, report)
+        : storedChain(await engineTokenize(body.messages), body.cache_salt, report);
     await pub.publish(events);
-    sendJson(res, 200, {
-      id: 'c',
-      object: 'chat.completion',
-      choices: [{ index: 0, message: { role: 'assistant', content: 'ok' } }],
-    });
+    answerCanary(res);
   });
   return { http, pub, salts };
 }
 
-const worker = (e: BusyEngine): WorkerInfo => ({
-  id: 1,
-  model: 'm',
-  url: e.http.url,
-  role: 'aggregated',
-  dialect: 'vllm',
-  dpStart: 0,
-  dpSize: 1,
-  kvEvents: { endpoint: e.pub.endpoint },
-});
-
 const probe = (e: BusyEngine, nonce: string, timeoutMs = 10_000): ReturnType<typeof probeTokenizer> =>
-  probeTokenizer({ worker: worker(e), servedModelName: 'm', tokenize, timeoutMs, resendAfterMs: 100, nonce });
+  probeTokenizer({
+    worker: probeWorker(e.http.url, e.pub.endpoint),
+    servedModelName: 'm',
+    tokenize,
+    timeoutMs,
+    resendAfterMs: 100,
+    nonce,
+  });
 
 describe("probeTokenizer while client requests store blocks before the canary's", () => {
   let engine: BusyEngine | undefined;
@@ -121,12 +92,7 @@ describe("probeTokenizer while client requests store blocks before the canary's"
   }, 30_000);
 
   it('a salted chain that differs is still a mismatch, at its first differing block', async () => {
-    const engineTokenize = async (m: Messages): Promise<Uint32Array> => {
-      const ids = await tokenize(m);
-      ids[40] = ids[40]! + 1;
-      return ids;
-    };
-    engine = await busyEngine('vllm', engineTokenize);
+    engine = await busyEngine('vllm', shiftedTokenize);
     expect(await probe(engine, 's-mis')).toMatchObject({ outcome: 'mismatch', block: 2, offset: 8 });
   }, 30_000);
 
