@@ -1,24 +1,13 @@
 // issue 13 item 2: the segment cache is bounded by the bytes it retains, not only by its token count.
 // Before: keys were `text.slice()` strings, which in V8 keep their whole parent prompt alive, so a
 // 24 KB system prompt + a unique user turn per request retained ~24 KB per request.
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPreprocessor, type Preprocessor } from '../../src/frontend/preprocess/preprocessor.js';
 import type { PreprocessModelSpec } from '../../src/frontend/preprocess/protocol.js';
 import { SegmentTokenizer, splitTokensOf } from '../../src/frontend/preprocess/segment-tokenizer.js';
 import { demoTokenizerFiles, loadTokenizer } from '../../src/tokenizer/index.js';
+import { retainedBytes } from '../helpers/retained-bytes.js';
 import { mulberry32 } from '../helpers/rng.js';
-
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
-
-/** Heap plus ArrayBuffer backing stores (token arrays live outside the JS heap) after full GCs. */
-function retainedBytes(): number {
-  for (let i = 0; i < 3; i++) gc();
-  const m = process.memoryUsage();
-  return m.heapUsed + m.arrayBuffers;
-}
 
 const WORDS = [
   'alpha',
