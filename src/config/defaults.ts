@@ -12,6 +12,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   port: 8080,
   adminHost: '127.0.0.1',
   maxBodyBytes: 4 * 1024 * 1024,
+  /** The engine client's own default (`DEFAULT_MAX_RESPONSE_BYTES`; a test holds them equal). */
+  maxResponseBytes: 64 * 1024 * 1024,
   maxPromptTokens: 131_072,
   /** OpenAI's own bound on a chat's messages. */
   maxMessages: 2048,

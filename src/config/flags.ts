@@ -41,6 +41,7 @@ const FLAG_OPTIONS: Record<string, OptionSpec> = {
   'admin-port': { type: 'string' },
   'api-key': { type: 'string', multiple: true },
   'max-body-bytes': { type: 'string' },
+  'max-response-bytes': { type: 'string' },
   'max-prompt-tokens': { type: 'string' },
   'max-concurrent-requests': { type: 'string' },
   'max-concurrent-requests-per-client': { type: 'string' },
@@ -75,6 +76,7 @@ const SCALAR_FLAGS: Record<string, readonly (string | number)[]> = {
   host: ['listen', 'host'],
   port: ['listen', 'port'],
   'max-body-bytes': ['limits', 'max_body_bytes'],
+  'max-response-bytes': ['limits', 'max_response_bytes'],
   'max-prompt-tokens': ['limits', 'max_prompt_tokens'],
   'max-concurrent-requests': ['limits', 'max_concurrent_requests'],
   'max-concurrent-requests-per-client': ['limits', 'max_concurrent_requests_per_client'],
@@ -338,6 +340,7 @@ model configured, starts the embedded demo (simulated engines in-process).
       --admin-port PORT        serve /admin/* on a separate listener instead
       --max-body-bytes N  --max-prompt-tokens N  --max-concurrent-requests N
       --max-concurrent-requests-per-client N  of those, one client's (as limits.client_address names it; 0 = off)
+      --max-response-bytes N   the largest answer held whole (an engine's unstreamed one, a stream: false one assembled)
       --request-timeout-ms N  --drain-timeout-ms N
       --engine-first-byte-timeout-ms N   per engine leg: dispatch to first output (0 = off)
       --engine-stream-idle-timeout-ms N  per engine leg: longest silence between two SSE events (0 = off)

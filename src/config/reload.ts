@@ -67,6 +67,8 @@ const RESTART_FIELDS: readonly [string, (c: GatewayConfig) => unknown][] = [
   ['pid_file', (c) => c.pidFile],
   ['limits.header_timeout_ms', (c) => c.limits.headerTimeoutMs],
   ['limits.request_timeout_ms', (c) => c.limits.requestTimeoutMs],
+  // The engine client is built once with it.
+  ['limits.max_response_bytes', (c) => c.limits.maxResponseBytes],
   ['limits.max_session_timeout_s', (c) => c.limits.maxSessionTimeoutS],
   ['limits.max_sessions', (c) => c.limits.maxSessions],
   ['models', (c) => c.models.map((m) => m.name)],

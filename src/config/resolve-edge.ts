@@ -160,6 +160,7 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
   const lim = root.child('limits');
   lim?.allowOnly([
     'max_body_bytes',
+    'max_response_bytes',
     'max_prompt_tokens',
     'max_messages',
     'max_concurrent_requests',
@@ -188,6 +189,9 @@ export function readLimits(root: ConfigReader): GatewayConfig['limits'] {
     lim?.int('max_connections_per_client', perClientDefault, { min: 0, max: 1 << 20 }) ?? perClientDefault;
   return {
     maxBodyBytes: lim?.int('max_body_bytes', D.maxBodyBytes, { min: 1024, max: 1 << 30 }) ?? D.maxBodyBytes,
+    // A V8 string holds at most 2^29 characters: an answer past 512 MiB could not be sent whole anyway.
+    maxResponseBytes:
+      lim?.int('max_response_bytes', D.maxResponseBytes, { min: 64 * 1024, max: 1 << 29 }) ?? D.maxResponseBytes,
     maxPromptTokens: lim?.int('max_prompt_tokens', D.maxPromptTokens, { min: 1, max: 1 << 26 }) ?? D.maxPromptTokens,
     maxMessages: lim?.int('max_messages', D.maxMessages, { min: 1, max: 1 << 24 }) ?? D.maxMessages,
     maxConcurrentRequests,

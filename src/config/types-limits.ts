@@ -24,6 +24,12 @@ export interface AddressBlock {
 export interface LimitsConfig {
   /** Request bodies above this get 413. */
   readonly maxBodyBytes: number;
+  /**
+   * The largest answer kvgate holds whole: an engine's unstreamed answer (past it: 502 KVG_ERR_ENGINE_BAD_RESPONSE,
+   * `too_large`) and a `stream: false` answer assembled from the engine's stream (502 KVG_ERR_ANSWER_TOO_LARGE).
+   * A streamed answer is relayed as the client reads it and is not bounded so. Read at start (the engine client's).
+   */
+  readonly maxResponseBytes: number;
   /** Prompts above this many tokens get 400 (per-model override in ModelConfig). */
   readonly maxPromptTokens: number;
   /** Chat requests with more messages than this get 400 KVG_ERR_TOO_MANY_MESSAGES (each message costs a template render). */

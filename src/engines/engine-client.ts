@@ -222,6 +222,11 @@ export class EngineClient {
     this.#options = resolveOptions(options);
   }
 
+  /** The largest unstreamed answer taken (`maxResponseBytes`): an answer assembled for a client is held to it too. */
+  get maxResponseBytes(): number {
+    return this.#options.maxResponseBytes;
+  }
+
   /** Registered worker URLs (normalised). */
   get workers(): string[] {
     return [...this.#workers.keys()];

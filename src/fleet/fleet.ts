@@ -190,6 +190,7 @@ export class Fleet {
       connections: config.engineConnections.maxPerWorker,
       headersTimeoutMs: config.limits.requestTimeoutMs,
       bodyTimeoutMs: config.limits.requestTimeoutMs,
+      maxResponseBytes: config.limits.maxResponseBytes,
     });
     // One ejection ledger: probes and dispatch errors eject under the same share of each model's workers.
     ({ prober: this.#prober, outliers: this.#outliers } = fleetHealth(config, this.registry, (w, check) =>

@@ -15,6 +15,7 @@ import {
   type ConfigProblem,
   type GatewayConfig,
 } from '../../src/config/index.js';
+import { DEFAULT_MAX_RESPONSE_BYTES } from '../../src/engines/index.js';
 import { isKvgateError } from '../../src/errors/index.js';
 
 const MODELS = [
@@ -205,6 +206,30 @@ describe('--max-concurrent-requests-per-client', () => {
     expect(refused(['--max-concurrent-requests', '8', FLAG, '8'])).toEqual([
       [FLAG, path, expect.stringMatching(/must be smaller than max_concurrent_requests \(8\)/)],
     ]);
+  });
+});
+
+describe('limits.max_response_bytes', () => {
+  it('64 MiB by default, as the engine client; set by the file or --max-response-bytes; a reload cannot change it', () => {
+    expect(load({}).limits.maxResponseBytes).toBe(DEFAULT_MAX_RESPONSE_BYTES);
+    const set = load({ limits: { max_response_bytes: 1 << 28 } });
+    expect(set.limits.maxResponseBytes).toBe(1 << 28);
+    const flagged = loadGatewayConfig({
+      base: { models: MODELS, limits: { max_response_bytes: 1 << 28 } },
+      overrides: parseServeFlags(['--max-response-bytes', '1048576']).overrides,
+      env: {},
+    });
+    expect(flagged.limits.maxResponseBytes).toBe(1 << 20);
+    expect(serveUsage()).toContain('--max-response-bytes N');
+    // The engine client is built once with it.
+    expect(reloadProblems(load({}), set).map((p) => p.path)).toEqual(['limits.max_response_bytes']);
+  });
+
+  it('refuses a bound below 64 KiB or past what one V8 string holds', () => {
+    expect(problems({ limits: { max_response_bytes: 1000 } })['limits.max_response_bytes']).toMatch(
+      /must be an integer in \[65536, 536870912\], got 1000/,
+    );
+    expect(problems({ limits: { max_response_bytes: 2 ** 30 } })['limits.max_response_bytes']).toMatch(/integer in/);
   });
 });
 

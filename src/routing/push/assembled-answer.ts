@@ -29,8 +29,8 @@ function assemblerFor(path: string): StreamAssembler {
  * error event with an `EngineStreamError`: a 4xx code is the client's answer
  * (as the engine would have given it unstreamed, in kvgate's error object as
  * any engine refusal), anything else fails.
- * The answer is held whole until it is sent, so it is bounded as an engine's unstreamed answer is (`maxBytes`,
- * the engine client's `maxResponseBytes` by default): past it the leg ends (leaving the loop cancels the engine's
+ * The answer is held whole until it is sent, so it is bounded as an engine's unstreamed answer is (`maxBytes`:
+ * the engine client's `maxResponseBytes`, `limits.max_response_bytes`): past it the leg ends (leaving the loop cancels the engine's
  * request and frees its booking) and the client is refused; a client that streams is not bounded (its relay holds
  * only what its socket has not taken, see the frontend's `pipeRouted`).
  * @throws EngineStreamError KVG_ERR_ENGINE_FAILED for an engine error mid-stream; the stream's own errors

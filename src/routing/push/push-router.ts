@@ -262,7 +262,7 @@ export class PushRouter implements PoolMembers {
       : first.body.events;
     if (req.stream) return { selection: sel, status: first.status, body: { kind: 'sse', events } };
     try {
-      const answer = await assembledAnswer(events, first.status, req.path);
+      const answer = await assembledAnswer(events, first.status, req.path, this.#opts.engine.maxResponseBytes);
       return { selection: sel, status: answer.status, body: answer.body };
     } catch (err) {
       if (isKvgateError(err)) this.#ctx.metrics?.requestErrors.labels({ model: this.model, code: err.code }).inc();
