@@ -13,4 +13,17 @@ export interface KvSlotSnapshot extends WorkerRank {
   readonly cursor: bigint;
   /** Per storage tier holding any, the slot's blocks as interleaved (engine hash, sequence hash) pairs. */
   readonly tiers: readonly { readonly tier: string; readonly pairs: BigUint64Array }[];
+  /**
+   * The cache salt of the slot's salted blocks (src/events' salt memory), oldest first, as runs of consecutive
+   * entries sharing a salt: vLLM names a chain's salt only on the event that starts at the root, so a later event
+   * continuing a chain of the snapshot inherits its parent's salt from these. Absent when none (or from a replica
+   * that predates them).
+   */
+  readonly salts?: readonly SaltRun[] | undefined;
+}
+
+/** Blocks of one slot, by engine hash, stored under one cache salt. */
+export interface SaltRun {
+  readonly salt: string;
+  readonly hashes: BigUint64Array;
 }

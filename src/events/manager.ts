@@ -193,19 +193,21 @@ export class KvEventManager {
     this.applier.clearSlot(sub.source);
     let blocks = 0;
     for (const t of tiers) blocks += this.indexes.get(t.tier as StorageTier).importSlot(workerId, dpRank, t.pairs);
+    // The snapshot's salted chains started at or before its cursor: their later events inherit these salts.
+    const salted = this.applier.salts.importSlot(sub.source, seed.salts ?? []);
     sub.stream.seed(seed.cursor);
     // The peer's events for the slot were live when it took the snapshot: score the blocks, not approximately.
     this.liveness.noteEvent(sub.source);
     this.#ctx.logger.info(
-      { ...at, blocks, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
+      { ...at, blocks, saltedBlocks: salted, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
       `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; ` +
         'replaying what the engine published since',
     );
   }
 
   /**
-   * What the streams have applied: per subscribed slot with a cursor, its blocks in every tier and
-   * that cursor. Taken within one turn, so the blocks are exactly those of the cursors.
+   * What the streams have applied: per subscribed slot with a cursor, its blocks in every tier, the salts of
+   * its salted blocks and that cursor. Taken within one turn, so the blocks are exactly those of the cursors.
    */
   snapshot(): KvSlotSnapshot[] {
     const out: KvSlotSnapshot[] = [];
@@ -216,7 +218,15 @@ export class KvEventManager {
       const tiers = this.indexes
         .tiers()
         .map((tier) => ({ tier, pairs: this.indexes.get(tier).exportSlot(workerId, dpRank) }));
-      out.push({ workerId, dpRank, endpoint, cursor, tiers: tiers.filter((t) => t.pairs.length > 0) });
+      const salts = this.applier.salts.exportSlot(sub.source);
+      out.push({
+        workerId,
+        dpRank,
+        endpoint,
+        cursor,
+        tiers: tiers.filter((t) => t.pairs.length > 0),
+        ...(salts.length > 0 ? { salts } : {}),
+      });
     }
     return out;
   }

@@ -11,8 +11,12 @@
  * or, past `cap` entries in all, the oldest entry of the slot that stored last (else of the first slot holding
  * any): counted, and the first eviction of an episode (the memory had been under three quarters of the cap)
  * reported as its start, as the index's memory budget does.
+ *
+ * A replica's snapshot of the slot carries its entries (`exportSlot`, oldest first) and a replica seeded from it
+ * takes them (`importSlot`, under its own cap): the root events of the snapshot's chains lie at or before its
+ * cursor, so the seeded replica never sees them, only the later events that inherit their salt.
  */
-import type { WorkerRank } from '../common/index.js';
+import type { SaltRun, WorkerRank } from '../common/index.js';
 import type { StoredBlocksEvent } from './types.js';
 
 /** Entries remembered in all by default: about 100 MiB at worst (a few dozen bytes an entry, salts shared). */
@@ -88,6 +92,35 @@ export class SaltMemory {
       if (this.#size > this.cap) this.#evictOne(m);
     }
     if (this.#size <= (this.cap * 3) / 4) this.#inEpisode = false;
+  }
+
+  /** The slot's entries, oldest first, as runs of consecutive entries sharing a salt (a replica snapshot's). */
+  exportSlot(slot: WorkerRank): SaltRun[] {
+    const m = this.#size === 0 ? undefined : this.#slots.get(key(slot));
+    if (m === undefined) return [];
+    const out: SaltRun[] = [];
+    let run: bigint[] = [];
+    let salt: string | undefined;
+    for (const [h, s] of m) {
+      if (s !== salt && salt !== undefined) {
+        out.push({ salt, hashes: BigUint64Array.from(run) });
+        run = [];
+      }
+      salt = s;
+      run.push(h);
+    }
+    if (salt !== undefined) out.push({ salt, hashes: BigUint64Array.from(run) });
+    return out;
+  }
+
+  /** Remembers a replica snapshot's entries of the slot (`exportSlot`'s), in order, under this memory's cap. */
+  importSlot(slot: WorkerRank, runs: readonly SaltRun[]): number {
+    let n = 0;
+    for (const r of runs) {
+      this.remember(slot, r.hashes, r.salt);
+      n += r.hashes.length;
+    }
+    return n;
   }
 
   /** Forgets removed blocks (no work while nothing salted is held). */

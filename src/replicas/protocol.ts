@@ -11,7 +11,9 @@
  *                            (e, the echoes that measure lag without comparing clocks: peer-clock.ts;
  *                            absent from a replica that predates them)
  *   <prefix>.snap.<router>   request/reply: { c: channel, x: with the prefix index } -> a snapshot
- *                            { r, i, s, b: bookings, x: sessions, k: index slots, z: block size } (chunked: transfer.ts)
+ *                            { r, i, s, b: bookings, x: sessions, k: index slots, z: block size } (chunked: transfer.ts);
+ *                            a slot [worker, rank, endpoint, cursor, [[tier, pairs]...], [[salt, hashes]...]?],
+ *                            the last its salted blocks (absent when none, or from a replica that predates them)
  *   <prefix>.warm.<channel>  the same request, answered by one replica of the queue group (warm start)
  *   <prefix>.chunk.<router>  request/reply: a snapshot's next chunk (transfer.ts)
  *
@@ -23,7 +25,7 @@
  * than apply half a message.
  */
 import { decode, encode } from '@msgpack/msgpack';
-import type { KvSlotSnapshot, WorkerRank } from '../common/index.js';
+import type { KvSlotSnapshot, SaltRun, WorkerRank } from '../common/index.js';
 import type { SyncedBooking } from '../core/index.js';
 import type { Echo } from './peer-clock.js';
 
@@ -154,14 +156,20 @@ export function encodeHeartbeat(h: Heartbeat): Uint8Array {
   return encode({ r: h.routerId, i: h.incarnation, t: h.sentAt, s: h.seqs, e });
 }
 
+function u64Bytes(a: BigUint64Array): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
 function slotArray(s: KvSlotSnapshot): unknown[] {
-  return [
+  const out: unknown[] = [
     s.workerId,
     s.dpRank,
     s.endpoint,
     String(s.cursor),
-    s.tiers.map((t) => [t.tier, new Uint8Array(t.pairs.buffer, t.pairs.byteOffset, t.pairs.byteLength)]),
+    s.tiers.map((t) => [t.tier, u64Bytes(t.pairs)]),
   ];
+  if (s.salts !== undefined && s.salts.length > 0) out.push(s.salts.map((r) => [r.salt, u64Bytes(r.hashes)]));
+  return out;
 }
 
 export function encodeSnapshot(s: Snapshot): Uint8Array {
@@ -243,13 +251,29 @@ function slot(v: unknown): KvSlotSnapshot {
       ? { tier: str(t[0], 'tier'), pairs: u64s(t[1], 'pairs', 2) }
       : fail('a tier must be [name, pairs]'),
   );
+  const salts = saltRuns(v[5]);
   return {
     workerId: count(v[0], 'workerId'),
     dpRank: count(v[1], 'dpRank', 0xffff),
     endpoint: str(v[2], 'endpoint'),
     cursor: BigInt(cursor),
     tiers,
+    ...(salts === undefined ? {} : { salts }),
   };
+}
+
+/**
+ * A slot's salted blocks; undefined when absent. A salt is any non-empty string: a client's, with no bound of its
+ * own (not `str`'s 1,024 characters), the snapshot's `max_snapshot_bytes` bounding it.
+ */
+function saltRuns(v: unknown): SaltRun[] | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!Array.isArray(v)) fail("an index slot's salts must be an array of [salt, hashes]");
+  return v.map((r) =>
+    Array.isArray(r) && typeof r[0] === 'string' && r[0].length > 0
+      ? { salt: r[0], hashes: u64s(r[1], 'salted hashes') }
+      : fail('a salt run must be [salt, hashes]'),
+  );
 }
 
 function booking(a: unknown[], at: number): SyncedBooking {

@@ -19,7 +19,7 @@ import {
 import { TurnScheduler } from '../../src/events/turn-scheduler.js';
 import { BatchPacker } from '../../src/events/batch-codec.js';
 import { eachPackedBatch } from '../../src/events/packed-batch.js';
-import type { SaltEvictionReport } from '../../src/events/salt-memory.js';
+import { SaltMemory, type SaltEvictionReport } from '../../src/events/salt-memory.js';
 import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
 
 const BS = 4;
@@ -162,6 +162,20 @@ describe("vLLM's cache salt, inherited along the chain", () => {
     expect(reports).toEqual([{ evicted: 1, episodeStart: true }]);
     expect(a.salts.saltOf(SLOT, 11n)).toBeUndefined(); // the oldest
     expect(a.salts.saltOf(SLOT, 22n)).toBe('tenant-a');
+    a.indexes.dispose();
+  });
+
+  it("a replica snapshot's entries, oldest first, are taken by another memory under its own cap", () => {
+    const a = new KvEventApplier({ blockSize: BS });
+    applyAll(a, saltedChain(['tenant-a']), false);
+    const runs = a.salts.exportSlot(SLOT);
+    expect(runs).toEqual([{ salt: 'tenant-a', hashes: new BigUint64Array([11n, 12n, 13n, 21n, 22n]) }]);
+    expect(a.salts.exportSlot({ workerId: 9, dpRank: 0 })).toEqual([]);
+    const b = new SaltMemory(3);
+    expect(b.importSlot(SLOT, runs)).toBe(5);
+    expect(b.size).toBe(3); // the oldest two evicted, as in the memory they came from
+    expect(b.saltOf(SLOT, 12n)).toBeUndefined();
+    expect(b.saltOf(SLOT, 13n)).toBe('tenant-a');
     a.indexes.dispose();
   });
 });
