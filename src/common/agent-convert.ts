@@ -35,7 +35,7 @@ export function invalidBlock(param: string, message: string): KvgateError {
   return new KvgateError('KVG_ERR_INVALID_CONTENT_BLOCK', `${param} ${message}`, { param });
 }
 
-/** A block the API has but kvgate does not route (images): the same refusal as a chat's non-text part. */
+/** A block the API has but kvgate does not route (images, documents, files): the same refusal as a chat's non-text part. */
 export function unsupportedBlock(param: string, type: string): KvgateError {
   return new KvgateError(
     'KVG_ERR_UNSUPPORTED_CONTENT',

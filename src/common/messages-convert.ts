@@ -34,6 +34,7 @@ import { chatTemplateKwargsOf } from './template-kwargs.js';
 const BLOCK_TYPES = new Set([
   'text',
   'image',
+  'document',
   'tool_use',
   'tool_result',
   'tool_reference',
@@ -73,6 +74,12 @@ function outputEffort(config: unknown): string | undefined {
   return effort;
 }
 
+/**
+ * Blocks the API has that kvgate refuses as not text (KVG_ERR_UNSUPPORTED_CONTENT, as a chat's image part):
+ * images, and documents (a PDF Claude Code reads, a text source), which the engine's front end does not convert.
+ */
+const NOT_TEXT = new Set(['image', 'document']);
+
 /** A tool result's content as vLLM's tool message holds it: a string, or its text items joined with "\n". */
 function toolResultText(content: unknown, param: string): string {
   if (content === undefined || content === null) return '';
@@ -83,7 +90,7 @@ function toolResultText(content: unknown, param: string): string {
     if (!isObject(item) || typeof item.type !== 'string')
       throw invalidBlock(`${param}[${i}]`, 'must be a content block');
     if (item.type === 'text') texts.push(requireString(item.text, `${param}[${i}].text`));
-    else if (item.type === 'image') throw unsupportedBlock(`${param}[${i}].type`, item.type);
+    else if (NOT_TEXT.has(item.type)) throw unsupportedBlock(`${param}[${i}].type`, item.type);
     else if (item.type !== 'tool_reference')
       throw invalidBlock(`${param}[${i}].type`, `is ${JSON.stringify(item.type)}`);
   });
@@ -114,12 +121,12 @@ function walkBlock(turn: Turn, role: string, block: unknown, param: string): voi
   if (!isObject(block) || typeof block.type !== 'string') throw invalidBlock(param, 'must be an object with a type');
   const type = block.type;
   if (!BLOCK_TYPES.has(type)) {
-    throw invalidBlock(`${param}.type`, `is ${JSON.stringify(type)}; not a Messages API content block type`);
+    throw invalidBlock(`${param}.type`, `is ${JSON.stringify(type)}; not a content block type kvgate converts`);
   }
   if (type === 'text') {
     const text = requireString(block.text, `${param}.text`);
     if (text !== '') turn.parts.push({ type: 'text', text });
-  } else if (type === 'image') {
+  } else if (NOT_TEXT.has(type)) {
     throw unsupportedBlock(`${param}.type`, type);
   } else if (type === 'thinking') {
     turn.reasoning = (turn.reasoning ?? '') + requireString(block.thinking, `${param}.thinking`);
@@ -195,7 +202,7 @@ function convertTools(tools: unknown): Json[] | undefined {
  * without it they are written from the parse.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST (a missing or mistyped field: `max_tokens`, `messages`, a role,
  *   `system`, a tool, `output_config.effort`), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed block or one of an unknown type),
- *   KVG_ERR_UNSUPPORTED_CONTENT (images); `detail.param` names the field.
+ *   KVG_ERR_UNSUPPORTED_CONTENT (images, documents); `detail.param` names the field.
  */
 export function messagesToChat(
   body: Json,

@@ -368,6 +368,9 @@ describe('agent APIs: conversion to the chat request the engine runs', () => {
   });
 });
 
+/** A PDF as Anthropic's clients send one (a document block with a base64 source). */
+const PDF = { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0xLjQK' } };
+
 const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; param: string }[] = [
   {
     name: 'messages without max_tokens',
@@ -391,9 +394,9 @@ const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; par
     param: 'messages[1].role',
   },
   {
-    name: 'an unknown block type',
+    name: 'a block type kvgate does not convert',
     api: 'messages',
-    body: { model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'document', text: 'x' }] }] },
+    body: { model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'video', text: 'x' }] }] },
     code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
     param: 'messages[0].content[0].type',
   },
@@ -435,6 +438,37 @@ const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; par
     body: { model: 'demo', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] },
     code: 'KVG_ERR_UNSUPPORTED_CONTENT',
     param: 'messages[0].content[0].type',
+  },
+  {
+    // Claude Code sends a PDF it reads as a document block: not text, refused as an image is (before: "not a
+    // Messages API content block type", KVG_ERR_INVALID_CONTENT_BLOCK).
+    name: 'a document block (a PDF)',
+    api: 'messages',
+    body: {
+      model: 'demo',
+      max_tokens: 5,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'Read it.' }, PDF] }],
+    },
+    code: 'KVG_ERR_UNSUPPORTED_CONTENT',
+    param: 'messages[0].content[1].type',
+  },
+  {
+    name: "a document in a tool result's content",
+    api: 'messages',
+    body: {
+      model: 'demo',
+      max_tokens: 5,
+      messages: [
+        { role: 'user', content: 'Read report.pdf.' },
+        {
+          role: 'assistant',
+          content: [{ type: 'tool_use', id: 't1', name: 'Read', input: { file_path: 'report.pdf' } }],
+        },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: [PDF] }] },
+      ],
+    },
+    code: 'KVG_ERR_UNSUPPORTED_CONTENT',
+    param: 'messages[2].content[0].content[0].type',
   },
   {
     name: 'a role the Messages API does not have',

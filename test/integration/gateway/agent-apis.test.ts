@@ -246,12 +246,39 @@ describe('agent APIs through kvgate serve (issue 27)', () => {
     const unknownBlock = await post('/v1/messages', {
       model: MODEL,
       max_tokens: 4,
-      messages: [{ role: 'user', content: [{ type: 'document', source: {} }] }],
+      messages: [{ role: 'user', content: [{ type: 'video', source: {} }] }],
     });
     expect(unknownBlock.json).toMatchObject({
       type: 'error',
       error: { code: 'KVG_ERR_INVALID_CONTENT_BLOCK', param: 'messages[0].content[0].type' },
     });
+    // A PDF Claude Code reads comes as a document block: refused as not text, as an image is, streamed or counted.
+    const pdf = { type: 'base64' as const, media_type: 'application/pdf' as const, data: 'JVBERi0xLjQK' };
+    const withPdf = [
+      {
+        role: 'user' as const,
+        content: [
+          { type: 'text' as const, text: 'Summarize it.' },
+          { type: 'document' as const, source: pdf },
+        ],
+      },
+    ];
+    for (const refused of [
+      () => anthropic.messages.stream({ model: MODEL, max_tokens: 4, messages: withPdf }).finalMessage(),
+      () => anthropic.messages.countTokens({ model: MODEL, messages: withPdf }),
+    ]) {
+      const e = await refused().catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(Anthropic.BadRequestError);
+      expect((e as InstanceType<typeof Anthropic.BadRequestError>).error).toMatchObject({
+        type: 'error',
+        error: {
+          type: 'invalid_request_error',
+          code: 'KVG_ERR_UNSUPPORTED_CONTENT',
+          param: 'messages[0].content[1].type',
+          message: 'messages[0].content[1].type is "document"; kvgate routes text-only conversations',
+        },
+      });
+    }
     const wrongKey = await post(
       '/v1/messages',
       { model: MODEL, max_tokens: 4, messages: [] },

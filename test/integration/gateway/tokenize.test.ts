@@ -155,7 +155,7 @@ describe('tokenize, detokenize and count_tokens through kvgate serve', () => {
     expect(noPrompt.json).toMatchObject({ error: { code: 'KVG_ERR_INVALID_REQUEST', param: 'prompt' } });
     const badBlock = await post('/v1/messages/count_tokens', {
       model: MODEL,
-      messages: [{ role: 'user', content: [{ type: 'document', source: {} }] }],
+      messages: [{ role: 'user', content: [{ type: 'video', source: {} }] }],
     });
     expect(badBlock.json).toMatchObject({ type: 'error', error: { code: 'KVG_ERR_INVALID_CONTENT_BLOCK' } });
     const outside = await post('/detokenize', { model: MODEL, tokens: [1, 4_000_000] });
