@@ -18,7 +18,8 @@
  * Dynamo).
  *
  * Expiry: a request never freed is force-freed `expiryMs` after it started: when it was added, or the `startedAt` it
- * was booked again with (checked at most every 30 s on add, and on every `expire()`).
+ * was booked again with (checked at most every 30 s on add, and on every `expire()`). `expire()` returns the ids it
+ * freed; those freed by the check on add go to `onExpired`, so whoever reports expiries hears of both.
  */
 import { KvgateError } from '../errors/index.js';
 import { ActivePromptTrie, type PrefixIndex, type TrieNode } from '../wasm/index.js';
@@ -60,8 +61,12 @@ export class ActiveSequences {
   #blocks = new Float64Array(0);
   #count = new Float64Array(0);
 
-  constructor(opts: { clock: Clock; expiryMs?: number }) {
+  /** Hears of the requests force-freed by the expiry check an `add` makes (`expire()` returns its own). */
+  readonly #onExpired: ((ids: readonly string[]) => void) | undefined;
+
+  constructor(opts: { clock: Clock; expiryMs?: number; onExpired?: (ids: readonly string[]) => void }) {
     this.#clock = opts.clock;
+    this.#onExpired = opts.onExpired;
     this.#expiryMs = opts.expiryMs ?? 300_000;
     if (!(this.#expiryMs > 0))
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `ActiveSequences: expiryMs must be > 0, got ${this.#expiryMs}`);
@@ -192,7 +197,10 @@ export class ActiveSequences {
    */
   add(input: BookingInput): void {
     const now = this.#clock.now();
-    if (now - this.#lastExpiryCheck >= EXPIRY_CHECK_INTERVAL_MS) this.expire();
+    if (now - this.#lastExpiryCheck >= EXPIRY_CHECK_INTERVAL_MS) {
+      const expired = this.expire();
+      if (expired.length > 0) this.#onExpired?.(expired);
+    }
     const { requestId, slot } = input;
     if (this.#requests.has(requestId)) {
       throw new KvgateError('KVG_ERR_DUPLICATE_REQUEST', `request ${requestId} is already in flight`, { requestId });

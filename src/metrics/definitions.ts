@@ -9,6 +9,7 @@ import type { Counter, Gauge, Histogram } from 'prom-client';
 import { EVENT_METRIC_DEFINITIONS } from './definitions-events.js';
 import { WORKER_METRIC_DEFINITIONS } from './definitions-workers.js';
 import { TENANT_METRIC_DEFINITIONS } from './definitions-tenants.js';
+import { SESSION_METRIC_DEFINITIONS } from './definitions-sessions.js';
 import { MW, type MetricDefinition } from './definition-types.js';
 
 function expBuckets(start: number, factor: number, count: number): number[] {
@@ -347,37 +348,14 @@ export const METRIC_DEFINITIONS = {
       'rejected, failed, no_answer (not within 10 s), not_asked; failed_process its index (or primary: no answer).',
     labelNames: ['trigger', 'outcome', 'failed_process'],
   },
-  // ---- sticky sessions
-  sessions: {
-    kind: 'gauge',
-    name: 'kvgate_router_sessions',
-    help: 'Sticky session bindings held (none with session_affinity cost).',
-    labelNames: MW,
-  },
-  sessionLimits: {
+  // ---- bookkeeping
+  bookingsExpired: {
     kind: 'counter',
-    name: 'kvgate_router_session_limits_total',
+    name: 'kvgate_router_bookings_expired_total',
     help:
-      'Sticky session limits applied: limit=timeout (a requested timeout clamped to the maximum) or capacity (the least ' +
-      'recently used binding dropped).',
-    labelNames: ['model', 'worker_type', 'limit'],
-  },
-  sessionPins: {
-    kind: 'counter',
-    name: 'kvgate_router_session_pins_total',
-    help:
-      'Sticky session bindings of a worker that went down or left: event=held (marked down: kept, not routed to), ' +
-      'returned (up again: routed to again), moved (its session served elsewhere while it was down: bound there), ' +
-      'dropped (it left the registry).',
-    labelNames: ['model', 'worker_type', 'event'],
-  },
-  sessionPriorityLimits: {
-    kind: 'counter',
-    name: 'kvgate_router_session_priority_limits_total',
-    help:
-      'Session-start priority limits applied: limit=timeout (a requested timeout clamped to the maximum) or capacity ' +
-      '(the least recently seen session start dropped: that session counts as new, and younger, when it comes back).',
-    labelNames: ['model', 'limit'],
+      "Bookings force-freed because their request's end was never seen within active_request_expiry_secs (a lost " +
+      'free: its load counted on the worker until then).',
+    labelNames: ['model', 'worker_type'],
   },
   // ---- preprocessing
   conversationCacheBytes: {
@@ -423,6 +401,7 @@ export const METRIC_DEFINITIONS = {
   ...WORKER_METRIC_DEFINITIONS,
   ...EVENT_METRIC_DEFINITIONS,
   ...TENANT_METRIC_DEFINITIONS,
+  ...SESSION_METRIC_DEFINITIONS,
   // ---- HTTP edge
   /** End to end, arrival to the last byte; `model` is empty off the model endpoints (and for a model not served). */
   requestDuration: {

@@ -180,6 +180,27 @@ export function reportIndexBytes(ctx: RouterContext, model: string, role: Worker
 }
 
 /**
+ * A tick's force-freed bookings (`KvRouter.tick`): requests whose end this router never saw within
+ * `active_request_expiry_secs` (a lost free: their load was counted on the worker until now). Counted, and a warn
+ * line naming a few of them, once per tick that freed any.
+ */
+export function reportExpiredBookings(
+  ctx: RouterContext,
+  model: string,
+  role: WorkerRole,
+  tick: ReturnType<KvRouter['tick']> | undefined,
+): void {
+  if (tick === undefined) return;
+  const expired = tick.expiredRequests.length + tick.expiredBetweenTicks;
+  if (expired === 0) return;
+  ctx.metrics?.bookingsExpired.labels({ model, worker_type: role }).inc(expired);
+  ctx.logger.warn(
+    { workerType: role, expired, requestIds: tick.expiredRequests.slice(0, 5) },
+    `${expired} booking(s) force-freed: their requests' ends were never seen within active_request_expiry_secs`,
+  );
+}
+
+/**
  * Subscribes a pool's KV-event ingestion to a joining worker's publishers, one per dp rank (rank i's
  * endpoints are the worker's shifted by i × its port stride). A worker that publishes no KV events is not subscribed.
  * A rank that cannot be subscribed (an endpoint with no port to shift, one ZMQ refuses, no room for a socket) is

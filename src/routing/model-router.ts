@@ -24,7 +24,7 @@ import { prefillPoolConfig } from './disagg/handoff.js';
 import { agentDisaggRefusal, isAgentEndpoint } from './agent-endpoints.js';
 import { embeddingsDisaggRefusal } from './embeddings.js';
 import { PrefillRouter } from './disagg/prefill-router.js';
-import { reportIndexBytes, subscribeWorker, type KvPoolOptions } from './kv-pool.js';
+import { reportExpiredBookings, reportIndexBytes, subscribeWorker, type KvPoolOptions } from './kv-pool.js';
 import { LegBuilder, type LegBuilderOptions } from './leg-builder.js';
 import { attachReplica, buildPool, type Pool, type ReplicaPool } from './model-pools.js';
 import type { DispatchOutcomeListener } from './push/leg-failures.js';
@@ -240,8 +240,8 @@ export class ModelRouter implements ModelRouterPort {
   /** Periodic work: bookkeeping expiry, approximate TTLs, queue drain, liveness gauges. */
   tick(): void {
     if (this.#closed) return;
-    this.decode.kvRouter?.tick();
-    this.prefill.tick();
+    reportExpiredBookings(this.#ctx, this.model, this.decode.role, this.decode.kvRouter?.tick());
+    reportExpiredBookings(this.#ctx, this.model, 'prefill', this.prefill.tick());
     this.sessions.sweep();
     this.#watch.tickHealth();
     for (const pool of [{ push: this.decode, events: this.events }, this.#prefillPool]) {

@@ -5,6 +5,7 @@
  */
 import type { PromptHashes } from '../../wasm/index.js';
 import type { ActiveSequences } from '../active-sequences.js';
+import { PEER_ID_PREFIX } from '../active-request.js';
 import type { ApproximateIndex } from '../approximate.js';
 import type { EffectiveKnobs } from './knobs.js';
 import type { RouterConfigOverride } from '../../common/index.js';
@@ -44,6 +45,8 @@ export class Booker {
   readonly #blockSize: number;
   /** Told of every booking (replica sync); set by `KvScheduler.observe`. */
   observer: BookkeepingObserver | undefined;
+  /** This router's requests a booking's expiry check force-freed since `takeExpired` last read them. */
+  #expired = 0;
 
   constructor(table: SlotTable, active: ActiveSequences, recorders: DecisionRecorders, blockSize: number) {
     this.#table = table;
@@ -94,5 +97,19 @@ export class Booker {
     rec.approximate?.record(w, r, hashes);
     rec.predicted?.record(w, r, hashes);
     if (rec.fallback !== null && rec.eventFallback!(w)) rec.fallback.record(w, r, hashes);
+  }
+
+  /** Requests a booking's expiry check force-freed between two ticks: the observer told now (not of peers'), counted. */
+  expired(ids: readonly string[]): void {
+    const mine = ids.filter((id) => !id.startsWith(PEER_ID_PREFIX));
+    for (const id of mine) this.observer?.freed(id);
+    this.#expired += mine.length;
+  }
+
+  /** How many of this router's requests `expired` counted since the last call (the tick reports them). */
+  takeExpired(): number {
+    const n = this.#expired;
+    this.#expired = 0;
+    return n;
   }
 }

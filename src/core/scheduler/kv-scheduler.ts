@@ -56,6 +56,7 @@ import {
   type ScheduleOutcome,
   type SchedulingRequest,
   type SelectionMode,
+  type TickOutcome,
   type WorkerCapacity,
   type WorkerLoad,
   type WorkerSummary,
@@ -117,7 +118,9 @@ export class KvScheduler {
         : new ApproximateIndex(new PrefixIndex(), { ttlMs: config.routerPredictedTtlSecs * 1000, clock });
     const eventFallback = config.useKvEvents ? opts.eventFallback : undefined;
     this.fallback = eventFallback === undefined ? null : new ApproximateIndex(new PrefixIndex(), { ttlMs, clock });
-    const active = (this.#active = new ActiveSequences({ clock, expiryMs: config.activeRequestExpirySecs * 1000 }));
+    const expiryMs = config.activeRequestExpirySecs * 1000;
+    const onExpired = (ids: readonly string[]): void => this.#booker.expired(ids);
+    const active = (this.#active = new ActiveSequences({ clock, expiryMs, onExpired }));
     const startedAt = clock.now();
 
     const table = (this.#table = new SlotTable(this.index, active, this.predicted));
@@ -378,14 +381,15 @@ export class KvScheduler {
    * requests older than `activeRequestExpirySecs`, expires approximate and
    * predict-on-route entries, and drains the queue.
    */
-  tick(): { readonly expiredRequests: readonly string[]; readonly expiredEntries: number; readonly admitted: number } {
+  tick(): TickOutcome {
     const expiredRequests = this.#active.expire().filter((id) => !id.startsWith(PEER_ID_PREFIX));
     for (const id of expiredRequests) this.#observer?.freed(id);
+    const expiredBetweenTicks = this.#booker.takeExpired();
     this.peers.prune();
     const expiredEntries =
       (this.approximate?.expire() ?? 0) + (this.predicted?.expire() ?? 0) + (this.fallback?.expire() ?? 0);
     const admitted = this.#admission.drain();
-    return { expiredRequests, expiredEntries, admitted };
+    return { expiredRequests, expiredBetweenTicks, expiredEntries, admitted };
   }
 
   // ---------------------------------------------------------------- deciding

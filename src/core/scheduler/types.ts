@@ -236,3 +236,15 @@ export function workerNotFound(workerId: number): KvgateError {
 export function duplicateRequest(requestId: string): KvgateError {
   return new KvgateError('KVG_ERR_DUPLICATE_REQUEST', `request ${requestId} is already in flight`, { requestId });
 }
+
+/** What a `KvScheduler.tick` did. */
+export interface TickOutcome {
+  /** This router's requests it force-freed: their end was never seen within `activeRequestExpirySecs`. */
+  readonly expiredRequests: readonly string[];
+  /** How many more of them a booking's own expiry check force-freed since the last tick (peers told then). */
+  readonly expiredBetweenTicks: number;
+  /** Approximate and predict-on-route entries expired. */
+  readonly expiredEntries: number;
+  /** Queued requests admitted. */
+  readonly admitted: number;
+}

@@ -41,6 +41,7 @@ import { midStreamBlocker } from '../push/continuation.js';
 import { migratingEvents, migrationHooks } from '../push/migration.js';
 import type { EngineEvent } from '../../engines/index.js';
 import type { LegRequest, Selection } from '../push/types.js';
+import type { KvRouter } from '../kv-router.js';
 import { poolSessions, type SessionLimits, type StickySessions } from '../sticky-sessions.js';
 import { DisaggRequest } from './disagg-request.js';
 import { bootstrapProblem, decodeOverrideOf } from './handoff.js';
@@ -220,10 +221,10 @@ export class PrefillRouter {
     return loads.length === 0 ? 0 : Math.min(...loads.map((l) => l.activePrefillTokens));
   }
 
-  /** Session expiry and the prefill scheduler's periodic work. */
-  tick(): void {
+  /** Session expiry and the prefill scheduler's periodic work (its outcome: undefined without a KV-routed pool). */
+  tick(): ReturnType<KvRouter['tick']> | undefined {
     this.sessions.sweep();
-    this.#pool?.kvRouter?.tick();
+    return this.#pool?.kvRouter?.tick();
   }
 
   /**
