@@ -74,7 +74,7 @@ export {
   traceLogFields,
   type TraceLink,
 } from './tracing.js';
-export type { KvSlotSnapshot, SaltRun } from './kv-snapshot.js';
+export type { KvGroupSnapshot, KvSlotSnapshot, SaltRun } from './kv-snapshot.js';
 export { type AgentApi, agentChat } from './agent-chat.js';
 export { mayDifferInPython, pythonNumberText, pythonToolsJson, readJson } from './python-json.js';
 export { INLINE_SYSTEM_OPTIONS, type InlineSystemMode, type InlineSystemOption } from './inline-system.js';

@@ -20,10 +20,29 @@ export interface KvSlotSnapshot extends WorkerRank {
    * that predates them).
    */
   readonly salts?: readonly SaltRun[] | undefined;
+  /**
+   * A hybrid-attention model's KV-cache groups (src/events' group indexes): each group's spec and the slot's blocks
+   * in it, the primary group's blocks being the tiers'. The replica seeded from them knows the model's layout and
+   * what each group holds: the events that stored these blocks lie at or before the cursor, so it never sees them.
+   * Absent for a one-group model (or from a replica that predates them).
+   */
+  readonly groups?: readonly KvGroupSnapshot[] | undefined;
 }
 
 /** Blocks of one slot, by engine hash, stored under one cache salt. */
 export interface SaltRun {
   readonly salt: string;
   readonly hashes: BigUint64Array;
+}
+
+/** One KV-cache group of a hybrid model in a slot's snapshot: its spec as the engine announces it, and its blocks. */
+export interface KvGroupSnapshot {
+  /** The engine's group index (`group_idx`). */
+  readonly groupIdx: number;
+  /** The engine's name for the group's kind (`kv_cache_spec_kind`). */
+  readonly kind: string;
+  /** Tokens of the group's window (`kv_cache_spec_sliding_window`; sliding-window kinds only). */
+  readonly slidingWindow?: number | undefined;
+  /** The slot's blocks in the group as interleaved (engine hash, sequence hash) pairs (none for the primary group). */
+  readonly pairs: BigUint64Array;
 }

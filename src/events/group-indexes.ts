@@ -16,9 +16,11 @@
  * seeded from the primary index (`exportSlot`).
  *
  * Layout: a group's spec is what its events announce (`kv_cache_spec_kind`,
- * `kv_cache_spec_sliding_window`) or what was declared on join; a group that
- * changes its spec is logged (the latest spec wins). Single-group models
- * never create an index or a book here.
+ * `kv_cache_spec_sliding_window`), what was declared on join, or what a peer
+ * replica's snapshot says (warm start: `exportSlot` / `importSlot` carry each
+ * group's spec and a slot's blocks in it, as the events at or before the
+ * snapshot's cursor left them); a group that changes its spec is logged (the
+ * latest spec wins). Single-group models never create an index or a book here.
  *
  * Bounded: each group index an engine names gets an index of its own, so a publisher naming ever new ones (a bug,
  * or a hostile one) would grow memory without bound. A model has at most `maxGroups` groups, its primary
@@ -36,7 +38,15 @@
  *
  * @rank-numbers it forwards to `PrefixIndex`, which takes the worker id and rank as numbers (the WASM boundary).
  */
-import { silentLogger, slotKey, systemClock, type Clock, type Logger, type WorkerRank } from '../common/index.js';
+import {
+  silentLogger,
+  slotKey,
+  systemClock,
+  type Clock,
+  type KvGroupSnapshot,
+  type Logger,
+  type WorkerRank,
+} from '../common/index.js';
 import {
   FULL_ATTENTION_GROUP,
   MAX_KV_GROUPS,
@@ -282,6 +292,43 @@ export class KvGroupIndexes implements KvCacheGroups {
   removeSlot(slot: WorkerRank): void {
     this.#books.delete(slotKey(slot.workerId, slot.dpRank));
     for (const g of this.#groups.values()) g.index.removeWorkerDpRank(slot.workerId, slot.dpRank);
+  }
+
+  /**
+   * The slot's part of a replica snapshot: for a hybrid model, every group's spec (the primary's first, without
+   * blocks: they are the slot's tiers') with the slot's blocks in each other group; nothing for a one-group model.
+   */
+  exportSlot(slot: WorkerRank): KvGroupSnapshot[] {
+    if (!this.hybrid) return [];
+    const entry = (groupIdx: number, spec: KvGroupSpec, pairs: BigUint64Array): KvGroupSnapshot => ({
+      groupIdx,
+      kind: spec.wireKind,
+      ...(spec.slidingWindow === undefined ? {} : { slidingWindow: spec.slidingWindow }),
+      pairs,
+    });
+    return [
+      entry(this.primaryGroup, this.#primarySpec, new BigUint64Array(0)),
+      ...this.#others.map((g) => entry(g.groupIdx, g.spec, g.index.exportSlot(slot.workerId, slot.dpRank))),
+    ];
+  }
+
+  /**
+   * Seeds a slot from a peer replica's snapshot (`exportSlot`'s), once the primary index holds the slot's blocks:
+   * each group's spec is learned, and each other group's blocks enter its index and the slot's book under the
+   * group's bit, so that the group's later events chain under them and its removals resolve. A group past
+   * `maxGroups` is refused as its events would be. Returns the blocks new to the other groups.
+   */
+  importSlot(slot: WorkerRank, groups: readonly KvGroupSnapshot[]): number {
+    let added = 0;
+    for (const g of groups) {
+      if (!this.admits(g.groupIdx)) continue;
+      this.learn(g.groupIdx, kvGroupSpecOf(g.kind, g.slidingWindow));
+      const group = this.#groups.get(g.groupIdx);
+      if (group === undefined || g.pairs.length === 0) continue;
+      added += group.index.importSlot(slot.workerId, slot.dpRank, g.pairs);
+      this.#note(this.#book(slot), g.pairs, group.bit);
+    }
+    return added;
   }
 
   /** Blocks the slot holds in a group. */

@@ -195,11 +195,20 @@ export class KvEventManager {
     for (const t of tiers) blocks += this.indexes.get(t.tier as StorageTier).importSlot(workerId, dpRank, t.pairs);
     // The snapshot's salted chains started at or before its cursor: their later events inherit these salts.
     const salted = this.applier.salts.importSlot(sub.source, seed.salts ?? []);
+    // A hybrid model's other KV-cache groups: the events that stored their blocks lie at or before the cursor too.
+    const groupBlocks = this.applier.groups?.importSlot(sub.source, seed.groups ?? []) ?? 0;
     sub.stream.seed(seed.cursor);
     // The peer's events for the slot were live when it took the snapshot: score the blocks, not approximately.
     this.liveness.noteEvent(sub.source);
     this.#ctx.logger.info(
-      { ...at, blocks, saltedBlocks: salted, cursor: String(seed.cursor), tiers: tiers.map((t) => t.tier) },
+      {
+        ...at,
+        blocks,
+        saltedBlocks: salted,
+        groupBlocks,
+        cursor: String(seed.cursor),
+        tiers: tiers.map((t) => t.tier),
+      },
       `worker ${workerId} rank ${dpRank}: ${blocks} block(s) from a replica snapshot at KV-event seq ${seed.cursor}; ` +
         'replaying what the engine published since',
     );
@@ -207,7 +216,8 @@ export class KvEventManager {
 
   /**
    * What the streams have applied: per subscribed slot with a cursor, its blocks in every tier, the salts of
-   * its salted blocks and that cursor. Taken within one turn, so the blocks are exactly those of the cursors.
+   * its salted blocks, a hybrid model's other KV-cache groups and that cursor. Taken within one turn, so the
+   * blocks are exactly those of the cursors.
    */
   snapshot(): KvSlotSnapshot[] {
     const out: KvSlotSnapshot[] = [];
@@ -219,6 +229,7 @@ export class KvEventManager {
         .tiers()
         .map((tier) => ({ tier, pairs: this.indexes.get(tier).exportSlot(workerId, dpRank) }));
       const salts = this.applier.salts.exportSlot(sub.source);
+      const groups = this.applier.groups?.exportSlot(sub.source) ?? [];
       out.push({
         workerId,
         dpRank,
@@ -226,6 +237,7 @@ export class KvEventManager {
         cursor,
         tiers: tiers.filter((t) => t.pairs.length > 0),
         ...(salts.length > 0 ? { salts } : {}),
+        ...(groups.length > 0 ? { groups } : {}),
       });
     }
     return out;

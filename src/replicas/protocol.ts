@@ -12,8 +12,10 @@
  *                            absent from a replica that predates them)
  *   <prefix>.snap.<router>   request/reply: { c: channel, x: with the prefix index } -> a snapshot
  *                            { r, i, s, b: bookings, x: sessions, k: index slots, z: block size } (chunked: transfer.ts);
- *                            a slot [worker, rank, endpoint, cursor, [[tier, pairs]...], [[salt, hashes]...]?],
- *                            the last its salted blocks (absent when none, or from a replica that predates them)
+ *                            a slot [worker, rank, endpoint, cursor, [[tier, pairs]...], [[salt, hashes]...]?,
+ *                            [[group, kind, window, pairs]...]?]: its salted blocks (absent, or null before groups,
+ *                            when none) and a hybrid model's KV-cache groups (absent for a one-group model); each
+ *                            absent from a replica that predates it, which reads only the items it knows
  *   <prefix>.warm.<channel>  the same request, answered by one replica of the queue group (warm start)
  *   <prefix>.chunk.<router>  request/reply: a snapshot's next chunk (transfer.ts)
  *
@@ -25,7 +27,7 @@
  * than apply half a message.
  */
 import { decode, encode } from '@msgpack/msgpack';
-import type { KvSlotSnapshot, SaltRun, WorkerRank } from '../common/index.js';
+import type { KvGroupSnapshot, KvSlotSnapshot, SaltRun, WorkerRank } from '../common/index.js';
 import type { SyncedBooking } from '../core/index.js';
 import type { Echo } from './peer-clock.js';
 
@@ -168,7 +170,12 @@ function slotArray(s: KvSlotSnapshot): unknown[] {
     String(s.cursor),
     s.tiers.map((t) => [t.tier, u64Bytes(t.pairs)]),
   ];
-  if (s.salts !== undefined && s.salts.length > 0) out.push(s.salts.map((r) => [r.salt, u64Bytes(r.hashes)]));
+  const salts = s.salts?.length ? s.salts.map((r) => [r.salt, u64Bytes(r.hashes)]) : null;
+  const groups = s.groups?.length
+    ? s.groups.map((g) => [g.groupIdx, g.kind, g.slidingWindow ?? null, u64Bytes(g.pairs)])
+    : null;
+  if (salts !== null || groups !== null) out.push(salts);
+  if (groups !== null) out.push(groups);
   return out;
 }
 
@@ -252,6 +259,7 @@ function slot(v: unknown): KvSlotSnapshot {
       : fail('a tier must be [name, pairs]'),
   );
   const salts = saltRuns(v[5]);
+  const groups = kvGroups(v[6]);
   return {
     workerId: count(v[0], 'workerId'),
     dpRank: count(v[1], 'dpRank', 0xffff),
@@ -259,7 +267,24 @@ function slot(v: unknown): KvSlotSnapshot {
     cursor: BigInt(cursor),
     tiers,
     ...(salts === undefined ? {} : { salts }),
+    ...(groups === undefined ? {} : { groups }),
   };
+}
+
+/** A slot's KV-cache groups (a hybrid model's); undefined when absent. */
+function kvGroups(v: unknown): KvGroupSnapshot[] | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!Array.isArray(v)) fail("an index slot's groups must be an array of [group, kind, window, pairs]");
+  return v.map((g) => {
+    if (!Array.isArray(g)) fail('a KV-cache group must be [group, kind, window, pairs]');
+    const window = g[2] === null || g[2] === undefined ? undefined : count(g[2], 'slidingWindow');
+    return {
+      groupIdx: count(g[0], 'groupIdx'),
+      kind: str(g[1], 'kind'),
+      ...(window === undefined ? {} : { slidingWindow: window }),
+      pairs: u64s(g[3], 'group pairs', 2),
+    };
+  });
 }
 
 /**

@@ -138,28 +138,49 @@ function prompts(rng: Rng): number[][] {
   return out;
 }
 
-function run(layout: Layout, seed: number) {
-  const rng = seededRng(seed);
+/** A router over a hybrid model's group indexes, fed by its applier. */
+function router() {
   const index = new PrefixIndex();
   const groups = new KvGroupIndexes({ primary: index });
   const kv = new KvRouter({ blockSize: BS, clock: new ManualClock(), rng: seededRng(1), index, kvGroups: groups });
   const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(kv.index), groups });
-  const engines = WORKERS.map((w) => new Engine(w, layout));
   for (const w of WORKERS) kv.addWorker(w);
-  const all = prompts(rng);
+  return { kv, groups, applier };
+}
+
+/** `steps` random requests (and evictions) on the engines, each batch applied by every applier; counts statuses. */
+function traffic(rng: Rng, engines: Engine[], all: number[][], steps: number, appliers: KvEventApplier[]) {
   const statuses = new Map<string, number>();
-  for (let step = 0; step < 120; step++) {
+  for (let step = 0; step < steps; step++) {
     const e = engines[Math.floor(rng() * engines.length)]!;
     e.serve(all[Math.floor(rng() * all.length)]!);
     if (rng() < 0.5) e.evict(rng, Math.floor(rng() * 2), 1 + Math.floor(rng() * 3));
     const decoded = decodeKvEventBatch(e.flush());
     if (!decoded.ok) throw new Error(decoded.error.message);
     expect(decoded.batch.errors).toEqual([]);
-    applier.applyBatch({ workerId: e.worker, dpRank: 0 }, decoded.batch, (_t, s) =>
-      statuses.set(s, (statuses.get(s) ?? 0) + 1),
-    );
+    for (const applier of appliers)
+      applier.applyBatch({ workerId: e.worker, dpRank: 0 }, decoded.batch, (_t, s) =>
+        statuses.set(s, (statuses.get(s) ?? 0) + 1),
+      );
   }
-  return { kv, groups, engines, all, statuses };
+  return statuses;
+}
+
+function run(layout: Layout, seed: number) {
+  const rng = seededRng(seed);
+  const { kv, groups, applier } = router();
+  const engines = WORKERS.map((w) => new Engine(w, layout));
+  const all = prompts(rng);
+  const statuses = traffic(rng, engines, all, 120, [applier]);
+  return { kv, groups, applier, engines, all, statuses, rng };
+}
+
+/** Each worker's overlap of each prompt. */
+function overlaps(kv: KvRouter, all: number[][]): number[][] {
+  return all.map((prompt, p) => {
+    const d = kv.findBestMatch({ requestId: `q${p}`, tokens: prompt }, { mode: 'query' });
+    return WORKERS.map((w) => d.candidates.find((c) => c.workerId === w)?.overlapBlocks ?? 0);
+  });
 }
 
 describe.each(['sliding', 'mamba'] as const)('hybrid layout full + %s, events as vLLM encodes them', (layout) => {
@@ -195,6 +216,32 @@ describe.each(['sliding', 'mamba'] as const)('hybrid layout full + %s, events as
     // The traffic exercised both reuse and the cases a one-group index gets wrong.
     expect(hits).toBeGreaterThan(10);
     expect(partial).toBeGreaterThan(3);
+  });
+
+  it("a replica seeded from another's snapshot predicts as it does, and applies the engines' next events alike", () => {
+    const source = run(layout, layout === 'sliding' ? 7 : 11);
+    // The seeding of a replica's warm start (the KV-event manager's): the primary's blocks, then every group.
+    const seeded = router();
+    for (const w of WORKERS) {
+      const slot = { workerId: w, dpRank: 0 };
+      seeded.kv.index.importSlot(w, 0, source.kv.index.exportSlot(w, 0));
+      const snapshot = source.groups.exportSlot(slot);
+      expect(snapshot.map((g) => [g.groupIdx, g.kind, g.slidingWindow])).toEqual([
+        [0, 'full_attention', undefined],
+        [1, layout === 'mamba' ? 'mamba' : 'sliding_window', layout === 'mamba' ? undefined : WINDOW],
+      ]);
+      expect(seeded.groups.importSlot(slot, snapshot)).toBe(source.groups.blockCount(slot, 1));
+    }
+    expect(seeded.groups.layout()).toEqual(source.groups.layout());
+    expect(overlaps(seeded.kv, source.all)).toEqual(overlaps(source.kv, source.all));
+    // The next events store under the snapshot's blocks and remove them, in every group: the book knows them.
+    const statuses = traffic(source.rng, source.engines, source.all, 60, [source.applier, seeded.applier]);
+    expect([...statuses.keys()]).toEqual(['ok']);
+    for (const e of source.engines) {
+      expect(seeded.kv.index.blockCount(e.worker, 0)).toBe(e.cache[0]!.size);
+      expect(seeded.groups.blockCount({ workerId: e.worker, dpRank: 0 }, 1)).toBe(e.cache[1]!.size);
+    }
+    expect(overlaps(seeded.kv, source.all)).toEqual(overlaps(source.kv, source.all));
   });
 });
 
@@ -342,6 +389,36 @@ describe('group indexes as the engine gives them', () => {
     const tokens = Array.from({ length: 3 * BS }, (_, i) => 10 * Math.floor(i / BS) + (i % BS) + 1);
     const d = kv.findBestMatch({ requestId: 'r', tokens }, { mode: 'query' });
     expect(d.candidates.find((c) => c.workerId === 1)?.overlapBlocks).toBe(3);
+  });
+
+  it('a replica seeded from a snapshot knows which group holds each of its blocks, as the replica that saw the events', () => {
+    const replica = () => {
+      const r = router();
+      const statuses: string[] = [];
+      const apply = (...evs: unknown[][]): void => {
+        const decoded = decodeKvEventBatch(encode([1.5, evs, 0], { useBigInt64: true }));
+        if (!decoded.ok) throw new Error(decoded.error.message);
+        r.applier.applyBatch({ workerId: 1, dpRank: 0 }, decoded.batch, (_t, st) => statuses.push(st));
+      };
+      return { ...r, statuses, apply };
+    };
+    const slot = { workerId: 1, dpRank: 0 };
+    const source = replica();
+    source.apply(stored(0, 0, 2), stored(1, 0, 2));
+    const seeded = replica();
+    seeded.kv.index.importSlot(1, 0, source.kv.index.exportSlot(1, 0));
+    expect(seeded.groups.importSlot(slot, source.groups.exportSlot(slot))).toBe(2);
+    // The full group evicts block 1, which the window group still holds; the window group then stores block 2
+    // under it, and evicts it.
+    for (const r of [source, seeded]) {
+      r.statuses.length = 0;
+      r.apply(['BlockRemoved', [101n], 'GPU', 0]);
+      r.apply(stored(1, 2, 3));
+      r.apply(['BlockRemoved', [101n], 'GPU', 1]);
+    }
+    expect(seeded.statuses).toEqual(['ok', 'ok', 'ok']);
+    expect(seeded.statuses).toEqual(source.statuses);
+    expect(seeded.groups.blockCount(slot, 1)).toBe(2);
   });
 
   it('a model keeps at most 32 groups, the bits of the book', () => {

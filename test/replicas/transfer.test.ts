@@ -4,12 +4,12 @@
  * transfer (counted), an oversized one is refused before it is fetched, and
  * a warm start nobody answers starts cold at once (counted).
  */
-import { decode as msgpackDecode } from '@msgpack/msgpack';
+import { decode as msgpackDecode, encode as msgpackEncode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng, type KvSlotSnapshot } from '../../src/common/index.js';
 import { KvScheduler, type SyncedBooking } from '../../src/core/index.js';
 import { KvgateMetrics } from '../../src/metrics/index.js';
-import { decodeSnapshot, encodeSnapshot } from '../../src/replicas/protocol.js';
+import { MalformedSync, decodeSnapshot, encodeSnapshot } from '../../src/replicas/protocol.js';
 import {
   ChunkAssembler,
   TransferFailed,
@@ -298,5 +298,71 @@ describe('warm start between two replicas', () => {
     );
     expect(back.slots).toEqual(slots);
     expect(back.slots![1]!.salts).toBeUndefined();
+  });
+
+  /** A hybrid model's groups of a slot: the primary's spec alone, a window group's and a Mamba group's blocks. */
+  const groups = [
+    { groupIdx: 0, kind: 'full_attention', pairs: new BigUint64Array(0) },
+    {
+      groupIdx: 1,
+      kind: 'sliding_window',
+      slidingWindow: 128,
+      pairs: new BigUint64Array([5n, 6n, 2n ** 64n - 1n, 8n]),
+    },
+    { groupIdx: 7, kind: 'mamba', pairs: new BigUint64Array([9n, 10n]) },
+  ];
+
+  it("a hybrid model's KV-cache groups cross with a slot, with or without its salts; a slot without them decodes without", () => {
+    const salts = [{ salt: 'tenant-a', hashes: new BigUint64Array([11n]) }];
+    const slots = [{ ...slot(3, 2), groups }, { ...slot(5, 1), salts, groups }, slot(4, 1)];
+    const bytes = encodeSnapshot({ routerId: 'a', incarnation: 'i', seq: 3, bookings: [], sessions: [], slots });
+    const back = decodeSnapshot(bytes);
+    expect(back.slots).toEqual(slots);
+    expect(back.slots![0]!.salts).toBeUndefined();
+    expect(back.slots![2]!.groups).toBeUndefined();
+    // A replica that predates them reads a slot's first five items (the salts' release, six): unchanged, the
+    // salts' place null when there are none.
+    const k = (msgpackDecode(bytes) as { k: unknown[][] }).k;
+    expect(k.map((a) => a.length)).toEqual([7, 7, 5]);
+    expect(k[0]![5]).toBeNull();
+  });
+
+  it("a warm start carries a slot's KV-cache groups through the chunked transfer", async () => {
+    const bus = new MemoryBus();
+    const a = replica(bus, 'a', { chunkBytes: 4096 });
+    await a.sync.warmStart([KEY], 5000);
+    const hybrid = { ...slot(1, 2000), groups };
+    a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [hybrid] });
+    const b = replica(bus, 'b');
+    expect((await b.sync.warmStart([KEY], 5000)).get(KEY)).toEqual([hybrid]);
+    await Promise.all([a.sync.close(), b.sync.close()]);
+  });
+
+  it("a slot's KV-cache groups count against max_snapshot_bytes", async () => {
+    const bus = new MemoryBus();
+    const a = replica(bus, 'a', { maxSnapshotBytes: 1 << 16 });
+    await a.sync.warmStart([KEY], 5000);
+    // 2,000 blocks, 32 KB: within the bound; with a group of 4,000 more, 96 KB: past it.
+    let index: KvSlotSnapshot[] = [slot(1, 2000)];
+    a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => index });
+    const b = replica(bus, 'b');
+    expect((await b.sync.warmStart([KEY], 5000)).size).toBe(1);
+    index = [{ ...slot(1, 2000), groups: [{ groupIdx: 1, kind: 'mamba', pairs: new BigUint64Array(8000) }] }];
+    expect((await b.sync.warmStart([KEY], 5000)).size).toBe(0);
+    const refused = { direction: 'served', outcome: 'too_large' };
+    expect(await counter(a.metrics, 'kvgate_replica_snapshot_transfers_total', refused)).toBe(1);
+    await Promise.all([a.sync.close(), b.sync.close()]);
+  });
+
+  it.each([
+    ['not an array', 'x'],
+    ['a group not an array', [1]],
+    ['a negative group index', [[-1, 'mamba', null, new Uint8Array(16)]]],
+    ['an empty kind', [[1, '', null, new Uint8Array(16)]]],
+    ['a window not a count', [[1, 'sliding_window', 1.5, new Uint8Array(16)]]],
+    ['pairs of an odd number of hashes', [[1, 'mamba', null, new Uint8Array(8)]]],
+  ])("a slot's groups that are %s are refused whole", (_case, value) => {
+    const k = [[1, 0, 'tcp://127.0.0.1:5551', '41', [], null, value]];
+    expect(() => decodeSnapshot(msgpackEncode({ r: 'a', i: 'i', s: 3, b: [], x: [], k }))).toThrow(MalformedSync);
   });
 });
