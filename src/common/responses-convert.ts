@@ -16,7 +16,8 @@
  * `reasoning.effort` reaches the template as a chat completion's `reasoning_effort` does, with the request's
  * `chat_template_kwargs` (vLLM's `ResponsesRequest.build_chat_params`, the rule in template-kwargs.ts).
  *
- * `previous_response_id` is refused: kvgate keeps no responses, and an engine's store is per process.
+ * `previous_response_id` and `background: true` are refused: kvgate keeps no responses, and an engine's store is per
+ * process.
  */
 import { KvgateError } from '../errors/index.js';
 import {
@@ -156,8 +157,8 @@ function reasoningEffort(reasoning: unknown): string | undefined {
 /**
  * The chat request a Responses body runs as; `source`, the body's JSON (UTF-8 bytes), gives the tools' number literals
  * (`toolsJson`).
- * @throws KvgateError KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED for `previous_response_id`; KVG_ERR_INVALID_REQUEST
- *   (a missing or mistyped field), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed item or part, an unknown type),
+ * @throws KvgateError KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED for `previous_response_id` and `background: true`;
+ *   KVG_ERR_INVALID_REQUEST (a missing or mistyped field), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed item or part, an unknown type),
  *   KVG_ERR_UNSUPPORTED_CONTENT (images, files, audio); `detail.param` names the field.
  */
 export function responsesToChat(body: Json, source?: Uint8Array): ChatConversion {
@@ -167,6 +168,19 @@ export function responsesToChat(body: Json, source?: Uint8Array): ChatConversion
       'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
       'previous_response_id is not supported: kvgate stores no responses; send the whole conversation in input',
       { param: 'previous_response_id' },
+    );
+  }
+  // A background response is answered "queued" and read later with GET /v1/responses/{id}: it needs the store
+  // kvgate does not serve (and an engine's store would pin the follow-up to one process), so it is refused here
+  // rather than sent to an engine that would queue it for a client who could never read it.
+  if (body.background !== undefined && body.background !== null && typeof body.background !== 'boolean') {
+    throw invalidField('background', 'must be a boolean');
+  }
+  if (body.background === true) {
+    throw new KvgateError(
+      'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
+      'background responses are not supported: kvgate stores no responses; send the request without background',
+      { param: 'background' },
     );
   }
   if (body.stream !== undefined && typeof body.stream !== 'boolean') throw invalidField('stream', 'must be a boolean');

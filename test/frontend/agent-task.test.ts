@@ -255,6 +255,7 @@ const CASES: Case[] = [
       ],
       tools: [{ type: 'function', name: 'shell', description: 'run', parameters: shellSchema, strict: false }],
       store: false,
+      background: false,
       prompt_cache_key: 'conv-1',
     },
     chat: {
@@ -511,6 +512,20 @@ const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; par
     body: { model: 'demo', input: 'more', previous_response_id: 'resp_1' },
     code: 'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
     param: 'previous_response_id',
+  },
+  {
+    name: 'background: true (a queued response is read back from a store kvgate does not serve)',
+    api: 'responses',
+    body: { model: 'demo', input: 'more', background: true },
+    code: 'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
+    param: 'background',
+  },
+  {
+    name: 'a background that is not a boolean',
+    api: 'responses',
+    body: { model: 'demo', input: 'more', background: 'yes' },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'background',
   },
   {
     name: 'an output_config that is not an object',

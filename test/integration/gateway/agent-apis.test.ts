@@ -306,6 +306,25 @@ describe('agent APIs through kvgate serve (issue 27)', () => {
     expect((previous as InstanceType<typeof OpenAI.BadRequestError>).code).toBe(
       'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
     );
+    // A background response would be queued by an engine and read back from a store kvgate does not serve: refused
+    // before it is routed, in a shape the SDK reads; background: false is an ordinary request.
+    const background = await openai.responses
+      .create({ model: MODEL, input: 'more', background: true })
+      .catch((e: unknown) => e);
+    expect(background).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(background).toMatchObject({
+      status: 400,
+      code: 'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
+      param: 'background',
+      type: 'invalid_request_error',
+    });
+    const foreground = await openai.responses.create({
+      model: MODEL,
+      input: 'more',
+      background: false,
+      max_output_tokens: 4,
+    });
+    expect(foreground.status).toMatch(/^(completed|incomplete)$/);
     const badItem = await post('/v1/responses', { model: MODEL, input: [{ type: 'web_search_call', id: 'x' }] });
     expect(badItem.status).toBe(400);
     expect(badItem.json).toMatchObject({ error: { code: 'KVG_ERR_INVALID_CONTENT_BLOCK', param: 'input[0].type' } });
