@@ -5,7 +5,7 @@
  * `response.content_part.added`, `response.output_text.delta`s, `response.output_text.done`,
  * `response.content_part.done` (for a tool call `response.function_call_arguments.delta`s and `.done`), then
  * `response.output_item.done` and `response.completed`, each event with its `sequence_number`. A response cut
- * by `max_output_tokens` is `incomplete`. Usage carries the cached prompt tokens in
+ * by `max_output_tokens` is `incomplete` (`incomplete_details.reason`), any other `completed`. Usage carries the cached prompt tokens in
  * `input_tokens_details.cached_tokens`.
  */
 import { AgentWriter, type Piece } from './agent-writer.js';
@@ -51,30 +51,34 @@ export class ResponsesWriter extends AgentWriter {
     return { id, type: 'message', role: 'assistant', status, content };
   }
 
-  #response(status: string, output: unknown[]): Record<string, unknown> {
-    const incomplete = status === 'incomplete' && this.choice.toolCallId === undefined;
+  /**
+   * The response object, in progress or `done`; done, it is `incomplete` only where max_output_tokens cut the answer
+   * (vLLM's rule: the finish reason `length`), else `completed` (a tool call ends its answer).
+   */
+  #response(done: boolean, output: unknown[]): Record<string, unknown> {
+    const cut = done && this.choice.finishReason === 'length';
     return {
       id: this.meta.id,
       object: 'response',
       created_at: this.meta.created,
       model: this.meta.model,
-      status: incomplete ? 'incomplete' : status,
-      incomplete_details: incomplete ? { reason: 'max_output_tokens' } : null,
+      status: !done ? 'in_progress' : cut ? 'incomplete' : 'completed',
+      incomplete_details: cut ? { reason: 'max_output_tokens' } : null,
       error: null,
       output,
       parallel_tool_calls: true,
       tool_choice: 'auto',
       tools: [],
       text: { format: { type: 'text' } },
-      usage: status === 'in_progress' ? null : this.#usage(),
+      usage: done ? this.#usage() : null,
     };
   }
 
   protected piece(index: number, piece: Piece): void {
     const at = { item_id: this.#itemId, output_index: 0 };
     if (index === 0) {
-      this.event('response.created', { response: this.#response('in_progress', []) });
-      this.event('response.in_progress', { response: this.#response('in_progress', []) });
+      this.event('response.created', { response: this.#response(false, []) });
+      this.event('response.in_progress', { response: this.#response(false, []) });
       this.event('response.output_item.added', { output_index: 0, item: this.#item(false) });
       if (piece.args === undefined) {
         const part = { type: 'output_text', text: '', annotations: [] };
@@ -101,7 +105,7 @@ export class ResponsesWriter extends AgentWriter {
     }
     const item = this.#item(true);
     this.event('response.output_item.done', { output_index: 0, item });
-    this.event('response.completed', { response: this.#response('incomplete', [item]) });
+    this.event('response.completed', { response: this.#response(true, [item]) });
   }
 
   protected whole(): Record<string, unknown> {
@@ -109,6 +113,6 @@ export class ResponsesWriter extends AgentWriter {
     this.#text = text;
     const args = this.choice.whole().message['tool_calls'] as { function: { arguments: string } }[] | undefined;
     this.#args = args?.[0]?.function.arguments ?? '';
-    return this.#response('incomplete', [this.#item(true)]);
+    return this.#response(true, [this.#item(true)]);
   }
 }
