@@ -113,7 +113,7 @@ export class Generation {
     const p =
       chat === undefined
         ? parseGenerateRequest(kind as 'completion' | 'chat', body, raw)
-        : parseGenerateRequest('chat', chat.body, JSON.stringify(chat.body), chat.toolsJson);
+        : parseGenerateRequest('chat', chat.body, JSON.stringify(chat.body), { toolsJson: chat.toolsJson });
     const { tokens, maxTokens, loraName } = await this.#validate(p);
 
     // Client gone (or engine crash): cancel outgoing P/D calls and the engine request.

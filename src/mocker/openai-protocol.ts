@@ -147,14 +147,15 @@ function parseChatPrompt(body: Record<string, unknown>, rawBody: string, toolsJs
 /**
  * Parses and validates a completions or chat-completions body.
  * @param rawBody the body text, for exact big integers and the tools' number literals
- * @param toolsJson an agent API's tools as its conversion wrote them (common's `pythonToolsJson`), for its chat body
+ * @param agent for an agent API's chat body: its tools as its conversion wrote them (common's `pythonToolsJson`); its
+ *   tools may include ones without a name (`parseToolName`)
  * @throws KvgateError KVG_ERR_INVALID_REQUEST with `detail.param`
  */
 export function parseGenerateRequest(
   kind: 'completion' | 'chat',
   body: unknown,
   rawBody: string,
-  toolsJson?: string,
+  agent?: { readonly toolsJson: string | undefined },
 ): GenerateRequest {
   if (!isObject(body)) throw invalid('the request body must be a JSON object', null);
   const model = body.model;
@@ -165,7 +166,7 @@ export function parseGenerateRequest(
   if (kind === 'completion') {
     if (body.prompt === undefined || body.prompt === null) throw invalid('prompt is required', 'prompt');
     prompt = parsePrompt(body.prompt);
-  } else prompt = parseChatPrompt(body, rawBody, toolsJson);
+  } else prompt = parseChatPrompt(body, rawBody, agent?.toolsJson);
 
   const maxTokensKey =
     kind === 'chat' && body.max_completion_tokens !== undefined && body.max_completion_tokens !== null
@@ -214,7 +215,10 @@ export function parseGenerateRequest(
     dpRank,
     cacheSalt: (cacheSalt ?? undefined) as string | undefined,
     logprobs: parseLogprobs(kind, body),
-    toolName: kind === 'chat' ? parseToolName(body.tools as unknown[] | undefined | null, body.tool_choice) : undefined,
+    toolName:
+      kind === 'chat'
+        ? parseToolName(body.tools as unknown[] | undefined | null, body.tool_choice, agent !== undefined)
+        : undefined,
     returnTokenIds: optionalBool(body, 'return_token_ids') ?? false,
     priority: optionalInt(body, 'priority', Number.MIN_SAFE_INTEGER),
   };
@@ -234,14 +238,20 @@ function parseLogprobs(kind: 'completion' | 'chat', body: Record<string, unknown
   return on ? (k ?? 0) : undefined;
 }
 
-/** The tool the simulated model calls: the named one, else the first (`auto`, `required`); none for "none" or no tools. */
-function parseToolName(tools: unknown[] | undefined | null, choice: unknown): string | undefined {
-  const names = (tools ?? []).map((t, i) => {
+/**
+ * The tool the simulated model calls: the named one, else the first (`auto`, `required`); none for "none" or no tools.
+ * `agent`: the tools are an agent API's, wrapped whole as chat functions (common's `agentChat`), where a Responses
+ * tool without a name (`{"type": "local_shell"}`, `{"type": "web_search"}`) is no error: vLLM passes it to the chat
+ * template, and it is never called.
+ */
+function parseToolName(tools: unknown[] | undefined | null, choice: unknown, agent: boolean): string | undefined {
+  const names = (tools ?? []).flatMap((t, i) => {
     const fn = isObject(t) ? t.function : undefined;
     if (!isObject(t) || t.type !== 'function' || !isObject(fn) || typeof fn.name !== 'string' || fn.name === '') {
+      if (agent && isObject(t) && isObject(fn)) return [];
       throw invalid(`tools[${i}] must be a function tool with a name`, 'tools');
     }
-    return fn.name;
+    return [fn.name];
   });
   if (choice === 'none') return undefined;
   if (choice === undefined || choice === null || choice === 'auto' || choice === 'required') {

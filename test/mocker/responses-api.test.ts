@@ -4,10 +4,16 @@
  * max_output_tokens cut the answer; a function call ends its answer, so its response is `completed`, streamed or not.
  *
  * Before the fix every finished function-call response was `incomplete` with `incomplete_details` null.
+ *
+ * Responses tools without a name (Codex's `local_shell`, `web_search`) are taken, as vLLM passes them to the chat
+ * template, and never called: the simulated model calls the function tool among them. Before the fix the mocker
+ * refused them ("tools[0] must be a function tool with a name"); chat completions still refuse such a tool, as
+ * vLLM does.
  */
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMocker, type MockerHandle } from '../../src/mocker/index.js';
+import { postJson } from './helpers.js';
 
 const MODEL = 'mock-model';
 const shell: OpenAI.Responses.FunctionTool = {
@@ -57,5 +63,31 @@ describe("the mocker's Responses status, as vLLM sets it", () => {
       expect(r.status).toBe('incomplete');
       expect(r.incomplete_details).toEqual({ reason: 'max_output_tokens' });
     }
+  });
+});
+
+describe('Responses tools without a name', () => {
+  const nameless: OpenAI.Responses.Tool[] = [{ type: 'local_shell' }, { type: 'web_search' }];
+
+  it('are taken and never called: the function tool among them is, streamed or not', async () => {
+    for (const r of await bothWays({ model: MODEL, input: 'List the files.', tools: [...nameless, shell] })) {
+      expect(r.output[0]).toMatchObject({ type: 'function_call', name: 'shell' });
+    }
+  });
+
+  it('alone, are taken and the answer is text', async () => {
+    const r = await openai.responses.create({ model: MODEL, input: 'Hi.', tools: nameless, max_output_tokens: 4 });
+    expect(r.output[0]?.type).toBe('message');
+    expect(r.output_text.length).toBeGreaterThan(0);
+  });
+
+  it('are still refused by chat completions, as vLLM refuses them', async () => {
+    const chat = await postJson(`${m.url}/v1/chat/completions`, {
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Hi.' }],
+      tools: [{ type: 'function', function: { type: 'local_shell' } }],
+    });
+    expect(chat.status).toBe(400);
+    expect(chat.json.error.param).toBe('tools');
   });
 });
