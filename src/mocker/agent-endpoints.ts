@@ -6,7 +6,7 @@
 import type { ServerResponse } from 'node:http';
 import { agentChat, type AgentApi, type InlineSystemMode } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
-import type { AgentWriter } from './agent-writer.js';
+import type { AgentWriter, AnswerFaults } from './agent-writer.js';
 import { MessagesWriter } from './messages-writer.js';
 import type { GenerateRequest, ResponseMeta } from './openai-protocol.js';
 import { ResponsesWriter } from './responses-writer.js';
@@ -75,8 +75,9 @@ export function agentAnswerWriter(
   meta: ResponseMeta,
   promptTokens: number,
   maxTokens: number,
+  faults: AnswerFaults,
 ): AgentWriter {
   return api === 'messages'
-    ? new MessagesWriter(res, p, meta, promptTokens, maxTokens)
-    : new ResponsesWriter(res, p, meta, promptTokens, maxTokens);
+    ? new MessagesWriter(res, p, meta, promptTokens, maxTokens, faults)
+    : new ResponsesWriter(res, p, meta, promptTokens, maxTokens, faults);
 }

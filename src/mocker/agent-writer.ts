@@ -5,12 +5,15 @@
  * messages-writer.ts and responses-writer.ts.
  *
  * Contract: the same interface as ResponseWriter (`open`, `token`, `finish`), so generation drives either; the
- * stream's pieces, merged as a client merges them, equal the unstreamed answer.
+ * stream's pieces, merged as a client merges them, equal the unstreamed answer. The faults that cut an answer
+ * apply as they do to a chat's (`stallAfterTokens`: that many tokens written, then nothing, the connection open;
+ * `errorAfterTokens`, streams only: that many, then the API's own error event and the end of the stream).
  */
 import type { ServerResponse } from 'node:http';
 import { sendJson } from '../common/index.js';
 import { ChoiceOutput } from './choice-output.js';
 import type { GenerateRequest, ResponseMeta, Usage } from './openai-protocol.js';
+import type { StreamFailure } from './response-writer.js';
 
 /** What generation drives: ResponseWriter, or an agent API's writer. */
 export interface AnswerWriter {
@@ -24,6 +27,12 @@ const SSE_HEADERS = {
   'cache-control': 'no-cache',
   connection: 'keep-alive',
 };
+
+/** The faults that cut an answer (the engine's `stallAfterTokens`; `errorAfterTokens` with its status); null: off. */
+export interface AnswerFaults {
+  readonly stallAfter: number | null;
+  readonly failAfter: StreamFailure | null;
+}
 
 /** One generated piece: text, or a piece of the tool call's arguments (JSON text). */
 export interface Piece {
@@ -41,13 +50,27 @@ export abstract class AgentWriter implements AnswerWriter {
   /** Prompt tokens the engine's cache served (known once the first token comes). */
   protected cached = 0;
   protected generated = 0;
+  /** Fault: tokens from this index on are not written, nor the end (null: off). */
+  readonly #stallAfter: number | null;
+  /** Fault: a stream's error event in place of this token and the end (null: off). */
+  readonly #failAfter: StreamFailure | null;
+  #failed = false;
 
-  constructor(res: ServerResponse, p: GenerateRequest, meta: ResponseMeta, promptTokens: number, maxTokens: number) {
+  constructor(
+    res: ServerResponse,
+    p: GenerateRequest,
+    meta: ResponseMeta,
+    promptTokens: number,
+    maxTokens: number,
+    faults: AnswerFaults,
+  ) {
     this.res = res;
     this.p = p;
     this.meta = meta;
     this.promptTokens = promptTokens;
     this.#maxTokens = maxTokens;
+    this.#stallAfter = faults.stallAfter;
+    this.#failAfter = p.stream ? faults.failAfter : null;
     this.choice = new ChoiceOutput({ kind: 'chat', logprobs: undefined, toolName: p.toolName }, meta.id, [], () => '');
   }
 
@@ -56,6 +79,14 @@ export abstract class AgentWriter implements AnswerWriter {
   }
 
   token(tokenId: number, piece: string, index: number, cached: number): void {
+    if (this.#stallAfter !== null && index >= this.#stallAfter) return;
+    if (this.#failAfter !== null && index >= this.#failAfter.tokens) {
+      if (this.#failed) return;
+      this.#failed = true;
+      this.streamError(this.#failAfter.status, 'generation failed mid-stream (an injected fault)');
+      if (!this.res.destroyed) this.res.end();
+      return;
+    }
     this.cached = cached;
     this.generated = index + 1;
     const out = this.choice.token(tokenId, piece, index === this.#maxTokens - 1);
@@ -65,6 +96,8 @@ export abstract class AgentWriter implements AnswerWriter {
   }
 
   finish(u: Usage): void {
+    // A stalled answer never ends (the connection stays open until the client gives up); a failed one has ended.
+    if (this.#stallAfter !== null || this.#failed) return;
     this.cached = u.prompt_tokens_details.cached_tokens;
     this.generated = u.completion_tokens;
     if (this.p.stream) {
@@ -96,6 +129,8 @@ export abstract class AgentWriter implements AnswerWriter {
   protected abstract piece(index: number, piece: Piece): void;
   /** A stream's closing events. */
   protected abstract streamEnd(): void;
+  /** The API's own error event, ending a stream whose generation failed (`status`: the fault's error status). */
+  protected abstract streamError(status: number, message: string): void;
   /** The unstreamed answer. */
   protected abstract whole(): Record<string, unknown>;
 }

@@ -274,7 +274,10 @@ export class Generation {
     const textOf = (id: number): string => this.#deps.tokenText.get(id) ?? '';
     const answer: AnswerWriter =
       x.agent !== undefined
-        ? agentAnswerWriter(x.agent, res, p, meta, x.tokens.length, x.maxTokens)
+        ? agentAnswerWriter(x.agent, res, p, meta, x.tokens.length, x.maxTokens, {
+            stallAfter: this.#deps.faults.settings.stallAfterTokens,
+            failAfter: this.#streamFailure(),
+          })
         : new ResponseWriter(
             res,
             p,

@@ -59,6 +59,13 @@ export class MessagesWriter extends AgentWriter {
     this.event('content_block_delta', { type: 'content_block_delta', index: 0, delta });
   }
 
+  /** Anthropic's error event: the error nested in `error`, its type Anthropic's for the status. */
+  protected streamError(status: number, message: string): void {
+    const type =
+      status === 503 || status === 529 ? 'overloaded_error' : status >= 500 ? 'api_error' : 'invalid_request_error';
+    this.event('error', { type: 'error', error: { type, message } });
+  }
+
   protected streamEnd(): void {
     this.event('content_block_stop', { type: 'content_block_stop', index: 0 });
     this.event('message_delta', {

@@ -94,6 +94,11 @@ export class ResponsesWriter extends AgentWriter {
     }
   }
 
+  /** The Responses API's error event: code (the status) and message at the top level, the next sequence number. */
+  protected streamError(status: number, message: string): void {
+    this.event('error', { code: String(status), message, param: null });
+  }
+
   protected streamEnd(): void {
     const at = { item_id: this.#itemId, output_index: 0 };
     if (this.choice.toolCallId === undefined) {
