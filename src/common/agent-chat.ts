@@ -16,7 +16,8 @@ export type AgentApi = 'messages' | 'responses';
  * `messages` (inline-system.ts), as the engine's `anthropic_inline_system` does; `source`, the body's JSON (UTF-8
  * bytes) where there is one, gives a Messages tool_use input's number literals (`messagesToChat`) and the tools'.
  * @throws KvgateError KVG_ERR_INVALID_REQUEST, KVG_ERR_INVALID_CONTENT_BLOCK, KVG_ERR_UNSUPPORTED_CONTENT,
- *   KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED (see `messagesToChat`, `responsesToChat`); `detail.param` names the field.
+ *   KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED, KVG_ERR_BACKGROUND_UNSUPPORTED (see `messagesToChat`, `responsesToChat`);
+ *   `detail.param` names the field.
  */
 export function agentChat(
   api: AgentApi,

@@ -157,9 +157,10 @@ function reasoningEffort(reasoning: unknown): string | undefined {
 /**
  * The chat request a Responses body runs as; `source`, the body's JSON (UTF-8 bytes), gives the tools' number literals
  * (`toolsJson`).
- * @throws KvgateError KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED for `previous_response_id` and `background: true`;
- *   KVG_ERR_INVALID_REQUEST (a missing or mistyped field), KVG_ERR_INVALID_CONTENT_BLOCK (a malformed item or part, an unknown type),
- *   KVG_ERR_UNSUPPORTED_CONTENT (images, files, audio); `detail.param` names the field.
+ * @throws KvgateError KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED for `previous_response_id`, KVG_ERR_BACKGROUND_UNSUPPORTED
+ *   for `background: true`; KVG_ERR_INVALID_REQUEST (a missing or mistyped field), KVG_ERR_INVALID_CONTENT_BLOCK (a
+ *   malformed item or part, an unknown type), KVG_ERR_UNSUPPORTED_CONTENT (images, files, audio); `detail.param` names
+ *   the field.
  */
 export function responsesToChat(body: Json, source?: Uint8Array): ChatConversion {
   if (typeof body.model !== 'string' || body.model === '') throw invalidField('model', 'is required');
@@ -178,7 +179,7 @@ export function responsesToChat(body: Json, source?: Uint8Array): ChatConversion
   }
   if (body.background === true) {
     throw new KvgateError(
-      'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
+      'KVG_ERR_BACKGROUND_UNSUPPORTED',
       'background responses are not supported: kvgate stores no responses; send the request without background',
       { param: 'background' },
     );

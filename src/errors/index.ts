@@ -87,6 +87,7 @@ export const ERROR_CODES = {
     retryable: false,
     migratable: false,
   },
+  KVG_ERR_BACKGROUND_UNSUPPORTED: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_PROMPT_TOO_LONG: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_TOO_MANY_MESSAGES: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },
   KVG_ERR_TOKEN_DATA_MISMATCH: { status: 400, type: 'invalid_request_error', retryable: false, migratable: false },

@@ -517,7 +517,7 @@ const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; par
     name: 'background: true (a queued response is read back from a store kvgate does not serve)',
     api: 'responses',
     body: { model: 'demo', input: 'more', background: true },
-    code: 'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
+    code: 'KVG_ERR_BACKGROUND_UNSUPPORTED',
     param: 'background',
   },
   {

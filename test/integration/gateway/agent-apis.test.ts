@@ -314,7 +314,7 @@ describe('agent APIs through kvgate serve (issue 27)', () => {
     expect(background).toBeInstanceOf(OpenAI.BadRequestError);
     expect(background).toMatchObject({
       status: 400,
-      code: 'KVG_ERR_PREVIOUS_RESPONSE_UNSUPPORTED',
+      code: 'KVG_ERR_BACKGROUND_UNSUPPORTED',
       param: 'background',
       type: 'invalid_request_error',
     });
