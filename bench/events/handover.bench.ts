@@ -13,9 +13,9 @@
  * Salted traffic: KVGATE_BENCH_HANDOVER_SALTED=<percent> adds a row where that share of the workload's chains
  * carry a tenant's `cache_salt` as vLLM reports it (in block 0's `extra_keys` of the chain's root event only,
  * the later events inheriting it: src/events/salt-memory.ts), the same tokens and hashes otherwise, hashed as
- * an ingestion thread hashes them (unsalted). Every event must apply `ok`, and since a salted chain hashed
- * without its salt would still apply, a salted row first hands the loop's stores over to one stream and checks
- * every chain matches under its salt.
+ * the layer's ingestion thread hashes them (its `BatchHasher`, inferring the salts; a layer without one,
+ * unsalted). Every event must apply `ok`, and since a salted chain hashed without its salt would still apply,
+ * a salted row first hands the loop's stores over to one stream and checks every chain matches under its salt.
  * Per event: the main thread's CPU (Linux; the process's elsewhere) and the process's (V8's helper threads too).
  * Base: with `KVG_BENCH_BASE` naming another built checkout, its dist/ events layer runs the same rows in the
  * same process, before this tree's.
@@ -45,15 +45,21 @@ const env = (name: string, fallback: number): number => {
 /** Batches queued over all streams before the bench waits a turn (the streams' queues never overflow). */
 const MAX_QUEUED = 512;
 
-/** The workload decoded, with the hashes an ingestion thread computes (unsalted: it infers no salt). */
+/**
+ * The workload decoded, with the hashes an ingestion thread of the layer computes: its `BatchHasher` (with the
+ * salts it infers) where it has one, else unsalted hashes (a layer before it). One stream's batches in order:
+ * the thread's inference follows the chains as the loop stores and removes them.
+ */
 function threadBatches(ev: EventsLayer, loop: EventLoop) {
+  const hasher = (ev as Partial<EventsLayer>).BatchHasher === undefined ? undefined : new ev.BatchHasher();
   return loop.payloads.map((p) => {
     const r = ev.decodeKvEventBatch(p);
     if (!r.ok) throw new Error('bench workload does not decode');
+    if (hasher !== undefined) return { batch: r.batch, ...hasher.hash(0, r.batch) };
     const locals = r.batch.events.map((e) =>
       e.type === 'stored' && e.blockHashes.length > 0 ? ev.storedLocalHashes(e, e.blockSize) : undefined,
     );
-    return { batch: r.batch, locals };
+    return { batch: r.batch, locals, salts: [] };
   });
 }
 
@@ -80,7 +86,7 @@ function setup(ev: EventsLayer, loop: EventLoop, engines: number) {
     for (;;) {
       const e = turn % engines;
       const b = batches[at[e]!]!;
-      if (!packer.add(e, BigInt(seqs[e]!), b.batch, b.locals)) break;
+      if (!packer.add(e, BigInt(seqs[e]!), b.batch, b.locals, b.salts)) break;
       turn++;
       seqs[e]!++;
       at[e] = (at[e]! + 1) % batches.length;
@@ -155,9 +161,9 @@ async function checkSalts(ev: EventsLayer, loop: EventLoop): Promise<void> {
   const packer = new ev.BatchPacker();
   const post = (): void => ev.eachPackedBatch(packer.take(), (_id, seq, batch) => stream.onDecoded(seq, batch));
   stores.forEach((b, seq) => {
-    if (packer.add(0, BigInt(seq), b.batch, b.locals)) return;
+    if (packer.add(0, BigInt(seq), b.batch, b.locals, b.salts)) return;
     post();
-    packer.add(0, BigInt(seq), b.batch, b.locals);
+    packer.add(0, BigInt(seq), b.batch, b.locals, b.salts);
   });
   post();
   while (stream.appliedCursor !== BigInt(stores.length - 1)) await nextTurn();

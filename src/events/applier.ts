@@ -11,7 +11,9 @@
  *
  * Cache salt: SGLang reports it on every event (`cacheSalt`, hashed as is); vLLM only in block 0's `extra_keys`
  * of a root event (`extraKeyStrings`), so a later event of a salted chain inherits its parent block's salt
- * (`salts`, salt-memory.ts). Such events are hashed here, never by an ingestion thread's packed run.
+ * (`salts`, salt-memory.ts). An ingestion thread infers the same from what it saw (batch-hasher.ts) and says
+ * which salt its hashes of an event were computed with (`PackedEvent.localSalt`): they are used only where
+ * `salts` infers the same, the event hashed here otherwise.
  *
  * Block size: an event whose `block_size` differs from the router's is
  * rejected (`block_size_mismatch`), never re-chunked. Splitting a larger
@@ -43,7 +45,7 @@ import {
 } from '../wasm/index.js';
 import { isKvgateError, type IndexMemoryError } from '../errors/index.js';
 import type { KvGroupIndexes } from './group-indexes.js';
-import type { PackedEvent } from './packed-batch.js';
+import { PackedEvent, type PackedBatch } from './packed-batch.js';
 import { rootSaltOf, SaltMemory, type SaltEvictionReport } from './salt-memory.js';
 import { TieredPrefixIndex } from './tiered-index.js';
 import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StorageTier, StoredBlocksEvent } from './types.js';
@@ -107,6 +109,11 @@ export function packedType(code: number): KvCacheEventType {
   return PACKED_TYPE[code]!;
 }
 
+/** A stored event's outcome under which its blocks were stored (and, salted, remembered). */
+function isStoredOk(code: number): boolean {
+  return code === PackedOutcome.stored || code === PackedOutcome.truncated;
+}
+
 /** Statuses under which the event changed the index as the engine meant. */
 export function isAppliedStatus(status: ApplyStatus): boolean {
   return status === 'ok' || status === 'truncated' || status === 'not_found';
@@ -140,6 +147,13 @@ export class KvEventApplier {
   /** The salt of the salted blocks of each slot, for vLLM's events that do not carry it (salt-memory.ts). */
   readonly salts: SaltMemory;
   readonly #onSaltAmbiguous: (() => void) | undefined;
+  /**
+   * What a salted run's events are read into (`#confirmedRun`, `#followRun`): one record, the blocks the run
+   * stores salted, and per event the word where `salts` has to follow it (-1: nothing to follow).
+   */
+  readonly #runEvent = new PackedEvent();
+  readonly #runSalted = new Set<bigint>();
+  #runFollow = new Int32Array(64);
 
   /** @throws KvgateError KVG_ERR_INVALID_BLOCK_SIZE unless `blockSize` is an integer in [1, 2^20]. */
   constructor(opts: KvEventApplierOptions) {
@@ -183,39 +197,103 @@ export class KvEventApplier {
       return 'ok';
     }
     const n = ev.blockHashes.length;
-    // A plain event under a salted parent inherits its salt: the thread hashed it unsalted (#stored rehashes).
+    // A plain event inherits its parent's salt, if any (#inferredSalt): the thread's hashes serve when it
+    // inferred the same (`localSalt`); otherwise the event is hashed here (#stored).
+    const salt = !ev.plain || ev.parentHash === null ? undefined : this.salts.saltOf(slot, ev.parentHash);
     const plain =
       ev.plain &&
       ev.groupIdx === this.kvCacheGroup &&
       this.groups?.hybrid !== true &&
-      (n === 0 || ev.localHashes !== undefined) &&
-      (ev.parentHash === null || this.salts.saltOf(slot, ev.parentHash) === undefined);
+      (n === 0 || (ev.localHashes !== undefined && ev.localSalt === salt));
     if (!plain) return this.applyEvent(slot, ev.event());
     if (ev.blockSize !== this.blockSize) return 'block_size_mismatch';
     const truncated = ev.droppedBlocks > 0;
     if (n === 0) return truncated ? 'truncated' : 'ok';
     const status = this.#storeInTier(slot, ev.tier, ev.parentHash, ev.blockHashes, ev.localHashes!);
+    if (status === 'ok' && salt !== undefined) this.salts.remember(slot, ev.blockHashes, salt);
     return status === 'ok' && truncated ? 'truncated' : status;
   }
 
   /**
-   * Applies what the module takes of a handed-over batch's next events in one call (src/wasm/packed-run.ts:
-   * device-tier removals and plain stores of the router's group) into `run`, the same changes and outcomes
-   * as `applyPacked` one event at a time (`packedStatus`, `packedType` read them). False when no run can be
-   * made here (a hybrid model, a slot the index has not seen, the allocation test hook waiting): the caller
-   * applies the next event with `applyPacked`.
+   * Applies what the module takes of a handed-over batch's next events (`batch`'s, from `src.from`) in one call
+   * (src/wasm/packed-run.ts: device-tier removals and plain stores of the router's group) into `run`, the same
+   * changes and outcomes as `applyPacked` one event at a time (`packedStatus`, `packedType` read them). False
+   * when no run can be made here (a hybrid model, a slot the index has not seen, the allocation test hook
+   * waiting, a next event whose salt is not confirmed): the caller applies the next event with `applyPacked`.
+   *
+   * Salts: the module knows none. Where the slot holds salted blocks or the thread hashed with a salt, the run
+   * is cut before the first event whose salt `salts` does not confirm (`#confirmedRun`), and `salts` then
+   * follows the events the module took (`#followRun`): the same salts, in the same order, as one at a time.
    */
-  applyPackedRun(slot: WorkerRank, src: PackedSource, run: PackedRun): boolean {
+  applyPackedRun(slot: WorkerRank, src: PackedSource, run: PackedRun, batch: PackedBatch): boolean {
     if (this.groups !== undefined && !this.groups.plain) return false;
     if (allocationHookPending()) return false;
-    // The module cannot tell an event that inherits a salt, nor forget a removed salted block: a slot holding
-    // salted blocks applies one event at a time (unsalted slots keep their runs).
-    if (this.salts.holds(slot)) return false;
     const device = this.indexes.device;
     const id = device.findSlot(slot.workerId, slot.dpRank);
     if (id === undefined) return false;
-    device.applyPacked(id, src, run);
+    if (!batch.salted && !this.salts.holds(slot)) {
+      device.applyPacked(id, src, run);
+      return true;
+    }
+    const n = this.#confirmedRun(slot, batch, src.from, src.maxEvents);
+    if (n === 0) return false;
+    device.applyPacked(id, n === src.maxEvents ? src : { ...src, maxEvents: n }, run);
+    this.#followRun(slot, batch, run);
     return true;
+  }
+
+  /**
+   * How many of the `max` events from word `w` a run may take as the module applies them: it stops before a
+   * stored event whose inherited salt (its parent's, here) is not the one the thread hashed it with, before one
+   * whose parent the run itself stores salted (`salts` learns it only after the run), and before one that could
+   * take `salts` past its cap (an eviction would change what later events inherit). Removals never stop it: a
+   * block removed in the run is no parent to a later event of it, which finds no parent whatever its salt.
+   */
+  #confirmedRun(slot: WorkerRank, batch: PackedBatch, w: number, max: number): number {
+    const ev = this.#runEvent;
+    const salted = this.#runSalted;
+    salted.clear();
+    if (this.#runFollow.length < max) this.#runFollow = new Int32Array(max);
+    const follow = this.#runFollow;
+    // Removals are followed once salted blocks may be held: before the run, or stored by it.
+    let holds = this.salts.holds(slot);
+    let grows = 0;
+    for (let i = 0; i < max; i++) {
+      if (w >= batch.end()) return i;
+      const at = w;
+      w = batch.skim(w, ev);
+      follow[i] = -1;
+      if (ev.type === 'cleared' || (ev.type === 'stored' && !ev.plain)) return i; // the module leaves it anyway
+      if (ev.type === 'removed') {
+        if (holds) follow[i] = at;
+        continue;
+      }
+      if (ev.hashCount === 0) continue;
+      const parent = ev.parentHash;
+      if (parent !== null && salted.has(parent)) return i;
+      const salt = parent === null ? undefined : this.salts.saltOf(slot, parent);
+      if (salt !== ev.localSalt) return i;
+      if (salt === undefined) continue;
+      grows += ev.hashCount;
+      if (this.salts.size + grows > this.salts.cap) return i;
+      batch.read(at, ev);
+      for (const h of ev.blockHashes) salted.add(h);
+      follow[i] = at;
+      holds = true;
+    }
+    return max;
+  }
+
+  /** `salts` after a run: its removals forgotten, its salted stores remembered, in order (`#confirmedRun`'s words). */
+  #followRun(slot: WorkerRank, batch: PackedBatch, run: PackedRun): void {
+    const ev = this.#runEvent;
+    const follow = this.#runFollow;
+    for (let i = 0; i < run.events; i++) {
+      if (follow[i]! < 0) continue;
+      batch.read(follow[i]!, ev);
+      if (ev.type === 'removed') this.salts.forget(slot, ev.blockHashes);
+      else if (isStoredOk(run.outcomes[i]!)) this.salts.remember(slot, ev.blockHashes, ev.localSalt!);
+    }
   }
 
   /** Applies one event. Never throws for event content; throws KvgateError only for an invalid slot. */

@@ -9,14 +9,17 @@
  *
  * Layout, in 8-byte little-endian words (typed-array views need the alignment):
  *   batch:   [stream id u32 | events u32] [seq u64] [ts f64] [dp rank + 1 u32 | errors index + 1 u32]
- *            [words u32 | -] events...   (words: the batch's, header included, so a reader steps over it at once)
+ *            [words u32 | salted u32] events...   (words: the batch's, header included, so a reader steps over it
+ *            at once; salted: 1 when a stored event's local hashes were computed with an inferred salt)
  *   removed: [kind u8, tier u8 | -] [group f64] [hashes u32 | -] hashes...
- *   stored:  [kind, tier, has parent u8 | -] [group f64] [hashes u32 | local u32] [tokens u32 | block size u32]
- *            [dropped u32 | extras index + 1 u32] [parent u64] hashes... local... tokens (2 a word)...
+ *   stored:  [kind, tier, has parent u8 | salt index + 1 u32] [group f64] [hashes u32 | local u32]
+ *            [tokens u32 | block size u32] [dropped u32 | extras index + 1 u32] [parent u64] hashes... local...
+ *            tokens (2 a word)...
  *   cleared: [kind u8 | -]
  * Rare fields (a LoRA, a cache salt, multimodal hashes, vLLM's extra key strings, a hybrid group's spec, Eagle's
  * next token) and a batch's per-event decode errors travel beside the buffer as structured-clone values, indexed
- * from it.
+ * from it; so do the salts the thread inferred for vLLM's events (batch-hasher.ts), the one its local hashes were
+ * computed with indexed from the stored event's first word (0: none). The module reads neither salt word.
  */
 import {
   eachPackedBatch,
@@ -88,6 +91,8 @@ export class BatchPacker {
   #batches = 0;
   #extras: StoredExtras[] = [];
   #errors: KvEventDecodeError[][] = [];
+  #salts: string[] = [];
+  readonly #saltIds = new Map<string, number>();
 
   /** @param minBytes the size of each fresh buffer (a larger batch gets a buffer of its own size). */
   constructor(minBytes = 1 << 16) {
@@ -106,11 +111,18 @@ export class BatchPacker {
   }
 
   /**
-   * Packs one batch of stream `id` (with `locals`, the stored events' own hashes, parallel to its events),
-   * unless it does not fit in what is left of the current buffer: false then, and the caller takes the
-   * buffer and adds it again. A batch always fits an empty buffer.
+   * Packs one batch of stream `id` (with `locals`, the stored events' own hashes, and `salts`, the salt each was
+   * computed with beside the event's own fields, both parallel to its events), unless it does not fit in what
+   * is left of the current buffer: false then, and the caller takes the buffer and adds it again. A batch
+   * always fits an empty buffer.
    */
-  add(id: number, seq: bigint, batch: KvEventBatch, locals: LocalHashes = []): boolean {
+  add(
+    id: number,
+    seq: bigint,
+    batch: KvEventBatch,
+    locals: LocalHashes = [],
+    salts: readonly (string | undefined)[] = [],
+  ): boolean {
     const need = packedWords(batch, locals);
     if (this.#at + need > this.#u64.length) {
       if (this.#batches > 0) return false;
@@ -127,14 +139,29 @@ export class BatchPacker {
     u32[2 * (w + 3) + 1] = batch.errors.length === 0 ? 0 : this.#errors.push([...batch.errors]);
     w += 5;
     const events = batch.events;
-    for (let i = 0; i < events.length; i++) w = this.#event(w, events[i]!, locals[i]);
+    let salted = 0;
+    for (let i = 0; i < events.length; i++) {
+      const local = locals[i];
+      const salt = local === undefined ? 0 : this.#saltId(salts[i]);
+      salted |= salt;
+      w = this.#event(w, events[i]!, local, salt);
+    }
     u32[2 * (start + 4)] = w - start;
+    u32[2 * (start + 4) + 1] = salted === 0 ? 0 : 1;
     this.#at = w;
     this.#batches++;
     return true;
   }
 
-  #event(w: number, ev: KvCacheEvent, local: BigUint64Array | undefined): number {
+  /** The salt's index + 1 in this buffer's table; 0 for none. */
+  #saltId(salt: string | undefined): number {
+    if (salt === undefined) return 0;
+    let id = this.#saltIds.get(salt);
+    if (id === undefined) this.#saltIds.set(salt, (id = this.#salts.push(salt)));
+    return id;
+  }
+
+  #event(w: number, ev: KvCacheEvent, local: BigUint64Array | undefined, salt: number): number {
     const u32 = this.#u32;
     if (ev.type === 'cleared') {
       u32[2 * w] = KIND_CLEARED;
@@ -149,6 +176,7 @@ export class BatchPacker {
       return w + 3 + ev.blockHashes.length;
     }
     u32[2 * w] = KIND_STORED | tier | (ev.parentHash === null ? 0 : 1 << 16);
+    u32[2 * w + 1] = salt;
     u32[2 * (w + 2)] = ev.blockHashes.length;
     u32[2 * (w + 2) + 1] = local === undefined ? NO_LOCALS : local.length;
     u32[2 * (w + 3)] = ev.tokenIds.length;
@@ -179,7 +207,7 @@ export class BatchPacker {
     const bytes = this.#at * 8;
     const keep = bytes * 2 <= this.#buf.byteLength;
     const buffer = keep ? this.#buf.slice(0, bytes) : this.#buf;
-    const out = { buffer, words: this.#at, extras: this.#extras, errors: this.#errors };
+    const out = { buffer, words: this.#at, extras: this.#extras, errors: this.#errors, salts: this.#salts };
     if (keep) this.#reset();
     else this.#fresh(0);
     return out;
@@ -199,6 +227,8 @@ export class BatchPacker {
     this.#batches = 0;
     this.#extras = [];
     this.#errors = [];
+    this.#salts = [];
+    this.#saltIds.clear();
   }
 }
 

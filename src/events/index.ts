@@ -21,6 +21,7 @@ export { KvEventApplier, storedLocalHashes } from './applier.js';
 export type { KvEventApplierOptions } from './applier.js';
 /** The ingestion threads' hand-over (benches measure the main thread's share with it). */
 export { BatchPacker } from './batch-codec.js';
+export { BatchHasher } from './batch-hasher.js';
 export { eachPackedBatch } from './packed-batch.js';
 export { TurnScheduler } from './turn-scheduler.js';
 export { KvGroupIndexes } from './group-indexes.js';

@@ -2,8 +2,9 @@
  * The work of one KV-event ingestion thread (its entry is workers/kv-ingest.ts):
  * a ZMQ SUB socket per stream it was given, each message's frames split, its
  * msgpack decoded and its stored blocks' tokens hashed (this thread's own
- * WebAssembly module), and the batches of all its streams packed into one
- * buffer (batch-codec.ts) posted to the main thread once per event-loop turn.
+ * WebAssembly module; with the cache salt it infers, batch-hasher.ts), and
+ * the batches of all its streams packed into one buffer (batch-codec.ts)
+ * posted to the main thread once per event-loop turn.
  *
  * The thread judges nothing: sequence numbers, gaps, replay, restarts and
  * application stay with each stream's `KvEventStream` on the main thread, fed
@@ -13,11 +14,10 @@
  */
 import { Subscriber } from 'zeromq';
 import './zmq-sockets.js';
-import { storedLocalHashes } from './applier.js';
 import { BatchPacker, type PackedBatches } from './batch-codec.js';
+import { BatchHasher } from './batch-hasher.js';
 import { watchConnection, type ConnectionChange } from './connection-watch.js';
 import { decodeKvEventBatch, parseEventFrames, type DecodeOptions } from './decode.js';
-import type { KvEventBatch } from './types.js';
 
 /** What the main thread asks of an ingestion thread. */
 export type IngestRequest =
@@ -81,6 +81,7 @@ export class IngestThread {
   /** Sockets closed whose receive loop or connection watch has not ended yet (`stop` waits for them). */
   readonly #closing = new Set<Promise<void>>();
   readonly #packer = new BatchPacker();
+  readonly #hasher = new BatchHasher();
   #raw: { id: number; frames: Uint8Array[] }[] = [];
   #postDue = false;
   #stopping = false;
@@ -165,6 +166,7 @@ export class IngestThread {
     const stream = this.#streams.get(id);
     this.#streams.delete(id);
     if (stream !== undefined) await this.#close(stream);
+    this.#hasher.forget(id);
     // What it received before is posted first: the main thread forgets the stream at 'removed'.
     this.#flush();
     this.#post({ op: 'removed', id });
@@ -216,11 +218,11 @@ export class IngestThread {
     const decoded = split.ok ? decodeKvEventBatch(split.value.payload, stream.decode) : undefined;
     if (!split.ok || decoded === undefined || !decoded.ok) return false;
     const batch = decoded.batch;
-    const locals = localHashes(batch);
+    const { locals, salts } = this.#hasher.hash(id, batch);
     if (this.#raw.length > 0) this.#flush();
-    if (!this.#packer.add(id, split.value.seq, batch, locals)) {
+    if (!this.#packer.add(id, split.value.seq, batch, locals, salts)) {
       this.#flush();
-      this.#packer.add(id, split.value.seq, batch, locals);
+      this.#packer.add(id, split.value.seq, batch, locals, salts);
     }
     return true;
   }
@@ -245,20 +247,4 @@ export class IngestThread {
     this.#raw = [];
     this.#post({ op: 'batches', packed, raw }, [packed.buffer]);
   }
-}
-
-/** Per event, the stored blocks' own hashes, computed here, off the main thread (none where the applier refuses). */
-function localHashes(batch: KvEventBatch): (BigUint64Array | undefined)[] {
-  const events = batch.events;
-  const out = new Array<BigUint64Array | undefined>(events.length);
-  for (let i = 0; i < events.length; i++) {
-    const ev = events[i]!;
-    if (ev.type !== 'stored' || ev.blockHashes.length === 0) continue;
-    try {
-      out[i] = storedLocalHashes(ev, ev.blockSize);
-    } catch {
-      // The applier meets the same refusal on the main thread and reports it as it always does.
-    }
-  }
-  return out;
 }

@@ -47,6 +47,8 @@ export interface PackedBatches {
   readonly words: number;
   readonly extras: readonly StoredExtras[];
   readonly errors: readonly (readonly KvEventDecodeError[])[];
+  /** The salts the thread inferred and hashed stored events with (batch-hasher.ts), by index + 1 in the event. */
+  readonly salts: readonly string[];
 }
 
 /** The views one buffer is read through, shared by every batch in it. */
@@ -61,6 +63,8 @@ class PackedViews {
     this.f64 = new Float64Array(packed.buffer, 0, packed.words);
   }
 }
+
+const NO_HASHES = new BigUint64Array(0);
 
 /** Scratch arrays by length (short hash lists, the common case, are copied rather than viewed). */
 const SCRATCH_MAX = 64;
@@ -91,9 +95,16 @@ export class PackedEvent {
   tier: StorageTier = 'device';
   groupIdx = 0;
   parentHash: bigint | null = null;
-  blockHashes: BigUint64Array = new BigUint64Array(0);
+  blockHashes: BigUint64Array = NO_HASHES;
+  /** Hashes of the event (`blockHashes.length`, unless it was skimmed). */
+  hashCount = 0;
   /** The stored blocks' own hashes, when the thread computed them. */
   localHashes: BigUint64Array | undefined = undefined;
+  /**
+   * The salt the thread inferred and computed `localHashes` with, beside the event's own fields (a guess:
+   * batch-hasher.ts); undefined for none. The object form (`event()`) leaves such hashes out.
+   */
+  localSalt: string | undefined = undefined;
   blockSize = 0;
   droppedBlocks = 0;
   /** No rare field is set (no LoRA, salt, multimodal hashes, group spec, null blocks or Eagle token). */
@@ -103,8 +114,11 @@ export class PackedEvent {
   readonly #hashes = new Scratch();
   readonly #locals = new Scratch();
 
-  /** Reads the event at word `w` of `v`; returns the word after it. */
-  read(v: PackedViews, w: number): number {
+  /**
+   * Reads the event at word `w` of `v`; returns the word after it. `hashes` false leaves its hash arrays out
+   * (`blockHashes` empty, `localHashes` undefined): a look at its kind, parent and salt (`PackedBatch.skim`).
+   */
+  read(v: PackedViews, w: number, hashes = true): number {
     this.#views = v;
     this.#word = w;
     const u32 = v.u32;
@@ -114,10 +128,11 @@ export class PackedEvent {
     if (kind === KIND_CLEARED) return w + 1;
     this.tier = STORAGE_TIERS[(head >> 8) & 0xff]!;
     this.groupIdx = v.f64[w + 1]!;
-    const hashes = u32[2 * (w + 2)]!;
+    const n = u32[2 * (w + 2)]!;
+    this.hashCount = n;
     if (kind === KIND_REMOVED) {
-      this.blockHashes = this.#hashes.fill(v, w + 3, hashes);
-      return w + 3 + hashes;
+      this.blockHashes = hashes ? this.#hashes.fill(v, w + 3, n) : NO_HASHES;
+      return w + 3 + n;
     }
     const localCount = u32[2 * (w + 2) + 1]!;
     const tokens = u32[2 * (w + 3)]!;
@@ -126,11 +141,13 @@ export class PackedEvent {
     this.plain = u32[2 * (w + 4) + 1] === 0;
     this.parentHash = (head >> 16) & 1 ? v.u64[w + 5]! : null;
     let at = w + 6;
-    this.blockHashes = this.#hashes.fill(v, at, hashes);
-    at += hashes;
+    this.blockHashes = hashes ? this.#hashes.fill(v, at, n) : NO_HASHES;
+    at += n;
     this.localHashes = undefined;
+    const salt = u32[2 * w + 1]!;
+    this.localSalt = salt === 0 ? undefined : v.packed.salts[salt - 1];
     if (localCount !== NO_LOCALS) {
-      this.localHashes = this.#locals.fill(v, at, localCount);
+      if (hashes) this.localHashes = this.#locals.fill(v, at, localCount);
       at += localCount;
     }
     return at + Math.ceil(tokens / 2);
@@ -149,6 +166,8 @@ export class PackedBatch implements KvEventBatch {
   readonly errors: readonly KvEventDecodeError[];
   /** Events in the batch. */
   readonly count: number;
+  /** Some stored event's local hashes were computed with a salt the thread inferred (`PackedEvent.localSalt`). */
+  readonly salted: boolean;
   /** The word of its first event. */
   readonly firstWord: number;
   readonly #views: PackedViews;
@@ -166,11 +185,17 @@ export class PackedBatch implements KvEventBatch {
     this.errors = errs === 0 ? [] : views.packed.errors[errs - 1]!;
     this.firstWord = w + 5;
     this.#end = w + u32[2 * (w + 4)]!;
+    this.salted = u32[2 * (w + 4) + 1] !== 0;
   }
 
   /** Reads the event at `w` into `into`; returns the word of the next one. */
   read(w: number, into: PackedEvent): number {
     return into.read(this.#views, w);
+  }
+
+  /** Reads the event at `w` into `into` without its hashes (`PackedEvent.read`); returns the word of the next one. */
+  skim(w: number, into: PackedEvent): number {
+    return into.read(this.#views, w, false);
   }
 
   /** The hand-over buffer as 32-bit words, two per packed word (what a packed run copies into the module). */
@@ -237,7 +262,8 @@ function readEvent(v: PackedViews, w: number): { event: KvCacheEvent; next: numb
   at += hashes;
   let localHashes: BigUint64Array | undefined;
   if (localCount !== NO_LOCALS) {
-    localHashes = new BigUint64Array(buffer, at * 8, localCount);
+    // Hashes computed with a salt the thread inferred are left out: the applier infers its own and hashes.
+    if (u32[2 * w + 1] === 0) localHashes = new BigUint64Array(buffer, at * 8, localCount);
     at += localCount;
   }
   const event: StoredBlocksEvent = {

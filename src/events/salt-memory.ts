@@ -74,7 +74,7 @@ export class SaltMemory {
     return this.#slots.get(key(slot))?.get(engineHash);
   }
 
-  /** Whether the slot holds any salted block (a packed run cannot tell an inheriting event: see the applier). */
+  /** Whether the slot holds any salted block (a packed run then checks its events' salts: see the applier). */
   holds(slot: WorkerRank): boolean {
     return this.#size > 0 && (this.#slots.get(key(slot))?.size ?? 0) > 0;
   }

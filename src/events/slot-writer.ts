@@ -267,7 +267,7 @@ export class SlotWriter {
       src.from = cur.word;
       src.end = batch.end();
       src.maxEvents = to - cur.next;
-      if (this.#applier.applyPackedRun(this.#slot, src, run)) {
+      if (this.#applier.applyPackedRun(this.#slot, src, run, batch)) {
         const codes = run.outcomes;
         for (let i = 0; i < run.events; i++) {
           const status = packedStatus(codes[i]!);
