@@ -27,7 +27,9 @@
  * included (`kv_events.max_kv_groups`, default 16: vLLM's hybrid manager splits layers of each kind into groups
  * of equal size, so a model with a few full-attention layers among many sliding-window or Mamba ones has one
  * group per share, such as 7 for Gemma 3's 5:1, 8 for Jamba's 1:7; 16 leaves room for 1:15). A group past the
- * bound gets no index: its events are refused (`admits`), counted (`onRefused`) and logged (throttled).
+ * bound gets no index: its events are refused (`admits`), counted (`onRefused`) and logged (throttled). Each
+ * group's index shares the primary's memory budget (`PrefixIndex.shareMemoryBudget`), so an engine publishing
+ * many blocks in one group cannot grow memory past `router_index_memory_budget_mib` either.
  *
  * The book keeps, per block, a bit per group that holds it, so that a group's removal drops the entry only once no
  * group holds the block. The bit is the group's ordinal in this model (the primary 0, the others 1, 2, ... in the
@@ -343,8 +345,10 @@ export class KvGroupIndexes implements KvCacheGroups {
     for (const g of this.#groups.values()) g.index.onDiscard(listener);
   }
 
+  /** A group's index, under the primary's memory budget (`router_index_memory_budget_mib` bounds the model's whole index). */
   #newIndex(): PrefixIndex {
     const index = new PrefixIndex();
+    index.shareMemoryBudget(this.#primary);
     for (const l of this.#onDiscard) index.onDiscard(l);
     return index;
   }

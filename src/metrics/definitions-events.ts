@@ -117,13 +117,17 @@ export const EVENT_METRIC_DEFINITIONS = {
   indexBytes: {
     kind: 'gauge',
     name: 'kvgate_index_memory_bytes',
-    help: "Bytes of WASM memory the pool's prefix index holds (router_index_memory_budget_mib bounds it).",
+    help:
+      "Bytes of WASM memory the pool's prefix index holds, every KV-cache group's included " +
+      '(router_index_memory_budget_mib bounds them together).',
     labelNames: MW,
   },
   indexEvictedEntries: {
     kind: 'counter',
     name: 'kvgate_index_evicted_entries_total',
-    help: '(block, worker rank) entries evicted from the prefix index under its memory budget, least recently matched first.',
+    help:
+      '(block, worker rank) entries evicted from the prefix index (any KV-cache group) under its memory budget, ' +
+      'least recently matched first.',
     labelNames: MW,
   },
   indexEvictionEpisodes: {

@@ -19,6 +19,7 @@ export type { TrieNode } from './active-prompt-trie.js';
 export { PackedOutcome, PackedRun, PackedStop } from './packed-run.js';
 export type { PackedSource } from './packed-run.js';
 export { allocationHookPending, failIndexAllocation, takeAllocationHook } from './instance.js';
-export type { EvictionReport, RemoveResult } from './prefix-index.js';
+export type { RemoveResult } from './prefix-index.js';
+export type { EvictionReport } from './memory-pool.js';
 export type { OverlapScores } from './index-match.js';
 export { ShardedPrefixIndex } from './sharded-index.js';

@@ -15,18 +15,9 @@ import type { ActivePromptTrie } from './active-prompt-trie.js';
 import { IndexHandle } from './index-handle.js';
 import { matchHashes, matchStage, type OverlapScores } from './index-match.js';
 import { wasm, type WasmModule } from './instance.js';
+import { IndexMemoryPool, type EvictionReport, type PoolMember } from './memory-pool.js';
 import { EXPORT_PAGE, exportSlotPages } from './slot-pages.js';
 import { applyPackedRun, PackedStop, type PackedRun, type PackedSource } from './packed-run.js';
-
-/** One eviction under the memory budget (see `PrefixIndex.setMemoryBudget`). */
-export interface EvictionReport {
-  /** (block, slot) entries evicted by this eviction. */
-  readonly entries: number;
-  /** Bytes the index holds afterwards. */
-  readonly bytesAfter: number;
-  /** True for the first eviction of an episode (the index had been under 3/4 of its budget, or never evicted). */
-  readonly episodeStart: boolean;
-}
 
 export interface RemoveResult {
   removed: number;
@@ -57,16 +48,24 @@ export class PrefixIndex {
   readonly #slotInfo: (WorkerRank | undefined)[] = [];
   readonly #slotsByWorker = new Map<number, Set<number>>();
   readonly #freeSlots: number[] = [];
-  #budget = 0;
-  #onEvict: ((report: EvictionReport) => void) | undefined;
-  #inEpisode = false;
   #evictedEntries = 0;
   readonly #h: IndexHandle;
+  /** The budget this index holds its bytes against: its own, or the one it shares (`shareMemoryBudget`). */
+  #pool = new IndexMemoryPool();
+  readonly #member: PoolMember = {
+    bytes: () => this.#bytesIfLive(),
+    evictTo: (target) => {
+      const ix = this.#live();
+      const entries = this.#guard('eviction', () => this.#m.exports.idxEvict(ix, target));
+      this.#evictedEntries += entries;
+      return entries;
+    },
+  };
 
   constructor() {
     this.#m = wasm();
     this.#h = new IndexHandle(this.#m, this, () => this.#slotInfo.length);
-    this.#h.onDiscard(() => (this.#inEpisode = false));
+    this.#pool.join(this.#member);
   }
 
   /**
@@ -79,8 +78,9 @@ export class PrefixIndex {
     return this.#h.onDiscard(listener);
   }
 
-  /** Releases the WASM memory now instead of at garbage collection. Idempotent. */
+  /** Releases the WASM memory now instead of at garbage collection (and leaves a shared budget). Idempotent. */
   dispose(): void {
+    this.#pool.leave(this.#member);
     this.#h.dispose();
   }
 
@@ -98,39 +98,56 @@ export class PrefixIndex {
   }
 
   /**
-   * Bounds the bytes the index holds: whenever an applied event takes it past `bytes`, the least
-   * recently matched blocks are evicted (from every slot holding them) until it holds at most 90 % of
-   * it, and `onEvict` hears of it. 0 removes the bound. Evicted blocks are no longer matched; the
-   * engines' later `removed` events for them count as not found, and a `stored` event under one as
-   * `parent_not_found`, as for any block the index does not hold.
+   * Bounds the bytes the index holds (with every index sharing its budget, `shareMemoryBudget`): whenever an
+   * applied event takes them past `bytes`, the least recently matched blocks are evicted (from every slot
+   * holding them; memory-pool.ts says from which of the indexes) until they hold at most 90 % of it, and
+   * `onEvict` hears of it. 0 removes the bound. Evicted blocks are no longer matched; the engines' later
+   * `removed` events for them count as not found, and a `stored` event under one as `parent_not_found`, as for
+   * any block the index does not hold.
    */
   setMemoryBudget(bytes: number, onEvict?: (report: EvictionReport) => void): void {
     if (!Number.isSafeInteger(bytes) || bytes < 0) {
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `index memory budget must be a byte count >= 0, got ${bytes}`);
     }
-    this.#budget = bytes;
-    this.#onEvict = onEvict;
+    this.#pool.setBudget(bytes, onEvict);
     this.#enforceBudget();
   }
 
-  /** (block, slot) entries evicted under the memory budget since the index was made. */
+  /**
+   * Holds this index's bytes against `other`'s memory budget from now on, beside `other`'s and those of every
+   * index already sharing it (a hybrid model's other KV-cache groups beside the router's index): the budget, set
+   * on any of them before or after, bounds them together, one report per eviction. `dispose()` leaves it.
+   */
+  shareMemoryBudget(other: PrefixIndex): void {
+    if (other.#pool === this.#pool) return;
+    this.#pool.leave(this.#member);
+    this.#pool = other.#pool;
+    this.#pool.join(this.#member);
+    this.#enforceBudget();
+  }
+
+  /** Bytes this index and every index sharing its memory budget hold together (this one's alone if none does). */
+  get pooledBytes(): number {
+    return this.#pool.held();
+  }
+
+  /** (block, slot) entries evicted from this index under the memory budget since the index was made. */
   get evictedEntries(): number {
     return this.#evictedEntries;
   }
 
   #enforceBudget(): void {
-    if (this.#budget === 0) return;
-    const ix = this.#live();
-    const bytes = this.#m.exports.idxBytes(ix) >>> 0; // u32 across the boundary
-    if (bytes <= this.#budget) {
-      if (bytes < this.#budget * 0.75) this.#inEpisode = false;
-      return;
+    this.#pool.enforce(this.#member);
+  }
+
+  /** The index's bytes for its pool: 0 while a discarded index has no memory (the next use makes one). */
+  #bytesIfLive(): number {
+    try {
+      return this.bytes;
+    } catch (err) {
+      if (err instanceof IndexMemoryError) return 0;
+      throw err;
     }
-    const entries = this.#guard('eviction', () => this.#m.exports.idxEvict(ix, Math.floor(this.#budget * 0.9)));
-    this.#evictedEntries += entries;
-    const episodeStart = !this.#inEpisode;
-    this.#inEpisode = true;
-    this.#onEvict?.({ entries, bytesAfter: this.#m.exports.idxBytes(ix) >>> 0, episodeStart });
   }
 
   /** The slot id of (workerId, dpRank), registering it on first use. */
@@ -238,8 +255,11 @@ export class PrefixIndex {
    */
   applyPacked(slot: number, src: PackedSource, run: PackedRun): void {
     const ix = this.#live();
-    const budget = Math.min(this.#budget, 0xffffffff);
-    const low = this.#inEpisode ? Math.ceil(this.#budget * 0.75) : 0;
+    // The module sees this index alone: its bounds are the budget's less what the indexes sharing it hold.
+    const pool = this.#pool;
+    const others = pool.budget === 0 ? 0 : pool.othersHeld(this.#member);
+    const budget = pool.budget === 0 ? 0 : Math.min(Math.max(1, pool.budget - others), 0xffffffff);
+    const low = pool.inEpisode ? Math.max(0, Math.ceil(pool.budget * 0.75) - others) : 0;
     this.#guard('packed events', () => applyPackedRun(this.#m, ix, slot, src, budget, low, run));
     if (run.stop === PackedStop.budget) this.#enforceBudget();
   }

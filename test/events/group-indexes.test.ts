@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng, type Rng } from '../../src/common/index.js';
 import { decodeKvEventBatch, KvEventApplier, KvGroupIndexes, TieredPrefixIndex } from '../../src/events/index.js';
 import { KvRouter } from '../../src/routing/index.js';
-import { PrefixIndex } from '../../src/wasm/index.js';
+import { PrefixIndex, type EvictionReport } from '../../src/wasm/index.js';
 import { captureWarnings } from '../helpers/capture-log.js';
 
 const BS = 4;
@@ -430,5 +430,68 @@ describe('group indexes as the engine gives them', () => {
       expect.objectContaining({ code: 'KVG_ERR_INVALID_ARGUMENT' }),
     );
     expect(new KvGroupIndexes({ primary, maxGroups: 32 }).others()).toEqual([]);
+  });
+});
+
+describe("a hybrid model's index under its memory budget", () => {
+  const BUDGET = 512 * 1024;
+
+  /** A sliding-window group's BlockStored of a fresh chain of `n` blocks (root), hashes from `next`, as vLLM's. */
+  function windowChain(rng: Rng, first: bigint, n: number): unknown[] {
+    const hashes = Array.from({ length: n }, (_, i) => first + BigInt(i));
+    const tokens = Array.from({ length: n * BS }, () => 1 + Math.floor(rng() * 50_000));
+    return ['BlockStored', hashes, null, tokens, BS, null, 'GPU', null, null, 1, 'sliding_window', WINDOW];
+  }
+
+  it('holds every group within the budget: a flood of one group evicts there, counted and reported', () => {
+    const rng = seededRng(31);
+    const primary = new PrefixIndex();
+    const reports: EvictionReport[] = [];
+    primary.setMemoryBudget(BUDGET, (r) => reports.push(r));
+    const groups = new KvGroupIndexes({ primary });
+    const kv = new KvRouter({
+      blockSize: BS,
+      clock: new ManualClock(),
+      rng: seededRng(1),
+      index: primary,
+      kvGroups: groups,
+    });
+    const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(primary), groups });
+    kv.addWorker(1);
+    const statuses = new Set<string>();
+    const apply = (evs: unknown[][]): void => {
+      const decoded = decodeKvEventBatch(encode([1.5, evs, 0], { useBigInt64: true }));
+      if (!decoded.ok) throw new Error(decoded.error.message);
+      applier.applyBatch({ workerId: 1, dpRank: 0 }, decoded.batch, (_t, s) => statuses.add(s));
+    };
+    // A document in the full-attention group, then the sliding-window group publishing block after block.
+    const doc = Array.from({ length: 8 * BS }, (_, i) => 7000 + i);
+    const docHashes = Array.from({ length: 8 }, (_, i) => BigInt(50 + i));
+    apply([['BlockStored', docHashes, null, doc, BS, null, 'GPU', null, null, 0, 'full_attention', null]]);
+    const held = (): number => primary.bytes + groups.others().reduce((a, g) => a + g.index.bytes, 0);
+    let peak = 0;
+    let next = 1000n;
+    for (let batch = 0; batch < 80; batch++) {
+      apply(Array.from({ length: 16 }, (_, k) => windowChain(rng, next + BigInt(k * 16), 16)));
+      next += 256n;
+      peak = Math.max(peak, held());
+    }
+    expect([...statuses]).toEqual(['ok']);
+    // The model's whole index stayed within the budget, its group's blocks evicted, one episode.
+    expect(peak).toBeLessThanOrEqual(BUDGET);
+    const window = groups.others()[0]!.index;
+    expect(window.evictedEntries).toBeGreaterThan(0);
+    expect(reports.length).toBeGreaterThan(0);
+    expect(reports.filter((r) => r.episodeStart)).toHaveLength(1);
+    expect(reports.every((r) => r.bytesAfter <= BUDGET * 0.9)).toBe(true);
+    expect(reports.reduce((a, r) => a + r.entries, 0)).toBe(window.evictedEntries + primary.evictedEntries);
+    // The gauge's figure is the whole index's; the small full-attention group kept its document.
+    expect(primary.pooledBytes).toBe(held());
+    expect(primary.evictedEntries).toBe(0);
+    expect(kv.index.blockCount(1, 0)).toBe(8);
+    expect(groups.blockCount({ workerId: 1, dpRank: 0 }, 1)).toBeGreaterThan(0);
+    // A group's index disposed with the groups leaves the budget.
+    groups.dispose();
+    expect(primary.pooledBytes).toBe(primary.bytes);
   });
 });

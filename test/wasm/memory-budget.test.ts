@@ -58,6 +58,44 @@ describe('PrefixIndex memory budget', () => {
     index.dispose();
   });
 
+  it('shared by several indexes bounds them together, trimming the largest to a common level', () => {
+    const rng = seededRng(13);
+    const budget = 4 * 2 ** 20;
+    const reports: EvictionReport[] = [];
+    // The router's index, a small group beside it, and a group an engine floods.
+    const primary = new PrefixIndex();
+    const small = new PrefixIndex();
+    const flooded = new PrefixIndex();
+    primary.setMemoryBudget(budget, (r) => reports.push(r));
+    small.shareMemoryBudget(primary);
+    flooded.shareMemoryBudget(small);
+    for (let i = 0; primary.bytes < budget * 0.6; i++)
+      primary.applyStored(i % 32, 0, null, randomHashes(rng, 32), randomHashes(rng, 32));
+    const doc = randomHashes(rng, 16);
+    small.applyStored(1, 0, null, sequenceHashes(doc), doc);
+    expect(reports).toEqual([]);
+    let peak = 0;
+    for (let i = 0; i < 3000; i++) {
+      flooded.applyStored(i % 32, 0, null, randomHashes(rng, 32), randomHashes(rng, 32));
+      peak = Math.max(peak, primary.bytes + small.bytes + flooded.bytes);
+    }
+    expect(peak).toBeLessThanOrEqual(budget);
+    expect(reports.filter((r) => r.episodeStart)).toHaveLength(1);
+    expect(reports.reduce((a, r) => a + r.entries, 0)).toBe(primary.evictedEntries + flooded.evictedEntries);
+    // The index under the common level kept all it held; the two large ones share the rest, evenly at worst.
+    expect(small.evictedEntries).toBe(0);
+    expect(small.findMatches(doc).depths[0]).toBe(16);
+    expect(primary.evictedEntries).toBeGreaterThan(0);
+    expect(primary.bytes).toBeGreaterThan(budget * 0.35);
+    expect(flooded.bytes).toBeLessThan(budget * 0.55);
+    expect(primary.pooledBytes).toBe(primary.bytes + small.bytes + flooded.bytes);
+    // A disposed index leaves the budget; the others still share it.
+    flooded.dispose();
+    expect(small.pooledBytes).toBe(primary.bytes + small.bytes);
+    primary.dispose();
+    small.dispose();
+  });
+
   it('refuses a budget that is not a byte count', () => {
     const index = new PrefixIndex();
     expect(() => index.setMemoryBudget(-1)).toThrow(/byte count/);
