@@ -3,7 +3,8 @@
  * hits are made of; host-pinned, disk and external tiers (vLLM's offloading
  * connector, SGLang's hierarchical cache) are kept apart so the scheduler can
  * weight a block by how far it is from the GPU. Non-device tiers are created
- * on first use.
+ * on first use, sharing the device index's memory budget
+ * (`router_index_memory_budget_mib` bounds the tiers together).
  */
 import type { IndexMemoryError } from '../errors/index.js';
 import { PrefixIndex } from '../wasm/index.js';
@@ -32,11 +33,12 @@ export class TieredPrefixIndex {
     return this.#tiers.get('device')!;
   }
 
-  /** The tier's index, created on first use. */
+  /** The tier's index, created on first use, under the device index's memory budget (it bounds every tier's). */
   get(tier: StorageTier): PrefixIndex {
     let ix = this.#tiers.get(tier);
     if (ix === undefined) {
       this.#tiers.set(tier, (ix = new PrefixIndex()));
+      ix.shareMemoryBudget(this.device);
       for (const l of this.#onDiscard) ix.onDiscard(l);
     }
     return ix;

@@ -118,7 +118,7 @@ export const EVENT_METRIC_DEFINITIONS = {
     kind: 'gauge',
     name: 'kvgate_index_memory_bytes',
     help:
-      "Bytes of WASM memory the pool's prefix index holds, every KV-cache group's included " +
+      "Bytes of WASM memory the pool's prefix index holds, every KV-cache group's and storage tier's included " +
       '(router_index_memory_budget_mib bounds them together).',
     labelNames: MW,
   },
@@ -126,8 +126,8 @@ export const EVENT_METRIC_DEFINITIONS = {
     kind: 'counter',
     name: 'kvgate_index_evicted_entries_total',
     help:
-      '(block, worker rank) entries evicted from the prefix index (any KV-cache group) under its memory budget, ' +
-      'least recently matched first.',
+      '(block, worker rank) entries evicted from the prefix index (any KV-cache group or tier) under its memory ' +
+      'budget, least recently matched first.',
     labelNames: MW,
   },
   indexEvictionEpisodes: {

@@ -120,8 +120,9 @@ export function kvPool(
 
 /**
  * Puts the pool's prefix index under its memory budget, with the indexes that share it (a hybrid model's other
- * KV-cache groups, `KvGroupIndexes`): each eviction is counted, and the first of an episode (they had been under
- * three quarters of the budget) is a warn line, the rest debug lines.
+ * KV-cache groups, `KvGroupIndexes`; the lower storage tiers, `TieredPrefixIndex`): each eviction is counted,
+ * and the first of an episode (they had been under three quarters of the budget) is a warn line, the rest debug
+ * lines.
  */
 function boundIndex(
   kvRouter: KvRouter,
@@ -177,7 +178,8 @@ function saltHooks(
 
 /**
  * Sets the gauge of the bytes a pool's prefix index holds (each tick): the router's index and those sharing its
- * memory budget (a hybrid model's other KV-cache groups), what `router_index_memory_budget_mib` bounds.
+ * memory budget (a hybrid model's other KV-cache groups, the lower storage tiers), what
+ * `router_index_memory_budget_mib` bounds.
  */
 export function reportIndexBytes(ctx: RouterContext, model: string, role: WorkerRole, kvRouter: KvRouter): void {
   ctx.metrics?.indexBytes.labels({ model, worker_type: role }).set(kvRouter.index.pooledBytes);

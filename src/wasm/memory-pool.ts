@@ -1,18 +1,19 @@
 /**
  * One memory budget over several prefix indexes (`PrefixIndex.shareMemoryBudget`): a pool's router index and
- * the indexes beside it that the same engines feed (a hybrid model's other KV-cache groups) hold their bytes
- * against one budget, `router_index_memory_budget_mib`, which therefore bounds the model's whole index and not
- * its primary part alone: an engine publishing many blocks in a sliding-window group cannot grow memory past it.
+ * the indexes beside it that the same engines feed (a hybrid model's other KV-cache groups, the host, disk and
+ * external storage tiers) hold their bytes against one budget, `router_index_memory_budget_mib`, which therefore
+ * bounds the model's whole index and not its primary part alone: an engine publishing many blocks in a
+ * sliding-window group or offloading many to host memory cannot grow memory past it.
  *
  * Why one budget shared by need rather than a fixed share per index: the indexes beside the primary usually
  * hold far fewer entries (a sliding-window group keeps a window of each request's blocks, a Mamba group one
- * block), so an even split would cut the primary, which every routing decision reads, to a fraction of the
- * budget for memory the others never use. Instead, when an applied event takes the indexes together past the
- * budget, they are evicted down to 90 % of it max-min fairly (water-filling): the largest are trimmed to a
- * common level, each by its own least recently matched blocks, and an index under that level keeps all it
- * holds. So a small group is never evicted to make room for the primary, and a group grown as large as the
- * primary (a flood of its events) is trimmed as the primary is: neither can take the other's share below an
- * even split of the budget.
+ * block; many engines offload nothing), so an even split would cut the primary, which every routing decision
+ * reads, to a fraction of the budget for memory the others never use. Instead, when an applied event takes the
+ * indexes together past the budget, they are evicted down to 90 % of it max-min fairly (water-filling): the
+ * largest are trimmed to a common level, each by its own least recently matched blocks, and an index under that
+ * level keeps all it holds. So a small group is never evicted to make room for the primary, and a group grown
+ * as large as the primary (a flood of its events) is trimmed as the primary is: neither can take the other's
+ * share below an even split of the budget.
  */
 import { IndexMemoryError } from '../errors/index.js';
 

@@ -115,8 +115,9 @@ export class PrefixIndex {
 
   /**
    * Holds this index's bytes against `other`'s memory budget from now on, beside `other`'s and those of every
-   * index already sharing it (a hybrid model's other KV-cache groups beside the router's index): the budget, set
-   * on any of them before or after, bounds them together, one report per eviction. `dispose()` leaves it.
+   * index already sharing it (a hybrid model's other KV-cache groups and the lower storage tiers beside the
+   * router's index): the budget, set on any of them before or after, bounds them together, one report per
+   * eviction. `dispose()` leaves it.
    */
   shareMemoryBudget(other: PrefixIndex): void {
     if (other.#pool === this.#pool) return;

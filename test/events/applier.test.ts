@@ -169,6 +169,38 @@ describe('KvEventApplier', () => {
     expect(a.indexes.tiers().map((t2) => a.indexes.blockCount(1, 0, t2))).toEqual([0, 0, 0]);
   });
 
+  it("lower tiers hold their bytes against the device index's memory budget", () => {
+    const device = new PrefixIndex();
+    const budget = 256 * 1024;
+    const evicted: number[] = [];
+    device.setMemoryBudget(budget, (r) => evicted.push(r.entries));
+    const a = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(device) });
+    const doc = Array.from({ length: 8 * BS }, (_, i) => i + 1);
+    const docHashes = Array.from({ length: 8 }, (_, i) => BigInt(i + 1));
+    a.applyBatch(W1, decoded([{ type: 'stored', blockHashes: docHashes, parent: null, tokens: doc, blockSize: BS }]));
+    // An engine offloading block after block to host memory.
+    const rng = mulberry32(5);
+    let peak = 0;
+    for (let b = 0; b < 40; b++) {
+      const events: TestEvent[] = Array.from({ length: 16 }, (_, k) => ({
+        type: 'stored',
+        blockHashes: Array.from({ length: 16 }, (_, i) => BigInt(1000 + (b * 16 + k) * 16 + i)),
+        parent: null,
+        tokens: Array.from({ length: 16 * BS }, () => 1 + Math.floor(rng() * 50_000)),
+        blockSize: BS,
+        medium: 'CPU',
+      }));
+      a.applyBatch(W1, decoded(events));
+      peak = Math.max(peak, device.bytes + (a.indexes.peek('host_pinned')?.bytes ?? 0));
+    }
+    const host = a.indexes.peek('host_pinned')!;
+    expect(peak).toBeLessThanOrEqual(budget);
+    expect(device.pooledBytes).toBe(device.bytes + host.bytes);
+    expect(host.evictedEntries).toBeGreaterThan(0);
+    expect(evicted.reduce((x, y) => x + y, 0)).toBe(host.evictedEntries);
+    expect(depthOf(device, doc, 1, 0)).toBe(8);
+  });
+
   it('accepts a router-owned device index', () => {
     const device = new PrefixIndex();
     const a = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(device) });
