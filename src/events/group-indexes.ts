@@ -38,6 +38,11 @@
  * blocks, stored under them, would be refused (`parent_not_found`). Ordinals stay below `maxGroups`, at most core's
  * `MAX_KV_GROUPS` (32, the mask's bits; ordinal 31's is the sign bit, which `&`, `|` and `=== 0` treat as any other).
  *
+ * The book is not under the indexes' memory budget, and it loses a block only to the engine's removals, never to
+ * kvgate's evictions; so it has a bound of its own (hash-book.ts: about the budget's bytes again, least recently
+ * used forgotten first, counted in `onBookForgotten`). A group's later event under a forgotten block counts as
+ * `parent_not_found`, as under any block the model does not know.
+ *
  * @rank-numbers it forwards to `PrefixIndex`, which takes the worker id and rank as numbers (the WASM boundary).
  */
 import {
@@ -60,14 +65,9 @@ import {
 } from '../core/index.js';
 import { KvgateError, type IndexMemoryError } from '../errors/index.js';
 import { PrefixIndex, sequenceHashes } from '../wasm/index.js';
+import { HashBook, type SlotBook } from './hash-book.js';
 import { ThrottledLog } from './log.js';
 import type { StoredBlocksEvent } from './types.js';
-
-interface BookEntry {
-  seq: bigint;
-  /** Bit k set while the group of ordinal k holds the block (see the header). */
-  groups: number;
-}
 
 /** What storing into a group came to (the applier's statuses; `other_group`: a group past the bound). */
 export type GroupStoreStatus = 'ok' | 'parent_not_found' | 'other_group';
@@ -95,6 +95,8 @@ export interface KvGroupIndexesOptions {
   readonly onRefused?: ((groupIdx: number) => void) | undefined;
   /** The clock of the refusals' log throttle (default the system's). */
   readonly clock?: Clock | undefined;
+  /** Told of the entries each trim of the hash book forgot (hash-book.ts; metrics). */
+  readonly onBookForgotten?: ((entries: number) => void) | undefined;
 }
 
 /** The book's bit of the primary group (ordinal 0). */
@@ -106,16 +108,17 @@ const PRIMARY_BIT = 1;
  * book does not know the parent.
  */
 function pairsOf(
-  book: Map<bigint, BookEntry>,
+  books: HashBook,
+  book: SlotBook,
   ev: StoredBlocksEvent,
   local: BigUint64Array,
 ): BigUint64Array | undefined {
   let chain = local;
   if (ev.parentHash !== null) {
-    const parent = book.get(ev.parentHash);
+    const parent = books.parentSeq(book, ev.parentHash);
     if (parent === undefined) return undefined;
     chain = new BigUint64Array(local.length + 1);
-    chain[0] = parent.seq;
+    chain[0] = parent;
     chain.set(local, 1);
   }
   const seqs = sequenceHashes(chain).subarray(ev.parentHash !== null ? 1 : 0);
@@ -140,7 +143,7 @@ export class KvGroupIndexes implements KvCacheGroups {
   /** The groups but the primary; `bit` is the group's in the book (its ordinal's). */
   readonly #groups = new Map<number, { groupIdx: number; spec: KvGroupSpec; index: PrefixIndex; bit: number }>();
   #others: readonly KvGroupView[] = [];
-  readonly #books = new Map<string, Map<bigint, BookEntry>>();
+  readonly #book: HashBook;
   readonly #learned = new Set<number>();
   readonly #onDiscard: ((err: IndexMemoryError) => void)[] = [];
 
@@ -158,6 +161,11 @@ export class KvGroupIndexes implements KvCacheGroups {
     this.#onRefused = opts.onRefused;
     this.#maxGroups = maxGroups;
     this.#refusals = new ThrottledLog(this.#logger, opts.clock ?? systemClock, REFUSAL_LOG_INTERVAL_MS);
+    this.#book = new HashBook({
+      budget: () => this.#primary.memoryBudget,
+      logger: this.#logger,
+      onForgotten: opts.onBookForgotten,
+    });
   }
 
   primarySpec(): KvGroupSpec {
@@ -173,9 +181,14 @@ export class KvGroupIndexes implements KvCacheGroups {
     return this.#others.length > 0 || this.#primarySpec.kind !== 'full';
   }
 
+  /** Entries of every slot's hash book together (bounded: hash-book.ts). */
+  get bookEntries(): number {
+    return this.#book.entries;
+  }
+
   /** Not hybrid and no book kept: the primary group's events touch nothing here (a plain model). */
   get plain(): boolean {
-    return !this.hybrid && this.#books.size === 0;
+    return !this.hybrid && this.#book.slots === 0;
   }
 
   /** Every group's spec by group index (the primary's included), for /admin and logs. */
@@ -247,36 +260,28 @@ export class KvGroupIndexes implements KvCacheGroups {
   storePairs(slot: WorkerRank, ev: StoredBlocksEvent, local: BigUint64Array): GroupStoreStatus {
     const group = this.#groupOf(ev.groupIdx);
     if (group === undefined) return 'other_group';
-    const book = this.#book(slot);
-    const pairs = pairsOf(book, ev, local);
+    const book = this.#slotBook(slot);
+    const pairs = pairsOf(this.#book, book, ev, local);
     if (pairs === undefined) return 'parent_not_found';
     group.index.importSlot(slot.workerId, slot.dpRank, pairs);
-    this.#note(book, pairs, group.bit);
+    this.#book.note(book, pairs, group.bit);
     return 'ok';
   }
 
   /** After the primary index stored an event in a hybrid model: its blocks enter the book. */
   notePrimaryStored(slot: WorkerRank, ev: StoredBlocksEvent, local: BigUint64Array): void {
     if (!this.hybrid) return;
-    const book = this.#book(slot);
-    const pairs = pairsOf(book, ev, local);
-    if (pairs !== undefined) this.#note(book, pairs, PRIMARY_BIT);
+    const book = this.#slotBook(slot);
+    const pairs = pairsOf(this.#book, book, ev, local);
+    if (pairs !== undefined) this.#book.note(book, pairs, PRIMARY_BIT);
   }
 
   /** A group's removal (the primary's removal only updates the book). Returns the hashes the group did not hold. */
   removed(slot: WorkerRank, groupIdx: number, hashes: BigUint64Array): number {
-    const book = this.#books.get(slotKey(slot.workerId, slot.dpRank));
     const g = this.#groups.get(groupIdx);
     // A group with no bit (never seen, or refused) holds nothing in the book.
     const b = groupIdx === this.primaryGroup ? PRIMARY_BIT : g?.bit;
-    if (book !== undefined && b !== undefined) {
-      for (const h of hashes) {
-        const e = book.get(h);
-        if (e === undefined) continue;
-        e.groups &= ~b;
-        if (e.groups === 0) book.delete(h);
-      }
-    }
+    if (b !== undefined) this.#book.drop(slotKey(slot.workerId, slot.dpRank), hashes, b);
     if (groupIdx === this.primaryGroup) return 0;
     if (g === undefined) return hashes.length;
     return g.index.applyRemoved(slot.workerId, slot.dpRank, hashes).missing;
@@ -284,7 +289,7 @@ export class KvGroupIndexes implements KvCacheGroups {
 
   /** Drops the slot's blocks in every group but the primary (whose owner clears it), and its book. */
   clearSlot(slot: WorkerRank): number {
-    this.#books.delete(slotKey(slot.workerId, slot.dpRank));
+    this.#book.delete(slotKey(slot.workerId, slot.dpRank));
     let removed = 0;
     for (const g of this.#groups.values()) removed += g.index.clearSlot(slot.workerId, slot.dpRank);
     return removed;
@@ -292,7 +297,7 @@ export class KvGroupIndexes implements KvCacheGroups {
 
   /** Forgets the slot in every group but the primary. */
   removeSlot(slot: WorkerRank): void {
-    this.#books.delete(slotKey(slot.workerId, slot.dpRank));
+    this.#book.delete(slotKey(slot.workerId, slot.dpRank));
     for (const g of this.#groups.values()) g.index.removeWorkerDpRank(slot.workerId, slot.dpRank);
   }
 
@@ -328,7 +333,7 @@ export class KvGroupIndexes implements KvCacheGroups {
       const group = this.#groups.get(g.groupIdx);
       if (group === undefined || g.pairs.length === 0) continue;
       added += group.index.importSlot(slot.workerId, slot.dpRank, g.pairs);
-      this.#note(this.#book(slot), g.pairs, group.bit);
+      this.#book.note(this.#slotBook(slot), g.pairs, group.bit);
     }
     return added;
   }
@@ -358,7 +363,7 @@ export class KvGroupIndexes implements KvCacheGroups {
     for (const g of this.#groups.values()) g.index.dispose();
     this.#groups.clear();
     this.#others = [];
-    this.#books.clear();
+    this.#book.clear();
   }
 
   /** The group's index and bit (created as full attention on first sight), or undefined past `maxGroups`. */
@@ -368,22 +373,12 @@ export class KvGroupIndexes implements KvCacheGroups {
     return this.#groups.get(groupIdx);
   }
 
-  #note(book: Map<bigint, BookEntry>, pairs: BigUint64Array, b: number): void {
-    for (let j = 0; j < pairs.length; j += 2) {
-      const e = book.get(pairs[j]!);
-      if (e === undefined) book.set(pairs[j]!, { seq: pairs[j + 1]!, groups: b });
-      else e.groups |= b;
-    }
-  }
-
   /** The slot's book, seeded from the primary index the first time (blocks stored before the model showed groups). */
-  #book(slot: WorkerRank): Map<bigint, BookEntry> {
-    const key = slotKey(slot.workerId, slot.dpRank);
-    let book = this.#books.get(key);
-    if (book === undefined) {
-      this.#books.set(key, (book = new Map()));
-      this.#note(book, this.#primary.exportSlot(slot.workerId, slot.dpRank), PRIMARY_BIT);
-    }
-    return book;
+  #slotBook(slot: WorkerRank): SlotBook {
+    return this.#book.open(
+      slotKey(slot.workerId, slot.dpRank),
+      () => this.#primary.exportSlot(slot.workerId, slot.dpRank),
+      PRIMARY_BIT,
+    );
   }
 }

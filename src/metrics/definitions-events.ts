@@ -22,6 +22,15 @@ export const EVENT_METRIC_DEFINITIONS = {
       'event; the group gets no index, its blocks are not indexed).',
     labelNames: ['model', 'worker_type'],
   },
+  kvCacheGroupBookForgotten: {
+    kind: 'counter',
+    name: 'kvgate_kv_cache_group_book_forgotten_total',
+    help:
+      "Blocks a hybrid model's hash book (which group holds each block of a worker rank) forgot at its bound, about " +
+      "router_index_memory_budget_mib's bytes: least recently used first; a group's later event under one is " +
+      'parent_not_found.',
+    labelNames: ['model', 'worker_type'],
+  },
   kvCacheGroupChanges: {
     kind: 'counter',
     name: 'kvgate_kv_cache_group_changes_total',

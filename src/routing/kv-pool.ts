@@ -94,6 +94,7 @@ export function kvPool(
       onSpec,
       maxGroups: opts.kvEvents?.maxKvGroups,
       onRefused: () => ctx.metrics?.kvCacheGroupsRefused.labels(refused).inc(),
+      onBookForgotten: (n) => ctx.metrics?.kvCacheGroupBookForgotten.labels(refused).inc(n),
     });
     const indexes = new TieredPrefixIndex(kvRouter.index);
     const applier = new KvEventApplier({

@@ -20,6 +20,7 @@ export { PackedOutcome, PackedRun, PackedStop } from './packed-run.js';
 export type { PackedSource } from './packed-run.js';
 export { allocationHookPending, failIndexAllocation, takeAllocationHook } from './instance.js';
 export type { RemoveResult } from './prefix-index.js';
+export { waterLevel } from './memory-pool.js';
 export type { EvictionReport } from './memory-pool.js';
 export type { OverlapScores } from './index-match.js';
 export { ShardedPrefixIndex } from './sharded-index.js';

@@ -40,9 +40,9 @@ const MAX_PASSES = 4;
 
 /**
  * The largest level with the sizes, each capped at it, summing to at most `target` (called only when they sum
- * to more): every size above it is to be brought down to it.
+ * to more): every size above it is to be brought down to it. (Also src/events' hash books' trim.)
  */
-function waterLevel(sizes: readonly number[], target: number): number {
+export function waterLevel(sizes: readonly number[], target: number): number {
   const desc = [...sizes].sort((a, b) => b - a);
   let rest = desc.reduce((a, b) => a + b, 0);
   for (let k = 1; k <= desc.length; k++) {

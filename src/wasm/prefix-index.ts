@@ -127,6 +127,11 @@ export class PrefixIndex {
     this.#enforceBudget();
   }
 
+  /** The memory budget in bytes this index holds its bytes against, its own or the one it shares (0: none). */
+  get memoryBudget(): number {
+    return this.#pool.budget;
+  }
+
   /** Bytes this index and every index sharing its memory budget hold together (this one's alone if none does). */
   get pooledBytes(): number {
     return this.#pool.held();

@@ -495,3 +495,105 @@ describe("a hybrid model's index under its memory budget", () => {
     expect(primary.pooledBytes).toBe(primary.bytes);
   });
 });
+
+describe("a hybrid model's hash book under its memory budget", () => {
+  const BUDGET = 512 * 1024;
+
+  /** A chain of blocks stored in group `g` (0 full attention, 1 the window) under `parent`, hashes from `first`. */
+  function chain(g: number, first: bigint, tokens: number[], parent: bigint | null): unknown[] {
+    const n = tokens.length / BS;
+    const hashes = Array.from({ length: n }, (_, i) => first + BigInt(i));
+    const kind = g === 0 ? ['full_attention', null] : ['sliding_window', WINDOW];
+    return ['BlockStored', hashes, parent, tokens, BS, null, 'GPU', null, null, g, ...kind];
+  }
+
+  /** One worker's hybrid model under the budget; its statuses, the book's trims and warn lines. */
+  function model() {
+    const primary = new PrefixIndex();
+    primary.setMemoryBudget(BUDGET);
+    const warnings: Record<string, unknown>[] = [];
+    const trims = { forgotten: 0 };
+    const groups = new KvGroupIndexes({
+      primary,
+      logger: captureWarnings(warnings),
+      onBookForgotten: (n) => (trims.forgotten += n),
+    });
+    const kv = new KvRouter({
+      blockSize: BS,
+      clock: new ManualClock(),
+      rng: seededRng(1),
+      index: primary,
+      kvGroups: groups,
+    });
+    const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(primary), groups });
+    kv.addWorker(1);
+    const statuses = new Map<string, number>();
+    const apply = (evs: unknown[][]): void => {
+      const decoded = decodeKvEventBatch(encode([1.5, evs, 0], { useBigInt64: true }));
+      if (!decoded.ok) throw new Error(decoded.error.message);
+      applier.applyBatch({ workerId: 1, dpRank: 0 }, decoded.batch, (_t, s) =>
+        statuses.set(s, (statuses.get(s) ?? 0) + 1),
+      );
+    };
+    return { groups, kv, apply, statuses, warnings, trims };
+  }
+
+  const tokens = (rng: Rng, blocks: number): number[] =>
+    Array.from({ length: blocks * BS }, () => 1 + Math.floor(rng() * 50_000));
+
+  /**
+   * Requests of 16 blocks each, cached in both groups (vLLM hashes a block alike in every group), never removed:
+   * 160 batches of 16 are 40,960 blocks, ten times what the budget's book holds. `between` runs after each batch.
+   */
+  function flood(rng: Rng, apply: (evs: unknown[][]) => void, between: () => void) {
+    const prompts: { first: bigint; tokens: number[] }[] = [];
+    for (let batch = 0; batch < 160; batch++) {
+      const evs: unknown[][] = [];
+      for (let k = 0; k < 16; k++) {
+        const p = { first: BigInt(1 + prompts.length * 16), tokens: tokens(rng, 16) };
+        prompts.push(p);
+        evs.push(chain(0, p.first, p.tokens, null), chain(1, p.first, p.tokens, null));
+      }
+      apply(evs);
+      between();
+    }
+    return prompts;
+  }
+
+  it('stays bounded when the engine never removes a block, and the newest prompts still route and chain', () => {
+    const rng = seededRng(47);
+    const { groups, kv, apply, statuses, warnings, trims } = model();
+    let peak = 0;
+    const prompts = flood(rng, apply, () => (peak = Math.max(peak, groups.bookEntries)));
+    expect([...statuses.keys()]).toEqual(['ok']);
+    // The book held about the budget's bytes at most (an entry 128 bytes), the rest forgotten, counted, one warn
+    // line for the episode.
+    expect(peak).toBeLessThanOrEqual(BUDGET / 128);
+    expect(trims.forgotten).toBe(160 * 16 * 16 - groups.bookEntries);
+    expect(warnings).toEqual([expect.objectContaining({ capacity: BUDGET / 128 })]);
+    // The newest requests' follow-ups: each group stores 4 more blocks under the last one, and the router credits
+    // the whole conversation.
+    statuses.clear();
+    for (const p of prompts.slice(-4)) {
+      const more = tokens(rng, 4);
+      const last = p.first + 15n;
+      apply([chain(0, 1_000_000n + p.first, more, last), chain(1, 1_000_000n + p.first, more, last)]);
+      const d = kv.findBestMatch({ requestId: `q${p.first}`, tokens: [...p.tokens, ...more] }, { mode: 'query' });
+      expect(d.candidates.find((c) => c.workerId === 1)?.overlapBlocks).toBe(20);
+    }
+    expect([...statuses]).toEqual([['ok', 8]]);
+  });
+
+  it('forgets least recently used first: a block chained under all along is kept through the flood', () => {
+    const rng = seededRng(53);
+    const { groups, apply, statuses } = model();
+    // A system prompt every request of a kind starts with; the window group stores a turn under it now and then.
+    const system = tokens(rng, 4);
+    apply([chain(0, 1n << 40n, system, null), chain(1, 1n << 40n, system, null)]);
+    const last = (1n << 40n) + 3n;
+    let turn = 0n;
+    flood(rng, apply, () => apply([chain(1, (2n << 40n) + 16n * turn++, tokens(rng, 1), last)]));
+    expect(groups.bookEntries).toBeLessThanOrEqual(BUDGET / 128);
+    expect([...statuses.keys()]).toEqual(['ok']);
+  });
+});
