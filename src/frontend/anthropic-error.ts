@@ -6,7 +6,9 @@
  * kvgate code and the field are kept alongside (`error.code`, `error.param`), as on the OpenAI endpoints; the
  * message is the same public one (no engine address or engine text), except that a prompt over the limit
  * (kvgate's `max_prompt_tokens`, or an engine's context length in the engine's refusal) is told in Anthropic's
- * words first, `prompt is too long: N tokens > M maximum`, which coding agents match to offer compaction.
+ * words first, `prompt is too long: N tokens > M maximum`, which coding agents match to offer compaction, and so is
+ * an engine's refusal of a prompt that fits but leaves no room for `max_tokens`: `input length and \`max_tokens\`
+ * exceed context limit: A + B > C, ...`, which they match to retry with a smaller `max_tokens`.
  */
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { KvgateError } from '../errors/index.js';
@@ -48,10 +50,9 @@ interface OpenAiError {
 
 function bodyOf(status: number, e: OpenAiError, requestId: string, counts?: TokenCounts): Record<string, unknown> {
   const over = counts ?? (e.code === 'KVG_ERR_ENGINE_REJECTED' ? engineContextRefusal(e.message) : undefined);
-  // Anthropic's own words for a prompt over the limit, which coding agents match (Claude Code offers to compact the
-  // conversation), then what kvgate or the engine said.
-  const message =
-    over === undefined ? e.message : `prompt is too long: ${over.prompt} tokens > ${over.max} maximum (${e.message})`;
+  // Anthropic's own words, which coding agents match (Claude Code offers to compact the conversation, or retries
+  // with a smaller max_tokens), then what kvgate or the engine said.
+  const message = over === undefined ? e.message : `${anthropicWords(over)} (${e.message})`;
   return {
     type: 'error',
     error: { type: anthropicErrorType(status), message, code: e.code, param: e.param },
@@ -65,31 +66,81 @@ interface TokenCounts {
   readonly max: number;
 }
 
+/** A prompt that fits the context but leaves less room than the completion asked (`max_tokens`). */
+interface NoRoom {
+  readonly input: number;
+  readonly maxTokens: number;
+  readonly context: number;
+}
+
+/** Anthropic's message for each: its 400 for a prompt too long, and for input plus max_tokens over the context. */
+function anthropicWords(over: TokenCounts | NoRoom): string {
+  if ('prompt' in over) return `prompt is too long: ${over.prompt} tokens > ${over.max} maximum`;
+  return (
+    `input length and \`max_tokens\` exceed context limit: ${over.input} + ${over.maxTokens} > ${over.context}, ` +
+    'decrease input length or `max_tokens` and try again'
+  );
+}
+
 /**
- * vLLM's wordings of a prompt longer than its context, each with the groups of the prompt's tokens and of the
- * context length: its front end's ("This model's maximum context length is M tokens. However, your request has N
- * input tokens", before 0.9 "... your messages resulted in N tokens" or "... you requested T tokens (N in the
- * messages, C in the completion)", the mocker's) and its engine's ("The decoder prompt (length N) is longer than the
- * maximum model length of M").
+ * An engine's wording as a pattern: the text as the engine writes it, `{input}` the prompt's tokens, `{context}` the
+ * context length, `{output}` the completion asked (named groups), `{n}` a number not read.
  */
-const CONTEXT_REFUSALS: readonly (readonly [RegExp, number, number])[] = [
-  [/maximum context length is (\d+) tokens\. However, your request has (\d+) input tokens/, 2, 1],
-  [/maximum context length is (\d+) tokens\. However, your (?:messages|prompt) resulted in (\d+) tokens/, 2, 1],
-  [/maximum context length is (\d+) tokens\. However, you requested \d+ tokens \((\d+) in the/, 2, 1],
-  [/decoder prompt \(length (\d+)\) is longer than the maximum model length of (\d+)/, 1, 2],
+function wording(...parts: string[]): RegExp {
+  const literal = parts.join('').replace(/[.*+?^$()|[\]\\]/g, '\\$&');
+  return new RegExp(
+    literal.replace(/\{(input|output|context|n)\}/g, (_, name: string) => (name === 'n' ? '\\d+' : `(?<${name}>\\d+)`)),
+  );
+}
+
+/**
+ * Engines' wordings of a request over the context. vLLM's front end, newest first: its renderer's (both cases; the
+ * mocker's), then "... your request has A input tokens" (a prompt too long) and "'max_tokens' or
+ * 'max_completion_tokens' is too large: B ..." (no room), before those "... your messages resulted in A tokens", "...
+ * you requested A tokens in the messages" and "... you requested T tokens (A in the messages, B in the completion)"
+ * (both cases); vLLM's engine's; SGLang's two.
+ */
+const CONTEXT_REFUSALS: readonly RegExp[] = [
+  wording(
+    'You passed {input} input tokens and requested {output} output tokens. ',
+    "However, the model's context length is only {context} tokens",
+  ),
+  wording("This model's maximum context length is {context} tokens. However, your request has {input} input tokens"),
+  wording(
+    "'max_tokens' or 'max_completion_tokens' is too large: {output}. ",
+    "This model's maximum context length is {context} tokens and your request has {input} input tokens",
+  ),
+  wording("This model's maximum context length is {context} tokens. However, your messages resulted in {input} tokens"),
+  wording("This model's maximum context length is {context} tokens. However, your prompt resulted in {input} tokens"),
+  wording(
+    "This model's maximum context length is {context} tokens. However, you requested {input} tokens in the messages",
+  ),
+  wording(
+    "This model's maximum context length is {context} tokens. ",
+    'However, you requested {n} tokens ({input} in the messages, {output} in the completion)',
+  ),
+  wording('The decoder prompt (length {input}) is longer than the maximum model length of {context}'),
+  wording("The input ({input} tokens) is longer than the model's context length ({context} tokens)"),
+  wording(
+    "Requested token count exceeds the model's maximum context length of {context} tokens. ",
+    'You requested a total of {n} tokens: {input} tokens from the input messages and {output} tokens for the completion',
+  ),
 ];
 
 /**
- * An engine's refusal of a prompt longer than its context, read from its message; undefined for any other refusal,
- * and for a prompt that fits but leaves no room for the completion asked (not a prompt too long in Anthropic's sense).
+ * An engine's refusal of a request over its context, read from its message: a prompt longer than the context, or
+ * one that fits but whose tokens and completion asked add up to more; undefined for any other refusal, and where
+ * the numbers say neither (SGLang refuses a sum equal to the context, which Anthropic's `A + B > C` would misstate).
  */
-function engineContextRefusal(message: string): TokenCounts | undefined {
-  for (const [pattern, promptGroup, maxGroup] of CONTEXT_REFUSALS) {
-    const m = pattern.exec(message);
-    if (m === null) continue;
-    const prompt = Number(m[promptGroup]);
-    const max = Number(m[maxGroup]);
-    return prompt > max ? { prompt, max } : undefined;
+function engineContextRefusal(message: string): TokenCounts | NoRoom | undefined {
+  for (const pattern of CONTEXT_REFUSALS) {
+    const said = pattern.exec(message)?.groups;
+    if (said === undefined) continue;
+    const input = Number(said.input);
+    const context = Number(said.context);
+    if (input > context) return { prompt: input, max: context };
+    const maxTokens = said.output === undefined ? undefined : Number(said.output);
+    return maxTokens !== undefined && input + maxTokens > context ? { input, maxTokens, context } : undefined;
   }
   return undefined;
 }

@@ -193,13 +193,15 @@ export class Generation {
     if (tokens.length === 0)
       throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty after tokenization', { param });
     const maxTokens = p.maxTokens ?? o.defaultMaxTokens;
+    // vLLM's current words (its renderer's, since vllm#36197), the same for a prompt over the context and for one
+    // that leaves less room than max_tokens, with the parameter its validation error appends.
     if (tokens.length + maxTokens > o.maxModelLen) {
       throw new KvgateError(
         'KVG_ERR_PROMPT_TOO_LONG',
-        `This model's maximum context length is ${o.maxModelLen} tokens. ` +
-          `However, you requested ${tokens.length + maxTokens} tokens ` +
-          `(${tokens.length} in the messages, ${maxTokens} in the completion). ` +
-          'Please reduce the length of the messages or completion.',
+        `You passed ${tokens.length} input tokens and requested ${maxTokens} output tokens. ` +
+          `However, the model's context length is only ${o.maxModelLen} tokens, resulting in a maximum input ` +
+          `length of ${o.maxModelLen - maxTokens} tokens. Please reduce the length of the input prompt. ` +
+          `(parameter=input_tokens, value=${tokens.length})`,
         { param },
       );
     }

@@ -244,7 +244,7 @@ describe('bad input gets OpenAI-style errors and the engine keeps serving', () =
   it("the context-length error reads like vLLM's", async () => {
     const r = await postJson(`${m.url}/v1/completions`, { prompt: ids(200, 1), max_tokens: 100 });
     expect(r.json.error.message).toBe(
-      "This model's maximum context length is 256 tokens. However, you requested 300 tokens (200 in the messages, 100 in the completion). Please reduce the length of the messages or completion.",
+      "You passed 200 input tokens and requested 100 output tokens. However, the model's context length is only 256 tokens, resulting in a maximum input length of 156 tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=200)",
     );
   });
 

@@ -95,7 +95,7 @@ for (const engine of ['vllm', 'sglang'] as const) {
       const got = await outcome(f.router.route(prepare(randomTokens(rng, 80), { requestId: `refused-${engine}` })));
       expectDocumented('prefill-refused', got);
       expect(got.status).toBe(400);
-      expect(JSON.stringify(got.body)).toMatch(/maximum context length is 64/);
+      expect(JSON.stringify(got.body)).toMatch(/context length is only 64 tokens/);
       // The SGLang decode half was cancelled, not left waiting for its rendezvous timeout.
       expect(performance.now() - t0).toBeLessThan(10_000);
       await until(() => f.prefill[0]!.stats().bootstrapPending === 0, 'the rendezvous table to empty');
