@@ -6,7 +6,7 @@
  * of a block's end only from the engine's removals, never from kvgate's evictions (the module reports how many
  * entries it evicted, not which). An engine that never sends removals, or whose removals are lost, would grow it
  * without bound. So the model's books hold at most `bookCapacity(budget)` entries together: about the budget's
- * bytes again (`BOOK_ENTRY_BYTES` each), or, without a budget, what the 4 GiB a module may hold would make. Past
+ * bytes again (`BOOK_ENTRY_BYTES` each), or, without a budget, 1 GiB's worth (`UNBUDGETED_BYTES`). Past
  * that they are trimmed to 90 % of it max-min fairly (the largest slots' books to a common level, as the indexes
  * under their budget), each book's least recently noted entries first (a block used as a parent counts as noted),
  * and the trim is counted (`onForgotten`) and logged, a warn line for the first of an episode (the books had been
@@ -43,8 +43,11 @@ export type SlotBook = Map<bigint, BookEntry>;
  */
 const BOOK_ENTRY_BYTES = 128;
 
-/** The bytes a book's capacity is figured from without a budget: the most a WASM module can hold. */
-const UNBUDGETED_BYTES = 4 * 2 ** 30;
+/**
+ * The bytes a book's capacity is figured from without a budget: 1 GiB of JS heap (about 8M blocks), well within
+ * V8's default heap limit, where the 4 GiB an unbudgeted module may hold would be as large as the heap itself.
+ */
+const UNBUDGETED_BYTES = 2 ** 30;
 
 /** One slot's book at most: V8's Map throws at 2^24 entries; trimmed to 90 % of this when it reaches it. */
 const MAX_SLOT_ENTRIES = 2 ** 24 - 1;
