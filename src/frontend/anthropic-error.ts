@@ -98,7 +98,8 @@ function wording(...parts: string[]): RegExp {
  * mocker's), then "... your request has A input tokens" (a prompt too long) and "'max_tokens' or
  * 'max_completion_tokens' is too large: B ..." (no room), before those "... your messages resulted in A tokens", "...
  * you requested A tokens in the messages" and "... you requested T tokens (A in the messages, B in the completion)"
- * (both cases); vLLM's engine's; SGLang's two.
+ * (both cases), "... you requested B output tokens and your prompt contains at least A input tokens" (both cases)
+ * and "Input length (A) exceeds model's maximum context length (C)"; vLLM's engine's two; SGLang's two.
  */
 const CONTEXT_REFUSALS: readonly RegExp[] = [
   wording(
@@ -106,6 +107,12 @@ const CONTEXT_REFUSALS: readonly RegExp[] = [
     "However, the model's context length is only {context} tokens",
   ),
   wording("This model's maximum context length is {context} tokens. However, your request has {input} input tokens"),
+  // The prompt's tokens counted up to where they passed the context ("at least A"), with the completion asked.
+  wording(
+    "This model's maximum context length is {context} tokens. ",
+    'However, you requested {output} output tokens and your prompt contains at least {input} input tokens',
+  ),
+  wording("Input length ({input}) exceeds model's maximum context length ({context})"),
   wording(
     "'max_tokens' or 'max_completion_tokens' is too large: {output}. ",
     "This model's maximum context length is {context} tokens and your request has {input} input tokens",
@@ -120,6 +127,8 @@ const CONTEXT_REFUSALS: readonly RegExp[] = [
     'However, you requested {n} tokens ({input} in the messages, {output} in the completion)',
   ),
   wording('The decoder prompt (length {input}) is longer than the maximum model length of {context}'),
+  // Its engine's, for a multimodal prompt (text and image tokens together).
+  wording('The prompt (total length {input}) is too long to fit into the model (context length {context})'),
   wording("The input ({input} tokens) is longer than the model's context length ({context} tokens)"),
   wording(
     "Requested token count exceeds the model's maximum context length of {context} tokens. ",

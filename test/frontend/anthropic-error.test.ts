@@ -73,6 +73,17 @@ describe("a prompt over the limit in Anthropic's words (coding agents match them
     ],
     ["The input (3000 tokens) is longer than the model's context length (2048 tokens).", 3000, 2048],
     [
+      "This model's maximum context length is 2048 tokens. However, you requested 0 output tokens and your prompt contains at least 3000 input tokens, for a total of at least 3000 tokens. Please reduce the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, value=3000)",
+      3000,
+      2048,
+    ],
+    ["Input length (3000) exceeds model's maximum context length (2048).", 3000, 2048],
+    [
+      'The prompt (total length 3000) is too long to fit into the model (context length 2048). Make sure that `max_model_len` is no smaller than the number of text tokens plus multimodal tokens.',
+      3000,
+      2048,
+    ],
+    [
       "This model's maximum context length is 2048 tokens. However, you requested 3000 tokens in the messages, Please reduce the length of the messages.",
       3000,
       2048,
@@ -116,6 +127,8 @@ describe("a prompt that fits but leaves no room for max_tokens, in Anthropic's w
     "'max_tokens' or 'max_completion_tokens' is too large: 1000. This model's maximum context length is 2048 tokens and your request has 2000 input tokens (1000 > 2048 - 2000).",
     // Older vLLM (the mocker's until it took the current words).
     "This model's maximum context length is 2048 tokens. However, you requested 3000 tokens (2000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.",
+    // vLLM's front end counting the prompt only up to where it passed the context.
+    "This model's maximum context length is 2048 tokens. However, you requested 1000 output tokens and your prompt contains at least 2000 input tokens, for a total of at least 3000 tokens. Please reduce the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, value=2000)",
     // SGLang.
     "Requested token count exceeds the model's maximum context length of 2048 tokens. You requested a total of 3000 tokens: 2000 tokens from the input messages and 1000 tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
   ])("the engine's numbers, then its words: %s", (said) => {
