@@ -12,14 +12,19 @@
  * any): counted, and the first eviction of an episode (the memory had been under three quarters of the cap)
  * reported as its start, as the index's memory budget does.
  *
+ * The entries (salt-entries.ts) are kept in typed arrays keyed by the hash's 32-bit halves, salts interned: the
+ * applier asks for every salted event, so no call makes an object or a `bigint` (a hash is split by writing it
+ * to a one-element `BigUint64Array` and reading its `Uint32Array` view, which V8 compiles without a `bigint`).
+ *
  * A replica's snapshot of the slot carries its entries (`exportSlot`, oldest first) and a replica seeded from it
  * takes them (`importSlot`, under its own cap): the root events of the snapshot's chains lie at or before its
  * cursor, so the seeded replica never sees them, only the later events that inherit their salt.
  */
 import type { SaltRun, WorkerRank } from '../common/index.js';
+import { SaltEntries } from './salt-entries.js';
 import type { StoredBlocksEvent } from './types.js';
 
-/** Entries remembered in all by default: about 100 MiB at worst (a few dozen bytes an entry, salts shared). */
+/** Entries remembered in all by default: about 36 MiB at most (salt-entries.ts: 36 bytes an entry, salts shared). */
 const kDefaultSaltMemoryCap = 1 << 20;
 
 /** One eviction under the cap; `episodeStart`: the first since the memory was under three quarters of it. */
@@ -48,13 +53,25 @@ export function rootSaltOf(ev: StoredBlocksEvent): string | undefined | 'ambiguo
   return salt;
 }
 
+/** A slot's id in the entries and its place in the order slots are evicted from. */
+interface SlotRecord {
+  readonly id: number;
+}
+
 export class SaltMemory {
   readonly cap: number;
-  readonly #slots = new Map<string, Map<bigint, string>>();
-  #size = 0;
+  readonly #entries = new SaltEntries();
+  /** By worker id and dp rank; `#order` holds them in the order they first remembered (since a clear). */
+  readonly #slots = new Map<number, Map<number, SlotRecord>>();
+  readonly #order = new Set<SlotRecord>();
+  readonly #freeIds: number[] = [];
+  #nextId = 0;
   #inEpisode = false;
   /** Entries evicted under the cap since the start. */
   evictions = 0;
+  /** A hash's halves: the hash is written to `#h64` and read back as two numbers (no `bigint` is made). */
+  readonly #h64 = new BigUint64Array(1);
+  readonly #h32 = new Uint32Array(this.#h64.buffer);
 
   constructor(
     cap = kDefaultSaltMemoryCap,
@@ -65,51 +82,67 @@ export class SaltMemory {
 
   /** Entries held in all. */
   get size(): number {
-    return this.#size;
+    return this.#entries.size;
   }
 
   /** The salt of a block the slot stored salted; `undefined` for an unsalted or unknown one. */
   saltOf(slot: WorkerRank, engineHash: bigint): string | undefined {
-    if (this.#size === 0) return undefined;
-    return this.#slots.get(key(slot))?.get(engineHash);
+    const entries = this.#entries;
+    if (entries.size === 0) return undefined;
+    const r = this.#slots.get(slot.workerId)?.get(slot.dpRank);
+    if (r === undefined || entries.count(r.id) === 0) return undefined;
+    this.#h64[0] = engineHash;
+    const e = entries.find(r.id, this.#h32[0]!, this.#h32[1]!);
+    return e < 0 ? undefined : entries.saltOf(entries.saltId(e));
   }
 
   /** Whether the slot holds any salted block (a packed run then checks its events' salts: see the applier). */
   holds(slot: WorkerRank): boolean {
-    return this.#size > 0 && (this.#slots.get(key(slot))?.size ?? 0) > 0;
+    if (this.#entries.size === 0) return false;
+    const r = this.#slots.get(slot.workerId)?.get(slot.dpRank);
+    return r !== undefined && this.#entries.count(r.id) > 0;
   }
 
   /** Remembers the salt of every block of a stored salted chain. */
   remember(slot: WorkerRank, engineHashes: BigUint64Array, salt: string): void {
-    const k = key(slot);
-    let m = this.#slots.get(k);
-    if (m === undefined) this.#slots.set(k, (m = new Map()));
-    for (const h of engineHashes) {
-      const had = m.has(h);
-      m.delete(h); // re-stored: the newest again
-      m.set(h, salt);
-      if (!had) this.#size++;
-      if (this.#size > this.cap) this.#evictOne(m);
+    const r = this.#record(slot);
+    const entries = this.#entries;
+    const h64 = this.#h64;
+    const h32 = this.#h32;
+    const id = entries.hold(salt);
+    for (let i = 0; i < engineHashes.length; i++) {
+      h64[0] = engineHashes[i]!;
+      const e = entries.find(r.id, h32[0]!, h32[1]!);
+      if (e >= 0) {
+        entries.renew(e, id); // re-stored: the newest again
+        continue;
+      }
+      // Room is made before the add (the arrays never hold more than `cap`): the same entry goes as after it.
+      if (entries.size >= this.cap) this.#evictOne(r);
+      entries.add(r.id, h32[0]!, h32[1]!, id);
     }
-    if (this.#size <= (this.cap * 3) / 4) this.#inEpisode = false;
+    entries.release(id);
+    if (entries.size <= (this.cap * 3) / 4) this.#inEpisode = false;
   }
 
   /** The slot's entries, oldest first, as runs of consecutive entries sharing a salt (a replica snapshot's). */
   exportSlot(slot: WorkerRank): SaltRun[] {
-    const m = this.#size === 0 ? undefined : this.#slots.get(key(slot));
-    if (m === undefined) return [];
+    const entries = this.#entries;
+    const r = entries.size === 0 ? undefined : this.#slots.get(slot.workerId)?.get(slot.dpRank);
+    if (r === undefined) return [];
     const out: SaltRun[] = [];
-    let run: bigint[] = [];
-    let salt: string | undefined;
-    for (const [h, s] of m) {
-      if (s !== salt && salt !== undefined) {
-        out.push({ salt, hashes: BigUint64Array.from(run) });
-        run = [];
+    for (let e = entries.oldest(r.id); e >= 0;) {
+      const salt = entries.saltId(e);
+      let n = 0;
+      for (let f = e; f >= 0 && entries.saltId(f) === salt; f = entries.newer(f)) n++;
+      const hashes = new BigUint64Array(n);
+      const halves = new Uint32Array(hashes.buffer);
+      for (let i = 0; i < n; i++, e = entries.newer(e)) {
+        halves[2 * i] = entries.lo(e);
+        halves[2 * i + 1] = entries.hi(e);
       }
-      salt = s;
-      run.push(h);
+      out.push({ salt: entries.saltOf(salt), hashes });
     }
-    if (salt !== undefined) out.push({ salt, hashes: BigUint64Array.from(run) });
     return out;
   }
 
@@ -125,50 +158,73 @@ export class SaltMemory {
 
   /** Forgets removed blocks (no work while nothing salted is held). */
   forget(slot: WorkerRank, engineHashes: BigUint64Array): void {
-    if (this.#size === 0) return;
-    const m = this.#slots.get(key(slot));
-    if (m === undefined) return;
-    for (const h of engineHashes) if (m.delete(h)) this.#size--;
+    const entries = this.#entries;
+    if (entries.size === 0) return;
+    const r = this.#slots.get(slot.workerId)?.get(slot.dpRank);
+    if (r === undefined) return;
+    const h64 = this.#h64;
+    const h32 = this.#h32;
+    for (let i = 0; i < engineHashes.length && entries.count(r.id) > 0; i++) {
+      h64[0] = engineHashes[i]!;
+      const e = entries.find(r.id, h32[0]!, h32[1]!);
+      if (e >= 0) entries.remove(e);
+    }
     this.#noteShrunk();
   }
 
   /** Forgets every block of the slot (cleared or removed). */
   clearSlot(slot: WorkerRank): void {
-    if (this.#size === 0) return;
-    const k = key(slot);
-    const m = this.#slots.get(k);
-    if (m === undefined) return;
-    this.#size -= m.size;
-    this.#slots.delete(k);
+    const entries = this.#entries;
+    if (entries.size === 0) return;
+    const ranks = this.#slots.get(slot.workerId);
+    const r = ranks?.get(slot.dpRank);
+    if (r === undefined) return;
+    for (let e = entries.oldest(r.id); e >= 0; e = entries.oldest(r.id)) entries.remove(e);
+    ranks!.delete(slot.dpRank);
+    if (ranks!.size === 0) this.#slots.delete(slot.workerId);
+    this.#order.delete(r);
+    this.#freeIds.push(r.id);
     this.#noteShrunk();
   }
 
-  #noteShrunk(): void {
-    if (this.#size <= (this.cap * 3) / 4) this.#inEpisode = false;
+  /** The slot's record, made when it remembers first (since its last clear). */
+  #record(slot: WorkerRank): SlotRecord {
+    let ranks = this.#slots.get(slot.workerId);
+    if (ranks === undefined) this.#slots.set(slot.workerId, (ranks = new Map()));
+    let r = ranks.get(slot.dpRank);
+    if (r === undefined) {
+      r = { id: this.#freeIds.pop() ?? this.#nextId++ };
+      ranks.set(slot.dpRank, r);
+      this.#order.add(r);
+    }
+    return r;
   }
 
-  /** Evicts the oldest entry of `m` (the slot storing), or of the first slot holding any when `m` has only one. */
-  #evictOne(m: Map<bigint, string>): void {
-    let from = m;
-    if (m.size <= 1) {
-      for (const other of this.#slots.values()) {
-        if (other !== m && other.size > 0) {
+  #noteShrunk(): void {
+    if (this.#entries.size <= (this.cap * 3) / 4) this.#inEpisode = false;
+  }
+
+  /**
+   * Makes room for an entry `r` (the slot storing) is about to add: evicts its oldest, or, when it holds none
+   * yet (the new one would be its only), the oldest of the first slot holding any.
+   */
+  #evictOne(r: SlotRecord): void {
+    const entries = this.#entries;
+    let from = r;
+    if (entries.count(r.id) === 0) {
+      for (const other of this.#order) {
+        if (other !== r && entries.count(other.id) > 0) {
           from = other;
           break;
         }
       }
     }
-    const oldest = from.keys().next();
-    if (oldest.done === true) return;
-    from.delete(oldest.value);
-    this.#size--;
+    const oldest = entries.oldest(from.id);
+    if (oldest < 0) return;
+    entries.remove(oldest);
     this.evictions++;
     const episodeStart = !this.#inEpisode;
     this.#inEpisode = true;
     this.onEvicted?.({ evicted: 1, episodeStart });
   }
-}
-
-function key(slot: WorkerRank): string {
-  return `${slot.workerId}:${slot.dpRank}`;
 }
