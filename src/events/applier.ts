@@ -46,6 +46,7 @@ import {
 import { isKvgateError, type IndexMemoryError } from '../errors/index.js';
 import type { KvGroupIndexes } from './group-indexes.js';
 import { PackedEvent, type PackedBatch } from './packed-batch.js';
+import { HashSet } from './salt-entries.js';
 import { rootSaltOf, SaltMemory, type SaltEvictionReport } from './salt-memory.js';
 import { TieredPrefixIndex } from './tiered-index.js';
 import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StorageTier, StoredBlocksEvent } from './types.js';
@@ -149,10 +150,11 @@ export class KvEventApplier {
   readonly #onSaltAmbiguous: (() => void) | undefined;
   /**
    * What a salted run's events are read into (`#confirmedRun`, `#followRun`): one record, the blocks the run
-   * stores salted, and per event the word where `salts` has to follow it (-1: nothing to follow).
+   * stores salted (no `bigint` made per block), and per event the word where `salts` has to follow it (-1:
+   * nothing to follow).
    */
   readonly #runEvent = new PackedEvent();
-  readonly #runSalted = new Set<bigint>();
+  readonly #runSalted = new HashSet();
   #runFollow = new Int32Array(64);
 
   /** @throws KvgateError KVG_ERR_INVALID_BLOCK_SIZE unless `blockSize` is an integer in [1, 2^20]. */
@@ -277,7 +279,7 @@ export class KvEventApplier {
       grows += ev.hashCount;
       if (this.salts.size + grows > this.salts.cap) return i;
       batch.read(at, ev);
-      for (const h of ev.blockHashes) salted.add(h);
+      salted.addAll(ev.blockHashes);
       follow[i] = at;
       holds = true;
     }

@@ -251,3 +251,34 @@ function grown<T extends Uint32Array | Int32Array>(a: T, n: number, fill?: numbe
   if (fill !== undefined && fill !== 0) out.fill(fill, a.length);
   return out;
 }
+
+/**
+ * A set of engine hashes on the same table (slot 0, one salt), emptied in place: the blocks a salted packed run
+ * stores salted (applier.ts), asked of every stored event of the run, with no `bigint` made per block.
+ */
+export class HashSet {
+  readonly #entries = new SaltEntries();
+  readonly #salt = this.#entries.hold('');
+  readonly #h64 = new BigUint64Array(1);
+  readonly #h32 = new Uint32Array(this.#h64.buffer);
+
+  has(hash: bigint): boolean {
+    if (this.#entries.size === 0) return false;
+    this.#h64[0] = hash;
+    return this.#entries.find(0, this.#h32[0]!, this.#h32[1]!) >= 0;
+  }
+
+  addAll(hashes: BigUint64Array): void {
+    const entries = this.#entries;
+    const h32 = this.#h32;
+    for (let i = 0; i < hashes.length; i++) {
+      this.#h64[0] = hashes[i]!;
+      if (entries.find(0, h32[0]!, h32[1]!) < 0) entries.add(0, h32[0]!, h32[1]!, this.#salt);
+    }
+  }
+
+  clear(): void {
+    const entries = this.#entries;
+    for (let e = entries.oldest(0); e >= 0; e = entries.oldest(0)) entries.remove(e);
+  }
+}

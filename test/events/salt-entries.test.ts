@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { SaltRun, WorkerRank } from '../../src/common/index.js';
-import { SaltEntries } from '../../src/events/salt-entries.js';
+import { HashSet, SaltEntries } from '../../src/events/salt-entries.js';
 import { SaltMemory, type SaltEvictionReport } from '../../src/events/salt-memory.js';
 import { mulberry32 } from '../helpers/rng.js';
 
@@ -161,6 +161,21 @@ describe('SaltEntries', () => {
     const c = t.hold('tenant-c');
     expect(c).toBe(a); // tenant-a's id, free again
     expect(t.hold('tenant-b')).toBe(b); // still held by the entry: the same id
+  });
+});
+
+describe('HashSet', () => {
+  it('holds the hashes added, duplicates once, through growth, and none after a clear', () => {
+    const set = new HashSet();
+    const many = BigUint64Array.from({ length: 1000 }, (_, i) => (BigInt(i % 500) << 32n) | BigInt(i % 7));
+    set.addAll(many);
+    set.addAll(many.subarray(0, 10)); // again: no second entry
+    for (const h of many) expect(set.has(h)).toBe(true);
+    expect(set.has((3n << 32n) | 4n)).toBe(false); // its halves each in the set, not together
+    set.clear();
+    for (const h of many) expect(set.has(h)).toBe(false);
+    set.addAll(new BigUint64Array([0n, 2n ** 64n - 1n]));
+    expect([0n, 2n ** 64n - 1n, 1n].map((h) => set.has(h))).toEqual([true, true, false]);
   });
 });
 
