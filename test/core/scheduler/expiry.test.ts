@@ -6,8 +6,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../../src/common/index.js';
-import { KvScheduler, type BookkeepingObserver, type SchedulingRequest } from '../../../src/core/index.js';
+import { KvScheduler, type SchedulingRequest } from '../../../src/core/index.js';
 import { promptHashes } from '../../../src/wasm/index.js';
+import { freedRecorder } from '../../helpers/freed-recorder.js';
 
 const BS = 4;
 const EXPIRY_S = 60;
@@ -21,13 +22,7 @@ function setup(): { s: KvScheduler; clock: ManualClock; freed: string[] } {
     config: { activeRequestExpirySecs: EXPIRY_S },
   });
   s.addWorker(1, { maxNumBatchedTokens: 1000 });
-  const freed: string[] = [];
-  const observer: BookkeepingObserver = {
-    added: () => undefined,
-    prefillCompleted: () => undefined,
-    outputBlock: () => undefined,
-    freed: (id) => void freed.push(id),
-  };
+  const { observer, freed } = freedRecorder();
   s.observe(observer);
   return { s, clock, freed };
 }

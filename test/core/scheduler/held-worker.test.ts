@@ -6,8 +6,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ManualClock, seededRng } from '../../../src/common/index.js';
-import { KvScheduler, type BookkeepingObserver, type SchedulingRequest } from '../../../src/core/index.js';
+import { KvScheduler, type SchedulingRequest } from '../../../src/core/index.js';
 import { promptHashes } from '../../../src/wasm/index.js';
+import { freedRecorder } from '../../helpers/freed-recorder.js';
 import { kvgateErrorOf } from '../../helpers/kvgate-error.js';
 
 const BS = 4;
@@ -16,13 +17,7 @@ function setup(): { s: KvScheduler; freed: string[] } {
   const s = new KvScheduler({ blockSize: BS, clock: new ManualClock(0), rng: seededRng(5) });
   s.addWorker(1, { maxNumBatchedTokens: 100 });
   s.addWorker(2, { maxNumBatchedTokens: 100 });
-  const freed: string[] = [];
-  const observer: BookkeepingObserver = {
-    added: () => undefined,
-    prefillCompleted: () => undefined,
-    outputBlock: () => undefined,
-    freed: (id) => void freed.push(id),
-  };
+  const { observer, freed } = freedRecorder();
   s.observe(observer);
   return { s, freed };
 }
