@@ -321,7 +321,8 @@ export const METRIC_DEFINITIONS = {
     kind: 'counter',
     name: 'kvgate_picker_requests_total',
     help:
-      'Requests the endpoint picker (kvgate picker) saw, by outcome: picked, no_endpoint (503), shed (429), ' +
+      'Requests the endpoint picker (kvgate picker) saw, by outcome: picked, passed (no body, a path it does not ' +
+      'route: sent to an endpoint unscored, unbooked), no_endpoint (503), shed (429), ' +
       'bad_request (4xx), internal_error (5xx: the picker failed; logged with its cause), protocol_error (the stream ' +
       'ended with a gRPC error), reset (the stream ended before the response).',
     labelNames: ['model', 'outcome'],

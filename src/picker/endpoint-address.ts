@@ -29,3 +29,9 @@ export function endpointAddress(entry: string): { host: string; port: string | u
     return { host: entry.slice(0, colon), port: entry.slice(colon + 1) };
   return { host: canonicalHost(entry), port: undefined };
 }
+
+/** Whether a subset hint's entries (each read by `endpointAddress`) name `endpoint` (`ip:port` as the picker writes it). */
+export function inSubset(endpoint: string, entries: readonly ReturnType<typeof endpointAddress>[]): boolean {
+  const own = endpointAddress(endpoint);
+  return entries.some((e) => e.host === own.host && (e.port === undefined || e.port === own.port));
+}

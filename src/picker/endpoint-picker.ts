@@ -38,7 +38,7 @@ import {
   type WatchedWorker,
 } from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
-import { endpointAddress } from './endpoint-address.js';
+import { endpointAddress, inSubset as named } from './endpoint-address.js';
 
 /**
  * How often the router's bookkeeping expires what outlived its TTL (bookings, approximate entries) and the
@@ -438,10 +438,7 @@ export class EndpointPicker {
     if (input.subset !== undefined) {
       const entries = input.subset.map(endpointAddress);
       const inSubset = new Set<number>();
-      for (const [endpoint, id] of this.#ids) {
-        const own = endpointAddress(endpoint);
-        if (entries.some((e) => e.host === own.host && (e.port === undefined || e.port === own.port))) inSubset.add(id);
-      }
+      for (const [endpoint, id] of this.#ids) if (named(endpoint, entries)) inSubset.add(id);
       ids = ids === undefined ? inSubset : new Set([...ids].filter((id) => inSubset.has(id)));
     }
     return ids;

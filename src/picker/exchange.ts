@@ -17,6 +17,14 @@
  * data plane's `end_of_stream` may end a streamed body in an answer: a body
  * followed by trailers is passed on with end_of_stream false.
  *
+ * A request with no body (request_headers end_of_stream) on a path the picker
+ * does not route (a GET: `/v1/models`, a health probe) is not an inference
+ * request: as GIE's reference picker does, it is sent to an eligible endpoint
+ * (the subset's; fewest requests in flight first, the rest of the answer its
+ * fallbacks), neither scored nor booked, and its response passed on as any.
+ * The protocol lets the picker refuse a request only with 503 or 429: a
+ * model's `GET /v1/models` through the gateway must reach a pod.
+ *
  * The booking is freed exactly once: at the response's end, or when the
  * stream ends first (the client or Envoy reset it), or on an error. A
  * message out of this order, or one with no known member, ends the stream
@@ -33,7 +41,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { errorBody } from '../common/index.js';
+import { errorBody, type Rng } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import {
   asKvgateError,
@@ -43,6 +51,7 @@ import {
   type Preprocessor,
   type PublicErrors,
 } from '../frontend/index.js';
+import { endpointAddress, inSubset } from './endpoint-address.js';
 import type { EndpointPicker } from './endpoint-picker.js';
 import {
   EPP,
@@ -64,6 +73,10 @@ export interface ExchangeOptions {
   readonly modelView: Parameters<Preprocessor['runBody']>[0]['models'][number];
   readonly maxBodyBytes: number;
   readonly maxMessages: number;
+  /** Endpoints in an answer: the pick and its fallbacks. */
+  readonly fallbacks: number;
+  /** Breaks ties between endpoints as loaded when a request with no body is passed on. */
+  readonly rng: Rng;
   readonly logger: Logger;
   /** What a client may see of a failure: kvgate serve's view (its fixed sentence for an internal error). */
   readonly publicErrors: PublicErrors;
@@ -72,7 +85,7 @@ export interface ExchangeOptions {
 }
 
 export type PickOutcome =
-  'picked' | 'no_endpoint' | 'shed' | 'bad_request' | 'internal_error' | 'protocol_error' | 'reset';
+  'picked' | 'passed' | 'no_endpoint' | 'shed' | 'bad_request' | 'internal_error' | 'protocol_error' | 'reset';
 
 type Phase = 'start' | 'request_body' | 'picking' | 'response' | 'response_body' | 'done';
 
@@ -170,12 +183,25 @@ export class Exchange {
     if (typeof test === 'string' && test.trim() !== '') this.#subset = metadataStrings({ stringValue: test });
     this.#phase = 'request_body';
     if (m.request_headers?.end_of_stream !== true) return;
-    const kind = this.#kind();
-    this.#answer(
-      typeof kind === 'string'
-        ? new KvgateError('KVG_ERR_INVALID_REQUEST', 'the request has no body; kvgate routes requests with a JSON body')
-        : kind,
-    );
+    if (typeof this.#kind() === 'string')
+      return this.#answer(
+        new KvgateError('KVG_ERR_INVALID_REQUEST', 'the request has no body; kvgate routes requests with a JSON body'),
+      );
+    this.#pass();
+  }
+
+  /** A request with no body on a path the picker does not route: sent to an eligible endpoint, not booked. */
+  #pass(): void {
+    let endpoints: string[];
+    try {
+      endpoints = passEndpoints(this.#env, this.#subset);
+    } catch (err) {
+      return this.#answer(err);
+    }
+    this.#phase = 'response';
+    this.#env.count('passed');
+    this.#env.logger.debug({ requestId: this.#requestId, endpoints, path: this.#headers[':path'] }, 'passed on');
+    this.#send(pickedHeaders(endpoints));
   }
 
   #requestBody(m: ProcessingRequest): void {
@@ -353,4 +379,21 @@ export class Exchange {
     this.#chunks = [];
     if (this.#booked) this.#env.picker.end(this.#requestId);
   }
+}
+
+/**
+ * The endpoints for a request the picker passes on unscored (no body, a path it does not route): those the subset
+ * allows (all when there is none), fewest requests in flight first, ties in random order, as many as an answer holds.
+ * @throws KvgateError KVG_ERR_NO_WORKERS when none is eligible.
+ */
+function passEndpoints(env: ExchangeOptions, subset: readonly string[] | undefined): string[] {
+  const entries = subset?.map(endpointAddress);
+  const eligible = env.picker.endpoints.filter((e) => entries === undefined || inSubset(e, entries));
+  if (eligible.length === 0)
+    throw new KvgateError('KVG_ERR_NO_WORKERS', 'no endpoint of the pool is ready for this request');
+  const loads = env.picker.loads();
+  const inFlight = (e: string): number => loads[e]?.activeRequests ?? 0;
+  const order = eligible.map((e) => ({ e, load: inFlight(e), tie: env.rng() }));
+  order.sort((a, b) => a.load - b.load || a.tie - b.tie);
+  return order.slice(0, Math.max(1, env.fallbacks)).map((o) => o.e);
 }

@@ -77,6 +77,8 @@ export class PickerServer {
       },
       maxBodyBytes: opts.maxBodyBytes,
       maxMessages: opts.maxMessages,
+      fallbacks: opts.fallbacks,
+      rng: opts.rng,
       logger: opts.logger,
       publicErrors: new PublicErrors([model]),
       nextRequestId: () => randomUUID(),

@@ -341,19 +341,23 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
     expect(main.picker.bookings()).toEqual({});
   });
 
-  it('answers a request with no body, or one over max_body_bytes, with an ImmediateResponse (400, 413)', async () => {
-    for (const path of [CHAT, '/v1/models']) {
+  it('answers an inference request with no body, or one over max_body_bytes, with an ImmediateResponse (400, 413)', async () => {
+    {
       const s = main.client.open();
-      const headers = requestHeaders(path).request_headers as Record<string, unknown>;
+      const headers = requestHeaders(CHAT).request_headers as Record<string, unknown>;
       s.send({ request_headers: { ...headers, end_of_stream: true } });
-      const message =
-        path === CHAT
-          ? 'the request has no body; kvgate routes requests with a JSON body'
-          : `the picker routes ${CHAT}, /v1/completions, /v1/messages, /v1/responses; got /v1/models`;
+      const message = 'the request has no body; kvgate routes requests with a JSON body';
       expect(await s.next(1)).toEqual([immediate(400, 'KVG_ERR_INVALID_REQUEST', message)]);
       s.end();
       expect(await s.status()).toEqual({ code: GrpcStatus.OK, details: 'OK' });
     }
+    // A body on a path the picker does not route: 400, nothing picked.
+    const other = main.client.open();
+    other.send(requestHeaders('/v1/embeddings'));
+    other.send({ request_body: { body: Buffer.from('{"input":"x"}'), end_of_stream: true } });
+    const message = `the picker routes ${CHAT}, /v1/completions, /v1/messages, /v1/responses; got /v1/embeddings`;
+    expect(await other.next(1)).toEqual([immediate(400, 'KVG_ERR_INVALID_REQUEST', message)]);
+    other.end();
     // 4 MiB (the default limit) in 64 KiB chunks, then one more: refused at once, the chunks and trailers Envoy sent
     // before it read the answer dropped (no gRPC error), nothing booked.
     const s = main.client.open();
