@@ -47,11 +47,12 @@ export function readKubernetesSection(m: ConfigReader): KubernetesDiscovery | un
 export function readInferencePoolSection(m: ConfigReader): InferencePoolDiscovery | undefined {
   const k = m.child('inference_pool');
   if (k === undefined) return undefined;
-  k.allowOnly([...API_KEYS, 'name', 'fallbacks']);
+  k.allowOnly([...API_KEYS, 'name', 'fallbacks', 'conformance_hooks']);
   return {
     ...readApi(k),
     name: k.reqStr('name', k8sName),
     fallbacks: k.int('fallbacks', GATEWAY_DEFAULTS.pickerFallbacks, { min: 1, max: 16 }),
+    conformanceHooks: k.bool('conformance_hooks', false),
   };
 }
 

@@ -152,6 +152,12 @@ export interface InferencePoolDiscovery {
   readonly caFile: string;
   /** Endpoints in each answer: the pick, then the next best for the data plane's retries. */
   readonly fallbacks: number;
+  /**
+   * Whether the GIE conformance suite's hooks are honoured: a request's `test-epp-endpoint-selection` header
+   * restricts the choice, and the served endpoint is echoed in `x-conformance-test-served-endpoint`. Off by
+   * default: with them on, any client could send the header and choose its own pod, past the KV and load scoring.
+   */
+  readonly conformanceHooks: boolean;
 }
 
 /** `migration_limit` (migrations per request, 0: off) and `migration_max_seq_len` (no migration past it; undefined: no bound). */

@@ -75,6 +75,8 @@ export interface ExchangeOptions {
   readonly maxMessages: number;
   /** Endpoints in an answer: the pick and its fallbacks. */
   readonly fallbacks: number;
+  /** Honour the GIE conformance hooks (`inference_pool.conformance_hooks`; off: a client could pick its own pod). */
+  readonly conformanceHooks: boolean;
   /** Breaks ties between endpoints as loaded when a request with no body is passed on. */
   readonly rng: Rng;
   readonly logger: Logger;
@@ -179,7 +181,7 @@ export class Exchange {
     }
     const hint = m.metadata_context?.filter_metadata?.[EPP.subsetNamespace]?.fields?.[EPP.subsetKey];
     this.#subset = metadataStrings(hint);
-    const test = this.#headers[EPP.conformanceSelection];
+    const test = this.#env.conformanceHooks ? this.#headers[EPP.conformanceSelection] : undefined;
     if (typeof test === 'string' && test.trim() !== '') this.#subset = metadataStrings({ stringValue: test });
     this.#phase = 'request_body';
     if (m.request_headers?.end_of_stream !== true) return;
@@ -324,7 +326,8 @@ export class Exchange {
     const lb = m.metadata_context?.filter_metadata?.[EPP.lbNamespace]?.fields?.[EPP.servedKey];
     const served = metadataStrings(lb)?.[0];
     if (served !== undefined) this.#env.picker.served(requestId, served);
-    const echo: Record<string, string> = served === undefined ? {} : { [EPP.conformanceServed]: served };
+    const echo: Record<string, string> =
+      served === undefined || !this.#env.conformanceHooks ? {} : { [EPP.conformanceServed]: served };
     this.#send(responseHeaders(echo));
     if (m.response_headers?.end_of_stream === true) this.#endRequest();
     else this.#phase = 'response_body';

@@ -40,6 +40,8 @@ export interface PickerServerOptions {
   readonly rng: Rng;
   /** Endpoints in each answer (the pick and its fallbacks). */
   readonly fallbacks: number;
+  /** Honour the GIE conformance hooks (`inference_pool.conformance_hooks`). */
+  readonly conformanceHooks?: boolean | undefined;
   readonly maxBodyBytes: number;
   readonly maxMessages: number;
   /** KV-event ingestion bounds (the config's `kv_events`). */
@@ -78,6 +80,7 @@ export class PickerServer {
       maxBodyBytes: opts.maxBodyBytes,
       maxMessages: opts.maxMessages,
       fallbacks: opts.fallbacks,
+      conformanceHooks: opts.conformanceHooks === true,
       rng: opts.rng,
       logger: opts.logger,
       publicErrors: new PublicErrors([model]),

@@ -78,6 +78,7 @@ export async function startPicker(config: GatewayConfig, logger: Logger): Promis
     clock: systemClock,
     rng: seededRng(Date.now() >>> 0),
     fallbacks: model.inferencePool.fallbacks,
+    conformanceHooks: model.inferencePool.conformanceHooks,
     maxBodyBytes: config.limits.maxBodyBytes,
     maxMessages: config.limits.maxMessages,
     kvEvents: config.kvEvents,

@@ -101,11 +101,13 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
   let main: { picker: RunningPicker; client: ExtProcClient };
   const logger = pino({ level: 'silent' });
 
+  /** A picker of `pool`, the GIE conformance hooks on unless `hooks` is false (they are off by default). */
   async function picker(
     pool: string,
     router: Record<string, unknown> = {},
+    hooks = true,
   ): Promise<{ picker: RunningPicker; client: ExtProcClient }> {
-    const config = pickerConfig(kube.url, pool, router);
+    const config = pickerConfig(kube.url, pool, router, {}, hooks ? { conformance_hooks: true } : {});
     const p = await startPicker(config, logger);
     pickers.push(p);
     return { picker: p, client: new ExtProcClient(p.address) };
@@ -220,6 +222,23 @@ describe('kvgate picker: the endpoint-picker protocol over ext_proc (the test pl
     expect(pick).toEqual(picked(endpoints[1]!));
     s.cancel();
     await until(() => Object.keys(main.picker.bookings()).length === 0, 'the reset stream freed');
+  });
+
+  it('ignores the conformance hooks unless inference_pool.conformance_hooks: no client picks its own pod', async () => {
+    const plain = await picker('pool-a', {}, false);
+    await until(async () => (await plain.client.check('readiness')) === 'SERVING', 'the plain picker ready');
+    const s = plain.client.open();
+    const body = chatBody('a client that names its own pod');
+    const [pick] = await sendRequest(s, body, { 'test-epp-endpoint-selection': IPS[1]! });
+    // Scored among every ready pod (the pick and two fallbacks), not held to the one the header names.
+    const list = listOf(pick!).split(',');
+    expect([...list].sort()).toEqual([...endpoints].sort());
+    const answers = await serveOn(s, list[0]!, body);
+    // No echo of the served endpoint either.
+    expect(answers[0]).toEqual({ response: 'response_headers', response_headers: { response: {} } });
+    s.end();
+    await until(() => Object.keys(plain.picker.bookings()).length === 0, 'freed');
+    plain.client.close();
   });
 
   it('moves the booking to the endpoint that really served (a fallback) and echoes it for the conformance harness', async () => {

@@ -34,7 +34,8 @@ describe('kvgate picker: IPv6 endpoints in the answer, the subset hint and the c
     });
     kube.putPod(pod('v6-0', 'fd00::1'));
     kube.putPod(pod('v6-1', 'fd00::2'));
-    picker = await startPicker(pickerConfig(kube.url, 'v6-pool'), pino({ level: 'silent' }));
+    const config = pickerConfig(kube.url, 'v6-pool', {}, {}, { conformance_hooks: true });
+    picker = await startPicker(config, pino({ level: 'silent' }));
     client = new ExtProcClient(picker.address);
     await until(async () => (await client.check('readiness')) === 'SERVING', 'the IPv6 pool listed');
   }, 60_000);
