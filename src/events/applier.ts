@@ -207,7 +207,11 @@ export class KvEventApplier {
       ev.groupIdx === this.kvCacheGroup &&
       this.groups?.hybrid !== true &&
       (n === 0 || (ev.localHashes !== undefined && ev.localSalt === salt));
-    if (!plain) return this.applyEvent(slot, ev.event());
+    if (!plain) {
+      // As an object, with the thread's hashes beside it (#stored uses them where the salts agree).
+      const obj = ev.event();
+      return obj.type === 'stored' ? this.#stored(slot, obj, ev) : this.applyEvent(slot, obj);
+    }
     if (ev.blockSize !== this.blockSize) return 'block_size_mismatch';
     const truncated = ev.droppedBlocks > 0;
     if (n === 0) return truncated ? 'truncated' : 'ok';
@@ -339,7 +343,11 @@ export class KvEventApplier {
     this.groups?.removeSlot(slot);
   }
 
-  #stored(slot: WorkerRank, ev: StoredBlocksEvent): ApplyStatus {
+  /**
+   * `thread`: the record `ev` was built from (`applyPacked`), whose hashes (computed by the thread with
+   * `localSalt`, left out of `ev` when salted) serve where the salt inferred here is the same.
+   */
+  #stored(slot: WorkerRank, ev: StoredBlocksEvent, thread?: PackedEvent): ApplyStatus {
     // vLLM's offloading placeholder (decode.ts): nothing to index, and no block size or group spec to judge.
     if (ev.blockSize === 0) return 'truncated';
     const groups = this.groups;
@@ -353,11 +361,14 @@ export class KvEventApplier {
     const truncated = ev.droppedBlocks > 0;
     if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';
     const salt = this.#inferredSalt(slot, ev);
-    // An inferred salt is hashed here: a thread's hashes of the event are unsalted.
+    // An inferred salt is hashed here unless the thread hashed the event with the same one (`ev`'s own
+    // hashes, if any, are unsalted: packed-batch.ts leaves salted ones out of the object).
     const local =
       salt === undefined
         ? (ev.localHashes ?? storedLocalHashes(ev, this.blockSize))
-        : storedLocalHashes(ev, this.blockSize, salt);
+        : thread?.localHashes !== undefined && thread.localSalt === salt
+          ? thread.localHashes
+          : storedLocalHashes(ev, this.blockSize, salt);
     let status: ApplyStatus;
     if (groups !== undefined && (!primary || (ev.leadingNullBlocks ?? 0) > 0)) {
       if (ev.tier !== 'device') return 'other_group';

@@ -262,7 +262,8 @@ function readEvent(v: PackedViews, w: number): { event: KvCacheEvent; next: numb
   at += hashes;
   let localHashes: BigUint64Array | undefined;
   if (localCount !== NO_LOCALS) {
-    // Hashes computed with a salt the thread inferred are left out: the applier infers its own and hashes.
+    // Hashes computed with a salt the thread inferred are left out: the applier infers its own and takes them
+    // from the record (`PackedEvent.localHashes`) only where it infers the same.
     if (u32[2 * w + 1] === 0) localHashes = new BigUint64Array(buffer, at * 8, localCount);
     at += localCount;
   }

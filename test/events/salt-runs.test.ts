@@ -94,7 +94,13 @@ function apply(batches: KvEventBatch[], how: ThreadHashes, saltMemoryCap?: numbe
   const turns: (() => void)[] = [];
   const scheduler = new TurnScheduler({ clock, maxEventsPerTurn: 48, maxTurnMs: 1000, defer: (f) => turns.push(f) });
   let evictions = 0;
-  const a = new KvEventApplier({ blockSize: BS, saltMemoryCap, onSaltEvicted: () => evictions++ });
+  let ambiguous = 0;
+  const a = new KvEventApplier({
+    blockSize: BS,
+    saltMemoryCap,
+    onSaltEvicted: () => evictions++,
+    onSaltAmbiguous: () => ambiguous++,
+  });
   const counters = new KvEventCounters();
   const stream = new KvEventStream(SLOT, ingestContext({ applier: a, hooks: counters, clock, scheduler }));
   if (how === 'objects') batches.forEach((b, seq) => stream.onDecoded(BigInt(seq), b));
@@ -115,7 +121,7 @@ function apply(batches: KvEventBatch[], how: ThreadHashes, saltMemoryCap?: numbe
   }
   for (let f = turns.shift(); f !== undefined; f = turns.shift()) f();
   expect(stream.appliedCursor).toBe(BigInt(batches.length - 1));
-  return { applier: a, events: counters.snapshot().events, evictions };
+  return { applier: a, events: counters.snapshot().events, evictions, ambiguous };
 }
 
 /** The index (every tier) and the salt memory of the slot, for every block hash the batches name. */
@@ -145,6 +151,8 @@ describe('packed runs in a slot holding salted blocks', () => {
         if (cap !== undefined) expect(ref.evictions).toBeGreaterThan(0);
         expect(got.events).toEqual(ref.events);
         expect(got.evictions).toBe(ref.evictions);
+        expect(ref.ambiguous).toBeGreaterThan(0);
+        expect(got.ambiguous).toBe(ref.ambiguous);
         expect(state(got.applier, batches)).toEqual(state(ref.applier, batches));
         ref.applier.indexes.dispose();
         got.applier.indexes.dispose();
@@ -299,6 +307,49 @@ describe('a packed run in a slot holding salted blocks', () => {
     };
     const a = expectAsOneAtATime(events, handedOver(events, lost), 1);
     expect(depth(a, [...tokens(3, 0), ...tokens(1, 300), ...tokens(1, 310)], 'tenant-a')).toBe(5);
+  });
+});
+
+describe('a salted root event handed over (applied as an object)', () => {
+  const root = stored(null, [50n, 51n], tokens(2, 5000), { extraKeyStrings: ['tenant-b'] });
+  const withSalt = (cacheSalt: string) => blockHashes(tokens(2, 5000), BS, { cacheSalt });
+
+  /** The root handed over with `locals` said to be hashed with `salt`, applied through a stream. */
+  function applied(locals: BigUint64Array, salt: string): KvEventApplier {
+    const a = new KvEventApplier({ blockSize: BS });
+    viaStream(a, handedOver([root], { locals: [locals], salts: [salt] }));
+    expect(a.salts.saltOf(SLOT, 51n)).toBe('tenant-b');
+    return a;
+  }
+
+  function oneAtATime(): KvEventApplier {
+    const a = new KvEventApplier({ blockSize: BS });
+    a.applyBatch(SLOT, batch([root]));
+    return a;
+  }
+
+  it("uses the thread's hashes where the thread hashed it with the salt inferred here, as one at a time", () => {
+    const hasher = new BatchHasher();
+    const h = hasher.hash(1, batch([root]));
+    expect(h.salts).toEqual(['tenant-b']);
+    const a = applied(h.locals[0]!, 'tenant-b');
+    expect(a.indexes.device.exportSlot(SLOT.workerId, SLOT.dpRank)).toEqual(
+      oneAtATime().indexes.device.exportSlot(SLOT.workerId, SLOT.dpRank),
+    );
+    // The thread's hashes are what is indexed, not hashes computed again here: hashes of other tokens show it.
+    const other = blockHashes(tokens(2, 7000), BS, { cacheSalt: 'tenant-b' });
+    const marked = applied(other, 'tenant-b');
+    expect(marked.indexes.device.findMatches(other).depths[0]).toBe(2);
+    expect(marked.indexes.device.findMatches(withSalt('tenant-b')).count).toBe(0);
+  });
+
+  it('hashes it here where the thread hashed it with another salt', () => {
+    const a = applied(withSalt('tenant-c'), 'tenant-c');
+    expect(a.indexes.device.exportSlot(SLOT.workerId, SLOT.dpRank)).toEqual(
+      oneAtATime().indexes.device.exportSlot(SLOT.workerId, SLOT.dpRank),
+    );
+    expect(a.indexes.device.findMatches(withSalt('tenant-b')).depths[0]).toBe(2);
+    expect(a.indexes.device.findMatches(withSalt('tenant-c')).count).toBe(0);
   });
 });
 
