@@ -143,7 +143,9 @@ function snapshotMetrics(
     }),
     snapshotBlocks: new Counter({
       name: 'kvgate_replica_snapshot_blocks_received_total',
-      help: 'Prefix-index blocks (per worker rank) received in warm-start snapshots.',
+      help:
+        "Prefix-index blocks (per worker rank) received in warm-start snapshots: every storage tier's and a hybrid " +
+        "model's every KV-cache group's.",
       registers,
     }),
     snapshotSeconds: new Histogram({

@@ -80,7 +80,8 @@ export async function warmStart(d: WarmStartOptions): Promise<WarmStartOutcome> 
         continue;
       }
       const slots = s.slots ?? [];
-      const blocks = slots.reduce((n, slot) => n + slot.tiers.reduce((m, t) => m + t.pairs.length / 2, 0), 0);
+      // Every storage tier's blocks and a hybrid model's other KV-cache groups' (each a (block, slot) entry seeded).
+      const blocks = slots.reduce((n, slot) => n + pairCount(slot.tiers) + pairCount(slot.groups ?? []), 0);
       d.metrics?.snapshots.labels({ direction: 'warm_start', outcome: 'ok' }).inc();
       d.metrics?.snapshotBlocks.inc(blocks);
       d.metrics?.snapshotSeconds.labels({ direction: 'warm_start' }).observe(seconds);
@@ -129,4 +130,11 @@ export function warmStartModel(
     timeoutMs,
     blockSize,
   );
+}
+
+/** The (engine hash, sequence hash) pairs of a slot's tiers or groups: the blocks they carry. */
+function pairCount(parts: readonly { readonly pairs: BigUint64Array }[]): number {
+  let n = 0;
+  for (const p of parts) n += p.pairs.length / 2;
+  return n;
 }

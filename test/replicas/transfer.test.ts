@@ -335,6 +335,8 @@ describe('warm start between two replicas', () => {
     a.sync.attach(KEY, { kv: scheduler(), workerTypeOf: () => 'aggregated', index: () => [hybrid] });
     const b = replica(bus, 'b');
     expect((await b.sync.warmStart([KEY], 5000)).get(KEY)).toEqual([hybrid]);
+    // Counted with the primary's 2,000: the window group's two blocks and the Mamba group's one.
+    expect(await counter(b.metrics, 'kvgate_replica_snapshot_blocks_received_total')).toBe(2003);
     await Promise.all([a.sync.close(), b.sync.close()]);
   });
 
