@@ -99,11 +99,19 @@ export class Booker {
     if (rec.fallback !== null && rec.eventFallback!(w)) rec.fallback.record(w, r, hashes);
   }
 
-  /** Requests a booking's expiry check force-freed between two ticks: the observer told now (not of peers'), counted. */
-  expired(ids: readonly string[]): void {
+  /**
+   * Requests force-freed at their expiry (`ActiveSequences.expire`'s ids): the observer is told of this router's
+   * (a peer's booking is its owner's to free); returns them.
+   */
+  freedAtExpiry(ids: readonly string[]): string[] {
     const mine = ids.filter((id) => !id.startsWith(PEER_ID_PREFIX));
     for (const id of mine) this.observer?.freed(id);
-    this.#expired += mine.length;
+    return mine;
+  }
+
+  /** Requests a booking's expiry check force-freed between two ticks: `freedAtExpiry`, and counted for the tick. */
+  expired(ids: readonly string[]): void {
+    this.#expired += this.freedAtExpiry(ids).length;
   }
 
   /** How many of this router's requests `expired` counted since the last call (the tick reports them). */

@@ -32,7 +32,7 @@ import {
 } from '../../common/index.js';
 import { PrefixIndex } from '../../wasm/index.js';
 import { ActiveSequences } from '../active-sequences.js';
-import { PEER_ID_PREFIX, type ActiveRequestInfo, type SlotLoad, type SyncedBooking } from '../active-request.js';
+import { type ActiveRequestInfo, type SlotLoad, type SyncedBooking } from '../active-request.js';
 import { PeerBookings } from '../peer-bookings.js';
 import { ApproximateIndex } from '../approximate.js';
 import { KvgateError } from '../../errors/index.js';
@@ -382,8 +382,7 @@ export class KvScheduler {
    * predict-on-route entries, and drains the queue.
    */
   tick(): TickOutcome {
-    const expiredRequests = this.#active.expire().filter((id) => !id.startsWith(PEER_ID_PREFIX));
-    for (const id of expiredRequests) this.#observer?.freed(id);
+    const expiredRequests = this.#booker.freedAtExpiry(this.#active.expire());
     const expiredBetweenTicks = this.#booker.takeExpired();
     this.peers.prune();
     const expiredEntries =
