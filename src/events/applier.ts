@@ -47,7 +47,7 @@ import { isKvgateError, type IndexMemoryError } from '../errors/index.js';
 import type { KvGroupIndexes } from './group-indexes.js';
 import { PackedEvent, type PackedBatch } from './packed-batch.js';
 import { HashSet } from './salt-entries.js';
-import { rootSaltOf, SaltMemory, type SaltEvictionReport } from './salt-memory.js';
+import { SaltMemory, type SaltEvictionReport } from './salt-memory.js';
 import { TieredPrefixIndex } from './tiered-index.js';
 import type { KvCacheEvent, KvCacheEventType, KvEventBatch, StorageTier, StoredBlocksEvent } from './types.js';
 
@@ -199,7 +199,7 @@ export class KvEventApplier {
       return 'ok';
     }
     const n = ev.blockHashes.length;
-    // A plain event inherits its parent's salt, if any (#inferredSalt): the thread's hashes serve when it
+    // A plain event inherits its parent's salt, if any (`SaltMemory.inferredSalt`): the thread's hashes serve when it
     // inferred the same (`localSalt`); otherwise the event is hashed here (#stored).
     const salt = !ev.plain || ev.parentHash === null ? undefined : this.salts.saltOf(slot, ev.parentHash);
     const plain =
@@ -360,7 +360,7 @@ export class KvEventApplier {
     groups?.learnFrom(ev);
     const truncated = ev.droppedBlocks > 0;
     if (ev.blockHashes.length === 0) return truncated ? 'truncated' : 'ok';
-    const salt = this.#inferredSalt(slot, ev);
+    const salt = this.salts.inferredSalt(slot, ev, this.#onSaltAmbiguous);
     // An inferred salt is hashed here unless the thread hashed the event with the same one (`ev`'s own
     // hashes, if any, are unsalted: packed-batch.ts leaves salted ones out of the object).
     const local =
@@ -380,21 +380,6 @@ export class KvEventApplier {
     }
     if (status === 'ok' && salt !== undefined) this.salts.remember(slot, ev.blockHashes, salt);
     return status === 'ok' && truncated ? 'truncated' : status;
-  }
-
-  /**
-   * The salt of an event that does not carry `cacheSalt` (vLLM's): a root event's from its `extraKeyStrings`
-   * (rootSaltOf; an ambiguous one is counted and hashed unsalted), a later event's from its parent block.
-   * `undefined` for an event with `cacheSalt` (SGLang's, hashed with it as ever) and for unsalted traffic.
-   */
-  #inferredSalt(slot: WorkerRank, ev: StoredBlocksEvent): string | undefined {
-    if (ev.cacheSalt !== undefined) return undefined;
-    if (ev.parentHash !== null) return this.salts.saltOf(slot, ev.parentHash);
-    if (ev.extraKeyStrings === undefined) return undefined;
-    const salt = rootSaltOf(ev);
-    if (salt !== 'ambiguous') return salt;
-    this.#onSaltAmbiguous?.();
-    return undefined;
   }
 
   /** Stores blocks in the tier's index: `ok`, or the refusal the index answered. */

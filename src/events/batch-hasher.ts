@@ -11,7 +11,7 @@
  */
 import type { WorkerRank } from '../common/index.js';
 import { storedLocalHashes } from './applier.js';
-import { rootSaltOf, SaltMemory } from './salt-memory.js';
+import { SaltMemory } from './salt-memory.js';
 import type { KvEventBatch } from './types.js';
 
 /**
@@ -54,15 +54,8 @@ export class BatchHasher {
       if (ev.type === 'cleared') this.#salts.clearSlot(slot);
       else if (ev.type === 'removed') this.#salts.forget(slot, ev.blockHashes);
       else if (ev.blockHashes.length > 0) {
-        // The applier's inference (#inferredSalt): none beside SGLang's own `cacheSalt`; an ambiguous root, none.
-        let salt: string | undefined;
-        if (ev.cacheSalt === undefined) {
-          if (ev.parentHash !== null) salt = this.#salts.saltOf(slot, ev.parentHash);
-          else if (ev.extraKeyStrings !== undefined) {
-            const root = rootSaltOf(ev);
-            salt = root === 'ambiguous' ? undefined : root;
-          }
-        }
+        // The applier's inference, over what this thread saw.
+        const salt = this.#salts.inferredSalt(slot, ev);
         try {
           locals[i] = storedLocalHashes(ev, ev.blockSize, salt);
         } catch {

@@ -37,7 +37,7 @@ export interface SaltEvictionReport {
  * The salt a root event (no parent) of vLLM reports in `extraKeyStrings`: its strings other than the LoRA name.
  * `undefined` when there is none; `ambiguous` when more than one remains (the event is then hashed unsalted).
  */
-export function rootSaltOf(ev: StoredBlocksEvent): string | undefined | 'ambiguous' {
+function rootSaltOf(ev: StoredBlocksEvent): string | undefined | 'ambiguous' {
   const strings = ev.extraKeyStrings;
   if (strings === undefined || ev.parentHash !== null) return undefined;
   let salt: string | undefined;
@@ -94,6 +94,22 @@ export class SaltMemory {
     this.#h64[0] = engineHash;
     const e = entries.find(r.id, this.#h32[0]!, this.#h32[1]!);
     return e < 0 ? undefined : entries.saltOf(entries.saltId(e));
+  }
+
+  /**
+   * The salt a stored event of the slot is hashed with when it does not carry `cacheSalt` (vLLM's): a root event's
+   * from its `extraKeyStrings` (`rootSaltOf`; an ambiguous one is hashed unsalted, `onAmbiguous` hears of it), a
+   * later event's from its parent block. `undefined` for an event with `cacheSalt` (SGLang's, hashed with it as
+   * ever) and for unsalted traffic. The applier's rule, and an ingestion thread's guess of it (batch-hasher.ts).
+   */
+  inferredSalt(slot: WorkerRank, ev: StoredBlocksEvent, onAmbiguous?: () => void): string | undefined {
+    if (ev.cacheSalt !== undefined) return undefined;
+    if (ev.parentHash !== null) return this.saltOf(slot, ev.parentHash);
+    if (ev.extraKeyStrings === undefined) return undefined;
+    const salt = rootSaltOf(ev);
+    if (salt !== 'ambiguous') return salt;
+    onAmbiguous?.();
+    return undefined;
   }
 
   /** Whether the slot holds any salted block (a packed run then checks its events' salts: see the applier). */
