@@ -433,6 +433,37 @@ describe('group indexes as the engine gives them', () => {
   });
 });
 
+/**
+ * One worker's hybrid model (worker 1, rank 0) whose index is under `budget` bytes (`onEvict` hears of each
+ * eviction), its groups built with `groupOpts`; `apply` decodes and applies a batch of wire events, each
+ * event's status to `onStatus`.
+ */
+function hybridUnderBudget(
+  budget: number,
+  onEvict: ((r: EvictionReport) => void) | undefined,
+  groupOpts: Omit<ConstructorParameters<typeof KvGroupIndexes>[0], 'primary'>,
+  onStatus: (status: string) => void,
+) {
+  const primary = new PrefixIndex();
+  primary.setMemoryBudget(budget, onEvict);
+  const groups = new KvGroupIndexes({ primary, ...groupOpts });
+  const kv = new KvRouter({
+    blockSize: BS,
+    clock: new ManualClock(),
+    rng: seededRng(1),
+    index: primary,
+    kvGroups: groups,
+  });
+  const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(primary), groups });
+  kv.addWorker(1);
+  const apply = (evs: unknown[][]): void => {
+    const decoded = decodeKvEventBatch(encode([1.5, evs, 0], { useBigInt64: true }));
+    if (!decoded.ok) throw new Error(decoded.error.message);
+    applier.applyBatch({ workerId: 1, dpRank: 0 }, decoded.batch, (_t, st) => onStatus(st));
+  };
+  return { primary, groups, kv, apply };
+}
+
 describe("a hybrid model's index under its memory budget", () => {
   const BUDGET = 512 * 1024;
 
@@ -445,25 +476,14 @@ describe("a hybrid model's index under its memory budget", () => {
 
   it('holds every group within the budget: a flood of one group evicts there, counted and reported', () => {
     const rng = seededRng(31);
-    const primary = new PrefixIndex();
     const reports: EvictionReport[] = [];
-    primary.setMemoryBudget(BUDGET, (r) => reports.push(r));
-    const groups = new KvGroupIndexes({ primary });
-    const kv = new KvRouter({
-      blockSize: BS,
-      clock: new ManualClock(),
-      rng: seededRng(1),
-      index: primary,
-      kvGroups: groups,
-    });
-    const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(primary), groups });
-    kv.addWorker(1);
     const statuses = new Set<string>();
-    const apply = (evs: unknown[][]): void => {
-      const decoded = decodeKvEventBatch(encode([1.5, evs, 0], { useBigInt64: true }));
-      if (!decoded.ok) throw new Error(decoded.error.message);
-      applier.applyBatch({ workerId: 1, dpRank: 0 }, decoded.batch, (_t, s) => statuses.add(s));
-    };
+    const { primary, groups, kv, apply } = hybridUnderBudget(
+      BUDGET,
+      (r) => reports.push(r),
+      {},
+      (st) => statuses.add(st),
+    );
     // A document in the full-attention group, then the sliding-window group publishing block after block.
     const doc = Array.from({ length: 8 * BS }, (_, i) => 7000 + i);
     const docHashes = Array.from({ length: 8 }, (_, i) => BigInt(50 + i));
@@ -509,32 +529,15 @@ describe("a hybrid model's hash book under its memory budget", () => {
 
   /** One worker's hybrid model under the budget; its statuses, the book's trims and warn lines. */
   function model() {
-    const primary = new PrefixIndex();
-    primary.setMemoryBudget(BUDGET);
     const warnings: Record<string, unknown>[] = [];
     const trims = { forgotten: 0 };
-    const groups = new KvGroupIndexes({
-      primary,
-      logger: captureWarnings(warnings),
-      onBookForgotten: (n) => (trims.forgotten += n),
-    });
-    const kv = new KvRouter({
-      blockSize: BS,
-      clock: new ManualClock(),
-      rng: seededRng(1),
-      index: primary,
-      kvGroups: groups,
-    });
-    const applier = new KvEventApplier({ blockSize: BS, indexes: new TieredPrefixIndex(primary), groups });
-    kv.addWorker(1);
     const statuses = new Map<string, number>();
-    const apply = (evs: unknown[][]): void => {
-      const decoded = decodeKvEventBatch(encode([1.5, evs, 0], { useBigInt64: true }));
-      if (!decoded.ok) throw new Error(decoded.error.message);
-      applier.applyBatch({ workerId: 1, dpRank: 0 }, decoded.batch, (_t, s) =>
-        statuses.set(s, (statuses.get(s) ?? 0) + 1),
-      );
-    };
+    const { groups, kv, apply } = hybridUnderBudget(
+      BUDGET,
+      undefined,
+      { logger: captureWarnings(warnings), onBookForgotten: (n) => (trims.forgotten += n) },
+      (st) => statuses.set(st, (statuses.get(st) ?? 0) + 1),
+    );
     return { groups, kv, apply, statuses, warnings, trims };
   }
 
