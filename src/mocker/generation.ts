@@ -21,6 +21,7 @@ import { agentAnswerWriter, agentChatBody, isAgentKind } from './agent-endpoints
 import type { AnswerWriter } from './agent-writer.js';
 import { KvgateError } from '../errors/index.js';
 import { inlineSystemRendererOf, type TextTokenizer } from '../tokenizer/index.js';
+import { contextRefusal } from './context-refusal.js';
 import type { CoreRequest, FinishedRequest } from './engine-types.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { FaultController } from './faults.js';
@@ -168,7 +169,7 @@ export class Generation {
     sendJson(res, 200, { prompt: await this.#deps.tokenizer.decode(tokens as number[], { skipSpecialTokens: false }) });
   }
 
-  /** The served model or adapter, the prompt tokens, and vLLM's length checks. */
+  /** The served model or adapter, the prompt tokens, and the imitated engine's length checks. */
   async #validate(p: GenerateRequest): Promise<{ tokens: number[]; maxTokens: number; loraName: string | undefined }> {
     const o = this.#deps.options;
     if (p.model !== undefined && p.model !== o.model && !o.loraNames.includes(p.model)) {
@@ -193,18 +194,9 @@ export class Generation {
     if (tokens.length === 0)
       throw new KvgateError('KVG_ERR_INVALID_REQUEST', 'the prompt is empty after tokenization', { param });
     const maxTokens = p.maxTokens ?? o.defaultMaxTokens;
-    // vLLM's current words (its renderer's, since vllm#36197), the same for a prompt over the context and for one
-    // that leaves less room than max_tokens, with the parameter its validation error appends.
-    if (tokens.length + maxTokens > o.maxModelLen) {
-      throw new KvgateError(
-        'KVG_ERR_PROMPT_TOO_LONG',
-        `You passed ${tokens.length} input tokens and requested ${maxTokens} output tokens. ` +
-          `However, the model's context length is only ${o.maxModelLen} tokens, resulting in a maximum input ` +
-          `length of ${o.maxModelLen - maxTokens} tokens. Please reduce the length of the input prompt. ` +
-          `(parameter=input_tokens, value=${tokens.length})`,
-        { param },
-      );
-    }
+    // The imitated engine's words and body (context-refusal.ts).
+    const refusal = contextRefusal(o.engine, tokens.length, maxTokens, o.maxModelLen);
+    if (refusal !== undefined) throw refusal;
     const blocksNeeded = Math.ceil((tokens.length + maxTokens - 1) / o.blockSize);
     if (blocksNeeded > o.numGpuBlocks) {
       throw new KvgateError(

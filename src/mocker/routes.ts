@@ -9,6 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sendError, sendJson } from '../common/index.js';
 import { KvgateError } from '../errors/index.js';
 import { serveAdmin } from './admin.js';
+import { ContextRefusal } from './context-refusal.js';
 import { serveEmbeddings } from './embeddings.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { FaultController } from './faults.js';
@@ -45,8 +46,12 @@ export interface RoutesOptions {
   kvPull(body: unknown): { status: number; body: unknown };
 }
 
-/** Answers an error as vLLM does: the OpenAI error object; anything not raised on purpose (a bug) as a 500 in the same shape. */
+/**
+ * Answers an error as vLLM does: the OpenAI error object, or the imitated engine's own body where the mocker has one
+ * (a request over the context); anything not raised on purpose (a bug) as a 500 in the OpenAI shape.
+ */
 function sendEngineError(res: ServerResponse, err: unknown): void {
+  if (err instanceof ContextRefusal) return sendJson(res, err.statusCode, err.body);
   if (err instanceof KvgateError) return sendError(res, err);
   sendJson(res, 500, {
     error: {

@@ -7,6 +7,10 @@
  *
  * Before the fix the message was kvgate's or the engine's own ("the prompt has 6011 tokens; the limit ...", "This
  * model's maximum context length is 2048 tokens. ..."), which such a client does not recognise.
+ *
+ * The same through a mocker imitating SGLang, whose refusal is in SGLang's words and flat error body ("The input (N
+ * tokens) is longer than the model's context length (M tokens)."): before the mocker answered so, that mode answered
+ * in vLLM's words and kvgate's reading of SGLang's refusal was never exercised end to end.
  */
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -21,43 +25,53 @@ const TOO_LONG = /^prompt is too long: (\d+) tokens > (\d+) maximum/;
 /** A conversation of about `words` tokens (one per word with the demo tokenizer). */
 const conversation = (words: number): Anthropic.MessageParam[] => [{ role: 'user', content: 'word '.repeat(words) }];
 
+/** The error each way Claude Code asks (streamed, and not), as Anthropic's client reads it. */
+async function refusals(
+  anthropic: Anthropic,
+  words: number,
+): Promise<InstanceType<typeof Anthropic.BadRequestError>[]> {
+  const params = { model: MODEL, max_tokens: 16, messages: conversation(words) };
+  const out: InstanceType<typeof Anthropic.BadRequestError>[] = [];
+  for (const ask of [() => anthropic.messages.create(params), () => anthropic.messages.stream(params).finalMessage()]) {
+    const e = await ask().catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(Anthropic.BadRequestError);
+    out.push(e as InstanceType<typeof Anthropic.BadRequestError>);
+  }
+  return out;
+}
+
+/** `kvgate serve` in front of one mocker engine started with `args`, the model's config `lines` before its workers. */
+async function gatewayOver(name: string, args: readonly string[], lines: readonly string[]) {
+  const suite = await startMockerSuite(name, ['--speedup', '100', '--tokenizer', 'demo', ...args], 1);
+  const config = serveConfig(MODEL, [...lines, 'workers:', `  - ${workerEntry(1, suite.engines[0]!)}`]);
+  try {
+    const served = await startServeCli(suite.write('serve.yaml', config));
+    suite.procs.push(served.proc);
+    return { suite, anthropic: new Anthropic({ baseURL: served.url, apiKey: 'unused', maxRetries: 0 }) };
+  } catch (err) {
+    await suite.stop();
+    throw err;
+  }
+}
+
 describe("a Messages prompt over the limit, in Anthropic's words", () => {
   let suite: MockerSuite;
   let anthropic: Anthropic;
 
   beforeAll(async () => {
-    suite = await startMockerSuite(
+    ({ suite, anthropic } = await gatewayOver(
       'agent-too-long',
-      ['--speedup', '100', '--tokenizer', 'demo', '--max-model-len', String(ENGINE_CONTEXT)],
-      1,
-    );
-    const lines = [`max_prompt_tokens: ${MAX_PROMPT_TOKENS}`, 'workers:', `  - ${workerEntry(1, suite.engines[0]!)}`];
-    const served = await startServeCli(suite.write('serve.yaml', serveConfig(MODEL, lines)));
-    suite.procs.push(served.proc);
-    anthropic = new Anthropic({ baseURL: served.url, apiKey: 'unused', maxRetries: 0 });
+      ['--max-model-len', String(ENGINE_CONTEXT)],
+      [`max_prompt_tokens: ${MAX_PROMPT_TOKENS}`],
+    ));
   });
 
   afterAll(async () => {
     await suite?.stop();
   });
 
-  /** The error each way Claude Code asks (streamed, and not), as Anthropic's client reads it. */
-  async function refusals(words: number): Promise<InstanceType<typeof Anthropic.BadRequestError>[]> {
-    const params = { model: MODEL, max_tokens: 16, messages: conversation(words) };
-    const out: InstanceType<typeof Anthropic.BadRequestError>[] = [];
-    for (const ask of [
-      () => anthropic.messages.create(params),
-      () => anthropic.messages.stream(params).finalMessage(),
-    ]) {
-      const e = await ask().catch((x: unknown) => x);
-      expect(e).toBeInstanceOf(Anthropic.BadRequestError);
-      out.push(e as InstanceType<typeof Anthropic.BadRequestError>);
-    }
-    return out;
-  }
-
   it("kvgate's max_prompt_tokens: the prompt's tokens as kvgate counted them, the limit, kvgate's code", async () => {
-    for (const e of await refusals(6000)) {
+    for (const e of await refusals(anthropic, 6000)) {
       expect(e.status).toBe(400);
       expect(e.error).toMatchObject({
         type: 'error',
@@ -70,7 +84,7 @@ describe("a Messages prompt over the limit, in Anthropic's words", () => {
   });
 
   it("the engine's context length: the engine's numbers, the engine's refusal code", async () => {
-    for (const e of await refusals(3000)) {
+    for (const e of await refusals(anthropic, 3000)) {
       expect(e.status).toBe(400);
       expect(e.error).toMatchObject({
         type: 'error',
@@ -86,5 +100,39 @@ describe("a Messages prompt over the limit, in Anthropic's words", () => {
   it('a prompt within both limits is answered', async () => {
     const answer = await anthropic.messages.create({ model: MODEL, max_tokens: 4, messages: conversation(100) });
     expect(answer.content.length).toBeGreaterThan(0);
+  });
+});
+
+describe("a Messages prompt over an SGLang engine's context, in Anthropic's words", () => {
+  let suite: MockerSuite;
+  let anthropic: Anthropic;
+
+  beforeAll(async () => {
+    ({ suite, anthropic } = await gatewayOver(
+      'agent-too-long-sglang',
+      ['--engine', 'sglang', '--max-model-len', String(ENGINE_CONTEXT)],
+      ['engine: sglang'],
+    ));
+  });
+
+  afterAll(async () => {
+    await suite?.stop();
+  });
+
+  it("the engine's numbers read from SGLang's words, which follow them", async () => {
+    for (const e of await refusals(anthropic, 3000)) {
+      expect(e.status).toBe(400);
+      expect(e.error).toMatchObject({
+        type: 'error',
+        error: { type: 'invalid_request_error', code: 'KVG_ERR_ENGINE_REJECTED' },
+      });
+      const message = (e.error as { error: { message: string } }).error.message;
+      const [, n, m] = TOO_LONG.exec(message)!;
+      expect(Number(n)).toBeGreaterThan(3000);
+      expect(Number(m)).toBe(ENGINE_CONTEXT);
+      expect(message).toContain(
+        `(The input (${n} tokens) is longer than the model's context length (${ENGINE_CONTEXT} tokens).)`,
+      );
+    }
   });
 });
