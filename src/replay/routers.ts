@@ -3,6 +3,11 @@
  * spec: the real `KvRouter` (with the KV-event applier feeding its index, as
  * the live gateway does) or a simple load-based router.
  *
+ * The router's prefix index, with a hybrid model's KV-cache group indexes and
+ * the storage tiers beside it, is held to the config's
+ * `router_index_memory_budget_mib` as the gateway's pool holds it (routing's
+ * `holdIndexToBudget`).
+ *
  * Roles, as Dynamo's PrefillRouter sets them and the gateway's ModelRouter
  * does: `prefill` pools get a KvRouter with active-block tracking off (the
  * prefill scheduler scores on overlap and prompt-token load only); `decode`
@@ -13,7 +18,7 @@ import type { Clock, Rng, WorkerRank, WorkerRole } from '../common/index.js';
 import { FULL_ATTENTION_GROUP, outputBlockDecay, rejectionError, type StepCostModel } from '../core/index.js';
 import { KvEventApplier, KvGroupIndexes, TieredPrefixIndex, type KvCacheEvent } from '../events/index.js';
 import type { KvEvent } from '../mocker/index.js';
-import { decodeOverrideOf, KvRouter, prefillPoolConfig } from '../routing/index.js';
+import { decodeOverrideOf, holdIndexToBudget, KvRouter, prefillPoolConfig } from '../routing/index.js';
 import { toCacheEvent } from './kv-event-bridge.js';
 import { ReplicaSet, type ReplicaOptions } from './router-replicas.js';
 import {
@@ -72,6 +77,8 @@ class KvReplayRouter implements ReplayRouter {
         others: () => groups?.others() ?? [],
       },
     });
+    // The index and every group's beside it under the config's `router_index_memory_budget_mib`, as the gateway's.
+    holdIndexToBudget(this.router);
     // `kv-one-group` leaves them out: the one-group index of before, for comparison.
     if (spec.oneGroup !== true) groups = new KvGroupIndexes({ primary: this.router.index });
     for (const w of ctx.workerIds)

@@ -15,7 +15,7 @@
 export { makeRouterContext } from './context.js';
 export type { RouterContext } from './context.js';
 export { KvRouter } from './kv-router.js';
-export { kvPool, reportIndexBytes } from './kv-pool.js';
+export { holdIndexToBudget, kvPool, reportIndexBytes } from './kv-pool.js';
 export type { EventWatch } from './event-hooks.js';
 export { KvEventsWatch } from './kv-events-watch.js';
 export type { WatchedWorker } from './kv-events-watch.js';

@@ -13,6 +13,7 @@ import {
   type KvRouterOptions,
 } from '../core/index.js';
 import type { WorkerInfo } from '../discovery/index.js';
+import type { EvictionReport } from '../wasm/index.js';
 import {
   KvEventApplier,
   KvEventManager,
@@ -81,8 +82,7 @@ export function kvPool(
       others: () => groups?.others() ?? [],
     },
   });
-  const budgetMib = kvRouter.config.routerIndexMemoryBudgetMib;
-  if (budgetMib !== null) boundIndex(kvRouter, budgetMib, { model: opts.model, worker_type: role }, ctx);
+  boundIndex(kvRouter, { model: opts.model, worker_type: role }, ctx);
   if (kvRouter.config.useKvEvents) {
     const onSpec = (groupIdx: number, spec: KvGroupSpec): void =>
       ctx.metrics?.kvCacheGroupChanges.labels(kvGroupMetricLabels(groupIdx, spec)).inc();
@@ -120,23 +120,27 @@ export function kvPool(
 }
 
 /**
- * Puts the pool's prefix index under its memory budget, with the indexes that share it (a hybrid model's other
- * KV-cache groups, `KvGroupIndexes`; the lower storage tiers, `TieredPrefixIndex`): each eviction is counted,
- * and the first of an episode (they had been under three quarters of the budget) is a warn line, the rest debug
- * lines.
+ * Holds `kvRouter`'s prefix index, with every index that shares its memory budget (a hybrid model's other KV-cache
+ * groups, `KvGroupIndexes`; the lower storage tiers, `TieredPrefixIndex`), to the router's
+ * `router_index_memory_budget_mib`, when its config has one; `onEvict` hears of each eviction. What builds a KV
+ * router and feeds its index (a gateway's pool, below; `kvgate replay`'s routers) bounds it through this one
+ * function, so a replay's index is what the gateway's would be. A router without a budget is left as it is.
  */
-function boundIndex(
-  kvRouter: KvRouter,
-  budgetMib: number,
-  labels: { model: string; worker_type: WorkerRole },
-  ctx: RouterContext,
-): void {
-  const budgetBytes = Math.floor(budgetMib * 2 ** 20);
-  kvRouter.index.setMemoryBudget(budgetBytes, (report) => {
+export function holdIndexToBudget(kvRouter: KvRouter, onEvict?: (report: EvictionReport) => void): void {
+  const budgetMib = kvRouter.config.routerIndexMemoryBudgetMib;
+  if (budgetMib !== null) kvRouter.index.setMemoryBudget(Math.floor(budgetMib * 2 ** 20), onEvict);
+}
+
+/**
+ * Puts the pool's prefix index under its memory budget (`holdIndexToBudget`): each eviction is counted, and the
+ * first of an episode (they had been under three quarters of the budget) is a warn line, the rest debug lines.
+ */
+function boundIndex(kvRouter: KvRouter, labels: { model: string; worker_type: WorkerRole }, ctx: RouterContext): void {
+  holdIndexToBudget(kvRouter, (report) => {
     const m = ctx.metrics;
     m?.indexEvictedEntries.labels(labels).inc(report.entries);
     m?.indexBytes.labels(labels).set(report.bytesAfter);
-    const fields = { worker_type: labels.worker_type, budget_bytes: budgetBytes, ...report };
+    const fields = { worker_type: labels.worker_type, budget_bytes: kvRouter.index.memoryBudget, ...report };
     if (!report.episodeStart) {
       ctx.logger.debug(fields, 'prefix index evicted blocks under its memory budget');
       return;
