@@ -6,7 +6,7 @@ import { hashBlocks, chainHashes } from './hashing';
 import { hashPromptSimd } from './hash_simd';
 import {
   Index, indexNew, indexFree, ensureSlot, applyStored, applyRemoved, clearSlot,
-  findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo, STORE_OK,
+  findMatches, indexBytes, exportSlot, importSlot, slotBlocks, evictTo, holdsBlocks, STORE_OK,
 } from './prefix_index';
 import { failAllocation } from './block_records';
 import { Trie, trieNew as newTrie, trieFree as freeTrie, trieQuery as queryRegion, ROOT, TOTAL } from './prompt_trie';
@@ -17,7 +17,7 @@ import {
 export { readIdArray, idArrayEnd } from './json_ids';
 
 /** Bumped whenever an export's contract changes; the host checks it at load. */
-export const ABI_VERSION: u32 = 9;
+export const ABI_VERSION: u32 = 10;
 
 // One growable I/O region the host lays its per-call inputs and outputs into.
 let io: usize = 0;
@@ -82,6 +82,11 @@ export function idxRemoved(ix: usize, slot: u32, n: u32, engHashes: usize): u32 
 }
 
 export function idxClearSlot(ix: usize, slot: u32): u32 { return clearSlot(changetype<Index>(ix), slot); }
+
+/** Which of `n` engine hashes (u64) the slot holds: a byte per hash to `out` (1 held, 0 not); returns how many it holds. */
+export function idxHolds(ix: usize, slot: u32, n: u32, engHashes: usize, out: usize): u32 {
+  return holdsBlocks(changetype<Index>(ix), slot, n, engHashes, out);
+}
 
 /** Matches by sequence hashes, or by local hashes when `fromLocal != 0`. Writes (slot, depth) pairs; returns their count. */
 export function idxFindMatches(ix: usize, hashes: usize, n: u32, fromLocal: u32, outSlots: usize, outDepths: usize): u32 {

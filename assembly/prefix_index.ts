@@ -248,6 +248,22 @@ export function applyRemoved(ix: Index, slot: u32, n: u32, engHashes: usize): u3
   return missing;
 }
 
+/**
+ * Which of `n` engine hashes `slot` holds: a byte per hash to `out`, 1 held, 0 not. Returns how many it holds.
+ * Reads only (src/events asks the other storage tiers of a slot after a removal from one: salt-memory.ts).
+ */
+export function holdsBlocks(ix: Index, slot: u32, n: u32, engHashes: usize, out: usize): u32 {
+  if (slot >= ix.slotCap) { memory.fill(out, 0, n); return 0; }
+  const st = slotAt(ix, slot);
+  let held: u32 = 0;
+  for (let i: u32 = 0; i < n; i++) {
+    const h: u32 = engFind(st, load<u64>(engHashes + (<usize>i << 3))) != 0 ? 1 : 0;
+    store<u8>(out + i, <u8>h);
+    held += h;
+  }
+  return held;
+}
+
 /** Removes every block of `slot` (a `cleared` event, or the slot's removal). Returns blocks removed. */
 export function clearSlot(ix: Index, slot: u32): u32 {
   if (slot >= ix.slotCap) return 0;

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { KvgateError, isKvgateError } from '../errors/index.js';
 
 /** Must equal ABI_VERSION in assembly/index.ts. */
-const EXPECTED_ABI_VERSION = 9;
+const EXPECTED_ABI_VERSION = 10;
 
 export interface KvgateWasmExports {
   memory: { readonly buffer: ArrayBuffer };
@@ -40,6 +40,7 @@ export interface KvgateWasmExports {
   idxStored(ix: number, slot: number, parentPtr: number, n: number, eng: number, local: number): number;
   idxRemoved(ix: number, slot: number, n: number, eng: number): number;
   idxClearSlot(ix: number, slot: number): number;
+  idxHolds(ix: number, slot: number, n: number, eng: number, out: number): number;
   idxFindMatches(ix: number, hashes: number, n: number, fromLocal: number, outSlots: number, outDepths: number): number;
   idxExportSlot(ix: number, slot: number, from: number, max: number, out: number, nextOut: number): number;
   idxImportSlot(ix: number, slot: number, n: number, pairs: number): number;

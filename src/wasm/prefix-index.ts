@@ -16,7 +16,7 @@ import { IndexHandle } from './index-handle.js';
 import { matchHashes, matchStage, type OverlapScores } from './index-match.js';
 import { wasm, type WasmModule } from './instance.js';
 import { IndexMemoryPool, type EvictionReport, type PoolMember } from './memory-pool.js';
-import { EXPORT_PAGE, exportSlotPages } from './slot-pages.js';
+import { exportSlotPages, importSlotPages, markHeldBlocks } from './slot-pages.js';
 import { applyPackedRun, PackedStop, type PackedRun, type PackedSource } from './packed-run.js';
 
 export interface RemoveResult {
@@ -369,7 +369,7 @@ export class PrefixIndex {
   /**
    * Every block a slot holds, as (engine hash, sequence hash) pairs interleaved in one array
    * (entry i at [2i, 2i+1]): what `importSlot` restores in another index. Batched in pages of
-   * EXPORT_PAGE pairs, so the I/O region stays small however large the slot.
+   * EXPORT_PAGE pairs (slot-pages.ts), so the I/O region stays small however large the slot.
    */
   exportSlot(workerId: number, dpRank: number): BigUint64Array {
     const slot = this.findSlot(workerId, dpRank);
@@ -388,17 +388,26 @@ export class PrefixIndex {
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', 'slot pairs must hold an even number of hashes');
     const slot = this.slotOf(workerId, dpRank);
     const ix = this.#live();
-    let added = 0;
-    for (let at = 0; at < pairs.length; at += EXPORT_PAGE * 2) {
-      const page = pairs.subarray(at, Math.min(pairs.length, at + EXPORT_PAGE * 2));
-      added += this.#guard('slot import', () => {
-        const io = this.#m.reserve(page.length * 8);
-        this.#m.views().u64.set(page, io >>> 3);
-        return this.#m.exports.idxImportSlot(ix, slot, page.length / 2, io);
-      });
-    }
+    const added = this.#guard('slot import', () => importSlotPages(this.#m, ix, slot, pairs));
     this.#enforceBudget();
     return added;
+  }
+
+  /**
+   * Marks the blocks a slot holds: `held[i]` set to 1 for each of `engineHashes` it holds, the other bytes left as
+   * they are (so the indexes of a slot's several storage tiers mark one array). Returns how many it holds; a slot
+   * never registered, or an index a trap discarded, holds none.
+   */
+  markHeld(workerId: number, dpRank: number, engineHashes: BigUint64Array, held: Uint8Array): number {
+    const slot = this.findSlot(workerId, dpRank);
+    if (slot === undefined || engineHashes.length === 0) return 0;
+    const ix = this.#live();
+    try {
+      return this.#guard('membership query', () => markHeldBlocks(this.#m, ix, slot, engineHashes, held));
+    } catch (err) {
+      if (err instanceof IndexMemoryError) return 0; // discarded: empty now, and rebuilt by its owner
+      throw err;
+    }
   }
 
   /** Blocks held by a slot (Dynamo's tree size). */

@@ -294,6 +294,35 @@ describe('PrefixIndex semantics', () => {
     expect(() => index.applyStored(1, 0, null, [1n, 2n], [1n])).toThrow(/block hashes but/);
   });
 
+  it('markHeld marks the engine hashes a slot holds, per slot, and leaves the other bytes as they were', () => {
+    const index = new PrefixIndex();
+    index.applyStored(1, 0, null, [1n, 2n, 3n], [5n, 6n, 7n]);
+    index.applyStored(2, 0, null, [4n], [8n]);
+    index.applyRemoved(1, 0, [2n]);
+    const asked = BigUint64Array.from([3n, 2n, 4n, 1n, 99n]);
+    const held = new Uint8Array(asked.length);
+    expect(index.markHeld(1, 0, asked, held)).toBe(2);
+    expect([...held]).toEqual([1, 0, 0, 1, 0]);
+    // Another slot marks the same array: its block added, the marks already there kept.
+    expect(index.markHeld(2, 0, asked, held)).toBe(1);
+    expect([...held]).toEqual([1, 0, 1, 1, 0]);
+    // A slot never registered, and no hashes, ask nothing of the module.
+    expect(index.markHeld(9, 0, asked, held)).toBe(0);
+    expect(index.markHeld(1, 0, new BigUint64Array(0), held)).toBe(0);
+    expect([...held]).toEqual([1, 0, 1, 1, 0]);
+    // Many hashes at once (the I/O region grows), signed i64 hashes read as u64.
+    const many = BigUint64Array.from({ length: 20_000 }, (_, i) => BigInt(i * 7 + 1000));
+    index.applyStored(3, 0, null, many.subarray(0, 1), [9n]);
+    index.applyStored(3, 0, null, [-1n], [10n]);
+    const all = new BigUint64Array([...many, (1n << 64n) - 1n]);
+    const marks = new Uint8Array(all.length);
+    expect(index.markHeld(3, 0, all, marks)).toBe(2);
+    expect(marks[0]).toBe(1);
+    expect(marks[all.length - 1]).toBe(1);
+    expect(marks.reduce((x, y) => x + y, 0)).toBe(2);
+    index.dispose();
+  });
+
   it('removed slots are recycled cleanly', () => {
     const index = new PrefixIndex();
     index.applyStored(1, 0, null, [1n], [5n]);
