@@ -11,7 +11,8 @@
  *
  * Cache salt: SGLang reports it on every event (`cacheSalt`, hashed as is); vLLM only in block 0's `extra_keys`
  * of a root event (`extraKeyStrings`), so a later event of a salted chain inherits its parent block's salt
- * (`salts`, salt-memory.ts). An ingestion thread infers the same from what it saw (batch-hasher.ts) and says
+ * (`salts`, salt-memory.ts), kept while any index of the slot (a storage tier, a KV-cache group) holds the block
+ * (removed-salts.ts). An ingestion thread infers the same from what it saw (batch-hasher.ts) and says
  * which salt its hashes of an event were computed with (`PackedEvent.localSalt`): they are used only where
  * `salts` infers the same, the event hashed here otherwise.
  *
@@ -46,6 +47,7 @@ import {
 import { isKvgateError, type IndexMemoryError } from '../errors/index.js';
 import type { KvGroupIndexes } from './group-indexes.js';
 import { PackedEvent, type PackedBatch } from './packed-batch.js';
+import { RemovedSalts } from './removed-salts.js';
 import { HashSet } from './salt-entries.js';
 import { SaltMemory, type SaltEvictionReport } from './salt-memory.js';
 import { TieredPrefixIndex } from './tiered-index.js';
@@ -147,6 +149,8 @@ export class KvEventApplier {
   readonly eagle: boolean;
   /** The salt of the salted blocks of each slot, for vLLM's events that do not carry it (salt-memory.ts). */
   readonly salts: SaltMemory;
+  /** What a removal forgets of `salts`: only blocks no other index of the slot holds (removed-salts.ts). */
+  readonly #removedSalts: RemovedSalts;
   readonly #onSaltAmbiguous: (() => void) | undefined;
   /**
    * What a salted run's events are read into (`#confirmedRun`, `#followRun`): one record, the blocks the run
@@ -165,6 +169,7 @@ export class KvEventApplier {
     this.groups = opts.groups;
     this.eagle = opts.eagle === true;
     this.salts = new SaltMemory(opts.saltMemoryCap, opts.onSaltEvicted);
+    this.#removedSalts = new RemovedSalts(this.salts, this.indexes, this.groups, this.kvCacheGroup);
     this.#onSaltAmbiguous = opts.onSaltAmbiguous;
   }
 
@@ -297,7 +302,7 @@ export class KvEventApplier {
     for (let i = 0; i < run.events; i++) {
       if (follow[i]! < 0) continue;
       batch.read(follow[i]!, ev);
-      if (ev.type === 'removed') this.salts.forget(slot, ev.blockHashes);
+      if (ev.type === 'removed') this.#removedSalts.removed(slot, 'device', this.kvCacheGroup, ev.blockHashes);
       else if (isStoredOk(run.outcomes[i]!)) this.salts.remember(slot, ev.blockHashes, ev.localSalt!);
     }
   }
@@ -404,12 +409,15 @@ export class KvEventApplier {
   }
 
   #removed(slot: WorkerRank, tier: StorageTier, groupIdx: number, blockHashes: BigUint64Array): ApplyStatus {
-    this.salts.forget(slot, blockHashes); // nothing to do unless salted blocks are held
     const groups = this.groups;
     if (groups !== undefined && tier === 'device') {
       const missing = groups.removed(slot, groupIdx, blockHashes);
-      if (groupIdx !== this.kvCacheGroup) return missing === 0 ? 'ok' : 'not_found';
-    } else if (groupIdx !== this.kvCacheGroup) return 'other_group';
+      if (groupIdx !== this.kvCacheGroup) {
+        this.#removedSalts.removed(slot, tier, groupIdx, blockHashes);
+        return missing === 0 ? 'ok' : 'not_found';
+      }
+    } else if (groupIdx !== this.kvCacheGroup) return 'other_group'; // no index changed: no salt forgotten
+    this.#removedSalts.removed(slot, tier, groupIdx, blockHashes); // nothing to do unless salted blocks are held
     const ix = this.indexes.peek(tier);
     if (ix === undefined) return blockHashes.length === 0 ? 'ok' : 'not_found';
     return ix.applyRemoved(slot.workerId, slot.dpRank, blockHashes).missing === 0 ? 'ok' : 'not_found';

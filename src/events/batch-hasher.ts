@@ -5,9 +5,12 @@
  * a `SaltMemory` of the thread's own, one slot per stream.
  *
  * The inference is a guess: the thread sees only the live batches it decodes, not the replays, resets, replica
- * seeds and evictions of the main thread. So each event's hashes go with the salt they were computed with
- * (`salts`), and the main thread uses them only where its own memory infers the same salt (applier.ts), hashing
- * the event itself otherwise. A wrong or forgotten guess costs main-thread time, never a wrong index.
+ * seeds and evictions of the main thread, nor its indexes. It forgets a block's salt at the block's removal from any
+ * storage tier or KV-cache group, where the main thread keeps it while another index of the slot holds the block
+ * (removed-salts.ts): a later event under the block in another tier or group is hashed here unsalted. So each
+ * event's hashes go with the salt they were computed with (`salts`), and the main thread uses them only where its
+ * own memory infers the same salt (applier.ts), hashing the event itself otherwise. A wrong or forgotten guess
+ * costs main-thread time, never a wrong index.
  */
 import type { WorkerRank } from '../common/index.js';
 import { storedLocalHashes } from './applier.js';

@@ -7,7 +7,8 @@
  * forking from any block of the earlier prompt) has a parent and no salt, and inherits its parent block's.
  *
  * Only salted blocks are remembered (unsalted traffic costs one size check), every block of a salted chain (a
- * later event may fork from any of them). An entry goes with its block's `removed`, the slot's clear or removal,
+ * later event may fork from any of them). An entry goes with its block's removal from the last index of the slot
+ * holding it (the applier's storage tiers and KV-cache groups: removed-salts.ts), the slot's clear or removal,
  * or, past `cap` entries in all, the oldest entry of the slot that stored last (else of the first slot holding
  * any): counted, and the first eviction of an episode (the memory had been under three quarters of the cap)
  * reported as its start, as the index's memory budget does.
@@ -172,8 +173,30 @@ export class SaltMemory {
     return n;
   }
 
-  /** Forgets removed blocks (no work while nothing salted is held). */
-  forget(slot: WorkerRank, engineHashes: BigUint64Array): void {
+  /**
+   * Copies to `out` (room for `engineHashes.length`), in order, the hashes among `engineHashes` whose salt the slot
+   * holds; returns how many. 0 at once while the slot holds no salted block.
+   */
+  saltedAmong(slot: WorkerRank, engineHashes: BigUint64Array, out: BigUint64Array): number {
+    const entries = this.#entries;
+    if (entries.size === 0) return 0;
+    const r = this.#slots.get(slot.workerId)?.get(slot.dpRank);
+    if (r === undefined || entries.count(r.id) === 0) return 0;
+    const h64 = this.#h64;
+    const h32 = this.#h32;
+    let n = 0;
+    for (let i = 0; i < engineHashes.length; i++) {
+      h64[0] = engineHashes[i]!;
+      if (entries.find(r.id, h32[0]!, h32[1]!) >= 0) out[n++] = h64[0];
+    }
+    return n;
+  }
+
+  /**
+   * Forgets removed blocks (no work while nothing salted is held); `keep`, when given, keeps `engineHashes[i]`'s
+   * where `keep[i]` is not 0 (a block another index of the slot still holds: removed-salts.ts).
+   */
+  forget(slot: WorkerRank, engineHashes: BigUint64Array, keep?: Uint8Array): void {
     const entries = this.#entries;
     if (entries.size === 0) return;
     const r = this.#slots.get(slot.workerId)?.get(slot.dpRank);
@@ -181,6 +204,7 @@ export class SaltMemory {
     const h64 = this.#h64;
     const h32 = this.#h32;
     for (let i = 0; i < engineHashes.length && entries.count(r.id) > 0; i++) {
+      if (keep !== undefined && keep[i] !== 0) continue;
       h64[0] = engineHashes[i]!;
       const e = entries.find(r.id, h32[0]!, h32[1]!);
       if (e >= 0) entries.remove(e);
