@@ -4,7 +4,7 @@
  * its own removals. A block's salt is kept while any index of the slot holds the block, so a later event in
  * another tier or group under it is still hashed salted and a salted request matches it there; a removal from
  * every index forgets it, and a removal refused as another group's forgets nothing. The same applied as objects
- * and handed over by an ingestion thread (whose own guess forgets on any removal: the main thread hashes those).
+ * and handed over by an ingestion thread (whose own guess keeps a salt per tier and group, as the main thread does).
  */
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/index.js';
@@ -150,11 +150,23 @@ describe('a salted block held in several storage tiers', () => {
     });
   }
 
-  it("an ingestion thread's guess forgets at the first removal (it sees no index): hashed unsalted there", () => {
-    // The handed-over cases above get the salted index all the same: the main thread hashes the event itself.
+  it('an ingestion thread keeps the salt while another tier holds the block, as the main thread does', () => {
+    // Its own guess, without the main thread's indexes: the follow-up's hashes come from the thread, salted.
     const thread = new BatchHasher();
     for (const b of [root(GPU), root(CPU), removed(GPU)]) thread.hash(1, b);
-    expect(thread.hash(1, followUp(CPU)).salts).toEqual([]);
+    expect(thread.hash(1, followUp(CPU)).salts).toEqual([SALT]);
+    const reverse = new BatchHasher();
+    for (const b of [root(GPU), root(CPU), removed(CPU)]) reverse.hash(1, b);
+    expect(reverse.hash(1, followUp(GPU)).salts).toEqual([SALT]);
+    // Removed from both tiers: forgotten (the follow-up is guessed unsalted), and another stream never shared it.
+    const gone = new BatchHasher();
+    for (const b of [root(GPU), root(CPU), removed(GPU), removed(CPU)]) gone.hash(1, b);
+    expect(gone.hash(1, followUp(CPU)).salts).toEqual([]);
+    expect(gone.hash(2, followUp(GPU)).salts).toEqual([]);
+    // A clear forgets the stream in every tier.
+    const cleared = new BatchHasher();
+    for (const b of [root(GPU), root(CPU), decoded([{ type: 'cleared' }])]) cleared.hash(1, b);
+    expect(cleared.remembered).toBe(0);
   });
 });
 
@@ -187,6 +199,14 @@ describe('a salted block held in several KV-cache groups', () => {
       two.a.indexes.dispose();
     });
   }
+
+  it('an ingestion thread keeps the salt while another group holds the block', () => {
+    const thread = new BatchHasher();
+    for (const b of [root(GPU, 0), root(GPU, 1), removed(GPU, [12n], 1)]) thread.hash(1, b);
+    expect(thread.hash(1, followUp(GPU, 0)).salts).toEqual([SALT]);
+    thread.hash(1, removed(GPU, [12n], 0));
+    expect(thread.hash(1, followUp(GPU, 1)).salts).toEqual([]);
+  });
 
   it("a removal refused as another group's (a model indexed as one group) forgets nothing", () => {
     const a = new KvEventApplier({ blockSize: BS });
