@@ -251,7 +251,8 @@ class OfflineReplay {
     const bucketMs = this.#bucketMs;
     const poolRuns: PoolRun[] = this.#pools.map((p) => {
       const load = p.timeline.finish(endMs);
-      return { name: p.name, workerIds: p.workerIds, load, buckets: p.timeline.buckets(), bucketMs };
+      const index = p.router.indexUse?.();
+      return { name: p.name, workerIds: p.workerIds, load, buckets: p.timeline.buckets(), bucketMs, index };
     });
     const hits = this.#hits;
     const rep = this.#replicas;

@@ -33,6 +33,7 @@ import {
 import { KvgateError } from '../errors/index.js';
 import type { KvEvent } from '../mocker/index.js';
 import { createSimpleRouter, type SimpleRouter } from '../routing/index.js';
+import type { IndexUse } from './results.js';
 
 const SIMPLE_POLICIES: readonly SimpleRouterMode[] = ['round-robin', 'random', 'power-of-two', 'least-loaded'];
 
@@ -188,6 +189,8 @@ export interface ReplayRouter {
   nextEventTime?(): number | undefined;
   /** Runs the router's own events due by `t`. */
   runUntil?(t: number): void;
+  /** What its prefix index held so far (kv policies: `IndexUse`); absent, or undefined, for a router without one. */
+  indexUse?(): IndexUse | undefined;
 }
 
 /** Load-based modes: the choice depends only on the router's own count of in-flight requests per worker. */

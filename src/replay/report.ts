@@ -12,6 +12,7 @@ import { singleRouterName } from './router-replicas.js';
 import { cdfPoints, escapeXml, lineChart, PALETTE, type ChartBand, type ChartSeries } from './svg-charts.js';
 import { WINDOW_BUCKETS, windowedImbalance, type LoadBucket } from './timeline.js';
 import type { PolicyRun, PolicySummary, Percentiles } from './results.js';
+import { indexUseTable } from './index-use-table.js';
 
 export interface MachineInfo {
   os: string;
@@ -114,6 +115,7 @@ export function renderMarkdown(report: ReplayReport): string {
     ...ttftBandsTable(report),
     ...legsTable(report),
     ...replicaTable(report),
+    ...indexUseTable(report.policies),
   ];
   const failures = Object.entries(report.policies).filter(([, s]) => s.errors !== undefined);
   for (const [name, s] of failures)

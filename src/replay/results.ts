@@ -84,6 +84,22 @@ export interface PoolRun {
   /** In-flight requests per engine, averaged over fixed buckets of `bucketMs`. */
   readonly buckets: readonly LoadBucket[];
   readonly bucketMs: number;
+  /** The pool's prefix index (a kv policy's, offline); absent for other policies and online runs. */
+  readonly index?: IndexUse | undefined;
+}
+
+/**
+ * What a kv policy's prefix index held over a run (offline), with a hybrid model's KV-cache group indexes and the
+ * storage tiers beside it: what an operator sizes `router_index_memory_budget_mib` from. With router replicas, the
+ * largest replica's peak (each holds its own index, under its own budget) and the evictions of all of them.
+ */
+export interface IndexUse {
+  /** The budget the index was held to (bytes), or null without one. */
+  readonly budgetBytes: number | null;
+  /** The most bytes the indexes held together, read each virtual second and at the end. */
+  readonly peakBytes: number;
+  /** (block, slot) entries evicted under the budget. */
+  readonly evictedEntries: number;
 }
 
 /** Engine-reported prefix hits of a run. */
@@ -197,6 +213,8 @@ export interface PolicySummary {
     front: string | null;
     sync_deliveries: number;
   };
+  /** Each pool's prefix index under a kv policy, offline (`IndexUse`); empty otherwise. */
+  prefix_index: { pool: string; budget_bytes: number | null; peak_bytes: number; evicted_entries: number }[];
   /** Where the TTFT goes: the slowest 1 %, the next 9 % and the other 90 % of the completed requests (ttft-bands.ts). */
   ttft_bands: TtftBand[];
   legs?: LegSummary;
@@ -333,6 +351,18 @@ export function summarizePolicy(
     engine_busy_fraction: run.engineBusyFraction === null ? null : round(run.engineBusyFraction),
     wall_s: round(run.wallMs / 1000),
     replicas: replicaSummary(run.replicas),
+    prefix_index: run.pools.flatMap((pool) =>
+      pool.index === undefined
+        ? []
+        : [
+            {
+              pool: pool.name,
+              budget_bytes: pool.index.budgetBytes,
+              peak_bytes: pool.index.peakBytes,
+              evicted_entries: pool.index.evictedEntries,
+            },
+          ],
+    ),
     ttft_bands: ttftBands(run.outcomes, follows, round),
   };
   const legs = legSummary(run, ok, hitRate);

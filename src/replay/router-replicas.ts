@@ -26,6 +26,7 @@ import type { BookkeepingObserver, PeerBookings, SyncedBooking } from '../core/i
 import { KvgateError } from '../errors/index.js';
 import type { KvEvent } from '../mocker/index.js';
 import type { ReplayRouter, RouteChoice, RouteRequest } from './policy.js';
+import type { IndexUse } from './results.js';
 
 export type FrontDoorMode = 'rr' | 'random';
 export const FRONT_DOOR_MODES: readonly FrontDoorMode[] = ['rr', 'random'];
@@ -181,6 +182,24 @@ export class ReplicaSet implements ReplayRouter {
 
   tick(): void {
     for (const r of this.#routers) r.tick();
+  }
+
+  /** The replicas' prefix indexes: the largest replica's peak (each holds its own index) and every eviction. */
+  indexUse(): IndexUse | undefined {
+    let use: IndexUse | undefined;
+    for (const r of this.#routers) {
+      const u = r.indexUse?.();
+      if (u === undefined) continue;
+      use =
+        use === undefined
+          ? u
+          : {
+              budgetBytes: u.budgetBytes,
+              peakBytes: Math.max(use.peakBytes, u.peakBytes),
+              evictedEntries: use.evictedEntries + u.evictedEntries,
+            };
+    }
+    return use;
   }
 
   /** When the next sync delivery is due (undefined: none pending). */

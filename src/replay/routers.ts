@@ -21,6 +21,7 @@ import type { KvEvent } from '../mocker/index.js';
 import { decodeOverrideOf, holdIndexToBudget, KvRouter, prefillPoolConfig } from '../routing/index.js';
 import { toCacheEvent } from './kv-event-bridge.js';
 import { ReplicaSet, type ReplicaOptions } from './router-replicas.js';
+import type { IndexUse } from './results.js';
 import {
   SimpleReplayRouter,
   type PolicySpec,
@@ -58,6 +59,9 @@ class KvReplayRouter implements ReplayRouter {
   readonly #outputs = new Map<string, { readonly isl: number; readonly expected: number; blocks: number }>();
   /** KV events the applier refused, by status (should stay empty: the mocker and router hash alike). */
   readonly rejectedEvents = new Map<string, number>();
+  /** The most bytes the prefix index held with the indexes sharing its budget (read each tick), and its evictions. */
+  #peakBytes = 0;
+  #evictedEntries = 0;
 
   constructor(spec: Extract<PolicySpec, { kind: 'kv' }>, ctx: ReplayRouterContext) {
     this.policy = spec.name;
@@ -78,7 +82,9 @@ class KvReplayRouter implements ReplayRouter {
       },
     });
     // The index and every group's beside it under the config's `router_index_memory_budget_mib`, as the gateway's.
-    holdIndexToBudget(this.router);
+    holdIndexToBudget(this.router, (report) => {
+      this.#evictedEntries += report.entries;
+    });
     // `kv-one-group` leaves them out: the one-group index of before, for comparison.
     if (spec.oneGroup !== true) groups = new KvGroupIndexes({ primary: this.router.index });
     for (const w of ctx.workerIds)
@@ -176,6 +182,22 @@ class KvReplayRouter implements ReplayRouter {
 
   tick(): void {
     this.router.tick();
+    this.#readIndexBytes();
+  }
+
+  indexUse(): IndexUse {
+    this.#readIndexBytes();
+    const budget = this.router.index.memoryBudget;
+    return {
+      budgetBytes: budget > 0 ? budget : null,
+      peakBytes: this.#peakBytes,
+      evictedEntries: this.#evictedEntries,
+    };
+  }
+
+  #readIndexBytes(): void {
+    const bytes = this.router.index.pooledBytes;
+    if (bytes > this.#peakBytes) this.#peakBytes = bytes;
   }
 }
 

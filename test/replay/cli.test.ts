@@ -132,6 +132,34 @@ describe('kvgate replay command line', () => {
     expect(e).toContain('line 6: timestamp 25 is earlier');
   });
 
+  it("reports each kv policy's prefix index: its peak, the budget it was held to and what that evicted", async () => {
+    const { out } = capture();
+    const args = ['--workload', 'agentic', '--sessions', '4', '--median-turns', '4', '--seed', '1', '--workers', '4'];
+    const budget = ['--router-config', JSON.stringify({ router_index_memory_budget_mib: 0.5 })];
+    const code = await run([...args, '--compare', 'kv,round-robin', ...budget, '--json', '--no-progress']);
+    vi.restoreAllMocks();
+    expect(code).toBe(0);
+    type Index = { pool: string; budget_bytes: number | null; peak_bytes: number; evicted_entries: number };
+    const json = JSON.parse(out.join('')) as { policies: Record<string, { prefix_index: Index[] }> };
+    const [unbounded] = json.policies.kv!.prefix_index;
+    const [bounded] = json.policies['kv[router_index_memory_budget_mib=0.5]']!.prefix_index;
+    // Without a budget the sessions' contexts take the index past 0.5 MiB; with it, it stays within and evicts.
+    expect(unbounded).toMatchObject({ pool: 'engines', budget_bytes: null, evicted_entries: 0 });
+    expect(unbounded!.peak_bytes).toBeGreaterThan(0.5 * 2 ** 20);
+    expect(bounded).toMatchObject({ pool: 'engines', budget_bytes: 0.5 * 2 ** 20 });
+    expect(bounded!.peak_bytes).toBeLessThanOrEqual(0.5 * 2 ** 20);
+    expect(bounded!.evicted_entries).toBeGreaterThan(0);
+    // A policy without a prefix index reports none.
+    expect(json.policies['round-robin']!.prefix_index).toEqual([]);
+
+    const md = capture();
+    expect(await run([...args, '--compare', 'kv', ...budget, '--no-progress'])).toBe(0);
+    vi.restoreAllMocks();
+    expect(md.out.join('')).toMatch(
+      /\| kv\[router_index_memory_budget_mib=0\.5\] \| engines \| 0\.\d MiB \| 0\.5 MiB \| [1-9]\d* \|/,
+    );
+  });
+
   it('prints the Markdown table by default; exit code 2 on usage errors, 1 on a rejected trace', async () => {
     const { out, err } = capture();
     expect(
