@@ -21,24 +21,16 @@
  * (routing's `KvEventsWatch`: a line naming the endpoint, counted).
  */
 import type { Logger } from 'pino';
-import type { Clock, RoutingHints, Rng, WorkerRank } from '../common/index.js';
+import type { Clock, RoutingHints, Rng } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { EndpointOwners, type PoolEndpoint } from '../fleet/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import { rejectionError, type SlotLoad } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
-import {
-  KvEventsWatch,
-  KvRouter,
-  kvPool,
-  makeRouterContext,
-  reportIndexBytes,
-  type EventWatch,
-  type RouterContext,
-  type WatchedWorker,
-} from '../routing/index.js';
+import { KvRouter, kvPool, makeRouterContext, reportIndexBytes, type RouterContext } from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
 import { endpointAddress, inSubset as named } from './endpoint-address.js';
+import { PodKvEvents } from './pod-kv-events.js';
 
 /**
  * How often the router's bookkeeping expires what outlived its TTL (bookings, approximate entries) and the
@@ -97,7 +89,6 @@ export interface EndpointPickerOptions {
 export class EndpointPicker {
   readonly #router: KvRouter;
   readonly #logger: Logger;
-  readonly #metrics: KvgateMetrics | undefined;
   readonly #fallbacks: number;
   /** endpoint -> worker id, and back: one worker per endpoint, its owner's (`EndpointOwners`). */
   readonly #ids = new Map<string, number>();
@@ -107,14 +98,8 @@ export class EndpointPicker {
   /** Which listed pod owns each endpoint (two may list one: an IP reused while the old pod is still listed). */
   readonly #owners: EndpointOwners<PoolEndpoint>;
   readonly #bookings = new Map<string, Booking>();
-  /** The pods' KV-event subscriptions (undefined: `use_kv_events` off, every pod approximate). */
-  readonly #events: ReturnType<typeof kvPool>['events'];
-  /** worker id -> the KV-event publisher it is subscribed to. */
-  readonly #publishers = new Map<number, string>();
-  /** The pods' KV-event liveness, told as the gateway tells its workers' (`kvgate_worker_kv_events_transitions_total`). */
-  readonly #kvWatch: KvEventsWatch;
-  /** Worker ids already warned of a block size other than the model's (once per pod). */
-  readonly #blockSizeWarned = new Set<number>();
+  /** The pods' KV-event subscriptions, their liveness and their lines. */
+  readonly #kv: PodKvEvents;
   readonly #ctx: RouterContext;
   readonly #model: string;
   readonly #timer: NodeJS.Timeout;
@@ -123,13 +108,13 @@ export class EndpointPicker {
   constructor(opts: EndpointPickerOptions) {
     this.#logger = opts.logger;
     this.#owners = new EndpointOwners<PoolEndpoint>(opts.logger);
-    this.#metrics = opts.metrics;
     this.#fallbacks = Math.max(1, opts.fallbacks);
     const m = opts.model;
     const ctx = makeRouterContext({ clock: opts.clock, rng: opts.rng, logger: opts.logger, metrics: opts.metrics });
     this.#ctx = ctx;
     this.#model = m.name;
-    this.#kvWatch = new KvEventsWatch(m.name, ctx);
+    const endpointOf = (id: number): string | undefined => this.#endpoints.get(id);
+    this.#kv = new PodKvEvents({ model: m.name, ctx, logger: opts.logger, metrics: opts.metrics, endpointOf });
     const pool = {
       model: m.name,
       blockSize: m.blockSize,
@@ -137,9 +122,9 @@ export class EndpointPicker {
       kvEvents: opts.kvEvents,
       eagle: m.eagle,
     };
-    const { kvRouter, events } = kvPool('aggregated', pool, ctx, this.#eventWatch(m.blockSize));
+    const { kvRouter, events } = kvPool('aggregated', pool, ctx, this.#kv.watch(m.blockSize));
     this.#router = kvRouter;
-    this.#events = events;
+    this.#kv.attach(events);
     this.#timer = setInterval(() => this.#tick(), TICK_MS);
     this.#timer.unref();
   }
@@ -152,51 +137,13 @@ export class EndpointPicker {
   #tick(): void {
     this.#router.tick();
     reportIndexBytes(this.#ctx, this.#model, 'aggregated', this.#router);
-    this.#kvWatch.tick(this.#watched(), this.#events);
-  }
-
-  /** The pods as the KV-event watch names them: by endpoint, with pod name and worker id. */
-  #watched(): WatchedWorker[] {
-    return [...this.#byName].map(([pod, id]) => {
-      const endpoint = this.#endpoints.get(id)!;
-      const publisher = this.#publishers.get(id);
-      return {
-        id,
-        role: 'aggregated',
-        name: `endpoint ${endpoint}`,
-        fields: { endpoint, pod, workerId: id },
-        publisher:
-          publisher === undefined
-            ? undefined
-            : { fields: { publisher }, check: "the pod's kvgate.io/kv-events-port annotation or kv-events port" },
-      };
-    });
+    this.#kv.tick([...this.#byName].map(([pod, id]) => ({ id, pod, endpoint: this.#endpoints.get(id)! })));
   }
 
   /** Stops the bookkeeping timer and every KV-event subscription. */
   async close(): Promise<void> {
     clearInterval(this.#timer);
-    await this.#events?.close();
-  }
-
-  /** What the gateway's worker watch does for a pod's KV events: logged by pod endpoint. */
-  #eventWatch(blockSize: number): EventWatch {
-    return {
-      blockSizeMismatch: (workerId) => {
-        if (this.#blockSizeWarned.has(workerId) || !this.#endpoints.has(workerId)) return;
-        this.#blockSizeWarned.add(workerId);
-        this.#logger.warn(
-          { endpoint: this.#endpoints.get(workerId), blockSize },
-          `endpoint ${this.#endpoints.get(workerId)} publishes KV events with a block size other than the model's ` +
-            `block_size ${blockSize}: its blocks are ignored (set the model's block_size to the engine's)`,
-        );
-      },
-      replayed: (slot: WorkerRank, batches: number) =>
-        this.#logger.info(
-          { endpoint: this.#endpoints.get(slot.workerId), batches },
-          `endpoint ${this.#endpoints.get(slot.workerId)}: missed KV events replayed (${batches} batch(es))`,
-        ),
-    };
+    await this.#kv.close();
   }
 
   /**
@@ -214,7 +161,7 @@ export class EndpointPicker {
       const endpoint = this.#endpoints.get(id)!;
       const now = next.get(name);
       // A pod whose address or publisher changed is another engine: it leaves and joins anew.
-      if (now?.endpoint === endpoint && now.kvEvents === this.#publishers.get(id)) continue;
+      if (now?.endpoint === endpoint && now.kvEvents === this.#kv.publisher(id)) continue;
       this.#leave(name, id, endpoint);
       left.push(endpoint);
     }
@@ -239,17 +186,11 @@ export class EndpointPicker {
   /** A routed pod leaves: everything kept under its worker id goes (ids are never reused). */
   #leave(name: string, id: number, endpoint: string): void {
     this.#router.removeWorker(id);
-    // Ids are never reused here (each pod that joins gets the next): the gone pod's series go with it, once its
-    // subscription is stopped, or pod churn would pile up a series set per pod that ever served.
-    const forget = (): void => void this.#metrics?.forgetWorker(id);
-    if (this.#publishers.delete(id) && this.#events !== undefined) void this.#events.remove(id).finally(forget);
-    else forget();
+    this.#kv.forget(id);
     this.#byName.delete(name);
     this.#endpoints.delete(id);
     // Only the entry this pod owns: the endpoint may be another pod's already.
     if (this.#ids.get(endpoint) === id) this.#ids.delete(endpoint);
-    this.#kvWatch.forget(id);
-    this.#blockSizeWarned.delete(id);
   }
 
   /** A pod joins with the next worker id: its KV events subscribed, the requests in flight on its endpoint booked. */
@@ -259,12 +200,7 @@ export class EndpointPicker {
     this.#endpoints.set(id, pod.endpoint);
     this.#ids.set(pod.endpoint, id);
     this.#router.addWorker(id, {});
-    if (this.#events !== undefined && pod.kvEvents !== undefined) {
-      this.#publishers.set(id, pod.kvEvents);
-      this.#events
-        .add({ workerId: id, dpRank: 0, endpoint: pod.kvEvents })
-        .catch((err: Error) => this.#subscriptionRefused(id, pod, err));
-    }
+    this.#kv.subscribe({ id, pod: name, endpoint: pod.endpoint }, pod.kvEvents);
     // The router dropped these when the endpoint left (removeWorker frees its requests), so none is booked twice;
     // each is booked as it was (its overlap and hints), so its load is the same, not its whole prompt again.
     let rebooked = 0;
@@ -280,39 +216,20 @@ export class EndpointPicker {
       );
   }
 
-  /** A pod's KV events could not be subscribed: logged and counted as the gateway counts a worker's. */
-  #subscriptionRefused(id: number, pod: PoolEndpoint, err: Error): void {
-    // Not counted for a pod already gone: its series went with it.
-    if (this.#endpoints.has(id))
-      this.#metrics?.kvEventSubscriptionsRefused.labels({ worker_id: String(id), dp_rank: '0' }).inc();
-    this.#logger.error(
-      { endpoint: pod.endpoint, kvEvents: pod.kvEvents, workerId: id, err: err.message },
-      `endpoint ${pod.endpoint}: its KV events cannot be subscribed (${err.message}); scored approximately`,
-    );
-  }
-
   /**
    * What the picker keeps per pod, structure by structure (diagnostics: each is bounded by the pods listed now,
    * however many came and went, since each pod that leaves takes its worker id's state along).
    */
   footprint(): Record<string, number> {
-    const ev = this.#events;
-    const tierSlots = ev?.indexes.tiers().reduce((n, t) => n + ev.indexes.get(t).slots().length, 0) ?? 0;
     return {
       endpoints: this.#endpoints.size,
       ids: this.#ids.size,
       names: this.#byName.size,
       listed: this.#owners.sizes.listed,
       shadowed: this.#owners.sizes.shadowed,
-      publishers: this.#publishers.size,
-      blockSizeWarned: this.#blockSizeWarned.size,
-      kvEventStates: this.#kvWatch.size,
       routerWorkers: this.#router.workers().length,
       indexSlots: this.#router.index.slots().length,
-      tierSlots,
-      subscriptions: ev?.sources().length ?? 0,
-      livenessSlots: ev?.liveness.statuses().length ?? 0,
-      eventCounterSlots: Object.keys(ev?.counters.snapshot().slots ?? {}).length,
+      ...this.#kv.footprint(),
       bookings: this.#bookings.size,
     };
   }
@@ -371,7 +288,7 @@ export class EndpointPicker {
       if (order.length < this.#fallbacks && !order.includes(c.workerId)) order.push(c.workerId);
     const endpoints = order.map((id) => this.#endpoints.get(id)!);
     // The data plane dispatches to the pick: its KV events are awaited from now (stale if none comes while it serves).
-    this.#events?.noteDispatch({ workerId: d.workerId, dpRank: 0 });
+    this.#kv.noteDispatch({ workerId: d.workerId, dpRank: 0 });
     this.#bookings.set(input.requestId, {
       input: { ...input, hints },
       endpoint: endpoints[0]!,
@@ -397,7 +314,7 @@ export class EndpointPicker {
     b.endpoint = endpoint;
     b.overlapBlocks = undefined;
     this.#book(requestId, b, id);
-    this.#events?.noteDispatch({ workerId: id, dpRank: 0 });
+    this.#kv.noteDispatch({ workerId: id, dpRank: 0 });
   }
 
   /**

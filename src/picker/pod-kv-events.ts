@@ -1,0 +1,163 @@
+/**
+ * `PodKvEvents`: the KV events of the pods `EndpointPicker` routes. Each pod that names its publisher (fleet's
+ * `InferencePoolSource`: its `kvgate.io/kv-events-port` annotation or `kv-events` container port) is subscribed under
+ * its worker id into the router's prefix index (routing's `kvPool`, as the gateway subscribes a worker); its liveness
+ * is watched as the gateway watches a worker's (routing's `KvEventsWatch`: a line naming the pod's endpoint, counted);
+ * a block size other than the model's and a replay are lines naming that endpoint. A pod that leaves takes along what
+ * is kept under its id: its subscription (then its metric series), its liveness state, its log-once state.
+ */
+import type { Logger } from 'pino';
+import type { WorkerRank } from '../common/index.js';
+import type { KvgateMetrics } from '../metrics/index.js';
+import {
+  KvEventsWatch,
+  type EventWatch,
+  type RouterContext,
+  type WatchedWorker,
+  type kvPool,
+} from '../routing/index.js';
+
+type Events = ReturnType<typeof kvPool>['events'];
+
+/** A routed pod as its KV events name it. */
+export interface KvPod {
+  readonly id: number;
+  /** The pod's name. */
+  readonly pod: string;
+  /** Its endpoint (`ip:port`): how every line names it. */
+  readonly endpoint: string;
+}
+
+export class PodKvEvents {
+  readonly #logger: Logger;
+  readonly #metrics: KvgateMetrics | undefined;
+  /** The pods' subscriptions (undefined: `use_kv_events` off, every pod approximate). */
+  #events: Events;
+  /** worker id -> the KV-event publisher it is subscribed to. */
+  readonly #publishers = new Map<number, string>();
+  /** The pods' KV-event liveness, told as the gateway tells its workers' (`kvgate_worker_kv_events_transitions_total`). */
+  readonly #watch: KvEventsWatch;
+  /** Worker ids already warned of a block size other than the model's (once per pod). */
+  readonly #blockSizeWarned = new Set<number>();
+  /** The endpoint a routed worker id serves, or undefined once it left. */
+  readonly #endpointOf: (id: number) => string | undefined;
+
+  constructor(opts: {
+    model: string;
+    ctx: RouterContext;
+    logger: Logger;
+    metrics: KvgateMetrics | undefined;
+    endpointOf: (id: number) => string | undefined;
+  }) {
+    this.#logger = opts.logger;
+    this.#metrics = opts.metrics;
+    this.#endpointOf = opts.endpointOf;
+    this.#watch = new KvEventsWatch(opts.model, opts.ctx);
+  }
+
+  /** The subscriptions, once the router's pool has built them (`kvPool`, given `watch`). */
+  attach(events: Events): void {
+    this.#events = events;
+  }
+
+  /** What the router's pool tells of a pod's events (a block size other than the model's, a replay): lines by endpoint. */
+  watch(blockSize: number): EventWatch {
+    return {
+      blockSizeMismatch: (workerId) => {
+        const endpoint = this.#endpointOf(workerId);
+        if (this.#blockSizeWarned.has(workerId) || endpoint === undefined) return;
+        this.#blockSizeWarned.add(workerId);
+        this.#logger.warn(
+          { endpoint, blockSize },
+          `endpoint ${endpoint} publishes KV events with a block size other than the model's ` +
+            `block_size ${blockSize}: its blocks are ignored (set the model's block_size to the engine's)`,
+        );
+      },
+      replayed: (slot: WorkerRank, batches: number) => {
+        const endpoint = this.#endpointOf(slot.workerId);
+        this.#logger.info(
+          { endpoint, batches },
+          `endpoint ${endpoint}: missed KV events replayed (${batches} batch(es))`,
+        );
+      },
+    };
+  }
+
+  /** The publisher a pod is subscribed to (undefined: none, or KV events off). */
+  publisher(id: number): string | undefined {
+    return this.#publishers.get(id);
+  }
+
+  /** A pod joins: subscribed to `publisher` when it names one and KV events are on; a refusal is logged and counted. */
+  subscribe(pod: KvPod, publisher: string | undefined): void {
+    if (this.#events === undefined || publisher === undefined) return;
+    this.#publishers.set(pod.id, publisher);
+    this.#events.add({ workerId: pod.id, dpRank: 0, endpoint: publisher }).catch((err: Error) => {
+      // Not counted for a pod already gone: its series went with it.
+      if (this.#endpointOf(pod.id) !== undefined)
+        this.#metrics?.kvEventSubscriptionsRefused.labels({ worker_id: String(pod.id), dp_rank: '0' }).inc();
+      this.#logger.error(
+        { endpoint: pod.endpoint, kvEvents: publisher, workerId: pod.id, err: err.message },
+        `endpoint ${pod.endpoint}: its KV events cannot be subscribed (${err.message}); scored approximately`,
+      );
+    });
+  }
+
+  /**
+   * A pod left: its subscription stopped, then its metric series forgotten (ids are never reused: each pod that joins
+   * gets the next, so pod churn would otherwise pile up a series set per pod that ever served), its states dropped.
+   */
+  forget(id: number): void {
+    const forget = (): void => void this.#metrics?.forgetWorker(id);
+    if (this.#publishers.delete(id) && this.#events !== undefined) void this.#events.remove(id).finally(forget);
+    else forget();
+    this.#watch.forget(id);
+    this.#blockSizeWarned.delete(id);
+  }
+
+  /** The data plane dispatches to the slot: its KV events are awaited from now (stale if none comes while it serves). */
+  noteDispatch(slot: WorkerRank): void {
+    this.#events?.noteDispatch(slot);
+  }
+
+  /** Periodic: each routed pod's KV-event liveness, a transition logged and counted. */
+  tick(pods: Iterable<KvPod>): void {
+    this.#watch.tick(this.#watched(pods), this.#events);
+  }
+
+  *#watched(pods: Iterable<KvPod>): Generator<WatchedWorker> {
+    for (const { id, pod, endpoint } of pods) {
+      const publisher = this.#publishers.get(id);
+      yield {
+        id,
+        role: 'aggregated',
+        name: `endpoint ${endpoint}`,
+        fields: { endpoint, pod, workerId: id },
+        publisher:
+          publisher === undefined
+            ? undefined
+            : { fields: { publisher }, check: "the pod's kvgate.io/kv-events-port annotation or kv-events port" },
+      };
+    }
+  }
+
+  /** What is kept, structure by structure (`EndpointPicker.footprint`): bounded by the pods routed now. */
+  footprint(): Record<string, number> {
+    const ev = this.#events;
+    const tierSlots = ev?.indexes.tiers().reduce((n, t) => n + ev.indexes.get(t).slots().length, 0) ?? 0;
+    return {
+      publishers: this.#publishers.size,
+      blockSizeWarned: this.#blockSizeWarned.size,
+      kvEventStates: this.#watch.size,
+      tierSlots,
+      subscriptions: ev?.sources().length ?? 0,
+      livenessSlots: ev?.liveness.statuses().length ?? 0,
+      eventCounterSlots: Object.keys(ev?.counters.snapshot().slots ?? {}).length,
+    };
+  }
+
+  /** Stops every subscription. */
+  async close(): Promise<void> {
+    await this.#events?.close();
+  }
+}
