@@ -29,7 +29,7 @@ import { rejectionError, type SlotLoad } from '../core/index.js';
 import { KvgateError } from '../errors/index.js';
 import { KvRouter, kvPool, makeRouterContext, reportIndexBytes, type RouterContext } from '../routing/index.js';
 import type { PromptHashes } from '../wasm/index.js';
-import { endpointAddress, inSubset as named } from './endpoint-address.js';
+import { endpointAddress, inSubset } from './endpoint-address.js';
 import { PodKvEvents } from './pod-kv-events.js';
 
 /**
@@ -238,6 +238,20 @@ export class EndpointPicker {
     return [...this.#endpoints.values()];
   }
 
+  /**
+   * The routed endpoints the data plane's subset hint allows (every one without a hint), each with its worker id:
+   * what a pick chooses among, and where a request passed on unscored may go.
+   * @throws KvgateError KVG_ERR_NO_WORKERS when none is (no endpoint ready, or none of the subset).
+   */
+  eligible(subset: readonly string[] | undefined): Map<string, number> {
+    const entries = subset?.map(endpointAddress);
+    const out = new Map<string, number>();
+    for (const [endpoint, id] of this.#ids)
+      if (entries === undefined || inSubset(endpoint, entries)) out.set(endpoint, id);
+    if (out.size === 0) throw noEndpoint();
+    return out;
+  }
+
   /** Requests booked and not yet ended, by the endpoint each is booked on. */
   bookings(): Record<string, number> {
     const out: Record<string, number> = {};
@@ -262,10 +276,12 @@ export class EndpointPicker {
    *   every eligible endpoint busy or the queue full), the router's own for bad hints.
    */
   pick(input: PickInput): string[] {
-    const allowed = this.#allowed(input);
+    const eligible = this.eligible(input.subset);
+    const own = input.hints.allowedWorkerIds;
+    let allowed = input.subset === undefined ? undefined : new Set(eligible.values());
+    if (own !== undefined) allowed = new Set([...own].filter((id) => allowed?.has(id) ?? true));
+    if (allowed?.size === 0) throw noEndpoint();
     const hints: RoutingHints = allowed === undefined ? input.hints : { ...input.hints, allowedWorkerIds: allowed };
-    if (this.#endpoints.size === 0 || (allowed !== undefined && allowed.size === 0))
-      throw new KvgateError('KVG_ERR_NO_WORKERS', 'no endpoint of the pool is ready for this request');
     const outcome = this.#router.schedule({
       requestId: input.requestId,
       tokens: input.tokenIds,
@@ -347,17 +363,7 @@ export class EndpointPicker {
     if (!this.#bookings.delete(requestId)) return;
     this.#router.free(requestId);
   }
-
-  /** The worker ids the subset allows, or undefined for the whole pool. */
-  #allowed(input: PickInput): Set<number> | undefined {
-    const own = input.hints.allowedWorkerIds;
-    let ids: Set<number> | undefined = own === undefined ? undefined : new Set(own);
-    if (input.subset !== undefined) {
-      const entries = input.subset.map(endpointAddress);
-      const inSubset = new Set<number>();
-      for (const [endpoint, id] of this.#ids) if (named(endpoint, entries)) inSubset.add(id);
-      ids = ids === undefined ? inSubset : new Set([...ids].filter((id) => inSubset.has(id)));
-    }
-    return ids;
-  }
 }
+
+const noEndpoint = (): KvgateError =>
+  new KvgateError('KVG_ERR_NO_WORKERS', 'no endpoint of the pool is ready for this request');

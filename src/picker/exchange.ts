@@ -17,20 +17,24 @@
  * data plane's `end_of_stream` may end a streamed body in an answer: a body
  * followed by trailers is passed on with end_of_stream false.
  *
- * A request with no body (request_headers end_of_stream) on a path the picker
- * does not route (a GET: `/v1/models`, a health probe) is not an inference
- * request: as GIE's reference picker does, it is sent to an eligible endpoint
- * (the subset's; fewest requests in flight first, the rest of the answer its
- * fallbacks), neither scored nor booked, and its response passed on as any.
- * The protocol lets the picker refuse a request only with 503 or 429: a
- * model's `GET /v1/models` through the gateway must reach a pod.
+ * A request on a path the picker does not route (a GET: `/v1/models`, a
+ * health probe; a POST with a body: `/v1/embeddings`, `/tokenize`, an audio
+ * upload) is not an inference request it scores: as GIE's reference picker
+ * does, it is sent to an eligible endpoint (the subset's; fewest requests in
+ * flight first, the rest of the answer its fallbacks), neither scored nor
+ * booked, and its response passed on as any. The answer to its headers comes
+ * at once; its body, if any, is neither waited for nor read nor held: each
+ * chunk is streamed back as it comes (the streamed mode lets the answer to the
+ * headers precede the body), so `max_body_bytes`, a bound on what the picker
+ * holds, does not apply to it. The protocol lets the picker refuse a request
+ * only with 503 or 429: such a request through the gateway must reach a pod.
  *
  * The booking is freed exactly once: at the response's end, or when the
  * stream ends first (the client or Envoy reset it), or on an error. A
  * message out of this order, or one with no known member, ends the stream
  * with INVALID_ARGUMENT / FAILED_PRECONDITION and books nothing. A request
- * the picker turns away (no body, a body over `max_body_bytes`, a path, body
- * or model it does not route, no endpoint, shed) is the client's answer, an
+ * the picker turns away (an inference request with no body, a body over
+ * `max_body_bytes`, a body or model it does not route, no endpoint, shed) is the client's answer, an
  * `ImmediateResponse` with kvgate's error body and code, never a gRPC error
  * (which Envoy answers with a bare 500, or routes past the picker when its
  * failure mode allows); the request's messages Envoy sent before reading
@@ -51,7 +55,6 @@ import {
   type Preprocessor,
   type PublicErrors,
 } from '../frontend/index.js';
-import { endpointAddress, inSubset } from './endpoint-address.js';
 import type { EndpointPicker } from './endpoint-picker.js';
 import {
   EPP,
@@ -113,6 +116,10 @@ export class Exchange {
   #phase: Phase = 'start';
   #headers: IncomingHttpHeaders = {};
   #subset: string[] | undefined;
+  /** What the request's path names; undefined: a path the picker does not route (the request is passed on). */
+  #kind: EndpointKind | undefined;
+  /** A passed request's body is still coming: its chunks and trailers are answered as they come, unread. */
+  #passing = false;
   #chunks: Buffer[] = [];
   #bytes = 0;
   /** Named at the request's headers: an internal error's answer gives it, the log line that explains it carries it. */
@@ -146,7 +153,9 @@ export class Exchange {
   }
 
   #handle(m: ProcessingRequest): void {
-    if (this.#refused && (m.request === 'request_body' || m.request === 'request_trailers')) return;
+    const requestBody = m.request === 'request_body' || m.request === 'request_trailers';
+    if (this.#refused && requestBody) return;
+    if (this.#passing && requestBody) return this.#passBody(m);
     switch (m.request) {
       case 'request_headers':
         return this.#requestHeaders(m);
@@ -184,16 +193,20 @@ export class Exchange {
     const test = this.#env.conformanceHooks ? this.#headers[EPP.conformanceSelection] : undefined;
     if (typeof test === 'string' && test.trim() !== '') this.#subset = metadataStrings({ stringValue: test });
     this.#phase = 'request_body';
-    if (m.request_headers?.end_of_stream !== true) return;
-    if (typeof this.#kind() === 'string')
-      return this.#answer(
+    this.#kind = PATHS[String(this.#headers[':path'] ?? '').split('?')[0]!];
+    const bodyless = m.request_headers?.end_of_stream === true;
+    if (this.#kind === undefined) return this.#pass(bodyless);
+    if (bodyless)
+      this.#answer(
         new KvgateError('KVG_ERR_INVALID_REQUEST', 'the request has no body; kvgate routes requests with a JSON body'),
       );
-    this.#pass();
   }
 
-  /** A request with no body on a path the picker does not route: sent to an eligible endpoint, not booked. */
-  #pass(): void {
+  /**
+   * A request on a path the picker does not route: sent to an eligible endpoint at its headers, neither scored nor
+   * booked. Its body, if any, is not waited for: each chunk is streamed back as it comes (`#passBody`), never held.
+   */
+  #pass(bodyless: boolean): void {
     let endpoints: string[];
     try {
       endpoints = passEndpoints(this.#env, this.#subset);
@@ -201,9 +214,25 @@ export class Exchange {
       return this.#answer(err);
     }
     this.#phase = 'response';
+    this.#passing = !bodyless;
     this.#env.count('passed');
     this.#env.logger.debug({ requestId: this.#requestId, endpoints, path: this.#headers[':path'] }, 'passed on');
     this.#send(pickedHeaders(endpoints));
+  }
+
+  /**
+   * A chunk of a passed request's body, or its trailers, answered at once: the chunk streamed back unread (its
+   * `end_of_stream` kept), the trailers unchanged. The response may have begun meanwhile (an engine may answer before
+   * the body ends): its messages are handled as any response's.
+   */
+  #passBody(m: ProcessingRequest): void {
+    if (m.request === 'request_trailers') {
+      this.#passing = false;
+      return this.#send(trailersAnswer('request_trailers'));
+    }
+    const eos = m.request_body?.end_of_stream === true;
+    if (eos) this.#passing = false;
+    for (const r of streamedBody('request_body', m.request_body?.body ?? Buffer.alloc(0), eos)) this.#send(r);
   }
 
   #requestBody(m: ProcessingRequest): void {
@@ -238,18 +267,8 @@ export class Exchange {
     void this.#pick(body, trailers).catch((err: unknown) => this.#fail(err));
   }
 
-  /** The endpoint the request's path names, or the refusal of a path the picker does not route. */
-  #kind(): EndpointKind | KvgateError {
-    const path = String(this.#headers[':path'] ?? '').split('?')[0]!;
-    return (
-      PATHS[path] ??
-      new KvgateError('KVG_ERR_INVALID_REQUEST', `the picker routes ${Object.keys(PATHS).join(', ')}; got ${path}`)
-    );
-  }
-
   async #pick(body: Buffer, trailers: boolean): Promise<void> {
-    const kind = this.#kind();
-    if (typeof kind !== 'string') return this.#answer(kind);
+    const kind = this.#kind!;
     let outcome: BodyOutcome;
     try {
       outcome = await this.#env.preprocessor.runBody({
@@ -385,15 +404,12 @@ export class Exchange {
 }
 
 /**
- * The endpoints for a request the picker passes on unscored (no body, a path it does not route): those the subset
- * allows (all when there is none), fewest requests in flight first, ties in random order, as many as an answer holds.
+ * The endpoints for a request the picker passes on unscored (a path it does not route): those the subset allows (all
+ * when there is none), fewest requests in flight first, ties in random order, as many as an answer holds.
  * @throws KvgateError KVG_ERR_NO_WORKERS when none is eligible.
  */
 function passEndpoints(env: ExchangeOptions, subset: readonly string[] | undefined): string[] {
-  const entries = subset?.map(endpointAddress);
-  const eligible = env.picker.endpoints.filter((e) => entries === undefined || inSubset(e, entries));
-  if (eligible.length === 0)
-    throw new KvgateError('KVG_ERR_NO_WORKERS', 'no endpoint of the pool is ready for this request');
+  const eligible = [...env.picker.eligible(subset).keys()];
   const loads = env.picker.loads();
   const inFlight = (e: string): number => loads[e]?.activeRequests ?? 0;
   const order = eligible.map((e) => ({ e, load: inFlight(e), tie: env.rng() }));

@@ -1,12 +1,15 @@
 /**
- * `kvgate picker` and a request with no body on a path it does not route (a
- * client's `GET /v1/models`, a health probe through the gateway), over real
- * gRPC sockets: the test plays Envoy, `kvgate mocker` engines stand for the
- * pods, the Kubernetes API double lists them. GIE's protocol lets a picker
- * refuse a request only with 503 (no endpoint) or 429 (shed), and GIE's
- * reference picker sends such a request to a pod: kvgate's answers it with
- * the eligible endpoints (the subset's), the one with fewest requests in
- * flight first, neither scored nor booked, and passes its response on.
+ * `kvgate picker` and a request on a path it does not route (a client's
+ * `GET /v1/models`, a health probe through the gateway; a POST with a body:
+ * `/v1/embeddings`, an audio upload), over real gRPC sockets: the test plays
+ * Envoy, `kvgate mocker` engines stand for the pods, the Kubernetes API
+ * double lists them. GIE's protocol lets a picker refuse a request only with
+ * 503 (no endpoint) or 429 (shed), and GIE's reference picker sends such a
+ * request to a pod: kvgate's answers it with the eligible endpoints (the
+ * subset's), the one with fewest requests in flight first, neither scored nor
+ * booked, and passes its response on. A body is not waited for, read nor
+ * held: the headers are answered at once and each chunk streamed back as it
+ * comes, whatever its size or content.
  */
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { pino } from 'pino';
@@ -15,12 +18,15 @@ import { startPicker, type RunningPicker } from '../../../src/picker/index.js';
 import type { CliProcess } from '../../helpers/cli-process.js';
 import { ExtProcClient, requestHeaders, type ExtProcStream } from '../../helpers/ext-proc-client.js';
 import { KubeApiDouble } from '../../helpers/kube-api-double.js';
+import { sampleSum } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
 import { bodyBack, immediate, picked } from './answers.js';
 import { MODEL, pickerConfig } from './pool-config.js';
 import { startPod } from './pod.js';
 
 const IPS = ['127.0.0.41', '127.0.0.42'];
+/** `limits.max_body_bytes`: the bound on a body the picker holds, which a body it passes on unread may exceed. */
+const MAX_BODY = 4096;
 
 const pod = (name: string, ip: string) => ({
   metadata: { name, labels: { app: 'bodyless' } },
@@ -38,7 +44,15 @@ async function get(s: ExtProcStream, path: string, subset?: string[]): Promise<R
   return answer!;
 }
 
-describe('kvgate picker: a request with no body on a path it does not route is passed to a pod, unbooked', () => {
+/** The response Envoy reports once the request is dispatched: its headers, then its body (ending it); both passed on. */
+async function respond(s: ExtProcStream, text: Buffer): Promise<void> {
+  s.send({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } });
+  expect((await s.next(1))[0]).toEqual({ response: 'response_headers', response_headers: { response: {} } });
+  s.send({ response_body: { body: text, end_of_stream: true } });
+  expect(await s.next(1)).toEqual([bodyBack(text, 'response_body')]);
+}
+
+describe('kvgate picker: a request on a path it does not route is passed to a pod, unbooked', () => {
   const pods: CliProcess[] = [];
   let kube: KubeApiDouble;
   let picker: RunningPicker;
@@ -56,7 +70,13 @@ describe('kvgate picker: a request with no body on a path it does not route is p
       spec: { selector: { matchLabels: { app: 'bodyless' } }, targetPorts: [{ number: port }] },
     });
     IPS.forEach((ip, i) => kube.putPod(pod(`vllm-${i}`, ip)));
-    picker = await startPicker(pickerConfig(kube.url, 'bodyless'), pino({ level: 'silent' }));
+    const config = pickerConfig(
+      kube.url,
+      'bodyless',
+      {},
+      { admin: { enabled: true }, limits: { max_body_bytes: MAX_BODY } },
+    );
+    picker = await startPicker(config, pino({ level: 'silent' }));
     client = new ExtProcClient(picker.address);
     await until(() => Object.keys(picker.loads()).length === 2, 'both pods listed');
   }, 60_000);
@@ -113,5 +133,63 @@ describe('kvgate picker: a request with no body on a path it does not route is p
     expect(picker.bookings()).toEqual({ [endpoints[0]!]: 1 });
     held.cancel();
     await until(() => Object.keys(picker.bookings()).length === 0, 'the held request freed');
+  });
+
+  it('passes a body on a path it does not route at its headers: each chunk streamed back as it comes, unread', async () => {
+    const passed = async (): Promise<number> =>
+      sampleSum(await (await fetch(picker.metricsUrl!)).text(), 'kvgate_picker_requests_total', {
+        model: MODEL,
+        outcome: 'passed',
+      });
+    const before = await passed();
+    const s = client.open();
+    s.send(requestHeaders('/v1/embeddings'));
+    // Answered before any of the body is sent: nothing waits for it.
+    const [answer] = await s.next(1);
+    const list = JSON.stringify(answer).match(/"stringValue":"([^"]+)"/)?.[1] ?? '';
+    expect([...list.split(',')].sort()).toEqual([...endpoints].sort());
+    expect(answer).toEqual(picked(list));
+    const first = Buffer.from(`{"model":"${MODEL}","input":`);
+    s.send({ request_body: { body: first, end_of_stream: false } });
+    expect(await s.next(1)).toEqual([bodyBack(first, 'request_body', false)]);
+    expect(picker.bufferedBytes()).toBe(0);
+    const rest = Buffer.from('"hello"}');
+    s.send({ request_body: { body: rest, end_of_stream: true } });
+    expect(await s.next(1)).toEqual([bodyBack(rest)]);
+    expect(picker.bookings()).toEqual({});
+    await respond(s, Buffer.from('{"data":[]}'));
+    s.end();
+    expect(await s.status()).toEqual({ code: GrpcStatus.OK, details: 'OK' });
+    expect(await passed()).toBe(before + 1);
+    expect(picker.bookings()).toEqual({});
+  });
+
+  it('passes a body that is no JSON, larger than max_body_bytes and ended by trailers, to the subset it names', async () => {
+    const s = client.open();
+    const upload = { 'content-type': 'multipart/form-data; boundary=kvgate' };
+    s.send(requestHeaders('/v1/audio/transcriptions', upload, hint([endpoints[1]!])));
+    expect(await s.next(1)).toEqual([picked(endpoints[1]!)]);
+    // Past max_body_bytes (MAX_BODY), in bytes that are no text: each chunk back as it was, none held.
+    const chunk = Buffer.alloc(1000, 0xff);
+    const chunks = Math.ceil((MAX_BODY + 1) / chunk.length);
+    for (let i = 0; i < chunks; i++) s.send({ request_body: { body: chunk, end_of_stream: false } });
+    expect(await s.next(chunks)).toEqual(Array.from({ length: chunks }, () => bodyBack(chunk, 'request_body', false)));
+    expect(picker.bufferedBytes()).toBe(0);
+    s.send({ request_trailers: {} });
+    expect(await s.next(1)).toEqual([{ response: 'request_trailers', request_trailers: {} }]);
+    await respond(s, Buffer.from('{"text":""}'));
+    s.end();
+    expect(await s.status()).toEqual({ code: GrpcStatus.OK, details: 'OK' });
+    // Outside the pool: 503, and the body Envoy sent before it read the answer dropped.
+    const none = client.open();
+    none.send(requestHeaders('/tokenize', {}, hint(['10.9.9.9:8000'])));
+    expect(await none.next(1)).toEqual([
+      immediate(503, 'KVG_ERR_NO_WORKERS', 'no endpoint of the pool is ready for this request'),
+    ]);
+    none.send({ request_body: { body: Buffer.from('{"prompt":"x"}'), end_of_stream: true } });
+    none.end();
+    expect(await none.status()).toEqual({ code: GrpcStatus.OK, details: 'OK' });
+    expect(none.pending).toBe(0);
+    expect(picker.bookings()).toEqual({});
   });
 });
