@@ -86,6 +86,12 @@ export interface RoutingHints {
   /** Restricts candidates (an endpoint picker's list): `nvext.allowed_worker_ids`. */
   readonly allowedWorkerIds?: ReadonlySet<number> | readonly number[] | undefined;
   /**
+   * Set by kvgate, never the client: narrows a candidate worker to some of its dp ranks (worker id -> the ranks
+   * allowed; a worker not in it keeps all its ranks). `kvgate picker`'s, for a data plane's endpoint subset that
+   * names some of a data-parallel pod's endpoints, one per rank.
+   */
+  readonly allowedDpRanks?: ReadonlyMap<number, ReadonlySet<number>> | undefined;
+  /**
    * Set by kvgate, never the client: `allowedWorkerIds` is only the workers serving the request's LoRA adapter, a
    * restriction of kvgate's own and not a picker's decision, so the request waits in the router queue like any
    * other (a client's or picker's list skips it).

@@ -1,20 +1,23 @@
 /**
  * `InferencePoolSource`: the ready pods of a Gateway API Inference Extension
  * `InferencePool` (inference.networking.k8s.io/v1), for `kvgate picker`. The
- * pool is read for its `spec.selector.matchLabels` and its first
- * `spec.targetPorts[].number`; the pods matching the selector in the pool's
- * namespace are listed and watched (`KubeListWatch`), and every change hands
- * the picker the endpoints `<podIP>:<targetPort>` of the pods that are ready
- * (condition Ready True, an IP, not being deleted), with each pod's name and
- * creation time (two listed pods may share an IP: the picker routes the
- * newer). The pool is read again before each list of its pods (at start,
- * after a 410, after a failure), so a
+ * pool is read for its `spec.selector.matchLabels` and its
+ * `spec.targetPorts[].number` (1 to 8); the pods matching the selector in the
+ * pool's namespace are listed and watched (`KubeListWatch`), and every change
+ * hands the picker the pods that are ready (condition Ready True, an IP, not
+ * being deleted), each with its endpoints `<podIP>:<targetPort>`, one per
+ * target port in the pool's order (GIE's: every port of a pod is an endpoint;
+ * port i serves data-parallel rank i), its name and creation time (two listed
+ * pods may share an IP: the picker routes the newer). The pool is read again
+ * before each list of its pods (at start, after a 410, after a failure), so a
  * changed selector or port is followed from the next list. A pod's KV-event
- * publisher is `tcp://<podIP>:<port>`, the port being its `kvgate.io/kv-events-port`
- * annotation (or label), else its container port named `kv-events`; a pod with
- * neither publishes none the picker knows of. Until the API
- * server answers again the current endpoints stay; every outcome is logged
- * and counted (`kvgate_discovery_updates_total{source="inference_pool"}`).
+ * publisher is `tcp://<podIP>:<port>`, the port being its
+ * `kvgate.io/kv-events-port` annotation (or label), else its container
+ * port named `kv-events` (with several target ports, rank 0's: the picker
+ * subscribes rank i at that port + i, where vLLM binds it); a pod with neither
+ * publishes none the picker knows of. Until the API server answers again the
+ * current endpoints stay; every outcome is logged and counted
+ * (`kvgate_discovery_updates_total{source="inference_pool"}`).
  */
 import type { Logger } from 'pino';
 import { KV_EVENTS_PORT, type InferencePoolDiscovery } from '../config/index.js';
@@ -26,8 +29,13 @@ import { WatchReport } from './watch-report.js';
 export interface PoolEndpoint {
   /** The pod's name: its identity while it lives, whatever its IP. */
   readonly name: string;
-  /** `ip:port` (`[ip]:port` for IPv6). */
+  /** `ip:port` (`[ip]:port` for IPv6), of the pool's first target port: its address's identity. */
   readonly endpoint: string;
+  /**
+   * With several target ports, the pod's endpoints one per port in the pool's order (`endpoint` first): port i serves
+   * data-parallel rank i. Undefined with one: `endpoint` is the pod's only one.
+   */
+  readonly ranks?: readonly string[] | undefined;
   /** The pod's KV-event publisher, `tcp://ip:port`; undefined when the pod names none. */
   readonly kvEvents?: string | undefined;
   /**
@@ -70,6 +78,8 @@ interface InferencePool {
   spec?: { selector?: { matchLabels?: Record<string, string> }; targetPorts?: { number?: number }[] };
 }
 
+const isPort = (n: unknown): n is number => Number.isInteger(n) && (n as number) >= 1 && (n as number) <= 65535;
+
 export class InferencePoolSource {
   readonly #pool: InferencePoolDiscovery;
   readonly #model: string;
@@ -77,7 +87,7 @@ export class InferencePoolSource {
   readonly #watch: KubeListWatch<Pod>;
   readonly #onEndpoints: (endpoints: PoolEndpoint[]) => void;
   #selector = '';
-  #port = 0;
+  #ports: readonly number[] = [];
   #last = '';
   #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
   readonly #report: WatchReport;
@@ -121,22 +131,33 @@ export class InferencePoolSource {
     await this.#client.close();
   }
 
+  /** Before each list of the pods: the pool read (GET), the list to use its selector. */
   async #readPool(): Promise<void> {
     const res = await this.#client.get(
       `/apis/inference.networking.k8s.io/v1/namespaces/${this.#pool.namespace}/inferencepools/${this.#pool.name}`,
     );
-    const pool = (await res.body.json()) as InferencePool;
+    this.#setPool((await res.body.json()) as InferencePool);
+  }
+
+  /**
+   * The pool's selector and target ports taken; an info line when they changed.
+   * @throws Error (counted `rejected`) when it has no selector, or no target port, or one that is not a port number.
+   */
+  #setPool(pool: InferencePool): void {
     const labels = Object.entries(pool.spec?.selector?.matchLabels ?? {});
-    const port = pool.spec?.targetPorts?.[0]?.number;
-    if (labels.length === 0 || port === undefined || !Number.isInteger(port)) {
+    const ports = (pool.spec?.targetPorts ?? []).map((p) => p.number);
+    if (labels.length === 0 || ports.length === 0 || !ports.every(isPort)) {
       this.#count('rejected');
-      throw new Error('the pool has no spec.selector.matchLabels or no spec.targetPorts[0].number');
+      throw new Error('the pool has no spec.selector.matchLabels, or no spec.targetPorts[].number, or one not a port');
     }
     const selector = labels.map(([k, v]) => `${k}=${v}`).join(',');
-    if (selector !== this.#selector || port !== this.#port)
-      this.#sink?.logger.info({ pool: this.#pool.name, selector, port }, 'InferencePool read: selector and port');
+    if (selector !== this.#selector || ports.join() !== this.#ports.join())
+      this.#sink?.logger.info(
+        { pool: this.#pool.name, selector, ports },
+        'InferencePool read: selector and target ports',
+      );
     this.#selector = selector;
-    this.#port = port;
+    this.#ports = ports;
   }
 
   #apply(pods: Pod[]): void {
@@ -155,9 +176,11 @@ export class InferencePoolSource {
         );
       const kvEvents = kv !== undefined && 'port' in kv ? `tcp://${host}:${kv.port}` : undefined;
       const created = p.metadata?.creationTimestamp;
+      const ranks = this.#ports.map((port) => `${host}:${port}`);
       endpoints.push({
         name,
-        endpoint: `${host}:${this.#port}`,
+        endpoint: ranks[0]!,
+        ...(ranks.length > 1 ? { ranks } : {}),
         ...(kvEvents === undefined ? {} : { kvEvents }),
         ...(created === undefined ? {} : { created }),
       });
@@ -167,9 +190,10 @@ export class InferencePoolSource {
     if (key === this.#last) return this.#count('unchanged');
     this.#last = key;
     this.#count('applied');
+    const all = endpoints.flatMap((e) => e.ranks ?? [e.endpoint]);
     this.#sink?.logger.info(
-      { pool: this.#pool.name, endpoints: endpoints.map((e) => e.endpoint) },
-      `InferencePool ${this.#pool.namespace}/${this.#pool.name}: ${endpoints.length} ready endpoints`,
+      { pool: this.#pool.name, endpoints: all },
+      `InferencePool ${this.#pool.namespace}/${this.#pool.name}: ${all.length} ready endpoints`,
     );
     this.#onEndpoints(endpoints);
   }

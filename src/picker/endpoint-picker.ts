@@ -5,7 +5,10 @@
  * dispatches itself. It owns the pool's endpoints (`ip:port` to a stable
  * worker id, kept while the pod is listed; one per endpoint, the newer pod's
  * when two listed pods share one) and the booking of every request in flight,
- * and follows each request's life as the data plane reports it:
+ * and follows each request's life as the data plane reports it. A pod that
+ * serves on several target ports (a data-parallel engine, one rank per port)
+ * is one worker with a dp rank per port, port i rank i: each rank its own
+ * slot (load, cached blocks, KV events), named by its own `ip:port`.
  *
  *   pick (booked on the first endpoint) -> served (moved to the endpoint that really served)
  *        -> firstToken (prefill done) -> end (freed; exactly once, however the stream ends)
@@ -21,7 +24,7 @@
  * (routing's `KvEventsWatch`: a line naming the endpoint, counted).
  */
 import type { Logger } from 'pino';
-import type { Clock, RoutingHints, Rng } from '../common/index.js';
+import type { Clock, RoutingHints, Rng, WorkerRank } from '../common/index.js';
 import type { GatewayConfig, ModelConfig } from '../config/index.js';
 import { EndpointOwners, type PoolEndpoint } from '../fleet/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
@@ -90,9 +93,12 @@ export class EndpointPicker {
   readonly #router: KvRouter;
   readonly #logger: Logger;
   readonly #fallbacks: number;
-  /** endpoint -> worker id, and back: one worker per endpoint, its owner's (`EndpointOwners`). */
-  readonly #ids = new Map<string, number>();
-  readonly #endpoints = new Map<number, string>();
+  /**
+   * endpoint -> its slot (worker id, dp rank), and back (worker id -> its endpoints by rank): one slot per endpoint,
+   * its owner's (`EndpointOwners`).
+   */
+  readonly #ids = new Map<string, WorkerRank>();
+  readonly #endpoints = new Map<number, readonly string[]>();
   /** routed pod name -> worker id: a pod keeps its id while it is listed and owns its endpoint. */
   readonly #byName = new Map<string, number>();
   /** Which listed pod owns each endpoint (two may list one: an IP reused while the old pod is still listed). */
@@ -113,8 +119,8 @@ export class EndpointPicker {
     const ctx = makeRouterContext({ clock: opts.clock, rng: opts.rng, logger: opts.logger, metrics: opts.metrics });
     this.#ctx = ctx;
     this.#model = m.name;
-    const endpointOf = (id: number): string | undefined => this.#endpoints.get(id);
-    this.#kv = new PodKvEvents({ model: m.name, ctx, logger: opts.logger, metrics: opts.metrics, endpointOf });
+    const endpointsOf = (id: number): readonly string[] | undefined => this.#endpoints.get(id);
+    this.#kv = new PodKvEvents({ model: m.name, ctx, logger: opts.logger, metrics: opts.metrics, endpointsOf });
     const pool = {
       model: m.name,
       blockSize: m.blockSize,
@@ -137,7 +143,7 @@ export class EndpointPicker {
   #tick(): void {
     this.#router.tick();
     reportIndexBytes(this.#ctx, this.#model, 'aggregated', this.#router);
-    this.#kv.tick([...this.#byName].map(([pod, id]) => ({ id, pod, endpoint: this.#endpoints.get(id)! })));
+    this.#kv.tick([...this.#byName].map(([pod, id]) => ({ id, pod, endpoints: this.#endpoints.get(id)! })));
   }
 
   /** Stops the bookkeeping timer and every KV-event subscription. */
@@ -158,62 +164,65 @@ export class EndpointPicker {
     const joined: string[] = [];
     const left: string[] = [];
     for (const [name, id] of [...this.#byName]) {
-      const endpoint = this.#endpoints.get(id)!;
+      const endpoints = this.#endpoints.get(id)!;
       const now = next.get(name);
-      // A pod whose address or publisher changed is another engine: it leaves and joins anew.
-      if (now?.endpoint === endpoint && now.kvEvents === this.#kv.publisher(id)) continue;
-      this.#leave(name, id, endpoint);
-      left.push(endpoint);
+      // A pod whose address, ports or publisher changed is another engine: it leaves and joins anew.
+      if (now !== undefined && same(ranksOf(now), endpoints) && now.kvEvents === this.#kv.publisher(id)) continue;
+      this.#leave(name, id, endpoints);
+      left.push(...endpoints);
     }
     for (const [name, pod] of next) {
       if (this.#byName.has(name)) continue;
       this.#join(name, pod);
-      joined.push(pod.endpoint);
+      joined.push(...ranksOf(pod));
     }
-    const line = {
-      joined,
-      left,
-      endpoints: this.#endpoints.size,
-      ...(handedOver.length > 0 ? { handedOver: handedOver.map((h) => h.endpoint) } : {}),
-    };
+    // A pod's endpoints go over together: they share its address.
+    const over = handedOver.flatMap((h) => ranksOf(next.get(h.to)!));
+    const line = { joined, left, endpoints: this.#ids.size, ...(over.length > 0 ? { handedOver: over } : {}) };
     // The last ready pod gone: every request is refused (KVG_ERR_NO_WORKERS) until one is back.
-    if (left.length > 0 && this.#endpoints.size === 0)
+    if (left.length > 0 && this.#ids.size === 0)
       this.#logger.warn(line, 'picker endpoints changed: no endpoint of the pool is ready, requests are refused');
     else if (joined.length + left.length > 0) this.#logger.info(line, 'picker endpoints changed');
-    return { joined, left, handedOver: handedOver.map((h) => h.endpoint), shadowed };
+    return { joined, left, handedOver: over, shadowed };
   }
 
   /** A routed pod leaves: everything kept under its worker id goes (ids are never reused). */
-  #leave(name: string, id: number, endpoint: string): void {
+  #leave(name: string, id: number, endpoints: readonly string[]): void {
     this.#router.removeWorker(id);
     this.#kv.forget(id);
     this.#byName.delete(name);
     this.#endpoints.delete(id);
-    // Only the entry this pod owns: the endpoint may be another pod's already.
-    if (this.#ids.get(endpoint) === id) this.#ids.delete(endpoint);
+    // Only the entries this pod owns: an endpoint may be another pod's already.
+    for (const e of endpoints) if (this.#ids.get(e)?.workerId === id) this.#ids.delete(e);
   }
 
-  /** A pod joins with the next worker id: its KV events subscribed, the requests in flight on its endpoint booked. */
+  /**
+   * A pod joins with the next worker id, a dp rank per endpoint: its KV events subscribed, the requests in flight on
+   * its endpoints booked on their ranks.
+   */
   #join(name: string, pod: PoolEndpoint): void {
     const id = this.#nextId++;
+    const endpoints = ranksOf(pod);
     this.#byName.set(name, id);
-    this.#endpoints.set(id, pod.endpoint);
-    this.#ids.set(pod.endpoint, id);
-    this.#router.addWorker(id, {});
-    this.#kv.subscribe({ id, pod: name, endpoint: pod.endpoint }, pod.kvEvents);
+    this.#endpoints.set(id, endpoints);
+    endpoints.forEach((e, dpRank) => this.#ids.set(e, { workerId: id, dpRank }));
+    this.#router.addWorker(id, endpoints.length > 1 ? { dataParallelSize: endpoints.length } : {});
+    this.#kv.subscribe({ id, pod: name, endpoints }, pod.kvEvents);
     // The router dropped these when the endpoint left (removeWorker frees its requests), so none is booked twice;
     // each is booked as it was (its overlap and hints), so its load is the same, not its whole prompt again.
-    let rebooked = 0;
-    for (const [requestId, b] of this.#bookings) {
-      if (b.endpoint !== pod.endpoint) continue;
-      this.#book(requestId, b, id);
-      rebooked++;
+    for (const [dpRank, endpoint] of endpoints.entries()) {
+      let rebooked = 0;
+      for (const [requestId, b] of this.#bookings) {
+        if (b.endpoint !== endpoint) continue;
+        this.#book(requestId, b, { workerId: id, dpRank });
+        rebooked++;
+      }
+      if (rebooked > 0)
+        this.#logger.info(
+          { endpoint, requests: rebooked },
+          `endpoint ${endpoint} joined with ${rebooked} request(s) still in flight on it: booked there again`,
+        );
     }
-    if (rebooked > 0)
-      this.#logger.info(
-        { endpoint: pod.endpoint, requests: rebooked },
-        `endpoint ${pod.endpoint} joined with ${rebooked} request(s) still in flight on it: booked there again`,
-      );
   }
 
   /**
@@ -235,17 +244,17 @@ export class EndpointPicker {
   }
 
   get endpoints(): string[] {
-    return [...this.#endpoints.values()];
+    return [...this.#ids.keys()];
   }
 
   /**
-   * The routed endpoints the data plane's subset hint allows (every one without a hint), each with its worker id:
-   * what a pick chooses among, and where a request passed on unscored may go.
+   * The routed endpoints the data plane's subset hint allows (every one without a hint), each with its slot: what a
+   * pick chooses among, and where a request passed on unscored may go.
    * @throws KvgateError KVG_ERR_NO_WORKERS when none is (no endpoint ready, or none of the subset).
    */
-  eligible(subset: readonly string[] | undefined): Map<string, number> {
+  eligible(subset: readonly string[] | undefined): Map<string, WorkerRank> {
     const entries = subset?.map(endpointAddress);
-    const out = new Map<string, number>();
+    const out = new Map<string, WorkerRank>();
     for (const [endpoint, id] of this.#ids)
       if (entries === undefined || inSubset(endpoint, entries)) out.set(endpoint, id);
     if (out.size === 0) throw noEndpoint();
@@ -265,8 +274,8 @@ export class EndpointPicker {
    */
   loads(): Record<string, SlotLoad> {
     const out: Record<string, SlotLoad> = {};
-    for (const { workerId, activeRequests, activePrefillTokens, activeDecodeBlocks } of this.#router.loads())
-      out[this.#endpoints.get(workerId)!] = { activeRequests, activePrefillTokens, activeDecodeBlocks };
+    for (const { workerId, dpRank, activeRequests, activePrefillTokens, activeDecodeBlocks } of this.#router.loads())
+      out[this.#endpoints.get(workerId)![dpRank]!] = { activeRequests, activePrefillTokens, activeDecodeBlocks };
     return out;
   }
 
@@ -276,12 +285,7 @@ export class EndpointPicker {
    *   every eligible endpoint busy or the queue full), the router's own for bad hints.
    */
   pick(input: PickInput): string[] {
-    const eligible = this.eligible(input.subset);
-    const own = input.hints.allowedWorkerIds;
-    let allowed = input.subset === undefined ? undefined : new Set(eligible.values());
-    if (own !== undefined) allowed = new Set([...own].filter((id) => allowed?.has(id) ?? true));
-    if (allowed?.size === 0) throw noEndpoint();
-    const hints: RoutingHints = allowed === undefined ? input.hints : { ...input.hints, allowedWorkerIds: allowed };
+    const hints = this.#restricted(input);
     const outcome = this.#router.schedule({
       requestId: input.requestId,
       tokens: input.tokenIds,
@@ -299,12 +303,12 @@ export class EndpointPicker {
       throw new KvgateError('KVG_ERR_TOO_MANY_REQUESTS', `the request was shed: ${cause.message}`, {}, { cause });
     }
     const d = outcome.decision;
-    const order = [d.workerId];
+    const at = (slot: WorkerRank): string => this.#endpoints.get(slot.workerId)![slot.dpRank]!;
+    const endpoints = [at(d)];
     for (const c of [...d.candidates].sort((a, b) => a.cost - b.cost))
-      if (order.length < this.#fallbacks && !order.includes(c.workerId)) order.push(c.workerId);
-    const endpoints = order.map((id) => this.#endpoints.get(id)!);
+      if (endpoints.length < this.#fallbacks && !endpoints.includes(at(c))) endpoints.push(at(c));
     // The data plane dispatches to the pick: its KV events are awaited from now (stale if none comes while it serves).
-    this.#kv.noteDispatch({ workerId: d.workerId, dpRank: 0 });
+    this.#kv.noteDispatch({ workerId: d.workerId, dpRank: d.dpRank });
     this.#bookings.set(input.requestId, {
       input: { ...input, hints },
       endpoint: endpoints[0]!,
@@ -319,9 +323,9 @@ export class EndpointPicker {
   served(requestId: string, endpoint: string): void {
     const b = this.#bookings.get(requestId);
     if (b === undefined || b.endpoint === endpoint) return;
-    const id = this.#ids.get(endpoint);
+    const slot = this.#ids.get(endpoint);
     this.#router.free(requestId);
-    if (id === undefined) {
+    if (slot === undefined) {
       this.#logger.warn({ requestId, endpoint, picked: b.endpoint }, 'served by an endpoint not in the pool; unbooked');
       this.#bookings.delete(requestId);
       return;
@@ -329,22 +333,23 @@ export class EndpointPicker {
     this.#logger.info({ requestId, endpoint, picked: b.endpoint }, 'served by a fallback endpoint; booking moved');
     b.endpoint = endpoint;
     b.overlapBlocks = undefined;
-    this.#book(requestId, b, id);
-    this.#kv.noteDispatch({ workerId: id, dpRank: 0 });
+    this.#book(requestId, b, slot);
+    this.#kv.noteDispatch(slot);
   }
 
   /**
    * Books a request on a worker as it was picked: its prompt, its hints (a router config override, an expected output
    * length: what its load is booked with), its overlap where known, its prefill done when it is, and its first start.
    */
-  #book(requestId: string, b: Booking, workerId: number): void {
+  #book(requestId: string, b: Booking, slot: WorkerRank): void {
     this.#router.addRequest({
       requestId,
       tokens: b.input.tokenIds,
       hashes: b.input.hashes,
       isl: b.input.tokenIds.length,
       routing: b.input.hints,
-      workerId,
+      workerId: slot.workerId,
+      dpRank: slot.dpRank,
       startedAt: b.startedAt,
       ...(b.overlapBlocks !== undefined ? { overlapBlocks: b.overlapBlocks } : {}),
     });
@@ -358,6 +363,28 @@ export class EndpointPicker {
     this.#router.markPrefillCompleted(requestId);
   }
 
+  /**
+   * The request's hints narrowed to the endpoints it may go to (the subset's, within a client's own worker list): the
+   * workers, and the ranks of a worker the subset names only some endpoints of.
+   * @throws KvgateError KVG_ERR_NO_WORKERS when none is left.
+   */
+  #restricted(input: PickInput): RoutingHints {
+    const eligible = this.eligible(input.subset);
+    const own = input.hints.allowedWorkerIds;
+    if (input.subset === undefined && own === undefined) return input.hints;
+    const owned = own === undefined ? undefined : new Set(own);
+    const ranks = new Map<number, Set<number>>();
+    for (const { workerId, dpRank } of eligible.values())
+      if (owned?.has(workerId) ?? true) ranks.set(workerId, (ranks.get(workerId) ?? new Set()).add(dpRank));
+    if (ranks.size === 0) throw noEndpoint();
+    const some = [...ranks].filter(([id, r]) => r.size < this.#endpoints.get(id)!.length);
+    return {
+      ...input.hints,
+      allowedWorkerIds: new Set(ranks.keys()),
+      ...(some.length > 0 ? { allowedDpRanks: new Map(some) } : {}),
+    };
+  }
+
   /** Frees the request's booking; a second call is a no-op. */
   end(requestId: string): void {
     if (!this.#bookings.delete(requestId)) return;
@@ -367,3 +394,9 @@ export class EndpointPicker {
 
 const noEndpoint = (): KvgateError =>
   new KvgateError('KVG_ERR_NO_WORKERS', 'no endpoint of the pool is ready for this request');
+
+/** A pod's endpoints by dp rank: one per target port of the pool, in its order. */
+const ranksOf = (p: PoolEndpoint): readonly string[] => p.ranks ?? [p.endpoint];
+
+const same = (a: readonly string[], b: readonly string[]): boolean =>
+  a.length === b.length && a.every((x, i) => x === b[i]);

@@ -1,16 +1,20 @@
 /**
  * `PodKvEvents`: the KV events of the pods `EndpointPicker` routes. Each pod that names its publisher (fleet's
  * `InferencePoolSource`: its `kvgate.io/kv-events-port` annotation or `kv-events` container port) is subscribed under
- * its worker id into the router's prefix index (routing's `kvPool`, as the gateway subscribes a worker); its liveness
- * is watched as the gateway watches a worker's (routing's `KvEventsWatch`: a line naming the pod's endpoint, counted);
- * a block size other than the model's and a replay are lines naming that endpoint. A pod that leaves takes along what
- * is kept under its id: its subscription (then its metric series), its liveness state, its log-once state.
+ * its worker id into the router's prefix index (routing's `kvPool`, as the gateway subscribes a worker), one
+ * subscription per dp rank: a pod serving on several target ports is a data-parallel engine, rank i on port i, whose
+ * rank i publishes on the named port + i (`dpRankEndpoint`, as vLLM binds it), each batch naming rank i, so each
+ * rank's events fill its own slot. Its liveness is watched as the gateway watches a worker's (routing's
+ * `KvEventsWatch`: a line naming the pod's endpoints, counted); a block size other than the model's and a replay are
+ * lines naming its endpoints. A pod that leaves takes along what is kept under its id: its subscriptions (then its
+ * metric series), its liveness state, its log-once state.
  */
 import type { Logger } from 'pino';
 import type { WorkerRank } from '../common/index.js';
 import type { KvgateMetrics } from '../metrics/index.js';
 import {
   KvEventsWatch,
+  dpRankEndpoint,
   type EventWatch,
   type RouterContext,
   type WatchedWorker,
@@ -24,8 +28,8 @@ export interface KvPod {
   readonly id: number;
   /** The pod's name. */
   readonly pod: string;
-  /** Its endpoint (`ip:port`): how every line names it. */
-  readonly endpoint: string;
+  /** Its endpoints by dp rank (`ip:port`, one per target port): how every line names it. */
+  readonly endpoints: readonly string[];
 }
 
 export class PodKvEvents {
@@ -39,19 +43,19 @@ export class PodKvEvents {
   readonly #watch: KvEventsWatch;
   /** Worker ids already warned of a block size other than the model's (once per pod). */
   readonly #blockSizeWarned = new Set<number>();
-  /** The endpoint a routed worker id serves, or undefined once it left. */
-  readonly #endpointOf: (id: number) => string | undefined;
+  /** The endpoints (by dp rank) a routed worker id serves, or undefined once it left. */
+  readonly #endpointsOf: (id: number) => readonly string[] | undefined;
 
   constructor(opts: {
     model: string;
     ctx: RouterContext;
     logger: Logger;
     metrics: KvgateMetrics | undefined;
-    endpointOf: (id: number) => string | undefined;
+    endpointsOf: (id: number) => readonly string[] | undefined;
   }) {
     this.#logger = opts.logger;
     this.#metrics = opts.metrics;
-    this.#endpointOf = opts.endpointOf;
+    this.#endpointsOf = opts.endpointsOf;
     this.#watch = new KvEventsWatch(opts.model, opts.ctx);
   }
 
@@ -64,7 +68,7 @@ export class PodKvEvents {
   watch(blockSize: number): EventWatch {
     return {
       blockSizeMismatch: (workerId) => {
-        const endpoint = this.#endpointOf(workerId);
+        const endpoint = this.#endpointsOf(workerId)?.join(',');
         if (this.#blockSizeWarned.has(workerId) || endpoint === undefined) return;
         this.#blockSizeWarned.add(workerId);
         this.#logger.warn(
@@ -74,7 +78,7 @@ export class PodKvEvents {
         );
       },
       replayed: (slot: WorkerRank, batches: number) => {
-        const endpoint = this.#endpointOf(slot.workerId);
+        const endpoint = this.#endpointsOf(slot.workerId)?.[slot.dpRank];
         this.#logger.info(
           { endpoint, batches },
           `endpoint ${endpoint}: missed KV events replayed (${batches} batch(es))`,
@@ -88,19 +92,33 @@ export class PodKvEvents {
     return this.#publishers.get(id);
   }
 
-  /** A pod joins: subscribed to `publisher` when it names one and KV events are on; a refusal is logged and counted. */
+  /**
+   * A pod joins: when it names a publisher and KV events are on, each of its ranks is subscribed (rank i at the
+   * publisher's port + i); a rank refused is logged and counted, and scored approximately.
+   */
   subscribe(pod: KvPod, publisher: string | undefined): void {
     if (this.#events === undefined || publisher === undefined) return;
     this.#publishers.set(pod.id, publisher);
-    this.#events.add({ workerId: pod.id, dpRank: 0, endpoint: publisher }).catch((err: Error) => {
-      // Not counted for a pod already gone: its series went with it.
-      if (this.#endpointOf(pod.id) !== undefined)
-        this.#metrics?.kvEventSubscriptionsRefused.labels({ worker_id: String(pod.id), dp_rank: '0' }).inc();
-      this.#logger.error(
-        { endpoint: pod.endpoint, kvEvents: publisher, workerId: pod.id, err: err.message },
-        `endpoint ${pod.endpoint}: its KV events cannot be subscribed (${err.message}); scored approximately`,
-      );
-    });
+    for (const [dpRank, endpoint] of pod.endpoints.entries()) {
+      const refused = (err: Error): void => {
+        // Not counted for a pod already gone: its series went with it.
+        if (this.#endpointsOf(pod.id) !== undefined)
+          this.#metrics?.kvEventSubscriptionsRefused
+            .labels({ worker_id: String(pod.id), dp_rank: String(dpRank) })
+            .inc();
+        this.#logger.error(
+          { endpoint, kvEvents: publisher, workerId: pod.id, dpRank, err: err.message },
+          `endpoint ${endpoint}: its KV events cannot be subscribed (${err.message}); scored approximately`,
+        );
+      };
+      try {
+        // Rank 0's is the publisher as the pod names it (a pod with one target port is subscribed to just that).
+        const rankPublisher = dpRank === 0 ? publisher : dpRankEndpoint(publisher, dpRank);
+        this.#events.add({ workerId: pod.id, dpRank, endpoint: rankPublisher }).catch(refused);
+      } catch (err) {
+        refused(err as Error);
+      }
+    }
   }
 
   /**
@@ -126,7 +144,8 @@ export class PodKvEvents {
   }
 
   *#watched(pods: Iterable<KvPod>): Generator<WatchedWorker> {
-    for (const { id, pod, endpoint } of pods) {
+    for (const { id, pod, endpoints } of pods) {
+      const endpoint = endpoints.join(',');
       const publisher = this.#publishers.get(id);
       yield {
         id,

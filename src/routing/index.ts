@@ -44,3 +44,5 @@ export { probeTokenizer, compareStoredBlocks } from './tokenizer-probe.js';
 /** Judging a joining engine's KV-cache layout (fleet's engine checks) uses core's reading of group labels. */
 export { parseKvGroupLabel, kvGroupLabel } from '../core/index.js';
 export type { TokenizerProbeResult } from './tokenizer-probe.js';
+/** A dp rank's KV-event publisher (the engine's port + rank, as vLLM binds it): the picker subscribes a pod's ranks. */
+export { dpRankEndpoint } from '../events/index.js';

@@ -240,6 +240,7 @@ export class KvRouter {
       pinWorkerId: pin?.workerId,
       pinDpRank: pin?.dpRank,
       allowedWorkerIds: hints?.allowedWorkerIds,
+      allowedDpRanks: hints?.allowedDpRanks,
       adapterRestricted: hints?.adapterRestricted,
       routingConstraints: hints?.routingConstraints,
       priorityJump,

@@ -1,6 +1,6 @@
 /**
- * Eligibility: which slots may serve a request (a pin, the allowed workers,
- * the required taints), and which of them are over a busy threshold (never
+ * Eligibility: which slots may serve a request (a pin, the allowed workers and
+ * ranks, the required taints), and which of them are over a busy threshold (never
  * filtered for a pinned request).
  * Results go into the scratch `eligible` buffer; nothing here allocates per
  * candidate.
@@ -50,20 +50,27 @@ export class SlotFilter {
     }
     let n = 0;
     const allowed = req.allowedWorkerIds;
-    if (allowed === undefined) {
+    const ranks = req.allowedDpRanks;
+    if (allowed === undefined && ranks === undefined) {
       elig.set(table.all);
       n = table.all.length;
     } else {
-      const set = allowed instanceof Set ? (allowed as ReadonlySet<number>) : new Set(allowed as readonly number[]);
+      const set =
+        allowed === undefined || allowed instanceof Set
+          ? (allowed as ReadonlySet<number> | undefined)
+          : new Set(allowed as readonly number[]);
       for (let i = 0; i < table.all.length; i++) {
         const s = table.all[i]!;
-        if (set.has(table.slotWorker[s]!)) elig[n++] = s;
+        const w = table.slotWorker[s]!;
+        if ((set === undefined || set.has(w)) && (ranks?.get(w)?.has(table.slotRank[s]!) ?? true)) elig[n++] = s;
       }
     }
     if (n === 0) {
       throw new KvgateError(
         'KVG_ERR_NO_WORKERS',
-        allowed === undefined ? 'no workers are registered' : 'none of the allowed workers is registered',
+        allowed === undefined && ranks === undefined
+          ? 'no workers are registered'
+          : `none of the allowed workers${ranks === undefined ? '' : ' and dp ranks'} is registered`,
         allowed === undefined ? {} : { allowedWorkerIds: [...allowed] },
       );
     }

@@ -55,6 +55,7 @@ export interface WorkerLoad extends SlotLoad, WorkerRank {}
 export interface SchedulingRequest extends Pick<
   RoutingHints,
   | 'allowedWorkerIds'
+  | 'allowedDpRanks'
   | 'adapterRestricted'
   | 'routingConstraints'
   | 'priorityJump'
