@@ -8,11 +8,13 @@
  * being deleted), each with its endpoints `<podIP>:<targetPort>`, one per
  * target port in the pool's order (GIE's: every port of a pod is an endpoint;
  * port i serves data-parallel rank i), its name and creation time (two listed
- * pods may share an IP: the picker routes the newer). The pool is read again
- * before each list of its pods (at start, after a 410, after a failure), so a
- * changed selector or port is followed from the next list. A pod's KV-event
- * publisher is `tcp://<podIP>:<port>`, the port being its
- * `kvgate.io/kv-events-port` annotation (or label), else its container
+ * pods may share an IP: the picker routes the newer). The pool is read before
+ * each list of its pods (at start, after a 410, after a failure) and watched
+ * itself: an edit of its selector lists the pods again at once (the list or
+ * watch in flight dropped), an edit of its ports hands the pods over again with
+ * the new endpoints; each is an info line, and what it changes counted as any
+ * update. A pod's KV-event publisher is `tcp://<podIP>:<port>`, the port being
+ * its `kvgate.io/kv-events-port` annotation (or label), else its container
  * port named `kv-events` (with several target ports, rank 0's: the picker
  * subscribes rank i at that port + i, where vLLM binds it); a pod with neither
  * publishes none the picker knows of. Until the API server answers again the
@@ -75,6 +77,7 @@ function kvEventsPort(p: Pod): { port: number } | { invalid: string } | undefine
 }
 /** The InferencePool fields read (inference.networking.k8s.io/v1). */
 interface InferencePool {
+  metadata?: { name?: string; resourceVersion?: string };
   spec?: { selector?: { matchLabels?: Record<string, string> }; targetPorts?: { number?: number }[] };
 }
 
@@ -85,9 +88,15 @@ export class InferencePoolSource {
   readonly #model: string;
   readonly #client: KubeClient;
   readonly #watch: KubeListWatch<Pod>;
+  /** The pool object itself, watched: an edit of its selector or ports is followed at once. */
+  readonly #poolWatch: KubeListWatch<InferencePool>;
   readonly #onEndpoints: (endpoints: PoolEndpoint[]) => void;
   #selector = '';
   #ports: readonly number[] = [];
+  /** The selector the pods were last listed with; undefined before the first list. */
+  #listedWith: string | undefined;
+  /** The pods as last listed or watched (undefined before the first list): handed over again on a port edit. */
+  #pods: Pod[] | undefined;
   #last = '';
   #sink: { logger: Logger; metrics: DiscoveryMetrics } | undefined;
   readonly #report: WatchReport;
@@ -108,10 +117,31 @@ export class InferencePoolSource {
       client: this.#client,
       path: () => `/api/v1/namespaces/${pool.namespace}/pods?labelSelector=${encodeURIComponent(this.#selector)}`,
       beforeList: () => this.#readPool(),
-      onChange: (pods) => this.#apply(pods),
+      onChange: (pods) => {
+        this.#pods = pods;
+        this.#apply(pods);
+      },
       onRelist: (err) => this.#report.relisted(err),
       onLive: (failures) => this.#report.live(failures),
       onFailure: (err, retryInMs) => this.#report.failed(err, retryInMs),
+    });
+    const poolWatch = `watch of InferencePool ${pool.namespace}/${pool.name} itself`;
+    this.#poolWatch = new KubeListWatch<InferencePool>({
+      client: this.#client,
+      path: () =>
+        `/apis/inference.networking.k8s.io/v1/namespaces/${pool.namespace}/inferencepools` +
+        `?fieldSelector=${encodeURIComponent(`metadata.name=${pool.name}`)}`,
+      onChange: (pools) => this.#poolEdited(pools),
+      // The pods' watch reports the API server (its gauge and transitions); this one's failed attempts are lines and
+      // retries, its selector and ports as last read kept meanwhile.
+      onFailure: (err, retryInMs) => {
+        this.#sink?.metrics.discoveryWatch.retries.labels({ model, source: 'inference_pool' }).inc();
+        this.#sink?.logger.warn(
+          { pool: pool.name, err: err.message, retryInMs },
+          `${poolWatch} failed: ${err.message}; its selector and ports as last read stay, retrying`,
+        );
+      },
+      onRelist: (err) => this.#sink?.logger.info({ pool: pool.name }, `${poolWatch}: ${err.message}; listing again`),
     });
   }
 
@@ -124,10 +154,12 @@ export class InferencePoolSource {
       `watching the pods of InferencePool ${this.#pool.namespace}/${this.#pool.name} for model ${this.#model}`,
     );
     this.#watch.start();
+    this.#poolWatch.start();
   }
 
   async close(): Promise<void> {
     this.#watch.close();
+    this.#poolWatch.close();
     await this.#client.close();
   }
 
@@ -137,6 +169,7 @@ export class InferencePoolSource {
       `/apis/inference.networking.k8s.io/v1/namespaces/${this.#pool.namespace}/inferencepools/${this.#pool.name}`,
     );
     this.#setPool((await res.body.json()) as InferencePool);
+    this.#listedWith = this.#selector;
   }
 
   /**
@@ -158,6 +191,38 @@ export class InferencePoolSource {
       );
     this.#selector = selector;
     this.#ports = ports;
+  }
+
+  /**
+   * The pool object changed (its watch): a new selector lists the pods again at once, new ports hand the pods over
+   * again with their new endpoints. A pool gone, or one with no selector or port, keeps what is (a warn line, counted
+   * `rejected`). Before the pods' first list nothing more is done: that list reads the pool itself.
+   */
+  #poolEdited(pools: InferencePool[]): void {
+    const pool = pools.find((p) => p.metadata?.name === this.#pool.name);
+    const name = `InferencePool ${this.#pool.namespace}/${this.#pool.name}`;
+    if (pool === undefined) {
+      if (this.#listedWith === undefined) return;
+      this.#count('rejected');
+      this.#sink?.logger.warn({ pool: this.#pool.name }, `${name} is gone: its current endpoints stay`);
+      return;
+    }
+    const ports = this.#ports.join();
+    try {
+      this.#setPool(pool);
+    } catch (err) {
+      const line = { pool: this.#pool.name, err: (err as Error).message };
+      this.#sink?.logger.warn(line, `${name} edited: ${(err as Error).message}; its current endpoints stay`);
+      return;
+    }
+    if (this.#listedWith === undefined || this.#pods === undefined) return;
+    if (this.#selector !== this.#listedWith) {
+      this.#sink?.logger.info(
+        { pool: this.#pool.name, selector: this.#selector },
+        `${name}: selector edited, listing its pods again`,
+      );
+      this.#watch.relist();
+    } else if (this.#ports.join() !== ports) this.#apply(this.#pods);
   }
 
   #apply(pods: Pod[]): void {

@@ -7,7 +7,8 @@
  * last version seen; a 410 Gone lists again; any other failure keeps the
  * objects it has and retries on a `Backoff` (doubling, with jitter).
  * `onChange` gets every object after each list and each event; `onFailure`
- * each failure.
+ * each failure. `relist` lists again at once, the list or watch in flight
+ * dropped: for a caller whose path changed (a selector).
  *
  * A watch the server ends without an event before `watchMinOpenMs` (1 s, as
  * client-go's "very short watch") is such a failure: an API server (or a proxy
@@ -68,13 +69,17 @@ export class KubeClient {
 
   /**
    * GET `path`: the 200 answer, or an error naming the status (410 as `Gone`). Its body fails when no byte of it
-   * arrives for `bodyTimeoutMs` (default: a list's).
+   * arrives for `bodyTimeoutMs` (default: a list's), or once `signal` (or the client's close) aborts it.
    */
-  async get(path: string, bodyTimeoutMs = LIST_BODY_TIMEOUT_MS): Promise<Awaited<ReturnType<typeof request>>> {
+  async get(
+    path: string,
+    bodyTimeoutMs = LIST_BODY_TIMEOUT_MS,
+    signal?: AbortSignal,
+  ): Promise<Awaited<ReturnType<typeof request>>> {
     const token = readOptional(this.#api.tokenFile)?.trim();
     const res = await request(`${this.#api.apiServer}${path}`, {
       dispatcher: this.#dispatcher,
-      signal: this.#abort.signal,
+      signal: signal === undefined ? this.#abort.signal : AbortSignal.any([this.#abort.signal, signal]),
       bodyTimeout: bodyTimeoutMs,
       headers: { accept: 'application/json', ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
     });
@@ -108,6 +113,8 @@ export class KubeListWatch<T extends KubeObject> {
   readonly #clock: Clock;
   readonly #scheduler: Scheduler;
   #closed = false;
+  /** The list or watch in flight, aborted by `relist` and `close`; each run holds its own (a stale run stops). */
+  #request = new AbortController();
   #gones = 0;
   readonly #watchTimeoutS: number;
   readonly #watchGraceMs: number;
@@ -149,27 +156,41 @@ export class KubeListWatch<T extends KubeObject> {
   }
 
   start(): void {
-    void this.#run(true);
+    void this.#run(true, this.#request);
   }
 
   close(): void {
     this.#closed = true;
+    this.#request.abort();
     if (this.#timer !== undefined) this.#scheduler.clearTimeout(this.#timer);
   }
 
-  async #run(list: boolean): Promise<void> {
+  /**
+   * Lists again now (after `beforeList`), the list or watch in flight dropped unreported: what the path depends on
+   * changed (a selector). The objects stay until the new list replaces them; a retry waiting is run now.
+   */
+  relist(): void {
     if (this.#closed) return;
+    this.#request.abort();
+    if (this.#timer !== undefined) this.#scheduler.clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#request = new AbortController();
+    void this.#run(true, this.#request);
+  }
+
+  async #run(list: boolean, run: AbortController): Promise<void> {
+    if (this.#closed || run.signal.aborted) return;
     try {
-      if (list || this.#resourceVersion === undefined) await this.#list();
-      await this.#watch();
-      void this.#run(false);
+      if (list || this.#resourceVersion === undefined) await this.#list(run.signal);
+      await this.#watch(run.signal);
+      void this.#run(false, run);
     } catch (err) {
-      if (this.#closed) return;
+      if (this.#closed || run.signal.aborted) return;
       // A first 410 is a watch fallen behind: list again at once; a second with no event between waits.
       if (err instanceof Gone && ++this.#gones === 1) {
         this.#onRelist?.(err);
         this.#resourceVersion = undefined;
-        void this.#run(true);
+        void this.#run(true, run);
         return;
       }
       this.#failures = Math.max(0, this.#failures) + 1;
@@ -178,15 +199,17 @@ export class KubeListWatch<T extends KubeObject> {
       const relist = err instanceof Gone || this.#resourceVersion === undefined;
       this.#timer = this.#scheduler.setTimeout(() => {
         this.#timer = undefined;
-        void this.#run(relist);
+        void this.#run(relist, run);
       }, retryInMs);
     }
   }
 
-  async #list(): Promise<void> {
+  async #list(signal: AbortSignal): Promise<void> {
     await this.#beforeList();
-    const res = await this.#client.get(this.#path());
+    signal.throwIfAborted();
+    const res = await this.#client.get(this.#path(), LIST_BODY_TIMEOUT_MS, signal);
     const body = (await res.body.json()) as { metadata?: { resourceVersion?: string }; items?: T[] };
+    signal.throwIfAborted();
     this.#objects = new Map((body.items ?? []).map((o) => [o.metadata?.name ?? '', o]));
     this.#resourceVersion = body.metadata?.resourceVersion;
     this.#live();
@@ -201,12 +224,13 @@ export class KubeListWatch<T extends KubeObject> {
     this.#onLive?.(failures);
   }
 
-  async #watch(): Promise<void> {
+  async #watch(signal: AbortSignal): Promise<void> {
     const rv =
       this.#resourceVersion === undefined ? '' : `&resourceVersion=${encodeURIComponent(this.#resourceVersion)}`;
     const res = await this.#client.get(
       `${this.#path()}&watch=1&allowWatchBookmarks=true&timeoutSeconds=${this.#watchTimeoutS}${rv}`,
       this.#watchTimeoutS * 1000 + this.#watchGraceMs,
+      signal,
     );
     this.#live();
     const openedAt = this.#clock.now();
@@ -214,6 +238,8 @@ export class KubeListWatch<T extends KubeObject> {
     const lines = createInterface({ input: res.body, crlfDelay: Infinity });
     try {
       for await (const line of lines) {
+        // A line read before a relist dropped this watch is not the new selector's.
+        signal.throwIfAborted();
         if (line.trim() === '') continue;
         this.#event(JSON.parse(line) as WatchEvent<T>);
         events++;

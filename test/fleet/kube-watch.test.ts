@@ -94,4 +94,38 @@ describe('KubeListWatch', () => {
     expect(names).toEqual(['a', 'b']);
     expect(scheduler.pending[0]!.ms).toBe(500);
   });
+
+  it('relist lists again with the new path at once, the watch in flight dropped and never reported nor applied', async () => {
+    api = await KubeApiDouble.start();
+    const labelled = (name: string, service: string): Slice => ({
+      ...slice(name, '10.0.0.1'),
+      metadata: { name, labels: { 'kubernetes.io/service-name': service } },
+    });
+    api.put(labelled('a', 'engines'));
+    api.put(labelled('x', 'others'));
+    client = new KubeClient({ apiServer: api.url, tokenFile: '/nonexistent', caFile: '/nonexistent' });
+    let service = 'engines';
+    let names: string[] = [];
+    const failures: string[] = [];
+    let lists = 0;
+    watch = new KubeListWatch<Slice>({
+      client,
+      path: () =>
+        `/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices?labelSelector=${encodeURIComponent(`kubernetes.io/service-name=${service}`)}`,
+      beforeList: () => Promise.resolve(void lists++),
+      onChange: (slices) => (names = slices.map((s) => s.metadata.name).sort()),
+      onFailure: (err) => failures.push(err.message),
+    });
+    watch.start();
+    await until(() => names.join() === 'a' && api!.requests.some((r) => r.startsWith('watch')), 'watching');
+    service = 'others';
+    watch.relist();
+    await until(() => names.join() === 'x', 'listed with the new selector');
+    // The old selector's watch is gone: a change of its slices reaches nobody; the new one's are followed.
+    api.put(labelled('b', 'engines'));
+    api.put(labelled('y', 'others'));
+    await until(() => names.join() === 'x,y', "the new selector's change");
+    expect(failures).toEqual([]);
+    expect(lists).toBe(2);
+  });
 });

@@ -1,10 +1,13 @@
 /**
  * A protocol double of the Kubernetes API server's list + watch (no API server
- * can run on our machines) for EndpointSlices and Pods, and GET of one
- * InferencePool: GET .../endpointslices (or .../pods) lists the objects
- * matching `labelSelector` (`k=v[,k=v]`) with the current resourceVersion; with
- * `watch=1` it streams JSON-line events (ADDED, MODIFIED, DELETED) after the
- * given resourceVersion, replaying those it still keeps, or one ERROR event
+ * can run on our machines) for EndpointSlices, Pods and InferencePools, and GET
+ * of one InferencePool: GET .../endpointslices (or .../pods, .../inferencepools)
+ * lists the objects matching `labelSelector` (`k=v[,k=v]`) and `fieldSelector`
+ * (`metadata.name=x`) with the current resourceVersion; with
+ * `watch=1` it streams JSON-line events (ADDED, MODIFIED, DELETED) of the
+ * objects its selectors match after the given resourceVersion, replaying those
+ * it still keeps (an object changed to match them no more is not sent a
+ * DELETED, as a real server would send), or one ERROR event
  * with code 410 (Gone) for a version compacted away, as the real server does,
  * and ends the watch cleanly after its `timeoutSeconds` (or at once, after
  * the events it replays, while `endWatchesAtOnce`).
@@ -35,25 +38,29 @@ export interface Pod {
   spec?: { containers: { name: string; ports?: { name?: string; containerPort: number }[] }[] };
   status: { podIP?: string; conditions: { type: string; status: 'True' | 'False' }[] };
 }
-/** An InferencePool (inference.networking.k8s.io/v1): its selector and target port. */
+/** An InferencePool (inference.networking.k8s.io/v1): its selector and target ports. */
 export interface InferencePool {
-  metadata: { name: string; namespace: string };
+  metadata: { name: string; namespace: string; resourceVersion?: string };
   spec: {
     selector: { matchLabels: Record<string, string> };
     targetPorts: { number: number }[];
     endpointPickerRef?: unknown;
   };
 }
-type Resource = 'endpointslices' | 'pods';
-type Stored = Slice | Pod;
+type Resource = 'endpointslices' | 'pods' | 'inferencepools';
+type Stored = Slice | Pod | InferencePool;
 type Event = { type: 'ADDED' | 'MODIFIED' | 'DELETED'; object: Stored };
 
 export class KubeApiDouble {
   readonly #server: Server;
-  readonly #objects: Record<Resource, Map<string, Stored>> = { endpointslices: new Map(), pods: new Map() };
-  readonly #pools = new Map<string, InferencePool>();
+  readonly #objects: Record<Resource, Map<string, Stored>> = {
+    endpointslices: new Map(),
+    pods: new Map(),
+    inferencepools: new Map(),
+  };
   readonly #history: { rv: number; resource: Resource; event: Event }[] = [];
-  readonly #watchers = new Map<ServerResponse, Resource>();
+  /** Open watches: the resource each watches and the objects its selectors match (events of others are not sent). */
+  readonly #watchers = new Map<ServerResponse, { resource: Resource; matches: (o: Stored) => boolean }>();
   readonly #held: (() => void)[] = [];
   /** Watches `stallWatches` cut off: not ended at their `timeoutSeconds` either. */
   readonly #stalled = new Set<ServerResponse>();
@@ -109,9 +116,10 @@ export class KubeApiDouble {
     if (pod !== undefined) this.#emit('pods', { type: 'DELETED', object: pod }, false);
   }
 
-  /** Creates or replaces an InferencePool (read by GET; not watched). */
+  /** Creates or replaces an InferencePool (read by GET, listed and watched: watchers are told). */
   putPool(pool: InferencePool): void {
-    this.#pools.set(`${pool.metadata.namespace}/${pool.metadata.name}`, pool);
+    const type = this.#objects.inferencepools.has(pool.metadata.name) ? 'MODIFIED' : 'ADDED';
+    this.#emit('inferencepools', { type, object: pool }, false);
   }
 
   /** Forgets every version up to now and ends open watches with 410 Gone. */
@@ -151,7 +159,10 @@ export class KubeApiDouble {
 
   #emit(resource: Resource, event: Event, silent: boolean): void {
     this.#rv++;
-    const object = { ...event.object, metadata: { ...event.object.metadata, resourceVersion: String(this.#rv) } };
+    const object = {
+      ...event.object,
+      metadata: { ...event.object.metadata, resourceVersion: String(this.#rv) },
+    } as Stored;
     if (event.type === 'DELETED') this.#objects[resource].delete(object.metadata.name);
     else this.#objects[resource].set(object.metadata.name, object);
     if (silent) {
@@ -160,7 +171,8 @@ export class KubeApiDouble {
     }
     const e = { type: event.type, object };
     this.#history.push({ rv: this.#rv, resource, event: e });
-    for (const [w, r] of this.#watchers) if (r === resource) w.write(`${JSON.stringify(e)}\n`);
+    for (const [w, r] of this.#watchers)
+      if (r.resource === resource && r.matches(object)) w.write(`${JSON.stringify(e)}\n`);
   }
 
   #serve(req: IncomingMessage, res: ServerResponse): void {
@@ -177,28 +189,33 @@ export class KubeApiDouble {
       url.pathname,
     );
     if (req.method === 'GET' && pool !== null) {
-      const found = this.#pools.get(`${pool[1]}/${pool[2]}`);
-      if (found === undefined) return notFound();
+      const found = this.#objects.inferencepools.get(pool[2]!) as InferencePool | undefined;
+      if (found === undefined || found.metadata.namespace !== pool[1]) return notFound();
       this.requests.push(`get inferencepool ${pool[2]}`);
       res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(found));
       return;
     }
-    const m = /^\/(?:apis\/discovery\.k8s\.io|api)\/v1\/namespaces\/([^/]+)\/(endpointslices|pods)$/.exec(url.pathname);
+    const m =
+      /^\/(?:apis\/discovery\.k8s\.io|api|apis\/inference\.networking\.k8s\.io)\/v1\/namespaces\/([^/]+)\/(endpointslices|pods|inferencepools)$/.exec(
+        url.pathname,
+      );
     if (req.method !== 'GET' || m === null) return notFound();
     const resource = m[2] as Resource;
     const wanted = (url.searchParams.get('labelSelector') ?? '').split(',').filter((p) => p !== '');
+    const name = /^metadata\.name=(.+)$/.exec(url.searchParams.get('fieldSelector') ?? '')?.[1];
     const matches = (o: Stored): boolean =>
+      (name === undefined || o.metadata.name === name) &&
       wanted.every((p) => {
         const [key, value] = p.split('=');
-        return o.metadata.labels[key!] === value;
+        return (o.metadata as { labels?: Record<string, string> }).labels?.[key!] === value;
       });
-    const prefix = resource === 'pods' ? 'pods ' : '';
+    const prefix = resource === 'endpointslices' ? '' : `${resource} `;
     if (url.searchParams.get('watch') !== '1') {
       this.requests.push(`${prefix}list`);
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify({
-          kind: resource === 'pods' ? 'PodList' : 'EndpointSliceList',
+          kind: { pods: 'PodList', endpointslices: 'EndpointSliceList', inferencepools: 'InferencePoolList' }[resource],
           metadata: { resourceVersion: String(this.#rv) },
           items: [...this.#objects[resource].values()].filter(matches),
         }),
@@ -224,7 +241,7 @@ export class KubeApiDouble {
       }
       // An API server answers a watch at once, before its first event.
       res.flushHeaders();
-      this.#watchers.set(res, resource);
+      this.#watchers.set(res, { resource, matches });
       // The server ends a watch cleanly after its `timeoutSeconds`, as a real one does.
       const timeoutS = Number(url.searchParams.get('timeoutSeconds') ?? 0);
       const timer =

@@ -7,7 +7,8 @@
  * taken as rank 0's and a second free port as rank 1's (the test plays Envoy: no request of the picker's reaches
  * them; a prompt sent past the picker to rank r goes to the engine with `x-data-parallel-rank: r`). The picker
  * routes to both ports, keeps to the one port a subset names, and credits rank 1's events to port 2: a prefix
- * rank 1 holds is picked there.
+ * rank 1 holds is picked there. An edit of the pool (its ports, then its selector) is followed at once while the
+ * pods' watch is live, and an invalid edit keeps what is.
  */
 import { createServer } from 'node:net';
 import { pino } from 'pino';
@@ -171,4 +172,36 @@ describe('kvgate picker: a pool with two target ports, one data-parallel rank on
       for (let turn = 0; turn < 3; turn++) expect((await pick(`${doc(`doc${i}`)} question ${turn}`))[0]).toBe(endpoint);
     await until(() => Object.keys(picker.bookings()).length === 0, 'every booking freed');
   }, 60_000);
+
+  it('follows an edit of the pool at once while its pods are watched: its ports, its selector; an invalid edit keeps what is', async () => {
+    const updates = (outcome: string): Promise<number> =>
+      scrape('kvgate_discovery_updates_total', { model: MODEL, source: 'inference_pool', outcome });
+    const retries = (): Promise<number> =>
+      scrape('kvgate_discovery_watch_retries_total', { model: MODEL, source: 'inference_pool' });
+    const applies = await updates('applied');
+    // Port 2 alone: the pod's one endpoint is now that port (rank 0 of a one-port pool).
+    kube.putPool(pool({ app: 'dp' }, [ports[1]!]));
+    await until(() => routed().join() === rank[1], 'the ports edited');
+    expect(logs).toContainEqual(
+      expect.objectContaining({ ports: [ports[1]], msg: 'InferencePool read: selector and target ports' }),
+    );
+    expect(await updates('applied')).toBe(applies + 1);
+    // Another selector: the pods are listed again with it, both ports of the other pod routed.
+    kube.putPool(pool({ app: 'other' }, ports));
+    const others = ports.map((p) => `${OTHER_IP}:${p}`).sort();
+    await until(() => routed().join() === others.join(), 'the selector edited');
+    expect(logs).toContainEqual(
+      expect.objectContaining({ msg: 'InferencePool default/dp: selector edited, listing its pods again' }),
+    );
+    expect(await updates('applied')).toBe(applies + 2);
+    // No target port: refused, counted, the endpoints stay; the pods' watch dropped for the new selector is no failure.
+    const rejected = await updates('rejected');
+    kube.putPool(pool({ app: 'dp' }, []));
+    await until(async () => (await updates('rejected')) === rejected + 1, 'the invalid edit refused');
+    expect(logs).toContainEqual(
+      expect.objectContaining({ level: 40, msg: expect.stringMatching(/its current endpoints stay$/) }),
+    );
+    expect(routed()).toEqual(others);
+    expect(await retries()).toBe(0);
+  });
 });
