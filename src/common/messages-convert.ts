@@ -217,6 +217,7 @@ export function messagesToChat(
   }
   if (body.stream !== undefined && typeof body.stream !== 'boolean') throw invalidField('stream', 'must be a boolean');
   if (!Array.isArray(body.messages)) throw invalidField('messages', 'is required (a list of messages)');
+  if (body.messages.length === 0) throw invalidField('messages', 'must hold at least one message');
   const messages: Json[] = [];
   const prompt = systemPromptText(body.system);
   const placed = placeInlineSystem(body.messages, prompt ?? '', inlineSystem);

@@ -200,6 +200,7 @@ export function responsesToChat(body: Json, source?: Uint8Array): ChatConversion
   }
   const input = body.input;
   if (typeof input === 'string') messages.push({ role: 'user', content: input });
+  else if (Array.isArray(input) && input.length === 0) throw invalidField('input', 'must hold at least one item');
   else if (Array.isArray(input)) input.forEach((item, i) => convertItem(item, i, messages));
   else throw invalidField('input', 'is required (a string or a list of items)');
   const kwargs = body.chat_template_kwargs;

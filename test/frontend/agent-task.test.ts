@@ -381,6 +381,20 @@ const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; par
     param: 'max_tokens',
   },
   {
+    name: 'messages with no message',
+    api: 'messages',
+    body: { model: 'demo', max_tokens: 5, system: 'be terse', messages: [] },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'messages',
+  },
+  {
+    name: 'responses with an empty input list',
+    api: 'responses',
+    body: { model: 'demo', instructions: 'be terse', input: [] },
+    code: 'KVG_ERR_INVALID_REQUEST',
+    param: 'input',
+  },
+  {
     name: 'a role of none of the Messages roles',
     api: 'messages',
     body: {
@@ -429,7 +443,7 @@ const BAD: { name: string; api: AgentApi; body: Json; code: KvgateErrorCode; par
   {
     name: 'a system block that is not text',
     api: 'messages',
-    body: { model: 'demo', max_tokens: 5, system: [{ type: 'image' }], messages: [] },
+    body: { model: 'demo', max_tokens: 5, system: [{ type: 'image' }], messages: [{ role: 'user', content: 'x' }] },
     code: 'KVG_ERR_INVALID_CONTENT_BLOCK',
     param: 'system[0]',
   },
