@@ -16,7 +16,7 @@ import { ExtProcClient, requestHeaders } from '../../helpers/ext-proc-client.js'
 import { KubeApiDouble, type Pod } from '../../helpers/kube-api-double.js';
 import { sampleSum } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
-import { startPod } from './pod.js';
+import { doc, startPod, untilSubscribed } from './pod.js';
 
 const MODEL = 'mock-model';
 const IPS = ['127.0.0.31', '127.0.0.32'];
@@ -25,10 +25,6 @@ const CHAT = '/v1/chat/completions';
 
 const body = (content: string): string =>
   JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 2 });
-
-/** A document of `words` words distinct to `tag`: documents with different tags differ from their first block. */
-const doc = (tag: string, words = 600): string =>
-  Array.from({ length: words }, (_, i) => `${tag}${(i * 7919) % 10007}`).join(' ');
 
 describe("kvgate picker: its pods' KV events (the test plays Envoy; no cluster, no Envoy)", () => {
   const pods: { proc: CliProcess; engine: MockerLine }[] = [];
@@ -130,20 +126,7 @@ describe("kvgate picker: its pods' KV events (the test plays Envoy; no cluster, 
   });
 
   it('picks the pod whose KV events say it holds the prefix, for a prefix it never routed', async () => {
-    // Each subscription is live once a prompt sent to its pod shows up in the picker's index
-    // (ZMQ drops what is published before the subscriber connects: retry with new prompts until then).
-    for (const [i, endpoint] of endpoints.entries()) {
-      for (let n = 0; ; n++) {
-        const before = await applied();
-        await direct(endpoint, doc(`warm${i}x${n}`, 40));
-        const seen = await until(async () => (await applied()) > before, 'events', 1000).then(
-          () => true,
-          () => false,
-        );
-        if (seen) break;
-        if (n > 20) throw new Error(`no KV events from ${endpoint}`);
-      }
-    }
+    await untilSubscribed(endpoints.length, (i, d) => direct(endpoints[i]!, d), applied);
     for (const [i, endpoint] of endpoints.entries()) {
       const before = await applied();
       await direct(endpoint, doc(`doc${i}`));

@@ -20,7 +20,7 @@ import { KubeApiDouble, type InferencePool } from '../../helpers/kube-api-double
 import { sampleSum } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
 import { MODEL, pickerConfig } from './pool-config.js';
-import { startPod } from './pod.js';
+import { doc, startPod, untilSubscribed } from './pod.js';
 
 const IP = '127.0.0.51';
 const OTHER_IP = '127.0.0.52';
@@ -28,10 +28,6 @@ const CHAT = '/v1/chat/completions';
 
 const body = (content: string): string =>
   JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 2 });
-
-/** A document of `words` words distinct to `tag`: documents with different tags differ from their first block. */
-const doc = (tag: string, words = 600): string =>
-  Array.from({ length: words }, (_, i) => `${tag}${(i * 7919) % 10007}`).join(' ');
 
 /** Whether `port` on `host` can be bound now. */
 const free = (host: string, port: number): Promise<number | undefined> =>
@@ -148,20 +144,7 @@ describe('kvgate picker: a pool with two target ports, one data-parallel rank on
   });
 
   it("credits the KV events published on the pod's KV-event port + 1 to port 2: a prefix it holds is picked there", async () => {
-    // Each rank's subscription is live once a prompt sent to its engine shows up in the picker's index (ZMQ drops
-    // what is published before the subscriber connects: retry with new prompts until then).
-    for (const [i, endpoint] of rank.entries()) {
-      for (let n = 0; ; n++) {
-        const before = await applied();
-        await direct(i, doc(`warm${i}x${n}`, 40));
-        const seen = await until(async () => (await applied()) > before, 'events', 1000).then(
-          () => true,
-          () => false,
-        );
-        if (seen) break;
-        if (n > 20) throw new Error(`no KV events from ${endpoint}`);
-      }
-    }
+    await untilSubscribed(rank.length, (i, d) => direct(i, d), applied);
     // Sent past the picker: only the ranks' events tell it where each document is.
     for (const [i, endpoint] of rank.entries()) {
       const before = await applied();
