@@ -5,24 +5,17 @@
  * than a buffer gets one of its own; and the index fed from unpacked batches equals the one fed directly.
  */
 import { describe, expect, it } from 'vitest';
-import {
-  decodeKvEventBatch,
-  KvEventApplier,
-  type KvEventBatch,
-  type StoredBlocksEvent,
-} from '../../src/events/index.js';
+import { KvEventApplier, type KvEventBatch, type StoredBlocksEvent } from '../../src/events/index.js';
 import { storedLocalHashes } from '../../src/events/applier.js';
 import { BatchPacker, unpackBatches, type LocalHashes } from '../../src/events/batch-codec.js';
-import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
+import { decodedBatch } from '../helpers/kv-batches.js';
+import type { EventEncoding, TestEvent } from '../helpers/zmq-publisher.js';
 import { mulberry32 } from '../helpers/rng.js';
 
 const BS = 4;
 
-function decoded(events: TestEvent[], encoding: 'vllm-array' | 'vllm-map' | 'sglang-map' = 'vllm-array'): KvEventBatch {
-  const r = decodeKvEventBatch(encodeBatch(events, { encoding }));
-  if (!r.ok) throw new Error(r.error.message);
-  return r.batch;
-}
+const decoded = (events: TestEvent[], encoding: EventEncoding = 'vllm-array'): KvEventBatch =>
+  decodedBatch(events, encoding);
 
 function localsOf(batch: KvEventBatch): LocalHashes {
   return batch.events.map((ev) =>

@@ -5,22 +5,11 @@
  * (packed runs included); a removed block's salt is forgotten; the memory's cap evicts and counts.
  */
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../../src/common/index.js';
 import { blockHashes } from '../../src/wasm/index.js';
-import {
-  decodeKvEventBatch,
-  ingestContext,
-  KvEventApplier,
-  KvEventCounters,
-  KvEventStream,
-  storedLocalHashes,
-  type KvEventBatch,
-} from '../../src/events/index.js';
-import { TurnScheduler } from '../../src/events/turn-scheduler.js';
-import { BatchPacker } from '../../src/events/batch-codec.js';
-import { eachPackedBatch } from '../../src/events/packed-batch.js';
+import { KvEventApplier, storedLocalHashes, type KvEventBatch } from '../../src/events/index.js';
 import { SaltMemory, type SaltEvictionReport } from '../../src/events/salt-memory.js';
-import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
+import { applyThroughStream, decodedBatch } from '../helpers/kv-batches.js';
+import type { TestEvent } from '../helpers/zmq-publisher.js';
 
 const BS = 4;
 const SLOT = { workerId: 1, dpRank: 0 };
@@ -29,11 +18,8 @@ const tokens = (n: number, from = 100): number[] => Array.from({ length: n }, (_
 const FIRST = tokens(12);
 const FOLLOW = [...FIRST.slice(0, 8), ...tokens(8, 500)];
 
-function decoded(events: TestEvent[], encoding: 'vllm-array' | 'sglang-array' = 'vllm-array'): KvEventBatch {
-  const r = decodeKvEventBatch(encodeBatch(events, { encoding }));
-  if (!r.ok) throw new Error(r.error.message);
-  return r.batch;
-}
+const decoded = (events: TestEvent[], encoding: 'vllm-array' | 'sglang-array' = 'vllm-array'): KvEventBatch =>
+  decodedBatch(events, encoding);
 
 function saltedChain(extraKeys: readonly string[], loraName?: string): KvEventBatch[] {
   const lora = loraName === undefined ? {} : { loraName, loraId: 1 };
@@ -58,22 +44,12 @@ function saltedChain(extraKeys: readonly string[], loraName?: string): KvEventBa
   ];
 }
 
-/** Applies the batches as objects, or handed over as an ingestion thread packs them (hashes computed there). */
+/** Applies the batches as objects, or handed over as an ingestion thread packs them (hashes computed there, unsalted). */
 function applyAll(a: KvEventApplier, batches: KvEventBatch[], handOver: boolean): void {
-  const clock = new ManualClock();
-  const turns: (() => void)[] = [];
-  const scheduler = new TurnScheduler({ clock, maxEventsPerTurn: 64, maxTurnMs: 1000, defer: (f) => turns.push(f) });
-  const stream = new KvEventStream(SLOT, ingestContext({ applier: a, hooks: new KvEventCounters(), clock, scheduler }));
-  if (handOver) {
-    const packer = new BatchPacker(1 << 16);
-    batches.forEach((b, seq) => {
-      const locals = b.events.map((ev) => (ev.type === 'stored' ? storedLocalHashes(ev, ev.blockSize) : undefined));
-      packer.add(1, BigInt(seq), b, locals);
-    });
-    eachPackedBatch(structuredClone(packer.take()), (_id, s, b) => stream.onDecoded(s, b));
-  } else batches.forEach((b, seq) => stream.onDecoded(BigInt(seq), b));
-  for (let f = turns.shift(); f !== undefined; f = turns.shift()) f();
-  expect(stream.appliedCursor).toBe(BigInt(batches.length - 1));
+  const unsalted = (b: KvEventBatch) => ({
+    locals: b.events.map((ev) => (ev.type === 'stored' ? storedLocalHashes(ev, ev.blockSize) : undefined)),
+  });
+  applyThroughStream(a, SLOT, batches, handOver ? unsalted : undefined);
 }
 
 function depth(a: KvEventApplier, t: number[], opts: { cacheSalt?: string; loraName?: string } = {}): number {

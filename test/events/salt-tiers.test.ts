@@ -7,23 +7,16 @@
  * and handed over by an ingestion thread (whose own guess keeps a salt per tier and group, as the main thread does).
  */
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../../src/common/index.js';
 import { blockHashes, PrefixIndex, sequenceHashes } from '../../src/wasm/index.js';
 import {
   BatchHasher,
-  decodeKvEventBatch,
-  ingestContext,
   KvEventApplier,
-  KvEventCounters,
-  KvEventStream,
   KvGroupIndexes,
   TieredPrefixIndex,
   type KvEventBatch,
 } from '../../src/events/index.js';
-import { TurnScheduler } from '../../src/events/turn-scheduler.js';
-import { BatchPacker } from '../../src/events/batch-codec.js';
-import { eachPackedBatch } from '../../src/events/packed-batch.js';
-import { encodeBatch, type TestEvent } from '../helpers/zmq-publisher.js';
+import { applyThroughStream, decodedBatch } from '../helpers/kv-batches.js';
+import type { TestEvent } from '../helpers/zmq-publisher.js';
 
 const BS = 4;
 const SLOT = { workerId: 1, dpRank: 0 };
@@ -35,11 +28,7 @@ const FOLLOW = [...FIRST.slice(0, 8), ...tokens(8, 500)];
 const GPU = 'GPU';
 const CPU = 'CPU'; // vLLM's offloading medium: the host_pinned tier
 
-function decoded(events: TestEvent[]): KvEventBatch {
-  const r = decodeKvEventBatch(encodeBatch(events, { encoding: 'vllm-array' }));
-  if (!r.ok) throw new Error(r.error.message);
-  return r.batch;
-}
+const decoded = (events: TestEvent[]): KvEventBatch => decodedBatch(events);
 
 /** The first turn stored as a salted root (the salt in block 0's extra_keys) in a tier or group. */
 const root = (medium: string, groupIdx?: number): KvEventBatch =>
@@ -78,21 +67,8 @@ const removed = (medium: string, hashes: bigint[] = [12n], groupIdx?: number): K
  * hashes, with the salts its BatchHasher infers: device-tier removals and plain stores go in packed runs).
  */
 function applyAll(a: KvEventApplier, batches: KvEventBatch[], handOver: boolean): void {
-  const clock = new ManualClock();
-  const turns: (() => void)[] = [];
-  const scheduler = new TurnScheduler({ clock, maxEventsPerTurn: 64, maxTurnMs: 1000, defer: (f) => turns.push(f) });
-  const stream = new KvEventStream(SLOT, ingestContext({ applier: a, hooks: new KvEventCounters(), clock, scheduler }));
-  if (handOver) {
-    const hasher = new BatchHasher();
-    const packer = new BatchPacker(1 << 16);
-    batches.forEach((b, seq) => {
-      const h = hasher.hash(1, b);
-      packer.add(1, BigInt(seq), b, h.locals, h.salts);
-    });
-    eachPackedBatch(structuredClone(packer.take()), (_id, s, b) => stream.onDecoded(s, b));
-  } else batches.forEach((b, seq) => stream.onDecoded(BigInt(seq), b));
-  for (let f = turns.shift(); f !== undefined; f = turns.shift()) f();
-  expect(stream.appliedCursor).toBe(BigInt(batches.length - 1));
+  const hasher = new BatchHasher();
+  applyThroughStream(a, SLOT, batches, handOver ? (b) => hasher.hash(1, b) : undefined);
 }
 
 /** The leading blocks of the follow-up's prompt the slot holds in an index, for a request salted or not. */
