@@ -368,6 +368,7 @@ const VALUE_SHAPE: Readonly<Record<RouterFlagField['kind'], string>> = {
   positiveOrNull: 'X|none',
   boolean: '',
   queuePolicy: 'POLICY',
+  prefillLoadModel: 'MODEL',
   tiers: 'JSON|none',
 };
 

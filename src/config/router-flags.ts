@@ -106,6 +106,10 @@ const FLAGS: Readonly<Record<KvRouterKnob, RouterFlagSpec>> = {
     negativeFlag: '--no-router-track-prefill-tokens',
     help: 'count uncached prompt tokens as load until the 1st token',
   },
+  routerPrefillLoadModel: {
+    flag: '--router-prefill-load-model',
+    help: "a worker's prefill load: none (booked tokens until the 1st token) | decay (shrinking as it is computed; aic = decay)",
+  },
   routerTtlSecs: { flag: '--router-ttl-secs', help: 'approximate mode: a cached-prefix entry lives this long' },
   routerPredictedTtlSecs: {
     flag: '--router-predicted-ttl-secs',
@@ -190,7 +194,7 @@ function parseFlagValue(flag: string, kind: ConfigFieldKind, raw: string | boole
     throw flagValueError(flag, raw, 'expects true or false');
   }
   if (typeof raw === 'boolean') throw flagValueError(flag, raw, 'expects a value');
-  if (kind === 'queuePolicy') return raw;
+  if (kind === 'queuePolicy' || kind === 'prefillLoadModel') return raw;
   if ((kind === 'positiveOrNull' || kind === 'tiers') && (raw === 'none' || raw === 'null')) return null;
   if (kind === 'tiers') {
     try {

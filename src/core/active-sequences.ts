@@ -24,6 +24,7 @@
 import { KvgateError } from '../errors/index.js';
 import { ActivePromptTrie, type PrefixIndex, type TrieNode } from '../wasm/index.js';
 import type { Clock } from '../common/index.js';
+import { PrefillDecay } from './prefill-decay.js';
 import {
   ActiveRequest,
   PEER_ID_PREFIX,
@@ -63,10 +64,20 @@ export class ActiveSequences {
 
   /** Hears of the requests force-freed by the expiry check an `add` makes (`expire()` returns its own). */
   readonly #onExpired: ((ids: readonly string[]) => void) | undefined;
+  /** The prefill load model's state (`prefillDecay`), and the per-slot loads it gives (`prefillTokensNow`). */
+  readonly #decay: PrefillDecay | undefined;
+  #prefillNow = new Float64Array(0);
 
-  constructor(opts: { clock: Clock; expiryMs?: number; onExpired?: (ids: readonly string[]) => void }) {
+  /** `prefillDecay`: a slot's prefill load shrinks while it computes it (prefill-decay.ts; `prefillTokensNow`). */
+  constructor(opts: {
+    clock: Clock;
+    expiryMs?: number;
+    onExpired?: (ids: readonly string[]) => void;
+    prefillDecay?: boolean;
+  }) {
     this.#clock = opts.clock;
     this.#onExpired = opts.onExpired;
+    this.#decay = opts.prefillDecay === true ? new PrefillDecay() : undefined;
     this.#expiryMs = opts.expiryMs ?? 300_000;
     if (!(this.#expiryMs > 0))
       throw new KvgateError('KVG_ERR_INVALID_ARGUMENT', `ActiveSequences: expiryMs must be > 0, got ${this.#expiryMs}`);
@@ -82,6 +93,23 @@ export class ActiveSequences {
   }
   get activeRequests(): Float64Array {
     return this.#count;
+  }
+
+  /**
+   * The prefill load now of the slots `slots[0..n)`: `activePrefillTokens` itself (the booked tokens), or with the
+   * prefill decay model a scratch array holding, for those slots, the load it gives (its other entries stale; valid
+   * until the next call).
+   */
+  prefillTokensNow(slots: Int32Array, n: number): Float64Array {
+    const decay = this.#decay;
+    if (decay === undefined) return this.#prefill;
+    const now = this.#clock.now();
+    const out = this.#prefillNow;
+    for (let i = 0; i < n; i++) {
+      const s = slots[i]!;
+      out[s] = decay.tokens(s, this.#prefill[s]!, now);
+    }
+    return out;
   }
 
   /** Requests in flight over all slots. */
@@ -132,6 +160,7 @@ export class ActiveSequences {
     for (const r of this.#requests.values()) if (r.slot === slot) dropped.push(r);
     for (const r of dropped) this.#drop(r, false);
     this.#registered[slot] = 0;
+    this.#decay?.removeSlot(slot);
     this.#prefill[slot] = 0;
     this.#shared[slot] = 0;
     this.#private[slot] = 0;
@@ -219,6 +248,7 @@ export class ActiveSequences {
     const start = input.startedAt ?? now;
     const r = new ActiveRequest(requestId, slot, seq, end, privateBlocks, prefill, input.expectedOutputTokens, start);
     this.#requests.set(requestId, r);
+    this.#decay?.added(slot, r, now);
     if (start < now) this.#early.add(r);
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests++;
     this.#private[slot]! += privateBlocks;
@@ -232,6 +262,7 @@ export class ActiveSequences {
     const r = this.#requests.get(requestId);
     if (r === undefined || r.prefillCompleted) return false;
     r.prefillCompleted = true;
+    this.#decay?.ended(r.slot, r, this.#clock.now(), true);
     this.#prefill[r.slot]! -= r.prefillTokens;
     if (this.#prefill[r.slot]! < 1e-9) this.#prefill[r.slot] = 0;
     r.prefillTokens = 0;
@@ -299,6 +330,7 @@ export class ActiveSequences {
     if (requestId.startsWith(PEER_ID_PREFIX)) this.#peerRequests--;
     else if (served) this.#recordService(this.#clock.now() - r.startedAt);
     const slot = r.slot;
+    if (!r.prefillCompleted) this.#decay?.ended(slot, r, this.#clock.now(), false);
     if (r.seq !== null) this.#shared[slot]! -= r.seq.length - this.#trie.removeAt(r.end!, slot);
     this.#private[slot]! -= r.privateBlocks + r.outputBlocks;
     this.#deficit[slot]! -= r.fracBlocks * (1 - r.frac);
@@ -374,6 +406,8 @@ export class ActiveSequences {
     this.#deficit = f64(this.#deficit);
     this.#blocks = f64(this.#blocks);
     this.#count = f64(this.#count);
+    this.#prefillNow = new Float64Array(cap);
+    this.#decay?.grow(cap);
     this.#cap = cap;
   }
 }

@@ -22,6 +22,9 @@ import { KvgateError } from '../errors/index.js';
 /** Queue ordering: FCFS (`priority_jump - arrival offset`), WSPT (`(1 + jump) / uncached tokens`), LCFS (experiments). */
 export type QueuePolicy = 'fcfs' | 'wspt' | 'lcfs';
 
+/** A slot's prefill load: the booked tokens until the first token, or decaying as it is computed (prefill-decay.ts). */
+export type PrefillLoadModel = 'none' | 'decay';
+
 /** A backpressure tier: requests missing at least `floor` cache tokens may queue up to `cap × workers` ISL tokens. */
 export type QueueDepthTier = readonly [missingCacheTokensFloor: number, maxQueuedIslTokensPerWorker: number];
 
@@ -81,6 +84,11 @@ export interface KvRouterConfig {
   readonly routerAssumeKvReuse: boolean;
   /** Count uncached prompt tokens as prefill load until the first token (`router_track_prefill_tokens`). */
   readonly routerTrackPrefillTokens: boolean;
+  /**
+   * `decay`: the oldest pending prefill of a slot counts less as the slot computes it, at the slot's measured rate
+   * (`router_prefill_load_model`; Dynamo's `aic` is taken as `decay`). Scoring only; the busy thresholds read the booked tokens.
+   */
+  readonly routerPrefillLoadModel: PrefillLoadModel;
   /** Lifetime of an approximate-mode entry after its last use, seconds (`router_ttl_secs`, > 0). */
   readonly routerTtlSecs: number;
   /** Predict-on-route side index TTL in seconds, or null = off; needs KV events (`router_predicted_ttl_secs`). */
@@ -148,6 +156,7 @@ export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
   routerTrackOutputBlocks: false,
   routerAssumeKvReuse: true,
   routerTrackPrefillTokens: true,
+  routerPrefillLoadModel: 'none',
   routerTtlSecs: 120,
   routerPredictedTtlSecs: null,
   routerQueueThreshold: null,
@@ -161,7 +170,8 @@ export const KV_ROUTER_DEFAULTS: KvRouterConfig = deepFreeze({
 });
 
 /** The values a field accepts; `resolveKvRouterConfig` checks them, a flag parser reads strings by them. */
-export type ConfigFieldKind = 'nonNegative' | 'positive' | 'positiveOrNull' | 'boolean' | 'queuePolicy' | 'tiers';
+export type ConfigFieldKind = 'nonNegative' | 'positive' | 'positiveOrNull' | 'boolean' | 'tiers' | EnumKind;
+type EnumKind = 'queuePolicy' | 'prefillLoadModel';
 
 /** A router knob's name: every config field, plus the deprecated weight. */
 export type KvRouterKnob = keyof KvRouterConfig | 'overlapScoreWeight';
@@ -197,6 +207,7 @@ export const KV_ROUTER_CONFIG_FIELDS: Readonly<Record<KvRouterKnob, ConfigFieldS
   routerTrackOutputBlocks: { dynamo: 'router_track_output_blocks', kind: 'boolean' },
   routerAssumeKvReuse: { dynamo: 'router_assume_kv_reuse', kind: 'boolean' },
   routerTrackPrefillTokens: { dynamo: 'router_track_prefill_tokens', kind: 'boolean' },
+  routerPrefillLoadModel: { dynamo: 'router_prefill_load_model', kind: 'prefillLoadModel' },
   routerTtlSecs: { dynamo: 'router_ttl_secs', kind: 'positive' },
   routerPredictedTtlSecs: { dynamo: 'router_predicted_ttl_secs', kind: 'positiveOrNull' },
   routerQueueThreshold: { dynamo: 'router_queue_threshold', kind: 'positiveOrNull' },
@@ -250,6 +261,11 @@ function checkValue(field: string, kind: ConfigFieldKind, value: unknown): unkno
     case 'queuePolicy':
       if (!QUEUE_POLICIES.includes(value as QueuePolicy))
         throw configError(field, value, `must be one of ${QUEUE_POLICIES.join(', ')}`);
+      return value;
+    case 'prefillLoadModel':
+      // Dynamo's `aic` predicts the prefill's time with its perf model; kvgate measures it: the same decay.
+      if (value === 'aic') return 'decay';
+      if (value !== 'none' && value !== 'decay') throw configError(field, value, 'must be one of none, decay (or aic)');
       return value;
     case 'tiers':
       return checkTiers(field, value);

@@ -69,6 +69,7 @@ export const STRUCTURAL_ROUTER_KNOBS = [
   'routerPredictedTtlSecs',
   'activeRequestExpirySecs',
   'routerIndexMemoryBudgetMib',
+  'routerPrefillLoadModel',
 ] as const;
 
 export class KvScheduler {
@@ -120,7 +121,8 @@ export class KvScheduler {
     this.fallback = eventFallback === undefined ? null : new ApproximateIndex(new PrefixIndex(), { ttlMs, clock });
     const expiryMs = config.activeRequestExpirySecs * 1000;
     const onExpired = (ids: readonly string[]): void => this.#booker.expired(ids);
-    const active = (this.#active = new ActiveSequences({ clock, expiryMs, onExpired }));
+    const prefillDecay = config.routerPrefillLoadModel === 'decay';
+    const active = (this.#active = new ActiveSequences({ clock, expiryMs, onExpired, prefillDecay }));
     const startedAt = clock.now();
 
     const table = (this.#table = new SlotTable(this.index, active, this.predicted));

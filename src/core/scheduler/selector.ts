@@ -36,6 +36,8 @@ export interface SlotSelectorOptions {
 
 export class SlotSelector {
   readonly #p: SlotSelectorOptions;
+  /** The candidates' prefill load for the decision being made (`ActiveSequences.prefillTokensNow`). */
+  #prefill: Float64Array = new Float64Array(0);
 
   constructor(parts: SlotSelectorOptions) {
     this.#p = parts;
@@ -48,6 +50,7 @@ export class SlotSelector {
   decide(req: SchedulingRequest, n: number, mode: SelectionMode, t0: number, queuedMs: number): RoutingDecision {
     const { clock, table, config } = this.#p;
     const tiered = this.#p.matcher.match(req, n);
+    this.#prefill = this.#p.active.prefillTokensNow(table.scratch.eligible, n);
     const t1 = clock.now();
     const knobs = effectiveKnobs(config, this.#p.role, req.override, req.hashes !== null, tiered);
     const breakdown = takeBreakdown(n);
@@ -102,12 +105,12 @@ export class SlotSelector {
     breakdown: Float64Array,
     lowest: LowestCost | null,
   ): number {
-    const { table, active, rng } = this.#p;
-    const bs = this.#p.blockSize;
+    const { table, active, rng, blockSize: bs } = this.#p;
     const isl = req.isl;
     const promptBlocks = req.hashes !== null ? req.hashes.seq.length : Math.floor(isl / bs);
     const { eligible: elig, dev, depth, host, disk, costs, sharedDepth } = table.scratch;
-    const { activePrefillTokens: prefill, activeDecodeBlocks: blocks, activeRequests: requests } = active;
+    const { activeDecodeBlocks: blocks, activeRequests: requests } = active;
+    const prefill = this.#prefill;
     const { slotWorker, slotRank } = table;
     // The blocks the prompt adds where none of it is active (shareable: less the depth active there).
     const newBlocks = knobs.trackActiveBlocks ? promptBlocks : 0;
@@ -234,7 +237,7 @@ export class SlotSelector {
     const { table, active } = this.#p;
     const promptBlocks = req.hashes !== null ? req.hashes.seq.length : Math.floor(req.isl / this.#p.blockSize);
     const { eligible: elig } = table.scratch;
-    const prefill = active.activePrefillTokens;
+    const prefill = this.#prefill;
     const blocks = active.activeDecodeBlocks;
     let minQ = Infinity;
     let maxQ = -Infinity;
@@ -277,7 +280,7 @@ export class SlotSelector {
   ): number {
     const { table, active } = this.#p;
     const { eligible: elig, dev, costs } = table.scratch;
-    const prefill = active.activePrefillTokens;
+    const prefill = this.#prefill;
     const preferred = req.routingConstraints?.preferredTaints;
     let maxOverlap = 0;
     for (let i = 0; i < n; i++) {
