@@ -13,3 +13,14 @@ export function sampleSum(text: string, name: string, labels: Record<string, str
   }
   return sum;
 }
+
+/**
+ * A gateway's counters from now on: `since(name, labels)` reads a series' sum less what it was at this call, so a
+ * test on a gateway that earlier tests of its file used reads only what it caused (those tests ran before it).
+ */
+export async function countersFrom(
+  url: string,
+): Promise<(name: string, labels?: Record<string, string>) => Promise<number>> {
+  const before = await (await fetch(`${url}/metrics`)).text();
+  return async (name, labels = {}) => (await metric(url, name, labels)) - sampleSum(before, name, labels);
+}

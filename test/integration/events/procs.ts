@@ -66,13 +66,15 @@ export async function postOk(url: string, body: unknown): Promise<Record<string,
 }
 
 /**
- * Starts `kvgate serve` on an OS-chosen port with one model (`model`, the model's config section) and
- * `extra` top-level sections, written to the suite's folder; resolves to its URL once it logged its start.
+ * Starts `kvgate serve` on an OS-chosen port with one model (`model`, the model's config section; `more` models
+ * after it) and `extra` top-level sections, written to the suite's folder; resolves to its URL once it logged its
+ * start.
  */
 export async function startGateway(
   s: SuiteProcesses,
   model: Record<string, unknown>,
   extra: Record<string, unknown> = {},
+  more: readonly Record<string, unknown>[] = [],
 ): Promise<string> {
   // One gateway per suite at a time: a test that starts another stops the one before (it was left running).
   if (s.gateway !== undefined) await stop(s.gateway);
@@ -84,7 +86,7 @@ export async function startGateway(
       preprocess: { threads: 0 },
       log: { level: 'info' },
       ...extra,
-      models: [model],
+      models: [model, ...more],
     }),
   );
   s.gateway = start(['serve', '--config', config]);
@@ -136,26 +138,49 @@ export function publishedGateways(
   model: string,
   blockSize: number,
 ): (kvEvents: Record<string, unknown>) => Promise<PublishedGateway> {
+  const gateway = publishedModels(s, [model], blockSize);
+  return async (kvEvents) => (await gateway(kvEvents))[0]!;
+}
+
+/**
+ * As `publishedGateways`, for several models in one gateway: `models[i]` is served by worker i + 1, over a scripted
+ * engine and a publisher of its own, so each has its own prefix index and its own worker's series. Resolves to one
+ * `PublishedGateway` per model, in order, once every subscription reached its publisher.
+ */
+export function publishedModels(
+  s: SuiteProcesses,
+  models: readonly string[],
+  blockSize: number,
+): (kvEvents: Record<string, unknown>) => Promise<PublishedGateway[]> {
   const held: { engine: HttpEngine; pub: TestKvPublisher }[] = [];
   afterAll(async () => {
     await stop(s.gateway);
     await Promise.allSettled(held.flatMap(({ engine, pub }) => [engine.close(), pub.close()]));
   });
   return async (kvEvents) => {
-    const engine = await startHttpEngine((req, res) => {
-      if (!answerEngineProbe(req, res, model)) res.writeHead(200).end();
-    });
-    const pub = await TestKvPublisher.start();
-    held.push({ engine, pub });
-    const worker = { id: 1, url: engine.url, kv_events: pub.endpoint };
-    const url = await startGateway(
-      s,
-      { name: model, tokenizer: 'demo', block_size: blockSize, workers: [worker] },
-      { kv_events: kvEvents },
+    const mine = await Promise.all(
+      models.map(async (model) => {
+        const engine = await startHttpEngine((req, res) => {
+          if (!answerEngineProbe(req, res, model)) res.writeHead(200).end();
+        });
+        const pub = await TestKvPublisher.start();
+        held.push({ engine, pub });
+        return { engine, pub };
+      }),
     );
-    await pub.waitForSubscribers(1);
-    const overlap = async (prompt: number[]): Promise<number> =>
-      (await postOk(`${url}/v1/route`, { model, prompt, max_tokens: 1 })).overlap_blocks as number;
-    return { url, pub, overlap };
+    const [first, ...more] = models.map((name, i) => ({
+      name,
+      tokenizer: 'demo',
+      block_size: blockSize,
+      workers: [{ id: i + 1, url: mine[i]!.engine.url, kv_events: mine[i]!.pub.endpoint }],
+    }));
+    const url = await startGateway(s, first!, { kv_events: kvEvents }, more);
+    await Promise.all(mine.map(({ pub }) => pub.waitForSubscribers(1)));
+    return models.map((model, i) => ({
+      url,
+      pub: mine[i]!.pub,
+      overlap: async (prompt: number[]): Promise<number> =>
+        (await postOk(`${url}/v1/route`, { model, prompt, max_tokens: 1 })).overlap_blocks as number,
+    }));
   };
 }

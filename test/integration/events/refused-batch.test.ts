@@ -8,13 +8,16 @@
  * handed over packed). An event naming a negative KV-cache group (`group_idx`, an index from 0 in every engine) is
  * such an event. An event of a kind kvgate does not know (a newer engine's) is not: it is skipped and counted
  * (`kvgate_kv_events_applied_total{event_type="unknown",status="skipped"}`), the rest of its batch applied.
+ *
+ * One gateway per ingest_threads setting serves every case: each case has a model of its own (its own prefix
+ * index, worker and publisher), and reads the counters as they moved during it.
  */
 import { decode, encode } from '@msgpack/msgpack';
-import { describe, expect, it } from 'vitest';
-import { metric } from '../../helpers/metric-sum.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { countersFrom } from '../../helpers/metric-sum.js';
 import { until } from '../../helpers/until.js';
 import { encodeBatch, type TestEvent } from '../../helpers/zmq-publisher.js';
-import { publishedGateways, suiteProcesses } from './procs.js';
+import { publishedModels, suiteProcesses, type PublishedGateway } from './procs.js';
 
 const MODEL = 'refusal-model';
 const BS = 16;
@@ -51,35 +54,52 @@ function refusedBatch(
 /** `ev` as its engine would send it in KV-cache group `groupIdx`. */
 const inGroup = (ev: TestEvent, groupIdx: number): TestEvent => (ev.type === 'cleared' ? ev : { ...ev, groupIdx });
 
-describe('a KV-event batch with a bad last event', () => {
-  const gateway = publishedGateways(suiteProcesses('kvgate-refused-'), MODEL, BS);
+/** The cases, each with a model of its own in the shared gateway. */
+const CASES = ['none-indexed', 'unknown-kind', 'removals', 'negative-group'] as const;
 
-  for (const threads of [0, 1]) {
-    it(`leaves none of its blocks in the index (ingest_threads ${threads})`, async () => {
-      const { url, pub, overlap } = await gateway({ ingest_threads: threads });
+describe('a KV-event batch with a bad last event', () => {
+  const gateways = publishedModels(
+    suiteProcesses('kvgate-refused-'),
+    CASES.map((c) => `${MODEL}-${c}`),
+    BS,
+  );
+
+  describe.each([0, 1])('ingest_threads %i', (threads) => {
+    let models: PublishedGateway[] = [];
+    beforeAll(async () => {
+      models = await gateways({ ingest_threads: threads });
+    });
+    /** The case's model in the gateway, and the counters from the case's start. */
+    const gateway = async (c: (typeof CASES)[number]) => {
+      const g = models[CASES.indexOf(c)]!;
+      return { ...g, metric: await countersFrom(g.url) };
+    };
+
+    it('leaves none of its blocks in the index', async () => {
+      const { pub, overlap, metric } = await gateway('none-indexed');
       await pub.publishPayload(refusedBatch());
       // The next batch is applied: once its blocks are matched, the one before was handled too.
       await pub.publish(storedEvents(NEXT, 900));
       await until(async () => (await overlap(NEXT)) === BLOCKS, "the next batch's blocks indexed");
       expect(await overlap(REFUSED)).toBe(0);
-      expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
-      expect(await metric(url, 'kvgate_kv_event_decode_errors_total', { kind: 'bad_event' })).toBe(1);
-      expect(await metric(url, 'kvgate_kv_event_refused_removals_applied_total')).toBe(0);
+      expect(await metric('kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
+      expect(await metric('kvgate_kv_event_decode_errors_total', { kind: 'bad_event' })).toBe(1);
+      expect(await metric('kvgate_kv_event_refused_removals_applied_total')).toBe(0);
     }, 60_000);
 
-    it(`has an event of a kind kvgate does not know skipped, its stores applied (ingest_threads ${threads})`, async () => {
-      const { url, pub, overlap } = await gateway({ ingest_threads: threads });
+    it('has an event of a kind kvgate does not know skipped, its stores applied', async () => {
+      const { pub, overlap, metric } = await gateway('unknown-kind');
       await pub.publishPayload(refusedBatch(storedEvents(REFUSED, 100), { type: 'BlockMoved', block_hashes: [7] }));
       await pub.publish(storedEvents(NEXT, 900));
       await until(async () => (await overlap(NEXT)) === BLOCKS, "the next batch's blocks indexed");
       expect(await overlap(REFUSED)).toBe(BLOCKS);
-      expect(await metric(url, 'kvgate_kv_events_applied_total', { event_type: 'unknown', status: 'skipped' })).toBe(1);
-      expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(0);
-      expect(await metric(url, 'kvgate_kv_event_decode_errors_total')).toBe(0);
+      expect(await metric('kvgate_kv_events_applied_total', { event_type: 'unknown', status: 'skipped' })).toBe(1);
+      expect(await metric('kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(0);
+      expect(await metric('kvgate_kv_event_decode_errors_total')).toBe(0);
     }, 60_000);
 
-    it(`still removes the blocks it evicts, its stores refused (ingest_threads ${threads})`, async () => {
-      const { url, pub, overlap } = await gateway({ ingest_threads: threads });
+    it('still removes the blocks it evicts, its stores refused', async () => {
+      const { pub, overlap, metric } = await gateway('removals');
       const kept = prompt(9000);
       await pub.publish(storedEvents(kept, 300));
       await until(async () => (await overlap(kept)) === BLOCKS, "the first batch's blocks indexed");
@@ -91,20 +111,20 @@ describe('a KV-event batch with a bad last event', () => {
       await until(async () => (await overlap(NEXT)) === BLOCKS, "the next batch's blocks indexed");
       expect(await overlap(kept)).toBe(BLOCKS / 2);
       expect(await overlap(REFUSED)).toBe(0);
-      expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
-      expect(await metric(url, 'kvgate_kv_event_refused_removals_applied_total')).toBe(1);
+      expect(await metric('kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
+      expect(await metric('kvgate_kv_event_refused_removals_applied_total')).toBe(1);
     }, 60_000);
 
-    it(`is refused when an event names a negative KV-cache group (ingest_threads ${threads})`, async () => {
-      const { url, pub, overlap } = await gateway({ ingest_threads: threads });
+    it('is refused when an event names a negative KV-cache group', async () => {
+      const { pub, overlap, metric } = await gateway('negative-group');
       const [first, second] = storedEvents(REFUSED, 100);
       // vLLM's group_idx is an index from 0: -1 is no engine's group, and the batch is refused as a bad event.
       await pub.publish([first!, inGroup(second!, -1)]);
       await pub.publish(storedEvents(NEXT, 900));
       await until(async () => (await overlap(NEXT)) === BLOCKS, "the next batch's blocks indexed");
       expect(await overlap(REFUSED)).toBe(0);
-      expect(await metric(url, 'kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
-      expect(await metric(url, 'kvgate_kv_event_decode_errors_total', { kind: 'bad_event' })).toBe(1);
+      expect(await metric('kvgate_kv_event_dropped_total', { reason: 'refused' })).toBe(1);
+      expect(await metric('kvgate_kv_event_decode_errors_total', { kind: 'bad_event' })).toBe(1);
     }, 60_000);
-  }
+  });
 });
