@@ -1,6 +1,7 @@
 /**
  * A worker whose health probe fails for a while and passes again, with real processes: `kvgate serve` over two
- * scripted vLLM engines (their /health answer switchable) and a ZMQ publisher per engine.
+ * scripted vLLM engines (their /health answer switchable) and a ZMQ publisher per engine, for each case's model
+ * (one gateway serves the file's cases, each its own model).
  * - It keeps what kvgate knows of its KV cache. Worker 1 publishes the prompt's blocks once; its /health then
  *   answers 503 until it is marked down (not routed to), then 200 until it is up again. No KV event is sent after
  *   the first: the router's query endpoint must find worker 1's cached prefix at once, as an engine does not
@@ -18,7 +19,7 @@ import type { ServerResponse } from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServeCli, type CliProcess } from '../../helpers/cli-process.js';
 import {
   answerEngineProbe,
@@ -37,42 +38,70 @@ const BS = 16;
 const BLOCKS = 6;
 const PROMPT = Array.from({ length: BLOCKS * BS + 5 }, (_, i) => 5000 + ((i * 53) % 877));
 
+/** What a model's two engine doubles answer besides the probes (`i`: the engine's index, 0 or 1). */
+type Serve = (i: number, res: ServerResponse) => void | Promise<void>;
+
+/** A case's model in the shared gateway: its two engines' /health answers, what they serve, and their publishers. */
+interface FlapModel {
+  readonly name: string;
+  /** Its workers' ids, by engine index (worker ids are unique across a gateway). */
+  readonly ids: readonly number[];
+  readonly health: readonly { code: number }[];
+  serve: Serve;
+  readonly pubs: TestKvPublisher[];
+}
+
+/** The cases' models: each case has its own (workers, index, bookings, pins), with its config lines. */
+const MODELS: Record<string, readonly string[]> = {
+  'flap-model': [],
+  'flap-load-kv-with-KV-events': [],
+  'flap-load-approximate-kv': ['router: { use_kv_events: false }'],
+  'flap-load-least-loaded': ['router_mode: least-loaded'],
+  'flap-session-model': ['session_affinity: pin'],
+};
+
 describe('a worker whose health probe flaps', () => {
   const engines: HttpEngine[] = [];
   const pubs: TestKvPublisher[] = [];
   const procs: CliProcess[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-health-flap-'));
-
-  afterAll(async () => {
-    await Promise.allSettled(procs.map((p) => p.stop()));
-    await Promise.allSettled([...engines.map((e) => e.close()), ...pubs.map((p) => p.close())]);
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const models = new Map<string, FlapModel>();
+  let url = '';
 
   /**
-   * `kvgate serve` for `model` over two engine doubles, engine i answering /health with `health[i].code`, the
-   * probes as vLLM, and anything else with `serve(i, res)`; a ZMQ publisher each; `modelLines`, more of the
-   * model's config keys. Returns the gateway's URL and the publishers.
+   * One `kvgate serve` for every case: each case's model over two engine doubles of its own, engine i answering
+   * /health with `health[i].code`, the probes as vLLM, and anything else with the model's `serve(i, res)`; a ZMQ
+   * publisher each. The cases run one after another, and each reads its own model's series.
    */
-  async function flapGateway(
-    model: string,
-    health: readonly { code: number }[],
-    serve: (i: number, res: ServerResponse) => void | Promise<void>,
-    modelLines: readonly string[] = [],
-  ): Promise<{ url: string; pubs: TestKvPublisher[] }> {
-    const mine: TestKvPublisher[] = [];
-    for (const [i, h] of health.entries()) {
-      engines.push(
-        await startHttpEngine(async (req, res) => {
-          if (req.method === 'GET' && req.url === '/health') return void res.writeHead(h.code).end();
-          if (!answerEngineProbe(req, res, model)) await serve(i, res);
-        }),
+  beforeAll(async () => {
+    const lines: string[] = [];
+    for (const [k, [name, modelLines]] of Object.entries(MODELS).entries()) {
+      const ids = [2 * k + 1, 2 * k + 2];
+      const m: FlapModel = { name, ids, health: [{ code: 200 }, { code: 200 }], serve: () => {}, pubs: [] };
+      const own: HttpEngine[] = [];
+      for (const [i, h] of m.health.entries()) {
+        own.push(
+          await startHttpEngine(async (req, res) => {
+            if (req.method === 'GET' && req.url === '/health') return void res.writeHead(h.code).end();
+            if (!answerEngineProbe(req, res, name)) await m.serve(i, res);
+          }),
+        );
+        m.pubs.push(await TestKvPublisher.start());
+      }
+      engines.push(...own);
+      pubs.push(...m.pubs);
+      models.set(name, m);
+      lines.push(
+        `  - name: ${name}`,
+        '    tokenizer: demo',
+        `    block_size: ${BS}`,
+        '    panic_threshold_percent: 0',
+        ...modelLines.map((l) => `    ${l}`),
+        '    workers:',
+        ...own.map((e, i) => `      - { id: ${ids[i]}, url: "${e.url}", kv_events: "${m.pubs[i]!.endpoint}" }`),
       );
-      mine.push(await TestKvPublisher.start());
     }
-    pubs.push(...mine);
-    const own = engines.slice(-health.length);
-    const config = join(dir, `${model}.yaml`);
+    const config = join(dir, 'kvgate.yaml');
     writeFileSync(
       config,
       [
@@ -80,62 +109,70 @@ describe('a worker whose health probe flaps', () => {
         'preprocess: { threads: 0 }',
         'health: { interval_ms: 100, timeout_ms: 1000, unhealthy_after: 2 }',
         'models:',
-        `  - name: ${model}`,
-        '    tokenizer: demo',
-        `    block_size: ${BS}`,
-        '    panic_threshold_percent: 0',
-        ...modelLines.map((l) => `    ${l}`),
-        '    workers:',
-        ...own.map((e, i) => `      - { id: ${i + 1}, url: "${e.url}", kv_events: "${mine[i]!.endpoint}" }`),
+        ...lines,
         '',
       ].join('\n'),
     );
     const started = await startServeCli(config);
     procs.push(started.proc);
-    return { url: started.url, pubs: mine };
+    url = started.url;
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.allSettled(procs.map((p) => p.stop()));
+    await Promise.allSettled([...engines.map((e) => e.close()), ...pubs.map((p) => p.close())]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** The gateway's URL, and the case's model, its engines serving with `serve` (default: a 500). */
+  function flapGateway(
+    model: string,
+    serve: Serve = (_i, res) => void res.writeHead(500).end(),
+  ): FlapModel & { url: string } {
+    const m = models.get(model)!;
+    m.serve = serve;
+    return { ...m, url };
   }
 
   it('is routed with its cached prefix as soon as it is healthy again, without a new KV event', async () => {
     const model = 'flap-model';
-    const health = [{ code: 200 }, { code: 200 }];
-    const { url, pubs } = await flapGateway(model, health, (_i, res) => void res.writeHead(500).end());
+    const { url, health, pubs, ids } = flapGateway(model);
     const route = (): Promise<Routed> => routeQuery(url, model);
 
-    await cachePrompt(pubs[0]!, url, model, 1);
+    await cachePrompt(pubs[0]!, url, model, ids[0]!);
 
     // Unhealthy: marked down, so not routed to (its cached prefix does not draw the request).
-    await flap(url, health[0]!, 1, 'down');
+    await flap(url, model, health[0]!, ids[0]!, 'down');
     const whileDown = await route();
-    expect(whileDown.worker.worker_id).toBe(2);
+    expect(whileDown.worker.worker_id).toBe(ids[1]);
     expect(whileDown.overlap_blocks).toBe(0);
 
     // Healthy again: routed at once with what it cached, no KV event sent since.
-    await flap(url, health[0]!, 1, 'up');
+    await flap(url, model, health[0]!, ids[0]!, 'up');
     const back = await route();
-    expect(back).toMatchObject({ worker: { worker_id: 1 }, overlap_blocks: BLOCKS });
+    expect(back).toMatchObject({ worker: { worker_id: ids[0] }, overlap_blocks: BLOCKS });
   }, 60_000);
 
-  // `blocks`: the mode books KV blocks (the load-only modes count requests alone).
+  // `blocks`: the mode books KV blocks (the load-only modes count requests alone). Each mode's model is in MODELS.
   it.each([
-    { mode: 'kv with KV events', lines: [], blocks: true },
-    { mode: 'approximate kv', lines: ['router: { use_kv_events: false }'], blocks: true },
-    { mode: 'least-loaded', lines: ['router_mode: least-loaded'], blocks: false },
+    { mode: 'kv with KV events', blocks: true },
+    { mode: 'approximate kv', blocks: true },
+    { mode: 'least-loaded', blocks: false },
   ])(
     'counts a request in flight in its load when it is up again, and frees it once when it ends ($mode)',
     async (c) => {
       const model = `flap-load-${c.mode.replaceAll(' ', '-')}`;
-      const health = [{ code: 200 }, { code: 200 }];
       const release = deferred();
-      /** The worker id (1-based) of each engine that got a completion. */
+      /** The index of each engine that got a completion. */
       const servedBy: number[] = [];
       const serve = async (i: number, res: ServerResponse): Promise<void> => {
-        servedBy.push(i + 1);
+        servedBy.push(i);
         sseHead(res);
         res.write(sseEvent(completionChunk('a')));
         await release.promise;
         res.end(sseEvent(completionChunk('b', 'length')) + sseEvent('[DONE]'));
       };
-      const { url } = await flapGateway(model, health, serve, c.lines);
+      const { url, health, ids } = flapGateway(model, serve);
       const active = (id: number): Promise<number> =>
         metric(url, 'kvgate_worker_active_requests', { model, worker_id: String(id) });
       const blocks = (id: number): Promise<number> =>
@@ -151,15 +188,16 @@ describe('a worker whose health probe flaps', () => {
       const first = await reader.read();
       expect(first.done).toBe(false);
       expect(servedBy).toHaveLength(1);
-      const id = servedBy[0]!;
+      const i = servedBy[0]!;
+      const id = ids[i]!;
       expect(await active(id)).toBe(1);
       const held = c.blocks ? await blocks(id) : 0;
       if (c.blocks) expect(held).toBeGreaterThan(0);
 
       // Marked down with its stream running: not routed to, its load series gone while down.
-      await flap(url, health[id - 1]!, id, 'down');
+      await flap(url, model, health[i]!, id, 'down');
       // Up again: its load is what its still-running request holds.
-      await flap(url, health[id - 1]!, id, 'up');
+      await flap(url, model, health[i]!, id, 'up');
       expect(await active(id)).toBe(1);
       if (c.blocks) expect(await blocks(id)).toBe(held);
 
@@ -177,19 +215,13 @@ describe('a worker whose health probe flaps', () => {
 
   it("sends a pinned session back to it when it is up again, against the other worker's cached prefix", async () => {
     const model = 'flap-session-model';
-    const health = [{ code: 200 }, { code: 200 }];
-    /** The worker id (1-based) of each engine that got a completion. */
+    /** The index of each engine that got a completion. */
     const servedBy: number[] = [];
-    const { url, pubs } = await flapGateway(
-      model,
-      health,
-      (i, res) => {
-        servedBy.push(i + 1);
-        sseHead(res);
-        res.end(sseEvent(completionChunk('a', 'length')) + sseEvent('[DONE]'));
-      },
-      ['session_affinity: pin'],
-    );
+    const { url, health, pubs, ids } = flapGateway(model, (i, res) => {
+      servedBy.push(i);
+      sseHead(res);
+      res.end(sseEvent(completionChunk('a', 'length')) + sseEvent('[DONE]'));
+    });
     const turn = async (prompt: readonly number[]): Promise<number> => {
       const res = await fetch(`${url}/v1/completions`, {
         method: 'POST',
@@ -204,11 +236,11 @@ describe('a worker whose health probe flaps', () => {
     // The session's first turn binds it to A; the other worker, B, then caches the prompt of its next turn
     // (the first turn's prompt shares nothing with it, so nothing draws that turn to A but the pin).
     const a = await turn(PROMPT.map((t) => t + 1000));
-    const b = 3 - a;
-    await cachePrompt(pubs[b - 1]!, url, model, b);
+    const b = 1 - a;
+    await cachePrompt(pubs[b]!, url, model, ids[b]!);
 
-    await flap(url, health[a - 1]!, a, 'down');
-    await flap(url, health[a - 1]!, a, 'up');
+    await flap(url, model, health[a]!, ids[a]!, 'down');
+    await flap(url, model, health[a]!, ids[a]!, 'up');
     expect(await turn(PROMPT)).toBe(a);
     const pins = (event: string): Promise<number> => metric(url, 'kvgate_router_session_pins_total', { model, event });
     expect(await pins('held')).toBe(1);
@@ -245,9 +277,15 @@ async function cachePrompt(pub: TestKvPublisher, url: string, model: string, id:
   }, `worker ${id}'s blocks indexed and matched`);
 }
 
-/** Worker `id`'s /health answers 503 (`down`) or 200 (`up`); resolves when the gateway has marked it so. */
-async function flap(url: string, health: { code: number }, id: number, to: 'down' | 'up'): Promise<void> {
+/** `model`'s worker `id`'s /health answers 503 (`down`) or 200 (`up`); resolves when the gateway has marked it so. */
+async function flap(
+  url: string,
+  model: string,
+  health: { code: number },
+  id: number,
+  to: 'down' | 'up',
+): Promise<void> {
   health.code = to === 'down' ? 503 : 200;
   const up = to === 'down' ? 1 : 2;
-  await until(async () => (await metric(url, 'kvgate_worker_up')) === up, `worker ${id} ${to}`, 10_000);
+  await until(async () => (await metric(url, 'kvgate_worker_up', { model })) === up, `worker ${id} ${to}`, 10_000);
 }
