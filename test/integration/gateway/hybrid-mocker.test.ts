@@ -17,37 +17,51 @@
  *    by kv, one request at a time) on both fleets; the exact-hit share of the router's predictions
  *    (`kvgate_router_prediction_total`, predicted vs engine-reported cached tokens) on the hybrid fleet is within
  *    one percentage point of the full-attention fleet's.
+ *
+ * Each fleet is one mocker process and one gateway, started once for both tests: each test has a model of its own
+ * in it (the gateway's name for the engines' one model, `served_model_name`), over two engines of its own, so each
+ * starts from empty caches and an empty index and reads its own model's series.
  */
-import { afterAll, describe, expect, it } from 'vitest';
-import { metric } from '../../helpers/metric-sum.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { countersFrom, metric } from '../../helpers/metric-sum.js';
 import { mulberry32 } from '../../helpers/rng.js';
-import { serveConfig, startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
+import { startMockerSuite, workerEntry, type MockerSuite } from '../../helpers/serve-suite.js';
 import { startServeCli } from '../../helpers/cli-process.js';
 import { until } from '../../helpers/until.js';
 
+/** The model the mocker engines serve. */
 const MODEL = 'mock-model';
 const BS = 16;
+/** The tests, each with a model of its own in each fleet: its name there, served by two engines of its own. */
+const CASES = ['window', 'predictions'] as const;
+type Case = (typeof CASES)[number];
 
+/** A test's model in a fleet: the fleet's gateway, and the model's name there. */
 interface Fleet {
-  readonly suite: MockerSuite;
   readonly url: string;
+  readonly model: string;
 }
 
-/** Two mocker engines (ids 1 and 2) with `groups` and a 64-block cache, behind one gateway routing by kv. */
-async function startFleet(name: string, groups: readonly string[]): Promise<Fleet> {
+/**
+ * Mocker engines with `groups` and a 64-block cache, two per test, behind one gateway routing by kv: the test
+ * `CASES[k]`'s model is served by engines 2k and 2k + 1, as workers 2k + 1 and 2k + 2.
+ */
+async function startFleet(name: string, groups: readonly string[]): Promise<{ suite: MockerSuite; url: string }> {
   const suite = await startMockerSuite(
     name,
     ['--speedup', '1000', '--block-size', String(BS), '--num-gpu-blocks', '64', '--tokenizer', 'demo', ...groups],
-    2,
+    2 * CASES.length,
   );
-  const file = suite.write(
-    'serve.yaml',
-    serveConfig(MODEL, [
-      `block_size: ${BS}`,
-      'workers:',
-      ...suite.engines.map((e, i) => `  - ${workerEntry(i + 1, e)}`),
-    ]),
-  );
+  const models = CASES.flatMap((c, k) => [
+    `  - name: ${c}-model`,
+    `    served_model_name: ${MODEL}`,
+    '    tokenizer: demo',
+    `    block_size: ${BS}`,
+    '    workers:',
+    ...[2 * k, 2 * k + 1].map((e) => `      - ${workerEntry(e + 1, suite.engines[e]!)}`),
+  ]);
+  const config = ['listen: { port: 0 }', 'admin: { enabled: true }', 'preprocess: { threads: 0 }', 'models:'];
+  const file = suite.write('serve.yaml', [...config, ...models, ''].join('\n'));
   const gw = await startServeCli(file);
   suite.procs.push(gw.proc);
   return { suite, url: gw.url };
@@ -75,14 +89,14 @@ async function route(
   worker?: number,
 ): Promise<{ worker: number; overlap: number }> {
   const nvext = worker === undefined ? {} : { nvext: { backend_instance_id: worker } };
-  const { json: a } = await postJson(f.url, '/v1/route', { model: MODEL, prompt, max_tokens: 1, ...nvext });
+  const { json: a } = await postJson(f.url, '/v1/route', { model: f.model, prompt, max_tokens: 1, ...nvext });
   return { worker: (a.worker as { worker_id: number }).worker_id, overlap: a.overlap_blocks as number };
 }
 
 /** Serves `prompt` (pinned to `worker` when given) and waits until the router indexed what the engine cached. */
 async function serve(f: Fleet, prompt: readonly number[], worker?: number): Promise<number> {
   const nvext = worker === undefined ? {} : { nvext: { backend_instance_id: worker } };
-  const a = await postJson(f.url, '/v1/completions', { model: MODEL, prompt, max_tokens: 1, ...nvext });
+  const a = await postJson(f.url, '/v1/completions', { model: f.model, prompt, max_tokens: 1, ...nvext });
   const usage = a.json.usage as { prompt_tokens_details?: { cached_tokens?: number } };
   // The engine just computed every full block of `prompt` (its window included): once the router's index
   // shows them on the engine that served, every event of this request (stores and evictions) is applied.
@@ -99,23 +113,36 @@ function tokens(rng: () => number, n: number): number[] {
 
 /** How many of the router's cached-token predictions so far were exact, of how many. */
 async function predictions(f: Fleet): Promise<{ exact: number; total: number }> {
-  const by = (outcome: string): Promise<number> => metric(f.url, 'kvgate_router_prediction_total', { outcome });
+  const by = (outcome: string): Promise<number> =>
+    metric(f.url, 'kvgate_router_prediction_total', { model: f.model, outcome });
   const [exact, over, under] = await Promise.all([by('exact'), by('over'), by('under')]);
   return { exact, total: exact + over + under };
 }
 
 describe('hybrid attention with mocker engines (sliding window + full)', () => {
-  const fleets: Fleet[] = [];
-  /** A hybrid fleet and a full-attention one, fresh for each test (the first test counts exact evictions). */
-  const startFleets = async (tag: string): Promise<{ hybrid: Fleet; full: Fleet }> => {
-    const hybrid = await startFleet(`hybrid-${tag}`, ['--kv-groups', 'full,sliding:64']);
-    fleets.push(hybrid);
-    const full = await startFleet(`full-${tag}`, []);
-    fleets.push(full);
-    return { hybrid, full };
-  };
+  const suites: MockerSuite[] = [];
+  let hybridUrl = '';
+  let fullUrl = '';
+  beforeAll(async () => {
+    // Both fleets start together; each one that started is stopped after the tests, whether or not the other did.
+    const started = await Promise.allSettled([
+      startFleet('hybrid', ['--kv-groups', 'full,sliding:64']),
+      startFleet('full', []),
+    ]);
+    for (const r of started) if (r.status === 'fulfilled') suites.push(r.value.suite);
+    const [hybrid, full] = started.map((r) => {
+      if (r.status === 'rejected') throw r.reason;
+      return r.value.url;
+    });
+    [hybridUrl, fullUrl] = [hybrid!, full!];
+  }, 60_000);
   afterAll(async () => {
-    await Promise.allSettled(fleets.map((f) => f.suite.stop()));
+    await Promise.allSettled(suites.map((s) => s.stop()));
+  });
+  /** The test's model on the hybrid fleet and on the full-attention one (its engines and index its own). */
+  const fleetsOf = (c: Case): { hybrid: Fleet; full: Fleet } => ({
+    hybrid: { url: hybridUrl, model: `${c}-model` },
+    full: { url: fullUrl, model: `${c}-model` },
   });
 
   it('a prefix that slid out of the window on one engine goes to the engine that can reuse it', async () => {
@@ -123,7 +150,7 @@ describe('hybrid attention with mocker engines (sliding window + full)', () => {
     const doc = tokens(rng, 40 * BS + 3);
     const other = tokens(rng, 48 * BS + 5);
     const request = [...doc.slice(0, 16 * BS), ...tokens(rng, 4 * BS + 3)];
-    const { hybrid, full } = await startFleets('window');
+    const { hybrid, full } = fleetsOf('window');
     const picks: Record<string, number> = {};
     for (const [name, f] of [
       ['hybrid', hybrid],
@@ -147,7 +174,9 @@ describe('hybrid attention with mocker engines (sliding window + full)', () => {
   }, 120_000);
 
   it('the router predicts hybrid engines within one point of full-attention engines', async () => {
-    const { hybrid, full } = await startFleets('predictions');
+    const { hybrid, full } = fleetsOf('predictions');
+    // The removal counts have no model label: counted from here, they are this test's (the other's engines idle).
+    const [hybridCounters, fullCounters] = await Promise.all([countersFrom(hybrid.url), countersFrom(full.url)]);
     const shares: Record<string, { exact: number; total: number }> = {};
     const cached: Record<string, number> = { hybrid: 0, full: 0 };
     for (const [name, f] of [
@@ -168,10 +197,9 @@ describe('hybrid attention with mocker engines (sliding window + full)', () => {
       shares[name] = { exact: p.exact / p.total, total: p.total };
     }
     // Both fleets ran out of blocks: the engines evicted (pool and window group), and the router followed.
-    const removed = async (f: Fleet): Promise<number> =>
-      metric(f.url, 'kvgate_kv_events_applied_total', { event_type: 'removed' });
-    expect(await removed(hybrid)).toBeGreaterThan(0);
-    expect(await removed(full)).toBeGreaterThan(0);
+    const removed = { event_type: 'removed' };
+    expect(await hybridCounters('kvgate_kv_events_applied_total', removed)).toBeGreaterThan(0);
+    expect(await fullCounters('kvgate_kv_events_applied_total', removed)).toBeGreaterThan(0);
     console.log(`cached tokens served: ${JSON.stringify(cached)}`);
     console.log(
       `exact-hit share of predictions: hybrid ${(shares.hybrid!.exact * 100).toFixed(1)} % ` +
