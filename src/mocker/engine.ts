@@ -9,7 +9,8 @@
  *      (1 when decoding; a chunk of the prompt when prefilling), within the
  *      token budget `maxNumBatchedTokens`; when the cache cannot hold the new tokens, a running
  *      request is preempted (the last admitted, or whom the `priority` policy picks: scheduling-policy.ts):
- *      its blocks are released, it is queued again and recomputed later (its cached blocks may serve it);
+ *      its blocks are released, it is queued again and recomputed later (its cached blocks may serve it); a pass
+ *      that only preempted is followed at once by the next, as vLLM's (an empty step reads as waiting for input);
  *   2. if nothing was preempted, waiting requests are admitted in queue order
  *      while `maxNumSeqs`, the budget and the cache allow: the prefix cache is
  *      looked up (at most floor((tokens - 1) / blockSize) blocks, as vLLM keeps
@@ -170,19 +171,15 @@ export class EngineCore {
   }
 
   /**
-   * True when no request is queued, running or transferring and no event is
-   * pending (held leases do not count). Drivers step while this is false; a
-   * step that schedules nothing means everything waits on `nextWakeTime()` or
-   * on new input.
+   * True when no request is queued, running or transferring and no event is pending (held leases do not count).
+   * Drivers step while this is false; a step that schedules nothing means everything waits on `nextWakeTime()` or
+   * on new input (so a step never ends empty for a preemption alone: see step 1 above).
    */
   isIdle(): boolean {
     return this.#waiting.length === 0 && this.#running.length === 0 && this.#pendingEvents.length === 0;
   }
 
-  /**
-   * The earliest future time something changes without new input: a transfer
-   * completing or a lease expiring. Undefined when nothing is pending.
-   */
+  /** The earliest time something changes without new input (a transfer ends, a lease expires); else undefined. */
   nextWakeTime(): number | undefined {
     let t = Infinity;
     for (const r of this.#running) if (r.state === 'transferring') t = Math.min(t, r.readyAt);
@@ -191,8 +188,8 @@ export class EngineCore {
   }
 
   /**
-   * Hands over the blocks a finished `holdBlocksMs` request kept (the NIXL read
-   * of a remote decode): checks the lease and, when given, the block ids.
+   * Hands over the blocks a finished `holdBlocksMs` request kept (the NIXL read of a remote decode): checks the
+   * lease and, when given, the block ids.
    */
   pullHeld(id: string, blockIds: readonly number[] | undefined, now: number): PullResult {
     return this.#held.pull(id, blockIds, now);
@@ -246,9 +243,11 @@ export class EngineCore {
     this.releaseExpiredLeases(now);
     this.#completeTransfers(now, kvEvents);
     const scheduled: Scheduled[] = [];
-    let budget = this.#scheduleRunning(scheduled, result);
-    // Waiting requests are admitted only when this step did not have to preempt.
-    if (result.preempted.length === 0) budget = this.#admitWaiting(now, budget, scheduled, result);
+    for (let before = -1; scheduled.length === 0 && result.preempted.length > before;) {
+      before = result.preempted.length; // each pass that preempts shortens `running`
+      const budget = this.#scheduleRunning(scheduled, result);
+      if (result.preempted.length === before) this.#admitWaiting(now, budget, scheduled, result);
+    }
     kvEvents.push(...this.#collectEvictions());
     if (scheduled.length === 0) return result;
     this.#timeStep(scheduled, result);

@@ -222,6 +222,32 @@ describe('EngineCore scheduling', () => {
     expect([step.scheduledTokens, step.decodeSequences, step.prefillTokens]).toEqual([1, 1, 0]);
   });
 
+  it('never gives up a step that preempted a request while another running request can go on', () => {
+    // vLLM stops a step's pass over its running requests where one preempts itself, then schedules the rest in its
+    // next pass, at once. A step of the mocker that scheduled nothing reads to its drivers as waiting for input or
+    // a wake time: the replay stopped there, the running requests left unfinished. So the next pass is made in the
+    // same step. Swept over prompt lengths and cache sizes: `a`, admitted first but least important, reaches a block
+    // boundary with the cache full ahead of `b` in the running order, and so preempts itself.
+    let selfPreempted = 0;
+    for (const blocks of [6, 7, 8, 9, 10])
+      for (let aLen = 5; aLen <= 12; aLen++)
+        for (let bLen = 5; bLen <= 12; bLen++) {
+          const c = core({ blockSize: 4, numGpuBlocks: blocks, schedulingPolicy: 'priority' });
+          if (Math.ceil((aLen + 16) / 4) > blocks || Math.ceil((bLen + 16) / 4) > blocks) continue;
+          c.add(req('a', tokens(aLen, 31), 16, { priority: 3 }), 0);
+          const first = c.step(0);
+          c.add(req('b', tokens(bLen, 32), 16, { priority: 1 }), first.durationMs);
+          const { steps } = drain(c, first.durationMs);
+          for (const step of steps) {
+            if (step.preempted.length === 0) continue;
+            if (step.preempted.includes('a') && step.outputs.some((o) => o.requestId === 'b')) selfPreempted++;
+            expect(step.scheduledTokens, `${blocks} blocks, prompts ${aLen} and ${bLen}`).toBeGreaterThan(0);
+          }
+          expect(steps.flatMap((s) => s.finished).length).toBe(2);
+        }
+    expect(selfPreempted).toBeGreaterThan(0);
+  });
+
   it("under SGLang's priority eviction a full cache drops the least important requests' blocks first", () => {
     // Block size 4, 8 blocks. `old` (priority 1) then `young` (priority 5) each leave 2 cached blocks; `fill`
     // needs 5 blocks: the 4 free ones and one evicted. LRU drops the tail of the least recently released prompt
