@@ -203,6 +203,7 @@ export class EngineCore {
   /** Empties the prefix cache and emits AllBlocksCleared; false (nothing done) while requests hold blocks. */
   resetPrefixCache(): boolean {
     if (!this.#pool.reset()) return false;
+    this.#hybrid?.reset();
     this.#pendingEvents.push({ type: 'cleared' });
     return true;
   }

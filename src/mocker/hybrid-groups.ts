@@ -114,6 +114,15 @@ export class HybridKvGroups {
     return out;
   }
 
+  /** Forgets every group's blocks (the pool's reset: the engine's `cleared` event covers them all), unpublished. */
+  reset(): void {
+    for (const g of this.#groups) {
+      g.freed.clear();
+      g.live.clear();
+    }
+    this.#removed = [];
+  }
+
   /** Blocks a group holds (tests, metrics). */
   cachedBlocks(groupIdx: number): number {
     const g = this.#groups[groupIdx - 1];

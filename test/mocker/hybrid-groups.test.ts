@@ -91,6 +91,36 @@ describe('the mocker as a hybrid engine', () => {
     expect(exactShare('full,sliding:48', false)).toBeLessThan(sliding - 0.05);
   });
 
+  it("forgets every group's blocks at a prefix-cache reset, as vLLM resets every group", () => {
+    // Group 1 (a sliding window) holds at most the pool's 12 blocks. After a reset (AllBlocksCleared, which
+    // tells a router every group is empty) it must not evict blocks it held before: a router would count
+    // those removals as not found, and they took the room of the blocks stored since.
+    const c = new EngineCore(
+      engineCoreOptions(
+        resolveMockerOptions({ numGpuBlocks: 12, blockSize: BS, kvGroups: 'full,sliding:32' }),
+        fallbackTokenizer().sampleVocabulary().ids,
+      ),
+    );
+    const prompt = (from: number): number[] => Array.from({ length: 8 * BS }, (_, i) => from + i);
+    c.add({ id: 'before', promptTokens: prompt(1000), maxTokens: 1, seed: 1 }, 0);
+    const first = drain(c, 0);
+    let now = first.end;
+    expect(first.steps.some((s) => s.kvEvents.some((e) => e.type === 'stored' && e.groupIdx === 1))).toBe(true);
+    expect(c.resetPrefixCache()).toBe(true);
+    const after: StepResult[] = [];
+    for (const from of [5000, 9000]) {
+      c.add({ id: `after${from}`, promptTokens: prompt(from), maxTokens: 1, seed: from }, now);
+      const run = drain(c, now);
+      now = run.end;
+      after.push(...run.steps);
+    }
+    const events = after.flatMap((s) => s.kvEvents);
+    const stored = new Set(events.flatMap((e) => (e.type === 'stored' && e.groupIdx === 1 ? e.blockHashes : [])));
+    const removed = events.flatMap((e) => (e.type === 'removed' && e.groupIdx === 1 ? e.blockHashes : []));
+    expect(removed.length).toBeGreaterThan(0); // the second prompt needed room: the bound below is not vacuous
+    for (const h of removed) expect(stored.has(h)).toBe(true);
+  });
+
   it('refuses a layout it cannot emulate', () => {
     expect(() => resolveMockerOptions({ kvGroups: 'sliding:128,full' })).toThrow(/starting with full/);
     expect(() => resolveMockerOptions({ kvGroups: 'full,chunked:8192' })).toThrow(/KvGroups|kvGroups/);
