@@ -319,20 +319,25 @@ export async function serveCommand(argv: string[], opts: ServeOptions = {}): Pro
     onHangup();
   }
   await new Promise<void>((resolve) => {
+    // One listener for the first signal and the second (which exits 130 at once), never removed: with none, a signal
+    // meets the default action, and a second one sent as soon as the drain's log line is read could land between a
+    // first listener's removal and its successor's (a process descheduled there on a loaded machine died by SIGINT).
+    let draining = false;
     const onSignal = (signal: NodeJS.Signals): void => {
+      if (draining) process.exit(130);
+      draining = true;
       process.off('SIGHUP', onHangup);
       h.gateway.logger.info(
         { signal, inflight: h.gateway.server.inflight },
         'shutting down: draining in-flight requests',
       );
-      process.once(signal, () => process.exit(130));
       void h.stop().then(resolve, (err: unknown) => {
         h.gateway.logger.error({ err }, 'shutdown failed');
         resolve();
       });
     };
-    process.once('SIGTERM', onSignal);
-    process.once('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
   });
   removePidFile();
   leaveCluster();
