@@ -406,8 +406,7 @@ export class ActiveSequences {
     this.#deficit = f64(this.#deficit);
     this.#blocks = f64(this.#blocks);
     this.#count = f64(this.#count);
-    this.#prefillNow = new Float64Array(cap);
-    this.#decay?.grow(cap);
+    if (this.#decay !== undefined) this.#prefillNow = new Float64Array(cap);
     this.#cap = cap;
   }
 }

@@ -21,32 +21,27 @@ import type { ActiveRequest } from './active-request.js';
 /** Weight of a new rate sample in a slot's moving average. */
 const RATE_WEIGHT = 0.25;
 
-export class PrefillDecay {
-  /** Per slot, the requests whose prefill is pending, in booking order (the first is the anchor). */
-  #pending: (Set<ActiveRequest> | undefined)[] = [];
-  /** Per slot, when the current anchor became the anchor. */
-  #anchorStart = new Float64Array(0);
-  /** Per slot, prefill tokens per ms (0: none measured yet). */
-  #rate = new Float64Array(0);
+/** A slot's pending prefills and its measured rate. */
+interface SlotPrefills {
+  /** The requests whose prefill is pending, in booking order (the first is the anchor). */
+  readonly pending: Set<ActiveRequest>;
+  /** When the current anchor became the anchor. */
+  anchorStart: number;
+  /** Prefill tokens per ms (0: none measured yet). */
+  rate: number;
+}
 
-  /** Makes room for slots below `cap`. */
-  grow(cap: number): void {
-    if (cap <= this.#rate.length) return;
-    const start = new Float64Array(cap);
-    start.set(this.#anchorStart);
-    this.#anchorStart = start;
-    const rate = new Float64Array(cap);
-    rate.set(this.#rate);
-    this.#rate = rate;
-  }
+export class PrefillDecay {
+  /** By slot, made when the slot books its first prefill. */
+  #slots: (SlotPrefills | undefined)[] = [];
 
   /** `r` was booked on `slot` at `now` with prefill tokens to compute (none: nothing to decay). */
   added(slot: number, r: ActiveRequest, now: number): void {
     if (!(r.prefillTokens > 0)) return;
-    let pending = this.#pending[slot];
-    if (pending === undefined) this.#pending[slot] = pending = new Set();
-    pending.add(r);
-    if (pending.size === 1) this.#anchorStart[slot] = now;
+    let s = this.#slots[slot];
+    if (s === undefined) this.#slots[slot] = s = { pending: new Set(), anchorStart: now, rate: 0 };
+    s.pending.add(r);
+    if (s.pending.size === 1) s.anchorStart = now;
   }
 
   /**
@@ -54,34 +49,32 @@ export class PrefillDecay {
    * before it). The anchor's completion is a rate sample, and the next pending request becomes the anchor.
    */
   ended(slot: number, r: ActiveRequest, now: number, completed: boolean): void {
-    const pending = this.#pending[slot];
-    if (pending === undefined || !pending.has(r)) return;
-    const anchor = pending.values().next().value === r;
-    pending.delete(r);
+    const s = this.#slots[slot];
+    if (s === undefined || !s.pending.has(r)) return;
+    const anchor = s.pending.values().next().value === r;
+    s.pending.delete(r);
     if (!anchor) return;
-    const elapsed = now - this.#anchorStart[slot]!;
+    const elapsed = now - s.anchorStart;
     if (completed && elapsed > 0) {
       const sample = r.prefillTokens / elapsed;
-      const rate = this.#rate[slot]!;
-      this.#rate[slot] = rate === 0 ? sample : rate + RATE_WEIGHT * (sample - rate);
+      s.rate = s.rate === 0 ? sample : s.rate + RATE_WEIGHT * (sample - s.rate);
     }
-    this.#anchorStart[slot] = now;
+    s.anchorStart = now;
   }
 
   /** The slot's prefill load at `now`, given its booked prefill tokens. */
   tokens(slot: number, booked: number, now: number): number {
-    const rate = this.#rate[slot]!;
-    if (!(rate > 0)) return booked;
-    const anchor = this.#pending[slot]?.values().next().value;
+    const s = this.#slots[slot];
+    if (s === undefined || !(s.rate > 0)) return booked;
+    const anchor = s.pending.values().next().value;
     if (anchor === undefined) return booked;
     const full = anchor.prefillTokens;
-    const left = 1 - ((now - this.#anchorStart[slot]!) * rate) / full;
+    const left = 1 - ((now - s.anchorStart) * s.rate) / full;
     return booked - full + Math.ceil(full * (left > 0 ? (left < 1 ? left : 1) : 0));
   }
 
   /** Forgets a slot (removed): its pending requests and its rate. */
   removeSlot(slot: number): void {
-    this.#pending[slot] = undefined;
-    if (slot < this.#rate.length) this.#rate[slot] = 0;
+    this.#slots[slot] = undefined;
   }
 }
